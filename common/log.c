@@ -1,0 +1,49 @@
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *log_process = "anedvd";
+static enum ad_log_level log_level = AD_LOG_INFO;
+static const char *level_names[] = { "error", "warn", "info", "debug" };
+
+void
+ad_log_init(const char *process)
+{
+	if (process)
+		log_process = process;
+	const char *env = getenv("ANEDVD_LOG");
+	if (!env)
+		return;
+	for (int i = 0; i <= AD_LOG_DEBUG; i++)
+		if (strcmp(env, level_names[i]) == 0)
+			log_level = (enum ad_log_level)i;
+}
+
+void
+ad_log_set_level(enum ad_log_level level)
+{
+	log_level = level;
+}
+
+enum ad_log_level
+ad_log_get_level(void)
+{
+	return log_level;
+}
+
+void
+ad_log(enum ad_log_level level, const char *fmt, ...)
+{
+	if (level > log_level)
+		return;
+	char line[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	// one write per line so lines of concurrent processes do not interleave
+	fprintf(stderr, "%s %s: %s\n", log_process, level_names[level], line);
+}

@@ -1,0 +1,21 @@
+// log.h - leveled logging to stderr.
+//
+// Every process logs one line per event: "anedvd[<process>] <level>: msg".
+// The level comes from ANEDVD_LOG (error, warn, info, debug; default info)
+// or from ad_log_set_level.
+#ifndef AD_LOG_H
+#define AD_LOG_H
+
+enum ad_log_level { AD_LOG_ERROR = 0, AD_LOG_WARN, AD_LOG_INFO, AD_LOG_DEBUG };
+
+void ad_log_init(const char *process);
+void ad_log_set_level(enum ad_log_level level);
+enum ad_log_level ad_log_get_level(void);
+void ad_log(enum ad_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define ad_error(...) ad_log(AD_LOG_ERROR, __VA_ARGS__)
+#define ad_warn(...)  ad_log(AD_LOG_WARN, __VA_ARGS__)
+#define ad_info(...)  ad_log(AD_LOG_INFO, __VA_ARGS__)
+#define ad_debug(...) ad_log(AD_LOG_DEBUG, __VA_ARGS__)
+
+#endif

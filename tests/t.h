@@ -1,0 +1,112 @@
+// t.h - the test kit: one header, no framework.
+//
+// A test program defines functions `static void test_x(void)` and lists them
+// in main with T_RUN(test_x). CHECK records a failure with file:line and
+// goes on; REQUIRE stops the current test. t_done prints the closing line
+// "N passed, N failed" (counted per CHECK) and returns the exit status.
+//
+// Tests find their data through T_DATA (set by CMake to tests/data in the
+// source tree) and write scratch files under t_tmpdir().
+#ifndef AD_T_H
+#define AD_T_H
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef T_DATA
+#define T_DATA "tests/data"
+#endif
+
+static int t_pass, t_fail;
+static const char *t_name;
+static jmp_buf t_jmp;
+
+#define CHECK(cond, ...)                                                       \
+	do {                                                                   \
+		if (cond) {                                                    \
+			t_pass++;                                              \
+		} else {                                                       \
+			t_fail++;                                              \
+			fprintf(stderr, "FAIL %s %s:%d: %s: ", t_name,         \
+			        __FILE__, __LINE__, #cond);                    \
+			fprintf(stderr, "" __VA_ARGS__);                       \
+			fprintf(stderr, "\n");                                 \
+		}                                                              \
+	} while (0)
+
+#define REQUIRE(cond, ...)                                                     \
+	do {                                                                   \
+		int t_ok_ = !!(cond);                                          \
+		CHECK(t_ok_ && #cond, __VA_ARGS__);                            \
+		if (!t_ok_)                                                    \
+			longjmp(t_jmp, 1);                                     \
+	} while (0)
+
+#define CHECK_NEAR(a, b, tol)                                                  \
+	do {                                                                   \
+		double t_a_ = (a), t_b_ = (b);                                 \
+		CHECK(fabs(t_a_ - t_b_) <= (tol), "%s=%.9g %s=%.9g tol=%g",    \
+		      #a, t_a_, #b, t_b_, (double)(tol));                      \
+	} while (0)
+
+#define T_RUN(fn)                                                              \
+	do {                                                                   \
+		t_name = #fn;                                                  \
+		int t_before_ = t_fail;                                        \
+		if (setjmp(t_jmp) == 0)                                        \
+			fn();                                                  \
+		fprintf(stderr, "%s %s\n", t_fail == t_before_ ? "ok  " : "FAIL", #fn); \
+	} while (0)
+
+static inline int
+t_done(void)
+{
+	printf("%d passed, %d failed\n", t_pass, t_fail);
+	return t_fail ? 1 : 0;
+}
+
+// t_tmpdir returns a private scratch directory for this test process.
+static inline const char *
+t_tmpdir(void)
+{
+	static char dir[256];
+	if (!dir[0]) {
+		const char *base = getenv("TMPDIR");
+		snprintf(dir, sizeof dir, "%s/anedvd-test-XXXXXX", base ? base : "/tmp");
+		if (!mkdtemp(dir)) {
+			perror("mkdtemp");
+			exit(2);
+		}
+	}
+	return dir;
+}
+
+// t_read_file reads a whole file; returns NULL (and *n = 0) on failure.
+static inline void *
+t_read_file(const char *path, size_t *n)
+{
+	*n = 0;
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	long len = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *buf = malloc((size_t)len + 1);
+	if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
+		free(buf);
+		buf = NULL;
+	}
+	fclose(f);
+	if (buf) {
+		buf[len] = 0;
+		*n = (size_t)len;
+	}
+	return buf;
+}
+
+#endif
