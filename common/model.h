@@ -1,0 +1,166 @@
+// model.h - a transformer model: architecture, hyper-parameters and typed
+// weight views, loaded from a GGUF file or a Hugging Face directory.
+//
+// Weights are never copied: every struct model_tensor points into a mapping
+// that the model owns (the GGUF file, or the safetensors files of an HF
+// directory) and keeps its storage type (F32, F16, BF16 or a ggml quant).
+// Consumers dequantise what they need (the reference engine all of it at
+// once, the pipeline one layer at a time).
+//
+// model_load picks the format from the path: a name ending in ".gguf" is a
+// GGUF file, anything else an HF directory. Loading validates everything a
+// forward pass relies on: every tensor the architecture needs is present,
+// has the shape the hyper-parameters imply and a type that can be
+// dequantised; failures name the tensor. A model that loaded can be run.
+//
+// Loaders for other formats (model-hf.c) work in three steps:
+//   1. model_init(m) and fill m->arch (model_arch_from_name) and m->hp;
+//      zero means "not given" for the optional fields listed in
+//      struct model_hparams, model_finish fills the architecture default;
+//   2. model_add_tensor() for every weight, under its GGUF name
+//      ("blk.3.attn_q.weight"), with ne[] fastest dimension first;
+//   3. set m->src / m->src_free to release the mappings, then model_finish().
+// On failure of any step the loader calls model_free(m).
+#ifndef AD_MODEL_H
+#define AD_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+enum model_arch {
+	MODEL_ARCH_LLAMA = 0, // also SmolLM2, TinyLlama, stories
+	MODEL_ARCH_MISTRAL,   // llama + sliding window on every layer
+	MODEL_ARCH_SMOLLM3,   // llama with no RoPE on every 4th layer
+	MODEL_ARCH_QWEN2,     // q/k/v biases
+	MODEL_ARCH_QWEN3,     // per-head q/k RMSNorm
+	MODEL_ARCH_GEMMA2,
+	MODEL_ARCH_GEMMA3,
+	MODEL_ARCH_PHI3,      // fused qkv and gate|up, partial rotary
+	MODEL_ARCH_QWEN2MOE,
+	MODEL_ARCH_COUNT,
+};
+
+// RoPE pairing: NORM rotates adjacent pairs (2i, 2i+1) (ggml's mode 0, the
+// GGUF llama convention); NEOX rotates (i, i + n_rot/2) (HF's rotate_half).
+enum model_rope { MODEL_ROPE_NORM = 0, MODEL_ROPE_NEOX = 2 };
+
+// one weight: a typed view into the mapping
+struct model_tensor {
+	const char *name;  // GGUF name; NULL when the slot is empty
+	uint32_t type;     // enum ad_type (wtype.h)
+	uint32_t n_dims;
+	int64_t ne[4];     // ne[0] fastest; unused dims are 1
+	const void *data;
+	size_t nbytes;
+};
+
+struct model_hparams {
+	int64_t n_vocab;
+	int64_t n_embd;
+	int64_t n_layer;
+	int64_t n_head;
+	int64_t n_head_kv;      // 0: = n_head
+	int64_t head_dim;       // key length; 0: n_embd / n_head
+	int64_t head_dim_v;     // value length; 0: = head_dim
+	int64_t n_ff;           // dense FFN inner size (0 for MoE-only)
+	int64_t n_rot;          // rotary dims per head; 0: = head_dim
+	int64_t n_ctx_train;    // 0: unknown
+	float rms_eps;          // 0: 1e-5 (1e-6 for qwen/gemma)
+	float rope_base;        // 0: 10000
+	float rope_freq_scale;  // position multiplier (1/linear factor); 0: 1
+	float rope_base_swa;    // base on sliding-window layers; 0: = rope_base
+	enum model_rope rope;   // set from the architecture by model_finish
+	int64_t sliding_window; // 0: none
+	int64_t swa_pattern;    // gemma: layer i slides unless (i+1) % pattern == 0
+	float attn_softcap;     // 0: none
+	float final_softcap;    // 0: none
+	float q_scale;          // 0: 1/sqrt(head_dim)
+	int64_t n_expert;       // MoE
+	int64_t n_expert_used;
+	int64_t n_ff_exp;       // 0: from the tensors
+	int64_t n_ff_shexp;     // 0: from the tensors
+	int expert_weights_norm;  // renormalise the chosen experts' weights
+	int64_t n_no_rope_step; // smollm3: layer i has no RoPE if (i+1) % step == 0
+	int64_t bos_id, eos_id; // -1 when unknown
+};
+
+// the weights of one block; empty slots have name == NULL
+struct model_layer {
+	struct model_tensor attn_norm;
+	struct model_tensor wq, wk, wv, wqkv, wo;
+	struct model_tensor bq, bk, bv, bqkv, bo;
+	struct model_tensor q_norm, k_norm;
+	struct model_tensor post_attn_norm;
+	struct model_tensor ffn_norm;
+	struct model_tensor gate, up, down;
+	struct model_tensor post_ffw_norm;
+	// MoE
+	struct model_tensor gate_inp;                     // router [n_embd, n_expert]
+	struct model_tensor gate_exps, up_exps, down_exps; // 3-D
+	struct model_tensor gate_inp_shexp;               // [n_embd]
+	struct model_tensor gate_shexp, up_shexp, down_shexp;
+
+	// derived per layer by model_finish
+	int sliding;          // attends to the last hp.sliding_window positions only
+	int use_rope;
+	float rope_base;
+	float rope_freq_scale;
+};
+
+struct model {
+	enum model_arch arch;
+	char arch_name[32];     // general.architecture as found in the file
+	char name[128];         // general.name or the file name
+	char path[1024];
+	int is_gguf;
+	struct model_hparams hp;
+
+	struct model_tensor tok_embd;
+	struct model_tensor output_norm;
+	struct model_tensor output; // type/data equal tok_embd's when tied
+	int tied_output;
+	struct model_layer *layers; // hp.n_layer entries
+
+	// every tensor of the file, by GGUF name (owned names)
+	struct model_tensor *tensors;
+	int64_t n_tensors, cap_tensors;
+
+	// statistics for `anedvd info`
+	size_t file_bytes;
+	int64_t n_params;
+
+	// the source: gguf handle for GGUF files (NULL otherwise), and the
+	// loader's private state with its destructor
+	struct gguf *gguf;
+	void *src;
+	void (*src_free)(void *src);
+};
+
+// --- loading ---------------------------------------------------------------
+int model_load(struct model *m, const char *path, char *err);
+int model_load_gguf(struct model *m, const char *path, char *err);
+int model_load_hf(struct model *m, const char *dir, char *err); // model-hf.c
+void model_free(struct model *m); // safe on a zeroed or half-loaded model
+
+// --- for loaders -----------------------------------------------------------
+void model_init(struct model *m);
+// -1 for an unknown name
+int model_arch_from_name(const char *name);
+const char *model_arch_name(enum model_arch a);
+const char *model_rope_name(enum model_rope r);
+// copies name; data must stay valid until src_free
+int model_add_tensor(struct model *m, const char *name, uint32_t type, uint32_t n_dims,
+                     const int64_t *ne, const void *data, size_t nbytes, char *err);
+const struct model_tensor *model_find_tensor(const struct model *m, const char *name);
+// fill defaults, bind tensors to slots and validate shapes and types
+int model_finish(struct model *m, char *err);
+
+// --- queries ---------------------------------------------------------------
+// number of values in a tensor (product of ne)
+int64_t model_tensor_nelem(const struct model_tensor *t);
+// bytes of the KV cache per position in fp32, all layers
+size_t model_kv_bytes_per_pos(const struct model *m);
+
+#endif
