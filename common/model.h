@@ -43,8 +43,10 @@ enum model_arch {
 };
 
 // RoPE pairing: NORM rotates adjacent pairs (2i, 2i+1) (ggml's mode 0, the
-// GGUF llama convention); NEOX rotates (i, i + n_rot/2) (HF's rotate_half).
-enum model_rope { MODEL_ROPE_NORM = 0, MODEL_ROPE_NEOX = 2 };
+// GGUF llama convention: the converter permutes llama's q/k rows for it);
+// NEOX rotates (i, i + n_rot/2) (HF's rotate_half, i.e. what unpermuted HF
+// weights need). AUTO is resolved by model_finish from the architecture.
+enum model_rope { MODEL_ROPE_AUTO = 0, MODEL_ROPE_NORM = 1, MODEL_ROPE_NEOX = 2 };
 
 // one weight: a typed view into the mapping
 struct model_tensor {
@@ -71,7 +73,7 @@ struct model_hparams {
 	float rope_base;        // 0: 10000
 	float rope_freq_scale;  // position multiplier (1/linear factor); 0: 1
 	float rope_base_swa;    // base on sliding-window layers; 0: = rope_base
-	enum model_rope rope;   // set from the architecture by model_finish
+	enum model_rope rope;   // AUTO: from the architecture (an HF loader sets NEOX)
 	int64_t sliding_window; // 0: none
 	int64_t swa_pattern;    // gemma: layer i slides unless (i+1) % pattern == 0
 	float attn_softcap;     // 0: none
@@ -121,6 +123,7 @@ struct model {
 	struct model_tensor output_norm;
 	struct model_tensor output; // type/data equal tok_embd's when tied
 	int tied_output;
+	struct model_tensor rope_freqs; // optional [n_rot/2]: theta_i /= rope_freqs[i]
 	struct model_layer *layers; // hp.n_layer entries
 
 	// every tensor of the file, by GGUF name (owned names)
