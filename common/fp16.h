@@ -1,0 +1,183 @@
+// fp16.h - exact conversions between float32 and IEEE half / bfloat16.
+//
+// Scalar functions are plain C and exact: fp16 -> f32 is lossless
+// (subnormals, infinities, NaN payloads); f32 -> fp16 rounds to nearest,
+// ties to even, overflowing to infinity. NaNs come out quiet with their
+// payload kept, which is what the x86 F16C instructions do, so the row
+// converters below give the same bits on either path. bf16 follows ggml:
+// decode is a shift, encode rounds to nearest-even and forces NaN quiet.
+//
+// The row converters use F16C when the running CPU has it (checked at run
+// time; no -march flag is needed to build) and have plain `_ref` twins.
+#ifndef AD_FP16_H
+#define AD_FP16_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define AD_FP16_X86 1
+#endif
+
+static inline uint32_t
+ad_f32_bits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static inline float
+ad_bits_f32(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static inline float
+ad_fp16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+	uint32_t exp = (h >> 10) & 0x1f;
+	uint32_t man = h & 0x3ff;
+
+	if (exp == 0x1f) // inf, or NaN made quiet
+		return ad_bits_f32(sign | 0x7f800000 | (man ? 0x400000 | man << 13 : 0));
+	if (exp == 0) {
+		if (man == 0)
+			return ad_bits_f32(sign);
+		// subnormal: normalise the mantissa into an f32 exponent
+		exp = 113;
+		while (!(man & 0x400)) {
+			man <<= 1;
+			exp--;
+		}
+		return ad_bits_f32(sign | exp << 23 | (man & 0x3ff) << 13);
+	}
+	return ad_bits_f32(sign | (exp + 112) << 23 | man << 13);
+}
+
+static inline uint16_t
+ad_f32_to_fp16(float f)
+{
+	uint32_t x = ad_f32_bits(f);
+	uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+	x &= 0x7fffffff;
+
+	if (x > 0x7f800000) // NaN: quiet, keep the top payload bits
+		return sign | 0x7e00 | (uint16_t)((x >> 13) & 0x3ff);
+	if (x >= 0x477ff000) // 65520 and up round to infinity
+		return sign | 0x7c00;
+	if (x >= 0x38800000) { // normal half
+		uint32_t h = (x >> 13) - (112u << 10);
+		uint32_t rem = x & 0x1fff;
+		if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
+			h++; // a carry into the exponent is still correct
+		return sign | (uint16_t)h;
+	}
+	if (x <= 0x33000000) // at most 2^-25: rounds to zero (the tie is even)
+		return sign;
+	// subnormal half: value / 2^-24, rounded to nearest even
+	uint32_t e = x >> 23;
+	uint32_t m = (x & 0x7fffff) | 0x800000;
+	uint32_t shift = 126 - e; // 14..24
+	uint32_t h = m >> shift;
+	uint32_t rem = m & ((1u << shift) - 1);
+	uint32_t half = 1u << (shift - 1);
+	if (rem > half || (rem == half && (h & 1)))
+		h++;
+	return sign | (uint16_t)h;
+}
+
+static inline float
+ad_bf16_to_f32(uint16_t h)
+{
+	return ad_bits_f32((uint32_t)h << 16);
+}
+
+static inline uint16_t
+ad_f32_to_bf16(float f)
+{
+	uint32_t u = ad_f32_bits(f);
+	if ((u & 0x7fffffff) > 0x7f800000)
+		return (uint16_t)((u >> 16) | 64); // quiet NaN
+	return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+static inline void
+ad_fp16_to_f32_row_ref(const uint16_t *src, float *dst, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] = ad_fp16_to_f32(src[i]);
+}
+
+static inline void
+ad_f32_to_fp16_row_ref(const float *src, uint16_t *dst, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] = ad_f32_to_fp16(src[i]);
+}
+
+#ifdef AD_FP16_X86
+__attribute__((target("f16c,avx2"))) static inline void
+ad_fp16_to_f32_row_f16c(const uint16_t *src, float *dst, size_t n)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m128i h = _mm_loadu_si128((const __m128i *)(src + i));
+		_mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+	}
+	for (; i < n; i++)
+		dst[i] = ad_fp16_to_f32(src[i]);
+}
+
+__attribute__((target("f16c,avx2"))) static inline void
+ad_f32_to_fp16_row_f16c(const float *src, uint16_t *dst, size_t n)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+		_mm_storeu_si128((__m128i *)(dst + i), h);
+	}
+	for (; i < n; i++)
+		dst[i] = ad_f32_to_fp16(src[i]);
+}
+
+static inline int
+ad_have_f16c(void)
+{
+	static int have = -1;
+	if (have < 0) // benign race: every thread computes the same answer
+		have = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+	return have;
+}
+#endif
+
+static inline void
+ad_fp16_to_f32_row(const uint16_t *src, float *dst, size_t n)
+{
+#ifdef AD_FP16_X86
+	if (ad_have_f16c()) {
+		ad_fp16_to_f32_row_f16c(src, dst, n);
+		return;
+	}
+#endif
+	ad_fp16_to_f32_row_ref(src, dst, n);
+}
+
+static inline void
+ad_f32_to_fp16_row(const float *src, uint16_t *dst, size_t n)
+{
+#ifdef AD_FP16_X86
+	if (ad_have_f16c()) {
+		ad_f32_to_fp16_row_f16c(src, dst, n);
+		return;
+	}
+#endif
+	ad_f32_to_fp16_row_ref(src, dst, n);
+}
+
+#endif
