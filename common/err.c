@@ -21,13 +21,22 @@ ad_err_prefix(char *err, const char *fmt, ...)
 {
 	if (!err)
 		return -1;
-	char prefix[AD_ERRLEN], old[AD_ERRLEN];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(prefix, sizeof prefix, fmt, ap);
-	va_end(ap);
+	char old[AD_ERRLEN];
 	memcpy(old, err, AD_ERRLEN);
 	old[AD_ERRLEN - 1] = 0;
-	snprintf(err, AD_ERRLEN, "%s: %s", prefix, old);
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(err, AD_ERRLEN, fmt, ap);
+	va_end(ap);
+	if (n < 0 || n >= AD_ERRLEN - 2)
+		return -1;
+	size_t at = (size_t)n;
+	memcpy(err + at, ": ", 2);
+	at += 2;
+	size_t room = AD_ERRLEN - 1 - at, len = strlen(old);
+	if (len > room)
+		len = room;
+	memcpy(err + at, old, len);
+	err[at + len] = 0;
 	return -1;
 }

@@ -1,0 +1,223 @@
+#include "ipc.h"
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+
+#include "log.h"
+
+struct ad_server {
+	nng_socket sock;
+	int nthreads;
+	pthread_t *threads;
+	ad_ipc_handler fn;
+	void *arg;
+};
+
+struct ad_client {
+	nng_socket sock;
+};
+
+static void *
+server_loop(void *p)
+{
+	struct ad_server *s = p;
+	nng_ctx ctx;
+	nng_aio *aio;
+	if (nng_ctx_open(&ctx, s->sock) != 0)
+		return NULL;
+	if (nng_aio_alloc(&aio, NULL, NULL) != 0) {
+		nng_ctx_close(ctx);
+		return NULL;
+	}
+	for (;;) {
+		nng_ctx_recv(ctx, aio);
+		nng_aio_wait(aio);
+		int rv = nng_aio_result(aio);
+		if (rv == NNG_ECLOSED)
+			break;
+		if (rv != 0)
+			continue;
+		nng_msg *msg = nng_aio_get_msg(aio);
+		uint8_t *reply = NULL;
+		size_t reply_len = 0;
+		s->fn(s->arg, nng_msg_body(msg), nng_msg_len(msg), &reply, &reply_len);
+		// reuse the request message for the reply: it keeps the routing header
+		nng_msg_clear(msg);
+		if (nng_msg_append(msg, reply, reply_len) != 0) {
+			free(reply);
+			nng_msg_free(msg);
+			continue;
+		}
+		free(reply);
+		nng_aio_set_msg(aio, msg);
+		nng_ctx_send(ctx, aio);
+		nng_aio_wait(aio);
+		if (nng_aio_result(aio) != 0)
+			nng_msg_free(msg);
+	}
+	nng_aio_free(aio);
+	nng_ctx_close(ctx);
+	return NULL;
+}
+
+struct ad_server *
+ad_server_start(const char *url, int nthreads, ad_ipc_handler fn, void *arg, char *err)
+{
+	if (nthreads < 1)
+		nthreads = 1;
+	struct ad_server *s = calloc(1, sizeof *s);
+	if (!s) {
+		ad_err(err, "out of memory");
+		return NULL;
+	}
+	s->fn = fn;
+	s->arg = arg;
+	int rv = nng_rep0_open(&s->sock);
+	if (rv != 0) {
+		ad_err(err, "nng rep socket: %s", nng_strerror(rv));
+		free(s);
+		return NULL;
+	}
+	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, AD_IPC_MAX_MSG);
+	rv = nng_listen(s->sock, url, NULL, 0);
+	if (rv != 0) {
+		ad_err(err, "listen on %s: %s", url, nng_strerror(rv));
+		nng_close(s->sock);
+		free(s);
+		return NULL;
+	}
+	s->threads = calloc((size_t)nthreads, sizeof *s->threads);
+	if (!s->threads) {
+		nng_close(s->sock);
+		free(s);
+		ad_err(err, "out of memory");
+		return NULL;
+	}
+	for (int i = 0; i < nthreads; i++) {
+		if (pthread_create(&s->threads[i], NULL, server_loop, s) != 0)
+			break;
+		s->nthreads++;
+	}
+	if (s->nthreads == 0) {
+		ad_server_stop(s);
+		ad_err(err, "could not start server threads");
+		return NULL;
+	}
+	return s;
+}
+
+void
+ad_server_stop(struct ad_server *s)
+{
+	if (!s)
+		return;
+	nng_close(s->sock);
+	for (int i = 0; i < s->nthreads; i++)
+		pthread_join(s->threads[i], NULL);
+	free(s->threads);
+	free(s);
+}
+
+struct ad_client *
+ad_client_open(const char *url, char *err)
+{
+	struct ad_client *c = calloc(1, sizeof *c);
+	if (!c) {
+		ad_err(err, "out of memory");
+		return NULL;
+	}
+	int rv = nng_req0_open(&c->sock);
+	if (rv != 0) {
+		ad_err(err, "nng req socket: %s", nng_strerror(rv));
+		free(c);
+		return NULL;
+	}
+	nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, AD_IPC_MAX_MSG);
+	// dial in the background: the server may not be up yet, or may be
+	// restarting; requests wait for it until their own timeout
+	rv = nng_dial(c->sock, url, NULL, NNG_FLAG_NONBLOCK);
+	if (rv != 0) {
+		ad_err(err, "dial %s: %s", url, nng_strerror(rv));
+		nng_close(c->sock);
+		free(c);
+		return NULL;
+	}
+	return c;
+}
+
+void
+ad_client_close(struct ad_client *c)
+{
+	if (!c)
+		return;
+	nng_close(c->sock);
+	free(c);
+}
+
+int
+ad_client_call(struct ad_client *c, const void *req, size_t req_len, uint8_t **reply,
+               size_t *reply_len, int timeout_ms, char *err)
+{
+	*reply = NULL;
+	*reply_len = 0;
+	nng_ctx ctx;
+	nng_aio *aio = NULL;
+	nng_msg *msg = NULL;
+	int rv = nng_ctx_open(&ctx, c->sock);
+	if (rv != 0)
+		return ad_err(err, "nng context: %s", nng_strerror(rv));
+	if ((rv = nng_aio_alloc(&aio, NULL, NULL)) != 0 || (rv = nng_msg_alloc(&msg, 0)) != 0 ||
+	    (rv = nng_msg_append(msg, req, req_len)) != 0) {
+		if (msg)
+			nng_msg_free(msg);
+		nng_aio_free(aio);
+		nng_ctx_close(ctx);
+		return ad_err(err, "nng message: %s", nng_strerror(rv));
+	}
+	nng_aio_set_timeout(aio, timeout_ms);
+	nng_aio_set_msg(aio, msg);
+	nng_ctx_send(ctx, aio);
+	nng_aio_wait(aio);
+	if ((rv = nng_aio_result(aio)) != 0) {
+		nng_msg_free(msg);
+		goto fail;
+	}
+	nng_aio_set_timeout(aio, timeout_ms);
+	nng_ctx_recv(ctx, aio);
+	nng_aio_wait(aio);
+	if ((rv = nng_aio_result(aio)) != 0)
+		goto fail;
+	msg = nng_aio_get_msg(aio);
+	*reply_len = nng_msg_len(msg);
+	*reply = malloc(*reply_len ? *reply_len : 1);
+	if (*reply)
+		memcpy(*reply, nng_msg_body(msg), *reply_len);
+	nng_msg_free(msg);
+	nng_aio_free(aio);
+	nng_ctx_close(ctx);
+	if (!*reply)
+		return ad_err(err, "out of memory");
+	return 0;
+fail:
+	nng_aio_free(aio);
+	nng_ctx_close(ctx);
+	if (rv == NNG_ETIMEDOUT)
+		return ad_err(err, "no reply within %d ms (is the peer running?)", timeout_ms);
+	return ad_err(err, "ipc call failed: %s", nng_strerror(rv));
+}
+
+int
+ad_ipc_url(char *buf, size_t cap, const char *rundir, const char *name)
+{
+	struct sockaddr_un sun;
+	int n = snprintf(buf, cap, "ipc://%s/%s.sock", rundir, name);
+	if (n < 0 || (size_t)n >= cap || (size_t)n - 6 >= sizeof sun.sun_path)
+		return -1;
+	return 0;
+}

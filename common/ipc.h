@@ -1,0 +1,47 @@
+// ipc.h - request/reply between the anedvd processes, over nng.
+//
+// A server answers on one URL (ipc:// in the instance's runtime directory,
+// or tcp://) with a pool of threads, each with its own nng context, so many
+// requests are served at once. The handler receives the raw request bytes
+// (a protobuf message) and must always produce reply bytes: a request it
+// cannot decode gets an error reply, never silence.
+//
+// A client is safe to use from several threads: every call opens its own
+// context. Every call has a timeout; a peer that is not there (yet, or any
+// more) is an error after that timeout, never a hang.
+#ifndef AD_IPC_H
+#define AD_IPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+// The largest message either side accepts.
+#define AD_IPC_MAX_MSG (64u << 20)
+
+// handler: reply is malloc'd by the handler and freed by the server.
+typedef void (*ad_ipc_handler)(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply,
+                               size_t *reply_len);
+
+struct ad_server;
+struct ad_client;
+
+struct ad_server *ad_server_start(const char *url, int nthreads, ad_ipc_handler fn, void *arg,
+                                  char *err);
+void ad_server_stop(struct ad_server *s); // closes, waits for in-flight handlers
+
+struct ad_client *ad_client_open(const char *url, char *err);
+void ad_client_close(struct ad_client *c);
+
+// ad_client_call sends req and waits up to timeout_ms for the reply (malloc'd
+// into *reply; the caller frees it). Returns -1 with a message on timeout or
+// transport failure.
+int ad_client_call(struct ad_client *c, const void *req, size_t req_len, uint8_t **reply,
+                   size_t *reply_len, int timeout_ms, char *err);
+
+// ad_ipc_url builds "ipc://<rundir>/<name>.sock". Returns -1 if it does not
+// fit (unix socket paths are short).
+int ad_ipc_url(char *buf, size_t cap, const char *rundir, const char *name);
+
+#endif

@@ -1,0 +1,33 @@
+#!/bin/sh
+# install-deps.sh - install the Debian packages anedvd needs to build and test.
+#
+#   deploy/install-deps.sh            build dependencies
+#   deploy/install-deps.sh --test     also what the test suites need
+#
+# Installs only what is missing; uses sudo when not run as root.
+set -eu
+
+pkgs="build-essential cmake pkg-config xz-utils libnng-dev libprotobuf-c-dev protobuf-c-compiler libh2o-evloop-dev libcjson-dev"
+if [ "${1:-}" = "--test" ]; then
+	pkgs="$pkgs clang"
+fi
+
+missing=""
+for p in $pkgs; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+		missing="$missing $p"
+	fi
+done
+[ -z "$missing" ] && exit 0
+
+if [ "$(id -u)" -eq 0 ]; then
+	sudo=""
+elif command -v sudo >/dev/null 2>&1; then
+	sudo="sudo"
+else
+	echo "install-deps: need root or sudo to install:$missing" >&2
+	exit 1
+fi
+echo "install-deps: installing$missing" >&2
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing >&2
