@@ -144,4 +144,20 @@ int gguf_writer_tensor(struct gguf_writer *w, const char *name, uint32_t type, u
 int gguf_writer_save(struct gguf_writer *w, const char *path, char *err);
 void *gguf_writer_bytes(struct gguf_writer *w, size_t *n);
 
+// A scalar of any type (type < GGUF_TYPE_STRING or >= GGUF_TYPE_UINT64);
+// v points at one value in host representation (bool: one byte).
+void gguf_writer_val(struct gguf_writer *w, const char *key, enum gguf_vtype type, const void *v);
+
+// Arrays of any element type, nested as deep as wanted: build a gguf_warr
+// and hand it over. push adds a scalar (host representation), push_str a
+// string, push_arr a sub-array (consumed). A push whose kind does not match
+// the element type poisons the writer: save then fails.
+struct gguf_warr;
+struct gguf_warr *gguf_warr_new(enum gguf_vtype type);
+void gguf_warr_free(struct gguf_warr *a);
+void gguf_warr_push(struct gguf_warr *a, const void *v);
+void gguf_warr_push_str(struct gguf_warr *a, const char *s);
+void gguf_warr_push_arr(struct gguf_warr *a, struct gguf_warr *sub);
+void gguf_writer_warr(struct gguf_writer *w, const char *key, struct gguf_warr *a); // consumes a
+
 #endif
