@@ -1,5 +1,6 @@
 # dequantisation, fp16 helpers, safetensors, Hugging Face model directories
 ad_test(NAME test-dequant SOURCES test-dequant.c LABELS unit)
+ad_test(NAME test-safetensors SOURCES test-safetensors.c LABELS unit)
 
 # a benchmark prints figures; it is built but not run by ctest
 add_executable(bench-dequant bench-dequant.c)
