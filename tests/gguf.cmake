@@ -1,0 +1,2 @@
+# GGUF reader and writer.
+ad_test(NAME test-gguf SOURCES test-gguf.c LABELS unit)
