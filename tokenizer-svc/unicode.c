@@ -1,0 +1,323 @@
+// unicode.c - UTF-8, categories, lowercase and NFC over the generated tables.
+#include "unicode.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int
+unicode_decode(const char *str, size_t n, uint32_t *cp, int *bad)
+{
+	const unsigned char *s = (const unsigned char *)str;
+	uint32_t c = s[0], min;
+	int len;
+
+	if (c < 0x80) {
+		*cp = c;
+		return 1;
+	}
+	if (c >= 0xC2 && c <= 0xDF) {
+		len = 2, c &= 0x1F, min = 0x80;
+	} else if (c >= 0xE0 && c <= 0xEF) {
+		len = 3, c &= 0x0F, min = 0x800;
+	} else if (c >= 0xF0 && c <= 0xF4) {
+		len = 4, c &= 0x07, min = 0x10000;
+	} else {
+		goto invalid; // continuation byte, C0/C1 overlong lead, F5..FF
+	}
+	if ((size_t)len > n)
+		goto invalid;
+	for (int i = 1; i < len; i++) {
+		if ((s[i] & 0xC0) != 0x80)
+			goto invalid;
+		c = (c << 6) | (s[i] & 0x3F);
+	}
+	if (c < min || c > UNICODE_MAX || (c >= 0xD800 && c <= 0xDFFF))
+		goto invalid;
+	*cp = c;
+	return len;
+invalid:
+	*cp = UNICODE_REPLACEMENT;
+	if (bad)
+		*bad = 1;
+	return 1;
+}
+
+int
+unicode_encode(uint32_t cp, char *out)
+{
+	unsigned char *o = (unsigned char *)out;
+
+	if (cp < 0x80) {
+		o[0] = (unsigned char)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		o[0] = 0xC0 | (cp >> 6);
+		o[1] = 0x80 | (cp & 0x3F);
+		return 2;
+	}
+	if (cp >= 0xD800 && cp <= 0xDFFF)
+		return 0;
+	if (cp < 0x10000) {
+		o[0] = 0xE0 | (cp >> 12);
+		o[1] = 0x80 | ((cp >> 6) & 0x3F);
+		o[2] = 0x80 | (cp & 0x3F);
+		return 3;
+	}
+	if (cp > UNICODE_MAX)
+		return 0;
+	o[0] = 0xF0 | (cp >> 18);
+	o[1] = 0x80 | ((cp >> 12) & 0x3F);
+	o[2] = 0x80 | ((cp >> 6) & 0x3F);
+	o[3] = 0x80 | (cp & 0x3F);
+	return 4;
+}
+
+int
+unicode_valid(const char *s, size_t n)
+{
+	size_t i = 0;
+	while (i < n) {
+		uint32_t cp;
+		int bad = 0;
+		i += (size_t)unicode_decode(s + i, n - i, &cp, &bad);
+		if (bad)
+			return 0;
+	}
+	return 1;
+}
+
+uint16_t
+unicode_flags(uint32_t cp)
+{
+	if (cp < UNICODE_FLAGS_LOW)
+		return unicode_flags_low[cp];
+	if (cp > UNICODE_MAX)
+		return UNICODE_UNDEF;
+	// last range whose first <= cp
+	int lo = 0, hi = unicode_n_flag_ranges - 1;
+	while (lo < hi) {
+		int mid = (lo + hi + 1) / 2;
+		if (unicode_flag_ranges[mid].first <= cp)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return unicode_flag_ranges[lo].flags;
+}
+
+uint32_t
+unicode_tolower(uint32_t cp)
+{
+	if (cp < 0x80)
+		return cp >= 'A' && cp <= 'Z' ? cp + 32 : cp;
+	int lo = 0, hi = unicode_n_lower - 1;
+	while (lo <= hi) {
+		int mid = (lo + hi) / 2;
+		if (unicode_lower[mid][0] == cp)
+			return unicode_lower[mid][1];
+		if (unicode_lower[mid][0] < cp)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return cp;
+}
+
+int
+unicode_ccc(uint32_t cp)
+{
+	if (cp < 0x300)
+		return 0;
+	int lo = 0, hi = unicode_n_ccc - 1;
+	while (lo <= hi) {
+		int mid = (lo + hi) / 2;
+		if (cp < unicode_ccc_ranges[mid].first)
+			hi = mid - 1;
+		else if (cp > unicode_ccc_ranges[mid].last)
+			lo = mid + 1;
+		else
+			return unicode_ccc_ranges[mid].ccc;
+	}
+	return 0;
+}
+
+// --- NFC ---------------------------------------------------------------------
+// Hangul syllables decompose and compose algorithmically (Unicode ch. 3.12).
+enum {
+	H_SBASE = 0xAC00, H_LBASE = 0x1100, H_VBASE = 0x1161, H_TBASE = 0x11A7,
+	H_LCOUNT = 19, H_VCOUNT = 21, H_TCOUNT = 28,
+	H_NCOUNT = H_VCOUNT * H_TCOUNT, H_SCOUNT = H_LCOUNT * H_NCOUNT,
+};
+
+// an invalid input byte b travels through NFC as RAW_BYTE | b: ccc 0,
+// no decomposition, no composition, written back as the byte itself
+#define RAW_BYTE 0x80000000u
+
+static const uint32_t *
+decomp_of(uint32_t cp)
+{
+	int lo = 0, hi = unicode_n_decomp - 1;
+	while (lo <= hi) {
+		int mid = (lo + hi) / 2;
+		if (unicode_decomp[mid][0] == cp)
+			return unicode_decomp[mid];
+		if (unicode_decomp[mid][0] < cp)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return NULL;
+}
+
+static uint32_t
+compose_pair(uint32_t a, uint32_t b)
+{
+	if (a >= H_LBASE && a < H_LBASE + H_LCOUNT && b >= H_VBASE && b < H_VBASE + H_VCOUNT)
+		return H_SBASE + ((a - H_LBASE) * H_VCOUNT + (b - H_VBASE)) * H_TCOUNT;
+	if (a >= H_SBASE && a < H_SBASE + H_SCOUNT && (a - H_SBASE) % H_TCOUNT == 0 &&
+	    b > H_TBASE && b < H_TBASE + H_TCOUNT)
+		return a + (b - H_TBASE);
+	int lo = 0, hi = unicode_n_comp - 1;
+	while (lo <= hi) {
+		int mid = (lo + hi) / 2;
+		const uint32_t *e = unicode_comp[mid];
+		if (e[0] == a && e[1] == b)
+			return e[2];
+		if (e[0] < a || (e[0] == a && e[1] < b))
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return 0;
+}
+
+struct cpbuf {
+	uint32_t *v;
+	size_t n, cap;
+};
+
+static int
+cpbuf_push(struct cpbuf *b, uint32_t cp)
+{
+	if (b->n == b->cap) {
+		size_t cap = b->cap ? 2 * b->cap : 64;
+		uint32_t *v = realloc(b->v, cap * sizeof *v);
+		if (!v)
+			return -1;
+		b->v = v, b->cap = cap;
+	}
+	b->v[b->n++] = cp;
+	return 0;
+}
+
+static int
+decompose(struct cpbuf *b, uint32_t cp)
+{
+	if (cp >= H_SBASE && cp < H_SBASE + H_SCOUNT) {
+		uint32_t s = cp - H_SBASE, t = s % H_TCOUNT;
+		if (cpbuf_push(b, H_LBASE + s / H_NCOUNT) ||
+		    cpbuf_push(b, H_VBASE + (s % H_NCOUNT) / H_TCOUNT))
+			return -1;
+		return t ? cpbuf_push(b, H_TBASE + t) : 0;
+	}
+	const uint32_t *d = cp >= 0xC0 && !(cp & RAW_BYTE) ? decomp_of(cp) : NULL;
+	if (!d)
+		return cpbuf_push(b, cp);
+	if (decompose(b, d[1]))
+		return -1;
+	return d[2] ? decompose(b, d[2]) : 0;
+}
+
+static int
+ccc_of(uint32_t cp)
+{
+	return cp & RAW_BYTE ? 0 : unicode_ccc(cp);
+}
+
+char *
+unicode_nfc(const char *s, size_t n, size_t *out_n)
+{
+	// quick check: below U+0300 nothing decomposes into or composes with
+	// anything that NFC would change
+	size_t i = 0;
+	while (i < n) {
+		uint32_t cp;
+		int bad = 0;
+		int len = unicode_decode(s + i, n - i, &cp, &bad);
+		if (!bad && cp >= 0x300)
+			break;
+		i += (size_t)len;
+	}
+	if (i == n) {
+		char *out = malloc(n + 1);
+		if (!out)
+			return NULL;
+		memcpy(out, s, n);
+		out[n] = 0;
+		*out_n = n;
+		return out;
+	}
+
+	struct cpbuf b = {0};
+	for (i = 0; i < n;) {
+		uint32_t cp;
+		int bad = 0;
+		int len = unicode_decode(s + i, n - i, &cp, &bad);
+		if (bad)
+			cp = RAW_BYTE | (unsigned char)s[i];
+		if (decompose(&b, cp))
+			goto oom;
+		i += (size_t)len;
+	}
+	// canonical order: stable sort of each run of non-starters by class
+	for (size_t k = 1; k < b.n; k++) {
+		int c = ccc_of(b.v[k]);
+		if (!c)
+			continue;
+		for (size_t j = k; j > 0; j--) {
+			int p = ccc_of(b.v[j - 1]);
+			if (p <= c)
+				break;
+			uint32_t t = b.v[j];
+			b.v[j] = b.v[j - 1], b.v[j - 1] = t;
+		}
+	}
+	// canonical composition
+	size_t o = 0, starter = (size_t)-1;
+	int last_cc = 0;
+	for (size_t k = 0; k < b.n; k++) {
+		uint32_t cp = b.v[k];
+		int cc = ccc_of(cp);
+		if (starter != (size_t)-1 && !(cp & RAW_BYTE) && !(b.v[starter] & RAW_BYTE)) {
+			int blocked = o - 1 != starter && (last_cc == 0 || last_cc >= cc);
+			uint32_t c = blocked ? 0 : compose_pair(b.v[starter], cp);
+			if (c) {
+				b.v[starter] = c;
+				continue;
+			}
+		}
+		if (cc == 0)
+			starter = o;
+		last_cc = cc;
+		b.v[o++] = cp;
+	}
+
+	char *out = malloc(4 * o + 1);
+	if (!out)
+		goto oom;
+	size_t m = 0;
+	for (size_t k = 0; k < o; k++) {
+		if (b.v[k] & RAW_BYTE)
+			out[m++] = (char)(b.v[k] & 0xFF);
+		else
+			m += (size_t)unicode_encode(b.v[k], out + m);
+	}
+	out[m] = 0;
+	*out_n = m;
+	free(b.v);
+	return out;
+oom:
+	free(b.v);
+	return NULL;
+}
