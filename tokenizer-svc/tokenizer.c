@@ -1,0 +1,1451 @@
+// tokenizer.c - vocabulary, loaders, special-token partition, SentencePiece,
+// decoding and streaming. Byte-level BPE merging lives in bpe.c, chat
+// templates in chat.c.
+#define _GNU_SOURCE // memmem, qsort_r
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+
+#include "gguf.h"
+#include "log.h"
+#include "tokenizer-impl.h"
+
+// ---------------------------------------------------------------------------
+// small containers
+
+int
+tok_ids_push(struct tok_ids *ids, int32_t id, char *err)
+{
+	if (ids->n == ids->cap) {
+		size_t cap = ids->cap ? ids->cap * 2 : 64;
+		int32_t *v = realloc(ids->v, cap * sizeof *v);
+		if (!v)
+			return ad_err(err, "tokenizer: out of memory (%zu ids)", cap);
+		ids->v = v;
+		ids->cap = cap;
+	}
+	ids->v[ids->n++] = id;
+	return 0;
+}
+
+static uint32_t
+hash_bytes(const char *s, size_t n)
+{
+	uint32_t h = 2166136261u; // FNV-1a
+	for (size_t i = 0; i < n; i++) {
+		h ^= (uint8_t)s[i];
+		h *= 16777619u;
+	}
+	return h;
+}
+
+static uint64_t
+hash_u64(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	x ^= x >> 33;
+	return x;
+}
+
+static int
+pairmap_grow(struct tok_pairmap *m, char *err)
+{
+	uint32_t cap = m->mask ? (m->mask + 1) * 2 : 1024;
+	uint64_t *key = calloc(cap, sizeof *key);
+	struct tok_merge *val = malloc(cap * sizeof *val);
+	if (!key || !val) {
+		free(key);
+		free(val);
+		return ad_err(err, "tokenizer: out of memory (merge map of %u)", cap);
+	}
+	for (uint32_t i = 0; m->mask && i <= m->mask; i++) {
+		if (!m->key[i])
+			continue;
+		uint32_t j = (uint32_t)hash_u64(m->key[i]) & (cap - 1);
+		while (key[j])
+			j = (j + 1) & (cap - 1);
+		key[j] = m->key[i];
+		val[j] = m->val[i];
+	}
+	free(m->key);
+	free(m->val);
+	m->key = key;
+	m->val = val;
+	m->mask = cap - 1;
+	return 0;
+}
+
+int
+tok_pairmap_put(struct tok_pairmap *m, int32_t left, int32_t right, struct tok_merge v, char *err)
+{
+	if ((m->n + 1) * 2 > (m->mask ? m->mask + 1 : 0) && pairmap_grow(m, err))
+		return -1;
+	uint64_t k = (((uint64_t)(uint32_t)left << 32) | (uint32_t)right) + 1;
+	uint32_t j = (uint32_t)hash_u64(k) & m->mask;
+	while (m->key[j] && m->key[j] != k)
+		j = (j + 1) & m->mask;
+	if (!m->key[j])
+		m->n++;
+	m->key[j] = k;
+	m->val[j] = v;
+	return 0;
+}
+
+const struct tok_merge *
+tok_pairmap_get(const struct tok_pairmap *m, int32_t left, int32_t right)
+{
+	if (!m->mask)
+		return NULL;
+	uint64_t k = (((uint64_t)(uint32_t)left << 32) | (uint32_t)right) + 1;
+	uint32_t j = (uint32_t)hash_u64(k) & m->mask;
+	while (m->key[j]) {
+		if (m->key[j] == k)
+			return &m->val[j];
+		j = (j + 1) & m->mask;
+	}
+	return NULL;
+}
+
+void
+tok_pairmap_free(struct tok_pairmap *m)
+{
+	free(m->key);
+	free(m->val);
+	memset(m, 0, sizeof *m);
+}
+
+// ---------------------------------------------------------------------------
+// vocabulary
+
+static int
+strs_append(struct tokenizer *t, const char *s, size_t n, uint32_t *off, char *err)
+{
+	if (t->strs_len + n > UINT32_MAX)
+		return ad_err(err, "tokenizer: vocabulary strings exceed 4 GiB");
+	if (t->strs_len + n + 1 > t->strs_cap) {
+		size_t cap = t->strs_cap ? t->strs_cap : 1 << 16;
+		while (cap < t->strs_len + n + 1)
+			cap *= 2;
+		char *p = realloc(t->strs, cap);
+		if (!p)
+			return ad_err(err, "tokenizer: out of memory (%zu bytes of strings)", cap);
+		t->strs = p;
+		t->strs_cap = cap;
+	}
+	if (n)
+		memcpy(t->strs + t->strs_len, s, n);
+	*off = (uint32_t)t->strs_len;
+	t->strs_len += n;
+	t->strs[t->strs_len] = 0; // keeps every string readable as a C string at its end
+	return 0;
+}
+
+static struct tokenizer *
+tok_new(char *err)
+{
+	struct tokenizer *t = calloc(1, sizeof *t);
+	if (!t) {
+		ad_err(err, "tokenizer: out of memory");
+		return NULL;
+	}
+	t->bos = t->eos = t->eot = t->eom = t->unk = t->pad = t->sep = -1;
+	for (int i = 0; i < 256; i++)
+		t->byte_tok[i] = -1;
+	for (int i = 0; i < 324; i++)
+		t->byte_of_cp[i] = -1;
+	return t;
+}
+
+int
+tok_vocab_init(struct tokenizer *t, int32_t n, char *err)
+{
+	if (n <= 0 || n > (1 << 24))
+		return ad_err(err, "tokenizer: vocabulary of %d tokens (expected 1..16777216)", n);
+	free(t->tok);
+	t->tok = calloc((size_t)n, sizeof *t->tok);
+	if (!t->tok)
+		return ad_err(err, "tokenizer: out of memory (%d tokens)", n);
+	for (int32_t i = 0; i < n; i++)
+		t->tok[i].type = TOK_TYPE_NORMAL;
+	t->n_vocab = n;
+	return 0;
+}
+
+int
+tok_vocab_set(struct tokenizer *t, int32_t id, const char *s, size_t n, float score, enum tok_type type, char *err)
+{
+	if (id < 0 || id >= t->n_vocab)
+		return ad_err(err, "tokenizer: token id %d out of range (vocabulary of %d)", id, t->n_vocab);
+	uint32_t off = 0;
+	if (strs_append(t, s, n, &off, err))
+		return -1;
+	t->tok[id].off = off;
+	t->tok[id].len = (uint32_t)n;
+	t->tok[id].score = score;
+	t->tok[id].type = (uint8_t)type;
+	return 0;
+}
+
+int32_t
+tok_find(const struct tokenizer *t, const char *s, size_t n)
+{
+	if (!t->map || n > t->max_piece_len)
+		return -1;
+	uint32_t j = hash_bytes(s, n) & t->map_mask;
+	for (;;) {
+		int32_t id = t->map[j];
+		if (id < 0)
+			return -1;
+		if (t->tok[id].len == n && memcmp(t->strs + t->tok[id].off, s, n) == 0)
+			return id;
+		j = (j + 1) & t->map_mask;
+	}
+}
+
+static int
+build_map(struct tokenizer *t, char *err)
+{
+	uint32_t cap = 16;
+	while (cap < (uint32_t)t->n_vocab * 2)
+		cap *= 2;
+	free(t->map);
+	t->map = malloc(cap * sizeof *t->map);
+	if (!t->map)
+		return ad_err(err, "tokenizer: out of memory (map of %u)", cap);
+	memset(t->map, 0xff, cap * sizeof *t->map);
+	t->map_mask = cap - 1;
+	t->max_piece_len = 0;
+	for (int32_t id = 0; id < t->n_vocab; id++) {
+		const char *s = t->strs + t->tok[id].off;
+		uint32_t n = t->tok[id].len;
+		if (!n)
+			continue;
+		if (n > t->max_piece_len)
+			t->max_piece_len = n;
+		// a duplicate piece maps to its last id, as llama.cpp's map does
+		uint32_t j = hash_bytes(s, n) & t->map_mask;
+		while (t->map[j] >= 0) {
+			int32_t o = t->map[j];
+			if (t->tok[o].len == n && memcmp(t->strs + t->tok[o].off, s, n) == 0)
+				break;
+			j = (j + 1) & t->map_mask;
+		}
+		t->map[j] = id;
+	}
+	return 0;
+}
+
+static int
+hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+// parse_byte_piece: "<0xNN>" -> NN, else -1.
+static int
+parse_byte_piece(const char *s, size_t n)
+{
+	if (n != 6 || s[0] != '<' || s[1] != '0' || s[2] != 'x' || s[5] != '>')
+		return -1;
+	int hi = hexval(s[3]), lo = hexval(s[4]);
+	return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
+static int
+utf8_need(uint8_t c)
+{
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		return 2;
+	if (c >= 0xe0 && c <= 0xef)
+		return 3;
+	if (c >= 0xf0 && c <= 0xf4)
+		return 4;
+	return 0; // continuation byte or never valid
+}
+
+// the decoded text of one token, appended to t->strs
+static int
+set_text(struct tokenizer *t, int32_t id, char *err)
+{
+	struct tok_entry *e = &t->tok[id];
+	const char *p = t->strs + e->off;
+	size_t n = e->len;
+	char small[1024], *buf = small;
+	size_t m = 0;
+	e->toff = e->off;
+	e->tlen = 0;
+	switch (e->type) {
+	case TOK_TYPE_CONTROL:
+	case TOK_TYPE_UNKNOWN:
+	case TOK_TYPE_UNUSED:
+	case TOK_TYPE_UNDEFINED:
+		return 0;
+	case TOK_TYPE_USER_DEFINED:
+		e->tlen = e->len;
+		return 0;
+	default:
+		break;
+	}
+	if (t->kind == TOK_KIND_SPM && e->type == TOK_TYPE_BYTE) {
+		int b = parse_byte_piece(p, n);
+		if (b < 0) { // not <0xNN>: treat as text
+			e->tlen = e->len;
+			return 0;
+		}
+		char c = (char)b;
+		return strs_append(t, &c, 1, &e->toff, err) ? -1 : (e->tlen = 1, 0);
+	}
+	if (n > sizeof small && !(buf = malloc(n)))
+		return ad_err(err, "tokenizer: out of memory");
+	if (t->kind == TOK_KIND_SPM) {
+		for (size_t i = 0; i < n;) {
+			if (i + 3 <= n && memcmp(p + i, "\xe2\x96\x81", 3) == 0) {
+				buf[m++] = ' ';
+				i += 3;
+			} else {
+				buf[m++] = p[i++];
+			}
+		}
+	} else {
+		// byte-level BPE: every code point of the piece stands for one byte
+		for (size_t i = 0; i < n;) {
+			uint8_t c = (uint8_t)p[i];
+			int need = utf8_need(c);
+			uint32_t cp = c;
+			if (need == 0 || i + (size_t)need > n)
+				need = 1;
+			else if (need > 1) {
+				cp = c & (0x7f >> need);
+				for (int k = 1; k < need; k++)
+					cp = (cp << 6) | ((uint8_t)p[i + k] & 0x3f);
+			}
+			if (cp < 324 && t->byte_of_cp[cp] >= 0)
+				buf[m++] = (char)t->byte_of_cp[cp];
+			else // not from the byte map: keep the raw bytes
+				for (int k = 0; k < need; k++)
+					buf[m++] = p[i + k];
+			i += (size_t)need;
+		}
+	}
+	int rc = 0;
+	if (m == n && memcmp(buf, p, n) == 0)
+		e->tlen = e->len; // share the piece
+	else if (strs_append(t, buf, m, &e->toff, err))
+		rc = -1;
+	else
+		e->tlen = (uint32_t)m;
+	if (buf != small)
+		free(buf);
+	return rc;
+}
+
+static int
+cmp_special(const void *a, const void *b, void *arg)
+{
+	const struct tokenizer *t = arg;
+	int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+	if (t->tok[x].len != t->tok[y].len)
+		return t->tok[x].len > t->tok[y].len ? -1 : 1;
+	return x < y ? -1 : x > y;
+}
+
+static int
+eog_add(struct tokenizer *t, int32_t id)
+{
+	if (id < 0 || id >= t->n_vocab)
+		return 0;
+	for (int32_t i = 0; i < t->n_eog; i++)
+		if (t->eog[i] == id)
+			return 0;
+	int32_t *p = realloc(t->eog, (size_t)(t->n_eog + 1) * sizeof *p);
+	if (!p)
+		return -1;
+	t->eog = p;
+	t->eog[t->n_eog++] = id;
+	return 0;
+}
+
+static int
+is_special_type(int type)
+{
+	return type == TOK_TYPE_CONTROL || type == TOK_TYPE_USER_DEFINED || type == TOK_TYPE_UNKNOWN;
+}
+
+int
+tok_finish(struct tokenizer *t, char *err)
+{
+	if (!t->tok || t->n_vocab <= 0)
+		return ad_err(err, "tokenizer: empty vocabulary");
+	if (build_map(t, err))
+		return -1;
+
+	// special ids that point outside the vocabulary are dropped
+	int32_t *ids[] = {&t->bos, &t->eos, &t->eot, &t->eom, &t->unk, &t->pad, &t->sep};
+	const char *names[] = {"bos", "eos", "eot", "eom", "unk", "pad", "sep"};
+	for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
+		if (*ids[i] >= t->n_vocab) {
+			ad_warn("tokenizer: %s id %d is outside the vocabulary of %d; ignored", names[i], *ids[i],
+			        t->n_vocab);
+			*ids[i] = -1;
+		}
+
+	// end of turn: llama.cpp's names for it, when the metadata does not say
+	static const char *eot_names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+	                                  "<EOT>", "_<EOT>", "<｜end▁of▁sentence｜>", NULL};
+	if (t->eot < 0)
+		for (int i = 0; eot_names[i]; i++) {
+			int32_t id = tok_find(t, eot_names[i], strlen(eot_names[i]));
+			if (id >= 0 && is_special_type(t->tok[id].type)) {
+				t->eot = id;
+				break;
+			}
+		}
+	if (t->eom < 0) {
+		int32_t id = tok_find(t, "<|eom_id|>", 10);
+		if (id >= 0)
+			t->eom = id;
+	}
+	static const char *eog_names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+	                                  "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", NULL};
+	free(t->eog);
+	t->eog = NULL;
+	t->n_eog = 0;
+	int bad = eog_add(t, t->eos) | eog_add(t, t->eot) | eog_add(t, t->eom);
+	for (int i = 0; eog_names[i]; i++) {
+		int32_t id = tok_find(t, eog_names[i], strlen(eog_names[i]));
+		if (id >= 0 && is_special_type(t->tok[id].type))
+			bad |= eog_add(t, id);
+	}
+	if (bad)
+		return ad_err(err, "tokenizer: out of memory");
+
+	// the special tokens cache: matched in text longest first
+	free(t->special);
+	t->special = NULL;
+	t->n_special = 0;
+	for (int32_t id = 0; id < t->n_vocab; id++)
+		if (is_special_type(t->tok[id].type) && t->tok[id].len)
+			t->n_special++;
+	if (t->n_special) {
+		t->special = malloc((size_t)t->n_special * sizeof *t->special);
+		if (!t->special)
+			return ad_err(err, "tokenizer: out of memory");
+		int32_t k = 0;
+		for (int32_t id = 0; id < t->n_vocab; id++)
+			if (is_special_type(t->tok[id].type) && t->tok[id].len)
+				t->special[k++] = id;
+		qsort_r(t->special, (size_t)t->n_special, sizeof *t->special, cmp_special, t);
+	}
+
+	// SPM byte fallback: <0xNN>, else the single-byte piece
+	if (t->kind == TOK_KIND_SPM) {
+		for (int b = 0; b < 256; b++) {
+			char piece[8];
+			snprintf(piece, sizeof piece, "<0x%02X>", b);
+			int32_t id = tok_find(t, piece, 6);
+			if (id < 0) {
+				char c = (char)b;
+				id = tok_find(t, &c, 1);
+			}
+			t->byte_tok[b] = id;
+		}
+		t->escape_spaces = 1;
+	}
+
+	for (int32_t id = 0; id < t->n_vocab; id++)
+		if (set_text(t, id, err))
+			return -1;
+
+	t->chat = tok_chat_detect(t);
+	return 0;
+}
+
+void
+tok_free(struct tokenizer *t)
+{
+	if (!t)
+		return;
+	if (t->bpe_free_priv)
+		t->bpe_free_priv(t->bpe_priv);
+	tok_pairmap_free(&t->merges);
+	free(t->tok);
+	free(t->strs);
+	free(t->map);
+	free(t->special);
+	free(t->eog);
+	free(t->chat_template);
+	free(t);
+}
+
+// ---------------------------------------------------------------------------
+// bpe hooks until bpe.c exists
+
+#ifndef AD_HAVE_BPE
+__attribute__((weak)) int
+bpe_load_gguf(struct tokenizer *t, const struct gguf *g, char *err)
+{
+	return ad_err(err, "tokenizer: byte-level BPE is not built into this binary");
+}
+
+__attribute__((weak)) int
+bpe_load_hf_json(struct tokenizer *t, const char *json, size_t len, char *err)
+{
+	return ad_err(err, "tokenizer: byte-level BPE is not built into this binary");
+}
+
+__attribute__((weak)) int
+bpe_encode_text(const struct tokenizer *t, const char *text, size_t len, struct tok_ids *out, char *err)
+{
+	return ad_err(err, "tokenizer: byte-level BPE is not built into this binary");
+}
+#endif
+
+// ---------------------------------------------------------------------------
+// loading from GGUF
+
+static int
+gguf_special_id(const struct gguf *g, const char *key, int32_t *out)
+{
+	int64_t v;
+	if (gguf_get_i64(g, key, &v))
+		return 0;
+	*out = v < 0 || v > INT32_MAX ? -1 : (int32_t)v;
+	return 0;
+}
+
+struct tokenizer *
+tok_load_gguf(const struct gguf *g, char *err)
+{
+	struct gguf_str model;
+	if (gguf_get_str(g, "tokenizer.ggml.model", &model)) {
+		ad_err(err, "tokenizer: GGUF has no tokenizer.ggml.model");
+		return NULL;
+	}
+	enum tok_kind kind;
+	if (gguf_str_eq(model, "llama"))
+		kind = TOK_KIND_SPM;
+	else if (gguf_str_eq(model, "gpt2"))
+		kind = TOK_KIND_BPE;
+	else {
+		ad_err(err, "tokenizer: tokenizer.ggml.model \"%.*s\" is not supported (supported: llama, gpt2)",
+		       (int)(model.len > 64 ? 64 : model.len), model.ptr);
+		return NULL;
+	}
+	struct gguf_arr tokens, scores, types;
+	if (gguf_get_arr(g, "tokenizer.ggml.tokens", &tokens) || tokens.type != GGUF_TYPE_STRING) {
+		ad_err(err, "tokenizer: GGUF has no tokenizer.ggml.tokens string array");
+		return NULL;
+	}
+	int have_scores = gguf_get_arr(g, "tokenizer.ggml.scores", &scores) == 0;
+	int have_types = gguf_get_arr(g, "tokenizer.ggml.token_type", &types) == 0;
+	if (have_scores && scores.n != tokens.n) {
+		ad_err(err, "tokenizer: %llu scores for %llu tokens", (unsigned long long)scores.n,
+		       (unsigned long long)tokens.n);
+		return NULL;
+	}
+	if (have_types && types.n != tokens.n) {
+		ad_err(err, "tokenizer: %llu token types for %llu tokens", (unsigned long long)types.n,
+		       (unsigned long long)tokens.n);
+		return NULL;
+	}
+	if (tokens.n == 0 || tokens.n > (1u << 24)) {
+		ad_err(err, "tokenizer: vocabulary of %llu tokens", (unsigned long long)tokens.n);
+		return NULL;
+	}
+
+	struct tokenizer *t = tok_new(err);
+	if (!t)
+		return NULL;
+	t->kind = kind;
+	if (tok_vocab_init(t, (int32_t)tokens.n, err))
+		goto fail;
+	for (uint64_t i = 0; i < tokens.n; i++) {
+		struct gguf_str s;
+		float score = 0;
+		int64_t type = TOK_TYPE_NORMAL;
+		if (gguf_arr_str(&tokens, i, &s)) {
+			ad_err(err, "tokenizer: token %llu is not a string", (unsigned long long)i);
+			goto fail;
+		}
+		if (have_scores && gguf_arr_f32(&scores, i, &score)) {
+			ad_err(err, "tokenizer: score %llu is not a number", (unsigned long long)i);
+			goto fail;
+		}
+		if (have_types && (gguf_arr_i64(&types, i, &type) || type < 0 || type > TOK_TYPE_BYTE)) {
+			ad_err(err, "tokenizer: token %llu has a bad token_type", (unsigned long long)i);
+			goto fail;
+		}
+		if (tok_vocab_set(t, (int32_t)i, s.ptr, s.len, score, (enum tok_type)type, err))
+			goto fail;
+	}
+
+	if (kind == TOK_KIND_SPM) {
+		t->bos = 1;
+		t->eos = 2;
+		t->unk = 0;
+		t->add_bos = 1;
+		t->add_space_prefix = 1;
+	}
+	gguf_special_id(g, "tokenizer.ggml.bos_token_id", &t->bos);
+	gguf_special_id(g, "tokenizer.ggml.eos_token_id", &t->eos);
+	gguf_special_id(g, "tokenizer.ggml.eot_token_id", &t->eot);
+	gguf_special_id(g, "tokenizer.ggml.eom_token_id", &t->eom);
+	gguf_special_id(g, "tokenizer.ggml.unknown_token_id", &t->unk);
+	gguf_special_id(g, "tokenizer.ggml.padding_token_id", &t->pad);
+	gguf_special_id(g, "tokenizer.ggml.seperator_token_id", &t->sep);
+	int b;
+	if (gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b) == 0)
+		t->add_bos = b;
+	if (gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &b) == 0)
+		t->add_eos = b;
+	if (kind == TOK_KIND_SPM && gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &b) == 0)
+		t->add_space_prefix = b;
+	struct gguf_str tmpl;
+	if (gguf_get_str(g, "tokenizer.chat_template", &tmpl) == 0) {
+		t->chat_template = strndup(tmpl.ptr, tmpl.len);
+		if (!t->chat_template) {
+			ad_err(err, "tokenizer: out of memory");
+			goto fail;
+		}
+	}
+	if (kind == TOK_KIND_BPE && bpe_load_gguf(t, g, err))
+		goto fail;
+	if (tok_finish(t, err))
+		goto fail;
+	return t;
+fail:
+	tok_free(t);
+	return NULL;
+}
+
+// ---------------------------------------------------------------------------
+// loading a llama2.c tokenizer.bin: int32 max_token_length, then per token
+// f32 score, i32 length, bytes. The count is implied by the file size.
+
+static struct tokenizer *
+load_llama2c(const uint8_t *d, size_t n, const char *path, char *err)
+{
+	if (n < 4) {
+		ad_err(err, "%s: too short for a llama2.c tokenizer", path);
+		return NULL;
+	}
+	int32_t count = 0;
+	for (size_t o = 4; o < n; count++) {
+		int32_t len;
+		if (n - o < 8) {
+			ad_err(err, "%s: token %d truncated at byte %zu", path, count, o);
+			return NULL;
+		}
+		memcpy(&len, d + o + 4, 4);
+		if (len < 0 || (size_t)len > n - o - 8) {
+			ad_err(err, "%s: token %d has length %d at byte %zu, past the end", path, count, len, o + 4);
+			return NULL;
+		}
+		o += 8 + (size_t)len;
+		if (count >= (1 << 24)) {
+			ad_err(err, "%s: too many tokens", path);
+			return NULL;
+		}
+	}
+	if (count < 3) {
+		ad_err(err, "%s: only %d tokens", path, count);
+		return NULL;
+	}
+	struct tokenizer *t = tok_new(err);
+	if (!t)
+		return NULL;
+	t->kind = TOK_KIND_SPM;
+	if (tok_vocab_init(t, count, err))
+		goto fail;
+	char *tmp = NULL;
+	size_t o = 4;
+	for (int32_t i = 0; i < count; i++) {
+		float score;
+		int32_t len;
+		memcpy(&score, d + o, 4);
+		memcpy(&len, d + o + 4, 4);
+		const char *s = (const char *)d + o + 8;
+		o += 8 + (size_t)len;
+		enum tok_type type = TOK_TYPE_NORMAL;
+		// the exporter wrote <s> and </s> with newlines around them
+		if (i == 1 || i == 2) {
+			s = i == 1 ? "<s>" : "</s>";
+			len = (int32_t)strlen(s);
+			type = TOK_TYPE_CONTROL;
+		} else if (i == 0) {
+			type = TOK_TYPE_UNKNOWN;
+		} else if (parse_byte_piece(s, (size_t)len) >= 0) {
+			type = TOK_TYPE_BYTE;
+		}
+		// pieces carry plain spaces; the vocabulary keeps SentencePiece's ▁
+		size_t spaces = 0;
+		for (int32_t k = 0; k < len; k++)
+			spaces += s[k] == ' ';
+		if (spaces && type == TOK_TYPE_NORMAL) {
+			char *p = realloc(tmp, (size_t)len + 2 * spaces);
+			if (!p) {
+				ad_err(err, "tokenizer: out of memory");
+				goto fail_tmp;
+			}
+			tmp = p;
+			size_t m = 0;
+			for (int32_t k = 0; k < len; k++) {
+				if (s[k] == ' ') {
+					memcpy(tmp + m, "\xe2\x96\x81", 3);
+					m += 3;
+				} else {
+					tmp[m++] = s[k];
+				}
+			}
+			if (tok_vocab_set(t, i, tmp, m, score, type, err))
+				goto fail_tmp;
+		} else if (tok_vocab_set(t, i, s, (size_t)len, score, type, err)) {
+			goto fail_tmp;
+		}
+	}
+	free(tmp);
+	tmp = NULL;
+	t->bos = 1;
+	t->eos = 2;
+	t->unk = 0;
+	t->add_bos = 1;
+	t->add_space_prefix = 1;
+	if (tok_finish(t, err))
+		goto fail;
+	return t;
+fail_tmp:
+	free(tmp);
+fail:
+	tok_free(t);
+	return NULL;
+}
+
+// ---------------------------------------------------------------------------
+// loading a Hugging Face tokenizer.json (+ tokenizer_config.json)
+
+static char *
+read_file(const char *path, size_t *n, char *err)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		ad_err(err, "%s: %s", path, strerror(errno));
+		return NULL;
+	}
+	char *buf = NULL;
+	size_t len = 0, cap = 0;
+	for (;;) {
+		if (len + 65536 + 1 > cap) {
+			cap = cap ? cap * 2 : 1 << 20;
+			char *p = realloc(buf, cap);
+			if (!p) {
+				ad_err(err, "%s: out of memory", path);
+				goto fail;
+			}
+			buf = p;
+		}
+		size_t r = fread(buf + len, 1, cap - len - 1, f);
+		len += r;
+		if (r == 0) {
+			if (ferror(f)) {
+				ad_err(err, "%s: read error", path);
+				goto fail;
+			}
+			break;
+		}
+	}
+	fclose(f);
+	buf[len] = 0;
+	*n = len;
+	return buf;
+fail:
+	fclose(f);
+	free(buf);
+	return NULL;
+}
+
+// the text of a config token entry: "text" or {"content": "text"}
+static const char *
+config_token(const cJSON *v)
+{
+	if (cJSON_IsString(v))
+		return v->valuestring;
+	if (cJSON_IsObject(v)) {
+		const cJSON *c = cJSON_GetObjectItemCaseSensitive(v, "content");
+		if (cJSON_IsString(c))
+			return c->valuestring;
+	}
+	return NULL;
+}
+
+static int
+apply_config(struct tokenizer *t, const char *json, size_t len, const char *path, char *err)
+{
+	cJSON *root = cJSON_ParseWithLength(json, len);
+	if (!root || !cJSON_IsObject(root)) {
+		cJSON_Delete(root);
+		return ad_err(err, "%s: not a JSON object", path);
+	}
+	const char *bos = config_token(cJSON_GetObjectItemCaseSensitive(root, "bos_token"));
+	const char *eos = config_token(cJSON_GetObjectItemCaseSensitive(root, "eos_token"));
+	const char *unk = config_token(cJSON_GetObjectItemCaseSensitive(root, "unk_token"));
+	const char *pad = config_token(cJSON_GetObjectItemCaseSensitive(root, "pad_token"));
+	if (bos)
+		t->bos = tok_find(t, bos, strlen(bos));
+	if (eos)
+		t->eos = tok_find(t, eos, strlen(eos));
+	if (unk)
+		t->unk = tok_find(t, unk, strlen(unk));
+	if (pad)
+		t->pad = tok_find(t, pad, strlen(pad));
+	const cJSON *ab = cJSON_GetObjectItemCaseSensitive(root, "add_bos_token");
+	const cJSON *ae = cJSON_GetObjectItemCaseSensitive(root, "add_eos_token");
+	// without add_bos_token the tokenizer.json post-processor decides; the
+	// models that name a BOS (Llama 3) add it there
+	t->add_bos = cJSON_IsBool(ab) ? cJSON_IsTrue(ab) : t->bos >= 0;
+	if (cJSON_IsBool(ae))
+		t->add_eos = cJSON_IsTrue(ae);
+	const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
+	const char *tmpl_text = NULL;
+	if (cJSON_IsString(tmpl))
+		tmpl_text = tmpl->valuestring;
+	else if (cJSON_IsArray(tmpl)) { // [{"name": "default", "template": "..."}, ...]
+		const cJSON *it;
+		cJSON_ArrayForEach(it, tmpl)
+		{
+			const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name");
+			const cJSON *tx = cJSON_GetObjectItemCaseSensitive(it, "template");
+			if (cJSON_IsString(tx) && (!tmpl_text || (cJSON_IsString(nm) && !strcmp(nm->valuestring, "default"))))
+				tmpl_text = tx->valuestring;
+		}
+	}
+	if (tmpl_text) {
+		free(t->chat_template);
+		t->chat_template = strdup(tmpl_text);
+		if (!t->chat_template) {
+			cJSON_Delete(root);
+			return ad_err(err, "tokenizer: out of memory");
+		}
+	}
+	cJSON_Delete(root);
+	return 0;
+}
+
+// load_hf: tokenizer.json at json_path, config at config_path (may be NULL
+// or missing).
+static struct tokenizer *
+load_hf(const char *json_path, const char *config_path, char *err)
+{
+	size_t n;
+	char *json = read_file(json_path, &n, err);
+	if (!json)
+		return NULL;
+	struct tokenizer *t = tok_new(err);
+	if (!t) {
+		free(json);
+		return NULL;
+	}
+	t->kind = TOK_KIND_BPE;
+	if (bpe_load_hf_json(t, json, n, err)) {
+		ad_err_prefix(err, "%s", json_path);
+		goto fail;
+	}
+	free(json);
+	json = NULL;
+	// tok_find needs the map; the config is applied after a first finish
+	if (tok_finish(t, err))
+		goto fail;
+	struct stat st;
+	if (config_path && stat(config_path, &st) == 0) {
+		char *cfg = read_file(config_path, &n, err);
+		if (!cfg || apply_config(t, cfg, n, config_path, err)) {
+			free(cfg);
+			goto fail;
+		}
+		free(cfg);
+		if (tok_finish(t, err))
+			goto fail;
+	}
+	return t;
+fail:
+	free(json);
+	tok_free(t);
+	return NULL;
+}
+
+struct tokenizer *
+tok_load(const char *path, char *err)
+{
+	struct stat st;
+	if (stat(path, &st)) {
+		ad_err(err, "%s: %s", path, strerror(errno));
+		return NULL;
+	}
+	char a[4096], b[4096];
+	if (S_ISDIR(st.st_mode)) {
+		snprintf(a, sizeof a, "%s/tokenizer.json", path);
+		snprintf(b, sizeof b, "%s/tokenizer_config.json", path);
+		if (stat(a, &st)) {
+			ad_err(err, "%s: directory has no tokenizer.json", path);
+			return NULL;
+		}
+		return load_hf(a, b, err);
+	}
+	size_t len = strlen(path);
+	if (len >= 5 && strcmp(path + len - 5, ".json") == 0) {
+		const char *slash = strrchr(path, '/');
+		if (slash)
+			snprintf(b, sizeof b, "%.*s/tokenizer_config.json", (int)(slash - path), path);
+		else
+			snprintf(b, sizeof b, "tokenizer_config.json");
+		return load_hf(path, b, err);
+	}
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		ad_err(err, "%s: %s", path, strerror(errno));
+		return NULL;
+	}
+	char magic[4] = {0};
+	size_t got = fread(magic, 1, 4, f);
+	fclose(f);
+	if (got == 4 && memcmp(magic, GGUF_MAGIC, 4) == 0) {
+		struct gguf *g = gguf_open(path, err);
+		if (!g)
+			return NULL;
+		struct tokenizer *t = tok_load_gguf(g, err);
+		gguf_close(g);
+		if (!t)
+			ad_err_prefix(err, "%s", path);
+		return t;
+	}
+	size_t n;
+	char *d = read_file(path, &n, err);
+	if (!d)
+		return NULL;
+	struct tokenizer *t = load_llama2c((const uint8_t *)d, n, path, err);
+	free(d);
+	return t;
+}
+
+// ---------------------------------------------------------------------------
+// SentencePiece: characters merged pairwise, highest-scoring pair first
+// (ties: leftmost), as llama.cpp's llm_tokenizer_spm does; what is left
+// unmerged and not in the vocabulary falls back to byte tokens.
+
+struct spm_sym {
+	int32_t prev, next;
+	uint32_t off, n;
+};
+
+struct spm_bigram {
+	float score;
+	int32_t left, right;
+	uint32_t size;
+};
+
+struct spm_heap {
+	struct spm_bigram *v;
+	size_t n, cap;
+};
+
+static int
+bigram_before(const struct spm_bigram *a, const struct spm_bigram *b)
+{
+	return a->score > b->score || (a->score == b->score && a->left < b->left);
+}
+
+static int
+heap_push(struct spm_heap *h, struct spm_bigram b, char *err)
+{
+	if (h->n == h->cap) {
+		size_t cap = h->cap ? h->cap * 2 : 64;
+		struct spm_bigram *v = realloc(h->v, cap * sizeof *v);
+		if (!v)
+			return ad_err(err, "tokenizer: out of memory");
+		h->v = v;
+		h->cap = cap;
+	}
+	size_t i = h->n++;
+	while (i > 0) {
+		size_t p = (i - 1) / 2;
+		if (!bigram_before(&b, &h->v[p]))
+			break;
+		h->v[i] = h->v[p];
+		i = p;
+	}
+	h->v[i] = b;
+	return 0;
+}
+
+static struct spm_bigram
+heap_pop(struct spm_heap *h)
+{
+	struct spm_bigram top = h->v[0], last = h->v[--h->n];
+	size_t i = 0;
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= h->n)
+			break;
+		if (c + 1 < h->n && bigram_before(&h->v[c + 1], &h->v[c]))
+			c++;
+		if (!bigram_before(&h->v[c], &last))
+			break;
+		h->v[i] = h->v[c];
+		i = c;
+	}
+	if (h->n)
+		h->v[i] = last;
+	return top;
+}
+
+static int
+spm_try_bigram(const struct tokenizer *t, const char *text, struct spm_sym *sym, int32_t left, int32_t right,
+               struct spm_heap *h, char *err)
+{
+	if (left < 0 || right < 0)
+		return 0;
+	uint32_t size = sym[left].n + sym[right].n;
+	int32_t id = tok_find(t, text + sym[left].off, size);
+	if (id < 0)
+		return 0;
+	struct spm_bigram b = {t->tok[id].score, left, right, size};
+	return heap_push(h, b, err);
+}
+
+static int
+spm_emit(const struct tokenizer *t, const char *s, uint32_t n, struct tok_ids *out, char *err)
+{
+	int32_t id = tok_find(t, s, n);
+	if (id >= 0)
+		return tok_ids_push(out, id, err);
+	for (uint32_t i = 0; i < n; i++) {
+		id = t->byte_tok[(uint8_t)s[i]];
+		if (id < 0)
+			id = t->unk;
+		if (id < 0)
+			return ad_err(err, "tokenizer: byte 0x%02x has no token and the vocabulary has no unk",
+			              (uint8_t)s[i]);
+		if (tok_ids_push(out, id, err))
+			return -1;
+	}
+	return 0;
+}
+
+// spm_encode: text has spaces escaped already
+static int
+spm_encode(const struct tokenizer *t, const char *text, size_t len, struct tok_ids *out, char *err)
+{
+	if (len == 0)
+		return 0;
+	if (len > UINT32_MAX / 2)
+		return ad_err(err, "tokenizer: text of %zu bytes is too long", len);
+	struct spm_sym *sym = malloc(len * sizeof *sym);
+	struct spm_heap h = {0};
+	int rc = -1;
+	if (!sym) {
+		ad_err(err, "tokenizer: out of memory");
+		goto done;
+	}
+	static const uint8_t lens[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+	int32_t ns = 0;
+	for (size_t off = 0; off < len;) {
+		size_t n = lens[(uint8_t)text[off] >> 4];
+		if (n > len - off)
+			n = len - off;
+		sym[ns] = (struct spm_sym){ns - 1, ns + 1, (uint32_t)off, (uint32_t)n};
+		ns++;
+		off += n;
+	}
+	sym[ns - 1].next = -1;
+	for (int32_t i = 1; i < ns; i++)
+		if (spm_try_bigram(t, text, sym, i - 1, i, &h, err))
+			goto done;
+	while (h.n) {
+		struct spm_bigram b = heap_pop(&h);
+		struct spm_sym *l = &sym[b.left], *r = &sym[b.right];
+		if (l->n == 0 || r->n == 0 || l->n + r->n != b.size)
+			continue; // outdated
+		l->n += r->n;
+		r->n = 0;
+		l->next = r->next;
+		if (r->next >= 0)
+			sym[r->next].prev = b.left;
+		if (spm_try_bigram(t, text, sym, l->prev, b.left, &h, err) ||
+		    spm_try_bigram(t, text, sym, b.left, sym[b.left].next, &h, err))
+			goto done;
+	}
+	for (int32_t i = 0; i != -1; i = sym[i].next)
+		if (spm_emit(t, text + sym[i].off, sym[i].n, out, err))
+			goto done;
+	rc = 0;
+done:
+	free(sym);
+	free(h.v);
+	return rc;
+}
+
+static int
+spm_fragment(const struct tokenizer *t, const char *text, size_t len, int prefix_space, struct tok_ids *out,
+             char *err)
+{
+	size_t spaces = prefix_space;
+	for (size_t i = 0; i < len; i++)
+		spaces += text[i] == ' ';
+	if (len + 2 * spaces < len)
+		return ad_err(err, "tokenizer: text too long");
+	char *buf = malloc(len + prefix_space + 2 * spaces + 1);
+	if (!buf)
+		return ad_err(err, "tokenizer: out of memory");
+	size_t m = 0;
+	if (prefix_space) {
+		memcpy(buf, "\xe2\x96\x81", 3);
+		m = 3;
+	}
+	for (size_t i = 0; i < len; i++) {
+		if (text[i] == ' ') {
+			memcpy(buf + m, "\xe2\x96\x81", 3);
+			m += 3;
+		} else {
+			buf[m++] = text[i];
+		}
+	}
+	int rc = spm_encode(t, buf, m, out, err);
+	free(buf);
+	return rc;
+}
+
+// ---------------------------------------------------------------------------
+// encode: split off special tokens (llama.cpp's tokenizer_st_partition: for
+// each special token, longest first, every occurrence in the text not yet
+// claimed), then run the model over each raw fragment.
+
+struct frag {
+	int32_t id; // -1 for raw text
+	size_t off, len;
+};
+
+struct frags {
+	struct frag *v;
+	size_t n, cap;
+};
+
+static int
+frags_insert(struct frags *f, size_t at, struct frag x, char *err)
+{
+	if (f->n == f->cap) {
+		size_t cap = f->cap ? f->cap * 2 : 16;
+		struct frag *v = realloc(f->v, cap * sizeof *v);
+		if (!v)
+			return ad_err(err, "tokenizer: out of memory");
+		f->v = v;
+		f->cap = cap;
+	}
+	memmove(f->v + at + 1, f->v + at, (f->n - at) * sizeof *f->v);
+	f->v[at] = x;
+	f->n++;
+	return 0;
+}
+
+static int
+partition(const struct tokenizer *t, const char *text, struct frags *f, int parse_special, char *err)
+{
+	for (int32_t k = 0; k < t->n_special; k++) {
+		int32_t id = t->special[k];
+		const struct tok_entry *e = &t->tok[id];
+		if (!parse_special && (e->type == TOK_TYPE_CONTROL || e->type == TOK_TYPE_UNKNOWN))
+			continue;
+		const char *sp = t->strs + e->off;
+		for (size_t i = 0; i < f->n; i++) {
+			if (f->v[i].id >= 0)
+				continue;
+			size_t off = f->v[i].off, len = f->v[i].len;
+			const char *m = memmem(text + off, len, sp, e->len);
+			if (!m)
+				continue;
+			// replace fragment i by: left, token, rest (rest is scanned next)
+			size_t at = (size_t)(m - text);
+			size_t l_len = at - off;
+			size_t r_off = at + e->len, r_len = off + len - r_off;
+			if (e->attr & TOK_ATTR_LSTRIP)
+				while (l_len && isspace((uint8_t)text[off + l_len - 1]))
+					l_len--;
+			if (e->attr & TOK_ATTR_RSTRIP)
+				while (r_len && isspace((uint8_t)text[r_off])) {
+					r_off++;
+					r_len--;
+				}
+			f->v[i] = (struct frag){id, at, e->len};
+			if (l_len) {
+				if (frags_insert(f, i, (struct frag){-1, off, l_len}, err))
+					return -1;
+				i++;
+			}
+			if (r_len && frags_insert(f, i + 1, (struct frag){-1, r_off, r_len}, err))
+				return -1;
+		}
+	}
+	return 0;
+}
+
+int
+tok_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos, int parse_special, int32_t **ids,
+           size_t *n_ids, char *err)
+{
+	struct tok_ids out = {0};
+	struct frags f = {0};
+	*ids = NULL;
+	*n_ids = 0;
+	int add_special = add_bos != 0;
+	int bos = add_bos < 0 ? t->add_bos : add_bos > 0;
+	if (add_special && bos && t->bos >= 0 && tok_ids_push(&out, t->bos, err))
+		goto fail;
+	if (len && frags_insert(&f, 0, (struct frag){-1, 0, len}, err))
+		goto fail;
+	if (len && t->n_special && partition(t, text, &f, parse_special, err))
+		goto fail;
+	int prev_special = 1;
+	for (size_t i = 0; i < f.n; i++) {
+		struct frag *x = &f.v[i];
+		if (x->id >= 0) {
+			if (tok_ids_push(&out, x->id, err))
+				goto fail;
+			prev_special = 1;
+			continue;
+		}
+		int rc;
+		if (t->kind == TOK_KIND_SPM)
+			rc = spm_fragment(t, text + x->off, x->len, t->add_space_prefix && prev_special, &out, err);
+		else
+			rc = bpe_encode_text(t, text + x->off, x->len, &out, err);
+		if (rc)
+			goto fail;
+		prev_special = 0;
+	}
+	if (add_special && t->add_eos && t->eos >= 0 && tok_ids_push(&out, t->eos, err))
+		goto fail;
+	free(f.v);
+	if (!out.v && !(out.v = malloc(sizeof *out.v))) {
+		ad_err(err, "tokenizer: out of memory");
+		return -1;
+	}
+	*ids = out.v;
+	*n_ids = out.n;
+	return 0;
+fail:
+	free(f.v);
+	free(out.v);
+	return -1;
+}
+
+// ---------------------------------------------------------------------------
+// decode
+
+int
+tok_decode(const struct tokenizer *t, const int32_t *ids, size_t n, char **out, size_t *out_len, char *err)
+{
+	*out = NULL;
+	*out_len = 0;
+	size_t total = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (ids[i] < 0 || ids[i] >= t->n_vocab)
+			return ad_err(err, "tokenizer: token id %d at position %zu is outside the vocabulary of %d",
+			              ids[i], i, t->n_vocab);
+		total += t->tok[ids[i]].tlen;
+	}
+	char *s = malloc(total + 1);
+	if (!s)
+		return ad_err(err, "tokenizer: out of memory (%zu bytes)", total + 1);
+	size_t m = 0;
+	int strip = t->kind == TOK_KIND_SPM && t->add_space_prefix;
+	for (size_t i = 0; i < n; i++) {
+		const struct tok_entry *e = &t->tok[ids[i]];
+		const char *p = t->strs + e->toff;
+		size_t k = e->tlen;
+		if (!k)
+			continue;
+		if (strip && *p == ' ') {
+			p++;
+			k--;
+		}
+		strip = 0;
+		memcpy(s + m, p, k);
+		m += k;
+	}
+	s[m] = 0;
+	*out = s;
+	*out_len = m;
+	return 0;
+}
+
+void
+tok_stream_init(struct tok_stream *s, const struct tokenizer *t)
+{
+	memset(s, 0, sizeof *s);
+	s->t = t;
+}
+
+void
+tok_stream_free(struct tok_stream *s)
+{
+	if (s->big != s->buf)
+		free(s->big);
+	s->big = NULL;
+	s->big_cap = 0;
+}
+
+// how many bytes at the end of p[0..n) start a UTF-8 character that is not
+// complete yet (0 when the tail is complete or can never become valid)
+static size_t
+utf8_incomplete_tail(const char *p, size_t n)
+{
+	for (size_t back = 1; back <= 3 && back <= n; back++) {
+		uint8_t c = (uint8_t)p[n - back];
+		if ((c & 0xc0) == 0x80)
+			continue; // continuation: keep looking for the lead byte
+		int need = utf8_need(c);
+		return need > (int)back ? back : 0;
+	}
+	return 0;
+}
+
+const char *
+tok_stream_push(struct tok_stream *s, int32_t id, size_t *n, char *err)
+{
+	*n = 0;
+	if (id < 0 || id >= s->t->n_vocab) {
+		ad_err(err, "tokenizer: token id %d is outside the vocabulary of %d", id, s->t->n_vocab);
+		return NULL;
+	}
+	const struct tok_entry *e = &s->t->tok[id];
+	size_t total = s->n_hold + e->tlen;
+	char *dst = s->buf;
+	if (total > sizeof s->buf) {
+		if (total > s->big_cap) {
+			char *p = realloc(s->big, total);
+			if (!p) {
+				ad_err(err, "tokenizer: out of memory");
+				return NULL;
+			}
+			s->big = p;
+			s->big_cap = total;
+		}
+		dst = s->big;
+	}
+	memcpy(dst, s->hold, s->n_hold);
+	memcpy(dst + s->n_hold, s->t->strs + e->toff, e->tlen);
+	size_t tail = utf8_incomplete_tail(dst, total);
+	memcpy(s->hold, dst + total - tail, tail);
+	s->n_hold = tail;
+	*n = total - tail;
+	return dst;
+}
+
+const char *
+tok_stream_flush(struct tok_stream *s, size_t *n)
+{
+	memcpy(s->buf, s->hold, s->n_hold);
+	*n = s->n_hold;
+	s->n_hold = 0;
+	return s->buf;
+}
+
+// ---------------------------------------------------------------------------
+// accessors
+
+int32_t
+tok_n_vocab(const struct tokenizer *t)
+{
+	return t->n_vocab;
+}
+
+int32_t
+tok_bos(const struct tokenizer *t)
+{
+	return t->bos;
+}
+
+int32_t
+tok_eos(const struct tokenizer *t)
+{
+	return t->eos;
+}
+
+int32_t
+tok_eot(const struct tokenizer *t)
+{
+	return t->eot;
+}
+
+int
+tok_add_bos(const struct tokenizer *t)
+{
+	return t->add_bos;
+}
+
+int
+tok_is_eog(const struct tokenizer *t, int32_t id)
+{
+	for (int32_t i = 0; i < t->n_eog; i++)
+		if (t->eog[i] == id)
+			return 1;
+	return 0;
+}
+
+int
+tok_is_control(const struct tokenizer *t, int32_t id)
+{
+	return id >= 0 && id < t->n_vocab && t->tok[id].type == TOK_TYPE_CONTROL;
+}
+
+const char *
+tok_piece(const struct tokenizer *t, int32_t id, size_t *len)
+{
+	*len = 0;
+	if (id < 0 || id >= t->n_vocab)
+		return NULL;
+	return tok_entry_piece(t, id, len);
+}
+
+const char *
+tok_token_text(const struct tokenizer *t, int32_t id, size_t *len)
+{
+	*len = 0;
+	if (id < 0 || id >= t->n_vocab)
+		return NULL;
+	*len = t->tok[id].tlen;
+	return t->strs + t->tok[id].toff;
+}
+
+const char *
+tok_kind_name(const struct tokenizer *t)
+{
+	return t->kind == TOK_KIND_SPM ? "spm" : "bpe";
+}
+
+const char *
+tok_chat_template(const struct tokenizer *t)
+{
+	return t->chat_template;
+}
+
+enum tok_chat_family
+tok_chat_family(const struct tokenizer *t)
+{
+	return t->chat;
+}

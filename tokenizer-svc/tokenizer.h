@@ -1,0 +1,124 @@
+// tokenizer.h - text <-> token ids for llama-family models, and chat prompts.
+//
+// A tokenizer is loaded once, is immutable afterwards and may be shared by
+// threads. Two model kinds exist: SentencePiece (llama SPM: score-ordered
+// merges over characters, byte fallback <0xNN>) and byte-level BPE (GPT-2
+// byte map, ranked merges, a pre-tokenizer regex chosen by
+// tokenizer.ggml.pre). Encoding follows llama.cpp's llama_tokenize: special
+// token text is matched (control and user-defined tokens, longest first)
+// only when parse_special is set, except that user-defined tokens are always
+// matched; BOS/EOS are added per the model's add_bos/add_eos unless the
+// caller overrides. Decoding skips control tokens; SentencePiece decoding
+// drops the one leading space the encoder put in front of the text.
+//
+// Inputs are arbitrary bytes: invalid UTF-8 never crashes and never loses
+// bytes (it goes through byte tokens). Every function that can fail returns
+// 0 / -1 (or NULL) and fills err (AD_ERRLEN bytes, may be NULL).
+#ifndef AD_TOKENIZER_H
+#define AD_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+struct gguf;
+struct tokenizer; // opaque; see tokenizer-impl.h
+
+// tok_load accepts: a .gguf file; a Hugging Face directory (tokenizer.json
+// plus tokenizer_config.json if present); a tokenizer.json file (its sibling
+// tokenizer_config.json is read if present); a llama2.c tokenizer .bin.
+struct tokenizer *tok_load(const char *path, char *err);
+// tok_load_gguf copies what it needs; g may be closed afterwards.
+struct tokenizer *tok_load_gguf(const struct gguf *g, char *err);
+void tok_free(struct tokenizer *t); // NULL is fine
+
+// add_bos: 1 add, 0 don't, -1 the model's default (add_bos_token); the
+// model's add_eos is applied only when add_bos is -1 or 1.
+// *ids is malloc'd (the caller frees it; non-NULL even for zero ids).
+int tok_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
+               int32_t **ids, size_t *n_ids, char *err);
+
+// tok_decode renders ids as text: control tokens are skipped, byte tokens
+// are assembled, the SPM space prefix is removed from the first token.
+// *out is malloc'd and NUL-terminated. Ids out of range are an error.
+int tok_decode(const struct tokenizer *t, const int32_t *ids, size_t n, char **out, size_t *out_len, char *err);
+
+// Streaming detokenisation: push one id at a time and get the bytes that are
+// ready. An incomplete UTF-8 sequence at the end is held back until a later
+// token completes it (at most 3 bytes, or flushed as is by tok_stream_flush
+// or when the next bytes show it can never complete). The stream treats the
+// ids as a continuation of earlier text: no leading space is removed.
+struct tok_stream {
+	const struct tokenizer *t;
+	char hold[4];   // bytes of an unfinished UTF-8 character
+	size_t n_hold;
+	char buf[1024]; // output of the last push/flush
+	char *big;      // used instead of buf for longer pieces; see tok_stream_free
+	size_t big_cap;
+};
+
+void tok_stream_init(struct tok_stream *s, const struct tokenizer *t);
+// tok_stream_push returns a pointer to *n ready bytes (valid until the next
+// call), or NULL with err filled when id is out of range.
+const char *tok_stream_push(struct tok_stream *s, int32_t id, size_t *n, char *err);
+// tok_stream_flush hands out whatever is held back (an unfinished character).
+const char *tok_stream_flush(struct tok_stream *s, size_t *n);
+void tok_stream_free(struct tok_stream *s); // frees the buffer for long pieces, if any
+
+// --- vocabulary ------------------------------------------------------------
+int32_t tok_n_vocab(const struct tokenizer *t);
+int32_t tok_bos(const struct tokenizer *t); // -1 when the model has none
+int32_t tok_eos(const struct tokenizer *t);
+int32_t tok_eot(const struct tokenizer *t); // end of turn (<|eot_id|>, <|im_end|>, <end_of_turn>, ...)
+int tok_add_bos(const struct tokenizer *t); // the model's default
+int tok_is_eog(const struct tokenizer *t, int32_t id); // ends generation: eos, eot, eom and their kin
+int tok_is_control(const struct tokenizer *t, int32_t id);
+// tok_piece is the vocabulary string as stored (SPM "▁the", BPE "Ġthe");
+// NULL for ids out of range. Not NUL-terminated in general: use *len.
+const char *tok_piece(const struct tokenizer *t, int32_t id, size_t *len);
+// tok_token_text is the text an id decodes to ("" for control tokens).
+const char *tok_token_text(const struct tokenizer *t, int32_t id, size_t *len);
+// tok_find: the id whose piece is exactly s[0..n), or -1.
+int32_t tok_find(const struct tokenizer *t, const char *s, size_t n);
+const char *tok_kind_name(const struct tokenizer *t); // "spm" or "bpe"
+
+// --- chat ------------------------------------------------------------------
+enum tok_role { TOK_ROLE_SYSTEM, TOK_ROLE_USER, TOK_ROLE_ASSISTANT };
+
+struct tok_msg {
+	enum tok_role role;
+	const char *content; // NUL-terminated
+};
+
+enum tok_chat_family {
+	TOK_CHAT_PLAIN = 0, // "User: ...\nAssistant:" transcript
+	TOK_CHAT_CHATML,    // <|im_start|>role\n...<|im_end|>\n (Qwen, SmolLM)
+	TOK_CHAT_LLAMA2,    // <s>[INST] <<SYS>>\n...\n<</SYS>>\n\n... [/INST]
+	TOK_CHAT_LLAMA3,    // <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
+	TOK_CHAT_GEMMA,     // <start_of_turn>user\n...<end_of_turn>\n
+	TOK_CHAT_PHI3,      // <|user|>\n...<|end|>\n
+	TOK_CHAT_ZEPHYR,    // <|user|>\n...</s>\n
+};
+
+// The family detected from the model's chat template (GGUF
+// tokenizer.chat_template or tokenizer_config.json chat_template) by
+// substring probes; templates are never evaluated.
+enum tok_chat_family tok_chat_family(const struct tokenizer *t);
+const char *tok_chat_family_name(enum tok_chat_family f); // "chatml", "llama2", ...
+// The raw template text, or NULL when the model carries none.
+const char *tok_chat_template(const struct tokenizer *t);
+
+// tok_apply_chat renders msgs as a prompt string. Like llama.cpp's built-in
+// templates it never starts with the BOS text: encode the result with
+// add_bos = -1 (the model's default) and parse_special = 1. Later BOS/EOS
+// texts inside the prompt (Llama 2 turns) are written out as text.
+// add_generation_prompt appends the opening of an assistant turn.
+// *out is malloc'd and NUL-terminated.
+int tok_apply_chat(const struct tokenizer *t, const struct tok_msg *msgs, size_t n, int add_generation_prompt,
+                   char **out, char *err);
+// Same, for an explicit family (tests; forcing a template from the CLI).
+int tok_apply_chat_family(const struct tokenizer *t, enum tok_chat_family f, const struct tok_msg *msgs,
+                          size_t n, int add_generation_prompt, char **out, char *err);
+
+#endif
