@@ -1,0 +1,89 @@
+// blob.h - the ANE weight-blob file: writer and validating reader.
+//
+// Layout (little-endian):
+//   file header, 64 bytes: [0] = 0x01, [4] = 0x02, the rest zero
+//   per tensor k, packed with no padding, a 64-byte chunk header at H_k:
+//     [0..3] EF BE AD DE (0xDEADBEEF), [4] = 0x01 (version),
+//     [8..11] u32 payload bytes, [16..19] u32 absolute file offset of the
+//     payload (= H_k + 64), the rest zero
+//   then the payload: fp16, row-major [out][in]
+//   H_0 = 64, H_{k+1} = H_k + 64 + bytes_k
+// The MIL BLOBFILE offset of tensor k is H_k, the chunk header, i.e. the
+// payload offset minus 64. Every chunk must carry its own absolute payload
+// offset: a constant one (128 everywhere) makes every chunk after the first
+// read the wrong bytes with no error on the device.
+//
+// The writer streams: a chunk is opened with its element count (the header
+// is written at once), filled from any number of caller buffers (fp16 as is,
+// fp32 rounded to nearest-even), and closed; nothing is held in memory but a
+// small conversion buffer. The reader walks the chunk chain of a whole file
+// image and refuses anything inconsistent.
+#ifndef ANE_BLOB_H
+#define ANE_BLOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define ANE_BLOB_HEADER 64
+#define ANE_BLOB_CHUNK_HEADER 64
+#define ANE_BLOB_MAGIC 0xDEADBEEFu
+#define ANE_BLOB_VERSION 1
+// data_off is a u32: payloads must start below 4 GiB
+#define ANE_BLOB_MAX_FILE ((uint64_t)UINT32_MAX)
+
+// a source of weights: n values of type AD_TYPE_F16 or AD_TYPE_F32
+struct ane_wsrc {
+	const void *data;
+	int type;
+	size_t n;
+};
+
+struct ane_blob_writer {
+	FILE *f;
+	uint64_t pos;       // bytes written so far
+	uint64_t chunk_end; // where the open chunk's payload ends (0: none open)
+	int nchunks;
+	int failed;
+	char path[4096];
+};
+
+// create path and write the file header
+int ane_blob_open(struct ane_blob_writer *w, const char *path, char *err);
+// start a chunk of n fp16 values; *mil_off gets its BLOBFILE offset
+int ane_blob_begin(struct ane_blob_writer *w, size_t n, uint64_t *mil_off, char *err);
+// append values to the open chunk
+int ane_blob_put(struct ane_blob_writer *w, const struct ane_wsrc *src, char *err);
+// finish the open chunk; fails if it did not get exactly n values
+int ane_blob_end(struct ane_blob_writer *w, char *err);
+// one whole chunk from one buffer
+int ane_blob_add(struct ane_blob_writer *w, const struct ane_wsrc *src, uint64_t *mil_off, char *err);
+// flush and close; on any earlier failure the file is removed and -1 returned
+int ane_blob_close(struct ane_blob_writer *w, char *err);
+// close and remove after an error of the caller
+void ane_blob_abort(struct ane_blob_writer *w);
+
+// BLOBFILE offsets of chunks with the given payload sizes in bytes;
+// returns the file size
+uint64_t ane_blob_offsets(const uint64_t *bytes, int n, uint64_t *off);
+
+// kernel blobs (see mil.h): a projection chunk whose rows are the
+// concatenation of the parts (each rows x cin, e.g. Wq, Wk, Wv), and the
+// fused FFN's three chunks gate [inter][hidden], up, down [hidden][inter]
+int ane_blob_write_proj(const char *path, const struct ane_wsrc *parts, int nparts, char *err);
+int ane_blob_write_ffn(const char *path, const struct ane_wsrc *gate, const struct ane_wsrc *up,
+                       const struct ane_wsrc *down, char *err);
+
+// reader: one validated chunk
+struct ane_blob_chunk {
+	uint64_t header; // offset of the chunk header (the BLOBFILE offset)
+	uint64_t data;   // absolute payload offset
+	uint64_t bytes;  // payload size
+};
+
+// walk the chunk chain of a file image; fills up to max chunks into out (may
+// be NULL) and returns how many there are, or -1 with err if the image is
+// not a well-formed blob (bad header, magic, version, data_off, truncation)
+int ane_blob_scan(const uint8_t *img, size_t len, struct ane_blob_chunk *out, int max, char *err);
+
+#endif

@@ -1,0 +1,1737 @@
+#include "emu.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "blob.h"
+#include "err.h"
+#include "fp16.h"
+#include "mil.h"
+
+#define PANEL 16
+#define MAX_NAME 64
+#define MAX_RANK 8
+#define ANE_EMU_SLOTS ANE_MIL_MAX_BLOBFILES
+
+// ---------------------------------------------------------------------------
+// conv kernels
+
+size_t
+emu_panel_bytes(size_t cout, size_t cin)
+{
+	return (cout + PANEL - 1) / PANEL * PANEL * cin * 2;
+}
+
+void
+emu_pack(const uint16_t *w, size_t cout, size_t cin, uint16_t *panels)
+{
+	size_t np = (cout + PANEL - 1) / PANEL;
+	for (size_t p = 0; p < np; p++) {
+		uint16_t *dst = panels + p * cin * PANEL;
+		for (size_t r = 0; r < PANEL; r++) {
+			size_t o = p * PANEL + r;
+			if (o >= cout) {
+				for (size_t i = 0; i < cin; i++)
+					dst[i * PANEL + r] = 0;
+				continue;
+			}
+			const uint16_t *src = w + o * cin;
+			for (size_t i = 0; i < cin; i++)
+				dst[i * PANEL + r] = src[i];
+		}
+	}
+}
+
+static inline float
+round16(float v)
+{
+	return ad_fp16_to_f32(ad_f32_to_fp16(v));
+}
+
+void
+emu_conv_ref(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols,
+             float *y, size_t p0, size_t p1)
+{
+	for (size_t p = p0; p < p1; p++) {
+		const uint16_t *w = panels + p * cin * PANEL;
+		for (size_t j = 0; j < ncols; j++) {
+			const float *xj = x + j * cin;
+			float acc[PANEL] = {0};
+			for (size_t i = 0; i < cin; i++)
+				for (size_t r = 0; r < PANEL; r++)
+					acc[r] += ad_fp16_to_f32(w[i * PANEL + r]) * xj[i];
+			for (size_t r = 0; r < PANEL && p * PANEL + r < cout; r++)
+				y[j * cout + p * PANEL + r] = round16(acc[r]);
+		}
+	}
+}
+
+#ifdef AD_FP16_X86
+#define SIMD_TARGET __attribute__((target("avx2,fma,f16c")))
+
+SIMD_TARGET static inline __m256
+round16_ps(__m256 v)
+{
+	return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+
+SIMD_TARGET static inline void
+store_rows(float *dst, size_t left, __m256 lo, __m256 hi)
+{
+	lo = round16_ps(lo);
+	hi = round16_ps(hi);
+	if (left >= PANEL) {
+		_mm256_storeu_ps(dst, lo);
+		_mm256_storeu_ps(dst + 8, hi);
+		return;
+	}
+	float tmp[PANEL];
+	_mm256_storeu_ps(tmp, lo);
+	_mm256_storeu_ps(tmp + 8, hi);
+	memcpy(dst, tmp, left * sizeof(float));
+}
+
+// one column: two 8-row halves, even and odd i in separate accumulators so
+// four FMA chains are in flight
+SIMD_TARGET static void
+panel_1col(const uint16_t *w, size_t cin, const float *x, float *y, size_t left)
+{
+	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+	size_t i = 0;
+	for (; i + 2 <= cin; i += 2) {
+		const __m128i *p = (const __m128i *)(w + i * PANEL);
+		__m256 x0 = _mm256_broadcast_ss(x + i), x1 = _mm256_broadcast_ss(x + i + 1);
+		a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p)), x0, a0);
+		a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p + 1)), x0, a1);
+		a2 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p + 2)), x1, a2);
+		a3 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p + 3)), x1, a3);
+	}
+	if (i < cin) {
+		const __m128i *p = (const __m128i *)(w + i * PANEL);
+		__m256 x0 = _mm256_broadcast_ss(x + i);
+		a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p)), x0, a0);
+		a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p + 1)), x0, a1);
+	}
+	store_rows(y, left, _mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
+}
+
+// four columns: each panel row pair loaded once, used four times
+SIMD_TARGET static void
+panel_4col(const uint16_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left)
+{
+	const float *x0 = x, *x1 = x + cin, *x2 = x + 2 * cin, *x3 = x + 3 * cin;
+	__m256 l0 = _mm256_setzero_ps(), l1 = l0, l2 = l0, l3 = l0;
+	__m256 h0 = l0, h1 = l0, h2 = l0, h3 = l0;
+	for (size_t i = 0; i < cin; i++) {
+		const __m128i *p = (const __m128i *)(w + i * PANEL);
+		__m256 wl = _mm256_cvtph_ps(_mm_load_si128(p));
+		__m256 wh = _mm256_cvtph_ps(_mm_load_si128(p + 1));
+		__m256 b;
+		b = _mm256_broadcast_ss(x0 + i);
+		l0 = _mm256_fmadd_ps(wl, b, l0);
+		h0 = _mm256_fmadd_ps(wh, b, h0);
+		b = _mm256_broadcast_ss(x1 + i);
+		l1 = _mm256_fmadd_ps(wl, b, l1);
+		h1 = _mm256_fmadd_ps(wh, b, h1);
+		b = _mm256_broadcast_ss(x2 + i);
+		l2 = _mm256_fmadd_ps(wl, b, l2);
+		h2 = _mm256_fmadd_ps(wh, b, h2);
+		b = _mm256_broadcast_ss(x3 + i);
+		l3 = _mm256_fmadd_ps(wl, b, l3);
+		h3 = _mm256_fmadd_ps(wh, b, h3);
+	}
+	store_rows(y, left, l0, h0);
+	store_rows(y + cout, left, l1, h1);
+	store_rows(y + 2 * cout, left, l2, h2);
+	store_rows(y + 3 * cout, left, l3, h3);
+}
+
+SIMD_TARGET static void
+conv_simd(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols,
+          float *y, size_t p0, size_t p1)
+{
+	for (size_t p = p0; p < p1; p++) {
+		const uint16_t *w = panels + p * cin * PANEL;
+		size_t left = cout - p * PANEL;
+		size_t j = 0;
+		for (; j + 4 <= ncols; j += 4)
+			panel_4col(w, cin, x + j * cin, y + j * cout + p * PANEL, cout, left);
+		for (; j < ncols; j++)
+			panel_1col(w, cin, x + j * cin, y + j * cout + p * PANEL, left);
+	}
+}
+
+int
+emu_have_simd(void)
+{
+	static int have = -1;
+	if (have < 0) // benign race: every thread computes the same answer
+		have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+		       __builtin_cpu_supports("f16c");
+	return have;
+}
+#else
+int
+emu_have_simd(void)
+{
+	return 0;
+}
+#endif
+
+void
+emu_conv_fast(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols,
+              float *y, size_t p0, size_t p1)
+{
+#ifdef AD_FP16_X86
+	if (emu_have_simd()) {
+		conv_simd(panels, cout, cin, x, ncols, y, p0, p1);
+		return;
+	}
+#endif
+	emu_conv_ref(panels, cout, cin, x, ncols, y, p0, p1);
+}
+
+// x rounded to fp16 in place
+static void
+round16_row(float *x, size_t n)
+{
+	uint16_t tmp[256];
+	for (size_t i = 0; i < n; i += 256) {
+		size_t k = n - i < 256 ? n - i : 256;
+		ad_f32_to_fp16_row(x + i, tmp, k);
+		ad_fp16_to_f32_row(tmp, x + i, k);
+	}
+}
+
+// ---------------------------------------------------------------------------
+// thread pool: the calling thread works too; tasks are handed out by an
+// atomic counter
+
+struct pool {
+	pthread_mutex_t mu;
+	pthread_cond_t go, done;
+	pthread_t *th;
+	int nth; // worker threads (excluding the caller)
+	int stop;
+	unsigned long gen;
+	int busy;
+	void (*fn)(void *, size_t);
+	void *arg;
+	size_t ntasks, next;
+};
+
+static void
+pool_work(struct pool *p)
+{
+	for (;;) {
+		size_t t = __atomic_fetch_add(&p->next, 1, __ATOMIC_RELAXED);
+		if (t >= p->ntasks)
+			break;
+		p->fn(p->arg, t);
+	}
+}
+
+static void *
+pool_main(void *arg)
+{
+	struct pool *p = arg;
+	unsigned long seen = 0;
+	pthread_mutex_lock(&p->mu);
+	for (;;) {
+		while (!p->stop && p->gen == seen)
+			pthread_cond_wait(&p->go, &p->mu);
+		if (p->stop)
+			break;
+		seen = p->gen;
+		pthread_mutex_unlock(&p->mu);
+		pool_work(p);
+		pthread_mutex_lock(&p->mu);
+		if (--p->busy == 0)
+			pthread_cond_signal(&p->done);
+	}
+	pthread_mutex_unlock(&p->mu);
+	return NULL;
+}
+
+static void
+pool_run(struct pool *p, void (*fn)(void *, size_t), void *arg, size_t ntasks)
+{
+	if (p->nth == 0 || ntasks < 2) {
+		for (size_t t = 0; t < ntasks; t++)
+			fn(arg, t);
+		return;
+	}
+	pthread_mutex_lock(&p->mu);
+	p->fn = fn;
+	p->arg = arg;
+	p->ntasks = ntasks;
+	p->next = 0;
+	p->busy = p->nth;
+	p->gen++;
+	pthread_cond_broadcast(&p->go);
+	pthread_mutex_unlock(&p->mu);
+	pool_work(p);
+	pthread_mutex_lock(&p->mu);
+	while (p->busy)
+		pthread_cond_wait(&p->done, &p->mu);
+	pthread_mutex_unlock(&p->mu);
+}
+
+struct emu {
+	struct pool pool;
+	int nthreads;
+	int force_ref;
+};
+
+struct emu *
+emu_open(const struct emu_opts *opts, char *err)
+{
+	struct emu *e = calloc(1, sizeof *e);
+	if (!e) {
+		ad_err(err, "emu: out of memory");
+		return NULL;
+	}
+	e->nthreads = opts && opts->threads > 0 ? opts->threads : 2;
+	if (e->nthreads > 256)
+		e->nthreads = 256;
+	e->force_ref = opts ? opts->force_ref : 0;
+	struct pool *p = &e->pool;
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->go, NULL);
+	pthread_cond_init(&p->done, NULL);
+	p->th = calloc((size_t)e->nthreads, sizeof *p->th);
+	if (!p->th) {
+		emu_close(e);
+		ad_err(err, "emu: out of memory");
+		return NULL;
+	}
+	for (int i = 0; i < e->nthreads - 1; i++) {
+		int rc = pthread_create(&p->th[i], NULL, pool_main, p);
+		if (rc) {
+			emu_close(e);
+			ad_err(err, "emu: pthread_create: %s", strerror(rc));
+			return NULL;
+		}
+		p->nth++;
+	}
+	return e;
+}
+
+void
+emu_close(struct emu *e)
+{
+	if (!e)
+		return;
+	struct pool *p = &e->pool;
+	pthread_mutex_lock(&p->mu);
+	p->stop = 1;
+	pthread_cond_broadcast(&p->go);
+	pthread_mutex_unlock(&p->mu);
+	for (int i = 0; i < p->nth; i++)
+		pthread_join(p->th[i], NULL);
+	free(p->th);
+	pthread_mutex_destroy(&p->mu);
+	pthread_cond_destroy(&p->go);
+	pthread_cond_destroy(&p->done);
+	free(e);
+}
+
+// ---------------------------------------------------------------------------
+// tokenizer
+
+enum tok_kind { T_EOF, T_IDENT, T_NUM, T_STR, T_PUNCT, T_ARROW };
+
+struct tok {
+	enum tok_kind k;
+	int line;
+	const char *s; // start in the source
+	size_t n;
+	char c; // the character of a T_PUNCT
+};
+
+struct parser {
+	const char *src;
+	struct tok *toks;
+	size_t ntoks, pos;
+	char *err;
+	int failed;
+};
+
+static int
+perr(struct parser *ps, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int
+perr(struct parser *ps, int line, const char *fmt, ...)
+{
+	if (ps->failed)
+		return -1;
+	ps->failed = 1;
+	if (ps->err) {
+		char msg[AD_ERRLEN - 32];
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(msg, sizeof msg, fmt, ap);
+		va_end(ap);
+		if (line > 0)
+			snprintf(ps->err, AD_ERRLEN, "mil line %d: %s", line, msg);
+		else
+			snprintf(ps->err, AD_ERRLEN, "mil: %s", msg);
+	}
+	return -1;
+}
+
+static int
+tokenize(struct parser *ps)
+{
+	const char *s = ps->src;
+	size_t cap = 1024, n = 0;
+	int line = 1;
+	ps->toks = malloc(cap * sizeof *ps->toks);
+	if (!ps->toks)
+		return perr(ps, 0, "out of memory");
+	for (;;) {
+		while (*s && isspace((unsigned char)*s)) {
+			if (*s == '\n')
+				line++;
+			s++;
+		}
+		if (n + 1 >= cap) {
+			cap *= 2;
+			struct tok *t = realloc(ps->toks, cap * sizeof *t);
+			if (!t)
+				return perr(ps, line, "out of memory");
+			ps->toks = t;
+		}
+		struct tok *t = &ps->toks[n];
+		*t = (struct tok){.line = line, .s = s};
+		if (!*s) {
+			t->k = T_EOF;
+			n++;
+			break;
+		}
+		unsigned char c = (unsigned char)*s;
+		if (isalpha(c) || c == '_' || c == '@') {
+			while (isalnum((unsigned char)*s) || *s == '_' || *s == '@' || *s == '.')
+				s++;
+			t->k = T_IDENT;
+		} else if (isdigit(c) || ((c == '-' || c == '+') && isdigit((unsigned char)s[1]))) {
+			s++;
+			// decimal, exponent and hex-float forms; strtod/strtoll judge later
+			while (isalnum((unsigned char)*s) || *s == '.' ||
+			       ((*s == '-' || *s == '+') && (s[-1] == 'e' || s[-1] == 'E' || s[-1] == 'p' || s[-1] == 'P')))
+				s++;
+			t->k = T_NUM;
+		} else if (c == '"') {
+			s++;
+			while (*s && *s != '"' && *s != '\n')
+				s++;
+			if (*s != '"')
+				return perr(ps, line, "unterminated string");
+			s++;
+			t->k = T_STR;
+		} else if (c == '-' && s[1] == '>') {
+			s += 2;
+			t->k = T_ARROW;
+		} else if (strchr("()[]{}<>,=;", c)) {
+			s++;
+			t->k = T_PUNCT;
+			t->c = (char)c;
+		} else {
+			return perr(ps, line, "unexpected character '%c'", c);
+		}
+		t->n = (size_t)(s - t->s);
+		n++;
+	}
+	ps->ntoks = n;
+	return 0;
+}
+
+static struct tok *
+peek(struct parser *ps)
+{
+	return &ps->toks[ps->pos];
+}
+
+static struct tok *
+next(struct parser *ps)
+{
+	struct tok *t = &ps->toks[ps->pos];
+	if (t->k != T_EOF)
+		ps->pos++;
+	return t;
+}
+
+static int
+is_punct(const struct tok *t, char c)
+{
+	return t->k == T_PUNCT && t->c == c;
+}
+
+static int
+is_word(const struct tok *t, const char *w)
+{
+	return t->k == T_IDENT && t->n == strlen(w) && !memcmp(t->s, w, t->n);
+}
+
+static int
+expect_punct(struct parser *ps, char c)
+{
+	struct tok *t = next(ps);
+	if (!is_punct(t, c))
+		return perr(ps, t->line, "expected '%c', found '%.*s'", c, (int)t->n, t->s);
+	return 0;
+}
+
+static int
+expect_word(struct parser *ps, const char *w)
+{
+	struct tok *t = next(ps);
+	if (!is_word(t, w))
+		return perr(ps, t->line, "expected '%s', found '%.*s'", w, (int)t->n, t->s);
+	return 0;
+}
+
+static int
+take_ident(struct parser *ps, char *out, size_t cap)
+{
+	struct tok *t = next(ps);
+	if (t->k != T_IDENT)
+		return perr(ps, t->line, "expected a name, found '%.*s'", (int)t->n, t->s);
+	if (t->n >= cap)
+		return perr(ps, t->line, "name '%.*s' longer than %zu", (int)t->n, t->s, cap - 1);
+	memcpy(out, t->s, t->n);
+	out[t->n] = 0;
+	return 0;
+}
+
+static int
+take_int(struct parser *ps, long long *v)
+{
+	struct tok *t = next(ps);
+	char buf[64], *end;
+	if (t->k != T_NUM || t->n >= sizeof buf)
+		return perr(ps, t->line, "expected an integer, found '%.*s'", (int)t->n, t->s);
+	memcpy(buf, t->s, t->n);
+	buf[t->n] = 0;
+	errno = 0;
+	*v = strtoll(buf, &end, 10);
+	if (*end || errno)
+		return perr(ps, t->line, "bad integer '%s'", buf);
+	return 0;
+}
+
+// ---------------------------------------------------------------------------
+// program representation
+
+struct type {
+	int tensor;   // tensor<dtype, [dims]> or a scalar dtype
+	char dtype[16];
+	int rank;
+	long long dims[MAX_RANK];
+};
+
+enum val_kind { V_NONE, V_VAR, V_STR, V_INT, V_FLOAT, V_BOOL, V_INTS, V_BLOB };
+
+struct val {
+	enum val_kind k;
+	int line;
+	struct type t; // literal's type (scalar name, or tensor<...>)
+	char s[256];   // V_VAR name, V_STR text, V_BLOB path
+	long long i;   // V_INT, V_BOOL, V_BLOB offset
+	double f;
+	int nints;
+	long long ints[MAX_RANK];
+};
+
+struct arg {
+	char key[MAX_NAME];
+	struct val v;
+};
+
+enum var_kind { VAR_INPUT, VAR_CONST, VAR_OP };
+
+struct var {
+	char name[MAX_NAME];
+	enum var_kind kind;
+	int line;
+	struct type t;
+	struct val cval;   // VAR_CONST: its value
+	int blob;          // VAR_CONST with BLOBFILE: index into k->weights, or -1
+	int buf;           // activation buffer index, or -1
+};
+
+enum step_op { S_CONV, S_ADD, S_MUL, S_SIGMOID };
+
+struct step {
+	enum step_op op;
+	int y, a, b;   // buffer indices (b = -1: scalar operand or unary)
+	int weight;    // S_CONV: k->weights index
+	float scalar;  // binary op with an inline scalar
+	size_t cin, cout;
+};
+
+struct weight {
+	size_t cout, cin;
+	uint16_t *panels; // NULL until a conv uses it
+	const uint8_t *payload; // during compile only
+};
+
+struct bufdesc {
+	size_t channels;
+	float *data; // [width][channels]
+};
+
+struct io {
+	char name[MAX_NAME];
+	int buf;
+	struct ane_layout layout;
+};
+
+struct emu_kernel {
+	struct emu *e;
+	size_t width;
+	struct io *in, *out;
+	int nin, nout;
+	struct step *steps;
+	int nsteps;
+	struct weight *weights;
+	int nweights;
+	struct bufdesc *bufs;
+	int nbufs;
+	size_t in_cap, out_cap;
+	uint64_t weight_bytes;
+};
+
+// a blob file opened for compile
+struct bfile {
+	char name[256];
+	const uint8_t *img;
+	size_t len;
+	void *map; // mmap'd, to unmap
+	struct ane_blob_chunk *chunks;
+	int nchunks;
+};
+
+struct compiler {
+	struct parser ps;
+	struct emu_kernel *k;
+	struct var *vars;
+	int nvars, capvars;
+	const struct emu_file *files;
+	int nfiles;
+	struct bfile *bf;
+	int nbf;
+	int inline_scalar_line; // first op with an inline scalar operand, 0: none
+	int nblob;
+};
+
+static int
+type_str(const struct type *t, char *buf, size_t cap)
+{
+	if (!t->tensor)
+		return snprintf(buf, cap, "%s", t->dtype);
+	int n = snprintf(buf, cap, "tensor<%s, [", t->dtype);
+	for (int i = 0; i < t->rank && (size_t)n < cap; i++)
+		n += snprintf(buf + n, cap - (size_t)n, "%s%lld", i ? ", " : "", t->dims[i]);
+	if ((size_t)n < cap)
+		n += snprintf(buf + n, cap - (size_t)n, "]>");
+	return n;
+}
+
+static int
+type_eq(const struct type *a, const struct type *b)
+{
+	if (a->tensor != b->tensor || strcmp(a->dtype, b->dtype) || a->rank != b->rank)
+		return 0;
+	for (int i = 0; i < a->rank; i++)
+		if (a->dims[i] != b->dims[i])
+			return 0;
+	return 1;
+}
+
+static const char *const dtypes[] = {"fp16", "fp32", "int32", "int8", "uint8", "uint64",
+                                     "int64", "bool", "string", NULL};
+
+static int
+parse_dtype(struct parser *ps, char *out)
+{
+	struct tok *t = peek(ps);
+	for (int i = 0; dtypes[i]; i++)
+		if (is_word(t, dtypes[i])) {
+			next(ps);
+			strcpy(out, dtypes[i]);
+			return 0;
+		}
+	return perr(ps, t->line, "unknown type '%.*s'", (int)t->n, t->s);
+}
+
+static int
+parse_type(struct parser *ps, struct type *t)
+{
+	memset(t, 0, sizeof *t);
+	if (!is_word(peek(ps), "tensor"))
+		return parse_dtype(ps, t->dtype);
+	next(ps);
+	t->tensor = 1;
+	if (expect_punct(ps, '<') || parse_dtype(ps, t->dtype) || expect_punct(ps, ',') ||
+	    expect_punct(ps, '['))
+		return -1;
+	if (!is_punct(peek(ps), ']'))
+		for (;;) {
+			long long d;
+			int line = peek(ps)->line;
+			if (take_int(ps, &d))
+				return -1;
+			if (t->rank == MAX_RANK)
+				return perr(ps, line, "tensor rank above %d", MAX_RANK);
+			if (d < 1 || d > (1LL << 31))
+				return perr(ps, line, "tensor dimension %lld out of range", d);
+			t->dims[t->rank++] = d;
+			if (!is_punct(peek(ps), ','))
+				break;
+			next(ps);
+		}
+	return expect_punct(ps, ']') || expect_punct(ps, '>');
+}
+
+static int parse_val(struct parser *ps, struct val *v);
+
+// BLOBFILE(path = string("..."), offset = uint64(N))
+static int
+parse_blobfile(struct parser *ps, struct val *v)
+{
+	struct val p, o;
+	char key[MAX_NAME];
+	int have_path = 0, have_off = 0;
+	if (expect_punct(ps, '('))
+		return -1;
+	for (;;) {
+		int line = peek(ps)->line;
+		if (take_ident(ps, key, sizeof key) || expect_punct(ps, '='))
+			return -1;
+		if (!strcmp(key, "path")) {
+			if (parse_val(ps, &p))
+				return -1;
+			if (p.k != V_STR)
+				return perr(ps, line, "BLOBFILE path must be a string");
+			have_path = 1;
+		} else if (!strcmp(key, "offset")) {
+			if (parse_val(ps, &o))
+				return -1;
+			if (o.k != V_INT || strcmp(o.t.dtype, "uint64") || o.i < 0)
+				return perr(ps, line, "BLOBFILE offset must be uint64(N)");
+			have_off = 1;
+		} else {
+			return perr(ps, line, "unknown BLOBFILE field '%s'", key);
+		}
+		if (!is_punct(peek(ps), ','))
+			break;
+		next(ps);
+	}
+	if (expect_punct(ps, ')'))
+		return -1;
+	if (!have_path || !have_off)
+		return perr(ps, v->line, "BLOBFILE needs both path and offset");
+	v->k = V_BLOB;
+	snprintf(v->s, sizeof v->s, "%s", p.s);
+	v->i = o.i;
+	return 0;
+}
+
+// a literal or a variable reference
+static int
+parse_val(struct parser *ps, struct val *v)
+{
+	memset(v, 0, sizeof *v);
+	struct tok *t = peek(ps);
+	v->line = t->line;
+	if (t->k != T_IDENT)
+		return perr(ps, t->line, "expected a value, found '%.*s'", (int)t->n, t->s);
+	if (is_word(t, "tensor")) {
+		if (parse_type(ps, &v->t) || expect_punct(ps, '('))
+			return -1;
+		if (is_word(peek(ps), "BLOBFILE")) {
+			next(ps);
+			if (parse_blobfile(ps, v))
+				return -1;
+		} else {
+			if (expect_punct(ps, '['))
+				return -1;
+			v->k = V_INTS;
+			if (!is_punct(peek(ps), ']'))
+				for (;;) {
+					if (v->nints == MAX_RANK)
+						return perr(ps, t->line, "tensor literal longer than %d", MAX_RANK);
+					if (take_int(ps, &v->ints[v->nints++]))
+						return -1;
+					if (!is_punct(peek(ps), ','))
+						break;
+					next(ps);
+				}
+			if (expect_punct(ps, ']'))
+				return -1;
+			if (strcmp(v->t.dtype, "int32") || v->t.rank != 1 || v->t.dims[0] != v->nints)
+				return perr(ps, t->line, "only int32 vector literals are supported");
+		}
+		return expect_punct(ps, ')');
+	}
+	if (is_word(t, "BLOBFILE"))
+		return perr(ps, t->line, "BLOBFILE must be wrapped in a tensor<...>(...) literal");
+	next(ps);
+	if (!is_punct(peek(ps), '(')) { // a variable
+		if (t->n >= MAX_NAME)
+			return perr(ps, t->line, "name too long");
+		v->k = V_VAR;
+		memcpy(v->s, t->s, t->n);
+		v->s[t->n] = 0;
+		return 0;
+	}
+	// scalar literal: dtype(value)
+	int known = 0;
+	for (int i = 0; dtypes[i]; i++)
+		if (is_word(t, dtypes[i])) {
+			strcpy(v->t.dtype, dtypes[i]);
+			known = 1;
+		}
+	if (!known)
+		return perr(ps, t->line, "unknown literal type '%.*s'", (int)t->n, t->s);
+	next(ps); // '('
+	struct tok *a = next(ps);
+	char buf[256], *end;
+	if (a->n >= sizeof buf)
+		return perr(ps, a->line, "literal too long");
+	memcpy(buf, a->s, a->n);
+	buf[a->n] = 0;
+	if (!strcmp(v->t.dtype, "string")) {
+		if (a->k != T_STR)
+			return perr(ps, a->line, "string() needs a quoted string");
+		v->k = V_STR;
+		snprintf(v->s, sizeof v->s, "%.*s", (int)a->n - 2, a->s + 1);
+	} else if (!strcmp(v->t.dtype, "bool")) {
+		if (!is_word(a, "true") && !is_word(a, "false"))
+			return perr(ps, a->line, "bool() needs true or false");
+		v->k = V_BOOL;
+		v->i = is_word(a, "true");
+	} else if (!strcmp(v->t.dtype, "fp16") || !strcmp(v->t.dtype, "fp32")) {
+		errno = 0;
+		v->f = strtod(buf, &end);
+		if (a->k != T_NUM || *end || errno)
+			return perr(ps, a->line, "bad float literal '%s'", buf);
+		v->k = V_FLOAT;
+	} else {
+		errno = 0;
+		v->i = strtoll(buf, &end, 10);
+		if (a->k != T_NUM || *end || errno)
+			return perr(ps, a->line, "bad integer literal '%s'", buf);
+		v->k = V_INT;
+	}
+	return expect_punct(ps, ')');
+}
+
+static int
+parse_args(struct parser *ps, char close, struct arg *args, int max, int *n)
+{
+	*n = 0;
+	if (is_punct(peek(ps), close)) {
+		next(ps);
+		return 0;
+	}
+	for (;;) {
+		int line = peek(ps)->line;
+		if (*n == max)
+			return perr(ps, line, "too many arguments");
+		struct arg *a = &args[*n];
+		if (take_ident(ps, a->key, sizeof a->key) || expect_punct(ps, '=') ||
+		    parse_val(ps, &a->v))
+			return -1;
+		for (int i = 0; i < *n; i++)
+			if (!strcmp(args[i].key, a->key))
+				return perr(ps, line, "argument '%s' given twice", a->key);
+		(*n)++;
+		if (!is_punct(peek(ps), ','))
+			break;
+		next(ps);
+	}
+	return expect_punct(ps, close);
+}
+
+static struct arg *
+find_arg(struct arg *args, int n, const char *key)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(args[i].key, key))
+			return &args[i];
+	return NULL;
+}
+
+// ---------------------------------------------------------------------------
+// semantic checks
+
+static struct var *
+find_var(struct compiler *c, const char *name)
+{
+	for (int i = 0; i < c->nvars; i++)
+		if (!strcmp(c->vars[i].name, name))
+			return &c->vars[i];
+	return NULL;
+}
+
+static struct var *
+add_var(struct compiler *c, const char *name, enum var_kind kind, int line, const struct type *t)
+{
+	if (find_var(c, name)) {
+		perr(&c->ps, line, "'%s' defined twice", name);
+		return NULL;
+	}
+	if (c->nvars == c->capvars) {
+		int cap = c->capvars ? c->capvars * 2 : 64;
+		struct var *v = realloc(c->vars, (size_t)cap * sizeof *v);
+		if (!v) {
+			perr(&c->ps, line, "out of memory");
+			return NULL;
+		}
+		c->vars = v;
+		c->capvars = cap;
+	}
+	struct var *v = &c->vars[c->nvars++];
+	memset(v, 0, sizeof *v);
+	snprintf(v->name, sizeof v->name, "%s", name);
+	v->kind = kind;
+	v->line = line;
+	v->t = *t;
+	v->blob = -1;
+	v->buf = -1;
+	return v;
+}
+
+// an activation: tensor<fp16, [1, C, 1, W]> with W the program's width
+static int
+check_act(struct compiler *c, int line, const char *name, const struct type *t)
+{
+	char ts[128];
+	type_str(t, ts, sizeof ts);
+	if (!t->tensor || strcmp(t->dtype, "fp16") || t->rank != 4 || t->dims[0] != 1 ||
+	    t->dims[2] != 1)
+		return perr(&c->ps, line, "'%s' is %s; activations must be tensor<fp16, [1, C, 1, W]>",
+		            name, ts);
+	if (!c->k->width)
+		c->k->width = (size_t)t->dims[3];
+	else if ((size_t)t->dims[3] != c->k->width)
+		return perr(&c->ps, line, "'%s' has width %lld, the program's width is %zu", name,
+		            t->dims[3], c->k->width);
+	return 0;
+}
+
+static int
+new_buf(struct compiler *c, size_t channels)
+{
+	struct emu_kernel *k = c->k;
+	struct bufdesc *b = realloc(k->bufs, (size_t)(k->nbufs + 1) * sizeof *b);
+	if (!b)
+		return -1;
+	k->bufs = b;
+	k->bufs[k->nbufs] = (struct bufdesc){.channels = channels};
+	return k->nbufs++;
+}
+
+static struct bfile *
+open_bfile(struct compiler *c, int line, const char *path)
+{
+	static const char prefix[] = "@model_path/weights/";
+	if (strncmp(path, prefix, sizeof prefix - 1)) {
+		perr(&c->ps, line, "BLOBFILE path '%s' does not start with %s", path, prefix);
+		return NULL;
+	}
+	const char *name = path + sizeof prefix - 1;
+	for (int i = 0; i < c->nbf; i++)
+		if (!strcmp(c->bf[i].name, name))
+			return &c->bf[i];
+	const struct emu_file *f = NULL;
+	for (int i = 0; i < c->nfiles; i++)
+		if (!strcmp(c->files[i].name, name))
+			f = &c->files[i];
+	if (!f) {
+		perr(&c->ps, line, "BLOBFILE '%s': no weight file named '%s' was given", path, name);
+		return NULL;
+	}
+	struct bfile *bf = realloc(c->bf, (size_t)(c->nbf + 1) * sizeof *bf);
+	if (!bf) {
+		perr(&c->ps, line, "out of memory");
+		return NULL;
+	}
+	c->bf = bf;
+	struct bfile *b = &c->bf[c->nbf];
+	memset(b, 0, sizeof *b);
+	snprintf(b->name, sizeof b->name, "%s", name);
+	if (f->data) {
+		b->img = f->data;
+		b->len = f->len;
+	} else {
+		int fd = open(f->path, O_RDONLY);
+		struct stat st;
+		if (fd < 0 || fstat(fd, &st) < 0) {
+			perr(&c->ps, line, "weight file %s: %s", f->path, strerror(errno));
+			if (fd >= 0)
+				close(fd);
+			return NULL;
+		}
+		b->len = (size_t)st.st_size;
+		if (b->len) {
+			b->map = mmap(NULL, b->len, PROT_READ, MAP_PRIVATE, fd, 0);
+			if (b->map == MAP_FAILED) {
+				b->map = NULL;
+				close(fd);
+				perr(&c->ps, line, "weight file %s: mmap: %s", f->path, strerror(errno));
+				return NULL;
+			}
+		}
+		close(fd);
+		b->img = b->map;
+	}
+	c->nbf++; // from here on the file is released by the compiler's cleanup
+	char e[AD_ERRLEN];
+	int n = ane_blob_scan(b->img, b->len, NULL, 0, e);
+	if (n < 0) {
+		perr(&c->ps, line, "weight file '%s': %s", name, e);
+		return NULL;
+	}
+	b->chunks = malloc((size_t)n * sizeof *b->chunks);
+	if (!b->chunks) {
+		perr(&c->ps, line, "out of memory");
+		return NULL;
+	}
+	b->nchunks = ane_blob_scan(b->img, b->len, b->chunks, n, NULL);
+	return b;
+}
+
+static int
+do_const(struct compiler *c, struct var *v, struct arg *attrs, int nattrs)
+{
+	struct parser *ps = &c->ps;
+	struct arg *val = find_arg(attrs, nattrs, "val");
+	if (!val)
+		return perr(ps, v->line, "const '%s' has no val", v->name);
+	if (nattrs != 2)
+		return perr(ps, v->line, "const '%s': attributes must be exactly name and val", v->name);
+	struct val *x = &val->v;
+	char dt[128], vt[128];
+	type_str(&v->t, dt, sizeof dt);
+	type_str(&x->t, vt, sizeof vt);
+	if (x->k == V_VAR)
+		return perr(ps, v->line, "const '%s' needs a literal value", v->name);
+	if (!type_eq(&v->t, &x->t))
+		return perr(ps, v->line, "const '%s' declared %s but its value is %s", v->name, dt, vt);
+	v->cval = *x;
+	if (x->k != V_BLOB)
+		return 0;
+	// a weight: fp16, size checked against the chunk it points at
+	if (strcmp(v->t.dtype, "fp16"))
+		return perr(ps, v->line, "BLOBFILE const '%s' is %s; only fp16 weights are supported",
+		            v->name, dt);
+	c->nblob++;
+	struct bfile *b = open_bfile(c, v->line, x->s);
+	if (!b)
+		return -1;
+	const struct ane_blob_chunk *ch = NULL;
+	for (int i = 0; i < b->nchunks; i++)
+		if (b->chunks[i].header == (uint64_t)x->i)
+			ch = &b->chunks[i];
+	if (!ch) {
+		char hs[160];
+		int n = 0;
+		for (int i = 0; i < b->nchunks && i < 6 && n < (int)sizeof hs - 24; i++)
+			n += snprintf(hs + n, sizeof hs - (size_t)n, "%s%llu", i ? ", " : "",
+			              (unsigned long long)b->chunks[i].header);
+		if (b->nchunks > 6)
+			snprintf(hs + n, sizeof hs - (size_t)n, ", ...");
+		return perr(ps, v->line,
+		            "const '%s': BLOBFILE offset %lld in '%s' is not a chunk header (headers at %s)",
+		            v->name, x->i, b->name, hs);
+	}
+	uint64_t elems = 1;
+	for (int i = 0; i < v->t.rank; i++)
+		elems *= (uint64_t)v->t.dims[i];
+	if (ch->bytes != elems * 2)
+		return perr(ps, v->line,
+		            "const '%s' %s needs %llu bytes, the chunk at %lld in '%s' holds %llu",
+		            v->name, dt, (unsigned long long)(elems * 2), x->i, b->name,
+		            (unsigned long long)ch->bytes);
+	struct emu_kernel *k = c->k;
+	struct weight *w = realloc(k->weights, (size_t)(k->nweights + 1) * sizeof *w);
+	if (!w)
+		return perr(ps, v->line, "out of memory");
+	k->weights = w;
+	k->weights[k->nweights] = (struct weight){.payload = b->img + ch->data};
+	if (v->t.rank == 4) {
+		k->weights[k->nweights].cout = (size_t)v->t.dims[0];
+		k->weights[k->nweights].cin = (size_t)v->t.dims[1];
+	}
+	v->blob = k->nweights++;
+	return 0;
+}
+
+// a conv parameter: a named const with the one value the emu supports
+static int
+conv_param(struct compiler *c, int line, struct arg *args, int nargs, const char *key,
+           enum val_kind kind, const long long *want, int nwant, const char *wants)
+{
+	struct parser *ps = &c->ps;
+	struct arg *a = find_arg(args, nargs, key);
+	if (!a)
+		return perr(ps, line, "conv without %s", key);
+	if (a->v.k != V_VAR)
+		return perr(ps, line, "conv %s given inline; conv parameters must be named consts", key);
+	struct var *v = find_var(c, a->v.s);
+	if (!v)
+		return perr(ps, line, "conv %s: '%s' is not defined", key, a->v.s);
+	if (v->kind != VAR_CONST || v->cval.k != kind)
+		return perr(ps, line, "conv %s: '%s' is not a %s const", key, a->v.s,
+		            kind == V_STR ? "string" : "int32");
+	int ok = 1;
+	if (kind == V_STR)
+		ok = !strcmp(v->cval.s, wants);
+	else if (kind == V_INT)
+		ok = v->cval.i == want[0];
+	else {
+		ok = v->cval.nints == nwant;
+		for (int i = 0; ok && i < nwant; i++)
+			ok = v->cval.ints[i] == want[i];
+	}
+	if (!ok)
+		return perr(ps, line, "conv %s = %s is not %s; only 1x1, stride 1, unpadded, groups 1 convs are supported",
+		            key, a->v.s, wants);
+	return 0;
+}
+
+// an activation operand of an op
+static struct var *
+operand(struct compiler *c, int line, const char *op, struct arg *a)
+{
+	struct var *v = find_var(c, a->v.s);
+	if (!v) {
+		perr(&c->ps, line, "%s %s: '%s' is not defined", op, a->key, a->v.s);
+		return NULL;
+	}
+	if (v->buf < 0) {
+		perr(&c->ps, line, "%s %s: '%s' is a const, not an activation", op, a->key, a->v.s);
+		return NULL;
+	}
+	return v;
+}
+
+static int
+add_step(struct compiler *c, const struct step *s)
+{
+	struct emu_kernel *k = c->k;
+	struct step *st = realloc(k->steps, (size_t)(k->nsteps + 1) * sizeof *st);
+	if (!st)
+		return perr(&c->ps, 0, "out of memory");
+	k->steps = st;
+	k->steps[k->nsteps++] = *s;
+	return 0;
+}
+
+static const struct {
+	const char *op, *why;
+} banned[] = {
+	{"matmul", "compiles but fails at eval (status 0x1d) on the ANE; use a 1x1 conv"},
+	{"linear", "not in the accepted set; use a 1x1 conv"},
+	{"rsqrt", "fails to compile on the ANE"},
+	{"reduce_mean", "missing from the ANE's dialect"},
+	{"concat", "fails to compile on the ANE"},
+	{"gelu", "fails to compile on the ANE"},
+	{"softmax", "fails at eval for non-power-of-2 sizes"},
+	{"scaled_dot_product_attention", "ignores causal masks on the ANE"},
+	{"constexpr_affine_dequantize", "rejected as InvalidMILProgram on the ANE"},
+	{"cast", "not needed: I/O is fp16, and uint8 casts are broken on the ANE"},
+	{"slice_by_index", "broken on function inputs in a larger graph"},
+};
+
+static int
+do_op(struct compiler *c, struct var *y, const char *op, int opline, struct arg *args,
+      int nargs)
+{
+	struct parser *ps = &c->ps;
+	int line = y->line;
+	if (check_act(c, line, y->name, &y->t))
+		return -1;
+	size_t C = (size_t)y->t.dims[1];
+	char ts[128];
+	if (!strcmp(op, "conv")) {
+		static const char *const keys[] = {"dilations", "groups", "pad", "pad_type",
+		                                   "strides", "weight", "x"};
+		if (find_arg(args, nargs, "bias"))
+			return perr(ps, line, "conv '%s' with bias=: rejected by the ANE; add the bias separately",
+			            y->name);
+		for (int i = 0; i < nargs; i++) {
+			int known = 0;
+			for (size_t j = 0; j < sizeof keys / sizeof keys[0]; j++)
+				known |= !strcmp(args[i].key, keys[j]);
+			if (!known)
+				return perr(ps, line, "conv '%s': unknown argument '%s'", y->name, args[i].key);
+		}
+		static const long long one[] = {1}, ones[] = {1, 1}, zeros[] = {0, 0, 0, 0};
+		if (conv_param(c, line, args, nargs, "pad_type", V_STR, NULL, 0, "valid") ||
+		    conv_param(c, line, args, nargs, "strides", V_INTS, ones, 2, "[1, 1]") ||
+		    conv_param(c, line, args, nargs, "pad", V_INTS, zeros, 4, "[0, 0, 0, 0]") ||
+		    conv_param(c, line, args, nargs, "dilations", V_INTS, ones, 2, "[1, 1]") ||
+		    conv_param(c, line, args, nargs, "groups", V_INT, one, 1, "1"))
+			return -1;
+		struct arg *wa = find_arg(args, nargs, "weight"), *xa = find_arg(args, nargs, "x");
+		if (!wa || !xa)
+			return perr(ps, line, "conv '%s' needs weight and x", y->name);
+		if (wa->v.k != V_VAR || xa->v.k != V_VAR)
+			return perr(ps, line, "conv '%s': weight and x must be names", y->name);
+		struct var *w = find_var(c, wa->v.s);
+		if (!w)
+			return perr(ps, line, "conv '%s': weight '%s' is not defined", y->name, wa->v.s);
+		if (w->kind != VAR_CONST || w->blob < 0)
+			return perr(ps, line, "conv '%s': weight '%s' is not a BLOBFILE const", y->name,
+			            wa->v.s);
+		struct var *x = operand(c, line, "conv", xa);
+		if (!x)
+			return -1;
+		const struct type *wt = &w->t;
+		size_t cin = (size_t)x->t.dims[1];
+		if (wt->rank != 4 || wt->dims[2] != 1 || wt->dims[3] != 1 ||
+		    (size_t)wt->dims[0] != C || (size_t)wt->dims[1] != cin) {
+			type_str(wt, ts, sizeof ts);
+			return perr(ps, line,
+			            "conv '%s': weight '%s' is %s, expected [%zu, %zu, 1, 1] for x '%s' with %zu channels and output %zu",
+			            y->name, w->name, ts, C, cin, x->name, cin, C);
+		}
+		y->buf = new_buf(c, C);
+		if (y->buf < 0)
+			return perr(ps, line, "out of memory");
+		return add_step(c, &(struct step){.op = S_CONV, .y = y->buf, .a = x->buf, .b = -1,
+		                                   .weight = w->blob, .cin = cin, .cout = C});
+	}
+	if (!strcmp(op, "add") || !strcmp(op, "mul") || !strcmp(op, "sigmoid")) {
+		int unary = !strcmp(op, "sigmoid");
+		struct arg *xa = find_arg(args, nargs, "x"), *ya = find_arg(args, nargs, "y");
+		if (!xa || (!unary && !ya) || nargs != (unary ? 1 : 2))
+			return perr(ps, line, "%s '%s': arguments must be exactly %s", op, y->name,
+			            unary ? "x" : "x and y");
+		struct step s = {.op = unary ? S_SIGMOID : !strcmp(op, "add") ? S_ADD : S_MUL, .b = -1};
+		struct arg *ops[2] = {xa, ya};
+		int *slot[2] = {&s.a, &s.b};
+		int nscalar = 0;
+		for (int i = 0; i < (unary ? 1 : 2); i++) {
+			struct arg *a = ops[i];
+			if (a->v.k == V_FLOAT && !unary) {
+				// an inline scalar: costs the program one BLOBFILE slot
+				s.scalar = (float)a->v.f;
+				nscalar++;
+				if (!c->inline_scalar_line)
+					c->inline_scalar_line = line;
+				if (i == 0) { // keep the tensor in a
+					s.a = -2;
+				}
+				continue;
+			}
+			if (a->v.k != V_VAR)
+				return perr(ps, line, "%s '%s': %s must be a tensor name%s", op, y->name,
+				            a->key, unary ? "" : " or an fp16/fp32 scalar");
+			struct var *v = operand(c, line, op, a);
+			if (!v)
+				return -1;
+			if (!type_eq(&v->t, &y->t)) {
+				char vs[128];
+				type_str(&v->t, vs, sizeof vs);
+				type_str(&y->t, ts, sizeof ts);
+				return perr(ps, line, "%s '%s': %s '%s' is %s, the result is %s", op,
+				            y->name, a->key, v->name, vs, ts);
+			}
+			*slot[i] = v->buf;
+		}
+		if (nscalar == 2)
+			return perr(ps, line, "%s '%s': both operands are scalars", op, y->name);
+		if (s.a == -2) {
+			s.a = s.b;
+			s.b = -1;
+		}
+		y->buf = new_buf(c, C);
+		if (y->buf < 0)
+			return perr(ps, line, "out of memory");
+		s.y = y->buf;
+		return add_step(c, &s);
+	}
+	(void)opline;
+	return perr(ps, line, "op '%s' ('%s') is not supported: the accepted set is const, conv, add, mul, sigmoid",
+	            op, y->name);
+}
+
+static int
+parse_stmt(struct compiler *c)
+{
+	struct parser *ps = &c->ps;
+	struct type t;
+	char name[MAX_NAME], op[MAX_NAME];
+	int line = peek(ps)->line;
+	if (parse_type(ps, &t) || take_ident(ps, name, sizeof name) || expect_punct(ps, '='))
+		return -1;
+	int opline = peek(ps)->line;
+	if (take_ident(ps, op, sizeof op))
+		return -1;
+	for (size_t i = 0; i < sizeof banned / sizeof banned[0]; i++)
+		if (!strcmp(op, banned[i].op))
+			return perr(ps, opline, "op '%s' ('%s') is not allowed: %s", op, name,
+			            banned[i].why);
+	if (strcmp(op, "const") && strcmp(op, "conv") && strcmp(op, "add") && strcmp(op, "mul") &&
+	    strcmp(op, "sigmoid"))
+		return perr(ps, opline,
+		            "op '%s' ('%s') is not supported: the accepted set is const, conv, add, mul, sigmoid",
+		            op, name);
+	struct arg args[16], attrs[8];
+	int nargs, nattrs;
+	if (expect_punct(ps, '(') || parse_args(ps, ')', args, 16, &nargs) ||
+	    expect_punct(ps, '[') || parse_args(ps, ']', attrs, 8, &nattrs) || expect_punct(ps, ';'))
+		return -1;
+	struct arg *nm = find_arg(attrs, nattrs, "name");
+	if (!nm || nm->v.k != V_STR)
+		return perr(ps, line, "'%s' has no name = string(...) attribute", name);
+	if (strcmp(nm->v.s, name))
+		return perr(ps, line, "'%s' is named \"%s\"; the seed dialect names each op after its result",
+		            name, nm->v.s);
+	struct var *v = add_var(c, name, strcmp(op, "const") ? VAR_OP : VAR_CONST, line, &t);
+	if (!v)
+		return -1;
+	if (v->kind == VAR_CONST) {
+		if (nargs)
+			return perr(ps, line, "const '%s' takes no arguments", name);
+		return do_const(c, v, attrs, nattrs);
+	}
+	if (nattrs != 1)
+		return perr(ps, line, "op '%s': the only attribute allowed is name", name);
+	return do_op(c, v, op, opline, args, nargs);
+}
+
+static int
+parse_program(struct compiler *c)
+{
+	struct parser *ps = &c->ps;
+	struct emu_kernel *k = c->k;
+	long long ver;
+	if (expect_word(ps, "program") || expect_punct(ps, '('))
+		return -1;
+	struct tok *vt = next(ps);
+	if (vt->k != T_NUM || vt->n != 3 || memcmp(vt->s, "1.3", 3))
+		return perr(ps, vt->line, "program version must be 1.3");
+	if (expect_punct(ps, ')'))
+		return -1;
+	// [buildInfo = dict<...>(...)]: skipped, balanced
+	if (!is_punct(peek(ps), '['))
+		return perr(ps, peek(ps)->line, "expected the [buildInfo = ...] line");
+	int depth = 0;
+	do {
+		struct tok *t = next(ps);
+		if (t->k == T_EOF)
+			return perr(ps, t->line, "unterminated buildInfo");
+		if (is_punct(t, '[') || is_punct(t, '(') || is_punct(t, '{'))
+			depth++;
+		else if (is_punct(t, ']') || is_punct(t, ')') || is_punct(t, '}'))
+			depth--;
+	} while (depth > 0);
+	if (expect_punct(ps, '{') || expect_word(ps, "func") || expect_word(ps, "main") ||
+	    expect_punct(ps, '<') || expect_word(ps, "ios18") || expect_punct(ps, '>') ||
+	    expect_punct(ps, '('))
+		return -1;
+	(void)ver;
+	// inputs
+	for (;;) {
+		struct type t;
+		char name[MAX_NAME];
+		int line = peek(ps)->line;
+		if (parse_type(ps, &t) || take_ident(ps, name, sizeof name))
+			return -1;
+		if (check_act(c, line, name, &t))
+			return -1;
+		struct var *v = add_var(c, name, VAR_INPUT, line, &t);
+		if (!v)
+			return -1;
+		v->buf = new_buf(c, (size_t)t.dims[1]);
+		struct io *in = realloc(k->in, (size_t)(k->nin + 1) * sizeof *in);
+		if (v->buf < 0 || !in)
+			return perr(ps, line, "out of memory");
+		k->in = in;
+		memset(&k->in[k->nin], 0, sizeof *in);
+		snprintf(k->in[k->nin].name, MAX_NAME, "%s", name);
+		k->in[k->nin++].buf = v->buf;
+		if (!is_punct(peek(ps), ','))
+			break;
+		next(ps);
+	}
+	if (expect_punct(ps, ')') || expect_punct(ps, '{'))
+		return -1;
+	while (!is_punct(peek(ps), '}')) {
+		if (peek(ps)->k == T_EOF)
+			return perr(ps, peek(ps)->line, "unexpected end of program");
+		if (parse_stmt(c))
+			return -1;
+	}
+	next(ps);
+	if (peek(ps)->k != T_ARROW)
+		return perr(ps, peek(ps)->line, "expected '-> (outputs)' after the body");
+	next(ps);
+	if (expect_punct(ps, '('))
+		return -1;
+	for (;;) {
+		char name[MAX_NAME];
+		int line = peek(ps)->line;
+		if (take_ident(ps, name, sizeof name))
+			return -1;
+		struct var *v = find_var(c, name);
+		if (!v)
+			return perr(ps, line, "output '%s' is not defined", name);
+		if (v->kind != VAR_OP)
+			return perr(ps, line, "output '%s' is %s, not the result of an op", name,
+			            v->kind == VAR_INPUT ? "an input" : "a const");
+		for (int i = 0; i < k->nout; i++)
+			if (!strcmp(k->out[i].name, name))
+				return perr(ps, line, "output '%s' returned twice", name);
+		struct io *o = realloc(k->out, (size_t)(k->nout + 1) * sizeof *o);
+		if (!o)
+			return perr(ps, line, "out of memory");
+		k->out = o;
+		memset(&k->out[k->nout], 0, sizeof *o);
+		snprintf(k->out[k->nout].name, MAX_NAME, "%s", name);
+		k->out[k->nout++].buf = v->buf;
+		if (!is_punct(peek(ps), ','))
+			break;
+		next(ps);
+	}
+	if (expect_punct(ps, ')') || expect_punct(ps, ';') || expect_punct(ps, '}'))
+		return -1;
+	if (peek(ps)->k != T_EOF)
+		return perr(ps, peek(ps)->line, "text after the end of the program");
+	// the slot budget
+	int limit = c->inline_scalar_line ? ANE_EMU_SLOTS - 1 : ANE_EMU_SLOTS;
+	if (c->nblob > limit) {
+		if (c->inline_scalar_line)
+			return perr(ps, c->inline_scalar_line,
+			            "%d BLOBFILE consts, but the ANE takes at most %d once an op has an inline scalar (this one)",
+			            c->nblob, limit);
+		return perr(ps, 0, "%d BLOBFILE consts, the ANE takes at most %d per program", c->nblob,
+		            limit);
+	}
+	return 0;
+}
+
+// ---------------------------------------------------------------------------
+// compile
+
+static void
+compiler_release(struct compiler *c)
+{
+	for (int i = 0; i < c->nbf; i++) {
+		if (c->bf[i].map)
+			munmap(c->bf[i].map, c->bf[i].len);
+		free(c->bf[i].chunks);
+	}
+	free(c->bf);
+	free(c->vars);
+	free(c->ps.toks);
+}
+
+static void *
+alloc64(size_t n)
+{
+	void *p = NULL;
+	if (posix_memalign(&p, 64, n ? n : 64))
+		return NULL;
+	return p;
+}
+
+struct emu_kernel *
+emu_compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles, char *err)
+{
+	struct emu_kernel *k = calloc(1, sizeof *k);
+	struct compiler c = {.files = files, .nfiles = nfiles};
+	if (!k) {
+		ad_err(err, "emu: out of memory");
+		return NULL;
+	}
+	k->e = e;
+	c.k = k;
+	c.ps.src = mil;
+	c.ps.err = err;
+	if (!mil) {
+		ad_err(err, "emu: no program text");
+		goto fail;
+	}
+	if (tokenize(&c.ps) || parse_program(&c))
+		goto fail;
+	// repack every weight a conv uses; unused BLOBFILE consts are only checked
+	for (int s = 0; s < k->nsteps; s++) {
+		struct step *st = &k->steps[s];
+		if (st->op != S_CONV)
+			continue;
+		struct weight *w = &k->weights[st->weight];
+		if (w->panels)
+			continue;
+		w->panels = alloc64(emu_panel_bytes(w->cout, w->cin));
+		if (!w->panels) {
+			ad_err(err, "emu: out of memory for %zu x %zu weights", w->cout, w->cin);
+			goto fail;
+		}
+		// the payload may sit at any (even) offset: copy rows out aligned
+		uint16_t *row = malloc(w->cin * 2);
+		if (!row) {
+			ad_err(err, "emu: out of memory");
+			goto fail;
+		}
+		size_t np = (w->cout + PANEL - 1) / PANEL;
+		for (size_t p = 0; p < np; p++) {
+			uint16_t *dst = w->panels + p * w->cin * PANEL;
+			for (size_t r = 0; r < PANEL; r++) {
+				size_t o = p * PANEL + r;
+				if (o < w->cout)
+					memcpy(row, w->payload + o * w->cin * 2, w->cin * 2);
+				for (size_t i = 0; i < w->cin; i++)
+					dst[i * PANEL + r] = o < w->cout ? row[i] : 0;
+			}
+		}
+		free(row);
+		k->weight_bytes += (uint64_t)w->cout * w->cin * 2;
+	}
+	for (int i = 0; i < k->nweights; i++)
+		k->weights[i].payload = NULL; // the file is unmapped below
+	for (int i = 0; i < k->nbufs; i++) {
+		k->bufs[i].data = alloc64(k->width * k->bufs[i].channels * sizeof(float));
+		if (!k->bufs[i].data) {
+			ad_err(err, "emu: out of memory for activations");
+			goto fail;
+		}
+	}
+	const struct ane_layout *ls[64];
+	for (int dir = 0; dir < 2; dir++) {
+		struct io *io = dir ? k->out : k->in;
+		int n = dir ? k->nout : k->nin;
+		for (int i = 0; i < n; i++) {
+			if (ane_layout_init(&io[i].layout, k->bufs[io[i].buf].channels, 1, k->width, 2,
+			                    err) < 0)
+				goto fail;
+			if (i < 64)
+				ls[i] = &io[i].layout;
+		}
+		size_t cap = ane_surface_capacity(ls, n < 64 ? n : 64);
+		for (int i = 64; i < n; i++)
+			cap = io[i].layout.nbytes > cap ? io[i].layout.nbytes : cap;
+		if (dir)
+			k->out_cap = cap;
+		else
+			k->in_cap = cap;
+	}
+	compiler_release(&c);
+	return k;
+fail:
+	compiler_release(&c);
+	emu_kernel_free(k);
+	return NULL;
+}
+
+void
+emu_kernel_free(struct emu_kernel *k)
+{
+	if (!k)
+		return;
+	for (int i = 0; i < k->nweights; i++)
+		free(k->weights[i].panels);
+	for (int i = 0; i < k->nbufs; i++)
+		free(k->bufs[i].data);
+	free(k->weights);
+	free(k->bufs);
+	free(k->steps);
+	free(k->in);
+	free(k->out);
+	free(k);
+}
+
+int
+emu_ninputs(const struct emu_kernel *k)
+{
+	return k->nin;
+}
+
+int
+emu_noutputs(const struct emu_kernel *k)
+{
+	return k->nout;
+}
+
+const char *
+emu_input_name(const struct emu_kernel *k, int i)
+{
+	return i >= 0 && i < k->nin ? k->in[i].name : NULL;
+}
+
+const char *
+emu_output_name(const struct emu_kernel *k, int i)
+{
+	return i >= 0 && i < k->nout ? k->out[i].name : NULL;
+}
+
+const struct ane_layout *
+emu_input_layout(const struct emu_kernel *k, int i)
+{
+	return i >= 0 && i < k->nin ? &k->in[i].layout : NULL;
+}
+
+const struct ane_layout *
+emu_output_layout(const struct emu_kernel *k, int i)
+{
+	return i >= 0 && i < k->nout ? &k->out[i].layout : NULL;
+}
+
+size_t
+emu_width(const struct emu_kernel *k)
+{
+	return k->width;
+}
+
+size_t
+emu_input_capacity(const struct emu_kernel *k)
+{
+	return k->in_cap;
+}
+
+size_t
+emu_output_capacity(const struct emu_kernel *k)
+{
+	return k->out_cap;
+}
+
+uint64_t
+emu_weight_bytes(const struct emu_kernel *k)
+{
+	return k->weight_bytes;
+}
+
+int
+emu_nblobfiles(const struct emu_kernel *k)
+{
+	return k->nweights;
+}
+
+// ---------------------------------------------------------------------------
+// eval
+
+struct conv_job {
+	const uint16_t *panels;
+	size_t cout, cin, ncols;
+	const float *x;
+	float *y;
+	size_t npanels, per_task;
+	int ref;
+};
+
+static void
+conv_task(void *arg, size_t t)
+{
+	struct conv_job *j = arg;
+	size_t p0 = t * j->per_task, p1 = p0 + j->per_task;
+	if (p1 > j->npanels)
+		p1 = j->npanels;
+	if (p0 >= p1)
+		return;
+	if (j->ref)
+		emu_conv_ref(j->panels, j->cout, j->cin, j->x, j->ncols, j->y, p0, p1);
+	else
+		emu_conv_fast(j->panels, j->cout, j->cin, j->x, j->ncols, j->y, p0, p1);
+}
+
+// below this many multiply-adds a conv runs on the calling thread alone
+#define PAR_MIN_MACS (1u << 18)
+
+static void
+run_conv(struct emu_kernel *k, const struct step *s, size_t ncols)
+{
+	struct emu *e = k->e;
+	struct conv_job j = {
+		.panels = k->weights[s->weight].panels,
+		.cout = s->cout,
+		.cin = s->cin,
+		.ncols = ncols,
+		.x = k->bufs[s->a].data,
+		.y = k->bufs[s->y].data,
+		.npanels = (s->cout + PANEL - 1) / PANEL,
+		.ref = e->force_ref,
+	};
+	size_t ntasks = 1;
+	if ((uint64_t)s->cout * s->cin * ncols >= PAR_MIN_MACS && e->nthreads > 1)
+		ntasks = (size_t)e->nthreads * 4; // a few per thread evens out the tail
+	if (ntasks > j.npanels)
+		ntasks = j.npanels;
+	j.per_task = (j.npanels + ntasks - 1) / ntasks;
+	ntasks = (j.npanels + j.per_task - 1) / j.per_task;
+	pool_run(&e->pool, conv_task, &j, ntasks);
+}
+
+static void
+run_elementwise(struct emu_kernel *k, const struct step *s, size_t n)
+{
+	float *y = k->bufs[s->y].data;
+	const float *a = k->bufs[s->a].data;
+	const float *b = s->b >= 0 ? k->bufs[s->b].data : NULL;
+	// the scalar operand is itself an fp16 constant on the device
+	float sc = round16(s->scalar);
+	switch (s->op) {
+	case S_ADD:
+		for (size_t i = 0; i < n; i++)
+			y[i] = a[i] + (b ? b[i] : sc);
+		break;
+	case S_MUL:
+		for (size_t i = 0; i < n; i++)
+			y[i] = a[i] * (b ? b[i] : sc);
+		break;
+	case S_SIGMOID:
+		for (size_t i = 0; i < n; i++)
+			y[i] = 1.0f / (1.0f + expf(-a[i]));
+		break;
+	default:
+		break;
+	}
+	round16_row(y, n);
+}
+
+int
+emu_eval(struct emu_kernel *k, const void *const *in, void *const *out, size_t ncols, char *err)
+{
+	if (ncols == 0)
+		ncols = k->width;
+	if (ncols > k->width)
+		return ad_err(err, "emu: %zu columns, the program is %zu wide", ncols, k->width);
+	for (int i = 0; i < k->nin; i++) {
+		if (!in || !in[i])
+			return ad_err(err, "emu: input %d (%s) has no surface", i, k->in[i].name);
+		struct bufdesc *b = &k->bufs[k->in[i].buf];
+		if (ane_gather_f32(&k->in[i].layout, in[i], b->data, ncols, b->channels, err) < 0)
+			return -1;
+	}
+	for (int i = 0; i < k->nout; i++)
+		if (!out || !out[i])
+			return ad_err(err, "emu: output %d (%s) has no surface", i, k->out[i].name);
+	for (int s = 0; s < k->nsteps; s++) {
+		const struct step *st = &k->steps[s];
+		if (st->op == S_CONV)
+			run_conv(k, st, ncols);
+		else
+			run_elementwise(k, st, ncols * k->bufs[st->y].channels);
+	}
+	for (int i = 0; i < k->nout; i++) {
+		struct bufdesc *b = &k->bufs[k->out[i].buf];
+		if (ane_scatter_f32(&k->out[i].layout, out[i], b->data, ncols, b->channels, err) < 0)
+			return -1;
+	}
+	return 0;
+}

@@ -1,0 +1,155 @@
+#include "layout.h"
+
+#include <string.h>
+
+#include "err.h"
+#include "fp16.h"
+
+static size_t
+max_sz(size_t a, size_t b)
+{
+	return a > b ? a : b;
+}
+
+int
+ane_layout_from_strides(struct ane_layout *l, size_t channels, size_t height, size_t width,
+                        size_t elem, size_t row_stride, size_t plane_stride,
+                        size_t batch_stride, size_t batches, char *err)
+{
+	memset(l, 0, sizeof *l);
+	if (!channels || !height || !width)
+		return ad_err(err, "layout: zero size [1, %zu, %zu, %zu]", channels, height, width);
+	if (elem != 2 && elem != 4)
+		return ad_err(err, "layout: element size %zu is neither 2 nor 4", elem);
+	if (!batch_stride)
+		batch_stride = plane_stride * channels;
+	if (!batches)
+		batches = 1;
+	// the tensor must fit its own strides, and nothing may overflow
+	if (width > SIZE_MAX / elem || row_stride < width * elem || height > SIZE_MAX / row_stride ||
+	    plane_stride < row_stride * height || channels > SIZE_MAX / plane_stride ||
+	    batch_stride < plane_stride * channels || batches > SIZE_MAX / batch_stride)
+		return ad_err(err, "layout: strides row %zu plane %zu batch %zu cannot hold [%zu, %zu, %zu, %zu] x %zu bytes",
+		              row_stride, plane_stride, batch_stride, batches, channels, height, width,
+		              elem);
+	*l = (struct ane_layout){
+		.elem = elem,
+		.channels = channels,
+		.height = height,
+		.width = width,
+		.batches = batches,
+		.row_stride = row_stride,
+		.plane_stride = plane_stride,
+		.batch_stride = batch_stride,
+		.nbytes = batch_stride * batches,
+	};
+	return 0;
+}
+
+int
+ane_layout_init(struct ane_layout *l, size_t channels, size_t height, size_t width, size_t elem,
+                char *err)
+{
+	if (!channels || !height || !width || (elem != 2 && elem != 4) ||
+	    width > (SIZE_MAX >> 8) / elem || height > (SIZE_MAX >> 8) / (width * elem + 64))
+		return ad_err(err, "layout: bad tensor [1, %zu, %zu, %zu] x %zu bytes", channels,
+		              height, width, elem);
+	size_t row = max_sz(ANE_MIN_STRIDE, width * elem);
+	size_t plane = max_sz(ANE_MIN_STRIDE, row * height);
+	if (channels > SIZE_MAX / plane)
+		return ad_err(err, "layout: %zu channels overflow", channels);
+	return ane_layout_from_strides(l, channels, height, width, elem, row, plane, plane * channels,
+	                               1, err);
+}
+
+int
+ane_layout_contiguous(const struct ane_layout *l)
+{
+	return l->row_stride == l->width * l->elem && l->plane_stride == l->row_stride * l->height &&
+	       l->batch_stride == l->plane_stride * l->channels;
+}
+
+size_t
+ane_surface_capacity(const struct ane_layout *const *ls, int n)
+{
+	size_t cap = ANE_MIN_SURFACE;
+	for (int i = 0; i < n; i++)
+		cap = max_sz(cap, ls[i]->nbytes);
+	return cap;
+}
+
+static int
+check_io(const struct ane_layout *l, size_t ncols, size_t ld, char *err)
+{
+	if (l->elem != 2 || l->height != 1)
+		return ad_err(err, "layout: scatter/gather needs fp16 with height 1 (have %zu-byte, height %zu)",
+		              l->elem, l->height);
+	if (ncols > l->width)
+		return ad_err(err, "layout: %zu columns, the surface holds %zu", ncols, l->width);
+	if (ld < l->channels)
+		return ad_err(err, "layout: row length %zu < %zu channels", ld, l->channels);
+	return 0;
+}
+
+// transposes in tiles so that both sides stay in cache
+#define TILE 32
+
+int
+ane_scatter_f32(const struct ane_layout *l, void *surf, const float *x, size_t ncols, size_t ld,
+                char *err)
+{
+	if (check_io(l, ncols, ld, err) < 0)
+		return -1;
+	uint8_t *base = surf;
+	size_t C = l->channels;
+	if (ncols == 1) {
+		for (size_t c = 0; c < C; c++)
+			*(uint16_t *)(base + c * l->plane_stride) = ad_f32_to_fp16(x[c]);
+		return 0;
+	}
+	float tf[TILE];
+	uint16_t th[TILE];
+	for (size_t c0 = 0; c0 < C; c0 += TILE) {
+		size_t nc = C - c0 < TILE ? C - c0 : TILE;
+		for (size_t j0 = 0; j0 < ncols; j0 += TILE) {
+			size_t nj = ncols - j0 < TILE ? ncols - j0 : TILE;
+			for (size_t c = 0; c < nc; c++) {
+				for (size_t j = 0; j < nj; j++)
+					tf[j] = x[(j0 + j) * ld + c0 + c];
+				ad_f32_to_fp16_row(tf, th, nj);
+				memcpy(base + (c0 + c) * l->plane_stride + j0 * 2, th, nj * 2);
+			}
+		}
+	}
+	return 0;
+}
+
+int
+ane_gather_f32(const struct ane_layout *l, const void *surf, float *x, size_t ncols, size_t ld,
+               char *err)
+{
+	if (check_io(l, ncols, ld, err) < 0)
+		return -1;
+	const uint8_t *base = surf;
+	size_t C = l->channels;
+	if (ncols == 1) {
+		for (size_t c = 0; c < C; c++)
+			x[c] = ad_fp16_to_f32(*(const uint16_t *)(base + c * l->plane_stride));
+		return 0;
+	}
+	float tf[TILE];
+	uint16_t th[TILE];
+	for (size_t c0 = 0; c0 < C; c0 += TILE) {
+		size_t nc = C - c0 < TILE ? C - c0 : TILE;
+		for (size_t j0 = 0; j0 < ncols; j0 += TILE) {
+			size_t nj = ncols - j0 < TILE ? ncols - j0 : TILE;
+			for (size_t c = 0; c < nc; c++) {
+				memcpy(th, base + (c0 + c) * l->plane_stride + j0 * 2, nj * 2);
+				ad_fp16_to_f32_row(th, tf, nj);
+				for (size_t j = 0; j < nj; j++)
+					x[(j0 + j) * ld + c0 + c] = tf[j];
+			}
+		}
+	}
+	return 0;
+}

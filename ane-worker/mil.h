@@ -1,0 +1,78 @@
+// mil.h - generator of the MIL text the ANE compiler accepts.
+//
+// Emits exactly one dialect: the one of the seed project (fp16 I/O, named
+// conv constants, one weight const right before each 1x1 conv, add / mul /
+// sigmoid tensor x tensor, every op named after its result). Programs have
+// the form
+//
+//   program(1.3) / buildInfo line / { / func main<ios18>(inputs) { /
+//   constant block / body / } -> (outputs); / }
+//
+// Tensors are [1, C, 1, W] fp16: C channels, W token columns. Weights are
+// [COUT, CIN, 1, 1] fp16 constants read from a blob file (blob.h) at the
+// offset of their chunk header. The text is built in memory; ane_mil_text
+// hands it over (caller frees). A builder that hits an error (bad sizes,
+// out of memory) remembers the first one and every later call is a no-op,
+// so callers check once at the end.
+//
+// Kernels (the ones the engine uses), all one input i0 and one output o0,
+// all reading "@model_path/weights/w.bin":
+//   ane_mil_proj  one conv cin -> cout, chunk at 64. Serves a single
+//                 projection, the fused QKV (rows [Wq; Wk; Wv]), o, the split
+//                 FFN (up: rows [Wgate; Wup], then down) and every LM-head
+//                 chunk (width 1).
+//   ane_mil_ffn   fused FFN: gate conv, up conv, sigmoid, mul, mul, down
+//                 conv, chunks gate / up / down.
+#ifndef ANE_MIL_H
+#define ANE_MIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ANE_MIL_WEIGHT_FILE "w.bin"
+#define ANE_MIL_WEIGHT_PATH "@model_path/weights/" ANE_MIL_WEIGHT_FILE
+
+// the ANE rejects programs with more weight constants than this
+#define ANE_MIL_MAX_BLOBFILES 16
+
+// the largest dimension the generator accepts; larger is certainly a bug
+#define ANE_MIL_MAX_DIM (1 << 24)
+
+struct ane_mil {
+	char *buf;
+	size_t len, cap;
+	int nweights; // weight consts emitted so far (w0, w1, ...)
+	int body;     // inputs closed, constant block emitted
+	int failed;
+	char err[256];
+};
+
+void ane_mil_init(struct ane_mil *m);
+void ane_mil_free(struct ane_mil *m);
+
+// declare an input tensor<fp16, [1, c, 1, w]> name; all inputs come first
+void ane_mil_input(struct ane_mil *m, const char *name, int c, int w);
+
+// y = conv(x, weight [cout, cin, 1, 1] at blob offset off); the weight
+// const is named "w<k>" for the k-th conv of the program
+void ane_mil_conv(struct ane_mil *m, const char *y, const char *x, int cout, int cin, int w,
+                  uint64_t off);
+void ane_mil_add(struct ane_mil *m, const char *y, const char *a, const char *b, int c, int w);
+void ane_mil_mul(struct ane_mil *m, const char *y, const char *a, const char *b, int c, int w);
+void ane_mil_sigmoid(struct ane_mil *m, const char *y, const char *x, int c, int w);
+
+// close the function returning the nout names; returns the malloc'd text
+// (the builder is emptied) or NULL with the first error in err
+char *ane_mil_finish(struct ane_mil *m, const char *const *outs, int nout, char *err);
+
+// the kernels above; NULL and err on bad sizes
+char *ane_mil_proj(int cin, int cout, int width, char *err);
+char *ane_mil_ffn(int hidden, int inter, int width, char *err);
+
+// LM-head split: rows per head kernel so that no blob exceeds 512 MiB,
+// min(vocab, max(1, floor(512 MiB / (hidden * 2)))); and how many kernels
+#define ANE_HEAD_TARGET_BYTES ((uint64_t)512 << 20)
+int ane_head_chunk_rows(int hidden, int vocab);
+int ane_head_nchunks(int hidden, int vocab);
+
+#endif

@@ -1,0 +1,281 @@
+// test-blob: the weight-blob writer byte for byte against the reference
+// files, streaming from several buffers, and the reader's refusals.
+#include <stdint.h>
+#include <string.h>
+
+#include "blob.h"
+#include "err.h"
+#include "fp16.h"
+#include "t.h"
+
+#pragma GCC diagnostic ignored "-Wformat-zero-length" // CHECK without a message
+#include "wtype.h"
+
+static char *
+tmp_path(const char *name)
+{
+	static char p[4][512];
+	static int k;
+	char *s = p[k++ & 3];
+	snprintf(s, 512, "%s/%s", t_tmpdir(), name);
+	return s;
+}
+
+static void
+check_same(const char *path, const char *golden)
+{
+	char g[512];
+	size_t n, m;
+	snprintf(g, sizeof g, "%s/ane/%s", T_DATA, golden);
+	uint8_t *a = t_read_file(path, &n), *b = t_read_file(g, &m);
+	REQUIRE(a && b, "cannot read %s or %s", path, g);
+	CHECK(n == m, "%s: %zu bytes, golden %zu", golden, n, m);
+	CHECK(n == m && !memcmp(a, b, n), "%s differs", golden);
+	free(a);
+	free(b);
+}
+
+static uint32_t
+u32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+// Espresso's ffn fixture: w1 = i + 0.5, w3 = i + 400.75 from f32 buffers
+static void
+test_ffn_ref(void)
+{
+	char err[AD_ERRLEN];
+	float w1[24], w3[24];
+	for (int i = 0; i < 24; i++) {
+		w1[i] = i + 0.5f;
+		w3[i] = i + 400.75f;
+	}
+	struct ane_blob_writer w;
+	uint64_t off[2];
+	const char *p = tmp_path("ffn.bin");
+	REQUIRE(ane_blob_open(&w, p, err) == 0, "%s", err);
+	CHECK(ane_blob_add(&w, &(struct ane_wsrc){w1, AD_TYPE_F32, 24}, &off[0], err) == 0, "%s", err);
+	CHECK(ane_blob_add(&w, &(struct ane_wsrc){w3, AD_TYPE_F32, 24}, &off[1], err) == 0, "%s", err);
+	REQUIRE(ane_blob_close(&w, err) == 0, "%s", err);
+	CHECK(off[0] == 64 && off[1] == 176, "%llu %llu", (unsigned long long)off[0],
+	      (unsigned long long)off[1]);
+	check_same(p, "ffn_blob_ref.bin");
+}
+
+// qkv fixture written as ONE stream per chunk from fp16 buffers in pieces
+static void
+test_qkv_ref_fp16_pieces(void)
+{
+	char err[AD_ERRLEN];
+	uint16_t q[16], k[16], v[16];
+	for (int i = 0; i < 16; i++) {
+		q[i] = ad_f32_to_fp16(i + 0.125f);
+		k[i] = ad_f32_to_fp16(i + 100.25f);
+		v[i] = ad_f32_to_fp16(i - 50.5f);
+	}
+	const uint16_t *src[3] = {q, k, v};
+	struct ane_blob_writer w;
+	uint64_t off[3];
+	const char *p = tmp_path("qkv.bin");
+	REQUIRE(ane_blob_open(&w, p, err) == 0, "%s", err);
+	for (int c = 0; c < 3; c++) {
+		CHECK(ane_blob_begin(&w, 16, &off[c], err) == 0, "%s", err);
+		// in three uneven pieces
+		CHECK(ane_blob_put(&w, &(struct ane_wsrc){src[c], AD_TYPE_F16, 5}, err) == 0);
+		CHECK(ane_blob_put(&w, &(struct ane_wsrc){src[c] + 5, AD_TYPE_F16, 10}, err) == 0);
+		CHECK(ane_blob_put(&w, &(struct ane_wsrc){src[c] + 15, AD_TYPE_F16, 1}, err) == 0);
+		CHECK(ane_blob_end(&w, err) == 0, "%s", err);
+	}
+	REQUIRE(ane_blob_close(&w, err) == 0, "%s", err);
+	CHECK(off[0] == 64 && off[1] == 160 && off[2] == 256);
+	check_same(p, "qkv_blob_ref.bin");
+}
+
+// the seed's weights.zig vector: a = 0.5 i, b = -0.25 i
+static void
+test_seed_vector(void)
+{
+	char err[AD_ERRLEN];
+	float a[24], b[24];
+	for (int i = 0; i < 24; i++) {
+		a[i] = 0.5f * i;
+		b[i] = -0.25f * i;
+	}
+	const char *p = tmp_path("seed.bin");
+	struct ane_wsrc parts[2] = {{a, AD_TYPE_F32, 24}, {b, AD_TYPE_F32, 24}};
+	// as one fused-FFN-like two-chunk file
+	struct ane_blob_writer w;
+	REQUIRE(ane_blob_open(&w, p, err) == 0);
+	CHECK(ane_blob_add(&w, &parts[0], NULL, err) == 0);
+	CHECK(ane_blob_add(&w, &parts[1], NULL, err) == 0);
+	REQUIRE(ane_blob_close(&w, err) == 0);
+	size_t n;
+	uint8_t *img = t_read_file(p, &n);
+	REQUIRE(img && n == 288);
+	CHECK(img[64] == 0xEF && img[67] == 0xDE);
+	CHECK(u32(img + 72) == 48 && u32(img + 184) == 48);
+	CHECK(u32(img + 80) == 128 && u32(img + 192) == 240);
+	for (int i = 0; i < 24; i++)
+		CHECK(ad_fp16_to_f32((uint16_t)(img[128 + 2 * i] | img[129 + 2 * i] << 8)) == a[i]);
+	free(img);
+	check_same(p, "seed_blob_ref.bin");
+}
+
+static void
+test_offsets(void)
+{
+	uint64_t off[3], sizes[3] = {96, 192, 48};
+	CHECK(ane_blob_offsets(sizes, 3, off) == 592);
+	CHECK(off[0] == 64 && off[1] == 224 && off[2] == 480);
+	uint64_t g = 1769472, ffn[3] = {g, g, g};
+	CHECK(ane_blob_offsets(ffn, 3, off) == 5308672);
+	CHECK(off[0] == 64 && off[1] == 1769600 && off[2] == 3539136);
+}
+
+// kernel helpers: QKV rows from three buffers make one chunk; FFN three
+static void
+test_kernel_blobs(void)
+{
+	char err[AD_ERRLEN];
+	float q[8 * 4], k[2 * 4], v[2 * 4];
+	for (int i = 0; i < 32; i++)
+		q[i] = (float)i;
+	for (int i = 0; i < 8; i++) {
+		k[i] = 100.0f + i;
+		v[i] = -100.0f - i;
+	}
+	const char *p = tmp_path("qkvk.bin");
+	struct ane_wsrc parts[3] = {{q, AD_TYPE_F32, 32}, {k, AD_TYPE_F32, 8}, {v, AD_TYPE_F32, 8}};
+	REQUIRE(ane_blob_write_proj(p, parts, 3, err) == 0, "%s", err);
+	size_t n;
+	uint8_t *img = t_read_file(p, &n);
+	REQUIRE(img && n == 64 + 64 + 48 * 2);
+	struct ane_blob_chunk ch[4];
+	CHECK(ane_blob_scan(img, n, ch, 4, err) == 1, "%s", err);
+	CHECK(ch[0].header == 64 && ch[0].data == 128 && ch[0].bytes == 96);
+	// row 8 (first of Wk) starts at element 32
+	CHECK(ad_fp16_to_f32((uint16_t)(img[128 + 64] | img[129 + 64] << 8)) == 100.0f);
+	free(img);
+
+	float g[6], u[6], d[6];
+	for (int i = 0; i < 6; i++)
+		g[i] = u[i] = d[i] = (float)i;
+	p = tmp_path("ffnk.bin");
+	struct ane_wsrc gs = {g, AD_TYPE_F32, 6}, us = {u, AD_TYPE_F32, 6}, ds = {d, AD_TYPE_F32, 6};
+	REQUIRE(ane_blob_write_ffn(p, &gs, &us, &ds, err) == 0, "%s", err);
+	img = t_read_file(p, &n);
+	REQUIRE(img);
+	CHECK(ane_blob_scan(img, n, ch, 4, err) == 3, "%s", err);
+	CHECK(ch[1].header == 64 + 64 + 12 && ch[2].data == ch[2].header + 64);
+	free(img);
+	ds.n = 5;
+	CHECK(ane_blob_write_ffn(p, &gs, &us, &ds, err) < 0);
+	CHECK(strstr(err, "differ"), "%s", err);
+}
+
+static void
+test_writer_errors(void)
+{
+	char err[AD_ERRLEN];
+	struct ane_blob_writer w;
+	float x[4] = {1, 2, 3, 4};
+	const char *p = tmp_path("bad.bin");
+
+	// short chunk
+	REQUIRE(ane_blob_open(&w, p, err) == 0);
+	CHECK(ane_blob_begin(&w, 4, NULL, err) == 0);
+	CHECK(ane_blob_put(&w, &(struct ane_wsrc){x, AD_TYPE_F32, 3}, err) == 0);
+	CHECK(ane_blob_end(&w, err) < 0);
+	CHECK(strstr(err, "header says"), "%s", err);
+	CHECK(ane_blob_close(&w, err) < 0);
+	CHECK(access(p, F_OK) != 0, "a failed file must be removed");
+
+	// overflowing chunk
+	REQUIRE(ane_blob_open(&w, p, err) == 0);
+	CHECK(ane_blob_begin(&w, 2, NULL, err) == 0);
+	CHECK(ane_blob_put(&w, &(struct ane_wsrc){x, AD_TYPE_F32, 4}, err) < 0);
+	CHECK(strstr(err, "overflow"), "%s", err);
+	ane_blob_abort(&w);
+
+	// a type the writer does not convert
+	REQUIRE(ane_blob_open(&w, p, err) == 0);
+	CHECK(ane_blob_begin(&w, 4, NULL, err) == 0);
+	CHECK(ane_blob_put(&w, &(struct ane_wsrc){x, AD_TYPE_BF16, 4}, err) < 0);
+	CHECK(strstr(err, "neither"), "%s", err);
+	ane_blob_abort(&w);
+
+	// unfinished chunk at close, and an empty file
+	REQUIRE(ane_blob_open(&w, p, err) == 0);
+	CHECK(ane_blob_begin(&w, 4, NULL, err) == 0);
+	CHECK(ane_blob_close(&w, err) < 0);
+	CHECK(strstr(err, "unfinished"), "%s", err);
+	REQUIRE(ane_blob_open(&w, p, err) == 0);
+	CHECK(ane_blob_close(&w, err) < 0);
+	CHECK(strstr(err, "no chunks"), "%s", err);
+
+	// a directory that does not exist
+	CHECK(ane_blob_open(&w, "/nonexistent-dir/x.bin", err) < 0);
+	CHECK(strstr(err, "create"), "%s", err);
+}
+
+static void
+test_scan_errors(void)
+{
+	char err[AD_ERRLEN], g[512];
+	size_t n;
+	snprintf(g, sizeof g, "%s/ane/ffn_blob_ref.bin", T_DATA);
+	uint8_t *img = t_read_file(g, &n);
+	REQUIRE(img && n == 288);
+	struct ane_blob_chunk ch[2];
+	CHECK(ane_blob_scan(img, n, ch, 2, err) == 2, "%s", err);
+	CHECK(ch[1].header == 176 && ch[1].data == 240 && ch[1].bytes == 48);
+
+	// truncation anywhere is caught
+	CHECK(ane_blob_scan(img, 287, NULL, 0, err) < 0);
+	CHECK(strstr(err, "truncated"), "%s", err);
+	CHECK(ane_blob_scan(img, 200, NULL, 0, err) < 0);
+	CHECK(strstr(err, "truncated"), "%s", err);
+	CHECK(ane_blob_scan(img, 32, NULL, 0, err) < 0);
+	CHECK(ane_blob_scan(img, 64, NULL, 0, err) < 0);
+	CHECK(strstr(err, "no chunks"), "%s", err);
+
+	// the old constant data_off (128 in every chunk) is refused
+	uint8_t *bad = malloc(n);
+	memcpy(bad, img, n);
+	bad[176 + 16] = 128;
+	bad[176 + 17] = 0;
+	CHECK(ane_blob_scan(bad, n, NULL, 0, err) < 0);
+	CHECK(strstr(err, "data offset 128, expected 240"), "%s", err);
+
+	memcpy(bad, img, n);
+	bad[176] = 0;
+	CHECK(ane_blob_scan(bad, n, NULL, 0, err) < 0);
+	CHECK(strstr(err, "magic"), "%s", err);
+	memcpy(bad, img, n);
+	bad[68] = 2;
+	CHECK(ane_blob_scan(bad, n, NULL, 0, err) < 0);
+	CHECK(strstr(err, "version"), "%s", err);
+	memcpy(bad, img, n);
+	bad[4] = 0;
+	CHECK(ane_blob_scan(bad, n, NULL, 0, err) < 0);
+	CHECK(strstr(err, "file header"), "%s", err);
+	memcpy(bad, img, n);
+	bad[72] = 47; // odd payload size
+	CHECK(ane_blob_scan(bad, n, NULL, 0, err) < 0);
+	free(bad);
+	free(img);
+}
+
+int
+main(void)
+{
+	T_RUN(test_ffn_ref);
+	T_RUN(test_qkv_ref_fp16_pieces);
+	T_RUN(test_seed_vector);
+	T_RUN(test_offsets);
+	T_RUN(test_kernel_blobs);
+	T_RUN(test_writer_errors);
+	T_RUN(test_scan_errors);
+	return t_done();
+}

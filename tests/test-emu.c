@@ -1,0 +1,2 @@
+#include "t.h"
+int main(void){return t_done();}
