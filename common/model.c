@@ -1,0 +1,590 @@
+// model.c - architecture table, GGUF loading, tensor binding and validation.
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+#include "log.h"
+#include "wtype.h"
+
+// --- architecture table ------------------------------------------------------
+
+struct arch_info {
+	const char *name;
+	enum model_rope rope;
+	float rms_eps; // used when the file has no epsilon
+};
+
+static const struct arch_info arch_table[MODEL_ARCH_COUNT] = {
+	[MODEL_ARCH_LLAMA] = {"llama", MODEL_ROPE_NORM, 1e-5f},
+	[MODEL_ARCH_MISTRAL] = {"mistral", MODEL_ROPE_NORM, 1e-5f},
+	[MODEL_ARCH_SMOLLM3] = {"smollm3", MODEL_ROPE_NORM, 1e-6f},
+	[MODEL_ARCH_QWEN2] = {"qwen2", MODEL_ROPE_NEOX, 1e-6f},
+	[MODEL_ARCH_QWEN3] = {"qwen3", MODEL_ROPE_NEOX, 1e-6f},
+	[MODEL_ARCH_GEMMA2] = {"gemma2", MODEL_ROPE_NEOX, 1e-6f},
+	[MODEL_ARCH_GEMMA3] = {"gemma3", MODEL_ROPE_NEOX, 1e-6f},
+	[MODEL_ARCH_PHI3] = {"phi3", MODEL_ROPE_NEOX, 1e-5f},
+	[MODEL_ARCH_QWEN2MOE] = {"qwen2moe", MODEL_ROPE_NEOX, 1e-6f},
+};
+
+int
+model_arch_from_name(const char *name)
+{
+	for (int i = 0; i < MODEL_ARCH_COUNT; i++)
+		if (strcmp(arch_table[i].name, name) == 0)
+			return i;
+	return -1;
+}
+
+const char *
+model_arch_name(enum model_arch a)
+{
+	return (unsigned)a < MODEL_ARCH_COUNT ? arch_table[a].name : "?";
+}
+
+const char *
+model_rope_name(enum model_rope r)
+{
+	switch (r) {
+	case MODEL_ROPE_NORM: return "norm (adjacent pairs)";
+	case MODEL_ROPE_NEOX: return "neox (halves)";
+	default: return "auto";
+	}
+}
+
+// --- the tensor list ---------------------------------------------------------
+
+void
+model_init(struct model *m)
+{
+	memset(m, 0, sizeof *m);
+	m->hp.bos_id = -1;
+	m->hp.eos_id = -1;
+}
+
+void
+model_free(struct model *m)
+{
+	if (!m)
+		return;
+	for (int64_t i = 0; i < m->n_tensors; i++)
+		free((char *)m->tensors[i].name);
+	free(m->tensors);
+	free(m->layers);
+	if (m->src_free)
+		m->src_free(m->src);
+	gguf_close(m->gguf);
+	model_init(m);
+}
+
+int64_t
+model_tensor_nelem(const struct model_tensor *t)
+{
+	int64_t n = 1;
+	for (int i = 0; i < 4; i++)
+		n *= t->ne[i] ? t->ne[i] : 1;
+	return n;
+}
+
+int
+model_add_tensor(struct model *m, const char *name, uint32_t type, uint32_t n_dims,
+                 const int64_t *ne, const void *data, size_t nbytes, char *err)
+{
+	if (n_dims < 1 || n_dims > 4)
+		return ad_err(err, "tensor %s: %u dimensions", name, n_dims);
+	if (model_find_tensor(m, name))
+		return ad_err(err, "tensor %s appears twice", name);
+	if (m->n_tensors == m->cap_tensors) {
+		int64_t cap = m->cap_tensors ? 2 * m->cap_tensors : 64;
+		struct model_tensor *t = realloc(m->tensors, (size_t)cap * sizeof *t);
+		if (!t)
+			return ad_err(err, "out of memory");
+		m->tensors = t;
+		m->cap_tensors = cap;
+	}
+	struct model_tensor *t = &m->tensors[m->n_tensors];
+	memset(t, 0, sizeof *t);
+	t->name = strdup(name);
+	if (!t->name)
+		return ad_err(err, "out of memory");
+	t->type = type;
+	t->n_dims = n_dims;
+	for (int i = 0; i < 4; i++)
+		t->ne[i] = i < (int)n_dims ? ne[i] : 1;
+	t->data = data;
+	t->nbytes = nbytes;
+	m->n_tensors++;
+	return 0;
+}
+
+const struct model_tensor *
+model_find_tensor(const struct model *m, const char *name)
+{
+	// linear: a few hundred names, looked up once each at load time
+	for (int64_t i = 0; i < m->n_tensors; i++)
+		if (strcmp(m->tensors[i].name, name) == 0)
+			return &m->tensors[i];
+	return NULL;
+}
+
+size_t
+model_kv_bytes_per_pos(const struct model *m)
+{
+	const struct model_hparams *hp = &m->hp;
+	return (size_t)hp->n_layer * (size_t)hp->n_head_kv * (size_t)(hp->head_dim + hp->head_dim_v) * sizeof(float);
+}
+
+// --- binding -------------------------------------------------------------------
+
+enum { OPT = 0, REQ = 1 };
+
+// bind looks a tensor up by name, checks its type and shape (dims given
+// fastest first; trailing unit dims are fine) and copies the view into slot.
+static int
+bind(struct model *m, struct model_tensor *slot, int required, const char *name,
+     int64_t ne0, int64_t ne1, int64_t ne2, char *err)
+{
+	const struct model_tensor *t = model_find_tensor(m, name);
+	if (!t) {
+		if (required)
+			return ad_err(err, "missing tensor %s (needed by %s)", name, model_arch_name(m->arch));
+		memset(slot, 0, sizeof *slot);
+		return 0;
+	}
+	int64_t want[4] = {ne0, ne1 ? ne1 : 1, ne2 ? ne2 : 1, 1};
+	if (t->ne[0] != want[0] || t->ne[1] != want[1] || t->ne[2] != want[2] || t->ne[3] != want[3])
+		return ad_err(err, "tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, %lld]",
+		              name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+		              (long long)t->ne[3], (long long)want[0], (long long)want[1],
+		              (long long)want[2], (long long)want[3]);
+	if (!ad_type_supported(t->type)) {
+		const char *tn = ad_type_name(t->type);
+		if (tn)
+			return ad_err(err, "tensor %s has type %s, which is not supported", name, tn);
+		return ad_err(err, "tensor %s has unknown type id %u", name, t->type);
+	}
+	if (t->ne[0] % ad_type_block_size(t->type) != 0)
+		return ad_err(err, "tensor %s: row length %lld is not a multiple of the %s block size",
+		              name, (long long)t->ne[0], ad_type_name(t->type));
+	*slot = *t;
+	return 0;
+}
+
+static int
+bindl(struct model *m, struct model_tensor *slot, int required, int il, const char *what,
+      int64_t ne0, int64_t ne1, int64_t ne2, char *err)
+{
+	char name[96];
+	snprintf(name, sizeof name, "blk.%d.%s", il, what);
+	return bind(m, slot, required, name, ne0, ne1, ne2, err);
+}
+
+static int
+has_tensor_l(const struct model *m, int il, const char *what)
+{
+	char name[96];
+	snprintf(name, sizeof name, "blk.%d.%s", il, what);
+	return model_find_tensor(m, name) != NULL;
+}
+
+static int
+bind_layer(struct model *m, int il, char *err)
+{
+	const struct model_hparams *hp = &m->hp;
+	struct model_layer *L = &m->layers[il];
+	const int64_t E = hp->n_embd, hd = hp->head_dim, hdv = hp->head_dim_v;
+	const int64_t nq = hp->n_head * hd, nk = hp->n_head_kv * hd, nv = hp->n_head_kv * hdv;
+	const int64_t no = hp->n_head * hdv;
+	const enum model_arch a = m->arch;
+	int rc = 0;
+
+	rc |= bindl(m, &L->attn_norm, REQ, il, "attn_norm.weight", E, 0, 0, err);
+	if (rc)
+		return -1;
+
+	// attention projections
+	if (a == MODEL_ARCH_PHI3 && has_tensor_l(m, il, "attn_qkv.weight")) {
+		if (bindl(m, &L->wqkv, REQ, il, "attn_qkv.weight", E, nq + nk + nv, 0, err) ||
+		    bindl(m, &L->bqkv, OPT, il, "attn_qkv.bias", nq + nk + nv, 0, 0, err))
+			return -1;
+	} else {
+		if (bindl(m, &L->wq, REQ, il, "attn_q.weight", E, nq, 0, err) ||
+		    bindl(m, &L->wk, REQ, il, "attn_k.weight", E, nk, 0, err) ||
+		    bindl(m, &L->wv, REQ, il, "attn_v.weight", E, nv, 0, err))
+			return -1;
+		int bias = (a == MODEL_ARCH_QWEN2 || a == MODEL_ARCH_QWEN2MOE) ? REQ : OPT;
+		if (bindl(m, &L->bq, bias, il, "attn_q.bias", nq, 0, 0, err) ||
+		    bindl(m, &L->bk, bias, il, "attn_k.bias", nk, 0, 0, err) ||
+		    bindl(m, &L->bv, bias, il, "attn_v.bias", nv, 0, 0, err))
+			return -1;
+	}
+	if (bindl(m, &L->wo, REQ, il, "attn_output.weight", no, E, 0, err) ||
+	    bindl(m, &L->bo, OPT, il, "attn_output.bias", E, 0, 0, err))
+		return -1;
+
+	int qk_norm = (a == MODEL_ARCH_QWEN3 || a == MODEL_ARCH_GEMMA3) ? REQ : OPT;
+	if (bindl(m, &L->q_norm, qk_norm, il, "attn_q_norm.weight", hd, 0, 0, err) ||
+	    bindl(m, &L->k_norm, qk_norm, il, "attn_k_norm.weight", hd, 0, 0, err))
+		return -1;
+
+	int gemma = a == MODEL_ARCH_GEMMA2 || a == MODEL_ARCH_GEMMA3;
+	if (gemma) {
+		if (bindl(m, &L->post_attn_norm, REQ, il, "post_attention_norm.weight", E, 0, 0, err) ||
+		    bindl(m, &L->post_ffw_norm, REQ, il, "post_ffw_norm.weight", E, 0, 0, err))
+			return -1;
+	}
+	if (bindl(m, &L->ffn_norm, REQ, il, "ffn_norm.weight", E, 0, 0, err))
+		return -1;
+
+	// feed-forward
+	if (a == MODEL_ARCH_QWEN2MOE) {
+		const int64_t ne = hp->n_expert, fe = hp->n_ff_exp, fs = hp->n_ff_shexp;
+		if (bindl(m, &L->gate_inp, REQ, il, "ffn_gate_inp.weight", E, ne, 0, err) ||
+		    bindl(m, &L->gate_exps, REQ, il, "ffn_gate_exps.weight", E, fe, ne, err) ||
+		    bindl(m, &L->up_exps, REQ, il, "ffn_up_exps.weight", E, fe, ne, err) ||
+		    bindl(m, &L->down_exps, REQ, il, "ffn_down_exps.weight", fe, E, ne, err))
+			return -1;
+		if (fs > 0 &&
+		    (bindl(m, &L->gate_inp_shexp, OPT, il, "ffn_gate_inp_shexp.weight", E, 0, 0, err) ||
+		     bindl(m, &L->gate_shexp, REQ, il, "ffn_gate_shexp.weight", E, fs, 0, err) ||
+		     bindl(m, &L->up_shexp, REQ, il, "ffn_up_shexp.weight", E, fs, 0, err) ||
+		     bindl(m, &L->down_shexp, REQ, il, "ffn_down_shexp.weight", fs, E, 0, err)))
+			return -1;
+	} else if (a == MODEL_ARCH_PHI3) {
+		// gate and up fused: the first n_ff rows are the gate
+		if (bindl(m, &L->up, REQ, il, "ffn_up.weight", E, 2 * hp->n_ff, 0, err) ||
+		    bindl(m, &L->down, REQ, il, "ffn_down.weight", hp->n_ff, E, 0, err))
+			return -1;
+	} else {
+		if (bindl(m, &L->gate, REQ, il, "ffn_gate.weight", E, hp->n_ff, 0, err) ||
+		    bindl(m, &L->up, REQ, il, "ffn_up.weight", E, hp->n_ff, 0, err) ||
+		    bindl(m, &L->down, REQ, il, "ffn_down.weight", hp->n_ff, E, 0, err))
+			return -1;
+	}
+
+	// per-layer attention kind and RoPE
+	L->sliding = 0;
+	if (hp->sliding_window > 0) {
+		if (a == MODEL_ARCH_GEMMA2 || a == MODEL_ARCH_GEMMA3)
+			L->sliding = hp->swa_pattern > 0 && (il + 1) % hp->swa_pattern != 0;
+		else if (a == MODEL_ARCH_MISTRAL)
+			L->sliding = 1;
+	}
+	L->use_rope = !(hp->n_no_rope_step > 0 && (il + 1) % hp->n_no_rope_step == 0);
+	if (L->sliding && a == MODEL_ARCH_GEMMA3) {
+		// local layers: their own base, never scaled
+		L->rope_base = hp->rope_base_swa;
+		L->rope_freq_scale = 1.0f;
+	} else {
+		L->rope_base = hp->rope_base;
+		L->rope_freq_scale = hp->rope_freq_scale;
+	}
+	return 0;
+}
+
+// a tensor with the shape of token_embd proves the llama layout is there
+static int
+has_llama_tensors(const struct model *m)
+{
+	static const char *names[] = {
+		"token_embd.weight", "output_norm.weight", "blk.0.attn_norm.weight",
+		"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight",
+		"blk.0.attn_output.weight", "blk.0.ffn_norm.weight", "blk.0.ffn_gate.weight",
+		"blk.0.ffn_up.weight", "blk.0.ffn_down.weight",
+	};
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+		if (!model_find_tensor(m, names[i]))
+			return 0;
+	return 1;
+}
+
+int
+model_finish(struct model *m, char *err)
+{
+	struct model_hparams *hp = &m->hp;
+	const enum model_arch a = m->arch;
+	if ((unsigned)a >= MODEL_ARCH_COUNT)
+		return ad_err(err, "architecture id %d out of range", (int)a);
+	if (!m->arch_name[0])
+		snprintf(m->arch_name, sizeof m->arch_name, "%s", arch_table[a].name);
+
+	// the embedding tells the vocabulary when the metadata does not
+	const struct model_tensor *te = model_find_tensor(m, "token_embd.weight");
+	if (!te)
+		return ad_err(err, "missing tensor token_embd.weight");
+	if (hp->n_embd <= 0)
+		return ad_err(err, "embedding length missing or not positive");
+	if (hp->n_vocab <= 0)
+		hp->n_vocab = te->ne[1];
+
+	// defaults
+	if (hp->n_layer <= 0 || hp->n_layer > 4096)
+		return ad_err(err, "block count %lld out of range", (long long)hp->n_layer);
+	if (hp->n_head <= 0)
+		return ad_err(err, "head count missing or not positive");
+	if (hp->n_head_kv <= 0)
+		hp->n_head_kv = hp->n_head;
+	if (hp->n_head % hp->n_head_kv != 0)
+		return ad_err(err, "head count %lld is not a multiple of the KV head count %lld",
+		              (long long)hp->n_head, (long long)hp->n_head_kv);
+	if (hp->head_dim <= 0) {
+		if (hp->n_embd % hp->n_head != 0)
+			return ad_err(err, "embedding length %lld not divisible by %lld heads and no key_length",
+			              (long long)hp->n_embd, (long long)hp->n_head);
+		hp->head_dim = hp->n_embd / hp->n_head;
+	}
+	if (hp->head_dim_v <= 0)
+		hp->head_dim_v = hp->head_dim;
+	if (hp->n_rot <= 0)
+		hp->n_rot = hp->head_dim;
+	if (hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0)
+		return ad_err(err, "rope dimension count %lld invalid for head size %lld",
+		              (long long)hp->n_rot, (long long)hp->head_dim);
+	if (hp->rms_eps <= 0)
+		hp->rms_eps = arch_table[a].rms_eps;
+	if (hp->rope_base <= 0)
+		hp->rope_base = 10000.0f;
+	if (hp->rope_freq_scale <= 0)
+		hp->rope_freq_scale = 1.0f;
+	if (hp->rope_base_swa <= 0)
+		hp->rope_base_swa = a == MODEL_ARCH_GEMMA3 ? 10000.0f : hp->rope_base;
+	if (hp->rope == MODEL_ROPE_AUTO)
+		hp->rope = arch_table[a].rope;
+	if (a == MODEL_ARCH_GEMMA2 && hp->swa_pattern <= 0)
+		hp->swa_pattern = 2;
+	if (a == MODEL_ARCH_GEMMA3 && hp->swa_pattern <= 0)
+		hp->swa_pattern = 6;
+	if (a == MODEL_ARCH_SMOLLM3 && hp->n_no_rope_step <= 0)
+		hp->n_no_rope_step = 4; // llama.cpp hard-codes it; there is no key
+	if (hp->q_scale <= 0) {
+		// gemma 27B scales by the model width per head, not the head size
+		int big = (a == MODEL_ARCH_GEMMA2 && hp->n_layer == 46) ||
+		          (a == MODEL_ARCH_GEMMA3 && hp->n_layer == 62);
+		hp->q_scale = big ? 1.0f / sqrtf((float)(hp->n_embd / hp->n_head))
+		                  : 1.0f / sqrtf((float)hp->head_dim);
+	}
+	if (a == MODEL_ARCH_QWEN2MOE) {
+		if (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert)
+			return ad_err(err, "expert counts %lld used of %lld invalid",
+			              (long long)hp->n_expert_used, (long long)hp->n_expert);
+		const struct model_tensor *t = model_find_tensor(m, "blk.0.ffn_gate_exps.weight");
+		if (hp->n_ff_exp <= 0 && t)
+			hp->n_ff_exp = t->ne[1];
+		t = model_find_tensor(m, "blk.0.ffn_gate_shexp.weight");
+		if (hp->n_ff_shexp <= 0 && t)
+			hp->n_ff_shexp = t->ne[1];
+	} else if (hp->n_ff <= 0) {
+		return ad_err(err, "feed_forward_length missing or not positive");
+	}
+
+	// global tensors
+	if (bind(m, &m->tok_embd, REQ, "token_embd.weight", hp->n_embd, hp->n_vocab, 0, err) ||
+	    bind(m, &m->output_norm, REQ, "output_norm.weight", hp->n_embd, 0, 0, err) ||
+	    bind(m, &m->rope_freqs, OPT, "rope_freqs.weight", hp->n_rot / 2, 0, 0, err))
+		return -1;
+	int gemma = a == MODEL_ARCH_GEMMA2 || a == MODEL_ARCH_GEMMA3;
+	if (!gemma && bind(m, &m->output, OPT, "output.weight", hp->n_embd, hp->n_vocab, 0, err))
+		return -1;
+	m->tied_output = gemma || !m->output.name; // gemma ignores output.weight
+	if (m->tied_output)
+		m->output = m->tok_embd;
+	if (m->rope_freqs.name && m->rope_freqs.type != 0)
+		return ad_err(err, "tensor rope_freqs.weight must be F32");
+
+	free(m->layers);
+	m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+	if (!m->layers)
+		return ad_err(err, "out of memory");
+	for (int il = 0; il < hp->n_layer; il++)
+		if (bind_layer(m, il, err))
+			return -1;
+
+	m->n_params = 0;
+	for (int64_t i = 0; i < m->n_tensors; i++)
+		m->n_params += model_tensor_nelem(&m->tensors[i]);
+	return 0;
+}
+
+// --- GGUF ----------------------------------------------------------------------
+
+// integer key "<arch>.<suffix>"; an array of equal values counts as one value
+static int
+kv_int(const struct gguf *g, const char *arch, const char *suffix, int64_t *out, char *err)
+{
+	char key[128];
+	snprintf(key, sizeof key, "%s.%s", arch, suffix);
+	if (gguf_find_key(g, key) < 0)
+		return 0;
+	if (gguf_get_i64(g, key, out) == 0)
+		return 0;
+	struct gguf_arr arr;
+	if (gguf_get_arr(g, key, &arr) == 0 && arr.n > 0) {
+		int64_t v0 = 0, v;
+		for (uint64_t i = 0; i < arr.n; i++) {
+			if (gguf_arr_i64(&arr, i, &v) != 0)
+				return ad_err(err, "key %s: element %llu is not an integer", key, (unsigned long long)i);
+			if (i == 0)
+				v0 = v;
+			else if (v != v0)
+				return ad_err(err, "key %s: per-layer values differ, which is not supported", key);
+		}
+		*out = v0;
+		return 0;
+	}
+	return ad_err(err, "key %s is not an integer", key);
+}
+
+static int
+kv_float(const struct gguf *g, const char *arch, const char *suffix, float *out, char *err)
+{
+	char key[128];
+	snprintf(key, sizeof key, "%s.%s", arch, suffix);
+	if (gguf_find_key(g, key) < 0)
+		return 0;
+	if (gguf_get_f32(g, key, out) != 0)
+		return ad_err(err, "key %s is not a float", key);
+	return 0;
+}
+
+static int
+read_hparams(struct model *m, const struct gguf *g, char *err)
+{
+	struct model_hparams *hp = &m->hp;
+	const char *an = m->arch_name;
+	int64_t v;
+
+	if (kv_int(g, an, "vocab_size", &hp->n_vocab, err) ||
+	    kv_int(g, an, "embedding_length", &hp->n_embd, err) ||
+	    kv_int(g, an, "block_count", &hp->n_layer, err) ||
+	    kv_int(g, an, "feed_forward_length", &hp->n_ff, err) ||
+	    kv_int(g, an, "context_length", &hp->n_ctx_train, err) ||
+	    kv_int(g, an, "attention.head_count", &hp->n_head, err) ||
+	    kv_int(g, an, "attention.head_count_kv", &hp->n_head_kv, err) ||
+	    kv_int(g, an, "attention.key_length", &hp->head_dim, err) ||
+	    kv_int(g, an, "attention.value_length", &hp->head_dim_v, err) ||
+	    kv_int(g, an, "rope.dimension_count", &hp->n_rot, err) ||
+	    kv_int(g, an, "attention.sliding_window", &hp->sliding_window, err) ||
+	    kv_int(g, an, "attention.sliding_window_pattern", &hp->swa_pattern, err) ||
+	    kv_int(g, an, "expert_count", &hp->n_expert, err) ||
+	    kv_int(g, an, "expert_used_count", &hp->n_expert_used, err) ||
+	    kv_int(g, an, "expert_feed_forward_length", &hp->n_ff_exp, err) ||
+	    kv_int(g, an, "expert_shared_feed_forward_length", &hp->n_ff_shexp, err))
+		return -1;
+	if (kv_float(g, an, "attention.layer_norm_rms_epsilon", &hp->rms_eps, err) ||
+	    kv_float(g, an, "rope.freq_base", &hp->rope_base, err) ||
+	    kv_float(g, an, "rope.freq_base_swa", &hp->rope_base_swa, err) ||
+	    kv_float(g, an, "attn_logit_softcapping", &hp->attn_softcap, err) ||
+	    kv_float(g, an, "final_logit_softcapping", &hp->final_softcap, err))
+		return -1;
+
+	// gemma2 writes the soft-caps; gemma3 files may carry them but do not use them
+	if (m->arch != MODEL_ARCH_GEMMA2)
+		hp->attn_softcap = hp->final_softcap = 0;
+
+	char key[128];
+	snprintf(key, sizeof key, "%s.expert_weights_norm", an);
+	int b;
+	if (gguf_get_bool(g, key, &b) == 0)
+		hp->expert_weights_norm = b;
+
+	// RoPE scaling: linear only
+	struct gguf_str st;
+	float factor = 0;
+	snprintf(key, sizeof key, "%s.rope.scaling.type", an);
+	int have_type = gguf_get_str(g, key, &st) == 0;
+	if (kv_float(g, an, "rope.scaling.factor", &factor, err) ||
+	    kv_float(g, an, "rope.scale_linear", &factor, err))
+		return -1;
+	if (have_type && !gguf_str_eq(st, "none") && !gguf_str_eq(st, "linear"))
+		return ad_err(err, "rope scaling type '%.*s' is not supported (only linear)",
+		              (int)(st.len > 32 ? 32 : st.len), st.ptr);
+	if (have_type && gguf_str_eq(st, "none"))
+		factor = 0;
+	if (factor > 0)
+		hp->rope_freq_scale = 1.0f / factor;
+
+	if (gguf_get_i64(g, "tokenizer.ggml.bos_token_id", &v) == 0)
+		hp->bos_id = v;
+	if (gguf_get_i64(g, "tokenizer.ggml.eos_token_id", &v) == 0)
+		hp->eos_id = v;
+	return 0;
+}
+
+int
+model_load_gguf(struct model *m, const char *path, char *err)
+{
+	model_init(m);
+	snprintf(m->path, sizeof m->path, "%s", path);
+	m->is_gguf = 1;
+	m->gguf = gguf_open(path, err);
+	if (!m->gguf)
+		return -1;
+	const struct gguf *g = m->gguf;
+	m->file_bytes = gguf_file_size(g);
+
+	struct gguf_str s;
+	if (gguf_get_str(g, "general.architecture", &s) != 0) {
+		ad_err(err, "%s: no general.architecture key", path);
+		goto fail;
+	}
+	if (s.len == 0 || s.len >= sizeof m->arch_name || memchr(s.ptr, 0, s.len)) {
+		ad_err(err, "%s: general.architecture is empty, too long or malformed", path);
+		goto fail;
+	}
+	memcpy(m->arch_name, s.ptr, s.len);
+	m->arch_name[s.len] = 0;
+	if (gguf_get_str(g, "general.name", &s) == 0 && s.len < sizeof m->name && !memchr(s.ptr, 0, s.len)) {
+		memcpy(m->name, s.ptr, s.len);
+		m->name[s.len] = 0;
+	} else {
+		const char *base = strrchr(path, '/');
+		snprintf(m->name, sizeof m->name, "%s", base ? base + 1 : path);
+	}
+
+	for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+		const struct gguf_tensor *t = gguf_tensor_at(g, i);
+		if (model_add_tensor(m, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes, err))
+			goto fail;
+	}
+
+	int a = model_arch_from_name(m->arch_name);
+	if (a < 0) {
+		if (!has_llama_tensors(m)) {
+			ad_err(err, "%s: architecture '%s' is not supported (known: llama, mistral, smollm3, "
+			       "qwen2, qwen3, gemma2, gemma3, phi3, qwen2moe)", path, m->arch_name);
+			goto fail;
+		}
+		ad_warn("%s: unknown architecture '%s' has llama tensor names; loading it as llama",
+		        path, m->arch_name);
+		a = MODEL_ARCH_LLAMA;
+	}
+	m->arch = a;
+	if (read_hparams(m, g, err) || model_finish(m, err)) {
+		ad_err_prefix(err, "%s", path);
+		goto fail;
+	}
+	return 0;
+fail:
+	model_free(m);
+	return -1;
+}
+
+// until the HF loader is linked in, an HF directory is refused cleanly
+__attribute__((weak)) int
+model_load_hf(struct model *m, const char *dir, char *err)
+{
+	model_init(m);
+	return ad_err(err, "%s: Hugging Face directories are not supported by this build", dir);
+}
+
+int
+model_load(struct model *m, const char *path, char *err)
+{
+	size_t n = strlen(path);
+	if (n >= 5 && strcmp(path + n - 5, ".gguf") == 0)
+		return model_load_gguf(m, path, err);
+	return model_load_hf(m, path, err);
+}

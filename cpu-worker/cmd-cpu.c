@@ -1,0 +1,575 @@
+// cmd-cpu.c - `anedvd cpu` (greedy generation with the reference engine) and
+// `anedvd info` (what this build has, what a model is).
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "gguf.h"
+#include "model.h"
+#include "ref.h"
+#include "wtype.h"
+#ifdef AD_HAVE_TOKENIZER
+#include "tokenizer.h"
+#endif
+
+int cmd_cpu(int argc, char **argv);  // frontend/commands.h
+int cmd_info(int argc, char **argv);
+
+// --- helpers -----------------------------------------------------------------
+
+static double
+now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static long long
+peak_rss_bytes(void)
+{
+	struct rusage ru;
+	if (getrusage(RUSAGE_SELF, &ru) != 0)
+		return -1;
+#ifdef __APPLE__
+	return (long long)ru.ru_maxrss; // bytes
+#else
+	return (long long)ru.ru_maxrss * 1024; // KiB
+#endif
+}
+
+// parse_int accepts a whole decimal integer in [lo, hi]
+static int
+parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out)
+{
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (!*s || *end || errno || v < lo || v > hi) {
+		fprintf(stderr, "anedvd: %s: '%s' is not an integer in [%lld, %lld]\n", flag, s, lo, hi);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+// "1,2,3" -> ids (malloc'd)
+static int
+parse_ids(const char *s, int32_t **ids, int *n)
+{
+	int cap = 16, k = 0;
+	int32_t *v = malloc((size_t)cap * sizeof *v);
+	if (!v)
+		return -1;
+	const char *p = s;
+	for (;;) {
+		const char *comma = strchr(p, ',');
+		size_t len = comma ? (size_t)(comma - p) : strlen(p);
+		char tok[32];
+		long long x;
+		if (len == 0 || len >= sizeof tok) {
+			fprintf(stderr, "anedvd: --prompt-ids: '%s' is not a comma-separated list of token ids\n", s);
+			free(v);
+			return -1;
+		}
+		memcpy(tok, p, len);
+		tok[len] = 0;
+		if (parse_int("--prompt-ids", tok, 0, INT32_MAX, &x)) {
+			free(v);
+			return -1;
+		}
+		if (k == cap) {
+			cap *= 2;
+			int32_t *nv = realloc(v, (size_t)cap * sizeof *v);
+			if (!nv) {
+				free(v);
+				return -1;
+			}
+			v = nv;
+		}
+		v[k++] = (int32_t)x;
+		if (!comma)
+			break;
+		p = comma + 1;
+	}
+	*ids = v;
+	*n = k;
+	return 0;
+}
+
+// top k ids by logit, highest first, lowest id first on ties
+static void
+top_k(const float *logits, int n, int k, int *ids)
+{
+	for (int c = 0; c < k; c++) {
+		int best = -1;
+		for (int i = 0; i < n; i++) {
+			int taken = 0;
+			for (int t = 0; t < c; t++)
+				taken |= ids[t] == i;
+			if (!taken && (best < 0 || logits[i] > logits[best]))
+				best = i;
+		}
+		ids[c] = best;
+	}
+}
+
+// --- anedvd cpu ----------------------------------------------------------------
+
+static void
+cpu_usage(void)
+{
+	fprintf(stderr,
+	        "usage: anedvd cpu --model M (--prompt-ids 1,2,3 | --prompt TEXT) [options]\n"
+	        "  greedy generation with the fp32 reference engine\n"
+	        "  --model M           a .gguf file or a Hugging Face directory\n"
+	        "  --prompt-ids LIST   comma-separated token ids (nothing is added)\n"
+	        "  --prompt TEXT       text, tokenized with the model's tokenizer (BOS per the model)\n"
+	        "  --max-tokens N      tokens to generate (default 32)\n"
+	        "  --max-seq N         KV cache size in positions (default prompt + max-tokens)\n"
+	        "  --ignore-eos        do not stop at the end-of-sequence token\n"
+	        "  --json              print one JSON object instead of text\n"
+	        "  --dump-logits FILE  write float32 logits of every position of prompt + generated\n"
+	        "                      ids, teacher-forced: rows of n_vocab\n"
+	        "  --rope-hf           force neox RoPE pairing (i, i+n_rot/2)\n"
+	        "  --rope-adjacent     force norm RoPE pairing (2i, 2i+1)\n");
+}
+
+struct cpu_opts {
+	const char *model, *prompt, *prompt_ids, *dump;
+	long long max_tokens, max_seq;
+	int json, ignore_eos;
+	enum model_rope rope;
+};
+
+static int
+cpu_args(int argc, char **argv, struct cpu_opts *o)
+{
+	memset(o, 0, sizeof *o);
+	o->max_tokens = 32;
+	o->max_seq = -1;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		int has_val = i + 1 < argc;
+#define VAL()                                                                          \
+	do {                                                                           \
+		if (!has_val) {                                                        \
+			fprintf(stderr, "anedvd cpu: %s needs a value\n", a);          \
+			return -1;                                                     \
+		}                                                                      \
+	} while (0)
+		if (!strcmp(a, "--model")) {
+			VAL();
+			o->model = argv[++i];
+		} else if (!strcmp(a, "--prompt")) {
+			VAL();
+			o->prompt = argv[++i];
+		} else if (!strcmp(a, "--prompt-ids")) {
+			VAL();
+			o->prompt_ids = argv[++i];
+		} else if (!strcmp(a, "--max-tokens")) {
+			VAL();
+			if (parse_int(a, argv[++i], 0, 1 << 20, &o->max_tokens))
+				return -1;
+		} else if (!strcmp(a, "--max-seq")) {
+			VAL();
+			if (parse_int(a, argv[++i], 1, 1 << 24, &o->max_seq))
+				return -1;
+		} else if (!strcmp(a, "--dump-logits")) {
+			VAL();
+			o->dump = argv[++i];
+		} else if (!strcmp(a, "--json")) {
+			o->json = 1;
+		} else if (!strcmp(a, "--ignore-eos")) {
+			o->ignore_eos = 1;
+		} else if (!strcmp(a, "--rope-hf")) {
+			o->rope = MODEL_ROPE_NEOX;
+		} else if (!strcmp(a, "--rope-adjacent")) {
+			o->rope = MODEL_ROPE_NORM;
+		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			return 1;
+		} else {
+			fprintf(stderr, "anedvd cpu: unknown argument '%s'\n", a);
+			return -1;
+		}
+#undef VAL
+	}
+	if (!o->model) {
+		fprintf(stderr, "anedvd cpu: --model is required\n");
+		return -1;
+	}
+	if (!o->prompt == !o->prompt_ids) {
+		fprintf(stderr, "anedvd cpu: give exactly one of --prompt-ids and --prompt\n");
+		return -1;
+	}
+	return 0;
+}
+
+static cJSON *
+json_ids(const int32_t *ids, int n)
+{
+	cJSON *a = cJSON_CreateArray();
+	for (int i = 0; i < n; i++)
+		cJSON_AddItemToArray(a, cJSON_CreateNumber(ids[i]));
+	return a;
+}
+
+int
+cmd_cpu(int argc, char **argv)
+{
+	struct cpu_opts o;
+	int rc = cpu_args(argc, argv, &o);
+	if (rc) {
+		cpu_usage();
+		return rc > 0 ? 0 : 2;
+	}
+
+	char err[AD_ERRLEN];
+	struct model m;
+	struct ref_engine *e = NULL;
+	int32_t *ids = NULL;
+	float *logits = NULL, *top_logit = NULL;
+	int *top_id = NULL;
+	char *text = NULL;
+	int status = 1, n_prompt = 0;
+#ifdef AD_HAVE_TOKENIZER
+	struct tokenizer *tok = NULL;
+#endif
+
+	if (o.prompt_ids && parse_ids(o.prompt_ids, &ids, &n_prompt)) {
+		cpu_usage();
+		return 2;
+	}
+	if (model_load(&m, o.model, err)) {
+		fprintf(stderr, "anedvd cpu: %s\n", err);
+		free(ids);
+		return 1;
+	}
+	if (o.rope)
+		m.hp.rope = o.rope;
+
+#ifdef AD_HAVE_TOKENIZER
+	tok = m.gguf ? tok_load_gguf(m.gguf, err) : tok_load(o.model, err);
+	if (!tok && o.prompt) {
+		fprintf(stderr, "anedvd cpu: --prompt needs the model's tokenizer: %s\n", err);
+		goto out;
+	}
+	if (o.prompt) {
+		size_t n = 0;
+		if (tok_encode(tok, o.prompt, strlen(o.prompt), -1, 0, &ids, &n, err)) {
+			fprintf(stderr, "anedvd cpu: tokenizing the prompt: %s\n", err);
+			goto out;
+		}
+		n_prompt = (int)n;
+	}
+#else
+	if (o.prompt) {
+		fprintf(stderr, "anedvd cpu: --prompt needs the tokenizer, which this build does not have; "
+		                "use --prompt-ids\n");
+		status = 2;
+		goto out;
+	}
+#endif
+	if (n_prompt == 0) {
+		fprintf(stderr, "anedvd cpu: the prompt is empty\n");
+		status = 2;
+		goto out;
+	}
+	for (int i = 0; i < n_prompt; i++)
+		if (ids[i] >= m.hp.n_vocab) {
+			fprintf(stderr, "anedvd cpu: --prompt-ids: token id %d is outside the vocabulary (%lld ids)\n",
+			        ids[i], (long long)m.hp.n_vocab);
+			status = 2;
+			goto out;
+		}
+
+	long long need = n_prompt + o.max_tokens;
+	long long max_seq = o.max_seq > 0 ? o.max_seq : need;
+	if (max_seq < need) {
+		fprintf(stderr, "anedvd cpu: --max-seq %lld is smaller than prompt (%d) + --max-tokens (%lld)\n",
+		        max_seq, n_prompt, o.max_tokens);
+		status = 2;
+		goto out;
+	}
+	int32_t *grown = realloc(ids, (size_t)need * sizeof *ids);
+	if (!grown) {
+		fprintf(stderr, "anedvd cpu: out of memory\n");
+		goto out;
+	}
+	ids = grown;
+
+	e = ref_new(&m, (int)max_seq, err);
+	if (!e) {
+		fprintf(stderr, "anedvd cpu: %s\n", err);
+		goto out;
+	}
+	const int nv = ref_n_vocab(e);
+	const int K = nv < 5 ? nv : 5;
+	logits = malloc((size_t)nv * sizeof *logits);
+	top_id = malloc((size_t)(o.max_tokens + 1) * (size_t)K * sizeof *top_id);
+	top_logit = malloc((size_t)(o.max_tokens + 1) * (size_t)K * sizeof *top_logit);
+	if (!logits || !top_id || !top_logit) {
+		fprintf(stderr, "anedvd cpu: out of memory\n");
+		goto out;
+	}
+
+	// prefill
+	double t0 = now_ms();
+	for (int i = 0; i < n_prompt; i++)
+		if (ref_forward(e, ids[i], i, logits)) {
+			fprintf(stderr, "anedvd cpu: forward failed at position %d\n", i);
+			goto out;
+		}
+	double t_prefill = now_ms() - t0;
+
+	// greedy decode
+	int n_gen = 0, n_decoded = 0;
+	t0 = now_ms();
+	while (n_gen < o.max_tokens) {
+		int *ti = top_id + (size_t)n_gen * K;
+		top_k(logits, nv, K, ti);
+		for (int c = 0; c < K; c++)
+			top_logit[(size_t)n_gen * K + c] = logits[ti[c]];
+		int32_t next = ti[0];
+		ids[n_prompt + n_gen++] = next;
+		if (!o.ignore_eos && next == m.hp.eos_id)
+			break;
+		if (n_gen == o.max_tokens)
+			break;
+		if (ref_forward(e, next, n_prompt + n_gen - 1, logits)) {
+			fprintf(stderr, "anedvd cpu: forward failed at position %d\n", n_prompt + n_gen - 1);
+			goto out;
+		}
+		n_decoded++;
+	}
+	double t_decode = now_ms() - t0;
+
+	if (o.dump) {
+		int rows = n_prompt + n_gen;
+		float *all = malloc((size_t)rows * (size_t)nv * sizeof *all);
+		FILE *f = NULL;
+		if (!all || ref_eval(e, ids, rows, all) || !(f = fopen(o.dump, "wb")) ||
+		    fwrite(all, sizeof *all, (size_t)rows * (size_t)nv, f) != (size_t)rows * (size_t)nv) {
+			fprintf(stderr, "anedvd cpu: --dump-logits %s: cannot write\n", o.dump);
+			if (f)
+				fclose(f);
+			free(all);
+			goto out;
+		}
+		free(all);
+		if (fclose(f)) {
+			fprintf(stderr, "anedvd cpu: --dump-logits %s: cannot write\n", o.dump);
+			goto out;
+		}
+	}
+
+#ifdef AD_HAVE_TOKENIZER
+	if (tok) {
+		size_t len;
+		if (tok_decode(tok, ids + n_prompt, (size_t)n_gen, &text, &len, err))
+			text = NULL;
+	}
+#endif
+
+	double pf_tps = t_prefill > 0 ? n_prompt / (t_prefill / 1e3) : 0;
+	double dec_tps = t_decode > 0 ? n_decoded / (t_decode / 1e3) : 0;
+	long long rss = peak_rss_bytes();
+	if (o.json) {
+		cJSON *j = cJSON_CreateObject();
+		cJSON_AddStringToObject(j, "model", o.model);
+		cJSON_AddStringToObject(j, "arch", model_arch_name(m.arch));
+		cJSON_AddItemToObject(j, "prompt_ids", json_ids(ids, n_prompt));
+		cJSON_AddItemToObject(j, "generated_ids", json_ids(ids + n_prompt, n_gen));
+		if (text)
+			cJSON_AddStringToObject(j, "text", text);
+		cJSON *steps = cJSON_CreateArray();
+		for (int s = 0; s < n_gen; s++) {
+			cJSON *st = cJSON_CreateArray();
+			for (int c = 0; c < K; c++) {
+				cJSON *t = cJSON_CreateObject();
+				cJSON_AddNumberToObject(t, "id", top_id[(size_t)s * K + c]);
+				cJSON_AddNumberToObject(t, "logit", top_logit[(size_t)s * K + c]);
+				cJSON_AddItemToArray(st, t);
+			}
+			cJSON_AddItemToArray(steps, st);
+		}
+		cJSON_AddItemToObject(j, "top5", steps);
+		cJSON *tm = cJSON_CreateObject();
+		cJSON_AddNumberToObject(tm, "prefill_tokens", n_prompt);
+		cJSON_AddNumberToObject(tm, "prefill_ms", t_prefill);
+		cJSON_AddNumberToObject(tm, "prefill_tok_s", pf_tps);
+		cJSON_AddNumberToObject(tm, "decode_tokens", n_decoded);
+		cJSON_AddNumberToObject(tm, "decode_ms", t_decode);
+		cJSON_AddNumberToObject(tm, "decode_tok_s", dec_tps);
+		cJSON_AddNumberToObject(tm, "peak_rss_bytes", (double)rss);
+		cJSON_AddItemToObject(j, "timings", tm);
+		char *s = cJSON_PrintUnformatted(j);
+		if (s)
+			printf("%s\n", s);
+		free(s);
+		cJSON_Delete(j);
+	} else {
+		printf("model: %s (%s, %lld layers, n_embd %lld, RoPE %s)\n", o.model, model_arch_name(m.arch),
+		       (long long)m.hp.n_layer, (long long)m.hp.n_embd, model_rope_name(m.hp.rope));
+		printf("prompt ids:");
+		for (int i = 0; i < n_prompt; i++)
+			printf(" %d", ids[i]);
+		printf("\n");
+		for (int s = 0; s < n_gen; s++) {
+			printf("step %3d: %6d   top5:", s, ids[n_prompt + s]);
+			for (int c = 0; c < K; c++)
+				printf(" %d (%.4f)", top_id[(size_t)s * K + c], top_logit[(size_t)s * K + c]);
+			printf("\n");
+		}
+		printf("generated ids:");
+		for (int i = 0; i < n_gen; i++)
+			printf(" %d", ids[n_prompt + i]);
+		printf("\n");
+		if (text)
+			printf("text: %s\n", text);
+		printf("prefill: %d tokens in %.2f ms (%.1f tok/s)\n", n_prompt, t_prefill, pf_tps);
+		printf("decode: %d tokens in %.2f ms (%.1f tok/s)\n", n_decoded, t_decode, dec_tps);
+		printf("peak rss: %.1f MiB\n", (double)rss / (1024.0 * 1024.0));
+	}
+	status = 0;
+out:
+	free(text);
+	free(logits);
+	free(top_id);
+	free(top_logit);
+	free(ids);
+	ref_free(e);
+#ifdef AD_HAVE_TOKENIZER
+	tok_free(tok);
+#endif
+	model_free(&m);
+	return status;
+}
+
+// --- anedvd info -----------------------------------------------------------------
+
+static void
+info_usage(void)
+{
+	fprintf(stderr, "usage: anedvd info [--model M]\n"
+	                "  what this build can run, and the shape and size of a model\n");
+}
+
+static void
+print_bytes(const char *what, double b)
+{
+	if (b >= 1024.0 * 1024 * 1024)
+		printf("  %-26s %.2f GiB\n", what, b / (1024.0 * 1024 * 1024));
+	else
+		printf("  %-26s %.2f MiB\n", what, b / (1024.0 * 1024));
+}
+
+int
+cmd_info(int argc, char **argv)
+{
+	const char *path = NULL;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--model") && i + 1 < argc) {
+			path = argv[++i];
+		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			info_usage();
+			return 0;
+		} else {
+			fprintf(stderr, "anedvd info: %s argument '%s'\n",
+			        !strcmp(argv[i], "--model") ? "missing value for" : "unknown", argv[i]);
+			info_usage();
+			return 2;
+		}
+	}
+
+	printf("anedvd %s\n", ANEDVD_VERSION);
+	printf("backends:\n");
+	printf("  cpu   fp32 reference engine: yes\n");
+	printf("  emu   CPU emulation of the ANE programs: not built yet\n");
+	printf("  ane   Apple Neural Engine: not built yet\n");
+	if (!path)
+		return 0;
+
+	char err[AD_ERRLEN];
+	struct model m;
+	if (model_load(&m, path, err)) {
+		fprintf(stderr, "anedvd info: %s\n", err);
+		return 1;
+	}
+	const struct model_hparams *hp = &m.hp;
+	printf("model: %s\n", path);
+	printf("  name                       %s\n", m.name);
+	if (strcmp(m.arch_name, model_arch_name(m.arch)))
+		printf("  architecture               %s (file says '%s')\n", model_arch_name(m.arch), m.arch_name);
+	else
+		printf("  architecture               %s\n", model_arch_name(m.arch));
+	printf("  vocabulary                 %lld\n", (long long)hp->n_vocab);
+	printf("  embedding                  %lld\n", (long long)hp->n_embd);
+	printf("  layers                     %lld\n", (long long)hp->n_layer);
+	printf("  heads / kv heads           %lld / %lld\n", (long long)hp->n_head, (long long)hp->n_head_kv);
+	printf("  head size (k / v)          %lld / %lld\n", (long long)hp->head_dim, (long long)hp->head_dim_v);
+	if (hp->n_expert)
+		printf("  experts                    %lld, %lld used, size %lld, shared %lld%s\n",
+		       (long long)hp->n_expert, (long long)hp->n_expert_used, (long long)hp->n_ff_exp,
+		       (long long)hp->n_ff_shexp, hp->expert_weights_norm ? ", renormalised" : "");
+	else
+		printf("  feed-forward               %lld\n", (long long)hp->n_ff);
+	printf("  training context           %lld\n", (long long)hp->n_ctx_train);
+	printf("  rms eps                    %g\n", (double)hp->rms_eps);
+	printf("  RoPE                       %s, %lld dims, base %g", model_rope_name(hp->rope),
+	       (long long)hp->n_rot, (double)hp->rope_base);
+	if (hp->rope_freq_scale != 1.0f)
+		printf(", linear scale x%g", 1.0 / hp->rope_freq_scale);
+	if (m.rope_freqs.name)
+		printf(", per-pair frequency factors");
+	printf("\n");
+	if (hp->sliding_window > 0) {
+		printf("  sliding window             %lld on layers", (long long)hp->sliding_window);
+		int any = 0;
+		for (int il = 0; il < hp->n_layer; il++)
+			if (m.layers[il].sliding) {
+				printf("%s%d", any ? "," : " ", il);
+				any = 1;
+			}
+		printf("%s\n", any ? "" : " (none)");
+		if (hp->rope_base_swa != hp->rope_base)
+			printf("  RoPE base on window layers %g\n", (double)hp->rope_base_swa);
+	}
+	if (hp->n_no_rope_step > 0)
+		printf("  no RoPE on layers          every %lld-th\n", (long long)hp->n_no_rope_step);
+	if (hp->attn_softcap > 0 || hp->final_softcap > 0)
+		printf("  soft-caps                  attention %g, final %g\n", (double)hp->attn_softcap,
+		       (double)hp->final_softcap);
+	printf("  output                     %s\n", m.tied_output ? "tied to token_embd" : "own output.weight");
+
+	int64_t count[AD_TYPE_COUNT] = {0};
+	int64_t other = 0;
+	for (int64_t i = 0; i < m.n_tensors; i++) {
+		if (m.tensors[i].type < AD_TYPE_COUNT)
+			count[m.tensors[i].type]++;
+		else
+			other++;
+	}
+	printf("  weight types              ");
+	for (int t = 0; t < AD_TYPE_COUNT; t++)
+		if (count[t]) {
+			const char *tn = ad_type_name((uint32_t)t);
+			printf(" %s:%" PRId64, tn ? tn : "?", count[t]);
+		}
+	if (other)
+		printf(" unknown:%" PRId64, other);
+	printf("\n");
+	printf("  tensors                    %" PRId64 "\n", m.n_tensors);
+	printf("  parameters                 %" PRId64 " (%.3g M)\n", m.n_params, (double)m.n_params / 1e6);
+	print_bytes("file", (double)m.file_bytes);
+	print_bytes("fp32 reference weights", (double)m.n_params * 4.0);
+	print_bytes("fp32 KV cache / 1k tokens", (double)model_kv_bytes_per_pos(&m) * 1024.0);
+	model_free(&m);
+	return 0;
+}

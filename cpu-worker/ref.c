@@ -1,0 +1,581 @@
+// ref.c - the fp32 reference forward pass.
+//
+// One token at a time, everything in float32, written to be read: each
+// step of the block is a plain loop over rows. The matrices are stored the
+// way GGUF stores them (n_out rows of n_in values), so every projection is
+// a sequence of contiguous dot products the compiler can vectorise.
+#include "ref.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dequant.h"
+#include "fp16.h"
+#include "wtype.h"
+
+struct ref_layer {
+	const float *attn_norm;
+	const float *wq, *wk, *wv, *wo;
+	const float *bq, *bk, *bv, *bo;
+	const float *q_norm, *k_norm;
+	const float *post_attn_norm;
+	const float *ffn_norm;
+	const float *gate, *up, *down;
+	const float *post_ffw_norm;
+	const float *gate_inp, *gate_exps, *up_exps, *down_exps;
+	const float *gate_inp_shexp, *gate_shexp, *up_shexp, *down_shexp;
+	int sliding, use_rope;
+	float rope_base, rope_freq_scale;
+	float *k_cache; // [max_seq][n_head_kv * head_dim]
+	float *v_cache; // [max_seq][n_head_kv * head_dim_v]
+};
+
+struct ref_engine {
+	enum model_arch arch;
+	struct model_hparams hp;
+	int max_seq;
+	int n_pos; // positions held in the cache
+	int gelu;  // gemma: GELU-tanh FFN instead of SwiGLU
+	float embd_scale;
+
+	const float *tok_embd, *output_norm, *output, *rope_freqs;
+	struct ref_layer *layers;
+
+	// every allocation, for ref_free
+	void **bufs;
+	int n_bufs, cap_bufs;
+	size_t bytes;
+
+	// scratch
+	float *x, *xn, *q, *k, *v, *att, *proj, *hb, *hb2, *moe, *scores, *router, *rope_cs;
+};
+
+// --- allocation ------------------------------------------------------------------
+
+static void *
+eng_alloc(struct ref_engine *e, size_t n, char *err)
+{
+	if (e->n_bufs == e->cap_bufs) {
+		int cap = e->cap_bufs ? 2 * e->cap_bufs : 64;
+		void **b = realloc(e->bufs, (size_t)cap * sizeof *b);
+		if (!b) {
+			ad_err(err, "out of memory");
+			return NULL;
+		}
+		e->bufs = b;
+		e->cap_bufs = cap;
+	}
+	void *p = calloc(1, n ? n : 1);
+	if (!p) {
+		ad_err(err, "out of memory (%zu bytes)", n);
+		return NULL;
+	}
+	e->bufs[e->n_bufs++] = p;
+	e->bytes += n;
+	return p;
+}
+
+// deq turns a weight into a fresh float32 array (NULL slot → NULL, no error)
+static int
+deq(struct ref_engine *e, const struct model_tensor *t, const float **out, char *err)
+{
+	*out = NULL;
+	if (!t->name)
+		return 0;
+	int64_t n = model_tensor_nelem(t);
+	if (n <= 0 || (uint64_t)n > SIZE_MAX / sizeof(float))
+		return ad_err(err, "tensor %s: bad size", t->name);
+	float *dst = eng_alloc(e, (size_t)n * sizeof(float), err);
+	if (!dst)
+		return -1;
+	if (ad_dequant(t->type, t->data, dst, n, err))
+		return ad_err_prefix(err, "tensor %s", t->name);
+	*out = dst;
+	return 0;
+}
+
+void
+ref_free(struct ref_engine *e)
+{
+	if (!e)
+		return;
+	for (int i = 0; i < e->n_bufs; i++)
+		free(e->bufs[i]);
+	free(e->bufs);
+	free(e->layers);
+	free(e);
+}
+
+static int64_t
+max64(int64_t a, int64_t b)
+{
+	return a > b ? a : b;
+}
+
+static void gelu_init(void);
+
+struct ref_engine *
+ref_new(const struct model *m, int max_seq, char *err)
+{
+	if (max_seq <= 0)
+		return ad_err(err, "max_seq must be positive, got %d", max_seq), NULL;
+	struct ref_engine *e = calloc(1, sizeof *e);
+	if (!e)
+		return ad_err(err, "out of memory"), NULL;
+	const struct model_hparams *hp = &m->hp;
+	e->arch = m->arch;
+	e->hp = *hp;
+	e->max_seq = max_seq;
+	e->gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3;
+	e->embd_scale = e->gelu ? sqrtf((float)hp->n_embd) : 1.0f;
+	if (e->gelu)
+		gelu_init();
+	e->layers = calloc((size_t)hp->n_layer, sizeof *e->layers);
+	if (!e->layers) {
+		ad_err(err, "out of memory");
+		goto fail;
+	}
+
+	if (deq(e, &m->tok_embd, &e->tok_embd, err) || deq(e, &m->output_norm, &e->output_norm, err) ||
+	    deq(e, &m->rope_freqs, &e->rope_freqs, err))
+		goto fail;
+	if (m->tied_output)
+		e->output = e->tok_embd;
+	else if (deq(e, &m->output, &e->output, err))
+		goto fail;
+
+	const int64_t E = hp->n_embd;
+	const int64_t nq = hp->n_head * hp->head_dim, nk = hp->n_head_kv * hp->head_dim;
+	const int64_t nv = hp->n_head_kv * hp->head_dim_v;
+	for (int il = 0; il < hp->n_layer; il++) {
+		const struct model_layer *ml = &m->layers[il];
+		struct ref_layer *L = &e->layers[il];
+		if (deq(e, &ml->attn_norm, &L->attn_norm, err) || deq(e, &ml->wo, &L->wo, err) ||
+		    deq(e, &ml->bo, &L->bo, err) || deq(e, &ml->q_norm, &L->q_norm, err) ||
+		    deq(e, &ml->k_norm, &L->k_norm, err) ||
+		    deq(e, &ml->post_attn_norm, &L->post_attn_norm, err) ||
+		    deq(e, &ml->ffn_norm, &L->ffn_norm, err) || deq(e, &ml->down, &L->down, err) ||
+		    deq(e, &ml->post_ffw_norm, &L->post_ffw_norm, err) ||
+		    deq(e, &ml->gate_inp, &L->gate_inp, err) ||
+		    deq(e, &ml->gate_exps, &L->gate_exps, err) || deq(e, &ml->up_exps, &L->up_exps, err) ||
+		    deq(e, &ml->down_exps, &L->down_exps, err) ||
+		    deq(e, &ml->gate_inp_shexp, &L->gate_inp_shexp, err) ||
+		    deq(e, &ml->gate_shexp, &L->gate_shexp, err) ||
+		    deq(e, &ml->up_shexp, &L->up_shexp, err) ||
+		    deq(e, &ml->down_shexp, &L->down_shexp, err))
+			goto fail;
+		if (ml->wqkv.name) {
+			// fused: q rows, then k rows, then v rows
+			const float *w, *b;
+			if (deq(e, &ml->wqkv, &w, err) || deq(e, &ml->bqkv, &b, err))
+				goto fail;
+			L->wq = w;
+			L->wk = w + nq * E;
+			L->wv = w + (nq + nk) * E;
+			if (b) {
+				L->bq = b;
+				L->bk = b + nq;
+				L->bv = b + nq + nk;
+			}
+		} else {
+			if (deq(e, &ml->wq, &L->wq, err) || deq(e, &ml->wk, &L->wk, err) ||
+			    deq(e, &ml->wv, &L->wv, err) || deq(e, &ml->bq, &L->bq, err) ||
+			    deq(e, &ml->bk, &L->bk, err) || deq(e, &ml->bv, &L->bv, err))
+				goto fail;
+		}
+		if (ml->gate.name) {
+			if (deq(e, &ml->gate, &L->gate, err) || deq(e, &ml->up, &L->up, err))
+				goto fail;
+		} else if (ml->up.name) {
+			// phi3: gate and up fused, the gate is the first half
+			const float *w;
+			if (deq(e, &ml->up, &w, err))
+				goto fail;
+			L->gate = w;
+			L->up = w + hp->n_ff * E;
+		}
+		L->sliding = ml->sliding;
+		L->use_rope = ml->use_rope;
+		L->rope_base = ml->rope_base;
+		L->rope_freq_scale = ml->rope_freq_scale;
+		L->k_cache = eng_alloc(e, (size_t)max_seq * (size_t)nk * sizeof(float), err);
+		L->v_cache = eng_alloc(e, (size_t)max_seq * (size_t)nv * sizeof(float), err);
+		if (!L->k_cache || !L->v_cache)
+			goto fail;
+	}
+
+	int64_t nff = max64(hp->n_ff, max64(hp->n_ff_exp, hp->n_ff_shexp));
+	int64_t wide = max64(E, max64(nq, hp->n_head * hp->head_dim_v));
+	if (!(e->x = eng_alloc(e, (size_t)E * 4, err)) || !(e->xn = eng_alloc(e, (size_t)wide * 4, err)) ||
+	    !(e->q = eng_alloc(e, (size_t)nq * 4, err)) || !(e->k = eng_alloc(e, (size_t)nk * 4, err)) ||
+	    !(e->v = eng_alloc(e, (size_t)nv * 4, err)) ||
+	    !(e->att = eng_alloc(e, (size_t)wide * 4, err)) ||
+	    !(e->proj = eng_alloc(e, (size_t)E * 4, err)) ||
+	    !(e->hb = eng_alloc(e, (size_t)nff * 4, err)) || !(e->hb2 = eng_alloc(e, (size_t)nff * 4, err)) ||
+	    !(e->moe = eng_alloc(e, (size_t)E * 4, err)) ||
+	    !(e->scores = eng_alloc(e, (size_t)max_seq * 4, err)) ||
+	    !(e->router = eng_alloc(e, (size_t)max64(hp->n_expert, 1) * 4, err)) ||
+	    !(e->rope_cs = eng_alloc(e, (size_t)hp->n_rot * 4, err)))
+		goto fail;
+	return e;
+fail:
+	ad_err_prefix(err, "reference engine");
+	ref_free(e);
+	return NULL;
+}
+
+void
+ref_reset(struct ref_engine *e)
+{
+	e->n_pos = 0;
+}
+
+int
+ref_n_vocab(const struct ref_engine *e)
+{
+	return (int)e->hp.n_vocab;
+}
+
+int
+ref_max_seq(const struct ref_engine *e)
+{
+	return e->max_seq;
+}
+
+size_t
+ref_bytes(const struct ref_engine *e)
+{
+	return e->bytes;
+}
+
+int
+ref_argmax(const float *x, int n)
+{
+	int best = 0;
+	for (int i = 1; i < n; i++)
+		if (x[i] > x[best])
+			best = i;
+	return best;
+}
+
+// --- kernels ---------------------------------------------------------------------
+
+// The summation order of every dot product is fixed and documented: eight
+// lanes, lane j accumulating elements i ≡ j (mod 8) with fused multiply-add,
+// then the lanes folded as (l0+l4 + l2+l6) + (l1+l5 + l3+l7). That is the
+// order of ggml's F32 matmul on 8-wide SIMD, so most dot products come out
+// bit-identical to llama.cpp's; this matters where a later step rounds to
+// fp16 (the GELU table), which turns last-bit differences into 1e-3 jumps.
+static float
+fold8(const float *acc)
+{
+	float s4[4];
+	for (int j = 0; j < 4; j++)
+		s4[j] = acc[j + 4] + acc[j];
+	return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
+static float
+dot(const float *a, const float *b, int64_t n)
+{
+	float acc[8] = {0};
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int j = 0; j < 8; j++)
+			acc[j] = fmaf(a[i + j], b[i + j], acc[j]);
+	float s = fold8(acc);
+	for (; i < n; i++)
+		s = fmaf(a[i], b[i], s);
+	return s;
+}
+
+// y[n_out] = W[n_out][n_in] · x (+ bias)
+static void
+matvec(float *y, const float *w, const float *x, const float *bias, int64_t n_in, int64_t n_out)
+{
+	for (int64_t r = 0; r < n_out; r++)
+		y[r] = dot(w + r * n_in, x, n_in) + (bias ? bias[r] : 0.0f);
+}
+
+// y = x / sqrt(mean(x²) + eps) * w, in place allowed; sum in double as ggml does
+static void
+rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
+{
+	double ss = 0;
+	for (int64_t i = 0; i < n; i++)
+		ss += (double)(x[i] * x[i]);
+	float mean = (float)(ss / (double)n);
+	float scale = 1.0f / sqrtf(mean + eps);
+	for (int64_t i = 0; i < n; i++)
+		y[i] = (x[i] * scale) * w[i];
+}
+
+static float
+silu(float x)
+{
+	return x / (1.0f + expf(-x));
+}
+
+static float
+gelu_tanh(float x)
+{
+	return 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x)));
+}
+
+// ggml's CPU backend evaluates GELU through a table indexed by the fp16 bits
+// of x and holding fp16 results; the fixtures were computed that way.
+// The table is filled by ref_new; refilling writes the same values.
+static float gelu_table[1 << 16];
+
+static void
+gelu_init(void)
+{
+	for (int i = 0; i < 1 << 16; i++)
+		gelu_table[i] = ad_fp16_to_f32(ad_f32_to_fp16(gelu_tanh(ad_fp16_to_f32((uint16_t)i))));
+}
+
+static float
+gelu(float x)
+{
+	if (x <= -10.0f)
+		return 0.0f;
+	if (x >= 10.0f)
+		return x;
+	return gelu_table[ad_f32_to_fp16(x)];
+}
+
+// cos/sin of each rotary pair for one position. theta follows ggml: a
+// float running product of base^(-2/n_rot), so the angles match its bits.
+static void
+rope_angles(const struct ref_engine *e, const struct ref_layer *L, int pos, float *cs)
+{
+	const int64_t n_rot = e->hp.n_rot;
+	const float theta_scale = powf(L->rope_base, -2.0f / (float)n_rot);
+	float theta = (float)pos;
+	for (int64_t i = 0; i < n_rot / 2; i++) {
+		float t = e->rope_freqs ? theta / e->rope_freqs[i] : theta;
+		t *= L->rope_freq_scale;
+		cs[2 * i] = cosf(t);
+		cs[2 * i + 1] = sinf(t);
+		theta *= theta_scale;
+	}
+}
+
+static void
+rope(const struct ref_engine *e, float *v, int64_t n_heads, const float *cs)
+{
+	const int64_t hd = e->hp.head_dim, half = e->hp.n_rot / 2;
+	const int neox = e->hp.rope == MODEL_ROPE_NEOX;
+	for (int64_t h = 0; h < n_heads; h++) {
+		float *p = v + h * hd;
+		for (int64_t i = 0; i < half; i++) {
+			int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+			float c = cs[2 * i], s = cs[2 * i + 1];
+			float x0 = p[i0], x1 = p[i1];
+			p[i0] = x0 * c - x1 * s;
+			p[i1] = x0 * s + x1 * c;
+		}
+	}
+}
+
+// --- the block -----------------------------------------------------------------
+
+static void
+attention(struct ref_engine *e, struct ref_layer *L, int pos)
+{
+	const struct model_hparams *hp = &e->hp;
+	const int64_t E = hp->n_embd, hd = hp->head_dim, hdv = hp->head_dim_v;
+	const int64_t nk = hp->n_head_kv * hd, nv = hp->n_head_kv * hdv;
+
+	rmsnorm(e->xn, e->x, L->attn_norm, E, hp->rms_eps);
+	matvec(e->q, L->wq, e->xn, L->bq, E, hp->n_head * hd);
+	matvec(e->k, L->wk, e->xn, L->bk, E, nk);
+	matvec(e->v, L->wv, e->xn, L->bv, E, nv);
+	if (L->q_norm)
+		for (int64_t h = 0; h < hp->n_head; h++)
+			rmsnorm(e->q + h * hd, e->q + h * hd, L->q_norm, hd, hp->rms_eps);
+	if (L->k_norm)
+		for (int64_t h = 0; h < hp->n_head_kv; h++)
+			rmsnorm(e->k + h * hd, e->k + h * hd, L->k_norm, hd, hp->rms_eps);
+	if (L->use_rope) {
+		rope_angles(e, L, pos, e->rope_cs);
+		rope(e, e->q, hp->n_head, e->rope_cs);
+		rope(e, e->k, hp->n_head_kv, e->rope_cs);
+	}
+	// gemma scales q itself; the others scale the scores (same maths,
+	// different rounding)
+	float score_scale = hp->q_scale;
+	if (e->gelu) {
+		for (int64_t i = 0; i < hp->n_head * hd; i++)
+			e->q[i] *= hp->q_scale;
+		score_scale = 1.0f;
+	}
+	memcpy(L->k_cache + (size_t)pos * nk, e->k, (size_t)nk * sizeof(float));
+	memcpy(L->v_cache + (size_t)pos * nv, e->v, (size_t)nv * sizeof(float));
+
+	int start = 0;
+	if (L->sliding && pos - hp->sliding_window + 1 > 0)
+		start = (int)(pos - hp->sliding_window + 1);
+	const int64_t group = hp->n_head / hp->n_head_kv;
+	const float cap = hp->attn_softcap;
+	for (int64_t h = 0; h < hp->n_head; h++) {
+		const float *qh = e->q + h * hd;
+		const int64_t kvh = h / group;
+		float mx = -INFINITY;
+		for (int j = start; j <= pos; j++) {
+			float s = dot(qh, L->k_cache + (size_t)j * nk + kvh * hd, hd) * score_scale;
+			if (cap > 0)
+				s = tanhf(s * (1.0f / cap)) * cap;
+			e->scores[j] = s;
+			if (s > mx)
+				mx = s;
+		}
+		double sum = 0;
+		for (int j = start; j <= pos; j++) {
+			e->scores[j] = expf(e->scores[j] - mx);
+			sum += e->scores[j];
+		}
+		float inv = (float)(1.0 / sum);
+		for (int j = start; j <= pos; j++)
+			e->scores[j] *= inv;
+		// out[d] = sum_j p_j v_j[d], position j in lane j mod 8 (see dot)
+		float *out = e->att + h * hdv;
+		for (int64_t d = 0; d < hdv; d++) {
+			float acc[8] = {0};
+			for (int j = start; j <= pos; j++)
+				acc[j & 7] = fmaf(e->scores[j], L->v_cache[(size_t)j * nv + kvh * hdv + d], acc[j & 7]);
+			out[d] = fold8(acc);
+		}
+	}
+	matvec(e->proj, L->wo, e->att, L->bo, hp->n_head * hdv, E);
+	if (L->post_attn_norm)
+		rmsnorm(e->proj, e->proj, L->post_attn_norm, E, hp->rms_eps);
+	for (int64_t i = 0; i < E; i++)
+		e->x[i] += e->proj[i];
+}
+
+// out = down(act(gate·x) * up·x) for one SwiGLU / GELU expert of size n_ff
+static void
+ffn(struct ref_engine *e, float *out, const float *gate, const float *up, const float *down,
+    const float *x, int64_t n_ff, int use_gelu)
+{
+	const int64_t E = e->hp.n_embd;
+	matvec(e->hb, gate, x, NULL, E, n_ff);
+	matvec(e->hb2, up, x, NULL, E, n_ff);
+	for (int64_t i = 0; i < n_ff; i++)
+		e->hb[i] = (use_gelu ? gelu(e->hb[i]) : silu(e->hb[i])) * e->hb2[i];
+	matvec(out, down, e->hb, NULL, n_ff, E);
+}
+
+static void
+moe(struct ref_engine *e, struct ref_layer *L, const float *x, float *out)
+{
+	const struct model_hparams *hp = &e->hp;
+	const int64_t E = hp->n_embd, ne = hp->n_expert, fe = hp->n_ff_exp;
+
+	// softmax over all experts, then the top k by probability
+	matvec(e->router, L->gate_inp, x, NULL, E, ne);
+	float mx = -INFINITY;
+	for (int64_t i = 0; i < ne; i++)
+		mx = e->router[i] > mx ? e->router[i] : mx;
+	double sum = 0;
+	for (int64_t i = 0; i < ne; i++) {
+		e->router[i] = expf(e->router[i] - mx);
+		sum += e->router[i];
+	}
+	for (int64_t i = 0; i < ne; i++)
+		e->router[i] = (float)(e->router[i] / sum);
+
+	int chosen[64];
+	float w[64], wsum = 0;
+	int64_t k = hp->n_expert_used < 64 ? hp->n_expert_used : 64;
+	for (int64_t c = 0; c < k; c++) {
+		int best = -1;
+		for (int64_t i = 0; i < ne; i++) {
+			int taken = 0;
+			for (int64_t t = 0; t < c; t++)
+				taken |= chosen[t] == i;
+			if (!taken && (best < 0 || e->router[i] > e->router[best]))
+				best = (int)i;
+		}
+		chosen[c] = best;
+		w[c] = e->router[best];
+		wsum += w[c];
+	}
+	if (hp->expert_weights_norm)
+		for (int64_t c = 0; c < k; c++)
+			w[c] /= wsum;
+
+	memset(out, 0, (size_t)E * sizeof(float));
+	for (int64_t c = 0; c < k; c++) {
+		size_t off = (size_t)chosen[c] * (size_t)fe * (size_t)E;
+		ffn(e, e->proj, L->gate_exps + off, L->up_exps + off, L->down_exps + off, x, fe, 0);
+		for (int64_t i = 0; i < E; i++)
+			out[i] += w[c] * e->proj[i];
+	}
+	if (L->gate_shexp) {
+		float g = 1.0f;
+		if (L->gate_inp_shexp) {
+			float s = dot(L->gate_inp_shexp, x, E);
+			g = 1.0f / (1.0f + expf(-s));
+		}
+		ffn(e, e->proj, L->gate_shexp, L->up_shexp, L->down_shexp, x, hp->n_ff_shexp, 0);
+		for (int64_t i = 0; i < E; i++)
+			out[i] += g * e->proj[i];
+	}
+}
+
+static void
+feed_forward(struct ref_engine *e, struct ref_layer *L)
+{
+	const struct model_hparams *hp = &e->hp;
+	const int64_t E = hp->n_embd;
+	rmsnorm(e->xn, e->x, L->ffn_norm, E, hp->rms_eps);
+	if (L->gate_inp)
+		moe(e, L, e->xn, e->moe);
+	else
+		ffn(e, e->moe, L->gate, L->up, L->down, e->xn, hp->n_ff, e->gelu);
+	if (L->post_ffw_norm)
+		rmsnorm(e->moe, e->moe, L->post_ffw_norm, E, hp->rms_eps);
+	for (int64_t i = 0; i < E; i++)
+		e->x[i] += e->moe[i];
+}
+
+int
+ref_forward(struct ref_engine *e, int32_t token, int pos, float *logits)
+{
+	const struct model_hparams *hp = &e->hp;
+	const int64_t E = hp->n_embd;
+	if (token < 0 || token >= hp->n_vocab || pos < 0 || pos >= e->max_seq || pos > e->n_pos)
+		return -1;
+	e->n_pos = pos; // rewinding drops the later positions
+
+	const float *row = e->tok_embd + (size_t)token * (size_t)E;
+	for (int64_t i = 0; i < E; i++)
+		e->x[i] = row[i] * e->embd_scale;
+	for (int64_t il = 0; il < hp->n_layer; il++) {
+		attention(e, &e->layers[il], pos);
+		feed_forward(e, &e->layers[il]);
+	}
+	e->n_pos = pos + 1;
+
+	rmsnorm(e->xn, e->x, e->output_norm, E, hp->rms_eps);
+	matvec(logits, e->output, e->xn, NULL, E, hp->n_vocab);
+	if (hp->final_softcap > 0) {
+		const float cap = hp->final_softcap;
+		for (int64_t i = 0; i < hp->n_vocab; i++)
+			logits[i] = tanhf(logits[i] * (1.0f / cap)) * cap;
+	}
+	return 0;
+}
+
+int
+ref_eval(struct ref_engine *e, const int32_t *ids, int n, float *logits)
+{
+	ref_reset(e);
+	for (int i = 0; i < n; i++)
+		if (ref_forward(e, ids[i], i, logits + (size_t)i * (size_t)e->hp.n_vocab))
+			return -1;
+	return 0;
+}

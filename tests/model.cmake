@@ -1,0 +1,2 @@
+# The model loader and the fp32 reference engine.
+ad_test(NAME test-ref SOURCES test-ref.c LIBS anedvd_cpu LABELS integration)
