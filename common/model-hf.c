@@ -1,0 +1,637 @@
+// model-hf.c - a Hugging Face model directory (config.json + safetensors)
+// loaded into the same struct model as a GGUF file.
+//
+// HF tensors are renamed to their GGUF names and, where the two formats
+// disagree, brought to the GGUF meaning:
+//   - RoPE: HF checkpoints are written for rotate_half (neox pairing) in
+//     every architecture, so hp.rope is NEOX and llama's q/k rows are used
+//     as stored (GGUF llama files instead permute them for adjacent pairs);
+//   - gemma norms store w and mean (1 + w): the loader adds the 1 (into an
+//     F32 copy), which GGUF files already have baked in;
+//   - per-expert MoE matrices are stacked into GGUF's 3-D expert tensors.
+// Everything else points into the mapped safetensors files.
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dequant.h"
+#include "log.h"
+#include "model.h"
+#include "safetensors.h"
+#include "wtype.h"
+
+#define HF_MAX_CONFIG (16u << 20)
+
+// the loader's private state: the mapped shards and the buffers it made
+struct hf_src {
+	struct st_set set;
+	void **bufs;
+	int n_bufs, cap_bufs;
+};
+
+static void
+hf_src_free(void *p)
+{
+	struct hf_src *s = p;
+	if (!s)
+		return;
+	st_set_close(&s->set);
+	for (int i = 0; i < s->n_bufs; i++)
+		free(s->bufs[i]);
+	free(s->bufs);
+	free(s);
+}
+
+static void *
+hf_alloc(struct hf_src *s, size_t n)
+{
+	if (s->n_bufs == s->cap_bufs) {
+		int cap = s->cap_bufs ? 2 * s->cap_bufs : 16;
+		void **b = realloc(s->bufs, (size_t)cap * sizeof *b);
+		if (!b)
+			return NULL;
+		s->bufs = b;
+		s->cap_bufs = cap;
+	}
+	void *p = malloc(n ? n : 1);
+	if (p)
+		s->bufs[s->n_bufs++] = p;
+	return p;
+}
+
+// --- config.json -------------------------------------------------------------
+
+static const struct {
+	const char *hf; // architectures[0]
+	const char *type; // model_type
+	enum model_arch arch;
+} hf_archs[] = {
+	{ "LlamaForCausalLM", "llama", MODEL_ARCH_LLAMA },
+	{ "MistralForCausalLM", "mistral", MODEL_ARCH_MISTRAL },
+	{ "Qwen2ForCausalLM", "qwen2", MODEL_ARCH_QWEN2 },
+	{ "Qwen3ForCausalLM", "qwen3", MODEL_ARCH_QWEN3 },
+	{ "Qwen2MoeForCausalLM", "qwen2_moe", MODEL_ARCH_QWEN2MOE },
+	{ "Gemma2ForCausalLM", "gemma2", MODEL_ARCH_GEMMA2 },
+	{ "Gemma3ForCausalLM", "gemma3_text", MODEL_ARCH_GEMMA3 },
+	{ "Phi3ForCausalLM", "phi3", MODEL_ARCH_PHI3 },
+	{ "SmolLM3ForCausalLM", "smollm3", MODEL_ARCH_SMOLLM3 },
+};
+
+static const cJSON *
+jget(const cJSON *o, const char *key)
+{
+	return cJSON_GetObjectItemCaseSensitive(o, key);
+}
+
+// optional integer key; absent or null leaves *out alone
+static int
+cfg_int(const cJSON *c, const char *key, int64_t *out, char *err)
+{
+	const cJSON *j = jget(c, key);
+	if (!j || cJSON_IsNull(j))
+		return 0;
+	if (!cJSON_IsNumber(j) || j->valuedouble != floor(j->valuedouble) ||
+	    fabs(j->valuedouble) > 9.0e15)
+		return ad_err(err, "config.json: \"%s\" is not an integer", key);
+	*out = (int64_t)j->valuedouble;
+	return 0;
+}
+
+static int
+cfg_float(const cJSON *c, const char *key, float *out, char *err)
+{
+	const cJSON *j = jget(c, key);
+	if (!j || cJSON_IsNull(j))
+		return 0;
+	if (!cJSON_IsNumber(j))
+		return ad_err(err, "config.json: \"%s\" is not a number", key);
+	*out = (float)j->valuedouble;
+	return 0;
+}
+
+static int
+cfg_bool(const cJSON *c, const char *key, int *out, char *err)
+{
+	const cJSON *j = jget(c, key);
+	if (!j || cJSON_IsNull(j))
+		return 0;
+	if (!cJSON_IsBool(j))
+		return ad_err(err, "config.json: \"%s\" is not true or false", key);
+	*out = cJSON_IsTrue(j);
+	return 0;
+}
+
+// the token id, or the first of a list of them
+static void
+cfg_token(const cJSON *c, const char *key, int64_t *out)
+{
+	const cJSON *j = jget(c, key);
+	if (cJSON_IsArray(j))
+		j = cJSON_GetArrayItem(j, 0);
+	if (cJSON_IsNumber(j) && j->valuedouble >= 0)
+		*out = (int64_t)j->valuedouble;
+}
+
+static cJSON *
+read_json(const char *path, char *err)
+{
+	FILE *fp = fopen(path, "rb");
+	if (!fp) {
+		ad_err(err, "%s: %s", path, strerror(errno));
+		return NULL;
+	}
+	long len = -1;
+	if (!fseek(fp, 0, SEEK_END))
+		len = ftell(fp);
+	if (len < 0 || len > (long)HF_MAX_CONFIG || fseek(fp, 0, SEEK_SET)) {
+		fclose(fp);
+		ad_err(err, "%s: unreadable or larger than %u bytes", path, HF_MAX_CONFIG);
+		return NULL;
+	}
+	char *buf = malloc((size_t)len + 1);
+	if (!buf || fread(buf, 1, (size_t)len, fp) != (size_t)len) {
+		free(buf);
+		fclose(fp);
+		ad_err(err, "%s: read failed", path);
+		return NULL;
+	}
+	fclose(fp);
+	cJSON *j = cJSON_ParseWithLength(buf, (size_t)len);
+	free(buf);
+	if (!j || !cJSON_IsObject(j)) {
+		cJSON_Delete(j);
+		ad_err(err, "%s: not a JSON object", path);
+		return NULL;
+	}
+	return j;
+}
+
+// the period of a per-layer flag list: the first index where it is set, + 1,
+// checked to repeat over the whole list; 0 when never set
+static int
+flag_period(const cJSON *list, const char *key, const char *set_value, int set_bool,
+            int64_t *out, char *err)
+{
+	int n = cJSON_GetArraySize(list), first = -1;
+	for (int i = 0; i < n; i++) {
+		const cJSON *e = cJSON_GetArrayItem(list, i);
+		int on = set_value ? cJSON_IsString(e) && !strcmp(e->valuestring, set_value)
+		                   : cJSON_IsNumber(e) ? (e->valuedouble != 0) == set_bool
+		                                       : cJSON_IsBool(e) && cJSON_IsTrue(e) == set_bool;
+		if (on && first < 0)
+			first = i;
+		if (first >= 0 && on != ((i + 1) % (first + 1) == 0))
+			return ad_err(err, "config.json: \"%s\" does not follow a fixed period, "
+			              "which is not supported", key);
+	}
+	*out = first < 0 ? 0 : first + 1;
+	return 0;
+}
+
+static int
+read_config(struct model *m, const cJSON *root, int *tied, char *err)
+{
+	struct model_hparams *hp = &m->hp;
+	const cJSON *c = root;
+	// multimodal wrappers keep the language model's keys in text_config
+	if (cJSON_IsObject(jget(root, "text_config")))
+		c = jget(root, "text_config");
+
+	const cJSON *archs = jget(root, "architectures");
+	const cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
+	const char *aname = cJSON_IsString(a0) ? a0->valuestring : NULL;
+	const cJSON *mt = jget(root, "model_type");
+	const char *type = cJSON_IsString(mt) ? mt->valuestring : NULL;
+	int arch = -1;
+	for (size_t i = 0; i < sizeof hf_archs / sizeof hf_archs[0] && arch < 0; i++)
+		if (aname && !strcmp(aname, hf_archs[i].hf))
+			arch = (int)hf_archs[i].arch;
+	for (size_t i = 0; i < sizeof hf_archs / sizeof hf_archs[0] && arch < 0; i++)
+		if (!aname && type && !strcmp(type, hf_archs[i].type))
+			arch = (int)hf_archs[i].arch;
+	if (arch < 0)
+		return ad_err(err, "config.json: architecture %s%s%s (model_type %s) is not supported "
+		              "(known: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+		              "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Gemma2ForCausalLM, "
+		              "Gemma3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM)",
+		              aname ? "\"" : "", aname ? aname : "(none)", aname ? "\"" : "",
+		              type ? type : "(none)");
+	m->arch = (enum model_arch)arch;
+	snprintf(m->arch_name, sizeof m->arch_name, "%s", model_arch_name(m->arch));
+
+	int gemma = arch == MODEL_ARCH_GEMMA2 || arch == MODEL_ARCH_GEMMA3;
+	if (cfg_int(c, "vocab_size", &hp->n_vocab, err) ||
+	    cfg_int(c, "hidden_size", &hp->n_embd, err) ||
+	    cfg_int(c, "num_hidden_layers", &hp->n_layer, err) ||
+	    cfg_int(c, "num_attention_heads", &hp->n_head, err) ||
+	    cfg_int(c, "num_key_value_heads", &hp->n_head_kv, err) ||
+	    cfg_int(c, "head_dim", &hp->head_dim, err) ||
+	    cfg_int(c, "intermediate_size", &hp->n_ff, err) ||
+	    cfg_int(c, "max_position_embeddings", &hp->n_ctx_train, err) ||
+	    cfg_int(c, "num_experts", &hp->n_expert, err) ||
+	    cfg_int(c, "num_experts_per_tok", &hp->n_expert_used, err) ||
+	    cfg_int(c, "moe_intermediate_size", &hp->n_ff_exp, err) ||
+	    cfg_int(c, "shared_expert_intermediate_size", &hp->n_ff_shexp, err) ||
+	    cfg_float(c, "rms_norm_eps", &hp->rms_eps, err) ||
+	    cfg_float(c, "rope_theta", &hp->rope_base, err) ||
+	    cfg_float(c, "rope_local_base_freq", &hp->rope_base_swa, err) ||
+	    cfg_bool(c, "norm_topk_prob", &hp->expert_weights_norm, err))
+		return -1;
+	if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_head <= 0)
+		return ad_err(err, "config.json: hidden_size, num_hidden_layers and "
+		              "num_attention_heads must be given and positive");
+	cfg_token(root, "bos_token_id", &hp->bos_id);
+	cfg_token(root, "eos_token_id", &hp->eos_id);
+	cfg_token(c, "bos_token_id", &hp->bos_id);
+	cfg_token(c, "eos_token_id", &hp->eos_id);
+
+	// every HF checkpoint is laid out for rotate_half
+	hp->rope = MODEL_ROPE_NEOX;
+	float prf = 0;
+	if (cfg_float(c, "partial_rotary_factor", &prf, err))
+		return -1;
+	if (prf > 0 && prf < 1) {
+		int64_t hd = hp->head_dim > 0 ? hp->head_dim : hp->n_embd / hp->n_head;
+		hp->n_rot = (int64_t)((float)hd * prf);
+	}
+
+	// sliding window: only where the architecture has one
+	int64_t sw = 0;
+	int use_sw = 1;
+	if (cfg_int(c, "sliding_window", &sw, err) || cfg_bool(c, "use_sliding_window", &use_sw, err))
+		return -1;
+	if (arch == MODEL_ARCH_QWEN2 || arch == MODEL_ARCH_QWEN3 || arch == MODEL_ARCH_QWEN2MOE)
+		use_sw = use_sw && cJSON_IsTrue(jget(c, "use_sliding_window"));
+	if (use_sw && sw > 0)
+		hp->sliding_window = sw;
+	if (gemma) {
+		const cJSON *lt = jget(c, "layer_types");
+		if (cfg_int(c, "sliding_window_pattern", &hp->swa_pattern, err))
+			return -1;
+		if (cJSON_IsArray(lt) && flag_period(lt, "layer_types", "full_attention", 0,
+		                                     &hp->swa_pattern, err))
+			return -1;
+		float qpas = 0;
+		if (cfg_float(c, "query_pre_attn_scalar", &qpas, err))
+			return -1;
+		if (qpas > 0)
+			hp->q_scale = 1.0f / sqrtf(qpas);
+	}
+	if (arch == MODEL_ARCH_GEMMA2 &&
+	    (cfg_float(c, "attn_logit_softcapping", &hp->attn_softcap, err) ||
+	     cfg_float(c, "final_logit_softcapping", &hp->final_softcap, err)))
+		return -1;
+	if (arch == MODEL_ARCH_SMOLLM3) {
+		const cJSON *nr = jget(c, "no_rope_layers");
+		if (cfg_int(c, "no_rope_layer_interval", &hp->n_no_rope_step, err))
+			return -1;
+		// no_rope_layers[i] is 1 where layer i uses RoPE
+		if (cJSON_IsArray(nr) && flag_period(nr, "no_rope_layers", NULL, 0,
+		                                     &hp->n_no_rope_step, err))
+			return -1;
+	}
+	if (arch == MODEL_ARCH_QWEN2MOE) {
+		int64_t step = 1;
+		const cJSON *mlp_only = jget(c, "mlp_only_layers");
+		if (cfg_int(c, "decoder_sparse_step", &step, err))
+			return -1;
+		if (step != 1 || (cJSON_IsArray(mlp_only) && cJSON_GetArraySize(mlp_only) > 0))
+			return ad_err(err, "config.json: dense layers between MoE layers "
+			              "(decoder_sparse_step, mlp_only_layers) are not supported");
+	}
+
+	// RoPE scaling: linear, or llama3's per-frequency factors (made below)
+	const cJSON *rs = jget(c, "rope_scaling");
+	if (cJSON_IsObject(rs)) {
+		const cJSON *t = jget(rs, "rope_type");
+		if (!cJSON_IsString(t))
+			t = jget(rs, "type");
+		const char *ts = cJSON_IsString(t) ? t->valuestring : "(none)";
+		float factor = 0;
+		if (cfg_float(rs, "factor", &factor, err))
+			return -1;
+		if (!strcmp(ts, "linear")) {
+			if (factor > 0)
+				hp->rope_freq_scale = 1.0f / factor;
+		} else if (strcmp(ts, "llama3") && strcmp(ts, "default")) {
+			return ad_err(err, "config.json: rope_scaling type \"%.32s\" is not supported "
+			              "(linear, llama3)", ts);
+		}
+	} else if (rs && !cJSON_IsNull(rs)) {
+		return ad_err(err, "config.json: rope_scaling is not an object");
+	}
+
+	*tied = gemma; // gemma always ties, whatever the key says
+	cfg_bool(root, "tie_word_embeddings", tied, NULL);
+	cfg_bool(c, "tie_word_embeddings", tied, NULL);
+	if (gemma)
+		*tied = 1;
+	return 0;
+}
+
+// llama3 RoPE scaling as per-dimension divisors of theta (GGUF rope_freqs)
+static int
+add_llama3_rope_freqs(struct model *m, struct hf_src *s, const cJSON *c, char *err)
+{
+	const cJSON *rs = jget(c, "rope_scaling");
+	const cJSON *t = cJSON_IsObject(rs) ? jget(rs, "rope_type") : NULL;
+	if (!cJSON_IsString(t) || strcmp(t->valuestring, "llama3"))
+		return 0;
+	float factor = 8, lo = 1, hi = 4, base = m->hp.rope_base > 0 ? m->hp.rope_base : 10000;
+	int64_t old_ctx = 8192;
+	if (cfg_float(rs, "factor", &factor, err) || cfg_float(rs, "low_freq_factor", &lo, err) ||
+	    cfg_float(rs, "high_freq_factor", &hi, err) ||
+	    cfg_int(rs, "original_max_position_embeddings", &old_ctx, err))
+		return -1;
+	int64_t hd = m->hp.head_dim > 0 ? m->hp.head_dim : m->hp.n_embd / m->hp.n_head;
+	int64_t n_rot = m->hp.n_rot > 0 ? m->hp.n_rot : hd, n = n_rot / 2;
+	if (n <= 0 || hi <= lo)
+		return ad_err(err, "config.json: llama3 rope_scaling parameters out of range");
+	float *f = hf_alloc(s, (size_t)n * sizeof *f);
+	if (!f)
+		return ad_err(err, "out of memory");
+	double lo_wl = (double)old_ctx / lo, hi_wl = (double)old_ctx / hi;
+	for (int64_t i = 0; i < n; i++) {
+		double freq = 1.0 / pow(base, (double)(2 * i) / (double)n_rot);
+		double wl = 2 * M_PI / freq;
+		if (wl < hi_wl)
+			f[i] = 1;
+		else if (wl > lo_wl)
+			f[i] = factor;
+		else {
+			double smooth = ((double)old_ctx / wl - lo) / (hi - lo);
+			f[i] = (float)(1 / ((1 - smooth) / factor + smooth));
+		}
+	}
+	int64_t ne[1] = { n };
+	return model_add_tensor(m, "rope_freqs.weight", AD_TYPE_F32, 1, ne, f, (size_t)n * 4, err);
+}
+
+// --- tensors -----------------------------------------------------------------
+
+enum { X_NONE = 0, X_PLUS_ONE, X_SQUEEZE };
+
+static const struct {
+	const char *hf; // after "model.layers.N."
+	const char *gguf; // after "blk.N."
+} layer_names[] = {
+	{ "input_layernorm.weight", "attn_norm.weight" },
+	{ "self_attn.q_proj.weight", "attn_q.weight" },
+	{ "self_attn.q_proj.bias", "attn_q.bias" },
+	{ "self_attn.k_proj.weight", "attn_k.weight" },
+	{ "self_attn.k_proj.bias", "attn_k.bias" },
+	{ "self_attn.v_proj.weight", "attn_v.weight" },
+	{ "self_attn.v_proj.bias", "attn_v.bias" },
+	{ "self_attn.o_proj.weight", "attn_output.weight" },
+	{ "self_attn.o_proj.bias", "attn_output.bias" },
+	{ "self_attn.qkv_proj.weight", "attn_qkv.weight" },
+	{ "self_attn.qkv_proj.bias", "attn_qkv.bias" },
+	{ "self_attn.q_norm.weight", "attn_q_norm.weight" },
+	{ "self_attn.k_norm.weight", "attn_k_norm.weight" },
+	{ "post_attention_layernorm.weight", "ffn_norm.weight" }, // gemma: see below
+	{ "pre_feedforward_layernorm.weight", "ffn_norm.weight" },
+	{ "post_feedforward_layernorm.weight", "post_ffw_norm.weight" },
+	{ "mlp.gate_proj.weight", "ffn_gate.weight" },
+	{ "mlp.up_proj.weight", "ffn_up.weight" },
+	{ "mlp.down_proj.weight", "ffn_down.weight" },
+	{ "mlp.gate_up_proj.weight", "ffn_up.weight" }, // phi3: gate rows first, as GGUF
+	{ "mlp.gate.weight", "ffn_gate_inp.weight" },
+	{ "mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight" },
+	{ "mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight" },
+	{ "mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight" },
+	{ "mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight" },
+};
+
+// the GGUF name of an HF tensor and how to transform it; -1 if unknown.
+// Expert tensors report their layer, expert and projection instead.
+static int
+map_name(const struct model *m, const char *hf, char *out, size_t cap, int *xform,
+         int *layer, int *expert, int *proj)
+{
+	int gemma = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3;
+	*xform = X_NONE;
+	*expert = -1;
+	const char *rest = hf;
+	// multimodal checkpoints prefix the language model
+	if (!strncmp(rest, "language_model.", 15))
+		rest += 15;
+	if (!strcmp(rest, "model.embed_tokens.weight")) {
+		snprintf(out, cap, "token_embd.weight");
+		return 0;
+	}
+	if (!strcmp(rest, "model.norm.weight")) {
+		snprintf(out, cap, "output_norm.weight");
+		*xform = gemma ? X_PLUS_ONE : X_NONE;
+		return 0;
+	}
+	if (!strcmp(rest, "lm_head.weight")) {
+		snprintf(out, cap, "output.weight");
+		return 0;
+	}
+	int il, ie, n = 0;
+	if (sscanf(rest, "model.layers.%d.%n", &il, &n) != 1 || n == 0 || il < 0 ||
+	    il >= m->hp.n_layer)
+		return -1;
+	rest += n;
+	*layer = il;
+	char pname[16];
+	int k = 0;
+	if (sscanf(rest, "mlp.experts.%d.%15[a-z]_proj.weight%n", &ie, pname, &k) == 2 &&
+	    rest[k] == 0) {
+		static const char *projs[] = { "gate", "up", "down" };
+		for (int p = 0; p < 3; p++)
+			if (!strcmp(pname, projs[p])) {
+				*expert = ie;
+				*proj = p;
+				return 0;
+			}
+		return -1;
+	}
+	for (size_t i = 0; i < sizeof layer_names / sizeof layer_names[0]; i++) {
+		if (strcmp(rest, layer_names[i].hf))
+			continue;
+		const char *g = layer_names[i].gguf;
+		if (gemma && !strcmp(rest, "post_attention_layernorm.weight"))
+			g = "post_attention_norm.weight";
+		snprintf(out, cap, "blk.%d.%s", il, g);
+		if (gemma && strstr(g, "norm.weight"))
+			*xform = X_PLUS_ONE;
+		if (!strcmp(rest, "mlp.shared_expert_gate.weight"))
+			*xform = X_SQUEEZE;
+		return 0;
+	}
+	return -1;
+}
+
+// HF shape (slowest first) to GGUF ne (fastest first)
+static int
+to_ne(const struct st_tensor *t, int64_t *ne, uint32_t *nd, char *err)
+{
+	if (t->n_dims < 1 || t->n_dims > 3)
+		return ad_err(err, "tensor %s has %u dimensions", t->name, t->n_dims);
+	for (uint32_t i = 0; i < t->n_dims; i++)
+		ne[i] = t->shape[t->n_dims - 1 - i];
+	*nd = t->n_dims;
+	return 0;
+}
+
+static int
+add_plus_one(struct model *m, struct hf_src *s, const char *name, const struct st_tensor *t,
+             const int64_t *ne, uint32_t nd, char *err)
+{
+	float *f = hf_alloc(s, (size_t)t->nelem * sizeof *f);
+	if (!f)
+		return ad_err(err, "out of memory");
+	if (ad_dequant(t->type, t->data, f, t->nelem, err))
+		return ad_err_prefix(err, "tensor %s", t->name);
+	for (int64_t i = 0; i < t->nelem; i++)
+		f[i] += 1.0f;
+	return model_add_tensor(m, name, AD_TYPE_F32, nd, ne, f, (size_t)t->nelem * 4, err);
+}
+
+// stack experts 0..n_expert-1 of one projection into a 3-D tensor
+static int
+add_experts(struct model *m, struct hf_src *s, int il, int proj, char *err)
+{
+	static const char *hf[] = { "gate", "up", "down" };
+	int64_t n_exp = m->hp.n_expert;
+	char name[160];
+	const struct st_tensor *first = NULL;
+	char *buf = NULL;
+	for (int64_t e = 0; e < n_exp; e++) {
+		snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%lld.%s_proj.weight", il,
+		         (long long)e, hf[proj]);
+		const struct st_tensor *t = st_set_find(&s->set, name);
+		if (!t)
+			return ad_err(err, "missing tensor %s (num_experts is %lld)", name, (long long)n_exp);
+		if (st_tensor_check(t, err))
+			return -1;
+		if (!first) {
+			first = t;
+			if (t->n_dims != 2)
+				return ad_err(err, "tensor %s is not 2-D", name);
+			buf = hf_alloc(s, t->nbytes * (size_t)n_exp);
+			if (!buf)
+				return ad_err(err, "out of memory");
+		} else if (t->type != first->type || t->n_dims != 2 || t->shape[0] != first->shape[0] ||
+		           t->shape[1] != first->shape[1]) {
+			return ad_err(err, "tensor %s differs in dtype or shape from expert 0", name);
+		}
+		memcpy(buf + (size_t)e * first->nbytes, t->data, first->nbytes);
+	}
+	static const char *gg[] = { "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps" };
+	snprintf(name, sizeof name, "blk.%d.%s.weight", il, gg[proj]);
+	int64_t ne[3] = { first->shape[1], first->shape[0], n_exp };
+	return model_add_tensor(m, name, first->type, 3, ne, buf, first->nbytes * (size_t)n_exp, err);
+}
+
+static int
+add_tensors(struct model *m, struct hf_src *s, int tied, char *err)
+{
+	int64_t ignored = 0;
+	const char *first_ignored = NULL;
+	// which (layer, projection) expert stacks exist
+	int64_t nl = m->hp.n_layer;
+	char *has_exp = calloc((size_t)nl * 3, 1);
+	if (!has_exp)
+		return ad_err(err, "out of memory");
+	int rc = -1;
+	for (int f = 0; f < s->set.n_files; f++) {
+		const struct st_file *sf = &s->set.files[f];
+		for (int64_t i = 0; i < sf->n_tensors; i++) {
+			const struct st_tensor *t = &sf->tensors[i];
+			char name[160];
+			int xform, il = -1, ie, proj = 0;
+			if (map_name(m, t->name, name, sizeof name, &xform, &il, &ie, &proj)) {
+				if (!first_ignored)
+					first_ignored = t->name;
+				ignored++;
+				continue;
+			}
+			if (ie >= 0) {
+				if (m->arch != MODEL_ARCH_QWEN2MOE || ie >= m->hp.n_expert) {
+					ad_err(err, "tensor %s: expert %d but num_experts is %lld", t->name, ie,
+					       (long long)m->hp.n_expert);
+					goto out;
+				}
+				has_exp[il * 3 + proj] = 1;
+				continue;
+			}
+			if (tied && !strcmp(name, "output.weight"))
+				continue; // the embedding is the output
+			if (st_tensor_check(t, err))
+				goto out;
+			int64_t ne[3];
+			uint32_t nd = 0;
+			if (to_ne(t, ne, &nd, err))
+				goto out;
+			if (xform == X_SQUEEZE && nd == 2 && ne[1] == 1)
+				nd = 1;
+			if (xform == X_PLUS_ONE) {
+				if (add_plus_one(m, s, name, t, ne, nd, err))
+					goto out;
+			} else if (model_add_tensor(m, name, t->type, nd, ne, t->data, t->nbytes, err)) {
+				goto out;
+			}
+		}
+	}
+	for (int il = 0; il < nl; il++)
+		for (int p = 0; p < 3; p++)
+			if (has_exp[il * 3 + p] && add_experts(m, s, il, p, err))
+				goto out;
+	if (ignored)
+		ad_info("%s: %lld tensors not used by %s (first: %s)", m->path, (long long)ignored,
+		        model_arch_name(m->arch), first_ignored);
+	rc = 0;
+out:
+	free(has_exp);
+	return rc;
+}
+
+int
+model_load_hf(struct model *m, const char *dir, char *err)
+{
+	model_init(m);
+	snprintf(m->path, sizeof m->path, "%s", dir);
+	m->is_gguf = 0;
+	char path[PATH_MAX];
+	if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
+		return ad_err(err, "%s: path too long", dir);
+	cJSON *cfg = read_json(path, err);
+	if (!cfg)
+		return -1;
+	struct hf_src *s = calloc(1, sizeof *s);
+	if (!s) {
+		cJSON_Delete(cfg);
+		return ad_err(err, "out of memory");
+	}
+	m->src = s;
+	m->src_free = hf_src_free;
+
+	// the model's name is the directory's
+	char tmp[sizeof m->name];
+	snprintf(tmp, sizeof tmp, "%s", dir);
+	for (size_t n = strlen(tmp); n > 1 && tmp[n - 1] == '/'; n--)
+		tmp[n - 1] = 0;
+	const char *base = strrchr(tmp, '/');
+	snprintf(m->name, sizeof m->name, "%s", base && base[1] ? base + 1 : tmp);
+
+	int tied = 0;
+	const cJSON *c = cJSON_IsObject(jget(cfg, "text_config")) ? jget(cfg, "text_config") : cfg;
+	if (read_config(m, cfg, &tied, err) || st_set_open(&s->set, dir, err) ||
+	    add_llama3_rope_freqs(m, s, c, err) || add_tensors(m, s, tied, err) ||
+	    model_finish(m, err)) {
+		ad_err_prefix(err, "%s", dir);
+		cJSON_Delete(cfg);
+		model_free(m);
+		return -1;
+	}
+	for (int i = 0; i < s->set.n_files; i++)
+		m->file_bytes += s->set.files[i].size;
+	cJSON_Delete(cfg);
+	return 0;
+}

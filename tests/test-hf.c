@@ -1,0 +1,689 @@
+// test-hf: every fixture GGUF written out as a Hugging Face directory (with
+// the inverse of the HF conventions), loaded back with model_load_hf, and
+// compared with the GGUF: hyper-parameters, every dequantised weight, and
+// the reference engine's logits.
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "dequant.h"
+#include "model.h"
+#include "ref.h"
+#include "safetensors.h"
+#include "t.h"
+#include "wtype.h"
+
+#pragma GCC diagnostic ignored "-Wformat-zero-length" // CHECK without a message
+
+// --- GGUF -> HF ------------------------------------------------------------------
+
+struct out_tensor {
+	char name[160];
+	uint32_t type;
+	uint32_t n_dims;
+	int64_t shape[3]; // HF order, slowest first
+	void *data;
+	size_t nbytes;
+};
+
+struct hf_out {
+	struct out_tensor *t;
+	int n, cap;
+};
+
+static struct out_tensor *
+push(struct hf_out *o, const char *name, uint32_t type, uint32_t nd, const int64_t *ne,
+     size_t nbytes)
+{
+	if (o->n == o->cap) {
+		o->cap = o->cap ? 2 * o->cap : 64;
+		o->t = realloc(o->t, (size_t)o->cap * sizeof *o->t);
+	}
+	struct out_tensor *t = &o->t[o->n++];
+	memset(t, 0, sizeof *t);
+	snprintf(t->name, sizeof t->name, "%s", name);
+	t->type = type;
+	t->n_dims = nd;
+	for (uint32_t i = 0; i < nd; i++)
+		t->shape[i] = ne[nd - 1 - i];
+	t->nbytes = nbytes;
+	t->data = malloc(nbytes ? nbytes : 1);
+	return t;
+}
+
+static int
+is_gemma(const struct model *m)
+{
+	return m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3;
+}
+
+// GGUF llama rows of one head are (pair i, half) interleaved; HF keeps the
+// halves apart. hf_row(h, half, i) = gguf_row(h, 2i + half)
+static void
+unpermute_rows(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t n_heads, size_t row_bytes)
+{
+	int64_t hd = rows / n_heads;
+	for (int64_t h = 0; h < n_heads; h++)
+		for (int half = 0; half < 2; half++)
+			for (int64_t i = 0; i < hd / 2; i++)
+				memcpy(dst + (size_t)(h * hd + half * hd / 2 + i) * row_bytes,
+				       src + (size_t)(h * hd + 2 * i + half) * row_bytes, row_bytes);
+}
+
+static const struct {
+	const char *gguf, *hf;
+} names[] = {
+	{ "attn_norm.weight", "input_layernorm.weight" },
+	{ "attn_q.weight", "self_attn.q_proj.weight" },
+	{ "attn_q.bias", "self_attn.q_proj.bias" },
+	{ "attn_k.weight", "self_attn.k_proj.weight" },
+	{ "attn_k.bias", "self_attn.k_proj.bias" },
+	{ "attn_v.weight", "self_attn.v_proj.weight" },
+	{ "attn_v.bias", "self_attn.v_proj.bias" },
+	{ "attn_output.weight", "self_attn.o_proj.weight" },
+	{ "attn_qkv.weight", "self_attn.qkv_proj.weight" },
+	{ "attn_q_norm.weight", "self_attn.q_norm.weight" },
+	{ "attn_k_norm.weight", "self_attn.k_norm.weight" },
+	{ "post_attention_norm.weight", "post_attention_layernorm.weight" },
+	{ "post_ffw_norm.weight", "post_feedforward_layernorm.weight" },
+	{ "ffn_gate.weight", "mlp.gate_proj.weight" },
+	{ "ffn_down.weight", "mlp.down_proj.weight" },
+	{ "ffn_gate_inp.weight", "mlp.gate.weight" },
+	{ "ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight" },
+	{ "ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight" },
+	{ "ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight" },
+	{ "ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight" },
+};
+
+// the HF name of a per-layer GGUF tensor suffix, NULL if not in the table
+static const char *
+hf_suffix(const struct model *m, const char *g)
+{
+	if (!strcmp(g, "ffn_norm.weight"))
+		return is_gemma(m) ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight";
+	if (!strcmp(g, "ffn_up.weight"))
+		return m->arch == MODEL_ARCH_PHI3 ? "mlp.gate_up_proj.weight" : "mlp.up_proj.weight";
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+		if (!strcmp(names[i].gguf, g))
+			return names[i].hf;
+	return NULL;
+}
+
+// every tensor of m in HF form; F32/F16/BF16 are copied as they are, quants
+// dequantised to F32. skip names one tensor to leave out (for error tests).
+static int
+to_hf(const struct model *m, struct hf_out *o, const char *skip)
+{
+	char err[AD_ERRLEN];
+	for (int64_t i = 0; i < m->n_tensors; i++) {
+		const struct model_tensor *t = &m->tensors[i];
+		if (skip && !strcmp(t->name, skip))
+			continue;
+		int64_t n = model_tensor_nelem(t);
+		int native = t->type == AD_TYPE_F32 || t->type == AD_TYPE_F16 || t->type == AD_TYPE_BF16;
+		uint32_t type = native ? t->type : AD_TYPE_F32;
+		size_t esz = ad_type_block_bytes(type);
+		const void *src = t->data;
+		float *deq = NULL;
+		if (!native) {
+			deq = malloc((size_t)n * 4);
+			if (ad_dequant(t->type, t->data, deq, n, err)) {
+				fprintf(stderr, "%s\n", err);
+				return -1;
+			}
+			src = deq;
+		}
+		char hf[160];
+		int il = -1, k = 0;
+		const char *suffix = NULL;
+		if (sscanf(t->name, "blk.%d.%n", &il, &k) == 1 && k > 0)
+			suffix = t->name + k;
+		if (!strcmp(t->name, "token_embd.weight")) {
+			snprintf(hf, sizeof hf, "model.embed_tokens.weight");
+		} else if (!strcmp(t->name, "output_norm.weight")) {
+			snprintf(hf, sizeof hf, "model.norm.weight");
+		} else if (!strcmp(t->name, "output.weight")) {
+			snprintf(hf, sizeof hf, "lm_head.weight");
+		} else if (suffix && strstr(suffix, "_exps.weight")) {
+			// one 2-D tensor per expert
+			const char *proj = !strncmp(suffix, "ffn_gate", 8) ? "gate"
+			                   : !strncmp(suffix, "ffn_up", 6) ? "up" : "down";
+			int64_t ne2[2] = { t->ne[0], t->ne[1] };
+			size_t per = (size_t)(t->ne[0] * t->ne[1]) * esz;
+			for (int64_t e = 0; e < t->ne[2]; e++) {
+				snprintf(hf, sizeof hf, "model.layers.%d.mlp.experts.%lld.%s_proj.weight", il,
+				         (long long)e, proj);
+				struct out_tensor *ot = push(o, hf, type, 2, ne2, per);
+				memcpy(ot->data, (const uint8_t *)src + e * per, per);
+			}
+			free(deq);
+			continue;
+		} else if (suffix && hf_suffix(m, suffix)) {
+			snprintf(hf, sizeof hf, "model.layers.%d.%s", il, hf_suffix(m, suffix));
+		} else {
+			fprintf(stderr, "no HF name for %s\n", t->name);
+			free(deq);
+			return -1;
+		}
+		uint32_t nd = t->n_dims;
+		int64_t ne[3] = { t->ne[0], t->ne[1], t->ne[2] };
+		if (suffix && !strcmp(suffix, "ffn_gate_inp_shexp.weight")) {
+			nd = 2; // HF keeps it as a [1, n_embd] linear layer
+			ne[1] = 1;
+		}
+		struct out_tensor *ot = push(o, hf, type, nd, ne, (size_t)n * esz);
+		int qk = suffix && (!strcmp(suffix, "attn_q.weight") || !strcmp(suffix, "attn_k.weight"));
+		if (m->arch == MODEL_ARCH_LLAMA && qk) {
+			int64_t heads = !strcmp(suffix, "attn_q.weight") ? m->hp.n_head : m->hp.n_head_kv;
+			unpermute_rows(src, ot->data, t->ne[1], heads, (size_t)t->ne[0] * esz);
+		} else if (is_gemma(m) && strstr(t->name, "norm.weight")) {
+			if (type != AD_TYPE_F32) {
+				fprintf(stderr, "gemma norm %s is not F32\n", t->name);
+				free(deq);
+				return -1;
+			}
+			const float *s = src;
+			float *d = ot->data;
+			for (int64_t j = 0; j < n; j++)
+				d[j] = s[j] - 1.0f;
+		} else {
+			memcpy(ot->data, src, (size_t)n * esz);
+		}
+		free(deq);
+	}
+	return 0;
+}
+
+static const char *
+hf_arch(const struct model *m, const char **type)
+{
+	static const char *a[][2] = {
+		[MODEL_ARCH_LLAMA] = { "LlamaForCausalLM", "llama" },
+		[MODEL_ARCH_MISTRAL] = { "MistralForCausalLM", "mistral" },
+		[MODEL_ARCH_SMOLLM3] = { "SmolLM3ForCausalLM", "smollm3" },
+		[MODEL_ARCH_QWEN2] = { "Qwen2ForCausalLM", "qwen2" },
+		[MODEL_ARCH_QWEN3] = { "Qwen3ForCausalLM", "qwen3" },
+		[MODEL_ARCH_GEMMA2] = { "Gemma2ForCausalLM", "gemma2" },
+		[MODEL_ARCH_GEMMA3] = { "Gemma3ForCausalLM", "gemma3_text" },
+		[MODEL_ARCH_PHI3] = { "Phi3ForCausalLM", "phi3" },
+		[MODEL_ARCH_QWEN2MOE] = { "Qwen2MoeForCausalLM", "qwen2_moe" },
+	};
+	*type = a[m->arch][1];
+	return a[m->arch][0];
+}
+
+static cJSON *
+make_config(const struct model *m)
+{
+	const struct model_hparams *hp = &m->hp;
+	cJSON *c = cJSON_CreateObject();
+	const char *type;
+	cJSON *archs = cJSON_AddArrayToObject(c, "architectures");
+	cJSON_AddItemToArray(archs, cJSON_CreateString(hf_arch(m, &type)));
+	cJSON_AddStringToObject(c, "model_type", type);
+	cJSON_AddNumberToObject(c, "vocab_size", (double)hp->n_vocab);
+	cJSON_AddNumberToObject(c, "hidden_size", (double)hp->n_embd);
+	cJSON_AddNumberToObject(c, "num_hidden_layers", (double)hp->n_layer);
+	cJSON_AddNumberToObject(c, "num_attention_heads", (double)hp->n_head);
+	cJSON_AddNumberToObject(c, "num_key_value_heads", (double)hp->n_head_kv);
+	if (hp->head_dim * hp->n_head != hp->n_embd)
+		cJSON_AddNumberToObject(c, "head_dim", (double)hp->head_dim);
+	cJSON_AddNumberToObject(c, "intermediate_size", (double)hp->n_ff);
+	cJSON_AddNumberToObject(c, "max_position_embeddings", (double)hp->n_ctx_train);
+	cJSON_AddNumberToObject(c, "rms_norm_eps", (double)hp->rms_eps);
+	cJSON_AddNumberToObject(c, "rope_theta", (double)hp->rope_base);
+	cJSON_AddBoolToObject(c, "tie_word_embeddings", m->tied_output);
+	cJSON_AddNumberToObject(c, "bos_token_id", 1);
+	cJSON *eos = cJSON_AddArrayToObject(c, "eos_token_id");
+	cJSON_AddItemToArray(eos, cJSON_CreateNumber(2));
+	cJSON_AddItemToArray(eos, cJSON_CreateNumber(7));
+	cJSON_AddStringToObject(c, "torch_dtype", "float32");
+	if (hp->n_rot != hp->head_dim)
+		cJSON_AddNumberToObject(c, "partial_rotary_factor", (double)hp->n_rot / (double)hp->head_dim);
+	if (m->arch == MODEL_ARCH_PHI3 || m->arch == MODEL_ARCH_QWEN2) {
+		cJSON_AddNullToObject(c, "sliding_window"); // as HF writes it when off
+		cJSON_AddNullToObject(c, "rope_scaling");
+	}
+	if (is_gemma(m)) {
+		cJSON_AddNumberToObject(c, "sliding_window", (double)hp->sliding_window);
+		cJSON_AddNumberToObject(c, "query_pre_attn_scalar", (double)hp->head_dim);
+		cJSON_AddStringToObject(c, "hidden_activation", "gelu_pytorch_tanh");
+	}
+	if (m->arch == MODEL_ARCH_GEMMA2) {
+		cJSON_AddNumberToObject(c, "attn_logit_softcapping", (double)hp->attn_softcap);
+		cJSON_AddNumberToObject(c, "final_logit_softcapping", (double)hp->final_softcap);
+	}
+	if (m->arch == MODEL_ARCH_GEMMA3) {
+		// the newer per-layer form of the pattern
+		cJSON *lt = cJSON_AddArrayToObject(c, "layer_types");
+		for (int64_t i = 0; i < hp->n_layer; i++)
+			cJSON_AddItemToArray(lt, cJSON_CreateString((i + 1) % hp->swa_pattern ? "sliding_attention"
+			                                                                     : "full_attention"));
+		cJSON_AddNumberToObject(c, "rope_local_base_freq", (double)hp->rope_base_swa);
+		cJSON *rs = cJSON_AddObjectToObject(c, "rope_scaling");
+		cJSON_AddStringToObject(rs, "rope_type", "linear");
+		cJSON_AddNumberToObject(rs, "factor", 1.0 / (double)hp->rope_freq_scale);
+		cJSON_AddNullToObject(c, "final_logit_softcapping");
+	}
+	if (m->arch == MODEL_ARCH_QWEN2MOE) {
+		cJSON_AddNumberToObject(c, "num_experts", (double)hp->n_expert);
+		cJSON_AddNumberToObject(c, "num_experts_per_tok", (double)hp->n_expert_used);
+		cJSON_AddNumberToObject(c, "moe_intermediate_size", (double)hp->n_ff_exp);
+		cJSON_AddNumberToObject(c, "shared_expert_intermediate_size", (double)hp->n_ff_shexp);
+		cJSON_AddBoolToObject(c, "norm_topk_prob", hp->expert_weights_norm);
+		cJSON_AddNumberToObject(c, "decoder_sparse_step", 1);
+		cJSON_AddArrayToObject(c, "mlp_only_layers");
+		cJSON_AddBoolToObject(c, "use_sliding_window", 0);
+		cJSON_AddNumberToObject(c, "sliding_window", 4096);
+	}
+	return c;
+}
+
+static int
+write_json(const char *path, const cJSON *j)
+{
+	char *s = cJSON_Print(j);
+	FILE *fp = fopen(path, "wb");
+	if (!fp || !s)
+		return -1;
+	fputs(s, fp);
+	free(s);
+	return fclose(fp);
+}
+
+// the directory: config.json and n_shards files; an index when with_index
+static int
+write_hf(const char *dir, const cJSON *config, const struct hf_out *o, int n_shards, int with_index)
+{
+	char path[600], err[AD_ERRLEN];
+	mkdir(dir, 0755);
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	if (write_json(path, config))
+		return -1;
+	const char **tnames = calloc((size_t)o->n, sizeof *tnames);
+	const char **files = calloc((size_t)o->n, sizeof *files);
+	static char fnames[8][64];
+	uint64_t total = 0;
+	int per = (o->n + n_shards - 1) / n_shards;
+	for (int s = 0; s < n_shards; s++) {
+		if (n_shards == 1)
+			snprintf(fnames[s], sizeof fnames[s], "model.safetensors");
+		else
+			snprintf(fnames[s], sizeof fnames[s], "model-%05d-of-%05d.safetensors", s + 1, n_shards);
+		int lo = s * per, hi = lo + per < o->n ? lo + per : o->n;
+		struct st_wtensor *w = calloc((size_t)(hi - lo) + 1, sizeof *w);
+		for (int i = lo; i < hi; i++) {
+			const struct out_tensor *t = &o->t[i];
+			w[i - lo] = (struct st_wtensor){ t->name, t->type, t->n_dims,
+				                         { t->shape[0], t->shape[1], t->shape[2] }, t->data };
+			tnames[i] = t->name;
+			files[i] = fnames[s];
+			total += t->nbytes;
+		}
+		snprintf(path, sizeof path, "%s/%s", dir, fnames[s]);
+		int rc = st_write(path, w, hi - lo, err);
+		free(w);
+		if (rc) {
+			fprintf(stderr, "%s\n", err);
+			return -1;
+		}
+	}
+	int rc = 0;
+	if (with_index) {
+		snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+		rc = st_write_index(path, tnames, files, o->n, total, err);
+	}
+	free(tnames);
+	free(files);
+	return rc;
+}
+
+static void
+free_out(struct hf_out *o)
+{
+	for (int i = 0; i < o->n; i++)
+		free(o->t[i].data);
+	free(o->t);
+	memset(o, 0, sizeof *o);
+}
+
+// --- comparisons -------------------------------------------------------------
+
+static float *
+deq_all(const struct model_tensor *t)
+{
+	int64_t n = model_tensor_nelem(t);
+	float *f = malloc((size_t)n * 4 + 4);
+	char err[AD_ERRLEN];
+	if (ad_dequant(t->type, t->data, f, n, err)) {
+		fprintf(stderr, "%s\n", err);
+		free(f);
+		return NULL;
+	}
+	return f;
+}
+
+static void
+compare_hparams(const char *name, const struct model *g, const struct model *h)
+{
+	const struct model_hparams *a = &g->hp, *b = &h->hp;
+#define SAME(f) CHECK(a->f == b->f, "%s: hp." #f " %g vs %g", name, (double)a->f, (double)b->f)
+	SAME(n_vocab);
+	SAME(n_embd);
+	SAME(n_layer);
+	SAME(n_head);
+	SAME(n_head_kv);
+	SAME(head_dim);
+	SAME(head_dim_v);
+	SAME(n_rot);
+	SAME(rms_eps);
+	SAME(rope_base);
+	SAME(rope_freq_scale);
+	SAME(rope_base_swa);
+	SAME(sliding_window);
+	SAME(swa_pattern);
+	SAME(attn_softcap);
+	SAME(final_softcap);
+	SAME(q_scale);
+	SAME(n_expert);
+	SAME(n_expert_used);
+	SAME(n_ff_exp);
+	SAME(n_ff_shexp);
+	SAME(expert_weights_norm);
+	SAME(n_no_rope_step);
+	SAME(bos_id);
+	if (g->arch != MODEL_ARCH_QWEN2MOE)
+		SAME(n_ff);
+#undef SAME
+	CHECK(b->eos_id == 2, "%s: eos %lld", name, (long long)b->eos_id);
+	CHECK(g->arch == h->arch && g->tied_output == h->tied_output, "%s", name);
+	CHECK(h->hp.rope == MODEL_ROPE_NEOX, "%s: HF RoPE must be neox", name);
+	CHECK(!h->is_gguf && h->file_bytes > 0);
+	for (int64_t il = 0; il < a->n_layer; il++) {
+		const struct model_layer *x = &g->layers[il], *y = &h->layers[il];
+		CHECK(x->sliding == y->sliding && x->use_rope == y->use_rope &&
+		      x->rope_base == y->rope_base && x->rope_freq_scale == y->rope_freq_scale,
+		      "%s: layer %lld attention kind", name, (long long)il);
+	}
+}
+
+// every weight of the GGUF, in the GGUF meaning, against the HF load
+static void
+compare_weights(const char *name, const struct model *g, const struct model *h)
+{
+	CHECK(g->n_tensors == h->n_tensors, "%s: %lld vs %lld tensors", name, (long long)g->n_tensors,
+	      (long long)h->n_tensors);
+	int bad = 0;
+	for (int64_t i = 0; i < g->n_tensors; i++) {
+		const struct model_tensor *a = &g->tensors[i];
+		const struct model_tensor *b = model_find_tensor(h, a->name);
+		if (!b) {
+			CHECK(b != NULL, "%s: %s missing from the HF load", name, a->name);
+			continue;
+		}
+		CHECK(a->n_dims == b->n_dims && !memcmp(a->ne, b->ne, sizeof a->ne),
+		      "%s: %s shape differs", name, a->name);
+		float *x = deq_all(a), *y = deq_all(b);
+		REQUIRE(x && y);
+		int64_t n = model_tensor_nelem(a);
+		int il, k = 0;
+		const char *suffix = sscanf(a->name, "blk.%d.%n", &il, &k) == 1 && k ? a->name + k : "";
+		int qk = !strcmp(suffix, "attn_q.weight") || !strcmp(suffix, "attn_k.weight");
+		if (g->arch == MODEL_ARCH_LLAMA && qk) {
+			// HF keeps llama's q/k unpermuted; the GGUF rows are their permutation
+			float *u = malloc((size_t)n * 4);
+			int64_t heads = !strcmp(suffix, "attn_q.weight") ? g->hp.n_head : g->hp.n_head_kv;
+			unpermute_rows((const uint8_t *)x, (uint8_t *)u, a->ne[1], heads, (size_t)a->ne[0] * 4);
+			free(x);
+			x = u;
+		}
+		if (is_gemma(g) && strstr(a->name, "norm.weight"))
+			for (int64_t j = 0; j < n; j++)
+				x[j] = (x[j] - 1.0f) + 1.0f; // what the round trip can give back
+		int diff = 0;
+		for (int64_t j = 0; j < n; j++)
+			diff += !(x[j] == y[j]);
+		if (diff) {
+			bad++;
+			fprintf(stderr, "  %s: %s: %d of %lld values differ\n", name, a->name, diff, (long long)n);
+		}
+		free(x);
+		free(y);
+	}
+	CHECK(bad == 0, "%s: %d tensors differ", name, bad);
+}
+
+static int32_t *
+read_ids(const char *model, int *n)
+{
+	char path[512];
+	size_t len;
+	snprintf(path, sizeof path, "%s/models/%s.json", T_DATA, model);
+	char *s = t_read_file(path, &len);
+	cJSON *j = s ? cJSON_Parse(s) : NULL;
+	free(s);
+	if (!j)
+		return NULL;
+	const cJSON *p = cJSON_GetObjectItem(j, "prompt_ids"), *g = cJSON_GetObjectItem(j, "greedy_ids");
+	int np = cJSON_GetArraySize(p), ng = cJSON_GetArraySize(g);
+	int32_t *ids = malloc((size_t)(np + ng) * sizeof *ids);
+	for (int i = 0; i < np; i++)
+		ids[i] = (int32_t)cJSON_GetArrayItem(p, i)->valuedouble;
+	for (int i = 0; i < ng; i++)
+		ids[np + i] = (int32_t)cJSON_GetArrayItem(g, i)->valuedouble;
+	cJSON_Delete(j);
+	*n = np + ng;
+	return ids;
+}
+
+static void
+compare_logits(const char *name, const struct model *g, const struct model *h)
+{
+	int n;
+	int32_t *ids = read_ids(name, &n);
+	REQUIRE(ids, "%s: no token ids", name);
+	char err[AD_ERRLEN];
+	struct ref_engine *eg = ref_new(g, n, err);
+	REQUIRE(eg, "%s: ref_new(gguf): %s", name, err);
+	struct ref_engine *eh = ref_new(h, n, err);
+	if (!eh)
+		ref_free(eg);
+	REQUIRE(eh, "%s: ref_new(hf): %s", name, err);
+	int nv = ref_n_vocab(eg);
+	float *lg = malloc((size_t)n * (size_t)nv * 4), *lh = malloc((size_t)n * (size_t)nv * 4);
+	CHECK(ref_eval(eg, ids, n, lg) == 0);
+	CHECK(ref_eval(eh, ids, n, lh) == 0);
+	double md = 0;
+	int argmax_same = 1;
+	for (int r = 0; r < n; r++) {
+		for (int v = 0; v < nv; v++)
+			md = fmax(md, fabs((double)lg[r * nv + v] - (double)lh[r * nv + v]));
+		argmax_same &= ref_argmax(lg + r * nv, nv) == ref_argmax(lh + r * nv, nv);
+	}
+	CHECK(md <= 1e-4, "%s: logits differ by %g", name, md);
+	CHECK(argmax_same, "%s: argmax differs", name);
+	fprintf(stderr, "  %-16s %2d positions, max |logit diff| GGUF vs HF %.3g\n", name, n, md);
+	free(lg);
+	free(lh);
+	free(ids);
+	ref_free(eg);
+	ref_free(eh);
+}
+
+// --- the round trips ---------------------------------------------------------
+
+static const struct {
+	const char *model;
+	int shards, index;
+} cases[] = {
+	{ "llama", 2, 1 },        { "qwen2", 1, 0 },         { "qwen3", 1, 1 },
+	{ "gemma2", 1, 0 },       { "gemma3", 3, 1 },        { "phi3", 1, 0 },
+	{ "qwen2moe", 2, 0 },     { "llama256_bf16", 2, 1 }, { "llama256_f16", 1, 0 },
+	{ "llama256_q4_k", 1, 0 },
+};
+
+static void
+test_round_trips(void)
+{
+	char path[512], dir[512], err[AD_ERRLEN];
+	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+		const char *name = cases[k].model;
+		struct model g, h;
+		snprintf(path, sizeof path, "%s/models/%s.gguf", T_DATA, name);
+		if (model_load_gguf(&g, path, err)) {
+			CHECK(0, "%s: %s", name, err);
+			continue;
+		}
+		struct hf_out o = { 0 };
+		cJSON *cfg = make_config(&g);
+		snprintf(dir, sizeof dir, "%s/%s", t_tmpdir(), name);
+		int ok = to_hf(&g, &o, NULL) == 0 && write_hf(dir, cfg, &o, cases[k].shards, cases[k].index) == 0;
+		CHECK(ok, "%s: writing the HF directory", name);
+		cJSON_Delete(cfg);
+		free_out(&o);
+		if (ok && model_load_hf(&h, dir, err) == 0) {
+			CHECK(!strcmp(h.name, name), "%s: name %s", name, h.name);
+			compare_hparams(name, &g, &h);
+			compare_weights(name, &g, &h);
+			compare_logits(name, &g, &h);
+			model_free(&h);
+		} else if (ok) {
+			CHECK(0, "%s: model_load_hf: %s", name, err);
+		}
+		model_free(&g);
+	}
+}
+
+// --- error paths ---------------------------------------------------------------
+
+// the llama fixture as an HF directory, with a change: a config key set to
+// raw JSON, a tensor left out, or an extra tensor
+static int
+load_variant(const char *tag, const char *key, const char *json, const char *skip,
+             const struct st_wtensor *extra, char *err)
+{
+	char path[1024], dir[512];
+	struct model g, h;
+	snprintf(path, sizeof path, "%s/models/llama.gguf", T_DATA);
+	if (model_load_gguf(&g, path, err))
+		return -2;
+	struct hf_out o = { 0 };
+	cJSON *cfg = make_config(&g);
+	if (key) {
+		cJSON_DeleteItemFromObject(cfg, key);
+		if (json)
+			cJSON_AddItemToObject(cfg, key, cJSON_Parse(json));
+	}
+	snprintf(dir, sizeof dir, "%s/variant-%s", t_tmpdir(), tag);
+	int rc = to_hf(&g, &o, skip) || write_hf(dir, cfg, &o, 1, 0);
+	cJSON_Delete(cfg);
+	free_out(&o);
+	model_free(&g);
+	if (rc)
+		return -2;
+	if (extra) {
+		snprintf(path, sizeof path, "%s/zz-extra.safetensors", dir);
+		if (st_write(path, extra, 1, err))
+			return -2;
+	}
+	rc = model_load_hf(&h, dir, err);
+	if (rc == 0)
+		model_free(&h);
+	return rc;
+}
+
+static void
+expect_fail(const char *tag, const char *key, const char *json, const char *skip,
+            const struct st_wtensor *extra, const char *want)
+{
+	char err[AD_ERRLEN] = "";
+	int rc = load_variant(tag, key, json, skip, extra, err);
+	CHECK(rc == -1, "%s: rc %d (%s)", tag, rc, err);
+	CHECK(strstr(err, want) != NULL, "%s: \"%s\" lacks \"%s\"", tag, err, want);
+}
+
+static void
+test_errors(void)
+{
+	char err[AD_ERRLEN] = "", dir[512];
+	struct model m;
+	snprintf(dir, sizeof dir, "%s/nothing", t_tmpdir());
+	CHECK(model_load_hf(&m, dir, err) == -1 && strstr(err, "config.json"), "%s", err);
+	CHECK(m.n_tensors == 0 && m.src == NULL);
+	// through model_load: a path without .gguf is a directory
+	CHECK(model_load(&m, dir, err) == -1 && strstr(err, "config.json"), "%s", err);
+
+	mkdir(dir, 0755);
+	char path[600];
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	FILE *fp = fopen(path, "wb");
+	fputs("{\"architectures\": [\"LlamaForCausalLM\"", fp);
+	fclose(fp);
+	CHECK(model_load_hf(&m, dir, err) == -1 && strstr(err, "not a JSON object"), "%s", err);
+
+	char ok_err[AD_ERRLEN] = "";
+	CHECK(load_variant("ok", NULL, NULL, NULL, NULL, ok_err) == 0, "%s", ok_err);
+	expect_fail("arch", "architectures", "[\"FooForCausalLM\"]", NULL, NULL, "FooForCausalLM");
+	expect_fail("hidden", "hidden_size", "\"128\"", NULL, NULL, "hidden_size");
+	expect_fail("nohidden", "hidden_size", NULL, NULL, NULL, "hidden_size");
+	expect_fail("shape", "intermediate_size", "300", NULL, NULL, "ffn_gate.weight");
+	expect_fail("rope", "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4}", NULL, NULL, "yarn");
+	expect_fail("missing", NULL, NULL, "blk.1.ffn_down.weight", NULL, "blk.1.ffn_down.weight");
+	int64_t ids[4] = { 0 };
+	struct st_wtensor bad = { "model.layers.0.input_layernorm.weight", AD_TYPE_F32, 1, { 4 }, ids };
+	// a name twice across shards
+	expect_fail("dup", NULL, NULL, NULL, &bad, "input_layernorm.weight");
+
+	// model_type alone is enough; unknown tensors are ignored
+	static float junk[3] = { 1, 2, 3 };
+	struct st_wtensor extra = { "model.rotary_emb.inv_freq", AD_TYPE_F32, 1, { 3 }, junk };
+	CHECK(load_variant("type-only", "architectures", NULL, NULL, &extra, err) == 0, "%s", err);
+
+	// llama3 RoPE scaling becomes rope_freqs
+	char e2[AD_ERRLEN];
+	CHECK(load_variant("llama3", "rope_scaling",
+	                   "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0,"
+	                   " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 16}",
+	                   NULL, NULL, e2) == 0, "%s", e2);
+}
+
+static void
+test_llama3_freqs(void)
+{
+	// a separate load to look at the tensor
+	char path[512], dir[512], err[AD_ERRLEN];
+	struct model g, h;
+	snprintf(path, sizeof path, "%s/models/llama.gguf", T_DATA);
+	REQUIRE(model_load_gguf(&g, path, err) == 0, "%s", err);
+	struct hf_out o = { 0 };
+	cJSON *cfg = make_config(&g);
+	cJSON_AddItemToObject(cfg, "rope_scaling",
+	                      cJSON_Parse("{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0,"
+	                                  " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 64}"));
+	snprintf(dir, sizeof dir, "%s/llama3", t_tmpdir());
+	REQUIRE(to_hf(&g, &o, NULL) == 0 && write_hf(dir, cfg, &o, 1, 0) == 0);
+	cJSON_Delete(cfg);
+	free_out(&o);
+	REQUIRE(model_load_hf(&h, dir, err) == 0, "%s", err);
+	REQUIRE(h.rope_freqs.name != NULL);
+	CHECK(h.rope_freqs.ne[0] == h.hp.n_rot / 2);
+	const float *f = h.rope_freqs.data;
+	// head_dim 16, base 1e4: wavelengths 2*pi*1e4^(i/8); with an original
+	// context of 64: i=0 (6.3) is high-frequency, i=7 (~19000) low
+	CHECK(f[0] == 1.0f, "%g", f[0]);
+	CHECK(f[7] == 8.0f, "%g", f[7]);
+	for (int i = 1; i < 7; i++)
+		CHECK(f[i] >= 1.0f && f[i] <= 8.0f && f[i] >= f[i - 1], "%d %g", i, f[i]);
+	model_free(&h);
+	model_free(&g);
+}
+
+int
+main(void)
+{
+	T_RUN(test_round_trips);
+	T_RUN(test_errors);
+	T_RUN(test_llama3_freqs);
+	return t_done();
+}
