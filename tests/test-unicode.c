@@ -1,0 +1,354 @@
+// test-unicode.c - UTF-8 coding, category flags, lowercase, NFC and the
+// pre-tokenizer splits, checked against hand-worked expectations.
+#include <stdarg.h>
+
+#include "err.h"
+#include "pretok.h"
+#include "t.h"
+#include "unicode.h"
+
+static void
+test_decode(void)
+{
+	static const struct {
+		const char *s;
+		size_t n;
+		uint32_t cp;
+		int len, bad;
+	} cases[] = {
+		{"A", 1, 'A', 1, 0},
+		{"\xc3\xa4", 2, 0xE4, 2, 0},
+		{"\xe2\x82\xac", 3, 0x20AC, 3, 0},
+		{"\xf0\x9f\xa6\x99", 4, 0x1F999, 4, 0},
+		{"\xf4\x8f\xbf\xbf", 4, 0x10FFFF, 4, 0},
+		{"\xc0\x80", 2, 0xFFFD, 1, 1},         // overlong NUL
+		{"\xc1\xbf", 2, 0xFFFD, 1, 1},         // overlong
+		{"\xe0\x80\xaf", 3, 0xFFFD, 1, 1},     // overlong '/'
+		{"\xf0\x80\x80\xaf", 4, 0xFFFD, 1, 1}, // overlong '/'
+		{"\xed\xa0\x80", 3, 0xFFFD, 1, 1},     // surrogate D800
+		{"\xed\xbf\xbf", 3, 0xFFFD, 1, 1},     // surrogate DFFF
+		{"\xf4\x90\x80\x80", 4, 0xFFFD, 1, 1}, // 110000
+		{"\xf5\x80\x80\x80", 4, 0xFFFD, 1, 1},
+		{"\x80", 1, 0xFFFD, 1, 1},             // stray continuation
+		{"\xe2\x82", 2, 0xFFFD, 1, 1},         // truncated
+		{"\xe2\x28\xa1", 3, 0xFFFD, 1, 1},     // bad continuation
+		{"\xff", 1, 0xFFFD, 1, 1},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		uint32_t cp = 0;
+		int bad = 0;
+		int len = unicode_decode(cases[i].s, cases[i].n, &cp, &bad);
+		CHECK(len == cases[i].len && cp == cases[i].cp && bad == cases[i].bad,
+		      "case %zu: len %d cp %X bad %d", i, len, cp, bad);
+		CHECK(unicode_valid(cases[i].s, cases[i].n) == !cases[i].bad, "case %zu", i);
+	}
+	CHECK(unicode_valid("", 0));
+	CHECK(unicode_valid("h\xc3\xa9llo \xf0\x9f\xa6\x99", 11));
+	CHECK(!unicode_valid("h\xc3\xa9llo \xf0\x9f\xa6", 10));
+}
+
+static void
+test_encode(void)
+{
+	char b[4];
+	static const uint32_t ok[] = {0, 'a', 0x7F, 0x80, 0x7FF, 0x800, 0xD7FF, 0xE000, 0xFFFD, 0xFFFF, 0x10000, 0x10FFFF};
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+		int n = unicode_encode(ok[i], b);
+		uint32_t cp;
+		int bad = 0;
+		CHECK(n >= 1 && unicode_decode(b, (size_t)n, &cp, &bad) == n && cp == ok[i] && !bad, "U+%X", ok[i]);
+	}
+	CHECK(unicode_encode(0xE4, b) == 2 && !memcmp(b, "\xc3\xa4", 2));
+	CHECK(unicode_encode(0xD800, b) == 0);
+	CHECK(unicode_encode(0xDFFF, b) == 0);
+	CHECK(unicode_encode(0x110000, b) == 0);
+	// every code point survives a round trip
+	int fails = 0;
+	for (uint32_t cp = 0; cp <= UNICODE_MAX; cp++) {
+		if (cp >= 0xD800 && cp <= 0xDFFF)
+			continue;
+		uint32_t back;
+		int n = unicode_encode(cp, b), bad = 0;
+		fails += unicode_decode(b, (size_t)n, &back, &bad) != n || back != cp || bad;
+	}
+	CHECK(fails == 0, "%d round trip failures", fails);
+}
+
+static void
+test_flags(void)
+{
+	static const struct {
+		uint32_t cp;
+		uint16_t flags;
+	} cases[] = {
+		{'a', UNICODE_LETTER},
+		{'Z', UNICODE_LETTER},
+		{'5', UNICODE_NUMBER},
+		{'_', UNICODE_PUNCTUATION},
+		{'$', UNICODE_SYMBOL},
+		{'+', UNICODE_SYMBOL},
+		{' ', UNICODE_SEPARATOR | UNICODE_WHITESPACE},
+		{'\n', UNICODE_CONTROL | UNICODE_WHITESPACE},
+		{'\t', UNICODE_CONTROL | UNICODE_WHITESPACE},
+		{0x1C, UNICODE_CONTROL}, // not White_Space
+		{0x00, UNICODE_CONTROL},
+		{0x85, UNICODE_CONTROL | UNICODE_WHITESPACE},
+		{0xA0, UNICODE_SEPARATOR | UNICODE_WHITESPACE},
+		{0xBD, UNICODE_NUMBER},      // ½
+		{0xB2, UNICODE_NUMBER},      // ²
+		{0xC4, UNICODE_LETTER},      // Ä
+		{0x301, UNICODE_MARK},       // combining acute
+		{0x378, UNICODE_UNDEF},      // unassigned
+		{0x416, UNICODE_LETTER},     // Ж
+		{0x663, UNICODE_NUMBER},     // Arabic-Indic three
+		{0x915, UNICODE_LETTER},     // Devanagari ka
+		{0x93F, UNICODE_MARK},       // Devanagari vowel sign i
+		{0x2003, UNICODE_SEPARATOR | UNICODE_WHITESPACE},
+		{0x200B, UNICODE_CONTROL},   // zero width space is Cf, not \s
+		{0x2014, UNICODE_PUNCTUATION},
+		{0x201C, UNICODE_PUNCTUATION},
+		{0x20AC, UNICODE_SYMBOL},    // €
+		{0x216B, UNICODE_NUMBER},    // Ⅻ
+		{0x2028, UNICODE_SEPARATOR | UNICODE_WHITESPACE},
+		{0x3000, UNICODE_SEPARATOR | UNICODE_WHITESPACE},
+		{0x3002, UNICODE_PUNCTUATION}, // 。
+		{0x4E2D, UNICODE_LETTER},    // 中
+		{0xAC00, UNICODE_LETTER},    // 가
+		{0xE000, UNICODE_CONTROL},   // private use
+		{0xFFFD, UNICODE_SYMBOL},
+		{0x1F999, UNICODE_SYMBOL},   // llama emoji
+		{0x20000, UNICODE_LETTER},   // CJK ext B
+		{0x10FFFF, UNICODE_UNDEF},
+		{0x110000, UNICODE_UNDEF},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+		CHECK(unicode_flags(cases[i].cp) == cases[i].flags, "U+%X: %#x", cases[i].cp,
+		      unicode_flags(cases[i].cp));
+	CHECK(unicode_data_version[0] >= '1', "%s", unicode_data_version);
+}
+
+static void
+test_lower_ccc(void)
+{
+	CHECK(unicode_tolower('A') == 'a');
+	CHECK(unicode_tolower('a') == 'a');
+	CHECK(unicode_tolower('1') == '1');
+	CHECK(unicode_tolower(0xC4) == 0xE4);   // Ä
+	CHECK(unicode_tolower(0x3A3) == 0x3C3); // Σ
+	CHECK(unicode_tolower(0x416) == 0x436); // Ж
+	CHECK(unicode_tolower(0x130) == 'i');   // İ
+	CHECK(unicode_tolower(0x10400) == 0x10428); // Deseret
+	CHECK(unicode_tolower(0x4E2D) == 0x4E2D);
+	CHECK(unicode_ccc('a') == 0);
+	CHECK(unicode_ccc(0x301) == 230);
+	CHECK(unicode_ccc(0x323) == 220);
+	CHECK(unicode_ccc(0x93C) == 7);
+}
+
+static int
+nfc_is(const char *in, const char *want)
+{
+	size_t n;
+	char *out = unicode_nfc(in, strlen(in), &n);
+	int ok = out && n == strlen(want) && !memcmp(out, want, n) && out[n] == 0;
+	if (!ok)
+		fprintf(stderr, "nfc(\"%s\") = \"%s\", want \"%s\"\n", in, out ? out : "(null)", want);
+	free(out);
+	return ok;
+}
+
+static void
+test_nfc(void)
+{
+	CHECK(nfc_is("", ""));
+	CHECK(nfc_is("plain ascii", "plain ascii"));
+	CHECK(nfc_is("e\xcc\x81", "\xc3\xa9"));                      // e + acute -> é
+	CHECK(nfc_is("\xc3\xa9", "\xc3\xa9"));                       // stays
+	CHECK(nfc_is("a\xcc\x82\xcc\xa3", "\xe1\xba\xad"));          // a + circumflex + dot below -> ậ
+	CHECK(nfc_is("a\xcc\xa3\xcc\x82", "\xe1\xba\xad"));          // other order, same result
+	CHECK(nfc_is("\xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8", "\xea\xb0\x81")); // Hangul jamo -> 각
+	CHECK(nfc_is("\xea\xb0\x81", "\xea\xb0\x81"));
+	CHECK(nfc_is("\xe2\x84\xab", "\xc3\x85"));                   // Angstrom sign -> Å
+	CHECK(nfc_is("\xcd\x84", "\xcc\x88\xcc\x81"));               // U+0344 decomposes for good
+	CHECK(nfc_is("\xe0\xa5\x98", "\xe0\xa4\x95\xe0\xa4\xbc"));   // U+0958 is excluded from composition
+	CHECK(nfc_is("\xc3\x85\xcc\x81", "\xc7\xba"));               // Å + acute -> Ǻ
+	CHECK(nfc_is("\xe1\xba\x9b\xcc\xa3", "\xe1\xba\x9b\xcc\xa3")); // ẛ̣ stays
+	CHECK(nfc_is("caf\x65\xcc\x81 \xc3\x84pfel", "caf\xc3\xa9 \xc3\x84pfel"));
+	// invalid bytes pass through and block composition
+	CHECK(nfc_is("e\xff\xcc\x81", "e\xff\xcc\x81"));
+	CHECK(nfc_is("\xffx\xc0", "\xffx\xc0"));
+	// long input (buffer growth)
+	char in[3 * 300 + 1], want[2 * 300 + 1];
+	for (int i = 0; i < 300; i++) {
+		memcpy(in + 3 * i, "e\xcc\x81", 3);
+		memcpy(want + 2 * i, "\xc3\xa9", 2);
+	}
+	in[900] = want[600] = 0;
+	CHECK(nfc_is(in, want));
+}
+
+// split text with the named pre-tokenizer and compare with the expected
+// pieces (a NULL-terminated list)
+static int
+split_is(const char *pre, const char *text, ...)
+{
+	struct pretok p;
+	struct pretok_out o = {0};
+	char err[AD_ERRLEN];
+	int ok = pretok_init_pre(&p, pre, err) == 0 && pretok_split(&p, text, strlen(text), &o, err) == 0;
+	va_list ap;
+	va_start(ap, text);
+	size_t k = 0;
+	for (const char *w; ok && (w = va_arg(ap, const char *)); k++)
+		ok = k < o.n && o.v[k].len == strlen(w) && !memcmp(text + o.v[k].off, w, o.v[k].len);
+	va_end(ap);
+	ok = ok && k == o.n;
+	if (!ok) {
+		fprintf(stderr, "%s split of \"%s\":", pre, text);
+		for (size_t i = 0; i < o.n; i++)
+			fprintf(stderr, " [%.*s]", (int)o.v[i].len, text + o.v[i].off);
+		fprintf(stderr, "\n");
+	}
+	pretok_out_free(&o);
+	return ok;
+}
+
+static void
+test_split_gpt2(void)
+{
+	CHECK(split_is("gpt-2", "", NULL));
+	CHECK(split_is("gpt-2", "Hello world", "Hello", " world", NULL));
+	CHECK(split_is("gpt-2", "I'm here", "I", "'m", " here", NULL));
+	CHECK(split_is("gpt-2", "I'M", "I", "'", "M", NULL)); // case-sensitive
+	CHECK(split_is("gpt-2", "they'll've", "they", "'ll", "'ve", NULL));
+	CHECK(split_is("gpt-2", "  a", " ", " a", NULL));
+	CHECK(split_is("gpt-2", "a  ", "a", "  ", NULL));
+	CHECK(split_is("gpt-2", "a   b", "a", "  ", " b", NULL));
+	CHECK(split_is("gpt-2", "123456", "123456", NULL));
+	CHECK(split_is("gpt-2", " 12ab", " 12", "ab", NULL));
+	CHECK(split_is("gpt-2", "\xc2\xa1Hola!", "\xc2\xa1", "Hola", "!", NULL));
+	CHECK(split_is("gpt-2", "\xe6\x97\xa5\xe6\x9c\xac \xe8\xaa\x9e", "\xe6\x97\xa5\xe6\x9c\xac", " \xe8\xaa\x9e", NULL));
+	CHECK(split_is("gpt-2", "\n\n hi", "\n\n", " hi", NULL));
+	CHECK(split_is("gpt-2", "\xc3\x84\xc2\xbd", "\xc3\x84", "\xc2\xbd", NULL)); // Ä½: letter, number
+	CHECK(split_is("gpt-2", "x\xc2\xb2", "x", "\xc2\xb2", NULL));               // x²
+	CHECK(split_is("gpt-2", " ...!? x", " ...!?", " x", NULL));
+	CHECK(split_is("gpt-2", "a\xff" "b", "a", "\xff", "b", NULL)); // invalid byte: a symbol
+	CHECK(split_is("gpt-2", "na\xc3\xaf" "ve caf\xc3\xa9", "na\xc3\xaf" "ve", " caf\xc3\xa9", NULL));
+}
+
+static void
+test_split_llama3(void)
+{
+	CHECK(split_is("llama-bpe", "I'M here", "I", "'M", " here", NULL)); // case-insensitive
+	CHECK(split_is("llama-bpe", "don't", "don", "'t", NULL));
+	CHECK(split_is("llama-bpe", "WE'LL'Ve", "WE", "'LL", "'Ve", NULL));
+	CHECK(split_is("llama-bpe", "1234567", "123", "456", "7", NULL));
+	CHECK(split_is("llama-bpe", "\xd9\xa3\xd9\xa4\xd9\xa5\xd9\xa6", "\xd9\xa3\xd9\xa4\xd9\xa5", "\xd9\xa6", NULL));
+	CHECK(split_is("llama-bpe", "hello, world!\n\n", "hello", ",", " world", "!\n\n", NULL));
+	CHECK(split_is("llama-bpe", "  \n  x", "  \n", " ", " x", NULL));
+	CHECK(split_is("llama-bpe", "(hello)", "(hello", ")", NULL));
+	CHECK(split_is("llama-bpe", "$100", "$", "100", NULL));
+	CHECK(split_is("llama-bpe", " ...\r\nabc", " ...\r\n", "abc", NULL));
+	CHECK(split_is("llama-bpe", "\tfoo", "\tfoo", NULL));
+	CHECK(split_is("llama-bpe", "\nfoo", "\n", "foo", NULL)); // \n may not lead a word
+	CHECK(split_is("llama-bpe", "\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82 \xd0\xbc\xd0\xb8\xd1\x80",
+	               "\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82", " \xd0\xbc\xd0\xb8\xd1\x80", NULL));
+	CHECK(split_is("llama-bpe", "a \n\n b", "a", " \n\n", " b", NULL));
+	CHECK(split_is("llama-bpe", "end   ", "end", "   ", NULL));
+	CHECK(split_is("llama-bpe", "x\xc2\xa0y", "x", "\xc2\xa0y", NULL)); // NBSP leads a word
+	CHECK(split_is("qwen2", "1234", "1", "2", "3", "4", NULL));
+	CHECK(split_is("qwen2", "I'LL go", "I", "'LL", " go", NULL));
+	CHECK(split_is("qwen2", "v2.0", "v", "2", ".", "0", NULL));
+}
+
+static void
+test_split_multi(void)
+{
+	// smollm: each number alone first, then gpt-2 inside every piece
+	CHECK(split_is("smollm", "a 12b", "a", " ", "1", "2", "b", NULL));
+	CHECK(split_is("smollm", "hello world", "hello", " world", NULL));
+	CHECK(split_is("default", "a+b=3.14", "a", "+", "b", "=", "3", ".", "14", NULL));
+	CHECK(split_is("default", "1234567", "123", "456", "7", NULL));
+	CHECK(split_is("default", "Hi there", "Hi", " there", NULL));
+	CHECK(split_is(NULL, "x", "x", NULL)); // NULL means default
+}
+
+static void
+test_names(void)
+{
+	struct pretok p;
+	char err[AD_ERRLEN] = "";
+	CHECK(pretok_init_pre(&p, "nonexistent-pre", err) == -1);
+	CHECK(strstr(err, "nonexistent-pre") && strstr(err, "llama-bpe") && strstr(err, "smollm"), "%s", err);
+	CHECK(pretok_init_pre(&p, "llama-bpe", err) == 0 && p.ignore_merges == 1);
+	CHECK(pretok_init_pre(&p, "qwen2", err) == 0 && p.ignore_merges == 0);
+	CHECK(pretok_init_pre(&p, "smollm", err) == 0 && p.n == 2 && p.rule[0] == PRETOK_DIGIT);
+	// every name in the list is accepted
+	char names[1024];
+	snprintf(names, sizeof names, "%s", pretok_pre_names());
+	int n = 0;
+	for (char *s = strtok(names, ", "); s; s = strtok(NULL, ", "), n++)
+		CHECK(pretok_init_pre(&p, s, err) == 0, "%s: %s", s, err);
+	CHECK(n >= 5);
+
+	memset(&p, 0, sizeof p);
+	CHECK(pretok_add_regex(&p, "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", err) == 0 && p.rule[0] == PRETOK_QWEN2);
+	CHECK(pretok_add_regex(&p, "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", err) == 0 && p.rule[1] == PRETOK_LLAMA3);
+	CHECK(pretok_add_regex(&p, "\\w+|[^\\w\\s]+", err) == -1);
+	CHECK(strstr(err, "\\w+|[^\\w\\s]+") != NULL, "%s", err);
+	while (p.n < PRETOK_MAX_RULES)
+		pretok_add(&p, PRETOK_DIGIT, err);
+	CHECK(pretok_add(&p, PRETOK_DIGIT, err) == -1);
+	CHECK(pretok_add(&p, PRETOK_N_RULES, err) == -1);
+}
+
+// pieces always tile the input, whatever the bytes
+static void
+test_split_cover(void)
+{
+	struct pretok p;
+	struct pretok_out o = {0};
+	char err[AD_ERRLEN];
+	const char *pres[] = {"gpt-2", "llama-bpe", "qwen2", "smollm", "default"};
+	unsigned seed = 12345;
+	char buf[64];
+	int bad = 0;
+	for (int it = 0; it < 20000; it++) {
+		size_t n = (size_t)(seed % 40);
+		for (size_t i = 0; i < n; i++) {
+			seed = seed * 1103515245u + 12345u;
+			static const char alpha[] = "a Z'\n\r\t1.\xc3\xa9\xe4\xb8\xad\xff\x80";
+			buf[i] = alpha[(seed >> 16) % (sizeof alpha - 1)];
+		}
+		seed = seed * 1103515245u + 12345u;
+		pretok_init_pre(&p, pres[it % 5], err);
+		if (pretok_split(&p, buf, n, &o, err)) {
+			bad++;
+			continue;
+		}
+		uint32_t at = 0;
+		for (size_t k = 0; k < o.n; k++) {
+			bad += o.v[k].off != at || o.v[k].len == 0;
+			at += o.v[k].len;
+		}
+		bad += at != n;
+	}
+	CHECK(bad == 0, "%d bad splits", bad);
+	pretok_out_free(&o);
+}
+
+int
+main(void)
+{
+	T_RUN(test_decode);
+	T_RUN(test_encode);
+	T_RUN(test_flags);
+	T_RUN(test_lower_ccc);
+	T_RUN(test_nfc);
+	T_RUN(test_split_gpt2);
+	T_RUN(test_split_llama3);
+	T_RUN(test_split_multi);
+	T_RUN(test_names);
+	T_RUN(test_split_cover);
+	return t_done();
+}
