@@ -209,6 +209,22 @@ dup_name(struct rd *r, struct gguf_str s, size_t at, const char *what)
 	return c;
 }
 
+// names go into one-line error messages: control bytes become '?' and long
+// names are cut
+#define NAMEBUF 100
+
+static const char *
+esc(const char *s, char *buf)
+{
+	size_t i = 0;
+	for (; s[i] && i < NAMEBUF - 4; i++)
+		buf[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
+	if (s[i])
+		memcpy(buf + i, "...", 3), i += 3;
+	buf[i] = 0;
+	return buf;
+}
+
 // --- values -----------------------------------------------------------------
 
 static int rd_arr(struct rd *r, struct gguf_arr *a, int depth);
@@ -274,8 +290,9 @@ rd_kv(struct rd *r, struct kv *kv, int64_t i)
 		return ad_err_prefix(r->err, "key %" PRId64, i);
 	if (!(kv->key = dup_name(r, key, at, "key")))
 		return -1;
+	char nm[NAMEBUF];
 	if (rd_type(r, &kv->type, "value type"))
-		return ad_err_prefix(r->err, "key '%s'", kv->key);
+		return ad_err_prefix(r->err, "key '%s'", esc(kv->key, nm));
 	kv->val = r->p + r->pos;
 	int rc = 0;
 	if (kv->type == GGUF_TYPE_STRING)
@@ -284,7 +301,7 @@ rd_kv(struct rd *r, struct kv *kv, int64_t i)
 		rc = rd_arr(r, &kv->arr, 0);
 	else if (!(rc = need(r, vtype_size(kv->type), "value")))
 		r->pos += vtype_size(kv->type);
-	return rc ? ad_err_prefix(r->err, "key '%s'", kv->key) : 0;
+	return rc ? ad_err_prefix(r->err, "key '%s'", esc(kv->key, nm)) : 0;
 }
 
 // --- tensors ----------------------------------------------------------------
@@ -298,7 +315,8 @@ rd_tensor(struct rd *r, struct gguf_tensor *t, int64_t i)
 		return ad_err_prefix(r->err, "tensor %" PRId64, i);
 	if (!(t->name = dup_name(r, name, at, "tensor name")))
 		return -1;
-	const char *nm = t->name;
+	char nmbuf[NAMEBUF];
+	const char *nm = esc(t->name, nmbuf);
 	size_t dims_at = r->pos;
 	if (rd_u32(r, &t->n_dims, "tensor n_dims"))
 		return ad_err_prefix(r->err, "tensor '%s'", nm);
@@ -418,6 +436,7 @@ order(struct gguf *g, int64_t n, void *items, int (*cmp)(const void *, const voi
 static int
 parse(struct gguf *g, char *err)
 {
+	char nm[NAMEBUF], nm2[NAMEBUF];
 	struct rd r = { .p = g->base, .size = g->size, .err = err, .g = g };
 
 	if (g->size < 4 || memcmp(g->base, GGUF_MAGIC, 4) != 0) {
@@ -465,7 +484,7 @@ parse(struct gguf *g, char *err)
 	for (int64_t i = 1; i < g->n_kv; i++)
 		if (!strcmp(g->kv[g->kv_order[i - 1]].key, g->kv[g->kv_order[i]].key))
 			return ad_err(err, "duplicate key '%s' at offsets %zu and %zu",
-			              g->kv[g->kv_order[i]].key, g->kv[g->kv_order[i - 1]].at, g->kv[g->kv_order[i]].at);
+			              esc(g->kv[g->kv_order[i]].key, nm), g->kv[g->kv_order[i - 1]].at, g->kv[g->kv_order[i]].at);
 
 	g->alignment = GGUF_DEFAULT_ALIGNMENT;
 	int64_t ai = gguf_find_key(g, "general.alignment");
@@ -495,7 +514,7 @@ parse(struct gguf *g, char *err)
 	for (int64_t i = 1; i < g->n_tensors; i++)
 		if (!strcmp(g->t[g->t_order[i - 1]].name, g->t[g->t_order[i]].name))
 			return ad_err(err, "duplicate tensor name '%s' (tensors %" PRId64 " and %" PRId64 ")",
-			              g->t[g->t_order[i]].name, g->t_order[i - 1], g->t_order[i]);
+			              esc(g->t[g->t_order[i]].name, nm), g->t_order[i - 1], g->t_order[i]);
 
 	// the data section starts at the next multiple of the alignment; a file
 	// without tensors may end before that padding
@@ -511,10 +530,10 @@ parse(struct gguf *g, char *err)
 		struct gguf_tensor *t = &g->t[i];
 		if (t->offset % g->alignment != 0)
 			return ad_err(err, "tensor '%s' data offset %" PRIu64 " is not a multiple of the alignment %zu",
-			              t->name, t->offset, g->alignment);
+			              esc(t->name, nm), t->offset, g->alignment);
 		if (t->offset > avail || t->nbytes > avail - t->offset)
 			return ad_err(err, "tensor '%s' data [%" PRIu64 ", +%zu) lies outside the file (data section at offset %" PRIu64 " holds %" PRIu64 " bytes)",
-			              t->name, t->offset, t->nbytes, g->data_off, avail);
+			              esc(t->name, nm), t->offset, t->nbytes, g->data_off, avail);
 		t->data = g->base + g->data_off + t->offset;
 	}
 	int64_t *by_off = order(g, g->n_tensors, g->t, cmp_toff);
@@ -524,7 +543,7 @@ parse(struct gguf *g, char *err)
 		const struct gguf_tensor *a = &g->t[by_off[i - 1]], *b = &g->t[by_off[i]];
 		if (a->offset + a->nbytes > b->offset) // both inside the file: no overflow
 			return ad_err(err, "tensor '%s' data [%" PRIu64 ", +%zu) overlaps tensor '%s' at %" PRIu64,
-			              a->name, a->offset, a->nbytes, b->name, b->offset);
+			              esc(a->name, nm), a->offset, a->nbytes, esc(b->name, nm2), b->offset);
 	}
 	return 0;
 }

@@ -649,6 +649,8 @@ test_hostile(void)
 	expect_err(b, n, "huge string value", "general.architecture", "length");
 	FRESH(); put32(b + k_arch + 20, 13);
 	expect_err(b, n, "unknown value type", "unknown value type 13", "general.architecture");
+	FRESH(); b[k_arch + 3] = '\n'; put32(b + k_arch + 20, 13);
+	expect_err(b, n, "newline in key", "key 'gen?ral.architecture'", "unknown value type");
 	FRESH(); b[k_arch + 3] = 0;
 	expect_err(b, n, "NUL in key", "NUL", "offset 24");
 	// two keys of equal length made equal
