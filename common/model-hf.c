@@ -77,6 +77,7 @@ static const struct {
 	{ "Qwen2MoeForCausalLM", "qwen2_moe", MODEL_ARCH_QWEN2MOE },
 	{ "Gemma2ForCausalLM", "gemma2", MODEL_ARCH_GEMMA2 },
 	{ "Gemma3ForCausalLM", "gemma3_text", MODEL_ARCH_GEMMA3 },
+	{ "Gemma3ForConditionalGeneration", "gemma3", MODEL_ARCH_GEMMA3 }, // text part only
 	{ "Phi3ForCausalLM", "phi3", MODEL_ARCH_PHI3 },
 	{ "SmolLM3ForCausalLM", "smollm3", MODEL_ARCH_SMOLLM3 },
 };
@@ -415,10 +416,15 @@ map_name(const struct model *m, const char *hf, char *out, size_t cap, int *xfor
 	int gemma = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3;
 	*xform = X_NONE;
 	*expert = -1;
+	// multimodal checkpoints prefix the language model:
+	// "language_model.model.x" (older) or "model.language_model.x" (newer)
+	char buf[256];
 	const char *rest = hf;
-	// multimodal checkpoints prefix the language model
 	if (!strncmp(rest, "language_model.", 15))
 		rest += 15;
+	else if (!strncmp(rest, "model.language_model.", 21) &&
+	         snprintf(buf, sizeof buf, "model.%s", rest + 21) < (int)sizeof buf)
+		rest = buf;
 	if (!strcmp(rest, "model.embed_tokens.weight")) {
 		snprintf(out, cap, "token_embd.weight");
 		return 0;

@@ -635,6 +635,24 @@ test_errors(void)
 	// a name twice across shards
 	expect_fail("dup", NULL, NULL, NULL, &bad, "input_layernorm.weight");
 
+	// a weight stored in a dtype the loader cannot use is named with its dtype
+	CHECK(load_variant("i64", NULL, NULL, "blk.0.attn_norm.weight", NULL, err) == -1 &&
+	      strstr(err, "blk.0.attn_norm.weight"), "%s", err);
+	char hdr[] = "{\"model.layers.0.input_layernorm.weight\":{\"dtype\":\"I64\",\"shape\":[128],"
+	             "\"data_offsets\":[0,1024]}}";
+	snprintf(path, sizeof path, "%s/variant-i64/zz-i64.safetensors", t_tmpdir());
+	fp = fopen(path, "wb");
+	REQUIRE(fp);
+	uint64_t hl = strlen(hdr);
+	static uint8_t zeros[1024];
+	fwrite(&hl, 8, 1, fp); // little-endian host
+	fputs(hdr, fp);
+	fwrite(zeros, 1, sizeof zeros, fp);
+	fclose(fp);
+	snprintf(path, sizeof path, "%s/variant-i64", t_tmpdir());
+	CHECK(model_load_hf(&m, path, err) == -1 && strstr(err, "I64") &&
+	      strstr(err, "input_layernorm"), "%s", err);
+
 	// model_type alone is enough; unknown tensors are ignored
 	static float junk[3] = { 1, 2, 3 };
 	struct st_wtensor extra = { "model.rotary_emb.inv_freq", AD_TYPE_F32, 1, { 3 }, junk };
@@ -679,10 +697,52 @@ test_llama3_freqs(void)
 	model_free(&g);
 }
 
+// gemma3 as the multimodal checkpoint stores it: the text model's keys in
+// text_config, its tensors under model.language_model., a vision tower beside
+static void
+test_gemma3_multimodal(void)
+{
+	char path[512], dir[512], err[AD_ERRLEN];
+	struct model g, h;
+	snprintf(path, sizeof path, "%s/models/gemma3.gguf", T_DATA);
+	REQUIRE(model_load_gguf(&g, path, err) == 0, "%s", err);
+	struct hf_out o = { 0 };
+	REQUIRE(to_hf(&g, &o, NULL) == 0);
+	for (int i = 0; i < o.n; i++) {
+		char tmp[160];
+		if (!strncmp(o.t[i].name, "model.", 6)) {
+			snprintf(tmp, sizeof tmp, "model.language_model.%s", o.t[i].name + 6);
+			memcpy(o.t[i].name, tmp, sizeof tmp);
+		}
+	}
+	int64_t ne[2] = { 4, 2 };
+	struct out_tensor *v = push(&o, "model.vision_tower.patch_embedding.weight", AD_TYPE_F32, 2, ne, 32);
+	memset(v->data, 0, 32);
+	cJSON *text = make_config(&g);
+	cJSON_DeleteItemFromObject(text, "architectures");
+	cJSON *cfg = cJSON_CreateObject();
+	cJSON *archs = cJSON_AddArrayToObject(cfg, "architectures");
+	cJSON_AddItemToArray(archs, cJSON_CreateString("Gemma3ForConditionalGeneration"));
+	cJSON_AddStringToObject(cfg, "model_type", "gemma3");
+	cJSON_AddItemToObject(cfg, "text_config", text);
+	cJSON_AddItemToObject(cfg, "vision_config", cJSON_CreateObject());
+	snprintf(dir, sizeof dir, "%s/gemma3-mm", t_tmpdir());
+	REQUIRE(write_hf(dir, cfg, &o, 2, 1) == 0);
+	cJSON_Delete(cfg);
+	free_out(&o);
+	REQUIRE(model_load_hf(&h, dir, err) == 0, "%s", err);
+	compare_hparams("gemma3", &g, &h);
+	compare_weights("gemma3", &g, &h);
+	compare_logits("gemma3", &g, &h);
+	model_free(&h);
+	model_free(&g);
+}
+
 int
 main(void)
 {
 	T_RUN(test_round_trips);
+	T_RUN(test_gemma3_multimodal);
 	T_RUN(test_errors);
 	T_RUN(test_llama3_freqs);
 	return t_done();
