@@ -1,0 +1,414 @@
+// test-bpe.c - byte-level BPE against llama.cpp's tokenizer test vectors.
+//
+// gpt-2 runs from its vocab-only GGUF; qwen2 and llama-bpe run from the
+// Qwen3 and Llama 3 tokenizer.json (the vectors were made by Hugging Face
+// tokenizers from those). Every case must match exactly (add_special = 0,
+// parse_special = 0), and decoding the ids must give the input back.
+// Small hand-made vocabularies check merge order, ignore_merges, both merge
+// formats and the refusals.
+#define _GNU_SOURCE // memmem
+#include <sys/stat.h>
+#include <time.h>
+
+#include "err.h"
+#include "gguf.h"
+#include "t.h"
+#include "tokenizer.h"
+#include "unicode.h"
+
+#define TOK_DIR T_DATA "/tokenizer"
+
+struct cases {
+	char *inp_buf;
+	char **text;
+	size_t *len;
+	int32_t **ids;
+	size_t *n_ids;
+	size_t n;
+};
+
+static void
+cases_free(struct cases *c)
+{
+	for (size_t i = 0; i < c->n; i++)
+		free(c->ids[i]);
+	free(c->ids);
+	free(c->n_ids);
+	free(c->text);
+	free(c->len);
+	free(c->inp_buf);
+	memset(c, 0, sizeof *c);
+}
+
+// the .inp / .out format of llama.cpp's test-tokenizer-0
+static int
+cases_load(struct cases *c, const char *name)
+{
+	char path[512];
+	size_t n_inp, n_out;
+	memset(c, 0, sizeof *c);
+	snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf.inp", TOK_DIR, name);
+	c->inp_buf = t_read_file(path, &n_inp);
+	snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf.out", TOK_DIR, name);
+	char *out = t_read_file(path, &n_out);
+	if (!c->inp_buf || !out) {
+		free(out);
+		return -1;
+	}
+	static const char sep[] = "\n__ggml_vocab_test__\n";
+	size_t cap = 0;
+	for (char *p = c->inp_buf; p < c->inp_buf + n_inp;) {
+		char *q = memmem(p, (size_t)(c->inp_buf + n_inp - p), sep, sizeof sep - 1);
+		size_t l = q ? (size_t)(q - p) : (size_t)(c->inp_buf + n_inp - p);
+		if (c->n == cap) {
+			cap = cap ? 2 * cap : 64;
+			c->text = realloc(c->text, cap * sizeof *c->text);
+			c->len = realloc(c->len, cap * sizeof *c->len);
+			c->ids = realloc(c->ids, cap * sizeof *c->ids);
+			c->n_ids = realloc(c->n_ids, cap * sizeof *c->n_ids);
+		}
+		c->text[c->n] = p;
+		c->len[c->n] = l;
+		c->ids[c->n] = NULL;
+		c->n_ids[c->n] = 0;
+		c->n++;
+		if (!q)
+			break;
+		p = q + sizeof sep - 1;
+	}
+	size_t line = 0;
+	for (char *p = out; p < out + n_out && line < c->n; line++) {
+		char *e = memchr(p, '\n', (size_t)(out + n_out - p));
+		if (!e)
+			e = out + n_out;
+		*e = 0;
+		size_t k = 0;
+		c->ids[line] = malloc((strlen(p) / 2 + 1) * sizeof(int32_t));
+		for (char *s = p, *end; *s;) {
+			long v = strtol(s, &end, 10);
+			if (end == s)
+				break;
+			c->ids[line][k++] = (int32_t)v;
+			s = end;
+		}
+		c->n_ids[line] = k;
+		p = e + 1;
+	}
+	free(out);
+	return line == c->n ? 0 : -1;
+}
+
+static int
+same_ids(const int32_t *a, size_t na, const int32_t *b, size_t nb)
+{
+	return na == nb && (na == 0 || !memcmp(a, b, na * sizeof *a));
+}
+
+static void
+print_ids(const char *what, const int32_t *v, size_t n)
+{
+	fprintf(stderr, "  %s:", what);
+	for (size_t i = 0; i < n; i++)
+		fprintf(stderr, " %d", v[i]);
+	fprintf(stderr, "\n");
+}
+
+// run every case of ggml-vocab-<name>; check round trips; returns passes
+static void
+run_vectors(struct tokenizer *t, const char *name, int nfc)
+{
+	struct cases c;
+	char err[AD_ERRLEN];
+	REQUIRE(cases_load(&c, name) == 0, "%s vectors", name);
+	REQUIRE(c.n >= 40, "%zu cases", c.n);
+	size_t pass = 0, round = 0;
+	for (size_t i = 0; i < c.n; i++) {
+		int32_t *ids;
+		size_t n;
+		int rc = tok_encode(t, c.text[i], c.len[i], 0, 0, &ids, &n, err);
+		CHECK(rc == 0, "%s", err);
+		if (rc)
+			continue;
+		int ok = same_ids(ids, n, c.ids[i], c.n_ids[i]);
+		pass += ok;
+		CHECK(ok, "%s case %zu \"%.*s\"", name, i, (int)c.len[i], c.text[i]);
+		if (!ok) {
+			print_ids("got ", ids, n);
+			print_ids("want", c.ids[i], c.n_ids[i]);
+		}
+		char *back;
+		size_t nb;
+		if (tok_decode(t, ids, n, &back, &nb, err) == 0) {
+			size_t wn = c.len[i];
+			char *want = nfc ? unicode_nfc(c.text[i], c.len[i], &wn) : NULL;
+			int same = nb == wn && !memcmp(back, want ? want : c.text[i], nb);
+			round += same;
+			CHECK(same, "%s round trip of case %zu: \"%.*s\"", name, i, (int)nb, back);
+			free(want);
+			free(back);
+		} else {
+			CHECK(0, "decode: %s", err);
+		}
+		free(ids);
+	}
+	printf("%s: %zu/%zu cases match, %zu/%zu round trips\n", name, pass, c.n, round, c.n);
+	cases_free(&c);
+}
+
+// xz -dc the tokenizer.json into its own scratch directory
+static char *
+unxz(const char *file, const char *sub)
+{
+	static char path[1024];
+	char cmd[2048], dir[768];
+	snprintf(dir, sizeof dir, "%s/%s", t_tmpdir(), sub);
+	mkdir(dir, 0700);
+	snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+	snprintf(cmd, sizeof cmd, "xz -dc '%s/%s' > '%s'", TOK_DIR, file, path);
+	return system(cmd) == 0 ? path : NULL;
+}
+
+static void
+test_gpt2_gguf(void)
+{
+	char err[AD_ERRLEN];
+	struct tokenizer *t = tok_load(TOK_DIR "/ggml-vocab-gpt-2.gguf", err);
+	REQUIRE(t, "%s", err);
+	CHECK(!strcmp(tok_kind_name(t), "bpe"));
+	run_vectors(t, "gpt-2", 0);
+
+	// arbitrary bytes, invalid UTF-8 included, come back unchanged
+	static const char *raw[] = {"\xff\xfe", "a\x80" "b", "\xc0\x80 overlong", "\xed\xa0\x80", "x\xe2\x82"};
+	for (size_t i = 0; i < sizeof raw / sizeof raw[0]; i++) {
+		int32_t *ids;
+		size_t n, nb;
+		char *back;
+		REQUIRE(tok_encode(t, raw[i], strlen(raw[i]), 0, 0, &ids, &n, err) == 0, "%s", err);
+		CHECK(n > 0);
+		REQUIRE(tok_decode(t, ids, n, &back, &nb, err) == 0, "%s", err);
+		CHECK(nb == strlen(raw[i]) && !memcmp(back, raw[i], nb), "raw case %zu", i);
+		free(back);
+		free(ids);
+	}
+	tok_free(t);
+}
+
+static void
+test_qwen3_json(void)
+{
+	char err[AD_ERRLEN];
+	const char *path = unxz("qwen3-tokenizer.json.xz", "qwen3");
+	REQUIRE(path, "xz");
+	struct tokenizer *t = tok_load(path, err);
+	REQUIRE(t, "%s", err);
+	run_vectors(t, "qwen2", 1);
+	// NFC applies: e + combining acute encodes as é
+	int32_t *a, *b;
+	size_t na, nb;
+	REQUIRE(tok_encode(t, "caf\x65\xcc\x81", 6, 0, 0, &a, &na, err) == 0, "%s", err);
+	REQUIRE(tok_encode(t, "caf\xc3\xa9", 5, 0, 0, &b, &nb, err) == 0, "%s", err);
+	CHECK(same_ids(a, na, b, nb));
+	free(a);
+	free(b);
+	tok_free(t);
+}
+
+static void
+test_llama3_json(void)
+{
+	char err[AD_ERRLEN];
+	const char *path = unxz("llama3-tokenizer.json.xz", "llama3");
+	REQUIRE(path, "xz");
+	struct tokenizer *t = tok_load(path, err);
+	REQUIRE(t, "%s", err);
+	run_vectors(t, "llama-bpe", 0);
+	// a long run of one letter is one pre-token: must not be quadratic
+	size_t n = 1 << 20;
+	char *s = malloc(n);
+	memset(s, 'a', n);
+	int32_t *ids;
+	size_t n_ids;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	REQUIRE(tok_encode(t, s, n, 0, 0, &ids, &n_ids, err) == 0, "%s", err);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double sec = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+	printf("llama-bpe: 1 MiB single pre-token -> %zu ids in %.3f s\n", n_ids, sec);
+	char *back;
+	size_t nb;
+	REQUIRE(tok_decode(t, ids, n_ids, &back, &nb, err) == 0, "%s", err);
+	CHECK(nb == n && !memcmp(back, s, n));
+	free(back);
+	free(ids);
+	free(s);
+	tok_free(t);
+}
+
+// --- small hand-made vocabularies ----------------------------------------------
+static struct tokenizer *
+load_json_text(const char *name, const char *json, char *err)
+{
+	char path[1024], dir[768];
+	snprintf(dir, sizeof dir, "%s/%s", t_tmpdir(), name);
+	mkdir(dir, 0700);
+	snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return NULL;
+	fputs(json, f);
+	fclose(f);
+	return tok_load(path, err);
+}
+
+#define TINY_HEAD                                                                                              \
+	"{\"version\":\"1.0\",\"added_tokens\":[{\"id\":9,\"content\":\"<s>\",\"special\":true}],"                 \
+	"\"normalizer\":null,"                                                                                  \
+	"\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true},"
+
+static int
+encodes_to(struct tokenizer *t, const char *text, const int32_t *want, size_t n_want)
+{
+	int32_t *ids;
+	size_t n;
+	char err[AD_ERRLEN];
+	if (tok_encode(t, text, strlen(text), 0, 0, &ids, &n, err)) {
+		fprintf(stderr, "encode: %s\n", err);
+		return 0;
+	}
+	int ok = same_ids(ids, n, want, n_want);
+	if (!ok) {
+		print_ids("got ", ids, n);
+		print_ids("want", want, n_want);
+	}
+	free(ids);
+	return ok;
+}
+
+static void
+test_tiny(void)
+{
+	char err[AD_ERRLEN];
+	// "b c" ranks before "a b": abc -> a + bc
+	struct tokenizer *t = load_json_text("tiny1",
+		TINY_HEAD "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"ab\":3,\"bc\":4,\"abc\":5,"
+		"\"\\u0120\":6,\"\\u0120a\":7},\"merges\":[\"b c\",\"a b\",\"ab c\",\"\\u0120 a\"]}}", err);
+	REQUIRE(t, "%s", err);
+	CHECK(encodes_to(t, "abc", (int32_t[]){0, 4}, 2));
+	CHECK(encodes_to(t, "ab", (int32_t[]){3}, 1));
+	CHECK(encodes_to(t, "abab a", (int32_t[]){3, 3, 7}, 3));
+	CHECK(encodes_to(t, "", NULL, 0));
+	CHECK(tok_n_vocab(t) == 10); // ids 7..8 are holes, 9 is <s>
+	tok_free(t);
+
+	// same vocabulary, ignore_merges: a pre-token in the vocabulary wins
+	t = load_json_text("tiny2",
+		TINY_HEAD "\"model\":{\"type\":\"BPE\",\"ignore_merges\":true,\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"ab\":3,"
+		"\"bc\":4,\"abc\":5},\"merges\":[\"b c\",\"a b\",\"ab c\"]}}", err);
+	REQUIRE(t, "%s", err);
+	CHECK(encodes_to(t, "abc", (int32_t[]){5}, 1));
+	CHECK(encodes_to(t, "abcc", (int32_t[]){0, 4, 2}, 3));
+	tok_free(t);
+
+	// merges as pairs; equal ranks cannot happen, so leftmost-first shows
+	// with a repeated pair: aaa -> aa + a
+	t = load_json_text("tiny3",
+		TINY_HEAD "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"aa\":1,\"b\":2,\"ab\":3,\"abc\":4,\"c\":5},"
+		"\"merges\":[[\"a\",\"a\"],[\"a\",\"b\"],[\"ab\",\"c\"]]}}", err);
+	REQUIRE(t, "%s", err);
+	CHECK(encodes_to(t, "aaa", (int32_t[]){1, 0}, 2));
+	CHECK(encodes_to(t, "aaaa", (int32_t[]){1, 1}, 2));
+	CHECK(encodes_to(t, "abc", (int32_t[]){4}, 1));
+	CHECK(encodes_to(t, "aab", (int32_t[]){1, 2}, 2));
+	tok_free(t);
+
+	// SmolLM-style Sequence[Digits, ByteLevel]: digits stand alone
+	t = load_json_text("tiny4",
+		"{\"added_tokens\":[],\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":["
+		"{\"type\":\"Digits\",\"individual_digits\":true},{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"
+		"\"use_regex\":true}]},\"model\":{\"type\":\"BPE\",\"vocab\":{\"1\":0,\"2\":1,\"12\":2},"
+		"\"merges\":[\"1 2\"]}}", err);
+	REQUIRE(t, "%s", err);
+	CHECK(encodes_to(t, "12", (int32_t[]){0, 1}, 2));
+	tok_free(t);
+}
+
+static void
+test_refusals(void)
+{
+	char err[AD_ERRLEN] = "";
+	struct tokenizer *t = load_json_text("bad1",
+		"{\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"\\\\w+|[^\\\\w\\\\s]+\"},"
+		"\"behavior\":\"Isolated\",\"invert\":false},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+		err);
+	CHECK(!t && strstr(err, "\\w+|[^\\w\\s]+"), "%s", err);
+	tok_free(t);
+	t = load_json_text("bad2",
+		"{\"normalizer\":{\"type\":\"NFKC\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}", err);
+	CHECK(!t && strstr(err, "NFKC"), "%s", err);
+	tok_free(t);
+	t = load_json_text("bad3", "{\"model\":{\"type\":\"WordPiece\",\"vocab\":{\"a\":0}}}", err);
+	CHECK(!t && strstr(err, "WordPiece"), "%s", err);
+	tok_free(t);
+	t = load_json_text("bad4",
+		"{\"pre_tokenizer\":{\"type\":\"Metaspace\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+		err);
+	CHECK(!t && strstr(err, "Metaspace"), "%s", err);
+	tok_free(t);
+	t = load_json_text("bad5", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"ab\"]}}", err);
+	CHECK(!t && strstr(err, "merge"), "%s", err);
+	tok_free(t);
+	t = load_json_text("bad6", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":-3},\"merges\":[]}}", err);
+	CHECK(!t, "negative id accepted");
+	tok_free(t);
+	t = load_json_text("bad7", "{\"model\":", err);
+	CHECK(!t, "truncated JSON accepted");
+	tok_free(t);
+
+	// a GGUF whose tokenizer.ggml.pre is unknown is refused by name
+	struct gguf_writer *w = gguf_writer_new();
+	const char *toks[] = {"a", "b", "ab"}, *merges[] = {"a b"};
+	gguf_writer_str(w, "general.architecture", "gpt2");
+	gguf_writer_str(w, "tokenizer.ggml.model", "gpt2");
+	gguf_writer_str(w, "tokenizer.ggml.pre", "no-such-pre");
+	gguf_writer_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
+	gguf_writer_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+	size_t n;
+	void *buf = gguf_writer_bytes(w, &n);
+	gguf_writer_free(w);
+	REQUIRE(buf);
+	struct gguf *g = gguf_open_memory(buf, n, err);
+	REQUIRE(g, "%s", err);
+	t = tok_load_gguf(g, err);
+	CHECK(!t && strstr(err, "no-such-pre") && strstr(err, "llama-bpe"), "%s", err);
+	tok_free(t);
+	gguf_close(g);
+	free(buf);
+
+	// the same with a known pre and a broken merge
+	w = gguf_writer_new();
+	const char *bad_merges[] = {"ab"};
+	gguf_writer_str(w, "tokenizer.ggml.model", "gpt2");
+	gguf_writer_str(w, "tokenizer.ggml.pre", "qwen2");
+	gguf_writer_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
+	gguf_writer_arr_str(w, "tokenizer.ggml.merges", bad_merges, 1);
+	buf = gguf_writer_bytes(w, &n);
+	gguf_writer_free(w);
+	g = gguf_open_memory(buf, n, err);
+	REQUIRE(g, "%s", err);
+	t = tok_load_gguf(g, err);
+	CHECK(!t && strstr(err, "merge"), "%s", err);
+	tok_free(t);
+	gguf_close(g);
+	free(buf);
+}
+
+int
+main(void)
+{
+	T_RUN(test_gpt2_gguf);
+	T_RUN(test_qwen3_json);
+	T_RUN(test_llama3_json);
+	T_RUN(test_tiny);
+	T_RUN(test_refusals);
+	return t_done();
+}
