@@ -52,7 +52,7 @@ parse_int(const char *flag, const char *s, long long lo, long long hi, long long
 	errno = 0;
 	long long v = strtoll(s, &end, 10);
 	if (!*s || *end || errno || v < lo || v > hi) {
-		fprintf(stderr, "anedvd: %s: '%s' is not an integer in [%lld, %lld]\n", flag, s, lo, hi);
+		fprintf(stderr, "anedvd cpu: %s: '%s' is not an integer in [%lld, %lld]\n", flag, s, lo, hi);
 		return -1;
 	}
 	*out = v;
@@ -74,7 +74,7 @@ parse_ids(const char *s, int32_t **ids, int *n)
 		char tok[32];
 		long long x;
 		if (len == 0 || len >= sizeof tok) {
-			fprintf(stderr, "anedvd: --prompt-ids: '%s' is not a comma-separated list of token ids\n", s);
+			fprintf(stderr, "anedvd cpu: --prompt-ids: '%s' is not a comma-separated list of token ids\n", s);
 			free(v);
 			return -1;
 		}
@@ -123,10 +123,14 @@ top_k(const float *logits, int n, int k, int *ids)
 // --- anedvd cpu ----------------------------------------------------------------
 
 static void
-cpu_usage(void)
+cpu_usage(int full)
 {
+	fprintf(stderr, "usage: anedvd cpu --model M (--prompt-ids 1,2,3 | --prompt TEXT) [options]\n");
+	if (!full) {
+		fprintf(stderr, "       anedvd cpu --help  lists the options\n");
+		return;
+	}
 	fprintf(stderr,
-	        "usage: anedvd cpu --model M (--prompt-ids 1,2,3 | --prompt TEXT) [options]\n"
 	        "  greedy generation with the fp32 reference engine\n"
 	        "  --model M           a .gguf file or a Hugging Face directory\n"
 	        "  --prompt-ids LIST   comma-separated token ids (nothing is added)\n"
@@ -226,7 +230,7 @@ cmd_cpu(int argc, char **argv)
 	struct cpu_opts o;
 	int rc = cpu_args(argc, argv, &o);
 	if (rc) {
-		cpu_usage();
+		cpu_usage(rc > 0);
 		return rc > 0 ? 0 : 2;
 	}
 
@@ -243,7 +247,7 @@ cmd_cpu(int argc, char **argv)
 #endif
 
 	if (o.prompt_ids && parse_ids(o.prompt_ids, &ids, &n_prompt)) {
-		cpu_usage();
+		cpu_usage(0);
 		return 2;
 	}
 	if (model_load(&m, o.model, err)) {

@@ -1,0 +1,501 @@
+// test-model.c - the model loader's architecture table and its errors, the
+// engine's per-architecture switches on small written models, and the
+// `cpu` / `info` commands.
+#include <fcntl.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+
+#include "gguf.h"
+#include "model.h"
+#include "ref.h"
+#include "t.h"
+#include "wtype.h"
+
+#pragma GCC diagnostic ignored "-Wformat-zero-length" // CHECK without a message
+
+#define MODELS T_DATA "/models"
+
+int cmd_cpu(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+
+// --- a small llama-shaped model written with the GGUF writer ----------------
+
+enum { E = 32, L = 4, H = 4, KV = 2, HD = 8, FF = 64, V = 64 };
+
+struct spec {
+	const char *arch;     // general.architecture; NULL: no key at all
+	const char *drop;     // leave this tensor out
+	const char *reshape;  // give this tensor one row too many
+	const char *q8_1;     // store this tensor as Q8_1 (not supported)
+	int64_t sliding_window;
+	int qwen2_biases;
+};
+
+static uint32_t rng = 12345;
+
+static float
+frand(float scale)
+{
+	rng = rng * 1664525u + 1013904223u;
+	return scale * ((float)(rng >> 8) / 16777216.0f - 0.5f);
+}
+
+static int
+add(struct gguf_writer *w, const struct spec *s, const char *name, int64_t ne0, int64_t ne1, float base,
+    float scale, char *err)
+{
+	if (s->drop && !strcmp(s->drop, name))
+		return 0;
+	if (s->reshape && !strcmp(s->reshape, name)) {
+		if (ne1 > 1)
+			ne1++; // one row too many
+		else
+			ne0++; // a vector one too long
+	}
+	int64_t ne[2] = {ne0, ne1};
+	uint32_t nd = ne1 > 1 ? 2 : 1;
+	if (s->q8_1 && !strcmp(s->q8_1, name)) {
+		size_t nb = (size_t)(ne0 / 32) * 36 * (size_t)ne1;
+		void *z = calloc(1, nb);
+		int rc = gguf_writer_tensor(w, name, AD_TYPE_Q8_1, nd, ne, z, nb, err);
+		free(z);
+		return rc;
+	}
+	size_t n = (size_t)(ne0 * ne1);
+	float *d = malloc(n * sizeof *d);
+	for (size_t i = 0; i < n; i++)
+		d[i] = base + frand(scale);
+	int rc = gguf_writer_tensor(w, name, AD_TYPE_F32, nd, ne, d, n * sizeof *d, err);
+	free(d);
+	return rc;
+}
+
+static int
+write_model(const char *path, const struct spec *s)
+{
+	char err[AD_ERRLEN] = "", key[128], name[96];
+	struct gguf_writer *w = gguf_writer_new();
+	const char *a = s->arch ? s->arch : "llama";
+	rng = 12345;
+	if (s->arch)
+		gguf_writer_str(w, "general.architecture", s->arch);
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, a), key)
+	gguf_writer_u32(w, KEY("embedding_length"), E);
+	gguf_writer_u32(w, KEY("block_count"), L);
+	gguf_writer_u32(w, KEY("feed_forward_length"), FF);
+	gguf_writer_u32(w, KEY("context_length"), 64);
+	gguf_writer_u32(w, KEY("attention.head_count"), H);
+	gguf_writer_u32(w, KEY("attention.head_count_kv"), KV);
+	gguf_writer_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
+	if (s->sliding_window)
+		gguf_writer_u32(w, KEY("attention.sliding_window"), (uint32_t)s->sliding_window);
+#undef KEY
+	int rc = add(w, s, "token_embd.weight", E, V, 0, 0.4f, err) ||
+	         add(w, s, "output_norm.weight", E, 1, 1, 0.2f, err) ||
+	         add(w, s, "output.weight", E, V, 0, 0.4f, err);
+	for (int il = 0; il < L && !rc; il++) {
+#define T(what, ne0, ne1, base, scale) \
+	(snprintf(name, sizeof name, "blk.%d." what, il), add(w, s, name, ne0, ne1, base, scale, err))
+		rc = T("attn_norm.weight", E, 1, 1, 0.2f) || T("attn_q.weight", E, H * HD, 0, 0.5f) ||
+		     T("attn_k.weight", E, KV * HD, 0, 0.5f) || T("attn_v.weight", E, KV * HD, 0, 0.5f) ||
+		     T("attn_output.weight", H * HD, E, 0, 0.5f) || T("ffn_norm.weight", E, 1, 1, 0.2f) ||
+		     T("ffn_gate.weight", E, FF, 0, 0.5f) || T("ffn_up.weight", E, FF, 0, 0.5f) ||
+		     T("ffn_down.weight", FF, E, 0, 0.5f);
+		if (s->qwen2_biases)
+			rc = rc || T("attn_q.bias", H * HD, 1, 0, 0.1f) || T("attn_k.bias", KV * HD, 1, 0, 0.1f) ||
+			     T("attn_v.bias", KV * HD, 1, 0, 0.1f);
+#undef T
+	}
+	if (!rc)
+		rc = gguf_writer_save(w, path, err);
+	if (rc)
+		fprintf(stderr, "write_model: %s\n", err);
+	gguf_writer_free(w);
+	return rc;
+}
+
+static const char *
+tmp(const char *name)
+{
+	static char buf[4][512];
+	static int k;
+	k = (k + 1) % 4;
+	snprintf(buf[k], sizeof buf[k], "%s/%s", t_tmpdir(), name);
+	return buf[k];
+}
+
+// load a written model; returns 0 on success, else err holds the message
+static int
+load_spec(const struct spec *s, struct model *m, char *err)
+{
+	const char *p = tmp("m.gguf");
+	if (write_model(p, s))
+		return ad_err(err, "(could not write the model)");
+	return model_load(m, p, err);
+}
+
+// --- the architecture table on the fixtures ----------------------------------
+
+static void
+test_fixture_hparams(void)
+{
+	char err[AD_ERRLEN] = "";
+	struct model m;
+
+	REQUIRE(model_load(&m, MODELS "/llama.gguf", err) == 0, "%s", err);
+	CHECK(m.arch == MODEL_ARCH_LLAMA && m.hp.rope == MODEL_ROPE_NORM && !m.tied_output);
+	CHECK(m.hp.n_head == 8 && m.hp.n_head_kv == 2 && m.hp.head_dim == 16 && m.hp.n_ff == 320);
+	CHECK(m.hp.n_vocab == 512 && m.hp.bos_id == 1 && m.hp.eos_id == 2);
+	model_free(&m);
+
+	REQUIRE(model_load(&m, MODELS "/qwen2.gguf", err) == 0, "%s", err);
+	CHECK(m.arch == MODEL_ARCH_QWEN2 && m.hp.rope == MODEL_ROPE_NEOX && m.tied_output);
+	CHECK(m.layers[0].bq.name && m.layers[1].bv.name && !m.layers[0].bo.name);
+	CHECK(m.output.data == m.tok_embd.data);
+	model_free(&m);
+
+	REQUIRE(model_load(&m, MODELS "/qwen3.gguf", err) == 0, "%s", err);
+	CHECK(m.hp.head_dim == 64 && m.layers[1].q_norm.name && m.layers[1].k_norm.name);
+	model_free(&m);
+
+	REQUIRE(model_load(&m, MODELS "/gemma2.gguf", err) == 0, "%s", err);
+	CHECK(m.arch == MODEL_ARCH_GEMMA2 && m.tied_output && m.hp.head_dim == 48);
+	CHECK(m.layers[0].sliding && !m.layers[1].sliding && m.layers[2].sliding);
+	CHECK(m.hp.sliding_window == 6 && m.hp.attn_softcap == 5.0f && m.hp.final_softcap == 5.0f);
+	CHECK_NEAR(m.hp.q_scale, 1.0 / sqrt(48.0), 1e-7);
+	CHECK(m.layers[2].rope_base == 10000.0f && m.layers[1].rope_base == 10000.0f);
+	model_free(&m);
+
+	REQUIRE(model_load(&m, MODELS "/gemma3.gguf", err) == 0, "%s", err);
+	CHECK(m.layers[0].sliding && m.layers[1].sliding && !m.layers[2].sliding);
+	CHECK(m.layers[0].rope_base == 10000.0f && m.layers[0].rope_freq_scale == 1.0f);
+	CHECK(m.layers[2].rope_base == 1e6f && m.layers[2].rope_freq_scale == 0.125f);
+	CHECK(m.hp.attn_softcap == 0 && m.hp.final_softcap == 0 && m.hp.n_head_kv == 1);
+	CHECK(m.layers[0].q_norm.name && m.layers[0].post_ffw_norm.name);
+	model_free(&m);
+
+	REQUIRE(model_load(&m, MODELS "/phi3.gguf", err) == 0, "%s", err);
+	CHECK(m.arch == MODEL_ARCH_PHI3 && m.hp.n_rot == 24 && m.hp.head_dim == 32);
+	CHECK(m.layers[0].wqkv.name && !m.layers[0].wq.name && m.layers[0].up.ne[1] == 512);
+	model_free(&m);
+
+	REQUIRE(model_load(&m, MODELS "/qwen2moe.gguf", err) == 0, "%s", err);
+	CHECK(m.hp.n_expert == 8 && m.hp.n_expert_used == 2 && m.hp.n_ff_exp == 64 && m.hp.n_ff_shexp == 128);
+	CHECK(!m.hp.expert_weights_norm && m.layers[1].gate_inp_shexp.name && m.layers[1].down_exps.ne[2] == 8);
+	model_free(&m);
+
+	REQUIRE(model_load(&m, MODELS "/stories260K.gguf", err) == 0, "%s", err);
+	CHECK(m.hp.rope_base == 10000.0f && m.hp.n_layer == 5 && m.hp.n_rot == 8);
+	CHECK(m.n_tensors == 48 && m.n_params > 250000 && m.n_params < 300000, "%lld", (long long)m.n_params);
+	model_free(&m);
+
+	REQUIRE(model_load(&m, MODELS "/llama256_q4_k.gguf", err) == 0, "%s", err);
+	CHECK(m.layers[0].wq.type == AD_TYPE_Q4_K && m.output_norm.type == AD_TYPE_F32);
+	model_free(&m);
+}
+
+// --- errors ------------------------------------------------------------------
+
+static void
+expect_error(const struct spec *s, const char *a, const char *b)
+{
+	char err[AD_ERRLEN] = "";
+	struct model m;
+	int rc = load_spec(s, &m, err);
+	CHECK(rc == -1, "loaded although it should not");
+	CHECK(strstr(err, a) && (!b || strstr(err, b)), "message: %s", err);
+	if (rc == 0)
+		model_free(&m);
+}
+
+static void
+test_errors(void)
+{
+	struct spec s = {.arch = "llama", .drop = "blk.2.attn_k.weight"};
+	expect_error(&s, "missing tensor blk.2.attn_k.weight", NULL);
+
+	s = (struct spec){.arch = "llama", .reshape = "blk.1.ffn_down.weight"};
+	expect_error(&s, "blk.1.ffn_down.weight", "shape");
+
+	s = (struct spec){.arch = "llama", .reshape = "blk.3.ffn_norm.weight"};
+	expect_error(&s, "blk.3.ffn_norm.weight", "expected [32");
+
+	s = (struct spec){.arch = "llama", .q8_1 = "blk.0.attn_q.weight"};
+	expect_error(&s, "blk.0.attn_q.weight", "Q8_1");
+
+	s = (struct spec){.arch = "mystery", .drop = "blk.0.ffn_gate.weight"};
+	expect_error(&s, "'mystery' is not supported", NULL);
+
+	s = (struct spec){.arch = NULL};
+	expect_error(&s, "general.architecture", NULL);
+
+	s = (struct spec){.arch = "qwen2"}; // qwen2 requires q/k/v biases
+	expect_error(&s, "missing tensor blk.0.attn_q.bias", NULL);
+
+	s = (struct spec){.arch = "llama", .drop = "token_embd.weight"};
+	expect_error(&s, "token_embd.weight", NULL);
+
+	char err[AD_ERRLEN] = "";
+	struct model m;
+	CHECK(model_load(&m, tmp("absent.gguf"), err) == -1 && err[0]);
+	err[0] = 0;
+	CHECK(model_load(&m, tmp("no-such-directory"), err) == -1 && err[0]);
+}
+
+static void
+test_unknown_arch_with_llama_tensors(void)
+{
+	struct spec s = {.arch = "mystery"};
+	char err[AD_ERRLEN] = "";
+	struct model m;
+	REQUIRE(load_spec(&s, &m, err) == 0, "%s", err);
+	CHECK(m.arch == MODEL_ARCH_LLAMA && !strcmp(m.arch_name, "mystery"));
+	CHECK(m.hp.n_embd == E && m.hp.n_layer == L && m.hp.n_head_kv == KV); // keys read under "mystery."
+	model_free(&m);
+
+	s.arch = "qwen2";
+	s.qwen2_biases = 1;
+	REQUIRE(load_spec(&s, &m, err) == 0, "%s", err);
+	CHECK(m.arch == MODEL_ARCH_QWEN2 && m.hp.rope == MODEL_ROPE_NEOX && m.layers[3].bk.name);
+	model_free(&m);
+}
+
+// --- per-architecture switches in the engine -----------------------------------
+
+static float *
+eval_spec(const struct spec *s, enum model_rope rope, const int32_t *ids, int n)
+{
+	char err[AD_ERRLEN] = "";
+	struct model m;
+	if (load_spec(s, &m, err)) {
+		fprintf(stderr, "eval_spec: %s\n", err);
+		return NULL;
+	}
+	if (rope)
+		m.hp.rope = rope;
+	struct ref_engine *e = ref_new(&m, n, err);
+	model_free(&m);
+	if (!e)
+		return NULL;
+	float *lg = malloc((size_t)n * V * sizeof *lg);
+	if (ref_eval(e, ids, n, lg)) {
+		free(lg);
+		lg = NULL;
+	}
+	ref_free(e);
+	return lg;
+}
+
+static double
+row_diff(const float *a, const float *b, int row)
+{
+	double mx = 0;
+	for (int i = 0; i < V; i++)
+		mx = fmax(mx, fabs((double)a[row * V + i] - b[row * V + i]));
+	return mx;
+}
+
+static void
+test_sliding_window_and_nope(void)
+{
+	const int32_t ids[8] = {1, 5, 9, 13, 17, 21, 25, 29};
+	struct spec llama = {.arch = "llama"};
+	struct spec mistral = {.arch = "mistral", .sliding_window = 3};
+	struct spec smol = {.arch = "smollm3"};
+	float *a = eval_spec(&llama, 0, ids, 8);
+	float *b = eval_spec(&mistral, 0, ids, 8);
+	float *c = eval_spec(&smol, 0, ids, 8);
+	REQUIRE(a && b && c);
+	// a window of 3 sees everything up to position 2, then drops keys
+	for (int r = 0; r < 3; r++)
+		CHECK(row_diff(a, b, r) == 0, "row %d differs: %g", r, row_diff(a, b, r));
+	for (int r = 3; r < 8; r++)
+		CHECK(row_diff(a, b, r) > 1e-3, "row %d: window has no effect", r);
+	// smollm3: layer 3 has no RoPE, which only shows once positions differ
+	CHECK(row_diff(a, c, 0) == 0);
+	CHECK(row_diff(a, c, 5) > 1e-3);
+	free(a);
+	free(b);
+	free(c);
+
+	char err[AD_ERRLEN] = "";
+	struct model m;
+	REQUIRE(load_spec(&smol, &m, err) == 0, "%s", err);
+	CHECK(m.layers[0].use_rope && m.layers[2].use_rope && !m.layers[3].use_rope);
+	CHECK(m.hp.rope == MODEL_ROPE_NORM);
+	model_free(&m);
+	REQUIRE(load_spec(&mistral, &m, err) == 0, "%s", err);
+	CHECK(m.layers[0].sliding && m.layers[3].sliding);
+	model_free(&m);
+}
+
+static void
+test_rope_override(void)
+{
+	char err[AD_ERRLEN] = "";
+	struct model m;
+	const int32_t ids[8] = {1, 403, 407, 261, 378, 432, 383, 286};
+	float *lg[3];
+	enum model_rope modes[3] = {MODEL_ROPE_AUTO, MODEL_ROPE_NORM, MODEL_ROPE_NEOX};
+	for (int k = 0; k < 3; k++) {
+		REQUIRE(model_load(&m, MODELS "/llama.gguf", err) == 0, "%s", err);
+		if (modes[k])
+			m.hp.rope = modes[k];
+		struct ref_engine *e = ref_new(&m, 8, err);
+		model_free(&m);
+		REQUIRE(e, "%s", err);
+		lg[k] = malloc(8 * 512 * sizeof(float));
+		CHECK(ref_eval(e, ids, 8, lg[k]) == 0);
+		ref_free(e);
+	}
+	double d_norm = 0, d_neox = 0;
+	for (int i = 0; i < 8 * 512; i++) {
+		d_norm = fmax(d_norm, fabs(lg[0][i] - lg[1][i]));
+		d_neox = fmax(d_neox, fabs(lg[0][i] - lg[2][i]));
+	}
+	CHECK(d_norm == 0, "--rope-adjacent on llama changed the logits by %g", d_norm);
+	CHECK(d_neox > 0.5, "--rope-hf on llama moved the logits only %g", d_neox);
+	printf("llama: neox instead of norm RoPE moves the logits by %.3f\n", d_neox);
+	for (int k = 0; k < 3; k++)
+		free(lg[k]);
+}
+
+// --- commands ------------------------------------------------------------------
+
+// run a command with stdout sent to a file; returns its exit status
+static int
+run(int (*cmd)(int, char **), const char *out, int argc, const char **argv)
+{
+	fflush(stdout);
+	int saved = dup(1);
+	int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	dup2(fd, 1);
+	close(fd);
+	int rc = cmd(argc, (char **)argv);
+	fflush(stdout);
+	dup2(saved, 1);
+	close(saved);
+	return rc;
+}
+
+#define RUN(cmd, ...)                                                              \
+	({                                                                         \
+		const char *argv_[] = {__VA_ARGS__};                               \
+		run(cmd, tmp("out.txt"), (int)(sizeof argv_ / sizeof argv_[0]), argv_); \
+	})
+
+static void
+test_cmd_usage(void)
+{
+	const char *st = MODELS "/stories260K.gguf";
+	CHECK(RUN(cmd_cpu, "cpu") == 2);
+	CHECK(RUN(cmd_cpu, "cpu", "--model", st) == 2);                             // no prompt
+	CHECK(RUN(cmd_cpu, "cpu", "--model", st, "--prompt-ids", "1", "--prompt", "x") == 2);
+	CHECK(RUN(cmd_cpu, "cpu", "--model", st, "--prompt-ids", "1", "--max-tokens", "12x") == 2);
+	CHECK(RUN(cmd_cpu, "cpu", "--model", st, "--prompt-ids", "1", "--max-tokens", "-1") == 2);
+	CHECK(RUN(cmd_cpu, "cpu", "--model", st, "--prompt-ids", "1", "--max-seq", "") == 2);
+	CHECK(RUN(cmd_cpu, "cpu", "--model", st, "--prompt-ids", "1,,2") == 2);
+	CHECK(RUN(cmd_cpu, "cpu", "--model", st, "--prompt-ids", "1,x") == 2);
+	CHECK(RUN(cmd_cpu, "cpu", "--model", st, "--prompt-ids", "1,600") == 2); // outside the vocabulary
+	CHECK(RUN(cmd_cpu, "cpu", "--model", st, "--prompt-ids", "1", "--max-tokens", "8", "--max-seq", "4") == 2);
+	CHECK(RUN(cmd_cpu, "cpu", "--model", st, "--prompt-ids", "1", "--bogus") == 2);
+	CHECK(RUN(cmd_cpu, "cpu", "--model", st, "--prompt-ids") == 2);
+	CHECK(RUN(cmd_cpu, "cpu", "--model", tmp("absent.gguf"), "--prompt-ids", "1") == 1);
+	CHECK(RUN(cmd_info, "info", "--model") == 2);
+	CHECK(RUN(cmd_info, "info", "--what") == 2);
+	CHECK(RUN(cmd_info, "info", "--model", tmp("absent.gguf")) == 1);
+}
+
+static void
+test_cmd_cpu(void)
+{
+	const char *dump = tmp("dump.bin");
+	int rc = RUN(cmd_cpu, "cpu", "--model", MODELS "/stories260K.gguf", "--prompt-ids", "1,403,407,261,378",
+	             "--max-tokens", "64", "--ignore-eos", "--json", "--dump-logits", dump);
+	CHECK(rc == 0);
+	size_t n;
+	char *out = t_read_file(tmp("out.txt"), &n);
+	REQUIRE(out);
+	cJSON *j = cJSON_Parse(out);
+	free(out);
+	REQUIRE(j, "stdout is not one JSON object");
+	char *fx = t_read_file(MODELS "/stories260K.json", &n);
+	cJSON *want = cJSON_Parse(fx);
+	free(fx);
+	REQUIRE(want);
+	const cJSON *g = cJSON_GetObjectItemCaseSensitive(j, "generated_ids");
+	const cJSON *w = cJSON_GetObjectItemCaseSensitive(want, "greedy_ids");
+	CHECK(cJSON_GetArraySize(g) == 64 && cJSON_GetArraySize(w) == 64);
+	int same = 0;
+	for (int i = 0; i < cJSON_GetArraySize(g); i++)
+		same += cJSON_GetArrayItem(g, i)->valueint == cJSON_GetArrayItem(w, i)->valueint;
+	CHECK(same == 64, "%d of 64 ids match", same);
+	CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "prompt_ids")) == 5);
+	const cJSON *top = cJSON_GetObjectItemCaseSensitive(j, "top5");
+	CHECK(cJSON_GetArraySize(top) == 64 && cJSON_GetArraySize(cJSON_GetArrayItem(top, 0)) == 5);
+	const cJSON *t0 = cJSON_GetArrayItem(cJSON_GetArrayItem(top, 0), 0);
+	CHECK(cJSON_GetObjectItemCaseSensitive(t0, "id")->valueint == cJSON_GetArrayItem(w, 0)->valueint);
+	const cJSON *tm = cJSON_GetObjectItemCaseSensitive(j, "timings");
+	CHECK(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(tm, "decode_tok_s")));
+	CHECK(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(tm, "prefill_ms")));
+	cJSON_Delete(j);
+	cJSON_Delete(want);
+
+	// the dump has the fixture layout: 69 rows of 512
+	float *d = t_read_file(dump, &n);
+	float *ref = t_read_file(MODELS "/stories260K.fp32ref.bin", &n);
+	REQUIRE(d && ref);
+	double mx = 0;
+	for (size_t i = 0; i < 69 * 512; i++)
+		mx = fmax(mx, fabs((double)d[i] - ref[i]));
+	CHECK(mx < 5e-4, "dump vs fp32ref %g", mx);
+	free(d);
+	free(ref);
+
+	// text output and the rope override
+	CHECK(RUN(cmd_cpu, "cpu", "--model", MODELS "/llama.gguf", "--prompt-ids", "1,403", "--max-tokens", "3",
+	          "--rope-hf") == 0);
+	out = t_read_file(tmp("out.txt"), &n);
+	REQUIRE(out);
+	CHECK(strstr(out, "generated ids:") && strstr(out, "neox") && strstr(out, "tok/s") && strstr(out, "peak rss"),
+	      "%s", out);
+	free(out);
+}
+
+static void
+test_cmd_info(void)
+{
+	CHECK(RUN(cmd_info, "info") == 0);
+	size_t n;
+	char *out = t_read_file(tmp("out.txt"), &n);
+	REQUIRE(out);
+	CHECK(strstr(out, "cpu") && strstr(out, "not built"), "%s", out);
+	free(out);
+	CHECK(RUN(cmd_info, "info", "--model", MODELS "/qwen2moe.gguf") == 0);
+	out = t_read_file(tmp("out.txt"), &n);
+	REQUIRE(out);
+	CHECK(strstr(out, "qwen2moe") && strstr(out, "experts") && strstr(out, "F32:") && strstr(out, "KV cache"),
+	      "%s", out);
+	free(out);
+	CHECK(RUN(cmd_info, "info", "--model", MODELS "/llama256_q6_k.gguf") == 0);
+	out = t_read_file(tmp("out.txt"), &n);
+	REQUIRE(out);
+	CHECK(strstr(out, "Q6_K:") && strstr(out, "norm (adjacent"), "%s", out);
+	free(out);
+}
+
+int
+main(void)
+{
+	T_RUN(test_fixture_hparams);
+	T_RUN(test_errors);
+	T_RUN(test_unknown_arch_with_llama_tensors);
+	T_RUN(test_sliding_window_and_nope);
+	T_RUN(test_rope_override);
+	T_RUN(test_cmd_usage);
+	T_RUN(test_cmd_cpu);
+	T_RUN(test_cmd_info);
+	return t_done();
+}
