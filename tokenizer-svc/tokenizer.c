@@ -1062,12 +1062,19 @@ spm_encode(const struct tokenizer *t, const char *text, size_t len, struct tok_i
 		ad_err(err, "tokenizer: out of memory");
 		goto done;
 	}
-	static const uint8_t lens[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+	// one symbol per UTF-8 character; a byte that does not start a complete
+	// sequence stands alone (llama.cpp would swallow the next bytes, which
+	// could split a ▁ and lose the space: for valid text both agree)
 	int32_t ns = 0;
 	for (size_t off = 0; off < len;) {
-		size_t n = lens[(uint8_t)text[off] >> 4];
-		if (n > len - off)
-			n = len - off;
+		size_t n = (size_t)utf8_need((uint8_t)text[off]);
+		if (n == 0 || n > len - off)
+			n = 1;
+		for (size_t k = 1; k < n; k++)
+			if (((uint8_t)text[off + k] & 0xc0) != 0x80) {
+				n = 1;
+				break;
+			}
 		sym[ns] = (struct spm_sym){ns - 1, ns + 1, (uint32_t)off, (uint32_t)n};
 		ns++;
 		off += n;

@@ -1,6 +1,7 @@
 // fuzz-tokenizer.c - arbitrary bytes through encode, decode and the stream,
 // with the stories260K SentencePiece and the GPT-2 BPE vocabularies (loaded
 // once). The first input byte picks the vocabulary and the flags.
+#define _GNU_SOURCE // memmem
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +55,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (tok_decode(t, ids, n, &s, &slen, err))
 		abort();
 	// without special tokens and BOS the bytes must come back unchanged
-	if (!special && add_bos == 0 && (slen != len || memcmp(s, text, len) != 0))
+	// (SentencePiece reads a literal U+2581 as a space, so skip those)
+	int has_sp = memmem(text, len, "\xe2\x96\x81", 3) != NULL;
+	if (!special && add_bos == 0 && !has_sp && (slen != len || memcmp(s, text, len) != 0))
 		abort();
 	free(s);
 	struct tok_stream st;

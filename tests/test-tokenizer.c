@@ -1,0 +1,840 @@
+// test-tokenizer.c - SentencePiece and byte-level BPE against llama.cpp's
+// test vectors, round trips, streaming, chat templates and error paths.
+#define _GNU_SOURCE // memmem
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "gguf.h"
+#include "t.h"
+#include "tokenizer.h"
+#include "unicode.h"
+
+#ifndef T_TOKDATA
+#define T_TOKDATA "tokdata"
+#endif
+
+static const char *VOCAB = T_DATA "/tokenizer";
+
+// --- helpers -----------------------------------------------------------------
+
+static struct tokenizer *
+load(const char *path)
+{
+	char err[AD_ERRLEN] = "";
+	struct tokenizer *t = tok_load(path, err);
+	if (!t)
+		fprintf(stderr, "  load %s: %s\n", path, err);
+	return t;
+}
+
+// is_bpe_missing: the BPE loader is a stub in this build (bpe.c absent)
+static int
+bpe_missing(const char *path)
+{
+	char err[AD_ERRLEN] = "";
+	struct tokenizer *t = tok_load(path, err);
+	if (t) {
+		tok_free(t);
+		return 0;
+	}
+	return strstr(err, "not built") != NULL;
+}
+
+static int
+encode(const struct tokenizer *t, const char *s, size_t n, int add_bos, int special, int32_t **ids, size_t *n_ids)
+{
+	char err[AD_ERRLEN] = "";
+	int rc = tok_encode(t, s, n, add_bos, special, ids, n_ids, err);
+	if (rc)
+		fprintf(stderr, "  encode: %s\n", err);
+	return rc;
+}
+
+static int
+same_ids(const int32_t *a, size_t na, const int32_t *b, size_t nb)
+{
+	return na == nb && (na == 0 || memcmp(a, b, na * sizeof *a) == 0);
+}
+
+static void
+print_ids(const char *label, const int32_t *v, size_t n)
+{
+	fprintf(stderr, "  %s:", label);
+	for (size_t i = 0; i < n && i < 64; i++)
+		fprintf(stderr, " %d", v[i]);
+	fprintf(stderr, "\n");
+}
+
+// round_trip: decode(encode(s)) == s, and the stream gives the same bytes;
+// with nfc, the model normalises and s must come back in NFC
+static int
+round_trip_nfc(const struct tokenizer *t, const char *in, size_t in_n, int nfc)
+{
+	const char *s = in;
+	size_t n = in_n;
+	char *norm = NULL;
+	if (nfc) {
+		norm = unicode_nfc(in, in_n, &n);
+		if (!norm)
+			return 0;
+		s = norm;
+	}
+	int32_t *ids;
+	size_t n_ids;
+	char err[AD_ERRLEN];
+	if (encode(t, in, in_n, 0, 0, &ids, &n_ids)) {
+		free(norm);
+		return 0;
+	}
+	char *out;
+	size_t out_len;
+	int ok = tok_decode(t, ids, n_ids, &out, &out_len, err) == 0 && out_len == n && memcmp(out, s, n) == 0;
+	if (ok) {
+		// streaming: the same bytes, and every chunk but the last ends on a
+		// character boundary when the input is valid UTF-8
+		struct tok_stream st;
+		tok_stream_init(&st, t);
+		char *acc = malloc(n + 8);
+		size_t m = 0;
+		for (size_t i = 0; i < n_ids && ok; i++) {
+			size_t k;
+			const char *p = tok_stream_push(&st, ids[i], &k, err);
+			ok = p != NULL && m + k <= n + 1;
+			if (ok) {
+				memcpy(acc + m, p, k);
+				m += k;
+			}
+		}
+		size_t k;
+		const char *p = tok_stream_flush(&st, &k);
+		if (ok && m + k <= n + 1) {
+			memcpy(acc + m, p, k);
+			m += k;
+		}
+		// the stream keeps the SPM leading space that decode strips
+		const char *want = s;
+		size_t skip = (m == n + 1 && acc[0] == ' ') ? 1 : 0;
+		ok = ok && m - skip == n && memcmp(acc + skip, want, n) == 0;
+		tok_stream_free(&st);
+		free(acc);
+	}
+	free(out);
+	free(ids);
+	free(norm);
+	return ok;
+}
+
+static int
+round_trip(const struct tokenizer *t, const char *s, size_t n)
+{
+	return round_trip_nfc(t, s, n, 0);
+}
+
+// split a .inp file on "\n__ggml_vocab_test__\n"
+static size_t
+split_inp(char *buf, size_t len, char **s, size_t *n, size_t max)
+{
+	const char *sep = "\n__ggml_vocab_test__\n";
+	size_t k = 0, seplen = strlen(sep), off = 0;
+	while (off < len && k < max) {
+		char *m = memmem(buf + off, len - off, sep, seplen);
+		size_t e = m ? (size_t)(m - buf) : len;
+		s[k] = buf + off;
+		n[k] = e - off;
+		k++;
+		off = m ? e + seplen : len;
+	}
+	return k;
+}
+
+// parse one .out line into ids
+static size_t
+parse_ids(char *line, int32_t *ids, size_t max)
+{
+	size_t k = 0;
+	char *p = line, *end;
+	while (k < max) {
+		long v = strtol(p, &end, 10);
+		if (end == p)
+			break;
+		ids[k++] = (int32_t)v;
+		p = end;
+	}
+	return k;
+}
+
+// run_vectors: every case of NAME.inp/.out; returns the number of passes
+static int
+run_vectors(const struct tokenizer *t, const char *name, int *n_cases)
+{
+	char path[512];
+	size_t in_len, out_len;
+	snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf.inp", VOCAB, name);
+	char *in = t_read_file(path, &in_len);
+	snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf.out", VOCAB, name);
+	char *out = t_read_file(path, &out_len);
+	*n_cases = 0;
+	if (!in || !out) {
+		CHECK(0, "missing vectors for %s", name);
+		free(in);
+		free(out);
+		return 0;
+	}
+	char *s[256];
+	size_t n[256];
+	size_t cases = split_inp(in, in_len, s, n, 256);
+	char *lines[256];
+	size_t n_lines = 0;
+	for (char *p = out; *p && n_lines < 256;) {
+		char *nl = strchr(p, '\n');
+		lines[n_lines++] = p;
+		if (!nl)
+			break;
+		*nl = 0;
+		p = nl + 1;
+	}
+	CHECK(cases == n_lines, "%s: %zu inputs, %zu outputs", name, cases, n_lines);
+	int pass = 0, rt = 0;
+	static int32_t want[4096];
+	for (size_t i = 0; i < cases && i < n_lines; i++) {
+		size_t n_want = parse_ids(lines[i], want, 4096);
+		int32_t *ids;
+		size_t n_ids;
+		int ok = encode(t, s[i], n[i], 0, 0, &ids, &n_ids) == 0;
+		if (ok && same_ids(ids, n_ids, want, n_want)) {
+			pass++;
+		} else {
+			fprintf(stderr, "  %s case %zu \"%.*s\":\n", name, i, (int)(n[i] > 60 ? 60 : n[i]), s[i]);
+			if (ok)
+				print_ids("got ", ids, n_ids);
+			print_ids("want", want, n_want);
+		}
+		if (ok)
+			free(ids);
+		if (round_trip(t, s[i], n[i]))
+			rt++;
+		else
+			fprintf(stderr, "  %s case %zu: decode(encode(x)) != x\n", name, i);
+	}
+	*n_cases = (int)cases;
+	printf("%-10s %d/%zu vectors match, %d/%zu round trips\n", name, pass, cases, rt, cases);
+	CHECK(pass == (int)cases, "%s: %d of %zu vectors match", name, pass, cases);
+	CHECK(rt == (int)cases, "%s: %d of %zu round trips", name, rt, cases);
+	free(in);
+	free(out);
+	return pass;
+}
+
+// --- SentencePiece -----------------------------------------------------------
+
+static void
+check_once_upon(struct tokenizer *t)
+{
+	int32_t *ids;
+	size_t n;
+	static const int32_t want[] = {1, 403, 407, 261, 378};
+	REQUIRE(encode(t, "Once upon a time", 16, -1, 0, &ids, &n) == 0);
+	CHECK(same_ids(ids, n, want, 5), "Once upon a time");
+	if (!same_ids(ids, n, want, 5))
+		print_ids("got", ids, n);
+	char *s, err[AD_ERRLEN];
+	size_t len;
+	REQUIRE(tok_decode(t, ids, n, &s, &len, err) == 0, "%s", err);
+	CHECK(strcmp(s, "Once upon a time") == 0, "decoded \"%s\"", s);
+	free(s);
+	free(ids);
+	// no BOS when asked, BOS when forced
+	REQUIRE(encode(t, "Once upon a time", 16, 0, 0, &ids, &n) == 0);
+	CHECK(n == 4 && ids[0] == 403);
+	free(ids);
+	REQUIRE(encode(t, "", 0, 1, 0, &ids, &n) == 0);
+	CHECK(n == 1 && ids[0] == 1);
+	free(ids);
+	REQUIRE(encode(t, "", 0, 0, 0, &ids, &n) == 0);
+	CHECK(n == 0 && ids != NULL);
+	free(ids);
+	CHECK(tok_n_vocab(t) == 512);
+	CHECK(tok_bos(t) == 1 && tok_eos(t) == 2);
+	CHECK(tok_is_eog(t, 2) && !tok_is_eog(t, 403));
+	CHECK(strcmp(tok_kind_name(t), "spm") == 0);
+	size_t pl;
+	const char *p = tok_piece(t, 403, &pl);
+	CHECK(p && pl == 7 && memcmp(p, "\xe2\x96\x81Once", 7) == 0);
+	CHECK(tok_piece(t, 512, &pl) == NULL && tok_piece(t, -1, &pl) == NULL);
+	CHECK(tok_find(t, "\xe2\x96\x81time", 7) == 378);
+}
+
+static void
+test_stories_gguf(void)
+{
+	struct tokenizer *t = load(T_DATA "/stories260K/stories260K.gguf");
+	REQUIRE(t);
+	check_once_upon(t);
+	tok_free(t);
+}
+
+static void
+test_stories_bin(void)
+{
+	struct tokenizer *t = load(T_DATA "/stories260K/tok512.bin");
+	REQUIRE(t);
+	check_once_upon(t);
+	// the .bin and the GGUF must agree on everything
+	struct tokenizer *g = load(T_DATA "/stories260K/stories260K.gguf");
+	REQUIRE(g);
+	int same = tok_n_vocab(t) == tok_n_vocab(g);
+	for (int32_t i = 0; same && i < tok_n_vocab(t); i++) {
+		size_t a, b;
+		const char *pa = tok_piece(t, i, &a), *pb = tok_piece(g, i, &b);
+		same = a == b && memcmp(pa, pb, a) == 0;
+		if (!same)
+			fprintf(stderr, "  piece %d differs: \"%.*s\" vs \"%.*s\"\n", i, (int)a, pa, (int)b, pb);
+	}
+	CHECK(same, "tok512.bin and stories260K.gguf vocabularies differ");
+	const char *text = "One day, Lily met a big dog. \"Hello!\" she said.\n\nThe end \xe4\xbd\xa0\xe5\xa5\xbd.";
+	int32_t *x, *y;
+	size_t nx, ny;
+	REQUIRE(encode(t, text, strlen(text), -1, 0, &x, &nx) == 0);
+	REQUIRE(encode(g, text, strlen(text), -1, 0, &y, &ny) == 0);
+	CHECK(same_ids(x, nx, y, ny));
+	free(x);
+	free(y);
+	tok_free(g);
+	tok_free(t);
+}
+
+static void
+test_spm_special(void)
+{
+	struct tokenizer *t = load(T_DATA "/stories260K/stories260K.gguf");
+	REQUIRE(t);
+	int32_t *ids;
+	size_t n;
+	// parse_special: "<s>" is BOS, and the text after it gets the space prefix
+	REQUIRE(encode(t, "<s>Once", 7, 0, 1, &ids, &n) == 0);
+	CHECK(n == 2 && ids[0] == 1 && ids[1] == 403, "n=%zu", n);
+	free(ids);
+	// without it, "<s>" is plain text
+	REQUIRE(encode(t, "<s>Once", 7, 0, 0, &ids, &n) == 0);
+	int has_bos = 0;
+	for (size_t i = 0; i < n; i++)
+		has_bos |= ids[i] == 1;
+	CHECK(!has_bos && n > 2);
+	char *s, err[AD_ERRLEN];
+	size_t len;
+	REQUIRE(tok_decode(t, ids, n, &s, &len, err) == 0);
+	CHECK(strcmp(s, "<s>Once") == 0, "\"%s\"", s);
+	free(s);
+	free(ids);
+	// control tokens are skipped by decode; an id out of range is an error
+	int32_t bad[] = {1, 403, 2};
+	REQUIRE(tok_decode(t, bad, 3, &s, &len, err) == 0);
+	CHECK(strcmp(s, "Once") == 0, "\"%s\"", s);
+	free(s);
+	int32_t oob[] = {403, 512};
+	CHECK(tok_decode(t, oob, 2, &s, &len, err) == -1 && strstr(err, "512"));
+	struct tok_stream st;
+	tok_stream_init(&st, t);
+	CHECK(tok_stream_push(&st, -5, &len, err) == NULL);
+	tok_stream_free(&st);
+	tok_free(t);
+}
+
+static void
+test_llama_spm_vectors(void)
+{
+	struct tokenizer *t = load(T_DATA "/tokenizer/ggml-vocab-llama-spm.gguf");
+	REQUIRE(t);
+	int n;
+	run_vectors(t, "llama-spm", &n);
+	CHECK(n == 46, "%d cases", n);
+	tok_free(t);
+}
+
+// --- byte-level BPE ----------------------------------------------------------
+
+static void
+test_gpt2_vectors(void)
+{
+	const char *path = T_DATA "/tokenizer/ggml-vocab-gpt-2.gguf";
+	if (bpe_missing(path)) {
+		printf("gpt-2      skipped: byte-level BPE not built\n");
+		return;
+	}
+	struct tokenizer *t = load(path);
+	REQUIRE(t);
+	CHECK(strcmp(tok_kind_name(t), "bpe") == 0);
+	int n;
+	run_vectors(t, "gpt-2", &n);
+	CHECK(n == 46, "%d cases", n);
+	tok_free(t);
+}
+
+static void
+test_hf_vectors(const char *dir, const char *name)
+{
+	char path[512];
+	snprintf(path, sizeof path, "%s/%s", T_TOKDATA, dir);
+	struct stat st;
+	if (stat(path, &st)) {
+		CHECK(0, "%s is missing (the build unpacks it with xz)", path);
+		return;
+	}
+	if (bpe_missing(path)) {
+		printf("%-10s skipped: byte-level BPE not built\n", name);
+		return;
+	}
+	struct tokenizer *t = load(path);
+	REQUIRE(t);
+	int n;
+	run_vectors(t, name, &n);
+	CHECK(n == 46, "%d cases", n);
+	tok_free(t);
+}
+
+static void
+test_qwen2_vectors(void)
+{
+	test_hf_vectors("qwen3", "qwen2");
+}
+
+static void
+test_llama_bpe_vectors(void)
+{
+	test_hf_vectors("llama3", "llama-bpe");
+}
+
+static void
+test_hf_specials(void)
+{
+	char path[512];
+	snprintf(path, sizeof path, "%s/qwen3", T_TOKDATA);
+	if (bpe_missing(path))
+		return;
+	struct tokenizer *t = load(path);
+	REQUIRE(t);
+	int32_t im_start = tok_find(t, "<|im_start|>", 12), im_end = tok_find(t, "<|im_end|>", 10);
+	CHECK(im_start >= 0 && im_end >= 0);
+	CHECK(tok_bos(t) == -1 && tok_add_bos(t) == 0);
+	CHECK(tok_eos(t) == im_end);
+	CHECK(tok_is_eog(t, im_end));
+	CHECK(tok_chat_family(t) == TOK_CHAT_CHATML);
+	int32_t *ids;
+	size_t n;
+	REQUIRE(encode(t, "<|im_start|>user\nhi<|im_end|>", 29, -1, 1, &ids, &n) == 0);
+	CHECK(n >= 4 && ids[0] == im_start && ids[n - 1] == im_end);
+	free(ids);
+	REQUIRE(encode(t, "<|im_start|>", 12, -1, 0, &ids, &n) == 0);
+	CHECK(n > 1, "control token text must not be parsed without parse_special");
+	free(ids);
+	tok_free(t);
+
+	snprintf(path, sizeof path, "%s/llama3", T_TOKDATA);
+	t = load(path);
+	REQUIRE(t);
+	int32_t bot = tok_find(t, "<|begin_of_text|>", 17), eot = tok_find(t, "<|eot_id|>", 10);
+	CHECK(bot >= 0 && tok_bos(t) == bot && tok_add_bos(t) == 1);
+	CHECK(tok_eot(t) == eot && tok_is_eog(t, eot));
+	CHECK(tok_chat_family(t) == TOK_CHAT_LLAMA3);
+	REQUIRE(encode(t, "Hello", 5, -1, 0, &ids, &n) == 0);
+	CHECK(n == 2 && ids[0] == bot);
+	free(ids);
+	tok_free(t);
+}
+
+// --- round trips and hostile input -------------------------------------------
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint32_t
+rnd(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (uint32_t)(rng >> 16);
+}
+
+static size_t
+put_utf8(char *p, uint32_t cp)
+{
+	if (cp < 0x80) {
+		p[0] = (char)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		p[0] = (char)(0xc0 | cp >> 6);
+		p[1] = (char)(0x80 | (cp & 0x3f));
+		return 2;
+	}
+	if (cp < 0x10000) {
+		p[0] = (char)(0xe0 | cp >> 12);
+		p[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+		p[2] = (char)(0x80 | (cp & 0x3f));
+		return 3;
+	}
+	p[0] = (char)(0xf0 | cp >> 18);
+	p[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+	p[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+	p[3] = (char)(0x80 | (cp & 0x3f));
+	return 4;
+}
+
+static uint32_t
+random_cp(void)
+{
+	for (;;) {
+		uint32_t r = rnd() % 100, cp;
+		if (r < 40)
+			cp = 0x20 + rnd() % 0x5f; // ASCII
+		else if (r < 50)
+			cp = " \n\t"[rnd() % 3];
+		else if (r < 65)
+			cp = 0x80 + rnd() % 0x780; // Latin, Greek, Cyrillic...
+		else if (r < 85)
+			cp = 0x800 + rnd() % 0xf800; // BMP: CJK and the rest
+		else
+			cp = 0x10000 + rnd() % 0x100000; // astral: emoji, ...
+		if (cp >= 0xd800 && cp <= 0xdfff)
+			continue;
+		return cp;
+	}
+}
+
+static void
+random_round_trips(const struct tokenizer *t, const char *name, int iters, int nfc)
+{
+	char buf[512];
+	int ok = 0;
+	for (int it = 0; it < iters; it++) {
+		size_t n = 0, chars = 1 + rnd() % 40;
+		for (size_t c = 0; c < chars; c++)
+			n += put_utf8(buf + n, random_cp());
+		if (round_trip_nfc(t, buf, n, nfc))
+			ok++;
+		else if (ok + 5 > it)
+			fprintf(stderr, "  %s: round trip failed for \"%.*s\"\n", name, (int)n, buf);
+	}
+	printf("%-10s %d/%d random UTF-8 round trips\n", name, ok, iters);
+	CHECK(ok == iters, "%s: %d/%d", name, ok, iters);
+}
+
+// random_bytes: never a crash; without normalisation the bytes come back
+static void
+random_bytes(const struct tokenizer *t, const char *name, int iters, int nfc)
+{
+	char buf[256], err[AD_ERRLEN];
+	int ok = 0;
+	for (int it = 0; it < iters; it++) {
+		size_t n = rnd() % sizeof buf;
+		for (size_t i = 0; i < n; i++)
+			buf[i] = (char)rnd();
+		int32_t *ids;
+		size_t n_ids;
+		if (tok_encode(t, buf, n, -1, it & 1, &ids, &n_ids, err))
+			continue;
+		char *s;
+		size_t len;
+		if (tok_decode(t, ids, n_ids, &s, &len, err) == 0) {
+			// arbitrary bytes come back unchanged when nothing was special
+			if ((it & 1) || nfc || (len == n && memcmp(s, buf, n) == 0))
+				ok++;
+			free(s);
+		}
+		struct tok_stream st;
+		tok_stream_init(&st, t);
+		for (size_t i = 0; i < n_ids; i++) {
+			size_t k;
+			tok_stream_push(&st, ids[i], &k, err);
+		}
+		tok_stream_free(&st);
+		free(ids);
+	}
+	printf("%-10s %d/%d random byte strings survive\n", name, ok, iters);
+	CHECK(ok == iters, "%s: %d/%d", name, ok, iters);
+}
+
+static void
+test_random(void)
+{
+	struct tokenizer *t = load(T_DATA "/stories260K/stories260K.gguf");
+	REQUIRE(t);
+	random_round_trips(t, "stories", 2000, 0);
+	random_bytes(t, "stories", 2000, 0);
+	tok_free(t);
+	t = load(T_DATA "/tokenizer/ggml-vocab-llama-spm.gguf");
+	REQUIRE(t);
+	random_round_trips(t, "llama-spm", 2000, 0);
+	random_bytes(t, "llama-spm", 2000, 0);
+	tok_free(t);
+	const char *gpt2 = T_DATA "/tokenizer/ggml-vocab-gpt-2.gguf";
+	if (!bpe_missing(gpt2)) {
+		t = load(gpt2);
+		REQUIRE(t);
+		random_round_trips(t, "gpt-2", 2000, 0);
+		random_bytes(t, "gpt-2", 2000, 0);
+		tok_free(t);
+	}
+	// Qwen's tokenizer.json normalises to NFC; Llama 3's does not
+	static const char *hf[][2] = {{"qwen3", "qwen3"}, {"llama3", "llama3"}};
+	for (int i = 0; i < 2; i++) {
+		char path[512];
+		snprintf(path, sizeof path, "%s/%s", T_TOKDATA, hf[i][0]);
+		if (bpe_missing(path))
+			continue;
+		t = load(path);
+		REQUIRE(t);
+		random_round_trips(t, hf[i][1], 1000, i == 0);
+		random_bytes(t, hf[i][1], 1000, i == 0);
+		tok_free(t);
+	}
+}
+
+static void
+test_stream_holdback(void)
+{
+	struct tokenizer *t = load(T_DATA "/stories260K/tok512.bin");
+	REQUIRE(t);
+	// "你" is not in the vocabulary: three byte tokens
+	int32_t *ids;
+	size_t n, k;
+	char err[AD_ERRLEN];
+	REQUIRE(encode(t, "\xe4\xbd\xa0", 3, 0, 0, &ids, &n) == 0);
+	REQUIRE(n == 4, "n=%zu", n); // ▁ then three bytes
+	struct tok_stream st;
+	tok_stream_init(&st, t);
+	const char *p = tok_stream_push(&st, ids[0], &k, err);
+	CHECK(p && k == 1 && *p == ' ');
+	p = tok_stream_push(&st, ids[1], &k, err);
+	CHECK(p && k == 0, "the lead byte must be held back");
+	p = tok_stream_push(&st, ids[2], &k, err);
+	CHECK(p && k == 0, "two of three bytes must be held back");
+	p = tok_stream_push(&st, ids[3], &k, err);
+	CHECK(p && k == 3 && memcmp(p, "\xe4\xbd\xa0", 3) == 0);
+	// an unfinished character is handed out by flush
+	tok_stream_push(&st, ids[1], &k, err);
+	p = tok_stream_flush(&st, &k);
+	CHECK(k == 1 && (uint8_t)p[0] == 0xe4);
+	p = tok_stream_flush(&st, &k);
+	CHECK(k == 0);
+	// a lead byte followed by something that is not a continuation: both out
+	tok_stream_push(&st, ids[1], &k, err);
+	p = tok_stream_push(&st, ids[0], &k, err);
+	CHECK(k == 2 && (uint8_t)p[0] == 0xe4 && p[1] == ' ');
+	tok_stream_free(&st);
+	free(ids);
+	tok_free(t);
+}
+
+// --- loading errors ------------------------------------------------------------
+
+static void
+test_load_errors(void)
+{
+	char err[AD_ERRLEN] = "";
+	CHECK(tok_load("/nonexistent/tokenizer.gguf", err) == NULL && strstr(err, "nonexistent"));
+	// truncated llama2.c tokenizer
+	size_t n;
+	char *d = t_read_file(T_DATA "/stories260K/tok512.bin", &n);
+	REQUIRE(d);
+	char path[512];
+	snprintf(path, sizeof path, "%s/trunc.bin", t_tmpdir());
+	FILE *f = fopen(path, "wb");
+	REQUIRE(f);
+	fwrite(d, 1, n - 3, f);
+	fclose(f);
+	err[0] = 0;
+	CHECK(tok_load(path, err) == NULL && strstr(err, "past the end"), "%s", err);
+	free(d);
+	// an empty directory and a directory without tokenizer.json
+	snprintf(path, sizeof path, "%s", t_tmpdir());
+	CHECK(tok_load(path, err) == NULL && strstr(err, "tokenizer.json"), "%s", err);
+	// GGUFs: unsupported model, no tokens, mismatched scores
+	struct gguf_writer *w = gguf_writer_new();
+	gguf_writer_str(w, "tokenizer.ggml.model", "bert");
+	const char *toks[] = {"<unk>", "<s>", "</s>", "a"};
+	gguf_writer_arr_str(w, "tokenizer.ggml.tokens", toks, 4);
+	snprintf(path, sizeof path, "%s/bert.gguf", t_tmpdir());
+	REQUIRE(gguf_writer_save(w, path, err) == 0, "%s", err);
+	gguf_writer_free(w);
+	CHECK(tok_load(path, err) == NULL && strstr(err, "bert"), "%s", err);
+
+	w = gguf_writer_new();
+	gguf_writer_str(w, "tokenizer.ggml.model", "llama");
+	snprintf(path, sizeof path, "%s/notoks.gguf", t_tmpdir());
+	REQUIRE(gguf_writer_save(w, path, err) == 0, "%s", err);
+	gguf_writer_free(w);
+	CHECK(tok_load(path, err) == NULL && strstr(err, "tokens"), "%s", err);
+
+	w = gguf_writer_new();
+	gguf_writer_str(w, "tokenizer.ggml.model", "llama");
+	gguf_writer_arr_str(w, "tokenizer.ggml.tokens", toks, 4);
+	float sc[3] = {0, 0, 0};
+	gguf_writer_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, sc, 3);
+	snprintf(path, sizeof path, "%s/scores.gguf", t_tmpdir());
+	REQUIRE(gguf_writer_save(w, path, err) == 0, "%s", err);
+	gguf_writer_free(w);
+	CHECK(tok_load(path, err) == NULL && strstr(err, "scores"), "%s", err);
+
+	// a minimal SPM vocabulary with no byte tokens: unknown bytes become unk,
+	// a bos id outside the vocabulary is dropped
+	w = gguf_writer_new();
+	gguf_writer_str(w, "tokenizer.ggml.model", "llama");
+	const char *toks2[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "\xe2\x96\x81" "a"};
+	gguf_writer_arr_str(w, "tokenizer.ggml.tokens", toks2, 6);
+	int32_t types[6] = {2, 3, 3, 1, 1, 1};
+	gguf_writer_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, 6);
+	gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", 99);
+	snprintf(path, sizeof path, "%s/tiny.gguf", t_tmpdir());
+	REQUIRE(gguf_writer_save(w, path, err) == 0, "%s", err);
+	gguf_writer_free(w);
+	struct tokenizer *t = tok_load(path, err);
+	REQUIRE(t, "%s", err);
+	CHECK(tok_bos(t) == -1);
+	int32_t *ids;
+	REQUIRE(encode(t, "a b", 3, -1, 0, &ids, &n) == 0);
+	int32_t want[] = {5, 3, 0};
+	CHECK(same_ids(ids, n, want, 3), "n=%zu", n);
+	free(ids);
+	tok_free(t);
+	tok_free(NULL);
+}
+
+// --- chat templates --------------------------------------------------------------
+
+static void
+chat_case(const struct tokenizer *t, enum tok_chat_family f, const struct tok_msg *m, size_t n, int gen,
+          const char *want)
+{
+	char *out, err[AD_ERRLEN];
+	int rc = tok_apply_chat_family(t, f, m, n, gen, &out, err);
+	CHECK(rc == 0, "%s", err);
+	if (rc)
+		return;
+	CHECK(strcmp(out, want) == 0, "%s:\n got: [%s]\nwant: [%s]", tok_chat_family_name(f), out, want);
+	free(out);
+}
+
+static void
+test_chat(void)
+{
+	struct tokenizer *t = load(T_DATA "/stories260K/stories260K.gguf");
+	REQUIRE(t);
+	const struct tok_msg conv[] = {
+		{TOK_ROLE_SYSTEM, "You are terse."},
+		{TOK_ROLE_USER, " Hi there "},
+		{TOK_ROLE_ASSISTANT, "Hello."},
+		{TOK_ROLE_USER, "Bye"},
+	};
+	// ChatML: no trimming
+	chat_case(t, TOK_CHAT_CHATML, conv, 4, 1,
+	          "<|im_start|>system\nYou are terse.<|im_end|>\n"
+	          "<|im_start|>user\n Hi there <|im_end|>\n"
+	          "<|im_start|>assistant\nHello.<|im_end|>\n"
+	          "<|im_start|>user\nBye<|im_end|>\n"
+	          "<|im_start|>assistant\n");
+	chat_case(t, TOK_CHAT_CHATML, conv + 1, 1, 0, "<|im_start|>user\n Hi there <|im_end|>\n");
+	// Llama 2: the template's bos_token + '[INST] ' + content.strip() + ' [/INST]'
+	// and ' ' + content.strip() + ' ' + eos_token, the first BOS left to the encoder
+	chat_case(t, TOK_CHAT_LLAMA2, conv, 4, 1,
+	          "[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHi there [/INST] Hello. </s><s>[INST] Bye [/INST]");
+	chat_case(t, TOK_CHAT_LLAMA2, conv + 1, 1, 1, "[INST] Hi there [/INST]");
+	// Llama 3: content | trim, generation prompt with the blank line
+	chat_case(t, TOK_CHAT_LLAMA3, conv, 4, 1,
+	          "<|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
+	          "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
+	          "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+	          "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>"
+	          "<|start_header_id|>assistant<|end_header_id|>\n\n");
+	// Gemma: system folded into the first user turn, assistant is "model"
+	chat_case(t, TOK_CHAT_GEMMA, conv, 4, 1,
+	          "<start_of_turn>user\nYou are terse.\n\nHi there<end_of_turn>\n"
+	          "<start_of_turn>model\nHello.<end_of_turn>\n"
+	          "<start_of_turn>user\nBye<end_of_turn>\n"
+	          "<start_of_turn>model\n");
+	// Phi-3
+	chat_case(t, TOK_CHAT_PHI3, conv, 4, 1,
+	          "<|system|>\nYou are terse.<|end|>\n<|user|>\n Hi there <|end|>\n"
+	          "<|assistant|>\nHello.<|end|>\n<|user|>\nBye<|end|>\n<|assistant|>\n");
+	// Zephyr: every turn ends with the EOS text and a newline
+	chat_case(t, TOK_CHAT_ZEPHYR, conv, 4, 1,
+	          "<|system|>\nYou are terse.</s>\n<|user|>\n Hi there </s>\n"
+	          "<|assistant|>\nHello.</s>\n<|user|>\nBye</s>\n<|assistant|>\n");
+	chat_case(t, TOK_CHAT_PLAIN, conv, 4, 1,
+	          "System: You are terse.\nUser:  Hi there \nAssistant: Hello.\nUser: Bye\nAssistant:");
+	// stories260K has no template and no <|im_start|>: plain transcript
+	CHECK(tok_chat_family(t) == TOK_CHAT_PLAIN);
+	char *out, err[AD_ERRLEN];
+	REQUIRE(tok_apply_chat(t, conv + 1, 1, 1, &out, err) == 0);
+	CHECK(strcmp(out, "User:  Hi there \nAssistant:") == 0, "%s", out);
+	free(out);
+	struct tok_msg bad = {(enum tok_role)7, "x"};
+	CHECK(tok_apply_chat(t, &bad, 1, 1, &out, err) == -1 && strstr(err, "role"));
+	tok_free(t);
+
+	// detection from real templates
+	char path[512];
+	snprintf(path, sizeof path, "%s/llama3", T_TOKDATA);
+	if (!bpe_missing(path)) {
+		t = load(path);
+		REQUIRE(t);
+		CHECK(tok_chat_family(t) == TOK_CHAT_LLAMA3);
+		REQUIRE(tok_apply_chat(t, conv + 1, 1, 1, &out, err) == 0);
+		CHECK(strcmp(out, "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
+		                  "<|start_header_id|>assistant<|end_header_id|>\n\n") == 0);
+		// the rendered prompt encodes to header tokens, with BOS first
+		int32_t *ids;
+		size_t n;
+		REQUIRE(encode(t, out, strlen(out), -1, 1, &ids, &n) == 0);
+		CHECK(n > 3 && ids[0] == tok_bos(t) && ids[1] == tok_find(t, "<|start_header_id|>", 19));
+		free(ids);
+		free(out);
+		tok_free(t);
+	}
+	// a template per family, detected by its markers
+	static const struct {
+		const char *tmpl;
+		enum tok_chat_family f;
+	} probes[] = {
+		{"{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n'}}{% endfor %}", TOK_CHAT_CHATML},
+		{"{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}", TOK_CHAT_LLAMA2},
+		{"{{'<|user|>\\n' + message['content'] + '<|end|>\\n' + '<|assistant|>\\n'}}", TOK_CHAT_PHI3},
+		{"{{ '<|user|>\\n' + message['content'] + eos_token }}", TOK_CHAT_ZEPHYR},
+		{"{{ '<start_of_turn>' + role + '\\n' }}", TOK_CHAT_GEMMA},
+		{"{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}", TOK_CHAT_LLAMA3},
+		{"{{ messages }}", TOK_CHAT_PLAIN},
+	};
+	for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
+		struct gguf_writer *w = gguf_writer_new();
+		gguf_writer_str(w, "tokenizer.ggml.model", "llama");
+		const char *toks[] = {"<unk>", "<s>", "</s>", "a"};
+		gguf_writer_arr_str(w, "tokenizer.ggml.tokens", toks, 4);
+		gguf_writer_str(w, "tokenizer.chat_template", probes[i].tmpl);
+		snprintf(path, sizeof path, "%s/chat%zu.gguf", t_tmpdir(), i);
+		REQUIRE(gguf_writer_save(w, path, err) == 0, "%s", err);
+		gguf_writer_free(w);
+		t = load(path);
+		REQUIRE(t);
+		CHECK(tok_chat_family(t) == probes[i].f, "probe %zu: %s", i, tok_chat_family_name(tok_chat_family(t)));
+		CHECK(tok_chat_template(t) && strcmp(tok_chat_template(t), probes[i].tmpl) == 0);
+		tok_free(t);
+	}
+}
+
+int
+main(void)
+{
+	T_RUN(test_stories_gguf);
+	T_RUN(test_stories_bin);
+	T_RUN(test_spm_special);
+	T_RUN(test_llama_spm_vectors);
+	T_RUN(test_gpt2_vectors);
+	T_RUN(test_qwen2_vectors);
+	T_RUN(test_llama_bpe_vectors);
+	T_RUN(test_hf_specials);
+	T_RUN(test_random);
+	T_RUN(test_stream_holdback);
+	T_RUN(test_load_errors);
+	T_RUN(test_chat);
+	return t_done();
+}

@@ -1,0 +1,49 @@
+# tokenizer: SentencePiece and byte-level BPE against llama.cpp's vectors,
+# round trips, streaming, chat templates, error paths; a fuzz target; a
+# benchmark.
+if(NOT TARGET anedvd_tokenizer)
+  return()
+endif()
+
+# The Hugging Face tokenizer.json files are stored xz-compressed; unpack them
+# (with their tokenizer_config.json) into model-like directories.
+find_program(XZ xz)
+set(AD_TOKDATA ${CMAKE_CURRENT_BINARY_DIR}/tokdata)
+set(AD_TOKDATA_FILES)
+if(XZ)
+  foreach(m qwen3 llama3)
+    set(src ${CMAKE_CURRENT_SOURCE_DIR}/data/tokenizer)
+    set(dst ${AD_TOKDATA}/${m})
+    add_custom_command(
+      OUTPUT ${dst}/tokenizer.json ${dst}/tokenizer_config.json
+      COMMAND ${CMAKE_COMMAND} -E make_directory ${dst}
+      COMMAND ${XZ} -dc ${src}/${m}-tokenizer.json.xz > ${dst}/tokenizer.json
+      COMMAND ${CMAKE_COMMAND} -E copy ${src}/${m}-tokenizer_config.json ${dst}/tokenizer_config.json
+      DEPENDS ${src}/${m}-tokenizer.json.xz ${src}/${m}-tokenizer_config.json
+      COMMENT "unpacking the ${m} tokenizer.json")
+    list(APPEND AD_TOKDATA_FILES ${dst}/tokenizer.json ${dst}/tokenizer_config.json)
+  endforeach()
+else()
+  message(WARNING "xz not found: the qwen3/llama3 tokenizer tests will report the files as missing")
+endif()
+add_custom_target(tokdata DEPENDS ${AD_TOKDATA_FILES})
+
+ad_test(NAME test-tokenizer SOURCES test-tokenizer.c LIBS anedvd_tokenizer LABELS unit)
+target_compile_definitions(test-tokenizer PRIVATE T_TOKDATA="${AD_TOKDATA}")
+target_compile_options(test-tokenizer PRIVATE -Wno-format-zero-length) # CHECK without a message
+add_dependencies(test-tokenizer tokdata)
+
+add_executable(bench-tokenizer bench-tokenizer.c)
+target_link_libraries(bench-tokenizer PRIVATE anedvd_tokenizer anedvd_common)
+target_compile_definitions(bench-tokenizer PRIVATE T_DATA="${CMAKE_CURRENT_SOURCE_DIR}/data"
+                           T_TOKDATA="${AD_TOKDATA}")
+add_dependencies(bench-tokenizer tokdata)
+
+if(COMMAND ad_fuzz)
+  ad_fuzz(NAME tokenizer SOURCES fuzz/fuzz-tokenizer.c CORPUS fuzz/corpus-tokenizer LIBS anedvd_tokenizer)
+  foreach(t fuzz-tokenizer-replay fuzz-tokenizer)
+    if(TARGET ${t})
+      target_compile_definitions(${t} PRIVATE T_DATA="${CMAKE_CURRENT_SOURCE_DIR}/data")
+    endif()
+  endforeach()
+endif()
