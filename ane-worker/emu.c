@@ -101,28 +101,39 @@ store_rows(float *dst, size_t left, __m256 lo, __m256 hi)
 	memcpy(dst, tmp, left * sizeof(float));
 }
 
-// one column: two 8-row halves, even and odd i in separate accumulators so
-// four FMA chains are in flight
+// one column. Every kernel sums each output row in the same order (one
+// fp32 FMA chain over i from 0), so a column gives the same bits whether it
+// is evaluated alone (decode) or with others (prefill).
 SIMD_TARGET static void
 panel_1col(const uint16_t *w, size_t cin, const float *x, float *y, size_t left)
 {
+	__m256 a0 = _mm256_setzero_ps(), a1 = a0;
+	for (size_t i = 0; i < cin; i++) {
+		const __m128i *p = (const __m128i *)(w + i * PANEL);
+		__m256 b = _mm256_broadcast_ss(x + i);
+		a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p)), b, a0);
+		a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p + 1)), b, a1);
+	}
+	store_rows(y, left, a0, a1);
+}
+
+// one column, two panels: four chains in flight, two weight streams
+SIMD_TARGET static void
+panel2_1col(const uint16_t *w, size_t cin, const float *x, float *y, size_t left)
+{
+	const uint16_t *v = w + cin * PANEL;
 	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-	size_t i = 0;
-	for (; i + 2 <= cin; i += 2) {
+	for (size_t i = 0; i < cin; i++) {
 		const __m128i *p = (const __m128i *)(w + i * PANEL);
-		__m256 x0 = _mm256_broadcast_ss(x + i), x1 = _mm256_broadcast_ss(x + i + 1);
-		a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p)), x0, a0);
-		a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p + 1)), x0, a1);
-		a2 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p + 2)), x1, a2);
-		a3 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p + 3)), x1, a3);
+		const __m128i *q = (const __m128i *)(v + i * PANEL);
+		__m256 b = _mm256_broadcast_ss(x + i);
+		a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p)), b, a0);
+		a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p + 1)), b, a1);
+		a2 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(q)), b, a2);
+		a3 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(q + 1)), b, a3);
 	}
-	if (i < cin) {
-		const __m128i *p = (const __m128i *)(w + i * PANEL);
-		__m256 x0 = _mm256_broadcast_ss(x + i);
-		a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p)), x0, a0);
-		a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p + 1)), x0, a1);
-	}
-	store_rows(y, left, _mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
+	store_rows(y, left, a0, a1);
+	store_rows(y + PANEL, left - PANEL, a2, a3);
 }
 
 // four columns: each panel row pair loaded once, used four times
@@ -160,14 +171,22 @@ SIMD_TARGET static void
 conv_simd(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols,
           float *y, size_t p0, size_t p1)
 {
+	// columns in fours, panel by panel; the rest of the columns two panels
+	// at a time
+	size_t j4 = ncols / 4 * 4;
 	for (size_t p = p0; p < p1; p++) {
 		const uint16_t *w = panels + p * cin * PANEL;
-		size_t left = cout - p * PANEL;
-		size_t j = 0;
-		for (; j + 4 <= ncols; j += 4)
-			panel_4col(w, cin, x + j * cin, y + j * cout + p * PANEL, cout, left);
-		for (; j < ncols; j++)
-			panel_1col(w, cin, x + j * cin, y + j * cout + p * PANEL, left);
+		for (size_t j = 0; j < j4; j += 4)
+			panel_4col(w, cin, x + j * cin, y + j * cout + p * PANEL, cout, cout - p * PANEL);
+	}
+	for (size_t j = j4; j < ncols; j++) {
+		size_t p = p0;
+		for (; p + 2 <= p1 && cout - p * PANEL > PANEL; p += 2)
+			panel2_1col(panels + p * cin * PANEL, cin, x + j * cin, y + j * cout + p * PANEL,
+			            cout - p * PANEL);
+		for (; p < p1; p++)
+			panel_1col(panels + p * cin * PANEL, cin, x + j * cin, y + j * cout + p * PANEL,
+			           cout - p * PANEL);
 	}
 }
 

@@ -245,9 +245,15 @@ ane_mil_ffn(int hidden, int inter, int width, char *err)
 int
 ane_head_chunk_rows(int hidden, int vocab)
 {
+	return ane_head_rows_for(hidden, vocab, ANE_HEAD_TARGET_BYTES);
+}
+
+int
+ane_head_rows_for(int hidden, int vocab, uint64_t target_bytes)
+{
 	if (hidden < 1 || vocab < 1)
 		return 0;
-	uint64_t rows = ANE_HEAD_TARGET_BYTES / ((uint64_t)hidden * 2);
+	uint64_t rows = target_bytes / ((uint64_t)hidden * 2);
 	if (rows < 1)
 		rows = 1;
 	return rows < (uint64_t)vocab ? (int)rows : vocab;

@@ -73,6 +73,8 @@ char *ane_mil_ffn(int hidden, int inter, int width, char *err);
 // min(vocab, max(1, floor(512 MiB / (hidden * 2)))); and how many kernels
 #define ANE_HEAD_TARGET_BYTES ((uint64_t)512 << 20)
 int ane_head_chunk_rows(int hidden, int vocab);
+// the same rule for another byte target (tests, smaller devices)
+int ane_head_rows_for(int hidden, int vocab, uint64_t target_bytes);
 int ane_head_nchunks(int hidden, int vocab);
 
 #endif

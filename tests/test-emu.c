@@ -1,2 +1,773 @@
+// test-emu: the planar surface layout, the conv kernels (fast vs _ref),
+// every kernel the engine generates run by the emu backend against a plain
+// fp32 computation, and the ANE rules the emu enforces.
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "blob.h"
+#include "emu.h"
+#include "err.h"
+#include "fp16.h"
+#include "layout.h"
+#include "mil.h"
 #include "t.h"
-int main(void){return t_done();}
+#include "wtype.h"
+
+#pragma GCC diagnostic ignored "-Wformat-zero-length" // CHECK without a message
+
+static uint32_t rng = 12345;
+
+// the seed's LCG, value in [-scale/2, scale/2)
+static float
+lcg(float scale)
+{
+	rng = rng * 1664525u + 1013904223u;
+	return scale * ((float)(rng >> 8) / 16777216.0f - 0.5f);
+}
+
+static float *
+randv(size_t n, float scale)
+{
+	float *v = malloc(n * sizeof *v);
+	for (size_t i = 0; i < n; i++)
+		v[i] = lcg(scale);
+	return v;
+}
+
+static char *
+tmp_path(const char *name)
+{
+	static char p[8][512];
+	static int k;
+	char *s = p[k++ & 7];
+	snprintf(s, 512, "%s/%s", t_tmpdir(), name);
+	return s;
+}
+
+static struct emu *E;
+
+// ---------------------------------------------------------------------------
+// layout
+
+static void
+test_layout_table(void)
+{
+	static const struct {
+		size_t c, w, elem, row, plane, batch, cap;
+	} t[] = {
+		{896, 1, 2, 64, 64, 57344, 57344},
+		{4, 2, 2, 64, 64, 256, 49152},
+		{6, 2, 4, 64, 64, 384, 49152},
+		{4, 32, 2, 64, 64, 256, 49152},
+		{576, 64, 2, 128, 128, 73728, 73728},
+		{896, 128, 2, 256, 256, 229376, 229376},
+	};
+	char err[AD_ERRLEN];
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+		struct ane_layout l;
+		REQUIRE(ane_layout_init(&l, t[i].c, 1, t[i].w, t[i].elem, err) == 0, "%s", err);
+		CHECK(l.row_stride == t[i].row && l.plane_stride == t[i].plane &&
+		              l.batch_stride == t[i].batch && l.nbytes == t[i].batch,
+		      "row %zu: %zu %zu %zu", i, l.row_stride, l.plane_stride, l.batch_stride);
+		const struct ane_layout *lp = &l;
+		CHECK(ane_surface_capacity(&lp, 1) == t[i].cap, "row %zu", i);
+	}
+	struct ane_layout a, b;
+	ane_layout_init(&a, 4, 1, 1, 2, err);
+	CHECK(!ane_layout_contiguous(&a));
+	ane_layout_init(&b, 4, 1, 32, 2, err);
+	CHECK(ane_layout_contiguous(&b));
+	CHECK(ane_layout_offset(&a, 3, 0, 0) == 192);
+	// height > 1: plane = row * H
+	ane_layout_init(&a, 2, 3, 40, 2, err);
+	CHECK(a.row_stride == 80 && a.plane_stride == 240 && a.nbytes == 480);
+	// one capacity for several surfaces
+	ane_layout_init(&a, 896, 1, 128, 2, err);
+	ane_layout_init(&b, 4, 1, 1, 2, err);
+	const struct ane_layout *two[2] = {&a, &b};
+	CHECK(ane_surface_capacity(two, 2) == 229376);
+
+	// refusals
+	CHECK(ane_layout_init(&a, 0, 1, 1, 2, err) < 0);
+	CHECK(ane_layout_init(&a, 4, 1, 1, 3, err) < 0);
+	CHECK(ane_layout_init(&a, SIZE_MAX / 8, 1, 1, 2, err) < 0, "overflow must be caught");
+	CHECK(ane_layout_from_strides(&a, 4, 1, 64, 2, 64, 64, 0, 0, err) < 0,
+	      "a row of 64 fp16 does not fit 64 bytes");
+	CHECK(strstr(err, "cannot hold"), "%s", err);
+	CHECK(ane_layout_from_strides(&a, 4, 1, 32, 2, 64, 64, 0, 0, err) == 0);
+	CHECK(a.batch_stride == 256 && a.batches == 1 && a.nbytes == 256);
+}
+
+static void
+test_scatter_gather(void)
+{
+	char err[AD_ERRLEN];
+	size_t C = 37, W = 40;
+	struct ane_layout l;
+	REQUIRE(ane_layout_init(&l, C, 1, W, 2, err) == 0);
+	CHECK(l.row_stride == 80);
+	uint8_t *s = calloc(1, l.nbytes);
+	float *x = randv(W * C, 4.0f), *back = calloc(W * C, sizeof(float));
+	for (size_t ncols = 1; ncols <= W; ncols += 13) {
+		memset(s, 0xAB, l.nbytes);
+		REQUIRE(ane_scatter_f32(&l, s, x, ncols, C, err) == 0, "%s", err);
+		int ok = 1, untouched = 1;
+		for (size_t c = 0; c < C; c++)
+			for (size_t j = 0; j < W; j++) {
+				uint16_t h;
+				memcpy(&h, s + ane_layout_offset(&l, c, 0, j), 2);
+				if (j < ncols)
+					ok &= h == ad_f32_to_fp16(x[j * C + c]);
+				else
+					untouched &= h == 0xABAB;
+			}
+		CHECK(ok, "ncols %zu: planar bytes wrong", ncols);
+		CHECK(untouched, "ncols %zu: columns past ncols written", ncols);
+		// padding between rows not touched either
+		REQUIRE(ane_gather_f32(&l, s, back, ncols, C, err) == 0, "%s", err);
+		ok = 1;
+		for (size_t j = 0; j < ncols; j++)
+			for (size_t c = 0; c < C; c++)
+				ok &= back[j * C + c] == ad_fp16_to_f32(ad_f32_to_fp16(x[j * C + c]));
+		CHECK(ok, "ncols %zu: gather does not invert scatter", ncols);
+	}
+	// padding after a row is never written: 20 columns are 40 of 64 bytes
+	struct ane_layout pad;
+	ane_layout_init(&pad, C, 1, 20, 2, err);
+	memset(s, 0xAB, pad.nbytes);
+	CHECK(ane_scatter_f32(&pad, s, x, 20, C, err) == 0);
+	int clean = 1;
+	for (size_t c = 0; c < C; c++)
+		for (size_t b = 40; b < 64; b++)
+			clean &= s[c * 64 + b] == 0xAB;
+	CHECK(clean, "row padding written");
+	// decode: one channel per 64-byte plane
+	struct ane_layout d;
+	ane_layout_init(&d, 5, 1, 1, 2, err);
+	float v[5] = {1, 2, 3, 4, 5};
+	memset(s, 0, d.nbytes);
+	CHECK(ane_scatter_f32(&d, s, v, 1, 5, err) == 0);
+	CHECK(s[0] == 0x00 && s[1] == 0x3c && s[64] == 0x00 && s[65] == 0x40 && s[2] == 0);
+	// refusals
+	CHECK(ane_scatter_f32(&l, s, x, W + 1, C, err) < 0);
+	CHECK(strstr(err, "columns"), "%s", err);
+	CHECK(ane_gather_f32(&l, s, x, 1, C - 1, err) < 0);
+	struct ane_layout f32;
+	ane_layout_init(&f32, 4, 1, 4, 4, err);
+	CHECK(ane_scatter_f32(&f32, s, x, 1, 4, err) < 0);
+	free(s);
+	free(x);
+	free(back);
+}
+
+// ---------------------------------------------------------------------------
+// conv kernels
+
+static void
+test_conv_fast_vs_ref(void)
+{
+	static const size_t sizes[][2] = {{16, 16}, {17, 3}, {5, 64}, {48, 33}, {100, 257}, {64, 1}};
+	if (!emu_have_simd())
+		fprintf(stderr, "  (no AVX2/FMA/F16C here: the fast path is the reference)\n");
+	for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+		size_t cout = sizes[s][0], cin = sizes[s][1];
+		for (size_t ncols = 1; ncols <= 9; ncols += 2) {
+			float *wf = randv(cout * cin, 2.0f), *x = randv(ncols * cin, 2.0f);
+			uint16_t *w = malloc(cout * cin * 2);
+			ad_f32_to_fp16_row_ref(wf, w, cout * cin);
+			for (size_t i = 0; i < ncols * cin; i++)
+				x[i] = ad_fp16_to_f32(ad_f32_to_fp16(x[i]));
+			uint16_t *p = aligned_alloc(64, (emu_panel_bytes(cout, cin) + 63) / 64 * 64);
+			emu_pack(w, cout, cin, p);
+			float *y0 = calloc(ncols * cout, 4), *y1 = calloc(ncols * cout, 4);
+			size_t np = (cout + 15) / 16;
+			emu_conv_ref(p, cout, cin, x, ncols, y0, 0, np);
+			// in two halves, as threads would
+			emu_conv_fast(p, cout, cin, x, ncols, y1, 0, np / 2);
+			emu_conv_fast(p, cout, cin, x, ncols, y1, np / 2, np);
+			double md = 0, mr = 0, mexact = 0;
+			for (size_t j = 0; j < ncols; j++)
+				for (size_t o = 0; o < cout; o++) {
+					double r = 0;
+					for (size_t i = 0; i < cin; i++)
+						r += (double)ad_fp16_to_f32(w[o * cin + i]) * x[j * cin + i];
+					md = fmax(md, fabs(y0[j * cout + o] - y1[j * cout + o]));
+					mr = fmax(mr, fabs(r));
+					mexact = fmax(mexact, fabs(y0[j * cout + o] - r));
+				}
+			// the two differ only in fp32 summation order, and both round to fp16
+			CHECK(md <= 2e-3 * mr, "%zux%zu ncols %zu: fast vs ref %g (max %g)", cout, cin,
+			      ncols, md, mr);
+			CHECK(mexact <= 1e-3 * mr + 1e-6, "%zux%zu ncols %zu: ref vs exact %g", cout, cin,
+			      ncols, mexact);
+			free(wf), free(x), free(w), free(p), free(y0), free(y1);
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// kernels through MIL text, blob files and surfaces
+
+// write x ([ncols][C] fp32) into a fresh zeroed surface, eval, read back
+static int
+run(struct emu_kernel *k, const float *x, size_t ncols, float *y, char *err)
+{
+	const struct ane_layout *li = emu_input_layout(k, 0), *lo = emu_output_layout(k, 0);
+	void *in = calloc(1, emu_input_capacity(k)), *out = calloc(1, emu_output_capacity(k));
+	int rc = ane_scatter_f32(li, in, x, ncols, li->channels, err);
+	if (!rc)
+		rc = emu_eval(k, (const void *const *)&in, &out, ncols, err);
+	if (!rc)
+		rc = ane_gather_f32(lo, out, y, ncols, lo->channels, err);
+	free(in);
+	free(out);
+	return rc;
+}
+
+static struct emu_kernel *
+compile(const char *mil, const char *blob, char *err)
+{
+	struct emu_file f = {.name = "w.bin", .path = blob};
+	return emu_compile(E, mil, &f, 1, err);
+}
+
+// y[j][o] = sum_i w[o][i] x[j][i], in double
+static void
+ref_conv(const float *w, size_t cout, size_t cin, const float *x, size_t ncols, float *y)
+{
+	for (size_t j = 0; j < ncols; j++)
+		for (size_t o = 0; o < cout; o++) {
+			double s = 0;
+			for (size_t i = 0; i < cin; i++)
+				s += (double)w[o * cin + i] * x[j * cin + i];
+			y[j * cout + o] = (float)s;
+		}
+}
+
+static double
+rel_err(const float *a, const float *ref, size_t n)
+{
+	double md = 0, mr = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (isnan(a[i]))
+			return INFINITY;
+		md = fmax(md, fabs((double)a[i] - ref[i]));
+		mr = fmax(mr, fabs((double)ref[i]));
+	}
+	return md / (mr > 0 ? mr : 1);
+}
+
+// the seed's first probe: exact in fp16
+static void
+test_probe_vector(void)
+{
+	char err[AD_ERRLEN];
+	float w[6 * 4], x[2 * 4], y[2 * 6];
+	for (int o = 0; o < 6; o++)
+		for (int c = 0; c < 4; c++)
+			w[o * 4 + c] = 0.5f * (o + 1) - 0.125f * c;
+	// x[c*2 + j] in channel-major terms; ours is [j][c]
+	for (int c = 0; c < 4; c++)
+		for (int j = 0; j < 2; j++)
+			x[j * 4 + c] = 0.25f * (c * 2 + j + 1);
+	const char *blob = tmp_path("probe.bin");
+	REQUIRE(ane_blob_write_proj(blob, &(struct ane_wsrc){w, AD_TYPE_F32, 24}, 1, err) == 0);
+	char *mil = ane_mil_proj(4, 6, 2, err);
+	struct emu_kernel *k = compile(mil, blob, err);
+	REQUIRE(k, "%s", err);
+	REQUIRE(run(k, x, 2, y, err) == 0, "%s", err);
+	static const float want[12] = {0.9375, 1.25,   2.9375, 3.75,   4.9375,  6.25,
+	                               6.9375, 8.75,   8.9375, 11.25,  10.9375, 13.75};
+	for (int o = 0; o < 6; o++)
+		for (int j = 0; j < 2; j++)
+			CHECK(y[j * 6 + o] == want[o * 2 + j], "o %d j %d: %g", o, j, y[j * 6 + o]);
+	CHECK(emu_ninputs(k) == 1 && emu_noutputs(k) == 1 && emu_width(k) == 2);
+	CHECK(!strcmp(emu_input_name(k, 0), "i0") && !strcmp(emu_output_name(k, 0), "o0"));
+	CHECK(emu_input_capacity(k) == 49152 && emu_weight_bytes(k) == 48);
+	emu_kernel_free(k);
+	free(mil);
+}
+
+// fused QKV: rows [Wq; Wk; Wv] from three buffers, one conv
+static void
+test_qkv(void)
+{
+	char err[AD_ERRLEN];
+	size_t hidden = 96, qd = 64, kvd = 32, W = 32, cout = qd + 2 * kvd;
+	float *wq = randv(qd * hidden, 0.3f), *wk = randv(kvd * hidden, 0.3f),
+	      *wv = randv(kvd * hidden, 0.3f), *x = randv(W * hidden, 2.0f);
+	const char *blob = tmp_path("qkv.bin");
+	struct ane_wsrc parts[3] = {{wq, AD_TYPE_F32, qd * hidden},
+	                            {wk, AD_TYPE_F32, kvd * hidden},
+	                            {wv, AD_TYPE_F32, kvd * hidden}};
+	REQUIRE(ane_blob_write_proj(blob, parts, 3, err) == 0, "%s", err);
+	char *mil = ane_mil_proj((int)hidden, (int)cout, (int)W, err);
+	struct emu_kernel *k = compile(mil, blob, err);
+	REQUIRE(k, "%s", err);
+	float *y = calloc(W * cout, 4), *r = calloc(W * cout, 4);
+	REQUIRE(run(k, x, W, y, err) == 0, "%s", err);
+	float *wall = malloc(cout * hidden * 4);
+	memcpy(wall, wq, qd * hidden * 4);
+	memcpy(wall + qd * hidden, wk, kvd * hidden * 4);
+	memcpy(wall + (qd + kvd) * hidden, wv, kvd * hidden * 4);
+	ref_conv(wall, cout, hidden, x, W, r);
+	double e = rel_err(y, r, W * cout);
+	CHECK(e < 2e-3, "qkv rel %g", e);
+	// q, k, v land in their channel ranges: k's block on its own
+	double ek = 0, mk = 0;
+	for (size_t j = 0; j < W; j++)
+		for (size_t o = qd; o < qd + kvd; o++) {
+			double s = 0;
+			for (size_t i = 0; i < hidden; i++)
+				s += (double)wk[(o - qd) * hidden + i] * x[j * hidden + i];
+			ek = fmax(ek, fabs(y[j * cout + o] - s));
+			mk = fmax(mk, fabs(s));
+		}
+	CHECK(ek / mk < 2e-3, "k block rel %g", ek / mk);
+
+	// decode: only column 0 written and read; same values as the full eval
+	float *y1 = calloc(cout, 4);
+	REQUIRE(run(k, x, 1, y1, err) == 0, "%s", err);
+	CHECK(!memcmp(y1, y, cout * 4), "column 0 differs between decode and prefill");
+	// five columns: four through the wide kernel, one alone; same bits
+	float *y5 = calloc(5 * cout, 4);
+	REQUIRE(run(k, x, 5, y5, err) == 0, "%s", err);
+	CHECK(!memcmp(y5, y, 5 * cout * 4), "5 columns differ from the full width");
+	free(y5);
+	// bad calls
+	void *in = calloc(1, emu_input_capacity(k)), *out = calloc(1, emu_output_capacity(k));
+	CHECK(emu_eval(k, (const void *const *)&in, &out, W + 1, err) < 0);
+	CHECK(strstr(err, "33 columns, the program is 32 wide"), "%s", err);
+	void *none = NULL;
+	CHECK(emu_eval(k, (const void *const *)&none, &out, 1, err) < 0);
+	CHECK(strstr(err, "input 0 (i0) has no surface"), "%s", err);
+	free(in);
+	free(out);
+	// threads and the plain kernels agree with the default path
+	struct emu *e1 = emu_open(&(struct emu_opts){.threads = 1, .force_ref = 1}, err);
+	struct emu_file f = {.name = "w.bin", .path = blob};
+	struct emu_kernel *k1 = emu_compile(e1, mil, &f, 1, err);
+	REQUIRE(k1, "%s", err);
+	float *y2 = calloc(W * cout, 4);
+	REQUIRE(run(k1, x, W, y2, err) == 0, "%s", err);
+	CHECK(rel_err(y2, y, W * cout) < 2e-3, "ref path %g", rel_err(y2, y, W * cout));
+	emu_kernel_free(k1);
+	emu_close(e1);
+	emu_kernel_free(k);
+	free(mil), free(wq), free(wk), free(wv), free(x), free(y), free(r), free(wall), free(y1),
+		free(y2);
+}
+
+static float
+silu(float v)
+{
+	return v / (1.0f + expf(-v));
+}
+
+static void
+ref_ffn(const float *g, const float *u, const float *d, size_t hidden, size_t inter,
+        const float *x, size_t W, float *y)
+{
+	float *a = malloc(W * inter * 4), *b = malloc(W * inter * 4);
+	ref_conv(g, inter, hidden, x, W, a);
+	ref_conv(u, inter, hidden, x, W, b);
+	for (size_t i = 0; i < W * inter; i++)
+		a[i] = silu(a[i]) * b[i];
+	ref_conv(d, hidden, inter, a, W, y);
+	free(a);
+	free(b);
+}
+
+static void
+test_ffn_fused(void)
+{
+	char err[AD_ERRLEN];
+	size_t hidden = 64, inter = 176, W = 32;
+	float *g = randv(inter * hidden, 0.5f), *u = randv(inter * hidden, 0.5f),
+	      *d = randv(hidden * inter, 0.3f), *x = randv(W * hidden, 2.0f);
+	const char *blob = tmp_path("ffn.bin");
+	struct ane_wsrc gs = {g, AD_TYPE_F32, inter * hidden}, us = {u, AD_TYPE_F32, inter * hidden},
+	                ds = {d, AD_TYPE_F32, hidden * inter};
+	REQUIRE(ane_blob_write_ffn(blob, &gs, &us, &ds, err) == 0, "%s", err);
+	char *mil = ane_mil_ffn((int)hidden, (int)inter, (int)W, err);
+	struct emu_kernel *k = compile(mil, blob, err);
+	REQUIRE(k, "%s", err);
+	CHECK(emu_nblobfiles(k) == 3);
+	float *y = calloc(W * hidden, 4), *r = calloc(W * hidden, 4);
+	REQUIRE(run(k, x, W, y, err) == 0, "%s", err);
+	ref_ffn(g, u, d, hidden, inter, x, W, r);
+	double e = rel_err(y, r, W * hidden);
+	CHECK(e < 3e-3, "fused ffn rel %g", e);
+	fprintf(stderr, "  fused ffn rel %.2e\n", e);
+	emu_kernel_free(k);
+	free(mil), free(g), free(u), free(d), free(x), free(y), free(r);
+}
+
+// split FFN: conv hidden -> 2 inter (rows [Wgate; Wup]), SiLU on the CPU,
+// conv inter -> hidden
+static void
+test_ffn_split(void)
+{
+	char err[AD_ERRLEN];
+	size_t hidden = 48, inter = 80, W = 32;
+	float *g = randv(inter * hidden, 0.5f), *u = randv(inter * hidden, 0.5f),
+	      *d = randv(hidden * inter, 0.3f), *x = randv(W * hidden, 2.0f);
+	const char *b1 = tmp_path("up.bin"), *b2 = tmp_path("down.bin");
+	struct ane_wsrc up[2] = {{g, AD_TYPE_F32, inter * hidden}, {u, AD_TYPE_F32, inter * hidden}};
+	REQUIRE(ane_blob_write_proj(b1, up, 2, err) == 0, "%s", err);
+	REQUIRE(ane_blob_write_proj(b2, &(struct ane_wsrc){d, AD_TYPE_F32, hidden * inter}, 1, err) == 0);
+	char *m1 = ane_mil_proj((int)hidden, (int)(2 * inter), (int)W, err);
+	char *m2 = ane_mil_proj((int)inter, (int)hidden, (int)W, err);
+	struct emu_kernel *k1 = compile(m1, b1, err), *k2 = compile(m2, b2, err);
+	REQUIRE(k1 && k2, "%s", err);
+	float *gu = calloc(W * 2 * inter, 4), *h = calloc(W * inter, 4), *y = calloc(W * hidden, 4),
+	      *r = calloc(W * hidden, 4);
+	REQUIRE(run(k1, x, W, gu, err) == 0, "%s", err);
+	for (size_t j = 0; j < W; j++)
+		for (size_t i = 0; i < inter; i++)
+			h[j * inter + i] = silu(gu[j * 2 * inter + i]) * gu[j * 2 * inter + inter + i];
+	REQUIRE(run(k2, h, W, y, err) == 0, "%s", err);
+	ref_ffn(g, u, d, hidden, inter, x, W, r);
+	double e = rel_err(y, r, W * hidden);
+	CHECK(e < 3e-3, "split ffn rel %g", e);
+	emu_kernel_free(k1);
+	emu_kernel_free(k2);
+	free(m1), free(m2), free(g), free(u), free(d), free(x), free(gu), free(h), free(y), free(r);
+}
+
+// LM head split so that no blob exceeds the target; width 1
+static void
+test_lm_head_chunks(void)
+{
+	char err[AD_ERRLEN];
+	size_t hidden = 64, vocab = 1000;
+	uint64_t target = 48 << 10; // 384 rows per chunk at hidden 64
+	int rows = ane_head_rows_for((int)hidden, (int)vocab, target);
+	CHECK(rows == 384);
+	float *w = randv(vocab * hidden, 0.5f), *x = randv(hidden, 2.0f);
+	float *y = calloc(vocab, 4), *r = calloc(vocab, 4);
+	int nk = 0;
+	for (size_t r0 = 0; r0 < vocab; r0 += (size_t)rows, nk++) {
+		size_t n = vocab - r0 < (size_t)rows ? vocab - r0 : (size_t)rows;
+		const char *blob = tmp_path("head.bin");
+		REQUIRE(ane_blob_write_proj(blob, &(struct ane_wsrc){w + r0 * hidden, AD_TYPE_F32, n * hidden},
+		                            1, err) == 0);
+		size_t len;
+		free(t_read_file(blob, &len));
+		CHECK(len <= target + 128, "head blob of %zu bytes", len);
+		char *mil = ane_mil_proj((int)hidden, (int)n, 1, err);
+		struct emu_kernel *k = compile(mil, blob, err);
+		REQUIRE(k, "%s", err);
+		REQUIRE(run(k, x, 1, y + r0, err) == 0, "%s", err);
+		emu_kernel_free(k);
+		free(mil);
+	}
+	CHECK(nk == 3);
+	ref_conv(w, vocab, hidden, x, 1, r);
+	double e = rel_err(y, r, vocab);
+	CHECK(e < 2e-3, "lm head rel %g", e);
+	free(w), free(x), free(y), free(r);
+}
+
+// a hand-built program: o projection, residual add, inline scalar mul, and
+// a weight file given from memory
+static void
+test_o_residual_scalar(void)
+{
+	char err[AD_ERRLEN];
+	size_t qd = 32, hidden = 48, W = 32;
+	float *wo = randv(hidden * qd, 0.5f), *a = randv(W * qd, 2.0f), *res = randv(W * hidden, 2.0f);
+	const char *blob = tmp_path("o.bin");
+	REQUIRE(ane_blob_write_proj(blob, &(struct ane_wsrc){wo, AD_TYPE_F32, hidden * qd}, 1, err) == 0);
+	struct ane_mil m;
+	const char *outs[] = {"o0"};
+	ane_mil_init(&m);
+	ane_mil_input(&m, "i0", (int)qd, (int)W);
+	ane_mil_input(&m, "i1", (int)hidden, (int)W);
+	ane_mil_conv(&m, "t0", "i0", (int)hidden, (int)qd, (int)W, 64);
+	ane_mil_add(&m, "t1", "t0", "i1", (int)hidden, (int)W);
+	ane_mil_mul(&m, "o0", "t1", "t1", (int)hidden, (int)W);
+	char *mil = ane_mil_finish(&m, outs, 1, err);
+	REQUIRE(mil, "%s", err);
+	// swap "mul(x = t1, y = t1)" for an inline scalar operand
+	char *p = strstr(mil, "mul(x = t1, y = t1)");
+	REQUIRE(p);
+	size_t len = strlen(mil);
+	char *mil2 = malloc(len + 32);
+	snprintf(mil2, len + 32, "%.*smul(x = t1, y = fp16(0x1p-1))%s", (int)(p - mil), mil,
+	         p + strlen("mul(x = t1, y = t1)"));
+	size_t blen;
+	void *img = t_read_file(blob, &blen);
+	struct emu_file f = {.name = "w.bin", .data = img, .len = blen};
+	struct emu_kernel *k = emu_compile(E, mil2, &f, 1, err);
+	REQUIRE(k, "%s", err);
+	free(img); // copied or used only during compile
+	REQUIRE(emu_ninputs(k) == 2);
+	void *in[2] = {calloc(1, emu_input_capacity(k)), calloc(1, emu_input_capacity(k))};
+	void *out = calloc(1, emu_output_capacity(k));
+	ane_scatter_f32(emu_input_layout(k, 0), in[0], a, W, qd, err);
+	ane_scatter_f32(emu_input_layout(k, 1), in[1], res, W, hidden, err);
+	REQUIRE(emu_eval(k, (const void *const *)in, &out, 0, err) == 0, "%s", err);
+	float *y = calloc(W * hidden, 4), *r = calloc(W * hidden, 4);
+	ane_gather_f32(emu_output_layout(k, 0), out, y, W, hidden, err);
+	ref_conv(wo, hidden, qd, a, W, r);
+	for (size_t i = 0; i < W * hidden; i++)
+		r[i] = (r[i] + res[i]) * 0.5f;
+	double e = rel_err(y, r, W * hidden);
+	CHECK(e < 2e-3, "o + residual rel %g", e);
+	emu_kernel_free(k);
+	free(in[0]), free(in[1]), free(out), free(y), free(r), free(mil), free(mil2), free(wo),
+		free(a), free(res);
+}
+
+// ---------------------------------------------------------------------------
+// the rules
+
+static const char *
+small_blob(void)
+{
+	static char *p;
+	if (!p) {
+		char err[AD_ERRLEN];
+		float w[4 * 8];
+		for (int i = 0; i < 32; i++)
+			w[i] = (float)i;
+		p = tmp_path("small.bin");
+		ane_blob_write_proj(p, &(struct ane_wsrc){w, AD_TYPE_F32, 32}, 1, err);
+	}
+	return p;
+}
+
+// replace the first occurrence of a with b in the proj 8 -> 4 program
+static char *
+edit(const char *base, const char *a, const char *b)
+{
+	const char *p = strstr(base, a);
+	if (!p)
+		return NULL;
+	size_t n = strlen(base) + strlen(b) + 1;
+	char *s = malloc(n);
+	snprintf(s, n, "%.*s%s%s", (int)(p - base), base, b, p + strlen(a));
+	return s;
+}
+
+static void
+expect_fail(const char *mil, const char *blob, const char *want)
+{
+	char err[AD_ERRLEN] = "";
+	REQUIRE(mil, "edit did not apply (%s)", want);
+	struct emu_kernel *k = compile(mil, blob, err);
+	CHECK(!k, "compiled, expected '%s'", want);
+	CHECK(strstr(err, want), "error '%s', expected '%s'", err, want);
+	if (!k)
+		fprintf(stderr, "  refused: %s\n", err);
+	emu_kernel_free(k);
+}
+
+static void
+test_rule_matmul(void)
+{
+	char err[AD_ERRLEN];
+	char *base = ane_mil_proj(8, 4, 1, err);
+	char *s = edit(base, "conv(dilations = c_dilations, groups = c_groups, pad = c_pad, pad_type = c_pad_type, strides = c_strides, weight = w0, x = i0)",
+	               "matmul(x = i0, y = w0)");
+	expect_fail(s, small_blob(), "op 'matmul'");
+	free(s);
+	s = edit(base, "conv(", "gelu(");
+	expect_fail(s, small_blob(), "op 'gelu'");
+	free(s);
+	s = edit(base, "conv(", "tanh(");
+	expect_fail(s, small_blob(), "op 'tanh' ('o0') is not supported");
+	free(s);
+	free(base);
+}
+
+static void
+test_rule_offsets(void)
+{
+	char err[AD_ERRLEN];
+	char *base = ane_mil_proj(8, 4, 1, err);
+	// the payload offset instead of the chunk header
+	char *s = edit(base, "uint64(64)", "uint64(128)");
+	expect_fail(s, small_blob(), "offset 128 in 'w.bin' is not a chunk header (headers at 64)");
+	free(s);
+	// a chunk of the wrong size for the tensor
+	s = edit(base, "[4, 8, 1, 1]> w0 = const()[name = string(\"w0\"), val = tensor<fp16, [4, 8, 1, 1]>",
+	         "[2, 8, 1, 1]> w0 = const()[name = string(\"w0\"), val = tensor<fp16, [2, 8, 1, 1]>");
+	expect_fail(s, small_blob(), "needs 32 bytes, the chunk at 64 in 'w.bin' holds 64");
+	free(s);
+	// a file that is not given, or a path outside weights/
+	s = edit(base, "weights/w.bin", "weights/x.bin");
+	expect_fail(s, small_blob(), "no weight file named 'x.bin'");
+	free(s);
+	s = edit(base, "@model_path/weights/w.bin", "/tmp/w.bin");
+	expect_fail(s, small_blob(), "does not start with @model_path/weights/");
+	free(s);
+
+	// truncated blob
+	size_t n;
+	uint8_t *img = t_read_file(small_blob(), &n);
+	const char *t = tmp_path("trunc.bin");
+	FILE *f = fopen(t, "wb");
+	fwrite(img, 1, n - 2, f);
+	fclose(f);
+	expect_fail(base, t, "truncated");
+	// the constant data_off bug in a two-chunk file
+	char *ffn = ane_mil_ffn(4, 6, 32, err);
+	float w[24] = {0};
+	const char *fb = tmp_path("ffnbad.bin");
+	struct ane_wsrc ws = {w, AD_TYPE_F32, 24};
+	REQUIRE(ane_blob_write_ffn(fb, &ws, &ws, &ws, err) == 0);
+	free(img);
+	img = t_read_file(fb, &n);
+	img[176 + 16] = 128; // chunk 1's data_off as the old writer had it
+	f = fopen(fb, "wb");
+	fwrite(img, 1, n, f);
+	fclose(f);
+	expect_fail(ffn, fb, "data offset 128, expected 240");
+	free(img);
+	free(ffn);
+	free(base);
+}
+
+static void
+test_rule_shapes(void)
+{
+	char err[AD_ERRLEN];
+	char *base = ane_mil_proj(8, 4, 1, err);
+	// the conv's declared output disagrees with its weight
+	char *s = edit(base, "tensor<fp16, [1, 4, 1, 1]> o0", "tensor<fp16, [1, 5, 1, 1]> o0");
+	expect_fail(s, small_blob(), "expected [5, 8, 1, 1]");
+	free(s);
+	// x has other channels than the weight's cin
+	s = edit(base, "tensor<fp16, [1, 8, 1, 1]> i0", "tensor<fp16, [1, 6, 1, 1]> i0");
+	expect_fail(s, small_blob(), "is tensor<fp16, [4, 8, 1, 1]>, expected [4, 6, 1, 1]");
+	free(s);
+	// a width that differs from the program's
+	s = edit(base, "tensor<fp16, [1, 4, 1, 1]> o0", "tensor<fp16, [1, 4, 1, 2]> o0");
+	expect_fail(s, small_blob(), "has width 2");
+	free(s);
+	// elementwise operands of different shapes
+	struct ane_mil m;
+	const char *outs[] = {"o0"};
+	ane_mil_init(&m);
+	ane_mil_input(&m, "i0", 8, 1);
+	ane_mil_conv(&m, "t0", "i0", 4, 8, 1, 64);
+	ane_mil_add(&m, "o0", "t0", "i0", 4, 1);
+	char *mil = ane_mil_finish(&m, outs, 1, err);
+	expect_fail(mil, small_blob(), "y 'i0' is tensor<fp16, [1, 8, 1, 1]>, the result is tensor<fp16, [1, 4, 1, 1]>");
+	free(mil);
+	// undefined names, an input returned, a conv with bias, inline conv params
+	s = edit(base, "x = i0)", "x = i9)");
+	expect_fail(s, small_blob(), "'i9' is not defined");
+	free(s);
+	s = edit(base, "} -> (o0);", "} -> (i0);");
+	expect_fail(s, small_blob(), "output 'i0' is an input");
+	free(s);
+	s = edit(base, "weight = w0,", "weight = w0, bias = w0,");
+	expect_fail(s, small_blob(), "bias=");
+	free(s);
+	s = edit(base, "strides = c_strides", "strides = tensor<int32, [2]>([1, 1])");
+	expect_fail(s, small_blob(), "conv strides given inline");
+	free(s);
+	s = edit(base, "val = tensor<int32, [2]>([1, 1])];\n        tensor<int32, [4]>",
+	         "val = tensor<int32, [2]>([2, 1])];\n        tensor<int32, [4]>");
+	expect_fail(s, small_blob(), "conv strides = c_strides is not [1, 1]");
+	free(s);
+	s = edit(base, "[name = string(\"o0\")]", "[name = string(\"out\")]");
+	expect_fail(s, small_blob(), "is named \"out\"");
+	free(s);
+	s = edit(base, "program(1.3)", "program(1.4)");
+	expect_fail(s, small_blob(), "mil line 1: program version must be 1.3");
+	free(s);
+	expect_fail("program(1.3)\n[buildInfo = x]\n{\n    func main<ios18>(tensor<fp16, [1, 8, 1, 1]> i0) {\n", small_blob(),
+	            "unexpected end of program");
+	free(base);
+}
+
+// 16 BLOBFILE consts pass; 17 fail; 16 with an inline scalar fail
+static void
+test_rule_slots(void)
+{
+	char err[AD_ERRLEN];
+	float w[16 * 16];
+	for (int i = 0; i < 256; i++)
+		w[i] = (i % 17 == 0) ? 1.0f : 0.0f; // the identity
+	for (int n = 16; n <= 17; n++) {
+		const char *blob = tmp_path("slots.bin");
+		struct ane_blob_writer bw;
+		uint64_t off[17];
+		REQUIRE(ane_blob_open(&bw, blob, err) == 0);
+		for (int i = 0; i < n; i++)
+			REQUIRE(ane_blob_add(&bw, &(struct ane_wsrc){w, AD_TYPE_F32, 256}, &off[i], err) == 0);
+		REQUIRE(ane_blob_close(&bw, err) == 0);
+		// written by hand: the builder itself refuses 17
+		struct ane_mil m;
+		ane_mil_init(&m);
+		ane_mil_input(&m, "i0", 16, 32);
+		char prev[8] = "i0", cur[8];
+		for (int i = 0; i < 16 && i < n; i++) {
+			snprintf(cur, sizeof cur, "t%d", i);
+			ane_mil_conv(&m, cur, prev, 16, 16, 32, off[i]);
+			memcpy(prev, cur, sizeof cur);
+		}
+		const char *o15[] = {"t15"};
+		char *mil = ane_mil_finish(&m, o15, 1, err);
+		REQUIRE(mil, "%s", err);
+		if (n == 16) {
+			struct emu_kernel *k = compile(mil, blob, err);
+			CHECK(k, "16 BLOBFILEs must compile: %s", err);
+			// the identity 16 times
+			float x[32 * 16], y[32 * 16];
+			for (int i = 0; i < 32 * 16; i++)
+				x[i] = (float)(i % 97) * 0.25f;
+			if (k) {
+				CHECK(run(k, x, 32, y, err) == 0, "%s", err);
+				CHECK(!memcmp(x, y, sizeof x), "16 identity convs changed the values");
+			}
+			emu_kernel_free(k);
+			// plus one inline scalar: the budget drops to 15
+			char *body = edit(mil, "    } -> (t15);",
+			                  "        tensor<fp16, [1, 16, 1, 32]> s0 = mul(x = t15, y = fp16(2))[name = string(\"s0\")];\n    } -> (s0);");
+			expect_fail(body, blob, "at most 15 once an op has an inline scalar");
+			free(body);
+		} else {
+			// the 17th const, declared but unused, still takes a slot
+			char decl[512];
+			snprintf(decl, sizeof decl,
+			         "        tensor<fp16, [16, 16, 1, 1]> w16 = const()[name = string(\"w16\"), val = tensor<fp16, [16, 16, 1, 1]>(BLOBFILE(path = string(\"@model_path/weights/w.bin\"), offset = uint64(%llu)))];\n    } -> (t15);",
+			         (unsigned long long)off[16]);
+			char *s = edit(mil, "    } -> (t15);", decl);
+			expect_fail(s, blob, "17 BLOBFILE consts, the ANE takes at most 16");
+			free(s);
+		}
+		free(mil);
+	}
+}
+
+int
+main(void)
+{
+	char err[AD_ERRLEN];
+	E = emu_open(NULL, err);
+	if (!E) {
+		fprintf(stderr, "emu_open: %s\n", err);
+		return 1;
+	}
+	T_RUN(test_layout_table);
+	T_RUN(test_scatter_gather);
+	T_RUN(test_conv_fast_vs_ref);
+	T_RUN(test_probe_vector);
+	T_RUN(test_qkv);
+	T_RUN(test_ffn_fused);
+	T_RUN(test_ffn_split);
+	T_RUN(test_lm_head_chunks);
+	T_RUN(test_o_residual_scalar);
+	T_RUN(test_rule_matmul);
+	T_RUN(test_rule_offsets);
+	T_RUN(test_rule_shapes);
+	T_RUN(test_rule_slots);
+	emu_close(E);
+	return t_done();
+}
