@@ -138,6 +138,32 @@ pool_alloc(struct gguf *g, size_t n)
 	return m;
 }
 
+// grow makes room for element i of a list of n elements of size sz that
+// lives in the pool at *slot, doubling as it goes: memory follows what was
+// actually parsed, never the count a header claims
+static void *
+grow(struct gguf *g, void *list, size_t *slot, uint64_t i, uint64_t n, size_t sz)
+{
+	// capacities run 16, 32, 64, ... capped at n
+	if (list && (i < 16 || (i & (i - 1)) != 0))
+		return list;
+	uint64_t cap = list ? i * 2 : 16;
+	if (cap > n)
+		cap = n;
+	if (!list) {
+		void *m = pool_alloc(g, (size_t)cap * sz);
+		if (m)
+			*slot = g->n_pool - 1;
+		return m;
+	}
+	void *m = realloc(list, (size_t)cap * sz);
+	if (!m)
+		return NULL;
+	memset((char *)m + i * sz, 0, (size_t)(cap - i) * sz);
+	g->pool[*slot] = m;
+	return m;
+}
+
 // --- the cursor -------------------------------------------------------------
 
 static size_t
@@ -258,21 +284,24 @@ rd_arr(struct rd *r, struct gguf_arr *a, int depth)
 		              at, a->n, vtype_names[a->type], left(r));
 	a->data = r->p + r->pos;
 	a->priv = NULL;
-	if (a->type == GGUF_TYPE_STRING && a->n > 0) {
-		struct gguf_str *s = pool_alloc(r->g, (size_t)a->n * sizeof *s);
-		if (!s)
-			return ad_err(r->err, "out of memory for the array at offset %zu", at);
-		for (uint64_t i = 0; i < a->n; i++)
+	size_t slot = 0;
+	if (a->type == GGUF_TYPE_STRING) {
+		struct gguf_str *s = NULL;
+		for (uint64_t i = 0; i < a->n; i++) {
+			if (!(s = grow(r->g, s, &slot, i, a->n, sizeof *s)))
+				return ad_err(r->err, "out of memory for the array at offset %zu", at);
 			if (rd_str(r, &s[i], "array string"))
 				return -1;
+		}
 		a->priv = s;
-	} else if (a->type == GGUF_TYPE_ARRAY && a->n > 0) {
-		struct gguf_arr *s = pool_alloc(r->g, (size_t)a->n * sizeof *s);
-		if (!s)
-			return ad_err(r->err, "out of memory for the array at offset %zu", at);
-		for (uint64_t i = 0; i < a->n; i++)
+	} else if (a->type == GGUF_TYPE_ARRAY) {
+		struct gguf_arr *s = NULL;
+		for (uint64_t i = 0; i < a->n; i++) {
+			if (!(s = grow(r->g, s, &slot, i, a->n, sizeof *s)))
+				return ad_err(r->err, "out of memory for the array at offset %zu", at);
 			if (rd_arr(r, &s[i], depth + 1))
 				return -1;
+		}
 		a->priv = s;
 	} else {
 		r->pos += (size_t)a->n * min; // checked above
@@ -473,12 +502,13 @@ parse(struct gguf *g, char *err)
 	g->n_kv = (int64_t)n_kv;
 	g->n_tensors = (int64_t)n_tensors;
 
-	g->kv = pool_alloc(g, (size_t)n_kv * sizeof *g->kv);
-	if (!g->kv)
-		return ad_err(err, "out of memory for %" PRIu64 " keys", n_kv);
-	for (int64_t i = 0; i < g->n_kv; i++)
+	size_t slot = 0;
+	for (int64_t i = 0; i < g->n_kv; i++) {
+		if (!(g->kv = grow(g, g->kv, &slot, (uint64_t)i, n_kv, sizeof *g->kv)))
+			return ad_err(err, "out of memory at key %" PRId64, i);
 		if (rd_kv(&r, &g->kv[i], i))
 			return -1;
+	}
 	if (!(g->kv_order = order(g, g->n_kv, g->kv, cmp_kv)))
 		return ad_err(err, "out of memory");
 	for (int64_t i = 1; i < g->n_kv; i++)
@@ -491,7 +521,7 @@ parse(struct gguf *g, char *err)
 	if (ai >= 0) {
 		const struct kv *kv = &g->kv[ai];
 		if (kv->type != GGUF_TYPE_UINT32)
-			return ad_err(err, "general.alignment at offset %zu is a %s, not a uint32",
+			return ad_err(err, "general.alignment at offset %zu has type %s, not uint32",
 			              (size_t)(kv->val - g->base), vtype_names[kv->type]);
 		uint32_t a = ld32(kv->val);
 		if (a == 0 || (a & (a - 1)) != 0)
@@ -503,12 +533,12 @@ parse(struct gguf *g, char *err)
 	if (g->n_tensors > (int64_t)(left(&r) / 24))
 		return ad_err(err, "tensor count %" PRId64 " is more than the %zu bytes left after the metadata can hold",
 		              g->n_tensors, left(&r));
-	g->t = pool_alloc(g, (size_t)g->n_tensors * sizeof *g->t);
-	if (!g->t)
-		return ad_err(err, "out of memory for %" PRId64 " tensors", g->n_tensors);
-	for (int64_t i = 0; i < g->n_tensors; i++)
+	for (int64_t i = 0; i < g->n_tensors; i++) {
+		if (!(g->t = grow(g, g->t, &slot, (uint64_t)i, n_tensors, sizeof *g->t)))
+			return ad_err(err, "out of memory at tensor %" PRId64, i);
 		if (rd_tensor(&r, &g->t[i], i))
 			return -1;
+	}
 	if (!(g->t_order = order(g, g->n_tensors, g->t, cmp_tname)))
 		return ad_err(err, "out of memory");
 	for (int64_t i = 1; i < g->n_tensors; i++)

@@ -603,6 +603,8 @@ expect_err(const uint8_t *p, size_t n, const char *what, const char *e1, const c
 	memcpy(q, p, n);
 	err[0] = 0;
 	struct gguf *g = gguf_open_memory(q, n, err);
+	if (getenv("T_SHOW_ERRORS"))
+		fprintf(stderr, "  %-24s %s\n", what, err);
 	CHECK(!g, "%s: opened", what);
 	CHECK(has(err, e1) && (!e2 || has(err, e2)), "%s: got '%s'", what, err);
 	CHECK(!strchr(err, '\n'), "%s: one line", what);
@@ -661,7 +663,7 @@ test_hostile(void)
 	FRESH(); put32(b + k_align + 17 + 4, 0);
 	expect_err(b, n, "alignment 0", "general.alignment", "power of two");
 	FRESH(); put32(b + k_align + 17, GGUF_TYPE_INT32);
-	expect_err(b, n, "alignment type", "general.alignment", "not a uint32");
+	expect_err(b, n, "alignment type", "general.alignment", "not uint32");
 	FRESH(); put32(b + k_align + 17 + 4, 1u << 30);
 	expect_err(b, n, "alignment past the end", "past the end", NULL);
 	// tokenizer.ggml.tokens: type(4) elem type(4) count(8)
