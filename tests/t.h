@@ -21,9 +21,21 @@
 #define T_DATA "tests/data"
 #endif
 
+#include <stdarg.h>
+
 static int t_pass, t_fail;
 static const char *t_name;
 static jmp_buf t_jmp;
+
+// t_note prints a failure's message (no format attribute: the message is optional)
+static inline void
+t_note(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+}
 
 #define CHECK(cond, ...)                                                       \
 	do {                                                                   \
@@ -33,7 +45,7 @@ static jmp_buf t_jmp;
 			t_fail++;                                              \
 			fprintf(stderr, "FAIL %s %s:%d: %s: ", t_name,         \
 			        __FILE__, __LINE__, #cond);                    \
-			fprintf(stderr, "" __VA_ARGS__);                       \
+			t_note("" __VA_ARGS__);                                \
 			fprintf(stderr, "\n");                                 \
 		}                                                              \
 	} while (0)

@@ -1,0 +1,286 @@
+// The tokenizer service over nng: every call, error replies for malformed
+// and invalid requests, many concurrent clients, and the real process
+// started, used and stopped with SIGTERM.
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "client.h"
+#include "common.pb-c.h"
+#include "ipc.h"
+#include "service.h"
+#include "t.h"
+#include "tokenizer.h"
+#include "tokenizer.pb-c.h"
+
+#define STORIES T_DATA "/stories260K/stories260K.gguf"
+#define TIMEOUT 5000
+
+static struct tokenizer *tok;
+static struct tok_service svc;
+static struct ad_server *srv;
+static char url[300];
+
+static void
+start(void)
+{
+	char err[AD_ERRLEN];
+	tok = tok_load(STORIES, err);
+	REQUIRE(tok, "%s", err);
+	tok_service_init(&svc, tok, "test");
+	REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), "tok") == 0);
+	srv = ad_server_start(url, 4, tok_service_handle, &svc, err);
+	REQUIRE(srv, "%s", err);
+}
+
+static void
+test_calls(void)
+{
+	char err[AD_ERRLEN];
+	struct ad_client *c = ad_client_open(url, err);
+	REQUIRE(c, "%s", err);
+
+	int32_t *ids = NULL;
+	size_t n = 0;
+	const char *text = "Once upon a time";
+	REQUIRE(tokc_encode(c, text, strlen(text), 1, 0, &ids, &n, TIMEOUT, err) == 0, "%s", err);
+	const int32_t want[] = { 1, 403, 407, 261, 378 };
+	CHECK(n == 5 && memcmp(ids, want, sizeof want) == 0, "n=%zu", n);
+
+	char *out = NULL;
+	size_t len = 0;
+	REQUIRE(tokc_decode(c, ids, n, &out, &len, TIMEOUT, err) == 0, "%s", err);
+	CHECK(strcmp(out, text) == 0, "decoded '%s'", out);
+	free(out);
+
+	// streaming: feed one id at a time carrying the pending state
+	char pending[4];
+	size_t n_pending = 0;
+	char acc[256] = "";
+	for (size_t i = 1; i < n; i++) {
+		REQUIRE(tokc_decode_stream(c, &ids[i], 1, 0, pending, &n_pending, &out, &len, TIMEOUT, err) == 0,
+		        "%s", err);
+		strncat(acc, out, sizeof acc - strlen(acc) - 1);
+		free(out);
+	}
+	REQUIRE(tokc_decode_stream(c, NULL, 0, 1, pending, &n_pending, &out, &len, TIMEOUT, err) == 0, "%s", err);
+	free(out);
+	CHECK(strcmp(acc, " Once upon a time") == 0 || strcmp(acc, "Once upon a time") == 0, "stream '%s'", acc);
+	free(ids);
+
+	// a byte-fallback character split over tokens: the service holds the
+	// incomplete UTF-8 sequence back and hands it over in pending
+	const char *cjk = "\xe4\xbd\xa0"; // one CJK character: byte tokens in this vocabulary
+	REQUIRE(tokc_encode(c, cjk, 3, 0, 0, &ids, &n, TIMEOUT, err) == 0, "%s", err);
+	n_pending = 0;
+	acc[0] = 0;
+	for (size_t i = 0; i < n; i++) {
+		REQUIRE(tokc_decode_stream(c, &ids[i], 1, 0, pending, &n_pending, &out, &len, TIMEOUT, err) == 0,
+		        "%s", err);
+		strncat(acc, out, sizeof acc - strlen(acc) - 1);
+		if (i + 1 < n) {
+			int partial = 0;
+			for (const char *p = acc; *p; p++)
+				partial |= (unsigned char)*p >= 0x80;
+			CHECK(!partial, "emitted part of an unfinished character after token %zu", i);
+		}
+		free(out);
+	}
+	CHECK(n_pending == 0 && strstr(acc, cjk) != NULL, "n_pending=%zu", n_pending);
+	free(ids);
+
+	struct tok_msg msgs[] = { { TOK_ROLE_USER, "Hi" } };
+	REQUIRE(tokc_chat(c, msgs, 1, 1, &out, TIMEOUT, err) == 0, "%s", err);
+	CHECK(strstr(out, "Hi") != NULL, "chat '%s'", out);
+	free(out);
+
+	struct tokc_vocab v;
+	REQUIRE(tokc_vocab(c, &v, TIMEOUT, err) == 0, "%s", err);
+	CHECK(v.n_vocab == 512 && v.bos == 1 && v.eos == 2, "n_vocab=%d bos=%d eos=%d", v.n_vocab, v.bos, v.eos);
+	CHECK(strcmp(v.model, "spm") == 0, "model %s", v.model);
+
+	uint32_t pid = 0;
+	CHECK(tokc_health(c, &pid, TIMEOUT, err) == 0 && pid == (uint32_t)getpid(), "%s", err);
+	ad_client_close(c);
+}
+
+// raw request bytes in, decoded reply out
+static Anedvd__TokReply *
+raw(struct ad_client *c, const void *req, size_t n)
+{
+	char err[AD_ERRLEN];
+	uint8_t *reply = NULL;
+	size_t len = 0;
+	if (ad_client_call(c, req, n, &reply, &len, TIMEOUT, err) != 0)
+		return NULL;
+	Anedvd__TokReply *r = anedvd__tok_reply__unpack(NULL, len, reply);
+	free(reply);
+	return r;
+}
+
+static int
+is_bad_request(Anedvd__TokReply *r)
+{
+	int ok = r && r->error && r->error->code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST && r->error->message[0];
+	if (r)
+		anedvd__tok_reply__free_unpacked(r, NULL);
+	return ok;
+}
+
+static void
+test_errors(void)
+{
+	char err[AD_ERRLEN];
+	struct ad_client *c = ad_client_open(url, err);
+	REQUIRE(c, "%s", err);
+	const uint8_t garbage[] = { 0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x34 };
+	CHECK(is_bad_request(raw(c, garbage, sizeof garbage)), "garbage bytes");
+	CHECK(is_bad_request(raw(c, "", 0)), "empty request (no body)");
+
+	// out-of-range id
+	int32_t bad = 100000;
+	char *out = NULL;
+	size_t len;
+	CHECK(tokc_decode(c, &bad, 1, &out, &len, TIMEOUT, err) == -1 && strstr(err, "tokenizer service"), "%s", err);
+	// invalid add_bos
+	int32_t *ids;
+	size_t n;
+	CHECK(tokc_encode(c, "x", 1, 7, 0, &ids, &n, TIMEOUT, err) == -1 && strstr(err, "add_bos"), "%s", err);
+	// too much pending state
+	char pending[4] = "abc";
+	size_t n_pending = 4;
+	Anedvd__TokRequest q = ANEDVD__TOK_REQUEST__INIT;
+	Anedvd__DecodeStreamRequest d = ANEDVD__DECODE_STREAM_REQUEST__INIT;
+	uint8_t five[5] = { 1, 2, 3, 4, 5 };
+	d.pending.data = five;
+	d.pending.len = 5;
+	q.body_case = ANEDVD__TOK_REQUEST__BODY_DECODE_STREAM;
+	q.decode_stream = &d;
+	uint8_t buf[64];
+	size_t qn = anedvd__tok_request__pack(&q, buf);
+	CHECK(is_bad_request(raw(c, buf, qn)), "pending of 5 bytes");
+	(void)pending;
+	(void)n_pending;
+	// unknown role
+	Anedvd__ChatMessage m = ANEDVD__CHAT_MESSAGE__INIT, *mp = &m;
+	m.role = (char *)"wizard";
+	Anedvd__ApplyChatTemplateRequest a = ANEDVD__APPLY_CHAT_TEMPLATE_REQUEST__INIT;
+	a.messages = &mp;
+	a.n_messages = 1;
+	Anedvd__TokRequest q2 = ANEDVD__TOK_REQUEST__INIT;
+	q2.body_case = ANEDVD__TOK_REQUEST__BODY_CHAT;
+	q2.chat = &a;
+	qn = anedvd__tok_request__pack(&q2, buf);
+	CHECK(is_bad_request(raw(c, buf, qn)), "unknown role");
+
+	// the service is still there
+	uint32_t pid;
+	CHECK(tokc_health(c, &pid, TIMEOUT, err) == 0, "%s", err);
+	ad_client_close(c);
+
+	// nobody listening: a timeout, not a hang
+	char nowhere[300];
+	REQUIRE(ad_ipc_url(nowhere, sizeof nowhere, t_tmpdir(), "nobody") == 0);
+	c = ad_client_open(nowhere, err);
+	REQUIRE(c, "%s", err);
+	CHECK(tokc_health(c, &pid, 300, err) == -1 && strstr(err, "no reply"), "%s", err);
+	ad_client_close(c);
+}
+
+#define N_THREADS 8
+#define N_CALLS 200
+
+static void *
+hammer(void *arg)
+{
+	long k = (long)arg;
+	long bad = 0;
+	char err[AD_ERRLEN];
+	struct ad_client *c = ad_client_open(url, err);
+	if (!c)
+		return (void *)N_CALLS;
+	for (int i = 0; i < N_CALLS; i++) {
+		char text[64];
+		int len = snprintf(text, sizeof text, "Once upon a time %ld %d", k, i);
+		int32_t *ids = NULL;
+		size_t n = 0;
+		char *out = NULL;
+		size_t olen = 0;
+		if (tokc_encode(c, text, (size_t)len, 0, 0, &ids, &n, TIMEOUT, err) != 0 ||
+		    tokc_decode(c, ids, n, &out, &olen, TIMEOUT, err) != 0 || strcmp(out, text) != 0)
+			bad++;
+		free(ids);
+		free(out);
+	}
+	ad_client_close(c);
+	return (void *)bad;
+}
+
+static void
+test_concurrent(void)
+{
+	pthread_t th[N_THREADS];
+	for (long i = 0; i < N_THREADS; i++)
+		pthread_create(&th[i], NULL, hammer, (void *)i);
+	long bad = 0;
+	for (int i = 0; i < N_THREADS; i++) {
+		void *r;
+		pthread_join(th[i], &r);
+		bad += (long)r;
+	}
+	CHECK(bad == 0, "%ld of %d round trips wrong", bad, N_THREADS * N_CALLS);
+}
+
+static void
+test_process(void)
+{
+	extern char **environ;
+	char purl[300], path[300], err[AD_ERRLEN];
+	REQUIRE(ad_ipc_url(purl, sizeof purl, t_tmpdir(), "proc") == 0);
+	snprintf(path, sizeof path, "%s/proc.sock", t_tmpdir());
+	char *argv[] = { TOKSVC_BIN, "--model", STORIES, "--listen", purl, NULL };
+	pid_t pid;
+	REQUIRE(posix_spawn(&pid, TOKSVC_BIN, NULL, NULL, argv, environ) == 0);
+	struct ad_client *c = ad_client_open(purl, err);
+	REQUIRE(c, "%s", err);
+	uint32_t got = 0;
+	CHECK(tokc_health(c, &got, 10000, err) == 0 && got == (uint32_t)pid, "%s", err);
+	int32_t *ids = NULL;
+	size_t n = 0;
+	CHECK(tokc_encode(c, "Once upon a time", 16, 1, 0, &ids, &n, TIMEOUT, err) == 0 && n == 5, "%s", err);
+	free(ids);
+	ad_client_close(c);
+	kill(pid, SIGTERM);
+	int status = 0;
+	waitpid(pid, &status, 0);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+	struct stat st;
+	CHECK(stat(path, &st) != 0, "socket %s left behind", path);
+
+	// bad usage and a bad model are reported, not crashed on
+	char *argv2[] = { TOKSVC_BIN, "--model", T_DATA "/tokenizer/README.md", "--listen", purl, NULL };
+	REQUIRE(posix_spawn(&pid, TOKSVC_BIN, NULL, NULL, argv2, environ) == 0);
+	waitpid(pid, &status, 0);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "bad model: status %d", status);
+	char *argv3[] = { TOKSVC_BIN, "--threads", "zero", NULL };
+	REQUIRE(posix_spawn(&pid, TOKSVC_BIN, NULL, NULL, argv3, environ) == 0);
+	waitpid(pid, &status, 0);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 2, "bad usage: status %d", status);
+}
+
+int
+main(void)
+{
+	T_RUN(start);
+	if (srv) {
+		T_RUN(test_calls);
+		T_RUN(test_errors);
+		T_RUN(test_concurrent);
+	}
+	T_RUN(test_process);
+	ad_server_stop(srv);
+	tok_free(tok);
+	return t_done();
+}

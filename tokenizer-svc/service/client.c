@@ -1,0 +1,203 @@
+#include "client.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.pb-c.h"
+#include "tokenizer.pb-c.h"
+
+static const char *role_names[] = { "system", "user", "assistant" };
+
+// call sends q and returns the unpacked reply, or NULL with err filled
+// (transport failure, undecodable reply, error reply, wrong body).
+static Anedvd__TokReply *
+call(struct ad_client *c, Anedvd__TokRequest *q, Anedvd__TokReply__BodyCase want, int timeout_ms, char *err)
+{
+	static uint64_t next_id;
+	q->id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
+	size_t n = anedvd__tok_request__get_packed_size(q);
+	uint8_t *buf = malloc(n ? n : 1);
+	if (!buf) {
+		ad_err(err, "out of memory");
+		return NULL;
+	}
+	anedvd__tok_request__pack(q, buf);
+	uint8_t *reply = NULL;
+	size_t reply_len = 0;
+	int rv = ad_client_call(c, buf, n, &reply, &reply_len, timeout_ms, err);
+	free(buf);
+	if (rv != 0) {
+		ad_err_prefix(err, "tokenizer service");
+		return NULL;
+	}
+	Anedvd__TokReply *r = anedvd__tok_reply__unpack(NULL, reply_len, reply);
+	free(reply);
+	if (!r) {
+		ad_err(err, "tokenizer service: undecodable reply");
+		return NULL;
+	}
+	if (r->error && r->error->code != ANEDVD__ERROR_CODE__ERROR_NONE) {
+		ad_err(err, "tokenizer service: %s", r->error->message);
+		anedvd__tok_reply__free_unpacked(r, NULL);
+		return NULL;
+	}
+	if (r->body_case != want || r->id != q->id) {
+		ad_err(err, "tokenizer service: reply does not match the request");
+		anedvd__tok_reply__free_unpacked(r, NULL);
+		return NULL;
+	}
+	return r;
+}
+
+int
+tokc_encode(struct ad_client *c, const char *text, size_t len, int add_bos, int parse_special, int32_t **ids,
+            size_t *n_ids, int timeout_ms, char *err)
+{
+	Anedvd__TokRequest q = ANEDVD__TOK_REQUEST__INIT;
+	Anedvd__EncodeRequest e = ANEDVD__ENCODE_REQUEST__INIT;
+	e.text.data = (uint8_t *)text;
+	e.text.len = len;
+	e.add_bos = add_bos;
+	e.parse_special = parse_special;
+	q.body_case = ANEDVD__TOK_REQUEST__BODY_ENCODE;
+	q.encode = &e;
+	Anedvd__TokReply *r = call(c, &q, ANEDVD__TOK_REPLY__BODY_ENCODE, timeout_ms, err);
+	if (!r)
+		return -1;
+	*n_ids = r->encode->n_ids;
+	*ids = malloc((*n_ids ? *n_ids : 1) * sizeof **ids);
+	if (*ids)
+		memcpy(*ids, r->encode->ids, *n_ids * sizeof **ids);
+	anedvd__tok_reply__free_unpacked(r, NULL);
+	return *ids ? 0 : ad_err(err, "out of memory");
+}
+
+static char *
+dup_bytes(const ProtobufCBinaryData *b, size_t *len)
+{
+	char *s = malloc(b->len + 1);
+	if (s) {
+		memcpy(s, b->data, b->len);
+		s[b->len] = 0;
+		*len = b->len;
+	}
+	return s;
+}
+
+int
+tokc_decode(struct ad_client *c, const int32_t *ids, size_t n, char **text, size_t *len, int timeout_ms, char *err)
+{
+	Anedvd__TokRequest q = ANEDVD__TOK_REQUEST__INIT;
+	Anedvd__DecodeRequest d = ANEDVD__DECODE_REQUEST__INIT;
+	d.ids = (int32_t *)ids;
+	d.n_ids = n;
+	q.body_case = ANEDVD__TOK_REQUEST__BODY_DECODE;
+	q.decode = &d;
+	Anedvd__TokReply *r = call(c, &q, ANEDVD__TOK_REPLY__BODY_DECODE, timeout_ms, err);
+	if (!r)
+		return -1;
+	*text = dup_bytes(&r->decode->text, len);
+	anedvd__tok_reply__free_unpacked(r, NULL);
+	return *text ? 0 : ad_err(err, "out of memory");
+}
+
+int
+tokc_decode_stream(struct ad_client *c, const int32_t *ids, size_t n, int flush, char pending[4], size_t *n_pending,
+                   char **text, size_t *len, int timeout_ms, char *err)
+{
+	Anedvd__TokRequest q = ANEDVD__TOK_REQUEST__INIT;
+	Anedvd__DecodeStreamRequest d = ANEDVD__DECODE_STREAM_REQUEST__INIT;
+	d.ids = (int32_t *)ids;
+	d.n_ids = n;
+	d.flush = flush;
+	d.pending.data = (uint8_t *)pending;
+	d.pending.len = *n_pending;
+	q.body_case = ANEDVD__TOK_REQUEST__BODY_DECODE_STREAM;
+	q.decode_stream = &d;
+	Anedvd__TokReply *r = call(c, &q, ANEDVD__TOK_REPLY__BODY_DECODE_STREAM, timeout_ms, err);
+	if (!r)
+		return -1;
+	if (r->decode_stream->pending.len > 4) {
+		anedvd__tok_reply__free_unpacked(r, NULL);
+		return ad_err(err, "tokenizer service: pending state too long");
+	}
+	memcpy(pending, r->decode_stream->pending.data, r->decode_stream->pending.len);
+	*n_pending = r->decode_stream->pending.len;
+	*text = dup_bytes(&r->decode_stream->text, len);
+	anedvd__tok_reply__free_unpacked(r, NULL);
+	return *text ? 0 : ad_err(err, "out of memory");
+}
+
+int
+tokc_chat(struct ad_client *c, const struct tok_msg *msgs, size_t n, int add_generation_prompt, char **text,
+          int timeout_ms, char *err)
+{
+	Anedvd__ChatMessage *m = calloc(n ? n : 1, sizeof *m);
+	Anedvd__ChatMessage **mp = calloc(n ? n : 1, sizeof *mp);
+	if (!m || !mp) {
+		free(m);
+		free(mp);
+		return ad_err(err, "out of memory");
+	}
+	for (size_t i = 0; i < n; i++) {
+		anedvd__chat_message__init(&m[i]);
+		m[i].role = (char *)role_names[msgs[i].role];
+		m[i].content.data = (uint8_t *)msgs[i].content;
+		m[i].content.len = strlen(msgs[i].content);
+		mp[i] = &m[i];
+	}
+	Anedvd__TokRequest q = ANEDVD__TOK_REQUEST__INIT;
+	Anedvd__ApplyChatTemplateRequest a = ANEDVD__APPLY_CHAT_TEMPLATE_REQUEST__INIT;
+	a.messages = mp;
+	a.n_messages = n;
+	a.add_generation_prompt = add_generation_prompt;
+	q.body_case = ANEDVD__TOK_REQUEST__BODY_CHAT;
+	q.chat = &a;
+	Anedvd__TokReply *r = call(c, &q, ANEDVD__TOK_REPLY__BODY_CHAT, timeout_ms, err);
+	free(m);
+	free(mp);
+	if (!r)
+		return -1;
+	size_t len;
+	*text = dup_bytes(&r->chat->text, &len);
+	anedvd__tok_reply__free_unpacked(r, NULL);
+	return *text ? 0 : ad_err(err, "out of memory");
+}
+
+int
+tokc_vocab(struct ad_client *c, struct tokc_vocab *v, int timeout_ms, char *err)
+{
+	Anedvd__TokRequest q = ANEDVD__TOK_REQUEST__INIT;
+	Anedvd__VocabInfoRequest vr = ANEDVD__VOCAB_INFO_REQUEST__INIT;
+	q.body_case = ANEDVD__TOK_REQUEST__BODY_VOCAB;
+	q.vocab = &vr;
+	Anedvd__TokReply *r = call(c, &q, ANEDVD__TOK_REPLY__BODY_VOCAB, timeout_ms, err);
+	if (!r)
+		return -1;
+	memset(v, 0, sizeof *v);
+	v->n_vocab = r->vocab->n_vocab;
+	v->bos = r->vocab->bos;
+	v->eos = r->vocab->eos;
+	v->eot = r->vocab->eot;
+	v->add_bos = r->vocab->add_bos;
+	snprintf(v->model, sizeof v->model, "%s", r->vocab->model);
+	snprintf(v->chat_template, sizeof v->chat_template, "%s", r->vocab->chat_template);
+	anedvd__tok_reply__free_unpacked(r, NULL);
+	return 0;
+}
+
+int
+tokc_health(struct ad_client *c, uint32_t *pid, int timeout_ms, char *err)
+{
+	Anedvd__TokRequest q = ANEDVD__TOK_REQUEST__INIT;
+	Anedvd__HealthRequest h = ANEDVD__HEALTH_REQUEST__INIT;
+	q.body_case = ANEDVD__TOK_REQUEST__BODY_HEALTH;
+	q.health = &h;
+	Anedvd__TokReply *r = call(c, &q, ANEDVD__TOK_REPLY__BODY_HEALTH, timeout_ms, err);
+	if (!r)
+		return -1;
+	*pid = r->health->pid;
+	anedvd__tok_reply__free_unpacked(r, NULL);
+	return 0;
+}

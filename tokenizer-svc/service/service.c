@@ -1,0 +1,294 @@
+#include "service.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.pb-c.h"
+#include "tokenizer.pb-c.h"
+
+static uint64_t
+now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void
+tok_service_init(struct tok_service *s, const struct tokenizer *t, const char *process)
+{
+	memset(s, 0, sizeof *s);
+	s->t = t;
+	s->process = process;
+	s->started_ms = now_ms();
+}
+
+// the reply under construction and everything it points to
+struct reply {
+	Anedvd__TokReply r;
+	Anedvd__Error error;
+	union {
+		Anedvd__EncodeReply encode;
+		Anedvd__DecodeReply decode;
+		Anedvd__DecodeStreamReply stream;
+		Anedvd__ApplyChatTemplateReply chat;
+		Anedvd__VocabInfoReply vocab;
+		Anedvd__HealthReply health;
+	} u;
+	void *owned[2]; // freed after packing
+	int32_t eog[64];
+	char msg[AD_ERRLEN];
+};
+
+static void
+fail(struct reply *rp, Anedvd__ErrorCode code, const char *msg)
+{
+	rp->error.code = code;
+	rp->error.message = (char *)msg;
+	rp->r.error = &rp->error;
+	rp->r.body_case = ANEDVD__TOK_REPLY__BODY__NOT_SET;
+}
+
+#define FAIL(...)                                                              \
+	do {                                                                   \
+		fail(__VA_ARGS__);                                             \
+		return;                                                        \
+	} while (0)
+
+static void
+do_encode(struct tok_service *s, const Anedvd__EncodeRequest *q, struct reply *rp)
+{
+	if (q->add_bos < -1 || q->add_bos > 1)
+		FAIL(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "encode: add_bos must be -1, 0 or 1");
+	int32_t *ids = NULL;
+	size_t n = 0;
+	if (tok_encode(s->t, (const char *)q->text.data, q->text.len, q->add_bos, q->parse_special, &ids, &n,
+	               rp->msg) != 0)
+		FAIL(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, rp->msg);
+	anedvd__encode_reply__init(&rp->u.encode);
+	rp->u.encode.ids = ids;
+	rp->u.encode.n_ids = n;
+	rp->owned[0] = ids;
+	rp->r.body_case = ANEDVD__TOK_REPLY__BODY_ENCODE;
+	rp->r.encode = &rp->u.encode;
+}
+
+static void
+do_decode(struct tok_service *s, const Anedvd__DecodeRequest *q, struct reply *rp)
+{
+	char *text = NULL;
+	size_t len = 0;
+	if (tok_decode(s->t, q->ids, q->n_ids, &text, &len, rp->msg) != 0)
+		FAIL(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, rp->msg);
+	anedvd__decode_reply__init(&rp->u.decode);
+	rp->u.decode.text.data = (uint8_t *)text;
+	rp->u.decode.text.len = len;
+	rp->owned[0] = text;
+	rp->r.body_case = ANEDVD__TOK_REPLY__BODY_DECODE;
+	rp->r.decode = &rp->u.decode;
+}
+
+// The stream state travels with the request: the caller hands back the bytes
+// the previous reply held back.
+static void
+do_decode_stream(struct tok_service *s, const Anedvd__DecodeStreamRequest *q, struct reply *rp)
+{
+	struct tok_stream st;
+	if (q->pending.len > sizeof st.hold)
+		FAIL(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST,
+		            "decode_stream: pending holds more than one unfinished UTF-8 character");
+	tok_stream_init(&st, s->t);
+	memcpy(st.hold, q->pending.data, q->pending.len);
+	st.n_hold = q->pending.len;
+	size_t cap = 256, len = 0;
+	char *out = malloc(cap);
+	if (!out)
+		FAIL(rp, ANEDVD__ERROR_CODE__ERROR_INTERNAL, "out of memory");
+	for (size_t i = 0; i <= q->n_ids; i++) {
+		const char *p;
+		size_t n = 0;
+		if (i < q->n_ids) {
+			p = tok_stream_push(&st, q->ids[i], &n, rp->msg);
+			if (!p) {
+				free(out);
+				tok_stream_free(&st);
+				FAIL(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, rp->msg);
+			}
+		} else if (q->flush) {
+			p = tok_stream_flush(&st, &n);
+		} else {
+			break;
+		}
+		if (len + n > cap) {
+			while (len + n > cap)
+				cap *= 2;
+			char *bigger = realloc(out, cap);
+			if (!bigger) {
+				free(out);
+				tok_stream_free(&st);
+				FAIL(rp, ANEDVD__ERROR_CODE__ERROR_INTERNAL, "out of memory");
+			}
+			out = bigger;
+		}
+		memcpy(out + len, p, n);
+		len += n;
+	}
+	char *pending = malloc(st.n_hold ? st.n_hold : 1);
+	if (!pending) {
+		free(out);
+		tok_stream_free(&st);
+		FAIL(rp, ANEDVD__ERROR_CODE__ERROR_INTERNAL, "out of memory");
+	}
+	memcpy(pending, st.hold, st.n_hold);
+	anedvd__decode_stream_reply__init(&rp->u.stream);
+	rp->u.stream.text.data = (uint8_t *)out;
+	rp->u.stream.text.len = len;
+	rp->u.stream.pending.data = (uint8_t *)pending;
+	rp->u.stream.pending.len = st.n_hold;
+	rp->owned[0] = out;
+	rp->owned[1] = pending;
+	tok_stream_free(&st);
+	rp->r.body_case = ANEDVD__TOK_REPLY__BODY_DECODE_STREAM;
+	rp->r.decode_stream = &rp->u.stream;
+}
+
+static void
+do_chat(struct tok_service *s, const Anedvd__ApplyChatTemplateRequest *q, struct reply *rp)
+{
+	if (q->n_messages == 0)
+		FAIL(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "chat: no messages");
+	struct tok_msg *msgs = calloc(q->n_messages, sizeof *msgs);
+	char **texts = calloc(q->n_messages, sizeof *texts);
+	if (!msgs || !texts) {
+		free(msgs);
+		free(texts);
+		FAIL(rp, ANEDVD__ERROR_CODE__ERROR_INTERNAL, "out of memory");
+	}
+	size_t i;
+	int bad = 0;
+	for (i = 0; i < q->n_messages && !bad; i++) {
+		const Anedvd__ChatMessage *m = q->messages[i];
+		if (strcmp(m->role, "system") == 0)
+			msgs[i].role = TOK_ROLE_SYSTEM;
+		else if (strcmp(m->role, "user") == 0)
+			msgs[i].role = TOK_ROLE_USER;
+		else if (strcmp(m->role, "assistant") == 0)
+			msgs[i].role = TOK_ROLE_ASSISTANT;
+		else {
+			snprintf(rp->msg, sizeof rp->msg,
+			         "chat: message %zu has role '%.40s'; expected system, user or assistant", i, m->role);
+			bad = 1;
+			break;
+		}
+		if (memchr(m->content.data, 0, m->content.len)) {
+			snprintf(rp->msg, sizeof rp->msg, "chat: message %zu contains a NUL byte", i);
+			bad = 1;
+			break;
+		}
+		texts[i] = malloc(m->content.len + 1);
+		if (!texts[i]) {
+			snprintf(rp->msg, sizeof rp->msg, "out of memory");
+			bad = 1;
+			break;
+		}
+		memcpy(texts[i], m->content.data, m->content.len);
+		texts[i][m->content.len] = 0;
+		msgs[i].content = texts[i];
+	}
+	char *out = NULL;
+	if (!bad && tok_apply_chat(s->t, msgs, q->n_messages, q->add_generation_prompt, &out, rp->msg) != 0)
+		bad = 1;
+	for (size_t j = 0; j < q->n_messages; j++)
+		free(texts[j]);
+	free(texts);
+	free(msgs);
+	if (bad)
+		FAIL(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, rp->msg);
+	anedvd__apply_chat_template_reply__init(&rp->u.chat);
+	rp->u.chat.text.data = (uint8_t *)out;
+	rp->u.chat.text.len = strlen(out);
+	rp->u.chat.family = (char *)tok_chat_family_name(tok_chat_family(s->t));
+	rp->owned[0] = out;
+	rp->r.body_case = ANEDVD__TOK_REPLY__BODY_CHAT;
+	rp->r.chat = &rp->u.chat;
+}
+
+static void
+do_vocab(struct tok_service *s, struct reply *rp)
+{
+	Anedvd__VocabInfoReply *v = &rp->u.vocab;
+	anedvd__vocab_info_reply__init(v);
+	v->n_vocab = tok_n_vocab(s->t);
+	v->bos = tok_bos(s->t);
+	v->eos = tok_eos(s->t);
+	v->eot = tok_eot(s->t);
+	size_t n = 0;
+	for (int32_t id = 0; id < v->n_vocab && n < sizeof rp->eog / sizeof rp->eog[0]; id++)
+		if (tok_is_eog(s->t, id))
+			rp->eog[n++] = id;
+	v->eog = rp->eog;
+	v->n_eog = n;
+	v->model = (char *)tok_kind_name(s->t);
+	v->pre = (char *)"";
+	v->chat_template = (char *)tok_chat_family_name(tok_chat_family(s->t));
+	v->add_bos = tok_add_bos(s->t);
+	rp->r.body_case = ANEDVD__TOK_REPLY__BODY_VOCAB;
+	rp->r.vocab = v;
+}
+
+static void
+do_health(struct tok_service *s, struct reply *rp)
+{
+	Anedvd__HealthReply *h = &rp->u.health;
+	anedvd__health_reply__init(h);
+	h->process = (char *)(s->process ? s->process : "anedvd-tokenizer");
+	h->pid = (uint32_t)getpid();
+	h->uptime_ms = now_ms() - s->started_ms;
+	h->requests = __atomic_load_n(&s->requests, __ATOMIC_RELAXED);
+	rp->r.body_case = ANEDVD__TOK_REPLY__BODY_HEALTH;
+	rp->r.health = h;
+}
+
+void
+tok_service_handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **out, size_t *out_len)
+{
+	struct tok_service *s = arg;
+	struct reply *rp = calloc(1, sizeof *rp);
+	*out = NULL;
+	*out_len = 0;
+	if (!rp)
+		return;
+	__atomic_add_fetch(&s->requests, 1, __ATOMIC_RELAXED);
+	anedvd__tok_reply__init(&rp->r);
+	anedvd__error__init(&rp->error);
+	Anedvd__TokRequest *q = anedvd__tok_request__unpack(NULL, req_len, req);
+	if (!q) {
+		fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "could not decode the request as a TokRequest");
+	} else {
+		rp->r.id = q->id;
+		switch (q->body_case) {
+		case ANEDVD__TOK_REQUEST__BODY_ENCODE: do_encode(s, q->encode, rp); break;
+		case ANEDVD__TOK_REQUEST__BODY_DECODE: do_decode(s, q->decode, rp); break;
+		case ANEDVD__TOK_REQUEST__BODY_DECODE_STREAM: do_decode_stream(s, q->decode_stream, rp); break;
+		case ANEDVD__TOK_REQUEST__BODY_CHAT: do_chat(s, q->chat, rp); break;
+		case ANEDVD__TOK_REQUEST__BODY_VOCAB: do_vocab(s, rp); break;
+		case ANEDVD__TOK_REQUEST__BODY_HEALTH: do_health(s, rp); break;
+		default: fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "the request has no body"); break;
+		}
+	}
+	size_t n = anedvd__tok_reply__get_packed_size(&rp->r);
+	uint8_t *buf = malloc(n ? n : 1);
+	if (buf) {
+		anedvd__tok_reply__pack(&rp->r, buf);
+		*out = buf;
+		*out_len = n;
+	}
+	if (q)
+		anedvd__tok_request__free_unpacked(q, NULL);
+	free(rp->owned[0]);
+	free(rp->owned[1]);
+	free(rp);
+}
