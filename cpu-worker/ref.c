@@ -10,6 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__AVX__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
 #include "dequant.h"
 #include "fp16.h"
 #include "wtype.h"
@@ -49,6 +53,7 @@ struct ref_engine {
 
 	// scratch
 	float *x, *xn, *q, *k, *v, *att, *proj, *hb, *hb2, *moe, *scores, *router, *rope_cs;
+	float *pv_part; // [8][head_dim_v]: per-lane partial sums of P·V
 };
 
 // --- allocation ------------------------------------------------------------------
@@ -216,7 +221,8 @@ ref_new(const struct model *m, int max_seq, char *err)
 	    !(e->moe = eng_alloc(e, (size_t)E * 4, err)) ||
 	    !(e->scores = eng_alloc(e, (size_t)max_seq * 4, err)) ||
 	    !(e->router = eng_alloc(e, (size_t)max64(hp->n_expert, 1) * 4, err)) ||
-	    !(e->rope_cs = eng_alloc(e, (size_t)hp->n_rot * 4, err)))
+	    !(e->rope_cs = eng_alloc(e, (size_t)hp->n_rot * 4, err)) ||
+	    !(e->pv_part = eng_alloc(e, 8 * (size_t)hp->head_dim_v * 4, err)))
 		goto fail;
 	return e;
 fail:
@@ -262,40 +268,87 @@ ref_argmax(const float *x, int n)
 // --- kernels ---------------------------------------------------------------------
 
 // The summation order of every dot product is fixed and documented: eight
-// lanes, lane j accumulating elements i ≡ j (mod 8) with fused multiply-add,
-// then the lanes folded as (l0+l4 + l2+l6) + (l1+l5 + l3+l7). That is the
-// order of ggml's F32 matmul on 8-wide SIMD, so most dot products come out
-// bit-identical to llama.cpp's; this matters where a later step rounds to
-// fp16 (the GELU table), which turns last-bit differences into 1e-3 jumps.
-static float
-fold8(const float *acc)
+// lanes, lane j accumulating elements i ≡ j (mod 8) with multiply-add (fused
+// where the target has FMA), then the lanes folded as
+// (l0+l4 + l2+l6) + (l1+l5 + l3+l7). That is the order of ggml's F32 matmul
+// on 8-wide SIMD, so most dot products come out bit-identical to llama.cpp's;
+// this matters where a later step rounds to fp16 (the GELU table), which
+// turns last-bit differences into 1e-3 jumps. The lanes are a GNU vector so
+// the loop is one SIMD multiply-add per 8 values on any target.
+typedef float v8f __attribute__((vector_size(32)));
+
+static inline v8f
+load8(const float *p)
 {
-	float s4[4];
-	for (int j = 0; j < 4; j++)
-		s4[j] = acc[j + 4] + acc[j];
-	return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+	v8f v;
+	memcpy(&v, p, sizeof v);
+	return v;
+}
+
+// c + a·b per lane with one rounding (the compiler's contraction of a*b+c
+// is not reliable enough to build the bit pattern on)
+static inline v8f
+madd8(v8f a, v8f b, v8f c)
+{
+#if defined(__AVX__) && defined(__FMA__)
+	return (v8f)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#else
+	v8f r;
+	for (int j = 0; j < 8; j++)
+		r[j] = fmaf(a[j], b[j], c[j]);
+	return r;
+#endif
+}
+
+static inline float
+fold8(v8f acc)
+{
+	float s0 = acc[4] + acc[0], s1 = acc[5] + acc[1], s2 = acc[6] + acc[2], s3 = acc[7] + acc[3];
+	return (s0 + s2) + (s1 + s3);
 }
 
 static float
 dot(const float *a, const float *b, int64_t n)
 {
-	float acc[8] = {0};
+	v8f acc = {0};
 	int64_t i = 0;
 	for (; i + 8 <= n; i += 8)
-		for (int j = 0; j < 8; j++)
-			acc[j] = fmaf(a[i + j], b[i + j], acc[j]);
+		acc = madd8(load8(a + i), load8(b + i), acc);
 	float s = fold8(acc);
 	for (; i < n; i++)
 		s = fmaf(a[i], b[i], s);
 	return s;
 }
 
-// y[n_out] = W[n_out][n_in] · x (+ bias)
+// y[n_out] = W[n_out][n_in] · x (+ bias); four rows at a time so that four
+// independent accumulators hide the multiply-add latency (each row still
+// sums in the order of dot)
 static void
 matvec(float *y, const float *w, const float *x, const float *bias, int64_t n_in, int64_t n_out)
 {
-	for (int64_t r = 0; r < n_out; r++)
-		y[r] = dot(w + r * n_in, x, n_in) + (bias ? bias[r] : 0.0f);
+	int64_t r = 0;
+	if (n_in % 8 == 0) {
+		for (; r + 4 <= n_out; r += 4) {
+			const float *w0 = w + r * n_in, *w1 = w0 + n_in, *w2 = w1 + n_in, *w3 = w2 + n_in;
+			v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+			for (int64_t i = 0; i < n_in; i += 8) {
+				v8f xv = load8(x + i);
+				a0 = madd8(load8(w0 + i), xv, a0);
+				a1 = madd8(load8(w1 + i), xv, a1);
+				a2 = madd8(load8(w2 + i), xv, a2);
+				a3 = madd8(load8(w3 + i), xv, a3);
+			}
+			y[r] = fold8(a0);
+			y[r + 1] = fold8(a1);
+			y[r + 2] = fold8(a2);
+			y[r + 3] = fold8(a3);
+		}
+	}
+	for (; r < n_out; r++)
+		y[r] = dot(w + r * n_in, x, n_in);
+	if (bias)
+		for (r = 0; r < n_out; r++)
+			y[r] += bias[r];
 }
 
 // y = x / sqrt(mean(x²) + eps) * w, in place allowed; sum in double as ggml does
@@ -440,11 +493,20 @@ attention(struct ref_engine *e, struct ref_layer *L, int pos)
 		for (int j = start; j <= pos; j++)
 			e->scores[j] *= inv;
 		// out[d] = sum_j p_j v_j[d], position j in lane j mod 8 (see dot)
-		float *out = e->att + h * hdv;
+		// (part[lane] holds lane's partial sums for every d, so the inner
+		// loop runs along contiguous v rows)
+		float *out = e->att + h * hdv, *part = e->pv_part;
+		memset(part, 0, 8 * (size_t)hdv * sizeof(float));
+		for (int j = start; j <= pos; j++) {
+			const float *vj = L->v_cache + (size_t)j * nv + kvh * hdv;
+			float *pl = part + (size_t)(j & 7) * hdv, pj = e->scores[j];
+			for (int64_t d = 0; d < hdv; d++)
+				pl[d] = fmaf(pj, vj[d], pl[d]);
+		}
 		for (int64_t d = 0; d < hdv; d++) {
-			float acc[8] = {0};
-			for (int j = start; j <= pos; j++)
-				acc[j & 7] = fmaf(e->scores[j], L->v_cache[(size_t)j * nv + kvh * hdv + d], acc[j & 7]);
+			v8f acc;
+			for (int l = 0; l < 8; l++)
+				acc[l] = part[(size_t)l * hdv + d];
 			out[d] = fold8(acc);
 		}
 	}
