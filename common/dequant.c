@@ -22,13 +22,13 @@ rd_u32(const uint8_t *p)
 }
 
 static void
-deq_f32(const uint8_t *x, float *y, int64_t n)
+deq_f32(const uint8_t *restrict x, float *restrict y, int64_t n)
 {
 	memcpy(y, x, (size_t)n * 4);
 }
 
 static void
-deq_f16(const uint8_t *x, float *y, int64_t n)
+deq_f16(const uint8_t *restrict x, float *restrict y, int64_t n)
 {
 	// the row converter reads uint16_t; copy through an aligned chunk if needed
 	if (((uintptr_t)x & 1) == 0) {
@@ -40,40 +40,40 @@ deq_f16(const uint8_t *x, float *y, int64_t n)
 }
 
 static void
-deq_bf16(const uint8_t *x, float *y, int64_t n)
+deq_bf16(const uint8_t *restrict x, float *restrict y, int64_t n)
 {
 	for (int64_t i = 0; i < n; i++)
 		y[i] = ad_bf16_to_f32((uint16_t)(x[2 * i] | x[2 * i + 1] << 8));
 }
 
 static void
-deq_q4_0(const uint8_t *x, float *y, int64_t nb)
+deq_q4_0(const uint8_t *restrict x, float *restrict y, int64_t nb)
 {
 	for (int64_t b = 0; b < nb; b++, x += 18, y += 32) {
 		float d = rd_fp16(x);
 		const uint8_t *qs = x + 2;
-		for (int j = 0; j < 16; j++) {
+		for (int j = 0; j < 16; j++)
 			y[j] = (float)((qs[j] & 15) - 8) * d;
+		for (int j = 0; j < 16; j++)
 			y[j + 16] = (float)((qs[j] >> 4) - 8) * d;
-		}
 	}
 }
 
 static void
-deq_q4_1(const uint8_t *x, float *y, int64_t nb)
+deq_q4_1(const uint8_t *restrict x, float *restrict y, int64_t nb)
 {
 	for (int64_t b = 0; b < nb; b++, x += 20, y += 32) {
 		float d = rd_fp16(x), m = rd_fp16(x + 2);
 		const uint8_t *qs = x + 4;
-		for (int j = 0; j < 16; j++) {
+		for (int j = 0; j < 16; j++)
 			y[j] = (float)(qs[j] & 15) * d + m;
+		for (int j = 0; j < 16; j++)
 			y[j + 16] = (float)(qs[j] >> 4) * d + m;
-		}
 	}
 }
 
 static void
-deq_q5_0(const uint8_t *x, float *y, int64_t nb)
+deq_q5_0(const uint8_t *restrict x, float *restrict y, int64_t nb)
 {
 	for (int64_t b = 0; b < nb; b++, x += 22, y += 32) {
 		float d = rd_fp16(x);
@@ -88,7 +88,7 @@ deq_q5_0(const uint8_t *x, float *y, int64_t nb)
 }
 
 static void
-deq_q5_1(const uint8_t *x, float *y, int64_t nb)
+deq_q5_1(const uint8_t *restrict x, float *restrict y, int64_t nb)
 {
 	for (int64_t b = 0; b < nb; b++, x += 24, y += 32) {
 		float d = rd_fp16(x), m = rd_fp16(x + 2);
@@ -103,7 +103,7 @@ deq_q5_1(const uint8_t *x, float *y, int64_t nb)
 }
 
 static void
-deq_q8_0(const uint8_t *x, float *y, int64_t nb)
+deq_q8_0(const uint8_t *restrict x, float *restrict y, int64_t nb)
 {
 	for (int64_t b = 0; b < nb; b++, x += 34, y += 32) {
 		float d = rd_fp16(x);
@@ -114,7 +114,7 @@ deq_q8_0(const uint8_t *x, float *y, int64_t nb)
 }
 
 static void
-deq_q2_k(const uint8_t *x, float *y, int64_t nb)
+deq_q2_k(const uint8_t *restrict x, float *restrict y, int64_t nb)
 {
 	for (int64_t b = 0; b < nb; b++, x += 84) {
 		const uint8_t *sc = x, *q = x + 16;
@@ -134,7 +134,7 @@ deq_q2_k(const uint8_t *x, float *y, int64_t nb)
 }
 
 static void
-deq_q3_k(const uint8_t *x, float *y, int64_t nb)
+deq_q3_k(const uint8_t *restrict x, float *restrict y, int64_t nb)
 {
 	for (int64_t b = 0; b < nb; b++, x += 110) {
 		const uint8_t *hm = x, *q = x + 32, *s = x + 96;
@@ -175,7 +175,7 @@ scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
 }
 
 static void
-deq_q4_k(const uint8_t *x, float *y, int64_t nb)
+deq_q4_k(const uint8_t *restrict x, float *restrict y, int64_t nb)
 {
 	for (int64_t b = 0; b < nb; b++, x += 144) {
 		float d = rd_fp16(x), dmin = rd_fp16(x + 2);
@@ -195,7 +195,7 @@ deq_q4_k(const uint8_t *x, float *y, int64_t nb)
 }
 
 static void
-deq_q5_k(const uint8_t *x, float *y, int64_t nb)
+deq_q5_k(const uint8_t *restrict x, float *restrict y, int64_t nb)
 {
 	for (int64_t b = 0; b < nb; b++, x += 176) {
 		float d = rd_fp16(x), dmin = rd_fp16(x + 2);
@@ -216,31 +216,30 @@ deq_q5_k(const uint8_t *x, float *y, int64_t nb)
 }
 
 static void
-deq_q6_k(const uint8_t *x, float *y, int64_t nb)
+deq_q6_k(const uint8_t *restrict x, float *restrict y, int64_t nb)
 {
-	for (int64_t b = 0; b < nb; b++, x += 210, y += 256) {
-		const uint8_t *ql = x, *qh = x + 128;
+	for (int64_t b = 0; b < nb; b++, x += 210) {
 		const int8_t *sc = (const int8_t *)(x + 192);
 		float d = rd_fp16(x + 208);
-		for (int h = 0; h < 2; h++, ql += 64, qh += 32, sc += 8) {
-			float *yy = y + 128 * h;
-			for (int l = 0; l < 32; l++) {
-				int is = l / 16;
-				int q1 = ((ql[l] & 15) | ((qh[l] >> 0) & 3) << 4) - 32;
-				int q2 = ((ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4) - 32;
-				int q3 = ((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32;
-				int q4 = ((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32;
-				yy[l] = d * (float)sc[is] * (float)q1;
-				yy[l + 32] = d * (float)sc[is + 2] * (float)q2;
-				yy[l + 64] = d * (float)sc[is + 4] * (float)q3;
-				yy[l + 96] = d * (float)sc[is + 6] * (float)q4;
+		for (int h = 0; h < 2; h++) {
+			const uint8_t *qh = x + 128 + 32 * h;
+			for (int p = 0; p < 4; p++) {
+				const uint8_t *ql = x + 64 * h + 32 * (p & 1);
+				int lshift = p < 2 ? 0 : 4, hshift = 2 * p;
+				for (int half = 0; half < 2; half++) {
+					float dl = d * (float)sc[8 * h + 2 * p + half];
+					for (int l = 16 * half; l < 16 * half + 16; l++) {
+						int q = (((ql[l] >> lshift) & 15) | ((qh[l] >> hshift) & 3) << 4) - 32;
+						*y++ = dl * (float)q;
+					}
+				}
 			}
 		}
 	}
 }
 
 static void
-deq_q8_k(const uint8_t *x, float *y, int64_t nb)
+deq_q8_k(const uint8_t *restrict x, float *restrict y, int64_t nb)
 {
 	for (int64_t b = 0; b < nb; b++, x += 292, y += 256) {
 		float d;
