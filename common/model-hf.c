@@ -447,7 +447,9 @@ map_name(const struct model *m, const char *hf, char *out, size_t cap, int *xfor
 	char pname[16];
 	int k = 0;
 	if (sscanf(rest, "mlp.experts.%d.%15[a-z]_proj.weight%n", &ie, pname, &k) == 2 &&
-	    rest[k] == 0) {
+	    k > 0 && rest[k] == 0) {
+		if (ie < 0)
+			return -1;
 		static const char *projs[] = { "gate", "up", "down" };
 		for (int p = 0; p < 3; p++)
 			if (!strcmp(pname, projs[p])) {

@@ -658,6 +658,12 @@ test_errors(void)
 	struct st_wtensor extra = { "model.rotary_emb.inv_freq", AD_TYPE_F32, 1, { 3 }, junk };
 	CHECK(load_variant("type-only", "architectures", NULL, NULL, &extra, err) == 0, "%s", err);
 
+	// expert tensors in a dense model are refused; a negative index is no expert
+	struct st_wtensor exp = { "model.layers.0.mlp.experts.0.up_proj.weight", AD_TYPE_F32, 1, { 3 }, junk };
+	expect_fail("dense-expert", NULL, NULL, NULL, &exp, "experts.0.up_proj");
+	exp.name = "model.layers.0.mlp.experts.-1.up_proj.weight";
+	CHECK(load_variant("neg-expert", NULL, NULL, NULL, &exp, err) == 0, "%s", err);
+
 	// llama3 RoPE scaling becomes rope_freqs
 	char e2[AD_ERRLEN];
 	CHECK(load_variant("llama3", "rope_scaling",
