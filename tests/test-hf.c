@@ -703,6 +703,49 @@ test_llama3_freqs(void)
 	model_free(&g);
 }
 
+// mistral and smollm3 have no fixture: the llama fixture under their names,
+// with a window and a no-RoPE period that do not bite in 24 positions and 3
+// layers, must give llama's logits
+static void
+test_llama_family(void)
+{
+	static const char *archs[][3] = {
+		{ "MistralForCausalLM", "mistral", "{\"sliding_window\": 4096}" },
+		{ "SmolLM3ForCausalLM", "smollm3", "{\"no_rope_layers\": [1, 1, 1], \"no_rope_layer_interval\": 4}" },
+	};
+	char path[512], dir[512], err[AD_ERRLEN];
+	struct model g, h;
+	snprintf(path, sizeof path, "%s/models/llama.gguf", T_DATA);
+	REQUIRE(model_load_gguf(&g, path, err) == 0, "%s", err);
+	struct hf_out o = { 0 };
+	REQUIRE(to_hf(&g, &o, NULL) == 0);
+	for (int k = 0; k < 2; k++) {
+		cJSON *cfg = make_config(&g);
+		cJSON_ReplaceItemInObject(cfg, "architectures", cJSON_Parse("[]"));
+		cJSON_AddItemToArray(cJSON_GetObjectItem(cfg, "architectures"), cJSON_CreateString(archs[k][0]));
+		cJSON_ReplaceItemInObject(cfg, "model_type", cJSON_CreateString(archs[k][1]));
+		cJSON *extra = cJSON_Parse(archs[k][2]), *e;
+		cJSON_ArrayForEach(e, extra)
+			cJSON_AddItemToObject(cfg, e->string, cJSON_Duplicate(e, 1));
+		cJSON_Delete(extra);
+		snprintf(dir, sizeof dir, "%s/%s", t_tmpdir(), archs[k][1]);
+		REQUIRE(write_hf(dir, cfg, &o, 1, 0) == 0);
+		cJSON_Delete(cfg);
+		// through model_load: a path not ending in .gguf is an HF directory
+		REQUIRE(model_load(&h, dir, err) == 0, "%s", err);
+		CHECK(!strcmp(h.arch_name, archs[k][1]), "%s", h.arch_name);
+		if (k == 0)
+			CHECK(h.hp.sliding_window == 4096 && h.layers[1].sliding);
+		else
+			CHECK(h.hp.n_no_rope_step == 4 && h.layers[2].use_rope);
+		compare_weights("llama", &g, &h);
+		compare_logits("llama", &g, &h);
+		model_free(&h);
+	}
+	free_out(&o);
+	model_free(&g);
+}
+
 // gemma3 as the multimodal checkpoint stores it: the text model's keys in
 // text_config, its tensors under model.language_model., a vision tower beside
 static void
@@ -748,6 +791,7 @@ int
 main(void)
 {
 	T_RUN(test_round_trips);
+	T_RUN(test_llama_family);
 	T_RUN(test_gemma3_multimodal);
 	T_RUN(test_errors);
 	T_RUN(test_llama3_freqs);
