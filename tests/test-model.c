@@ -464,6 +464,33 @@ test_cmd_cpu(void)
 	free(out);
 }
 
+// --prompt goes through the model's tokenizer when the build has one
+static void
+test_cmd_prompt(void)
+{
+	int rc = RUN(cmd_cpu, "cpu", "--model", MODELS "/stories260K.gguf", "--prompt", "Once upon a time",
+	             "--max-tokens", "3", "--json");
+#ifdef AD_HAVE_TOKENIZER
+	CHECK(rc == 0);
+	size_t n;
+	char *out = t_read_file(tmp("out.txt"), &n);
+	REQUIRE(out);
+	cJSON *j = cJSON_Parse(out);
+	free(out);
+	REQUIRE(j);
+	const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt_ids");
+	const int want[5] = {1, 403, 407, 261, 378};
+	CHECK(cJSON_GetArraySize(p) == 5);
+	for (int i = 0; i < 5 && i < cJSON_GetArraySize(p); i++)
+		CHECK(cJSON_GetArrayItem(p, i)->valueint == want[i]);
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "text");
+	CHECK(cJSON_IsString(t) && !strcmp(t->valuestring, ", there was"), "%s", cJSON_IsString(t) ? t->valuestring : "");
+	cJSON_Delete(j);
+#else
+	CHECK(rc == 2, "--prompt without a tokenizer must be a usage error");
+#endif
+}
+
 static void
 test_cmd_info(void)
 {
@@ -496,6 +523,7 @@ main(void)
 	T_RUN(test_rope_override);
 	T_RUN(test_cmd_usage);
 	T_RUN(test_cmd_cpu);
+	T_RUN(test_cmd_prompt);
 	T_RUN(test_cmd_info);
 	return t_done();
 }
