@@ -608,6 +608,50 @@ grow(void *pv, size_t *cap, size_t need, size_t size)
 	return 0;
 }
 
+// Short pieces (most of them) skip the heap: an array of symbols and the
+// rank of each adjacent pair, scanned for the lowest (leftmost on ties),
+// which merges the same pairs in the same order as the heap does.
+#define BPE_SMALL 32
+
+static int
+encode_small(const struct tokenizer *t, const struct bpe_priv *p, const unsigned char *b, size_t n,
+             struct tok_ids *out, char *err)
+{
+	int32_t id[BPE_SMALL], rank[BPE_SMALL], merged[BPE_SMALL];
+	size_t m = n;
+	for (size_t i = 0; i < n; i++)
+		id[i] = p->byte_id[b[i]];
+	for (size_t i = 0; i + 1 < m; i++) {
+		const struct tok_merge *mg = tok_pairmap_get(&t->merges, id[i], id[i + 1]);
+		rank[i] = mg ? mg->rank : INT32_MAX;
+		merged[i] = mg ? mg->id : -1;
+	}
+	while (m > 1) {
+		size_t best = 0;
+		for (size_t i = 1; i + 1 < m; i++)
+			if (rank[i] < rank[best])
+				best = i;
+		if (rank[best] == INT32_MAX)
+			break;
+		id[best] = merged[best];
+		m--;
+		for (size_t i = best + 1; i < m; i++)
+			id[i] = id[i + 1];
+		for (size_t i = best + 1; i + 1 < m; i++)
+			rank[i] = rank[i + 1], merged[i] = merged[i + 1];
+		// the pairs on either side of the new symbol
+		for (size_t i = best ? best - 1 : 0; i <= best && i + 1 < m; i++) {
+			const struct tok_merge *mg = tok_pairmap_get(&t->merges, id[i], id[i + 1]);
+			rank[i] = mg ? mg->rank : INT32_MAX;
+			merged[i] = mg ? mg->id : -1;
+		}
+	}
+	for (size_t i = 0; i < m; i++)
+		if (id[i] >= 0 && tok_ids_push(out, id[i], err))
+			return -1;
+	return 0;
+}
+
 static int
 encode_piece(const struct tokenizer *t, const struct bpe_priv *p, struct scratch *s, const unsigned char *b,
              size_t n, struct tok_ids *out, char *err)
@@ -622,6 +666,8 @@ encode_piece(const struct tokenizer *t, const struct bpe_priv *p, struct scratch
 		if (id >= 0)
 			return tok_ids_push(out, id, err);
 	}
+	if (n <= BPE_SMALL)
+		return encode_small(t, p, b, n, out, err);
 	if (n > INT32_MAX)
 		return ad_err(err, "bpe: piece of %zu bytes", n);
 	// each merge retires one symbol and queues at most two pairs

@@ -10,7 +10,8 @@
 #   - canonical decompositions, one level (1 or 2 code points), Hangul excluded
 #     (it is algorithmic);
 #   - canonical compositions (pairs that NFC recombines), i.e. two-code-point
-#     decompositions minus composition exclusions, singletons and non-starters.
+#     decompositions minus composition exclusions, singletons and non-starters,
+#     and the list of their second code points (for the NFC quick check).
 # White_Space is not exposed by unicodedata, so its (short, stable) list from
 # PropList.txt is written out below.
 import sys
@@ -132,7 +133,13 @@ def main():
     w("const uint32_t unicode_comp[][3] = {\n")
     for a, b, c in comp:
         w("\t{0x%06X, 0x%06X, 0x%06X},\n" % (a, b, c))
-    w("};\nconst int unicode_n_comp = %d;\n" % len(comp))
+    w("};\nconst int unicode_n_comp = %d;\n\n" % len(comp))
+    seconds = sorted(set(b for a, b, c in comp))
+    w("// every code point that is the second of a composition pair, sorted\n")
+    w("const uint32_t unicode_comp_second[] = {\n")
+    for b in seconds:
+        w("\t0x%06X,\n" % b)
+    w("};\nconst int unicode_n_comp_second = %d;\n" % len(seconds))
 
 if __name__ == '__main__':
     main()

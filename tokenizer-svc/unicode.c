@@ -235,89 +235,157 @@ ccc_of(uint32_t cp)
 	return cp & RAW_BYTE ? 0 : unicode_ccc(cp);
 }
 
-char *
-unicode_nfc(const char *s, size_t n, size_t *out_n)
+// nfc_stable: cp is a starter that NFC leaves alone and that never combines
+// with what precedes it, so the text can be cut in front of it
+static int
+nfc_stable(uint32_t cp)
 {
-	// quick check: below U+0300 nothing decomposes into or composes with
-	// anything that NFC would change
-	size_t i = 0;
-	while (i < n) {
-		uint32_t cp;
-		int bad = 0;
-		int len = unicode_decode(s + i, n - i, &cp, &bad);
-		if (!bad && cp >= 0x300)
-			break;
-		i += (size_t)len;
+	if (cp < 0x300)
+		return 1;
+	if ((cp >= 0x1100 && cp < 0x1200) || (cp >= H_SBASE && cp < H_SBASE + H_SCOUNT))
+		return 0; // Hangul
+	if (unicode_ccc(cp) || decomp_of(cp))
+		return 0;
+	int lo = 0, hi = unicode_n_comp_second - 1;
+	while (lo <= hi) {
+		int mid = (lo + hi) / 2;
+		if (unicode_comp_second[mid] == cp)
+			return 0;
+		if (unicode_comp_second[mid] < cp)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
 	}
-	if (i == n) {
-		char *out = malloc(n + 1);
-		if (!out)
-			return NULL;
-		memcpy(out, s, n);
-		out[n] = 0;
-		*out_n = n;
-		return out;
-	}
+	return 1;
+}
 
-	struct cpbuf b = {0};
-	for (i = 0; i < n;) {
+struct outbuf {
+	char *p;
+	size_t n, cap;
+};
+
+static int
+out_reserve(struct outbuf *o, size_t more)
+{
+	if (o->n + more <= o->cap)
+		return 0;
+	size_t cap = o->cap ? o->cap : 64;
+	while (cap < o->n + more)
+		cap *= 2;
+	char *p = realloc(o->p, cap);
+	if (!p)
+		return -1;
+	o->p = p, o->cap = cap;
+	return 0;
+}
+
+// nfc_segment appends NFC of s[0..n) to o (the full algorithm: decompose,
+// order, compose)
+static int
+nfc_segment(const char *s, size_t n, struct cpbuf *b, struct outbuf *o)
+{
+	b->n = 0;
+	for (size_t i = 0; i < n;) {
 		uint32_t cp;
 		int bad = 0;
 		int len = unicode_decode(s + i, n - i, &cp, &bad);
 		if (bad)
 			cp = RAW_BYTE | (unsigned char)s[i];
-		if (decompose(&b, cp))
-			goto oom;
+		if (decompose(b, cp))
+			return -1;
 		i += (size_t)len;
 	}
 	// canonical order: stable sort of each run of non-starters by class
-	for (size_t k = 1; k < b.n; k++) {
-		int c = ccc_of(b.v[k]);
+	for (size_t k = 1; k < b->n; k++) {
+		int c = ccc_of(b->v[k]);
 		if (!c)
 			continue;
 		for (size_t j = k; j > 0; j--) {
-			int p = ccc_of(b.v[j - 1]);
+			int p = ccc_of(b->v[j - 1]);
 			if (p <= c)
 				break;
-			uint32_t t = b.v[j];
-			b.v[j] = b.v[j - 1], b.v[j - 1] = t;
+			uint32_t t = b->v[j];
+			b->v[j] = b->v[j - 1], b->v[j - 1] = t;
 		}
 	}
 	// canonical composition
-	size_t o = 0, starter = (size_t)-1;
+	size_t w = 0, starter = (size_t)-1;
 	int last_cc = 0;
-	for (size_t k = 0; k < b.n; k++) {
-		uint32_t cp = b.v[k];
+	for (size_t k = 0; k < b->n; k++) {
+		uint32_t cp = b->v[k];
 		int cc = ccc_of(cp);
-		if (starter != (size_t)-1 && !(cp & RAW_BYTE) && !(b.v[starter] & RAW_BYTE)) {
-			int blocked = o - 1 != starter && (last_cc == 0 || last_cc >= cc);
-			uint32_t c = blocked ? 0 : compose_pair(b.v[starter], cp);
+		if (starter != (size_t)-1 && !(cp & RAW_BYTE) && !(b->v[starter] & RAW_BYTE)) {
+			int blocked = w - 1 != starter && (last_cc == 0 || last_cc >= cc);
+			uint32_t c = blocked ? 0 : compose_pair(b->v[starter], cp);
 			if (c) {
-				b.v[starter] = c;
+				b->v[starter] = c;
 				continue;
 			}
 		}
 		if (cc == 0)
-			starter = o;
+			starter = w;
 		last_cc = cc;
-		b.v[o++] = cp;
+		b->v[w++] = cp;
 	}
-
-	char *out = malloc(4 * o + 1);
-	if (!out)
-		goto oom;
-	size_t m = 0;
-	for (size_t k = 0; k < o; k++) {
-		if (b.v[k] & RAW_BYTE)
-			out[m++] = (char)(b.v[k] & 0xFF);
+	if (out_reserve(o, 4 * w))
+		return -1;
+	for (size_t k = 0; k < w; k++) {
+		if (b->v[k] & RAW_BYTE)
+			o->p[o->n++] = (char)(b->v[k] & 0xFF);
 		else
-			m += (size_t)unicode_encode(b.v[k], out + m);
+			o->n += (size_t)unicode_encode(b->v[k], o->p + o->n);
 	}
-	out[m] = 0;
-	*out_n = m;
+	return 0;
+}
+
+// Stable code points cut the text into segments; only a segment holding
+// something else goes through the full algorithm, from the stable code
+// point before it (which may compose with what follows) to the next one.
+char *
+unicode_nfc(const char *s, size_t n, size_t *out_n)
+{
+	struct outbuf o = {0};
+	struct cpbuf b = {0};
+	size_t copied = 0, prev = 0; // prev: start of the last stable code point
+	if (out_reserve(&o, n + 1))
+		goto oom;
+	for (size_t i = 0; i < n;) {
+		uint32_t cp;
+		int bad = 0;
+		int len = unicode_decode(s + i, n - i, &cp, &bad);
+		if (bad || nfc_stable(cp)) {
+			prev = i;
+			i += (size_t)len;
+			continue;
+		}
+		// unstable: the segment runs from prev to the next stable code point
+		size_t start = prev >= copied && prev < i ? prev : i, end = i + (size_t)len;
+		while (end < n) {
+			len = unicode_decode(s + end, n - end, &cp, &bad);
+			if (bad || nfc_stable(cp))
+				break;
+			end += (size_t)len;
+		}
+		if (out_reserve(&o, start - copied))
+			goto oom;
+		memcpy(o.p + o.n, s + copied, start - copied);
+		o.n += start - copied;
+		if (nfc_segment(s + start, end - start, &b, &o))
+			goto oom;
+		copied = end;
+		prev = end; // not yet seen; set again once the loop reads it
+		i = end;
+	}
+	if (out_reserve(&o, n - copied + 1))
+		goto oom;
+	memcpy(o.p + o.n, s + copied, n - copied);
+	o.n += n - copied;
+	o.p[o.n] = 0;
+	*out_n = o.n;
 	free(b.v);
-	return out;
+	return o.p;
 oom:
 	free(b.v);
+	free(o.p);
 	return NULL;
 }
