@@ -357,6 +357,17 @@ test_tiny(void)
 	REQUIRE(t, "%s", err);
 	CHECK(encodes_to(t, "12", (int32_t[]){0, 1}, 2));
 	tok_free(t);
+
+	// GPT-2 style add_prefix_space: a fragment not starting with a space gets one
+	t = load_json_text("tiny5",
+		"{\"added_tokens\":[],\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"ByteLevel\","
+		"\"add_prefix_space\":true,\"use_regex\":true},\"model\":{\"type\":\"BPE\",\"vocab\":{\"\\u0120\":0,"
+		"\"a\":1,\"\\u0120a\":2},\"merges\":[\"\\u0120 a\"]}}", err);
+	REQUIRE(t, "%s", err);
+	CHECK(encodes_to(t, "a", (int32_t[]){2}, 1));
+	CHECK(encodes_to(t, " a", (int32_t[]){2}, 1));
+	CHECK(encodes_to(t, "a a", (int32_t[]){2, 2}, 2));
+	tok_free(t);
 }
 
 static void
@@ -380,6 +391,12 @@ test_refusals(void)
 		"{\"pre_tokenizer\":{\"type\":\"Metaspace\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
 		err);
 	CHECK(!t && strstr(err, "Metaspace"), "%s", err);
+	tok_free(t);
+	t = load_json_text("bad8",
+		"{\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Digits\"},"
+		"{\"type\":\"ByteLevel\",\"add_prefix_space\":true}]},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},"
+		"\"merges\":[]}}", err);
+	CHECK(!t && strstr(err, "add_prefix_space"), "%s", err);
 	tok_free(t);
 	t = load_json_text("bad5", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"ab\"]}}", err);
 	CHECK(!t && strstr(err, "merge"), "%s", err);

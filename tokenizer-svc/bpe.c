@@ -294,7 +294,13 @@ load_pre(struct bpe_priv *p, const cJSON *n, char *err)
 	if (!strcmp(type, "ByteLevel")) {
 		// the byte mapping itself always happens; use_regex adds GPT-2's split
 		const cJSON *ur = cJSON_GetObjectItemCaseSensitive(n, "use_regex");
-		p->add_prefix_space |= jtrue(n, "add_prefix_space");
+		if (jtrue(n, "add_prefix_space")) {
+			// after a Split it would prefix every piece; only the
+			// whole-fragment form is implemented
+			if (p->pre.n)
+				return ad_err(err, "ByteLevel add_prefix_space after another pre_tokenizer is not supported");
+			p->add_prefix_space = 1;
+		}
 		if (!ur || cJSON_IsTrue(ur))
 			return pretok_add(&p->pre, PRETOK_GPT2, err);
 		return 0;
