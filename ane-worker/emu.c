@@ -1177,8 +1177,7 @@ static const struct {
 };
 
 static int
-do_op(struct compiler *c, struct var *y, const char *op, int opline, struct arg *args,
-      int nargs)
+do_op(struct compiler *c, struct var *y, const char *op, struct arg *args, int nargs)
 {
 	struct parser *ps = &c->ps;
 	int line = y->line;
@@ -1285,7 +1284,6 @@ do_op(struct compiler *c, struct var *y, const char *op, int opline, struct arg 
 		s.y = y->buf;
 		return add_step(c, &s);
 	}
-	(void)opline;
 	return perr(ps, line, "op '%s' ('%s') is not supported: the accepted set is const, conv, add, mul, sigmoid",
 	            op, y->name);
 }
@@ -1332,7 +1330,7 @@ parse_stmt(struct compiler *c)
 	}
 	if (nattrs != 1)
 		return perr(ps, line, "op '%s': the only attribute allowed is name", name);
-	return do_op(c, v, op, opline, args, nargs);
+	return do_op(c, v, op, args, nargs);
 }
 
 static int
@@ -1340,7 +1338,6 @@ parse_program(struct compiler *c)
 {
 	struct parser *ps = &c->ps;
 	struct emu_kernel *k = c->k;
-	long long ver;
 	if (expect_word(ps, "program") || expect_punct(ps, '('))
 		return -1;
 	struct tok *vt = next(ps);
@@ -1348,9 +1345,11 @@ parse_program(struct compiler *c)
 		return perr(ps, vt->line, "program version must be 1.3");
 	if (expect_punct(ps, ')'))
 		return -1;
-	// [buildInfo = dict<...>(...)]: skipped, balanced
-	if (!is_punct(peek(ps), '['))
-		return perr(ps, peek(ps)->line, "expected the [buildInfo = ...] line");
+	// the buildInfo line: exactly the one the generator writes (the only
+	// one known to be accepted), then skipped as a balanced group
+	struct tok *bt = peek(ps);
+	if (!is_punct(bt, '[') || strncmp(bt->s, ane_mil_build_info, strlen(ane_mil_build_info)))
+		return perr(ps, bt->line, "line 2 is not the expected [buildInfo = ...] line");
 	int depth = 0;
 	do {
 		struct tok *t = next(ps);
@@ -1365,7 +1364,6 @@ parse_program(struct compiler *c)
 	    expect_punct(ps, '<') || expect_word(ps, "ios18") || expect_punct(ps, '>') ||
 	    expect_punct(ps, '('))
 		return -1;
-	(void)ver;
 	// inputs
 	for (;;) {
 		struct type t;
@@ -1532,20 +1530,17 @@ emu_compile(struct emu *e, const char *mil, const struct emu_file *files, int nf
 			goto fail;
 		}
 	}
-	const struct ane_layout *ls[64];
 	for (int dir = 0; dir < 2; dir++) {
 		struct io *io = dir ? k->out : k->in;
 		int n = dir ? k->nout : k->nin;
+		size_t cap = ANE_MIN_SURFACE;
 		for (int i = 0; i < n; i++) {
 			if (ane_layout_init(&io[i].layout, k->bufs[io[i].buf].channels, 1, k->width, 2,
 			                    err) < 0)
 				goto fail;
-			if (i < 64)
-				ls[i] = &io[i].layout;
+			if (io[i].layout.nbytes > cap)
+				cap = io[i].layout.nbytes;
 		}
-		size_t cap = ane_surface_capacity(ls, n < 64 ? n : 64);
-		for (int i = 64; i < n; i++)
-			cap = io[i].layout.nbytes > cap ? io[i].layout.nbytes : cap;
 		if (dir)
 			k->out_cap = cap;
 		else

@@ -46,7 +46,8 @@ struct emu_opts {
 };
 
 // a weight file the program names as @model_path/weights/<name>: read from
-// path, or, if data is set, taken from memory (len bytes, copied on compile)
+// path, or, if data is set, from memory (len bytes). Either is read only
+// during emu_compile; the kernel keeps its own repacked copy.
 struct emu_file {
 	const char *name;
 	const char *path;

@@ -8,13 +8,10 @@
 #include "blob.h"
 #include "err.h"
 
-static const char mil_head[] =
-	"program(1.3)\n"
+const char ane_mil_build_info[] =
 	"[buildInfo = dict<string, string>({{\"coremlc-component-MIL\", \"3510.2.1\"}, "
 	"{\"coremlc-version\", \"3505.4.1\"}, {\"coremltools-component-milinternal\", \"\"}, "
-	"{\"coremltools-version\", \"9.0\"}})]\n"
-	"{\n"
-	"    func main<ios18>(";
+	"{\"coremltools-version\", \"9.0\"}})]";
 
 // conv parameters must be named consts, never inline literals
 static const char mil_consts[] =
@@ -95,7 +92,7 @@ void
 ane_mil_init(struct ane_mil *m)
 {
 	memset(m, 0, sizeof *m);
-	emit(m, "%s", mil_head);
+	emit(m, "program(1.3)\n%s\n{\n    func main<ios18>(", ane_mil_build_info);
 }
 
 void

@@ -32,6 +32,9 @@
 #define ANE_MIL_WEIGHT_FILE "w.bin"
 #define ANE_MIL_WEIGHT_PATH "@model_path/weights/" ANE_MIL_WEIGHT_FILE
 
+// line 2 of every program (no newline)
+extern const char ane_mil_build_info[];
+
 // the ANE rejects programs with more weight constants than this
 #define ANE_MIL_MAX_BLOBFILES 16
 

@@ -681,8 +681,14 @@ test_rule_shapes(void)
 	s = edit(base, "program(1.3)", "program(1.4)");
 	expect_fail(s, small_blob(), "mil line 1: program version must be 1.3");
 	free(s);
-	expect_fail("program(1.3)\n[buildInfo = x]\n{\n    func main<ios18>(tensor<fp16, [1, 8, 1, 1]> i0) {\n", small_blob(),
-	            "unexpected end of program");
+	{
+		char *cut = strndup(base, (size_t)(strstr(base, "        string c_pad_type") - base));
+		expect_fail(cut, small_blob(), "unexpected end of program");
+		free(cut);
+	}
+	s = edit(base, "\"9.0\"", "\"9.1\"");
+	expect_fail(s, small_blob(), "line 2 is not the expected");
+	free(s);
 	free(base);
 }
 
@@ -746,6 +752,60 @@ test_rule_slots(void)
 	}
 }
 
+// every prefix of a valid program, and single-byte corruptions of it, are
+// refused with a message (never a crash: run under the sanitizers)
+static void
+test_rule_mangled(void)
+{
+	char err[AD_ERRLEN];
+	char *mil = ane_mil_ffn(4, 6, 32, err);
+	float w[24];
+	for (int i = 0; i < 24; i++)
+		w[i] = 0.125f * i;
+	const char *blob = tmp_path("mangle.bin");
+	struct ane_wsrc ws = {w, AD_TYPE_F32, 24};
+	REQUIRE(ane_blob_write_ffn(blob, &ws, &ws, &ws, err) == 0);
+	size_t n = strlen(mil);
+	char *buf = malloc(n + 1);
+	int refused = 0, silent = 0;
+	for (size_t len = 0; len < n; len++) {
+		memcpy(buf, mil, len);
+		buf[len] = 0;
+		err[0] = 0;
+		struct emu_kernel *k = compile(buf, blob, err);
+		// dropping only the final newline leaves a valid program
+		if (k && len == n - 1) {
+			emu_kernel_free(k);
+			continue;
+		}
+		refused += !k;
+		silent += !k && !err[0];
+		emu_kernel_free(k);
+	}
+	CHECK(refused == (int)n - 1, "%d of %zu prefixes refused", refused, n - 1);
+	CHECK(silent == 0, "%d refusals without a message", silent);
+	static const char junk[] = {'(', ')', '[', ']', '<', '>', ',', '=', ';', '"', '9', 'x', ' ', 0x7f};
+	int compiled = 0;
+	for (size_t i = 0; i < n; i += 3) {
+		memcpy(buf, mil, n + 1);
+		buf[i] = junk[i % sizeof junk];
+		err[0] = 0;
+		struct emu_kernel *k = compile(buf, blob, err);
+		compiled += k != NULL;
+		silent += !k && !err[0];
+		emu_kernel_free(k);
+	}
+	CHECK(silent == 0, "%d refusals without a message", silent);
+	fprintf(stderr, "  %d of %zu corruptions still compile (whitespace, name edits)\n", compiled,
+	        (n + 2) / 3);
+	// a weight file that cannot be opened
+	struct emu_file f = {.name = "w.bin", .path = "/nonexistent/w.bin"};
+	CHECK(!emu_compile(E, mil, &f, 1, err));
+	CHECK(strstr(err, "/nonexistent/w.bin"), "%s", err);
+	free(buf);
+	free(mil);
+}
+
 int
 main(void)
 {
@@ -768,6 +828,7 @@ main(void)
 	T_RUN(test_rule_offsets);
 	T_RUN(test_rule_shapes);
 	T_RUN(test_rule_slots);
+	T_RUN(test_rule_mangled);
 	emu_close(E);
 	return t_done();
 }
