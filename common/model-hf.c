@@ -172,7 +172,7 @@ read_json(const char *path, char *err)
 }
 
 // the period of a per-layer flag list: the first index where it is set, + 1,
-// checked to repeat over the whole list; 0 when never set
+// checked to repeat over the whole list; *out is left alone when never set
 static int
 flag_period(const cJSON *list, const char *key, const char *set_value, int set_bool,
             int64_t *out, char *err)
@@ -189,7 +189,8 @@ flag_period(const cJSON *list, const char *key, const char *set_value, int set_b
 			return ad_err(err, "config.json: \"%s\" does not follow a fixed period, "
 			              "which is not supported", key);
 	}
-	*out = first < 0 ? 0 : first + 1;
+	if (first >= 0)
+		*out = first + 1;
 	return 0;
 }
 

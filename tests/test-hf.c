@@ -742,6 +742,14 @@ test_llama_family(void)
 		compare_logits("llama", &g, &h);
 		model_free(&h);
 	}
+	// a no-RoPE pattern that is not periodic is refused
+	cJSON *cfg = make_config(&g);
+	cJSON_ReplaceItemInObject(cfg, "architectures", cJSON_Parse("[\"SmolLM3ForCausalLM\"]"));
+	cJSON_AddItemToObject(cfg, "no_rope_layers", cJSON_Parse("[0, 1, 0]"));
+	snprintf(dir, sizeof dir, "%s/smollm3-bad", t_tmpdir());
+	REQUIRE(write_hf(dir, cfg, &o, 1, 0) == 0);
+	cJSON_Delete(cfg);
+	CHECK(model_load(&h, dir, err) == -1 && strstr(err, "no_rope_layers"), "%s", err);
 	free_out(&o);
 	model_free(&g);
 }
