@@ -166,9 +166,14 @@ bind(struct model *m, struct model_tensor *slot, int required, const char *name,
 			return ad_err(err, "tensor %s has type %s, which is not supported", name, tn);
 		return ad_err(err, "tensor %s has unknown type id %u", name, t->type);
 	}
-	if (t->ne[0] % ad_type_block_size(t->type) != 0)
+	size_t row;
+	if (ad_type_row_bytes(t->type, t->ne[0], &row))
 		return ad_err(err, "tensor %s: row length %lld is not a multiple of the %s block size",
 		              name, (long long)t->ne[0], ad_type_name(t->type));
+	size_t need = row * (size_t)(t->ne[1] * t->ne[2] * t->ne[3]);
+	if (t->nbytes != need || !t->data)
+		return ad_err(err, "tensor %s holds %zu bytes, its type and shape need %zu", name, t->nbytes, need);
+	m->tensors[t - m->tensors].used = 1;
 	*slot = *t;
 	return 0;
 }
@@ -370,6 +375,9 @@ model_finish(struct model *m, char *err)
 		if (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert)
 			return ad_err(err, "expert counts %lld used of %lld invalid",
 			              (long long)hp->n_expert_used, (long long)hp->n_expert);
+		if (hp->n_expert_used > 64)
+			return ad_err(err, "%lld experts per token; at most 64 are supported",
+			              (long long)hp->n_expert_used);
 		const struct model_tensor *t = model_find_tensor(m, "blk.0.ffn_gate_exps.weight");
 		if (hp->n_ff_exp <= 0 && t)
 			hp->n_ff_exp = t->ne[1];
@@ -402,9 +410,19 @@ model_finish(struct model *m, char *err)
 		if (bind_layer(m, il, err))
 			return -1;
 
+	// a tensor nobody reads may be a feature this table does not know
+	// (rope_factors_long, a bias): say so rather than stay silent
+	int64_t unused = 0;
+	const char *first = NULL;
 	m->n_params = 0;
-	for (int64_t i = 0; i < m->n_tensors; i++)
+	for (int64_t i = 0; i < m->n_tensors; i++) {
 		m->n_params += model_tensor_nelem(&m->tensors[i]);
+		if (!m->tensors[i].used && !unused++)
+			first = m->tensors[i].name;
+	}
+	if (unused)
+		ad_warn("%s: %lld tensor%s not used by %s (first: %s)", m->name[0] ? m->name : m->path,
+		        (long long)unused, unused > 1 ? "s are" : " is", model_arch_name(a), first);
 	return 0;
 }
 

@@ -56,6 +56,7 @@ struct model_tensor {
 	int64_t ne[4];     // ne[0] fastest; unused dims are 1
 	const void *data;
 	size_t nbytes;
+	int used;          // bound to a slot by model_finish
 };
 
 struct model_hparams {

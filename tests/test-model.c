@@ -262,6 +262,42 @@ test_unknown_arch_with_llama_tensors(void)
 	model_free(&m);
 }
 
+// the loader API that other formats use: model_init, model_add_tensor,
+// model_finish; a tensor whose byte count does not fit its shape is refused
+static void
+test_loader_api(void)
+{
+	char err[AD_ERRLEN] = "";
+	struct model src, m;
+	REQUIRE(model_load(&src, MODELS "/llama.gguf", err) == 0, "%s", err);
+	for (int bad = 0; bad < 2; bad++) {
+		model_init(&m);
+		m.arch = (enum model_arch)model_arch_from_name("llama");
+		m.hp = src.hp;
+		m.hp.rope = MODEL_ROPE_NEOX; // as an HF loader would
+		int rc = 0;
+		for (int64_t i = 0; i < src.n_tensors && !rc; i++) {
+			const struct model_tensor *t = &src.tensors[i];
+			size_t nb = t->nbytes - (bad && !strcmp(t->name, "blk.1.ffn_up.weight") ? 4 : 0);
+			rc = model_add_tensor(&m, t->name, t->type, t->n_dims, t->ne, t->data, nb, err);
+		}
+		CHECK(rc == 0, "%s", err);
+		CHECK(model_add_tensor(&m, "output.weight", 0, 1, src.output.ne, NULL, 0, err) == -1 &&
+		      strstr(err, "twice"), "%s", err);
+		rc = model_finish(&m, err);
+		if (!bad) {
+			CHECK(rc == 0, "%s", err);
+			CHECK(m.hp.rope == MODEL_ROPE_NEOX && m.layers[2].wq.data == src.layers[2].wq.data);
+			CHECK(model_find_tensor(&m, "blk.0.attn_q.weight") && !model_find_tensor(&m, "blk.9.attn_q.weight"));
+		} else {
+			CHECK(rc == -1 && strstr(err, "blk.1.ffn_up.weight") && strstr(err, "bytes"), "%s", err);
+		}
+		model_free(&m);
+	}
+	CHECK(model_arch_from_name("gemma3") == MODEL_ARCH_GEMMA3 && model_arch_from_name("gpt2") == -1);
+	model_free(&src);
+}
+
 // --- per-architecture switches in the engine -----------------------------------
 
 static float *
@@ -519,6 +555,7 @@ main(void)
 	T_RUN(test_fixture_hparams);
 	T_RUN(test_errors);
 	T_RUN(test_unknown_arch_with_llama_tensors);
+	T_RUN(test_loader_api);
 	T_RUN(test_sliding_window_and_nope);
 	T_RUN(test_rope_override);
 	T_RUN(test_cmd_usage);
