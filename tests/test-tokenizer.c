@@ -6,6 +6,7 @@
 
 #include "gguf.h"
 #include "t.h"
+#include "tokenizer-impl.h"
 #include "tokenizer.h"
 #include "unicode.h"
 
@@ -590,6 +591,37 @@ test_random(void)
 	}
 }
 
+// SentencePiece merges word by word when no piece spans a word start; the
+// ids must be those of merging the whole text at once
+static void
+test_spm_word_split(void)
+{
+	const char *paths[] = {T_DATA "/stories260K/stories260K.gguf", T_DATA "/tokenizer/ggml-vocab-llama-spm.gguf"};
+	for (int v = 0; v < 2; v++) {
+		struct tokenizer *t = load(paths[v]);
+		REQUIRE(t);
+		CHECK(t->spm_word_split, "%s", paths[v]);
+		size_t cap = 200000, n = 0;
+		char *buf = malloc(cap + 8);
+		while (n < cap) {
+			uint32_t cp = random_cp();
+			if (rnd() % 4 == 0)
+				cp = ' ';
+			n += put_utf8(buf + n, cp);
+		}
+		int32_t *a, *b;
+		size_t na, nb;
+		REQUIRE(encode(t, buf, n, 0, 0, &a, &na) == 0);
+		t->spm_word_split = 0;
+		REQUIRE(encode(t, buf, n, 0, 0, &b, &nb) == 0);
+		CHECK(same_ids(a, na, b, nb), "%s: %zu vs %zu ids", paths[v], na, nb);
+		free(a);
+		free(b);
+		free(buf);
+		tok_free(t);
+	}
+}
+
 static void
 test_stream_holdback(void)
 {
@@ -833,6 +865,7 @@ main(void)
 	T_RUN(test_llama_bpe_vectors);
 	T_RUN(test_hf_specials);
 	T_RUN(test_random);
+	T_RUN(test_spm_word_split);
 	T_RUN(test_stream_holdback);
 	T_RUN(test_load_errors);
 	T_RUN(test_chat);

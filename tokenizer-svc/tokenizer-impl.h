@@ -105,6 +105,7 @@ struct tokenizer {
 	int add_bos, add_eos;   // the model's defaults
 	int add_space_prefix;   // SPM: prepend a space (as ▁) to text after BOS / a special token
 	int escape_spaces;      // SPM: spaces become ▁ (always 1 for SPM)
+	int spm_word_split;     // SPM: no piece has ▁ after another character (words merge alone)
 
 	// byte-level BPE (filled by bpe.c)
 	enum tok_pre pre;

@@ -382,6 +382,8 @@ eog_add(struct tokenizer *t, int32_t id)
 	return 0;
 }
 
+static int is_sp(const char *p);
+
 static int
 is_special_type(int type)
 {
@@ -467,6 +469,17 @@ tok_finish(struct tokenizer *t, char *err)
 			t->byte_tok[b] = id;
 		}
 		t->escape_spaces = 1;
+		// can a piece span a word start (a ▁ after something else)?
+		t->spm_word_split = 1;
+		for (int32_t id = 0; id < t->n_vocab && t->spm_word_split; id++) {
+			const char *p = t->strs + t->tok[id].off;
+			size_t n = t->tok[id].len, i = 0;
+			while (i + 3 <= n && is_sp(p + i))
+				i += 3;
+			for (; i + 3 <= n; i++)
+				if (is_sp(p + i))
+					t->spm_word_split = 0;
+		}
 	}
 
 	for (int32_t id = 0; id < t->n_vocab; id++)
@@ -1047,21 +1060,31 @@ spm_emit(const struct tokenizer *t, const char *s, uint32_t n, struct tok_ids *o
 	return 0;
 }
 
+struct spm_scratch {
+	struct spm_sym *sym;
+	size_t cap;
+	struct spm_heap h;
+};
+
 // spm_encode: text has spaces escaped already
 static int
-spm_encode(const struct tokenizer *t, const char *text, size_t len, struct tok_ids *out, char *err)
+spm_encode(const struct tokenizer *t, const char *text, size_t len, struct spm_scratch *sc, struct tok_ids *out,
+           char *err)
 {
 	if (len == 0)
 		return 0;
 	if (len > UINT32_MAX / 2)
 		return ad_err(err, "tokenizer: text of %zu bytes is too long", len);
-	struct spm_sym *sym = malloc(len * sizeof *sym);
-	struct spm_heap h = {0};
-	int rc = -1;
-	if (!sym) {
-		ad_err(err, "tokenizer: out of memory");
-		goto done;
+	if (len > sc->cap) {
+		free(sc->sym);
+		sc->sym = malloc(len * sizeof *sc->sym);
+		sc->cap = sc->sym ? len : 0;
+		if (!sc->sym)
+			return ad_err(err, "tokenizer: out of memory");
 	}
+	struct spm_sym *sym = sc->sym;
+	struct spm_heap *h = &sc->h;
+	h->n = 0;
 	// one symbol per UTF-8 character; a byte that does not start a complete
 	// sequence stands alone (llama.cpp would swallow the next bytes, which
 	// could split a ▁ and lose the space: for valid text both agree)
@@ -1081,10 +1104,10 @@ spm_encode(const struct tokenizer *t, const char *text, size_t len, struct tok_i
 	}
 	sym[ns - 1].next = -1;
 	for (int32_t i = 1; i < ns; i++)
-		if (spm_try_bigram(t, text, sym, i - 1, i, &h, err))
-			goto done;
-	while (h.n) {
-		struct spm_bigram b = heap_pop(&h);
+		if (spm_try_bigram(t, text, sym, i - 1, i, h, err))
+			return -1;
+	while (h->n) {
+		struct spm_bigram b = heap_pop(h);
 		struct spm_sym *l = &sym[b.left], *r = &sym[b.right];
 		if (l->n == 0 || r->n == 0 || l->n + r->n != b.size)
 			continue; // outdated
@@ -1093,18 +1116,20 @@ spm_encode(const struct tokenizer *t, const char *text, size_t len, struct tok_i
 		l->next = r->next;
 		if (r->next >= 0)
 			sym[r->next].prev = b.left;
-		if (spm_try_bigram(t, text, sym, l->prev, b.left, &h, err) ||
-		    spm_try_bigram(t, text, sym, b.left, sym[b.left].next, &h, err))
-			goto done;
+		if (spm_try_bigram(t, text, sym, l->prev, b.left, h, err) ||
+		    spm_try_bigram(t, text, sym, b.left, sym[b.left].next, h, err))
+			return -1;
 	}
 	for (int32_t i = 0; i != -1; i = sym[i].next)
 		if (spm_emit(t, text + sym[i].off, sym[i].n, out, err))
-			goto done;
-	rc = 0;
-done:
-	free(sym);
-	free(h.v);
-	return rc;
+			return -1;
+	return 0;
+}
+
+static int
+is_sp(const char *p)
+{
+	return p[0] == '\xe2' && p[1] == '\x96' && p[2] == '\x81';
 }
 
 static int
@@ -1132,7 +1157,22 @@ spm_fragment(const struct tokenizer *t, const char *text, size_t len, int prefix
 			buf[m++] = text[i];
 		}
 	}
-	int rc = spm_encode(t, buf, m, out, err);
+	// When no piece has a ▁ after a non-▁ character, no piece can span a
+	// word start, so each word is merged on its own: the same result as
+	// merging the whole text, with a small heap that stays in cache.
+	struct spm_scratch sc = {0};
+	int rc = 0;
+	size_t start = 0;
+	if (t->spm_word_split)
+		for (size_t i = 3; i + 3 <= m && !rc; i++)
+			if (is_sp(buf + i) && !is_sp(buf + i - 3) && i - start >= 64) {
+				rc = spm_encode(t, buf + start, i - start, &sc, out, err);
+				start = i;
+			}
+	if (!rc)
+		rc = spm_encode(t, buf + start, m - start, &sc, out, err);
+	free(sc.sym);
+	free(sc.h.v);
 	free(buf);
 	return rc;
 }
