@@ -3,10 +3,18 @@
 // One token at a time, everything in float32, written to be read: each
 // step of the block is a plain loop over rows. The matrices are stored the
 // way GGUF stores them (n_out rows of n_in values), so every projection is
-// a sequence of contiguous dot products the compiler can vectorise.
+// a sequence of contiguous dot products.
+//
+// Where fp32 leaves a choice, the choice is ggml's CPU backend's, so that
+// llama.cpp's fp32 logits are met to a few ulp: the summation order of dot
+// products (see dot), RMSNorm's mean rounded to float, RoPE angles as a
+// float running product, q pre-scaled on gemma, and GELU through an fp16
+// table. Softmax uses libm's expf where ggml has its own vector exp; that
+// is the main remaining difference.
 #include "ref.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,6 +127,7 @@ max64(int64_t a, int64_t b)
 }
 
 static void gelu_init(void);
+static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
 
 struct ref_engine *
 ref_new(const struct model *m, int max_seq, char *err)
@@ -135,7 +144,7 @@ ref_new(const struct model *m, int max_seq, char *err)
 	e->gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3;
 	e->embd_scale = e->gelu ? sqrtf((float)hp->n_embd) : 1.0f;
 	if (e->gelu)
-		gelu_init();
+		pthread_once(&gelu_once, gelu_init);
 	e->layers = calloc((size_t)hp->n_layer, sizeof *e->layers);
 	if (!e->layers) {
 		ad_err(err, "out of memory");
@@ -378,7 +387,7 @@ gelu_tanh(float x)
 
 // ggml's CPU backend evaluates GELU through a table indexed by the fp16 bits
 // of x and holding fp16 results; the fixtures were computed that way.
-// The table is filled by ref_new; refilling writes the same values.
+// The table is filled once, by the first ref_new of a GELU model.
 static float gelu_table[1 << 16];
 
 static void

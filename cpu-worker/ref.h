@@ -6,7 +6,9 @@
 // the engine only for the duration of ref_new (the engine keeps its own
 // copies). Activations, the KV cache and every dot product are fp32; no
 // threads. The one deliberate deviation from textbook fp32 is GELU, which
-// goes through the same fp16 table as ggml's CPU backend (see ref.c).
+// goes through the same fp16 table as ggml's CPU backend; where fp32 leaves
+// a choice (summation order, rounding of intermediate values) ref.c follows
+// ggml too, so llama.cpp's fp32 logits are met to about 1e-5.
 //
 // ref_forward feeds one token at position pos and writes n_vocab logits.
 // Positions must be fed in order: pos may be at most the number of positions
