@@ -195,6 +195,50 @@ unxz(const char *file, const char *sub)
 	return system(cmd) == 0 ? path : NULL;
 }
 
+// random bytes (valid UTF-8 in several scripts, invalid sequences, spaces
+// and digits) encode and decode back to themselves (to their NFC with nfc)
+static void
+random_round_trips(struct tokenizer *t, const char *name, int nfc)
+{
+	static const char *bits[] = {"a", "Z", " ", "  ", "\n", "\r\n", "\t", "7", "42", "'s", "'LL", ".", "!?",
+	                             "\xc3\xa9", "e\xcc\x81", "\xe4\xb8\xad", "\xf0\x9f\xa6\x99", "\xd0\xb6",
+	                             "\xd9\xa3", "\xe0\xa4\x95\xe0\xa4\xbf", "\xff", "\xc0\x80", "\xed\xa0\x80",
+	                             "\xe2\x82", "\x80", "\xc2\xa0", "\xe3\x80\x80", "<|im_end|>", "\x00"};
+	char err[AD_ERRLEN], buf[256];
+	unsigned seed = 7;
+	int bad = 0;
+	for (int it = 0; it < 3000; it++) {
+		size_t n = 0;
+		seed = seed * 1103515245u + 12345u;
+		int parts = (int)((seed >> 16) % 24);
+		for (int k = 0; k < parts; k++) {
+			seed = seed * 1103515245u + 12345u;
+			const char *b = bits[(seed >> 16) % (sizeof bits / sizeof bits[0])];
+			size_t l = *b ? strlen(b) : 1; // "\x00" is one NUL byte
+			memcpy(buf + n, b, l);
+			n += l;
+		}
+		int32_t *ids;
+		size_t n_ids, nb;
+		char *back;
+		if (tok_encode(t, buf, n, 0, 0, &ids, &n_ids, err)) {
+			bad++;
+			continue;
+		}
+		if (tok_decode(t, ids, n_ids, &back, &nb, err) == 0) {
+			size_t wn = n;
+			char *want = nfc ? unicode_nfc(buf, n, &wn) : NULL;
+			bad += !(nb == wn && !memcmp(back, want ? want : buf, nb));
+			free(want);
+			free(back);
+		} else {
+			bad++;
+		}
+		free(ids);
+	}
+	CHECK(bad == 0, "%s: %d of 3000 random strings do not round trip", name, bad);
+}
+
 static void
 test_gpt2_gguf(void)
 {
@@ -203,6 +247,7 @@ test_gpt2_gguf(void)
 	REQUIRE(t, "%s", err);
 	CHECK(!strcmp(tok_kind_name(t), "bpe"));
 	run_vectors(t, "gpt-2", 0);
+	random_round_trips(t, "gpt-2", 0);
 
 	// arbitrary bytes, invalid UTF-8 included, come back unchanged
 	static const char *raw[] = {"\xff\xfe", "a\x80" "b", "\xc0\x80 overlong", "\xed\xa0\x80", "x\xe2\x82"};
@@ -229,6 +274,7 @@ test_qwen3_json(void)
 	struct tokenizer *t = tok_load(path, err);
 	REQUIRE(t, "%s", err);
 	run_vectors(t, "qwen2", 1);
+	random_round_trips(t, "qwen2", 1);
 	// NFC applies: e + combining acute encodes as é
 	int32_t *a, *b;
 	size_t na, nb;
@@ -249,6 +295,7 @@ test_llama3_json(void)
 	struct tokenizer *t = tok_load(path, err);
 	REQUIRE(t, "%s", err);
 	run_vectors(t, "llama-bpe", 0);
+	random_round_trips(t, "llama-bpe", 0);
 	// a long run of one letter is one pre-token: must not be quadratic
 	size_t n = 1 << 20;
 	char *s = malloc(n);
