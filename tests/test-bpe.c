@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <cjson/cJSON.h>
+
 #include "err.h"
 #include "gguf.h"
 #include "t.h"
@@ -115,7 +117,7 @@ print_ids(const char *what, const int32_t *v, size_t n)
 
 // run every case of ggml-vocab-<name>; check round trips; returns passes
 static void
-run_vectors(struct tokenizer *t, const char *name, int nfc)
+run_vectors(struct tokenizer *t, const char *name, const char *via, int nfc)
 {
 	struct cases c;
 	char err[AD_ERRLEN];
@@ -151,7 +153,7 @@ run_vectors(struct tokenizer *t, const char *name, int nfc)
 		}
 		free(ids);
 	}
-	printf("%s: %zu/%zu cases match, %zu/%zu round trips\n", name, pass, c.n, round, c.n);
+	printf("%s (%s): %zu/%zu cases match, %zu/%zu round trips\n", name, via, pass, c.n, round, c.n);
 
 	// throughput on the cases joined by spaces and repeated to 1 MiB (a
 	// figure, not a check)
@@ -174,7 +176,7 @@ run_vectors(struct tokenizer *t, const char *name, int nfc)
 	CHECK(rc == 0, "%s", err);
 	double sec = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
 	if (rc == 0) {
-		printf("%s: encode 1 MiB of the cases: %zu ids, %.1f MB/s, %.2f M tokens/s\n", name, n_ids,
+		printf("%s (%s): encode 1 MiB of the cases: %zu ids, %.1f MB/s, %.2f M tokens/s\n", name, via, n_ids,
 		       (double)n / sec / 1e6, (double)n_ids / sec / 1e6);
 		free(ids);
 	}
@@ -246,7 +248,7 @@ test_gpt2_gguf(void)
 	struct tokenizer *t = tok_load(TOK_DIR "/ggml-vocab-gpt-2.gguf", err);
 	REQUIRE(t, "%s", err);
 	CHECK(!strcmp(tok_kind_name(t), "bpe"));
-	run_vectors(t, "gpt-2", 0);
+	run_vectors(t, "gpt-2", "gguf", 0);
 	random_round_trips(t, "gpt-2", 0);
 
 	// arbitrary bytes, invalid UTF-8 included, come back unchanged
@@ -273,7 +275,7 @@ test_qwen3_json(void)
 	REQUIRE(path, "xz");
 	struct tokenizer *t = tok_load(path, err);
 	REQUIRE(t, "%s", err);
-	run_vectors(t, "qwen2", 1);
+	run_vectors(t, "qwen2", "tokenizer.json", 1);
 	random_round_trips(t, "qwen2", 1);
 	// NFC applies: e + combining acute encodes as é
 	int32_t *a, *b;
@@ -294,7 +296,7 @@ test_llama3_json(void)
 	REQUIRE(path, "xz");
 	struct tokenizer *t = tok_load(path, err);
 	REQUIRE(t, "%s", err);
-	run_vectors(t, "llama-bpe", 0);
+	run_vectors(t, "llama-bpe", "tokenizer.json", 0);
 	random_round_trips(t, "llama-bpe", 0);
 	// a long run of one letter is one pre-token: must not be quadratic
 	size_t n = 1 << 20;
@@ -315,6 +317,101 @@ test_llama3_json(void)
 	free(back);
 	free(ids);
 	free(s);
+	tok_free(t);
+}
+
+// gguf_from_json writes what convert_hf_to_gguf.py would for a byte-level
+// tokenizer.json (tokens, token types, "a b" merges, the pre name), so the
+// GGUF path runs the same vectors; returns the tokenizer or NULL
+static struct tokenizer *
+gguf_from_json(const char *json_path, const char *pre, char *err)
+{
+	size_t len;
+	char *text = t_read_file(json_path, &len);
+	cJSON *root = text ? cJSON_ParseWithLength(text, len) : NULL;
+	free(text);
+	if (!root)
+		return NULL;
+	const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model"), *it;
+	const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+	const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+	int n = 0;
+	cJSON_ArrayForEach(it, vocab) n = it->valueint + 1 > n ? it->valueint + 1 : n;
+	cJSON_ArrayForEach(it, added)
+	{
+		int id = cJSON_GetObjectItemCaseSensitive(it, "id")->valueint;
+		n = id + 1 > n ? id + 1 : n;
+	}
+	const char **tok = calloc((size_t)n, sizeof *tok);
+	int32_t *type = malloc((size_t)n * sizeof *type);
+	char (*pad)[16] = malloc((size_t)n * sizeof *pad);
+	for (int i = 0; i < n; i++) {
+		snprintf(pad[i], sizeof pad[i], "[PAD%d]", i);
+		tok[i] = pad[i];
+		type[i] = 5; // unused
+	}
+	cJSON_ArrayForEach(it, vocab)
+	{
+		tok[it->valueint] = it->string;
+		type[it->valueint] = 1;
+	}
+	cJSON_ArrayForEach(it, added)
+	{
+		int id = cJSON_GetObjectItemCaseSensitive(it, "id")->valueint;
+		tok[id] = cJSON_GetObjectItemCaseSensitive(it, "content")->valuestring;
+		type[id] = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "special")) ? 3 : 4;
+	}
+	const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+	int nm = cJSON_GetArraySize(merges), k = 0;
+	char **mg = malloc((size_t)nm * sizeof *mg);
+	cJSON_ArrayForEach(it, merges)
+	{
+		if (cJSON_IsString(it)) {
+			mg[k++] = strdup(it->valuestring);
+		} else {
+			const char *a = cJSON_GetArrayItem(it, 0)->valuestring, *b = cJSON_GetArrayItem(it, 1)->valuestring;
+			mg[k] = malloc(strlen(a) + strlen(b) + 2);
+			sprintf(mg[k++], "%s %s", a, b);
+		}
+	}
+	struct gguf_writer *w = gguf_writer_new();
+	gguf_writer_str(w, "tokenizer.ggml.model", "gpt2");
+	gguf_writer_str(w, "tokenizer.ggml.pre", pre);
+	gguf_writer_arr_str(w, "tokenizer.ggml.tokens", tok, (uint64_t)n);
+	gguf_writer_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, type, (uint64_t)n);
+	gguf_writer_arr_str(w, "tokenizer.ggml.merges", (const char *const *)mg, (uint64_t)k);
+	size_t nbytes;
+	void *buf = gguf_writer_bytes(w, &nbytes);
+	gguf_writer_free(w);
+	for (int i = 0; i < k; i++)
+		free(mg[i]);
+	free(mg);
+	free(tok);
+	free(type);
+	free(pad);
+	cJSON_Delete(root);
+	struct gguf *g = buf ? gguf_open_memory(buf, nbytes, err) : NULL;
+	struct tokenizer *t = g ? tok_load_gguf(g, err) : NULL;
+	gguf_close(g);
+	free(buf);
+	return t;
+}
+
+static void
+test_gguf_from_json(void)
+{
+	char err[AD_ERRLEN];
+	const char *path = unxz("qwen3-tokenizer.json.xz", "qwen3-gguf");
+	REQUIRE(path, "xz");
+	struct tokenizer *t = gguf_from_json(path, "qwen2", err);
+	REQUIRE(t, "%s", err);
+	run_vectors(t, "qwen2", "gguf", 0); // llama.cpp does no NFC on GGUF; the vectors need none
+	tok_free(t);
+	path = unxz("llama3-tokenizer.json.xz", "llama3-gguf");
+	REQUIRE(path, "xz");
+	t = gguf_from_json(path, "llama-bpe", err);
+	REQUIRE(t, "%s", err);
+	run_vectors(t, "llama-bpe", "gguf", 0); // ignore_merges comes from the pre name
 	tok_free(t);
 }
 
@@ -499,6 +596,7 @@ main(void)
 	T_RUN(test_gpt2_gguf);
 	T_RUN(test_qwen3_json);
 	T_RUN(test_llama3_json);
+	T_RUN(test_gguf_from_json);
 	T_RUN(test_tiny);
 	T_RUN(test_refusals);
 	return t_done();
