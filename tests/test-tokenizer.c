@@ -853,6 +853,71 @@ test_chat(void)
 	}
 }
 
+// --- the tokenize command ----------------------------------------------------------
+
+int cmd_tokenize(int argc, char **argv);
+
+// run_cmd runs `anedvd tokenize ARGS` with stdout captured into out
+static int
+run_cmd(char *out, size_t cap, int argc, char **argv)
+{
+	char path[512];
+	snprintf(path, sizeof path, "%s/stdout.txt", t_tmpdir());
+	fflush(stdout);
+	int saved = dup(1);
+	FILE *f = fopen(path, "w");
+	if (!f || saved < 0)
+		return -100;
+	dup2(fileno(f), 1);
+	int rc = cmd_tokenize(argc, argv);
+	fflush(stdout);
+	dup2(saved, 1);
+	close(saved);
+	fclose(f);
+	size_t n;
+	char *d = t_read_file(path, &n);
+	snprintf(out, cap, "%s", d ? d : "");
+	free(d);
+	return rc;
+}
+
+static void
+test_cmd_tokenize(void)
+{
+	char out[4096];
+	char *a1[] = {"tokenize", "--model", T_DATA "/stories260K/tok512.bin", "--ids", "Once upon a time"};
+	CHECK(run_cmd(out, sizeof out, 5, a1) == 0);
+	CHECK(strcmp(out, "1 403 407 261 378\n") == 0, "[%s]", out);
+	char *a2[] = {"tokenize", "--model", T_DATA "/stories260K/stories260K.gguf", "--no-bos", "Once upon"};
+	CHECK(run_cmd(out, sizeof out, 5, a2) == 0);
+	CHECK(strcmp(out, "   403 ' Once'\n   407 ' upon'\n") == 0, "[%s]", out);
+	char *a3[] = {"tokenize", "--model", T_DATA "/stories260K/stories260K.gguf", "--ids", "--parse-special",
+	              "--no-bos", "<s>a</s>"};
+	CHECK(run_cmd(out, sizeof out, 7, a3) == 0);
+	CHECK(strncmp(out, "1 ", 2) == 0 && strstr(out, " 2\n"), "[%s]", out);
+	char *a4[] = {"tokenize", "--model", T_DATA "/stories260K/stories260K.gguf", "--ids", "--chat",
+	              "[{\"role\":\"user\",\"content\":\"Hi\"}]"};
+	CHECK(run_cmd(out, sizeof out, 6, a4) == 0);
+	CHECK(strncmp(out, "1 ", 2) == 0, "[%s]", out);
+	// bad usage is 2, a bad model is 1
+	char *b1[] = {"tokenize", "text"};
+	CHECK(run_cmd(out, sizeof out, 2, b1) == 2);
+	char *b2[] = {"tokenize", "--model", "m", "a", "b"};
+	CHECK(run_cmd(out, sizeof out, 5, b2) == 2);
+	char *b3[] = {"tokenize", "--model", "m", "--bogus", "a"};
+	CHECK(run_cmd(out, sizeof out, 5, b3) == 2);
+	char *b4[] = {"tokenize", "--model"};
+	CHECK(run_cmd(out, sizeof out, 2, b4) == 2);
+	char *b5[] = {"tokenize", "--model", "/nonexistent.gguf", "a"};
+	CHECK(run_cmd(out, sizeof out, 4, b5) == 1);
+	char *b6[] = {"tokenize", "--model", T_DATA "/stories260K/tok512.bin", "--chat", "{not json"};
+	CHECK(run_cmd(out, sizeof out, 5, b6) == 2);
+	char *b7[] = {"tokenize", "--model", T_DATA "/stories260K/tok512.bin", "--chat", "[{\"role\":\"bot\",\"content\":\"x\"}]"};
+	CHECK(run_cmd(out, sizeof out, 5, b7) == 2);
+	char *b8[] = {"tokenize", "--model", T_DATA "/stories260K/tok512.bin", "--file", "/nonexistent.txt"};
+	CHECK(run_cmd(out, sizeof out, 5, b8) == 1);
+}
+
 int
 main(void)
 {
@@ -869,5 +934,6 @@ main(void)
 	T_RUN(test_stream_holdback);
 	T_RUN(test_load_errors);
 	T_RUN(test_chat);
+	T_RUN(test_cmd_tokenize);
 	return t_done();
 }
