@@ -233,8 +233,10 @@ round16_row(float *x, size_t n)
 }
 
 // ---------------------------------------------------------------------------
-// thread pool: the calling thread works too; tasks are handed out by an
-// atomic counter
+// thread pool. The calling thread works too. Tasks are claimed from one
+// 64-bit word holding (generation << 32 | next task), so a worker that
+// wakes late can never claim a task of a later job; the caller waits for
+// the job's tasks to be done, not for every worker to have woken up.
 
 struct pool {
 	pthread_mutex_t mu;
@@ -242,21 +244,40 @@ struct pool {
 	pthread_t *th;
 	int nth; // worker threads (excluding the caller)
 	int stop;
-	unsigned long gen;
-	int busy;
+	uint32_t gen;    // under mu
+	uint64_t state;  // atomic: gen << 32 | next task
+	size_t ndone;    // atomic: tasks finished in this generation
+	// the job; atomics because late workers may read them while the next
+	// job is being set up (they then fail to claim and go back to sleep)
 	void (*fn)(void *, size_t);
 	void *arg;
-	size_t ntasks, next;
+	size_t ntasks;
 };
 
 static void
-pool_work(struct pool *p)
+pool_work(struct pool *p, uint32_t gen)
 {
 	for (;;) {
-		size_t t = __atomic_fetch_add(&p->next, 1, __ATOMIC_RELAXED);
-		if (t >= p->ntasks)
-			break;
-		p->fn(p->arg, t);
+		uint64_t s = __atomic_load_n(&p->state, __ATOMIC_ACQUIRE);
+		if ((uint32_t)(s >> 32) != gen)
+			return;
+		size_t n = __atomic_load_n(&p->ntasks, __ATOMIC_RELAXED);
+		void (*fn)(void *, size_t) = __atomic_load_n(&p->fn, __ATOMIC_RELAXED);
+		void *arg = __atomic_load_n(&p->arg, __ATOMIC_RELAXED);
+		size_t t = (size_t)(uint32_t)s;
+		if (t >= n)
+			return;
+		// claiming task t of this generation: the job cannot change before
+		// every task, this one included, is done
+		if (!__atomic_compare_exchange_n(&p->state, &s, s + 1, 0, __ATOMIC_ACQ_REL,
+		                                 __ATOMIC_ACQUIRE))
+			continue;
+		fn(arg, t);
+		if (__atomic_add_fetch(&p->ndone, 1, __ATOMIC_ACQ_REL) == n) {
+			pthread_mutex_lock(&p->mu);
+			pthread_cond_signal(&p->done);
+			pthread_mutex_unlock(&p->mu);
+		}
 	}
 }
 
@@ -264,7 +285,7 @@ static void *
 pool_main(void *arg)
 {
 	struct pool *p = arg;
-	unsigned long seen = 0;
+	uint32_t seen = 0;
 	pthread_mutex_lock(&p->mu);
 	for (;;) {
 		while (!p->stop && p->gen == seen)
@@ -273,10 +294,8 @@ pool_main(void *arg)
 			break;
 		seen = p->gen;
 		pthread_mutex_unlock(&p->mu);
-		pool_work(p);
+		pool_work(p, seen);
 		pthread_mutex_lock(&p->mu);
-		if (--p->busy == 0)
-			pthread_cond_signal(&p->done);
 	}
 	pthread_mutex_unlock(&p->mu);
 	return NULL;
@@ -291,17 +310,17 @@ pool_run(struct pool *p, void (*fn)(void *, size_t), void *arg, size_t ntasks)
 		return;
 	}
 	pthread_mutex_lock(&p->mu);
-	p->fn = fn;
-	p->arg = arg;
-	p->ntasks = ntasks;
-	p->next = 0;
-	p->busy = p->nth;
-	p->gen++;
+	uint32_t gen = ++p->gen;
+	__atomic_store_n(&p->fn, fn, __ATOMIC_RELAXED);
+	__atomic_store_n(&p->arg, arg, __ATOMIC_RELAXED);
+	__atomic_store_n(&p->ntasks, ntasks, __ATOMIC_RELAXED);
+	__atomic_store_n(&p->ndone, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&p->state, (uint64_t)gen << 32, __ATOMIC_RELEASE);
 	pthread_cond_broadcast(&p->go);
 	pthread_mutex_unlock(&p->mu);
-	pool_work(p);
+	pool_work(p, gen);
 	pthread_mutex_lock(&p->mu);
-	while (p->busy)
+	while (__atomic_load_n(&p->ndone, __ATOMIC_ACQUIRE) < ntasks)
 		pthread_cond_wait(&p->done, &p->mu);
 	pthread_mutex_unlock(&p->mu);
 }
@@ -713,8 +732,10 @@ parse_type(struct parser *ps, struct type *t)
 				return -1;
 			if (t->rank == MAX_RANK)
 				return perr(ps, line, "tensor rank above %d", MAX_RANK);
-			if (d < 1 || d > (1LL << 31))
-				return perr(ps, line, "tensor dimension %lld out of range", d);
+			// bounded so that no size computed from dims can overflow
+			if (d < 1 || d > ANE_MIL_MAX_DIM)
+				return perr(ps, line, "tensor dimension %lld out of range [1, %d]", d,
+				            ANE_MIL_MAX_DIM);
 			t->dims[t->rank++] = d;
 			if (!is_punct(peek(ps), ','))
 				break;

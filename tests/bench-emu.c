@@ -7,7 +7,9 @@
 // warm: the same kernel evaluated back to back (its weights may sit in the
 // last-level cache); cold: a 128 MiB buffer is streamed between evals so
 // the weights come from DRAM, as they do when a whole model cycles through.
-// Each figure is the median of 5 repeats with [min, max].
+// Each figure is the median of 5 repeats with [min, max]. cpu is the CPU
+// time of all threads per warm eval: when it is far below threads x wall,
+// the machine is busy with something else and the wall figures are low.
 #define _GNU_SOURCE
 #include <immintrin.h>
 #include <pthread.h>
@@ -32,6 +34,15 @@ now(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+// CPU seconds of the whole process (all threads)
+static double
+cpu_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -143,12 +154,13 @@ bench_conv(struct emu *e, size_t cin, size_t cout, const float *evict, size_t ne
 		one = now() - one;
 		int n = (int)(0.1 / (one > 1e-6 ? one : 1e-6));
 		n = n < 3 ? 3 : n > 2000 ? 2000 : n;
-		double warm[REPEATS], cold[REPEATS];
+		double warm[REPEATS], cold[REPEATS], cpu[REPEATS];
 		for (int r = 0; r < REPEATS; r++) {
-			double t = now();
+			double t = now(), c = cpu_now();
 			for (int i = 0; i < n; i++)
 				emu_eval(k, (const void *const *)&in, &out, W, err);
 			warm[r] = (now() - t) / n;
+			cpu[r] = (cpu_now() - c) / n;
 		}
 		int nc = n < 20 ? n : 20;
 		for (int r = 0; r < REPEATS; r++) {
@@ -161,12 +173,14 @@ bench_conv(struct emu *e, size_t cin, size_t cout, const float *evict, size_t ne
 			}
 			cold[r] = sum / nc;
 		}
-		double wm, wl, wh, cm, cl, ch;
+		double wm, wl, wh, cm, cl, ch, um, ul, uh;
 		stats(warm, &wm, &wl, &wh);
 		stats(cold, &cm, &cl, &ch);
-		printf("conv %4zux%-4zu w%-3zu warm %8.1f us [%7.1f, %7.1f] %6.1f GB/s   cold %8.1f us [%7.1f, %7.1f] %6.1f GB/s   %6.1f GFLOP/s  (compile %.0f ms)\n",
-		       cin, cout, W, wm * 1e6, wl * 1e6, wh * 1e6, gb / wm, cm * 1e6, cl * 1e6,
-		       ch * 1e6, gb / cm, 2.0 * cin * cout * W / wm / 1e9, tc * 1e3);
+		stats(cpu, &um, &ul, &uh);
+		printf("conv %4zux%-4zu w%-3zu warm %8.1f us [%7.1f, %7.1f] %6.1f GB/s %6.1f GFLOP/s  cpu %8.1f us  cold %8.1f us [%7.1f, %7.1f] %6.1f GB/s  (compile %.0f ms)\n",
+		       cin, cout, W, wm * 1e6, wl * 1e6, wh * 1e6, gb / wm,
+		       2.0 * cin * cout * W / wm / 1e9, um * 1e6, cm * 1e6, cl * 1e6, ch * 1e6, gb / cm,
+		       tc * 1e3);
 		fflush(stdout);
 		emu_kernel_free(k);
 		free(mil), free(in), free(out), free(x);

@@ -289,6 +289,89 @@ test_probe_vector(void)
 	free(mil);
 }
 
+static const char *
+small_blob(void)
+{
+	static char p[512];
+	if (!p[0]) {
+		char err[AD_ERRLEN];
+		float w[4 * 8];
+		for (int i = 0; i < 32; i++)
+			w[i] = (float)i;
+		snprintf(p, sizeof p, "%s", tmp_path("small.bin"));
+		ane_blob_write_proj(p, &(struct ane_wsrc){w, AD_TYPE_F32, 32}, 1, err);
+	}
+	return p;
+}
+
+// single projections (o, a split-FFN half, a head chunk) at several shapes
+static void
+test_proj(void)
+{
+	static const size_t shapes[][3] = {{64, 48, 64}, {200, 33, 1}, {33, 200, 8}, {128, 96, 32}};
+	char err[AD_ERRLEN];
+	for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+		size_t cin = shapes[s][0], cout = shapes[s][1], W = shapes[s][2];
+		float *w = randv(cout * cin, 0.4f), *x = randv(W * cin, 2.0f);
+		const char *blob = tmp_path("proj.bin");
+		REQUIRE(ane_blob_write_proj(blob, &(struct ane_wsrc){w, AD_TYPE_F32, cout * cin}, 1, err) == 0);
+		char *mil = ane_mil_proj((int)cin, (int)cout, (int)W, err);
+		struct emu_kernel *k = compile(mil, blob, err);
+		REQUIRE(k, "%s", err);
+		float *y = calloc(W * cout, 4), *r = calloc(W * cout, 4);
+		REQUIRE(run(k, x, W, y, err) == 0, "%s", err);
+		ref_conv(w, cout, cin, x, W, r);
+		double e = rel_err(y, r, W * cout);
+		CHECK(e < 2e-3, "%zu -> %zu w%zu: rel %g", cin, cout, W, e);
+		emu_kernel_free(k);
+		free(mil), free(w), free(x), free(y), free(r);
+	}
+	// a huge declared tensor is refused, not allocated
+	char *mil = ane_mil_proj(8, 4, 1, err);
+	char *p = strstr(mil, "[1, 8, 1, 1]> i0");
+	REQUIRE(p);
+	size_t n = strlen(mil) + 16;
+	char *big = malloc(n);
+	snprintf(big, n, "%.*s[1, 8, 1, 99999999]> i0%s", (int)(p - mil), mil, p + strlen("[1, 8, 1, 1]> i0"));
+	CHECK(!compile(big, small_blob(), err));
+	CHECK(strstr(err, "dimension 99999999 out of range"), "%s", err);
+	free(big);
+	free(mil);
+}
+
+// the thread pool: many back-to-back parallel evals give the single-thread
+// bits every time (the split is by output rows, so sums are unchanged)
+static void
+test_threads(void)
+{
+	char err[AD_ERRLEN];
+	size_t cin = 128, cout = 272, W = 32;
+	float *w = randv(cout * cin, 0.4f), *x = randv(W * cin, 2.0f);
+	const char *blob = tmp_path("thr.bin");
+	REQUIRE(ane_blob_write_proj(blob, &(struct ane_wsrc){w, AD_TYPE_F32, cout * cin}, 1, err) == 0);
+	char *mil = ane_mil_proj((int)cin, (int)cout, (int)W, err);
+	struct emu_file f = {.name = "w.bin", .path = blob};
+	struct emu *e1 = emu_open(&(struct emu_opts){.threads = 1}, err);
+	struct emu *e3 = emu_open(&(struct emu_opts){.threads = 3}, err);
+	REQUIRE(e1 && e3, "%s", err);
+	struct emu_kernel *k1 = emu_compile(e1, mil, &f, 1, err), *k3 = emu_compile(e3, mil, &f, 1, err);
+	REQUIRE(k1 && k3, "%s", err);
+	float *y1 = calloc(W * cout, 4), *y3 = calloc(W * cout, 4);
+	REQUIRE(run(k1, x, W, y1, err) == 0, "%s", err);
+	int same = 1;
+	for (int i = 0; i < 200; i++) {
+		memset(y3, 0, W * cout * 4);
+		REQUIRE(run(k3, x, W, y3, err) == 0, "%s", err);
+		same &= !memcmp(y1, y3, W * cout * 4);
+	}
+	CHECK(same, "3 threads differ from 1");
+	emu_kernel_free(k1);
+	emu_kernel_free(k3);
+	emu_close(e1);
+	emu_close(e3);
+	free(mil), free(w), free(x), free(y1), free(y3);
+}
+
 // fused QKV: rows [Wq; Wk; Wv] from three buffers, one conv
 static void
 test_qkv(void)
@@ -523,21 +606,6 @@ test_o_residual_scalar(void)
 
 // ---------------------------------------------------------------------------
 // the rules
-
-static const char *
-small_blob(void)
-{
-	static char *p;
-	if (!p) {
-		char err[AD_ERRLEN];
-		float w[4 * 8];
-		for (int i = 0; i < 32; i++)
-			w[i] = (float)i;
-		p = tmp_path("small.bin");
-		ane_blob_write_proj(p, &(struct ane_wsrc){w, AD_TYPE_F32, 32}, 1, err);
-	}
-	return p;
-}
 
 // replace the first occurrence of a with b in the proj 8 -> 4 program
 static char *
@@ -819,6 +887,8 @@ main(void)
 	T_RUN(test_scatter_gather);
 	T_RUN(test_conv_fast_vs_ref);
 	T_RUN(test_probe_vector);
+	T_RUN(test_proj);
+	T_RUN(test_threads);
 	T_RUN(test_qkv);
 	T_RUN(test_ffn_fused);
 	T_RUN(test_ffn_split);
