@@ -12,8 +12,10 @@
 // drops the one leading space the encoder put in front of the text.
 //
 // Inputs are arbitrary bytes: invalid UTF-8 never crashes and never loses
-// bytes (it goes through byte tokens). Every function that can fail returns
-// 0 / -1 (or NULL) and fills err (AD_ERRLEN bytes, may be NULL).
+// bytes (it goes through byte tokens), so decode(encode(x)) == x except
+// where the model itself normalises (NFC in Qwen's tokenizer.json; an SPM
+// model reads a literal U+2581 as a space). Every function that can fail
+// returns 0 / -1 (or NULL) and fills err (AD_ERRLEN bytes, may be NULL).
 #ifndef AD_TOKENIZER_H
 #define AD_TOKENIZER_H
 

@@ -3,6 +3,7 @@
 // once). The first input byte picks the vocabulary and the flags.
 #define _GNU_SOURCE // memmem
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,9 +24,13 @@ load_once(void)
 	done = 1;
 	char err[AD_ERRLEN];
 	vocab[0] = tok_load(T_DATA "/stories260K/stories260K.gguf", err);
-	vocab[1] = tok_load(T_DATA "/tokenizer/ggml-vocab-gpt-2.gguf", err); // NULL without bpe.c
-	if (!vocab[0])
+	if (!vocab[0]) {
+		fprintf(stderr, "fuzz-tokenizer: %s\n", err);
 		abort(); // the harness itself is broken
+	}
+	vocab[1] = tok_load(T_DATA "/tokenizer/ggml-vocab-gpt-2.gguf", err);
+	if (!vocab[1]) // without byte-level BPE only SentencePiece is fuzzed
+		fprintf(stderr, "fuzz-tokenizer: gpt-2 vocabulary: %s\n", err);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
