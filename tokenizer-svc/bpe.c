@@ -532,23 +532,25 @@ struct sym {
 	int32_t prev, next; // -1 at the ends
 };
 
+// a queued pair: its rank and the position of its left symbol. Ranks are
+// unique per pair, so a popped entry is still valid exactly when the pair
+// now at that position has the same rank.
 struct cand {
-	int32_t rank, left; // merge order: rank, then position
-	int32_t lid, rid;   // ids when queued; a mismatch later means stale
+	int32_t rank, left;
 };
 
 struct scratch {
 	struct sym *sym;
-	struct cand *heap;
+	struct cand *heap; // 4-ary min-heap: shallower, children share a cache line
 	size_t n_heap, sym_cap, heap_cap;
 	char *mapped; // byte-mapped piece for the ignore_merges lookup
 	size_t mapped_cap;
 };
 
 static inline int
-cand_less(const struct cand *a, const struct cand *b)
+cand_less(struct cand a, struct cand b)
 {
-	return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+	return a.rank < b.rank || (a.rank == b.rank && a.left < b.left);
 }
 
 static void
@@ -556,8 +558,8 @@ heap_push(struct scratch *s, struct cand c)
 {
 	size_t i = s->n_heap++;
 	while (i) {
-		size_t up = (i - 1) / 2;
-		if (!cand_less(&c, &s->heap[up]))
+		size_t up = (i - 1) / 4;
+		if (!cand_less(c, s->heap[up]))
 			break;
 		s->heap[i] = s->heap[up];
 		i = up;
@@ -571,12 +573,13 @@ heap_pop(struct scratch *s)
 	struct cand top = s->heap[0], last = s->heap[--s->n_heap];
 	size_t i = 0, n = s->n_heap;
 	for (;;) {
-		size_t c = 2 * i + 1;
+		size_t c = 4 * i + 1, end = c + 4 < n ? c + 4 : n;
 		if (c >= n)
 			break;
-		if (c + 1 < n && cand_less(&s->heap[c + 1], &s->heap[c]))
-			c++;
-		if (!cand_less(&s->heap[c], &last))
+		for (size_t k = c + 1; k < end; k++)
+			if (cand_less(s->heap[k], s->heap[c]))
+				c = k;
+		if (!cand_less(s->heap[c], last))
 			break;
 		s->heap[i] = s->heap[c];
 		i = c;
@@ -594,7 +597,7 @@ try_pair(const struct tokenizer *t, struct scratch *s, int32_t left)
 		return;
 	const struct tok_merge *mg = tok_pairmap_get(&t->merges, s->sym[left].id, s->sym[right].id);
 	if (mg)
-		heap_push(s, (struct cand){mg->rank, left, s->sym[left].id, s->sym[right].id});
+		heap_push(s, (struct cand){mg->rank, left});
 }
 
 static int
@@ -687,10 +690,12 @@ encode_piece(const struct tokenizer *t, const struct bpe_priv *p, struct scratch
 	while (s->n_heap) {
 		struct cand c = heap_pop(s);
 		struct sym *l = &s->sym[c.left];
-		if (l->id != c.lid || l->next < 0 || s->sym[l->next].id != c.rid)
-			continue; // stale: one side has changed since
+		if (l->id < 0 || l->next < 0)
+			continue; // stale: retired, or nothing to the right any more
 		struct sym *r = &s->sym[l->next];
-		const struct tok_merge *mg = tok_pairmap_get(&t->merges, c.lid, c.rid);
+		const struct tok_merge *mg = tok_pairmap_get(&t->merges, l->id, r->id);
+		if (!mg || mg->rank != c.rank)
+			continue; // stale: a side has changed since
 		l->id = mg->id;
 		l->next = r->next;
 		if (r->next >= 0)
