@@ -103,8 +103,10 @@ ane_scatter_f32(const struct ane_layout *l, void *surf, const float *x, size_t n
 	uint8_t *base = surf;
 	size_t C = l->channels;
 	if (ncols == 1) {
-		for (size_t c = 0; c < C; c++)
-			*(uint16_t *)(base + c * l->plane_stride) = ad_f32_to_fp16(x[c]);
+		for (size_t c = 0; c < C; c++) {
+			uint16_t h = ad_f32_to_fp16(x[c]);
+			memcpy(base + c * l->plane_stride, &h, 2);
+		}
 		return 0;
 	}
 	float tf[TILE];
@@ -133,8 +135,11 @@ ane_gather_f32(const struct ane_layout *l, const void *surf, float *x, size_t nc
 	const uint8_t *base = surf;
 	size_t C = l->channels;
 	if (ncols == 1) {
-		for (size_t c = 0; c < C; c++)
-			x[c] = ad_fp16_to_f32(*(const uint16_t *)(base + c * l->plane_stride));
+		for (size_t c = 0; c < C; c++) {
+			uint16_t h;
+			memcpy(&h, base + c * l->plane_stride, 2);
+			x[c] = ad_fp16_to_f32(h);
+		}
 		return 0;
 	}
 	float tf[TILE];

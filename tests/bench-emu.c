@@ -118,7 +118,8 @@ static void
 bench_conv(struct emu *e, size_t cin, size_t cout, const float *evict, size_t nevict, int nth)
 {
 	char err[AD_ERRLEN], path[256];
-	snprintf(path, sizeof path, "/tmp/bench-emu-%d.bin", (int)getpid());
+	const char *tmp = getenv("TMPDIR");
+	snprintf(path, sizeof path, "%s/bench-emu-%d.bin", tmp ? tmp : "/tmp", (int)getpid());
 	uint16_t *w = malloc(cout * cin * 2);
 	uint32_t s = 1;
 	for (size_t i = 0; i < cout * cin; i++) {

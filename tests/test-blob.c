@@ -133,7 +133,7 @@ test_offsets(void)
 	CHECK(off[0] == 64 && off[1] == 1769600 && off[2] == 3539136);
 }
 
-// kernel helpers: QKV rows from three buffers make one chunk; FFN three
+// kernel blob writers: QKV rows from three buffers make one chunk; FFN three
 static void
 test_kernel_blobs(void)
 {
