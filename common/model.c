@@ -590,14 +590,6 @@ fail:
 	return -1;
 }
 
-// until the HF loader is linked in, an HF directory is refused cleanly
-__attribute__((weak)) int
-model_load_hf(struct model *m, const char *dir, char *err)
-{
-	model_init(m);
-	return ad_err(err, "%s: Hugging Face directories are not supported by this build", dir);
-}
-
 int
 model_load(struct model *m, const char *path, char *err)
 {
