@@ -3,9 +3,10 @@
 // Encoding a fragment: optional NFC, pre-tokenization (pretok.h), then per
 // piece: every byte becomes the token of its GPT-2 byte-map character, and
 // adjacent pairs merge lowest rank first (leftmost among equal ranks) until
-// no listed pair is left — a linked list of symbols plus a binary heap of
-// candidate pairs, so a piece of n bytes costs O(n log n), not O(n^2).
-// Stale heap entries (a side already merged away) are skipped when popped.
+// no listed pair is left. Pieces of up to BPE_SMALL bytes use a plain array;
+// longer ones a linked list of symbols plus a heap of candidate pairs, so a
+// piece of n bytes costs O(n log n), not O(n^2). Stale heap entries (a side
+// already merged away) are skipped when popped.
 // With ignore_merges (Llama 3) a piece that is itself a vocabulary entry is
 // emitted whole, as Hugging Face tokenizers does.
 //
