@@ -1,0 +1,97 @@
+// kernels.h - what the decode loop asks of a kernel backend.
+//
+// The cpu-worker runs everything but the projections. A kernel backend owns
+// the projection kernels of one model, each compiled for a fixed number of
+// columns (the width, default 64): decode fills column 0, prefill up to the
+// width, and a batched step one column per sequence. Backends:
+//
+//   kb_local   in this process: generates the MIL and weight blobs from the
+//              model and runs them on emu (ane-worker/ library). Used by
+//              tests, selftest, and single-process runs.
+//   kb_remote  the anedvd-ane-worker process over nng (proto/ane.proto),
+//              with shared-memory surfaces; survives worker restarts by
+//              waiting for the replacement and re-issuing the call.
+//   kb_exact   fp32 projections with the reference engine's dequantised
+//              weights: isolates the CPU-side code from fp16 kernels.
+//
+// Kernels per layer and what they compute (x is the normed residual; no
+// biases anywhere: the CPU adds them):
+//   QKV      x[n_embd] -> [q (n_head*hd); k (n_head_kv*hd); v (n_head_kv*hdv)]
+//   O        attn[n_head*hdv] -> [n_embd]
+//   FFN      x -> down(act(gate x) * up x)      (fused; act silu or gelu-tanh)
+//   GATE_UP  x -> [gate x; up x]                 (split form, --split)
+//   DOWN     h[n_ff] -> [n_embd]                 (split form)
+//   SHEXP    x -> shared expert FFN (MoE), fused like FFN
+// and the LM head in chunks: x -> logits[row_offset .. row_offset+out).
+// A layer has either FFN or GATE_UP+DOWN (or neither, for a MoE layer
+// without a shared expert).
+#ifndef AD_KERNELS_H
+#define AD_KERNELS_H
+
+#include <stdint.h>
+
+#include "err.h"
+#include "model.h"
+#include "surface.h"
+
+enum kb_kind {
+	KB_QKV = 1, // values match proto/ane.proto KernelKind
+	KB_O = 2,
+	KB_FFN = 3,
+	KB_GATE_UP = 4,
+	KB_DOWN = 5,
+	KB_LM_HEAD = 6,
+	KB_SHEXP = 7,
+	KB_PROBE = 8,
+};
+
+struct kb_info {
+	int id;
+	enum kb_kind kind;
+	int layer; // -1 for the LM head
+	int chunk; // LM head chunk
+	int in_ch, out_ch;
+	int row_offset; // LM head
+	uint64_t weight_bytes;
+	uint64_t compile_us;
+};
+
+struct kb_timing {
+	uint64_t exec_ns;  // inside the backend
+	uint64_t total_ns; // the whole call, as the caller saw it
+};
+
+struct kb_opts {
+	int width;      // columns per kernel (0: 64)
+	int split;      // split FFN instead of fused
+	int threads;    // emu threads (0: 2)
+	const char *url; // kb_remote: the ane-worker's URL
+	int timeout_ms; // kb_remote: per call, before a retry (0: 30000)
+	int deadline_ms; // kb_remote: give up on a worker that stays away (0: 120000)
+	long instance;  // kb_remote: pid used in surface ids
+};
+
+struct kernel_backend {
+	const char *name; // "emu", "ane", "exact", "remote:emu"
+	int width;
+	int n_kernels;
+	const struct kb_info *kernels;
+	uint32_t compile_count;
+	uint64_t compile_ms;
+	// a surface the backend can read/write (shared memory for kb_remote)
+	int (*surface_new)(struct kernel_backend *kb, const char *name, int channels, struct ad_surface *s, char *err);
+	// run kernel id on the first ncols columns of in, writing out
+	int (*call)(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surface *out, int ncols,
+	            struct kb_timing *t, char *err);
+	void (*free)(struct kernel_backend *kb);
+	void *priv;
+};
+
+struct kernel_backend *kb_local_new(const struct model *m, const struct kb_opts *o, char *err);
+struct kernel_backend *kb_remote_new(const struct model *m, const struct kb_opts *o, char *err);
+struct kernel_backend *kb_exact_new(const struct model *m, const struct kb_opts *o, char *err);
+
+// kb_find: the id of (kind, layer, chunk), or -1
+int kb_find(const struct kernel_backend *kb, enum kb_kind kind, int layer, int chunk);
+
+#endif
