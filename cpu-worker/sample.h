@@ -1,0 +1,108 @@
+// sample.h - the token sampler shared by the CLI, the HTTP server and the WebUI.
+//
+// A struct sampler belongs to one sequence (one request): it holds the
+// parameters, its own random generator and the penalty window, the last
+// repeat_last_n token ids (prompt included) with their counts. The caller
+// feeds the prompt with sample_accept; sample_next picks a token from one
+// row of n_vocab logits and accepts it into the window itself. The logits
+// are never modified.
+//
+// The pipeline, in this order:
+//   1. penalties, on a copy of the logits, once per distinct token t of the
+//      window with count c (llama.cpp's llama_sampler_penalties):
+//        repeat:    l = l <= 0 ? l * repeat_penalty : l / repeat_penalty
+//        OpenAI:    l -= c * frequency_penalty + presence_penalty
+//   2. a NaN or +inf logit, or a row that is all -inf, is an error (-1).
+//   3. temperature <= 0: the argmax, lowest id on ties; no random draw.
+//   4. the cut: keep the candidates l >= max - 20 * T (below that a token's
+//      weight is under e^-20 of the best one's; -inf never passes).
+//   5. top-k: the k best candidates (bounded selection).
+//   6. softmax at T: p = expf((l - max) / T), so the best token has p = 1.
+//   7. min-p: keep p >= min_p (that is min_p * p_max).
+//   8. top-p: keep the smallest best-first prefix whose mass reaches top_p
+//      of what is left (at least one token).
+//   9. draw one token in proportion to p.
+// "Best first" is one strict order everywhere: higher logit first, lower id
+// first among equal logits. Every step keeps a prefix of that order, so
+// ties at a boundary keep the lower ids. Masses are summed as integers
+// (p scaled by 2^40), so the result does not depend on summation order:
+// sample_ref (full sort, every step spelled out) and sample_next (no full
+// sort) return the same token for the same random draw. A non-greedy
+// sample consumes exactly one 64-bit number of the generator.
+//
+// Random numbers: xoshiro256** seeded through splitmix64 with params.seed,
+// or with SAMPLE_DEFAULT_SEED when has_seed is 0, so a request without a
+// seed is reproducible too.
+#ifndef AD_SAMPLE_H
+#define AD_SAMPLE_H
+
+#include <stdint.h>
+
+#include "err.h"
+
+#define SAMPLE_DEFAULT_SEED 0x12345678u
+#define SAMPLE_MAX_WINDOW (1 << 20)  // repeat_last_n
+#define SAMPLE_MAX_VOCAB (1 << 22)   // keeps the integer masses below 2^62
+
+// the fields of engine.proto's SamplingParams
+struct sample_params {
+	float temperature;       // 0: greedy
+	int32_t top_k;           // 0: off
+	float top_p;             // 1: off; (0, 1]
+	float min_p;             // 0: off; [0, 1]
+	float repeat_penalty;    // 1: off; > 0
+	int32_t repeat_last_n;   // penalty window, prompt included; 0: none
+	float presence_penalty;  // [-2, 2], 0: off
+	float frequency_penalty; // [-2, 2], 0: off
+	uint64_t seed;
+	int has_seed;            // 0: SAMPLE_DEFAULT_SEED
+};
+
+// a candidate of sample_top
+struct sample_tok {
+	int32_t id;
+	float logit;
+};
+
+// sample_defaults: every filter off, T 1, window 64 (llama.cpp's), no seed.
+// Entry points set their own temperature, top_k, ...
+void sample_defaults(struct sample_params *p);
+
+// sample_check returns 0, or -1 with a message naming the first field out
+// of range (and its value); the HTTP layer passes the message on.
+int sample_check(const struct sample_params *p, char *err);
+
+// sample_new checks p and allocates about 40 bytes per vocabulary entry.
+struct sampler *sample_new(const struct sample_params *p, int n_vocab, char *err);
+void sample_free(struct sampler *s); // NULL is fine
+// forget the window and restart the generator from the seed
+void sample_reset(struct sampler *s);
+// push ids into the penalty window (the prompt, or tokens chosen elsewhere);
+// -1 for an id outside the vocabulary (nothing is pushed then)
+int sample_accept(struct sampler *s, const int32_t *ids, int n, char *err);
+
+// sample_next returns the chosen id (and accepts it), or -1 with a message.
+int32_t sample_next(struct sampler *s, const float *logits, char *err);
+// sample_ref: the same contract, plainly computed (a full sort); for tests
+// and benchmarks.
+int32_t sample_ref(struct sampler *s, const float *logits, char *err);
+
+// sample_penalise writes step 1's logits (n_vocab) into out; returns 1 if
+// any penalty applied, 0 if out is a plain copy. The window is unchanged.
+int sample_penalise(struct sampler *s, const float *logits, float *out);
+
+// sample_kept writes the ids that steps 2-8 keep (the tokens the draw can
+// return), in increasing order; returns how many, or -1 with a message. ref
+// selects sample_ref's computation. No random number is used, nothing is
+// accepted; ids needs room for n_vocab.
+int sample_kept(struct sampler *s, const float *logits, int ref, int32_t *ids, char *err);
+
+// how many candidates survive step 4 for these logits (penalties included);
+// for benchmarks and diagnostics, -1 on a bad row
+int sample_candidates(struct sampler *s, const float *logits, char *err);
+
+// sample_top writes the n best raw logits, best first (lowest id first on
+// ties), skipping NaN; returns how many were written (at most n_vocab).
+int sample_top(const float *logits, int n_vocab, struct sample_tok *out, int n);
+
+#endif
