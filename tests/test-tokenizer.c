@@ -443,6 +443,54 @@ test_hf_specials(void)
 	tok_free(t);
 }
 
+// tokenizer_config.json variants: token objects, an explicit add_bos_token,
+// a list of named templates; a lone tokenizer.json path finds its config
+static void
+test_hf_config(void)
+{
+	char src[512], dir[512], path[600];
+	snprintf(src, sizeof src, "%s/qwen3/tokenizer.json", T_TOKDATA);
+	if (bpe_missing(src))
+		return;
+	snprintf(dir, sizeof dir, "%s/hfcfg", t_tmpdir());
+	mkdir(dir, 0700);
+	snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+	REQUIRE(symlink(src, path) == 0);
+	snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+	FILE *f = fopen(path, "w");
+	REQUIRE(f);
+	fputs("{\"bos_token\": {\"content\": \"<|endoftext|>\", \"lstrip\": false}, \"add_bos_token\": true,"
+	      " \"eos_token\": \"<|im_end|>\", \"chat_template\": [{\"name\": \"tool_use\", \"template\": \"x\"},"
+	      " {\"name\": \"default\", \"template\": \"{{ '<start_of_turn>' }}\"}]}",
+	      f);
+	fclose(f);
+	struct tokenizer *t = load(dir);
+	REQUIRE(t);
+	int32_t eot = tok_find(t, "<|endoftext|>", 13);
+	CHECK(eot >= 0 && tok_bos(t) == eot && tok_add_bos(t) == 1);
+	CHECK(tok_chat_family(t) == TOK_CHAT_GEMMA);
+	int32_t *ids;
+	size_t n;
+	REQUIRE(encode(t, "hi", 2, -1, 0, &ids, &n) == 0);
+	CHECK(n == 2 && ids[0] == eot);
+	free(ids);
+	tok_free(t);
+	// the same through the tokenizer.json path
+	snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+	t = load(path);
+	REQUIRE(t);
+	CHECK(tok_bos(t) == eot && tok_chat_family(t) == TOK_CHAT_GEMMA);
+	tok_free(t);
+	// a config that is not JSON is an error that names the file
+	snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+	f = fopen(path, "w");
+	REQUIRE(f);
+	fputs("{ nope", f);
+	fclose(f);
+	char err[AD_ERRLEN] = "";
+	CHECK(tok_load(dir, err) == NULL && strstr(err, "tokenizer_config.json"), "%s", err);
+}
+
 // --- round trips and hostile input -------------------------------------------
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -929,6 +977,7 @@ main(void)
 	T_RUN(test_qwen2_vectors);
 	T_RUN(test_llama_bpe_vectors);
 	T_RUN(test_hf_specials);
+	T_RUN(test_hf_config);
 	T_RUN(test_random);
 	T_RUN(test_spm_word_split);
 	T_RUN(test_stream_holdback);
