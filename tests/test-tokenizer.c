@@ -341,6 +341,67 @@ test_spm_special(void)
 	tok_free(t);
 }
 
+// overlapping special tokens: control ones only with parse_special,
+// user-defined ones always, longest first
+static void
+test_spm_partition(void)
+{
+	static const char *fixed[] = {"<unk>", "<s>", "</s>", "<|x|>", "<|x|><|y|>", "|>", "<|y|>", "\xe2\x96\x81",
+	                              "\xe2\x96\x81\xe2\x96\x81", "a", "b", "ab", "\xe2\x96\x81" "a", "<", "x"};
+	static const int32_t fixed_type[] = {2, 3, 3, 3, 3, 4, 4, 1, 1, 1, 1, 1, 1, 1, 1};
+	enum { NF = 15 };
+	const char *toks[NF + 256];
+	char bytes[256][8];
+	int32_t types[NF + 256];
+	float scores[NF + 256];
+	for (int i = 0; i < NF; i++) {
+		toks[i] = fixed[i];
+		types[i] = fixed_type[i];
+		scores[i] = (float)-i;
+	}
+	for (int b = 0; b < 256; b++) {
+		snprintf(bytes[b], sizeof bytes[b], "<0x%02X>", b);
+		toks[NF + b] = bytes[b];
+		types[NF + b] = 6;
+		scores[NF + b] = 0;
+	}
+	struct gguf_writer *w = gguf_writer_new();
+	gguf_writer_str(w, "tokenizer.ggml.model", "llama");
+	gguf_writer_arr_str(w, "tokenizer.ggml.tokens", toks, NF + 256);
+	gguf_writer_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, NF + 256);
+	gguf_writer_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, NF + 256);
+	size_t n;
+	void *buf = gguf_writer_bytes(w, &n);
+	gguf_writer_free(w);
+	char err[AD_ERRLEN];
+	struct gguf *g = gguf_open_memory(buf, n, err);
+	REQUIRE(g, "%s", err);
+	struct tokenizer *t = tok_load_gguf(g, err);
+	gguf_close(g);
+	free(buf);
+	REQUIRE(t, "%s", err);
+	int32_t *ids;
+	const char *text = "<|x|><|y|>ab";
+	REQUIRE(encode(t, text, strlen(text), 0, 1, &ids, &n) == 0);
+	int32_t a[] = {4, 7, 11}; // the longest special, then "▁ab" merged by score: ▁ + ab
+	CHECK(same_ids(ids, n, a, 3));
+	if (!same_ids(ids, n, a, 3))
+		print_ids("parse_special", ids, n);
+	free(ids);
+	REQUIRE(encode(t, text, strlen(text), 0, 0, &ids, &n) == 0);
+	// "<|x" ▁ < |(byte) x, then |> and <|y|> (user-defined), then ▁ ab
+	int32_t b[] = {7, 13, NF + '|', 14, 5, 6, 7, 11};
+	CHECK(same_ids(ids, n, b, 8));
+	if (!same_ids(ids, n, b, 8))
+		print_ids("plain", ids, n);
+	char *s;
+	REQUIRE(tok_decode(t, ids, n, &s, &n, err) == 0);
+	CHECK(strcmp(s, "<|x|><|y|> ab") == 0, "[%s]", s); // the space after a special is the encoder's
+	free(s);
+	free(ids);
+	tok_free(t);
+}
+
 static void
 test_llama_spm_vectors(void)
 {
@@ -972,6 +1033,7 @@ main(void)
 	T_RUN(test_stories_gguf);
 	T_RUN(test_stories_bin);
 	T_RUN(test_spm_special);
+	T_RUN(test_spm_partition);
 	T_RUN(test_llama_spm_vectors);
 	T_RUN(test_gpt2_vectors);
 	T_RUN(test_qwen2_vectors);

@@ -1,19 +1,60 @@
 // fuzz-tokenizer.c - arbitrary bytes through encode, decode and the stream,
-// with the stories260K SentencePiece and the GPT-2 BPE vocabularies (loaded
-// once). The first input byte picks the vocabulary and the flags.
+// with the stories260K SentencePiece vocabulary, the GPT-2 BPE one and a
+// small synthetic one with overlapping special tokens (loaded once). The
+// first input byte picks the vocabulary and the flags.
 #define _GNU_SOURCE // memmem
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf.h"
 #include "tokenizer.h"
 
 #ifndef T_DATA
 #define T_DATA "tests/data"
 #endif
 
-static struct tokenizer *vocab[2];
+static struct tokenizer *vocab[3];
+
+// a small SentencePiece vocabulary whose special tokens overlap each other,
+// to stress the special-token partition
+static struct tokenizer *
+synthetic(char *err)
+{
+	static const char *fixed[] = {"<unk>", "<s>", "</s>", "<|x|>", "<|x|><|y|>", "|>", "<|y|>", "\xe2\x96\x81",
+	                              "\xe2\x96\x81\xe2\x96\x81", "a", "b", "ab", "\xe2\x96\x81" "a", "<", "x"};
+	static const int32_t fixed_type[] = {2, 3, 3, 3, 3, 4, 4, 1, 1, 1, 1, 1, 1, 1, 1};
+	enum { NF = sizeof fixed / sizeof fixed[0] };
+	const char *toks[NF + 256];
+	char bytes[256][8];
+	int32_t types[NF + 256];
+	float scores[NF + 256];
+	for (int i = 0; i < NF; i++) {
+		toks[i] = fixed[i];
+		types[i] = fixed_type[i];
+		scores[i] = (float)-i;
+	}
+	for (int b = 0; b < 256; b++) {
+		snprintf(bytes[b], sizeof bytes[b], "<0x%02X>", b);
+		toks[NF + b] = bytes[b];
+		types[NF + b] = 6;
+		scores[NF + b] = 0;
+	}
+	struct gguf_writer *w = gguf_writer_new();
+	gguf_writer_str(w, "tokenizer.ggml.model", "llama");
+	gguf_writer_arr_str(w, "tokenizer.ggml.tokens", toks, NF + 256);
+	gguf_writer_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, NF + 256);
+	gguf_writer_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, NF + 256);
+	size_t n;
+	void *buf = gguf_writer_bytes(w, &n);
+	gguf_writer_free(w);
+	struct gguf *g = buf ? gguf_open_memory(buf, n, err) : NULL;
+	struct tokenizer *t = g ? tok_load_gguf(g, err) : NULL;
+	gguf_close(g);
+	free(buf);
+	return t;
+}
 
 static void
 load_once(void)
@@ -31,6 +72,11 @@ load_once(void)
 	vocab[1] = tok_load(T_DATA "/tokenizer/ggml-vocab-gpt-2.gguf", err);
 	if (!vocab[1]) // without byte-level BPE only SentencePiece is fuzzed
 		fprintf(stderr, "fuzz-tokenizer: gpt-2 vocabulary: %s\n", err);
+	vocab[2] = synthetic(err);
+	if (!vocab[2]) {
+		fprintf(stderr, "fuzz-tokenizer: synthetic vocabulary: %s\n", err);
+		abort();
+	}
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -42,7 +88,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 1)
 		return 0;
 	uint8_t mode = data[0];
-	const struct tokenizer *t = vocab[mode & 1] ? vocab[mode & 1] : vocab[0];
+	// bit 0: gpt-2; else bit 4: the synthetic vocabulary
+	const struct tokenizer *t = (mode & 1) && vocab[1] ? vocab[1] : (mode & 16) ? vocab[2] : vocab[0];
 	const char *text = (const char *)data + 1;
 	size_t len = size - 1;
 	int add_bos = (int)((mode >> 1) % 3) - 1;
