@@ -1,0 +1,1 @@
+ad_test(NAME test-surface SOURCES test-surface.c LABELS unit)
