@@ -4,6 +4,8 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+#include <cjson/cJSON.h>
+
 #include "gguf.h"
 #include "t.h"
 #include "tokenizer-impl.h"
@@ -411,6 +413,137 @@ test_llama_spm_vectors(void)
 	run_vectors(t, "llama-spm", &n);
 	CHECK(n == 46, "%d cases", n);
 	tok_free(t);
+}
+
+static uint32_t rnd(void);
+static size_t put_utf8(char *p, uint32_t cp);
+static uint32_t random_cp(void);
+
+// A SentencePiece-style tokenizer.json (as Llama 2 and Mistral ship) made
+// from the llama-spm GGUF: vocab, byte fallback, merges ordered by the
+// merged piece's score. Loaded from JSON it must tokenize like the GGUF.
+static void
+test_spm_json(void)
+{
+	struct tokenizer *g = load(T_DATA "/tokenizer/ggml-vocab-llama-spm.gguf");
+	REQUIRE(g);
+	int32_t nv = tok_n_vocab(g);
+	cJSON *root = cJSON_CreateObject(), *model = cJSON_AddObjectToObject(root, "model");
+	cJSON_AddStringToObject(model, "type", "BPE");
+	cJSON_AddStringToObject(model, "unk_token", "<unk>");
+	cJSON_AddBoolToObject(model, "byte_fallback", 1);
+	cJSON *vocab = cJSON_AddObjectToObject(model, "vocab");
+	char piece[256];
+	for (int32_t id = 0; id < nv; id++) {
+		size_t n;
+		const char *p = tok_piece(g, id, &n);
+		if (n >= sizeof piece)
+			n = sizeof piece - 1; // none is this long
+		memcpy(piece, p, n);
+		piece[n] = 0;
+		cJSON_AddNumberToObject(vocab, piece, id);
+	}
+	// merges: every split of a normal piece into two pieces, best score first
+	struct m {
+		float score;
+		int32_t id, left, right;
+	} *ms = malloc(sizeof *ms * (size_t)nv * 8);
+	size_t nm = 0;
+	for (int32_t id = 0; id < nv; id++) {
+		size_t n;
+		const char *p = tok_piece(g, id, &n);
+		if (!p || tok_is_control(g, id) || (n == 6 && p[0] == '<' && p[1] == '0'))
+			continue;
+		for (size_t k = 1; k < n && nm < (size_t)nv * 8; k++) {
+			if (((uint8_t)p[k] & 0xc0) == 0x80)
+				continue;
+			int32_t l = tok_find(g, p, k), r = tok_find(g, p + k, n - k);
+			if (l > 2 && r > 2)
+				ms[nm++] = (struct m){g->tok[id].score, id, l, r};
+		}
+	}
+	// best score first; equal scores by id (insertion sort keeps it stable)
+	for (size_t i = 1; i < nm; i++) {
+		struct m x = ms[i];
+		size_t j = i;
+		while (j > 0 && ms[j - 1].score < x.score)
+			ms[j] = ms[j - 1], j--;
+		ms[j] = x;
+	}
+	cJSON *merges = cJSON_AddArrayToObject(model, "merges");
+	for (size_t i = 0; i < nm; i++) {
+		size_t a, b;
+		const char *pa = tok_piece(g, ms[i].left, &a), *pb = tok_piece(g, ms[i].right, &b);
+		char line[512];
+		snprintf(line, sizeof line, "%.*s %.*s", (int)a, pa, (int)b, pb);
+		cJSON_AddItemToArray(merges, cJSON_CreateString(line));
+	}
+	free(ms);
+	cJSON *added = cJSON_AddArrayToObject(root, "added_tokens");
+	const char *sp[] = {"<unk>", "<s>", "</s>"};
+	for (int i = 0; i < 3; i++) {
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddNumberToObject(o, "id", i);
+		cJSON_AddStringToObject(o, "content", sp[i]);
+		cJSON_AddBoolToObject(o, "special", 1);
+		cJSON_AddItemToArray(added, o);
+	}
+	cJSON *norm = cJSON_AddObjectToObject(root, "normalizer");
+	cJSON_AddStringToObject(norm, "type", "Sequence");
+	cJSON *seq = cJSON_AddArrayToObject(norm, "normalizers");
+	cJSON *pre = cJSON_CreateObject();
+	cJSON_AddStringToObject(pre, "type", "Prepend");
+	cJSON_AddStringToObject(pre, "prepend", "\xe2\x96\x81");
+	cJSON_AddItemToArray(seq, pre);
+	char *text = cJSON_PrintUnformatted(root);
+	cJSON_Delete(root);
+	REQUIRE(text);
+
+	char dir[512], path[600];
+	snprintf(dir, sizeof dir, "%s/spmjson", t_tmpdir());
+	mkdir(dir, 0700);
+	snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+	FILE *f = fopen(path, "w");
+	REQUIRE(f);
+	fputs(text, f);
+	fclose(f);
+	free(text);
+	snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+	f = fopen(path, "w");
+	REQUIRE(f);
+	fputs("{\"add_bos_token\": true, \"add_eos_token\": false, \"bos_token\": \"<s>\", \"eos_token\": \"</s>\","
+	      " \"chat_template\": \"{{ bos_token + '[INST] ' + message['content'] + ' [/INST]' }}\"}",
+	      f);
+	fclose(f);
+
+	struct tokenizer *t = load(dir);
+	REQUIRE(t);
+	CHECK(strcmp(tok_kind_name(t), "spm") == 0);
+	CHECK(tok_bos(t) == 1 && tok_eos(t) == 2 && tok_add_bos(t) == 1);
+	CHECK(tok_chat_family(t) == TOK_CHAT_LLAMA2);
+	int n;
+	printf("(from tokenizer.json) ");
+	run_vectors(t, "llama-spm", &n);
+	// and random text, against the GGUF
+	int same = 0;
+	for (int it = 0; it < 300; it++) {
+		char buf[512];
+		size_t len = 0, chars = 1 + rnd() % 60;
+		for (size_t c = 0; c < chars; c++)
+			len += put_utf8(buf + len, rnd() % 3 ? 0x20 + rnd() % 0x5f : random_cp());
+		int32_t *a, *b;
+		size_t na, nb;
+		if (encode(t, buf, len, -1, 0, &a, &na) || encode(g, buf, len, -1, 0, &b, &nb))
+			continue;
+		if (same_ids(a, na, b, nb))
+			same++;
+		free(a);
+		free(b);
+	}
+	printf("(from tokenizer.json) %d/300 random texts as the GGUF\n", same);
+	CHECK(same == 300);
+	tok_free(t);
+	tok_free(g);
 }
 
 // --- byte-level BPE ----------------------------------------------------------
@@ -1035,6 +1168,7 @@ main(void)
 	T_RUN(test_spm_special);
 	T_RUN(test_spm_partition);
 	T_RUN(test_llama_spm_vectors);
+	T_RUN(test_spm_json);
 	T_RUN(test_gpt2_vectors);
 	T_RUN(test_qwen2_vectors);
 	T_RUN(test_llama_bpe_vectors);

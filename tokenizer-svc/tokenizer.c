@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -860,6 +861,193 @@ apply_config(struct tokenizer *t, const char *json, size_t len, const char *path
 	return 0;
 }
 
+// --- SentencePiece-style tokenizer.json (Llama 2, Mistral, Gemma): a BPE
+// model over ▁-escaped text with byte fallback. It maps onto the SPM merger:
+// a piece made by merge number r scores -r, so the pair merged first is the
+// one with the lowest rank; pieces no merge makes never merge.
+
+static int
+is_spm_json(const char *json, size_t len)
+{
+	// cheap probes before a full parse: byte-level BPE files have neither
+	const char *probes[] = {"\"byte_fallback\": true", "\"byte_fallback\":true", "\"Metaspace\"", NULL};
+	for (int i = 0; probes[i]; i++)
+		if (memmem(json, len, probes[i], strlen(probes[i])))
+			return 1;
+	return 0;
+}
+
+static const char *
+jstr(const cJSON *o, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+// does the normalizer / pre-tokenizer prepend a ▁ to the text?
+static int
+spm_json_prefix(const cJSON *n)
+{
+	if (!cJSON_IsObject(n))
+		return 0;
+	const char *type = jstr(n, "type");
+	if (!type)
+		return 0;
+	if (!strcmp(type, "Prepend"))
+		return 1;
+	if (!strcmp(type, "Metaspace")) {
+		const char *scheme = jstr(n, "prepend_scheme");
+		const cJSON *aps = cJSON_GetObjectItemCaseSensitive(n, "add_prefix_space");
+		if (scheme)
+			return strcmp(scheme, "never") != 0;
+		return !cJSON_IsBool(aps) || cJSON_IsTrue(aps);
+	}
+	if (!strcmp(type, "Sequence")) {
+		const cJSON *it;
+		cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(n, "normalizers"))
+		{
+			if (spm_json_prefix(it))
+				return 1;
+		}
+		cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(n, "pretokenizers"))
+		{
+			if (spm_json_prefix(it))
+				return 1;
+		}
+	}
+	return 0;
+}
+
+static int
+load_spm_json(struct tokenizer *t, const char *json, size_t len, char *err)
+{
+	int rc = -1;
+	cJSON *root = cJSON_ParseWithLength(json, len);
+	if (!root)
+		return ad_err(err, "not valid JSON");
+	const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+	const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+	const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+	const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+	const char *type = jstr(model, "type");
+	if (!type || strcmp(type, "BPE") || !cJSON_IsObject(vocab)) {
+		ad_err(err, "SentencePiece-style tokenizer.json needs model.type BPE with a vocab object (got %s)",
+		       type ? type : "no type");
+		goto done;
+	}
+	// the vocabulary size: the largest id in vocab and added_tokens
+	int64_t max_id = -1;
+	const cJSON *it;
+	cJSON_ArrayForEach(it, vocab)
+	{
+		if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= (1 << 24)) {
+			ad_err(err, "vocab entry \"%.40s\" has a bad id", it->string ? it->string : "");
+			goto done;
+		}
+		if (it->valueint > max_id)
+			max_id = it->valueint;
+	}
+	cJSON_ArrayForEach(it, added)
+	{
+		const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
+		if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (1 << 24) || !jstr(it, "content")) {
+			ad_err(err, "added_tokens entry without a valid id and content");
+			goto done;
+		}
+		if (id->valueint > max_id)
+			max_id = id->valueint;
+	}
+	if (tok_vocab_init(t, (int32_t)(max_id + 1), err))
+		goto done;
+	// ids nobody names stay empty, unused pieces
+	for (int32_t i = 0; i <= max_id; i++)
+		t->tok[i].type = TOK_TYPE_UNUSED;
+	const char *unk = jstr(model, "unk_token");
+	cJSON_ArrayForEach(it, vocab)
+	{
+		const char *p = it->string;
+		size_t n = strlen(p);
+		enum tok_type ty = parse_byte_piece(p, n) >= 0 ? TOK_TYPE_BYTE : TOK_TYPE_NORMAL;
+		if (unk && !strcmp(unk, p))
+			ty = TOK_TYPE_UNKNOWN;
+		if (tok_vocab_set(t, it->valueint, p, n, -INFINITY, ty, err))
+			goto done;
+	}
+	cJSON_ArrayForEach(it, added)
+	{
+		const cJSON *sp = cJSON_GetObjectItemCaseSensitive(it, "special");
+		int32_t id = cJSON_GetObjectItemCaseSensitive(it, "id")->valueint;
+		const char *c = jstr(it, "content");
+		enum tok_type ty = cJSON_IsTrue(sp) ? TOK_TYPE_CONTROL : TOK_TYPE_USER_DEFINED;
+		if (unk && !strcmp(unk, c))
+			ty = TOK_TYPE_UNKNOWN;
+		if (tok_vocab_set(t, id, c, strlen(c), -INFINITY, ty, err))
+			goto done;
+		if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "lstrip")))
+			t->tok[id].attr |= TOK_ATTR_LSTRIP;
+		if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "rstrip")))
+			t->tok[id].attr |= TOK_ATTR_RSTRIP;
+	}
+	// merge ranks become scores; the map is needed to find the merged piece
+	if (build_map(t, err))
+		goto done;
+	int rank = 0;
+	char *cat = NULL;
+	size_t cat_cap = 0;
+	cJSON_ArrayForEach(it, merges)
+	{
+		const char *a = NULL, *b = NULL;
+		size_t na = 0, nb = 0;
+		if (cJSON_IsString(it)) {
+			const char *sp = strchr(it->valuestring + (it->valuestring[0] != 0), ' ');
+			if (sp) {
+				a = it->valuestring;
+				na = (size_t)(sp - a);
+				b = sp + 1;
+				nb = strlen(b);
+			}
+		} else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2) {
+			const cJSON *x = cJSON_GetArrayItem(it, 0), *y = cJSON_GetArrayItem(it, 1);
+			if (cJSON_IsString(x) && cJSON_IsString(y)) {
+				a = x->valuestring;
+				na = strlen(a);
+				b = y->valuestring;
+				nb = strlen(b);
+			}
+		}
+		if (!a) {
+			free(cat);
+			ad_err(err, "merge %d is neither \"a b\" nor [\"a\", \"b\"]", rank);
+			goto done;
+		}
+		if (na + nb > cat_cap) {
+			cat_cap = (na + nb) * 2;
+			char *p = realloc(cat, cat_cap);
+			if (!p) {
+				free(cat);
+				ad_err(err, "out of memory");
+				goto done;
+			}
+			cat = p;
+		}
+		memcpy(cat, a, na);
+		memcpy(cat + na, b, nb);
+		int32_t id = tok_find(t, cat, na + nb);
+		if (id >= 0 && t->tok[id].score == -INFINITY && t->tok[id].type == TOK_TYPE_NORMAL)
+			t->tok[id].score = (float)-rank;
+		rank++;
+	}
+	free(cat);
+	const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
+	t->add_space_prefix = spm_json_prefix(cJSON_GetObjectItemCaseSensitive(root, "normalizer")) ||
+	                      spm_json_prefix(pre);
+	t->unk = unk ? tok_find(t, unk, strlen(unk)) : -1;
+	rc = 0;
+done:
+	cJSON_Delete(root);
+	return rc;
+}
+
 // load_hf: tokenizer.json at json_path, config at config_path (may be NULL
 // or missing).
 static struct tokenizer *
@@ -874,10 +1062,18 @@ load_hf(const char *json_path, const char *config_path, char *err)
 		free(json);
 		return NULL;
 	}
-	t->kind = TOK_KIND_BPE;
-	if (bpe_load_hf_json(t, json, n, err)) {
-		ad_err_prefix(err, "%s", json_path);
-		goto fail;
+	if (is_spm_json(json, n)) {
+		t->kind = TOK_KIND_SPM;
+		if (load_spm_json(t, json, n, err)) {
+			ad_err_prefix(err, "%s", json_path);
+			goto fail;
+		}
+	} else {
+		t->kind = TOK_KIND_BPE;
+		if (bpe_load_hf_json(t, json, n, err)) {
+			ad_err_prefix(err, "%s", json_path);
+			goto fail;
+		}
 	}
 	free(json);
 	json = NULL;
@@ -1035,7 +1231,7 @@ spm_try_bigram(const struct tokenizer *t, const char *text, struct spm_sym *sym,
 		return 0;
 	uint32_t size = sym[left].n + sym[right].n;
 	int32_t id = tok_find(t, text + sym[left].off, size);
-	if (id < 0)
+	if (id < 0 || t->tok[id].score == -INFINITY) // -inf: no merge makes this piece
 		return 0;
 	struct spm_bigram b = {t->tok[id].score, left, right, size};
 	return heap_push(h, b, err);
