@@ -107,9 +107,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (tok_decode(t, ids, n, &s, &slen, err))
 		abort();
 	// without special tokens and BOS the bytes must come back unchanged
-	// (SentencePiece reads a literal U+2581 as a space, so skip those)
+	// (SentencePiece reads a literal U+2581 as a space, so skip those; the
+	// synthetic vocabulary's user-defined tokens are matched even so, and
+	// text after them gets the SPM space prefix, so skip it too)
 	int has_sp = memmem(text, len, "\xe2\x96\x81", 3) != NULL;
-	if (!special && add_bos == 0 && !has_sp && (slen != len || memcmp(s, text, len) != 0))
+	if (!special && add_bos == 0 && !has_sp && t != vocab[2] && (slen != len || memcmp(s, text, len) != 0))
 		abort();
 	free(s);
 	struct tok_stream st;
