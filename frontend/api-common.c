@@ -1,0 +1,336 @@
+// api-common.c - what the OpenAI and Anthropic dialects share: typed field
+// readers that name the offending field, the sampling fields, the timings
+// object, response ids.
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fe.h"
+
+void
+fe_params_free(struct fe_params *p)
+{
+	free(p->model);
+	for (size_t i = 0; i < p->n_msgs; i++)
+		free((char *)p->msgs[i].content);
+	free(p->msgs);
+	free(p->prompt);
+	for (size_t i = 0; i < p->n_stops; i++)
+		free(p->stops[i]);
+	memset(p, 0, sizeof *p);
+}
+
+int
+fe_bad_set(struct fe_bad *bad, int status, const char *param, const char *fmt, ...)
+{
+	bad->status = status;
+	snprintf(bad->param, sizeof bad->param, "%s", param ? param : "");
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(bad->msg, sizeof bad->msg, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static cJSON *
+field(cJSON *o, const char *key)
+{
+	cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+	return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+int
+fe_get_number(cJSON *o, const char *key, double lo, double hi, double *out, struct fe_bad *bad)
+{
+	cJSON *v = field(o, key);
+	if (!v)
+		return 0;
+	if (!cJSON_IsNumber(v))
+		return fe_bad_set(bad, 400, key, "'%s' must be a number", key);
+	double d = v->valuedouble;
+	if (!isfinite(d) || d < lo || d > hi)
+		return fe_bad_set(bad, 400, key, "'%s' must be between %g and %g, not %g", key, lo, hi, d);
+	*out = d;
+	return 1;
+}
+
+int
+fe_get_int(cJSON *o, const char *key, long long lo, long long hi, long long *out, struct fe_bad *bad)
+{
+	cJSON *v = field(o, key);
+	if (!v)
+		return 0;
+	if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
+		return fe_bad_set(bad, 400, key, "'%s' must be an integer", key);
+	double d = v->valuedouble;
+	if (d < (double)lo || d > (double)hi)
+		return fe_bad_set(bad, 400, key, "'%s' must be between %lld and %lld, not %.0f", key, lo, hi, d);
+	*out = (long long)d;
+	return 1;
+}
+
+int
+fe_get_bool(cJSON *o, const char *key, int *out, struct fe_bad *bad)
+{
+	cJSON *v = field(o, key);
+	if (!v)
+		return 0;
+	if (!cJSON_IsBool(v))
+		return fe_bad_set(bad, 400, key, "'%s' must be true or false", key);
+	*out = cJSON_IsTrue(v);
+	return 1;
+}
+
+int
+fe_get_string(cJSON *o, const char *key, const char **out, struct fe_bad *bad)
+{
+	cJSON *v = field(o, key);
+	if (!v)
+		return 0;
+	if (!cJSON_IsString(v))
+		return fe_bad_set(bad, 400, key, "'%s' must be a string", key);
+	*out = v->valuestring;
+	return 1;
+}
+
+static int
+add_stop(struct fe_params *p, const char *key, const char *s, struct fe_bad *bad)
+{
+	size_t l = strlen(s);
+	if (l == 0)
+		return fe_bad_set(bad, 400, key, "'%s' must not contain an empty string", key);
+	if (l > FE_MAX_STOP_LEN)
+		return fe_bad_set(bad, 400, key, "'%s': a stop sequence is at most %d bytes", key, FE_MAX_STOP_LEN);
+	if (p->n_stops >= FE_MAX_STOPS)
+		return fe_bad_set(bad, 400, key, "'%s': at most %d stop sequences", key, FE_MAX_STOPS);
+	if (!(p->stops[p->n_stops] = strdup(s)))
+		return fe_bad_set(bad, 503, key, "out of memory");
+	p->n_stops++;
+	return 0;
+}
+
+int
+fe_get_stops(cJSON *o, const char *key, struct fe_params *p, struct fe_bad *bad)
+{
+	cJSON *v = field(o, key);
+	if (!v)
+		return 0;
+	if (cJSON_IsString(v))
+		return add_stop(p, key, v->valuestring, bad) ? -1 : 1;
+	if (!cJSON_IsArray(v))
+		return fe_bad_set(bad, 400, key, "'%s' must be a string or an array of strings", key);
+	cJSON *e;
+	cJSON_ArrayForEach(e, v)
+	{
+		if (!cJSON_IsString(e))
+			return fe_bad_set(bad, 400, key, "'%s' must be a string or an array of strings", key);
+		if (add_stop(p, key, e->valuestring, bad))
+			return -1;
+	}
+	return 1;
+}
+
+int
+fe_get_text(cJSON *v, const char *where, char **out, struct fe_bad *bad)
+{
+	*out = NULL;
+	if (!v || cJSON_IsNull(v)) {
+		*out = strdup("");
+		return *out ? 1 : fe_bad_set(bad, 503, where, "out of memory");
+	}
+	if (cJSON_IsString(v)) {
+		*out = strdup(v->valuestring);
+		return *out ? 1 : fe_bad_set(bad, 503, where, "out of memory");
+	}
+	if (!cJSON_IsArray(v))
+		return fe_bad_set(bad, 400, where, "'%s' must be a string or an array of text blocks", where);
+	size_t len = 0, cap = 64;
+	char *s = malloc(cap);
+	if (!s)
+		return fe_bad_set(bad, 503, where, "out of memory");
+	s[0] = 0;
+	int i = 0, first = 1;
+	cJSON *e;
+	cJSON_ArrayForEach(e, v)
+	{
+		const char *t = NULL;
+		if (cJSON_IsString(e)) {
+			t = e->valuestring;
+		} else if (cJSON_IsObject(e)) {
+			cJSON *type = cJSON_GetObjectItemCaseSensitive(e, "type");
+			cJSON *text = cJSON_GetObjectItemCaseSensitive(e, "text");
+			if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0)) {
+				free(s);
+				return fe_bad_set(bad, 400, where, "'%s[%d].type': only text blocks are supported%s%s%s",
+				                  where, i, cJSON_IsString(type) ? " ('" : "",
+				                  cJSON_IsString(type) ? type->valuestring : "",
+				                  cJSON_IsString(type) ? "' is not)" : "");
+			}
+			if (!cJSON_IsString(text)) {
+				free(s);
+				return fe_bad_set(bad, 400, where, "'%s[%d].text' must be a string", where, i);
+			}
+			t = text->valuestring;
+		} else {
+			free(s);
+			return fe_bad_set(bad, 400, where, "'%s[%d]' must be a text block", where, i);
+		}
+		size_t l = strlen(t);
+		if (len + l + 2 > cap) {
+			while (len + l + 2 > cap)
+				cap *= 2;
+			char *n = realloc(s, cap);
+			if (!n) {
+				free(s);
+				return fe_bad_set(bad, 503, where, "out of memory");
+			}
+			s = n;
+		}
+		if (!first)
+			s[len++] = '\n';
+		memcpy(s + len, t, l);
+		len += l;
+		s[len] = 0;
+		first = 0;
+		i++;
+	}
+	*out = s;
+	return 1;
+}
+
+int
+fe_get_sampling(cJSON *o, struct fe_params *p, struct fe_bad *bad)
+{
+	double d;
+	long long ll;
+	int rv;
+	if ((rv = fe_get_number(o, "temperature", 0, 2, &d, bad)) < 0)
+		return -1;
+	if (rv)
+		p->temperature = (float)d;
+	if ((rv = fe_get_number(o, "top_p", 0, 1, &d, bad)) < 0)
+		return -1;
+	if (rv)
+		p->top_p = (float)d;
+	if ((rv = fe_get_number(o, "min_p", 0, 1, &d, bad)) < 0)
+		return -1;
+	if (rv)
+		p->min_p = (float)d;
+	if ((rv = fe_get_int(o, "top_k", 0, 1 << 20, &ll, bad)) < 0)
+		return -1;
+	if (rv)
+		p->top_k = (int)ll;
+	const char *rep_keys[] = { "repetition_penalty", "repeat_penalty" };
+	for (int i = 0; i < 2; i++) {
+		if ((rv = fe_get_number(o, rep_keys[i], 0, 10, &d, bad)) < 0)
+			return -1;
+		if (rv && d <= 0)
+			return fe_bad_set(bad, 400, rep_keys[i], "'%s' must be greater than 0", rep_keys[i]);
+		if (rv)
+			p->repeat_penalty = (float)d;
+	}
+	if ((rv = fe_get_number(o, "presence_penalty", -2, 2, &d, bad)) < 0)
+		return -1;
+	if (rv)
+		p->presence_penalty = (float)d;
+	if ((rv = fe_get_number(o, "frequency_penalty", -2, 2, &d, bad)) < 0)
+		return -1;
+	if (rv)
+		p->frequency_penalty = (float)d;
+	if ((rv = fe_get_int(o, "seed", -9007199254740991LL, 9007199254740991LL, &ll, bad)) < 0)
+		return -1;
+	if (rv) {
+		p->seed = (uint64_t)ll;
+		p->has_seed = 1;
+	}
+	int b = 0;
+	if ((rv = fe_get_bool(o, "stream", &b, bad)) < 0)
+		return -1;
+	if (rv)
+		p->stream = b;
+	return 0;
+}
+
+static double
+ms(uint64_t ns)
+{
+	return (double)ns / 1e6;
+}
+
+static double
+rate(uint64_t n, uint64_t ns)
+{
+	return ns ? (double)n / ((double)ns / 1e9) : 0;
+}
+
+cJSON *
+fe_timings_json(const struct fe_gen *g)
+{
+	const struct fe_result *r = &g->r;
+	cJSON *t = cJSON_CreateObject();
+	if (!t)
+		return NULL;
+	uint64_t ptok = r->prefill_tokens ? r->prefill_tokens : r->prompt_tokens;
+	uint64_t dtok = r->decode_tokens ? r->decode_tokens : r->completion_tokens;
+	cJSON_AddNumberToObject(t, "prompt_tokens", r->prompt_tokens);
+	cJSON_AddNumberToObject(t, "prompt_tokens_dropped", r->prompt_dropped);
+	cJSON_AddNumberToObject(t, "completion_tokens", r->completion_tokens);
+	cJSON_AddNumberToObject(t, "queue_ms", ms(r->queue_ns));
+	cJSON_AddNumberToObject(t, "tokenize_ms", ms(r->tokenize_ns));
+	cJSON_AddNumberToObject(t, "prefill_ms", ms(r->prefill_ns));
+	cJSON_AddNumberToObject(t, "prefill_tokens_per_s", rate(ptok, r->prefill_ns));
+	cJSON_AddNumberToObject(t, "decode_ms", ms(r->decode_ns));
+	cJSON_AddNumberToObject(t, "decode_tokens_per_s", rate(dtok, r->decode_ns));
+	cJSON_AddNumberToObject(t, "ttft_ms", ms(r->ttft_ns));
+	cJSON_AddNumberToObject(t, "detokenize_ms", ms(r->detok_ns));
+	cJSON_AddNumberToObject(t, "total_ms", ms(r->total_ns));
+	cJSON *e = cJSON_AddObjectToObject(t, "engine");
+	if (e) {
+		cJSON_AddNumberToObject(e, "queue_ms", ms(r->eng_queue_ns));
+		cJSON_AddNumberToObject(e, "kernel_ms", ms(r->kernel_ns));
+		cJSON_AddNumberToObject(e, "ipc_ms", ms(r->ipc_ns));
+		cJSON_AddNumberToObject(e, "attention_ms", ms(r->attention_ns));
+		cJSON_AddNumberToObject(e, "sampling_ms", ms(r->sampling_ns));
+		cJSON_AddNumberToObject(e, "cpu_other_ms", ms(r->cpu_other_ns));
+		cJSON_AddNumberToObject(e, "moe_ms", ms(r->moe_ns));
+	}
+	return t;
+}
+
+char *
+fe_json_print(cJSON *o, size_t *len)
+{
+	if (!o)
+		return NULL;
+	char *s = cJSON_PrintUnformatted(o);
+	cJSON_Delete(o);
+	if (s)
+		*len = strlen(s);
+	return s;
+}
+
+void
+fe_add_text(cJSON *o, const char *key, const char *s, size_t n)
+{
+	char *c = fe_utf8_clean(s ? s : "", s ? n : 0, NULL);
+	cJSON_AddStringToObject(o, key, c ? c : "");
+	free(c);
+}
+
+void
+fe_new_id(struct fe_gen *g, const char *prefix)
+{
+	static uint64_t counter;
+	uint64_t n = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	g->created = (long long)ts.tv_sec;
+	// unique within a process run; the nanoseconds make runs differ
+	snprintf(g->id, sizeof g->id, "%s%08llx%06llx%04llx", prefix, (unsigned long long)ts.tv_sec,
+	         (unsigned long long)(ts.tv_nsec / 1000) & 0xffffff, (unsigned long long)n & 0xffff);
+}

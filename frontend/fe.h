@@ -1,0 +1,204 @@
+// fe.h - the pieces of anedvd-frontend and how they meet.
+//
+// One h2o event-loop thread owns every HTTP request; it never waits on IPC.
+// A request that generates becomes a struct fe_gen: the loop parses and
+// validates the body into fe_params (api-openai.c, api-anthropic.c), admits
+// it into a bounded queue (upstream.c), and a worker thread takes it from
+// there: tokenize, Generate, Poll, detokenize with the tokenizer service's
+// decode_stream, stop sequences (stop.c). The worker hands text and the end
+// of the job back to the loop thread as messages (h2o_multithread); the loop
+// renders them in the request's dialect and writes them.
+//
+// Ownership: a gen has two references, the request's and the worker's; both
+// are dropped on the loop thread (the worker's when the loop handles its
+// final message), so the count needs no atomics. The only field both sides
+// touch concurrently is `cancelled`.
+#ifndef AD_FE_H
+#define AD_FE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "tokenizer.h"
+
+#define FE_MAX_STOPS 16
+#define FE_MAX_STOP_LEN 256
+
+struct fe_config {
+	const char *listen;
+	const char *tok_url, *engine_url;
+	const char *name;   // model id reported and echoed
+	const char *system; // default system prompt for chat requests
+	unsigned max_tokens; // default when the request has none
+	unsigned max_seq;    // context: prompt + reply must fit
+	size_t max_body;
+	int queue;           // requests waiting beyond those running
+	int parallel;        // generations the engine runs at once
+	int timeout_ms;      // each upstream call
+};
+
+enum fe_api { FE_API_CHAT, FE_API_COMPLETIONS, FE_API_MESSAGES, FE_API_N };
+
+// what a request asks for, in no dialect
+struct fe_params {
+	enum fe_api api;
+	int stream, include_usage;
+	char *model;
+	struct tok_msg *msgs; // chat and messages; contents malloc'd
+	size_t n_msgs;
+	char *prompt;         // completions: raw text, no template
+	size_t prompt_len;
+	unsigned max_tokens;
+	float temperature, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
+	int top_k;
+	uint64_t seed;
+	int has_seed;
+	char *stops[FE_MAX_STOPS];
+	size_t n_stops;
+};
+
+void fe_params_free(struct fe_params *p);
+
+enum fe_finish { FE_FINISH_NONE, FE_FINISH_EOS, FE_FINISH_LENGTH, FE_FINISH_STOP_SEQ, FE_FINISH_CANCELLED, FE_FINISH_ERROR };
+
+// the outcome of a generation, filled by the worker
+struct fe_result {
+	enum fe_finish finish;
+	int stop_index;      // which stop sequence matched (FE_FINISH_STOP_SEQ)
+	unsigned prompt_tokens, prompt_dropped, completion_tokens;
+	// nanoseconds per stage
+	uint64_t queue_ns, tokenize_ns, ttft_ns, total_ns, detok_ns;
+	uint64_t eng_queue_ns, prefill_ns, decode_ns, kernel_ns, ipc_ns, attention_ns, sampling_ns, cpu_other_ns,
+	        moe_ns;
+	uint32_t prefill_tokens, decode_tokens;
+	// errors (FE_FINISH_ERROR)
+	int status;          // HTTP status to use if nothing was sent yet
+	char err[AD_ERRLEN];
+};
+
+struct fe_req; // the loop side of a request (http.c)
+
+struct fe_gen {
+	struct fe_params p;
+	struct fe_result r;
+	struct fe_req *req;      // NULL once the HTTP request is gone (loop thread only)
+	int refs;                // loop thread only
+	int cancelled;           // atomic: the client went away
+	int queued;              // in the admission queue (queue lock)
+	uint64_t t_admit;        // ns, monotonic
+	char id[48];             // response id in the dialect's form
+	long long created;       // unix seconds
+	char *text;              // non-stream: the whole reply (worker, then loop)
+	size_t len, cap;
+	struct fe_gen *next;     // admission queue link
+};
+
+// --- stop.c: stop sequences with holdback, UTF-8 helpers ----------------------
+struct fe_stop {
+	const char *const *stops;
+	size_t n_stops;
+	size_t max_len;   // longest stop sequence
+	char *buf;        // text not yet released
+	size_t len, cap;
+	int hit;          // index of the stop sequence found, or -1
+};
+
+void fe_stop_init(struct fe_stop *s, const char *const *stops, size_t n);
+void fe_stop_free(struct fe_stop *s);
+// fe_stop_push appends text and returns how many bytes of s->buf may be
+// released now (the caller copies them, then calls fe_stop_consume). Once a
+// stop sequence is found (s->hit >= 0) the text before it is released and
+// the rest is dropped. flush: the stream ended; release everything.
+int fe_stop_push(struct fe_stop *s, const char *text, size_t n, int flush, size_t *ready);
+void fe_stop_consume(struct fe_stop *s, size_t n);
+
+// fe_utf8_boundary: the largest n' <= n such that s[0..n') does not end
+// inside a UTF-8 sequence that continues past n.
+size_t fe_utf8_boundary(const char *s, size_t n);
+// fe_utf8_clean: a malloc'd, NUL-terminated copy with invalid UTF-8 replaced by U+FFFD.
+char *fe_utf8_clean(const char *s, size_t n, size_t *out_len);
+
+// --- metrics.c ------------------------------------------------------------------
+enum fe_stage { FE_ST_QUEUE, FE_ST_TOKENIZE, FE_ST_TTFT, FE_ST_PREFILL, FE_ST_DECODE, FE_ST_DETOK, FE_ST_TOTAL,
+	        FE_ST_N };
+void fe_metrics_init(void);
+void fe_metrics_request(const char *endpoint, int status);
+void fe_metrics_tokens(unsigned in, unsigned out);
+void fe_metrics_stage(enum fe_stage st, uint64_t ns);
+void fe_metrics_queue(int waiting, int running);
+void fe_metrics_upstream(const char *process, int up, uint32_t pid); // counts restarts by pid changes
+void fe_metrics_cancel(void);
+void fe_metrics_rejected(void);
+// fe_metrics_render: Prometheus text format, malloc'd
+char *fe_metrics_render(size_t *len);
+// for /health
+void fe_metrics_upstream_state(int *tok_up, int *eng_up);
+
+// --- upstream.c: admission queue, workers, upstream calls -------------------------
+int fe_upstream_start(const struct fe_config *cfg, char *err);
+void fe_upstream_stop(void);
+// fe_admit queues g (taking the worker's reference); -1 when the queue is full
+int fe_admit(struct fe_gen *g);
+// fe_unqueue takes g out of the queue if it is still waiting there; 1 if it was
+int fe_unqueue(struct fe_gen *g);
+void fe_queue_state(int *waiting, int *running);
+
+// the worker's messages to the loop (implemented by http.c)
+enum fe_msg_kind { FE_MSG_START, FE_MSG_TEXT, FE_MSG_DONE };
+void fe_post(struct fe_gen *g, enum fe_msg_kind kind, const char *text, size_t len);
+
+uint64_t fe_now_ns(void);
+
+// --- http.c: the h2o loop ------------------------------------------------------------
+// fe_http_run serves until fe_http_stop (async-signal-safe) is called.
+int fe_http_run(const struct fe_config *cfg, char *err);
+void fe_http_stop(void);
+
+// --- api-*.c: the dialects ----------------------------------------------------------
+struct cJSON;
+
+// a request the server refuses before it reaches a worker
+struct fe_bad {
+	int status;
+	char msg[AD_ERRLEN];
+	char param[64]; // the offending field, "" if none
+};
+
+// Every renderer returns a malloc'd buffer (*len bytes) or NULL when out of memory.
+struct fe_dialect {
+	int (*parse)(struct cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_params *p,
+	             struct fe_bad *bad);
+	char *(*response)(const struct fe_gen *g, size_t *len);                      // non-stream JSON
+	char *(*stream_start)(const struct fe_gen *g, size_t *len);                  // first events
+	char *(*stream_text)(const struct fe_gen *g, const char *s, size_t n, size_t *len);
+	char *(*stream_end)(const struct fe_gen *g, size_t *len);                    // last events
+	char *(*error)(int status, const char *msg, const char *param, size_t *len); // JSON body
+	char *(*stream_error)(int status, const char *msg, size_t *len);              // SSE event(s)
+};
+
+extern const struct fe_dialect fe_openai, fe_anthropic;
+
+// api-common.c: field readers. Each returns 0 when the field is absent (or
+// null), 1 when read, -1 with bad filled (status 400, naming the field).
+int fe_get_number(struct cJSON *o, const char *key, double lo, double hi, double *out, struct fe_bad *bad);
+int fe_get_int(struct cJSON *o, const char *key, long long lo, long long hi, long long *out, struct fe_bad *bad);
+int fe_get_bool(struct cJSON *o, const char *key, int *out, struct fe_bad *bad);
+int fe_get_string(struct cJSON *o, const char *key, const char **out, struct fe_bad *bad);
+// stops: a string or an array of strings
+int fe_get_stops(struct cJSON *o, const char *key, struct fe_params *p, struct fe_bad *bad);
+// text content: a string, or an array of text blocks ({"type":"text","text":...} or strings) joined
+// with "\n"; where names the field in messages
+int fe_get_text(struct cJSON *v, const char *where, char **out, struct fe_bad *bad);
+int fe_bad_set(struct fe_bad *bad, int status, const char *param, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+// the sampling fields every dialect shares
+int fe_get_sampling(struct cJSON *o, struct fe_params *p, struct fe_bad *bad);
+struct cJSON *fe_timings_json(const struct fe_gen *g);
+// fe_json_text: a malloc'd JSON rendering of o (consumed), *len bytes
+char *fe_json_print(struct cJSON *o, size_t *len);
+// fe_add_text adds a string field from model text (invalid UTF-8 replaced)
+void fe_add_text(struct cJSON *o, const char *key, const char *s, size_t n);
+void fe_new_id(struct fe_gen *g, const char *prefix);
+
+#endif

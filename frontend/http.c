@@ -1,0 +1,738 @@
+// http.c - the h2o side of anedvd-frontend: routing, responses, SSE output,
+// the workers' messages, and noticing clients that went away.
+//
+// Everything here runs on the loop thread. A generation's request keeps a
+// struct fe_req (allocated in the request's pool, so h2o's disposal of the
+// request is our signal that it is gone). SSE output is buffered: h2o takes
+// one h2o_send at a time and calls proceed when it is written, and whatever
+// arrived meanwhile goes out in the next send.
+//
+// h2o 2.2.5 stops reading a connection while its request is handled, so a
+// client that closes during a long prefill or a non-streamed generation
+// would only be noticed when the reply is written. A 50 ms tick therefore
+// peeks at the sockets of the requests waiting on a worker.
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <h2o.h>
+#include <h2o/http1.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fe.h"
+#include "log.h"
+
+extern const unsigned char fe_webui[];
+extern const size_t fe_webui_len;
+
+struct buf {
+	char *s;
+	size_t len, cap;
+};
+
+struct fe_req {
+	h2o_generator_t gen; // first: h2o hands it back to proceed/stop
+	h2o_req_t *req;
+	struct fe_gen *g;
+	const struct fe_dialect *d;
+	const char *endpoint;
+	int started;   // response headers are out (SSE)
+	int flushed;   // at least one h2o_send happened
+	int sending;   // an h2o_send is being written
+	int closing;   // the last bytes are in out
+	int done;      // the final send happened
+	int fd;        // the connection's socket, -1 if unknown
+	struct buf out, inflight;
+	h2o_linklist_t active;
+};
+
+struct fe_msg {
+	h2o_multithread_message_t super;
+	struct fe_gen *g;
+	enum fe_msg_kind kind;
+	size_t len;
+	char text[];
+};
+
+static struct {
+	const struct fe_config *cfg;
+	h2o_globalconf_t config;
+	h2o_context_t ctx;
+	h2o_accept_ctx_t accept_ctx;
+	h2o_multithread_receiver_t receiver;
+	h2o_timeout_t tick;
+	h2o_timeout_entry_t tick_entry;
+	h2o_linklist_t active;
+	h2o_socket_t *listener;
+	long long started_at;
+	volatile sig_atomic_t stop;
+} S;
+
+static const char *
+reason(int status)
+{
+	switch (status) {
+	case 200: return "OK";
+	case 204: return "No Content";
+	case 400: return "Bad Request";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 413: return "Payload Too Large";
+	case 500: return "Internal Server Error";
+	case 502: return "Bad Gateway";
+	case 503: return "Service Unavailable";
+	default: return "Error";
+	}
+}
+
+static void
+hdr(h2o_req_t *req, const char *name, const char *value)
+{
+	h2o_add_header_by_str(&req->pool, &req->res.headers, name, strlen(name), 1, NULL, value, strlen(value));
+}
+
+static void
+cors(h2o_req_t *req)
+{
+	hdr(req, "access-control-allow-origin", "*");
+	hdr(req, "access-control-allow-headers", "*");
+	hdr(req, "access-control-allow-methods", "GET, POST, OPTIONS");
+	hdr(req, "access-control-expose-headers", "*");
+}
+
+// respond sends a whole response; body is copied unless it is static
+static void
+respond(h2o_req_t *req, const char *endpoint, int status, const char *ctype, const void *body, size_t len,
+        int copy)
+{
+	static h2o_generator_t none = { NULL, NULL };
+	req->res.status = status;
+	req->res.reason = reason(status);
+	cors(req);
+	hdr(req, "cache-control", "no-store");
+	if (ctype)
+		hdr(req, "content-type", ctype);
+	req->res.content_length = len;
+	h2o_iovec_t b = copy ? h2o_strdup(&req->pool, body, len) : h2o_iovec_init(body, len);
+	fe_metrics_request(endpoint, status);
+	h2o_start_response(req, &none);
+	h2o_send(req, &b, len ? 1 : 0, H2O_SEND_STATE_FINAL);
+}
+
+static void
+respond_json(h2o_req_t *req, const char *endpoint, int status, char *json, size_t len)
+{
+	if (!json) {
+		static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}";
+		respond(req, endpoint, 503, "application/json", oom, sizeof oom - 1, 0);
+		return;
+	}
+	respond(req, endpoint, status, "application/json", json, len, 1);
+	free(json);
+}
+
+static void
+respond_error(h2o_req_t *req, const struct fe_dialect *d, const char *endpoint, int status, const char *param,
+              const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+static void
+respond_error(h2o_req_t *req, const struct fe_dialect *d, const char *endpoint, int status, const char *param,
+              const char *fmt, ...)
+{
+	char msg[AD_ERRLEN];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	if (status == 503)
+		hdr(req, "retry-after", "1");
+	size_t len = 0;
+	char *json = d->error(status, msg, param, &len);
+	respond_json(req, endpoint, status, json, len);
+}
+
+// --- generations ---------------------------------------------------------------------
+
+static void
+gen_unref(struct fe_gen *g)
+{
+	if (--g->refs > 0)
+		return;
+	fe_params_free(&g->p);
+	free(g->text);
+	free(g);
+}
+
+static int
+buf_add(struct buf *b, const char *s, size_t n)
+{
+	if (b->len + n > b->cap) {
+		size_t cap = b->cap ? b->cap : 1024;
+		while (cap < b->len + n)
+			cap *= 2;
+		char *t = realloc(b->s, cap);
+		if (!t)
+			return -1;
+		b->s = t;
+		b->cap = cap;
+	}
+	memcpy(b->s + b->len, s, n);
+	b->len += n;
+	return 0;
+}
+
+static void
+mark_cancelled(struct fe_gen *g)
+{
+	__atomic_store_n(&g->cancelled, 1, __ATOMIC_RELEASE);
+}
+
+static void
+deactivate(struct fe_req *rq)
+{
+	if (h2o_linklist_is_linked(&rq->active))
+		h2o_linklist_unlink(&rq->active);
+}
+
+// flush writes what is buffered, once the previous write is done. After the
+// final send the request may be gone: nothing touches rq after it.
+static void
+flush(struct fe_req *rq)
+{
+	if (!rq->started || rq->sending || rq->done)
+		return;
+	if (rq->out.len == 0 && !rq->closing && rq->flushed)
+		return;
+	struct buf t = rq->inflight;
+	rq->inflight = rq->out;
+	rq->out = t;
+	rq->out.len = 0;
+	h2o_iovec_t v = h2o_iovec_init(rq->inflight.s, rq->inflight.len);
+	rq->sending = 1;
+	rq->flushed = 1;
+	if (rq->closing) {
+		rq->done = 1;
+		h2o_send(rq->req, &v, v.len ? 1 : 0, H2O_SEND_STATE_FINAL);
+	} else {
+		h2o_send(rq->req, &v, v.len ? 1 : 0, H2O_SEND_STATE_IN_PROGRESS);
+	}
+}
+
+static void
+on_proceed(h2o_generator_t *self, h2o_req_t *req)
+{
+	struct fe_req *rq = (struct fe_req *)self;
+	rq->sending = 0;
+	rq->inflight.len = 0;
+	flush(rq);
+}
+
+static void
+on_stop(h2o_generator_t *self, h2o_req_t *req)
+{
+	struct fe_req *rq = (struct fe_req *)self;
+	if (rq->g)
+		mark_cancelled(rq->g);
+}
+
+static void
+on_dispose(void *p)
+{
+	struct fe_req *rq = p;
+	deactivate(rq);
+	free(rq->out.s);
+	free(rq->inflight.s);
+	struct fe_gen *g = rq->g;
+	if (!g)
+		return;
+	g->req = NULL;
+	mark_cancelled(g);
+	if (fe_unqueue(g))
+		g->refs--; // the worker never took it; the request's own reference remains
+	gen_unref(g);
+}
+
+static void
+append(struct fe_req *rq, char *s, size_t n)
+{
+	if (!s || buf_add(&rq->out, s, n) != 0) {
+		ad_warn("out of memory writing a stream");
+		mark_cancelled(rq->g);
+	}
+	free(s);
+}
+
+static void
+sse_start(struct fe_req *rq, int with_events)
+{
+	if (rq->started)
+		return;
+	h2o_req_t *req = rq->req;
+	req->res.status = 200;
+	req->res.reason = "OK";
+	cors(req);
+	hdr(req, "content-type", "text/event-stream; charset=utf-8");
+	hdr(req, "cache-control", "no-cache");
+	hdr(req, "x-accel-buffering", "no");
+	fe_metrics_request(rq->endpoint, 200);
+	h2o_start_response(req, &rq->gen);
+	rq->started = 1;
+	if (with_events) {
+		size_t n = 0;
+		char *s = rq->d->stream_start(rq->g, &n);
+		append(rq, s, n);
+	}
+}
+
+static void
+finish(struct fe_req *rq)
+{
+	struct fe_gen *g = rq->g;
+	h2o_req_t *req = rq->req;
+	deactivate(rq);
+	const struct fe_result *r = &g->r;
+	int error = r->finish == FE_FINISH_ERROR;
+	if (error)
+		ad_warn("%s %s: %s", rq->endpoint, g->id, r->err);
+	size_t n = 0;
+	if (!g->p.stream) {
+		rq->done = 1;
+		int status = error ? (r->status ? r->status : 502) : 200;
+		char *body = error ? rq->d->error(status, r->err, NULL, &n) : rq->d->response(g, &n);
+		if (status == 503)
+			hdr(req, "retry-after", "1");
+		respond_json(req, rq->endpoint, status, body, n);
+		return;
+	}
+	char *ev;
+	if (error) {
+		sse_start(rq, 0);
+		ev = rq->d->stream_error(r->status, r->err, &n);
+	} else {
+		sse_start(rq, 1);
+		ev = rq->d->stream_end(g, &n);
+	}
+	append(rq, ev, n);
+	rq->closing = 1;
+	flush(rq);
+}
+
+static void
+on_message(struct fe_msg *m)
+{
+	struct fe_gen *g = m->g;
+	struct fe_req *rq = g->req;
+	if (rq && !rq->done) {
+		size_t n = 0;
+		switch (m->kind) {
+		case FE_MSG_START:
+			if (g->p.stream) {
+				sse_start(rq, 1);
+				flush(rq);
+			}
+			break;
+		case FE_MSG_TEXT:
+			if (g->p.stream) {
+				sse_start(rq, 1);
+				char *ev = rq->d->stream_text(g, m->text, m->len, &n);
+				append(rq, ev, n);
+				flush(rq);
+			}
+			break;
+		case FE_MSG_DONE:
+			finish(rq);
+			break;
+		}
+	}
+	if (m->kind == FE_MSG_DONE)
+		gen_unref(g);
+}
+
+static void
+on_messages(h2o_multithread_receiver_t *receiver, h2o_linklist_t *list)
+{
+	while (!h2o_linklist_is_empty(list)) {
+		struct fe_msg *m = H2O_STRUCT_FROM_MEMBER(struct fe_msg, super.link, list->next);
+		h2o_linklist_unlink(&m->super.link);
+		on_message(m);
+		free(m);
+	}
+}
+
+void
+fe_post(struct fe_gen *g, enum fe_msg_kind kind, const char *text, size_t len)
+{
+	struct fe_msg *m = malloc(sizeof *m + len + 1);
+	if (!m) {
+		ad_error("out of memory passing a message to the loop");
+		if (kind != FE_MSG_DONE)
+			return;
+		// the final message must arrive: wait for memory rather than leak the request
+		while (!(m = malloc(sizeof *m + 1)))
+			usleep(1000);
+		len = 0;
+	}
+	memset(&m->super, 0, sizeof m->super);
+	m->g = g;
+	m->kind = kind;
+	m->len = len;
+	if (len)
+		memcpy(m->text, text, len);
+	m->text[len] = 0;
+	h2o_multithread_send_message(&S.receiver, &m->super);
+}
+
+// the socket of an HTTP/1 connection: h2o 2.2.5 keeps it right after the
+// public part of its connection struct (lib/http1.c, struct st_h2o_http1_conn_t)
+static int
+conn_fd(h2o_req_t *req)
+{
+	if (req->version >= 0x200)
+		return -1;
+	struct http1_conn_head {
+		h2o_conn_t super;
+		h2o_socket_t *sock;
+	} *c = (void *)req->conn;
+	return c->sock ? h2o_socket_get_fd(c->sock) : -1;
+}
+
+static int
+peer_gone(int fd)
+{
+	char c;
+	ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+	return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static void
+on_tick(h2o_timeout_entry_t *e)
+{
+	for (h2o_linklist_t *l = S.active.next; l != &S.active;) {
+		struct fe_req *rq = H2O_STRUCT_FROM_MEMBER(struct fe_req, active, l);
+		l = l->next;
+		if (rq->fd < 0 || !peer_gone(rq->fd))
+			continue;
+		struct fe_gen *g = rq->g;
+		deactivate(rq);
+		mark_cancelled(g);
+		if (fe_unqueue(g)) {
+			// it never reached a worker: end the request here
+			g->r.finish = FE_FINISH_ERROR;
+			g->r.status = 503;
+			snprintf(g->r.err, sizeof g->r.err, "the client closed the connection");
+			fe_metrics_cancel();
+			finish(rq);
+			gen_unref(g); // the worker's reference
+		}
+	}
+	h2o_timeout_link(S.ctx.loop, &S.tick, &S.tick_entry);
+}
+
+static int
+start_generation(h2o_req_t *req, enum fe_api api, const struct fe_dialect *d, const char *endpoint)
+{
+	if (req->entity.base == NULL || req->entity.len == 0) {
+		respond_error(req, d, endpoint, 400, NULL, "the request body is empty: send a JSON object");
+		return 0;
+	}
+	if (req->entity.len > S.cfg->max_body) {
+		respond_error(req, d, endpoint, 413, NULL, "the request body is %zu bytes; the limit is %zu",
+		              req->entity.len, S.cfg->max_body);
+		return 0;
+	}
+	const char *end = NULL;
+	cJSON *body = cJSON_ParseWithLengthOpts(req->entity.base, req->entity.len, &end, 0);
+	if (!body) {
+		size_t at = end ? (size_t)(end - req->entity.base) : 0;
+		respond_error(req, d, endpoint, 400, NULL, "malformed JSON near byte %zu", at);
+		return 0;
+	}
+	if (!cJSON_IsObject(body)) {
+		cJSON_Delete(body);
+		respond_error(req, d, endpoint, 400, NULL, "the request body must be a JSON object");
+		return 0;
+	}
+	struct fe_gen *g = calloc(1, sizeof *g);
+	if (!g) {
+		cJSON_Delete(body);
+		respond_error(req, d, endpoint, 503, NULL, "out of memory");
+		return 0;
+	}
+	struct fe_bad bad = { 0 };
+	int rv = d->parse(body, api, S.cfg, &g->p, &bad);
+	cJSON_Delete(body);
+	if (rv != 0) {
+		fe_params_free(&g->p);
+		free(g);
+		respond_error(req, d, endpoint, bad.status ? bad.status : 400, bad.param, "%s", bad.msg);
+		return 0;
+	}
+	fe_new_id(g, api == FE_API_CHAT ? "chatcmpl-" : api == FE_API_COMPLETIONS ? "cmpl-" : "msg_");
+	g->refs = 2;
+	if (fe_admit(g) != 0) {
+		fe_params_free(&g->p);
+		free(g);
+		fe_metrics_rejected();
+		respond_error(req, d, endpoint, 503, NULL, "the server is busy: %d generations running and %d waiting; retry shortly",
+		              S.cfg->parallel, S.cfg->queue);
+		return 0;
+	}
+	struct fe_req *rq = h2o_mem_alloc_shared(&req->pool, sizeof *rq, on_dispose);
+	memset(rq, 0, sizeof *rq);
+	rq->gen.proceed = on_proceed;
+	rq->gen.stop = on_stop;
+	rq->req = req;
+	rq->g = g;
+	rq->d = d;
+	rq->endpoint = endpoint;
+	rq->fd = conn_fd(req);
+	g->req = rq;
+	h2o_linklist_insert(&S.active, &rq->active);
+	return 0;
+}
+
+// --- the cheap endpoints ----------------------------------------------------------------
+
+static void
+health(h2o_req_t *req)
+{
+	int tok_up, eng_up, waiting, running;
+	fe_metrics_upstream_state(&tok_up, &eng_up);
+	fe_queue_state(&waiting, &running);
+	static const char *state[] = { "unknown", "down", "up" };
+	char body[256];
+	int n = snprintf(body, sizeof body,
+	                 "{\"status\":\"ok\",\"tokenizer\":\"%s\",\"engine\":\"%s\",\"running\":%d,\"queued\":%d}",
+	                 state[tok_up + 1], state[eng_up + 1], running, waiting);
+	respond(req, "/health", 200, "application/json", body, (size_t)n, 1);
+}
+
+static cJSON *
+model_obj(void)
+{
+	cJSON *m = cJSON_CreateObject();
+	cJSON_AddStringToObject(m, "id", S.cfg->name);
+	cJSON_AddStringToObject(m, "object", "model");
+	cJSON_AddNumberToObject(m, "created", (double)S.started_at);
+	cJSON_AddStringToObject(m, "owned_by", "anedvd");
+	// the Anthropic client reads these
+	cJSON_AddStringToObject(m, "type", "model");
+	cJSON_AddStringToObject(m, "display_name", S.cfg->name);
+	char iso[32];
+	time_t t = (time_t)S.started_at;
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(iso, sizeof iso, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	cJSON_AddStringToObject(m, "created_at", iso);
+	return m;
+}
+
+static void
+models(h2o_req_t *req)
+{
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddStringToObject(o, "object", "list");
+	cJSON *data = cJSON_AddArrayToObject(o, "data");
+	cJSON_AddItemToArray(data, model_obj());
+	cJSON_AddStringToObject(o, "first_id", S.cfg->name);
+	cJSON_AddStringToObject(o, "last_id", S.cfg->name);
+	cJSON_AddFalseToObject(o, "has_more");
+	size_t n = 0;
+	char *s = fe_json_print(o, &n);
+	respond_json(req, "/v1/models", 200, s, n);
+}
+
+static void
+metrics(h2o_req_t *req)
+{
+	size_t n = 0;
+	char *s = fe_metrics_render(&n);
+	if (!s) {
+		respond(req, "/metrics", 503, "text/plain", "out of memory\n", 14, 0);
+		return;
+	}
+	respond(req, "/metrics", 200, "text/plain; version=0.0.4; charset=utf-8", s, n, 1);
+	free(s);
+}
+
+static int
+path_is(h2o_req_t *req, const char *p)
+{
+	return h2o_memis(req->path_normalized.base, req->path_normalized.len, p, strlen(p));
+}
+
+static int
+method_is(h2o_req_t *req, const char *m)
+{
+	return h2o_memis(req->method.base, req->method.len, m, strlen(m));
+}
+
+static int
+on_req(h2o_handler_t *self, h2o_req_t *req)
+{
+	int is_get = method_is(req, "GET") || method_is(req, "HEAD");
+	int is_post = method_is(req, "POST");
+	const char *path = NULL;
+	const struct fe_dialect *d = &fe_openai;
+	if (path_is(req, "/v1/messages"))
+		d = &fe_anthropic;
+
+	if (method_is(req, "OPTIONS")) {
+		hdr(req, "access-control-max-age", "86400");
+		respond(req, "OPTIONS", 204, NULL, "", 0, 0);
+		return 0;
+	}
+	// POST routes
+	if (path_is(req, "/v1/chat/completions") || path_is(req, "/v1/completions") || path_is(req, "/v1/messages")) {
+		path = path_is(req, "/v1/chat/completions") ? "/v1/chat/completions"
+		       : path_is(req, "/v1/completions")    ? "/v1/completions"
+		                                            : "/v1/messages";
+		if (!is_post) {
+			hdr(req, "allow", "POST, OPTIONS");
+			respond_error(req, d, path, 405, NULL, "%s takes POST", path);
+			return 0;
+		}
+		enum fe_api api = d == &fe_anthropic ? FE_API_MESSAGES
+		                  : path_is(req, "/v1/completions") ? FE_API_COMPLETIONS
+		                                                    : FE_API_CHAT;
+		return start_generation(req, api, d, path);
+	}
+	// GET routes
+	static const char *gets[] = { "/health", "/v1/models", "/metrics", "/", "/index.html" };
+	int found = -1;
+	for (int i = 0; i < (int)(sizeof gets / sizeof gets[0]); i++)
+		if (path_is(req, gets[i]))
+			found = i;
+	size_t ml = strlen("/v1/models/");
+	int model_path = req->path_normalized.len > ml &&
+	                 memcmp(req->path_normalized.base, "/v1/models/", ml) == 0;
+	if (found < 0 && !model_path) {
+		respond_error(req, d, "other", 404, NULL, "unknown endpoint %.*s %.*s", (int)req->method.len,
+		              req->method.base, (int)(req->path_normalized.len > 200 ? 200 : req->path_normalized.len),
+		              req->path_normalized.base);
+		return 0;
+	}
+	if (!is_get) {
+		hdr(req, "allow", "GET, HEAD, OPTIONS");
+		respond_error(req, d, found >= 0 ? gets[found] : "/v1/models", 405, NULL, "this endpoint takes GET");
+		return 0;
+	}
+	if (model_path) {
+		const char *id = req->path_normalized.base + ml;
+		size_t idl = req->path_normalized.len - ml;
+		if (idl != strlen(S.cfg->name) || memcmp(id, S.cfg->name, idl) != 0) {
+			respond_error(req, d, "/v1/models", 404, "model", "model '%.*s' does not exist",
+			              (int)(idl > 200 ? 200 : idl), id);
+			return 0;
+		}
+		size_t n = 0;
+		char *s = fe_json_print(model_obj(), &n);
+		respond_json(req, "/v1/models", 200, s, n);
+		return 0;
+	}
+	switch (found) {
+	case 0:
+		health(req);
+		break;
+	case 1:
+		models(req);
+		break;
+	case 2:
+		metrics(req);
+		break;
+	default:
+		respond(req, "/", 200, "text/html; charset=utf-8", fe_webui, fe_webui_len, 0);
+	}
+	return 0;
+}
+
+// --- the server ---------------------------------------------------------------------------
+
+static void
+on_accept(h2o_socket_t *listener, const char *err)
+{
+	if (err)
+		return;
+	h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
+	if (sock)
+		h2o_accept(&S.accept_ctx, sock);
+}
+
+static int
+listen_on(const char *hostport, char *err)
+{
+	char host[256];
+	const char *colon = strrchr(hostport, ':');
+	if (!colon || colon == hostport || (size_t)(colon - hostport) >= sizeof host)
+		return ad_err(err, "--listen wants HOST:PORT, not '%s'", hostport);
+	memcpy(host, hostport, (size_t)(colon - hostport));
+	host[colon - hostport] = 0;
+	char *h = host;
+	if (h[0] == '[' && h[strlen(h) - 1] == ']') { // [::1]:8080
+		h[strlen(h) - 1] = 0;
+		h++;
+	}
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE };
+	struct addrinfo *ai;
+	int rv = getaddrinfo(h, colon + 1, &hints, &ai);
+	if (rv != 0)
+		return ad_err(err, "--listen %s: %s", hostport, gai_strerror(rv));
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+	    bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		freeaddrinfo(ai);
+		return ad_err(err, "listen on %s: %s", hostport, strerror(e));
+	}
+	freeaddrinfo(ai);
+	S.listener = h2o_evloop_socket_create(S.ctx.loop, fd, H2O_SOCKET_FLAG_DONT_READ);
+	h2o_socket_read_start(S.listener, on_accept);
+	return 0;
+}
+
+int
+fe_http_run(const struct fe_config *cfg, char *err)
+{
+	S.cfg = cfg;
+	S.started_at = (long long)time(NULL);
+	h2o_config_init(&S.config);
+	// bodies a little over the limit still reach us and get the dialect's 413;
+	// h2o refuses far larger ones itself before reading them
+	S.config.max_request_entity_size = cfg->max_body * 4 + 65536;
+	S.config.http1.upgrade_to_http2 = 0;
+	h2o_hostconf_t *host = h2o_config_register_host(&S.config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+	h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
+	h2o_handler_t *handler = h2o_create_handler(path, sizeof *handler);
+	handler->on_req = on_req;
+
+	h2o_context_init(&S.ctx, h2o_evloop_create(), &S.config);
+	h2o_multithread_register_receiver(S.ctx.queue, &S.receiver, on_messages);
+	S.accept_ctx.ctx = &S.ctx;
+	S.accept_ctx.hosts = S.config.hosts;
+	h2o_linklist_init_anchor(&S.active);
+	h2o_timeout_init(S.ctx.loop, &S.tick, 50);
+	S.tick_entry.cb = on_tick;
+	h2o_timeout_link(S.ctx.loop, &S.tick, &S.tick_entry);
+
+	if (listen_on(cfg->listen, err) != 0)
+		return -1;
+	ad_info("listening on http://%s (model %s, %d at once, queue %d)", cfg->listen, cfg->name, cfg->parallel,
+	        cfg->queue);
+	while (!S.stop && h2o_evloop_run(S.ctx.loop, 100) == 0)
+		;
+	return 0;
+}
+
+void
+fe_http_stop(void)
+{
+	S.stop = 1;
+}

@@ -1,0 +1,147 @@
+// anedvd-frontend - the HTTP server: OpenAI and Anthropic APIs, SSE, WebUI.
+//
+//   anedvd-frontend --listen HOST:PORT --tokenizer URL --engine URL [options]
+//
+// Talks to anedvd-tokenizer and to the engine (anedvd-cpu-worker) over nng;
+// serves until SIGINT or SIGTERM.
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fe.h"
+#include "log.h"
+
+static void
+usage(FILE *out)
+{
+	fprintf(out,
+	        "usage: anedvd-frontend --listen HOST:PORT --tokenizer URL --engine URL [options]\n"
+	        "  --listen HOST:PORT  address to serve HTTP on (e.g. 127.0.0.1:8080)\n"
+	        "  --tokenizer URL     the anedvd-tokenizer service (ipc://... or tcp://...)\n"
+	        "  --engine URL        the engine service (anedvd-cpu-worker)\n"
+	        "  --name ID           the model id reported by /v1/models (default anedvd)\n"
+	        "  --system TEXT       system prompt for chats that bring none\n"
+	        "  --max-tokens N      reply length when a request gives none (default 512)\n"
+	        "  --max-seq N         context length: prompt + reply (default 2048)\n"
+	        "  --max-body BYTES    largest request body (default 4194304)\n"
+	        "  --parallel N        generations the engine runs at once (default 1)\n"
+	        "  --queue N           requests waiting beyond those; more get 503 (default 16)\n"
+	        "  --timeout-ms N      each call to the tokenizer or the engine (default 10000)\n");
+}
+
+static int
+number(const char *opt, const char *s, long lo, long hi, long *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || *end || end == s || v < lo || v > hi) {
+		fprintf(stderr, "anedvd-frontend: %s takes a number from %ld to %ld, not '%s'\n", opt, lo, hi, s);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+static void
+on_signal(int sig)
+{
+	fe_http_stop();
+}
+
+int
+main(int argc, char **argv)
+{
+	struct fe_config cfg = {
+		.name = "anedvd",
+		.max_tokens = 512,
+		.max_seq = 2048,
+		.max_body = 4u << 20,
+		.queue = 16,
+		.parallel = 1,
+		.timeout_ms = 10000,
+	};
+	ad_log_init("anedvd-frontend");
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			usage(stdout);
+			return 0;
+		}
+		if (i + 1 >= argc) {
+			fprintf(stderr, "anedvd-frontend: %s needs a value\n", a);
+			usage(stderr);
+			return 2;
+		}
+		const char *v = argv[++i];
+		long n;
+		if (strcmp(a, "--listen") == 0) {
+			cfg.listen = v;
+		} else if (strcmp(a, "--tokenizer") == 0) {
+			cfg.tok_url = v;
+		} else if (strcmp(a, "--engine") == 0) {
+			cfg.engine_url = v;
+		} else if (strcmp(a, "--name") == 0) {
+			if (!v[0] || strlen(v) > 128) {
+				fprintf(stderr, "anedvd-frontend: --name takes 1 to 128 characters\n");
+				return 2;
+			}
+			cfg.name = v;
+		} else if (strcmp(a, "--system") == 0) {
+			cfg.system = v;
+		} else if (strcmp(a, "--max-tokens") == 0) {
+			if (number(a, v, 1, 1 << 20, &n))
+				return 2;
+			cfg.max_tokens = (unsigned)n;
+		} else if (strcmp(a, "--max-seq") == 0) {
+			if (number(a, v, 8, 1 << 24, &n))
+				return 2;
+			cfg.max_seq = (unsigned)n;
+		} else if (strcmp(a, "--max-body") == 0) {
+			if (number(a, v, 1024, 1L << 30, &n))
+				return 2;
+			cfg.max_body = (size_t)n;
+		} else if (strcmp(a, "--queue") == 0) {
+			if (number(a, v, 0, 100000, &n))
+				return 2;
+			cfg.queue = (int)n;
+		} else if (strcmp(a, "--parallel") == 0) {
+			if (number(a, v, 1, 256, &n))
+				return 2;
+			cfg.parallel = (int)n;
+		} else if (strcmp(a, "--timeout-ms") == 0) {
+			if (number(a, v, 10, 3600000, &n))
+				return 2;
+			cfg.timeout_ms = (int)n;
+		} else {
+			fprintf(stderr, "anedvd-frontend: unknown option '%s'\n", a);
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!cfg.listen || !cfg.tok_url || !cfg.engine_url) {
+		usage(stderr);
+		return 2;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	struct sigaction sa = { .sa_handler = on_signal };
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+
+	char err[AD_ERRLEN];
+	fe_metrics_init();
+	if (fe_upstream_start(&cfg, err) != 0) {
+		ad_error("%s", err);
+		return 1;
+	}
+	int rv = fe_http_run(&cfg, err);
+	if (rv != 0)
+		ad_error("%s", err);
+	ad_info("stopping");
+	fe_upstream_stop();
+	return rv ? 1 : 0;
+}

@@ -1,0 +1,382 @@
+// fake-engine - a TEST DOUBLE of the engine service (proto/engine.proto).
+//
+//   fake-engine --listen URL [--model GGUF] [--delay-ms N] [--prefill-ms N] [--log FILE]
+//
+// It runs no model. Generate answers with a job whose "generated" tokens
+// are a fixed script of token ids, released on a timeline (prefill, then
+// one token per delay) so Poll behaves like the real long-poll. With
+// --model it loads that tokenizer to read the prompt and build the script
+// from text; markers in the prompt steer it:
+//
+//   ECHO:text      the reply is exactly `text` (up to the end of its line)
+//   [delay=N]      N ms per token for this job
+//   [prefill=N]    N ms before the first token
+//   [fail]         Generate fails with ERROR_UNAVAILABLE
+//   [fail-after=N] the job ends with FINISH_ERROR after N tokens
+//   [noeos]        the script repeats until max_tokens (FINISH_LENGTH)
+//
+// Without a marker the reply is a short fixed story. Every Generate,
+// Cancel and end is appended to --log, which tests read to see that a
+// client's disconnect reached the engine as a Cancel.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.pb-c.h"
+#include "engine.pb-c.h"
+#include "ipc.h"
+#include "log.h"
+#include "tokenizer.h"
+
+#define MAX_JOBS 4096
+
+static const char *story =
+        " Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
+        "One day, she saw a big red ball. She ran to it and said, \"Can I play with you?\"";
+// stories260K ids of the story, used when no tokenizer is loaded
+static const int32_t story_ids[] = { 403, 407, 261, 378, 30, 357, 319, 261, 343, 397, 410, 354, 46 };
+
+struct job {
+	uint64_t id;
+	int used, cancelled, finished;
+	int32_t *script;
+	size_t n_script;
+	uint32_t max_tokens;
+	size_t sent;
+	int fail_after;     // -1: never
+	int noeos;
+	uint64_t t0_ns, prefill_ns, delay_ns;
+	uint32_t n_prompt;
+};
+
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct job jobs[MAX_JOBS];
+	uint64_t next;
+	struct tokenizer *tok;
+	uint64_t delay_ns, prefill_ns;
+	FILE *log;
+	uint64_t started_ns;
+	uint64_t requests;
+} E = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+
+static uint64_t
+now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void
+logf_(const char *fmt, ...)
+{
+	if (!E.log)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vfprintf(E.log, fmt, ap);
+	va_end(ap);
+	fflush(E.log);
+}
+
+static long
+marker(const char *text, const char *name, long dflt)
+{
+	const char *m = strstr(text, name);
+	return m ? strtol(m + strlen(name), NULL, 10) : dflt;
+}
+
+static struct job *
+find(uint64_t id)
+{
+	struct job *j = &E.jobs[id % MAX_JOBS];
+	return j->used && j->id == id ? j : NULL;
+}
+
+static void
+set_error(Anedvd__EngineReply *r, Anedvd__Error *e, Anedvd__ErrorCode code, const char *msg)
+{
+	e->code = code;
+	e->message = (char *)msg;
+	r->error = e;
+}
+
+// the number of tokens of j released by time t
+static size_t
+released(const struct job *j, uint64_t t)
+{
+	size_t total = j->noeos ? j->max_tokens : (j->n_script < j->max_tokens ? j->n_script : j->max_tokens);
+	if (j->fail_after >= 0 && (size_t)j->fail_after < total)
+		total = (size_t)j->fail_after;
+	if (t < j->t0_ns + j->prefill_ns)
+		return 0;
+	if (j->delay_ns == 0)
+		return total;
+	size_t n = (size_t)((t - j->t0_ns - j->prefill_ns) / j->delay_ns) + 1;
+	return n < total ? n : total;
+}
+
+static Anedvd__FinishReason
+finish_of(const struct job *j, size_t n)
+{
+	if (j->cancelled)
+		return ANEDVD__FINISH_REASON__FINISH_CANCELLED;
+	if (j->fail_after >= 0 && n >= (size_t)j->fail_after)
+		return ANEDVD__FINISH_REASON__FINISH_ERROR;
+	if (j->noeos)
+		return n >= j->max_tokens ? ANEDVD__FINISH_REASON__FINISH_LENGTH : ANEDVD__FINISH_REASON__FINISH_NONE;
+	if (n >= j->max_tokens)
+		return ANEDVD__FINISH_REASON__FINISH_LENGTH;
+	if (n >= j->n_script)
+		return ANEDVD__FINISH_REASON__FINISH_STOP;
+	return ANEDVD__FINISH_REASON__FINISH_NONE;
+}
+
+static void
+handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *reply_len)
+{
+	Anedvd__EngineReply r = ANEDVD__ENGINE_REPLY__INIT;
+	Anedvd__Error err = ANEDVD__ERROR__INIT;
+	Anedvd__GenerateReply gen = ANEDVD__GENERATE_REPLY__INIT;
+	Anedvd__PollReply poll = ANEDVD__POLL_REPLY__INIT;
+	Anedvd__CancelReply cancel = ANEDVD__CANCEL_REPLY__INIT;
+	Anedvd__HealthReply health = ANEDVD__HEALTH_REPLY__INIT;
+	Anedvd__Timings timings = ANEDVD__TIMINGS__INIT;
+	Anedvd__TokenEvent *events = NULL, **pevents = NULL;
+	Anedvd__Error poll_err = ANEDVD__ERROR__INIT;
+	char *prompt_text = NULL;
+
+	Anedvd__EngineRequest *q = anedvd__engine_request__unpack(NULL, req_len, req);
+	pthread_mutex_lock(&E.mu);
+	E.requests++;
+	if (!q) {
+		set_error(&r, &err, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "undecodable request");
+		goto out;
+	}
+	r.id = q->id;
+	switch (q->body_case) {
+	case ANEDVD__ENGINE_REQUEST__BODY_GENERATE: {
+		Anedvd__GenerateRequest *g = q->generate;
+		if (g->n_prompt == 0) {
+			set_error(&r, &err, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "empty prompt");
+			break;
+		}
+		size_t len = 0;
+		if (E.tok && tok_decode(E.tok, g->prompt, g->n_prompt, &prompt_text, &len, NULL) != 0)
+			prompt_text = NULL;
+		const char *pt = prompt_text ? prompt_text : "";
+		if (strstr(pt, "[fail]")) {
+			set_error(&r, &err, ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE, "fake engine: failing as asked");
+			logf_("fail-generate\n");
+			break;
+		}
+		uint64_t id = ++E.next;
+		struct job *j = &E.jobs[id % MAX_JOBS];
+		free(j->script);
+		memset(j, 0, sizeof *j);
+		j->id = id;
+		j->used = 1;
+		j->max_tokens = g->max_tokens ? g->max_tokens : 16;
+		j->fail_after = (int)marker(pt, "[fail-after=", -1);
+		j->noeos = strstr(pt, "[noeos]") != NULL;
+		j->delay_ns = (uint64_t)marker(pt, "[delay=", (long)(E.delay_ns / 1000000)) * 1000000;
+		j->prefill_ns = (uint64_t)marker(pt, "[prefill=", (long)(E.prefill_ns / 1000000)) * 1000000;
+		j->t0_ns = now_ns();
+		j->n_prompt = (uint32_t)g->n_prompt;
+		const char *echo = strstr(pt, "ECHO:");
+		const char *text = story;
+		size_t tlen = strlen(story);
+		if (echo) {
+			text = echo + 5;
+			const char *nl = strchr(text, '\n');
+			tlen = nl ? (size_t)(nl - text) : strlen(text);
+		}
+		if (E.tok) {
+			size_t n = 0;
+			if (tok_encode(E.tok, text, tlen, 0, 0, &j->script, &n, NULL) != 0)
+				n = 0;
+			j->n_script = n;
+		} else {
+			j->n_script = sizeof story_ids / sizeof story_ids[0];
+			j->script = malloc(sizeof story_ids);
+			memcpy(j->script, story_ids, sizeof story_ids);
+		}
+		if (j->noeos && j->n_script == 0) {
+			j->script = realloc(j->script, sizeof story_ids);
+			memcpy(j->script, story_ids, sizeof story_ids);
+			j->n_script = sizeof story_ids / sizeof story_ids[0];
+		}
+		gen.job = id;
+		gen.prompt_tokens = (uint32_t)g->n_prompt;
+		r.body_case = ANEDVD__ENGINE_REPLY__BODY_GENERATE;
+		r.generate = &gen;
+		logf_("generate %llu prompt=%zu max=%u temp=%g top_k=%d seed=%llu/%d\n", (unsigned long long)id,
+		      g->n_prompt, g->max_tokens, g->sampling ? g->sampling->temperature : -1.0,
+		      g->sampling ? g->sampling->top_k : -1,
+		      g->sampling ? (unsigned long long)g->sampling->seed : 0ull,
+		      g->sampling ? g->sampling->has_seed : 0);
+		break;
+	}
+	case ANEDVD__ENGINE_REQUEST__BODY_POLL: {
+		struct job *j = find(q->poll->job);
+		if (!j) {
+			set_error(&r, &err, ANEDVD__ERROR_CODE__ERROR_NOT_FOUND, "no such job");
+			break;
+		}
+		uint64_t deadline = now_ns() + (uint64_t)q->poll->max_wait_ms * 1000000;
+		size_t n;
+		for (;;) {
+			n = released(j, now_ns());
+			if (n > j->sent || finish_of(j, n) != ANEDVD__FINISH_REASON__FINISH_NONE || now_ns() >= deadline)
+				break;
+			// sleep until the next token is due or the deadline
+			uint64_t next = j->t0_ns + j->prefill_ns + (j->sent + 1) * j->delay_ns;
+			uint64_t until = next < deadline ? next : deadline;
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			uint64_t wait = until > now_ns() ? until - now_ns() : 0;
+			ts.tv_sec += (time_t)(wait / 1000000000u);
+			ts.tv_nsec += (long)(wait % 1000000000u);
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&E.cv, &E.mu, &ts);
+			if (!(j = find(q->poll->job)))
+				break;
+		}
+		if (!j) {
+			set_error(&r, &err, ANEDVD__ERROR_CODE__ERROR_NOT_FOUND, "no such job");
+			break;
+		}
+		if (j->cancelled)
+			n = j->sent;
+		size_t k = n - j->sent;
+		events = calloc(k ? k : 1, sizeof *events);
+		pevents = calloc(k ? k : 1, sizeof *pevents);
+		for (size_t i = 0; i < k; i++) {
+			anedvd__token_event__init(&events[i]);
+			events[i].id = j->script[(j->sent + i) % j->n_script];
+			events[i].index = (uint32_t)(j->sent + i);
+			pevents[i] = &events[i];
+		}
+		j->sent = n;
+		poll.tokens = pevents;
+		poll.n_tokens = k;
+		poll.finish = finish_of(j, n);
+		if (poll.finish == ANEDVD__FINISH_REASON__FINISH_ERROR) {
+			poll_err.code = ANEDVD__ERROR_CODE__ERROR_INTERNAL;
+			poll_err.message = "fake engine: failing as asked";
+			poll.error = &poll_err;
+		}
+		uint64_t t = now_ns();
+		timings.prefill_ns = j->prefill_ns ? j->prefill_ns : 1000000;
+		timings.prefill_tokens = j->n_prompt;
+		timings.decode_ns = t > j->t0_ns + j->prefill_ns ? t - j->t0_ns - j->prefill_ns : 0;
+		timings.decode_tokens = (uint32_t)j->sent;
+		timings.kernel_ns = timings.decode_ns / 2;
+		poll.timings = &timings;
+		if (poll.finish != ANEDVD__FINISH_REASON__FINISH_NONE && !j->finished) {
+			j->finished = 1;
+			logf_("done %llu finish=%d tokens=%zu\n", (unsigned long long)j->id, poll.finish, j->sent);
+		}
+		r.body_case = ANEDVD__ENGINE_REPLY__BODY_POLL;
+		r.poll = &poll;
+		break;
+	}
+	case ANEDVD__ENGINE_REQUEST__BODY_CANCEL: {
+		struct job *j = find(q->cancel->job);
+		logf_("cancel %llu\n", (unsigned long long)q->cancel->job);
+		if (j) {
+			j->cancelled = 1;
+			pthread_cond_broadcast(&E.cv);
+		}
+		r.body_case = ANEDVD__ENGINE_REPLY__BODY_CANCEL;
+		r.cancel = &cancel;
+		break;
+	}
+	case ANEDVD__ENGINE_REQUEST__BODY_HEALTH:
+		health.process = "fake-engine";
+		health.pid = (uint32_t)getpid();
+		health.uptime_ms = (now_ns() - E.started_ns) / 1000000;
+		health.requests = E.requests;
+		r.body_case = ANEDVD__ENGINE_REPLY__BODY_HEALTH;
+		r.health = &health;
+		break;
+	default:
+		set_error(&r, &err, ANEDVD__ERROR_CODE__ERROR_UNSUPPORTED, "the fake engine only generates");
+	}
+out:
+	*reply_len = anedvd__engine_reply__get_packed_size(&r);
+	*reply = malloc(*reply_len ? *reply_len : 1);
+	anedvd__engine_reply__pack(&r, *reply);
+	pthread_mutex_unlock(&E.mu);
+	free(events);
+	free(pevents);
+	free(prompt_text);
+	if (q)
+		anedvd__engine_request__free_unpacked(q, NULL);
+}
+
+int
+main(int argc, char **argv)
+{
+	const char *url = NULL, *model = NULL, *log = NULL;
+	ad_log_init("fake-engine");
+	for (int i = 1; i + 1 < argc; i += 2) {
+		if (strcmp(argv[i], "--listen") == 0)
+			url = argv[i + 1];
+		else if (strcmp(argv[i], "--model") == 0)
+			model = argv[i + 1];
+		else if (strcmp(argv[i], "--log") == 0)
+			log = argv[i + 1];
+		else if (strcmp(argv[i], "--delay-ms") == 0)
+			E.delay_ns = (uint64_t)atol(argv[i + 1]) * 1000000;
+		else if (strcmp(argv[i], "--prefill-ms") == 0)
+			E.prefill_ns = (uint64_t)atol(argv[i + 1]) * 1000000;
+		else {
+			fprintf(stderr, "fake-engine: unknown option '%s'\n", argv[i]);
+			return 2;
+		}
+	}
+	if (!url) {
+		fprintf(stderr, "usage: fake-engine --listen URL [--model GGUF] [--delay-ms N] [--prefill-ms N] [--log FILE]\n");
+		return 2;
+	}
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	char err[AD_ERRLEN];
+	if (model && !(E.tok = tok_load(model, err))) {
+		ad_error("%s", err);
+		return 1;
+	}
+	if (log && !(E.log = fopen(log, "a"))) {
+		ad_error("%s: %s", log, strerror(errno));
+		return 1;
+	}
+	E.started_ns = now_ns();
+	// many threads: each Poll holds one for up to its wait
+	struct ad_server *srv = ad_server_start(url, 32, handle, NULL, err);
+	if (!srv) {
+		ad_error("%s", err);
+		return 1;
+	}
+	ad_info("ready on %s", url);
+	int sig;
+	sigwait(&set, &sig);
+	ad_server_stop(srv);
+	tok_free(E.tok);
+	return 0;
+}

@@ -1,0 +1,43 @@
+# anedvd-frontend: stop-sequence holdback and UTF-8 helpers (unit), raw HTTP
+# against a live frontend + tokenizer + fake engine (integration), and the
+# official OpenAI and Anthropic clients from npm against the same (e2e).
+if(NOT TARGET anedvd_frontend)
+  return()
+endif()
+
+ad_test(NAME test-fe-stop SOURCES test-fe-stop.c LIBS anedvd_frontend LABELS unit)
+
+# the engine test double the HTTP tests run against (not a test itself)
+add_executable(fake-engine fake-engine.c)
+target_link_libraries(fake-engine PRIVATE anedvd_tokenizer anedvd_proto anedvd_common)
+set_target_properties(fake-engine PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin)
+
+find_program(NODE_EXE node)
+find_program(NPM_EXE npm)
+if(NOT NODE_EXE)
+  message(STATUS "node not found: the HTTP and SDK tests of the frontend are not registered (apt install nodejs npm)")
+  return()
+endif()
+
+set(FE_TEST_ENV
+  "FE_BIN=$<TARGET_FILE:anedvd-frontend>"
+  "TOK_BIN=$<TARGET_FILE:anedvd-tokenizer>"
+  "FAKE_ENGINE_BIN=$<TARGET_FILE:fake-engine>"
+  "FE_MODEL=${CMAKE_CURRENT_SOURCE_DIR}/data/stories260K/stories260K.gguf")
+
+add_test(NAME test-fe-http
+  COMMAND ${NODE_EXE} --test --test-concurrency=1 ${CMAKE_CURRENT_SOURCE_DIR}/http/)
+set_tests_properties(test-fe-http PROPERTIES LABELS integration TIMEOUT 300 ENVIRONMENT "${FE_TEST_ENV}")
+
+if(NPM_EXE)
+  # the SDKs come from npm at the versions package-lock.json pins
+  add_test(NAME fe-npm-ci COMMAND ${NPM_EXE} ci --no-audit --no-fund --loglevel=error
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/node)
+  set_tests_properties(fe-npm-ci PROPERTIES LABELS e2e TIMEOUT 600 FIXTURES_SETUP fe_node_modules)
+  add_test(NAME test-fe-sdk
+    COMMAND ${NODE_EXE} --test --test-concurrency=1 ${CMAKE_CURRENT_SOURCE_DIR}/node/)
+  set_tests_properties(test-fe-sdk PROPERTIES LABELS e2e TIMEOUT 300 ENVIRONMENT "${FE_TEST_ENV}"
+                       FIXTURES_REQUIRED fe_node_modules)
+else()
+  message(STATUS "npm not found: the SDK tests of the frontend are not registered")
+endif()
