@@ -1,0 +1,49 @@
+// attention.h - one query column against a sequence's fp16 KV cache.
+//
+// The cache of a layer is [row][k_stride] fp16 keys and [row][v_stride] fp16
+// values, a row per position; KV head g's key is at k + row * k_stride +
+// g * head_dim. Query head h reads KV head h / (n_head / n_head_kv) (GQA,
+// MQA). attn computes, for every query head, softmax over rows
+// [first, last] of s_j = scale * (q_h · k_j) (soft-capped to
+// cap * tanh(s / cap) when softcap > 0), and writes sum_j p_j v_j to
+// out[h * head_dim_v ..]. The caller picks the rows: causal masking and
+// sliding windows are just the range.
+//
+// attn_ref is written to be read and follows the reference engine's order
+// of operations exactly (8-lane dot products folded as ref.c folds them,
+// libm expf, the softmax sum in double, P·V in 8 position lanes), so the
+// only difference from the fp32 engine is the fp16 storage of the cache.
+// attn_fast uses AVX2/FMA/F16C when the running CPU has them (no -march
+// flag needed) and falls back to attn_ref otherwise: its q·k scores are
+// the same bits as attn_ref's, its exp is a polynomial (about 2 ulp) and
+// its sums are fp32, so outputs agree to a few 1e-7 relative.
+//
+// scratch holds attn_scratch_floats(shape, rows) floats; no allocation.
+#ifndef AD_ATTENTION_H
+#define AD_ATTENTION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct attn_shape {
+	int n_head, n_head_kv;
+	int head_dim, head_dim_v;
+	size_t k_stride, v_stride; // fp16 elements between cache rows
+	float scale;               // multiplies q·k
+	float softcap;             // 0: none
+};
+
+size_t attn_scratch_floats(const struct attn_shape *sh, int rows);
+
+void attn_ref(const struct attn_shape *sh, const float *q, const uint16_t *k, const uint16_t *v,
+              int first, int last, float *out, float *scratch);
+void attn_fast(const struct attn_shape *sh, const float *q, const uint16_t *k, const uint16_t *v,
+               int first, int last, float *out, float *scratch);
+int attn_have_simd(void);
+
+// attn_ref over an fp32 cache: exactly ref.c's attention (for checking
+// that the fp16 cache is the pipeline's only difference from ref.c)
+void attn_ref_f32(const struct attn_shape *sh, const float *q, const float *k, const float *v, int first,
+                  int last, float *out, float *scratch);
+
+#endif

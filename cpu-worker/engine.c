@@ -1,0 +1,1001 @@
+// engine.c - the decode loop: CPU steps around the backend's projections.
+//
+// A call to engine_forward runs the whole model over up to width columns.
+// Per layer: RMSNorm of every column into the QKV surface, one QKV call,
+// then per column biases, q/k norms, RoPE and the cache write, attention
+// per column over its own sequence's cache, one O call, residual; the same
+// for the FFN (one FFN call, or GATE_UP, activation, DOWN; or for a MoE
+// layer the router and routed experts here and one SHEXP call). The final
+// norm and the LM head run only on the columns whose logits are wanted.
+//
+// The CPU arithmetic is ref.c's, in ref.c's order (rmsnorm's double sum,
+// RoPE angles as a float running product, gemma's q pre-scale, the GELU
+// table, the router's softmax), so that with kb_exact the fp16 cache is
+// the one difference. Keep the two in step when either changes.
+#include "engine.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if defined(__AVX__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+#include "attention.h"
+#include "dequant.h"
+#include "fp16.h"
+#include "layout.h"
+#include "wtype.h"
+
+struct eng_surf {
+	struct ad_surface s;
+	struct ane_layout l;
+	float *shadow; // kb_exact's fp32 twin, or NULL
+	int out;       // written by kernels (1) or read by them (0)
+};
+
+struct eng_layer {
+	const float *attn_norm, *bq, *bk, *bv, *bo, *q_norm, *k_norm, *post_attn_norm;
+	const float *ffn_norm, *post_ffw_norm;
+	const float *gate_inp, *gate_exps, *up_exps, *down_exps, *gate_inp_shexp;
+	int qkv, o, ffn, gate_up, down, shexp; // kernel ids, -1 when absent
+	int sliding, use_rope;
+	float rope_base, rope_freq_scale;
+};
+
+struct engine {
+	const struct model *m;
+	struct kernel_backend *kb;
+	struct model_hparams hp;
+	int gelu;
+	float embd_scale;
+	int width, max_seq, attn_ref, kv_f32;
+	size_t kv_elem, layer_kv; // bytes per cache value, per layer of a sequence
+	int E, V, nq, nk, nv, nqv, nqkv, ff, fe;
+	size_t embd_row_bytes;
+	const float *output_norm, *rope_freqs;
+	struct eng_layer *layers;
+	int *head, n_head; // LM head kernels in row order
+	int max_head_rows;
+
+	struct eng_surf *surf;
+	int nsurf;
+	int *k_in, *k_out; // per kernel id: surface index
+
+	// scratch: [width][...] activations
+	float *x, *xn, *qkv, *att, *proj, *hb, *ffo, *head_buf;
+	float *attn_scratch, *router, *ehb, *ehb2, *eout, *cs;
+	int *pos, *wanted;
+	struct engine_seq **cols, **batch;
+
+	void **bufs;
+	int nbufs, capbufs;
+	struct engine_timings t;
+};
+
+struct engine_seq {
+	struct engine *e;
+	uint8_t *kv; // per layer: K [max_seq][nk], then V [max_seq][nv]
+	int32_t *tokens;
+	int len;
+	int pending; // columns in the current call
+	struct engine_timings t;
+};
+
+static uint64_t
+now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+// --- ref.c's arithmetic -----------------------------------------------------------
+
+typedef float v8f __attribute__((vector_size(32)));
+
+static inline v8f
+load8(const float *p)
+{
+	v8f v;
+	memcpy(&v, p, sizeof v);
+	return v;
+}
+
+static inline v8f
+madd8(v8f a, v8f b, v8f c)
+{
+#if defined(__AVX__) && defined(__FMA__)
+	return (v8f)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#else
+	v8f r;
+	for (int j = 0; j < 8; j++)
+		r[j] = fmaf(a[j], b[j], c[j]);
+	return r;
+#endif
+}
+
+static inline float
+fold8(v8f acc)
+{
+	float s0 = acc[4] + acc[0], s1 = acc[5] + acc[1], s2 = acc[6] + acc[2], s3 = acc[7] + acc[3];
+	return (s0 + s2) + (s1 + s3);
+}
+
+float
+engine_dot(const float *a, const float *b, int64_t n)
+{
+	v8f acc = {0};
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		acc = madd8(load8(a + i), load8(b + i), acc);
+	float s = fold8(acc);
+	for (; i < n; i++)
+		s = fmaf(a[i], b[i], s);
+	return s;
+}
+
+void
+engine_matvec(float *y, const float *w, const float *x, int64_t n_in, int64_t n_out)
+{
+	int64_t r = 0;
+	if (n_in % 8 == 0) {
+		for (; r + 4 <= n_out; r += 4) {
+			const float *w0 = w + r * n_in, *w1 = w0 + n_in, *w2 = w1 + n_in, *w3 = w2 + n_in;
+			v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+			for (int64_t i = 0; i < n_in; i += 8) {
+				v8f xv = load8(x + i);
+				a0 = madd8(load8(w0 + i), xv, a0);
+				a1 = madd8(load8(w1 + i), xv, a1);
+				a2 = madd8(load8(w2 + i), xv, a2);
+				a3 = madd8(load8(w3 + i), xv, a3);
+			}
+			y[r] = fold8(a0);
+			y[r + 1] = fold8(a1);
+			y[r + 2] = fold8(a2);
+			y[r + 3] = fold8(a3);
+		}
+	}
+	for (; r < n_out; r++)
+		y[r] = engine_dot(w + r * n_in, x, n_in);
+}
+
+static void
+rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
+{
+	double ss = 0;
+	for (int64_t i = 0; i < n; i++)
+		ss += (double)(x[i] * x[i]);
+	float mean = (float)(ss / (double)n);
+	float scale = 1.0f / sqrtf(mean + eps);
+	for (int64_t i = 0; i < n; i++)
+		y[i] = (x[i] * scale) * w[i];
+}
+
+static float
+silu(float x)
+{
+	return x / (1.0f + expf(-x));
+}
+
+static float
+gelu_tanh(float x)
+{
+	return 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x)));
+}
+
+// ggml's fp16 GELU table, as ref.c has it
+static float gelu_table[1 << 16];
+static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
+
+static void
+gelu_init(void)
+{
+	for (int i = 0; i < 1 << 16; i++)
+		gelu_table[i] = ad_fp16_to_f32(ad_f32_to_fp16(gelu_tanh(ad_fp16_to_f32((uint16_t)i))));
+}
+
+static float
+gelu(float x)
+{
+	if (x <= -10.0f)
+		return 0.0f;
+	if (x >= 10.0f)
+		return x;
+	return gelu_table[ad_f32_to_fp16(x)];
+}
+
+static void
+rope_angles(const struct engine *e, const struct eng_layer *L, int pos, float *cs)
+{
+	const int64_t n_rot = e->hp.n_rot;
+	const float theta_scale = powf(L->rope_base, -2.0f / (float)n_rot);
+	float theta = (float)pos;
+	for (int64_t i = 0; i < n_rot / 2; i++) {
+		float t = e->rope_freqs ? theta / e->rope_freqs[i] : theta;
+		t *= L->rope_freq_scale;
+		cs[2 * i] = cosf(t);
+		cs[2 * i + 1] = sinf(t);
+		theta *= theta_scale;
+	}
+}
+
+static void
+rope(const struct engine *e, float *v, int64_t n_heads, const float *cs)
+{
+	const int64_t hd = e->hp.head_dim, half = e->hp.n_rot / 2;
+	const int neox = e->hp.rope == MODEL_ROPE_NEOX;
+	for (int64_t h = 0; h < n_heads; h++) {
+		float *p = v + h * hd;
+		for (int64_t i = 0; i < half; i++) {
+			int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+			float c = cs[2 * i], s = cs[2 * i + 1];
+			float x0 = p[i0], x1 = p[i1];
+			p[i0] = x0 * c - x1 * s;
+			p[i1] = x0 * s + x1 * c;
+		}
+	}
+}
+
+// --- setup ---------------------------------------------------------------------------
+
+static void *
+eng_alloc(struct engine *e, size_t n, char *err)
+{
+	if (e->nbufs == e->capbufs) {
+		int cap = e->capbufs ? 2 * e->capbufs : 64;
+		void **b = realloc(e->bufs, (size_t)cap * sizeof *b);
+		if (!b)
+			return ad_err(err, "out of memory"), NULL;
+		e->bufs = b;
+		e->capbufs = cap;
+	}
+	void *p = calloc(1, n ? n : 1);
+	if (!p)
+		return ad_err(err, "out of memory (%zu bytes)", n), NULL;
+	e->bufs[e->nbufs++] = p;
+	return p;
+}
+
+static int
+deq(struct engine *e, const struct model_tensor *t, const float **out, char *err)
+{
+	*out = NULL;
+	if (!t->name)
+		return 0;
+	int64_t n = model_tensor_nelem(t);
+	if (n <= 0 || (uint64_t)n > SIZE_MAX / sizeof(float))
+		return ad_err(err, "tensor %s: bad size", t->name);
+	float *d = eng_alloc(e, (size_t)n * sizeof(float), err);
+	if (!d)
+		return -1;
+	if (ad_dequant(t->type, t->data, d, n, err))
+		return ad_err_prefix(err, "tensor %s", t->name);
+	*out = d;
+	return 0;
+}
+
+void
+engine_free(struct engine *e)
+{
+	if (!e)
+		return;
+	for (int i = 0; i < e->nbufs; i++)
+		free(e->bufs[i]);
+	free(e->bufs);
+	free(e->layers);
+	free(e->head);
+	free(e->surf);
+	free(e->k_in);
+	free(e->k_out);
+	free(e);
+}
+
+// the surface (direction, channels), made on first use
+static int
+surface_for(struct engine *e, int out, int channels, char *err)
+{
+	for (int i = 0; i < e->nsurf; i++)
+		if (e->surf[i].out == out && e->surf[i].s.channels == (size_t)channels)
+			return i;
+	struct eng_surf *sf = &e->surf[e->nsurf];
+	char name[32];
+	snprintf(name, sizeof name, "%s%d", out ? "y" : "x", channels);
+	if (e->kb->surface_new(e->kb, name, channels, &sf->s, err))
+		return ad_err_prefix(err, "surface %s", name);
+	if (ane_layout_from_strides(&sf->l, sf->s.channels, 1, sf->s.width, 2, sf->s.row_stride,
+	                            sf->s.plane_stride, 0, 1, err))
+		return ad_err_prefix(err, "surface %s", name);
+	if ((int)sf->s.width < e->width || sf->s.channels != (size_t)channels)
+		return ad_err(err, "surface %s: %zu x %zu, need %d x %d", name, sf->s.channels, sf->s.width,
+		              channels, e->width);
+	sf->out = out;
+	sf->shadow = kb_exact_shadow(e->kb, &sf->s);
+	return e->nsurf++;
+}
+
+// a kernel of the backend, checked against the shape the model implies
+static int
+kernel(struct engine *e, enum kb_kind kind, int layer, int in, int out, int required, int *id, char *err)
+{
+	static const char *names[] = {"?", "qkv", "o", "ffn", "gate_up", "down", "lm_head", "shexp", "probe"};
+	*id = -1;
+	for (int i = 0; i < e->kb->n_kernels; i++) {
+		const struct kb_info *k = &e->kb->kernels[i];
+		if (k->kind != kind || k->layer != layer)
+			continue;
+		if (k->in_ch != in || k->out_ch != out)
+			return ad_err(err, "kernel %s of layer %d is %d -> %d, the model needs %d -> %d",
+			              names[kind], layer, k->in_ch, k->out_ch, in, out);
+		*id = i;
+		return 0;
+	}
+	if (required)
+		return ad_err(err, "the backend has no %s kernel for layer %d", names[kind], layer);
+	return 0;
+}
+
+struct engine *
+engine_new(const struct model *m, struct kernel_backend *kb, const struct engine_opts *o, char *err)
+{
+	struct engine *e = calloc(1, sizeof *e);
+	if (!e)
+		return ad_err(err, "out of memory"), NULL;
+	const struct model_hparams *hp = &m->hp;
+	e->m = m;
+	e->kb = kb;
+	e->hp = *hp;
+	e->width = kb->width;
+	e->max_seq = o && o->max_seq > 0 ? o->max_seq : 2048;
+	e->attn_ref = o && o->attn_ref;
+	e->kv_f32 = o && o->kv_f32;
+	e->kv_elem = e->kv_f32 ? 4 : 2;
+	e->gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3;
+	e->embd_scale = e->gelu ? sqrtf((float)hp->n_embd) : 1.0f;
+	if (e->gelu)
+		pthread_once(&gelu_once, gelu_init);
+	e->E = (int)hp->n_embd;
+	e->V = (int)hp->n_vocab;
+	e->nq = (int)(hp->n_head * hp->head_dim);
+	e->nk = (int)(hp->n_head_kv * hp->head_dim);
+	e->nv = (int)(hp->n_head_kv * hp->head_dim_v);
+	e->nqv = (int)(hp->n_head * hp->head_dim_v);
+	e->nqkv = e->nq + e->nk + e->nv;
+	e->ff = (int)hp->n_ff;
+	e->fe = (int)hp->n_ff_exp;
+	e->layer_kv = (size_t)e->max_seq * (size_t)(e->nk + e->nv) * e->kv_elem;
+	const int E = e->E, W = e->width;
+	if (W < 1 || W > 4096) {
+		ad_err(err, "backend width %d", W);
+		goto fail;
+	}
+	if (ad_type_row_bytes(m->tok_embd.type, E, &e->embd_row_bytes) || E % ad_type_block_size(m->tok_embd.type)) {
+		ad_err(err, "token_embd: rows of %d %s values are not whole blocks", E,
+		       ad_type_name(m->tok_embd.type));
+		goto fail;
+	}
+
+	e->layers = calloc((size_t)hp->n_layer, sizeof *e->layers);
+	e->head = calloc((size_t)kb->n_kernels + 1, sizeof *e->head);
+	e->surf = calloc((size_t)kb->n_kernels * 2 + 2, sizeof *e->surf);
+	e->k_in = calloc((size_t)kb->n_kernels + 1, sizeof *e->k_in);
+	e->k_out = calloc((size_t)kb->n_kernels + 1, sizeof *e->k_out);
+	if (!e->layers || !e->head || !e->surf || !e->k_in || !e->k_out) {
+		ad_err(err, "out of memory");
+		goto fail;
+	}
+	if (deq(e, &m->output_norm, &e->output_norm, err) || deq(e, &m->rope_freqs, &e->rope_freqs, err))
+		goto fail;
+
+	for (int il = 0; il < hp->n_layer; il++) {
+		const struct model_layer *ml = &m->layers[il];
+		struct eng_layer *L = &e->layers[il];
+		if (deq(e, &ml->attn_norm, &L->attn_norm, err) || deq(e, &ml->bo, &L->bo, err) ||
+		    deq(e, &ml->q_norm, &L->q_norm, err) || deq(e, &ml->k_norm, &L->k_norm, err) ||
+		    deq(e, &ml->post_attn_norm, &L->post_attn_norm, err) ||
+		    deq(e, &ml->ffn_norm, &L->ffn_norm, err) ||
+		    deq(e, &ml->post_ffw_norm, &L->post_ffw_norm, err) ||
+		    deq(e, &ml->gate_inp, &L->gate_inp, err) || deq(e, &ml->gate_exps, &L->gate_exps, err) ||
+		    deq(e, &ml->up_exps, &L->up_exps, err) || deq(e, &ml->down_exps, &L->down_exps, err) ||
+		    deq(e, &ml->gate_inp_shexp, &L->gate_inp_shexp, err))
+			goto fail;
+		if (ml->bqkv.name) {
+			const float *b;
+			if (deq(e, &ml->bqkv, &b, err))
+				goto fail;
+			L->bq = b;
+			L->bk = b + e->nq;
+			L->bv = b + e->nq + e->nk;
+		} else if (deq(e, &ml->bq, &L->bq, err) || deq(e, &ml->bk, &L->bk, err) ||
+		           deq(e, &ml->bv, &L->bv, err)) {
+			goto fail;
+		}
+		L->sliding = ml->sliding;
+		L->use_rope = ml->use_rope;
+		L->rope_base = ml->rope_base;
+		L->rope_freq_scale = ml->rope_freq_scale;
+
+		if (kernel(e, KB_QKV, il, E, e->nqkv, 1, &L->qkv, err) ||
+		    kernel(e, KB_O, il, e->nqv, E, 1, &L->o, err))
+			goto fail;
+		L->ffn = L->gate_up = L->down = L->shexp = -1;
+		if (L->gate_inp) {
+			if (kernel(e, KB_SHEXP, il, E, E, ml->gate_shexp.name != NULL, &L->shexp, err))
+				goto fail;
+		} else {
+			if (kernel(e, KB_FFN, il, E, E, 0, &L->ffn, err))
+				goto fail;
+			if (L->ffn < 0 && (kernel(e, KB_GATE_UP, il, E, 2 * e->ff, 1, &L->gate_up, err) ||
+			                   kernel(e, KB_DOWN, il, e->ff, E, 1, &L->down, err)))
+				goto fail;
+		}
+	}
+	// the LM head: chunks tiling [0, n_vocab) in row order
+	for (int r = 0; r < e->V;) {
+		int found = -1;
+		for (int i = 0; i < kb->n_kernels; i++) {
+			const struct kb_info *k = &kb->kernels[i];
+			if (k->kind == KB_LM_HEAD && k->row_offset == r && k->out_ch > 0)
+				found = i;
+		}
+		if (found < 0) {
+			ad_err(err, "the backend's LM head has no chunk starting at row %d of %d", r, e->V);
+			goto fail;
+		}
+		if (kb->kernels[found].in_ch != E) {
+			ad_err(err, "LM head chunk %d reads %d channels, not %d", kb->kernels[found].chunk,
+			       kb->kernels[found].in_ch, E);
+			goto fail;
+		}
+		e->head[e->n_head++] = found;
+		int rows = kb->kernels[found].out_ch;
+		e->max_head_rows = rows > e->max_head_rows ? rows : e->max_head_rows;
+		r += rows;
+	}
+
+	// surfaces: one per (direction, channel count)
+	for (int i = 0; i < kb->n_kernels; i++) {
+		const struct kb_info *k = &kb->kernels[i];
+		e->k_in[i] = e->k_out[i] = -1;
+		if (k->kind == KB_PROBE)
+			continue;
+		if ((e->k_in[i] = surface_for(e, 0, k->in_ch, err)) < 0 ||
+		    (e->k_out[i] = surface_for(e, 1, k->out_ch, err)) < 0)
+			goto fail;
+	}
+
+	const size_t w = (size_t)W;
+	int nff = e->ff > e->fe ? e->ff : e->fe;
+	int wide = E > e->nqv ? E : e->nqv;
+	struct attn_shape sh = {(int)hp->n_head, (int)hp->n_head_kv, (int)hp->head_dim, (int)hp->head_dim_v,
+	                        (size_t)e->nk, (size_t)e->nv, 0, 0};
+	if (!(e->x = eng_alloc(e, w * E * 4, err)) || !(e->xn = eng_alloc(e, w * wide * 4, err)) ||
+	    !(e->qkv = eng_alloc(e, w * e->nqkv * 4, err)) || !(e->att = eng_alloc(e, w * e->nqv * 4, err)) ||
+	    !(e->proj = eng_alloc(e, w * E * 4, err)) ||
+	    !(e->hb = eng_alloc(e, w * 2 * (size_t)(e->ff > 0 ? e->ff : 1) * 4, err)) ||
+	    !(e->ffo = eng_alloc(e, w * E * 4, err)) ||
+	    !(e->head_buf = eng_alloc(e, w * (size_t)e->max_head_rows * 4, err)) ||
+	    !(e->attn_scratch = eng_alloc(e, attn_scratch_floats(&sh, e->max_seq) * 4, err)) ||
+	    !(e->router = eng_alloc(e, (size_t)(hp->n_expert > 0 ? hp->n_expert : 1) * 4, err)) ||
+	    !(e->ehb = eng_alloc(e, (size_t)(nff > 0 ? nff : 1) * 4, err)) ||
+	    !(e->ehb2 = eng_alloc(e, (size_t)(nff > 0 ? nff : 1) * 4, err)) ||
+	    !(e->eout = eng_alloc(e, (size_t)E * 4, err)) ||
+	    !(e->cs = eng_alloc(e, (size_t)(hp->n_rot > 0 ? hp->n_rot : 1) * 4, err)) ||
+	    !(e->pos = eng_alloc(e, w * sizeof(int), err)) || !(e->wanted = eng_alloc(e, w * sizeof(int), err)) ||
+	    !(e->cols = eng_alloc(e, w * sizeof(void *), err)) ||
+	    !(e->batch = eng_alloc(e, w * sizeof(void *), err)))
+		goto fail;
+	return e;
+fail:
+	ad_err_prefix(err, "engine");
+	engine_free(e);
+	return NULL;
+}
+
+int
+engine_n_vocab(const struct engine *e)
+{
+	return e->V;
+}
+
+int
+engine_max_seq(const struct engine *e)
+{
+	return e->max_seq;
+}
+
+int
+engine_width(const struct engine *e)
+{
+	return e->width;
+}
+
+const struct engine_timings *
+engine_timings(const struct engine *e)
+{
+	return &e->t;
+}
+
+// --- sequences -------------------------------------------------------------------
+
+struct engine_seq *
+engine_seq_new(struct engine *e, char *err)
+{
+	struct engine_seq *s = calloc(1, sizeof *s);
+	size_t bytes = e->layer_kv * (size_t)e->hp.n_layer;
+	if (s) {
+		s->e = e;
+		s->kv = calloc(bytes ? bytes : 1, 1);
+		s->tokens = calloc((size_t)e->max_seq, sizeof(int32_t));
+	}
+	if (!s || !s->kv || !s->tokens) {
+		engine_seq_free(s);
+		return ad_err(err, "sequence: out of memory (%zu bytes of KV cache)", bytes), NULL;
+	}
+	return s;
+}
+
+void
+engine_seq_free(struct engine_seq *s)
+{
+	if (!s)
+		return;
+	free(s->kv);
+	free(s->tokens);
+	free(s);
+}
+
+void
+engine_seq_reset(struct engine_seq *s)
+{
+	s->len = 0;
+}
+
+void
+engine_seq_truncate(struct engine_seq *s, int n)
+{
+	if (n >= 0 && n < s->len)
+		s->len = n;
+}
+
+int
+engine_seq_len(const struct engine_seq *s)
+{
+	return s->len;
+}
+
+const int32_t *
+engine_seq_tokens(const struct engine_seq *s)
+{
+	return s->tokens;
+}
+
+struct engine_timings *
+engine_seq_timings(struct engine_seq *s)
+{
+	return &s->t;
+}
+
+void
+engine_add_sampling(struct engine *e, struct engine_seq *s, uint64_t ns)
+{
+	e->t.sampling_ns += ns;
+	if (s)
+		s->t.sampling_ns += ns;
+}
+
+// --- one call -------------------------------------------------------------------------
+
+struct fwd {
+	uint64_t kernel_ns, call_ns, attn_ns, moe_ns, calls;
+};
+
+static void
+put(struct engine *e, int si, const float *x, int ncols, size_t ld)
+{
+	struct eng_surf *sf = &e->surf[si];
+	if (sf->shadow) {
+		for (int c = 0; c < ncols; c++)
+			memcpy(sf->shadow + (size_t)c * sf->s.channels, x + (size_t)c * ld, sf->s.channels * 4);
+		return;
+	}
+	ane_scatter_f32(&sf->l, sf->s.base, x, (size_t)ncols, ld, NULL);
+}
+
+static void
+get(struct engine *e, int si, float *y, int ncols, size_t ld)
+{
+	struct eng_surf *sf = &e->surf[si];
+	if (sf->shadow) {
+		for (int c = 0; c < ncols; c++)
+			memcpy(y + (size_t)c * ld, sf->shadow + (size_t)c * sf->s.channels, sf->s.channels * 4);
+		return;
+	}
+	ane_gather_f32(&sf->l, sf->s.base, y, (size_t)ncols, ld, NULL);
+}
+
+// x -> kernel id -> y: [ncols][ld_x] in, [ncols][ld_y] out
+static int
+run(struct engine *e, struct fwd *f, int id, const float *x, size_t ld_x, float *y, size_t ld_y, int ncols,
+    char *err)
+{
+	if (x)
+		put(e, e->k_in[id], x, ncols, ld_x);
+	struct kb_timing t = {0, 0};
+	uint64_t t0 = now_ns();
+	if (e->kb->call(e->kb, id, &e->surf[e->k_in[id]].s, &e->surf[e->k_out[id]].s, ncols, &t, err))
+		return ad_err_prefix(err, "kernel %d (layer %d)", id, e->kb->kernels[id].layer);
+	f->call_ns += now_ns() - t0;
+	f->kernel_ns += t.exec_ns;
+	f->calls++;
+	get(e, e->k_out[id], y, ncols, ld_y);
+	return 0;
+}
+
+static void
+moe_column(struct engine *e, const struct eng_layer *L, const float *x, const float *shared, float *out)
+{
+	const struct model_hparams *hp = &e->hp;
+	const int64_t E = e->E, ne = hp->n_expert, fe = e->fe;
+	engine_matvec(e->router, L->gate_inp, x, E, ne);
+	float mx = -INFINITY;
+	for (int64_t i = 0; i < ne; i++)
+		mx = e->router[i] > mx ? e->router[i] : mx;
+	double sum = 0;
+	for (int64_t i = 0; i < ne; i++) {
+		e->router[i] = expf(e->router[i] - mx);
+		sum += e->router[i];
+	}
+	for (int64_t i = 0; i < ne; i++)
+		e->router[i] = (float)(e->router[i] / sum);
+
+	int chosen[64];
+	float w[64], wsum = 0;
+	int64_t k = hp->n_expert_used < 64 ? hp->n_expert_used : 64;
+	for (int64_t c = 0; c < k; c++) {
+		int best = -1;
+		for (int64_t i = 0; i < ne; i++) {
+			int taken = 0;
+			for (int64_t t = 0; t < c; t++)
+				taken |= chosen[t] == i;
+			if (!taken && (best < 0 || e->router[i] > e->router[best]))
+				best = (int)i;
+		}
+		chosen[c] = best;
+		w[c] = e->router[best];
+		wsum += w[c];
+	}
+	if (hp->expert_weights_norm)
+		for (int64_t c = 0; c < k; c++)
+			w[c] /= wsum;
+
+	memset(out, 0, (size_t)E * sizeof(float));
+	for (int64_t c = 0; c < k; c++) {
+		size_t off = (size_t)chosen[c] * (size_t)fe * (size_t)E;
+		engine_matvec(e->ehb, L->gate_exps + off, x, E, fe);
+		engine_matvec(e->ehb2, L->up_exps + off, x, E, fe);
+		for (int64_t i = 0; i < fe; i++)
+			e->ehb[i] = silu(e->ehb[i]) * e->ehb2[i];
+		engine_matvec(e->eout, L->down_exps + off, e->ehb, fe, E);
+		for (int64_t i = 0; i < E; i++)
+			out[i] += w[c] * e->eout[i];
+	}
+	if (shared) {
+		float g = 1.0f;
+		if (L->gate_inp_shexp) {
+			float s = engine_dot(L->gate_inp_shexp, x, E);
+			g = 1.0f / (1.0f + expf(-s));
+		}
+		for (int64_t i = 0; i < E; i++)
+			out[i] += g * shared[i];
+	}
+}
+
+static int
+layer(struct engine *e, struct fwd *f, int il, int n, char *err)
+{
+	const struct model_hparams *hp = &e->hp;
+	const struct eng_layer *L = &e->layers[il];
+	const int E = e->E, hd = (int)hp->head_dim;
+	const float eps = hp->rms_eps;
+
+	// attention
+	for (int c = 0; c < n; c++)
+		rmsnorm(e->xn + (size_t)c * E, e->x + (size_t)c * E, L->attn_norm, E, eps);
+	if (run(e, f, L->qkv, e->xn, E, e->qkv, e->nqkv, n, err))
+		return -1;
+	for (int c = 0; c < n; c++) {
+		float *q = e->qkv + (size_t)c * e->nqkv, *k = q + e->nq, *v = k + e->nk;
+		if (L->bq)
+			for (int i = 0; i < e->nq; i++)
+				q[i] += L->bq[i];
+		if (L->bk)
+			for (int i = 0; i < e->nk; i++)
+				k[i] += L->bk[i];
+		if (L->bv)
+			for (int i = 0; i < e->nv; i++)
+				v[i] += L->bv[i];
+		if (L->q_norm)
+			for (int64_t h = 0; h < hp->n_head; h++)
+				rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, eps);
+		if (L->k_norm)
+			for (int64_t h = 0; h < hp->n_head_kv; h++)
+				rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, eps);
+		if (L->use_rope) {
+			rope_angles(e, L, e->pos[c], e->cs);
+			rope(e, q, hp->n_head, e->cs);
+			rope(e, k, hp->n_head_kv, e->cs);
+		}
+		if (e->gelu)
+			for (int i = 0; i < e->nq; i++)
+				q[i] *= hp->q_scale;
+		uint8_t *kc = e->cols[c]->kv + (size_t)il * e->layer_kv;
+		uint8_t *vc = kc + (size_t)e->max_seq * e->nk * e->kv_elem;
+		if (e->kv_f32) {
+			memcpy((float *)kc + (size_t)e->pos[c] * e->nk, k, (size_t)e->nk * sizeof(float));
+			memcpy((float *)vc + (size_t)e->pos[c] * e->nv, v, (size_t)e->nv * sizeof(float));
+		} else {
+			ad_f32_to_fp16_row(k, (uint16_t *)kc + (size_t)e->pos[c] * e->nk, (size_t)e->nk);
+			ad_f32_to_fp16_row(v, (uint16_t *)vc + (size_t)e->pos[c] * e->nv, (size_t)e->nv);
+		}
+	}
+	uint64_t t0 = now_ns();
+	struct attn_shape sh = {(int)hp->n_head,  (int)hp->n_head_kv,     hd, (int)hp->head_dim_v, (size_t)e->nk,
+	                        (size_t)e->nv, e->gelu ? 1.0f : hp->q_scale, hp->attn_softcap};
+	for (int c = 0; c < n; c++) {
+		const int pos = e->pos[c];
+		int first = 0;
+		if (L->sliding && pos - hp->sliding_window + 1 > 0)
+			first = (int)(pos - hp->sliding_window + 1);
+		const uint8_t *kc = e->cols[c]->kv + (size_t)il * e->layer_kv;
+		const uint8_t *vc = kc + (size_t)e->max_seq * e->nk * e->kv_elem;
+		const float *q = e->qkv + (size_t)c * e->nqkv;
+		float *out = e->att + (size_t)c * e->nqv;
+		if (e->kv_f32)
+			attn_ref_f32(&sh, q, (const float *)kc, (const float *)vc, first, pos, out, e->attn_scratch);
+		else
+			(e->attn_ref ? attn_ref : attn_fast)(&sh, q, (const uint16_t *)kc, (const uint16_t *)vc, first,
+			                                     pos, out, e->attn_scratch);
+	}
+	f->attn_ns += now_ns() - t0;
+	if (run(e, f, L->o, e->att, e->nqv, e->proj, E, n, err))
+		return -1;
+	for (int c = 0; c < n; c++) {
+		float *p = e->proj + (size_t)c * E, *x = e->x + (size_t)c * E;
+		if (L->bo)
+			for (int i = 0; i < E; i++)
+				p[i] += L->bo[i];
+		if (L->post_attn_norm)
+			rmsnorm(p, p, L->post_attn_norm, E, eps);
+		for (int i = 0; i < E; i++)
+			x[i] += p[i];
+	}
+
+	// feed-forward
+	for (int c = 0; c < n; c++)
+		rmsnorm(e->xn + (size_t)c * E, e->x + (size_t)c * E, L->ffn_norm, E, eps);
+	if (L->gate_inp) {
+		if (L->shexp >= 0 && run(e, f, L->shexp, e->xn, E, e->proj, E, n, err))
+			return -1;
+		t0 = now_ns();
+		for (int c = 0; c < n; c++)
+			moe_column(e, L, e->xn + (size_t)c * E, L->shexp >= 0 ? e->proj + (size_t)c * E : NULL,
+			           e->ffo + (size_t)c * E);
+		f->moe_ns += now_ns() - t0;
+	} else if (L->ffn >= 0) {
+		if (run(e, f, L->ffn, e->xn, E, e->ffo, E, n, err))
+			return -1;
+	} else {
+		const int ff = e->ff;
+		if (run(e, f, L->gate_up, e->xn, E, e->hb, 2 * (size_t)ff, n, err))
+			return -1;
+		// act(gate) * up into the gate half; DOWN reads it with a stride
+		for (int c = 0; c < n; c++) {
+			float *g = e->hb + (size_t)c * 2 * ff, *u = g + ff;
+			if (e->gelu)
+				for (int i = 0; i < ff; i++)
+					g[i] = gelu(g[i]) * u[i];
+			else
+				for (int i = 0; i < ff; i++)
+					g[i] = silu(g[i]) * u[i];
+		}
+		if (run(e, f, L->down, e->hb, 2 * (size_t)ff, e->ffo, E, n, err))
+			return -1;
+	}
+	for (int c = 0; c < n; c++) {
+		float *p = e->ffo + (size_t)c * E, *x = e->x + (size_t)c * E;
+		if (L->post_ffw_norm)
+			rmsnorm(p, p, L->post_ffw_norm, E, eps);
+		for (int i = 0; i < E; i++)
+			x[i] += p[i];
+	}
+	return 0;
+}
+
+static void
+book(struct engine_timings *t, const struct fwd *f, uint64_t total, int cols, int n, int prefill)
+{
+	uint64_t c = (uint64_t)cols, d = (uint64_t)n;
+	uint64_t other = total - (f->call_ns + f->attn_ns + f->moe_ns);
+	if (f->call_ns + f->attn_ns + f->moe_ns > total)
+		other = 0;
+	t->kernel_ns += f->kernel_ns * c / d;
+	t->ipc_ns += (f->call_ns > f->kernel_ns ? f->call_ns - f->kernel_ns : 0) * c / d;
+	t->attention_ns += f->attn_ns * c / d;
+	t->moe_ns += f->moe_ns * c / d;
+	t->cpu_other_ns += other * c / d;
+	t->kernel_calls += f->calls * c / d;
+	if (prefill) {
+		t->prefill_ns += total * c / d;
+		t->prefill_tokens += (uint32_t)cols;
+	} else {
+		t->decode_ns += total * c / d;
+		t->decode_tokens += (uint32_t)cols;
+	}
+}
+
+int
+engine_forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n,
+               const uint8_t *want, float *logits, int prefill, char *err)
+{
+	const struct model_hparams *hp = &e->hp;
+	const int E = e->E, V = e->V;
+	if (n < 1 || n > e->width)
+		return ad_err(err, "%d columns in one call (the width is %d)", n, e->width);
+	for (int c = 0; c < n; c++) {
+		if (!seqs[c] || seqs[c]->e != e)
+			return ad_err(err, "column %d: not a sequence of this engine", c);
+		if (tokens[c] < 0 || tokens[c] >= V)
+			return ad_err(err, "token id %d is outside the vocabulary of %d", tokens[c], V);
+		seqs[c]->pending = 0;
+	}
+	int over = -1;
+	for (int c = 0; c < n; c++) {
+		e->cols[c] = seqs[c];
+		e->pos[c] = seqs[c]->len + seqs[c]->pending++;
+		if (e->pos[c] >= e->max_seq && over < 0)
+			over = c;
+	}
+	if (over >= 0)
+		return ad_err(err, "position %d is beyond the context of %d positions", e->pos[over], e->max_seq);
+	int nw = 0;
+	for (int c = 0; c < n; c++)
+		if (logits && (!want || want[c]))
+			e->wanted[nw++] = c;
+
+	uint64_t t0 = now_ns();
+	struct fwd f = {0};
+	const uint8_t *embd = e->m->tok_embd.data;
+	for (int c = 0; c < n; c++) {
+		float *x = e->x + (size_t)c * E;
+		if (ad_dequant(e->m->tok_embd.type, embd + (size_t)tokens[c] * e->embd_row_bytes, x, E, err))
+			return ad_err_prefix(err, "token_embd");
+		for (int i = 0; i < E; i++)
+			x[i] = x[i] * e->embd_scale;
+	}
+	for (int il = 0; il < hp->n_layer; il++)
+		if (layer(e, &f, il, n, err))
+			return -1;
+	if (nw > 0) {
+		for (int j = 0; j < nw; j++)
+			rmsnorm(e->xn + (size_t)j * E, e->x + (size_t)e->wanted[j] * E, e->output_norm, E, hp->rms_eps);
+		for (int h = 0; h < e->n_head; h++) {
+			const struct kb_info *k = &e->kb->kernels[e->head[h]];
+			if (run(e, &f, e->head[h], h == 0 ? e->xn : NULL, E, e->head_buf, (size_t)k->out_ch, nw, err))
+				return -1;
+			for (int j = 0; j < nw; j++)
+				memcpy(logits + (size_t)j * V + k->row_offset, e->head_buf + (size_t)j * k->out_ch,
+				       (size_t)k->out_ch * sizeof(float));
+		}
+		if (hp->final_softcap > 0) {
+			const float cap = hp->final_softcap;
+			for (size_t i = 0; i < (size_t)nw * V; i++)
+				logits[i] = tanhf(logits[i] * (1.0f / cap)) * cap;
+		}
+	}
+	// commit, and book the time on each sequence by its columns
+	uint64_t total = now_ns() - t0;
+	book(&e->t, &f, total, n, n, prefill);
+	for (int c = 0; c < n; c++) {
+		struct engine_seq *s = seqs[c];
+		s->tokens[e->pos[c]] = tokens[c];
+		if (s->pending > 0) {
+			book(&s->t, &f, total, s->pending, n, prefill);
+			s->len += s->pending;
+			s->pending = 0;
+		}
+	}
+	return 0;
+}
+
+int
+engine_step(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n, float *logits,
+            char *err)
+{
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < i; j++)
+			if (seqs[i] == seqs[j])
+				return ad_err(err, "a step feeds one token per sequence; columns %d and %d share one", j,
+				              i);
+	return engine_forward(e, seqs, tokens, n, NULL, logits, 0, err);
+}
+
+int
+engine_prefill(struct engine *e, struct engine_seq *s, const int32_t *ids, int n, float *logits, char *err)
+{
+	if (n < 1)
+		return ad_err(err, "nothing to prefill");
+	if (s->len + n > e->max_seq)
+		return ad_err(err, "%d tokens after %d do not fit the context of %d positions", n, s->len,
+		              e->max_seq);
+	for (int i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= e->V)
+			return ad_err(err, "token id %d is outside the vocabulary of %d", ids[i], e->V);
+	for (int i = 0; i < e->width; i++)
+		e->batch[i] = s;
+	uint8_t want[4096] = {0};
+	for (int off = 0; off < n; off += e->width) {
+		int m = n - off < e->width ? n - off : e->width;
+		int last = off + m == n;
+		want[m - 1] = last;
+		if (engine_forward(e, e->batch, ids + off, m, want, last ? logits : NULL, 1, err))
+			return -1;
+	}
+	return 0;
+}
+
+int
+engine_eval(struct engine *e, struct engine_seq *s, const int32_t *ids, int n, int per_token, float *logits,
+            char *err)
+{
+	if (n < 1 || n > e->max_seq)
+		return ad_err(err, "%d tokens: the context holds 1 to %d", n, e->max_seq);
+	for (int i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= e->V)
+			return ad_err(err, "token id %d is outside the vocabulary of %d", ids[i], e->V);
+	engine_seq_reset(s);
+	const int step = per_token ? 1 : e->width;
+	for (int i = 0; i < e->width; i++)
+		e->batch[i] = s;
+	for (int off = 0; off < n; off += step) {
+		int m = n - off < step ? n - off : step;
+		if (engine_forward(e, e->batch, ids + off, m, NULL, logits + (size_t)off * e->V, 1, err))
+			return -1;
+	}
+	return 0;
+}
+
+int
+engine_prompt(struct engine *e, struct engine_seq *s, const int32_t *prompt, int n, int max_tokens,
+              float *logits, struct engine_prompt_info *info, char *err)
+{
+	if (n < 1)
+		return ad_err(err, "empty prompt");
+	if (max_tokens < 0)
+		max_tokens = 0;
+	int keep = n;
+	if ((int64_t)n + max_tokens + 1 > e->max_seq) {
+		keep = e->max_seq - max_tokens - 1;
+		if (keep < 1)
+			keep = 1;
+		if (keep > n)
+			keep = n;
+	}
+	const int32_t *p = prompt + (n - keep);
+	for (int i = 0; i < keep; i++)
+		if (p[i] < 0 || p[i] >= e->V)
+			return ad_err(err, "token id %d is outside the vocabulary of %d", p[i], e->V);
+	int reuse = 0;
+	while (reuse < s->len && reuse < keep - 1 && s->tokens[reuse] == p[reuse])
+		reuse++;
+	engine_seq_truncate(s, reuse);
+	if (engine_prefill(e, s, p + reuse, keep - reuse, logits, err))
+		return -1;
+	if (info)
+		*info = (struct engine_prompt_info){keep, n - keep, reuse, keep - reuse};
+	return 0;
+}

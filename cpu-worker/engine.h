@@ -1,0 +1,146 @@
+// engine.h - the pipeline's decode loop: one model, one kernel backend,
+// any number of sequences.
+//
+// The engine runs everything but the projections on the CPU (embeddings,
+// RMSNorm, biases, q/k norms, RoPE, attention over the fp16 KV cache,
+// residuals, post-norms, the FFN activation of the split form, the MoE
+// router and routed experts, the final soft-cap) and asks the kernel
+// backend (kernels.h) for the projections, through surfaces allocated once
+// by engine_new and reused by every call. Its arithmetic mirrors the
+// reference engine (ref.c) step by step, in the same order, so with the
+// exact backend the only difference from ref.c is the fp16 rounding of
+// the keys and values stored in the cache (with kv_f32 there is none: the
+// logits are ref.c's to the bit).
+//
+// A sequence (struct engine_seq) owns its KV cache (max_seq positions per
+// layer, fp16), its token history and its timings. engine_forward feeds
+// up to width columns in ONE set of kernel calls: column i is tokens[i]
+// at the next position of seqs[i]; a sequence may take several columns
+// (consecutive positions, in column order), which is how prefill works,
+// and several sequences one column each, which is a batched decode step.
+// Every kernel computes columns independently, so a token's logits do not
+// depend on what else shares its call: chunked prefill, per-token feeding
+// and batched steps give the same bits.
+//
+// Gemma's GELU-tanh: if the backend has a fused FFN kernel for the layer
+// it computes the activation itself; otherwise the engine calls GATE_UP,
+// applies the activation on the CPU through ggml's fp16 table (as ref.c
+// does) and calls DOWN. The exact backend always gives gemma the split
+// form.
+//
+// Bad input (a token outside the vocabulary, a position at or beyond
+// max_seq, more columns than the width) is refused with a message before
+// anything changes. A failing kernel call leaves the sequences involved
+// with their old length (the cache rows past it are scratch).
+//
+// The model and the backend must outlive the engine; the backend owns the
+// surfaces it hands out. One thread uses an engine at a time.
+#ifndef AD_ENGINE_H
+#define AD_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "kernels.h"
+#include "model.h"
+
+struct engine_opts {
+	int max_seq;  // positions per sequence (0: 2048)
+	int attn_ref; // plain-C attention (attn_ref) instead of attn_fast
+	int kv_f32;   // keys and values in fp32 (a check: with kb_exact the
+	              // logits are then ref.c's bits)
+};
+
+// time spent on behalf of a sequence; a call shared by several sequences
+// is split between them by their share of its columns
+struct engine_timings {
+	uint64_t kernel_ns;    // inside the backend
+	uint64_t ipc_ns;       // kernel calls as the engine saw them, minus kernel_ns
+	uint64_t attention_ns; // attention over the cache (RoPE and cache writes are "other")
+	uint64_t moe_ns;       // router and routed experts
+	uint64_t sampling_ns;  // added by the caller (engine_add_sampling)
+	uint64_t cpu_other_ns; // everything else: norms, RoPE, residuals, embeddings
+	uint64_t prefill_ns, decode_ns;
+	uint32_t prefill_tokens, decode_tokens;
+	uint64_t kernel_calls;
+};
+
+struct engine;
+struct engine_seq;
+
+struct engine *engine_new(const struct model *m, struct kernel_backend *kb, const struct engine_opts *o,
+                          char *err);
+void engine_free(struct engine *e); // NULL is fine; free the sequences first
+
+int engine_n_vocab(const struct engine *e);
+int engine_max_seq(const struct engine *e);
+int engine_width(const struct engine *e);
+// totals over every call the engine made
+const struct engine_timings *engine_timings(const struct engine *e);
+
+struct engine_seq *engine_seq_new(struct engine *e, char *err);
+void engine_seq_free(struct engine_seq *s);
+// forget every token (the timings stay)
+void engine_seq_reset(struct engine_seq *s);
+// keep the first n tokens (n <= length); the next position is n
+void engine_seq_truncate(struct engine_seq *s, int n);
+// tokens in the cache, which is also the next position
+int engine_seq_len(const struct engine_seq *s);
+const int32_t *engine_seq_tokens(const struct engine_seq *s);
+struct engine_timings *engine_seq_timings(struct engine_seq *s);
+
+// engine_forward: the core (see above). n in 1..width. logits: n rows of
+// n_vocab; row i is written if want is NULL or want[i] is nonzero (other
+// rows are left alone; logits may be NULL when nothing is wanted).
+// prefill only decides which timing the work is booked under.
+int engine_forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n,
+                   const uint8_t *want, float *logits, int prefill, char *err);
+
+// a decode step: one token for each of n distinct sequences (n <= width),
+// logits n rows
+int engine_step(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n,
+                float *logits, char *err);
+
+// append ids to s in chunks of the width; the logits of the last one
+// (n_vocab values) if logits is not NULL
+int engine_prefill(struct engine *e, struct engine_seq *s, const int32_t *ids, int n, float *logits,
+                   char *err);
+
+// teacher forcing: reset s, feed ids (per_token: one column per call,
+// otherwise chunks of the width) and write the logits of every position
+// (n rows of n_vocab)
+int engine_eval(struct engine *e, struct engine_seq *s, const int32_t *ids, int n, int per_token,
+                float *logits, char *err);
+
+// what engine_prompt did
+struct engine_prompt_info {
+	int prompt_tokens; // tokens of the prompt in use (after the cut)
+	int dropped;       // cut from the front to fit the context
+	int reused;        // already in the cache
+	int prefilled;     // fed now
+};
+
+// engine_prompt makes s hold prompt (a session's next request): a prompt
+// with n + max_tokens + 1 > max_seq is cut from the front to keep =
+// max_seq - max_tokens - 1 tokens (at least 1); the longest prefix it
+// shares with the tokens in the cache is reused (never the whole prompt:
+// its last token is fed again for its logits) and the rest is prefilled.
+// logits (n_vocab) get the last position's.
+int engine_prompt(struct engine *e, struct engine_seq *s, const int32_t *prompt, int n, int max_tokens,
+                  float *logits, struct engine_prompt_info *info, char *err);
+
+// book sampling time on a sequence (and the engine's totals)
+void engine_add_sampling(struct engine *e, struct engine_seq *s, uint64_t ns);
+
+// y[n_out] = W[n_out][n_in] · x in the reference engine's summation order
+// (8 lanes, fused multiply-add, ref.c's fold): the same bits as ref.c
+void engine_matvec(float *y, const float *w, const float *x, int64_t n_in, int64_t n_out);
+float engine_dot(const float *a, const float *b, int64_t n);
+
+// kb_exact's fp32 twin of one of its surfaces ([width][channels]); NULL
+// for another backend's surface. The engine writes and reads the twin so
+// that nothing is rounded to fp16 on the way to the exact kernels.
+float *kb_exact_shadow(struct kernel_backend *kb, const struct ad_surface *s);
+
+#endif

@@ -1,0 +1,73 @@
+// bench-attention.c - attention per layer at contexts 16..4096, fast and
+// plain, for two typical head layouts (14/2 and 9/3 heads of 64): one
+// query column (a decode step) over a full cache. Prints the median and
+// the range of 7 runs in microseconds per layer.
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "attention.h"
+#include "fp16.h"
+
+static double
+now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int
+cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+int
+main(void)
+{
+	static const int heads[][2] = {{14, 2}, {9, 3}};
+	static const int ctxs[] = {16, 64, 256, 1024, 4096};
+	printf("attention, one column over ctx cache rows, us per layer (median [min..max] of 7); fast path: %s\n",
+	       attn_have_simd() ? "AVX2/FMA/F16C" : "plain C (no AVX2)");
+	for (int hi = 0; hi < 2; hi++) {
+		const int nh = heads[hi][0], nkv = heads[hi][1], hd = 64;
+		struct attn_shape sh = {nh, nkv, hd, hd, (size_t)(nkv * hd), (size_t)(nkv * hd), 0.125f, 0};
+		const int max = 4096;
+		uint16_t *k = malloc(sizeof(uint16_t) * sh.k_stride * max), *v = malloc(sizeof(uint16_t) * sh.v_stride * max);
+		float *q = malloc(sizeof(float) * nh * hd), *out = malloc(sizeof(float) * nh * hd);
+		float *scratch = malloc(sizeof(float) * attn_scratch_floats(&sh, max));
+		uint32_t r = 1;
+		for (size_t i = 0; i < sh.k_stride * max; i++) {
+			r = r * 1664525u + 1013904223u;
+			k[i] = ad_f32_to_fp16((float)(r >> 8) / (1 << 24) - 0.5f);
+			v[i] = ad_f32_to_fp16((float)(r >> 9) / (1 << 23) - 0.5f);
+		}
+		for (int i = 0; i < nh * hd; i++)
+			q[i] = (float)(i % 7) * 0.1f;
+		for (size_t ci = 0; ci < sizeof ctxs / sizeof *ctxs; ci++) {
+			int ctx = ctxs[ci];
+			double t[2][7];
+			for (int pass = 0; pass < 2; pass++) {
+				int reps = 20000 / ctx + 1;
+				for (int run = 0; run < 7; run++) {
+					double t0 = now_us();
+					for (int i = 0; i < reps; i++)
+						(pass ? attn_ref : attn_fast)(&sh, q, k, v, 0, ctx - 1, out, scratch);
+					t[pass][run] = (now_us() - t0) / reps;
+				}
+				qsort(t[pass], 7, sizeof(double), cmp);
+			}
+			printf("heads %2d/%d x%d ctx %4d: fast %8.2f [%.2f..%.2f]  ref %9.2f [%.2f..%.2f]  x%.1f\n", nh, nkv,
+			       hd, ctx, t[0][3], t[0][0], t[0][6], t[1][3], t[1][0], t[1][6], t[1][3] / t[0][3]);
+		}
+		free(k);
+		free(v);
+		free(q);
+		free(out);
+		free(scratch);
+	}
+	return 0;
+}

@@ -1,0 +1,9 @@
+# The pipeline's decode loop: attention over the fp16 cache, the exact
+# kernel backend, and the engine against the reference on every fixture.
+ad_test(NAME test-attention SOURCES test-attention.c LIBS anedvd_cpu LABELS unit)
+ad_test(NAME test-engine SOURCES test-engine.c LIBS anedvd_cpu LABELS integration)
+
+# a benchmark prints figures; it is built but not run by ctest
+add_executable(bench-attention bench-attention.c)
+target_link_libraries(bench-attention PRIVATE anedvd_cpu anedvd_common)
+target_include_directories(bench-attention PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})

@@ -1,0 +1,141 @@
+// test-attention.c - attention over the fp16 cache: the AVX2 path against
+// its plain twin, and both against a double-precision computation, on
+// random shapes (MHA, GQA, MQA, head sizes that are not multiples of 8,
+// value heads of another size, windows, soft-caps).
+#include <stdint.h>
+
+#include "attention.h"
+#include "fp16.h"
+#include "t.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15u;
+
+static float
+frand(void) // uniform in [-1, 1)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (float)((double)(rng >> 11) / (double)(1ull << 52) - 1.0);
+}
+
+// the textbook formula in double
+static void
+attn_double(const struct attn_shape *sh, const float *q, const uint16_t *k, const uint16_t *v, int first,
+            int last, double *out)
+{
+	const int hd = sh->head_dim, hdv = sh->head_dim_v, group = sh->n_head / sh->n_head_kv;
+	double *s = malloc(sizeof(double) * (size_t)(last + 1));
+	for (int h = 0; h < sh->n_head; h++) {
+		int g = h / group;
+		double mx = -INFINITY, sum = 0;
+		for (int j = first; j <= last; j++) {
+			double d = 0;
+			for (int i = 0; i < hd; i++)
+				d += (double)q[h * hd + i] * ad_fp16_to_f32(k[(size_t)j * sh->k_stride + g * hd + i]);
+			d *= sh->scale;
+			if (sh->softcap > 0)
+				d = tanh(d / sh->softcap) * sh->softcap;
+			s[j] = d;
+			mx = d > mx ? d : mx;
+		}
+		for (int j = first; j <= last; j++)
+			sum += s[j] = exp(s[j] - mx);
+		for (int d = 0; d < hdv; d++) {
+			double acc = 0;
+			for (int j = first; j <= last; j++)
+				acc += s[j] / sum * ad_fp16_to_f32(v[(size_t)j * sh->v_stride + g * hdv + d]);
+			out[h * hdv + d] = acc;
+		}
+	}
+	free(s);
+}
+
+static void
+one(int n_head, int n_head_kv, int hd, int hdv, int rows, int first, float softcap, double *worst_fast,
+    double *worst_ref)
+{
+	struct attn_shape sh = {n_head, n_head_kv, hd, hdv, (size_t)(n_head_kv * hd + 3),
+	                        (size_t)(n_head_kv * hdv + 5), 1.0f / sqrtf((float)hd), softcap};
+	size_t kn = sh.k_stride * (size_t)rows, vn = sh.v_stride * (size_t)rows;
+	uint16_t *k = malloc(kn * 2), *v = malloc(vn * 2);
+	float *q = malloc(sizeof(float) * (size_t)(n_head * hd));
+	float *a = malloc(sizeof(float) * (size_t)(n_head * hdv)), *b = malloc(sizeof(float) * (size_t)(n_head * hdv));
+	double *d = malloc(sizeof(double) * (size_t)(n_head * hdv));
+	float *scratch = malloc(sizeof(float) * attn_scratch_floats(&sh, rows));
+	for (size_t i = 0; i < kn; i++)
+		k[i] = ad_f32_to_fp16(3 * frand());
+	for (size_t i = 0; i < vn; i++)
+		v[i] = ad_f32_to_fp16(frand());
+	for (int i = 0; i < n_head * hd; i++)
+		q[i] = 3 * frand();
+	attn_ref(&sh, q, k, v, first, rows - 1, a, scratch);
+	attn_fast(&sh, q, k, v, first, rows - 1, b, scratch);
+	attn_double(&sh, q, k, v, first, rows - 1, d);
+	double ef = 0, er = 0;
+	for (int i = 0; i < n_head * hdv; i++) {
+		double x = fabs(b[i] - d[i]), y = fabs(a[i] - d[i]);
+		ef = x > ef || isnan(x) ? x : ef;
+		er = y > er || isnan(y) ? y : er;
+	}
+	CHECK(ef < 2e-6, "fast: heads %d/%d hd %d/%d rows %d..%d cap %g: %g", n_head, n_head_kv, hd, hdv, first,
+	      rows - 1, softcap, ef);
+	CHECK(er < 2e-6, "ref: heads %d/%d hd %d/%d rows %d..%d cap %g: %g", n_head, n_head_kv, hd, hdv, first,
+	      rows - 1, softcap, er);
+	*worst_fast = ef > *worst_fast ? ef : *worst_fast;
+	*worst_ref = er > *worst_ref ? er : *worst_ref;
+	free(k);
+	free(v);
+	free(q);
+	free(a);
+	free(b);
+	free(d);
+	free(scratch);
+}
+
+static void
+test_random_shapes(void)
+{
+	static const int heads[][2] = {{8, 2}, {14, 2}, {9, 3}, {4, 4}, {4, 1}, {1, 1}, {16, 8}};
+	static const int dims[][2] = {{64, 64}, {8, 8}, {12, 12}, {48, 48}, {16, 24}, {128, 128}, {5, 3}};
+	double wf = 0, wr = 0;
+	for (int t = 0; t < 200; t++) {
+		const int *h = heads[t % 7], *dm = dims[(t / 7) % 7];
+		int rows = 1 + (int)((frand() + 1) * 150);
+		int first = t % 3 == 0 ? (int)((frand() + 1) * 0.5 * (rows - 1)) : 0;
+		float cap = t % 4 == 1 ? 5.0f : 0.0f;
+		one(h[0], h[1], dm[0], dm[1], rows, first, cap, &wf, &wr);
+	}
+	printf("200 shapes: max |fast - double| %.3g, max |ref - double| %.3g (fast path %s)\n", wf, wr,
+	       attn_have_simd() ? "AVX2" : "plain C");
+}
+
+// one row: the output is that row's value
+static void
+test_single_row(void)
+{
+	struct attn_shape sh = {2, 1, 8, 8, 8, 8, 0.35f, 0};
+	uint16_t k[8 * 3], v[8 * 3];
+	for (int i = 0; i < 24; i++) {
+		k[i] = ad_f32_to_fp16(frand());
+		v[i] = ad_f32_to_fp16(frand());
+	}
+	float q[16], out[16], out2[16], scratch[256];
+	for (int i = 0; i < 16; i++)
+		q[i] = frand();
+	attn_fast(&sh, q, k, v, 2, 2, out, scratch);
+	attn_ref(&sh, q, k, v, 2, 2, out2, scratch);
+	for (int h = 0; h < 2; h++)
+		for (int d = 0; d < 8; d++) {
+			CHECK(out[h * 8 + d] == ad_fp16_to_f32(v[16 + d]));
+			CHECK(out2[h * 8 + d] == ad_fp16_to_f32(v[16 + d]));
+		}
+}
+
+int
+main(void)
+{
+	T_RUN(test_random_shapes);
+	T_RUN(test_single_row);
+	return t_done();
+}

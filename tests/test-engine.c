@@ -1,0 +1,489 @@
+// test-engine.c - the pipeline's decode loop against the reference engine.
+//
+// On every fixture model in tests/data/models (M.gguf with M.json), with
+// prompt_ids + greedy_ids teacher-forced:
+//   - kb_exact (fp32 kernels): logits within 1e-3 of ref_eval, every argmax
+//     equal; the fp16 KV cache is the only difference (measured, printed);
+//   - kb_local (emu, fp16 kernels): every argmax of the prompt equal, the
+//     relative error ||a - b|| / ||b|| of every row within the fp16 range;
+//   - per-token and chunked evaluation give the same bits; a batched step
+//     of several sequences (and a call mixing a prefill with a decode)
+//     gives the bits of separate runs; a session's prefix reuse gives the
+//     logits of a fresh prefill; front truncation keeps and reports what
+//     it should.
+// stories260K decoded greedily through the pipeline reproduces the
+// reference's 64 ids. Error paths: position beyond max_seq, bad token ids,
+// a width overflow, a backend without a kernel the model needs.
+#include <dirent.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "engine.h"
+#include "model.h"
+#include "ref.h"
+#include "t.h"
+
+#pragma GCC diagnostic ignored "-Wformat-zero-length" // CHECK without a message
+
+#define MODELS T_DATA "/models"
+#define WIDTH 16
+
+// linked when the in-process emu backend is part of the build
+struct kernel_backend *kb_local_new(const struct model *m, const struct kb_opts *o, char *err)
+	__attribute__((weak));
+
+struct fixture {
+	char name[64];
+	struct model m;
+	int32_t ids[128];
+	int n_prompt, n, V;
+	float *ref; // [n][V]: ref_eval
+};
+
+static struct fixture fx[32];
+static int n_fx;
+
+static cJSON *
+read_json(const char *path)
+{
+	size_t n;
+	char *s = t_read_file(path, &n);
+	if (!s)
+		return NULL;
+	cJSON *j = cJSON_Parse(s);
+	free(s);
+	return j;
+}
+
+static int
+json_ids(const cJSON *arr, int32_t *out, int cap)
+{
+	int n = 0;
+	const cJSON *it;
+	cJSON_ArrayForEach(it, arr)
+	{
+		if (n == cap || !cJSON_IsNumber(it))
+			return -1;
+		out[n++] = (int32_t)it->valuedouble;
+	}
+	return n;
+}
+
+static int
+cmp_name(const void *a, const void *b)
+{
+	return strcmp(((const struct fixture *)a)->name, ((const struct fixture *)b)->name);
+}
+
+static void
+load_fixtures(void)
+{
+	DIR *d = opendir(MODELS);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d)) && n_fx < 32) {
+		size_t len = strlen(de->d_name);
+		if (len < 6 || strcmp(de->d_name + len - 5, ".json") || !strcmp(de->d_name, "tolerances.json"))
+			continue;
+		struct fixture *f = &fx[n_fx];
+		snprintf(f->name, sizeof f->name, "%.*s", (int)(len - 5), de->d_name);
+		char path[512], err[AD_ERRLEN];
+		snprintf(path, sizeof path, "%s/%s", MODELS, de->d_name);
+		cJSON *j = read_json(path);
+		int np = json_ids(cJSON_GetObjectItem(j, "prompt_ids"), f->ids, 128);
+		int ng = np < 0 ? -1 : json_ids(cJSON_GetObjectItem(j, "greedy_ids"), f->ids + np, 128 - np);
+		cJSON_Delete(j);
+		snprintf(path, sizeof path, "%s/%s.gguf", MODELS, f->name);
+		if (np <= 0 || ng <= 0 || model_load(&f->m, path, err)) {
+			CHECK(0, "%s: %s", f->name, np <= 0 || ng <= 0 ? "bad json" : err);
+			continue;
+		}
+		f->n_prompt = np;
+		f->n = np + ng;
+		f->V = (int)f->m.hp.n_vocab;
+		struct ref_engine *r = ref_new(&f->m, 256, err);
+		f->ref = malloc(sizeof(float) * (size_t)f->n * f->V);
+		REQUIRE(r && f->ref, "%s", err);
+		REQUIRE(ref_eval(r, f->ids, f->n, f->ref) == 0);
+		ref_free(r);
+		n_fx++;
+	}
+	closedir(d);
+	qsort(fx, (size_t)n_fx, sizeof *fx, cmp_name);
+}
+
+static struct kernel_backend *
+backend(const struct fixture *f, int local, int width)
+{
+	char err[AD_ERRLEN] = "";
+	struct kb_opts o = {.width = width, .threads = 2};
+	struct kernel_backend *kb = local ? kb_local_new(&f->m, &o, err) : kb_exact_new(&f->m, &o, err);
+	CHECK(kb != NULL, "%s: %s backend: %s", f->name, local ? "local" : "exact", err);
+	return kb;
+}
+
+struct stats {
+	double max_abs, max_rel;
+	int argmax_same, argmax_prompt_same;
+};
+
+static void
+compare_rows(const struct fixture *f, const float *a, struct stats *st)
+{
+	memset(st, 0, sizeof *st);
+	for (int r = 0; r < f->n; r++) {
+		const float *x = a + (size_t)r * f->V, *y = f->ref + (size_t)r * f->V;
+		double d2 = 0, y2 = 0;
+		for (int i = 0; i < f->V; i++) {
+			double d = fabs((double)x[i] - y[i]);
+			if (!(d <= st->max_abs))
+				st->max_abs = isnan(d) ? INFINITY : d;
+			d2 += d * d;
+			y2 += (double)y[i] * y[i];
+		}
+		double rel = sqrt(d2 / y2);
+		if (!(rel <= st->max_rel))
+			st->max_rel = isnan(rel) ? INFINITY : rel;
+		int same = ref_argmax(x, f->V) == ref_argmax(y, f->V);
+		st->argmax_same += same;
+		st->argmax_prompt_same += same && r < f->n_prompt;
+	}
+}
+
+static double worst_attn; // attn_fast against attn_ref, relative
+
+// the checks every backend gets on one model; returns the batched logits' stats
+static void
+check_model(struct fixture *f, struct kernel_backend *kb, int local)
+{
+	char err[AD_ERRLEN] = "";
+	const char *bn = local ? "local" : "exact";
+	struct engine_opts eo = {.max_seq = 128};
+	struct engine *e = engine_new(&f->m, kb, &eo, err);
+	REQUIRE(e, "%s/%s: %s", f->name, bn, err);
+	struct engine_seq *s = engine_seq_new(e, err);
+	REQUIRE(s, "%s", err);
+	const size_t V = (size_t)f->V, rows = (size_t)f->n;
+	float *a = malloc(sizeof(float) * rows * V), *b = malloc(sizeof(float) * rows * V);
+	REQUIRE(a && b);
+
+	// chunked against the reference
+	CHECK(engine_eval(e, s, f->ids, f->n, 0, a, err) == 0, "%s/%s: %s", f->name, bn, err);
+	struct stats st;
+	compare_rows(f, a, &st);
+	const struct engine_timings *t = engine_seq_timings(s);
+	CHECK(t->prefill_tokens == (uint32_t)f->n && t->kernel_calls > 0 && t->prefill_ns > 0);
+	printf("%-14s %-5s max|d| %.2e  rel %.2e  argmax %d/%d (prompt %d/%d)\n", f->name, bn, st.max_abs,
+	       st.max_rel, st.argmax_same, f->n, st.argmax_prompt_same, f->n_prompt);
+	if (local) {
+		CHECK(st.argmax_prompt_same == f->n_prompt, "%s/local: argmax", f->name);
+		CHECK(st.max_rel < 0.03, "%s/local: rel %g", f->name, st.max_rel);
+	} else {
+		CHECK(st.argmax_same == f->n, "%s/exact: argmax", f->name);
+		// the fp16 cache: keys and values carry 2^-11 relative error
+		CHECK(st.max_rel < 3e-3, "%s/exact: %g %g", f->name, st.max_abs, st.max_rel);
+	}
+
+	// per token: the same bits
+	CHECK(engine_eval(e, s, f->ids, f->n, 1, b, err) == 0, "%s/%s: %s", f->name, bn, err);
+	double dmax = 0;
+	for (size_t i = 0; i < rows * V; i++)
+		dmax = fabs(a[i] - b[i]) > dmax ? fabs(a[i] - b[i]) : dmax;
+	CHECK(memcmp(a, b, sizeof(float) * rows * V) == 0, "%s/%s: per-token vs chunked max diff %g", f->name,
+	      bn, dmax);
+
+	// plain attention: the same logits up to the exp polynomial
+	struct engine_opts ro = {.max_seq = 128, .attn_ref = 1};
+	struct engine *er = engine_new(&f->m, kb, &ro, err);
+	struct engine_seq *sr = er ? engine_seq_new(er, err) : NULL;
+	REQUIRE(sr, "%s", err);
+	CHECK(engine_eval(er, sr, f->ids, f->n, 0, b, err) == 0, "%s", err);
+	// (gemma's fp16 GELU table turns last-bit differences into steps)
+	double d2 = 0, a2 = 0;
+	for (size_t i = 0; i < rows * V; i++) {
+		d2 += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+		a2 += (double)a[i] * a[i];
+	}
+	CHECK(sqrt(d2 / a2) < 1e-4, "%s/%s: attn_fast vs attn_ref: rel %g", f->name, bn, sqrt(d2 / a2));
+	if (sqrt(d2 / a2) > worst_attn)
+		worst_attn = sqrt(d2 / a2);
+	engine_seq_free(sr);
+	engine_free(er);
+
+	// an fp32 cache: the exact backend then gives ref.c's bits
+	if (!local) {
+		struct engine_opts xo = {.max_seq = 128, .kv_f32 = 1};
+		er = engine_new(&f->m, kb, &xo, err);
+		sr = er ? engine_seq_new(er, err) : NULL;
+		REQUIRE(sr, "%s", err);
+		CHECK(engine_eval(er, sr, f->ids, f->n, 0, b, err) == 0, "%s", err);
+		struct stats s32;
+		compare_rows(f, b, &s32);
+		printf("%-14s exact, fp32 cache: max|d| %.2e\n", f->name, s32.max_abs);
+		CHECK(memcmp(b, f->ref, sizeof(float) * rows * V) == 0, "%s: exact with an fp32 cache: max diff %g",
+		      f->name, s32.max_abs);
+		engine_seq_free(sr);
+		engine_free(er);
+	}
+
+	// several sequences in one call equal separate runs: A and B decode a
+	// token each while C prefills two
+	struct engine_seq *A = engine_seq_new(e, err), *B = engine_seq_new(e, err), *C = engine_seq_new(e, err);
+	REQUIRE(A && B && C, "%s", err);
+	int32_t other[7];
+	for (int i = 0; i < 7; i++)
+		other[i] = f->ids[(i * 5 + 3) % f->n];
+	REQUIRE(engine_prefill(e, A, f->ids, 5, NULL, err) == 0, "%s", err);
+	REQUIRE(engine_prefill(e, B, f->ids, 9, NULL, err) == 0, "%s", err);
+	REQUIRE(engine_prefill(e, C, other, 7, NULL, err) == 0, "%s", err);
+	struct engine_seq *cols[4] = {A, C, B, C};
+	int32_t toks[4] = {f->ids[5], f->ids[2], f->ids[9], f->ids[3]};
+	float *batch = malloc(sizeof(float) * 4 * V), *one = malloc(sizeof(float) * V);
+	REQUIRE(engine_forward(e, cols, toks, 4, NULL, batch, 0, err) == 0, "%s", err);
+	CHECK(engine_seq_len(A) == 6 && engine_seq_len(B) == 10 && engine_seq_len(C) == 9);
+	// A alone: the eval rows of ids
+	CHECK(memcmp(batch, a + 5 * V, V * sizeof(float)) == 0, "%s/%s: batched column A", f->name, bn);
+	CHECK(memcmp(batch + 2 * V, a + 9 * V, V * sizeof(float)) == 0, "%s/%s: batched column B", f->name, bn);
+	// C alone, token by token
+	engine_seq_reset(C);
+	int32_t cids[9];
+	memcpy(cids, other, sizeof other);
+	cids[7] = f->ids[2];
+	cids[8] = f->ids[3];
+	REQUIRE(engine_prefill(e, C, cids, 8, one, err) == 0, "%s", err);
+	CHECK(memcmp(batch + 1 * V, one, V * sizeof(float)) == 0, "%s/%s: batched column C1", f->name, bn);
+	REQUIRE(engine_step(e, &C, &cids[8], 1, one, err) == 0, "%s", err);
+	CHECK(memcmp(batch + 3 * V, one, V * sizeof(float)) == 0, "%s/%s: batched column C2", f->name, bn);
+	// a decode step over three sequences
+	struct engine_seq *three[3] = {A, B, C};
+	int32_t t3[3] = {f->ids[6], f->ids[10], f->ids[1]};
+	REQUIRE(engine_step(e, three, t3, 3, batch, err) == 0, "%s", err);
+	CHECK(memcmp(batch, a + 6 * V, V * sizeof(float)) == 0, "%s/%s: step column A", f->name, bn);
+	CHECK(memcmp(batch + V, a + 10 * V, V * sizeof(float)) == 0, "%s/%s: step column B", f->name, bn);
+	engine_seq_free(A);
+	engine_seq_free(B);
+	engine_seq_free(C);
+	free(batch);
+	free(one);
+
+	// sessions: a prompt extending the cached tokens prefills the suffix only
+	struct engine_prompt_info pi;
+	engine_seq_reset(s);
+	float *l = malloc(sizeof(float) * V);
+	REQUIRE(engine_prompt(e, s, f->ids, 12, 4, l, &pi, err) == 0, "%s", err);
+	CHECK(pi.reused == 0 && pi.prefilled == 12 && pi.dropped == 0 && pi.prompt_tokens == 12, "%d %d", pi.reused,
+	      pi.prefilled);
+	CHECK(memcmp(l, a + 11 * V, V * sizeof(float)) == 0, "%s/%s: session prompt", f->name, bn);
+	REQUIRE(engine_prompt(e, s, f->ids, 20, 4, l, &pi, err) == 0, "%s", err);
+	CHECK(pi.reused == 12 && pi.prefilled == 8, "reused %d prefilled %d", pi.reused, pi.prefilled);
+	CHECK(memcmp(l, a + 19 * V, V * sizeof(float)) == 0, "%s/%s: session reuse", f->name, bn);
+	// the same prompt again: all but the last token reused
+	REQUIRE(engine_prompt(e, s, f->ids, 20, 4, l, &pi, err) == 0, "%s", err);
+	CHECK(pi.reused == 19 && pi.prefilled == 1, "reused %d", pi.reused);
+	CHECK(memcmp(l, a + 19 * V, V * sizeof(float)) == 0, "%s/%s: session repeat", f->name, bn);
+	// diverging at 6: 6 reused
+	int32_t alt[10];
+	memcpy(alt, f->ids, sizeof alt);
+	alt[6] = (alt[6] + 1) % f->V;
+	REQUIRE(engine_prompt(e, s, alt, 10, 4, l, &pi, err) == 0, "%s", err);
+	CHECK(pi.reused == 6 && pi.prefilled == 4 && engine_seq_len(s) == 10, "reused %d", pi.reused);
+	engine_seq_free(s);
+	engine_free(e);
+
+	// front truncation at max_seq 16
+	struct engine_opts small = {.max_seq = 16};
+	e = engine_new(&f->m, kb, &small, err);
+	s = e ? engine_seq_new(e, err) : NULL;
+	REQUIRE(s, "%s", err);
+	REQUIRE(engine_prompt(e, s, f->ids, 20, 4, l, &pi, err) == 0, "%s", err);
+	CHECK(pi.prompt_tokens == 11 && pi.dropped == 9 && pi.reused == 0 && engine_seq_len(s) == 11);
+	CHECK(engine_eval(e, s, f->ids + 9, 11, 0, b, err) == 0, "%s", err);
+	CHECK(memcmp(l, b + 10 * V, V * sizeof(float)) == 0, "%s/%s: truncated prompt", f->name, bn);
+	REQUIRE(engine_prompt(e, s, f->ids, 20, 100, l, &pi, err) == 0, "%s", err);
+	CHECK(pi.prompt_tokens == 1 && pi.dropped == 19, "kept %d", pi.prompt_tokens);
+	REQUIRE(engine_prompt(e, s, f->ids, 10, 0, l, &pi, err) == 0, "%s", err);
+	CHECK(pi.prompt_tokens == 10 && pi.dropped == 0);
+	engine_seq_free(s);
+	engine_free(e);
+	free(l);
+	free(a);
+	free(b);
+}
+
+static void
+test_exact_all_models(void)
+{
+	REQUIRE(n_fx >= 18, "%d fixture models", n_fx);
+	for (int i = 0; i < n_fx; i++) {
+		struct kernel_backend *kb = backend(&fx[i], 0, WIDTH);
+		if (!kb)
+			continue;
+		check_model(&fx[i], kb, 0);
+		kb->free(kb);
+	}
+	printf("attn_fast vs attn_ref in the pipeline: worst relative logit difference %.2e\n", worst_attn);
+}
+
+static void
+test_local_all_models(void)
+{
+	if (!kb_local_new) {
+		printf("kb_local is not in this build yet: the emu part is skipped\n");
+		return;
+	}
+	for (int i = 0; i < n_fx; i++) {
+		struct kernel_backend *kb = backend(&fx[i], 1, WIDTH);
+		if (!kb)
+			continue;
+		check_model(&fx[i], kb, 1);
+		kb->free(kb);
+	}
+}
+
+// greedy decoding of stories260K through the pipeline
+static void
+greedy(struct fixture *f, struct kernel_backend *kb, const char *bn)
+{
+	char err[AD_ERRLEN] = "";
+	struct engine *e = engine_new(&f->m, kb, &(struct engine_opts){.max_seq = 128}, err);
+	struct engine_seq *s = e ? engine_seq_new(e, err) : NULL;
+	REQUIRE(s, "%s", err);
+	float *l = malloc(sizeof(float) * (size_t)f->V);
+	struct engine_prompt_info pi;
+	REQUIRE(engine_prompt(e, s, f->ids, f->n_prompt, 64, l, &pi, err) == 0, "%s", err);
+	int same = 0;
+	for (int k = 0; k < f->n - f->n_prompt; k++) {
+		int32_t id = ref_argmax(l, f->V);
+		if (id != f->ids[f->n_prompt + k])
+			break;
+		same++;
+		if (engine_step(e, &s, &id, 1, l, err))
+			break;
+	}
+	const struct engine_timings *t = engine_seq_timings(s);
+	printf("stories260K greedy via %s: %d/%d ids; decode %u tokens, %.1f us/token (kernel %.1f, ipc %.1f, "
+	       "attention %.1f, other %.1f)\n",
+	       bn, same, f->n - f->n_prompt, t->decode_tokens, t->decode_ns / 1e3 / t->decode_tokens,
+	       t->kernel_ns / 1e3 / (t->decode_tokens + t->prefill_tokens),
+	       t->ipc_ns / 1e3 / (t->decode_tokens + t->prefill_tokens),
+	       t->attention_ns / 1e3 / (t->decode_tokens + t->prefill_tokens),
+	       t->cpu_other_ns / 1e3 / (t->decode_tokens + t->prefill_tokens));
+	CHECK(same == 64 && f->n - f->n_prompt == 64, "%s: %d", bn, same);
+	free(l);
+	engine_seq_free(s);
+	engine_free(e);
+}
+
+static void
+test_stories_greedy(void)
+{
+	struct fixture *f = NULL;
+	for (int i = 0; i < n_fx; i++)
+		if (!strcmp(fx[i].name, "stories260K"))
+			f = &fx[i];
+	REQUIRE(f);
+	struct kernel_backend *kb = backend(f, 0, WIDTH);
+	REQUIRE(kb);
+	greedy(f, kb, "exact");
+	kb->free(kb);
+	if (kb_local_new) {
+		kb = backend(f, 1, WIDTH);
+		REQUIRE(kb);
+		greedy(f, kb, "local");
+		kb->free(kb);
+	}
+}
+
+static struct kernel_backend *
+drop_kernel(struct kernel_backend *kb, struct kb_info *copy, enum kb_kind kind, int layer)
+{
+	memcpy(copy, kb->kernels, sizeof *copy * (size_t)kb->n_kernels);
+	for (int i = 0; i < kb->n_kernels; i++)
+		if (copy[i].kind == kind && copy[i].layer == layer)
+			copy[i].kind = KB_PROBE;
+	kb->kernels = copy;
+	return kb;
+}
+
+static void
+test_errors(void)
+{
+	struct fixture *f = &fx[0];
+	char err[AD_ERRLEN] = "";
+	struct kernel_backend *kb = backend(f, 0, 4);
+	REQUIRE(kb);
+	struct engine *e = engine_new(&f->m, kb, &(struct engine_opts){.max_seq = 8}, err);
+	struct engine_seq *s = e ? engine_seq_new(e, err) : NULL, *s2 = e ? engine_seq_new(e, err) : NULL;
+	REQUIRE(s && s2, "%s", err);
+	float *l = malloc(sizeof(float) * 4 * (size_t)f->V);
+
+	CHECK(engine_eval(e, s, f->ids, 9, 0, l, err) < 0 && strstr(err, "context"), "%s", err);
+	REQUIRE(engine_prefill(e, s, f->ids, 8, l, err) == 0, "%s", err);
+	err[0] = 0;
+	int32_t t = 5;
+	CHECK(engine_step(e, &s, &t, 1, l, err) < 0 && strstr(err, "position 8"), "%s", err);
+	CHECK(engine_seq_len(s) == 8);
+	CHECK(engine_prefill(e, s, &t, 1, l, err) < 0);
+
+	engine_seq_truncate(s, 3);
+	CHECK(engine_seq_len(s) == 3);
+	int32_t bad[2] = {-1, f->V};
+	for (int i = 0; i < 2; i++) {
+		err[0] = 0;
+		CHECK(engine_step(e, &s, &bad[i], 1, l, err) < 0 && strstr(err, "outside the vocabulary"), "%s", err);
+		CHECK(engine_prefill(e, s, &bad[i], 1, l, err) < 0);
+		CHECK(engine_eval(e, s2, &bad[i], 1, 0, l, err) < 0);
+		CHECK(engine_seq_len(s) == 3);
+	}
+	// a bad token in a batch changes no sequence
+	struct engine_seq *two[2] = {s, s2};
+	int32_t tt[2] = {5, f->V + 3};
+	CHECK(engine_step(e, two, tt, 2, l, err) < 0);
+	CHECK(engine_seq_len(s) == 3 && engine_seq_len(s2) == 0);
+	struct engine_seq *dup[2] = {s, s};
+	tt[1] = 6;
+	CHECK(engine_step(e, dup, tt, 2, l, err) < 0 && strstr(err, "one token per sequence"), "%s", err);
+	struct engine_seq *five[5] = {s, s, s, s, s};
+	int32_t t5[5] = {1, 2, 3, 4, 5};
+	CHECK(engine_forward(e, five, t5, 5, NULL, NULL, 1, err) < 0 && strstr(err, "width"), "%s", err);
+	CHECK(engine_forward(e, five, t5, 0, NULL, NULL, 1, err) < 0);
+	CHECK(engine_seq_len(s) == 3);
+	struct engine_prompt_info pi;
+	CHECK(engine_prompt(e, s, f->ids, 0, 4, l, &pi, err) < 0);
+	// logits not wanted: the sequence still advances
+	CHECK(engine_forward(e, five, t5, 4, NULL, NULL, 1, err) == 0, "%s", err);
+	CHECK(engine_seq_len(s) == 7);
+	engine_seq_free(s);
+	engine_seq_free(s2);
+	engine_free(e);
+
+	// a backend without a kernel the model needs
+	struct kb_info *copy = malloc(sizeof *copy * (size_t)kb->n_kernels);
+	const struct kb_info *orig = kb->kernels;
+	e = engine_new(&f->m, drop_kernel(kb, copy, KB_O, 1), NULL, err);
+	CHECK(!e && strstr(err, "no o kernel for layer 1"), "%s", err);
+	kb->kernels = orig;
+	e = engine_new(&f->m, drop_kernel(kb, copy, KB_LM_HEAD, -1), NULL, err);
+	CHECK(!e && strstr(err, "LM head"), "%s", err);
+	kb->kernels = orig;
+	free(copy);
+	kb->free(kb);
+	free(l);
+}
+
+int
+main(void)
+{
+	T_RUN(load_fixtures);
+	T_RUN(test_exact_all_models);
+	T_RUN(test_local_all_models);
+	T_RUN(test_stories_greedy);
+	T_RUN(test_errors);
+	for (int i = 0; i < n_fx; i++) {
+		model_free(&fx[i].m);
+		free(fx[i].ref);
+	}
+	return t_done();
+}
