@@ -20,7 +20,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-export const INDEX = path.resolve(here, '../../web/index.html');
+export const INDEX = process.env.ANEDVD_WEB_INDEX || path.resolve(here, '../../web/index.html');
 export const MODEL = 'mock-llama-1b';
 
 export const REPLY =

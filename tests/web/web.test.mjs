@@ -286,6 +286,49 @@ test('reset during a reply aborts it', { ...T, skip: MOCK_ONLY }, async () => {
 	await page.close();
 });
 
+test('Regenerate replaces the last reply and sends the same history', T, async () => {
+	const page = await open();
+	await say(page, 'q1');
+	await waitReply(page, 1);
+	await page.locator('.msg.assistant [data-regen]').click();
+	await page.waitForFunction(() => document.querySelectorAll('.msg.assistant').length === 1 &&
+		!document.querySelector('.msg.assistant').hasAttribute('aria-busy') && !document.getElementById('send').hidden &&
+		document.querySelector('.msg.assistant .meta'));
+	assert.equal(page.bodies.length, 2);
+	assert.deepEqual(page.bodies[1].messages, page.bodies[0].messages);
+	await say(page, 'q2');
+	await waitReply(page, 2);
+	assert.ok(await page.locator('.msg.assistant').nth(0).locator('[data-regen]').isHidden());
+	assert.ok(await page.locator('.msg.assistant').nth(1).locator('[data-regen]').isVisible());
+	assert.deepEqual(page.bodies[2].messages.map((m) => m.content.slice(0, 2)), ['q1', page.bodies[2].messages[1].content.slice(0, 2), 'q2']);
+	await page.close();
+});
+
+test('the chat survives a reload of the tab; New chat clears it', T, async () => {
+	const page = await open();
+	await say(page, 'keep me');
+	await waitReply(page, 1);
+	const before = await page.locator('.msg.assistant .content').textContent();
+	await page.reload();
+	await page.waitForSelector('.msg.assistant');
+	assert.equal(await page.locator('.msg.user .content').textContent(), 'keep me');
+	assert.equal(await page.locator('.msg.assistant .content').textContent(), before);
+	assert.match(await page.locator('.msg.assistant .meta').textContent(), /tok\/s/);
+	await say(page, 'and me');
+	await waitReply(page, 2);
+	assert.deepEqual(page.bodies[1].messages.map((m) => m.role), ['user', 'assistant', 'user']);
+	await page.click('#btn-reset');
+	await page.reload();
+	await page.waitForSelector('#empty', { state: 'visible' });
+	assert.equal(await page.locator('.msg').count(), 0);
+	// a corrupt store is ignored
+	await page.evaluate(() => sessionStorage.setItem('anedvd.webui.chat.v1', '[{"role":"user"},{"role":"x","content":1},'));
+	await page.reload();
+	await page.waitForSelector('#empty', { state: 'visible' });
+	assert.deepEqual(pageErrors(page), []);
+	await page.close();
+});
+
 test('settings persist across a reload, are clamped, and go into the request', T, async () => {
 	const page = await open();
 	await page.click('#btn-settings');
