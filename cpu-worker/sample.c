@@ -241,19 +241,43 @@ bad_row(const float *x, int n, char *err)
 	return ad_err(err, "sampler: every logit is -inf");
 }
 
-// the largest logit; -1 for NaN, +inf or a row without a finite value.
-// Written so that the loop vectorises: NaN and +inf both fail x <= FLT_MAX.
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+// the largest logit and its lowest id; -1 for NaN, +inf or a row without a
+// finite value. Eight lanes by hand (the compiler will not reorder a float
+// max): NaN and +inf both fail x <= FLT_MAX, and a NaN never wins x > m.
 static int
-row_max(const float *x, int n, float *max, char *err)
+row_max(const float *x, int n, float *max, int32_t *at, char *err)
 {
-	float m = -INFINITY;
+	v8f m = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+	v8f lim = {FLT_MAX, FLT_MAX, FLT_MAX, FLT_MAX, FLT_MAX, FLT_MAX, FLT_MAX, FLT_MAX};
+	v8i ok = ~(v8i){0}, idx = {0}, lane = {0, 1, 2, 3, 4, 5, 6, 7}, eight = lane * 0 + 8;
+	int i = 0;
+	for (; i + 8 <= n; i += 8, lane += eight) {
+		v8f v;
+		memcpy(&v, x + i, sizeof v);
+		v8i gt = v > m; // strict: a lane keeps its first maximum
+		m = (v8f)(((v8i)v & gt) | ((v8i)m & ~gt));
+		idx = (lane & gt) | (idx & ~gt);
+		ok &= v <= lim;
+	}
+	float best = -INFINITY;
+	int32_t id = 0;
 	int bad = 0;
-	for (int i = 0; i < n; i++) {
-		m = x[i] > m ? x[i] : m;
+	for (int j = 0; j < 8; j++) {
+		if (m[j] > best || (m[j] == best && m[j] > -INFINITY && idx[j] < id))
+			best = m[j], id = idx[j];
+		bad |= !ok[j];
+	}
+	for (; i < n; i++) {
+		if (x[i] > best)
+			best = x[i], id = i;
 		bad |= !(x[i] <= FLT_MAX);
 	}
-	*max = m;
-	return bad || m == -INFINITY ? bad_row(x, n, err) : 0;
+	*max = best;
+	*at = id;
+	return bad || best == -INFINITY ? bad_row(x, n, err) : 0;
 }
 
 // best-first order: higher logit, then lower id
@@ -430,6 +454,47 @@ nucleus(struct cand *a, int n, uint64_t need, uint64_t *mass)
 	return hi - 1;
 }
 
+enum { NBUCKET = 1024 };
+
+// buckets of equal logit width from max (0) down to the lowest candidate
+static inline int
+bucket(float l, float max, float scale)
+{
+	float f = (max - l) * scale;
+	return f < (float)NBUCKET ? (int)f : NBUCKET - 1;
+}
+
+// the top-p boundary among s->cand[0..n) (total weight >= need), into
+// s->tmp; returns its index there and the mass through it in *mass. The
+// masses of logit buckets find the boundary's bucket in one pass; only that
+// bucket's members go through the selection. Buckets are monotone in the
+// logit and equal logits share one, so this is the sorted walk's answer.
+static int
+top_p_boundary(struct sampler *s, int n, float max, float lmin, uint64_t need, uint64_t *mass)
+{
+	const struct cand *c = s->cand;
+	if (n <= 256) {
+		memcpy(s->tmp, c, (size_t)n * sizeof *c);
+		return nucleus(s->tmp, n, need, mass);
+	}
+	uint64_t hist[NBUCKET] = {0}, acc = 0;
+	float scale = (float)NBUCKET / (max - lmin);
+	if (!(scale <= FLT_MAX))
+		scale = FLT_MAX; // max == lmin: one bucket
+	for (int i = 0; i < n; i++)
+		hist[bucket(c[i].l, max, scale)] += c[i].w;
+	int b = 0;
+	while (b < NBUCKET - 1 && acc + hist[b] < need)
+		acc += hist[b++];
+	int m = 0;
+	for (int i = 0; i < n; i++)
+		if (bucket(c[i].l, max, scale) == b)
+			s->tmp[m++] = c[i];
+	int at = nucleus(s->tmp, m, need - acc, mass);
+	*mass += acc;
+	return at;
+}
+
 // --- the fast pipeline ------------------------------------------------------------------
 
 // what survives steps 4-8: the candidates in s->cand[0..n) (id order) up to
@@ -469,24 +534,31 @@ keep_fast(struct sampler *s, const float *x, float max)
 
 	// softmax at T, and min-p on the way (p_max is exactly 1)
 	uint64_t z = 0;
+	float lmin = max;
 	int m = 0;
-	for (int i = 0; i < n; i++) {
-		float pr = prob(c[i].l, max, t);
-		uint64_t w = weight(pr);
-		int keep = pr >= p->min_p;
-		c[m] = c[i];
-		c[m].w = w;
-		m += keep;
-		z += keep ? w : 0;
+	if (p->min_p > 0.0f) {
+		for (int i = 0; i < n; i++) {
+			float pr = prob(c[i].l, max, t);
+			uint64_t w = weight(pr);
+			int keep = pr >= p->min_p;
+			c[m] = c[i];
+			c[m].w = w;
+			m += keep;
+			z += keep ? w : 0;
+		}
+	} else {
+		for (m = 0; m < n; m++)
+			z += c[m].w = weight(prob(c[m].l, max, t));
 	}
+	for (int i = 0; i < m; i++)
+		lmin = c[i].l < lmin ? c[i].l : lmin;
 	struct kept k = {m, -INFINITY, INT32_MAX, z};
 
 	// top-p: find the boundary without sorting
 	if (p->top_p < 1.0f) {
 		uint64_t need = need_of(p->top_p, z);
 		if (need < z) {
-			memcpy(s->tmp, c, (size_t)m * sizeof *c);
-			int b = nucleus(s->tmp, m, need, &k.z);
+			int b = top_p_boundary(s, m, max, lmin, need, &k.z);
 			k.bl = s->tmp[b].l;
 			k.bid = s->tmp[b].id;
 		}
@@ -500,25 +572,15 @@ member(const struct kept *k, const struct cand *c)
 	return !before(k->bl, k->bid, c->l, c->id);
 }
 
-static int32_t
-argmax(const float *x, float max)
-{
-	int32_t id = 0;
-	while (x[id] != max)
-		id++;
-	return id;
-}
-
 int32_t
 sample_next(struct sampler *s, const float *logits, char *err)
 {
 	const float *x = penalised(s, logits);
 	float max;
-	if (row_max(x, s->n_vocab, &max, err))
+	int32_t id;
+	if (row_max(x, s->n_vocab, &max, &id, err))
 		return -1;
-	int32_t id = 0;
 	if (s->p.temperature <= 0.0f) {
-		id = argmax(x, max);
 		push(s, id);
 		return id;
 	}
@@ -543,7 +605,8 @@ sample_candidates(struct sampler *s, const float *logits, char *err)
 {
 	const float *x = penalised(s, logits);
 	float max;
-	if (row_max(x, s->n_vocab, &max, err))
+	int32_t id;
+	if (row_max(x, s->n_vocab, &max, &id, err))
 		return -1;
 	if (s->p.temperature <= 0.0f)
 		return 1;
@@ -691,12 +754,10 @@ sample_kept(struct sampler *s, const float *logits, int ref, int32_t *ids, char 
 	}
 	const float *x = penalised(s, logits);
 	float max;
-	if (row_max(x, s->n_vocab, &max, err))
+	if (row_max(x, s->n_vocab, &max, ids, err))
 		return -1;
-	if (s->p.temperature <= 0.0f) {
-		ids[0] = argmax(x, max);
+	if (s->p.temperature <= 0.0f)
 		return 1;
-	}
 	struct kept k = keep_fast(s, x, max);
 	int n = 0;
 	for (int i = 0; i < k.n; i++)

@@ -156,7 +156,7 @@ test_greedy(void)
 	struct sample_params p;
 	sample_defaults(&p);
 	p.temperature = 0.0f, p.top_k = 3, p.top_p = 0.5f, p.min_p = 0.2f; // no effect at T 0
-	int n = 5000;
+	int n = 5003; // not a multiple of the 8 lanes
 	float *x = malloc((size_t)n * sizeof *x);
 	struct sampler *s = make(&p, n);
 	REQUIRE(s && x);
@@ -176,6 +176,11 @@ test_greedy(void)
 	x[4000] = x[17] = x[3] = 2.0f;
 	CHECK(sample_next(s, x, err) == 3);
 	CHECK(sample_ref(s, x, err) == 3);
+	x[4000] = x[17] = x[3] = -1.0f;
+	x[n - 1] = x[n - 2] = 2.0f; // in the tail past the last full 8 lanes
+	CHECK(sample_next(s, x, err) == n - 2);
+	x[4992] = 2.0f; // in the lanes, before the tail
+	CHECK(sample_next(s, x, err) == 4992);
 	// -inf first, the max at the end
 	for (int i = 0; i < n; i++)
 		x[i] = -INFINITY;
@@ -335,7 +340,7 @@ test_sets(void)
 	sets(0.05f, 0, 1.0f, 0.0f, x, 8, i01, 2);   // cut at 4 - 1
 	sets(0.0f, 0, 1.0f, 0.0f, x, 8, i0, 1);     // greedy
 	sets(2.0f, 5, 0.9f, 0.1f, x, 8, (int32_t[]){0, 1, 2, 3}, 4); // T 2: .50 .30 .18 .11 .07
-	sets(1e30f, 0, 1.0f, 0.0f, x, 8, all, 7);   // huge T: everything finite, -inf still out
+	sets(1e38f, 0, 1.0f, 0.0f, x, 8, all, 7);   // max - 20 T overflows: -inf still out
 
 	// ties: top-k and top-p keep the lower ids, min-p 1 keeps every tie of the max
 	float e[50];
@@ -437,6 +442,36 @@ test_fast_vs_ref(void)
 	CHECK(compare(1000, 20, 60));
 	CHECK(compare(32000, 5, 20));
 	CHECK(compare(151936, 3, 12));
+}
+
+// the nucleus on many candidates (the bucketed path) against the sorted walk
+static void
+test_nucleus(void)
+{
+	enum { N = 5000 };
+	static float x[N];
+	static int32_t ids[N], tmp[N];
+	char err[AD_ERRLEN];
+	float ts[] = {0.2f, 1.0f, 3.0f, 100.0f};
+	float ps[] = {0.01f, 0.3f, 0.5f, 0.9f, 0.99f, 0.999f};
+	int cases = 0;
+	for (int kind = 0; kind < K_KINDS; kind++)
+		for (int ti = 0; ti < 4; ti++)
+			for (int pi = 0; pi < 6; pi++) {
+				struct sample_params p;
+				sample_defaults(&p);
+				p.temperature = ts[ti], p.top_p = ps[pi];
+				p.min_p = pi % 2 ? 0.0f : 1e-4f;
+				struct sampler *s = make(&p, N);
+				REQUIRE(s);
+				logits(kind, N, x);
+				int n = sample_kept(s, x, 0, ids, err), m = sample_kept(s, x, 1, tmp, err);
+				CHECK(n > 0 && same_ids(ids, n, tmp, m), "kind %d T %g top_p %g: %d vs %d", kind,
+				      (double)p.temperature, (double)p.top_p, n, m);
+				cases += n > 256;
+				sample_free(s);
+			}
+	CHECK(cases > 20, "only %d cases with more than 256 kept", cases);
 }
 
 // the configurations the CLI and server use, on the largest vocabulary
@@ -719,6 +754,7 @@ main(void)
 	T_RUN(test_penalties);
 	T_RUN(test_sets);
 	T_RUN(test_fast_vs_ref);
+	T_RUN(test_nucleus);
 	T_RUN(test_fast_vs_ref_151936);
 	T_RUN(test_seed);
 	T_RUN(test_distribution);
