@@ -85,6 +85,9 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 	}
 	if (fe_get_sampling(body, p, bad) < 0)
 		return -1;
+	cJSON *ss = cJSON_GetObjectItemCaseSensitive(body, "stop_sequences");
+	if (ss && !cJSON_IsNull(ss) && !cJSON_IsArray(ss))
+		return fe_bad_set(bad, 400, "stop_sequences", "'stop_sequences' must be an array of strings");
 	if (fe_get_stops(body, "stop_sequences", p, bad) < 0)
 		return -1;
 	return 0;
@@ -169,7 +172,7 @@ event(struct ev *e, const char *name, cJSON *o)
 	size_t n;
 	char *j = fe_json_print(o, &n);
 	size_t nl = strlen(name);
-	char *s = j ? realloc(e->s, e->len + nl + n + 16) : NULL;
+	char *s = j ? realloc(e->s, e->len + nl + n + 24) : NULL;
 	if (!s) {
 		e->oom = 1;
 		free(j);

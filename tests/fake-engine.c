@@ -38,7 +38,7 @@
 #define MAX_JOBS 4096
 
 static const char *story =
-        " Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
+        "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
         "One day, she saw a big red ball. She ran to it and said, \"Can I play with you?\"";
 // stories260K ids of the story, used when no tokenizer is loaded
 static const int32_t story_ids[] = { 403, 407, 261, 378, 30, 357, 319, 261, 343, 397, 410, 354, 46 };

@@ -26,7 +26,7 @@ set(FE_TEST_ENV
   "FE_MODEL=${CMAKE_CURRENT_SOURCE_DIR}/data/stories260K/stories260K.gguf")
 
 add_test(NAME test-fe-http
-  COMMAND ${NODE_EXE} --test --test-concurrency=1 ${CMAKE_CURRENT_SOURCE_DIR}/http/)
+  COMMAND ${NODE_EXE} --test ${CMAKE_CURRENT_SOURCE_DIR}/http/)
 set_tests_properties(test-fe-http PROPERTIES LABELS integration TIMEOUT 300 ENVIRONMENT "${FE_TEST_ENV}")
 
 if(NPM_EXE)
@@ -35,7 +35,7 @@ if(NPM_EXE)
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/node)
   set_tests_properties(fe-npm-ci PROPERTIES LABELS e2e TIMEOUT 600 FIXTURES_SETUP fe_node_modules)
   add_test(NAME test-fe-sdk
-    COMMAND ${NODE_EXE} --test --test-concurrency=1 ${CMAKE_CURRENT_SOURCE_DIR}/node/)
+    COMMAND ${NODE_EXE} --test ${CMAKE_CURRENT_SOURCE_DIR}/node/)
   set_tests_properties(test-fe-sdk PROPERTIES LABELS e2e TIMEOUT 300 ENVIRONMENT "${FE_TEST_ENV}"
                        FIXTURES_REQUIRED fe_node_modules)
 else()
