@@ -1,0 +1,318 @@
+#include "build.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "blob.h"
+#include "dequant.h"
+#include "log.h"
+#include "mil.h"
+#include "wtype.h"
+
+// fp32 scratch for dequantising a block of rows
+#define SCRATCH_VALUES ((size_t)1 << 20)
+
+struct ane_builder {
+	char backend[16];
+	struct emu *emu;
+	char dir[4096];
+	int keep;
+	uint32_t compiles;
+	int warned;
+	float *scratch;
+};
+
+static uint64_t
+now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+struct ane_builder *
+ane_builder_new(const struct ane_build_opts *o, char *err)
+{
+	const char *be = o && o->backend ? o->backend : "emu";
+	if (strcmp(be, "emu") != 0) {
+		if (strcmp(be, "ane") == 0)
+			ad_err(err, "backend ane: not available in this build (macOS only)");
+		else
+			ad_err(err, "unknown backend '%s' (emu or ane)", be);
+		return NULL;
+	}
+	struct ane_builder *b = calloc(1, sizeof *b);
+	if (!b || !(b->scratch = malloc(SCRATCH_VALUES * sizeof(float)))) {
+		free(b);
+		ad_err(err, "builder: out of memory");
+		return NULL;
+	}
+	snprintf(b->backend, sizeof b->backend, "%s", be);
+	const char *keep = getenv("ANEDVD_KEEP_ANE_FILES");
+	b->keep = keep && strcmp(keep, "1") == 0;
+	const char *tmp = getenv("TMPDIR");
+	snprintf(b->dir, sizeof b->dir, "%s/anedvd-ane-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(b->dir)) {
+		ad_err(err, "builder: temporary directory %s: %s", b->dir, strerror(errno));
+		free(b->scratch);
+		free(b);
+		return NULL;
+	}
+	struct emu_opts eo = {.threads = o ? o->threads : 0};
+	b->emu = emu_open(&eo, err);
+	if (!b->emu) {
+		rmdir(b->dir);
+		free(b->scratch);
+		free(b);
+		return NULL;
+	}
+	if (b->keep)
+		ad_info("keeping MIL and weight blobs in %s", b->dir);
+	return b;
+}
+
+void
+ane_builder_free(struct ane_builder *b)
+{
+	if (!b)
+		return;
+	emu_close(b->emu);
+	if (!b->keep)
+		rmdir(b->dir);
+	free(b->scratch);
+	free(b);
+}
+
+const char *
+ane_builder_backend(const struct ane_builder *b)
+{
+	return b->backend;
+}
+
+uint32_t
+ane_builder_compiles(const struct ane_builder *b)
+{
+	return b->compiles;
+}
+
+void
+ane_kernel_free(struct ane_kernel *k)
+{
+	if (k && k->ek)
+		emu_kernel_free(k->ek);
+	if (k)
+		memset(k, 0, sizeof *k);
+}
+
+// rows [row0, row0 + rows) of t into the open chunk, a block of rows at a time
+static int
+put_rows(struct ane_builder *b, struct ane_blob_writer *w, const struct ane_part *p, char *err)
+{
+	const struct model_tensor *t = p->t;
+	size_t rb;
+	if (ad_type_row_bytes(t->type, t->ne[0], &rb) != 0)
+		return ad_err(err, "%s: rows of %lld %s values", t->name, (long long)t->ne[0],
+		              ad_type_name(t->type) ? ad_type_name(t->type) : "?");
+	if ((uint64_t)(p->row0 + p->rows) * rb > t->nbytes)
+		return ad_err(err, "%s: rows beyond the tensor's %zu bytes", t->name, t->nbytes);
+	const uint8_t *src = (const uint8_t *)t->data + (size_t)p->row0 * rb;
+	const size_t n = (size_t)t->ne[0];
+	if (t->type == AD_TYPE_F16 || t->type == AD_TYPE_F32) {
+		struct ane_wsrc ws = {src, (int)t->type, n * (size_t)p->rows};
+		return ane_blob_put(w, &ws, err);
+	}
+	size_t block = SCRATCH_VALUES / n;
+	if (block == 0) // a row longer than the scratch: grow it once
+		return ad_err(err, "%s: rows of %zu values are too long", t->name, n);
+	for (int64_t r = 0; r < p->rows; r += (int64_t)block) {
+		size_t k = (size_t)(p->rows - r) < block ? (size_t)(p->rows - r) : block;
+		if (ad_dequant(t->type, src + (size_t)r * rb, b->scratch, (int64_t)(k * n), err))
+			return ad_err_prefix(err, "%s", t->name);
+		struct ane_wsrc ws = {b->scratch, AD_TYPE_F32, k * n};
+		if (ane_blob_put(w, &ws, err))
+			return -1;
+	}
+	return 0;
+}
+
+static void
+count_compile(struct ane_builder *b)
+{
+	b->compiles++;
+	if (b->compiles == ANE_COMPILE_WARN)
+		ad_warn("%u compiles in this process: the ANE allows about %d per process", b->compiles,
+		        ANE_COMPILE_BUDGET);
+	if (b->compiles > ANE_COMPILE_BUDGET && !b->warned) {
+		b->warned = 1;
+		ad_warn("%u compiles: beyond the ANE's budget of about %d per process (%s backend)", b->compiles,
+		        ANE_COMPILE_BUDGET, b->backend);
+	}
+}
+
+// compile mil with the blob at path; removes the files unless kept
+static int
+compile(struct ane_builder *b, const char *mil, const char *path, const char *milpath, struct ane_kernel *out,
+        char *err)
+{
+	if (b->keep) {
+		FILE *f = fopen(milpath, "w");
+		if (f) {
+			fputs(mil, f);
+			fclose(f);
+		}
+	}
+	struct emu_file file = {.name = ANE_MIL_WEIGHT_FILE, .path = path};
+	uint64_t t0 = now_us();
+	out->ek = emu_compile(b->emu, mil, &file, 1, err);
+	out->compile_us = now_us() - t0;
+	if (!b->keep)
+		unlink(path);
+	if (!out->ek)
+		return -1;
+	count_compile(b);
+	out->weight_bytes = emu_weight_bytes(out->ek);
+	out->width = (int)emu_width(out->ek);
+	return 0;
+}
+
+int
+ane_build(struct ane_builder *b, const struct ane_pk *pk, int width, struct ane_kernel *out, char *err)
+{
+	memset(out, 0, sizeof *out);
+	char path[4200], milpath[4200], name[64];
+	snprintf(name, sizeof name, "k%u-%s", b->compiles, ane_kind_name(pk->kind));
+	snprintf(path, sizeof path, "%s/%s.bin", b->dir, name);
+	snprintf(milpath, sizeof milpath, "%s/%s.mil", b->dir, name);
+	struct ane_blob_writer w;
+	if (ane_blob_open(&w, path, err))
+		return -1;
+	int fused = pk->ff > 0;
+	for (int i = 0; i < pk->nparts; i++) {
+		if (fused || i == 0) {
+			size_t n = 0;
+			for (int j = fused ? i : 0; j < (fused ? i + 1 : pk->nparts); j++)
+				n += (size_t)pk->parts[j].rows * (size_t)pk->parts[j].t->ne[0];
+			if (ane_blob_begin(&w, n, NULL, err))
+				goto fail;
+		}
+		if (put_rows(b, &w, &pk->parts[i], err))
+			goto fail;
+		if (fused || i == pk->nparts - 1)
+			if (ane_blob_end(&w, err))
+				goto fail;
+	}
+	if (ane_blob_close(&w, err))
+		return -1;
+	char *mil = fused ? ane_mil_ffn(pk->in_ch, pk->ff, width, err) : ane_mil_proj(pk->in_ch, pk->out_ch, width, err);
+	if (!mil) {
+		if (!b->keep)
+			unlink(path);
+		return -1;
+	}
+	int rc = compile(b, mil, path, milpath, out, err);
+	free(mil);
+	out->in_ch = pk->in_ch;
+	out->out_ch = pk->out_ch;
+	return rc;
+fail:
+	ane_blob_abort(&w);
+	return -1;
+}
+
+void
+ane_probe_weights(float *w, size_t n, uint64_t seed)
+{
+	uint32_t s = (uint32_t)seed;
+	for (size_t i = 0; i < n; i++) {
+		s = s * 1664525u + 1013904223u;
+		w[i] = 0.03f * ((float)(s >> 8) / 16777216.0f - 0.5f);
+	}
+}
+
+int
+ane_build_probe(struct ane_builder *b, int n, int width, uint64_t seed, struct ane_kernel *out, char *err)
+{
+	memset(out, 0, sizeof *out);
+	if (n < 1 || n > 8192 || width < 1 || width > 4096)
+		return ad_err(err, "probe: size %d width %d (1..8192, 1..4096)", n, width);
+	float *wt = malloc((size_t)n * (size_t)n * sizeof(float));
+	if (!wt)
+		return ad_err(err, "probe: out of memory");
+	ane_probe_weights(wt, (size_t)n * (size_t)n, seed);
+	char path[4200], milpath[4200];
+	snprintf(path, sizeof path, "%s/k%u-probe.bin", b->dir, b->compiles);
+	snprintf(milpath, sizeof milpath, "%s/k%u-probe.mil", b->dir, b->compiles);
+	struct ane_wsrc ws = {wt, AD_TYPE_F32, (size_t)n * (size_t)n};
+	int rc = ane_blob_write_proj(path, &ws, 1, err);
+	free(wt);
+	if (rc)
+		return -1;
+	char *mil = ane_mil_proj(n, n, width, err);
+	if (!mil) {
+		unlink(path);
+		return -1;
+	}
+	rc = compile(b, mil, path, milpath, out, err);
+	free(mil);
+	out->in_ch = out->out_ch = n;
+	return rc;
+}
+
+int
+ane_eval(struct ane_kernel *k, const void *in, void *out, int ncols, char *err)
+{
+	if (!k->ek)
+		return ad_err(err, "kernel not compiled");
+	if (ncols < 1 || ncols > k->width)
+		return ad_err(err, "%d columns (width %d)", ncols, k->width);
+	return emu_eval(k->ek, &in, &out, (size_t)ncols, err);
+}
+
+void
+ane_set_free(struct ane_set *s)
+{
+	if (s->k)
+		for (int i = 0; i < s->plan.n; i++)
+			ane_kernel_free(&s->k[i]);
+	free(s->k);
+	ane_builder_free(s->b);
+	ane_plan_free(&s->plan);
+	memset(s, 0, sizeof *s);
+}
+
+int
+ane_set_build(struct ane_set *s, const struct model *m, const struct ane_plan_opts *po,
+              const struct ane_build_opts *bo, int progress, char *err)
+{
+	memset(s, 0, sizeof *s);
+	if (ane_plan_build(&s->plan, m, po, err))
+		return -1;
+	s->k = calloc((size_t)s->plan.n, sizeof *s->k);
+	s->b = s->k ? ane_builder_new(bo, err) : NULL;
+	if (!s->b) {
+		if (!s->k)
+			ad_err(err, "out of memory");
+		ane_set_free(s);
+		return -1;
+	}
+	uint64_t t0 = now_us();
+	for (int i = 0; i < s->plan.n; i++) {
+		const struct ane_pk *pk = &s->plan.k[i];
+		char what[96];
+		ane_pk_describe(pk, what, sizeof what);
+		if (ane_build(s->b, pk, s->plan.width, &s->k[i], err)) {
+			ad_err_prefix(err, "kernel %d (%s)", i, what);
+			ane_set_free(s);
+			return -1;
+		}
+		if (progress)
+			ad_info("compiled %d/%d %s: %.1f MB in %.1f ms", i + 1, s->plan.n, what,
+			        (double)s->k[i].weight_bytes / 1e6, (double)s->k[i].compile_us / 1e3);
+	}
+	s->compile_ms = (now_us() - t0) / 1000;
+	return 0;
+}

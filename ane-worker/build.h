@@ -1,0 +1,81 @@
+// build.h - from a plan entry to a compiled kernel on a backend.
+//
+// ane_build makes one kernel: it dequantises that kernel's weights only,
+// a block of rows at a time, straight into the fp16 weight blob (blob.h)
+// in the builder's temporary directory, generates its MIL (mil.h),
+// compiles both on the backend and deletes the files again (they stay,
+// with the MIL next to the blob, when ANEDVD_KEEP_ANE_FILES=1). So a model
+// never exists as fp16 in memory or on disk as a whole: one kernel's blob
+// at a time, and the backend's compiled copy.
+//
+// Backends: "emu" (the CPU executor of emu.h, everywhere). "ane" is the
+// macOS shim's and is refused here until it exists.
+//
+// The ANE allows about 119 compiles per process before it becomes
+// unreliable; the builder counts compiles and warns when a process comes
+// near that budget (the emu has no such limit, but a plan that needs more
+// is worth knowing about before it meets a device).
+//
+// A builder and its kernels are used by one thread at a time (the emu
+// context's rule); a server serialises evals itself.
+//
+// ane_set is the whole plan of a model, compiled: what kb_local and the
+// anedvd-ane-worker process both hold.
+#ifndef ANE_BUILD_H
+#define ANE_BUILD_H
+
+#include <stdint.h>
+
+#include "emu.h"
+#include "err.h"
+#include "model.h"
+#include "plan.h"
+
+#define ANE_COMPILE_BUDGET 119
+#define ANE_COMPILE_WARN 100
+
+struct ane_build_opts {
+	const char *backend; // NULL: "emu"
+	int threads;         // emu threads (0: 2)
+};
+
+struct ane_builder;
+
+struct ane_kernel {
+	struct emu_kernel *ek;
+	int width;
+	int in_ch, out_ch;
+	uint64_t compile_us;
+	uint64_t weight_bytes;
+};
+
+struct ane_builder *ane_builder_new(const struct ane_build_opts *o, char *err);
+void ane_builder_free(struct ane_builder *b); // the kernels must be freed first
+const char *ane_builder_backend(const struct ane_builder *b);
+uint32_t ane_builder_compiles(const struct ane_builder *b);
+
+int ane_build(struct ane_builder *b, const struct ane_pk *pk, int width, struct ane_kernel *out, char *err);
+// a synthetic n x n projection with weights ane_probe_weights(seed)
+int ane_build_probe(struct ane_builder *b, int n, int width, uint64_t seed, struct ane_kernel *out, char *err);
+// n values of the seed's LCG (s = s * 1664525 + 1013904223 mod 2^32,
+// v = 0.03 * ((s >> 8) / 2^24 - 0.5)), starting from s = seed
+void ane_probe_weights(float *w, size_t n, uint64_t seed);
+void ane_kernel_free(struct ane_kernel *k);
+
+// in / out: fp16 planar surfaces of the kernel's width with at least
+// in_ch / out_ch channels and emu_input_capacity / output_capacity bytes
+int ane_eval(struct ane_kernel *k, const void *in, void *out, int ncols, char *err);
+
+struct ane_set {
+	struct ane_plan plan;
+	struct ane_builder *b;
+	struct ane_kernel *k; // plan.n entries
+	uint64_t compile_ms;
+};
+
+// progress: log one line per kernel (info level)
+int ane_set_build(struct ane_set *s, const struct model *m, const struct ane_plan_opts *po,
+                  const struct ane_build_opts *bo, int progress, char *err);
+void ane_set_free(struct ane_set *s);
+
+#endif

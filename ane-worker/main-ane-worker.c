@@ -1,0 +1,532 @@
+// anedvd-ane-worker - the projection kernels of one model, as a process.
+//
+//   anedvd-ane-worker --model M --listen URL [--backend emu] [--chunk 64]
+//                     [--split] [--threads N]
+//
+// Compiles the model's whole kernel plan (plan.h) at start, logging one
+// line per kernel, then answers AneRequests (proto/ane.proto) on URL until
+// SIGINT or SIGTERM, and exits 0. A restarted worker compiles the same
+// plan from the same command line, so it is ready without being told.
+//
+// KernelCall names two shared surfaces (surface.h) of the kernel's width;
+// each is mapped on first use and kept, and remapped when its object was
+// removed (a new one under the same id) or is now needed with more
+// channels. Every request is checked: an undecodable message, an unknown
+// kernel, ncols outside 1..width, a surface that does not exist or is too
+// small get an error reply and change nothing. The worker creates no
+// shared memory of its own.
+//
+// --debug-delay-ms N sleeps N ms inside every KernelCall, so a test can
+// kill the worker while a call is in flight.
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ane.pb-c.h"
+#include "build.h"
+#include "common.pb-c.h"
+#include "ipc.h"
+#include "log.h"
+#include "model.h"
+#include "surface.h"
+
+#define MAX_PROBES 64
+#define MAX_SURFACES 256
+
+struct wsurf {
+	struct ad_surface s;
+	int fd; // kept open to notice an unlinked object (st_nlink 0)
+};
+
+struct kstat {
+	uint64_t calls, exec_ns, columns;
+};
+
+struct worker {
+	struct ane_set set;
+	const char *backend;
+	struct ane_kernel probes[MAX_PROBES];
+	int nprobes;
+	struct kstat *kstats;      // set.plan.n + MAX_PROBES
+	struct wsurf surf[MAX_SURFACES];
+	int nsurf;
+	pthread_mutex_t mu; // kernels, surfaces, stats
+	uint64_t started_ms;
+	atomic_ullong requests;
+	int delay_ms;
+};
+
+static uint64_t
+now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int
+nkernels(const struct worker *w)
+{
+	return w->set.plan.n + w->nprobes;
+}
+
+static struct ane_kernel *
+kernel(struct worker *w, int id)
+{
+	return id < w->set.plan.n ? &w->set.k[id] : &w->probes[id - w->set.plan.n];
+}
+
+// --- surfaces ------------------------------------------------------------------------
+
+static void
+drop_surface(struct worker *w, int i)
+{
+	surface_close(&w->surf[i].s);
+	close(w->surf[i].fd);
+	memmove(&w->surf[i], &w->surf[i + 1], (size_t)(w->nsurf - i - 1) * sizeof w->surf[0]);
+	w->nsurf--;
+}
+
+static void
+drop_all(struct worker *w)
+{
+	while (w->nsurf > 0)
+		drop_surface(w, w->nsurf - 1);
+}
+
+// the mapping of id for at least channels x width; code gets the error kind
+// (never evicting the entry of keep, the call's other surface)
+static struct ad_surface *
+get_surface(struct worker *w, const char *id, int channels, int width, const char *keep, Anedvd__ErrorCode *code,
+            char *err)
+{
+	for (int i = 0; i < w->nsurf; i++) {
+		struct wsurf *ws = &w->surf[i];
+		if (strcmp(ws->s.id, id) != 0)
+			continue;
+		struct stat st;
+		if (fstat(ws->fd, &st) == 0 && st.st_nlink > 0 && ws->s.width == (size_t)width &&
+		    ws->s.channels >= (size_t)channels)
+			return &ws->s;
+		drop_surface(w, i); // gone, or needed larger: map again
+		break;
+	}
+	*code = ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
+	if (!id[0] || id[0] != '/' || strlen(id) >= AD_SURFACE_ID_MAX)
+		return ad_err(err, "bad surface id '%.80s'", id), NULL;
+	int fd = shm_open(id, O_RDONLY, 0);
+	if (fd < 0) {
+		*code = ANEDVD__ERROR_CODE__ERROR_NOT_FOUND;
+		return ad_err(err, "surface %s: %s", id, strerror(errno)), NULL;
+	}
+	if (w->nsurf == MAX_SURFACES)
+		drop_surface(w, strcmp(w->surf[0].s.id, keep) == 0 ? 1 : 0);
+	struct wsurf *ws = &w->surf[w->nsurf];
+	if (surface_open(&ws->s, id, (size_t)channels, (size_t)width, err)) {
+		close(fd);
+		return NULL;
+	}
+	ws->fd = fd;
+	w->nsurf++;
+	return &ws->s;
+}
+
+// --- replies -------------------------------------------------------------------------
+
+struct reply {
+	Anedvd__AneReply r;
+	Anedvd__Error error;
+	union {
+		Anedvd__CompileReply compile;
+		Anedvd__KernelReply call;
+		Anedvd__HealthReply health;
+		Anedvd__StatsReply stats;
+	} u;
+	char msg[AD_ERRLEN];
+	// compile / stats lists
+	Anedvd__KernelInfo *infos;
+	Anedvd__KernelInfo **infop;
+	Anedvd__KernelStats *kst;
+	Anedvd__KernelStats **kstp;
+	char (*layouts)[64];
+};
+
+static void
+fail(struct reply *rp, Anedvd__ErrorCode code, const char *msg)
+{
+	if (msg != rp->msg)
+		snprintf(rp->msg, sizeof rp->msg, "%s", msg);
+	anedvd__error__init(&rp->error);
+	rp->error.code = code;
+	rp->error.message = rp->msg;
+	rp->r.error = &rp->error;
+	rp->r.body_case = ANEDVD__ANE_REPLY__BODY__NOT_SET;
+}
+
+static void
+do_compile_reply(struct worker *w, struct reply *rp)
+{
+	int n = nkernels(w);
+	rp->infos = calloc((size_t)n + 1, sizeof *rp->infos);
+	rp->infop = calloc((size_t)n + 1, sizeof *rp->infop);
+	rp->layouts = calloc((size_t)n + 1, sizeof *rp->layouts);
+	if (!rp->infos || !rp->infop || !rp->layouts) {
+		fail(rp, ANEDVD__ERROR_CODE__ERROR_INTERNAL, "out of memory");
+		return;
+	}
+	uint64_t total_us = 0;
+	for (int i = 0; i < n; i++) {
+		Anedvd__KernelInfo *ki = &rp->infos[i];
+		anedvd__kernel_info__init(ki);
+		const struct ane_kernel *k = kernel(w, i);
+		ki->id = (uint32_t)i;
+		if (i < w->set.plan.n) {
+			const struct ane_pk *pk = &w->set.plan.k[i];
+			ki->kind = (Anedvd__KernelKind)pk->kind;
+			ki->layer = pk->layer;
+			ki->chunk = (uint32_t)pk->chunk;
+			ki->row_offset = (uint32_t)pk->row_offset;
+			ki->weight_bytes = pk->weight_bytes;
+		} else {
+			ki->kind = ANEDVD__KERNEL_KIND__KERNEL_PROBE;
+			ki->layer = -1;
+			ki->weight_bytes = k->weight_bytes;
+		}
+		ki->in_channels = (uint32_t)k->in_ch;
+		ki->out_channels = (uint32_t)k->out_ch;
+		ki->compile_us = k->compile_us;
+		total_us += k->compile_us;
+		const struct ane_layout *l = emu_input_layout(k->ek, 0);
+		snprintf(rp->layouts[i], sizeof rp->layouts[i], "%zu x %zu, row %zu, plane %zu", l->channels, l->width,
+		         l->row_stride, l->plane_stride);
+		ki->input_surface_layout = rp->layouts[i];
+		rp->infop[i] = ki;
+	}
+	Anedvd__CompileReply *c = &rp->u.compile;
+	anedvd__compile_reply__init(c);
+	c->n_kernels = (size_t)n;
+	c->kernels = rp->infop;
+	c->backend = (char *)w->backend;
+	c->width = (uint32_t)w->set.plan.width;
+	c->compile_count = ane_builder_compiles(w->set.b);
+	c->compile_budget = ANE_COMPILE_BUDGET;
+	c->compile_ms = total_us / 1000;
+	c->surfaces_shared = 1;
+	rp->r.body_case = ANEDVD__ANE_REPLY__BODY_COMPILE;
+	rp->r.compile = c;
+}
+
+static void
+do_compile(struct worker *w, const Anedvd__CompileRequest *q, struct reply *rp)
+{
+	if (q->probe_size > 0) {
+		if (w->nprobes == MAX_PROBES) {
+			fail(rp, ANEDVD__ERROR_CODE__ERROR_TOO_LARGE, "compile: no room for more probe kernels");
+			return;
+		}
+		int width = q->probe_width ? (int)q->probe_width : w->set.plan.width;
+		if (q->probe_size > 8192 || q->probe_width > 4096) {
+			fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "compile: probe size 1..8192, width 1..4096");
+			return;
+		}
+		if (ane_build_probe(w->set.b, (int)q->probe_size, width, q->probe_seed, &w->probes[w->nprobes],
+		                    rp->msg)) {
+			fail(rp, ANEDVD__ERROR_CODE__ERROR_INTERNAL, rp->msg);
+			return;
+		}
+		memset(&w->kstats[nkernels(w)], 0, sizeof w->kstats[0]);
+		w->nprobes++;
+	}
+	do_compile_reply(w, rp);
+}
+
+static void
+do_call(struct worker *w, const Anedvd__KernelCall *q, struct reply *rp)
+{
+	uint64_t t0 = now_ns();
+	if (q->kernel >= (uint32_t)nkernels(w)) {
+		snprintf(rp->msg, sizeof rp->msg, "call: no kernel %u (%d kernels)", q->kernel, nkernels(w));
+		fail(rp, ANEDVD__ERROR_CODE__ERROR_NOT_FOUND, rp->msg);
+		return;
+	}
+	struct ane_kernel *k = kernel(w, (int)q->kernel);
+	if (q->ncols < 1 || q->ncols > (uint32_t)k->width) {
+		snprintf(rp->msg, sizeof rp->msg, "call: kernel %u: %u columns (width %d)", q->kernel, q->ncols,
+		         k->width);
+		fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, rp->msg);
+		return;
+	}
+	if (strcmp(q->input, q->output) == 0) {
+		fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "call: input and output are the same surface");
+		return;
+	}
+	Anedvd__ErrorCode code;
+	struct ad_surface *in = get_surface(w, q->input, k->in_ch, k->width, q->output, &code, rp->msg);
+	struct ad_surface *out = in ? get_surface(w, q->output, k->out_ch, k->width, q->input, &code, rp->msg) : NULL;
+	if (out) // the entries may have moved; in is mapped, so this only looks it up
+		in = get_surface(w, q->input, k->in_ch, k->width, q->output, &code, rp->msg);
+	if (!in || !out) {
+		ad_err_prefix(rp->msg, "call: kernel %u", q->kernel);
+		fail(rp, code, rp->msg);
+		return;
+	}
+	if (in->bytes < emu_input_capacity(k->ek) || out->bytes < emu_output_capacity(k->ek)) {
+		fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "call: surface smaller than the kernel's capacity");
+		return;
+	}
+	if (w->delay_ms > 0)
+		usleep((useconds_t)w->delay_ms * 1000);
+	uint64_t t1 = now_ns();
+	if (ane_eval(k, in->base, out->base, (int)q->ncols, rp->msg)) {
+		ad_err_prefix(rp->msg, "call: kernel %u", q->kernel);
+		fail(rp, ANEDVD__ERROR_CODE__ERROR_INTERNAL, rp->msg);
+		return;
+	}
+	uint64_t t2 = now_ns();
+	struct kstat *ks = &w->kstats[q->kernel];
+	ks->calls++;
+	ks->exec_ns += t2 - t1;
+	ks->columns += q->ncols;
+	Anedvd__KernelReply *c = &rp->u.call;
+	anedvd__kernel_reply__init(c);
+	c->seq = q->seq;
+	c->exec_ns = t2 - t1;
+	c->total_ns = t2 - t0;
+	rp->r.body_case = ANEDVD__ANE_REPLY__BODY_CALL;
+	rp->r.call = c;
+}
+
+static void
+do_stats(struct worker *w, struct reply *rp)
+{
+	int n = nkernels(w);
+	rp->kst = calloc((size_t)n + 1, sizeof *rp->kst);
+	rp->kstp = calloc((size_t)n + 1, sizeof *rp->kstp);
+	if (!rp->kst || !rp->kstp) {
+		fail(rp, ANEDVD__ERROR_CODE__ERROR_INTERNAL, "out of memory");
+		return;
+	}
+	for (int i = 0; i < n; i++) {
+		anedvd__kernel_stats__init(&rp->kst[i]);
+		rp->kst[i].kernel = (uint32_t)i;
+		rp->kst[i].calls = w->kstats[i].calls;
+		rp->kst[i].exec_ns = w->kstats[i].exec_ns;
+		rp->kst[i].columns = w->kstats[i].columns;
+		rp->kstp[i] = &rp->kst[i];
+	}
+	anedvd__stats_reply__init(&rp->u.stats);
+	rp->u.stats.n_kernels = (size_t)n;
+	rp->u.stats.kernels = rp->kstp;
+	rp->r.body_case = ANEDVD__ANE_REPLY__BODY_STATS;
+	rp->r.stats = &rp->u.stats;
+}
+
+static void
+handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *reply_len)
+{
+	struct worker *w = arg;
+	atomic_fetch_add(&w->requests, 1);
+	struct reply *rp = calloc(1, sizeof *rp);
+	if (!rp) {
+		*reply = NULL;
+		*reply_len = 0;
+		return;
+	}
+	anedvd__ane_reply__init(&rp->r);
+	Anedvd__AneRequest *q = anedvd__ane_request__unpack(NULL, req_len, req);
+	if (!q) {
+		fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "undecodable request");
+	} else {
+		rp->r.id = q->id;
+		switch (q->body_case) {
+		case ANEDVD__ANE_REQUEST__BODY_HEALTH:
+			anedvd__health_reply__init(&rp->u.health);
+			rp->u.health.process = "anedvd-ane-worker";
+			rp->u.health.pid = (uint32_t)getpid();
+			rp->u.health.uptime_ms = now_ns() / 1000000 - w->started_ms;
+			rp->u.health.requests = atomic_load(&w->requests);
+			rp->r.body_case = ANEDVD__ANE_REPLY__BODY_HEALTH;
+			rp->r.health = &rp->u.health;
+			break;
+		case ANEDVD__ANE_REQUEST__BODY_COMPILE:
+			pthread_mutex_lock(&w->mu);
+			do_compile(w, q->compile, rp);
+			pthread_mutex_unlock(&w->mu);
+			break;
+		case ANEDVD__ANE_REQUEST__BODY_CALL:
+			pthread_mutex_lock(&w->mu);
+			do_call(w, q->call, rp);
+			pthread_mutex_unlock(&w->mu);
+			break;
+		case ANEDVD__ANE_REQUEST__BODY_STATS:
+			pthread_mutex_lock(&w->mu);
+			do_stats(w, rp);
+			pthread_mutex_unlock(&w->mu);
+			break;
+		default:
+			fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "request without a body");
+		}
+	}
+	size_t n = anedvd__ane_reply__get_packed_size(&rp->r);
+	*reply = malloc(n ? n : 1);
+	*reply_len = *reply ? anedvd__ane_reply__pack(&rp->r, *reply) : 0;
+	if (q)
+		anedvd__ane_request__free_unpacked(q, NULL);
+	free(rp->infos);
+	free(rp->infop);
+	free(rp->layouts);
+	free(rp->kst);
+	free(rp->kstp);
+	free(rp);
+}
+
+// --- main --------------------------------------------------------------------------
+
+static void
+usage(FILE *out)
+{
+	fprintf(out, "usage: anedvd-ane-worker --model M --listen URL [--backend emu] [--chunk 64] [--split] [--threads N]\n"
+	             "  --model M     a .gguf file or an HF directory\n"
+	             "  --listen URL  ipc:///path/to/socket or tcp://127.0.0.1:PORT\n"
+	             "  --backend B   emu (everywhere) or ane (macOS)\n"
+	             "  --chunk N     columns every kernel is compiled for (default 64)\n"
+	             "  --split       FFN as gate_up + down kernels (activation on the CPU)\n"
+	             "  --threads N   emu threads (default 2)\n");
+}
+
+static int
+num(const char *s, int lo, int hi, int *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || *end || end == s || v < lo || v > hi)
+		return -1;
+	*out = (int)v;
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	const char *model = NULL, *url = NULL, *backend = "emu";
+	int chunk = 64, split = 0, threads = 2, delay = 0;
+	ad_log_init("anedvd-ane-worker");
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			usage(stdout);
+			return 0;
+		}
+		if (strcmp(a, "--split") == 0) {
+			split = 1;
+			continue;
+		}
+		if (i + 1 >= argc) {
+			fprintf(stderr, "anedvd-ane-worker: %s needs a value\n", a);
+			usage(stderr);
+			return 2;
+		}
+		const char *v = argv[++i];
+		if (strcmp(a, "--model") == 0) {
+			model = v;
+		} else if (strcmp(a, "--listen") == 0) {
+			url = v;
+		} else if (strcmp(a, "--backend") == 0) {
+			backend = v;
+		} else if (strcmp(a, "--chunk") == 0) {
+			if (num(v, 1, 4096, &chunk)) {
+				fprintf(stderr, "anedvd-ane-worker: --chunk takes 1..4096, not '%s'\n", v);
+				return 2;
+			}
+		} else if (strcmp(a, "--threads") == 0) {
+			if (num(v, 1, 256, &threads)) {
+				fprintf(stderr, "anedvd-ane-worker: --threads takes 1..256, not '%s'\n", v);
+				return 2;
+			}
+		} else if (strcmp(a, "--debug-delay-ms") == 0) {
+			if (num(v, 0, 600000, &delay)) {
+				fprintf(stderr, "anedvd-ane-worker: --debug-delay-ms takes 0..600000, not '%s'\n", v);
+				return 2;
+			}
+		} else {
+			fprintf(stderr, "anedvd-ane-worker: unknown option '%s'\n", a);
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!model || !url) {
+		usage(stderr);
+		return 2;
+	}
+
+	// block the signals before any thread exists, then wait for them here
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+
+	char err[AD_ERRLEN];
+	struct model m;
+	if (model_load(&m, model, err)) {
+		ad_error("%s", err);
+		return 1;
+	}
+	struct worker *w = calloc(1, sizeof *w);
+	if (!w) {
+		ad_error("out of memory");
+		model_free(&m);
+		return 1;
+	}
+	w->backend = backend;
+	w->delay_ms = delay;
+	w->started_ms = now_ns() / 1000000;
+	pthread_mutex_init(&w->mu, NULL);
+	struct ane_plan_opts po = {.width = chunk, .split = split};
+	struct ane_build_opts bo = {.backend = backend, .threads = threads};
+	ad_info("compiling %s for %s, %d columns%s", m.name, backend, chunk, split ? ", split FFN" : "");
+	int rc = 1;
+	struct ad_server *srv = NULL;
+	if (ane_set_build(&w->set, &m, &po, &bo, 1, err)) {
+		ad_error("%s", err);
+		goto out;
+	}
+	w->kstats = calloc((size_t)w->set.plan.n + MAX_PROBES, sizeof *w->kstats);
+	if (!w->kstats) {
+		ad_error("out of memory");
+		goto out;
+	}
+	ad_info("%d kernels, %u compiles in %llu ms", w->set.plan.n, ane_builder_compiles(w->set.b),
+	        (unsigned long long)w->set.compile_ms);
+	srv = ad_server_start(url, 4, handle, w, err);
+	if (!srv) {
+		ad_error("%s", err);
+		goto out;
+	}
+	ad_info("ready on %s", url);
+	int sig = 0;
+	sigwait(&set, &sig);
+	ad_info("signal %d: stopping", sig);
+	ad_server_stop(srv);
+	rc = 0;
+out:
+	drop_all(w);
+	for (int i = 0; i < w->nprobes; i++)
+		ane_kernel_free(&w->probes[i]);
+	ane_set_free(&w->set);
+	free(w->kstats);
+	pthread_mutex_destroy(&w->mu);
+	free(w);
+	model_free(&m);
+	return rc;
+}

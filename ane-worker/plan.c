@@ -1,0 +1,185 @@
+#include "plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mil.h"
+
+const char *
+ane_kind_name(enum ane_kind k)
+{
+	switch (k) {
+	case ANE_K_QKV: return "qkv";
+	case ANE_K_O: return "o";
+	case ANE_K_FFN: return "ffn";
+	case ANE_K_GATE_UP: return "gate_up";
+	case ANE_K_DOWN: return "down";
+	case ANE_K_LM_HEAD: return "lm_head";
+	case ANE_K_SHEXP: return "shexp";
+	case ANE_K_PROBE: return "probe";
+	}
+	return "?";
+}
+
+void
+ane_pk_describe(const struct ane_pk *k, char *buf, int cap)
+{
+	if (k->kind == ANE_K_LM_HEAD)
+		snprintf(buf, (size_t)cap, "%s #%d rows %d.. %d -> %d", ane_kind_name(k->kind), k->chunk,
+		         k->row_offset, k->in_ch, k->out_ch);
+	else if (k->ff)
+		snprintf(buf, (size_t)cap, "%s L%d %d -> %d -> %d", ane_kind_name(k->kind), k->layer, k->in_ch,
+		         k->ff, k->out_ch);
+	else
+		snprintf(buf, (size_t)cap, "%s L%d %d -> %d", ane_kind_name(k->kind), k->layer, k->in_ch, k->out_ch);
+}
+
+int
+ane_plan_find(const struct ane_plan *p, enum ane_kind kind, int layer, int chunk)
+{
+	for (int i = 0; i < p->n; i++)
+		if (p->k[i].kind == kind && p->k[i].layer == layer && p->k[i].chunk == chunk)
+			return i;
+	return -1;
+}
+
+void
+ane_plan_free(struct ane_plan *p)
+{
+	free(p->k);
+	memset(p, 0, sizeof *p);
+}
+
+// a part must be rows of a 2-D weight whose rows are `in` long
+static int
+part(struct ane_part *pt, const struct model_tensor *t, int64_t row0, int64_t rows, int64_t in, char *err)
+{
+	if (!t || !t->name)
+		return ad_err(err, "missing weight");
+	if (t->ne[0] != in || t->ne[2] != 1 || t->ne[3] != 1 || row0 < 0 || rows <= 0 || row0 + rows > t->ne[1])
+		return ad_err(err, "%s: shape [%lld, %lld] has no rows %lld..%lld of %lld", t->name,
+		              (long long)t->ne[0], (long long)t->ne[1], (long long)row0, (long long)(row0 + rows),
+		              (long long)in);
+	*pt = (struct ane_part){t, row0, rows};
+	return 0;
+}
+
+static struct ane_pk *
+add(struct ane_plan *p, enum ane_kind kind, int layer, int chunk, int64_t in, int64_t out)
+{
+	struct ane_pk *k = &p->k[p->n];
+	*k = (struct ane_pk){.id = p->n, .kind = kind, .layer = layer, .chunk = chunk, .in_ch = (int)in,
+	                     .out_ch = (int)out};
+	p->n++;
+	return k;
+}
+
+static int
+fused(struct ane_pk *k, const struct model_tensor *gate, int64_t g0, const struct model_tensor *up, int64_t u0,
+      const struct model_tensor *down, int64_t E, int64_t ff, char *err)
+{
+	k->ff = (int)ff;
+	k->nparts = 3;
+	if (part(&k->parts[0], gate, g0, ff, E, err) || part(&k->parts[1], up, u0, ff, E, err) ||
+	    part(&k->parts[2], down, 0, E, ff, err))
+		return -1;
+	return 0;
+}
+
+int
+ane_plan_build(struct ane_plan *p, const struct model *m, const struct ane_plan_opts *o, char *err)
+{
+	const struct model_hparams *hp = &m->hp;
+	memset(p, 0, sizeof *p);
+	p->width = o && o->width > 0 ? o->width : 64;
+	p->split = o && o->split;
+	p->gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3;
+	const int64_t E = hp->n_embd, V = hp->n_vocab, L = hp->n_layer;
+	const int64_t nq = hp->n_head * hp->head_dim, nk = hp->n_head_kv * hp->head_dim;
+	const int64_t nv = hp->n_head_kv * hp->head_dim_v, no = hp->n_head * hp->head_dim_v;
+	const int64_t lim = ANE_MIL_MAX_DIM;
+	if (p->width > 4096)
+		return ad_err(err, "plan: width %d (at most 4096)", p->width);
+	if (E <= 0 || V <= 0 || L <= 0 || E > lim || V > lim || nq + nk + nv > lim || no > lim || hp->n_ff > lim ||
+	    hp->n_ff_shexp > lim || L > 100000)
+		return ad_err(err, "plan: hyper-parameters out of range (n_embd %lld, n_vocab %lld, n_layer %lld)",
+		              (long long)E, (long long)V, (long long)L);
+	if (o && o->head_rows > 0)
+		p->head_rows = o->head_rows < V ? o->head_rows : (int)V;
+	else
+		p->head_rows = ane_head_chunk_rows((int)E, (int)V);
+	if (p->head_rows <= 0)
+		return ad_err(err, "plan: no LM-head chunk size for %lld x %lld", (long long)E, (long long)V);
+	p->head_chunks = (int)((V + p->head_rows - 1) / p->head_rows);
+	p->k = calloc((size_t)(L * 4 + p->head_chunks), sizeof *p->k);
+	if (!p->k)
+		return ad_err(err, "plan: out of memory");
+
+	for (int il = 0; il < L; il++) {
+		const struct model_layer *ml = &m->layers[il];
+		struct ane_pk *k = add(p, ANE_K_QKV, il, 0, E, nq + nk + nv);
+		if (ml->wqkv.name) {
+			k->nparts = 1;
+			if (part(&k->parts[0], &ml->wqkv, 0, nq + nk + nv, E, err))
+				goto fail;
+		} else {
+			k->nparts = 3;
+			if (part(&k->parts[0], &ml->wq, 0, nq, E, err) || part(&k->parts[1], &ml->wk, 0, nk, E, err) ||
+			    part(&k->parts[2], &ml->wv, 0, nv, E, err))
+				goto fail;
+		}
+		k = add(p, ANE_K_O, il, 0, no, E);
+		k->nparts = 1;
+		if (part(&k->parts[0], &ml->wo, 0, E, no, err))
+			goto fail;
+
+		if (ml->gate_inp.name) { // MoE: the routed experts run on the CPU
+			if (!ml->gate_shexp.name)
+				continue;
+			k = add(p, ANE_K_SHEXP, il, 0, E, E);
+			if (fused(k, &ml->gate_shexp, 0, &ml->up_shexp, 0, &ml->down_shexp, E, hp->n_ff_shexp, err))
+				goto fail;
+			continue;
+		}
+		const int64_t ff = hp->n_ff;
+		// phi3: gate and up in one tensor, gate rows first
+		const struct model_tensor *gate = ml->gate.name ? &ml->gate : &ml->up;
+		const int64_t u0 = ml->gate.name ? 0 : ff;
+		if (p->split || p->gelu) {
+			k = add(p, ANE_K_GATE_UP, il, 0, E, 2 * ff);
+			k->nparts = 2;
+			if (part(&k->parts[0], gate, 0, ff, E, err) || part(&k->parts[1], &ml->up, u0, ff, E, err))
+				goto fail;
+			k = add(p, ANE_K_DOWN, il, 0, ff, E);
+			k->nparts = 1;
+			if (part(&k->parts[0], &ml->down, 0, E, ff, err))
+				goto fail;
+		} else {
+			k = add(p, ANE_K_FFN, il, 0, E, E);
+			if (fused(k, gate, 0, &ml->up, u0, &ml->down, E, ff, err))
+				goto fail;
+		}
+	}
+	const struct model_tensor *out = m->tied_output ? &m->tok_embd : &m->output;
+	for (int c = 0; c < p->head_chunks; c++) {
+		int64_t r0 = (int64_t)c * p->head_rows, rows = V - r0 < p->head_rows ? V - r0 : p->head_rows;
+		struct ane_pk *k = add(p, ANE_K_LM_HEAD, -1, c, E, rows);
+		k->row_offset = (int)r0;
+		k->nparts = 1;
+		if (part(&k->parts[0], out, r0, rows, E, err))
+			goto fail;
+	}
+	for (int i = 0; i < p->n; i++) {
+		struct ane_pk *k = &p->k[i];
+		uint64_t b = 0;
+		for (int j = 0; j < k->nparts; j++)
+			b += (uint64_t)k->parts[j].rows * (uint64_t)k->parts[j].t->ne[0] * 2;
+		k->weight_bytes = b;
+	}
+	return 0;
+fail:
+	ad_err_prefix(err, "plan: layer kernel %d", p->n - 1);
+	ane_plan_free(p);
+	return -1;
+}

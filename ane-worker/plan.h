@@ -1,0 +1,99 @@
+// plan.h - the projection kernels of a model, and where their weights come from.
+//
+// A plan lists, in a fixed order, every kernel the pipeline needs (the
+// kernel set of cpu-worker/kernels.h; kinds have the values of KernelKind
+// in proto/ane.proto), with its shape and, for each weight chunk of its
+// blob, the model tensor and the rows of it that feed the chunk. Building
+// a plan touches no weight data: the ane-worker and the cpu-worker build
+// the same plan from the same model and so agree on kernel ids without
+// talking. Order, per layer:
+//
+//   QKV      rows [Wq; Wk; Wv] (three parts), or phi3's fused wqkv as is
+//   O        wo
+//   FFN      fused gate / up / down chunks; act SiLU          (dense layer)
+//   GATE_UP  rows [Wgate; Wup], then DOWN                (split dense layer)
+//   SHEXP    the shared expert of a MoE layer, fused, SiLU (if it has one)
+// then the LM head, chunk 0, 1, ... of ane_head_chunk_rows(n_embd, n_vocab)
+// rows each (the output matrix, or the token embeddings when tied).
+// phi3 stores gate and up in one tensor (ffn_up, gate rows first): the
+// gate part is rows [0, n_ff) of it, the up part rows [n_ff, 2 n_ff).
+//
+// The activation (GELU-tanh of gemma 2 and 3): such a layer always gets
+// the split form, GATE_UP + DOWN, and the CPU applies the activation
+// between them (the engine does it through ggml's fp16 table, as the
+// reference engine does). Expressed in the ANE's ops, gelu_tanh(g) =
+// g * sigmoid(a g + b g^3) needs the constants a and b; the programs carry
+// no scalar constants (an inline scalar would also cost a BLOBFILE slot),
+// so they would have to be folded into the weights: the gate conv twice
+// (a Wg and b^(1/3) Wg), 4 weight matrices instead of 3, +33% of the
+// FFN's weight traffic on every call, against one more launch (~0.1 ms on
+// the device) and one surface round trip for the split form. So only
+// SiLU layers (and every shared expert) are fused. A caller tells the
+// forms apart by the kinds present for a layer: FFN, or GATE_UP + DOWN.
+//
+// --split (split = 1) gives every dense layer the split form (the fallback
+// when a fused program does not compile); shared experts stay fused.
+#ifndef ANE_PLAN_H
+#define ANE_PLAN_H
+
+#include <stdint.h>
+
+#include "model.h"
+
+enum ane_kind {
+	ANE_K_QKV = 1,
+	ANE_K_O = 2,
+	ANE_K_FFN = 3,
+	ANE_K_GATE_UP = 4,
+	ANE_K_DOWN = 5,
+	ANE_K_LM_HEAD = 6,
+	ANE_K_SHEXP = 7,
+	ANE_K_PROBE = 8,
+};
+
+// rows [row0, row0 + rows) of a 2-D weight [rows][ne0] (ne[0] = in)
+struct ane_part {
+	const struct model_tensor *t;
+	int64_t row0, rows;
+};
+
+struct ane_pk {
+	int id;
+	enum ane_kind kind;
+	int layer; // -1 for the LM head and probes
+	int chunk; // LM head chunk
+	int in_ch, out_ch;
+	int row_offset; // LM head: first logit row
+	int ff;         // FFN / SHEXP: inner size (0 for a projection)
+	// projection: parts stacked into one chunk, in order;
+	// FFN / SHEXP: parts[0] gate, parts[1] up, parts[2] down, one chunk each
+	struct ane_part parts[3];
+	int nparts;
+	uint64_t weight_bytes; // fp16 bytes of the blob payload
+};
+
+struct ane_plan_opts {
+	int width;     // columns (0: 64)
+	int split;     // split every dense FFN
+	int head_rows; // LM-head rows per chunk (0: ane_head_chunk_rows)
+};
+
+struct ane_plan {
+	struct ane_pk *k;
+	int n;
+	int width;
+	int split;
+	int head_rows, head_chunks;
+	int gelu; // the model's FFN activation is GELU-tanh (so split)
+};
+
+int ane_plan_build(struct ane_plan *p, const struct model *m, const struct ane_plan_opts *o, char *err);
+void ane_plan_free(struct ane_plan *p);
+
+const char *ane_kind_name(enum ane_kind k); // "qkv", "o", ...
+// the kernel of (kind, layer, chunk), or -1
+int ane_plan_find(const struct ane_plan *p, enum ane_kind kind, int layer, int chunk);
+// one line for logs: "qkv L3 64 -> 192"
+void ane_pk_describe(const struct ane_pk *k, char *buf, int cap);
+
+#endif
