@@ -117,6 +117,7 @@ test('the page loads: model name, online status, empty conversation, labelled co
 		.filter((e) => !(e.labels && e.labels.length) && !e.getAttribute('aria-label') && !e.textContent.trim())
 		.map((e) => e.outerHTML.slice(0, 80)));
 	assert.deepEqual(unnamed, []);
+	await page.screenshot({ path: path.join(ARTIFACTS, 'desktop-empty.png') });
 	assert.deepEqual(pageErrors(page), []);
 	await page.close();
 });
@@ -187,6 +188,7 @@ test('stop aborts the stream mid-reply; the partial reply is kept and the UI is 
 		const c = document.querySelector('.msg.assistant .content');
 		return c && !c.querySelector('.placeholder') && c.textContent.length > 10;
 	});
+	await page.screenshot({ path: path.join(ARTIFACTS, 'desktop-streaming.png') });
 	await page.click('#stop');
 	const a = await waitReply(page, 1);
 	const t1 = await a.locator('.content').textContent();
@@ -396,9 +398,12 @@ test('a busy server (503) shows a notice and Retry; the unanswered turn is not r
 	assert.ok(await note.isVisible());
 	const txt = await note.textContent();
 	assert.match(txt, /busy/);
-	assert.match(txt, /try again in 2 s/);
+	assert.match(txt, /Try again in 2 s/);
 	assert.match(txt, /the engine is busy with another request/);
 	assert.equal(await page.getAttribute('#status', 'data-state'), 'busy');
+	await page.setViewportSize({ width: 390, height: 500 });
+	await page.screenshot({ path: path.join(ARTIFACTS, 'phone-busy.png') });
+	await page.setViewportSize({ width: 1280, height: 800 });
 	assert.ok(await page.locator('.msg.user').first().evaluate((e) => e.classList.contains('excluded')));
 	// Retry sends it again (still busy)
 	await note.locator('button', { hasText: 'Retry' }).click();
