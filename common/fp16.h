@@ -150,8 +150,20 @@ static inline int
 ad_have_f16c(void)
 {
 	static int have = -1;
-	if (have < 0) // benign race: every thread computes the same answer
-		have = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+	if (have < 0) { // benign race: every thread computes the same answer
+		// CPUID directly: clang 14 does not know __builtin_cpu_supports("f16c")
+		unsigned a, b, c, d, c1;
+		__asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c1), "=d"(d) : "a"(1), "c"(0));
+		__asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+		int f16c = (c1 >> 29) & 1, avx = (c1 >> 28) & 1, osxsave = (c1 >> 27) & 1;
+		int avx2 = (b >> 5) & 1;
+		unsigned xcr0 = 0;
+		if (osxsave) {
+			unsigned hi;
+			__asm__("xgetbv" : "=a"(xcr0), "=d"(hi) : "c"(0));
+		}
+		have = f16c && avx && avx2 && (xcr0 & 6) == 6; // the OS saves the ymm registers
+	}
 	return have;
 }
 #endif
