@@ -22,7 +22,8 @@ struct sampler {
 	int32_t *cnt;      // n_vocab: occurrences in the window
 	float *pen;        // n_vocab: the penalised logits
 	struct cand *cand; // n_vocab: candidates, in id order
-	struct cand *tmp;  // n_vocab: scratch (top-k heap, nucleus, sort)
+	struct cand *tmp;  // n_vocab: scratch (nucleus, reference sort)
+	struct sample_tok *heap; // top_k (when below n_vocab): the bounded selection
 };
 
 // --- parameters ----------------------------------------------------------------
@@ -139,7 +140,9 @@ sample_new(const struct sample_params *p, int n_vocab, char *err)
 	s->pen = malloc(n * sizeof *s->pen);
 	s->cand = malloc(n * sizeof *s->cand);
 	s->tmp = malloc(n * sizeof *s->tmp);
-	if (!s->win || !s->cnt || !s->pen || !s->cand || !s->tmp) {
+	int k = p->top_k > 0 && p->top_k < n_vocab ? p->top_k : 1;
+	s->heap = malloc((size_t)k * sizeof *s->heap);
+	if (!s->win || !s->cnt || !s->pen || !s->cand || !s->tmp || !s->heap) {
 		sample_free(s);
 		ad_err(err, "sampler: out of memory for a vocabulary of %d", n_vocab);
 		return NULL;
@@ -158,6 +161,7 @@ sample_free(struct sampler *s)
 	free(s->pen);
 	free(s->cand);
 	free(s->tmp);
+	free(s->heap);
 	free(s);
 }
 
@@ -497,9 +501,8 @@ top_p_boundary(struct sampler *s, int n, float max, float lmin, uint64_t need, u
 
 // --- the fast pipeline ------------------------------------------------------------------
 
-// what survives steps 4-8: the candidates in s->cand[0..n) (id order) up to
-// the boundary (bl, bid) - members are it and everything before it - with
-// total weight *z. Returns n.
+// what survives steps 4-8: those of the candidates s->cand[0..n) (id order)
+// that are the boundary (bl, bid) or before it, with total weight z
 struct kept {
 	int n;
 	float bl;
@@ -518,7 +521,7 @@ keep_fast(struct sampler *s, const float *x, float max)
 	struct cand *c = s->cand;
 	int n = 0;
 	if (p->top_k > 0 && p->top_k < nv) {
-		struct sample_tok *h = (struct sample_tok *)s->tmp; // 8 of its 16 bytes per entry
+		struct sample_tok *h = s->heap;
 		n = select_k(x, nv, cut, h, p->top_k);
 		for (int i = 0; i < n; i++)
 			c[i] = (struct cand){h[i].logit, h[i].id, 0};

@@ -72,7 +72,8 @@ void sample_defaults(struct sample_params *p);
 // of range (and its value); the HTTP layer passes the message on.
 int sample_check(const struct sample_params *p, char *err);
 
-// sample_new checks p and allocates about 40 bytes per vocabulary entry.
+// sample_new checks p and allocates about 40 bytes per vocabulary entry
+// (plus 8 per top_k). There is no global state: samplers are independent.
 struct sampler *sample_new(const struct sample_params *p, int n_vocab, char *err);
 void sample_free(struct sampler *s); // NULL is fine
 // forget the window and restart the generator from the seed
