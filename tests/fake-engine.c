@@ -239,7 +239,7 @@ handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *r
 			if (n > j->sent || finish_of(j, n) != ANEDVD__FINISH_REASON__FINISH_NONE || now_ns() >= deadline)
 				break;
 			// sleep until the next token is due or the deadline
-			uint64_t next = j->t0_ns + j->prefill_ns + (j->sent + 1) * j->delay_ns;
+			uint64_t next = j->t0_ns + j->prefill_ns + j->sent * j->delay_ns; // token `sent` is due then
 			uint64_t until = next < deadline ? next : deadline;
 			struct timespec ts;
 			clock_gettime(CLOCK_REALTIME, &ts);
