@@ -2,18 +2,22 @@
 //
 // On every fixture model in tests/data/models (M.gguf with M.json), with
 // prompt_ids + greedy_ids teacher-forced:
-//   - kb_exact (fp32 kernels): logits within 1e-3 of ref_eval, every argmax
-//     equal; the fp16 KV cache is the only difference (measured, printed);
-//   - kb_local (emu, fp16 kernels): every argmax of the prompt equal, the
-//     relative error ||a - b|| / ||b|| of every row within the fp16 range;
-//   - per-token and chunked evaluation give the same bits; a batched step
-//     of several sequences (and a call mixing a prefill with a decode)
-//     gives the bits of separate runs; a session's prefix reuse gives the
-//     logits of a fresh prefill; front truncation keeps and reports what
-//     it should.
+//   - kb_exact (fp32 kernels) with an fp32 KV cache gives ref_eval's logits
+//     to the bit; with the fp16 cache (the product) every argmax is equal
+//     and the relative error ||a - b|| / ||b|| of every row is below 3e-3:
+//     the fp16 cache is the only difference, and this is its size;
+//   - kb_local (emu, fp16 kernels): every argmax equal except at near-ties
+//     (the reference's top two closer than twice the row's error), the
+//     relative error of every row below 3e-2 (fp16's range);
+//   - per-token and chunked evaluation give the same bits; a call mixing
+//     sequences (a prefill of two tokens and two decodes) and a batched
+//     step give the bits of separate runs; attn_fast and attn_ref agree; a
+//     session's prefix reuse gives the logits of a fresh prefill; front
+//     truncation keeps and reports what it should.
 // stories260K decoded greedily through the pipeline reproduces the
-// reference's 64 ids. Error paths: position beyond max_seq, bad token ids,
-// a width overflow, a backend without a kernel the model needs.
+// reference's 64 ids on both backends. Error paths: a position beyond
+// max_seq, bad token ids, a width overflow, a sequence twice in a step, a
+// backend without a kernel the model needs.
 #include <dirent.h>
 #include <stdint.h>
 
@@ -28,10 +32,6 @@
 
 #define MODELS T_DATA "/models"
 #define WIDTH 16
-
-// linked when the in-process emu backend is part of the build
-struct kernel_backend *kb_local_new(const struct model *m, const struct kb_opts *o, char *err)
-	__attribute__((weak));
 
 struct fixture {
 	char name[64];
@@ -124,9 +124,38 @@ backend(const struct fixture *f, int local, int width)
 	return kb;
 }
 
+// an engine on a backend of its own
+struct rig {
+	struct kernel_backend *kb;
+	struct engine *e;
+};
+
+static struct engine *
+rig_open(struct rig *r, const struct fixture *f, int local, const struct engine_opts *o)
+{
+	char err[AD_ERRLEN] = "";
+	r->e = NULL;
+	if (!(r->kb = backend(f, local, WIDTH)))
+		return NULL;
+	r->e = engine_new(&f->m, r->kb, o, err);
+	CHECK(r->e != NULL, "%s: %s", f->name, err);
+	return r->e;
+}
+
+// the backend first: kb_local keeps pointers to the engine's surface
+// structs until its free (engine_free touches neither)
+static void
+rig_close(struct rig *r)
+{
+	if (r->kb)
+		r->kb->free(r->kb);
+	engine_free(r->e);
+}
+
 struct stats {
 	double max_abs, max_rel;
 	int argmax_same, argmax_prompt_same;
+	int near_ties; // rows whose argmax differs where the reference's top two are closer than the error
 };
 
 static void
@@ -135,9 +164,10 @@ compare_rows(const struct fixture *f, const float *a, struct stats *st)
 	memset(st, 0, sizeof *st);
 	for (int r = 0; r < f->n; r++) {
 		const float *x = a + (size_t)r * f->V, *y = f->ref + (size_t)r * f->V;
-		double d2 = 0, y2 = 0;
+		double d2 = 0, y2 = 0, row_max = 0;
 		for (int i = 0; i < f->V; i++) {
 			double d = fabs((double)x[i] - y[i]);
+			row_max = d > row_max ? d : row_max;
 			if (!(d <= st->max_abs))
 				st->max_abs = isnan(d) ? INFINITY : d;
 			d2 += d * d;
@@ -146,23 +176,25 @@ compare_rows(const struct fixture *f, const float *a, struct stats *st)
 		double rel = sqrt(d2 / y2);
 		if (!(rel <= st->max_rel))
 			st->max_rel = isnan(rel) ? INFINITY : rel;
-		int same = ref_argmax(x, f->V) == ref_argmax(y, f->V);
-		st->argmax_same += same;
-		st->argmax_prompt_same += same && r < f->n_prompt;
+		int ax = ref_argmax(x, f->V), ay = ref_argmax(y, f->V);
+		st->argmax_same += ax == ay;
+		st->argmax_prompt_same += ax == ay && r < f->n_prompt;
+		st->near_ties += ax != ay && y[ax] >= y[ay] - 2 * row_max;
 	}
 }
 
-static double worst_attn; // attn_fast against attn_ref, relative
+static double worst_attn[2]; // attn_fast against attn_ref, relative
 
 // the checks every backend gets on one model; returns the batched logits' stats
 static void
-check_model(struct fixture *f, struct kernel_backend *kb, int local)
+check_model(struct fixture *f, int local)
 {
 	char err[AD_ERRLEN] = "";
 	const char *bn = local ? "local" : "exact";
 	struct engine_opts eo = {.max_seq = 128};
-	struct engine *e = engine_new(&f->m, kb, &eo, err);
-	REQUIRE(e, "%s/%s: %s", f->name, bn, err);
+	struct rig rig, rig2;
+	struct engine *e = rig_open(&rig, f, local, &eo);
+	REQUIRE(e);
 	struct engine_seq *s = engine_seq_new(e, err);
 	REQUIRE(s, "%s", err);
 	const size_t V = (size_t)f->V, rows = (size_t)f->n;
@@ -175,10 +207,13 @@ check_model(struct fixture *f, struct kernel_backend *kb, int local)
 	compare_rows(f, a, &st);
 	const struct engine_timings *t = engine_seq_timings(s);
 	CHECK(t->prefill_tokens == (uint32_t)f->n && t->kernel_calls > 0 && t->prefill_ns > 0);
-	printf("%-14s %-5s max|d| %.2e  rel %.2e  argmax %d/%d (prompt %d/%d)\n", f->name, bn, st.max_abs,
-	       st.max_rel, st.argmax_same, f->n, st.argmax_prompt_same, f->n_prompt);
+	printf("%-14s %-5s max|d| %.2e  rel %.2e  argmax %d/%d (prompt %d/%d; differing at near-ties %d)\n",
+	       f->name, bn, st.max_abs, st.max_rel, st.argmax_same, f->n, st.argmax_prompt_same, f->n_prompt,
+	       st.near_ties);
 	if (local) {
-		CHECK(st.argmax_prompt_same == f->n_prompt, "%s/local: argmax", f->name);
+		// a different argmax only where the reference's top two are
+		// closer than twice the row's error (llama's prompt row 3: 0.0025)
+		CHECK(st.argmax_same + st.near_ties == f->n, "%s/local: argmax", f->name);
 		CHECK(st.max_rel < 0.03, "%s/local: rel %g", f->name, st.max_rel);
 	} else {
 		CHECK(st.argmax_same == f->n, "%s/exact: argmax", f->name);
@@ -196,7 +231,7 @@ check_model(struct fixture *f, struct kernel_backend *kb, int local)
 
 	// plain attention: the same logits up to the exp polynomial
 	struct engine_opts ro = {.max_seq = 128, .attn_ref = 1};
-	struct engine *er = engine_new(&f->m, kb, &ro, err);
+	struct engine *er = rig_open(&rig2, f, local, &ro);
 	struct engine_seq *sr = er ? engine_seq_new(er, err) : NULL;
 	REQUIRE(sr, "%s", err);
 	CHECK(engine_eval(er, sr, f->ids, f->n, 0, b, err) == 0, "%s", err);
@@ -206,16 +241,19 @@ check_model(struct fixture *f, struct kernel_backend *kb, int local)
 		d2 += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
 		a2 += (double)a[i] * a[i];
 	}
-	CHECK(sqrt(d2 / a2) < 1e-4, "%s/%s: attn_fast vs attn_ref: rel %g", f->name, bn, sqrt(d2 / a2));
-	if (sqrt(d2 / a2) > worst_attn)
-		worst_attn = sqrt(d2 / a2);
+	// (and with fp16 kernels, the attention output is rounded to fp16 on
+	// its way to O, so a last-bit difference becomes an fp16 step)
+	CHECK(sqrt(d2 / a2) < (local ? 3e-3 : 1e-4), "%s/%s: attn_fast vs attn_ref: rel %g", f->name, bn,
+	      sqrt(d2 / a2));
+	if (sqrt(d2 / a2) > worst_attn[local])
+		worst_attn[local] = sqrt(d2 / a2);
 	engine_seq_free(sr);
-	engine_free(er);
+	rig_close(&rig2);
 
 	// an fp32 cache: the exact backend then gives ref.c's bits
 	if (!local) {
 		struct engine_opts xo = {.max_seq = 128, .kv_f32 = 1};
-		er = engine_new(&f->m, kb, &xo, err);
+		er = rig_open(&rig2, f, local, &xo);
 		sr = er ? engine_seq_new(er, err) : NULL;
 		REQUIRE(sr, "%s", err);
 		CHECK(engine_eval(er, sr, f->ids, f->n, 0, b, err) == 0, "%s", err);
@@ -225,7 +263,7 @@ check_model(struct fixture *f, struct kernel_backend *kb, int local)
 		CHECK(memcmp(b, f->ref, sizeof(float) * rows * V) == 0, "%s: exact with an fp32 cache: max diff %g",
 		      f->name, s32.max_abs);
 		engine_seq_free(sr);
-		engine_free(er);
+		rig_close(&rig2);
 	}
 
 	// several sequences in one call equal separate runs: A and B decode a
@@ -290,11 +328,11 @@ check_model(struct fixture *f, struct kernel_backend *kb, int local)
 	REQUIRE(engine_prompt(e, s, alt, 10, 4, l, &pi, err) == 0, "%s", err);
 	CHECK(pi.reused == 6 && pi.prefilled == 4 && engine_seq_len(s) == 10, "reused %d", pi.reused);
 	engine_seq_free(s);
-	engine_free(e);
+	rig_close(&rig);
 
 	// front truncation at max_seq 16
 	struct engine_opts small = {.max_seq = 16};
-	e = engine_new(&f->m, kb, &small, err);
+	e = rig_open(&rig, f, local, &small);
 	s = e ? engine_seq_new(e, err) : NULL;
 	REQUIRE(s, "%s", err);
 	REQUIRE(engine_prompt(e, s, f->ids, 20, 4, l, &pi, err) == 0, "%s", err);
@@ -306,7 +344,7 @@ check_model(struct fixture *f, struct kernel_backend *kb, int local)
 	REQUIRE(engine_prompt(e, s, f->ids, 10, 0, l, &pi, err) == 0, "%s", err);
 	CHECK(pi.prompt_tokens == 10 && pi.dropped == 0);
 	engine_seq_free(s);
-	engine_free(e);
+	rig_close(&rig);
 	free(l);
 	free(a);
 	free(b);
@@ -316,38 +354,27 @@ static void
 test_exact_all_models(void)
 {
 	REQUIRE(n_fx >= 18, "%d fixture models", n_fx);
-	for (int i = 0; i < n_fx; i++) {
-		struct kernel_backend *kb = backend(&fx[i], 0, WIDTH);
-		if (!kb)
-			continue;
-		check_model(&fx[i], kb, 0);
-		kb->free(kb);
-	}
-	printf("attn_fast vs attn_ref in the pipeline: worst relative logit difference %.2e\n", worst_attn);
+	for (int i = 0; i < n_fx; i++)
+		check_model(&fx[i], 0);
 }
 
 static void
 test_local_all_models(void)
 {
-	if (!kb_local_new) {
-		printf("kb_local is not in this build yet: the emu part is skipped\n");
-		return;
-	}
-	for (int i = 0; i < n_fx; i++) {
-		struct kernel_backend *kb = backend(&fx[i], 1, WIDTH);
-		if (!kb)
-			continue;
-		check_model(&fx[i], kb, 1);
-		kb->free(kb);
-	}
+	for (int i = 0; i < n_fx; i++)
+		check_model(&fx[i], 1);
+	printf("attn_fast vs attn_ref in the pipeline: worst relative logit difference %.2e exact, %.2e local\n",
+	       worst_attn[0], worst_attn[1]);
 }
 
 // greedy decoding of stories260K through the pipeline
 static void
-greedy(struct fixture *f, struct kernel_backend *kb, const char *bn)
+greedy(struct fixture *f, int local)
 {
 	char err[AD_ERRLEN] = "";
-	struct engine *e = engine_new(&f->m, kb, &(struct engine_opts){.max_seq = 128}, err);
+	const char *bn = local ? "local" : "exact";
+	struct rig rig;
+	struct engine *e = rig_open(&rig, f, local, &(struct engine_opts){.max_seq = 128});
 	struct engine_seq *s = e ? engine_seq_new(e, err) : NULL;
 	REQUIRE(s, "%s", err);
 	float *l = malloc(sizeof(float) * (size_t)f->V);
@@ -363,17 +390,15 @@ greedy(struct fixture *f, struct kernel_backend *kb, const char *bn)
 			break;
 	}
 	const struct engine_timings *t = engine_seq_timings(s);
-	printf("stories260K greedy via %s: %d/%d ids; decode %u tokens, %.1f us/token (kernel %.1f, ipc %.1f, "
-	       "attention %.1f, other %.1f)\n",
-	       bn, same, f->n - f->n_prompt, t->decode_tokens, t->decode_ns / 1e3 / t->decode_tokens,
-	       t->kernel_ns / 1e3 / (t->decode_tokens + t->prefill_tokens),
-	       t->ipc_ns / 1e3 / (t->decode_tokens + t->prefill_tokens),
-	       t->attention_ns / 1e3 / (t->decode_tokens + t->prefill_tokens),
-	       t->cpu_other_ns / 1e3 / (t->decode_tokens + t->prefill_tokens));
+	double all = (double)(t->decode_tokens + t->prefill_tokens);
+	printf("stories260K greedy via %s: %d/%d ids; decode %.1f us/token; per token over prefill and decode: "
+	       "kernel %.1f, ipc %.1f, attention %.1f, other %.1f us\n",
+	       bn, same, f->n - f->n_prompt, t->decode_ns / 1e3 / t->decode_tokens, t->kernel_ns / 1e3 / all,
+	       t->ipc_ns / 1e3 / all, t->attention_ns / 1e3 / all, t->cpu_other_ns / 1e3 / all);
 	CHECK(same == 64 && f->n - f->n_prompt == 64, "%s: %d", bn, same);
 	free(l);
 	engine_seq_free(s);
-	engine_free(e);
+	rig_close(&rig);
 }
 
 static void
@@ -384,16 +409,8 @@ test_stories_greedy(void)
 		if (!strcmp(fx[i].name, "stories260K"))
 			f = &fx[i];
 	REQUIRE(f);
-	struct kernel_backend *kb = backend(f, 0, WIDTH);
-	REQUIRE(kb);
-	greedy(f, kb, "exact");
-	kb->free(kb);
-	if (kb_local_new) {
-		kb = backend(f, 1, WIDTH);
-		REQUIRE(kb);
-		greedy(f, kb, "local");
-		kb->free(kb);
-	}
+	greedy(f, 0);
+	greedy(f, 1);
 }
 
 static struct kernel_backend *
