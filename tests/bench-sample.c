@@ -1,11 +1,12 @@
 // bench-sample.c - time per token of the sampler, fast against reference.
 //
-//   bench-sample [tokens]
+//   bench-sample [tokens [ref_tokens]]
 //
 // For vocabularies of 32000 and 151936 at T 0, 0.3, 0.7 and 1.0 (top_k 40,
-// top_p 0.9, then two configurations without top-k), prints the median and
-// the range over 5 runs of `tokens` (default 200) draws, for sample_next and
-// sample_ref, and how many candidates survive the cut at max - 20 T. The
+// top_p 0.9; then two configurations without top-k, and the WebUI's
+// repeat_penalty 1.15 over a window of 64), prints the median and
+// the range over 5 runs of `tokens` (default 200) draws for sample_next and
+// of ref_tokens (default: tokens) for sample_ref, and how many candidates survive the cut at max - 20 T. The
 // rows are synthetic: N(0, 3) logits with three tokens at 18-20, which puts
 // the cut near the middle of the vocabulary at T 1. Built, not run by ctest.
 #include <math.h>
@@ -16,7 +17,9 @@
 
 #include "sample.h"
 
-enum { ROWS = 16, RUNS = 5 };
+enum { ROWS = 16, RUNS = 5, PROMPT = 64 };
+
+static int32_t prompt[PROMPT];
 
 static uint64_t rng = 12345;
 
@@ -56,6 +59,7 @@ timed(const struct sample_params *p, int nv, float **rows, int n, int ref, doubl
 			fprintf(stderr, "bench-sample: %s\n", err);
 			return -1;
 		}
+		sample_accept(s, prompt, PROMPT, err);
 		double t0 = now();
 		for (int i = 0; i < n; i++) {
 			int32_t id = ref ? sample_ref(s, rows[i % ROWS], err) : sample_next(s, rows[i % ROWS], err);
@@ -76,20 +80,21 @@ timed(const struct sample_params *p, int nv, float **rows, int n, int ref, doubl
 int
 main(int argc, char **argv)
 {
-	int n = argc > 1 ? atoi(argv[1]) : 200;
-	if (n < 1) {
-		fprintf(stderr, "usage: bench-sample [tokens]\n");
+	int n = argc > 1 ? atoi(argv[1]) : 200, nref = argc > 2 ? atoi(argv[2]) : n;
+	if (n < 1 || nref < 1) {
+		fprintf(stderr, "usage: bench-sample [tokens [ref_tokens]]\n");
 		return 2;
 	}
 	static const int vocabs[] = {32000, 151936};
 	static const float temps[] = {0.0f, 0.3f, 0.7f, 1.0f};
 	static const struct {
 		int k;
-		float p;
-	} cfgs[] = {{40, 0.9f}, {0, 0.9f}, {0, 1.0f}};
-	printf("%d runs of %d tokens; ms/token median [min-max]\n", RUNS, n);
-	printf("%7s %4s %5s %5s %15s %26s %26s %7s\n", "vocab", "T", "top_k", "top_p", "cand avg/max",
-	       "fast", "ref", "ref/fast");
+		float p, rep;
+	} cfgs[] = {{40, 0.9f, 1.0f}, {0, 0.9f, 1.0f}, {0, 1.0f, 1.0f}, {40, 0.9f, 1.15f}};
+	enum { NCFG = sizeof cfgs / sizeof cfgs[0] };
+	printf("%d runs of %d tokens (ref: %d); ms/token median [min-max]\n", RUNS, n, nref);
+	printf("%7s %4s %5s %5s %4s %15s %26s %26s %7s\n", "vocab", "T", "top_k", "top_p", "rep",
+	       "cand avg/max", "fast", "ref", "ref/fast");
 	for (int v = 0; v < 2; v++) {
 		int nv = vocabs[v];
 		float *rows[ROWS];
@@ -104,13 +109,16 @@ main(int argc, char **argv)
 			for (int j = 0; j < 3; j++)
 				rows[r][(int)(unif() * nv)] = 18.0f + (float)j;
 		}
-		for (int c = 0; c < 3; c++)
+		for (int i = 0; i < PROMPT; i++)
+			prompt[i] = i % 4 ? (int32_t)(unif() * nv) : 7; // one id four times a line
+		for (int c = 0; c < NCFG; c++)
 			for (int ti = 0; ti < 4; ti++) {
-				if (c > 0 && temps[ti] == 0.0f)
+				if (cfgs[c].k == 0 && temps[ti] == 0.0f)
 					continue; // greedy ignores the filters
 				struct sample_params p;
 				sample_defaults(&p);
 				p.temperature = temps[ti], p.top_k = cfgs[c].k, p.top_p = cfgs[c].p;
+				p.repeat_penalty = cfgs[c].rep;
 				char err[AD_ERRLEN];
 				struct sampler *s = sample_new(&p, nv, err);
 				if (!s) {
@@ -126,14 +134,15 @@ main(int argc, char **argv)
 				}
 				sample_free(s);
 				double f[3], g[3];
-				if (timed(&p, nv, rows, n, 0, f) || timed(&p, nv, rows, n, 1, g))
+				if (timed(&p, nv, rows, n, 0, f) || timed(&p, nv, rows, nref, 1, g))
 					return 1;
 				char cs[32], fs[40], gs[40];
 				snprintf(cs, sizeof cs, "%.0f/%d", cand / ROWS, cmax);
 				snprintf(fs, sizeof fs, "%.4f [%.4f-%.4f]", f[0], f[1], f[2]);
 				snprintf(gs, sizeof gs, "%.4f [%.4f-%.4f]", g[0], g[1], g[2]);
-				printf("%7d %4.1f %5d %5.2f %15s %26s %26s %6.1fx\n", nv, (double)p.temperature,
-				       p.top_k, (double)p.top_p, cs, fs, gs, g[0] / f[0]);
+				printf("%7d %4.1f %5d %5.2f %4.2f %15s %26s %26s %6.1fx\n", nv,
+				       (double)p.temperature, p.top_k, (double)p.top_p, (double)p.repeat_penalty, cs,
+				       fs, gs, g[0] / f[0]);
 				fflush(stdout);
 			}
 		for (int r = 0; r < ROWS; r++)
