@@ -74,7 +74,7 @@ export function startMock(port = 0, host = '127.0.0.1') {
 			return json(res, 503, { error: { message: 'the engine is busy with another request', type: 'server_busy' } },
 				{ 'Retry-After': '2' });
 		}
-		let reply = REPLY, delay = 25, finish = 'stop';
+		let reply = REPLY, delay = 35, finish = 'stop';
 		if (text.includes('[[html]]')) reply = HTML_REPLY;
 		if (text.includes('[[wide]]')) reply = WIDE_REPLY;
 		if (text.includes('[[echo]]')) reply = text;

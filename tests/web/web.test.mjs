@@ -22,7 +22,9 @@ const EXTERNAL = (process.env.ANEDVD_WEB_URL || '').replace(/\/+$/, '');
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const ARTIFACTS = process.env.ANEDVD_WEB_ARTIFACTS || path.join(here, 'artifacts');
 const MOCK_ONLY = EXTERNAL ? 'needs the scripted mock API' : false;
-const T = { timeout: 90000 };
+// a real model may be slow: give it more time
+const WAIT = EXTERNAL ? 180000 : 30000;
+const T = { timeout: EXTERNAL ? 600000 : 90000 };
 
 let base, mock, ctx, profile;
 
@@ -45,7 +47,7 @@ before(async () => {
 			'--disable-background-networking', '--disable-component-update', '--disable-sync',
 			'--disable-dev-shm-usage'],
 	});
-	ctx.setDefaultTimeout(30000);
+	ctx.setDefaultTimeout(WAIT);
 });
 
 after(async () => {
@@ -136,7 +138,7 @@ test('a reply streams in piece by piece and is rendered safely and completely', 
 		});
 		if (s && s.text && snaps[snaps.length - 1] !== s.text) snaps.push(s.text);
 		if (s && !s.busy) break;
-		assert.ok(Date.now() - t0 < 60000, 'reply did not finish');
+		assert.ok(Date.now() - t0 < WAIT, 'reply did not finish');
 		await page.waitForTimeout(20);
 	}
 	assert.ok(snaps.length >= 3, `saw ${snaps.length} distinct partial states`);
@@ -214,7 +216,8 @@ test('stop aborts the stream mid-reply; the partial reply is kept and the UI is 
 	const m = page.bodies[1].messages;
 	assert.equal(m.length, 3);
 	assert.equal(m[1].role, 'assistant');
-	assert.ok(m[1].content.length > 0 && t1.startsWith(m[1].content.slice(0, 10)));
+	assert.ok(m[1].content.length > 0);
+	if (!EXTERNAL) assert.equal(m[1].content, t1, 'the history holds exactly the text shown');
 	assert.deepEqual(pageErrors(page), []);
 	await page.close();
 });
