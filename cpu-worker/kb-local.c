@@ -15,7 +15,7 @@ struct local {
 	struct kernel_backend kb;
 	struct ane_set set;
 	struct kb_info *info;
-	struct ad_surface **surf; // handed out; closed by free
+	struct ad_surface *surf; // copies of those handed out; closed by free
 	int nsurf, capsurf;
 };
 
@@ -43,7 +43,7 @@ l_surface_new(struct kernel_backend *kb, const char *name, int channels, struct 
 		return ad_err(err, "surface %s: %d channels", name ? name : "?", channels);
 	if (surface_create(s, name, (size_t)channels, (size_t)kb->width, 0, err))
 		return -1;
-	l->surf[l->nsurf++] = s;
+	l->surf[l->nsurf++] = *s;
 	return 0;
 }
 
@@ -95,7 +95,7 @@ l_free(struct kernel_backend *kb)
 		return;
 	struct local *l = kb->priv;
 	for (int i = 0; i < l->nsurf; i++)
-		surface_close(l->surf[i]);
+		surface_close(&l->surf[i]);
 	free(l->surf);
 	free(l->info);
 	ane_set_free(&l->set);

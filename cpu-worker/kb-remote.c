@@ -37,7 +37,7 @@ struct remote {
 	char name[48];
 	struct ane_plan plan;
 	struct kb_info *info;
-	struct ad_surface **surf;
+	struct ad_surface *surf; // copies of those handed out; closed by free
 	int nsurf, capsurf;
 	int timeout_ms, deadline_ms;
 	long instance;
@@ -274,7 +274,7 @@ r_surface_new(struct kernel_backend *kb, const char *name, int channels, struct 
 		return ad_err(err, "surface %s: name too long", name ? name : "?");
 	if (surface_create(s, id, (size_t)channels, (size_t)kb->width, 1, err))
 		return -1;
-	r->surf[r->nsurf++] = s;
+	r->surf[r->nsurf++] = *s;
 	return 0;
 }
 
@@ -285,7 +285,7 @@ r_free(struct kernel_backend *kb)
 		return;
 	struct remote *r = kb->priv;
 	for (int i = 0; i < r->nsurf; i++)
-		surface_close(r->surf[i]);
+		surface_close(&r->surf[i]);
 	free(r->surf);
 	ad_client_close(r->c);
 	ane_plan_free(&r->plan);

@@ -1,0 +1,914 @@
+// test-ane-worker: the kernel plan of every fixture model, kb_local against
+// an fp32 matmul of the same dequantised weights, and the anedvd-ane-worker
+// process (started here, on stories260K) through kb_remote: bit-equal to
+// kb_local, error replies for bad requests, a SIGKILL in the middle of a
+// call survived, SIGTERM a clean exit. Prints the IPC round trip per call.
+#include <pthread.h>
+#include <signal.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <dirent.h>
+
+#include "ane.pb-c.h"
+#include "build.h"
+#include "common.pb-c.h"
+#include "dequant.h"
+#include "fp16.h"
+#include "ipc.h"
+#include "kernels.h"
+#include "mil.h"
+#include "plan.h"
+#include "t.h"
+
+#define MODELS T_DATA "/models/"
+#define STORIES MODELS "stories260K.gguf"
+#define W 8 // columns of the kernels under test (small: fast)
+
+extern char **environ;
+
+static const char *fixtures[] = {
+	"stories260K", "llama", "llama256_q4_k", "llama256_q8_0", "llama256_bf16", "llama256_f16",
+	"llama256_q2_k", "llama256_q5_0", "llama256_q6_k", "gemma2", "gemma3", "phi3", "qwen2", "qwen2moe",
+	"qwen3",
+};
+#define NFIX ((int)(sizeof fixtures / sizeof fixtures[0]))
+
+static uint32_t rng = 12345;
+static float
+frand(void)
+{
+	rng = rng * 1664525u + 1013904223u;
+	return (float)(rng >> 8) / 16777216.0f - 0.5f;
+}
+
+static int
+load(struct model *m, const char *name)
+{
+	char path[512], err[AD_ERRLEN];
+	snprintf(path, sizeof path, MODELS "%s.gguf", name);
+	if (model_load(m, path, err)) {
+		fprintf(stderr, "%s: %s\n", name, err);
+		return -1;
+	}
+	return 0;
+}
+
+static float *
+deq_all(const struct model_tensor *t)
+{
+	int64_t n = model_tensor_nelem(t);
+	float *d = malloc((size_t)n * sizeof(float));
+	char err[AD_ERRLEN];
+	if (d && ad_dequant(t->type, t->data, d, n, err)) {
+		fprintf(stderr, "%s: %s\n", t->name, err);
+		free(d);
+		return NULL;
+	}
+	return d;
+}
+
+// --- the plan ----------------------------------------------------------------------
+
+static void
+test_plan_fixtures(void)
+{
+	for (int f = 0; f < NFIX; f++) {
+		struct model m;
+		REQUIRE(load(&m, fixtures[f]) == 0, "%s", fixtures[f]);
+		const struct model_hparams *hp = &m.hp;
+		const int gelu = m.arch == MODEL_ARCH_GEMMA2 || m.arch == MODEL_ARCH_GEMMA3;
+		for (int split = 0; split < 2; split++) {
+			struct ane_plan p;
+			char err[AD_ERRLEN];
+			struct ane_plan_opts po = {.width = W, .split = split};
+			REQUIRE(ane_plan_build(&p, &m, &po, err) == 0, "%s: %s", fixtures[f], err);
+			CHECK(p.width == W && p.gelu == gelu);
+			int n = 0, nq = (int)(hp->n_head * hp->head_dim), nk = (int)(hp->n_head_kv * hp->head_dim);
+			int nv = (int)(hp->n_head_kv * hp->head_dim_v), E = (int)hp->n_embd;
+			for (int il = 0; il < hp->n_layer; il++) {
+				const struct model_layer *ml = &m.layers[il];
+				const struct ane_pk *k = &p.k[n];
+				CHECK(k->id == n && k->kind == ANE_K_QKV && k->layer == il, "%s L%d", fixtures[f], il);
+				CHECK(k->in_ch == E && k->out_ch == nq + nk + nv);
+				if (ml->wqkv.name) {
+					CHECK(k->nparts == 1 && k->parts[0].t == &ml->wqkv);
+				} else {
+					CHECK(k->nparts == 3 && k->parts[0].t == &ml->wq && k->parts[1].t == &ml->wk &&
+					      k->parts[2].t == &ml->wv && k->parts[0].rows == nq && k->parts[1].rows == nk);
+				}
+				CHECK(ane_plan_find(&p, ANE_K_QKV, il, 0) == n);
+				k = &p.k[++n];
+				CHECK(k->kind == ANE_K_O && k->in_ch == (int)(hp->n_head * hp->head_dim_v) && k->out_ch == E);
+				n++;
+				if (ml->gate_inp.name) {
+					CHECK(m.arch == MODEL_ARCH_QWEN2MOE);
+					if (ml->gate_shexp.name) {
+						k = &p.k[n++];
+						CHECK(k->kind == ANE_K_SHEXP && k->ff == hp->n_ff_shexp && k->nparts == 3 &&
+						      k->parts[0].t == &ml->gate_shexp && k->parts[2].t == &ml->down_shexp);
+					}
+					continue;
+				}
+				const int ff = (int)hp->n_ff;
+				if (split || gelu) {
+					k = &p.k[n++];
+					CHECK(k->kind == ANE_K_GATE_UP && k->in_ch == E && k->out_ch == 2 * ff && k->nparts == 2,
+					      "%s L%d", fixtures[f], il);
+					k = &p.k[n++];
+					CHECK(k->kind == ANE_K_DOWN && k->in_ch == ff && k->out_ch == E);
+				} else {
+					k = &p.k[n++];
+					CHECK(k->kind == ANE_K_FFN && k->ff == ff && k->in_ch == E && k->out_ch == E);
+					CHECK(k->weight_bytes == (uint64_t)3 * ff * E * 2);
+				}
+				if (m.arch == MODEL_ARCH_PHI3) { // gate|up fused: rows [0, ff) and [ff, 2ff) of ffn_up
+					const struct ane_pk *g = &p.k[n - (split ? 2 : 1)];
+					CHECK(!ml->gate.name && g->parts[0].t == &ml->up && g->parts[0].row0 == 0 &&
+					      g->parts[1].t == &ml->up && g->parts[1].row0 == ff && g->parts[1].rows == ff);
+				}
+			}
+			// the LM head: one chunk of all rows at these sizes
+			const struct ane_pk *h = &p.k[n++];
+			CHECK(h->kind == ANE_K_LM_HEAD && h->layer == -1 && h->chunk == 0 && h->row_offset == 0 &&
+			      h->out_ch == hp->n_vocab && h->in_ch == E);
+			CHECK(h->parts[0].t->data == (m.tied_output ? m.tok_embd.data : m.output.data));
+			CHECK(n == p.n, "%s: %d kernels counted, plan has %d", fixtures[f], n, p.n);
+			ane_plan_free(&p);
+		}
+		// LM-head chunking
+		struct ane_plan p;
+		struct ane_plan_opts po = {.width = W, .head_rows = 200};
+		REQUIRE(ane_plan_build(&p, &m, &po, NULL) == 0);
+		CHECK(p.head_chunks == 3 && p.k[p.n - 1].row_offset == 400 && p.k[p.n - 1].out_ch == 112 &&
+		      p.k[p.n - 2].out_ch == 200 && p.k[p.n - 2].chunk == 1);
+		CHECK(ane_plan_find(&p, ANE_K_LM_HEAD, -1, 2) == p.n - 1 && ane_plan_find(&p, ANE_K_LM_HEAD, -1, 3) == -1);
+		ane_plan_free(&p);
+		model_free(&m);
+	}
+	// the seed's chunk rule at real sizes
+	CHECK(ane_head_chunk_rows(2304, 256000) == 116508);
+	// bad options are refused
+	struct model m;
+	REQUIRE(load(&m, "stories260K") == 0);
+	struct ane_plan p;
+	char err[AD_ERRLEN] = "";
+	CHECK(ane_plan_build(&p, &m, &(struct ane_plan_opts){.width = 5000}, err) == -1 && strstr(err, "width"));
+	model_free(&m);
+}
+
+// --- kb_local against fp32 -----------------------------------------------------------
+
+// y[out] for column x from the plan's parts, in fp32 with the dequantised weights
+static void
+ref_kernel(const struct ane_pk *k, float *const *wd, const float *x, float *y)
+{
+	if (k->ff) {
+		float *g = malloc((size_t)k->ff * sizeof(float)), *u = malloc((size_t)k->ff * sizeof(float));
+		const int E = k->in_ch;
+		for (int i = 0; i < k->ff; i++) {
+			const float *wg = wd[0] + (size_t)(k->parts[0].row0 + i) * E;
+			const float *wu = wd[1] + (size_t)(k->parts[1].row0 + i) * E;
+			double a = 0, b = 0;
+			for (int c = 0; c < E; c++) {
+				a += (double)wg[c] * x[c];
+				b += (double)wu[c] * x[c];
+			}
+			g[i] = (float)(a / (1.0 + exp(-a)) * b);
+		}
+		for (int o = 0; o < k->out_ch; o++) {
+			double a = 0;
+			for (int i = 0; i < k->ff; i++)
+				a += (double)wd[2][(size_t)o * k->ff + i] * g[i];
+			y[o] = (float)a;
+		}
+		free(g);
+		free(u);
+		return;
+	}
+	int o = 0;
+	for (int p = 0; p < k->nparts; p++)
+		for (int64_t r = 0; r < k->parts[p].rows; r++, o++) {
+			const float *w = wd[p] + (size_t)(k->parts[p].row0 + r) * k->in_ch;
+			double a = 0;
+			for (int c = 0; c < k->in_ch; c++)
+				a += (double)w[c] * x[c];
+			y[o] = (float)a;
+		}
+}
+
+// one kernel on surfaces in/out vs the reference; returns the relative error
+static double
+check_kernel(struct kernel_backend *kb, const struct ane_pk *pk, int id, int ncols)
+{
+	char err[AD_ERRLEN];
+	struct ad_surface in, out;
+	if (kb->surface_new(kb, "in", pk->in_ch, &in, err) || kb->surface_new(kb, "out", pk->out_ch, &out, err)) {
+		fprintf(stderr, "surface: %s\n", err);
+		return 1e9;
+	}
+	float *x = malloc((size_t)ncols * pk->in_ch * sizeof(float));
+	float *y = malloc((size_t)ncols * pk->out_ch * sizeof(float));
+	float *r = malloc((size_t)pk->out_ch * sizeof(float));
+	for (int i = 0; i < ncols * pk->in_ch; i++)
+		x[i] = 2.0f * frand();
+	surface_write(&in, x, (size_t)ncols, (size_t)pk->in_ch);
+	surface_read(&in, x, (size_t)ncols, (size_t)pk->in_ch); // the fp16 values the kernel sees
+	struct kb_timing t;
+	double rel = 1e9;
+	if (kb->call(kb, id, &in, &out, ncols, &t, err)) {
+		fprintf(stderr, "call %d: %s\n", id, err);
+		goto done;
+	}
+	surface_read(&out, y, (size_t)ncols, (size_t)pk->out_ch);
+	float *wd[3] = {0};
+	for (int p = 0; p < pk->nparts; p++)
+		wd[p] = deq_all(pk->parts[p].t);
+	double maxd = 0, maxr = 0;
+	for (int c = 0; c < ncols; c++) {
+		ref_kernel(pk, wd, x + (size_t)c * pk->in_ch, r);
+		for (int o = 0; o < pk->out_ch; o++) {
+			double d = fabs((double)y[(size_t)c * pk->out_ch + o] - r[o]);
+			maxd = d > maxd ? d : maxd;
+			maxr = fabs(r[o]) > maxr ? fabs(r[o]) : maxr;
+		}
+	}
+	for (int p = 0; p < pk->nparts; p++)
+		free(wd[p]);
+	rel = maxr > 0 ? maxd / maxr : maxd;
+done:
+	free(x);
+	free(y);
+	free(r);
+	return rel;
+}
+
+static void
+test_local_vs_fp32(void)
+{
+	for (int f = 0; f < NFIX; f++) {
+		struct model m;
+		REQUIRE(load(&m, fixtures[f]) == 0);
+		for (int split = 0; split < 2; split++) {
+			char err[AD_ERRLEN];
+			struct kb_opts o = {.width = W, .split = split, .threads = 2};
+			struct kernel_backend *kb = kb_local_new(&m, &o, err);
+			REQUIRE(kb, "%s: %s", fixtures[f], err);
+			struct ane_plan p;
+			REQUIRE(ane_plan_build(&p, &m, &(struct ane_plan_opts){.width = W, .split = split}, err) == 0);
+			CHECK(kb->n_kernels == p.n && kb->width == W && strcmp(kb->name, "emu") == 0);
+			CHECK(kb->compile_count == (uint32_t)p.n);
+			double worst = 0;
+			for (int i = 0; i < p.n; i++) {
+				CHECK(kb->kernels[i].kind == (enum kb_kind)p.k[i].kind && kb->kernels[i].out_ch == p.k[i].out_ch);
+				double rel = check_kernel(kb, &p.k[i], i, 1 + i % W);
+				CHECK(rel < 0.01, "%s kernel %d (%s): rel %g", fixtures[f], i, ane_kind_name(p.k[i].kind), rel);
+				worst = rel > worst ? rel : worst;
+			}
+			if (split == 0)
+				printf("kb_local vs fp32 %-14s %2d kernels, worst rel %.2e\n", fixtures[f], p.n, worst);
+			// decode column only, and the width's last column
+			CHECK(kb_find(kb, KB_LM_HEAD, -1, 0) == p.n - 1 && kb_find(kb, KB_LM_HEAD, -1, 1) == -1);
+			ane_plan_free(&p);
+			kb->free(kb);
+		}
+		model_free(&m);
+	}
+}
+
+// the LM head in chunks, through an ane_set directly
+static void
+test_head_chunks(void)
+{
+	struct model m;
+	REQUIRE(load(&m, "qwen2") == 0);
+	struct ane_set s;
+	char err[AD_ERRLEN];
+	struct ane_plan_opts po = {.width = W, .head_rows = 200};
+	REQUIRE(ane_set_build(&s, &m, &po, NULL, 0, err) == 0, "%s", err);
+	const int E = (int)m.hp.n_embd;
+	struct ad_surface in, out;
+	REQUIRE(surface_create(&in, NULL, (size_t)E, W, 0, err) == 0);
+	REQUIRE(surface_create(&out, NULL, 200, W, 0, err) == 0);
+	float x[4096], y[200], r[200];
+	REQUIRE(E <= 4096);
+	for (int i = 0; i < E; i++)
+		x[i] = frand();
+	surface_write(&in, x, 1, (size_t)E);
+	surface_read(&in, x, 1, (size_t)E);
+	float *full = deq_all(m.tied_output ? &m.tok_embd : &m.output);
+	REQUIRE(full);
+	for (int c = 0; c < 3; c++) {
+		int id = ane_plan_find(&s.plan, ANE_K_LM_HEAD, -1, c);
+		REQUIRE(id >= 0);
+		const struct ane_pk *k = &s.plan.k[id];
+		REQUIRE(ane_eval(&s.k[id], in.base, out.base, 1, err) == 0, "%s", err);
+		surface_read(&out, y, 1, 200);
+		double md = 0, mr = 0;
+		for (int o = 0; o < k->out_ch; o++) {
+			double a = 0;
+			for (int i = 0; i < E; i++)
+				a += (double)full[(size_t)(k->row_offset + o) * E + i] * x[i];
+			r[o] = (float)a;
+			md = fmax(md, fabs(y[o] - r[o]));
+			mr = fmax(mr, fabs(r[o]));
+		}
+		CHECK(md / mr < 0.01, "chunk %d: rel %g", c, md / mr);
+	}
+	// bad calls of the set
+	CHECK(ane_eval(&s.k[0], in.base, out.base, 0, err) == -1);
+	CHECK(ane_eval(&s.k[0], in.base, out.base, W + 1, err) == -1);
+	free(full);
+	surface_close(&in);
+	surface_close(&out);
+	ane_set_free(&s);
+	// unknown backend
+	CHECK(ane_set_build(&s, &m, &po, &(struct ane_build_opts){.backend = "gpu"}, 0, err) == -1 &&
+	      strstr(err, "backend"));
+	model_free(&m);
+}
+
+// the blob files are gone after compile, and stay with ANEDVD_KEEP_ANE_FILES=1
+static int
+count_ane_dirs(const char *tmp, int *files)
+{
+	DIR *d = opendir(tmp);
+	int n = 0;
+	*files = 0;
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		if (strncmp(e->d_name, "anedvd-ane-", 11) != 0)
+			continue;
+		n++;
+		char p[1024];
+		snprintf(p, sizeof p, "%s/%s", tmp, e->d_name);
+		DIR *d2 = opendir(p);
+		struct dirent *e2;
+		while (d2 && (e2 = readdir(d2)))
+			if (e2->d_name[0] != '.')
+				(*files)++;
+		if (d2)
+			closedir(d2);
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+static void
+test_build_files(void)
+{
+	char tmp[512];
+	snprintf(tmp, sizeof tmp, "%s/keep", t_tmpdir());
+	mkdir(tmp, 0700);
+	const char *old = getenv("TMPDIR");
+	char *saved = old ? strdup(old) : NULL;
+	setenv("TMPDIR", tmp, 1);
+	struct model m;
+	REQUIRE(load(&m, "stories260K") == 0);
+	char err[AD_ERRLEN];
+	struct ane_set s;
+	REQUIRE(ane_set_build(&s, &m, &(struct ane_plan_opts){.width = W}, NULL, 0, err) == 0, "%s", err);
+	int files, dirs = count_ane_dirs(tmp, &files);
+	CHECK(dirs == 1 && files == 0, "%d dirs, %d files while built", dirs, files);
+	ane_set_free(&s);
+	dirs = count_ane_dirs(tmp, &files);
+	CHECK(dirs == 0, "%d dirs left", dirs);
+	setenv("ANEDVD_KEEP_ANE_FILES", "1", 1);
+	REQUIRE(ane_set_build(&s, &m, &(struct ane_plan_opts){.width = W}, NULL, 0, err) == 0, "%s", err);
+	dirs = count_ane_dirs(tmp, &files);
+	CHECK(dirs == 1 && files == 2 * s.plan.n, "%d dirs, %d files kept for %d kernels", dirs, files, s.plan.n);
+	ane_set_free(&s);
+	unsetenv("ANEDVD_KEEP_ANE_FILES");
+	if (saved)
+		setenv("TMPDIR", saved, 1);
+	else
+		unsetenv("TMPDIR");
+	free(saved);
+	model_free(&m);
+}
+
+// --- the process ---------------------------------------------------------------------
+
+static char url[300];
+
+// fork + exec (not posix_spawn: cpu-worker/sched.h shadows the system's
+// <sched.h> on this target's include path, which <spawn.h> needs)
+static pid_t
+start(char **argv)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		execve(argv[0], argv, environ);
+		_exit(127);
+	}
+	return pid;
+}
+
+static pid_t
+spawn_worker(int delay_ms, int split)
+{
+	char d[32];
+	snprintf(d, sizeof d, "%d", delay_ms);
+	char *argv[16];
+	int n = 0;
+	argv[n++] = WORKER_BIN;
+	argv[n++] = "--model";
+	argv[n++] = STORIES;
+	argv[n++] = "--listen";
+	argv[n++] = url;
+	argv[n++] = "--chunk";
+	argv[n++] = "8";
+	argv[n++] = "--threads";
+	argv[n++] = "1";
+	if (delay_ms) {
+		argv[n++] = "--debug-delay-ms";
+		argv[n++] = d;
+	}
+	if (split)
+		argv[n++] = "--split";
+	argv[n] = NULL;
+	return start(argv);
+}
+
+static pid_t worker = -1;
+static struct model stories;
+static struct kernel_backend *local, *remote;
+
+static struct kernel_backend *
+open_remote(int split, int deadline_ms, char *err)
+{
+	struct kb_opts o = {.width = W, .split = split, .url = url, .timeout_ms = 2000, .deadline_ms = deadline_ms,
+	                    .instance = (long)getpid()};
+	return kb_remote_new(&stories, &o, err);
+}
+
+// raw request, for the error paths
+static Anedvd__AneReply *
+raw(struct ad_client *c, const void *buf, size_t n)
+{
+	uint8_t *rep;
+	size_t rlen;
+	char err[AD_ERRLEN];
+	if (ad_client_call(c, buf, n, &rep, &rlen, 5000, err))
+		return NULL;
+	Anedvd__AneReply *a = anedvd__ane_reply__unpack(NULL, rlen, rep);
+	free(rep);
+	return a;
+}
+
+static Anedvd__AneReply *
+req(struct ad_client *c, Anedvd__AneRequest *q)
+{
+	size_t n = anedvd__ane_request__get_packed_size(q);
+	uint8_t *buf = malloc(n + 1);
+	anedvd__ane_request__pack(q, buf);
+	Anedvd__AneReply *a = raw(c, buf, n);
+	free(buf);
+	return a;
+}
+
+static Anedvd__AneReply *
+call_req(struct ad_client *c, uint32_t kernel, const char *in, const char *out, uint32_t ncols)
+{
+	Anedvd__KernelCall kc = ANEDVD__KERNEL_CALL__INIT;
+	kc.kernel = kernel;
+	kc.input = (char *)in;
+	kc.output = (char *)out;
+	kc.ncols = ncols;
+	kc.seq = 7;
+	Anedvd__AneRequest q = ANEDVD__ANE_REQUEST__INIT;
+	q.body_case = ANEDVD__ANE_REQUEST__BODY_CALL;
+	q.call = &kc;
+	return req(c, &q);
+}
+
+static int
+healthy(struct ad_client *c)
+{
+	Anedvd__HealthRequest h = ANEDVD__HEALTH_REQUEST__INIT;
+	Anedvd__AneRequest q = ANEDVD__ANE_REQUEST__INIT;
+	q.body_case = ANEDVD__ANE_REQUEST__BODY_HEALTH;
+	q.health = &h;
+	Anedvd__AneReply *a = req(c, &q);
+	int ok = a && !a->error && a->body_case == ANEDVD__ANE_REPLY__BODY_HEALTH && a->health->pid == (uint32_t)worker &&
+	         strcmp(a->health->process, "anedvd-ane-worker") == 0;
+	if (a)
+		anedvd__ane_reply__free_unpacked(a, NULL);
+	return ok;
+}
+
+static int
+error_code(Anedvd__AneReply *a)
+{
+	int code = a && a->error ? (int)a->error->code : (a ? 0 : -1);
+	if (a)
+		anedvd__ane_reply__free_unpacked(a, NULL);
+	return code;
+}
+
+static void
+test_process_start(void)
+{
+	char err[AD_ERRLEN];
+	REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), "ane") == 0);
+	REQUIRE(load(&stories, "stories260K") == 0);
+	local = kb_local_new(&stories, &(struct kb_opts){.width = W, .threads = 1}, err);
+	REQUIRE(local, "%s", err);
+	worker = spawn_worker(0, 0);
+	REQUIRE(worker > 0);
+	remote = open_remote(0, 30000, err);
+	REQUIRE(remote, "%s", err);
+	CHECK(strcmp(remote->name, "remote:emu") == 0, "%s", remote->name);
+	CHECK(remote->n_kernels == local->n_kernels && remote->width == W);
+	CHECK(remote->compile_count == (uint32_t)local->n_kernels);
+	// a backend whose plan differs (split FFN) is refused at once
+	uint64_t t0 = (uint64_t)time(NULL);
+	struct kernel_backend *bad = open_remote(1, 20000, err);
+	CHECK(!bad && strstr(err, "other kernels"), "%s", err);
+	CHECK((uint64_t)time(NULL) - t0 < 10);
+	// the instance's surfaces are shared memory under our pid
+	struct ad_surface s;
+	REQUIRE(remote->surface_new(remote, "probe", 16, &s, err) == 0, "%s", err);
+	char prefix[64];
+	snprintf(prefix, sizeof prefix, "/anedvd-%ld-", (long)getpid());
+	CHECK(s.shared && strncmp(s.id, prefix, strlen(prefix)) == 0, "%s", s.id);
+}
+
+// every kernel, random columns: kb_remote and kb_local give the same bits
+static void
+test_remote_bit_exact(void)
+{
+	REQUIRE(local && remote);
+	char err[AD_ERRLEN];
+	int diffs = 0;
+	for (int id = 0; id < local->n_kernels; id++) {
+		const struct kb_info *k = &local->kernels[id];
+		struct ad_surface li, lo, ri, ro;
+		REQUIRE(local->surface_new(local, "i", k->in_ch, &li, err) == 0);
+		REQUIRE(local->surface_new(local, "o", k->out_ch, &lo, err) == 0);
+		char n1[32], n2[32];
+		snprintf(n1, sizeof n1, "i%d", id);
+		snprintf(n2, sizeof n2, "o%d", id);
+		REQUIRE(remote->surface_new(remote, n1, k->in_ch, &ri, err) == 0, "%s", err);
+		REQUIRE(remote->surface_new(remote, n2, k->out_ch, &ro, err) == 0, "%s", err);
+		for (int ncols = 1; ncols <= W; ncols += W - 1) {
+			float x[W * 1024];
+			REQUIRE(k->in_ch * ncols <= W * 1024);
+			for (int i = 0; i < k->in_ch * ncols; i++)
+				x[i] = 3.0f * frand();
+			surface_write(&li, x, (size_t)ncols, (size_t)k->in_ch);
+			surface_write(&ri, x, (size_t)ncols, (size_t)k->in_ch);
+			struct kb_timing tl, tr;
+			REQUIRE(local->call(local, id, &li, &lo, ncols, &tl, err) == 0, "%s", err);
+			REQUIRE(remote->call(remote, id, &ri, &ro, ncols, &tr, err) == 0, "%s", err);
+			CHECK(tr.total_ns >= tr.exec_ns && tr.exec_ns > 0);
+			for (int o = 0; o < k->out_ch; o++)
+				if (memcmp((char *)lo.base + (size_t)o * lo.plane_stride,
+				           (char *)ro.base + (size_t)o * ro.plane_stride, (size_t)ncols * 2) != 0)
+					diffs++;
+		}
+	}
+	CHECK(diffs == 0, "%d channels differ", diffs);
+	// the backend's own checks
+	struct ad_surface a, b;
+	REQUIRE(remote->surface_new(remote, "a", 64, &a, err) == 0);
+	REQUIRE(remote->surface_new(remote, "b", 64, &b, err) == 0);
+	CHECK(remote->call(remote, local->n_kernels, &a, &b, 1, NULL, err) == -1 && strstr(err, "no kernel"), "%s", err);
+	CHECK(remote->call(remote, 1, &a, &b, 0, NULL, err) == -1);
+	CHECK(remote->call(remote, 1, &a, &b, W + 1, NULL, err) == -1);
+	CHECK(remote->call(remote, 1, &a, &a, 1, NULL, err) == -1);
+	CHECK(remote->call(remote, 0, &a, &b, 1, NULL, err) == -1 && strstr(err, "channels"), "%s", err);
+	CHECK(remote->call(remote, 1, &a, &b, 1, NULL, err) == 0, "%s", err);
+}
+
+static void
+test_remote_errors(void)
+{
+	REQUIRE(worker > 0 && remote);
+	char err[AD_ERRLEN];
+	struct ad_client *c = ad_client_open(url, err);
+	REQUIRE(c);
+	REQUIRE(healthy(c));
+	struct ad_surface a, b;
+	REQUIRE(remote->surface_new(remote, "ea", 512, &a, err) == 0);
+	REQUIRE(remote->surface_new(remote, "eb", 512, &b, err) == 0);
+	CHECK(error_code(call_req(c, 1, a.id, b.id, 1)) == 0);
+	CHECK(error_code(call_req(c, 9999, a.id, b.id, 1)) == ANEDVD__ERROR_CODE__ERROR_NOT_FOUND);
+	CHECK(error_code(call_req(c, 1, a.id, b.id, 0)) == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
+	CHECK(error_code(call_req(c, 1, a.id, b.id, W + 1)) == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
+	CHECK(error_code(call_req(c, 1, a.id, a.id, 1)) == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
+	CHECK(error_code(call_req(c, 1, "/anedvd-1-no-such-surface", b.id, 1)) == ANEDVD__ERROR_CODE__ERROR_NOT_FOUND);
+	CHECK(error_code(call_req(c, 1, a.id, "/anedvd-1-no-such-surface", 1)) == ANEDVD__ERROR_CODE__ERROR_NOT_FOUND);
+	CHECK(error_code(call_req(c, 1, "no-slash", b.id, 1)) == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
+	CHECK(error_code(call_req(c, 1, "", b.id, 1)) == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
+	// a surface too small for the kernel (an object of 4 KiB)
+	char small[64];
+	snprintf(small, sizeof small, "/anedvd-%ld-small", (long)getpid());
+	int fd = shm_open(small, O_RDWR | O_CREAT | O_EXCL, 0600);
+	REQUIRE(fd >= 0);
+	CHECK(ftruncate(fd, 4096) == 0);
+	close(fd);
+	CHECK(error_code(call_req(c, 1, small, b.id, 1)) == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
+	CHECK(error_code(call_req(c, (uint32_t)local->n_kernels - 1, a.id, small, 1)) ==
+	      ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
+	shm_unlink(small);
+	// undecodable bytes, an empty message, a request without a body
+	const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x99};
+	CHECK(error_code(raw(c, junk, sizeof junk)) == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
+	Anedvd__AneRequest q = ANEDVD__ANE_REQUEST__INIT;
+	CHECK(error_code(req(c, &q)) == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
+	// a surface recreated under the same id is mapped again (no stale mapping)
+	char sid[64];
+	snprintf(sid, sizeof sid, "%s", a.id);
+	surface_close(&a);
+	struct ad_surface a2;
+	REQUIRE(surface_create(&a2, sid, 512, W, 1, err) == 0, "%s", err);
+	float x[64];
+	for (int i = 0; i < 64; i++)
+		x[i] = 1.0f;
+	surface_write(&a2, x, 1, 64);
+	CHECK(error_code(call_req(c, 1, sid, b.id, 1)) == 0);
+	float y[64];
+	surface_read(&b, y, 1, 64);
+	int nonzero = 0;
+	for (int i = 0; i < 64; i++)
+		nonzero += y[i] != 0;
+	CHECK(nonzero > 0, "output of a remapped input is all zero");
+	surface_close(&a2);
+	// a synthetic probe kernel, compiled on request
+	Anedvd__CompileRequest cq = ANEDVD__COMPILE_REQUEST__INIT;
+	cq.probe_size = 32;
+	cq.probe_seed = 99;
+	q.body_case = ANEDVD__ANE_REQUEST__BODY_COMPILE;
+	q.compile = &cq;
+	Anedvd__AneReply *r = req(c, &q);
+	REQUIRE(r && !r->error && r->body_case == ANEDVD__ANE_REPLY__BODY_COMPILE);
+	CHECK(r->compile->n_kernels == (size_t)local->n_kernels + 1 && r->compile->width == W);
+	CHECK(r->compile->compile_budget == ANE_COMPILE_BUDGET && r->compile->surfaces_shared);
+	CHECK(strcmp(r->compile->backend, "emu") == 0);
+	const Anedvd__KernelInfo *pk = r->compile->kernels[local->n_kernels];
+	CHECK(pk->kind == ANEDVD__KERNEL_KIND__KERNEL_PROBE && pk->in_channels == 32 && pk->layer == -1);
+	uint32_t probe = pk->id;
+	anedvd__ane_reply__free_unpacked(r, NULL);
+	struct ad_surface pi, po;
+	REQUIRE(remote->surface_new(remote, "pi", 32, &pi, err) == 0);
+	REQUIRE(remote->surface_new(remote, "po", 32, &po, err) == 0);
+	float px[32], py[32], wt[32 * 32];
+	for (int i = 0; i < 32; i++)
+		px[i] = frand();
+	surface_write(&pi, px, 1, 32);
+	surface_read(&pi, px, 1, 32);
+	CHECK(error_code(call_req(c, probe, pi.id, po.id, 1)) == 0);
+	surface_read(&po, py, 1, 32);
+	ane_probe_weights(wt, 32 * 32, 99);
+	double md = 0, mr = 0;
+	for (int o = 0; o < 32; o++) {
+		double s = 0;
+		for (int i = 0; i < 32; i++)
+			s += (double)ad_fp16_to_f32(ad_f32_to_fp16(wt[o * 32 + i])) * px[i];
+		md = fmax(md, fabs(s - py[o]));
+		mr = fmax(mr, fabs(s));
+	}
+	CHECK(md / mr < 0.01, "probe rel %g", md / mr);
+	cq.probe_size = 100000;
+	CHECK(error_code(req(c, &q)) == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
+	// Stats counts the calls
+	Anedvd__StatsRequest sq = ANEDVD__STATS_REQUEST__INIT;
+	q.body_case = ANEDVD__ANE_REQUEST__BODY_STATS;
+	q.stats = &sq;
+	r = req(c, &q);
+	REQUIRE(r && !r->error && r->body_case == ANEDVD__ANE_REPLY__BODY_STATS);
+	CHECK(r->stats->n_kernels == (size_t)local->n_kernels + 1 && r->stats->kernels[1]->calls >= 3 &&
+	      r->stats->kernels[probe]->calls == 1);
+	anedvd__ane_reply__free_unpacked(r, NULL);
+	// still serving
+	CHECK(healthy(c));
+	ad_client_close(c);
+}
+
+// the IPC round trip of a small kernel, remote vs local
+static int
+cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static void
+test_round_trip(void)
+{
+	REQUIRE(local && remote);
+	char err[AD_ERRLEN];
+	const int id = kb_find(local, KB_O, 0, 0);
+	REQUIRE(id >= 0);
+	const struct kb_info *k = &local->kernels[id];
+	struct kernel_backend *kbs[2] = {local, remote};
+	static uint64_t ns[2][1000], ex[2][1000];
+	for (int b = 0; b < 2; b++) {
+		struct ad_surface i, o;
+		REQUIRE(kbs[b]->surface_new(kbs[b], "rti", k->in_ch, &i, err) == 0);
+		REQUIRE(kbs[b]->surface_new(kbs[b], "rto", k->out_ch, &o, err) == 0);
+		for (int n = 0; n < 1000; n++) {
+			struct kb_timing t;
+			REQUIRE(kbs[b]->call(kbs[b], id, &i, &o, 1, &t, err) == 0, "%s", err);
+			ns[b][n] = t.total_ns;
+			ex[b][n] = t.exec_ns;
+		}
+		qsort(ns[b], 1000, sizeof ns[b][0], cmp_u64);
+		qsort(ex[b], 1000, sizeof ex[b][0], cmp_u64);
+		printf("round trip %-10s kernel %d (%s %d -> %d, 1 column), 1000 calls: median %.1f us, range %.1f .. %.1f us; "
+		       "exec median %.1f us\n",
+		       kbs[b]->name, id, "o", k->in_ch, k->out_ch, ns[b][500] / 1e3, ns[b][0] / 1e3, ns[b][999] / 1e3,
+		       ex[b][500] / 1e3);
+	}
+	printf("IPC overhead per call (median remote total - median local total): %.1f us\n",
+	       ((double)ns[1][500] - (double)ns[0][500]) / 1e3);
+	CHECK(ns[1][500] > 0);
+}
+
+struct seq_state {
+	int ncalls;
+	atomic_int started;
+	int failed;
+	char err[AD_ERRLEN];
+	struct ad_surface in[12], out[12];
+};
+
+static void *
+run_sequence(void *p)
+{
+	struct seq_state *s = p;
+	for (int n = 0; n < s->ncalls; n++) {
+		int id = n % remote->n_kernels;
+		atomic_store(&s->started, n + 1);
+		struct kb_timing t;
+		if (remote->call(remote, id, &s->in[n], &s->out[n], 1 + n % W, &t, s->err)) {
+			s->failed = n + 1;
+			return NULL;
+		}
+	}
+	return NULL;
+}
+
+static void
+test_kill_restart(void)
+{
+	REQUIRE(worker > 0 && remote && local);
+	char err[AD_ERRLEN];
+	// a worker that sleeps 300 ms in every call, so one is surely in flight
+	kill(worker, SIGTERM);
+	int st;
+	waitpid(worker, &st, 0);
+	worker = spawn_worker(300, 0);
+	REQUIRE(worker > 0);
+	struct seq_state *s = calloc(1, sizeof *s);
+	s->ncalls = 12;
+	static float x[12][W * 512];
+	for (int n = 0; n < s->ncalls; n++) {
+		const struct kb_info *k = &remote->kernels[n % remote->n_kernels];
+		char a[16], b[16];
+		snprintf(a, sizeof a, "ki%d", n);
+		snprintf(b, sizeof b, "ko%d", n);
+		REQUIRE(remote->surface_new(remote, a, k->in_ch, &s->in[n], err) == 0);
+		REQUIRE(remote->surface_new(remote, b, k->out_ch, &s->out[n], err) == 0);
+		for (int i = 0; i < k->in_ch * W; i++)
+			x[n][i] = frand();
+		surface_write(&s->in[n], x[n], W, (size_t)k->in_ch);
+	}
+	pthread_t th;
+	REQUIRE(pthread_create(&th, NULL, run_sequence, s) == 0);
+	// wait until call 4 is issued, let it reach the worker, then kill
+	while (atomic_load(&s->started) < 4)
+		usleep(1000);
+	usleep(100 * 1000);
+	int in_flight = atomic_load(&s->started);
+	kill(worker, SIGKILL);
+	waitpid(worker, &st, 0);
+	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	// the supervisor's back-off, longer than the call timeout (2 s): the
+	// pending call times out and kb_remote waits for a worker, then re-issues
+	usleep(2500 * 1000);
+	CHECK(atomic_load(&s->started) == in_flight, "the call in flight returned while no worker was up");
+	worker = spawn_worker(0, 0);
+	REQUIRE(worker > 0);
+	pthread_join(th, NULL);
+	CHECK(s->failed == 0, "call %d failed: %s", s->failed, s->err);
+	printf("SIGKILL during call %d of %d: the sequence completed on the restarted worker\n", in_flight, s->ncalls);
+	// every output, the interrupted one included, equals kb_local's
+	int diffs = 0;
+	for (int n = 0; n < s->ncalls; n++) {
+		int id = n % remote->n_kernels;
+		const struct kb_info *k = &local->kernels[id];
+		struct ad_surface li, lo;
+		REQUIRE(local->surface_new(local, "ki", k->in_ch, &li, err) == 0);
+		REQUIRE(local->surface_new(local, "ko", k->out_ch, &lo, err) == 0);
+		surface_write(&li, x[n], W, (size_t)k->in_ch);
+		REQUIRE(local->call(local, id, &li, &lo, 1 + n % W, NULL, err) == 0);
+		for (int o = 0; o < k->out_ch; o++)
+			if (memcmp((char *)lo.base + (size_t)o * lo.plane_stride,
+			           (char *)s->out[n].base + (size_t)o * s->out[n].plane_stride, (size_t)(1 + n % W) * 2))
+				diffs++;
+	}
+	CHECK(diffs == 0, "%d channels differ after the restart", diffs);
+	free(s);
+	// a worker that stays away: a clear error after the deadline
+	struct kernel_backend *r2 = open_remote(0, 1500, err);
+	REQUIRE(r2, "%s", err);
+	kill(worker, SIGKILL);
+	waitpid(worker, &st, 0);
+	worker = -1;
+	struct ad_surface a, b;
+	REQUIRE(r2->surface_new(r2, "da", 64, &a, err) == 0);
+	REQUIRE(r2->surface_new(r2, "db", 64, &b, err) == 0);
+	CHECK(r2->call(r2, 1, &a, &b, 1, NULL, err) == -1 && strstr(err, "did not come back"), "%s", err);
+	r2->free(r2);
+	worker = spawn_worker(0, 0);
+	REQUIRE(worker > 0);
+}
+
+static int
+shm_count(long pid)
+{
+	char prefix[64];
+	snprintf(prefix, sizeof prefix, "anedvd-%ld-", pid);
+	DIR *d = opendir("/dev/shm");
+	int n = 0;
+	struct dirent *e;
+	while (d && (e = readdir(d)))
+		n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+	if (d)
+		closedir(d);
+	return n;
+}
+
+static void
+test_sigterm(void)
+{
+	REQUIRE(worker > 0);
+	char err[AD_ERRLEN];
+	struct ad_client *c = ad_client_open(url, err);
+	REQUIRE(c);
+	int up = 0;
+	for (int i = 0; i < 100 && !up; i++) {
+		up = healthy(c);
+		if (!up)
+			usleep(50 * 1000);
+	}
+	CHECK(up);
+	ad_client_close(c);
+	kill(worker, SIGTERM);
+	int st;
+	waitpid(worker, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+	CHECK(shm_count(worker) == 0);
+	worker = -1;
+	remote->free(remote);
+	remote = NULL;
+	CHECK(shm_count(getpid()) == 0, "our surfaces are left after free");
+	local->free(local);
+	local = NULL;
+	model_free(&stories);
+}
+
+static void
+test_bad_args(void)
+{
+	char *argv1[] = {WORKER_BIN, "--chunk", "zero", NULL};
+	char *argv2[] = {WORKER_BIN, "--model", T_DATA "/models/README.md", "--listen", url, NULL};
+	char *argv3[] = {WORKER_BIN, "--model", STORIES, "--listen", url, "--backend", "gpu", NULL};
+	char **all[] = {argv1, argv2, argv3};
+	for (int i = 0; i < 3; i++) {
+		pid_t pid = start(all[i]);
+		REQUIRE(pid > 0);
+		int st;
+		waitpid(pid, &st, 0);
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 0, "case %d: status %d", i, st);
+	}
+}
+
+int
+main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	T_RUN(test_plan_fixtures);
+	T_RUN(test_local_vs_fp32);
+	T_RUN(test_head_chunks);
+	T_RUN(test_build_files);
+	T_RUN(test_process_start);
+	T_RUN(test_remote_bit_exact);
+	T_RUN(test_remote_errors);
+	T_RUN(test_round_trip);
+	T_RUN(test_kill_restart);
+	T_RUN(test_sigterm);
+	T_RUN(test_bad_args);
+	if (worker > 0) {
+		kill(worker, SIGKILL);
+		waitpid(worker, NULL, 0);
+	}
+	return t_done();
+}
