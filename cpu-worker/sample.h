@@ -9,19 +9,25 @@
 //
 // The pipeline, in this order:
 //   1. penalties, on a copy of the logits, once per distinct token t of the
-//      window with count c (llama.cpp's llama_sampler_penalties):
+//      window with count c - not once per occurrence - as llama.cpp's
+//      llama_sampler_penalties does:
 //        repeat:    l = l <= 0 ? l * repeat_penalty : l / repeat_penalty
 //        OpenAI:    l -= c * frequency_penalty + presence_penalty
 //   2. a NaN or +inf logit, or a row that is all -inf, is an error (-1).
 //   3. temperature <= 0: the argmax, lowest id on ties; no random draw.
 //   4. the cut: keep the candidates l >= max - 20 * T (below that a token's
 //      weight is under e^-20 of the best one's; -inf never passes).
-//   5. top-k: the k best candidates (bounded selection).
+//   5. top-k: the k best candidates (a k-entry heap, in the cut's pass).
 //   6. softmax at T: p = expf((l - max) / T), so the best token has p = 1.
 //   7. min-p: keep p >= min_p (that is min_p * p_max).
 //   8. top-p: keep the smallest best-first prefix whose mass reaches top_p
-//      of what is left (at least one token).
-//   9. draw one token in proportion to p.
+//      of what is left (at least one token); found through logit buckets
+//      and a selection inside one bucket, not a sort.
+//   9. draw one token in proportion to p: one uniform integer below the
+//      kept mass, walked through the kept tokens in id order.
+// Min-p and top-p see the probabilities at T (llama.cpp's default chain
+// applies them at T 1 and the temperature last). top_p 0 is refused by
+// sample_check: greedy is temperature 0.
 // "Best first" is one strict order everywhere: higher logit first, lower id
 // first among equal logits. Every step keeps a prefix of that order, so
 // ties at a boundary keep the lower ids. Masses are summed as integers
