@@ -169,8 +169,30 @@ exp_v(__m256 x)
 	return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
-// heads per pass over the keys: their accumulators stay in registers
-#define HB 4
+// q·k for heads h..h+3 (pointers q0..q3) and rows j, j2 of the keys, in
+// the lanes and fold of dot_ref: 8 independent accumulators keep the FMA
+// units busy
+SIMD static inline void
+scores_4x2(const float *q0, const float *q1, const float *q2, const float *q3, const uint16_t *k0,
+           const uint16_t *k1, int hd8, float *s)
+{
+	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+	for (int i = 0; i < hd8; i += 8) {
+		__m256 x = load_h8(k0 + i), y = load_h8(k1 + i);
+		__m256 w0 = _mm256_loadu_ps(q0 + i), w1 = _mm256_loadu_ps(q1 + i);
+		__m256 w2 = _mm256_loadu_ps(q2 + i), w3 = _mm256_loadu_ps(q3 + i);
+		a0 = _mm256_fmadd_ps(w0, x, a0);
+		a1 = _mm256_fmadd_ps(w1, x, a1);
+		a2 = _mm256_fmadd_ps(w2, x, a2);
+		a3 = _mm256_fmadd_ps(w3, x, a3);
+		b0 = _mm256_fmadd_ps(w0, y, b0);
+		b1 = _mm256_fmadd_ps(w1, y, b1);
+		b2 = _mm256_fmadd_ps(w2, y, b2);
+		b3 = _mm256_fmadd_ps(w3, y, b3);
+	}
+	s[0] = fold_v(a0), s[1] = fold_v(a1), s[2] = fold_v(a2), s[3] = fold_v(a3);
+	s[4] = fold_v(b0), s[5] = fold_v(b1), s[6] = fold_v(b2), s[7] = fold_v(b3);
+}
 
 SIMD static void
 attn_simd(const struct attn_shape *sh, const float *q, const uint16_t *k, const uint16_t *v, int first,
@@ -184,27 +206,26 @@ attn_simd(const struct attn_shape *sh, const float *q, const uint16_t *k, const 
 	for (int g = 0; g < sh->n_head_kv; g++) {
 		const float *qg = q + (size_t)g * group * hd;
 		const uint16_t *kg = k + (size_t)g * hd, *vg = v + (size_t)g * hdv;
-		// scores: the same bits as attn_ref's (same lanes, same fold)
-		for (int h0 = 0; h0 < group; h0 += HB) {
-			const int nh = group - h0 < HB ? group - h0 : HB;
-			for (int j = first; j <= last; j++) {
-				const uint16_t *kj = kg + (size_t)j * sh->k_stride;
-				__m256 acc[HB];
-				for (int t = 0; t < HB; t++)
-					acc[t] = _mm256_setzero_ps();
-				for (int i = 0; i < hd8; i += 8) {
-					__m256 kv = load_h8(kj + i);
-					for (int t = 0; t < nh; t++)
-						acc[t] = _mm256_fmadd_ps(_mm256_loadu_ps(qg + (size_t)(h0 + t) * hd + i), kv,
-						                         acc[t]);
-				}
-				for (int t = 0; t < nh; t++) {
-					const float *qh = qg + (size_t)(h0 + t) * hd;
-					float s = fold_v(acc[t]);
-					for (int i = hd8; i < hd; i++)
-						s = fmaf(qh[i], ad_fp16_to_f32(kj[i]), s);
-					scores[(size_t)(h0 + t) * rows + (j - first)] = s * sh->scale;
-				}
+		// scores: the same bits as attn_ref's (same lanes, same fold);
+		// four heads by two rows at a time, the spare ones computed on a
+		// copy of the last and dropped
+		for (int h0 = 0; h0 < group; h0 += 4) {
+			const int nh = group - h0 < 4 ? group - h0 : 4;
+			const float *qp[4];
+			for (int t = 0; t < 4; t++)
+				qp[t] = qg + (size_t)(h0 + (t < nh ? t : nh - 1)) * hd;
+			for (int j = first; j <= last; j += 2) {
+				const int j2 = j + 1 <= last ? j + 1 : j, nj = j2 > j ? 2 : 1;
+				const uint16_t *kj[2] = {kg + (size_t)j * sh->k_stride, kg + (size_t)j2 * sh->k_stride};
+				float s[8];
+				scores_4x2(qp[0], qp[1], qp[2], qp[3], kj[0], kj[1], hd8, s);
+				for (int r = 0; r < nj; r++)
+					for (int t = 0; t < nh; t++) {
+						float x = s[4 * r + t];
+						for (int i = hd8; i < hd; i++)
+							x = fmaf(qp[t][i], ad_fp16_to_f32(kj[r][i]), x);
+						scores[(size_t)(h0 + t) * rows + (j + r - first)] = x * sh->scale;
+					}
 			}
 		}
 		for (int t = 0; t < group; t++) {
@@ -232,22 +253,58 @@ attn_simd(const struct attn_shape *sh, const float *q, const uint16_t *k, const 
 				sc[r] *= inv;
 			memset(out + (size_t)(g * group + t) * hdv, 0, (size_t)hdv * sizeof(float));
 		}
-		// P·V: each value row converted once, added into every head of the group
-		for (int j = first; j <= last; j++) {
-			const uint16_t *vj = vg + (size_t)j * sh->v_stride;
-			for (int d = 0; d < hdv8; d += 8)
-				_mm256_storeu_ps(vf + d, load_h8(vj + d));
-			for (int d = hdv8; d < hdv; d++)
-				vf[d] = ad_fp16_to_f32(vj[d]);
+		// P·V: blocks of 8 value rows converted once into vf, then added
+		// into each head of the group, 64 dimensions (8 registers) at a time
+		for (int j0 = first; j0 <= last; j0 += 8) {
+			const int nr = last - j0 + 1 < 8 ? last - j0 + 1 : 8;
+			for (int r = 0; r < nr; r++) {
+				const uint16_t *vj = vg + (size_t)(j0 + r) * sh->v_stride;
+				float *dst = vf + (size_t)r * hdv;
+				for (int d = 0; d < hdv8; d += 8)
+					_mm256_storeu_ps(dst + d, load_h8(vj + d));
+				for (int d = hdv8; d < hdv; d++)
+					dst[d] = ad_fp16_to_f32(vj[d]);
+			}
 			for (int t = 0; t < group; t++) {
 				float *o = out + (size_t)(g * group + t) * hdv;
-				const float p = scores[(size_t)t * rows + (j - first)];
-				__m256 vp = _mm256_set1_ps(p);
-				for (int d = 0; d < hdv8; d += 8)
-					_mm256_storeu_ps(o + d, _mm256_fmadd_ps(vp, _mm256_loadu_ps(vf + d),
-					                                        _mm256_loadu_ps(o + d)));
+				const float *p = scores + (size_t)t * rows + (j0 - first);
+				int d0 = 0;
+				for (; d0 + 64 <= hdv8; d0 += 64) {
+					__m256 o0 = _mm256_loadu_ps(o + d0), o1 = _mm256_loadu_ps(o + d0 + 8);
+					__m256 o2 = _mm256_loadu_ps(o + d0 + 16), o3 = _mm256_loadu_ps(o + d0 + 24);
+					__m256 o4 = _mm256_loadu_ps(o + d0 + 32), o5 = _mm256_loadu_ps(o + d0 + 40);
+					__m256 o6 = _mm256_loadu_ps(o + d0 + 48), o7 = _mm256_loadu_ps(o + d0 + 56);
+					for (int r = 0; r < nr; r++) {
+						const float *x = vf + (size_t)r * hdv + d0;
+						__m256 pr = _mm256_set1_ps(p[r]);
+						o0 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x), o0);
+						o1 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x + 8), o1);
+						o2 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x + 16), o2);
+						o3 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x + 24), o3);
+						o4 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x + 32), o4);
+						o5 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x + 40), o5);
+						o6 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x + 48), o6);
+						o7 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x + 56), o7);
+					}
+					_mm256_storeu_ps(o + d0, o0);
+					_mm256_storeu_ps(o + d0 + 8, o1);
+					_mm256_storeu_ps(o + d0 + 16, o2);
+					_mm256_storeu_ps(o + d0 + 24, o3);
+					_mm256_storeu_ps(o + d0 + 32, o4);
+					_mm256_storeu_ps(o + d0 + 40, o5);
+					_mm256_storeu_ps(o + d0 + 48, o6);
+					_mm256_storeu_ps(o + d0 + 56, o7);
+				}
+				for (; d0 < hdv8; d0 += 8) {
+					__m256 acc = _mm256_loadu_ps(o + d0);
+					for (int r = 0; r < nr; r++)
+						acc = _mm256_fmadd_ps(_mm256_set1_ps(p[r]), _mm256_loadu_ps(vf + (size_t)r * hdv + d0),
+						                      acc);
+					_mm256_storeu_ps(o + d0, acc);
+				}
 				for (int d = hdv8; d < hdv; d++)
-					o[d] = fmaf(p, vf[d], o[d]);
+					for (int r = 0; r < nr; r++)
+						o[d] = fmaf(p[r], vf[(size_t)r * hdv + d], o[d]);
 			}
 		}
 	}
