@@ -384,6 +384,19 @@ test_build_files(void)
 	CHECK(dirs == 1 && files == 2 * s.plan.n, "%d dirs, %d files kept for %d kernels", dirs, files, s.plan.n);
 	ane_set_free(&s);
 	unsetenv("ANEDVD_KEEP_ANE_FILES");
+	// the compile count goes on past the budget (with a warning in the log)
+	struct ane_builder *b = ane_builder_new(NULL, err);
+	REQUIRE(b, "%s", err);
+	int ok = 0;
+	for (int i = 0; i < ANE_COMPILE_BUDGET + 1; i++) {
+		struct ane_kernel k;
+		ok += ane_build_probe(b, 16, 4, (uint64_t)i, &k, err) == 0;
+		ane_kernel_free(&k);
+	}
+	CHECK(ok == ANE_COMPILE_BUDGET + 1 && ane_builder_compiles(b) == ANE_COMPILE_BUDGET + 1);
+	struct ane_kernel k;
+	CHECK(ane_build_probe(b, 0, 4, 1, &k, err) == -1 && ane_build_probe(b, 16, 5000, 1, &k, err) == -1);
+	ane_builder_free(b);
 	if (saved)
 		setenv("TMPDIR", saved, 1);
 	else
@@ -628,13 +641,12 @@ test_remote_errors(void)
 	surface_close(&a);
 	struct ad_surface a2;
 	REQUIRE(surface_create(&a2, sid, 512, W, 1, err) == 0, "%s", err);
-	float x[64];
-	for (int i = 0; i < 64; i++)
+	static float x[512], y[512]; // surface_write / read move every channel
+	for (int i = 0; i < 512; i++)
 		x[i] = 1.0f;
-	surface_write(&a2, x, 1, 64);
+	surface_write(&a2, x, 1, 512);
 	CHECK(error_code(call_req(c, 1, sid, b.id, 1)) == 0);
-	float y[64];
-	surface_read(&b, y, 1, 64);
+	surface_read(&b, y, 1, 512);
 	int nonzero = 0;
 	for (int i = 0; i < 64; i++)
 		nonzero += y[i] != 0;
@@ -729,6 +741,20 @@ test_round_trip(void)
 	printf("IPC overhead per call (median remote total - median local total): %.1f us\n",
 	       ((double)ns[1][500] - (double)ns[0][500]) / 1e3);
 	CHECK(ns[1][500] > 0);
+	// the transport alone: Health round trips on one client
+	struct ad_client *c = ad_client_open(url, err);
+	REQUIRE(c);
+	for (int n = 0; n < 1000; n++) {
+		struct timespec a, b;
+		clock_gettime(CLOCK_MONOTONIC, &a);
+		CHECK(healthy(c));
+		clock_gettime(CLOCK_MONOTONIC, &b);
+		ns[0][n] = (uint64_t)(b.tv_sec - a.tv_sec) * 1000000000u + (uint64_t)b.tv_nsec - (uint64_t)a.tv_nsec;
+	}
+	qsort(ns[0], 1000, sizeof ns[0][0], cmp_u64);
+	printf("round trip Health (nng req/rep + protobuf, no kernel), 1000 calls: median %.1f us, range %.1f .. %.1f us\n",
+	       ns[0][500] / 1e3, ns[0][0] / 1e3, ns[0][999] / 1e3);
+	ad_client_close(c);
 }
 
 struct seq_state {
