@@ -126,7 +126,7 @@ put_rows(struct ane_builder *b, struct ane_blob_writer *w, const struct ane_part
 		return ane_blob_put(w, &ws, err);
 	}
 	size_t block = SCRATCH_VALUES / n;
-	if (block == 0) // a row longer than the scratch: grow it once
+	if (block == 0) // a row of more than a million values: no model has one
 		return ad_err(err, "%s: rows of %zu values are too long", t->name, n);
 	for (int64_t r = 0; r < p->rows; r += (int64_t)block) {
 		size_t k = (size_t)(p->rows - r) < block ? (size_t)(p->rows - r) : block;
