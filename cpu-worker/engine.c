@@ -29,6 +29,7 @@
 #include "dequant.h"
 #include "fp16.h"
 #include "layout.h"
+#include "moe.h"
 #include "wtype.h"
 
 struct eng_surf {
@@ -41,7 +42,7 @@ struct eng_surf {
 struct eng_layer {
 	const float *attn_norm, *bq, *bk, *bv, *bo, *q_norm, *k_norm, *post_attn_norm;
 	const float *ffn_norm, *post_ffw_norm;
-	const float *gate_inp, *gate_exps, *up_exps, *down_exps, *gate_inp_shexp;
+	const float *gate_inp, *gate_inp_shexp; // router and shared-expert gate (experts: moe.c)
 	int qkv, o, ffn, gate_up, down, shexp; // kernel ids, -1 when absent
 	int sliding, use_rope;
 	float rope_base, rope_freq_scale;
@@ -68,7 +69,8 @@ struct engine {
 
 	// scratch: [width][...] activations
 	float *x, *xn, *qkv, *att, *proj, *hb, *ffo, *head_buf;
-	float *attn_scratch, *router, *ehb, *ehb2, *eout, *cs;
+	float *attn_scratch, *cs;
+	struct moe *moe;
 	int *pos, *wanted;
 	struct engine_seq **cols, **batch;
 
@@ -292,6 +294,7 @@ engine_free(struct engine *e)
 	free(e->surf);
 	free(e->k_in);
 	free(e->k_out);
+	moe_free(e->moe);
 	free(e);
 }
 
@@ -399,9 +402,7 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 		    deq(e, &ml->post_attn_norm, &L->post_attn_norm, err) ||
 		    deq(e, &ml->ffn_norm, &L->ffn_norm, err) ||
 		    deq(e, &ml->post_ffw_norm, &L->post_ffw_norm, err) ||
-		    deq(e, &ml->gate_inp, &L->gate_inp, err) || deq(e, &ml->gate_exps, &L->gate_exps, err) ||
-		    deq(e, &ml->up_exps, &L->up_exps, err) || deq(e, &ml->down_exps, &L->down_exps, err) ||
-		    deq(e, &ml->gate_inp_shexp, &L->gate_inp_shexp, err))
+		    deq(e, &ml->gate_inp, &L->gate_inp, err) || deq(e, &ml->gate_inp_shexp, &L->gate_inp_shexp, err))
 			goto fail;
 		if (ml->bqkv.name) {
 			const float *b;
@@ -469,7 +470,6 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 	}
 
 	const size_t w = (size_t)W;
-	int nff = e->ff > e->fe ? e->ff : e->fe;
 	int wide = E > e->nqv ? E : e->nqv;
 	struct attn_shape sh = {(int)hp->n_head, (int)hp->n_head_kv, (int)hp->head_dim, (int)hp->head_dim_v,
 	                        (size_t)e->nk, (size_t)e->nv, 0, 0};
@@ -480,14 +480,12 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 	    !(e->ffo = eng_alloc(e, w * E * 4, err)) ||
 	    !(e->head_buf = eng_alloc(e, w * (size_t)e->max_head_rows * 4, err)) ||
 	    !(e->attn_scratch = eng_alloc(e, attn_scratch_floats(&sh, e->max_seq) * 4, err)) ||
-	    !(e->router = eng_alloc(e, (size_t)(hp->n_expert > 0 ? hp->n_expert : 1) * 4, err)) ||
-	    !(e->ehb = eng_alloc(e, (size_t)(nff > 0 ? nff : 1) * 4, err)) ||
-	    !(e->ehb2 = eng_alloc(e, (size_t)(nff > 0 ? nff : 1) * 4, err)) ||
-	    !(e->eout = eng_alloc(e, (size_t)E * 4, err)) ||
 	    !(e->cs = eng_alloc(e, (size_t)(hp->n_rot > 0 ? hp->n_rot : 1) * 4, err)) ||
 	    !(e->pos = eng_alloc(e, w * sizeof(int), err)) || !(e->wanted = eng_alloc(e, w * sizeof(int), err)) ||
 	    !(e->cols = eng_alloc(e, w * sizeof(void *), err)) ||
 	    !(e->batch = eng_alloc(e, w * sizeof(void *), err)))
+		goto fail;
+	if (hp->n_expert > 0 && !(e->moe = moe_new(m, W, err)))
 		goto fail;
 	return e;
 fail:
@@ -636,65 +634,6 @@ run(struct engine *e, struct fwd *f, int id, const float *x, size_t ld_x, float 
 	return 0;
 }
 
-static void
-moe_column(struct engine *e, const struct eng_layer *L, const float *x, const float *shared, float *out)
-{
-	const struct model_hparams *hp = &e->hp;
-	const int64_t E = e->E, ne = hp->n_expert, fe = e->fe;
-	engine_matvec(e->router, L->gate_inp, x, E, ne);
-	float mx = -INFINITY;
-	for (int64_t i = 0; i < ne; i++)
-		mx = e->router[i] > mx ? e->router[i] : mx;
-	double sum = 0;
-	for (int64_t i = 0; i < ne; i++) {
-		e->router[i] = expf(e->router[i] - mx);
-		sum += e->router[i];
-	}
-	for (int64_t i = 0; i < ne; i++)
-		e->router[i] = (float)(e->router[i] / sum);
-
-	int chosen[64];
-	float w[64], wsum = 0;
-	int64_t k = hp->n_expert_used < 64 ? hp->n_expert_used : 64;
-	for (int64_t c = 0; c < k; c++) {
-		int best = -1;
-		for (int64_t i = 0; i < ne; i++) {
-			int taken = 0;
-			for (int64_t t = 0; t < c; t++)
-				taken |= chosen[t] == i;
-			if (!taken && (best < 0 || e->router[i] > e->router[best]))
-				best = (int)i;
-		}
-		chosen[c] = best;
-		w[c] = e->router[best];
-		wsum += w[c];
-	}
-	if (hp->expert_weights_norm)
-		for (int64_t c = 0; c < k; c++)
-			w[c] /= wsum;
-
-	memset(out, 0, (size_t)E * sizeof(float));
-	for (int64_t c = 0; c < k; c++) {
-		size_t off = (size_t)chosen[c] * (size_t)fe * (size_t)E;
-		engine_matvec(e->ehb, L->gate_exps + off, x, E, fe);
-		engine_matvec(e->ehb2, L->up_exps + off, x, E, fe);
-		for (int64_t i = 0; i < fe; i++)
-			e->ehb[i] = silu(e->ehb[i]) * e->ehb2[i];
-		engine_matvec(e->eout, L->down_exps + off, e->ehb, fe, E);
-		for (int64_t i = 0; i < E; i++)
-			out[i] += w[c] * e->eout[i];
-	}
-	if (shared) {
-		float g = 1.0f;
-		if (L->gate_inp_shexp) {
-			float s = engine_dot(L->gate_inp_shexp, x, E);
-			g = 1.0f / (1.0f + expf(-s));
-		}
-		for (int64_t i = 0; i < E; i++)
-			out[i] += g * shared[i];
-	}
-}
-
 static int
 layer(struct engine *e, struct fwd *f, int il, int n, char *err)
 {
@@ -782,9 +721,9 @@ layer(struct engine *e, struct fwd *f, int il, int n, char *err)
 		if (L->shexp >= 0 && run(e, f, L->shexp, e->xn, E, e->proj, E, n, err))
 			return -1;
 		t0 = now_ns();
-		for (int c = 0; c < n; c++)
-			moe_column(e, L, e->xn + (size_t)c * E, L->shexp >= 0 ? e->proj + (size_t)c * E : NULL,
-			           e->ffo + (size_t)c * E);
+		if (moe_forward(e->moe, &e->m->layers[il], L->gate_inp, L->gate_inp_shexp, e->xn,
+		                L->shexp >= 0 ? e->proj : NULL, n, e->ffo, err))
+			return -1;
 		f->moe_ns += now_ns() - t0;
 	} else if (L->ffn >= 0) {
 		if (run(e, f, L->ffn, e->xn, E, e->ffo, E, n, err))

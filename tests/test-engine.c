@@ -14,6 +14,7 @@
 //     step give the bits of separate runs; attn_fast and attn_ref agree; a
 //     session's prefix reuse gives the logits of a fresh prefill; front
 //     truncation keeps and reports what it should.
+// qwen2moe with Q8_0 / F16 routed experts: ref.c's bits with an fp32 cache.
 // stories260K decoded greedily through the pipeline reproduces the
 // reference's 64 ids on both backends. Error paths: a position beyond
 // max_seq, bad token ids, a width overflow, a sequence twice in a step, a
@@ -24,9 +25,11 @@
 #include <cjson/cJSON.h>
 
 #include "engine.h"
+#include "fp16.h"
 #include "model.h"
 #include "ref.h"
 #include "t.h"
+#include "wtype.h"
 
 #pragma GCC diagnostic ignored "-Wformat-zero-length" // CHECK without a message
 
@@ -413,6 +416,77 @@ test_stories_greedy(void)
 	greedy(f, 1);
 }
 
+// qwen2moe with its routed experts re-stored in memory as Q8_0 (gate, up:
+// random blocks) and F16 (down: the weights rounded): the engine dequantises
+// them a block of rows at a time, ref.c all at once; with an fp32 cache the
+// logits must still be the same bits
+static void
+test_moe_stored_types(void)
+{
+	struct fixture *f = NULL;
+	for (int i = 0; i < n_fx; i++)
+		if (!strcmp(fx[i].name, "qwen2moe"))
+			f = &fx[i];
+	REQUIRE(f && f->m.hp.n_expert > 0);
+	char err[AD_ERRLEN] = "", path[512];
+	struct model m;
+	snprintf(path, sizeof path, "%s/qwen2moe.gguf", MODELS);
+	REQUIRE(model_load(&m, path, err) == 0, "%s", err);
+	void *bufs[64];
+	int nb = 0;
+	uint32_t r = 7;
+	for (int il = 0; il < m.hp.n_layer && nb + 3 <= 64; il++) {
+		struct model_layer *L = &m.layers[il];
+		if (!L->gate_inp.name)
+			continue;
+		struct model_tensor *q8[2] = {&L->gate_exps, &L->up_exps};
+		for (int t = 0; t < 2; t++) {
+			size_t nblk = (size_t)model_tensor_nelem(q8[t]) / 32;
+			uint8_t *b = malloc(nblk * 34);
+			for (size_t i = 0; i < nblk; i++) {
+				uint16_t d = ad_f32_to_fp16(0.002f + 0.0001f * (float)(i % 7));
+				memcpy(b + 34 * i, &d, 2);
+				for (int j = 0; j < 32; j++) {
+					r = r * 1664525u + 1013904223u;
+					b[34 * i + 2 + j] = (uint8_t)(r >> 24);
+				}
+			}
+			q8[t]->type = AD_TYPE_Q8_0;
+			q8[t]->data = b;
+			q8[t]->nbytes = nblk * 34;
+			bufs[nb++] = b;
+		}
+		size_t n = (size_t)model_tensor_nelem(&L->down_exps);
+		uint16_t *h = malloc(n * 2);
+		ad_f32_to_fp16_row((const float *)L->down_exps.data, h, n);
+		L->down_exps.type = AD_TYPE_F16;
+		L->down_exps.data = h;
+		L->down_exps.nbytes = n * 2;
+		bufs[nb++] = h;
+	}
+	struct ref_engine *re = ref_new(&m, 64, err);
+	REQUIRE(re, "%s", err);
+	float *a = malloc(sizeof(float) * (size_t)f->n * f->V), *b = malloc(sizeof(float) * (size_t)f->n * f->V);
+	REQUIRE(ref_eval(re, f->ids, f->n, a) == 0);
+	ref_free(re);
+	struct kernel_backend *kb = kb_exact_new(&m, &(struct kb_opts){.width = WIDTH}, err);
+	REQUIRE(kb, "%s", err);
+	struct engine *e = engine_new(&m, kb, &(struct engine_opts){.max_seq = 64, .kv_f32 = 1}, err);
+	struct engine_seq *s = e ? engine_seq_new(e, err) : NULL;
+	REQUIRE(s, "%s", err);
+	CHECK(engine_eval(e, s, f->ids, f->n, 0, b, err) == 0, "%s", err);
+	CHECK(memcmp(a, b, sizeof(float) * (size_t)f->n * f->V) == 0, "Q8_0/F16 experts differ from ref.c");
+	CHECK(memcmp(a, f->ref, sizeof(float) * (size_t)f->n * f->V) != 0, "the experts were not replaced");
+	engine_seq_free(s);
+	engine_free(e);
+	kb->free(kb);
+	free(a);
+	free(b);
+	model_free(&m);
+	for (int i = 0; i < nb; i++)
+		free(bufs[i]);
+}
+
 static struct kernel_backend *
 drop_kernel(struct kernel_backend *kb, struct kb_info *copy, enum kb_kind kind, int layer)
 {
@@ -497,6 +571,7 @@ main(void)
 	T_RUN(test_exact_all_models);
 	T_RUN(test_local_all_models);
 	T_RUN(test_stories_greedy);
+	T_RUN(test_moe_stored_types);
 	T_RUN(test_errors);
 	for (int i = 0; i < n_fx; i++) {
 		model_free(&fx[i].m);
