@@ -274,7 +274,9 @@ test_penalties(void)
 	CHECK(sample_next(s, x, err) == 1); // 4 at 2 again
 	sample_free(s);
 
-	// greedy sees the penalty, in both pipelines
+	// greedy sees the penalty, in both pipelines; the caller's row is untouched
+	float keep[10];
+	memcpy(keep, x, sizeof x);
 	sample_defaults(&p);
 	p.temperature = 0.0f, p.repeat_penalty = 2.0f;
 	s = make(&p, 10);
@@ -285,6 +287,7 @@ test_penalties(void)
 	sample_reset(s);
 	sample_accept(s, &four, 1, err);
 	CHECK(sample_ref(s, x, err) == 1);
+	CHECK(memcmp(keep, x, sizeof x) == 0, "the logits were modified");
 
 	// bad ids are refused and nothing is pushed
 	sample_reset(s);
