@@ -12,6 +12,7 @@
 //   [[slow]]   a long reply, one piece every 60 ms (for stop tests)
 //   [[length]] finish_reason "length"
 //   [[echo]]   the reply is the last user message, verbatim
+//   [[stages]] timings as { decode_tok_s, stages: {name: ms} }
 // Every chat request is recorded: GET /__mock/requests returns them (body,
 // whether the client hung up before the end), POST /__mock/reset clears them.
 import http from 'node:http';
@@ -113,16 +114,26 @@ export function startMock(port = 0, host = '127.0.0.1') {
 		for (const p of parts)
 			if (!await send(chunk({ content: p }))) return;
 		const prompt_tokens = JSON.stringify(body.messages || []).length >> 2;
-		const timings = {
-			prompt_tokens, prefill_ms: 31.5, decode_tok_s: 42.7,
-			stages: { tokenize: 0.4, queue: 0.1, prefill: 31.5, decode: 1230.2, detokenize: 0.3 },
+		// the frontend's shape; [[stages]] asks for the compact one
+		const timings = text.includes('[[stages]]') ? {
+			prompt_tokens, prefill_ms: 31.5, decode_tok_s: 17.5, prompt_tokens_dropped: dropped,
+			stages: { tokenize: 0.4, prefill: 31.5, decode: 1230.2 },
+		} : {
+			prompt_tokens, prompt_tokens_dropped: dropped, completion_tokens: parts.length,
+			queue_ms: 0.1, tokenize_ms: 0.4, prefill_ms: 31.5, prefill_tokens_per_s: 285.7,
+			decode_ms: 1230.2, decode_tokens_per_s: 42.7, ttft_ms: 33.9, detokenize_ms: 0.3, total_ms: 1266.1,
+			engine: { queue_ms: 0.05, kernel_ms: 980.4, ipc_ms: 12.1, attention_ms: 150.2, sampling_ms: 20.3, cpu_other_ms: 60.8, moe_ms: 0 },
 		};
 		const usage = { prompt_tokens, completion_tokens: parts.length, total_tokens: prompt_tokens + parts.length };
 		if (dropped) usage.prompt_tokens_dropped = dropped;
+		// as the frontend does: usage rides on the final chunk, or with
+		// include_usage in a chunk of its own with no choices
 		const last = chunk({}, { timings });
 		last.choices[0].finish_reason = finish;
-		if (body.stream_options && body.stream_options.include_usage) last.usage = usage;
+		const own = body.stream_options && body.stream_options.include_usage;
+		if (!own) last.usage = usage;
 		if (!await send(last)) return;
+		if (own && !await send({ id, object: 'chat.completion.chunk', created, model: MODEL, choices: [], usage })) return;
 		rec.completed = true;
 		res.end('data: [DONE]\n\n');
 	}

@@ -156,10 +156,16 @@ test('a reply streams in piece by piece and is rendered safely and completely', 
 		assert.equal(await a.locator('pre code').getAttribute('data-lang'), 'c');
 		assert.equal(await a.locator('.content p').last().textContent(), 'That is all — ünïcödé 🙂 done.');
 		assert.match(meta, /42\.7 tok\/s/);
-		assert.match(meta, /prompt tokens in 32 ms/);
-		await a.locator('summary', { hasText: 'stage timings' }).click();
+		assert.match(meta, /21 tokens/);
+		assert.match(meta, /prompt tokens in 32 ms \(286 tok\/s\)/);
+		assert.match(meta, /34 ms to first token/);
+		const sum = a.locator('summary', { hasText: 'stage timings' });
+		assert.match(await sum.textContent(), /total 1\.27 s/);
+		await sum.click();
 		const stages = await a.locator('.stages').textContent();
-		for (const s of ['tokenize', 'prefill', 'decode', 'detokenize']) assert.ok(stages.includes(s), s);
+		for (const s of ['tokenize', 'prefill', 'decode1.23 s', 'detokenize', 'engine', 'kernel980 ms', 'attention', 'ipc'])
+			assert.ok(stages.includes(s), s);
+		assert.ok(!stages.includes('moe'), 'zero engine stages are left out');
 	}
 	const b = page.bodies[0];
 	assert.equal(b.stream, true);
@@ -390,6 +396,17 @@ test('a truncated prompt shows a notice with the number of dropped tokens', { ..
 	await say(page, 'short');
 	const a2 = await waitReply(page, 2);
 	assert.equal(await a2.locator('.note').count(), 0);
+	await page.close();
+});
+
+test('timings in the compact shape (decode_tok_s, stages) are shown too', { ...T, skip: MOCK_ONLY }, async () => {
+	const page = await open();
+	await say(page, '[[stages]] hi');
+	const a = await waitReply(page, 1);
+	assert.match(await a.locator('.meta').textContent(), /17\.5 tok\/s/);
+	await a.locator('summary', { hasText: 'stage timings' }).click();
+	const stages = await a.locator('.stages').textContent();
+	assert.equal(stages, 'tokenize0.4 msprefill32 msdecode1.23 s');
 	await page.close();
 });
 
