@@ -46,6 +46,7 @@ struct eng_layer {
 	int qkv, o, ffn, gate_up, down, shexp; // kernel ids, -1 when absent
 	int sliding, use_rope;
 	float rope_base, rope_freq_scale;
+	int rope_conf; // index of (base, scale) among the model's distinct ones
 };
 
 struct engine {
@@ -69,7 +70,9 @@ struct engine {
 
 	// scratch: [width][...] activations
 	float *x, *xn, *qkv, *att, *proj, *hb, *ffo, *head_buf;
-	float *attn_scratch, *cs;
+	float *attn_scratch;
+	float *cs; // [n_conf][width][n_rot]: cos/sin of each column, computed once per call
+	int n_conf;
 	struct moe *moe;
 	int *pos, *wanted;
 	struct engine_seq **cols, **batch;
@@ -419,6 +422,11 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 		L->use_rope = ml->use_rope;
 		L->rope_base = ml->rope_base;
 		L->rope_freq_scale = ml->rope_freq_scale;
+		int conf = -1;
+		for (int j = 0; j < il && conf < 0; j++)
+			if (e->layers[j].rope_base == L->rope_base && e->layers[j].rope_freq_scale == L->rope_freq_scale)
+				conf = e->layers[j].rope_conf;
+		L->rope_conf = conf >= 0 ? conf : e->n_conf++;
 
 		if (kernel(e, KB_QKV, il, E, e->nqkv, 1, &L->qkv, err) ||
 		    kernel(e, KB_O, il, e->nqv, E, 1, &L->o, err))
@@ -480,7 +488,7 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 	    !(e->ffo = eng_alloc(e, w * E * 4, err)) ||
 	    !(e->head_buf = eng_alloc(e, w * (size_t)e->max_head_rows * 4, err)) ||
 	    !(e->attn_scratch = eng_alloc(e, attn_scratch_floats(&sh, e->max_seq) * 4, err)) ||
-	    !(e->cs = eng_alloc(e, (size_t)(hp->n_rot > 0 ? hp->n_rot : 1) * 4, err)) ||
+	    !(e->cs = eng_alloc(e, (size_t)e->n_conf * w * (size_t)(hp->n_rot > 0 ? hp->n_rot : 1) * 4, err)) ||
 	    !(e->pos = eng_alloc(e, w * sizeof(int), err)) || !(e->wanted = eng_alloc(e, w * sizeof(int), err)) ||
 	    !(e->cols = eng_alloc(e, w * sizeof(void *), err)) ||
 	    !(e->batch = eng_alloc(e, w * sizeof(void *), err)))
@@ -665,9 +673,9 @@ layer(struct engine *e, struct fwd *f, int il, int n, char *err)
 			for (int64_t h = 0; h < hp->n_head_kv; h++)
 				rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, eps);
 		if (L->use_rope) {
-			rope_angles(e, L, e->pos[c], e->cs);
-			rope(e, q, hp->n_head, e->cs);
-			rope(e, k, hp->n_head_kv, e->cs);
+			const float *cs = e->cs + ((size_t)L->rope_conf * e->width + c) * hp->n_rot;
+			rope(e, q, hp->n_head, cs);
+			rope(e, k, hp->n_head_kv, cs);
 		}
 		if (e->gelu)
 			for (int i = 0; i < e->nq; i++)
@@ -815,6 +823,15 @@ engine_forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *
 			return ad_err_prefix(err, "token_embd");
 		for (int i = 0; i < E; i++)
 			x[i] = x[i] * e->embd_scale;
+	}
+	// RoPE angles: once per column and distinct (base, scale)
+	for (int il = 0, done = 0; il < hp->n_layer && done < e->n_conf; il++) {
+		const struct eng_layer *L = &e->layers[il];
+		if (L->rope_conf != done)
+			continue;
+		for (int c = 0; c < n; c++)
+			rope_angles(e, L, e->pos[c], e->cs + ((size_t)L->rope_conf * e->width + c) * hp->n_rot);
+		done++;
 	}
 	for (int il = 0; il < hp->n_layer; il++)
 		if (layer(e, &f, il, n, err))
