@@ -139,6 +139,7 @@ cpu_usage(int full)
 	        "  --max-seq N         KV cache size in positions (default prompt + max-tokens)\n"
 	        "  --ignore-eos        do not stop at the end-of-sequence token\n"
 	        "  --json              print one JSON object instead of text\n"
+	        "  --verbose           print the top-5 candidates of every step\n"
 	        "  --dump-logits FILE  write float32 logits of every position of prompt + generated\n"
 	        "                      ids, teacher-forced: rows of n_vocab\n"
 	        "  --rope-hf           force neox RoPE pairing (i, i+n_rot/2)\n"
@@ -148,7 +149,7 @@ cpu_usage(int full)
 struct cpu_opts {
 	const char *model, *prompt, *prompt_ids, *dump;
 	long long max_tokens, max_seq;
-	int json, ignore_eos;
+	int json, ignore_eos, verbose;
 	enum model_rope rope;
 };
 
@@ -190,6 +191,8 @@ cpu_args(int argc, char **argv, struct cpu_opts *o)
 			o->dump = argv[++i];
 		} else if (!strcmp(a, "--json")) {
 			o->json = 1;
+		} else if (!strcmp(a, "--verbose")) {
+			o->verbose = 1;
 		} else if (!strcmp(a, "--ignore-eos")) {
 			o->ignore_eos = 1;
 		} else if (!strcmp(a, "--rope-hf")) {
@@ -214,6 +217,44 @@ cpu_args(int argc, char **argv, struct cpu_opts *o)
 	}
 	return 0;
 }
+
+#ifdef AD_HAVE_TOKENIZER
+// the text of ids that continue earlier text (malloc'd; NULL on failure)
+static char *
+stream_text(const struct tokenizer *tok, const int32_t *ids, int n)
+{
+	struct tok_stream st;
+	tok_stream_init(&st, tok);
+	size_t len = 0, cap = 256;
+	char *out = malloc(cap);
+	for (int i = 0; out && i <= n; i++) {
+		size_t k = 0;
+		const char *p = i < n ? tok_stream_push(&st, ids[i], &k, NULL) : tok_stream_flush(&st, &k);
+		if (!p) {
+			free(out);
+			out = NULL;
+			break;
+		}
+		if (len + k + 1 > cap) {
+			while (len + k + 1 > cap)
+				cap *= 2;
+			char *b = realloc(out, cap);
+			if (!b) {
+				free(out);
+				out = NULL;
+				break;
+			}
+			out = b;
+		}
+		memcpy(out + len, p, k);
+		len += k;
+	}
+	if (out)
+		out[len] = 0;
+	tok_stream_free(&st);
+	return out;
+}
+#endif
 
 static cJSON *
 json_ids(const int32_t *ids, int n)
@@ -240,7 +281,7 @@ cmd_cpu(int argc, char **argv)
 	int32_t *ids = NULL;
 	float *logits = NULL, *top_logit = NULL;
 	int *top_id = NULL;
-	char *text = NULL;
+	char *text = NULL, *prompt_text = NULL;
 	int status = 1, n_prompt = 0;
 #ifdef AD_HAVE_TOKENIZER
 	struct tokenizer *tok = NULL;
@@ -375,9 +416,12 @@ cmd_cpu(int argc, char **argv)
 
 #ifdef AD_HAVE_TOKENIZER
 	if (tok) {
+		// the generated ids continue the prompt: stream-decode them so that
+		// a leading space is kept (tok_decode would treat them as a start)
+		text = stream_text(tok, ids + n_prompt, n_gen);
 		size_t len;
-		if (tok_decode(tok, ids + n_prompt, (size_t)n_gen, &text, &len, err))
-			text = NULL;
+		if (tok_decode(tok, ids, (size_t)n_prompt, &prompt_text, &len, err))
+			prompt_text = NULL;
 	}
 #endif
 
@@ -392,6 +436,8 @@ cmd_cpu(int argc, char **argv)
 		cJSON_AddItemToObject(j, "generated_ids", json_ids(ids + n_prompt, n_gen));
 		if (text)
 			cJSON_AddStringToObject(j, "text", text);
+		if (prompt_text)
+			cJSON_AddStringToObject(j, "prompt_text", prompt_text);
 		cJSON *steps = cJSON_CreateArray();
 		for (int s = 0; s < n_gen; s++) {
 			cJSON *st = cJSON_CreateArray();
@@ -421,22 +467,29 @@ cmd_cpu(int argc, char **argv)
 	} else {
 		printf("model: %s (%s, %lld layers, n_embd %lld, RoPE %s)\n", o.model, model_arch_name(m.arch),
 		       (long long)m.hp.n_layer, (long long)m.hp.n_embd, model_rope_name(m.hp.rope));
-		printf("prompt ids:");
+		printf("prompt (%d tokens):", n_prompt);
 		for (int i = 0; i < n_prompt; i++)
 			printf(" %d", ids[i]);
 		printf("\n");
-		for (int s = 0; s < n_gen; s++) {
-			printf("step %3d: %6d   top5:", s, ids[n_prompt + s]);
+		if (n_gen > 0) {
+			printf("top-5 next after the prompt:");
 			for (int c = 0; c < K; c++)
-				printf(" %d (%.4f)", top_id[(size_t)s * K + c], top_logit[(size_t)s * K + c]);
+				printf(" %d (%.4f)", top_id[c], top_logit[c]);
 			printf("\n");
 		}
+		if (o.verbose)
+			for (int s = 0; s < n_gen; s++) {
+				printf("step %3d: %6d   top5:", s, ids[n_prompt + s]);
+				for (int c = 0; c < K; c++)
+					printf(" %d (%.4f)", top_id[(size_t)s * K + c], top_logit[(size_t)s * K + c]);
+				printf("\n");
+			}
+		if (text)
+			printf("---\n%s%s\n---\n", prompt_text ? prompt_text : "", text);
 		printf("generated ids:");
 		for (int i = 0; i < n_gen; i++)
 			printf(" %d", ids[n_prompt + i]);
 		printf("\n");
-		if (text)
-			printf("text: %s\n", text);
 		printf("prefill: %d tokens in %.2f ms (%.1f tok/s)\n", n_prompt, t_prefill, pf_tps);
 		printf("decode: %d tokens in %.2f ms (%.1f tok/s)\n", n_decoded, t_decode, dec_tps);
 		printf("peak rss: %.1f MiB\n", (double)rss / (1024.0 * 1024.0));
@@ -444,6 +497,7 @@ cmd_cpu(int argc, char **argv)
 	status = 0;
 out:
 	free(text);
+	free(prompt_text);
 	free(logits);
 	free(top_id);
 	free(top_logit);
