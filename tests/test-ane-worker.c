@@ -5,6 +5,7 @@
 // call survived, SIGTERM a clean exit. Prints the IPC round trip per call.
 #include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -409,16 +410,12 @@ test_build_files(void)
 
 static char url[300];
 
-// fork + exec (not posix_spawn: cpu-worker/sched.h shadows the system's
-// <sched.h> on this target's include path, which <spawn.h> needs)
 static pid_t
 start(char **argv)
 {
-	pid_t pid = fork();
-	if (pid == 0) {
-		execve(argv[0], argv, environ);
-		_exit(127);
-	}
+	pid_t pid;
+	if (posix_spawn(&pid, argv[0], NULL, NULL, argv, environ) != 0)
+		return -1;
 	return pid;
 }
 
