@@ -70,16 +70,34 @@ struct engine {
 
 	// scratch: [width][...] activations
 	float *x, *xn, *qkv, *att, *proj, *hb, *ffo, *head_buf;
-	float *attn_scratch;
+	float **attn_scratch; // one per thread, [0] the caller's
 	float *cs; // [n_conf][width][n_rot]: cos/sin of each column, computed once per call
 	int n_conf;
 	struct moe *moe;
 	int *pos, *wanted;
 	struct engine_seq **cols, **batch;
 
+	// attention workers: a job is every (column, KV head) of one layer,
+	// items claimed from a shared counter by the caller and the workers
+	int n_workers; // threads besides the caller
+	struct worker *workers;
+	pthread_mutex_t mu;
+	pthread_cond_t go, idle;
+	uint64_t gen; // bumped per job
+	int busy;     // workers still on the current job
+	int stop;
+	int job_layer, job_items;
+	int next_item; // atomic
+
 	void **bufs;
 	int nbufs, capbufs;
 	struct engine_timings t;
+};
+
+struct worker {
+	struct engine *e;
+	int id;
+	pthread_t th;
 };
 
 struct engine_seq {
@@ -90,6 +108,8 @@ struct engine_seq {
 	int pending; // columns in the current call
 	struct engine_timings t;
 };
+
+static int start_workers(struct engine *e, int n, char *err);
 
 static uint64_t
 now_ns(void)
@@ -289,6 +309,18 @@ engine_free(struct engine *e)
 {
 	if (!e)
 		return;
+	if (e->workers) {
+		pthread_mutex_lock(&e->mu);
+		e->stop = 1;
+		pthread_cond_broadcast(&e->go);
+		pthread_mutex_unlock(&e->mu);
+		for (int i = 0; i < e->n_workers; i++)
+			pthread_join(e->workers[i].th, NULL);
+		pthread_mutex_destroy(&e->mu);
+		pthread_cond_destroy(&e->go);
+		pthread_cond_destroy(&e->idle);
+		free(e->workers);
+	}
 	for (int i = 0; i < e->nbufs; i++)
 		free(e->bufs[i]);
 	free(e->bufs);
@@ -360,6 +392,7 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 	e->attn_ref = o && o->attn_ref;
 	e->kv_f32 = o && o->kv_f32;
 	e->kv_elem = e->kv_f32 ? 4 : 2;
+	const int threads = o && o->threads > 0 ? (o->threads < 64 ? o->threads : 64) : 2;
 	e->gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3;
 	e->embd_scale = e->gelu ? sqrtf((float)hp->n_embd) : 1.0f;
 	if (e->gelu)
@@ -487,13 +520,18 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 	    !(e->hb = eng_alloc(e, w * 2 * (size_t)(e->ff > 0 ? e->ff : 1) * 4, err)) ||
 	    !(e->ffo = eng_alloc(e, w * E * 4, err)) ||
 	    !(e->head_buf = eng_alloc(e, w * (size_t)e->max_head_rows * 4, err)) ||
-	    !(e->attn_scratch = eng_alloc(e, attn_scratch_floats(&sh, e->max_seq) * 4, err)) ||
+	    !(e->attn_scratch = eng_alloc(e, (size_t)threads * sizeof(float *), err)) ||
 	    !(e->cs = eng_alloc(e, (size_t)e->n_conf * w * (size_t)(hp->n_rot > 0 ? hp->n_rot : 1) * 4, err)) ||
 	    !(e->pos = eng_alloc(e, w * sizeof(int), err)) || !(e->wanted = eng_alloc(e, w * sizeof(int), err)) ||
 	    !(e->cols = eng_alloc(e, w * sizeof(void *), err)) ||
 	    !(e->batch = eng_alloc(e, w * sizeof(void *), err)))
 		goto fail;
+	for (int i = 0; i < threads; i++)
+		if (!(e->attn_scratch[i] = eng_alloc(e, attn_scratch_floats(&sh, e->max_seq) * 4, err)))
+			goto fail;
 	if (hp->n_expert > 0 && !(e->moe = moe_new(m, W, err)))
+		goto fail;
+	if (start_workers(e, threads - 1, err))
 		goto fail;
 	return e;
 fail:
@@ -642,6 +680,116 @@ run(struct engine *e, struct fwd *f, int id, const float *x, size_t ld_x, float 
 	return 0;
 }
 
+// attention of item = column * n_head_kv + KV head: that head's group of
+// query heads over the column's own cache rows (a shape of one KV head)
+static void
+attn_item(struct engine *e, int il, int item, float *scratch)
+{
+	const struct model_hparams *hp = &e->hp;
+	const struct eng_layer *L = &e->layers[il];
+	const int nkv = (int)hp->n_head_kv, group = (int)(hp->n_head / hp->n_head_kv);
+	const int c = item / nkv, g = item % nkv, hd = (int)hp->head_dim, hdv = (int)hp->head_dim_v;
+	const struct attn_shape sh = {group, 1, hd, hdv, (size_t)e->nk, (size_t)e->nv,
+	                              e->gelu ? 1.0f : hp->q_scale, hp->attn_softcap};
+	const int pos = e->pos[c];
+	int first = 0;
+	if (L->sliding && pos - hp->sliding_window + 1 > 0)
+		first = (int)(pos - hp->sliding_window + 1);
+	const uint8_t *kc = e->cols[c]->kv + (size_t)il * e->layer_kv;
+	const uint8_t *vc = kc + (size_t)e->max_seq * e->nk * e->kv_elem;
+	const float *q = e->qkv + (size_t)c * e->nqkv + (size_t)g * group * hd;
+	float *out = e->att + (size_t)c * e->nqv + (size_t)g * group * hdv;
+	if (e->kv_f32)
+		attn_ref_f32(&sh, q, (const float *)kc + (size_t)g * hd, (const float *)vc + (size_t)g * hdv, first, pos,
+		             out, scratch);
+	else
+		(e->attn_ref ? attn_ref : attn_fast)(&sh, q, (const uint16_t *)kc + (size_t)g * hd,
+		                                     (const uint16_t *)vc + (size_t)g * hdv, first, pos, out, scratch);
+}
+
+static void
+claim_items(struct engine *e, int id)
+{
+	for (;;) {
+		int it = __atomic_fetch_add(&e->next_item, 1, __ATOMIC_RELAXED);
+		if (it >= e->job_items)
+			return;
+		attn_item(e, e->job_layer, it, e->attn_scratch[id]);
+	}
+}
+
+static void *
+worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct engine *e = w->e;
+	uint64_t seen = 0;
+	pthread_mutex_lock(&e->mu);
+	for (;;) {
+		while (!e->stop && e->gen == seen)
+			pthread_cond_wait(&e->go, &e->mu);
+		if (e->stop)
+			break;
+		seen = e->gen;
+		pthread_mutex_unlock(&e->mu);
+		claim_items(e, w->id);
+		pthread_mutex_lock(&e->mu);
+		if (--e->busy == 0)
+			pthread_cond_signal(&e->idle);
+	}
+	pthread_mutex_unlock(&e->mu);
+	return NULL;
+}
+
+static int
+start_workers(struct engine *e, int n, char *err)
+{
+	if (n <= 0)
+		return 0;
+	e->workers = calloc((size_t)n, sizeof *e->workers);
+	if (!e->workers)
+		return ad_err(err, "out of memory");
+	pthread_mutex_init(&e->mu, NULL);
+	pthread_cond_init(&e->go, NULL);
+	pthread_cond_init(&e->idle, NULL);
+	for (int i = 0; i < n; i++) {
+		e->workers[i] = (struct worker){e, i + 1, 0};
+		if (pthread_create(&e->workers[i].th, NULL, worker_main, &e->workers[i]))
+			break; // fewer threads is still correct
+		e->n_workers++;
+	}
+	return 0;
+}
+
+// every column's attention for layer il: on the workers when it is worth
+// waking them (each item is computed the same way wherever it runs)
+static void
+attention(struct engine *e, int il, int n)
+{
+	const int items = n * (int)e->hp.n_head_kv;
+	int64_t work = 0;
+	for (int c = 0; c < n; c++)
+		work += (int64_t)(e->pos[c] + 1) * e->hp.n_head * e->hp.head_dim;
+	if (e->n_workers == 0 || items < 2 || work < (1 << 16)) {
+		for (int it = 0; it < items; it++)
+			attn_item(e, il, it, e->attn_scratch[0]);
+		return;
+	}
+	pthread_mutex_lock(&e->mu);
+	e->job_layer = il;
+	e->job_items = items;
+	__atomic_store_n(&e->next_item, 0, __ATOMIC_RELAXED);
+	e->busy = e->n_workers;
+	e->gen++;
+	pthread_cond_broadcast(&e->go);
+	pthread_mutex_unlock(&e->mu);
+	claim_items(e, 0);
+	pthread_mutex_lock(&e->mu);
+	while (e->busy > 0)
+		pthread_cond_wait(&e->idle, &e->mu);
+	pthread_mutex_unlock(&e->mu);
+}
+
 static int
 layer(struct engine *e, struct fwd *f, int il, int n, char *err)
 {
@@ -691,23 +839,7 @@ layer(struct engine *e, struct fwd *f, int il, int n, char *err)
 		}
 	}
 	uint64_t t0 = now_ns();
-	struct attn_shape sh = {(int)hp->n_head,  (int)hp->n_head_kv,     hd, (int)hp->head_dim_v, (size_t)e->nk,
-	                        (size_t)e->nv, e->gelu ? 1.0f : hp->q_scale, hp->attn_softcap};
-	for (int c = 0; c < n; c++) {
-		const int pos = e->pos[c];
-		int first = 0;
-		if (L->sliding && pos - hp->sliding_window + 1 > 0)
-			first = (int)(pos - hp->sliding_window + 1);
-		const uint8_t *kc = e->cols[c]->kv + (size_t)il * e->layer_kv;
-		const uint8_t *vc = kc + (size_t)e->max_seq * e->nk * e->kv_elem;
-		const float *q = e->qkv + (size_t)c * e->nqkv;
-		float *out = e->att + (size_t)c * e->nqv;
-		if (e->kv_f32)
-			attn_ref_f32(&sh, q, (const float *)kc, (const float *)vc, first, pos, out, e->attn_scratch);
-		else
-			(e->attn_ref ? attn_ref : attn_fast)(&sh, q, (const uint16_t *)kc, (const uint16_t *)vc, first,
-			                                     pos, out, e->attn_scratch);
-	}
+	attention(e, il, n);
 	f->attn_ns += now_ns() - t0;
 	if (run(e, f, L->o, e->att, e->nqv, e->proj, E, n, err))
 		return -1;

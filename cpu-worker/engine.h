@@ -34,7 +34,10 @@
 // with their old length (the cache rows past it are scratch).
 //
 // The model and the backend must outlive the engine; the backend owns the
-// surfaces it hands out. One thread uses an engine at a time.
+// surfaces it hands out. One thread uses an engine at a time; the engine
+// spreads attention over its own threads (every column and KV head is
+// computed the same way on any of them, so the bits do not depend on the
+// thread count).
 #ifndef AD_ENGINE_H
 #define AD_ENGINE_H
 
@@ -47,6 +50,7 @@
 
 struct engine_opts {
 	int max_seq;  // positions per sequence (0: 2048)
+	int threads;  // attention threads, the caller included (0: 2)
 	int attn_ref; // plain-C attention (attn_ref) instead of attn_fast
 	int kv_f32;   // keys and values in fp32 (a check: with kb_exact the
 	              // logits are then ref.c's bits)

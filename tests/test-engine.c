@@ -9,7 +9,8 @@
 //   - kb_local (emu, fp16 kernels): every argmax equal except at near-ties
 //     (the reference's top two closer than twice the row's error), the
 //     relative error of every row below 3e-2 (fp16's range);
-//   - per-token and chunked evaluation give the same bits; a call mixing
+//   - per-token and chunked evaluation give the same bits, and so do 1 and
+//     3 attention threads; a call mixing
 //     sequences (a prefill of two tokens and two decodes) and a batched
 //     step give the bits of separate runs; attn_fast and attn_ref agree; a
 //     session's prefix reuse gives the logits of a fresh prefill; front
@@ -252,6 +253,29 @@ check_model(struct fixture *f, int local)
 		worst_attn[local] = sqrt(d2 / a2);
 	engine_seq_free(sr);
 	rig_close(&rig2);
+
+	// attention threads: 120 positions (enough work to wake the workers)
+	// give the same bits on 1 and 3 threads
+	if (!local) {
+		int32_t long_ids[120];
+		for (int i = 0; i < 120; i++)
+			long_ids[i] = f->ids[(i * 7) % f->n];
+		float *l1 = malloc(sizeof(float) * 120 * V), *l3 = malloc(sizeof(float) * 120 * V);
+		struct engine_opts t1 = {.max_seq = 128, .threads = 1}, t3 = {.max_seq = 128, .threads = 3};
+		struct rig r1, r3;
+		struct engine *e1 = rig_open(&r1, f, 0, &t1), *e3 = rig_open(&r3, f, 0, &t3);
+		struct engine_seq *s1 = e1 ? engine_seq_new(e1, err) : NULL, *s3 = e3 ? engine_seq_new(e3, err) : NULL;
+		REQUIRE(s1 && s3 && l1 && l3, "%s", err);
+		CHECK(engine_eval(e1, s1, long_ids, 120, 0, l1, err) == 0, "%s", err);
+		CHECK(engine_eval(e3, s3, long_ids, 120, 0, l3, err) == 0, "%s", err);
+		CHECK(memcmp(l1, l3, sizeof(float) * 120 * V) == 0, "%s: 1 vs 3 attention threads", f->name);
+		engine_seq_free(s1);
+		engine_seq_free(s3);
+		rig_close(&r1);
+		rig_close(&r3);
+		free(l1);
+		free(l3);
+	}
 
 	// an fp32 cache: the exact backend then gives ref.c's bits
 	if (!local) {
