@@ -1,8 +1,6 @@
 // anedvd - the command-line entry point.
 //
-// Dispatches to the subcommands. Only commands that work are listed; the
-// pipeline commands (run, chat, serve, verify, ...) arrive with the worker
-// processes.
+// Dispatches to the subcommands. Only commands that work are listed.
 #include <stdio.h>
 #include <string.h>
 
@@ -16,6 +14,42 @@ struct command {
 };
 
 static const struct command commands[] = {
+	{ "run", cmd_run,
+	  "run --model M (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N] [--temp T] ... [--json] [--trace F]\n"
+	  "        generate text on the pipeline (tokenizer and ane-worker processes), streamed" },
+	{ "chat", cmd_chat,
+	  "chat --model M [--system TEXT] [--max-seq N]\n"
+	  "        multi-turn chat in the terminal (/help, /reset, /temp, /topp, /rep, /exit)" },
+	{ "serve", cmd_serve,
+	  "serve --model M [--host 127.0.0.1] [--port 8080] [--name ID] [--system TEXT]\n"
+	  "        HTTP server: OpenAI and Anthropic APIs and the WebUI, workers supervised" },
+	{ "verify", cmd_verify,
+	  "verify --model M [--prompt TEXT | --prompt-ids 1,2,3]\n"
+	  "        whole prompt through the pipeline vs the fp32 reference: MATCH or MISMATCH" },
+	{ "check", cmd_check,
+	  "check --model M [--split] [--chunk N]\n"
+	  "        every kernel of layer 0 and the LM head on emu vs an fp32 matmul" },
+	{ "layers", cmd_layers,
+	  "layers --model M --upto N [--prompt-ids 1,2,3]\n"
+	  "        top-5 next tokens after the first N layers, emu and reference" },
+	{ "kernels", cmd_kernels,
+	  "kernels --model M [--iters K] [--chunk N]\n"
+	  "        per-kernel time and achieved weight bandwidth on emu (layer 0 + LM head)" },
+	{ "selftest", cmd_selftest,
+	  "selftest [--split]\n"
+	  "        a tiny random llama through the pipeline vs the reference: PASS or FAIL" },
+	{ "probe", cmd_probe,
+	  "probe [--size N] [--iters K]\n"
+	  "        one N x N projection on emu vs the CPU: CORRECT or MISMATCH" },
+	{ "bench", cmd_bench,
+	  "bench [--iters K]\n"
+	  "        projection sweep 128 ... 4096 on emu: us/eval, GFLOP/s, GB/s" },
+	{ "width", cmd_width,
+	  "width [--size N] [--iters K]\n"
+	  "        projection cost vs activation width 1, 8, 32, 64, 128" },
+	{ "attnbench", cmd_attnbench,
+	  "attnbench [--ctx N] [--heads H] [--kv-heads G] [--head-dim D] [--iters K]\n"
+	  "        CPU attention over the fp16 KV cache: full, dot, softmax, AV" },
 	{ "cpu", cmd_cpu,
 	  "cpu --model M (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N] [--json] [--dump-logits FILE]\n"
 	  "        pure-CPU fp32 reference engine: greedy generation, top-5, timings" },

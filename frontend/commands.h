@@ -1,13 +1,29 @@
 // commands.h - the subcommands of the anedvd CLI.
 //
-// Each command lives with the process whose code it drives and is called
-// with argv[0] set to the command's name. It returns the process exit status:
-// 0 success, 1 failure (bad model, mismatch), 2 bad usage.
+// Each command is called with argv[0] set to the command's name. It returns
+// the process exit status: 0 success, 1 failure (bad model, mismatch), 2 bad
+// usage, 130 interrupted.
 #ifndef AD_COMMANDS_H
 #define AD_COMMANDS_H
 
 int cmd_cpu(int argc, char **argv);      // cpu-worker/cmd-cpu.c
 int cmd_info(int argc, char **argv);     // cpu-worker/cmd-cpu.c
 int cmd_tokenize(int argc, char **argv); // tokenizer-svc/cmd-tokenize.c
+
+// the pipeline (frontend/cmd-run.c)
+int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+
+// kernels and parts, in this process (frontend/cmd-tools.c)
+int cmd_check(int argc, char **argv);
+int cmd_layers(int argc, char **argv);
+int cmd_kernels(int argc, char **argv);
+int cmd_selftest(int argc, char **argv);
+int cmd_probe(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_width(int argc, char **argv);
+int cmd_attnbench(int argc, char **argv);
 
 #endif

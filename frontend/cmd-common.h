@@ -1,0 +1,93 @@
+// cmd-common.h - what the CLI's pipeline commands share: strict flag
+// parsing and the pipeline itself.
+//
+// Flags: a malformed or out-of-range value names the flag and the command
+// returns 2. Values are parsed whole ("12x" is refused).
+//
+// The pipeline (struct pipe): the model mapped in this process, the
+// supervisor with the anedvd-tokenizer process (when text is needed) and,
+// for the emu and ane backends, the anedvd-ane-worker process that owns
+// the projection kernels; the decode loop (engine.h) runs here, in the
+// role of the cpu-worker, and reaches the kernels through kb_remote, which
+// survives a restart of the ane-worker. Backend "exact" runs fp32
+// projections in this process (no ane-worker). Every kernel call goes
+// through a wrapper that books its time per kernel kind and, with --trace,
+// records it.
+#ifndef AD_CMD_COMMON_H
+#define AD_CMD_COMMON_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "engine.h"
+#include "err.h"
+#include "ipc.h"
+#include "kernels.h"
+#include "model.h"
+#include "supervisor.h"
+#include "client.h"
+
+// --- flags ---------------------------------------------------------------------------
+int cli_int(const char *cmd, const char *flag, const char *s, long long lo, long long hi, long long *out);
+int cli_float(const char *cmd, const char *flag, const char *s, double lo, double hi, float *out);
+int cli_ids(const char *cmd, const char *flag, const char *s, int32_t **ids, int *n);
+// argv[*i] needs a value: returns it and advances, or NULL with a message
+const char *cli_val(const char *cmd, int argc, char **argv, int *i);
+
+double cli_now_ms(void);
+
+// --- the pipeline ------------------------------------------------------------------------
+#define PIPE_KINDS 9
+
+struct pipe_opts {
+	const char *cmd;     // for messages
+	const char *model;
+	const char *backend; // NULL: the platform's default (emu off macOS, with a notice)
+	int chunk;           // 0: 64
+	int split;
+	int max_seq;         // 0: 2048
+	enum model_rope rope;      // override for everything
+	enum model_rope pipe_rope; // override for the pipeline only (a deliberate fault)
+	int need_tok;
+	int threads;         // emu threads (0: 2)
+	int debug_delay_ms;  // ane-worker --debug-delay-ms (tests)
+	int kv_f32;
+};
+
+struct pipe {
+	struct model m;
+	struct sup *sup;
+	struct ad_client *tok;
+	struct tokc_vocab voc;
+	int have_voc;
+	struct kernel_backend *inner, *kb;
+	struct engine *e;
+	char backend[16];
+	enum model_rope ref_rope; // the model's RoPE before a pipeline-only override
+	int timeout_ms;
+	uint64_t kind_ns[PIPE_KINDS], kind_calls[PIPE_KINDS], kind_total_ns[PIPE_KINDS];
+	uint64_t kind_weight_bytes[PIPE_KINDS];
+};
+
+int pipe_open(struct pipe *p, const struct pipe_opts *o, char *err);
+void pipe_close(struct pipe *p);
+void pipe_clear_stats(struct pipe *p);
+const char *pipe_kind_name(int kind);
+// is id one that ends a generation
+int pipe_is_stop(const struct pipe *p, int32_t id);
+
+// the usual backend flags of the pipeline commands, for --help
+#define PIPE_HELP_BACKEND                                                                                   \
+	"  --backend B         emu (default off macOS: the ANE programs run on the CPU, in the\n"              \
+	"                      anedvd-ane-worker process) or exact (fp32 projections in this\n"               \
+	"                      process); ane needs macOS on Apple Silicon and is refused here\n"              \
+	"  --chunk N           columns every kernel is compiled for (default 64)\n"                             \
+	"  --split             split FFN (gate|up, activation on the CPU, down)\n"                              \
+	"  --threads N         emu threads (default 2)\n"                                                        \
+	"  --rope-hf           force neox RoPE pairing; --rope-adjacent: force adjacent pairs\n"
+
+// parse the flags in PIPE_HELP_BACKEND (and --model, --max-seq): 1 if
+// argv[*i] was one (consumed), 0 if not, -1 on a bad value
+int pipe_flag(struct pipe_opts *o, int argc, char **argv, int *i);
+
+#endif

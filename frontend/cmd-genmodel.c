@@ -1,0 +1,213 @@
+// cmd-genmodel.c - see cmd-genmodel.h.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd-genmodel.h"
+#include "fp16.h"
+#include "gguf.h"
+#include "wtype.h"
+
+struct preset {
+	const char *name, *arch;
+	int64_t E, L, H, KV, FF, V;
+	int tied, qkv_bias;
+	float rope_base, eps;
+};
+
+static const struct preset presets[] = {
+	{"tiny", "llama", 64, 2, 4, 2, 128, 320, 0, 0, 10000.0f, 1e-5f},
+	{"smollm2-135m", "llama", 576, 30, 9, 3, 1536, 49152, 1, 0, 100000.0f, 1e-5f},
+	{"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 1, 1, 1000000.0f, 1e-6f},
+};
+
+// splitmix64: a stream per tensor, so the values do not depend on order
+static uint64_t
+mix(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static uint64_t
+name_hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	return h;
+}
+
+static uint32_t
+type_of(const char *w)
+{
+	if (!strcmp(w, "f32"))
+		return AD_TYPE_F32;
+	if (!strcmp(w, "f16"))
+		return AD_TYPE_F16;
+	if (!strcmp(w, "bf16"))
+		return AD_TYPE_BF16;
+	if (!strcmp(w, "q8_0"))
+		return AD_TYPE_Q8_0;
+	return UINT32_MAX;
+}
+
+// one tensor [ne1][ne0]: base + spread * uniform(-1, 1), stored as type
+static int
+put(struct gguf_writer *w, uint64_t seed, const char *name, int64_t ne0, int64_t ne1, float base, float spread,
+    uint32_t type, char *err)
+{
+	size_t n = (size_t)(ne0 * ne1);
+	float *d = malloc(n * sizeof *d);
+	if (!d)
+		return ad_err(err, "out of memory");
+	uint64_t s = seed ^ name_hash(name);
+	for (size_t i = 0; i < n; i++)
+		d[i] = base + spread * ((float)(mix(&s) >> 40) / 8388608.0f - 1.0f);
+	int64_t ne[2] = {ne0, ne1};
+	uint32_t nd = ne1 > 1 ? 2 : 1;
+	void *buf = d;
+	size_t nbytes = n * sizeof *d;
+	if (ne1 == 1 || type == AD_TYPE_F32) {
+		type = AD_TYPE_F32;
+	} else if (type == AD_TYPE_F16 || type == AD_TYPE_BF16) {
+		uint16_t *h = malloc(n * sizeof *h);
+		if (!h) {
+			free(d);
+			return ad_err(err, "out of memory");
+		}
+		for (size_t i = 0; i < n; i++)
+			h[i] = type == AD_TYPE_F16 ? ad_f32_to_fp16(d[i]) : ad_f32_to_bf16(d[i]);
+		buf = h;
+		nbytes = n * sizeof *h;
+	} else { // q8_0: blocks of 32, an fp16 scale and 32 int8
+		if (ne0 % 32) {
+			free(d);
+			return ad_err(err, "%s: %lld columns is not a multiple of 32 (q8_0)", name, (long long)ne0);
+		}
+		size_t nb = n / 32;
+		uint8_t *q = malloc(nb * 34);
+		if (!q) {
+			free(d);
+			return ad_err(err, "out of memory");
+		}
+		for (size_t b = 0; b < nb; b++) {
+			float amax = 0;
+			for (int j = 0; j < 32; j++)
+				amax = fmaxf(amax, fabsf(d[b * 32 + j]));
+			float dd = amax / 127.0f, id = dd ? 1.0f / dd : 0;
+			uint16_t h = ad_f32_to_fp16(dd);
+			memcpy(q + b * 34, &h, 2);
+			for (int j = 0; j < 32; j++)
+				q[b * 34 + 2 + j] = (uint8_t)(int8_t)roundf(d[b * 32 + j] * id);
+		}
+		buf = q;
+		nbytes = nb * 34;
+	}
+	int rc = gguf_writer_tensor(w, name, type, nd, ne, buf, nbytes, err);
+	if (buf != d)
+		free(buf);
+	free(d);
+	return rc;
+}
+
+static void
+vocab(struct gguf_writer *w, int64_t V)
+{
+	char **tok = calloc((size_t)V, sizeof *tok);
+	float *score = calloc((size_t)V, sizeof *score);
+	int32_t *type = calloc((size_t)V, sizeof *type);
+	for (int64_t i = 0; i < V; i++) {
+		char b[32];
+		if (i == 0)
+			snprintf(b, sizeof b, "<unk>");
+		else if (i == 1)
+			snprintf(b, sizeof b, "<s>");
+		else if (i == 2)
+			snprintf(b, sizeof b, "</s>");
+		else if (i < 259)
+			snprintf(b, sizeof b, "<0x%02X>", (unsigned)(i - 3));
+		else
+			snprintf(b, sizeof b, "\xe2\x96\x81w%lld", (long long)(i - 259));
+		tok[i] = strdup(b);
+		type[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
+		score[i] = i < 259 ? 0.0f : -(float)(i - 259);
+	}
+	gguf_writer_str(w, "tokenizer.ggml.model", "llama");
+	gguf_writer_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tok, (uint64_t)V);
+	gguf_writer_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, score, (uint64_t)V);
+	gguf_writer_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, type, (uint64_t)V);
+	gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", 1);
+	gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", 2);
+	gguf_writer_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+	gguf_writer_bool(w, "tokenizer.ggml.add_bos_token", 1);
+	for (int64_t i = 0; i < V; i++)
+		free(tok[i]);
+	free(tok);
+	free(score);
+	free(type);
+}
+
+int
+genmodel_write(const struct genmodel *g, const char *path, char *err)
+{
+	const struct preset *p = NULL;
+	for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+		if (!strcmp(presets[i].name, g->preset))
+			p = &presets[i];
+	if (!p)
+		return ad_err(err, "unknown preset '%s' (tiny, smollm2-135m, qwen2.5-0.5b)", g->preset);
+	uint32_t type = type_of(g->wtype ? g->wtype : "f16");
+	if (type == UINT32_MAX)
+		return ad_err(err, "unknown weight type '%s' (f32, f16, bf16, q8_0)", g->wtype);
+	int64_t E = p->E, L = g->n_layer > 0 ? g->n_layer : p->L, H = p->H, KV = p->KV, FF = p->FF, V = p->V;
+	int64_t hd = E / H;
+	const char *a = p->arch;
+	char key[128], name[96];
+	struct gguf_writer *w = gguf_writer_new();
+	if (!w)
+		return ad_err(err, "out of memory");
+	gguf_writer_str(w, "general.architecture", a);
+	snprintf(name, sizeof name, "gen-%s-%s", p->name, g->wtype ? g->wtype : "f16");
+	gguf_writer_str(w, "general.name", name);
+#define KU(k, v) (snprintf(key, sizeof key, "%s." k, a), gguf_writer_u32(w, key, (uint32_t)(v)))
+#define KF(k, v) (snprintf(key, sizeof key, "%s." k, a), gguf_writer_f32(w, key, (v)))
+	KU("context_length", 4096);
+	KU("embedding_length", E);
+	KU("block_count", L);
+	KU("feed_forward_length", FF);
+	KU("attention.head_count", H);
+	KU("attention.head_count_kv", KV);
+	KU("rope.dimension_count", hd);
+	KF("rope.freq_base", p->rope_base);
+	KF("attention.layer_norm_rms_epsilon", p->eps);
+#undef KU
+#undef KF
+	vocab(w, V);
+	uint64_t sd = g->seed;
+	float se = 1.0f / sqrtf((float)E), sf = 1.0f / sqrtf((float)FF);
+	int rc = put(w, sd, "token_embd.weight", E, V, 0, 1.0f, type, err) ||
+	         put(w, sd, "output_norm.weight", E, 1, 1, 0.05f, type, err) ||
+	         (!p->tied && put(w, sd, "output.weight", E, V, 0, se, type, err));
+	for (int64_t il = 0; il < L && !rc; il++) {
+#define T(what, n0, n1, base, spread)                                                        \
+	(snprintf(name, sizeof name, "blk.%lld." what, (long long)il),                      \
+	 put(w, sd, name, n0, n1, base, spread, type, err))
+		rc = T("attn_norm.weight", E, 1, 1, 0.05f) || T("attn_q.weight", E, H * hd, 0, se) ||
+		     T("attn_k.weight", E, KV * hd, 0, se) || T("attn_v.weight", E, KV * hd, 0, se) ||
+		     T("attn_output.weight", H * hd, E, 0, se) || T("ffn_norm.weight", E, 1, 1, 0.05f) ||
+		     T("ffn_gate.weight", E, FF, 0, se) || T("ffn_up.weight", E, FF, 0, se) ||
+		     T("ffn_down.weight", FF, E, 0, sf);
+		if (!rc && p->qkv_bias)
+			rc = T("attn_q.bias", H * hd, 1, 0, 0.1f) || T("attn_k.bias", KV * hd, 1, 0, 0.1f) ||
+			     T("attn_v.bias", KV * hd, 1, 0, 0.1f);
+#undef T
+	}
+	if (!rc)
+		rc = gguf_writer_save(w, path, err);
+	gguf_writer_free(w);
+	return rc ? -1 : 0;
+}

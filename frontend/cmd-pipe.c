@@ -1,0 +1,385 @@
+// cmd-pipe.c - flag parsing and the pipeline of the CLI commands (cmd-common.h).
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cmd-common.h"
+#include "log.h"
+#include "trace.h"
+
+// --- flags ---------------------------------------------------------------------------
+
+int
+cli_int(const char *cmd, const char *flag, const char *s, long long lo, long long hi, long long *out)
+{
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (!*s || *end || errno || v < lo || v > hi) {
+		fprintf(stderr, "anedvd %s: %s takes an integer from %lld to %lld, not '%s'\n", cmd, flag, lo, hi, s);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+int
+cli_float(const char *cmd, const char *flag, const char *s, double lo, double hi, float *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (!*s || *end || errno || !isfinite(v) || v < lo || v > hi) {
+		fprintf(stderr, "anedvd %s: %s takes a number from %g to %g, not '%s'\n", cmd, flag, lo, hi, s);
+		return -1;
+	}
+	*out = (float)v;
+	return 0;
+}
+
+int
+cli_ids(const char *cmd, const char *flag, const char *s, int32_t **ids, int *n)
+{
+	int cap = 16, k = 0;
+	int32_t *v = malloc((size_t)cap * sizeof *v);
+	if (!v)
+		return -1;
+	const char *p = s;
+	for (;;) {
+		const char *comma = strchr(p, ',');
+		size_t len = comma ? (size_t)(comma - p) : strlen(p);
+		char tok[32];
+		long long x;
+		if (len == 0 || len >= sizeof tok) {
+			fprintf(stderr, "anedvd %s: %s takes comma-separated token ids, not '%s'\n", cmd, flag, s);
+			free(v);
+			return -1;
+		}
+		memcpy(tok, p, len);
+		tok[len] = 0;
+		if (cli_int(cmd, flag, tok, 0, INT32_MAX, &x)) {
+			free(v);
+			return -1;
+		}
+		if (k == cap) {
+			cap *= 2;
+			int32_t *nv = realloc(v, (size_t)cap * sizeof *v);
+			if (!nv) {
+				free(v);
+				return -1;
+			}
+			v = nv;
+		}
+		v[k++] = (int32_t)x;
+		if (!comma)
+			break;
+		p = comma + 1;
+	}
+	*ids = v;
+	*n = k;
+	return 0;
+}
+
+const char *
+cli_val(const char *cmd, int argc, char **argv, int *i)
+{
+	if (*i + 1 >= argc) {
+		fprintf(stderr, "anedvd %s: %s needs a value\n", cmd, argv[*i]);
+		return NULL;
+	}
+	return argv[++*i];
+}
+
+double
+cli_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+int
+pipe_flag(struct pipe_opts *o, int argc, char **argv, int *i)
+{
+	const char *a = argv[*i], *v;
+	long long x;
+	if (!strcmp(a, "--model")) {
+		if (!(v = cli_val(o->cmd, argc, argv, i)))
+			return -1;
+		o->model = v;
+	} else if (!strcmp(a, "--backend")) {
+		if (!(v = cli_val(o->cmd, argc, argv, i)))
+			return -1;
+		if (strcmp(v, "emu") && strcmp(v, "ane") && strcmp(v, "exact")) {
+			fprintf(stderr, "anedvd %s: --backend takes emu, ane or exact, not '%s'\n", o->cmd, v);
+			return -1;
+		}
+		o->backend = v;
+	} else if (!strcmp(a, "--chunk")) {
+		if (!(v = cli_val(o->cmd, argc, argv, i)) || cli_int(o->cmd, a, v, 1, 1024, &x))
+			return -1;
+		o->chunk = (int)x;
+	} else if (!strcmp(a, "--max-seq")) {
+		if (!(v = cli_val(o->cmd, argc, argv, i)) || cli_int(o->cmd, a, v, 4, 1 << 20, &x))
+			return -1;
+		o->max_seq = (int)x;
+	} else if (!strcmp(a, "--threads")) {
+		if (!(v = cli_val(o->cmd, argc, argv, i)) || cli_int(o->cmd, a, v, 1, 256, &x))
+			return -1;
+		o->threads = (int)x;
+	} else if (!strcmp(a, "--split")) {
+		o->split = 1;
+	} else if (!strcmp(a, "--rope-hf")) {
+		o->rope = MODEL_ROPE_NEOX;
+	} else if (!strcmp(a, "--rope-adjacent")) {
+		o->rope = MODEL_ROPE_NORM;
+	} else if (!strcmp(a, "--debug-delay-ms")) {
+		if (!(v = cli_val(o->cmd, argc, argv, i)) || cli_int(o->cmd, a, v, 0, 60000, &x))
+			return -1;
+		o->debug_delay_ms = (int)x;
+	} else {
+		return 0;
+	}
+	return 1;
+}
+
+// --- kernel wrapper ------------------------------------------------------------------------
+
+struct wrap {
+	struct kernel_backend kb;
+	struct kernel_backend *inner;
+	struct pipe *p;
+	long worker_pid;
+};
+
+static const char *kind_names[PIPE_KINDS] = {"?", "qkv", "o", "ffn", "gate_up", "down", "lm_head", "shexp",
+                                             "probe"};
+
+const char *
+pipe_kind_name(int kind)
+{
+	return kind > 0 && kind < PIPE_KINDS ? kind_names[kind] : "?";
+}
+
+static int
+w_surface_new(struct kernel_backend *kb, const char *name, int channels, struct ad_surface *s, char *err)
+{
+	struct wrap *w = (struct wrap *)kb;
+	return w->inner->surface_new(w->inner, name, channels, s, err);
+}
+
+static int
+w_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surface *out, int ncols,
+       struct kb_timing *t, char *err)
+{
+	struct wrap *w = (struct wrap *)kb;
+	struct kb_timing tt = {0};
+	uint64_t t0 = trace_now_us();
+	int rc = w->inner->call(w->inner, id, in, out, ncols, &tt, err);
+	uint64_t t1 = trace_now_us();
+	if (t)
+		*t = tt;
+	int kind = id >= 0 && id < kb->n_kernels ? (int)kb->kernels[id].kind : 0;
+	if (kind < 0 || kind >= PIPE_KINDS)
+		kind = 0;
+	w->p->kind_ns[kind] += tt.exec_ns;
+	w->p->kind_total_ns[kind] += tt.total_ns ? tt.total_ns : (t1 - t0) * 1000u;
+	w->p->kind_calls[kind]++;
+	if (trace_enabled()) {
+		char name[48];
+		const struct kb_info *ki = &kb->kernels[id];
+		if (ki->layer >= 0)
+			snprintf(name, sizeof name, "%s L%d", kind_names[kind], ki->layer);
+		else
+			snprintf(name, sizeof name, "%s c%d", kind_names[kind], ki->chunk);
+		trace_event((long)getpid(), 1, name, "kernel-call", t0, t1 - t0);
+		// the worker's share, placed at the middle of the round trip
+		if (w->worker_pid > 0 && tt.exec_ns) {
+			uint64_t ex = tt.exec_ns / 1000u;
+			uint64_t rt = t1 - t0;
+			trace_event(w->worker_pid, 1, name, "kernel", t0 + (rt > ex ? (rt - ex) / 2 : 0), ex);
+		}
+	}
+	return rc;
+}
+
+static void
+w_free(struct kernel_backend *kb)
+{
+	free(kb);
+}
+
+static struct kernel_backend *
+wrap_new(struct kernel_backend *inner, struct pipe *p)
+{
+	struct wrap *w = calloc(1, sizeof *w);
+	if (!w)
+		return NULL;
+	w->kb = *inner; // name, width, kernels, counts, priv (kb_exact_shadow reads priv)
+	w->kb.surface_new = w_surface_new;
+	w->kb.call = w_call;
+	w->kb.free = w_free;
+	w->inner = inner;
+	w->p = p;
+	for (int i = 0; i < inner->n_kernels; i++) {
+		int k = inner->kernels[i].kind;
+		if (k > 0 && k < PIPE_KINDS)
+			p->kind_weight_bytes[k] += inner->kernels[i].weight_bytes;
+	}
+	return &w->kb;
+}
+
+void
+pipe_clear_stats(struct pipe *p)
+{
+	memset(p->kind_ns, 0, sizeof p->kind_ns);
+	memset(p->kind_calls, 0, sizeof p->kind_calls);
+	memset(p->kind_total_ns, 0, sizeof p->kind_total_ns);
+}
+
+// --- the pipeline ------------------------------------------------------------------------
+
+int
+pipe_is_stop(const struct pipe *p, int32_t id)
+{
+	if (p->have_voc)
+		return id == p->voc.eos || (p->voc.eot >= 0 && id == p->voc.eot);
+	return p->m.hp.eos_id >= 0 && id == p->m.hp.eos_id;
+}
+
+int
+pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
+{
+	memset(p, 0, sizeof *p);
+	p->timeout_ms = 30000;
+	const char *be = o->backend;
+	if (!be) {
+#ifdef __APPLE__
+		be = "ane";
+#else
+		be = "emu";
+		fprintf(stderr, "anedvd: no Neural Engine on this platform: using the emu backend (--backend)\n");
+#endif
+	}
+#ifndef __APPLE__
+	if (!strcmp(be, "ane"))
+		return ad_err(err, "--backend ane needs macOS on Apple Silicon; here use emu (the same programs "
+		                   "on the CPU) or exact");
+#endif
+	snprintf(p->backend, sizeof p->backend, "%s", be);
+	int remote = strcmp(be, "exact") != 0;
+	int chunk = o->chunk > 0 ? o->chunk : 64;
+
+	if (model_load(&p->m, o->model, err))
+		return -1;
+	if (o->rope)
+		p->m.hp.rope = o->rope;
+
+	// every child is spawned before the first nng call in this process
+	p->sup = sup_new(err);
+	if (!p->sup)
+		goto fail;
+	char tok_url[600], ane_url[600], bin[1024], sz[32], th[32], dl[32];
+	sup_url(p->sup, "tokenizer", tok_url, sizeof tok_url);
+	sup_url(p->sup, "ane-worker", ane_url, sizeof ane_url);
+	if (o->need_tok) {
+		if (sup_binary(bin, sizeof bin, "anedvd-tokenizer")) {
+			ad_err(err, "%s is missing: build the anedvd-tokenizer target", bin);
+			goto fail;
+		}
+		const char *argv[] = {bin, "--model", o->model, "--listen", tok_url, NULL};
+		struct sup_spec sp = {"tokenizer", argv, tok_url, sup_health_tok, 1};
+		if (sup_spawn(p->sup, &sp, err))
+			goto fail;
+	}
+	if (remote) {
+		if (sup_binary(bin, sizeof bin, "anedvd-ane-worker")) {
+			ad_err(err, "%s is missing: build the anedvd-ane-worker target", bin);
+			goto fail;
+		}
+		snprintf(sz, sizeof sz, "%d", chunk);
+		snprintf(th, sizeof th, "%d", o->threads > 0 ? o->threads : 2);
+		snprintf(dl, sizeof dl, "%d", o->debug_delay_ms);
+		const char *argv[16] = {bin,  "--model", o->model, "--listen", ane_url, "--backend",
+		                        be,   "--chunk", sz,       "--threads", th};
+		int n = 11;
+		if (o->split)
+			argv[n++] = "--split";
+		if (o->debug_delay_ms > 0) {
+			argv[n++] = "--debug-delay-ms";
+			argv[n++] = dl;
+		}
+		argv[n] = NULL;
+		struct sup_spec sp = {"ane-worker", argv, ane_url, sup_health_ane, 1};
+		if (sup_spawn(p->sup, &sp, err))
+			goto fail;
+	}
+
+	if (o->need_tok) {
+		if (sup_wait_ready(p->sup, "tokenizer", 60000, err))
+			goto fail;
+		if (!(p->tok = ad_client_open(tok_url, err)))
+			goto fail;
+		if (tokc_vocab(p->tok, &p->voc, p->timeout_ms, err))
+			goto fail;
+		p->have_voc = 1;
+	}
+	struct kb_opts ko = {.width = chunk, .split = o->split, .threads = o->threads, .instance = (long)getpid()};
+	if (remote) {
+		if (sup_wait_ready(p->sup, "ane-worker", 600000, err))
+			goto fail;
+		ko.url = ane_url;
+		p->inner = kb_remote_new(&p->m, &ko, err);
+	} else {
+		p->inner = kb_exact_new(&p->m, &ko, err);
+	}
+	if (!p->inner)
+		goto fail;
+	if (!(p->kb = wrap_new(p->inner, p))) {
+		ad_err(err, "out of memory");
+		goto fail;
+	}
+	if (trace_enabled()) {
+		trace_process((long)getpid(), "anedvd (decode loop)");
+		long wp = remote ? sup_pid(p->sup, "ane-worker") : 0;
+		((struct wrap *)p->kb)->worker_pid = wp;
+		if (wp > 0)
+			trace_process(wp, "anedvd-ane-worker");
+		long tp = o->need_tok ? sup_pid(p->sup, "tokenizer") : 0;
+		if (tp > 0)
+			trace_process(tp, "anedvd-tokenizer");
+	}
+	p->ref_rope = p->m.hp.rope;
+	if (o->pipe_rope)
+		p->m.hp.rope = o->pipe_rope;
+	struct engine_opts eo = {.max_seq = o->max_seq > 0 ? o->max_seq : 2048, .kv_f32 = o->kv_f32};
+	p->e = engine_new(&p->m, p->kb, &eo, err);
+	if (!p->e)
+		goto fail;
+	return 0;
+fail:
+	pipe_close(p);
+	return -1;
+}
+
+void
+pipe_close(struct pipe *p)
+{
+	engine_free(p->e);
+	p->e = NULL;
+	if (p->kb)
+		p->kb->free(p->kb);
+	p->kb = NULL;
+	if (p->inner)
+		p->inner->free(p->inner);
+	p->inner = NULL;
+	if (p->tok)
+		ad_client_close(p->tok);
+	p->tok = NULL;
+	sup_free(p->sup); // children stopped, runtime dir and shared memory removed
+	p->sup = NULL;
+	model_free(&p->m);
+}

@@ -1,0 +1,1149 @@
+// cmd-run.c - `anedvd run`, `chat`, `verify` and `serve`: the commands on
+// the multi-process pipeline (cmd-common.h).
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "cmd-common.h"
+#include "commands.h"
+#include "log.h"
+#include "ref.h"
+#include "sample.h"
+#include "trace.h"
+
+// --- one generation -------------------------------------------------------------------
+
+enum gen_stop { GEN_LENGTH, GEN_STOP, GEN_INTERRUPTED };
+
+static const char *stop_names[] = {"length", "stop", "interrupted"};
+
+struct gen {
+	int32_t *ids; // generated (stop id not included)
+	int n;
+	enum gen_stop stop;
+	struct engine_prompt_info info;
+	double prefill_ms, decode_ms;
+	int decode_steps;
+	char *text;
+	size_t text_len;
+	struct engine_timings dec; // the decode phase only
+	uint64_t dec_kind_ns[PIPE_KINDS], dec_kind_calls[PIPE_KINDS];
+};
+
+static void
+gen_free(struct gen *g)
+{
+	free(g->ids);
+	free(g->text);
+	memset(g, 0, sizeof *g);
+}
+
+static int
+append(struct gen *g, const char *s, size_t n)
+{
+	char *t = realloc(g->text, g->text_len + n + 1);
+	if (!t)
+		return -1;
+	memcpy(t + g->text_len, s, n);
+	g->text_len += n;
+	t[g->text_len] = 0;
+	g->text = t;
+	return 0;
+}
+
+// detokenize one id (or flush) and stream it
+static int
+emit(struct pipe *p, struct gen *g, const int32_t *id, int flush, char pending[4], size_t *np, FILE *out, char *err)
+{
+	char *s = NULL;
+	size_t len = 0;
+	uint64_t t0 = trace_now_us();
+	if (tokc_decode_stream(p->tok, id, id ? 1 : 0, flush, pending, np, &s, &len, p->timeout_ms, err))
+		return -1;
+	if (trace_enabled())
+		trace_event(sup_pid(p->sup, "tokenizer"), 1, "detokenize", "tokenizer", t0, trace_now_us() - t0);
+	if (len) {
+		if (out) {
+			fwrite(s, 1, len, out);
+			fflush(out);
+		}
+		append(g, s, len);
+	}
+	free(s);
+	return 0;
+}
+
+static void
+timings_sub(struct engine_timings *a, const struct engine_timings *b)
+{
+	a->kernel_ns -= b->kernel_ns;
+	a->ipc_ns -= b->ipc_ns;
+	a->attention_ns -= b->attention_ns;
+	a->moe_ns -= b->moe_ns;
+	a->sampling_ns -= b->sampling_ns;
+	a->cpu_other_ns -= b->cpu_other_ns;
+	a->kernel_calls -= b->kernel_calls;
+}
+
+static int
+generate(struct pipe *p, struct engine_seq *seq, const int32_t *prompt, int n, int max_tokens,
+         const struct sample_params *sp, FILE *out, struct gen *g, char *err)
+{
+	memset(g, 0, sizeof *g);
+	const int nv = engine_n_vocab(p->e);
+	float *logits = malloc((size_t)nv * sizeof *logits);
+	g->ids = malloc((size_t)(max_tokens > 0 ? max_tokens : 1) * sizeof *g->ids);
+	struct sampler *smp = sample_new(sp, nv, err);
+	int rc = -1;
+	char pending[4];
+	size_t np = 0;
+	if (!logits || !g->ids || !smp) {
+		if (logits && g->ids)
+			goto out;
+		ad_err(err, "out of memory");
+		goto out;
+	}
+	double t0 = cli_now_ms();
+	uint64_t tr0 = trace_now_us();
+	if (engine_prompt(p->e, seq, prompt, n, max_tokens, logits, &g->info, err))
+		goto out;
+	g->prefill_ms = cli_now_ms() - t0;
+	if (trace_enabled())
+		trace_event((long)getpid(), 1, "prefill", "engine", tr0, trace_now_us() - tr0);
+	int keep0 = n - g->info.prompt_tokens;
+	if (sample_accept(smp, prompt + keep0, g->info.prompt_tokens, err))
+		goto out;
+	struct engine_timings base = *engine_seq_timings(seq);
+	uint64_t kbase[PIPE_KINDS], cbase[PIPE_KINDS];
+	memcpy(kbase, p->kind_ns, sizeof kbase);
+	memcpy(cbase, p->kind_calls, sizeof cbase);
+	t0 = cli_now_ms();
+	g->stop = GEN_LENGTH;
+	while (g->n < max_tokens) {
+		if (sup_interrupted()) {
+			g->stop = GEN_INTERRUPTED;
+			break;
+		}
+		uint64_t s0 = trace_now_us();
+		int32_t id = sample_next(smp, logits, err);
+		uint64_t s1 = trace_now_us();
+		if (id < 0)
+			goto out;
+		engine_add_sampling(p->e, seq, (s1 - s0) * 1000u);
+		if (trace_enabled())
+			trace_event((long)getpid(), 1, "sample", "sampling", s0, s1 - s0);
+		if (pipe_is_stop(p, id)) {
+			g->stop = GEN_STOP;
+			break;
+		}
+		g->ids[g->n++] = id;
+		if (p->tok && emit(p, g, &id, 0, pending, &np, out, err))
+			goto out;
+		if (g->n == max_tokens)
+			break;
+		if (engine_seq_len(seq) >= engine_max_seq(p->e))
+			break; // the context is full: length
+		uint64_t d0 = trace_now_us();
+		struct engine_seq *ss[1] = {seq};
+		if (engine_step(p->e, ss, &id, 1, logits, err))
+			goto out;
+		if (trace_enabled())
+			trace_event((long)getpid(), 1, "decode step", "engine", d0, trace_now_us() - d0);
+		g->decode_steps++;
+	}
+	g->decode_ms = cli_now_ms() - t0;
+	if (p->tok && emit(p, g, NULL, 1, pending, &np, out, err))
+		goto out;
+	g->dec = *engine_seq_timings(seq);
+	timings_sub(&g->dec, &base);
+	for (int k = 0; k < PIPE_KINDS; k++) {
+		g->dec_kind_ns[k] = p->kind_ns[k] - kbase[k];
+		g->dec_kind_calls[k] = p->kind_calls[k] - cbase[k];
+	}
+	rc = 0;
+out:
+	sample_free(smp);
+	free(logits);
+	return rc;
+}
+
+// the per-token split of the decode phase
+static void
+print_split(FILE *f, struct pipe *p, const struct gen *g)
+{
+	double steps = g->n > 0 ? g->n : 1; // sampling happens per generated token
+	double st = g->decode_steps > 0 ? g->decode_steps : 1;
+	fprintf(f, "per-token split (%s):", p->backend);
+	for (int k = 1; k < PIPE_KINDS; k++)
+		if (g->dec_kind_calls[k])
+			fprintf(f, " %s %.3f ms,", pipe_kind_name(k), (double)g->dec_kind_ns[k] / 1e6 / st);
+	double other = (double)g->dec.cpu_other_ns + (double)g->dec.moe_ns;
+	fprintf(f, " IPC %.3f ms, attention %.3f ms, sampling %.3f ms, other %.3f ms\n",
+	        (double)g->dec.ipc_ns / 1e6 / st, (double)g->dec.attention_ns / 1e6 / st,
+	        (double)g->dec.sampling_ns / 1e6 / steps, other / 1e6 / st);
+}
+
+static void
+print_timings(FILE *f, struct pipe *p, const struct gen *g)
+{
+	double pf = g->prefill_ms > 0 ? g->info.prefilled / (g->prefill_ms / 1e3) : 0;
+	double dt = g->decode_ms > 0 ? g->decode_steps / (g->decode_ms / 1e3) : 0;
+	fprintf(f, "stop: %s\n", stop_names[g->stop]);
+	fprintf(f, "prefill: %d tokens in %.3f s (%.1f tok/s)\n", g->info.prefilled, g->prefill_ms / 1e3, pf);
+	double dns = g->decode_ms * 1e6;
+	double kern = (double)g->dec.kernel_ns, ipc = (double)g->dec.ipc_ns;
+	fprintf(f, "decode: %d tokens in %.3f s (%.1f tok/s; kernels %.0f%%, IPC %.0f%%, CPU %.0f%%)\n",
+	        g->decode_steps, g->decode_ms / 1e3, dt, dns > 0 ? 100 * kern / dns : 0, dns > 0 ? 100 * ipc / dns : 0,
+	        dns > 0 ? 100 * (dns - kern - ipc) / dns : 0);
+	print_split(f, p, g);
+}
+
+// --- sampling flags ----------------------------------------------------------------------
+
+static int
+sampling_flag(const char *cmd, struct sample_params *sp, int argc, char **argv, int *i)
+{
+	const char *a = argv[*i], *v;
+	long long x;
+	if (!strcmp(a, "--temp")) {
+		if (!(v = cli_val(cmd, argc, argv, i)) || cli_float(cmd, a, v, 0, 100, &sp->temperature))
+			return -1;
+	} else if (!strcmp(a, "--top-k")) {
+		if (!(v = cli_val(cmd, argc, argv, i)) || cli_int(cmd, a, v, 0, 1 << 22, &x))
+			return -1;
+		sp->top_k = (int32_t)x;
+	} else if (!strcmp(a, "--top-p")) {
+		if (!(v = cli_val(cmd, argc, argv, i)) || cli_float(cmd, a, v, 1e-6, 1, &sp->top_p))
+			return -1;
+	} else if (!strcmp(a, "--min-p")) {
+		if (!(v = cli_val(cmd, argc, argv, i)) || cli_float(cmd, a, v, 0, 1, &sp->min_p))
+			return -1;
+	} else if (!strcmp(a, "--repeat-penalty")) {
+		if (!(v = cli_val(cmd, argc, argv, i)) || cli_float(cmd, a, v, 1e-3, 100, &sp->repeat_penalty))
+			return -1;
+	} else if (!strcmp(a, "--repeat-last-n")) {
+		if (!(v = cli_val(cmd, argc, argv, i)) || cli_int(cmd, a, v, 0, SAMPLE_MAX_WINDOW, &x))
+			return -1;
+		sp->repeat_last_n = (int32_t)x;
+	} else if (!strcmp(a, "--presence-penalty")) {
+		if (!(v = cli_val(cmd, argc, argv, i)) || cli_float(cmd, a, v, -2, 2, &sp->presence_penalty))
+			return -1;
+	} else if (!strcmp(a, "--frequency-penalty")) {
+		if (!(v = cli_val(cmd, argc, argv, i)) || cli_float(cmd, a, v, -2, 2, &sp->frequency_penalty))
+			return -1;
+	} else if (!strcmp(a, "--seed")) {
+		if (!(v = cli_val(cmd, argc, argv, i)) || cli_int(cmd, a, v, 0, INT64_MAX, &x))
+			return -1;
+		sp->seed = (uint64_t)x;
+		sp->has_seed = 1;
+	} else {
+		return 0;
+	}
+	return 1;
+}
+
+#define SAMPLING_HELP                                                                                        \
+	"  --temp T            temperature (0: greedy)\n"                                                   \
+	"  --top-k K           keep the K best (0: off)\n"                                                   \
+	"  --top-p P           nucleus (1: off)\n"                                                           \
+	"  --min-p P           keep p >= P * p_max (0: off)\n"                                               \
+	"  --repeat-penalty R  llama.cpp semantics (1: off); --repeat-last-n N its window (64)\n"            \
+	"  --presence-penalty X, --frequency-penalty X   OpenAI semantics, -2..2\n"                         \
+	"  --seed N            random seed (default: a fixed one, so runs repeat)\n"
+
+// the prompt as ids: --prompt-ids as given, else text through the chat
+// template (unless raw) and the tokenizer
+static int
+prompt_ids(struct pipe *p, const char *text, const char *system, int raw, int32_t **ids, int *n, char *err)
+{
+	uint64_t t0 = trace_now_us();
+	char *chat = NULL;
+	const char *s = text;
+	if (!raw) {
+		struct tok_msg msgs[2];
+		int k = 0;
+		if (system)
+			msgs[k++] = (struct tok_msg){TOK_ROLE_SYSTEM, system};
+		msgs[k++] = (struct tok_msg){TOK_ROLE_USER, text};
+		if (tokc_chat(p->tok, msgs, (size_t)k, 1, &chat, p->timeout_ms, err))
+			return -1;
+		s = chat;
+	}
+	size_t nn = 0;
+	int rc = tokc_encode(p->tok, s, strlen(s), p->voc.add_bos, !raw, ids, &nn, p->timeout_ms, err);
+	free(chat);
+	if (trace_enabled())
+		trace_event(sup_pid(p->sup, "tokenizer"), 1, "tokenize", "tokenizer", t0, trace_now_us() - t0);
+	*n = (int)nn;
+	return rc;
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static cJSON *
+json_ids(const int32_t *ids, int n)
+{
+	cJSON *a = cJSON_CreateArray();
+	for (int i = 0; i < n; i++)
+		cJSON_AddItemToArray(a, cJSON_CreateNumber(ids[i]));
+	return a;
+}
+
+// --- run ----------------------------------------------------------------------------
+
+static void
+run_usage(int full)
+{
+	fprintf(stderr, "usage: anedvd run --model M (--prompt TEXT | --prompt-ids 1,2,3) [options]\n");
+	if (!full) {
+		fprintf(stderr, "       anedvd run --help  lists the options\n");
+		return;
+	}
+	fprintf(stderr,
+	        "  generate text: the decode loop runs here, the projections in anedvd-ane-worker,\n"
+	        "  text goes through anedvd-tokenizer; the reply streams to stdout\n"
+	        "  --model M           a .gguf file or a Hugging Face directory\n"
+	        "  --prompt TEXT       wrapped in the model's chat template unless --no-chat\n"
+	        "  --prompt-ids LIST   comma-separated token ids, used as they are\n"
+	        "  --no-chat           raw completion of --prompt (BOS per the model)\n"
+	        "  --system TEXT       system message of the chat template\n"
+	        "  --max-tokens N      tokens to generate (default 48)\n"
+	        "  --max-seq N         context: prompt + reply (default 2048); a longer prompt\n"
+	        "                      loses its oldest tokens, with a note\n" SAMPLING_HELP PIPE_HELP_BACKEND
+	        "  --ab                first compare the prompt's logits fed per token and in chunks\n"
+	        "  --repeat N          generate N times; print min, median and max decode tok/s\n"
+	        "  --json              one JSON object (ids, text, stop, timings) instead of text\n"
+	        "  --trace FILE        Chrome trace-event JSON of every process (opens in Perfetto)\n");
+}
+
+struct run_opts {
+	struct pipe_opts po;
+	struct sample_params sp;
+	const char *prompt, *ids, *system, *trace;
+	int max_tokens, raw, ab, repeat, json;
+};
+
+static int
+run_args(int argc, char **argv, struct run_opts *o)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v;
+		long long x;
+		int r = pipe_flag(&o->po, argc, argv, &i);
+		if (r < 0)
+			return -1;
+		if (r > 0)
+			continue;
+		r = sampling_flag("run", &o->sp, argc, argv, &i);
+		if (r < 0)
+			return -1;
+		if (r > 0)
+			continue;
+		if (!strcmp(a, "--prompt")) {
+			if (!(o->prompt = cli_val("run", argc, argv, &i)))
+				return -1;
+		} else if (!strcmp(a, "--prompt-ids")) {
+			if (!(o->ids = cli_val("run", argc, argv, &i)))
+				return -1;
+		} else if (!strcmp(a, "--system")) {
+			if (!(o->system = cli_val("run", argc, argv, &i)))
+				return -1;
+		} else if (!strcmp(a, "--trace")) {
+			if (!(o->trace = cli_val("run", argc, argv, &i)))
+				return -1;
+		} else if (!strcmp(a, "--max-tokens")) {
+			if (!(v = cli_val("run", argc, argv, &i)) || cli_int("run", a, v, 1, 1 << 20, &x))
+				return -1;
+			o->max_tokens = (int)x;
+		} else if (!strcmp(a, "--repeat")) {
+			if (!(v = cli_val("run", argc, argv, &i)) || cli_int("run", a, v, 1, 1000, &x))
+				return -1;
+			o->repeat = (int)x;
+		} else if (!strcmp(a, "--no-chat")) {
+			o->raw = 1;
+		} else if (!strcmp(a, "--ab")) {
+			o->ab = 1;
+		} else if (!strcmp(a, "--json")) {
+			o->json = 1;
+		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			return 1;
+		} else {
+			fprintf(stderr, "anedvd run: unknown argument '%s'\n", a);
+			return -1;
+		}
+	}
+	if (!o->po.model) {
+		fprintf(stderr, "anedvd run: --model is required\n");
+		return -1;
+	}
+	if (!o->prompt == !o->ids) {
+		fprintf(stderr, "anedvd run: give exactly one of --prompt and --prompt-ids\n");
+		return -1;
+	}
+	return 0;
+}
+
+// --ab: the prompt fed one column per call and in chunks must agree
+static int
+run_ab(struct pipe *p, const int32_t *ids, int n, char *err)
+{
+	int nv = engine_n_vocab(p->e);
+	float *a = malloc((size_t)n * nv * sizeof *a), *b = malloc((size_t)n * nv * sizeof *b);
+	struct engine_seq *s = engine_seq_new(p->e, err);
+	int rc = -1;
+	if (!a || !b || !s)
+		goto out;
+	if (engine_eval(p->e, s, ids, n, 1, a, err) || engine_eval(p->e, s, ids, n, 0, b, err))
+		goto out;
+	double md = 0;
+	int same = 1;
+	for (int r = 0; r < n; r++) {
+		for (int j = 0; j < nv; j++) {
+			double d = fabs((double)a[(size_t)r * nv + j] - b[(size_t)r * nv + j]);
+			if (d > md || isnan(d))
+				md = d;
+		}
+		same &= ref_argmax(a + (size_t)r * nv, nv) == ref_argmax(b + (size_t)r * nv, nv);
+	}
+	int ok = md < 1e-3 && same;
+	fprintf(stderr, "ab: %d positions, per-token vs chunked max|diff| = %.3g, argmax %s -> %s\n", n, md,
+	        same ? "equal" : "DIFFERENT", ok ? "ok" : "FAIL");
+	rc = ok ? 0 : 1;
+out:
+	engine_seq_free(s);
+	free(a);
+	free(b);
+	return rc;
+}
+
+int
+cmd_run(int argc, char **argv)
+{
+	struct run_opts o;
+	memset(&o, 0, sizeof o);
+	o.po.cmd = "run";
+	o.po.need_tok = 1;
+	o.max_tokens = 48;
+	o.repeat = 1;
+	sample_defaults(&o.sp);
+	o.sp.temperature = 0;
+	o.sp.top_k = 40;
+	int rc = run_args(argc, argv, &o);
+	if (rc) {
+		run_usage(rc > 0);
+		return rc > 0 ? 0 : 2;
+	}
+	char err[AD_ERRLEN];
+	if (sample_check(&o.sp, err)) {
+		fprintf(stderr, "anedvd run: %s\n", err);
+		return 2;
+	}
+	int32_t *ids = NULL;
+	int n = 0;
+	if (o.ids && cli_ids("run", "--prompt-ids", o.ids, &ids, &n))
+		return 2;
+	if (o.trace)
+		trace_enable();
+	struct pipe p;
+	if (pipe_open(&p, &o.po, err)) {
+		fprintf(stderr, "anedvd run: %s\n", err);
+		free(ids);
+		return sup_interrupted() ? 130 : 1;
+	}
+	int status = 1;
+	struct engine_seq *seq = NULL;
+	struct gen g = {0};
+	double *tps = NULL;
+	if (o.prompt && prompt_ids(&p, o.prompt, o.system, o.raw, &ids, &n, err)) {
+		fprintf(stderr, "anedvd run: the prompt: %s\n", err);
+		goto out;
+	}
+	if (n == 0) {
+		fprintf(stderr, "anedvd run: the prompt is empty\n");
+		status = 2;
+		goto out;
+	}
+	for (int i = 0; i < n; i++)
+		if (ids[i] >= engine_n_vocab(p.e)) {
+			fprintf(stderr, "anedvd run: token id %d is outside the vocabulary (%d ids)\n", ids[i],
+			        engine_n_vocab(p.e));
+			status = 2;
+			goto out;
+		}
+	if (o.ab) {
+		if (n > engine_max_seq(p.e)) {
+			fprintf(stderr, "anedvd run: prompt is %d tokens but the context is %d; raise it with --max-seq %d\n",
+			        n, engine_max_seq(p.e), n);
+			status = 2;
+			goto out;
+		}
+		int r = run_ab(&p, ids, n, err);
+		if (r < 0) {
+			fprintf(stderr, "anedvd run: --ab: %s\n", err);
+			goto out;
+		}
+		if (r > 0)
+			goto out;
+	}
+	if (!(seq = engine_seq_new(p.e, err))) {
+		fprintf(stderr, "anedvd run: %s\n", err);
+		goto out;
+	}
+	if (!o.json) {
+		char *pt = NULL;
+		size_t pl = 0;
+		if (tokc_decode(p.tok, ids, (size_t)n, &pt, &pl, p.timeout_ms, err) == 0) {
+			printf("prompt (%d tokens): %s\n---\n", n, pt);
+		} else {
+			printf("prompt (%d tokens)\n---\n", n);
+		}
+		free(pt);
+		fflush(stdout);
+	}
+	tps = calloc((size_t)o.repeat, sizeof *tps);
+	for (int r = 0; r < o.repeat; r++) {
+		if (r > 0) {
+			gen_free(&g);
+			engine_seq_reset(seq);
+			pipe_clear_stats(&p);
+		}
+		if (generate(&p, seq, ids, n, o.max_tokens, &o.sp, o.json || r > 0 ? NULL : stdout, &g, err)) {
+			fprintf(stderr, "\nanedvd run: %s\n", err);
+			goto out;
+		}
+		tps[r] = g.decode_ms > 0 ? g.decode_steps / (g.decode_ms / 1e3) : 0;
+		if (r == 0 && !o.json) {
+			printf("\n---\n");
+			if (g.info.dropped)
+				printf("note: the prompt was %d tokens; the oldest %d were dropped to fit the context "
+				       "(%d); raise it with --max-seq\n",
+				       n, g.info.dropped, engine_max_seq(p.e));
+			print_timings(stdout, &p, &g);
+		}
+		if (g.stop == GEN_INTERRUPTED)
+			break;
+	}
+	if (o.repeat > 1 && g.stop != GEN_INTERRUPTED) {
+		qsort(tps, (size_t)o.repeat, sizeof *tps, cmp_double);
+		double sum = 0;
+		for (int r = 0; r < o.repeat; r++)
+			sum += tps[r];
+		printf("decode over %d runs: median %.1f tok/s (min %.1f, max %.1f, mean %.1f)\n", o.repeat,
+		       o.repeat % 2 ? tps[o.repeat / 2] : (tps[o.repeat / 2 - 1] + tps[o.repeat / 2]) / 2, tps[0],
+		       tps[o.repeat - 1], sum / o.repeat);
+	}
+	if (o.json) {
+		cJSON *j = cJSON_CreateObject();
+		cJSON_AddStringToObject(j, "backend", p.backend);
+		cJSON_AddItemToObject(j, "prompt_ids", json_ids(ids, n));
+		cJSON_AddItemToObject(j, "ids", json_ids(g.ids, g.n));
+		cJSON_AddStringToObject(j, "text", g.text ? g.text : "");
+		cJSON_AddStringToObject(j, "stop", stop_names[g.stop]);
+		cJSON_AddNumberToObject(j, "prompt_tokens_dropped", g.info.dropped);
+		cJSON *t = cJSON_CreateObject();
+		cJSON_AddNumberToObject(t, "prefill_tokens", g.info.prefilled);
+		cJSON_AddNumberToObject(t, "prefill_ms", g.prefill_ms);
+		cJSON_AddNumberToObject(t, "decode_tokens", g.decode_steps);
+		cJSON_AddNumberToObject(t, "decode_ms", g.decode_ms);
+		cJSON_AddNumberToObject(t, "decode_tok_s", g.decode_ms > 0 ? g.decode_steps / (g.decode_ms / 1e3) : 0);
+		double st = g.decode_steps > 0 ? g.decode_steps : 1;
+		cJSON *sp = cJSON_CreateObject();
+		for (int k = 1; k < PIPE_KINDS; k++)
+			if (g.dec_kind_calls[k])
+				cJSON_AddNumberToObject(sp, pipe_kind_name(k), (double)g.dec_kind_ns[k] / 1e6 / st);
+		cJSON_AddNumberToObject(sp, "ipc", (double)g.dec.ipc_ns / 1e6 / st);
+		cJSON_AddNumberToObject(sp, "attention", (double)g.dec.attention_ns / 1e6 / st);
+		cJSON_AddNumberToObject(sp, "sampling", (double)g.dec.sampling_ns / 1e6 / (g.n ? g.n : 1));
+		cJSON_AddNumberToObject(sp, "other", (double)(g.dec.cpu_other_ns + g.dec.moe_ns) / 1e6 / st);
+		cJSON_AddItemToObject(t, "per_token_ms", sp);
+		cJSON_AddItemToObject(j, "timings", t);
+		cJSON_AddNumberToObject(j, "ane_worker_restarts", sup_restarts(p.sup, "ane-worker"));
+		char *s = cJSON_PrintUnformatted(j);
+		if (s)
+			printf("%s\n", s);
+		free(s);
+		cJSON_Delete(j);
+	}
+	status = g.stop == GEN_INTERRUPTED ? 130 : 0;
+out:
+	if (o.trace) {
+		char pre[1100];
+		snprintf(pre, sizeof pre, "%s/trace", sup_rundir(p.sup));
+		if (trace_write(o.trace, pre, err)) {
+			fprintf(stderr, "anedvd run: %s\n", err);
+			status = status ? status : 1;
+		}
+	}
+	if (status == 130)
+		fprintf(stderr, "anedvd run: interrupted\n");
+	gen_free(&g);
+	free(tps);
+	engine_seq_free(seq);
+	pipe_close(&p);
+	free(ids);
+	return status;
+}
+
+// --- chat ----------------------------------------------------------------------------
+
+static void
+chat_usage(int full)
+{
+	fprintf(stderr, "usage: anedvd chat --model M [options]\n");
+	if (!full) {
+		fprintf(stderr, "       anedvd chat --help  lists the options\n");
+		return;
+	}
+	fprintf(stderr,
+	        "  multi-turn chat in the terminal; each turn reuses the cached prefix\n"
+	        "  commands: /help /reset /temp X /topp X /rep X /exit /quit\n"
+	        "  --model M           a .gguf file or a Hugging Face directory\n"
+	        "  --system TEXT       system message\n"
+	        "  --max-tokens N      reply length (default 256)\n"
+	        "  --max-seq N         context (default 2048)\n"
+	        "  (sampling defaults: --temp 0.7 --top-p 0.9 --repeat-penalty 1.15)\n" SAMPLING_HELP
+	            PIPE_HELP_BACKEND);
+}
+
+struct msg {
+	enum tok_role role;
+	char *text;
+};
+
+int
+cmd_chat(int argc, char **argv)
+{
+	struct pipe_opts po = {.cmd = "chat", .need_tok = 1};
+	struct sample_params sp;
+	sample_defaults(&sp);
+	sp.temperature = 0.7f;
+	sp.top_p = 0.9f;
+	sp.repeat_penalty = 1.15f;
+	const char *system = NULL;
+	int max_tokens = 256;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v;
+		long long x;
+		int r = pipe_flag(&po, argc, argv, &i);
+		if (r == 0)
+			r = sampling_flag("chat", &sp, argc, argv, &i);
+		if (r < 0) {
+			chat_usage(0);
+			return 2;
+		}
+		if (r > 0)
+			continue;
+		if (!strcmp(a, "--system")) {
+			if (!(system = cli_val("chat", argc, argv, &i)))
+				return 2;
+		} else if (!strcmp(a, "--max-tokens")) {
+			if (!(v = cli_val("chat", argc, argv, &i)) || cli_int("chat", a, v, 1, 1 << 20, &x))
+				return 2;
+			max_tokens = (int)x;
+		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			chat_usage(1);
+			return 0;
+		} else {
+			fprintf(stderr, "anedvd chat: unknown argument '%s'\n", a);
+			chat_usage(0);
+			return 2;
+		}
+	}
+	if (!po.model) {
+		fprintf(stderr, "anedvd chat: --model is required\n");
+		return 2;
+	}
+	char err[AD_ERRLEN];
+	struct pipe p;
+	if (pipe_open(&p, &po, err)) {
+		fprintf(stderr, "anedvd chat: %s\n", err);
+		return 1;
+	}
+	struct engine_seq *seq = engine_seq_new(p.e, err);
+	struct msg *hist = NULL;
+	int nh = 0, status = 1;
+	if (!seq) {
+		fprintf(stderr, "anedvd chat: %s\n", err);
+		goto out;
+	}
+	printf("ready. /help for commands, /exit to quit.\n");
+	char line[8192];
+	for (;;) {
+		printf("\nyou> ");
+		fflush(stdout);
+		if (!fgets(line, sizeof line, stdin))
+			break;
+		if (sup_interrupted())
+			break;
+		size_t L = strlen(line);
+		while (L && (line[L - 1] == '\n' || line[L - 1] == '\r'))
+			line[--L] = 0;
+		if (!L)
+			continue;
+		if (line[0] == '/') {
+			char *arg = strchr(line, ' ');
+			if (arg)
+				*arg++ = 0;
+			float f;
+			if (!strcmp(line, "/exit") || !strcmp(line, "/quit"))
+				break;
+			if (!strcmp(line, "/help")) {
+				printf("/reset     forget the conversation\n/temp X    temperature\n/topp X    top-p\n"
+				       "/rep X     repetition penalty\n/exit      leave (also /quit)\n");
+			} else if (!strcmp(line, "/reset")) {
+				for (int i = 0; i < nh; i++)
+					free(hist[i].text);
+				nh = 0;
+				engine_seq_reset(seq);
+				printf("conversation cleared\n");
+			} else if (!strcmp(line, "/temp") && arg && !cli_float("chat", "/temp", arg, 0, 100, &f)) {
+				sp.temperature = f;
+			} else if (!strcmp(line, "/topp") && arg && !cli_float("chat", "/topp", arg, 1e-6, 1, &f)) {
+				sp.top_p = f;
+			} else if (!strcmp(line, "/rep") && arg && !cli_float("chat", "/rep", arg, 1e-3, 100, &f)) {
+				sp.repeat_penalty = f;
+			} else {
+				printf("unknown command or bad value: /help lists the commands\n");
+			}
+			continue;
+		}
+		struct msg *nhist = realloc(hist, (size_t)(nh + 2) * sizeof *hist);
+		if (!nhist)
+			goto out;
+		hist = nhist;
+		hist[nh].role = TOK_ROLE_USER;
+		hist[nh].text = strdup(line);
+		nh++;
+		int nm = nh + (system ? 1 : 0);
+		struct tok_msg *msgs = calloc((size_t)nm, sizeof *msgs);
+		int k = 0;
+		if (system)
+			msgs[k++] = (struct tok_msg){TOK_ROLE_SYSTEM, system};
+		for (int i = 0; i < nh; i++)
+			msgs[k++] = (struct tok_msg){hist[i].role, hist[i].text};
+		char *chat = NULL;
+		int32_t *ids = NULL;
+		size_t n = 0;
+		if (tokc_chat(p.tok, msgs, (size_t)nm, 1, &chat, p.timeout_ms, err) ||
+		    tokc_encode(p.tok, chat, strlen(chat), p.voc.add_bos, 1, &ids, &n, p.timeout_ms, err)) {
+			free(msgs);
+			free(chat);
+			fprintf(stderr, "anedvd chat: %s\n", err);
+			goto out;
+		}
+		free(msgs);
+		free(chat);
+		printf("\n");
+		struct gen g;
+		int rc = generate(&p, seq, ids, (int)n, max_tokens, &sp, stdout, &g, err);
+		free(ids);
+		if (rc) {
+			fprintf(stderr, "\nanedvd chat: %s\n", err);
+			gen_free(&g);
+			goto out;
+		}
+		double tps = g.decode_ms > 0 ? g.decode_steps / (g.decode_ms / 1e3) : 0;
+		printf("\n[%d tokens, %.1f tok/s, %s, prompt %d (%d reused)]\n", g.n, tps, stop_names[g.stop],
+		       g.info.prompt_tokens, g.info.reused);
+		if (g.info.dropped)
+			printf("note: the conversation no longer fits the context (%d): the oldest %d tokens were "
+			       "dropped; raise --max-seq or /reset\n",
+			       engine_max_seq(p.e), g.info.dropped);
+		hist[nh].role = TOK_ROLE_ASSISTANT;
+		hist[nh].text = strdup(g.text ? g.text : "");
+		nh++;
+		int interrupted = g.stop == GEN_INTERRUPTED;
+		gen_free(&g);
+		if (interrupted)
+			break;
+	}
+	status = 0;
+out:
+	for (int i = 0; i < nh; i++)
+		free(hist[i].text);
+	free(hist);
+	engine_seq_free(seq);
+	pipe_close(&p);
+	return status;
+}
+
+// --- verify ------------------------------------------------------------------------------
+
+static void
+verify_usage(int full)
+{
+	fprintf(stderr, "usage: anedvd verify --model M [--prompt TEXT | --prompt-ids 1,2,3] [options]\n");
+	if (!full) {
+		fprintf(stderr, "       anedvd verify --help  lists the options\n");
+		return;
+	}
+	fprintf(stderr,
+	        "  the whole prompt through the pipeline (teacher-forced) and through the fp32 reference\n"
+	        "  engine: relative error, cosine, max|diff| and argmax per position. MATCH when the\n"
+	        "  last position's relative error is below 0.10 and both argmaxes agree; exit 1 otherwise.\n"
+	        "  --model M           (or the first argument) a .gguf file or a Hugging Face directory\n"
+	        "  --prompt TEXT       raw text, BOS per the model (default \"Once upon a time\")\n"
+	        "  --prompt-ids LIST   token ids instead (no tokenizer process then)\n" PIPE_HELP_BACKEND
+	        "  --pipeline-rope-hf  a deliberate fault: neox RoPE in the pipeline only (to see MISMATCH)\n");
+}
+
+int
+cmd_verify(int argc, char **argv)
+{
+	struct pipe_opts po = {.cmd = "verify"};
+	const char *prompt = NULL, *idss = NULL;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		int r = pipe_flag(&po, argc, argv, &i);
+		if (r < 0) {
+			verify_usage(0);
+			return 2;
+		}
+		if (r > 0)
+			continue;
+		if (!strcmp(a, "--prompt")) {
+			if (!(prompt = cli_val("verify", argc, argv, &i)))
+				return 2;
+		} else if (!strcmp(a, "--prompt-ids")) {
+			if (!(idss = cli_val("verify", argc, argv, &i)))
+				return 2;
+		} else if (!strcmp(a, "--pipeline-rope-hf")) {
+			po.pipe_rope = MODEL_ROPE_NEOX;
+		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			verify_usage(1);
+			return 0;
+		} else if (a[0] != '-' && !po.model) {
+			po.model = a;
+		} else {
+			fprintf(stderr, "anedvd verify: unknown argument '%s'\n", a);
+			verify_usage(0);
+			return 2;
+		}
+	}
+	if (!po.model) {
+		fprintf(stderr, "anedvd verify: --model is required\n");
+		return 2;
+	}
+	if (prompt && idss) {
+		fprintf(stderr, "anedvd verify: give one of --prompt and --prompt-ids\n");
+		return 2;
+	}
+	int32_t *ids = NULL;
+	int n = 0;
+	if (idss && cli_ids("verify", "--prompt-ids", idss, &ids, &n))
+		return 2;
+	po.need_tok = !idss;
+	char err[AD_ERRLEN];
+	struct pipe p;
+	if (pipe_open(&p, &po, err)) {
+		fprintf(stderr, "anedvd verify: %s\n", err);
+		free(ids);
+		return 1;
+	}
+	int status = 1;
+	float *a = NULL, *b = NULL;
+	struct engine_seq *s = NULL;
+	struct ref_engine *ref = NULL;
+	if (!idss) {
+		size_t nn = 0;
+		const char *t = prompt ? prompt : "Once upon a time";
+		if (tokc_encode(p.tok, t, strlen(t), p.voc.add_bos, 0, &ids, &nn, p.timeout_ms, err)) {
+			fprintf(stderr, "anedvd verify: %s\n", err);
+			goto out;
+		}
+		n = (int)nn;
+	}
+	int nv = engine_n_vocab(p.e);
+	if (n < 1 || n > engine_max_seq(p.e)) {
+		fprintf(stderr, "anedvd verify: the prompt has %d tokens; the context holds %d (--max-seq)\n", n,
+		        engine_max_seq(p.e));
+		status = 2;
+		goto out;
+	}
+	for (int i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= nv) {
+			fprintf(stderr, "anedvd verify: token id %d is outside the vocabulary (%d ids)\n", ids[i], nv);
+			status = 2;
+			goto out;
+		}
+	a = malloc((size_t)n * nv * sizeof *a);
+	b = malloc((size_t)n * nv * sizeof *b);
+	if (!a || !b || !(s = engine_seq_new(p.e, err))) {
+		fprintf(stderr, "anedvd verify: %s\n", s || !a || !b ? "out of memory" : err);
+		goto out;
+	}
+	double t0 = cli_now_ms();
+	if (engine_eval(p.e, s, ids, n, 0, a, err)) {
+		fprintf(stderr, "anedvd verify: pipeline: %s\n", err);
+		goto out;
+	}
+	double t_pipe = cli_now_ms() - t0;
+	enum model_rope pr = p.m.hp.rope;
+	p.m.hp.rope = p.ref_rope;
+	ref = ref_new(&p.m, n, err);
+	p.m.hp.rope = pr;
+	if (!ref) {
+		fprintf(stderr, "anedvd verify: reference: %s\n", err);
+		goto out;
+	}
+	t0 = cli_now_ms();
+	if (ref_eval(ref, ids, n, b)) {
+		fprintf(stderr, "anedvd verify: the reference engine failed\n");
+		goto out;
+	}
+	double t_ref = cli_now_ms() - t0;
+	printf("model: %s (%s, %lld layers), backend %s, %d prompt tokens\n", po.model, model_arch_name(p.m.arch),
+	       (long long)p.m.hp.n_layer, p.backend, n);
+	printf("  pos    token   rel.err    cosine   max|diff|  max|ref|  argmax pipe/ref\n");
+	int same_all = 0, nan_total = 0;
+	double rel_last = 0, cos_last = 0, md_last = 0;
+	int am_last = 0, ar_last = 0;
+	for (int r = 0; r < n; r++) {
+		const float *x = a + (size_t)r * nv, *y = b + (size_t)r * nv;
+		double d2 = 0, y2 = 0, x2 = 0, xy = 0, md = 0, my = 0;
+		int nans = 0;
+		for (int j = 0; j < nv; j++) {
+			if (isnan(x[j])) {
+				nans++;
+				continue;
+			}
+			double d = (double)x[j] - y[j];
+			d2 += d * d;
+			y2 += (double)y[j] * y[j];
+			x2 += (double)x[j] * x[j];
+			xy += (double)x[j] * y[j];
+			md = fabs(d) > md ? fabs(d) : md;
+			my = fabs(y[j]) > my ? fabs(y[j]) : my;
+		}
+		double rel = y2 > 0 ? sqrt(d2 / y2) : sqrt(d2);
+		double cs = x2 > 0 && y2 > 0 ? xy / sqrt(x2 * y2) : 0;
+		int am = ref_argmax(x, nv), ar = ref_argmax(y, nv);
+		same_all += am == ar;
+		nan_total += nans;
+		if (n <= 24 || r < 8 || r >= n - 8)
+			printf("  %3d  %7d  %9.3e  %8.6f  %9.3e  %8.3f  %6d/%-6d%s%s\n", r, ids[r], rel, cs, md, my, am, ar,
+			       am == ar ? "" : "  <- differs", nans ? "  NaN" : "");
+		else if (r == 8)
+			printf("  ...\n");
+		if (r == n - 1) {
+			rel_last = nans ? INFINITY : rel;
+			cos_last = cs;
+			md_last = md;
+			am_last = am;
+			ar_last = ar;
+		}
+	}
+	int ok = rel_last < 0.10 && am_last == ar_last && nan_total == 0;
+	printf("argmax equal at %d of %d positions; pipeline %.1f ms, reference %.1f ms\n", same_all, n, t_pipe,
+	       t_ref);
+	printf("last position: rel %.3e, cosine %.6f, max|diff| %.3e, argmax %d vs %d -> %s\n", rel_last, cos_last,
+	       md_last, am_last, ar_last, ok ? "MATCH" : "MISMATCH");
+	status = ok ? 0 : 1;
+out:
+	ref_free(ref);
+	engine_seq_free(s);
+	free(a);
+	free(b);
+	free(ids);
+	pipe_close(&p);
+	return status;
+}
+
+// --- serve ---------------------------------------------------------------------------
+
+static void
+serve_usage(int full)
+{
+	fprintf(stderr, "usage: anedvd serve --model M [--host 127.0.0.1] [--port 8080] [options]\n");
+	if (!full) {
+		fprintf(stderr, "       anedvd serve --help  lists the options\n");
+		return;
+	}
+	fprintf(stderr,
+	        "  the HTTP server (OpenAI and Anthropic APIs, WebUI) with the tokenizer, the cpu-worker\n"
+	        "  and the ane-worker behind it, supervised: a crashed worker is restarted\n"
+	        "  --host H, --port N  where to listen (default 127.0.0.1:8080)\n"
+	        "  --name ID           model id in /v1/models (default: the file's stem)\n"
+	        "  --system TEXT       system prompt for chats that bring none\n"
+	        "  --max-tokens N      reply length when a request gives none (default 512)\n"
+	        "  --max-seq N         context (default 2048)\n"
+	        "  --parallel N        generations at once (default 1); --queue N waiting beyond them\n" PIPE_HELP_BACKEND);
+}
+
+int
+cmd_serve(int argc, char **argv)
+{
+	struct pipe_opts po = {.cmd = "serve"};
+	const char *host = "127.0.0.1", *name = NULL, *system = NULL;
+	long long port = 8080, max_tokens = 512, parallel = 1, queue = 16;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v;
+		int r = pipe_flag(&po, argc, argv, &i);
+		if (r < 0) {
+			serve_usage(0);
+			return 2;
+		}
+		if (r > 0)
+			continue;
+		if (!strcmp(a, "--host")) {
+			if (!(host = cli_val("serve", argc, argv, &i)))
+				return 2;
+		} else if (!strcmp(a, "--port")) {
+			if (!(v = cli_val("serve", argc, argv, &i)) || cli_int("serve", a, v, 1, 65535, &port))
+				return 2;
+		} else if (!strcmp(a, "--name")) {
+			if (!(name = cli_val("serve", argc, argv, &i)))
+				return 2;
+		} else if (!strcmp(a, "--system")) {
+			if (!(system = cli_val("serve", argc, argv, &i)))
+				return 2;
+		} else if (!strcmp(a, "--max-tokens")) {
+			if (!(v = cli_val("serve", argc, argv, &i)) || cli_int("serve", a, v, 1, 1 << 20, &max_tokens))
+				return 2;
+		} else if (!strcmp(a, "--parallel")) {
+			if (!(v = cli_val("serve", argc, argv, &i)) || cli_int("serve", a, v, 1, 64, &parallel))
+				return 2;
+		} else if (!strcmp(a, "--queue")) {
+			if (!(v = cli_val("serve", argc, argv, &i)) || cli_int("serve", a, v, 0, 4096, &queue))
+				return 2;
+		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			serve_usage(1);
+			return 0;
+		} else {
+			fprintf(stderr, "anedvd serve: unknown argument '%s'\n", a);
+			serve_usage(0);
+			return 2;
+		}
+	}
+	if (!po.model) {
+		fprintf(stderr, "anedvd serve: --model is required\n");
+		return 2;
+	}
+	const char *be = po.backend;
+	if (!be) {
+#ifdef __APPLE__
+		be = "ane";
+#else
+		be = "emu";
+		fprintf(stderr, "anedvd: no Neural Engine on this platform: using the emu backend (--backend)\n");
+#endif
+	}
+#ifndef __APPLE__
+	if (!strcmp(be, "ane")) {
+		fprintf(stderr, "anedvd serve: --backend ane needs macOS on Apple Silicon; use emu or exact\n");
+		return 2;
+	}
+#endif
+	char b_tok[1024], b_ane[1024], b_cpu[1024], b_fe[1024];
+	const char *miss = sup_binary(b_tok, sizeof b_tok, "anedvd-tokenizer")    ? b_tok
+	                   : sup_binary(b_cpu, sizeof b_cpu, "anedvd-cpu-worker") ? b_cpu
+	                   : sup_binary(b_fe, sizeof b_fe, "anedvd-frontend")     ? b_fe
+	                   : (strcmp(be, "exact") && sup_binary(b_ane, sizeof b_ane, "anedvd-ane-worker")) ? b_ane
+	                                                                                                  : NULL;
+	if (miss) {
+		fprintf(stderr, "anedvd serve: %s is missing: build it first\n", miss);
+		return 1;
+	}
+	char model_name[256];
+	if (!name) {
+		const char *base = strrchr(po.model, '/');
+		base = base && base[1] ? base + 1 : po.model;
+		snprintf(model_name, sizeof model_name, "%s", base);
+		char *dot = strrchr(model_name, '.');
+		if (dot && !strcmp(dot, ".gguf"))
+			*dot = 0;
+		name = model_name;
+	}
+	char err[AD_ERRLEN];
+	struct sup *s = sup_new(err);
+	if (!s) {
+		fprintf(stderr, "anedvd serve: %s\n", err);
+		return 1;
+	}
+	char u_tok[600], u_ane[600], u_eng[600], listen[300], sz[32], th[32], ms[32], mt[32], par[32], qu[32],
+	    inst[32];
+	sup_url(s, "tokenizer", u_tok, sizeof u_tok);
+	sup_url(s, "ane-worker", u_ane, sizeof u_ane);
+	sup_url(s, "cpu-worker", u_eng, sizeof u_eng);
+	snprintf(listen, sizeof listen, "%s:%lld", host, port);
+	snprintf(sz, sizeof sz, "%d", po.chunk > 0 ? po.chunk : 64);
+	snprintf(th, sizeof th, "%d", po.threads > 0 ? po.threads : 2);
+	snprintf(ms, sizeof ms, "%d", po.max_seq > 0 ? po.max_seq : 2048);
+	snprintf(mt, sizeof mt, "%lld", max_tokens);
+	snprintf(par, sizeof par, "%lld", parallel);
+	snprintf(qu, sizeof qu, "%lld", queue);
+	snprintf(inst, sizeof inst, "%ld", (long)getpid());
+	int status = 1;
+	{
+		const char *av[] = {b_tok, "--model", po.model, "--listen", u_tok, NULL};
+		struct sup_spec sp = {"tokenizer", av, u_tok, sup_health_tok, 1};
+		if (sup_spawn(s, &sp, err))
+			goto fail;
+	}
+	if (strcmp(be, "exact")) {
+		const char *av[16] = {b_ane, "--model", po.model, "--listen", u_ane, "--backend", be, "--chunk", sz,
+		                      "--threads", th};
+		int k = 11;
+		if (po.split)
+			av[k++] = "--split";
+		av[k] = NULL;
+		struct sup_spec sp = {"ane-worker", av, u_ane, sup_health_ane, 1};
+		if (sup_spawn(s, &sp, err))
+			goto fail;
+	}
+	{
+		const char *av[24] = {b_cpu, "--model", po.model, "--listen", u_eng, "--chunk", sz, "--max-seq", ms,
+		                      "--parallel", par, "--instance", inst};
+		int k = 13;
+		if (strcmp(be, "exact")) {
+			av[k++] = "--ane";
+			av[k++] = u_ane;
+		} else {
+			av[k++] = "--backend";
+			av[k++] = "exact";
+		}
+		if (po.split)
+			av[k++] = "--split";
+		av[k] = NULL;
+		struct sup_spec sp = {"cpu-worker", av, u_eng, sup_health_engine, 1};
+		if (sup_spawn(s, &sp, err))
+			goto fail;
+	}
+	{
+		const char *av[24] = {b_fe, "--listen", listen, "--tokenizer", u_tok, "--engine", u_eng, "--name", name,
+		                      "--max-tokens", mt, "--max-seq", ms, "--parallel", par, "--queue", qu};
+		int k = 17;
+		if (system) {
+			av[k++] = "--system";
+			av[k++] = system;
+		}
+		av[k] = NULL;
+		struct sup_spec sp = {"frontend", av, NULL, NULL, 1};
+		if (sup_spawn(s, &sp, err))
+			goto fail;
+	}
+	if (sup_wait_ready(s, "tokenizer", 60000, err) ||
+	    (strcmp(be, "exact") && sup_wait_ready(s, "ane-worker", 600000, err)) ||
+	    sup_wait_ready(s, "cpu-worker", 600000, err)) {
+		goto fail;
+	}
+	fprintf(stderr, "anedvd server listening on http://%s (model %s, backend %s)\n", listen, name, be);
+	while (!sup_interrupted())
+		usleep(100000);
+	fprintf(stderr, "anedvd serve: stopping\n");
+	status = 0;
+	sup_free(s);
+	return status;
+fail:
+	fprintf(stderr, "anedvd serve: %s\n", err);
+	sup_free(s);
+	return sup_interrupted() ? 130 : status;
+}

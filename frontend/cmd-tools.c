@@ -1,0 +1,930 @@
+// cmd-tools.c - the commands that look at kernels and parts in this process:
+// check, layers, kernels, selftest, probe, bench, width, attnbench.
+//
+// check, layers and kernels build the model's kernels on emu here
+// (kb_local: the very programs the ane-worker runs) and compare them with
+// fp32 (kb_exact, the reference engine). selftest runs the whole pipeline
+// (ane-worker process included) on a tiny random model it writes itself.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "attention.h"
+#include "build.h"
+#include "cmd-common.h"
+#include "cmd-genmodel.h"
+#include "commands.h"
+#include "dequant.h"
+#include "fp16.h"
+#include "log.h"
+#include "ref.h"
+#include "tokenizer.h"
+#include "wtype.h"
+
+// --- shared -------------------------------------------------------------------------------
+
+struct tool_opts {
+	const char *cmd, *model, *prompt, *ids;
+	int chunk, split, threads, iters, upto, size, token;
+	enum model_rope rope;
+	int ctx, heads, kv_heads, head_dim;
+};
+
+// flags every tool may take; 1 consumed, 0 not ours, -1 bad value
+static int
+tool_flag(struct tool_opts *o, int argc, char **argv, int *i)
+{
+	const char *a = argv[*i], *v;
+	long long x;
+	struct {
+		const char *flag;
+		int *dst;
+		long long lo, hi;
+	} ints[] = {
+		{"--chunk", &o->chunk, 1, 1024},      {"--threads", &o->threads, 1, 256},
+		{"--iters", &o->iters, 1, 1000000},   {"--upto", &o->upto, 0, 100000},
+		{"--size", &o->size, 1, 16384},       {"--token", &o->token, 0, INT32_MAX},
+		{"--ctx", &o->ctx, 1, 1 << 20},       {"--heads", &o->heads, 1, 1024},
+		{"--kv-heads", &o->kv_heads, 1, 1024}, {"--head-dim", &o->head_dim, 1, 1024},
+	};
+	for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
+		if (!strcmp(a, ints[k].flag)) {
+			if (!(v = cli_val(o->cmd, argc, argv, i)) || cli_int(o->cmd, a, v, ints[k].lo, ints[k].hi, &x))
+				return -1;
+			*ints[k].dst = (int)x;
+			return 1;
+		}
+	if (!strcmp(a, "--model")) {
+		if (!(o->model = cli_val(o->cmd, argc, argv, i)))
+			return -1;
+	} else if (!strcmp(a, "--prompt")) {
+		if (!(o->prompt = cli_val(o->cmd, argc, argv, i)))
+			return -1;
+	} else if (!strcmp(a, "--prompt-ids")) {
+		if (!(o->ids = cli_val(o->cmd, argc, argv, i)))
+			return -1;
+	} else if (!strcmp(a, "--split")) {
+		o->split = 1;
+	} else if (!strcmp(a, "--rope-hf")) {
+		o->rope = MODEL_ROPE_NEOX;
+	} else if (!strcmp(a, "--rope-adjacent")) {
+		o->rope = MODEL_ROPE_NORM;
+	} else {
+		return 0;
+	}
+	return 1;
+}
+
+// parse argv: 0 ok, 1 help, -1 bad; allowed lists the flags this command
+// takes ("--model --split ..."); a bare word is the model
+static int
+tool_args(struct tool_opts *o, int argc, char **argv, const char *allowed)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+			return 1;
+		if (a[0] != '-' && !o->model && strstr(allowed, "--model")) {
+			o->model = a;
+			continue;
+		}
+		char key[40];
+		snprintf(key, sizeof key, "%s ", a);
+		char al[600];
+		snprintf(al, sizeof al, "%s ", allowed);
+		if (a[0] != '-' || !strstr(al, key)) {
+			fprintf(stderr, "anedvd %s: unknown argument '%s'\n", o->cmd, a);
+			return -1;
+		}
+		if (tool_flag(o, argc, argv, &i) <= 0)
+			return -1;
+	}
+	return 0;
+}
+
+static double
+rel_err(const float *x, const float *ref, size_t n, double *maxabs, int *nans)
+{
+	double d2 = 0, r2 = 0, md = 0;
+	int nn = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (isnan(x[i]) || isinf(x[i])) {
+			nn++;
+			continue;
+		}
+		double d = (double)x[i] - ref[i];
+		d2 += d * d;
+		r2 += (double)ref[i] * ref[i];
+		md = fabs(d) > md ? fabs(d) : md;
+	}
+	if (maxabs)
+		*maxabs = md;
+	if (nans)
+		*nans = nn;
+	return r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
+}
+
+static void
+rng_fill(float *x, size_t n, uint64_t seed, float scale)
+{
+	uint64_t s = seed * 6364136223846793005ull + 1442695040888963407ull;
+	for (size_t i = 0; i < n; i++) {
+		s = s * 6364136223846793005ull + 1442695040888963407ull;
+		x[i] = scale * ((float)(s >> 40) / 8388608.0f - 1.0f);
+	}
+}
+
+// run kernel id of kb on one column x (in_ch), y gets out_ch values; kb_exact
+// reads and writes its fp32 twins
+static int
+call1(struct kernel_backend *kb, int id, const float *x, float *y, int iters, double *us, char *err)
+{
+	const struct kb_info *ki = &kb->kernels[id];
+	struct ad_surface *in = calloc(1, sizeof *in), *out = calloc(1, sizeof *out);
+	char nm[32];
+	snprintf(nm, sizeof nm, "t%d-in", id);
+	if (!in || !out || kb->surface_new(kb, nm, ki->in_ch, in, err))
+		return -1;
+	snprintf(nm, sizeof nm, "t%d-out", id);
+	if (kb->surface_new(kb, nm, ki->out_ch, out, err))
+		return -1;
+	float *xs = kb_exact_shadow(kb, in);
+	if (xs)
+		memcpy(xs, x, (size_t)ki->in_ch * sizeof *x);
+	else
+		surface_write(in, x, 1, (size_t)ki->in_ch);
+	struct kb_timing t;
+	double t0 = cli_now_ms();
+	for (int i = 0; i < (iters > 0 ? iters : 1); i++)
+		if (kb->call(kb, id, in, out, 1, &t, err))
+			return -1;
+	if (us)
+		*us = (cli_now_ms() - t0) * 1e3 / (iters > 0 ? iters : 1);
+	float *ys = kb_exact_shadow(kb, out);
+	if (ys)
+		memcpy(y, ys, (size_t)ki->out_ch * sizeof *y);
+	else
+		surface_read(out, y, 1, (size_t)ki->out_ch);
+	// the backend keeps the structs until its free (kb_local's contract)
+	return 0;
+}
+
+// the normed embedding of token t through layer 0's attention norm: a real
+// activation for the kernels that read n_embd channels
+static int
+real_activation(const struct model *m, int32_t t, float *x, char *err)
+{
+	int64_t E = m->hp.n_embd;
+	size_t rb;
+	if (t < 0 || t >= m->hp.n_vocab)
+		return ad_err(err, "token %d is outside the vocabulary", t);
+	if (ad_type_row_bytes(m->tok_embd.type, E, &rb))
+		return ad_err(err, "token_embd: unsupported row");
+	if (ad_dequant(m->tok_embd.type, (const char *)m->tok_embd.data + (size_t)t * rb, x, E, err))
+		return -1;
+	float *w = malloc((size_t)E * sizeof *w);
+	const struct model_tensor *nt = &m->layers[0].attn_norm;
+	if (!w)
+		return ad_err(err, "out of memory");
+	if (nt->data && ad_dequant(nt->type, nt->data, w, E, err)) {
+		free(w);
+		return -1;
+	}
+	double ss = 0;
+	for (int64_t i = 0; i < E; i++)
+		ss += (double)x[i] * x[i];
+	float eps = m->hp.rms_eps > 0 ? m->hp.rms_eps : 1e-5f;
+	float sc = 1.0f / sqrtf((float)(ss / E) + eps);
+	for (int64_t i = 0; i < E; i++)
+		x[i] = x[i] * sc * (nt->data ? w[i] : 1.0f);
+	free(w);
+	return 0;
+}
+
+// --- check --------------------------------------------------------------------------------
+
+static void
+check_usage(void)
+{
+	fprintf(stderr, "usage: anedvd check --model M [--split] [--chunk N] [--threads N] [--token ID]\n"
+	                "  every kernel of layer 0 and the whole LM head, built on emu, against fp32\n"
+	                "  projections with the same dequantised weights (kb_exact), on one real\n"
+	                "  activation: the normed embedding of --token (default: BOS, else 1) for\n"
+	                "  kernels reading n_embd channels, a fixed pseudo-random vector for o and down.\n"
+	                "  max|diff|, relative (L2) error, NaN count; ok below 0.02, else FAIL (exit 1)\n");
+}
+
+int
+cmd_check(int argc, char **argv)
+{
+	struct tool_opts o = {.cmd = "check", .token = -1};
+	int r = tool_args(&o, argc, argv, "--model --split --chunk --threads --token --rope-hf --rope-adjacent");
+	if (r || !o.model) {
+		if (!r)
+			fprintf(stderr, "anedvd check: --model is required\n");
+		check_usage();
+		return r > 0 ? 0 : 2;
+	}
+	char err[AD_ERRLEN];
+	struct model m;
+	if (model_load(&m, o.model, err)) {
+		fprintf(stderr, "anedvd check: %s\n", err);
+		return 1;
+	}
+	struct kb_opts ko = {.width = o.chunk, .split = o.split, .threads = o.threads};
+	struct kernel_backend *kl = NULL, *kx = NULL;
+	float *x = NULL, *xo = NULL, *ya = NULL, *yb = NULL;
+	int status = 1;
+	double t0 = cli_now_ms();
+	if (!(kl = kb_local_new(&m, &ko, err)) || !(kx = kb_exact_new(&m, &ko, err))) {
+		fprintf(stderr, "anedvd check: %s\n", err);
+		goto out;
+	}
+	printf("model: %s (%s, %lld layers, n_embd %lld, vocab %lld)\n", o.model, model_arch_name(m.arch),
+	       (long long)m.hp.n_layer, (long long)m.hp.n_embd, (long long)m.hp.n_vocab);
+	printf("emu: %d kernels, width %d, compiled in %.0f ms\n", kl->n_kernels, kl->width, cli_now_ms() - t0);
+	int32_t tok = o.token >= 0 ? o.token : m.hp.bos_id >= 0 ? (int32_t)m.hp.bos_id : 1;
+	int maxc = (int)m.hp.n_vocab;
+	for (int i = 0; i < kl->n_kernels; i++) {
+		maxc = kl->kernels[i].in_ch > maxc ? kl->kernels[i].in_ch : maxc;
+		maxc = kl->kernels[i].out_ch > maxc ? kl->kernels[i].out_ch : maxc;
+	}
+	x = malloc((size_t)maxc * sizeof *x);
+	xo = malloc((size_t)maxc * sizeof *xo);
+	ya = malloc((size_t)maxc * sizeof *ya);
+	yb = malloc((size_t)maxc * sizeof *yb);
+	float *ha = malloc((size_t)m.hp.n_vocab * sizeof *ha), *hb = malloc((size_t)m.hp.n_vocab * sizeof *hb);
+	if (!x || !xo || !ya || !yb || !ha || !hb || real_activation(&m, tok, x, err)) {
+		fprintf(stderr, "anedvd check: %s\n", x ? err : "out of memory");
+		free(ha);
+		free(hb);
+		goto out;
+	}
+	rng_fill(xo, (size_t)maxc, 7, 1.0f);
+	printf("activation: token %d through blk.0.attn_norm\n", tok);
+	int fails = 0;
+	for (int i = 0; i < kl->n_kernels; i++) {
+		const struct kb_info *ki = &kl->kernels[i];
+		if (ki->layer != 0)
+			continue;
+		int j = kb_find(kx, ki->kind, 0, ki->chunk);
+		if (j < 0) {
+			printf("  %-8s (no fp32 twin in this form; run with --split to compare it)\n",
+			       pipe_kind_name(ki->kind));
+			continue;
+		}
+		const float *in = ki->in_ch == m.hp.n_embd ? x : xo;
+		if (call1(kl, i, in, ya, 1, NULL, err) || call1(kx, j, in, yb, 1, NULL, err)) {
+			fprintf(stderr, "anedvd check: %s\n", err);
+			goto out;
+		}
+		double md;
+		int nans;
+		double rel = rel_err(ya, yb, (size_t)ki->out_ch, &md, &nans);
+		int ok = rel < 0.02 && nans == 0;
+		fails += !ok;
+		printf("  %-8s %5d -> %-6d max|emu-fp32| = %.5e  rel = %.5e  nan = %d  -> %s\n", pipe_kind_name(ki->kind),
+		       ki->in_ch, ki->out_ch, md, rel, nans, ok ? "ok" : "FAIL");
+	}
+	// the LM head: every chunk of each backend into a whole row
+	for (int i = 0; i < kl->n_kernels; i++)
+		if (kl->kernels[i].kind == KB_LM_HEAD) {
+			if (call1(kl, i, x, ya, 1, NULL, err)) {
+				fprintf(stderr, "anedvd check: %s\n", err);
+				goto out;
+			}
+			memcpy(ha + kl->kernels[i].row_offset, ya, (size_t)kl->kernels[i].out_ch * sizeof *ya);
+		}
+	for (int i = 0; i < kx->n_kernels; i++)
+		if (kx->kernels[i].kind == KB_LM_HEAD) {
+			if (call1(kx, i, x, yb, 1, NULL, err)) {
+				fprintf(stderr, "anedvd check: %s\n", err);
+				goto out;
+			}
+			memcpy(hb + kx->kernels[i].row_offset, yb, (size_t)kx->kernels[i].out_ch * sizeof *yb);
+		}
+	{
+		double md;
+		int nans;
+		double rel = rel_err(ha, hb, (size_t)m.hp.n_vocab, &md, &nans);
+		int ok = rel < 0.02 && nans == 0;
+		fails += !ok;
+		printf("  %-8s %5lld -> %-6lld max|emu-fp32| = %.5e  rel = %.5e  nan = %d  -> %s\n", "lm_head",
+		       (long long)m.hp.n_embd, (long long)m.hp.n_vocab, md, rel, nans, ok ? "ok" : "FAIL");
+	}
+	free(ha);
+	free(hb);
+	printf("%s\n", fails ? "FAIL" : "all kernels ok");
+	status = fails ? 1 : 0;
+out:
+	free(x);
+	free(xo);
+	free(ya);
+	free(yb);
+	if (kl)
+		kl->free(kl);
+	if (kx)
+		kx->free(kx);
+	model_free(&m);
+	return status;
+}
+
+// --- layers -------------------------------------------------------------------------------
+
+static void
+layers_usage(void)
+{
+	fprintf(stderr,
+	        "usage: anedvd layers --model M --upto N [--prompt TEXT | --prompt-ids 1,2,3] [--chunk N] [--split]\n"
+	        "  the prompt through only the first N layers (then the final norm and the LM head),\n"
+	        "  on emu in this process and in the fp32 reference engine, and the top 5 next tokens\n"
+	        "  of both: bisects a model that produces garbage. The cut is made by building both\n"
+	        "  engines on the model with its layer count set to N. Default prompt\n"
+	        "  \"The capital of France is\".\n");
+}
+
+static void
+top5(const float *l, int nv, const struct tokenizer *tk, const char *what)
+{
+	int id[5] = {-1, -1, -1, -1, -1};
+	for (int c = 0; c < 5 && c < nv; c++)
+		for (int i = 0; i < nv; i++) {
+			int taken = 0;
+			for (int t = 0; t < c; t++)
+				taken |= id[t] == i;
+			if (!taken && (id[c] < 0 || l[i] > l[id[c]]))
+				id[c] = i;
+		}
+	printf("  %-10s", what);
+	for (int c = 0; c < 5 && c < nv; c++) {
+		char *s = NULL;
+		size_t len = 0;
+		char e[AD_ERRLEN];
+		int32_t t = id[c];
+		if (tk && tok_decode(tk, &t, 1, &s, &len, e) == 0)
+			printf("  %d '%s' %.3f", t, s, l[t]);
+		else
+			printf("  %d %.3f", t, l[t]);
+		free(s);
+	}
+	printf("\n");
+}
+
+int
+cmd_layers(int argc, char **argv)
+{
+	struct tool_opts o = {.cmd = "layers", .upto = -1};
+	int r = tool_args(&o, argc, argv, "--model --upto --prompt --prompt-ids --chunk --split --threads --rope-hf --rope-adjacent");
+	if (r || !o.model || o.upto < 0) {
+		if (!r)
+			fprintf(stderr, "anedvd layers: --model and --upto are required\n");
+		layers_usage();
+		return r > 0 ? 0 : 2;
+	}
+	if (o.prompt && o.ids) {
+		fprintf(stderr, "anedvd layers: give one of --prompt and --prompt-ids\n");
+		return 2;
+	}
+	char err[AD_ERRLEN];
+	int32_t *ids = NULL;
+	int n = 0;
+	if (o.ids && cli_ids("layers", "--prompt-ids", o.ids, &ids, &n))
+		return 2;
+	struct model m;
+	if (model_load(&m, o.model, err)) {
+		fprintf(stderr, "anedvd layers: %s\n", err);
+		free(ids);
+		return 1;
+	}
+	if (o.rope)
+		m.hp.rope = o.rope;
+	struct tokenizer *tk = m.gguf ? tok_load_gguf(m.gguf, err) : tok_load(o.model, err);
+	int status = 1;
+	struct kernel_backend *kl = NULL;
+	struct engine *e = NULL;
+	struct engine_seq *s = NULL;
+	struct ref_engine *ref = NULL;
+	float *a = NULL, *b = NULL;
+	if (!ids) {
+		const char *t = o.prompt ? o.prompt : "The capital of France is";
+		size_t nn = 0;
+		if (!tk || tok_encode(tk, t, strlen(t), -1, 0, &ids, &nn, err)) {
+			fprintf(stderr, "anedvd layers: the prompt needs the model's tokenizer: %s\n", err);
+			goto out;
+		}
+		n = (int)nn;
+	}
+	if (o.upto > m.hp.n_layer) {
+		fprintf(stderr, "anedvd layers: --upto %d: the model has %lld layers\n", o.upto, (long long)m.hp.n_layer);
+		status = 2;
+		goto out;
+	}
+	for (int i = 0; i < n; i++)
+		if (ids[i] >= m.hp.n_vocab) {
+			fprintf(stderr, "anedvd layers: token id %d is outside the vocabulary\n", ids[i]);
+			status = 2;
+			goto out;
+		}
+	struct model cut = m; // the same tensors, fewer layers
+	cut.hp.n_layer = o.upto;
+	struct kb_opts ko = {.width = o.chunk, .split = o.split, .threads = o.threads};
+	struct engine_opts eo = {.max_seq = n + 1};
+	if (!(kl = kb_local_new(&cut, &ko, err)) || !(e = engine_new(&cut, kl, &eo, err)) ||
+	    !(s = engine_seq_new(e, err)) || !(ref = ref_new(&cut, n, err))) {
+		fprintf(stderr, "anedvd layers: %s\n", err);
+		goto out;
+	}
+	int nv = (int)m.hp.n_vocab;
+	a = malloc((size_t)n * nv * sizeof *a);
+	b = malloc((size_t)n * nv * sizeof *b);
+	if (!a || !b || engine_eval(e, s, ids, n, 0, a, err) || ref_eval(ref, ids, n, b)) {
+		fprintf(stderr, "anedvd layers: %s\n", a && b ? err : "out of memory");
+		goto out;
+	}
+	const float *la = a + (size_t)(n - 1) * nv, *lb = b + (size_t)(n - 1) * nv;
+	double md;
+	printf("model: %s, %d of %lld layers, %d prompt tokens\n", o.model, o.upto, (long long)m.hp.n_layer, n);
+	double rel = rel_err(la, lb, (size_t)nv, &md, NULL);
+	top5(la, nv, tk, "emu");
+	top5(lb, nv, tk, "reference");
+	printf("  last position: rel %.3e, max|diff| %.3e\n", rel, md);
+	status = 0;
+out:
+	free(a);
+	free(b);
+	ref_free(ref);
+	engine_seq_free(s);
+	engine_free(e);
+	if (kl)
+		kl->free(kl);
+	tok_free(tk);
+	free(ids);
+	model_free(&m);
+	return status;
+}
+
+// --- kernels ------------------------------------------------------------------------------
+
+// a plain read of n bytes (the memory-bandwidth baseline), GB/s
+static double
+read_gbs(size_t n, int iters)
+{
+	uint64_t *buf = malloc(n);
+	if (!buf)
+		return 0;
+	size_t w = n / 8;
+	for (size_t i = 0; i < w; i++)
+		buf[i] = i;
+	volatile uint64_t sink = 0;
+	double t0 = cli_now_ms();
+	for (int it = 0; it < iters; it++) {
+		uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+		for (size_t i = 0; i + 4 <= w; i += 4) {
+			s0 += buf[i];
+			s1 += buf[i + 1];
+			s2 += buf[i + 2];
+			s3 += buf[i + 3];
+		}
+		sink += s0 + s1 + s2 + s3;
+	}
+	double ms = cli_now_ms() - t0;
+	(void)sink;
+	free(buf);
+	return ms > 0 ? (double)n * iters / (ms / 1e3) / 1e9 : 0;
+}
+
+static void
+kernels_usage(void)
+{
+	fprintf(stderr, "usage: anedvd kernels --model M [--iters K] [--chunk N] [--split] [--threads N]\n"
+	                "  time every kernel of layer 0 and the LM head on emu for one column (a decode\n"
+	                "  step), K times (default 20): ms per eval and achieved fp16 weight GB/s, then\n"
+	                "  the per-token total (layer 0 times the layer count plus the LM head) and a\n"
+	                "  plain memory read of the same size as a baseline\n");
+}
+
+int
+cmd_kernels(int argc, char **argv)
+{
+	struct tool_opts o = {.cmd = "kernels", .iters = 20};
+	int r = tool_args(&o, argc, argv, "--model --iters --chunk --split --threads");
+	if (r || !o.model) {
+		if (!r)
+			fprintf(stderr, "anedvd kernels: --model is required\n");
+		kernels_usage();
+		return r > 0 ? 0 : 2;
+	}
+	char err[AD_ERRLEN];
+	struct model m;
+	if (model_load(&m, o.model, err)) {
+		fprintf(stderr, "anedvd kernels: %s\n", err);
+		return 1;
+	}
+	struct kb_opts ko = {.width = o.chunk, .split = o.split, .threads = o.threads};
+	struct kernel_backend *kl = kb_local_new(&m, &ko, err);
+	int status = 1;
+	float *x = NULL, *y = NULL;
+	if (!kl) {
+		fprintf(stderr, "anedvd kernels: %s\n", err);
+		goto out;
+	}
+	int maxc = 0;
+	for (int i = 0; i < kl->n_kernels; i++) {
+		maxc = kl->kernels[i].in_ch > maxc ? kl->kernels[i].in_ch : maxc;
+		maxc = kl->kernels[i].out_ch > maxc ? kl->kernels[i].out_ch : maxc;
+	}
+	x = malloc((size_t)maxc * sizeof *x);
+	y = malloc((size_t)maxc * sizeof *y);
+	if (!x || !y)
+		goto out;
+	rng_fill(x, (size_t)maxc, 3, 1.0f);
+	printf("model: %s, %lld layers, emu width %d, %d iterations, one column\n", o.model, (long long)m.hp.n_layer,
+	       kl->width, o.iters);
+	printf("  kernel      in -> out     weights     ms/eval    GB/s\n");
+	double layer_ms = 0, head_ms = 0, layer_b = 0, head_b = 0;
+	size_t biggest = 0;
+	for (int i = 0; i < kl->n_kernels; i++) {
+		const struct kb_info *ki = &kl->kernels[i];
+		if (ki->layer != 0 && ki->kind != KB_LM_HEAD)
+			continue;
+		double us;
+		if (call1(kl, i, x, y, 1, NULL, err) || call1(kl, i, x, y, o.iters, &us, err)) {
+			fprintf(stderr, "anedvd kernels: %s\n", err);
+			goto out;
+		}
+		double gbs = (double)ki->weight_bytes / (us / 1e6) / 1e9;
+		char nm[24];
+		if (ki->kind == KB_LM_HEAD)
+			snprintf(nm, sizeof nm, "lm_head.%d", ki->chunk);
+		else
+			snprintf(nm, sizeof nm, "%s", pipe_kind_name(ki->kind));
+		printf("  %-10s %5d -> %-7d %7.2f MB  %9.3f  %6.2f\n", nm, ki->in_ch, ki->out_ch,
+		       (double)ki->weight_bytes / 1e6, us / 1e3, gbs);
+		if (ki->kind == KB_LM_HEAD) {
+			head_ms += us / 1e3;
+			head_b += (double)ki->weight_bytes;
+		} else {
+			layer_ms += us / 1e3;
+			layer_b += (double)ki->weight_bytes;
+		}
+		biggest = ki->weight_bytes > biggest ? ki->weight_bytes : biggest;
+	}
+	double tot = layer_ms * (double)m.hp.n_layer + head_ms;
+	double totb = layer_b * (double)m.hp.n_layer + head_b;
+	printf("  TOTAL per token: %.3f ms (layer %.3f ms x %lld + LM head %.3f ms), %.1f MB, %.2f GB/s\n", tot,
+	       layer_ms, (long long)m.hp.n_layer, head_ms, totb / 1e6, tot > 0 ? totb / (tot / 1e3) / 1e9 : 0);
+	printf("  baseline: plain read of %.1f MB: %.2f GB/s\n", (double)biggest / 1e6,
+	       read_gbs(biggest > 4096 ? biggest : 4096, o.iters));
+	status = 0;
+out:
+	free(x);
+	free(y);
+	if (kl)
+		kl->free(kl);
+	model_free(&m);
+	return status;
+}
+
+// --- selftest -----------------------------------------------------------------------------
+
+int
+cmd_selftest(int argc, char **argv)
+{
+	struct pipe_opts po = {.cmd = "selftest"};
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			fprintf(stderr, "usage: anedvd selftest [--split] [--backend emu|exact]\n"
+			                "  writes a tiny random llama (n_embd 64, 2 layers, 4/2 heads, ff 128, vocab 320)\n"
+			                "  to a temporary GGUF, runs tokens 1,42,7,200,13 through the pipeline (the\n"
+			                "  anedvd-ane-worker process on emu) and through the fp32 reference engine:\n"
+			                "  PASS if the relative error of every position is below 0.05 and the argmaxes\n"
+			                "  agree, else FAIL (exit 1)\n");
+			return 0;
+		}
+		int r = pipe_flag(&po, argc, argv, &i);
+		if (r <= 0 || !strcmp(argv[i], "--model") || !strcmp(argv[i], "--max-seq")) {
+			if (r == 0)
+				fprintf(stderr, "anedvd selftest: unknown argument '%s'\n", argv[i]);
+			return 2;
+		}
+	}
+	char path[512], err[AD_ERRLEN];
+	const char *tmp = getenv("TMPDIR");
+	snprintf(path, sizeof path, "%s/anedvd-selftest-%ld.gguf", tmp && *tmp ? tmp : "/tmp", (long)getpid());
+	struct genmodel g = {.preset = "tiny", .wtype = "f32", .seed = 42};
+	if (genmodel_write(&g, path, err)) {
+		fprintf(stderr, "anedvd selftest: %s\n", err);
+		return 1;
+	}
+	po.model = path;
+	po.max_seq = 64;
+	struct pipe p;
+	if (pipe_open(&p, &po, err)) {
+		fprintf(stderr, "anedvd selftest: %s\n", err);
+		unlink(path);
+		return 1;
+	}
+	unlink(path); // mapped, and the worker has compiled
+	int32_t ids[] = {1, 42, 7, 200, 13};
+	int n = 5, nv = engine_n_vocab(p.e), status = 1;
+	float *a = malloc((size_t)n * nv * sizeof *a), *b = malloc((size_t)n * nv * sizeof *b);
+	struct engine_seq *s = engine_seq_new(p.e, err);
+	struct ref_engine *ref = ref_new(&p.m, n, err);
+	if (!a || !b || !s || !ref) {
+		fprintf(stderr, "anedvd selftest: %s\n", err);
+		goto out;
+	}
+	double t0 = cli_now_ms();
+	if (engine_eval(p.e, s, ids, n, 0, a, err)) {
+		fprintf(stderr, "anedvd selftest: %s\n", err);
+		goto out;
+	}
+	double ms = cli_now_ms() - t0;
+	ref_eval(ref, ids, n, b);
+	double worst = 0;
+	int same = 1;
+	for (int r = 0; r < n; r++) {
+		double rel = rel_err(a + (size_t)r * nv, b + (size_t)r * nv, (size_t)nv, NULL, NULL);
+		worst = rel > worst ? rel : worst;
+		same &= ref_argmax(a + (size_t)r * nv, nv) == ref_argmax(b + (size_t)r * nv, nv);
+	}
+	int ok = worst < 0.05 && same;
+	printf("selftest: tiny llama, backend %s, %d positions in %.1f ms (%llu kernel calls): max rel %.3e, "
+	       "argmax %s -> %s\n",
+	       p.backend, n, ms, (unsigned long long)engine_timings(p.e)->kernel_calls, worst,
+	       same ? "equal" : "DIFFERENT", ok ? "PASS" : "FAIL");
+	status = ok ? 0 : 1;
+out:
+	free(a);
+	free(b);
+	engine_seq_free(s);
+	ref_free(ref);
+	pipe_close(&p);
+	return status;
+}
+
+// --- probe, bench, width ----------------------------------------------------------------------
+
+struct probe_res {
+	double us, rel, maxabs;
+};
+
+// an n x n projection at width w, ncols columns, iters evals
+static int
+probe_run(struct ane_builder *b, int n, int w, int ncols, int iters, struct probe_res *res, char *err)
+{
+	struct ane_kernel k;
+	if (ane_build_probe(b, n, w, 1234, &k, err))
+		return -1;
+	struct ad_surface in, out;
+	memset(&in, 0, sizeof in);
+	memset(&out, 0, sizeof out);
+	float *x = malloc((size_t)n * ncols * sizeof *x), *y = malloc((size_t)n * ncols * sizeof *y);
+	float *ref = malloc((size_t)n * ncols * sizeof *ref), *wt = malloc((size_t)n * n * sizeof *wt);
+	size_t cin = emu_input_capacity(k.ek), cout = emu_output_capacity(k.ek);
+	int rc = -1;
+	if (!x || !y || !ref || !wt || surface_create(&in, NULL, (size_t)n, (size_t)w, 0, err) ||
+	    surface_create(&out, NULL, (size_t)n, (size_t)w, 0, err))
+		goto out;
+	if (in.bytes < cin || out.bytes < cout) {
+		ad_err(err, "probe: surface smaller than the kernel's capacity");
+		goto out;
+	}
+	rng_fill(x, (size_t)n * ncols, 11, 1.0f);
+	surface_write(&in, x, (size_t)ncols, (size_t)n);
+	if (ane_eval(&k, in.base, out.base, ncols, err))
+		goto out;
+	double t0 = cli_now_ms();
+	for (int i = 0; i < iters; i++)
+		if (ane_eval(&k, in.base, out.base, ncols, err))
+			goto out;
+	res->us = (cli_now_ms() - t0) * 1e3 / iters;
+	surface_read(&out, y, (size_t)ncols, (size_t)n);
+	ane_probe_weights(wt, (size_t)n * n, 1234);
+	for (int c = 0; c < ncols; c++)
+		for (int r = 0; r < n; r++) {
+			double s = 0;
+			for (int j = 0; j < n; j++)
+				s += (double)wt[(size_t)r * n + j] * x[(size_t)c * n + j];
+			ref[(size_t)c * n + r] = (float)s;
+		}
+	res->rel = rel_err(y, ref, (size_t)n * ncols, &res->maxabs, NULL);
+	rc = 0;
+out:
+	surface_close(&in);
+	surface_close(&out);
+	free(x);
+	free(y);
+	free(ref);
+	free(wt);
+	ane_kernel_free(&k);
+	return rc;
+}
+
+static struct ane_builder *
+emu_builder(int threads, char *err)
+{
+	struct ane_build_opts bo = {.backend = "emu", .threads = threads};
+	return ane_builder_new(&bo, err);
+}
+
+int
+cmd_probe(int argc, char **argv)
+{
+	struct tool_opts o = {.cmd = "probe", .size = 256, .iters = 20};
+	int r = tool_args(&o, argc, argv, "--size --iters --threads");
+	if (r) {
+		fprintf(stderr, "usage: anedvd probe [--size N] [--iters K] [--threads N]\n"
+		                "  one N x N projection (default 256) compiled as a 1x1 conv and run on emu K times\n"
+		                "  (default 20), against a CPU matmul of the same weights: max|err|, relative\n"
+		                "  error, us/eval, GFLOP/s; CORRECT if rel < 0.02, else MISMATCH (exit 1)\n");
+		return r > 0 ? 0 : 2;
+	}
+	char err[AD_ERRLEN];
+	struct ane_builder *b = emu_builder(o.threads, err);
+	struct probe_res res;
+	if (!b || probe_run(b, o.size, 1, 1, o.iters, &res, err)) {
+		fprintf(stderr, "anedvd probe: %s\n", err);
+		ane_builder_free(b);
+		return 1;
+	}
+	int ok = res.rel < 0.02;
+	printf("probe %dx%d on emu: max|err| = %.4e  rel = %.4e  %.2f us/eval  %.2f GFLOP/s -> %s\n", o.size, o.size,
+	       res.maxabs, res.rel, res.us, 2.0 * o.size * o.size / (res.us * 1e3), ok ? "CORRECT" : "MISMATCH");
+	ane_builder_free(b);
+	return ok ? 0 : 1;
+}
+
+int
+cmd_bench(int argc, char **argv)
+{
+	struct tool_opts o = {.cmd = "bench", .iters = 50};
+	int r = tool_args(&o, argc, argv, "--iters --threads");
+	if (r) {
+		fprintf(stderr, "usage: anedvd bench [--iters K] [--threads N]\n"
+		                "  N x N projections on emu, N = 128 ... 4096, one column, K evals each (default 50):\n"
+		                "  us/eval, GFLOP/s and fp16 weight GB/s\n");
+		return r > 0 ? 0 : 2;
+	}
+	char err[AD_ERRLEN];
+	struct ane_builder *b = emu_builder(o.threads, err);
+	if (!b) {
+		fprintf(stderr, "anedvd bench: %s\n", err);
+		return 1;
+	}
+	printf("emu projection sweep, one column, %d evals each\n", o.iters);
+	printf("     size     us/eval    GFLOP/s     GB/s   rel.err\n");
+	for (int n = 128; n <= 4096; n *= 2) {
+		struct probe_res res;
+		if (probe_run(b, n, 1, 1, o.iters, &res, err)) {
+			fprintf(stderr, "anedvd bench: %s\n", err);
+			ane_builder_free(b);
+			return 1;
+		}
+		printf("  %7d  %10.2f  %9.2f  %7.2f  %.2e\n", n, res.us, 2.0 * n * n / (res.us * 1e3),
+		       2.0 * n * n / (res.us * 1e3), res.rel);
+	}
+	ane_builder_free(b);
+	return 0;
+}
+
+int
+cmd_width(int argc, char **argv)
+{
+	struct tool_opts o = {.cmd = "width", .size = 2048, .iters = 30};
+	int r = tool_args(&o, argc, argv, "--size --iters --threads");
+	if (r) {
+		fprintf(stderr, "usage: anedvd width [--size N] [--iters K] [--threads N]\n"
+		                "  cost of an N x N projection (default 2048) on emu against the activation width\n"
+		                "  1, 8, 32, 64, 128 (all columns in use), K evals each (default 30)\n");
+		return r > 0 ? 0 : 2;
+	}
+	char err[AD_ERRLEN];
+	struct ane_builder *b = emu_builder(o.threads, err);
+	if (!b) {
+		fprintf(stderr, "anedvd width: %s\n", err);
+		return 1;
+	}
+	printf("emu projection cost vs activation width (%d -> %d, fp16 weights)\n", o.size, o.size);
+	printf("  width      us/eval       vs w=1      GFLOP/s\n");
+	static const int ws[] = {1, 8, 32, 64, 128};
+	double base = 0;
+	for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+		struct probe_res res;
+		if (probe_run(b, o.size, ws[i], ws[i], o.iters, &res, err)) {
+			fprintf(stderr, "anedvd width: %s\n", err);
+			ane_builder_free(b);
+			return 1;
+		}
+		if (i == 0)
+			base = res.us;
+		printf("  %5d   %10.2f   %8.2fx   %10.1f\n", ws[i], res.us, res.us / base,
+		       2.0 * o.size * o.size * ws[i] / (res.us * 1e3));
+	}
+	ane_builder_free(b);
+	return 0;
+}
+
+// --- attnbench -------------------------------------------------------------------------------
+
+int
+cmd_attnbench(int argc, char **argv)
+{
+	struct tool_opts o = {.cmd = "attnbench", .ctx = 1024, .heads = 14, .kv_heads = 2, .head_dim = 64,
+	                      .iters = 200};
+	int r = tool_args(&o, argc, argv, "--ctx --heads --kv-heads --head-dim --iters");
+	if (r || o.heads % o.kv_heads) {
+		if (!r)
+			fprintf(stderr, "anedvd attnbench: --heads must be a multiple of --kv-heads\n");
+		fprintf(stderr, "usage: anedvd attnbench [--ctx 1024] [--heads 14] [--kv-heads 2] [--head-dim 64] [--iters 200]\n"
+		                "  one decode step's attention (every head, one query) over an fp16 KV cache of\n"
+		                "  --ctx positions: attn_fast and attn_ref as the engine runs them, then the\n"
+		                "  same work split into plain stages (q.k dots, softmax, weighted V sum)\n");
+		return r > 0 ? 0 : 2;
+	}
+	int H = o.heads, G = o.kv_heads, D = o.head_dim, T = o.ctx;
+	struct attn_shape sh = {.n_head = H, .n_head_kv = G, .head_dim = D, .head_dim_v = D,
+	                        .k_stride = (size_t)G * D, .v_stride = (size_t)G * D,
+	                        .scale = 1.0f / sqrtf((float)D)};
+	size_t nkv = (size_t)T * G * D;
+	uint16_t *k = malloc(nkv * 2), *v = malloc(nkv * 2);
+	float *q = malloc((size_t)H * D * sizeof *q), *out = malloc((size_t)H * D * sizeof *out);
+	float *sc = malloc(attn_scratch_floats(&sh, T) * sizeof *sc);
+	float *kf = malloc(nkv * sizeof *kf), *vf = malloc(nkv * sizeof *vf), *s = malloc((size_t)T * sizeof *s);
+	if (!k || !v || !q || !out || !sc || !kf || !vf || !s) {
+		fprintf(stderr, "anedvd attnbench: out of memory\n");
+		return 1;
+	}
+	rng_fill(kf, nkv, 1, 1.0f);
+	rng_fill(vf, nkv, 2, 1.0f);
+	rng_fill(q, (size_t)H * D, 3, 1.0f);
+	for (size_t i = 0; i < nkv; i++) {
+		k[i] = ad_f32_to_fp16(kf[i]);
+		v[i] = ad_f32_to_fp16(vf[i]);
+	}
+	double t0 = cli_now_ms();
+	for (int it = 0; it < o.iters; it++)
+		attn_fast(&sh, q, k, v, 0, T - 1, out, sc);
+	double fast = (cli_now_ms() - t0) * 1e3 / o.iters;
+	t0 = cli_now_ms();
+	for (int it = 0; it < o.iters; it++)
+		attn_ref(&sh, q, k, v, 0, T - 1, out, sc);
+	double ref = (cli_now_ms() - t0) * 1e3 / o.iters;
+	// plain stages over the fp32 copy of the cache
+	double t_dot = 0, t_sm = 0, t_av = 0;
+	volatile float sink = 0;
+	for (int it = 0; it < o.iters; it++)
+		for (int h = 0; h < H; h++) {
+			const float *qh = q + (size_t)h * D;
+			int g = h / (H / G);
+			double a = cli_now_ms();
+			for (int j = 0; j < T; j++) {
+				const float *kj = kf + (size_t)j * G * D + (size_t)g * D;
+				float d = 0;
+				for (int c = 0; c < D; c++)
+					d += qh[c] * kj[c];
+				s[j] = d * sh.scale;
+			}
+			double b = cli_now_ms();
+			float mx = s[0], sum = 0;
+			for (int j = 1; j < T; j++)
+				mx = s[j] > mx ? s[j] : mx;
+			for (int j = 0; j < T; j++)
+				sum += (s[j] = expf(s[j] - mx));
+			for (int j = 0; j < T; j++)
+				s[j] /= sum;
+			double c2 = cli_now_ms();
+			float *oh = out + (size_t)h * D;
+			memset(oh, 0, (size_t)D * sizeof *oh);
+			for (int j = 0; j < T; j++) {
+				const float *vj = vf + (size_t)j * G * D + (size_t)g * D;
+				for (int c = 0; c < D; c++)
+					oh[c] += s[j] * vj[c];
+			}
+			double d2 = cli_now_ms();
+			t_dot += b - a;
+			t_sm += c2 - b;
+			t_av += d2 - c2;
+			sink += oh[0];
+		}
+	double tot = t_dot + t_sm + t_av;
+	printf("attention, one query per head: ctx %d, heads %d, kv-heads %d, head-dim %d, %d iterations\n", T, H, G, D,
+	       o.iters);
+	printf("  attn_fast (%s)   %9.1f us\n", attn_have_simd() ? "AVX2/F16C" : "no SIMD: plain", fast);
+	printf("  attn_ref                 %9.1f us\n", ref);
+	printf("  plain stages (fp32 cache, no SIMD), %.1f us in all:\n", tot * 1e3 / o.iters);
+	printf("    dot (q.k)              %9.1f us  %5.1f%%\n", t_dot * 1e3 / o.iters, 100 * t_dot / tot);
+	printf("    softmax                %9.1f us  %5.1f%%\n", t_sm * 1e3 / o.iters, 100 * t_sm / tot);
+	printf("    AV (weighted V sum)    %9.1f us  %5.1f%%\n", t_av * 1e3 / o.iters, 100 * t_av / tot);
+	(void)sink;
+	free(k);
+	free(v);
+	free(q);
+	free(out);
+	free(sc);
+	free(kf);
+	free(vf);
+	free(s);
+	return 0;
+}

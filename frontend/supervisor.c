@@ -1,0 +1,603 @@
+// supervisor.c - see supervisor.h.
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ane.pb-c.h"
+#include "client.h"
+#include "common.pb-c.h"
+#include "engine.pb-c.h"
+#include "ipc.h"
+#include "log.h"
+#include "supervisor.h"
+#include "surface.h"
+
+extern char **environ;
+
+#define SUP_MAX 8
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 5000
+#define STABLE_MS 10000
+#define STOP_WAIT_MS 3000
+
+struct child {
+	char name[32];
+	char **argv;
+	char url[512];
+	sup_health_fn health;
+	int restart;
+	pid_t pid;        // 0 while down
+	int restarts;
+	int exited;       // down and not to be restarted
+	int last_status;
+	uint64_t started_ms, next_start_ms;
+	int backoff_ms;
+};
+
+struct sup {
+	char rundir[PATH_MAX];
+	struct child c[SUP_MAX];
+	int n;
+	char **envp;
+	pthread_mutex_t mu;
+	pthread_t mon;
+	int mon_running;
+	atomic_int stop;
+};
+
+static volatile sig_atomic_t interrupted;
+
+static void
+on_signal(int sig)
+{
+	(void)sig;
+	interrupted = 1;
+}
+
+int
+sup_interrupted(void)
+{
+	return interrupted != 0;
+}
+
+void
+sup_clear_interrupt(void)
+{
+	interrupted = 0;
+}
+
+static uint64_t
+now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void
+sleep_ms(int ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+static const char *
+runtime_base(void)
+{
+	const char *x = getenv("XDG_RUNTIME_DIR");
+	struct stat st;
+	if (x && *x && stat(x, &st) == 0 && S_ISDIR(st.st_mode) && access(x, W_OK) == 0)
+		return x;
+	return "/tmp";
+}
+
+// remove the files in dir (sockets, status) and dir itself
+static void
+remove_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (d) {
+		struct dirent *de;
+		char p[PATH_MAX + 256];
+		while ((de = readdir(d))) {
+			if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+				continue;
+			snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+			unlink(p);
+		}
+		closedir(d);
+	}
+	rmdir(dir);
+}
+
+// runtime directories of instances whose pid is gone
+static int
+cleanup_stale_dirs(const char *base)
+{
+	DIR *d = opendir(base);
+	if (!d)
+		return 0;
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (strncmp(de->d_name, "anedvd-", 7) != 0)
+			continue;
+		char *end;
+		long pid = strtol(de->d_name + 7, &end, 10);
+		if (*end || pid <= 0 || pid == (long)getpid())
+			continue;
+		if (kill((pid_t)pid, 0) == 0 || errno == EPERM)
+			continue;
+		char p[PATH_MAX];
+		snprintf(p, sizeof p, "%s/%s", base, de->d_name);
+		struct stat st;
+		if (lstat(p, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid())
+			continue;
+		remove_dir(p);
+		n++;
+	}
+	closedir(d);
+	return n;
+}
+
+static char **
+make_env(void)
+{
+	int n = 0, has_log = 0;
+	while (environ[n]) {
+		if (!strncmp(environ[n], "ANEDVD_LOG=", 11))
+			has_log = 1;
+		n++;
+	}
+	char **e = calloc((size_t)n + 2, sizeof *e);
+	if (!e)
+		return NULL;
+	for (int i = 0; i < n; i++)
+		e[i] = environ[i];
+	if (!has_log)
+		e[n++] = "ANEDVD_LOG=warn";
+	e[n] = NULL;
+	return e;
+}
+
+struct sup *
+sup_new(char *err)
+{
+	struct sup *s = calloc(1, sizeof *s);
+	if (!s)
+		return ad_err(err, "out of memory"), NULL;
+	pthread_mutex_init(&s->mu, NULL);
+	const char *base = runtime_base();
+	int dirs = cleanup_stale_dirs(base);
+	int shm = surface_cleanup_stale();
+	if (dirs || shm > 0)
+		ad_info("removed what dead instances left: %d runtime dirs, %d shared-memory objects", dirs,
+		        shm > 0 ? shm : 0);
+	snprintf(s->rundir, sizeof s->rundir, "%s/anedvd-%ld", base, (long)getpid());
+	if (mkdir(s->rundir, 0700) != 0 && errno != EEXIST) {
+		ad_err(err, "cannot create the runtime directory %s: %s", s->rundir, strerror(errno));
+		free(s);
+		return NULL;
+	}
+	chmod(s->rundir, 0700);
+	s->envp = make_env();
+	if (!s->envp) {
+		rmdir(s->rundir);
+		free(s);
+		return ad_err(err, "out of memory"), NULL;
+	}
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = 0; // no SA_RESTART: a blocking read returns EINTR
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	return s;
+}
+
+const char *
+sup_rundir(const struct sup *s)
+{
+	return s->rundir;
+}
+
+int
+sup_url(const struct sup *s, const char *name, char *buf, size_t cap)
+{
+	return ad_ipc_url(buf, cap, s->rundir, name);
+}
+
+// status file: written whole and renamed in, so a reader never sees half
+static void
+write_status(struct sup *s)
+{
+	char tmp[PATH_MAX + 16], fin[PATH_MAX + 16];
+	snprintf(tmp, sizeof tmp, "%s/status.tmp", s->rundir);
+	snprintf(fin, sizeof fin, "%s/status", s->rundir);
+	FILE *f = fopen(tmp, "w");
+	if (!f)
+		return;
+	for (int i = 0; i < s->n; i++)
+		fprintf(f, "%s %ld %d\n", s->c[i].name, (long)s->c[i].pid, s->c[i].restarts);
+	if (fclose(f) == 0)
+		rename(tmp, fin);
+}
+
+static int
+spawn_child(struct sup *s, struct child *c, char *err)
+{
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t at;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, 2, 1);
+	posix_spawnattr_init(&at);
+	sigset_t def;
+	sigemptyset(&def);
+	sigaddset(&def, SIGINT);
+	sigaddset(&def, SIGTERM);
+	sigaddset(&def, SIGPIPE);
+	sigset_t none;
+	sigemptyset(&none);
+	posix_spawnattr_setsigdefault(&at, &def);
+	posix_spawnattr_setsigmask(&at, &none);
+	posix_spawnattr_setpgroup(&at, 0);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+	pid_t pid;
+	int rc = posix_spawn(&pid, c->argv[0], &fa, &at, c->argv, s->envp);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&at);
+	if (rc != 0)
+		return ad_err(err, "cannot start %s (%s): %s", c->name, c->argv[0], strerror(rc));
+	c->pid = pid;
+	c->started_ms = now_ms();
+	ad_debug("started %s, pid %ld", c->name, (long)pid);
+	return 0;
+}
+
+// one pass of the monitor: reap, schedule and perform restarts
+static void
+monitor_once(struct sup *s)
+{
+	pthread_mutex_lock(&s->mu);
+	int changed = 0;
+	uint64_t t = now_ms();
+	for (int i = 0; i < s->n; i++) {
+		struct child *c = &s->c[i];
+		if (c->pid > 0) {
+			int st;
+			pid_t r = waitpid(c->pid, &st, WNOHANG);
+			if (r != c->pid)
+				continue;
+			c->last_status = st;
+			if (WIFSIGNALED(st))
+				ad_warn("%s (pid %ld) was killed by signal %d", c->name, (long)c->pid, WTERMSIG(st));
+			else
+				ad_warn("%s (pid %ld) exited with status %d", c->name, (long)c->pid, WEXITSTATUS(st));
+			if (t - c->started_ms >= STABLE_MS)
+				c->backoff_ms = BACKOFF_MIN_MS;
+			c->pid = 0;
+			changed = 1;
+			if (!c->restart || atomic_load(&s->stop)) {
+				c->exited = 1;
+				continue;
+			}
+			c->next_start_ms = t + (uint64_t)c->backoff_ms;
+			ad_warn("restarting %s in %d ms", c->name, c->backoff_ms);
+			c->backoff_ms = c->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : c->backoff_ms * 2;
+		} else if (!c->exited && c->restart && !atomic_load(&s->stop) && t >= c->next_start_ms) {
+			char e[AD_ERRLEN];
+			if (spawn_child(s, c, e) == 0) {
+				c->restarts++;
+				changed = 1;
+			} else {
+				ad_error("%s", e);
+				c->next_start_ms = t + (uint64_t)c->backoff_ms;
+			}
+		}
+	}
+	if (changed)
+		write_status(s);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void *
+monitor(void *arg)
+{
+	struct sup *s = arg;
+	// signals are the main thread's business
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	while (!atomic_load(&s->stop)) {
+		monitor_once(s);
+		sleep_ms(20);
+	}
+	return NULL;
+}
+
+static struct child *
+find(struct sup *s, const char *name)
+{
+	for (int i = 0; i < s->n; i++)
+		if (!strcmp(s->c[i].name, name))
+			return &s->c[i];
+	return NULL;
+}
+
+int
+sup_spawn(struct sup *s, const struct sup_spec *spec, char *err)
+{
+	if (s->n == SUP_MAX)
+		return ad_err(err, "too many child processes");
+	if (!spec->name || strlen(spec->name) >= sizeof s->c[0].name || find(s, spec->name))
+		return ad_err(err, "bad or duplicate child name");
+	struct child *c = &s->c[s->n];
+	memset(c, 0, sizeof *c);
+	snprintf(c->name, sizeof c->name, "%s", spec->name);
+	if (spec->url)
+		snprintf(c->url, sizeof c->url, "%s", spec->url);
+	c->health = spec->health;
+	c->restart = spec->restart;
+	c->backoff_ms = BACKOFF_MIN_MS;
+	int n = 0;
+	while (spec->argv[n])
+		n++;
+	c->argv = calloc((size_t)n + 1, sizeof *c->argv);
+	if (!c->argv)
+		return ad_err(err, "out of memory");
+	for (int i = 0; i < n; i++)
+		if (!(c->argv[i] = strdup(spec->argv[i])))
+			return ad_err(err, "out of memory");
+	pthread_mutex_lock(&s->mu);
+	int rc = spawn_child(s, c, err);
+	if (rc == 0) {
+		s->n++;
+		write_status(s);
+	} else {
+		for (int i = 0; i < n; i++)
+			free(c->argv[i]);
+		free(c->argv);
+		c->argv = NULL;
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (rc == 0 && !s->mon_running) {
+		if (pthread_create(&s->mon, NULL, monitor, s) != 0)
+			return ad_err(err, "cannot start the monitor thread");
+		s->mon_running = 1;
+	}
+	return rc;
+}
+
+long
+sup_pid(struct sup *s, const char *name)
+{
+	pthread_mutex_lock(&s->mu);
+	struct child *c = find(s, name);
+	long pid = c ? (long)c->pid : -1;
+	pthread_mutex_unlock(&s->mu);
+	return pid;
+}
+
+int
+sup_restarts(struct sup *s, const char *name)
+{
+	pthread_mutex_lock(&s->mu);
+	struct child *c = find(s, name);
+	int r = c ? c->restarts : -1;
+	pthread_mutex_unlock(&s->mu);
+	return r;
+}
+
+void
+sup_no_restart(struct sup *s, const char *name)
+{
+	pthread_mutex_lock(&s->mu);
+	struct child *c = find(s, name);
+	if (c)
+		c->restart = 0;
+	pthread_mutex_unlock(&s->mu);
+}
+
+int
+sup_wait_ready(struct sup *s, const char *name, int timeout_ms, char *err)
+{
+	uint64_t t0 = now_ms();
+	char last[AD_ERRLEN] = "no answer";
+	for (;;) {
+		pthread_mutex_lock(&s->mu);
+		struct child *c = find(s, name);
+		int exited = c ? c->exited : 1, status = c ? c->last_status : 0;
+		pid_t pid = c ? c->pid : 0;
+		sup_health_fn h = c ? c->health : NULL;
+		char url[512];
+		snprintf(url, sizeof url, "%s", c ? c->url : "");
+		pthread_mutex_unlock(&s->mu);
+		if (!c)
+			return ad_err(err, "no child named %s", name);
+		if (exited) {
+			if (WIFSIGNALED(status))
+				return ad_err(err, "%s was killed by signal %d before it was ready", name,
+				              WTERMSIG(status));
+			return ad_err(err, "%s exited with status %d before it was ready (see its message above)",
+			              name, WEXITSTATUS(status));
+		}
+		if (sup_interrupted())
+			return ad_err(err, "interrupted");
+		if (pid > 0) {
+			if (!h)
+				return 0;
+			if (h(url, 500, last) == 0)
+				return 0;
+		}
+		if (now_ms() - t0 > (uint64_t)timeout_ms)
+			return ad_err(err, "%s did not become ready within %d ms: %s", name, timeout_ms, last);
+		sleep_ms(20);
+	}
+}
+
+void
+sup_free(struct sup *s)
+{
+	if (!s)
+		return;
+	atomic_store(&s->stop, 1);
+	if (s->mon_running)
+		pthread_join(s->mon, NULL);
+	for (int i = 0; i < s->n; i++)
+		if (s->c[i].pid > 0)
+			kill(s->c[i].pid, SIGTERM);
+	uint64_t t0 = now_ms();
+	for (;;) {
+		int alive = 0;
+		for (int i = 0; i < s->n; i++) {
+			struct child *c = &s->c[i];
+			if (c->pid <= 0)
+				continue;
+			int st;
+			pid_t r = waitpid(c->pid, &st, WNOHANG);
+			if (r == c->pid || (r < 0 && errno == ECHILD))
+				c->pid = 0;
+			else
+				alive++;
+		}
+		if (!alive)
+			break;
+		if (now_ms() - t0 > STOP_WAIT_MS) {
+			for (int i = 0; i < s->n; i++)
+				if (s->c[i].pid > 0) {
+					ad_warn("%s (pid %ld) ignored SIGTERM: killing it", s->c[i].name,
+					        (long)s->c[i].pid);
+					kill(s->c[i].pid, SIGKILL);
+					waitpid(s->c[i].pid, NULL, 0);
+					s->c[i].pid = 0;
+				}
+			break;
+		}
+		sleep_ms(10);
+	}
+	remove_dir(s->rundir);
+	surface_cleanup_pid((long)getpid());
+	for (int i = 0; i < s->n; i++) {
+		for (int k = 0; s->c[i].argv && s->c[i].argv[k]; k++)
+			free(s->c[i].argv[k]);
+		free(s->c[i].argv);
+	}
+	free(s->envp);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+}
+
+// --- binaries ---------------------------------------------------------------------
+
+const char *
+sup_bindir(void)
+{
+	static char dir[PATH_MAX];
+	if (dir[0])
+		return dir;
+	const char *e = getenv("ANEDVD_BIN_DIR");
+	if (e && *e) {
+		snprintf(dir, sizeof dir, "%s", e);
+		return dir;
+	}
+#ifdef __linux__
+	ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+	if (n > 0) {
+		dir[n] = 0;
+		char *sl = strrchr(dir, '/');
+		if (sl)
+			*sl = 0;
+		return dir;
+	}
+#endif
+	snprintf(dir, sizeof dir, ".");
+	return dir;
+}
+
+int
+sup_binary(char *buf, size_t cap, const char *name)
+{
+	int n = snprintf(buf, cap, "%s/%s", sup_bindir(), name);
+	if (n < 0 || (size_t)n >= cap)
+		return -1;
+	return access(buf, X_OK) == 0 ? 0 : -1;
+}
+
+// --- health -----------------------------------------------------------------------
+
+int
+sup_health_ane(const char *url, int timeout_ms, char *err)
+{
+	struct ad_client *c = ad_client_open(url, err);
+	if (!c)
+		return -1;
+	Anedvd__AneRequest q = ANEDVD__ANE_REQUEST__INIT;
+	Anedvd__HealthRequest h = ANEDVD__HEALTH_REQUEST__INIT;
+	q.body_case = ANEDVD__ANE_REQUEST__BODY_HEALTH;
+	q.health = &h;
+	uint8_t buf[64], *rep = NULL;
+	size_t n = anedvd__ane_request__pack(&q, buf), rlen = 0;
+	int rc = ad_client_call(c, buf, n, &rep, &rlen, timeout_ms, err);
+	ad_client_close(c);
+	if (rc)
+		return -1;
+	Anedvd__AneReply *a = anedvd__ane_reply__unpack(NULL, rlen, rep);
+	free(rep);
+	rc = a && a->body_case == ANEDVD__ANE_REPLY__BODY_HEALTH ? 0 : ad_err(err, "no health reply");
+	if (a)
+		anedvd__ane_reply__free_unpacked(a, NULL);
+	return rc;
+}
+
+int
+sup_health_tok(const char *url, int timeout_ms, char *err)
+{
+	struct ad_client *c = ad_client_open(url, err);
+	if (!c)
+		return -1;
+	uint32_t pid;
+	int rc = tokc_health(c, &pid, timeout_ms, err);
+	ad_client_close(c);
+	return rc;
+}
+
+int
+sup_health_engine(const char *url, int timeout_ms, char *err)
+{
+	struct ad_client *c = ad_client_open(url, err);
+	if (!c)
+		return -1;
+	Anedvd__EngineRequest q = ANEDVD__ENGINE_REQUEST__INIT;
+	Anedvd__HealthRequest h = ANEDVD__HEALTH_REQUEST__INIT;
+	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_HEALTH;
+	q.health = &h;
+	uint8_t buf[64], *rep = NULL;
+	size_t n = anedvd__engine_request__pack(&q, buf), rlen = 0;
+	int rc = ad_client_call(c, buf, n, &rep, &rlen, timeout_ms, err);
+	ad_client_close(c);
+	if (rc)
+		return -1;
+	Anedvd__EngineReply *a = anedvd__engine_reply__unpack(NULL, rlen, rep);
+	free(rep);
+	rc = a && a->body_case == ANEDVD__ENGINE_REPLY__BODY_HEALTH ? 0 : ad_err(err, "no health reply");
+	if (a)
+		anedvd__engine_reply__free_unpacked(a, NULL);
+	return rc;
+}

@@ -1,0 +1,76 @@
+// supervisor.h - the anedvd CLI's child processes: spawn, watch, restart,
+// stop, clean up.
+//
+// sup_new makes the instance's runtime directory ($XDG_RUNTIME_DIR or /tmp,
+// "anedvd-<pid>", mode 0700) that holds the ipc sockets and a status file,
+// and first removes what dead instances left behind: their runtime
+// directories and their shared memory (surface_cleanup_stale). It installs
+// SIGINT/SIGTERM handlers that only set a flag (sup_interrupted); blocking
+// calls in the caller return EINTR.
+//
+// sup_spawn starts a child at once with posix_spawn, in its own process
+// group (a terminal's ^C reaches only the CLI, which then stops the
+// children in order), stdout sent to stderr, ANEDVD_LOG=warn unless the
+// environment says otherwise. Spawn every child BEFORE the first nng call
+// in this process: nng is not fork-safe (posix_spawn does not fork the
+// address space, so later restarts are safe, but the first spawns should
+// not race nng's threads). A monitor thread reaps children (waitpid) and
+// restarts a child that dies with exponential back-off (100 ms doubling to
+// 5 s, back to 100 ms once a child has stayed up 10 s), counting restarts.
+// The status file "<rundir>/status" lists "name pid restarts" per line.
+//
+// sup_free (and only it) stops everything: SIGTERM to each child, up to
+// 3 s to exit, SIGKILL for stragglers, then the runtime directory and the
+// instance's shared memory (surface_cleanup_pid of this pid) are removed.
+// No orphan, no leftover.
+#ifndef AD_SUPERVISOR_H
+#define AD_SUPERVISOR_H
+
+#include <stddef.h>
+
+#include "err.h"
+
+struct sup;
+
+// health: 0 when the child at url answers, -1 with a message
+typedef int (*sup_health_fn)(const char *url, int timeout_ms, char *err);
+
+struct sup_spec {
+	const char *name;       // short, unique: "tokenizer", "ane-worker", ...
+	const char *const *argv; // argv[0] is a path; NULL-terminated; copied
+	const char *url;        // what health is asked on (may be NULL)
+	sup_health_fn health;   // NULL: running is enough
+	int restart;            // restart when it dies
+};
+
+struct sup *sup_new(char *err);
+void sup_free(struct sup *s); // NULL is fine
+
+const char *sup_rundir(const struct sup *s);
+// "ipc://<rundir>/<name>.sock"
+int sup_url(const struct sup *s, const char *name, char *buf, size_t cap);
+
+int sup_spawn(struct sup *s, const struct sup_spec *spec, char *err);
+// wait until the child answers health (or, without one, is running);
+// fails early if it exits and is not to be restarted, or on an interrupt
+int sup_wait_ready(struct sup *s, const char *name, int timeout_ms, char *err);
+long sup_pid(struct sup *s, const char *name); // 0 while down, -1 unknown
+int sup_restarts(struct sup *s, const char *name);
+// stop restarting name (it is stopped with the others by sup_free)
+void sup_no_restart(struct sup *s, const char *name);
+
+int sup_interrupted(void);
+void sup_clear_interrupt(void);
+
+// the directory of the anedvd binaries: $ANEDVD_BIN_DIR, else the one this
+// executable is in
+const char *sup_bindir(void);
+// "<bindir>/<name>" into buf; -1 if it is not an executable file
+int sup_binary(char *buf, size_t cap, const char *name);
+
+// health checks of the services (proto/*.proto Health)
+int sup_health_ane(const char *url, int timeout_ms, char *err);
+int sup_health_tok(const char *url, int timeout_ms, char *err);
+int sup_health_engine(const char *url, int timeout_ms, char *err);
+
+#endif
