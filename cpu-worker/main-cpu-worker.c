@@ -1,0 +1,205 @@
+// anedvd-cpu-worker - the decode loop as a process (proto/engine.proto).
+//
+// Loads the model, builds the kernel backend (in-process emu or exact, or
+// the anedvd-ane-worker process over nng), and serves Generate / Poll /
+// Cancel / Eval / Reset / Health on --listen until SIGINT or SIGTERM; then
+// it stops accepting, cancels every job, and frees its surfaces (the
+// shared-memory ones it created are unlinked).
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "ipc.h"
+#include "kernels.h"
+#include "log.h"
+#include "model.h"
+#include "scheduler.h"
+#include "service.h"
+
+static void
+usage(FILE *out)
+{
+	fprintf(out,
+	        "usage: anedvd-cpu-worker --model M --listen URL [options]\n"
+	        "  --model M        a .gguf file or a Hugging Face directory\n"
+	        "  --listen URL     ipc:///path/to/socket or tcp://127.0.0.1:PORT\n"
+	        "  --backend B      where the projections run: emu (in this process, the ane-worker's\n"
+	        "                   emulator; the default), exact (in this process, fp32) or remote\n"
+	        "                   (the anedvd-ane-worker at --ane)\n"
+	        "  --ane URL        the ane-worker's URL (with --backend remote)\n"
+	        "  --chunk N        columns per kernel call: the prefill chunk and the most sequences\n"
+	        "                   one decode step carries (default 64)\n"
+	        "  --split          split FFN kernels (gate|up, then down) instead of fused\n"
+	        "  --max-seq N      positions per sequence (default 2048, or the model's training\n"
+	        "                   context if smaller)\n"
+	        "  --parallel N     generations decoded together (default 4)\n"
+	        "  --queue N        generations waiting beyond those (default 16)\n"
+	        "  --sessions N     named sessions kept with their caches (default 8)\n"
+	        "  --threads N      emu threads for the in-process emu backend (default 2)\n"
+	        "  --instance PID   the instance's pid in shared-memory surface ids (default: this\n"
+	        "                   process)\n");
+}
+
+static int
+number(const char *opt, const char *s, long lo, long hi, long *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi) {
+		fprintf(stderr, "anedvd-cpu-worker: %s takes a number from %ld to %ld, not '%s'\n", opt, lo, hi, s);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	const char *model_path = NULL, *url = NULL, *backend = "emu", *ane_url = NULL;
+	long chunk = 64, max_seq = 0, parallel = 4, queue = 16, sessions = 8, threads = 2, instance = 0;
+	int split = 0;
+	ad_log_init("anedvd-cpu-worker");
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			usage(stdout);
+			return 0;
+		}
+		if (strcmp(a, "--split") == 0) {
+			split = 1;
+			continue;
+		}
+		if (i + 1 >= argc) {
+			fprintf(stderr, "anedvd-cpu-worker: %s needs a value\n", a);
+			usage(stderr);
+			return 2;
+		}
+		const char *v = argv[++i];
+		int bad = 0;
+		if (strcmp(a, "--model") == 0)
+			model_path = v;
+		else if (strcmp(a, "--listen") == 0)
+			url = v;
+		else if (strcmp(a, "--backend") == 0)
+			backend = v;
+		else if (strcmp(a, "--ane") == 0)
+			ane_url = v;
+		else if (strcmp(a, "--chunk") == 0)
+			bad = number(a, v, 1, 4096, &chunk);
+		else if (strcmp(a, "--max-seq") == 0)
+			bad = number(a, v, 2, 1 << 20, &max_seq);
+		else if (strcmp(a, "--parallel") == 0)
+			bad = number(a, v, 1, 256, &parallel);
+		else if (strcmp(a, "--queue") == 0)
+			bad = number(a, v, 1, 4096, &queue);
+		else if (strcmp(a, "--sessions") == 0)
+			bad = number(a, v, 1, 4096, &sessions);
+		else if (strcmp(a, "--threads") == 0)
+			bad = number(a, v, 1, 256, &threads);
+		else if (strcmp(a, "--instance") == 0)
+			bad = number(a, v, 1, 1L << 30, &instance);
+		else {
+			fprintf(stderr, "anedvd-cpu-worker: unknown option '%s'\n", a);
+			usage(stderr);
+			return 2;
+		}
+		if (bad)
+			return 2;
+	}
+	if (!model_path || !url) {
+		fprintf(stderr, "anedvd-cpu-worker: --model and --listen are required\n");
+		usage(stderr);
+		return 2;
+	}
+	int remote = strcmp(backend, "remote") == 0;
+	if (!remote && strcmp(backend, "emu") != 0 && strcmp(backend, "exact") != 0) {
+		fprintf(stderr, "anedvd-cpu-worker: --backend is emu, exact or remote, not '%s'\n", backend);
+		return 2;
+	}
+	if (remote && !ane_url) {
+		fprintf(stderr, "anedvd-cpu-worker: --backend remote needs --ane URL\n");
+		return 2;
+	}
+
+	// block the signals before any thread exists, then wait for them here
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+
+	char err[AD_ERRLEN];
+	struct model m;
+	memset(&m, 0, sizeof m);
+	if (model_load(&m, model_path, err)) {
+		ad_error("%s", err);
+		return 1;
+	}
+	struct kb_opts ko = {
+		.width = (int)chunk,
+		.split = split,
+		.threads = (int)threads,
+		.url = ane_url,
+		.instance = instance ? instance : (long)getpid(),
+	};
+	struct kernel_backend *kb = remote                      ? kb_remote_new(&m, &ko, err)
+	                            : strcmp(backend, "exact") == 0 ? kb_exact_new(&m, &ko, err)
+	                                                            : kb_local_new(&m, &ko, err);
+	if (!kb) {
+		ad_error("%s backend: %s", backend, err);
+		model_free(&m);
+		return 1;
+	}
+	if (max_seq == 0) {
+		max_seq = 2048;
+		if (m.hp.n_ctx_train > 1 && m.hp.n_ctx_train < max_seq)
+			max_seq = (long)m.hp.n_ctx_train;
+	}
+	struct engine_opts eo = {.max_seq = (int)max_seq};
+	struct engine *e = engine_new(&m, kb, &eo, err);
+	struct sched *s = NULL;
+	struct sched_opts so = {.parallel = (int)parallel, .queue = (int)queue, .sessions = (int)sessions};
+	if (!e || !(s = sched_new(e, &so, err))) {
+		ad_error("%s", err);
+		engine_free(e);
+		kb->free(kb);
+		model_free(&m);
+		return 1;
+	}
+	struct engine_service svc;
+	engine_service_init(&svc, s, engine_n_vocab(e), "anedvd-cpu-worker");
+	// a thread per job that may be polling, and a few for the other calls
+	int nthreads = (int)(parallel + queue + 4);
+	struct ad_server *srv = ad_server_start(url, nthreads, engine_service_handle, &svc, err);
+	if (!srv) {
+		ad_error("%s", err);
+		sched_free(s);
+		engine_free(e);
+		kb->free(kb);
+		model_free(&m);
+		return 1;
+	}
+	ad_info("ready on %s (%s, backend %s, chunk %d, context %d, %ld in parallel)", url, m.name, kb->name,
+	        engine_width(e), engine_max_seq(e), parallel);
+
+	int sig = 0;
+	sigwait(&set, &sig);
+	ad_info("signal %d: stopping", sig);
+	sched_shutdown(s);   // jobs end as cancelled, pollers wake
+	ad_server_stop(srv); // no new requests; in-flight ones have returned
+	struct sched_stats st;
+	sched_stats(s, &st);
+	sched_free(s);
+	engine_free(e);
+	kb->free(kb); // closes the surfaces; the owner unlinks its shared memory
+	model_free(&m);
+	ad_info("stopped after %llu jobs, %llu tokens", (unsigned long long)st.jobs, (unsigned long long)st.tokens);
+	return 0;
+}

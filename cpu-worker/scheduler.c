@@ -1,0 +1,954 @@
+// scheduler.c - jobs, sessions and the engine thread.
+//
+// One mutex guards everything shared: the job list, the queue, each job's
+// buffered events and outcome, the session table, the eval queue. The
+// engine thread takes it between engine calls only; the engine, the
+// sequences, the samplers and the scratch buffers are touched by the
+// engine thread alone (a session's sequence is touched elsewhere only while
+// no job holds the session: for the prefix comparison and for eviction).
+//
+// A job is finished (outcome set, pollers woken) by whoever sees the reason
+// first: the engine thread (stop id, length, sampling or kernel failure), a
+// canceller or the housekeeping (deadline, abandoned). The engine thread
+// then detaches it at its next turn: frees its sampler and its unnamed
+// sequence, releases its session. A detached, finished job is forgotten
+// grace_ms after its final poll, or abandon_ms after its last poll if the
+// final one never came.
+#define _GNU_SOURCE
+#include "scheduler.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+
+#define SESSION_WAIT_MS 5000 // for a session whose job has finished but is not yet released
+#define MAX_STOP_IDS 64
+#define HOUSEKEEP_NS 10000000u
+
+enum job_state { J_QUEUED, J_ADMITTED, J_PREFILL, J_DECODE };
+
+struct session {
+	char name[SCHED_SESSION_MAX];
+	struct engine_seq *seq; // NULL until its first job is admitted
+	struct job *busy;       // the job holding it
+	uint64_t used_ns;
+	int drop; // reset while busy: freed when its job lets go
+	struct session *next;
+};
+
+struct job {
+	uint64_t id;
+	struct job *next;  // every job
+	struct job *qnext; // the queue
+
+	// the request (immutable once queued)
+	int32_t *prompt; // the kept part
+	int keep, dropped, reuse;
+	int max_tokens;
+	struct sample_params sp;
+	int32_t stop[MAX_STOP_IDS];
+	int n_stop;
+	int want_top;
+	uint32_t deadline_ms;
+	uint64_t deadline_ns; // 0: none
+	struct session *sess;
+
+	// the engine thread's
+	enum job_state state;
+	struct engine_seq *seq;
+	struct sampler *smp;
+	int fed; // prompt tokens in the cache
+	int32_t next_tok;
+	struct engine_timings t0;
+
+	// under the lock
+	int active, queued;
+	struct sched_event *ev;
+	int n_ev, cap_ev;
+	uint32_t produced;
+	enum sched_finish finish;
+	enum sched_code code;
+	char msg[AD_ERRLEN];
+	struct engine_timings t;
+	uint64_t submit_ns, admit_ns, done_ns, last_poll_ns, final_ns;
+	int final_polled, waiters;
+	pthread_cond_t cv;
+};
+
+struct eval {
+	const int32_t *ids;
+	int n, per_token, last_only;
+	float *logits;
+	int done, rc;
+	enum sched_code code;
+	char msg[AD_ERRLEN];
+	struct eval *next;
+};
+
+struct sched {
+	struct engine *e;
+	struct sched_opts o;
+	int V, width, max_seq;
+
+	pthread_mutex_t mu;
+	pthread_cond_t work; // the engine thread waits here
+	pthread_cond_t done; // evals and session releases
+	pthread_t thread;
+	int started, stopping;
+
+	struct job *jobs;
+	struct job *qhead, *qtail;
+	int n_queued;
+	struct job **active;
+	int n_active;
+	struct session *sessions;
+	int n_sessions;
+	struct eval *evals, *evals_tail;
+	uint64_t next_id;
+	uint64_t last_housekeep;
+	struct sched_stats st;
+
+	// engine thread scratch
+	struct engine_seq **cols;
+	int32_t *toks;
+	struct job **cjobs;
+	uint8_t *want;
+	float *logits; // [rows][V]
+	int rows;
+	struct engine_seq *eval_seq;
+};
+
+static uint64_t
+now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int
+cond_init(pthread_cond_t *cv)
+{
+	pthread_condattr_t a;
+	if (pthread_condattr_init(&a))
+		return -1;
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	int rv = pthread_cond_init(cv, &a);
+	pthread_condattr_destroy(&a);
+	return rv ? -1 : 0;
+}
+
+// wait on cv until the monotonic time `until`; ETIMEDOUT when it has passed
+static int
+cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t until)
+{
+	struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
+	return pthread_cond_timedwait(cv, mu, &ts);
+}
+
+static int
+fail(enum sched_code *code, enum sched_code c, char *err, const char *fmt, ...)
+{
+	if (code)
+		*code = c;
+	if (err) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err, AD_ERRLEN, fmt, ap);
+		va_end(ap);
+	}
+	return -1;
+}
+
+static void
+timings_sub(struct engine_timings *d, const struct engine_timings *a, const struct engine_timings *b)
+{
+	d->kernel_ns = a->kernel_ns - b->kernel_ns;
+	d->ipc_ns = a->ipc_ns - b->ipc_ns;
+	d->attention_ns = a->attention_ns - b->attention_ns;
+	d->moe_ns = a->moe_ns - b->moe_ns;
+	d->sampling_ns = a->sampling_ns - b->sampling_ns;
+	d->cpu_other_ns = a->cpu_other_ns - b->cpu_other_ns;
+	d->prefill_ns = a->prefill_ns - b->prefill_ns;
+	d->decode_ns = a->decode_ns - b->decode_ns;
+	d->prefill_tokens = a->prefill_tokens - b->prefill_tokens;
+	d->decode_tokens = a->decode_tokens - b->decode_tokens;
+	d->kernel_calls = a->kernel_calls - b->kernel_calls;
+}
+
+// --- jobs and sessions (under the lock) -----------------------------------------------
+
+static struct job *
+find_job(struct sched *s, uint64_t id)
+{
+	for (struct job *j = s->jobs; j; j = j->next)
+		if (j->id == id)
+			return j;
+	return NULL;
+}
+
+static struct session *
+find_session(struct sched *s, const char *name)
+{
+	for (struct session *x = s->sessions; x; x = x->next)
+		if (strcmp(x->name, name) == 0)
+			return x;
+	return NULL;
+}
+
+static void
+session_free(struct sched *s, struct session *x)
+{
+	for (struct session **p = &s->sessions; *p; p = &(*p)->next)
+		if (*p == x) {
+			*p = x->next;
+			s->n_sessions--;
+			break;
+		}
+	engine_seq_free(x->seq);
+	free(x);
+}
+
+static void
+session_release(struct sched *s, struct job *j)
+{
+	struct session *x = j->sess;
+	if (!x)
+		return;
+	j->sess = NULL;
+	if (x->busy == j) {
+		x->busy = NULL;
+		x->used_ns = now_ns();
+	}
+	if (x->drop && !x->busy)
+		session_free(s, x);
+	pthread_cond_broadcast(&s->done);
+}
+
+static void
+unqueue(struct sched *s, struct job *j)
+{
+	struct job *prev = NULL;
+	for (struct job *q = s->qhead; q; prev = q, q = q->qnext) {
+		if (q != j)
+			continue;
+		if (prev)
+			prev->qnext = q->qnext;
+		else
+			s->qhead = q->qnext;
+		if (s->qtail == q)
+			s->qtail = prev;
+		s->n_queued--;
+		break;
+	}
+	j->queued = 0;
+	j->qnext = NULL;
+}
+
+// finish sets a job's outcome once and wakes its pollers; a queued job
+// leaves the queue (it never touched its session)
+static void
+finish(struct sched *s, struct job *j, enum sched_finish f, enum sched_code code, const char *fmt, ...)
+{
+	if (j->finish != SCHED_RUNNING)
+		return;
+	j->finish = f;
+	j->code = code;
+	j->msg[0] = 0;
+	if (fmt) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(j->msg, sizeof j->msg, fmt, ap);
+		va_end(ap);
+	}
+	j->done_ns = now_ns();
+	if (j->queued) {
+		unqueue(s, j);
+		session_release(s, j);
+	}
+	s->st.jobs++;
+	pthread_cond_broadcast(&j->cv);
+	pthread_cond_signal(&s->work);
+}
+
+static void
+job_free(struct job *j)
+{
+	if (!j)
+		return;
+	sample_free(j->smp);
+	free(j->prompt);
+	free(j->ev);
+	pthread_cond_destroy(&j->cv);
+	free(j);
+}
+
+// detach hands a finished job back: the engine thread no longer uses it
+static void
+detach(struct sched *s, int i)
+{
+	struct job *j = s->active[i];
+	sample_free(j->smp);
+	j->smp = NULL;
+	if (j->sess)
+		session_release(s, j);
+	else
+		engine_seq_free(j->seq);
+	j->seq = NULL;
+	j->active = 0;
+	memmove(s->active + i, s->active + i + 1, (size_t)(s->n_active - i - 1) * sizeof *s->active);
+	s->n_active--;
+}
+
+// deadlines, abandoned jobs, forgotten jobs
+static void
+housekeep(struct sched *s, uint64_t now)
+{
+	const uint64_t abandon = (uint64_t)s->o.abandon_ms * 1000000u, grace = (uint64_t)s->o.grace_ms * 1000000u;
+	for (struct job **p = &s->jobs; *p;) {
+		struct job *j = *p;
+		if (j->finish == SCHED_RUNNING) {
+			if (j->deadline_ns && now >= j->deadline_ns)
+				finish(s, j, SCHED_ERROR, SCHED_ETIMEOUT, "the deadline of %u ms passed after %u tokens",
+				       j->deadline_ms, j->produced);
+			else if (j->waiters == 0 && now - j->last_poll_ns > abandon)
+				finish(s, j, SCHED_CANCELLED, SCHED_ECANCELLED, "abandoned: not polled for %d ms",
+				       s->o.abandon_ms);
+		} else if (!j->active && j->waiters == 0) {
+			uint64_t last = j->last_poll_ns > j->done_ns ? j->last_poll_ns : j->done_ns;
+			if ((j->final_polled && now - j->final_ns > grace) || (!j->final_polled && now - last > abandon)) {
+				*p = j->next;
+				job_free(j);
+				continue;
+			}
+		}
+		p = &j->next;
+	}
+}
+
+// --- the engine thread ------------------------------------------------------------------
+
+static void
+update_timings(struct job *j)
+{
+	timings_sub(&j->t, engine_seq_timings(j->seq), &j->t0);
+}
+
+// a failure of the engine thread's own making (not the request's)
+static void
+fail_job(struct sched *s, struct job *j, enum sched_code code, const char *what, const char *msg)
+{
+	pthread_mutex_lock(&s->mu);
+	if (j->seq)
+		update_timings(j);
+	finish(s, j, SCHED_ERROR, code, "%s: %s", what, msg);
+	pthread_mutex_unlock(&s->mu);
+	ad_warn("job %llu: %s: %s", (unsigned long long)j->id, what, msg);
+}
+
+static int
+setup(struct sched *s, struct job *j)
+{
+	char err[AD_ERRLEN];
+	struct engine_seq *seq = j->sess ? j->sess->seq : NULL;
+	if (!seq) {
+		if (!(seq = engine_seq_new(s->e, err))) {
+			fail_job(s, j, SCHED_EUNAVAILABLE, "sequence", err);
+			return -1;
+		}
+		if (j->sess) {
+			pthread_mutex_lock(&s->mu);
+			j->sess->seq = seq;
+			pthread_mutex_unlock(&s->mu);
+		}
+	}
+	engine_seq_truncate(seq, j->reuse);
+	j->seq = seq;
+	j->t0 = *engine_seq_timings(seq);
+	j->fed = engine_seq_len(seq);
+	if (!(j->smp = sample_new(&j->sp, s->V, err)) || sample_accept(j->smp, j->prompt, j->keep, err)) {
+		fail_job(s, j, SCHED_EINTERNAL, "sampler", err);
+		return -1;
+	}
+	j->state = J_PREFILL;
+	return 0;
+}
+
+// emit samples the next token of j from its logits row and reports it
+static void
+emit(struct sched *s, struct job *j, const float *row)
+{
+	char err[AD_ERRLEN];
+	struct sched_event ev = {0};
+	uint64_t t0 = now_ns();
+	if (j->want_top)
+		ev.n_top = sample_top(row, s->V, ev.top, SCHED_TOP);
+	int32_t tok = sample_next(j->smp, row, err);
+	engine_add_sampling(s->e, j->seq, now_ns() - t0);
+	int stop = 0;
+	for (int i = 0; i < j->n_stop; i++)
+		stop |= tok == j->stop[i];
+
+	pthread_mutex_lock(&s->mu);
+	update_timings(j);
+	if (j->finish != SCHED_RUNNING) {
+		// cancelled or timed out during the call
+	} else if (tok < 0) {
+		finish(s, j, SCHED_ERROR, SCHED_EINTERNAL, "sampling: %s", err);
+	} else if (stop) {
+		finish(s, j, SCHED_STOP, SCHED_OK, NULL);
+	} else if (j->n_ev == j->cap_ev && j->cap_ev >= 1 << 20) {
+		finish(s, j, SCHED_ERROR, SCHED_EINTERNAL, "%d tokens not polled", j->n_ev);
+	} else {
+		if (j->n_ev == j->cap_ev) {
+			int cap = j->cap_ev ? 2 * j->cap_ev : 16;
+			struct sched_event *p = realloc(j->ev, (size_t)cap * sizeof *p);
+			if (!p) {
+				finish(s, j, SCHED_ERROR, SCHED_EINTERNAL, "out of memory");
+				goto out;
+			}
+			j->ev = p;
+			j->cap_ev = cap;
+		}
+		ev.id = tok;
+		ev.index = j->produced++;
+		j->ev[j->n_ev++] = ev;
+		s->st.tokens++;
+		if ((int)j->produced >= j->max_tokens || engine_seq_len(j->seq) >= s->max_seq)
+			finish(s, j, SCHED_LENGTH, SCHED_OK, NULL);
+		else
+			j->next_tok = tok;
+		pthread_cond_broadcast(&j->cv);
+	}
+out:
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void
+prefill_chunk(struct sched *s, struct job *j)
+{
+	char err[AD_ERRLEN];
+	int m = j->keep - j->fed < s->width ? j->keep - j->fed : s->width;
+	int last = j->fed + m == j->keep;
+	for (int c = 0; c < m; c++) {
+		s->cols[c] = j->seq;
+		s->want[c] = last && c == m - 1;
+	}
+	if (engine_forward(s->e, s->cols, j->prompt + j->fed, m, s->want, last ? s->logits : NULL, 1, err)) {
+		fail_job(s, j, SCHED_EUNAVAILABLE, "prefill", err);
+		return;
+	}
+	j->fed += m;
+	if (!last) {
+		pthread_mutex_lock(&s->mu);
+		update_timings(j);
+		pthread_mutex_unlock(&s->mu);
+		return;
+	}
+	j->state = J_DECODE;
+	emit(s, j, s->logits);
+}
+
+// one decode step over every decoding job, width columns per call
+static void
+decode_step(struct sched *s, int n_active)
+{
+	char err[AD_ERRLEN];
+	int n = 0;
+	for (int i = 0; i < n_active; i++) {
+		struct job *j = s->active[i];
+		if (j->state == J_DECODE && j->smp) {
+			s->cjobs[n] = j;
+			s->cols[n] = j->seq;
+			s->toks[n] = j->next_tok;
+			n++;
+		}
+	}
+	for (int g = 0; g < n; g += s->rows) {
+		int m = n - g < s->rows ? n - g : s->rows;
+		if (engine_step(s->e, s->cols + g, s->toks + g, m, s->logits, err)) {
+			for (int i = 0; i < m; i++)
+				fail_job(s, s->cjobs[g + i], SCHED_EUNAVAILABLE, "decode", err);
+			continue;
+		}
+		pthread_mutex_lock(&s->mu);
+		s->st.steps++;
+		s->st.step_columns += (uint64_t)m;
+		pthread_mutex_unlock(&s->mu);
+		for (int i = 0; i < m; i++)
+			emit(s, s->cjobs[g + i], s->logits + (size_t)i * s->V);
+	}
+}
+
+// a turn: set up the newly admitted, one batched decode step, one prefill chunk
+static void
+turn(struct sched *s, int n_active)
+{
+	for (int i = 0; i < n_active; i++) {
+		struct job *j = s->active[i];
+		if (j->state == J_ADMITTED)
+			setup(s, j);
+	}
+	decode_step(s, n_active);
+	for (int i = 0; i < n_active; i++) {
+		struct job *j = s->active[i];
+		if (j->state == J_PREFILL && j->smp) {
+			prefill_chunk(s, j);
+			break;
+		}
+	}
+}
+
+static void
+run_eval(struct sched *s, struct eval *ev)
+{
+	char err[AD_ERRLEN] = "";
+	int rv = 0;
+	if (!s->eval_seq && !(s->eval_seq = engine_seq_new(s->e, err)))
+		rv = -1;
+	if (rv == 0 && !ev->last_only) {
+		rv = engine_eval(s->e, s->eval_seq, ev->ids, ev->n, ev->per_token, ev->logits, err);
+	} else if (rv == 0) {
+		engine_seq_reset(s->eval_seq);
+		const int step = ev->per_token ? 1 : s->width;
+		for (int off = 0; off < ev->n && rv == 0; off += step) {
+			int m = ev->n - off < step ? ev->n - off : step;
+			int last = off + m == ev->n;
+			for (int c = 0; c < m; c++) {
+				s->cols[c] = s->eval_seq;
+				s->want[c] = last && c == m - 1;
+			}
+			rv = engine_forward(s->e, s->cols, ev->ids + off, m, s->want, last ? ev->logits : NULL, 1, err);
+		}
+	}
+	pthread_mutex_lock(&s->mu);
+	ev->rc = rv;
+	if (rv) {
+		ev->code = SCHED_EUNAVAILABLE;
+		snprintf(ev->msg, sizeof ev->msg, "eval: %s", err);
+	}
+	ev->done = 1;
+	pthread_cond_broadcast(&s->done);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void *
+engine_main(void *arg)
+{
+	struct sched *s = arg;
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		uint64_t now = now_ns();
+		if (now - s->last_housekeep >= HOUSEKEEP_NS) {
+			housekeep(s, now);
+			s->last_housekeep = now;
+		}
+		for (int i = 0; i < s->n_active;)
+			if (s->active[i]->finish != SCHED_RUNNING)
+				detach(s, i);
+			else
+				i++;
+		while (s->n_active < s->o.parallel && s->qhead) {
+			struct job *j = s->qhead;
+			unqueue(s, j);
+			j->active = 1;
+			j->admit_ns = now;
+			j->state = J_ADMITTED;
+			s->active[s->n_active++] = j;
+		}
+		struct eval *ev = s->evals;
+		if (ev && !(s->evals = ev->next))
+			s->evals_tail = NULL;
+		if (!ev && s->n_active == 0) {
+			if (s->stopping)
+				break;
+			cond_wait_until(&s->work, &s->mu, now_ns() + 250000000u);
+			continue;
+		}
+		int n_active = s->n_active;
+		pthread_mutex_unlock(&s->mu);
+		if (ev)
+			run_eval(s, ev);
+		if (n_active)
+			turn(s, n_active);
+		pthread_mutex_lock(&s->mu);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+// --- the API ----------------------------------------------------------------------------
+
+struct sched *
+sched_new(struct engine *e, const struct sched_opts *o, char *err)
+{
+	struct sched *s = calloc(1, sizeof *s);
+	if (!s)
+		return ad_err(err, "out of memory"), NULL;
+	if (pthread_mutex_init(&s->mu, NULL) || cond_init(&s->work) || cond_init(&s->done)) {
+		free(s);
+		return ad_err(err, "scheduler: cannot initialise locks"), NULL;
+	}
+	if (o)
+		s->o = *o;
+	if (s->o.parallel <= 0)
+		s->o.parallel = 4;
+	if (s->o.queue <= 0)
+		s->o.queue = 16;
+	if (s->o.sessions <= 0)
+		s->o.sessions = 8;
+	if (s->o.abandon_ms <= 0)
+		s->o.abandon_ms = 60000;
+	if (s->o.grace_ms <= 0)
+		s->o.grace_ms = 10000;
+	s->e = e;
+	s->V = engine_n_vocab(e);
+	s->width = engine_width(e);
+	s->max_seq = engine_max_seq(e);
+	s->rows = s->o.parallel < s->width ? s->o.parallel : s->width;
+	s->next_id = ((uint64_t)time(NULL) << 16) + 1; // not reused by a restarted worker
+	int ncols = s->o.parallel > s->width ? s->o.parallel : s->width;
+	s->active = calloc((size_t)s->o.parallel, sizeof *s->active);
+	s->cols = calloc((size_t)ncols, sizeof *s->cols);
+	s->cjobs = calloc((size_t)s->o.parallel, sizeof *s->cjobs);
+	s->toks = calloc((size_t)s->o.parallel, sizeof *s->toks);
+	s->want = calloc((size_t)s->width, 1);
+	s->logits = malloc((size_t)s->rows * s->V * sizeof(float));
+	if (!s->active || !s->cols || !s->cjobs || !s->toks || !s->want || !s->logits) {
+		sched_free(s);
+		return ad_err(err, "scheduler: out of memory"), NULL;
+	}
+	if (pthread_create(&s->thread, NULL, engine_main, s)) {
+		sched_free(s);
+		return ad_err(err, "scheduler: cannot start the engine thread"), NULL;
+	}
+	s->started = 1;
+	return s;
+}
+
+void
+sched_shutdown(struct sched *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->stopping = 1;
+	for (struct job *j = s->jobs; j; j = j->next)
+		finish(s, j, SCHED_CANCELLED, SCHED_ECANCELLED, "the worker is shutting down");
+	for (struct eval *ev = s->evals; ev; ev = ev->next) {
+		ev->rc = -1;
+		ev->code = SCHED_EUNAVAILABLE;
+		snprintf(ev->msg, sizeof ev->msg, "eval: the worker is shutting down");
+		ev->done = 1;
+	}
+	s->evals = s->evals_tail = NULL;
+	pthread_cond_broadcast(&s->work);
+	pthread_cond_broadcast(&s->done);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void
+sched_free(struct sched *s)
+{
+	if (!s)
+		return;
+	if (s->started) {
+		sched_shutdown(s);
+		pthread_join(s->thread, NULL);
+	}
+	while (s->n_active)
+		detach(s, 0);
+	while (s->jobs) {
+		struct job *j = s->jobs;
+		s->jobs = j->next;
+		job_free(j);
+	}
+	while (s->sessions)
+		session_free(s, s->sessions);
+	engine_seq_free(s->eval_seq);
+	free(s->active);
+	free(s->cols);
+	free(s->cjobs);
+	free(s->toks);
+	free(s->want);
+	free(s->logits);
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->work);
+	pthread_cond_destroy(&s->done);
+	free(s);
+}
+
+// claim_session finds or makes the session and holds it for j; computes
+// the reusable prefix. Under the lock.
+static int
+claim_session(struct sched *s, struct job *j, const char *name, enum sched_code *code, char *err)
+{
+	struct session *x = find_session(s, name);
+	// a finished job lets go of its session at the engine thread's next turn
+	uint64_t until = now_ns() + (uint64_t)SESSION_WAIT_MS * 1000000u;
+	while (x && x->busy && x->busy->finish != SCHED_RUNNING && !s->stopping) {
+		if (cond_wait_until(&s->done, &s->mu, until) == ETIMEDOUT)
+			break;
+		x = find_session(s, name);
+	}
+	if (x && x->busy)
+		return fail(code, SCHED_EUNAVAILABLE, err, "session '%s' is busy with job %llu", name,
+		            (unsigned long long)x->busy->id);
+	if (x && x->drop) {
+		session_free(s, x);
+		x = NULL;
+	}
+	if (!x) {
+		if (s->n_sessions >= s->o.sessions) {
+			struct session *lru = NULL;
+			for (struct session *y = s->sessions; y; y = y->next)
+				if (!y->busy && (!lru || y->used_ns < lru->used_ns))
+					lru = y;
+			if (!lru)
+				return fail(code, SCHED_EUNAVAILABLE, err, "all %d sessions are busy", s->o.sessions);
+			session_free(s, lru);
+		}
+		if (!(x = calloc(1, sizeof *x)))
+			return fail(code, SCHED_EINTERNAL, err, "out of memory");
+		snprintf(x->name, sizeof x->name, "%s", name);
+		x->next = s->sessions;
+		s->sessions = x;
+		s->n_sessions++;
+	}
+	int reuse = 0;
+	if (x->seq) {
+		const int32_t *t = engine_seq_tokens(x->seq);
+		int len = engine_seq_len(x->seq);
+		while (reuse < len && reuse < j->keep - 1 && t[reuse] == j->prompt[reuse])
+			reuse++;
+	}
+	j->reuse = reuse;
+	x->busy = j;
+	x->used_ns = now_ns();
+	j->sess = x;
+	return 0;
+}
+
+int
+sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started *out, enum sched_code *code,
+               char *err)
+{
+	if (g->n_prompt < 1 || !g->prompt)
+		return fail(code, SCHED_EBADREQ, err, "prompt: empty");
+	for (int i = 0; i < g->n_prompt; i++)
+		if (g->prompt[i] < 0 || g->prompt[i] >= s->V)
+			return fail(code, SCHED_EBADREQ, err, "prompt[%d]: token id %d is outside the vocabulary of %d", i,
+			            g->prompt[i], s->V);
+	if (g->max_tokens < 1)
+		return fail(code, SCHED_EBADREQ, err, "max_tokens: must be at least 1 (got %d)", g->max_tokens);
+	char msg[AD_ERRLEN];
+	if (sample_check(&g->sp, msg))
+		return fail(code, SCHED_EBADREQ, err, "sampling: %s", msg);
+	if (g->n_stop < 0 || g->n_stop > MAX_STOP_IDS)
+		return fail(code, SCHED_EBADREQ, err, "stop_ids: at most %d (got %d)", MAX_STOP_IDS, g->n_stop);
+	for (int i = 0; i < g->n_stop; i++)
+		if (g->stop_ids[i] < 0 || g->stop_ids[i] >= s->V)
+			return fail(code, SCHED_EBADREQ, err, "stop_ids[%d]: token id %d is outside the vocabulary of %d",
+			            i, g->stop_ids[i], s->V);
+	const char *name = g->session && g->session[0] ? g->session : NULL;
+	if (name && strlen(name) >= SCHED_SESSION_MAX)
+		return fail(code, SCHED_EBADREQ, err, "session: the name is longer than %d bytes", SCHED_SESSION_MAX - 1);
+
+	// the cut of engine_prompt: keep room for max_tokens after the prompt
+	int keep = g->n_prompt;
+	if ((int64_t)g->n_prompt + g->max_tokens + 1 > s->max_seq) {
+		keep = s->max_seq - g->max_tokens - 1;
+		if (keep < 1)
+			keep = 1;
+		if (keep > g->n_prompt)
+			keep = g->n_prompt;
+	}
+	struct job *j = calloc(1, sizeof *j);
+	if (!j || !(j->prompt = malloc((size_t)keep * sizeof *j->prompt)) || cond_init(&j->cv)) {
+		if (j)
+			free(j->prompt);
+		free(j);
+		return fail(code, SCHED_EINTERNAL, err, "out of memory");
+	}
+	memcpy(j->prompt, g->prompt + (g->n_prompt - keep), (size_t)keep * sizeof *j->prompt);
+	j->keep = keep;
+	j->dropped = g->n_prompt - keep;
+	j->max_tokens = g->max_tokens;
+	j->sp = g->sp;
+	memcpy(j->stop, g->stop_ids, (size_t)g->n_stop * sizeof *j->stop);
+	j->n_stop = g->n_stop;
+	j->want_top = g->want_top;
+	j->deadline_ms = g->deadline_ms;
+	j->submit_ns = j->last_poll_ns = now_ns();
+	if (g->deadline_ms)
+		j->deadline_ns = j->submit_ns + (uint64_t)g->deadline_ms * 1000000u;
+
+	pthread_mutex_lock(&s->mu);
+	int rv = 0;
+	if (s->stopping)
+		rv = fail(code, SCHED_EUNAVAILABLE, err, "the worker is shutting down");
+	else if (s->n_queued >= s->o.queue)
+		rv = fail(code, SCHED_EUNAVAILABLE, err, "the queue is full (%d jobs waiting)", s->n_queued);
+	else if (name)
+		rv = claim_session(s, j, name, code, err);
+	if (rv) {
+		pthread_mutex_unlock(&s->mu);
+		pthread_cond_destroy(&j->cv);
+		free(j->prompt);
+		free(j);
+		return -1;
+	}
+	j->id = s->next_id++;
+	j->next = s->jobs;
+	s->jobs = j;
+	j->queued = 1;
+	if (s->qtail)
+		s->qtail->qnext = j;
+	else
+		s->qhead = j;
+	s->qtail = j;
+	s->n_queued++;
+	out->job = j->id;
+	out->prompt_tokens = j->keep;
+	out->dropped = j->dropped;
+	out->reused = j->reuse;
+	pthread_cond_signal(&s->work);
+	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
+int
+sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll *out, enum sched_code *code,
+           char *err)
+{
+	memset(out, 0, sizeof *out);
+	if (max_wait_ms < 0)
+		max_wait_ms = 0;
+	if (max_wait_ms > 600000)
+		max_wait_ms = 600000;
+	pthread_mutex_lock(&s->mu);
+	struct job *j = find_job(s, job);
+	if (!j) {
+		pthread_mutex_unlock(&s->mu);
+		return fail(code, SCHED_ENOTFOUND, err, "no job %llu (a finished job is forgotten %d ms after its final poll)",
+		            (unsigned long long)job, s->o.grace_ms);
+	}
+	uint64_t now = now_ns(), until = now + (uint64_t)max_wait_ms * 1000000u;
+	j->waiters++;
+	j->last_poll_ns = now;
+	while (j->n_ev == 0 && j->finish == SCHED_RUNNING && !s->stopping)
+		if (cond_wait_until(&j->cv, &s->mu, until) == ETIMEDOUT)
+			break;
+	now = now_ns();
+	int rv = 0;
+	if (j->n_ev) {
+		out->events = malloc((size_t)j->n_ev * sizeof *out->events);
+		if (!out->events) {
+			rv = fail(code, SCHED_EINTERNAL, err, "out of memory");
+		} else {
+			memcpy(out->events, j->ev, (size_t)j->n_ev * sizeof *out->events);
+			out->n_events = j->n_ev;
+			j->n_ev = 0;
+		}
+	}
+	if (rv == 0) {
+		out->finish = j->finish;
+		out->code = j->code;
+		snprintf(out->msg, sizeof out->msg, "%s", j->msg);
+		out->timings.queue_ns = (j->admit_ns ? j->admit_ns : now) - j->submit_ns;
+		out->timings.t = j->t;
+		if (j->finish != SCHED_RUNNING && !j->final_polled) {
+			j->final_polled = 1;
+			j->final_ns = now;
+		}
+	}
+	j->last_poll_ns = now;
+	j->waiters--;
+	pthread_mutex_unlock(&s->mu);
+	return rv;
+}
+
+int
+sched_cancel(struct sched *s, uint64_t job, enum sched_code *code, char *err)
+{
+	pthread_mutex_lock(&s->mu);
+	struct job *j = find_job(s, job);
+	if (j)
+		finish(s, j, SCHED_CANCELLED, SCHED_ECANCELLED, "cancelled");
+	pthread_mutex_unlock(&s->mu);
+	if (!j)
+		return fail(code, SCHED_ENOTFOUND, err, "no job %llu", (unsigned long long)job);
+	return 0;
+}
+
+int
+sched_eval(struct sched *s, const int32_t *ids, int n, int per_token, int last_only, float **logits, int *rows,
+           enum sched_code *code, char *err)
+{
+	*logits = NULL;
+	*rows = 0;
+	if (n < 1 || !ids)
+		return fail(code, SCHED_EBADREQ, err, "ids: empty");
+	if (n > s->max_seq)
+		return fail(code, SCHED_EBADREQ, err, "ids: %d tokens do not fit the context of %d", n, s->max_seq);
+	for (int i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= s->V)
+			return fail(code, SCHED_EBADREQ, err, "ids[%d]: token id %d is outside the vocabulary of %d", i, ids[i],
+			            s->V);
+	int r = last_only ? 1 : n;
+	struct eval ev = {.ids = ids, .n = n, .per_token = per_token, .last_only = last_only};
+	if (!(ev.logits = malloc((size_t)r * s->V * sizeof(float))))
+		return fail(code, SCHED_ETOOLARGE, err, "eval: no memory for %d x %d logits", r, s->V);
+	pthread_mutex_lock(&s->mu);
+	if (s->stopping) {
+		pthread_mutex_unlock(&s->mu);
+		free(ev.logits);
+		return fail(code, SCHED_EUNAVAILABLE, err, "the worker is shutting down");
+	}
+	if (s->evals_tail)
+		s->evals_tail->next = &ev;
+	else
+		s->evals = &ev;
+	s->evals_tail = &ev;
+	pthread_cond_signal(&s->work);
+	while (!ev.done)
+		pthread_cond_wait(&s->done, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+	if (ev.rc) {
+		free(ev.logits);
+		return fail(code, ev.code, err, "%s", ev.msg);
+	}
+	*logits = ev.logits;
+	*rows = r;
+	return 0;
+}
+
+int
+sched_reset(struct sched *s, const char *session, enum sched_code *code, char *err)
+{
+	if (!session || !session[0])
+		return fail(code, SCHED_EBADREQ, err, "session: empty name");
+	pthread_mutex_lock(&s->mu);
+	struct session *x = find_session(s, session);
+	if (x && x->busy)
+		x->drop = 1;
+	else if (x)
+		session_free(s, x);
+	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
+void
+sched_stats(struct sched *s, struct sched_stats *st)
+{
+	pthread_mutex_lock(&s->mu);
+	*st = s->st;
+	st->queued = s->n_queued;
+	st->running = s->n_active;
+	st->sessions = s->n_sessions;
+	pthread_mutex_unlock(&s->mu);
+}

@@ -1,0 +1,146 @@
+// scheduler.h - the job scheduler of the cpu-worker: many generations, one engine.
+//
+// One engine thread owns the engine and every sequence. A generation is a
+// job: sched_generate validates it and puts it in a bounded queue; the
+// engine thread admits up to `parallel` jobs at once, prefills each new one
+// in chunks of the kernel width (one chunk per turn, between the decode
+// steps of the others, so a long prompt does not stall running streams) and
+// steps every decoding job TOGETHER: one engine_step with one column per
+// sequence. Each job samples with its own sampler, stops at a stop id (not
+// reported), max_tokens or the context (FINISH_LENGTH), its deadline
+// (FINISH_ERROR, SCHED_ETIMEOUT), a cancel, or when its client has stopped
+// polling for abandon_ms (FINISH_CANCELLED).
+//
+// Tokens are buffered per job; sched_poll hands over everything since the
+// last poll, waiting up to max_wait_ms for something new. The poll that
+// reports the finish carries the final timings; the job is kept for
+// grace_ms after it (a repeated final poll gets the same finish, no tokens)
+// and then forgotten.
+//
+// Sessions: a job naming a session uses the session's sequence and reuses
+// the longest cached prefix of its prompt (as engine_prompt does: the last
+// prompt token is always fed again for its logits). A session serves one
+// job at a time: naming a busy session is SCHED_EUNAVAILABLE. At most
+// `sessions` are kept; a new one evicts the least recently used idle one.
+// An unnamed job gets a fresh sequence, freed when it ends.
+//
+// Prompts longer than the context keep their last max_seq - max_tokens - 1
+// tokens (at least 1) and report how many were dropped.
+//
+// A failed engine call (a kernel backend that is gone, say) ends the jobs
+// of that call with FINISH_ERROR and SCHED_EUNAVAILABLE; the scheduler goes
+// on. Every function is safe to call from any thread.
+#ifndef AD_SCHED_H
+#define AD_SCHED_H
+
+#include <stdint.h>
+
+#include "engine.h"
+#include "err.h"
+#include "sample.h"
+
+#define SCHED_TOP 5          // candidates per token with want_top
+#define SCHED_SESSION_MAX 128 // bytes of a session name, NUL included
+
+// error codes: the values of common.proto's ErrorCode
+enum sched_code {
+	SCHED_OK = 0,
+	SCHED_EBADREQ = 1,
+	SCHED_EUNSUPPORTED = 2,
+	SCHED_ENOTFOUND = 3,
+	SCHED_ETOOLARGE = 4,
+	SCHED_EINTERNAL = 5,
+	SCHED_ETIMEOUT = 6,
+	SCHED_EUNAVAILABLE = 7,
+	SCHED_ECANCELLED = 8,
+};
+
+// the values of engine.proto's FinishReason
+enum sched_finish {
+	SCHED_RUNNING = 0,
+	SCHED_STOP = 1,
+	SCHED_LENGTH = 2,
+	SCHED_CANCELLED = 3,
+	SCHED_ERROR = 4,
+};
+
+struct sched_opts {
+	int parallel;   // jobs admitted at once (0: 4)
+	int queue;      // jobs waiting beyond them (0: 16)
+	int sessions;   // named sessions kept (0: 8)
+	int abandon_ms; // cancel a job not polled for this long (0: 60000)
+	int grace_ms;   // keep a finished job after its final poll (0: 10000)
+};
+
+// a generation (engine.proto's GenerateRequest); the scheduler copies it
+struct sched_gen {
+	const int32_t *prompt;
+	int n_prompt;
+	int max_tokens; // >= 1
+	struct sample_params sp;
+	const int32_t *stop_ids;
+	int n_stop;
+	const char *session; // NULL or "": a fresh sequence
+	uint32_t deadline_ms; // 0: none
+	int want_top;
+};
+
+struct sched_started {
+	uint64_t job;
+	int prompt_tokens; // in use, after the cut
+	int dropped;       // cut from the front
+	int reused;        // already in the session's cache
+};
+
+struct sched_event {
+	int32_t id;
+	uint32_t index; // position among the generated tokens
+	int n_top;
+	struct sample_tok top[SCHED_TOP];
+};
+
+struct sched_timings {
+	uint64_t queue_ns;
+	struct engine_timings t; // this job's share since it was admitted
+};
+
+struct sched_poll {
+	struct sched_event *events; // malloc'd (NULL when none); the caller frees
+	int n_events;
+	enum sched_finish finish;
+	enum sched_code code; // with SCHED_ERROR
+	char msg[AD_ERRLEN];  // with SCHED_ERROR (and why a job was cancelled)
+	struct sched_timings timings;
+};
+
+struct sched_stats {
+	int queued, running, sessions;
+	uint64_t jobs, tokens, steps, step_columns; // since start
+};
+
+struct sched;
+
+// sched_new starts the engine thread; the engine must outlive the scheduler
+struct sched *sched_new(struct engine *e, const struct sched_opts *o, char *err);
+// refuse new work, cancel every job, fail waiting evals, wake every poller;
+// returns at once (sched_free joins the engine thread)
+void sched_shutdown(struct sched *s);
+void sched_free(struct sched *s); // NULL is fine; shuts down first
+
+// The calls return 0, or -1 with *code (may be NULL) and a message.
+int sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started *out, enum sched_code *code,
+                   char *err);
+int sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll *out, enum sched_code *code,
+               char *err);
+// cancelling a finished job is not an error
+int sched_cancel(struct sched *s, uint64_t job, enum sched_code *code, char *err);
+// teacher-forced logits (engine_eval) on the engine thread, between steps:
+// *logits malloc'd, *rows of n_vocab (1 with last_only)
+int sched_eval(struct sched *s, const int32_t *ids, int n, int per_token, int last_only, float **logits,
+               int *rows, enum sched_code *code, char *err);
+// drop a session (not an error if there is none; a busy one goes when its
+// job ends)
+int sched_reset(struct sched *s, const char *session, enum sched_code *code, char *err);
+void sched_stats(struct sched *s, struct sched_stats *st);
+
+#endif

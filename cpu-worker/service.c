@@ -1,0 +1,289 @@
+#include "service.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.pb-c.h"
+#include "engine.pb-c.h"
+#include "ipc.h"
+
+static uint64_t
+now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void
+engine_service_init(struct engine_service *svc, struct sched *s, int n_vocab, const char *process)
+{
+	memset(svc, 0, sizeof *svc);
+	svc->s = s;
+	svc->n_vocab = n_vocab;
+	svc->process = process;
+	svc->started_ms = now_ms();
+}
+
+// the reply under construction and everything it points to
+struct reply {
+	Anedvd__EngineReply r;
+	Anedvd__Error error;
+	union {
+		Anedvd__GenerateReply generate;
+		Anedvd__PollReply poll;
+		Anedvd__CancelReply cancel;
+		Anedvd__EvalReply eval;
+		Anedvd__ResetReply reset;
+		Anedvd__HealthReply health;
+	} u;
+	Anedvd__Timings timings;
+	Anedvd__Error job_error;
+	struct sched_poll poll;
+	Anedvd__TokenEvent *events, **pevents;
+	Anedvd__TopToken *tops, **ptops;
+	float *logits;
+	char msg[AD_ERRLEN];
+};
+
+static void
+fail(struct reply *rp, enum sched_code code, const char *msg)
+{
+	rp->error.code = (Anedvd__ErrorCode)code;
+	rp->error.message = (char *)msg;
+	rp->r.error = &rp->error;
+	rp->r.body_case = ANEDVD__ENGINE_REPLY__BODY__NOT_SET;
+}
+
+#define FAIL(...)                                                              \
+	do {                                                                   \
+		fail(__VA_ARGS__);                                             \
+		return;                                                        \
+	} while (0)
+
+// proto3 SamplingParams -> the sampler's; zero means "not given"
+static void
+sampling_from(const Anedvd__SamplingParams *q, struct sample_params *p)
+{
+	memset(p, 0, sizeof *p);
+	p->top_p = 1;
+	p->repeat_penalty = 1;
+	if (!q)
+		return;
+	p->temperature = q->temperature;
+	p->top_k = q->top_k;
+	p->top_p = q->top_p == 0 ? 1 : q->top_p;
+	p->min_p = q->min_p;
+	p->repeat_penalty = q->repeat_penalty == 0 ? 1 : q->repeat_penalty;
+	p->repeat_last_n = q->repeat_last_n;
+	p->presence_penalty = q->presence_penalty;
+	p->frequency_penalty = q->frequency_penalty;
+	p->seed = q->seed;
+	p->has_seed = q->has_seed;
+}
+
+static void
+do_generate(struct engine_service *svc, const Anedvd__GenerateRequest *q, struct reply *rp)
+{
+	if (q->n_prompt > INT_MAX || q->n_stop_ids > INT_MAX)
+		FAIL(rp, SCHED_EBADREQ, "generate: too many ids");
+	if (q->max_tokens > INT_MAX)
+		FAIL(rp, SCHED_EBADREQ, "max_tokens: too large");
+	struct sched_gen g = {
+		.prompt = q->prompt,
+		.n_prompt = (int)q->n_prompt,
+		.max_tokens = (int)q->max_tokens,
+		.stop_ids = q->stop_ids,
+		.n_stop = (int)q->n_stop_ids,
+		.session = q->session,
+		.deadline_ms = q->deadline_ms,
+		.want_top = q->want_top,
+	};
+	sampling_from(q->sampling, &g.sp);
+	struct sched_started st;
+	enum sched_code code;
+	if (sched_generate(svc->s, &g, &st, &code, rp->msg))
+		FAIL(rp, code, rp->msg);
+	Anedvd__GenerateReply *r = &rp->u.generate;
+	anedvd__generate_reply__init(r);
+	r->job = st.job;
+	r->prompt_tokens = (uint32_t)st.prompt_tokens;
+	r->prompt_tokens_dropped = (uint32_t)st.dropped;
+	r->reused_tokens = (uint32_t)st.reused;
+	rp->r.body_case = ANEDVD__ENGINE_REPLY__BODY_GENERATE;
+	rp->r.generate = r;
+}
+
+static void
+do_poll(struct engine_service *svc, const Anedvd__PollRequest *q, struct reply *rp)
+{
+	enum sched_code code;
+	struct sched_poll *p = &rp->poll;
+	if (sched_poll(svc->s, q->job, (int)(q->max_wait_ms > INT_MAX ? INT_MAX : q->max_wait_ms), p, &code, rp->msg))
+		FAIL(rp, code, rp->msg);
+	size_t n = (size_t)p->n_events, ntop = 0;
+	for (size_t i = 0; i < n; i++)
+		ntop += (size_t)p->events[i].n_top;
+	rp->events = calloc(n ? n : 1, sizeof *rp->events);
+	rp->pevents = calloc(n ? n : 1, sizeof *rp->pevents);
+	rp->tops = calloc(ntop ? ntop : 1, sizeof *rp->tops);
+	rp->ptops = calloc(ntop ? ntop : 1, sizeof *rp->ptops);
+	if (!rp->events || !rp->pevents || !rp->tops || !rp->ptops)
+		FAIL(rp, SCHED_EINTERNAL, "out of memory");
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct sched_event *ev = &p->events[i];
+		Anedvd__TokenEvent *te = &rp->events[i];
+		anedvd__token_event__init(te);
+		te->id = ev->id;
+		te->index = ev->index;
+		te->n_top = (size_t)ev->n_top;
+		te->top = rp->ptops + k;
+		for (int t = 0; t < ev->n_top; t++, k++) {
+			anedvd__top_token__init(&rp->tops[k]);
+			rp->tops[k].id = ev->top[t].id;
+			rp->tops[k].logit = ev->top[t].logit;
+			rp->ptops[k] = &rp->tops[k];
+		}
+		rp->pevents[i] = te;
+	}
+	Anedvd__Timings *t = &rp->timings;
+	anedvd__timings__init(t);
+	const struct engine_timings *et = &p->timings.t;
+	t->queue_ns = p->timings.queue_ns;
+	t->prefill_ns = et->prefill_ns;
+	t->decode_ns = et->decode_ns;
+	t->kernel_ns = et->kernel_ns;
+	t->ipc_ns = et->ipc_ns;
+	t->attention_ns = et->attention_ns;
+	t->sampling_ns = et->sampling_ns;
+	t->cpu_other_ns = et->cpu_other_ns;
+	t->moe_ns = et->moe_ns;
+	t->prefill_tokens = et->prefill_tokens;
+	t->decode_tokens = et->decode_tokens;
+	Anedvd__PollReply *r = &rp->u.poll;
+	anedvd__poll_reply__init(r);
+	r->tokens = rp->pevents;
+	r->n_tokens = n;
+	r->finish = (Anedvd__FinishReason)p->finish;
+	r->timings = t;
+	if (p->finish == SCHED_ERROR) {
+		anedvd__error__init(&rp->job_error);
+		rp->job_error.code = (Anedvd__ErrorCode)p->code;
+		rp->job_error.message = p->msg;
+		r->error = &rp->job_error;
+	}
+	rp->r.body_case = ANEDVD__ENGINE_REPLY__BODY_POLL;
+	rp->r.poll = r;
+}
+
+static void
+do_cancel(struct engine_service *svc, const Anedvd__CancelRequest *q, struct reply *rp)
+{
+	enum sched_code code;
+	if (sched_cancel(svc->s, q->job, &code, rp->msg))
+		FAIL(rp, code, rp->msg);
+	anedvd__cancel_reply__init(&rp->u.cancel);
+	rp->r.body_case = ANEDVD__ENGINE_REPLY__BODY_CANCEL;
+	rp->r.cancel = &rp->u.cancel;
+}
+
+static void
+do_eval(struct engine_service *svc, const Anedvd__EvalRequest *q, struct reply *rp)
+{
+	if (q->upto_layer)
+		FAIL(rp, SCHED_EUNSUPPORTED, "upto_layer: the engine evaluates whole models only");
+	if (q->n_ids > INT_MAX)
+		FAIL(rp, SCHED_EBADREQ, "ids: too many");
+	size_t rows = q->last_only ? 1 : q->n_ids;
+	if (rows * (size_t)svc->n_vocab * sizeof(float) + 4096 > AD_IPC_MAX_MSG) {
+		snprintf(rp->msg, sizeof rp->msg, "eval: %zu rows of %d logits do not fit one message (use last_only)",
+		         rows, svc->n_vocab);
+		FAIL(rp, SCHED_ETOOLARGE, rp->msg);
+	}
+	enum sched_code code;
+	int r = 0;
+	if (sched_eval(svc->s, q->ids, (int)q->n_ids, q->per_token, q->last_only, &rp->logits, &r, &code, rp->msg))
+		FAIL(rp, code, rp->msg);
+	Anedvd__EvalReply *e = &rp->u.eval;
+	anedvd__eval_reply__init(e);
+	e->rows = (uint32_t)r;
+	e->n_vocab = (uint32_t)svc->n_vocab;
+	e->logits.data = (uint8_t *)rp->logits; // float32 little-endian: the host's order
+	e->logits.len = (size_t)r * svc->n_vocab * sizeof(float);
+	rp->r.body_case = ANEDVD__ENGINE_REPLY__BODY_EVAL;
+	rp->r.eval = e;
+}
+
+static void
+do_reset(struct engine_service *svc, const Anedvd__ResetRequest *q, struct reply *rp)
+{
+	enum sched_code code;
+	if (sched_reset(svc->s, q->session, &code, rp->msg))
+		FAIL(rp, code, rp->msg);
+	anedvd__reset_reply__init(&rp->u.reset);
+	rp->r.body_case = ANEDVD__ENGINE_REPLY__BODY_RESET;
+	rp->r.reset = &rp->u.reset;
+}
+
+static void
+do_health(struct engine_service *svc, struct reply *rp)
+{
+	Anedvd__HealthReply *h = &rp->u.health;
+	anedvd__health_reply__init(h);
+	h->process = (char *)(svc->process ? svc->process : "anedvd-cpu-worker");
+	h->pid = (uint32_t)getpid();
+	h->uptime_ms = now_ms() - svc->started_ms;
+	h->requests = __atomic_load_n(&svc->requests, __ATOMIC_RELAXED);
+	rp->r.body_case = ANEDVD__ENGINE_REPLY__BODY_HEALTH;
+	rp->r.health = h;
+}
+
+void
+engine_service_handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **out, size_t *out_len)
+{
+	struct engine_service *svc = arg;
+	struct reply *rp = calloc(1, sizeof *rp);
+	*out = NULL;
+	*out_len = 0;
+	if (!rp)
+		return;
+	__atomic_add_fetch(&svc->requests, 1, __ATOMIC_RELAXED);
+	anedvd__engine_reply__init(&rp->r);
+	anedvd__error__init(&rp->error);
+	Anedvd__EngineRequest *q = anedvd__engine_request__unpack(NULL, req_len, req);
+	if (!q) {
+		fail(rp, SCHED_EBADREQ, "could not decode the request as an EngineRequest");
+	} else {
+		rp->r.id = q->id;
+		switch (q->body_case) {
+		case ANEDVD__ENGINE_REQUEST__BODY_GENERATE: do_generate(svc, q->generate, rp); break;
+		case ANEDVD__ENGINE_REQUEST__BODY_POLL: do_poll(svc, q->poll, rp); break;
+		case ANEDVD__ENGINE_REQUEST__BODY_CANCEL: do_cancel(svc, q->cancel, rp); break;
+		case ANEDVD__ENGINE_REQUEST__BODY_EVAL: do_eval(svc, q->eval, rp); break;
+		case ANEDVD__ENGINE_REQUEST__BODY_RESET: do_reset(svc, q->reset, rp); break;
+		case ANEDVD__ENGINE_REQUEST__BODY_HEALTH: do_health(svc, rp); break;
+		default: fail(rp, SCHED_EBADREQ, "the request has no body"); break;
+		}
+	}
+	size_t n = anedvd__engine_reply__get_packed_size(&rp->r);
+	uint8_t *buf = malloc(n ? n : 1);
+	if (buf) {
+		anedvd__engine_reply__pack(&rp->r, buf);
+		*out = buf;
+		*out_len = n;
+	}
+	if (q)
+		anedvd__engine_request__free_unpacked(q, NULL);
+	free(rp->poll.events);
+	free(rp->events);
+	free(rp->pevents);
+	free(rp->tops);
+	free(rp->ptops);
+	free(rp->logits);
+	free(rp);
+}

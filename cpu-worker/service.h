@@ -1,0 +1,38 @@
+// service.h - the anedvd-cpu-worker service: EngineRequest in, EngineReply out.
+//
+// engine_service_handle is an ad_ipc_handler (common/ipc.h) over a
+// scheduler (scheduler.h): it decodes one protobuf EngineRequest
+// (proto/engine.proto), runs it and encodes the EngineReply, echoing the
+// request's id. A request it cannot decode or with an invalid field gets
+// ERROR_BAD_REQUEST naming the field; an unknown job ERROR_NOT_FOUND; a full
+// queue, a busy session or a worker shutting down ERROR_UNAVAILABLE. A job
+// that fails later reports FINISH_ERROR with its Error in the PollReply.
+//
+// SamplingParams follow proto3: an absent message is all zeros, i.e.
+// greedy; top_p and repeat_penalty of 0 mean "not given" (off, as 1).
+// Eval with upto_layer is ERROR_UNSUPPORTED (the engine runs whole
+// models); an Eval whose logits would not fit one message is
+// ERROR_TOO_LARGE.
+//
+// Poll holds a server thread for up to its max_wait_ms: the server needs a
+// thread per concurrent poller plus a few for the other calls.
+#ifndef AD_ENGINE_SERVICE_H
+#define AD_ENGINE_SERVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "scheduler.h"
+
+struct engine_service {
+	struct sched *s;
+	int n_vocab;
+	const char *process; // name reported by Health
+	uint64_t started_ms;
+	uint64_t requests; // updated atomically
+};
+
+void engine_service_init(struct engine_service *svc, struct sched *s, int n_vocab, const char *process);
+void engine_service_handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *reply_len);
+
+#endif

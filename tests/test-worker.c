@@ -1,0 +1,894 @@
+// test-worker.c - the cpu-worker service: scheduler, engine.proto handler,
+// typed client, and the anedvd-cpu-worker process.
+//
+// In process (ad_server_start with engine_service_handle over kb_local on
+// stories260K, chunk 16, behind a wrapper that can slow or fail kernel
+// calls):
+//   - greedy from [1,403,407,261,378] gives the reference's next 40 ids;
+//     want_top reports 5 candidates, best first, the first the chosen one;
+//   - jobs run together give exactly the tokens each gives alone (greedy
+//     and seeded sampling, prompts of 1 to 40 tokens, i.e. prefill chunks
+//     interleaved with batched decode steps), and the steps were batched;
+//   - a seeded sampled job is reproducible, another seed differs;
+//   - Cancel stops a job (its Poll says CANCELLED), deadline_ms ends one
+//     with ERROR_TIMEOUT, an unpolled job is abandoned, a finished job is
+//     forgotten after the grace period;
+//   - a session reports the reused prefix and gives a fresh run's tokens;
+//     Reset and the LRU limit drop it; a busy session is refused;
+//   - bad requests get ERROR_BAD_REQUEST (or NOT_FOUND, UNSUPPORTED) and
+//     the service still answers Health; a failing kernel ends the jobs of
+//     that call with FINISH_ERROR and the next job runs;
+//   - Eval equals engine_eval (full, per token, last row only), here and
+//     with kb_exact on a fixture model, whose greedy generation agrees with
+//     the argmax of its own teacher-forced logits.
+// Through the real process (emu and exact in-process backends, and remote
+// on an anedvd-ane-worker): the reference ids, Health, clean SIGTERM, the
+// command line's errors. Prints aggregate tok/s for 1, 2 and 4 jobs.
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "common.pb-c.h"
+#include "engine-client.h"
+#include "engine.h"
+#include "engine.pb-c.h"
+#include "ipc.h"
+#include "kernels.h"
+#include "model.h"
+#include "scheduler.h"
+#include "service.h"
+#include "t.h"
+
+#pragma GCC diagnostic ignored "-Wformat-zero-length" // CHECK without a message
+
+extern char **environ;
+
+#define STORIES T_DATA "/stories260K/stories260K.gguf"
+#define FIXTURE T_DATA "/models/qwen3.gguf"
+#define WIDTH 16
+#define TMO 30000
+
+static const int32_t ref_ids[] = {403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401,
+                                  396, 267, 337, 410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328, 432,
+                                  358, 394, 261, 370, 432, 352, 266, 268, 388, 426, 338, 391, 266, 267, 337, 335};
+static const int32_t prompt5[] = {1, 403, 407, 261, 378};
+
+static uint64_t
+now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void
+sleep_ms(int ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+	nanosleep(&ts, NULL);
+}
+
+// --- a kernel backend that can be slowed down or made to fail ---------------------------
+
+struct flaky {
+	struct kernel_backend kb;
+	struct kernel_backend *inner;
+	int delay_us; // per call
+	int fail;     // every call fails while set
+	uint64_t calls;
+};
+
+static int
+flaky_surface_new(struct kernel_backend *kb, const char *name, int channels, struct ad_surface *s, char *err)
+{
+	struct flaky *f = kb->priv;
+	return f->inner->surface_new(f->inner, name, channels, s, err);
+}
+
+static int
+flaky_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surface *out, int ncols,
+           struct kb_timing *t, char *err)
+{
+	struct flaky *f = kb->priv;
+	__atomic_add_fetch(&f->calls, 1, __ATOMIC_RELAXED);
+	int d = __atomic_load_n(&f->delay_us, __ATOMIC_RELAXED);
+	if (d) {
+		struct timespec ts = {0, (long)d * 1000};
+		nanosleep(&ts, NULL);
+	}
+	if (__atomic_load_n(&f->fail, __ATOMIC_RELAXED))
+		return ad_err(err, "flaky: the kernel backend is gone");
+	return f->inner->call(f->inner, id, in, out, ncols, t, err);
+}
+
+static void
+flaky_free(struct kernel_backend *kb)
+{
+	struct flaky *f = kb->priv;
+	f->inner->free(f->inner);
+	free(f);
+}
+
+static struct kernel_backend *
+flaky_new(struct kernel_backend *inner)
+{
+	struct flaky *f = calloc(1, sizeof *f);
+	f->kb = *inner;
+	f->kb.name = "flaky";
+	f->kb.surface_new = flaky_surface_new;
+	f->kb.call = flaky_call;
+	f->kb.free = flaky_free;
+	f->kb.priv = f;
+	f->inner = inner;
+	return &f->kb;
+}
+
+// --- an in-process service ---------------------------------------------------------
+
+struct svc {
+	struct model m;
+	struct kernel_backend *kb;
+	struct flaky *fl;
+	struct engine *e;
+	struct sched *s;
+	struct engine_service es;
+	struct ad_server *srv;
+	struct ad_client *c;
+	char url[300];
+};
+
+static int
+svc_start(struct svc *v, const char *model, int exact, const struct sched_opts *so, const char *name)
+{
+	char err[AD_ERRLEN] = "";
+	memset(v, 0, sizeof *v);
+	if (model_load(&v->m, model, err)) {
+		CHECK(0, "%s", err);
+		return -1;
+	}
+	struct kb_opts ko = {.width = WIDTH, .threads = 2};
+	struct kernel_backend *inner = exact ? kb_exact_new(&v->m, &ko, err) : kb_local_new(&v->m, &ko, err);
+	if (!inner) {
+		CHECK(0, "backend: %s", err);
+		return -1;
+	}
+	// kb_exact's shadows are found by its own pointer: no wrapper then
+	v->kb = exact ? inner : flaky_new(inner);
+	v->fl = exact ? NULL : v->kb->priv;
+	struct engine_opts eo = {.max_seq = 2048};
+	v->e = engine_new(&v->m, v->kb, &eo, err);
+	if (!v->e || !(v->s = sched_new(v->e, so, err))) {
+		CHECK(0, "%s", err);
+		return -1;
+	}
+	engine_service_init(&v->es, v->s, engine_n_vocab(v->e), "test-worker");
+	if (ad_ipc_url(v->url, sizeof v->url, t_tmpdir(), name)) {
+		CHECK(0, "url");
+		return -1;
+	}
+	if (!(v->srv = ad_server_start(v->url, 24, engine_service_handle, &v->es, err)) ||
+	    !(v->c = ad_client_open(v->url, err))) {
+		CHECK(0, "%s", err);
+		return -1;
+	}
+	return 0;
+}
+
+static void
+svc_stop(struct svc *v)
+{
+	ad_client_close(v->c);
+	if (v->s)
+		sched_shutdown(v->s);
+	ad_server_stop(v->srv);
+	sched_free(v->s);
+	engine_free(v->e);
+	if (v->kb)
+		v->kb->free(v->kb);
+	model_free(&v->m);
+	memset(v, 0, sizeof *v);
+}
+
+static struct svc S; // stories260K on kb_local behind the flaky wrapper
+
+static void
+start(void)
+{
+	struct sched_opts so = {.parallel = 4, .queue = 16, .sessions = 2};
+	REQUIRE(svc_start(&S, STORIES, 0, &so, "w") == 0);
+}
+
+// --- helpers ------------------------------------------------------------------------------
+
+struct run {
+	struct ad_client *c;
+	struct engc_gen g;
+	struct sample_params sp;
+	int32_t *ids;
+	size_t n;
+	enum engc_finish finish;
+	struct engc_started st;
+	struct engc_timings t;
+	int rc, code;
+	char err[AD_ERRLEN];
+};
+
+static void *
+run_main(void *p)
+{
+	struct run *r = p;
+	r->rc = engc_run(r->c, &r->g, &r->ids, &r->n, &r->finish, &r->st, &r->t, TMO, &r->code, r->err);
+	return NULL;
+}
+
+static int
+run(struct ad_client *c, const int32_t *prompt, size_t n, uint32_t max_tokens, const struct sample_params *sp,
+    const char *session, int32_t **ids, size_t *n_ids, struct engc_started *st)
+{
+	struct engc_gen g = {.prompt = prompt, .n_prompt = n, .max_tokens = max_tokens, .sp = sp, .session = session};
+	enum engc_finish fin;
+	char err[AD_ERRLEN];
+	int code = 0;
+	if (engc_run(c, &g, ids, n_ids, &fin, st, NULL, TMO, &code, err)) {
+		CHECK(0, "%s", err);
+		return -1;
+	}
+	CHECK(fin == ENGC_LENGTH, "finish %d: %s", fin, fin == ENGC_ERROR ? err : "");
+	return 0;
+}
+
+static int
+same_ids(const int32_t *a, size_t na, const int32_t *b, size_t nb)
+{
+	return na == nb && (na == 0 || memcmp(a, b, na * sizeof *a) == 0);
+}
+
+static int
+error_code_of(struct ad_client *c, Anedvd__EngineRequest *q, char *msg)
+{
+	size_t n = anedvd__engine_request__get_packed_size(q);
+	uint8_t *buf = malloc(n + 1), *rep = NULL;
+	anedvd__engine_request__pack(q, buf);
+	size_t rlen;
+	char err[AD_ERRLEN];
+	int code = -1;
+	if (ad_client_call(c, buf, n, &rep, &rlen, TMO, err) == 0) {
+		Anedvd__EngineReply *r = anedvd__engine_reply__unpack(NULL, rlen, rep);
+		if (r) {
+			code = r->error ? (int)r->error->code : 0;
+			if (msg)
+				snprintf(msg, AD_ERRLEN, "%s", r->error && r->error->message ? r->error->message : "");
+			anedvd__engine_reply__free_unpacked(r, NULL);
+		}
+	}
+	free(buf);
+	free(rep);
+	return code;
+}
+
+// --- tests -------------------------------------------------------------------------------
+
+static void
+test_greedy(void)
+{
+	int32_t *ids;
+	size_t n;
+	struct engc_started st;
+	REQUIRE(run(S.c, prompt5, 5, 40, NULL, NULL, &ids, &n, &st) == 0);
+	CHECK(same_ids(ids, n, ref_ids + 4, 40), "%zu ids", n);
+	for (size_t i = 0; i < n && i < 40; i++)
+		if (ids[i] != ref_ids[4 + i]) {
+			CHECK(0, "id %zu: %d, reference %d", i, ids[i], ref_ids[4 + i]);
+			break;
+		}
+	CHECK(st.prompt_tokens == 5 && st.dropped == 0 && st.reused == 0);
+	free(ids);
+
+	// want_top through the raw poll: candidates best first, the chosen one first
+	struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 8, .want_top = 1};
+	struct engc_started js;
+	char err[AD_ERRLEN];
+	REQUIRE(engc_generate(S.c, &g, &js, TMO, NULL, err) == 0, "%s", err);
+	int got = 0, good = 1;
+	struct engc_timings t = {0};
+	for (int done = 0; !done;) {
+		struct engc_poll p;
+		REQUIRE(engc_poll(S.c, js.job, 1000, &p, TMO, NULL, err) == 0, "%s", err);
+		for (size_t i = 0; i < p.n_events; i++, got++) {
+			const struct engc_event *ev = &p.events[i];
+			good &= ev->index == (uint32_t)got && ev->n_top == 5 && ev->top[0].id == ev->id &&
+			        ev->id == ref_ids[4 + got];
+			for (int k = 1; k < ev->n_top; k++)
+				good &= ev->top[k].logit <= ev->top[k - 1].logit;
+		}
+		done = p.finish != ENGC_RUNNING;
+		if (done) {
+			CHECK(p.finish == ENGC_LENGTH);
+			t = p.timings;
+		}
+		engc_poll_free(&p);
+	}
+	CHECK(got == 8 && good, "%d events", got);
+	CHECK(t.prefill_tokens == 5 && t.decode_tokens == 7, "prefill %u decode %u", t.prefill_tokens,
+	      t.decode_tokens);
+	CHECK(t.kernel_ns > 0 && t.prefill_ns > 0 && t.decode_ns > 0 && t.sampling_ns > 0);
+	// the final poll can be repeated within the grace period
+	struct engc_poll p;
+	REQUIRE(engc_poll(S.c, js.job, 0, &p, TMO, NULL, err) == 0, "%s", err);
+	CHECK(p.finish == ENGC_LENGTH && p.n_events == 0);
+	engc_poll_free(&p);
+}
+
+// jobs alone, then all at once: the same tokens
+static void
+test_concurrent(void)
+{
+	int32_t long_prompt[41];
+	long_prompt[0] = 1;
+	memcpy(long_prompt + 1, ref_ids, 40 * sizeof *long_prompt);
+	struct {
+		const int32_t *p;
+		size_t n;
+		float temp;
+		uint64_t seed;
+	} jobs[6] = {
+		{prompt5, 1, 0, 0},          {prompt5, 3, 0, 0},          {long_prompt, 41, 0, 0},
+		{prompt5, 5, 0.9f, 7},       {long_prompt, 23, 1.0f, 99}, {prompt5, 5, 0, 0},
+	};
+	enum { NJ = 6 };
+	struct run alone[NJ], together[NJ];
+	for (int i = 0; i < NJ; i++) {
+		struct run *r = &alone[i];
+		memset(r, 0, sizeof *r);
+		r->c = S.c;
+		sample_defaults(&r->sp);
+		r->sp.temperature = jobs[i].temp;
+		r->sp.top_k = 40;
+		r->sp.top_p = 0.95f;
+		r->sp.repeat_last_n = 0;
+		r->sp.seed = jobs[i].seed;
+		r->sp.has_seed = jobs[i].seed != 0;
+		r->g = (struct engc_gen){.prompt = jobs[i].p, .n_prompt = jobs[i].n, .max_tokens = 48, .sp = &r->sp};
+		together[i] = *r;
+		run_main(r);
+		CHECK(r->rc == 0 && r->finish == ENGC_LENGTH && r->n == 48, "job %d: %s", i, r->err);
+	}
+	struct sched_stats before, after;
+	sched_stats(S.s, &before);
+	pthread_t th[NJ];
+	for (int i = 0; i < NJ; i++) {
+		together[i].g.sp = &together[i].sp;
+		pthread_create(&th[i], NULL, run_main, &together[i]);
+	}
+	for (int i = 0; i < NJ; i++)
+		pthread_join(th[i], NULL);
+	sched_stats(S.s, &after);
+	for (int i = 0; i < NJ; i++) {
+		CHECK(together[i].rc == 0 && together[i].finish == ENGC_LENGTH, "job %d: %s", i, together[i].err);
+		CHECK(same_ids(alone[i].ids, alone[i].n, together[i].ids, together[i].n), "job %d differs when batched", i);
+		free(alone[i].ids);
+		free(together[i].ids);
+	}
+	uint64_t steps = after.steps - before.steps, cols = after.step_columns - before.step_columns;
+	printf("6 jobs of 48 tokens (4 at once): %llu decode steps, %.2f sequences per step\n",
+	       (unsigned long long)steps, steps ? (double)cols / (double)steps : 0.0);
+	CHECK(cols > steps, "no step carried more than one sequence");
+	CHECK(after.running == 0 && after.queued == 0);
+}
+
+static void
+test_seeded(void)
+{
+	struct sample_params sp;
+	sample_defaults(&sp);
+	sp.temperature = 1.0f;
+	sp.seed = 1234;
+	sp.has_seed = 1;
+	int32_t *a, *b, *c, *d;
+	size_t na, nb, nc, nd;
+	REQUIRE(run(S.c, prompt5, 5, 40, &sp, NULL, &a, &na, NULL) == 0);
+	REQUIRE(run(S.c, prompt5, 5, 40, &sp, NULL, &b, &nb, NULL) == 0);
+	sp.seed = 4321;
+	REQUIRE(run(S.c, prompt5, 5, 40, &sp, NULL, &c, &nc, NULL) == 0);
+	REQUIRE(run(S.c, prompt5, 5, 40, NULL, NULL, &d, &nd, NULL) == 0);
+	CHECK(same_ids(a, na, b, nb), "the same seed gave different tokens");
+	CHECK(!same_ids(a, na, c, nc), "another seed gave the same 40 tokens");
+	CHECK(!same_ids(a, na, d, nd), "sampling at T=1 gave the greedy tokens");
+	free(a);
+	free(b);
+	free(c);
+	free(d);
+}
+
+static void
+test_cancel(void)
+{
+	char err[AD_ERRLEN];
+	int code = 0;
+	__atomic_store_n(&S.fl->delay_us, 2000, __ATOMIC_RELAXED);
+	struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 1000};
+	struct engc_started js;
+	REQUIRE(engc_generate(S.c, &g, &js, TMO, &code, err) == 0, "%s", err);
+	struct engc_poll p;
+	size_t got = 0;
+	while (got == 0) {
+		REQUIRE(engc_poll(S.c, js.job, 2000, &p, TMO, NULL, err) == 0, "%s", err);
+		got += p.n_events;
+		CHECK(p.finish == ENGC_RUNNING);
+		engc_poll_free(&p);
+	}
+	REQUIRE(engc_cancel(S.c, js.job, TMO, &code, err) == 0, "%s", err);
+	uint64_t t0 = now_ns();
+	REQUIRE(engc_poll(S.c, js.job, 2000, &p, TMO, NULL, err) == 0, "%s", err);
+	CHECK(p.finish == ENGC_CANCELLED, "finish %d", p.finish);
+	CHECK(now_ns() - t0 < 1000000000u, "the cancel took %llu ms", (unsigned long long)(now_ns() - t0) / 1000000);
+	got += p.n_events;
+	engc_poll_free(&p);
+	CHECK(got < 1000);
+	CHECK(engc_cancel(S.c, js.job, TMO, &code, err) == 0, "cancelling twice: %s", err);
+	CHECK(engc_cancel(S.c, 12345, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_NOT_FOUND);
+
+	// a queued job cancelled before it starts
+	struct engc_started q[6];
+	for (int i = 0; i < 6; i++)
+		REQUIRE(engc_generate(S.c, &g, &q[i], TMO, &code, err) == 0, "%s", err);
+	for (int i = 5; i >= 0; i--)
+		CHECK(engc_cancel(S.c, q[i].job, TMO, &code, err) == 0, "%s", err);
+	for (int i = 0; i < 6; i++) {
+		REQUIRE(engc_poll(S.c, q[i].job, 2000, &p, TMO, NULL, err) == 0, "%s", err);
+		CHECK(p.finish == ENGC_CANCELLED, "job %d finish %d", i, p.finish);
+		if (i >= 4)
+			CHECK(p.n_events == 0 && p.timings.decode_tokens == 0, "queued job %d ran", i);
+		engc_poll_free(&p);
+	}
+
+	// the deadline
+	int32_t *ids;
+	size_t n;
+	enum engc_finish fin;
+	g.deadline_ms = 150;
+	CHECK(engc_run(S.c, &g, &ids, &n, &fin, NULL, NULL, TMO, &code, err) == 0);
+	CHECK(fin == ENGC_ERROR && code == ANEDVD__ERROR_CODE__ERROR_TIMEOUT, "finish %d code %d", fin, code);
+	CHECK(strstr(err, "deadline") != NULL, "%s", err);
+	free(ids);
+	__atomic_store_n(&S.fl->delay_us, 0, __ATOMIC_RELAXED);
+}
+
+static void
+test_session(void)
+{
+	char err[AD_ERRLEN];
+	int code;
+	int32_t *a, *b, *c;
+	size_t na, nb, nc;
+	struct engc_started st;
+	REQUIRE(engc_reset(S.c, "s1", TMO, &code, err) == 0, "%s", err);
+	REQUIRE(run(S.c, prompt5, 5, 20, NULL, "s1", &a, &na, &st) == 0);
+	CHECK(st.reused == 0);
+	CHECK(same_ids(a, na, ref_ids + 4, 20));
+	// the next turn: the prompt, the reply, more text
+	int32_t p2[40];
+	size_t n2 = 0;
+	memcpy(p2, prompt5, sizeof prompt5);
+	n2 = 5;
+	memcpy(p2 + n2, a, na * sizeof *a);
+	n2 += na;
+	const int32_t more[] = {13, 438, 310, 439, 419};
+	memcpy(p2 + n2, more, sizeof more);
+	n2 += 5;
+	REQUIRE(run(S.c, p2, n2, 24, NULL, "s1", &b, &nb, &st) == 0);
+	// the last generated token was never fed: 5 + 20 - 1 tokens are cached
+	CHECK(st.reused == 24 && st.prompt_tokens == n2, "reused %u of %u", st.reused, st.prompt_tokens);
+	REQUIRE(run(S.c, p2, n2, 24, NULL, NULL, &c, &nc, &st) == 0);
+	CHECK(st.reused == 0);
+	CHECK(same_ids(b, nb, c, nc), "a session's reuse changed the tokens");
+	free(c);
+	// the same prompt again reuses all but its last token
+	REQUIRE(run(S.c, p2, n2, 24, NULL, "s1", &c, &nc, &st) == 0);
+	CHECK(st.reused == n2 - 1, "reused %u", st.reused);
+	CHECK(same_ids(b, nb, c, nc));
+	free(c);
+
+	// Reset drops it
+	REQUIRE(engc_reset(S.c, "s1", TMO, &code, err) == 0, "%s", err);
+	REQUIRE(run(S.c, p2, n2, 4, NULL, "s1", &c, &nc, &st) == 0);
+	CHECK(st.reused == 0, "reused %u after a reset", st.reused);
+	free(c);
+	// two sessions are kept: a third evicts the least recently used (s1)
+	REQUIRE(run(S.c, p2, n2, 4, NULL, "s2", &c, &nc, &st) == 0);
+	free(c);
+	REQUIRE(run(S.c, p2, n2, 4, NULL, "s3", &c, &nc, &st) == 0);
+	free(c);
+	REQUIRE(run(S.c, p2, n2, 4, NULL, "s2", &c, &nc, &st) == 0);
+	CHECK(st.reused == n2 - 1, "s2 reused %u", st.reused);
+	free(c);
+	REQUIRE(run(S.c, p2, n2, 4, NULL, "s1", &c, &nc, &st) == 0);
+	CHECK(st.reused == 0, "s1 was not evicted (reused %u)", st.reused);
+	free(c);
+
+	// one job at a time per session
+	__atomic_store_n(&S.fl->delay_us, 2000, __ATOMIC_RELAXED);
+	struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 1000, .session = "busy"};
+	struct engc_started js, js2;
+	REQUIRE(engc_generate(S.c, &g, &js, TMO, &code, err) == 0, "%s", err);
+	CHECK(engc_generate(S.c, &g, &js2, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE,
+	      "code %d", code);
+	CHECK(strstr(err, "busy") != NULL, "%s", err);
+	REQUIRE(engc_cancel(S.c, js.job, TMO, &code, err) == 0);
+	struct engc_poll p;
+	REQUIRE(engc_poll(S.c, js.job, 2000, &p, TMO, NULL, err) == 0, "%s", err);
+	CHECK(p.finish == ENGC_CANCELLED);
+	engc_poll_free(&p);
+	__atomic_store_n(&S.fl->delay_us, 0, __ATOMIC_RELAXED);
+	// right after the cancel the session is free again
+	g.max_tokens = 3;
+	REQUIRE(engc_generate(S.c, &g, &js2, TMO, &code, err) == 0, "%s", err);
+	CHECK(js2.reused == 4, "reused %u", js2.reused);
+	engc_cancel(S.c, js2.job, TMO, NULL, NULL);
+	free(a);
+	free(b);
+}
+
+static void
+test_errors(void)
+{
+	char err[AD_ERRLEN], msg[AD_ERRLEN];
+	int code;
+	struct engc_started st;
+	struct engc_gen g = {.prompt = prompt5, .n_prompt = 0, .max_tokens = 4};
+	CHECK(engc_generate(S.c, &g, &st, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
+	CHECK(strstr(err, "prompt"), "%s", err);
+	const int32_t bad[] = {1, 99999};
+	g = (struct engc_gen){.prompt = bad, .n_prompt = 2, .max_tokens = 4};
+	CHECK(engc_generate(S.c, &g, &st, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
+	CHECK(strstr(err, "99999"), "%s", err);
+	g = (struct engc_gen){.prompt = prompt5, .n_prompt = 5, .max_tokens = 0};
+	CHECK(engc_generate(S.c, &g, &st, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
+	CHECK(strstr(err, "max_tokens"), "%s", err);
+	struct sample_params sp;
+	sample_defaults(&sp);
+	sp.temperature = -1;
+	g = (struct engc_gen){.prompt = prompt5, .n_prompt = 5, .max_tokens = 4, .sp = &sp};
+	CHECK(engc_generate(S.c, &g, &st, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
+	CHECK(strstr(err, "temperature"), "%s", err);
+	sample_defaults(&sp);
+	sp.top_p = 1.5f;
+	CHECK(engc_generate(S.c, &g, &st, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
+	CHECK(strstr(err, "top_p"), "%s", err);
+	const int32_t stop[] = {-3};
+	g = (struct engc_gen){.prompt = prompt5, .n_prompt = 5, .max_tokens = 4, .stop_ids = stop, .n_stop = 1};
+	CHECK(engc_generate(S.c, &g, &st, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
+	char longname[300];
+	memset(longname, 'x', sizeof longname - 1);
+	longname[sizeof longname - 1] = 0;
+	g = (struct engc_gen){.prompt = prompt5, .n_prompt = 5, .max_tokens = 4, .session = longname};
+	CHECK(engc_generate(S.c, &g, &st, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
+
+	struct engc_poll p;
+	CHECK(engc_poll(S.c, 424242, 0, &p, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_NOT_FOUND);
+	float *lg;
+	uint32_t rows, nv;
+	CHECK(engc_eval(S.c, prompt5, 0, 0, 0, &lg, &rows, &nv, TMO, &code, err) == -1 &&
+	      code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
+	CHECK(engc_eval(S.c, bad, 2, 0, 0, &lg, &rows, &nv, TMO, &code, err) == -1 &&
+	      code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
+	CHECK(engc_reset(S.c, "", TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
+
+	// undecodable bytes, a request without a body, upto_layer
+	uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x99};
+	uint8_t *rep = NULL;
+	size_t rlen;
+	REQUIRE(ad_client_call(S.c, junk, sizeof junk, &rep, &rlen, TMO, err) == 0, "%s", err);
+	Anedvd__EngineReply *r = anedvd__engine_reply__unpack(NULL, rlen, rep);
+	free(rep);
+	CHECK(r && r->error && r->error->code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
+	if (r)
+		anedvd__engine_reply__free_unpacked(r, NULL);
+	Anedvd__EngineRequest q = ANEDVD__ENGINE_REQUEST__INIT;
+	CHECK(error_code_of(S.c, &q, msg) == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "%s", msg);
+	Anedvd__EvalRequest er = ANEDVD__EVAL_REQUEST__INIT;
+	er.ids = (int32_t *)prompt5;
+	er.n_ids = 5;
+	er.upto_layer = 2;
+	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_EVAL;
+	q.eval = &er;
+	CHECK(error_code_of(S.c, &q, msg) == ANEDVD__ERROR_CODE__ERROR_UNSUPPORTED, "%s", msg);
+
+	struct engc_health h;
+	REQUIRE(engc_health(S.c, &h, TMO, &code, err) == 0, "%s", err);
+	CHECK(strcmp(h.process, "test-worker") == 0 && h.pid == (uint32_t)getpid() && h.requests > 10);
+
+	// a kernel failure ends the job with an error; the next job runs
+	__atomic_store_n(&S.fl->fail, 1, __ATOMIC_RELAXED);
+	int32_t *ids;
+	size_t n;
+	enum engc_finish fin;
+	g = (struct engc_gen){.prompt = prompt5, .n_prompt = 5, .max_tokens = 4};
+	CHECK(engc_run(S.c, &g, &ids, &n, &fin, NULL, NULL, TMO, &code, err) == 0);
+	CHECK(fin == ENGC_ERROR && code == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE && n == 0, "finish %d code %d", fin,
+	      code);
+	CHECK(strstr(err, "gone"), "%s", err);
+	free(ids);
+	__atomic_store_n(&S.fl->fail, 0, __ATOMIC_RELAXED);
+	REQUIRE(run(S.c, prompt5, 5, 10, NULL, NULL, &ids, &n, NULL) == 0);
+	CHECK(same_ids(ids, n, ref_ids + 4, 10));
+	free(ids);
+	CHECK(engc_health(S.c, &h, TMO, &code, err) == 0, "%s", err);
+}
+
+// the service's Eval against engine_eval on an engine of its own
+static void
+check_eval(struct svc *v, int exact, const int32_t *ids, int n)
+{
+	char err[AD_ERRLEN];
+	int code;
+	struct kb_opts ko = {.width = WIDTH, .threads = 2};
+	struct kernel_backend *kb = exact ? kb_exact_new(&v->m, &ko, err) : kb_local_new(&v->m, &ko, err);
+	REQUIRE(kb, "%s", err);
+	struct engine_opts eo = {.max_seq = 2048};
+	struct engine *e = engine_new(&v->m, kb, &eo, err);
+	REQUIRE(e, "%s", err);
+	struct engine_seq *seq = engine_seq_new(e, err);
+	int V = engine_n_vocab(e);
+	float *want = malloc(sizeof(float) * (size_t)n * V);
+	for (int per_token = 0; per_token < 2; per_token++) {
+		REQUIRE(engine_eval(e, seq, ids, n, per_token, want, err) == 0, "%s", err);
+		float *lg;
+		uint32_t rows, nv;
+		REQUIRE(engc_eval(v->c, ids, (size_t)n, per_token, 0, &lg, &rows, &nv, TMO, &code, err) == 0, "%s", err);
+		CHECK(rows == (uint32_t)n && nv == (uint32_t)V);
+		CHECK(memcmp(lg, want, sizeof(float) * (size_t)n * V) == 0, "eval per_token=%d differs", per_token);
+		free(lg);
+		REQUIRE(engc_eval(v->c, ids, (size_t)n, per_token, 1, &lg, &rows, &nv, TMO, &code, err) == 0, "%s", err);
+		CHECK(rows == 1 && memcmp(lg, want + (size_t)(n - 1) * V, sizeof(float) * V) == 0,
+		      "last_only per_token=%d differs", per_token);
+		free(lg);
+	}
+	free(want);
+	engine_seq_free(seq);
+	engine_free(e);
+	kb->free(kb);
+}
+
+static void
+test_eval(void)
+{
+	int32_t ids[41];
+	ids[0] = 1;
+	memcpy(ids + 1, ref_ids, 40 * sizeof *ids);
+	check_eval(&S, 0, ids, 41);
+}
+
+// a fixture model on kb_exact: Eval equals engine_eval, and greedy
+// generation picks the argmax of its own teacher-forced logits
+static void
+test_fixture(void)
+{
+	struct svc v;
+	struct sched_opts so = {0};
+	REQUIRE(svc_start(&v, FIXTURE, 1, &so, "fx") == 0);
+	const int32_t prompt[] = {1, 403, 407, 261, 378, 432, 383, 286};
+	check_eval(&v, 1, prompt, 8);
+	int32_t *ids;
+	size_t n;
+	REQUIRE(run(v.c, prompt, 8, 20, NULL, NULL, &ids, &n, NULL) == 0);
+	int32_t all[28];
+	memcpy(all, prompt, sizeof prompt);
+	memcpy(all + 8, ids, n * sizeof *ids);
+	float *lg;
+	uint32_t rows, nv;
+	char err[AD_ERRLEN];
+	REQUIRE(engc_eval(v.c, all, 8 + n - 1, 0, 0, &lg, &rows, &nv, TMO, NULL, err) == 0, "%s", err);
+	int agree = 0;
+	for (size_t i = 0; i < n; i++) {
+		const float *row = lg + (size_t)(7 + i) * nv;
+		int best = 0;
+		for (uint32_t k = 1; k < nv; k++)
+			if (row[k] > row[best])
+				best = (int)k;
+		agree += best == ids[i];
+	}
+	CHECK(agree == (int)n, "%d of %zu generated tokens are the teacher-forced argmax", agree, n);
+	free(lg);
+	free(ids);
+	svc_stop(&v);
+}
+
+// abandoned and forgotten jobs, on a scheduler with short timeouts
+static void
+test_abandon(void)
+{
+	struct svc v;
+	struct sched_opts so = {.abandon_ms = 150, .grace_ms = 150};
+	REQUIRE(svc_start(&v, STORIES, 0, &so, "ab") == 0);
+	__atomic_store_n(&v.fl->delay_us, 2000, __ATOMIC_RELAXED);
+	char err[AD_ERRLEN];
+	int code;
+	struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 1000};
+	struct engc_started js;
+	REQUIRE(engc_generate(v.c, &g, &js, TMO, &code, err) == 0, "%s", err);
+	sleep_ms(250);
+	struct engc_poll p;
+	REQUIRE(engc_poll(v.c, js.job, 0, &p, TMO, &code, err) == 0, "%s", err);
+	CHECK(p.finish == ENGC_CANCELLED, "finish %d", p.finish);
+	engc_poll_free(&p);
+	// the final poll was delivered: forgotten after the grace period
+	sleep_ms(400);
+	CHECK(engc_poll(v.c, js.job, 0, &p, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_NOT_FOUND,
+	      "code %d", code);
+	svc_stop(&v);
+}
+
+// --- the process --------------------------------------------------------------------
+
+static pid_t
+spawn(char *const argv[])
+{
+	pid_t pid;
+	if (posix_spawn(&pid, argv[0], NULL, NULL, argv, environ) != 0)
+		return -1;
+	return pid;
+}
+
+static int
+exit_code(pid_t pid, int timeout_ms)
+{
+	int status;
+	for (int i = 0; i < timeout_ms / 10; i++) {
+		pid_t r = waitpid(pid, &status, WNOHANG);
+		if (r == pid)
+			return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+		sleep_ms(10);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	return -1;
+}
+
+static int
+wait_health(struct ad_client *c, pid_t pid, int timeout_ms)
+{
+	struct engc_health h;
+	char err[AD_ERRLEN];
+	for (int waited = 0; waited < timeout_ms; waited += 100) {
+		if (engc_health(c, &h, 100, NULL, err) == 0)
+			return h.pid == (uint32_t)pid && strcmp(h.process, "anedvd-cpu-worker") == 0 ? 0 : -1;
+		if (waitpid(pid, NULL, WNOHANG) == pid)
+			return -1;
+		sleep_ms(100);
+	}
+	return -1;
+}
+
+static void
+process_run(const char *backend, const char *ane_url, const char *name)
+{
+	char url[300];
+	REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), name) == 0);
+	char *argv[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", url, "--backend", (char *)backend,
+	                "--chunk", "16", "--parallel", "2", ane_url ? "--ane" : NULL, (char *)ane_url, NULL};
+	pid_t pid = spawn(argv);
+	REQUIRE(pid > 0);
+	char err[AD_ERRLEN];
+	struct ad_client *c = ad_client_open(url, err);
+	REQUIRE(c, "%s", err);
+	if (wait_health(c, pid, 60000)) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		ad_client_close(c);
+		REQUIRE(0, "%s: the worker did not come up", backend);
+	}
+	int32_t *ids;
+	size_t n;
+	if (run(c, prompt5, 5, 40, NULL, NULL, &ids, &n, NULL) == 0) {
+		CHECK(same_ids(ids, n, ref_ids + 4, 40), "%s: not the reference ids", backend);
+		free(ids);
+	}
+	// a job in flight when the signal comes
+	struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 2000};
+	struct engc_started js;
+	CHECK(engc_generate(c, &g, &js, TMO, NULL, err) == 0, "%s", err);
+	kill(pid, SIGTERM);
+	CHECK(exit_code(pid, 20000) == 0, "%s: no clean exit on SIGTERM", backend);
+	ad_client_close(c);
+}
+
+static void
+test_process(void)
+{
+	process_run("emu", NULL, "p-emu");
+	process_run("exact", NULL, "p-exact");
+
+	// the command line
+	char *help[] = {CPU_WORKER_BIN, "--help", NULL};
+	CHECK(exit_code(spawn(help), 10000) == 0);
+	char *noargs[] = {CPU_WORKER_BIN, NULL};
+	CHECK(exit_code(spawn(noargs), 10000) == 2);
+	char *badbe[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", "ipc:///nonexistent/x", "--backend", "gpu", NULL};
+	CHECK(exit_code(spawn(badbe), 10000) == 2);
+	char *noane[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", "ipc:///nonexistent/x", "--backend", "remote",
+	                 NULL};
+	CHECK(exit_code(spawn(noane), 10000) == 2);
+	char *badnum[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", "ipc:///nonexistent/x", "--parallel", "0", NULL};
+	CHECK(exit_code(spawn(badnum), 10000) == 2);
+	char *nomodel[] = {CPU_WORKER_BIN, "--model", "/nonexistent.gguf", "--listen", "ipc:///nonexistent/x", NULL};
+	CHECK(exit_code(spawn(nomodel), 10000) == 1);
+	char *nolisten[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", "ipc:///nonexistent/dir/x.sock", NULL};
+	CHECK(exit_code(spawn(nolisten), 30000) == 1);
+}
+
+#ifdef ANE_WORKER_BIN
+// the whole pipeline of processes: cpu-worker -> kb_remote -> ane-worker
+static void
+test_remote(void)
+{
+	char aurl[300];
+	REQUIRE(ad_ipc_url(aurl, sizeof aurl, t_tmpdir(), "ane") == 0);
+	char *argv[] = {ANE_WORKER_BIN, "--model", STORIES, "--listen", aurl, "--chunk", "16", "--threads", "1", NULL};
+	pid_t ane = spawn(argv);
+	REQUIRE(ane > 0);
+	process_run("remote", aurl, "p-remote");
+	kill(ane, SIGTERM);
+	CHECK(exit_code(ane, 20000) == 0, "the ane-worker did not exit cleanly");
+}
+#endif
+
+// --- throughput ------------------------------------------------------------------------
+
+static void
+test_bench(void)
+{
+	const uint32_t N = 200;
+	double one = 0;
+	for (int k = 1; k <= 4; k *= 2) {
+		struct run r[4];
+		pthread_t th[4];
+		uint64_t t0 = now_ns();
+		for (int i = 0; i < k; i++) {
+			memset(&r[i], 0, sizeof r[i]);
+			r[i].c = S.c;
+			r[i].g = (struct engc_gen){.prompt = prompt5, .n_prompt = (size_t)1 + i, .max_tokens = N};
+			pthread_create(&th[i], NULL, run_main, &r[i]);
+		}
+		size_t tokens = 0;
+		for (int i = 0; i < k; i++) {
+			pthread_join(th[i], NULL);
+			CHECK(r[i].rc == 0, "%s", r[i].err);
+			tokens += r[i].n;
+			free(r[i].ids);
+		}
+		double s = (double)(now_ns() - t0) / 1e9, tps = (double)tokens / s;
+		if (k == 1)
+			one = tps;
+		printf("stories260K (emu, chunk %d): %d job%s x %u tokens: %.0f tok/s aggregate (%.2fx one job)\n", WIDTH, k,
+		       k > 1 ? "s" : " ", N, tps, one > 0 ? tps / one : 0.0);
+	}
+}
+
+int
+main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	T_RUN(start);
+	if (S.c) {
+		T_RUN(test_greedy);
+		T_RUN(test_concurrent);
+		T_RUN(test_seeded);
+		T_RUN(test_cancel);
+		T_RUN(test_session);
+		T_RUN(test_errors);
+		T_RUN(test_eval);
+		T_RUN(test_bench);
+	}
+	T_RUN(test_fixture);
+	T_RUN(test_abandon);
+	T_RUN(test_process);
+#ifdef ANE_WORKER_BIN
+	T_RUN(test_remote);
+#endif
+	svc_stop(&S);
+	return t_done();
+}
