@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "blob.h"
@@ -19,7 +20,7 @@
 struct ane_builder {
 	char backend[16];
 	struct emu *emu;
-	char dir[4096];
+	char tmp[4000]; // where each kernel's directory is made
 	int keep;
 	uint32_t compiles;
 	int warned;
@@ -55,23 +56,14 @@ ane_builder_new(const struct ane_build_opts *o, char *err)
 	const char *keep = getenv("ANEDVD_KEEP_ANE_FILES");
 	b->keep = keep && strcmp(keep, "1") == 0;
 	const char *tmp = getenv("TMPDIR");
-	snprintf(b->dir, sizeof b->dir, "%s/anedvd-ane-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(b->dir)) {
-		ad_err(err, "builder: temporary directory %s: %s", b->dir, strerror(errno));
-		free(b->scratch);
-		free(b);
-		return NULL;
-	}
+	snprintf(b->tmp, sizeof b->tmp, "%s", tmp && *tmp ? tmp : "/tmp");
 	struct emu_opts eo = {.threads = o ? o->threads : 0};
 	b->emu = emu_open(&eo, err);
 	if (!b->emu) {
-		rmdir(b->dir);
 		free(b->scratch);
 		free(b);
 		return NULL;
 	}
-	if (b->keep)
-		ad_info("keeping MIL and weight blobs in %s", b->dir);
 	return b;
 }
 
@@ -81,8 +73,6 @@ ane_builder_free(struct ane_builder *b)
 	if (!b)
 		return;
 	emu_close(b->emu);
-	if (!b->keep)
-		rmdir(b->dir);
 	free(b->scratch);
 	free(b);
 }
@@ -153,24 +143,59 @@ count_compile(struct ane_builder *b)
 	}
 }
 
-// compile mil with the blob at path; removes the files unless kept
+// one kernel's directory, laid out as the ANE compiler reads it:
+// <tmp>/anedvd-ane-<name>-XXXXXX/{model.mil, weights/w.bin}
+struct kdir {
+	char dir[4100], wdir[4120], blob[4140], mil[4120];
+};
+
 static int
-compile(struct ane_builder *b, const char *mil, const char *path, const char *milpath, struct ane_kernel *out,
-        char *err)
+kdir_make(struct ane_builder *b, struct kdir *d, const char *name, char *err)
+{
+	snprintf(d->dir, sizeof d->dir, "%s/anedvd-ane-%s-XXXXXX", b->tmp, name);
+	if (!mkdtemp(d->dir))
+		return ad_err(err, "temporary directory %s: %s", d->dir, strerror(errno));
+	snprintf(d->wdir, sizeof d->wdir, "%s/weights", d->dir);
+	snprintf(d->blob, sizeof d->blob, "%s/" ANE_MIL_WEIGHT_FILE, d->wdir);
+	snprintf(d->mil, sizeof d->mil, "%s/model.mil", d->dir);
+	if (mkdir(d->wdir, 0700) != 0) {
+		int e = errno;
+		rmdir(d->dir);
+		return ad_err(err, "%s: %s", d->wdir, strerror(e));
+	}
+	return 0;
+}
+
+// remove the files (unless kept) and the directories
+static void
+kdir_done(struct ane_builder *b, struct kdir *d)
 {
 	if (b->keep) {
-		FILE *f = fopen(milpath, "w");
+		ad_info("kept %s", d->dir);
+		return;
+	}
+	unlink(d->blob);
+	unlink(d->mil);
+	rmdir(d->wdir);
+	rmdir(d->dir);
+}
+
+// compile mil with the blob of d, then clean d up
+static int
+compile(struct ane_builder *b, const char *mil, struct kdir *d, struct ane_kernel *out, char *err)
+{
+	if (b->keep) {
+		FILE *f = fopen(d->mil, "w");
 		if (f) {
 			fputs(mil, f);
 			fclose(f);
 		}
 	}
-	struct emu_file file = {.name = ANE_MIL_WEIGHT_FILE, .path = path};
+	struct emu_file file = {.name = ANE_MIL_WEIGHT_FILE, .path = d->blob};
 	uint64_t t0 = now_us();
 	out->ek = emu_compile(b->emu, mil, &file, 1, err);
 	out->compile_us = now_us() - t0;
-	if (!b->keep)
-		unlink(path);
+	kdir_done(b, d);
 	if (!out->ek)
 		return -1;
 	count_compile(b);
@@ -183,13 +208,19 @@ int
 ane_build(struct ane_builder *b, const struct ane_pk *pk, int width, struct ane_kernel *out, char *err)
 {
 	memset(out, 0, sizeof *out);
-	char path[4200], milpath[4200], name[64];
-	snprintf(name, sizeof name, "k%u-%s", b->compiles, ane_kind_name(pk->kind));
-	snprintf(path, sizeof path, "%s/%s.bin", b->dir, name);
-	snprintf(milpath, sizeof milpath, "%s/%s.mil", b->dir, name);
-	struct ane_blob_writer w;
-	if (ane_blob_open(&w, path, err))
+	char name[64];
+	if (pk->layer >= 0)
+		snprintf(name, sizeof name, "%s%d", ane_kind_name(pk->kind), pk->layer);
+	else
+		snprintf(name, sizeof name, "%s%d", ane_kind_name(pk->kind), pk->chunk);
+	struct kdir d;
+	if (kdir_make(b, &d, name, err))
 		return -1;
+	struct ane_blob_writer w;
+	if (ane_blob_open(&w, d.blob, err)) {
+		kdir_done(b, &d);
+		return -1;
+	}
 	int fused = pk->ff > 0;
 	for (int i = 0; i < pk->nparts; i++) {
 		if (fused || i == 0) {
@@ -205,21 +236,23 @@ ane_build(struct ane_builder *b, const struct ane_pk *pk, int width, struct ane_
 			if (ane_blob_end(&w, err))
 				goto fail;
 	}
-	if (ane_blob_close(&w, err))
-		return -1;
-	char *mil = fused ? ane_mil_ffn(pk->in_ch, pk->ff, width, err) : ane_mil_proj(pk->in_ch, pk->out_ch, width, err);
-	if (!mil) {
-		if (!b->keep)
-			unlink(path);
+	if (ane_blob_close(&w, err)) {
+		kdir_done(b, &d);
 		return -1;
 	}
-	int rc = compile(b, mil, path, milpath, out, err);
+	char *mil = fused ? ane_mil_ffn(pk->in_ch, pk->ff, width, err) : ane_mil_proj(pk->in_ch, pk->out_ch, width, err);
+	if (!mil) {
+		kdir_done(b, &d);
+		return -1;
+	}
+	int rc = compile(b, mil, &d, out, err);
 	free(mil);
 	out->in_ch = pk->in_ch;
 	out->out_ch = pk->out_ch;
 	return rc;
 fail:
 	ane_blob_abort(&w);
+	kdir_done(b, &d);
 	return -1;
 }
 
@@ -243,20 +276,20 @@ ane_build_probe(struct ane_builder *b, int n, int width, uint64_t seed, struct a
 	if (!wt)
 		return ad_err(err, "probe: out of memory");
 	ane_probe_weights(wt, (size_t)n * (size_t)n, seed);
-	char path[4200], milpath[4200];
-	snprintf(path, sizeof path, "%s/k%u-probe.bin", b->dir, b->compiles);
-	snprintf(milpath, sizeof milpath, "%s/k%u-probe.mil", b->dir, b->compiles);
-	struct ane_wsrc ws = {wt, AD_TYPE_F32, (size_t)n * (size_t)n};
-	int rc = ane_blob_write_proj(path, &ws, 1, err);
-	free(wt);
-	if (rc)
-		return -1;
-	char *mil = ane_mil_proj(n, n, width, err);
-	if (!mil) {
-		unlink(path);
+	struct kdir d;
+	if (kdir_make(b, &d, "probe", err)) {
+		free(wt);
 		return -1;
 	}
-	rc = compile(b, mil, path, milpath, out, err);
+	struct ane_wsrc ws = {wt, AD_TYPE_F32, (size_t)n * (size_t)n};
+	int rc = ane_blob_write_proj(d.blob, &ws, 1, err);
+	free(wt);
+	char *mil = rc ? NULL : ane_mil_proj(n, n, width, err);
+	if (!mil) {
+		kdir_done(b, &d);
+		return -1;
+	}
+	rc = compile(b, mil, &d, out, err);
 	free(mil);
 	out->in_ch = out->out_ch = n;
 	return rc;

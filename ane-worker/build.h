@@ -2,11 +2,13 @@
 //
 // ane_build makes one kernel: it dequantises that kernel's weights only,
 // a block of rows at a time, straight into the fp16 weight blob (blob.h)
-// in the builder's temporary directory, generates its MIL (mil.h),
-// compiles both on the backend and deletes the files again (they stay,
-// with the MIL next to the blob, when ANEDVD_KEEP_ANE_FILES=1). So a model
-// never exists as fp16 in memory or on disk as a whole: one kernel's blob
-// at a time, and the backend's compiled copy.
+// in a directory of its own, laid out as the ANE compiler reads one
+// ($TMPDIR/anedvd-ane-<kernel>-XXXXXX/weights/w.bin, model.mil next to
+// it), generates its MIL (mil.h), compiles both on the backend and
+// removes the directory again (it stays, with the MIL, when
+// ANEDVD_KEEP_ANE_FILES=1). So a model never exists as fp16 in memory or
+// on disk as a whole: one kernel's blob at a time, and the backend's
+// compiled copy; a process killed mid-build leaves one directory at most.
 //
 // Backends: "emu" (the CPU executor of emu.h, everywhere). "ane" is the
 // macOS shim's and is refused here until it exists.
