@@ -16,6 +16,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 import { startMock, REPLY, MODEL } from './mock-server.mjs';
+import { PAGE, scriptHash, policyHash } from './csp.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const EXTERNAL = (process.env.ANEDVD_WEB_URL || '').replace(/\/+$/, '');
@@ -471,6 +472,33 @@ test('markup in a reply or a message is shown as text, never run', T, async () =
 		assert.ok(t.includes('<script>window.__pwned=2</script>'));
 		assert.equal(await a.locator('pre code').textContent(), '<script>window.__pwned=3</script>');
 	}
+	await page.close();
+});
+
+test('the Content-Security-Policy allows the page\'s own script and nothing injected', T, async () => {
+	const html = fs.readFileSync(PAGE, 'utf8');
+	assert.equal(policyHash(html), scriptHash(html), 'the script changed: run node tests/web/csp.mjs');
+	const page = await open();
+	// markup forced into the page (as a rendering bug would) still runs nothing
+	await page.evaluate(() => {
+		document.getElementById('log').insertAdjacentHTML('beforeend',
+			'<img src="x" onerror="window.__csp=1"><span onclick="window.__csp=2" id="csp-probe">x</span>');
+		const s = document.createElement('script');
+		s.textContent = 'window.__csp = 3';
+		document.body.append(s);
+	});
+	await page.click('#csp-probe');
+	await page.waitForTimeout(200);
+	assert.equal(await page.evaluate(() => window.__csp), undefined);
+	// and it cannot send anything elsewhere
+	const blocked = await page.evaluate(async () => {
+		const seen = [];
+		document.addEventListener('securitypolicyviolation', (e) => seen.push(e.effectiveDirective));
+		await fetch('http://127.0.0.2:9/x').catch(() => null);
+		await new Promise((r) => setTimeout(r, 100));
+		return seen;
+	});
+	assert.deepEqual(blocked, ['connect-src']);
 	await page.close();
 });
 
