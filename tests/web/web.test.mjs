@@ -125,6 +125,26 @@ test('the page loads: model name, online status, empty conversation, labelled co
 	await page.close();
 });
 
+test('the status shows a service behind the frontend that is down; the model is fetched once the server is up', T, async () => {
+	const page = await ctx.newPage();
+	let up = false;
+	await page.route('**/health', (r) => up ? r.continue() : r.fulfill({
+		status: 200, contentType: 'application/json',
+		body: JSON.stringify({ status: 'degraded', tokenizer: 'up', engine: 'down', running: 0, queued: 0 }),
+	}));
+	await page.route('**/v1/models', (r) => up ? r.continue() : r.abort('connectionrefused'));
+	await page.goto(base + '/');
+	await page.waitForSelector('#status[data-state="offline"]');
+	assert.equal(await page.textContent('#status-text'), 'engine down');
+	assert.equal(await page.textContent('#model'), 'model unknown');
+	up = true;
+	await page.evaluate(() => window.dispatchEvent(new Event('online')));
+	await page.waitForSelector('#status[data-state="online"]');
+	await page.waitForFunction(() => !/unknown/.test(document.getElementById('model').textContent));
+	if (!EXTERNAL) assert.equal(await page.textContent('#model'), MODEL);
+	await page.close();
+});
+
 test('a reply streams in piece by piece and is rendered safely and completely', T, async () => {
 	const page = await open();
 	await say(page, 'Hi there');
