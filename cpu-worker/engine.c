@@ -3,7 +3,8 @@
 // A call to engine_forward runs the whole model over up to width columns.
 // Per layer: RMSNorm of every column into the QKV surface, one QKV call,
 // then per column biases, q/k norms, RoPE and the cache write, attention
-// per column over its own sequence's cache, one O call, residual; the same
+// per column and KV head over the column's own sequence's cache (spread
+// over the engine's threads), one O call, residual; the same
 // for the FFN (one FFN call, or GATE_UP, activation, DOWN; or for a MoE
 // layer the router and routed experts here and one SHEXP call). The final
 // norm and the LM head run only on the columns whose logits are wanted.
