@@ -204,7 +204,7 @@ engc_eval(struct ad_client *c, const int32_t *ids, size_t n, int per_token, int 
 		              e->rows, e->n_vocab);
 	}
 	*logits = malloc(bytes ? bytes : 1);
-	if (*logits)
+	if (*logits && bytes)
 		memcpy(*logits, e->logits.data, bytes);
 	*rows = e->rows;
 	*n_vocab = e->n_vocab;

@@ -779,7 +779,8 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 	j->dropped = g->n_prompt - keep;
 	j->max_tokens = g->max_tokens;
 	j->sp = g->sp;
-	memcpy(j->stop, g->stop_ids, (size_t)g->n_stop * sizeof *j->stop);
+	if (g->n_stop)
+		memcpy(j->stop, g->stop_ids, (size_t)g->n_stop * sizeof *j->stop);
 	j->n_stop = g->n_stop;
 	j->want_top = g->want_top;
 	j->deadline_ms = g->deadline_ms;
