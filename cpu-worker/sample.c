@@ -247,6 +247,7 @@ bad_row(const float *x, int n, char *err)
 
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
+typedef int64_t v4l __attribute__((vector_size(32)));
 
 // the largest logit and its lowest id; -1 for NaN, +inf or a row without a
 // finite value. Eight lanes by hand (the compiler will not reorder a float
@@ -368,23 +369,52 @@ sift_up(struct sample_tok *h, int i)
 	h[i] = v;
 }
 
-// the k best of x[0..n) with x >= lo, into h (unordered); returns how many.
+// offers x[i] to the heap of m (at most k) entries; returns the new m.
 // ids arrive in increasing order, so a newcomer that only ties the root
 // loses to it: a strict > is the whole test once the heap is full.
-static int
-select_k(const float *x, int n, float lo, struct sample_tok *h, int k)
+static inline int
+offer(struct sample_tok *h, int m, int k, float lo, const float *x, int i)
 {
-	int m = 0, i = 0;
-	for (; i < n && m < k; i++)
+	if (m < k) {
 		if (x[i] >= lo) {
 			h[m] = (struct sample_tok){i, x[i]};
 			sift_up(h, m++);
 		}
-	for (; i < n; i++)
-		if (x[i] > h[0].logit) {
-			h[0] = (struct sample_tok){i, x[i]};
-			sift_down(h, m, 0);
+	} else if (x[i] > h[0].logit) {
+		h[0] = (struct sample_tok){i, x[i]};
+		sift_down(h, m, 0);
+	}
+	return m;
+}
+
+// the k best of x[0..n) with x >= lo, into h (unordered); returns how many.
+// A block of 32 none of whose values could enter is skipped on four vector
+// compares, which is nearly every block once the heap is full.
+static int
+select_k(const float *x, int n, float lo, struct sample_tok *h, int k)
+{
+	int m = 0, i = 0;
+	for (; i + 32 <= n; i += 32) {
+		v8f a, b, c, d;
+		memcpy(&a, x + i, sizeof a);
+		memcpy(&b, x + i + 8, sizeof b);
+		memcpy(&c, x + i + 16, sizeof c);
+		memcpy(&d, x + i + 24, sizeof d);
+		v8i in;
+		if (m < k) {
+			in = (a >= lo) | (b >= lo) | (c >= lo) | (d >= lo);
+		} else {
+			float r = h[0].logit;
+			in = (a > r) | (b > r) | (c > r) | (d > r);
 		}
+		v4l q = (v4l)in;
+		if (!(q[0] | q[1] | q[2] | q[3]))
+			continue;
+		for (int j = 0; j < 32; j++)
+			m = offer(h, m, k, lo, x, i + j);
+	}
+	for (; i < n; i++)
+		m = offer(h, m, k, lo, x, i);
 	return m;
 }
 
@@ -400,6 +430,36 @@ sample_top(const float *logits, int n_vocab, struct sample_tok *out, int n)
 		out[0] = out[e];
 		out[e] = t;
 		sift_down(out, e, 0);
+	}
+	return m;
+}
+
+// the candidates x >= lo of x[0..n) into c, in id order; returns how many.
+// Blocks of 32 without one are skipped as in select_k; inside a block the
+// store always happens and the count moves on a keep (no branch).
+static int
+collect(const float *x, int n, float lo, struct cand *c)
+{
+	int m = 0, i = 0;
+	for (; i + 32 <= n; i += 32) {
+		v8f a, b, d, e;
+		memcpy(&a, x + i, sizeof a);
+		memcpy(&b, x + i + 8, sizeof b);
+		memcpy(&d, x + i + 16, sizeof d);
+		memcpy(&e, x + i + 24, sizeof e);
+		v4l q = (v4l)((a >= lo) | (b >= lo) | (d >= lo) | (e >= lo));
+		if (!(q[0] | q[1] | q[2] | q[3]))
+			continue;
+		for (int j = i; j < i + 32; j++) {
+			c[m].l = x[j];
+			c[m].id = j;
+			m += x[j] >= lo;
+		}
+	}
+	for (; i < n; i++) {
+		c[m].l = x[i];
+		c[m].id = i;
+		m += x[i] >= lo;
 	}
 	return m;
 }
@@ -527,12 +587,7 @@ keep_fast(struct sampler *s, const float *x, float max)
 			c[i] = (struct cand){h[i].logit, h[i].id, 0};
 		qsort(c, (size_t)n, sizeof *c, cmp_id);
 	} else {
-		// branch-free: the store always happens, the count moves on a keep
-		for (int i = 0; i < nv; i++) {
-			c[n].l = x[i];
-			c[n].id = i;
-			n += x[i] >= cut;
-		}
+		n = collect(x, nv, cut, c);
 	}
 
 	// softmax at T, and min-p on the way (p_max is exactly 1)
