@@ -629,23 +629,30 @@ test_remote_errors(void)
 	CHECK(error_code(raw(c, junk, sizeof junk)) == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
 	Anedvd__AneRequest q = ANEDVD__ANE_REQUEST__INIT;
 	CHECK(error_code(req(c, &q)) == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
-	// a surface recreated under the same id is mapped again (no stale mapping)
+	// a surface recreated under the same id is mapped again (no stale
+	// mapping): zeros in the first object, ones in the second
 	char sid[64];
-	snprintf(sid, sizeof sid, "%s", a.id);
-	surface_close(&a);
-	struct ad_surface a2;
-	REQUIRE(surface_create(&a2, sid, 512, W, 1, err) == 0, "%s", err);
+	snprintf(sid, sizeof sid, "/anedvd-%ld-own", (long)getpid());
 	static float x[512], y[512]; // surface_write / read move every channel
-	for (int i = 0; i < 512; i++)
-		x[i] = 1.0f;
-	surface_write(&a2, x, 1, 512);
+	struct ad_surface own;
+	REQUIRE(surface_create(&own, sid, 512, W, 1, err) == 0, "%s", err);
 	CHECK(error_code(call_req(c, 1, sid, b.id, 1)) == 0);
 	surface_read(&b, y, 1, 512);
 	int nonzero = 0;
 	for (int i = 0; i < 64; i++)
 		nonzero += y[i] != 0;
+	CHECK(nonzero == 0);
+	surface_close(&own);
+	REQUIRE(surface_create(&own, sid, 512, W, 1, err) == 0, "%s", err);
+	for (int i = 0; i < 512; i++)
+		x[i] = 1.0f;
+	surface_write(&own, x, 1, 512);
+	CHECK(error_code(call_req(c, 1, sid, b.id, 1)) == 0);
+	surface_read(&b, y, 1, 512);
+	for (int i = 0; i < 64; i++)
+		nonzero += y[i] != 0;
 	CHECK(nonzero > 0, "output of a remapped input is all zero");
-	surface_close(&a2);
+	surface_close(&own);
 	// a synthetic probe kernel, compiled on request
 	Anedvd__CompileRequest cq = ANEDVD__COMPILE_REQUEST__INIT;
 	cq.probe_size = 32;
