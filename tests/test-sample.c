@@ -345,6 +345,15 @@ test_sets(void)
 	sets(2.0f, 5, 0.9f, 0.1f, x, 8, (int32_t[]){0, 1, 2, 3}, 4); // T 2: .50 .30 .18 .11 .07
 	sets(1e38f, 0, 1.0f, 0.0f, x, 8, all, 7);   // max - 20 T overflows: -inf still out
 
+	// a logit exactly at the cut, inside the 32-wide blocks of the scans
+	float w[96];
+	for (int i = 0; i < 96; i++)
+		w[i] = -10.0f;
+	w[40] = 4.0f, w[70] = 2.0f, w[71] = 1.999f; // T 0.1: the cut is 4 - 2
+	sets(0.1f, 0, 1.0f, 0.0f, w, 96, (int32_t[]){40, 70}, 2);
+	sets(0.1f, 5, 1.0f, 0.0f, w, 96, (int32_t[]){40, 70}, 2);
+	sets(1.0f, 2, 1.0f, 0.0f, w, 96, (int32_t[]){40, 70}, 2);
+
 	// ties: top-k and top-p keep the lower ids, min-p 1 keeps every tie of the max
 	float e[50];
 	for (int i = 0; i < 50; i++)
