@@ -172,6 +172,8 @@ gen_unref(struct fe_gen *g)
 static int
 buf_add(struct buf *b, const char *s, size_t n)
 {
+	if (n == 0)
+		return 0;
 	if (b->len + n > b->cap) {
 		size_t cap = b->cap ? b->cap : 1024;
 		while (cap < b->len + n)
