@@ -523,3 +523,38 @@ describe('upstream down', () => {
 		await healthy(s);
 	});
 });
+
+describe('context limit', () => {
+	let s;
+	before(async () => {
+		s = await startStack({ frontend: ['--max-seq', '48', '--max-tokens', '16'] });
+	});
+	after(async () => {
+		await s?.stop();
+	});
+
+	it('a prompt longer than the context loses its oldest tokens and says how many', async () => {
+		const long = 'ECHO:ok\n' + 'the cat sat on the mat and '.repeat(20);
+		let r = await post(s, CHAT, { ...user(long), max_tokens: 8 });
+		assert.equal(r.status, 200, r.body);
+		const b = JSON.parse(r.body);
+		assert.ok(b.usage.prompt_tokens_dropped > 0, JSON.stringify(b.usage));
+		assert.ok(b.usage.prompt_tokens + 8 + 1 <= 48, JSON.stringify(b.usage));
+		assert.equal(b.timings.prompt_tokens_dropped, b.usage.prompt_tokens_dropped);
+		const sent = [...s.events().matchAll(/prompt=(\d+) max=(\d+)/g)].at(-1);
+		assert.ok(Number(sent[1]) + Number(sent[2]) < 48, sent[0]);
+		// a short prompt keeps everything and the reply is cut to fit
+		r = await post(s, '/v1/completions', { prompt: 'ECHO:hi', max_tokens: 1000 });
+		const c = JSON.parse(r.body);
+		assert.equal(c.usage.prompt_tokens_dropped, 0);
+		const last = [...s.events().matchAll(/prompt=(\d+) max=(\d+)/g)].at(-1);
+		assert.equal(Number(last[1]) + Number(last[2]) + 1, 48, last[0]);
+		// the stream's final chunk carries it too
+		r = await post(s, CHAT, { ...user(long), stream: true, stream_options: { include_usage: true } });
+		const ev = sse(r.body);
+		assert.ok(JSON.parse(ev.at(-2).data).usage.prompt_tokens_dropped > 0);
+		// Anthropic reports it in usage as well
+		r = await post(s, '/v1/messages', { max_tokens: 8, messages: [{ role: 'user', content: long }] });
+		assert.ok(JSON.parse(r.body).usage.prompt_tokens_dropped > 0);
+	});
+});
