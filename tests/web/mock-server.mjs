@@ -13,6 +13,9 @@
 //   [[length]] finish_reason "length"
 //   [[echo]]   the reply is the last user message, verbatim
 //   [[stages]] timings as { decode_tok_s, stages: {name: ms} }
+//   [[crlf]]   events with CRLF line ends and "data:" without a space
+//   [[fail]]   an error event after a few pieces, then the end
+//   [[drop]]   the connection is cut after a few pieces
 // Every chat request is recorded: GET /__mock/requests returns them (body,
 // whether the client hung up before the end), POST /__mock/reset clears them.
 import http from 'node:http';
@@ -94,9 +97,11 @@ export function startMock(port = 0, host = '127.0.0.1') {
 		res.flushHeaders();
 
 		let cut = 0;
+		const crlf = text.includes('[[crlf]]');
 		const send = async (obj) => {
 			if (res.destroyed) return false;
-			const buf = Buffer.from('data: ' + (typeof obj === 'string' ? obj : JSON.stringify(obj)) + '\n\n');
+			const data = typeof obj === 'string' ? obj : JSON.stringify(obj);
+			const buf = Buffer.from(crlf ? 'data:' + data + '\r\n\r\n' : 'data: ' + data + '\n\n');
 			// split every event in two at a moving byte offset: lines and
 			// multi-byte characters then straddle reads
 			const at = 1 + (cut++ * 7) % (buf.length - 1);
@@ -111,8 +116,18 @@ export function startMock(port = 0, host = '127.0.0.1') {
 		res.write(': mock keep-alive\n\n');
 		if (!await send(chunk({ role: 'assistant', content: '' }))) return;
 		const parts = pieces(reply);
-		for (const p of parts)
+		for (const [i, p] of parts.entries()) {
+			if (i === 5 && text.includes('[[fail]]')) {
+				await send({ error: { message: 'the engine stopped: worker crashed', type: 'server_error' } });
+				rec.completed = true;
+				return res.end('data: [DONE]\n\n');
+			}
+			if (i === 5 && text.includes('[[drop]]')) {
+				rec.completed = true;
+				return res.destroy();
+			}
 			if (!await send(chunk({ content: p }))) return;
+		}
 		const prompt_tokens = JSON.stringify(body.messages || []).length >> 2;
 		// the frontend's shape; [[stages]] asks for the compact one
 		const timings = text.includes('[[stages]]') ? {

@@ -460,6 +460,61 @@ test('a busy server (503) shows a notice and Retry; the unanswered turn is not r
 	await page.close();
 });
 
+test('CRLF events and "data:" without a space are read the same', { ...T, skip: MOCK_ONLY }, async () => {
+	const page = await open();
+	await say(page, '[[crlf]] hi');
+	const a = await waitReply(page, 1);
+	assert.equal(await a.locator('pre code').textContent(), 'int\nmain(void)\n{\n\treturn 0; /* <not a tag> */\n}');
+	assert.match(await a.locator('.meta').textContent(), /42\.7 tok\/s/);
+	await say(page, 'next');
+	await waitReply(page, 2);
+	assert.equal(page.bodies[1].messages[1].content, REPLY);
+	await page.close();
+});
+
+test('an error event mid-stream keeps the partial reply and says why it ended', { ...T, skip: MOCK_ONLY }, async () => {
+	const page = await open();
+	await say(page, '[[fail]] go');
+	const a = await waitReply(page, 1);
+	const note = a.locator('.note[data-kind="stream"]');
+	assert.match(await note.textContent(), /cut off: the engine stopped: worker crashed/);
+	assert.match(await a.locator('.content').textContent(), /^Hello! Here is/);
+	assert.equal(await page.getAttribute('#status', 'data-state'), 'online');
+	await page.close();
+});
+
+test('a connection cut mid-stream keeps the partial reply and says so', { ...T, skip: MOCK_ONLY }, async () => {
+	const page = await open();
+	await say(page, '[[drop]] go');
+	const a = await waitReply(page, 1);
+	assert.match(await a.locator('.note').textContent(), /cut off/);
+	assert.match(await a.locator('.content').textContent(), /^Hello! Here is/);
+	await say(page, 'again');
+	await waitReply(page, 2);
+	assert.equal(page.bodies[1].messages.length, 3, 'the partial reply stays in the history');
+	await page.close();
+});
+
+test('a plain JSON answer (no stream) is shown too', T, async () => {
+	const page = await open();
+	await page.route('**/v1/chat/completions', (r) => r.fulfill({
+		status: 200, contentType: 'application/json',
+		body: JSON.stringify({
+			id: 'x', object: 'chat.completion', model: 'm',
+			choices: [{ index: 0, message: { role: 'assistant', content: 'plain answer' }, finish_reason: 'length' }],
+			usage: { prompt_tokens: 5, completion_tokens: 2, total_tokens: 7, prompt_tokens_dropped: 3 },
+		}),
+	}));
+	await say(page, 'hello');
+	const a = await waitReply(page, 1);
+	assert.equal(await a.locator('.content').textContent(), 'plain answer');
+	const meta = await a.locator('.meta').textContent();
+	assert.match(meta, /max tokens reached/);
+	assert.match(meta, /5 prompt tokens/);
+	assert.match(await a.locator('.note[data-kind="truncated"]').textContent(), /oldest 3 prompt tokens/);
+	await page.close();
+});
+
 test('an unreachable server shows a notice; Retry works once it is back', T, async () => {
 	const page = await open();
 	await page.route('**/v1/chat/completions', (r) => r.abort('connectionrefused'));
