@@ -612,7 +612,10 @@ sched_new(struct engine *e, const struct sched_opts *o, char *err)
 	s->width = engine_width(e);
 	s->max_seq = engine_max_seq(e);
 	s->rows = s->o.parallel < s->width ? s->o.parallel : s->width;
-	s->next_id = ((uint64_t)time(NULL) << 16) + 1; // not reused by a restarted worker
+	// job ids of a restarted worker do not meet its predecessor's
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	s->next_id = (((uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000) << 10) + 1;
 	int ncols = s->o.parallel > s->width ? s->o.parallel : s->width;
 	s->active = calloc((size_t)s->o.parallel, sizeof *s->active);
 	s->cols = calloc((size_t)ncols, sizeof *s->cols);
@@ -841,10 +844,17 @@ sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll *ou
 	uint64_t now = now_ns(), until = now + (uint64_t)max_wait_ms * 1000000u;
 	j->waiters++;
 	j->last_poll_ns = now;
+	// the deadline is also kept here: the engine thread may be stuck in a
+	// kernel call that waits for an ane-worker to come back
+	if (j->deadline_ns && j->deadline_ns < until)
+		until = j->deadline_ns;
 	while (j->n_ev == 0 && j->finish == SCHED_RUNNING && !s->stopping)
 		if (cond_wait_until(&j->cv, &s->mu, until) == ETIMEDOUT)
 			break;
 	now = now_ns();
+	if (j->finish == SCHED_RUNNING && j->deadline_ns && now >= j->deadline_ns)
+		finish(s, j, SCHED_ERROR, SCHED_ETIMEOUT, "the deadline of %u ms passed after %u tokens", j->deadline_ms,
+		       j->produced);
 	int rv = 0;
 	if (j->n_ev) {
 		out->events = malloc((size_t)j->n_ev * sizeof *out->events);
