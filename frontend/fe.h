@@ -36,6 +36,7 @@ struct fe_config {
 	int queue;           // requests waiting beyond those running
 	int parallel;        // generations the engine runs at once
 	int timeout_ms;      // each upstream call
+	int keepalive_ms;    // SSE comment after this much silence; 0: never
 };
 
 enum fe_api { FE_API_CHAT, FE_API_COMPLETIONS, FE_API_MESSAGES, FE_API_N };

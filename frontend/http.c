@@ -48,6 +48,7 @@ struct fe_req {
 	int closing;   // the last bytes are in out
 	int done;      // the final send happened
 	int fd;        // the connection's socket, -1 if unknown
+	uint64_t last_write_ns;
 	struct buf out, inflight;
 	h2o_linklist_t active;
 };
@@ -217,6 +218,7 @@ flush(struct fe_req *rq)
 	rq->out.len = 0;
 	h2o_iovec_t v = h2o_iovec_init(rq->inflight.s, rq->inflight.len);
 	rq->sending = 1;
+	rq->last_write_ns = fe_now_ns();
 	rq->flushed = 1;
 	if (rq->closing) {
 		rq->done = 1;
@@ -418,8 +420,16 @@ on_tick(h2o_timeout_entry_t *e)
 	for (h2o_linklist_t *l = S.active.next; l != &S.active;) {
 		struct fe_req *rq = H2O_STRUCT_FROM_MEMBER(struct fe_req, active, l);
 		l = l->next;
-		if (rq->fd < 0 || !peer_gone(rq->fd))
+		if (rq->fd < 0 || !peer_gone(rq->fd)) {
+			// a silent stream (long prefill, slow engine) gets an SSE comment so
+			// proxies and clients do not give up on it
+			uint64_t ka = (uint64_t)S.cfg->keepalive_ms * 1000000u;
+			if (ka && rq->started && !rq->done && !rq->sending && fe_now_ns() - rq->last_write_ns >= ka) {
+				buf_add(&rq->out, ": keep-alive\n\n", 14);
+				flush(rq);
+			}
 			continue;
+		}
 		struct fe_gen *g = rq->g;
 		deactivate(rq);
 		mark_cancelled(g);

@@ -29,7 +29,8 @@ usage(FILE *out)
 	        "  --max-body BYTES    largest request body (default 4194304)\n"
 	        "  --parallel N        generations the engine runs at once (default 1)\n"
 	        "  --queue N           requests waiting beyond those; more get 503 (default 16)\n"
-	        "  --timeout-ms N      each call to the tokenizer or the engine (default 10000)\n");
+	        "  --timeout-ms N      each call to the tokenizer or the engine (default 10000)\n"
+	        "  --keepalive-ms N    SSE comment on a stream silent this long; 0 never (default 5000)\n");
 }
 
 static int
@@ -63,6 +64,7 @@ main(int argc, char **argv)
 		.queue = 16,
 		.parallel = 1,
 		.timeout_ms = 10000,
+		.keepalive_ms = 5000,
 	};
 	ad_log_init("anedvd-frontend");
 	for (int i = 1; i < argc; i++) {
@@ -112,6 +114,10 @@ main(int argc, char **argv)
 			if (number(a, v, 1, 256, &n))
 				return 2;
 			cfg.parallel = (int)n;
+		} else if (strcmp(a, "--keepalive-ms") == 0) {
+			if (number(a, v, 0, 3600000, &n))
+				return 2;
+			cfg.keepalive_ms = (int)n;
 		} else if (strcmp(a, "--timeout-ms") == 0) {
 			if (number(a, v, 10, 3600000, &n))
 				return 2;

@@ -527,7 +527,7 @@ describe('upstream down', () => {
 describe('context limit', () => {
 	let s;
 	before(async () => {
-		s = await startStack({ frontend: ['--max-seq', '48', '--max-tokens', '16'] });
+		s = await startStack({ frontend: ['--max-seq', '48', '--max-tokens', '16', '--keepalive-ms', '100'] });
 	});
 	after(async () => {
 		await s?.stop();
@@ -553,6 +553,10 @@ describe('context limit', () => {
 		r = await post(s, CHAT, { ...user(long), stream: true, stream_options: { include_usage: true } });
 		const ev = sse(r.body);
 		assert.ok(JSON.parse(ev.at(-2).data).usage.prompt_tokens_dropped > 0);
+		// a stream that stays silent (a long prefill) gets SSE comments; clients skip them
+		r = await post(s, CHAT, { ...user('[prefill=600] ECHO:late'), stream: true });
+		assert.match(r.body, /^: keep-alive$/m);
+		assert.equal(sse(r.body).filter((e) => e.data?.startsWith('{')).map((e) => JSON.parse(e.data).choices[0]?.delta?.content ?? '').join('').trim(), 'late');
 		// Anthropic reports it in usage as well
 		r = await post(s, '/v1/messages', { max_tokens: 8, messages: [{ role: 'user', content: long }] });
 		assert.ok(JSON.parse(r.body).usage.prompt_tokens_dropped > 0);
