@@ -267,6 +267,8 @@ error_type(int status)
 		return "request_too_large";
 	case 503:
 		return "overloaded_error";
+	case 504:
+		return "timeout_error";
 	default:
 		return "api_error";
 	}

@@ -295,6 +295,8 @@ error_type(int status)
 		return "invalid_request_error";
 	case 503:
 		return "server_busy";
+	case 504:
+		return "timeout";
 	default:
 		return "server_error";
 	}

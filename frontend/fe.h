@@ -37,6 +37,7 @@ struct fe_config {
 	int parallel;        // generations the engine runs at once
 	int timeout_ms;      // each upstream call
 	int keepalive_ms;    // SSE comment after this much silence; 0: never
+	int deadline_ms;     // a generation's whole life, queue included; 0: none
 };
 
 enum fe_api { FE_API_CHAT, FE_API_COMPLETIONS, FE_API_MESSAGES, FE_API_N };

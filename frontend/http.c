@@ -88,6 +88,7 @@ reason(int status)
 	case 500: return "Internal Server Error";
 	case 502: return "Bad Gateway";
 	case 503: return "Service Unavailable";
+	case 504: return "Gateway Timeout";
 	default: return "Error";
 	}
 }

@@ -30,7 +30,8 @@ usage(FILE *out)
 	        "  --parallel N        generations the engine runs at once (default 1)\n"
 	        "  --queue N           requests waiting beyond those; more get 503 (default 16)\n"
 	        "  --timeout-ms N      each call to the tokenizer or the engine (default 10000)\n"
-	        "  --keepalive-ms N    SSE comment on a stream silent this long; 0 never (default 5000)\n");
+	        "  --keepalive-ms N    SSE comment on a stream silent this long; 0 never (default 5000)\n"
+	        "  --deadline-ms N     a generation's whole time, queue included; 0 none (default 600000)\n");
 }
 
 static int
@@ -65,6 +66,7 @@ main(int argc, char **argv)
 		.parallel = 1,
 		.timeout_ms = 10000,
 		.keepalive_ms = 5000,
+		.deadline_ms = 600000,
 	};
 	ad_log_init("anedvd-frontend");
 	for (int i = 1; i < argc; i++) {
@@ -114,6 +116,10 @@ main(int argc, char **argv)
 			if (number(a, v, 1, 256, &n))
 				return 2;
 			cfg.parallel = (int)n;
+		} else if (strcmp(a, "--deadline-ms") == 0) {
+			if (number(a, v, 0, 86400000, &n))
+				return 2;
+			cfg.deadline_ms = (int)n;
 		} else if (strcmp(a, "--keepalive-ms") == 0) {
 			if (number(a, v, 0, 3600000, &n))
 				return 2;

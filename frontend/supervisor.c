@@ -460,8 +460,9 @@ sup_free(struct sup *s)
 	atomic_store(&s->stop, 1);
 	if (s->mon_running)
 		pthread_join(s->mon, NULL);
+	// each child leads its own process group: what it started goes too
 	for (int i = 0; i < s->n; i++)
-		if (s->c[i].pid > 0)
+		if (s->c[i].pid > 0 && kill(-s->c[i].pid, SIGTERM) != 0)
 			kill(s->c[i].pid, SIGTERM);
 	uint64_t t0 = now_ms();
 	for (;;) {
@@ -484,7 +485,8 @@ sup_free(struct sup *s)
 				if (s->c[i].pid > 0) {
 					ad_warn("%s (pid %ld) ignored SIGTERM: killing it", s->c[i].name,
 					        (long)s->c[i].pid);
-					kill(s->c[i].pid, SIGKILL);
+					if (kill(-s->c[i].pid, SIGKILL) != 0)
+						kill(s->c[i].pid, SIGKILL);
 					waitpid(s->c[i].pid, NULL, 0);
 					s->c[i].pid = 0;
 				}

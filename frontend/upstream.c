@@ -356,6 +356,10 @@ generate(struct fe_gen *g)
 	gr.prompt = ids + first;
 	gr.n_prompt = n;
 	gr.max_tokens = max_tokens;
+	if (cfg->deadline_ms) {
+		uint64_t spent = (fe_now_ns() - g->t_admit) / 1000000u;
+		gr.deadline_ms = spent < (uint64_t)cfg->deadline_ms ? (uint32_t)(cfg->deadline_ms - spent) : 1;
+	}
 	gr.sampling = &sp;
 	gr.stop_ids = stop_ids;
 	gr.n_stop_ids = n_stop;
@@ -382,6 +386,12 @@ generate(struct fe_gen *g)
 		if (cancelled(g)) {
 			eng_cancel(job);
 			g->r.finish = FE_FINISH_CANCELLED;
+			break;
+		}
+		if (cfg->deadline_ms && fe_now_ns() - g->t_admit > (uint64_t)cfg->deadline_ms * 1000000u) {
+			eng_cancel(job);
+			snprintf(err, sizeof err, "the generation ran past its deadline of %d ms", cfg->deadline_ms);
+			fail(g, 504, err);
 			break;
 		}
 		Anedvd__EngineRequest pq = ANEDVD__ENGINE_REQUEST__INIT;
@@ -492,6 +502,8 @@ worker_main(void *arg)
 		fe_metrics_stage(FE_ST_QUEUE, g->r.queue_ns);
 		if (cancelled(g))
 			g->r.finish = FE_FINISH_CANCELLED;
+		else if (cfg->deadline_ms && g->r.queue_ns > (uint64_t)cfg->deadline_ms * 1000000u)
+			fail(g, 504, "the request waited in the queue past its deadline");
 		else
 			generate(g);
 		g->r.total_ns = fe_now_ns() - g->t_admit;

@@ -495,7 +495,7 @@ describe('bounded queue', () => {
 describe('upstream down', () => {
 	let s;
 	before(async () => {
-		s = await startStack({ noEngine: true, frontend: ['--timeout-ms', '300'] });
+		s = await startStack({ noEngine: true, frontend: ['--timeout-ms', '300', '--deadline-ms', '800'] });
 	});
 	after(async () => {
 		await s?.stop();
@@ -514,6 +514,13 @@ describe('upstream down', () => {
 		await healthy(s);
 		s.startEngine();
 		assert.ok(await waitFor(async () => (await post(s, CHAT, user('ECHO:back'))).status === 200, 5000));
+		// a generation that outlives --deadline-ms ends with 504 and its job is cancelled
+		r = await post(s, CHAT, { ...user('[noeos] [delay=50] slow'), max_tokens: 500 });
+		openaiError(r, 504);
+		assert.match(JSON.parse(r.body).error.message, /deadline/);
+		assert.ok(await waitFor(() => /cancel/.test(s.events())));
+		r = await post(s, '/v1/messages', { max_tokens: 500, stream: true, messages: [{ role: 'user', content: '[noeos] [delay=50] slow' }] });
+		assert.equal(sse(r.body).at(-1).event, 'error');
 		// a tokenizer that goes away is the same: 503, server up
 		s.procs.tok.kill('SIGKILL');
 		await waitFor(() => s.procs.tok.exitCode !== null || s.procs.tok.signalCode !== null);
