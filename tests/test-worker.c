@@ -894,15 +894,35 @@ test_remote(void)
 
 // --- throughput ------------------------------------------------------------------------
 
+static double
+cpu_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+// tok/s of k jobs at once through the service, and the CPU time per token
+// (every thread of this process: engine, server, pollers) next to that of
+// bare engine_step calls with k columns, which is the scheduler's floor
 static void
 test_bench(void)
 {
 	const uint32_t N = 200;
+	char err[AD_ERRLEN];
+	struct kb_opts ko = {.width = WIDTH, .threads = 2};
+	struct kernel_backend *kb = kb_local_new(&S.m, &ko, err);
+	REQUIRE(kb, "%s", err);
+	struct engine_opts eo = {.max_seq = 2048};
+	struct engine *e = engine_new(&S.m, kb, &eo, err);
+	REQUIRE(e, "%s", err);
+	float *lg = malloc(sizeof(float) * 4 * (size_t)engine_n_vocab(e));
 	double one = 0;
 	for (int k = 1; k <= 4; k *= 2) {
 		struct run r[4];
 		pthread_t th[4];
 		uint64_t t0 = now_ns();
+		double c0 = cpu_s();
 		for (int i = 0; i < k; i++) {
 			memset(&r[i], 0, sizeof r[i]);
 			r[i].c = S.c;
@@ -917,11 +937,34 @@ test_bench(void)
 			free(r[i].ids);
 		}
 		double s = (double)(now_ns() - t0) / 1e9, tps = (double)tokens / s;
+		double cpu_tok = (cpu_s() - c0) / (double)tokens * 1e6;
+		// the same steps without the service
+		struct engine_seq *seqs[4];
+		int32_t toks[4];
+		for (int i = 0; i < k; i++) {
+			seqs[i] = engine_seq_new(e, err);
+			toks[i] = 1;
+		}
+		c0 = cpu_s();
+		int rc = 0;
+		for (uint32_t step = 0; step < N && rc == 0; step++) {
+			rc = engine_step(e, seqs, toks, k, lg, err);
+			for (int i = 0; i < k; i++)
+				toks[i] = 3 + (int32_t)((step * 7 + (uint32_t)i) % 500);
+		}
+		CHECK(rc == 0, "%s", err);
+		double bare_tok = (cpu_s() - c0) / ((double)N * k) * 1e6;
+		for (int i = 0; i < k; i++)
+			engine_seq_free(seqs[i]);
 		if (k == 1)
 			one = tps;
-		printf("stories260K (emu, chunk %d): %d job%s x %u tokens: %.0f tok/s aggregate (%.2fx one job)\n", WIDTH, k,
-		       k > 1 ? "s" : " ", N, tps, one > 0 ? tps / one : 0.0);
+		printf("stories260K (emu, chunk %d): %d job%s x %u tokens: %.0f tok/s aggregate (%.2fx one job); "
+		       "CPU %.0f us/token (bare engine_step: %.0f)\n",
+		       WIDTH, k, k > 1 ? "s" : " ", N, tps, one > 0 ? tps / one : 0.0, cpu_tok, bare_tok);
 	}
+	free(lg);
+	engine_free(e);
+	kb->free(kb);
 }
 
 int
