@@ -832,8 +832,8 @@ sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll *ou
 	memset(out, 0, sizeof *out);
 	if (max_wait_ms < 0)
 		max_wait_ms = 0;
-	if (max_wait_ms > 600000)
-		max_wait_ms = 600000;
+	if (max_wait_ms > 60000) // a poller holds a server thread
+		max_wait_ms = 60000;
 	pthread_mutex_lock(&s->mu);
 	struct job *j = find_job(s, job);
 	if (!j) {

@@ -12,7 +12,7 @@
 // polling for abandon_ms (FINISH_CANCELLED).
 //
 // Tokens are buffered per job; sched_poll hands over everything since the
-// last poll, waiting up to max_wait_ms for something new. The poll that
+// last poll, waiting up to max_wait_ms (at most 60 s) for something new. The poll that
 // reports the finish carries the final timings; the job is kept for
 // grace_ms after it (a repeated final poll gets the same finish, no tokens)
 // and then forgotten.
