@@ -79,16 +79,17 @@ struct engine {
 	struct engine_seq **cols, **batch;
 
 	// attention workers: a job is every (column, KV head) of one layer,
-	// items claimed from a shared counter by the caller and the workers
+	// items claimed by the caller and the workers that are awake; the
+	// caller waits for the items, never for a worker that has not started
 	int n_workers; // threads besides the caller
 	struct worker *workers;
 	pthread_mutex_t mu;
 	pthread_cond_t go, idle;
-	uint64_t gen; // bumped per job
-	int busy;     // workers still on the current job
+	uint32_t gen; // bumped per job
 	int stop;
 	int job_layer, job_items;
-	int next_item; // atomic
+	uint64_t ticket; // atomic: gen << 32 | next item
+	int done;        // atomic: items finished
 
 	void **bufs;
 	int nbufs, capbufs;
@@ -708,14 +709,24 @@ attn_item(struct engine *e, int il, int item, float *scratch)
 		                                     (const uint16_t *)vc + (size_t)g * hdv, first, pos, out, scratch);
 }
 
+// claim and compute items of job gen until none is left; a claim is a
+// compare-and-swap on the ticket, so a worker that wakes late for an old
+// job takes nothing from a new one
 static void
-claim_items(struct engine *e, int id)
+claim_items(struct engine *e, uint32_t gen, int items, int il, float *scratch)
 {
 	for (;;) {
-		int it = __atomic_fetch_add(&e->next_item, 1, __ATOMIC_RELAXED);
-		if (it >= e->job_items)
+		uint64_t t = __atomic_load_n(&e->ticket, __ATOMIC_ACQUIRE);
+		if ((uint32_t)(t >> 32) != gen || (int)(uint32_t)t >= items)
 			return;
-		attn_item(e, e->job_layer, it, e->attn_scratch[id]);
+		if (!__atomic_compare_exchange_n(&e->ticket, &t, t + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			continue;
+		attn_item(e, il, (int)(uint32_t)t, scratch);
+		if (__atomic_add_fetch(&e->done, 1, __ATOMIC_ACQ_REL) == items) {
+			pthread_mutex_lock(&e->mu);
+			pthread_cond_signal(&e->idle);
+			pthread_mutex_unlock(&e->mu);
+		}
 	}
 }
 
@@ -724,7 +735,7 @@ worker_main(void *arg)
 {
 	struct worker *w = arg;
 	struct engine *e = w->e;
-	uint64_t seen = 0;
+	uint32_t seen = 0;
 	pthread_mutex_lock(&e->mu);
 	for (;;) {
 		while (!e->stop && e->gen == seen)
@@ -732,11 +743,10 @@ worker_main(void *arg)
 		if (e->stop)
 			break;
 		seen = e->gen;
+		const int items = e->job_items, il = e->job_layer;
 		pthread_mutex_unlock(&e->mu);
-		claim_items(e, w->id);
+		claim_items(e, seen, items, il, e->attn_scratch[w->id]);
 		pthread_mutex_lock(&e->mu);
-		if (--e->busy == 0)
-			pthread_cond_signal(&e->idle);
 	}
 	pthread_mutex_unlock(&e->mu);
 	return NULL;
@@ -762,7 +772,7 @@ start_workers(struct engine *e, int n, char *err)
 	return 0;
 }
 
-// every column's attention for layer il: on the workers when it is worth
+// every column's attention for layer il: with the workers when it is worth
 // waking them (each item is computed the same way wherever it runs)
 static void
 attention(struct engine *e, int il, int n)
@@ -777,16 +787,18 @@ attention(struct engine *e, int il, int n)
 		return;
 	}
 	pthread_mutex_lock(&e->mu);
+	if (++e->gen == 0) // 0 is the workers' "none seen yet"
+		e->gen = 1;
+	const uint32_t gen = e->gen;
 	e->job_layer = il;
 	e->job_items = items;
-	__atomic_store_n(&e->next_item, 0, __ATOMIC_RELAXED);
-	e->busy = e->n_workers;
-	e->gen++;
+	__atomic_store_n(&e->done, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->ticket, (uint64_t)gen << 32, __ATOMIC_RELEASE);
 	pthread_cond_broadcast(&e->go);
 	pthread_mutex_unlock(&e->mu);
-	claim_items(e, 0);
+	claim_items(e, gen, items, il, e->attn_scratch[0]);
 	pthread_mutex_lock(&e->mu);
-	while (e->busy > 0)
+	while (__atomic_load_n(&e->done, __ATOMIC_ACQUIRE) < items)
 		pthread_cond_wait(&e->idle, &e->mu);
 	pthread_mutex_unlock(&e->mu);
 }

@@ -7,3 +7,6 @@ ad_test(NAME test-engine SOURCES test-engine.c LIBS anedvd_cpu LABELS integratio
 add_executable(bench-attention bench-attention.c)
 target_link_libraries(bench-attention PRIVATE anedvd_cpu anedvd_common)
 target_include_directories(bench-attention PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+add_executable(bench-engine bench-engine.c)
+target_link_libraries(bench-engine PRIVATE anedvd_cpu anedvd_common)
+target_include_directories(bench-engine PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
