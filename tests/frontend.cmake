@@ -36,7 +36,11 @@ if(NPM_EXE)
   set_tests_properties(fe-npm-ci PROPERTIES LABELS e2e TIMEOUT 600 FIXTURES_SETUP fe_node_modules)
   add_test(NAME test-fe-sdk
     COMMAND ${NODE_EXE} --test ${CMAKE_CURRENT_SOURCE_DIR}/node/)
-  set_tests_properties(test-fe-sdk PROPERTIES LABELS e2e TIMEOUT 300 ENVIRONMENT "${FE_TEST_ENV}"
+  set(FE_SDK_ENV ${FE_TEST_ENV})
+  if(TARGET anedvd-cpu-worker) # the real engine: the pipeline tests run too
+    list(APPEND FE_SDK_ENV "CPU_WORKER_BIN=$<TARGET_FILE:anedvd-cpu-worker>")
+  endif()
+  set_tests_properties(test-fe-sdk PROPERTIES LABELS e2e TIMEOUT 300 ENVIRONMENT "${FE_SDK_ENV}"
                        FIXTURES_REQUIRED fe_node_modules)
 else()
   message(STATUS "npm not found: the SDK tests of the frontend are not registered")

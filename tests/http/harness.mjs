@@ -3,7 +3,8 @@
 // helpers built on node's http module only.
 //
 // Binaries and the model come from the environment ctest sets:
-// FE_BIN, TOK_BIN, FAKE_ENGINE_BIN, FE_MODEL.
+// FE_BIN, TOK_BIN, FAKE_ENGINE_BIN, FE_MODEL, and CPU_WORKER_BIN when the
+// real engine is built.
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -66,12 +67,15 @@ export async function startStack(opts = {}) {
 		procs: {},
 	};
 	s.procs.tok = start(env('TOK_BIN'), ['--model', env('FE_MODEL'), '--listen', tokUrl], path.join(dir, 'tok.log'));
+	// opts.realEngine: the real anedvd-cpu-worker (CPU_WORKER_BIN) on the emu backend
 	s.startEngine = () => {
-		s.procs.eng = start(
-			env('FAKE_ENGINE_BIN'),
-			['--model', env('FE_MODEL'), '--listen', engUrl, '--log', engineLog, ...(opts.engine || [])],
-			path.join(dir, 'engine.log'),
-		);
+		s.procs.eng = opts.realEngine
+			? start(env('CPU_WORKER_BIN'), ['--model', env('FE_MODEL'), '--listen', engUrl, '--backend', 'emu', ...(opts.engine || [])], path.join(dir, 'engine.log'))
+			: start(
+				env('FAKE_ENGINE_BIN'),
+				['--model', env('FE_MODEL'), '--listen', engUrl, '--log', engineLog, ...(opts.engine || [])],
+				path.join(dir, 'engine.log'),
+			);
 	};
 	s.stopEngine = async () => {
 		await stopProc(s.procs.eng);
