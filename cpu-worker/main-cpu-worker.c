@@ -188,6 +188,10 @@ main(int argc, char **argv)
 	}
 	ad_info("ready on %s (%s, backend %s, chunk %d, context %d, %ld in parallel)", url, m.name, kb->name,
 	        engine_width(e), engine_max_seq(e), parallel);
+	// the fp16 cache of one sequence; jobs, kept sessions and Eval each hold one
+	double kv_mib = (double)model_kv_bytes_per_pos(&m) / 2 * (double)engine_max_seq(e) / (1 << 20);
+	ad_info("KV cache %.1f MiB per sequence, at most %ld sequences (%.0f MiB)", kv_mib, parallel + sessions + 1,
+	        kv_mib * (double)(parallel + sessions + 1));
 
 	int sig = 0;
 	sigwait(&set, &sig);

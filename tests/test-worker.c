@@ -716,6 +716,23 @@ test_eval(void)
 	ids[0] = 1;
 	memcpy(ids + 1, ref_ids, 40 * sizeof *ids);
 	check_eval(&S, 0, ids, 41);
+	// between the steps of running jobs
+	char err[AD_ERRLEN];
+	__atomic_store_n(&S.fl->delay_us, 200, __ATOMIC_RELAXED);
+	struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 100000};
+	struct engc_started a, b;
+	REQUIRE(engc_generate(S.c, &g, &a, TMO, NULL, err) == 0, "%s", err);
+	REQUIRE(engc_generate(S.c, &g, &b, TMO, NULL, err) == 0, "%s", err);
+	check_eval(&S, 0, ids, 41);
+	struct engc_poll p;
+	for (int i = 0; i < 2; i++) {
+		uint64_t job = i ? b.job : a.job;
+		REQUIRE(engc_poll(S.c, job, 0, &p, TMO, NULL, err) == 0, "%s", err);
+		CHECK(p.finish == ENGC_RUNNING && p.n_events > 0, "job %d: finish %d, %zu tokens", i, p.finish, p.n_events);
+		engc_poll_free(&p);
+		engc_cancel(S.c, job, TMO, NULL, NULL);
+	}
+	__atomic_store_n(&S.fl->delay_us, 0, __ATOMIC_RELAXED);
 }
 
 // a fixture model on kb_exact: Eval equals engine_eval, and greedy
