@@ -514,6 +514,15 @@ describe('upstream down', () => {
 		await healthy(s);
 		s.startEngine();
 		assert.ok(await waitFor(async () => (await post(s, CHAT, user('ECHO:back'))).status === 200, 5000));
+		// a restarted engine (a new pid) is counted by the health probe
+		assert.ok(await waitFor(async () => JSON.parse((await request(s, 'GET', '/health')).body).engine === 'up', 5000));
+		await s.stopEngine();
+		s.startEngine();
+		assert.ok(
+			await waitFor(async () => /anedvd_worker_restarts_total\{process="engine"\} 1/.test((await request(s, 'GET', '/metrics')).body), 8000),
+			'the restart shows in /metrics',
+		);
+		assert.ok(await waitFor(async () => (await post(s, CHAT, user('ECHO:again'))).status === 200, 5000));
 		// a generation that outlives --deadline-ms ends with 504 and its job is cancelled
 		r = await post(s, CHAT, { ...user('[noeos] [delay=50] slow'), max_tokens: 500 });
 		openaiError(r, 504);
