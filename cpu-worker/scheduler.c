@@ -455,20 +455,78 @@ prefill_chunk(struct sched *s, struct job *j)
 	emit(s, j, s->logits);
 }
 
-// one decode step over every decoding job, width columns per call
+// fused runs one decode step of the n jobs in cjobs/cols/toks and the next
+// prefill chunk of pj in the rest of the width, in ONE call: the kernels
+// cost the same for any number of columns, and a token's logits do not
+// depend on what shares its call. The call is booked as decode; pj's share
+// is moved to its prefill time.
 static void
-decode_step(struct sched *s, int n_active)
+fused(struct sched *s, int n, struct job *pj)
 {
 	char err[AD_ERRLEN];
+	int m = pj->keep - pj->fed < s->width - n ? pj->keep - pj->fed : s->width - n;
+	int last = pj->fed + m == pj->keep;
+	for (int c = 0; c < n; c++)
+		s->want[c] = 1;
+	for (int c = 0; c < m; c++) {
+		s->cols[n + c] = pj->seq;
+		s->toks[n + c] = pj->prompt[pj->fed + c];
+		s->want[n + c] = last && c == m - 1;
+	}
+	struct engine_timings *pt = engine_seq_timings(pj->seq), before = *pt;
+	if (engine_forward(s->e, s->cols, s->toks, n + m, s->want, s->logits, 0, err)) {
+		for (int i = 0; i < n; i++)
+			fail_job(s, s->cjobs[i], SCHED_EUNAVAILABLE, "decode", err);
+		fail_job(s, pj, SCHED_EUNAVAILABLE, "prefill", err);
+		return;
+	}
+	pt->prefill_ns += pt->decode_ns - before.decode_ns;
+	pt->prefill_tokens += pt->decode_tokens - before.decode_tokens;
+	pt->decode_ns = before.decode_ns;
+	pt->decode_tokens = before.decode_tokens;
+	pj->fed += m;
+	pthread_mutex_lock(&s->mu);
+	s->st.steps++;
+	s->st.step_columns += (uint64_t)n;
+	s->st.fused++;
+	pthread_mutex_unlock(&s->mu);
+	for (int i = 0; i < n; i++)
+		emit(s, s->cjobs[i], s->logits + (size_t)i * s->V);
+	if (last) {
+		pj->state = J_DECODE;
+		emit(s, pj, s->logits + (size_t)n * s->V);
+	} else {
+		pthread_mutex_lock(&s->mu);
+		update_timings(pj);
+		pthread_mutex_unlock(&s->mu);
+	}
+}
+
+// a turn: set up the newly admitted, then one batched decode step of every
+// decoding job and one prefill chunk of the oldest prefilling job, in one
+// call when they fit the width
+static void
+turn(struct sched *s, int n_active)
+{
+	char err[AD_ERRLEN];
+	struct job *pj = NULL;
 	int n = 0;
 	for (int i = 0; i < n_active; i++) {
 		struct job *j = s->active[i];
+		if (j->state == J_ADMITTED)
+			setup(s, j);
 		if (j->state == J_DECODE && j->smp) {
 			s->cjobs[n] = j;
 			s->cols[n] = j->seq;
 			s->toks[n] = j->next_tok;
 			n++;
+		} else if (j->state == J_PREFILL && j->smp && !pj) {
+			pj = j;
 		}
+	}
+	if (pj && n > 0 && n < s->width) {
+		fused(s, n, pj);
+		return;
 	}
 	for (int g = 0; g < n; g += s->rows) {
 		int m = n - g < s->rows ? n - g : s->rows;
@@ -484,25 +542,8 @@ decode_step(struct sched *s, int n_active)
 		for (int i = 0; i < m; i++)
 			emit(s, s->cjobs[g + i], s->logits + (size_t)i * s->V);
 	}
-}
-
-// a turn: set up the newly admitted, one batched decode step, one prefill chunk
-static void
-turn(struct sched *s, int n_active)
-{
-	for (int i = 0; i < n_active; i++) {
-		struct job *j = s->active[i];
-		if (j->state == J_ADMITTED)
-			setup(s, j);
-	}
-	decode_step(s, n_active);
-	for (int i = 0; i < n_active; i++) {
-		struct job *j = s->active[i];
-		if (j->state == J_PREFILL && j->smp) {
-			prefill_chunk(s, j);
-			break;
-		}
-	}
+	if (pj)
+		prefill_chunk(s, pj);
 }
 
 static void
@@ -616,13 +657,14 @@ sched_new(struct engine *e, const struct sched_opts *o, char *err)
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	s->next_id = (((uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000) << 10) + 1;
+	// a decode row per job of a call, and one for a prefill chunk's last
 	int ncols = s->o.parallel > s->width ? s->o.parallel : s->width;
 	s->active = calloc((size_t)s->o.parallel, sizeof *s->active);
 	s->cols = calloc((size_t)ncols, sizeof *s->cols);
 	s->cjobs = calloc((size_t)s->o.parallel, sizeof *s->cjobs);
-	s->toks = calloc((size_t)s->o.parallel, sizeof *s->toks);
+	s->toks = calloc((size_t)ncols, sizeof *s->toks);
 	s->want = calloc((size_t)s->width, 1);
-	s->logits = malloc((size_t)s->rows * s->V * sizeof(float));
+	s->logits = malloc((size_t)(s->rows + 1) * s->V * sizeof(float));
 	if (!s->active || !s->cols || !s->cjobs || !s->toks || !s->want || !s->logits) {
 		sched_free(s);
 		return ad_err(err, "scheduler: out of memory"), NULL;

@@ -2,11 +2,12 @@
 //
 // One engine thread owns the engine and every sequence. A generation is a
 // job: sched_generate validates it and puts it in a bounded queue; the
-// engine thread admits up to `parallel` jobs at once, prefills each new one
-// in chunks of the kernel width (one chunk per turn, between the decode
-// steps of the others, so a long prompt does not stall running streams) and
-// steps every decoding job TOGETHER: one engine_step with one column per
-// sequence. Each job samples with its own sampler, stops at a stop id (not
+// engine thread admits up to `parallel` jobs at once and, turn after turn,
+// steps every decoding job TOGETHER (one column per sequence) and feeds the
+// next chunk of the oldest job still in its prompt, in the same kernel
+// calls when the width allows (otherwise in calls of their own): a long
+// prompt goes in chunks of the width between the tokens of running
+// streams and never stalls them. Each job samples with its own sampler, stops at a stop id (not
 // reported), max_tokens or the context (FINISH_LENGTH), its deadline
 // (FINISH_ERROR, SCHED_ETIMEOUT), a cancel, or when its client has stopped
 // polling for abandon_ms (FINISH_CANCELLED).
@@ -115,7 +116,9 @@ struct sched_poll {
 
 struct sched_stats {
 	int queued, running, sessions;
-	uint64_t jobs, tokens, steps, step_columns; // since start
+	uint64_t jobs, tokens;       // since start
+	uint64_t steps, step_columns; // decode steps and the sequences they carried
+	uint64_t fused;              // steps that also carried a prefill chunk
 };
 
 struct sched;

@@ -369,13 +369,18 @@ test_concurrent(void)
 	for (int i = 0; i < NJ; i++) {
 		CHECK(together[i].rc == 0 && together[i].finish == ENGC_LENGTH, "job %d: %s", i, together[i].err);
 		CHECK(same_ids(alone[i].ids, alone[i].n, together[i].ids, together[i].n), "job %d differs when batched", i);
+		// a prompt chunk sharing a call with decode steps is still booked as prefill
+		CHECK(together[i].t.prefill_tokens == jobs[i].n && together[i].t.decode_tokens == 47,
+		      "job %d: prefill %u decode %u", i, together[i].t.prefill_tokens, together[i].t.decode_tokens);
 		free(alone[i].ids);
 		free(together[i].ids);
 	}
 	uint64_t steps = after.steps - before.steps, cols = after.step_columns - before.step_columns;
-	printf("6 jobs of 48 tokens (4 at once): %llu decode steps, %.2f sequences per step\n",
-	       (unsigned long long)steps, steps ? (double)cols / (double)steps : 0.0);
+	uint64_t fused = after.fused - before.fused;
+	printf("6 jobs of 48 tokens (4 at once): %llu decode steps, %.2f sequences per step, %llu with a prefill chunk\n",
+	       (unsigned long long)steps, steps ? (double)cols / (double)steps : 0.0, (unsigned long long)fused);
 	CHECK(cols > steps, "no step carried more than one sequence");
+	CHECK(fused > 0, "no prompt went in with a decode step");
 	// finished jobs are handed back at the engine thread's next turn
 	for (int i = 0; i < 100 && (after.running || after.queued); i++) {
 		sleep_ms(10);
