@@ -478,6 +478,9 @@ test('an error event mid-stream keeps the partial reply and says why it ended', 
 	const a = await waitReply(page, 1);
 	const note = a.locator('.note[data-kind="stream"]');
 	assert.match(await note.textContent(), /cut off: the engine stopped: worker crashed/);
+	await page.emulateMedia({ colorScheme: 'dark' });
+	await page.setViewportSize({ width: 700, height: 420 });
+	await page.screenshot({ path: path.join(ARTIFACTS, 'error-dark.png') });
 	assert.match(await a.locator('.content').textContent(), /^Hello! Here is/);
 	assert.equal(await page.getAttribute('#status', 'data-state'), 'online');
 	await page.close();
