@@ -394,7 +394,7 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 	e->attn_ref = o && o->attn_ref;
 	e->kv_f32 = o && o->kv_f32;
 	e->kv_elem = e->kv_f32 ? 4 : 2;
-	const int threads = o && o->threads > 0 ? (o->threads < 64 ? o->threads : 64) : 2;
+	const int threads = o && o->threads > 0 ? (o->threads < 64 ? o->threads : 64) : 1;
 	e->gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3;
 	e->embd_scale = e->gelu ? sqrtf((float)hp->n_embd) : 1.0f;
 	if (e->gelu)

@@ -50,7 +50,9 @@
 
 struct engine_opts {
 	int max_seq;  // positions per sequence (0: 2048)
-	int threads;  // attention threads, the caller included (0: 2)
+	int threads;  // attention threads, the caller included (0: 1). More
+	              // threads pay off on idle cores only: a worker descheduled
+	              // in the middle of its share stalls the whole layer
 	int attn_ref; // plain-C attention (attn_ref) instead of attn_fast
 	int kv_f32;   // keys and values in fp32 (a check: with kb_exact the
 	              // logits are then ref.c's bits)
