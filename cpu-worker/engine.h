@@ -12,6 +12,12 @@
 // the keys and values stored in the cache (with kv_f32 there is none: the
 // logits are ref.c's to the bit).
 //
+// Weights on the CPU side: norms, biases, q/k norms and MoE routers are
+// dequantised to fp32 once by engine_new; token embeddings are dequantised
+// a row per token as tokens arrive and routed experts a block of rows at a
+// time (moe.h), both straight from the model's mapping, so neither costs
+// memory beyond the file.
+//
 // A sequence (struct engine_seq) owns its KV cache (max_seq positions per
 // layer, fp16), its token history and its timings. engine_forward feeds
 // up to width columns in ONE set of kernel calls: column i is tokens[i]
