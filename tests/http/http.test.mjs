@@ -176,6 +176,38 @@ describe('frontend over raw HTTP', () => {
 		await healthy(s);
 	});
 
+	it('mangled bodies never crash the server and never get a 5xx other than 503', async () => {
+		// a fixed-seed generator: the same 400 mutations every run
+		let x = 0x2545f491;
+		const rnd = (n) => {
+			x ^= x << 13;
+			x ^= x >>> 17;
+			x ^= x << 5;
+			return (x >>> 0) % n;
+		};
+		const seeds = [
+			JSON.stringify({ ...user('ECHO:hi'), max_tokens: 3, stop: ['x'], temperature: 0.5, stream: false }),
+			JSON.stringify({ max_tokens: 3, system: [{ type: 'text', text: 's' }], messages: [{ role: 'user', content: [{ type: 'text', text: 'ECHO:hi' }] }] }),
+			JSON.stringify({ prompt: 'ECHO:hi', max_tokens: 3, stream_options: { include_usage: true } }),
+		];
+		const paths = [CHAT, '/v1/messages', '/v1/completions'];
+		const junk = ['{', '}', '[', ']', '"', ':', ',', 'null', '-1', '1e999', '\\u0000', 'true', '\xff', '0'];
+		for (let i = 0; i < 400; i++) {
+			const k = rnd(3);
+			let b = seeds[k];
+			for (let m = 1 + rnd(3); m > 0; m--) {
+				const at = rnd(b.length);
+				const op = rnd(3);
+				if (op === 0) b = b.slice(0, at) + b.slice(at + 1 + rnd(4));
+				else if (op === 1) b = b.slice(0, at) + junk[rnd(junk.length)] + b.slice(at);
+				else b = b.slice(0, at) + String.fromCharCode(rnd(256)) + b.slice(at + 1);
+			}
+			const r = await post(s, paths[k], b);
+			assert.ok([200, 400, 413].includes(r.status), `${r.status} for ${JSON.stringify(b)}: ${r.body}`);
+		}
+		await healthy(s);
+	});
+
 	it('chat completion: shape, usage, timings', async () => {
 		const r = await post(s, CHAT, { model: 'm1', ...user('ECHO:Hello there, friend.') });
 		assert.equal(r.status, 200);
