@@ -15,6 +15,7 @@
 //     step give the bits of separate runs; attn_fast and attn_ref agree; a
 //     session's prefix reuse gives the logits of a fresh prefill; front
 //     truncation keeps and reports what it should.
+// A one-column backend gives the bits of a wide one.
 // qwen2moe with Q8_0 / F16 routed experts: ref.c's bits with an fp32 cache.
 // stories260K decoded greedily through the pipeline reproduces the
 // reference's 64 ids on both backends. Error paths: a position beyond
@@ -511,6 +512,35 @@ test_moe_stored_types(void)
 		free(bufs[i]);
 }
 
+// a backend one column wide (decode only) gives the bits of a wide one
+static void
+test_width_one(void)
+{
+	struct fixture *f = &fx[0];
+	char err[AD_ERRLEN] = "";
+	const size_t nv = (size_t)f->n * f->V;
+	float *a = malloc(sizeof(float) * nv), *b = malloc(sizeof(float) * nv);
+	struct kernel_backend *k1 = backend(f, 0, 1), *k16 = backend(f, 0, 16);
+	REQUIRE(k1 && k16 && a && b);
+	struct engine *e1 = engine_new(&f->m, k1, NULL, err), *e16 = engine_new(&f->m, k16, NULL, err);
+	struct engine_seq *s1 = e1 ? engine_seq_new(e1, err) : NULL, *s16 = e16 ? engine_seq_new(e16, err) : NULL;
+	REQUIRE(s1 && s16, "%s", err);
+	CHECK(engine_width(e1) == 1 && engine_max_seq(e1) == 2048 && engine_n_vocab(e1) == f->V);
+	CHECK(engine_eval(e1, s1, f->ids, f->n, 0, a, err) == 0, "%s", err);
+	CHECK(engine_eval(e16, s16, f->ids, f->n, 0, b, err) == 0, "%s", err);
+	CHECK(memcmp(a, b, sizeof(float) * nv) == 0, "%s: width 1 vs 16", f->name);
+	const struct engine_timings *t = engine_timings(e1);
+	CHECK(t->prefill_tokens == (uint32_t)f->n && t->kernel_calls >= (uint64_t)f->n);
+	engine_seq_free(s1);
+	engine_seq_free(s16);
+	engine_free(e1);
+	engine_free(e16);
+	k1->free(k1);
+	k16->free(k16);
+	free(a);
+	free(b);
+}
+
 static struct kernel_backend *
 drop_kernel(struct kernel_backend *kb, struct kb_info *copy, enum kb_kind kind, int layer)
 {
@@ -596,6 +626,7 @@ main(void)
 	T_RUN(test_local_all_models);
 	T_RUN(test_stories_greedy);
 	T_RUN(test_moe_stored_types);
+	T_RUN(test_width_one);
 	T_RUN(test_errors);
 	for (int i = 0; i < n_fx; i++) {
 		model_free(&fx[i].m);
