@@ -196,7 +196,7 @@ ad_client_call(struct ad_client *c, const void *req, size_t req_len, uint8_t **r
 	msg = nng_aio_get_msg(aio);
 	*reply_len = nng_msg_len(msg);
 	*reply = malloc(*reply_len ? *reply_len : 1);
-	if (*reply)
+	if (*reply && *reply_len)
 		memcpy(*reply, nng_msg_body(msg), *reply_len);
 	nng_msg_free(msg);
 	nng_aio_free(aio);

@@ -67,7 +67,7 @@ tokc_encode(struct ad_client *c, const char *text, size_t len, int add_bos, int 
 		return -1;
 	*n_ids = r->encode->n_ids;
 	*ids = malloc((*n_ids ? *n_ids : 1) * sizeof **ids);
-	if (*ids)
+	if (*ids && *n_ids)
 		memcpy(*ids, r->encode->ids, *n_ids * sizeof **ids);
 	anedvd__tok_reply__free_unpacked(r, NULL);
 	return *ids ? 0 : ad_err(err, "out of memory");
@@ -78,7 +78,8 @@ dup_bytes(const ProtobufCBinaryData *b, size_t *len)
 {
 	char *s = malloc(b->len + 1);
 	if (s) {
-		memcpy(s, b->data, b->len);
+		if (b->len)
+			memcpy(s, b->data, b->len);
 		s[b->len] = 0;
 		*len = b->len;
 	}
@@ -122,7 +123,8 @@ tokc_decode_stream(struct ad_client *c, const int32_t *ids, size_t n, int flush,
 		anedvd__tok_reply__free_unpacked(r, NULL);
 		return ad_err(err, "tokenizer service: pending state too long");
 	}
-	memcpy(pending, r->decode_stream->pending.data, r->decode_stream->pending.len);
+	if (r->decode_stream->pending.len)
+		memcpy(pending, r->decode_stream->pending.data, r->decode_stream->pending.len);
 	*n_pending = r->decode_stream->pending.len;
 	*text = dup_bytes(&r->decode_stream->text, len);
 	anedvd__tok_reply__free_unpacked(r, NULL);

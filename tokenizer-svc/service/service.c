@@ -101,7 +101,8 @@ do_decode_stream(struct tok_service *s, const Anedvd__DecodeStreamRequest *q, st
 		FAIL(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST,
 		            "decode_stream: pending holds more than one unfinished UTF-8 character");
 	tok_stream_init(&st, s->t);
-	memcpy(st.hold, q->pending.data, q->pending.len);
+	if (q->pending.len)
+		memcpy(st.hold, q->pending.data, q->pending.len);
 	st.n_hold = q->pending.len;
 	size_t cap = 256, len = 0;
 	char *out = malloc(cap);
@@ -133,7 +134,8 @@ do_decode_stream(struct tok_service *s, const Anedvd__DecodeStreamRequest *q, st
 			}
 			out = bigger;
 		}
-		memcpy(out + len, p, n);
+		if (n)
+			memcpy(out + len, p, n);
 		len += n;
 	}
 	char *pending = malloc(st.n_hold ? st.n_hold : 1);
@@ -142,7 +144,8 @@ do_decode_stream(struct tok_service *s, const Anedvd__DecodeStreamRequest *q, st
 		tok_stream_free(&st);
 		FAIL(rp, ANEDVD__ERROR_CODE__ERROR_INTERNAL, "out of memory");
 	}
-	memcpy(pending, st.hold, st.n_hold);
+	if (st.n_hold)
+		memcpy(pending, st.hold, st.n_hold);
 	anedvd__decode_stream_reply__init(&rp->u.stream);
 	rp->u.stream.text.data = (uint8_t *)out;
 	rp->u.stream.text.len = len;
@@ -194,7 +197,8 @@ do_chat(struct tok_service *s, const Anedvd__ApplyChatTemplateRequest *q, struct
 			bad = 1;
 			break;
 		}
-		memcpy(texts[i], m->content.data, m->content.len);
+		if (m->content.len)
+			memcpy(texts[i], m->content.data, m->content.len);
 		texts[i][m->content.len] = 0;
 		msgs[i].content = texts[i];
 	}
