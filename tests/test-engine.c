@@ -23,6 +23,7 @@
 // backend without a kernel the model needs.
 #include <dirent.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -30,6 +31,7 @@
 #include "fp16.h"
 #include "model.h"
 #include "ref.h"
+#include "sample.h"
 #include "t.h"
 #include "wtype.h"
 
@@ -37,6 +39,14 @@
 
 #define MODELS T_DATA "/models"
 #define WIDTH 16
+
+static uint64_t
+ns_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 struct fixture {
 	char name[64];
@@ -408,21 +418,35 @@ greedy(struct fixture *f, int local)
 	float *l = malloc(sizeof(float) * (size_t)f->V);
 	struct engine_prompt_info pi;
 	REQUIRE(engine_prompt(e, s, f->ids, f->n_prompt, 64, l, &pi, err) == 0, "%s", err);
+	// the sampler at temperature 0 (an argmax), its time booked on s
+	struct sample_params sp;
+	sample_defaults(&sp);
+	sp.temperature = 0;
+	struct sampler *smp = sample_new(&sp, f->V, err);
+	REQUIRE(smp, "%s", err);
+	REQUIRE(sample_accept(smp, f->ids, f->n_prompt, err) == 0, "%s", err);
 	int same = 0;
 	for (int k = 0; k < f->n - f->n_prompt; k++) {
-		int32_t id = ref_argmax(l, f->V);
+		uint64_t t0 = ns_now();
+		int32_t id = sample_next(smp, l, err);
+		engine_add_sampling(e, s, ns_now() - t0);
 		if (id != f->ids[f->n_prompt + k])
 			break;
 		same++;
 		if (engine_step(e, &s, &id, 1, l, err))
 			break;
 	}
+	sample_free(smp);
 	const struct engine_timings *t = engine_seq_timings(s);
+	CHECK(t->sampling_ns > 0 && engine_timings(e)->sampling_ns == t->sampling_ns);
+	CHECK(pi.reused == 0 && pi.prefilled == f->n_prompt && t->decode_tokens == 64 &&
+	      t->prefill_tokens == (uint32_t)f->n_prompt);
 	double all = (double)(t->decode_tokens + t->prefill_tokens);
 	printf("stories260K greedy via %s: %d/%d ids; decode %.1f us/token; per token over prefill and decode: "
-	       "kernel %.1f, ipc %.1f, attention %.1f, other %.1f us\n",
+	       "kernel %.1f, ipc %.1f, attention %.1f, other %.1f; sampling %.1f us/token\n",
 	       bn, same, f->n - f->n_prompt, t->decode_ns / 1e3 / t->decode_tokens, t->kernel_ns / 1e3 / all,
-	       t->ipc_ns / 1e3 / all, t->attention_ns / 1e3 / all, t->cpu_other_ns / 1e3 / all);
+	       t->ipc_ns / 1e3 / all, t->attention_ns / 1e3 / all, t->cpu_other_ns / 1e3 / all,
+	       t->sampling_ns / 1e3 / t->decode_tokens);
 	CHECK(same == 64 && f->n - f->n_prompt == 64, "%s: %d", bn, same);
 	free(l);
 	engine_seq_free(s);
