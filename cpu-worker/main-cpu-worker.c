@@ -42,7 +42,11 @@ usage(FILE *out)
 	        "  --sessions N     named sessions kept with their caches (default 8)\n"
 	        "  --threads N      emu threads for the in-process emu backend (default 2)\n"
 	        "  --instance PID   the instance's pid in shared-memory surface ids (default: this\n"
-	        "                   process)\n");
+	        "                   process)\n"
+	        "  --kernel-timeout-ms N   remote: wait this long for a kernel call before retrying it\n"
+	        "                   (default 30000)\n"
+	        "  --kernel-deadline-ms N  remote: give up on an ane-worker that stays away this long;\n"
+	        "                   the jobs of that call end with an error (default 120000)\n");
 }
 
 static int
@@ -64,6 +68,7 @@ main(int argc, char **argv)
 {
 	const char *model_path = NULL, *url = NULL, *backend = "emu", *ane_url = NULL;
 	long chunk = 64, max_seq = 0, parallel = 4, queue = 16, sessions = 8, threads = 2, instance = 0;
+	long kernel_timeout = 0, kernel_deadline = 0;
 	int split = 0;
 	ad_log_init("anedvd-cpu-worker");
 	for (int i = 1; i < argc; i++) {
@@ -105,6 +110,10 @@ main(int argc, char **argv)
 			bad = number(a, v, 1, 256, &threads);
 		else if (strcmp(a, "--instance") == 0)
 			bad = number(a, v, 1, 1L << 30, &instance);
+		else if (strcmp(a, "--kernel-timeout-ms") == 0)
+			bad = number(a, v, 1, 3600000, &kernel_timeout);
+		else if (strcmp(a, "--kernel-deadline-ms") == 0)
+			bad = number(a, v, 1, 86400000, &kernel_deadline);
 		else {
 			fprintf(stderr, "anedvd-cpu-worker: unknown option '%s'\n", a);
 			usage(stderr);
@@ -147,6 +156,8 @@ main(int argc, char **argv)
 		.split = split,
 		.threads = (int)threads,
 		.url = ane_url,
+		.timeout_ms = (int)kernel_timeout,
+		.deadline_ms = (int)kernel_deadline,
 		.instance = instance ? instance : (long)getpid(),
 	};
 	struct kernel_backend *kb = remote                      ? kb_remote_new(&m, &ko, err)

@@ -899,16 +899,89 @@ test_process(void)
 }
 
 #ifdef ANE_WORKER_BIN
-// the whole pipeline of processes: cpu-worker -> kb_remote -> ane-worker
+static pid_t
+spawn_ane(const char *aurl, int delay_ms)
+{
+	char d[16];
+	snprintf(d, sizeof d, "%d", delay_ms);
+	char *argv[] = {ANE_WORKER_BIN, "--model", STORIES, "--listen", (char *)aurl, "--chunk", "16", "--threads", "1",
+	                "--debug-delay-ms", d, NULL};
+	return spawn(argv);
+}
+
+// the whole pipeline of processes: cpu-worker -> kb_remote -> ane-worker,
+// and what happens when the ane-worker dies
 static void
 test_remote(void)
 {
-	char aurl[300];
+	char aurl[300], url[300], err[AD_ERRLEN];
 	REQUIRE(ad_ipc_url(aurl, sizeof aurl, t_tmpdir(), "ane") == 0);
-	char *argv[] = {ANE_WORKER_BIN, "--model", STORIES, "--listen", aurl, "--chunk", "16", "--threads", "1", NULL};
-	pid_t ane = spawn(argv);
+	REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), "p-remote2") == 0);
+	pid_t ane = spawn_ane(aurl, 0);
 	REQUIRE(ane > 0);
 	process_run("remote", aurl, "p-remote");
+
+	// restarted under a job: no token lost or repeated
+	kill(ane, SIGKILL);
+	waitpid(ane, NULL, 0);
+	ane = spawn_ane(aurl, 5);
+	char *argv[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", url, "--backend", "remote", "--ane", aurl,
+	                "--chunk", "16", "--kernel-timeout-ms", "1000", "--kernel-deadline-ms", "4000", NULL};
+	pid_t pid = spawn(argv);
+	REQUIRE(pid > 0);
+	struct ad_client *c = ad_client_open(url, err);
+	REQUIRE(c, "%s", err);
+	if (wait_health(c, pid, 60000)) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		ad_client_close(c);
+		REQUIRE(0, "the worker did not come up");
+	}
+	struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 40};
+	struct engc_started js;
+	REQUIRE(engc_generate(c, &g, &js, TMO, NULL, err) == 0, "%s", err);
+	int32_t ids[64];
+	size_t n = 0;
+	int killed = 0;
+	enum engc_finish fin = ENGC_RUNNING;
+	while (fin == ENGC_RUNNING) {
+		struct engc_poll p;
+		REQUIRE(engc_poll(c, js.job, 1000, &p, TMO, NULL, err) == 0, "%s", err);
+		for (size_t i = 0; i < p.n_events && n < 64; i++)
+			ids[n++] = p.events[i].id;
+		fin = p.finish;
+		engc_poll_free(&p);
+		if (n > 0 && !killed) {
+			kill(ane, SIGKILL);
+			waitpid(ane, NULL, 0);
+			ane = spawn_ane(aurl, 0);
+			killed = (int)n;
+		}
+	}
+	CHECK(fin == ENGC_LENGTH && killed > 0 && killed < 40, "finish %d, killed after %d tokens", fin, killed);
+	CHECK(same_ids(ids, n, ref_ids + 4, 40), "%zu ids across the restart", n);
+
+	// gone for good: the job ends with an error, the worker stays
+	kill(ane, SIGKILL);
+	waitpid(ane, NULL, 0);
+	int32_t *out;
+	size_t nout;
+	int code = 0;
+	CHECK(engc_run(c, &g, &out, &nout, &fin, NULL, NULL, TMO, &code, err) == 0, "%s", err);
+	CHECK(fin == ENGC_ERROR && code == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE, "finish %d code %d: %s", fin, code,
+	      err);
+	free(out);
+	struct engc_health h;
+	CHECK(engc_health(c, &h, TMO, NULL, err) == 0 && h.pid == (uint32_t)pid, "%s", err);
+	// and serves again once an ane-worker is back
+	ane = spawn_ane(aurl, 0);
+	if (run(c, prompt5, 5, 40, NULL, NULL, &out, &nout, NULL) == 0) {
+		CHECK(same_ids(out, nout, ref_ids + 4, 40));
+		free(out);
+	}
+	kill(pid, SIGTERM);
+	CHECK(exit_code(pid, 20000) == 0, "no clean exit on SIGTERM");
+	ad_client_close(c);
 	kill(ane, SIGTERM);
 	CHECK(exit_code(ane, 20000) == 0, "the ane-worker did not exit cleanly");
 }
