@@ -57,6 +57,7 @@ struct engine {
 	int gelu;
 	float embd_scale;
 	int width, max_seq, attn_ref, kv_f32;
+	int upto; // layers to run (engine_eval_layers), 0: all
 	size_t kv_elem, layer_kv; // bytes per cache value, per layer of a sequence
 	int E, V, nq, nk, nv, nqv, nqkv, ff, fe;
 	size_t embd_row_bytes;
@@ -978,7 +979,8 @@ engine_forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *
 			rope_angles(e, L, e->pos[c], e->cs + ((size_t)L->rope_conf * e->width + c) * hp->n_rot);
 		done++;
 	}
-	for (int il = 0; il < hp->n_layer; il++)
+	const int n_layer = e->upto > 0 && e->upto < hp->n_layer ? e->upto : (int)hp->n_layer;
+	for (int il = 0; il < n_layer; il++)
 		if (layer(e, &f, il, n, err))
 			return -1;
 	if (nw > 0) {
@@ -1053,6 +1055,15 @@ int
 engine_eval(struct engine *e, struct engine_seq *s, const int32_t *ids, int n, int per_token, float *logits,
             char *err)
 {
+	return engine_eval_layers(e, s, ids, n, per_token, 0, logits, err);
+}
+
+int
+engine_eval_layers(struct engine *e, struct engine_seq *s, const int32_t *ids, int n, int per_token, int layers,
+                   float *logits, char *err)
+{
+	if (layers < 0 || layers > e->hp.n_layer)
+		return ad_err(err, "%d layers: the model has %lld", layers, (long long)e->hp.n_layer);
 	if (n < 1 || n > e->max_seq)
 		return ad_err(err, "%d tokens: the context holds 1 to %d", n, e->max_seq);
 	for (int i = 0; i < n; i++)
@@ -1062,12 +1073,16 @@ engine_eval(struct engine *e, struct engine_seq *s, const int32_t *ids, int n, i
 	const int step = per_token ? 1 : e->width;
 	for (int i = 0; i < e->width; i++)
 		e->batch[i] = s;
-	for (int off = 0; off < n; off += step) {
+	int rc = 0;
+	e->upto = layers < e->hp.n_layer ? layers : 0;
+	for (int off = 0; off < n && !rc; off += step) {
 		int m = n - off < step ? n - off : step;
-		if (engine_forward(e, e->batch, ids + off, m, NULL, logits + (size_t)off * e->V, 1, err))
-			return -1;
+		rc = engine_forward(e, e->batch, ids + off, m, NULL, logits + (size_t)off * e->V, 1, err);
 	}
-	return 0;
+	if (e->upto) // the later layers' cache rows were not written
+		engine_seq_reset(s);
+	e->upto = 0;
+	return rc;
 }
 
 int

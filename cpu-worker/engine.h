@@ -125,6 +125,12 @@ int engine_prefill(struct engine *e, struct engine_seq *s, const int32_t *ids, i
 int engine_eval(struct engine *e, struct engine_seq *s, const int32_t *ids, int n, int per_token,
                 float *logits, char *err);
 
+// the same through the first `layers` layers only (0: all): the final norm
+// and the LM head read the residual after them, as `verify --layers` wants.
+// A partial run leaves s empty (its later layers' cache was not written).
+int engine_eval_layers(struct engine *e, struct engine_seq *s, const int32_t *ids, int n, int per_token,
+                       int layers, float *logits, char *err);
+
 // what engine_prompt did
 struct engine_prompt_info {
 	int prompt_tokens; // tokens of the prompt in use (after the cut)

@@ -15,7 +15,8 @@
 //     step give the bits of separate runs; attn_fast and attn_ref agree; a
 //     session's prefix reuse gives the logits of a fresh prefill; front
 //     truncation keeps and reports what it should.
-// A one-column backend gives the bits of a wide one.
+// A one-column backend gives the bits of a wide one. Evaluation through
+// the first layers only.
 // qwen2moe with Q8_0 / F16 routed experts: ref.c's bits with an fp32 cache.
 // stories260K decoded greedily through the pipeline reproduces the
 // reference's 64 ids on both backends. Error paths: a position beyond
@@ -565,6 +566,40 @@ test_width_one(void)
 	free(b);
 }
 
+// evaluation through the first layers only: all of them is engine_eval,
+// one layer differs, per token and chunked agree, a partial run empties
+// the sequence, more layers than the model has is refused
+static void
+test_eval_layers(void)
+{
+	struct fixture *f = &fx[0];
+	char err[AD_ERRLEN] = "";
+	const size_t nv = (size_t)f->n * f->V;
+	float *a = malloc(sizeof(float) * nv), *b = malloc(sizeof(float) * nv), *c = malloc(sizeof(float) * nv);
+	struct kernel_backend *kb = backend(f, 0, WIDTH);
+	struct engine *e = kb ? engine_new(&f->m, kb, NULL, err) : NULL;
+	struct engine_seq *s = e ? engine_seq_new(e, err) : NULL;
+	REQUIRE(s && a && b && c, "%s", err);
+	const int L = (int)f->m.hp.n_layer;
+	CHECK(engine_eval(e, s, f->ids, f->n, 0, a, err) == 0, "%s", err);
+	CHECK(engine_eval_layers(e, s, f->ids, f->n, 0, L, b, err) == 0, "%s", err);
+	CHECK(memcmp(a, b, sizeof(float) * nv) == 0 && engine_seq_len(s) == f->n);
+	CHECK(engine_eval_layers(e, s, f->ids, f->n, 1, 1, b, err) == 0, "%s", err);
+	CHECK(engine_seq_len(s) == 0);
+	CHECK(engine_eval_layers(e, s, f->ids, f->n, 0, 1, c, err) == 0, "%s", err);
+	CHECK(memcmp(b, c, sizeof(float) * nv) == 0, "one layer: per token vs chunked");
+	CHECK(memcmp(a, b, sizeof(float) * nv) != 0 && !isnan(b[0]));
+	CHECK(engine_eval_layers(e, s, f->ids, f->n, 0, L + 1, b, err) < 0 && strstr(err, "layers"), "%s", err);
+	// and the full model again afterwards
+	CHECK(engine_eval(e, s, f->ids, f->n, 0, b, err) == 0 && memcmp(a, b, sizeof(float) * nv) == 0);
+	engine_seq_free(s);
+	engine_free(e);
+	kb->free(kb);
+	free(a);
+	free(b);
+	free(c);
+}
+
 static struct kernel_backend *
 drop_kernel(struct kernel_backend *kb, struct kb_info *copy, enum kb_kind kind, int layer)
 {
@@ -651,6 +686,7 @@ main(void)
 	T_RUN(test_stories_greedy);
 	T_RUN(test_moe_stored_types);
 	T_RUN(test_width_one);
+	T_RUN(test_eval_layers);
 	T_RUN(test_errors);
 	for (int i = 0; i < n_fx; i++) {
 		model_free(&fx[i].m);
