@@ -3,8 +3,8 @@
 // Loads the model, builds the kernel backend (in-process emu or exact, or
 // the anedvd-ane-worker process over nng), and serves Generate / Poll /
 // Cancel / Eval / Reset / Health on --listen until SIGINT or SIGTERM; then
-// it stops accepting, cancels every job, and frees its surfaces (the
-// shared-memory ones it created are unlinked).
+// it ends every job with an error, stops accepting, and frees its surfaces
+// (the shared-memory ones it created are unlinked).
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -207,7 +207,7 @@ main(int argc, char **argv)
 	int sig = 0;
 	sigwait(&set, &sig);
 	ad_info("signal %d: stopping", sig);
-	sched_shutdown(s);   // jobs end as cancelled, pollers wake
+	sched_shutdown(s);   // jobs end with an error, pollers wake and answer
 	ad_server_stop(srv); // no new requests; in-flight ones have returned
 	struct sched_stats st;
 	sched_stats(s, &st);

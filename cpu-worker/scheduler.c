@@ -524,7 +524,9 @@ turn(struct sched *s, int n_active)
 			pj = j;
 		}
 	}
-	if (pj && n > 0 && n < s->width) {
+	// sharing a call costs the prompt the decode columns: worth it while
+	// they are at most half the width (else two calls feed it faster)
+	if (pj && n > 0 && n <= s->width / 2) {
 		fused(s, n, pj);
 		return;
 	}
@@ -683,7 +685,8 @@ sched_shutdown(struct sched *s)
 	pthread_mutex_lock(&s->mu);
 	s->stopping = 1;
 	for (struct job *j = s->jobs; j; j = j->next)
-		finish(s, j, SCHED_CANCELLED, SCHED_ECANCELLED, "the worker is shutting down");
+		finish(s, j, SCHED_ERROR, SCHED_EUNAVAILABLE, "the worker is shutting down after %u tokens",
+		       j->produced);
 	for (struct eval *ev = s->evals; ev; ev = ev->next) {
 		ev->rc = -1;
 		ev->code = SCHED_EUNAVAILABLE;

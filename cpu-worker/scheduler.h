@@ -3,20 +3,21 @@
 // One engine thread owns the engine and every sequence. A generation is a
 // job: sched_generate validates it and puts it in a bounded queue; the
 // engine thread admits up to `parallel` jobs at once and, turn after turn,
-// steps every decoding job TOGETHER (one column per sequence) and feeds the
-// next chunk of the oldest job still in its prompt, in the same kernel
-// calls when the width allows (otherwise in calls of their own): a long
-// prompt goes in chunks of the width between the tokens of running
-// streams and never stalls them. Each job samples with its own sampler, stops at a stop id (not
-// reported), max_tokens or the context (FINISH_LENGTH), its deadline
-// (FINISH_ERROR, SCHED_ETIMEOUT), a cancel, or when its client has stopped
-// polling for abandon_ms (FINISH_CANCELLED).
+// steps every decoding job TOGETHER (one column per sequence) and feeds
+// the next chunk of the oldest job still in its prompt: in the same kernel
+// calls while the decode columns take at most half the width, otherwise in
+// calls of their own. A long prompt thus goes in between the tokens of
+// running streams and never stalls them. Each job samples with its own
+// sampler and stops at a stop id (not reported), at max_tokens or the end
+// of the context (FINISH_LENGTH), at its deadline (FINISH_ERROR,
+// SCHED_ETIMEOUT), on a cancel, or when its client has not polled for
+// abandon_ms (FINISH_CANCELLED).
 //
 // Tokens are buffered per job; sched_poll hands over everything since the
-// last poll, waiting up to max_wait_ms (at most 60 s) for something new. The poll that
-// reports the finish carries the final timings; the job is kept for
-// grace_ms after it (a repeated final poll gets the same finish, no tokens)
-// and then forgotten.
+// last poll, waiting up to max_wait_ms (at most 60 s) for something new.
+// The poll that reports the finish carries the final timings; the job is
+// kept for grace_ms after it (a repeated final poll gets the same finish,
+// no tokens) and then forgotten.
 //
 // Sessions: a job naming a session uses the session's sequence and reuses
 // the longest cached prefix of its prompt (as engine_prompt does: the last
@@ -125,8 +126,9 @@ struct sched;
 
 // sched_new starts the engine thread; the engine must outlive the scheduler
 struct sched *sched_new(struct engine *e, const struct sched_opts *o, char *err);
-// refuse new work, cancel every job, fail waiting evals, wake every poller;
-// returns at once (sched_free joins the engine thread)
+// refuse new work, end every job (FINISH_ERROR, SCHED_EUNAVAILABLE: the
+// client should know its reply was cut), fail waiting evals, wake every
+// poller; returns at once (sched_free joins the engine thread)
 void sched_shutdown(struct sched *s);
 void sched_free(struct sched *s); // NULL is fine; shuts down first
 

@@ -11,8 +11,11 @@
 //     interleaved with batched decode steps), and the steps were batched;
 //   - a seeded sampled job is reproducible, another seed differs;
 //   - Cancel stops a job (its Poll says CANCELLED), deadline_ms ends one
-//     with ERROR_TIMEOUT, an unpolled job is abandoned, a finished job is
-//     forgotten after the grace period;
+//     with ERROR_TIMEOUT (also while the engine is stuck in a kernel call),
+//     an unpolled job is abandoned, a finished job is forgotten after the
+//     grace period, a shutdown ends every job with ERROR_UNAVAILABLE;
+//   - prompts longer than the context are cut from the front (and give
+//     the tokens of the cut prompt), the context ends a long generation;
 //   - a session reports the reused prefix and gives a fresh run's tokens;
 //     Reset and the LRU limit drop it; a busy session is refused;
 //   - bad requests get ERROR_BAD_REQUEST (or NOT_FOUND, UNSUPPORTED) and
@@ -23,7 +26,9 @@
 //     the argmax of its own teacher-forced logits.
 // Through the real process (emu and exact in-process backends, and remote
 // on an anedvd-ane-worker): the reference ids, Health, clean SIGTERM, the
-// command line's errors. Prints aggregate tok/s for 1, 2 and 4 jobs.
+// command line's errors; an ane-worker killed under a job and restarted
+// loses or repeats no token, one gone for good ends the job with an error
+// and the worker stays up. Prints aggregate tok/s for 1, 2 and 4 jobs.
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -797,6 +802,23 @@ test_abandon(void)
 	sleep_ms(400);
 	CHECK(engc_poll(v.c, js.job, 0, &p, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_NOT_FOUND,
 	      "code %d", code);
+
+	// shutting down: running and queued jobs end with an error, new ones are refused
+	struct engc_started q[3];
+	for (int i = 0; i < 3; i++)
+		REQUIRE(engc_generate(v.c, &g, &q[i], TMO, &code, err) == 0, "%s", err);
+	sched_shutdown(v.s);
+	for (int i = 0; i < 3; i++) {
+		REQUIRE(engc_poll(v.c, q[i].job, 1000, &p, TMO, &code, err) == 0, "%s", err);
+		CHECK(p.finish == ENGC_ERROR && p.code == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE && strstr(p.msg, "shutting"),
+		      "job %d: finish %d code %d %s", i, p.finish, p.code, p.msg);
+		engc_poll_free(&p);
+	}
+	CHECK(engc_generate(v.c, &g, &js, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE);
+	float *lg;
+	uint32_t rows, nv;
+	CHECK(engc_eval(v.c, prompt5, 5, 0, 0, &lg, &rows, &nv, TMO, &code, err) == -1 &&
+	      code == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE);
 	svc_stop(&v);
 }
 
