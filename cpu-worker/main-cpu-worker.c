@@ -35,6 +35,7 @@ usage(FILE *out)
 	        "  --chunk N        columns per kernel call: the prefill chunk and the most sequences\n"
 	        "                   one decode step carries (default 64)\n"
 	        "  --split          split FFN kernels (gate|up, then down) instead of fused\n"
+	        "                   (with --backend remote, --chunk and --split must be the ane-worker's)\n"
 	        "  --max-seq N      positions per sequence (default 2048, or the model's training\n"
 	        "                   context if smaller)\n"
 	        "  --parallel N     generations decoded together (default 4)\n"
