@@ -78,7 +78,9 @@ struct kernel_backend {
 	const struct kb_info *kernels;
 	uint32_t compile_count;
 	uint64_t compile_ms;
-	// a surface the backend can read/write (shared memory for kb_remote)
+	// a surface the backend can read/write (shared memory for kb_remote).
+	// The backend owns it: it keeps its own copy of *s and closes it in
+	// free(); the caller never calls surface_close on it.
 	int (*surface_new)(struct kernel_backend *kb, const char *name, int channels, struct ad_surface *s, char *err);
 	// run kernel id on the first ncols columns of in, writing out
 	int (*call)(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surface *out, int ncols,
