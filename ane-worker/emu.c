@@ -193,11 +193,7 @@ conv_simd(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_
 int
 emu_have_simd(void)
 {
-	static int have = -1;
-	if (have < 0) // benign race: every thread computes the same answer
-		have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-		       __builtin_cpu_supports("f16c");
-	return have;
+	return ad_cpu_simd();
 }
 #else
 int

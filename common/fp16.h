@@ -146,25 +146,35 @@ ad_f32_to_fp16_row_f16c(const float *src, uint16_t *dst, size_t n)
 		dst[i] = ad_f32_to_fp16(src[i]);
 }
 
+// ad_cpu_simd: the CPU and the OS support AVX2, FMA and F16C (the set every
+// fast kernel of the project is written for). CPUID directly: clang 14 does
+// not know __builtin_cpu_supports("f16c").
 static inline int
-ad_have_f16c(void)
+ad_cpu_simd(void)
 {
 	static int have = -1;
-	if (have < 0) { // benign race: every thread computes the same answer
-		// CPUID directly: clang 14 does not know __builtin_cpu_supports("f16c")
+	int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
+	if (h < 0) {
 		unsigned a, b, c, d, c1;
 		__asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c1), "=d"(d) : "a"(1), "c"(0));
 		__asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
-		int f16c = (c1 >> 29) & 1, avx = (c1 >> 28) & 1, osxsave = (c1 >> 27) & 1;
+		int f16c = (c1 >> 29) & 1, avx = (c1 >> 28) & 1, osxsave = (c1 >> 27) & 1, fma = (c1 >> 12) & 1;
 		int avx2 = (b >> 5) & 1;
 		unsigned xcr0 = 0;
 		if (osxsave) {
 			unsigned hi;
 			__asm__("xgetbv" : "=a"(xcr0), "=d"(hi) : "c"(0));
 		}
-		have = f16c && avx && avx2 && (xcr0 & 6) == 6; // the OS saves the ymm registers
+		h = f16c && fma && avx && avx2 && (xcr0 & 6) == 6; // the OS saves the ymm registers
+		__atomic_store_n(&have, h, __ATOMIC_RELAXED);
 	}
-	return have;
+	return h;
+}
+
+static inline int
+ad_have_f16c(void)
+{
+	return ad_cpu_simd();
 }
 #endif
 

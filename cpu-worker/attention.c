@@ -117,11 +117,7 @@ attn_ref_f32(const struct attn_shape *sh, const float *q, const float *k, const 
 int
 attn_have_simd(void)
 {
-	static int have = -1;
-	if (have < 0) // benign race: every thread computes the same answer
-		have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-		       __builtin_cpu_supports("f16c");
-	return have;
+	return ad_cpu_simd();
 }
 
 SIMD static inline __m256
