@@ -181,8 +181,8 @@ engc_cancel(struct ad_client *c, uint64_t job, int timeout_ms, int *code, char *
 }
 
 int
-engc_eval(struct ad_client *c, const int32_t *ids, size_t n, int per_token, int last_only, float **logits,
-          uint32_t *rows, uint32_t *n_vocab, int timeout_ms, int *code, char *err)
+engc_eval(struct ad_client *c, const int32_t *ids, size_t n, int per_token, int last_only, uint32_t upto_layer,
+          float **logits, uint32_t *rows, uint32_t *n_vocab, int timeout_ms, int *code, char *err)
 {
 	*logits = NULL;
 	Anedvd__EngineRequest q = ANEDVD__ENGINE_REQUEST__INIT;
@@ -191,6 +191,7 @@ engc_eval(struct ad_client *c, const int32_t *ids, size_t n, int per_token, int 
 	er.n_ids = n;
 	er.per_token = per_token;
 	er.last_only = last_only;
+	er.upto_layer = upto_layer;
 	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_EVAL;
 	q.eval = &er;
 	Anedvd__EngineReply *r = call(c, &q, ANEDVD__ENGINE_REPLY__BODY_EVAL, timeout_ms, code, err);

@@ -81,9 +81,9 @@ int engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct en
               int *code, char *err);
 void engc_poll_free(struct engc_poll *p);
 int engc_cancel(struct ad_client *c, uint64_t job, int timeout_ms, int *code, char *err);
-// *logits malloc'd: *rows x *n_vocab
-int engc_eval(struct ad_client *c, const int32_t *ids, size_t n, int per_token, int last_only, float **logits,
-              uint32_t *rows, uint32_t *n_vocab, int timeout_ms, int *code, char *err);
+// *logits malloc'd: *rows x *n_vocab; upto_layer 0: the whole model
+int engc_eval(struct ad_client *c, const int32_t *ids, size_t n, int per_token, int last_only, uint32_t upto_layer,
+              float **logits, uint32_t *rows, uint32_t *n_vocab, int timeout_ms, int *code, char *err);
 int engc_reset(struct ad_client *c, const char *session, int timeout_ms, int *code, char *err);
 int engc_health(struct ad_client *c, struct engc_health *h, int timeout_ms, int *code, char *err);
 

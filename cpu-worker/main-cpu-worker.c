@@ -186,7 +186,7 @@ main(int argc, char **argv)
 		return 1;
 	}
 	struct engine_service svc;
-	engine_service_init(&svc, s, engine_n_vocab(e), "anedvd-cpu-worker");
+	engine_service_init(&svc, s, engine_n_vocab(e), (int)m.hp.n_layer, "anedvd-cpu-worker");
 	// a thread per job that may be polling, and a few for the other calls
 	int nthreads = (int)(parallel + queue + 4);
 	struct ad_server *srv = ad_server_start(url, nthreads, engine_service_handle, &svc, err);

@@ -83,7 +83,7 @@ struct job {
 
 struct eval {
 	const int32_t *ids;
-	int n, per_token, last_only;
+	int n, per_token, last_only, layers;
 	float *logits;
 	int done, rc;
 	enum sched_code code;
@@ -555,7 +555,21 @@ run_eval(struct sched *s, struct eval *ev)
 	int rv = 0;
 	if (!s->eval_seq && !(s->eval_seq = engine_seq_new(s->e, err)))
 		rv = -1;
-	if (rv == 0 && !ev->last_only) {
+	if (rv == 0 && ev->layers) {
+		// every row is computed; the last one is kept with last_only
+		float *rows = ev->logits;
+		if (ev->last_only && !(rows = malloc((size_t)ev->n * s->V * sizeof(float)))) {
+			ad_err(err, "no memory for %d x %d logits", ev->n, s->V);
+			rv = -1;
+		}
+		if (rv == 0)
+			rv = engine_eval_layers(s->e, s->eval_seq, ev->ids, ev->n, ev->per_token, ev->layers, rows, err);
+		if (rows != ev->logits) {
+			if (rv == 0)
+				memcpy(ev->logits, rows + (size_t)(ev->n - 1) * s->V, (size_t)s->V * sizeof(float));
+			free(rows);
+		}
+	} else if (rv == 0 && !ev->last_only) {
 		rv = engine_eval(s->e, s->eval_seq, ev->ids, ev->n, ev->per_token, ev->logits, err);
 	} else if (rv == 0) {
 		engine_seq_reset(s->eval_seq);
@@ -942,8 +956,8 @@ sched_cancel(struct sched *s, uint64_t job, enum sched_code *code, char *err)
 }
 
 int
-sched_eval(struct sched *s, const int32_t *ids, int n, int per_token, int last_only, float **logits, int *rows,
-           enum sched_code *code, char *err)
+sched_eval(struct sched *s, const int32_t *ids, int n, int per_token, int last_only, int layers, float **logits,
+           int *rows, enum sched_code *code, char *err)
 {
 	*logits = NULL;
 	*rows = 0;
@@ -955,8 +969,10 @@ sched_eval(struct sched *s, const int32_t *ids, int n, int per_token, int last_o
 		if (ids[i] < 0 || ids[i] >= s->V)
 			return fail(code, SCHED_EBADREQ, err, "ids[%d]: token id %d is outside the vocabulary of %d", i, ids[i],
 			            s->V);
+	if (layers < 0)
+		return fail(code, SCHED_EBADREQ, err, "upto_layer: %d", layers);
 	int r = last_only ? 1 : n;
-	struct eval ev = {.ids = ids, .n = n, .per_token = per_token, .last_only = last_only};
+	struct eval ev = {.ids = ids, .n = n, .per_token = per_token, .last_only = last_only, .layers = layers};
 	if (!(ev.logits = malloc((size_t)r * s->V * sizeof(float))))
 		return fail(code, SCHED_ETOOLARGE, err, "eval: no memory for %d x %d logits", r, s->V);
 	pthread_mutex_lock(&s->mu);

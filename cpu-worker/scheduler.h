@@ -139,10 +139,11 @@ int sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll
                char *err);
 // cancelling a finished job is not an error
 int sched_cancel(struct sched *s, uint64_t job, enum sched_code *code, char *err);
-// teacher-forced logits (engine_eval) on the engine thread, between steps:
+// teacher-forced logits (engine_eval; with layers > 0 engine_eval_layers,
+// through the first `layers` layers) on the engine thread, between steps:
 // *logits malloc'd, *rows of n_vocab (1 with last_only)
-int sched_eval(struct sched *s, const int32_t *ids, int n, int per_token, int last_only, float **logits,
-               int *rows, enum sched_code *code, char *err);
+int sched_eval(struct sched *s, const int32_t *ids, int n, int per_token, int last_only, int layers,
+               float **logits, int *rows, enum sched_code *code, char *err);
 // drop a session (not an error if there is none; a busy one goes when its
 // job ends)
 int sched_reset(struct sched *s, const char *session, enum sched_code *code, char *err);

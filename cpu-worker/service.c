@@ -20,11 +20,12 @@ now_ms(void)
 }
 
 void
-engine_service_init(struct engine_service *svc, struct sched *s, int n_vocab, const char *process)
+engine_service_init(struct engine_service *svc, struct sched *s, int n_vocab, int n_layer, const char *process)
 {
 	memset(svc, 0, sizeof *svc);
 	svc->s = s;
 	svc->n_vocab = n_vocab;
+	svc->n_layer = n_layer;
 	svc->process = process;
 	svc->started_ms = now_ms();
 }
@@ -195,8 +196,11 @@ do_cancel(struct engine_service *svc, const Anedvd__CancelRequest *q, struct rep
 static void
 do_eval(struct engine_service *svc, const Anedvd__EvalRequest *q, struct reply *rp)
 {
-	if (q->upto_layer)
-		FAIL(rp, SCHED_EUNSUPPORTED, "upto_layer: the engine evaluates whole models only");
+	if (q->upto_layer > (uint32_t)svc->n_layer) {
+		snprintf(rp->msg, sizeof rp->msg, "upto_layer: %u, the model has %d layers", q->upto_layer,
+		         svc->n_layer);
+		FAIL(rp, SCHED_EBADREQ, rp->msg);
+	}
 	if (q->n_ids > INT_MAX)
 		FAIL(rp, SCHED_EBADREQ, "ids: too many");
 	size_t rows = q->last_only ? 1 : q->n_ids;
@@ -207,7 +211,8 @@ do_eval(struct engine_service *svc, const Anedvd__EvalRequest *q, struct reply *
 	}
 	enum sched_code code;
 	int r = 0;
-	if (sched_eval(svc->s, q->ids, (int)q->n_ids, q->per_token, q->last_only, &rp->logits, &r, &code, rp->msg))
+	if (sched_eval(svc->s, q->ids, (int)q->n_ids, q->per_token, q->last_only, (int)q->upto_layer, &rp->logits, &r,
+	               &code, rp->msg))
 		FAIL(rp, code, rp->msg);
 	Anedvd__EvalReply *e = &rp->u.eval;
 	anedvd__eval_reply__init(e);

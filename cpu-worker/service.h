@@ -10,9 +10,7 @@
 //
 // SamplingParams follow proto3: an absent message is all zeros, i.e.
 // greedy; top_p and repeat_penalty of 0 mean "not given" (off, as 1).
-// Eval with upto_layer is ERROR_UNSUPPORTED (the engine runs whole
-// models); an Eval whose logits would not fit one message is
-// ERROR_TOO_LARGE.
+// An Eval whose logits would not fit one message is ERROR_TOO_LARGE.
 //
 // Poll holds a server thread for up to its max_wait_ms: the server needs a
 // thread per concurrent poller plus a few for the other calls.
@@ -26,13 +24,14 @@
 
 struct engine_service {
 	struct sched *s;
-	int n_vocab;
+	int n_vocab, n_layer;
 	const char *process; // name reported by Health
 	uint64_t started_ms;
 	uint64_t requests; // updated atomically
 };
 
-void engine_service_init(struct engine_service *svc, struct sched *s, int n_vocab, const char *process);
+void engine_service_init(struct engine_service *svc, struct sched *s, int n_vocab, int n_layer,
+                         const char *process);
 void engine_service_handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *reply_len);
 
 #endif

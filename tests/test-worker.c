@@ -18,10 +18,11 @@
 //     the tokens of the cut prompt), the context ends a long generation;
 //   - a session reports the reused prefix and gives a fresh run's tokens;
 //     Reset and the LRU limit drop it; a busy session is refused;
-//   - bad requests get ERROR_BAD_REQUEST (or NOT_FOUND, UNSUPPORTED) and
+//   - bad requests get ERROR_BAD_REQUEST (or NOT_FOUND) and
 //     the service still answers Health; a failing kernel ends the jobs of
 //     that call with FINISH_ERROR and the next job runs;
-//   - Eval equals engine_eval (full, per token, last row only), here and
+//   - Eval equals engine_eval (full, per token, last row only, the first
+//     layer only: engine_eval_layers), here and
 //     with kb_exact on a fixture model, whose greedy generation agrees with
 //     the argmax of its own teacher-forced logits.
 // Through the real process (emu and exact in-process backends, and remote
@@ -169,7 +170,7 @@ svc_start(struct svc *v, const char *model, int exact, const struct sched_opts *
 		CHECK(0, "%s", err);
 		return -1;
 	}
-	engine_service_init(&v->es, v->s, engine_n_vocab(v->e), "test-worker");
+	engine_service_init(&v->es, v->s, engine_n_vocab(v->e), (int)v->m.hp.n_layer, "test-worker");
 	if (ad_ipc_url(v->url, sizeof v->url, t_tmpdir(), name)) {
 		CHECK(0, "url");
 		return -1;
@@ -637,9 +638,9 @@ test_errors(void)
 	CHECK(engc_poll(S.c, 424242, 0, &p, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_NOT_FOUND);
 	float *lg;
 	uint32_t rows, nv;
-	CHECK(engc_eval(S.c, prompt5, 0, 0, 0, &lg, &rows, &nv, TMO, &code, err) == -1 &&
+	CHECK(engc_eval(S.c, prompt5, 0, 0, 0, 0, &lg, &rows, &nv, TMO, &code, err) == -1 &&
 	      code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
-	CHECK(engc_eval(S.c, bad, 2, 0, 0, &lg, &rows, &nv, TMO, &code, err) == -1 &&
+	CHECK(engc_eval(S.c, bad, 2, 0, 0, 0, &lg, &rows, &nv, TMO, &code, err) == -1 &&
 	      code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
 	CHECK(engc_reset(S.c, "", TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
 
@@ -658,10 +659,11 @@ test_errors(void)
 	Anedvd__EvalRequest er = ANEDVD__EVAL_REQUEST__INIT;
 	er.ids = (int32_t *)prompt5;
 	er.n_ids = 5;
-	er.upto_layer = 2;
+	er.upto_layer = 6; // stories260K has 5
 	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_EVAL;
 	q.eval = &er;
-	CHECK(error_code_of(S.c, &q, msg) == ANEDVD__ERROR_CODE__ERROR_UNSUPPORTED, "%s", msg);
+	CHECK(error_code_of(S.c, &q, msg) == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST && strstr(msg, "upto_layer"), "%s",
+	      msg);
 
 	struct engc_health h;
 	REQUIRE(engc_health(S.c, &h, TMO, &code, err) == 0, "%s", err);
@@ -700,17 +702,23 @@ check_eval(struct svc *v, int exact, const int32_t *ids, int n)
 	struct engine_seq *seq = engine_seq_new(e, err);
 	int V = engine_n_vocab(e);
 	float *want = malloc(sizeof(float) * (size_t)n * V);
-	for (int per_token = 0; per_token < 2; per_token++) {
-		REQUIRE(engine_eval(e, seq, ids, n, per_token, want, err) == 0, "%s", err);
+	for (int k = 0; k < 4; k++) {
+		int per_token = k & 1, layers = k >> 1; // 0: all, 1: the first layer only
+		REQUIRE(engine_eval_layers(e, seq, ids, n, per_token, layers, want, err) == 0, "%s", err);
 		float *lg;
 		uint32_t rows, nv;
-		REQUIRE(engc_eval(v->c, ids, (size_t)n, per_token, 0, &lg, &rows, &nv, TMO, &code, err) == 0, "%s", err);
+		REQUIRE(engc_eval(v->c, ids, (size_t)n, per_token, 0, (uint32_t)layers, &lg, &rows, &nv, TMO, &code, err) ==
+		                0,
+		        "%s", err);
 		CHECK(rows == (uint32_t)n && nv == (uint32_t)V);
-		CHECK(memcmp(lg, want, sizeof(float) * (size_t)n * V) == 0, "eval per_token=%d differs", per_token);
+		CHECK(memcmp(lg, want, sizeof(float) * (size_t)n * V) == 0, "eval per_token=%d layers=%d differs", per_token,
+		      layers);
 		free(lg);
-		REQUIRE(engc_eval(v->c, ids, (size_t)n, per_token, 1, &lg, &rows, &nv, TMO, &code, err) == 0, "%s", err);
+		REQUIRE(engc_eval(v->c, ids, (size_t)n, per_token, 1, (uint32_t)layers, &lg, &rows, &nv, TMO, &code, err) ==
+		                0,
+		        "%s", err);
 		CHECK(rows == 1 && memcmp(lg, want + (size_t)(n - 1) * V, sizeof(float) * V) == 0,
-		      "last_only per_token=%d differs", per_token);
+		      "last_only per_token=%d layers=%d differs", per_token, layers);
 		free(lg);
 	}
 	free(want);
@@ -764,7 +772,7 @@ test_fixture(void)
 	float *lg;
 	uint32_t rows, nv;
 	char err[AD_ERRLEN];
-	REQUIRE(engc_eval(v.c, all, 8 + n - 1, 0, 0, &lg, &rows, &nv, TMO, NULL, err) == 0, "%s", err);
+	REQUIRE(engc_eval(v.c, all, 8 + n - 1, 0, 0, 0, &lg, &rows, &nv, TMO, NULL, err) == 0, "%s", err);
 	int agree = 0;
 	for (size_t i = 0; i < n; i++) {
 		const float *row = lg + (size_t)(7 + i) * nv;
@@ -817,7 +825,7 @@ test_abandon(void)
 	CHECK(engc_generate(v.c, &g, &js, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE);
 	float *lg;
 	uint32_t rows, nv;
-	CHECK(engc_eval(v.c, prompt5, 5, 0, 0, &lg, &rows, &nv, TMO, &code, err) == -1 &&
+	CHECK(engc_eval(v.c, prompt5, 5, 0, 0, 0, &lg, &rows, &nv, TMO, &code, err) == -1 &&
 	      code == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE);
 	svc_stop(&v);
 }
