@@ -156,14 +156,14 @@ ad_cpu_simd(void)
 	int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
 	if (h < 0) {
 		unsigned a, b, c, d, c1;
-		__asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c1), "=d"(d) : "a"(1), "c"(0));
-		__asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+		__asm__ __volatile__("cpuid" : "=a"(a), "=b"(b), "=c"(c1), "=d"(d) : "a"(1), "c"(0));
+		__asm__ __volatile__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
 		int f16c = (c1 >> 29) & 1, avx = (c1 >> 28) & 1, osxsave = (c1 >> 27) & 1, fma = (c1 >> 12) & 1;
 		int avx2 = (b >> 5) & 1;
 		unsigned xcr0 = 0;
 		if (osxsave) {
 			unsigned hi;
-			__asm__("xgetbv" : "=a"(xcr0), "=d"(hi) : "c"(0));
+			__asm__ __volatile__("xgetbv" : "=a"(xcr0), "=d"(hi) : "c"(0));
 		}
 		h = f16c && fma && avx && avx2 && (xcr0 & 6) == 6; // the OS saves the ymm registers
 		__atomic_store_n(&have, h, __ATOMIC_RELAXED);
