@@ -10,6 +10,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "fp16.h"
 #include "gguf.h"
 #include "model.h"
 #include "ref.h"
@@ -549,8 +550,13 @@ cmd_info(int argc, char **argv)
 	printf("anedvd %s\n", ANEDVD_VERSION);
 	printf("backends:\n");
 	printf("  cpu   fp32 reference engine: yes\n");
-	printf("  emu   CPU emulation of the ANE programs: not built yet\n");
-	printf("  ane   Apple Neural Engine: not built yet\n");
+	printf("  emu   the ANE programs executed on the CPU: yes (%s kernels)\n",
+	       ad_cpu_simd() ? "AVX2/FMA/F16C" : "plain C");
+#ifdef ANEDVD_ANE
+	printf("  ane   Apple Neural Engine: built in (anedvd-ane-worker --backend ane)\n");
+#else
+	printf("  ane   Apple Neural Engine: not in this build (macOS on Apple silicon, -DANEDVD_ANE=ON)\n");
+#endif
 	if (!path)
 		return 0;
 
