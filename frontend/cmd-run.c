@@ -564,6 +564,11 @@ cmd_run(int argc, char **argv)
 		cJSON_AddNumberToObject(sp, "sampling", (double)g.dec.sampling_ns / 1e6 / (g.n ? g.n : 1));
 		cJSON_AddNumberToObject(sp, "other", (double)(g.dec.cpu_other_ns + g.dec.moe_ns) / 1e6 / st);
 		cJSON_AddItemToObject(t, "per_token_ms", sp);
+		cJSON_AddNumberToObject(t, "kernel_calls_per_token", (double)g.dec.kernel_calls / st);
+		cJSON_AddNumberToObject(t, "kernel_ms_per_token", (double)g.dec.kernel_ns / 1e6 / st);
+		cJSON_AddNumberToObject(t, "prefill_tok_s", g.prefill_ms > 0 ? g.info.prefilled / (g.prefill_ms / 1e3) : 0);
+		cJSON_AddNumberToObject(t, "outside_kernels_share",
+		                        g.decode_ms > 0 ? 1.0 - (double)g.dec.kernel_ns / (g.decode_ms * 1e6) : 0);
 		cJSON_AddItemToObject(j, "timings", t);
 		cJSON_AddNumberToObject(j, "ane_worker_restarts", sup_restarts(p.sup, "ane-worker"));
 		char *s = cJSON_PrintUnformatted(j);

@@ -1,0 +1,41 @@
+// gen-model - write a deterministic random model for benchmarks and tests.
+//
+//   gen-model PRESET WTYPE SEED OUT.gguf [N_LAYER]
+//
+// PRESET: tiny, smollm2-135m, qwen2.5-0.5b (the exact shapes of the
+// published models); WTYPE: f32, f16, bf16, q8_0. The same arguments give
+// the same bytes. See frontend/cmd-genmodel.h.
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cmd-genmodel.h"
+
+int
+main(int argc, char **argv)
+{
+	if (argc != 5 && argc != 6) {
+		fprintf(stderr, "usage: gen-model PRESET WTYPE SEED OUT.gguf [N_LAYER]\n"
+		                "  PRESET tiny | smollm2-135m | qwen2.5-0.5b, WTYPE f32 | f16 | bf16 | q8_0\n");
+		return 2;
+	}
+	char *end;
+	struct genmodel g = {.preset = argv[1], .wtype = argv[2], .seed = strtoull(argv[3], &end, 10)};
+	if (*end) {
+		fprintf(stderr, "gen-model: SEED must be a number, not '%s'\n", argv[3]);
+		return 2;
+	}
+	if (argc == 6) {
+		long l = strtol(argv[5], &end, 10);
+		if (*end || l < 1 || l > 1000) {
+			fprintf(stderr, "gen-model: N_LAYER must be 1..1000, not '%s'\n", argv[5]);
+			return 2;
+		}
+		g.n_layer = (int)l;
+	}
+	char err[AD_ERRLEN];
+	if (genmodel_write(&g, argv[4], err)) {
+		fprintf(stderr, "gen-model: %s\n", err);
+		return 1;
+	}
+	return 0;
+}

@@ -1,0 +1,224 @@
+#!/usr/bin/env bash
+# test-cli.sh - the anedvd CLI end to end, over the real processes.
+#
+#   test-cli.sh BIN_DIR DATA_DIR GEN_MODEL
+#
+# run reproduces the stories260K reference story; verify passes on every
+# fixture model and fails on a deliberately broken pipeline; a SIGKILL of
+# the ane-worker in the middle of a greedy run changes no token; SIGINT
+# leaves no child, no shared memory and no runtime directory; --trace is
+# valid JSON; bad usage exits 2 naming the flag. Prints "N passed, N failed".
+set -u
+BIN=$1
+DATA=$2
+GEN=$3
+A=$BIN/anedvd
+T=$(mktemp -d "${TMPDIR:-/tmp}/anedvd-test-cli.XXXXXX")
+# a private runtime base: other instances on the machine are not touched
+export XDG_RUNTIME_DIR=$T
+trap 'rm -rf "$T"' EXIT
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+last=$SECONDS
+check() { # check "what" command...
+	local what=$1
+	shift
+	if "$@"; then ok; else bad "$what"; fi
+	# a slow step is worth seeing (the commands before the check included)
+	[ $((SECONDS - last)) -lt 10 ] || echo "note: '$what' took $((SECONDS - last)) s" >&2
+	last=$SECONDS
+}
+
+STORIES=$DATA/stories260K/stories260K.gguf
+IDS=1,403,407,261,378
+# the reference ids after "Once upon a time" (tests/data/stories260K/SOURCES.md)
+REF="432 383 286 261 376 298 315 421 395 317 426 338 401 396 267 337 410 408 419 292 411 322 265 282 295 433 426 385 328 432 358 394 261 370 432 352 266 268 388 426 338 391 266 267 337 335 312 432 398 312 286 267 414 270 333 415 426 13 438 310"
+
+json_ids() { python3 -c 'import json,sys; print(" ".join(str(i) for i in json.load(open(sys.argv[1]))["ids"]))' "$1"; }
+
+# leftovers of instance $1: runtime dir, shared memory, processes whose parent it was
+no_leftovers() {
+	local pid=$1
+	[ ! -e "$T/anedvd-$pid" ] || { echo "runtime dir left" >&2; return 1; }
+	! ls /dev/shm 2>/dev/null | grep -q "^anedvd-$pid-" || { echo "shm left" >&2; return 1; }
+	local k
+	for k in $2; do
+		if kill -0 "$k" 2>/dev/null; then echo "child $k still alive" >&2; return 1; fi
+	done
+	return 0
+}
+
+# --- run: the reference story -----------------------------------------------------------
+$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 > "$T/run.txt" 2> "$T/run.err"
+check "run exits 0" [ $? -eq 0 ]
+check "run prints the reference story" grep -q "there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball." "$T/run.txt"
+check "run prints the decode rate" grep -q "^decode: .* tok/s" "$T/run.txt"
+check "run prints the per-token split" grep -q "^per-token split (emu): qkv .* ms, .*IPC .* attention .* sampling .* other" "$T/run.txt"
+check "run says it uses emu" grep -q "using the emu backend" "$T/run.err"
+
+$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json > "$T/run.json" 2>/dev/null
+check "run --json ids are the reference" [ "$(json_ids "$T/run.json")" = "$REF" ]
+$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json --backend exact > "$T/exact.json" 2>/dev/null
+check "run --backend exact ids are the reference" [ "$(json_ids "$T/exact.json")" = "$REF" ]
+$A run --model "$STORIES" --prompt "Once upon a time" --no-chat --max-tokens 8 --ab > "$T/ab.txt" 2> "$T/ab.err"
+check "run --ab ok" grep -q "argmax equal -> ok" "$T/ab.err"
+$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 10 --repeat 3 > "$T/rep.txt" 2>/dev/null
+check "run --repeat prints the median" grep -q "^decode over 3 runs: median .* (min .*, max .*" "$T/rep.txt"
+$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 20 --temp 0.8 --top-p 0.9 --seed 7 --json > "$T/s1.json" 2>/dev/null
+$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 20 --temp 0.8 --top-p 0.9 --seed 7 --json > "$T/s2.json" 2>/dev/null
+check "a seeded sampled run repeats" [ "$(json_ids "$T/s1.json")" = "$(json_ids "$T/s2.json")" ]
+check "a sampled run differs from greedy" [ "$(json_ids "$T/s1.json")" != "$(echo $REF | cut -d' ' -f1-20)" ]
+
+# --- trace -----------------------------------------------------------------------------------
+$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 8 --trace "$T/trace.json" > /dev/null 2>&1
+check "--trace is JSON with kernel, sampling and tokenizer events from 3 processes" python3 - "$T/trace.json" <<'EOF'
+import json, sys
+ev = json.load(open(sys.argv[1]))
+cats = {e.get("cat") for e in ev if e.get("ph") == "X"}
+pids = {e["pid"] for e in ev if e.get("ph") == "X"}
+names = {e["args"]["name"] for e in ev if e.get("ph") == "M"}
+assert {"kernel-call", "kernel", "sampling", "tokenizer", "engine"} <= cats, cats
+assert len(pids) == 3, pids
+assert all(isinstance(e["ts"], int) and e["dur"] >= 0 for e in ev if e.get("ph") == "X")
+assert "anedvd-ane-worker" in names, names
+EOF
+
+# --- verify -----------------------------------------------------------------------------------
+for m in "$DATA"/models/*.gguf "$STORIES"; do
+	$A verify --model "$m" --prompt-ids 1,2,3,4,5,6,7,8 > "$T/v.txt" 2>&1
+	check "verify $(basename "$m") MATCH" [ $? -eq 0 ]
+	grep -q "MATCH" "$T/v.txt" || cat "$T/v.txt" >&2
+done
+$A verify --model "$STORIES" > "$T/v.txt" 2>&1
+check "verify with the default prompt (tokenizer process)" [ $? -eq 0 ]
+$A verify --model "$DATA/models/llama.gguf" --prompt-ids 1,2,3,4,5,6,7,8,9,10 --pipeline-rope-hf > "$T/v.txt" 2>&1
+check "verify fails on a broken pipeline" [ $? -eq 1 ]
+check "verify says MISMATCH" grep -q "MISMATCH" "$T/v.txt"
+
+# --- the kernel tools ---------------------------------------------------------------------
+$A selftest > "$T/st.txt" 2>&1
+check "selftest PASS" grep -q "PASS" "$T/st.txt"
+$A check --model "$DATA/models/qwen2.gguf" > "$T/ck.txt" 2>&1
+check "check exits 0" [ $? -eq 0 ]
+check "check reports lm_head ok" grep -q "lm_head .* -> ok" "$T/ck.txt"
+$A probe --size 128 > "$T/pr.txt" 2>&1
+check "probe CORRECT" grep -q "CORRECT" "$T/pr.txt"
+$A layers --model "$STORIES" --upto 2 --prompt-ids $IDS > "$T/ly.txt" 2>&1
+check "layers prints both top-5 lists" [ "$(grep -c -E '^  (emu|reference) ' "$T/ly.txt")" = 2 ]
+$A kernels --model "$DATA/models/llama.gguf" --iters 3 > "$T/kn.txt" 2>&1
+check "kernels prints a total" grep -q "TOTAL per token" "$T/kn.txt"
+$A attnbench --ctx 64 --iters 3 > "$T/ab.txt" 2>&1
+check "attnbench prints the stages" grep -q "softmax" "$T/ab.txt"
+
+# --- crash: SIGKILL the ane-worker during a greedy run -------------------------------------
+$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json --debug-delay-ms 5 \
+	> "$T/crash.json" 2> "$T/crash.err" &
+P=$!
+W=""
+for _ in $(seq 1 200); do
+	W=$(awk '$1=="ane-worker"{print $2}' "$T/anedvd-$P/status" 2>/dev/null)
+	[ -n "$W" ] && [ "$W" != 0 ] && break
+	sleep 0.05
+done
+sleep 0.4 # into the decode loop
+check "the ane-worker's pid is in the status file" [ -n "$W" ]
+kill -9 "$W" 2>/dev/null
+wait $P
+check "the run survives the crash" [ $? -eq 0 ]
+check "the crashed run gives the uninterrupted tokens" [ "$(json_ids "$T/crash.json" 2>/dev/null)" = "$REF" ]
+check "one restart reported" python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["ane_worker_restarts"] == 1' "$T/crash.json"
+check "the restart was logged" grep -q "ane-worker (pid $W) was killed by signal 9" "$T/crash.err"
+
+# --- SIGINT: nothing left behind ---------------------------------------------------------
+$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 100000 --max-seq 100000 --debug-delay-ms 20 \
+	> /dev/null 2> "$T/int.err" &
+P=$!
+KIDS=""
+for _ in $(seq 1 200); do
+	KIDS=$(awk '{print $2}' "$T/anedvd-$P/status" 2>/dev/null | tr '\n' ' ')
+	[ "$(echo $KIDS | wc -w)" = 2 ] && break
+	sleep 0.05
+done
+sleep 0.5
+kill -INT $P
+wait $P
+check "SIGINT: exit 130" [ $? -eq 130 ]
+check "SIGINT: no child, no shm, no runtime dir" no_leftovers $P "$KIDS"
+
+if [ -x "$BIN/anedvd-cpu-worker" ] && [ -x "$BIN/anedvd-frontend" ]; then
+	PORT=$((20000 + RANDOM % 20000))
+	$A serve --model "$STORIES" --port $PORT > /dev/null 2> "$T/serve.err" &
+	P=$!
+	up=0
+	for _ in $(seq 1 200); do
+		if grep -q "listening" "$T/serve.err"; then up=1; break; fi
+		sleep 0.05
+	done
+	check "serve comes up" [ $up = 1 ]
+	KIDS=$(awk '{print $2}' "$T/anedvd-$P/status" 2>/dev/null | tr '\n' ' ')
+	check "serve runs four children" [ "$(echo $KIDS | wc -w)" = 4 ]
+	kill -INT $P
+	wait $P
+	check "serve: exit 0 on SIGINT" [ $? -eq 0 ]
+	check "serve: no child, no shm, no runtime dir" no_leftovers $P "$KIDS"
+	cat "$T/serve.err" >&2
+else
+	echo "note: anedvd-cpu-worker or anedvd-frontend not built: serve not tested" >&2
+fi
+
+# --- bad usage: exit 2 with the flag named -------------------------------------------------
+usage2() { # usage2 "pattern" args...
+	local pat=$1
+	shift
+	"$A" "$@" > /dev/null 2> "$T/u.err"
+	local rc=$?
+	[ $rc -eq 2 ] && grep -q -- "$pat" "$T/u.err" && return 0
+	echo "exit $rc:" >&2
+	cat "$T/u.err" >&2
+	return 1
+}
+check "unknown command" usage2 "unknown command 'frobnicate'" frobnicate
+check "no command" usage2 "usage: anedvd" 
+check "run --max-tokens 12x" usage2 "--max-tokens" run --model "$STORIES" --prompt-ids 1 --max-tokens 12x
+check "run --temp abc" usage2 "--temp" run --model "$STORIES" --prompt-ids 1 --temp abc
+check "run --top-p 2" usage2 "--top-p" run --model "$STORIES" --prompt-ids 1 --top-p 2
+check "run --chunk 0" usage2 "--chunk" run --model "$STORIES" --prompt-ids 1 --chunk 0
+check "run --max-seq 1" usage2 "--max-seq" run --model "$STORIES" --prompt-ids 1 --max-seq 1
+check "run --prompt-ids 1,,2" usage2 "--prompt-ids" run --model "$STORIES" --prompt-ids 1,,2
+check "run --backend gpu" usage2 "--backend" run --model "$STORIES" --prompt-ids 1 --backend gpu
+check "run --bogus" usage2 "unknown argument '--bogus'" run --model "$STORIES" --prompt-ids 1 --bogus
+check "run without a prompt" usage2 "exactly one of" run --model "$STORIES"
+check "run --seed" usage2 "--seed" run --model "$STORIES" --prompt-ids 1 --seed -1
+check "run id outside the vocabulary" usage2 "outside the vocabulary" run --model "$STORIES" --prompt-ids 1,99999 --backend exact
+check "verify --chunk x" usage2 "--chunk" verify --model "$STORIES" --chunk x
+check "probe --size -1" usage2 "--size" probe --size -1
+check "attnbench --heads 3 --kv-heads 2" usage2 "multiple" attnbench --heads 3 --kv-heads 2
+check "layers without --upto" usage2 "--upto" layers --model "$STORIES"
+check "serve --port 70000" usage2 "--port" serve --model "$STORIES" --port 70000
+check "chat --top-k x" usage2 "--top-k" chat --model "$STORIES" --top-k x
+if [ "$(uname)" != Darwin ]; then
+	$A run --model "$STORIES" --prompt-ids 1 --backend ane > /dev/null 2> "$T/u.err"
+	check "--backend ane refused off macOS" [ $? -eq 1 ]
+	check "--backend ane says why" grep -q "needs macOS" "$T/u.err"
+fi
+for c in run chat verify serve check layers kernels selftest probe bench width attnbench; do
+	"$A" $c --help > /dev/null 2> "$T/h.err"
+	check "$c --help exits 0 with usage" [ $? -eq 0 ] 
+	grep -q "usage: anedvd $c" "$T/h.err" || bad "$c --help prints its usage"
+done
+
+# --- the generator: deterministic, loadable, verified --------------------------------------
+"$GEN" tiny q8_0 5 "$T/g1.gguf" && "$GEN" tiny q8_0 5 "$T/g2.gguf"
+check "gen-model is deterministic" cmp -s "$T/g1.gguf" "$T/g2.gguf"
+"$GEN" tiny q8_0 6 "$T/g3.gguf"
+differ() { ! cmp -s "$1" "$2"; }
+check "gen-model: another seed, other bytes" differ "$T/g1.gguf" "$T/g3.gguf"
+"$GEN" qwen2.5-0.5b f16 1 "$T/q.gguf" 2 # two layers of the real shapes
+check "gen-model qwen2.5-0.5b shapes verify" "$A" verify --model "$T/q.gguf" --prompt-ids 1,2,3 > /dev/null 2>&1
+"$GEN" bogus f16 1 "$T/x.gguf" 2> /dev/null
+check "gen-model refuses an unknown preset" [ $? -eq 1 ]
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
