@@ -58,6 +58,11 @@ round16(float v)
 	return ad_fp16_to_f32(ad_f32_to_fp16(v));
 }
 
+// Summation order, shared by every kernel: output (o, j) is one fp32 FMA
+// chain over i = 0 .. cin-1 starting from zero, rounded to fp16 at the end.
+// It depends on neither the number of columns nor the blocking, so a column
+// gives the same bits alone (decode) or with others (prefill), on any
+// number of threads, and the plain kernel matches the fast one exactly.
 void
 emu_conv_ref(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols,
              float *y, size_t p0, size_t p1)
@@ -69,7 +74,7 @@ emu_conv_ref(const uint16_t *panels, size_t cout, size_t cin, const float *x, si
 			float acc[PANEL] = {0};
 			for (size_t i = 0; i < cin; i++)
 				for (size_t r = 0; r < PANEL; r++)
-					acc[r] += ad_fp16_to_f32(w[i * PANEL + r]) * xj[i];
+					acc[r] = fmaf(ad_fp16_to_f32(w[i * PANEL + r]), xj[i], acc[r]);
 			for (size_t r = 0; r < PANEL && p * PANEL + r < cout; r++)
 				y[j * cout + p * PANEL + r] = round16(acc[r]);
 		}
@@ -101,92 +106,112 @@ store_rows(float *dst, size_t left, __m256 lo, __m256 hi)
 	memcpy(dst, tmp, left * sizeof(float));
 }
 
-// one column. Every kernel sums each output row in the same order (one
-// fp32 FMA chain over i from 0), so a column gives the same bits whether it
-// is evaluated alone (decode) or with others (prefill).
-SIMD_TARGET static void
-panel_1col(const uint16_t *w, size_t cin, const float *x, float *y, size_t left)
+// the micro-kernel: MP consecutive panels (16 rows each) times NC columns,
+// 2 * MP * NC accumulators held in ymm registers for the whole cin loop.
+// Each half-panel weight vector is loaded and widened once per i and used
+// for every column; the activations are broadcast from x ([NC][cin]).
+// At most 12 accumulators, 2 weight vectors and one broadcast: 15 of the
+// 16 ymm registers of plain AVX2.
+#define TILE_MAX_ACC 12
+
+SIMD_TARGET static inline __attribute__((always_inline)) void
+tile(const uint16_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left,
+     const int mp, const int nc)
 {
-	__m256 a0 = _mm256_setzero_ps(), a1 = a0;
+	__m256 acc[TILE_MAX_ACC];
+#pragma GCC unroll 12
+	for (int a = 0; a < 2 * mp * nc; a++)
+		acc[a] = _mm256_setzero_ps();
 	for (size_t i = 0; i < cin; i++) {
-		const __m128i *p = (const __m128i *)(w + i * PANEL);
-		__m256 b = _mm256_broadcast_ss(x + i);
-		a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p)), b, a0);
-		a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p + 1)), b, a1);
+#pragma GCC unroll 4
+		for (int p = 0; p < mp; p++) {
+			const __m128i *wp = (const __m128i *)(w + (size_t)p * cin * PANEL + i * PANEL);
+			__m256 lo = _mm256_cvtph_ps(_mm_load_si128(wp));
+			__m256 hi = _mm256_cvtph_ps(_mm_load_si128(wp + 1));
+#pragma GCC unroll 6
+			for (int c = 0; c < nc; c++) {
+				__m256 b = _mm256_broadcast_ss(x + (size_t)c * cin + i);
+				acc[(2 * p) * nc + c] = _mm256_fmadd_ps(lo, b, acc[(2 * p) * nc + c]);
+				acc[(2 * p + 1) * nc + c] = _mm256_fmadd_ps(hi, b, acc[(2 * p + 1) * nc + c]);
+			}
+		}
 	}
-	store_rows(y, left, a0, a1);
+#pragma GCC unroll 4
+	for (int p = 0; p < mp; p++)
+#pragma GCC unroll 6
+		for (int c = 0; c < nc; c++)
+			store_rows(y + (size_t)c * cout + (size_t)p * PANEL, left - (size_t)p * PANEL,
+			           acc[(2 * p) * nc + c], acc[(2 * p + 1) * nc + c]);
 }
 
-// one column, two panels: four chains in flight, two weight streams
-SIMD_TARGET static void
-panel2_1col(const uint16_t *w, size_t cin, const float *x, float *y, size_t left)
-{
-	const uint16_t *v = w + cin * PANEL;
-	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-	for (size_t i = 0; i < cin; i++) {
-		const __m128i *p = (const __m128i *)(w + i * PANEL);
-		const __m128i *q = (const __m128i *)(v + i * PANEL);
-		__m256 b = _mm256_broadcast_ss(x + i);
-		a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p)), b, a0);
-		a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p + 1)), b, a1);
-		a2 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(q)), b, a2);
-		a3 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(q + 1)), b, a3);
-	}
-	store_rows(y, left, a0, a1);
-	store_rows(y + PANEL, left - PANEL, a2, a3);
-}
+typedef void tile_fn(const uint16_t *w, size_t cin, const float *x, float *y, size_t cout,
+                     size_t left);
 
-// four columns: each panel row pair loaded once, used four times
-SIMD_TARGET static void
-panel_4col(const uint16_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left)
-{
-	const float *x0 = x, *x1 = x + cin, *x2 = x + 2 * cin, *x3 = x + 3 * cin;
-	__m256 l0 = _mm256_setzero_ps(), l1 = l0, l2 = l0, l3 = l0;
-	__m256 h0 = l0, h1 = l0, h2 = l0, h3 = l0;
-	for (size_t i = 0; i < cin; i++) {
-		const __m128i *p = (const __m128i *)(w + i * PANEL);
-		__m256 wl = _mm256_cvtph_ps(_mm_load_si128(p));
-		__m256 wh = _mm256_cvtph_ps(_mm_load_si128(p + 1));
-		__m256 b;
-		b = _mm256_broadcast_ss(x0 + i);
-		l0 = _mm256_fmadd_ps(wl, b, l0);
-		h0 = _mm256_fmadd_ps(wh, b, h0);
-		b = _mm256_broadcast_ss(x1 + i);
-		l1 = _mm256_fmadd_ps(wl, b, l1);
-		h1 = _mm256_fmadd_ps(wh, b, h1);
-		b = _mm256_broadcast_ss(x2 + i);
-		l2 = _mm256_fmadd_ps(wl, b, l2);
-		h2 = _mm256_fmadd_ps(wh, b, h2);
-		b = _mm256_broadcast_ss(x3 + i);
-		l3 = _mm256_fmadd_ps(wl, b, l3);
-		h3 = _mm256_fmadd_ps(wh, b, h3);
+#define TILE(MP, NC)                                                                          \
+	SIMD_TARGET static void tile_##MP##x##NC(const uint16_t *w, size_t cin, const float *x,   \
+	                                         float *y, size_t cout, size_t left)             \
+	{                                                                                         \
+		tile(w, cin, x, y, cout, left, MP, NC);                                            \
 	}
-	store_rows(y, left, l0, h0);
-	store_rows(y + cout, left, l1, h1);
-	store_rows(y + 2 * cout, left, l2, h2);
-	store_rows(y + 3 * cout, left, l3, h3);
-}
+TILE(1, 1)
+TILE(1, 2)
+TILE(1, 3)
+TILE(1, 4)
+TILE(1, 5)
+TILE(1, 6)
+TILE(2, 1)
+TILE(2, 2)
+TILE(2, 3)
+TILE(3, 1)
+TILE(3, 2)
+TILE(4, 1)
+TILE(5, 1)
+TILE(6, 1)
+
+#define TILE_COLS 6  // widest column block
+#define TILE_GROUP 6 // panels whose weights stay in L2 while the column blocks pass
+// at most this many panels (weight streams, 64 KiB apart for cin 2048) at
+// once: with 5 or 6 a one-column eval runs at half the speed (measured on
+// Zen 4: L1 set conflicts or prefetch streams), with 3 or 4 it runs at the
+// last-level cache's bandwidth
+#define TILE_STREAMS 4
+
+// [mp][nc], 2 * mp * nc <= TILE_MAX_ACC: the tile for mp panels, nc columns
+static tile_fn *const tiles[TILE_GROUP + 1][TILE_COLS + 1] = {
+	[1] = {NULL, tile_1x1, tile_1x2, tile_1x3, tile_1x4, tile_1x5, tile_1x6},
+	[2] = {NULL, tile_2x1, tile_2x2, tile_2x3},
+	[3] = {NULL, tile_3x1, tile_3x2},
+	[4] = {NULL, tile_4x1},
+	[5] = {NULL, tile_5x1},
+	[6] = {NULL, tile_6x1},
+};
 
 SIMD_TARGET static void
 conv_simd(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols,
           float *y, size_t p0, size_t p1)
 {
-	// columns in fours, panel by panel; the rest of the columns two panels
-	// at a time
-	size_t j4 = ncols / 4 * 4;
-	for (size_t p = p0; p < p1; p++) {
-		const uint16_t *w = panels + p * cin * PANEL;
-		for (size_t j = 0; j < j4; j += 4)
-			panel_4col(w, cin, x + j * cin, y + j * cout + p * PANEL, cout, cout - p * PANEL);
-	}
-	for (size_t j = j4; j < ncols; j++) {
-		size_t p = p0;
-		for (; p + 2 <= p1 && cout - p * PANEL > PANEL; p += 2)
-			panel2_1col(panels + p * cin * PANEL, cin, x + j * cin, y + j * cout + p * PANEL,
-			            cout - p * PANEL);
-		for (; p < p1; p++)
-			panel_1col(panels + p * cin * PANEL, cin, x + j * cin, y + j * cout + p * PANEL,
-			           cout - p * PANEL);
+	size_t pstride = cin * PANEL;
+	// column blocks of at most TILE_COLS, as even as possible (8 = 4 + 4,
+	// not 6 + 2); each block takes as many panels at once as keeps its
+	// accumulators in registers, so every tile has 8 to 12 FMA chains in
+	// flight (the FMA latency times its throughput is 8)
+	size_t nb = (ncols + TILE_COLS - 1) / TILE_COLS;
+	size_t base = ncols / nb, extra = ncols % nb;
+	for (size_t p = p0; p < p1; p += TILE_GROUP) {
+		size_t pe = p + TILE_GROUP < p1 ? p + TILE_GROUP : p1;
+		size_t j = 0;
+		for (size_t b = 0; b < nb; b++) {
+			size_t nc = base + (b < extra);
+			size_t mp = TILE_MAX_ACC / 2 / nc;
+			if (mp > TILE_STREAMS)
+				mp = TILE_STREAMS;
+			for (size_t q = p; q < pe; q += mp) {
+				size_t m = pe - q < mp ? pe - q : mp;
+				tiles[m][nc](panels + q * pstride, cin, x + j * cin, y + j * cout + q * PANEL,
+				             cout, cout - q * PANEL);
+			}
+			j += nc;
+		}
 	}
 }
 

@@ -2,8 +2,11 @@
 // path (MIL text, blob file, planar surfaces), at the widths the engine
 // uses, next to a plain memory-read baseline measured in the same run.
 //
-//   bench-emu [-t threads] [--ref]
+//   bench-emu [-t threads] [--ref] [-k]
 //
+// first the baselines and the kernel alone: the fp32 FMA peak of one
+// thread, then emu_conv_fast (or _ref) on one thread timed by that thread's
+// CPU clock, best of 5 [median, max] (-k: stop there). Then the whole path:
 // warm: the same kernel evaluated back to back (its weights may sit in the
 // last-level cache); cold: a 128 MiB buffer is streamed between evals so
 // the weights come from DRAM, as they do when a whole model cycles through.
@@ -37,6 +40,15 @@ now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+// CPU seconds of the calling thread
+static double
+thread_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 // CPU seconds of the whole process (all threads)
 static double
 cpu_now(void)
@@ -63,6 +75,8 @@ stats(double *v, double *med, double *lo, double *hi)
 	*hi = v[REPEATS - 1];
 }
 
+static float sink;
+
 // --- memory-read baseline -------------------------------------------------
 
 struct rd {
@@ -88,8 +102,6 @@ read_part(void *arg)
 	return NULL;
 }
 
-static float sink;
-
 // seconds to read n floats with nth threads
 static double
 read_buf(const float *p, size_t n, int nth)
@@ -112,6 +124,78 @@ read_buf(const float *p, size_t n, int nth)
 	return t;
 }
 
+// --- FMA peak baseline ----------------------------------------------------
+
+// GFLOP/s of one thread doing nothing but independent fp32 FMAs (12
+// chains, as the conv tiles), timed by that thread's own CPU clock
+__attribute__((target("avx2,fma"))) static double
+fma_peak(void)
+{
+	__m256 a[12], m = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-3f);
+	for (int k = 0; k < 12; k++)
+		a[k] = _mm256_set1_ps((float)k);
+	long n = 20000000;
+	double t = thread_now();
+	for (long i = 0; i < n; i++)
+		for (int k = 0; k < 12; k++)
+			a[k] = _mm256_fmadd_ps(a[k], m, c);
+	t = thread_now() - t;
+	__m256 s = a[0];
+	for (int k = 1; k < 12; k++)
+		s = _mm256_add_ps(s, a[k]);
+	float v[8];
+	_mm256_storeu_ps(v, s);
+	sink += v[0];
+	return 12.0 * 16 * (double)n / t / 1e9;
+}
+
+// --- the conv kernel alone ------------------------------------------------
+
+// emu_conv_fast on one thread, no MIL, no surfaces; the thread's CPU time,
+// so another process on the machine does not inflate it. Weights warm.
+static void
+bench_kernel(size_t cin, size_t cout, int ref)
+{
+	uint16_t *w = malloc(cout * cin * 2);
+	uint32_t s = 7;
+	for (size_t i = 0; i < cout * cin; i++) {
+		s = s * 1664525u + 1013904223u;
+		w[i] = ad_f32_to_fp16(0.05f * ((float)(s >> 8) / 16777216.0f - 0.5f));
+	}
+	uint16_t *p = aligned_alloc(64, (emu_panel_bytes(cout, cin) + 63) / 64 * 64);
+	emu_pack(w, cout, cin, p);
+	free(w);
+	size_t np = (cout + 15) / 16;
+	static const size_t widths[] = {1, 2, 3, 4, 5, 6, 8, 16, 32, 64};
+	for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+		size_t W = widths[wi];
+		float *x = malloc(W * cin * sizeof(float)), *y = malloc(W * cout * sizeof(float));
+		for (size_t i = 0; i < W * cin; i++)
+			x[i] = (float)((i * 7) % 13) * 0.1f - 0.6f;
+		void (*fn)(const uint16_t *, size_t, size_t, const float *, size_t, float *, size_t,
+		           size_t) = ref ? emu_conv_ref : emu_conv_fast;
+		double one = thread_now();
+		fn(p, cout, cin, x, W, y, 0, np);
+		one = thread_now() - one;
+		int n = (int)(0.05 / (one > 1e-6 ? one : 1e-6));
+		n = n < 2 ? 2 : n > 1000 ? 1000 : n;
+		double v[REPEATS], m, lo, hi;
+		for (int r = 0; r < REPEATS; r++) {
+			double t = thread_now();
+			for (int i = 0; i < n; i++)
+				fn(p, cout, cin, x, W, y, 0, np);
+			v[r] = (thread_now() - t) / n;
+		}
+		stats(v, &m, &lo, &hi);
+		printf("kernel %4zux%-4zu w%-3zu %8.1f us [%7.1f, %7.1f] %6.1f GB/s %6.1f GFLOP/s\n", cin,
+		       cout, W, lo * 1e6, m * 1e6, hi * 1e6, (double)cout * cin * 2 / lo / 1e9,
+		       2.0 * cin * cout * W / lo / 1e9);
+		fflush(stdout);
+		free(x), free(y);
+	}
+	free(p);
+}
+
 // --- the conv -------------------------------------------------------------
 
 static void
@@ -131,8 +215,8 @@ bench_conv(struct emu *e, size_t cin, size_t cout, const float *evict, size_t ne
 		exit(1);
 	}
 	free(w);
-	static const size_t widths[] = {1, 8, 64};
-	for (size_t wi = 0; wi < 3; wi++) {
+	static const size_t widths[] = {1, 2, 4, 8, 16, 32, 64};
+	for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
 		size_t W = widths[wi];
 		char *mil = ane_mil_proj((int)cin, (int)cout, (int)W, err);
 		struct emu_file f = {.name = "w.bin", .path = path};
@@ -193,13 +277,16 @@ int
 main(int argc, char **argv)
 {
 	struct emu_opts o = {.threads = 2};
+	int kernel_only = 0;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-t") && i + 1 < argc)
 			o.threads = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--ref"))
 			o.force_ref = 1;
+		else if (!strcmp(argv[i], "-k"))
+			kernel_only = 1;
 		else {
-			fprintf(stderr, "usage: %s [-t threads] [--ref]\n", argv[0]);
+			fprintf(stderr, "usage: %s [-t threads] [--ref] [-k]\n", argv[0]);
 			return 2;
 		}
 	}
@@ -213,6 +300,14 @@ main(int argc, char **argv)
 	}
 	printf("emu conv bench: %d thread(s), %s kernel\n", o.threads,
 	       o.force_ref || !emu_have_simd() ? "plain C _ref" : "AVX2/FMA/F16C");
+
+	printf("fp32 FMA peak, 1 thread: %.1f GFLOP/s (thread CPU time)\n", fma_peak());
+	bench_kernel(2048, 2048, o.force_ref);
+	bench_kernel(896, 4864, o.force_ref);
+	if (kernel_only) {
+		emu_close(e);
+		return sink == 12345.0f;
+	}
 
 	// memory baseline: 256 MiB read once per repeat, 1 thread and o.threads
 	size_t nbig = (256u << 20) / sizeof(float);
