@@ -1,7 +1,9 @@
 // cmd-run.c - `anedvd run`, `chat`, `verify` and `serve`: the commands on
 // the multi-process pipeline (cmd-common.h).
 #include <math.h>
+#include <netdb.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -739,10 +741,12 @@ cmd_chat(int argc, char **argv)
 		size_t n = 0;
 		if (tokc_chat(p.tok, msgs, (size_t)nm, 1, &chat, p.timeout_ms, err) ||
 		    tokc_encode(p.tok, chat, strlen(chat), p.voc.add_bos, 1, &ids, &n, p.timeout_ms, err)) {
+			// a tokenizer that crashed is being restarted: this turn is lost, the chat goes on
 			free(msgs);
 			free(chat);
-			fprintf(stderr, "anedvd chat: %s\n", err);
-			goto out;
+			free(hist[--nh].text);
+			fprintf(stderr, "anedvd chat: this turn failed: %s\n", err);
+			continue;
 		}
 		free(msgs);
 		free(chat);
@@ -751,9 +755,14 @@ cmd_chat(int argc, char **argv)
 		int rc = generate(&p, seq, ids, (int)n, max_tokens, &sp, stdout, &g, err);
 		free(ids);
 		if (rc) {
-			fprintf(stderr, "\nanedvd chat: %s\n", err);
+			// the reply is lost; the cache may hold part of it, so start the next turn afresh
+			fprintf(stderr, "\nanedvd chat: this turn failed: %s\n", err);
 			gen_free(&g);
-			goto out;
+			free(hist[--nh].text);
+			engine_seq_reset(seq);
+			if (sup_interrupted())
+				break;
+			continue;
 		}
 		double tps = g.decode_ms > 0 ? g.decode_steps / (g.decode_ms / 1e3) : 0;
 		printf("\n[%d tokens, %.1f tok/s, %s, prompt %d (%d reused)]\n", g.n, tps, stop_names[g.stop],
@@ -983,6 +992,28 @@ serve_usage(int full)
 	        "  --parallel N        generations at once (default 1); --queue N waiting beyond them\n" PIPE_HELP_BACKEND);
 }
 
+// the frontend is up when its port takes a connection
+static int
+health_tcp(const char *hostport, int timeout_ms, char *err)
+{
+	(void)timeout_ms; // a local connect answers at once
+	char host[256];
+	snprintf(host, sizeof host, "%s", hostport);
+	char *colon = strrchr(host, ':');
+	if (!colon)
+		return ad_err(err, "bad address %s", hostport);
+	*colon = 0;
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+	if (getaddrinfo(host, colon + 1, &hints, &ai) != 0 || !ai)
+		return ad_err(err, "cannot resolve %s", hostport);
+	int fd = socket(ai->ai_family, SOCK_STREAM, 0);
+	int rc = fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : -1;
+	if (fd >= 0)
+		close(fd);
+	freeaddrinfo(ai);
+	return rc ? ad_err(err, "nothing listens on %s yet", hostport) : 0;
+}
+
 int
 cmd_serve(int argc, char **argv)
 {
@@ -1073,8 +1104,7 @@ cmd_serve(int argc, char **argv)
 		fprintf(stderr, "anedvd serve: %s\n", err);
 		return 1;
 	}
-	char u_tok[600], u_ane[600], u_eng[600], listen[300], sz[32], th[32], ms[32], mt[32], par[32], qu[32],
-	    inst[32];
+	char u_tok[600], u_ane[600], u_eng[600], listen[300], sz[32], th[32], ms[32], mt[32], par[32], qu[32];
 	sup_url(s, "tokenizer", u_tok, sizeof u_tok);
 	sup_url(s, "ane-worker", u_ane, sizeof u_ane);
 	sup_url(s, "cpu-worker", u_eng, sizeof u_eng);
@@ -1085,7 +1115,6 @@ cmd_serve(int argc, char **argv)
 	snprintf(mt, sizeof mt, "%lld", max_tokens);
 	snprintf(par, sizeof par, "%lld", parallel);
 	snprintf(qu, sizeof qu, "%lld", queue);
-	snprintf(inst, sizeof inst, "%ld", (long)getpid());
 	int status = 1;
 	{
 		const char *av[] = {b_tok, "--model", po.model, "--listen", u_tok, NULL};
@@ -1105,10 +1134,14 @@ cmd_serve(int argc, char **argv)
 			goto fail;
 	}
 	{
+		// no --instance: a restarted cpu-worker names its surfaces with its own pid, so it
+		// never meets the dead one's (which the supervisor removes)
 		const char *av[24] = {b_cpu, "--model", po.model, "--listen", u_eng, "--chunk", sz, "--max-seq", ms,
-		                      "--parallel", par, "--instance", inst};
-		int k = 13;
+		                      "--parallel", par};
+		int k = 11;
 		if (strcmp(be, "exact")) {
+			av[k++] = "--backend";
+			av[k++] = "remote";
 			av[k++] = "--ane";
 			av[k++] = u_ane;
 		} else {
@@ -1131,13 +1164,13 @@ cmd_serve(int argc, char **argv)
 			av[k++] = system;
 		}
 		av[k] = NULL;
-		struct sup_spec sp = {"frontend", av, NULL, NULL, 1};
+		struct sup_spec sp = {"frontend", av, listen, health_tcp, 1};
 		if (sup_spawn(s, &sp, err))
 			goto fail;
 	}
 	if (sup_wait_ready(s, "tokenizer", 60000, err) ||
 	    (strcmp(be, "exact") && sup_wait_ready(s, "ane-worker", 600000, err)) ||
-	    sup_wait_ready(s, "cpu-worker", 600000, err)) {
+	    sup_wait_ready(s, "cpu-worker", 600000, err) || sup_wait_ready(s, "frontend", 30000, err)) {
 		goto fail;
 	}
 	fprintf(stderr, "anedvd server listening on http://%s (model %s, backend %s)\n", listen, name, be);

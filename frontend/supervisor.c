@@ -290,6 +290,8 @@ monitor_once(struct sup *s)
 				ad_warn("%s (pid %ld) exited with status %d", c->name, (long)c->pid, WEXITSTATUS(st));
 			if (t - c->started_ms >= STABLE_MS)
 				c->backoff_ms = BACKOFF_MIN_MS;
+			// shared memory the dead child created under its own pid
+			surface_cleanup_pid((long)c->pid);
 			c->pid = 0;
 			changed = 1;
 			if (!c->restart || atomic_load(&s->stop)) {
@@ -473,9 +475,10 @@ sup_free(struct sup *s)
 				continue;
 			int st;
 			pid_t r = waitpid(c->pid, &st, WNOHANG);
-			if (r == c->pid || (r < 0 && errno == ECHILD))
+			if (r == c->pid || (r < 0 && errno == ECHILD)) {
+				surface_cleanup_pid((long)c->pid);
 				c->pid = 0;
-			else
+			} else
 				alive++;
 		}
 		if (!alive)
@@ -488,6 +491,7 @@ sup_free(struct sup *s)
 					if (kill(-s->c[i].pid, SIGKILL) != 0)
 						kill(s->c[i].pid, SIGKILL);
 					waitpid(s->c[i].pid, NULL, 0);
+					surface_cleanup_pid((long)s->c[i].pid);
 					s->c[i].pid = 0;
 				}
 			break;

@@ -18,6 +18,8 @@
 // restarts a child that dies with exponential back-off (100 ms doubling to
 // 5 s, back to 100 ms once a child has stayed up 10 s), counting restarts.
 // The status file "<rundir>/status" lists "name pid restarts" per line.
+// The shared memory a child made under its own pid (surface.h ids) is
+// removed when it dies, so its replacement starts clean.
 //
 // sup_free (and only it) stops everything: SIGTERM to each child, up to
 // 3 s to exit, SIGKILL for stragglers, then the runtime directory and the

@@ -159,11 +159,30 @@ if [ -x "$BIN/anedvd-cpu-worker" ] && [ -x "$BIN/anedvd-frontend" ]; then
 	check "serve comes up" [ $up = 1 ]
 	KIDS=$(awk '{print $2}' "$T/anedvd-$P/status" 2>/dev/null | tr '\n' ' ')
 	check "serve runs four children" [ "$(echo $KIDS | wc -w)" = 4 ]
+	complete() {
+		curl -s -m 30 "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' \
+			-d '{"prompt":"Once upon a time","max_tokens":12,"temperature":0}' | grep -q "there was a little girl"
+	}
+	check "serve answers a completion" complete
+	# a crashed cpu-worker is restarted and the server answers again
+	C=$(awk '$1=="cpu-worker"{print $2}' "$T/anedvd-$P/status")
+	kill -9 "$C"
+	for _ in $(seq 1 100); do
+		[ "$(awk '$1=="cpu-worker"{print $3}' "$T/anedvd-$P/status")" = 1 ] && break
+		sleep 0.05
+	done
+	check "serve restarts a killed cpu-worker" [ "$(awk '$1=="cpu-worker"{print $3}' "$T/anedvd-$P/status")" = 1 ]
+	ok2=0
+	for _ in $(seq 1 40); do
+		if complete; then ok2=1; break; fi
+		sleep 0.25
+	done
+	check "serve answers after the cpu-worker restart" [ $ok2 = 1 ]
+	KIDS="$KIDS $(awk '{print $2}' "$T/anedvd-$P/status" | tr '\n' ' ')"
 	kill -INT $P
 	wait $P
 	check "serve: exit 0 on SIGINT" [ $? -eq 0 ]
 	check "serve: no child, no shm, no runtime dir" no_leftovers $P "$KIDS"
-	cat "$T/serve.err" >&2
 else
 	echo "note: anedvd-cpu-worker or anedvd-frontend not built: serve not tested" >&2
 fi
