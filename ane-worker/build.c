@@ -13,12 +13,16 @@
 #include "log.h"
 #include "mil.h"
 #include "wtype.h"
+#ifdef ANEDVD_ANE
+#include "backend-ane.h"
+#endif
 
 // fp32 scratch for dequantising a block of rows
 #define SCRATCH_VALUES ((size_t)1 << 20)
 
 struct ane_builder {
 	char backend[16];
+	int ane; // the ane backend (else emu)
 	struct emu *emu;
 	char tmp[4000]; // where each kernel's directory is made
 	int keep;
@@ -40,11 +44,19 @@ ane_builder_new(const struct ane_build_opts *o, char *err)
 {
 	const char *be = o && o->backend ? o->backend : "emu";
 	if (strcmp(be, "emu") != 0) {
-		if (strcmp(be, "ane") == 0)
-			ad_err(err, "backend ane: not available in this build (macOS only)");
-		else
+		if (strcmp(be, "ane") != 0) {
 			ad_err(err, "unknown backend '%s' (emu or ane)", be);
+			return NULL;
+		}
+#ifdef ANEDVD_ANE
+		if (ane_dev_init(err)) {
+			ad_err_prefix(err, "backend ane");
+			return NULL;
+		}
+#else
+		ad_err(err, ANE_NO_BACKEND_MSG);
 		return NULL;
+#endif
 	}
 	struct ane_builder *b = calloc(1, sizeof *b);
 	if (!b || !(b->scratch = malloc(SCRATCH_VALUES * sizeof(float)))) {
@@ -53,6 +65,7 @@ ane_builder_new(const struct ane_build_opts *o, char *err)
 		return NULL;
 	}
 	snprintf(b->backend, sizeof b->backend, "%s", be);
+	b->ane = strcmp(be, "ane") == 0;
 	const char *keep = getenv("ANEDVD_KEEP_ANE_FILES");
 	b->keep = keep && strcmp(keep, "1") == 0;
 	const char *tmp = getenv("TMPDIR");
@@ -94,8 +107,42 @@ ane_kernel_free(struct ane_kernel *k)
 {
 	if (k && k->ek)
 		emu_kernel_free(k->ek);
+#ifdef ANEDVD_ANE
+	if (k && k->dev)
+		ane_dev_free(k->dev);
+#endif
 	if (k)
 		memset(k, 0, sizeof *k);
+}
+
+const struct ane_layout *
+ane_kernel_input_layout(const struct ane_kernel *k)
+{
+#ifdef ANEDVD_ANE
+	if (k->dev)
+		return ane_dev_input_layout(k->dev);
+#endif
+	return emu_input_layout(k->ek, 0);
+}
+
+size_t
+ane_kernel_input_capacity(const struct ane_kernel *k)
+{
+#ifdef ANEDVD_ANE
+	if (k->dev)
+		return ane_dev_input_capacity(k->dev);
+#endif
+	return emu_input_capacity(k->ek);
+}
+
+size_t
+ane_kernel_output_capacity(const struct ane_kernel *k)
+{
+#ifdef ANEDVD_ANE
+	if (k->dev)
+		return ane_dev_output_capacity(k->dev);
+#endif
+	return emu_output_capacity(k->ek);
 }
 
 // rows [row0, row0 + rows) of t into the open chunk, a block of rows at a time
@@ -191,6 +238,19 @@ compile(struct ane_builder *b, const char *mil, struct kdir *d, struct ane_kerne
 			fclose(f);
 		}
 	}
+#ifdef ANEDVD_ANE
+	if (b->ane) {
+		out->dev = ane_dev_compile(mil, ANE_MIL_WEIGHT_FILE, d->blob, err);
+		kdir_done(b, d);
+		if (!out->dev)
+			return -1;
+		count_compile(b);
+		out->compile_us = ane_dev_compile_us(out->dev);
+		out->weight_bytes = ane_dev_weight_bytes(out->dev);
+		out->width = (int)ane_dev_width(out->dev);
+		return 0;
+	}
+#endif
 	struct emu_file file = {.name = ANE_MIL_WEIGHT_FILE, .path = d->blob};
 	uint64_t t0 = now_us();
 	out->ek = emu_compile(b->emu, mil, &file, 1, err);
@@ -298,10 +358,14 @@ ane_build_probe(struct ane_builder *b, int n, int width, uint64_t seed, struct a
 int
 ane_eval(struct ane_kernel *k, const void *in, void *out, int ncols, char *err)
 {
-	if (!k->ek)
+	if (!k->ek && !k->dev)
 		return ad_err(err, "kernel not compiled");
 	if (ncols < 1 || ncols > k->width)
 		return ad_err(err, "%d columns (width %d)", ncols, k->width);
+#ifdef ANEDVD_ANE
+	if (k->dev)
+		return ane_dev_eval(k->dev, in, out, ncols, err);
+#endif
 	return emu_eval(k->ek, &in, &out, (size_t)ncols, err);
 }
 

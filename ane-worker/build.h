@@ -10,8 +10,9 @@
 // on disk as a whole: one kernel's blob at a time, and the backend's
 // compiled copy; a process killed mid-build leaves one directory at most.
 //
-// Backends: "emu" (the CPU executor of emu.h, everywhere). "ane" is the
-// macOS shim's and is refused here until it exists.
+// Backends: "emu" (the CPU executor of emu.h, everywhere) and "ane" (the
+// Neural Engine through the shim, backend-ane.h; only in builds with
+// ANEDVD_ANE, elsewhere refused with a clear error).
 //
 // The ANE allows about 119 compiles per process before it becomes
 // unreliable; the builder counts compiles and warns when a process comes
@@ -35,6 +36,8 @@
 
 #define ANE_COMPILE_BUDGET 119
 #define ANE_COMPILE_WARN 100
+// what a build without ANEDVD_ANE says to --backend ane
+#define ANE_NO_BACKEND_MSG "the ane backend needs macOS on Apple silicon; this build has emu only"
 
 struct ane_build_opts {
 	const char *backend; // NULL: "emu"
@@ -43,8 +46,11 @@ struct ane_build_opts {
 
 struct ane_builder;
 
+struct ane_dev;
+
 struct ane_kernel {
-	struct emu_kernel *ek;
+	struct emu_kernel *ek; // emu backend
+	struct ane_dev *dev;   // ane backend
 	int width;
 	int in_ch, out_ch;
 	uint64_t compile_us;
@@ -63,6 +69,10 @@ int ane_build_probe(struct ane_builder *b, int n, int width, uint64_t seed, stru
 // v = 0.03 * ((s >> 8) / 2^24 - 0.5)), starting from s = seed
 void ane_probe_weights(float *w, size_t n, uint64_t seed);
 void ane_kernel_free(struct ane_kernel *k);
+// the kernel's host surface layout and sizes, whatever its backend
+const struct ane_layout *ane_kernel_input_layout(const struct ane_kernel *k);
+size_t ane_kernel_input_capacity(const struct ane_kernel *k);
+size_t ane_kernel_output_capacity(const struct ane_kernel *k);
 
 // in / out: fp16 planar surfaces of the kernel's width with at least
 // in_ch / out_ch channels and emu_input_capacity / output_capacity bytes

@@ -205,7 +205,7 @@ do_compile_reply(struct worker *w, struct reply *rp)
 		ki->out_channels = (uint32_t)k->out_ch;
 		ki->compile_us = k->compile_us;
 		total_us += k->compile_us;
-		const struct ane_layout *l = emu_input_layout(k->ek, 0);
+		const struct ane_layout *l = ane_kernel_input_layout(k);
 		snprintf(rp->layouts[i], sizeof rp->layouts[i], "%zu x %zu, row %zu, plane %zu", l->channels, l->width,
 		         l->row_stride, l->plane_stride);
 		ki->input_surface_layout = rp->layouts[i];
@@ -220,7 +220,8 @@ do_compile_reply(struct worker *w, struct reply *rp)
 	c->compile_count = ane_builder_compiles(w->set.b);
 	c->compile_budget = ANE_COMPILE_BUDGET;
 	c->compile_ms = total_us / 1000;
-	c->surfaces_shared = 1;
+	// the ane backend copies into surfaces of its own (backend-ane.h)
+	c->surfaces_shared = strcmp(w->backend, "ane") != 0;
 	rp->r.body_case = ANEDVD__ANE_REPLY__BODY_COMPILE;
 	rp->r.compile = c;
 }
@@ -279,7 +280,7 @@ do_call(struct worker *w, const Anedvd__KernelCall *q, struct reply *rp)
 		fail(rp, code, rp->msg);
 		return;
 	}
-	if (in->bytes < emu_input_capacity(k->ek) || out->bytes < emu_output_capacity(k->ek)) {
+	if (in->bytes < ane_kernel_input_capacity(k) || out->bytes < ane_kernel_output_capacity(k)) {
 		fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "call: surface smaller than the kernel's capacity");
 		return;
 	}
@@ -463,6 +464,16 @@ main(int argc, char **argv)
 			usage(stderr);
 			return 2;
 		}
+	}
+#ifndef ANEDVD_ANE
+	if (strcmp(backend, "ane") == 0) {
+		fprintf(stderr, "anedvd-ane-worker: " ANE_NO_BACKEND_MSG "\n");
+		return 2;
+	}
+#endif
+	if (strcmp(backend, "emu") != 0 && strcmp(backend, "ane") != 0) {
+		fprintf(stderr, "anedvd-ane-worker: --backend takes emu or ane, not '%s'\n", backend);
+		return 2;
 	}
 	if (!model || !url) {
 		usage(stderr);
