@@ -52,6 +52,7 @@ struct pipe_opts {
 	int threads;         // emu threads (0: 2)
 	int debug_delay_ms;  // ane-worker --debug-delay-ms (tests)
 	int kv_f32;
+	const char *child_env; // "NAME=value" for the children (ANEDVD_TRACE)
 };
 
 struct pipe {

@@ -280,7 +280,7 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 
 	// every child is spawned before the first nng call in this process
 	p->sup = sup_new(err);
-	if (!p->sup)
+	if (!p->sup || (o->child_env && sup_setenv(p->sup, o->child_env, err)))
 		goto fail;
 	char tok_url[600], ane_url[600], bin[1024], sz[32], th[32], dl[32];
 	sup_url(p->sup, "tokenizer", tok_url, sizeof tok_url);

@@ -1,5 +1,6 @@
 // cmd-run.c - `anedvd run`, `chat`, `verify` and `serve`: the commands on
 // the multi-process pipeline (cmd-common.h).
+#include <dirent.h>
 #include <math.h>
 #include <netdb.h>
 #include <stdlib.h>
@@ -426,6 +427,30 @@ out:
 	return rc;
 }
 
+// the children's trace files, once merged
+static void
+remove_parts(const char *prefix)
+{
+	char dir[1200];
+	snprintf(dir, sizeof dir, "%s", prefix);
+	char *sl = strrchr(dir, '/');
+	const char *stem = sl ? sl + 1 : dir;
+	if (sl)
+		*sl = 0;
+	DIR *d = opendir(sl ? dir : ".");
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		size_t L = strlen(de->d_name);
+		if (!strncmp(de->d_name, stem, strlen(stem)) && L > 5 && !strcmp(de->d_name + L - 5, ".json")) {
+			char path[2600];
+			snprintf(path, sizeof path, "%s/%s", sl ? dir : ".", de->d_name);
+			unlink(path);
+		}
+	}
+	if (d)
+		closedir(d);
+}
+
 int
 cmd_run(int argc, char **argv)
 {
@@ -452,8 +477,14 @@ cmd_run(int argc, char **argv)
 	int n = 0;
 	if (o.ids && cli_ids("run", "--prompt-ids", o.ids, &ids, &n))
 		return 2;
-	if (o.trace)
+	char trace_env[1300], trace_pre[1200];
+	if (o.trace) {
+		// the children write <trace>.part.<pid>.json at exit; merged below
 		trace_enable();
+		snprintf(trace_pre, sizeof trace_pre, "%s.part", o.trace);
+		snprintf(trace_env, sizeof trace_env, "ANEDVD_TRACE=%s", trace_pre);
+		o.po.child_env = trace_env;
+	}
 	struct pipe p;
 	if (pipe_open(&p, &o.po, err)) {
 		fprintf(stderr, "anedvd run: %s\n", err);
@@ -581,21 +612,20 @@ cmd_run(int argc, char **argv)
 	}
 	status = g.stop == GEN_INTERRUPTED ? 130 : 0;
 out:
-	if (o.trace) {
-		char pre[1100];
-		snprintf(pre, sizeof pre, "%s/trace", sup_rundir(p.sup));
-		if (trace_write(o.trace, pre, err)) {
-			fprintf(stderr, "anedvd run: %s\n", err);
-			status = status ? status : 1;
-		}
-	}
 	if (status == 130)
 		fprintf(stderr, "anedvd run: interrupted\n");
 	gen_free(&g);
 	free(tps);
 	engine_seq_free(seq);
-	pipe_close(&p);
+	pipe_close(&p); // the children stop and write their traces
 	free(ids);
+	if (o.trace) {
+		if (trace_write(o.trace, trace_pre, err)) {
+			fprintf(stderr, "anedvd run: %s\n", err);
+			status = status ? status : 1;
+		}
+		remove_parts(trace_pre);
+	}
 	return status;
 }
 

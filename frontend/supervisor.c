@@ -51,6 +51,8 @@ struct sup {
 	struct child c[SUP_MAX];
 	int n;
 	char **envp;
+	char *extra_env[8];
+	int n_extra;
 	pthread_mutex_t mu;
 	pthread_t mon;
 	int mon_running;
@@ -387,6 +389,39 @@ sup_spawn(struct sup *s, const struct sup_spec *spec, char *err)
 	return rc;
 }
 
+int
+sup_setenv(struct sup *s, const char *kv, char *err)
+{
+	const char *eq = strchr(kv, '=');
+	if (!eq || eq == kv)
+		return ad_err(err, "sup_setenv: '%s' is not NAME=value", kv);
+	if (s->n_extra == (int)(sizeof s->extra_env / sizeof s->extra_env[0]))
+		return ad_err(err, "sup_setenv: too many variables");
+	int n = 0;
+	while (s->envp[n])
+		n++;
+	char **e = realloc(s->envp, ((size_t)n + 2) * sizeof *e);
+	char *copy = strdup(kv);
+	if (!e || !copy) {
+		free(copy);
+		if (e)
+			s->envp = e;
+		return ad_err(err, "out of memory");
+	}
+	s->envp = e;
+	// replace a variable of the same name, or append
+	size_t len = (size_t)(eq - kv) + 1;
+	int i;
+	for (i = 0; i < n; i++)
+		if (!strncmp(e[i], kv, len))
+			break;
+	e[i] = copy;
+	if (i == n)
+		e[n + 1] = NULL;
+	s->extra_env[s->n_extra++] = copy;
+	return 0;
+}
+
 long
 sup_pid(struct sup *s, const char *name)
 {
@@ -505,6 +540,8 @@ sup_free(struct sup *s)
 			free(s->c[i].argv[k]);
 		free(s->c[i].argv);
 	}
+	for (int i = 0; i < s->n_extra; i++)
+		free(s->extra_env[i]);
 	free(s->envp);
 	pthread_mutex_destroy(&s->mu);
 	free(s);

@@ -53,6 +53,8 @@ const char *sup_rundir(const struct sup *s);
 int sup_url(const struct sup *s, const char *name, char *buf, size_t cap);
 
 int sup_spawn(struct sup *s, const struct sup_spec *spec, char *err);
+// add "NAME=value" to the environment of the children spawned from now on
+int sup_setenv(struct sup *s, const char *kv, char *err);
 // wait until the child answers health (or, without one, is running);
 // fails early if it exits and is not to be restarted, or on an interrupt
 int sup_wait_ready(struct sup *s, const char *name, int timeout_ms, char *err);

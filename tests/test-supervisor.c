@@ -8,8 +8,11 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include <cjson/cJSON.h>
+
 #include "supervisor.h"
 #include "t.h"
+#include "trace.h"
 
 static void
 sleep_ms(int ms)
@@ -189,6 +192,56 @@ test_binary(void)
 	CHECK(strchr(b, '/') != NULL);
 }
 
+// a worker writes its events at exit under ANEDVD_TRACE; the CLI merges
+// them with its own into one valid JSON array
+static void
+test_trace(void)
+{
+	char prefix[1024], out[1100];
+	snprintf(prefix, sizeof prefix, "%s/tr", t_tmpdir());
+	snprintf(out, sizeof out, "%s/all.json", t_tmpdir());
+	pid_t p = fork();
+	if (p == 0) {
+		setenv("ANEDVD_TRACE", prefix, 1);
+		if (trace_from_env("worker \"w\"") != 1)
+			_exit(3);
+		trace_event((long)getpid(), 1, "kernel \\ x", "kernel", trace_now_us(), 5);
+		exit(0); // atexit writes the file
+	}
+	int st;
+	waitpid(p, &st, 0);
+	REQUIRE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	unsetenv("ANEDVD_TRACE");
+	CHECK(trace_from_env("x") == 0, "off without the variable");
+	trace_enable();
+	trace_process((long)getpid(), "cli");
+	trace_event((long)getpid(), 1, "decode step", "engine", trace_now_us(), 10);
+	char err[AD_ERRLEN];
+	REQUIRE(trace_write(out, prefix, err) == 0, "%s", err);
+	FILE *f = fopen(out, "rb");
+	REQUIRE(f);
+	static char buf[1 << 16];
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	cJSON *j = cJSON_Parse(buf);
+	REQUIRE(j && cJSON_IsArray(j), "not a JSON array: %s", buf);
+	int x = 0, m = 0, worker = 0;
+	cJSON *e;
+	cJSON_ArrayForEach(e, j)
+	{
+		const char *ph = cJSON_GetStringValue(cJSON_GetObjectItem(e, "ph"));
+		x += ph && !strcmp(ph, "X");
+		m += ph && !strcmp(ph, "M");
+		cJSON *pid = cJSON_GetObjectItem(e, "pid");
+		worker += pid && (long)pid->valuedouble == (long)p;
+	}
+	CHECK(x == 2 && m == 2 && worker == 2, "X %d, M %d, worker's %d", x, m, worker);
+	cJSON_Delete(j);
+	CHECK(trace_write("/nonexistent/dir/t.json", NULL, err) == -1);
+	trace_reset();
+}
+
 int
 main(void)
 {
@@ -200,5 +253,6 @@ main(void)
 	T_RUN(test_health_timeout);
 	T_RUN(test_stale);
 	T_RUN(test_binary);
+	T_RUN(test_trace);
 	return t_done();
 }

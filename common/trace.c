@@ -10,6 +10,8 @@
 
 #include "trace.h"
 
+static char env_prefix[PATH_MAX];
+
 struct tev {
 	long pid, tid;
 	char name[48], cat[16];
@@ -204,4 +206,33 @@ trace_reset(void)
 	nev = capev = 0;
 	nprocs = 0;
 	pthread_mutex_unlock(&mu);
+}
+
+int
+trace_flush_env(char *err)
+{
+	if (!env_prefix[0])
+		return 0;
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof path, "%s.%ld.json", env_prefix, (long)getpid());
+	return trace_write(path, NULL, err);
+}
+
+static void
+flush_at_exit(void)
+{
+	trace_flush_env(NULL);
+}
+
+int
+trace_from_env(const char *process)
+{
+	const char *p = getenv("ANEDVD_TRACE");
+	if (!p || !*p || strlen(p) >= sizeof env_prefix)
+		return 0;
+	snprintf(env_prefix, sizeof env_prefix, "%s", p);
+	trace_enable();
+	trace_process((long)getpid(), process);
+	atexit(flush_at_exit);
+	return 1;
 }
