@@ -166,7 +166,7 @@ test_scatter_gather(void)
 
 // every kernel sums output (o, j) as one fp32 FMA chain over i from 0, so
 // the fast kernel equals the plain one bit for bit, at every width and
-// panel split (the tiles group 1 to 6 panels and 1 to 6 columns)
+// panel split (the tiles take 1 to 4 panels and 1 to 3 columns at once)
 static void
 test_conv_fast_vs_ref(void)
 {
