@@ -1019,7 +1019,11 @@ serve_usage(int full)
 	        "  --system TEXT       system prompt for chats that bring none\n"
 	        "  --max-tokens N      reply length when a request gives none (default 512)\n"
 	        "  --max-seq N         context (default 2048)\n"
-	        "  --parallel N        generations at once (default 1); --queue N waiting beyond them\n" PIPE_HELP_BACKEND);
+	        "  --parallel N        generations at once (default 1); --queue N waiting beyond them\n"
+	        "  --backend B         emu (default off macOS) or exact; ane needs macOS on Apple Silicon\n"
+	        "  --chunk N           columns every kernel is compiled for (default 64)\n"
+	        "  --split             split FFN (gate|up, activation on the CPU, down)\n"
+	        "  --threads N         emu threads of the ane-worker (default 2)\n");
 }
 
 // the frontend is up when its port takes a connection
@@ -1055,6 +1059,11 @@ cmd_serve(int argc, char **argv)
 		int r = pipe_flag(&po, argc, argv, &i);
 		if (r < 0) {
 			serve_usage(0);
+			return 2;
+		}
+		if (r > 0 && (po.rope || po.debug_delay_ms)) {
+			fprintf(stderr, "anedvd serve: %s is not supported here (the cpu-worker takes the model's own)\n",
+			        a);
 			return 2;
 		}
 		if (r > 0)
