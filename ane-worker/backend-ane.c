@@ -22,6 +22,7 @@ struct ane_dev {
 	struct ane_shim_tensor in_h, out_h; // the same, in the shim's terms
 	size_t in_cap, out_cap;
 	uint64_t weight_bytes;
+	int bound; // both surfaces bound: no copies
 	char strides[160];
 };
 
@@ -88,6 +89,9 @@ ane_dev_compile(const char *mil, const char *wname, const char *wpath, char *err
 	    to->row_stride != lo->row_stride || to->plane_stride != lo->plane_stride)
 		ad_info("ane: strides differ from the formula (in row %zu plane %zu, formula %zu %zu); re-strided on copy",
 		        ti->row_stride, ti->plane_stride, li->row_stride, li->plane_stride);
+	static int told;
+	if (!told++)
+		ad_info("ane: kernel I/O by copy into the worker's own IOSurfaces (re-strided to the device's layout)");
 	if (ane_shim_load_attempts(d->k) > 1)
 		ad_info("ane: loaded after %d attempts", ane_shim_load_attempts(d->k));
 	return d;
@@ -176,9 +180,28 @@ ane_dev_eval(struct ane_dev *d, const void *in, void *out, int ncols, char *err)
 {
 	if (ncols < 1 || (size_t)ncols > d->in_l.width)
 		return ad_err(err, "ane: %d columns (width %zu)", ncols, d->in_l.width);
+	if (d->bound)
+		return ane_shim_eval(d->k, err) ? ad_err_prefix(err, "ane") : 0;
 	if (ane_shim_write_input(d->k, 0, in, &d->in_h, (size_t)ncols, err) || ane_shim_eval(d->k, err) ||
 	    ane_shim_read_output(d->k, 0, out, &d->out_h, (size_t)ncols, err))
 		return ad_err_prefix(err, "ane");
+	return 0;
+}
+
+int
+ane_dev_bind(struct ane_dev *d, void *in_iosurface, void *out_iosurface, char *err)
+{
+	if (ane_shim_bind(d->k, 0, 0, in_iosurface, err))
+		return ad_err_prefix(err, "ane");
+	if (ane_shim_bind(d->k, 1, 0, out_iosurface, err)) {
+		// both directions or neither: back to the copy path
+		char e2[AD_ERRLEN];
+		if (ane_shim_unbind(d->k, 0, 0, e2))
+			ad_warn("ane: unbinding the input: %s", e2);
+		return ad_err_prefix(err, "ane");
+	}
+	d->bound = ane_shim_io_path(d->k) == ANE_SHIM_IO_SHARED;
+	ad_info("ane: kernel I/O on shared IOSurfaces (%s path)", ane_shim_io_name(ane_shim_io_path(d->k)));
 	return 0;
 }
 

@@ -45,7 +45,17 @@ uint64_t ane_dev_compile_us(const struct ane_dev *d); // compile + load
 uint64_t ane_dev_weight_bytes(const struct ane_dev *d);
 const char *ane_dev_io_path(const struct ane_dev *d);
 
-// in / out: host surfaces of the layouts above; ncols in 1..width
+// in / out: host surfaces of the layouts above; ncols in 1..width. With
+// surfaces bound (below) in / out are not read or written: the device
+// works on the bound IOSurfaces directly.
 int ane_dev_eval(struct ane_dev *d, const void *in, void *out, int ncols, char *err);
+
+// zero-copy: bind IOSurfaceRefs (as void *) another process created, laid
+// out as the device's strides (ane_dev_strides), as the kernel's input and
+// output. Unverified on the device: the shim checks the binding with one
+// eval, and on refusal the kernel stays on the copy path (-1 with why).
+// common/surface.h surfaces are POSIX shared memory, so nothing calls
+// this yet.
+int ane_dev_bind(struct ane_dev *d, void *in_iosurface, void *out_iosurface, char *err);
 
 #endif

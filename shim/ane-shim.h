@@ -106,8 +106,8 @@ const char *ane_shim_status_name(uint64_t status);
 // the first "status=0x..." / "status 0x..." / "(0x...)" in an error text; 0 if found
 int ane_shim_status_find(const char *text, uint64_t *status);
 // a failed load with this status is worth retrying (0x5, and unknown
-// codes: the pool is machine-wide and frees up); not-permitted and
-// unsupported are final
+// codes: the pool is machine-wide and frees up); not-permitted,
+// unsupported and the inference error 0x1d are final
 int ane_shim_status_transient(uint64_t status, int known);
 // "what failed: <text> [status 0x5: no ANE resources ...]" into err; returns -1
 int ane_shim_error(char *err, const char *what, const char *text);
@@ -149,9 +149,12 @@ int ane_shim_read_output(struct ane_shim_kernel *k, int i, void *dst, const stru
                          size_t ncols, char *err);
 
 // bind a caller's IOSurfaceRef (passed as void *) as input (output = 0) or
-// output (output = 1) i, checked by one eval; -1 and the kernel unchanged
+// output (output = 1) i, checked by one eval (which writes the bound
+// output); -1 and the kernel unchanged
 // (still on its own surfaces) if the device refuses it
 int ane_shim_bind(struct ane_shim_kernel *k, int output, int i, void *iosurface, char *err);
+// back to the kernel's own surface for input / output i
+int ane_shim_unbind(struct ane_shim_kernel *k, int output, int i, char *err);
 enum ane_shim_io ane_shim_io_path(const struct ane_shim_kernel *k);
 const char *ane_shim_io_name(enum ane_shim_io io);
 

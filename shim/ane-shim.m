@@ -111,8 +111,11 @@ fail(char *err, const char *fmt, ...)
 	return -1;
 }
 
-// an NSError as "domain code: description"; the description carries the
-// driver's "status=0x.." text that ane_shim_error decodes
+// an NSError as "domain code: description", decoded by ane_shim_error when
+// it names a "status=0x.." (the driver's messages read "... Failed with
+// status=0x1d : Program Inference error"). UNVERIFIED: whether every
+// failure puts the status in the description rather than only in the
+// daemon's log; an undecoded load failure is retried like a busy pool.
 static int
 ns_fail(char *err, const char *what, NSError *e)
 {
@@ -610,10 +613,23 @@ ane_shim_bind(struct ane_shim_kernel *k, int output, int i, void *iosurface, cha
 	*slot = old;
 	char e3[ANE_SHIM_ERRLEN];
 	if (make_request(k, e3))
-		return fail(err, "bind: %s; and the request on the kernel's own surfaces failed: %s", e2, e3);
+		return fail(err, "bind: %s; and the request on the previous surfaces failed: %s", e2, e3);
+	return fail(err, "bind: the device refused the surface (%s); the kernel keeps its previous surfaces", e2);
+}
+
+int
+ane_shim_unbind(struct ane_shim_kernel *k, int output, int i, char *err)
+{
+	if (i < 0 || i >= (output ? k->nout : k->nin))
+		return fail(err, "unbind: no %s %d", output ? "output" : "input", i);
+	IOSurfaceRef *slot = output ? &k->out_b[i] : &k->in_b[i];
+	if (!*slot)
+		return 0;
+	CFRelease(*slot);
+	*slot = NULL;
 	int any = 0;
 	for (int j = 0; j < ANE_SHIM_MAX_IO; j++)
 		any |= k->in_b[j] != NULL || k->out_b[j] != NULL;
 	k->io = any ? ANE_SHIM_IO_SHARED : ANE_SHIM_IO_COPY;
-	return fail(err, "bind: the device refused the surface (%s); staying on the copy path", e2);
+	return make_request(k, err);
 }
