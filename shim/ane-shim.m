@@ -175,7 +175,6 @@ typedef id (*msg_desc_fn)(Class, SEL, id, id, id);
 typedef id (*msg_cls1_fn)(Class, SEL, id);
 typedef id (*msg_cls_surf_fn)(Class, SEL, IOSurfaceRef);
 typedef id (*msg_id_fn)(id, SEL);
-typedef NSUInteger (*msg_uint_fn)(id, SEL);
 typedef BOOL (*msg_qos_fn)(id, SEL, unsigned int, id, NSError *__autoreleasing *);
 typedef BOOL (*msg_eval_fn)(id, SEL, unsigned int, id, id, NSError *__autoreleasing *);
 typedef BOOL (*msg_unload_fn)(id, SEL, unsigned int, NSError *__autoreleasing *);
@@ -290,7 +289,7 @@ remove_dir(NSString *dir)
 }
 
 static int
-make_request(struct ane_shim_kernel *k, char *err)
+request_in_pool(struct ane_shim_kernel *k, char *err)
 {
 	NSMutableArray *ins = [NSMutableArray array], *outs = [NSMutableArray array];
 	NSMutableArray *iidx = [NSMutableArray array], *oidx = [NSMutableArray array];
@@ -322,6 +321,17 @@ make_request(struct ane_shim_kernel *k, char *err)
 		CFRelease(k->request);
 	k->request = (__bridge_retained void *)req;
 	return 0;
+}
+
+// (re)build the request over the current surfaces; callable from plain C
+static int
+make_request(struct ane_shim_kernel *k, char *err)
+{
+	int rc;
+	@autoreleasepool {
+		rc = request_in_pool(k, err);
+	}
+	return rc;
 }
 
 void
