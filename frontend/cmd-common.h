@@ -4,15 +4,18 @@
 // Flags: a malformed or out-of-range value names the flag and the command
 // returns 2. Values are parsed whole ("12x" is refused).
 //
-// The pipeline (struct pipe): the model mapped in this process, the
-// supervisor with the anedvd-tokenizer process (when text is needed) and,
-// for the emu and ane backends, the anedvd-ane-worker process that owns
-// the projection kernels; the decode loop (engine.h) runs here, in the
-// role of the cpu-worker, and reaches the kernels through kb_remote, which
-// survives a restart of the ane-worker. Backend "exact" runs fp32
-// projections in this process (no ane-worker). Every kernel call goes
-// through a wrapper that books its time per kernel kind and, with --trace,
-// records it.
+// The pipeline (struct pipe): the model mapped in this process (for the
+// reference engine of verify and the vocabulary), and the supervised
+// processes: anedvd-tokenizer (when text is needed), anedvd-ane-worker (the
+// projection kernels, for the emu and ane backends) and anedvd-cpu-worker
+// (the decode loop, over engine.proto: p->eng), which reaches the kernels
+// through kb_remote and so survives a restart of the ane-worker. Backend
+// "exact" runs fp32 projections inside the cpu-worker.
+//
+// With in_process (--in-process, or when anedvd-cpu-worker is not built)
+// the decode loop runs here instead (p->e over p->kb, kb_remote or
+// kb_exact); every kernel call then goes through a wrapper that books its
+// time per kernel kind and, with --trace, records each call.
 #ifndef AD_CMD_COMMON_H
 #define AD_CMD_COMMON_H
 
@@ -53,6 +56,7 @@ struct pipe_opts {
 	int debug_delay_ms;  // ane-worker --debug-delay-ms (tests)
 	int kv_f32;
 	const char *child_env; // "NAME=value" for the children (ANEDVD_TRACE)
+	int in_process;        // the decode loop in this process, not anedvd-cpu-worker
 };
 
 struct pipe {
@@ -62,7 +66,10 @@ struct pipe {
 	struct tokc_vocab voc;
 	int have_voc;
 	struct kernel_backend *inner, *kb;
-	struct engine *e;
+	struct engine *e;       // in-process decode loop, or NULL
+	struct ad_client *eng;  // anedvd-cpu-worker, or NULL
+	char ane_url[600];
+	int n_vocab, max_seq;
 	char backend[16];
 	enum model_rope ref_rope; // the model's RoPE before a pipeline-only override
 	int timeout_ms;
@@ -71,6 +78,9 @@ struct pipe {
 };
 
 int pipe_open(struct pipe *p, const struct pipe_opts *o, char *err);
+// the ane-worker's per-kind kernel totals (calls, ns inside the backend)
+// since it started; -1 when there is no ane-worker (exact) or no answer
+int pipe_ane_stats(struct pipe *p, uint64_t calls[PIPE_KINDS], uint64_t ns[PIPE_KINDS], char *err);
 void pipe_close(struct pipe *p);
 void pipe_clear_stats(struct pipe *p);
 const char *pipe_kind_name(int kind);
@@ -85,7 +95,10 @@ int pipe_is_stop(const struct pipe *p, int32_t id);
 	"  --chunk N           columns every kernel is compiled for (default 64)\n"                             \
 	"  --split             split FFN (gate|up, activation on the CPU, down)\n"                              \
 	"  --threads N         emu threads (default 2)\n"                                                        \
-	"  --rope-hf           force neox RoPE pairing; --rope-adjacent: force adjacent pairs\n"
+	"  --rope-hf           force neox RoPE pairing; --rope-adjacent: force adjacent pairs\n" \
+	"                      (these two imply --in-process: the cpu-worker takes the model's own)\n" \
+	"  --in-process        run the decode loop in this process instead of anedvd-cpu-worker\n" \
+	"                      (the trace then has every kernel call)\n"
 
 // parse the flags in PIPE_HELP_BACKEND (and --model, --max-seq): 1 if
 // argv[*i] was one (consumed), 0 if not, -1 on a bad value

@@ -6,7 +6,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ane.pb-c.h"
 #include "cmd-common.h"
+#include "engine-client.h"
 #include "log.h"
 #include "trace.h"
 
@@ -132,6 +134,8 @@ pipe_flag(struct pipe_opts *o, int argc, char **argv, int *i)
 		o->threads = (int)x;
 	} else if (!strcmp(a, "--split")) {
 		o->split = 1;
+	} else if (!strcmp(a, "--in-process")) {
+		o->in_process = 1;
 	} else if (!strcmp(a, "--rope-hf")) {
 		o->rope = MODEL_ROPE_NEOX;
 	} else if (!strcmp(a, "--rope-adjacent")) {
@@ -278,6 +282,12 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 	if (o->rope)
 		p->m.hp.rope = o->rope;
 
+	char cpu_bin[1024];
+	int in_proc = o->in_process || o->rope || o->pipe_rope || o->kv_f32 ||
+	              sup_binary(cpu_bin, sizeof cpu_bin, "anedvd-cpu-worker") != 0;
+	if (!o->in_process && in_proc && !o->rope && !o->pipe_rope && !o->kv_f32)
+		ad_warn("%s is not built: the decode loop runs in this process", cpu_bin);
+
 	// every child is spawned before the first nng call in this process
 	p->sup = sup_new(err);
 	if (!p->sup || (o->child_env && sup_setenv(p->sup, o->child_env, err)))
@@ -285,6 +295,8 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 	char tok_url[600], ane_url[600], bin[1024], sz[32], th[32], dl[32];
 	sup_url(p->sup, "tokenizer", tok_url, sizeof tok_url);
 	sup_url(p->sup, "ane-worker", ane_url, sizeof ane_url);
+	snprintf(sz, sizeof sz, "%d", chunk);
+	snprintf(th, sizeof th, "%d", o->threads > 0 ? o->threads : 2);
 	if (o->need_tok) {
 		if (sup_binary(bin, sizeof bin, "anedvd-tokenizer")) {
 			ad_err(err, "%s is missing: build the anedvd-tokenizer target", bin);
@@ -300,8 +312,6 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 			ad_err(err, "%s is missing: build the anedvd-ane-worker target", bin);
 			goto fail;
 		}
-		snprintf(sz, sizeof sz, "%d", chunk);
-		snprintf(th, sizeof th, "%d", o->threads > 0 ? o->threads : 2);
 		snprintf(dl, sizeof dl, "%d", o->debug_delay_ms);
 		const char *argv[16] = {bin,  "--model", o->model, "--listen", ane_url, "--backend",
 		                        be,   "--chunk", sz,       "--threads", th};
@@ -318,6 +328,33 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 			goto fail;
 	}
 
+	char eng_url[600], ms[32];
+	sup_url(p->sup, "cpu-worker", eng_url, sizeof eng_url);
+	snprintf(p->ane_url, sizeof p->ane_url, "%s", remote ? ane_url : "");
+	if (!in_proc) {
+		// no --instance: the worker names its surfaces by its own pid, so a
+		// restarted one never meets the dead one's
+		snprintf(ms, sizeof ms, "%d", o->max_seq > 0 ? o->max_seq : 2048);
+		const char *argv[24] = {cpu_bin, "--model", o->model, "--listen", eng_url, "--chunk", sz,
+		                        "--max-seq", ms, "--threads", th};
+		int n = 11;
+		if (remote) {
+			argv[n++] = "--backend";
+			argv[n++] = "remote";
+			argv[n++] = "--ane";
+			argv[n++] = ane_url;
+		} else {
+			argv[n++] = "--backend";
+			argv[n++] = "exact";
+		}
+		if (o->split)
+			argv[n++] = "--split";
+		argv[n] = NULL;
+		struct sup_spec sp = {"cpu-worker", argv, eng_url, sup_health_engine, 1};
+		if (sup_spawn(p->sup, &sp, err))
+			goto fail;
+	}
+
 	if (o->need_tok) {
 		if (sup_wait_ready(p->sup, "tokenizer", 60000, err))
 			goto fail;
@@ -326,6 +363,28 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 		if (tokc_vocab(p->tok, &p->voc, p->timeout_ms, err))
 			goto fail;
 		p->have_voc = 1;
+	}
+	if (!in_proc) {
+		if ((remote && sup_wait_ready(p->sup, "ane-worker", 600000, err)) ||
+		    sup_wait_ready(p->sup, "cpu-worker", 600000, err))
+			goto fail;
+		if (!(p->eng = ad_client_open(eng_url, err)))
+			goto fail;
+		p->n_vocab = (int)p->m.hp.n_vocab;
+		p->max_seq = o->max_seq > 0 ? o->max_seq : 2048; // given to the worker
+		p->ref_rope = p->m.hp.rope;
+		if (trace_enabled()) {
+			trace_process((long)getpid(), "anedvd");
+			long cp = sup_pid(p->sup, "cpu-worker"), wp = remote ? sup_pid(p->sup, "ane-worker") : 0;
+			long tp = o->need_tok ? sup_pid(p->sup, "tokenizer") : 0;
+			if (cp > 0)
+				trace_process(cp, "anedvd-cpu-worker");
+			if (wp > 0)
+				trace_process(wp, "anedvd-ane-worker");
+			if (tp > 0)
+				trace_process(tp, "anedvd-tokenizer");
+		}
+		return 0;
 	}
 	struct kb_opts ko = {.width = chunk, .split = o->split, .threads = o->threads, .instance = (long)getpid()};
 	if (remote) {
@@ -359,6 +418,8 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 	p->e = engine_new(&p->m, p->kb, &eo, err);
 	if (!p->e)
 		goto fail;
+	p->n_vocab = engine_n_vocab(p->e);
+	p->max_seq = engine_max_seq(p->e);
 	return 0;
 fail:
 	pipe_close(p);
@@ -379,7 +440,78 @@ pipe_close(struct pipe *p)
 	if (p->tok)
 		ad_client_close(p->tok);
 	p->tok = NULL;
+	if (p->eng)
+		ad_client_close(p->eng);
+	p->eng = NULL;
 	sup_free(p->sup); // children stopped, runtime dir and shared memory removed
 	p->sup = NULL;
 	model_free(&p->m);
+}
+
+// --- the ane-worker's counters ---------------------------------------------------------------
+
+static Anedvd__AneReply *
+ane_rpc(struct ad_client *c, Anedvd__AneRequest *q, char *err)
+{
+	size_t n = anedvd__ane_request__get_packed_size(q);
+	uint8_t *buf = malloc(n ? n : 1), *rep = NULL;
+	size_t rlen = 0;
+	if (!buf)
+		return ad_err(err, "out of memory"), NULL;
+	anedvd__ane_request__pack(q, buf);
+	int rc = ad_client_call(c, buf, n, &rep, &rlen, 10000, err);
+	free(buf);
+	if (rc)
+		return NULL;
+	Anedvd__AneReply *a = anedvd__ane_reply__unpack(NULL, rlen, rep);
+	free(rep);
+	if (!a)
+		ad_err(err, "ane-worker: undecodable reply");
+	return a;
+}
+
+int
+pipe_ane_stats(struct pipe *p, uint64_t calls[PIPE_KINDS], uint64_t ns[PIPE_KINDS], char *err)
+{
+	memset(calls, 0, PIPE_KINDS * sizeof *calls);
+	memset(ns, 0, PIPE_KINDS * sizeof *ns);
+	if (!p->ane_url[0])
+		return -1;
+	struct ad_client *c = ad_client_open(p->ane_url, err);
+	if (!c)
+		return -1;
+	int rc = -1;
+	Anedvd__AneRequest q = ANEDVD__ANE_REQUEST__INIT;
+	Anedvd__CompileRequest cq = ANEDVD__COMPILE_REQUEST__INIT;
+	q.body_case = ANEDVD__ANE_REQUEST__BODY_COMPILE;
+	q.compile = &cq;
+	Anedvd__AneReply *kinds = ane_rpc(c, &q, err), *st = NULL;
+	if (!kinds || kinds->body_case != ANEDVD__ANE_REPLY__BODY_COMPILE)
+		goto out;
+	Anedvd__AneRequest q2 = ANEDVD__ANE_REQUEST__INIT;
+	Anedvd__StatsRequest sq = ANEDVD__STATS_REQUEST__INIT;
+	q2.body_case = ANEDVD__ANE_REQUEST__BODY_STATS;
+	q2.stats = &sq;
+	st = ane_rpc(c, &q2, err);
+	if (!st || st->body_case != ANEDVD__ANE_REPLY__BODY_STATS)
+		goto out;
+	for (size_t i = 0; i < st->stats->n_kernels; i++) {
+		const Anedvd__KernelStats *ks = st->stats->kernels[i];
+		int kind = 0;
+		for (size_t j = 0; j < kinds->compile->n_kernels; j++)
+			if (kinds->compile->kernels[j]->id == ks->kernel)
+				kind = (int)kinds->compile->kernels[j]->kind;
+		if (kind <= 0 || kind >= PIPE_KINDS)
+			kind = 0;
+		calls[kind] += ks->calls;
+		ns[kind] += ks->exec_ns;
+	}
+	rc = 0;
+out:
+	if (kinds)
+		anedvd__ane_reply__free_unpacked(kinds, NULL);
+	if (st)
+		anedvd__ane_reply__free_unpacked(st, NULL);
+	ad_client_close(c);
+	return rc;
 }

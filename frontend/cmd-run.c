@@ -12,6 +12,7 @@
 
 #include "cmd-common.h"
 #include "commands.h"
+#include "engine-client.h"
 #include "log.h"
 #include "ref.h"
 #include "sample.h"
@@ -32,7 +33,8 @@ struct gen {
 	int decode_steps;
 	char *text;
 	size_t text_len;
-	struct engine_timings dec; // the decode phase only
+	struct engine_timings dec; // the decode phase only (whole_job: the whole job)
+	int whole_job;             // figures from the cpu-worker: prefill + decode
 	uint64_t dec_kind_ns[PIPE_KINDS], dec_kind_calls[PIPE_KINDS];
 };
 
@@ -173,13 +175,142 @@ out:
 	return rc;
 }
 
+// the same over anedvd-cpu-worker: a job, polled; the split comes from the
+// job's timings and the ane-worker's counters, over the whole job
+static int
+generate_remote(struct pipe *p, const char *session, const int32_t *prompt, int n, int max_tokens,
+                const struct sample_params *sp, FILE *out, struct gen *g, char *err)
+{
+	memset(g, 0, sizeof *g);
+	g->whole_job = 1;
+	g->ids = malloc((size_t)(max_tokens > 0 ? max_tokens : 1) * sizeof *g->ids);
+	if (!g->ids)
+		return ad_err(err, "out of memory");
+	int32_t stops[2];
+	int ns = 0;
+	if (p->have_voc) {
+		if (p->voc.eos >= 0)
+			stops[ns++] = p->voc.eos;
+		if (p->voc.eot >= 0 && p->voc.eot != p->voc.eos)
+			stops[ns++] = p->voc.eot;
+	} else if (p->m.hp.eos_id >= 0) {
+		stops[ns++] = (int32_t)p->m.hp.eos_id;
+	}
+	struct engc_gen eg = {.prompt = prompt, .n_prompt = (size_t)n, .max_tokens = (uint32_t)max_tokens,
+	                      .sp = sp, .stop_ids = stops, .n_stop = (size_t)ns, .session = session};
+	uint64_t c0[PIPE_KINDS], n0[PIPE_KINDS], c1[PIPE_KINDS], n1[PIPE_KINDS];
+	int stats = pipe_ane_stats(p, c0, n0, NULL) == 0;
+	char pending[4];
+	size_t np = 0;
+	int code = 0;
+	struct engc_started st;
+	uint64_t t0 = trace_now_us();
+	if (engc_generate(p->eng, &eg, &st, p->timeout_ms, &code, err))
+		return -1;
+	g->info.prompt_tokens = (int)st.prompt_tokens;
+	g->info.dropped = (int)st.dropped;
+	g->info.reused = (int)st.reused;
+	g->info.prefilled = (int)(st.prompt_tokens - st.reused);
+	struct engc_timings tm;
+	memset(&tm, 0, sizeof tm);
+	for (;;) {
+		struct engc_poll pl;
+		uint64_t q0 = trace_now_us();
+		if (engc_poll(p->eng, st.job, 200, &pl, p->timeout_ms, &code, err))
+			return -1;
+		if (trace_enabled() && pl.n_events)
+			trace_event((long)getpid(), 1, "poll (tokens)", "engine", q0, trace_now_us() - q0);
+		int bad = 0;
+		for (size_t i = 0; i < pl.n_events && !bad; i++) {
+			int32_t id = pl.events[i].id;
+			if (g->n < max_tokens)
+				g->ids[g->n++] = id;
+			if (p->tok && emit(p, g, &id, 0, pending, &np, out, err))
+				bad = 1;
+		}
+		enum engc_finish fin = pl.finish;
+		if (fin != ENGC_RUNNING)
+			tm = pl.timings;
+		if (fin == ENGC_ERROR)
+			ad_err(err, "the engine ended the generation: %s", pl.msg);
+		engc_poll_free(&pl);
+		if (bad || fin == ENGC_ERROR)
+			return -1;
+		if (fin == ENGC_STOP || fin == ENGC_LENGTH) {
+			g->stop = fin == ENGC_STOP ? GEN_STOP : GEN_LENGTH;
+			break;
+		}
+		if (fin == ENGC_CANCELLED || sup_interrupted()) {
+			if (fin != ENGC_CANCELLED)
+				engc_cancel(p->eng, st.job, p->timeout_ms, NULL, NULL);
+			g->stop = GEN_INTERRUPTED;
+			break;
+		}
+	}
+	if (trace_enabled())
+		trace_event((long)getpid(), 1, "generation", "engine", t0, trace_now_us() - t0);
+	if (p->tok && emit(p, g, NULL, 1, pending, &np, out, err))
+		return -1;
+	g->prefill_ms = (double)tm.prefill_ns / 1e6;
+	g->decode_ms = (double)tm.decode_ns / 1e6;
+	g->decode_steps = (int)tm.decode_tokens;
+	g->dec.kernel_ns = tm.kernel_ns;
+	g->dec.ipc_ns = tm.ipc_ns;
+	g->dec.attention_ns = tm.attention_ns;
+	g->dec.sampling_ns = tm.sampling_ns;
+	g->dec.cpu_other_ns = tm.cpu_other_ns;
+	g->dec.moe_ns = tm.moe_ns;
+	if (stats && pipe_ane_stats(p, c1, n1, NULL) == 0)
+		for (int k = 0; k < PIPE_KINDS; k++) {
+			g->dec_kind_calls[k] = c1[k] - c0[k];
+			g->dec_kind_ns[k] = n1[k] - n0[k];
+			g->dec.kernel_calls += c1[k] - c0[k];
+		}
+	return 0;
+}
+
+static int
+gen_any(struct pipe *p, struct engine_seq *seq, const char *session, const int32_t *prompt, int n, int max_tokens,
+        const struct sample_params *sp, FILE *out, struct gen *g, char *err)
+{
+	if (p->e)
+		return generate(p, seq, prompt, n, max_tokens, sp, out, g, err);
+	return generate_remote(p, session, prompt, n, max_tokens, sp, out, g, err);
+}
+
+// teacher-forced logits of every position (n rows of p->n_vocab)
+static int
+pipe_eval(struct pipe *p, const int32_t *ids, int n, int per_token, float *logits, char *err)
+{
+	if (p->e) {
+		struct engine_seq *s = engine_seq_new(p->e, err);
+		if (!s)
+			return -1;
+		int rc = engine_eval(p->e, s, ids, n, per_token, logits, err);
+		engine_seq_free(s);
+		return rc;
+	}
+	float *l = NULL;
+	uint32_t rows = 0, nv = 0;
+	int code;
+	if (engc_eval(p->eng, ids, (size_t)n, per_token, 0, 0, &l, &rows, &nv, p->timeout_ms * 4, &code, err))
+		return -1;
+	if ((int)rows != n || (int)nv != p->n_vocab) {
+		free(l);
+		return ad_err(err, "the engine returned %u rows of %u, not %d of %d", rows, nv, n, p->n_vocab);
+	}
+	memcpy(logits, l, (size_t)n * nv * sizeof *l);
+	free(l);
+	return 0;
+}
+
 // the per-token split of the decode phase
 static void
 print_split(FILE *f, struct pipe *p, const struct gen *g)
 {
 	double steps = g->n > 0 ? g->n : 1; // sampling happens per generated token
-	double st = g->decode_steps > 0 ? g->decode_steps : 1;
-	fprintf(f, "per-token split (%s):", p->backend);
+	double st = g->whole_job ? steps : g->decode_steps > 0 ? g->decode_steps : 1;
+	fprintf(f, "per-token split (%s%s):", p->backend, g->whole_job ? ", whole job per generated token" : "");
 	for (int k = 1; k < PIPE_KINDS; k++)
 		if (g->dec_kind_calls[k])
 			fprintf(f, " %s %.3f ms,", pipe_kind_name(k), (double)g->dec_kind_ns[k] / 1e6 / st);
@@ -196,7 +327,7 @@ print_timings(FILE *f, struct pipe *p, const struct gen *g)
 	double dt = g->decode_ms > 0 ? g->decode_steps / (g->decode_ms / 1e3) : 0;
 	fprintf(f, "stop: %s\n", stop_names[g->stop]);
 	fprintf(f, "prefill: %d tokens in %.3f s (%.1f tok/s)\n", g->info.prefilled, g->prefill_ms / 1e3, pf);
-	double dns = g->decode_ms * 1e6;
+	double dns = (g->decode_ms + (g->whole_job ? g->prefill_ms : 0)) * 1e6;
 	double kern = (double)g->dec.kernel_ns, ipc = (double)g->dec.ipc_ns;
 	fprintf(f, "decode: %d tokens in %.3f s (%.1f tok/s; kernels %.0f%%, IPC %.0f%%, CPU %.0f%%)\n",
 	        g->decode_steps, g->decode_ms / 1e3, dt, dns > 0 ? 100 * kern / dns : 0, dns > 0 ? 100 * ipc / dns : 0,
@@ -398,13 +529,14 @@ run_args(int argc, char **argv, struct run_opts *o)
 static int
 run_ab(struct pipe *p, const int32_t *ids, int n, char *err)
 {
-	int nv = engine_n_vocab(p->e);
+	int nv = p->n_vocab;
 	float *a = malloc((size_t)n * nv * sizeof *a), *b = malloc((size_t)n * nv * sizeof *b);
-	struct engine_seq *s = engine_seq_new(p->e, err);
 	int rc = -1;
-	if (!a || !b || !s)
+	if (!a || !b) {
+		ad_err(err, "out of memory");
 		goto out;
-	if (engine_eval(p->e, s, ids, n, 1, a, err) || engine_eval(p->e, s, ids, n, 0, b, err))
+	}
+	if (pipe_eval(p, ids, n, 1, a, err) || pipe_eval(p, ids, n, 0, b, err))
 		goto out;
 	double md = 0;
 	int same = 1;
@@ -421,7 +553,6 @@ run_ab(struct pipe *p, const int32_t *ids, int n, char *err)
 	        same ? "equal" : "DIFFERENT", ok ? "ok" : "FAIL");
 	rc = ok ? 0 : 1;
 out:
-	engine_seq_free(s);
 	free(a);
 	free(b);
 	return rc;
@@ -505,16 +636,16 @@ cmd_run(int argc, char **argv)
 		goto out;
 	}
 	for (int i = 0; i < n; i++)
-		if (ids[i] >= engine_n_vocab(p.e)) {
+		if (ids[i] >= p.n_vocab) {
 			fprintf(stderr, "anedvd run: token id %d is outside the vocabulary (%d ids)\n", ids[i],
-			        engine_n_vocab(p.e));
+			        p.n_vocab);
 			status = 2;
 			goto out;
 		}
 	if (o.ab) {
-		if (n > engine_max_seq(p.e)) {
+		if (n > p.max_seq) {
 			fprintf(stderr, "anedvd run: prompt is %d tokens but the context is %d; raise it with --max-seq %d\n",
-			        n, engine_max_seq(p.e), n);
+			        n, p.max_seq, n);
 			status = 2;
 			goto out;
 		}
@@ -526,7 +657,7 @@ cmd_run(int argc, char **argv)
 		if (r > 0)
 			goto out;
 	}
-	if (!(seq = engine_seq_new(p.e, err))) {
+	if (p.e && !(seq = engine_seq_new(p.e, err))) {
 		fprintf(stderr, "anedvd run: %s\n", err);
 		goto out;
 	}
@@ -545,10 +676,11 @@ cmd_run(int argc, char **argv)
 	for (int r = 0; r < o.repeat; r++) {
 		if (r > 0) {
 			gen_free(&g);
-			engine_seq_reset(seq);
+			if (seq)
+				engine_seq_reset(seq);
 			pipe_clear_stats(&p);
 		}
-		if (generate(&p, seq, ids, n, o.max_tokens, &o.sp, o.json || r > 0 ? NULL : stdout, &g, err)) {
+		if (gen_any(&p, seq, NULL, ids, n, o.max_tokens, &o.sp, o.json || r > 0 ? NULL : stdout, &g, err)) {
 			fprintf(stderr, "\nanedvd run: %s\n", err);
 			goto out;
 		}
@@ -558,7 +690,7 @@ cmd_run(int argc, char **argv)
 			if (g.info.dropped)
 				printf("note: the prompt was %d tokens; the oldest %d were dropped to fit the context "
 				       "(%d); raise it with --max-seq\n",
-				       n, g.info.dropped, engine_max_seq(p.e));
+				       n, g.info.dropped, p.max_seq);
 			print_timings(stdout, &p, &g);
 		}
 		if (g.stop == GEN_INTERRUPTED)
@@ -704,10 +836,12 @@ cmd_chat(int argc, char **argv)
 		fprintf(stderr, "anedvd chat: %s\n", err);
 		return 1;
 	}
-	struct engine_seq *seq = engine_seq_new(p.e, err);
+	struct engine_seq *seq = p.e ? engine_seq_new(p.e, err) : NULL;
 	struct msg *hist = NULL;
 	int nh = 0, status = 1;
-	if (!seq) {
+	char session[64];
+	snprintf(session, sizeof session, "chat-%ld", (long)getpid());
+	if (p.e && !seq) {
 		fprintf(stderr, "anedvd chat: %s\n", err);
 		goto out;
 	}
@@ -739,7 +873,10 @@ cmd_chat(int argc, char **argv)
 				for (int i = 0; i < nh; i++)
 					free(hist[i].text);
 				nh = 0;
-				engine_seq_reset(seq);
+				if (seq)
+					engine_seq_reset(seq);
+				else
+					engc_reset(p.eng, session, p.timeout_ms, NULL, NULL);
 				printf("conversation cleared\n");
 			} else if (!strcmp(line, "/temp") && arg && !cli_float("chat", "/temp", arg, 0, 100, &f)) {
 				sp.temperature = f;
@@ -782,14 +919,17 @@ cmd_chat(int argc, char **argv)
 		free(chat);
 		printf("\n");
 		struct gen g;
-		int rc = generate(&p, seq, ids, (int)n, max_tokens, &sp, stdout, &g, err);
+		int rc = gen_any(&p, seq, session, ids, (int)n, max_tokens, &sp, stdout, &g, err);
 		free(ids);
 		if (rc) {
 			// the reply is lost; the cache may hold part of it, so start the next turn afresh
 			fprintf(stderr, "\nanedvd chat: this turn failed: %s\n", err);
 			gen_free(&g);
 			free(hist[--nh].text);
-			engine_seq_reset(seq);
+			if (seq)
+				engine_seq_reset(seq);
+			else
+				engc_reset(p.eng, session, p.timeout_ms, NULL, NULL);
 			if (sup_interrupted())
 				break;
 			continue;
@@ -800,7 +940,7 @@ cmd_chat(int argc, char **argv)
 		if (g.info.dropped)
 			printf("note: the conversation no longer fits the context (%d): the oldest %d tokens were "
 			       "dropped; raise --max-seq or /reset\n",
-			       engine_max_seq(p.e), g.info.dropped);
+			       p.max_seq, g.info.dropped);
 		hist[nh].role = TOK_ROLE_ASSISTANT;
 		hist[nh].text = strdup(g.text ? g.text : "");
 		nh++;
@@ -905,10 +1045,10 @@ cmd_verify(int argc, char **argv)
 		}
 		n = (int)nn;
 	}
-	int nv = engine_n_vocab(p.e);
-	if (n < 1 || n > engine_max_seq(p.e)) {
+	int nv = p.n_vocab;
+	if (n < 1 || n > p.max_seq) {
 		fprintf(stderr, "anedvd verify: the prompt has %d tokens; the context holds %d (--max-seq)\n", n,
-		        engine_max_seq(p.e));
+		        p.max_seq);
 		status = 2;
 		goto out;
 	}
@@ -920,12 +1060,12 @@ cmd_verify(int argc, char **argv)
 		}
 	a = malloc((size_t)n * nv * sizeof *a);
 	b = malloc((size_t)n * nv * sizeof *b);
-	if (!a || !b || !(s = engine_seq_new(p.e, err))) {
-		fprintf(stderr, "anedvd verify: %s\n", s || !a || !b ? "out of memory" : err);
+	if (!a || !b) {
+		fprintf(stderr, "anedvd verify: out of memory\n");
 		goto out;
 	}
 	double t0 = cli_now_ms();
-	if (engine_eval(p.e, s, ids, n, 0, a, err)) {
+	if (pipe_eval(&p, ids, n, 0, a, err)) {
 		fprintf(stderr, "anedvd verify: pipeline: %s\n", err);
 		goto out;
 	}
@@ -944,8 +1084,9 @@ cmd_verify(int argc, char **argv)
 		goto out;
 	}
 	double t_ref = cli_now_ms() - t0;
-	printf("model: %s (%s, %lld layers), backend %s, %d prompt tokens\n", po.model, model_arch_name(p.m.arch),
-	       (long long)p.m.hp.n_layer, p.backend, n);
+	printf("model: %s (%s, %lld layers), backend %s, decode loop %s, %d prompt tokens\n", po.model,
+	       model_arch_name(p.m.arch), (long long)p.m.hp.n_layer, p.backend,
+	       p.e ? "in this process" : "in anedvd-cpu-worker", n);
 	printf("  pos    token   rel.err    cosine   max|diff|  max|ref|  argmax pipe/ref\n");
 	int same_all = 0, nan_total = 0;
 	double rel_last = 0, cos_last = 0, md_last = 0;

@@ -596,8 +596,9 @@ cmd_selftest(int argc, char **argv)
 		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
 			fprintf(stderr, "usage: anedvd selftest [--split] [--backend emu|exact]\n"
 			                "  writes a tiny random llama (n_embd 64, 2 layers, 4/2 heads, ff 128, vocab 320)\n"
-			                "  to a temporary GGUF, runs tokens 1,42,7,200,13 through the pipeline (the\n"
-			                "  anedvd-ane-worker process on emu) and through the fp32 reference engine:\n"
+			                "  to a temporary GGUF, runs tokens 1,42,7,200,13 through the pipeline (the decode\n"
+			                "  loop here, the kernels in the anedvd-ane-worker process on emu) and through the\n"
+			                "  fp32 reference engine:\n"
 			                "  PASS if the relative error of every position is below 0.05 and the argmaxes\n"
 			                "  agree, else FAIL (exit 1)\n");
 			return 0;
@@ -619,6 +620,7 @@ cmd_selftest(int argc, char **argv)
 	}
 	po.model = path;
 	po.max_seq = 64;
+	po.in_process = 1; // the decode loop here, the kernels in the ane-worker process
 	struct pipe p;
 	if (pipe_open(&p, &po, err)) {
 		fprintf(stderr, "anedvd selftest: %s\n", err);

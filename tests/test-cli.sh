@@ -55,11 +55,13 @@ $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 > "$T/run.
 check "run exits 0" [ $? -eq 0 ]
 check "run prints the reference story" grep -q "there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball." "$T/run.txt"
 check "run prints the decode rate" grep -q "^decode: .* tok/s" "$T/run.txt"
-check "run prints the per-token split" grep -q "^per-token split (emu): qkv .* ms, .*IPC .* attention .* sampling .* other" "$T/run.txt"
+check "run prints the per-token split" grep -q "^per-token split (emu[^)]*): qkv .* ms, .*IPC .* attention .* sampling .* other" "$T/run.txt"
 check "run says it uses emu" grep -q "using the emu backend" "$T/run.err"
 
 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json > "$T/run.json" 2>/dev/null
 check "run --json ids are the reference" [ "$(json_ids "$T/run.json")" = "$REF" ]
+$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json --in-process > "$T/inproc.json" 2>/dev/null
+check "run --in-process ids are the reference" [ "$(json_ids "$T/inproc.json")" = "$REF" ]
 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json --backend exact > "$T/exact.json" 2>/dev/null
 check "run --backend exact ids are the reference" [ "$(json_ids "$T/exact.json")" = "$REF" ]
 $A run --model "$STORIES" --prompt "Once upon a time" --no-chat --max-tokens 8 --ab > "$T/ab.txt" 2> "$T/ab.err"
@@ -72,8 +74,15 @@ check "a seeded sampled run repeats" [ "$(json_ids "$T/s1.json")" = "$(json_ids 
 check "a sampled run differs from greedy" [ "$(json_ids "$T/s1.json")" != "$(echo $REF | cut -d' ' -f1-20)" ]
 
 # --- trace -----------------------------------------------------------------------------------
-$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 8 --trace "$T/trace.json" > /dev/null 2>&1
-check "--trace is JSON with kernel, sampling and tokenizer events from 3 processes" python3 - "$T/trace.json" <<'EOF'
+$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 8 --trace "$T/trace2.json" > /dev/null 2>&1
+check "--trace over the cpu-worker is JSON with engine and tokenizer events" python3 - "$T/trace2.json" <<'EOF'
+import json, sys
+ev = json.load(open(sys.argv[1]))
+cats = {e.get("cat") for e in ev if e.get("ph") == "X"}
+assert {"engine", "tokenizer"} <= cats, cats
+EOF
+$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 8 --in-process --trace "$T/trace.json" > /dev/null 2>&1
+check "--trace --in-process is JSON with kernel, sampling and tokenizer events from 3 processes" python3 - "$T/trace.json" <<'EOF'
 import json, sys
 ev = json.load(open(sys.argv[1]))
 cats = {e.get("cat") for e in ev if e.get("ph") == "X"}
@@ -131,6 +140,21 @@ check "the crashed run gives the uninterrupted tokens" [ "$(json_ids "$T/crash.j
 check "one restart reported" python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["ane_worker_restarts"] == 1' "$T/crash.json"
 check "the restart was logged" grep -q "ane-worker (pid $W) was killed by signal 9" "$T/crash.err"
 
+# the same with the decode loop in the CLI (kb_remote in this process)
+$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json --debug-delay-ms 5 --in-process \
+	> "$T/crash2.json" 2> "$T/crash2.err" &
+P=$!
+W=""
+for _ in $(seq 1 200); do
+	W=$(awk '$1=="ane-worker"{print $2}' "$T/anedvd-$P/status" 2>/dev/null)
+	[ -n "$W" ] && [ "$W" != 0 ] && break
+	sleep 0.05
+done
+sleep 0.4
+kill -9 "$W" 2>/dev/null
+wait $P
+check "--in-process: the crashed run gives the uninterrupted tokens" [ "$(json_ids "$T/crash2.json" 2>/dev/null)" = "$REF" ]
+
 # --- SIGINT: nothing left behind ---------------------------------------------------------
 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 100000 --max-seq 100000 --debug-delay-ms 20 \
 	> /dev/null 2> "$T/int.err" &
@@ -138,7 +162,7 @@ P=$!
 KIDS=""
 for _ in $(seq 1 200); do
 	KIDS=$(awk '{print $2}' "$T/anedvd-$P/status" 2>/dev/null | tr '\n' ' ')
-	[ "$(echo $KIDS | wc -w)" = 2 ] && break
+	[ "$(echo $KIDS | wc -w)" = 3 ] && break
 	sleep 0.05
 done
 sleep 0.5
