@@ -732,8 +732,10 @@ cmd_run(int argc, char **argv)
 		cJSON_AddNumberToObject(t, "kernel_calls_per_token", (double)g.dec.kernel_calls / st);
 		cJSON_AddNumberToObject(t, "kernel_ms_per_token", (double)g.dec.kernel_ns / 1e6 / st);
 		cJSON_AddNumberToObject(t, "prefill_tok_s", g.prefill_ms > 0 ? g.info.prefilled / (g.prefill_ms / 1e3) : 0);
+		double span = g.decode_ms + (g.whole_job ? g.prefill_ms : 0); // what g.dec covers
 		cJSON_AddNumberToObject(t, "outside_kernels_share",
-		                        g.decode_ms > 0 ? 1.0 - (double)g.dec.kernel_ns / (g.decode_ms * 1e6) : 0);
+		                        span > 0 ? 1.0 - (double)g.dec.kernel_ns / (span * 1e6) : 0);
+		cJSON_AddBoolToObject(t, "split_is_whole_job", g.whole_job);
 		cJSON_AddItemToObject(j, "timings", t);
 		cJSON_AddNumberToObject(j, "ane_worker_restarts", sup_restarts(p.sup, "ane-worker"));
 		char *s = cJSON_PrintUnformatted(j);
