@@ -304,6 +304,7 @@ main(int argc, char **argv)
 	printf("fp32 FMA peak, 1 thread: %.1f GFLOP/s (thread CPU time)\n", fma_peak());
 	bench_kernel(2048, 2048, o.force_ref);
 	bench_kernel(896, 4864, o.force_ref);
+	bench_kernel(896, 896, o.force_ref);
 	if (kernel_only) {
 		emu_close(e);
 		return sink == 12345.0f;
@@ -328,6 +329,8 @@ main(int argc, char **argv)
 	size_t nevict = (128u << 20) / sizeof(float);
 	bench_conv(e, 2048, 2048, big, nevict, o.threads);
 	bench_conv(e, 896, 4864, big, nevict, o.threads);
+	// a small one (a 0.5B model's attention projection): pool overheads show
+	bench_conv(e, 896, 896, big, nevict, o.threads);
 	free(big);
 	emu_close(e);
 	return sink == 12345.0f; // keep the reads
