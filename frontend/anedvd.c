@@ -16,7 +16,7 @@ struct command {
 static const struct command commands[] = {
 	{ "run", cmd_run,
 	  "run --model M (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N] [--temp T] ... [--json] [--trace F]\n"
-	  "        generate text on the pipeline (tokenizer and ane-worker processes), streamed" },
+	  "        generate text on the pipeline (tokenizer, cpu-worker, ane-worker processes), streamed" },
 	{ "chat", cmd_chat,
 	  "chat --model M [--system TEXT] [--max-seq N]\n"
 	  "        multi-turn chat in the terminal (/help, /reset, /temp, /topp, /rep, /exit)" },
