@@ -1883,6 +1883,11 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols)
 	if (ntasks > j.npanels)
 		ntasks = j.npanels;
 	j.per_task = (j.npanels + ntasks - 1) / ntasks;
+	// whole tiles per task (4x1 for one column, 3x2 and 2x3 otherwise): a
+	// task of 7 panels would end in a 1-panel tile with half the FMA chains
+	size_t unit = ncols == 1 ? 4 : 6;
+	if (ntasks > 1 && j.per_task > unit)
+		j.per_task = j.per_task / unit * unit;
 	ntasks = (j.npanels + j.per_task - 1) / j.per_task;
 	pool_run(&e->pool, conv_task, &j, ntasks);
 }
