@@ -175,6 +175,12 @@ test_errors(void)
 	qn = anedvd__tok_request__pack(&q2, buf);
 	CHECK(is_bad_request(raw(c, buf, qn)), "unknown role");
 
+	// an empty message (its bytes field arrives as NULL) renders, no crash
+	struct tok_msg empty[] = { { TOK_ROLE_USER, "" } };
+	char *chat = NULL;
+	CHECK(tokc_chat(c, empty, 1, 1, &chat, TIMEOUT, err) == 0, "%s", err);
+	free(chat);
+
 	// the service is still there
 	uint32_t pid;
 	CHECK(tokc_health(c, &pid, TIMEOUT, err) == 0, "%s", err);

@@ -186,7 +186,7 @@ do_chat(struct tok_service *s, const Anedvd__ApplyChatTemplateRequest *q, struct
 			bad = 1;
 			break;
 		}
-		if (memchr(m->content.data, 0, m->content.len)) {
+		if (m->content.len && memchr(m->content.data, 0, m->content.len)) {
 			snprintf(rp->msg, sizeof rp->msg, "chat: message %zu contains a NUL byte", i);
 			bad = 1;
 			break;
