@@ -114,10 +114,18 @@ store_rows(float *dst, size_t left, __m256 lo, __m256 hi)
 // 16 ymm registers of plain AVX2.
 #define TILE_MAX_ACC 12
 
+// weights to pull towards L2 while a tile computes: the panels at w, the
+// lines at i0, i0 + di, ... (one 64-byte line holds two steps of i)
+struct pf {
+	const uint16_t *w;
+	size_t i0, di;
+};
+
 SIMD_TARGET static inline __attribute__((always_inline)) void
 tile(const uint16_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left,
-     const int mp, const int nc)
+     const struct pf *pf, const int mp, const int nc)
 {
+	size_t pfi = pf ? pf->i0 : (size_t)-1;
 	__m256 acc[TILE_MAX_ACC];
 #pragma GCC unroll 12
 	for (int a = 0; a < 2 * mp * nc; a++)
@@ -131,6 +139,9 @@ tile(const uint16_t *w, size_t cin, const float *x, float *y, size_t cout, size_
 			if (p > 0 && nc > 1)
 				__asm__ volatile("" ::: "memory");
 			const __m128i *wp = (const __m128i *)(w + (size_t)p * cin * PANEL + i * PANEL);
+			if (i == pfi)
+				_mm_prefetch((const char *)(pf->w + (size_t)p * cin * PANEL + i * PANEL),
+				             _MM_HINT_T1);
 			__m256 lo = _mm256_cvtph_ps(_mm_load_si128(wp));
 			__m256 hi = _mm256_cvtph_ps(_mm_load_si128(wp + 1));
 #pragma GCC unroll 6
@@ -140,6 +151,8 @@ tile(const uint16_t *w, size_t cin, const float *x, float *y, size_t cout, size_
 				acc[(2 * p + 1) * nc + c] = _mm256_fmadd_ps(hi, b, acc[(2 * p + 1) * nc + c]);
 			}
 		}
+		if (i == pfi)
+			pfi += pf->di;
 	}
 #pragma GCC unroll 4
 	for (int p = 0; p < mp; p++)
@@ -150,13 +163,14 @@ tile(const uint16_t *w, size_t cin, const float *x, float *y, size_t cout, size_
 }
 
 typedef void tile_fn(const uint16_t *w, size_t cin, const float *x, float *y, size_t cout,
-                     size_t left);
+                     size_t left, const struct pf *pf);
 
 #define TILE(MP, NC)                                                                          \
 	SIMD_TARGET static void tile_##MP##x##NC(const uint16_t *w, size_t cin, const float *x,   \
-	                                         float *y, size_t cout, size_t left)             \
+	                                         float *y, size_t cout, size_t left,              \
+	                                         const struct pf *pf)                            \
 	{                                                                                         \
-		tile(w, cin, x, y, cout, left, MP, NC);                                            \
+		tile(w, cin, x, y, cout, left, pf, MP, NC);                                          \
 	}
 TILE(1, 1)
 TILE(1, 2)
@@ -209,8 +223,16 @@ conv_simd(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_
 				mp = TILE_STREAMS;
 			for (size_t q = p; q < pe; q += mp) {
 				size_t m = pe - q < mp ? pe - q : mp;
+				// blocks 1 .. nb-1 (their weights are in L2) pull the same
+				// panels of the next group from DRAM, each a share of the
+				// lines, so the next group's first block finds them in L2
+				// (cold 2048x2048 at 8 columns: 940 -> 720 us on one thread,
+				// warm 630)
+				struct pf pf = {NULL, 0, 0};
+				if (b > 0 && q + group + m <= p1)
+					pf = (struct pf){panels + (q + group) * pstride, 2 * (b - 1), 2 * (nb - 1)};
 				tiles[m][nc](panels + q * pstride, cin, x + j * cin, y + j * cout + q * PANEL,
-				             cout, cout - q * PANEL);
+				             cout, cout - q * PANEL, pf.w ? &pf : NULL);
 			}
 			j += nc;
 		}
