@@ -3,9 +3,11 @@
 // Dispatches to the subcommands. Only commands that work are listed.
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "log.h"
+#include "supervisor.h"
 
 struct command {
 	const char *name;
@@ -75,7 +77,18 @@ usage(FILE *out)
 int
 main(int argc, char **argv)
 {
+	// the supervisor's trampoline (supervisor.h): becomes a child process
+	if (argc > 1 && strcmp(argv[1], "__child") == 0)
+		return sup_child_main(argc, argv);
 	ad_log_init("anedvd");
+#ifdef __linux__
+	char self[4096];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	if (n > 0) {
+		self[n] = 0;
+		sup_set_trampoline(self);
+	}
+#endif
 	if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
 	    strcmp(argv[1], "help") == 0) {
 		usage(argc < 2 ? stderr : stdout);

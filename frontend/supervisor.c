@@ -14,6 +14,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "ane.pb-c.h"
 #include "client.h"
@@ -60,6 +63,29 @@ struct sup {
 };
 
 static volatile sig_atomic_t interrupted;
+static char trampoline[PATH_MAX];
+
+void
+sup_set_trampoline(const char *path)
+{
+	snprintf(trampoline, sizeof trampoline, "%s", path ? path : "");
+}
+
+int
+sup_child_main(int argc, char **argv)
+{
+	// argv: <self> __child <ppid> <path> <args...>
+	if (argc < 4)
+		_exit(127);
+#ifdef __linux__
+	prctl(PR_SET_PDEATHSIG, SIGTERM);
+#endif
+	if ((long)getppid() != atol(argv[2]))
+		_exit(1); // the parent is already gone
+	execv(argv[3], argv + 3);
+	fprintf(stderr, "anedvd: cannot start %s: %s\n", argv[3], strerror(errno));
+	_exit(127);
+}
 
 static void
 on_signal(int sig)
@@ -260,7 +286,28 @@ spawn_child(struct sup *s, struct child *c, char *err)
 	posix_spawnattr_setpgroup(&at, 0);
 	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
 	pid_t pid;
-	int rc = posix_spawn(&pid, c->argv[0], &fa, &at, c->argv, s->envp);
+	int rc;
+	if (trampoline[0]) {
+		int n = 0;
+		while (c->argv[n])
+			n++;
+		char **av = calloc((size_t)n + 4, sizeof *av);
+		char ppid[32];
+		snprintf(ppid, sizeof ppid, "%ld", (long)getpid());
+		if (!av) {
+			rc = ENOMEM;
+		} else {
+			av[0] = trampoline;
+			av[1] = "__child";
+			av[2] = ppid;
+			for (int i = 0; i < n; i++)
+				av[3 + i] = c->argv[i];
+			rc = posix_spawn(&pid, trampoline, &fa, &at, av, s->envp);
+			free(av);
+		}
+	} else {
+		rc = posix_spawn(&pid, c->argv[0], &fa, &at, c->argv, s->envp);
+	}
 	posix_spawn_file_actions_destroy(&fa);
 	posix_spawnattr_destroy(&at);
 	if (rc != 0)

@@ -63,6 +63,15 @@ int sup_restarts(struct sup *s, const char *name);
 // stop restarting name (it is stopped with the others by sup_free)
 void sup_no_restart(struct sup *s, const char *name);
 
+// Linux: spawn every child through `<path> __child <ppid> <argv...>`, which
+// asks the kernel to SIGTERM it when the spawning thread's process dies
+// (prctl PR_SET_PDEATHSIG) and then execs the child: a SIGKILLed CLI leaves
+// no orphan. path is a binary whose main calls sup_child_main for
+// "__child" (the anedvd CLI). Without it children are spawned directly.
+void sup_set_trampoline(const char *path);
+// the trampoline's side: argv as given to main; never returns
+int sup_child_main(int argc, char **argv);
+
 int sup_interrupted(void);
 void sup_clear_interrupt(void);
 

@@ -171,6 +171,31 @@ wait $P
 check "SIGINT: exit 130" [ $? -eq 130 ]
 check "SIGINT: no child, no shm, no runtime dir" no_leftovers $P "$KIDS"
 
+# --- SIGKILL of the CLI: the children follow it; the next start removes the rest -----------
+$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 100000 --max-seq 100000 --debug-delay-ms 20 \
+	> /dev/null 2>&1 &
+P=$!
+KIDS=""
+for _ in $(seq 1 200); do
+	KIDS=$(awk '{print $2}' "$T/anedvd-$P/status" 2>/dev/null | tr '\n' ' ')
+	[ "$(echo $KIDS | wc -w)" = 3 ] && break
+	sleep 0.05
+done
+sleep 0.5
+kill -9 $P
+wait $P 2>/dev/null
+gone=0
+for _ in $(seq 1 100); do
+	alive=0
+	for k in $KIDS; do kill -0 "$k" 2>/dev/null && alive=1; done
+	[ $alive = 0 ] && { gone=1; break; }
+	sleep 0.05
+done
+check "SIGKILL of the CLI: its children exit too" [ $gone = 1 ]
+$A probe --size 64 > /dev/null 2>&1 # any command; the supervisor is what cleans
+$A run --model "$STORIES" --prompt-ids 1 --max-tokens 1 --backend exact > /dev/null 2>&1
+check "the next start removes the killed instance's runtime dir and shm" no_leftovers $P ""
+
 if [ -x "$BIN/anedvd-cpu-worker" ] && [ -x "$BIN/anedvd-frontend" ]; then
 	PORT=$((20000 + RANDOM % 20000))
 	$A serve --model "$STORIES" --port $PORT > /dev/null 2> "$T/serve.err" &
