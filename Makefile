@@ -1,6 +1,7 @@
 # The two commands of the quick start, and a few more.
 #
-#   make run     build, then tell the default story with the embedded model
+#   make run     build, then tell the default story with the embedded model,
+#                through the whole pipeline (tokenizer, cpu-worker, ane-worker on emu)
 #   make test    build and run every test suite (plain, then ASan+UBSan)
 #   make bench   build and run the benchmarks (prints figures)
 #
@@ -22,7 +23,7 @@ build/bin/anedvd: deps FORCE
 	@cmake --build build -j $(JOBS) >/dev/null
 
 run: build/bin/anedvd
-	build/bin/anedvd cpu --model $(MODEL) --prompt "$(PROMPT)" --max-tokens 200
+	build/bin/anedvd run --model $(MODEL) --prompt "$(PROMPT)" --no-chat --max-tokens 200
 
 test: test-plain test-sanitize
 
@@ -39,7 +40,7 @@ test-sanitize:
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
 bench: build/bin/anedvd
-	@for b in build/bench-*; do [ -x "$$b" ] && "$$b"; done; true
+	@for b in build/tests/bench-*; do [ -x "$$b" ] && echo "== $$b" && "$$b"; done; true
 
 clean:
 	rm -rf build build-test build-asan build-fuzz
