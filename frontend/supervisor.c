@@ -78,7 +78,9 @@ sup_child_main(int argc, char **argv)
 	if (argc < 4)
 		_exit(127);
 #ifdef __linux__
-	prctl(PR_SET_PDEATHSIG, SIGTERM);
+	// SIGKILL: a worker waiting on a dead peer must not outlive us; what it
+	// leaves (shm, the runtime dir) the next start removes
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
 #endif
 	if ((long)getppid() != atol(argv[2]))
 		_exit(1); // the parent is already gone

@@ -64,7 +64,7 @@ int sup_restarts(struct sup *s, const char *name);
 void sup_no_restart(struct sup *s, const char *name);
 
 // Linux: spawn every child through `<path> __child <ppid> <argv...>`, which
-// asks the kernel to SIGTERM it when the spawning thread's process dies
+// asks the kernel to SIGKILL it when the spawning thread's process dies
 // (prctl PR_SET_PDEATHSIG) and then execs the child: a SIGKILLed CLI leaves
 // no orphan. path is a binary whose main calls sup_child_main for
 // "__child" (the anedvd CLI). Without it children are spawned directly.
