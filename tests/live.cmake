@@ -1,0 +1,28 @@
+# The whole system as a user starts it (`anedvd serve` on stories260K):
+# the official OpenAI and Anthropic clients from npm (tests/node/live.test.mjs)
+# and the WebUI in Debian's chromium (tests/web/live-run.sh), both against
+# the live server. Screenshots land in <build>/tests/web-artifacts (live-*.png).
+if(NOT TARGET anedvd OR NOT TARGET anedvd-frontend OR NOT TARGET anedvd-cpu-worker)
+  return()
+endif()
+find_program(NODE_EXE node)
+find_program(NPM_EXE npm)
+if(NOT NODE_EXE OR NOT NPM_EXE)
+  message(STATUS "node/npm not found: the live e2e tests are not registered")
+  return()
+endif()
+
+set(LIVE_MODEL ${CMAKE_CURRENT_SOURCE_DIR}/data/stories260K/stories260K.gguf)
+
+# fe-npm-ci (tests/frontend.cmake) installs the SDKs
+add_test(NAME test-live-sdk
+  COMMAND ${NODE_EXE} --test --test-reporter=spec ${CMAKE_CURRENT_SOURCE_DIR}/node/live.test.mjs)
+set_tests_properties(test-live-sdk PROPERTIES LABELS e2e TIMEOUT 300
+  ENVIRONMENT "ANEDVD_BIN=$<TARGET_FILE:anedvd>;FE_MODEL=${LIVE_MODEL}"
+  FIXTURES_REQUIRED fe_node_modules)
+
+# run.sh installs playwright-core itself; test-web's npm ci must not race it
+add_test(NAME test-web-live
+  COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/web/live-run.sh $<TARGET_FILE:anedvd> ${LIVE_MODEL})
+set_tests_properties(test-web-live PROPERTIES LABELS e2e TIMEOUT 600 RUN_SERIAL TRUE
+  ENVIRONMENT "ANEDVD_WEB_ARTIFACTS=${CMAKE_CURRENT_BINARY_DIR}/web-artifacts")

@@ -1,0 +1,300 @@
+// The official clients (openai, @anthropic-ai/sdk, pinned by
+// package-lock.json) against the whole system as a user starts it:
+// `anedvd serve --model stories260K.gguf`, which supervises the tokenizer,
+// the ane-worker (emu), the cpu-worker and the frontend. Every endpoint,
+// streaming and not; stop sequences; max_tokens; determinism at
+// temperature 0 and with a seed; an error as the SDK raises it; and a clean
+// shutdown on SIGINT that leaves no process, runtime dir or shared memory.
+//
+// Environment (ctest sets it): ANEDVD_BIN, the anedvd binary; FE_MODEL,
+// the model. Skipped without ANEDVD_BIN (e.g. under test-fe-sdk, which runs
+// every file of this directory).
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+
+import Anthropic from '@anthropic-ai/sdk';
+import OpenAI from 'openai';
+
+import { freePort } from '../http/harness.mjs';
+
+const BIN = process.env.ANEDVD_BIN;
+const MODEL = process.env.FE_MODEL;
+const skip = BIN && MODEL ? false : 'ANEDVD_BIN / FE_MODEL not set (run through ctest -R test-live-sdk)';
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const user = (content) => [{ role: 'user', content }];
+// the model's own greedy continuation (tests/data/stories260K/SOURCES.md)
+const STORY = ', there was a little girl named Lily';
+
+const alive = (pid) => {
+	try {
+		process.kill(pid, 0);
+		return true;
+	} catch {
+		return false;
+	}
+};
+
+describe('anedvd serve on stories260K, through the official SDKs', { skip }, () => {
+	let srv, rt, port, base, oai, ant, log, kids = [];
+
+	before(async () => {
+		// a private runtime base: other instances on the machine are not touched
+		rt = fs.mkdtempSync(path.join(os.tmpdir(), 'anedvd-live-'));
+		log = path.join(rt, 'serve.log');
+		port = await freePort();
+		base = `http://127.0.0.1:${port}`;
+		const out = fs.openSync(log, 'a');
+		srv = spawn(BIN, ['serve', '--model', MODEL, '--port', String(port)], {
+			stdio: ['ignore', out, out],
+			env: { ...process.env, XDG_RUNTIME_DIR: rt },
+		});
+		fs.closeSync(out);
+		srv.exited = new Promise((r) => srv.once('exit', (code, sig) => r({ code, sig })));
+		let up = false;
+		for (let i = 0; i < 600 && srv.exitCode === null; i++) {
+			try {
+				const h = await (await fetch(`${base}/health`)).json();
+				if (h.tokenizer === 'up' && h.engine === 'up') { up = true; break; }
+			} catch {
+				// not listening yet
+			}
+			await sleep(50);
+		}
+		if (!up) throw new Error(`anedvd serve did not come up:\n${fs.readFileSync(log, 'utf8')}`);
+		const status = path.join(rt, `anedvd-${srv.pid}`, 'status');
+		kids = fs.readFileSync(status, 'utf8').trim().split('\n').map((l) => Number(l.split(/\s+/)[1]));
+		oai = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60000 });
+		ant = new Anthropic({ baseURL: base, apiKey: 'unused', maxRetries: 0, timeout: 60000 });
+	});
+
+	after(async () => {
+		if (srv && srv.exitCode === null && srv.signalCode === null) srv.kill('SIGKILL');
+		if (rt && !process.env.KEEP_LOGS) fs.rmSync(rt, { recursive: true, force: true });
+	});
+
+	it('runs the four supervised children', () => {
+		assert.equal(kids.length, 4, fs.readFileSync(path.join(rt, `anedvd-${srv.pid}`, 'status'), 'utf8'));
+		for (const k of kids) assert.ok(alive(k), `child ${k} is not running`);
+	});
+
+	it('GET /health, /metrics, / and models.list', async () => {
+		const h = await (await fetch(`${base}/health`)).json();
+		assert.equal(h.status, 'ok');
+		const m = await fetch(`${base}/metrics`);
+		assert.equal(m.status, 200);
+		assert.match(await m.text(), /^# (HELP|TYPE) /m);
+		const page = await fetch(`${base}/`);
+		assert.equal(page.status, 200);
+		assert.match(page.headers.get('content-type'), /text\/html/);
+		assert.match(await page.text(), /<title>anedvd<\/title>/);
+		const ids = [];
+		for await (const x of oai.models.list()) ids.push(x.id);
+		assert.equal(ids.length, 1);
+		assert.match(ids[0], /stories260K/);
+		const one = await oai.models.retrieve(ids[0]).catch((e) => e);
+		// retrieve is optional in the API; when it is there it names the model
+		if (!(one instanceof Error)) assert.equal(one.id, ids[0]);
+	});
+
+	it('completions: the greedy story, max_tokens, stream with usage', async () => {
+		const req = { model: 'stories260K', prompt: 'Once upon a time', max_tokens: 24, temperature: 0 };
+		const r = await oai.completions.create(req);
+		assert.equal(r.object, 'text_completion');
+		assert.ok(r.choices[0].text.startsWith(STORY), `greedy story: ${JSON.stringify(r.choices[0].text)}`);
+		assert.equal(r.choices[0].finish_reason, 'length');
+		assert.equal(r.usage.completion_tokens, 24);
+		assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 24);
+		const stream = await oai.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+		let text = '', finish = null, usage = null;
+		for await (const c of stream) {
+			text += c.choices[0]?.text ?? '';
+			finish = c.choices[0]?.finish_reason ?? finish;
+			if (c.usage) usage = c.usage;
+		}
+		assert.equal(text, r.choices[0].text);
+		assert.equal(finish, 'length');
+		assert.equal(usage?.completion_tokens, 24);
+	});
+
+	it('completions: stop as a string and as an array, streaming and not', async () => {
+		const req = { model: 'stories260K', prompt: 'Once upon a time', max_tokens: 24, temperature: 0 };
+		let r = await oai.completions.create({ ...req, stop: ' Lily' });
+		assert.equal(r.choices[0].text, ', there was a little girl named');
+		assert.equal(r.choices[0].finish_reason, 'stop');
+		r = await oai.completions.create({ ...req, stop: ['never-there', ' girl'] });
+		assert.equal(r.choices[0].text, ', there was a little');
+		assert.equal(r.choices[0].finish_reason, 'stop');
+		// a stop sequence that spans several tokens, cut in the stream too
+		const stream = await oai.completions.create({ ...req, stop: ['a little g'], stream: true });
+		let text = '', finish = null;
+		for await (const c of stream) {
+			text += c.choices[0]?.text ?? '';
+			finish = c.choices[0]?.finish_reason ?? finish;
+		}
+		assert.equal(text, ', there was ');
+		assert.equal(finish, 'stop');
+	});
+
+	it('chat: whole and streamed (include_usage) replies agree; stop; max_tokens', async () => {
+		const req = { model: 'stories260K', messages: user('Tell me a story about a dog.'), max_tokens: 40, temperature: 0 };
+		const whole = await oai.chat.completions.create(req);
+		assert.equal(whole.object, 'chat.completion');
+		const reply = whole.choices[0].message.content;
+		assert.equal(whole.choices[0].message.role, 'assistant');
+		assert.ok(reply.length > 0);
+		assert.ok(['stop', 'length'].includes(whole.choices[0].finish_reason));
+		const stream = await oai.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+		let text = '', finish = null, usage = null, role = null, chunks = 0;
+		for await (const c of stream) {
+			assert.equal(c.object, 'chat.completion.chunk');
+			role ??= c.choices[0]?.delta?.role;
+			text += c.choices[0]?.delta?.content ?? '';
+			finish = c.choices[0]?.finish_reason ?? finish;
+			if (c.usage && c.choices.length === 0) usage = c.usage;
+			chunks++;
+		}
+		assert.equal(role, 'assistant');
+		assert.equal(text, reply);
+		assert.ok(chunks > 3, 'the reply came in pieces');
+		assert.equal(finish, whole.choices[0].finish_reason);
+		assert.deepEqual(usage, whole.usage);
+		// the stream helper rebuilds the same message
+		const final = await oai.chat.completions.stream(req).finalChatCompletion();
+		assert.equal(final.choices[0].message.content, reply);
+
+		// stop: a word from inside the greedy reply, as a string and in an array
+		const words = reply.trim().split(/\s+/);
+		assert.ok(words.length >= 4, reply);
+		const stop = ' ' + words[3];
+		const head = reply.slice(0, reply.indexOf(stop));
+		let cut = await oai.chat.completions.create({ ...req, stop });
+		assert.equal(cut.choices[0].message.content, head);
+		assert.equal(cut.choices[0].finish_reason, 'stop');
+		cut = await oai.chat.completions.create({ ...req, stop: ['never-there', stop] });
+		assert.equal(cut.choices[0].message.content, head);
+		assert.equal(cut.choices[0].finish_reason, 'stop');
+
+		// max_tokens: exactly that many tokens, finish_reason length, streaming and not
+		const short = await oai.chat.completions.create({ ...req, max_tokens: 5 });
+		assert.equal(short.choices[0].finish_reason, 'length');
+		assert.equal(short.usage.completion_tokens, 5);
+		assert.ok(reply.startsWith(short.choices[0].message.content));
+		const s5 = await oai.chat.completions.create({ ...req, max_tokens: 5, stream: true, stream_options: { include_usage: true } });
+		let t5 = '', f5 = null, u5 = null;
+		for await (const c of s5) {
+			t5 += c.choices[0]?.delta?.content ?? '';
+			f5 = c.choices[0]?.finish_reason ?? f5;
+			if (c.usage) u5 = c.usage;
+		}
+		assert.equal(t5, short.choices[0].message.content);
+		assert.equal(f5, 'length');
+		assert.equal(u5.completion_tokens, 5);
+	});
+
+	it('anthropic messages: whole and streamed; stop_sequences; max_tokens', async () => {
+		const req = { model: 'stories260K', max_tokens: 40, temperature: 0, messages: user('Tell me a story.') };
+		const r = await ant.messages.create(req);
+		assert.equal(r.type, 'message');
+		assert.equal(r.role, 'assistant');
+		assert.equal(r.content[0].type, 'text');
+		const reply = r.content[0].text;
+		assert.ok(reply.length > 0);
+		assert.ok(['end_turn', 'max_tokens'].includes(r.stop_reason));
+		assert.ok(r.usage.input_tokens > 0 && r.usage.output_tokens > 0);
+		// raw events
+		const events = await ant.messages.create({ ...req, stream: true });
+		let text = '', stopReason = null, types = [];
+		for await (const e of events) {
+			types.push(e.type);
+			if (e.type === 'content_block_delta' && e.delta.type === 'text_delta') text += e.delta.text;
+			if (e.type === 'message_delta') stopReason = e.delta.stop_reason;
+		}
+		assert.equal(types[0], 'message_start');
+		assert.equal(types.at(-1), 'message_stop');
+		assert.equal(text, reply);
+		assert.equal(stopReason, r.stop_reason);
+		// the stream helper
+		const final = await ant.messages.stream(req).finalMessage();
+		assert.equal(final.content[0].text, reply);
+		assert.equal(final.usage.output_tokens, r.usage.output_tokens);
+
+		// stop_sequences: stop_reason stop_sequence, and which one matched
+		const words = reply.trim().split(/\s+/);
+		assert.ok(words.length >= 4, reply);
+		const stop = words[3];
+		const cut = await ant.messages.create({ ...req, stop_sequences: ['never-there', stop] });
+		assert.equal(cut.stop_reason, 'stop_sequence');
+		assert.equal(cut.stop_sequence, stop);
+		assert.equal(cut.content[0].text, reply.slice(0, reply.indexOf(stop)));
+		const cutFinal = await ant.messages.stream({ ...req, stop_sequences: [stop] }).finalMessage();
+		assert.equal(cutFinal.stop_reason, 'stop_sequence');
+		assert.equal(cutFinal.stop_sequence, stop);
+		assert.equal(cutFinal.content[0].text, cut.content[0].text);
+
+		// max_tokens: stop_reason max_tokens with exactly that many output tokens
+		const short = await ant.messages.create({ ...req, max_tokens: 6 });
+		assert.equal(short.stop_reason, 'max_tokens');
+		assert.equal(short.usage.output_tokens, 6);
+		const shortFinal = await ant.messages.stream({ ...req, max_tokens: 6 }).finalMessage();
+		assert.equal(shortFinal.stop_reason, 'max_tokens');
+		assert.equal(shortFinal.usage.output_tokens, 6);
+		assert.equal(shortFinal.content[0].text, short.content[0].text);
+	});
+
+	it('determinism: temperature 0 repeats; a seed repeats a sampled reply, other seeds differ', async () => {
+		const req = { model: 'stories260K', prompt: 'Once upon a time', max_tokens: 48 };
+		const text = async (extra) => (await oai.completions.create({ ...req, ...extra })).choices[0].text;
+		assert.equal(await text({ temperature: 0 }), await text({ temperature: 0 }));
+		const a = await text({ temperature: 0.8, seed: 42 });
+		const b = await text({ temperature: 0.8, seed: 42 });
+		assert.equal(a, b);
+		// with another seed the 48 sampled tokens almost surely differ somewhere
+		const others = [await text({ temperature: 0.8, seed: 7 }), await text({ temperature: 0.8, seed: 1234567 })];
+		assert.ok(others.some((o) => o !== a), `seeds 7 and 1234567 both gave seed 42's text: ${a}`);
+		// the same holds for chat, streamed against whole
+		const chat = { model: 'stories260K', messages: user('A story, please.'), max_tokens: 32, temperature: 0.8, seed: 99 };
+		const w = (await oai.chat.completions.create(chat)).choices[0].message.content;
+		const f = (await oai.chat.completions.stream(chat).finalChatCompletion()).choices[0].message.content;
+		assert.equal(w, f);
+	});
+
+	it('errors come out as the SDK\'s error classes', async () => {
+		await assert.rejects(
+			oai.chat.completions.create({ model: 'stories260K', messages: user('hi'), temperature: 'hot' }),
+			(e) => e instanceof OpenAI.BadRequestError && e.status === 400,
+		);
+		await assert.rejects(
+			oai.completions.create({ model: 'stories260K', prompt: 'hi', max_tokens: -3 }),
+			(e) => e instanceof OpenAI.BadRequestError && e.status === 400,
+		);
+		await assert.rejects(
+			ant.messages.create({ model: 'stories260K', max_tokens: 8, messages: 'not a list' }),
+			(e) => e instanceof Anthropic.BadRequestError && e.status === 400,
+		);
+		// and the server still answers afterwards
+		const r = await oai.completions.create({ model: 'stories260K', prompt: 'Once upon a time', max_tokens: 4, temperature: 0 });
+		assert.equal(r.usage.completion_tokens, 4);
+	});
+
+	it('SIGINT: exit 0, no child, no runtime dir, no shared memory left', async () => {
+		srv.kill('SIGINT');
+		let timer;
+		const { code, sig } = await Promise.race([
+			srv.exited,
+			new Promise((r) => { timer = setTimeout(() => r({ code: 'timeout', sig: null }), 20000); }),
+		]);
+		clearTimeout(timer);
+		assert.equal(sig, null, fs.readFileSync(log, 'utf8'));
+		assert.equal(code, 0, fs.readFileSync(log, 'utf8'));
+		for (let i = 0; i < 100 && kids.some(alive); i++) await sleep(50);
+		assert.deepEqual(kids.filter(alive), [], 'children still running');
+		assert.ok(!fs.existsSync(path.join(rt, `anedvd-${srv.pid}`)), 'runtime dir left');
+		const shm = fs.existsSync('/dev/shm') ? fs.readdirSync('/dev/shm').filter((n) => n.startsWith(`anedvd-${srv.pid}-`)) : [];
+		assert.deepEqual(shm, [], 'shared memory left');
+		await assert.rejects(fetch(`${base}/health`));
+	});
+});

@@ -1,0 +1,46 @@
+#!/bin/sh
+# live-run.sh - the browser tests against the real system: starts
+# `anedvd serve` on stories260K on a free port (private runtime dir), runs
+# web.test.mjs (the cases that need no scripted mock) and live.test.mjs
+# with ANEDVD_WEB_URL pointing at it, then stops the server with SIGINT and
+# checks it exits 0.
+#
+#   live-run.sh ANEDVD_BIN MODEL [node --test arguments...]
+set -eu
+bin=$1
+model=$2
+shift 2
+here=$(cd "$(dirname "$0")" && pwd)
+rt=$(mktemp -d "${TMPDIR:-/tmp}/anedvd-web-live.XXXXXX")
+pid=""
+cleanup() {
+	[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
+	rm -rf "$rt"
+}
+trap cleanup EXIT INT TERM
+port=$(node -e "const s=require('net').createServer().listen(0,'127.0.0.1',()=>{console.log(s.address().port);s.close()})")
+XDG_RUNTIME_DIR=$rt "$bin" serve --model "$model" --port "$port" >"$rt/serve.log" 2>&1 &
+pid=$!
+url=http://127.0.0.1:$port
+i=0
+until node -e "fetch('$url/health').then(r=>r.json()).then(h=>process.exit(h.engine==='up'&&h.tokenizer==='up'?0:1)).catch(()=>process.exit(1))"; do
+	i=$((i + 1))
+	if [ $i -ge 200 ] || ! kill -0 "$pid" 2>/dev/null; then
+		echo "live-run: anedvd serve did not come up" >&2
+		cat "$rt/serve.log" >&2
+		exit 1
+	fi
+	sleep 0.1
+done
+rc=0
+ANEDVD_WEB_URL=$url sh "$here/run.sh" "$@" "$here/live.test.mjs" || rc=$?
+kill -INT "$pid"
+src=0
+wait "$pid" || src=$?
+pid=""
+if [ $src -ne 0 ]; then
+	echo "live-run: anedvd serve exited $src on SIGINT" >&2
+	cat "$rt/serve.log" >&2
+	rc=1
+fi
+exit $rc
