@@ -48,7 +48,8 @@ describe('anedvd serve on stories260K, through the official SDKs', { skip }, () 
 		port = await freePort();
 		base = `http://127.0.0.1:${port}`;
 		const out = fs.openSync(log, 'a');
-		srv = spawn(BIN, ['serve', '--model', MODEL, '--port', String(port)], {
+		// four at once, so concurrent requests share the engine's batches
+		srv = spawn(BIN, ['serve', '--model', MODEL, '--port', String(port), '--parallel', '4'], {
 			stdio: ['ignore', out, out],
 			env: { ...process.env, XDG_RUNTIME_DIR: rt },
 		});
@@ -260,6 +261,20 @@ describe('anedvd serve on stories260K, through the official SDKs', { skip }, () 
 		const w = (await oai.chat.completions.create(chat)).choices[0].message.content;
 		const f = (await oai.chat.completions.stream(chat).finalChatCompletion()).choices[0].message.content;
 		assert.equal(w, f);
+	});
+
+	it('concurrent requests get the replies each gets alone', async () => {
+		const req = (i) => ({ model: 'stories260K', prompt: ['Once upon a time', 'Tom had a dog', 'The sun was', 'Lily saw a'][i],
+			max_tokens: 40, temperature: 0 });
+		const alone = [];
+		for (let i = 0; i < 4; i++) alone.push((await oai.completions.create(req(i))).choices[0].text);
+		const together = await Promise.all([0, 1, 2, 3].map(async (i) => {
+			let t = '';
+			for await (const c of await oai.completions.create({ ...req(i), stream: true })) t += c.choices[0]?.text ?? '';
+			return t;
+		}));
+		assert.deepEqual(together, alone);
+		assert.equal(new Set(alone).size, 4);
 	});
 
 	it('errors come out as the SDK\'s error classes', async () => {
