@@ -38,6 +38,7 @@
 #include "log.h"
 #include "model.h"
 #include "surface.h"
+#include "trace.h"
 
 #define MAX_PROBES 64
 #define MAX_SURFACES 256
@@ -293,6 +294,17 @@ do_call(struct worker *w, const Anedvd__KernelCall *q, struct reply *rp)
 		return;
 	}
 	uint64_t t2 = now_ns();
+	if (trace_enabled()) {
+		char name[48];
+		const struct ane_pk *pk = q->kernel < (uint32_t)w->set.plan.n ? &w->set.plan.k[q->kernel] : NULL;
+		if (!pk)
+			snprintf(name, sizeof name, "probe %u", q->kernel);
+		else if (pk->layer >= 0)
+			snprintf(name, sizeof name, "%s L%d", ane_kind_name(pk->kind), pk->layer);
+		else
+			snprintf(name, sizeof name, "%s c%d", ane_kind_name(pk->kind), pk->chunk);
+		trace_event((long)getpid(), 1, name, "kernel", t1 / 1000u, (t2 - t1) / 1000u);
+	}
 	struct kstat *ks = &w->kstats[q->kernel];
 	ks->calls++;
 	ks->exec_ns += t2 - t1;
@@ -422,6 +434,7 @@ main(int argc, char **argv)
 	const char *model = NULL, *url = NULL, *backend = "emu";
 	int chunk = 64, split = 0, threads = 2, delay = 0;
 	ad_log_init("anedvd-ane-worker");
+	trace_from_env("anedvd-ane-worker");
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {

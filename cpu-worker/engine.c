@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #if defined(__AVX__) && defined(__FMA__)
 #include <immintrin.h>
@@ -31,6 +32,8 @@
 #include "fp16.h"
 #include "layout.h"
 #include "moe.h"
+#include "plan.h"
+#include "trace.h"
 #include "wtype.h"
 
 struct eng_surf {
@@ -639,6 +642,7 @@ engine_add_sampling(struct engine *e, struct engine_seq *s, uint64_t ns)
 
 struct fwd {
 	uint64_t kernel_ns, call_ns, attn_ns, moe_ns, calls;
+	int trace; // trace_enabled(), read once per forward
 };
 
 static void
@@ -676,7 +680,17 @@ run(struct engine *e, struct fwd *f, int id, const float *x, size_t ld_x, float 
 	uint64_t t0 = now_ns();
 	if (e->kb->call(e->kb, id, &e->surf[e->k_in[id]].s, &e->surf[e->k_out[id]].s, ncols, &t, err))
 		return ad_err_prefix(err, "kernel %d (layer %d)", id, e->kb->kernels[id].layer);
-	f->call_ns += now_ns() - t0;
+	uint64_t t1 = now_ns();
+	if (f->trace) {
+		const struct kb_info *k = &e->kb->kernels[id];
+		char name[48];
+		if (k->layer >= 0)
+			snprintf(name, sizeof name, "%s L%d", ane_kind_name((enum ane_kind)k->kind), k->layer);
+		else
+			snprintf(name, sizeof name, "%s c%d", ane_kind_name((enum ane_kind)k->kind), k->chunk);
+		trace_event((long)getpid(), 1, name, "kernel-call", t0 / 1000u, (t1 - t0) / 1000u);
+	}
+	f->call_ns += t1 - t0;
 	f->kernel_ns += t.exec_ns;
 	f->calls++;
 	get(e, e->k_out[id], y, ncols, ld_y);
@@ -854,7 +868,13 @@ layer(struct engine *e, struct fwd *f, int il, int n, char *err)
 	}
 	uint64_t t0 = now_ns();
 	attention(e, il, n);
-	f->attn_ns += now_ns() - t0;
+	uint64_t t1 = now_ns();
+	f->attn_ns += t1 - t0;
+	if (f->trace) {
+		char name[32];
+		snprintf(name, sizeof name, "attention L%d", il);
+		trace_event((long)getpid(), 1, name, "attention", t0 / 1000u, (t1 - t0) / 1000u);
+	}
 	if (run(e, f, L->o, e->att, e->nqv, e->proj, E, n, err))
 		return -1;
 	for (int c = 0; c < n; c++) {
@@ -961,7 +981,7 @@ engine_forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *
 			e->wanted[nw++] = c;
 
 	uint64_t t0 = now_ns();
-	struct fwd f = {0};
+	struct fwd f = {.trace = trace_enabled()};
 	const uint8_t *embd = e->m->tok_embd.data;
 	for (int c = 0; c < n; c++) {
 		float *x = e->x + (size_t)c * E;

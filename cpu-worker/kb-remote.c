@@ -14,7 +14,8 @@
 // a worker that answers Health and lists the same kernels, re-issues the
 // SAME call, and returns its result: a generation survives a SIGKILL of
 // the worker with no token lost or duplicated. It gives up after
-// deadline_ms with a clear error. Error replies to the call itself (a bad
+// deadline_ms with a clear error, or at once when kb_remote_stop() was
+// called (the process is shutting down). Error replies to the call itself (a bad
 // request) fail at once.
 #include <stdatomic.h>
 #include <stdio.h>
@@ -47,6 +48,14 @@ struct remote {
 };
 
 static atomic_uint remote_gen;
+static atomic_int stopping;
+
+// the process is stopping: a call waiting for a worker gives up now
+void
+kb_remote_stop(void)
+{
+	atomic_store(&stopping, 1);
+}
 
 static uint64_t
 now_ns(void)
@@ -182,6 +191,8 @@ await_worker(struct remote *r, uint64_t deadline, char *err)
 		if (now_ns() >= deadline)
 			return ad_err(err, "ane-worker at %s did not come back within %d ms: %s", r->url, r->deadline_ms,
 			              e);
+		if (atomic_load(&stopping))
+			return ad_err(err, "stopping while waiting for the ane-worker at %s: %s", r->url, e);
 		usleep(50 * 1000);
 	}
 }

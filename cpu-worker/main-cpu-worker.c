@@ -20,6 +20,30 @@
 #include "model.h"
 #include "scheduler.h"
 #include "service.h"
+#include "surface.h"
+#include "trace.h"
+
+// kb-remote.c: a call waiting for a dead ane-worker gives up (belongs in kernels.h)
+void kb_remote_stop(void);
+
+// the orderly stop may wait on a kernel call in flight to a worker that is
+// gone (up to --kernel-timeout-ms): past this, the process ends anyway with
+// its trace written and its surfaces unlinked
+#define STOP_GRACE_MS 1500
+
+static long stop_instance;
+
+static void *
+stop_watchdog(void *arg)
+{
+	(void)arg;
+	usleep(STOP_GRACE_MS * 1000);
+	ad_warn("still stopping after %d ms: exiting now", STOP_GRACE_MS);
+	trace_flush_env(NULL);
+	surface_cleanup_pid(stop_instance);
+	_exit(0);
+	return NULL;
+}
 
 static void
 usage(FILE *out)
@@ -47,7 +71,9 @@ usage(FILE *out)
 	        "  --kernel-timeout-ms N   remote: wait this long for a kernel call before retrying it\n"
 	        "                   (default 30000)\n"
 	        "  --kernel-deadline-ms N  remote: give up on an ane-worker that stays away this long;\n"
-	        "                   the jobs of that call end with an error (default 120000)\n");
+	        "                   the jobs of that call end with an error (default 120000)\n"
+	        "  --rope-hf        force neox RoPE pairing (i, i+n_rot/2)\n"
+	        "  --rope-adjacent  force norm RoPE pairing (2i, 2i+1)\n");
 }
 
 static int
@@ -71,7 +97,9 @@ main(int argc, char **argv)
 	long chunk = 64, max_seq = 0, parallel = 4, queue = 16, sessions = 8, threads = 2, instance = 0;
 	long kernel_timeout = 0, kernel_deadline = 0;
 	int split = 0;
+	enum model_rope rope = MODEL_ROPE_AUTO;
 	ad_log_init("anedvd-cpu-worker");
+	trace_from_env("anedvd-cpu-worker");
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -80,6 +108,10 @@ main(int argc, char **argv)
 		}
 		if (strcmp(a, "--split") == 0) {
 			split = 1;
+			continue;
+		}
+		if (strcmp(a, "--rope-hf") == 0 || strcmp(a, "--rope-adjacent") == 0) {
+			rope = a[7] == 'h' ? MODEL_ROPE_NEOX : MODEL_ROPE_NORM;
 			continue;
 		}
 		if (i + 1 >= argc) {
@@ -152,6 +184,8 @@ main(int argc, char **argv)
 		ad_error("%s", err);
 		return 1;
 	}
+	if (rope)
+		m.hp.rope = rope;
 	struct kb_opts ko = {
 		.width = (int)chunk,
 		.split = split,
@@ -161,6 +195,14 @@ main(int argc, char **argv)
 		.deadline_ms = (int)kernel_deadline,
 		.instance = instance ? instance : (long)getpid(),
 	};
+	// a previous incarnation with this instance (killed, so it never
+	// unlinked) left its surfaces: they would make surface_create fail
+	if (remote) {
+		int n = surface_cleanup_pid(ko.instance);
+		if (n > 0)
+			ad_info("removed %d stale surfaces of instance %ld", n, ko.instance);
+	}
+	stop_instance = ko.instance;
 	struct kernel_backend *kb = remote                      ? kb_remote_new(&m, &ko, err)
 	                            : strcmp(backend, "exact") == 0 ? kb_exact_new(&m, &ko, err)
 	                                                            : kb_local_new(&m, &ko, err);
@@ -208,6 +250,10 @@ main(int argc, char **argv)
 	int sig = 0;
 	sigwait(&set, &sig);
 	ad_info("signal %d: stopping", sig);
+	kb_remote_stop();
+	pthread_t wd;
+	if (pthread_create(&wd, NULL, stop_watchdog, NULL) == 0)
+		pthread_detach(wd);
 	sched_shutdown(s);   // jobs end with an error, pollers wake and answer
 	ad_server_stop(srv); // no new requests; in-flight ones have returned
 	struct sched_stats st;

@@ -24,8 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "log.h"
+#include "trace.h"
 
 #define SESSION_WAIT_MS 5000 // for a session whose job has finished but is not yet released
 #define MAX_STOP_IDS 64
@@ -380,6 +382,19 @@ setup(struct sched *s, struct job *j)
 	return 0;
 }
 
+// a "step" / "sampling" trace event from t0 (now_ns) to now; the callers
+// test trace_enabled() first, so tracing off costs one load per step
+static void __attribute__((format(printf, 3, 4)))
+trace_since(uint64_t t0, const char *cat, const char *fmt, ...)
+{
+	char name[48];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(name, sizeof name, fmt, ap);
+	va_end(ap);
+	trace_event((long)getpid(), 1, name, cat, t0 / 1000u, (now_ns() - t0) / 1000u);
+}
+
 // emit samples the next token of j from its logits row and reports it
 static void
 emit(struct sched *s, struct job *j, const float *row)
@@ -391,6 +406,8 @@ emit(struct sched *s, struct job *j, const float *row)
 		ev.n_top = sample_top(row, s->V, ev.top, SCHED_TOP);
 	int32_t tok = sample_next(j->smp, row, err);
 	engine_add_sampling(s->e, j->seq, now_ns() - t0);
+	if (trace_enabled())
+		trace_since(t0, "sampling", "sample (job %llu)", (unsigned long long)j->id);
 	int stop = 0;
 	for (int i = 0; i < j->n_stop; i++)
 		stop |= tok == j->stop[i];
@@ -440,10 +457,13 @@ prefill_chunk(struct sched *s, struct job *j)
 		s->cols[c] = j->seq;
 		s->want[c] = last && c == m - 1;
 	}
+	uint64_t t0 = now_ns();
 	if (engine_forward(s->e, s->cols, j->prompt + j->fed, m, s->want, last ? s->logits : NULL, 1, err)) {
 		fail_job(s, j, SCHED_EUNAVAILABLE, "prefill", err);
 		return;
 	}
+	if (trace_enabled())
+		trace_since(t0, "step", "prefill chunk (%d at %d)", m, j->fed);
 	j->fed += m;
 	if (!last) {
 		pthread_mutex_lock(&s->mu);
@@ -474,12 +494,15 @@ fused(struct sched *s, int n, struct job *pj)
 		s->want[n + c] = last && c == m - 1;
 	}
 	struct engine_timings *pt = engine_seq_timings(pj->seq), before = *pt;
+	uint64_t t0 = now_ns();
 	if (engine_forward(s->e, s->cols, s->toks, n + m, s->want, s->logits, 0, err)) {
 		for (int i = 0; i < n; i++)
 			fail_job(s, s->cjobs[i], SCHED_EUNAVAILABLE, "decode", err);
 		fail_job(s, pj, SCHED_EUNAVAILABLE, "prefill", err);
 		return;
 	}
+	if (trace_enabled())
+		trace_since(t0, "step", "decode step (%d) + prefill (%d)", n, m);
 	pt->prefill_ns += pt->decode_ns - before.decode_ns;
 	pt->prefill_tokens += pt->decode_tokens - before.decode_tokens;
 	pt->decode_ns = before.decode_ns;
@@ -532,11 +555,14 @@ turn(struct sched *s, int n_active)
 	}
 	for (int g = 0; g < n; g += s->rows) {
 		int m = n - g < s->rows ? n - g : s->rows;
+		uint64_t t0 = now_ns();
 		if (engine_step(s->e, s->cols + g, s->toks + g, m, s->logits, err)) {
 			for (int i = 0; i < m; i++)
 				fail_job(s, s->cjobs[g + i], SCHED_EUNAVAILABLE, "decode", err);
 			continue;
 		}
+		if (trace_enabled())
+			trace_since(t0, "step", "decode step (%d)", m);
 		pthread_mutex_lock(&s->mu);
 		s->st.steps++;
 		s->st.step_columns += (uint64_t)m;

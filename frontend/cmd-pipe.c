@@ -156,7 +156,6 @@ struct wrap {
 	struct kernel_backend kb;
 	struct kernel_backend *inner;
 	struct pipe *p;
-	long worker_pid;
 };
 
 static const char *kind_names[PIPE_KINDS] = {"?", "qkv", "o", "ffn", "gate_up", "down", "lm_head", "shexp",
@@ -192,21 +191,6 @@ w_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surfa
 	w->p->kind_ns[kind] += tt.exec_ns;
 	w->p->kind_total_ns[kind] += tt.total_ns ? tt.total_ns : (t1 - t0) * 1000u;
 	w->p->kind_calls[kind]++;
-	if (trace_enabled()) {
-		char name[48];
-		const struct kb_info *ki = &kb->kernels[id];
-		if (ki->layer >= 0)
-			snprintf(name, sizeof name, "%s L%d", kind_names[kind], ki->layer);
-		else
-			snprintf(name, sizeof name, "%s c%d", kind_names[kind], ki->chunk);
-		trace_event((long)getpid(), 1, name, "kernel-call", t0, t1 - t0);
-		// the worker's share, placed at the middle of the round trip
-		if (w->worker_pid > 0 && tt.exec_ns) {
-			uint64_t ex = tt.exec_ns / 1000u;
-			uint64_t rt = t1 - t0;
-			trace_event(w->worker_pid, 1, name, "kernel", t0 + (rt > ex ? (rt - ex) / 2 : 0), ex);
-		}
-	}
 	return rc;
 }
 
@@ -283,9 +267,8 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 		p->m.hp.rope = o->rope;
 
 	char cpu_bin[1024];
-	int in_proc = o->in_process || o->rope || o->pipe_rope || o->kv_f32 ||
-	              sup_binary(cpu_bin, sizeof cpu_bin, "anedvd-cpu-worker") != 0;
-	if (!o->in_process && in_proc && !o->rope && !o->pipe_rope && !o->kv_f32)
+	int in_proc = o->in_process || o->kv_f32 || sup_binary(cpu_bin, sizeof cpu_bin, "anedvd-cpu-worker") != 0;
+	if (!o->in_process && in_proc && !o->kv_f32)
 		ad_warn("%s is not built: the decode loop runs in this process", cpu_bin);
 
 	// every child is spawned before the first nng call in this process
@@ -349,6 +332,12 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 		}
 		if (o->split)
 			argv[n++] = "--split";
+		// the worker's RoPE: --rope-*, or verify's pipeline-only fault
+		enum model_rope wr = o->pipe_rope ? o->pipe_rope : o->rope;
+		if (wr == MODEL_ROPE_NEOX)
+			argv[n++] = "--rope-hf";
+		else if (wr == MODEL_ROPE_NORM)
+			argv[n++] = "--rope-adjacent";
 		argv[n] = NULL;
 		struct sup_spec sp = {"cpu-worker", argv, eng_url, sup_health_engine, 1};
 		if (sup_spawn(p->sup, &sp, err))
@@ -404,7 +393,6 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 	if (trace_enabled()) {
 		trace_process((long)getpid(), "anedvd (decode loop)");
 		long wp = remote ? sup_pid(p->sup, "ane-worker") : 0;
-		((struct wrap *)p->kb)->worker_pid = wp;
 		if (wp > 0)
 			trace_process(wp, "anedvd-ane-worker");
 		long tp = o->need_tok ? sup_pid(p->sup, "tokenizer") : 0;

@@ -69,7 +69,7 @@ emit(struct pipe *p, struct gen *g, const int32_t *id, int flush, char pending[4
 	if (tokc_decode_stream(p->tok, id, id ? 1 : 0, flush, pending, np, &s, &len, p->timeout_ms, err))
 		return -1;
 	if (trace_enabled())
-		trace_event(sup_pid(p->sup, "tokenizer"), 1, "detokenize", "tokenizer", t0, trace_now_us() - t0);
+		trace_event((long)getpid(), 1, "detokenize", "tokenizer-call", t0, trace_now_us() - t0);
 	if (len) {
 		if (out) {
 			fwrite(s, 1, len, out);
@@ -410,7 +410,7 @@ prompt_ids(struct pipe *p, const char *text, const char *system, int raw, int32_
 	int rc = tokc_encode(p->tok, s, strlen(s), p->voc.add_bos, !raw, ids, &nn, p->timeout_ms, err);
 	free(chat);
 	if (trace_enabled())
-		trace_event(sup_pid(p->sup, "tokenizer"), 1, "tokenize", "tokenizer", t0, trace_now_us() - t0);
+		trace_event((long)getpid(), 1, "tokenize", "tokenizer-call", t0, trace_now_us() - t0);
 	*n = (int)nn;
 	return rc;
 }

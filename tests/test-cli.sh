@@ -75,11 +75,21 @@ check "a sampled run differs from greedy" [ "$(json_ids "$T/s1.json")" != "$(ech
 
 # --- trace -----------------------------------------------------------------------------------
 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 8 --trace "$T/trace2.json" > /dev/null 2>&1
-check "--trace over the cpu-worker is JSON with engine and tokenizer events" python3 - "$T/trace2.json" <<'EOF'
+check "--trace over the pipeline has every process's own events" python3 - "$T/trace2.json" <<'EOF'
 import json, sys
 ev = json.load(open(sys.argv[1]))
-cats = {e.get("cat") for e in ev if e.get("ph") == "X"}
-assert {"engine", "tokenizer"} <= cats, cats
+names = {e["pid"]: e["args"]["name"] for e in ev if e.get("ph") == "M"}
+by = {}
+for e in ev:
+	if e.get("ph") == "X":
+		by.setdefault(names.get(e["pid"]), set()).add(e["cat"])
+assert len({e["pid"] for e in ev if e.get("ph") == "X"}) >= 4, names
+assert {"anedvd", "anedvd-tokenizer", "anedvd-cpu-worker", "anedvd-ane-worker"} <= set(by), by
+assert "engine" in by["anedvd"], by
+assert "tokenizer" in by["anedvd-tokenizer"], by
+assert {"step", "kernel-call", "attention", "sampling"} <= by["anedvd-cpu-worker"], by
+assert by["anedvd-ane-worker"] == {"kernel"}, by
+assert all(isinstance(e["ts"], int) and e["dur"] >= 0 for e in ev if e.get("ph") == "X")
 EOF
 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 8 --in-process --trace "$T/trace.json" > /dev/null 2>&1
 check "--trace --in-process is JSON with kernel, sampling and tokenizer events from 3 processes" python3 - "$T/trace.json" <<'EOF'

@@ -30,12 +30,14 @@
 // command line's errors; an ane-worker killed under a job and restarted
 // loses or repeats no token, one gone for good ends the job with an error
 // and the worker stays up. Prints aggregate tok/s for 1, 2 and 4 jobs.
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdint.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common.pb-c.h"
 #include "engine-client.h"
@@ -928,6 +930,37 @@ test_process(void)
 	CHECK(exit_code(spawn(nolisten), 30000) == 1);
 }
 
+// --rope-hf / --rope-adjacent override the model's pairing: stories260K is
+// a llama (adjacent), so hf pairing changes the story and adjacent does not
+static void
+test_rope(void)
+{
+	const char *flags[] = {"--rope-adjacent", "--rope-hf"};
+	for (int i = 0; i < 2; i++) {
+		char url[300], err[AD_ERRLEN];
+		REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), i ? "rope-hf" : "rope-adj") == 0);
+		char *argv[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", url, "--chunk", "16", (char *)flags[i], NULL};
+		pid_t pid = spawn(argv);
+		REQUIRE(pid > 0);
+		struct ad_client *c = ad_client_open(url, err);
+		REQUIRE(c, "%s", err);
+		if (wait_health(c, pid, 60000) == 0) {
+			int32_t *ids;
+			size_t n;
+			if (run(c, prompt5, 5, 20, NULL, NULL, &ids, &n, NULL) == 0) {
+				CHECK(same_ids(ids, n, ref_ids + 4, 20) == !i, "%s: %s the reference", flags[i],
+				      i ? "still" : "not");
+				free(ids);
+			}
+		} else {
+			CHECK(0, "%s: the worker did not come up", flags[i]);
+		}
+		kill(pid, SIGTERM);
+		CHECK(exit_code(pid, 20000) == 0);
+		ad_client_close(c);
+	}
+}
+
 #ifdef ANE_WORKER_BIN
 static pid_t
 spawn_ane(const char *aurl, int delay_ms)
@@ -1014,6 +1047,99 @@ test_remote(void)
 	ad_client_close(c);
 	kill(ane, SIGTERM);
 	CHECK(exit_code(ane, 20000) == 0, "the ane-worker did not exit cleanly");
+}
+
+// shared-memory objects of one instance in /dev/shm
+static int
+shm_count(long instance)
+{
+	char pre[64];
+	int n = snprintf(pre, sizeof pre, "anedvd-%ld-", instance), k = 0;
+	DIR *d = opendir("/dev/shm");
+	struct dirent *de;
+	while (d && (de = readdir(d)))
+		k += strncmp(de->d_name, pre, (size_t)n) == 0;
+	if (d)
+		closedir(d);
+	return k;
+}
+
+static pid_t
+spawn_remote(const char *url, const char *aurl, const char *inst, struct ad_client **c)
+{
+	char err[AD_ERRLEN];
+	char *argv[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", (char *)url, "--backend", "remote", "--ane",
+	                (char *)aurl, "--chunk", "16", "--instance", (char *)inst, NULL};
+	pid_t pid = spawn(argv);
+	*c = pid > 0 ? ad_client_open(url, err) : NULL;
+	if (!*c || wait_health(*c, pid, 60000)) {
+		if (pid > 0) {
+			kill(pid, SIGKILL);
+			waitpid(pid, NULL, 0);
+		}
+		ad_client_close(*c);
+		*c = NULL;
+		return -1;
+	}
+	return pid;
+}
+
+// a cpu-worker SIGKILLed leaves its surfaces; one started again with the
+// same --instance removes them and comes up. A SIGTERM while a job waits on
+// an ane-worker gone for good ends the process within about two seconds.
+static void
+test_restart_stop(void)
+{
+	char aurl[300], url[300], inst[32], err[AD_ERRLEN];
+	REQUIRE(ad_ipc_url(aurl, sizeof aurl, t_tmpdir(), "ane-rs") == 0);
+	REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), "p-rs") == 0);
+	// a live pid, so no stale-surface sweep elsewhere on the machine takes
+	// them; this process itself creates no shared memory
+	long instance = (long)getpid();
+	snprintf(inst, sizeof inst, "%ld", instance);
+	pid_t ane = spawn_ane(aurl, 0);
+	REQUIRE(ane > 0);
+	struct ad_client *c;
+	pid_t pid = spawn_remote(url, aurl, inst, &c);
+	REQUIRE(pid > 0, "the first worker did not come up");
+	int32_t *ids;
+	size_t n;
+	if (run(c, prompt5, 5, 8, NULL, NULL, &ids, &n, NULL) == 0)
+		free(ids);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	ad_client_close(c);
+	CHECK(shm_count(instance) > 0, "the killed worker left no surfaces to trip over");
+
+	pid = spawn_remote(url, aurl, inst, &c);
+	CHECK(pid > 0, "a worker with the same --instance did not come up");
+	if (pid > 0) {
+		if (run(c, prompt5, 5, 20, NULL, NULL, &ids, &n, NULL) == 0) {
+			CHECK(same_ids(ids, n, ref_ids + 4, 20));
+			free(ids);
+		}
+		// a long job, then the ane-worker goes for good under it
+		struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 100000};
+		struct engc_started js;
+		CHECK(engc_generate(c, &g, &js, TMO, NULL, err) == 0, "%s", err);
+		sleep_ms(100);
+		kill(ane, SIGKILL);
+		waitpid(ane, NULL, 0);
+		ane = -1;
+		sleep_ms(300);
+		uint64_t t0 = now_ns();
+		kill(pid, SIGTERM);
+		int rc = exit_code(pid, 10000);
+		double s = (double)(now_ns() - t0) / 1e9;
+		CHECK(rc == 0 && s < 2.5, "exit %d after %.2f s", rc, s);
+		printf("SIGTERM with the ane-worker gone: exited in %.2f s\n", s);
+		ad_client_close(c);
+		CHECK(shm_count(instance) == 0, "surfaces left after SIGTERM");
+	}
+	if (ane > 0) {
+		kill(ane, SIGKILL);
+		waitpid(ane, NULL, 0);
+	}
 }
 #endif
 
@@ -1111,8 +1237,10 @@ main(void)
 	T_RUN(test_fixture);
 	T_RUN(test_abandon);
 	T_RUN(test_process);
+	T_RUN(test_rope);
 #ifdef ANE_WORKER_BIN
 	T_RUN(test_remote);
+	T_RUN(test_restart_stop);
 #endif
 	svc_stop(&S);
 	return t_done();

@@ -16,6 +16,7 @@
 #include "log.h"
 #include "service.h"
 #include "tokenizer.h"
+#include "trace.h"
 
 static void
 usage(FILE *out)
@@ -32,6 +33,7 @@ main(int argc, char **argv)
 	const char *model = NULL, *url = NULL;
 	int threads = 4;
 	ad_log_init("anedvd-tokenizer");
+	trace_from_env("anedvd-tokenizer");
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
 			usage(stdout);

@@ -8,6 +8,7 @@
 
 #include "common.pb-c.h"
 #include "tokenizer.pb-c.h"
+#include "trace.h"
 
 static uint64_t
 now_ms(void)
@@ -256,6 +257,20 @@ do_health(struct tok_service *s, struct reply *rp)
 	rp->r.health = h;
 }
 
+static const char *
+request_name(Anedvd__TokRequest__BodyCase c)
+{
+	switch (c) {
+	case ANEDVD__TOK_REQUEST__BODY_ENCODE: return "encode";
+	case ANEDVD__TOK_REQUEST__BODY_DECODE: return "decode";
+	case ANEDVD__TOK_REQUEST__BODY_DECODE_STREAM: return "decode stream";
+	case ANEDVD__TOK_REQUEST__BODY_CHAT: return "chat template";
+	case ANEDVD__TOK_REQUEST__BODY_VOCAB: return "vocab";
+	case ANEDVD__TOK_REQUEST__BODY_HEALTH: return "health";
+	default: return "bad request";
+	}
+}
+
 void
 tok_service_handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **out, size_t *out_len)
 {
@@ -273,6 +288,7 @@ tok_service_handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **out,
 		fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "could not decode the request as a TokRequest");
 	} else {
 		rp->r.id = q->id;
+		uint64_t t0 = trace_enabled() ? trace_now_us() : 0;
 		switch (q->body_case) {
 		case ANEDVD__TOK_REQUEST__BODY_ENCODE: do_encode(s, q->encode, rp); break;
 		case ANEDVD__TOK_REQUEST__BODY_DECODE: do_decode(s, q->decode, rp); break;
@@ -282,6 +298,8 @@ tok_service_handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **out,
 		case ANEDVD__TOK_REQUEST__BODY_HEALTH: do_health(s, rp); break;
 		default: fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "the request has no body"); break;
 		}
+		if (t0)
+			trace_event((long)getpid(), 1, request_name(q->body_case), "tokenizer", t0, trace_now_us() - t0);
 	}
 	size_t n = anedvd__tok_reply__get_packed_size(&rp->r);
 	uint8_t *buf = malloc(n ? n : 1);
