@@ -33,7 +33,8 @@ until node -e "fetch('$url/health').then(r=>r.json()).then(h=>process.exit(h.eng
 	sleep 0.1
 done
 rc=0
-ANEDVD_WEB_URL=$url sh "$here/run.sh" "$@" "$here/live.test.mjs" || rc=$?
+# one file at a time: live.test.mjs reads the server's running count
+ANEDVD_WEB_URL=$url sh "$here/run.sh" --test-concurrency=1 "$@" "$here/live.test.mjs" || rc=$?
 kill -INT "$pid"
 src=0
 wait "$pid" || src=$?
