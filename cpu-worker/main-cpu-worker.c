@@ -4,7 +4,12 @@
 // the anedvd-ane-worker process over nng), and serves Generate / Poll /
 // Cancel / Eval / Reset / Health on --listen until SIGINT or SIGTERM; then
 // it ends every job with an error, stops accepting, and frees its surfaces
-// (the shared-memory ones it created are unlinked).
+// (the shared-memory ones it created are unlinked). A stop that takes
+// longer than STOP_GRACE_MS (a call waiting on a dead ane-worker) ends the
+// process anyway, trace written and surfaces unlinked. At start it removes
+// the surfaces a killed predecessor with the same --instance left behind.
+// With ANEDVD_TRACE set (trace.h) it writes its steps, kernel calls,
+// attention and sampling as trace events.
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>

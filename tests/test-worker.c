@@ -29,7 +29,11 @@
 // on an anedvd-ane-worker): the reference ids, Health, clean SIGTERM, the
 // command line's errors; an ane-worker killed under a job and restarted
 // loses or repeats no token, one gone for good ends the job with an error
-// and the worker stays up. Prints aggregate tok/s for 1, 2 and 4 jobs.
+// and the worker stays up; --rope-hf changes the story, --rope-adjacent
+// does not; a worker SIGKILLed and started again with the same --instance
+// comes up (the stale surfaces are removed); SIGTERM while a job waits on
+// an ane-worker gone for good exits within 2.5 s, leaving no surface.
+// Prints aggregate tok/s for 1, 2 and 4 jobs.
 #include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
