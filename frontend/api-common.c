@@ -37,6 +37,20 @@ fe_bad_set(struct fe_bad *bad, int status, const char *param, const char *fmt, .
 	return -1;
 }
 
+// a seed for a request that gave none: the clock mixed with a counter
+static uint64_t
+fresh_seed(void)
+{
+	static uint64_t counter;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	uint64_t x = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	x ^= __atomic_add_fetch(&counter, 0x9e3779b97f4a7c15ull, __ATOMIC_RELAXED);
+	x ^= x >> 31;
+	x *= 0xbf58476d1ce4e5b9ull;
+	return x ^ (x >> 29);
+}
+
 static cJSON *
 field(cJSON *o, const char *key)
 {
@@ -246,6 +260,12 @@ fe_get_sampling(cJSON *o, struct fe_params *p, struct fe_bad *bad)
 		return -1;
 	if (rv) {
 		p->seed = (uint64_t)ll;
+		p->has_seed = 1;
+	} else {
+		// no seed: a fresh one per request, as the OpenAI API behaves (a
+		// fixed default would make every sampled reply, and the WebUI's
+		// Regenerate, come out the same)
+		p->seed = fresh_seed();
 		p->has_seed = 1;
 	}
 	int b = 0;

@@ -256,6 +256,9 @@ describe('anedvd serve on stories260K, through the official SDKs', { skip }, () 
 		// with another seed the 48 sampled tokens almost surely differ somewhere
 		const others = [await text({ temperature: 0.8, seed: 7 }), await text({ temperature: 0.8, seed: 1234567 })];
 		assert.ok(others.some((o) => o !== a), `seeds 7 and 1234567 both gave seed 42's text: ${a}`);
+		// without a seed every request draws a fresh one, as the OpenAI API does
+		const unseeded = [await text({ temperature: 1.0 }), await text({ temperature: 1.0 }), await text({ temperature: 1.0 })];
+		assert.ok(new Set(unseeded).size > 1, `three unseeded sampled replies were identical: ${unseeded[0]}`);
 		// the same holds for chat, streamed against whole
 		const chat = { model: 'stories260K', messages: user('A story, please.'), max_tokens: 32, temperature: 0.8, seed: 99 };
 		const w = (await oai.chat.completions.create(chat)).choices[0].message.content;
