@@ -538,6 +538,8 @@ sup_wait_ready(struct sup *s, const char *name, int timeout_ms, char *err)
 	}
 }
 
+static void sup_probes_close(void);
+
 void
 sup_free(struct sup *s)
 {
@@ -593,6 +595,7 @@ sup_free(struct sup *s)
 		free(s->extra_env[i]);
 	free(s->envp);
 	pthread_mutex_destroy(&s->mu);
+	sup_probes_close();
 	free(s);
 }
 
@@ -634,10 +637,59 @@ sup_binary(char *buf, size_t cap, const char *name)
 
 // --- health -----------------------------------------------------------------------
 
+// One client per URL for every probe of the instance: a fresh connection per
+// probe (every 20 ms while a worker compiles) piled hundreds of hung-up
+// sockets onto a busy worker. The clients live until sup_probes_close.
+#define PROBE_MAX 16
+static struct {
+	char url[512];
+	struct ad_client *c;
+} probes[PROBE_MAX];
+static pthread_mutex_t probes_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static struct ad_client *
+probe_client(const char *url, char *err)
+{
+	struct ad_client *c = NULL;
+	pthread_mutex_lock(&probes_mu);
+	int i, free_slot = -1;
+	for (i = 0; i < PROBE_MAX; i++) {
+		if (probes[i].c && strcmp(probes[i].url, url) == 0) {
+			c = probes[i].c;
+			break;
+		}
+		if (!probes[i].c && free_slot < 0)
+			free_slot = i;
+	}
+	if (!c && free_slot >= 0 && strlen(url) < sizeof probes[0].url) {
+		c = ad_client_open(url, err);
+		if (c) {
+			snprintf(probes[free_slot].url, sizeof probes[0].url, "%s", url);
+			probes[free_slot].c = c;
+		}
+	} else if (!c) {
+		ad_err(err, "too many health probe targets");
+	}
+	pthread_mutex_unlock(&probes_mu);
+	return c;
+}
+
+static void
+sup_probes_close(void)
+{
+	pthread_mutex_lock(&probes_mu);
+	for (int i = 0; i < PROBE_MAX; i++) {
+		ad_client_close(probes[i].c);
+		probes[i].c = NULL;
+	}
+	pthread_mutex_unlock(&probes_mu);
+}
+
+
 int
 sup_health_ane(const char *url, int timeout_ms, char *err)
 {
-	struct ad_client *c = ad_client_open(url, err);
+	struct ad_client *c = probe_client(url, err);
 	if (!c)
 		return -1;
 	Anedvd__AneRequest q = ANEDVD__ANE_REQUEST__INIT;
@@ -647,7 +699,6 @@ sup_health_ane(const char *url, int timeout_ms, char *err)
 	uint8_t buf[64], *rep = NULL;
 	size_t n = anedvd__ane_request__pack(&q, buf), rlen = 0;
 	int rc = ad_client_call(c, buf, n, &rep, &rlen, timeout_ms, err);
-	ad_client_close(c);
 	if (rc)
 		return -1;
 	Anedvd__AneReply *a = anedvd__ane_reply__unpack(NULL, rlen, rep);
@@ -661,19 +712,17 @@ sup_health_ane(const char *url, int timeout_ms, char *err)
 int
 sup_health_tok(const char *url, int timeout_ms, char *err)
 {
-	struct ad_client *c = ad_client_open(url, err);
+	struct ad_client *c = probe_client(url, err);
 	if (!c)
 		return -1;
 	uint32_t pid;
-	int rc = tokc_health(c, &pid, timeout_ms, err);
-	ad_client_close(c);
-	return rc;
+	return tokc_health(c, &pid, timeout_ms, err);
 }
 
 int
 sup_health_engine(const char *url, int timeout_ms, char *err)
 {
-	struct ad_client *c = ad_client_open(url, err);
+	struct ad_client *c = probe_client(url, err);
 	if (!c)
 		return -1;
 	Anedvd__EngineRequest q = ANEDVD__ENGINE_REQUEST__INIT;
@@ -683,7 +732,6 @@ sup_health_engine(const char *url, int timeout_ms, char *err)
 	uint8_t buf[64], *rep = NULL;
 	size_t n = anedvd__engine_request__pack(&q, buf), rlen = 0;
 	int rc = ad_client_call(c, buf, n, &rep, &rlen, timeout_ms, err);
-	ad_client_close(c);
 	if (rc)
 		return -1;
 	Anedvd__EngineReply *a = anedvd__engine_reply__unpack(NULL, rlen, rep);
