@@ -9,8 +9,8 @@ set -eu
 
 pkgs="build-essential cmake pkg-config xz-utils libnng-dev libprotobuf-c-dev protobuf-c-compiler libh2o-evloop-dev libcjson-dev"
 if [ "${1:-}" = "--test" ]; then
-	# clang: fuzz targets; chromium + a font: the WebUI's browser tests
-	pkgs="$pkgs clang chromium fonts-dejavu-core"
+	# clang: fuzz targets; chromium + a font: the WebUI's browser tests; curl: CLI tests
+	pkgs="$pkgs clang chromium fonts-dejavu-core curl"
 	# Node.js for the SDK and browser tests: use the one on the machine if
 	# there is one (Debian's own nodejs is older than some tests need)
 	if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then

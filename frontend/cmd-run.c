@@ -1163,6 +1163,8 @@ serve_usage(int full)
 	        "  --max-tokens N      reply length when a request gives none (default 512)\n"
 	        "  --max-seq N         context (default 2048)\n"
 	        "  --parallel N        generations at once (default 1); --queue N waiting beyond them\n"
+	        "  --tokenizer-url U   where the tokenizer service listens (default: an ipc:// socket in the\n"
+	        "                      instance's runtime directory; e.g. tcp://127.0.0.1:7001)\n"
 	        "  --backend B         emu (default off macOS) or exact; ane needs macOS on Apple Silicon\n"
 	        "  --chunk N           columns every kernel is compiled for (default 64)\n"
 	        "  --split             split FFN (gate|up, activation on the CPU, down)\n"
@@ -1195,7 +1197,7 @@ int
 cmd_serve(int argc, char **argv)
 {
 	struct pipe_opts po = {.cmd = "serve"};
-	const char *host = "127.0.0.1", *name = NULL, *system = NULL;
+	const char *host = "127.0.0.1", *name = NULL, *system = NULL, *tok_url = NULL;
 	long long port = 8080, max_tokens = 512, parallel = 1, queue = 16;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v;
@@ -1232,6 +1234,18 @@ cmd_serve(int argc, char **argv)
 		} else if (!strcmp(a, "--queue")) {
 			if (!(v = cli_val("serve", argc, argv, &i)) || cli_int("serve", a, v, 0, 4096, &queue))
 				return 2;
+		} else if (!strcmp(a, "--tokenizer-url")) {
+			if (!(tok_url = cli_val("serve", argc, argv, &i)))
+				return 2;
+			if (strncmp(tok_url, "tcp://", 6) && strncmp(tok_url, "ipc://", 6)) {
+				fprintf(stderr, "anedvd serve: --tokenizer-url takes tcp://HOST:PORT or ipc://PATH, not '%s'\n",
+				        tok_url);
+				return 2;
+			}
+			if (strlen(tok_url) >= 600) {
+				fprintf(stderr, "anedvd serve: --tokenizer-url is too long\n");
+				return 2;
+			}
 		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			serve_usage(1);
 			return 0;
@@ -1287,7 +1301,10 @@ cmd_serve(int argc, char **argv)
 		return 1;
 	}
 	char u_tok[600], u_ane[600], u_eng[600], listen[300], sz[32], th[32], ms[32], mt[32], par[32], qu[32];
-	sup_url(s, "tokenizer", u_tok, sizeof u_tok);
+	if (tok_url)
+		snprintf(u_tok, sizeof u_tok, "%s", tok_url);
+	else
+		sup_url(s, "tokenizer", u_tok, sizeof u_tok);
 	sup_url(s, "ane-worker", u_ane, sizeof u_ane);
 	sup_url(s, "cpu-worker", u_eng, sizeof u_eng);
 	snprintf(listen, sizeof listen, "%s:%lld", host, port);

@@ -242,6 +242,26 @@ if [ -x "$BIN/anedvd-cpu-worker" ] && [ -x "$BIN/anedvd-frontend" ]; then
 	wait $P
 	check "serve: exit 0 on SIGINT" [ $? -eq 0 ]
 	check "serve: no child, no shm, no runtime dir" no_leftovers $P "$KIDS"
+
+	# the tokenizer service on tcp:// instead of the runtime dir's ipc socket
+	PORT=$((20000 + RANDOM % 20000))
+	TPORT=$((PORT + 1))
+	$A serve --model "$STORIES" --port $PORT --tokenizer-url "tcp://127.0.0.1:$TPORT" > /dev/null 2> "$T/serve-tcp.err" &
+	P=$!
+	up=0
+	for _ in $(seq 1 200); do
+		if grep -q "listening" "$T/serve-tcp.err"; then up=1; break; fi
+		sleep 0.05
+	done
+	check "serve --tokenizer-url tcp:// comes up" [ $up = 1 ]
+	TK=$(awk '$1=="tokenizer"{print $2}' "$T/anedvd-$P/status")
+	check "the tokenizer listens on the tcp URL" grep -q "tcp://127.0.0.1:$TPORT" "/proc/$TK/cmdline"
+	check "serve over a tcp tokenizer answers a completion" complete
+	KIDS=$(awk '{print $2}' "$T/anedvd-$P/status" | tr '\n' ' ')
+	kill -INT $P
+	wait $P
+	check "serve --tokenizer-url: exit 0 on SIGINT" [ $? -eq 0 ]
+	check "serve --tokenizer-url: no child, no shm, no runtime dir" no_leftovers $P "$KIDS"
 else
 	echo "note: anedvd-cpu-worker or anedvd-frontend not built: serve not tested" >&2
 fi
@@ -275,6 +295,7 @@ check "probe --size -1" usage2 "--size" probe --size -1
 check "attnbench --heads 3 --kv-heads 2" usage2 "multiple" attnbench --heads 3 --kv-heads 2
 check "layers without --upto" usage2 "--upto" layers --model "$STORIES"
 check "serve --port 70000" usage2 "--port" serve --model "$STORIES" --port 70000
+check "serve --tokenizer-url http://" usage2 "--tokenizer-url" serve --model "$STORIES" --tokenizer-url http://x
 check "chat --top-k x" usage2 "--top-k" chat --model "$STORIES" --top-k x
 if [ "$(uname)" != Darwin ]; then
 	$A run --model "$STORIES" --prompt-ids 1 --backend ane > /dev/null 2> "$T/u.err"
