@@ -10,6 +10,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "cli.h"
 #include "fp16.h"
 #include "gguf.h"
 #include "model.h"
@@ -43,65 +44,6 @@ peak_rss_bytes(void)
 #else
 	return (long long)ru.ru_maxrss * 1024; // KiB
 #endif
-}
-
-// parse_int accepts a whole decimal integer in [lo, hi]
-static int
-parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out)
-{
-	char *end;
-	errno = 0;
-	long long v = strtoll(s, &end, 10);
-	if (!*s || *end || errno || v < lo || v > hi) {
-		fprintf(stderr, "anedvd cpu: %s: '%s' is not an integer in [%lld, %lld]\n", flag, s, lo, hi);
-		return -1;
-	}
-	*out = v;
-	return 0;
-}
-
-// "1,2,3" -> ids (malloc'd)
-static int
-parse_ids(const char *s, int32_t **ids, int *n)
-{
-	int cap = 16, k = 0;
-	int32_t *v = malloc((size_t)cap * sizeof *v);
-	if (!v)
-		return -1;
-	const char *p = s;
-	for (;;) {
-		const char *comma = strchr(p, ',');
-		size_t len = comma ? (size_t)(comma - p) : strlen(p);
-		char tok[32];
-		long long x;
-		if (len == 0 || len >= sizeof tok) {
-			fprintf(stderr, "anedvd cpu: --prompt-ids: '%s' is not a comma-separated list of token ids\n", s);
-			free(v);
-			return -1;
-		}
-		memcpy(tok, p, len);
-		tok[len] = 0;
-		if (parse_int("--prompt-ids", tok, 0, INT32_MAX, &x)) {
-			free(v);
-			return -1;
-		}
-		if (k == cap) {
-			cap *= 2;
-			int32_t *nv = realloc(v, (size_t)cap * sizeof *v);
-			if (!nv) {
-				free(v);
-				return -1;
-			}
-			v = nv;
-		}
-		v[k++] = (int32_t)x;
-		if (!comma)
-			break;
-		p = comma + 1;
-	}
-	*ids = v;
-	*n = k;
-	return 0;
 }
 
 // top k ids by logit, highest first, lowest id first on ties
@@ -181,11 +123,11 @@ cpu_args(int argc, char **argv, struct cpu_opts *o)
 			o->prompt_ids = argv[++i];
 		} else if (!strcmp(a, "--max-tokens")) {
 			VAL();
-			if (parse_int(a, argv[++i], 0, 1 << 20, &o->max_tokens))
+			if (cli_int("cpu", a, argv[++i], 0, 1 << 20, &o->max_tokens))
 				return -1;
 		} else if (!strcmp(a, "--max-seq")) {
 			VAL();
-			if (parse_int(a, argv[++i], 1, 1 << 24, &o->max_seq))
+			if (cli_int("cpu", a, argv[++i], 1, 1 << 24, &o->max_seq))
 				return -1;
 		} else if (!strcmp(a, "--dump-logits")) {
 			VAL();
@@ -288,7 +230,7 @@ cmd_cpu(int argc, char **argv)
 	struct tokenizer *tok = NULL;
 #endif
 
-	if (o.prompt_ids && parse_ids(o.prompt_ids, &ids, &n_prompt)) {
+	if (o.prompt_ids && cli_ids("cpu", "--prompt-ids", o.prompt_ids, &ids, &n_prompt)) {
 		cpu_usage(0);
 		return 2;
 	}

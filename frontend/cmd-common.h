@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cli.h"
 #include "engine.h"
 #include "err.h"
 #include "ipc.h"
@@ -31,11 +32,6 @@
 #include "client.h"
 
 // --- flags ---------------------------------------------------------------------------
-int cli_int(const char *cmd, const char *flag, const char *s, long long lo, long long hi, long long *out);
-int cli_float(const char *cmd, const char *flag, const char *s, double lo, double hi, float *out);
-int cli_ids(const char *cmd, const char *flag, const char *s, int32_t **ids, int *n);
-// argv[*i] needs a value: returns it and advances, or NULL with a message
-const char *cli_val(const char *cmd, int argc, char **argv, int *i);
 
 double cli_now_ms(void);
 
