@@ -15,8 +15,7 @@ struct local {
 	struct kernel_backend kb;
 	struct ane_set set;
 	struct kb_info *info;
-	struct ad_surface *surf; // copies of those handed out; closed by free
-	int nsurf, capsurf;
+	struct kb_surfaces surf; // copies of those handed out; closed by free
 };
 
 static uint64_t
@@ -31,19 +30,13 @@ static int
 l_surface_new(struct kernel_backend *kb, const char *name, int channels, struct ad_surface *s, char *err)
 {
 	struct local *l = kb->priv;
-	if (l->nsurf == l->capsurf) {
-		int c = l->capsurf ? 2 * l->capsurf : 16;
-		void *p = realloc(l->surf, (size_t)c * sizeof *l->surf);
-		if (!p)
-			return ad_err(err, "out of memory");
-		l->surf = p;
-		l->capsurf = c;
-	}
+	if (kb_surfaces_reserve(&l->surf, err))
+		return -1;
 	if (channels <= 0)
 		return ad_err(err, "surface %s: %d channels", name ? name : "?", channels);
 	if (surface_create(s, name, (size_t)channels, (size_t)kb->width, 0, err))
 		return -1;
-	l->surf[l->nsurf++] = *s;
+	kb_surfaces_keep(&l->surf, s);
 	return 0;
 }
 
@@ -94,9 +87,7 @@ l_free(struct kernel_backend *kb)
 	if (!kb)
 		return;
 	struct local *l = kb->priv;
-	for (int i = 0; i < l->nsurf; i++)
-		surface_close(&l->surf[i]);
-	free(l->surf);
+	kb_surfaces_free(&l->surf);
 	free(l->info);
 	ane_set_free(&l->set);
 	free(l);

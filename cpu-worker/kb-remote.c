@@ -38,8 +38,7 @@ struct remote {
 	char name[48];
 	struct ane_plan plan;
 	struct kb_info *info;
-	struct ad_surface *surf; // copies of those handed out; closed by free
-	int nsurf, capsurf;
+	struct kb_surfaces surf; // copies of those handed out; closed by free
 	int timeout_ms, deadline_ms;
 	long instance;
 	unsigned gen;
@@ -269,14 +268,8 @@ static int
 r_surface_new(struct kernel_backend *kb, const char *name, int channels, struct ad_surface *s, char *err)
 {
 	struct remote *r = kb->priv;
-	if (r->nsurf == r->capsurf) {
-		int c = r->capsurf ? 2 * r->capsurf : 16;
-		void *p = realloc(r->surf, (size_t)c * sizeof *r->surf);
-		if (!p)
-			return ad_err(err, "out of memory");
-		r->surf = p;
-		r->capsurf = c;
-	}
+	if (kb_surfaces_reserve(&r->surf, err))
+		return -1;
 	if (channels <= 0)
 		return ad_err(err, "surface %s: %d channels", name ? name : "?", channels);
 	char sub[AD_SURFACE_ID_MAX], id[AD_SURFACE_ID_MAX];
@@ -285,7 +278,7 @@ r_surface_new(struct kernel_backend *kb, const char *name, int channels, struct 
 		return ad_err(err, "surface %s: name too long", name ? name : "?");
 	if (surface_create(s, id, (size_t)channels, (size_t)kb->width, 1, err))
 		return -1;
-	r->surf[r->nsurf++] = *s;
+	kb_surfaces_keep(&r->surf, s);
 	return 0;
 }
 
@@ -295,9 +288,7 @@ r_free(struct kernel_backend *kb)
 	if (!kb)
 		return;
 	struct remote *r = kb->priv;
-	for (int i = 0; i < r->nsurf; i++)
-		surface_close(&r->surf[i]);
-	free(r->surf);
+	kb_surfaces_free(&r->surf);
 	ad_client_close(r->c);
 	ane_plan_free(&r->plan);
 	free(r->info);

@@ -89,6 +89,18 @@ struct kernel_backend {
 	void *priv;
 };
 
+// The surfaces a backend handed out, which it owns: kb_surfaces_reserve
+// makes room for one more before the surface is created (so a failure
+// leaves nothing to undo), kb_surfaces_keep records the caller's copy, and
+// kb_surfaces_free closes them all.
+struct kb_surfaces {
+	struct ad_surface *v;
+	int n, cap;
+};
+int kb_surfaces_reserve(struct kb_surfaces *l, char *err);
+void kb_surfaces_keep(struct kb_surfaces *l, const struct ad_surface *s);
+void kb_surfaces_free(struct kb_surfaces *l);
+
 struct kernel_backend *kb_local_new(const struct model *m, const struct kb_opts *o, char *err);
 struct kernel_backend *kb_remote_new(const struct model *m, const struct kb_opts *o, char *err);
 struct kernel_backend *kb_exact_new(const struct model *m, const struct kb_opts *o, char *err);
