@@ -241,6 +241,223 @@ conv_simd(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_
 	}
 }
 
+// ---- AVX-512 ------------------------------------------------------------
+// One panel row (16 fp16) is one 256-bit load widened to one zmm, and the
+// 32 zmm registers hold up to 24 accumulators: tiles of up to 4 panels x 12
+// columns (mp * nc <= 24). Same chains as above: accumulator (o, j) sums
+// i = 0 .. cin-1 in order from zero and is rounded once.
+#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
+#define X512_COLS 12   // widest column block
+#define X512_ACC 24    // accumulators of one tile
+#define X512_STREAMS 4 // panels at once (see TILE_STREAMS)
+// software prefetch distance of the one-column tile, in steps of i (32
+// bytes of each panel per step)
+#define X512_PFD 64
+
+// column blocks of at most maxc columns, as even as possible: block b has
+// base + (b < extra) columns
+static void
+col_blocks(size_t ncols, size_t maxc, size_t *nb, size_t *base, size_t *extra)
+{
+	*nb = (ncols + maxc - 1) / maxc;
+	*base = ncols / *nb;
+	*extra = ncols % *nb;
+}
+
+// panels a wide AVX-512 tile takes at once: as many as keep its
+// accumulators in registers
+static size_t
+x512_mp(size_t ncols)
+{
+	size_t nb, base, extra;
+	col_blocks(ncols, X512_COLS, &nb, &base, &extra);
+	size_t nc = base + (extra > 0), mp = X512_ACC / nc;
+	return mp > X512_STREAMS ? X512_STREAMS : mp;
+}
+
+// the activations of a wide call for the AVX-512 tiles: column block
+// [j, j + nc) of x ([ncols][cin]) is rewritten, in the same place of xp,
+// as [cin][nc], so a tile's broadcasts walk one line after another instead
+// of nc rows. Blocks [b0, b1).
+static void
+x512_pack(const float *x, size_t cin, size_t ncols, float *xp, size_t b0, size_t b1)
+{
+	size_t nb, base, extra;
+	col_blocks(ncols, X512_COLS, &nb, &base, &extra);
+	for (size_t b = 0, j = 0; b < nb; b++) {
+		size_t nc = base + (b < extra);
+		if (b >= b0 && b < b1) {
+			float *dst = xp + j * cin;
+			for (size_t c = 0; c < nc; c++) {
+				const float *src = x + (j + c) * cin;
+				for (size_t i = 0; i < cin; i++)
+					dst[i * nc + c] = src[i];
+			}
+		}
+		j += nc;
+	}
+}
+
+AVX512_TARGET static inline void
+store16(float *dst, size_t left, __m512 v)
+{
+	v = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+	if (left >= PANEL)
+		_mm512_storeu_ps(dst, v);
+	else
+		_mm512_mask_storeu_ps(dst, (__mmask16)((1u << left) - 1), v);
+}
+
+// mp panels x nc columns of packed activations xp ([cin][nc]); pf as in
+// tile()
+AVX512_TARGET static inline __attribute__((always_inline)) void
+tile512(const uint16_t *w, size_t cin, const float *xp, float *y, size_t cout, size_t left,
+        const struct pf *pf, const int mp, const int nc)
+{
+	size_t pfi = pf ? pf->i0 : (size_t)-1;
+	__m512 acc[X512_ACC];
+#pragma GCC unroll 24
+	for (int a = 0; a < mp * nc; a++)
+		acc[a] = _mm512_setzero_ps();
+	for (size_t i = 0; i < cin; i++) {
+		const float *xi = xp + i * (size_t)nc;
+#pragma GCC unroll 4
+		for (int p = 0; p < mp; p++) {
+			// broadcasts from memory for each panel (folded into the FMAs):
+			// keeping nc broadcasts live across panels would spill
+			if (p > 0)
+				__asm__ volatile("" ::: "memory");
+			const uint16_t *wp = w + (size_t)p * cin * PANEL + i * PANEL;
+			if (i == pfi)
+				_mm_prefetch((const char *)(pf->w + (size_t)p * cin * PANEL + i * PANEL),
+				             _MM_HINT_T1);
+			__m512 wv = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)wp));
+#pragma GCC unroll 12
+			for (int c = 0; c < nc; c++)
+				acc[p * nc + c] = _mm512_fmadd_ps(wv, _mm512_set1_ps(xi[c]), acc[p * nc + c]);
+		}
+		if (i == pfi)
+			pfi += pf->di;
+	}
+#pragma GCC unroll 4
+	for (int p = 0; p < mp; p++)
+#pragma GCC unroll 12
+		for (int c = 0; c < nc; c++)
+			store16(y + (size_t)c * cout + (size_t)p * PANEL, left - (size_t)p * PANEL,
+			        acc[p * nc + c]);
+}
+
+// one column (decode): mp weight streams, each prefetched X512_PFD steps
+// ahead, one line (two steps of i) at a time
+AVX512_TARGET static inline __attribute__((always_inline)) void
+col512(const uint16_t *w, size_t cin, const float *x, float *y, size_t left, const int mp)
+{
+	__m512 acc[X512_STREAMS];
+	size_t ps = cin * PANEL;
+#pragma GCC unroll 4
+	for (int p = 0; p < mp; p++)
+		acc[p] = _mm512_setzero_ps();
+	size_t i = 0;
+	for (; i + 2 <= cin; i += 2) {
+#pragma GCC unroll 4
+		for (int p = 0; p < mp; p++)
+			_mm_prefetch((const char *)(w + p * ps + (i + X512_PFD) * PANEL), _MM_HINT_T0);
+		__m512 b0 = _mm512_set1_ps(x[i]), b1 = _mm512_set1_ps(x[i + 1]);
+#pragma GCC unroll 4
+		for (int p = 0; p < mp; p++) {
+			const __m256i *wp = (const __m256i *)(w + p * ps + i * PANEL);
+			acc[p] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_load_si256(wp)), b0, acc[p]);
+			acc[p] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_load_si256(wp + 1)), b1, acc[p]);
+		}
+	}
+	if (i < cin) {
+		__m512 b0 = _mm512_set1_ps(x[i]);
+#pragma GCC unroll 4
+		for (int p = 0; p < mp; p++) {
+			const __m256i *wp = (const __m256i *)(w + p * ps + i * PANEL);
+			acc[p] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_load_si256(wp)), b0, acc[p]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int p = 0; p < mp; p++)
+		store16(y + (size_t)p * PANEL, left - (size_t)p * PANEL, acc[p]);
+}
+
+typedef void col_fn(const uint16_t *w, size_t cin, const float *x, float *y, size_t left);
+#define COL512(MP)                                                                            \
+	AVX512_TARGET static void col512_##MP(const uint16_t *w, size_t cin, const float *x,      \
+	                                      float *y, size_t left)                             \
+	{                                                                                         \
+		col512(w, cin, x, y, left, MP);                                                      \
+	}
+COL512(1)
+COL512(2)
+COL512(3)
+COL512(4)
+static col_fn *const cols512[X512_STREAMS + 1] = {NULL, col512_1, col512_2, col512_3, col512_4};
+
+#define TILE512(MP, NC)                                                                       \
+	AVX512_TARGET static void tile512_##MP##x##NC(const uint16_t *w, size_t cin,              \
+	                                              const float *xp, float *y, size_t cout,    \
+	                                              size_t left, const struct pf *pf)          \
+	{                                                                                         \
+		tile512(w, cin, xp, y, cout, left, pf, MP, NC);                                      \
+	}
+#define TILE512_ROW(MP)                                                                       \
+	TILE512(MP, 1)                                                                            \
+	TILE512(MP, 2) TILE512(MP, 3) TILE512(MP, 4) TILE512(MP, 5) TILE512(MP, 6)
+TILE512_ROW(1)
+TILE512_ROW(2)
+TILE512_ROW(3)
+TILE512_ROW(4)
+TILE512(1, 7) TILE512(1, 8) TILE512(1, 9) TILE512(1, 10) TILE512(1, 11) TILE512(1, 12)
+TILE512(2, 7) TILE512(2, 8) TILE512(2, 9) TILE512(2, 10) TILE512(2, 11) TILE512(2, 12)
+TILE512(3, 7) TILE512(3, 8)
+
+#define T512_ROW(MP)                                                                          \
+	tile512_##MP##x1, tile512_##MP##x2, tile512_##MP##x3, tile512_##MP##x4, tile512_##MP##x5, \
+		tile512_##MP##x6
+// [mp][nc], mp * nc <= X512_ACC
+static tile_fn *const tiles512[X512_STREAMS + 1][X512_COLS + 1] = {
+	[1] = {NULL, T512_ROW(1), tile512_1x7, tile512_1x8, tile512_1x9, tile512_1x10, tile512_1x11,
+	       tile512_1x12},
+	[2] = {NULL, T512_ROW(2), tile512_2x7, tile512_2x8, tile512_2x9, tile512_2x10, tile512_2x11,
+	       tile512_2x12},
+	[3] = {NULL, T512_ROW(3), tile512_3x7, tile512_3x8},
+	[4] = {NULL, T512_ROW(4)},
+};
+
+// panels [p0, p1); xp is x itself for one column, else packed by x512_pack
+static void
+conv512(const uint16_t *panels, size_t cout, size_t cin, const float *xp, size_t ncols,
+        float *y, size_t p0, size_t p1)
+{
+	size_t pstride = cin * PANEL;
+	if (ncols == 1) {
+		for (size_t q = p0; q < p1; q += X512_STREAMS) {
+			size_t m = p1 - q < X512_STREAMS ? p1 - q : X512_STREAMS;
+			cols512[m](panels + q * pstride, cin, xp, y + q * PANEL, cout - q * PANEL);
+		}
+		return;
+	}
+	size_t nb, base, extra;
+	col_blocks(ncols, X512_COLS, &nb, &base, &extra);
+	// a group of mp panels passes every column block while its weights sit
+	// in L2; every block pulls a share of the next group's lines meanwhile
+	size_t group = x512_mp(ncols);
+	for (size_t q = p0; q < p1; q += group) {
+		size_t m = p1 - q < group ? p1 - q : group;
+		int next = q + group + m <= p1;
+		for (size_t b = 0, j = 0; b < nb; b++) {
+			size_t nc = base + (b < extra);
+			struct pf pf = {panels + (q + group) * pstride, 2 * b, 2 * nb};
+			tiles512[m][nc](panels + q * pstride, cin, xp + j * cin, y + j * cout + q * PANEL,
+			                cout, cout - q * PANEL, next ? &pf : NULL);
+			j += nc;
+		}
+	}
+}
+
 int
 emu_have_simd(void)
 {
@@ -254,17 +471,80 @@ emu_have_simd(void)
 }
 #endif
 
-void
-emu_conv_fast(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols,
-              float *y, size_t p0, size_t p1)
+int
+emu_cpu_simd(void)
+{
+	return EMU_SIMD_REF + ad_cpu_level();
+}
+
+const char *
+emu_simd_name(int level)
+{
+	switch (level) {
+	case EMU_SIMD_REF:
+		return "ref";
+	case EMU_SIMD_AVX2:
+		return "avx2";
+	case EMU_SIMD_AVX512:
+		return "avx512";
+	default:
+		return "auto";
+	}
+}
+
+// level capped at what the CPU has (AUTO: the best)
+static int
+simd_cap(int level)
+{
+	int cpu = emu_cpu_simd();
+	return level == EMU_SIMD_AUTO || level > cpu ? cpu : level;
+}
+
+// xp: x, or for a wide call on the AVX-512 path x packed by x512_pack
+static void
+conv_level(int level, const uint16_t *panels, size_t cout, size_t cin, const float *x,
+           const float *xp, size_t ncols, float *y, size_t p0, size_t p1)
 {
 #ifdef AD_FP16_X86
-	if (emu_have_simd()) {
+	if (level == EMU_SIMD_AVX512) {
+		conv512(panels, cout, cin, xp, ncols, y, p0, p1);
+		return;
+	}
+	if (level == EMU_SIMD_AVX2) {
 		conv_simd(panels, cout, cin, x, ncols, y, p0, p1);
 		return;
 	}
 #endif
 	emu_conv_ref(panels, cout, cin, x, ncols, y, p0, p1);
+}
+
+void
+emu_conv_simd(int level, const uint16_t *panels, size_t cout, size_t cin, const float *x,
+              size_t ncols, float *y, size_t p0, size_t p1)
+{
+	level = simd_cap(level);
+	const float *xp = x;
+	float *tmp = NULL;
+#ifdef AD_FP16_X86
+	if (level == EMU_SIMD_AVX512 && ncols > 1) {
+		tmp = malloc(ncols * cin * sizeof(float));
+		if (!tmp) {
+			level = EMU_SIMD_AVX2; // the same bits
+		} else {
+			x512_pack(x, cin, ncols, tmp, 0, ncols);
+			xp = tmp;
+		}
+	}
+#endif
+	conv_level(level, panels, cout, cin, x, xp, ncols, y, p0, p1);
+	free(tmp);
+}
+
+void
+emu_conv_fast(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols,
+              float *y, size_t p0, size_t p1)
+{
+	emu_conv_simd(EMU_SIMD_AUTO, panels, cout, cin, x, ncols, y, p0, p1);
 }
 
 // ---------------------------------------------------------------------------
@@ -555,8 +835,32 @@ pool_run(struct pool *p, void (*fn)(void *, size_t), void *arg, size_t ntasks)
 struct emu {
 	struct pool pool;
 	int nthreads;
-	int force_ref;
+	int force_ref; // the plain kernels everywhere (simd == EMU_SIMD_REF)
+	int simd;      // the conv path, EMU_SIMD_REF .. AVX512
+	int no_fuse;
+	// the activations of a wide conv packed for the AVX-512 tiles; one
+	// context runs one eval at a time, so its kernels share it
+	float *xpack;
+	size_t xpack_cap; // floats
 };
+
+void
+emu_parallel(struct emu *e, void (*fn)(void *arg, size_t task), void *arg, size_t ntasks)
+{
+	pool_run(&e->pool, fn, arg, ntasks);
+}
+
+int
+emu_nthreads(const struct emu *e)
+{
+	return e->nthreads;
+}
+
+int
+emu_simd(const struct emu *e)
+{
+	return e->simd;
+}
 
 struct emu *
 emu_open(const struct emu_opts *opts, char *err)
@@ -569,7 +873,28 @@ emu_open(const struct emu_opts *opts, char *err)
 	e->nthreads = opts && opts->threads > 0 ? opts->threads : 2;
 	if (e->nthreads > 256)
 		e->nthreads = 256;
-	e->force_ref = opts ? opts->force_ref : 0;
+	int simd = opts ? opts->simd : EMU_SIMD_AUTO;
+	if (simd < EMU_SIMD_AUTO || simd > EMU_SIMD_AVX512) {
+		free(e);
+		ad_err(err, "emu: simd level %d: expected EMU_SIMD_AUTO .. EMU_SIMD_AVX512", simd);
+		return NULL;
+	}
+	const char *env = getenv("ANEDVD_SIMD");
+	if (simd == EMU_SIMD_AUTO && env && *env) {
+		for (int l = EMU_SIMD_REF; l <= EMU_SIMD_AVX512; l++)
+			if (!strcmp(env, emu_simd_name(l)))
+				simd = l;
+		if (simd == EMU_SIMD_AUTO) {
+			free(e);
+			ad_err(err, "emu: ANEDVD_SIMD=%s: expected ref, avx2 or avx512", env);
+			return NULL;
+		}
+	}
+	if (opts && opts->force_ref)
+		simd = EMU_SIMD_REF;
+	e->simd = simd_cap(simd);
+	e->force_ref = e->simd == EMU_SIMD_REF;
+	e->no_fuse = opts ? opts->no_fuse : 0;
 	struct pool *p = &e->pool;
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->go, NULL);
@@ -608,6 +933,7 @@ emu_close(struct emu *e)
 	pthread_mutex_destroy(&p->mu);
 	pthread_cond_destroy(&p->go);
 	pthread_cond_destroy(&p->done);
+	free(e->xpack);
 	free(e);
 }
 
@@ -1891,10 +2217,10 @@ emu_nblobfiles(const struct emu_kernel *k)
 struct conv_job {
 	const uint16_t *panels;
 	size_t cout, cin, ncols;
-	const float *x;
+	const float *x, *xp; // xp: x packed for the AVX-512 tiles (or x)
 	float *y;
 	size_t npanels, per_task;
-	int ref;
+	int simd;
 };
 
 static void
@@ -1906,17 +2232,23 @@ conv_task(void *arg, size_t t)
 		p1 = j->npanels;
 	if (p0 >= p1)
 		return;
-	if (j->ref)
-		emu_conv_ref(j->panels, j->cout, j->cin, j->x, j->ncols, j->y, p0, p1);
-	else
-		emu_conv_fast(j->panels, j->cout, j->cin, j->x, j->ncols, j->y, p0, p1);
+	conv_level(j->simd, j->panels, j->cout, j->cin, j->x, j->xp, j->ncols, j->y, p0, p1);
 }
+
+#ifdef AD_FP16_X86
+static void
+pack_task(void *arg, size_t t)
+{
+	struct conv_job *j = arg;
+	x512_pack(j->x, j->cin, j->ncols, (float *)j->xp, t, t + 1);
+}
+#endif
 
 // below this many multiply-adds a conv runs on the calling thread alone
 #define PAR_MIN_MACS (1u << 18)
 
-static void
-run_conv(struct emu_kernel *k, const struct step *s, size_t ncols)
+static int
+run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 {
 	struct emu *e = k->e;
 	struct conv_job j = {
@@ -1927,21 +2259,47 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols)
 		.x = k->bufs[s->a].data,
 		.y = k->bufs[s->y].data,
 		.npanels = (s->cout + PANEL - 1) / PANEL,
-		.ref = e->force_ref,
+		.simd = e->simd,
 	};
+	j.xp = j.x;
+	int par = (uint64_t)s->cout * s->cin * ncols >= PAR_MIN_MACS && e->nthreads > 1;
+	// whole tiles per task (4 panels for one column; for more, the AVX2
+	// tiles take 3x2 and 2x3, the AVX-512 ones up to 4, 3 or 2 panels): a
+	// task of 7 panels would end in a 1-panel tile with half the FMA chains
+	size_t unit = ncols == 1 ? 4 : 6;
+#ifdef AD_FP16_X86
+	if (e->simd == EMU_SIMD_AVX512 && ncols > 1) {
+		size_t n = ncols * s->cin;
+		if (n > e->xpack_cap) {
+			void *b = NULL;
+			if (posix_memalign(&b, 64, n * sizeof(float)))
+				return ad_err(err, "emu: out of memory for %zu packed activations", n);
+			free(e->xpack);
+			e->xpack = b;
+			e->xpack_cap = n;
+		}
+		j.xp = e->xpack;
+		size_t nb, base, extra;
+		col_blocks(ncols, X512_COLS, &nb, &base, &extra);
+		if (par)
+			pool_run(&e->pool, pack_task, &j, nb);
+		else
+			for (size_t b = 0; b < nb; b++)
+				pack_task(&j, b);
+		unit = x512_mp(ncols);
+	}
+#endif
 	size_t ntasks = 1;
-	if ((uint64_t)s->cout * s->cin * ncols >= PAR_MIN_MACS && e->nthreads > 1)
+	if (par)
 		ntasks = (size_t)e->nthreads * 4; // a few per thread evens out the tail
 	if (ntasks > j.npanels)
 		ntasks = j.npanels;
 	j.per_task = (j.npanels + ntasks - 1) / ntasks;
-	// whole tiles per task (4x1 for one column, 3x2 and 2x3 otherwise): a
-	// task of 7 panels would end in a 1-panel tile with half the FMA chains
-	size_t unit = ncols == 1 ? 4 : 6;
 	if (ntasks > 1 && j.per_task > unit)
 		j.per_task = j.per_task / unit * unit;
 	ntasks = (j.npanels + j.per_task - 1) / j.per_task;
 	pool_run(&e->pool, conv_task, &j, ntasks);
+	return 0;
 }
 
 static void
@@ -1989,9 +2347,10 @@ emu_eval(struct emu_kernel *k, const void *const *in, void *const *out, size_t n
 			return ad_err(err, "emu: output %d (%s) has no surface", i, k->out[i].name);
 	for (int s = 0; s < k->nsteps; s++) {
 		const struct step *st = &k->steps[s];
-		if (st->op == S_CONV)
-			run_conv(k, st, ncols);
-		else
+		if (st->op == S_CONV) {
+			if (run_conv(k, st, ncols, err) < 0)
+				return -1;
+		} else
 			run_elementwise(k, st, ncols * k->bufs[st->y].channels);
 	}
 	for (int i = 0; i < k->nout; i++) {

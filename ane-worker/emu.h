@@ -18,9 +18,17 @@
 //
 // Execution follows the ANE's numerics: every tensor is stored as fp16
 // between ops, conv accumulates in fp32. Weights are repacked at compile
-// time into 16-row panels ([cout/16][cin][16] fp16) that an AVX2/FMA/F16C
-// kernel (picked at run time, no -march flag needed) or its plain-C `_ref`
-// twin streams; large convs are split over the context's threads.
+// time into 16-row panels ([cout/16][cin][16] fp16; large ones on huge
+// pages) that the conv kernels stream. Three paths, bit for bit the same
+// (each output is one fp32 FMA chain over the inputs in order, rounded to
+// fp16 once): the plain-C `_ref` kernel, an AVX2/FMA/F16C one and an
+// AVX-512 (F/BW/DQ/VL) one. A context picks the best its CPU has at run
+// time (cpuid; no -march flag needed), or the one emu_opts.simd or the
+// environment's ANEDVD_SIMD=ref|avx2|avx512 names, capped at what the CPU
+// has; force_ref is the same as simd = EMU_SIMD_REF. Large convs are split
+// over the context's threads (the calling thread works too). A fused FFN's
+// sigmoid, mul, mul run as one pass over the gate and up outputs, split
+// over the threads (the same roundings as op by op).
 //
 // I/O goes through surfaces in the planar layout of layout.h (fp16, one
 // plane per channel). emu_eval computes the first ncols columns only:
@@ -40,9 +48,15 @@
 struct emu;
 struct emu_kernel;
 
+// conv kernel paths, in order (emu_opts.simd, emu_conv_simd)
+enum emu_simd { EMU_SIMD_AUTO = 0, EMU_SIMD_REF, EMU_SIMD_AVX2, EMU_SIMD_AVX512 };
+
 struct emu_opts {
-	int threads;   // worker threads for large convs (0: 2)
+	int threads;   // threads for large convs, the caller included (0: 2)
 	int force_ref; // use the plain-C kernels even on AVX2 hardware
+	int simd;      // EMU_SIMD_*: the best path to use, capped at the CPU's; AUTO: the
+	               // CPU's best, or what ANEDVD_SIMD=ref|avx2|avx512 in the environment says
+	int no_fuse;   // run a fused FFN's elementwise steps op by op (tests, benchmarks)
 };
 
 // a weight file the program names as @model_path/weights/<name>: read from
@@ -90,9 +104,22 @@ size_t emu_panel_bytes(size_t cout, size_t cin);
 void emu_pack(const uint16_t *w, size_t cout, size_t cin, uint16_t *panels);
 void emu_conv_ref(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols,
                   float *y, size_t p0, size_t p1);
-// the fast kernel, or the reference one when the CPU lacks AVX2/FMA/F16C
+// the kernel of a given path (EMU_SIMD_*, capped at what the CPU has;
+// AUTO: the best), and the best one (the reference one when the CPU lacks
+// AVX2/FMA/F16C)
+void emu_conv_simd(int level, const uint16_t *panels, size_t cout, size_t cin, const float *x,
+                   size_t ncols, float *y, size_t p0, size_t p1);
 void emu_conv_fast(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols,
                    float *y, size_t p0, size_t p1);
-int emu_have_simd(void);
+int emu_have_simd(void); // AVX2/FMA/F16C or better
+int emu_cpu_simd(void);  // the best EMU_SIMD_* path of this CPU
+const char *emu_simd_name(int level); // "ref", "avx2", "avx512" ("auto" for others)
+int emu_simd(const struct emu *e);   // the path a context runs
+
+// the context's thread pool, for other kernels: fn(arg, t) for t in
+// [0, ntasks), claimed by the calling thread and the workers as they come;
+// returns when all are done. Not reentrant (one job at a time per context).
+void emu_parallel(struct emu *e, void (*fn)(void *arg, size_t task), void *arg, size_t ntasks);
+int emu_nthreads(const struct emu *e); // threads that run a job, the caller included
 
 #endif

@@ -92,6 +92,11 @@ ad_f32_to_fp16(float f)
 	return sign | (uint16_t)h;
 }
 
+// SIMD levels of the project's fast kernels, in order: each includes the
+// one before. AVX2 is AVX2 + FMA + F16C with the ymm state saved by the OS;
+// AVX512 adds AVX-512 F, BW, DQ and VL with the zmm and mask state saved.
+enum { AD_SIMD_REF = 0, AD_SIMD_AVX2 = 1, AD_SIMD_AVX512 = 2 };
+
 static inline float
 ad_bf16_to_f32(uint16_t h)
 {
@@ -146,35 +151,58 @@ ad_f32_to_fp16_row_f16c(const float *src, uint16_t *dst, size_t n)
 		dst[i] = ad_f32_to_fp16(src[i]);
 }
 
-// ad_cpu_simd: the CPU and the OS support AVX2, FMA and F16C (the set every
-// fast kernel of the project is written for). CPUID directly: clang 14 does
-// not know __builtin_cpu_supports("f16c").
+// ad_cpu_level: the best AD_SIMD_* level this CPU and OS support. CPUID
+// directly: clang 14 does not know __builtin_cpu_supports("f16c").
 static inline int
-ad_cpu_simd(void)
+ad_cpu_level(void)
 {
 	static int have = -1;
 	int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
 	if (h < 0) {
 		unsigned a, b, c, d, c1;
+		__asm__ __volatile__("cpuid" : "=a"(a), "=b"(b), "=c"(c1), "=d"(d) : "a"(0), "c"(0));
+		unsigned max = a;
 		__asm__ __volatile__("cpuid" : "=a"(a), "=b"(b), "=c"(c1), "=d"(d) : "a"(1), "c"(0));
-		__asm__ __volatile__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+		b = 0;
+		if (max >= 7)
+			__asm__ __volatile__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
 		int f16c = (c1 >> 29) & 1, avx = (c1 >> 28) & 1, osxsave = (c1 >> 27) & 1, fma = (c1 >> 12) & 1;
 		int avx2 = (b >> 5) & 1;
+		// AVX-512 F (16), DQ (17), BW (30), VL (31)
+		int avx512 = (b & 0xc0030000u) == 0xc0030000u;
 		unsigned xcr0 = 0;
 		if (osxsave) {
 			unsigned hi;
 			__asm__ __volatile__("xgetbv" : "=a"(xcr0), "=d"(hi) : "c"(0));
 		}
-		h = f16c && fma && avx && avx2 && (xcr0 & 6) == 6; // the OS saves the ymm registers
+		h = AD_SIMD_REF;
+		if (f16c && fma && avx && avx2 && (xcr0 & 6) == 6) // the OS saves the ymm registers
+			h = AD_SIMD_AVX2;
+		if (h == AD_SIMD_AVX2 && avx512 && (xcr0 & 0xe0) == 0xe0) // opmask, zmm0-15 hi, zmm16-31
+			h = AD_SIMD_AVX512;
 		__atomic_store_n(&have, h, __ATOMIC_RELAXED);
 	}
 	return h;
+}
+
+// ad_cpu_simd: the CPU has at least AVX2, FMA and F16C (the set every fast
+// kernel of the project is written for)
+static inline int
+ad_cpu_simd(void)
+{
+	return ad_cpu_level() >= AD_SIMD_AVX2;
 }
 
 static inline int
 ad_have_f16c(void)
 {
 	return ad_cpu_simd();
+}
+#else
+static inline int
+ad_cpu_level(void)
+{
+	return AD_SIMD_REF;
 }
 #endif
 

@@ -165,17 +165,23 @@ test_scatter_gather(void)
 // conv kernels
 
 // every kernel sums output (o, j) as one fp32 FMA chain over i from 0, so
-// the fast kernel equals the plain one bit for bit, at every width and
-// panel split (the tiles take 1 to 4 panels and 1 to 3 columns at once)
+// each fast path (AVX2, AVX-512 where the CPU has it) equals the plain one
+// bit for bit, at every width and panel split (the AVX2 tiles take 1 to 4
+// panels and 1 to 3 columns at once, the AVX-512 ones up to 4 x 12)
 static void
 test_conv_fast_vs_ref(void)
 {
-	static const size_t sizes[][2] = {{16, 16}, {17, 3},  {5, 64},  {48, 33},
-	                                  {100, 257}, {64, 1}, {200, 40}, {16 * 13 + 7, 24}};
-	static const size_t widths[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 17, 19, 24, 31, 64};
-	if (!emu_have_simd())
+	static const size_t sizes[][2] = {{16, 16},  {17, 3},   {5, 64},         {48, 33},
+	                                  {100, 257}, {64, 1}, {200, 40}, {16 * 13 + 7, 24},
+	                                  {16 * 9, 131}};
+	static const size_t widths[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  11, 12, 13,
+	                                17, 19, 24, 25, 31, 36, 37, 48, 63, 64};
+	int top = emu_cpu_simd();
+	if (top < EMU_SIMD_AVX2)
 		fprintf(stderr, "  (no AVX2/FMA/F16C here: the fast path is the reference)\n");
-	int bad_exact = 0, bad_split = 0;
+	if (top < EMU_SIMD_AVX512)
+		fprintf(stderr, "  (no AVX-512 here: that path is not run)\n");
+	int bad_exact = 0, bad_split = 0, runs = 0;
 	for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
 		size_t cout = sizes[s][0], cin = sizes[s][1];
 		for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
@@ -189,21 +195,27 @@ test_conv_fast_vs_ref(void)
 			uint16_t *p = aligned_alloc(64, (emu_panel_bytes(cout, cin) + 63) / 64 * 64);
 			emu_pack(w, cout, cin, p);
 			// a guard column past the end catches a tile storing too far
-			float *y0 = calloc((ncols + 1) * cout, 4), *y1 = calloc((ncols + 1) * cout, 4);
-			float *y2 = calloc((ncols + 1) * cout, 4);
+			size_t n = (ncols + 1) * cout;
+			float *y0 = calloc(n, 4), *y1 = calloc(n, 4), *y2 = calloc(n, 4);
 			size_t np = (cout + 15) / 16;
 			emu_conv_ref(p, cout, cin, x, ncols, y0, 0, np);
-			// in two halves, as threads would
-			emu_conv_fast(p, cout, cin, x, ncols, y1, 0, np / 2);
-			emu_conv_fast(p, cout, cin, x, ncols, y1, np / 2, np);
-			// one panel at a time
-			for (size_t q = 0; q < np; q++)
-				emu_conv_fast(p, cout, cin, x, ncols, y2, q, q + 1);
-			if (memcmp(y0, y1, (ncols + 1) * cout * 4)) {
-				if (!bad_exact++)
-					CHECK(0, "%zux%zu ncols %zu: fast differs from ref", cout, cin, ncols);
+			for (int l = EMU_SIMD_AVX2; l <= top; l++) {
+				runs++;
+				memset(y1, 0, n * 4);
+				memset(y2, 0, n * 4);
+				// in two halves, as threads would
+				emu_conv_simd(l, p, cout, cin, x, ncols, y1, 0, np / 2);
+				emu_conv_simd(l, p, cout, cin, x, ncols, y1, np / 2, np);
+				// one panel at a time
+				for (size_t q = 0; q < np; q++)
+					emu_conv_simd(l, p, cout, cin, x, ncols, y2, q, q + 1);
+				if (memcmp(y0, y1, n * 4)) {
+					if (!bad_exact++)
+						CHECK(0, "%s %zux%zu ncols %zu: differs from ref", emu_simd_name(l),
+						      cout, cin, ncols);
+				}
+				bad_split += memcmp(y1, y2, n * 4) != 0;
 			}
-			bad_split += memcmp(y1, y2, (ncols + 1) * cout * 4) != 0;
 			double mr = 0, mexact = 0;
 			for (size_t j = 0; j < ncols; j++)
 				for (size_t o = 0; o < cout; o++) {
@@ -219,7 +231,8 @@ test_conv_fast_vs_ref(void)
 			free(wf), free(x), free(w), free(p), free(y0), free(y1), free(y2);
 		}
 	}
-	CHECK(bad_exact == 0, "%d shapes where fast and ref differ", bad_exact);
+	fprintf(stderr, "  %d shape x width x path runs\n", runs);
+	CHECK(bad_exact == 0, "%d shapes where a fast path and ref differ", bad_exact);
 	CHECK(bad_split == 0, "%d shapes where a panel split changes the bits", bad_split);
 }
 
