@@ -54,6 +54,28 @@ emu_pack(const uint16_t *w, size_t cout, size_t cin, uint16_t *panels)
 	}
 }
 
+// panels of 2 MiB and more on transparent huge pages (where the kernel
+// has them in madvise mode): a one-column conv streams its weights once, and
+// on 4 KiB pages every page is a TLB miss and a restart of the hardware
+// prefetcher. Aligned to the huge page so the whole buffer can be backed;
+// released with free().
+#define HUGE_PAGE ((size_t)2 << 20)
+
+static uint16_t *
+panel_alloc(size_t n)
+{
+	void *p = NULL;
+	if (n < HUGE_PAGE)
+		return posix_memalign(&p, 64, n ? n : 64) ? NULL : p;
+	size_t len = (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+	if (posix_memalign(&p, HUGE_PAGE, len))
+		return NULL;
+#ifdef MADV_HUGEPAGE
+	madvise(p, len, MADV_HUGEPAGE); // advice only: 4 KiB pages work too
+#endif
+	return p;
+}
+
 static inline float
 round16(float v)
 {
@@ -2070,7 +2092,7 @@ emu_compile(struct emu *e, const char *mil, const struct emu_file *files, int nf
 		struct weight *w = &k->weights[st->weight];
 		if (w->panels)
 			continue;
-		w->panels = alloc64(emu_panel_bytes(w->cout, w->cin));
+		w->panels = panel_alloc(emu_panel_bytes(w->cout, w->cin));
 		if (!w->panels) {
 			ad_err(err, "emu: out of memory for %zu x %zu weights", w->cout, w->cin);
 			goto fail;
@@ -2329,6 +2351,97 @@ run_elementwise(struct emu_kernel *k, const struct step *s, size_t n)
 	round16_row(y, n);
 }
 
+// The FFN's gate: sigmoid (t2 = sigmoid(t0)), mul (t3 = t0 * t2), mul
+// (t4 = t3 * t1), where t2 and t3 are read by nothing else. Op by op that
+// is five passes over [ncols][inter] fp32 buffers (t0 twice, t2 written and
+// read, t3 written and read, t1); fused it is one: t0 and t1 read once, t4
+// written once, each value rounded to fp16 after each op as before, split
+// over the threads. A step is "read" if a later step or an output uses it.
+static int
+buf_used_after(const struct emu_kernel *k, int buf, int s)
+{
+	for (int i = s + 1; i < k->nsteps; i++)
+		if (k->steps[i].a == buf || k->steps[i].b == buf)
+			return 1;
+	for (int i = 0; i < k->nout; i++)
+		if (k->out[i].buf == buf)
+			return 1;
+	return 0;
+}
+
+struct gate {
+	const float *g, *u; // t0, t1
+	float *h;           // t4
+	size_t n, per;
+};
+
+// b is the other operand of a mul step with operand a (or -1)
+static int
+other_operand(const struct step *st, int a)
+{
+	if (st->op != S_MUL || st->b < 0)
+		return -1;
+	return st->a == a ? st->b : st->b == a ? st->a : -1;
+}
+
+// the gate at step s, or 0
+static int
+gate_at(const struct emu_kernel *k, int s, struct gate *gt)
+{
+	if (s + 2 >= k->nsteps)
+		return 0;
+	const struct step *sg = &k->steps[s], *m1 = &k->steps[s + 1], *m2 = &k->steps[s + 2];
+	if (sg->op != S_SIGMOID || other_operand(m1, sg->y) != sg->a)
+		return 0;
+	int u = other_operand(m2, m1->y);
+	// t1 must not be one of the dropped intermediates
+	if (u < 0 || u == sg->y || u == m1->y || m2->y == sg->y || m2->y == m1->y)
+		return 0;
+	if (buf_used_after(k, sg->y, s + 2) || buf_used_after(k, m1->y, s + 2))
+		return 0;
+	gt->g = k->bufs[sg->a].data;
+	gt->u = k->bufs[u].data;
+	gt->h = k->bufs[m2->y].data;
+	return 1;
+}
+
+static void
+gate_task(void *arg, size_t t)
+{
+	struct gate *gt = arg;
+	size_t i0 = t * gt->per, i1 = i0 + gt->per > gt->n ? gt->n : i0 + gt->per;
+	float s[256];
+	for (size_t i = i0; i < i1; i += 256) {
+		size_t m = i1 - i < 256 ? i1 - i : 256;
+		const float *g = gt->g + i, *u = gt->u + i;
+		float *h = gt->h + i;
+		for (size_t j = 0; j < m; j++)
+			s[j] = 1.0f / (1.0f + expf(-g[j]));
+		round16_row(s, m);
+		for (size_t j = 0; j < m; j++)
+			s[j] = g[j] * s[j];
+		round16_row(s, m);
+		for (size_t j = 0; j < m; j++)
+			h[j] = s[j] * u[j];
+		round16_row(h, m);
+	}
+}
+
+// below this many values the gate runs on the calling thread alone
+#define PAR_MIN_GATE 4096
+
+static void
+run_gate(struct emu_kernel *k, struct gate *gt, size_t n)
+{
+	size_t nt = 1;
+	if (n >= PAR_MIN_GATE && k->e->nthreads > 1)
+		nt = (size_t)k->e->nthreads * 2;
+	gt->n = n;
+	gt->per = ((n + nt - 1) / nt + 255) / 256 * 256; // whole 256-value chunks
+	nt = (n + gt->per - 1) / gt->per;
+	pool_run(&k->e->pool, gate_task, gt, nt);
+}
+
 int
 emu_eval(struct emu_kernel *k, const void *const *in, void *const *out, size_t ncols, char *err)
 {
@@ -2347,9 +2460,13 @@ emu_eval(struct emu_kernel *k, const void *const *in, void *const *out, size_t n
 			return ad_err(err, "emu: output %d (%s) has no surface", i, k->out[i].name);
 	for (int s = 0; s < k->nsteps; s++) {
 		const struct step *st = &k->steps[s];
+		struct gate gt;
 		if (st->op == S_CONV) {
 			if (run_conv(k, st, ncols, err) < 0)
 				return -1;
+		} else if (!k->e->no_fuse && gate_at(k, s, &gt)) {
+			run_gate(k, &gt, ncols * k->bufs[st->y].channels);
+			s += 2;
 		} else
 			run_elementwise(k, st, ncols * k->bufs[st->y].channels);
 	}

@@ -1,28 +1,35 @@
-// bench-emu: cost of one 1x1 conv on the emu backend, through the whole
-// path (MIL text, blob file, planar surfaces), at the widths the engine
-// uses, next to a plain memory-read baseline measured in the same run.
+// bench-emu: the emu backend's conv kernels against the machine's own
+// limits, measured in the same process, per SIMD path (ref, avx2, avx512:
+// every path the CPU has, or the one -p names).
 //
-//   bench-emu [-t threads] [--ref] [-k]
+//   bench-emu [-t threads] [-p ref|avx2|avx512] [-q]
 //
-// first the baselines and the kernel alone: the fp32 FMA peak of one
-// thread, then emu_conv_fast (or _ref) on one thread timed by that thread's
-// CPU clock, best of 5 [median, max], warm and cold (the weights streamed
-// out of the caches first; best of 3 per repeat) (-k: stop there). Then
-// the whole path:
-// warm: the same kernel evaluated back to back (its weights may sit in the
-// last-level cache); cold: a 128 MiB buffer is streamed between evals so
-// the weights come from DRAM, as they do when a whole model cycles through.
-// Each figure is the median of 5 repeats with [min, max]. cpu is the CPU
-// time of all threads per warm eval: when it is far below threads x wall,
-// the machine is busy with something else and the wall figures are low.
+// For each path, on the context's own thread pool (the caller + workers):
+//   peak   fp32 FMA GFLOP/s of all threads: independent chains of the
+//          path's widest FMA (scalar fmaf for ref), one task per thread
+//   decode one column of each big kernel of SmolLM2-135M and Qwen2.5-0.5B
+//          through the whole path (MIL, blob, surfaces), weight GB/s beside
+//          a plain read of a buffer of the same size with the same pool and
+//          the path's vector loads, both warm (back to back, the bytes may
+//          sit in the last-level cache) and cold (a 128 MiB buffer streamed
+//          first, so they come from DRAM as when a model cycles through);
+//          ratio = conv GB/s / read GB/s
+//   prefill 64 columns of the same kernels, GFLOP/s and ratio to the peak
+//   ffn    the fused FFN program of both models at 1 and 64 columns, its
+//          elementwise steps op by op (emu_opts.no_fuse) and fused
+// Every figure: median [min, max] of 5 repeats. cpu%: CPU time of the
+// process over threads x wall during the warm repeats; well below 100 the
+// machine is busy with something else and every figure is low and noisy.
+// -q: two shapes per model and no ffn section.
 #define _GNU_SOURCE
 #include <immintrin.h>
-#include <pthread.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "blob.h"
@@ -42,15 +49,6 @@ now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-// CPU seconds of the calling thread
-static double
-thread_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 // CPU seconds of the whole process (all threads)
 static double
 cpu_now(void)
@@ -67,287 +65,503 @@ cmp_d(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-// median, min, max of REPEATS samples
-static void
-stats(double *v, double *med, double *lo, double *hi)
-{
-	qsort(v, REPEATS, sizeof *v, cmp_d);
-	*med = v[REPEATS / 2];
-	*lo = v[0];
-	*hi = v[REPEATS - 1];
-}
-
-static float sink;
-
-// --- memory-read baseline -------------------------------------------------
-
-struct rd {
-	const float *p;
-	size_t n;
-	float sum;
+struct st {
+	double med, lo, hi;
 };
 
-__attribute__((target("avx2"))) static void *
-read_part(void *arg)
+static struct st
+stats(double *v)
 {
-	struct rd *r = arg;
+	qsort(v, REPEATS, sizeof *v, cmp_d);
+	return (struct st){v[REPEATS / 2], v[0], v[REPEATS - 1]};
+}
+
+static volatile float sink;
+
+// --- the read baseline -----------------------------------------------------
+
+struct rd {
+	const uint8_t *p;
+	size_t n, per; // bytes, bytes per task
+	int simd;
+	float sum[64];
+};
+
+__attribute__((target("avx2"))) static float
+read_avx2(const uint8_t *p, size_t n)
+{
 	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-	for (size_t i = 0; i + 32 <= r->n; i += 32) {
-		a0 = _mm256_add_ps(a0, _mm256_load_ps(r->p + i));
-		a1 = _mm256_add_ps(a1, _mm256_load_ps(r->p + i + 8));
-		a2 = _mm256_add_ps(a2, _mm256_load_ps(r->p + i + 16));
-		a3 = _mm256_add_ps(a3, _mm256_load_ps(r->p + i + 24));
+	for (size_t i = 0; i + 128 <= n; i += 128) {
+		a0 = _mm256_add_ps(a0, _mm256_load_ps((const float *)(p + i)));
+		a1 = _mm256_add_ps(a1, _mm256_load_ps((const float *)(p + i + 32)));
+		a2 = _mm256_add_ps(a2, _mm256_load_ps((const float *)(p + i + 64)));
+		a3 = _mm256_add_ps(a3, _mm256_load_ps((const float *)(p + i + 96)));
 	}
 	float t[8];
 	_mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-	r->sum = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
-	return NULL;
+	return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
 }
 
-// seconds to read n floats with nth threads
-static double
-read_buf(const float *p, size_t n, int nth)
+__attribute__((target("avx512f"))) static float
+read_avx512(const uint8_t *p, size_t n)
 {
-	pthread_t th[64];
-	struct rd r[64];
-	size_t per = n / (size_t)nth / 32 * 32;
-	double t0 = now();
-	for (int i = 0; i < nth; i++) {
-		r[i] = (struct rd){p + (size_t)i * per, per, 0};
-		if (i)
-			pthread_create(&th[i], NULL, read_part, &r[i]);
+	__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+	for (size_t i = 0; i + 256 <= n; i += 256) {
+		a0 = _mm512_add_ps(a0, _mm512_load_ps((const float *)(p + i)));
+		a1 = _mm512_add_ps(a1, _mm512_load_ps((const float *)(p + i + 64)));
+		a2 = _mm512_add_ps(a2, _mm512_load_ps((const float *)(p + i + 128)));
+		a3 = _mm512_add_ps(a3, _mm512_load_ps((const float *)(p + i + 192)));
 	}
-	read_part(&r[0]);
-	for (int i = 1; i < nth; i++)
-		pthread_join(th[i], NULL);
-	double t = now() - t0;
-	for (int i = 0; i < nth; i++)
-		sink += r[i].sum;
-	return t;
+	return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
-// --- FMA peak baseline ----------------------------------------------------
+static void
+read_task(void *arg, size_t t)
+{
+	struct rd *r = arg;
+	size_t a = t * r->per, b = a + r->per > r->n ? r->n : a + r->per;
+	if (a >= b)
+		return;
+	float s = 0;
+	if (r->simd == EMU_SIMD_AVX512)
+		s = read_avx512(r->p + a, b - a);
+	else if (emu_have_simd())
+		s = read_avx2(r->p + a, b - a);
+	else
+		for (size_t i = a; i + 4 <= b; i += 64)
+			s += (float)r->p[i];
+	r->sum[t % 64] += s;
+}
 
-// GFLOP/s of one thread doing nothing but independent fp32 FMAs (12
-// chains, as the conv tiles), timed by that thread's own CPU clock
-__attribute__((target("avx2,fma"))) static double
-fma_peak(void)
+// read n bytes at p on the pool: the same number of tasks as a conv of
+// that size gets (a few per thread), each a contiguous part
+static void
+read_pool(struct emu *e, const void *p, size_t n, int simd)
+{
+	struct rd r = {.p = p, .n = n, .simd = simd};
+	size_t nt = (size_t)emu_nthreads(e) * 4;
+	r.per = (n / nt + 255) / 256 * 256;
+	emu_parallel(e, read_task, &r, nt);
+	for (int i = 0; i < 64; i++)
+		sink += r.sum[i];
+}
+
+// --- the FMA peak ----------------------------------------------------------
+
+#define PEAK_ITERS 20000000L
+
+__attribute__((target("avx2,fma"))) static float
+fma_avx2(void)
 {
 	__m256 a[12], m = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-3f);
 	for (int k = 0; k < 12; k++)
 		a[k] = _mm256_set1_ps((float)k);
-	long n = 20000000;
-	double t = thread_now();
-	for (long i = 0; i < n; i++)
+	for (long i = 0; i < PEAK_ITERS; i++)
+#pragma GCC unroll 12
 		for (int k = 0; k < 12; k++)
 			a[k] = _mm256_fmadd_ps(a[k], m, c);
-	t = thread_now() - t;
-	__m256 s = a[0];
 	for (int k = 1; k < 12; k++)
-		s = _mm256_add_ps(s, a[k]);
+		a[0] = _mm256_add_ps(a[0], a[k]);
 	float v[8];
-	_mm256_storeu_ps(v, s);
-	sink += v[0];
-	return 12.0 * 16 * (double)n / t / 1e9;
+	_mm256_storeu_ps(v, a[0]);
+	return v[0];
 }
 
-// --- the conv kernel alone ------------------------------------------------
-
-// emu_conv_fast on one thread, no MIL, no surfaces; the thread's CPU time,
-// so another process on the machine does not inflate it. Weights warm.
-static void
-bench_kernel(size_t cin, size_t cout, int ref, const float *evict, size_t nevict)
+__attribute__((target("avx512f"))) static float
+fma_avx512(void)
 {
-	uint16_t *w = malloc(cout * cin * 2);
-	uint32_t s = 7;
-	for (size_t i = 0; i < cout * cin; i++) {
+	__m512 a[12], m = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-3f);
+	for (int k = 0; k < 12; k++)
+		a[k] = _mm512_set1_ps((float)k);
+	for (long i = 0; i < PEAK_ITERS; i++)
+#pragma GCC unroll 12
+		for (int k = 0; k < 12; k++)
+			a[k] = _mm512_fmadd_ps(a[k], m, c);
+	for (int k = 1; k < 12; k++)
+		a[0] = _mm512_add_ps(a[0], a[k]);
+	return _mm512_reduce_add_ps(a[0]);
+}
+
+// the plain kernel's instruction: scalar fmaf, 8 chains (what the ref's
+// inner loop can reach at best)
+static float
+fma_scalar(void)
+{
+	float a[8], m = 0.999f, c = 1e-3f;
+	for (int k = 0; k < 8; k++)
+		a[k] = (float)k;
+	for (long i = 0; i < PEAK_ITERS / 8; i++) {
+		for (int k = 0; k < 8; k++)
+			a[k] = fmaf(a[k], m, c);
+		__asm__ volatile("" : "+m"(a)); // no vectorising across chains
+	}
+	return a[0] + a[7];
+}
+
+struct pk {
+	int simd;
+	float out[64];
+	double cpu[64]; // each task's thread CPU seconds
+};
+
+static double
+thread_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void
+peak_task(void *arg, size_t t)
+{
+	struct pk *k = arg;
+	double c = thread_now();
+	k->out[t % 64] = k->simd == EMU_SIMD_AVX512 ? fma_avx512()
+	                 : k->simd == EMU_SIMD_AVX2 ? fma_avx2()
+	                                            : fma_scalar();
+	k->cpu[t % 64] = thread_now() - c;
+}
+
+// GFLOP/s of all threads at once (wall), and of one thread by its own CPU
+// time (*one: the median task's; what a core gives while it runs)
+static double
+fma_peak(struct emu *e, int simd, double *one)
+{
+	struct pk k = {.simd = simd};
+	int nt = emu_nthreads(e);
+	double t = now();
+	emu_parallel(e, peak_task, &k, (size_t)nt);
+	t = now() - t;
+	double lanes = simd == EMU_SIMD_AVX512 ? 16 : simd == EMU_SIMD_AVX2 ? 8 : 1;
+	double iters = simd == EMU_SIMD_REF ? PEAK_ITERS / 8 * 8.0 : PEAK_ITERS * 12.0;
+	double cmax = 0;
+	for (int i = 0; i < nt; i++) {
+		sink += k.out[i];
+		cmax = k.cpu[i] > cmax ? k.cpu[i] : cmax;
+	}
+	*one = 2.0 * lanes * iters / cmax / 1e9;
+	return 2.0 * lanes * iters * nt / t / 1e9;
+}
+
+// --- kernels through the whole path ----------------------------------------
+
+struct prog {
+	struct emu_kernel *k;
+	void *in, *out;
+	size_t W;
+};
+
+static char blob_path[256];
+
+static void
+fill_w(uint16_t *w, size_t n, uint32_t s)
+{
+	for (size_t i = 0; i < n; i++) {
 		s = s * 1664525u + 1013904223u;
 		w[i] = ad_f32_to_fp16(0.05f * ((float)(s >> 8) / 16777216.0f - 0.5f));
 	}
-	uint16_t *p = aligned_alloc(64, (emu_panel_bytes(cout, cin) + 63) / 64 * 64);
-	emu_pack(w, cout, cin, p);
-	free(w);
-	size_t np = (cout + 15) / 16;
-	static const size_t widths[] = {1, 2, 3, 4, 5, 6, 8, 16, 32, 64};
-	for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
-		size_t W = widths[wi];
-		float *x = malloc(W * cin * sizeof(float)), *y = malloc(W * cout * sizeof(float));
-		for (size_t i = 0; i < W * cin; i++)
-			x[i] = (float)((i * 7) % 13) * 0.1f - 0.6f;
-		void (*fn)(const uint16_t *, size_t, size_t, const float *, size_t, float *, size_t,
-		           size_t) = ref ? emu_conv_ref : emu_conv_fast;
-		double one = thread_now();
-		fn(p, cout, cin, x, W, y, 0, np);
-		one = thread_now() - one;
-		int n = (int)(0.05 / (one > 1e-6 ? one : 1e-6));
-		n = n < 2 ? 2 : n > 1000 ? 1000 : n;
-		double v[REPEATS], m, lo, hi;
-		for (int r = 0; r < REPEATS; r++) {
-			double t = thread_now();
-			for (int i = 0; i < n; i++)
-				fn(p, cout, cin, x, W, y, 0, np);
-			v[r] = (thread_now() - t) / n;
-		}
-		stats(v, &m, &lo, &hi);
-		// cold: the weights streamed out of the caches before each call
-		double c[REPEATS], cm, cl, ch;
-		for (int r = 0; r < REPEATS; r++) {
-			c[r] = 1e9;
-			for (int i = 0; i < 3; i++) {
-				read_buf(evict, nevict, 1);
-				double t = thread_now();
-				fn(p, cout, cin, x, W, y, 0, np);
-				t = thread_now() - t;
-				c[r] = t < c[r] ? t : c[r];
-			}
-		}
-		stats(c, &cm, &cl, &ch);
-		printf("kernel %4zux%-4zu w%-3zu warm %8.1f us [%7.1f, %7.1f] %6.1f GB/s %6.1f GFLOP/s  cold %8.1f us [%7.1f, %7.1f] %6.1f GB/s\n",
-		       cin, cout, W, lo * 1e6, m * 1e6, hi * 1e6, (double)cout * cin * 2 / lo / 1e9,
-		       2.0 * cin * cout * W / lo / 1e9, cl * 1e6, cm * 1e6, ch * 1e6,
-		       (double)cout * cin * 2 / cl / 1e9);
-		fflush(stdout);
-		free(x), free(y);
-	}
-	free(p);
 }
 
-// --- the conv -------------------------------------------------------------
-
-static void
-bench_conv(struct emu *e, size_t cin, size_t cout, const float *evict, size_t nevict, int nth)
+// a projection cin -> cout, or (inter > 0) the fused FFN hidden=cin,
+// inter, width W
+static struct prog
+make(struct emu *e, size_t cin, size_t cout, size_t inter, size_t W)
 {
-	char err[AD_ERRLEN], path[256];
-	const char *tmp = getenv("TMPDIR");
-	snprintf(path, sizeof path, "%s/bench-emu-%d.bin", tmp ? tmp : "/tmp", (int)getpid());
-	uint16_t *w = malloc(cout * cin * 2);
-	uint32_t s = 1;
-	for (size_t i = 0; i < cout * cin; i++) {
-		s = s * 1664525u + 1013904223u;
-		w[i] = ad_f32_to_fp16(0.05f * ((float)(s >> 8) / 16777216.0f - 0.5f));
+	char err[AD_ERRLEN];
+	char *mil;
+	int rc;
+	if (inter) {
+		uint16_t *g = malloc(inter * cin * 2), *u = malloc(inter * cin * 2),
+		         *d = malloc(inter * cin * 2);
+		fill_w(g, inter * cin, 1), fill_w(u, inter * cin, 2), fill_w(d, inter * cin, 3);
+		struct ane_wsrc gs = {g, AD_TYPE_F16, inter * cin}, us = {u, AD_TYPE_F16, inter * cin},
+		                ds = {d, AD_TYPE_F16, inter * cin};
+		rc = ane_blob_write_ffn(blob_path, &gs, &us, &ds, err);
+		free(g), free(u), free(d);
+		mil = rc ? NULL : ane_mil_ffn((int)cin, (int)inter, (int)W, err);
+	} else {
+		uint16_t *w = malloc(cout * cin * 2);
+		fill_w(w, cout * cin, 1);
+		rc = ane_blob_write_proj(blob_path, &(struct ane_wsrc){w, AD_TYPE_F16, cout * cin}, 1,
+		                         err);
+		free(w);
+		mil = rc ? NULL : ane_mil_proj((int)cin, (int)cout, (int)W, err);
 	}
-	if (ane_blob_write_proj(path, &(struct ane_wsrc){w, AD_TYPE_F16, cout * cin}, 1, err) < 0) {
-		fprintf(stderr, "blob: %s\n", err);
+	struct emu_file f = {.name = "w.bin", .path = blob_path};
+	struct prog p = {.k = mil ? emu_compile(e, mil, &f, 1, err) : NULL, .W = W};
+	free(mil);
+	unlink(blob_path);
+	if (!p.k) {
+		fprintf(stderr, "compile: %s\n", err);
 		exit(1);
 	}
-	free(w);
-	static const size_t widths[] = {1, 2, 4, 8, 16, 32, 64};
-	for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
-		size_t W = widths[wi];
-		char *mil = ane_mil_proj((int)cin, (int)cout, (int)W, err);
-		struct emu_file f = {.name = "w.bin", .path = path};
-		double t0 = now();
-		struct emu_kernel *k = mil ? emu_compile(e, mil, &f, 1, err) : NULL;
-		double tc = now() - t0;
-		if (!k) {
-			fprintf(stderr, "compile: %s\n", err);
-			exit(1);
-		}
-		void *in = calloc(1, emu_input_capacity(k)), *out = calloc(1, emu_output_capacity(k));
-		float *x = malloc(W * cin * sizeof(float));
-		for (size_t i = 0; i < W * cin; i++)
-			x[i] = (float)((i * 7) % 13) * 0.1f - 0.6f;
-		ane_scatter_f32(emu_input_layout(k, 0), in, x, W, cin, err);
-		double gb = (double)emu_weight_bytes(k) / 1e9;
-		// size a batch to about 0.1 s
-		double one = now();
-		emu_eval(k, (const void *const *)&in, &out, W, err);
-		one = now() - one;
-		int n = (int)(0.1 / (one > 1e-6 ? one : 1e-6));
-		n = n < 3 ? 3 : n > 2000 ? 2000 : n;
-		double warm[REPEATS], cold[REPEATS], cpu[REPEATS];
-		for (int r = 0; r < REPEATS; r++) {
-			double t = now(), c = cpu_now();
-			for (int i = 0; i < n; i++)
-				emu_eval(k, (const void *const *)&in, &out, W, err);
-			warm[r] = (now() - t) / n;
-			cpu[r] = (cpu_now() - c) / n;
-		}
-		int nc = n < 20 ? n : 20;
-		for (int r = 0; r < REPEATS; r++) {
-			double sum = 0;
-			for (int i = 0; i < nc; i++) {
-				read_buf(evict, nevict, nth);
-				double t = now();
-				emu_eval(k, (const void *const *)&in, &out, W, err);
-				sum += now() - t;
-			}
-			cold[r] = sum / nc;
-		}
-		double wm, wl, wh, cm, cl, ch, um, ul, uh;
-		stats(warm, &wm, &wl, &wh);
-		stats(cold, &cm, &cl, &ch);
-		stats(cpu, &um, &ul, &uh);
-		printf("conv %4zux%-4zu w%-3zu warm %8.1f us [%7.1f, %7.1f] %6.1f GB/s %6.1f GFLOP/s  cpu %8.1f us  cold %8.1f us [%7.1f, %7.1f] %6.1f GB/s  (compile %.0f ms)\n",
-		       cin, cout, W, wm * 1e6, wl * 1e6, wh * 1e6, gb / wm,
-		       2.0 * cin * cout * W / wm / 1e9, um * 1e6, cm * 1e6, cl * 1e6, ch * 1e6, gb / cm,
-		       tc * 1e3);
-		fflush(stdout);
-		emu_kernel_free(k);
-		free(mil), free(in), free(out), free(x);
+	p.in = calloc(1, emu_input_capacity(p.k));
+	p.out = calloc(1, emu_output_capacity(p.k));
+	size_t C = emu_input_layout(p.k, 0)->channels;
+	float *x = malloc(W * C * sizeof(float));
+	for (size_t i = 0; i < W * C; i++)
+		x[i] = (float)((i * 7) % 13) * 0.1f - 0.6f;
+	ane_scatter_f32(emu_input_layout(p.k, 0), p.in, x, W, C, err);
+	free(x);
+	return p;
+}
+
+static void
+drop(struct prog *p)
+{
+	emu_kernel_free(p->k);
+	free(p->in), free(p->out);
+}
+
+static void
+eval(struct prog *p)
+{
+	char err[AD_ERRLEN];
+	if (emu_eval(p->k, (const void *const *)&p->in, &p->out, p->W, err)) {
+		fprintf(stderr, "eval: %s\n", err);
+		exit(1);
 	}
-	unlink(path);
+}
+
+// a batch of evals (or reads of buf, when p is NULL) lasting about 50 ms
+static int
+batch(struct emu *e, struct prog *p, const void *buf, size_t n, int simd)
+{
+	double one = now();
+	if (p)
+		eval(p);
+	else
+		read_pool(e, buf, n, simd);
+	one = now() - one;
+	int k = (int)(0.05 / (one > 1e-6 ? one : 1e-6));
+	return k < 1 ? 1 : k > 2000 ? 2000 : k;
+}
+
+// seconds per eval of p and per read of buf (n bytes; buf NULL: none), the
+// two alternating within each repeat so that both see the same machine:
+// warm (a batch back to back), cold (each after streaming evict; evict
+// NULL: none). cpu: process CPU time over threads x wall of the warm evals.
+static void
+measure(struct emu *e, struct prog *p, const void *buf, size_t n, const void *evict,
+        size_t nevict, int simd, double *warm, double *cold, double *rwarm, double *rcold,
+        double *cpu)
+{
+	int kp = batch(e, p, NULL, 0, simd), kr = buf ? batch(e, NULL, buf, n, simd) : 0;
+	for (int r = 0; r < REPEATS; r++) {
+		double t = now(), c = cpu_now();
+		for (int i = 0; i < kp; i++)
+			eval(p);
+		t = now() - t;
+		warm[r] = t / kp;
+		cpu[r] = (cpu_now() - c) / t / emu_nthreads(e) * 100;
+		if (buf) {
+			t = now();
+			for (int i = 0; i < kr; i++)
+				read_pool(e, buf, n, simd);
+			rwarm[r] = (now() - t) / kr;
+		}
+		if (!evict)
+			continue;
+		double sp = 0, sr = 0;
+		for (int i = 0; i < 5; i++) {
+			read_pool(e, evict, nevict, simd);
+			t = now();
+			eval(p);
+			sp += now() - t;
+			if (buf) {
+				read_pool(e, evict, nevict, simd);
+				t = now();
+				read_pool(e, buf, n, simd);
+				sr += now() - t;
+			}
+		}
+		cold[r] = sp / 5;
+		rcold[r] = sr / 5;
+	}
+}
+
+// 2 MiB aligned, on huge pages where the kernel gives them (as the emu's
+// panels), touched
+static void *
+huge_buf(size_t n)
+{
+	size_t len = (n + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+	void *p = aligned_alloc(2u << 20, len);
+	if (!p) {
+		fprintf(stderr, "out of memory\n");
+		exit(1);
+	}
+	madvise(p, len, MADV_HUGEPAGE);
+	memset(p, 1, len);
+	return p;
+}
+
+struct shape {
+	const char *name;
+	size_t cin, cout;
+};
+
+// GB/s from seconds, per repeat
+static struct st
+gbs(const double *t, double bytes)
+{
+	double v[REPEATS];
+	for (int r = 0; r < REPEATS; r++)
+		v[r] = bytes / t[r] / 1e9;
+	return stats(v);
+}
+
+// per-repeat ratio a[r] / b[r] of two time series (b's speed over a's...)
+static struct st
+ratio(const double *num, const double *den)
+{
+	double v[REPEATS];
+	for (int r = 0; r < REPEATS; r++)
+		v[r] = num[r] / den[r];
+	return stats(v);
+}
+
+static void
+bench_path(int simd, int nth, int quick, const void *evict, size_t nevict)
+{
+	char err[AD_ERRLEN];
+	struct emu *e = emu_open(&(struct emu_opts){.threads = nth, .simd = simd}, err);
+	if (!e) {
+		fprintf(stderr, "emu: %s\n", err);
+		exit(1);
+	}
+	double pk[REPEATS], pk1[REPEATS];
+	for (int r = 0; r < REPEATS; r++)
+		pk[r] = fma_peak(e, simd, &pk1[r]);
+	struct st peak = stats(pk), peak1 = stats(pk1);
+	printf("\n== path %s, %d thread(s)\n", emu_simd_name(simd), nth);
+	printf("peak fp32 FMA, all threads: %.1f GFLOP/s [%.1f, %.1f]; per thread, by its CPU time: %.1f [%.1f, %.1f]\n",
+	       peak.med, peak.lo, peak.hi, peak1.med, peak1.lo, peak1.hi);
+	static const struct shape shapes[] = {
+		{"smollm2 ffn up", 576, 1536},       {"smollm2 ffn down", 1536, 576},
+		{"smollm2 qkv", 576, 960},           {"smollm2 head", 576, 49152},
+		{"qwen2.5 ffn up", 896, 4864},       {"qwen2.5 ffn down", 4864, 896},
+		{"qwen2.5 o", 896, 896},             {"qwen2.5 head chunk", 896, 32768},
+	};
+	static const int quick_set[] = {0, 3, 4, 5};
+	int nshapes = quick ? 4 : (int)(sizeof shapes / sizeof shapes[0]);
+	printf("decode, 1 column: weight GB/s of the conv and of a plain read of as many bytes; "
+	       "ratio = read time / conv time, per repeat\n");
+	printf("%-20s %6s | %-22s %-22s %-18s | %-22s %-22s %-18s | %s\n", "", "MiB", "warm conv",
+	       "warm read", "ratio", "cold conv", "cold read", "ratio", "cpu%");
+	for (int si = 0; si < nshapes; si++) {
+		const struct shape *s = &shapes[quick ? quick_set[si] : si];
+		struct prog p = make(e, s->cin, s->cout, 0, 1);
+		double bytes = (double)emu_weight_bytes(p.k);
+		double w[REPEATS], c[REPEATS], u[REPEATS], rw[REPEATS], rc[REPEATS];
+		void *buf = huge_buf((size_t)bytes);
+		measure(e, &p, buf, (size_t)bytes, evict, nevict, simd, w, c, rw, rc, u);
+		free(buf);
+		struct st cw = gbs(w, bytes), cc = gbs(c, bytes), bw = gbs(rw, bytes),
+		          bc = gbs(rc, bytes), cp = stats(u), qw = ratio(rw, w), qc = ratio(rc, c);
+		printf("%-20s %6.1f | %5.1f [%5.1f, %5.1f]  %5.1f [%5.1f, %5.1f]  %4.2f [%4.2f, %4.2f] | %5.1f [%5.1f, %5.1f]  %5.1f [%5.1f, %5.1f]  %4.2f [%4.2f, %4.2f] | %3.0f\n",
+		       s->name, bytes / 1048576, cw.med, cw.lo, cw.hi, bw.med, bw.lo, bw.hi, qw.med,
+		       qw.lo, qw.hi, cc.med, cc.lo, cc.hi, bc.med, bc.lo, bc.hi, qc.med, qc.lo, qc.hi,
+		       cp.med);
+		fflush(stdout);
+		drop(&p);
+	}
+	printf("prefill, 64 columns: GFLOP/s and ratio to the peak; per core: flop over the "
+	       "process's CPU seconds, ratio to the peak per thread\n");
+	printf("%-20s %6s | %-22s %-5s | %-22s %-5s | %-22s | %s\n", "", "MiB", "GFLOP/s", "ratio",
+	       "per core", "ratio", "us per eval", "cpu%");
+	for (int si = 0; si < nshapes; si++) {
+		const struct shape *s = &shapes[quick ? quick_set[si] : si];
+		if (s->cout > 8192 && simd == EMU_SIMD_REF)
+			continue; // seconds per repeat
+		struct prog p = make(e, s->cin, s->cout, 0, 64);
+		double flop = 2.0 * s->cin * s->cout * 64;
+		double w[REPEATS], u[REPEATS], g[REPEATS], gc[REPEATS];
+		measure(e, &p, NULL, 0, NULL, 0, simd, w, NULL, NULL, NULL, u);
+		for (int r = 0; r < REPEATS; r++) {
+			g[r] = flop / w[r] / 1e9;
+			gc[r] = g[r] / (u[r] / 100 * nth);
+		}
+		struct st gf = stats(g), gcs = stats(gc), tw = stats(w), cp = stats(u);
+		printf("%-20s %6.1f | %5.1f [%5.1f, %5.1f]  %4.2f  | %5.1f [%5.1f, %5.1f]  %4.2f  | %6.0f [%6.0f, %6.0f] | %3.0f\n",
+		       s->name, (double)emu_weight_bytes(p.k) / 1048576, gf.med, gf.lo, gf.hi,
+		       gf.med / peak.med, gcs.med, gcs.lo, gcs.hi, gcs.med / peak1.med, tw.med * 1e6,
+		       tw.lo * 1e6, tw.hi * 1e6, cp.med);
+		fflush(stdout);
+		drop(&p);
+	}
+	if (!quick) {
+		static const struct shape ffns[] = {{"smollm2 ffn", 576, 1536},
+		                                    {"qwen2.5 ffn", 896, 4864}};
+		printf("%-20s %-6s | %-30s | %-30s | %s\n", "fused ffn", "cols", "op by op, us",
+		       "fused, us", "gain");
+		for (int fi = 0; fi < 2; fi++)
+			for (size_t W = 1; W <= 64; W *= 64) {
+				if (simd == EMU_SIMD_REF && W > 1)
+					continue;
+				double t[2][REPEATS], u[REPEATS];
+				struct st r[2];
+				for (int nf = 1; nf >= 0; nf--) {
+					struct emu *e2 = emu_open(
+						&(struct emu_opts){.threads = nth, .simd = simd, .no_fuse = nf}, err);
+					struct prog p = make(e2, ffns[fi].cin, 0, ffns[fi].cout, W);
+					measure(e2, &p, NULL, 0, NULL, 0, simd, t[nf], NULL, NULL, NULL, u);
+					for (int k = 0; k < REPEATS; k++)
+						t[nf][k] *= 1e6;
+					r[nf] = stats(t[nf]);
+					drop(&p);
+					emu_close(e2);
+				}
+				printf("%-20s %-6zu | %8.1f [%8.1f, %8.1f]%3s | %8.1f [%8.1f, %8.1f]%3s | %.2fx\n",
+				       ffns[fi].name, W, r[1].med, r[1].lo, r[1].hi, "", r[0].med, r[0].lo,
+				       r[0].hi, "", r[1].med / r[0].med);
+				fflush(stdout);
+			}
+	}
+	emu_close(e);
 }
 
 int
 main(int argc, char **argv)
 {
-	struct emu_opts o = {.threads = 2};
-	int kernel_only = 0;
+	int nth = 2, only = EMU_SIMD_AUTO, quick = 0;
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "-t") && i + 1 < argc)
-			o.threads = atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--ref"))
-			o.force_ref = 1;
-		else if (!strcmp(argv[i], "-k"))
-			kernel_only = 1;
-		else {
-			fprintf(stderr, "usage: %s [-t threads] [--ref] [-k]\n", argv[0]);
+		if (!strcmp(argv[i], "-t") && i + 1 < argc) {
+			nth = atoi(argv[++i]);
+		} else if (!strcmp(argv[i], "-p") && i + 1 < argc) {
+			i++;
+			for (int l = EMU_SIMD_REF; l <= EMU_SIMD_AVX512; l++)
+				if (!strcmp(argv[i], emu_simd_name(l)))
+					only = l;
+			if (only == EMU_SIMD_AUTO) {
+				fprintf(stderr, "-p: ref, avx2 or avx512\n");
+				return 2;
+			}
+		} else if (!strcmp(argv[i], "-q")) {
+			quick = 1;
+		} else {
+			fprintf(stderr, "usage: %s [-t threads] [-p ref|avx2|avx512] [-q]\n", argv[0]);
 			return 2;
 		}
 	}
-	if (o.threads < 1 || o.threads > 64)
-		o.threads = 2;
-	char err[AD_ERRLEN];
-	struct emu *e = emu_open(&o, err);
-	if (!e) {
-		fprintf(stderr, "emu: %s\n", err);
+	if (nth < 1 || nth > 64)
+		nth = 2;
+	const char *tmp = getenv("TMPDIR");
+	snprintf(blob_path, sizeof blob_path, "%s/bench-emu-%d.bin", tmp ? tmp : "/tmp",
+	         (int)getpid());
+	int top = emu_cpu_simd();
+	printf("emu conv bench: %d thread(s); this CPU's best path: %s\n", nth, emu_simd_name(top));
+	if (only > top) {
+		fprintf(stderr, "path %s: this CPU lacks it\n", emu_simd_name(only));
 		return 1;
 	}
-	printf("emu conv bench: %d thread(s), %s kernel\n", o.threads,
-	       o.force_ref || !emu_have_simd() ? "plain C _ref" : "AVX2/FMA/F16C");
-
-	size_t nbig = (256u << 20) / sizeof(float), nevict = (128u << 20) / sizeof(float);
-	float *big = aligned_alloc(64, nbig * sizeof(float));
-	for (size_t i = 0; i < nbig; i++)
-		big[i] = (float)(i & 255);
-	printf("fp32 FMA peak, 1 thread: %.1f GFLOP/s (thread CPU time)\n", fma_peak());
-	bench_kernel(2048, 2048, o.force_ref, big, nevict);
-	bench_kernel(896, 4864, o.force_ref, big, nevict);
-	bench_kernel(896, 896, o.force_ref, big, nevict);
-	if (kernel_only) {
-		free(big);
-		emu_close(e);
-		return sink == 12345.0f;
-	}
-
-	// memory baseline: 256 MiB read once per repeat, 1 thread and o.threads
-	int ths[2] = {1, o.threads};
-	for (int t = 0; t < (o.threads > 1 ? 2 : 1); t++) {
-		double v[REPEATS], m, lo, hi;
-		read_buf(big, nbig, ths[t]);
-		for (int r = 0; r < REPEATS; r++)
-			v[r] = read_buf(big, nbig, ths[t]);
-		stats(v, &m, &lo, &hi);
-		double gb = (double)nbig * sizeof(float) / 1e9;
-		printf("memory read 256 MiB, %d thread(s): %.1f GB/s [%.1f, %.1f]\n", ths[t], gb / m,
-		       gb / hi, gb / lo);
-	}
-	bench_conv(e, 2048, 2048, big, nevict, o.threads);
-	bench_conv(e, 896, 4864, big, nevict, o.threads);
-	// a small one (a 0.5B model's attention projection): pool overheads show
-	bench_conv(e, 896, 896, big, nevict, o.threads);
-	free(big);
-	emu_close(e);
-	return sink == 12345.0f; // keep the reads
+	size_t nevict = 128u << 20;
+	uint8_t *evict = aligned_alloc(4096, nevict);
+	memset(evict, 1, nevict);
+	for (int l = top; l >= EMU_SIMD_REF; l--)
+		if (only == EMU_SIMD_AUTO || only == l)
+			bench_path(l, nth, quick, evict, nevict);
+	free(evict);
+	return 0;
 }

@@ -3,6 +3,7 @@
 // fp32 computation, and the ANE rules the emu enforces.
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "blob.h"
@@ -643,6 +644,120 @@ test_ffn_fused(void)
 	free(mil), free(g), free(u), free(d), free(x), free(y), free(r);
 }
 
+// every path through the whole program gives the same bits: a projection
+// and the fused FFN (its gate fused or op by op) on contexts of each path
+// the CPU has, 1 and 2 threads, at odd widths; the op-by-op ref context is
+// the baseline
+static void
+test_paths_same_bits(void)
+{
+	char err[AD_ERRLEN];
+	static const size_t cols[] = {1, 2, 5, 7, 13, 31, 64};
+	size_t hidden = 93, inter = 170, W = 64;
+	float *g = randv(inter * hidden, 0.5f), *u = randv(inter * hidden, 0.5f),
+	      *d = randv(hidden * inter, 0.3f), *x = randv(W * hidden, 2.0f);
+	const char *fblob = tmp_path("ffnbits.bin"), *pblob = tmp_path("projbits.bin");
+	struct ane_wsrc gs = {g, AD_TYPE_F32, inter * hidden}, us = {u, AD_TYPE_F32, inter * hidden},
+	                ds = {d, AD_TYPE_F32, hidden * inter};
+	REQUIRE(ane_blob_write_ffn(fblob, &gs, &us, &ds, err) == 0, "%s", err);
+	REQUIRE(ane_blob_write_proj(pblob, &gs, 1, err) == 0, "%s", err);
+	char *mils[2] = {ane_mil_ffn((int)hidden, (int)inter, (int)W, err),
+	                 ane_mil_proj((int)hidden, (int)inter, (int)W, err)};
+	const char *blobs[2] = {fblob, pblob};
+	size_t couts[2] = {hidden, inter};
+	int top = emu_cpu_simd(), bad = 0, runs = 0;
+	for (int m = 0; m < 2; m++) {
+		struct emu_file f = {.name = "w.bin", .path = blobs[m]};
+		struct emu *e0 = emu_open(&(struct emu_opts){.threads = 1, .simd = EMU_SIMD_REF,
+		                                             .no_fuse = 1}, err);
+		REQUIRE(e0, "%s", err);
+		CHECK(emu_simd(e0) == EMU_SIMD_REF);
+		struct emu_kernel *k0 = emu_compile(e0, mils[m], &f, 1, err);
+		REQUIRE(k0, "%s", err);
+		float *y0 = calloc(W * couts[m], 4), *y1 = calloc(W * couts[m], 4);
+		for (int l = EMU_SIMD_REF; l <= top; l++)
+			for (int th = 1; th <= 2; th++)
+				for (int nf = 0; nf <= 1; nf++) {
+					struct emu *e = emu_open(
+						&(struct emu_opts){.threads = th, .simd = l, .no_fuse = nf}, err);
+					REQUIRE(e, "%s", err);
+					CHECK(emu_simd(e) == l, "%s", emu_simd_name(l));
+					struct emu_kernel *k = emu_compile(e, mils[m], &f, 1, err);
+					REQUIRE(k, "%s", err);
+					for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ci++) {
+						size_t n = cols[ci];
+						memset(y0, 0, W * couts[m] * 4);
+						memset(y1, 0, W * couts[m] * 4);
+						REQUIRE(run(k0, x, n, y0, err) == 0, "%s", err);
+						REQUIRE(run(k, x, n, y1, err) == 0, "%s", err);
+						runs++;
+						if (memcmp(y0, y1, W * couts[m] * 4) && !bad++)
+							CHECK(0, "%s: %s, %d thread(s), %s, %zu columns: differs from ref",
+							      m ? "proj" : "ffn", emu_simd_name(l), th,
+							      nf ? "op by op" : "fused", n);
+					}
+					emu_kernel_free(k);
+					emu_close(e);
+				}
+		emu_kernel_free(k0);
+		emu_close(e0);
+		free(y0), free(y1);
+	}
+	fprintf(stderr, "  %d runs on paths ref..%s\n", runs, emu_simd_name(top));
+	CHECK(bad == 0, "%d runs differ from the op-by-op ref", bad);
+	CHECK(runs >= 2 * 2 * 2 * 2 * 7);
+	free(mils[0]), free(mils[1]), free(g), free(u), free(d), free(x);
+}
+
+// the path a context runs: emu_opts.simd, else ANEDVD_SIMD, capped at the
+// CPU's; force_ref wins; a bad level or name is an error
+static void
+test_simd_select(void)
+{
+	char err[AD_ERRLEN];
+	int top = emu_cpu_simd();
+	CHECK(top >= EMU_SIMD_REF && top <= EMU_SIMD_AVX512, "%d", top);
+	CHECK(emu_have_simd() == (top >= EMU_SIMD_AVX2));
+	CHECK(!strcmp(emu_simd_name(EMU_SIMD_AVX512), "avx512"));
+	CHECK(!strcmp(emu_simd_name(99), "auto"));
+	const char *old = getenv("ANEDVD_SIMD");
+	char *saved = old ? strdup(old) : NULL;
+	unsetenv("ANEDVD_SIMD");
+	struct emu *e = emu_open(NULL, err);
+	REQUIRE(e, "%s", err);
+	CHECK(emu_simd(e) == top, "auto: %s", emu_simd_name(emu_simd(e)));
+	CHECK(emu_nthreads(e) == 2);
+	emu_close(e);
+	static const char *const names[] = {"ref", "avx2", "avx512"};
+	for (int l = EMU_SIMD_REF; l <= EMU_SIMD_AVX512; l++) {
+		int want = l < top ? l : top;
+		setenv("ANEDVD_SIMD", names[l - EMU_SIMD_REF], 1);
+		e = emu_open(NULL, err);
+		REQUIRE(e, "%s", err);
+		CHECK(emu_simd(e) == want, "ANEDVD_SIMD=%s: %s", names[l - 1], emu_simd_name(emu_simd(e)));
+		emu_close(e);
+		// the option wins over the environment, force_ref over both
+		e = emu_open(&(struct emu_opts){.simd = EMU_SIMD_REF}, err);
+		REQUIRE(e, "%s", err);
+		CHECK(emu_simd(e) == EMU_SIMD_REF);
+		emu_close(e);
+		e = emu_open(&(struct emu_opts){.simd = l, .force_ref = 1}, err);
+		REQUIRE(e, "%s", err);
+		CHECK(emu_simd(e) == EMU_SIMD_REF);
+		emu_close(e);
+	}
+	setenv("ANEDVD_SIMD", "sse9", 1);
+	CHECK(!emu_open(NULL, err));
+	CHECK(strstr(err, "ANEDVD_SIMD=sse9"), "%s", err);
+	unsetenv("ANEDVD_SIMD");
+	CHECK(!emu_open(&(struct emu_opts){.simd = 7}, err));
+	CHECK(strstr(err, "simd level 7"), "%s", err);
+	CHECK(!emu_open(&(struct emu_opts){.simd = -1}, err));
+	if (saved)
+		setenv("ANEDVD_SIMD", saved, 1);
+	free(saved);
+}
+
 // split FFN: conv hidden -> 2 inter (rows [Wgate; Wup]), SiLU on the CPU,
 // conv inter -> hidden
 static void
@@ -1050,6 +1165,8 @@ main(void)
 	T_RUN(test_qkv);
 	T_RUN(test_ffn_fused);
 	T_RUN(test_ffn_split);
+	T_RUN(test_paths_same_bits);
+	T_RUN(test_simd_select);
 	T_RUN(test_lm_head_chunks);
 	T_RUN(test_o_residual_scalar);
 	T_RUN(test_rule_matmul);
