@@ -24,6 +24,7 @@
 #define _GNU_SOURCE
 #include <immintrin.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -422,6 +423,55 @@ ratio(const double *num, const double *den)
 	return stats(v);
 }
 
+struct busy {
+	pthread_t caller;
+	int helped; // tasks run by a worker
+};
+
+// 20 us of work; counts the tasks a worker ran
+static void
+busy_task(void *arg, size_t t)
+{
+	struct busy *b = arg;
+	double t0 = now();
+	while (now() - t0 < 20e-6)
+		;
+	if (!pthread_equal(pthread_self(), b->caller))
+		__atomic_add_fetch(&b->helped, 1, __ATOMIC_RELAXED);
+}
+
+// the pool's wake-up on decode-sized jobs: one 20 us task per thread, back
+// to back (the workers still polling) and 1 ms apart (asleep again); the
+// wall time per job (20 us when every thread takes one at once) and the
+// share of tasks a worker ran
+static void
+bench_pool(struct emu *e)
+{
+	int nt = emu_nthreads(e);
+	for (int gap = 0; gap < 2; gap++) {
+		double v[REPEATS], h[REPEATS];
+		for (int r = 0; r < REPEATS; r++) {
+			struct busy b = {.caller = pthread_self()};
+			int n = gap ? 50 : 500;
+			double sum = 0;
+			for (int i = 0; i < n; i++) {
+				if (gap) {
+					struct timespec ts = {0, 1000000};
+					nanosleep(&ts, NULL);
+				}
+				double t = now();
+				emu_parallel(e, busy_task, &b, (size_t)nt);
+				sum += now() - t;
+			}
+			v[r] = sum / n * 1e6;
+			h[r] = 100.0 * b.helped / ((double)n * (nt - 1));
+		}
+		struct st a = stats(v), c = stats(h);
+		printf("pool, %d tasks of 20 us %s: %.1f us per job [%.1f, %.1f], workers ran %.0f%% [%.0f, %.0f] of their share\n",
+		       nt, gap ? "1 ms apart" : "back to back", a.med, a.lo, a.hi, c.med, c.lo, c.hi);
+	}
+}
+
 static void
 bench_path(int simd, int nth, int quick, const void *evict, size_t nevict)
 {
@@ -438,6 +488,8 @@ bench_path(int simd, int nth, int quick, const void *evict, size_t nevict)
 	printf("\n== path %s, %d thread(s)\n", emu_simd_name(simd), nth);
 	printf("peak fp32 FMA, all threads: %.1f GFLOP/s [%.1f, %.1f]; per thread, by its CPU time: %.1f [%.1f, %.1f]\n",
 	       peak.med, peak.lo, peak.hi, peak1.med, peak1.lo, peak1.hi);
+	if (nth > 1)
+		bench_pool(e);
 	static const struct shape shapes[] = {
 		{"smollm2 ffn up", 576, 1536},       {"smollm2 ffn down", 1536, 576},
 		{"smollm2 qkv", 576, 960},           {"smollm2 head", 576, 49152},
@@ -448,8 +500,9 @@ bench_path(int simd, int nth, int quick, const void *evict, size_t nevict)
 	int nshapes = quick ? 4 : (int)(sizeof shapes / sizeof shapes[0]);
 	printf("decode, 1 column: weight GB/s of the conv and of a plain read of as many bytes; "
 	       "ratio = read time / conv time, per repeat\n");
-	printf("%-20s %6s | %-22s %-22s %-18s | %-22s %-22s %-18s | %s\n", "", "MiB", "warm conv",
-	       "warm read", "ratio", "cold conv", "cold read", "ratio", "cpu%");
+	printf("%-20s %6s | %-22s %-22s %-18s | %-22s %-22s %-18s | %-6s %s\n", "", "MiB",
+	       "warm conv", "warm read", "ratio", "cold conv", "cold read", "ratio", "cpu%",
+	       "us (warm, cold)");
 	for (int si = 0; si < nshapes; si++) {
 		const struct shape *s = &shapes[quick ? quick_set[si] : si];
 		struct prog p = make(e, s->cin, s->cout, 0, 1);
@@ -460,10 +513,10 @@ bench_path(int simd, int nth, int quick, const void *evict, size_t nevict)
 		free(buf);
 		struct st cw = gbs(w, bytes), cc = gbs(c, bytes), bw = gbs(rw, bytes),
 		          bc = gbs(rc, bytes), cp = stats(u), qw = ratio(rw, w), qc = ratio(rc, c);
-		printf("%-20s %6.1f | %5.1f [%5.1f, %5.1f]  %5.1f [%5.1f, %5.1f]  %4.2f [%4.2f, %4.2f] | %5.1f [%5.1f, %5.1f]  %5.1f [%5.1f, %5.1f]  %4.2f [%4.2f, %4.2f] | %3.0f\n",
+		printf("%-20s %6.1f | %5.1f [%5.1f, %5.1f]  %5.1f [%5.1f, %5.1f]  %4.2f [%4.2f, %4.2f] | %5.1f [%5.1f, %5.1f]  %5.1f [%5.1f, %5.1f]  %4.2f [%4.2f, %4.2f] | %3.0f    %.0f, %.0f\n",
 		       s->name, bytes / 1048576, cw.med, cw.lo, cw.hi, bw.med, bw.lo, bw.hi, qw.med,
 		       qw.lo, qw.hi, cc.med, cc.lo, cc.hi, bc.med, bc.lo, bc.hi, qc.med, qc.lo, qc.hi,
-		       cp.med);
+		       cp.med, bytes / cw.med / 1e3, bytes / cc.med / 1e3);
 		fflush(stdout);
 		drop(&p);
 	}
