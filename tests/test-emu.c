@@ -709,6 +709,44 @@ test_paths_same_bits(void)
 	free(mils[0]), free(mils[1]), free(g), free(u), free(d), free(x);
 }
 
+// weights of 2 MiB and more sit on huge-page-aligned panels: such a conv
+// (and the 8-stream one-column tiles over 65 panels, a 1-panel tail) gives
+// the ref's bits on every path
+static void
+test_big_panels(void)
+{
+	char err[AD_ERRLEN];
+	size_t cin = 1024, cout = 1040, W = 4;
+	float *w = randv(cout * cin, 0.1f), *x = randv(W * cin, 2.0f);
+	const char *blob = tmp_path("big.bin");
+	REQUIRE(ane_blob_write_proj(blob, &(struct ane_wsrc){w, AD_TYPE_F32, cout * cin}, 1, err) == 0);
+	CHECK(emu_panel_bytes(cout, cin) >= (size_t)2 << 20);
+	char *mil = ane_mil_proj((int)cin, (int)cout, (int)W, err);
+	struct emu_file f = {.name = "w.bin", .path = blob};
+	float *y0 = calloc(W * cout, 4), *y1 = calloc(W * cout, 4);
+	struct emu *e0 = emu_open(&(struct emu_opts){.threads = 1, .force_ref = 1}, err);
+	REQUIRE(e0, "%s", err);
+	struct emu_kernel *k0 = emu_compile(e0, mil, &f, 1, err);
+	REQUIRE(k0, "%s", err);
+	CHECK(emu_weight_bytes(k0) == cout * cin * 2);
+	for (int l = EMU_SIMD_AVX2; l <= emu_cpu_simd(); l++) {
+		struct emu *e = emu_open(&(struct emu_opts){.threads = 2, .simd = l}, err);
+		REQUIRE(e, "%s", err);
+		struct emu_kernel *k = emu_compile(e, mil, &f, 1, err);
+		REQUIRE(k, "%s", err);
+		for (size_t n = 1; n <= W; n += 2) {
+			REQUIRE(run(k0, x, n, y0, err) == 0, "%s", err);
+			REQUIRE(run(k, x, n, y1, err) == 0, "%s", err);
+			CHECK(!memcmp(y0, y1, n * cout * 4), "%s, %zu columns", emu_simd_name(l), n);
+		}
+		emu_kernel_free(k);
+		emu_close(e);
+	}
+	emu_kernel_free(k0);
+	emu_close(e0);
+	free(mil), free(w), free(x), free(y0), free(y1);
+}
+
 // the path a context runs: emu_opts.simd, else ANEDVD_SIMD, capped at the
 // CPU's; force_ref wins; a bad level or name is an error
 static void
@@ -1166,6 +1204,7 @@ main(void)
 	T_RUN(test_ffn_fused);
 	T_RUN(test_ffn_split);
 	T_RUN(test_paths_same_bits);
+	T_RUN(test_big_panels);
 	T_RUN(test_simd_select);
 	T_RUN(test_lm_head_chunks);
 	T_RUN(test_o_residual_scalar);
