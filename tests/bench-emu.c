@@ -547,29 +547,44 @@ bench_path(int simd, int nth, int quick, const void *evict, size_t nevict)
 	if (!quick) {
 		static const struct shape ffns[] = {{"smollm2 ffn", 576, 1536},
 		                                    {"qwen2.5 ffn", 896, 4864}};
-		printf("%-20s %-6s | %-30s | %-30s | %s\n", "fused ffn", "cols", "op by op, us",
-		       "fused, us", "gain");
+		printf("fused FFN program: its sigmoid, mul, mul op by op (no_fuse) and fused, "
+		       "alternating within each repeat; wall us and CPU us (all threads) per eval\n");
+		printf("%-20s %-4s | %-26s %-26s | %-26s %-26s | %s\n", "", "cols", "op by op, wall",
+		       "fused, wall", "op by op, cpu", "fused, cpu", "gain (cpu)");
 		for (int fi = 0; fi < 2; fi++)
 			for (size_t W = 1; W <= 64; W *= 64) {
 				if (simd == EMU_SIMD_REF && W > 1)
 					continue;
-				double t[2][REPEATS], u[REPEATS];
-				struct st r[2];
-				for (int nf = 1; nf >= 0; nf--) {
-					struct emu *e2 = emu_open(
+				struct emu *ef[2];
+				struct prog pf[2];
+				for (int nf = 0; nf < 2; nf++) {
+					ef[nf] = emu_open(
 						&(struct emu_opts){.threads = nth, .simd = simd, .no_fuse = nf}, err);
-					struct prog p = make(e2, ffns[fi].cin, 0, ffns[fi].cout, W);
-					measure(e2, &p, NULL, 0, NULL, 0, simd, t[nf], NULL, NULL, NULL, u);
-					for (int k = 0; k < REPEATS; k++)
-						t[nf][k] *= 1e6;
-					r[nf] = stats(t[nf]);
-					drop(&p);
-					emu_close(e2);
+					if (!ef[nf]) {
+						fprintf(stderr, "emu: %s\n", err);
+						exit(1);
+					}
+					pf[nf] = make(ef[nf], ffns[fi].cin, 0, ffns[fi].cout, W);
 				}
-				printf("%-20s %-6zu | %8.1f [%8.1f, %8.1f]%3s | %8.1f [%8.1f, %8.1f]%3s | %.2fx\n",
-				       ffns[fi].name, W, r[1].med, r[1].lo, r[1].hi, "", r[0].med, r[0].lo,
-				       r[0].hi, "", r[1].med / r[0].med);
+				int k = batch(ef[0], &pf[0], NULL, 0, simd);
+				double t[2][REPEATS], c[2][REPEATS];
+				for (int r = 0; r < REPEATS; r++)
+					for (int nf = 1; nf >= 0; nf--) {
+						double t0 = now(), c0 = cpu_now();
+						for (int i = 0; i < k; i++)
+							eval(&pf[nf]);
+						t[nf][r] = (now() - t0) / k * 1e6;
+						c[nf][r] = (cpu_now() - c0) / k * 1e6;
+					}
+				struct st w1 = stats(t[1]), w0 = stats(t[0]), c1 = stats(c[1]), c0 = stats(c[0]);
+				printf("%-20s %-4zu | %7.0f [%7.0f, %7.0f]  %7.0f [%7.0f, %7.0f]  | %7.0f [%7.0f, %7.0f]  %7.0f [%7.0f, %7.0f]  | %.2fx\n",
+				       ffns[fi].name, W, w1.med, w1.lo, w1.hi, w0.med, w0.lo, w0.hi, c1.med,
+				       c1.lo, c1.hi, c0.med, c0.lo, c0.hi, c1.med / c0.med);
 				fflush(stdout);
+				for (int nf = 0; nf < 2; nf++) {
+					drop(&pf[nf]);
+					emu_close(ef[nf]);
+				}
 			}
 	}
 	emu_close(e);
