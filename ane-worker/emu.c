@@ -272,15 +272,19 @@ conv_simd(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_
 #define X512_COLS 12   // widest column block
 #define X512_ACC 24    // accumulators of one tile
 #define X512_STREAMS 4 // panels at once (see TILE_STREAMS)
-// the one-column tile: X512_COL panels (weight streams) at once, each
+// the one-column tile: 1 to 8 panels (weight streams) at once, each
 // prefetched into L2 X512_PFD steps of i (32 bytes each) ahead. Measured on
-// Zen 4, one thread, weights from DRAM (576x49152, 896x4864, 4864x896,
-// 2048x2048), against a plain read of the same bytes at 27-30 GB/s: 4
-// streams prefetched into L1 19-22 GB/s, 4 into L2 20-24, 8 into L2 22-25,
-// 8 without prefetch 20-24; one stream reads best from DRAM but its single
-// FMA chain caps it at ~30 GB/s from the caches
-#define X512_COL 8
-#define X512_PFD 64
+// Zen 4, one thread, weights from DRAM (576x49152, 896x4864, 4864x896),
+// best of 15 by thread CPU time, against a plain read of the same bytes at
+// 29-31 GB/s: 4 streams prefetched into L1 19-20 GB/s, 8 into L1 16, 8 into
+// L2 23-27, 2 into L2 19-22, one stream into L2 1 KiB ahead 27-28 (0.87 to
+// 0.95 of the read). One stream is one FMA chain (4 cycles per 32 bytes),
+// which caps it near 30 GB/s per thread from the caches, where 8 streams
+// reach 45-55. So: one stream when the weights come from DRAM (a context
+// whose weights exceed half the last-level cache: a model's weights cycle
+// through it at every token), X512_COL_WARM when they stay in the caches
+#define X512_COL_WARM 8
+#define X512_PFD 32
 
 // column blocks of at most maxc columns, as even as possible: block b has
 // base + (b < extra) columns
@@ -380,7 +384,7 @@ tile512(const uint16_t *w, size_t cin, const float *xp, float *y, size_t cout, s
 AVX512_TARGET static inline __attribute__((always_inline)) void
 col512(const uint16_t *w, size_t cin, const float *x, float *y, size_t left, const int mp)
 {
-	__m512 acc[X512_COL];
+	__m512 acc[8];
 	size_t ps = cin * PANEL;
 #pragma GCC unroll 8
 	for (int p = 0; p < mp; p++)
@@ -426,7 +430,8 @@ COL512(5)
 COL512(6)
 COL512(7)
 COL512(8)
-static col_fn *const cols512[X512_COL + 1] = {NULL,     col512_1, col512_2, col512_3, col512_4,
+// for 1 to 8 streams (conv512's streams)
+static col_fn *const cols512[9] = {NULL,     col512_1, col512_2, col512_3, col512_4,
                                               col512_5, col512_6, col512_7, col512_8};
 
 #define TILE512(MP, NC)                                                                       \
@@ -460,15 +465,16 @@ static tile_fn *const tiles512[X512_STREAMS + 1][X512_COLS + 1] = {
 	[4] = {NULL, T512_ROW(4)},
 };
 
-// panels [p0, p1); xp is x itself for one column, else packed by x512_pack
+// panels [p0, p1); xp is x itself for one column, else packed by x512_pack;
+// streams (1..8): panels at once for one column
 static void
 conv512(const uint16_t *panels, size_t cout, size_t cin, const float *xp, size_t ncols,
-        float *y, size_t p0, size_t p1)
+        float *y, size_t p0, size_t p1, size_t streams)
 {
 	size_t pstride = cin * PANEL;
 	if (ncols == 1) {
-		for (size_t q = p0; q < p1; q += X512_COL) {
-			size_t m = p1 - q < X512_COL ? p1 - q : X512_COL;
+		for (size_t q = p0; q < p1; q += streams) {
+			size_t m = p1 - q < streams ? p1 - q : streams;
 			cols512[m](panels + q * pstride, cin, xp, y + q * PANEL, cout - q * PANEL);
 		}
 		return;
@@ -533,14 +539,15 @@ simd_cap(int level)
 	return level == EMU_SIMD_AUTO || level > cpu ? cpu : level;
 }
 
-// xp: x, or for a wide call on the AVX-512 path x packed by x512_pack
+// xp: x, or for a wide call on the AVX-512 path x packed by x512_pack;
+// streams: see conv512
 static void
 conv_level(int level, const uint16_t *panels, size_t cout, size_t cin, const float *x,
-           const float *xp, size_t ncols, float *y, size_t p0, size_t p1)
+           const float *xp, size_t ncols, float *y, size_t p0, size_t p1, size_t streams)
 {
 #ifdef AD_FP16_X86
 	if (level == EMU_SIMD_AVX512) {
-		conv512(panels, cout, cin, xp, ncols, y, p0, p1);
+		conv512(panels, cout, cin, xp, ncols, y, p0, p1, streams);
 		return;
 	}
 	if (level == EMU_SIMD_AVX2) {
@@ -569,7 +576,7 @@ emu_conv_simd(int level, const uint16_t *panels, size_t cout, size_t cin, const 
 		}
 	}
 #endif
-	conv_level(level, panels, cout, cin, x, xp, ncols, y, p0, p1);
+	conv_level(level, panels, cout, cin, x, xp, ncols, y, p0, p1, 1);
 	free(tmp);
 }
 
@@ -915,6 +922,9 @@ struct emu {
 	// context runs one eval at a time, so its kernels share it
 	float *xpack;
 	size_t xpack_cap; // floats
+	// panel bytes of the context's live kernels, and the last-level
+	// cache's size (0: unknown): whether weights stay cached between evals
+	size_t weight_bytes, llc;
 };
 
 void
@@ -968,6 +978,10 @@ emu_open(const struct emu_opts *opts, char *err)
 	e->simd = simd_cap(simd);
 	e->force_ref = e->simd == EMU_SIMD_REF;
 	e->no_fuse = opts ? opts->no_fuse : 0;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+	long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+	e->llc = llc > 0 ? (size_t)llc : 0;
+#endif
 	struct pool *p = &e->pool;
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->go, NULL);
@@ -2144,6 +2158,8 @@ emu_compile(struct emu *e, const char *mil, const struct emu_file *files, int nf
 		if (w->panels)
 			continue;
 		w->panels = panel_alloc(emu_panel_bytes(w->cout, w->cin));
+		if (w->panels)
+			e->weight_bytes += emu_panel_bytes(w->cout, w->cin);
 		if (!w->panels) {
 			ad_err(err, "emu: out of memory for %zu x %zu weights", w->cout, w->cin);
 			goto fail;
@@ -2206,8 +2222,11 @@ emu_kernel_free(struct emu_kernel *k)
 {
 	if (!k)
 		return;
-	for (int i = 0; i < k->nweights; i++)
+	for (int i = 0; i < k->nweights; i++) {
+		if (k->weights[i].panels)
+			k->e->weight_bytes -= emu_panel_bytes(k->weights[i].cout, k->weights[i].cin);
 		free(k->weights[i].panels);
+	}
 	for (int i = 0; i < k->nbufs; i++)
 		free(k->bufs[i].data);
 	free(k->weights);
@@ -2293,6 +2312,7 @@ struct conv_job {
 	const float *x, *xp; // xp: x packed for the AVX-512 tiles (or x)
 	float *y;
 	size_t npanels, per_task;
+	size_t streams; // AVX-512, one column: panels at once
 	int simd;
 };
 
@@ -2305,7 +2325,8 @@ conv_task(void *arg, size_t t)
 		p1 = j->npanels;
 	if (p0 >= p1)
 		return;
-	conv_level(j->simd, j->panels, j->cout, j->cin, j->x, j->xp, j->ncols, j->y, p0, p1);
+	conv_level(j->simd, j->panels, j->cout, j->cin, j->x, j->xp, j->ncols, j->y, p0, p1,
+	           j->streams);
 }
 
 #ifdef AD_FP16_X86
@@ -2361,8 +2382,11 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 				pack_task(&j, b);
 		unit = x512_mp(ncols);
 	}
+	j.streams = 1;
+	if (e->llc && e->weight_bytes <= e->llc / 2)
+		j.streams = X512_COL_WARM;
 	if (e->simd == EMU_SIMD_AVX512 && ncols == 1)
-		unit = X512_COL;
+		unit = j.streams;
 #endif
 	size_t ntasks = 1;
 	if (par)

@@ -342,11 +342,12 @@ batch(struct emu *e, struct prog *p, const void *buf, size_t n, int simd)
 // seconds per eval of p and per read of buf (n bytes; buf NULL: none), the
 // two alternating within each repeat so that both see the same machine:
 // warm (a batch back to back), cold (each after streaming evict; evict
-// NULL: none). cpu: process CPU time over threads x wall of the warm evals.
+// NULL: none; of pc if set). cpu: process CPU time over threads x wall of
+// the warm evals.
 static void
-measure(struct emu *e, struct prog *p, const void *buf, size_t n, const void *evict,
-        size_t nevict, int simd, double *warm, double *cold, double *rwarm, double *rcold,
-        double *cpu)
+measure(struct emu *e, struct prog *p, struct prog *pc, const void *buf, size_t n,
+        const void *evict, size_t nevict, int simd, double *warm, double *cold, double *rwarm,
+        double *rcold, double *cpu)
 {
 	int kp = batch(e, p, NULL, 0, simd), kr = buf ? batch(e, NULL, buf, n, simd) : 0;
 	for (int r = 0; r < REPEATS; r++) {
@@ -368,7 +369,7 @@ measure(struct emu *e, struct prog *p, const void *buf, size_t n, const void *ev
 		for (int i = 0; i < 5; i++) {
 			read_pool(e, evict, nevict, simd);
 			t = now();
-			eval(p);
+			eval(pc ? pc : p);
 			sp += now() - t;
 			if (buf) {
 				read_pool(e, evict, nevict, simd);
@@ -498,8 +499,18 @@ bench_path(int simd, int nth, int quick, const void *evict, size_t nevict)
 	};
 	static const int quick_set[] = {0, 3, 4, 5};
 	int nshapes = quick ? 4 : (int)(sizeof shapes / sizeof shapes[0]);
+	// cold evals run in a context that also holds a model's worth of weights
+	// (the ane-worker's case: the emu then streams one panel at a time, which
+	// reads DRAM best); warm ones in a context of that kernel alone
+	struct emu *em = emu_open(&(struct emu_opts){.threads = nth, .simd = simd}, err);
+	if (!em) {
+		fprintf(stderr, "emu: %s\n", err);
+		exit(1);
+	}
+	struct prog ballast = make(em, 896, 40960, 0, 1); // 70 MiB
 	printf("decode, 1 column: weight GB/s of the conv and of a plain read of as many bytes; "
-	       "ratio = read time / conv time, per repeat\n");
+	       "ratio = read time / conv time, per repeat; cold: in a context holding 70 MiB "
+	       "more\n");
 	printf("%-20s %6s | %-22s %-22s %-18s | %-22s %-22s %-18s | %-6s %s\n", "", "MiB",
 	       "warm conv", "warm read", "ratio", "cold conv", "cold read", "ratio", "cpu%",
 	       "us (warm, cold)");
@@ -509,7 +520,9 @@ bench_path(int simd, int nth, int quick, const void *evict, size_t nevict)
 		double bytes = (double)emu_weight_bytes(p.k);
 		double w[REPEATS], c[REPEATS], u[REPEATS], rw[REPEATS], rc[REPEATS];
 		void *buf = huge_buf((size_t)bytes);
-		measure(e, &p, buf, (size_t)bytes, evict, nevict, simd, w, c, rw, rc, u);
+		struct prog pc = make(em, s->cin, s->cout, 0, 1);
+		measure(e, &p, &pc, buf, (size_t)bytes, evict, nevict, simd, w, c, rw, rc, u);
+		drop(&pc);
 		free(buf);
 		struct st cw = gbs(w, bytes), cc = gbs(c, bytes), bw = gbs(rw, bytes),
 		          bc = gbs(rc, bytes), cp = stats(u), qw = ratio(rw, w), qc = ratio(rc, c);
@@ -520,6 +533,8 @@ bench_path(int simd, int nth, int quick, const void *evict, size_t nevict)
 		fflush(stdout);
 		drop(&p);
 	}
+	drop(&ballast);
+	emu_close(em);
 	printf("prefill, 64 columns: GFLOP/s and ratio to the peak; per core: flop over the "
 	       "process's CPU seconds, ratio to the peak per thread\n");
 	printf("%-20s %6s | %-22s %-5s | %-22s %-5s | %-22s | %s\n", "", "MiB", "GFLOP/s", "ratio",
@@ -531,7 +546,7 @@ bench_path(int simd, int nth, int quick, const void *evict, size_t nevict)
 		struct prog p = make(e, s->cin, s->cout, 0, 64);
 		double flop = 2.0 * s->cin * s->cout * 64;
 		double w[REPEATS], u[REPEATS], g[REPEATS], gc[REPEATS];
-		measure(e, &p, NULL, 0, NULL, 0, simd, w, NULL, NULL, NULL, u);
+		measure(e, &p, NULL, NULL, 0, NULL, 0, simd, w, NULL, NULL, NULL, u);
 		for (int r = 0; r < REPEATS; r++) {
 			g[r] = flop / w[r] / 1e9;
 			gc[r] = g[r] / (u[r] / 100 * nth);
