@@ -224,7 +224,7 @@ static tile_fn *const tiles[TILE_STREAMS + 1][TILE_COLS + 1] = {
 
 SIMD_TARGET static void
 conv_simd(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols,
-          float *y, size_t p0, size_t p1)
+          float *y, size_t p0, size_t p1, size_t streams)
 {
 	size_t pstride = cin * PANEL;
 	// column blocks of at most TILE_COLS, as even as possible; each block
@@ -245,6 +245,10 @@ conv_simd(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_
 			size_t mp = TILE_MAX_ACC / 2 / nc;
 			if (mp > TILE_STREAMS)
 				mp = TILE_STREAMS;
+			// one column from DRAM: one stream reads best (see X512_PFD;
+			// here 22-25 -> 25-27 GB/s on one thread against a read of 29-32)
+			if (ncols == 1 && streams == 1)
+				mp = 1;
 			for (size_t q = p; q < pe; q += mp) {
 				size_t m = pe - q < mp ? pe - q : mp;
 				// blocks 1 .. nb-1 (their weights are in L2) pull the same
@@ -551,7 +555,7 @@ conv_level(int level, const uint16_t *panels, size_t cout, size_t cin, const flo
 		return;
 	}
 	if (level == EMU_SIMD_AVX2) {
-		conv_simd(panels, cout, cin, x, ncols, y, p0, p1);
+		conv_simd(panels, cout, cin, x, ncols, y, p0, p1, streams);
 		return;
 	}
 #endif
@@ -945,6 +949,24 @@ emu_simd(const struct emu *e)
 	return e->simd;
 }
 
+// the last-level (L3) cache's size from sysfs, 0 if unknown. Not
+// sysconf(_SC_LEVEL3_CACHE_SIZE): glibc reports ten times the real 32 MiB
+// on a Zen 4 VM.
+static size_t
+llc_bytes(void)
+{
+	FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+	if (!f)
+		return 0;
+	unsigned long v = 0;
+	char unit = 0;
+	int n = fscanf(f, "%lu%c", &v, &unit);
+	fclose(f);
+	if (n < 1)
+		return 0;
+	return (size_t)v << (unit == 'K' ? 10 : unit == 'M' ? 20 : 0);
+}
+
 struct emu *
 emu_open(const struct emu_opts *opts, char *err)
 {
@@ -978,10 +1000,7 @@ emu_open(const struct emu_opts *opts, char *err)
 	e->simd = simd_cap(simd);
 	e->force_ref = e->simd == EMU_SIMD_REF;
 	e->no_fuse = opts ? opts->no_fuse : 0;
-#ifdef _SC_LEVEL3_CACHE_SIZE
-	long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-	e->llc = llc > 0 ? (size_t)llc : 0;
-#endif
+	e->llc = llc_bytes();
 	struct pool *p = &e->pool;
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->go, NULL);
@@ -2357,9 +2376,10 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 	};
 	j.xp = j.x;
 	int par = (uint64_t)s->cout * s->cin * ncols >= PAR_MIN_MACS && e->nthreads > 1;
-	// whole tiles per task (4 panels for one column, 8 on AVX-512; for more, the AVX2
-	// tiles take 3x2 and 2x3, the AVX-512 ones up to 4, 3 or 2 panels): a
-	// task of 7 panels would end in a 1-panel tile with half the FMA chains
+	// whole tiles per task (for one column 4 panels on AVX2, 8 on AVX-512,
+	// or 1 when the weights come from DRAM; for more, the AVX2 tiles take 3x2
+	// and 2x3, the AVX-512 ones up to 4, 3 or 2 panels): a task of 7 panels
+	// would end in a 1-panel tile with half the FMA chains
 	size_t unit = ncols == 1 ? 4 : 6;
 #ifdef AD_FP16_X86
 	if (e->simd == EMU_SIMD_AVX512 && ncols > 1) {
@@ -2385,7 +2405,9 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 	j.streams = 1;
 	if (e->llc && e->weight_bytes <= e->llc / 2)
 		j.streams = X512_COL_WARM;
-	if (e->simd == EMU_SIMD_AVX512 && ncols == 1)
+	if (ncols == 1 && j.streams == 1)
+		unit = 1;
+	else if (e->simd == EMU_SIMD_AVX512 && ncols == 1)
 		unit = j.streams;
 #endif
 	size_t ntasks = 1;
