@@ -26,7 +26,10 @@
 // time (cpuid; no -march flag needed), or the one emu_opts.simd or the
 // environment's ANEDVD_SIMD=ref|avx2|avx512 names, capped at what the CPU
 // has; force_ref is the same as simd = EMU_SIMD_REF. Large convs are split
-// over the context's threads (the calling thread works too). A fused FFN's
+// over the context's threads (the calling thread works too). A one-column
+// conv streams one panel at a time when the context's weights exceed half
+// the last-level cache (they then come from DRAM at every eval), several
+// at once when they stay cached; the bits are the same. A fused FFN's
 // sigmoid, mul, mul run as one pass over the gate and up outputs, split
 // over the threads (the same roundings as op by op).
 //
