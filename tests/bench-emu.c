@@ -2,7 +2,7 @@
 // limits, measured in the same process, per SIMD path (ref, avx2, avx512:
 // every path the CPU has, or the one -p names).
 //
-//   bench-emu [-t threads] [-p ref|avx2|avx512] [-q]
+//   bench-emu [-t threads] [-p ref|avx2|avx512] [-q] [-k]
 //
 // For each path, on the context's own thread pool (the caller + workers):
 //   peak   fp32 FMA GFLOP/s of all threads: independent chains of the
@@ -10,7 +10,7 @@
 //   decode one column of each big kernel of SmolLM2-135M and Qwen2.5-0.5B
 //          through the whole path (MIL, blob, surfaces), weight GB/s beside
 //          a plain read of a buffer of the same size with the same pool and
-//          the path's vector loads, both warm (back to back, the bytes may
+//          AVX2 loads (for every path; -p avx512r: zmm loads), both warm (back to back, the bytes may
 //          sit in the last-level cache) and cold (a 128 MiB buffer streamed
 //          first, so they come from DRAM as when a model cycles through);
 //          ratio = conv GB/s / read GB/s
@@ -20,7 +20,9 @@
 // Every figure: median [min, max] of 5 repeats. cpu%: CPU time of the
 // process over threads x wall during the warm repeats; well below 100 the
 // machine is busy with something else and every figure is low and noisy.
-// -q: two shapes per model and no ffn section.
+// -q: two shapes per model and no ffn section. -k instead: the one-column
+// kernel alone on one thread against a read on that thread, each the best
+// of 15 by the thread's CPU time (the figure least hurt by a busy machine).
 #define _GNU_SOURCE
 #include <immintrin.h>
 #include <math.h>
@@ -116,6 +118,8 @@ read_avx512(const uint8_t *p, size_t n)
 	return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
+static int zmm_read;
+
 static void
 read_task(void *arg, size_t t)
 {
@@ -124,7 +128,9 @@ read_task(void *arg, size_t t)
 	if (a >= b)
 		return;
 	float s = 0;
-	if (r->simd == EMU_SIMD_AVX512)
+	// AVX2 loads for every path, so that every path has the same baseline
+	// (zmm loads, -p avx512r, read the same within the noise here)
+	if (r->simd == EMU_SIMD_AVX512 && zmm_read)
 		s = read_avx512(r->p + a, b - a);
 	else if (emu_have_simd())
 		s = read_avx2(r->p + a, b - a);
@@ -473,6 +479,59 @@ bench_pool(struct emu *e)
 	}
 }
 
+static double
+thread_cpu(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+// -k: the one-column kernel alone (emu_conv_simd, one stream per thread as
+// in a model-sized context) on the calling thread, weights from DRAM,
+// against a plain read of as many bytes on the same thread; each the best
+// of 15 by the thread's own CPU time, alternating, so that a busy machine
+// (time slices lost to others) hurts neither
+static void
+bench_alone(int simd, const void *evict, size_t nevict)
+{
+	static const struct shape shapes[] = {
+		{"smollm2 head", 576, 49152},  {"qwen2.5 ffn up", 896, 4864},
+		{"qwen2.5 ffn down", 4864, 896}, {"smollm2 ffn up", 576, 1536},
+	};
+	printf("kernel alone, 1 column, 1 thread, from DRAM, best of 15 by thread CPU time\n");
+	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+		const struct shape *s = &shapes[si];
+		size_t nb = emu_panel_bytes(s->cout, s->cin);
+		uint16_t *w = malloc(s->cout * s->cin * 2), *pn = huge_buf(nb);
+		fill_w(w, s->cout * s->cin, 5);
+		emu_pack(w, s->cout, s->cin, pn);
+		free(w);
+		void *buf = huge_buf(nb);
+		float *x = calloc(s->cin, 4), *y = calloc(s->cout, 4);
+		double bk = 1e9, br = 1e9;
+		for (int r = 0; r < 15; r++) {
+			struct rd rr = {.p = evict, .n = nevict, .per = nevict, .simd = simd};
+			read_task(&rr, 0);
+			double t = thread_cpu();
+			emu_conv_simd(simd, pn, s->cout, s->cin, x, 1, y, 0, (s->cout + 15) / 16);
+			t = thread_cpu() - t;
+			bk = t < bk ? t : bk;
+			read_task(&rr, 0);
+			struct rd rb = {.p = buf, .n = nb, .per = nb, .simd = simd};
+			t = thread_cpu();
+			read_task(&rb, 0);
+			t = thread_cpu() - t;
+			br = t < br ? t : br;
+			sink += rr.sum[0] + rb.sum[0] + y[0];
+		}
+		printf("  %-18s %5.1f MiB: kernel %7.0f us %5.1f GB/s, read %7.0f us %5.1f GB/s, ratio %.2f\n",
+		       s->name, nb / 1048576.0, bk * 1e6, nb / bk / 1e9, br * 1e6, nb / br / 1e9, br / bk);
+		fflush(stdout);
+		free(pn), free(buf), free(x), free(y);
+	}
+}
+
 static void
 bench_path(int simd, int nth, int quick, const void *evict, size_t nevict)
 {
@@ -608,7 +667,7 @@ bench_path(int simd, int nth, int quick, const void *evict, size_t nevict)
 int
 main(int argc, char **argv)
 {
-	int nth = 2, only = EMU_SIMD_AUTO, quick = 0;
+	int nth = 2, only = EMU_SIMD_AUTO, quick = 0, alone = 0;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-t") && i + 1 < argc) {
 			nth = atoi(argv[++i]);
@@ -617,14 +676,20 @@ main(int argc, char **argv)
 			for (int l = EMU_SIMD_REF; l <= EMU_SIMD_AVX512; l++)
 				if (!strcmp(argv[i], emu_simd_name(l)))
 					only = l;
+			if (!strcmp(argv[i], "avx512r")) {
+				only = EMU_SIMD_AVX512;
+				zmm_read = 1;
+			}
 			if (only == EMU_SIMD_AUTO) {
 				fprintf(stderr, "-p: ref, avx2 or avx512\n");
 				return 2;
 			}
 		} else if (!strcmp(argv[i], "-q")) {
 			quick = 1;
+		} else if (!strcmp(argv[i], "-k")) {
+			alone = 1;
 		} else {
-			fprintf(stderr, "usage: %s [-t threads] [-p ref|avx2|avx512] [-q]\n", argv[0]);
+			fprintf(stderr, "usage: %s [-t threads] [-p ref|avx2|avx512] [-q] [-k]\n", argv[0]);
 			return 2;
 		}
 	}
@@ -642,9 +707,16 @@ main(int argc, char **argv)
 	size_t nevict = 128u << 20;
 	uint8_t *evict = aligned_alloc(4096, nevict);
 	memset(evict, 1, nevict);
-	for (int l = top; l >= EMU_SIMD_REF; l--)
-		if (only == EMU_SIMD_AUTO || only == l)
+	for (int l = top; l >= EMU_SIMD_REF; l--) {
+		if (only != EMU_SIMD_AUTO && only != l)
+			continue;
+		if (!alone) {
 			bench_path(l, nth, quick, evict, nevict);
+		} else if (l > EMU_SIMD_REF) {
+			printf("\n== path %s\n", emu_simd_name(l));
+			bench_alone(l, evict, nevict);
+		}
+	}
 	free(evict);
 	return 0;
 }
