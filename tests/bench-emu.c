@@ -7,16 +7,20 @@
 // For each path, on the context's own thread pool (the caller + workers):
 //   peak   fp32 FMA GFLOP/s of all threads: independent chains of the
 //          path's widest FMA (scalar fmaf for ref), one task per thread
+//   pool   its wake-up on decode-sized jobs
 //   decode one column of each big kernel of SmolLM2-135M and Qwen2.5-0.5B
 //          through the whole path (MIL, blob, surfaces), weight GB/s beside
 //          a plain read of a buffer of the same size with the same pool and
-//          AVX2 loads (for every path; -p avx512r: zmm loads), both warm (back to back, the bytes may
-//          sit in the last-level cache) and cold (a 128 MiB buffer streamed
-//          first, so they come from DRAM as when a model cycles through);
-//          ratio = conv GB/s / read GB/s
+//          AVX2 loads (for every path; -p avx512r: zmm loads), alternating
+//          within each repeat: warm (back to back, the bytes may sit in the
+//          last-level cache) and cold (a 128 MiB buffer streamed first, so
+//          they come from DRAM as when a model cycles through; the kernel
+//          in a context that holds 70 MiB more, as the ane-worker's does);
+//          ratio = read time / conv time
 //   prefill 64 columns of the same kernels, GFLOP/s and ratio to the peak
 //   ffn    the fused FFN program of both models at 1 and 64 columns, its
-//          elementwise steps op by op (emu_opts.no_fuse) and fused
+//          elementwise steps op by op (emu_opts.no_fuse) and fused,
+//          alternating, by wall and CPU time
 // Every figure: median [min, max] of 5 repeats. cpu%: CPU time of the
 // process over threads x wall during the warm repeats; well below 100 the
 // machine is busy with something else and every figure is low and noisy.
