@@ -709,6 +709,7 @@ cmd_run(int argc, char **argv)
 	if (o.json) {
 		cJSON *j = cJSON_CreateObject();
 		cJSON_AddStringToObject(j, "backend", p.backend);
+		cJSON_AddStringToObject(j, "weights", p.weights);
 		cJSON_AddItemToObject(j, "prompt_ids", json_ids(ids, n));
 		cJSON_AddItemToObject(j, "ids", json_ids(g.ids, g.n));
 		cJSON_AddStringToObject(j, "text", g.text ? g.text : "");
