@@ -115,5 +115,19 @@ check "anedvd-ane-worker names the flag" grep -q -- "--weights takes fp16 or int
 $BIN/anedvd-cpu-worker --model "$Q" --listen "ipc://$T/y" --weights x > /dev/null 2> "$T/bad.txt"
 check "anedvd-cpu-worker --weights x exits 2" [ $? -eq 2 ]
 
+# --- the two workers must agree ------------------------------------------------------------
+# an ane-worker with int8 kernels and a cpu-worker told fp16: refused at the
+# handshake, naming the flag (not a silent mix of two plans)
+ANEDVD_LOG=info $BIN/anedvd-ane-worker --model "$Q" --listen "ipc://$T/aw" --weights int8 2> "$T/aw.log" &
+aw=$!
+for _ in $(seq 100); do grep -q "ready on" "$T/aw.log" && break; sleep 0.1; done
+timeout 60 $BIN/anedvd-cpu-worker --model "$Q" --listen "ipc://$T/cw" --backend remote --ane "ipc://$T/aw" \
+	--weights fp16 --kernel-deadline-ms 5000 > /dev/null 2> "$T/cw.log"
+rc=$?
+check "cpu-worker fp16 against an int8 ane-worker fails (rc $rc, not a timeout)" [ $rc -ne 0 ] && [ $rc -ne 124 ]
+check "... saying why" grep -q -- "--weights must be the ane-worker's" "$T/cw.log"
+kill $aw 2> /dev/null
+wait $aw 2> /dev/null
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
