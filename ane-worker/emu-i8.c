@@ -8,6 +8,15 @@
 //   emu_conv_i8_avx512  AVX-512 F: one zmm register is one panel step
 // picked at run time by emu_conv_i8_fast (cpuid; no -march flag needed).
 //
+// Cost: widening a panel step (16 int8 to 16 fp32: vpmovsxbd + vcvtdq2ps)
+// is one op more per 16 weights than fp16's vcvtph2ps, and on Zen 4 the
+// 512-bit widening issues every other cycle: one column on one thread
+// streams 25-27 GB/s of int8 from L3 (fp16: 72 GB/s of fp16), so two
+// threads still outrun the memory (~30 GB/s here), but a machine short of
+// CPU sees less than the 2x of the bytes. (An in-lane vpshufb widening
+// with the 2^-24 folded into the scales, and 8 panels per one-column tile,
+// were measured and were no better.)
+//
 // Numerics, shared by all three: output (o, j) is
 //   acc = 0; for i = 0 .. cin-1: acc = fma((float)q[o][i], x[j][i], acc)
 //   y[j][o] = fp16(scale[o] * acc)        (fp32 product, then fp16 rounding)

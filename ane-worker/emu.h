@@ -40,8 +40,11 @@
 //   |y_emu - y_ane| <= 2^-11 * sum_i |scale[o] q[o][i] x[i]| + 2^-25 sum_i |x[i]|
 // on top of whatever the two accumulations differ by (the ANE's own
 // accumulation order and precision are not known; the emu's fp16 path has
-// the same unknown). With a dot product of |y| ~ sum |w x| / sqrt(cin)
-// (random signs) that is a few fp16 ulps of y at most.
+// the same unknown). That bound is the worst case (every weight's rounding
+// in the same direction); with signs at random, |y| ~ sum |w x| / sqrt(cin),
+// it is ~sqrt(cin) 2^-11 |y| (0.03 |y| at cin 4864). The roundings being
+// independent, the expected difference is ~2^-11 / sqrt(3) ||(w_i x_i)_i||_2,
+// about 2^-11 |y|: an fp16 ulp of y, below the fp16 rounding of y itself.
 //
 // I/O goes through surfaces in the planar layout of layout.h (fp16, one
 // plane per channel). emu_eval computes the first ncols columns only:
