@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "blob.h"
+#include "build.h"
 #include "emu.h"
 #include "err.h"
 #include "fp16.h"
@@ -1266,6 +1267,59 @@ test_i8_rules(void)
 	free(base), free(q), free(sc);
 }
 
+// per-row int8 quantisation (build.h): Q8_0 rows whose blocks share a
+// scale come back exactly; otherwise |s q - w| <= s / 2; refusals
+static void
+test_i8_quant(void)
+{
+	char err[AD_ERRLEN];
+	enum { N = 96 }; // three Q8_0 blocks
+	float w[N];
+	int8_t q[N];
+	uint16_t sc;
+	// Q8_0 values d * qb with one d and max |qb| = 127: q = qb, s = d
+	const float d = ad_fp16_to_f32(ad_f32_to_fp16(0.0123f));
+	int8_t qb[N];
+	for (int i = 0; i < N; i++) {
+		qb[i] = (int8_t)((i * 53) % 255 - 127);
+		w[i] = d * qb[i];
+	}
+	qb[5] = 127, w[5] = d * 127;
+	REQUIRE(ane_quant_row(w, N, q, &sc, err) == 0, "%s", err);
+	CHECK(ad_fp16_to_f32(sc) == d, "scale %g, d %g", (double)ad_fp16_to_f32(sc), (double)d);
+	CHECK(!memcmp(q, qb, N), "a shared-scale Q8_0 row is not exact");
+	// blocks with other scales: within half a step of the row's scale
+	for (int i = 32; i < 64; i++)
+		w[i] = ad_fp16_to_f32(ad_f32_to_fp16(0.0031f)) * qb[i];
+	for (int i = 64; i < N; i++)
+		w[i] = ad_fp16_to_f32(ad_f32_to_fp16(0.0007f)) * qb[i];
+	REQUIRE(ane_quant_row(w, N, q, &sc, err) == 0, "%s", err);
+	float s = ad_fp16_to_f32(sc);
+	double worst = 0;
+	for (int i = 0; i < N; i++)
+		worst = fmax(worst, fabs((double)s * q[i] - w[i]));
+	CHECK(worst <= s / 2 * (1 + 1e-6), "max error %g, s/2 %g", worst, (double)s / 2);
+	struct ane_qerr e = {0};
+	ane_qerr_row(&e, w, q, sc, N);
+	CHECK(e.n == N && fabs(e.max_abs - worst) < 1e-12 && e.max_rel_row <= 1.0 / 254 * (1 + 1.0 / 2048));
+	CHECK(ane_qerr_rms_rel(&e) > 0 && ane_qerr_rms_rel(&e) < 0.01, "%g", ane_qerr_rms_rel(&e));
+	// the largest weight is +-127 exactly; a zero row is all zero
+	int m = 0;
+	for (int i = 0; i < N; i++)
+		m = abs(q[i]) > m ? abs(q[i]) : m;
+	CHECK(m == 127, "max |q| %d", m);
+	memset(w, 0, sizeof w);
+	REQUIRE(ane_quant_row(w, N, q, &sc, err) == 0, "%s", err);
+	CHECK(sc == 0 && q[0] == 0 && q[N - 1] == 0);
+	// refusals
+	w[7] = NAN;
+	CHECK(ane_quant_row(w, N, q, &sc, err) < 0 && strstr(err, "weight 7 of a row is nan"), "%s", err);
+	w[7] = 1e9f;
+	CHECK(ane_quant_row(w, N, q, &sc, err) < 0 && strstr(err, "beyond fp16 x 127"), "%s", err);
+	w[7] = INFINITY;
+	CHECK(ane_quant_row(w, N, q, &sc, err) < 0 && strstr(err, "weight 7"), "%s", err);
+}
+
 int
 main(void)
 {
@@ -1296,6 +1350,7 @@ main(void)
 	T_RUN(test_i8_kernels);
 	T_RUN(test_i8_proj_ffn);
 	T_RUN(test_i8_rules);
+	T_RUN(test_i8_quant);
 	emu_close(E);
 	return t_done();
 }
