@@ -57,8 +57,8 @@ ane_blob_open(struct ane_blob_writer *w, const char *path, char *err)
 	return 0;
 }
 
-int
-ane_blob_begin(struct ane_blob_writer *w, size_t n, uint64_t *mil_off, char *err)
+static int
+begin(struct ane_blob_writer *w, int dtype, size_t n, uint64_t *mil_off, char *err)
 {
 	if (w->failed)
 		return ad_err(err, "%s: writer already failed", w->path);
@@ -66,7 +66,7 @@ ane_blob_begin(struct ane_blob_writer *w, size_t n, uint64_t *mil_off, char *err
 		w->failed = 1;
 		return ad_err(err, "%s: chunk %d still open", w->path, w->nchunks - 1);
 	}
-	uint64_t bytes = (uint64_t)n * 2;
+	uint64_t bytes = (uint64_t)n * (dtype == ANE_BLOB_DT_INT8 ? 1 : 2);
 	uint64_t data = w->pos + ANE_BLOB_CHUNK_HEADER;
 	if (n == 0 || bytes > UINT32_MAX || data + bytes > ANE_BLOB_MAX_FILE) {
 		w->failed = 1;
@@ -75,7 +75,7 @@ ane_blob_begin(struct ane_blob_writer *w, size_t n, uint64_t *mil_off, char *err
 	}
 	uint8_t h[ANE_BLOB_CHUNK_HEADER] = {0};
 	put_u32(h, ANE_BLOB_MAGIC);
-	h[4] = ANE_BLOB_VERSION;
+	h[4] = (uint8_t)dtype;
 	put_u32(h + 8, (uint32_t)bytes);
 	put_u32(h + 16, (uint32_t)data);
 	if (mil_off)
@@ -83,8 +83,33 @@ ane_blob_begin(struct ane_blob_writer *w, size_t n, uint64_t *mil_off, char *err
 	if (wbytes(w, h, sizeof h, err) < 0)
 		return -1;
 	w->chunk_end = data + bytes;
+	w->dtype = dtype;
 	w->nchunks++;
 	return 0;
+}
+
+int
+ane_blob_begin(struct ane_blob_writer *w, size_t n, uint64_t *mil_off, char *err)
+{
+	return begin(w, ANE_BLOB_DT_FP16, n, mil_off, err);
+}
+
+int
+ane_blob_begin_i8(struct ane_blob_writer *w, size_t n, uint64_t *mil_off, char *err)
+{
+	return begin(w, ANE_BLOB_DT_INT8, n, mil_off, err);
+}
+
+int
+ane_blob_put_i8(struct ane_blob_writer *w, const int8_t *q, size_t n, char *err)
+{
+	if (w->failed)
+		return ad_err(err, "%s: writer already failed", w->path);
+	if (!w->chunk_end || w->dtype != ANE_BLOB_DT_INT8 || w->pos + n > w->chunk_end) {
+		w->failed = 1;
+		return ad_err(err, "%s: %zu int8 values do not fit chunk %d", w->path, n, w->nchunks - 1);
+	}
+	return wbytes(w, q, n, err);
 }
 
 int
@@ -92,7 +117,7 @@ ane_blob_put(struct ane_blob_writer *w, const struct ane_wsrc *src, char *err)
 {
 	if (w->failed)
 		return ad_err(err, "%s: writer already failed", w->path);
-	if (!w->chunk_end || w->pos + (uint64_t)src->n * 2 > w->chunk_end) {
+	if (!w->chunk_end || w->dtype != ANE_BLOB_DT_FP16 || w->pos + (uint64_t)src->n * 2 > w->chunk_end) {
 		w->failed = 1;
 		return ad_err(err, "%s: %zu values overflow chunk %d", w->path, src->n, w->nchunks - 1);
 	}
@@ -244,16 +269,16 @@ ane_blob_scan(const uint8_t *img, size_t len, struct ane_blob_chunk *out, int ma
 		if (get_u32(h) != ANE_BLOB_MAGIC)
 			return ad_err(err, "blob chunk %d at %llu: magic %08x, expected deadbeef", n,
 			              (unsigned long long)pos, get_u32(h));
-		if (h[4] != ANE_BLOB_VERSION)
-			return ad_err(err, "blob chunk %d at %llu: version %u, expected 1", n,
-			              (unsigned long long)pos, h[4]);
+		if (h[4] != ANE_BLOB_DT_FP16 && h[4] != ANE_BLOB_DT_INT8)
+			return ad_err(err, "blob chunk %d at %llu: element type %u, expected 1 (fp16) or 4 (int8)",
+			              n, (unsigned long long)pos, h[4]);
 		uint64_t bytes = get_u32(h + 8), data = get_u32(h + 16);
 		if (data != pos + ANE_BLOB_CHUNK_HEADER)
 			return ad_err(err,
 			              "blob chunk %d at %llu: data offset %llu, expected %llu (header + 64)",
 			              n, (unsigned long long)pos, (unsigned long long)data,
 			              (unsigned long long)(pos + ANE_BLOB_CHUNK_HEADER));
-		if (bytes == 0 || bytes % 2)
+		if (bytes == 0 || (h[4] == ANE_BLOB_DT_FP16 && bytes % 2))
 			return ad_err(err, "blob chunk %d at %llu: payload of %llu bytes is not fp16", n,
 			              (unsigned long long)pos, (unsigned long long)bytes);
 		if (bytes > len - data)
@@ -261,7 +286,7 @@ ane_blob_scan(const uint8_t *img, size_t len, struct ane_blob_chunk *out, int ma
 			              n, (unsigned long long)pos, (unsigned long long)bytes,
 			              (unsigned long long)(len - data));
 		if (out && n < max)
-			out[n] = (struct ane_blob_chunk){.header = pos, .data = data, .bytes = bytes};
+			out[n] = (struct ane_blob_chunk){.header = pos, .data = data, .bytes = bytes, .dtype = h[4]};
 		n++;
 		pos = data + bytes;
 	}

@@ -3,15 +3,28 @@
 // Layout (little-endian):
 //   file header, 64 bytes: [0] = 0x01, [4] = 0x02, the rest zero
 //   per tensor k, packed with no padding, a 64-byte chunk header at H_k:
-//     [0..3] EF BE AD DE (0xDEADBEEF), [4] = 0x01 (version),
-//     [8..11] u32 payload bytes, [16..19] u32 absolute file offset of the
-//     payload (= H_k + 64), the rest zero
-//   then the payload: fp16, row-major [out][in]
+//     [0..3] EF BE AD DE (0xDEADBEEF), [4] = the element type: 0x01 fp16,
+//     0x04 int8, [8..11] u32 payload bytes, [16..19] u32 absolute file
+//     offset of the payload (= H_k + 64), the rest zero
+//   then the payload: fp16 or int8, row-major [out][in]
 //   H_0 = 64, H_{k+1} = H_k + 64 + bytes_k
 // The MIL BLOBFILE offset of tensor k is H_k, the chunk header, i.e. the
 // payload offset minus 64. Every chunk must carry its own absolute payload
 // offset: a constant one (128 everywhere) makes every chunk after the first
 // read the wrong bytes with no error on the device.
+//
+// Byte 4 of a chunk header, which the seed called a version and always set
+// to 1, is the element type of the chunk in CoreML's MIL blob format
+// (MILBlob BlobDataType: Float16 = 1, Float32 = 2, UInt8 = 3, Int8 = 4);
+// the seed's fp16 chunks are that format's Float16 chunks. So int8 chunks
+// (the quantized_data of constexpr_affine_dequantize, mil.h) are written
+// with 0x04 there and otherwise exactly like fp16 ones, size and absolute
+// data offset included: those two fields are what makes a file of several
+// chunks readable (the seed's multi-chunk bug). The one other int8 layout
+// on record (a bench that sets byte 10 to 0x08 and leaves size and data
+// offset zero) puts its marker inside this format's size field, and was
+// only ever used with a single chunk; which of the two the device takes is
+// to be probed on it.
 //
 // The writer streams: a chunk is opened with its element count (the header
 // is written at once), filled from any number of caller buffers (fp16 as is,
@@ -28,7 +41,10 @@
 #define ANE_BLOB_HEADER 64
 #define ANE_BLOB_CHUNK_HEADER 64
 #define ANE_BLOB_MAGIC 0xDEADBEEFu
-#define ANE_BLOB_VERSION 1
+#define ANE_BLOB_VERSION 1 // = ANE_BLOB_DT_FP16: what every fp16 chunk carries
+// element types (byte 4 of a chunk header)
+#define ANE_BLOB_DT_FP16 1
+#define ANE_BLOB_DT_INT8 4
 // data_off is a u32: payloads must start below 4 GiB
 #define ANE_BLOB_MAX_FILE ((uint64_t)UINT32_MAX)
 
@@ -43,6 +59,7 @@ struct ane_blob_writer {
 	FILE *f;
 	uint64_t pos;       // bytes written so far
 	uint64_t chunk_end; // where the open chunk's payload ends (0: none open)
+	int dtype;          // of the open chunk
 	int nchunks;
 	int failed;
 	char path[4096];
@@ -52,8 +69,12 @@ struct ane_blob_writer {
 int ane_blob_open(struct ane_blob_writer *w, const char *path, char *err);
 // start a chunk of n fp16 values; *mil_off gets its BLOBFILE offset
 int ane_blob_begin(struct ane_blob_writer *w, size_t n, uint64_t *mil_off, char *err);
-// append values to the open chunk
+// start a chunk of n int8 values (element type 0x04)
+int ane_blob_begin_i8(struct ane_blob_writer *w, size_t n, uint64_t *mil_off, char *err);
+// append values to the open chunk (an fp16 one)
 int ane_blob_put(struct ane_blob_writer *w, const struct ane_wsrc *src, char *err);
+// append n int8 values to the open chunk (an int8 one)
+int ane_blob_put_i8(struct ane_blob_writer *w, const int8_t *q, size_t n, char *err);
 // finish the open chunk; fails if it did not get exactly n values
 int ane_blob_end(struct ane_blob_writer *w, char *err);
 // one whole chunk from one buffer
@@ -79,11 +100,13 @@ struct ane_blob_chunk {
 	uint64_t header; // offset of the chunk header (the BLOBFILE offset)
 	uint64_t data;   // absolute payload offset
 	uint64_t bytes;  // payload size
+	int dtype;       // ANE_BLOB_DT_FP16 or ANE_BLOB_DT_INT8
 };
 
 // walk the chunk chain of a file image; fills up to max chunks into out (may
 // be NULL) and returns how many there are, or -1 with err if the image is
-// not a well-formed blob (bad header, magic, version, data_off, truncation)
+// not a well-formed blob (bad header, magic, element type, data_off, an odd
+// fp16 payload, truncation)
 int ane_blob_scan(const uint8_t *img, size_t len, struct ane_blob_chunk *out, int max, char *err);
 
 #endif

@@ -1,6 +1,7 @@
 #include "build.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 
 #include "blob.h"
 #include "dequant.h"
+#include "fp16.h"
 #include "log.h"
 #include "mil.h"
 #include "wtype.h"
@@ -176,6 +178,166 @@ put_rows(struct ane_builder *b, struct ane_blob_writer *w, const struct ane_part
 	return 0;
 }
 
+int
+ane_quant_row(const float *w, size_t n, int8_t *q, uint16_t *scale, char *err)
+{
+	float amax = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!isfinite(w[i]))
+			return ad_err(err, "weight %zu of a row is %g", i, (double)w[i]);
+		float a = fabsf(w[i]);
+		if (a > amax)
+			amax = a;
+	}
+	uint16_t h = ad_f32_to_fp16(amax / 127.0f);
+	float s = ad_fp16_to_f32(h);
+	if (!isfinite(s))
+		return ad_err(err, "a row's largest weight %g is beyond fp16 x 127", (double)amax);
+	*scale = h;
+	if (s == 0) { // an all-zero row (or one below fp16's smallest step)
+		memset(q, 0, n);
+		return 0;
+	}
+	for (size_t i = 0; i < n; i++) {
+		float v = rintf(w[i] / s); // the current rounding mode: nearest, ties to even
+		q[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+	}
+	return 0;
+}
+
+void
+ane_qerr_row(struct ane_qerr *e, const float *w, const int8_t *q, uint16_t scale, size_t n)
+{
+	float s = ad_fp16_to_f32(scale);
+	double amax = 0, mx = 0;
+	for (size_t i = 0; i < n; i++) {
+		double d = fabs((double)s * q[i] - (double)w[i]);
+		if (fabs(w[i]) > amax)
+			amax = fabs(w[i]);
+		if (d > mx)
+			mx = d;
+		e->sum_sq_err += d * d;
+		e->sum_sq_w += (double)w[i] * w[i];
+	}
+	e->n += n;
+	if (mx > e->max_abs)
+		e->max_abs = mx;
+	if (amax > 0 && mx / amax > e->max_rel_row)
+		e->max_rel_row = mx / amax;
+}
+
+double
+ane_qerr_rms_rel(const struct ane_qerr *e)
+{
+	return e->sum_sq_w > 0 ? sqrt(e->sum_sq_err / e->sum_sq_w) : 0;
+}
+
+// rows of part p, a block at a time, dequantised to fp32 into scratch and
+// handed to fn(ctx, rows, k, n) (k rows of n values)
+static int
+each_rows(float *scratch, const struct ane_part *p,
+          int (*fn)(void *ctx, const float *rows, size_t k, size_t n, char *err), void *ctx, char *err)
+{
+	const struct model_tensor *t = p->t;
+	size_t rb;
+	if (ad_type_row_bytes(t->type, t->ne[0], &rb) != 0)
+		return ad_err(err, "%s: rows of %lld %s values", t->name, (long long)t->ne[0],
+		              ad_type_name(t->type) ? ad_type_name(t->type) : "?");
+	if ((uint64_t)(p->row0 + p->rows) * rb > t->nbytes)
+		return ad_err(err, "%s: rows beyond the tensor's %zu bytes", t->name, t->nbytes);
+	const uint8_t *src = (const uint8_t *)t->data + (size_t)p->row0 * rb;
+	const size_t n = (size_t)t->ne[0];
+	size_t block = SCRATCH_VALUES / n;
+	if (block == 0)
+		return ad_err(err, "%s: rows of %zu values are too long", t->name, n);
+	for (int64_t r = 0; r < p->rows; r += (int64_t)block) {
+		size_t k = (size_t)(p->rows - r) < block ? (size_t)(p->rows - r) : block;
+		if (ad_dequant(t->type, src + (size_t)r * rb, scratch, (int64_t)(k * n), err))
+			return ad_err_prefix(err, "%s", t->name);
+		if (fn(ctx, scratch, k, n, err))
+			return ad_err_prefix(err, "%s", t->name);
+	}
+	return 0;
+}
+
+// quantising rows into the open int8 chunk; their scales are collected
+struct qput {
+	struct ane_blob_writer *w;
+	int8_t *q;        // one row
+	uint16_t *scales; // of the whole matrix
+	size_t nrows;
+	struct ane_qerr *qerr; // or NULL
+};
+
+static int
+qput_rows(void *ctx, const float *rows, size_t k, size_t n, char *err)
+{
+	struct qput *qp = ctx;
+	for (size_t r = 0; r < k; r++) {
+		const float *w = rows + r * n;
+		uint16_t *sc = &qp->scales[qp->nrows++];
+		if (ane_quant_row(w, n, qp->q, sc, err))
+			return -1;
+		if (qp->qerr)
+			ane_qerr_row(qp->qerr, w, qp->q, *sc, n);
+		else if (ane_blob_put_i8(qp->w, qp->q, n, err))
+			return -1;
+	}
+	return 0;
+}
+
+// one int8 matrix from parts [j0, j1) (rows stacked): the int8 chunk, then
+// the fp16 scale chunk; with w NULL only the error is summed into qerr
+static int
+put_i8_matrix(float *scratch, struct ane_blob_writer *w, const struct ane_part *parts, int j0, int j1,
+              struct ane_qerr *qerr, char *err)
+{
+	size_t rows = 0, n = (size_t)parts[j0].t->ne[0];
+	for (int j = j0; j < j1; j++)
+		rows += (size_t)parts[j].rows;
+	struct qput qp = {.w = w, .q = malloc(n), .scales = malloc(rows * 2), .qerr = qerr};
+	int rc = -1;
+	if (!qp.q || !qp.scales) {
+		ad_err(err, "out of memory");
+		goto out;
+	}
+	if (w && ane_blob_begin_i8(w, rows * n, NULL, err))
+		goto out;
+	for (int j = j0; j < j1; j++)
+		if (each_rows(scratch, &parts[j], qput_rows, &qp, err))
+			goto out;
+	if (w) {
+		struct ane_wsrc ws = {qp.scales, AD_TYPE_F16, rows};
+		if (ane_blob_end(w, err) || ane_blob_add(w, &ws, NULL, err))
+			goto out;
+	}
+	rc = 0;
+out:
+	free(qp.q);
+	free(qp.scales);
+	return rc;
+}
+
+int
+ane_qerr_plan(const struct ane_plan *p, struct ane_qerr *e, char *err)
+{
+	memset(e, 0, sizeof *e);
+	float *scratch = malloc(SCRATCH_VALUES * sizeof(float));
+	if (!scratch)
+		return ad_err(err, "out of memory");
+	int rc = 0;
+	for (int i = 0; i < p->n && !rc; i++) {
+		const struct ane_pk *pk = &p->k[i];
+		if (pk->ff)
+			for (int j = 0; j < pk->nparts && !rc; j++)
+				rc = put_i8_matrix(scratch, NULL, pk->parts, j, j + 1, e, err);
+		else
+			rc = put_i8_matrix(scratch, NULL, pk->parts, 0, pk->nparts, e, err);
+	}
+	free(scratch);
+	return rc;
+}
+
 static void
 count_compile(struct ane_builder *b)
 {
@@ -282,7 +444,17 @@ ane_build(struct ane_builder *b, const struct ane_pk *pk, int width, struct ane_
 		return -1;
 	}
 	int fused = pk->ff > 0;
-	for (int i = 0; i < pk->nparts; i++) {
+	if (pk->wfmt == ANE_W_INT8) {
+		int rc = 0;
+		if (fused)
+			for (int j = 0; j < pk->nparts && !rc; j++)
+				rc = put_i8_matrix(b->scratch, &w, pk->parts, j, j + 1, NULL, err);
+		else
+			rc = put_i8_matrix(b->scratch, &w, pk->parts, 0, pk->nparts, NULL, err);
+		if (rc)
+			goto fail;
+	}
+	for (int i = 0; i < pk->nparts && pk->wfmt != ANE_W_INT8; i++) {
 		if (fused || i == 0) {
 			size_t n = 0;
 			for (int j = fused ? i : 0; j < (fused ? i + 1 : pk->nparts); j++)
@@ -300,7 +472,8 @@ ane_build(struct ane_builder *b, const struct ane_pk *pk, int width, struct ane_
 		kdir_done(b, &d);
 		return -1;
 	}
-	char *mil = fused ? ane_mil_ffn(pk->in_ch, pk->ff, width, err) : ane_mil_proj(pk->in_ch, pk->out_ch, width, err);
+	char *mil = fused ? ane_mil_ffn_w(pk->in_ch, pk->ff, width, pk->wfmt, err)
+	                  : ane_mil_proj_w(pk->in_ch, pk->out_ch, width, pk->wfmt, err);
 	if (!mil) {
 		kdir_done(b, &d);
 		return -1;

@@ -10,6 +10,19 @@
 // on disk as a whole: one kernel's blob at a time, and the backend's
 // compiled copy; a process killed mid-build leaves one directory at most.
 //
+// int8 weights (the plan's format, plan.h): each output row of a weight
+// matrix is quantised on its own, from the model's weights dequantised to
+// fp32 (ane_quant_row): symmetric, s = fp16(max_i |w_i| / 127), q_i =
+// clamp(round_half_even(w_i / s), -127, 127), dequantised s * q_i. For a
+// Q8_0 row, whose values are d_b * q_bj (fp16 block scale d_b per 32
+// values), that is s = max_b(|d_b| max_j |q_bj|) / 127 (rounded to fp16)
+// and q'_bj = round(d_b q_bj / s): exact (q' = q) when every block of the
+// row has the same d_b and reaches |q| = 127, else an error of at most s/2
+// per value (blocks with a smaller d_b lose the low bits their own scale
+// had). The blob then holds per matrix an int8 chunk and an fp16 scale
+// chunk (mil.h). ane_qerr_* measure what that costs against the fp32
+// dequantised weights.
+//
 // Backends: "emu" (the CPU executor of emu.h, everywhere) and "ane" (the
 // Neural Engine through the shim, backend-ane.h; only in builds with
 // ANEDVD_ANE, elsewhere refused with a clear error).
@@ -77,6 +90,24 @@ size_t ane_kernel_output_capacity(const struct ane_kernel *k);
 // in / out: fp16 planar surfaces of the kernel's width with at least
 // in_ch / out_ch channels and emu_input_capacity / output_capacity bytes
 int ane_eval(struct ane_kernel *k, const void *in, void *out, int ncols, char *err);
+
+// one row of n fp32 weights to int8 q and the fp16 scale *scale (bits);
+// -1 with err for a non-finite weight or one beyond fp16's range x 127
+int ane_quant_row(const float *w, size_t n, int8_t *q, uint16_t *scale, char *err);
+
+// the int8 quantisation error of weights w vs their dequantised values
+struct ane_qerr {
+	uint64_t n;
+	double max_abs;     // max |s q - w|
+	double max_rel_row; // max |s q - w| / max |w| of its row
+	double sum_sq_err, sum_sq_w;
+};
+void ane_qerr_row(struct ane_qerr *e, const float *w, const int8_t *q, uint16_t scale, size_t n);
+// RMS relative error: sqrt(sum (s q - w)^2 / sum w^2)
+double ane_qerr_rms_rel(const struct ane_qerr *e);
+// quantise every weight of the plan's kernels as ane_build does and sum up
+// the error (reads the whole model once; nothing is kept)
+int ane_qerr_plan(const struct ane_plan *p, struct ane_qerr *e, char *err);
 
 struct ane_set {
 	struct ane_plan plan;

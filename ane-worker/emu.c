@@ -1281,6 +1281,11 @@ struct weight {
 	size_t cout, cin;
 	uint16_t *panels; // NULL until a conv uses it
 	const uint8_t *payload; // during compile only
+	// int8 (constexpr_affine_dequantize): panels of int8, one scale per row
+	int i8;
+	int8_t *qpanels;
+	float *scale;            // npanels * 16
+	const uint8_t *spayload; // the fp16 scales, during compile only
 };
 
 struct bufdesc {
@@ -1713,6 +1718,8 @@ open_bfile(struct compiler *c, int line, const char *path)
 	return b;
 }
 
+static const uint8_t *blob_payload(struct compiler *c, struct var *v, const struct val *x, int dt);
+
 static int
 do_const(struct compiler *c, struct var *v, struct arg *attrs, int nattrs)
 {
@@ -1735,12 +1742,38 @@ do_const(struct compiler *c, struct var *v, struct arg *attrs, int nattrs)
 		return 0;
 	// a weight: fp16, size checked against the chunk it points at
 	if (strcmp(v->t.dtype, "fp16"))
-		return perr(ps, v->line, "BLOBFILE const '%s' is %s; only fp16 weights are supported",
+		return perr(ps, v->line, "BLOBFILE const '%s' is %s; only fp16 weights are supported (int8 "
+		            "ones as the quantized_data of a constexpr_affine_dequantize)",
 		            v->name, dt);
 	c->nblob++;
-	struct bfile *b = open_bfile(c, v->line, x->s);
-	if (!b)
+	const uint8_t *payload = blob_payload(c, v, x, ANE_BLOB_DT_FP16);
+	if (!payload)
 		return -1;
+	struct emu_kernel *k = c->k;
+	struct weight *w = realloc(k->weights, (size_t)(k->nweights + 1) * sizeof *w);
+	if (!w)
+		return perr(ps, v->line, "out of memory");
+	k->weights = w;
+	k->weights[k->nweights] = (struct weight){.payload = payload};
+	if (v->t.rank == 4) {
+		k->weights[k->nweights].cout = (size_t)v->t.dims[0];
+		k->weights[k->nweights].cin = (size_t)v->t.dims[1];
+	}
+	v->blob = k->nweights++;
+	return 0;
+}
+
+// the payload of the chunk a BLOBFILE value x (of const v) points at,
+// checked against x's type: element type dt and size; NULL after perr
+static const uint8_t *
+blob_payload(struct compiler *c, struct var *v, const struct val *x, int dt)
+{
+	struct parser *ps = &c->ps;
+	char dt_s[128];
+	type_str(&x->t, dt_s, sizeof dt_s);
+	struct bfile *b = open_bfile(c, x->line ? x->line : v->line, x->s);
+	if (!b)
+		return NULL;
 	const struct ane_blob_chunk *ch = NULL;
 	for (int i = 0; i < b->nchunks; i++)
 		if (b->chunks[i].header == (uint64_t)x->i)
@@ -1753,28 +1786,91 @@ do_const(struct compiler *c, struct var *v, struct arg *attrs, int nattrs)
 			              (unsigned long long)b->chunks[i].header);
 		if (b->nchunks > 6)
 			snprintf(hs + n, sizeof hs - (size_t)n, ", ...");
-		return perr(ps, v->line,
-		            "const '%s': BLOBFILE offset %lld in '%s' is not a chunk header (headers at %s)",
-		            v->name, x->i, b->name, hs);
+		perr(ps, v->line,
+		     "const '%s': BLOBFILE offset %lld in '%s' is not a chunk header (headers at %s)",
+		     v->name, x->i, b->name, hs);
+		return NULL;
 	}
 	uint64_t elems = 1;
-	for (int i = 0; i < v->t.rank; i++)
-		elems *= (uint64_t)v->t.dims[i];
-	if (ch->bytes != elems * 2)
+	for (int i = 0; i < x->t.rank; i++)
+		elems *= (uint64_t)x->t.dims[i];
+	uint64_t need = elems * (dt == ANE_BLOB_DT_INT8 ? 1 : 2);
+	if (ch->dtype != dt) {
+		perr(ps, v->line, "const '%s' %s: the chunk at %lld in '%s' holds %s values", v->name, dt_s,
+		     x->i, b->name, ch->dtype == ANE_BLOB_DT_INT8 ? "int8" : "fp16");
+		return NULL;
+	}
+	if (ch->bytes != need) {
+		perr(ps, v->line, "const '%s' %s needs %llu bytes, the chunk at %lld in '%s' holds %llu",
+		     v->name, dt_s, (unsigned long long)need, x->i, b->name,
+		     (unsigned long long)ch->bytes);
+		return NULL;
+	}
+	return b->img + ch->data;
+}
+
+// w = constexpr_affine_dequantize()[axis, name, quantized_data, scale,
+// zero_point]: exactly the form mil.h emits, anything else refused with
+// what was expected
+static int
+do_dequant(struct compiler *c, struct var *v, int nargs, struct arg *attrs, int nattrs)
+{
+	struct parser *ps = &c->ps;
+	static const char *const keys[] = {"axis", "name", "quantized_data", "scale", "zero_point"};
+	const char *op = "constexpr_affine_dequantize";
+	char ts[128];
+	type_str(&v->t, ts, sizeof ts);
+	if (nargs)
 		return perr(ps, v->line,
-		            "const '%s' %s needs %llu bytes, the chunk at %lld in '%s' holds %llu",
-		            v->name, dt, (unsigned long long)(elems * 2), x->i, b->name,
-		            (unsigned long long)ch->bytes);
+		            "%s '%s' takes its operands as arguments; only the attribute form [axis = ..., "
+		            "quantized_data = ..., scale = ..., zero_point = ...] is accepted (the other is refused "
+		            "on the device)",
+		            op, v->name);
+	for (int i = 0; i < nattrs; i++) {
+		int known = 0;
+		for (size_t j = 0; j < sizeof keys / sizeof keys[0]; j++)
+			known |= !strcmp(attrs[i].key, keys[j]);
+		if (!known)
+			return perr(ps, v->line, "%s '%s': unknown attribute '%s' (expected axis, name, "
+			            "quantized_data, scale, zero_point)", op, v->name, attrs[i].key);
+	}
+	for (size_t j = 0; j < sizeof keys / sizeof keys[0]; j++)
+		if (!find_arg(attrs, nattrs, keys[j]))
+			return perr(ps, v->line, "%s '%s' without %s", op, v->name, keys[j]);
+	const struct type *t = &v->t;
+	if (!t->tensor || strcmp(t->dtype, "fp16") || t->rank != 4 || t->dims[2] != 1 || t->dims[3] != 1)
+		return perr(ps, v->line, "%s '%s' is %s; only conv weights tensor<fp16, [COUT, CIN, 1, 1]> are supported",
+		            op, v->name, ts);
+	const long long O = t->dims[0], I = t->dims[1];
+	struct val *ax = &find_arg(attrs, nattrs, "axis")->v;
+	if (ax->k != V_INT || strcmp(ax->t.dtype, "int32") || ax->i != 0)
+		return perr(ps, v->line, "%s '%s': axis must be int32(0), the output channel (per-channel scales)",
+		            op, v->name);
+	struct val *qd = &find_arg(attrs, nattrs, "quantized_data")->v;
+	struct type qt = *t;
+	strcpy(qt.dtype, "int8");
+	if (qd->k != V_BLOB || !type_eq(&qd->t, &qt))
+		return perr(ps, v->line, "%s '%s': quantized_data must be tensor<int8, [%lld, %lld, 1, 1]>(BLOBFILE(...))",
+		            op, v->name, O, I);
+	struct val *sc = &find_arg(attrs, nattrs, "scale")->v;
+	if (sc->k != V_BLOB || !sc->t.tensor || strcmp(sc->t.dtype, "fp16") || sc->t.rank != 1 || sc->t.dims[0] != O)
+		return perr(ps, v->line, "%s '%s': scale must be tensor<fp16, [%lld]>(BLOBFILE(...)), one per output channel",
+		            op, v->name, O);
+	struct val *zp = &find_arg(attrs, nattrs, "zero_point")->v;
+	if (zp->k != V_INT || strcmp(zp->t.dtype, "int8") || zp->i != 0)
+		return perr(ps, v->line, "%s '%s': zero_point must be int8(0): the weights are symmetric", op, v->name);
+	c->nblob += 2;
+	const uint8_t *q = blob_payload(c, v, qd, ANE_BLOB_DT_INT8);
+	const uint8_t *s = q ? blob_payload(c, v, sc, ANE_BLOB_DT_FP16) : NULL;
+	if (!s)
+		return -1;
 	struct emu_kernel *k = c->k;
 	struct weight *w = realloc(k->weights, (size_t)(k->nweights + 1) * sizeof *w);
 	if (!w)
 		return perr(ps, v->line, "out of memory");
 	k->weights = w;
-	k->weights[k->nweights] = (struct weight){.payload = b->img + ch->data};
-	if (v->t.rank == 4) {
-		k->weights[k->nweights].cout = (size_t)v->t.dims[0];
-		k->weights[k->nweights].cin = (size_t)v->t.dims[1];
-	}
+	k->weights[k->nweights] = (struct weight){.payload = q, .spayload = s, .i8 = 1, .cout = (size_t)O,
+	                                          .cin = (size_t)I};
 	v->blob = k->nweights++;
 	return 0;
 }
@@ -1851,7 +1947,6 @@ static const struct {
 	{"gelu", "fails to compile on the ANE"},
 	{"softmax", "fails at eval for non-power-of-2 sizes"},
 	{"scaled_dot_product_attention", "ignores causal masks on the ANE"},
-	{"constexpr_affine_dequantize", "rejected as InvalidMILProgram on the ANE"},
 	{"cast", "not needed: I/O is fp16, and uint8 casts are broken on the ANE"},
 	{"slice_by_index", "broken on function inputs in a larger graph"},
 };
@@ -1984,10 +2079,12 @@ parse_stmt(struct compiler *c)
 		if (!strcmp(op, banned[i].op))
 			return perr(ps, opline, "op '%s' ('%s') is not allowed: %s", op, name,
 			            banned[i].why);
+	int dq = !strcmp(op, "constexpr_affine_dequantize");
 	if (strcmp(op, "const") && strcmp(op, "conv") && strcmp(op, "add") && strcmp(op, "mul") &&
-	    strcmp(op, "sigmoid"))
+	    strcmp(op, "sigmoid") && !dq)
 		return perr(ps, opline,
-		            "op '%s' ('%s') is not supported: the accepted set is const, conv, add, mul, sigmoid",
+		            "op '%s' ('%s') is not supported: the accepted set is const, "
+		            "constexpr_affine_dequantize, conv, add, mul, sigmoid",
 		            op, name);
 	struct arg args[16], attrs[8];
 	int nargs, nattrs;
@@ -2000,9 +2097,11 @@ parse_stmt(struct compiler *c)
 	if (strcmp(nm->v.s, name))
 		return perr(ps, line, "'%s' is named \"%s\"; the seed dialect names each op after its result",
 		            name, nm->v.s);
-	struct var *v = add_var(c, name, strcmp(op, "const") ? VAR_OP : VAR_CONST, line, &t);
+	struct var *v = add_var(c, name, strcmp(op, "const") && !dq ? VAR_OP : VAR_CONST, line, &t);
 	if (!v)
 		return -1;
+	if (dq)
+		return do_dequant(c, v, nargs, attrs, nattrs);
 	if (v->kind == VAR_CONST) {
 		if (nargs)
 			return perr(ps, line, "const '%s' takes no arguments", name);
@@ -2174,8 +2273,28 @@ emu_compile(struct emu *e, const char *mil, const struct emu_file *files, int nf
 		if (st->op != S_CONV)
 			continue;
 		struct weight *w = &k->weights[st->weight];
-		if (w->panels)
+		if (w->panels || w->qpanels)
 			continue;
+		if (w->i8) {
+			// one byte per weight, as stored; the scales widened to fp32
+			size_t np = (w->cout + PANEL - 1) / PANEL;
+			w->qpanels = alloc64(emu_i8_panel_bytes(w->cout, w->cin));
+			w->scale = alloc64(np * PANEL * sizeof(float));
+			if (!w->qpanels || !w->scale) {
+				ad_err(err, "emu: out of memory for %zu x %zu int8 weights", w->cout, w->cin);
+				goto fail;
+			}
+			e->weight_bytes += emu_i8_panel_bytes(w->cout, w->cin);
+			emu_i8_pack((const int8_t *)w->payload, w->cout, w->cin, w->qpanels);
+			for (size_t o = 0; o < np * PANEL; o++) {
+				uint16_t h = 0;
+				if (o < w->cout)
+					memcpy(&h, w->spayload + o * 2, 2);
+				w->scale[o] = ad_fp16_to_f32(h);
+			}
+			k->weight_bytes += (uint64_t)w->cout * w->cin + (uint64_t)w->cout * 2;
+			continue;
+		}
 		w->panels = panel_alloc(emu_panel_bytes(w->cout, w->cin));
 		if (w->panels)
 			e->weight_bytes += emu_panel_bytes(w->cout, w->cin);
@@ -2204,7 +2323,7 @@ emu_compile(struct emu *e, const char *mil, const struct emu_file *files, int nf
 		k->weight_bytes += (uint64_t)w->cout * w->cin * 2;
 	}
 	for (int i = 0; i < k->nweights; i++)
-		k->weights[i].payload = NULL; // the file is unmapped below
+		k->weights[i].payload = k->weights[i].spayload = NULL; // the file is unmapped below
 	for (int i = 0; i < k->nbufs; i++) {
 		k->bufs[i].data = alloc64(k->width * k->bufs[i].channels * sizeof(float));
 		if (!k->bufs[i].data) {
@@ -2244,7 +2363,11 @@ emu_kernel_free(struct emu_kernel *k)
 	for (int i = 0; i < k->nweights; i++) {
 		if (k->weights[i].panels)
 			k->e->weight_bytes -= emu_panel_bytes(k->weights[i].cout, k->weights[i].cin);
+		if (k->weights[i].qpanels)
+			k->e->weight_bytes -= emu_i8_panel_bytes(k->weights[i].cout, k->weights[i].cin);
 		free(k->weights[i].panels);
+		free(k->weights[i].qpanels);
+		free(k->weights[i].scale);
 	}
 	for (int i = 0; i < k->nbufs; i++)
 		free(k->bufs[i].data);
@@ -2327,6 +2450,8 @@ emu_nblobfiles(const struct emu_kernel *k)
 
 struct conv_job {
 	const uint16_t *panels;
+	const int8_t *qpanels; // int8 weights (then panels is NULL)
+	const float *scale;
 	size_t cout, cin, ncols;
 	const float *x, *xp; // xp: x packed for the AVX-512 tiles (or x)
 	float *y;
@@ -2344,6 +2469,16 @@ conv_task(void *arg, size_t t)
 		p1 = j->npanels;
 	if (p0 >= p1)
 		return;
+	if (j->qpanels) {
+		// the context's path (already capped at the CPU's) for int8 too
+		if (j->simd == EMU_SIMD_AVX512)
+			emu_conv_i8_avx512(j->qpanels, j->scale, j->cout, j->cin, j->x, j->ncols, j->y, p0, p1);
+		else if (j->simd == EMU_SIMD_AVX2)
+			emu_conv_i8_avx2(j->qpanels, j->scale, j->cout, j->cin, j->x, j->ncols, j->y, p0, p1);
+		else
+			emu_conv_i8_ref(j->qpanels, j->scale, j->cout, j->cin, j->x, j->ncols, j->y, p0, p1);
+		return;
+	}
 	conv_level(j->simd, j->panels, j->cout, j->cin, j->x, j->xp, j->ncols, j->y, p0, p1,
 	           j->streams);
 }
@@ -2366,6 +2501,8 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 	struct emu *e = k->e;
 	struct conv_job j = {
 		.panels = k->weights[s->weight].panels,
+		.qpanels = k->weights[s->weight].qpanels,
+		.scale = k->weights[s->weight].scale,
 		.cout = s->cout,
 		.cin = s->cin,
 		.ncols = ncols,
@@ -2382,7 +2519,8 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 	// would end in a 1-panel tile with half the FMA chains
 	size_t unit = ncols == 1 ? 4 : 6;
 #ifdef AD_FP16_X86
-	if (e->simd == EMU_SIMD_AVX512 && ncols > 1) {
+	// the AVX-512 fp16 tiles read x packed per column block; the int8 tiles read it as it is
+	if (e->simd == EMU_SIMD_AVX512 && ncols > 1 && !j.qpanels) {
 		size_t n = ncols * s->cin;
 		if (n > e->xpack_cap) {
 			void *b = NULL;

@@ -5,7 +5,11 @@
 // ANE refuses or silently gets wrong:
 //   - ops outside const / conv (1x1, groups 1) / add / mul / sigmoid, with
 //     a reason for the known-bad ones (matmul fails at eval, rsqrt, concat,
-//     gelu, reduce_mean, softmax, constexpr_affine_dequantize, ...);
+//     gelu, reduce_mean, softmax, ...);
+//   - a constexpr_affine_dequantize in any form but the generator's (mil.h:
+//     attributes only, int8 quantized_data [COUT, CIN, 1, 1] and fp16
+//     scale [COUT] from BLOBFILEs, axis = int32(0), zero_point = int8(0)),
+//     or whose result is used by anything but a conv's weight;
 //   - conv with bias=, or conv parameters given inline instead of as named
 //     consts, or parameters other than valid / strides 1 / dilations 1;
 //   - more than 16 BLOBFILE consts (15 once any op takes an inline scalar);
@@ -32,6 +36,26 @@
 // at once when they stay cached; the bits are the same. A fused FFN's
 // sigmoid, mul, mul run as one pass over the gate and up outputs, split
 // over the threads (the same roundings as op by op).
+//
+// int8 weights (constexpr_affine_dequantize): the emu does NOT dequantise
+// them. They stay one byte per weight, in int8 panels ([cout/16][cin][16],
+// emu_i8_pack) with one scale per output row, and the conv computes
+//   y[o] = fp16( fp32(scale[o] * acc[o]) ),
+//   acc[o] = fp32 FMA chain over i = 0 .. cin-1 of (float)q[o][i] * x[i]
+// (emu-i8.c: a plain `_ref`, an AVX2 and an AVX-512 kernel, picked by
+// cpuid, bit-identical). The ANE instead dequantises at compile time to
+// fp16 weights w[o][i] = fp16(scale[o] * q[o][i]) and runs its fp16 conv.
+// The difference is that rounding of each weight: |w - scale q| <= 2^-11
+// |scale q| (round to nearest; plus 2^-25 absolute where the product is an
+// fp16 subnormal), so for one output, before the final fp16 rounding,
+//   |y_emu - y_ane| <= 2^-11 * sum_i |scale[o] q[o][i] x[i]| + 2^-25 sum_i |x[i]|
+// on top of whatever the two accumulations differ by (the ANE's own
+// accumulation order and precision are not known; the emu's fp16 path has
+// the same unknown). That bound is the worst case (every weight's rounding
+// in the same direction); with signs at random, |y| ~ sum |w x| / sqrt(cin),
+// it is ~sqrt(cin) 2^-11 |y| (0.03 |y| at cin 4864). The roundings being
+// independent, the expected difference is ~2^-11 / sqrt(3) ||(w_i x_i)_i||_2,
+// about 2^-11 |y|: an fp16 ulp of y, below the fp16 rounding of y itself.
 //
 // I/O goes through surfaces in the planar layout of layout.h (fp16, one
 // plane per channel). emu_eval computes the first ncols columns only:
@@ -124,5 +148,23 @@ int emu_simd(const struct emu *e);   // the path a context runs
 // returns when all are done. Not reentrant (one job at a time per context).
 void emu_parallel(struct emu *e, void (*fn)(void *arg, size_t task), void *arg, size_t ntasks);
 int emu_nthreads(const struct emu *e); // threads that run a job, the caller included
+
+// int8 panels: weight (o, i) of a [cout][cin] int8 matrix at panel o/16,
+// offset (i * 16 + o % 16), rows past cout zero; scale has one value per
+// panel row (npanels * 16, zero past cout). Same x / y / p0, p1 as above.
+size_t emu_i8_panel_bytes(size_t cout, size_t cin);
+void emu_i8_pack(const int8_t *q, size_t cout, size_t cin, int8_t *panels);
+void emu_conv_i8_ref(const int8_t *panels, const float *scale, size_t cout, size_t cin,
+                     const float *x, size_t ncols, float *y, size_t p0, size_t p1);
+// the SIMD kernels; call only when emu_i8_isa() is at least 1 / 2
+void emu_conv_i8_avx2(const int8_t *panels, const float *scale, size_t cout, size_t cin,
+                      const float *x, size_t ncols, float *y, size_t p0, size_t p1);
+void emu_conv_i8_avx512(const int8_t *panels, const float *scale, size_t cout, size_t cin,
+                        const float *x, size_t ncols, float *y, size_t p0, size_t p1);
+// the best of the three this CPU runs
+void emu_conv_i8_fast(const int8_t *panels, const float *scale, size_t cout, size_t cin,
+                      const float *x, size_t ncols, float *y, size_t p0, size_t p1);
+// 0: plain C only, 1: AVX2 + FMA + F16C, 2: AVX-512 F as well
+int emu_i8_isa(void);
 
 #endif

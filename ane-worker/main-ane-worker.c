@@ -1,7 +1,10 @@
 // anedvd-ane-worker - the projection kernels of one model, as a process.
 //
 //   anedvd-ane-worker --model M --listen URL [--backend emu] [--chunk 64]
-//                     [--split] [--threads N]
+//                     [--split] [--threads N] [--weights fp16|int8]
+//
+// --weights: the kernels' weight format (plan.h); default int8 on emu for
+// a model stored in 8 bits or fewer, else fp16 (always fp16 on ane).
 //
 // Compiles the model's whole kernel plan (plan.h) at start, logging one
 // line per kernel, then answers AneRequests (proto/ane.proto) on URL until
@@ -408,12 +411,15 @@ static void
 usage(FILE *out)
 {
 	fprintf(out, "usage: anedvd-ane-worker --model M --listen URL [--backend emu] [--chunk 64] [--split] [--threads N]\n"
+	             "                         [--weights fp16|int8]\n"
 	             "  --model M     a .gguf file or an HF directory\n"
 	             "  --listen URL  ipc:///path/to/socket or tcp://127.0.0.1:PORT\n"
 	             "  --backend B   emu (everywhere) or ane (macOS)\n"
 	             "  --chunk N     columns every kernel is compiled for (default 64)\n"
 	             "  --split       FFN as gate_up + down kernels (activation on the CPU)\n"
-	             "  --threads N   emu threads (default 2)\n");
+	             "  --threads N   emu threads (default 2)\n"
+	             "  --weights W   fp16 or int8 (per-row int8, fp16 scales); default int8 on emu for a\n"
+	             "                model stored in 8 bits or fewer, else fp16; fp16 on ane\n");
 }
 
 static int
@@ -431,7 +437,7 @@ num(const char *s, int lo, int hi, int *out)
 int
 main(int argc, char **argv)
 {
-	const char *model = NULL, *url = NULL, *backend = "emu";
+	const char *model = NULL, *url = NULL, *backend = "emu", *weights = NULL;
 	int chunk = 64, split = 0, threads = 2, delay = 0;
 	ad_log_init("anedvd-ane-worker");
 	trace_from_env("anedvd-ane-worker");
@@ -457,6 +463,13 @@ main(int argc, char **argv)
 			url = v;
 		} else if (strcmp(a, "--backend") == 0) {
 			backend = v;
+		} else if (strcmp(a, "--weights") == 0) {
+			enum ane_wfmt f;
+			if (ane_wfmt_parse(v, &f)) {
+				fprintf(stderr, "anedvd-ane-worker: --weights takes fp16 or int8, not '%s'\n", v);
+				return 2;
+			}
+			weights = v;
 		} else if (strcmp(a, "--chunk") == 0) {
 			if (num(v, 1, 4096, &chunk)) {
 				fprintf(stderr, "anedvd-ane-worker: --chunk takes 1..4096, not '%s'\n", v);
@@ -516,9 +529,13 @@ main(int argc, char **argv)
 	w->delay_ms = delay;
 	w->started_ms = now_ns() / 1000000;
 	pthread_mutex_init(&w->mu, NULL);
-	struct ane_plan_opts po = {.width = chunk, .split = split};
+	enum ane_wfmt wf = ane_plan_weights_default(&m, backend);
+	if (weights)
+		ane_wfmt_parse(weights, &wf);
+	struct ane_plan_opts po = {.width = chunk, .split = split, .weights = wf};
 	struct ane_build_opts bo = {.backend = backend, .threads = threads};
-	ad_info("compiling %s for %s, %d columns%s", m.name, backend, chunk, split ? ", split FFN" : "");
+	ad_info("compiling %s for %s, %d columns, %s weights%s", m.name, backend, chunk, ane_wfmt_name(wf),
+	        split ? ", split FFN" : "");
 	int rc = 1;
 	struct ad_server *srv = NULL;
 	if (ane_set_build(&w->set, &m, &po, &bo, 1, err)) {

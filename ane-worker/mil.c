@@ -138,11 +138,36 @@ ane_mil_conv(struct ane_mil *m, const char *y, const char *x, int cout, int cin,
 	    !check_dim(m, "cin", cin) || !check_dim(m, "width", w))
 		return;
 	int k = m->nweights++;
+	m->nblob++;
 	emit(m,
 	     "        tensor<fp16, [%d, %d, 1, 1]> w%d = const()[name = string(\"w%d\"), val = "
 	     "tensor<fp16, [%d, %d, 1, 1]>(BLOBFILE(path = string(\"" ANE_MIL_WEIGHT_PATH
 	     "\"), offset = uint64(%llu)))];\n",
 	     cout, cin, k, k, cout, cin, (unsigned long long)off);
+	emit(m,
+	     "        tensor<fp16, [1, %d, 1, %d]> %s = conv(dilations = c_dilations, groups = "
+	     "c_groups, pad = c_pad, pad_type = c_pad_type, strides = c_strides, weight = w%d, x = "
+	     "%s)[name = string(\"%s\")];\n",
+	     cout, w, y, k, x, y);
+}
+
+void
+ane_mil_conv_i8(struct ane_mil *m, const char *y, const char *x, int cout, int cin, int w,
+                uint64_t off_q, uint64_t off_s)
+{
+	open_body(m);
+	if (!check_name(m, y) || !check_name(m, x) || !check_dim(m, "cout", cout) ||
+	    !check_dim(m, "cin", cin) || !check_dim(m, "width", w))
+		return;
+	int k = m->nweights++;
+	m->nblob += 2;
+	emit(m,
+	     "        tensor<fp16, [%d, %d, 1, 1]> w%d = constexpr_affine_dequantize()[axis = int32(0), "
+	     "name = string(\"w%d\"), quantized_data = tensor<int8, [%d, %d, 1, 1]>(BLOBFILE(path = "
+	     "string(\"" ANE_MIL_WEIGHT_PATH "\"), offset = uint64(%llu))), scale = tensor<fp16, "
+	     "[%d]>(BLOBFILE(path = string(\"" ANE_MIL_WEIGHT_PATH "\"), offset = uint64(%llu))), "
+	     "zero_point = int8(0)];\n",
+	     cout, cin, k, k, cout, cin, (unsigned long long)off_q, cout, (unsigned long long)off_s);
 	emit(m,
 	     "        tensor<fp16, [1, %d, 1, %d]> %s = conv(dilations = c_dilations, groups = "
 	     "c_groups, pad = c_pad, pad_type = c_pad_type, strides = c_strides, weight = w%d, x = "
@@ -191,8 +216,8 @@ ane_mil_finish(struct ane_mil *m, const char *const *outs, int nout, char *err)
 		fail(m, "program has no ops");
 	if (nout < 1)
 		fail(m, "program has no outputs");
-	if (m->nweights > ANE_MIL_MAX_BLOBFILES)
-		fail(m, "%d weight consts, the ANE accepts at most %d", m->nweights,
+	if (m->nblob > ANE_MIL_MAX_BLOBFILES)
+		fail(m, "%d BLOBFILE consts, the ANE accepts at most %d", m->nblob,
 		     ANE_MIL_MAX_BLOBFILES);
 	emit(m, "    } -> (");
 	for (int i = 0; i < nout; i++)
@@ -210,33 +235,102 @@ ane_mil_finish(struct ane_mil *m, const char *const *outs, int nout, char *err)
 	return s;
 }
 
+const char *
+ane_wfmt_name(enum ane_wfmt f)
+{
+	return f == ANE_W_INT8 ? "int8" : "fp16";
+}
+
+int
+ane_wfmt_parse(const char *s, enum ane_wfmt *f)
+{
+	if (s && !strcmp(s, "fp16"))
+		*f = ANE_W_FP16;
+	else if (s && !strcmp(s, "int8"))
+		*f = ANE_W_INT8;
+	else
+		return -1;
+	return 0;
+}
+
+uint64_t
+ane_wfmt_bytes(enum ane_wfmt f, uint64_t cout, uint64_t cin)
+{
+	return f == ANE_W_INT8 ? cout * cin + cout * 2 : cout * cin * 2;
+}
+
+// conv number k (0-based) of a kernel whose convs are all [cout_j][cin_j]:
+// its chunks are the k-th (fp16) or the 2k-th and 2k+1-th (int8) of off
+static void
+conv_w(struct ane_mil *m, enum ane_wfmt f, const char *y, const char *x, int cout, int cin, int w,
+       const uint64_t *off, int k)
+{
+	if (f == ANE_W_INT8)
+		ane_mil_conv_i8(m, y, x, cout, cin, w, off[2 * k], off[2 * k + 1]);
+	else
+		ane_mil_conv(m, y, x, cout, cin, w, off[k]);
+}
+
+// the chunk sizes of n convs of [cout][cin] each, in format f
+static void
+chunk_offsets(enum ane_wfmt f, const int *cout, const int *cin, int n, uint64_t *off)
+{
+	uint64_t bytes[6];
+	int nb = 0;
+	for (int k = 0; k < n; k++) {
+		uint64_t co = cout[k] > 0 ? (uint64_t)cout[k] : 0, ci = cin[k] > 0 ? (uint64_t)cin[k] : 0;
+		if (f == ANE_W_INT8) {
+			bytes[nb++] = co * ci;
+			bytes[nb++] = co * 2;
+		} else {
+			bytes[nb++] = co * ci * 2;
+		}
+	}
+	ane_blob_offsets(bytes, nb, off);
+}
+
 char *
-ane_mil_proj(int cin, int cout, int width, char *err)
+ane_mil_proj_w(int cin, int cout, int width, enum ane_wfmt f, char *err)
 {
 	struct ane_mil m;
 	static const char *const out[] = {"o0"};
+	uint64_t off[2];
+	chunk_offsets(f, &cout, &cin, 1, off);
 	ane_mil_init(&m);
 	ane_mil_input(&m, "i0", cin, width);
-	ane_mil_conv(&m, "o0", "i0", cout, cin, width, ANE_BLOB_HEADER);
+	conv_w(&m, f, "o0", "i0", cout, cin, width, off, 0);
 	return ane_mil_finish(&m, out, 1, err);
+}
+
+char *
+ane_mil_ffn_w(int hidden, int inter, int width, enum ane_wfmt f, char *err)
+{
+	struct ane_mil m;
+	static const char *const out[] = {"o0"};
+	const int co[3] = {inter, inter, hidden}, ci[3] = {hidden, hidden, inter};
+	uint64_t off[6];
+	chunk_offsets(f, co, ci, 3, off);
+	ane_mil_init(&m);
+	ane_mil_input(&m, "i0", hidden, width);
+	conv_w(&m, f, "t0", "i0", inter, hidden, width, off, 0);
+	conv_w(&m, f, "t1", "i0", inter, hidden, width, off, 1);
+	ane_mil_sigmoid(&m, "t2", "t0", inter, width);
+	ane_mil_mul(&m, "t3", "t0", "t2", inter, width);
+	ane_mil_mul(&m, "t4", "t3", "t1", inter, width);
+	conv_w(&m, f, "o0", "t4", hidden, inter, width, off, 2);
+	return ane_mil_finish(&m, out, 1, err);
+}
+
+char *
+ane_mil_proj(int cin, int cout, int width, char *err)
+{
+	return ane_mil_proj_w(cin, cout, width, ANE_W_FP16, err);
 }
 
 char *
 ane_mil_ffn(int hidden, int inter, int width, char *err)
 {
-	struct ane_mil m;
-	static const char *const out[] = {"o0"};
-	uint64_t g = (uint64_t)inter * (uint64_t)hidden * 2, bytes[3] = {g, g, g}, off[3];
-	ane_blob_offsets(bytes, 3, off);
-	ane_mil_init(&m);
-	ane_mil_input(&m, "i0", hidden, width);
-	ane_mil_conv(&m, "t0", "i0", inter, hidden, width, off[0]);
-	ane_mil_conv(&m, "t1", "i0", inter, hidden, width, off[1]);
-	ane_mil_sigmoid(&m, "t2", "t0", inter, width);
-	ane_mil_mul(&m, "t3", "t0", "t2", inter, width);
-	ane_mil_mul(&m, "t4", "t3", "t1", inter, width);
-	ane_mil_conv(&m, "o0", "t4", hidden, inter, width, off[2]);
-	return ane_mil_finish(&m, out, 1, err);
+	return ane_mil_ffn_w(hidden, inter, width, ANE_W_FP16, err);
 }
 
 int

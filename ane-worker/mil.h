@@ -23,6 +23,26 @@
 //                 chunk (width 1).
 //   ane_mil_ffn   fused FFN: gate conv, up conv, sigmoid, mul, mul, down
 //                 conv, chunks gate / up / down.
+//
+// int8 weights (ane_mil_conv_i8, and the _w kernel forms with
+// ANE_W_INT8): the conv's weight is not a const but a
+// constexpr_affine_dequantize of int8 data with one fp16 scale per output
+// channel, in the form with every operand an attribute inside [...] and
+// the data named quantized_data (the one reported to compile on the
+// private path; the form with call arguments and input = is the one that
+// was refused there):
+//
+//   tensor<fp16, [COUT, CIN, 1, 1]> w0 = constexpr_affine_dequantize()[axis = int32(0),
+//     name = string("w0"), quantized_data = tensor<int8, [COUT, CIN, 1, 1]>(BLOBFILE(path =
+//     string("@model_path/weights/w.bin"), offset = uint64(Q))), scale = tensor<fp16,
+//     [COUT]>(BLOBFILE(path = string("@model_path/weights/w.bin"), offset = uint64(S))),
+//     zero_point = int8(0)];
+//
+// (one line). axis 0 is the output channel; the weights are symmetric, so
+// the zero point is the scalar 0. Each such weight costs two BLOBFILE
+// slots. Its blob chunks: the int8 [COUT][CIN] data (element type int8,
+// blob.h), then the COUT fp16 scales; the fused FFN has gate q, gate
+// scales, up q, up scales, down q, down scales (6 of the 16 slots).
 #ifndef ANE_MIL_H
 #define ANE_MIL_H
 
@@ -44,7 +64,8 @@ extern const char ane_mil_build_info[];
 struct ane_mil {
 	char *buf;
 	size_t len, cap;
-	int nweights; // weight consts emitted so far (w0, w1, ...)
+	int nweights; // weights emitted so far (w0, w1, ...)
+	int nblob;    // BLOBFILE consts emitted so far (two per int8 weight)
 	int body;     // inputs closed, constant block emitted
 	int failed;
 	char err[256];
@@ -60,6 +81,9 @@ void ane_mil_input(struct ane_mil *m, const char *name, int c, int w);
 // const is named "w<k>" for the k-th conv of the program
 void ane_mil_conv(struct ane_mil *m, const char *y, const char *x, int cout, int cin, int w,
                   uint64_t off);
+// the same conv with int8 weights: data chunk at off_q, scales at off_s
+void ane_mil_conv_i8(struct ane_mil *m, const char *y, const char *x, int cout, int cin, int w,
+                     uint64_t off_q, uint64_t off_s);
 void ane_mil_add(struct ane_mil *m, const char *y, const char *a, const char *b, int c, int w);
 void ane_mil_mul(struct ane_mil *m, const char *y, const char *a, const char *b, int c, int w);
 void ane_mil_sigmoid(struct ane_mil *m, const char *y, const char *x, int c, int w);
@@ -72,6 +96,18 @@ char *ane_mil_finish(struct ane_mil *m, const char *const *outs, int nout, char 
 char *ane_mil_proj(int cin, int cout, int width, char *err);
 char *ane_mil_ffn(int hidden, int inter, int width, char *err);
 
+// weight formats of a kernel
+enum ane_wfmt {
+	ANE_W_FP16 = 0,
+	ANE_W_INT8 = 1,
+};
+const char *ane_wfmt_name(enum ane_wfmt f); // "fp16", "int8"
+// "fp16" / "int8" -> *f; -1 for anything else
+int ane_wfmt_parse(const char *s, enum ane_wfmt *f);
+char *ane_mil_proj_w(int cin, int cout, int width, enum ane_wfmt f, char *err);
+char *ane_mil_ffn_w(int hidden, int inter, int width, enum ane_wfmt f, char *err);
+// payload bytes of one [cout][cin] weight in format f (int8: data + scales)
+uint64_t ane_wfmt_bytes(enum ane_wfmt f, uint64_t cout, uint64_t cin);
 // LM-head split: rows per head kernel so that no blob exceeds 512 MiB,
 // min(vocab, max(1, floor(512 MiB / (hidden * 2)))); and how many kernels
 #define ANE_HEAD_TARGET_BYTES ((uint64_t)512 << 20)

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "mil.h"
+#include "wtype.h"
 
 const char *
 ane_kind_name(enum ane_kind k)
@@ -94,6 +95,9 @@ ane_plan_build(struct ane_plan *p, const struct model *m, const struct ane_plan_
 	memset(p, 0, sizeof *p);
 	p->width = o && o->width > 0 ? o->width : 64;
 	p->split = o && o->split;
+	p->weights = o ? o->weights : ANE_W_FP16;
+	if (p->weights != ANE_W_FP16 && p->weights != ANE_W_INT8)
+		return ad_err(err, "plan: weight format %d (fp16 or int8)", (int)p->weights);
 	p->gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3;
 	const int64_t E = hp->n_embd, V = hp->n_vocab, L = hp->n_layer;
 	const int64_t nq = hp->n_head * hp->head_dim, nk = hp->n_head_kv * hp->head_dim;
@@ -172,14 +176,56 @@ ane_plan_build(struct ane_plan *p, const struct model *m, const struct ane_plan_
 	}
 	for (int i = 0; i < p->n; i++) {
 		struct ane_pk *k = &p->k[i];
-		uint64_t b = 0;
-		for (int j = 0; j < k->nparts; j++)
-			b += (uint64_t)k->parts[j].rows * (uint64_t)k->parts[j].t->ne[0] * 2;
+		// a projection's parts are one [rows][in] matrix, a fused FFN's three
+		uint64_t b = 0, rows = 0;
+		for (int j = 0; j < k->nparts; j++) {
+			if (k->ff)
+				b += ane_wfmt_bytes(p->weights, (uint64_t)k->parts[j].rows, (uint64_t)k->parts[j].t->ne[0]);
+			rows += (uint64_t)k->parts[j].rows;
+		}
+		if (!k->ff)
+			b = ane_wfmt_bytes(p->weights, rows, (uint64_t)k->in_ch);
 		k->weight_bytes = b;
+		k->wfmt = p->weights;
 	}
 	return 0;
 fail:
 	ad_err_prefix(err, "plan: layer kernel %d", p->n - 1);
 	ane_plan_free(p);
 	return -1;
+}
+
+// stored in 8 bits or fewer per weight: every block type (ggml's quants)
+static int
+low_bits(uint32_t type)
+{
+	switch (type) {
+	case AD_TYPE_F32:
+	case AD_TYPE_F16:
+	case AD_TYPE_BF16:
+	case AD_TYPE_F64:
+	case AD_TYPE_I16:
+	case AD_TYPE_I32:
+	case AD_TYPE_I64:
+		return 0;
+	default:
+		return 1;
+	}
+}
+
+enum ane_wfmt
+ane_plan_weights_default(const struct model *m, const char *backend)
+{
+	if (backend && strcmp(backend, "emu") != 0)
+		return ANE_W_FP16;
+	struct ane_plan p;
+	char err[AD_ERRLEN];
+	if (ane_plan_build(&p, m, NULL, err))
+		return ANE_W_FP16; // the caller's own plan will report the error
+	int all = p.n > 0;
+	for (int i = 0; i < p.n && all; i++)
+		for (int j = 0; j < p.k[i].nparts; j++)
+			all &= low_bits(p.k[i].parts[j].t->type);
+	ane_plan_free(&p);
+	return all ? ANE_W_INT8 : ANE_W_FP16;
 }

@@ -31,6 +31,16 @@
 // SiLU layers (and every shared expert) are fused. A caller tells the
 // forms apart by the kinds present for a layer: FFN, or GATE_UP + DOWN.
 //
+// Weights (weights = ANE_W_FP16 or ANE_W_INT8, mil.h): the format every
+// kernel of the plan stores its weights in; weight_bytes are that format's
+// payload bytes (int8: one byte per weight plus an fp16 scale per output
+// row). The ane-worker and the cpu-worker must be given the same format:
+// kb_remote checks every kernel's weight_bytes against the worker's.
+// ane_plan_weights_default is the rule when the user does not choose:
+// int8 on the emu backend when every weight of the plan is stored in 8
+// bits or fewer (Q8_0, Q4_*, Q5_*, K-quants); fp16 otherwise, and always
+// fp16 on the ane backend, where int8 is not yet confirmed on a device.
+//
 // --split (split = 1) gives every dense layer the split form (the fallback
 // when a fused program does not compile); shared experts stay fused.
 #ifndef ANE_PLAN_H
@@ -38,6 +48,7 @@
 
 #include <stdint.h>
 
+#include "mil.h"
 #include "model.h"
 
 enum ane_kind {
@@ -69,13 +80,15 @@ struct ane_pk {
 	// FFN / SHEXP: parts[0] gate, parts[1] up, parts[2] down, one chunk each
 	struct ane_part parts[3];
 	int nparts;
-	uint64_t weight_bytes; // fp16 bytes of the blob payload
+	uint64_t weight_bytes; // payload bytes of the blob (format wfmt)
+	enum ane_wfmt wfmt;
 };
 
 struct ane_plan_opts {
 	int width;     // columns (0: 64)
 	int split;     // split every dense FFN
 	int head_rows; // LM-head rows per chunk (0: ane_head_chunk_rows)
+	enum ane_wfmt weights; // 0: fp16
 };
 
 struct ane_plan {
@@ -85,10 +98,13 @@ struct ane_plan {
 	int split;
 	int head_rows, head_chunks;
 	int gelu; // the model's FFN activation is GELU-tanh (so split)
+	enum ane_wfmt weights;
 };
 
 int ane_plan_build(struct ane_plan *p, const struct model *m, const struct ane_plan_opts *o, char *err);
 void ane_plan_free(struct ane_plan *p);
+// the default weight format for model m on backend ("emu", "ane"; NULL: emu)
+enum ane_wfmt ane_plan_weights_default(const struct model *m, const char *backend);
 
 const char *ane_kind_name(enum ane_kind k); // "qkv", "o", ...
 // the kernel of (kind, layer, chunk), or -1

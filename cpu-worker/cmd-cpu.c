@@ -13,7 +13,9 @@
 #include "cli.h"
 #include "fp16.h"
 #include "gguf.h"
+#include "emu.h"
 #include "model.h"
+#include "plan.h"
 #include "ref.h"
 #include "wtype.h"
 #ifdef AD_HAVE_TOKENIZER
@@ -492,8 +494,9 @@ cmd_info(int argc, char **argv)
 	printf("anedvd %s\n", ANEDVD_VERSION);
 	printf("backends:\n");
 	printf("  cpu   fp32 reference engine: yes\n");
-	printf("  emu   the ANE programs executed on the CPU: yes (%s kernels)\n",
-	       ad_cpu_simd() ? "AVX2/FMA/F16C" : "plain C");
+	printf("  emu   the ANE programs executed on the CPU: yes (fp16 kernels %s, int8 kernels %s)\n",
+	       ad_cpu_simd() ? "AVX2/FMA/F16C" : "plain C",
+	       emu_i8_isa() == 2 ? "AVX-512" : emu_i8_isa() ? "AVX2/FMA" : "plain C");
 #ifdef ANEDVD_ANE
 	printf("  ane   Apple Neural Engine: built in (anedvd-ane-worker --backend ane)\n");
 #else
@@ -576,6 +579,22 @@ cmd_info(int argc, char **argv)
 	print_bytes("file", (double)m.file_bytes);
 	print_bytes("fp32 reference weights", (double)m.n_params * 4.0);
 	print_bytes("fp32 KV cache / 1k tokens", (double)model_kv_bytes_per_pos(&m) * 1024.0);
+	// what the projection kernels hold in either format, and the default
+	enum ane_wfmt def = ane_plan_weights_default(&m, "emu");
+	for (int f = ANE_W_FP16; f <= ANE_W_INT8; f++) {
+		struct ane_plan p;
+		struct ane_plan_opts po = {.weights = (enum ane_wfmt)f};
+		if (ane_plan_build(&p, &m, &po, err))
+			continue;
+		double b = 0;
+		for (int i = 0; i < p.n; i++)
+			b += (double)p.k[i].weight_bytes;
+		char what[64];
+		snprintf(what, sizeof what, "kernel weights as %s", ane_wfmt_name((enum ane_wfmt)f));
+		print_bytes(what, b);
+		ane_plan_free(&p);
+	}
+	printf("  kernel weights (default)   %s on emu, fp16 on ane (--weights)\n", ane_wfmt_name(def));
 	model_free(&m);
 	return 0;
 }

@@ -99,7 +99,8 @@ kb_local_new(const struct model *m, const struct kb_opts *o, char *err)
 	struct local *l = calloc(1, sizeof *l);
 	if (!l)
 		return ad_err(err, "out of memory"), NULL;
-	struct ane_plan_opts po = {.width = o ? o->width : 0, .split = o ? o->split : 0};
+	struct ane_plan_opts po = {.width = o ? o->width : 0, .split = o ? o->split : 0,
+	                           .weights = o ? (enum ane_wfmt)o->weights : ANE_W_FP16};
 	struct ane_build_opts bo = {.backend = "emu", .threads = o ? o->threads : 0};
 	if (ane_set_build(&l->set, m, &po, &bo, 0, err)) {
 		ad_err_prefix(err, "emu backend");

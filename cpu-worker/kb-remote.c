@@ -119,6 +119,11 @@ check_kernels(struct remote *r, const Anedvd__CompileReply *c, char *err)
 			              i, ane_kind_name((enum ane_kind)k->kind), k->layer, k->chunk, k->in_channels,
 			              k->out_channels, ane_kind_name(pk->kind), pk->layer, pk->chunk, pk->in_ch,
 			              pk->out_ch);
+		if (k->weight_bytes != pk->weight_bytes)
+			return ad_err(err, "kernel %d: the worker's weights are %llu bytes, this plan's %llu (%s): "
+			              "--weights must be the ane-worker's",
+			              i, (unsigned long long)k->weight_bytes, (unsigned long long)pk->weight_bytes,
+			              ane_wfmt_name(pk->wfmt));
 	}
 	return 0;
 }
@@ -314,7 +319,7 @@ kb_remote_new(const struct model *m, const struct kb_opts *o, char *err)
 	r->kb.surface_new = r_surface_new;
 	r->kb.call = r_call;
 	r->kb.free = r_free;
-	struct ane_plan_opts po = {.width = o->width, .split = o->split};
+	struct ane_plan_opts po = {.width = o->width, .split = o->split, .weights = (enum ane_wfmt)o->weights};
 	if (ane_plan_build(&r->plan, m, &po, err))
 		goto fail;
 	r->info = calloc((size_t)r->plan.n, sizeof *r->info);

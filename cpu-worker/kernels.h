@@ -69,6 +69,7 @@ struct kb_opts {
 	int timeout_ms; // kb_remote: per call, before a retry (0: 30000)
 	int deadline_ms; // kb_remote: give up on a worker that stays away (0: 120000)
 	long instance;  // kb_remote: pid used in surface ids
+	int weights;    // kernel weights (enum ane_wfmt): 0 fp16, 1 int8; kb_remote: the ane-worker's
 };
 
 struct kernel_backend {

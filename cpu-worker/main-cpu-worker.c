@@ -23,6 +23,7 @@
 #include "kernels.h"
 #include "log.h"
 #include "model.h"
+#include "plan.h"
 #include "scheduler.h"
 #include "service.h"
 #include "surface.h"
@@ -64,6 +65,8 @@ usage(FILE *out)
 	        "  --chunk N        columns per kernel call: the prefill chunk and the most sequences\n"
 	        "                   one decode step carries (default 64)\n"
 	        "  --split          split FFN kernels (gate|up, then down) instead of fused\n"
+	        "  --weights W      fp16 or int8 kernel weights (default: int8 for a model stored in 8\n"
+	        "                   bits or fewer, else fp16; with --backend remote, the ane-worker's)\n"
 	        "                   (with --backend remote, --chunk and --split must be the ane-worker's)\n"
 	        "  --max-seq N      positions per sequence (default 2048, or the model's training\n"
 	        "                   context if smaller)\n"
@@ -98,7 +101,7 @@ number(const char *opt, const char *s, long lo, long hi, long *out)
 int
 main(int argc, char **argv)
 {
-	const char *model_path = NULL, *url = NULL, *backend = "emu", *ane_url = NULL;
+	const char *model_path = NULL, *url = NULL, *backend = "emu", *ane_url = NULL, *weights = NULL;
 	long chunk = 64, max_seq = 0, parallel = 4, queue = 16, sessions = 8, threads = 2, instance = 0;
 	long kernel_timeout = 0, kernel_deadline = 0;
 	int split = 0;
@@ -134,6 +137,14 @@ main(int argc, char **argv)
 			backend = v;
 		else if (strcmp(a, "--ane") == 0)
 			ane_url = v;
+		else if (strcmp(a, "--weights") == 0) {
+			enum ane_wfmt f;
+			if (ane_wfmt_parse(v, &f)) {
+				fprintf(stderr, "anedvd-cpu-worker: --weights takes fp16 or int8, not '%s'\n", v);
+				return 2;
+			}
+			weights = v;
+		}
 		else if (strcmp(a, "--chunk") == 0)
 			bad = number(a, v, 1, 4096, &chunk);
 		else if (strcmp(a, "--max-seq") == 0)
@@ -191,7 +202,13 @@ main(int argc, char **argv)
 	}
 	if (rope)
 		m.hp.rope = rope;
+	// the default: the rule of plan.h for the emu (the ane-worker's default
+	// on emu; anything else must be told, kb_remote checks it)
+	enum ane_wfmt wf = ane_plan_weights_default(&m, "emu");
+	if (weights)
+		ane_wfmt_parse(weights, &wf);
 	struct kb_opts ko = {
+		.weights = (int)wf,
 		.width = (int)chunk,
 		.split = split,
 		.threads = (int)threads,

@@ -53,6 +53,7 @@ struct pipe_opts {
 	int kv_f32;
 	const char *child_env; // "NAME=value" for the children (ANEDVD_TRACE)
 	int in_process;        // the decode loop in this process, not anedvd-cpu-worker
+	const char *weights;   // "fp16", "int8" or NULL: pipe_weights's default
 };
 
 struct pipe {
@@ -67,6 +68,7 @@ struct pipe {
 	char ane_url[600];
 	int n_vocab, max_seq;
 	char backend[16];
+	char weights[8]; // what the kernels hold: fp16, int8 (fp32 for exact)
 	enum model_rope ref_rope; // the model's RoPE before a pipeline-only override
 	int timeout_ms;
 	uint64_t kind_ns[PIPE_KINDS], kind_calls[PIPE_KINDS], kind_total_ns[PIPE_KINDS];
@@ -91,6 +93,9 @@ int pipe_is_stop(const struct pipe *p, int32_t id);
 	"  --chunk N           columns every kernel is compiled for (default 64)\n"                             \
 	"  --split             split FFN (gate|up, activation on the CPU, down)\n"                              \
 	"  --threads N         emu threads (default 2)\n"                                                        \
+	"  --weights W         fp16 or int8 (per-row int8 with fp16 scales) in the kernels; default\n"      \
+	"                      int8 on emu for models stored in 8 bits or fewer (Q8_0, Q4/Q5, K-quants),\n" \
+	"                      fp16 for F16/BF16/F32 models and on the ane backend (int8 unconfirmed there)\n" \
 	"  --rope-hf           force neox RoPE pairing; --rope-adjacent: force adjacent pairs\n" \
 	"                      (these two imply --in-process: the cpu-worker takes the model's own)\n" \
 	"  --in-process        run the decode loop in this process instead of anedvd-cpu-worker\n" \
@@ -99,5 +104,13 @@ int pipe_is_stop(const struct pipe *p, int32_t id);
 // parse the flags in PIPE_HELP_BACKEND (and --model, --max-seq): 1 if
 // argv[*i] was one (consumed), 0 if not, -1 on a bad value
 int pipe_flag(struct pipe_opts *o, int argc, char **argv, int *i);
+
+// the kernels' weight format: given ("fp16" / "int8", already checked) or
+// the default for model m on backend be; "fp32" for exact
+const char *pipe_weights(const struct model *m, const char *be, const char *given);
+// the same from a model path (loads and frees it); NULL with err
+const char *pipe_weights_path(const char *model, const char *be, const char *given, char *err);
+// --weights VALUE of command cmd: 0 ok, -1 (message printed) when bad
+int pipe_weights_arg(const char *cmd, const char *v);
 
 #endif

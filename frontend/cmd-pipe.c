@@ -10,6 +10,8 @@
 #include "cmd-common.h"
 #include "engine-client.h"
 #include "log.h"
+#include "mil.h"
+#include "plan.h"
 #include "trace.h"
 
 // --- flags ---------------------------------------------------------------------------
@@ -51,6 +53,10 @@ pipe_flag(struct pipe_opts *o, int argc, char **argv, int *i)
 		if (!(v = cli_val(o->cmd, argc, argv, i)) || cli_int(o->cmd, a, v, 1, 256, &x))
 			return -1;
 		o->threads = (int)x;
+	} else if (!strcmp(a, "--weights")) {
+		if (!(v = cli_val(o->cmd, argc, argv, i)) || pipe_weights_arg(o->cmd, v))
+			return -1;
+		o->weights = v;
 	} else if (!strcmp(a, "--split")) {
 		o->split = 1;
 	} else if (!strcmp(a, "--in-process")) {
@@ -67,6 +73,40 @@ pipe_flag(struct pipe_opts *o, int argc, char **argv, int *i)
 		return 0;
 	}
 	return 1;
+}
+
+int
+pipe_weights_arg(const char *cmd, const char *v)
+{
+	enum ane_wfmt f;
+	if (ane_wfmt_parse(v, &f)) {
+		fprintf(stderr, "anedvd %s: --weights takes fp16 or int8, not '%s'\n", cmd, v);
+		return -1;
+	}
+	return 0;
+}
+
+const char *
+pipe_weights(const struct model *m, const char *be, const char *given)
+{
+	if (be && !strcmp(be, "exact"))
+		return "fp32";
+	if (given)
+		return given;
+	return ane_wfmt_name(ane_plan_weights_default(m, be));
+}
+
+const char *
+pipe_weights_path(const char *model, const char *be, const char *given, char *err)
+{
+	if ((be && !strcmp(be, "exact")) || given)
+		return pipe_weights(NULL, be, given);
+	struct model m;
+	if (model_load(&m, model, err))
+		return NULL;
+	const char *w = pipe_weights(&m, be, given);
+	model_free(&m);
+	return w;
 }
 
 // --- kernel wrapper ------------------------------------------------------------------------
@@ -184,6 +224,9 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 		return -1;
 	if (o->rope)
 		p->m.hp.rope = o->rope;
+	snprintf(p->weights, sizeof p->weights, "%s", pipe_weights(&p->m, be, o->weights));
+	enum ane_wfmt wf = ANE_W_FP16;
+	ane_wfmt_parse(p->weights, &wf); // fp32 (exact) leaves fp16: kb_exact ignores it
 
 	char cpu_bin[1024];
 	int in_proc = o->in_process || o->kv_f32 || sup_binary(cpu_bin, sizeof cpu_bin, "anedvd-cpu-worker") != 0;
@@ -215,9 +258,9 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 			goto fail;
 		}
 		snprintf(dl, sizeof dl, "%d", o->debug_delay_ms);
-		const char *argv[16] = {bin,  "--model", o->model, "--listen", ane_url, "--backend",
-		                        be,   "--chunk", sz,       "--threads", th};
-		int n = 11;
+		const char *argv[20] = {bin,  "--model", o->model, "--listen",  ane_url,    "--backend", be,
+		                        "--chunk", sz, "--threads", th, "--weights", p->weights};
+		int n = 13;
 		if (o->split)
 			argv[n++] = "--split";
 		if (o->debug_delay_ms > 0) {
@@ -245,6 +288,8 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 			argv[n++] = "remote";
 			argv[n++] = "--ane";
 			argv[n++] = ane_url;
+			argv[n++] = "--weights";
+			argv[n++] = p->weights;
 		} else {
 			argv[n++] = "--backend";
 			argv[n++] = "exact";
@@ -294,7 +339,8 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 		}
 		return 0;
 	}
-	struct kb_opts ko = {.width = chunk, .split = o->split, .threads = o->threads, .instance = (long)getpid()};
+	struct kb_opts ko = {.width = chunk, .split = o->split, .threads = o->threads, .instance = (long)getpid(),
+	                     .weights = (int)wf};
 	if (remote) {
 		if (sup_wait_ready(p->sup, "ane-worker", 600000, err))
 			goto fail;

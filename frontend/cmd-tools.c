@@ -13,6 +13,7 @@
 #include "attention.h"
 #include "build.h"
 #include "cmd-common.h"
+#include "mil.h"
 #include "cmd-genmodel.h"
 #include "commands.h"
 #include "dequant.h"
@@ -25,7 +26,7 @@
 // --- shared -------------------------------------------------------------------------------
 
 struct tool_opts {
-	const char *cmd, *model, *prompt, *ids;
+	const char *cmd, *model, *prompt, *ids, *weights;
 	int chunk, split, threads, iters, upto, size, token;
 	enum model_rope rope;
 	int ctx, heads, kv_heads, head_dim;
@@ -63,6 +64,9 @@ tool_flag(struct tool_opts *o, int argc, char **argv, int *i)
 			return -1;
 	} else if (!strcmp(a, "--prompt-ids")) {
 		if (!(o->ids = cli_val(o->cmd, argc, argv, i)))
+			return -1;
+	} else if (!strcmp(a, "--weights")) {
+		if (!(o->weights = cli_val(o->cmd, argc, argv, i)) || pipe_weights_arg(o->cmd, o->weights))
 			return -1;
 	} else if (!strcmp(a, "--split")) {
 		o->split = 1;
@@ -208,7 +212,9 @@ static void
 check_usage(void)
 {
 	fprintf(stderr, "usage: anedvd check --model M [--split] [--chunk N] [--threads N] [--token ID]\n"
-	                "  every kernel of layer 0 and the whole LM head, built on emu, against fp32\n"
+	                "                    [--weights fp16|int8]\n"
+	                "  every kernel of layer 0 and the whole LM head, built on emu (fp16 or int8\n"
+	                "  weights; default int8 for a model stored in 8 bits or fewer), against fp32\n"
 	                "  projections with the same dequantised weights (kb_exact), on one real\n"
 	                "  activation: the normed embedding of --token (default: BOS, else 1) for\n"
 	                "  kernels reading n_embd channels, a fixed pseudo-random vector for o and down.\n"
@@ -219,7 +225,7 @@ int
 cmd_check(int argc, char **argv)
 {
 	struct tool_opts o = {.cmd = "check", .token = -1};
-	int r = tool_args(&o, argc, argv, "--model --split --chunk --threads --token --rope-hf --rope-adjacent");
+	int r = tool_args(&o, argc, argv, "--model --split --chunk --threads --token --rope-hf --rope-adjacent --weights");
 	if (r || !o.model) {
 		if (!r)
 			fprintf(stderr, "anedvd check: --model is required\n");
@@ -232,7 +238,9 @@ cmd_check(int argc, char **argv)
 		fprintf(stderr, "anedvd check: %s\n", err);
 		return 1;
 	}
-	struct kb_opts ko = {.width = o.chunk, .split = o.split, .threads = o.threads};
+	const char *wts = pipe_weights(&m, "emu", o.weights);
+	struct kb_opts ko = {.width = o.chunk, .split = o.split, .threads = o.threads,
+	                     .weights = strcmp(wts, "int8") ? ANE_W_FP16 : ANE_W_INT8};
 	struct kernel_backend *kl = NULL, *kx = NULL;
 	float *x = NULL, *xo = NULL, *ya = NULL, *yb = NULL;
 	int status = 1;
@@ -243,7 +251,8 @@ cmd_check(int argc, char **argv)
 	}
 	printf("model: %s (%s, %lld layers, n_embd %lld, vocab %lld)\n", o.model, model_arch_name(m.arch),
 	       (long long)m.hp.n_layer, (long long)m.hp.n_embd, (long long)m.hp.n_vocab);
-	printf("emu: %d kernels, width %d, compiled in %.0f ms\n", kl->n_kernels, kl->width, cli_now_ms() - t0);
+	printf("emu: %d kernels, width %d, %s weights, compiled in %.0f ms\n", kl->n_kernels, kl->width, wts,
+	       cli_now_ms() - t0);
 	int32_t tok = o.token >= 0 ? o.token : m.hp.bos_id >= 0 ? (int32_t)m.hp.bos_id : 1;
 	int maxc = (int)m.hp.n_vocab;
 	for (int i = 0; i < kl->n_kernels; i++) {
@@ -498,8 +507,11 @@ static void
 kernels_usage(void)
 {
 	fprintf(stderr, "usage: anedvd kernels --model M [--iters K] [--chunk N] [--split] [--threads N]\n"
+	                "                      [--weights fp16|int8]\n"
 	                "  time every kernel of layer 0 and the LM head on emu for one column (a decode\n"
-	                "  step), K times (default 20): ms per eval and achieved fp16 weight GB/s, then\n"
+	                "  step), K times (default 20): ms per eval and achieved GB/s of the weight bytes\n"
+	                "  the kernels hold (fp16, or int8 and the row scales; default int8 for a model\n"
+	                "  stored in 8 bits or fewer), then\n"
 	                "  the per-token total (layer 0 times the layer count plus the LM head) and a\n"
 	                "  plain memory read of the same size as a baseline\n");
 }
@@ -508,7 +520,7 @@ int
 cmd_kernels(int argc, char **argv)
 {
 	struct tool_opts o = {.cmd = "kernels", .iters = 20};
-	int r = tool_args(&o, argc, argv, "--model --iters --chunk --split --threads");
+	int r = tool_args(&o, argc, argv, "--model --iters --chunk --split --threads --weights");
 	if (r || !o.model) {
 		if (!r)
 			fprintf(stderr, "anedvd kernels: --model is required\n");
@@ -521,7 +533,9 @@ cmd_kernels(int argc, char **argv)
 		fprintf(stderr, "anedvd kernels: %s\n", err);
 		return 1;
 	}
-	struct kb_opts ko = {.width = o.chunk, .split = o.split, .threads = o.threads};
+	const char *wts = pipe_weights(&m, "emu", o.weights);
+	struct kb_opts ko = {.width = o.chunk, .split = o.split, .threads = o.threads,
+	                     .weights = strcmp(wts, "int8") ? ANE_W_FP16 : ANE_W_INT8};
 	struct kernel_backend *kl = kb_local_new(&m, &ko, err);
 	int status = 1;
 	float *x = NULL, *y = NULL;
@@ -539,8 +553,8 @@ cmd_kernels(int argc, char **argv)
 	if (!x || !y)
 		goto out;
 	rng_fill(x, (size_t)maxc, 3, 1.0f);
-	printf("model: %s, %lld layers, emu width %d, %d iterations, one column\n", o.model, (long long)m.hp.n_layer,
-	       kl->width, o.iters);
+	printf("model: %s, %lld layers, emu width %d, %s weights, %d iterations, one column\n", o.model,
+	       (long long)m.hp.n_layer, kl->width, wts, o.iters);
 	printf("  kernel      in -> out     weights     ms/eval    GB/s\n");
 	double layer_ms = 0, head_ms = 0, layer_b = 0, head_b = 0;
 	size_t biggest = 0;

@@ -12,4 +12,7 @@ if(TARGET anedvd)
   add_test(NAME test-cli COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test-cli.sh ${PROJECT_BINARY_DIR}/bin
            ${CMAKE_CURRENT_SOURCE_DIR}/data $<TARGET_FILE:gen-model>)
   set_tests_properties(test-cli PROPERTIES LABELS "e2e" TIMEOUT 900)
+  add_test(NAME test-weights COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test-weights.sh ${PROJECT_BINARY_DIR}/bin
+           $<TARGET_FILE:gen-model>)
+  set_tests_properties(test-weights PROPERTIES LABELS "e2e" TIMEOUT 300)
 endif()

@@ -255,7 +255,7 @@ test_scan_errors(void)
 	memcpy(bad, img, n);
 	bad[68] = 2;
 	CHECK(ane_blob_scan(bad, n, NULL, 0, err) < 0);
-	CHECK(strstr(err, "version"), "%s", err);
+	CHECK(strstr(err, "element type 2, expected 1 (fp16) or 4 (int8)"), "%s", err);
 	memcpy(bad, img, n);
 	bad[4] = 0;
 	CHECK(ane_blob_scan(bad, n, NULL, 0, err) < 0);
@@ -267,12 +267,73 @@ test_scan_errors(void)
 	free(img);
 }
 
+// an int8 chunk (element type 0x04) and its fp16 scales, byte for byte;
+// the reader reports the element types; a writer refuses mixing them up
+static void
+test_int8_ref(void)
+{
+	char err[AD_ERRLEN];
+	int8_t q[32];
+	for (int i = 0; i < 32; i++)
+		q[i] = (int8_t)(i - 16);
+	const float sc[4] = {0.5f, 0.25f, 0.125f, 1.0f};
+	struct ane_blob_writer w;
+	uint64_t off[2];
+	const char *p = tmp_path("i8.bin");
+	REQUIRE(ane_blob_open(&w, p, err) == 0, "%s", err);
+	CHECK(ane_blob_begin_i8(&w, 32, &off[0], err) == 0, "%s", err);
+	CHECK(ane_blob_put_i8(&w, q, 20, err) == 0, "%s", err); // in two pieces
+	CHECK(ane_blob_put_i8(&w, q + 20, 12, err) == 0, "%s", err);
+	CHECK(ane_blob_end(&w, err) == 0, "%s", err);
+	CHECK(ane_blob_add(&w, &(struct ane_wsrc){sc, AD_TYPE_F32, 4}, &off[1], err) == 0, "%s", err);
+	REQUIRE(ane_blob_close(&w, err) == 0, "%s", err);
+	CHECK(off[0] == 64 && off[1] == 160, "%llu %llu", (unsigned long long)off[0], (unsigned long long)off[1]);
+	uint64_t bytes[2] = {32, 8}, o2[2];
+	CHECK(ane_blob_offsets(bytes, 2, o2) == 232 && o2[1] == 160);
+	check_same(p, "proj_8x4_int8_blob.bin");
+	size_t n;
+	uint8_t *img = t_read_file(p, &n);
+	REQUIRE(img);
+	struct ane_blob_chunk ch[2];
+	CHECK(ane_blob_scan(img, n, ch, 2, err) == 2, "%s", err);
+	CHECK(ch[0].dtype == ANE_BLOB_DT_INT8 && ch[0].bytes == 32 && ch[0].data == 128);
+	CHECK(ch[1].dtype == ANE_BLOB_DT_FP16 && ch[1].bytes == 8 && ch[1].data == 224);
+	// an odd payload is fine for int8, not for fp16
+	img[64 + 8] = 31;
+	img[160] = 0; // (and the chain now breaks at the second header)
+	CHECK(ane_blob_scan(img, n, NULL, 0, err) < 0);
+	CHECK(strstr(err, "chunk 1 at 159: magic"), "%s", err);
+	free(img);
+
+	// fp16 values into an int8 chunk, int8 into an fp16 one, overflow
+	REQUIRE(ane_blob_open(&w, p, err) == 0, "%s", err);
+	CHECK(ane_blob_begin_i8(&w, 4, NULL, err) == 0, "%s", err);
+	CHECK(ane_blob_put(&w, &(struct ane_wsrc){sc, AD_TYPE_F32, 2}, err) < 0);
+	CHECK(strstr(err, "overflow chunk 0"), "%s", err);
+	ane_blob_abort(&w);
+	REQUIRE(ane_blob_open(&w, p, err) == 0, "%s", err);
+	CHECK(ane_blob_begin(&w, 4, NULL, err) == 0, "%s", err);
+	CHECK(ane_blob_put_i8(&w, q, 4, err) < 0);
+	CHECK(strstr(err, "4 int8 values do not fit chunk 0"), "%s", err);
+	ane_blob_abort(&w);
+	REQUIRE(ane_blob_open(&w, p, err) == 0, "%s", err);
+	CHECK(ane_blob_begin_i8(&w, 4, NULL, err) == 0, "%s", err);
+	CHECK(ane_blob_put_i8(&w, q, 5, err) < 0);
+	ane_blob_abort(&w);
+	REQUIRE(ane_blob_open(&w, p, err) == 0, "%s", err);
+	CHECK(ane_blob_begin_i8(&w, 4, NULL, err) == 0, "%s", err);
+	CHECK(ane_blob_put_i8(&w, q, 3, err) == 0, "%s", err);
+	CHECK(ane_blob_end(&w, err) < 0);
+	CHECK(ane_blob_close(&w, err) < 0);
+}
+
 int
 main(void)
 {
 	T_RUN(test_ffn_ref);
 	T_RUN(test_qkv_ref_fp16_pieces);
 	T_RUN(test_seed_vector);
+	T_RUN(test_int8_ref);
 	T_RUN(test_offsets);
 	T_RUN(test_kernel_blobs);
 	T_RUN(test_writer_errors);

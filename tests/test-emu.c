@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "blob.h"
+#include "build.h"
 #include "emu.h"
 #include "err.h"
 #include "fp16.h"
@@ -1183,6 +1184,308 @@ test_rule_mangled(void)
 	free(mil);
 }
 
+
+// ---------------------------------------------------------------------------
+// int8 weights
+
+static int8_t *
+rand_q(size_t n)
+{
+	int8_t *q = malloc(n ? n : 1);
+	for (size_t i = 0; i < n; i++) {
+		rng = rng * 1664525u + 1013904223u;
+		q[i] = (int8_t)((int)(rng >> 24) % 255 - 127); // -127 .. 127
+	}
+	return q;
+}
+
+// ref, AVX2 and AVX-512 kernels agree bit for bit on odd shapes and every
+// width 1..64, split by panels or not; ref is the exact sum within fp32
+static void
+test_i8_kernels(void)
+{
+	static const size_t sizes[][2] = {{16, 16}, {17, 3}, {5, 64}, {48, 33}, {100, 257},
+	                                  {1, 1}, {64, 1}, {200, 40}, {16 * 13 + 7, 24}, {31, 7}};
+	int isa = emu_i8_isa();
+	if (isa < 2)
+		fprintf(stderr, "  (isa %d: %s not compared)\n", isa, isa ? "AVX-512" : "AVX2 and AVX-512");
+	int bad = 0, bad_split = 0, bad_exact = 0;
+	for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+		size_t cout = sizes[s][0], cin = sizes[s][1], np = (cout + 15) / 16;
+		int8_t *q = rand_q(cout * cin);
+		int8_t *p = aligned_alloc(64, (emu_i8_panel_bytes(cout, cin) + 63) / 64 * 64);
+		emu_i8_pack(q, cout, cin, p);
+		float *sc = calloc(np * 16, sizeof(float));
+		for (size_t o = 0; o < cout; o++)
+			sc[o] = ad_fp16_to_f32(ad_f32_to_fp16(0.001f + 0.01f * (float)(o % 7)));
+		for (size_t ncols = 1; ncols <= 64; ncols += ncols < 13 ? 1 : 7) {
+			float *x = randv(ncols * cin, 2.0f);
+			size_t ny = (ncols + 1) * cout; // a guard column past the end
+			float *y0 = calloc(ny, 4), *y1 = calloc(ny, 4), *y2 = calloc(ny, 4), *y3 = calloc(ny, 4);
+			emu_conv_i8_ref(p, sc, cout, cin, x, ncols, y0, 0, np);
+			if (isa >= 1) {
+				emu_conv_i8_avx2(p, sc, cout, cin, x, ncols, y1, 0, np / 2);
+				emu_conv_i8_avx2(p, sc, cout, cin, x, ncols, y1, np / 2, np);
+				bad += memcmp(y0, y1, ny * 4) != 0;
+			}
+			if (isa >= 2) {
+				emu_conv_i8_avx512(p, sc, cout, cin, x, ncols, y2, 0, np);
+				bad += memcmp(y0, y2, ny * 4) != 0;
+				for (size_t k = 0; k < np; k++)
+					emu_conv_i8_avx512(p, sc, cout, cin, x, ncols, y3, k, k + 1);
+				bad_split += memcmp(y0, y3, ny * 4) != 0;
+			}
+			emu_conv_i8_fast(p, sc, cout, cin, x, ncols, y3, 0, np);
+			bad += memcmp(y0, y3, ny * 4) != 0;
+			double mr = 0;
+			for (size_t j = 0; j < ncols; j++)
+				for (size_t o = 0; o < cout; o++) {
+					double r = 0, a = 0;
+					for (size_t i = 0; i < cin; i++) {
+						r += (double)q[o * cin + i] * x[j * cin + i];
+						a += fabs((double)q[o * cin + i] * x[j * cin + i]);
+					}
+					r *= sc[o];
+					mr = fmax(mr, fabs(r));
+					// fp32 chain: <= cin * 2^-24 * sum |q x|, then two roundings
+					double tol = (double)cin * 6e-8 * a * sc[o] + fabs(r) * (1.0 / 2048 + 1e-7) + 1e-7;
+					if (fabs(y0[j * cout + o] - r) > tol && !bad_exact++)
+						CHECK(0, "%zux%zu ncols %zu row %zu: ref %g, exact %g", cout, cin, ncols, o,
+						      (double)y0[j * cout + o], r);
+				}
+			(void)mr;
+			free(x), free(y0), free(y1), free(y2), free(y3);
+		}
+		free(q), free(p), free(sc);
+	}
+	CHECK(bad == 0, "%d cases where a SIMD int8 kernel differs from ref", bad);
+	CHECK(bad_split == 0, "%d cases where a panel split changes the bits", bad_split);
+	CHECK(bad_exact == 0, "%d shapes where ref is off the exact sum", bad_exact);
+}
+
+// an int8 projection's blob: the int8 chunk of q, then the fp16 scales
+static void
+write_i8_blob(const char *path, const int8_t *const *q, const uint16_t *const *sc, const size_t *cout,
+              const size_t *cin, int n)
+{
+	char err[AD_ERRLEN];
+	struct ane_blob_writer w;
+	REQUIRE(ane_blob_open(&w, path, err) == 0, "%s", err);
+	for (int k = 0; k < n; k++) {
+		REQUIRE(ane_blob_begin_i8(&w, cout[k] * cin[k], NULL, err) == 0, "%s", err);
+		REQUIRE(ane_blob_put_i8(&w, q[k], cout[k] * cin[k], err) == 0, "%s", err);
+		REQUIRE(ane_blob_end(&w, err) == 0, "%s", err);
+		REQUIRE(ane_blob_add(&w, &(struct ane_wsrc){sc[k], AD_TYPE_F16, cout[k]}, NULL, err) == 0, "%s", err);
+	}
+	REQUIRE(ane_blob_close(&w, err) == 0, "%s", err);
+}
+
+static uint16_t *
+rand_scales(size_t n)
+{
+	uint16_t *s = malloc(n * 2);
+	for (size_t i = 0; i < n; i++)
+		s[i] = ad_f32_to_fp16(0.002f + fabsf(lcg(0.01f)));
+	return s;
+}
+
+// the generated int8 programs through emu_compile / emu_eval: one byte per
+// weight held, results = the direct kernel's, and = fp32 math within fp16
+static void
+test_i8_proj_ffn(void)
+{
+	char err[AD_ERRLEN];
+	static const size_t shapes[][3] = {{64, 48, 64}, {200, 33, 1}, {33, 200, 8}, {7, 17, 3}};
+	for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+		size_t cin = shapes[s][0], cout = shapes[s][1], W = shapes[s][2];
+		int8_t *q = rand_q(cout * cin);
+		uint16_t *sc = rand_scales(cout);
+		const char *blob = tmp_path("proj-i8.bin");
+		write_i8_blob(blob, (const int8_t *const[]){q}, (const uint16_t *const[]){sc}, &cout, &cin, 1);
+		char *mil = ane_mil_proj_w((int)cin, (int)cout, (int)W, ANE_W_INT8, err);
+		REQUIRE(mil, "%s", err);
+		struct emu_kernel *k = compile(mil, blob, err);
+		REQUIRE(k, "%s", err);
+		CHECK(emu_weight_bytes(k) == cout * cin + 2 * cout, "%llu bytes",
+		      (unsigned long long)emu_weight_bytes(k));
+		CHECK(emu_nblobfiles(k) == 1);
+		float *x = randv(W * cin, 2.0f), *y = calloc(W * cout, 4), *r = calloc(W * cout, 4);
+		// the surface holds fp16: feed fp16 values
+		for (size_t i = 0; i < W * cin; i++)
+			x[i] = ad_fp16_to_f32(ad_f32_to_fp16(x[i]));
+		REQUIRE(run(k, x, W, y, err) == 0, "%s", err);
+		float *wd = malloc(cout * cin * 4);
+		for (size_t o = 0; o < cout; o++)
+			for (size_t i = 0; i < cin; i++)
+				wd[o * cin + i] = ad_fp16_to_f32(sc[o]) * q[o * cin + i];
+		ref_conv(wd, cout, cin, x, W, r);
+		double e = rel_err(y, r, W * cout);
+		CHECK(e < 2e-3, "int8 %zu -> %zu w%zu: rel %g", cin, cout, W, e);
+		// and the very bits of the kernel called directly
+		size_t np = (cout + 15) / 16;
+		int8_t *p = aligned_alloc(64, (emu_i8_panel_bytes(cout, cin) + 63) / 64 * 64);
+		emu_i8_pack(q, cout, cin, p);
+		float *scf = calloc(np * 16, 4), *yk = calloc(W * cout, 4);
+		for (size_t o = 0; o < cout; o++)
+			scf[o] = ad_fp16_to_f32(sc[o]);
+		emu_conv_i8_ref(p, scf, cout, cin, x, W, yk, 0, np);
+		CHECK(!memcmp(y, yk, W * cout * 4), "int8 %zu -> %zu: eval differs from the kernel", cin, cout);
+		emu_kernel_free(k);
+		free(q), free(sc), free(mil), free(x), free(y), free(r), free(wd), free(p), free(scf), free(yk);
+	}
+	// fused FFN, hidden 24, inter 40, 5 columns, against fp32 with fp16 steps
+	size_t H = 24, F = 40, W = 5;
+	int8_t *qg = rand_q(F * H), *qu = rand_q(F * H), *qd = rand_q(H * F);
+	uint16_t *sg = rand_scales(F), *su = rand_scales(F), *sd = rand_scales(H);
+	const char *blob = tmp_path("ffn-i8.bin");
+	write_i8_blob(blob, (const int8_t *const[]){qg, qu, qd}, (const uint16_t *const[]){sg, su, sd},
+	              (const size_t[]){F, F, H}, (const size_t[]){H, H, F}, 3);
+	char *mil = ane_mil_ffn_w((int)H, (int)F, 8, ANE_W_INT8, err);
+	REQUIRE(mil, "%s", err);
+	struct emu_kernel *k = compile(mil, blob, err);
+	REQUIRE(k, "%s", err);
+	CHECK(emu_weight_bytes(k) == 3 * F * H + 2 * (2 * F + H));
+	float *x = randv(W * H, 2.0f), *y = calloc(W * H, 4);
+	for (size_t i = 0; i < W * H; i++)
+		x[i] = ad_fp16_to_f32(ad_f32_to_fp16(x[i]));
+	REQUIRE(run(k, x, W, y, err) == 0, "%s", err);
+	double md = 0, mr = 0;
+	for (size_t j = 0; j < W; j++) {
+		float h[64];
+		for (size_t f = 0; f < F; f++) {
+			double g = 0, u = 0;
+			for (size_t i = 0; i < H; i++) {
+				g += (double)ad_fp16_to_f32(sg[f]) * qg[f * H + i] * x[j * H + i];
+				u += (double)ad_fp16_to_f32(su[f]) * qu[f * H + i] * x[j * H + i];
+			}
+			h[f] = (float)(g / (1 + exp(-g)) * u);
+		}
+		for (size_t o = 0; o < H; o++) {
+			double r = 0;
+			for (size_t f = 0; f < F; f++)
+				r += (double)ad_fp16_to_f32(sd[o]) * qd[o * F + f] * h[f];
+			md = fmax(md, fabs(r - y[j * H + o]));
+			mr = fmax(mr, fabs(r));
+		}
+	}
+	CHECK(md <= 1e-2 * mr, "int8 ffn: max diff %g of %g", md, mr);
+	emu_kernel_free(k);
+	free(qg), free(qu), free(qd), free(sg), free(su), free(sd), free(mil), free(x), free(y);
+}
+
+// every other form of constexpr_affine_dequantize is refused, naming the line
+static void
+test_i8_rules(void)
+{
+	char err[AD_ERRLEN];
+	size_t cout = 4, cin = 8;
+	int8_t *q = rand_q(cout * cin);
+	uint16_t *sc = rand_scales(cout);
+	const char *blob = tmp_path("rule-i8.bin");
+	write_i8_blob(blob, (const int8_t *const[]){q}, (const uint16_t *const[]){sc}, &cout, &cin, 1);
+	char *base = ane_mil_proj_w((int)cin, (int)cout, 1, ANE_W_INT8, err);
+	REQUIRE(base, "%s", err);
+	struct emu_kernel *k = compile(base, blob, err);
+	CHECK(k, "the generator's form: %s", err);
+	emu_kernel_free(k);
+	static const struct {
+		const char *a, *b, *want;
+	} e[] = {
+		{"constexpr_affine_dequantize()[axis = int32(0), ", "constexpr_affine_dequantize(axis = int32(0))[",
+		 "mil line 10: constexpr_affine_dequantize 'w0' takes its operands as arguments"},
+		{"axis = int32(0)", "axis = int32(1)", "mil line 10: constexpr_affine_dequantize 'w0': axis must be int32(0)"},
+		{"zero_point = int8(0)", "zero_point = int8(3)", "zero_point must be int8(0)"},
+		{", zero_point = int8(0)", "", "constexpr_affine_dequantize 'w0' without zero_point"},
+		{"zero_point", "zeropoint", "unknown attribute 'zeropoint'"},
+		{"quantized_data = tensor<int8, [4, 8, 1, 1]>", "quantized_data = tensor<fp16, [4, 8, 1, 1]>",
+		 "quantized_data must be tensor<int8, [4, 8, 1, 1]>(BLOBFILE(...))"},
+		{"scale = tensor<fp16, [4]>(BLOBFILE(path = string(\"@model_path/weights/w.bin\"), offset = uint64(160)))",
+		 "scale = fp16(0.5)", "scale must be tensor<fp16, [4]>(BLOBFILE(...)), one per output channel"},
+		{"scale = tensor<fp16, [4]>", "scale = tensor<fp16, [8]>", "one per output channel"},
+		// the scale pointed at the int8 chunk, the data at the scales
+		{"offset = uint64(160)", "offset = uint64(64)", "holds int8 values"},
+		{"offset = uint64(64)", "offset = uint64(160)", "the chunk at 160 in 'w.bin' holds fp16 values"},
+		{"tensor<fp16, [4, 8, 1, 1]> w0 = constexpr", "tensor<fp16, [4, 8, 1, 2]> w0 = constexpr",
+		 "only conv weights tensor<fp16, [COUT, CIN, 1, 1]>"},
+	};
+	for (size_t i = 0; i < sizeof e / sizeof e[0]; i++) {
+		char *m = edit(base, e[i].a, e[i].b);
+		if (m && !strcmp(e[i].b, "scale = tensor<fp16, [8]>")) {
+			k = compile(m, blob, err);
+			CHECK(!k && strstr(err, e[i].want), "%s", err);
+			emu_kernel_free(k);
+			free(m);
+			continue;
+		}
+		expect_fail(m, blob, e[i].want);
+		free(m);
+	}
+	// an int8 BLOBFILE as a plain const, and the dequantized weight used as
+	// an activation
+	char *m = edit(base, "tensor<fp16, [1, 4, 1, 1]> o0 = conv(",
+	               "tensor<int8, [4, 8, 1, 1]> wq = const()[name = string(\"wq\"), val = tensor<int8, [4, 8, 1, 1]>(BLOBFILE(path = string(\"@model_path/weights/w.bin\"), offset = uint64(64)))];\n"
+	               "        tensor<fp16, [1, 4, 1, 1]> o0 = conv(");
+	expect_fail(m, blob, "only fp16 weights are supported (int8 ones as the quantized_data");
+	free(m);
+	m = edit(base, "x = i0)[name", "x = w0)[name");
+	expect_fail(m, blob, "'w0' is a const, not an activation");
+	free(m);
+	free(base), free(q), free(sc);
+}
+
+// per-row int8 quantisation (build.h): Q8_0 rows whose blocks share a
+// scale come back exactly; otherwise |s q - w| <= s / 2; refusals
+static void
+test_i8_quant(void)
+{
+	char err[AD_ERRLEN];
+	enum { N = 96 }; // three Q8_0 blocks
+	float w[N];
+	int8_t q[N];
+	uint16_t sc;
+	// Q8_0 values d * qb with one d and max |qb| = 127: q = qb, s = d
+	const float d = ad_fp16_to_f32(ad_f32_to_fp16(0.0123f));
+	int8_t qb[N];
+	for (int i = 0; i < N; i++) {
+		qb[i] = (int8_t)((i * 53) % 255 - 127);
+		w[i] = d * qb[i];
+	}
+	qb[5] = 127, w[5] = d * 127;
+	REQUIRE(ane_quant_row(w, N, q, &sc, err) == 0, "%s", err);
+	CHECK(ad_fp16_to_f32(sc) == d, "scale %g, d %g", (double)ad_fp16_to_f32(sc), (double)d);
+	CHECK(!memcmp(q, qb, N), "a shared-scale Q8_0 row is not exact");
+	// blocks with other scales: within half a step of the row's scale
+	for (int i = 32; i < 64; i++)
+		w[i] = ad_fp16_to_f32(ad_f32_to_fp16(0.0031f)) * qb[i];
+	for (int i = 64; i < N; i++)
+		w[i] = ad_fp16_to_f32(ad_f32_to_fp16(0.0007f)) * qb[i];
+	REQUIRE(ane_quant_row(w, N, q, &sc, err) == 0, "%s", err);
+	float s = ad_fp16_to_f32(sc);
+	double worst = 0;
+	for (int i = 0; i < N; i++)
+		worst = fmax(worst, fabs((double)s * q[i] - w[i]));
+	CHECK(worst <= s / 2 * (1 + 1e-6), "max error %g, s/2 %g", worst, (double)s / 2);
+	struct ane_qerr e = {0};
+	ane_qerr_row(&e, w, q, sc, N);
+	CHECK(e.n == N && fabs(e.max_abs - worst) < 1e-12 && e.max_rel_row <= 1.0 / 254 * (1 + 1.0 / 2048));
+	CHECK(ane_qerr_rms_rel(&e) > 0 && ane_qerr_rms_rel(&e) < 0.01, "%g", ane_qerr_rms_rel(&e));
+	// the largest weight is +-127 exactly; a zero row is all zero
+	int m = 0;
+	for (int i = 0; i < N; i++)
+		m = abs(q[i]) > m ? abs(q[i]) : m;
+	CHECK(m == 127, "max |q| %d", m);
+	memset(w, 0, sizeof w);
+	REQUIRE(ane_quant_row(w, N, q, &sc, err) == 0, "%s", err);
+	CHECK(sc == 0 && q[0] == 0 && q[N - 1] == 0);
+	// refusals
+	w[7] = NAN;
+	CHECK(ane_quant_row(w, N, q, &sc, err) < 0 && strstr(err, "weight 7 of a row is nan"), "%s", err);
+	w[7] = 1e9f;
+	CHECK(ane_quant_row(w, N, q, &sc, err) < 0 && strstr(err, "beyond fp16 x 127"), "%s", err);
+	w[7] = INFINITY;
+	CHECK(ane_quant_row(w, N, q, &sc, err) < 0 && strstr(err, "weight 7"), "%s", err);
+}
+
 int
 main(void)
 {
@@ -1213,6 +1516,10 @@ main(void)
 	T_RUN(test_rule_shapes);
 	T_RUN(test_rule_slots);
 	T_RUN(test_rule_mangled);
+	T_RUN(test_i8_kernels);
+	T_RUN(test_i8_proj_ffn);
+	T_RUN(test_i8_rules);
+	T_RUN(test_i8_quant);
 	emu_close(E);
 	return t_done();
 }

@@ -46,6 +46,43 @@ test_golden_ffn(void)
 	check_golden("ffn_h4_i6_w32.mil", ane_mil_ffn(4, 6, 32, err));
 }
 
+// int8 weights: constexpr_affine_dequantize in the attribute form, two
+// BLOBFILEs per weight, per-channel scales; and the weight-format names
+static void
+test_golden_int8(void)
+{
+	char err[AD_ERRLEN];
+	check_golden("proj_8x4_w1_int8.mil", ane_mil_proj_w(8, 4, 1, ANE_W_INT8, err));
+	check_golden("ffn_h4_i6_w32_int8.mil", ane_mil_ffn_w(4, 6, 32, ANE_W_INT8, err));
+	// fp16 through the _w forms is the seed text
+	check_golden("proj_8x4_w1.mil", ane_mil_proj_w(8, 4, 1, ANE_W_FP16, err));
+	check_golden("ffn_h4_i6_w32.mil", ane_mil_ffn_w(4, 6, 32, ANE_W_FP16, err));
+	enum ane_wfmt f = ANE_W_FP16;
+	CHECK(ane_wfmt_parse("int8", &f) == 0 && f == ANE_W_INT8);
+	CHECK(ane_wfmt_parse("fp16", &f) == 0 && f == ANE_W_FP16);
+	CHECK(ane_wfmt_parse("int4", &f) < 0 && ane_wfmt_parse(NULL, &f) < 0 && ane_wfmt_parse("", &f) < 0);
+	CHECK(!strcmp(ane_wfmt_name(ANE_W_INT8), "int8") && !strcmp(ane_wfmt_name(ANE_W_FP16), "fp16"));
+	CHECK(ane_wfmt_bytes(ANE_W_INT8, 4, 8) == 40 && ane_wfmt_bytes(ANE_W_FP16, 4, 8) == 64);
+	// 8 int8 convs = 16 BLOBFILEs: the limit; 9 are refused
+	for (int n = 8; n <= 9; n++) {
+		struct ane_mil m;
+		static const char *const out[] = {"o0"};
+		ane_mil_init(&m);
+		ane_mil_input(&m, "i0", 4, 1);
+		char y[8];
+		for (int k = 0; k < n; k++) {
+			snprintf(y, sizeof y, k == n - 1 ? "o0" : "t%d", k);
+			ane_mil_conv_i8(&m, y, k ? "t0" : "i0", 4, 4, 1, 64, 64);
+		}
+		char *t = ane_mil_finish(&m, out, 1, err);
+		if (n == 8)
+			CHECK(t, "%s", err);
+		else
+			CHECK(!t && strstr(err, "18 BLOBFILE consts, the ANE accepts at most 16"), "%s", err);
+		free(t);
+	}
+}
+
 // the seed's own substring checks, and balanced braces
 static void
 test_seed_substrings(void)
@@ -144,7 +181,7 @@ test_errors(void)
 	}
 	const char *o16[] = {"t16"};
 	CHECK(!ane_mil_finish(&m, o16, 1, err));
-	CHECK(strstr(err, "17 weight consts"), "%s", err);
+	CHECK(strstr(err, "17 BLOBFILE consts"), "%s", err);
 
 	// no inputs, no ops
 	ane_mil_init(&m);
@@ -170,6 +207,7 @@ main(void)
 	T_RUN(test_golden_proj);
 	T_RUN(test_golden_qkv);
 	T_RUN(test_golden_ffn);
+	T_RUN(test_golden_int8);
 	T_RUN(test_seed_substrings);
 	T_RUN(test_ffn_offsets);
 	T_RUN(test_head_chunks);

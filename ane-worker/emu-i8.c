@@ -1,0 +1,307 @@
+// emu-i8.c - the emu's int8-weight conv kernels (emu.h, "int8 weights").
+//
+// Weights stay one byte each: 16-row panels [cout/16][cin][16] int8 (the
+// layout of the fp16 panels, half the bytes), one fp32 scale per row (an
+// fp16 value, so exact). Three kernels compute the same bits:
+//   emu_conv_i8_ref     plain C
+//   emu_conv_i8_avx2    AVX2 + FMA (+ F16C for the final rounding)
+//   emu_conv_i8_avx512  AVX-512 F: one zmm register is one panel step
+// picked at run time by emu_conv_i8_fast (cpuid; no -march flag needed).
+//
+// Cost: widening a panel step (16 int8 to 16 fp32: vpmovsxbd + vcvtdq2ps)
+// is one op more per 16 weights than fp16's vcvtph2ps, and on Zen 4 the
+// 512-bit widening issues every other cycle: one column on one thread
+// streams 25-27 GB/s of int8 from L3 (fp16: 72 GB/s of fp16), so two
+// threads still outrun the memory (~30 GB/s here), but a machine short of
+// CPU sees less than the 2x of the bytes. (An in-lane vpshufb widening
+// with the 2^-24 folded into the scales, and 8 panels per one-column tile,
+// were measured and were no better.)
+//
+// Numerics, shared by all three: output (o, j) is
+//   acc = 0; for i = 0 .. cin-1: acc = fma((float)q[o][i], x[j][i], acc)
+//   y[j][o] = fp16(scale[o] * acc)        (fp32 product, then fp16 rounding)
+// (float)q is exact and so is every product before its one rounding in the
+// FMA; the chain's order depends on neither the blocking, the number of
+// columns nor the threads, so the kernels agree bit for bit, and a column
+// gives the same bits alone (decode) or among others (prefill).
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "emu.h"
+#include "fp16.h"
+
+#define PANEL 16
+
+size_t
+emu_i8_panel_bytes(size_t cout, size_t cin)
+{
+	return (cout + PANEL - 1) / PANEL * PANEL * cin;
+}
+
+void
+emu_i8_pack(const int8_t *q, size_t cout, size_t cin, int8_t *panels)
+{
+	size_t np = (cout + PANEL - 1) / PANEL;
+	for (size_t p = 0; p < np; p++) {
+		int8_t *dst = panels + p * cin * PANEL;
+		for (size_t r = 0; r < PANEL; r++) {
+			size_t o = p * PANEL + r;
+			for (size_t i = 0; i < cin; i++)
+				dst[i * PANEL + r] = o < cout ? q[o * cin + i] : 0;
+		}
+	}
+}
+
+static inline float
+round16(float v)
+{
+	return ad_fp16_to_f32(ad_f32_to_fp16(v));
+}
+
+void
+emu_conv_i8_ref(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x,
+                size_t ncols, float *y, size_t p0, size_t p1)
+{
+	for (size_t p = p0; p < p1; p++) {
+		const int8_t *w = panels + p * cin * PANEL;
+		for (size_t j = 0; j < ncols; j++) {
+			const float *xj = x + j * cin;
+			float acc[PANEL] = {0};
+			for (size_t i = 0; i < cin; i++)
+				for (size_t r = 0; r < PANEL; r++)
+					acc[r] = fmaf((float)w[i * PANEL + r], xj[i], acc[r]);
+			for (size_t r = 0; r < PANEL && p * PANEL + r < cout; r++)
+				y[j * cout + p * PANEL + r] = round16(scale[p * PANEL + r] * acc[r]);
+		}
+	}
+}
+
+#ifdef AD_FP16_X86
+int
+emu_i8_isa(void)
+{
+	int l = ad_cpu_level();
+	return l == AD_SIMD_AVX512 ? 2 : l == AD_SIMD_AVX2 ? 1 : 0;
+}
+
+// Both SIMD kernels: column blocks of at most NC columns, as even as
+// possible; a tile is MP consecutive panels times a block, its
+// accumulators in registers for the whole cin loop; each panel step's 16
+// int8 weights are widened once and used for every column of the block.
+// Panels go in groups whose weights stay in L2 while the column blocks
+// pass over them (one column: one pass, no grouping).
+#define GROUP 8
+
+// ---- AVX2: a panel step is two ymm (rows 0-7, 8-15); 2 * MP * NC <= 12
+#define T2 __attribute__((target("avx2,fma,f16c")))
+
+T2 static inline __attribute__((always_inline)) void
+tile2(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left,
+      const float *sc, const int mp, const int nc)
+{
+	__m256 acc[12];
+#pragma GCC unroll 12
+	for (int a = 0; a < 2 * mp * nc; a++)
+		acc[a] = _mm256_setzero_ps();
+	for (size_t i = 0; i < cin; i++) {
+#pragma GCC unroll 4
+		for (int p = 0; p < mp; p++) {
+			if (p > 0 && nc > 1) // re-broadcast x per panel (see emu.c: no spills)
+				__asm__ volatile("" ::: "memory");
+			const int8_t *wp = w + (size_t)p * cin * PANEL + i * PANEL;
+			__m128i q = _mm_load_si128((const __m128i *)wp);
+			__m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+			__m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8)));
+#pragma GCC unroll 6
+			for (int c = 0; c < nc; c++) {
+				__m256 b = _mm256_broadcast_ss(x + (size_t)c * cin + i);
+				acc[(2 * p) * nc + c] = _mm256_fmadd_ps(lo, b, acc[(2 * p) * nc + c]);
+				acc[(2 * p + 1) * nc + c] = _mm256_fmadd_ps(hi, b, acc[(2 * p + 1) * nc + c]);
+			}
+		}
+	}
+#pragma GCC unroll 4
+	for (int p = 0; p < mp; p++) {
+		__m256 slo = _mm256_loadu_ps(sc + p * PANEL), shi = _mm256_loadu_ps(sc + p * PANEL + 8);
+#pragma GCC unroll 6
+		for (int c = 0; c < nc; c++) {
+			__m256 lo = _mm256_mul_ps(slo, acc[(2 * p) * nc + c]);
+			__m256 hi = _mm256_mul_ps(shi, acc[(2 * p + 1) * nc + c]);
+			lo = _mm256_cvtph_ps(_mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT));
+			hi = _mm256_cvtph_ps(_mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT));
+			float *dst = y + (size_t)c * cout + (size_t)p * PANEL;
+			size_t l = left - (size_t)p * PANEL;
+			if (l >= PANEL) {
+				_mm256_storeu_ps(dst, lo);
+				_mm256_storeu_ps(dst + 8, hi);
+			} else {
+				float tmp[PANEL];
+				_mm256_storeu_ps(tmp, lo);
+				_mm256_storeu_ps(tmp + 8, hi);
+				memcpy(dst, tmp, l * sizeof(float));
+			}
+		}
+	}
+}
+
+typedef void tile_fn(const int8_t *w, size_t cin, const float *x, float *y, size_t cout,
+                     size_t left, const float *sc);
+
+#define TILE2(MP, NC)                                                                         \
+	T2 static void t2_##MP##x##NC(const int8_t *w, size_t cin, const float *x, float *y,      \
+	                              size_t cout, size_t left, const float *sc)                 \
+	{                                                                                         \
+		tile2(w, cin, x, y, cout, left, sc, MP, NC);                                         \
+	}
+TILE2(1, 1)
+TILE2(1, 2)
+TILE2(1, 3)
+TILE2(2, 1)
+TILE2(2, 2)
+TILE2(2, 3)
+TILE2(3, 1)
+TILE2(3, 2)
+TILE2(4, 1)
+
+static tile_fn *const tiles2[5][4] = {
+	[1] = {NULL, t2_1x1, t2_1x2, t2_1x3},
+	[2] = {NULL, t2_2x1, t2_2x2, t2_2x3},
+	[3] = {NULL, t2_3x1, t2_3x2},
+	[4] = {NULL, t2_4x1},
+};
+
+// ---- AVX-512: a panel step is one zmm; MP * NC <= 24 accumulators, 4
+// weight vectors and a broadcast: 29 of the 32 registers
+#define T5 __attribute__((target("avx512f,avx2,fma,f16c")))
+
+T5 static inline __attribute__((always_inline)) void
+tile5(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left,
+      const float *sc, const int mp, const int nc)
+{
+	__m512 acc[24];
+#pragma GCC unroll 24
+	for (int a = 0; a < mp * nc; a++)
+		acc[a] = _mm512_setzero_ps();
+	for (size_t i = 0; i < cin; i++) {
+		__m512 wv[4];
+#pragma GCC unroll 4
+		for (int p = 0; p < mp; p++)
+			wv[p] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+				_mm_load_si128((const __m128i *)(w + (size_t)p * cin * PANEL + i * PANEL))));
+#pragma GCC unroll 6
+		for (int c = 0; c < nc; c++) {
+			__m512 b = _mm512_set1_ps(x[(size_t)c * cin + i]);
+#pragma GCC unroll 4
+			for (int p = 0; p < mp; p++)
+				acc[p * nc + c] = _mm512_fmadd_ps(wv[p], b, acc[p * nc + c]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int p = 0; p < mp; p++) {
+		__m512 s = _mm512_loadu_ps(sc + p * PANEL);
+		size_t l = left - (size_t)p * PANEL;
+		__mmask16 m = l >= PANEL ? (__mmask16)0xffff : (__mmask16)((1u << l) - 1);
+#pragma GCC unroll 6
+		for (int c = 0; c < nc; c++) {
+			__m512 v = _mm512_mul_ps(s, acc[p * nc + c]);
+			v = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+			_mm512_mask_storeu_ps(y + (size_t)c * cout + (size_t)p * PANEL, m, v);
+		}
+	}
+}
+
+#define TILE5(MP, NC)                                                                         \
+	T5 static void t5_##MP##x##NC(const int8_t *w, size_t cin, const float *x, float *y,      \
+	                              size_t cout, size_t left, const float *sc)                 \
+	{                                                                                         \
+		tile5(w, cin, x, y, cout, left, sc, MP, NC);                                         \
+	}
+#define TILE5_ROW(MP) TILE5(MP, 1) TILE5(MP, 2) TILE5(MP, 3) TILE5(MP, 4) TILE5(MP, 5) TILE5(MP, 6)
+TILE5_ROW(1)
+TILE5_ROW(2)
+TILE5_ROW(3)
+TILE5_ROW(4)
+
+#define T5_ROW(MP) {NULL, t5_##MP##x1, t5_##MP##x2, t5_##MP##x3, t5_##MP##x4, t5_##MP##x5, t5_##MP##x6}
+static tile_fn *const tiles5[5][7] = {[1] = T5_ROW(1), [2] = T5_ROW(2), [3] = T5_ROW(3), [4] = T5_ROW(4)};
+
+// the blocking both SIMD kernels share; maxc columns per block, tile mp
+// panels for nc columns from mp_for[nc]
+static void
+conv_blocked(tile_fn *const *tab, size_t tabw, const int *mp_for, size_t maxc, const int8_t *panels,
+             const float *scale, size_t cout, size_t cin, const float *x, size_t ncols, float *y,
+             size_t p0, size_t p1)
+{
+	size_t pstride = cin * PANEL;
+	size_t nb = (ncols + maxc - 1) / maxc;
+	size_t base = ncols / nb, extra = ncols % nb;
+	size_t group = nb == 1 ? p1 - p0 : GROUP;
+	for (size_t p = p0; p < p1; p += group) {
+		size_t pe = p1 - p > group ? p + group : p1;
+		size_t j = 0;
+		for (size_t b = 0; b < nb; b++) {
+			size_t nc = base + (b < extra);
+			size_t mp = (size_t)mp_for[nc];
+			for (size_t q = p; q < pe; q += mp) {
+				size_t m = pe - q < mp ? pe - q : mp;
+				tab[m * tabw + nc](panels + q * pstride, cin, x + j * cin, y + j * cout + q * PANEL,
+				                   cout, cout - q * PANEL, scale + q * PANEL);
+			}
+			j += nc;
+		}
+	}
+}
+
+void
+emu_conv_i8_avx2(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x,
+                 size_t ncols, float *y, size_t p0, size_t p1)
+{
+	static const int mp_for[4] = {0, 4, 3, 2};
+	conv_blocked(&tiles2[0][0], 4, mp_for, 3, panels, scale, cout, cin, x, ncols, y, p0, p1);
+}
+
+void
+emu_conv_i8_avx512(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x,
+                   size_t ncols, float *y, size_t p0, size_t p1)
+{
+	static const int mp_for[7] = {0, 4, 4, 4, 4, 4, 4};
+	conv_blocked(&tiles5[0][0], 7, mp_for, 6, panels, scale, cout, cin, x, ncols, y, p0, p1);
+}
+#else
+int
+emu_i8_isa(void)
+{
+	return 0;
+}
+
+void
+emu_conv_i8_avx2(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x,
+                 size_t ncols, float *y, size_t p0, size_t p1)
+{
+	emu_conv_i8_ref(panels, scale, cout, cin, x, ncols, y, p0, p1);
+}
+
+void
+emu_conv_i8_avx512(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x,
+                   size_t ncols, float *y, size_t p0, size_t p1)
+{
+	emu_conv_i8_ref(panels, scale, cout, cin, x, ncols, y, p0, p1);
+}
+#endif
+
+void
+emu_conv_i8_fast(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x,
+                 size_t ncols, float *y, size_t p0, size_t p1)
+{
+	switch (emu_i8_isa()) {
+	case 2:
+		emu_conv_i8_avx512(panels, scale, cout, cin, x, ncols, y, p0, p1);
+		break;
+	case 1:
+		emu_conv_i8_avx2(panels, scale, cout, cin, x, ncols, y, p0, p1);
+		break;
+	default:
+		emu_conv_i8_ref(panels, scale, cout, cin, x, ncols, y, p0, p1);
+	}
+}
