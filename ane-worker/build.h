@@ -31,6 +31,7 @@
 
 #include "emu.h"
 #include "err.h"
+#include "kcache.h"
 #include "model.h"
 #include "plan.h"
 
@@ -42,6 +43,13 @@
 struct ane_build_opts {
 	const char *backend; // NULL: "emu"
 	int threads;         // emu threads (0: 2)
+	// the on-disk cache of compiled kernels (kcache.h), for ane_set_build
+	// on emu: NULL or "" builds without it
+	const char *cache_dir;
+	uint64_t cache_max_bytes; // 0: KC_DEFAULT_MAX_MB MiB
+	int cache_verify;         // check every cached byte's checksum on a hit
+	// what else changes the kernels, for the cache key ("weights=fp16")
+	const char *options;
 };
 
 struct ane_builder;
@@ -54,6 +62,7 @@ struct ane_kernel {
 	int width;
 	int in_ch, out_ch;
 	uint64_t compile_us;
+	uint64_t blob_us; // writing its blob (dequantising included)
 	uint64_t weight_bytes;
 };
 
@@ -78,12 +87,39 @@ size_t ane_kernel_output_capacity(const struct ane_kernel *k);
 // in_ch / out_ch channels and emu_input_capacity / output_capacity bytes
 int ane_eval(struct ane_kernel *k, const void *in, void *out, int ncols, char *err);
 
+enum ane_cache_state {
+	ANE_CACHE_OFF = 0,    // not asked for, or not for this backend
+	ANE_CACHE_HIT,        // every kernel from the cache's file
+	ANE_CACHE_MISS,       // compiled, and stored
+	ANE_CACHE_REBUILT,    // the entry was unusable (cache_note says why): compiled, and stored again
+	ANE_CACHE_NOT_STORED, // compiled; storing failed (cache_note says why, warned once)
+};
+
+// where a start's time went (us), for the log and `run --json`
+struct ane_start {
+	uint64_t plan_us;    // the plan
+	uint64_t key_us;     // MIL texts, the model digest and the cache key
+	uint64_t load_us;    // cache lookup, checks and mapping, packed compiles (hit)
+	uint64_t blob_us;    // dequantising into blob files (miss)
+	uint64_t compile_us; // emu_compile / device compile: parse, read and repack (miss)
+	uint64_t store_us;   // writing the cache file (miss)
+	uint64_t total_us;
+	enum ane_cache_state cache;
+	char cache_note[AD_ERRLEN + 64];
+	uint64_t cache_bytes; // the entry's file
+};
+
 struct ane_set {
 	struct ane_plan plan;
 	struct ane_builder *b;
 	struct ane_kernel *k; // plan.n entries
 	uint64_t compile_ms;
+	struct kc_entry *cache; // the mapped entry the kernels' weights live in (hit)
+	struct ane_start start;
 };
+const char *ane_cache_state_name(enum ane_cache_state s); // "off", "hit", ...
+// one line: "plan 1 ms, key 3 ms, ..."
+void ane_start_describe(const struct ane_start *s, char *buf, size_t cap);
 
 // progress: log one line per kernel (info level)
 int ane_set_build(struct ane_set *s, const struct model *m, const struct ane_plan_opts *po,

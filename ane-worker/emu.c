@@ -848,6 +848,7 @@ struct step {
 struct weight {
 	size_t cout, cin;
 	uint16_t *panels; // NULL until a conv uses it
+	int borrowed;     // panels belong to the caller of emu_compile_packed
 	const uint8_t *payload; // during compile only
 };
 
@@ -898,6 +899,9 @@ struct compiler {
 	int nbf;
 	int inline_scalar_line; // first op with an inline scalar operand, 0: none
 	int nblob;
+	// emu_compile_packed: the constant buffers, taken instead of blob files
+	const struct emu_const *packed;
+	int npacked, use_packed;
 };
 
 static int
@@ -1281,6 +1285,24 @@ open_bfile(struct compiler *c, int line, const char *path)
 	return b;
 }
 
+// a BLOBFILE const of v's type; payload NULL with packed constants
+static int
+add_weight(struct compiler *c, struct var *v, const uint8_t *payload)
+{
+	struct emu_kernel *k = c->k;
+	struct weight *w = realloc(k->weights, (size_t)(k->nweights + 1) * sizeof *w);
+	if (!w)
+		return perr(&c->ps, v->line, "out of memory");
+	k->weights = w;
+	k->weights[k->nweights] = (struct weight){.payload = payload};
+	if (v->t.rank == 4) {
+		k->weights[k->nweights].cout = (size_t)v->t.dims[0];
+		k->weights[k->nweights].cin = (size_t)v->t.dims[1];
+	}
+	v->blob = k->nweights++;
+	return 0;
+}
+
 static int
 do_const(struct compiler *c, struct var *v, struct arg *attrs, int nattrs)
 {
@@ -1306,6 +1328,8 @@ do_const(struct compiler *c, struct var *v, struct arg *attrs, int nattrs)
 		return perr(ps, v->line, "BLOBFILE const '%s' is %s; only fp16 weights are supported",
 		            v->name, dt);
 	c->nblob++;
+	if (c->use_packed)
+		return add_weight(c, v, NULL);
 	struct bfile *b = open_bfile(c, v->line, x->s);
 	if (!b)
 		return -1;
@@ -1333,18 +1357,7 @@ do_const(struct compiler *c, struct var *v, struct arg *attrs, int nattrs)
 		            "const '%s' %s needs %llu bytes, the chunk at %lld in '%s' holds %llu",
 		            v->name, dt, (unsigned long long)(elems * 2), x->i, b->name,
 		            (unsigned long long)ch->bytes);
-	struct emu_kernel *k = c->k;
-	struct weight *w = realloc(k->weights, (size_t)(k->nweights + 1) * sizeof *w);
-	if (!w)
-		return perr(ps, v->line, "out of memory");
-	k->weights = w;
-	k->weights[k->nweights] = (struct weight){.payload = b->img + ch->data};
-	if (v->t.rank == 4) {
-		k->weights[k->nweights].cout = (size_t)v->t.dims[0];
-		k->weights[k->nweights].cin = (size_t)v->t.dims[1];
-	}
-	v->blob = k->nweights++;
-	return 0;
+	return add_weight(c, v, b->img + ch->data);
 }
 
 // a conv parameter: a named const with the one value the emu supports
@@ -1717,11 +1730,45 @@ alloc64(size_t n)
 	return p;
 }
 
-struct emu_kernel *
-emu_compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles, char *err)
+// the constant buffers of weight wi: what emu_kernel_const lists and
+// emu_compile_packed takes back (a weight a conv uses has its panels)
+static int
+weight_consts(const struct emu_kernel *k, int wi, struct emu_const *out)
+{
+	const struct weight *w = &k->weights[wi];
+	if (!w->panels)
+		return 0;
+	out[0] = (struct emu_const){.weight = wi, .kind = EMU_CONST_F16_PANELS,
+	                            .bytes = emu_panel_bytes(w->cout, w->cin), .data = w->panels};
+	return 1;
+}
+
+// the packed buffer of (weight, kind), checked against what the program needs
+static int
+take_packed(struct compiler *c, int wi, int kind, size_t bytes, const void **data, char *err)
+{
+	for (int i = 0; i < c->npacked; i++) {
+		const struct emu_const *q = &c->packed[i];
+		if (q->weight != wi || q->kind != kind)
+			continue;
+		if (q->bytes != bytes)
+			return ad_err(err, "emu: constant %d (kind %d) holds %zu bytes, the program needs %zu", wi,
+			              kind, q->bytes, bytes);
+		if (!q->data || ((uintptr_t)q->data & 63))
+			return ad_err(err, "emu: constant %d (kind %d) is not 64-byte aligned", wi, kind);
+		*data = q->data;
+		return 0;
+	}
+	return ad_err(err, "emu: no packed constant for weight %d (kind %d)", wi, kind);
+}
+
+static struct emu_kernel *
+compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles,
+        const struct emu_const *packed, int npacked, char *err)
 {
 	struct emu_kernel *k = calloc(1, sizeof *k);
-	struct compiler c = {.files = files, .nfiles = nfiles};
+	struct compiler c = {.files = files, .nfiles = nfiles, .packed = packed, .npacked = npacked,
+	                     .use_packed = packed != NULL};
 	if (!k) {
 		ad_err(err, "emu: out of memory");
 		return NULL;
@@ -1744,6 +1791,16 @@ emu_compile(struct emu *e, const char *mil, const struct emu_file *files, int nf
 		struct weight *w = &k->weights[st->weight];
 		if (w->panels)
 			continue;
+		if (c.use_packed) {
+			const void *d = NULL;
+			if (take_packed(&c, st->weight, EMU_CONST_F16_PANELS, emu_panel_bytes(w->cout, w->cin), &d,
+			                err))
+				goto fail;
+			w->panels = (uint16_t *)d;
+			w->borrowed = 1;
+			k->weight_bytes += (uint64_t)w->cout * w->cin * 2;
+			continue;
+		}
 		w->panels = alloc64(emu_panel_bytes(w->cout, w->cin));
 		if (!w->panels) {
 			ad_err(err, "emu: out of memory for %zu x %zu weights", w->cout, w->cin);
@@ -1802,13 +1859,56 @@ fail:
 	return NULL;
 }
 
+struct emu_kernel *
+emu_compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles, char *err)
+{
+	return compile(e, mil, files, nfiles, NULL, 0, err);
+}
+
+struct emu_kernel *
+emu_compile_packed(struct emu *e, const char *mil, const struct emu_const *consts, int nconsts, char *err)
+{
+	if (nconsts < 0 || (nconsts > 0 && !consts)) {
+		ad_err(err, "emu: bad constant list");
+		return NULL;
+	}
+	static const struct emu_const none;
+	return compile(e, mil, NULL, 0, consts ? consts : &none, nconsts, err);
+}
+
+int
+emu_kernel_nconsts(const struct emu_kernel *k)
+{
+	struct emu_const tmp[EMU_MAX_CONSTS_PER_WEIGHT];
+	int n = 0;
+	for (int i = 0; i < k->nweights; i++)
+		n += weight_consts(k, i, tmp);
+	return n;
+}
+
+int
+emu_kernel_const(const struct emu_kernel *k, int i, struct emu_const *out)
+{
+	struct emu_const tmp[EMU_MAX_CONSTS_PER_WEIGHT];
+	for (int w = 0; w < k->nweights && i >= 0; w++) {
+		int n = weight_consts(k, w, tmp);
+		if (i < n) {
+			*out = tmp[i];
+			return 0;
+		}
+		i -= n;
+	}
+	return -1;
+}
+
 void
 emu_kernel_free(struct emu_kernel *k)
 {
 	if (!k)
 		return;
 	for (int i = 0; i < k->nweights; i++)
-		free(k->weights[i].panels);
+		if (!k->weights[i].borrowed)
+			free(k->weights[i].panels);
 	for (int i = 0; i < k->nbufs; i++)
 		free(k->bufs[i].data);
 	free(k->weights);

@@ -1,7 +1,14 @@
 // anedvd-ane-worker - the projection kernels of one model, as a process.
 //
 //   anedvd-ane-worker --model M --listen URL [--backend emu] [--chunk 64]
-//                     [--split] [--threads N]
+//                     [--split] [--threads N] [--cache-dir D | --no-cache]
+//                     [--cache-max-mb N]
+//
+// The compiled kernels are cached on disk (kcache.h): a start with the
+// same model, options and build maps them instead of compiling. The
+// directory: --cache-dir, else kc_default_dir ($ANEDVD_CACHE_DIR,
+// $XDG_CACHE_HOME/anedvd, ~/.cache/anedvd). The start's phases are logged
+// (info) and returned in CompileReply.start_phases.
 //
 // Compiles the model's whole kernel plan (plan.h) at start, logging one
 // line per kernel, then answers AneRequests (proto/ane.proto) on URL until
@@ -64,6 +71,8 @@ struct worker {
 	uint64_t started_ms;
 	atomic_ullong requests;
 	int delay_ms;
+	uint64_t model_us;
+	char phases[1024];
 };
 
 static uint64_t
@@ -159,6 +168,7 @@ struct reply {
 	Anedvd__KernelStats *kst;
 	Anedvd__KernelStats **kstp;
 	char (*layouts)[64];
+	Anedvd__StartPhase phase[8], *phasep[8];
 };
 
 static void
@@ -223,6 +233,20 @@ do_compile_reply(struct worker *w, struct reply *rp)
 	c->compile_ms = total_us / 1000;
 	// the ane backend copies into surfaces of its own (backend-ane.h)
 	c->surfaces_shared = strcmp(w->backend, "ane") != 0;
+	const struct ane_start *st = &w->set.start;
+	static const char *const names[] = {"model", "plan", "key", "cache_load", "blobs", "compile", "cache_write",
+	                                    "total"};
+	const uint64_t us[] = {w->model_us, st->plan_us, st->key_us, st->load_us, st->blob_us, st->compile_us,
+	                       st->store_us, w->model_us + st->total_us};
+	for (int i = 0; i < 8; i++) {
+		anedvd__start_phase__init(&rp->phase[i]);
+		rp->phase[i].name = (char *)names[i];
+		rp->phase[i].ms = (double)us[i] / 1e3;
+		rp->phasep[i] = &rp->phase[i];
+	}
+	c->n_start_phases = 8;
+	c->start_phases = rp->phasep;
+	c->cache = (char *)ane_cache_state_name(st->cache);
 	rp->r.body_case = ANEDVD__ANE_REPLY__BODY_COMPILE;
 	rp->r.compile = c;
 }
@@ -413,7 +437,11 @@ usage(FILE *out)
 	             "  --backend B   emu (everywhere) or ane (macOS)\n"
 	             "  --chunk N     columns every kernel is compiled for (default 64)\n"
 	             "  --split       FFN as gate_up + down kernels (activation on the CPU)\n"
-	             "  --threads N   emu threads (default 2)\n");
+	             "  --threads N   emu threads (default 2)\n"
+	             "  --cache-dir D the compiled-kernel cache (default $ANEDVD_CACHE_DIR, $XDG_CACHE_HOME/anedvd\n"
+	             "                or ~/.cache/anedvd)\n"
+	             "  --no-cache    compile every kernel, store nothing\n"
+	             "  --cache-max-mb N  bound of the cache directory (default %d)\n", KC_DEFAULT_MAX_MB);
 }
 
 static int
@@ -431,8 +459,8 @@ num(const char *s, int lo, int hi, int *out)
 int
 main(int argc, char **argv)
 {
-	const char *model = NULL, *url = NULL, *backend = "emu";
-	int chunk = 64, split = 0, threads = 2, delay = 0;
+	const char *model = NULL, *url = NULL, *backend = "emu", *cache_dir = NULL;
+	int chunk = 64, split = 0, threads = 2, delay = 0, no_cache = 0, cache_mb = 0;
 	ad_log_init("anedvd-ane-worker");
 	trace_from_env("anedvd-ane-worker");
 	for (int i = 1; i < argc; i++) {
@@ -443,6 +471,10 @@ main(int argc, char **argv)
 		}
 		if (strcmp(a, "--split") == 0) {
 			split = 1;
+			continue;
+		}
+		if (strcmp(a, "--no-cache") == 0) {
+			no_cache = 1;
 			continue;
 		}
 		if (i + 1 >= argc) {
@@ -465,6 +497,13 @@ main(int argc, char **argv)
 		} else if (strcmp(a, "--threads") == 0) {
 			if (num(v, 1, 256, &threads)) {
 				fprintf(stderr, "anedvd-ane-worker: --threads takes 1..256, not '%s'\n", v);
+				return 2;
+			}
+		} else if (strcmp(a, "--cache-dir") == 0) {
+			cache_dir = v;
+		} else if (strcmp(a, "--cache-max-mb") == 0) {
+			if (num(v, 1, 1 << 30, &cache_mb)) {
+				fprintf(stderr, "anedvd-ane-worker: --cache-max-mb takes 1..%d, not '%s'\n", 1 << 30, v);
 				return 2;
 			}
 		} else if (strcmp(a, "--debug-delay-ms") == 0) {
@@ -502,10 +541,12 @@ main(int argc, char **argv)
 
 	char err[AD_ERRLEN];
 	struct model m;
+	uint64_t t_model = now_ns();
 	if (model_load(&m, model, err)) {
 		ad_error("%s", err);
 		return 1;
 	}
+	uint64_t model_us = (now_ns() - t_model) / 1000;
 	struct worker *w = calloc(1, sizeof *w);
 	if (!w) {
 		ad_error("out of memory");
@@ -517,7 +558,15 @@ main(int argc, char **argv)
 	w->started_ms = now_ns() / 1000000;
 	pthread_mutex_init(&w->mu, NULL);
 	struct ane_plan_opts po = {.width = chunk, .split = split};
-	struct ane_build_opts bo = {.backend = backend, .threads = threads};
+	char cdir[4096] = "";
+	if (!no_cache) {
+		if (cache_dir)
+			snprintf(cdir, sizeof cdir, "%s", cache_dir);
+		else if (kc_default_dir(cdir, sizeof cdir))
+			ad_warn("no cache directory (no HOME, XDG_CACHE_HOME or ANEDVD_CACHE_DIR): compiling without the cache");
+	}
+	struct ane_build_opts bo = {.backend = backend, .threads = threads, .cache_dir = cdir,
+	                            .cache_max_bytes = (uint64_t)cache_mb << 20, .options = "weights=fp16"};
 	ad_info("compiling %s for %s, %d columns%s", m.name, backend, chunk, split ? ", split FFN" : "");
 	int rc = 1;
 	struct ad_server *srv = NULL;
@@ -532,6 +581,9 @@ main(int argc, char **argv)
 	}
 	ad_info("%d kernels, %u compiles in %llu ms", w->set.plan.n, ane_builder_compiles(w->set.b),
 	        (unsigned long long)w->set.compile_ms);
+	w->model_us = model_us;
+	ane_start_describe(&w->set.start, w->phases, sizeof w->phases);
+	ad_info("start: model %.1f ms, %s", model_us / 1e3, w->phases);
 	srv = ad_server_start(url, 4, handle, w, err);
 	if (!srv) {
 		ad_error("%s", err);
