@@ -29,6 +29,7 @@ struct ane_builder {
 	uint32_t compiles;
 	int warned;
 	float *scratch;
+	const struct model *model; // ane_set_build's: its pages are dropped once written into a blob
 };
 
 static uint64_t
@@ -158,20 +159,24 @@ put_rows(struct ane_builder *b, struct ane_blob_writer *w, const struct ane_part
 		return ad_err(err, "%s: rows beyond the tensor's %zu bytes", t->name, t->nbytes);
 	const uint8_t *src = (const uint8_t *)t->data + (size_t)p->row0 * rb;
 	const size_t n = (size_t)t->ne[0];
-	if (t->type == AD_TYPE_F16 || t->type == AD_TYPE_F32) {
-		struct ane_wsrc ws = {src, (int)t->type, n * (size_t)p->rows};
-		return ane_blob_put(w, &ws, err);
-	}
 	size_t block = SCRATCH_VALUES / n;
 	if (block == 0) // a row of more than a million values: no model has one
 		return ad_err(err, "%s: rows of %zu values are too long", t->name, n);
+	// a block of rows at a time, whose model pages then leave this process
+	// (kc_model_drop), so a large tensor is never in memory whole
 	for (int64_t r = 0; r < p->rows; r += (int64_t)block) {
 		size_t k = (size_t)(p->rows - r) < block ? (size_t)(p->rows - r) : block;
-		if (ad_dequant(t->type, src + (size_t)r * rb, b->scratch, (int64_t)(k * n), err))
-			return ad_err_prefix(err, "%s", t->name);
-		struct ane_wsrc ws = {b->scratch, AD_TYPE_F32, k * n};
+		const uint8_t *rows = src + (size_t)r * rb;
+		struct ane_wsrc ws = {rows, (int)t->type, k * n};
+		if (t->type != AD_TYPE_F16 && t->type != AD_TYPE_F32) {
+			if (ad_dequant(t->type, rows, b->scratch, (int64_t)(k * n), err))
+				return ad_err_prefix(err, "%s", t->name);
+			ws = (struct ane_wsrc){b->scratch, AD_TYPE_F32, k * n};
+		}
 		if (ane_blob_put(w, &ws, err))
 			return -1;
+		if (b->model)
+			kc_model_drop(b->model, rows, k * rb);
 	}
 	return 0;
 }
@@ -545,6 +550,7 @@ ane_set_build(struct ane_set *s, const struct model *m, const struct ane_plan_op
 	struct ane_start *st = &s->start;
 	uint64_t t0 = now_us();
 	st->plan_us = t0 - t_start;
+	s->b->model = m;
 	// the cache: emu only for now (see kcache.h for the ane backend)
 	struct kc_key key = {0};
 	struct kc_writer *w = NULL;

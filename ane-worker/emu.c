@@ -850,6 +850,7 @@ struct weight {
 	uint16_t *panels; // NULL until a conv uses it
 	int borrowed;     // panels belong to the caller of emu_compile_packed
 	const uint8_t *payload; // during compile only
+	int mapped;             // payload lies in a blob file's private read-only mapping
 };
 
 struct bufdesc {
@@ -1287,14 +1288,14 @@ open_bfile(struct compiler *c, int line, const char *path)
 
 // a BLOBFILE const of v's type; payload NULL with packed constants
 static int
-add_weight(struct compiler *c, struct var *v, const uint8_t *payload)
+add_weight(struct compiler *c, struct var *v, const uint8_t *payload, int mapped)
 {
 	struct emu_kernel *k = c->k;
 	struct weight *w = realloc(k->weights, (size_t)(k->nweights + 1) * sizeof *w);
 	if (!w)
 		return perr(&c->ps, v->line, "out of memory");
 	k->weights = w;
-	k->weights[k->nweights] = (struct weight){.payload = payload};
+	k->weights[k->nweights] = (struct weight){.payload = payload, .mapped = mapped};
 	if (v->t.rank == 4) {
 		k->weights[k->nweights].cout = (size_t)v->t.dims[0];
 		k->weights[k->nweights].cin = (size_t)v->t.dims[1];
@@ -1329,7 +1330,7 @@ do_const(struct compiler *c, struct var *v, struct arg *attrs, int nattrs)
 		            v->name, dt);
 	c->nblob++;
 	if (c->use_packed)
-		return add_weight(c, v, NULL);
+		return add_weight(c, v, NULL, 0);
 	struct bfile *b = open_bfile(c, v->line, x->s);
 	if (!b)
 		return -1;
@@ -1357,7 +1358,7 @@ do_const(struct compiler *c, struct var *v, struct arg *attrs, int nattrs)
 		            "const '%s' %s needs %llu bytes, the chunk at %lld in '%s' holds %llu",
 		            v->name, dt, (unsigned long long)(elems * 2), x->i, b->name,
 		            (unsigned long long)ch->bytes);
-	return add_weight(c, v, b->img + ch->data);
+	return add_weight(c, v, b->img + ch->data, b->map != NULL);
 }
 
 // a conv parameter: a named const with the one value the emu supports
@@ -1721,6 +1722,16 @@ compiler_release(struct compiler *c)
 	free(c->ps.toks);
 }
 
+// unmap the whole pages of [p, p + n) of a read-only private file mapping
+static void
+drop_read(const uint8_t *p, size_t n)
+{
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t lo = (uintptr_t)p & ~(pg - 1), hi = ((uintptr_t)p + n) & ~(pg - 1);
+	if (hi > lo)
+		madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 static void *
 alloc64(size_t n)
 {
@@ -1822,6 +1833,11 @@ compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles
 				for (size_t i = 0; i < w->cin; i++)
 					dst[i * PANEL + r] = o < w->cout ? row[i] : 0;
 			}
+			// the blob's pages already repacked leave this process as it
+			// goes, so a large weight is never in memory twice (read-only
+			// file pages: dropping them only unmaps them)
+			if (w->mapped && (p % 64 == 63 || p == np - 1))
+				drop_read(w->payload, ((p + 1) * PANEL < w->cout ? (p + 1) * PANEL : w->cout) * w->cin * 2);
 		}
 		free(row);
 		k->weight_bytes += (uint64_t)w->cout * w->cin * 2;

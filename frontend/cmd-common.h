@@ -86,6 +86,7 @@ struct pipe_ane_start {
 	char name[PIPE_START_MAX][24];
 	double ms[PIPE_START_MAX];
 	char cache[24];
+	uint64_t weight_bytes; // the kernels' weights as they hold them
 };
 int pipe_ane_start(struct pipe *p, struct pipe_ane_start *out, char *err);
 

@@ -481,6 +481,8 @@ pipe_ane_start(struct pipe *p, struct pipe_ane_start *out, char *err)
 			out->ms[out->n++] = cr->start_phases[i]->ms;
 		}
 		snprintf(out->cache, sizeof out->cache, "%s", cr->cache ? cr->cache : "");
+		for (size_t i = 0; i < cr->n_kernels; i++)
+			out->weight_bytes += cr->kernels[i]->weight_bytes;
 		rc = 0;
 	} else if (r) {
 		ad_err(err, "ane-worker: not a compile reply");

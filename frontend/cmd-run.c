@@ -756,6 +756,7 @@ cmd_run(int argc, char **argv)
 		if (pipe_ane_start(&p, &as, e2) == 0) {
 			cJSON *aw = cJSON_CreateObject();
 			cJSON_AddStringToObject(aw, "cache", as.cache);
+			cJSON_AddNumberToObject(aw, "weight_bytes", (double)as.weight_bytes);
 			for (int i = 0; i < as.n; i++) {
 				char key[40];
 				snprintf(key, sizeof key, "%s_ms", as.name[i]);
