@@ -649,6 +649,11 @@ kc_writer_add(struct kc_writer *w, int kernel, uint64_t mil_hash, const struct e
 		const uint8_t *d = c[i].data;
 		if (c[i].bytes && write_at(w->fd, d, c[i].bytes, w->pos))
 			return ad_err(err, "%s: %s", w->tmp, strerror(errno ? errno : EIO));
+#ifdef __linux__
+		// start writing it back now, so the fsync at the end has little left
+		if (c[i].bytes)
+			sync_file_range(w->fd, (off_t)w->pos, (off_t)c[i].bytes, SYNC_FILE_RANGE_WRITE);
+#endif
 		w->rc[w->nconsts++] = (struct rec_const){
 			.kernel = (uint32_t)kernel, .weight = c[i].weight, .kind = (uint32_t)c[i].kind,
 			.off = w->pos, .bytes = c[i].bytes, .sample_sum = sample_sum(d, c[i].bytes),

@@ -168,7 +168,7 @@ struct reply {
 	Anedvd__KernelStats *kst;
 	Anedvd__KernelStats **kstp;
 	char (*layouts)[64];
-	Anedvd__StartPhase phase[8], *phasep[8];
+	Anedvd__StartPhase phase[9], *phasep[9];
 };
 
 static void
@@ -235,16 +235,16 @@ do_compile_reply(struct worker *w, struct reply *rp)
 	c->surfaces_shared = strcmp(w->backend, "ane") != 0;
 	const struct ane_start *st = &w->set.start;
 	static const char *const names[] = {"model", "plan", "key", "cache_load", "blobs", "compile", "cache_write",
-	                                    "total"};
+	                                    "cache_write_wait", "total"};
 	const uint64_t us[] = {w->model_us, st->plan_us, st->key_us, st->load_us, st->blob_us, st->compile_us,
-	                       st->store_us, w->model_us + st->total_us};
-	for (int i = 0; i < 8; i++) {
+	                       st->store_us, st->store_wait_us, w->model_us + st->total_us};
+	for (int i = 0; i < 9; i++) {
 		anedvd__start_phase__init(&rp->phase[i]);
 		rp->phase[i].name = (char *)names[i];
 		rp->phase[i].ms = (double)us[i] / 1e3;
 		rp->phasep[i] = &rp->phase[i];
 	}
-	c->n_start_phases = 8;
+	c->n_start_phases = 9;
 	c->start_phases = rp->phasep;
 	c->cache = (char *)ane_cache_state_name(st->cache);
 	rp->r.body_case = ANEDVD__ANE_REPLY__BODY_COMPILE;
