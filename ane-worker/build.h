@@ -23,7 +23,15 @@
 // context's rule); a server serialises evals itself.
 //
 // ane_set is the whole plan of a model, compiled: what kb_local and the
-// anedvd-ane-worker process both hold.
+// anedvd-ane-worker process both hold. Given a cache directory
+// (ane_build_opts.cache_dir, emu only), ane_set_build first looks for the
+// plan's entry in the on-disk cache (kcache.h) and, on a hit, compiles
+// every kernel from the mapped file's buffers (emu_compile_packed): no blob
+// is written, no model page is read. On a miss it builds as above and a
+// thread of its own writes each compiled kernel into a new entry while the
+// next ones compile. Either way it drops the model's pages it read (the
+// kernels hold their own copy), and records where the time went
+// (ane_set.start).
 #ifndef ANE_BUILD_H
 #define ANE_BUILD_H
 

@@ -59,6 +59,10 @@
 // so a half-written file is never used. Temporary files whose writer is
 // gone are removed by the next writer and by kc_clear.
 //
+// A mapped entry must not be truncated in place while in use (that would
+// fault its readers): nothing here ever does, entries are only replaced
+// by rename and removed by unlink, which leave a mapping intact.
+//
 // Size bound: after a store, the oldest entries (by mtime; a hit touches
 // its file) are removed until the directory holds at most max_bytes (the
 // new entry is kept even if it alone is larger).
