@@ -741,7 +741,7 @@ kc_writer_commit(struct kc_writer *w, uint64_t max_bytes, char *err)
 		close(dfd);
 	}
 	const char *name = strrchr(w->final, '/') + 1;
-	char keep[64];
+	char keep[4200];
 	snprintf(keep, sizeof keep, "%s", name);
 	char dir[4096];
 	snprintf(dir, sizeof dir, "%s", w->dir);
@@ -831,7 +831,7 @@ kc_list(const char *dir, void (*fn)(const struct kc_info *, void *), void *arg, 
 }
 
 struct evict_item {
-	char name[64];
+	char name[256];
 	uint64_t bytes;
 	int64_t mtime;
 	long mtime_ns;

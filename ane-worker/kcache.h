@@ -153,7 +153,7 @@ void kc_writer_abort(struct kc_writer *w); // removes the temporary file
 
 // the directory
 struct kc_info {
-	char name[64];      // file name
+	char name[256];     // file name
 	uint64_t bytes;
 	int64_t mtime;      // seconds
 	int valid;          // header and table check out
