@@ -11,7 +11,9 @@
 #   ARGS="..."        more flags for anedvd run (e.g. --threads 2)
 #
 # Each run is `anedvd run --max-tokens 1 --json` with the kernel cache in a
-# directory of its own (cleared before each cold run). While it runs, every
+# directory of its own (cleared before each cold run); a third run of each
+# round has --no-cache (the start as it was before the cache: what writing
+# it costs a first start). While it runs, every
 # 20 ms, /proc/<pid>/status of the CLI and each child it spawned is read:
 # VmHWM (the kernel's peak RSS of that process; the last value read before
 # it exits), and the largest RssAnon, RssFile and RssShmem seen. RSS counts
@@ -36,13 +38,13 @@ if [ -z "${MODEL:-}" ]; then
 	[ -s "$MODEL" ] || "$B/tests/gen-model" "$SHAPE" "$TYPE" 1 "$MODEL" >/dev/null
 fi
 CACHE=$WORK/kcache
-echo "model $MODEL ($(( $(wc -c < "$MODEL") / 1000000 )) MB), $RUNS cold/warm pairs, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "model $MODEL ($(( $(wc -c < "$MODEL") / 1000000 )) MB), $RUNS rounds of cold, warm, no cache, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # one run: prints "wall_ms first_token_ms cache sum_hwm_kb sum_anon_kb weight_bytes ane_hwm ane_anon ane_file cpu_hwm tok_hwm cli_hwm"
 one() {
 	out=$WORK/out.json
 	t0=$(date +%s%N)
-	"$BIN" run --model "$MODEL" --prompt-ids 1,2,3 --max-tokens 1 --json --cache-dir "$CACHE" $ARGS >"$out" 2>"$WORK/err" &
+	"$BIN" run --model "$MODEL" --prompt-ids 1,2,3 --max-tokens 1 --json --cache-dir "$CACHE" $ARGS ${1:-} >"$out" 2>"$WORK/err" &
 	cli=$!
 	: >"$WORK/samples"
 	while kill -0 $cli 2>/dev/null; do
@@ -74,10 +76,12 @@ one() {
 
 : >"$WORK/cold"
 : >"$WORK/warm"
+: >"$WORK/nocache"
 for r in $(seq "$RUNS"); do
 	"$BIN" cache --dir "$CACHE" --clear >/dev/null
 	one >>"$WORK/cold"
 	one >>"$WORK/warm"
+	one --no-cache >>"$WORK/nocache"
 done
 
 # median and range of column c of file f
@@ -86,7 +90,7 @@ stat() {
 		m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
 		printf "%.0f (%.0f-%.0f)", m / d, v[1] / d, v[NR] / d }'
 }
-for kind in cold warm; do
+for kind in cold warm nocache; do
 	f=$WORK/$kind
 	echo "$kind: cache $(cut -d' ' -f3 "$f" | sort | uniq -c | awk '{printf "%s%s x%s", (NR > 1 ? ", " : ""), $2, $1}')"
 	echo "  to first token  $(stat "$f" 2) ms   wall (run of 1 token, start to exit) $(stat "$f" 1) ms"
