@@ -362,6 +362,13 @@ header_sum(const struct header *h)
 	return kc_hash(&c, sizeof c, 0x6864);
 }
 
+// the key text in a table read by read_table: after the records
+static const uint8_t *
+table_key(const uint8_t *table, const struct header *h)
+{
+	return table + (size_t)h->nkernels * sizeof(struct rec_kernel) + (size_t)h->nconsts * sizeof(struct rec_const);
+}
+
 // the header and table of an open file, checked; *table is malloc'd (key
 // text, kernels, buffers)
 static int
@@ -397,7 +404,7 @@ read_table(int fd, struct header *h, uint8_t **table, char *err)
 		return ad_err(err, "table checksum mismatch");
 	}
 	// every buffer inside the data area, aligned, and every kernel's range inside the list
-	const struct rec_kernel *rk = (const struct rec_kernel *)(*table + h->key_bytes);
+	const struct rec_kernel *rk = (const struct rec_kernel *)*table;
 	const struct rec_const *rc = (const struct rec_const *)(rk + h->nkernels);
 	for (uint32_t i = 0; i < h->nconsts; i++)
 		if (rc[i].off % KC_ALIGN || rc[i].off < KC_ALIGN || rc[i].off > h->table_off ||
@@ -436,7 +443,7 @@ kc_load(const char *dir, const struct kc_key *key, int nkernels, const struct kc
 	struct kc_entry *e = NULL;
 	if (read_table(fd, &h, &table, err))
 		goto bad;
-	if (h.key_bytes != key->len || memcmp(table, key->text, key->len)) {
+	if (h.key_bytes != key->len || memcmp(table_key(table, &h), key->text, key->len)) {
 		// another key with the same hash: not ours, leave it
 		free(table);
 		close(fd);
@@ -462,7 +469,7 @@ kc_load(const char *dir, const struct kc_key *key, int nkernels, const struct kc
 	}
 	// the buffers are read from here on: ask for them all at once
 	madvise(e->map, e->len, MADV_WILLNEED);
-	const struct rec_kernel *rk = (const struct rec_kernel *)(table + h.key_bytes);
+	const struct rec_kernel *rk = (const struct rec_kernel *)table;
 	const struct rec_const *rc = (const struct rec_const *)(rk + h.nkernels);
 	const char *env = getenv("ANEDVD_CACHE_VERIFY");
 	int verify = (o && o->verify) || (env && !strcmp(env, "1"));
@@ -700,10 +707,11 @@ kc_writer_commit(struct kc_writer *w, uint64_t max_bytes, char *err)
 		kc_writer_abort(w);
 		return ad_err(err, "out of memory");
 	}
-	memcpy(table, w->key, w->key_len);
-	memcpy(table + w->key_len, w->rk, kb);
+	// the records first (at the table's aligned offset), the key text last
+	memcpy(table, w->rk, kb);
 	if (cb)
-		memcpy(table + w->key_len + kb, w->rc, cb);
+		memcpy(table + kb, w->rc, cb);
+	memcpy(table + kb + cb, w->key, w->key_len);
 	struct header h;
 	memset(&h, 0, sizeof h);
 	memcpy(h.magic, MAGIC, 8);
@@ -817,8 +825,8 @@ kc_list(const char *dir, void (*fn)(const struct kc_info *, void *), void *arg, 
 		if (!tmp && read_table(fd, &h, &table, e) == 0) {
 			in.valid = 1;
 			in.nkernels = (int)h.nkernels;
-			key_line(table, h.key_bytes, "model", in.model, sizeof in.model);
-			key_line(table, h.key_bytes, "options", in.options, sizeof in.options);
+			key_line(table_key(table, &h), h.key_bytes, "model", in.model, sizeof in.model);
+			key_line(table_key(table, &h), h.key_bytes, "options", in.options, sizeof in.options);
 		}
 		free(table);
 		close(fd);

@@ -43,10 +43,11 @@
 //                   the table, a checksum of the table and one of the
 //                   header itself
 //   [4096, T)       the buffers, each at a 4096-byte aligned offset
-//   [T, end)        the key text, then per kernel {MIL hash, first
-//                   buffer, buffer count}, then per buffer {kernel,
+//   [T, end)        the table (T is 4096-aligned): per kernel {MIL hash,
+//                   first buffer, buffer count}, then per buffer {kernel,
 //                   weight, kind, offset, bytes, a checksum of its first
-//                   and last 4 KiB, a checksum of all of it}
+//                   and last 4 KiB, a checksum of all of it}, then the key
+//                   text
 // A file is never mapped before its header, sizes (the file's own and
 // every buffer's range and alignment), table checksum and key have been
 // checked with plain reads; then each buffer's sampled checksum is
