@@ -22,7 +22,9 @@
 //   backend  emu (or ane)
 //   model    kc_model_digest: the file's size and mtime (ns), a hash of
 //            its header (metadata and tensor infos), and a hash of 3
-//            samples of 256 bytes (start, middle, end) of every tensor.
+//            samples of 256 bytes (start, middle, end) of every tensor, or
+//            of 64 evenly spread ones when there are more (a few hundred
+//            reads: a start after a reboot pays them from disk).
 //            Not a hash of all the data: that costs a read of the whole
 //            file on every start (seconds when it is not in the page
 //            cache, the cost the cache is there to avoid) and would pull
