@@ -417,6 +417,7 @@ ane_start_describe(const struct ane_start *st, char *buf, size_t cap)
 void
 ane_set_free(struct ane_set *s)
 {
+	ane_set_cache_wait(s, NULL); // the writer reads the kernels
 	if (s->k)
 		for (int i = 0; i < s->plan.n; i++)
 			ane_kernel_free(&s->k[i]);
@@ -521,13 +522,17 @@ store_kernel(struct kc_writer *w, const struct ane_set *s, int i, char *err)
 }
 
 // the cache file is written by a thread of its own while the next kernels
-// compile: kernels [0, ready) are compiled (and no longer change)
-struct store {
+// compile: kernels [0, ready) are compiled (and no longer change); once
+// done it commits the entry (or, on abort, removes it)
+struct ane_store {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	int ready, done;
+	pthread_t th;
+	int threaded;
+	int ready, done, abort;
 	struct kc_writer *w;
 	const struct ane_set *s;
+	uint64_t max_bytes;
 	int failed;
 	char err[AD_ERRLEN];
 	uint64_t us;
@@ -536,15 +541,16 @@ struct store {
 static void *
 store_main(void *arg)
 {
-	struct store *q = arg;
-	int i = 0;
+	struct ane_store *q = arg;
+	int i = 0, abort = 0;
 	for (;;) {
 		pthread_mutex_lock(&q->mu);
 		while (i >= q->ready && !q->done)
 			pthread_cond_wait(&q->cv, &q->mu);
 		int ready = q->ready, done = q->done;
+		abort = q->abort;
 		pthread_mutex_unlock(&q->mu);
-		if (i >= ready && done)
+		if (abort || (i >= ready && done))
 			break;
 		uint64_t t0 = now_us();
 		for (; i < ready; i++)
@@ -552,17 +558,74 @@ store_main(void *arg)
 				q->failed = 1;
 		q->us += now_us() - t0;
 	}
+	uint64_t t0 = now_us();
+	if (abort || q->failed)
+		kc_writer_abort(q->w);
+	else if (kc_writer_commit(q->w, q->max_bytes, q->err))
+		q->failed = 1;
+	q->w = NULL;
+	q->us += now_us() - t0;
 	return NULL;
 }
 
 static void
-store_publish(struct store *q, int ready, int done)
+store_publish(struct ane_store *q, int ready, int done, int abort)
 {
 	pthread_mutex_lock(&q->mu);
 	q->ready = ready;
 	q->done |= done;
+	q->abort |= abort;
 	pthread_cond_signal(&q->cv);
 	pthread_mutex_unlock(&q->mu);
+}
+
+static struct ane_store *
+store_start(struct kc_writer *w, const struct ane_set *s, uint64_t max_bytes)
+{
+	struct ane_store *q = calloc(1, sizeof *q);
+	if (!q)
+		return NULL;
+	q->w = w;
+	q->s = s;
+	q->max_bytes = max_bytes;
+	pthread_mutex_init(&q->mu, NULL);
+	pthread_cond_init(&q->cv, NULL);
+	q->threaded = pthread_create(&q->th, NULL, store_main, q) == 0;
+	return q;
+}
+
+// the writer's end: joined (or, without a thread, run here), its outcome booked
+static void
+store_finish(struct ane_store *q, struct ane_start *st, pthread_mutex_t *mu)
+{
+	if (q->threaded)
+		pthread_join(q->th, NULL);
+	else
+		store_main(q);
+	if (mu)
+		pthread_mutex_lock(mu);
+	st->store_us += q->us;
+	if (q->failed && !q->abort) {
+		st->cache = ANE_CACHE_NOT_STORED;
+		snprintf(st->cache_note, sizeof st->cache_note, "not cached: %s", q->err);
+		ad_warn("kernel cache: %s", st->cache_note);
+	}
+	if (mu)
+		pthread_mutex_unlock(mu);
+	pthread_mutex_destroy(&q->mu);
+	pthread_cond_destroy(&q->cv);
+	free(q);
+}
+
+enum ane_cache_state
+ane_set_cache_wait(struct ane_set *s, pthread_mutex_t *mu)
+{
+	if (s->store) {
+		struct ane_store *q = s->store;
+		s->store = NULL;
+		store_finish(q, &s->start, mu);
+	}
+	return s->start.cache;
 }
 
 // the pages of the model a kernel was built from, out of this process
@@ -649,13 +712,11 @@ ane_set_build(struct ane_set *s, const struct model *m, const struct ane_plan_op
 			}
 		}
 	}
-	struct store q = {.w = w, .s = s};
-	pthread_t th;
-	int threaded = 0;
-	if (w) {
-		pthread_mutex_init(&q.mu, NULL);
-		pthread_cond_init(&q.cv, NULL);
-		threaded = pthread_create(&th, NULL, store_main, &q) == 0;
+	struct ane_store *q = NULL;
+	if (w && !(q = store_start(w, s, bo->cache_max_bytes))) {
+		kc_writer_abort(w);
+		st->cache = ANE_CACHE_NOT_STORED;
+		snprintf(st->cache_note, sizeof st->cache_note, "not cached: out of memory");
 	}
 	t0 = now_us();
 	for (int i = 0; i < s->plan.n; i++) {
@@ -664,11 +725,10 @@ ane_set_build(struct ane_set *s, const struct model *m, const struct ane_plan_op
 		ane_pk_describe(pk, what, sizeof what);
 		if (ane_build(s->b, pk, s->plan.width, &s->k[i], err)) {
 			ad_err_prefix(err, "kernel %d (%s)", i, what);
-			if (threaded) {
-				store_publish(&q, i, 1);
-				pthread_join(th, NULL);
+			if (q) {
+				store_publish(q, i, 1, 1);
+				store_finish(q, st, NULL);
 			}
-			kc_writer_abort(w);
 			kc_key_free(&key);
 			ane_set_free(s);
 			return -1;
@@ -677,44 +737,21 @@ ane_set_build(struct ane_set *s, const struct model *m, const struct ane_plan_op
 		st->compile_us += s->k[i].compile_us;
 		// the kernel holds its own copy now: the model's pages can go
 		drop_kernel_pages(m, pk);
-		if (threaded)
-			store_publish(&q, i + 1, 0);
+		if (q && q->threaded)
+			store_publish(q, i + 1, 0, 0);
 		if (progress)
 			ad_info("compiled %d/%d %s: %.1f MB in %.1f ms", i + 1, s->plan.n, what,
 			        (double)s->k[i].weight_bytes / 1e6, (double)s->k[i].compile_us / 1e3);
 	}
-	if (w) {
-		uint64_t t1 = now_us();
-		if (threaded) {
-			store_publish(&q, s->plan.n, 1);
-			pthread_join(th, NULL);
-		} else { // no thread: here and now
-			for (int i = 0; i < s->plan.n && !q.failed; i++)
-				q.failed = store_kernel(w, s, i, q.err) != 0;
+	if (q) {
+		store_publish(q, s->plan.n, 1, 0);
+		if (bo->cache_background && q->threaded) {
+			s->store = q; // ane_set_cache_wait
+		} else {
+			uint64_t t1 = now_us();
+			store_finish(q, st, NULL);
+			st->store_wait_us = now_us() - t1; // the last kernels, the fsync and the rename
 		}
-		pthread_mutex_destroy(&q.mu);
-		pthread_cond_destroy(&q.cv);
-		// what the writer did beside the compiles, and the wait for it here
-		st->store_us += q.us;
-		st->store_wait_us = now_us() - t1;
-		if (q.failed) {
-			kc_writer_abort(w);
-			w = NULL;
-			st->cache = ANE_CACHE_NOT_STORED;
-			snprintf(st->cache_note, sizeof st->cache_note, "not cached: %s", q.err);
-			ad_warn("kernel cache: %s", st->cache_note);
-		}
-	}
-	if (w) {
-		uint64_t t1 = now_us();
-		char e[AD_ERRLEN];
-		if (kc_writer_commit(w, bo->cache_max_bytes, e)) {
-			st->cache = ANE_CACHE_NOT_STORED;
-			snprintf(st->cache_note, sizeof st->cache_note, "not cached: %s", e);
-			ad_warn("kernel cache: %s", st->cache_note);
-		}
-		st->store_us += now_us() - t1;
-		st->store_wait_us += now_us() - t1;
 	}
 	kc_key_free(&key);
 	s->compile_ms = (now_us() - t0) / 1000;

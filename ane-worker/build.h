@@ -35,6 +35,7 @@
 #ifndef ANE_BUILD_H
 #define ANE_BUILD_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "emu.h"
@@ -58,6 +59,10 @@ struct ane_build_opts {
 	int cache_verify;         // check every cached byte's checksum on a hit
 	// what else changes the kernels, for the cache key ("weights=fp16")
 	const char *options;
+	// on a miss, return once the kernels are compiled and let the writer
+	// finish the entry (the last kernels, fsync, rename) in the background:
+	// ane_set_cache_wait (or ane_set_free) waits for it
+	int cache_background;
 };
 
 struct ane_builder;
@@ -125,7 +130,11 @@ struct ane_set {
 	uint64_t compile_ms;
 	struct kc_entry *cache; // the mapped entry the kernels' weights live in (hit)
 	struct ane_start start;
+	struct ane_store *store; // the entry being written (cache_background)
 };
+// wait for an entry written in the background and book its outcome in
+// s->start (with mu held, if given, while doing so); the cache state
+enum ane_cache_state ane_set_cache_wait(struct ane_set *s, pthread_mutex_t *mu);
 const char *ane_cache_state_name(enum ane_cache_state s); // "off", "hit", ...
 // one line: "plan 1 ms, key 3 ms, ..."
 void ane_start_describe(const struct ane_start *s, char *buf, size_t cap);

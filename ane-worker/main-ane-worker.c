@@ -566,7 +566,8 @@ main(int argc, char **argv)
 			ad_warn("no cache directory (no HOME, XDG_CACHE_HOME or ANEDVD_CACHE_DIR): compiling without the cache");
 	}
 	struct ane_build_opts bo = {.backend = backend, .threads = threads, .cache_dir = cdir,
-	                            .cache_max_bytes = (uint64_t)cache_mb << 20, .options = "weights=fp16"};
+	                            .cache_max_bytes = (uint64_t)cache_mb << 20, .options = "weights=fp16",
+	                            .cache_background = 1};
 	ad_info("compiling %s for %s, %d columns%s", m.name, backend, chunk, split ? ", split FFN" : "");
 	int rc = 1;
 	struct ad_server *srv = NULL;
@@ -590,6 +591,13 @@ main(int argc, char **argv)
 		goto out;
 	}
 	ad_info("ready on %s", url);
+	// a new cache entry is finished while the kernels already serve; a
+	// signal that comes meanwhile is handled once it is stored
+	if (w->set.store) {
+		enum ane_cache_state cs = ane_set_cache_wait(&w->set, &w->mu);
+		ad_info("kernel cache: %s, %.1f ms of writing beside the start", ane_cache_state_name(cs),
+		        (double)w->set.start.store_us / 1e3);
+	}
 	int sig = 0;
 	sigwait(&set, &sig);
 	ad_info("signal %d: stopping", sig);

@@ -166,6 +166,35 @@ test_hit_is_identical(void)
 	free(f);
 }
 
+// a miss whose entry is finished in the background: waited for, or by ane_set_free
+static void
+test_background_store(void)
+{
+	char dir[400];
+	make_dir(dir, sizeof dir, "background");
+	char err[AD_ERRLEN];
+	for (int round = 0; round < 2; round++) {
+		struct ane_set s;
+		struct ane_plan_opts po = {.width = W, .split = round};
+		struct ane_build_opts bo = {.backend = "emu", .cache_dir = dir, .options = "weights=fp16", .cache_background = 1};
+		REQUIRE(ane_set_build(&s, &model, &po, &bo, 0, err) == 0, "%s", err);
+		CHECK(s.start.cache == ANE_CACHE_MISS);
+		if (round == 0) {
+			check_same(&s, "serving while the entry is written");
+			CHECK(ane_set_cache_wait(&s, NULL) == ANE_CACHE_MISS);
+			CHECK(s.store == NULL && s.start.store_us > 0);
+			CHECK(ane_set_cache_wait(&s, NULL) == ANE_CACHE_MISS, "twice");
+		}
+		ane_set_free(&s); // round 1: waits for the writer itself
+		CHECK(count_entries(dir) == round + 1);
+		REQUIRE(ane_set_build(&s, &model, &po, &bo, 0, err) == 0, "%s", err);
+		CHECK(s.start.cache == ANE_CACHE_HIT && s.store == NULL, "%s", ane_cache_state_name(s.start.cache));
+		if (round == 0)
+			check_same(&s, "hit after a background store");
+		ane_set_free(&s);
+	}
+}
+
 static void
 test_key_changes_miss(void)
 {
@@ -579,6 +608,7 @@ main(void)
 	ane_set_free(&s);
 	T_RUN(test_emu_packed);
 	T_RUN(test_hit_is_identical);
+	T_RUN(test_background_store);
 	T_RUN(test_key_changes_miss);
 	T_RUN(test_corrupt_rebuilt);
 	T_RUN(test_crash_mid_write);
