@@ -20,6 +20,13 @@
 
 #include "gguf.h"
 
+#ifdef __APPLE__
+#include <mach-o/dyld.h>
+#define MTIM(st) ((st).st_mtimespec)
+#else
+#define MTIM(st) ((st).st_mtim)
+#endif
+
 #define MAGIC "ANEDVDKC"
 #define SAMPLE 4096 // bytes at each end of a buffer in its sampled checksum
 #define MAX_KERNELS 65536
@@ -146,9 +153,15 @@ kc_build_id(void)
 	if (strlen(build_id) == n0) {
 		// no build id: the executable's size and mtime stand in
 		struct stat st;
-		if (stat("/proc/self/exe", &st) == 0)
+		char exe[4096] = "/proc/self/exe";
+#ifdef __APPLE__
+		uint32_t n = sizeof exe;
+		if (_NSGetExecutablePath(exe, &n) != 0)
+			exe[0] = 0;
+#endif
+		if (exe[0] && stat(exe, &st) == 0)
 			snprintf(build_id + n0, sizeof build_id - n0, " exe-%lld-%lld.%09ld", (long long)st.st_size,
-			         (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+			         (long long)MTIM(st).tv_sec, MTIM(st).tv_nsec);
 	}
 	return build_id;
 }
@@ -193,7 +206,7 @@ make_dir(const char *dir, char *err)
 static void
 hash_stat(const struct stat *st, uint64_t *h)
 {
-	uint64_t v[3] = {(uint64_t)st->st_size, (uint64_t)st->st_mtim.tv_sec, (uint64_t)st->st_mtim.tv_nsec};
+	uint64_t v[3] = {(uint64_t)st->st_size, (uint64_t)MTIM(*st).tv_sec, (uint64_t)MTIM(*st).tv_nsec};
 	*h = kc_hash(v, sizeof v, *h);
 }
 
@@ -266,7 +279,7 @@ kc_model_digest(const struct model *m, char *out, size_t cap, char *err)
 		kc_model_drop(m, d + t->nbytes - s, s);
 	}
 	int n = snprintf(out, cap, "size %lld mtime %lld.%09ld header %016llx data %016llx files %016llx",
-	                 (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+	                 (long long)st.st_size, (long long)MTIM(st).tv_sec, MTIM(st).tv_nsec,
 	                 (unsigned long long)hh, (unsigned long long)hd, (unsigned long long)hs);
 	if (n < 0 || (size_t)n >= cap)
 		return ad_err(err, "model digest: buffer too small");
@@ -822,7 +835,7 @@ kc_list(const char *dir, void (*fn)(const struct kc_info *, void *), void *arg, 
 			continue;
 		}
 		in.bytes = (uint64_t)st.st_size;
-		in.mtime = (int64_t)st.st_mtim.tv_sec;
+		in.mtime = (int64_t)MTIM(st).tv_sec;
 		struct header h;
 		uint8_t *table = NULL;
 		char e[AD_ERRLEN];
@@ -890,8 +903,8 @@ kc_evict(const char *dir, uint64_t max_bytes, const char *keep, char *err)
 		}
 		snprintf(it[n].name, sizeof it[n].name, "%s", de->d_name);
 		it[n].bytes = (uint64_t)st.st_size;
-		it[n].mtime = (int64_t)st.st_mtim.tv_sec;
-		it[n].mtime_ns = st.st_mtim.tv_nsec;
+		it[n].mtime = (int64_t)MTIM(st).tv_sec;
+		it[n].mtime_ns = MTIM(st).tv_nsec;
 		total += it[n].bytes;
 		n++;
 	}
