@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@ struct ane_builder {
 	uint32_t compiles;
 	int warned;
 	float *scratch;
+	const struct model *model; // ane_set_build's: its pages are dropped once written into a blob
 };
 
 static uint64_t
@@ -160,20 +162,24 @@ put_rows(struct ane_builder *b, struct ane_blob_writer *w, const struct ane_part
 		return ad_err(err, "%s: rows beyond the tensor's %zu bytes", t->name, t->nbytes);
 	const uint8_t *src = (const uint8_t *)t->data + (size_t)p->row0 * rb;
 	const size_t n = (size_t)t->ne[0];
-	if (t->type == AD_TYPE_F16 || t->type == AD_TYPE_F32) {
-		struct ane_wsrc ws = {src, (int)t->type, n * (size_t)p->rows};
-		return ane_blob_put(w, &ws, err);
-	}
 	size_t block = SCRATCH_VALUES / n;
 	if (block == 0) // a row of more than a million values: no model has one
 		return ad_err(err, "%s: rows of %zu values are too long", t->name, n);
+	// a block of rows at a time, whose model pages then leave this process
+	// (kc_model_drop), so a large tensor is never in memory whole
 	for (int64_t r = 0; r < p->rows; r += (int64_t)block) {
 		size_t k = (size_t)(p->rows - r) < block ? (size_t)(p->rows - r) : block;
-		if (ad_dequant(t->type, src + (size_t)r * rb, b->scratch, (int64_t)(k * n), err))
-			return ad_err_prefix(err, "%s", t->name);
-		struct ane_wsrc ws = {b->scratch, AD_TYPE_F32, k * n};
+		const uint8_t *rows = src + (size_t)r * rb;
+		struct ane_wsrc ws = {rows, (int)t->type, k * n};
+		if (t->type != AD_TYPE_F16 && t->type != AD_TYPE_F32) {
+			if (ad_dequant(t->type, rows, b->scratch, (int64_t)(k * n), err))
+				return ad_err_prefix(err, "%s", t->name);
+			ws = (struct ane_wsrc){b->scratch, AD_TYPE_F32, k * n};
+		}
 		if (ane_blob_put(w, &ws, err))
 			return -1;
+		if (b->model)
+			kc_model_drop(b->model, rows, k * rb);
 	}
 	return 0;
 }
@@ -426,6 +432,13 @@ compile(struct ane_builder *b, const char *mil, struct kdir *d, struct ane_kerne
 	return 0;
 }
 
+static char *
+kernel_mil(const struct ane_pk *pk, int width, char *err)
+{
+	return pk->ff > 0 ? ane_mil_ffn_w(pk->in_ch, pk->ff, width, pk->wfmt, err)
+	                  : ane_mil_proj_w(pk->in_ch, pk->out_ch, width, pk->wfmt, err);
+}
+
 int
 ane_build(struct ane_builder *b, const struct ane_pk *pk, int width, struct ane_kernel *out, char *err)
 {
@@ -435,6 +448,7 @@ ane_build(struct ane_builder *b, const struct ane_pk *pk, int width, struct ane_
 		snprintf(name, sizeof name, "%s%d", ane_kind_name(pk->kind), pk->layer);
 	else
 		snprintf(name, sizeof name, "%s%d", ane_kind_name(pk->kind), pk->chunk);
+	uint64_t t0 = now_us();
 	struct kdir d;
 	if (kdir_make(b, &d, name, err))
 		return -1;
@@ -472,13 +486,15 @@ ane_build(struct ane_builder *b, const struct ane_pk *pk, int width, struct ane_
 		kdir_done(b, &d);
 		return -1;
 	}
-	char *mil = fused ? ane_mil_ffn_w(pk->in_ch, pk->ff, width, pk->wfmt, err)
-	                  : ane_mil_proj_w(pk->in_ch, pk->out_ch, width, pk->wfmt, err);
+	out->blob_us = now_us() - t0;
+	char *mil = kernel_mil(pk, width, err);
 	if (!mil) {
 		kdir_done(b, &d);
 		return -1;
 	}
+	uint64_t blob_us = out->blob_us;
 	int rc = compile(b, mil, &d, out, err);
+	out->blob_us = blob_us;
 	free(mil);
 	out->in_ch = pk->in_ch;
 	out->out_ch = pk->out_ch;
@@ -542,16 +558,260 @@ ane_eval(struct ane_kernel *k, const void *in, void *out, int ncols, char *err)
 	return emu_eval(k->ek, &in, &out, (size_t)ncols, err);
 }
 
+const char *
+ane_cache_state_name(enum ane_cache_state st)
+{
+	switch (st) {
+	case ANE_CACHE_HIT:
+		return "hit";
+	case ANE_CACHE_MISS:
+		return "miss";
+	case ANE_CACHE_REBUILT:
+		return "rebuilt";
+	case ANE_CACHE_NOT_STORED:
+		return "not-stored";
+	default:
+		return "off";
+	}
+}
+
+void
+ane_start_describe(const struct ane_start *st, char *buf, size_t cap)
+{
+	snprintf(buf, cap,
+	         "plan %.1f ms, MIL+key %.1f ms, cache %s (load %.1f ms), blobs %.1f ms, compile+repack %.1f ms, "
+	         "cache write %.1f ms (beside them; waited for %.1f ms); total %.1f ms%s%s",
+	         st->plan_us / 1e3, st->key_us / 1e3, ane_cache_state_name(st->cache), st->load_us / 1e3,
+	         st->blob_us / 1e3, st->compile_us / 1e3, st->store_us / 1e3, st->store_wait_us / 1e3,
+	         st->total_us / 1e3,
+	         st->cache_note[0] ? ": " : "", st->cache_note);
+}
+
 void
 ane_set_free(struct ane_set *s)
 {
+	ane_set_cache_wait(s, NULL); // the writer reads the kernels
 	if (s->k)
 		for (int i = 0; i < s->plan.n; i++)
 			ane_kernel_free(&s->k[i]);
 	free(s->k);
+	kc_entry_free(s->cache); // after the kernels that borrow its buffers
 	ane_builder_free(s->b);
 	ane_plan_free(&s->plan);
 	memset(s, 0, sizeof *s);
+}
+
+// the cache key of a plan: see kcache.h
+static int
+set_key(struct kc_key *key, const struct ane_set *s, const struct model *m, const char *backend,
+        const char *options, char *err)
+{
+	char digest[256];
+	if (kc_model_digest(m, digest, sizeof digest, err))
+		return -1;
+	kc_key_init(key);
+	kc_key_add(key, "format %d", KC_FORMAT);
+	kc_key_add(key, "build %s", kc_build_id());
+	kc_key_add(key, "backend %s", backend);
+	kc_key_add(key, "model %s %s", m->name, digest);
+	kc_key_add(key, "options width=%d split=%d head_rows=%d %s", s->plan.width, s->plan.split, s->plan.head_rows,
+	           options ? options : "");
+	uint64_t h = 0x6b6e;
+	for (int i = 0; i < s->plan.n; i++) {
+		const struct ane_pk *pk = &s->plan.k[i];
+		char *mil = kernel_mil(pk, s->plan.width, err);
+		if (!mil) {
+			kc_key_free(key);
+			return -1;
+		}
+		h = kc_hash(mil, strlen(mil), h);
+		free(mil);
+		int64_t shape[7] = {pk->kind, pk->layer, pk->chunk, pk->in_ch, pk->out_ch, pk->row_offset, pk->ff};
+		h = kc_hash(shape, sizeof shape, h);
+		for (int j = 0; j < pk->nparts; j++) {
+			const struct ane_part *pt = &pk->parts[j];
+			int64_t rows[3] = {pt->row0, pt->rows, pt->t->type};
+			h = kc_hash(pt->t->name, strlen(pt->t->name), h);
+			h = kc_hash(rows, sizeof rows, h);
+		}
+	}
+	kc_key_add(key, "kernels %d %016llx", s->plan.n, (unsigned long long)h);
+	return kc_key_finish(key, err);
+}
+
+// every kernel from a mapped entry; -1 leaves no kernel behind
+static int
+set_from_cache(struct ane_set *s, struct kc_entry *e, char *err)
+{
+	for (int i = 0; i < s->plan.n; i++) {
+		const struct ane_pk *pk = &s->plan.k[i];
+		const struct kc_kernel *ck = kc_entry_kernel(e, i);
+		char *mil = kernel_mil(pk, s->plan.width, err);
+		if (!mil)
+			goto fail;
+		uint64_t t0 = now_us();
+		if (ck->mil_hash != kc_hash(mil, strlen(mil), 0x6d696c)) {
+			ad_err(err, "kernel %d: the cached program is not this one", i);
+			free(mil);
+			goto fail;
+		}
+		struct ane_kernel *k = &s->k[i];
+		k->ek = emu_compile_packed(s->b->emu, mil, ck->consts, ck->nconsts, err);
+		free(mil);
+		if (!k->ek) {
+			ad_err_prefix(err, "kernel %d", i);
+			goto fail;
+		}
+		k->compile_us = now_us() - t0;
+		count_compile(s->b);
+		k->weight_bytes = emu_weight_bytes(k->ek);
+		k->width = (int)emu_width(k->ek);
+		k->in_ch = pk->in_ch;
+		k->out_ch = pk->out_ch;
+	}
+	return 0;
+fail:
+	for (int i = 0; i < s->plan.n; i++)
+		ane_kernel_free(&s->k[i]);
+	return -1;
+}
+
+// kernel i's buffers into the entry being written
+static int
+store_kernel(struct kc_writer *w, const struct ane_set *s, int i, char *err)
+{
+	const struct ane_kernel *k = &s->k[i];
+	int n = emu_kernel_nconsts(k->ek);
+	struct emu_const *c = calloc((size_t)n + 1, sizeof *c);
+	if (!c)
+		return ad_err(err, "out of memory");
+	for (int j = 0; j < n; j++)
+		emu_kernel_const(k->ek, j, &c[j]);
+	char *mil = kernel_mil(&s->plan.k[i], s->plan.width, err);
+	int rc = mil ? kc_writer_add(w, i, kc_hash(mil, strlen(mil), 0x6d696c), c, n, err) : -1;
+	free(mil);
+	free(c);
+	return rc;
+}
+
+// the cache file is written by a thread of its own while the next kernels
+// compile: kernels [0, ready) are compiled (and no longer change); once
+// done it commits the entry (or, on abort, removes it)
+struct ane_store {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	pthread_t th;
+	int threaded;
+	int ready, done, abort;
+	struct kc_writer *w;
+	const struct ane_set *s;
+	uint64_t max_bytes;
+	int failed;
+	char err[AD_ERRLEN];
+	uint64_t us;
+};
+
+static void *
+store_main(void *arg)
+{
+	struct ane_store *q = arg;
+	int i = 0, abort = 0;
+	for (;;) {
+		pthread_mutex_lock(&q->mu);
+		while (i >= q->ready && !q->done)
+			pthread_cond_wait(&q->cv, &q->mu);
+		int ready = q->ready, done = q->done;
+		abort = q->abort;
+		pthread_mutex_unlock(&q->mu);
+		if (abort || (i >= ready && done))
+			break;
+		uint64_t t0 = now_us();
+		for (; i < ready; i++)
+			if (!q->failed && store_kernel(q->w, q->s, i, q->err))
+				q->failed = 1;
+		q->us += now_us() - t0;
+	}
+	uint64_t t0 = now_us();
+	if (abort || q->failed)
+		kc_writer_abort(q->w);
+	else if (kc_writer_commit(q->w, q->max_bytes, q->err))
+		q->failed = 1;
+	q->w = NULL;
+	q->us += now_us() - t0;
+	return NULL;
+}
+
+static void
+store_publish(struct ane_store *q, int ready, int done, int abort)
+{
+	pthread_mutex_lock(&q->mu);
+	q->ready = ready;
+	q->done |= done;
+	q->abort |= abort;
+	pthread_cond_signal(&q->cv);
+	pthread_mutex_unlock(&q->mu);
+}
+
+static struct ane_store *
+store_start(struct kc_writer *w, const struct ane_set *s, uint64_t max_bytes)
+{
+	struct ane_store *q = calloc(1, sizeof *q);
+	if (!q)
+		return NULL;
+	q->w = w;
+	q->s = s;
+	q->max_bytes = max_bytes;
+	pthread_mutex_init(&q->mu, NULL);
+	pthread_cond_init(&q->cv, NULL);
+	q->threaded = pthread_create(&q->th, NULL, store_main, q) == 0;
+	return q;
+}
+
+// the writer's end: joined (or, without a thread, run here), its outcome booked
+static void
+store_finish(struct ane_store *q, struct ane_start *st, pthread_mutex_t *mu)
+{
+	if (q->threaded)
+		pthread_join(q->th, NULL);
+	else
+		store_main(q);
+	if (mu)
+		pthread_mutex_lock(mu);
+	st->store_us += q->us;
+	if (q->failed && !q->abort) {
+		st->cache = ANE_CACHE_NOT_STORED;
+		snprintf(st->cache_note, sizeof st->cache_note, "not cached: %s", q->err);
+		ad_warn("kernel cache: %s", st->cache_note);
+	}
+	if (mu)
+		pthread_mutex_unlock(mu);
+	pthread_mutex_destroy(&q->mu);
+	pthread_cond_destroy(&q->cv);
+	free(q);
+}
+
+enum ane_cache_state
+ane_set_cache_wait(struct ane_set *s, pthread_mutex_t *mu)
+{
+	if (s->store) {
+		struct ane_store *q = s->store;
+		s->store = NULL;
+		store_finish(q, &s->start, mu);
+	}
+	return s->start.cache;
+}
+
+// the pages of the model a kernel was built from, out of this process
+static void
+drop_kernel_pages(const struct model *m, const struct ane_pk *pk)
+{
+	for (int j = 0; j < pk->nparts; j++) {
+		const struct ane_part *pt = &pk->parts[j];
+		size_t rb;
+		if (ad_type_row_bytes(pt->t->type, pt->t->ne[0], &rb))
+			continue;
+		kc_model_drop(m, (const uint8_t *)pt->t->data + (size_t)pt->row0 * rb, (size_t)pt->rows * rb);
+	}
 }
 
 int
@@ -559,6 +819,7 @@ ane_set_build(struct ane_set *s, const struct model *m, const struct ane_plan_op
               const struct ane_build_opts *bo, int progress, char *err)
 {
 	memset(s, 0, sizeof *s);
+	uint64_t t_start = now_us();
 	if (ane_plan_build(&s->plan, m, po, err))
 		return -1;
 	s->k = calloc((size_t)s->plan.n, sizeof *s->k);
@@ -569,20 +830,104 @@ ane_set_build(struct ane_set *s, const struct model *m, const struct ane_plan_op
 		ane_set_free(s);
 		return -1;
 	}
+	struct ane_start *st = &s->start;
 	uint64_t t0 = now_us();
+	st->plan_us = t0 - t_start;
+	s->b->model = m;
+	// the cache: emu only for now (see kcache.h for the ane backend)
+	struct kc_key key = {0};
+	struct kc_writer *w = NULL;
+	const char *dir = bo && bo->cache_dir && bo->cache_dir[0] && !s->b->ane ? bo->cache_dir : NULL;
+	if (dir) {
+		char e[AD_ERRLEN];
+		if (set_key(&key, s, m, s->b->backend, bo->options, e)) {
+			snprintf(st->cache_note, sizeof st->cache_note, "no key: %s", e);
+			st->cache = ANE_CACHE_NOT_STORED;
+			dir = NULL;
+		}
+		uint64_t t1 = now_us();
+		st->key_us = t1 - t0;
+		struct kc_opts ko = {.dir = dir, .verify = bo->cache_verify};
+		int r = dir ? kc_load(dir, &key, s->plan.n, &ko, &s->cache, e) : 0;
+		if (r == 1 && set_from_cache(s, s->cache, e) == 0) {
+			st->cache = ANE_CACHE_HIT;
+			st->cache_bytes = kc_entry_bytes(s->cache);
+			st->load_us = now_us() - t1;
+			st->total_us = now_us() - t_start;
+			s->compile_ms = (now_us() - t0) / 1000;
+			if (progress)
+				ad_info("%d kernels from the cache (%s/%s.kc, %.1f MB)", s->plan.n, dir, key.name,
+				        (double)st->cache_bytes / 1e6);
+			kc_key_free(&key);
+			return 0;
+		}
+		if (r == 1) { // mapped but a kernel refused it: drop it, build afresh
+			kc_entry_free(s->cache);
+			s->cache = NULL;
+			char p[4200];
+			snprintf(p, sizeof p, "%s/%s.kc", dir, key.name);
+			unlink(p);
+			r = -1;
+		}
+		if (r < 0) {
+			snprintf(st->cache_note, sizeof st->cache_note, "cache entry unusable, rebuilt: %s", e);
+			ad_warn("%s", st->cache_note);
+		}
+		st->load_us = now_us() - t1;
+		if (dir) {
+			w = kc_writer_new(dir, &key, s->plan.n, e);
+			if (!w) {
+				st->cache = ANE_CACHE_NOT_STORED;
+				snprintf(st->cache_note, sizeof st->cache_note, "not cached: %s", e);
+				ad_warn("kernel cache: %s", st->cache_note);
+			} else {
+				st->cache = r < 0 ? ANE_CACHE_REBUILT : ANE_CACHE_MISS;
+			}
+		}
+	}
+	struct ane_store *q = NULL;
+	if (w && !(q = store_start(w, s, bo->cache_max_bytes))) {
+		kc_writer_abort(w);
+		st->cache = ANE_CACHE_NOT_STORED;
+		snprintf(st->cache_note, sizeof st->cache_note, "not cached: out of memory");
+	}
+	t0 = now_us();
 	for (int i = 0; i < s->plan.n; i++) {
 		const struct ane_pk *pk = &s->plan.k[i];
 		char what[96];
 		ane_pk_describe(pk, what, sizeof what);
 		if (ane_build(s->b, pk, s->plan.width, &s->k[i], err)) {
 			ad_err_prefix(err, "kernel %d (%s)", i, what);
+			if (q) {
+				store_publish(q, i, 1, 1);
+				store_finish(q, st, NULL);
+			}
+			kc_key_free(&key);
 			ane_set_free(s);
 			return -1;
 		}
+		st->blob_us += s->k[i].blob_us;
+		st->compile_us += s->k[i].compile_us;
+		// the kernel holds its own copy now: the model's pages can go
+		drop_kernel_pages(m, pk);
+		if (q && q->threaded)
+			store_publish(q, i + 1, 0, 0);
 		if (progress)
 			ad_info("compiled %d/%d %s: %.1f MB in %.1f ms", i + 1, s->plan.n, what,
 			        (double)s->k[i].weight_bytes / 1e6, (double)s->k[i].compile_us / 1e3);
 	}
+	if (q) {
+		store_publish(q, s->plan.n, 1, 0);
+		if (bo->cache_background && q->threaded) {
+			s->store = q; // ane_set_cache_wait
+		} else {
+			uint64_t t1 = now_us();
+			store_finish(q, st, NULL);
+			st->store_wait_us = now_us() - t1; // the last kernels, the fsync and the rename
+		}
+	}
+	kc_key_free(&key);
 	s->compile_ms = (now_us() - t0) / 1000;
+	st->total_us = now_us() - t_start;
 	return 0;
 }

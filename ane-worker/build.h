@@ -36,14 +36,24 @@
 // context's rule); a server serialises evals itself.
 //
 // ane_set is the whole plan of a model, compiled: what kb_local and the
-// anedvd-ane-worker process both hold.
+// anedvd-ane-worker process both hold. Given a cache directory
+// (ane_build_opts.cache_dir, emu only), ane_set_build first looks for the
+// plan's entry in the on-disk cache (kcache.h) and, on a hit, compiles
+// every kernel from the mapped file's buffers (emu_compile_packed): no blob
+// is written, no model page is read. On a miss it builds as above and a
+// thread of its own writes each compiled kernel into a new entry while the
+// next ones compile. Either way it drops the model's pages it read (the
+// kernels hold their own copy), and records where the time went
+// (ane_set.start).
 #ifndef ANE_BUILD_H
 #define ANE_BUILD_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "emu.h"
 #include "err.h"
+#include "kcache.h"
 #include "model.h"
 #include "plan.h"
 
@@ -55,6 +65,17 @@
 struct ane_build_opts {
 	const char *backend; // NULL: "emu"
 	int threads;         // emu threads (0: 2)
+	// the on-disk cache of compiled kernels (kcache.h), for ane_set_build
+	// on emu: NULL or "" builds without it
+	const char *cache_dir;
+	uint64_t cache_max_bytes; // 0: KC_DEFAULT_MAX_MB MiB
+	int cache_verify;         // check every cached byte's checksum on a hit
+	// what else changes the kernels, for the cache key ("weights=fp16")
+	const char *options;
+	// on a miss, return once the kernels are compiled and let the writer
+	// finish the entry (the last kernels, fsync, rename) in the background:
+	// ane_set_cache_wait (or ane_set_free) waits for it
+	int cache_background;
 };
 
 struct ane_builder;
@@ -67,6 +88,7 @@ struct ane_kernel {
 	int width;
 	int in_ch, out_ch;
 	uint64_t compile_us;
+	uint64_t blob_us; // writing its blob (dequantising included)
 	uint64_t weight_bytes;
 };
 
@@ -108,13 +130,44 @@ double ane_qerr_rms_rel(const struct ane_qerr *e);
 // quantise every weight of the plan's kernels as ane_build does and sum up
 // the error (reads the whole model once; nothing is kept)
 int ane_qerr_plan(const struct ane_plan *p, struct ane_qerr *e, char *err);
+enum ane_cache_state {
+	ANE_CACHE_OFF = 0,    // not asked for, or not for this backend
+	ANE_CACHE_HIT,        // every kernel from the cache's file
+	ANE_CACHE_MISS,       // compiled, and stored
+	ANE_CACHE_REBUILT,    // the entry was unusable (cache_note says why): compiled, and stored again
+	ANE_CACHE_NOT_STORED, // compiled; storing failed (cache_note says why, warned once)
+};
+
+// where a start's time went (us), for the log and `run --json`
+struct ane_start {
+	uint64_t plan_us;    // the plan
+	uint64_t key_us;     // MIL texts, the model digest and the cache key
+	uint64_t load_us;    // cache lookup, checks and mapping, packed compiles (hit)
+	uint64_t blob_us;    // dequantising into blob files (miss)
+	uint64_t compile_us; // emu_compile / device compile: parse, read and repack (miss)
+	uint64_t store_us;   // writing the cache file (miss), beside the compiles in a thread of its own
+	uint64_t store_wait_us; // of which the build waited for at its end (the last kernels, fsync, rename)
+	uint64_t total_us;
+	enum ane_cache_state cache;
+	char cache_note[AD_ERRLEN + 64];
+	uint64_t cache_bytes; // the entry's file
+};
 
 struct ane_set {
 	struct ane_plan plan;
 	struct ane_builder *b;
 	struct ane_kernel *k; // plan.n entries
 	uint64_t compile_ms;
+	struct kc_entry *cache; // the mapped entry the kernels' weights live in (hit)
+	struct ane_start start;
+	struct ane_store *store; // the entry being written (cache_background)
 };
+// wait for an entry written in the background and book its outcome in
+// s->start (with mu held, if given, while doing so); the cache state
+enum ane_cache_state ane_set_cache_wait(struct ane_set *s, pthread_mutex_t *mu);
+const char *ane_cache_state_name(enum ane_cache_state s); // "off", "hit", ...
+// one line: "plan 1 ms, key 3 ms, ..."
+void ane_start_describe(const struct ane_start *s, char *buf, size_t cap);
 
 // progress: log one line per kernel (info level)
 int ane_set_build(struct ane_set *s, const struct model *m, const struct ane_plan_opts *po,

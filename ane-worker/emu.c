@@ -1280,12 +1280,14 @@ struct step {
 struct weight {
 	size_t cout, cin;
 	uint16_t *panels; // NULL until a conv uses it
+	int borrowed;     // panels belong to the caller of emu_compile_packed
 	const uint8_t *payload; // during compile only
 	// int8 (constexpr_affine_dequantize): panels of int8, one scale per row
 	int i8;
 	int8_t *qpanels;
 	float *scale;            // npanels * 16
 	const uint8_t *spayload; // the fp16 scales, during compile only
+	int mapped;             // payload lies in a blob file's private read-only mapping
 };
 
 struct bufdesc {
@@ -1335,6 +1337,9 @@ struct compiler {
 	int nbf;
 	int inline_scalar_line; // first op with an inline scalar operand, 0: none
 	int nblob;
+	// emu_compile_packed: the constant buffers, taken instead of blob files
+	const struct emu_const *packed;
+	int npacked, use_packed;
 };
 
 static int
@@ -1718,7 +1723,26 @@ open_bfile(struct compiler *c, int line, const char *path)
 	return b;
 }
 
-static const uint8_t *blob_payload(struct compiler *c, struct var *v, const struct val *x, int dt);
+static const uint8_t *blob_payload(struct compiler *c, struct var *v, const struct val *x, int dt,
+                                   int *mapped);
+
+// a BLOBFILE const of v's type; payload NULL with packed constants
+static int
+add_weight(struct compiler *c, struct var *v, const uint8_t *payload, int mapped)
+{
+	struct emu_kernel *k = c->k;
+	struct weight *w = realloc(k->weights, (size_t)(k->nweights + 1) * sizeof *w);
+	if (!w)
+		return perr(&c->ps, v->line, "out of memory");
+	k->weights = w;
+	k->weights[k->nweights] = (struct weight){.payload = payload, .mapped = mapped};
+	if (v->t.rank == 4) {
+		k->weights[k->nweights].cout = (size_t)v->t.dims[0];
+		k->weights[k->nweights].cin = (size_t)v->t.dims[1];
+	}
+	v->blob = k->nweights++;
+	return 0;
+}
 
 static int
 do_const(struct compiler *c, struct var *v, struct arg *attrs, int nattrs)
@@ -1746,27 +1770,19 @@ do_const(struct compiler *c, struct var *v, struct arg *attrs, int nattrs)
 		            "ones as the quantized_data of a constexpr_affine_dequantize)",
 		            v->name, dt);
 	c->nblob++;
-	const uint8_t *payload = blob_payload(c, v, x, ANE_BLOB_DT_FP16);
+	if (c->use_packed)
+		return add_weight(c, v, NULL, 0);
+	int mapped = 0;
+	const uint8_t *payload = blob_payload(c, v, x, ANE_BLOB_DT_FP16, &mapped);
 	if (!payload)
 		return -1;
-	struct emu_kernel *k = c->k;
-	struct weight *w = realloc(k->weights, (size_t)(k->nweights + 1) * sizeof *w);
-	if (!w)
-		return perr(ps, v->line, "out of memory");
-	k->weights = w;
-	k->weights[k->nweights] = (struct weight){.payload = payload};
-	if (v->t.rank == 4) {
-		k->weights[k->nweights].cout = (size_t)v->t.dims[0];
-		k->weights[k->nweights].cin = (size_t)v->t.dims[1];
-	}
-	v->blob = k->nweights++;
-	return 0;
+	return add_weight(c, v, payload, mapped);
 }
 
 // the payload of the chunk a BLOBFILE value x (of const v) points at,
 // checked against x's type: element type dt and size; NULL after perr
 static const uint8_t *
-blob_payload(struct compiler *c, struct var *v, const struct val *x, int dt)
+blob_payload(struct compiler *c, struct var *v, const struct val *x, int dt, int *mapped)
 {
 	struct parser *ps = &c->ps;
 	char dt_s[128];
@@ -1806,6 +1822,8 @@ blob_payload(struct compiler *c, struct var *v, const struct val *x, int dt)
 		     (unsigned long long)ch->bytes);
 		return NULL;
 	}
+	if (mapped)
+		*mapped = b->map != NULL;
 	return b->img + ch->data;
 }
 
@@ -1860,18 +1878,21 @@ do_dequant(struct compiler *c, struct var *v, int nargs, struct arg *attrs, int 
 	if (zp->k != V_INT || strcmp(zp->t.dtype, "int8") || zp->i != 0)
 		return perr(ps, v->line, "%s '%s': zero_point must be int8(0): the weights are symmetric", op, v->name);
 	c->nblob += 2;
-	const uint8_t *q = blob_payload(c, v, qd, ANE_BLOB_DT_INT8);
-	const uint8_t *s = q ? blob_payload(c, v, sc, ANE_BLOB_DT_FP16) : NULL;
-	if (!s)
+	int mapped = 0;
+	const uint8_t *q = NULL, *s = NULL;
+	if (!c->use_packed) {
+		q = blob_payload(c, v, qd, ANE_BLOB_DT_INT8, &mapped);
+		s = q ? blob_payload(c, v, sc, ANE_BLOB_DT_FP16, NULL) : NULL;
+		if (!s)
+			return -1;
+	}
+	if (add_weight(c, v, q, mapped))
 		return -1;
-	struct emu_kernel *k = c->k;
-	struct weight *w = realloc(k->weights, (size_t)(k->nweights + 1) * sizeof *w);
-	if (!w)
-		return perr(ps, v->line, "out of memory");
-	k->weights = w;
-	k->weights[k->nweights] = (struct weight){.payload = q, .spayload = s, .i8 = 1, .cout = (size_t)O,
-	                                          .cin = (size_t)I};
-	v->blob = k->nweights++;
+	struct weight *w = &c->k->weights[v->blob];
+	w->spayload = s;
+	w->i8 = 1;
+	w->cout = (size_t)O;
+	w->cin = (size_t)I;
 	return 0;
 }
 
@@ -2239,6 +2260,16 @@ compiler_release(struct compiler *c)
 	free(c->ps.toks);
 }
 
+// unmap the whole pages of [p, p + n) of a read-only private file mapping
+static void
+drop_read(const uint8_t *p, size_t n)
+{
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t lo = (uintptr_t)p & ~(pg - 1), hi = ((uintptr_t)p + n) & ~(pg - 1);
+	if (hi > lo)
+		madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 static void *
 alloc64(size_t n)
 {
@@ -2248,11 +2279,53 @@ alloc64(size_t n)
 	return p;
 }
 
-struct emu_kernel *
-emu_compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles, char *err)
+// the constant buffers of weight wi: what emu_kernel_const lists and
+// emu_compile_packed takes back (a weight a conv uses has its panels)
+static int
+weight_consts(const struct emu_kernel *k, int wi, struct emu_const *out)
+{
+	const struct weight *w = &k->weights[wi];
+	if (w->qpanels) {
+		size_t np = (w->cout + PANEL - 1) / PANEL;
+		out[0] = (struct emu_const){.weight = wi, .kind = EMU_CONST_I8_PANELS,
+		                            .bytes = emu_i8_panel_bytes(w->cout, w->cin), .data = w->qpanels};
+		out[1] = (struct emu_const){.weight = wi, .kind = EMU_CONST_F32_SCALES,
+		                            .bytes = np * PANEL * sizeof(float), .data = w->scale};
+		return 2;
+	}
+	if (!w->panels)
+		return 0;
+	out[0] = (struct emu_const){.weight = wi, .kind = EMU_CONST_F16_PANELS,
+	                            .bytes = emu_panel_bytes(w->cout, w->cin), .data = w->panels};
+	return 1;
+}
+
+// the packed buffer of (weight, kind), checked against what the program needs
+static int
+take_packed(struct compiler *c, int wi, int kind, size_t bytes, const void **data, char *err)
+{
+	for (int i = 0; i < c->npacked; i++) {
+		const struct emu_const *q = &c->packed[i];
+		if (q->weight != wi || q->kind != kind)
+			continue;
+		if (q->bytes != bytes)
+			return ad_err(err, "emu: constant %d (kind %d) holds %zu bytes, the program needs %zu", wi,
+			              kind, q->bytes, bytes);
+		if (!q->data || ((uintptr_t)q->data & 63))
+			return ad_err(err, "emu: constant %d (kind %d) is not 64-byte aligned", wi, kind);
+		*data = q->data;
+		return 0;
+	}
+	return ad_err(err, "emu: no packed constant for weight %d (kind %d)", wi, kind);
+}
+
+static struct emu_kernel *
+compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles,
+        const struct emu_const *packed, int npacked, char *err)
 {
 	struct emu_kernel *k = calloc(1, sizeof *k);
-	struct compiler c = {.files = files, .nfiles = nfiles};
+	struct compiler c = {.files = files, .nfiles = nfiles, .packed = packed, .npacked = npacked,
+	                     .use_packed = packed != NULL};
 	if (!k) {
 		ad_err(err, "emu: out of memory");
 		return NULL;
@@ -2278,21 +2351,45 @@ emu_compile(struct emu *e, const char *mil, const struct emu_file *files, int nf
 		if (w->i8) {
 			// one byte per weight, as stored; the scales widened to fp32
 			size_t np = (w->cout + PANEL - 1) / PANEL;
-			w->qpanels = alloc64(emu_i8_panel_bytes(w->cout, w->cin));
-			w->scale = alloc64(np * PANEL * sizeof(float));
-			if (!w->qpanels || !w->scale) {
-				ad_err(err, "emu: out of memory for %zu x %zu int8 weights", w->cout, w->cin);
-				goto fail;
+			size_t qb = emu_i8_panel_bytes(w->cout, w->cin), sb = np * PANEL * sizeof(float);
+			if (c.use_packed) {
+				const void *dq = NULL, *ds = NULL;
+				if (take_packed(&c, st->weight, EMU_CONST_I8_PANELS, qb, &dq, err) ||
+				    take_packed(&c, st->weight, EMU_CONST_F32_SCALES, sb, &ds, err))
+					goto fail;
+				w->qpanels = (int8_t *)dq;
+				w->scale = (float *)ds;
+				w->borrowed = 1;
+			} else {
+				w->qpanels = (int8_t *)panel_alloc(qb);
+				w->scale = alloc64(sb);
+				if (!w->qpanels || !w->scale) {
+					ad_err(err, "emu: out of memory for %zu x %zu int8 weights", w->cout, w->cin);
+					goto fail;
+				}
+				emu_i8_pack((const int8_t *)w->payload, w->cout, w->cin, w->qpanels);
+				for (size_t o = 0; o < np * PANEL; o++) {
+					uint16_t h = 0;
+					if (o < w->cout)
+						memcpy(&h, w->spayload + o * 2, 2);
+					w->scale[o] = ad_fp16_to_f32(h);
+				}
+				if (w->mapped)
+					drop_read(w->payload, w->cout * w->cin);
 			}
-			e->weight_bytes += emu_i8_panel_bytes(w->cout, w->cin);
-			emu_i8_pack((const int8_t *)w->payload, w->cout, w->cin, w->qpanels);
-			for (size_t o = 0; o < np * PANEL; o++) {
-				uint16_t h = 0;
-				if (o < w->cout)
-					memcpy(&h, w->spayload + o * 2, 2);
-				w->scale[o] = ad_fp16_to_f32(h);
-			}
+			e->weight_bytes += qb;
 			k->weight_bytes += (uint64_t)w->cout * w->cin + (uint64_t)w->cout * 2;
+			continue;
+		}
+		if (c.use_packed) {
+			const void *d = NULL;
+			if (take_packed(&c, st->weight, EMU_CONST_F16_PANELS, emu_panel_bytes(w->cout, w->cin), &d,
+			                err))
+				goto fail;
+			w->panels = (uint16_t *)d;
+			w->borrowed = 1;
+			e->weight_bytes += emu_panel_bytes(w->cout, w->cin);
+			k->weight_bytes += (uint64_t)w->cout * w->cin * 2;
 			continue;
 		}
 		w->panels = panel_alloc(emu_panel_bytes(w->cout, w->cin));
@@ -2318,6 +2415,11 @@ emu_compile(struct emu *e, const char *mil, const struct emu_file *files, int nf
 				for (size_t i = 0; i < w->cin; i++)
 					dst[i * PANEL + r] = o < w->cout ? row[i] : 0;
 			}
+			// the blob's pages already repacked leave this process as it
+			// goes, so a large weight is never in memory twice (read-only
+			// file pages: dropping them only unmaps them)
+			if (w->mapped && (p % 64 == 63 || p == np - 1))
+				drop_read(w->payload, ((p + 1) * PANEL < w->cout ? (p + 1) * PANEL : w->cout) * w->cin * 2);
 		}
 		free(row);
 		k->weight_bytes += (uint64_t)w->cout * w->cin * 2;
@@ -2355,19 +2457,64 @@ fail:
 	return NULL;
 }
 
+struct emu_kernel *
+emu_compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles, char *err)
+{
+	return compile(e, mil, files, nfiles, NULL, 0, err);
+}
+
+struct emu_kernel *
+emu_compile_packed(struct emu *e, const char *mil, const struct emu_const *consts, int nconsts, char *err)
+{
+	if (nconsts < 0 || (nconsts > 0 && !consts)) {
+		ad_err(err, "emu: bad constant list");
+		return NULL;
+	}
+	static const struct emu_const none;
+	return compile(e, mil, NULL, 0, consts ? consts : &none, nconsts, err);
+}
+
+int
+emu_kernel_nconsts(const struct emu_kernel *k)
+{
+	struct emu_const tmp[EMU_MAX_CONSTS_PER_WEIGHT];
+	int n = 0;
+	for (int i = 0; i < k->nweights; i++)
+		n += weight_consts(k, i, tmp);
+	return n;
+}
+
+int
+emu_kernel_const(const struct emu_kernel *k, int i, struct emu_const *out)
+{
+	struct emu_const tmp[EMU_MAX_CONSTS_PER_WEIGHT];
+	for (int w = 0; w < k->nweights && i >= 0; w++) {
+		int n = weight_consts(k, w, tmp);
+		if (i < n) {
+			*out = tmp[i];
+			return 0;
+		}
+		i -= n;
+	}
+	return -1;
+}
+
 void
 emu_kernel_free(struct emu_kernel *k)
 {
 	if (!k)
 		return;
 	for (int i = 0; i < k->nweights; i++) {
-		if (k->weights[i].panels)
-			k->e->weight_bytes -= emu_panel_bytes(k->weights[i].cout, k->weights[i].cin);
-		if (k->weights[i].qpanels)
-			k->e->weight_bytes -= emu_i8_panel_bytes(k->weights[i].cout, k->weights[i].cin);
-		free(k->weights[i].panels);
-		free(k->weights[i].qpanels);
-		free(k->weights[i].scale);
+		struct weight *w = &k->weights[i];
+		if (w->panels)
+			k->e->weight_bytes -= emu_panel_bytes(w->cout, w->cin);
+		if (w->qpanels)
+			k->e->weight_bytes -= emu_i8_panel_bytes(w->cout, w->cin);
+		if (w->borrowed)
+			continue;
+		free(w->panels);
+		free(w->qpanels);
+		free(w->scale);
 	}
 	for (int i = 0; i < k->nbufs; i++)
 		free(k->bufs[i].data);

@@ -118,6 +118,39 @@ size_t emu_output_capacity(const struct emu_kernel *k);
 uint64_t emu_weight_bytes(const struct emu_kernel *k);
 int emu_nblobfiles(const struct emu_kernel *k);
 
+// The compiled program's constant buffers, for an on-disk cache of
+// compiled kernels (kcache.h): what emu_compile made from the blobs (the
+// repacked weights), listed as raw bytes with their kind. A kernel
+// compiled again from the same MIL text with emu_compile_packed and those
+// bytes computes exactly what the original did, without reading or
+// repacking a blob. A new kind of buffer (another weight format) gets a
+// new kind value here and is listed by the weight it belongs to; a cache
+// stores it without knowing what it is.
+enum emu_const_kind {
+	EMU_CONST_F16_PANELS = 1, // fp16 16-row panels (emu_pack's layout), emu_panel_bytes(cout, cin)
+	EMU_CONST_I8_PANELS = 2,  // int8 16-row panels (emu_i8_pack's layout), emu_i8_panel_bytes(cout, cin)
+	EMU_CONST_F32_SCALES = 3, // an int8 weight's per-row scales widened to fp32, 16 * npanels floats
+};
+#define EMU_MAX_CONSTS_PER_WEIGHT 4
+
+struct emu_const {
+	int weight;       // the BLOBFILE const it belongs to (the program's declaration order)
+	int kind;         // enum emu_const_kind
+	size_t bytes;
+	const void *data; // 64-byte aligned
+};
+
+int emu_kernel_nconsts(const struct emu_kernel *k);
+// the i-th buffer (0 .. nconsts-1, by weight); -1 past the end
+int emu_kernel_const(const struct emu_kernel *k, int i, struct emu_const *out);
+// mil as emu_compile would take it, with the constants taken from consts
+// (borrowed: they must stay mapped and unchanged while the kernel lives)
+// instead of blob files; each must have the size the program needs and be
+// 64-byte aligned. The program text is checked as by emu_compile; the
+// blob files it names are not opened.
+struct emu_kernel *emu_compile_packed(struct emu *e, const char *mil, const struct emu_const *consts,
+                                      int nconsts, char *err);
+
 // in[i] / out[i]: surfaces laid out as emu_input_layout / emu_output_layout;
 // ncols in 1..width (0: the whole width)
 int emu_eval(struct emu_kernel *k, const void *const *in, void *const *out, size_t ncols,

@@ -2,9 +2,16 @@
 //
 //   anedvd-ane-worker --model M --listen URL [--backend emu] [--chunk 64]
 //                     [--split] [--threads N] [--weights fp16|int8]
+//                     [--cache-dir D | --no-cache] [--cache-max-mb N]
 //
 // --weights: the kernels' weight format (plan.h); default int8 on emu for
 // a model stored in 8 bits or fewer, else fp16 (always fp16 on ane).
+//
+// The compiled kernels are cached on disk (kcache.h): a start with the
+// same model, options and build maps them instead of compiling. The
+// directory: --cache-dir, else kc_default_dir ($ANEDVD_CACHE_DIR,
+// $XDG_CACHE_HOME/anedvd, ~/.cache/anedvd). The start's phases are logged
+// (info) and returned in CompileReply.start_phases.
 //
 // Compiles the model's whole kernel plan (plan.h) at start, logging one
 // line per kernel, then answers AneRequests (proto/ane.proto) on URL until
@@ -67,6 +74,8 @@ struct worker {
 	uint64_t started_ms;
 	atomic_ullong requests;
 	int delay_ms;
+	uint64_t model_us;
+	char phases[1024];
 };
 
 static uint64_t
@@ -162,6 +171,7 @@ struct reply {
 	Anedvd__KernelStats *kst;
 	Anedvd__KernelStats **kstp;
 	char (*layouts)[64];
+	Anedvd__StartPhase phase[9], *phasep[9];
 };
 
 static void
@@ -226,6 +236,20 @@ do_compile_reply(struct worker *w, struct reply *rp)
 	c->compile_ms = total_us / 1000;
 	// the ane backend copies into surfaces of its own (backend-ane.h)
 	c->surfaces_shared = strcmp(w->backend, "ane") != 0;
+	const struct ane_start *st = &w->set.start;
+	static const char *const names[] = {"model", "plan", "key", "cache_load", "blobs", "compile", "cache_write",
+	                                    "cache_write_wait", "total"};
+	const uint64_t us[] = {w->model_us, st->plan_us, st->key_us, st->load_us, st->blob_us, st->compile_us,
+	                       st->store_us, st->store_wait_us, w->model_us + st->total_us};
+	for (int i = 0; i < 9; i++) {
+		anedvd__start_phase__init(&rp->phase[i]);
+		rp->phase[i].name = (char *)names[i];
+		rp->phase[i].ms = (double)us[i] / 1e3;
+		rp->phasep[i] = &rp->phase[i];
+	}
+	c->n_start_phases = 9;
+	c->start_phases = rp->phasep;
+	c->cache = (char *)ane_cache_state_name(st->cache);
 	rp->r.body_case = ANEDVD__ANE_REPLY__BODY_COMPILE;
 	rp->r.compile = c;
 }
@@ -411,7 +435,7 @@ static void
 usage(FILE *out)
 {
 	fprintf(out, "usage: anedvd-ane-worker --model M --listen URL [--backend emu] [--chunk 64] [--split] [--threads N]\n"
-	             "                         [--weights fp16|int8]\n"
+	             "                         [--weights fp16|int8] [--cache-dir D | --no-cache] [--cache-max-mb N]\n"
 	             "  --model M     a .gguf file or an HF directory\n"
 	             "  --listen URL  ipc:///path/to/socket or tcp://127.0.0.1:PORT\n"
 	             "  --backend B   emu (everywhere) or ane (macOS)\n"
@@ -419,7 +443,11 @@ usage(FILE *out)
 	             "  --split       FFN as gate_up + down kernels (activation on the CPU)\n"
 	             "  --threads N   emu threads (default 2)\n"
 	             "  --weights W   fp16 or int8 (per-row int8, fp16 scales); default int8 on emu for a\n"
-	             "                model stored in 8 bits or fewer, else fp16; fp16 on ane\n");
+	             "                model stored in 8 bits or fewer, else fp16; fp16 on ane\n"
+	             "  --cache-dir D the compiled-kernel cache (default $ANEDVD_CACHE_DIR, $XDG_CACHE_HOME/anedvd\n"
+	             "                or ~/.cache/anedvd)\n"
+	             "  --no-cache    compile every kernel, store nothing\n"
+	             "  --cache-max-mb N  bound of the cache directory (default %d)\n", KC_DEFAULT_MAX_MB);
 }
 
 static int
@@ -437,8 +465,8 @@ num(const char *s, int lo, int hi, int *out)
 int
 main(int argc, char **argv)
 {
-	const char *model = NULL, *url = NULL, *backend = "emu", *weights = NULL;
-	int chunk = 64, split = 0, threads = 2, delay = 0;
+	const char *model = NULL, *url = NULL, *backend = "emu", *weights = NULL, *cache_dir = NULL;
+	int chunk = 64, split = 0, threads = 2, delay = 0, no_cache = 0, cache_mb = 0;
 	ad_log_init("anedvd-ane-worker");
 	trace_from_env("anedvd-ane-worker");
 	for (int i = 1; i < argc; i++) {
@@ -449,6 +477,10 @@ main(int argc, char **argv)
 		}
 		if (strcmp(a, "--split") == 0) {
 			split = 1;
+			continue;
+		}
+		if (strcmp(a, "--no-cache") == 0) {
+			no_cache = 1;
 			continue;
 		}
 		if (i + 1 >= argc) {
@@ -478,6 +510,13 @@ main(int argc, char **argv)
 		} else if (strcmp(a, "--threads") == 0) {
 			if (num(v, 1, 256, &threads)) {
 				fprintf(stderr, "anedvd-ane-worker: --threads takes 1..256, not '%s'\n", v);
+				return 2;
+			}
+		} else if (strcmp(a, "--cache-dir") == 0) {
+			cache_dir = v;
+		} else if (strcmp(a, "--cache-max-mb") == 0) {
+			if (num(v, 1, 1 << 30, &cache_mb)) {
+				fprintf(stderr, "anedvd-ane-worker: --cache-max-mb takes 1..%d, not '%s'\n", 1 << 30, v);
 				return 2;
 			}
 		} else if (strcmp(a, "--debug-delay-ms") == 0) {
@@ -515,10 +554,12 @@ main(int argc, char **argv)
 
 	char err[AD_ERRLEN];
 	struct model m;
+	uint64_t t_model = now_ns();
 	if (model_load(&m, model, err)) {
 		ad_error("%s", err);
 		return 1;
 	}
+	uint64_t model_us = (now_ns() - t_model) / 1000;
 	struct worker *w = calloc(1, sizeof *w);
 	if (!w) {
 		ad_error("out of memory");
@@ -533,7 +574,20 @@ main(int argc, char **argv)
 	if (weights)
 		ane_wfmt_parse(weights, &wf);
 	struct ane_plan_opts po = {.width = chunk, .split = split, .weights = wf};
-	struct ane_build_opts bo = {.backend = backend, .threads = threads};
+	char cdir[4096] = "";
+	if (!no_cache) {
+		if (cache_dir)
+			snprintf(cdir, sizeof cdir, "%s", cache_dir);
+		else if (kc_default_dir(cdir, sizeof cdir))
+			ad_warn("no cache directory (no HOME, XDG_CACHE_HOME or ANEDVD_CACHE_DIR): compiling without the cache");
+	}
+	// the weight format is in the plan (and so in every kernel's MIL text,
+	// which the key hashes); the options text names it for the listing
+	char copts[32];
+	snprintf(copts, sizeof copts, "weights=%s", ane_wfmt_name(wf));
+	struct ane_build_opts bo = {.backend = backend, .threads = threads, .cache_dir = cdir,
+	                            .cache_max_bytes = (uint64_t)cache_mb << 20, .options = copts,
+	                            .cache_background = 1};
 	ad_info("compiling %s for %s, %d columns, %s weights%s", m.name, backend, chunk, ane_wfmt_name(wf),
 	        split ? ", split FFN" : "");
 	int rc = 1;
@@ -549,12 +603,22 @@ main(int argc, char **argv)
 	}
 	ad_info("%d kernels, %u compiles in %llu ms", w->set.plan.n, ane_builder_compiles(w->set.b),
 	        (unsigned long long)w->set.compile_ms);
+	w->model_us = model_us;
+	ane_start_describe(&w->set.start, w->phases, sizeof w->phases);
+	ad_info("start: model %.1f ms, %s", model_us / 1e3, w->phases);
 	srv = ad_server_start(url, 4, handle, w, err);
 	if (!srv) {
 		ad_error("%s", err);
 		goto out;
 	}
 	ad_info("ready on %s", url);
+	// a new cache entry is finished while the kernels already serve; a
+	// signal that comes meanwhile is handled once it is stored
+	if (w->set.store) {
+		enum ane_cache_state cs = ane_set_cache_wait(&w->set, &w->mu);
+		ad_info("kernel cache: %s, %.1f ms of writing beside the start", ane_cache_state_name(cs),
+		        (double)w->set.start.store_us / 1e3);
+	}
 	int sig = 0;
 	sigwait(&set, &sig);
 	ad_info("signal %d: stopping", sig);

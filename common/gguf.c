@@ -676,6 +676,16 @@ gguf_file_size(const struct gguf *g)
 	return g->size;
 }
 
+const void *
+gguf_file_map(const struct gguf *g, size_t *len, uint64_t *data_off)
+{
+	if (len)
+		*len = g->map ? g->size : 0;
+	if (data_off)
+		*data_off = g->data_off;
+	return g->map;
+}
+
 // --- metadata ---------------------------------------------------------------
 
 int64_t

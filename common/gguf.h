@@ -74,6 +74,9 @@ void gguf_close(struct gguf *g); // NULL is fine
 uint32_t gguf_version(const struct gguf *g);
 size_t gguf_alignment(const struct gguf *g);
 size_t gguf_file_size(const struct gguf *g);
+// the file's read-only private mapping (NULL for gguf_open_memory) and where
+// the tensor data starts: the header (metadata and tensor infos) is before it
+const void *gguf_file_map(const struct gguf *g, size_t *len, uint64_t *data_off);
 
 // --- metadata --------------------------------------------------------------
 int64_t gguf_n_kv(const struct gguf *g);

@@ -139,6 +139,12 @@ ad_client_open(const char *url, char *err)
 		return NULL;
 	}
 	nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, AD_IPC_MAX_MSG);
+	// a server that is not up yet is dialled again after 10 ms, backing
+	// off to 200 ms: nng's default first retry (100 ms, doubling) held a
+	// start's first request back for hundreds of ms after its server
+	// listened
+	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 10);
+	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 200);
 	// dial in the background: the server may not be up yet, or may be
 	// restarting; requests wait for it until their own timeout
 	rv = nng_dial(c->sock, url, NULL, NNG_FLAG_NONBLOCK);

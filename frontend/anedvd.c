@@ -58,6 +58,9 @@ static const struct command commands[] = {
 	{ "info", cmd_info,
 	  "info [--model M]\n"
 	  "        version, backends in this build, and a model's architecture, shapes and memory" },
+	{ "cache", cmd_cache,
+	  "cache [--dir D] [--clear]\n"
+	  "        the compiled-kernel cache: entries, sizes, last use; --clear empties it" },
 	{ "tokenize", cmd_tokenize,
 	  "tokenize --model M (TEXT | --file F) [--ids] [--no-bos] [--parse-special] [--chat]\n"
 	  "        token ids and pieces of a text" },

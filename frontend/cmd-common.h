@@ -54,6 +54,9 @@ struct pipe_opts {
 	const char *child_env; // "NAME=value" for the children (ANEDVD_TRACE)
 	int in_process;        // the decode loop in this process, not anedvd-cpu-worker
 	const char *weights;   // "fp16", "int8" or NULL: pipe_weights's default
+	const char *cache_dir; // the ane-worker's kernel cache: --cache-dir (NULL: its default)
+	int no_cache;          // --no-cache
+	int cache_max_mb;      // --cache-max-mb (0: the default)
 };
 
 struct pipe {
@@ -73,7 +76,21 @@ struct pipe {
 	int timeout_ms;
 	uint64_t kind_ns[PIPE_KINDS], kind_calls[PIPE_KINDS], kind_total_ns[PIPE_KINDS];
 	uint64_t kind_weight_bytes[PIPE_KINDS];
+	// the start: ms from pipe_open's entry until each child answered, and
+	// until pipe_open returned (0: not started)
+	double tok_ready_ms, ane_ready_ms, cpu_ready_ms, open_ms;
 };
+
+// the ane-worker's own start (CompileReply.start_phases, cache)
+#define PIPE_START_MAX 12
+struct pipe_ane_start {
+	int n;
+	char name[PIPE_START_MAX][24];
+	double ms[PIPE_START_MAX];
+	char cache[24];
+	uint64_t weight_bytes; // the kernels' weights as they hold them
+};
+int pipe_ane_start(struct pipe *p, struct pipe_ane_start *out, char *err);
 
 int pipe_open(struct pipe *p, const struct pipe_opts *o, char *err);
 // the ane-worker's per-kind kernel totals (calls, ns inside the backend)
@@ -99,11 +116,17 @@ int pipe_is_stop(const struct pipe *p, int32_t id);
 	"  --rope-hf           force neox RoPE pairing; --rope-adjacent: force adjacent pairs\n" \
 	"                      (these two imply --in-process: the cpu-worker takes the model's own)\n" \
 	"  --in-process        run the decode loop in this process instead of anedvd-cpu-worker\n" \
-	"                      (the trace then has every kernel call)\n"
+	"                      (the trace then has every kernel call)\n" \
+	"  --cache-dir D       the compiled-kernel cache (default $ANEDVD_CACHE_DIR,\n" \
+	"                      $XDG_CACHE_HOME/anedvd or ~/.cache/anedvd; see 'anedvd cache')\n" \
+	"  --no-cache          compile every kernel at start, store nothing\n" \
+	"  --cache-max-mb N    bound of the cache directory, oldest entries evicted (default 4096)\n"
 
 // parse the flags in PIPE_HELP_BACKEND (and --model, --max-seq): 1 if
 // argv[*i] was one (consumed), 0 if not, -1 on a bad value
 int pipe_flag(struct pipe_opts *o, int argc, char **argv, int *i);
+// append the ane-worker's cache flags of o to argv at *n (buf: room for a number)
+void pipe_cache_args(const struct pipe_opts *o, const char **argv, int *n, char *buf, size_t cap);
 
 // the kernels' weight format: given ("fp16" / "int8", already checked) or
 // the default for model m on backend be; "fp32" for exact

@@ -59,6 +59,16 @@ pipe_flag(struct pipe_opts *o, int argc, char **argv, int *i)
 		o->weights = v;
 	} else if (!strcmp(a, "--split")) {
 		o->split = 1;
+	} else if (!strcmp(a, "--cache-dir")) {
+		if (!(v = cli_val(o->cmd, argc, argv, i)))
+			return -1;
+		o->cache_dir = v;
+	} else if (!strcmp(a, "--no-cache")) {
+		o->no_cache = 1;
+	} else if (!strcmp(a, "--cache-max-mb")) {
+		if (!(v = cli_val(o->cmd, argc, argv, i)) || cli_int(o->cmd, a, v, 1, 1 << 30, &x))
+			return -1;
+		o->cache_max_mb = (int)x;
 	} else if (!strcmp(a, "--in-process")) {
 		o->in_process = 1;
 	} else if (!strcmp(a, "--rope-hf")) {
@@ -107,6 +117,24 @@ pipe_weights_path(const char *model, const char *be, const char *given, char *er
 	const char *w = pipe_weights(&m, be, given);
 	model_free(&m);
 	return w;
+}
+
+void
+pipe_cache_args(const struct pipe_opts *o, const char **argv, int *n, char *buf, size_t cap)
+{
+	if (o->no_cache) {
+		argv[(*n)++] = "--no-cache";
+		return;
+	}
+	if (o->cache_dir) {
+		argv[(*n)++] = "--cache-dir";
+		argv[(*n)++] = o->cache_dir;
+	}
+	if (o->cache_max_mb > 0) {
+		snprintf(buf, cap, "%d", o->cache_max_mb);
+		argv[(*n)++] = "--cache-max-mb";
+		argv[(*n)++] = buf;
+	}
 }
 
 // --- kernel wrapper ------------------------------------------------------------------------
@@ -202,6 +230,7 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 {
 	memset(p, 0, sizeof *p);
 	p->timeout_ms = 30000;
+	double t_open = cli_now_ms();
 	const char *be = o->backend;
 	if (!be) {
 #ifdef __APPLE__
@@ -237,7 +266,7 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 	p->sup = sup_new(err);
 	if (!p->sup || (o->child_env && sup_setenv(p->sup, o->child_env, err)))
 		goto fail;
-	char tok_url[600], ane_url[600], bin[1024], sz[32], th[32], dl[32];
+	char tok_url[600], ane_url[600], bin[1024], sz[32], th[32], dl[32], cmb[32];
 	sup_url(p->sup, "tokenizer", tok_url, sizeof tok_url);
 	sup_url(p->sup, "ane-worker", ane_url, sizeof ane_url);
 	snprintf(sz, sizeof sz, "%d", chunk);
@@ -258,11 +287,12 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 			goto fail;
 		}
 		snprintf(dl, sizeof dl, "%d", o->debug_delay_ms);
-		const char *argv[20] = {bin,  "--model", o->model, "--listen",  ane_url,    "--backend", be,
+		const char *argv[26] = {bin,  "--model", o->model, "--listen",  ane_url,    "--backend", be,
 		                        "--chunk", sz, "--threads", th, "--weights", p->weights};
 		int n = 13;
 		if (o->split)
 			argv[n++] = "--split";
+		pipe_cache_args(o, argv, &n, cmb, sizeof cmb);
 		if (o->debug_delay_ms > 0) {
 			argv[n++] = "--debug-delay-ms";
 			argv[n++] = dl;
@@ -311,6 +341,7 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 	if (o->need_tok) {
 		if (sup_wait_ready(p->sup, "tokenizer", 60000, err))
 			goto fail;
+		p->tok_ready_ms = cli_now_ms() - t_open;
 		if (!(p->tok = ad_client_open(tok_url, err)))
 			goto fail;
 		if (tokc_vocab(p->tok, &p->voc, p->timeout_ms, err))
@@ -318,9 +349,12 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 		p->have_voc = 1;
 	}
 	if (!in_proc) {
-		if ((remote && sup_wait_ready(p->sup, "ane-worker", 600000, err)) ||
-		    sup_wait_ready(p->sup, "cpu-worker", 600000, err))
+		if (remote && sup_wait_ready(p->sup, "ane-worker", 600000, err))
 			goto fail;
+		p->ane_ready_ms = remote ? cli_now_ms() - t_open : 0;
+		if (sup_wait_ready(p->sup, "cpu-worker", 600000, err))
+			goto fail;
+		p->cpu_ready_ms = cli_now_ms() - t_open;
 		if (!(p->eng = ad_client_open(eng_url, err)))
 			goto fail;
 		p->n_vocab = (int)p->m.hp.n_vocab;
@@ -337,6 +371,7 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 			if (tp > 0)
 				trace_process(tp, "anedvd-tokenizer");
 		}
+		p->open_ms = cli_now_ms() - t_open;
 		return 0;
 	}
 	struct kb_opts ko = {.width = chunk, .split = o->split, .threads = o->threads, .instance = (long)getpid(),
@@ -373,6 +408,7 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 		goto fail;
 	p->n_vocab = engine_n_vocab(p->e);
 	p->max_seq = engine_max_seq(p->e);
+	p->open_ms = cli_now_ms() - t_open;
 	return 0;
 fail:
 	pipe_close(p);
@@ -465,6 +501,40 @@ out:
 		anedvd__ane_reply__free_unpacked(kinds, NULL);
 	if (st)
 		anedvd__ane_reply__free_unpacked(st, NULL);
+	ad_client_close(c);
+	return rc;
+}
+
+int
+pipe_ane_start(struct pipe *p, struct pipe_ane_start *out, char *err)
+{
+	memset(out, 0, sizeof *out);
+	if (!p->ane_url[0])
+		return ad_err(err, "no ane-worker");
+	struct ad_client *c = ad_client_open(p->ane_url, err);
+	if (!c)
+		return -1;
+	Anedvd__AneRequest q = ANEDVD__ANE_REQUEST__INIT;
+	Anedvd__CompileRequest cq = ANEDVD__COMPILE_REQUEST__INIT;
+	q.body_case = ANEDVD__ANE_REQUEST__BODY_COMPILE;
+	q.compile = &cq;
+	Anedvd__AneReply *r = ane_rpc(c, &q, err);
+	int rc = -1;
+	if (r && r->body_case == ANEDVD__ANE_REPLY__BODY_COMPILE) {
+		const Anedvd__CompileReply *cr = r->compile;
+		for (size_t i = 0; i < cr->n_start_phases && out->n < PIPE_START_MAX; i++) {
+			snprintf(out->name[out->n], sizeof out->name[0], "%s", cr->start_phases[i]->name);
+			out->ms[out->n++] = cr->start_phases[i]->ms;
+		}
+		snprintf(out->cache, sizeof out->cache, "%s", cr->cache ? cr->cache : "");
+		for (size_t i = 0; i < cr->n_kernels; i++)
+			out->weight_bytes += cr->kernels[i]->weight_bytes;
+		rc = 0;
+	} else if (r) {
+		ad_err(err, "ane-worker: not a compile reply");
+	}
+	if (r)
+		anedvd__ane_reply__free_unpacked(r, NULL);
 	ad_client_close(c);
 	return rc;
 }

@@ -595,6 +595,7 @@ cmd_run(int argc, char **argv)
 	sample_defaults(&o.sp);
 	o.sp.temperature = 0;
 	o.sp.top_k = 40;
+	double t_cmd = cli_now_ms();
 	int rc = run_args(argc, argv, &o);
 	if (rc) {
 		run_usage(rc > 0);
@@ -618,11 +619,13 @@ cmd_run(int argc, char **argv)
 		o.po.child_env = trace_env;
 	}
 	struct pipe p;
+	double t_open = cli_now_ms();
 	if (pipe_open(&p, &o.po, err)) {
 		fprintf(stderr, "anedvd run: %s\n", err);
 		free(ids);
 		return sup_interrupted() ? 130 : 1;
 	}
+	double first_token_ms = 0; // from the command's start until the first token was there
 	int status = 1;
 	struct engine_seq *seq = NULL;
 	struct gen g = {0};
@@ -685,6 +688,8 @@ cmd_run(int argc, char **argv)
 			fprintf(stderr, "\nanedvd run: %s\n", err);
 			goto out;
 		}
+		if (r == 0)
+			first_token_ms = (t_open - t_cmd) + p.open_ms + g.prefill_ms;
 		tps[r] = g.decode_ms > 0 ? g.decode_steps / (g.decode_ms / 1e3) : 0;
 		if (r == 0 && !o.json) {
 			printf("\n---\n");
@@ -739,6 +744,29 @@ cmd_run(int argc, char **argv)
 		                        span > 0 ? 1.0 - (double)g.dec.kernel_ns / (span * 1e6) : 0);
 		cJSON_AddBoolToObject(t, "split_is_whole_job", g.whole_job);
 		cJSON_AddItemToObject(j, "timings", t);
+		// the start: the pipeline's processes until each answered, then the
+		// prompt; the ane-worker's own phases and its kernel cache
+		cJSON *so = cJSON_CreateObject();
+		cJSON_AddNumberToObject(so, "to_first_token_ms", first_token_ms);
+		cJSON_AddNumberToObject(so, "pipe_open_ms", p.open_ms);
+		cJSON_AddNumberToObject(so, "tokenizer_ready_ms", p.tok_ready_ms);
+		cJSON_AddNumberToObject(so, "ane_worker_ready_ms", p.ane_ready_ms);
+		cJSON_AddNumberToObject(so, "cpu_worker_ready_ms", p.cpu_ready_ms);
+		cJSON_AddNumberToObject(so, "prefill_ms", g.prefill_ms);
+		struct pipe_ane_start as;
+		char e2[AD_ERRLEN];
+		if (pipe_ane_start(&p, &as, e2) == 0) {
+			cJSON *aw = cJSON_CreateObject();
+			cJSON_AddStringToObject(aw, "cache", as.cache);
+			cJSON_AddNumberToObject(aw, "weight_bytes", (double)as.weight_bytes);
+			for (int i = 0; i < as.n; i++) {
+				char key[40];
+				snprintf(key, sizeof key, "%s_ms", as.name[i]);
+				cJSON_AddNumberToObject(aw, key, as.ms[i]);
+			}
+			cJSON_AddItemToObject(so, "ane_worker", aw);
+		}
+		cJSON_AddItemToObject(j, "start", so);
 		cJSON_AddNumberToObject(j, "ane_worker_restarts", sup_restarts(p.sup, "ane-worker"));
 		char *s = cJSON_PrintUnformatted(j);
 		if (s)
@@ -1358,11 +1386,13 @@ cmd_serve(int argc, char **argv)
 			goto fail;
 	}
 	if (strcmp(be, "exact")) {
-		const char *av[20] = {b_ane, "--model", po.model, "--listen", u_ane, "--backend", be, "--chunk", sz,
+		const char *av[26] = {b_ane, "--model", po.model, "--listen", u_ane, "--backend", be, "--chunk", sz,
 		                      "--threads", th, "--weights", wts};
 		int k = 13;
 		if (po.split)
 			av[k++] = "--split";
+		char cmb[32];
+		pipe_cache_args(&po, av, &k, cmb, sizeof cmb);
 		av[k] = NULL;
 		struct sup_spec sp = {"ane-worker", av, u_ane, sup_health_ane, 1};
 		if (sup_spawn(s, &sp, err))

@@ -26,4 +26,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_width(int argc, char **argv);
 int cmd_attnbench(int argc, char **argv);
 
+// the compiled-kernel cache (frontend/cmd-cache.c)
+int cmd_cache(int argc, char **argv);
+
 #endif

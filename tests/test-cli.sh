@@ -68,6 +68,26 @@ $A run --model "$STORIES" --prompt "Once upon a time" --no-chat --max-tokens 8 -
 check "run --ab ok" grep -q "argmax equal -> ok" "$T/ab.err"
 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 10 --repeat 3 > "$T/rep.txt" 2>/dev/null
 check "run --repeat prints the median" grep -q "^decode over 3 runs: median .* (min .*, max .*" "$T/rep.txt"
+# the kernel cache: a second start maps what the first compiled and gives
+# the same tokens; --no-cache stores nothing; clear empties it; a directory
+# that cannot be made costs one warning, not the run
+json_cache() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["start"]["ane_worker"]["cache"])' "$1"; }
+KC=$T/kcache
+$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json --cache-dir "$KC" > "$T/kc1.json" 2>/dev/null
+$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json --cache-dir "$KC" > "$T/kc2.json" 2>/dev/null
+check "first start with an empty kernel cache: miss" [ "$(json_cache "$T/kc1.json")" = miss ]
+check "second start: hit" [ "$(json_cache "$T/kc2.json")" = hit ]
+check "a cache hit gives the reference ids" [ "$(json_ids "$T/kc2.json")" = "$REF" ]
+check "anedvd cache lists the entry" sh -c "$A cache --dir '$KC' | grep -q '^1 entry'"
+$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json --no-cache --cache-dir "$T/kc-none" > "$T/kc3.json" 2>/dev/null
+check "--no-cache: the cache is off" [ "$(json_cache "$T/kc3.json")" = off ]
+check "--no-cache stores nothing" [ ! -e "$T/kc-none" ]
+check "--no-cache gives the reference ids" [ "$(json_ids "$T/kc3.json")" = "$REF" ]
+check "anedvd cache --clear" sh -c "$A cache --dir '$KC' --clear | grep -q 'removed 1 file' && $A cache --dir '$KC' | grep -q '^0 entries'"
+$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json --cache-dir "$T/kc1.json/sub" > "$T/kc4.json" 2> "$T/kc4.err"
+check "an unwritable cache directory: one warning" [ "$(grep -c "kernel cache" "$T/kc4.err")" = 1 ]
+check "an unwritable cache directory: the reference ids" [ "$(json_ids "$T/kc4.json")" = "$REF" ]
+check "anedvd cache: bad option exits 2" sh -c "$A cache --bogus 2>/dev/null; [ \$? -eq 2 ]"
 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 20 --temp 0.8 --top-p 0.9 --seed 7 --json > "$T/s1.json" 2>/dev/null
 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 20 --temp 0.8 --top-p 0.9 --seed 7 --json > "$T/s2.json" 2>/dev/null
 check "a seeded sampled run repeats" [ "$(json_ids "$T/s1.json")" = "$(json_ids "$T/s2.json")" ]

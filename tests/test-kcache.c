@@ -1,0 +1,621 @@
+// test-kcache.c - the on-disk cache of compiled kernels (ane-worker/kcache.h)
+// and the emu API it rests on (emu_kernel_const, emu_compile_packed).
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "build.h"
+#include "fp16.h"
+#include "gguf.h"
+#include "kcache.h"
+#include "mil.h"
+#include "t.h"
+
+#define MODELS T_DATA "/models/"
+#define W 8
+
+static char model_path[512]; // a copy in the scratch directory: touched by the tests
+static struct model model;
+
+static uint32_t rng = 777;
+static float
+frand(void)
+{
+	rng = rng * 1664525u + 1013904223u;
+	return (float)(rng >> 8) / 16777216.0f - 0.5f;
+}
+
+static void
+copy_file(const char *from, const char *to)
+{
+	size_t n;
+	void *d = t_read_file(from, &n);
+	REQUIRE(d, "%s", from);
+	FILE *f = fopen(to, "wb");
+	REQUIRE(f && fwrite(d, 1, n, f) == n);
+	fclose(f);
+	free(d);
+}
+
+static void
+make_dir(char *out, size_t cap, const char *name)
+{
+	snprintf(out, cap, "%s/%s", t_tmpdir(), name);
+	mkdir(out, 0700);
+}
+
+static int
+count_entries(const char *dir)
+{
+	char err[AD_ERRLEN];
+	return kc_list(dir, NULL, NULL, err);
+}
+
+// the one entry's path (there must be exactly one)
+static void
+entry_path(const char *dir, char *out, size_t cap)
+{
+	char cmd[600];
+	snprintf(cmd, sizeof cmd, "ls %s/*.kc", dir);
+	FILE *p = popen(cmd, "r");
+	out[0] = 0;
+	if (p) {
+		if (!fgets(out, (int)cap, p))
+			out[0] = 0;
+		pclose(p);
+	}
+	out[strcspn(out, "\n")] = 0;
+}
+
+// every kernel's output for the same random input, concatenated
+static uint16_t *
+outputs(struct ane_set *s, size_t *n)
+{
+	size_t total = 0;
+	for (int i = 0; i < s->plan.n; i++)
+		total += ane_kernel_output_capacity(&s->k[i]) / 2;
+	uint16_t *all = calloc(total, 2);
+	size_t o = 0;
+	for (int i = 0; i < s->plan.n && all; i++) {
+		struct ane_kernel *k = &s->k[i];
+		size_t ni = ane_kernel_input_capacity(k) / 2, no = ane_kernel_output_capacity(k) / 2;
+		uint16_t *in = malloc(ni * 2);
+		rng = 99 + (uint32_t)i;
+		for (size_t j = 0; j < ni; j++)
+			in[j] = ad_f32_to_fp16(frand());
+		char err[AD_ERRLEN];
+		CHECK(ane_eval(k, in, all + o, k->width, err) == 0, "%s", err);
+		free(in);
+		o += no;
+	}
+	*n = total;
+	return all;
+}
+
+static int
+build(struct ane_set *s, const char *dir, int width, int split, const char *options, uint64_t max_bytes,
+      int verify)
+{
+	char err[AD_ERRLEN];
+	struct ane_plan_opts po = {.width = width, .split = split};
+	struct ane_build_opts bo = {.backend = "emu", .cache_dir = dir, .options = options,
+	                            .cache_max_bytes = max_bytes, .cache_verify = verify};
+	int rc = ane_set_build(s, &model, &po, &bo, 0, err);
+	if (rc)
+		fprintf(stderr, "build: %s\n", err);
+	return rc;
+}
+
+// outputs of a build without the cache: what every cached build must give
+static uint16_t *ref_out;
+static size_t ref_n;
+
+static void
+check_same(struct ane_set *s, const char *what)
+{
+	size_t n;
+	uint16_t *o = outputs(s, &n);
+	CHECK(o && n == ref_n && !memcmp(o, ref_out, n * 2), "%s: outputs differ from a compile without the cache",
+	      what);
+	free(o);
+}
+
+static void
+test_hit_is_identical(void)
+{
+	char dir[400];
+	make_dir(dir, sizeof dir, "hit");
+	struct ane_set s;
+	REQUIRE(build(&s, dir, W, 0, "weights=fp16", 0, 0) == 0);
+	CHECK(s.start.cache == ANE_CACHE_MISS, "%s", ane_cache_state_name(s.start.cache));
+	check_same(&s, "cold compile, stored");
+	ane_set_free(&s);
+	CHECK(count_entries(dir) == 1);
+	for (int verify = 0; verify < 2; verify++) {
+		REQUIRE(build(&s, dir, W, 0, "weights=fp16", 0, verify) == 0);
+		CHECK(s.start.cache == ANE_CACHE_HIT, "%s", ane_cache_state_name(s.start.cache));
+		CHECK(s.cache != NULL && s.start.cache_bytes > 0);
+		check_same(&s, verify ? "hit, verified" : "hit");
+		// the weights are the mapped file's, not copies
+		struct emu_const c;
+		REQUIRE(emu_kernel_const(s.k[0].ek, 0, &c) == 0);
+		CHECK(((uintptr_t)c.data & (KC_ALIGN - 1)) == 0, "a mapped buffer is page aligned");
+		ane_set_free(&s);
+	}
+	CHECK(count_entries(dir) == 1);
+	// the key names what it was made from
+	char p[600];
+	entry_path(dir, p, sizeof p);
+	size_t n;
+	char *f = t_read_file(p, &n);
+	REQUIRE(f);
+	const char *bid = kc_build_id();
+	CHECK(bid[0] != 0);
+	int found = 0;
+	for (size_t i = 0; i + strlen(bid) < n; i++)
+		if (!memcmp(f + i, "build ", 6) && !memcmp(f + i + 6, bid, strlen(bid)))
+			found = 1;
+	CHECK(found, "the key holds 'build %s'", bid);
+#ifdef __linux__
+	CHECK(strstr(bid, "gnu-") != NULL, "a GNU build id: %s", bid);
+#endif
+	free(f);
+}
+
+// a miss whose entry is finished in the background: waited for, or by ane_set_free
+static void
+test_background_store(void)
+{
+	char dir[400];
+	make_dir(dir, sizeof dir, "background");
+	char err[AD_ERRLEN];
+	for (int round = 0; round < 2; round++) {
+		struct ane_set s;
+		struct ane_plan_opts po = {.width = W, .split = round};
+		struct ane_build_opts bo = {.backend = "emu", .cache_dir = dir, .options = "weights=fp16", .cache_background = 1};
+		REQUIRE(ane_set_build(&s, &model, &po, &bo, 0, err) == 0, "%s", err);
+		CHECK(s.start.cache == ANE_CACHE_MISS);
+		if (round == 0) {
+			check_same(&s, "serving while the entry is written");
+			CHECK(ane_set_cache_wait(&s, NULL) == ANE_CACHE_MISS);
+			CHECK(s.store == NULL && s.start.store_us > 0);
+			CHECK(ane_set_cache_wait(&s, NULL) == ANE_CACHE_MISS, "twice");
+		}
+		ane_set_free(&s); // round 1: waits for the writer itself
+		CHECK(count_entries(dir) == round + 1);
+		REQUIRE(ane_set_build(&s, &model, &po, &bo, 0, err) == 0, "%s", err);
+		CHECK(s.start.cache == ANE_CACHE_HIT && s.store == NULL, "%s", ane_cache_state_name(s.start.cache));
+		if (round == 0)
+			check_same(&s, "hit after a background store");
+		ane_set_free(&s);
+	}
+}
+
+static void
+test_key_changes_miss(void)
+{
+	char dir[400];
+	make_dir(dir, sizeof dir, "keys");
+	struct ane_set s;
+	REQUIRE(build(&s, dir, W, 0, "weights=fp16", 0, 0) == 0);
+	ane_set_free(&s);
+	struct {
+		int width, split;
+		const char *opt;
+		const char *what;
+	} v[] = {
+		{W * 2, 0, "weights=fp16", "width"},
+		{W, 1, "weights=fp16", "split"},
+		{W, 0, "weights=int8", "weights type"},
+	};
+	for (int i = 0; i < 3; i++) {
+		REQUIRE(build(&s, dir, v[i].width, v[i].split, v[i].opt, 0, 0) == 0);
+		CHECK(s.start.cache == ANE_CACHE_MISS, "%s: %s", v[i].what, ane_cache_state_name(s.start.cache));
+		ane_set_free(&s);
+		CHECK(count_entries(dir) == 2 + i, "%s", v[i].what);
+	}
+	// each is a hit again
+	for (int i = 0; i < 3; i++) {
+		REQUIRE(build(&s, dir, v[i].width, v[i].split, v[i].opt, 0, 0) == 0);
+		CHECK(s.start.cache == ANE_CACHE_HIT, "%s again: %s", v[i].what, ane_cache_state_name(s.start.cache));
+		ane_set_free(&s);
+	}
+	// a touched model file: a new mtime
+	struct timespec ts[2] = {{.tv_sec = 1000000000, .tv_nsec = 0}, {.tv_sec = 1000000000, .tv_nsec = 0}};
+	REQUIRE(utimensat(AT_FDCWD, model_path, ts, 0) == 0);
+	REQUIRE(build(&s, dir, W, 0, "weights=fp16", 0, 0) == 0);
+	CHECK(s.start.cache == ANE_CACHE_MISS, "touched model: %s", ane_cache_state_name(s.start.cache));
+	check_same(&s, "touched model");
+	ane_set_free(&s);
+	CHECK(count_entries(dir) == 5);
+	// the digest sees content too: same size and mtime, other bytes
+	char d1[256], d2[256], err[AD_ERRLEN];
+	REQUIRE(kc_model_digest(&model, d1, sizeof d1, err) == 0, "%s", err);
+	struct model m2;
+	char other[600];
+	snprintf(other, sizeof other, "%s/other.gguf", t_tmpdir());
+	copy_file(model_path, other);
+	REQUIRE(model_load(&m2, other, err) == 0, "%s", err);
+	REQUIRE(utimensat(AT_FDCWD, other, ts, 0) == 0);
+	REQUIRE(kc_model_digest(&m2, d2, sizeof d2, err) == 0, "%s", err);
+	CHECK(!strcmp(d1, d2), "a byte-identical copy with the same mtime: the same digest\n%s\n%s", d1, d2);
+	model_free(&m2);
+	// one byte of a tensor's data changed, size and mtime kept: another digest
+	size_t len = 0;
+	const uint8_t *map = gguf_file_map(model.gguf, &len, NULL);
+	REQUIRE(map);
+	const struct model_tensor *big = NULL;
+	for (int64_t i = 0; i < model.n_tensors; i++)
+		if (model.tensors[i].name && (!big || model.tensors[i].nbytes > big->nbytes))
+			big = &model.tensors[i];
+	REQUIRE(big);
+	off_t pos = (off_t)((const uint8_t *)big->data - map);
+	int fd = open(other, O_RDWR);
+	REQUIRE(fd >= 0);
+	uint8_t b;
+	REQUIRE(pread(fd, &b, 1, pos) == 1);
+	b ^= 0x5a;
+	REQUIRE(pwrite(fd, &b, 1, pos) == 1);
+	close(fd);
+	REQUIRE(utimensat(AT_FDCWD, other, ts, 0) == 0);
+	REQUIRE(model_load(&m2, other, err) == 0, "%s", err);
+	REQUIRE(kc_model_digest(&m2, d2, sizeof d2, err) == 0, "%s", err);
+	model_free(&m2);
+	CHECK(strcmp(d1, d2) != 0, "a changed byte of %s: the same digest %s", big->name, d1);
+}
+
+// patch a header field and its checksum (the layout of kcache.c's struct header)
+static void
+patch_format(const char *path, uint32_t format)
+{
+	int fd = open(path, O_RDWR);
+	REQUIRE(fd >= 0);
+	uint8_t h[72];
+	REQUIRE(pread(fd, h, sizeof h, 0) == (ssize_t)sizeof h);
+	memcpy(h + 8, &format, 4);
+	memset(h + 64, 0, 8);
+	uint64_t sum = kc_hash(h, sizeof h, 0x6864);
+	memcpy(h + 64, &sum, 8);
+	REQUIRE(pwrite(fd, h, sizeof h, 0) == (ssize_t)sizeof h);
+	close(fd);
+}
+
+static void
+corrupt_at(const char *path, off_t pos)
+{
+	int fd = open(path, O_RDWR);
+	REQUIRE(fd >= 0);
+	uint8_t b;
+	REQUIRE(pread(fd, &b, 1, pos) == 1);
+	b ^= 0xff;
+	REQUIRE(pwrite(fd, &b, 1, pos) == 1);
+	close(fd);
+}
+
+// every way a file can be damaged is found before the file is used, and the entry is rebuilt
+static void
+test_corrupt_rebuilt(void)
+{
+	char dir[400], p[600];
+	make_dir(dir, sizeof dir, "corrupt");
+	struct ane_set s;
+	REQUIRE(build(&s, dir, W, 0, "weights=fp16", 0, 0) == 0);
+	ane_set_free(&s);
+	entry_path(dir, p, sizeof p);
+	struct stat st;
+	REQUIRE(stat(p, &st) == 0);
+	const off_t size = st.st_size;
+	enum { TRUNC_HALF, TRUNC_HEADER, EMPTY, MAGIC, HEADER_BYTE, TABLE_BYTE, DATA_START, FORMAT, DATA_MIDDLE, N };
+	static const char *const what[N] = {"truncated to half",  "truncated in the header", "empty",
+	                                    "bad magic",          "a header byte",           "a table byte",
+	                                    "a buffer's 1st byte", "another format",         "a buffer's middle"};
+	for (int c = 0; c < N; c++) {
+		switch (c) {
+		case TRUNC_HALF:
+			REQUIRE(truncate(p, size / 2) == 0);
+			break;
+		case TRUNC_HEADER:
+			REQUIRE(truncate(p, 40) == 0);
+			break;
+		case EMPTY:
+			REQUIRE(truncate(p, 0) == 0);
+			break;
+		case MAGIC:
+			corrupt_at(p, 0);
+			break;
+		case HEADER_BYTE:
+			corrupt_at(p, 20);
+			break;
+		case TABLE_BYTE:
+			corrupt_at(p, size - 9);
+			break;
+		case DATA_START:
+			corrupt_at(p, KC_ALIGN);
+			break;
+		case FORMAT:
+			patch_format(p, KC_FORMAT + 1);
+			break;
+		case DATA_MIDDLE:
+			// the first buffer's middle: past its sampled ends, found by verify
+			corrupt_at(p, KC_ALIGN + 4 * KC_ALIGN + 7);
+			break;
+		}
+		REQUIRE(build(&s, dir, W, 0, "weights=fp16", 0, c == DATA_MIDDLE) == 0);
+		CHECK(s.start.cache == ANE_CACHE_REBUILT, "%s: %s", what[c], ane_cache_state_name(s.start.cache));
+		CHECK(s.start.cache_note[0] != 0, "%s: a reason", what[c]);
+		check_same(&s, what[c]);
+		ane_set_free(&s);
+		REQUIRE(build(&s, dir, W, 0, "weights=fp16", 0, 1) == 0);
+		CHECK(s.start.cache == ANE_CACHE_HIT, "%s, then: %s", what[c], ane_cache_state_name(s.start.cache));
+		check_same(&s, what[c]);
+		ane_set_free(&s);
+		REQUIRE(stat(p, &st) == 0 && st.st_size == size);
+	}
+	CHECK(count_entries(dir) == 1);
+}
+
+// a writer that died mid-write leaves a temporary file that is never used
+static void
+test_crash_mid_write(void)
+{
+	char dir[400], p[600];
+	make_dir(dir, sizeof dir, "crash");
+	struct ane_set s;
+	REQUIRE(build(&s, dir, W, 0, "weights=fp16", 0, 0) == 0);
+	ane_set_free(&s);
+	entry_path(dir, p, sizeof p);
+	// a dead process's half-written copy in place of the entry
+	pid_t pid = fork();
+	if (pid == 0)
+		_exit(0);
+	REQUIRE(pid > 0 && waitpid(pid, NULL, 0) == pid);
+	const char *name = strrchr(p, '/') + 1;
+	char tmp[800];
+	snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dir, name, (long)pid);
+	REQUIRE(rename(p, tmp) == 0);
+	struct stat st;
+	REQUIRE(stat(tmp, &st) == 0 && truncate(tmp, st.st_size / 3) == 0);
+	CHECK(count_entries(dir) == 1, "listed, as temporary");
+	REQUIRE(build(&s, dir, W, 0, "weights=fp16", 0, 0) == 0);
+	CHECK(s.start.cache == ANE_CACHE_MISS, "the temporary file is not an entry: %s",
+	      ane_cache_state_name(s.start.cache));
+	check_same(&s, "after a crash");
+	ane_set_free(&s);
+	CHECK(access(tmp, F_OK) != 0, "the dead writer's file was removed");
+	CHECK(access(p, F_OK) == 0, "the entry is back");
+	// a writer of this process that never commits: nothing is found
+	struct kc_key key;
+	kc_key_init(&key);
+	kc_key_add(&key, "test %d", 1);
+	char err[AD_ERRLEN];
+	REQUIRE(kc_key_finish(&key, err) == 0);
+	struct kc_writer *w = kc_writer_new(dir, &key, 1, err);
+	REQUIRE(w, "%s", err);
+	uint8_t data[100] = {1, 2, 3};
+	struct emu_const c = {.weight = 0, .kind = 99, .bytes = sizeof data, .data = data};
+	REQUIRE(kc_writer_add(w, 0, 7, &c, 1, err) == 0, "%s", err);
+	CHECK(kc_writer_add(w, 0, 7, &c, 1, err) == -1, "a kernel twice");
+	struct kc_entry *e;
+	CHECK(kc_load(dir, &key, 1, NULL, &e, err) == 0, "uncommitted: no entry");
+	kc_writer_abort(w);
+	// committed: found, with the bytes and kind as written
+	w = kc_writer_new(dir, &key, 1, err);
+	REQUIRE(w, "%s", err);
+	REQUIRE(kc_writer_add(w, 0, 7, &c, 1, err) == 0, "%s", err);
+	REQUIRE(kc_writer_commit(w, 0, err) == 0, "%s", err);
+	REQUIRE(kc_load(dir, &key, 1, NULL, &e, err) == 1, "%s", err);
+	const struct kc_kernel *k = kc_entry_kernel(e, 0);
+	CHECK(k && k->mil_hash == 7 && k->nconsts == 1 && k->consts[0].kind == 99 && k->consts[0].bytes == sizeof data &&
+	      !memcmp(k->consts[0].data, data, sizeof data));
+	CHECK(kc_load(dir, &key, 2, NULL, &(struct kc_entry *){NULL}, err) == -1, "another kernel count");
+	kc_entry_free(e);
+	// a commit with a kernel missing stores nothing
+	w = kc_writer_new(dir, &key, 2, err);
+	REQUIRE(w);
+	REQUIRE(kc_writer_add(w, 1, 7, &c, 1, err) == 0);
+	CHECK(kc_writer_commit(w, 0, err) == -1, "kernel 0 never added");
+	CHECK(kc_load(dir, &key, 2, NULL, &e, err) == 0);
+	kc_key_free(&key);
+}
+
+static void
+test_evict_and_clear(void)
+{
+	char dir[400], p[600];
+	make_dir(dir, sizeof dir, "evict");
+	struct ane_set s;
+	REQUIRE(build(&s, dir, W, 0, "weights=fp16", 0, 0) == 0);
+	ane_set_free(&s);
+	entry_path(dir, p, sizeof p);
+	struct stat st;
+	REQUIRE(stat(p, &st) == 0);
+	struct timespec old[2] = {{.tv_sec = 1500000000}, {.tv_sec = 1500000000}};
+	REQUIRE(utimensat(AT_FDCWD, p, old, 0) == 0);
+	// room for one and a half: storing a second evicts the older
+	uint64_t bound = (uint64_t)st.st_size * 3 / 2;
+	REQUIRE(build(&s, dir, W, 1, "weights=fp16", bound, 0) == 0);
+	CHECK(s.start.cache == ANE_CACHE_MISS);
+	ane_set_free(&s);
+	CHECK(count_entries(dir) == 1);
+	CHECK(access(p, F_OK) != 0, "the older entry went");
+	// a bound below one entry keeps the new one
+	REQUIRE(build(&s, dir, W, 0, "weights=fp16", 1, 0) == 0);
+	ane_set_free(&s);
+	CHECK(count_entries(dir) == 1);
+	CHECK(access(p, F_OK) == 0, "the new entry stays");
+	// a hit refreshes the age: of two, the one used last stays
+	REQUIRE(build(&s, dir, W, 1, "weights=fp16", 0, 0) == 0); // miss, stored, newest
+	ane_set_free(&s);
+	REQUIRE(count_entries(dir) == 2);
+	REQUIRE(utimensat(AT_FDCWD, p, old, 0) == 0);
+	REQUIRE(build(&s, dir, W, 0, "weights=fp16", 0, 0) == 0); // hit: p is now the newest
+	CHECK(s.start.cache == ANE_CACHE_HIT);
+	ane_set_free(&s);
+	char err[AD_ERRLEN];
+	CHECK(kc_evict(dir, (uint64_t)st.st_size, NULL, err) == 1);
+	CHECK(count_entries(dir) == 1 && access(p, F_OK) == 0, "the entry used last stays");
+	// clear
+	REQUIRE(build(&s, dir, W, 1, "weights=fp16", 0, 0) == 0);
+	ane_set_free(&s);
+	char tmp[700];
+	snprintf(tmp, sizeof tmp, "%s/.x.kc.tmp.1", dir);
+	FILE *f = fopen(tmp, "w");
+	REQUIRE(f);
+	fclose(f);
+	REQUIRE(count_entries(dir) == 3);
+	int files = 0;
+	uint64_t bytes = 0;
+	REQUIRE(kc_clear(dir, &files, &bytes, err) == 0, "%s", err);
+	CHECK(files == 3 && bytes > (uint64_t)st.st_size, "%d files, %llu bytes", files, (unsigned long long)bytes);
+	CHECK(count_entries(dir) == 0);
+	char missing[500];
+	snprintf(missing, sizeof missing, "%s/never-made", t_tmpdir());
+	CHECK(kc_clear(missing, &files, &bytes, err) == 0 && files == 0, "clearing a missing directory");
+	CHECK(kc_list(missing, NULL, NULL, err) == 0);
+}
+
+static void
+test_off_and_unwritable(void)
+{
+	struct ane_set s;
+	REQUIRE(build(&s, NULL, W, 0, NULL, 0, 0) == 0);
+	CHECK(s.start.cache == ANE_CACHE_OFF);
+	check_same(&s, "no cache");
+	ane_set_free(&s);
+	REQUIRE(build(&s, "", W, 0, NULL, 0, 0) == 0);
+	CHECK(s.start.cache == ANE_CACHE_OFF);
+	ane_set_free(&s);
+	// a directory that cannot be made (under a regular file): compiled, not stored
+	char file[400], dir[500];
+	snprintf(file, sizeof file, "%s/plain-file", t_tmpdir());
+	FILE *f = fopen(file, "w");
+	REQUIRE(f);
+	fclose(f);
+	snprintf(dir, sizeof dir, "%s/cache", file);
+	REQUIRE(build(&s, dir, W, 0, "weights=fp16", 0, 0) == 0);
+	CHECK(s.start.cache == ANE_CACHE_NOT_STORED, "%s", ane_cache_state_name(s.start.cache));
+	CHECK(strstr(s.start.cache_note, "not cached") != NULL && !strstr(s.start.cache_note, "unusable"), "%s",
+	      s.start.cache_note);
+	check_same(&s, "unwritable cache");
+	ane_set_free(&s);
+	char line[300];
+	ane_start_describe(&(struct ane_start){.cache = ANE_CACHE_HIT, .total_us = 1500}, line, sizeof line);
+	CHECK(strstr(line, "cache hit") && strstr(line, "total 1.5 ms"), "%s", line);
+}
+
+// the emu side: buffers listed, compiled again from them, refused when wrong
+static void
+test_emu_packed(void)
+{
+	char err[AD_ERRLEN];
+	struct emu *e = emu_open(&(struct emu_opts){.threads = 1}, err);
+	REQUIRE(e, "%s", err);
+	struct ane_builder *b = ane_builder_new(NULL, err);
+	REQUIRE(b, "%s", err);
+	struct ane_kernel k;
+	REQUIRE(ane_build_probe(b, 40, W, 5, &k, err) == 0, "%s", err);
+	REQUIRE(emu_kernel_nconsts(k.ek) == 1);
+	struct emu_const c;
+	REQUIRE(emu_kernel_const(k.ek, 0, &c) == 0);
+	CHECK(c.kind == EMU_CONST_F16_PANELS && c.bytes == emu_panel_bytes(40, 40) && c.weight == 0);
+	CHECK(emu_kernel_const(k.ek, 1, &c) == -1 && emu_kernel_const(k.ek, -1, &c) == -1);
+	REQUIRE(emu_kernel_const(k.ek, 0, &c) == 0);
+	char *mil = ane_mil_proj(40, 40, W, err);
+	REQUIRE(mil, "%s", err);
+	struct emu_kernel *p = emu_compile_packed(e, mil, &c, 1, err);
+	REQUIRE(p, "%s", err);
+	CHECK(emu_weight_bytes(p) == emu_weight_bytes(k.ek));
+	size_t ni = emu_input_capacity(p) / 2, no = emu_output_capacity(p);
+	uint16_t *in = malloc(ni * 2), *o1 = calloc(1, no), *o2 = calloc(1, no);
+	REQUIRE(in && o1 && o2);
+	for (size_t i = 0; i < ni; i++)
+		in[i] = ad_f32_to_fp16(frand());
+	const void *ip = in;
+	void *op1 = o1, *op2 = o2;
+	CHECK(emu_eval(k.ek, &ip, &op1, W, err) == 0, "%s", err);
+	CHECK(emu_eval(p, &ip, &op2, W, err) == 0, "%s", err);
+	CHECK(!memcmp(o1, o2, no), "packed compile gives the same outputs");
+	free(in);
+	free(o1);
+	free(o2);
+	emu_kernel_free(p);
+	// wrong: size, alignment, kind, missing, bad list
+	struct emu_const bad = c;
+	bad.bytes -= 2;
+	CHECK(!emu_compile_packed(e, mil, &bad, 1, err) && strstr(err, "bytes"), "%s", err);
+	bad = c;
+	bad.data = (const uint8_t *)c.data + 2;
+	CHECK(!emu_compile_packed(e, mil, &bad, 1, err) && strstr(err, "aligned"), "%s", err);
+	bad = c;
+	bad.kind = 77;
+	CHECK(!emu_compile_packed(e, mil, &bad, 1, err) && strstr(err, "no packed constant"), "%s", err);
+	CHECK(!emu_compile_packed(e, mil, NULL, 0, err) && strstr(err, "no packed constant"), "%s", err);
+	CHECK(!emu_compile_packed(e, mil, NULL, 3, err), "a count without a list");
+	// the program is still checked
+	CHECK(!emu_compile_packed(e, "program(1.0)", &c, 1, err), "a bad program");
+	free(mil);
+	ane_kernel_free(&k);
+	ane_builder_free(b);
+	emu_close(e);
+}
+
+static void
+test_default_dir(void)
+{
+	char d[600];
+	setenv("ANEDVD_CACHE_DIR", "/x/y", 1);
+	CHECK(kc_default_dir(d, sizeof d) == 0 && !strcmp(d, "/x/y"), "%s", d);
+	unsetenv("ANEDVD_CACHE_DIR");
+	setenv("XDG_CACHE_HOME", "/c", 1);
+	CHECK(kc_default_dir(d, sizeof d) == 0 && !strcmp(d, "/c/anedvd"), "%s", d);
+	setenv("XDG_CACHE_HOME", "relative", 1); // the spec: ignored unless absolute
+	setenv("HOME", "/home/u", 1);
+	CHECK(kc_default_dir(d, sizeof d) == 0 && !strcmp(d, "/home/u/.cache/anedvd"), "%s", d);
+	unsetenv("XDG_CACHE_HOME");
+	unsetenv("HOME");
+	CHECK(kc_default_dir(d, sizeof d) == -1);
+	// the hash: stable, and every byte counts
+	uint8_t buf[100];
+	for (int i = 0; i < 100; i++)
+		buf[i] = (uint8_t)i;
+	uint64_t h = kc_hash(buf, sizeof buf, 1);
+	CHECK(h == kc_hash(buf, sizeof buf, 1) && h != kc_hash(buf, sizeof buf, 2));
+	for (int i = 0; i < 100; i++) {
+		buf[i] ^= 1;
+		CHECK(kc_hash(buf, sizeof buf, 1) != h, "byte %d", i);
+		buf[i] ^= 1;
+	}
+}
+
+int
+main(void)
+{
+	snprintf(model_path, sizeof model_path, "%s/model.gguf", t_tmpdir());
+	copy_file(MODELS "qwen2.gguf", model_path);
+	char err[AD_ERRLEN];
+	if (model_load(&model, model_path, err)) {
+		fprintf(stderr, "%s\n", err);
+		return 1;
+	}
+	struct ane_set s;
+	if (build(&s, NULL, W, 0, NULL, 0, 0))
+		return 1;
+	ref_out = outputs(&s, &ref_n);
+	ane_set_free(&s);
+	T_RUN(test_emu_packed);
+	T_RUN(test_hit_is_identical);
+	T_RUN(test_background_store);
+	T_RUN(test_key_changes_miss);
+	T_RUN(test_corrupt_rebuilt);
+	T_RUN(test_crash_mid_write);
+	T_RUN(test_evict_and_clear);
+	T_RUN(test_off_and_unwritable);
+	T_RUN(test_default_dir);
+	free(ref_out);
+	model_free(&model);
+	return t_done();
+}
