@@ -166,6 +166,42 @@ test_hit_is_identical(void)
 	free(f);
 }
 
+// int8 kernels: their int8 panels and fp32 scales come back from the entry,
+// and every kernel gives the bits of an int8 compile without the cache
+static void
+test_int8_hit_is_identical(void)
+{
+	char dir[400], err[AD_ERRLEN];
+	make_dir(dir, sizeof dir, "int8");
+	struct ane_plan_opts po = {.width = W, .weights = ANE_W_INT8};
+	struct ane_build_opts none = {.backend = "emu"};
+	struct ane_set s;
+	REQUIRE(ane_set_build(&s, &model, &po, &none, 0, err) == 0, "%s", err);
+	size_t n8;
+	uint16_t *ref8 = outputs(&s, &n8);
+	REQUIRE(ref8);
+	CHECK(n8 != ref_n || memcmp(ref8, ref_out, n8 * 2), "int8 outputs differ from fp16 ones");
+	ane_set_free(&s);
+	struct ane_build_opts bo = {.backend = "emu", .cache_dir = dir, .options = "weights=int8"};
+	for (int round = 0; round < 2; round++) {
+		REQUIRE(ane_set_build(&s, &model, &po, &bo, 0, err) == 0, "%s", err);
+		CHECK(s.start.cache == (round ? ANE_CACHE_HIT : ANE_CACHE_MISS), "round %d: %s", round,
+		      ane_cache_state_name(s.start.cache));
+		size_t n;
+		uint16_t *o = outputs(&s, &n);
+		CHECK(o && n == n8 && !memcmp(o, ref8, n * 2), "round %d: int8 outputs differ from a compile without the cache",
+		      round);
+		free(o);
+		struct emu_const c0, c1;
+		REQUIRE(emu_kernel_const(s.k[0].ek, 0, &c0) == 0 && emu_kernel_const(s.k[0].ek, 1, &c1) == 0);
+		CHECK(c0.kind == EMU_CONST_I8_PANELS && c1.kind == EMU_CONST_F32_SCALES, "kinds %d %d", c0.kind,
+		      c1.kind);
+		ane_set_free(&s);
+	}
+	CHECK(count_entries(dir) == 1);
+	free(ref8);
+}
+
 // a miss whose entry is finished in the background: waited for, or by ane_set_free
 static void
 test_background_store(void)
@@ -608,6 +644,7 @@ main(void)
 	ane_set_free(&s);
 	T_RUN(test_emu_packed);
 	T_RUN(test_hit_is_identical);
+	T_RUN(test_int8_hit_is_identical);
 	T_RUN(test_background_store);
 	T_RUN(test_key_changes_miss);
 	T_RUN(test_corrupt_rebuilt);
