@@ -302,6 +302,42 @@ reattach(struct remote *r, unsigned seen, uint64_t deadline, char *err)
 	return rc;
 }
 
+// post rq and wait for its reply, through worker restarts (re-attach and
+// re-post the same request on the same slot) until the deadline; the
+// reply's own status is the caller's to read
+static int
+dp_roundtrip(struct remote *r, const struct dp_request *rq, struct dp_reply *rep, int kid, uint64_t t0, char *err)
+{
+	const uint64_t deadline = t0 + (uint64_t)r->deadline_ms * 1000000u;
+	int slot = -1, retries = 0, rc;
+	for (;;) {
+		unsigned seen = atomic_load(&r->attaches);
+		uint64_t wk = atomic_load(&r->dp_worker);
+		rc = dp_call(r->dp, &slot, rq, rep, (uint32_t)(wk >> 32), (uint32_t)wk, r->timeout_ms);
+		if (rc == DP_DONE && rep->status != DP_UNAVAILABLE)
+			break;
+		if (rc == DP_NOSLOT) {
+			ad_err(err, "%s: kernel %d: every data-plane slot stayed busy for %d ms", r->kb.name, kid,
+			       r->timeout_ms);
+			break;
+		}
+		static const char *why[] = {"", "no reply in time", "the worker died", "another worker attached"};
+		ad_warn("kernel %d: %s; waiting for the ane-worker", kid, rc == DP_DONE ? rep->msg : why[-rc < 4 ? -rc : 0]);
+		if (reattach(r, seen, deadline, err)) {
+			ad_err_prefix(err, "kernel %d", kid);
+			break;
+		}
+		retries++;
+	}
+	dp_release(r->dp, slot);
+	if (rc != DP_DONE)
+		return -1;
+	if (retries && rep->status == DP_OK)
+		ad_info("kernel %d: answered after %d retries (worker pid %u)", kid, retries,
+		        (unsigned)(atomic_load(&r->dp_worker) >> 32));
+	return 0;
+}
+
 // up to DP_MAX_STEPS steps (checked) in one round trip of the data plane
 static int
 dp_list(struct remote *r, const struct kb_step *steps, int n, struct kb_timing *t, char *err)
@@ -321,39 +357,13 @@ dp_list(struct remote *r, const struct kb_step *steps, int n, struct kb_timing *
 		if (d->out == DP_BY_NAME)
 			snprintf(d->out_id, sizeof d->out_id, "%s", steps[i].out->id);
 	}
-	const uint64_t deadline = t0 + (uint64_t)r->deadline_ms * 1000000u;
 	static _Thread_local struct dp_reply rep;
-	int slot = -1, retries = 0, rc;
-	for (;;) {
-		unsigned seen = atomic_load(&r->attaches);
-		uint64_t wk = atomic_load(&r->dp_worker);
-		rc = dp_call(r->dp, &slot, &rq, &rep, (uint32_t)(wk >> 32), (uint32_t)wk, r->timeout_ms);
-		if (rc == DP_DONE && rep.status != DP_UNAVAILABLE)
-			break;
-		if (rc == DP_NOSLOT) {
-			ad_err(err, "%s: kernel %d: every data-plane slot stayed busy for %d ms", r->kb.name, steps[0].id,
-			       r->timeout_ms);
-			break;
-		}
-		static const char *why[] = {"", "no reply in time", "the worker died", "another worker attached"};
-		ad_warn("kernel %d: %s; waiting for the ane-worker", steps[0].id,
-		        rc == DP_DONE ? rep.msg : why[-rc < 4 ? -rc : 0]);
-		if (reattach(r, seen, deadline, err)) {
-			ad_err_prefix(err, "kernel %d", steps[0].id);
-			break;
-		}
-		retries++;
-	}
-	dp_release(r->dp, slot);
-	if (rc != DP_DONE)
+	if (dp_roundtrip(r, &rq, &rep, steps[0].id, t0, err))
 		return -1;
 	if (rep.status != DP_OK) {
 		int k = rep.done_steps < (uint32_t)n ? steps[rep.done_steps].id : steps[0].id;
 		return ad_err(err, "%s: kernel %d: %s", r->kb.name, k, rep.msg);
 	}
-	if (retries)
-		ad_info("kernel %d: answered after %d retries (worker pid %u)", steps[0].id, retries,
-		        (unsigned)(atomic_load(&r->dp_worker) >> 32));
 	if (t) {
 		uint64_t total = now_ns() - t0, exec = 0;
 		for (int i = 0; i < n; i++)
@@ -392,12 +402,10 @@ kb_remote_ping(struct kernel_backend *kb, int via_nng, char *err)
 		return ad_err(err, "%s: no data plane", kb->name);
 	struct dp_request rq = {.op = DP_OP_NOP};
 	static _Thread_local struct dp_reply rep;
-	uint64_t wk = atomic_load(&r->dp_worker);
-	int slot = -1;
-	int rc = dp_call(r->dp, &slot, &rq, &rep, (uint32_t)(wk >> 32), (uint32_t)wk, r->timeout_ms);
-	dp_release(r->dp, slot);
-	if (rc != DP_DONE || rep.status != DP_OK)
-		return ad_err(err, "%s: data-plane round trip: %d %s", kb->name, rc, rc == DP_DONE ? rep.msg : "");
+	if (dp_roundtrip(r, &rq, &rep, -1, now_ns(), err))
+		return -1;
+	if (rep.status != DP_OK)
+		return ad_err(err, "%s: data-plane round trip: %s", kb->name, rep.msg);
 	return 0;
 }
 
