@@ -473,7 +473,7 @@ dp_call(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp_rep
 	atomic_fetch_add(&c->h->bell, 1); // seq_cst: then read server_sleeping
 	ring(&c->h->bell, &c->h->server_sleeping, 1);
 
-	uint64_t backoff = 0;
+	uint64_t backoff = 0, check = 0;
 	uint32_t x = spin(&sl->rep_seq, s - 1, c->spin_call_ns);
 	for (;;) {
 		if (x == s) {
@@ -482,11 +482,16 @@ dp_call(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp_rep
 			rep->msg[sizeof rep->msg - 1] = 0;
 			return DP_DONE;
 		}
+		// the worker's liveness once per slice (the pid check reads /proc:
+		// too slow for every wake-up), the generation every time
 		uint64_t t = now_ns();
 		if (atomic_load(&c->h->worker_gen) != gen)
 			return DP_CHANGED;
-		if (!dp_pid_alive(pid))
-			return DP_DEAD;
+		if (t >= check) {
+			if (check && !dp_pid_alive(pid))
+				return DP_DEAD;
+			check = t + DP_SLICE_NS;
+		}
 		if (t >= deadline)
 			return DP_TIMEOUT;
 		uint64_t left = deadline - t;
