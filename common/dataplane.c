@@ -17,6 +17,7 @@
 
 #if defined(__linux__)
 #include <linux/futex.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #define DP_HAVE_FUTEX 1
 #elif defined(__APPLE__) && defined(__has_include)
@@ -67,7 +68,7 @@ struct dp_chan {
 	char id[AD_SURFACE_ID_MAX];
 	int owner;
 	enum dp_bell bell;
-	uint32_t spin_call_ns, spin_serve_ns;
+	uint32_t spin_call_ns, spin_serve_ns, lead_ns;
 	_Atomic uint32_t busy; // client: slots claimed by this process's threads
 	pthread_mutex_t mu;    // client: the surface table
 };
@@ -110,6 +111,7 @@ chan_defaults(struct dp_chan *c)
 #endif
 	c->spin_call_ns = env_us("ANEDVD_DP_SPIN_US", 10);
 	c->spin_serve_ns = env_us("ANEDVD_DP_SERVE_SPIN_US", 50);
+	c->lead_ns = env_us("ANEDVD_DP_LEAD_US", 40);
 	pthread_mutex_init(&c->mu, NULL);
 }
 
@@ -454,6 +456,13 @@ int
 dp_call(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp_reply *rep, uint32_t pid, uint32_t gen,
         int timeout_ms)
 {
+	return dp_call_expect(c, slot, rq, rep, pid, gen, timeout_ms, 0);
+}
+
+int
+dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp_reply *rep, uint32_t pid,
+               uint32_t gen, int timeout_ms, uint64_t expect_ns)
+{
 	const uint64_t deadline = now_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 1) * 1000000u;
 	if (*slot < 0 && (*slot = claim(c, deadline)) < 0)
 		return DP_NOSLOT;
@@ -475,6 +484,25 @@ dp_call(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp_rep
 
 	uint64_t backoff = 0, check = 0;
 	uint32_t x = spin(&sl->rep_seq, s - 1, c->spin_call_ns);
+	if (x == s - 1 && expect_ns > c->spin_call_ns + c->lead_ns) {
+		// A long call: sleep until shortly before the reply is due (the
+		// worker wakes us earlier if it is done first), then spin, so the
+		// latency of being woken falls before the reply, not after it.
+		// The timer's slack (50 us by default) would eat the lead.
+		static _Thread_local int slack_set;
+		if (!slack_set) {
+#if defined(__linux__)
+			prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+#endif
+			slack_set = 1;
+		}
+		uint64_t d = expect_ns - c->spin_call_ns - c->lead_ns;
+		if (d > DP_SLICE_NS)
+			d = DP_SLICE_NS;
+		doze(c, &sl->rep_seq, x, &sl->client_sleeping, d, &backoff);
+		x = spin(&sl->rep_seq, s - 1, 3 * (uint64_t)c->lead_ns);
+		backoff = 0;
+	}
 	for (;;) {
 		if (x == s) {
 			// acquired s: the reply written before the store is complete

@@ -136,6 +136,12 @@ enum dp_wait_rc {
 // on entry claims a free one.
 int dp_call(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp_reply *rep, uint32_t pid,
             uint32_t gen, int timeout_ms);
+// dp_call_expect is dp_call for a call expected to take about expect_ns
+// (0: unknown): past the spin it sleeps until ANEDVD_DP_LEAD_US (40 us)
+// before that, then spins, so being woken costs nothing when the guess
+// holds (and the worker still wakes it when the reply comes earlier)
+int dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp_reply *rep, uint32_t pid,
+                   uint32_t gen, int timeout_ms, uint64_t expect_ns);
 void dp_release(struct dp_chan *c, int slot);
 
 // --- worker ---------------------------------------------------------------------------

@@ -65,6 +65,10 @@ struct remote {
 	_Atomic uint64_t dp_worker;  // pid << 32 | generation of the attached worker
 	atomic_uint attaches;        // bumped by every attach
 	pthread_mutex_t amu;         // one thread re-attaches at a time
+	// per kernel, one column and more: a running mean of exec_ns, the
+	// guess of how long the next call takes (dp_call_expect); races
+	// between threads only blur a guess
+	uint32_t *expect[2];
 };
 
 static atomic_uint remote_gen;
@@ -306,14 +310,16 @@ reattach(struct remote *r, unsigned seen, uint64_t deadline, char *err)
 // re-post the same request on the same slot) until the deadline; the
 // reply's own status is the caller's to read
 static int
-dp_roundtrip(struct remote *r, const struct dp_request *rq, struct dp_reply *rep, int kid, uint64_t t0, char *err)
+dp_roundtrip(struct remote *r, const struct dp_request *rq, struct dp_reply *rep, int kid, uint64_t t0,
+             uint64_t expect_ns, char *err)
 {
 	const uint64_t deadline = t0 + (uint64_t)r->deadline_ms * 1000000u;
 	int slot = -1, retries = 0, rc;
 	for (;;) {
 		unsigned seen = atomic_load(&r->attaches);
 		uint64_t wk = atomic_load(&r->dp_worker);
-		rc = dp_call(r->dp, &slot, rq, rep, (uint32_t)(wk >> 32), (uint32_t)wk, r->timeout_ms);
+		rc = dp_call_expect(r->dp, &slot, rq, rep, (uint32_t)(wk >> 32), (uint32_t)wk, r->timeout_ms,
+		                    retries ? 0 : expect_ns);
 		if (rc == DP_DONE && rep->status != DP_UNAVAILABLE)
 			break;
 		if (rc == DP_NOSLOT) {
@@ -357,9 +363,17 @@ dp_list(struct remote *r, const struct kb_step *steps, int n, struct kb_timing *
 		if (d->out == DP_BY_NAME)
 			snprintf(d->out_id, sizeof d->out_id, "%s", steps[i].out->id);
 	}
+	uint64_t expect = 0;
+	for (int i = 0; i < n; i++)
+		expect += r->expect[steps[i].ncols > 1][steps[i].id];
 	static _Thread_local struct dp_reply rep;
-	if (dp_roundtrip(r, &rq, &rep, steps[0].id, t0, err))
+	if (dp_roundtrip(r, &rq, &rep, steps[0].id, t0, expect, err))
 		return -1;
+	for (int i = 0; i < n && i < (int)rep.done_steps; i++) {
+		uint32_t *e = &r->expect[steps[i].ncols > 1][steps[i].id];
+		uint64_t x = rep.exec_ns[i] < UINT32_MAX ? rep.exec_ns[i] : UINT32_MAX;
+		*e = *e ? (uint32_t)((3 * (uint64_t)*e + x) / 4) : (uint32_t)x;
+	}
 	if (rep.status != DP_OK) {
 		int k = rep.done_steps < (uint32_t)n ? steps[rep.done_steps].id : steps[0].id;
 		return ad_err(err, "%s: kernel %d: %s", r->kb.name, k, rep.msg);
@@ -402,7 +416,7 @@ kb_remote_ping(struct kernel_backend *kb, int via_nng, char *err)
 		return ad_err(err, "%s: no data plane", kb->name);
 	struct dp_request rq = {.op = DP_OP_NOP};
 	static _Thread_local struct dp_reply rep;
-	if (dp_roundtrip(r, &rq, &rep, -1, now_ns(), err))
+	if (dp_roundtrip(r, &rq, &rep, -1, now_ns(), 0, err))
 		return -1;
 	if (rep.status != DP_OK)
 		return ad_err(err, "%s: data-plane round trip: %s", kb->name, rep.msg);
@@ -496,6 +510,8 @@ r_free(struct kernel_backend *kb)
 	pthread_mutex_destroy(&r->amu);
 	ane_plan_free(&r->plan);
 	free(r->info);
+	free(r->expect[0]);
+	free(r->expect[1]);
 	free(r);
 }
 
@@ -553,7 +569,9 @@ kb_remote_new(const struct model *m, const struct kb_opts *o, char *err)
 	if (ane_plan_build(&r->plan, m, &po, err))
 		goto fail;
 	r->info = calloc((size_t)r->plan.n, sizeof *r->info);
-	if (!r->info) {
+	r->expect[0] = calloc((size_t)r->plan.n + 1, sizeof *r->expect[0]);
+	r->expect[1] = calloc((size_t)r->plan.n + 1, sizeof *r->expect[1]);
+	if (!r->info || !r->expect[0] || !r->expect[1]) {
 		ad_err(err, "out of memory");
 		goto fail;
 	}

@@ -2,6 +2,7 @@
 // client and worker in two processes (fork), with both doorbells (futex
 // and the sleeping fallback):
 //   - an empty round trip, a list of steps, the handler's error status,
+//     calls with a guess of their length (dp_call_expect) too long or short,
 //     bad requests (no steps, too many, unknown op) answered by dp_serve;
 //   - 8 threads x 1000 calls in flight on the 16 slots, each reply the
 //     answer to its own request;
@@ -181,6 +182,11 @@ test_roundtrip(void)
 	CHECK(dp_call(c, &slot, &r, &rep, pid, gen, 5000) == DP_DONE && rep.status == DP_BAD_REQUEST &&
 	          strstr(rep.msg, "unknown op"),
 	      "%s", rep.msg);
+	// a guess of the call's length, too long and too short: the same replies
+	r = req(DP_OP_CALL, 2, 11);
+	CHECK(dp_call_expect(c, &slot, &r, &rep, pid, gen, 5000, 200000000) == DP_DONE && rep.exec_ns[1] == expect(&r, 1));
+	r = req(DP_OP_CALL, 1, K_SLOW);
+	CHECK(dp_call_expect(c, &slot, &r, &rep, pid, gen, 5000, 1000000) == DP_DONE && rep.exec_ns[0] == expect(&r, 0));
 	// and it still serves
 	r = req(DP_OP_CALL, 1, 5);
 	CHECK(dp_call(c, &slot, &r, &rep, pid, gen, 5000) == DP_DONE && rep.exec_ns[0] == expect(&r, 0));
