@@ -417,7 +417,18 @@ test_client_gone_stale(void)
 	struct ad_surface sf;
 	make_id(id, "notdp");
 	REQUIRE(surface_create(&sf, id, 64, 64, 1, err) == 0, "%s", err);
+	CHECK(dp_open(id, err) == NULL && (strstr(err, "bytes") || strstr(err, "not an object")), "%s", err);
+	surface_close(&sf);
+	make_id(id, "notdp-small");
+	int fd = shm_open(id, O_RDWR | O_CREAT | O_EXCL, 0600);
+	REQUIRE(fd >= 0);
+	CHECK(ftruncate(fd, 4096) == 0);
+	close(fd);
 	CHECK(dp_open(id, err) == NULL && strstr(err, "bytes"), "%s", err);
+	shm_unlink(id);
+	make_id(id, "notdp-big");
+	REQUIRE(surface_create(&sf, id, 4096, 64, 1, err) == 0, "%s", err); // zeros: no magic
+	CHECK(dp_open(id, err) == NULL && strstr(err, "not an object"), "%s", err);
 	surface_close(&sf);
 	CHECK(dp_create("/bad/id/with/too/many/characters/for/a/surface/id/of/the/anedvd/kind/at/all", err) ==
 	          NULL,
