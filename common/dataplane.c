@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -183,20 +184,34 @@ ring(_Atomic uint32_t *w, _Atomic uint32_t *sleepers, int all)
 		os_wake(w, all);
 }
 
-// spin while *w == v, at most ns; the last value read
+// spin while *w == v, at most ns; the last value read. The first 2 us
+// with the pause hint, then yielding between looks: on a machine with more
+// runnable threads than cores (2 cores: the engine, this, the emu's
+// threads) a spinner must not keep anyone off its core.
 static uint32_t
 spin(_Atomic uint32_t *w, uint32_t v, uint64_t ns)
 {
 	uint32_t x = atomic_load_explicit(w, memory_order_acquire);
 	if (x != v || ns == 0)
 		return x;
-	uint64_t end = now_ns() + ns;
+	const uint64_t t0 = now_ns(), end = t0 + ns, hot = t0 + (ns < 2000 ? ns : 2000);
 	for (unsigned i = 1;; i++) {
 		cpu_relax();
 		x = atomic_load_explicit(w, memory_order_acquire);
 		if (x != v)
 			return x;
-		if ((i & 63) == 0 && now_ns() >= end)
+		if ((i & 63) == 0) {
+			uint64_t t = now_ns();
+			if (t >= end)
+				return x;
+			if (t >= hot)
+				break;
+		}
+	}
+	for (;;) {
+		sched_yield();
+		x = atomic_load_explicit(w, memory_order_acquire);
+		if (x != v || now_ns() >= end)
 			return x;
 	}
 }
