@@ -322,13 +322,24 @@ dp_roundtrip(struct remote *r, const struct dp_request *rq, struct dp_reply *rep
 		                    retries ? 0 : expect_ns);
 		if (rc == DP_DONE && rep->status != DP_UNAVAILABLE)
 			break;
+		if (rc == DP_DONE)
+			rc = DP_CHANGED; // unavailable: as if the worker had gone
 		if (rc == DP_NOSLOT) {
 			ad_err(err, "%s: kernel %d: every data-plane slot stayed busy for %d ms", r->kb.name, kid,
 			       r->timeout_ms);
 			break;
 		}
 		static const char *why[] = {"", "no reply in time", "the worker died", "another worker attached"};
-		ad_warn("kernel %d: %s; waiting for the ane-worker", kid, rc == DP_DONE ? rep->msg : why[-rc < 4 ? -rc : 0]);
+		const char *what = rc == DP_DONE ? rep->msg : why[-rc < 4 ? -rc : 0];
+		// a worker that answers Health and Compile but not the call (hung
+		// in a kernel, or far too slow) would be re-posted to for ever
+		if (now_ns() >= deadline) {
+			ad_err(err, "%s: kernel %d: %s, and the deadline of %d ms has passed", r->kb.name, kid, what,
+			       r->deadline_ms);
+			rc = DP_TIMEOUT;
+			break;
+		}
+		ad_warn("kernel %d: %s; waiting for the ane-worker", kid, what);
 		if (reattach(r, seen, deadline, err)) {
 			ad_err_prefix(err, "kernel %d", kid);
 			break;

@@ -1146,6 +1146,42 @@ test_kill_generation(void)
 	free(rg);
 }
 
+// a worker hung in a kernel (here: 1 s per call against a timeout of
+// 300 ms and a deadline of 600 ms) ends the call with an error, not a wait
+static void
+test_hung_worker(void)
+{
+	char err[AD_ERRLEN];
+	if (worker > 0) {
+		kill(worker, SIGTERM);
+		waitpid(worker, NULL, 0);
+	}
+	worker = spawn_worker(1000, 0);
+	REQUIRE(worker > 0);
+	struct kb_opts o = {.width = W, .url = url, .timeout_ms = 300, .deadline_ms = 600, .instance = (long)getpid()};
+	struct kernel_backend *kb = NULL;
+	for (int i = 0; i < 100 && !kb; i++) // the worker may still be compiling
+		if (!(kb = kb_remote_new(&stories, &o, err)))
+			usleep(100 * 1000);
+	REQUIRE(kb, "%s", err);
+	CHECK(kb_remote_ping(kb, 0, err) == 0, "%s", err);
+	struct ad_surface a, b;
+	REQUIRE(kb->surface_new(kb, "ha", 64, &a, err) == 0 && kb->surface_new(kb, "hb", 64, &b, err) == 0);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CHECK(kb->call(kb, 1, &a, &b, 1, NULL, err) == -1 &&
+	          (strstr(err, "did not come back") || strstr(err, "deadline")),
+	      "%s", err);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	printf("a hung worker (1 s per kernel; timeout 300 ms, deadline 600 ms): the call failed after %.2f s: %s\n",
+	       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9, err);
+	kb->free(kb);
+	kill(worker, SIGKILL);
+	waitpid(worker, NULL, 0);
+	worker = spawn_worker(0, 0);
+	REQUIRE(worker > 0);
+}
+
 static int
 shm_count(long pid)
 {
@@ -1221,6 +1257,7 @@ main(void)
 	T_RUN(test_kill_restart);
 	T_RUN(test_dataplane);
 	T_RUN(test_kill_generation);
+	T_RUN(test_hung_worker);
 	T_RUN(test_sigterm);
 	T_RUN(test_bad_args);
 	if (worker > 0) {
