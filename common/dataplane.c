@@ -82,6 +82,8 @@ now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+static uint64_t hot_ns = 10000; // spin(): pause this long, then yield
+
 static uint32_t
 env_us(const char *name, uint32_t dflt_us)
 {
@@ -113,6 +115,7 @@ chan_defaults(struct dp_chan *c)
 	c->spin_call_ns = env_us("ANEDVD_DP_SPIN_US", 10);
 	c->spin_serve_ns = env_us("ANEDVD_DP_SERVE_SPIN_US", 50);
 	c->lead_ns = env_us("ANEDVD_DP_LEAD_US", 40);
+	hot_ns = env_us("ANEDVD_DP_YIELD_US", 10);
 	pthread_mutex_init(&c->mu, NULL);
 }
 
@@ -184,17 +187,19 @@ ring(_Atomic uint32_t *w, _Atomic uint32_t *sleepers, int all)
 		os_wake(w, all);
 }
 
-// spin while *w == v, at most ns; the last value read. The first 2 us
-// with the pause hint, then yielding between looks: on a machine with more
-// runnable threads than cores (2 cores: the engine, this, the emu's
-// threads) a spinner must not keep anyone off its core.
+// spin while *w == v, at most ns; the last value read. The first hot_ns
+// (ANEDVD_DP_YIELD_US, 10 us) with the pause hint, then yielding between
+// looks: on a machine with more runnable threads than cores (2 cores: the
+// engine, this, the emu's threads) a spinner must not keep anyone off its
+// core.
+
 static uint32_t
 spin(_Atomic uint32_t *w, uint32_t v, uint64_t ns)
 {
 	uint32_t x = atomic_load_explicit(w, memory_order_acquire);
 	if (x != v || ns == 0)
 		return x;
-	const uint64_t t0 = now_ns(), end = t0 + ns, hot = t0 + (ns < 2000 ? ns : 2000);
+	const uint64_t t0 = now_ns(), end = t0 + ns, hot = t0 + (ns < hot_ns ? ns : hot_ns);
 	for (unsigned i = 1;; i++) {
 		cpu_relax();
 		x = atomic_load_explicit(w, memory_order_acquire);
