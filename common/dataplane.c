@@ -69,7 +69,7 @@ struct dp_chan {
 	char id[AD_SURFACE_ID_MAX];
 	int owner;
 	enum dp_bell bell;
-	uint32_t spin_call_ns, spin_serve_ns, lead_ns;
+	uint32_t spin_call_ns, spin_serve_ns, lead_ns, spin_max_ns;
 	_Atomic uint32_t busy; // client: slots claimed by this process's threads
 	pthread_mutex_t mu;    // client: the surface table
 };
@@ -115,6 +115,7 @@ chan_defaults(struct dp_chan *c)
 	c->spin_call_ns = env_us("ANEDVD_DP_SPIN_US", 10);
 	c->spin_serve_ns = env_us("ANEDVD_DP_SERVE_SPIN_US", 50);
 	c->lead_ns = env_us("ANEDVD_DP_LEAD_US", 40);
+	c->spin_max_ns = env_us("ANEDVD_DP_SPIN_MAX_US", 200);
 	hot_ns = env_us("ANEDVD_DP_YIELD_US", 10);
 	pthread_mutex_init(&c->mu, NULL);
 }
@@ -505,8 +506,13 @@ dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct
 	ring(&c->h->bell, &c->h->server_sleeping, 1);
 
 	uint64_t backoff = 0, check = 0;
-	uint32_t x = spin(&sl->rep_seq, s - 1, c->spin_call_ns);
-	if (x == s - 1 && expect_ns > c->spin_call_ns + c->lead_ns) {
+	// a call expected to be short is spun through: being woken costs ~20 us
+	// here, more than such a call itself
+	uint64_t sp = c->spin_call_ns;
+	if (expect_ns && expect_ns + c->lead_ns <= c->spin_max_ns && expect_ns + c->lead_ns > sp)
+		sp = expect_ns + c->lead_ns;
+	uint32_t x = spin(&sl->rep_seq, s - 1, sp);
+	if (x == s - 1 && expect_ns > sp + c->lead_ns) {
 		// A long call: sleep until shortly before the reply is due (the
 		// worker wakes us earlier if it is done first), then spin, so the
 		// latency of being woken falls before the reply, not after it.
@@ -518,7 +524,7 @@ dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct
 #endif
 			slack_set = 1;
 		}
-		uint64_t d = expect_ns - c->spin_call_ns - c->lead_ns;
+		uint64_t d = expect_ns - sp - c->lead_ns;
 		if (d > DP_SLICE_NS)
 			d = DP_SLICE_NS;
 		doze(c, &sl->rep_seq, x, &sl->client_sleeping, d, &backoff);

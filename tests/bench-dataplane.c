@@ -9,8 +9,9 @@
 // nng, which is ~15x slower):
 //   - the empty round trip: a NOP through the data plane; a Health request
 //     over nng (the smallest message the worker answers);
-//   - a one-kernel call (the model's smallest kernel, one column), with its
-//     time inside the worker, through both;
+//   - a one-kernel call (the model's smallest kernel, and its largest, one
+//     column), with its time inside the worker, through both: for a long
+//     kernel the caller sleeps, and being woken is the overhead;
 //   - the LM head as one call (call_list) against one call per chunk.
 // Not a test: figures only. The machine's load shows in the ranges.
 #include <signal.h>
@@ -52,14 +53,14 @@ report(const char *what, double *v, int n)
 
 struct ctx {
 	struct kernel_backend *kb;
-	int id;
-	struct ad_surface *in, *out;
+	int id, big;
+	struct ad_surface *in, *out, *bin, *bout;
 	struct kb_step *head;
 	int nhead;
 	uint64_t exec;
 };
 
-enum what { PING_DP, PING_NNG, KERNEL, HEAD_LIST, HEAD_EACH };
+enum what { PING_DP, PING_NNG, KERNEL, BIG, HEAD_LIST, HEAD_EACH };
 
 static int
 once(struct ctx *c, enum what w, char *err)
@@ -72,6 +73,11 @@ once(struct ctx *c, enum what w, char *err)
 		return kb_remote_ping(c->kb, 1, err);
 	case KERNEL:
 		if (c->kb->call(c->kb, c->id, c->in, c->out, 1, t, err))
+			return -1;
+		c->exec += t[0].exec_ns;
+		return 0;
+	case BIG:
+		if (c->kb->call(c->kb, c->big, c->bin, c->bout, 1, t, err))
 			return -1;
 		c->exec += t[0].exec_ns;
 		return 0;
@@ -102,7 +108,7 @@ bench(const char *what, struct ctx *c, enum what w, int calls, int reps)
 		exec += (double)c->exec / 1e3 / calls;
 	}
 	report(what, v, reps);
-	if (w == KERNEL)
+	if (w == KERNEL || w == BIG)
 		printf("  %-44s mean   %8.2f us inside the worker\n", "", exec / reps);
 	return 0;
 }
@@ -137,21 +143,25 @@ main(int argc, char **argv)
 		goto out;
 	}
 	// the smallest kernel, and the LM head's chunks
-	int id = 0;
+	int id = 0, big = 0;
 	struct kb_step head[64];
 	int nhead = 0;
 	for (int i = 0; i < dp->n_kernels; i++) {
 		if (dp->kernels[i].weight_bytes < dp->kernels[id].weight_bytes && dp->kernels[i].kind != KB_PROBE)
 			id = i;
+		if (dp->kernels[i].weight_bytes > dp->kernels[big].weight_bytes && dp->kernels[i].kind != KB_PROBE)
+			big = i;
 		if (dp->kernels[i].kind == KB_LM_HEAD && nhead < 64)
 			head[nhead++] = (struct kb_step){i, NULL, NULL, 1};
 	}
-	struct ad_surface s[4], hs[2][64];
-	const struct kb_info *k = &dp->kernels[id];
+	struct ad_surface s[4], bs[4], hs[2][64];
+	const struct kb_info *k = &dp->kernels[id], *kbig = &dp->kernels[big];
 	struct kernel_backend *kbs[2] = {dp, nn};
 	for (int b = 0; b < 2; b++) {
 		if (kbs[b]->surface_new(kbs[b], "bin", k->in_ch, &s[2 * b], err) ||
-		    kbs[b]->surface_new(kbs[b], "bout", k->out_ch, &s[2 * b + 1], err))
+		    kbs[b]->surface_new(kbs[b], "bout", k->out_ch, &s[2 * b + 1], err) ||
+		    kbs[b]->surface_new(kbs[b], "gin", kbig->in_ch, &bs[2 * b], err) ||
+		    kbs[b]->surface_new(kbs[b], "gout", kbig->out_ch, &bs[2 * b + 1], err))
 			goto fail;
 		for (int h = 0; h < nhead; h++) {
 			char name[32];
@@ -165,8 +175,10 @@ main(int argc, char **argv)
 	printf("bench-dataplane: %s, %d calls (nng: %d) x %d runs; kernel %d (%d -> %d, %llu weight bytes); LM head "
 	       "in %d chunks\n",
 	       m.name, calls, calls / 10, reps, id, k->in_ch, k->out_ch, (unsigned long long)k->weight_bytes, nhead);
-	struct ctx c = {dp, id, &s[0], &s[1], head, nhead, 0};
-	struct ctx cn = {nn, id, &s[2], &s[3], head, nhead, 0};
+	printf("  largest kernel %d (%d -> %d, %llu weight bytes)\n", big, kbig->in_ch, kbig->out_ch,
+	       (unsigned long long)kbig->weight_bytes);
+	struct ctx c = {dp, id, big, &s[0], &s[1], &bs[0], &bs[1], head, nhead, 0};
+	struct ctx cn = {nn, id, big, &s[2], &s[3], &bs[2], &bs[3], head, nhead, 0};
 	struct kb_step hn[64];
 	for (int h = 0; h < nhead; h++) {
 		head[h].in = &hs[0][63];
@@ -180,6 +192,8 @@ main(int argc, char **argv)
 	    bench("empty call: nng (Health)", &cn, PING_NNG, calls / 10, reps) ||
 	    bench("one kernel, 1 column: data plane", &c, KERNEL, calls, reps) ||
 	    bench("one kernel, 1 column: nng", &cn, KERNEL, calls / 10, reps) ||
+	    bench("largest kernel, 1 column: data plane", &c, BIG, calls / 100 + 1, reps) ||
+	    bench("largest kernel, 1 column: nng", &cn, BIG, calls / 100 + 1, reps) ||
 	    bench("LM head as one call: data plane", &c, HEAD_LIST, calls / 10, reps) ||
 	    bench("LM head, one call per chunk: data plane", &c, HEAD_EACH, calls / 10, reps) ||
 	    bench("LM head, one call per chunk: nng", &cn, HEAD_EACH, calls / 100 + 1, reps))
