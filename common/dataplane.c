@@ -505,6 +505,7 @@ dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct
 	atomic_fetch_add(&c->h->bell, 1); // seq_cst: then read server_sleeping
 	ring(&c->h->bell, &c->h->server_sleeping, 1);
 
+	const uint64_t posted = now_ns();
 	uint64_t backoff = 0, check = 0;
 	// a call expected to be short is spun through: being woken costs ~20 us
 	// here, more than such a call itself
@@ -512,11 +513,13 @@ dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct
 	if (expect_ns && expect_ns + c->lead_ns <= c->spin_max_ns && expect_ns + c->lead_ns > sp)
 		sp = expect_ns + c->lead_ns;
 	uint32_t x = spin(&sl->rep_seq, s - 1, sp);
+	// A long call: sleep until shortly before the reply is due (the worker
+	// wakes us earlier if it is done first), then spin, so the latency of
+	// being woken falls before the reply, not after it. The timer's slack
+	// (50 us by default) would eat the lead.
+	uint64_t due = 0;
 	if (x == s - 1 && expect_ns > sp + c->lead_ns) {
-		// A long call: sleep until shortly before the reply is due (the
-		// worker wakes us earlier if it is done first), then spin, so the
-		// latency of being woken falls before the reply, not after it.
-		// The timer's slack (50 us by default) would eat the lead.
+		due = posted + expect_ns - c->lead_ns;
 		static _Thread_local int slack_set;
 		if (!slack_set) {
 #if defined(__linux__)
@@ -524,12 +527,6 @@ dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct
 #endif
 			slack_set = 1;
 		}
-		uint64_t d = expect_ns - sp - c->lead_ns;
-		if (d > DP_SLICE_NS)
-			d = DP_SLICE_NS;
-		doze(c, &sl->rep_seq, x, &sl->client_sleeping, d, &backoff);
-		x = spin(&sl->rep_seq, s - 1, 3 * (uint64_t)c->lead_ns);
-		backoff = 0;
 	}
 	for (;;) {
 		if (x == s) {
@@ -551,7 +548,17 @@ dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct
 		if (t >= deadline)
 			return DP_TIMEOUT;
 		uint64_t left = deadline - t;
-		doze(c, &sl->rep_seq, x, &sl->client_sleeping, left < DP_SLICE_NS ? left : DP_SLICE_NS, &backoff);
+		if (left > DP_SLICE_NS)
+			left = DP_SLICE_NS;
+		if (due && t >= due) { // the reply is due: spin for it, once
+			due = 0;
+			x = spin(&sl->rep_seq, s - 1, 3 * (uint64_t)c->lead_ns);
+			backoff = 0;
+			continue;
+		}
+		if (due && due - t < left)
+			left = due - t;
+		doze(c, &sl->rep_seq, x, &sl->client_sleeping, left, &backoff);
 		x = atomic_load_explicit(&sl->rep_seq, memory_order_acquire);
 	}
 }
