@@ -7,7 +7,9 @@
 // (bit-equal, lists longer than one slot holds, the nng path still right
 // with no_dataplane); a raw object gets an error status for every bad step
 // and Stats counts its kernels; an engine over kb_remote whose worker is
-// SIGKILLed mid-generation gives kb_local's tokens.
+// SIGKILLed mid-generation gives kb_local's tokens; a worker hung in a
+// kernel fails the call after the deadline; the polling doorbell on both
+// sides gives kb_local's bits.
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -1182,6 +1184,54 @@ test_hung_worker(void)
 	REQUIRE(worker > 0);
 }
 
+// the polling doorbell (ANEDVD_DP_DOORBELL=sleep) on both sides: the same
+// bits as kb_local
+static void
+test_sleep_doorbell(void)
+{
+	REQUIRE(local);
+	char err[AD_ERRLEN];
+	if (worker > 0) {
+		kill(worker, SIGTERM);
+		waitpid(worker, NULL, 0);
+	}
+	setenv("ANEDVD_DP_DOORBELL", "sleep", 1);
+	worker = spawn_worker(0, 0);
+	REQUIRE(worker > 0);
+	struct kernel_backend *kb = open_remote(0, 30000, err);
+	unsetenv("ANEDVD_DP_DOORBELL");
+	REQUIRE(kb, "%s", err);
+	CHECK(kb_remote_ping(kb, 0, err) == 0, "%s", err);
+	int diffs = 0;
+	for (int id = 0; id < local->n_kernels; id++) {
+		const struct kb_info *k = &local->kernels[id];
+		struct ad_surface li, lo, ri, ro;
+		char n1[16], n2[16];
+		snprintf(n1, sizeof n1, "si%d", id);
+		snprintf(n2, sizeof n2, "so%d", id);
+		REQUIRE(local->surface_new(local, n1, k->in_ch, &li, err) == 0 &&
+		        local->surface_new(local, n2, k->out_ch, &lo, err) == 0);
+		REQUIRE(kb->surface_new(kb, n1, k->in_ch, &ri, err) == 0 && kb->surface_new(kb, n2, k->out_ch, &ro, err) == 0,
+		        "%s", err);
+		static float x[W * 1024];
+		for (int i = 0; i < k->in_ch * W; i++)
+			x[i] = frand();
+		surface_write(&li, x, W, (size_t)k->in_ch);
+		surface_write(&ri, x, W, (size_t)k->in_ch);
+		REQUIRE(local->call(local, id, &li, &lo, W, NULL, err) == 0, "%s", err);
+		REQUIRE(kb->call(kb, id, &ri, &ro, W, NULL, err) == 0, "%s", err);
+		for (int o = 0; o < k->out_ch; o++)
+			diffs += memcmp((char *)lo.base + (size_t)o * lo.plane_stride, (char *)ro.base + (size_t)o * ro.plane_stride,
+			                (size_t)W * 2) != 0;
+	}
+	CHECK(diffs == 0, "%d channels differ", diffs);
+	kb->free(kb);
+	kill(worker, SIGTERM);
+	waitpid(worker, NULL, 0);
+	worker = spawn_worker(0, 0);
+	REQUIRE(worker > 0);
+}
+
 static int
 shm_count(long pid)
 {
@@ -1258,6 +1308,7 @@ main(void)
 	T_RUN(test_dataplane);
 	T_RUN(test_kill_generation);
 	T_RUN(test_hung_worker);
+	T_RUN(test_sleep_doorbell);
 	T_RUN(test_sigterm);
 	T_RUN(test_bad_args);
 	if (worker > 0) {
