@@ -611,6 +611,10 @@ serve_slot(struct dp_chan *c, struct dp_slot *sl, uint32_t q, uint32_t gen, dp_h
 		fn(arg, &rq, &rp);
 		rp.msg[sizeof rp.msg - 1] = 0;
 	}
+	// taken over meanwhile (a re-attach): the caller re-posts to the new
+	// generation, whose reply this must not overwrite
+	if (atomic_load(&c->h->worker_gen) != gen)
+		return;
 	sl->rep = rp;
 	sl->rep_gen = gen;
 	// seq_cst (so release): the reply is visible with q; then read the flag
