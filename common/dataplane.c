@@ -188,19 +188,21 @@ ring(_Atomic uint32_t *w, _Atomic uint32_t *sleepers, int all)
 		os_wake(w, all);
 }
 
-// spin while *w == v, at most ns; the last value read. The first hot_ns
-// (ANEDVD_DP_YIELD_US, 10 us) with the pause hint, then yielding between
-// looks: on a machine with more runnable threads than cores (2 cores: the
-// engine, this, the emu's threads) a spinner must not keep anyone off its
-// core.
+// spin while *w == v, at most ns; the last value read. The first pause_ns
+// with the pause hint, then yielding between looks: a caller spinning
+// through a kernel on a machine with more runnable threads than cores (2
+// cores: the engine, the emu's threads) must not keep them off their core.
+// A yield, though, may hand the core to another process for a whole time
+// slice: the worker's idle spin (nothing of ours runs then) pauses
+// throughout, and so does the caller's first ANEDVD_DP_YIELD_US (10 us).
 
 static uint32_t
-spin(_Atomic uint32_t *w, uint32_t v, uint64_t ns)
+spin(_Atomic uint32_t *w, uint32_t v, uint64_t ns, uint64_t pause_ns)
 {
 	uint32_t x = atomic_load_explicit(w, memory_order_acquire);
 	if (x != v || ns == 0)
 		return x;
-	const uint64_t t0 = now_ns(), end = t0 + ns, hot = t0 + (ns < hot_ns ? ns : hot_ns);
+	const uint64_t t0 = now_ns(), end = t0 + ns, hot = t0 + (ns < pause_ns ? ns : pause_ns);
 	for (unsigned i = 1;; i++) {
 		cpu_relax();
 		x = atomic_load_explicit(w, memory_order_acquire);
@@ -512,7 +514,7 @@ dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct
 	uint64_t sp = c->spin_call_ns;
 	if (expect_ns && expect_ns + c->lead_ns <= c->spin_max_ns && expect_ns + c->lead_ns > sp)
 		sp = expect_ns + c->lead_ns;
-	uint32_t x = spin(&sl->rep_seq, s - 1, sp);
+	uint32_t x = spin(&sl->rep_seq, s - 1, sp, hot_ns);
 	// A long call: sleep until shortly before the reply is due (the worker
 	// wakes us earlier if it is done first), then spin, so the latency of
 	// being woken falls before the reply, not after it. The timer's slack
@@ -552,7 +554,7 @@ dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct
 			left = DP_SLICE_NS;
 		if (due && t >= due) { // the reply is due: spin for it, once
 			due = 0;
-			x = spin(&sl->rep_seq, s - 1, 3 * (uint64_t)c->lead_ns);
+			x = spin(&sl->rep_seq, s - 1, 3 * (uint64_t)c->lead_ns, hot_ns);
 			backoff = 0;
 			continue;
 		}
@@ -655,7 +657,7 @@ dp_serve(struct dp_chan *c, uint32_t gen, dp_handler fn, void *arg, const volati
 		// idle: spin a little after the last request (the next one often
 		// follows within microseconds), then sleep in slices
 		if (t - last < c->spin_serve_ns) {
-			spin(&h->bell, b, c->spin_serve_ns - (t - last));
+			spin(&h->bell, b, c->spin_serve_ns - (t - last), UINT64_MAX);
 			continue;
 		}
 		doze(c, &h->bell, b, &h->server_sleeping, idle, &backoff);
