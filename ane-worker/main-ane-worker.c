@@ -28,7 +28,9 @@
 // the thread serving it). Stats count the kernels of both paths.
 //
 // --debug-delay-ms N sleeps N ms inside every kernel call (either path),
-// so a test can kill the worker while a call is in flight.
+// so a test can kill the worker while a call is in flight;
+// ANEDVD_DEBUG_DELAY_US does the same in microseconds for a worker the
+// supervisor starts (tests that need a reply to stream for a while).
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -91,7 +93,7 @@ struct worker {
 	pthread_mutex_t mu; // kernels, surfaces, stats
 	uint64_t started_ms;
 	atomic_ullong requests;
-	int delay_ms;
+	int delay_us; // --debug-delay-ms, or ANEDVD_DEBUG_DELAY_US
 	pthread_mutex_t dpmu; // dps
 	struct dpc *dps;
 	int ndps;
@@ -294,8 +296,8 @@ exec_kernel(struct worker *w, uint32_t kid, struct ad_surface *in, struct ad_sur
 		snprintf(msg, AD_ERRLEN, "call: kernel %u: surface smaller than the kernel's capacity", kid);
 		return ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
 	}
-	if (w->delay_ms > 0)
-		usleep((useconds_t)w->delay_ms * 1000);
+	if (w->delay_us > 0)
+		usleep((useconds_t)w->delay_us);
 	uint64_t t1 = now_ns();
 	if (ane_eval(k, in->base, out->base, (int)ncols, msg)) {
 		ad_err_prefix(msg, "call: kernel %u", kid);
@@ -761,7 +763,11 @@ main(int argc, char **argv)
 		return 1;
 	}
 	w->backend = backend;
-	w->delay_ms = delay;
+	w->delay_us = delay * 1000;
+	const char *dus = getenv("ANEDVD_DEBUG_DELAY_US");
+	int env_delay = 0;
+	if (!delay && dus && num(dus, 0, 600000000, &env_delay) == 0)
+		w->delay_us = env_delay;
 	w->started_ms = now_ns() / 1000000;
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_mutex_init(&w->dpmu, NULL);

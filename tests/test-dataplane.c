@@ -398,10 +398,12 @@ test_client_gone_stale(void)
 	CHECK(dp_serve(o, g, handler, NULL, &stop, 20) == DP_SERVE_STOPPED);
 	stop = 0;
 	dp_close(o);
-	// its object is stale: swept with the surfaces of dead instances
-	CHECK(exists(id), "%s", id);
-	CHECK(surface_cleanup_stale() >= 1);
+	// its object is stale: swept with the surfaces of dead instances (by
+	// this sweep, or by one of a process started meanwhile: ctest -j)
+	int had = exists(id), n = surface_cleanup_stale();
 	CHECK(!exists(id), "%s is still there", id);
+	if (had && n < 1)
+		printf("the stale object went in another process's sweep\n");
 
 	// one instance's objects at its clean shutdown
 	struct dp_chan *c = client("pid");
