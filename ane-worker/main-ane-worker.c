@@ -26,8 +26,21 @@
 // small get an error reply and change nothing. The worker creates no
 // shared memory of its own.
 //
-// --debug-delay-ms N sleeps N ms inside every KernelCall, so a test can
-// kill the worker while a call is in flight.
+// The data plane (common/dataplane.h): an AttachRequest names a client's
+// shared-memory object; a thread of its own then serves the object's
+// slots: each call a short list of kernels, run in order with the checks
+// of KernelCall (an unknown kernel, ncols outside 1..width, a surface not
+// registered, missing or too small get an error status in the slot and
+// change nothing). Surfaces are named by their index in the object's
+// table and mapped once per index, or by id (the mappings of KernelCall).
+// The thread ends when the client closes the object, the client dies, or
+// another attach takes it (a re-attach of the same object here first stops
+// the thread serving it). Stats count the kernels of both paths.
+//
+// --debug-delay-ms N sleeps N ms inside every kernel call (either path),
+// so a test can kill the worker while a call is in flight;
+// ANEDVD_DEBUG_DELAY_US does the same in microseconds for a worker the
+// supervisor starts (tests that need a reply to stream for a while).
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -44,6 +57,7 @@
 #include "ane.pb-c.h"
 #include "build.h"
 #include "common.pb-c.h"
+#include "dataplane.h"
 #include "ipc.h"
 #include "log.h"
 #include "model.h"
@@ -52,6 +66,7 @@
 
 #define MAX_PROBES 64
 #define MAX_SURFACES 256
+#define MAX_DP_CLIENTS 64
 
 struct wsurf {
 	struct ad_surface s;
@@ -60,6 +75,21 @@ struct wsurf {
 
 struct kstat {
 	uint64_t calls, exec_ns, columns;
+};
+
+struct worker;
+
+// an attached data-plane object and the thread serving it
+struct dpc {
+	struct worker *w;
+	struct dp_chan *ch;
+	char id[AD_SURFACE_ID_MAX];
+	uint32_t gen;
+	pthread_t th;
+	volatile int stop;
+	atomic_int done;
+	struct ad_surface map[DP_MAX_SURF]; // by table index, mapped on first use (under worker.mu)
+	struct dpc *next;
 };
 
 struct worker {
@@ -73,9 +103,12 @@ struct worker {
 	pthread_mutex_t mu; // kernels, surfaces, stats
 	uint64_t started_ms;
 	atomic_ullong requests;
-	int delay_ms;
+	int delay_us; // --debug-delay-ms, or ANEDVD_DEBUG_DELAY_US
 	uint64_t model_us;
 	char phases[1024];
+	pthread_mutex_t dpmu; // dps
+	struct dpc *dps;
+	int ndps;
 };
 
 static uint64_t
@@ -163,6 +196,7 @@ struct reply {
 		Anedvd__KernelReply call;
 		Anedvd__HealthReply health;
 		Anedvd__StatsReply stats;
+		Anedvd__AttachReply attach;
 	} u;
 	char msg[AD_ERRLEN];
 	// compile / stats lists
@@ -278,27 +312,74 @@ do_compile(struct worker *w, const Anedvd__CompileRequest *q, struct reply *rp)
 	do_compile_reply(w, rp);
 }
 
+// run kernel kid (checked by the caller) from in to out: the capacity check,
+// the debug delay, the evaluation, trace and stats; 0 or an ErrorCode
+static Anedvd__ErrorCode
+exec_kernel(struct worker *w, uint32_t kid, struct ad_surface *in, struct ad_surface *out, uint32_t ncols,
+            uint64_t *exec_ns, char *msg)
+{
+	struct ane_kernel *k = kernel(w, (int)kid);
+	if (in->bytes < ane_kernel_input_capacity(k) || out->bytes < ane_kernel_output_capacity(k)) {
+		snprintf(msg, AD_ERRLEN, "call: kernel %u: surface smaller than the kernel's capacity", kid);
+		return ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
+	}
+	if (w->delay_us > 0)
+		usleep((useconds_t)w->delay_us);
+	uint64_t t1 = now_ns();
+	if (ane_eval(k, in->base, out->base, (int)ncols, msg)) {
+		ad_err_prefix(msg, "call: kernel %u", kid);
+		return ANEDVD__ERROR_CODE__ERROR_INTERNAL;
+	}
+	uint64_t t2 = now_ns();
+	if (trace_enabled()) {
+		char name[48];
+		const struct ane_pk *pk = kid < (uint32_t)w->set.plan.n ? &w->set.plan.k[kid] : NULL;
+		if (!pk)
+			snprintf(name, sizeof name, "probe %u", kid);
+		else if (pk->layer >= 0)
+			snprintf(name, sizeof name, "%s L%d", ane_kind_name(pk->kind), pk->layer);
+		else
+			snprintf(name, sizeof name, "%s c%d", ane_kind_name(pk->kind), pk->chunk);
+		trace_event((long)getpid(), 1, name, "kernel", t1 / 1000u, (t2 - t1) / 1000u);
+	}
+	struct kstat *ks = &w->kstats[kid];
+	ks->calls++;
+	ks->exec_ns += t2 - t1;
+	ks->columns += ncols;
+	*exec_ns = t2 - t1;
+	return ANEDVD__ERROR_CODE__ERROR_NONE;
+}
+
+// kernel id and column count of a call; 0 or an ErrorCode
+static Anedvd__ErrorCode
+check_kernel(struct worker *w, uint32_t kid, uint32_t ncols, char *msg)
+{
+	if (kid >= (uint32_t)nkernels(w)) {
+		snprintf(msg, AD_ERRLEN, "call: no kernel %u (%d kernels)", kid, nkernels(w));
+		return ANEDVD__ERROR_CODE__ERROR_NOT_FOUND;
+	}
+	struct ane_kernel *k = kernel(w, (int)kid);
+	if (ncols < 1 || ncols > (uint32_t)k->width) {
+		snprintf(msg, AD_ERRLEN, "call: kernel %u: %u columns (width %d)", kid, ncols, k->width);
+		return ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
+	}
+	return ANEDVD__ERROR_CODE__ERROR_NONE;
+}
+
 static void
 do_call(struct worker *w, const Anedvd__KernelCall *q, struct reply *rp)
 {
 	uint64_t t0 = now_ns();
-	if (q->kernel >= (uint32_t)nkernels(w)) {
-		snprintf(rp->msg, sizeof rp->msg, "call: no kernel %u (%d kernels)", q->kernel, nkernels(w));
-		fail(rp, ANEDVD__ERROR_CODE__ERROR_NOT_FOUND, rp->msg);
+	Anedvd__ErrorCode code = check_kernel(w, q->kernel, q->ncols, rp->msg);
+	if (code) {
+		fail(rp, code, rp->msg);
 		return;
 	}
 	struct ane_kernel *k = kernel(w, (int)q->kernel);
-	if (q->ncols < 1 || q->ncols > (uint32_t)k->width) {
-		snprintf(rp->msg, sizeof rp->msg, "call: kernel %u: %u columns (width %d)", q->kernel, q->ncols,
-		         k->width);
-		fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, rp->msg);
-		return;
-	}
 	if (strcmp(q->input, q->output) == 0) {
 		fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "call: input and output are the same surface");
 		return;
 	}
-	Anedvd__ErrorCode code;
 	struct ad_surface *in = get_surface(w, q->input, k->in_ch, k->width, q->output, &code, rp->msg);
 	struct ad_surface *out = in ? get_surface(w, q->output, k->out_ch, k->width, q->input, &code, rp->msg) : NULL;
 	if (out) // the entries may have moved; in is mapped, so this only looks it up
@@ -308,41 +389,207 @@ do_call(struct worker *w, const Anedvd__KernelCall *q, struct reply *rp)
 		fail(rp, code, rp->msg);
 		return;
 	}
-	if (in->bytes < ane_kernel_input_capacity(k) || out->bytes < ane_kernel_output_capacity(k)) {
-		fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "call: surface smaller than the kernel's capacity");
+	uint64_t exec = 0;
+	if ((code = exec_kernel(w, q->kernel, in, out, q->ncols, &exec, rp->msg))) {
+		fail(rp, code, rp->msg);
 		return;
 	}
-	if (w->delay_ms > 0)
-		usleep((useconds_t)w->delay_ms * 1000);
-	uint64_t t1 = now_ns();
-	if (ane_eval(k, in->base, out->base, (int)q->ncols, rp->msg)) {
-		ad_err_prefix(rp->msg, "call: kernel %u", q->kernel);
-		fail(rp, ANEDVD__ERROR_CODE__ERROR_INTERNAL, rp->msg);
-		return;
-	}
-	uint64_t t2 = now_ns();
-	if (trace_enabled()) {
-		char name[48];
-		const struct ane_pk *pk = q->kernel < (uint32_t)w->set.plan.n ? &w->set.plan.k[q->kernel] : NULL;
-		if (!pk)
-			snprintf(name, sizeof name, "probe %u", q->kernel);
-		else if (pk->layer >= 0)
-			snprintf(name, sizeof name, "%s L%d", ane_kind_name(pk->kind), pk->layer);
-		else
-			snprintf(name, sizeof name, "%s c%d", ane_kind_name(pk->kind), pk->chunk);
-		trace_event((long)getpid(), 1, name, "kernel", t1 / 1000u, (t2 - t1) / 1000u);
-	}
-	struct kstat *ks = &w->kstats[q->kernel];
-	ks->calls++;
-	ks->exec_ns += t2 - t1;
-	ks->columns += q->ncols;
 	Anedvd__KernelReply *c = &rp->u.call;
 	anedvd__kernel_reply__init(c);
 	c->seq = q->seq;
-	c->exec_ns = t2 - t1;
-	c->total_ns = t2 - t0;
+	c->exec_ns = exec;
+	c->total_ns = now_ns() - t0;
 	rp->r.body_case = ANEDVD__ANE_REPLY__BODY_CALL;
 	rp->r.call = c;
+}
+
+// --- the data plane ------------------------------------------------------------------
+
+// the mapping of a step's surface: by table index (mapped once) or by id
+static struct ad_surface *
+dp_surf(struct dpc *d, uint16_t idx, const char *id, int channels, int width, const char *keep,
+        Anedvd__ErrorCode *code, char *msg)
+{
+	if (idx == DP_BY_NAME)
+		return get_surface(d->w, id, channels, width, keep, code, msg);
+	struct dp_surf_entry e;
+	*code = ANEDVD__ERROR_CODE__ERROR_NOT_FOUND;
+	if (idx >= DP_MAX_SURF || dp_surface(d->ch, idx, &e))
+		return ad_err(msg, "surface #%u is not registered", idx), NULL;
+	*code = ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
+	if (e.width != (uint32_t)width || e.channels < (uint32_t)channels)
+		return ad_err(msg, "surface %s: %u x %u, the kernel needs %d x %d", e.id, e.channels, e.width, channels,
+		              width),
+		       NULL;
+	struct ad_surface *s = &d->map[idx];
+	if (!s->base) {
+		if (surface_open(s, e.id, e.channels, e.width, msg)) {
+			*code = ANEDVD__ERROR_CODE__ERROR_NOT_FOUND;
+			return NULL;
+		}
+	}
+	return s;
+}
+
+static void
+dp_handle(void *arg, const struct dp_request *rq, struct dp_reply *rep)
+{
+	struct dpc *d = arg;
+	struct worker *w = d->w;
+	char msg[AD_ERRLEN];
+	Anedvd__ErrorCode code = 0;
+	atomic_fetch_add(&w->requests, 1);
+	pthread_mutex_lock(&w->mu);
+	for (uint32_t i = 0; i < rq->nsteps && !code; i++) {
+		const struct dp_step *st = &rq->step[i];
+		if ((code = check_kernel(w, st->kernel, st->ncols, msg)))
+			break;
+		struct ane_kernel *k = kernel(w, (int)st->kernel);
+		if (st->in == st->out && (st->in != DP_BY_NAME || strcmp(st->in_id, st->out_id) == 0)) {
+			code = ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
+			snprintf(msg, sizeof msg, "call: kernel %u: input and output are the same surface", st->kernel);
+			break;
+		}
+		const char *kin = st->in == DP_BY_NAME ? st->in_id : "", *kout = st->out == DP_BY_NAME ? st->out_id : "";
+		struct ad_surface *in = dp_surf(d, st->in, st->in_id, k->in_ch, k->width, kout, &code, msg);
+		struct ad_surface *out = in ? dp_surf(d, st->out, st->out_id, k->out_ch, k->width, kin, &code, msg) : NULL;
+		if (out && st->in == DP_BY_NAME) // get_surface may have moved the entries
+			in = dp_surf(d, st->in, st->in_id, k->in_ch, k->width, kout, &code, msg);
+		if (!in || !out) {
+			ad_err_prefix(msg, "call: kernel %u", st->kernel);
+			break;
+		}
+		code = exec_kernel(w, st->kernel, in, out, st->ncols, &rep->exec_ns[i], msg);
+		if (!code)
+			rep->done_steps = i + 1;
+	}
+	pthread_mutex_unlock(&w->mu);
+	if (code) {
+		rep->status = (int32_t)code;
+		size_t n = strnlen(msg, sizeof rep->msg - 1); // cut to the slot's room
+		memcpy(rep->msg, msg, n);
+		rep->msg[n] = 0;
+	}
+}
+
+static void *
+dp_thread(void *arg)
+{
+	struct dpc *d = arg;
+	static const char *why[] = {"stopping", "closed by the client", "the client is gone",
+	                            "attached again"};
+	int rc = dp_serve(d->ch, d->gen, dp_handle, d, &d->stop, 100);
+	ad_info("data plane %s (generation %u): %s", d->id, d->gen, rc >= 0 && rc <= 3 ? why[rc] : "?");
+	pthread_mutex_lock(&d->w->mu);
+	for (int i = 0; i < DP_MAX_SURF; i++)
+		surface_close(&d->map[i]);
+	pthread_mutex_unlock(&d->w->mu);
+	dp_close(d->ch);
+	d->ch = NULL;
+	atomic_store(&d->done, 1);
+	return NULL;
+}
+
+// stop and free d (not in the list any more)
+static void
+dpc_stop(struct dpc *d)
+{
+	if (!atomic_load(&d->done)) {
+		d->stop = 1;
+		if (d->ch)
+			dp_kick(d->ch);
+	}
+	pthread_join(d->th, NULL);
+	free(d);
+}
+
+// take the entries that are done, or (id) the one serving id, out of the list
+static struct dpc *
+dpc_take(struct worker *w, const char *id)
+{
+	struct dpc *out = NULL, **pp = &w->dps;
+	while (*pp) {
+		struct dpc *d = *pp;
+		if (atomic_load(&d->done) || (id && strcmp(d->id, id) == 0)) {
+			*pp = d->next;
+			d->next = out;
+			out = d;
+			w->ndps--;
+		} else {
+			pp = &d->next;
+		}
+	}
+	return out;
+}
+
+static void
+do_attach(struct worker *w, const Anedvd__AttachRequest *q, struct reply *rp)
+{
+	const char *id = q->object ? q->object : "";
+	pthread_mutex_lock(&w->dpmu);
+	struct dpc *old = dpc_take(w, id);
+	pthread_mutex_unlock(&w->dpmu);
+	while (old) {
+		struct dpc *n = old->next;
+		dpc_stop(old);
+		old = n;
+	}
+	struct dpc *d = calloc(1, sizeof *d);
+	if (!d) {
+		fail(rp, ANEDVD__ERROR_CODE__ERROR_INTERNAL, "out of memory");
+		return;
+	}
+	d->w = w;
+	snprintf(d->id, sizeof d->id, "%s", id);
+	if (!(d->ch = dp_open(id, rp->msg))) {
+		free(d);
+		fail(rp, ANEDVD__ERROR_CODE__ERROR_NOT_FOUND, rp->msg);
+		return;
+	}
+	pthread_mutex_lock(&w->dpmu);
+	if (w->ndps >= MAX_DP_CLIENTS) {
+		pthread_mutex_unlock(&w->dpmu);
+		dp_close(d->ch);
+		free(d);
+		fail(rp, ANEDVD__ERROR_CODE__ERROR_TOO_LARGE, "attach: too many data-plane clients");
+		return;
+	}
+	d->gen = dp_attach(d->ch);
+	if (pthread_create(&d->th, NULL, dp_thread, d)) {
+		pthread_mutex_unlock(&w->dpmu);
+		dp_close(d->ch);
+		free(d);
+		fail(rp, ANEDVD__ERROR_CODE__ERROR_INTERNAL, "attach: no thread");
+		return;
+	}
+	d->next = w->dps;
+	w->dps = d;
+	w->ndps++;
+	pthread_mutex_unlock(&w->dpmu);
+	ad_info("data plane %s attached (generation %u)", id, d->gen);
+	Anedvd__AttachReply *a = &rp->u.attach;
+	anedvd__attach_reply__init(a);
+	a->generation = d->gen;
+	a->pid = (uint32_t)getpid();
+	a->slots = DP_SLOTS;
+	a->max_steps = DP_MAX_STEPS;
+	rp->r.body_case = ANEDVD__ANE_REPLY__BODY_ATTACH;
+	rp->r.attach = a;
+}
+
+static void
+dp_stop_all(struct worker *w)
+{
+	pthread_mutex_lock(&w->dpmu);
+	struct dpc *d = w->dps;
+	w->dps = NULL;
+	w->ndps = 0;
+	pthread_mutex_unlock(&w->dpmu);
+	while (d) {
+		struct dpc *n = d->next;
+		dpc_stop(d);
+		d = n;
+	}
 }
 
 static void
@@ -411,6 +658,9 @@ handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *r
 			pthread_mutex_lock(&w->mu);
 			do_stats(w, rp);
 			pthread_mutex_unlock(&w->mu);
+			break;
+		case ANEDVD__ANE_REQUEST__BODY_ATTACH:
+			do_attach(w, q->attach, rp);
 			break;
 		default:
 			fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "request without a body");
@@ -567,9 +817,14 @@ main(int argc, char **argv)
 		return 1;
 	}
 	w->backend = backend;
-	w->delay_ms = delay;
+	w->delay_us = delay * 1000;
+	const char *dus = getenv("ANEDVD_DEBUG_DELAY_US");
+	int env_delay = 0;
+	if (!delay && dus && num(dus, 0, 600000000, &env_delay) == 0)
+		w->delay_us = env_delay;
 	w->started_ms = now_ns() / 1000000;
 	pthread_mutex_init(&w->mu, NULL);
+	pthread_mutex_init(&w->dpmu, NULL);
 	enum ane_wfmt wf = ane_plan_weights_default(&m, backend);
 	if (weights)
 		ane_wfmt_parse(weights, &wf);
@@ -625,12 +880,14 @@ main(int argc, char **argv)
 	ad_server_stop(srv);
 	rc = 0;
 out:
+	dp_stop_all(w);
 	drop_all(w);
 	for (int i = 0; i < w->nprobes; i++)
 		ane_kernel_free(&w->probes[i]);
 	ane_set_free(&w->set);
 	free(w->kstats);
 	pthread_mutex_destroy(&w->mu);
+	pthread_mutex_destroy(&w->dpmu);
 	free(w);
 	model_free(&m);
 	return rc;

@@ -7,7 +7,11 @@
 // over the engine's threads), one O call, residual; the same
 // for the FFN (one FFN call, or GATE_UP, activation, DOWN; or for a MoE
 // layer the router and routed experts here and one SHEXP call). The final
-// norm and the LM head run only on the columns whose logits are wanted.
+// norm and the LM head run only on the columns whose logits are wanted; the
+// head's chunks are one list of kernels (kb_call_list: one round trip on
+// kb_remote), each chunk writing a surface of its own, gathered straight
+// into the logits at its row offset. Every other kernel is followed by CPU
+// work the next one needs, so it is a call of its own.
 //
 // The CPU arithmetic is ref.c's, in ref.c's order (rmsnorm's double sum,
 // RoPE angles as a float running product, gemma's q pre-scale, the GELU
@@ -41,6 +45,7 @@ struct eng_surf {
 	struct ane_layout l;
 	float *shadow; // kb_exact's fp32 twin, or NULL
 	int out;       // written by kernels (1) or read by them (0)
+	int tag;       // 0, or 1 + the LM head chunk whose output this is
 };
 
 struct eng_layer {
@@ -68,13 +73,15 @@ struct engine {
 	struct eng_layer *layers;
 	int *head, n_head; // LM head kernels in row order
 	int max_head_rows;
+	struct kb_step *head_steps; // the LM head as one list (each chunk its own output)
+	struct kb_timing *head_t;
 
 	struct eng_surf *surf;
 	int nsurf;
 	int *k_in, *k_out; // per kernel id: surface index
 
 	// scratch: [width][...] activations
-	float *x, *xn, *qkv, *att, *proj, *hb, *ffo, *head_buf;
+	float *x, *xn, *qkv, *att, *proj, *hb, *ffo;
 	float **attn_scratch; // one per thread, [0] the caller's
 	float *cs; // [n_conf][width][n_rot]: cos/sin of each column, computed once per call
 	int n_conf;
@@ -339,16 +346,21 @@ engine_free(struct engine *e)
 	free(e);
 }
 
-// the surface (direction, channels), made on first use
+// the surface (direction, channels, tag), made on first use: kernels with
+// the same shape share one, except the LM head's chunks, which run as one
+// list and so each write a surface of their own (tag)
 static int
-surface_for(struct engine *e, int out, int channels, char *err)
+surface_for(struct engine *e, int out, int channels, int tag, char *err)
 {
 	for (int i = 0; i < e->nsurf; i++)
-		if (e->surf[i].out == out && e->surf[i].s.channels == (size_t)channels)
+		if (e->surf[i].out == out && e->surf[i].s.channels == (size_t)channels && e->surf[i].tag == tag)
 			return i;
 	struct eng_surf *sf = &e->surf[e->nsurf];
 	char name[32];
-	snprintf(name, sizeof name, "%s%d", out ? "y" : "x", channels);
+	if (tag)
+		snprintf(name, sizeof name, "%s%d-h%d", out ? "y" : "x", channels, tag - 1);
+	else
+		snprintf(name, sizeof name, "%s%d", out ? "y" : "x", channels);
 	if (e->kb->surface_new(e->kb, name, channels, &sf->s, err))
 		return ad_err_prefix(err, "surface %s", name);
 	if (ane_layout_from_strides(&sf->l, sf->s.channels, 1, sf->s.width, 2, sf->s.row_stride,
@@ -358,6 +370,7 @@ surface_for(struct engine *e, int out, int channels, char *err)
 		return ad_err(err, "surface %s: %zu x %zu, need %d x %d", name, sf->s.channels, sf->s.width,
 		              channels, e->width);
 	sf->out = out;
+	sf->tag = tag;
 	sf->shadow = kb_exact_shadow(e->kb, &sf->s);
 	return e->nsurf++;
 }
@@ -511,9 +524,21 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 		e->k_in[i] = e->k_out[i] = -1;
 		if (k->kind == KB_PROBE)
 			continue;
-		if ((e->k_in[i] = surface_for(e, 0, k->in_ch, err)) < 0 ||
-		    (e->k_out[i] = surface_for(e, 1, k->out_ch, err)) < 0)
+		int tag = k->kind == KB_LM_HEAD ? k->chunk + 1 : 0;
+		if ((e->k_in[i] = surface_for(e, 0, k->in_ch, 0, err)) < 0 ||
+		    (e->k_out[i] = surface_for(e, 1, k->out_ch, tag, err)) < 0)
 			goto fail;
+	}
+	if (!(e->head_steps = eng_alloc(e, (size_t)e->n_head * sizeof *e->head_steps, err)) ||
+	    !(e->head_t = eng_alloc(e, (size_t)e->n_head * sizeof *e->head_t, err)))
+		goto fail;
+	for (int h = 0; h < e->n_head; h++) {
+		int id = e->head[h];
+		if (h > 0 && e->k_in[id] != e->k_in[e->head[0]]) {
+			ad_err(err, "LM head chunk %d reads another surface than chunk 0", h);
+			goto fail;
+		}
+		e->head_steps[h] = (struct kb_step){id, &e->surf[e->k_in[id]].s, &e->surf[e->k_out[id]].s, 0};
 	}
 
 	const size_t w = (size_t)W;
@@ -525,7 +550,6 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 	    !(e->proj = eng_alloc(e, w * E * 4, err)) ||
 	    !(e->hb = eng_alloc(e, w * 2 * (size_t)(e->ff > 0 ? e->ff : 1) * 4, err)) ||
 	    !(e->ffo = eng_alloc(e, w * E * 4, err)) ||
-	    !(e->head_buf = eng_alloc(e, w * (size_t)e->max_head_rows * 4, err)) ||
 	    !(e->attn_scratch = eng_alloc(e, (size_t)threads * sizeof(float *), err)) ||
 	    !(e->cs = eng_alloc(e, (size_t)e->n_conf * w * (size_t)(hp->n_rot > 0 ? hp->n_rot : 1) * 4, err)) ||
 	    !(e->pos = eng_alloc(e, w * sizeof(int), err)) || !(e->wanted = eng_alloc(e, w * sizeof(int), err)) ||
@@ -669,6 +693,18 @@ get(struct engine *e, int si, float *y, int ncols, size_t ld)
 	ane_gather_f32(&sf->l, sf->s.base, y, (size_t)ncols, ld, NULL);
 }
 
+static void
+trace_call(const struct engine *e, int id, const char *suffix, uint64_t t0, uint64_t t1)
+{
+	const struct kb_info *k = &e->kb->kernels[id];
+	char name[64];
+	if (k->layer >= 0)
+		snprintf(name, sizeof name, "%s L%d%s", ane_kind_name((enum ane_kind)k->kind), k->layer, suffix);
+	else
+		snprintf(name, sizeof name, "%s c%d%s", ane_kind_name((enum ane_kind)k->kind), k->chunk, suffix);
+	trace_event((long)getpid(), 1, name, "kernel-call", t0 / 1000u, (t1 - t0) / 1000u);
+}
+
 // x -> kernel id -> y: [ncols][ld_x] in, [ncols][ld_y] out
 static int
 run(struct engine *e, struct fwd *f, int id, const float *x, size_t ld_x, float *y, size_t ld_y, int ncols,
@@ -681,19 +717,35 @@ run(struct engine *e, struct fwd *f, int id, const float *x, size_t ld_x, float 
 	if (e->kb->call(e->kb, id, &e->surf[e->k_in[id]].s, &e->surf[e->k_out[id]].s, ncols, &t, err))
 		return ad_err_prefix(err, "kernel %d (layer %d)", id, e->kb->kernels[id].layer);
 	uint64_t t1 = now_ns();
-	if (f->trace) {
-		const struct kb_info *k = &e->kb->kernels[id];
-		char name[48];
-		if (k->layer >= 0)
-			snprintf(name, sizeof name, "%s L%d", ane_kind_name((enum ane_kind)k->kind), k->layer);
-		else
-			snprintf(name, sizeof name, "%s c%d", ane_kind_name((enum ane_kind)k->kind), k->chunk);
-		trace_event((long)getpid(), 1, name, "kernel-call", t0 / 1000u, (t1 - t0) / 1000u);
-	}
+	if (f->trace)
+		trace_call(e, id, "", t0, t1);
 	f->call_ns += t1 - t0;
 	f->kernel_ns += t.exec_ns;
 	f->calls++;
 	get(e, e->k_out[id], y, ncols, ld_y);
+	return 0;
+}
+
+// x [nw][E] -> every LM head chunk, as one list of kernels (one round trip
+// on kb_remote) -> logits [nw][V], each chunk gathered at its row offset
+static int
+run_head(struct engine *e, struct fwd *f, const float *x, float *logits, int nw, char *err)
+{
+	put(e, e->k_in[e->head[0]], x, nw, (size_t)e->E);
+	for (int h = 0; h < e->n_head; h++)
+		e->head_steps[h].ncols = nw;
+	uint64_t t0 = now_ns();
+	if (kb_call_list(e->kb, e->head_steps, e->n_head, e->head_t, err))
+		return ad_err_prefix(err, "LM head (%d chunks)", e->n_head);
+	uint64_t t1 = now_ns();
+	if (f->trace)
+		trace_call(e, e->head[0], e->n_head > 1 ? " (all chunks)" : "", t0, t1);
+	f->call_ns += t1 - t0;
+	for (int h = 0; h < e->n_head; h++)
+		f->kernel_ns += e->head_t[h].exec_ns;
+	f->calls += (uint64_t)e->n_head;
+	for (int h = 0; h < e->n_head; h++)
+		get(e, e->k_out[e->head[h]], logits + e->kb->kernels[e->head[h]].row_offset, nw, (size_t)e->V);
 	return 0;
 }
 
@@ -1006,14 +1058,8 @@ engine_forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *
 	if (nw > 0) {
 		for (int j = 0; j < nw; j++)
 			rmsnorm(e->xn + (size_t)j * E, e->x + (size_t)e->wanted[j] * E, e->output_norm, E, hp->rms_eps);
-		for (int h = 0; h < e->n_head; h++) {
-			const struct kb_info *k = &e->kb->kernels[e->head[h]];
-			if (run(e, &f, e->head[h], h == 0 ? e->xn : NULL, E, e->head_buf, (size_t)k->out_ch, nw, err))
-				return -1;
-			for (int j = 0; j < nw; j++)
-				memcpy(logits + (size_t)j * V + k->row_offset, e->head_buf + (size_t)j * k->out_ch,
-				       (size_t)k->out_ch * sizeof(float));
-		}
+		if (run_head(e, &f, e->xn, logits, nw, err))
+			return -1;
 		if (hp->final_softcap > 0) {
 			const float cap = hp->final_softcap;
 			for (size_t i = 0; i < (size_t)nw * V; i++)

@@ -236,6 +236,7 @@ kb_exact_new(const struct model *m, const struct kb_opts *o, char *err)
 	x->kb.width = o && o->width > 0 ? o->width : 64;
 	x->kb.surface_new = x_surface_new;
 	x->kb.call = x_call;
+	x->kb.call_list = kb_call_loop;
 	x->kb.free = x_free;
 	const int gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3;
 	const int split = gelu || (o && o->split);

@@ -130,6 +130,7 @@ kb_local_new(const struct model *m, const struct kb_opts *o, char *err)
 	l->kb.compile_ms = l->set.compile_ms;
 	l->kb.surface_new = l_surface_new;
 	l->kb.call = l_call;
+	l->kb.call_list = kb_call_loop;
 	l->kb.free = l_free;
 	return &l->kb;
 }

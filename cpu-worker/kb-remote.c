@@ -17,6 +17,20 @@
 // deadline_ms with a clear error, or at once when kb_remote_stop() was
 // called (the process is shutting down). Error replies to the call itself (a bad
 // request) fail at once.
+//
+// The data plane: once the worker answers, this backend creates its
+// shared-memory object (dataplane.h; surface_id with the instance, so the
+// instance's sweeps take it) and asks the worker to attach it; every
+// surface it hands out is registered in the object's table and named by
+// index, any other by id. Every call (and call_list: up to DP_MAX_STEPS
+// kernels in one round trip) then goes through a slot of the object. A
+// wait on a reply wakes every few ms to check the worker's pid and
+// generation: a dead worker, another generation or no reply within
+// timeout_ms take the path above (Health, Compile check), re-attach and
+// re-post the SAME call on the same slot. nng carries only the control
+// plane then. A worker that does not know AttachRequest, no_dataplane or
+// ANEDVD_DATAPLANE=0 leave every call on nng (KernelCall).
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +40,7 @@
 
 #include "ane.pb-c.h"
 #include "common.pb-c.h"
+#include "dataplane.h"
 #include "ipc.h"
 #include "kernels.h"
 #include "log.h"
@@ -44,12 +59,21 @@ struct remote {
 	unsigned gen;
 	uint64_t seq, req_id;
 	uint32_t worker_pid;
+	// the data plane, NULL when calls go over nng
+	struct dp_chan *dp;
+	int16_t dp_idx[DP_MAX_SURF]; // kb_surfaces position -> table index, -1: by id
+	_Atomic uint64_t dp_worker;  // pid << 32 | generation of the attached worker
+	atomic_uint attaches;        // bumped by every attach
+	pthread_mutex_t amu;         // one thread re-attaches at a time
+	// per kernel, one column and more: a running mean of exec_ns, the
+	// guess of how long the next call takes (dp_call_expect); races
+	// between threads only blur a guess
+	uint32_t *expect[2];
 };
 
 static atomic_uint remote_gen;
 static atomic_int stopping;
 
-// the process is stopping: a call waiting for a worker gives up now
 void
 kb_remote_stop(void)
 {
@@ -178,7 +202,40 @@ health(struct remote *r, int timeout_ms, char *err)
 	return rc;
 }
 
-// wait for a worker that is healthy and has our kernels, until the deadline
+// have the worker attach the data-plane object; *transport when it is not there
+static int
+attach(struct remote *r, int timeout_ms, int *transport, char *err)
+{
+	Anedvd__AttachRequest aq = ANEDVD__ATTACH_REQUEST__INIT;
+	aq.object = (char *)dp_id(r->dp);
+	Anedvd__AneRequest q = ANEDVD__ANE_REQUEST__INIT;
+	q.body_case = ANEDVD__ANE_REQUEST__BODY_ATTACH;
+	q.attach = &aq;
+	int code;
+	Anedvd__AneReply *a = rpc(r, &q, timeout_ms, transport, &code, err);
+	if (!a) {
+		if (code == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE)
+			*transport = 1;
+		return -1;
+	}
+	int rc = 0;
+	if (a->body_case != ANEDVD__ANE_REPLY__BODY_ATTACH || a->attach->max_steps < 1) {
+		rc = ad_err(err, "attach: no attach reply");
+	} else {
+		uint32_t pid, gen;
+		dp_worker(r->dp, &pid, &gen);
+		if (pid != a->attach->pid || gen != a->attach->generation)
+			rc = ad_err(err, "attach: the object names worker %u generation %u, the reply %u %u", pid, gen,
+			            a->attach->pid, a->attach->generation);
+		atomic_store(&r->dp_worker, (uint64_t)a->attach->pid << 32 | a->attach->generation);
+		atomic_fetch_add(&r->attaches, 1);
+	}
+	anedvd__ane_reply__free_unpacked(a, NULL);
+	return rc;
+}
+
+// wait for a worker that is healthy and has our kernels (and has attached
+// the data plane), until the deadline
 static int
 await_worker(struct remote *r, uint64_t deadline, char *err)
 {
@@ -187,10 +244,14 @@ await_worker(struct remote *r, uint64_t deadline, char *err)
 	for (;;) {
 		int transport = 0;
 		if (health(r, probe_ms, e) == 0) {
-			if (handshake(r, r->timeout_ms, &transport, e) == 0)
-				return 0;
-			if (!transport) // a worker with other kernels will not get better
+			if (handshake(r, r->timeout_ms, &transport, e) == 0) {
+				if (!r->dp || attach(r, r->timeout_ms, &transport, e) == 0)
+					return 0;
+				if (!transport)
+					return ad_err(err, "ane-worker at %s: %s", r->url, e);
+			} else if (!transport) { // a worker with other kernels will not get better
 				return ad_err(err, "ane-worker at %s came back with other kernels: %s", r->url, e);
+			}
 		}
 		if (now_ns() >= deadline)
 			return ad_err(err, "ane-worker at %s did not come back within %d ms: %s", r->url, r->deadline_ms,
@@ -223,6 +284,161 @@ check_call(const struct kernel_backend *kb, int id, const struct ad_surface *in,
 	return 0;
 }
 
+// the table index of a surface this backend handed out, else DP_BY_NAME
+// (a live mapping's address names it: no other can have it meanwhile)
+static uint16_t
+surf_ref(const struct remote *r, const struct ad_surface *s)
+{
+	for (int i = 0; i < r->surf.n && i < DP_MAX_SURF; i++)
+		if (r->surf.v[i].base == s->base)
+			return r->dp_idx[i] >= 0 ? (uint16_t)r->dp_idx[i] : DP_BY_NAME;
+	return DP_BY_NAME;
+}
+
+static int
+r_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surface *out, int ncols,
+       struct kb_timing *t, char *err);
+
+// wait for the worker and re-attach, unless another thread did since seen
+static int
+reattach(struct remote *r, unsigned seen, uint64_t deadline, char *err)
+{
+	pthread_mutex_lock(&r->amu);
+	int rc = 0;
+	if (atomic_load(&r->attaches) == seen)
+		rc = await_worker(r, deadline, err);
+	pthread_mutex_unlock(&r->amu);
+	return rc;
+}
+
+// post rq and wait for its reply, through worker restarts (re-attach and
+// re-post the same request on the same slot) until the deadline; the
+// reply's own status is the caller's to read
+static int
+dp_roundtrip(struct remote *r, const struct dp_request *rq, struct dp_reply *rep, int kid, uint64_t t0,
+             uint64_t expect_ns, char *err)
+{
+	const uint64_t deadline = t0 + (uint64_t)r->deadline_ms * 1000000u;
+	int slot = -1, retries = 0, rc;
+	for (;;) {
+		unsigned seen = atomic_load(&r->attaches);
+		uint64_t wk = atomic_load(&r->dp_worker);
+		rc = dp_call_expect(r->dp, &slot, rq, rep, (uint32_t)(wk >> 32), (uint32_t)wk, r->timeout_ms,
+		                    retries ? 0 : expect_ns);
+		if (rc == DP_DONE && rep->status != DP_UNAVAILABLE)
+			break;
+		if (rc == DP_DONE)
+			rc = DP_CHANGED; // unavailable: as if the worker had gone
+		if (rc == DP_NOSLOT) {
+			ad_err(err, "%s: kernel %d: every data-plane slot stayed busy for %d ms", r->kb.name, kid,
+			       r->timeout_ms);
+			break;
+		}
+		static const char *why[] = {"", "no reply in time", "the worker died", "another worker attached"};
+		const char *what = rc == DP_DONE ? rep->msg : why[-rc < 4 ? -rc : 0];
+		// a worker that answers Health and Compile but not the call (hung
+		// in a kernel, or far too slow) would be re-posted to for ever
+		if (now_ns() >= deadline) {
+			ad_err(err, "%s: kernel %d: %s, and the deadline of %d ms has passed", r->kb.name, kid, what,
+			       r->deadline_ms);
+			rc = DP_TIMEOUT;
+			break;
+		}
+		ad_warn("kernel %d: %s; waiting for the ane-worker", kid, what);
+		if (reattach(r, seen, deadline, err)) {
+			ad_err_prefix(err, "kernel %d", kid);
+			break;
+		}
+		retries++;
+	}
+	dp_release(r->dp, slot);
+	if (rc != DP_DONE)
+		return -1;
+	if (retries && rep->status == DP_OK)
+		ad_info("kernel %d: answered after %d retries (worker pid %u)", kid, retries,
+		        (unsigned)(atomic_load(&r->dp_worker) >> 32));
+	return 0;
+}
+
+// up to DP_MAX_STEPS steps (checked) in one round trip of the data plane
+static int
+dp_list(struct remote *r, const struct kb_step *steps, int n, struct kb_timing *t, char *err)
+{
+	uint64_t t0 = now_ns();
+	struct dp_request rq;
+	rq.op = DP_OP_CALL;
+	rq.nsteps = (uint32_t)n;
+	for (int i = 0; i < n; i++) {
+		struct dp_step *d = &rq.step[i];
+		d->kernel = (uint32_t)steps[i].id;
+		d->ncols = (uint32_t)steps[i].ncols;
+		d->in = surf_ref(r, steps[i].in);
+		d->out = surf_ref(r, steps[i].out);
+		if (d->in == DP_BY_NAME)
+			snprintf(d->in_id, sizeof d->in_id, "%s", steps[i].in->id);
+		if (d->out == DP_BY_NAME)
+			snprintf(d->out_id, sizeof d->out_id, "%s", steps[i].out->id);
+	}
+	uint64_t expect = 0;
+	for (int i = 0; i < n; i++)
+		expect += r->expect[steps[i].ncols > 1][steps[i].id];
+	static _Thread_local struct dp_reply rep;
+	if (dp_roundtrip(r, &rq, &rep, steps[0].id, t0, expect, err))
+		return -1;
+	for (int i = 0; i < n && i < (int)rep.done_steps; i++) {
+		uint32_t *e = &r->expect[steps[i].ncols > 1][steps[i].id];
+		uint64_t x = rep.exec_ns[i] < UINT32_MAX ? rep.exec_ns[i] : UINT32_MAX;
+		*e = *e ? (uint32_t)((3 * (uint64_t)*e + x) / 4) : (uint32_t)x;
+	}
+	if (rep.status != DP_OK) {
+		int k = rep.done_steps < (uint32_t)n ? steps[rep.done_steps].id : steps[0].id;
+		return ad_err(err, "%s: kernel %d: %s", r->kb.name, k, rep.msg);
+	}
+	if (t) {
+		uint64_t total = now_ns() - t0, exec = 0;
+		for (int i = 0; i < n; i++)
+			exec += rep.exec_ns[i];
+		uint64_t over = total > exec ? (total - exec) / (uint64_t)n : 0;
+		for (int i = 0; i < n; i++)
+			t[i] = (struct kb_timing){rep.exec_ns[i], rep.exec_ns[i] + over};
+	}
+	return 0;
+}
+
+static int
+r_call_list(struct kernel_backend *kb, const struct kb_step *steps, int n, struct kb_timing *t, char *err)
+{
+	struct remote *r = kb->priv;
+	if (n < 1)
+		return ad_err(err, "%s: an empty list of kernels", kb->name);
+	if (!r->dp)
+		return kb_call_loop(kb, steps, n, t, err);
+	for (int i = 0; i < n; i++)
+		if (check_call(kb, steps[i].id, steps[i].in, steps[i].out, steps[i].ncols, err))
+			return -1;
+	for (int i = 0; i < n; i += DP_MAX_STEPS)
+		if (dp_list(r, steps + i, n - i < DP_MAX_STEPS ? n - i : DP_MAX_STEPS, t ? t + i : NULL, err))
+			return -1;
+	return 0;
+}
+
+int
+kb_remote_ping(struct kernel_backend *kb, int via_nng, char *err)
+{
+	struct remote *r = kb->priv;
+	if (via_nng)
+		return health(r, r->timeout_ms, err);
+	if (!r->dp)
+		return ad_err(err, "%s: no data plane", kb->name);
+	struct dp_request rq = {.op = DP_OP_NOP};
+	static _Thread_local struct dp_reply rep;
+	if (dp_roundtrip(r, &rq, &rep, -1, now_ns(), 0, err))
+		return -1;
+	if (rep.status != DP_OK)
+		return ad_err(err, "%s: data-plane round trip: %s", kb->name, rep.msg);
+	return 0;
+}
+
 static int
 r_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surface *out, int ncols,
        struct kb_timing *t, char *err)
@@ -231,6 +447,10 @@ r_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surfa
 	uint64_t t0 = now_ns();
 	if (check_call(kb, id, in, out, ncols, err))
 		return -1;
+	if (r->dp) {
+		struct kb_step st = {id, in, out, ncols};
+		return dp_list(r, &st, 1, t, err);
+	}
 	Anedvd__KernelCall kc = ANEDVD__KERNEL_CALL__INIT;
 	kc.kernel = (uint32_t)id;
 	kc.input = in->id;
@@ -283,7 +503,14 @@ r_surface_new(struct kernel_backend *kb, const char *name, int channels, struct 
 		return ad_err(err, "surface %s: name too long", name ? name : "?");
 	if (surface_create(s, id, (size_t)channels, (size_t)kb->width, 1, err))
 		return -1;
+	int pos = r->surf.n;
 	kb_surfaces_keep(&r->surf, s);
+	if (pos < DP_MAX_SURF) {
+		char e[AD_ERRLEN];
+		r->dp_idx[pos] = -1;
+		if (r->dp) // a full table only means calls name it by id
+			r->dp_idx[pos] = (int16_t)dp_add_surface(r->dp, id, (uint32_t)channels, (uint32_t)kb->width, e);
+	}
 	return 0;
 }
 
@@ -293,11 +520,44 @@ r_free(struct kernel_backend *kb)
 	if (!kb)
 		return;
 	struct remote *r = kb->priv;
+	dp_destroy(r->dp); // the worker's thread sees it closed and unmaps
 	kb_surfaces_free(&r->surf);
 	ad_client_close(r->c);
+	pthread_mutex_destroy(&r->amu);
 	ane_plan_free(&r->plan);
 	free(r->info);
+	free(r->expect[0]);
+	free(r->expect[1]);
 	free(r);
+}
+
+// the data-plane object, attached; a worker without the data plane leaves
+// the calls on nng
+static int
+dp_start(struct remote *r, char *err)
+{
+	char sub[AD_SURFACE_ID_MAX], id[AD_SURFACE_ID_MAX];
+	snprintf(sub, sizeof sub, "r%u-dp", r->gen);
+	if (surface_id(id, sizeof id, r->instance, sub))
+		return ad_err(err, "data plane: id too long");
+	if (!(r->dp = dp_create(id, err)))
+		return -1;
+	for (int i = 0; i < r->surf.n && i < DP_MAX_SURF; i++) // none yet, in practice
+		r->dp_idx[i] = -1;
+	int transport = 0;
+	char e[AD_ERRLEN];
+	if (attach(r, r->timeout_ms, &transport, e) == 0) {
+		ad_info("data plane %s attached", id);
+		return 0;
+	}
+	if (transport) { // gone again right after answering: the first call waits for it
+		ad_warn("data plane %s: %s", id, e);
+		return 0;
+	}
+	dp_destroy(r->dp);
+	r->dp = NULL;
+	ad_warn("the ane-worker has no data plane (%s): kernel calls over nng", e);
+	return 0;
 }
 
 struct kernel_backend *
@@ -318,12 +578,16 @@ kb_remote_new(const struct model *m, const struct kb_opts *o, char *err)
 	r->gen = atomic_fetch_add(&remote_gen, 1);
 	r->kb.surface_new = r_surface_new;
 	r->kb.call = r_call;
+	r->kb.call_list = r_call_list;
 	r->kb.free = r_free;
+	pthread_mutex_init(&r->amu, NULL);
 	struct ane_plan_opts po = {.width = o->width, .split = o->split, .weights = (enum ane_wfmt)o->weights};
 	if (ane_plan_build(&r->plan, m, &po, err))
 		goto fail;
 	r->info = calloc((size_t)r->plan.n, sizeof *r->info);
-	if (!r->info) {
+	r->expect[0] = calloc((size_t)r->plan.n + 1, sizeof *r->expect[0]);
+	r->expect[1] = calloc((size_t)r->plan.n + 1, sizeof *r->expect[1]);
+	if (!r->info || !r->expect[0] || !r->expect[1]) {
 		ad_err(err, "out of memory");
 		goto fail;
 	}
@@ -341,6 +605,9 @@ kb_remote_new(const struct model *m, const struct kb_opts *o, char *err)
 		goto fail;
 	// the worker may still be compiling: wait for it like after a restart
 	if (await_worker(r, now_ns() + (uint64_t)r->deadline_ms * 1000000u, err))
+		goto fail;
+	const char *env = getenv("ANEDVD_DATAPLANE");
+	if (!o->no_dataplane && !(env && strcmp(env, "0") == 0) && dp_start(r, err))
 		goto fail;
 	return &r->kb;
 fail:

@@ -31,3 +31,20 @@ kb_surfaces_free(struct kb_surfaces *l)
 	l->v = NULL;
 	l->n = l->cap = 0;
 }
+
+int
+kb_call_loop(struct kernel_backend *kb, const struct kb_step *steps, int n, struct kb_timing *t, char *err)
+{
+	for (int i = 0; i < n; i++)
+		if (kb->call(kb, steps[i].id, steps[i].in, steps[i].out, steps[i].ncols, t ? &t[i] : NULL, err))
+			return -1;
+	return 0;
+}
+
+int
+kb_call_list(struct kernel_backend *kb, const struct kb_step *steps, int n, struct kb_timing *t, char *err)
+{
+	if (n < 1)
+		return ad_err(err, "%s: an empty list of kernels", kb->name);
+	return kb->call_list ? kb->call_list(kb, steps, n, t, err) : kb_call_loop(kb, steps, n, t, err);
+}

@@ -8,9 +8,11 @@
 //   kb_local   in this process: generates the MIL and weight blobs from the
 //              model and runs them on emu (ane-worker/ library). Used by
 //              tests, selftest, and single-process runs.
-//   kb_remote  the anedvd-ane-worker process over nng (proto/ane.proto),
-//              with shared-memory surfaces; survives worker restarts by
-//              waiting for the replacement and re-issuing the call.
+//   kb_remote  the anedvd-ane-worker process: nng (proto/ane.proto) as the
+//              control plane, kernel calls through a shared-memory data
+//              plane (common/dataplane.h), shared-memory surfaces;
+//              survives worker restarts by waiting for the replacement and
+//              re-issuing the call.
 //   kb_exact   fp32 projections with the reference engine's dequantised
 //              weights: isolates the CPU-side code from fp16 kernels.
 //
@@ -70,6 +72,14 @@ struct kb_opts {
 	int deadline_ms; // kb_remote: give up on a worker that stays away (0: 120000)
 	long instance;  // kb_remote: pid used in surface ids
 	int weights;    // kernel weights (enum ane_wfmt): 0 fp16, 1 int8; kb_remote: the ane-worker's
+	int no_dataplane; // kb_remote: every call over nng (also ANEDVD_DATAPLANE=0)
+};
+
+// one kernel of a list: run id on the first ncols columns of in, writing out
+struct kb_step {
+	int id;
+	struct ad_surface *in, *out;
+	int ncols;
 };
 
 struct kernel_backend {
@@ -86,6 +96,12 @@ struct kernel_backend {
 	// run kernel id on the first ncols columns of in, writing out
 	int (*call)(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surface *out, int ncols,
 	            struct kb_timing *t, char *err);
+	// run n kernels in order, with no CPU work between them: one round
+	// trip for kb_remote; t (NULL or n entries) gets each step's exec_ns,
+	// and total_ns adding up to the whole call. On an error the steps
+	// before the failing one have run. NULL: kb_call_list loops over call.
+	int (*call_list)(struct kernel_backend *kb, const struct kb_step *steps, int n, struct kb_timing *t,
+	                 char *err);
 	void (*free)(struct kernel_backend *kb);
 	void *priv;
 };
@@ -105,6 +121,16 @@ void kb_surfaces_free(struct kb_surfaces *l);
 struct kernel_backend *kb_local_new(const struct model *m, const struct kb_opts *o, char *err);
 struct kernel_backend *kb_remote_new(const struct model *m, const struct kb_opts *o, char *err);
 struct kernel_backend *kb_exact_new(const struct model *m, const struct kb_opts *o, char *err);
+
+// kb->call_list, or one kb->call per step when the backend has none
+int kb_call_list(struct kernel_backend *kb, const struct kb_step *steps, int n, struct kb_timing *t, char *err);
+// the loop over kb->call, for backends whose list is no faster
+int kb_call_loop(struct kernel_backend *kb, const struct kb_step *steps, int n, struct kb_timing *t, char *err);
+
+// kb_remote: an empty round trip, through the data plane (a NOP) or with
+// via_nng over the control plane (Health); -1 with a message
+int kb_remote_ping(struct kernel_backend *kb, int via_nng, char *err);
+void kb_remote_stop(void); // the process is stopping: a call waiting for a worker gives up
 
 // kb_find: the id of (kind, layer, chunk), or -1
 int kb_find(const struct kernel_backend *kb, enum kb_kind kind, int layer, int chunk);

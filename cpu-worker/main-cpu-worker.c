@@ -30,7 +30,6 @@
 #include "trace.h"
 
 // kb-remote.c: a call waiting for a dead ane-worker gives up (belongs in kernels.h)
-void kb_remote_stop(void);
 
 // the orderly stop may wait on a kernel call in flight to a worker that is
 // gone (up to --kernel-timeout-ms): past this, the process ends anyway with

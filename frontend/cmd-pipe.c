@@ -181,6 +181,29 @@ w_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surfa
 	return rc;
 }
 
+static int
+w_call_list(struct kernel_backend *kb, const struct kb_step *steps, int n, struct kb_timing *t, char *err)
+{
+	struct wrap *w = (struct wrap *)kb;
+	struct kb_timing tt[64];
+	if (n > 64)
+		return kb_call_loop(kb, steps, n, t, err);
+	memset(tt, 0, sizeof tt);
+	int rc = kb_call_list(w->inner, steps, n, tt, err);
+	for (int i = 0; i < n; i++) {
+		if (t)
+			t[i] = tt[i];
+		int id = steps[i].id;
+		int kind = id >= 0 && id < kb->n_kernels ? (int)kb->kernels[id].kind : 0;
+		if (kind < 0 || kind >= PIPE_KINDS)
+			kind = 0;
+		w->p->kind_ns[kind] += tt[i].exec_ns;
+		w->p->kind_total_ns[kind] += tt[i].total_ns;
+		w->p->kind_calls[kind]++;
+	}
+	return rc;
+}
+
 static void
 w_free(struct kernel_backend *kb)
 {
@@ -196,6 +219,7 @@ wrap_new(struct kernel_backend *inner, struct pipe *p)
 	w->kb = *inner; // name, width, kernels, counts, priv (kb_exact_shadow reads priv)
 	w->kb.surface_new = w_surface_new;
 	w->kb.call = w_call;
+	w->kb.call_list = w_call_list;
 	w->kb.free = w_free;
 	w->inner = inner;
 	w->p = p;

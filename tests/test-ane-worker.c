@@ -3,6 +3,13 @@
 // process (started here, on stories260K) through kb_remote: bit-equal to
 // kb_local, error replies for bad requests, a SIGKILL in the middle of a
 // call survived, SIGTERM a clean exit. Prints the IPC round trip per call.
+// The data plane (dataplane.h): kb_remote attaches it and calls through it
+// (bit-equal, lists longer than one slot holds, the nng path still right
+// with no_dataplane); a raw object gets an error status for every bad step
+// and Stats counts its kernels; an engine over kb_remote whose worker is
+// SIGKILLed mid-generation gives kb_local's tokens; a worker hung in a
+// kernel fails the call after the deadline; the polling doorbell on both
+// sides gives kb_local's bits.
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -18,7 +25,9 @@
 #include "ane.pb-c.h"
 #include "build.h"
 #include "common.pb-c.h"
+#include "dataplane.h"
 #include "dequant.h"
+#include "engine.h"
 #include "fp16.h"
 #include "ipc.h"
 #include "kernels.h"
@@ -858,6 +867,371 @@ test_kill_restart(void)
 	REQUIRE(worker > 0);
 }
 
+
+// --- the data plane ---------------------------------------------------------------------
+
+static Anedvd__AneReply *
+attach_req(struct ad_client *c, const char *id)
+{
+	Anedvd__AttachRequest aq = ANEDVD__ATTACH_REQUEST__INIT;
+	aq.object = (char *)id;
+	Anedvd__AneRequest q = ANEDVD__ANE_REQUEST__INIT;
+	q.body_case = ANEDVD__ANE_REQUEST__BODY_ATTACH;
+	q.attach = &aq;
+	return req(c, &q);
+}
+
+static uint64_t
+kernel_calls(struct ad_client *c, uint32_t id)
+{
+	Anedvd__StatsRequest sq = ANEDVD__STATS_REQUEST__INIT;
+	Anedvd__AneRequest q = ANEDVD__ANE_REQUEST__INIT;
+	q.body_case = ANEDVD__ANE_REQUEST__BODY_STATS;
+	q.stats = &sq;
+	Anedvd__AneReply *r = req(c, &q);
+	uint64_t n = r && !r->error && r->body_case == ANEDVD__ANE_REPLY__BODY_STATS && id < r->stats->n_kernels
+	                     ? r->stats->kernels[id]->calls
+	                     : UINT64_MAX;
+	if (r)
+		anedvd__ane_reply__free_unpacked(r, NULL);
+	return n;
+}
+
+// one step on a raw object; the reply's status (or -100 - dp_call's rc)
+static int
+dp_step1(struct dp_chan *ch, uint32_t pid, uint32_t gen, uint32_t kernel, uint32_t ncols, uint16_t in,
+         uint16_t out, const char *in_id, const char *out_id, struct dp_reply *rep)
+{
+	struct dp_request rq;
+	memset(&rq, 0, sizeof rq);
+	rq.op = DP_OP_CALL;
+	rq.nsteps = 1;
+	rq.step[0] = (struct dp_step){.kernel = kernel, .ncols = ncols, .in = in, .out = out};
+	snprintf(rq.step[0].in_id, sizeof rq.step[0].in_id, "%s", in_id ? in_id : "");
+	snprintf(rq.step[0].out_id, sizeof rq.step[0].out_id, "%s", out_id ? out_id : "");
+	int slot = -1;
+	int rc = dp_call(ch, &slot, &rq, rep, pid, gen, 5000);
+	dp_release(ch, slot);
+	return rc == DP_DONE ? rep->status : -100 + rc;
+}
+
+static void
+test_dataplane(void)
+{
+	REQUIRE(worker > 0 && remote && local);
+	char err[AD_ERRLEN], id[AD_SURFACE_ID_MAX], sa[AD_SURFACE_ID_MAX], sb[AD_SURFACE_ID_MAX],
+	        nosuch[AD_SURFACE_ID_MAX];
+	CHECK(kb_remote_ping(remote, 0, err) == 0, "kb_remote has no data plane: %s", err);
+	CHECK(kb_remote_ping(remote, 1, err) == 0, "%s", err);
+	struct ad_client *c = ad_client_open(url, err);
+	REQUIRE(c);
+	// an object that is not there
+	CHECK(error_code(attach_req(c, "/anedvd-1-no-such-object")) == ANEDVD__ERROR_CODE__ERROR_NOT_FOUND);
+	long me = (long)getpid();
+	REQUIRE(surface_id(id, sizeof id, me, "raw-dp") == 0 && surface_id(sa, sizeof sa, me, "raw-a") == 0 &&
+	        surface_id(sb, sizeof sb, me, "raw-b") == 0 && surface_id(nosuch, sizeof nosuch, me, "raw-none") == 0);
+	struct dp_chan *ch = dp_create(id, err);
+	REQUIRE(ch, "%s", err);
+	Anedvd__AneReply *a = attach_req(c, id);
+	REQUIRE(a && !a->error && a->body_case == ANEDVD__ANE_REPLY__BODY_ATTACH);
+	uint32_t gen = a->attach->generation, pid = a->attach->pid;
+	CHECK(pid == (uint32_t)worker && gen == 1 && a->attach->slots == DP_SLOTS &&
+	      a->attach->max_steps == DP_MAX_STEPS);
+	anedvd__ane_reply__free_unpacked(a, NULL);
+	struct ad_surface A, B;
+	REQUIRE(surface_create(&A, sa, 512, W, 1, err) == 0 && surface_create(&B, sb, 512, W, 1, err) == 0, "%s", err);
+	int ia = dp_add_surface(ch, sa, 512, W, err), ib = dp_add_surface(ch, sb, 512, W, err);
+	int imiss = dp_add_surface(ch, nosuch, 512, W, err), ismall = dp_add_surface(ch, sb, 1, W, err);
+	int iwide = dp_add_surface(ch, sa, 512, 2 * W, err);
+	CHECK(ia == 0 && ib == 1 && imiss == 2 && ismall == 3 && iwide == 4);
+	const uint32_t k1 = 1;
+	uint64_t calls0 = kernel_calls(c, k1);
+	struct dp_reply rep;
+	CHECK(dp_step1(ch, pid, gen, k1, 1, 0, 1, NULL, NULL, &rep) == DP_OK && rep.exec_ns[0] > 0, "%s", rep.msg);
+	CHECK(dp_step1(ch, pid, gen, k1, W, 0, 1, NULL, NULL, &rep) == DP_OK, "%s", rep.msg);
+	CHECK(dp_step1(ch, pid, gen, 9999, 1, 0, 1, NULL, NULL, &rep) == DP_NOT_FOUND && strstr(rep.msg, "no kernel"),
+	      "%s", rep.msg);
+	CHECK(dp_step1(ch, pid, gen, k1, 0, 0, 1, NULL, NULL, &rep) == DP_BAD_REQUEST);
+	CHECK(dp_step1(ch, pid, gen, k1, W + 1, 0, 1, NULL, NULL, &rep) == DP_BAD_REQUEST);
+	CHECK(dp_step1(ch, pid, gen, k1, 1, 0, 0, NULL, NULL, &rep) == DP_BAD_REQUEST && strstr(rep.msg, "same"),
+	      "%s", rep.msg);
+	CHECK(dp_step1(ch, pid, gen, k1, 1, 200, 1, NULL, NULL, &rep) == DP_NOT_FOUND &&
+	          strstr(rep.msg, "not registered"),
+	      "%s", rep.msg);
+	CHECK(dp_step1(ch, pid, gen, k1, 1, 0, (uint16_t)imiss, NULL, NULL, &rep) == DP_NOT_FOUND, "%s", rep.msg);
+	CHECK(dp_step1(ch, pid, gen, k1, 1, (uint16_t)ismall, 1, NULL, NULL, &rep) == DP_BAD_REQUEST, "%s", rep.msg);
+	CHECK(dp_step1(ch, pid, gen, k1, 1, (uint16_t)iwide, 1, NULL, NULL, &rep) == DP_BAD_REQUEST, "%s", rep.msg);
+	// by id, like KernelCall
+	CHECK(dp_step1(ch, pid, gen, k1, 1, DP_BY_NAME, DP_BY_NAME, sa, sb, &rep) == DP_OK, "%s", rep.msg);
+	CHECK(dp_step1(ch, pid, gen, k1, 1, DP_BY_NAME, 1, nosuch, NULL, &rep) == DP_NOT_FOUND, "%s", rep.msg);
+	CHECK(dp_step1(ch, pid, gen, k1, 1, DP_BY_NAME, 1, "no-slash", NULL, &rep) == DP_BAD_REQUEST, "%s", rep.msg);
+	CHECK(dp_step1(ch, pid, gen, k1, 1, DP_BY_NAME, DP_BY_NAME, sa, sa, &rep) == DP_BAD_REQUEST, "%s", rep.msg);
+	// a list whose second step fails: the first ran
+	struct dp_request rq;
+	memset(&rq, 0, sizeof rq);
+	rq.op = DP_OP_CALL;
+	rq.nsteps = 2;
+	rq.step[0] = (struct dp_step){.kernel = k1, .ncols = 1, .in = 0, .out = 1};
+	rq.step[1] = (struct dp_step){.kernel = 9999, .ncols = 1, .in = 0, .out = 1};
+	int slot = -1;
+	CHECK(dp_call(ch, &slot, &rq, &rep, pid, gen, 5000) == DP_DONE && rep.status == DP_NOT_FOUND &&
+	      rep.done_steps == 1);
+	rq.op = DP_OP_NOP;
+	CHECK(dp_call(ch, &slot, &rq, &rep, pid, gen, 5000) == DP_DONE && rep.status == DP_OK);
+	dp_release(ch, slot);
+	// Stats counted the kernels that ran: 2 + 1 by id + 1 of the list
+	CHECK(kernel_calls(c, k1) == calls0 + 4, "%llu calls after %llu", (unsigned long long)kernel_calls(c, k1),
+	      (unsigned long long)calls0);
+	// attached again: the old generation's thread steps back, the new serves
+	a = attach_req(c, id);
+	REQUIRE(a && !a->error && a->body_case == ANEDVD__ANE_REPLY__BODY_ATTACH);
+	CHECK(a->attach->generation == gen + 1);
+	anedvd__ane_reply__free_unpacked(a, NULL);
+	CHECK(dp_step1(ch, pid, gen, k1, 1, 0, 1, NULL, NULL, &rep) == -100 + DP_CHANGED);
+	CHECK(dp_step1(ch, pid, gen + 1, k1, 1, 0, 1, NULL, NULL, &rep) == DP_OK, "%s", rep.msg);
+	dp_destroy(ch);
+	surface_close(&A);
+	surface_close(&B);
+	CHECK(healthy(c));
+	ad_client_close(c);
+
+	// kb_remote's lists: longer than a slot holds, bit-equal to kb_local
+	enum { N = DP_MAX_STEPS + 3 };
+	struct ad_surface li[N], lo[N], ri[N], ro[N];
+	struct kb_step ls[N], rs[N];
+	struct kb_timing t[N];
+	for (int i = 0; i < N; i++) {
+		int kid = i % local->n_kernels;
+		const struct kb_info *k = &local->kernels[kid];
+		char n1[16], n2[16];
+		snprintf(n1, sizeof n1, "li%d", i);
+		snprintf(n2, sizeof n2, "lo%d", i);
+		REQUIRE(local->surface_new(local, n1, k->in_ch, &li[i], err) == 0);
+		REQUIRE(local->surface_new(local, n2, k->out_ch, &lo[i], err) == 0);
+		REQUIRE(remote->surface_new(remote, n1, k->in_ch, &ri[i], err) == 0);
+		REQUIRE(remote->surface_new(remote, n2, k->out_ch, &ro[i], err) == 0);
+		static float x[W * 1024];
+		for (int j = 0; j < k->in_ch * W; j++)
+			x[j] = frand();
+		surface_write(&li[i], x, W, (size_t)k->in_ch);
+		surface_write(&ri[i], x, W, (size_t)k->in_ch);
+		ls[i] = (struct kb_step){kid, &li[i], &lo[i], 1 + i % W};
+		rs[i] = (struct kb_step){kid, &ri[i], &ro[i], 1 + i % W};
+	}
+	REQUIRE(kb_call_list(local, ls, N, NULL, err) == 0, "%s", err);
+	REQUIRE(kb_call_list(remote, rs, N, t, err) == 0, "%s", err);
+	int diffs = 0, times = 0;
+	for (int i = 0; i < N; i++) {
+		const struct kb_info *k = &local->kernels[ls[i].id];
+		times += t[i].exec_ns > 0 && t[i].total_ns >= t[i].exec_ns;
+		for (int o = 0; o < k->out_ch; o++)
+			diffs += memcmp((char *)lo[i].base + (size_t)o * lo[i].plane_stride,
+			                (char *)ro[i].base + (size_t)o * ro[i].plane_stride, (size_t)ls[i].ncols * 2) != 0;
+	}
+	CHECK(diffs == 0, "%d channels differ", diffs);
+	CHECK(times == N);
+	// a bad step fails the list with its kernel named; an empty list is an error
+	rs[1].ncols = W + 1;
+	CHECK(kb_call_list(remote, rs, 3, NULL, err) == -1 && strstr(err, "columns"), "%s", err);
+	CHECK(kb_call_list(remote, rs, 0, NULL, err) == -1);
+	CHECK(kb_call_list(local, ls, 0, NULL, err) == -1);
+
+	// the same calls over nng only
+	struct kb_opts o = {.width = W, .url = url, .timeout_ms = 2000, .deadline_ms = 30000, .instance = me,
+	                    .no_dataplane = 1};
+	struct kernel_backend *nn = kb_remote_new(&stories, &o, err);
+	REQUIRE(nn, "%s", err);
+	CHECK(kb_remote_ping(nn, 0, err) == -1 && strstr(err, "no data plane"), "%s", err);
+	struct ad_surface ni, no;
+	const struct kb_info *k = &local->kernels[ls[0].id];
+	REQUIRE(nn->surface_new(nn, "ni", k->in_ch, &ni, err) == 0 && nn->surface_new(nn, "no", k->out_ch, &no, err) == 0);
+	memcpy(ni.base, li[0].base, ni.bytes < li[0].bytes ? ni.bytes : li[0].bytes);
+	struct kb_step ns = {ls[0].id, &ni, &no, ls[0].ncols};
+	CHECK(kb_call_list(nn, &ns, 1, t, err) == 0, "%s", err);
+	diffs = 0;
+	for (int oc = 0; oc < k->out_ch; oc++)
+		diffs += memcmp((char *)lo[0].base + (size_t)oc * lo[0].plane_stride,
+		                (char *)no.base + (size_t)oc * no.plane_stride, (size_t)ns.ncols * 2) != 0;
+	CHECK(diffs == 0, "nng: %d channels differ", diffs);
+	nn->free(nn);
+}
+
+static int
+argmax(const float *v, int n)
+{
+	int b = 0;
+	for (int i = 1; i < n; i++)
+		if (v[i] > v[b])
+			b = i;
+	return b;
+}
+
+struct gen_state {
+	struct kernel_backend *kb;
+	int n;
+	int32_t ids[64];
+	atomic_int done_tokens;
+	int rc;
+	char err[AD_ERRLEN];
+};
+
+// greedy tokens from the story prompt on kb
+static void *
+generate(void *p)
+{
+	struct gen_state *g = p;
+	static const int32_t prompt[] = {1, 403, 407, 261, 378};
+	struct engine_opts eo = {.max_seq = 256};
+	struct engine *e = engine_new(&stories, g->kb, &eo, g->err);
+	struct engine_seq *s = e ? engine_seq_new(e, g->err) : NULL;
+	float *lg = e ? malloc(sizeof(float) * (size_t)engine_n_vocab(e)) : NULL;
+	g->rc = -1;
+	if (s && lg && engine_prefill(e, s, prompt, 5, lg, g->err) == 0) {
+		int i = 0;
+		for (; i < g->n; i++) {
+			g->ids[i] = argmax(lg, engine_n_vocab(e));
+			atomic_store(&g->done_tokens, i + 1);
+			if (i + 1 < g->n && engine_step(e, &s, &g->ids[i], 1, lg, g->err))
+				break;
+		}
+		g->rc = i == g->n ? 0 : -1;
+	}
+	free(lg);
+	engine_seq_free(s);
+	engine_free(e);
+	return NULL;
+}
+
+// an engine on kb_remote (the data plane) whose worker is SIGKILLed in the
+// middle of the generation, with a call in flight, gives kb_local's tokens
+static void
+test_kill_generation(void)
+{
+	REQUIRE(local);
+	char err[AD_ERRLEN];
+	struct gen_state *lg = calloc(1, sizeof *lg), *rg = calloc(1, sizeof *rg);
+	lg->kb = local;
+	lg->n = rg->n = 24;
+	generate(lg);
+	REQUIRE(lg->rc == 0, "%s", lg->err);
+	// every kernel takes 3 ms: a token about 50 ms, a call in flight at any time
+	if (worker > 0) {
+		kill(worker, SIGTERM);
+		waitpid(worker, NULL, 0);
+	}
+	worker = spawn_worker(3, 0);
+	REQUIRE(worker > 0);
+	rg->kb = open_remote(0, 30000, err);
+	REQUIRE(rg->kb, "%s", err);
+	CHECK(kb_remote_ping(rg->kb, 0, err) == 0, "not on the data plane: %s", err);
+	pthread_t th;
+	REQUIRE(pthread_create(&th, NULL, generate, rg) == 0);
+	while (atomic_load(&rg->done_tokens) < 4)
+		usleep(1000);
+	usleep(20 * 1000);
+	int at = atomic_load(&rg->done_tokens);
+	kill(worker, SIGKILL);
+	waitpid(worker, NULL, 0);
+	usleep(300 * 1000); // no worker for a while: the call waits
+	CHECK(atomic_load(&rg->done_tokens) == at, "tokens came while no worker was up");
+	worker = spawn_worker(0, 0);
+	REQUIRE(worker > 0);
+	pthread_join(th, NULL);
+	CHECK(rg->rc == 0, "%s", rg->err);
+	CHECK(at > 0 && at < rg->n, "killed after %d tokens", at);
+	CHECK(memcmp(lg->ids, rg->ids, sizeof(int32_t) * (size_t)lg->n) == 0, "other tokens across the SIGKILL");
+	CHECK(kb_remote_ping(rg->kb, 0, err) == 0, "the data plane did not come back: %s", err);
+	printf("SIGKILL of the ane-worker after %d of %d tokens (data plane): the same tokens as kb_local\n", at,
+	       rg->n);
+	rg->kb->free(rg->kb);
+	free(lg);
+	free(rg);
+}
+
+// a worker hung in a kernel (here: 1 s per call against a timeout of
+// 300 ms and a deadline of 600 ms) ends the call with an error, not a wait
+static void
+test_hung_worker(void)
+{
+	char err[AD_ERRLEN];
+	if (worker > 0) {
+		kill(worker, SIGTERM);
+		waitpid(worker, NULL, 0);
+	}
+	worker = spawn_worker(1000, 0);
+	REQUIRE(worker > 0);
+	struct kb_opts o = {.width = W, .url = url, .timeout_ms = 300, .deadline_ms = 600, .instance = (long)getpid()};
+	struct kernel_backend *kb = NULL;
+	for (int i = 0; i < 100 && !kb; i++) // the worker may still be compiling
+		if (!(kb = kb_remote_new(&stories, &o, err)))
+			usleep(100 * 1000);
+	REQUIRE(kb, "%s", err);
+	CHECK(kb_remote_ping(kb, 0, err) == 0, "%s", err);
+	struct ad_surface a, b;
+	REQUIRE(kb->surface_new(kb, "ha", 64, &a, err) == 0 && kb->surface_new(kb, "hb", 64, &b, err) == 0);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CHECK(kb->call(kb, 1, &a, &b, 1, NULL, err) == -1 &&
+	          (strstr(err, "did not come back") || strstr(err, "deadline")),
+	      "%s", err);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	printf("a hung worker (1 s per kernel; timeout 300 ms, deadline 600 ms): the call failed after %.2f s: %s\n",
+	       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9, err);
+	kb->free(kb);
+	kill(worker, SIGKILL);
+	waitpid(worker, NULL, 0);
+	worker = spawn_worker(0, 0);
+	REQUIRE(worker > 0);
+}
+
+// the polling doorbell (ANEDVD_DP_DOORBELL=sleep) on both sides: the same
+// bits as kb_local
+static void
+test_sleep_doorbell(void)
+{
+	REQUIRE(local);
+	char err[AD_ERRLEN];
+	if (worker > 0) {
+		kill(worker, SIGTERM);
+		waitpid(worker, NULL, 0);
+	}
+	setenv("ANEDVD_DP_DOORBELL", "sleep", 1);
+	worker = spawn_worker(0, 0);
+	REQUIRE(worker > 0);
+	struct kernel_backend *kb = open_remote(0, 30000, err);
+	unsetenv("ANEDVD_DP_DOORBELL");
+	REQUIRE(kb, "%s", err);
+	CHECK(kb_remote_ping(kb, 0, err) == 0, "%s", err);
+	int diffs = 0;
+	for (int id = 0; id < local->n_kernels; id++) {
+		const struct kb_info *k = &local->kernels[id];
+		struct ad_surface li, lo, ri, ro;
+		char n1[16], n2[16];
+		snprintf(n1, sizeof n1, "si%d", id);
+		snprintf(n2, sizeof n2, "so%d", id);
+		REQUIRE(local->surface_new(local, n1, k->in_ch, &li, err) == 0 &&
+		        local->surface_new(local, n2, k->out_ch, &lo, err) == 0);
+		REQUIRE(kb->surface_new(kb, n1, k->in_ch, &ri, err) == 0 && kb->surface_new(kb, n2, k->out_ch, &ro, err) == 0,
+		        "%s", err);
+		static float x[W * 1024];
+		for (int i = 0; i < k->in_ch * W; i++)
+			x[i] = frand();
+		surface_write(&li, x, W, (size_t)k->in_ch);
+		surface_write(&ri, x, W, (size_t)k->in_ch);
+		REQUIRE(local->call(local, id, &li, &lo, W, NULL, err) == 0, "%s", err);
+		REQUIRE(kb->call(kb, id, &ri, &ro, W, NULL, err) == 0, "%s", err);
+		for (int o = 0; o < k->out_ch; o++)
+			diffs += memcmp((char *)lo.base + (size_t)o * lo.plane_stride, (char *)ro.base + (size_t)o * ro.plane_stride,
+			                (size_t)W * 2) != 0;
+	}
+	CHECK(diffs == 0, "%d channels differ", diffs);
+	kb->free(kb);
+	kill(worker, SIGTERM);
+	waitpid(worker, NULL, 0);
+	worker = spawn_worker(0, 0);
+	REQUIRE(worker > 0);
+}
+
 static int
 shm_count(long pid)
 {
@@ -931,6 +1305,10 @@ main(void)
 	T_RUN(test_remote_errors);
 	T_RUN(test_round_trip);
 	T_RUN(test_kill_restart);
+	T_RUN(test_dataplane);
+	T_RUN(test_kill_generation);
+	T_RUN(test_hung_worker);
+	T_RUN(test_sleep_doorbell);
 	T_RUN(test_sigterm);
 	T_RUN(test_bad_args);
 	if (worker > 0) {

@@ -1,0 +1,670 @@
+// dataplane.c - the shared-memory request/reply slots of dataplane.h.
+#include "dataplane.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#define DP_HAVE_FUTEX 1
+#elif defined(__APPLE__) && defined(__has_include)
+#if __has_include(<os/os_sync_wait_on_address.h>)
+#include <os/clock.h>
+#include <os/os_sync_wait_on_address.h>
+#define DP_HAVE_OS_SYNC 1
+#endif
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield")
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+// request and reply on separate cache lines: each is written by one side
+struct dp_slot {
+	_Alignas(64) _Atomic uint32_t req_seq; // client
+	_Atomic uint32_t client_sleeping;       // client: it sleeps on rep_seq
+	uint32_t rq_gen; // the worker generation the request is for
+	struct dp_request rq;
+	_Alignas(64) _Atomic uint32_t rep_seq; // worker
+	uint32_t rep_gen;
+	struct dp_reply rep;
+};
+
+struct dp_shm {
+	_Atomic uint32_t magic; // written last by the creator
+	uint32_t version, size, nslots;
+	uint32_t client_pid;
+	_Atomic uint32_t closed;
+	_Atomic uint32_t n_surf;
+	_Alignas(64) _Atomic uint32_t worker_pid;
+	_Atomic uint32_t worker_gen;
+	_Alignas(64) _Atomic uint32_t bell; // client: bumped after posting a slot
+	_Atomic uint32_t server_sleeping;   // worker: it sleeps on bell
+	_Alignas(64) struct dp_surf_entry surf[DP_MAX_SURF];
+	struct dp_slot slot[DP_SLOTS];
+};
+
+struct dp_chan {
+	struct dp_shm *h;
+	size_t bytes;
+	char id[AD_SURFACE_ID_MAX];
+	int owner;
+	enum dp_bell bell;
+	uint32_t spin_call_ns, spin_serve_ns, lead_ns, spin_max_ns;
+	_Atomic uint32_t busy; // client: slots claimed by this process's threads
+	pthread_mutex_t mu;    // client: the surface table
+};
+
+static uint64_t
+now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t hot_ns = 10000; // spin(): pause this long, then yield
+
+static uint32_t
+env_us(const char *name, uint32_t dflt_us)
+{
+	const char *v = getenv(name);
+	if (!v || !*v)
+		return dflt_us * 1000u;
+	char *end;
+	long x = strtol(v, &end, 10);
+	if (*end || x < 0 || x > 1000000)
+		return dflt_us * 1000u;
+	return (uint32_t)x * 1000u;
+}
+
+static void
+chan_defaults(struct dp_chan *c)
+{
+	const char *b = getenv("ANEDVD_DP_DOORBELL");
+#if defined(DP_HAVE_FUTEX)
+	c->bell = b && strcmp(b, "sleep") == 0 ? DP_BELL_SLEEP : DP_BELL_FUTEX;
+#elif defined(DP_HAVE_OS_SYNC)
+	c->bell = DP_BELL_SLEEP;
+	if (!(b && strcmp(b, "sleep") == 0))
+		if (__builtin_available(macOS 14.4, *))
+			c->bell = DP_BELL_FUTEX;
+#else
+	(void)b;
+	c->bell = DP_BELL_SLEEP;
+#endif
+	c->spin_call_ns = env_us("ANEDVD_DP_SPIN_US", 10);
+	c->spin_serve_ns = env_us("ANEDVD_DP_SERVE_SPIN_US", 50);
+	c->lead_ns = env_us("ANEDVD_DP_LEAD_US", 40);
+	c->spin_max_ns = env_us("ANEDVD_DP_SPIN_MAX_US", 200);
+	hot_ns = env_us("ANEDVD_DP_YIELD_US", 10);
+	pthread_mutex_init(&c->mu, NULL);
+}
+
+// --- the doorbell ---------------------------------------------------------------------------
+
+// sleep while *w == v, at most ns (the system may return early: callers re-check)
+static void
+os_wait(_Atomic uint32_t *w, uint32_t v, uint64_t ns)
+{
+#if defined(DP_HAVE_FUTEX)
+	struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, v, &ts, NULL, 0);
+#elif defined(DP_HAVE_OS_SYNC)
+	if (__builtin_available(macOS 14.4, *))
+		os_sync_wait_on_address_with_timeout((void *)w, (uint64_t)v, 4, OS_SYNC_WAIT_ON_ADDRESS_SHARED,
+		                                     OS_CLOCK_MACH_ABSOLUTE_TIME, ns);
+#else
+	(void)w, (void)v, (void)ns;
+#endif
+}
+
+static void
+os_wake(_Atomic uint32_t *w, int all)
+{
+#if defined(DP_HAVE_FUTEX)
+	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, all ? INT_MAX : 1, NULL, NULL, 0);
+#elif defined(DP_HAVE_OS_SYNC)
+	if (__builtin_available(macOS 14.4, *)) {
+		if (all)
+			os_sync_wake_by_address_all((void *)w, 4, OS_SYNC_WAKE_BY_ADDRESS_SHARED);
+		else
+			os_sync_wake_by_address_any((void *)w, 4, OS_SYNC_WAKE_BY_ADDRESS_SHARED);
+	}
+#else
+	(void)w, (void)all;
+#endif
+}
+
+// Sleep while *w == v, at most ns. In futex mode the sleeper count goes up
+// first and the word is re-read after it (both sequentially consistent):
+// a waker stores the word and then reads the count, so either the waker
+// sees the sleeper and wakes it, or the re-read sees the new word; and
+// the system call itself compares the word before sleeping. The fallback
+// polls, sleeping *backoff (20 us, doubling up to 1 ms).
+static void
+doze(const struct dp_chan *c, _Atomic uint32_t *w, uint32_t v, _Atomic uint32_t *sleepers, uint64_t ns,
+     uint64_t *backoff)
+{
+	if (c->bell == DP_BELL_FUTEX) {
+		atomic_fetch_add(sleepers, 1);
+		if (atomic_load(w) == v)
+			os_wait(w, v, ns);
+		atomic_fetch_sub(sleepers, 1);
+		return;
+	}
+	uint64_t d = *backoff < 20000 ? 20000 : *backoff;
+	if (d > ns)
+		d = ns;
+	struct timespec ts = {0, (long)d};
+	nanosleep(&ts, NULL);
+	*backoff = d * 2 > 1000000 ? 1000000 : d * 2;
+}
+
+// the store of *w is done (sequentially consistent): wake its sleepers
+static void
+ring(_Atomic uint32_t *w, _Atomic uint32_t *sleepers, int all)
+{
+	if (atomic_load(sleepers) > 0)
+		os_wake(w, all);
+}
+
+// spin while *w == v, at most ns; the last value read. The first pause_ns
+// with the pause hint, then yielding between looks: a caller spinning
+// through a kernel on a machine with more runnable threads than cores (2
+// cores: the engine, the emu's threads) must not keep them off their core.
+// A yield, though, may hand the core to another process for a whole time
+// slice: the worker's idle spin (nothing of ours runs then) pauses
+// throughout, and so does the caller's first ANEDVD_DP_YIELD_US (10 us).
+
+static uint32_t
+spin(_Atomic uint32_t *w, uint32_t v, uint64_t ns, uint64_t pause_ns)
+{
+	uint32_t x = atomic_load_explicit(w, memory_order_acquire);
+	if (x != v || ns == 0)
+		return x;
+	const uint64_t t0 = now_ns(), end = t0 + ns, hot = t0 + (ns < pause_ns ? ns : pause_ns);
+	for (unsigned i = 1;; i++) {
+		cpu_relax();
+		x = atomic_load_explicit(w, memory_order_acquire);
+		if (x != v)
+			return x;
+		if ((i & 63) == 0) {
+			uint64_t t = now_ns();
+			if (t >= end)
+				return x;
+			if (t >= hot)
+				break;
+		}
+	}
+	for (;;) {
+		sched_yield();
+		x = atomic_load_explicit(w, memory_order_acquire);
+		if (x != v || now_ns() >= end)
+			return x;
+	}
+}
+
+int
+dp_pid_alive(uint32_t pid)
+{
+	if (pid == 0 || pid > INT_MAX)
+		return 0;
+	if (kill((pid_t)pid, 0) != 0 && errno != EPERM)
+		return 0;
+#if defined(__linux__)
+	// a killed child not yet reaped is still there for kill(): read its state
+	char path[64], buf[256];
+	snprintf(path, sizeof path, "/proc/%u/stat", pid);
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return 1;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n > 0) {
+		buf[n] = 0;
+		const char *p = strrchr(buf, ')'); // after "pid (comm)"
+		if (p && (p[1] == ' ') && (p[2] == 'Z' || p[2] == 'X'))
+			return 0;
+	}
+#endif
+	return 1;
+}
+
+// --- objects --------------------------------------------------------------------------------
+
+static struct dp_chan *
+chan_new(const char *id, char *err)
+{
+	if (!id || id[0] != '/' || strlen(id) >= AD_SURFACE_ID_MAX)
+		return ad_err(err, "data plane: bad id '%s'", id ? id : "(null)"), NULL;
+	struct dp_chan *c = calloc(1, sizeof *c);
+	if (!c)
+		return ad_err(err, "out of memory"), NULL;
+	snprintf(c->id, sizeof c->id, "%s", id);
+	c->bytes = sizeof(struct dp_shm);
+	chan_defaults(c);
+	return c;
+}
+
+static void
+chan_free(struct dp_chan *c)
+{
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+}
+
+struct dp_chan *
+dp_create(const char *id, char *err)
+{
+	struct dp_chan *c = chan_new(id, err);
+	if (!c)
+		return NULL;
+	int fd = shm_open(id, O_RDWR | O_CREAT | O_EXCL, 0600);
+	if (fd < 0) {
+		ad_err(err, "data plane %s: shm_open: %s", id, strerror(errno));
+		chan_free(c);
+		return NULL;
+	}
+	void *p = MAP_FAILED;
+	if (ftruncate(fd, (off_t)c->bytes) == 0)
+		p = mmap(NULL, c->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	int e = errno;
+	close(fd);
+	if (p == MAP_FAILED) {
+		shm_unlink(id);
+		ad_err(err, "data plane %s: %s", id, strerror(e));
+		chan_free(c);
+		return NULL;
+	}
+	c->h = p; // zero-filled
+	c->owner = 1;
+	c->h->version = DP_VERSION;
+	c->h->size = (uint32_t)c->bytes;
+	c->h->nslots = DP_SLOTS;
+	c->h->client_pid = (uint32_t)getpid();
+	// the magic last: an opener that sees it sees the rest
+	atomic_store_explicit(&c->h->magic, DP_MAGIC, memory_order_release);
+	return c;
+}
+
+struct dp_chan *
+dp_open(const char *id, char *err)
+{
+	struct dp_chan *c = chan_new(id, err);
+	if (!c)
+		return NULL;
+	int fd = shm_open(id, O_RDWR, 0);
+	if (fd < 0) {
+		ad_err(err, "data plane %s: shm_open: %s", id, strerror(errno));
+		chan_free(c);
+		return NULL;
+	}
+	struct stat st;
+	// at least the size (macOS rounds an object up to whole pages); the
+	// header's own size field must match exactly (checked below)
+	if (fstat(fd, &st) != 0 || (size_t)st.st_size < c->bytes) {
+		close(fd);
+		ad_err(err, "data plane %s: %lld bytes, this build's object has %zu", id, (long long)st.st_size,
+		       c->bytes);
+		chan_free(c);
+		return NULL;
+	}
+	void *p = mmap(NULL, c->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	int e = errno;
+	close(fd);
+	if (p == MAP_FAILED) {
+		ad_err(err, "data plane %s: mmap: %s", id, strerror(e));
+		chan_free(c);
+		return NULL;
+	}
+	c->h = p;
+	if (atomic_load_explicit(&c->h->magic, memory_order_acquire) != DP_MAGIC || c->h->version != DP_VERSION ||
+	    c->h->size != c->bytes || c->h->nslots != DP_SLOTS) {
+		ad_err(err, "data plane %s: not an object of this version (magic %08x, version %u)", id,
+		       atomic_load(&c->h->magic), c->h->version);
+		dp_close(c);
+		return NULL;
+	}
+	return c;
+}
+
+void
+dp_close(struct dp_chan *c)
+{
+	if (!c)
+		return;
+	munmap(c->h, c->bytes);
+	chan_free(c);
+}
+
+void
+dp_destroy(struct dp_chan *c)
+{
+	if (!c)
+		return;
+	// tell a serving worker, which unmaps it and lets its thread go
+	atomic_store(&c->h->closed, 1);
+	atomic_fetch_add(&c->h->bell, 1);
+	os_wake(&c->h->bell, 1);
+	if (c->owner)
+		shm_unlink(c->id);
+	dp_close(c);
+}
+
+const char *
+dp_id(const struct dp_chan *c)
+{
+	return c->id;
+}
+
+void
+dp_set_bell(struct dp_chan *c, enum dp_bell b)
+{
+#if defined(DP_HAVE_FUTEX)
+	c->bell = b;
+#elif defined(DP_HAVE_OS_SYNC)
+	c->bell = DP_BELL_SLEEP;
+	if (b == DP_BELL_FUTEX)
+		if (__builtin_available(macOS 14.4, *))
+			c->bell = DP_BELL_FUTEX;
+#else
+	(void)b;
+	c->bell = DP_BELL_SLEEP;
+#endif
+}
+
+enum dp_bell
+dp_get_bell(const struct dp_chan *c)
+{
+	return c->bell;
+}
+
+void
+dp_set_spin(struct dp_chan *c, uint32_t call_ns, uint32_t serve_ns)
+{
+	c->spin_call_ns = call_ns;
+	c->spin_serve_ns = serve_ns;
+}
+
+int
+dp_add_surface(struct dp_chan *c, const char *id, uint32_t channels, uint32_t width, char *err)
+{
+	if (!id || strlen(id) >= AD_SURFACE_ID_MAX)
+		return ad_err(err, "data plane: bad surface id");
+	pthread_mutex_lock(&c->mu);
+	uint32_t n = atomic_load_explicit(&c->h->n_surf, memory_order_relaxed);
+	if (n >= DP_MAX_SURF) {
+		pthread_mutex_unlock(&c->mu);
+		return ad_err(err, "data plane: the surface table is full (%d)", DP_MAX_SURF);
+	}
+	struct dp_surf_entry *s = &c->h->surf[n];
+	snprintf(s->id, sizeof s->id, "%s", id);
+	s->channels = channels;
+	s->width = width;
+	// publish: a worker that reads n + 1 (acquire) reads the entry whole
+	atomic_store_explicit(&c->h->n_surf, n + 1, memory_order_release);
+	pthread_mutex_unlock(&c->mu);
+	return (int)n;
+}
+
+int
+dp_surface(const struct dp_chan *c, uint32_t i, struct dp_surf_entry *out)
+{
+	if (i >= atomic_load_explicit(&c->h->n_surf, memory_order_acquire) || i >= DP_MAX_SURF)
+		return -1;
+	*out = c->h->surf[i];
+	out->id[sizeof out->id - 1] = 0;
+	return 0;
+}
+
+void
+dp_worker(const struct dp_chan *c, uint32_t *pid, uint32_t *gen)
+{
+	*gen = atomic_load(&c->h->worker_gen);
+	*pid = atomic_load(&c->h->worker_pid);
+}
+
+// --- client -----------------------------------------------------------------------------------
+
+static int
+claim(struct dp_chan *c, uint64_t deadline)
+{
+	uint64_t backoff = 0;
+	for (;;) {
+		uint32_t m = atomic_load_explicit(&c->busy, memory_order_relaxed);
+		if (m != (1u << DP_SLOTS) - 1) {
+			int i = __builtin_ctz(~m);
+			if (atomic_compare_exchange_weak_explicit(&c->busy, &m, m | 1u << i, memory_order_acquire,
+			                                          memory_order_relaxed))
+				return i;
+			continue;
+		}
+		if (now_ns() >= deadline)
+			return -1;
+		uint64_t d = backoff < 20000 ? 20000 : backoff;
+		struct timespec ts = {0, (long)d};
+		nanosleep(&ts, NULL);
+		backoff = d * 2 > 1000000 ? 1000000 : d * 2;
+	}
+}
+
+void
+dp_release(struct dp_chan *c, int slot)
+{
+	if (slot >= 0 && slot < DP_SLOTS)
+		atomic_fetch_and_explicit(&c->busy, ~(1u << slot), memory_order_release);
+}
+
+#define DP_SLICE_NS 4000000u // liveness checks while waiting for a reply
+
+int
+dp_call(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp_reply *rep, uint32_t pid, uint32_t gen,
+        int timeout_ms)
+{
+	return dp_call_expect(c, slot, rq, rep, pid, gen, timeout_ms, 0);
+}
+
+int
+dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp_reply *rep, uint32_t pid,
+               uint32_t gen, int timeout_ms, uint64_t expect_ns)
+{
+	const uint64_t deadline = now_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 1) * 1000000u;
+	if (*slot < 0 && (*slot = claim(c, deadline)) < 0)
+		return DP_NOSLOT;
+	struct dp_slot *sl = &c->h->slot[*slot];
+	uint32_t n = rq->nsteps <= DP_MAX_STEPS ? rq->nsteps : DP_MAX_STEPS;
+	sl->rq.op = rq->op;
+	sl->rq.nsteps = rq->nsteps; // the worker refuses more than DP_MAX_STEPS
+	memcpy(sl->rq.step, rq->step, (size_t)n * sizeof rq->step[0]);
+	// for this worker only: one attached later leaves it alone (the
+	// caller re-posts it), so the request is never rewritten under a
+	// worker reading it
+	sl->rq_gen = gen;
+	// only this thread writes req_seq while it holds the slot
+	const uint32_t s = atomic_load_explicit(&sl->req_seq, memory_order_relaxed) + 1;
+	// release: the request above is visible to whoever acquires s
+	atomic_store_explicit(&sl->req_seq, s, memory_order_release);
+	atomic_fetch_add(&c->h->bell, 1); // seq_cst: then read server_sleeping
+	ring(&c->h->bell, &c->h->server_sleeping, 1);
+
+	const uint64_t posted = now_ns();
+	uint64_t backoff = 0, check = 0;
+	// a call expected to be short is spun through: being woken costs ~20 us
+	// here, more than such a call itself
+	uint64_t sp = c->spin_call_ns;
+	if (expect_ns && expect_ns + c->lead_ns <= c->spin_max_ns && expect_ns + c->lead_ns > sp)
+		sp = expect_ns + c->lead_ns;
+	uint32_t x = spin(&sl->rep_seq, s - 1, sp, hot_ns);
+	// A long call: sleep until shortly before the reply is due (the worker
+	// wakes us earlier if it is done first), then spin, so the latency of
+	// being woken falls before the reply, not after it. The timer's slack
+	// (50 us by default) would eat the lead.
+	uint64_t due = 0;
+	if (x == s - 1 && expect_ns > sp + c->lead_ns) {
+		due = posted + expect_ns - c->lead_ns;
+		static _Thread_local int slack_set;
+		if (!slack_set) {
+#if defined(__linux__)
+			prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+#endif
+			slack_set = 1;
+		}
+	}
+	for (;;) {
+		if (x == s) {
+			// acquired s: the reply written before the store is complete
+			*rep = sl->rep;
+			rep->msg[sizeof rep->msg - 1] = 0;
+			return DP_DONE;
+		}
+		// the worker's liveness once per slice (the pid check reads /proc:
+		// too slow for every wake-up), the generation every time
+		uint64_t t = now_ns();
+		if (atomic_load(&c->h->worker_gen) != gen)
+			return DP_CHANGED;
+		if (t >= check) {
+			if (check && !dp_pid_alive(pid))
+				return DP_DEAD;
+			check = t + DP_SLICE_NS;
+		}
+		if (t >= deadline)
+			return DP_TIMEOUT;
+		uint64_t left = deadline - t;
+		if (left > DP_SLICE_NS)
+			left = DP_SLICE_NS;
+		if (due && t >= due) { // the reply is due: spin for it, once
+			due = 0;
+			x = spin(&sl->rep_seq, s - 1, 3 * (uint64_t)c->lead_ns, hot_ns);
+			backoff = 0;
+			continue;
+		}
+		if (due && due - t < left)
+			left = due - t;
+		doze(c, &sl->rep_seq, x, &sl->client_sleeping, left, &backoff);
+		x = atomic_load_explicit(&sl->rep_seq, memory_order_acquire);
+	}
+}
+
+// --- worker -----------------------------------------------------------------------------------
+
+uint32_t
+dp_attach(struct dp_chan *c)
+{
+	atomic_store(&c->h->worker_pid, (uint32_t)getpid());
+	uint32_t g = atomic_fetch_add(&c->h->worker_gen, 1) + 1;
+	// a worker that served the object before sleeps on the bell: let it
+	// see the new generation and go
+	atomic_fetch_add(&c->h->bell, 1);
+	os_wake(&c->h->bell, 1);
+	return g;
+}
+
+void
+dp_kick(struct dp_chan *c)
+{
+	atomic_fetch_add(&c->h->bell, 1);
+	os_wake(&c->h->bell, 1);
+}
+
+// answer the pending request of slot i (req_seq q)
+static void
+serve_slot(struct dp_chan *c, struct dp_slot *sl, uint32_t q, uint32_t gen, dp_handler fn, void *arg)
+{
+	// a private copy: the checks hold for what runs, whatever the client does
+	static _Thread_local struct dp_request rq;
+	static _Thread_local struct dp_reply rp;
+	memset(&rp, 0, sizeof rp);
+	rq.op = sl->rq.op;
+	rq.nsteps = sl->rq.nsteps;
+	if (rq.op == DP_OP_NOP) {
+		rp.status = DP_OK;
+	} else if (rq.op != DP_OP_CALL) {
+		rp.status = DP_BAD_REQUEST;
+		snprintf(rp.msg, sizeof rp.msg, "data plane: unknown op %u", rq.op);
+	} else if (rq.nsteps < 1 || rq.nsteps > DP_MAX_STEPS) {
+		rp.status = DP_BAD_REQUEST;
+		snprintf(rp.msg, sizeof rp.msg, "data plane: %u steps (1 to %d)", rq.nsteps, DP_MAX_STEPS);
+	} else {
+		memcpy(rq.step, sl->rq.step, (size_t)rq.nsteps * sizeof rq.step[0]);
+		for (uint32_t i = 0; i < rq.nsteps; i++) {
+			rq.step[i].in_id[AD_SURFACE_ID_MAX - 1] = 0;
+			rq.step[i].out_id[AD_SURFACE_ID_MAX - 1] = 0;
+		}
+		fn(arg, &rq, &rp);
+		rp.msg[sizeof rp.msg - 1] = 0;
+	}
+	// taken over meanwhile (a re-attach): the caller re-posts to the new
+	// generation, whose reply this must not overwrite
+	if (atomic_load(&c->h->worker_gen) != gen)
+		return;
+	sl->rep = rp;
+	sl->rep_gen = gen;
+	// seq_cst (so release): the reply is visible with q; then read the flag
+	atomic_store(&sl->rep_seq, q);
+	ring(&sl->rep_seq, &sl->client_sleeping, 0);
+}
+
+int
+dp_serve(struct dp_chan *c, uint32_t gen, dp_handler fn, void *arg, const volatile int *stop, int idle_ms)
+{
+	struct dp_shm *h = c->h;
+	const uint64_t idle = (uint64_t)(idle_ms > 0 ? idle_ms : 100) * 1000000u;
+	uint64_t last = now_ns(), checked = last, backoff = 0;
+	for (;;) {
+		if (*stop)
+			return DP_SERVE_STOPPED;
+		if (atomic_load(&h->closed))
+			return DP_SERVE_CLOSED;
+		if (atomic_load(&h->worker_gen) != gen)
+			return DP_SERVE_REPLACED;
+		// the bell before the scan: a post after this read changes it
+		const uint32_t b = atomic_load(&h->bell);
+		int served = 0;
+		for (int i = 0; i < DP_SLOTS; i++) {
+			struct dp_slot *sl = &h->slot[i];
+			uint32_t q = atomic_load_explicit(&sl->req_seq, memory_order_acquire);
+			if (q == atomic_load_explicit(&sl->rep_seq, memory_order_relaxed) || sl->rq_gen != gen)
+				continue;
+			serve_slot(c, sl, q, gen, fn, arg);
+			served++;
+		}
+		uint64_t t = now_ns();
+		if (served) {
+			last = t;
+			backoff = 0;
+			continue;
+		}
+		// idle: spin a little after the last request (the next one often
+		// follows within microseconds), then sleep in slices
+		if (t - last < c->spin_serve_ns) {
+			spin(&h->bell, b, c->spin_serve_ns - (t - last), UINT64_MAX);
+			continue;
+		}
+		doze(c, &h->bell, b, &h->server_sleeping, idle, &backoff);
+		if ((t = now_ns()) - checked >= idle) {
+			checked = t;
+			if (!dp_pid_alive(h->client_pid))
+				return DP_SERVE_CLIENT_GONE;
+		}
+	}
+}

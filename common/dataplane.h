@@ -1,0 +1,192 @@
+// dataplane.h - kernel calls through shared memory, with a futex doorbell.
+//
+// One object per kernel-backend client (kb_remote), created by the client
+// as a POSIX shm object named like a surface ("/anedvd-<instance>-<name>",
+// surface_id), so surface_cleanup_stale and surface_cleanup_pid sweep it
+// with the instance's surfaces. The worker maps it when told over the
+// control plane (nng: AttachRequest in proto/ane.proto) and serves it from
+// a thread of its own; nng stays the control plane (Compile, Health,
+// Stats, attach, errors of the control plane).
+//
+// The object holds
+//   - a header: magic, version, the client's pid, a closed flag, the
+//     serving worker's pid and a generation that every attaching worker
+//     bumps (a caller waiting on a reply watches both: a dead pid or a new
+//     generation means its request will not be answered by this worker);
+//   - a table of surfaces the client registered (id, channels, width),
+//     append-only for the life of the object, so a call names a surface by
+//     its index and the worker maps it once per index;
+//   - DP_SLOTS request/reply slots, so several threads of the client can
+//     have calls in flight. A slot carries an op (DP_NOP: the empty round
+//     trip; DP_CALL: up to DP_MAX_STEPS kernels run in order) and the reply
+//     (status, per-step exec_ns, a short message).
+//
+// Protocol of a slot. The client owns req_seq and the request, the worker
+// rep_seq and the reply; a request is pending while req_seq != rep_seq,
+// and it names the worker generation it is for (a worker attached later
+// leaves it alone: the caller re-posts it after the re-attach, so a
+// request is never rewritten under a worker reading it).
+//   client: write the request; store req_seq = s (release); ring the bell
+//   worker: load req_seq (acquire) != rep_seq: read the request, run it,
+//           write the reply; store rep_seq = s (release); wake the client
+//   client: load rep_seq (acquire) == s: read the reply
+// The release store publishes every plain write before it to the thread
+// whose acquire load reads the stored value, so neither side ever reads a
+// half-written request or reply. The bell is one word in the header the
+// client increments after posting any slot; the worker sleeps on it.
+//
+// Doorbell: a waiter spins for a short bounded time (with the CPU's pause
+// hint), then sleeps on the 32-bit word: futex FUTEX_WAIT/FUTEX_WAKE on
+// Linux (the shared, not the _PRIVATE, variants: the word lives in two
+// processes), os_sync_wait_on_address / os_sync_wake_by_address_any with
+// the shared flag on macOS 14.4+. Every sleep has a timeout (a slice), after
+// which the waiter checks the other side's liveness. A waker only makes the
+// wake system call when a "sleeping" flag says someone sleeps: flag and
+// word are sequentially consistent on both sides (the waiter sets the flag
+// then re-reads the word; the waker stores the word then reads the flag),
+// so at least one of them sees the other and no wake is lost; and the
+// kernel's own compare of the word closes the window between the re-read
+// and the sleep. The fallback doorbell (DP_BELL_SLEEP: macOS before 14.4,
+// or chosen with ANEDVD_DP_DOORBELL=sleep or dp_set_bell) polls the word,
+// sleeping 20 us growing to 1 ms between looks; it never sets the flag.
+#ifndef AD_DATAPLANE_H
+#define AD_DATAPLANE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "surface.h"
+
+#define DP_MAGIC 0x41445044u // "DPDA"
+#define DP_VERSION 1u
+#define DP_SLOTS 16
+#define DP_MAX_STEPS 8
+#define DP_MAX_SURF 256
+#define DP_MSG 160
+#define DP_BY_NAME 0xffffu // a step's surface given by name, not by index
+
+enum dp_op { DP_OP_NOP = 1, DP_OP_CALL = 2 };
+
+// a reply's status: the values of proto/common.proto ErrorCode
+enum dp_status {
+	DP_OK = 0,
+	DP_BAD_REQUEST = 1,
+	DP_NOT_FOUND = 3,
+	DP_INTERNAL = 5,
+	DP_UNAVAILABLE = 7,
+};
+
+enum dp_bell { DP_BELL_FUTEX = 0, DP_BELL_SLEEP = 1 };
+
+struct dp_step {
+	uint32_t kernel;
+	uint32_t ncols;
+	uint16_t in, out; // surface table index, or DP_BY_NAME
+	char in_id[AD_SURFACE_ID_MAX], out_id[AD_SURFACE_ID_MAX]; // when DP_BY_NAME
+};
+
+// a request as the client fills it, and a reply as the worker fills it
+struct dp_request {
+	uint32_t op;
+	uint32_t nsteps;
+	struct dp_step step[DP_MAX_STEPS];
+};
+
+struct dp_reply {
+	int32_t status;      // enum dp_status
+	uint32_t done_steps; // steps that ran (the failing one is done_steps)
+	uint64_t exec_ns[DP_MAX_STEPS];
+	char msg[DP_MSG];
+};
+
+struct dp_surf_entry {
+	char id[AD_SURFACE_ID_MAX];
+	uint32_t channels, width;
+};
+
+struct dp_chan; // one mapping of an object, on either side
+
+// --- client ---------------------------------------------------------------------------
+// dp_create makes the object (it fails if the id exists: sweep stale ones
+// first) with this process as the client.
+struct dp_chan *dp_create(const char *id, char *err);
+// dp_destroy marks the object closed, wakes its worker, unmaps and unlinks
+void dp_destroy(struct dp_chan *c);
+// register a surface; its index (stable for the life of the object), or -1
+// when the table is full
+int dp_add_surface(struct dp_chan *c, const char *id, uint32_t channels, uint32_t width, char *err);
+// the worker the caller expects to answer (read back after an attach): its
+// pid and generation as the header has them now
+void dp_worker(const struct dp_chan *c, uint32_t *pid, uint32_t *gen);
+
+// the result of a wait
+enum dp_wait_rc {
+	DP_DONE = 0,      // answered: the reply is in *rep
+	DP_TIMEOUT = -1,  // no answer within timeout_ms
+	DP_DEAD = -2,     // the expected worker's pid is gone
+	DP_CHANGED = -3,  // another worker (generation) attached
+	DP_NOSLOT = -4,   // every slot stayed busy for timeout_ms
+};
+
+// dp_call posts rq on a free slot and waits for the reply of the worker
+// (pid, gen), checking its liveness every slice_ms. On anything but
+// DP_DONE the slot is kept for the caller's retry: call dp_call again with
+// the same *slot (it re-posts the request), or dp_release it. *slot = -1
+// on entry claims a free one.
+int dp_call(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp_reply *rep, uint32_t pid,
+            uint32_t gen, int timeout_ms);
+// dp_call_expect is dp_call for a call expected to take about expect_ns
+// (0: unknown): a short one (expect + lead <= ANEDVD_DP_SPIN_MAX_US, 200
+// us) is spun through; for a longer one the caller sleeps until
+// ANEDVD_DP_LEAD_US (40 us) before the reply is due, then spins; so being
+// woken costs nothing when the guess holds (and the worker still wakes it
+// when the reply comes earlier)
+int dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp_reply *rep, uint32_t pid,
+                   uint32_t gen, int timeout_ms, uint64_t expect_ns);
+void dp_release(struct dp_chan *c, int slot);
+
+// --- worker ---------------------------------------------------------------------------
+// dp_open maps an object a client created, checking magic, version and size
+struct dp_chan *dp_open(const char *id, char *err);
+void dp_close(struct dp_chan *c); // unmap
+// dp_attach makes this process the object's worker: writes its pid and
+// bumps the generation; returns the new generation
+uint32_t dp_attach(struct dp_chan *c);
+// the client's registered surface at index i, copied (id NUL-terminated);
+// -1 when there is none
+int dp_surface(const struct dp_chan *c, uint32_t i, struct dp_surf_entry *out);
+
+// handler: run rq, fill rep (zeroed, status DP_OK on entry)
+typedef void (*dp_handler)(void *arg, const struct dp_request *rq, struct dp_reply *rep);
+
+enum dp_serve_rc {
+	DP_SERVE_STOPPED = 0, // *stop was set
+	DP_SERVE_CLOSED = 1,  // the client closed the object
+	DP_SERVE_CLIENT_GONE = 2,
+	DP_SERVE_REPLACED = 3, // another attach (generation) took the object
+};
+
+// dp_serve answers the object's requests as generation gen until one of
+// the dp_serve_rc reasons; *stop is polled at least every idle_ms. A
+// request the handler cannot be given (unknown op, too many steps) is
+// answered DP_BAD_REQUEST here; DP_OP_NOP is answered without the handler.
+int dp_serve(struct dp_chan *c, uint32_t gen, dp_handler fn, void *arg, const volatile int *stop, int idle_ms);
+// wake a dp_serve sleeping on the object (after setting *stop)
+void dp_kick(struct dp_chan *c);
+
+// --- both -------------------------------------------------------------------------------
+const char *dp_id(const struct dp_chan *c);
+// the doorbell of this mapping (default: futex where the system has it,
+// else sleep; ANEDVD_DP_DOORBELL=sleep selects the fallback)
+void dp_set_bell(struct dp_chan *c, enum dp_bell b);
+enum dp_bell dp_get_bell(const struct dp_chan *c);
+// bounded spins before sleeping, in ns (defaults: ANEDVD_DP_SPIN_US for
+// the caller's wait on a reply, 10 us; ANEDVD_DP_SERVE_SPIN_US for the
+// worker's wait for the next request, 50 us). A spin uses the pause hint
+// for its first ANEDVD_DP_YIELD_US (10 us), then yields between looks.
+void dp_set_spin(struct dp_chan *c, uint32_t call_ns, uint32_t serve_ns);
+// 1 while pid names a live process that is not a zombie
+int dp_pid_alive(uint32_t pid);
+
+#endif

@@ -1,0 +1,481 @@
+// test-dataplane.c - the shared-memory request/reply slots (dataplane.h),
+// client and worker in two processes (fork), with both doorbells (futex
+// and the sleeping fallback):
+//   - an empty round trip, a list of steps, the handler's error status,
+//     calls with a guess of their length (dp_call_expect) too long or short,
+//     bad requests (no steps, too many, unknown op) answered by dp_serve;
+//   - 8 threads x 1000 calls in flight on the 16 slots, each reply the
+//     answer to its own request;
+//   - no answer: DP_TIMEOUT; the worker killed under a call (a zombie not
+//     yet reaped): DP_DEAD; another attach: DP_CHANGED for the caller and
+//     DP_SERVE_REPLACED for the worker, and the same slot re-posted is
+//     answered by the new worker;
+//   - the worker's side: the client closing (DP_SERVE_CLOSED) or dying
+//     (DP_SERVE_CLIENT_GONE);
+//   - objects of a dead instance removed by surface_cleanup_stale, of one
+//     instance by surface_cleanup_pid; dp_open refuses what is not one;
+//   - the surface table: indexes in order, a full table is an error.
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dataplane.h"
+#include "surface.h"
+#include "t.h"
+
+#define K_FAIL 999 // the handler answers DP_NOT_FOUND
+#define K_EXIT 777 // the handler's process exits (a worker dying mid-call)
+#define K_SLOW 555 // the handler sleeps 300 ms
+
+static int bell_mode;
+
+static void
+sleep_ms(int ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+	nanosleep(&ts, NULL);
+}
+
+static void
+handler(void *arg, const struct dp_request *rq, struct dp_reply *rep)
+{
+	(void)arg;
+	for (uint32_t i = 0; i < rq->nsteps; i++) {
+		const struct dp_step *s = &rq->step[i];
+		if (s->kernel == K_FAIL) {
+			rep->status = DP_NOT_FOUND;
+			snprintf(rep->msg, sizeof rep->msg, "no kernel %u", s->kernel);
+			return;
+		}
+		if (s->kernel == K_EXIT)
+			_exit(3);
+		if (s->kernel == K_SLOW)
+			sleep_ms(300);
+		rep->exec_ns[i] = (uint64_t)s->kernel * 100000u + s->ncols * 100u + s->in * 10u + s->out;
+		rep->done_steps = i + 1;
+	}
+}
+
+static void
+make_id(char *id, const char *name)
+{
+	static int n;
+	char sub[32];
+	snprintf(sub, sizeof sub, "dpt%d-%s", n++, name);
+	surface_id(id, AD_SURFACE_ID_MAX, (long)getpid(), sub);
+}
+
+// a worker process serving id; exits 10 + dp_serve's reason
+static pid_t
+server(const char *id, int idle_ms)
+{
+	pid_t pid = fork();
+	if (pid != 0)
+		return pid;
+	char err[AD_ERRLEN];
+	struct dp_chan *c = dp_open(id, err);
+	if (!c)
+		_exit(1);
+	dp_set_bell(c, (enum dp_bell)bell_mode);
+	uint32_t g = dp_attach(c);
+	static volatile int stop;
+	int rc = dp_serve(c, g, handler, NULL, &stop, idle_ms);
+	dp_close(c);
+	_exit(10 + rc);
+}
+
+// wait for a worker to attach; its (pid, gen)
+static int
+attached(struct dp_chan *c, uint32_t old_gen, uint32_t *pid, uint32_t *gen)
+{
+	for (int i = 0; i < 2000; i++) {
+		dp_worker(c, pid, gen);
+		if (*gen != old_gen && *pid != 0)
+			return 0;
+		sleep_ms(5);
+	}
+	return -1;
+}
+
+static int
+reap(pid_t pid)
+{
+	int st = 0;
+	if (waitpid(pid, &st, 0) != pid)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+static struct dp_request
+req(uint32_t op, uint32_t n, uint32_t kernel)
+{
+	struct dp_request r;
+	memset(&r, 0, sizeof r);
+	r.op = op;
+	r.nsteps = n;
+	for (uint32_t i = 0; i < n && i < DP_MAX_STEPS; i++)
+		r.step[i] = (struct dp_step){.kernel = kernel + i, .ncols = 1 + i, .in = (uint16_t)(2 * i),
+		                             .out = (uint16_t)(2 * i + 1)};
+	return r;
+}
+
+static uint64_t
+expect(const struct dp_request *r, uint32_t i)
+{
+	const struct dp_step *s = &r->step[i];
+	return (uint64_t)s->kernel * 100000u + s->ncols * 100u + s->in * 10u + s->out;
+}
+
+static struct dp_chan *
+client(const char *name)
+{
+	char id[AD_SURFACE_ID_MAX], err[AD_ERRLEN];
+	make_id(id, name);
+	struct dp_chan *c = dp_create(id, err);
+	if (c)
+		dp_set_bell(c, (enum dp_bell)bell_mode);
+	else
+		fprintf(stderr, "%s\n", err);
+	return c;
+}
+
+static void
+test_roundtrip(void)
+{
+	struct dp_chan *c = client("rt");
+	REQUIRE(c);
+	REQUIRE(dp_get_bell(c) == (enum dp_bell)bell_mode);
+	pid_t w = server(dp_id(c), 100);
+	uint32_t pid, gen;
+	REQUIRE(attached(c, 0, &pid, &gen) == 0, "no worker attached");
+	CHECK(pid == (uint32_t)w && gen == 1, "pid %u gen %u", pid, gen);
+	struct dp_reply rep;
+	int slot = -1;
+	struct dp_request r = req(DP_OP_NOP, 0, 0);
+	for (int i = 0; i < 1000; i++)
+		if (dp_call(c, &slot, &r, &rep, pid, gen, 5000) != DP_DONE || rep.status != DP_OK)
+			break;
+	CHECK(dp_call(c, &slot, &r, &rep, pid, gen, 5000) == DP_DONE && rep.status == DP_OK);
+	r = req(DP_OP_CALL, 3, 40);
+	CHECK(dp_call(c, &slot, &r, &rep, pid, gen, 5000) == DP_DONE && rep.status == DP_OK);
+	CHECK(rep.done_steps == 3);
+	for (uint32_t i = 0; i < 3; i++)
+		CHECK(rep.exec_ns[i] == expect(&r, i), "step %u: %llu", i, (unsigned long long)rep.exec_ns[i]);
+	r = req(DP_OP_CALL, 2, K_FAIL - 1); // the second step fails
+	CHECK(dp_call(c, &slot, &r, &rep, pid, gen, 5000) == DP_DONE && rep.status == DP_NOT_FOUND &&
+	          rep.done_steps == 1 && strstr(rep.msg, "no kernel 999"),
+	      "%d %u %s", rep.status, rep.done_steps, rep.msg);
+	// refused by dp_serve itself
+	r = req(DP_OP_CALL, 0, 1);
+	CHECK(dp_call(c, &slot, &r, &rep, pid, gen, 5000) == DP_DONE && rep.status == DP_BAD_REQUEST &&
+	          strstr(rep.msg, "0 steps"),
+	      "%s", rep.msg);
+	r = req(DP_OP_CALL, DP_MAX_STEPS, 1);
+	r.nsteps = DP_MAX_STEPS + 1;
+	CHECK(dp_call(c, &slot, &r, &rep, pid, gen, 5000) == DP_DONE && rep.status == DP_BAD_REQUEST);
+	r = req(42, 1, 1);
+	CHECK(dp_call(c, &slot, &r, &rep, pid, gen, 5000) == DP_DONE && rep.status == DP_BAD_REQUEST &&
+	          strstr(rep.msg, "unknown op"),
+	      "%s", rep.msg);
+	// a guess of the call's length, too long and too short: the same replies
+	r = req(DP_OP_CALL, 2, 11);
+	CHECK(dp_call_expect(c, &slot, &r, &rep, pid, gen, 5000, 200000000) == DP_DONE && rep.exec_ns[1] == expect(&r, 1));
+	r = req(DP_OP_CALL, 1, K_SLOW);
+	CHECK(dp_call_expect(c, &slot, &r, &rep, pid, gen, 5000, 1000000) == DP_DONE && rep.exec_ns[0] == expect(&r, 0));
+	// and it still serves
+	r = req(DP_OP_CALL, 1, 5);
+	CHECK(dp_call(c, &slot, &r, &rep, pid, gen, 5000) == DP_DONE && rep.exec_ns[0] == expect(&r, 0));
+	dp_release(c, slot);
+	dp_destroy(c);
+	CHECK(reap(w) == 10 + DP_SERVE_CLOSED, "the worker did not see the close");
+}
+
+struct th {
+	struct dp_chan *c;
+	uint32_t pid, gen;
+	int id, bad;
+};
+
+static void *
+th_main(void *arg)
+{
+	struct th *t = arg;
+	for (int i = 0; i < 1000; i++) {
+		struct dp_request r = req(DP_OP_CALL, 1 + (uint32_t)(i % 3), (uint32_t)t->id * 10);
+		r.step[0].ncols = (uint32_t)i;
+		struct dp_reply rep;
+		int slot = -1;
+		int rc = dp_call(t->c, &slot, &r, &rep, t->pid, t->gen, 10000);
+		dp_release(t->c, slot);
+		if (rc != DP_DONE || rep.status != DP_OK || rep.done_steps != r.nsteps) {
+			t->bad++;
+			continue;
+		}
+		for (uint32_t j = 0; j < r.nsteps; j++)
+			t->bad += rep.exec_ns[j] != expect(&r, j);
+	}
+	return NULL;
+}
+
+static void
+test_threads(void)
+{
+	struct dp_chan *c = client("th");
+	REQUIRE(c);
+	pid_t w = server(dp_id(c), 100);
+	uint32_t pid, gen;
+	REQUIRE(attached(c, 0, &pid, &gen) == 0);
+	struct th t[8];
+	pthread_t th[8];
+	for (int i = 0; i < 8; i++) {
+		t[i] = (struct th){c, pid, gen, i + 1, 0};
+		pthread_create(&th[i], NULL, th_main, &t[i]);
+	}
+	int bad = 0;
+	for (int i = 0; i < 8; i++) {
+		pthread_join(th[i], NULL);
+		bad += t[i].bad;
+	}
+	CHECK(bad == 0, "%d calls got a wrong or no reply", bad);
+	// every slot held: the next claim times out
+	int slots[DP_SLOTS];
+	struct dp_request r = req(DP_OP_NOP, 0, 0);
+	struct dp_reply rep;
+	for (int i = 0; i < DP_SLOTS; i++) {
+		slots[i] = -1;
+		CHECK(dp_call(c, &slots[i], &r, &rep, pid, gen, 5000) == DP_DONE);
+	}
+	int s = -1;
+	CHECK(dp_call(c, &s, &r, &rep, pid, gen, 30) == DP_NOSLOT);
+	for (int i = 0; i < DP_SLOTS; i++)
+		dp_release(c, slots[i]);
+	dp_destroy(c);
+	CHECK(reap(w) == 10 + DP_SERVE_CLOSED);
+}
+
+static void
+test_timeout_dead(void)
+{
+	char err[AD_ERRLEN];
+	struct dp_chan *c = client("to");
+	REQUIRE(c);
+	// a worker that attaches and never serves
+	pid_t w = fork();
+	if (w == 0) {
+		struct dp_chan *o = dp_open(dp_id(c), err);
+		if (o)
+			dp_attach(o);
+		pause();
+		_exit(0);
+	}
+	uint32_t pid, gen;
+	REQUIRE(attached(c, 0, &pid, &gen) == 0);
+	struct dp_request r = req(DP_OP_NOP, 0, 0);
+	struct dp_reply rep;
+	int slot = -1;
+	CHECK(dp_call(c, &slot, &r, &rep, pid, gen, 50) == DP_TIMEOUT);
+	// killed (and not reaped yet: a zombie still answers kill(pid, 0))
+	kill(w, SIGKILL);
+	sleep_ms(50);
+	CHECK(dp_pid_alive((uint32_t)w) == 0, "a zombie counts as alive");
+	CHECK(dp_call(c, &slot, &r, &rep, pid, gen, 5000) == DP_DEAD);
+	reap(w);
+	CHECK(dp_pid_alive((uint32_t)w) == 0 && dp_pid_alive((uint32_t)getpid()) == 1 && dp_pid_alive(0) == 0);
+	dp_release(c, slot);
+
+	// dying in the middle of a call, and a new worker answers the same slot
+	w = server(dp_id(c), 100);
+	REQUIRE(attached(c, gen, &pid, &gen) == 0);
+	r = req(DP_OP_CALL, 1, K_EXIT);
+	slot = -1;
+	CHECK(dp_call(c, &slot, &r, &rep, pid, gen, 20000) == DP_DEAD);
+	CHECK(reap(w) == 3);
+	w = server(dp_id(c), 100);
+	REQUIRE(attached(c, gen, &pid, &gen) == 0);
+	r = req(DP_OP_CALL, 1, 7);
+	CHECK(dp_call(c, &slot, &r, &rep, pid, gen, 5000) == DP_DONE && rep.exec_ns[0] == expect(&r, 0));
+	dp_release(c, slot);
+	dp_destroy(c);
+	CHECK(reap(w) == 10 + DP_SERVE_CLOSED);
+}
+
+struct slow {
+	struct dp_chan *c;
+	uint32_t pid, gen;
+	int slot, rc;
+};
+
+static void *
+slow_main(void *arg)
+{
+	struct slow *s = arg;
+	struct dp_request r = req(DP_OP_CALL, 1, K_SLOW);
+	struct dp_reply rep;
+	s->rc = dp_call(s->c, &s->slot, &r, &rep, s->pid, s->gen, 20000);
+	return NULL;
+}
+
+static void
+test_generation(void)
+{
+	char err[AD_ERRLEN];
+	struct dp_chan *c = client("gen");
+	REQUIRE(c);
+	pid_t w = server(dp_id(c), 100);
+	uint32_t pid, gen;
+	REQUIRE(attached(c, 0, &pid, &gen) == 0);
+	struct slow s = {c, pid, gen, -1, 99};
+	pthread_t th;
+	pthread_create(&th, NULL, slow_main, &s);
+	sleep_ms(50);
+	// another worker takes the object while the call runs
+	struct dp_chan *o = dp_open(dp_id(c), err);
+	REQUIRE(o, "%s", err);
+	uint32_t g2 = dp_attach(o);
+	CHECK(g2 == gen + 1);
+	pthread_join(th, NULL);
+	CHECK(s.rc == DP_CHANGED, "rc %d", s.rc);
+	CHECK(reap(w) == 10 + DP_SERVE_REPLACED, "the old worker did not step back");
+	dp_close(o);
+	// the same slot, re-posted, answered by the next worker
+	w = server(dp_id(c), 100);
+	REQUIRE(attached(c, g2, &pid, &gen) == 0);
+	struct dp_request r = req(DP_OP_CALL, 2, 3);
+	struct dp_reply rep;
+	CHECK(dp_call(c, &s.slot, &r, &rep, pid, gen, 5000) == DP_DONE && rep.exec_ns[1] == expect(&r, 1));
+	dp_release(c, s.slot);
+	dp_destroy(c);
+	CHECK(reap(w) == 10 + DP_SERVE_CLOSED);
+}
+
+static int
+exists(const char *id)
+{
+	int fd = shm_open(id, O_RDONLY, 0);
+	if (fd >= 0)
+		close(fd);
+	return fd >= 0;
+}
+
+static void
+test_client_gone_stale(void)
+{
+	char err[AD_ERRLEN], id[AD_SURFACE_ID_MAX];
+	// a client process that creates its object and dies without a word
+	int p[2], q[2];
+	REQUIRE(pipe(p) == 0 && pipe(q) == 0);
+	pid_t cl = fork();
+	if (cl == 0) {
+		char cid[AD_SURFACE_ID_MAX];
+		surface_id(cid, sizeof cid, (long)getpid(), "r0-dp");
+		struct dp_chan *c = dp_create(cid, err);
+		if (write(p[1], cid, sizeof cid) != (ssize_t)sizeof cid || !c)
+			_exit(1);
+		char x;
+		if (read(q[0], &x, 1) < 0) // until the parent has attached
+			_exit(1);
+		_exit(0);
+	}
+	REQUIRE(read(p[0], id, sizeof id) == (ssize_t)sizeof id);
+	struct dp_chan *o = dp_open(id, err);
+	REQUIRE(o, "%s", err);
+	uint32_t g = dp_attach(o);
+	CHECK(write(q[1], "x", 1) == 1);
+	CHECK(reap(cl) == 0);
+	close(p[0]);
+	close(p[1]);
+	close(q[0]);
+	close(q[1]);
+	static volatile int stop;
+	CHECK(dp_serve(o, g, handler, NULL, &stop, 20) == DP_SERVE_CLIENT_GONE);
+	// stop is polled too
+	stop = 1;
+	CHECK(dp_serve(o, g, handler, NULL, &stop, 20) == DP_SERVE_STOPPED);
+	stop = 0;
+	dp_close(o);
+	// its object is stale: swept with the surfaces of dead instances (by
+	// this sweep, or by one of a process started meanwhile: ctest -j)
+	int had = exists(id), n = surface_cleanup_stale();
+	CHECK(!exists(id), "%s is still there", id);
+	if (had && n < 1)
+		printf("the stale object went in another process's sweep\n");
+
+	// one instance's objects at its clean shutdown
+	struct dp_chan *c = client("pid");
+	REQUIRE(c);
+	snprintf(id, sizeof id, "%s", dp_id(c));
+	CHECK(surface_cleanup_stale() >= 0 && exists(id), "a live instance's object was swept");
+	CHECK(surface_cleanup_pid((long)getpid()) >= 1 && !exists(id));
+	dp_destroy(c); // unlinking what is gone is fine
+
+	// what dp_open refuses
+	CHECK(dp_open("/anedvd-1-no-such-object", err) == NULL && strstr(err, "shm_open"), "%s", err);
+	CHECK(dp_open("no-slash", err) == NULL && strstr(err, "bad id"), "%s", err);
+	struct ad_surface sf;
+	make_id(id, "notdp");
+	REQUIRE(surface_create(&sf, id, 64, 64, 1, err) == 0, "%s", err);
+	CHECK(dp_open(id, err) == NULL && (strstr(err, "bytes") || strstr(err, "not an object")), "%s", err);
+	surface_close(&sf);
+	make_id(id, "notdp-small");
+	int fd = shm_open(id, O_RDWR | O_CREAT | O_EXCL, 0600);
+	REQUIRE(fd >= 0);
+	CHECK(ftruncate(fd, 4096) == 0);
+	close(fd);
+	CHECK(dp_open(id, err) == NULL && strstr(err, "bytes"), "%s", err);
+	shm_unlink(id);
+	make_id(id, "notdp-big");
+	REQUIRE(surface_create(&sf, id, 4096, 64, 1, err) == 0, "%s", err); // zeros: no magic
+	CHECK(dp_open(id, err) == NULL && strstr(err, "not an object"), "%s", err);
+	surface_close(&sf);
+	CHECK(dp_create("/bad/id/with/too/many/characters/for/a/surface/id/of/the/anedvd/kind/at/all", err) ==
+	          NULL,
+	      "a long id was taken");
+	c = client("dup");
+	REQUIRE(c);
+	CHECK(dp_create(dp_id(c), err) == NULL && strstr(err, "shm_open"), "%s", err);
+	dp_destroy(c);
+}
+
+static void
+test_surfaces(void)
+{
+	char err[AD_ERRLEN], sid[AD_SURFACE_ID_MAX];
+	struct dp_chan *c = client("sf");
+	REQUIRE(c);
+	struct dp_chan *o = dp_open(dp_id(c), err);
+	REQUIRE(o, "%s", err);
+	struct dp_surf_entry e;
+	CHECK(dp_surface(o, 0, &e) == -1);
+	int bad = 0;
+	for (int i = 0; i < DP_MAX_SURF; i++) {
+		snprintf(sid, sizeof sid, "/anedvd-1-s%d", i);
+		bad += dp_add_surface(c, sid, (uint32_t)i + 1, 64, err) != i;
+	}
+	CHECK(bad == 0);
+	CHECK(dp_add_surface(c, "/anedvd-1-one-more", 1, 64, err) == -1 && strstr(err, "full"), "%s", err);
+	CHECK(dp_surface(o, 17, &e) == 0 && strcmp(e.id, "/anedvd-1-s17") == 0 && e.channels == 18 && e.width == 64);
+	CHECK(dp_surface(o, DP_MAX_SURF, &e) == -1);
+	dp_close(o);
+	dp_destroy(c);
+}
+
+int
+main(void)
+{
+	const char *modes[] = {"futex", "sleep"};
+	for (bell_mode = 0; bell_mode < 2; bell_mode++) {
+		fprintf(stderr, "-- doorbell: %s\n", modes[bell_mode]);
+		T_RUN(test_roundtrip);
+		T_RUN(test_threads);
+		T_RUN(test_timeout_dead);
+		T_RUN(test_generation);
+	}
+	T_RUN(test_client_gone_stale);
+	T_RUN(test_surfaces);
+	return t_done();
+}
