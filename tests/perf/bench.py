@@ -271,7 +271,7 @@ class Bench:
 	def weights_opt(self, wtype, helptext=None):
 		has = self.has_weights if helptext is None else ("--weights" in helptext)
 		if not has:
-			return [], "fp16 (n/a: this build has no --weights)" if wtype == "q8_0" else "fp16"
+			return [], "fp16 (no --weights)" if wtype == "q8_0" else "fp16"
 		w = "int8" if wtype == "q8_0" else "fp16"
 		return ["--weights", w], w
 
@@ -528,6 +528,9 @@ def main():
 		bullet = "- " if fmt == "md" else "  "
 		say(f"{bullet}date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(t0))}")
 		say(f"{bullet}machine: {machine()}; load average {load0[0]:.1f} at the start, {load1[0]:.1f} at the end")
+		if load0[0] > 1.0:
+			say(f"{bullet}NOTE: the machine was busy with other work before the start (load above 1 on {os.cpu_count()} CPUs):"
+			    f" these figures are noisy, and llama.cpp's spinning thread pool suffers most")
 		say(f"{bullet}anedvd: commit {git_rev(src)}, {build_type(build)} build, backend emu, 2 threads")
 		if b.peer:
 			say(f"{bullet}llama.cpp: llama-bench, build commit {b.peer_commit or '?'}, CPU, -t 2")
