@@ -259,14 +259,18 @@ class Bench:
 		self.k_has_weights = "--weights" in self.kernels_help
 		m = re.search(r"(--[\w-]*cache[\w-]*)\s+(DIR|PATH|D)\b", self.run_help)
 		self.cache_flag = m.group(1) if m else None
-		self.has_cache = "cache" in self.run_help.lower()
+		# the cache may be the ane-worker's alone (its own --cache-dir, the environment)
+		h = subprocess.run([os.path.join(build, "bin", "anedvd-ane-worker"), "--help"], capture_output=True, text=True)
+		self.has_cache = bool(re.search(r"--[\w-]*cache", self.run_help + h.stdout + h.stderr))
 		self.peer_help = ""
 		if self.peer:
 			h = subprocess.run([self.peer, "--help"], capture_output=True, text=True)
 			self.peer_help = h.stdout + h.stderr
 		self.peer_commit = None
 		self.tmp = tempfile.mkdtemp(prefix="anedvd-bench.", dir=os.environ.get("TMPDIR") or None)
-		self.env = dict(os.environ, ANEDVD_LOG=os.environ.get("ANEDVD_LOG", "error"))
+		# a kernel cache of the run's own (removed with the models), never the user's
+		self.env = dict(os.environ, ANEDVD_LOG=os.environ.get("ANEDVD_LOG", "error"),
+		                ANEDVD_CACHE_DIR=os.path.join(self.tmp, "cache"), XDG_CACHE_HOME=os.path.join(self.tmp, "xdg"))
 
 	def weights_opt(self, wtype, helptext=None):
 		has = self.has_weights if helptext is None else ("--weights" in helptext)
@@ -304,7 +308,12 @@ class Bench:
 		t = json.loads(r["out"])["timings"]
 		calls = t.get("kernel_calls_per_token") or 0
 		ipc = t.get("per_token_ms", {}).get("ipc")
+		# the split is of the whole job (prefill too) per generated token, as run --json reports it
+		pt = t.get("per_token_ms", {})
+		kern = sum(pt.get(k, 0) for k in ("qkv", "o", "ffn", "lm_head")) if pt else None
+		rest = sum(v for k, v in pt.items() if k not in ("qkv", "o", "ffn", "lm_head", "ipc")) if pt else None
 		return {
+			"t_tot": sum(pt.values()) if pt else None, "t_kern": kern, "t_ipc": ipc, "t_rest": rest,
 			"decode": t.get("decode_tok_s"),
 			"prefill": t.get("prefill_tok_s"),
 			"calls": calls,
@@ -376,12 +385,13 @@ class Bench:
 		f, shape, wtype = self.model(name)
 		wopt, wdesc = self.weights_opt(wtype)
 		log(f"bench: {name}: {self.n} alternating repeats")
-		A = {k: [] for k in ("decode", "prefill", "ipc", "outside", "cold", "warm", "rss", "anon", "gbs", "stream")}
+		A = {k: [] for k in ("decode", "prefill", "ipc", "outside", "cold", "warm", "rss", "anon", "gbs", "stream",
+		                     "t_tot", "t_kern", "t_ipc", "t_rest")}
 		P = {k: [] for k in ("decode", "prefill", "cold", "warm", "rss", "anon")}
 		calls, kmb = None, None
 		for i in range(self.n):
 			a = self.a_run(f, wopt)
-			for k in ("decode", "prefill", "ipc", "outside", "rss", "anon"):
+			for k in ("decode", "prefill", "ipc", "outside", "rss", "anon", "t_tot", "t_kern", "t_ipc", "t_rest"):
 				A[k].append(a[k])
 			calls = a["calls"]
 			if self.peer:
@@ -481,6 +491,11 @@ def report(b, res):
 		if m["shape"] == "smollm2-135m":
 			ot = "<= 8%" + verdict(s[0] <= 8 if s else None)
 		rows.append(["decode time outside the kernels, %", fmt_stat(A["outside"]), "-", "-", ot])
+		split = [median_range(A[k]) for k in ("t_tot", "t_kern", "t_ipc", "t_rest")]
+		rows.append(["ms per generated token, whole job: all = kernels + IPC + rest",
+		             " = ".join([fmt_num(split[0][0]) if split[0] else "n/a",
+		                         " + ".join(fmt_num(s[0]) if s else "n/a" for s in split[1:])]), "-", "-",
+		             "medians; rest: attention, sampling, the CPU's own work"])
 		rows.append(["emu weight GB/s (kernels, 1 column)", fmt_stat(A["gbs"]), "-", "-", ""])
 		rows.append(["2-thread streaming read GB/s", fmt_stat(A["stream"]), "-", "-", ""])
 		r = [g / s for g, s in zip(A["gbs"], A["stream"]) if g and s]
@@ -541,7 +556,8 @@ def main():
 		    f" per-repeat ratios")
 		say(f"{bullet}--weights: " + ("int8 for Q8_0 files, fp16 otherwise" if b.has_weights
 		                               else "n/a (this build has no --weights; Q8_0 runs as fp16)"))
-		say(f"{bullet}kernel cache: " + (f"cold starts get an empty cache ({b.cache_flag or 'XDG_CACHE_HOME'})"
+		say(f"{bullet}kernel cache: " + (f"cold starts get an empty cache ({b.cache_flag or 'ANEDVD_CACHE_DIR'}),"
+		                                  f" the other runs one of their own"
 		                                  if b.has_cache else "n/a (this build has none)"))
 		say(f"{bullet}cold start: the model file dropped from the page cache (posix_fadvise DONTNEED)"
 		    f" and an empty kernel cache; warm: the same start again at once. anedvd: start to the first"
