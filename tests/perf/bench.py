@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -528,6 +529,9 @@ def main():
 		return 2
 	build = os.path.abspath(sys.argv[1])
 	src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+	# SIGTERM (and SIGINT, which a background job ignores) still remove the models
+	signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+	signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
 	b = Bench(build, src)
 	try:
 		default = "stories260K,smollm2-135m:f16,smollm2-135m:q8_0,qwen2.5-0.5b:f16,qwen2.5-0.5b:q8_0"
