@@ -349,6 +349,21 @@ class Bench:
 		m = re.search(r"median ([\d.]+) GB/s", r.stdout)
 		return float(m.group(1)) if m else None
 
+	def dataplane(self):
+		"""bench-dataplane's own figures (median and range of its runs), when built."""
+		exe = os.path.join(self.build, "tests", "bench-dataplane")
+		if not os.access(exe, os.X_OK):
+			return None
+		stories = os.path.join(self.src, "tests", "data", "stories260K", "stories260K.gguf")
+		r = subprocess.run([exe, stories, "2000" if self.quick else "20000", str(self.n)], capture_output=True,
+		                   text=True, env=self.env)
+		rows = []
+		for line in r.stdout.splitlines():
+			m = re.match(r"\s+(\S.*?)\s+median\s+([\d.]+) us\s+range\s+([\d.]+) \.\.\s+([\d.]+)", line)
+			if m:
+				rows.append((m.group(1), float(m.group(2)), float(m.group(3)), float(m.group(4))))
+		return rows if r.returncode == 0 else []
+
 	# the peer ----------------------------------------------------------------------------
 
 	def p_json(self, r):
@@ -539,6 +554,7 @@ def main():
 		t0 = time.time()
 		load0 = os.getloadavg()
 		res = [b.bench_model(n) for n in names]
+		dp = b.dataplane()
 		load1 = os.getloadavg()
 		fmt = b.fmt
 		say = print
@@ -572,6 +588,21 @@ def main():
 		    f" likewise (private memory only)")
 		say(f"{bullet}IPC and the share outside the kernels: anedvd run --json timings")
 		say(f"{bullet}decode: llama-bench tg{b.ngen} starts from an empty context, anedvd after the prompt")
+		say("")
+		h = "## " if fmt == "md" else "== "
+		say(f"{h}Kernel call round trip" + ("" if fmt == "md" else " =="))
+		say("")
+		if dp is None:
+			say("n/a (this build has no tests/bench-dataplane)")
+		elif not dp:
+			say("bench-dataplane failed")
+		else:
+			say("bench-dataplane on stories260K (its own median and range); the issue's target: an empty call <= 10 us")
+			say("")
+			say(table(fmt, ["call", "us", "target"],
+			          [[w, f"{fmt_num(m)} ({fmt_num(lo)}..{fmt_num(hi)})",
+			            ("<= 10 us" + verdict(m <= 10)) if w.startswith("empty call: data plane") else ""]
+			           for w, m, lo, hi in dp]))
 		say("")
 		report(b, res)
 	finally:

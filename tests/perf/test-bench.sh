@@ -31,6 +31,9 @@ grep -q "llama.cpp: not compared (set LLAMA_BENCH" "$T/text.out" || fail "no not
 grep -q "median (min..max) of 3 repeats" "$T/text.out" || fail "repeats not stated"
 grep -Eq "^  machine: .+ CPUs, .+ RAM" "$T/text.out" || fail "no machine line"
 grep -Eq -- "--weights: (int8|n/a)" "$T/text.out" || fail "no --weights line"
+grep -q "^== Kernel call round trip ==" "$T/text.out" || fail "no round-trip section"
+grep -Eq "^(n/a \(this build has no tests/bench-dataplane\)|  empty call: data plane.* $fig)" "$T/text.out" ||
+	fail "no round trip figure, nor its n/a"
 [ -z "$(ls "$T" | grep anedvd-bench. || true)" ] || fail "the models' temporary directory was left behind"
 
 QUICK=1 REPEATS=3 NGEN=4 MODELS=stories260K TMPDIR="$T" FORMAT=md LLAMA_BENCH="$D/fake-llama-bench.sh" \
