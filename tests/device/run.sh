@@ -164,7 +164,7 @@ if [ -x "$B/tests/bench-dataplane" ]; then
 	go dataplane "$B/tests/bench-dataplane"
 	# its first two figures: the empty call and one kernel through the data plane
 	row "bench-dataplane" "$([ $rc = 0 ] && echo ok || echo "FAIL (exit $rc)")" \
-		"$(grep 'median' "$out" | head -2 | sed -E 's/ +/ /g; s/ range.*//; s/^ //' | paste -s -d ';' -)"
+		"$(grep 'median' "$out" | head -2 | sed -E 's/ +/ /g; s/ range.*//; s/^ //' | paste -s -d ';' - | sed 's/;/; /g')"
 else
 	row "bench-dataplane" "skipped" "not in this build"
 fi

@@ -459,11 +459,14 @@ def verdict(ok):
 	return "" if ok is None else (" met" if ok else " MISSED")
 
 
-def report(b, res):
+def say(*a):
+	print(*a, flush=True)
+
+
+def report_model(b, m):
 	fmt, peer = b.fmt, b.peer
-	say = print
 	h = "## " if fmt == "md" else "== "
-	for m in res:
+	if True:
 		A, P = m["A"], m["P"]
 		title = f"{SHAPE_NAME.get(m['shape'], m['shape'])}, {m['wtype'].upper()}"
 		say(f"{h}{title}" + ("" if fmt == "md" else " =="))
@@ -520,6 +523,11 @@ def report(b, res):
 		             ">= 0.9x" + verdict(rs[0] >= 0.9 if rs else None)])
 		say(table(fmt, head, rows))
 		say("")
+
+
+def report_summary(b, res):
+	fmt, peer = b.fmt, b.peer
+	h = "## " if fmt == "md" else "== "
 	# one line per model: the ratios the targets are about
 	if peer:
 		say(f"{h}Against llama.cpp" + ("" if fmt == "md" else " =="))
@@ -553,16 +561,14 @@ def main():
 		names = [x for x in os.environ.get("MODELS", default).split(",") if x]
 		t0 = time.time()
 		load0 = os.getloadavg()
-		res = [b.bench_model(n) for n in names]
-		dp = b.dataplane()
-		load1 = os.getloadavg()
+		if b.peer:  # its build commit for the header, and a first check that it runs
+			b.p_json(run([b.peer, "-m", b.model("stories260K")[0], "-p", "0", "-n", "1", "-r", "1", "-o", "json"]))
 		fmt = b.fmt
-		say = print
 		say(("# " if fmt == "md" else "") + "anedvd side by side" + (" (QUICK)" if b.quick else ""))
 		say("")
 		bullet = "- " if fmt == "md" else "  "
 		say(f"{bullet}date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(t0))}")
-		say(f"{bullet}machine: {machine()}; load average {load0[0]:.1f} at the start, {load1[0]:.1f} at the end")
+		say(f"{bullet}machine: {machine()}; load average {load0[0]:.1f} at the start")
 		if load0[0] > 1.0:
 			say(f"{bullet}NOTE: the machine was busy with other work before the start (load above 1 on {os.cpu_count()} CPUs):"
 			    f" these figures are noisy, and llama.cpp's spinning thread pool suffers most")
@@ -589,6 +595,7 @@ def main():
 		say(f"{bullet}IPC and the share outside the kernels: anedvd run --json timings")
 		say(f"{bullet}decode: llama-bench tg{b.ngen} starts from an empty context, anedvd after the prompt")
 		say("")
+		dp = b.dataplane()
 		h = "## " if fmt == "md" else "== "
 		say(f"{h}Kernel call round trip" + ("" if fmt == "md" else " =="))
 		say("")
@@ -604,7 +611,12 @@ def main():
 			            ("<= 10 us" + verdict(m <= 10)) if w.startswith("empty call: data plane") else ""]
 			           for w, m, lo, hi in dp]))
 		say("")
-		report(b, res)
+		res = []
+		for n in names:
+			res.append(b.bench_model(n))
+			report_model(b, res[-1])
+		report_summary(b, res)
+		say(f"load average at the end: {os.getloadavg()[0]:.1f}; {(time.time() - t0) / 60:.1f} minutes in all")
 	finally:
 		shutil.rmtree(b.tmp, ignore_errors=True)
 	return 0
