@@ -134,12 +134,25 @@ class TreeMemory:
 		return self.peak_rss / 1024.0, self.peak_anon / 1024.0  # MiB
 
 
+CURRENT = []  # the process running now, for the signal handler
+
+
+def _stop(code):
+	def handler(*_):
+		for p in CURRENT:
+			if p.poll() is None:
+				p.terminate()  # anedvd's children follow it (their parent-death signal)
+		sys.exit(code)
+	return handler
+
+
 def run(cmd, env=None, first_token=False, timeout=900):
 	"""Runs cmd, sampling its tree's memory. With first_token, the time from
 	the start to the first byte of the reply (anedvd run prints the prompt, a
 	'---' line, then the reply as it streams)."""
 	t0 = time.monotonic()
 	p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+	CURRENT[:] = [p]
 	mem = TreeMemory(p.pid)
 	err = []
 	te = threading.Thread(target=lambda: err.append(p.stderr.read()), daemon=True)
@@ -553,8 +566,8 @@ def main():
 	build = os.path.abspath(sys.argv[1])
 	src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 	# SIGTERM (and SIGINT, which a background job ignores) still remove the models
-	signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-	signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
+	signal.signal(signal.SIGTERM, _stop(143))
+	signal.signal(signal.SIGINT, _stop(130))
 	b = Bench(build, src)
 	try:
 		default = "stories260K,smollm2-135m:f16,smollm2-135m:q8_0,qwen2.5-0.5b:f16,qwen2.5-0.5b:q8_0"
