@@ -532,8 +532,10 @@ def report_model(b, m):
 		rows.append(["2-thread streaming read GB/s", fmt_stat(A["stream"]), "-", "-", ""])
 		r = [g / s for g, s in zip(A["gbs"], A["stream"]) if g and s]
 		rs = median_range(r)
+		# stories260K's weights (0.5 MB) stay in the caches: no DRAM roofline to hold it to
+		big = m["shape"] in ("smollm2-135m", "qwen2.5-0.5b")
 		rows.append(["emu GB/s / streaming read", (fmt_stat(r) + "x") if rs else "n/a", "-", "-",
-		             ">= 0.9x" + verdict(rs[0] >= 0.9 if rs else None)])
+		             (">= 0.9x" + verdict(rs[0] >= 0.9 if rs else None)) if big else "(weights in cache)"])
 		say(table(fmt, head, rows))
 		say("")
 
