@@ -468,8 +468,16 @@ def target(measure, shape, wtype, ratio):
 	return t[0], t[1](ratio)
 
 
+BUSY = [False]  # the machine had other work at the start: verdicts get a '*'
+
+
 def verdict(ok):
-	return "" if ok is None else (" met" if ok else " MISSED")
+	return "" if ok is None else (" met" if ok else " MISSED") + ("*" if BUSY[0] else "")
+
+
+def int8_note(b, m, measure):
+	"""The Q8_0 decode targets are for int8 weights: none to judge without them."""
+	return measure == "decode" and m["wtype"] == "q8_0" and not b.has_weights
 
 
 def say(*a):
@@ -495,6 +503,8 @@ def report_model(b, m):
 			r = paired_ratio(A[key], P[key]) if peer else []
 			rs = median_range(r)
 			txt, ok = target(measure, m["shape"], m["wtype"], rs[0] if rs else None)
+			if int8_note(b, m, measure):
+				txt, ok = txt + " n/a: ran as fp16", None
 			if not higher and not txt:
 				txt = "(lower is better)"
 			rows.append([label, fmt_stat(A[key]), fmt_stat(P[key]) if peer else "-",
@@ -553,6 +563,8 @@ def report_summary(b, res):
 			rd = median_range(paired_ratio(m["A"]["decode"], m["P"]["decode"]))
 			rp = median_range(paired_ratio(m["A"]["prefill"], m["P"]["prefill"]))
 			td, okd = target("decode", m["shape"], m["wtype"], rd[0] if rd else None)
+			if int8_note(b, m, "decode"):
+				td, okd = td + " n/a: ran as fp16", None
 			tp, okp = target("prefill", m["shape"], m["wtype"], rp[0] if rp else None)
 			rows.append([f"{SHAPE_NAME.get(m['shape'], m['shape'])} {m['wtype'].upper()}", m["wdesc"],
 			             f"{fmt_num(rd[0])}x" if rd else "n/a", td + verdict(okd),
@@ -585,8 +597,10 @@ def main():
 		say(f"{bullet}date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(t0))}")
 		say(f"{bullet}machine: {machine()}; load average {load0[0]:.1f} at the start")
 		if load0[0] > 1.0:
+			BUSY[0] = True
 			say(f"{bullet}NOTE: the machine was busy with other work before the start (load above 1 on {os.cpu_count()} CPUs):"
-			    f" these figures are noisy, and llama.cpp's spinning thread pool suffers most")
+			    f" these figures are noisy, llama.cpp's spinning thread pool suffers most, and a verdict"
+			    f" marked * is not conclusive")
 		say(f"{bullet}anedvd: commit {git_rev(src)}, {build_type(build)} build, backend emu, 2 threads")
 		if b.peer:
 			say(f"{bullet}llama.cpp: llama-bench, build commit {b.peer_commit or '?'}, CPU, -t 2")
