@@ -16,6 +16,8 @@ while [ $# -gt 0 ]; do
 	shift
 done
 [ -r "$m" ] || { echo "fake-llama-bench: cannot read model '$m'" >&2; exit 1; }
+# live long enough for the memory sampler (10 ms) to see it, however busy the machine
+sleep 0.3
 entry() { # n_prompt n_gen tok/s
 	printf '  {"build_commit": "fake000", "model_filename": "%s", "n_threads": 2, "n_prompt": %d, "n_gen": %d, "avg_ts": %s, "stddev_ts": 0.0}' "$m" "$1" "$2" "$3"
 }
