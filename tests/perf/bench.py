@@ -228,6 +228,15 @@ def machine():
 	return f"{model}, {cores} CPUs, {avx}, {mem} RAM"
 
 
+def llc():
+	try:
+		lc = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+		m = re.search(r"^L3 cache:\s*(.+)$", lc, re.M)
+		return "L3 " + m.group(1).strip() if m else "size unknown"
+	except OSError:
+		return "size unknown"
+
+
 def git_rev(src):
 	try:
 		r = subprocess.run(["git", "-C", src, "rev-parse", "--short=10", "HEAD"], capture_output=True, text=True)
@@ -538,7 +547,14 @@ def report_model(b, m):
 		             " = ".join([fmt_num(split[0][0]) if split[0] else "n/a",
 		                         " + ".join(fmt_num(s[0]) if s else "n/a" for s in split[1:])]), "-", "-",
 		             "medians; rest: attention, sampling, the CPU's own work"])
-		rows.append(["emu weight GB/s (kernels, 1 column)", fmt_stat(A["gbs"]), "-", "-", ""])
+		# what decode streams: the weights of a token times tokens per second (a lower bound of
+		# the bandwidth decode reaches, IPC and attention included); llama.cpp's from its file
+		eff_a = [m["kmb"] / 1e3 * d for d in A["decode"] if d] if m["kmb"] else []
+		eff_p = [m["fbytes"] / 1e9 * d for d in P["decode"] if d]
+		rows.append(["decode weight GB/s (weight bytes per token x tok/s)", fmt_stat(eff_a),
+		             fmt_stat(eff_p) if peer else "-", "-", "llama.cpp: the file's bytes"])
+		rows.append(["emu weight GB/s (kernels, 1 column)", fmt_stat(A["gbs"]), "-", "-",
+		             "each kernel repeated: one that fits the LLC runs from it"])
 		rows.append(["2-thread streaming read GB/s", fmt_stat(A["stream"]), "-", "-", ""])
 		r = [g / s for g, s in zip(A["gbs"], A["stream"]) if g and s]
 		rs = median_range(r)
@@ -632,6 +648,9 @@ def main():
 		    f" VmRSS, sampled from /proc every 10 ms (a page two processes map counts twice); RssAnon"
 		    f" likewise (private memory only)")
 		say(f"{bullet}IPC and the share outside the kernels: anedvd run --json timings")
+		say(f"{bullet}emu weight GB/s: anedvd kernels times each kernel --iters times in a row, so a kernel"
+		    f" whose weights fit the last-level cache ({llc()}) is read from it and can beat the streaming"
+		    f" read; the decode weight GB/s row is what a whole token streams")
 		say(f"{bullet}decode: llama-bench tg{b.ngen} starts from an empty context, anedvd after the prompt")
 		say("")
 		dp = b.dataplane()

@@ -25,6 +25,7 @@ fig="$num \\($num\\.\\.$num\\)"
 for row in "decode tok/s" "prefill tok/s (64-token prompt)" "start to first token, cold s" \
 	"start to first token, warm s" "peak RSS, all processes, MiB" "peak private (RssAnon), MiB" \
 	"IPC per kernel call, us" "decode time outside the kernels, %" "emu weight GB/s (kernels, 1 column)" \
+	"decode weight GB/s (weight bytes per token x tok/s)" "ms per generated token, whole job" \
 	"2-thread streaming read GB/s" "emu GB/s / streaming read"; do
 	grep -F "$row" "$T/text.out" | grep -Eq "$fig" || fail "no figure in row '$row'"
 done
