@@ -25,10 +25,12 @@ fig="$num \\($num\\.\\.$num\\)"
 for row in "decode tok/s" "prefill tok/s (64-token prompt)" "start to first token, cold s" \
 	"start to first token, warm s" "peak RSS, all processes, MiB" "peak private (RssAnon), MiB" \
 	"IPC per kernel call, us" "decode time outside the kernels, %" "emu weight GB/s (kernels, 1 column)" \
-	"decode weight GB/s (weight bytes per token x tok/s)" "ms per generated token, whole job" \
+	"decode weight GB/s (weight bytes per token x tok/s)" \
 	"2-thread streaming read GB/s" "emu GB/s / streaming read"; do
 	grep -F "$row" "$T/text.out" | grep -Eq "$fig" || fail "no figure in row '$row'"
 done
+grep -F "ms per generated token, whole job" "$T/text.out" | grep -Eq " $num = $num \+ $num \+ $num " ||
+	fail "no per-token split"
 grep -q "llama.cpp: not compared (set LLAMA_BENCH" "$T/text.out" || fail "no note that the comparison is skipped"
 grep -q "median (min..max) of 3 repeats" "$T/text.out" || fail "repeats not stated"
 grep -Eq "^  machine: .+ CPUs, .+ RAM" "$T/text.out" || fail "no machine line"
