@@ -3,7 +3,8 @@
 #   make run     build, then tell the default story with the embedded model,
 #                through the whole pipeline (tokenizer, cpu-worker, ane-worker on emu)
 #   make test    build and run every test suite (plain, then ASan+UBSan)
-#   make bench   build and run the benchmarks (prints figures)
+#   make bench   build and run the benchmarks (prints figures), then the side-by-side
+#                one, tests/perf/bench.sh (LLAMA_BENCH=path/to/llama-bench to compare)
 #
 # Both install the Debian packages they need first (deploy/install-deps.sh).
 
@@ -41,6 +42,8 @@ test-sanitize:
 
 bench: build/bin/anedvd
 	@for b in build/tests/bench-*; do [ -x "$$b" ] && echo "== $$b" && "$$b"; done; true
+	@echo "== tests/perf/bench.sh build (LLAMA_BENCH=$${LLAMA_BENCH:-unset})"
+	@tests/perf/bench.sh build
 
 clean:
 	rm -rf build build-test build-asan build-fuzz
