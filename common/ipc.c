@@ -11,10 +11,24 @@
 
 #include "log.h"
 
+// Every server thread has its own context and aio, opened before the
+// thread starts and closed by ad_server_stop before the socket: closing a
+// socket whose contexts are still sending or receiving races inside nng
+// (1.5: "pthread_mutex_lock: Invalid argument" from nng_ctx_send when the
+// socket's teardown frees a context the thread still holds). A closed
+// context fails the thread's pending and next operations with
+// NNG_ECLOSED, so the thread leaves its loop and is joined.
+struct srv_thread {
+	struct ad_server *s;
+	pthread_t t;
+	nng_ctx ctx;
+	nng_aio *aio;
+};
+
 struct ad_server {
 	nng_socket sock;
 	int nthreads;
-	pthread_t *threads;
+	struct srv_thread *threads;
 	ad_ipc_handler fn;
 	void *arg;
 };
@@ -26,15 +40,10 @@ struct ad_client {
 static void *
 server_loop(void *p)
 {
-	struct ad_server *s = p;
-	nng_ctx ctx;
-	nng_aio *aio;
-	if (nng_ctx_open(&ctx, s->sock) != 0)
-		return NULL;
-	if (nng_aio_alloc(&aio, NULL, NULL) != 0) {
-		nng_ctx_close(ctx);
-		return NULL;
-	}
+	struct srv_thread *th = p;
+	struct ad_server *s = th->s;
+	nng_ctx ctx = th->ctx;
+	nng_aio *aio = th->aio;
 	for (;;) {
 		nng_ctx_recv(ctx, aio);
 		nng_aio_wait(aio);
@@ -61,8 +70,6 @@ server_loop(void *p)
 		if (nng_aio_result(aio) != 0)
 			nng_msg_free(msg);
 	}
-	nng_aio_free(aio);
-	nng_ctx_close(ctx);
 	return NULL;
 }
 
@@ -100,8 +107,19 @@ ad_server_start(const char *url, int nthreads, ad_ipc_handler fn, void *arg, cha
 		return NULL;
 	}
 	for (int i = 0; i < nthreads; i++) {
-		if (pthread_create(&s->threads[i], NULL, server_loop, s) != 0)
+		struct srv_thread *th = &s->threads[s->nthreads];
+		th->s = s;
+		if (nng_ctx_open(&th->ctx, s->sock) != 0)
 			break;
+		if (nng_aio_alloc(&th->aio, NULL, NULL) != 0) {
+			nng_ctx_close(th->ctx);
+			break;
+		}
+		if (pthread_create(&th->t, NULL, server_loop, th) != 0) {
+			nng_aio_free(th->aio);
+			nng_ctx_close(th->ctx);
+			break;
+		}
 		s->nthreads++;
 	}
 	if (s->nthreads == 0) {
@@ -117,9 +135,14 @@ ad_server_stop(struct ad_server *s)
 {
 	if (!s)
 		return;
-	nng_close(s->sock);
+	// contexts first (see struct srv_thread), then the threads, then the socket
 	for (int i = 0; i < s->nthreads; i++)
-		pthread_join(s->threads[i], NULL);
+		nng_ctx_close(s->threads[i].ctx);
+	for (int i = 0; i < s->nthreads; i++) {
+		pthread_join(s->threads[i].t, NULL);
+		nng_aio_free(s->threads[i].aio);
+	}
+	nng_close(s->sock);
 	free(s->threads);
 	free(s);
 }

@@ -1,0 +1,1 @@
+ad_test(NAME test-ipc SOURCES test-ipc.c LABELS unit)

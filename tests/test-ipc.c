@@ -1,0 +1,173 @@
+// test-ipc.c - the nng request/reply layer (common/ipc.h).
+//
+//   - a reply answers its own request, from many client threads at once;
+//   - a server stopped while requests are in flight, over and over: every
+//     call returns (a reply or an error within its timeout), nothing
+//     crashes (nng 1.5 panicked in nng_ctx_send when the socket was closed
+//     under a context still in use), and a call after the stop fails;
+//   - a call to a URL nobody serves fails after its timeout.
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "ipc.h"
+#include "t.h"
+
+static void
+echo(void *arg, const uint8_t *req, size_t len, uint8_t **reply, size_t *reply_len)
+{
+	(void)arg;
+	// a little work in the handler, so the stop meets handlers mid-request
+	if (len >= 1 && req[0] & 1) {
+		struct timespec ts = {0, 50 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	*reply = malloc(len ? len : 1);
+	if (*reply)
+		memcpy(*reply, req, len);
+	*reply_len = *reply ? len : 0;
+}
+
+struct caller {
+	struct ad_client *c;
+	atomic_int *stop;
+	int id, ok, failed, wrong;
+};
+
+static void *
+caller_main(void *p)
+{
+	struct caller *k = p;
+	for (uint32_t i = 0; !atomic_load(k->stop); i++) {
+		uint8_t req[8], *rep = NULL;
+		size_t rlen = 0;
+		memcpy(req, &i, 4);
+		memcpy(req + 4, &k->id, 4);
+		char err[AD_ERRLEN];
+		if (ad_client_call(k->c, req, sizeof req, &rep, &rlen, 200, err) == 0) {
+			k->ok++;
+			if (rlen != sizeof req || memcmp(rep, req, sizeof req))
+				k->wrong++;
+		} else {
+			k->failed++;
+		}
+		free(rep);
+	}
+	return NULL;
+}
+
+static void
+test_echo_many(void)
+{
+	char url[256], err[AD_ERRLEN];
+	REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), "echo") == 0);
+	struct ad_server *s = ad_server_start(url, 4, echo, NULL, err);
+	REQUIRE(s, "%s", err);
+	struct ad_client *c = ad_client_open(url, err);
+	REQUIRE(c, "%s", err);
+	atomic_int stop = 0;
+	struct caller k[6];
+	pthread_t t[6];
+	for (int i = 0; i < 6; i++) {
+		k[i] = (struct caller){.c = c, .stop = &stop, .id = i};
+		pthread_create(&t[i], NULL, caller_main, &k[i]);
+	}
+	struct timespec ts = {0, 200 * 1000 * 1000};
+	nanosleep(&ts, NULL);
+	atomic_store(&stop, 1);
+	int ok = 0, wrong = 0;
+	for (int i = 0; i < 6; i++) {
+		pthread_join(t[i], NULL);
+		ok += k[i].ok;
+		wrong += k[i].wrong;
+	}
+	CHECK(ok > 100, "%d replies in 200 ms", ok);
+	CHECK(wrong == 0, "%d replies to another request", wrong);
+	ad_client_close(c);
+	ad_server_stop(s);
+}
+
+// the clients live in another process, as the cpu-worker's calls to the
+// ane-worker do: 4 threads calling for about 3 s while this process starts
+// and stops the server 40 times under them
+static void
+test_stop_in_flight(void)
+{
+	char url[256], err[AD_ERRLEN];
+	REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), "stop") == 0);
+	int pfd[2];
+	REQUIRE(pipe(pfd) == 0);
+	pid_t pid = fork();
+	REQUIRE(pid >= 0);
+	if (pid == 0) {
+		close(pfd[0]);
+		struct ad_client *c = ad_client_open(url, err);
+		if (!c)
+			_exit(3);
+		atomic_int stop = 0;
+		struct caller k[4];
+		pthread_t t[4];
+		for (int i = 0; i < 4; i++) {
+			k[i] = (struct caller){.c = c, .stop = &stop, .id = i};
+			pthread_create(&t[i], NULL, caller_main, &k[i]);
+		}
+		struct timespec ts = {3, 0};
+		nanosleep(&ts, NULL);
+		atomic_store(&stop, 1);
+		int ok = 0, wrong = 0;
+		for (int i = 0; i < 4; i++) {
+			pthread_join(t[i], NULL);
+			ok += k[i].ok;
+			wrong += k[i].wrong;
+		}
+		if (write(pfd[1], &ok, sizeof ok) != sizeof ok)
+			_exit(4);
+		_exit(wrong ? 5 : 0);
+	}
+	close(pfd[1]);
+	alarm(60); // a stop that hangs fails the test rather than the run
+	for (int round = 0; round < 40; round++) {
+		struct ad_server *s = ad_server_start(url, 8, echo, NULL, err);
+		REQUIRE(s, "round %d: %s", round, err);
+		struct timespec ts = {0, (long)(20 + round % 7 * 5) * 1000 * 1000};
+		nanosleep(&ts, NULL);
+		ad_server_stop(s); // requests in flight, handlers running
+	}
+	alarm(0);
+	int st = 0, ok = 0;
+	REQUIRE(waitpid(pid, &st, 0) == pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the client process: status %d", st);
+	CHECK(read(pfd[0], &ok, sizeof ok) == sizeof ok && ok > 0, "%d calls answered between the stops", ok);
+	close(pfd[0]);
+}
+
+static void
+test_nobody_there(void)
+{
+	char url[256], err[AD_ERRLEN];
+	REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), "nobody") == 0);
+	struct ad_client *c = ad_client_open(url, err);
+	REQUIRE(c, "%s", err);
+	uint8_t one = 1, *rep = NULL;
+	size_t rlen;
+	struct timespec a, b;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	CHECK(ad_client_call(c, &one, 1, &rep, &rlen, 100, err) != 0);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	double ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+	CHECK(ms >= 90 && ms < 5000, "failed after %.0f ms (timeout 100)", ms);
+	CHECK(err[0] != 0, "an error message");
+	free(rep);
+	ad_client_close(c);
+}
+
+int
+main(void)
+{
+	T_RUN(test_stop_in_flight); // first: it forks, and nng is not fork-safe once used
+	T_RUN(test_echo_many);
+	T_RUN(test_nobody_there);
+	return t_done();
+}
