@@ -967,6 +967,21 @@ llc_bytes(void)
 	return (size_t)v << (unit == 'K' ? 10 : unit == 'M' ? 20 : 0);
 }
 
+int
+emu_simd_env(int *level, char *err)
+{
+	*level = EMU_SIMD_AUTO;
+	const char *env = getenv("ANEDVD_SIMD");
+	if (!env || !*env)
+		return 0;
+	for (int l = EMU_SIMD_REF; l <= EMU_SIMD_AVX512; l++)
+		if (!strcmp(env, emu_simd_name(l)))
+			*level = l;
+	if (*level == EMU_SIMD_AUTO)
+		return ad_err(err, "emu: ANEDVD_SIMD=%s: expected ref, avx2 or avx512", env);
+	return 0;
+}
+
 struct emu *
 emu_open(const struct emu_opts *opts, char *err)
 {
@@ -984,16 +999,9 @@ emu_open(const struct emu_opts *opts, char *err)
 		ad_err(err, "emu: simd level %d: expected EMU_SIMD_AUTO .. EMU_SIMD_AVX512", simd);
 		return NULL;
 	}
-	const char *env = getenv("ANEDVD_SIMD");
-	if (simd == EMU_SIMD_AUTO && env && *env) {
-		for (int l = EMU_SIMD_REF; l <= EMU_SIMD_AVX512; l++)
-			if (!strcmp(env, emu_simd_name(l)))
-				simd = l;
-		if (simd == EMU_SIMD_AUTO) {
-			free(e);
-			ad_err(err, "emu: ANEDVD_SIMD=%s: expected ref, avx2 or avx512", env);
-			return NULL;
-		}
+	if (simd == EMU_SIMD_AUTO && emu_simd_env(&simd, err)) {
+		free(e);
+		return NULL;
 	}
 	if (opts && opts->force_ref)
 		simd = EMU_SIMD_REF;

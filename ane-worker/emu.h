@@ -96,6 +96,9 @@ struct emu_file {
 	size_t len;
 };
 
+// the path ANEDVD_SIMD names (EMU_SIMD_AUTO when unset); -1 with err for
+// any other value (emu_open refuses it too; a process checks it at start)
+int emu_simd_env(int *level, char *err);
 struct emu *emu_open(const struct emu_opts *opts, char *err);
 void emu_close(struct emu *e);
 

@@ -56,6 +56,7 @@
 
 #include "ane.pb-c.h"
 #include "build.h"
+#include "emu.h"
 #include "common.pb-c.h"
 #include "dataplane.h"
 #include "ipc.h"
@@ -803,6 +804,11 @@ main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 
 	char err[AD_ERRLEN];
+	int simd_env;
+	if (emu_simd_env(&simd_env, err)) { // a setting, like a flag: exit 2, not restarted
+		fprintf(stderr, "anedvd-ane-worker: %s\n", err);
+		return 2;
+	}
 	struct model m;
 	uint64_t t_model = now_ns();
 	if (model_load(&m, model, err)) {

@@ -345,7 +345,9 @@ monitor_once(struct sup *s)
 			surface_cleanup_pid((long)c->pid);
 			c->pid = 0;
 			changed = 1;
-			if (!c->restart || atomic_load(&s->stop)) {
+			// status 2 is every anedvd program's answer to a bad command
+			// line or setting: a restart would fail the same way
+			if (!c->restart || atomic_load(&s->stop) || (WIFEXITED(st) && WEXITSTATUS(st) == 2)) {
 				c->exited = 1;
 				continue;
 			}

@@ -16,7 +16,9 @@
 // address space, so later restarts are safe, but the first spawns should
 // not race nng's threads). A monitor thread reaps children (waitpid) and
 // restarts a child that dies with exponential back-off (100 ms doubling to
-// 5 s, back to 100 ms once a child has stayed up 10 s), counting restarts.
+// 5 s, back to 100 ms once a child has stayed up 10 s), counting restarts,
+// unless it exits with status 2 (a bad command line or setting: it would
+// fail the same way again).
 // The status file "<rundir>/status" lists "name pid restarts" per line.
 // The shared memory a child made under its own pid (surface.h ids) is
 // removed when it dies, so its replacement starts clean.

@@ -307,6 +307,14 @@ check "run --max-seq 1" usage2 "--max-seq" run --model "$STORIES" --prompt-ids 1
 check "run --prompt-ids 1,,2" usage2 "--prompt-ids" run --model "$STORIES" --prompt-ids 1,,2
 check "run --backend gpu" usage2 "--backend" run --model "$STORIES" --prompt-ids 1 --backend gpu
 check "run --bogus" usage2 "unknown argument '--bogus'" run --model "$STORIES" --prompt-ids 1 --bogus
+# a bad ANEDVD_SIMD stops the ane-worker with status 2: reported at once, not restarted for minutes
+t0=$SECONDS
+ANEDVD_SIMD=avx9 $A run --model "$STORIES" --prompt-ids $IDS --max-tokens 2 --no-chat > /dev/null 2> "$T/simd.err"
+rc=$?
+check "ANEDVD_SIMD=avx9: run fails" [ $rc -ne 0 ]
+check "ANEDVD_SIMD=avx9: the setting named" grep -q "ANEDVD_SIMD=avx9: expected ref, avx2 or avx512" "$T/simd.err"
+check "ANEDVD_SIMD=avx9: not restarted" sh -c "! grep -q 'restarting ane-worker' '$T/simd.err'"
+check "ANEDVD_SIMD=avx9: within 20 s" [ $((SECONDS - t0)) -lt 20 ]
 check "run without a prompt" usage2 "exactly one of" run --model "$STORIES"
 check "run --seed" usage2 "--seed" run --model "$STORIES" --prompt-ids 1 --seed -1
 check "run id outside the vocabulary" usage2 "outside the vocabulary" run --model "$STORIES" --prompt-ids 1,99999 --backend exact

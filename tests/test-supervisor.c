@@ -116,6 +116,18 @@ test_backoff(void)
 	CHECK(r >= 2 && r <= 4, "restarts after 1 s: %d (back-off 100, 200, 400 ms)", r);
 	sup_free(s);
 
+	// status 2 (a bad command line or setting) is not restarted, even when asked
+	s = sup_new(err);
+	REQUIRE(s, "%s", err);
+	const char *usage[] = {"/bin/sh", "-c", "exit 2", NULL};
+	struct sup_spec spu = {"usage", usage, NULL, NULL, 1};
+	REQUIRE(sup_spawn(s, &spu, err) == 0, "%s", err);
+	sleep_ms(600);
+	CHECK(sup_restarts(s, "usage") == 0, "restarted %d times", sup_restarts(s, "usage"));
+	CHECK(sup_wait_ready(s, "usage", 3000, err) == -1);
+	CHECK(strstr(err, "status 2") != NULL, "%s", err);
+	sup_free(s);
+
 	// not restarted: readiness fails with the exit status
 	s = sup_new(err);
 	REQUIRE(s, "%s", err);
