@@ -241,6 +241,12 @@ fail:
 	return ad_err(err, "ipc call failed: %s", nng_strerror(rv));
 }
 
+void
+ad_ipc_fini(void)
+{
+	nng_fini();
+}
+
 int
 ad_ipc_url(char *buf, size_t cap, const char *rundir, const char *name)
 {

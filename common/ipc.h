@@ -40,6 +40,13 @@ void ad_client_close(struct ad_client *c);
 int ad_client_call(struct ad_client *c, const void *req, size_t req_len, uint8_t **reply,
                    size_t *reply_len, int timeout_ms, char *err);
 
+// ad_ipc_fini, at the end of a process that used nng, once every server
+// and client is closed: nng frees a closed socket's objects on its own
+// threads after nng_close returns, so a process that exits at once can
+// leave them behind (LeakSanitizer reported them now and then on error
+// paths); this waits for them.
+void ad_ipc_fini(void);
+
 // ad_ipc_url builds "ipc://<rundir>/<name>.sock". Returns -1 if it does not
 // fit (unix socket paths are short).
 int ad_ipc_url(char *buf, size_t cap, const char *rundir, const char *name);

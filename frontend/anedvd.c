@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "ipc.h"
 #include "log.h"
 #include "supervisor.h"
 
@@ -102,8 +103,11 @@ main(int argc, char **argv)
 		return 0;
 	}
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-		if (strcmp(argv[1], commands[i].name) == 0)
-			return commands[i].fn(argc - 1, argv + 1);
+		if (strcmp(argv[1], commands[i].name) == 0) {
+			int rc = commands[i].fn(argc - 1, argv + 1);
+			ad_ipc_fini(); // every command has closed its clients and children by now
+			return rc;
+		}
 	fprintf(stderr, "anedvd: unknown command '%s'\n\n", argv[1]);
 	usage(stderr);
 	return 2;
