@@ -57,8 +57,10 @@ emu_pack(const uint16_t *w, size_t cout, size_t cin, uint16_t *panels)
 // panels of 2 MiB and more on transparent huge pages (where the kernel
 // has them in madvise mode): a one-column conv streams its weights once, and
 // on 4 KiB pages every page is a TLB miss and a restart of the hardware
-// prefetcher. Aligned to the huge page so the whole buffer can be backed;
-// released with free().
+// prefetcher. Aligned to the huge page; only the whole huge pages are
+// advised, so the tail stays on 4 KiB pages and a buffer a little over a
+// huge page does not hold two (rounding every panel buffer up cost the
+// Qwen2.5-0.5B shape 128 MB); released with free().
 #define HUGE_PAGE ((size_t)2 << 20)
 
 static uint16_t *
@@ -67,11 +69,10 @@ panel_alloc(size_t n)
 	void *p = NULL;
 	if (n < HUGE_PAGE)
 		return posix_memalign(&p, 64, n ? n : 64) ? NULL : p;
-	size_t len = (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
-	if (posix_memalign(&p, HUGE_PAGE, len))
+	if (posix_memalign(&p, HUGE_PAGE, n))
 		return NULL;
 #ifdef MADV_HUGEPAGE
-	madvise(p, len, MADV_HUGEPAGE); // advice only: 4 KiB pages work too
+	madvise(p, n / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE); // advice only: 4 KiB pages work too
 #endif
 	return p;
 }
@@ -926,6 +927,12 @@ struct emu {
 	// context runs one eval at a time, so its kernels share it
 	float *xpack;
 	size_t xpack_cap; // floats
+	// the activations of every kernel (its inputs, intermediates and
+	// outputs in fp32), for the same reason: a kernel has its buffers only
+	// while it runs, so a 24-layer model compiled 64 columns wide holds one
+	// kernel's worth (~2 MB) rather than every kernel's (~100 MB)
+	float *act;
+	size_t act_cap; // bytes
 	// panel bytes of the context's live kernels, and the last-level
 	// cache's size (0: unknown): whether weights stay cached between evals
 	size_t weight_bytes, llc;
@@ -1048,6 +1055,7 @@ emu_close(struct emu *e)
 	pthread_cond_destroy(&p->go);
 	pthread_cond_destroy(&p->done);
 	free(e->xpack);
+	free(e->act);
 	free(e);
 }
 
@@ -1300,7 +1308,8 @@ struct weight {
 
 struct bufdesc {
 	size_t channels;
-	float *data; // [width][channels]
+	size_t off;  // bytes into the context's activations
+	float *data; // [width][channels], set by emu_eval
 };
 
 struct io {
@@ -1321,6 +1330,7 @@ struct emu_kernel {
 	struct bufdesc *bufs;
 	int nbufs;
 	size_t in_cap, out_cap;
+	size_t act_bytes; // the buffers' room in the context's activations
 	uint64_t weight_bytes;
 };
 
@@ -2434,12 +2444,10 @@ compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles
 	}
 	for (int i = 0; i < k->nweights; i++)
 		k->weights[i].payload = k->weights[i].spayload = NULL; // the file is unmapped below
+	k->act_bytes = 0;
 	for (int i = 0; i < k->nbufs; i++) {
-		k->bufs[i].data = alloc64(k->width * k->bufs[i].channels * sizeof(float));
-		if (!k->bufs[i].data) {
-			ad_err(err, "emu: out of memory for activations");
-			goto fail;
-		}
+		k->bufs[i].off = k->act_bytes;
+		k->act_bytes += (k->width * k->bufs[i].channels * sizeof(float) + 63) / 64 * 64;
 	}
 	for (int dir = 0; dir < 2; dir++) {
 		struct io *io = dir ? k->out : k->in;
@@ -2524,8 +2532,6 @@ emu_kernel_free(struct emu_kernel *k)
 		free(w->qpanels);
 		free(w->scale);
 	}
-	for (int i = 0; i < k->nbufs; i++)
-		free(k->bufs[i].data);
 	free(k->weights);
 	free(k->bufs);
 	free(k->steps);
@@ -2841,6 +2847,17 @@ emu_eval(struct emu_kernel *k, const void *const *in, void *const *out, size_t n
 		ncols = k->width;
 	if (ncols > k->width)
 		return ad_err(err, "emu: %zu columns, the program is %zu wide", ncols, k->width);
+	struct emu *e = k->e;
+	if (k->act_bytes > e->act_cap) {
+		float *a = alloc64(k->act_bytes);
+		if (!a)
+			return ad_err(err, "emu: out of memory for %zu bytes of activations", k->act_bytes);
+		free(e->act);
+		e->act = a;
+		e->act_cap = k->act_bytes;
+	}
+	for (int i = 0; i < k->nbufs; i++)
+		k->bufs[i].data = (float *)((char *)e->act + k->bufs[i].off);
 	for (int i = 0; i < k->nin; i++) {
 		if (!in || !in[i])
 			return ad_err(err, "emu: input %d (%s) has no surface", i, k->in[i].name);

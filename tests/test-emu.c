@@ -361,6 +361,36 @@ test_probe_vector(void)
 	free(mil);
 }
 
+// the kernels of a context share its activation buffers: a small kernel
+// evaluated before and after a wider one (which grows and moves them) gives
+// the same bits, and so does the wide one after the small one ran
+static void
+test_shared_activations(void)
+{
+	char err[AD_ERRLEN];
+	const size_t ci = 32, co = 48, Ws = 2, Wb = 64;
+	float *w = randv(co * ci, 0.5f), *x = randv(Wb * ci, 1.0f);
+	const char *blob = tmp_path("act.bin");
+	REQUIRE(ane_blob_write_proj(blob, &(struct ane_wsrc){w, AD_TYPE_F32, co * ci}, 1, err) == 0);
+	char *ms = ane_mil_proj(ci, co, Ws, err), *mb = ms ? ane_mil_proj(ci, co, Wb, err) : NULL;
+	REQUIRE(mb, "%s", err);
+	struct emu_kernel *ks = compile(ms, blob, err), *kb = ks ? compile(mb, blob, err) : NULL;
+	REQUIRE(kb, "%s", err);
+	float *ys1 = calloc(Ws * co, 4), *ys2 = calloc(Ws * co, 4), *yb1 = calloc(Wb * co, 4),
+	      *yb2 = calloc(Wb * co, 4);
+	REQUIRE(run(ks, x, Ws, ys1, err) == 0, "%s", err);
+	REQUIRE(run(kb, x, Wb, yb1, err) == 0, "%s", err);
+	REQUIRE(run(ks, x, Ws, ys2, err) == 0, "%s", err);
+	REQUIRE(run(kb, x, Wb, yb2, err) == 0, "%s", err);
+	CHECK(!memcmp(ys1, ys2, Ws * co * 4), "the small kernel changed after the wide one ran");
+	CHECK(!memcmp(yb1, yb2, Wb * co * 4), "the wide kernel changed after the small one ran");
+	// and the columns the two share agree with each other
+	CHECK(!memcmp(ys1, yb1, Ws * co * 4), "the first columns differ between the widths");
+	emu_kernel_free(ks);
+	emu_kernel_free(kb);
+	free(ms), free(mb), free(w), free(x), free(ys1), free(ys2), free(yb1), free(yb2);
+}
+
 static const char *
 small_blob(void)
 {
@@ -1500,6 +1530,7 @@ main(void)
 	T_RUN(test_conv_fast_vs_ref);
 	T_RUN(test_conv_columns_independent);
 	T_RUN(test_probe_vector);
+	T_RUN(test_shared_activations);
 	T_RUN(test_proj);
 	T_RUN(test_threads);
 	T_RUN(test_surface_moves);
