@@ -1,4 +1,5 @@
 #include "build.h"
+#include "gguf.h"
 
 #include <errno.h>
 #include <math.h>
@@ -850,6 +851,12 @@ ane_set_build(struct ane_set *s, const struct model *m, const struct ane_plan_op
 		struct kc_opts ko = {.dir = dir, .verify = bo->cache_verify};
 		int r = dir ? kc_load(dir, &key, s->plan.n, &ko, &s->cache, e) : 0;
 		if (r == 1 && set_from_cache(s, s->cache, e) == 0) {
+			// nothing here reads the model's data again: the pages the
+			// plan and the key read (the header, the digest's samples) go
+			size_t mlen = 0;
+			const uint8_t *map = m->gguf ? gguf_file_map(m->gguf, &mlen, NULL) : NULL;
+			if (map)
+				kc_model_drop(m, map, mlen);
 			st->cache = ANE_CACHE_HIT;
 			st->cache_bytes = kc_entry_bytes(s->cache);
 			st->load_us = now_us() - t1;
