@@ -614,7 +614,8 @@ run_eval(struct sched *s, struct eval *ev)
 	ev->rc = rv;
 	if (rv) {
 		ev->code = SCHED_EUNAVAILABLE;
-		snprintf(ev->msg, sizeof ev->msg, "eval: %s", err);
+		// cut to the room (err and msg are both AD_ERRLEN)
+		snprintf(ev->msg, sizeof ev->msg, "eval: %.*s", (int)sizeof ev->msg - 7, err);
 	}
 	ev->done = 1;
 	pthread_cond_broadcast(&s->done);
