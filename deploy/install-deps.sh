@@ -7,7 +7,7 @@
 # Installs only what is missing; uses sudo when not run as root.
 set -eu
 
-pkgs="build-essential cmake pkg-config xz-utils libnng-dev libprotobuf-c-dev protobuf-c-compiler libh2o-evloop-dev libcjson-dev"
+pkgs="build-essential cmake pkg-config xz-utils libnng-dev libprotobuf-c-dev protobuf-c-compiler libh2o-evloop-dev libcjson-dev libpcre2-dev"
 if [ "${1:-}" = "--test" ]; then
 	# clang: fuzz targets; chromium + a font: the WebUI's browser tests; curl: CLI tests
 	pkgs="$pkgs clang chromium fonts-dejavu-core curl"

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "pretok.h"
 #include "tokenizer.h"
 
 #ifndef T_DATA
@@ -175,6 +176,71 @@ bench(const char *name, const char *path, const struct buf *text)
 	tok_free(t);
 }
 
+// pre-tokenization alone, MB/s: the hand-written matchers against PCRE2
+// running the same regexes (PRETOK_ENGINE), median [min..max] of RUNS
+static double
+split_mbs(const struct pretok *p, const char *s, size_t n, double *lo, double *hi)
+{
+	struct pretok_out o = {0};
+	char err[AD_ERRLEN];
+	double v[RUNS];
+	for (int r = 0; r < RUNS; r++) {
+		double t0 = now();
+		if (pretok_split(p, s, n, &o, err)) {
+			printf("split failed: %s\n", err);
+			pretok_out_free(&o);
+			return 0;
+		}
+		v[r] = (double)n / (now() - t0) / 1e6;
+	}
+	pretok_out_free(&o);
+	qsort(v, RUNS, sizeof v[0], cmp_double);
+	*lo = v[0], *hi = v[RUNS - 1];
+	return v[RUNS / 2];
+}
+
+static void
+bench_pretok(const struct buf *text)
+{
+	static const char *pres[] = {"gpt-2", "llama-bpe", "qwen2", "smollm", "default"};
+	char err[AD_ERRLEN];
+	printf("pre-tokenizer alone, MB/s: hand-written matchers / PCRE2 (JIT) on the same regexes\n");
+	for (size_t i = 0; i < sizeof pres / sizeof pres[0]; i++) {
+		struct pretok h, e;
+		if (pretok_init_pre(&h, pres[i], err) || pretok_init_pre_opt(&e, pres[i], PRETOK_ENGINE, err)) {
+			printf("%-10s %s\n", pres[i], err);
+			continue;
+		}
+		double hl, hh, el, eh;
+		double hv = split_mbs(&h, text->p, text->n, &hl, &hh), ev = split_mbs(&e, text->p, text->n, &el, &eh);
+		printf("%-10s hand %7.1f [%.1f..%.1f]  pcre2 %7.1f [%.1f..%.1f]  hand/pcre2 %.2fx\n", pres[i], hv, hl, hh,
+		       ev, el, eh, ev > 0 ? hv / ev : 0);
+		pretok_free(&e);
+	}
+	// the worst case, one huge pre-token: the time must grow with the size,
+	// not its square. A run of letters, and spaces before a word (\s+(?!\S)
+	// backtracks once per run)
+	static const char fill[] = {'a', ' '};
+	for (int f = 0; f < 2; f++)
+		for (size_t mb = 1; mb <= 4; mb *= 4) {
+			size_t n = mb << 20;
+			char *s = malloc(n);
+			if (!s)
+				return;
+			memset(s, fill[f], n);
+			s[n - 1] = 'x';
+			struct pretok h, e;
+			pretok_init_pre(&h, "llama-bpe", err);
+			pretok_init_pre_opt(&e, "llama-bpe", PRETOK_ENGINE, err);
+			double lo, hi;
+			double hv = split_mbs(&h, s, n, &lo, &hi), ev = split_mbs(&e, s, n, &lo, &hi);
+			printf("one %zu MiB pre-token of '%s': hand %.1f MB/s, pcre2 %.1f MB/s\n", mb,
+			       f ? "space" : "a", hv, ev);
+			pretok_free(&e);
+			free(s);
+		}
+}
+
 int
 main(int argc, char **argv)
 {
@@ -193,6 +259,7 @@ main(int argc, char **argv)
 	bench("gpt-2", T_DATA "/tokenizer/ggml-vocab-gpt-2.gguf", &text);
 	bench("qwen3", T_TOKDATA "/qwen3", &text);
 	bench("llama3", T_TOKDATA "/llama3", &text);
+	bench_pretok(&text);
 	free(text.p);
 	return 0;
 }

@@ -197,6 +197,17 @@ unxz(const char *file, const char *sub)
 	return system(cmd) == 0 ? path : NULL;
 }
 
+// xz -dc a compressed GGUF into the scratch directory
+static char *
+unxz_gguf(const char *name)
+{
+	static char path[1024];
+	char cmd[2048];
+	snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf", t_tmpdir(), name);
+	snprintf(cmd, sizeof cmd, "xz -dc '%s/ggml-vocab-%s.gguf.xz' > '%s'", TOK_DIR, name, path);
+	return system(cmd) == 0 ? path : NULL;
+}
+
 // random bytes (valid UTF-8 in several scripts, invalid sequences, spaces
 // and digits) encode and decode back to themselves (to their NFC with nfc)
 static void
@@ -239,6 +250,33 @@ random_round_trips(struct tokenizer *t, const char *name, int nfc)
 		free(ids);
 	}
 	CHECK(bad == 0, "%s: %d of 3000 random strings do not round trip", name, bad);
+}
+
+// vocabularies whose pre-tokenizers have no hand-written matcher (PCRE2 runs
+// their regexes: deepseek-llm, deepseek-coder, falcon) or share one (mpt:
+// gpt-2; starcoder, refact: digits then gpt-2), against llama.cpp's vectors
+static void
+test_regex_vocabs(void)
+{
+	static const struct {
+		const char *name, *pre;
+		int regex; // rules through PCRE2
+	} v[] = {
+		{"deepseek-llm", "deepseek-llm", 1}, {"deepseek-coder", "deepseek-coder", 1}, {"falcon", "falcon", 1},
+		{"mpt", "mpt", 0},                   {"starcoder", "starcoder", 0},           {"refact", "refact", 0},
+	};
+	char err[AD_ERRLEN];
+	for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+		const char *path = unxz_gguf(v[i].name);
+		REQUIRE(path, "xz -dc %s", v[i].name);
+		struct tokenizer *t = tok_load(path, err);
+		CHECK(t, "%s: %s", v[i].name, err);
+		if (!t)
+			continue;
+		run_vectors(t, v[i].name, v[i].regex ? "gguf, PCRE2" : "gguf", 0);
+		tok_free(t);
+		unlink(path);
+	}
 }
 
 static void
@@ -518,11 +556,22 @@ static void
 test_refusals(void)
 {
 	char err[AD_ERRLEN] = "";
+	// a Split regex PCRE2 cannot compile is refused, quoting it and why
 	struct tokenizer *t = load_json_text("bad1",
-		"{\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"\\\\w+|[^\\\\w\\\\s]+\"},"
+		"{\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(\\\\w+|[^\\\\w\\\\s]+\"},"
 		"\"behavior\":\"Isolated\",\"invert\":false},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
 		err);
-	CHECK(!t && strstr(err, "\\w+|[^\\w\\s]+"), "%s", err);
+	CHECK(!t && strstr(err, "(\\w+|[^\\w\\s]+") && strstr(err, "missing closing parenthesis"), "%s", err);
+	tok_free(t);
+	// one it can is run by PCRE2: words and the rest, spaces left alone
+	t = load_json_text("regex1",
+		"{\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"\\\\w+|[^\\\\w\\\\s]+\"},"
+		"\"behavior\":\"Isolated\",\"invert\":false},\"model\":{\"type\":\"BPE\",\"vocab\":{\"h\":0,\"i\":1,"
+		"\"hi\":2,\"!\":3,\"\\u0120\":4,\"i!\":5},\"merges\":[\"h i\",\"i !\"]}}",
+		err);
+	CHECK(t, "%s", err);
+	if (t)
+		CHECK(encodes_to(t, "hi! hi", (int32_t[]){2, 3, 4, 2}, 4)); // never "i!": \\w+ stops at "!"
 	tok_free(t);
 	t = load_json_text("bad2",
 		"{\"normalizer\":{\"type\":\"NFKC\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}", err);
@@ -596,6 +645,7 @@ int
 main(void)
 {
 	T_RUN(test_gpt2_gguf);
+	T_RUN(test_regex_vocabs);
 	T_RUN(test_qwen3_json);
 	T_RUN(test_llama3_json);
 	T_RUN(test_gguf_from_json);

@@ -294,12 +294,112 @@ test_names(void)
 	memset(&p, 0, sizeof p);
 	CHECK(pretok_add_regex(&p, "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", err) == 0 && p.rule[0] == PRETOK_QWEN2);
 	CHECK(pretok_add_regex(&p, "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", err) == 0 && p.rule[1] == PRETOK_LLAMA3);
-	CHECK(pretok_add_regex(&p, "\\w+|[^\\w\\s]+", err) == -1);
-	CHECK(strstr(err, "\\w+|[^\\w\\s]+") != NULL, "%s", err);
+	// any other regex runs through PCRE2; one it cannot compile is refused
+	CHECK(pretok_add_regex(&p, "\\w+|[^\\w\\s]+", err) == 0 && p.rule[2] == PRETOK_REGEX && p.re[2], "%s", err);
+	CHECK(pretok_add_regex(&p, "[a-", err) == -1);
+	CHECK(strstr(err, "\"[a-\"") && strstr(err, "missing terminating ]"), "%s", err);
+	CHECK(pretok_add_regex(&p, "\xff", err) == -1 && strstr(err, "UTF-8"), "%s", err);
+	CHECK(p.n == 3);
 	while (p.n < PRETOK_MAX_RULES)
 		pretok_add(&p, PRETOK_DIGIT, err);
 	CHECK(pretok_add(&p, PRETOK_DIGIT, err) == -1);
 	CHECK(pretok_add(&p, PRETOK_N_RULES, err) == -1);
+	CHECK(pretok_add(&p, PRETOK_REGEX, err) == -1); // only with a pattern
+	CHECK(pretok_add_regex(&p, "x+", err) == -1 && strstr(err, "rules"), "%s", err);
+	pretok_free(&p);
+	CHECK(p.n == 0 && !p.re[2]);
+
+	// every name llama.cpp knows loads, through PCRE2 where no matcher is
+	// hand-written, or is refused saying why
+	int names_ok = 0, refused = 0;
+	const char *const *re;
+	const char *why;
+	const char *nm;
+	for (int i = 0; (nm = pretok_known_name(i, &re, &why)); i++) {
+		int rc = pretok_init_pre(&p, nm, err);
+		if (why) {
+			refused++;
+			CHECK(rc == -1 && strstr(err, nm) && strstr(err, why), "%s: %s", nm, err);
+			continue;
+		}
+		CHECK(rc == 0, "%s: %s", nm, err);
+		int nre = 0;
+		while (re[nre])
+			nre++;
+		CHECK(rc || p.n == nre, "%s: %d rules for %d regexes", nm, p.n, nre);
+		pretok_free(&p);
+		CHECK(pretok_init_pre_opt(&p, nm, PRETOK_ENGINE, err) == 0, "%s (PCRE2 only): %s", nm, err);
+		for (int r = 0; r < p.n; r++)
+			CHECK(p.rule[r] == PRETOK_REGEX, "%s: rule %d by hand with PRETOK_ENGINE", nm, r);
+		pretok_free(&p);
+		names_ok += rc == 0;
+	}
+	CHECK(names_ok >= 70 && refused == 5, "%d names load, %d refused", names_ok, refused);
+	CHECK(pretok_init_pre(&p, "gemma4", err) == -1 && strstr(err, "whitespace"), "%s", err);
+	CHECK(pretok_init_pre(&p, "deepseek-llm", err) == 0 && p.n == 6 && p.rule[0] == PRETOK_REGEX);
+	pretok_free(&p);
+}
+
+// the hand-written matchers and PCRE2 running the same regexes cut every
+// text the same way: each pre name with a matcher, on random strings over
+// an alphabet that exercises every branch (contractions in both cases,
+// CR/LF runs, digits of several scripts, letters, marks, symbols, NBSP,
+// CJK, emoji, invalid bytes)
+static void
+test_engine_equal(void)
+{
+	static const char *bits[] = {"a", "Z", "xy", " ", "  ", "\n", "\r\n", "\r", "\t", "7", "42", "123", "'s",
+	                             "'LL", "'Re", "'d", "'", ".", "!?", ",", "$", "+", "<=", "^~|", "`", "(", ")",
+	                             "\xc3\xa9", "e\xcc\x81", "\xe4\xb8\xad", "\xf0\x9f\xa6\x99", "\xd0\xb6",
+	                             "\xd9\xa3", "\xe0\xa4\x95\xe0\xa4\xbf", "\xff", "\xc0\x80", "\xed\xa0\x80",
+	                             "\xe2\x82", "\xc2\xa0", "\xe3\x80\x80", "\xc2\xb2", "\xe2\x80\x94",
+	                             "\xef\xbc\x81", "\xe2\x85\xa2", "\xe3\x81\x82"};
+	static const char *pres[] = {"default", "gpt-2", "llama-bpe", "qwen2", "smollm", "starcoder", "refact",
+	                             "command-r", "codeshell", "stablelm2", "mpt", "olmo", "falcon3", "pixtral",
+	                             "deepseek-r1-qwen"};
+	struct pretok_out a = {0}, b = {0};
+	char err[AD_ERRLEN], buf[512];
+	unsigned seed = 99;
+	int differ = 0, runs = 0;
+	for (size_t pi = 0; pi < sizeof pres / sizeof pres[0]; pi++) {
+		struct pretok ph, pe;
+		REQUIRE(pretok_init_pre(&ph, pres[pi], err) == 0, "%s", err);
+		REQUIRE(pretok_init_pre_opt(&pe, pres[pi], PRETOK_ENGINE, err) == 0, "%s: %s", pres[pi], err);
+		for (int r = 0; r < ph.n; r++)
+			REQUIRE(ph.rule[r] != PRETOK_REGEX, "%s: no hand-written rule", pres[pi]);
+		for (int it = 0; it < 2000; it++) {
+			size_t n = 0;
+			seed = seed * 1103515245u + 12345u;
+			int parts = (int)((seed >> 16) % 40);
+			for (int k = 0; k < parts; k++) {
+				seed = seed * 1103515245u + 12345u;
+				const char *w = bits[(seed >> 16) % (sizeof bits / sizeof bits[0])];
+				memcpy(buf + n, w, strlen(w));
+				n += strlen(w);
+			}
+			runs++;
+			if (pretok_split(&ph, buf, n, &a, err) || pretok_split(&pe, buf, n, &b, err)) {
+				differ++;
+				continue;
+			}
+			int same = a.n == b.n;
+			for (size_t k = 0; same && k < a.n; k++)
+				same = a.v[k].off == b.v[k].off && a.v[k].len == b.v[k].len;
+			if (!same && differ++ < 5) {
+				fprintf(stderr, "%s: \"%.*s\"\n  hand:", pres[pi], (int)n, buf);
+				for (size_t k = 0; k < a.n; k++)
+					fprintf(stderr, " [%.*s]", (int)a.v[k].len, buf + a.v[k].off);
+				fprintf(stderr, "\n  pcre2:");
+				for (size_t k = 0; k < b.n; k++)
+					fprintf(stderr, " [%.*s]", (int)b.v[k].len, buf + b.v[k].off);
+				fprintf(stderr, "\n");
+			}
+		}
+		pretok_free(&pe);
+	}
+	CHECK(differ == 0, "%d of %d splits differ between the matchers and PCRE2", differ, runs);
+	pretok_out_free(&a);
+	pretok_out_free(&b);
 }
 
 // pieces always tile the input, whatever the bytes
@@ -349,6 +449,7 @@ main(void)
 	T_RUN(test_split_llama3);
 	T_RUN(test_split_multi);
 	T_RUN(test_names);
+	T_RUN(test_engine_equal);
 	T_RUN(test_split_cover);
 	return t_done();
 }

@@ -34,6 +34,7 @@ struct bpe_priv {
 static void
 priv_free(void *p)
 {
+	pretok_free(&((struct bpe_priv *)p)->pre);
 	free(p);
 }
 

@@ -7,11 +7,17 @@
 // matches become pieces too.
 #include "pretok.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#define PCRE2_CODE_UNIT_WIDTH 32
+#include <pcre2.h>
+
 #include "err.h"
 #include "unicode.h"
+
+#include "pretok-names.h"
 
 #define L_ UNICODE_LETTER
 #define N_ UNICODE_NUMBER
@@ -25,6 +31,7 @@ static const char *const rule_names[PRETOK_N_RULES] = {
 	[PRETOK_NUMBERS] = "numbers",
 	[PRETOK_PUNCT] = "punct",
 	[PRETOK_DIGIT3] = "digit3",
+	[PRETOK_REGEX] = "regex",
 };
 
 const char *
@@ -91,13 +98,31 @@ pretok_pre_names(void)
 	       "deepseek-r1-qwen, stablelm2, smollm, starcoder, refact, command-r, codeshell";
 }
 
+const char *
+pretok_known_name(int n, const char *const **re, const char **unsupported)
+{
+	if (n < 0 || (size_t)n >= COUNT(pre_names))
+		return NULL;
+	if (re)
+		*re = pre_names[n].re;
+	if (unsupported)
+		*unsupported = pre_names[n].unsupported;
+	return pre_names[n].name;
+}
+
 int
 pretok_init_pre(struct pretok *p, const char *pre, char *err)
+{
+	return pretok_init_pre_opt(p, pre, 0, err);
+}
+
+int
+pretok_init_pre_opt(struct pretok *p, const char *pre, int flags, char *err)
 {
 	memset(p, 0, sizeof *p);
 	if (!pre || !*pre)
 		pre = "default";
-	for (size_t i = 0; i < COUNT(known_pre); i++) {
+	for (size_t i = 0; !(flags & PRETOK_ENGINE) && i < COUNT(known_pre); i++) {
 		if (strcmp(pre, known_pre[i].name))
 			continue;
 		p->n = known_pre[i].n;
@@ -105,27 +130,115 @@ pretok_init_pre(struct pretok *p, const char *pre, char *err)
 		p->ignore_merges = known_pre[i].ignore_merges;
 		return 0;
 	}
-	return ad_err(err, "unsupported pre-tokenizer \"%s\" (supported: %s)", pre, pretok_pre_names());
+	for (size_t i = 0; i < COUNT(pre_names); i++) {
+		const struct pre_name *q = &pre_names[i];
+		if (strcmp(pre, q->name))
+			continue;
+		if (q->unsupported)
+			return ad_err(err, "pre-tokenizer \"%s\" is not supported: it %s", pre, q->unsupported);
+		for (const char *const *re = q->re; *re; re++)
+			if (pretok_add_regex_opt(p, *re, flags, err)) {
+				pretok_free(p);
+				return ad_err_prefix(err, "pre-tokenizer \"%s\"", pre);
+			}
+		p->ignore_merges = q->ignore_merges;
+		return 0;
+	}
+	int more = 0;
+	for (size_t i = 0; i < COUNT(pre_names); i++) {
+		int hand = 0;
+		for (size_t j = 0; j < COUNT(known_pre); j++)
+			hand |= !strcmp(pre_names[i].name, known_pre[j].name);
+		more += !hand && !pre_names[i].unsupported;
+	}
+	return ad_err(err, "unsupported pre-tokenizer \"%s\" (supported: %s, and %d more of llama.cpp's names)", pre,
+	              pretok_pre_names(), more);
 }
 
 int
 pretok_add(struct pretok *p, enum pretok_rule r, char *err)
 {
-	if ((unsigned)r >= PRETOK_N_RULES)
+	if ((unsigned)r >= PRETOK_N_RULES || r == PRETOK_REGEX)
 		return ad_err(err, "unknown pre-tokenizer rule %d", (int)r);
 	if (p->n >= PRETOK_MAX_RULES)
 		return ad_err(err, "more than %d pre-tokenizer rules", PRETOK_MAX_RULES);
+	p->re[p->n] = NULL;
 	p->rule[p->n++] = r;
 	return 0;
 }
 
+struct pretok_re {
+	pcre2_code *code;
+};
+
 int
 pretok_add_regex(struct pretok *p, const char *pattern, char *err)
 {
-	for (size_t i = 0; i < COUNT(known_regex); i++)
+	return pretok_add_regex_opt(p, pattern, 0, err);
+}
+
+int
+pretok_add_regex_opt(struct pretok *p, const char *pattern, int flags, char *err)
+{
+	for (size_t i = 0; !(flags & PRETOK_ENGINE) && i < COUNT(known_regex); i++)
 		if (!strcmp(pattern, known_regex[i].re))
 			return pretok_add(p, known_regex[i].rule, err);
-	return ad_err(err, "unsupported pre-tokenizer regex \"%.200s\"", pattern);
+	if (p->n >= PRETOK_MAX_RULES)
+		return ad_err(err, "more than %d pre-tokenizer rules", PRETOK_MAX_RULES);
+	// the pattern is UTF-8; the subject will be the text's code points.
+	// Compiled in the 32-bit library from the pattern's code points.
+	size_t len = strlen(pattern), n = 0;
+	uint32_t *cp = malloc((len + 1) * sizeof *cp);
+	if (!cp)
+		return ad_err(err, "pre-tokenizer: out of memory");
+	for (size_t i = 0; i < len;) {
+		int bad = 0;
+		i += (size_t)unicode_decode(pattern + i, len - i, &cp[n++], &bad);
+		if (bad) {
+			free(cp);
+			return ad_err(err, "pre-tokenizer regex \"%.200s\" is not valid UTF-8", pattern);
+		}
+	}
+	int ec;
+	PCRE2_SIZE eoff;
+	// UCP: \s, \d, \w and the POSIX classes are Unicode's. $ is the end
+	// of the text only, as in llama.cpp's std::regex (ECMAScript)
+	pcre2_code *code = pcre2_compile((PCRE2_SPTR)cp, n, PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &ec, &eoff,
+	                                 NULL);
+	free(cp);
+	if (!code) {
+		PCRE2_UCHAR msg[256];
+		char m8[256];
+		int k = pcre2_get_error_message(ec, msg, sizeof msg / sizeof msg[0]);
+		size_t j = 0;
+		for (int i = 0; i < k && j + 1 < sizeof m8; i++)
+			m8[j++] = msg[i] < 128 ? (char)msg[i] : '?';
+		m8[j] = 0;
+		return ad_err(err, "unsupported pre-tokenizer regex \"%.200s\": %s at character %zu", pattern, m8,
+		              (size_t)eoff);
+	}
+	pcre2_jit_compile(code, PCRE2_JIT_COMPLETE); // the interpreter runs what JIT cannot
+	struct pretok_re *r = malloc(sizeof *r);
+	if (!r) {
+		pcre2_code_free(code);
+		return ad_err(err, "pre-tokenizer: out of memory");
+	}
+	r->code = code;
+	p->re[p->n] = r;
+	p->rule[p->n++] = PRETOK_REGEX;
+	return 0;
+}
+
+void
+pretok_free(struct pretok *p)
+{
+	for (int i = 0; i < p->n; i++)
+		if (p->re[i]) {
+			pcre2_code_free(p->re[i]->code);
+			free(p->re[i]);
+			p->re[i] = NULL;
+		}
+	p->n = 0;
 }
 
 // --- matchers ------------------------------------------------------------------
@@ -311,6 +424,53 @@ push(struct pretok_piece **v, size_t *n, size_t *cap, uint32_t off, uint32_t len
 	return 0;
 }
 
+// a PCRE2 rule over every piece of o->v into o->tmp[0..*tn): find-all on
+// the piece's code points alone (no lookaround sees past it), an empty match
+// skipped, the text between matches a piece of its own
+#define MATCH_LIMIT 10000000 // a guard against a pattern that backtracks without end
+
+static int
+split_regex(const struct pretok_re *re, struct pretok_out *o, size_t *tn, char *err)
+{
+	if (!o->md) {
+		o->md = pcre2_match_data_create(1, NULL);
+		o->mctx = pcre2_match_context_create(NULL);
+		o->jit = pcre2_jit_stack_create(32 * 1024, 1024 * 1024, NULL);
+		if (!o->md || !o->mctx || !o->jit)
+			return ad_err(err, "pre-tokenizer: out of memory");
+		pcre2_jit_stack_assign(o->mctx, NULL, o->jit);
+		pcre2_set_match_limit(o->mctx, MATCH_LIMIT);
+	}
+	PCRE2_SIZE *ov = pcre2_get_ovector_pointer(o->md);
+	for (size_t k = 0; k < o->n; k++) {
+		uint32_t s = o->v[k].off, e = s + o->v[k].len, gap = s;
+		PCRE2_SPTR sub = (PCRE2_SPTR)(o->cp + s);
+		PCRE2_SIZE at = 0, n = e - s;
+		while (at < n) {
+			// the code points are valid: the decoder made every bad byte U+FFFD
+			int rc = pcre2_match(re->code, sub, n, at, PCRE2_NO_UTF_CHECK, o->md, o->mctx);
+			if (rc == PCRE2_ERROR_NOMATCH)
+				break;
+			if (rc < 0) // (0: the ovector is short for the groups; the match stands)
+				return ad_err(err, "pre-tokenizer: regex match failed (PCRE2 error %d)", rc);
+			PCRE2_SIZE m0 = ov[0], m1 = ov[1];
+			if (m1 <= m0) { // empty: find-all moves on
+				at = m0 + 1;
+				continue;
+			}
+			if (s + m0 > gap && push(&o->tmp, tn, &o->tmp_cap, gap, s + (uint32_t)m0 - gap))
+				return ad_err(err, "pre-tokenizer: out of memory");
+			if (push(&o->tmp, tn, &o->tmp_cap, s + (uint32_t)m0, (uint32_t)(m1 - m0)))
+				return ad_err(err, "pre-tokenizer: out of memory");
+			gap = s + (uint32_t)m1;
+			at = m1;
+		}
+		if (gap < e && push(&o->tmp, tn, &o->tmp_cap, gap, e - gap))
+			return ad_err(err, "pre-tokenizer: out of memory");
+	}
+	return 0;
+}
+
 int
 pretok_split(const struct pretok *p, const char *text, size_t len, struct pretok_out *o, char *err)
 {
@@ -353,6 +513,13 @@ pretok_split(const struct pretok *p, const char *text, size_t len, struct pretok
 		goto oom;
 	for (int r = 0; r < p->n; r++) {
 		size_t tn = 0;
+		if (p->rule[r] == PRETOK_REGEX) {
+			if (split_regex(p->re[r], o, &tn, err)) {
+				o->n = 0;
+				return -1;
+			}
+			goto next;
+		}
 		for (size_t k = 0; k < o->n; k++) {
 			uint32_t s = o->v[k].off, e = s + o->v[k].len, gap = s;
 			for (uint32_t i = s; i < e;) {
@@ -371,6 +538,7 @@ pretok_split(const struct pretok *p, const char *text, size_t len, struct pretok
 			if (gap < e && push(&o->tmp, &tn, &o->tmp_cap, gap, e - gap))
 				goto oom;
 		}
+	next:;
 		struct pretok_piece *sw = o->v;
 		size_t swc = o->cap;
 		o->v = o->tmp, o->cap = o->tmp_cap, o->n = tn;
@@ -396,5 +564,8 @@ pretok_out_free(struct pretok_out *o)
 	free(o->cp);
 	free(o->boff);
 	free(o->flags);
+	pcre2_match_data_free(o->md);
+	pcre2_match_context_free(o->mctx);
+	pcre2_jit_stack_free(o->jit);
 	memset(o, 0, sizeof *o);
 }

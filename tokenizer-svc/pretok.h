@@ -10,9 +10,15 @@
 // ("Isolated" behaviour); the pieces always cover the input exactly, in
 // order, with no empty piece.
 //
-// Rules come from a GGUF tokenizer.ggml.pre name (pretok_init_pre) or from
-// tokenizer.json regex strings (pretok_add_regex). Unknown names and regexes
-// are refused with an error that names them.
+// Any other regex runs through PCRE2 (Unicode properties, JIT), matched on
+// the text's code points with the same piece-by-piece semantics: a rule of
+// kind PRETOK_REGEX. The hand-written matchers are the fast path for the
+// regexes they implement; the tests hold the two equal.
+//
+// Rules come from a GGUF tokenizer.ggml.pre name (pretok_init_pre: every name
+// llama.cpp knows, with its regex list) or from tokenizer.json regex strings
+// (pretok_add_regex). Unknown names, names that need more than regexes, and
+// regexes PCRE2 cannot compile are refused with an error that names them.
 //
 // Pieces are byte ranges of the input. Invalid UTF-8 bytes count as U+FFFD
 // (a symbol) for matching but keep their original bytes in the piece.
@@ -34,14 +40,18 @@ enum pretok_rule {
 	PRETOK_NUMBERS, // \p{N}+  (HF's Digits without individual_digits)
 	PRETOK_PUNCT,   // [\p{P}\$\+<=>\^~\|]+
 	PRETOK_DIGIT3,  // [0-9][0-9][0-9]
+	PRETOK_REGEX,   // any other: PCRE2
 	PRETOK_N_RULES,
 };
 
 #define PRETOK_MAX_RULES 8
 
+struct pretok_re; // a compiled PCRE2 pattern
+
 struct pretok {
 	int n;
 	enum pretok_rule rule[PRETOK_MAX_RULES];
+	struct pretok_re *re[PRETOK_MAX_RULES]; // PRETOK_REGEX rules
 	int ignore_merges; // the pre name implies llama3's ignore_merges
 };
 
@@ -61,22 +71,34 @@ struct pretok_out {
 	uint32_t *boff;  // byte offset of each code point (n_cp + 1 entries)
 	uint16_t *flags; // unicode_flags of each code point
 	size_t cp_cap;
+	void *md, *mctx, *jit; // PCRE2 match data, match context, JIT stack
 };
 
 // pretok_init_pre sets p up for a tokenizer.ggml.pre value; NULL or "" mean
 // "default". Unknown names fail with an error listing pretok_pre_names().
+// With PRETOK_ENGINE every regex runs through PCRE2, none by hand (the tests
+// compare the two). Release with pretok_free.
+#define PRETOK_ENGINE 1
 int pretok_init_pre(struct pretok *p, const char *pre, char *err);
-const char *pretok_pre_names(void);
+int pretok_init_pre_opt(struct pretok *p, const char *pre, int flags, char *err);
+const char *pretok_pre_names(void); // those with hand-written rules
+// the n-th name llama.cpp knows (NULL past the end), its regexes (NULL-ended)
+// and why it is refused (NULL when it is not)
+const char *pretok_known_name(int n, const char *const **re, const char **unsupported);
 
-// pretok_add_regex appends the rule whose tokenizer.json Split regex is
-// pattern (compared literally with the known ones); anything else fails
-// with an error quoting it.
+// pretok_add_regex appends the rule for a tokenizer.json Split regex: the
+// hand-written matcher when pattern is literally one it implements, PCRE2
+// otherwise (with PRETOK_ENGINE, PCRE2 always). A pattern PCRE2 refuses
+// fails with an error quoting it and PCRE2's reason.
 int pretok_add_regex(struct pretok *p, const char *pattern, char *err);
+int pretok_add_regex_opt(struct pretok *p, const char *pattern, int flags, char *err);
+void pretok_free(struct pretok *p);
 int pretok_add(struct pretok *p, enum pretok_rule r, char *err);
 const char *pretok_rule_name(enum pretok_rule r);
 
 // pretok_split cuts text[0..len) into out->v[0..out->n). An empty text gives
-// no pieces. Fails only when out of memory (or len >= 4 GiB).
+// no pieces. Fails only when out of memory (or len >= 4 GiB), or when a
+// PCRE2 rule exceeds its match limit (a pathological pattern and text).
 int pretok_split(const struct pretok *p, const char *text, size_t len, struct pretok_out *out,
                  char *err);
 void pretok_out_free(struct pretok_out *out);
