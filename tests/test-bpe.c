@@ -140,6 +140,10 @@ run_vectors(struct tokenizer *t, const char *name, const char *via, int nfc)
 		}
 		char *back;
 		size_t nb;
+		if (nfc < 0) { // a normalising tokenizer (lowercase, accents): no round trip
+			free(ids);
+			continue;
+		}
 		if (tok_decode(t, ids, n, &back, &nb, err) == 0) {
 			size_t wn = c.len[i];
 			char *want = nfc ? unicode_nfc(c.text[i], c.len[i], &wn) : NULL;
@@ -153,7 +157,10 @@ run_vectors(struct tokenizer *t, const char *name, const char *via, int nfc)
 		}
 		free(ids);
 	}
-	printf("%s (%s): %zu/%zu cases match, %zu/%zu round trips\n", name, via, pass, c.n, round, c.n);
+	if (nfc < 0)
+		printf("%s (%s): %zu/%zu cases match\n", name, via, pass, c.n);
+	else
+		printf("%s (%s): %zu/%zu cases match, %zu/%zu round trips\n", name, via, pass, c.n, round, c.n);
 
 	// throughput on the cases joined by spaces and repeated to 1 MiB (a
 	// figure, not a check)
@@ -277,6 +284,40 @@ test_regex_vocabs(void)
 		tok_free(t);
 		unlink(path);
 	}
+}
+
+// WordPiece (BERT-style GGUF): llama.cpp's vectors of bge-small
+static void
+test_wpm_vocab(void)
+{
+	char err[AD_ERRLEN];
+	const char *path = unxz_gguf("bert-bge");
+	REQUIRE(path, "xz -dc bert-bge");
+	struct tokenizer *t = tok_load(path, err);
+	REQUIRE(t, "%s", err);
+	CHECK(!strcmp(tok_kind_name(t), "wpm"));
+	run_vectors(t, "bert-bge", "gguf, WordPiece", -1);
+	// with specials: [CLS] ... [SEP]; a word it cannot cover is [UNK]
+	int32_t *ids;
+	size_t n;
+	REQUIRE(tok_encode(t, "Hello", 5, 1, 0, &ids, &n, err) == 0, "%s", err);
+	CHECK(n == 3 && ids[0] == 101 && ids[2] == 102, "%zu ids", n);
+	free(ids);
+	REQUIRE(tok_encode(t, "\xf0\x9f\xa6\x99", 4, 0, 0, &ids, &n, err) == 0, "%s", err);
+	CHECK(n == 1 && ids[0] == 100, "%zu ids, first %d", n, n ? ids[0] : -1);
+	free(ids);
+	// decoding: word starts become spaces, the first one dropped
+	int32_t hw[2];
+	REQUIRE(tok_encode(t, "hello world", 11, 0, 0, &ids, &n, err) == 0 && n == 2, "%s", err);
+	memcpy(hw, ids, sizeof hw);
+	free(ids);
+	char *back;
+	size_t nb;
+	REQUIRE(tok_decode(t, hw, 2, &back, &nb, err) == 0, "%s", err);
+	CHECK(nb == 11 && !memcmp(back, "hello world", 11), "\"%.*s\"", (int)nb, back);
+	free(back);
+	tok_free(t);
+	unlink(path);
 }
 
 static void
@@ -646,6 +687,7 @@ main(void)
 {
 	T_RUN(test_gpt2_gguf);
 	T_RUN(test_regex_vocabs);
+	T_RUN(test_wpm_vocab);
 	T_RUN(test_qwen3_json);
 	T_RUN(test_llama3_json);
 	T_RUN(test_gguf_from_json);

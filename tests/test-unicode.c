@@ -157,6 +157,20 @@ nfc_is(const char *in, const char *want)
 	return ok;
 }
 
+// what WordPiece keeps of a code point: the start of its decomposition
+static void
+test_nfd_first(void)
+{
+	CHECK(unicode_nfd_first('a') == 'a' && unicode_nfd_first(0) == 0);
+	CHECK(unicode_nfd_first(0xE9) == 'e');      // é
+	CHECK(unicode_nfd_first(0x1D5) == 'U');     // Ǖ: Ü + macron, Ü: U + diaeresis
+	CHECK(unicode_nfd_first(0x1E69) == 's');    // ṩ: two marks
+	CHECK(unicode_nfd_first(0xAC00) == 0x1100); // 가: its leading jamo
+	CHECK(unicode_nfd_first(0xD7A3) == 0x1112); // the last syllable
+	CHECK(unicode_nfd_first(0x4E2D) == 0x4E2D); // 中: none
+	CHECK(unicode_nfd_first(0x2126) == 0x3A9);  // Ohm sign -> Omega (a singleton)
+}
+
 static void
 test_nfc(void)
 {
@@ -445,6 +459,7 @@ main(void)
 	T_RUN(test_flags);
 	T_RUN(test_lower_ccc);
 	T_RUN(test_nfc);
+	T_RUN(test_nfd_first);
 	T_RUN(test_split_gpt2);
 	T_RUN(test_split_llama3);
 	T_RUN(test_split_multi);

@@ -28,6 +28,7 @@ struct gguf;
 enum tok_kind {
 	TOK_KIND_SPM = 1, // tokenizer.ggml.model "llama"
 	TOK_KIND_BPE = 2, // tokenizer.ggml.model "gpt2", tokenizer.json model.type "BPE"
+	TOK_KIND_WPM = 3, // tokenizer.ggml.model "bert" (WordPiece, wpm.c)
 };
 
 // Token types, numbered as GGUF tokenizer.ggml.token_type stores them.
@@ -106,6 +107,8 @@ struct tokenizer {
 	int add_space_prefix;   // SPM: prepend a space (as ▁) to text after BOS / a special token
 	int escape_spaces;      // SPM: spaces become ▁ (always 1 for SPM)
 	int spm_word_split;     // SPM: no piece has ▁ after another character (words merge alone)
+	int add_sep;            // WPM: [SEP] after the text (with add_special)
+	int wpm_lowercase, wpm_strip_accents; // WPM normalizer
 
 	// byte-level BPE (filled by bpe.c)
 	enum tok_pre pre;
@@ -165,5 +168,8 @@ int bpe_load_hf_json(struct tokenizer *t, const char *json, size_t len, char *er
 // bpe_encode_text: one fragment of raw text (no special tokens in it; they
 // were split off already): pre-tokenize, byte-map, merge, append ids to out.
 int bpe_encode_text(const struct tokenizer *t, const char *text, size_t len, struct tok_ids *out, char *err);
+
+// wpm_encode_text (wpm.c): one fragment of raw text through WordPiece.
+int wpm_encode_text(const struct tokenizer *t, const char *text, size_t len, struct tok_ids *out, char *err);
 
 #endif

@@ -315,7 +315,7 @@ set_text(struct tokenizer *t, int32_t id, char *err)
 	}
 	if (n > sizeof small && !(buf = malloc(n)))
 		return ad_err(err, "tokenizer: out of memory");
-	if (t->kind == TOK_KIND_SPM) {
+	if (t->kind == TOK_KIND_SPM || t->kind == TOK_KIND_WPM) {
 		for (size_t i = 0; i < n;) {
 			if (i + 3 <= n && memcmp(p + i, "\xe2\x96\x81", 3) == 0) {
 				buf[m++] = ' ';
@@ -557,8 +557,10 @@ tok_load_gguf(const struct gguf *g, char *err)
 		kind = TOK_KIND_SPM;
 	else if (gguf_str_eq(model, "gpt2"))
 		kind = TOK_KIND_BPE;
+	else if (gguf_str_eq(model, "bert"))
+		kind = TOK_KIND_WPM;
 	else {
-		ad_err(err, "tokenizer: tokenizer.ggml.model \"%.*s\" is not supported (supported: llama, gpt2)",
+		ad_err(err, "tokenizer: tokenizer.ggml.model \"%.*s\" is not supported (supported: llama, gpt2, bert)",
 		       (int)(model.len > 64 ? 64 : model.len), model.ptr);
 		return NULL;
 	}
@@ -617,6 +619,15 @@ tok_load_gguf(const struct gguf *g, char *err)
 		t->add_bos = 1;
 		t->add_space_prefix = 1;
 	}
+	if (kind == TOK_KIND_WPM) { // llama.cpp's defaults for BERT vocabularies
+		t->bos = 101; // [CLS]
+		t->unk = 100;
+		t->sep = 102;
+		t->pad = 0;
+		t->add_bos = 1;
+		t->add_sep = 1;
+		t->wpm_lowercase = 1;
+	}
 	gguf_special_id(g, "tokenizer.ggml.bos_token_id", &t->bos);
 	gguf_special_id(g, "tokenizer.ggml.eos_token_id", &t->eos);
 	gguf_special_id(g, "tokenizer.ggml.eot_token_id", &t->eot);
@@ -631,6 +642,15 @@ tok_load_gguf(const struct gguf *g, char *err)
 		t->add_eos = b;
 	if (kind == TOK_KIND_SPM && gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &b) == 0)
 		t->add_space_prefix = b;
+	if (kind == TOK_KIND_WPM) {
+		if (gguf_get_bool(g, "tokenizer.ggml.add_sep_token", &b) == 0)
+			t->add_sep = b;
+		if (gguf_get_bool(g, "tokenizer.ggml.normalizer.lowercase", &b) == 0)
+			t->wpm_lowercase = b;
+		t->wpm_strip_accents = t->wpm_lowercase; // llama.cpp: follows lowercase unless set
+		if (gguf_get_bool(g, "tokenizer.ggml.normalizer.strip_accents", &b) == 0)
+			t->wpm_strip_accents = b;
+	}
 	struct gguf_str tmpl;
 	if (gguf_get_str(g, "tokenizer.chat_template", &tmpl) == 0) {
 		t->chat_template = strndup(tmpl.ptr, tmpl.len);
@@ -1474,6 +1494,8 @@ tok_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos,
 		int rc;
 		if (t->kind == TOK_KIND_SPM)
 			rc = spm_fragment(t, text + x->off, x->len, t->add_space_prefix && prev_special, &out, err);
+		else if (t->kind == TOK_KIND_WPM)
+			rc = wpm_encode_text(t, text + x->off, x->len, &out, err);
 		else
 			rc = bpe_encode_text(t, text + x->off, x->len, &out, err);
 		if (rc)
@@ -1481,6 +1503,8 @@ tok_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos,
 		prev_special = 0;
 	}
 	if (add_special && t->add_eos && t->eos >= 0 && tok_ids_push(&out, t->eos, err))
+		goto fail;
+	if (add_special && t->add_sep && t->sep >= 0 && tok_ids_push(&out, t->sep, err))
 		goto fail;
 	free(f.v);
 	if (!out.v && !(out.v = malloc(sizeof *out.v))) {
@@ -1515,7 +1539,8 @@ tok_decode(const struct tokenizer *t, const int32_t *ids, size_t n, char **out, 
 	if (!s)
 		return ad_err(err, "tokenizer: out of memory (%zu bytes)", total + 1);
 	size_t m = 0;
-	int strip = t->kind == TOK_KIND_SPM && t->add_space_prefix;
+	// the space of the first piece's ▁ (SPM's prefix, WPM's word start)
+	int strip = (t->kind == TOK_KIND_SPM && t->add_space_prefix) || t->kind == TOK_KIND_WPM;
 	for (size_t i = 0; i < n; i++) {
 		const struct tok_entry *e = &t->tok[ids[i]];
 		const char *p = t->strs + e->toff;
@@ -1678,7 +1703,7 @@ tok_token_text(const struct tokenizer *t, int32_t id, size_t *len)
 const char *
 tok_kind_name(const struct tokenizer *t)
 {
-	return t->kind == TOK_KIND_SPM ? "spm" : "bpe";
+	return t->kind == TOK_KIND_SPM ? "spm" : t->kind == TOK_KIND_WPM ? "wpm" : "bpe";
 }
 
 const char *

@@ -170,6 +170,16 @@ decomp_of(uint32_t cp)
 	return NULL;
 }
 
+uint32_t
+unicode_nfd_first(uint32_t cp)
+{
+	if (cp >= H_SBASE && cp < H_SBASE + H_SCOUNT)
+		return H_LBASE + (cp - H_SBASE) / H_NCOUNT;
+	for (const uint32_t *d; cp >= 0xC0 && (d = decomp_of(cp));)
+		cp = d[1];
+	return cp;
+}
+
 static uint32_t
 compose_pair(uint32_t a, uint32_t b)
 {

@@ -59,6 +59,12 @@ int unicode_ccc(uint32_t cp);
 // through unchanged and act as starters that combine with nothing.
 char *unicode_nfc(const char *s, size_t n, size_t *out_n);
 
+// unicode_nfd_first: the first code point of cp's full canonical
+// decomposition (cp itself when it has none; a Hangul syllable's leading
+// jamo): what llama.cpp's "NFD" keeps of a code point before WordPiece
+// drops the marks.
+uint32_t unicode_nfd_first(uint32_t cp);
+
 extern const char unicode_data_version[];
 
 // --- generated tables (unicode-data.c) -----------------------------------
