@@ -113,6 +113,20 @@ deq_q8_0(const uint8_t *restrict x, float *restrict y, int64_t nb)
 	}
 }
 
+// Q8_1: d (fp16), s = d * sum(qs) (fp16, for dot products; not needed
+// here), 32 int8. ggml itself has no dequantisation of it (only a
+// quantiser): the value is d * q, as for Q8_0.
+static void
+deq_q8_1(const uint8_t *restrict x, float *restrict y, int64_t nb)
+{
+	for (int64_t b = 0; b < nb; b++, x += 36, y += 32) {
+		float d = rd_fp16(x);
+		const int8_t *qs = (const int8_t *)(x + 4);
+		for (int j = 0; j < 32; j++)
+			y[j] = (float)qs[j] * d;
+	}
+}
+
 static void
 deq_q2_k(const uint8_t *restrict x, float *restrict y, int64_t nb)
 {
@@ -274,6 +288,7 @@ ad_dequant(uint32_t type, const void *src, float *dst, int64_t n, char *err)
 	case AD_TYPE_Q5_0: deq_q5_0(x, dst, nb); break;
 	case AD_TYPE_Q5_1: deq_q5_1(x, dst, nb); break;
 	case AD_TYPE_Q8_0: deq_q8_0(x, dst, nb); break;
+	case AD_TYPE_Q8_1: deq_q8_1(x, dst, nb); break;
 	case AD_TYPE_Q2_K: deq_q2_k(x, dst, nb); break;
 	case AD_TYPE_Q3_K: deq_q3_k(x, dst, nb); break;
 	case AD_TYPE_Q4_K: deq_q4_k(x, dst, nb); break;

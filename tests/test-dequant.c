@@ -177,7 +177,7 @@ test_rows_fast_vs_ref(void)
 }
 
 static const char *types[] = {
-	"F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
+	"F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1",
 	"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K",
 };
 
@@ -269,8 +269,8 @@ test_errors(void)
 	char err[AD_ERRLEN] = "";
 	uint8_t buf[1024] = { 0 };
 	float out[256];
-	CHECK(ad_dequant(AD_TYPE_Q8_1, buf, out, 32, err) == -1);
-	CHECK(strstr(err, "Q8_1") != NULL, "%s", err);
+	CHECK(ad_dequant(AD_TYPE_Q8_1, buf, out, 33, err) == -1); // not whole blocks
+	CHECK(strstr(err, "Q8_1") != NULL && strstr(err, "32") != NULL, "%s", err);
 	CHECK(ad_dequant(20, buf, out, 32, err) == -1); // IQ4_NL
 	CHECK(strstr(err, "IQ4_NL") != NULL, "%s", err);
 	CHECK(ad_dequant(AD_TYPE_I32, buf, out, 4, err) == -1);
