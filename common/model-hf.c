@@ -607,6 +607,10 @@ model_load_hf(struct model *m, const char *dir, char *err)
 	model_init(m);
 	snprintf(m->path, sizeof m->path, "%s", dir);
 	m->is_gguf = 0;
+	const char *force = getenv("ANEDVD_ARCH");
+	if (force && *force)
+		ad_warn("%s: --arch %s is for GGUF files; a Hugging Face directory is loaded as its "
+		        "config.json says", dir, force);
 	char path[PATH_MAX];
 	if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
 		return ad_err(err, "%s: path too long", dir);

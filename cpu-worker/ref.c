@@ -141,6 +141,12 @@ static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
 struct ref_engine *
 ref_new(const struct model *m, int max_seq, char *err)
 {
+	return ref_new_ctx(m, max_seq, max_seq, err);
+}
+
+struct ref_engine *
+ref_new_ctx(const struct model *m, int max_seq, int n_ctx, char *err)
+{
 	if (max_seq <= 0)
 		return ad_err(err, "max_seq must be positive, got %d", max_seq), NULL;
 	struct ref_engine *e = calloc(1, sizeof *e);
@@ -161,7 +167,7 @@ ref_new(const struct model *m, int max_seq, char *err)
 	}
 
 	if (deq(e, &m->tok_embd, &e->tok_embd, err) || deq(e, &m->output_norm, &e->output_norm, err) ||
-	    deq(e, rope_factors(m, max_seq), &e->rope_freqs, err))
+	    deq(e, rope_factors(m, n_ctx), &e->rope_freqs, err))
 		goto fail;
 	if (m->tied_output)
 		e->output = e->tok_embd;

@@ -31,6 +31,7 @@ struct spec {
 	const char *q8_1;     // store this tensor as Q8_1 (not supported)
 	int64_t sliding_window;
 	int qwen2_biases;
+	const char *rope_scaling; // rope.scaling.type
 };
 
 static uint32_t rng = 12345;
@@ -91,6 +92,10 @@ write_model(const char *path, const struct spec *s)
 	gguf_writer_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
 	if (s->sliding_window)
 		gguf_writer_u32(w, KEY("attention.sliding_window"), (uint32_t)s->sliding_window);
+	if (s->rope_scaling) {
+		gguf_writer_str(w, KEY("rope.scaling.type"), s->rope_scaling);
+		gguf_writer_f32(w, KEY("rope.scaling.factor"), 2.0f);
+	}
 #undef KEY
 	int rc = add(w, s, "token_embd.weight", E, V, 0, 0.4f, err) ||
 	         add(w, s, "output_norm.weight", E, 1, 1, 0.2f, err) ||
@@ -227,8 +232,29 @@ test_fixture2_hparams(void)
 	CHECK(m.hp.n_ctx_orig == 4 && m.hp.yarn_ext_factor == 0 && fabsf(m.hp.rope_attn_factor - sqrtf(3)) < 1e-6f);
 	CHECK(model_rope_factors(&m, 5) == &m.rope_long && model_rope_factors(&m, 4) == &m.rope_short);
 	CHECK(m.rope_long.ne[0] == 12 && m.tied_output);
-	model_free(&m);
 
+	// the reference engine picks the factors by its context: short ones up
+	// to the original context of 4 (8.7 away, README), the long ones beyond
+	{
+		const int32_t ids[8] = {1, 403, 407, 261, 378, 432, 383, 286};
+		float *lg[3];
+		struct ref_engine *re[3] = {ref_new(&m, 8, err), ref_new_ctx(&m, 8, 4, err), ref_new_ctx(&m, 8, 5, err)};
+		for (int k = 0; k < 3; k++) {
+			REQUIRE(re[k], "%s", err);
+			lg[k] = malloc(8 * 512 * sizeof(float));
+			CHECK(ref_eval(re[k], ids, 8, lg[k]) == 0);
+			ref_free(re[k]);
+		}
+		double d_short = 0;
+		for (int i = 0; i < 8 * 512; i++)
+			d_short = fmax(d_short, fabs(lg[0][i] - lg[1][i]));
+		CHECK(d_short > 1.0, "short factors moved the logits only %g", d_short);
+		CHECK(memcmp(lg[0], lg[2], 8 * 512 * sizeof(float)) == 0);
+		printf("phi3_longrope: short instead of long factors moves the logits by %.2f\n", d_short);
+		for (int k = 0; k < 3; k++)
+			free(lg[k]);
+	}
+	model_free(&m);
 	REQUIRE(model_load(&m, T_DATA "/models2/hunyuan_dense.gguf", err) == 0, "%s", err);
 	CHECK(m.arch == MODEL_ARCH_HUNYUAN_DENSE && m.hp.rope == MODEL_ROPE_NEOX && m.hp.qk_norm_post_rope);
 	CHECK(m.hp.rope_scaling == MODEL_ROPE_SCALING_NONE && m.hp.rope_base == 1.5848932e7f && m.tied_output);
@@ -273,6 +299,9 @@ test_errors(void)
 
 	s = (struct spec){.arch = NULL};
 	expect_error(&s, "general.architecture", NULL);
+
+	s = (struct spec){.arch = "llama", .rope_scaling = "su"};
+	expect_error(&s, "llama.rope.scaling.type 'su' is not supported", "yarn, longrope");
 
 	s = (struct spec){.arch = "qwen2"}; // qwen2 requires q/k/v biases
 	expect_error(&s, "missing tensor blk.0.attn_q.bias", NULL);
@@ -612,6 +641,31 @@ test_cmd_info(void)
 	REQUIRE(out);
 	CHECK(strstr(out, "Q6_K:") && strstr(out, "norm (adjacent"), "%s", out);
 	free(out);
+	CHECK(RUN(cmd_info, "info", "--model", T_DATA "/models2/phi3_longrope.gguf") == 0);
+	out = t_read_file(tmp("out.txt"), &n);
+	REQUIRE(out);
+	CHECK(strstr(out, "24 dims") && strstr(out, "longrope (original context 4: short factors up to it, long beyond)") &&
+	      strstr(out, "cos/sin x1.73205") && strstr(out, "kernels per layer          qkv + o + ffn (3)"), "%s", out);
+	free(out);
+	CHECK(RUN(cmd_info, "info", "--model", T_DATA "/models2/llama_yarn.gguf") == 0);
+	out = t_read_file(tmp("out.txt"), &n);
+	REQUIRE(out);
+	CHECK(strstr(out, "yarn x4 from an original context of 64 (beta fast 32, slow 1"), "%s", out);
+	free(out);
+	CHECK(RUN(cmd_info, "info", "--model", T_DATA "/models2/qwen3moe.gguf") == 0);
+	out = t_read_file(tmp("out.txt"), &n);
+	REQUIRE(out);
+	CHECK(strstr(out, "qwen3moe") && strstr(out, "8, 2 used, size 64, shared 0, renormalised") &&
+	      strstr(out, "per head, before RoPE") && strstr(out, "qkv + o (2)") && strstr(out, "routed experts on the CPU"),
+	      "%s", out);
+	free(out);
+	CHECK(RUN(cmd_info, "info", "--model", T_DATA "/models2/hunyuan_dense.gguf") == 0);
+	out = t_read_file(tmp("out.txt"), &n);
+	REQUIRE(out);
+	CHECK(strstr(out, "hunyuan-dense") && strstr(out, "per head, after RoPE"), "%s", out);
+	free(out);
+	CHECK(RUN(cmd_info, "info", "--arch", "gpt9") == 2);
+	unsetenv("ANEDVD_ARCH");
 }
 
 int
