@@ -628,6 +628,12 @@ read_hparams(struct model *m, const struct gguf *g, char *err)
 	}
 	if (factor > 0)
 		hp->rope_freq_scale = 1.0f / factor;
+	// HunYuan's NTK alpha: convert_hf_to_gguf folds it into freq_base; a
+	// file that also keeps the key would have it applied twice by llama.cpp,
+	// which this loader does not reproduce
+	snprintf(key, sizeof key, "%s.rope.scaling.alpha", an);
+	if (gguf_find_key(g, key) >= 0)
+		return ad_err(err, "%s is not supported (the converter folds it into rope.freq_base)", key);
 
 	if (gguf_get_i64(g, "tokenizer.ggml.bos_token_id", &v) == 0)
 		hp->bos_id = v;

@@ -808,6 +808,47 @@ test_yarn_config(void)
 	}
 	free_out(&o);
 	model_free(&g);
+
+	// qwen2 in Qwen2.5's form: "type" rather than "rope_type"
+	snprintf(path, sizeof path, "%s/models/qwen2.gguf", T_DATA);
+	REQUIRE(model_load_gguf(&g, path, err) == 0, "%s", err);
+	REQUIRE(to_hf(&g, &o, NULL) == 0);
+	cJSON *cfg = make_config(&g);
+	cJSON_ReplaceItemInObject(cfg, "rope_scaling",
+	                          cJSON_Parse("{\"type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 16}"));
+	snprintf(dir, sizeof dir, "%s/qwen2-yarn", t_tmpdir());
+	REQUIRE(write_hf(dir, cfg, &o, 1, 0) == 0);
+	cJSON_Delete(cfg);
+	free_out(&o);
+	REQUIRE(model_load_hf(&h, dir, err) == 0, "%s", err);
+	CHECK(h.arch == MODEL_ARCH_QWEN2 && h.hp.rope_scaling == MODEL_ROPE_SCALING_YARN && h.hp.n_ctx_orig == 16 &&
+	      h.hp.rope_freq_scale == 0.25f && h.hp.yarn_ext_factor == 1.0f);
+	// against the GGUF: the same weights, other logits from position 1 on
+	int n;
+	int32_t *ids = read_ids("qwen2", &n);
+	struct ref_engine *eg = ref_new(&g, n, err), *eh = ref_new(&h, n, err);
+	REQUIRE(ids && eg && eh, "%s", err);
+	const int nv = ref_n_vocab(eg);
+	float *lg = malloc(sizeof(float) * (size_t)nv * (size_t)n), *lh = malloc(sizeof(float) * (size_t)nv * (size_t)n);
+	CHECK(ref_eval(eg, ids, n, lg) == 0 && ref_eval(eh, ids, n, lh) == 0);
+	double d0 = 0, d = 0;
+	for (int i = 0; i < nv * n; i++) {
+		double x = fabs((double)lg[i] - lh[i]);
+		if (i < nv)
+			d0 = fmax(d0, x);
+		else
+			d = fmax(d, x);
+	}
+	// position 0 has no rotation but YaRN's cos scale 1 + 0.1 ln 4 on k·q
+	// of the token with itself only: softmax of one score is 1 anyway
+	CHECK(d0 < 1e-4 && d > 0.1, "position 0: %g, later: %g", d0, d);
+	free(lg);
+	free(lh);
+	free(ids);
+	ref_free(eg);
+	ref_free(eh);
+	model_free(&h);
+	model_free(&g);
 }
 
 // mistral and smollm3 have no fixture: the llama fixture under their names,

@@ -32,6 +32,7 @@ struct spec {
 	int64_t sliding_window;
 	int qwen2_biases;
 	const char *rope_scaling; // rope.scaling.type
+	float rope_alpha;         // rope.scaling.alpha
 };
 
 static uint32_t rng = 12345;
@@ -92,6 +93,8 @@ write_model(const char *path, const struct spec *s)
 	gguf_writer_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
 	if (s->sliding_window)
 		gguf_writer_u32(w, KEY("attention.sliding_window"), (uint32_t)s->sliding_window);
+	if (s->rope_alpha > 0)
+		gguf_writer_f32(w, KEY("rope.scaling.alpha"), s->rope_alpha);
 	if (s->rope_scaling) {
 		gguf_writer_str(w, KEY("rope.scaling.type"), s->rope_scaling);
 		gguf_writer_f32(w, KEY("rope.scaling.factor"), 2.0f);
@@ -302,6 +305,11 @@ test_errors(void)
 
 	s = (struct spec){.arch = "llama", .rope_scaling = "su"};
 	expect_error(&s, "llama.rope.scaling.type 'su' is not supported", "yarn, longrope");
+
+	s = (struct spec){.arch = "hunyuan-dense", .rope_alpha = 1000};
+	expect_error(&s, "hunyuan-dense.rope.scaling.alpha is not supported", NULL);
+	s = (struct spec){.arch = "hunyuan-dense"}; // its q/k norms are required
+	expect_error(&s, "missing tensor blk.0.attn_q_norm.weight", NULL);
 
 	s = (struct spec){.arch = "qwen2"}; // qwen2 requires q/k/v biases
 	expect_error(&s, "missing tensor blk.0.attn_q.bias", NULL);
