@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model.h"
+
 int
 cli_int(const char *cmd, const char *flag, const char *s, long long lo, long long hi, long long *out)
 {
@@ -85,4 +87,15 @@ cli_val(const char *cmd, int argc, char **argv, int *i)
 		return NULL;
 	}
 	return argv[++*i];
+}
+
+int
+cli_arch(const char *cmd, const char *name)
+{
+	if (model_arch_from_name(name) < 0) {
+		fprintf(stderr, "anedvd %s: --arch takes one of %s, not '%s'\n", cmd, model_arch_list(), name);
+		return -1;
+	}
+	setenv("ANEDVD_ARCH", name, 1);
+	return 0;
 }

@@ -16,4 +16,8 @@ int cli_ids(const char *cmd, const char *flag, const char *s, int32_t **ids, int
 // argv[*i] needs a value: returns it and advances, or NULL with a message
 const char *cli_val(const char *cmd, int argc, char **argv, int *i);
 
+// --arch NAME: an architecture of the model table, set as ANEDVD_ARCH so
+// that this process and the workers it starts load the model as NAME
+int cli_arch(const char *cmd, const char *name);
+
 #endif

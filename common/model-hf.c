@@ -75,6 +75,8 @@ static const struct {
 	{ "Qwen2ForCausalLM", "qwen2", MODEL_ARCH_QWEN2 },
 	{ "Qwen3ForCausalLM", "qwen3", MODEL_ARCH_QWEN3 },
 	{ "Qwen2MoeForCausalLM", "qwen2_moe", MODEL_ARCH_QWEN2MOE },
+	{ "Qwen3MoeForCausalLM", "qwen3_moe", MODEL_ARCH_QWEN3MOE },
+	{ "HunYuanDenseV1ForCausalLM", "hunyuan_v1_dense", MODEL_ARCH_HUNYUAN_DENSE },
 	{ "Gemma2ForCausalLM", "gemma2", MODEL_ARCH_GEMMA2 },
 	{ "Gemma3ForCausalLM", "gemma3_text", MODEL_ARCH_GEMMA3 },
 	{ "Gemma3ForConditionalGeneration", "gemma3", MODEL_ARCH_GEMMA3 }, // text part only
@@ -215,13 +217,15 @@ read_config(struct model *m, const cJSON *root, int *tied, char *err)
 	for (size_t i = 0; i < sizeof hf_archs / sizeof hf_archs[0] && arch < 0; i++)
 		if (!aname && type && !strcmp(type, hf_archs[i].type))
 			arch = (int)hf_archs[i].arch;
-	if (arch < 0)
-		return ad_err(err, "config.json: architecture %s%s%s (model_type %s) is not supported "
-		              "(known: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-		              "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Gemma2ForCausalLM, "
-		              "Gemma3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM)",
-		              aname ? "\"" : "", aname ? aname : "(none)", aname ? "\"" : "",
-		              type ? type : "(none)");
+	if (arch < 0) {
+		char known[512];
+		size_t kn = 0;
+		for (size_t i = 0; i < sizeof hf_archs / sizeof hf_archs[0]; i++)
+			kn += (size_t)snprintf(known + kn, sizeof known - kn, "%s%s", i ? ", " : "", hf_archs[i].hf);
+		return ad_err(err, "config.json: architecture %s%s%s (model_type %s) is not implemented "
+		              "(anedvd implements: %s)", aname ? "\"" : "", aname ? aname : "(none)",
+		              aname ? "\"" : "", type ? type : "(none)", known);
+	}
 	m->arch = (enum model_arch)arch;
 	snprintf(m->arch_name, sizeof m->arch_name, "%s", model_arch_name(m->arch));
 
@@ -266,7 +270,8 @@ read_config(struct model *m, const cJSON *root, int *tied, char *err)
 	int use_sw = 1;
 	if (cfg_int(c, "sliding_window", &sw, err) || cfg_bool(c, "use_sliding_window", &use_sw, err))
 		return -1;
-	if (arch == MODEL_ARCH_QWEN2 || arch == MODEL_ARCH_QWEN3 || arch == MODEL_ARCH_QWEN2MOE)
+	if (arch == MODEL_ARCH_QWEN2 || arch == MODEL_ARCH_QWEN3 || arch == MODEL_ARCH_QWEN2MOE ||
+	    arch == MODEL_ARCH_QWEN3MOE)
 		use_sw = use_sw && cJSON_IsTrue(jget(c, "use_sliding_window"));
 	if (use_sw && sw > 0)
 		hp->sliding_window = sw;
@@ -296,7 +301,7 @@ read_config(struct model *m, const cJSON *root, int *tied, char *err)
 		                                     &hp->n_no_rope_step, err))
 			return -1;
 	}
-	if (arch == MODEL_ARCH_QWEN2MOE) {
+	if (arch == MODEL_ARCH_QWEN2MOE || arch == MODEL_ARCH_QWEN3MOE) {
 		int64_t step = 1;
 		const cJSON *mlp_only = jget(c, "mlp_only_layers");
 		if (cfg_int(c, "decoder_sparse_step", &step, err))
@@ -306,7 +311,8 @@ read_config(struct model *m, const cJSON *root, int *tied, char *err)
 			              "(decoder_sparse_step, mlp_only_layers) are not supported");
 	}
 
-	// RoPE scaling: linear, or llama3's per-frequency factors (made below)
+	// RoPE scaling: linear, yarn, longrope (its factors and llama3's are
+	// made into tensors below), HunYuan's NTK alpha folded into the base
 	const cJSON *rs = jget(c, "rope_scaling");
 	if (cJSON_IsObject(rs)) {
 		const cJSON *t = jget(rs, "rope_type");
@@ -319,9 +325,62 @@ read_config(struct model *m, const cJSON *root, int *tied, char *err)
 		if (!strcmp(ts, "linear")) {
 			if (factor > 0)
 				hp->rope_freq_scale = 1.0f / factor;
+			hp->rope_scaling = MODEL_ROPE_SCALING_LINEAR;
+		} else if (!strcmp(ts, "yarn")) {
+			float attn = 0;
+			if (cfg_int(rs, "original_max_position_embeddings", &hp->n_ctx_orig, err) ||
+			    cfg_float(rs, "beta_fast", &hp->yarn_beta_fast, err) ||
+			    cfg_float(rs, "beta_slow", &hp->yarn_beta_slow, err) ||
+			    cfg_float(rs, "attention_factor", &attn, err))
+				return -1;
+			if (hp->n_ctx_orig <= 0)
+				hp->n_ctx_orig = hp->n_ctx_train;
+			if (factor <= 0 && hp->n_ctx_orig > 0 && hp->n_ctx_train > hp->n_ctx_orig)
+				factor = (float)((double)hp->n_ctx_train / (double)hp->n_ctx_orig);
+			if (!(factor >= 1))
+				return ad_err(err, "config.json: rope_scaling yarn needs a factor of at least 1");
+			if (jget(rs, "mscale") || jget(rs, "mscale_all_dim"))
+				return ad_err(err, "config.json: rope_scaling yarn with mscale / mscale_all_dim "
+				              "is not supported");
+			hp->rope_scaling = MODEL_ROPE_SCALING_YARN;
+			hp->rope_freq_scale = 1.0f / factor;
+			// ggml scales cos/sin by 1 + 0.1 ln(factor) itself: a given
+			// attention factor replaces that one
+			if (attn > 0)
+				hp->rope_attn_factor = (float)(attn / (1.0 + 0.1 * log(factor)));
+		} else if (!strcmp(ts, "longrope") || !strcmp(ts, "su")) {
+			// the factors are read by add_rope_factors; the attention
+			// factor is HF's (and convert_hf_to_gguf's) unless given
+			float attn = 0;
+			int64_t orig = 0;
+			if (cfg_int(rs, "original_max_position_embeddings", &orig, err) ||
+			    cfg_int(c, "original_max_position_embeddings", &orig, err) ||
+			    cfg_float(rs, "attention_factor", &attn, err))
+				return -1;
+			if (orig <= 0)
+				orig = hp->n_ctx_train;
+			if (orig <= 0)
+				return ad_err(err, "config.json: rope_scaling longrope needs "
+				              "original_max_position_embeddings");
+			hp->rope_scaling = MODEL_ROPE_SCALING_LONGROPE;
+			hp->n_ctx_orig = orig;
+			double scale = (double)hp->n_ctx_train / (double)orig;
+			if (attn <= 0)
+				attn = scale > 1 ? (float)sqrt(1 + log(scale) / log((double)orig)) : 1.0f;
+			hp->rope_attn_factor = attn;
+		} else if (!strcmp(ts, "dynamic") && arch == MODEL_ARCH_HUNYUAN_DENSE) {
+			// NTK alpha, as convert_hf_to_gguf folds it: base * alpha^(d/(d-2))
+			float alpha = 50;
+			if (cfg_float(rs, "alpha", &alpha, err))
+				return -1;
+			int64_t hd = hp->head_dim > 0 ? hp->head_dim : hp->n_embd / hp->n_head;
+			double base = hp->rope_base > 0 ? hp->rope_base : 10000.0;
+			if (hd <= 2 || !(alpha > 0))
+				return ad_err(err, "config.json: rope_scaling dynamic alpha out of range");
+			hp->rope_base = (float)(base * pow((double)alpha, (double)hd / (double)(hd - 2)));
 		} else if (strcmp(ts, "llama3") && strcmp(ts, "default")) {
 			return ad_err(err, "config.json: rope_scaling type \"%.32s\" is not supported "
-			              "(linear, llama3)", ts);
+			              "(linear, llama3, yarn, longrope)", ts);
 		}
 	} else if (rs && !cJSON_IsNull(rs)) {
 		return ad_err(err, "config.json: rope_scaling is not an object");
@@ -373,6 +432,39 @@ add_llama3_rope_freqs(struct model *m, struct hf_src *s, const cJSON *c, char *e
 	return model_add_tensor(m, "rope_freqs.weight", AD_TYPE_F32, 1, ne, f, (size_t)n * 4, err);
 }
 
+// longrope's long_factor / short_factor lists as rope_factors_long/short
+static int
+add_rope_factors(struct model *m, struct hf_src *s, const cJSON *c, char *err)
+{
+	if (m->hp.rope_scaling != MODEL_ROPE_SCALING_LONGROPE)
+		return 0;
+	const cJSON *rs = jget(c, "rope_scaling");
+	int64_t hd = m->hp.head_dim > 0 ? m->hp.head_dim : m->hp.n_embd / m->hp.n_head;
+	int64_t n = (m->hp.n_rot > 0 ? m->hp.n_rot : hd) / 2;
+	static const char *keys[2] = { "long_factor", "short_factor" };
+	static const char *names[2] = { "rope_factors_long.weight", "rope_factors_short.weight" };
+	for (int k = 0; k < 2; k++) {
+		const cJSON *a = jget(rs, keys[k]);
+		if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n)
+			return ad_err(err, "config.json: rope_scaling.%s must be a list of %lld numbers "
+			              "(rotary dims / 2)", keys[k], (long long)n);
+		float *f = hf_alloc(s, (size_t)n * sizeof *f);
+		if (!f)
+			return ad_err(err, "out of memory");
+		for (int64_t i = 0; i < n; i++) {
+			const cJSON *e = cJSON_GetArrayItem(a, (int)i);
+			if (!cJSON_IsNumber(e) || !(e->valuedouble > 0))
+				return ad_err(err, "config.json: rope_scaling.%s[%lld] is not a positive number",
+				              keys[k], (long long)i);
+			f[i] = (float)e->valuedouble;
+		}
+		int64_t ne[1] = { n };
+		if (model_add_tensor(m, names[k], AD_TYPE_F32, 1, ne, f, (size_t)n * 4, err))
+			return -1;
+	}
+	return 0;
+}
+
 // --- tensors -----------------------------------------------------------------
 
 enum { X_NONE = 0, X_PLUS_ONE, X_SQUEEZE };
@@ -394,6 +486,8 @@ static const struct {
 	{ "self_attn.qkv_proj.bias", "attn_qkv.bias" },
 	{ "self_attn.q_norm.weight", "attn_q_norm.weight" },
 	{ "self_attn.k_norm.weight", "attn_k_norm.weight" },
+	{ "self_attn.query_layernorm.weight", "attn_q_norm.weight" }, // hunyuan
+	{ "self_attn.key_layernorm.weight", "attn_k_norm.weight" },
 	{ "post_attention_layernorm.weight", "ffn_norm.weight" }, // gemma: see below
 	{ "pre_feedforward_layernorm.weight", "ffn_norm.weight" },
 	{ "post_feedforward_layernorm.weight", "post_ffw_norm.weight" },
@@ -562,7 +656,8 @@ add_tensors(struct model *m, struct hf_src *s, int tied, char *err)
 				continue;
 			}
 			if (ie >= 0) {
-				if (m->arch != MODEL_ARCH_QWEN2MOE || ie >= m->hp.n_expert) {
+				if ((m->arch != MODEL_ARCH_QWEN2MOE && m->arch != MODEL_ARCH_QWEN3MOE) ||
+				    ie >= m->hp.n_expert) {
 					ad_err(err, "tensor %s: expert %d but num_experts is %lld", t->name, ie,
 					       (long long)m->hp.n_expert);
 					goto out;
@@ -607,6 +702,10 @@ model_load_hf(struct model *m, const char *dir, char *err)
 	model_init(m);
 	snprintf(m->path, sizeof m->path, "%s", dir);
 	m->is_gguf = 0;
+	const char *force = getenv("ANEDVD_ARCH");
+	if (force && *force)
+		ad_warn("%s: --arch %s is for GGUF files; a Hugging Face directory is loaded as its "
+		        "config.json says", dir, force);
 	char path[PATH_MAX];
 	if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
 		return ad_err(err, "%s: path too long", dir);
@@ -632,7 +731,7 @@ model_load_hf(struct model *m, const char *dir, char *err)
 	int tied = 0;
 	const cJSON *c = cJSON_IsObject(jget(cfg, "text_config")) ? jget(cfg, "text_config") : cfg;
 	if (read_config(m, cfg, &tied, err) || st_set_open(&s->set, dir, err) ||
-	    add_llama3_rope_freqs(m, s, c, err) || add_tensors(m, s, tied, err) ||
+	    add_llama3_rope_freqs(m, s, c, err) || add_rope_factors(m, s, c, err) || add_tensors(m, s, tied, err) ||
 	    model_finish(m, err)) {
 		ad_err_prefix(err, "%s", dir);
 		cJSON_Delete(cfg);

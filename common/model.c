@@ -28,7 +28,38 @@ static const struct arch_info arch_table[MODEL_ARCH_COUNT] = {
 	[MODEL_ARCH_GEMMA3] = {"gemma3", MODEL_ROPE_NEOX, 1e-6f},
 	[MODEL_ARCH_PHI3] = {"phi3", MODEL_ROPE_NEOX, 1e-5f},
 	[MODEL_ARCH_QWEN2MOE] = {"qwen2moe", MODEL_ROPE_NEOX, 1e-6f},
+	[MODEL_ARCH_QWEN3MOE] = {"qwen3moe", MODEL_ROPE_NEOX, 1e-6f},
+	[MODEL_ARCH_HUNYUAN_DENSE] = {"hunyuan-dense", MODEL_ROPE_NEOX, 1e-5f},
 };
+
+const char *
+model_arch_list(void)
+{
+	static char buf[512];
+	if (!buf[0]) {
+		size_t n = 0;
+		for (int i = 0; i < MODEL_ARCH_COUNT; i++)
+			n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s", i ? ", " : "", arch_table[i].name);
+	}
+	return buf;
+}
+
+const char *
+model_rope_scaling_name(enum model_rope_scaling s)
+{
+	switch (s) {
+	case MODEL_ROPE_SCALING_LINEAR: return "linear";
+	case MODEL_ROPE_SCALING_YARN: return "yarn";
+	case MODEL_ROPE_SCALING_LONGROPE: return "longrope";
+	default: return "none";
+	}
+}
+
+static int
+is_moe(enum model_arch a)
+{
+	return a == MODEL_ARCH_QWEN2MOE || a == MODEL_ARCH_QWEN3MOE;
+}
 
 int
 model_arch_from_name(const char *name)
@@ -63,6 +94,7 @@ model_init(struct model *m)
 	memset(m, 0, sizeof *m);
 	m->hp.bos_id = -1;
 	m->hp.eos_id = -1;
+	m->hp.yarn_ext_factor = -1;
 }
 
 void
@@ -135,6 +167,57 @@ model_kv_bytes_per_pos(const struct model *m)
 {
 	const struct model_hparams *hp = &m->hp;
 	return (size_t)hp->n_layer * (size_t)hp->n_head_kv * (size_t)(hp->head_dim + hp->head_dim_v) * sizeof(float);
+}
+
+const struct model_tensor *
+model_rope_factors(const struct model *m, int64_t n_ctx)
+{
+	if (m->rope_freqs.name)
+		return &m->rope_freqs;
+	if (m->hp.rope_scaling != MODEL_ROPE_SCALING_LONGROPE)
+		return NULL;
+	const struct model_tensor *t = n_ctx > m->hp.n_ctx_orig ? &m->rope_long : &m->rope_short;
+	return t->name ? t : NULL;
+}
+
+// ggml_rope_yarn_corr_dim: the pair index whose wavelength fits n_rot_b
+// turns into the original context
+static float
+yarn_corr_dim(int64_t n_dims, int64_t n_ctx_orig, float n_rot_b, float base)
+{
+	return (float)n_dims * logf((float)n_ctx_orig / (n_rot_b * 2 * (float)M_PI)) / (2 * logf(base));
+}
+
+void
+model_rope_angles(const struct model_hparams *hp, float base, float freq_scale, const float *factors, int pos,
+                  float *cs)
+{
+	const int64_t n_rot = hp->n_rot;
+	const float theta_scale = powf(base, -2.0f / (float)n_rot);
+	const float ext = hp->yarn_ext_factor > 0 ? hp->yarn_ext_factor : 0.0f;
+	float mscale = hp->rope_attn_factor > 0 ? hp->rope_attn_factor : 1.0f;
+	float lo = 0, hi = 0;
+	if (ext != 0.0f) {
+		lo = floorf(yarn_corr_dim(n_rot, hp->n_ctx_orig, hp->yarn_beta_fast, base));
+		hi = ceilf(yarn_corr_dim(n_rot, hp->n_ctx_orig, hp->yarn_beta_slow, base));
+		lo = lo > 0 ? lo : 0;
+		hi = hi < (float)(n_rot - 1) ? hi : (float)(n_rot - 1);
+		mscale *= 1.0f + 0.1f * logf(1.0f / freq_scale);
+	}
+	float theta = (float)pos;
+	for (int64_t i = 0; i < n_rot / 2; i++) {
+		float extrap = factors ? theta / factors[i] : theta;
+		float t = extrap * freq_scale;
+		if (ext != 0.0f) {
+			// rope_yarn_ramp: 1 below lo (extrapolate), 0 above hi (interpolate)
+			float y = ((float)i - lo) / fmaxf(0.001f, hi - lo);
+			float mix = (1 - fminf(1, fmaxf(0, y))) * ext;
+			t = t * (1 - mix) + extrap * mix;
+		}
+		cs[2 * i] = cosf(t) * mscale;
+		cs[2 * i + 1] = sinf(t) * mscale;
+		theta *= theta_scale;
+	}
 }
 
 // --- binding -------------------------------------------------------------------
@@ -230,7 +313,8 @@ bind_layer(struct model *m, int il, char *err)
 	    bindl(m, &L->bo, OPT, il, "attn_output.bias", E, 0, 0, err))
 		return -1;
 
-	int qk_norm = (a == MODEL_ARCH_QWEN3 || a == MODEL_ARCH_GEMMA3) ? REQ : OPT;
+	int qk_norm = (a == MODEL_ARCH_QWEN3 || a == MODEL_ARCH_QWEN3MOE || a == MODEL_ARCH_GEMMA3 ||
+	               a == MODEL_ARCH_HUNYUAN_DENSE) ? REQ : OPT;
 	if (bindl(m, &L->q_norm, qk_norm, il, "attn_q_norm.weight", hd, 0, 0, err) ||
 	    bindl(m, &L->k_norm, qk_norm, il, "attn_k_norm.weight", hd, 0, 0, err))
 		return -1;
@@ -245,7 +329,7 @@ bind_layer(struct model *m, int il, char *err)
 		return -1;
 
 	// feed-forward
-	if (a == MODEL_ARCH_QWEN2MOE) {
+	if (is_moe(a)) {
 		const int64_t ne = hp->n_expert, fe = hp->n_ff_exp, fs = hp->n_ff_shexp;
 		if (bindl(m, &L->gate_inp, REQ, il, "ffn_gate_inp.weight", E, ne, 0, err) ||
 		    bindl(m, &L->gate_exps, REQ, il, "ffn_gate_exps.weight", E, fe, ne, err) ||
@@ -288,22 +372,6 @@ bind_layer(struct model *m, int il, char *err)
 		L->rope_freq_scale = hp->rope_freq_scale;
 	}
 	return 0;
-}
-
-// a tensor with the shape of token_embd proves the llama layout is there
-static int
-has_llama_tensors(const struct model *m)
-{
-	static const char *names[] = {
-		"token_embd.weight", "output_norm.weight", "blk.0.attn_norm.weight",
-		"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight",
-		"blk.0.attn_output.weight", "blk.0.ffn_norm.weight", "blk.0.ffn_gate.weight",
-		"blk.0.ffn_up.weight", "blk.0.ffn_down.weight",
-	};
-	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-		if (!model_find_tensor(m, names[i]))
-			return 0;
-	return 1;
 }
 
 int
@@ -358,6 +426,19 @@ model_finish(struct model *m, char *err)
 		hp->rope_base_swa = a == MODEL_ARCH_GEMMA3 ? 10000.0f : hp->rope_base;
 	if (hp->rope == MODEL_ROPE_AUTO)
 		hp->rope = arch_table[a].rope;
+	if (hp->n_ctx_orig <= 0)
+		hp->n_ctx_orig = hp->n_ctx_train;
+	if (hp->yarn_ext_factor < 0)
+		hp->yarn_ext_factor = hp->rope_scaling == MODEL_ROPE_SCALING_YARN ? 1.0f : 0.0f;
+	if (hp->yarn_beta_fast <= 0)
+		hp->yarn_beta_fast = 32.0f;
+	if (hp->yarn_beta_slow <= 0)
+		hp->yarn_beta_slow = 1.0f;
+	if (hp->rope_attn_factor <= 0)
+		hp->rope_attn_factor = 1.0f;
+	if (hp->yarn_ext_factor > 0 && hp->n_ctx_orig <= 0)
+		return ad_err(err, "yarn RoPE scaling needs the original context length "
+		              "(rope.scaling.original_context_length)");
 	if (a == MODEL_ARCH_GEMMA2 && hp->swa_pattern <= 0)
 		hp->swa_pattern = 2;
 	if (a == MODEL_ARCH_GEMMA3 && hp->swa_pattern <= 0)
@@ -371,7 +452,10 @@ model_finish(struct model *m, char *err)
 		hp->q_scale = big ? 1.0f / sqrtf((float)(hp->n_embd / hp->n_head))
 		                  : 1.0f / sqrtf((float)hp->head_dim);
 	}
-	if (a == MODEL_ARCH_QWEN2MOE) {
+	hp->qk_norm_post_rope = a == MODEL_ARCH_HUNYUAN_DENSE;
+	if (a == MODEL_ARCH_QWEN3MOE)
+		hp->expert_weights_norm = 1; // llama.cpp always renormalises the chosen experts' weights
+	if (is_moe(a)) {
 		if (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert)
 			return ad_err(err, "expert counts %lld used of %lld invalid",
 			              (long long)hp->n_expert_used, (long long)hp->n_expert);
@@ -391,7 +475,9 @@ model_finish(struct model *m, char *err)
 	// global tensors
 	if (bind(m, &m->tok_embd, REQ, "token_embd.weight", hp->n_embd, hp->n_vocab, 0, err) ||
 	    bind(m, &m->output_norm, REQ, "output_norm.weight", hp->n_embd, 0, 0, err) ||
-	    bind(m, &m->rope_freqs, OPT, "rope_freqs.weight", hp->n_rot / 2, 0, 0, err))
+	    bind(m, &m->rope_freqs, OPT, "rope_freqs.weight", hp->n_rot / 2, 0, 0, err) ||
+	    bind(m, &m->rope_long, OPT, "rope_factors_long.weight", hp->n_rot / 2, 0, 0, err) ||
+	    bind(m, &m->rope_short, OPT, "rope_factors_short.weight", hp->n_rot / 2, 0, 0, err))
 		return -1;
 	int gemma = a == MODEL_ARCH_GEMMA2 || a == MODEL_ARCH_GEMMA3;
 	if (!gemma && bind(m, &m->output, OPT, "output.weight", hp->n_embd, hp->n_vocab, 0, err))
@@ -399,8 +485,13 @@ model_finish(struct model *m, char *err)
 	m->tied_output = gemma || !m->output.name; // gemma ignores output.weight
 	if (m->tied_output)
 		m->output = m->tok_embd;
-	if (m->rope_freqs.name && m->rope_freqs.type != 0)
-		return ad_err(err, "tensor rope_freqs.weight must be F32");
+	const struct model_tensor *fac[3] = {&m->rope_freqs, &m->rope_long, &m->rope_short};
+	for (int i = 0; i < 3; i++)
+		if (fac[i]->name && fac[i]->type != AD_TYPE_F32)
+			return ad_err(err, "tensor %s must be F32", fac[i]->name);
+	if (hp->rope_scaling != MODEL_ROPE_SCALING_LONGROPE && (m->rope_long.name || m->rope_short.name))
+		ad_warn("%s: longrope factors present but the RoPE scaling is %s: they are not used",
+		        m->name[0] ? m->name : m->path, model_rope_scaling_name(hp->rope_scaling));
 
 	free(m->layers);
 	m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
@@ -508,21 +599,41 @@ read_hparams(struct model *m, const struct gguf *g, char *err)
 	if (gguf_get_bool(g, key, &b) == 0)
 		hp->expert_weights_norm = b;
 
-	// RoPE scaling: linear only
+	// RoPE scaling
 	struct gguf_str st;
 	float factor = 0;
 	snprintf(key, sizeof key, "%s.rope.scaling.type", an);
 	int have_type = gguf_get_str(g, key, &st) == 0;
 	if (kv_float(g, an, "rope.scaling.factor", &factor, err) ||
-	    kv_float(g, an, "rope.scale_linear", &factor, err))
+	    kv_float(g, an, "rope.scale_linear", &factor, err) ||
+	    kv_int(g, an, "rope.scaling.original_context_length", &hp->n_ctx_orig, err) ||
+	    kv_float(g, an, "rope.scaling.attn_factor", &hp->rope_attn_factor, err) ||
+	    kv_float(g, an, "rope.scaling.yarn_ext_factor", &hp->yarn_ext_factor, err) ||
+	    kv_float(g, an, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast, err) ||
+	    kv_float(g, an, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow, err))
 		return -1;
-	if (have_type && !gguf_str_eq(st, "none") && !gguf_str_eq(st, "linear"))
-		return ad_err(err, "rope scaling type '%.*s' is not supported (only linear)",
-		              (int)(st.len > 32 ? 32 : st.len), st.ptr);
-	if (have_type && gguf_str_eq(st, "none"))
-		factor = 0;
+	hp->rope_scaling = factor > 0 ? MODEL_ROPE_SCALING_LINEAR : MODEL_ROPE_SCALING_NONE;
+	if (have_type) {
+		if (gguf_str_eq(st, "none"))
+			hp->rope_scaling = MODEL_ROPE_SCALING_NONE, factor = 0;
+		else if (gguf_str_eq(st, "linear"))
+			hp->rope_scaling = MODEL_ROPE_SCALING_LINEAR;
+		else if (gguf_str_eq(st, "yarn"))
+			hp->rope_scaling = MODEL_ROPE_SCALING_YARN;
+		else if (gguf_str_eq(st, "longrope"))
+			hp->rope_scaling = MODEL_ROPE_SCALING_LONGROPE, factor = 0;
+		else
+			return ad_err(err, "%s '%.*s' is not supported (none, linear, yarn, longrope)", key,
+			              (int)(st.len > 32 ? 32 : st.len), st.ptr);
+	}
 	if (factor > 0)
 		hp->rope_freq_scale = 1.0f / factor;
+	// HunYuan's NTK alpha: convert_hf_to_gguf folds it into freq_base; a
+	// file that also keeps the key would have it applied twice by llama.cpp,
+	// which this loader does not reproduce
+	snprintf(key, sizeof key, "%s.rope.scaling.alpha", an);
+	if (gguf_find_key(g, key) >= 0)
+		return ad_err(err, "%s is not supported (the converter folds it into rope.freq_base)", key);
 
 	if (gguf_get_i64(g, "tokenizer.ggml.bos_token_id", &v) == 0)
 		hp->bos_id = v;
@@ -569,15 +680,23 @@ model_load_gguf(struct model *m, const char *path, char *err)
 	}
 
 	int a = model_arch_from_name(m->arch_name);
-	if (a < 0) {
-		if (!has_llama_tensors(m)) {
-			ad_err(err, "%s: architecture '%s' is not supported (known: llama, mistral, smollm3, "
-			       "qwen2, qwen3, gemma2, gemma3, phi3, qwen2moe)", path, m->arch_name);
+	const char *force = getenv("ANEDVD_ARCH");
+	if (force && *force) {
+		// the user's choice (--arch): read the file's keys, run it as force
+		int f = model_arch_from_name(force);
+		if (f < 0) {
+			ad_err(err, "--arch %s: not an architecture anedvd implements (%s)", force, model_arch_list());
 			goto fail;
 		}
-		ad_warn("%s: unknown architecture '%s' has llama tensor names; loading it as llama",
-		        path, m->arch_name);
-		a = MODEL_ARCH_LLAMA;
+		if (f != a)
+			ad_warn("%s: architecture '%s' run as %s (--arch): the logits are those of %s, "
+			        "not necessarily of the model", path, m->arch_name, force, force);
+		a = f;
+	}
+	if (a < 0) {
+		ad_err(err, "%s: architecture '%s' is not implemented (anedvd implements: %s; "
+		       "--arch NAME runs it as one of them, at your risk)", path, m->arch_name, model_arch_list());
+		goto fail;
 	}
 	m->arch = a;
 	if (read_hparams(m, g, err) || model_finish(m, err)) {

@@ -39,6 +39,8 @@ enum model_arch {
 	MODEL_ARCH_GEMMA3,
 	MODEL_ARCH_PHI3,      // fused qkv and gate|up, partial rotary
 	MODEL_ARCH_QWEN2MOE,
+	MODEL_ARCH_QWEN3MOE,  // qwen3's q/k norms, routed experts only
+	MODEL_ARCH_HUNYUAN_DENSE, // llama block, neox RoPE, q/k norms after RoPE
 	MODEL_ARCH_COUNT,
 };
 
@@ -47,6 +49,20 @@ enum model_arch {
 // NEOX rotates (i, i + n_rot/2) (HF's rotate_half, i.e. what unpermuted HF
 // weights need). AUTO is resolved by model_finish from the architecture.
 enum model_rope { MODEL_ROPE_AUTO = 0, MODEL_ROPE_NORM = 1, MODEL_ROPE_NEOX = 2 };
+
+// RoPE scaling (GGUF rope.scaling.type, HF rope_scaling): LINEAR divides
+// positions by the factor (rope_freq_scale); YARN blends interpolated and
+// extrapolated frequencies per pair between the correction dims given by
+// beta_fast/beta_slow and the original context, and scales cos/sin by
+// 1 + 0.1 ln(factor); LONGROPE divides the frequencies by per-pair factors
+// (rope_factors_long when the context is longer than the original one,
+// rope_factors_short otherwise) and scales cos/sin by rope_attn_factor.
+enum model_rope_scaling {
+	MODEL_ROPE_SCALING_NONE = 0,
+	MODEL_ROPE_SCALING_LINEAR,
+	MODEL_ROPE_SCALING_YARN,
+	MODEL_ROPE_SCALING_LONGROPE,
+};
 
 // one weight: a typed view into the mapping
 struct model_tensor {
@@ -74,6 +90,12 @@ struct model_hparams {
 	float rope_base;        // 0: 10000
 	float rope_freq_scale;  // position multiplier (1/linear factor); 0: 1
 	float rope_base_swa;    // base on sliding-window layers; 0: = rope_base
+	enum model_rope_scaling rope_scaling;
+	int64_t n_ctx_orig;     // context the RoPE was trained for (yarn, longrope); 0: n_ctx_train
+	float yarn_ext_factor;  // < 0: not given (1 with yarn, else 0)
+	float yarn_beta_fast;   // 0: 32
+	float yarn_beta_slow;   // 0: 1
+	float rope_attn_factor; // cos/sin multiplier (longrope's attention factor); 0: 1
 	enum model_rope rope;   // AUTO: from the architecture (an HF loader sets NEOX)
 	int64_t sliding_window; // 0: none
 	int64_t swa_pattern;    // gemma: layer i slides unless (i+1) % pattern == 0
@@ -86,6 +108,7 @@ struct model_hparams {
 	int64_t n_ff_shexp;     // 0: from the tensors
 	int expert_weights_norm;  // renormalise the chosen experts' weights
 	int64_t n_no_rope_step; // smollm3: layer i has no RoPE if (i+1) % step == 0
+	int qk_norm_post_rope;  // q/k norms after RoPE (hunyuan), not before; set by model_finish
 	int64_t bos_id, eos_id; // -1 when unknown
 };
 
@@ -125,6 +148,7 @@ struct model {
 	struct model_tensor output; // type/data equal tok_embd's when tied
 	int tied_output;
 	struct model_tensor rope_freqs; // optional [n_rot/2]: theta_i /= rope_freqs[i]
+	struct model_tensor rope_long, rope_short; // longrope's factors, [n_rot/2]
 	struct model_layer *layers; // hp.n_layer entries
 
 	// every tensor of the file, by GGUF name (owned names)
@@ -162,6 +186,20 @@ const struct model_tensor *model_find_tensor(const struct model *m, const char *
 int model_finish(struct model *m, char *err);
 
 // --- queries ---------------------------------------------------------------
+// the names of every architecture in the table, ", "-separated
+const char *model_arch_list(void);
+const char *model_rope_scaling_name(enum model_rope_scaling s);
+// the per-pair frequency divisors an engine with a context of n_ctx
+// positions uses: rope_freqs, else longrope's long factors when n_ctx is
+// beyond the original context and the short ones otherwise (llama.cpp's
+// rule); NULL when the model has none
+const struct model_tensor *model_rope_factors(const struct model *m, int64_t n_ctx);
+// cos and sin of the n_rot/2 rotary pairs at pos into cs[2i], cs[2i+1], as
+// ggml computes them: theta as a float running product of base^(-2/n_rot),
+// divided by factors[i] (may be NULL), YaRN's blend and the cos/sin scale
+// from hp; base and freq_scale are the layer's
+void model_rope_angles(const struct model_hparams *hp, float base, float freq_scale, const float *factors,
+                       int pos, float *cs);
 // number of values in a tensor (product of ne)
 int64_t model_tensor_nelem(const struct model_tensor *t);
 // bytes of the KV cache per position in fp32, all layers

@@ -88,7 +88,8 @@ cpu_usage(int full)
 	        "  --dump-logits FILE  write float32 logits of every position of prompt + generated\n"
 	        "                      ids, teacher-forced: rows of n_vocab\n"
 	        "  --rope-hf           force neox RoPE pairing (i, i+n_rot/2)\n"
-	        "  --rope-adjacent     force norm RoPE pairing (2i, 2i+1)\n");
+	        "  --rope-adjacent     force norm RoPE pairing (2i, 2i+1)\n"
+	        "  --arch NAME         run a GGUF file as architecture NAME whatever it says\n");
 }
 
 struct cpu_opts {
@@ -144,6 +145,10 @@ cpu_args(int argc, char **argv, struct cpu_opts *o)
 			o->rope = MODEL_ROPE_NEOX;
 		} else if (!strcmp(a, "--rope-adjacent")) {
 			o->rope = MODEL_ROPE_NORM;
+		} else if (!strcmp(a, "--arch")) {
+			VAL();
+			if (cli_arch("cpu", argv[++i]))
+				return -1;
 		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			return 1;
 		} else {
@@ -460,8 +465,10 @@ out:
 static void
 info_usage(void)
 {
-	fprintf(stderr, "usage: anedvd info [--model M]\n"
-	                "  what this build can run, and the shape and size of a model\n");
+	fprintf(stderr, "usage: anedvd info [--model M] [--arch NAME]\n"
+	                "  what this build can run, and the shape and size of a model\n"
+	                "  --arch NAME   run a GGUF file as architecture NAME whatever it says (a warning\n"
+	                "                names both); without it an architecture anedvd lacks is refused\n");
 }
 
 static void
@@ -480,6 +487,9 @@ cmd_info(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--model") && i + 1 < argc) {
 			path = argv[++i];
+		} else if (!strcmp(argv[i], "--arch")) {
+			if (!cli_val("info", argc, argv, &i) || cli_arch("info", argv[i]))
+				return 2;
 		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
 			info_usage();
 			return 0;
@@ -533,11 +543,22 @@ cmd_info(int argc, char **argv)
 	printf("  rms eps                    %g\n", (double)hp->rms_eps);
 	printf("  RoPE                       %s, %lld dims, base %g", model_rope_name(hp->rope),
 	       (long long)hp->n_rot, (double)hp->rope_base);
-	if (hp->rope_freq_scale != 1.0f)
+	if (hp->rope_scaling == MODEL_ROPE_SCALING_YARN)
+		printf(", yarn x%g from an original context of %lld (beta fast %g, slow %g, ext %g)",
+		       1.0 / hp->rope_freq_scale, (long long)hp->n_ctx_orig, (double)hp->yarn_beta_fast,
+		       (double)hp->yarn_beta_slow, (double)hp->yarn_ext_factor);
+	else if (hp->rope_freq_scale != 1.0f)
 		printf(", linear scale x%g", 1.0 / hp->rope_freq_scale);
+	if (hp->rope_scaling == MODEL_ROPE_SCALING_LONGROPE)
+		printf(", longrope (original context %lld: %s factors up to it, %s beyond)", (long long)hp->n_ctx_orig,
+		       m.rope_short.name ? "short" : "no", m.rope_long.name ? "long" : "none");
+	if (hp->rope_attn_factor != 1.0f)
+		printf(", cos/sin x%g", (double)hp->rope_attn_factor);
 	if (m.rope_freqs.name)
 		printf(", per-pair frequency factors");
 	printf("\n");
+	if (m.layers[0].q_norm.name || m.layers[0].k_norm.name)
+		printf("  q/k norms                  per head, %s RoPE\n", hp->qk_norm_post_rope ? "after" : "before");
 	if (hp->sliding_window > 0) {
 		printf("  sliding window             %lld on layers", (long long)hp->sliding_window);
 		int any = 0;
@@ -595,6 +616,20 @@ cmd_info(int argc, char **argv)
 		ane_plan_free(&p);
 	}
 	printf("  kernel weights (default)   %s on emu, fp16 on ane (--weights)\n", ane_wfmt_name(def));
+	// the kernels of one layer (the first) and of the whole plan
+	struct ane_plan p;
+	if (ane_plan_build(&p, &m, NULL, err) == 0) {
+		int n0 = 0;
+		printf("  kernels per layer         ");
+		for (int i = 0; i < p.n; i++)
+			if (p.k[i].layer == 0) {
+				printf("%s%s", n0 ? " + " : " ", ane_kind_name(p.k[i].kind));
+				n0++;
+			}
+		printf(" (%d); %d in all with %d LM-head chunk%s%s\n", n0, p.n, p.head_chunks, p.head_chunks > 1 ? "s" : "",
+		       hp->n_expert ? "; routed experts on the CPU" : "");
+		ane_plan_free(&p);
+	}
 	model_free(&m);
 	return 0;
 }

@@ -250,16 +250,7 @@ gelu(float x)
 static void
 rope_angles(const struct engine *e, const struct eng_layer *L, int pos, float *cs)
 {
-	const int64_t n_rot = e->hp.n_rot;
-	const float theta_scale = powf(L->rope_base, -2.0f / (float)n_rot);
-	float theta = (float)pos;
-	for (int64_t i = 0; i < n_rot / 2; i++) {
-		float t = e->rope_freqs ? theta / e->rope_freqs[i] : theta;
-		t *= L->rope_freq_scale;
-		cs[2 * i] = cosf(t);
-		cs[2 * i + 1] = sinf(t);
-		theta *= theta_scale;
-	}
+	model_rope_angles(&e->hp, L->rope_base, L->rope_freq_scale, e->rope_freqs, pos, cs);
 }
 
 static void
@@ -446,7 +437,8 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 		ad_err(err, "out of memory");
 		goto fail;
 	}
-	if (deq(e, &m->output_norm, &e->output_norm, err) || deq(e, &m->rope_freqs, &e->rope_freqs, err))
+	const struct model_tensor *fac = model_rope_factors(m, e->max_seq);
+	if (deq(e, &m->output_norm, &e->output_norm, err) || (fac && deq(e, fac, &e->rope_freqs, err)))
 		goto fail;
 
 	for (int il = 0; il < hp->n_layer; il++) {
@@ -894,16 +886,20 @@ layer(struct engine *e, struct fwd *f, int il, int n, char *err)
 		if (L->bv)
 			for (int i = 0; i < e->nv; i++)
 				v[i] += L->bv[i];
-		if (L->q_norm)
-			for (int64_t h = 0; h < hp->n_head; h++)
-				rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, eps);
-		if (L->k_norm)
-			for (int64_t h = 0; h < hp->n_head_kv; h++)
-				rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, eps);
-		if (L->use_rope) {
-			const float *cs = e->cs + ((size_t)L->rope_conf * e->width + c) * hp->n_rot;
-			rope(e, q, hp->n_head, cs);
-			rope(e, k, hp->n_head_kv, cs);
+		// q/k norms before RoPE, or after it (hunyuan)
+		for (int pass = 0; pass < 2; pass++) {
+			if (pass == hp->qk_norm_post_rope) {
+				if (L->q_norm)
+					for (int64_t h = 0; h < hp->n_head; h++)
+						rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, eps);
+				if (L->k_norm)
+					for (int64_t h = 0; h < hp->n_head_kv; h++)
+						rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, eps);
+			} else if (L->use_rope) {
+				const float *cs = e->cs + ((size_t)L->rope_conf * e->width + c) * hp->n_rot;
+				rope(e, q, hp->n_head, cs);
+				rope(e, k, hp->n_head_kv, cs);
+			}
 		}
 		if (e->gelu)
 			for (int i = 0; i < e->nq; i++)

@@ -126,11 +126,26 @@ max64(int64_t a, int64_t b)
 	return a > b ? a : b;
 }
 
+// the frequency factors for a context of n_ctx (an empty slot when none)
+static const struct model_tensor *
+rope_factors(const struct model *m, int n_ctx)
+{
+	static const struct model_tensor none;
+	const struct model_tensor *t = model_rope_factors(m, n_ctx);
+	return t ? t : &none;
+}
+
 static void gelu_init(void);
 static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
 
 struct ref_engine *
 ref_new(const struct model *m, int max_seq, char *err)
+{
+	return ref_new_ctx(m, max_seq, max_seq, err);
+}
+
+struct ref_engine *
+ref_new_ctx(const struct model *m, int max_seq, int n_ctx, char *err)
 {
 	if (max_seq <= 0)
 		return ad_err(err, "max_seq must be positive, got %d", max_seq), NULL;
@@ -152,7 +167,7 @@ ref_new(const struct model *m, int max_seq, char *err)
 	}
 
 	if (deq(e, &m->tok_embd, &e->tok_embd, err) || deq(e, &m->output_norm, &e->output_norm, err) ||
-	    deq(e, &m->rope_freqs, &e->rope_freqs, err))
+	    deq(e, rope_factors(m, n_ctx), &e->rope_freqs, err))
 		goto fail;
 	if (m->tied_output)
 		e->output = e->tok_embd;
@@ -407,21 +422,13 @@ gelu(float x)
 	return gelu_table[ad_f32_to_fp16(x)];
 }
 
-// cos/sin of each rotary pair for one position. theta follows ggml: a
-// float running product of base^(-2/n_rot), so the angles match its bits.
+// cos/sin of each rotary pair for one position (model_rope_angles: theta
+// as ggml's float running product, so the angles match its bits, with
+// the model's RoPE scaling)
 static void
 rope_angles(const struct ref_engine *e, const struct ref_layer *L, int pos, float *cs)
 {
-	const int64_t n_rot = e->hp.n_rot;
-	const float theta_scale = powf(L->rope_base, -2.0f / (float)n_rot);
-	float theta = (float)pos;
-	for (int64_t i = 0; i < n_rot / 2; i++) {
-		float t = e->rope_freqs ? theta / e->rope_freqs[i] : theta;
-		t *= L->rope_freq_scale;
-		cs[2 * i] = cosf(t);
-		cs[2 * i + 1] = sinf(t);
-		theta *= theta_scale;
-	}
+	model_rope_angles(&e->hp, L->rope_base, L->rope_freq_scale, e->rope_freqs, pos, cs);
 }
 
 static void
@@ -443,6 +450,20 @@ rope(const struct ref_engine *e, float *v, int64_t n_heads, const float *cs)
 
 // --- the block -----------------------------------------------------------------
 
+// per-head RMSNorm of q and k (where the layer has the weights)
+static void
+qk_norm(struct ref_engine *e, const struct ref_layer *L)
+{
+	const struct model_hparams *hp = &e->hp;
+	const int64_t hd = hp->head_dim;
+	if (L->q_norm)
+		for (int64_t h = 0; h < hp->n_head; h++)
+			rmsnorm(e->q + h * hd, e->q + h * hd, L->q_norm, hd, hp->rms_eps);
+	if (L->k_norm)
+		for (int64_t h = 0; h < hp->n_head_kv; h++)
+			rmsnorm(e->k + h * hd, e->k + h * hd, L->k_norm, hd, hp->rms_eps);
+}
+
 static void
 attention(struct ref_engine *e, struct ref_layer *L, int pos)
 {
@@ -454,17 +475,15 @@ attention(struct ref_engine *e, struct ref_layer *L, int pos)
 	matvec(e->q, L->wq, e->xn, L->bq, E, hp->n_head * hd);
 	matvec(e->k, L->wk, e->xn, L->bk, E, nk);
 	matvec(e->v, L->wv, e->xn, L->bv, E, nv);
-	if (L->q_norm)
-		for (int64_t h = 0; h < hp->n_head; h++)
-			rmsnorm(e->q + h * hd, e->q + h * hd, L->q_norm, hd, hp->rms_eps);
-	if (L->k_norm)
-		for (int64_t h = 0; h < hp->n_head_kv; h++)
-			rmsnorm(e->k + h * hd, e->k + h * hd, L->k_norm, hd, hp->rms_eps);
+	if (!hp->qk_norm_post_rope)
+		qk_norm(e, L);
 	if (L->use_rope) {
 		rope_angles(e, L, pos, e->rope_cs);
 		rope(e, e->q, hp->n_head, e->rope_cs);
 		rope(e, e->k, hp->n_head_kv, e->rope_cs);
 	}
+	if (hp->qk_norm_post_rope)
+		qk_norm(e, L);
 	// gemma scales q itself; the others scale the scores (same maths,
 	// different rounding)
 	float score_scale = hp->q_scale;

@@ -115,6 +115,8 @@ int pipe_is_stop(const struct pipe *p, int32_t id);
 	"                      fp16 for F16/BF16/F32 models and on the ane backend (int8 unconfirmed there)\n" \
 	"  --rope-hf           force neox RoPE pairing; --rope-adjacent: force adjacent pairs\n" \
 	"                      (these two imply --in-process: the cpu-worker takes the model's own)\n" \
+	"  --arch NAME         run a GGUF file as architecture NAME (one anedvd implements) whatever\n" \
+	"                      it says, with a warning; without it an unknown one is refused\n" \
 	"  --in-process        run the decode loop in this process instead of anedvd-cpu-worker\n" \
 	"                      (the trace then has every kernel call)\n" \
 	"  --cache-dir D       the compiled-kernel cache (default $ANEDVD_CACHE_DIR,\n" \

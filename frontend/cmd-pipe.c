@@ -71,6 +71,9 @@ pipe_flag(struct pipe_opts *o, int argc, char **argv, int *i)
 		o->cache_max_mb = (int)x;
 	} else if (!strcmp(a, "--in-process")) {
 		o->in_process = 1;
+	} else if (!strcmp(a, "--arch")) {
+		if (!(v = cli_val(o->cmd, argc, argv, i)) || cli_arch(o->cmd, v))
+			return -1;
 	} else if (!strcmp(a, "--rope-hf")) {
 		o->rope = MODEL_ROPE_NEOX;
 	} else if (!strcmp(a, "--rope-adjacent")) {

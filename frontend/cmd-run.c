@@ -1108,7 +1108,7 @@ cmd_verify(int argc, char **argv)
 	double t_pipe = cli_now_ms() - t0;
 	enum model_rope pr = p.m.hp.rope;
 	p.m.hp.rope = p.ref_rope;
-	ref = ref_new(&p.m, n, err);
+	ref = ref_new_ctx(&p.m, n, p.max_seq, err); // the pipeline's context picks longrope's factors
 	p.m.hp.rope = pr;
 	if (!ref) {
 		fprintf(stderr, "anedvd verify: reference: %s\n", err);

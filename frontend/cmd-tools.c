@@ -74,6 +74,9 @@ tool_flag(struct tool_opts *o, int argc, char **argv, int *i)
 		o->rope = MODEL_ROPE_NEOX;
 	} else if (!strcmp(a, "--rope-adjacent")) {
 		o->rope = MODEL_ROPE_NORM;
+	} else if (!strcmp(a, "--arch")) {
+		if (!(v = cli_val(o->cmd, argc, argv, i)) || cli_arch(o->cmd, v))
+			return -1;
 	} else {
 		return 0;
 	}
@@ -212,20 +215,21 @@ static void
 check_usage(void)
 {
 	fprintf(stderr, "usage: anedvd check --model M [--split] [--chunk N] [--threads N] [--token ID]\n"
-	                "                    [--weights fp16|int8]\n"
+	                "                    [--weights fp16|int8] [--arch NAME]\n"
 	                "  every kernel of layer 0 and the whole LM head, built on emu (fp16 or int8\n"
 	                "  weights; default int8 for a model stored in 8 bits or fewer), against fp32\n"
 	                "  projections with the same dequantised weights (kb_exact), on one real\n"
 	                "  activation: the normed embedding of --token (default: BOS, else 1) for\n"
 	                "  kernels reading n_embd channels, a fixed pseudo-random vector for o and down.\n"
-	                "  max|diff|, relative (L2) error, NaN count; ok below 0.02, else FAIL (exit 1)\n");
+	                "  max|diff|, relative (L2) error, NaN count; ok below 0.02, else FAIL (exit 1)\n"
+	                "  --arch NAME  run a GGUF file as architecture NAME whatever it says\n");
 }
 
 int
 cmd_check(int argc, char **argv)
 {
 	struct tool_opts o = {.cmd = "check", .token = -1};
-	int r = tool_args(&o, argc, argv, "--model --split --chunk --threads --token --rope-hf --rope-adjacent --weights");
+	int r = tool_args(&o, argc, argv, "--model --split --chunk --threads --token --rope-hf --rope-adjacent --weights --arch");
 	if (r || !o.model) {
 		if (!r)
 			fprintf(stderr, "anedvd check: --model is required\n");
@@ -346,11 +350,13 @@ layers_usage(void)
 {
 	fprintf(stderr,
 	        "usage: anedvd layers --model M --upto N [--prompt TEXT | --prompt-ids 1,2,3] [--chunk N] [--split]\n"
+	        "                     [--arch NAME]\n"
 	        "  the prompt through only the first N layers (then the final norm and the LM head),\n"
 	        "  on emu in this process and in the fp32 reference engine, and the top 5 next tokens\n"
 	        "  of both: bisects a model that produces garbage. The cut is made by building both\n"
 	        "  engines on the model with its layer count set to N. Default prompt\n"
-	        "  \"The capital of France is\".\n");
+	        "  \"The capital of France is\".\n"
+	        "  --arch NAME  run a GGUF file as architecture NAME whatever it says\n");
 }
 
 static void
@@ -384,7 +390,7 @@ int
 cmd_layers(int argc, char **argv)
 {
 	struct tool_opts o = {.cmd = "layers", .upto = -1};
-	int r = tool_args(&o, argc, argv, "--model --upto --prompt --prompt-ids --chunk --split --threads --rope-hf --rope-adjacent");
+	int r = tool_args(&o, argc, argv, "--model --upto --prompt --prompt-ids --chunk --split --threads --rope-hf --rope-adjacent --arch");
 	if (r || !o.model || o.upto < 0) {
 		if (!r)
 			fprintf(stderr, "anedvd layers: --model and --upto are required\n");
@@ -440,7 +446,7 @@ cmd_layers(int argc, char **argv)
 	struct kb_opts ko = {.width = o.chunk, .split = o.split, .threads = o.threads};
 	struct engine_opts eo = {.max_seq = n + 1};
 	if (!(kl = kb_local_new(&cut, &ko, err)) || !(e = engine_new(&cut, kl, &eo, err)) ||
-	    !(s = engine_seq_new(e, err)) || !(ref = ref_new(&cut, n, err))) {
+	    !(s = engine_seq_new(e, err)) || !(ref = ref_new_ctx(&cut, n, eo.max_seq, err))) {
 		fprintf(stderr, "anedvd layers: %s\n", err);
 		goto out;
 	}
@@ -507,20 +513,21 @@ static void
 kernels_usage(void)
 {
 	fprintf(stderr, "usage: anedvd kernels --model M [--iters K] [--chunk N] [--split] [--threads N]\n"
-	                "                      [--weights fp16|int8]\n"
+	                "                      [--weights fp16|int8] [--arch NAME]\n"
 	                "  time every kernel of layer 0 and the LM head on emu for one column (a decode\n"
 	                "  step), K times (default 20): ms per eval and achieved GB/s of the weight bytes\n"
 	                "  the kernels hold (fp16, or int8 and the row scales; default int8 for a model\n"
 	                "  stored in 8 bits or fewer), then\n"
 	                "  the per-token total (layer 0 times the layer count plus the LM head) and a\n"
-	                "  plain memory read of the same size as a baseline\n");
+	                "  plain memory read of the same size as a baseline\n"
+	                "  --arch NAME  run a GGUF file as architecture NAME whatever it says\n");
 }
 
 int
 cmd_kernels(int argc, char **argv)
 {
 	struct tool_opts o = {.cmd = "kernels", .iters = 20};
-	int r = tool_args(&o, argc, argv, "--model --iters --chunk --split --threads --weights");
+	int r = tool_args(&o, argc, argv, "--model --iters --chunk --split --threads --weights --arch");
 	if (r || !o.model) {
 		if (!r)
 			fprintf(stderr, "anedvd kernels: --model is required\n");

@@ -130,6 +130,29 @@ for m in "$DATA"/models/*.gguf "$STORIES"; do
 	check "verify $(basename "$m") MATCH" [ $? -eq 0 ]
 	grep -q "MATCH" "$T/v.txt" || cat "$T/v.txt" >&2
 done
+# the newer architectures and RoPE scalings, on their fixtures' own ids (llama_yarn's 85
+# reach beyond its original context of 64)
+for m in "$DATA"/models2/*.gguf; do
+	ids=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(",".join(map(str, j["prompt_ids"] + j["greedy_ids"])))' "${m%.gguf}.json")
+	$A verify --model "$m" --prompt-ids "$ids" > "$T/v.txt" 2>&1
+	check "verify models2/$(basename "$m") MATCH" [ $? -eq 0 ]
+	grep -q "MATCH" "$T/v.txt" || cat "$T/v.txt" >&2
+done
+# an architecture anedvd does not implement is refused by name (it used to run as llama);
+# --arch runs it as a named one, with a warning
+python3 - "$DATA/models2/hunyuan_dense.gguf" "$T/unknown.gguf" <<'EOF2'
+import sys
+open(sys.argv[2], "wb").write(open(sys.argv[1], "rb").read().replace(b"hunyuan-dense", b"hunyuan-dzzzz"))
+EOF2
+$A run --model "$T/unknown.gguf" --prompt-ids 1,2,3 --max-tokens 2 > "$T/u.txt" 2>&1
+check "an unknown architecture is refused" [ $? -eq 1 ]
+check "the refusal names it and lists the known ones" grep -q "'hunyuan-dzzzz' is not implemented (anedvd implements: llama, .*hunyuan-dense" "$T/u.txt"
+$A verify --model "$T/unknown.gguf" --prompt-ids 1,403,407,261,378,432,383,286 --arch hunyuan-dense > "$T/u.txt" 2>&1
+check "--arch hunyuan-dense runs it: verify MATCH" [ $? -eq 0 ]
+check "--arch warns" grep -q "run as hunyuan-dense (--arch)" "$T/u.txt"
+$A run --model "$T/unknown.gguf" --prompt-ids 1 --arch gpt9 > /dev/null 2> "$T/u.err"
+check "--arch takes only a known architecture (exit 2)" [ $? -eq 2 ]
+check "--arch gpt9 is named" grep -q "arch takes one of llama, .* not 'gpt9'" "$T/u.err"
 $A verify --model "$STORIES" > "$T/v.txt" 2>&1
 check "verify with the default prompt (tokenizer process)" [ $? -eq 0 ]
 $A verify --model "$DATA/models/llama.gguf" --prompt-ids 1,2,3,4,5,6,7,8,9,10 --pipeline-rope-hf > "$T/v.txt" 2>&1

@@ -1,6 +1,6 @@
 // test-engine.c - the pipeline's decode loop against the reference engine.
 //
-// On every fixture model in tests/data/models (M.gguf with M.json), with
+// On every fixture model in tests/data/models and models2 (M.gguf with M.json), with
 // prompt_ids + greedy_ids teacher-forced:
 //   - kb_exact (fp32 kernels) with an fp32 KV cache gives ref_eval's logits
 //     to the bit; with the fp16 cache (the product) every argmax is equal
@@ -39,6 +39,7 @@
 #pragma GCC diagnostic ignored "-Wformat-zero-length" // CHECK without a message
 
 #define MODELS T_DATA "/models"
+#define MODELS2 T_DATA "/models2"
 #define WIDTH 16
 
 static uint64_t
@@ -93,9 +94,9 @@ cmp_name(const void *a, const void *b)
 }
 
 static void
-load_fixtures(void)
+load_dir(const char *dir)
 {
-	DIR *d = opendir(MODELS);
+	DIR *d = opendir(dir);
 	if (!d)
 		return;
 	struct dirent *de;
@@ -106,12 +107,12 @@ load_fixtures(void)
 		struct fixture *f = &fx[n_fx];
 		snprintf(f->name, sizeof f->name, "%.*s", (int)(len - 5), de->d_name);
 		char path[512], err[AD_ERRLEN];
-		snprintf(path, sizeof path, "%s/%s", MODELS, de->d_name);
+		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
 		cJSON *j = read_json(path);
 		int np = json_ids(cJSON_GetObjectItem(j, "prompt_ids"), f->ids, 128);
 		int ng = np < 0 ? -1 : json_ids(cJSON_GetObjectItem(j, "greedy_ids"), f->ids + np, 128 - np);
 		cJSON_Delete(j);
-		snprintf(path, sizeof path, "%s/%s.gguf", MODELS, f->name);
+		snprintf(path, sizeof path, "%s/%s.gguf", dir, f->name);
 		if (np <= 0 || ng <= 0 || model_load(&f->m, path, err)) {
 			CHECK(0, "%s: %s", f->name, np <= 0 || ng <= 0 ? "bad json" : err);
 			continue;
@@ -127,6 +128,13 @@ load_fixtures(void)
 		n_fx++;
 	}
 	closedir(d);
+}
+
+static void
+load_fixtures(void)
+{
+	load_dir(MODELS);
+	load_dir(MODELS2);
 	qsort(fx, (size_t)n_fx, sizeof *fx, cmp_name);
 }
 
@@ -392,7 +400,7 @@ check_model(struct fixture *f, int local)
 static void
 test_exact_all_models(void)
 {
-	REQUIRE(n_fx >= 18, "%d fixture models", n_fx);
+	REQUIRE(n_fx >= 23, "%d fixture models", n_fx);
 	for (int i = 0; i < n_fx; i++)
 		check_model(&fx[i], 0);
 }

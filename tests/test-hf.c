@@ -118,8 +118,8 @@ to_hf(const struct model *m, struct hf_out *o, const char *skip)
 	char err[AD_ERRLEN];
 	for (int64_t i = 0; i < m->n_tensors; i++) {
 		const struct model_tensor *t = &m->tensors[i];
-		if (skip && !strcmp(t->name, skip))
-			continue;
+		if ((skip && !strcmp(t->name, skip)) || !strncmp(t->name, "rope_factors_", 13))
+			continue; // (longrope's factors are lists in config.json)
 		int64_t n = model_tensor_nelem(t);
 		int native = t->type == AD_TYPE_F32 || t->type == AD_TYPE_F16 || t->type == AD_TYPE_BF16;
 		uint32_t type = native ? t->type : AD_TYPE_F32;
@@ -159,6 +159,10 @@ to_hf(const struct model *m, struct hf_out *o, const char *skip)
 			}
 			free(deq);
 			continue;
+		} else if (suffix && m->arch == MODEL_ARCH_HUNYUAN_DENSE && strstr(suffix, "_norm.weight") &&
+		           !strncmp(suffix, "attn_", 5) && suffix[5] != 'n') {
+			snprintf(hf, sizeof hf, "model.layers.%d.self_attn.%s_layernorm.weight", il,
+			         suffix[5] == 'q' ? "query" : "key");
 		} else if (suffix && hf_suffix(m, suffix)) {
 			snprintf(hf, sizeof hf, "model.layers.%d.%s", il, hf_suffix(m, suffix));
 		} else {
@@ -174,7 +178,7 @@ to_hf(const struct model *m, struct hf_out *o, const char *skip)
 		}
 		struct out_tensor *ot = push(o, hf, type, nd, ne, (size_t)n * esz);
 		int qk = suffix && (!strcmp(suffix, "attn_q.weight") || !strcmp(suffix, "attn_k.weight"));
-		if (m->arch == MODEL_ARCH_LLAMA && qk) {
+		if ((m->arch == MODEL_ARCH_LLAMA || m->arch == MODEL_ARCH_SMOLLM3) && qk) {
 			int64_t heads = !strcmp(suffix, "attn_q.weight") ? m->hp.n_head : m->hp.n_head_kv;
 			unpermute_rows(src, ot->data, t->ne[1], heads, (size_t)t->ne[0] * esz);
 		} else if (is_gemma(m) && strstr(t->name, "norm.weight")) {
@@ -208,6 +212,8 @@ hf_arch(const struct model *m, const char **type)
 		[MODEL_ARCH_GEMMA3] = { "Gemma3ForCausalLM", "gemma3_text" },
 		[MODEL_ARCH_PHI3] = { "Phi3ForCausalLM", "phi3" },
 		[MODEL_ARCH_QWEN2MOE] = { "Qwen2MoeForCausalLM", "qwen2_moe" },
+		[MODEL_ARCH_QWEN3MOE] = { "Qwen3MoeForCausalLM", "qwen3_moe" },
+		[MODEL_ARCH_HUNYUAN_DENSE] = { "HunYuanDenseV1ForCausalLM", "hunyuan_v1_dense" },
 	};
 	*type = a[m->arch][1];
 	return a[m->arch][0];
@@ -232,7 +238,44 @@ make_config(const struct model *m)
 	cJSON_AddNumberToObject(c, "intermediate_size", (double)hp->n_ff);
 	cJSON_AddNumberToObject(c, "max_position_embeddings", (double)hp->n_ctx_train);
 	cJSON_AddNumberToObject(c, "rms_norm_eps", (double)hp->rms_eps);
-	cJSON_AddNumberToObject(c, "rope_theta", (double)hp->rope_base);
+	if (m->arch == MODEL_ARCH_HUNYUAN_DENSE) {
+		// the base before convert_hf_to_gguf folds the NTK alpha into it
+		cJSON_AddNumberToObject(c, "rope_theta", 10000.0);
+		cJSON *rs = cJSON_AddObjectToObject(c, "rope_scaling");
+		cJSON_AddStringToObject(rs, "type", "dynamic");
+		cJSON_AddNumberToObject(rs, "alpha", 1000.0);
+		cJSON_AddNumberToObject(rs, "factor", 1.0);
+		cJSON_AddBoolToObject(c, "use_qk_norm", 1);
+	} else {
+		cJSON_AddNumberToObject(c, "rope_theta", (double)hp->rope_base);
+	}
+	if (m->arch == MODEL_ARCH_SMOLLM3) {
+		cJSON *nr = cJSON_AddArrayToObject(c, "no_rope_layers"); // 1: the layer uses RoPE
+		for (int64_t i = 0; i < hp->n_layer; i++)
+			cJSON_AddItemToArray(nr, cJSON_CreateNumber((i + 1) % hp->n_no_rope_step ? 1 : 0));
+	}
+	if (hp->rope_scaling == MODEL_ROPE_SCALING_YARN) {
+		cJSON *rs = cJSON_AddObjectToObject(c, "rope_scaling");
+		cJSON_AddStringToObject(rs, "rope_type", "yarn");
+		cJSON_AddNumberToObject(rs, "factor", 1.0 / (double)hp->rope_freq_scale);
+		cJSON_AddNumberToObject(rs, "original_max_position_embeddings", (double)hp->n_ctx_orig);
+		cJSON_AddNumberToObject(rs, "beta_fast", 32);
+		cJSON_AddNumberToObject(rs, "beta_slow", 1);
+	}
+	if (hp->rope_scaling == MODEL_ROPE_SCALING_LONGROPE) {
+		// Phi-3 style: the original context beside max_position_embeddings,
+		// the attention factor implied by their ratio
+		cJSON_AddNumberToObject(c, "original_max_position_embeddings", (double)hp->n_ctx_orig);
+		cJSON *rs = cJSON_AddObjectToObject(c, "rope_scaling");
+		cJSON_AddStringToObject(rs, "type", "longrope");
+		const struct model_tensor *f[2] = { &m->rope_long, &m->rope_short };
+		const char *keys[2] = { "long_factor", "short_factor" };
+		for (int k = 0; k < 2; k++) {
+			cJSON *a = cJSON_AddArrayToObject(rs, keys[k]);
+			for (int64_t i = 0; i < f[k]->ne[0]; i++)
+				cJSON_AddItemToArray(a, cJSON_CreateNumber((double)((const float *)f[k]->data)[i]));
+		}
+	}
 	cJSON_AddBoolToObject(c, "tie_word_embeddings", m->tied_output);
 	cJSON_AddNumberToObject(c, "bos_token_id", 1);
 	cJSON *eos = cJSON_AddArrayToObject(c, "eos_token_id");
@@ -243,7 +286,8 @@ make_config(const struct model *m)
 		cJSON_AddNumberToObject(c, "partial_rotary_factor", (double)hp->n_rot / (double)hp->head_dim);
 	if (m->arch == MODEL_ARCH_PHI3 || m->arch == MODEL_ARCH_QWEN2) {
 		cJSON_AddNullToObject(c, "sliding_window"); // as HF writes it when off
-		cJSON_AddNullToObject(c, "rope_scaling");
+		if (!cJSON_GetObjectItem(c, "rope_scaling"))
+			cJSON_AddNullToObject(c, "rope_scaling");
 	}
 	if (is_gemma(m)) {
 		cJSON_AddNumberToObject(c, "sliding_window", (double)hp->sliding_window);
@@ -266,11 +310,12 @@ make_config(const struct model *m)
 		cJSON_AddNumberToObject(rs, "factor", 1.0 / (double)hp->rope_freq_scale);
 		cJSON_AddNullToObject(c, "final_logit_softcapping");
 	}
-	if (m->arch == MODEL_ARCH_QWEN2MOE) {
+	if (m->arch == MODEL_ARCH_QWEN2MOE || m->arch == MODEL_ARCH_QWEN3MOE) {
 		cJSON_AddNumberToObject(c, "num_experts", (double)hp->n_expert);
 		cJSON_AddNumberToObject(c, "num_experts_per_tok", (double)hp->n_expert_used);
 		cJSON_AddNumberToObject(c, "moe_intermediate_size", (double)hp->n_ff_exp);
-		cJSON_AddNumberToObject(c, "shared_expert_intermediate_size", (double)hp->n_ff_shexp);
+		if (m->arch == MODEL_ARCH_QWEN2MOE)
+			cJSON_AddNumberToObject(c, "shared_expert_intermediate_size", (double)hp->n_ff_shexp);
 		cJSON_AddBoolToObject(c, "norm_topk_prob", hp->expert_weights_norm);
 		cJSON_AddNumberToObject(c, "decoder_sparse_step", 1);
 		cJSON_AddArrayToObject(c, "mlp_only_layers");
@@ -392,8 +437,15 @@ compare_hparams(const char *name, const struct model *g, const struct model *h)
 	SAME(n_ff_shexp);
 	SAME(expert_weights_norm);
 	SAME(n_no_rope_step);
+	SAME(rope_scaling);
+	SAME(n_ctx_orig);
+	SAME(yarn_ext_factor);
+	SAME(yarn_beta_fast);
+	SAME(yarn_beta_slow);
+	SAME(rope_attn_factor);
+	SAME(qk_norm_post_rope);
 	SAME(bos_id);
-	if (g->arch != MODEL_ARCH_QWEN2MOE)
+	if (g->arch != MODEL_ARCH_QWEN2MOE && g->arch != MODEL_ARCH_QWEN3MOE)
 		SAME(n_ff);
 #undef SAME
 	CHECK(b->eos_id == 2, "%s: eos %lld", name, (long long)b->eos_id);
@@ -430,7 +482,7 @@ compare_weights(const char *name, const struct model *g, const struct model *h)
 		int il, k = 0;
 		const char *suffix = sscanf(a->name, "blk.%d.%n", &il, &k) == 1 && k ? a->name + k : "";
 		int qk = !strcmp(suffix, "attn_q.weight") || !strcmp(suffix, "attn_k.weight");
-		if (g->arch == MODEL_ARCH_LLAMA && qk) {
+		if ((g->arch == MODEL_ARCH_LLAMA || g->arch == MODEL_ARCH_SMOLLM3) && qk) {
 			// HF keeps llama's q/k unpermuted; the GGUF rows are their permutation
 			float *u = malloc((size_t)n * 4);
 			int64_t heads = !strcmp(suffix, "attn_q.weight") ? g->hp.n_head : g->hp.n_head_kv;
@@ -454,12 +506,14 @@ compare_weights(const char *name, const struct model *g, const struct model *h)
 	CHECK(bad == 0, "%s: %d tensors differ", name, bad);
 }
 
+static const char *fixture_dir = "models"; // of the model being compared
+
 static int32_t *
 read_ids(const char *model, int *n)
 {
 	char path[512];
 	size_t len;
-	snprintf(path, sizeof path, "%s/models/%s.json", T_DATA, model);
+	snprintf(path, sizeof path, "%s/%s/%s.json", T_DATA, fixture_dir, model);
 	char *s = t_read_file(path, &len);
 	cJSON *j = s ? cJSON_Parse(s) : NULL;
 	free(s);
@@ -516,11 +570,14 @@ compare_logits(const char *name, const struct model *g, const struct model *h)
 static const struct {
 	const char *model;
 	int shards, index;
+	const char *dir;
 } cases[] = {
-	{ "llama", 2, 1 },        { "qwen2", 1, 0 },         { "qwen3", 1, 1 },
-	{ "gemma2", 1, 0 },       { "gemma3", 3, 1 },        { "phi3", 1, 0 },
-	{ "qwen2moe", 2, 0 },     { "llama256_bf16", 2, 1 }, { "llama256_f16", 1, 0 },
-	{ "llama256_q4_k", 1, 0 },
+	{ "llama", 2, 1, "models" },        { "qwen2", 1, 0, "models" },         { "qwen3", 1, 1, "models" },
+	{ "gemma2", 1, 0, "models" },       { "gemma3", 3, 1, "models" },        { "phi3", 1, 0, "models" },
+	{ "qwen2moe", 2, 0, "models" },     { "llama256_bf16", 2, 1, "models" }, { "llama256_f16", 1, 0, "models" },
+	{ "llama256_q4_k", 1, 0, "models" },
+	{ "qwen3moe", 2, 1, "models2" },    { "llama_yarn", 1, 0, "models2" },   { "phi3_longrope", 1, 0, "models2" },
+	{ "hunyuan_dense", 1, 0, "models2" }, { "smollm3", 1, 0, "models2" },
 };
 
 static void
@@ -530,7 +587,8 @@ test_round_trips(void)
 	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
 		const char *name = cases[k].model;
 		struct model g, h;
-		snprintf(path, sizeof path, "%s/models/%s.gguf", T_DATA, name);
+		fixture_dir = cases[k].dir;
+		snprintf(path, sizeof path, "%s/%s/%s.gguf", T_DATA, fixture_dir, name);
 		if (model_load_gguf(&g, path, err)) {
 			CHECK(0, "%s: %s", name, err);
 			continue;
@@ -553,6 +611,7 @@ test_round_trips(void)
 		}
 		model_free(&g);
 	}
+	fixture_dir = "models";
 }
 
 // --- error paths ---------------------------------------------------------------
@@ -628,7 +687,14 @@ test_errors(void)
 	expect_fail("hidden", "hidden_size", "\"128\"", NULL, NULL, "hidden_size");
 	expect_fail("nohidden", "hidden_size", NULL, NULL, NULL, "hidden_size");
 	expect_fail("shape", "intermediate_size", "300", NULL, NULL, "ffn_gate.weight");
-	expect_fail("rope", "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4}", NULL, NULL, "yarn");
+	expect_fail("rope", "rope_scaling", "{\"rope_type\": \"dynamic\", \"factor\": 4}", NULL, NULL, "dynamic");
+	expect_fail("yarn-mscale", "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4, \"mscale\": 1}", NULL, NULL,
+	            "mscale");
+	expect_fail("yarn-factor", "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 0.5}", NULL, NULL,
+	            "factor of at least 1");
+	expect_fail("longrope-short", "rope_scaling",
+	            "{\"type\": \"longrope\", \"long_factor\": [1, 2], \"short_factor\": [1, 2]}", NULL, NULL,
+	            "rope_scaling.long_factor must be a list of 8");
 	expect_fail("missing", NULL, NULL, "blk.1.ffn_down.weight", NULL, "blk.1.ffn_down.weight");
 	int64_t ids[4] = { 0 };
 	struct st_wtensor bad = { "model.layers.0.input_layernorm.weight", AD_TYPE_F32, 1, { 4 }, ids };
@@ -699,6 +765,88 @@ test_llama3_freqs(void)
 	CHECK(f[7] == 8.0f, "%g", f[7]);
 	for (int i = 1; i < 7; i++)
 		CHECK(f[i] >= 1.0f && f[i] <= 8.0f && f[i] >= f[i - 1], "%d %g", i, f[i]);
+	model_free(&h);
+	model_free(&g);
+}
+
+// YaRN from config.json with an attention_factor: it replaces ggml's own
+// 1 + 0.1 ln(factor) (here doubled, so the logits move), and a yarn without
+// a factor takes max_position_embeddings / original_max_position_embeddings
+static void
+test_yarn_config(void)
+{
+	char path[512], dir[512], err[AD_ERRLEN];
+	struct model g, h;
+	snprintf(path, sizeof path, "%s/models2/llama_yarn.gguf", T_DATA);
+	REQUIRE(model_load_gguf(&g, path, err) == 0, "%s", err);
+	struct hf_out o = { 0 };
+	REQUIRE(to_hf(&g, &o, NULL) == 0);
+	for (int k = 0; k < 2; k++) {
+		cJSON *cfg = make_config(&g);
+		cJSON *rs = cJSON_GetObjectItem(cfg, "rope_scaling");
+		if (k == 0) {
+			cJSON_AddNumberToObject(rs, "attention_factor", 2 * (1 + 0.1 * log(4.0)));
+		} else {
+			cJSON_DeleteItemFromObject(rs, "factor");
+			cJSON_ReplaceItemInObject(cfg, "max_position_embeddings", cJSON_CreateNumber(256));
+		}
+		snprintf(dir, sizeof dir, "%s/yarn-%d", t_tmpdir(), k);
+		REQUIRE(write_hf(dir, cfg, &o, 1, 0) == 0);
+		cJSON_Delete(cfg);
+		REQUIRE(model_load_hf(&h, dir, err) == 0, "%s", err);
+		CHECK(h.hp.rope_scaling == MODEL_ROPE_SCALING_YARN && h.hp.rope_freq_scale == 0.25f && h.hp.n_ctx_orig == 64);
+		if (k == 0)
+			CHECK(fabsf(h.hp.rope_attn_factor - 2.0f) < 1e-6f, "%g", (double)h.hp.rope_attn_factor);
+		else
+			CHECK(h.hp.rope_attn_factor == 1.0f);
+		float a[32], b[32];
+		model_rope_angles(&g.hp, g.hp.rope_base, g.hp.rope_freq_scale, NULL, 7, a);
+		model_rope_angles(&h.hp, h.hp.rope_base, h.hp.rope_freq_scale, NULL, 7, b);
+		for (int i = 0; i < 32; i++)
+			CHECK(fabsf(b[i] - (k == 0 ? 2 : 1) * a[i]) < 1e-6f, "%d: %g vs %g", i, (double)b[i], (double)a[i]);
+		model_free(&h);
+	}
+	free_out(&o);
+	model_free(&g);
+
+	// qwen2 in Qwen2.5's form: "type" rather than "rope_type"
+	snprintf(path, sizeof path, "%s/models/qwen2.gguf", T_DATA);
+	REQUIRE(model_load_gguf(&g, path, err) == 0, "%s", err);
+	REQUIRE(to_hf(&g, &o, NULL) == 0);
+	cJSON *cfg = make_config(&g);
+	cJSON_ReplaceItemInObject(cfg, "rope_scaling",
+	                          cJSON_Parse("{\"type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 16}"));
+	snprintf(dir, sizeof dir, "%s/qwen2-yarn", t_tmpdir());
+	REQUIRE(write_hf(dir, cfg, &o, 1, 0) == 0);
+	cJSON_Delete(cfg);
+	free_out(&o);
+	REQUIRE(model_load_hf(&h, dir, err) == 0, "%s", err);
+	CHECK(h.arch == MODEL_ARCH_QWEN2 && h.hp.rope_scaling == MODEL_ROPE_SCALING_YARN && h.hp.n_ctx_orig == 16 &&
+	      h.hp.rope_freq_scale == 0.25f && h.hp.yarn_ext_factor == 1.0f);
+	// against the GGUF: the same weights, other logits from position 1 on
+	int n;
+	int32_t *ids = read_ids("qwen2", &n);
+	struct ref_engine *eg = ref_new(&g, n, err), *eh = ref_new(&h, n, err);
+	REQUIRE(ids && eg && eh, "%s", err);
+	const int nv = ref_n_vocab(eg);
+	float *lg = malloc(sizeof(float) * (size_t)nv * (size_t)n), *lh = malloc(sizeof(float) * (size_t)nv * (size_t)n);
+	CHECK(ref_eval(eg, ids, n, lg) == 0 && ref_eval(eh, ids, n, lh) == 0);
+	double d0 = 0, d = 0;
+	for (int i = 0; i < nv * n; i++) {
+		double x = fabs((double)lg[i] - lh[i]);
+		if (i < nv)
+			d0 = fmax(d0, x);
+		else
+			d = fmax(d, x);
+	}
+	// position 0 has no rotation but YaRN's cos scale 1 + 0.1 ln 4 on k·q
+	// of the token with itself only: softmax of one score is 1 anyway
+	CHECK(d0 < 1e-4 && d > 0.1, "position 0: %g, later: %g", d0, d);
+	free(lg);
+	free(lh);
+	free(ids);
+	ref_free(eg);
+	ref_free(eh);
 	model_free(&h);
 	model_free(&g);
 }
@@ -803,5 +951,6 @@ main(void)
 	T_RUN(test_gemma3_multimodal);
 	T_RUN(test_errors);
 	T_RUN(test_llama3_freqs);
+	T_RUN(test_yarn_config);
 	return t_done();
 }

@@ -31,6 +31,9 @@ struct spec {
 	const char *q8_1;     // store this tensor as Q8_1 (not supported)
 	int64_t sliding_window;
 	int qwen2_biases;
+	const char *rope_scaling; // rope.scaling.type
+	float rope_alpha;         // rope.scaling.alpha
+	int flat_attn;            // attn_q and ffn_down all zero: uniform attention, no FFN
 };
 
 static uint32_t rng = 12345;
@@ -67,6 +70,8 @@ add(struct gguf_writer *w, const struct spec *s, const char *name, int64_t ne0, 
 	float *d = malloc(n * sizeof *d);
 	for (size_t i = 0; i < n; i++)
 		d[i] = base + frand(scale);
+	if (s->flat_attn && (strstr(name, "attn_q.weight") || strstr(name, "ffn_down.weight")))
+		memset(d, 0, n * sizeof *d);
 	int rc = gguf_writer_tensor(w, name, AD_TYPE_F32, nd, ne, d, n * sizeof *d, err);
 	free(d);
 	return rc;
@@ -91,6 +96,12 @@ write_model(const char *path, const struct spec *s)
 	gguf_writer_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
 	if (s->sliding_window)
 		gguf_writer_u32(w, KEY("attention.sliding_window"), (uint32_t)s->sliding_window);
+	if (s->rope_alpha > 0)
+		gguf_writer_f32(w, KEY("rope.scaling.alpha"), s->rope_alpha);
+	if (s->rope_scaling) {
+		gguf_writer_str(w, KEY("rope.scaling.type"), s->rope_scaling);
+		gguf_writer_f32(w, KEY("rope.scaling.factor"), 2.0f);
+	}
 #undef KEY
 	int rc = add(w, s, "token_embd.weight", E, V, 0, 0.4f, err) ||
 	         add(w, s, "output_norm.weight", E, 1, 1, 0.2f, err) ||
@@ -196,6 +207,70 @@ test_fixture_hparams(void)
 	model_free(&m);
 }
 
+// the newer architectures and RoPE scalings (tests/data/models2)
+static void
+test_fixture2_hparams(void)
+{
+	char err[AD_ERRLEN] = "";
+	struct model m;
+	REQUIRE(model_load(&m, T_DATA "/models2/qwen3moe.gguf", err) == 0, "%s", err);
+	CHECK(m.arch == MODEL_ARCH_QWEN3MOE && m.hp.head_dim == 64 && m.hp.n_expert == 8 && m.hp.n_expert_used == 2);
+	CHECK(m.hp.n_ff_exp == 64 && m.hp.expert_weights_norm == 1 && !m.tied_output);
+	CHECK(m.layers[1].q_norm.name && !m.layers[1].gate_shexp.name && m.layers[1].gate_exps.ne[2] == 8);
+	model_free(&m);
+
+	REQUIRE(model_load(&m, T_DATA "/models2/llama_yarn.gguf", err) == 0, "%s", err);
+	CHECK(m.hp.rope_scaling == MODEL_ROPE_SCALING_YARN && m.hp.rope_freq_scale == 0.25f);
+	CHECK(m.hp.n_ctx_orig == 64 && m.hp.yarn_ext_factor == 1.0f && m.hp.yarn_beta_fast == 32.0f &&
+	      m.hp.yarn_beta_slow == 1.0f && m.hp.rope_attn_factor == 1.0f && m.hp.rope == MODEL_ROPE_NORM);
+	CHECK(model_rope_factors(&m, 4096) == NULL);
+	// YaRN at position 1: pair 0 extrapolates, pairs 5.. interpolate, all
+	// scaled by 1 + 0.1 ln 4
+	float cs[32];
+	model_rope_angles(&m.hp, m.hp.rope_base, m.hp.rope_freq_scale, NULL, 1, cs);
+	const float ms = 1.0f + 0.1f * logf(4.0f);
+	CHECK_NEAR(cs[0], cosf(1.0f) * ms, 1e-6);
+	CHECK_NEAR(cs[11], sinf(0.25f * powf(1e4f, -10.0f / 32)) * ms, 1e-6);
+	model_free(&m);
+
+	REQUIRE(model_load(&m, T_DATA "/models2/phi3_longrope.gguf", err) == 0, "%s", err);
+	CHECK(m.hp.rope_scaling == MODEL_ROPE_SCALING_LONGROPE && m.hp.n_rot == 24 && m.hp.head_dim == 32);
+	CHECK(m.hp.n_ctx_orig == 4 && m.hp.yarn_ext_factor == 0 && fabsf(m.hp.rope_attn_factor - sqrtf(3)) < 1e-6f);
+	CHECK(model_rope_factors(&m, 5) == &m.rope_long && model_rope_factors(&m, 4) == &m.rope_short);
+	CHECK(m.rope_long.ne[0] == 12 && m.tied_output);
+
+	// the reference engine picks the factors by its context: short ones up
+	// to the original context of 4 (8.7 away, README), the long ones beyond
+	{
+		const int32_t ids[8] = {1, 403, 407, 261, 378, 432, 383, 286};
+		float *lg[3];
+		struct ref_engine *re[3] = {ref_new(&m, 8, err), ref_new_ctx(&m, 8, 4, err), ref_new_ctx(&m, 8, 5, err)};
+		for (int k = 0; k < 3; k++) {
+			REQUIRE(re[k], "%s", err);
+			lg[k] = malloc(8 * 512 * sizeof(float));
+			CHECK(ref_eval(re[k], ids, 8, lg[k]) == 0);
+			ref_free(re[k]);
+		}
+		double d_short = 0;
+		for (int i = 0; i < 8 * 512; i++)
+			d_short = fmax(d_short, fabs(lg[0][i] - lg[1][i]));
+		CHECK(d_short > 1.0, "short factors moved the logits only %g", d_short);
+		CHECK(memcmp(lg[0], lg[2], 8 * 512 * sizeof(float)) == 0);
+		printf("phi3_longrope: short instead of long factors moves the logits by %.2f\n", d_short);
+		for (int k = 0; k < 3; k++)
+			free(lg[k]);
+	}
+	model_free(&m);
+	REQUIRE(model_load(&m, T_DATA "/models2/hunyuan_dense.gguf", err) == 0, "%s", err);
+	CHECK(m.arch == MODEL_ARCH_HUNYUAN_DENSE && m.hp.rope == MODEL_ROPE_NEOX && m.hp.qk_norm_post_rope);
+	CHECK(m.hp.rope_scaling == MODEL_ROPE_SCALING_NONE && m.hp.rope_base == 1.5848932e7f && m.tied_output);
+	model_free(&m);
+
+	REQUIRE(model_load(&m, T_DATA "/models2/smollm3.gguf", err) == 0, "%s", err);
+	CHECK(m.arch == MODEL_ARCH_SMOLLM3 && m.layers[2].use_rope && !m.layers[3].use_rope && !m.hp.qk_norm_post_rope);
+	model_free(&m);
+}
+
 // --- errors ------------------------------------------------------------------
 
 static void
@@ -226,10 +301,18 @@ test_errors(void)
 	expect_error(&s, "blk.0.attn_q.weight", "Q8_1");
 
 	s = (struct spec){.arch = "mystery", .drop = "blk.0.ffn_gate.weight"};
-	expect_error(&s, "'mystery' is not supported", NULL);
+	expect_error(&s, "'mystery' is not implemented", NULL);
 
 	s = (struct spec){.arch = NULL};
 	expect_error(&s, "general.architecture", NULL);
+
+	s = (struct spec){.arch = "llama", .rope_scaling = "su"};
+	expect_error(&s, "llama.rope.scaling.type 'su' is not supported", "yarn, longrope");
+
+	s = (struct spec){.arch = "hunyuan-dense", .rope_alpha = 1000};
+	expect_error(&s, "hunyuan-dense.rope.scaling.alpha is not supported", NULL);
+	s = (struct spec){.arch = "hunyuan-dense"}; // its q/k norms are required
+	expect_error(&s, "missing tensor blk.0.attn_q_norm.weight", NULL);
 
 	s = (struct spec){.arch = "qwen2"}; // qwen2 requires q/k/v biases
 	expect_error(&s, "missing tensor blk.0.attn_q.bias", NULL);
@@ -244,16 +327,38 @@ test_errors(void)
 	CHECK(model_load(&m, tmp("no-such-directory"), err) == -1 && err[0]);
 }
 
+// an architecture anedvd does not implement is refused by name, with the
+// list of those it does, even with llama's tensor names (it used to run as
+// llama: a hunyuan-dense file came out 6.6 away from llama.cpp's logits);
+// ANEDVD_ARCH (--arch) runs it as a named one
 static void
 test_unknown_arch_with_llama_tensors(void)
 {
 	struct spec s = {.arch = "mystery"};
 	char err[AD_ERRLEN] = "";
 	struct model m;
+	unsetenv("ANEDVD_ARCH");
+	CHECK(load_spec(&s, &m, err) == -1, "an unknown architecture loaded");
+	CHECK(strstr(err, "'mystery' is not implemented") && strstr(err, "llama, mistral, smollm3") &&
+	      strstr(err, "qwen3moe") && strstr(err, "hunyuan-dense") && strstr(err, "--arch"), "%s", err);
+	s.arch = "hunyuan-moe";
+	CHECK(load_spec(&s, &m, err) == -1 && strstr(err, "'hunyuan-moe' is not implemented"), "%s", err);
+
+	setenv("ANEDVD_ARCH", "llama", 1);
+	s.arch = "mystery";
 	REQUIRE(load_spec(&s, &m, err) == 0, "%s", err);
 	CHECK(m.arch == MODEL_ARCH_LLAMA && !strcmp(m.arch_name, "mystery"));
 	CHECK(m.hp.n_embd == E && m.hp.n_layer == L && m.hp.n_head_kv == KV); // keys read under "mystery."
 	model_free(&m);
+	setenv("ANEDVD_ARCH", "gpt2", 1);
+	CHECK(load_spec(&s, &m, err) == -1 && strstr(err, "--arch gpt2") && strstr(err, "qwen2moe"), "%s", err);
+	// a forced architecture also applies to a known one: smollm3's NoPE layer
+	setenv("ANEDVD_ARCH", "smollm3", 1);
+	s.arch = "llama";
+	REQUIRE(load_spec(&s, &m, err) == 0, "%s", err);
+	CHECK(m.arch == MODEL_ARCH_SMOLLM3 && !m.layers[3].use_rope);
+	model_free(&m);
+	unsetenv("ANEDVD_ARCH");
 
 	s.arch = "qwen2";
 	s.qwen2_biases = 1;
@@ -364,6 +469,101 @@ test_sliding_window_and_nope(void)
 	model_free(&m);
 	REQUIRE(load_spec(&mistral, &m, err) == 0, "%s", err);
 	CHECK(m.layers[0].sliding && m.layers[3].sliding);
+	model_free(&m);
+}
+
+// a sliding window against a hand computation: with q = 0 every score is 0,
+// so attention is the plain mean of the values in the window, and with
+// ffn_down = 0 the FFN adds nothing; RoPE then acts on nothing either
+// (k is only dotted with q). So layer by layer, in double,
+//   x_p += wo · mean_{j in (p-W, p]} wv · (rmsnorm(x_j) · attn_norm)
+// and the logits are output · (rmsnorm(x_p) · output_norm)
+// max |d| between lg and the hand computation with a window of win
+static double
+by_hand(const struct model *m, const int32_t *ids, int n, const float *lg, int win)
+{
+	static double x[8][E], xn[8][E], v[8][KV * HD];
+	const float *emb = m->tok_embd.data;
+	for (int p = 0; p < n; p++)
+		for (int i = 0; i < E; i++)
+			x[p][i] = emb[ids[p] * E + i];
+	for (int il = 0; il < L; il++) {
+		const struct model_layer *ly = &m->layers[il];
+		const float *an = ly->attn_norm.data, *wv = ly->wv.data, *wo = ly->wo.data;
+		for (int p = 0; p < n; p++) {
+			double ss = 0;
+			for (int i = 0; i < E; i++)
+				ss += x[p][i] * x[p][i];
+			double sc = 1 / sqrt(ss / E + m->hp.rms_eps);
+			for (int i = 0; i < E; i++)
+				xn[p][i] = x[p][i] * sc * an[i];
+			for (int r = 0; r < KV * HD; r++) {
+				double a = 0;
+				for (int i = 0; i < E; i++)
+					a += (double)wv[r * E + i] * xn[p][i];
+				v[p][r] = a;
+			}
+		}
+		for (int p = 0; p < n; p++) {
+			double att[H * HD] = {0};
+			int first = p - win + 1 > 0 ? p - win + 1 : 0;
+			for (int h = 0; h < H; h++)
+				for (int d = 0; d < HD; d++) {
+					for (int j = first; j <= p; j++)
+						att[h * HD + d] += v[j][(h / (H / KV)) * HD + d];
+					att[h * HD + d] /= p - first + 1;
+				}
+			for (int o = 0; o < E; o++) {
+				double a = 0;
+				for (int i = 0; i < H * HD; i++)
+					a += (double)wo[o * H * HD + i] * att[i];
+				x[p][o] += a;
+			}
+		}
+	}
+	const float *on = m->output_norm.data, *out = m->output.data;
+	double md = 0;
+	for (int p = 0; p < n; p++) {
+		double ss = 0;
+		for (int i = 0; i < E; i++)
+			ss += x[p][i] * x[p][i];
+		double sc = 1 / sqrt(ss / E + m->hp.rms_eps);
+		for (int t = 0; t < V; t++) {
+			double a = 0;
+			for (int i = 0; i < E; i++)
+				a += (double)out[t * E + i] * x[p][i] * sc * on[i];
+			md = fmax(md, fabs(a - lg[p * V + t]));
+		}
+	}
+	return md;
+}
+
+// a sliding window against a hand computation: with q = 0 every score is 0,
+// so attention is the plain mean of the values in the window, and with
+// ffn_down = 0 the FFN adds nothing; RoPE then acts on nothing either
+// (k is only dotted with q). So layer by layer, in double,
+//   x_p += wo · mean_{j in (p-W, p]} wv · (rmsnorm(x_j) · attn_norm)
+// and the logits are output · (rmsnorm(x_p) · output_norm)
+static void
+test_sliding_window_by_hand(void)
+{
+	enum { N = 8, WIN = 3 };
+	struct spec s = {.arch = "mistral", .sliding_window = WIN, .flat_attn = 1};
+	char err[AD_ERRLEN] = "";
+	struct model m;
+	REQUIRE(load_spec(&s, &m, err) == 0, "%s", err);
+	const int32_t ids[N] = {1, 5, 9, 13, 17, 21, 25, 29};
+	struct ref_engine *e = ref_new(&m, N, err);
+	REQUIRE(e, "%s", err);
+	float *lg = malloc(sizeof(float) * N * V);
+	REQUIRE(ref_eval(e, ids, N, lg) == 0);
+	ref_free(e);
+	double md = by_hand(&m, ids, N, lg, WIN), full = by_hand(&m, ids, N, lg, N);
+	CHECK(md < 1e-4, "window of %d by hand vs the reference engine: max |d| %g", WIN, md);
+	CHECK(full > 1e-2, "the window has no effect: %g", full); // the test can tell
+	printf("mistral, window %d, by hand vs the reference engine: max |logit diff| %.2e (%.2e without the "
+	       "window)\n", WIN, md, full);
+	free(lg);
 	model_free(&m);
 }
 
@@ -547,16 +747,43 @@ test_cmd_info(void)
 	REQUIRE(out);
 	CHECK(strstr(out, "Q6_K:") && strstr(out, "norm (adjacent"), "%s", out);
 	free(out);
+	CHECK(RUN(cmd_info, "info", "--model", T_DATA "/models2/phi3_longrope.gguf") == 0);
+	out = t_read_file(tmp("out.txt"), &n);
+	REQUIRE(out);
+	CHECK(strstr(out, "24 dims") && strstr(out, "longrope (original context 4: short factors up to it, long beyond)") &&
+	      strstr(out, "cos/sin x1.73205") && strstr(out, "kernels per layer          qkv + o + ffn (3)"), "%s", out);
+	free(out);
+	CHECK(RUN(cmd_info, "info", "--model", T_DATA "/models2/llama_yarn.gguf") == 0);
+	out = t_read_file(tmp("out.txt"), &n);
+	REQUIRE(out);
+	CHECK(strstr(out, "yarn x4 from an original context of 64 (beta fast 32, slow 1"), "%s", out);
+	free(out);
+	CHECK(RUN(cmd_info, "info", "--model", T_DATA "/models2/qwen3moe.gguf") == 0);
+	out = t_read_file(tmp("out.txt"), &n);
+	REQUIRE(out);
+	CHECK(strstr(out, "qwen3moe") && strstr(out, "8, 2 used, size 64, shared 0, renormalised") &&
+	      strstr(out, "per head, before RoPE") && strstr(out, "qkv + o (2)") && strstr(out, "routed experts on the CPU"),
+	      "%s", out);
+	free(out);
+	CHECK(RUN(cmd_info, "info", "--model", T_DATA "/models2/hunyuan_dense.gguf") == 0);
+	out = t_read_file(tmp("out.txt"), &n);
+	REQUIRE(out);
+	CHECK(strstr(out, "hunyuan-dense") && strstr(out, "per head, after RoPE"), "%s", out);
+	free(out);
+	CHECK(RUN(cmd_info, "info", "--arch", "gpt9") == 2);
+	unsetenv("ANEDVD_ARCH");
 }
 
 int
 main(void)
 {
 	T_RUN(test_fixture_hparams);
+	T_RUN(test_fixture2_hparams);
 	T_RUN(test_errors);
 	T_RUN(test_unknown_arch_with_llama_tensors);
 	T_RUN(test_loader_api);
 	T_RUN(test_sliding_window_and_nope);
+	T_RUN(test_sliding_window_by_hand);
 	T_RUN(test_rope_override);
 	T_RUN(test_cmd_usage);
 	T_RUN(test_cmd_cpu);

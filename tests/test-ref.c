@@ -1,6 +1,7 @@
 // test-ref.c - the fp32 reference engine against llama.cpp's logits.
 //
-// For every fixture model M in tests/data/models (M.gguf with M.json):
+// For every fixture model M in tests/data/models and tests/data/models2
+// (M.gguf with M.json):
 // teacher-forced logits over prompt_ids + greedy_ids against M.fp32ref.bin
 // (exact fp32) and M.logits.bin (llama.cpp defaults), within the tolerances
 // of tolerances.json; free-running greedy decoding reproduces greedy_ids on
@@ -17,6 +18,7 @@
 #pragma GCC diagnostic ignored "-Wformat-zero-length" // CHECK without a message
 
 #define MODELS T_DATA "/models"
+#define MODELS2 T_DATA "/models2"
 
 static cJSON *tolerances;
 
@@ -78,10 +80,10 @@ all_f32(const struct model *m)
 }
 
 static void
-check_model(const char *name)
+check_model(const char *dir, const char *name)
 {
 	char path[512];
-	snprintf(path, sizeof path, MODELS "/%s.json", name);
+	snprintf(path, sizeof path, "%s/%s.json", dir, name);
 	cJSON *j = read_json(path);
 	REQUIRE(j, "%s unreadable", path);
 	int32_t ids[512];
@@ -100,7 +102,7 @@ check_model(const char *name)
 
 	char err[AD_ERRLEN] = "";
 	struct model m;
-	snprintf(path, sizeof path, MODELS "/%s.gguf", name);
+	snprintf(path, sizeof path, "%s/%s.gguf", dir, name);
 	REQUIRE(model_load(&m, path, err) == 0, "%s: %s", name, err);
 	struct ref_engine *e = ref_new(&m, rows, err);
 	int f32 = all_f32(&m);
@@ -113,10 +115,10 @@ check_model(const char *name)
 	REQUIRE(got);
 	CHECK(ref_eval(e, ids, rows, got) == 0);
 
-	snprintf(path, sizeof path, MODELS "/%s.fp32ref.bin", name);
+	snprintf(path, sizeof path, "%s/%s.fp32ref.bin", dir, name);
 	float *ref = t_read_file(path, &nb);
 	CHECK(ref && nb == n * sizeof(float), "%s: %zu bytes", path, nb);
-	snprintf(path, sizeof path, MODELS "/%s.logits.bin", name);
+	snprintf(path, sizeof path, "%s/%s.logits.bin", dir, name);
 	float *bin = t_read_file(path, &nb);
 	CHECK(bin && nb == n * sizeof(float), "%s: %zu bytes", path, nb);
 
@@ -167,12 +169,15 @@ check_model(const char *name)
 	ref_free(e);
 }
 
+// every M.gguf with an M.json in dir, checked against its logits
 static void
-test_fixtures(void)
+check_dir(const char *dir, int min)
 {
-	tolerances = read_json(MODELS "/tolerances.json");
-	REQUIRE(tolerances, "tolerances.json");
-	DIR *d = opendir(MODELS);
+	char path[512];
+	snprintf(path, sizeof path, "%s/tolerances.json", dir);
+	tolerances = read_json(path);
+	REQUIRE(tolerances, "%s", path);
+	DIR *d = opendir(dir);
 	REQUIRE(d);
 	char names[64][64];
 	int n = 0;
@@ -182,12 +187,12 @@ test_fixtures(void)
 		if (len < 6 || len - 5 >= sizeof names[0] || strcmp(de->d_name + len - 5, ".gguf"))
 			continue;
 		char json[512];
-		snprintf(json, sizeof json, MODELS "/%.*s.json", (int)(len - 5), de->d_name);
+		snprintf(json, sizeof json, "%s/%.*s.json", dir, (int)(len - 5), de->d_name);
 		if (access(json, R_OK) == 0)
 			snprintf(names[n++], sizeof names[0], "%.*s", (int)(len - 5), de->d_name);
 	}
 	closedir(d);
-	CHECK(n >= 18, "found %d fixture models", n);
+	CHECK(n >= min, "%s: found %d fixture models", dir, n);
 	// stable order
 	qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
 	for (int i = 0; i < n; i++) {
@@ -195,12 +200,26 @@ test_fixtures(void)
 		jmp_buf saved;
 		memcpy(saved, t_jmp, sizeof saved);
 		if (setjmp(t_jmp) == 0)
-			check_model(names[i]);
+			check_model(dir, names[i]);
 		memcpy(t_jmp, saved, sizeof saved);
 		if (t_fail != before)
 			fprintf(stderr, "FAIL model %s\n", names[i]);
 	}
 	cJSON_Delete(tolerances);
+	tolerances = NULL;
+}
+
+static void
+test_fixtures(void)
+{
+	check_dir(MODELS, 18);
+}
+
+// the newer architectures and RoPE scalings
+static void
+test_fixtures2(void)
+{
+	check_dir(MODELS2, 5);
 }
 
 // Karpathy's stories260K sample: greedy from BOS (see stories260K/SOURCES.md)
@@ -271,6 +290,7 @@ int
 main(void)
 {
 	T_RUN(test_fixtures);
+	T_RUN(test_fixtures2);
 	T_RUN(test_stories_from_bos);
 	T_RUN(test_positions);
 	return t_done();
