@@ -28,7 +28,8 @@ struct spec {
 	const char *arch;     // general.architecture; NULL: no key at all
 	const char *drop;     // leave this tensor out
 	const char *reshape;  // give this tensor one row too many
-	const char *q8_1;     // store this tensor as Q8_1 (not supported)
+	const char *q8_1;     // store this tensor as Q8_1 (zeros)
+	const char *i32;      // store this tensor as I32 (not a weight type)
 	int64_t sliding_window;
 	int qwen2_biases;
 	const char *rope_scaling; // rope.scaling.type
@@ -63,6 +64,13 @@ add(struct gguf_writer *w, const struct spec *s, const char *name, int64_t ne0, 
 		size_t nb = (size_t)(ne0 / 32) * 36 * (size_t)ne1;
 		void *z = calloc(1, nb);
 		int rc = gguf_writer_tensor(w, name, AD_TYPE_Q8_1, nd, ne, z, nb, err);
+		free(z);
+		return rc;
+	}
+	if (s->i32 && !strcmp(s->i32, name)) {
+		size_t nb = (size_t)(ne0 * ne1) * 4;
+		void *z = calloc(1, nb);
+		int rc = gguf_writer_tensor(w, name, AD_TYPE_I32, nd, ne, z, nb, err);
 		free(z);
 		return rc;
 	}
@@ -297,8 +305,16 @@ test_errors(void)
 	s = (struct spec){.arch = "llama", .reshape = "blk.3.ffn_norm.weight"};
 	expect_error(&s, "blk.3.ffn_norm.weight", "expected [32");
 
+	s = (struct spec){.arch = "llama", .i32 = "blk.0.attn_q.weight"};
+	expect_error(&s, "blk.0.attn_q.weight", "I32");
+	// Q8_1 is read (d x q)
 	s = (struct spec){.arch = "llama", .q8_1 = "blk.0.attn_q.weight"};
-	expect_error(&s, "blk.0.attn_q.weight", "Q8_1");
+	{
+		struct model m;
+		char err[AD_ERRLEN] = "";
+		CHECK(load_spec(&s, &m, err) == 0, "%s", err);
+		model_free(&m);
+	}
 
 	s = (struct spec){.arch = "mystery", .drop = "blk.0.ffn_gate.weight"};
 	expect_error(&s, "'mystery' is not implemented", NULL);

@@ -925,13 +925,13 @@ test_load_errors(void)
 	CHECK(tok_load(path, err) == NULL && strstr(err, "tokenizer.json"), "%s", err);
 	// GGUFs: unsupported model, no tokens, mismatched scores
 	struct gguf_writer *w = gguf_writer_new();
-	gguf_writer_str(w, "tokenizer.ggml.model", "bert");
+	gguf_writer_str(w, "tokenizer.ggml.model", "t5");
 	const char *toks[] = {"<unk>", "<s>", "</s>", "a"};
 	gguf_writer_arr_str(w, "tokenizer.ggml.tokens", toks, 4);
-	snprintf(path, sizeof path, "%s/bert.gguf", t_tmpdir());
+	snprintf(path, sizeof path, "%s/t5.gguf", t_tmpdir());
 	REQUIRE(gguf_writer_save(w, path, err) == 0, "%s", err);
 	gguf_writer_free(w);
-	CHECK(tok_load(path, err) == NULL && strstr(err, "bert"), "%s", err);
+	CHECK(tok_load(path, err) == NULL && strstr(err, "t5") && strstr(err, "bert"), "%s", err);
 
 	w = gguf_writer_new();
 	gguf_writer_str(w, "tokenizer.ggml.model", "llama");
