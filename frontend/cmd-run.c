@@ -1426,6 +1426,8 @@ cmd_serve(int argc, char **argv)
 		const char *av[24] = {b_fe, "--listen", listen, "--tokenizer", u_tok, "--engine", u_eng, "--name", name,
 		                      "--max-tokens", mt, "--max-seq", ms, "--parallel", par, "--queue", qu};
 		int k = 17;
+		av[k++] = "--model-file"; // its name in GET /props
+		av[k++] = po.model;
 		if (system) {
 			av[k++] = "--system";
 			av[k++] = system;
