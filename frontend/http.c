@@ -585,6 +585,8 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
 	const struct fe_dialect *d = &fe_openai;
 	if (path_is(req, "/v1/messages"))
 		d = &fe_anthropic;
+	else if (path_is(req, "/props"))
+		d = &fe_llama;
 
 	if (method_is(req, "OPTIONS")) {
 		hdr(req, "access-control-max-age", "86400");

@@ -100,6 +100,28 @@ test_calls(void)
 	REQUIRE(tokc_vocab(c, &v, TIMEOUT, err) == 0, "%s", err);
 	CHECK(v.n_vocab == 512 && v.bos == 1 && v.eos == 2, "n_vocab=%d bos=%d eos=%d", v.n_vocab, v.bos, v.eos);
 	CHECK(strcmp(v.model, "spm") == 0, "model %s", v.model);
+	struct tokc_vocab_texts vt;
+	REQUIRE(tokc_vocab_texts(c, &v, &vt, TIMEOUT, err) == 0, "%s", err);
+	CHECK(v.n_vocab == 512 && strcmp(vt.bos, "<s>") == 0 && strcmp(vt.eos, "</s>") == 0 && vt.chat_template,
+	      "bos '%s' eos '%s'", vt.bos, vt.eos);
+	tokc_vocab_texts_free(&vt);
+
+	// pieces as llama.cpp's token_to_piece: the BOS as its text, the
+	// SentencePiece space kept, the bytes of 'á' one per byte token
+	// (llama.cpp's server README: 198 -> C3, 164 -> A1 on stories260K)
+	int32_t pid3[] = { 1, 403, 198, 164 };
+	size_t *ends = NULL;
+	REQUIRE(tokc_pieces(c, pid3, 4, &out, &len, &ends, TIMEOUT, err) == 0, "%s", err);
+	CHECK(len == 10 && memcmp(out, "<s> Once\xc3\xa1", 10) == 0, "pieces '%s' (%zu)", out, len);
+	CHECK(ends[0] == 3 && ends[1] == 8 && ends[2] == 9 && ends[3] == 10, "ends %zu %zu %zu %zu", ends[0], ends[1],
+	      ends[2], ends[3]);
+	free(out);
+	free(ends);
+	int32_t outside[] = { 403, 512 };
+	CHECK(tokc_pieces(c, outside, 2, &out, &len, &ends, TIMEOUT, err) == -1 && strstr(err, "outside"), "%s", err);
+	REQUIRE(tokc_pieces(c, outside, 0, &out, &len, &ends, TIMEOUT, err) == 0 && len == 0, "%s", err);
+	free(out);
+	free(ends);
 
 	uint32_t pid = 0;
 	CHECK(tokc_health(c, &pid, TIMEOUT, err) == 0 && pid == (uint32_t)getpid(), "%s", err);
