@@ -118,7 +118,7 @@ fe_get_model(cJSON *body, const struct fe_config *cfg, struct fe_params *p, stru
 // --- the vocabulary -------------------------------------------------------------------
 
 static int
-fetch_vocab(char *err)
+fetch_vocab(int timeout_ms, char *err)
 {
 	pthread_mutex_lock(&X.mu);
 	int known = X.known;
@@ -127,7 +127,7 @@ fetch_vocab(char *err)
 		return 0;
 	struct tokc_vocab v;
 	struct tokc_vocab_texts t;
-	if (tokc_vocab_texts(fe_tok_client(), &v, &t, X.cfg->timeout_ms, err) != 0)
+	if (tokc_vocab_texts(fe_tok_client(), &v, &t, timeout_ms, err) != 0)
 		return -1;
 	pthread_mutex_lock(&X.mu);
 	if (!X.known) {
@@ -235,7 +235,7 @@ run_tokenize(struct fe_gen *g, char *err)
 static void
 run_detokenize(struct fe_gen *g, char *err)
 {
-	if (fetch_vocab(err) != 0) {
+	if (fetch_vocab(X.cfg->timeout_ms, err) != 0) {
 		fail(g, 503, "%s", err);
 		return;
 	}
@@ -311,7 +311,8 @@ extra_main(void *arg)
 		while (first && !X.known && !X.stopping && !X.head) {
 			pthread_mutex_unlock(&X.mu);
 			char err[AD_ERRLEN];
-			int rv = fetch_vocab(err);
+			// short tries, so that a stop is not held up by a tokenizer that is down
+			int rv = fetch_vocab(X.cfg->timeout_ms < 1000 ? X.cfg->timeout_ms : 1000, err);
 			pthread_mutex_lock(&X.mu);
 			if (rv == 0)
 				break;
