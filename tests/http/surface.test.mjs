@@ -329,3 +329,28 @@ describe('the API surface beside the generations', () => {
 		await healthy(s);
 	});
 });
+
+describe('the server\'s --system prompt is counted as it is sent', () => {
+	let s;
+	before(async () => {
+		s = await startStack({ frontend: ['--system', 'You are the server default.'] });
+	});
+	after(async () => {
+		await s?.stop();
+	});
+
+	it('count_tokens, /apply-template and usage agree on the default system prompt', async () => {
+		const messages = [{ role: 'user', content: 'ECHO:hi' }];
+		const count = async (body) => JSON.parse((await post(s, '/v1/messages/count_tokens', body)).body).input_tokens;
+		const none = await count({ messages });
+		// the server's prompt stands in for a missing one: the same as sending it
+		assert.equal(none, await count({ system: 'You are the server default.', messages }));
+		assert.ok(none > (await count({ system: 'x', messages })));
+		const m = JSON.parse((await post(s, '/v1/messages', { max_tokens: 4, messages })).body);
+		assert.equal(m.usage.input_tokens, none);
+		const { prompt } = JSON.parse((await post(s, '/apply-template', { messages })).body);
+		assert.ok(prompt.includes('You are the server default.'), prompt);
+		const r = JSON.parse((await post(s, '/v1/responses', { input: 'ECHO:hi' })).body);
+		assert.equal(r.usage.input_tokens, none);
+	});
+});
