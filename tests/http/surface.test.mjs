@@ -82,6 +82,9 @@ describe('the API surface beside the generations', () => {
 		assert.equal(await detokenize(s, ids), ' ' + text);
 		assert.equal(await detokenize(s, withBos), '<s> ' + text);
 		assert.equal(await detokenize(s, []), '');
+		// a byte token alone is not UTF-8: U+FFFD, as in every reply's text
+		assert.equal(await detokenize(s, [198]), '\ufffd');
+		assert.equal(await detokenize(s, [198, 164]), 'á');
 		// parse_special (default true) reads "<s>" as the BOS token
 		assert.equal((await tokenize(s, { content: '<s>Once' }))[0], 1);
 		assert.notEqual((await tokenize(s, { content: '<s>Once', parse_special: false }))[0], 1);
@@ -352,5 +355,40 @@ describe('the server\'s --system prompt is counted as it is sent', () => {
 		assert.ok(prompt.includes('You are the server default.'), prompt);
 		const r = JSON.parse((await post(s, '/v1/responses', { input: 'ECHO:hi' })).body);
 		assert.equal(r.usage.input_tokens, none);
+	});
+});
+
+describe('a tokenizer that is not there', () => {
+	let s;
+	before(async () => {
+		s = await startStack({ noTokenizer: true, frontend: ['--timeout-ms', '300'] });
+	});
+	after(async () => {
+		await s?.stop();
+	});
+
+	it('every endpoint that needs it answers 503 in its dialect, and the server goes on', async () => {
+		let r = await request(s, 'GET', '/props');
+		await llamaError(s, r, 503, /tokenizer has not answered/);
+		assert.equal(JSON.parse(r.body).error.type, 'unavailable_error');
+		for (const [p, body] of [
+			['/tokenize', { content: 'x' }],
+			['/detokenize', { tokens: [1] }],
+			['/apply-template', { messages: [{ role: 'user', content: 'x' }] }],
+		])
+			await llamaError(s, await post(s, p, body), 503, /tokenizer/);
+		r = await post(s, '/v1/messages/count_tokens', { messages: [{ role: 'user', content: 'x' }] });
+		assert.equal(r.status, 503, r.body);
+		assert.equal(JSON.parse(r.body).error.type, 'overloaded_error');
+		r = await post(s, '/v1/responses', { input: 'x' });
+		assert.equal(r.status, 503, r.body);
+		assert.match(JSON.parse(r.body).error.message, /tokenizer/);
+		// the models list needs no tokenizer; it names what it cannot know yet by leaving it out
+		r = await request(s, 'GET', '/v1/models');
+		assert.equal(r.status, 200);
+		const m = JSON.parse(r.body).data[0];
+		assert.equal(m.context_length, 2048);
+		assert.equal(m.meta.n_vocab, undefined);
+		await healthy(s);
 	});
 });
