@@ -392,3 +392,24 @@ describe('a tokenizer that is not there', () => {
 		await healthy(s);
 	});
 });
+
+describe('count_tokens of a prompt longer than the context', () => {
+	let s;
+	before(async () => {
+		s = await startStack({ frontend: ['--max-seq', '48'] });
+	});
+	after(async () => {
+		await s?.stop();
+	});
+
+	it('is the whole prompt: what usage kept plus what it dropped', async () => {
+		const messages = [{ role: 'user', content: 'ECHO:ok\n' + 'the cat sat on the mat and '.repeat(20) }];
+		const c = JSON.parse((await post(s, '/v1/messages/count_tokens', { messages })).body).input_tokens;
+		assert.ok(c > 48, String(c));
+		const u = JSON.parse((await post(s, '/v1/messages', { max_tokens: 8, messages })).body).usage;
+		assert.ok(u.prompt_tokens_dropped > 0);
+		assert.equal(u.input_tokens + u.prompt_tokens_dropped, c, JSON.stringify(u));
+		const r = JSON.parse((await post(s, '/v1/responses', { input: messages, max_output_tokens: 8 })).body).usage;
+		assert.equal(r.input_tokens + r.prompt_tokens_dropped, c, JSON.stringify(r));
+	});
+});
