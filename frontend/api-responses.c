@@ -341,7 +341,8 @@ response_obj(const struct fe_gen *g, int final)
 	cJSON_AddStringToObject(o, "tool_choice", "none");
 	cJSON_AddArrayToObject(o, "tools");
 	cJSON_AddNumberToObject(o, "top_p", round6(p->top_p));
-	cJSON_AddStringToObject(o, "truncation", "disabled");
+	// a prompt longer than the context loses its oldest tokens (usage.prompt_tokens_dropped)
+	cJSON_AddStringToObject(o, "truncation", "auto");
 	if (final)
 		cJSON_AddItemToObject(o, "usage", usage(g));
 	else
