@@ -9,6 +9,7 @@
 
 #include "client.h"
 #include "common.pb-c.h"
+#include "gguf.h"
 #include "ipc.h"
 #include "service.h"
 #include "t.h"
@@ -298,6 +299,42 @@ test_process(void)
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 2, "bad usage: status %d", status);
 }
 
+// VocabInfo carries the template's source and the BOS/EOS pieces of a model
+// that has them (GET /props shows them)
+static void
+test_template_text(void)
+{
+	char err[AD_ERRLEN], path[512], url2[300];
+	static const char tmpl[] = "{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n'}}{% endfor %}";
+	struct gguf_writer *w = gguf_writer_new();
+	gguf_writer_str(w, "tokenizer.ggml.model", "llama");
+	const char *toks[] = { "<unk>", "<s>", "</s>", "a" };
+	gguf_writer_arr_str(w, "tokenizer.ggml.tokens", toks, 4);
+	gguf_writer_str(w, "tokenizer.chat_template", tmpl);
+	snprintf(path, sizeof path, "%s/chat.gguf", t_tmpdir());
+	REQUIRE(gguf_writer_save(w, path, err) == 0, "%s", err);
+	gguf_writer_free(w);
+	struct tokenizer *t = tok_load(path, err);
+	REQUIRE(t, "%s", err);
+	struct tok_service s2;
+	tok_service_init(&s2, t, "test");
+	REQUIRE(ad_ipc_url(url2, sizeof url2, t_tmpdir(), "tok2") == 0);
+	struct ad_server *srv2 = ad_server_start(url2, 1, tok_service_handle, &s2, err);
+	REQUIRE(srv2, "%s", err);
+	struct ad_client *c = ad_client_open(url2, err);
+	REQUIRE(c, "%s", err);
+	struct tokc_vocab v;
+	struct tokc_vocab_texts vt;
+	REQUIRE(tokc_vocab_texts(c, &v, &vt, TIMEOUT, err) == 0, "%s", err);
+	CHECK(strcmp(vt.chat_template, tmpl) == 0, "template '%s'", vt.chat_template);
+	CHECK(strcmp(v.chat_template, "chatml") == 0, "family %s", v.chat_template);
+	CHECK(strcmp(vt.bos, "<s>") == 0 && strcmp(vt.eos, "</s>") == 0, "bos '%s' eos '%s'", vt.bos, vt.eos);
+	tokc_vocab_texts_free(&vt);
+	ad_client_close(c);
+	ad_server_stop(srv2);
+	tok_free(t);
+}
+
 int
 main(void)
 {
@@ -307,6 +344,7 @@ main(void)
 		T_RUN(test_errors);
 		T_RUN(test_concurrent);
 	}
+	T_RUN(test_template_text);
 	T_RUN(test_process);
 	ad_server_stop(srv);
 	tok_free(tok);
