@@ -593,6 +593,21 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
 		respond(req, "OPTIONS", 204, NULL, "", 0, 0);
 		return 0;
 	}
+	// POST routes
+	if (path_is(req, "/v1/chat/completions") || path_is(req, "/v1/completions") || path_is(req, "/v1/messages")) {
+		path = path_is(req, "/v1/chat/completions") ? "/v1/chat/completions"
+		       : path_is(req, "/v1/completions")    ? "/v1/completions"
+		                                            : "/v1/messages";
+		if (!is_post) {
+			hdr(req, "allow", "POST, OPTIONS");
+			respond_error(req, d, path, 405, NULL, "%s takes POST", path);
+			return 0;
+		}
+		enum fe_api api = d == &fe_anthropic ? FE_API_MESSAGES
+		                  : path_is(req, "/v1/completions") ? FE_API_COMPLETIONS
+		                                                    : FE_API_CHAT;
+		return start_generation(req, api, d, path);
+	}
 	// the POST routes beside chat, completions and messages (api-extra.c, api-responses.c)
 	static const struct {
 		const char *path;
@@ -614,21 +629,6 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
 			return 0;
 		}
 		return start_generation(req, extra[i].api, extra[i].d, extra[i].path);
-	}
-	// POST routes
-	if (path_is(req, "/v1/chat/completions") || path_is(req, "/v1/completions") || path_is(req, "/v1/messages")) {
-		path = path_is(req, "/v1/chat/completions") ? "/v1/chat/completions"
-		       : path_is(req, "/v1/completions")    ? "/v1/completions"
-		                                            : "/v1/messages";
-		if (!is_post) {
-			hdr(req, "allow", "POST, OPTIONS");
-			respond_error(req, d, path, 405, NULL, "%s takes POST", path);
-			return 0;
-		}
-		enum fe_api api = d == &fe_anthropic ? FE_API_MESSAGES
-		                  : path_is(req, "/v1/completions") ? FE_API_COMPLETIONS
-		                                                    : FE_API_CHAT;
-		return start_generation(req, api, d, path);
 	}
 	// GET routes
 	static const char *gets[] = { "/health", "/v1/models", "/metrics", "/", "/index.html", "/props" };
