@@ -10,6 +10,7 @@
 // /apply-template and /props; OpenAI's Responses API reference the event
 // names and their order.
 import assert from 'node:assert/strict';
+import http from 'node:http';
 import { after, before, describe, it } from 'node:test';
 
 import { env, post, request, sse, startStack, waitFor } from './harness.mjs';
@@ -411,5 +412,37 @@ describe('count_tokens of a prompt longer than the context', () => {
 		assert.equal(u.input_tokens + u.prompt_tokens_dropped, c, JSON.stringify(u));
 		const r = JSON.parse((await post(s, '/v1/responses', { input: messages, max_output_tokens: 8 })).body).usage;
 		assert.equal(r.input_tokens + r.prompt_tokens_dropped, c, JSON.stringify(r));
+	});
+});
+
+describe('a busy engine does not hold up the tokenizer\'s endpoints', () => {
+	let s;
+	before(async () => {
+		s = await startStack({ frontend: ['--parallel', '1', '--queue', '0'] });
+	});
+	after(async () => {
+		await s?.stop();
+	});
+
+	it('with every generation slot taken, chat is refused and the others answer', async () => {
+		const req = http.request(s.base + '/v1/chat/completions', { method: 'POST', agent: false, headers: { 'content-type': 'application/json' } });
+		req.on('error', () => {});
+		req.end(JSON.stringify({ messages: [{ role: 'user', content: '[noeos] [delay=50] busy' }], max_tokens: 400 }));
+		await waitFor(() => /generate/.test(s.events()));
+		const busy = await post(s, '/v1/responses', { input: 'ECHO:x' });
+		assert.equal(busy.status, 503, busy.body);
+		assert.equal(busy.headers['retry-after'], '1');
+		assert.deepEqual(await tokenize(s, { content: 'Once' }), [403]);
+		assert.equal(await detokenize(s, [403]), ' Once');
+		const c = await post(s, '/v1/messages/count_tokens', { messages: [{ role: 'user', content: 'x' }] });
+		assert.equal(c.status, 200, c.body);
+		assert.equal((await post(s, '/apply-template', { messages: [{ role: 'user', content: 'x' }] })).status, 200);
+		assert.equal((await request(s, 'GET', '/props')).status, 200);
+		// the generation was running all along
+		assert.doesNotMatch(s.events(), /^done /m);
+		assert.match((await request(s, 'GET', '/metrics')).body, /anedvd_running 1/);
+		req.destroy();
+		await waitFor(() => /cancel/.test(s.events()));
+		await healthy(s);
 	});
 });
