@@ -19,18 +19,15 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 	p->temperature = 0.7f;
 	p->top_p = 1;
 	p->repeat_penalty = 1;
-	const char *model = NULL;
-	if (fe_get_string(body, "model", &model, bad) < 0)
+	if (fe_get_model(body, cfg, p, bad) < 0)
 		return -1;
-	if (!(p->model = strdup(model && model[0] ? model : cfg->name)))
-		return fe_bad_set(bad, 503, NULL, "out of memory");
 	long long ll;
 	int rv = fe_get_int(body, "max_tokens", 1, 1 << 20, &ll, bad);
 	if (rv < 0)
 		return -1;
-	if (rv == 0)
+	if (rv == 0 && api != FE_API_COUNT_TOKENS) // count_tokens takes the request without it
 		return fe_bad_set(bad, 400, "max_tokens", "'max_tokens' is required");
-	p->max_tokens = (unsigned)ll;
+	p->max_tokens = rv ? (unsigned)ll : cfg->max_tokens;
 
 	cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
 	if (!msgs || cJSON_IsNull(msgs))

@@ -77,11 +77,8 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 	p->top_k = api == FE_API_CHAT ? 40 : 0;
 	p->top_p = 1;
 	p->repeat_penalty = 1;
-	const char *model = NULL;
-	if (fe_get_string(body, "model", &model, bad) < 0)
+	if (fe_get_model(body, cfg, p, bad) < 0)
 		return -1;
-	if (!(p->model = strdup(model && model[0] ? model : cfg->name)))
-		return fe_bad_set(bad, 503, NULL, "out of memory");
 	if (api == FE_API_CHAT) {
 		if (parse_messages(body, p, bad) != 0)
 			return -1;

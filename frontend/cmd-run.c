@@ -1212,8 +1212,10 @@ serve_usage(int full)
 		return;
 	}
 	fprintf(stderr,
-	        "  the HTTP server (OpenAI and Anthropic APIs, WebUI) with the tokenizer, the cpu-worker\n"
-	        "  and the ane-worker behind it, supervised: a crashed worker is restarted\n"
+	        "  the HTTP server (OpenAI chat, completions and Responses, Anthropic messages and\n"
+	        "  count_tokens, llama.cpp's /tokenize, /detokenize, /apply-template, /props; WebUI) with\n"
+	        "  the tokenizer, the cpu-worker and the ane-worker behind it, supervised: a crashed\n"
+	        "  worker is restarted\n"
 	        "  --host H, --port N  where to listen (default 127.0.0.1:8080)\n"
 	        "  --name ID           model id in /v1/models (default: the file's stem)\n"
 	        "  --system TEXT       system prompt for chats that bring none\n"
@@ -1426,6 +1428,8 @@ cmd_serve(int argc, char **argv)
 		const char *av[24] = {b_fe, "--listen", listen, "--tokenizer", u_tok, "--engine", u_eng, "--name", name,
 		                      "--max-tokens", mt, "--max-seq", ms, "--parallel", par, "--queue", qu};
 		int k = 17;
+		av[k++] = "--model-file"; // its name in GET /props
+		av[k++] = po.model;
 		if (system) {
 			av[k++] = "--system";
 			av[k++] = system;

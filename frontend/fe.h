@@ -29,6 +29,7 @@ struct fe_config {
 	const char *listen;
 	const char *tok_url, *engine_url;
 	const char *name;   // model id reported and echoed
+	const char *model_file; // the model's file name, for /props ("" or NULL: unknown)
 	const char *system; // default system prompt for chat requests
 	unsigned max_tokens; // default when the request has none
 	unsigned max_seq;    // context: prompt + reply must fit
@@ -40,7 +41,18 @@ struct fe_config {
 	int deadline_ms;     // a generation's whole life, queue included; 0: none
 };
 
-enum fe_api { FE_API_CHAT, FE_API_COMPLETIONS, FE_API_MESSAGES, FE_API_N };
+enum fe_api {
+	FE_API_CHAT,
+	FE_API_COMPLETIONS,
+	FE_API_MESSAGES,
+	FE_API_RESPONSES,
+	// answered by the tokenizer alone, without generating (api-extra.c)
+	FE_API_COUNT_TOKENS,
+	FE_API_TOKENIZE,
+	FE_API_DETOKENIZE,
+	FE_API_APPLY_TEMPLATE,
+	FE_API_N
+};
 
 // what a request asks for, in no dialect
 struct fe_params {
@@ -58,6 +70,12 @@ struct fe_params {
 	int has_seed;
 	char *stops[FE_MAX_STOPS];
 	size_t n_stops;
+	// the Responses API: msgs[0] holds the instructions; the reply echoes them
+	int has_instructions, has_max_output;
+	// /tokenize (prompt is the content), /detokenize (ids)
+	int add_special, parse_special, with_pieces;
+	int32_t *ids;
+	size_t n_ids;
 };
 
 void fe_params_free(struct fe_params *p);
@@ -90,6 +108,7 @@ struct fe_gen {
 	int queued;              // in the admission queue (queue lock)
 	uint64_t t_admit;        // ns, monotonic
 	char id[48];             // response id in the dialect's form
+	unsigned seq;            // the Responses stream's sequence_number (loop thread)
 	long long created;       // unix seconds
 	char *text;              // non-stream: the whole reply (worker, then loop)
 	size_t len, cap;
@@ -152,6 +171,14 @@ void fe_post(struct fe_gen *g, enum fe_msg_kind kind, const char *text, size_t l
 
 uint64_t fe_now_ns(void);
 
+// the prompt of a request as the engine gets it: the server's default system
+// prompt, the chat template (fe_prompt_text), then the encoding. Every
+// dialect and /v1/messages/count_tokens go through these.
+struct ad_client;
+struct ad_client *fe_tok_client(void);
+int fe_prompt_text(const struct fe_params *p, char **text, char *err);
+int fe_prompt_ids(const struct fe_params *p, int32_t **ids, size_t *n, char *err);
+
 // --- http.c: the h2o loop ------------------------------------------------------------
 // fe_http_run serves until fe_http_stop (async-signal-safe) is called.
 int fe_http_run(const struct fe_config *cfg, char *err);
@@ -180,6 +207,28 @@ struct fe_dialect {
 };
 
 extern const struct fe_dialect fe_openai, fe_anthropic;
+// api-responses.c: POST /v1/responses
+extern const struct fe_dialect fe_responses;
+// api-extra.c: POST /v1/messages/count_tokens (Anthropic's shapes) and
+// llama.cpp's POST /tokenize, /detokenize, /apply-template
+extern const struct fe_dialect fe_count_tokens, fe_llama;
+
+// --- api-extra.c: the requests that do not generate ----------------------------------
+// They run on a thread of their own (the loop never waits on IPC), not in the
+// admission queue, so a busy engine does not hold them up.
+int fe_extra_start(const struct fe_config *cfg, char *err);
+void fe_extra_stop(void);
+int fe_api_generates(enum fe_api api);
+// fe_extra_admit queues g (the worker's reference); -1 when too many wait
+int fe_extra_admit(struct fe_gen *g);
+// GET /v1/models (id NULL) and /v1/models/{id}: NULL with *status 404 for
+// an id not served
+char *fe_models_json(const char *id, size_t idl, int *status, size_t *len);
+// GET /props (llama.cpp's shape): NULL with *status 503 until the tokenizer has answered
+char *fe_props_json(int *status, size_t *len);
+// the request's "model": at most 256 bytes of valid UTF-8; any id is
+// accepted (clients hard-code names) and the reply names the served one
+int fe_get_model(struct cJSON *body, const struct fe_config *cfg, struct fe_params *p, struct fe_bad *bad);
 
 // api-common.c: field readers. Each returns 0 when the field is absent (or
 // null), 1 when read, -1 with bad filled (status 400, naming the field).

@@ -486,9 +486,12 @@ start_generation(h2o_req_t *req, enum fe_api api, const struct fe_dialect *d, co
 		respond_error(req, d, endpoint, bad.status ? bad.status : 400, bad.param, "%s", bad.msg);
 		return 0;
 	}
-	fe_new_id(g, api == FE_API_CHAT ? "chatcmpl-" : api == FE_API_COMPLETIONS ? "cmpl-" : "msg_");
+	fe_new_id(g, api == FE_API_CHAT          ? "chatcmpl-"
+	             : api == FE_API_COMPLETIONS ? "cmpl-"
+	             : api == FE_API_RESPONSES   ? "resp_"
+	                                         : "msg_");
 	g->refs = 2;
-	if (fe_admit(g) != 0) {
+	if ((fe_api_generates(api) ? fe_admit(g) : fe_extra_admit(g)) != 0) {
 		fe_params_free(&g->p);
 		free(g);
 		fe_metrics_rejected();
@@ -526,39 +529,26 @@ health(h2o_req_t *req)
 	respond(req, "/health", 200, "application/json", body, (size_t)n, 1);
 }
 
-static cJSON *
-model_obj(void)
-{
-	cJSON *m = cJSON_CreateObject();
-	cJSON_AddStringToObject(m, "id", S.cfg->name);
-	cJSON_AddStringToObject(m, "object", "model");
-	cJSON_AddNumberToObject(m, "created", (double)S.started_at);
-	cJSON_AddStringToObject(m, "owned_by", "anedvd");
-	// the Anthropic client reads these
-	cJSON_AddStringToObject(m, "type", "model");
-	cJSON_AddStringToObject(m, "display_name", S.cfg->name);
-	char iso[32];
-	time_t t = (time_t)S.started_at;
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	strftime(iso, sizeof iso, "%Y-%m-%dT%H:%M:%SZ", &tm);
-	cJSON_AddStringToObject(m, "created_at", iso);
-	return m;
-}
-
 static void
 models(h2o_req_t *req)
 {
-	cJSON *o = cJSON_CreateObject();
-	cJSON_AddStringToObject(o, "object", "list");
-	cJSON *data = cJSON_AddArrayToObject(o, "data");
-	cJSON_AddItemToArray(data, model_obj());
-	cJSON_AddStringToObject(o, "first_id", S.cfg->name);
-	cJSON_AddStringToObject(o, "last_id", S.cfg->name);
-	cJSON_AddFalseToObject(o, "has_more");
 	size_t n = 0;
-	char *s = fe_json_print(o, &n);
+	int status;
+	char *s = fe_models_json(NULL, 0, &status, &n);
 	respond_json(req, "/v1/models", 200, s, n);
+}
+
+static void
+props(h2o_req_t *req)
+{
+	size_t n = 0;
+	int status;
+	char *s = fe_props_json(&status, &n);
+	if (!s && status == 503) {
+		respond_error(req, &fe_llama, "/props", 503, NULL, "the tokenizer has not answered yet; retry shortly");
+		return;
+	}
+	respond_json(req, "/props", 200, s, n);
 }
 
 static void
@@ -595,6 +585,8 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
 	const struct fe_dialect *d = &fe_openai;
 	if (path_is(req, "/v1/messages"))
 		d = &fe_anthropic;
+	else if (path_is(req, "/props"))
+		d = &fe_llama;
 
 	if (method_is(req, "OPTIONS")) {
 		hdr(req, "access-control-max-age", "86400");
@@ -616,8 +608,30 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
 		                                                    : FE_API_CHAT;
 		return start_generation(req, api, d, path);
 	}
+	// the POST routes beside chat, completions and messages (api-extra.c, api-responses.c)
+	static const struct {
+		const char *path;
+		enum fe_api api;
+		const struct fe_dialect *d;
+	} extra[] = {
+		{ "/v1/responses", FE_API_RESPONSES, &fe_responses },
+		{ "/v1/messages/count_tokens", FE_API_COUNT_TOKENS, &fe_count_tokens },
+		{ "/tokenize", FE_API_TOKENIZE, &fe_llama },
+		{ "/detokenize", FE_API_DETOKENIZE, &fe_llama },
+		{ "/apply-template", FE_API_APPLY_TEMPLATE, &fe_llama },
+	};
+	for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
+		if (!path_is(req, extra[i].path))
+			continue;
+		if (!is_post) {
+			hdr(req, "allow", "POST, OPTIONS");
+			respond_error(req, extra[i].d, extra[i].path, 405, NULL, "%s takes POST", extra[i].path);
+			return 0;
+		}
+		return start_generation(req, extra[i].api, extra[i].d, extra[i].path);
+	}
 	// GET routes
-	static const char *gets[] = { "/health", "/v1/models", "/metrics", "/", "/index.html" };
+	static const char *gets[] = { "/health", "/v1/models", "/metrics", "/", "/index.html", "/props" };
 	int found = -1;
 	for (int i = 0; i < (int)(sizeof gets / sizeof gets[0]); i++)
 		if (path_is(req, gets[i]))
@@ -639,13 +653,14 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
 	if (model_path) {
 		const char *id = req->path_normalized.base + ml;
 		size_t idl = req->path_normalized.len - ml;
-		if (idl != strlen(S.cfg->name) || memcmp(id, S.cfg->name, idl) != 0) {
+		size_t n = 0;
+		int status;
+		char *s = fe_models_json(id, idl, &status, &n);
+		if (!s && status == 404) {
 			respond_error(req, d, "/v1/models", 404, "model", "model '%.*s' does not exist",
 			              (int)(idl > 200 ? 200 : idl), id);
 			return 0;
 		}
-		size_t n = 0;
-		char *s = fe_json_print(model_obj(), &n);
 		respond_json(req, "/v1/models", 200, s, n);
 		return 0;
 	}
@@ -658,6 +673,9 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
 		break;
 	case 2:
 		metrics(req);
+		break;
+	case 5:
+		props(req);
 		break;
 	default:
 		respond(req, "/", 200, "text/html; charset=utf-8", fe_webui, fe_webui_len, 0);

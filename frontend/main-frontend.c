@@ -23,6 +23,7 @@ usage(FILE *out)
 	        "  --tokenizer URL     the anedvd-tokenizer service (ipc://... or tcp://...)\n"
 	        "  --engine URL        the engine service (anedvd-cpu-worker)\n"
 	        "  --name ID           the model id reported by /v1/models (default anedvd)\n"
+	        "  --model-file PATH   the model's file, whose name GET /props reports (default: the id)\n"
 	        "  --system TEXT       system prompt for chats that bring none\n"
 	        "  --max-tokens N      reply length when a request gives none (default 512)\n"
 	        "  --max-seq N         context length: prompt + reply (default 2048)\n"
@@ -94,6 +95,8 @@ main(int argc, char **argv)
 				return 2;
 			}
 			cfg.name = v;
+		} else if (strcmp(a, "--model-file") == 0) {
+			cfg.model_file = v;
 		} else if (strcmp(a, "--system") == 0) {
 			cfg.system = v;
 		} else if (strcmp(a, "--max-tokens") == 0) {
@@ -146,7 +149,7 @@ main(int argc, char **argv)
 
 	char err[AD_ERRLEN];
 	fe_metrics_init();
-	if (fe_upstream_start(&cfg, err) != 0) {
+	if (fe_upstream_start(&cfg, err) != 0 || fe_extra_start(&cfg, err) != 0) {
 		ad_error("%s", err);
 		return 1;
 	}
@@ -154,6 +157,7 @@ main(int argc, char **argv)
 	if (rv != 0)
 		ad_error("%s", err);
 	ad_info("stopping");
+	fe_extra_stop();
 	fe_upstream_stop();
 	return rv ? 1 : 0;
 }

@@ -207,42 +207,58 @@ emit(struct fe_gen *g, const char *s, size_t n)
 	return 0;
 }
 
+struct ad_client *
+fe_tok_client(void)
+{
+	return tok;
+}
+
+int
+fe_prompt_text(const struct fe_params *p, char **text, char *err)
+{
+	// the server's default system prompt when the request has none
+	struct tok_msg *msgs = p->msgs;
+	size_t nm = p->n_msgs;
+	struct tok_msg *with = NULL;
+	if (cfg->system && cfg->system[0] && (nm == 0 || msgs[0].role != TOK_ROLE_SYSTEM)) {
+		with = malloc((nm + 1) * sizeof *with);
+		if (!with)
+			return ad_err(err, "out of memory");
+		with[0].role = TOK_ROLE_SYSTEM;
+		with[0].content = cfg->system;
+		memcpy(with + 1, msgs, nm * sizeof *msgs);
+		msgs = with;
+		nm++;
+	}
+	*text = NULL;
+	int rv = tokc_chat(tok, msgs, nm, 1, text, cfg->timeout_ms, err);
+	free(with);
+	return rv;
+}
+
+int
+fe_prompt_ids(const struct fe_params *p, int32_t **ids, size_t *n, char *err)
+{
+	if (get_vocab(err) != 0)
+		return -1;
+	if (p->api == FE_API_COMPLETIONS)
+		return tokc_encode(tok, p->prompt, p->prompt_len, -1, 0, ids, n, cfg->timeout_ms, err);
+	char *text = NULL;
+	if (fe_prompt_text(p, &text, err) != 0)
+		return -1;
+	int rv = tokc_encode(tok, text, strlen(text), -1, 1, ids, n, cfg->timeout_ms, err);
+	free(text);
+	return rv;
+}
+
 // tokenize renders the prompt and encodes it
 static int
 tokenize(struct fe_gen *g, int32_t **ids, size_t *n)
 {
 	char err[AD_ERRLEN];
 	uint64_t t0 = fe_now_ns();
-	if (get_vocab(err) != 0)
+	if (fe_prompt_ids(&g->p, ids, n, err) != 0)
 		return fail(g, 503, err);
-	if (g->p.api == FE_API_COMPLETIONS) {
-		if (tokc_encode(tok, g->p.prompt, g->p.prompt_len, -1, 0, ids, n, cfg->timeout_ms, err) != 0)
-			return fail(g, 503, err);
-	} else {
-		// the server's default system prompt when the request has none
-		struct tok_msg *msgs = g->p.msgs;
-		size_t nm = g->p.n_msgs;
-		struct tok_msg *with = NULL;
-		if (cfg->system && cfg->system[0] && (nm == 0 || msgs[0].role != TOK_ROLE_SYSTEM)) {
-			with = malloc((nm + 1) * sizeof *with);
-			if (!with)
-				return fail(g, 503, "out of memory");
-			with[0].role = TOK_ROLE_SYSTEM;
-			with[0].content = cfg->system;
-			memcpy(with + 1, msgs, nm * sizeof *msgs);
-			msgs = with;
-			nm++;
-		}
-		char *text = NULL;
-		int rv = tokc_chat(tok, msgs, nm, 1, &text, cfg->timeout_ms, err);
-		free(with);
-		if (rv != 0)
-			return fail(g, 503, err);
-		rv = tokc_encode(tok, text, strlen(text), -1, 1, ids, n, cfg->timeout_ms, err);
-		free(text);
-		if (rv != 0)
-			return fail(g, 503, err);
-	}
 	g->r.tokenize_ns = fe_now_ns() - t0;
 	fe_metrics_stage(FE_ST_TOKENIZE, g->r.tokenize_ns);
 	if (*n == 0) {

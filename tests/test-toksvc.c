@@ -9,6 +9,7 @@
 
 #include "client.h"
 #include "common.pb-c.h"
+#include "gguf.h"
 #include "ipc.h"
 #include "service.h"
 #include "t.h"
@@ -100,6 +101,28 @@ test_calls(void)
 	REQUIRE(tokc_vocab(c, &v, TIMEOUT, err) == 0, "%s", err);
 	CHECK(v.n_vocab == 512 && v.bos == 1 && v.eos == 2, "n_vocab=%d bos=%d eos=%d", v.n_vocab, v.bos, v.eos);
 	CHECK(strcmp(v.model, "spm") == 0, "model %s", v.model);
+	struct tokc_vocab_texts vt;
+	REQUIRE(tokc_vocab_texts(c, &v, &vt, TIMEOUT, err) == 0, "%s", err);
+	CHECK(v.n_vocab == 512 && strcmp(vt.bos, "<s>") == 0 && strcmp(vt.eos, "</s>") == 0 && vt.chat_template,
+	      "bos '%s' eos '%s'", vt.bos, vt.eos);
+	tokc_vocab_texts_free(&vt);
+
+	// pieces as llama.cpp's token_to_piece: the BOS as its text, the
+	// SentencePiece space kept, the bytes of 'á' one per byte token
+	// (llama.cpp's server README: 198 -> C3, 164 -> A1 on stories260K)
+	int32_t pid3[] = { 1, 403, 198, 164 };
+	size_t *ends = NULL;
+	REQUIRE(tokc_pieces(c, pid3, 4, &out, &len, &ends, TIMEOUT, err) == 0, "%s", err);
+	CHECK(len == 10 && memcmp(out, "<s> Once\xc3\xa1", 10) == 0, "pieces '%s' (%zu)", out, len);
+	CHECK(ends[0] == 3 && ends[1] == 8 && ends[2] == 9 && ends[3] == 10, "ends %zu %zu %zu %zu", ends[0], ends[1],
+	      ends[2], ends[3]);
+	free(out);
+	free(ends);
+	int32_t outside[] = { 403, 512 };
+	CHECK(tokc_pieces(c, outside, 2, &out, &len, &ends, TIMEOUT, err) == -1 && strstr(err, "outside"), "%s", err);
+	REQUIRE(tokc_pieces(c, outside, 0, &out, &len, &ends, TIMEOUT, err) == 0 && len == 0, "%s", err);
+	free(out);
+	free(ends);
 
 	uint32_t pid = 0;
 	CHECK(tokc_health(c, &pid, TIMEOUT, err) == 0 && pid == (uint32_t)getpid(), "%s", err);
@@ -276,6 +299,42 @@ test_process(void)
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 2, "bad usage: status %d", status);
 }
 
+// VocabInfo carries the template's source and the BOS/EOS pieces of a model
+// that has them (GET /props shows them)
+static void
+test_template_text(void)
+{
+	char err[AD_ERRLEN], path[512], url2[300];
+	static const char tmpl[] = "{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n'}}{% endfor %}";
+	struct gguf_writer *w = gguf_writer_new();
+	gguf_writer_str(w, "tokenizer.ggml.model", "llama");
+	const char *toks[] = { "<unk>", "<s>", "</s>", "a" };
+	gguf_writer_arr_str(w, "tokenizer.ggml.tokens", toks, 4);
+	gguf_writer_str(w, "tokenizer.chat_template", tmpl);
+	snprintf(path, sizeof path, "%s/chat.gguf", t_tmpdir());
+	REQUIRE(gguf_writer_save(w, path, err) == 0, "%s", err);
+	gguf_writer_free(w);
+	struct tokenizer *t = tok_load(path, err);
+	REQUIRE(t, "%s", err);
+	struct tok_service s2;
+	tok_service_init(&s2, t, "test");
+	REQUIRE(ad_ipc_url(url2, sizeof url2, t_tmpdir(), "tok2") == 0);
+	struct ad_server *srv2 = ad_server_start(url2, 1, tok_service_handle, &s2, err);
+	REQUIRE(srv2, "%s", err);
+	struct ad_client *c = ad_client_open(url2, err);
+	REQUIRE(c, "%s", err);
+	struct tokc_vocab v;
+	struct tokc_vocab_texts vt;
+	REQUIRE(tokc_vocab_texts(c, &v, &vt, TIMEOUT, err) == 0, "%s", err);
+	CHECK(strcmp(vt.chat_template, tmpl) == 0, "template '%s'", vt.chat_template);
+	CHECK(strcmp(v.chat_template, "chatml") == 0, "family %s", v.chat_template);
+	CHECK(strcmp(vt.bos, "<s>") == 0 && strcmp(vt.eos, "</s>") == 0, "bos '%s' eos '%s'", vt.bos, vt.eos);
+	tokc_vocab_texts_free(&vt);
+	ad_client_close(c);
+	ad_server_stop(srv2);
+	tok_free(t);
+}
+
 int
 main(void)
 {
@@ -285,6 +344,7 @@ main(void)
 		T_RUN(test_errors);
 		T_RUN(test_concurrent);
 	}
+	T_RUN(test_template_text);
 	T_RUN(test_process);
 	ad_server_stop(srv);
 	tok_free(tok);

@@ -52,7 +52,8 @@ function stopProc(p) {
 
 // startStack: tokenizer + fake engine + frontend in a fresh directory.
 // opts.frontend: extra frontend arguments; opts.engine: extra fake-engine
-// arguments; opts.noEngine: point the frontend at an engine that is not there.
+// arguments; opts.noEngine: point the frontend at an engine that is not there;
+// opts.noTokenizer: the same for the tokenizer.
 export async function startStack(opts = {}) {
 	const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'anedvd-fe-'));
 	const tokUrl = `ipc://${dir}/tok.sock`;
@@ -66,7 +67,7 @@ export async function startStack(opts = {}) {
 		engineLog,
 		procs: {},
 	};
-	s.procs.tok = start(env('TOK_BIN'), ['--model', env('FE_MODEL'), '--listen', tokUrl], path.join(dir, 'tok.log'));
+	if (!opts.noTokenizer) s.procs.tok = start(env('TOK_BIN'), ['--model', env('FE_MODEL'), '--listen', tokUrl], path.join(dir, 'tok.log'));
 	// opts.realEngine: the real anedvd-cpu-worker (CPU_WORKER_BIN) on the emu backend
 	s.startEngine = () => {
 		s.procs.eng = opts.realEngine
@@ -95,7 +96,7 @@ export async function startStack(opts = {}) {
 	s.frontendLog = () => fs.readFileSync(path.join(dir, 'frontend.log'), 'utf8');
 	s.events = () => (fs.existsSync(engineLog) ? fs.readFileSync(engineLog, 'utf8') : '');
 	// ready: the frontend answers and its health probe has seen the upstreams
-	const want = opts.noEngine ? ['up', 'down'] : ['up', 'up'];
+	const want = [opts.noTokenizer ? 'down' : 'up', opts.noEngine ? 'down' : 'up'];
 	for (let i = 0; i < 200; i++) {
 		try {
 			const r = await request(s, 'GET', '/health');

@@ -215,7 +215,7 @@ describe('frontend over raw HTTP', () => {
 		const b = JSON.parse(r.body);
 		assert.match(b.id, /^chatcmpl-/);
 		assert.equal(b.object, 'chat.completion');
-		assert.equal(b.model, 'm1');
+		assert.equal(b.model, 'stories260K', 'the reply names the served model, not the id asked for');
 		assert.equal(b.choices[0].message.role, 'assistant');
 		assert.equal(b.choices[0].message.content.trim(), 'Hello there, friend.');
 		assert.equal(b.choices[0].finish_reason, 'stop');
@@ -226,7 +226,7 @@ describe('frontend over raw HTTP', () => {
 		for (const k of ['prompt_tokens', 'prefill_ms', 'decode_tokens_per_s', 'queue_ms', 'tokenize_ms', 'ttft_ms', 'total_ms'])
 			assert.equal(typeof b.timings[k], 'number', k);
 		assert.equal(typeof b.timings.engine.kernel_ms, 'number');
-		// the model name defaults to --name
+		// without a model, too, the reply names --name
 		const r2 = JSON.parse((await post(s, CHAT, user('ECHO:x'))).body);
 		assert.equal(r2.model, 'stories260K');
 	});
@@ -306,7 +306,7 @@ describe('frontend over raw HTTP', () => {
 		assert.equal(b.type, 'message');
 		assert.equal(b.role, 'assistant');
 		assert.match(b.id, /^msg_/);
-		assert.equal(b.model, 'claude-x');
+		assert.equal(b.model, 'stories260K');
 		assert.equal(b.content[0].type, 'text');
 		assert.equal(b.content[0].text.trim(), 'Hi from the messages API.');
 		assert.equal(b.stop_reason, 'end_turn');

@@ -168,7 +168,70 @@ tokc_chat(struct ad_client *c, const struct tok_msg *msgs, size_t n, int add_gen
 }
 
 int
+tokc_pieces(struct ad_client *c, const int32_t *ids, size_t n, char **text, size_t *len, size_t **ends,
+            int timeout_ms, char *err)
+{
+	Anedvd__TokRequest q = ANEDVD__TOK_REQUEST__INIT;
+	Anedvd__DecodeRequest d = ANEDVD__DECODE_REQUEST__INIT;
+	d.ids = (int32_t *)ids;
+	d.n_ids = n;
+	d.pieces = 1;
+	q.body_case = ANEDVD__TOK_REQUEST__BODY_DECODE;
+	q.decode = &d;
+	*text = NULL;
+	*ends = NULL;
+	Anedvd__TokReply *r = call(c, &q, ANEDVD__TOK_REPLY__BODY_DECODE, timeout_ms, err);
+	if (!r)
+		return -1;
+	if (r->decode->n_pieces != n) {
+		anedvd__tok_reply__free_unpacked(r, NULL);
+		return ad_err(err, "tokenizer service: %zu pieces for %zu ids", r->decode->n_pieces, n);
+	}
+	size_t total = 0;
+	for (size_t i = 0; i < n; i++)
+		total += r->decode->pieces[i].len;
+	*text = malloc(total + 1);
+	*ends = malloc((n ? n : 1) * sizeof **ends);
+	if (!*text || !*ends) {
+		free(*text);
+		free(*ends);
+		*text = NULL;
+		*ends = NULL;
+		anedvd__tok_reply__free_unpacked(r, NULL);
+		return ad_err(err, "out of memory");
+	}
+	size_t m = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (r->decode->pieces[i].len)
+			memcpy(*text + m, r->decode->pieces[i].data, r->decode->pieces[i].len);
+		m += r->decode->pieces[i].len;
+		(*ends)[i] = m;
+	}
+	(*text)[m] = 0;
+	*len = m;
+	anedvd__tok_reply__free_unpacked(r, NULL);
+	return 0;
+}
+
+int
 tokc_vocab(struct ad_client *c, struct tokc_vocab *v, int timeout_ms, char *err)
+{
+	return tokc_vocab_texts(c, v, NULL, timeout_ms, err);
+}
+
+void
+tokc_vocab_texts_free(struct tokc_vocab_texts *t)
+{
+	if (!t)
+		return;
+	free(t->chat_template);
+	free(t->bos);
+	free(t->eos);
+	memset(t, 0, sizeof *t);
+}
+
+int
+tokc_vocab_texts(struct ad_client *c, struct tokc_vocab *v, struct tokc_vocab_texts *t, int timeout_ms, char *err)
 {
 	Anedvd__TokRequest q = ANEDVD__TOK_REQUEST__INIT;
 	Anedvd__VocabInfoRequest vr = ANEDVD__VOCAB_INFO_REQUEST__INIT;
@@ -185,6 +248,18 @@ tokc_vocab(struct ad_client *c, struct tokc_vocab *v, int timeout_ms, char *err)
 	v->add_bos = r->vocab->add_bos;
 	snprintf(v->model, sizeof v->model, "%s", r->vocab->model);
 	snprintf(v->chat_template, sizeof v->chat_template, "%s", r->vocab->chat_template);
+	if (t) {
+		size_t l;
+		memset(t, 0, sizeof *t);
+		t->chat_template = dup_bytes(&r->vocab->chat_template_text, &l);
+		t->bos = dup_bytes(&r->vocab->bos_text, &l);
+		t->eos = dup_bytes(&r->vocab->eos_text, &l);
+		if (!t->chat_template || !t->bos || !t->eos) {
+			tokc_vocab_texts_free(t);
+			anedvd__tok_reply__free_unpacked(r, NULL);
+			return ad_err(err, "out of memory");
+		}
+	}
 	anedvd__tok_reply__free_unpacked(r, NULL);
 	return 0;
 }

@@ -29,6 +29,19 @@ struct tokc_vocab {
 	char chat_template[16];
 };
 int tokc_vocab(struct ad_client *c, struct tokc_vocab *v, int timeout_ms, char *err);
+// the same, with the model's texts (malloc'd, "" when absent; t may be NULL)
+struct tokc_vocab_texts {
+	char *chat_template; // the template source
+	char *bos, *eos;     // the BOS and EOS pieces
+};
+int tokc_vocab_texts(struct ad_client *c, struct tokc_vocab *v, struct tokc_vocab_texts *t, int timeout_ms,
+                     char *err);
+void tokc_vocab_texts_free(struct tokc_vocab_texts *t);
+// tokc_pieces: llama.cpp's piece of each id (control tokens as their text,
+// byte tokens as raw bytes, no space removed), concatenated into *text;
+// piece i is (*text)[ends[i-1] .. ends[i]). Both malloc'd.
+int tokc_pieces(struct ad_client *c, const int32_t *ids, size_t n, char **text, size_t *len, size_t **ends,
+                int timeout_ms, char *err);
 int tokc_health(struct ad_client *c, uint32_t *pid, int timeout_ms, char *err);
 
 #endif

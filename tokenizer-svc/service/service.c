@@ -77,9 +77,65 @@ do_encode(struct tok_service *s, const Anedvd__EncodeRequest *q, struct reply *r
 	rp->r.encode = &rp->u.encode;
 }
 
+// piece: what llama.cpp's token_to_piece (special on) gives for one id: the
+// decoded text, or the token's own text for a control token (BOS "<s>")
+static const char *
+piece(const struct tokenizer *t, int32_t id, size_t *len)
+{
+	const char *p = tok_token_text(t, id, len);
+	if (p && *len == 0 && tok_is_control(t, id))
+		p = tok_piece(t, id, len);
+	return p;
+}
+
+// the pieces live in one buffer, their concatenation, each pointing into it
+static void
+do_pieces(struct tok_service *s, const Anedvd__DecodeRequest *q, struct reply *rp)
+{
+	size_t total = 0, len;
+	int32_t nv = tok_n_vocab(s->t);
+	for (size_t i = 0; i < q->n_ids; i++) {
+		if (q->ids[i] < 0 || q->ids[i] >= nv) {
+			snprintf(rp->msg, sizeof rp->msg,
+			         "tokenizer: token id %d at position %zu is outside the vocabulary of %d", q->ids[i], i, nv);
+			FAIL(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, rp->msg);
+		}
+		piece(s->t, q->ids[i], &len);
+		total += len;
+	}
+	char *text = malloc(total + 1);
+	ProtobufCBinaryData *pieces = calloc(q->n_ids ? q->n_ids : 1, sizeof *pieces);
+	if (!text || !pieces) {
+		free(text);
+		free(pieces);
+		FAIL(rp, ANEDVD__ERROR_CODE__ERROR_INTERNAL, "out of memory");
+	}
+	size_t m = 0;
+	for (size_t i = 0; i < q->n_ids; i++) {
+		const char *p = piece(s->t, q->ids[i], &len);
+		if (len)
+			memcpy(text + m, p, len);
+		pieces[i].data = (uint8_t *)text + m;
+		pieces[i].len = len;
+		m += len;
+	}
+	text[m] = 0;
+	anedvd__decode_reply__init(&rp->u.decode);
+	rp->u.decode.text.data = (uint8_t *)text;
+	rp->u.decode.text.len = m;
+	rp->u.decode.pieces = pieces;
+	rp->u.decode.n_pieces = q->n_ids;
+	rp->owned[0] = text;
+	rp->owned[1] = pieces;
+	rp->r.body_case = ANEDVD__TOK_REPLY__BODY_DECODE;
+	rp->r.decode = &rp->u.decode;
+}
+
 static void
 do_decode(struct tok_service *s, const Anedvd__DecodeRequest *q, struct reply *rp)
 {
+	if (q->pieces)
+		return do_pieces(s, q, rp);
 	char *text = NULL;
 	size_t len = 0;
 	if (tok_decode(s->t, q->ids, q->n_ids, &text, &len, rp->msg) != 0)
@@ -240,6 +296,21 @@ do_vocab(struct tok_service *s, struct reply *rp)
 	v->pre = (char *)"";
 	v->chat_template = (char *)tok_chat_family_name(tok_chat_family(s->t));
 	v->add_bos = tok_add_bos(s->t);
+	const char *tmpl = tok_chat_template(s->t);
+	if (tmpl) {
+		v->chat_template_text.data = (uint8_t *)tmpl;
+		v->chat_template_text.len = strlen(tmpl);
+	}
+	size_t len = 0;
+	const char *p;
+	if (v->bos >= 0 && (p = piece(s->t, v->bos, &len))) {
+		v->bos_text.data = (uint8_t *)p;
+		v->bos_text.len = len;
+	}
+	if (v->eos >= 0 && (p = piece(s->t, v->eos, &len))) {
+		v->eos_text.data = (uint8_t *)p;
+		v->eos_text.len = len;
+	}
 	rp->r.body_case = ANEDVD__TOK_REPLY__BODY_VOCAB;
 	rp->r.vocab = v;
 }
