@@ -54,9 +54,11 @@ struct job {
 	int keep, dropped, reuse;
 	int max_tokens;
 	struct sample_params sp;
+	struct sample_bias *bias; // sp.bias points here
 	int32_t stop[MAX_STOP_IDS];
 	int n_stop;
 	int want_top;
+	int logprobs, top_logprobs;
 	uint32_t deadline_ms;
 	uint64_t deadline_ns; // 0: none
 	struct session *sess;
@@ -286,6 +288,7 @@ job_free(struct job *j)
 		return;
 	sample_free(j->smp);
 	free(j->prompt);
+	free(j->bias);
 	free(j->ev);
 	pthread_cond_destroy(&j->cv);
 	free(j);
@@ -405,6 +408,13 @@ emit(struct sched *s, struct job *j, const float *row)
 	if (j->want_top)
 		ev.n_top = sample_top(row, s->V, ev.top, SCHED_TOP);
 	int32_t tok = sample_next(j->smp, row, err);
+	if (tok >= 0 && j->logprobs) {
+		int m = sample_logprobs(row, s->V, tok, j->top_logprobs, &ev.lp, ev.lp_top, err);
+		if (m < 0)
+			tok = -1;
+		ev.has_lp = m >= 0;
+		ev.n_lp = m > 0 ? m : 0;
+	}
 	engine_add_sampling(s->e, j->seq, now_ns() - t0);
 	if (trace_enabled())
 		trace_since(t0, "sampling", "sample (job %llu)", (unsigned long long)j->id);
@@ -836,6 +846,13 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 	char msg[AD_ERRLEN];
 	if (sample_check(&g->sp, msg))
 		return fail(code, SCHED_EBADREQ, err, "sampling: %s", msg);
+	for (int i = 0; i < g->sp.n_bias; i++)
+		if (g->sp.bias[i].id < 0 || g->sp.bias[i].id >= s->V)
+			return fail(code, SCHED_EBADREQ, err, "logit_bias[%d]: token id %d is outside the vocabulary of %d",
+			            i, g->sp.bias[i].id, s->V);
+	if (g->top_logprobs < 0 || g->top_logprobs > SCHED_TOP_LOGPROBS)
+		return fail(code, SCHED_EBADREQ, err, "top_logprobs: must be in [0, %d] (got %d)", SCHED_TOP_LOGPROBS,
+		            g->top_logprobs);
 	if (g->n_stop < 0 || g->n_stop > MAX_STOP_IDS)
 		return fail(code, SCHED_EBADREQ, err, "stop_ids: at most %d (got %d)", MAX_STOP_IDS, g->n_stop);
 	for (int i = 0; i < g->n_stop; i++)
@@ -856,9 +873,12 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 			keep = g->n_prompt;
 	}
 	struct job *j = calloc(1, sizeof *j);
-	if (!j || !(j->prompt = malloc((size_t)keep * sizeof *j->prompt)) || cond_init(&j->cv)) {
-		if (j)
+	if (!j || !(j->prompt = malloc((size_t)keep * sizeof *j->prompt)) ||
+	    !(j->bias = malloc((size_t)(g->sp.n_bias ? g->sp.n_bias : 1) * sizeof *j->bias)) || cond_init(&j->cv)) {
+		if (j) {
 			free(j->prompt);
+			free(j->bias);
+		}
 		free(j);
 		return fail(code, SCHED_EINTERNAL, err, "out of memory");
 	}
@@ -867,6 +887,11 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 	j->dropped = g->n_prompt - keep;
 	j->max_tokens = g->max_tokens;
 	j->sp = g->sp;
+	if (g->sp.n_bias)
+		memcpy(j->bias, g->sp.bias, (size_t)g->sp.n_bias * sizeof *j->bias);
+	j->sp.bias = j->bias;
+	j->logprobs = g->logprobs;
+	j->top_logprobs = g->top_logprobs;
 	if (g->n_stop)
 		memcpy(j->stop, g->stop_ids, (size_t)g->n_stop * sizeof *j->stop);
 	j->n_stop = g->n_stop;
@@ -888,6 +913,7 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 		pthread_mutex_unlock(&s->mu);
 		pthread_cond_destroy(&j->cv);
 		free(j->prompt);
+		free(j->bias);
 		free(j);
 		return -1;
 	}

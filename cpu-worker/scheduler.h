@@ -42,6 +42,7 @@
 #include "sample.h"
 
 #define SCHED_TOP 5          // candidates per token with want_top
+#define SCHED_TOP_LOGPROBS SAMPLE_MAX_TOP_LOGPROBS // alternatives per token with logprobs
 #define SCHED_SESSION_MAX 128 // bytes of a session name, NUL included
 
 // error codes: the values of common.proto's ErrorCode
@@ -85,6 +86,10 @@ struct sched_gen {
 	const char *session; // NULL or "": a fresh sequence
 	uint32_t deadline_ms; // 0: none
 	int want_top;
+	// report each token's logprob (sample_logprobs: the model's own logits,
+	// before bias, penalties and temperature) and top_logprobs alternatives
+	int logprobs;
+	int top_logprobs; // [0, SCHED_TOP_LOGPROBS]
 };
 
 struct sched_started {
@@ -99,6 +104,10 @@ struct sched_event {
 	uint32_t index; // position among the generated tokens
 	int n_top;
 	struct sample_tok top[SCHED_TOP];
+	int has_lp;   // with logprobs
+	float lp;     // the chosen token's
+	int n_lp;     // alternatives, best first; .logit holds the logprob
+	struct sample_tok lp_top[SCHED_TOP_LOGPROBS];
 };
 
 struct sched_timings {

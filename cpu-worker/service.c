@@ -47,6 +47,7 @@ struct reply {
 	struct sched_poll poll;
 	Anedvd__TokenEvent *events, **pevents;
 	Anedvd__TopToken *tops, **ptops;
+	Anedvd__TokenLogprob *lps, **plps;
 	float *logits;
 	char msg[AD_ERRLEN];
 };
@@ -105,9 +106,31 @@ do_generate(struct engine_service *svc, const Anedvd__GenerateRequest *q, struct
 		.want_top = q->want_top,
 	};
 	sampling_from(q->sampling, &g.sp);
+	if (q->top_logprobs > SCHED_TOP_LOGPROBS)
+		FAIL(rp, SCHED_EBADREQ, "top_logprobs: at most 20");
+	g.logprobs = q->logprobs;
+	g.top_logprobs = (int)q->top_logprobs;
+	struct sample_bias *bias = NULL;
+	if (q->sampling && q->sampling->n_logit_bias) {
+		size_t nb = q->sampling->n_logit_bias;
+		if (nb > SAMPLE_MAX_BIAS) {
+			snprintf(rp->msg, sizeof rp->msg, "logit_bias: %zu entries, at most %d", nb, SAMPLE_MAX_BIAS);
+			FAIL(rp, SCHED_EBADREQ, rp->msg);
+		}
+		if (!(bias = malloc(nb * sizeof *bias)))
+			FAIL(rp, SCHED_EINTERNAL, "out of memory");
+		for (size_t i = 0; i < nb; i++) {
+			const Anedvd__LogitBias *b = q->sampling->logit_bias[i];
+			bias[i] = (struct sample_bias){b ? b->id : 0, b ? b->bias : 0};
+		}
+		g.sp.bias = bias;
+		g.sp.n_bias = (int)nb;
+	}
 	struct sched_started st;
 	enum sched_code code;
-	if (sched_generate(svc->s, &g, &st, &code, rp->msg))
+	int rv = sched_generate(svc->s, &g, &st, &code, rp->msg);
+	free(bias);
+	if (rv)
 		FAIL(rp, code, rp->msg);
 	Anedvd__GenerateReply *r = &rp->u.generate;
 	anedvd__generate_reply__init(r);
@@ -126,16 +149,20 @@ do_poll(struct engine_service *svc, const Anedvd__PollRequest *q, struct reply *
 	struct sched_poll *p = &rp->poll;
 	if (sched_poll(svc->s, q->job, (int)(q->max_wait_ms > INT_MAX ? INT_MAX : q->max_wait_ms), p, &code, rp->msg))
 		FAIL(rp, code, rp->msg);
-	size_t n = (size_t)p->n_events, ntop = 0;
-	for (size_t i = 0; i < n; i++)
+	size_t n = (size_t)p->n_events, ntop = 0, nlp = 0;
+	for (size_t i = 0; i < n; i++) {
 		ntop += (size_t)p->events[i].n_top;
+		nlp += (size_t)p->events[i].n_lp;
+	}
 	rp->events = calloc(n ? n : 1, sizeof *rp->events);
 	rp->pevents = calloc(n ? n : 1, sizeof *rp->pevents);
 	rp->tops = calloc(ntop ? ntop : 1, sizeof *rp->tops);
 	rp->ptops = calloc(ntop ? ntop : 1, sizeof *rp->ptops);
-	if (!rp->events || !rp->pevents || !rp->tops || !rp->ptops)
+	rp->lps = calloc(nlp ? nlp : 1, sizeof *rp->lps);
+	rp->plps = calloc(nlp ? nlp : 1, sizeof *rp->plps);
+	if (!rp->events || !rp->pevents || !rp->tops || !rp->ptops || !rp->lps || !rp->plps)
 		FAIL(rp, SCHED_EINTERNAL, "out of memory");
-	size_t k = 0;
+	size_t k = 0, l = 0;
 	for (size_t i = 0; i < n; i++) {
 		const struct sched_event *ev = &p->events[i];
 		Anedvd__TokenEvent *te = &rp->events[i];
@@ -149,6 +176,16 @@ do_poll(struct engine_service *svc, const Anedvd__PollRequest *q, struct reply *
 			rp->tops[k].id = ev->top[t].id;
 			rp->tops[k].logit = ev->top[t].logit;
 			rp->ptops[k] = &rp->tops[k];
+		}
+		te->has_logprob = ev->has_lp;
+		te->logprob = ev->lp;
+		te->n_top_logprobs = (size_t)ev->n_lp;
+		te->top_logprobs = rp->plps + l;
+		for (int t = 0; t < ev->n_lp; t++, l++) {
+			anedvd__token_logprob__init(&rp->lps[l]);
+			rp->lps[l].id = ev->lp_top[t].id;
+			rp->lps[l].logprob = ev->lp_top[t].logit;
+			rp->plps[l] = &rp->lps[l];
 		}
 		rp->pevents[i] = te;
 	}
@@ -289,6 +326,8 @@ engine_service_handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **o
 	free(rp->pevents);
 	free(rp->tops);
 	free(rp->ptops);
+	free(rp->lps);
+	free(rp->plps);
 	free(rp->logits);
 	free(rp);
 }
