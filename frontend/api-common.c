@@ -22,6 +22,7 @@ fe_params_free(struct fe_params *p)
 	free(p->prompt);
 	for (size_t i = 0; i < p->n_stops; i++)
 		free(p->stops[i]);
+	free(p->bias);
 	memset(p, 0, sizeof *p);
 }
 

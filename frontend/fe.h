@@ -24,6 +24,10 @@
 
 #define FE_MAX_STOPS 16
 #define FE_MAX_STOP_LEN 256
+#define FE_MAX_STOP_IDS 16      // stop given as token ids (llama.cpp's extension)
+#define FE_MAX_N 8              // choices per request
+#define FE_MAX_TOP_LOGPROBS 20
+#define FE_MAX_BIAS 1024        // logit_bias entries
 
 struct fe_config {
 	const char *listen;
@@ -58,6 +62,16 @@ struct fe_params {
 	int has_seed;
 	char *stops[FE_MAX_STOPS];
 	size_t n_stops;
+	int32_t stop_ids[FE_MAX_STOP_IDS]; // end the choice when sampled (not reported)
+	size_t n_stop_ids;
+	int n;                // choices, [1, FE_MAX_N]; 0 reads as 1
+	int logprobs;         // report each token's logprob
+	int top_logprobs;     // and this many alternatives, [0, FE_MAX_TOP_LOGPROBS]
+	struct fe_bias {
+		int32_t id;
+		float bias;
+	} *bias;              // logit_bias, malloc'd
+	size_t n_bias;
 };
 
 void fe_params_free(struct fe_params *p);
@@ -81,6 +95,40 @@ struct fe_result {
 
 struct fe_req; // the loop side of a request (http.c)
 
+// a token with its logprob (the log-softmax of the model's own logits) and
+// its best alternatives
+struct fe_lp_alt {
+	int32_t id;
+	float logprob;
+};
+struct fe_lp_tok {
+	int32_t id;
+	float logprob;
+	uint32_t offset; // bytes into the choice's text where the token starts
+	int n_top;
+	struct fe_lp_alt top[FE_MAX_TOP_LOGPROBS];
+};
+
+// one of the n choices of a generation (the worker fills it)
+struct fe_choice {
+	char *text;            // choices 1.. (choice 0's text is fe_gen.text)
+	size_t len, cap;
+	enum fe_finish finish;
+	int stop_index;
+	unsigned completion_tokens;
+	struct fe_lp_tok *lp;  // with logprobs: the tokens of the text, in order
+	size_t n_lp, cap_lp;
+};
+
+// a piece of a stream: text of one choice and the tokens it completes
+struct fe_chunk {
+	int index;
+	const char *text;
+	size_t len;
+	const struct fe_lp_tok *lp;
+	size_t n_lp;
+};
+
 struct fe_gen {
 	struct fe_params p;
 	struct fe_result r;
@@ -93,8 +141,14 @@ struct fe_gen {
 	long long created;       // unix seconds
 	char *text;              // non-stream: the whole reply (worker, then loop)
 	size_t len, cap;
+	struct fe_choice ch[FE_MAX_N]; // per choice (p.n of them); ch[0].text is unused
 	struct fe_gen *next;     // admission queue link
 };
+
+// fe_choices_free frees what the choices hold (http.c, when a gen goes)
+void fe_choices_free(struct fe_gen *g);
+// a choice's text: fe_gen.text for choice 0
+const char *fe_choice_text(const struct fe_gen *g, int i, size_t *len);
 
 // --- stop.c: stop sequences with holdback, UTF-8 helpers ----------------------
 struct fe_stop {
@@ -149,6 +203,14 @@ void fe_queue_state(int *waiting, int *running);
 // the worker's messages to the loop (implemented by http.c)
 enum fe_msg_kind { FE_MSG_START, FE_MSG_TEXT, FE_MSG_DONE };
 void fe_post(struct fe_gen *g, enum fe_msg_kind kind, const char *text, size_t len);
+// fe_post_chunk: an FE_MSG_TEXT with its choice index and logprob tokens (copied)
+void fe_post_chunk(struct fe_gen *g, const struct fe_chunk *c);
+
+// the vocabulary size, -1 until the tokenizer has answered (any thread)
+int fe_n_vocab(void);
+// the raw bytes a token id adds to the text (the bytes of a logprobs entry);
+// NULL when not fetched yet (the worker fetches every id it reports)
+const char *fe_token_bytes(int32_t id, size_t *len);
 
 uint64_t fe_now_ns(void);
 
@@ -174,6 +236,9 @@ struct fe_dialect {
 	char *(*response)(const struct fe_gen *g, size_t *len);                      // non-stream JSON
 	char *(*stream_start)(const struct fe_gen *g, size_t *len);                  // first events
 	char *(*stream_text)(const struct fe_gen *g, const char *s, size_t n, size_t *len);
+	// optional: a chunk with its choice index and logprobs (n choices); used
+	// instead of stream_text when set
+	char *(*stream_chunk)(const struct fe_gen *g, const struct fe_chunk *c, size_t *len);
 	char *(*stream_end)(const struct fe_gen *g, size_t *len);                    // last events
 	char *(*error)(int status, const char *msg, const char *param, size_t *len); // JSON body
 	char *(*stream_error)(int status, const char *msg, size_t *len);              // SSE event(s)

@@ -57,6 +57,9 @@ struct fe_msg {
 	h2o_multithread_message_t super;
 	struct fe_gen *g;
 	enum fe_msg_kind kind;
+	int index;             // the choice (FE_MSG_TEXT)
+	struct fe_lp_tok *lp;  // malloc'd, n_lp tokens with logprobs
+	size_t n_lp;
 	size_t len;
 	char text[];
 };
@@ -168,6 +171,7 @@ gen_unref(struct fe_gen *g)
 		return;
 	fe_params_free(&g->p);
 	free(g->text);
+	fe_choices_free(g);
 	free(g);
 }
 
@@ -345,7 +349,9 @@ on_message(struct fe_msg *m)
 		case FE_MSG_TEXT:
 			if (g->p.stream) {
 				sse_start(rq, 1);
-				char *ev = rq->d->stream_text(g, m->text, m->len, &n);
+				struct fe_chunk c = { m->index, m->text, m->len, m->lp, m->n_lp };
+				char *ev = rq->d->stream_chunk ? rq->d->stream_chunk(g, &c, &n)
+				                               : rq->d->stream_text(g, m->text, m->len, &n);
 				append(rq, ev, n);
 				flush(rq);
 			}
@@ -366,6 +372,7 @@ on_messages(h2o_multithread_receiver_t *receiver, h2o_linklist_t *list)
 		struct fe_msg *m = H2O_STRUCT_FROM_MEMBER(struct fe_msg, super.link, list->next);
 		h2o_linklist_unlink(&m->super.link);
 		on_message(m);
+		free(m->lp);
 		free(m);
 	}
 }
@@ -386,10 +393,39 @@ fe_post(struct fe_gen *g, enum fe_msg_kind kind, const char *text, size_t len)
 	memset(&m->super, 0, sizeof m->super);
 	m->g = g;
 	m->kind = kind;
+	m->index = 0;
+	m->lp = NULL;
+	m->n_lp = 0;
 	m->len = len;
 	if (len)
 		memcpy(m->text, text, len);
 	m->text[len] = 0;
+	h2o_multithread_send_message(&S.receiver, &m->super);
+}
+
+void
+fe_post_chunk(struct fe_gen *g, const struct fe_chunk *c)
+{
+	struct fe_msg *m = malloc(sizeof *m + c->len + 1);
+	struct fe_lp_tok *lp = c->n_lp ? malloc(c->n_lp * sizeof *lp) : NULL;
+	if (!m || (c->n_lp && !lp)) {
+		ad_error("out of memory passing a message to the loop");
+		free(m);
+		free(lp);
+		return;
+	}
+	memset(&m->super, 0, sizeof m->super);
+	m->g = g;
+	m->kind = FE_MSG_TEXT;
+	m->index = c->index;
+	m->lp = lp;
+	m->n_lp = c->n_lp;
+	if (lp)
+		memcpy(lp, c->lp, c->n_lp * sizeof *lp);
+	m->len = c->len;
+	if (c->len)
+		memcpy(m->text, c->text, c->len);
+	m->text[c->len] = 0;
 	h2o_multithread_send_message(&S.receiver, &m->super);
 }
 

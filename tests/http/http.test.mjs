@@ -122,11 +122,14 @@ describe('frontend over raw HTTP', () => {
 			[{ ...user('x'), repetition_penalty: 0 }, 'repetition_penalty'],
 			[{ ...user('x'), seed: 'x' }, 'seed'],
 			[{ ...user('x'), stop: 5 }, 'stop'],
-			[{ ...user('x'), stop: ['a', 7] }, 'stop'],
+			[{ ...user('x'), stop: ['a', true] }, 'stop'],
+			[{ ...user('x'), stop: ['a', 7.5] }, 'stop'],
+			[{ ...user('x'), stop: [-1] }, 'stop'],
 			[{ ...user('x'), stop: [''] }, 'stop'],
 			[{ ...user('x'), stream: 'yes' }, 'stream'],
 			[{ ...user('x'), stream_options: 1 }, 'stream_options'],
-			[{ ...user('x'), n: 2 }, 'n'],
+			[{ ...user('x'), n: 9 }, 'n'],
+			[{ ...user('x'), n: 0 }, 'n'],
 			[{ ...user('x'), model: 3 }, 'model'],
 		];
 		for (const [body, param] of cases) {
