@@ -18,6 +18,7 @@
 #include "scheduler.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -89,6 +90,10 @@ struct eval {
 	const int32_t *ids;
 	int n, per_token, last_only, layers;
 	float *logits;
+	// an embedding request instead (sched_embed)
+	int embed, pooling;
+	const int32_t *const *inputs;
+	const int *lens;
 	int done, rc;
 	enum sched_code code;
 	char msg[AD_ERRLEN];
@@ -584,11 +589,109 @@ turn(struct sched *s, int n_active)
 		prefill_chunk(s, pj);
 }
 
+// the embeddings of ev->inputs into ev->logits (n x E): SCHED_EMBED_SLOTS
+// sequences, each taking the next input when it is done; every call packs
+// the slots' next tokens in slot order up to the width
+static int
+run_embed(struct sched *s, struct eval *ev, char *err)
+{
+	const int E = engine_n_embd(s->e), W = s->width;
+	const int slots = SCHED_EMBED_SLOTS < ev->n ? SCHED_EMBED_SLOTS : ev->n;
+	struct engine_seq *seq[SCHED_EMBED_SLOTS] = {0};
+	int in[SCHED_EMBED_SLOTS], fed[SCHED_EMBED_SLOTS];
+	double *acc = calloc((size_t)slots * E, sizeof *acc);
+	float *hid = malloc((size_t)W * E * sizeof *hid);
+	int *col_slot = malloc((size_t)W * sizeof *col_slot), *col_pos = malloc((size_t)W * sizeof *col_pos);
+	int32_t *toks = malloc((size_t)W * sizeof *toks);
+	int rv = 0;
+	if (!acc || !hid || !col_slot || !col_pos || !toks)
+		rv = ad_err(err, "embeddings: out of memory");
+	for (int k = 0; rv == 0 && k < slots; k++) {
+		in[k] = -1;
+		if (!(seq[k] = engine_seq_new(s->e, err)))
+			rv = -1;
+	}
+	int next = 0;
+	while (rv == 0) {
+		for (int k = 0; k < slots; k++)
+			if (in[k] < 0 && next < ev->n) {
+				in[k] = next++;
+				fed[k] = 0;
+				engine_seq_reset(seq[k]);
+				memset(acc + (size_t)k * E, 0, (size_t)E * sizeof *acc);
+			}
+		int m = 0;
+		for (int k = 0; k < slots && m < W; k++) {
+			if (in[k] < 0)
+				continue;
+			const int32_t *ids = ev->inputs[in[k]];
+			for (int p = fed[k]; p < ev->lens[in[k]] && m < W; p++, m++) {
+				s->cols[m] = seq[k];
+				toks[m] = ids[p];
+				col_slot[m] = k;
+				col_pos[m] = p;
+			}
+		}
+		if (m == 0)
+			break;
+		if ((rv = engine_forward_hidden(s->e, s->cols, toks, m, hid, err)))
+			break;
+		for (int c = 0; c < m; c++) {
+			int k = col_slot[c], p = col_pos[c], len = ev->lens[in[k]];
+			const float *h = hid + (size_t)c * E;
+			double *a = acc + (size_t)k * E;
+			if (ev->pooling == SCHED_POOL_MEAN)
+				for (int i = 0; i < E; i++)
+					a[i] += h[i];
+			else if ((ev->pooling == SCHED_POOL_CLS && p == 0) || (ev->pooling == SCHED_POOL_LAST && p == len - 1))
+				for (int i = 0; i < E; i++)
+					a[i] = h[i];
+			fed[k] = p + 1;
+		}
+		for (int k = 0; k < slots; k++) {
+			if (in[k] < 0 || fed[k] < ev->lens[in[k]])
+				continue;
+			double *a = acc + (size_t)k * E, norm = 0;
+			if (ev->pooling == SCHED_POOL_MEAN)
+				for (int i = 0; i < E; i++)
+					a[i] /= ev->lens[in[k]];
+			for (int i = 0; i < E; i++)
+				norm += a[i] * a[i];
+			norm = norm > 0 ? 1.0 / sqrt(norm) : 0;
+			float *o = ev->logits + (size_t)in[k] * E;
+			for (int i = 0; i < E; i++)
+				o[i] = (float)(a[i] * norm);
+			in[k] = -1;
+		}
+	}
+	for (int k = 0; k < slots; k++)
+		engine_seq_free(seq[k]);
+	free(acc);
+	free(hid);
+	free(col_slot);
+	free(col_pos);
+	free(toks);
+	return rv;
+}
+
 static void
 run_eval(struct sched *s, struct eval *ev)
 {
 	char err[AD_ERRLEN] = "";
 	int rv = 0;
+	if (ev->embed) {
+		rv = run_embed(s, ev, err);
+		pthread_mutex_lock(&s->mu);
+		ev->rc = rv;
+		if (rv) {
+			ev->code = SCHED_EUNAVAILABLE;
+			snprintf(ev->msg, sizeof ev->msg, "embeddings: %s", err);
+		}
+		ev->done = 1;
+		pthread_cond_broadcast(&s->done);
+		pthread_mutex_unlock(&s->mu);
+		return;
+	}
 	if (!s->eval_seq && !(s->eval_seq = engine_seq_new(s->e, err)))
 		rv = -1;
 	if (rv == 0 && ev->layers) {
@@ -1048,6 +1151,66 @@ sched_eval(struct sched *s, const int32_t *ids, int n, int per_token, int last_o
 	}
 	*logits = ev.logits;
 	*rows = r;
+	return 0;
+}
+
+// queue ev for the engine thread and wait for it; 0 or -1 (ev->code, ev->msg)
+static int
+wait_eval(struct sched *s, struct eval *ev)
+{
+	pthread_mutex_lock(&s->mu);
+	if (s->stopping) {
+		pthread_mutex_unlock(&s->mu);
+		ev->code = SCHED_EUNAVAILABLE;
+		snprintf(ev->msg, sizeof ev->msg, "the worker is shutting down");
+		return -1;
+	}
+	if (s->evals_tail)
+		s->evals_tail->next = ev;
+	else
+		s->evals = ev;
+	s->evals_tail = ev;
+	pthread_cond_signal(&s->work);
+	while (!ev->done)
+		pthread_cond_wait(&s->done, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+	return ev->rc;
+}
+
+int
+sched_embed(struct sched *s, const int32_t *const *ids, const int *lens, int n, int pooling, float **out, int *dims,
+            int *used, enum sched_code *code, char *err)
+{
+	*out = NULL;
+	*dims = engine_n_embd(s->e);
+	if (n < 1 || n > SCHED_EMBED_MAX_INPUTS)
+		return fail(code, SCHED_EBADREQ, err, "input: %d inputs (1 to %d)", n, SCHED_EMBED_MAX_INPUTS);
+	for (int i = 0; i < n; i++) {
+		if (lens[i] < 1)
+			return fail(code, SCHED_EBADREQ, err, "input[%d]: empty", i);
+		if (lens[i] > s->max_seq)
+			return fail(code, SCHED_EBADREQ, err, "input[%d]: %d tokens do not fit the context of %d", i, lens[i],
+			            s->max_seq);
+		for (int j = 0; j < lens[i]; j++)
+			if (ids[i][j] < 0 || ids[i][j] >= s->V)
+				return fail(code, SCHED_EBADREQ, err,
+				            "input[%d][%d]: token id %d is outside the vocabulary of %d", i, j, ids[i][j], s->V);
+	}
+	if (pooling < SCHED_POOL_MODEL || pooling > SCHED_POOL_LAST)
+		return fail(code, SCHED_EBADREQ, err, "pooling: %d (0 the model's, 1 mean, 2 cls, 3 last)", pooling);
+	if (pooling == SCHED_POOL_MODEL) {
+		int mp = engine_pooling(s->e);
+		pooling = mp >= SCHED_POOL_MEAN && mp <= SCHED_POOL_LAST ? mp : SCHED_POOL_MEAN;
+	}
+	*used = pooling;
+	struct eval ev = {.embed = 1, .pooling = pooling, .inputs = ids, .lens = lens, .n = n};
+	if (!(ev.logits = malloc((size_t)n * *dims * sizeof(float))))
+		return fail(code, SCHED_ETOOLARGE, err, "embeddings: no memory for %d x %d floats", n, *dims);
+	if (wait_eval(s, &ev)) {
+		free(ev.logits);
+		return fail(code, ev.code, err, "%s", ev.msg);
+	}
+	*out = ev.logits;
 	return 0;
 }
 

@@ -153,6 +153,17 @@ int sched_cancel(struct sched *s, uint64_t job, enum sched_code *code, char *err
 // *logits malloc'd, *rows of n_vocab (1 with last_only)
 int sched_eval(struct sched *s, const int32_t *ids, int n, int per_token, int last_only, int layers,
                float **logits, int *rows, enum sched_code *code, char *err);
+// embeddings of n inputs (ids[i], lens[i] tokens each, 1..max_seq) on the
+// engine thread between steps: each input in a fresh sequence, up to
+// SCHED_EMBED_SLOTS inputs sharing each call; the hidden states after the
+// final norm pooled (pooling: SCHED_POOL_*, 0 the model's, mean when it
+// declares none), then L2-normalised. *out malloc'd, n x *dims floats;
+// *used the pooling applied. The bits do not depend on what shared a call.
+enum { SCHED_POOL_MODEL = 0, SCHED_POOL_MEAN = 1, SCHED_POOL_CLS = 2, SCHED_POOL_LAST = 3 };
+#define SCHED_EMBED_SLOTS 8
+#define SCHED_EMBED_MAX_INPUTS 2048
+int sched_embed(struct sched *s, const int32_t *const *ids, const int *lens, int n, int pooling, float **out,
+                int *dims, int *used, enum sched_code *code, char *err);
 // drop a session (not an error if there is none; a busy one goes when its
 // job ends)
 int sched_reset(struct sched *s, const char *session, enum sched_code *code, char *err);

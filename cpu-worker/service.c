@@ -41,6 +41,7 @@ struct reply {
 		Anedvd__EvalReply eval;
 		Anedvd__ResetReply reset;
 		Anedvd__HealthReply health;
+		Anedvd__EmbedReply embed;
 	} u;
 	Anedvd__Timings timings;
 	Anedvd__Error job_error;
@@ -262,6 +263,49 @@ do_eval(struct engine_service *svc, const Anedvd__EvalRequest *q, struct reply *
 }
 
 static void
+do_embed(struct engine_service *svc, const Anedvd__EmbedRequest *q, struct reply *rp)
+{
+	if (q->n_inputs < 1 || q->n_inputs > SCHED_EMBED_MAX_INPUTS) {
+		snprintf(rp->msg, sizeof rp->msg, "input: %zu inputs (1 to %d)", q->n_inputs, SCHED_EMBED_MAX_INPUTS);
+		FAIL(rp, SCHED_EBADREQ, rp->msg);
+	}
+	if (q->pooling > SCHED_POOL_LAST)
+		FAIL(rp, SCHED_EBADREQ, "pooling: 0 the model's, 1 mean, 2 cls or 3 last");
+	const int32_t **ids = calloc(q->n_inputs, sizeof *ids);
+	int *lens = calloc(q->n_inputs, sizeof *lens);
+	if (!ids || !lens) {
+		free(ids);
+		free(lens);
+		FAIL(rp, SCHED_EINTERNAL, "out of memory");
+	}
+	for (size_t i = 0; i < q->n_inputs; i++) {
+		ids[i] = q->inputs[i]->ids;
+		lens[i] = q->inputs[i]->n_ids > INT_MAX ? INT_MAX : (int)q->inputs[i]->n_ids;
+	}
+	enum sched_code code;
+	int dims = 0, used = 0;
+	int rv = sched_embed(svc->s, ids, lens, (int)q->n_inputs, (int)q->pooling, &rp->logits, &dims, &used, &code,
+	                     rp->msg);
+	free(ids);
+	free(lens);
+	if (rv)
+		FAIL(rp, code, rp->msg);
+	size_t bytes = q->n_inputs * (size_t)dims * sizeof(float);
+	if (bytes + 4096 > AD_IPC_MAX_MSG) {
+		snprintf(rp->msg, sizeof rp->msg, "embeddings: %zu vectors of %d do not fit one message", q->n_inputs, dims);
+		FAIL(rp, SCHED_ETOOLARGE, rp->msg);
+	}
+	Anedvd__EmbedReply *e = &rp->u.embed;
+	anedvd__embed_reply__init(e);
+	e->dims = (uint32_t)dims;
+	e->pooling = (uint32_t)used;
+	e->vectors.data = (uint8_t *)rp->logits; // float32 little-endian: the host's order
+	e->vectors.len = bytes;
+	rp->r.body_case = ANEDVD__ENGINE_REPLY__BODY_EMBED;
+	rp->r.embed = e;
+}
+
+static void
 do_reset(struct engine_service *svc, const Anedvd__ResetRequest *q, struct reply *rp)
 {
 	enum sched_code code;
@@ -309,6 +353,7 @@ engine_service_handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **o
 		case ANEDVD__ENGINE_REQUEST__BODY_EVAL: do_eval(svc, q->eval, rp); break;
 		case ANEDVD__ENGINE_REQUEST__BODY_RESET: do_reset(svc, q->reset, rp); break;
 		case ANEDVD__ENGINE_REQUEST__BODY_HEALTH: do_health(svc, rp); break;
+		case ANEDVD__ENGINE_REQUEST__BODY_EMBED: do_embed(svc, q->embed, rp); break;
 		default: fail(rp, SCHED_EBADREQ, "the request has no body"); break;
 		}
 	}

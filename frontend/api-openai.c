@@ -187,10 +187,108 @@ parse_bias(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 	return 0;
 }
 
+// token ids of an embeddings input: an array of integers in the vocabulary
+static int
+embed_ids(cJSON *a, size_t i, struct fe_params *p, struct fe_bad *bad)
+{
+	int n = cJSON_GetArraySize(a);
+	if (n == 0)
+		return fe_bad_set(bad, 400, "input", "'input[%zu]': an empty list of token ids", i);
+	if (!(p->emb_ids[i] = malloc((size_t)n * sizeof **p->emb_ids)))
+		return fe_bad_set(bad, 503, NULL, "out of memory");
+	cJSON *e;
+	cJSON_ArrayForEach(e, a)
+	{
+		if (!cJSON_IsNumber(e))
+			return fe_bad_set(bad, 400, "input", "'input': a list of token ids holds only integers");
+		if (token_id(e->valuedouble, "input", &p->emb_ids[i][p->emb_len[i]], bad) != 0)
+			return -1;
+		p->emb_len[i]++;
+	}
+	return 0;
+}
+
+// embeddings: input is a string, an array of strings, an array of token
+// ids or an array of arrays of token ids
+static int
+parse_embeddings(cJSON *body, const struct fe_config *cfg, struct fe_params *p, struct fe_bad *bad)
+{
+	const char *fmt = NULL;
+	if (fe_get_string(body, "encoding_format", &fmt, bad) < 0)
+		return -1;
+	if (fmt && strcmp(fmt, "float") != 0 && strcmp(fmt, "base64") != 0)
+		return fe_bad_set(bad, 400, "encoding_format", "'encoding_format' must be \"float\" or \"base64\", not '%.32s'",
+		                  fmt);
+	p->base64 = fmt && strcmp(fmt, "base64") == 0;
+	long long ll;
+	int rv;
+	if ((rv = fe_get_int(body, "dimensions", 1, 1 << 20, &ll, bad)) < 0)
+		return -1;
+	if (rv)
+		p->dimensions = (long)ll;
+	(void)cfg;
+	cJSON *in = cJSON_GetObjectItemCaseSensitive(body, "input");
+	if (!in || cJSON_IsNull(in))
+		return fe_bad_set(bad, 400, "input", "'input' is required");
+	int ids = 0, n = 1;
+	if (cJSON_IsArray(in)) {
+		n = cJSON_GetArraySize(in);
+		if (n == 0)
+			return fe_bad_set(bad, 400, "input", "'input' must not be empty");
+		if (n > FE_MAX_EMBED_INPUTS)
+			return fe_bad_set(bad, 400, "input", "'input': %d inputs, at most %d", n, FE_MAX_EMBED_INPUTS);
+		ids = cJSON_IsNumber(cJSON_GetArrayItem(in, 0)); // one input given as token ids
+		if (ids)
+			n = 1;
+	} else if (!cJSON_IsString(in)) {
+		return fe_bad_set(bad, 400, "input",
+		                  "'input' must be a string, an array of strings or an array of token-id arrays");
+	}
+	p->emb_text = calloc((size_t)n, sizeof *p->emb_text);
+	p->emb_ids = calloc((size_t)n, sizeof *p->emb_ids);
+	p->emb_len = calloc((size_t)n, sizeof *p->emb_len);
+	if (!p->emb_text || !p->emb_ids || !p->emb_len)
+		return fe_bad_set(bad, 503, NULL, "out of memory");
+	p->n_inputs = (size_t)n;
+	if (cJSON_IsString(in) || ids) {
+		if (ids)
+			return embed_ids(in, 0, p, bad);
+		if (!in->valuestring[0])
+			return fe_bad_set(bad, 400, "input", "'input' must not be an empty string");
+		return (p->emb_text[0] = strdup(in->valuestring)) ? 0 : fe_bad_set(bad, 503, NULL, "out of memory");
+	}
+	size_t i = 0;
+	cJSON *e;
+	cJSON_ArrayForEach(e, in)
+	{
+		if (cJSON_IsString(e)) {
+			if (!e->valuestring[0])
+				return fe_bad_set(bad, 400, "input", "'input[%zu]' must not be an empty string", i);
+			if (!(p->emb_text[i] = strdup(e->valuestring)))
+				return fe_bad_set(bad, 503, NULL, "out of memory");
+		} else if (cJSON_IsArray(e)) {
+			if (embed_ids(e, i, p, bad) != 0)
+				return -1;
+		} else {
+			return fe_bad_set(bad, 400, "input", "'input[%zu]' must be a string or an array of token ids", i);
+		}
+		i++;
+	}
+	return 0;
+}
+
 static int
 parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_params *p, struct fe_bad *bad)
 {
 	p->api = api;
+	if (api == FE_API_EMBEDDINGS) {
+		const char *model = NULL;
+		if (fe_get_string(body, "model", &model, bad) < 0)
+			return -1;
+		if (!(p->model = strdup(model && model[0] ? model : cfg->name)))
+			return fe_bad_set(bad, 503, NULL, "out of memory");
+		return parse_embeddings(body, cfg, p, bad);
+	}
 	p->max_tokens = cfg->max_tokens;
 	p->temperature = 0.7f;
 	p->top_k = api == FE_API_CHAT ? 40 : 0;
@@ -379,8 +477,59 @@ add_logprobs(cJSON *c, const struct fe_gen *g, const struct fe_lp_tok *t, size_t
 }
 
 static char *
+base64(const void *data, size_t n)
+{
+	static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	const unsigned char *b = data;
+	char *s = malloc((n + 2) / 3 * 4 + 1), *o = s;
+	if (!s)
+		return NULL;
+	for (size_t i = 0; i < n; i += 3) {
+		unsigned v = (unsigned)b[i] << 16 | (i + 1 < n ? (unsigned)b[i + 1] << 8 : 0) | (i + 2 < n ? b[i + 2] : 0);
+		*o++ = tab[v >> 18 & 63];
+		*o++ = tab[v >> 12 & 63];
+		*o++ = i + 1 < n ? tab[v >> 6 & 63] : '=';
+		*o++ = i + 2 < n ? tab[v & 63] : '=';
+	}
+	*o = 0;
+	return s;
+}
+
+// {"object":"list","data":[{"object":"embedding","index","embedding"}],"model","usage"}
+static char *
+embeddings_response(const struct fe_gen *g, size_t *len)
+{
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddStringToObject(o, "object", "list");
+	cJSON *data = cJSON_AddArrayToObject(o, "data");
+	for (size_t i = 0; i < g->p.n_inputs; i++) {
+		const float *v = g->emb + i * (size_t)g->emb_dims;
+		cJSON *e = cJSON_CreateObject();
+		cJSON_AddItemToArray(data, e);
+		cJSON_AddStringToObject(e, "object", "embedding");
+		cJSON_AddNumberToObject(e, "index", (double)i);
+		if (g->p.base64) { // float32 little-endian, as the host holds them
+			char *s = base64(v, (size_t)g->emb_dims * sizeof *v);
+			cJSON_AddStringToObject(e, "embedding", s ? s : "");
+			free(s);
+		} else {
+			cJSON *a = cJSON_AddArrayToObject(e, "embedding");
+			for (int k = 0; k < g->emb_dims; k++)
+				cJSON_AddItemToArray(a, cJSON_CreateNumber(v[k]));
+		}
+	}
+	cJSON_AddStringToObject(o, "model", g->p.model);
+	cJSON *u = cJSON_AddObjectToObject(o, "usage");
+	cJSON_AddNumberToObject(u, "prompt_tokens", g->r.prompt_tokens);
+	cJSON_AddNumberToObject(u, "total_tokens", g->r.prompt_tokens);
+	return fe_json_print(o, len);
+}
+
+static char *
 response(const struct fe_gen *g, size_t *len)
 {
+	if (g->p.api == FE_API_EMBEDDINGS)
+		return embeddings_response(g, len);
 	cJSON *o = head(g, is_chat(g) ? "chat.completion" : "text_completion");
 	cJSON *choices = cJSON_AddArrayToObject(o, "choices");
 	for (int i = 0; i < n_choices(g); i++) {

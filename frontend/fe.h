@@ -42,9 +42,12 @@ struct fe_config {
 	int timeout_ms;      // each upstream call
 	int keepalive_ms;    // SSE comment after this much silence; 0: never
 	int deadline_ms;     // a generation's whole life, queue included; 0: none
+	int embeddings;      // serve /v1/embeddings
 };
 
-enum fe_api { FE_API_CHAT, FE_API_COMPLETIONS, FE_API_MESSAGES, FE_API_N };
+enum fe_api { FE_API_CHAT, FE_API_COMPLETIONS, FE_API_MESSAGES, FE_API_EMBEDDINGS, FE_API_N };
+
+#define FE_MAX_EMBED_INPUTS 2048
 
 // what a request asks for, in no dialect
 struct fe_params {
@@ -72,6 +75,13 @@ struct fe_params {
 		float bias;
 	} *bias;              // logit_bias, malloc'd
 	size_t n_bias;
+	// embeddings: n_inputs inputs, each text (emb_text[i]) or token ids (emb_ids[i], emb_len[i])
+	char **emb_text;
+	int32_t **emb_ids;
+	size_t *emb_len;
+	size_t n_inputs;
+	int base64;           // encoding_format "base64"
+	long dimensions;      // 0: not given
 };
 
 void fe_params_free(struct fe_params *p);
@@ -91,6 +101,7 @@ struct fe_result {
 	// errors (FE_FINISH_ERROR)
 	int status;          // HTTP status to use if nothing was sent yet
 	char err[AD_ERRLEN];
+	char param[64];      // the field to blame, "" if none
 };
 
 struct fe_req; // the loop side of a request (http.c)
@@ -142,6 +153,8 @@ struct fe_gen {
 	char *text;              // non-stream: the whole reply (worker, then loop)
 	size_t len, cap;
 	struct fe_choice ch[FE_MAX_N]; // per choice (p.n of them); ch[0].text is unused
+	float *emb;              // embeddings: n_inputs x emb_dims (worker, then loop)
+	int emb_dims;
 	struct fe_gen *next;     // admission queue link
 };
 

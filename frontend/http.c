@@ -89,6 +89,7 @@ reason(int status)
 	case 405: return "Method Not Allowed";
 	case 413: return "Payload Too Large";
 	case 500: return "Internal Server Error";
+	case 501: return "Not Implemented";
 	case 502: return "Bad Gateway";
 	case 503: return "Service Unavailable";
 	case 504: return "Gateway Timeout";
@@ -313,7 +314,7 @@ finish(struct fe_req *rq)
 	if (!g->p.stream) {
 		rq->done = 1;
 		int status = error ? (r->status ? r->status : 502) : 200;
-		char *body = error ? rq->d->error(status, r->err, NULL, &n) : rq->d->response(g, &n);
+		char *body = error ? rq->d->error(status, r->err, r->param[0] ? r->param : NULL, &n) : rq->d->response(g, &n);
 		if (status == 503)
 			hdr(req, "retry-after", "1");
 		respond_json(req, rq->endpoint, status, body, n);
@@ -522,7 +523,7 @@ start_generation(h2o_req_t *req, enum fe_api api, const struct fe_dialect *d, co
 		respond_error(req, d, endpoint, bad.status ? bad.status : 400, bad.param, "%s", bad.msg);
 		return 0;
 	}
-	fe_new_id(g, api == FE_API_CHAT ? "chatcmpl-" : api == FE_API_COMPLETIONS ? "cmpl-" : "msg_");
+	fe_new_id(g, api == FE_API_CHAT ? "chatcmpl-" : api == FE_API_COMPLETIONS ? "cmpl-" : api == FE_API_EMBEDDINGS ? "embd-" : "msg_");
 	g->refs = 2;
 	if (fe_admit(g) != 0) {
 		fe_params_free(&g->p);
@@ -638,6 +639,18 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
 		return 0;
 	}
 	// POST routes
+	if (path_is(req, "/v1/embeddings")) {
+		if (!is_post) {
+			hdr(req, "allow", "POST, OPTIONS");
+			respond_error(req, d, "/v1/embeddings", 405, NULL, "/v1/embeddings takes POST");
+		} else if (!S.cfg->embeddings) {
+			respond_error(req, d, "/v1/embeddings", 501, NULL,
+			              "embeddings are off on this server: start it with --embeddings");
+		} else {
+			return start_generation(req, FE_API_EMBEDDINGS, d, "/v1/embeddings");
+		}
+		return 0;
+	}
 	if (path_is(req, "/v1/chat/completions") || path_is(req, "/v1/completions") || path_is(req, "/v1/messages")) {
 		path = path_is(req, "/v1/chat/completions") ? "/v1/chat/completions"
 		       : path_is(req, "/v1/completions")    ? "/v1/completions"

@@ -323,6 +323,8 @@ fe_choices_free(struct fe_gen *g)
 		g->ch[i].text = NULL;
 		g->ch[i].lp = NULL;
 	}
+	free(g->emb);
+	g->emb = NULL;
 }
 
 const char *
@@ -755,6 +757,99 @@ generate(struct fe_gen *g)
 		g->r.stop_index = g->ch[0].stop_index;
 	}
 }
+// embeddings: encode the texts (the model's BOS, no special-token parsing),
+// one Embed call for every input
+static void
+embed(struct fe_gen *g)
+{
+	char err[AD_ERRLEN];
+	int status = 0;
+	size_t n = g->p.n_inputs;
+	uint64_t t0 = fe_now_ns();
+	if (get_vocab(err) != 0) {
+		fail(g, 503, err);
+		return;
+	}
+	int32_t **own = calloc(n, sizeof *own);
+	Anedvd__EmbedInput *in = calloc(n, sizeof *in), **pin = calloc(n, sizeof *pin);
+	if (!own || !in || !pin) {
+		fail(g, 503, "out of memory");
+		goto out;
+	}
+	unsigned tokens = 0;
+	for (size_t i = 0; i < n; i++) {
+		anedvd__embed_input__init(&in[i]);
+		pin[i] = &in[i];
+		if (g->p.emb_text && g->p.emb_text[i]) {
+			size_t m = 0;
+			const char *t = g->p.emb_text[i];
+			if (tokc_encode(tok, t, strlen(t), -1, 0, &own[i], &m, cfg->timeout_ms, err) != 0) {
+				fail(g, 503, err);
+				goto out;
+			}
+			if (m == 0) {
+				snprintf(err, sizeof err, "input[%zu]: no tokens", i);
+				fail(g, 400, err);
+				goto out;
+			}
+			in[i].ids = own[i];
+			in[i].n_ids = m;
+		} else {
+			in[i].ids = g->p.emb_ids[i];
+			in[i].n_ids = g->p.emb_len[i];
+		}
+		if (in[i].n_ids > cfg->max_seq) {
+			snprintf(err, sizeof err, "input[%zu]: %zu tokens, the context holds %u", i, in[i].n_ids, cfg->max_seq);
+			fail(g, 400, err);
+			goto out;
+		}
+		tokens += (unsigned)in[i].n_ids;
+	}
+	g->r.tokenize_ns = fe_now_ns() - t0;
+	if (cancelled(g)) {
+		g->r.finish = FE_FINISH_CANCELLED;
+		goto out;
+	}
+	Anedvd__EngineRequest rq = ANEDVD__ENGINE_REQUEST__INIT;
+	Anedvd__EmbedRequest er = ANEDVD__EMBED_REQUEST__INIT;
+	er.inputs = pin;
+	er.n_inputs = n;
+	rq.body_case = ANEDVD__ENGINE_REQUEST__BODY_EMBED;
+	rq.embed = &er;
+	uint64_t t1 = fe_now_ns();
+	Anedvd__EngineReply *r = eng_call(&rq, ANEDVD__ENGINE_REPLY__BODY_EMBED, cfg->timeout_ms, &status, err);
+	if (!r) {
+		fail(g, status, err);
+		goto out;
+	}
+	g->r.prefill_ns = fe_now_ns() - t1;
+	Anedvd__EmbedReply *e = r->embed;
+	size_t want = n * (size_t)e->dims * sizeof(float);
+	if (e->dims == 0 || e->vectors.len != want) {
+		fail(g, 502, "engine: embeddings of the wrong size");
+	} else if (g->p.dimensions && g->p.dimensions != (long)e->dims) {
+		snprintf(err, sizeof err, "'dimensions': this model's embeddings have %u dimensions, not %ld", e->dims,
+		         g->p.dimensions);
+		fail(g, 400, err);
+		snprintf(g->r.param, sizeof g->r.param, "dimensions");
+	} else if (!(g->emb = malloc(want))) {
+		fail(g, 503, "out of memory");
+	} else {
+		memcpy(g->emb, e->vectors.data, want);
+		g->emb_dims = (int)e->dims;
+		g->r.prompt_tokens = tokens;
+		g->r.prefill_tokens = tokens;
+		g->r.finish = FE_FINISH_EOS;
+	}
+	anedvd__engine_reply__free_unpacked(r, NULL);
+out:
+	for (size_t i = 0; own && i < n; i++)
+		free(own[i]);
+	free(own);
+	free(in);
+	free(pin);
+}
+
 static void *
 worker_main(void *arg)
 {
@@ -784,6 +879,8 @@ worker_main(void *arg)
 			g->r.finish = FE_FINISH_CANCELLED;
 		else if (cfg->deadline_ms && g->r.queue_ns > (uint64_t)cfg->deadline_ms * 1000000u)
 			fail(g, 504, "the request waited in the queue past its deadline");
+		else if (g->p.api == FE_API_EMBEDDINGS)
+			embed(g);
 		else
 			generate(g);
 		g->r.total_ns = fe_now_ns() - g->t_admit;

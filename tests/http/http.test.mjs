@@ -86,6 +86,10 @@ describe('frontend over raw HTTP', () => {
 		assert.match(r.headers.allow, /POST/);
 		openaiError(await post(s, '/health', {}), 405);
 		anthropicError(await request(s, 'GET', '/v1/messages'), 405, 'invalid_request_error');
+		// embeddings are off unless --embeddings
+		r = await post(s, '/v1/embeddings', { input: 'x' });
+		openaiError(r, 501);
+		assert.match(JSON.parse(r.body).error.message, /--embeddings/);
 		await healthy(s);
 	});
 
