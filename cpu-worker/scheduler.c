@@ -131,6 +131,7 @@ struct sched {
 	float *logits; // [rows][V]
 	int rows;
 	struct engine_seq *eval_seq;
+	struct embed_run *embed; // the embedding request at the head of the queue
 };
 
 static uint64_t
@@ -589,89 +590,166 @@ turn(struct sched *s, int n_active)
 		prefill_chunk(s, pj);
 }
 
-// the embeddings of ev->inputs into ev->logits (n x E): SCHED_EMBED_SLOTS
-// sequences, each taking the next input when it is done; every call packs
-// the slots' next tokens in slot order up to the width
-static int
-run_embed(struct sched *s, struct eval *ev, char *err)
+// an embedding request in progress: SCHED_EMBED_SLOTS sequences, each
+// taking the next input when it is done; every call packs the slots' next
+// tokens in slot order up to the width. One call per turn of the engine
+// thread, so running streams keep their pace during a large request.
+struct embed_run {
+	struct eval *ev;
+	int slots, next;
+	struct engine_seq *seq[SCHED_EMBED_SLOTS];
+	int in[SCHED_EMBED_SLOTS], fed[SCHED_EMBED_SLOTS];
+	double *acc;   // [slots][E]
+	float *hid;    // [width][E]
+	int *col_slot, *col_pos;
+	int32_t *toks;
+};
+
+static void
+embed_free(struct embed_run *r)
+{
+	if (!r)
+		return;
+	for (int k = 0; k < r->slots; k++)
+		engine_seq_free(r->seq[k]);
+	free(r->acc);
+	free(r->hid);
+	free(r->col_slot);
+	free(r->col_pos);
+	free(r->toks);
+	free(r);
+}
+
+static struct embed_run *
+embed_start(struct sched *s, struct eval *ev, char *err)
 {
 	const int E = engine_n_embd(s->e), W = s->width;
-	const int slots = SCHED_EMBED_SLOTS < ev->n ? SCHED_EMBED_SLOTS : ev->n;
-	struct engine_seq *seq[SCHED_EMBED_SLOTS] = {0};
-	int in[SCHED_EMBED_SLOTS], fed[SCHED_EMBED_SLOTS];
-	double *acc = calloc((size_t)slots * E, sizeof *acc);
-	float *hid = malloc((size_t)W * E * sizeof *hid);
-	int *col_slot = malloc((size_t)W * sizeof *col_slot), *col_pos = malloc((size_t)W * sizeof *col_pos);
-	int32_t *toks = malloc((size_t)W * sizeof *toks);
-	int rv = 0;
-	if (!acc || !hid || !col_slot || !col_pos || !toks)
-		rv = ad_err(err, "embeddings: out of memory");
-	for (int k = 0; rv == 0 && k < slots; k++) {
-		in[k] = -1;
-		if (!(seq[k] = engine_seq_new(s->e, err)))
-			rv = -1;
+	struct embed_run *r = calloc(1, sizeof *r);
+	if (!r)
+		return ad_err(err, "embeddings: out of memory"), NULL;
+	r->ev = ev;
+	r->slots = SCHED_EMBED_SLOTS < ev->n ? SCHED_EMBED_SLOTS : ev->n;
+	r->acc = calloc((size_t)r->slots * E, sizeof *r->acc);
+	r->hid = malloc((size_t)W * E * sizeof *r->hid);
+	r->col_slot = malloc((size_t)W * sizeof *r->col_slot);
+	r->col_pos = malloc((size_t)W * sizeof *r->col_pos);
+	r->toks = malloc((size_t)W * sizeof *r->toks);
+	if (!r->acc || !r->hid || !r->col_slot || !r->col_pos || !r->toks) {
+		embed_free(r);
+		return ad_err(err, "embeddings: out of memory"), NULL;
 	}
-	int next = 0;
-	while (rv == 0) {
-		for (int k = 0; k < slots; k++)
-			if (in[k] < 0 && next < ev->n) {
-				in[k] = next++;
-				fed[k] = 0;
-				engine_seq_reset(seq[k]);
-				memset(acc + (size_t)k * E, 0, (size_t)E * sizeof *acc);
-			}
-		int m = 0;
-		for (int k = 0; k < slots && m < W; k++) {
-			if (in[k] < 0)
-				continue;
-			const int32_t *ids = ev->inputs[in[k]];
-			for (int p = fed[k]; p < ev->lens[in[k]] && m < W; p++, m++) {
-				s->cols[m] = seq[k];
-				toks[m] = ids[p];
-				col_slot[m] = k;
-				col_pos[m] = p;
-			}
-		}
-		if (m == 0)
-			break;
-		if ((rv = engine_forward_hidden(s->e, s->cols, toks, m, hid, err)))
-			break;
-		for (int c = 0; c < m; c++) {
-			int k = col_slot[c], p = col_pos[c], len = ev->lens[in[k]];
-			const float *h = hid + (size_t)c * E;
-			double *a = acc + (size_t)k * E;
-			if (ev->pooling == SCHED_POOL_MEAN)
-				for (int i = 0; i < E; i++)
-					a[i] += h[i];
-			else if ((ev->pooling == SCHED_POOL_CLS && p == 0) || (ev->pooling == SCHED_POOL_LAST && p == len - 1))
-				for (int i = 0; i < E; i++)
-					a[i] = h[i];
-			fed[k] = p + 1;
-		}
-		for (int k = 0; k < slots; k++) {
-			if (in[k] < 0 || fed[k] < ev->lens[in[k]])
-				continue;
-			double *a = acc + (size_t)k * E, norm = 0;
-			if (ev->pooling == SCHED_POOL_MEAN)
-				for (int i = 0; i < E; i++)
-					a[i] /= ev->lens[in[k]];
-			for (int i = 0; i < E; i++)
-				norm += a[i] * a[i];
-			norm = norm > 0 ? 1.0 / sqrt(norm) : 0;
-			float *o = ev->logits + (size_t)in[k] * E;
-			for (int i = 0; i < E; i++)
-				o[i] = (float)(a[i] * norm);
-			in[k] = -1;
+	for (int k = 0; k < r->slots; k++) {
+		r->in[k] = -1;
+		if (!(r->seq[k] = engine_seq_new(s->e, err))) {
+			embed_free(r);
+			return NULL;
 		}
 	}
-	for (int k = 0; k < slots; k++)
-		engine_seq_free(seq[k]);
-	free(acc);
-	free(hid);
-	free(col_slot);
-	free(col_pos);
-	free(toks);
-	return rv;
+	return r;
+}
+
+// one kernel call of the request: 1 while there is more, 0 when every
+// vector is in ev->logits (n x E), -1 on a failure
+static int
+embed_step(struct sched *s, struct embed_run *r, char *err)
+{
+	struct eval *ev = r->ev;
+	const int E = engine_n_embd(s->e), W = s->width;
+	for (int k = 0; k < r->slots; k++)
+		if (r->in[k] < 0 && r->next < ev->n) {
+			r->in[k] = r->next++;
+			r->fed[k] = 0;
+			engine_seq_reset(r->seq[k]);
+			memset(r->acc + (size_t)k * E, 0, (size_t)E * sizeof *r->acc);
+		}
+	int m = 0;
+	for (int k = 0; k < r->slots && m < W; k++) {
+		if (r->in[k] < 0)
+			continue;
+		const int32_t *ids = ev->inputs[r->in[k]];
+		for (int p = r->fed[k]; p < ev->lens[r->in[k]] && m < W; p++, m++) {
+			s->cols[m] = r->seq[k];
+			r->toks[m] = ids[p];
+			r->col_slot[m] = k;
+			r->col_pos[m] = p;
+		}
+	}
+	if (m == 0)
+		return 0;
+	if (engine_forward_hidden(s->e, s->cols, r->toks, m, r->hid, err))
+		return -1;
+	for (int c = 0; c < m; c++) {
+		int k = r->col_slot[c], p = r->col_pos[c], len = ev->lens[r->in[k]];
+		const float *h = r->hid + (size_t)c * E;
+		double *a = r->acc + (size_t)k * E;
+		if (ev->pooling == SCHED_POOL_MEAN)
+			for (int i = 0; i < E; i++)
+				a[i] += h[i];
+		else if ((ev->pooling == SCHED_POOL_CLS && p == 0) || (ev->pooling == SCHED_POOL_LAST && p == len - 1))
+			for (int i = 0; i < E; i++)
+				a[i] = h[i];
+		r->fed[k] = p + 1;
+	}
+	int busy = r->next < ev->n;
+	for (int k = 0; k < r->slots; k++) {
+		if (r->in[k] < 0)
+			continue;
+		if (r->fed[k] < ev->lens[r->in[k]]) {
+			busy = 1;
+			continue;
+		}
+		double *a = r->acc + (size_t)k * E, norm = 0;
+		if (ev->pooling == SCHED_POOL_MEAN)
+			for (int i = 0; i < E; i++)
+				a[i] /= ev->lens[r->in[k]];
+		for (int i = 0; i < E; i++)
+			norm += a[i] * a[i];
+		norm = norm > 0 ? 1.0 / sqrt(norm) : 0;
+		float *o = ev->logits + (size_t)r->in[k] * E;
+		for (int i = 0; i < E; i++)
+			o[i] = (float)(a[i] * norm);
+		r->in[k] = -1;
+	}
+	return busy;
+}
+
+// run_embed advances the embedding request ev by one call; when it is not
+// finished, ev goes back to the head of the queue
+static void
+run_embed(struct sched *s, struct eval *ev)
+{
+	char err[AD_ERRLEN] = "";
+	int rv = -1;
+	if (!s->embed || s->embed->ev != ev) {
+		embed_free(s->embed);
+		s->embed = embed_start(s, ev, err);
+	}
+	if (s->embed)
+		rv = embed_step(s, s->embed, err);
+	pthread_mutex_lock(&s->mu);
+	if (rv == 1 && s->stopping) {
+		rv = -1;
+		snprintf(err, sizeof err, "the worker is shutting down");
+	}
+	if (rv == 1) {
+		ev->next = s->evals;
+		s->evals = ev;
+		if (!s->evals_tail)
+			s->evals_tail = ev;
+	} else {
+		ev->rc = rv;
+		if (rv) {
+			ev->code = SCHED_EUNAVAILABLE;
+			snprintf(ev->msg, sizeof ev->msg, "embeddings: %s", err);
+		}
+		ev->done = 1;
+		pthread_cond_broadcast(&s->done);
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (rv != 1) {
+		embed_free(s->embed);
+		s->embed = NULL;
+	}
 }
 
 static void
@@ -680,16 +758,7 @@ run_eval(struct sched *s, struct eval *ev)
 	char err[AD_ERRLEN] = "";
 	int rv = 0;
 	if (ev->embed) {
-		rv = run_embed(s, ev, err);
-		pthread_mutex_lock(&s->mu);
-		ev->rc = rv;
-		if (rv) {
-			ev->code = SCHED_EUNAVAILABLE;
-			snprintf(ev->msg, sizeof ev->msg, "embeddings: %s", err);
-		}
-		ev->done = 1;
-		pthread_cond_broadcast(&s->done);
-		pthread_mutex_unlock(&s->mu);
+		run_embed(s, ev);
 		return;
 	}
 	if (!s->eval_seq && !(s->eval_seq = engine_seq_new(s->e, err)))
@@ -871,6 +940,7 @@ sched_free(struct sched *s)
 	while (s->sessions)
 		session_free(s, s->sessions);
 	engine_seq_free(s->eval_seq);
+	embed_free(s->embed);
 	free(s->active);
 	free(s->cols);
 	free(s->cjobs);

@@ -817,7 +817,11 @@ embed(struct fe_gen *g)
 	rq.body_case = ANEDVD__ENGINE_REQUEST__BODY_EMBED;
 	rq.embed = &er;
 	uint64_t t1 = fe_now_ns();
-	Anedvd__EngineReply *r = eng_call(&rq, ANEDVD__ENGINE_REPLY__BODY_EMBED, cfg->timeout_ms, &status, err);
+	// one call for the whole request, which the engine runs a kernel call
+	// per turn between the generations: it may take a while
+	int wait = cfg->deadline_ms ? cfg->deadline_ms : 600000;
+	Anedvd__EngineReply *r = eng_call(&rq, ANEDVD__ENGINE_REPLY__BODY_EMBED, wait > cfg->timeout_ms ? wait : cfg->timeout_ms,
+	                                  &status, err);
 	if (!r) {
 		fail(g, status, err);
 		goto out;

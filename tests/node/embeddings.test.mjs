@@ -160,6 +160,15 @@ describe('embeddings on the real engine', { skip }, () => {
 		assert.notDeepEqual(batch.data[0].embedding, batch.data[1].embedding);
 	});
 
+	it('a generation running beside a large request gives its own reply', async () => {
+		const req = { model: 'm', prompt: 'Once upon a time', max_tokens: 40, temperature: 0 };
+		const alone = await oai.completions.create(req);
+		const inputs = Array.from({ length: 300 }, (_, i) => `Tale ${i}: the cat sat on the mat and looked at the sun.`);
+		const [emb, beside] = await Promise.all([oai.embeddings.create({ model: 'm', input: inputs }), oai.completions.create(req)]);
+		assert.equal(emb.data.length, 300);
+		assert.equal(beside.choices[0].text, alone.choices[0].text);
+	});
+
 	it('400 names the field; the server answers after each', async () => {
 		const cases = [
 			[{}, 'input'],
