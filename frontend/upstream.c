@@ -366,7 +366,6 @@ struct run {
 	size_t n_pending;
 	uint32_t produced;  // bytes of the tokens so far: the next token's offset
 	uint32_t released;  // bytes of text handed out
-	size_t sent;        // logprob tokens handed out with a chunk (stream)
 };
 
 // emit hands released text of choice i to the loop (stream: with the
@@ -382,17 +381,21 @@ emit(struct fe_gen *g, int i, struct run *r, const char *s, size_t n, int last)
 			return 0;
 		return i == 0 ? grow(&g->text, &g->len, &g->cap, s, n) : grow(&c->text, &c->len, &c->cap, s, n);
 	}
-	size_t k = r->sent;
+	// a stream keeps only the logprob tokens not sent yet
+	size_t k = 0;
 	while (k < c->n_lp && (last || c->lp[k].offset < r->released))
 		k++;
-	if (n == 0 && k == r->sent)
+	if (n == 0 && k == 0)
 		return 0;
-	struct fe_chunk ck = { i, s, n, c->lp + r->sent, k - r->sent };
+	struct fe_chunk ck = { i, s, n, c->lp, k };
 	if (g->p.n <= 1 && !g->p.logprobs)
 		fe_post(g, FE_MSG_TEXT, s, n);
 	else
 		fe_post_chunk(g, &ck);
-	r->sent = k;
+	if (k) {
+		memmove(c->lp, c->lp + k, (c->n_lp - k) * sizeof *c->lp);
+		c->n_lp -= k;
+	}
 	return 0;
 }
 
