@@ -523,7 +523,10 @@ start_generation(h2o_req_t *req, enum fe_api api, const struct fe_dialect *d, co
 		respond_error(req, d, endpoint, bad.status ? bad.status : 400, bad.param, "%s", bad.msg);
 		return 0;
 	}
-	fe_new_id(g, api == FE_API_CHAT ? "chatcmpl-" : api == FE_API_COMPLETIONS ? "cmpl-" : api == FE_API_EMBEDDINGS ? "embd-" : "msg_");
+	fe_new_id(g, api == FE_API_CHAT          ? "chatcmpl-"
+	             : api == FE_API_COMPLETIONS ? "cmpl-"
+	             : api == FE_API_EMBEDDINGS  ? "embd-"
+	                                         : "msg_");
 	g->refs = 2;
 	if (fe_admit(g) != 0) {
 		fe_params_free(&g->p);

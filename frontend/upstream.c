@@ -823,8 +823,9 @@ embed(struct fe_gen *g)
 	// one call for the whole request, which the engine runs a kernel call
 	// per turn between the generations: it may take a while
 	int wait = cfg->deadline_ms ? cfg->deadline_ms : 600000;
-	Anedvd__EngineReply *r = eng_call(&rq, ANEDVD__ENGINE_REPLY__BODY_EMBED, wait > cfg->timeout_ms ? wait : cfg->timeout_ms,
-	                                  &status, err);
+	if (wait < cfg->timeout_ms)
+		wait = cfg->timeout_ms;
+	Anedvd__EngineReply *r = eng_call(&rq, ANEDVD__ENGINE_REPLY__BODY_EMBED, wait, &status, err);
 	if (!r) {
 		fail(g, status, err);
 		goto out;
