@@ -580,7 +580,8 @@ read_hparams(struct model *m, const struct gguf *g, char *err)
 	    kv_int(g, an, "expert_count", &hp->n_expert, err) ||
 	    kv_int(g, an, "expert_used_count", &hp->n_expert_used, err) ||
 	    kv_int(g, an, "expert_feed_forward_length", &hp->n_ff_exp, err) ||
-	    kv_int(g, an, "expert_shared_feed_forward_length", &hp->n_ff_shexp, err))
+	    kv_int(g, an, "expert_shared_feed_forward_length", &hp->n_ff_shexp, err) ||
+	    kv_int(g, an, "pooling_type", &hp->pooling, err))
 		return -1;
 	if (kv_float(g, an, "attention.layer_norm_rms_epsilon", &hp->rms_eps, err) ||
 	    kv_float(g, an, "rope.freq_base", &hp->rope_base, err) ||

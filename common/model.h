@@ -110,6 +110,7 @@ struct model_hparams {
 	int64_t n_no_rope_step; // smollm3: layer i has no RoPE if (i+1) % step == 0
 	int qk_norm_post_rope;  // q/k norms after RoPE (hunyuan), not before; set by model_finish
 	int64_t bos_id, eos_id; // -1 when unknown
+	int64_t pooling;        // GGUF pooling_type: 0 none given, 1 mean, 2 cls, 3 last
 };
 
 // the weights of one block; empty slots have name == NULL

@@ -999,9 +999,9 @@ book(struct engine_timings *t, const struct fwd *f, uint64_t total, int cols, in
 	}
 }
 
-int
-engine_forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n,
-               const uint8_t *want, float *logits, int prefill, char *err)
+static int
+forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n, const uint8_t *want,
+        float *logits, int prefill, float *hidden, char *err)
 {
 	const struct model_hparams *hp = &e->hp;
 	const int E = e->E, V = e->V;
@@ -1051,6 +1051,8 @@ engine_forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *
 	for (int il = 0; il < n_layer; il++)
 		if (layer(e, &f, il, n, err))
 			return -1;
+	for (int c = 0; hidden && c < n; c++)
+		rmsnorm(hidden + (size_t)c * E, e->x + (size_t)c * E, e->output_norm, E, hp->rms_eps);
 	if (nw > 0) {
 		for (int j = 0; j < nw; j++)
 			rmsnorm(e->xn + (size_t)j * E, e->x + (size_t)e->wanted[j] * E, e->output_norm, E, hp->rms_eps);
@@ -1075,6 +1077,32 @@ engine_forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *
 		}
 	}
 	return 0;
+}
+
+int
+engine_forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n,
+               const uint8_t *want, float *logits, int prefill, char *err)
+{
+	return forward(e, seqs, tokens, n, want, logits, prefill, NULL, err);
+}
+
+int
+engine_forward_hidden(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n,
+                      float *hidden, char *err)
+{
+	return forward(e, seqs, tokens, n, NULL, NULL, 1, hidden, err);
+}
+
+int
+engine_n_embd(const struct engine *e)
+{
+	return e->E;
+}
+
+int
+engine_pooling(const struct engine *e)
+{
+	return (int)e->hp.pooling;
 }
 
 int

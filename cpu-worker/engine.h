@@ -109,6 +109,14 @@ struct engine_timings *engine_seq_timings(struct engine_seq *s);
 int engine_forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n,
                    const uint8_t *want, float *logits, int prefill, char *err);
 
+// engine_forward_hidden: the same columns, no LM head: hidden gets n rows
+// of n_embd, each column's last hidden state after the final norm (what
+// embeddings pool); booked as prefill
+int engine_forward_hidden(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n,
+                          float *hidden, char *err);
+int engine_n_embd(const struct engine *e);
+// the model's GGUF pooling_type: 0 none given, 1 mean, 2 cls, 3 last
+int engine_pooling(const struct engine *e);
 // a decode step: one token for each of n distinct sequences (n <= width),
 // logits n rows
 int engine_step(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n,

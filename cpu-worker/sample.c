@@ -24,6 +24,7 @@ struct sampler {
 	struct cand *cand; // n_vocab: candidates, in id order
 	struct cand *tmp;  // n_vocab: scratch (nucleus, reference sort)
 	struct sample_tok *heap; // top_k (when below n_vocab): the bounded selection
+	struct sample_bias *bias; // the parameters' logit_bias, owned
 };
 
 // --- parameters ----------------------------------------------------------------
@@ -64,6 +65,15 @@ sample_check(const struct sample_params *p, char *err)
 		return ad_err(err, "presence_penalty %g: must be in [-2, 2]", (double)p->presence_penalty);
 	if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f))
 		return ad_err(err, "frequency_penalty %g: must be in [-2, 2]", (double)p->frequency_penalty);
+	if (p->n_bias < 0 || p->n_bias > SAMPLE_MAX_BIAS || (p->n_bias && !p->bias))
+		return ad_err(err, "logit_bias: %d entries, at most %d", p->n_bias, SAMPLE_MAX_BIAS);
+	for (int i = 0; i < p->n_bias; i++) {
+		if (p->bias[i].id < 0)
+			return ad_err(err, "logit_bias[%d]: token id %d is negative", i, (int)p->bias[i].id);
+		if (!(p->bias[i].bias >= -100.0f && p->bias[i].bias <= 100.0f))
+			return ad_err(err, "logit_bias[%d]: bias %g for token %d: must be in [-100, 100]", i,
+			              (double)p->bias[i].bias, (int)p->bias[i].id);
+	}
 	return 0;
 }
 
@@ -127,6 +137,12 @@ sample_new(const struct sample_params *p, int n_vocab, char *err)
 		ad_err(err, "sampler: n_vocab %d outside [1, %d]", n_vocab, SAMPLE_MAX_VOCAB);
 		return NULL;
 	}
+	for (int i = 0; i < p->n_bias; i++)
+		if (p->bias[i].id >= n_vocab) {
+			ad_err(err, "logit_bias[%d]: token id %d is outside the vocabulary of %d", i, (int)p->bias[i].id,
+			       n_vocab);
+			return NULL;
+		}
 	struct sampler *s = calloc(1, sizeof *s);
 	if (!s) {
 		ad_err(err, "sampler: out of memory");
@@ -142,7 +158,11 @@ sample_new(const struct sample_params *p, int n_vocab, char *err)
 	s->tmp = malloc(n * sizeof *s->tmp);
 	int k = p->top_k > 0 && p->top_k < n_vocab ? p->top_k : 1;
 	s->heap = malloc((size_t)k * sizeof *s->heap);
-	if (!s->win || !s->cnt || !s->pen || !s->cand || !s->tmp || !s->heap) {
+	s->bias = malloc((size_t)(p->n_bias ? p->n_bias : 1) * sizeof *s->bias);
+	if (s->bias && p->n_bias)
+		memcpy(s->bias, p->bias, (size_t)p->n_bias * sizeof *s->bias);
+	s->p.bias = s->bias;
+	if (!s->win || !s->cnt || !s->pen || !s->cand || !s->tmp || !s->heap || !s->bias) {
 		sample_free(s);
 		ad_err(err, "sampler: out of memory for a vocabulary of %d", n_vocab);
 		return NULL;
@@ -162,6 +182,7 @@ sample_free(struct sampler *s)
 	free(s->cand);
 	free(s->tmp);
 	free(s->heap);
+	free(s->bias);
 	free(s);
 }
 
@@ -200,6 +221,16 @@ has_penalties(const struct sampler *s)
 	                          p->frequency_penalty != 0.0f);
 }
 
+// step 0 on x, the same in both pipelines: -100 is a ban
+static void
+add_bias(const struct sample_params *p, float *x)
+{
+	for (int i = 0; i < p->n_bias; i++) {
+		float b = p->bias[i].bias;
+		x[p->bias[i].id] = b <= -100.0f ? -INFINITY : x[p->bias[i].id] + b;
+	}
+}
+
 // the one formula both pipelines use for a token seen c times
 static inline float
 penalise(const struct sample_params *p, float l, int c)
@@ -215,9 +246,12 @@ penalise(const struct sample_params *p, float l, int c)
 static const float *
 penalised(struct sampler *s, const float *logits)
 {
-	if (!has_penalties(s))
+	if (!has_penalties(s) && s->p.n_bias == 0)
 		return logits;
 	memcpy(s->pen, logits, (size_t)s->n_vocab * sizeof *s->pen);
+	add_bias(&s->p, s->pen);
+	if (!has_penalties(s))
+		return s->pen;
 	for (int i = 0; i < s->win_len; i++) {
 		int32_t t = s->win[i];
 		if (s->cnt[t] > 0) {
@@ -705,6 +739,7 @@ row_ref(struct sampler *s, const float *logits, char *err)
 	int nv = s->n_vocab, finite = 0;
 	float *x = s->pen;
 	memcpy(x, logits, (size_t)nv * sizeof *x);
+	add_bias(&s->p, x);
 	penalise_ref(s, x);
 	for (int i = 0; i < nv; i++) {
 		if (isnan(x[i]) || x[i] > FLT_MAX)
@@ -796,7 +831,7 @@ sample_penalise(struct sampler *s, const float *logits, float *out)
 {
 	const float *x = penalised(s, logits);
 	memcpy(out, x, (size_t)s->n_vocab * sizeof *out);
-	return has_penalties(s);
+	return has_penalties(s) || s->p.n_bias > 0;
 }
 
 int
@@ -822,4 +857,88 @@ sample_kept(struct sampler *s, const float *logits, int ref, int32_t *ids, char 
 		if (member(&k, &s->cand[i]))
 			ids[n++] = s->cand[i].id;
 	return n;
+}
+
+// --- logprobs -------------------------------------------------------------------------
+
+static int
+lp_args(const float *logits, int n_vocab, int32_t id, int *k, char *err)
+{
+	if (n_vocab < 1 || !logits)
+		return ad_err(err, "logprobs: an empty row");
+	if (id < 0 || id >= n_vocab)
+		return ad_err(err, "logprobs: token %d outside the vocabulary of %d", (int)id, n_vocab);
+	if (*k < 0)
+		*k = 0;
+	if (*k > SAMPLE_MAX_TOP_LOGPROBS)
+		*k = SAMPLE_MAX_TOP_LOGPROBS;
+	if (*k > n_vocab)
+		*k = n_vocab;
+	return 0;
+}
+
+int
+sample_logprobs(const float *logits, int n_vocab, int32_t id, int k, float *lp, struct sample_tok *top, char *err)
+{
+	if (lp_args(logits, n_vocab, id, &k, err))
+		return -1;
+	float max;
+	int32_t at;
+	if (row_max(logits, n_vocab, &max, &at, err))
+		return -1;
+	// exp(l - max) in eight float lanes, moved into a double every 1024
+	// values so no lane sums more than 128 terms; then the tail
+	double z = 0;
+	int i = 0;
+	while (i + 8 <= n_vocab) {
+		v8f acc = {0};
+		for (int end = i + 1024; i + 8 <= n_vocab && i < end; i += 8) {
+			v8f e;
+			for (int j = 0; j < 8; j++)
+				e[j] = expf(logits[i + j] - max);
+			acc += e;
+		}
+		for (int j = 0; j < 8; j++)
+			z += (double)acc[j];
+	}
+	for (; i < n_vocab; i++)
+		z += (double)expf(logits[i] - max);
+	float lz = max + (float)log(z); // z >= 1: the max itself contributes 1
+	*lp = logits[id] - lz;
+	int m = sample_top(logits, n_vocab, top, k);
+	for (int j = 0; j < m; j++)
+		top[j].logit -= lz;
+	return m;
+}
+
+int
+sample_logprobs_ref(const float *logits, int n_vocab, int32_t id, int k, float *lp, struct sample_tok *top,
+                    char *err)
+{
+	if (lp_args(logits, n_vocab, id, &k, err))
+		return -1;
+	double max = -INFINITY;
+	for (int i = 0; i < n_vocab; i++) {
+		if (isnan(logits[i]) || logits[i] > FLT_MAX)
+			return bad_row(logits, n_vocab, err);
+		if (logits[i] > max)
+			max = logits[i];
+	}
+	if (max == -INFINITY)
+		return bad_row(logits, n_vocab, err);
+	double z = 0;
+	for (int i = 0; i < n_vocab; i++)
+		z += exp((double)logits[i] - max);
+	double lz = max + log(z);
+	*lp = (float)((double)logits[id] - lz);
+	struct cand *a = malloc((size_t)n_vocab * sizeof *a);
+	if (!a)
+		return ad_err(err, "logprobs: out of memory");
+	for (int i = 0; i < n_vocab; i++)
+		a[i] = (struct cand){logits[i], i, 0};
+	qsort(a, (size_t)n_vocab, sizeof *a, cmp_best);
+	for (int j = 0; j < k; j++)
+		top[j] = (struct sample_tok){a[j].id, (float)((double)a[j].l - lz)};
+	free(a);
+	return k;
 }

@@ -8,6 +8,9 @@
 // are never modified.
 //
 // The pipeline, in this order:
+//   0. logit_bias, on a copy of the logits: each entry's bias is added to
+//      its token's logit; a bias of -100 bans the token (its logit becomes
+//      -inf), as OpenAI's logit_bias promises.
 //   1. penalties, on a copy of the logits, once per distinct token t of the
 //      window with count c - not once per occurrence - as llama.cpp's
 //      llama_sampler_penalties does:
@@ -49,6 +52,14 @@
 #define SAMPLE_DEFAULT_SEED 0x12345678u
 #define SAMPLE_MAX_WINDOW (1 << 20)  // repeat_last_n
 #define SAMPLE_MAX_VOCAB (1 << 22)   // keeps the integer masses below 2^62
+#define SAMPLE_MAX_BIAS 1024         // logit_bias entries
+#define SAMPLE_MAX_TOP_LOGPROBS 20   // alternatives sample_logprobs reports
+
+// one logit_bias entry: bias in [-100, 100], added to the token's logit
+struct sample_bias {
+	int32_t id;
+	float bias;
+};
 
 // the fields of engine.proto's SamplingParams
 struct sample_params {
@@ -62,6 +73,8 @@ struct sample_params {
 	float frequency_penalty; // [-2, 2], 0: off
 	uint64_t seed;
 	int has_seed;            // 0: SAMPLE_DEFAULT_SEED
+	const struct sample_bias *bias; // n_bias entries (step 0); sample_new copies them
+	int n_bias;              // [0, SAMPLE_MAX_BIAS]
 };
 
 // a candidate of sample_top
@@ -94,8 +107,8 @@ int32_t sample_next(struct sampler *s, const float *logits, char *err);
 // and benchmarks.
 int32_t sample_ref(struct sampler *s, const float *logits, char *err);
 
-// sample_penalise writes step 1's logits (n_vocab) into out; returns 1 if
-// any penalty applied, 0 if out is a plain copy. The window is unchanged.
+// sample_penalise writes steps 0 and 1's logits (n_vocab) into out; returns 1 if
+// any bias or penalty applied, 0 if out is a plain copy. The window is unchanged.
 int sample_penalise(struct sampler *s, const float *logits, float *out);
 
 // sample_kept writes the ids that steps 2-8 keep (the tokens the draw can
@@ -111,5 +124,18 @@ int sample_candidates(struct sampler *s, const float *logits, char *err);
 // sample_top writes the n best raw logits, best first (lowest id first on
 // ties), skipping NaN; returns how many were written (at most n_vocab).
 int sample_top(const float *logits, int n_vocab, struct sample_tok *out, int n);
+
+// sample_logprobs: the log-softmax of one row of the model's own logits
+// (no bias, no penalties, no temperature: OpenAI's logprobs), so a greedy
+// pick without bias or penalties is the top entry. *lp gets the logprob of
+// id; top gets the k (at most SAMPLE_MAX_TOP_LOGPROBS) best tokens in
+// sample_top's order with their logprobs in .logit. Returns how many were
+// written to top, or -1 with a message for a NaN or +inf logit, a row that
+// is all -inf, or an id outside the row. The sum runs in eight float lanes.
+int sample_logprobs(const float *logits, int n_vocab, int32_t id, int k, float *lp, struct sample_tok *top,
+                    char *err);
+// the same contract, plainly: a double sum in id order and a full sort
+int sample_logprobs_ref(const float *logits, int n_vocab, int32_t id, int k, float *lp, struct sample_tok *top,
+                        char *err);
 
 #endif

@@ -18,6 +18,7 @@
 #include "scheduler.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -54,9 +55,11 @@ struct job {
 	int keep, dropped, reuse;
 	int max_tokens;
 	struct sample_params sp;
+	struct sample_bias *bias; // sp.bias points here
 	int32_t stop[MAX_STOP_IDS];
 	int n_stop;
 	int want_top;
+	int logprobs, top_logprobs;
 	uint32_t deadline_ms;
 	uint64_t deadline_ns; // 0: none
 	struct session *sess;
@@ -87,6 +90,10 @@ struct eval {
 	const int32_t *ids;
 	int n, per_token, last_only, layers;
 	float *logits;
+	// an embedding request instead (sched_embed)
+	int embed, pooling;
+	const int32_t *const *inputs;
+	const int *lens;
 	int done, rc;
 	enum sched_code code;
 	char msg[AD_ERRLEN];
@@ -124,6 +131,7 @@ struct sched {
 	float *logits; // [rows][V]
 	int rows;
 	struct engine_seq *eval_seq;
+	struct embed_run *embed; // the embedding request at the head of the queue
 };
 
 static uint64_t
@@ -286,6 +294,7 @@ job_free(struct job *j)
 		return;
 	sample_free(j->smp);
 	free(j->prompt);
+	free(j->bias);
 	free(j->ev);
 	pthread_cond_destroy(&j->cv);
 	free(j);
@@ -405,6 +414,13 @@ emit(struct sched *s, struct job *j, const float *row)
 	if (j->want_top)
 		ev.n_top = sample_top(row, s->V, ev.top, SCHED_TOP);
 	int32_t tok = sample_next(j->smp, row, err);
+	if (tok >= 0 && j->logprobs) {
+		int m = sample_logprobs(row, s->V, tok, j->top_logprobs, &ev.lp, ev.lp_top, err);
+		if (m < 0)
+			tok = -1;
+		ev.has_lp = m >= 0;
+		ev.n_lp = m > 0 ? m : 0;
+	}
 	engine_add_sampling(s->e, j->seq, now_ns() - t0);
 	if (trace_enabled())
 		trace_since(t0, "sampling", "sample (job %llu)", (unsigned long long)j->id);
@@ -574,11 +590,177 @@ turn(struct sched *s, int n_active)
 		prefill_chunk(s, pj);
 }
 
+// an embedding request in progress: SCHED_EMBED_SLOTS sequences, each
+// taking the next input when it is done; every call packs the slots' next
+// tokens in slot order up to the width. One call per turn of the engine
+// thread, so running streams keep their pace during a large request.
+struct embed_run {
+	struct eval *ev;
+	int slots, next;
+	struct engine_seq *seq[SCHED_EMBED_SLOTS];
+	int in[SCHED_EMBED_SLOTS], fed[SCHED_EMBED_SLOTS];
+	double *acc;   // [slots][E]
+	float *hid;    // [width][E]
+	int *col_slot, *col_pos;
+	int32_t *toks;
+};
+
+static void
+embed_free(struct embed_run *r)
+{
+	if (!r)
+		return;
+	for (int k = 0; k < r->slots; k++)
+		engine_seq_free(r->seq[k]);
+	free(r->acc);
+	free(r->hid);
+	free(r->col_slot);
+	free(r->col_pos);
+	free(r->toks);
+	free(r);
+}
+
+static struct embed_run *
+embed_start(struct sched *s, struct eval *ev, char *err)
+{
+	const int E = engine_n_embd(s->e), W = s->width;
+	struct embed_run *r = calloc(1, sizeof *r);
+	if (!r)
+		return ad_err(err, "embeddings: out of memory"), NULL;
+	r->ev = ev;
+	r->slots = SCHED_EMBED_SLOTS < ev->n ? SCHED_EMBED_SLOTS : ev->n;
+	r->acc = calloc((size_t)r->slots * E, sizeof *r->acc);
+	r->hid = malloc((size_t)W * E * sizeof *r->hid);
+	r->col_slot = malloc((size_t)W * sizeof *r->col_slot);
+	r->col_pos = malloc((size_t)W * sizeof *r->col_pos);
+	r->toks = malloc((size_t)W * sizeof *r->toks);
+	if (!r->acc || !r->hid || !r->col_slot || !r->col_pos || !r->toks) {
+		embed_free(r);
+		return ad_err(err, "embeddings: out of memory"), NULL;
+	}
+	for (int k = 0; k < r->slots; k++) {
+		r->in[k] = -1;
+		if (!(r->seq[k] = engine_seq_new(s->e, err))) {
+			embed_free(r);
+			return NULL;
+		}
+	}
+	return r;
+}
+
+// one kernel call of the request: 1 while there is more, 0 when every
+// vector is in ev->logits (n x E), -1 on a failure
+static int
+embed_step(struct sched *s, struct embed_run *r, char *err)
+{
+	struct eval *ev = r->ev;
+	const int E = engine_n_embd(s->e), W = s->width;
+	for (int k = 0; k < r->slots; k++)
+		if (r->in[k] < 0 && r->next < ev->n) {
+			r->in[k] = r->next++;
+			r->fed[k] = 0;
+			engine_seq_reset(r->seq[k]);
+			memset(r->acc + (size_t)k * E, 0, (size_t)E * sizeof *r->acc);
+		}
+	int m = 0;
+	for (int k = 0; k < r->slots && m < W; k++) {
+		if (r->in[k] < 0)
+			continue;
+		const int32_t *ids = ev->inputs[r->in[k]];
+		for (int p = r->fed[k]; p < ev->lens[r->in[k]] && m < W; p++, m++) {
+			s->cols[m] = r->seq[k];
+			r->toks[m] = ids[p];
+			r->col_slot[m] = k;
+			r->col_pos[m] = p;
+		}
+	}
+	if (m == 0)
+		return 0;
+	if (engine_forward_hidden(s->e, s->cols, r->toks, m, r->hid, err))
+		return -1;
+	for (int c = 0; c < m; c++) {
+		int k = r->col_slot[c], p = r->col_pos[c], len = ev->lens[r->in[k]];
+		const float *h = r->hid + (size_t)c * E;
+		double *a = r->acc + (size_t)k * E;
+		if (ev->pooling == SCHED_POOL_MEAN)
+			for (int i = 0; i < E; i++)
+				a[i] += h[i];
+		else if ((ev->pooling == SCHED_POOL_CLS && p == 0) || (ev->pooling == SCHED_POOL_LAST && p == len - 1))
+			for (int i = 0; i < E; i++)
+				a[i] = h[i];
+		r->fed[k] = p + 1;
+	}
+	int busy = r->next < ev->n;
+	for (int k = 0; k < r->slots; k++) {
+		if (r->in[k] < 0)
+			continue;
+		if (r->fed[k] < ev->lens[r->in[k]]) {
+			busy = 1;
+			continue;
+		}
+		double *a = r->acc + (size_t)k * E, norm = 0;
+		if (ev->pooling == SCHED_POOL_MEAN)
+			for (int i = 0; i < E; i++)
+				a[i] /= ev->lens[r->in[k]];
+		for (int i = 0; i < E; i++)
+			norm += a[i] * a[i];
+		norm = norm > 0 ? 1.0 / sqrt(norm) : 0;
+		float *o = ev->logits + (size_t)r->in[k] * E;
+		for (int i = 0; i < E; i++)
+			o[i] = (float)(a[i] * norm);
+		r->in[k] = -1;
+	}
+	return busy;
+}
+
+// run_embed advances the embedding request ev by one call; when it is not
+// finished, ev goes back to the head of the queue
+static void
+run_embed(struct sched *s, struct eval *ev)
+{
+	char err[AD_ERRLEN] = "";
+	int rv = -1;
+	if (!s->embed || s->embed->ev != ev) {
+		embed_free(s->embed);
+		s->embed = embed_start(s, ev, err);
+	}
+	if (s->embed)
+		rv = embed_step(s, s->embed, err);
+	pthread_mutex_lock(&s->mu);
+	if (rv == 1 && s->stopping) {
+		rv = -1;
+		snprintf(err, sizeof err, "the worker is shutting down");
+	}
+	if (rv == 1) {
+		ev->next = s->evals;
+		s->evals = ev;
+		if (!s->evals_tail)
+			s->evals_tail = ev;
+	} else {
+		ev->rc = rv;
+		if (rv) {
+			ev->code = SCHED_EUNAVAILABLE;
+			snprintf(ev->msg, sizeof ev->msg, "embeddings: %s", err);
+		}
+		ev->done = 1;
+		pthread_cond_broadcast(&s->done);
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (rv != 1) {
+		embed_free(s->embed);
+		s->embed = NULL;
+	}
+}
+
 static void
 run_eval(struct sched *s, struct eval *ev)
 {
 	char err[AD_ERRLEN] = "";
 	int rv = 0;
+	if (ev->embed) {
+		run_embed(s, ev);
+		return;
+	}
 	if (!s->eval_seq && !(s->eval_seq = engine_seq_new(s->e, err)))
 		rv = -1;
 	if (rv == 0 && ev->layers) {
@@ -759,6 +941,7 @@ sched_free(struct sched *s)
 	while (s->sessions)
 		session_free(s, s->sessions);
 	engine_seq_free(s->eval_seq);
+	embed_free(s->embed);
 	free(s->active);
 	free(s->cols);
 	free(s->cjobs);
@@ -837,6 +1020,13 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 	char msg[AD_ERRLEN];
 	if (sample_check(&g->sp, msg))
 		return fail(code, SCHED_EBADREQ, err, "sampling: %s", msg);
+	for (int i = 0; i < g->sp.n_bias; i++)
+		if (g->sp.bias[i].id < 0 || g->sp.bias[i].id >= s->V)
+			return fail(code, SCHED_EBADREQ, err, "logit_bias[%d]: token id %d is outside the vocabulary of %d",
+			            i, g->sp.bias[i].id, s->V);
+	if (g->top_logprobs < 0 || g->top_logprobs > SCHED_TOP_LOGPROBS)
+		return fail(code, SCHED_EBADREQ, err, "top_logprobs: must be in [0, %d] (got %d)", SCHED_TOP_LOGPROBS,
+		            g->top_logprobs);
 	if (g->n_stop < 0 || g->n_stop > MAX_STOP_IDS)
 		return fail(code, SCHED_EBADREQ, err, "stop_ids: at most %d (got %d)", MAX_STOP_IDS, g->n_stop);
 	for (int i = 0; i < g->n_stop; i++)
@@ -857,9 +1047,12 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 			keep = g->n_prompt;
 	}
 	struct job *j = calloc(1, sizeof *j);
-	if (!j || !(j->prompt = malloc((size_t)keep * sizeof *j->prompt)) || cond_init(&j->cv)) {
-		if (j)
+	if (!j || !(j->prompt = malloc((size_t)keep * sizeof *j->prompt)) ||
+	    !(j->bias = malloc((size_t)(g->sp.n_bias ? g->sp.n_bias : 1) * sizeof *j->bias)) || cond_init(&j->cv)) {
+		if (j) {
 			free(j->prompt);
+			free(j->bias);
+		}
 		free(j);
 		return fail(code, SCHED_EINTERNAL, err, "out of memory");
 	}
@@ -868,6 +1061,11 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 	j->dropped = g->n_prompt - keep;
 	j->max_tokens = g->max_tokens;
 	j->sp = g->sp;
+	if (g->sp.n_bias)
+		memcpy(j->bias, g->sp.bias, (size_t)g->sp.n_bias * sizeof *j->bias);
+	j->sp.bias = j->bias;
+	j->logprobs = g->logprobs;
+	j->top_logprobs = g->top_logprobs;
 	if (g->n_stop)
 		memcpy(j->stop, g->stop_ids, (size_t)g->n_stop * sizeof *j->stop);
 	j->n_stop = g->n_stop;
@@ -889,6 +1087,7 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 		pthread_mutex_unlock(&s->mu);
 		pthread_cond_destroy(&j->cv);
 		free(j->prompt);
+		free(j->bias);
 		free(j);
 		return -1;
 	}
@@ -1023,6 +1222,66 @@ sched_eval(struct sched *s, const int32_t *ids, int n, int per_token, int last_o
 	}
 	*logits = ev.logits;
 	*rows = r;
+	return 0;
+}
+
+// queue ev for the engine thread and wait for it; 0 or -1 (ev->code, ev->msg)
+static int
+wait_eval(struct sched *s, struct eval *ev)
+{
+	pthread_mutex_lock(&s->mu);
+	if (s->stopping) {
+		pthread_mutex_unlock(&s->mu);
+		ev->code = SCHED_EUNAVAILABLE;
+		snprintf(ev->msg, sizeof ev->msg, "the worker is shutting down");
+		return -1;
+	}
+	if (s->evals_tail)
+		s->evals_tail->next = ev;
+	else
+		s->evals = ev;
+	s->evals_tail = ev;
+	pthread_cond_signal(&s->work);
+	while (!ev->done)
+		pthread_cond_wait(&s->done, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+	return ev->rc;
+}
+
+int
+sched_embed(struct sched *s, const int32_t *const *ids, const int *lens, int n, int pooling, float **out, int *dims,
+            int *used, enum sched_code *code, char *err)
+{
+	*out = NULL;
+	*dims = engine_n_embd(s->e);
+	if (n < 1 || n > SCHED_EMBED_MAX_INPUTS)
+		return fail(code, SCHED_EBADREQ, err, "input: %d inputs (1 to %d)", n, SCHED_EMBED_MAX_INPUTS);
+	for (int i = 0; i < n; i++) {
+		if (lens[i] < 1)
+			return fail(code, SCHED_EBADREQ, err, "input[%d]: empty", i);
+		if (lens[i] > s->max_seq)
+			return fail(code, SCHED_EBADREQ, err, "input[%d]: %d tokens do not fit the context of %d", i, lens[i],
+			            s->max_seq);
+		for (int j = 0; j < lens[i]; j++)
+			if (ids[i][j] < 0 || ids[i][j] >= s->V)
+				return fail(code, SCHED_EBADREQ, err,
+				            "input[%d][%d]: token id %d is outside the vocabulary of %d", i, j, ids[i][j], s->V);
+	}
+	if (pooling < SCHED_POOL_MODEL || pooling > SCHED_POOL_LAST)
+		return fail(code, SCHED_EBADREQ, err, "pooling: %d (0 the model's, 1 mean, 2 cls, 3 last)", pooling);
+	if (pooling == SCHED_POOL_MODEL) {
+		int mp = engine_pooling(s->e);
+		pooling = mp >= SCHED_POOL_MEAN && mp <= SCHED_POOL_LAST ? mp : SCHED_POOL_MEAN;
+	}
+	*used = pooling;
+	struct eval ev = {.embed = 1, .pooling = pooling, .inputs = ids, .lens = lens, .n = n};
+	if (!(ev.logits = malloc((size_t)n * *dims * sizeof(float))))
+		return fail(code, SCHED_ETOOLARGE, err, "embeddings: no memory for %d x %d floats", n, *dims);
+	if (wait_eval(s, &ev)) {
+		free(ev.logits);
+		return fail(code, ev.code, err, "%s", ev.msg);
+	}
+	*out = ev.logits;
 	return 0;
 }
 

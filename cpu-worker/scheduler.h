@@ -42,6 +42,7 @@
 #include "sample.h"
 
 #define SCHED_TOP 5          // candidates per token with want_top
+#define SCHED_TOP_LOGPROBS SAMPLE_MAX_TOP_LOGPROBS // alternatives per token with logprobs
 #define SCHED_SESSION_MAX 128 // bytes of a session name, NUL included
 
 // error codes: the values of common.proto's ErrorCode
@@ -85,6 +86,10 @@ struct sched_gen {
 	const char *session; // NULL or "": a fresh sequence
 	uint32_t deadline_ms; // 0: none
 	int want_top;
+	// report each token's logprob (sample_logprobs: the model's own logits,
+	// before bias, penalties and temperature) and top_logprobs alternatives
+	int logprobs;
+	int top_logprobs; // [0, SCHED_TOP_LOGPROBS]
 };
 
 struct sched_started {
@@ -99,6 +104,10 @@ struct sched_event {
 	uint32_t index; // position among the generated tokens
 	int n_top;
 	struct sample_tok top[SCHED_TOP];
+	int has_lp;   // with logprobs
+	float lp;     // the chosen token's
+	int n_lp;     // alternatives, best first; .logit holds the logprob
+	struct sample_tok lp_top[SCHED_TOP_LOGPROBS];
 };
 
 struct sched_timings {
@@ -144,6 +153,17 @@ int sched_cancel(struct sched *s, uint64_t job, enum sched_code *code, char *err
 // *logits malloc'd, *rows of n_vocab (1 with last_only)
 int sched_eval(struct sched *s, const int32_t *ids, int n, int per_token, int last_only, int layers,
                float **logits, int *rows, enum sched_code *code, char *err);
+// embeddings of n inputs (ids[i], lens[i] tokens each, 1..max_seq) on the
+// engine thread between steps: each input in a fresh sequence, up to
+// SCHED_EMBED_SLOTS inputs sharing each call; the hidden states after the
+// final norm pooled (pooling: SCHED_POOL_*, 0 the model's, mean when it
+// declares none), then L2-normalised. *out malloc'd, n x *dims floats;
+// *used the pooling applied. The bits do not depend on what shared a call.
+enum { SCHED_POOL_MODEL = 0, SCHED_POOL_MEAN = 1, SCHED_POOL_CLS = 2, SCHED_POOL_LAST = 3 };
+#define SCHED_EMBED_SLOTS 8
+#define SCHED_EMBED_MAX_INPUTS 2048
+int sched_embed(struct sched *s, const int32_t *const *ids, const int *lens, int n, int pooling, float **out,
+                int *dims, int *used, enum sched_code *code, char *err);
 // drop a session (not an error if there is none; a busy one goes when its
 // job ends)
 int sched_reset(struct sched *s, const char *session, enum sched_code *code, char *err);

@@ -41,12 +41,14 @@ struct reply {
 		Anedvd__EvalReply eval;
 		Anedvd__ResetReply reset;
 		Anedvd__HealthReply health;
+		Anedvd__EmbedReply embed;
 	} u;
 	Anedvd__Timings timings;
 	Anedvd__Error job_error;
 	struct sched_poll poll;
 	Anedvd__TokenEvent *events, **pevents;
 	Anedvd__TopToken *tops, **ptops;
+	Anedvd__TokenLogprob *lps, **plps;
 	float *logits;
 	char msg[AD_ERRLEN];
 };
@@ -105,9 +107,31 @@ do_generate(struct engine_service *svc, const Anedvd__GenerateRequest *q, struct
 		.want_top = q->want_top,
 	};
 	sampling_from(q->sampling, &g.sp);
+	if (q->top_logprobs > SCHED_TOP_LOGPROBS)
+		FAIL(rp, SCHED_EBADREQ, "top_logprobs: at most 20");
+	g.logprobs = q->logprobs;
+	g.top_logprobs = (int)q->top_logprobs;
+	struct sample_bias *bias = NULL;
+	if (q->sampling && q->sampling->n_logit_bias) {
+		size_t nb = q->sampling->n_logit_bias;
+		if (nb > SAMPLE_MAX_BIAS) {
+			snprintf(rp->msg, sizeof rp->msg, "logit_bias: %zu entries, at most %d", nb, SAMPLE_MAX_BIAS);
+			FAIL(rp, SCHED_EBADREQ, rp->msg);
+		}
+		if (!(bias = malloc(nb * sizeof *bias)))
+			FAIL(rp, SCHED_EINTERNAL, "out of memory");
+		for (size_t i = 0; i < nb; i++) {
+			const Anedvd__LogitBias *b = q->sampling->logit_bias[i];
+			bias[i] = (struct sample_bias){b ? b->id : 0, b ? b->bias : 0};
+		}
+		g.sp.bias = bias;
+		g.sp.n_bias = (int)nb;
+	}
 	struct sched_started st;
 	enum sched_code code;
-	if (sched_generate(svc->s, &g, &st, &code, rp->msg))
+	int rv = sched_generate(svc->s, &g, &st, &code, rp->msg);
+	free(bias);
+	if (rv)
 		FAIL(rp, code, rp->msg);
 	Anedvd__GenerateReply *r = &rp->u.generate;
 	anedvd__generate_reply__init(r);
@@ -126,16 +150,20 @@ do_poll(struct engine_service *svc, const Anedvd__PollRequest *q, struct reply *
 	struct sched_poll *p = &rp->poll;
 	if (sched_poll(svc->s, q->job, (int)(q->max_wait_ms > INT_MAX ? INT_MAX : q->max_wait_ms), p, &code, rp->msg))
 		FAIL(rp, code, rp->msg);
-	size_t n = (size_t)p->n_events, ntop = 0;
-	for (size_t i = 0; i < n; i++)
+	size_t n = (size_t)p->n_events, ntop = 0, nlp = 0;
+	for (size_t i = 0; i < n; i++) {
 		ntop += (size_t)p->events[i].n_top;
+		nlp += (size_t)p->events[i].n_lp;
+	}
 	rp->events = calloc(n ? n : 1, sizeof *rp->events);
 	rp->pevents = calloc(n ? n : 1, sizeof *rp->pevents);
 	rp->tops = calloc(ntop ? ntop : 1, sizeof *rp->tops);
 	rp->ptops = calloc(ntop ? ntop : 1, sizeof *rp->ptops);
-	if (!rp->events || !rp->pevents || !rp->tops || !rp->ptops)
+	rp->lps = calloc(nlp ? nlp : 1, sizeof *rp->lps);
+	rp->plps = calloc(nlp ? nlp : 1, sizeof *rp->plps);
+	if (!rp->events || !rp->pevents || !rp->tops || !rp->ptops || !rp->lps || !rp->plps)
 		FAIL(rp, SCHED_EINTERNAL, "out of memory");
-	size_t k = 0;
+	size_t k = 0, l = 0;
 	for (size_t i = 0; i < n; i++) {
 		const struct sched_event *ev = &p->events[i];
 		Anedvd__TokenEvent *te = &rp->events[i];
@@ -149,6 +177,16 @@ do_poll(struct engine_service *svc, const Anedvd__PollRequest *q, struct reply *
 			rp->tops[k].id = ev->top[t].id;
 			rp->tops[k].logit = ev->top[t].logit;
 			rp->ptops[k] = &rp->tops[k];
+		}
+		te->has_logprob = ev->has_lp;
+		te->logprob = ev->lp;
+		te->n_top_logprobs = (size_t)ev->n_lp;
+		te->top_logprobs = rp->plps + l;
+		for (int t = 0; t < ev->n_lp; t++, l++) {
+			anedvd__token_logprob__init(&rp->lps[l]);
+			rp->lps[l].id = ev->lp_top[t].id;
+			rp->lps[l].logprob = ev->lp_top[t].logit;
+			rp->plps[l] = &rp->lps[l];
 		}
 		rp->pevents[i] = te;
 	}
@@ -225,6 +263,49 @@ do_eval(struct engine_service *svc, const Anedvd__EvalRequest *q, struct reply *
 }
 
 static void
+do_embed(struct engine_service *svc, const Anedvd__EmbedRequest *q, struct reply *rp)
+{
+	if (q->n_inputs < 1 || q->n_inputs > SCHED_EMBED_MAX_INPUTS) {
+		snprintf(rp->msg, sizeof rp->msg, "input: %zu inputs (1 to %d)", q->n_inputs, SCHED_EMBED_MAX_INPUTS);
+		FAIL(rp, SCHED_EBADREQ, rp->msg);
+	}
+	if (q->pooling > SCHED_POOL_LAST)
+		FAIL(rp, SCHED_EBADREQ, "pooling: 0 the model's, 1 mean, 2 cls or 3 last");
+	const int32_t **ids = calloc(q->n_inputs, sizeof *ids);
+	int *lens = calloc(q->n_inputs, sizeof *lens);
+	if (!ids || !lens) {
+		free(ids);
+		free(lens);
+		FAIL(rp, SCHED_EINTERNAL, "out of memory");
+	}
+	for (size_t i = 0; i < q->n_inputs; i++) {
+		ids[i] = q->inputs[i]->ids;
+		lens[i] = q->inputs[i]->n_ids > INT_MAX ? INT_MAX : (int)q->inputs[i]->n_ids;
+	}
+	enum sched_code code;
+	int dims = 0, used = 0;
+	int rv = sched_embed(svc->s, ids, lens, (int)q->n_inputs, (int)q->pooling, &rp->logits, &dims, &used, &code,
+	                     rp->msg);
+	free(ids);
+	free(lens);
+	if (rv)
+		FAIL(rp, code, rp->msg);
+	size_t bytes = q->n_inputs * (size_t)dims * sizeof(float);
+	if (bytes + 4096 > AD_IPC_MAX_MSG) {
+		snprintf(rp->msg, sizeof rp->msg, "embeddings: %zu vectors of %d do not fit one message", q->n_inputs, dims);
+		FAIL(rp, SCHED_ETOOLARGE, rp->msg);
+	}
+	Anedvd__EmbedReply *e = &rp->u.embed;
+	anedvd__embed_reply__init(e);
+	e->dims = (uint32_t)dims;
+	e->pooling = (uint32_t)used;
+	e->vectors.data = (uint8_t *)rp->logits; // float32 little-endian: the host's order
+	e->vectors.len = bytes;
+	rp->r.body_case = ANEDVD__ENGINE_REPLY__BODY_EMBED;
+	rp->r.embed = e;
+}
+
+static void
 do_reset(struct engine_service *svc, const Anedvd__ResetRequest *q, struct reply *rp)
 {
 	enum sched_code code;
@@ -272,6 +353,7 @@ engine_service_handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **o
 		case ANEDVD__ENGINE_REQUEST__BODY_EVAL: do_eval(svc, q->eval, rp); break;
 		case ANEDVD__ENGINE_REQUEST__BODY_RESET: do_reset(svc, q->reset, rp); break;
 		case ANEDVD__ENGINE_REQUEST__BODY_HEALTH: do_health(svc, rp); break;
+		case ANEDVD__ENGINE_REQUEST__BODY_EMBED: do_embed(svc, q->embed, rp); break;
 		default: fail(rp, SCHED_EBADREQ, "the request has no body"); break;
 		}
 	}
@@ -289,6 +371,8 @@ engine_service_handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **o
 	free(rp->pevents);
 	free(rp->tops);
 	free(rp->ptops);
+	free(rp->lps);
+	free(rp->plps);
 	free(rp->logits);
 	free(rp);
 }

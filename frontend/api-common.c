@@ -23,6 +23,16 @@ fe_params_free(struct fe_params *p)
 	for (size_t i = 0; i < p->n_stops; i++)
 		free(p->stops[i]);
 	free(p->ids);
+	free(p->bias);
+	for (size_t i = 0; i < p->n_inputs; i++) {
+		if (p->emb_text)
+			free(p->emb_text[i]);
+		if (p->emb_ids)
+			free(p->emb_ids[i]);
+	}
+	free(p->emb_text);
+	free(p->emb_ids);
+	free(p->emb_len);
 	memset(p, 0, sizeof *p);
 }
 

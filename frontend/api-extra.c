@@ -54,7 +54,8 @@ static struct {
 int
 fe_api_generates(enum fe_api api)
 {
-	return api == FE_API_CHAT || api == FE_API_COMPLETIONS || api == FE_API_MESSAGES || api == FE_API_RESPONSES;
+	return api == FE_API_CHAT || api == FE_API_COMPLETIONS || api == FE_API_MESSAGES || api == FE_API_RESPONSES ||
+	       api == FE_API_EMBEDDINGS; // the engine's queue
 }
 
 // --- the model field ------------------------------------------------------------------

@@ -1222,6 +1222,7 @@ serve_usage(int full)
 	        "  --max-tokens N      reply length when a request gives none (default 512)\n"
 	        "  --max-seq N         context (default 2048)\n"
 	        "  --parallel N        generations at once (default 1); --queue N waiting beyond them\n"
+	        "  --embeddings        serve POST /v1/embeddings too (off by default: 501)\n"
 	        "  --tokenizer-url U   where the tokenizer service listens (default: an ipc:// socket in the\n"
 	        "                      instance's runtime directory; e.g. tcp://127.0.0.1:7001)\n"
 	        "  --backend B         emu (default off macOS) or exact; ane needs macOS on Apple Silicon\n"
@@ -1260,6 +1261,7 @@ cmd_serve(int argc, char **argv)
 	struct pipe_opts po = {.cmd = "serve"};
 	const char *host = "127.0.0.1", *name = NULL, *system = NULL, *tok_url = NULL;
 	long long port = 8080, max_tokens = 512, parallel = 1, queue = 16;
+	int embeddings = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v;
 		int r = pipe_flag(&po, argc, argv, &i);
@@ -1274,7 +1276,9 @@ cmd_serve(int argc, char **argv)
 		}
 		if (r > 0)
 			continue;
-		if (!strcmp(a, "--host")) {
+		if (!strcmp(a, "--embeddings")) {
+			embeddings = 1;
+		} else if (!strcmp(a, "--host")) {
 			if (!(host = cli_val("serve", argc, argv, &i)))
 				return 2;
 		} else if (!strcmp(a, "--port")) {
@@ -1434,6 +1438,8 @@ cmd_serve(int argc, char **argv)
 			av[k++] = "--system";
 			av[k++] = system;
 		}
+		if (embeddings)
+			av[k++] = "--embeddings";
 		av[k] = NULL;
 		struct sup_spec sp = {"frontend", av, listen, health_tcp, 1};
 		if (sup_spawn(s, &sp, err))

@@ -24,6 +24,10 @@
 
 #define FE_MAX_STOPS 16
 #define FE_MAX_STOP_LEN 256
+#define FE_MAX_STOP_IDS 16      // stop given as token ids (llama.cpp's extension)
+#define FE_MAX_N 8              // choices per request
+#define FE_MAX_TOP_LOGPROBS 20
+#define FE_MAX_BIAS 1024        // logit_bias entries
 
 struct fe_config {
 	const char *listen;
@@ -39,6 +43,7 @@ struct fe_config {
 	int timeout_ms;      // each upstream call
 	int keepalive_ms;    // SSE comment after this much silence; 0: never
 	int deadline_ms;     // a generation's whole life, queue included; 0: none
+	int embeddings;      // serve /v1/embeddings
 };
 
 enum fe_api {
@@ -46,6 +51,7 @@ enum fe_api {
 	FE_API_COMPLETIONS,
 	FE_API_MESSAGES,
 	FE_API_RESPONSES,
+	FE_API_EMBEDDINGS,
 	// answered by the tokenizer alone, without generating (api-extra.c)
 	FE_API_COUNT_TOKENS,
 	FE_API_TOKENIZE,
@@ -53,6 +59,8 @@ enum fe_api {
 	FE_API_APPLY_TEMPLATE,
 	FE_API_N
 };
+
+#define FE_MAX_EMBED_INPUTS 2048
 
 // what a request asks for, in no dialect
 struct fe_params {
@@ -76,6 +84,23 @@ struct fe_params {
 	int add_special, parse_special, with_pieces;
 	int32_t *ids;
 	size_t n_ids;
+	int32_t stop_ids[FE_MAX_STOP_IDS]; // end the choice when sampled (not reported)
+	size_t n_stop_ids;
+	int n;                // choices, [1, FE_MAX_N]; 0 reads as 1
+	int logprobs;         // report each token's logprob
+	int top_logprobs;     // and this many alternatives, [0, FE_MAX_TOP_LOGPROBS]
+	struct fe_bias {
+		int32_t id;
+		float bias;
+	} *bias;              // logit_bias, malloc'd
+	size_t n_bias;
+	// embeddings: n_inputs inputs, each text (emb_text[i]) or token ids (emb_ids[i], emb_len[i])
+	char **emb_text;
+	int32_t **emb_ids;
+	size_t *emb_len;
+	size_t n_inputs;
+	int base64;           // encoding_format "base64"
+	long dimensions;      // 0: not given
 };
 
 void fe_params_free(struct fe_params *p);
@@ -95,9 +120,44 @@ struct fe_result {
 	// errors (FE_FINISH_ERROR)
 	int status;          // HTTP status to use if nothing was sent yet
 	char err[AD_ERRLEN];
+	char param[64];      // the field to blame, "" if none
 };
 
 struct fe_req; // the loop side of a request (http.c)
+
+// a token with its logprob (the log-softmax of the model's own logits) and
+// its best alternatives
+struct fe_lp_alt {
+	int32_t id;
+	float logprob;
+};
+struct fe_lp_tok {
+	int32_t id;
+	float logprob;
+	uint32_t offset; // bytes into the choice's text where the token starts
+	int n_top;
+	struct fe_lp_alt top[FE_MAX_TOP_LOGPROBS];
+};
+
+// one of the n choices of a generation (the worker fills it)
+struct fe_choice {
+	char *text;            // choices 1.. (choice 0's text is fe_gen.text)
+	size_t len, cap;
+	enum fe_finish finish;
+	int stop_index;
+	unsigned completion_tokens;
+	struct fe_lp_tok *lp;  // with logprobs: the tokens of the text, in order
+	size_t n_lp, cap_lp;
+};
+
+// a piece of a stream: text of one choice and the tokens it completes
+struct fe_chunk {
+	int index;
+	const char *text;
+	size_t len;
+	const struct fe_lp_tok *lp;
+	size_t n_lp;
+};
 
 struct fe_gen {
 	struct fe_params p;
@@ -112,8 +172,16 @@ struct fe_gen {
 	long long created;       // unix seconds
 	char *text;              // non-stream: the whole reply (worker, then loop)
 	size_t len, cap;
+	struct fe_choice ch[FE_MAX_N]; // per choice (p.n of them); ch[0].text is unused
+	float *emb;              // embeddings: n_inputs x emb_dims (worker, then loop)
+	int emb_dims;
 	struct fe_gen *next;     // admission queue link
 };
+
+// fe_choices_free frees what the choices hold (http.c, when a gen goes)
+void fe_choices_free(struct fe_gen *g);
+// a choice's text: fe_gen.text for choice 0
+const char *fe_choice_text(const struct fe_gen *g, int i, size_t *len);
 
 // --- stop.c: stop sequences with holdback, UTF-8 helpers ----------------------
 struct fe_stop {
@@ -168,6 +236,14 @@ void fe_queue_state(int *waiting, int *running);
 // the worker's messages to the loop (implemented by http.c)
 enum fe_msg_kind { FE_MSG_START, FE_MSG_TEXT, FE_MSG_DONE };
 void fe_post(struct fe_gen *g, enum fe_msg_kind kind, const char *text, size_t len);
+// fe_post_chunk: an FE_MSG_TEXT with its choice index and logprob tokens (copied)
+void fe_post_chunk(struct fe_gen *g, const struct fe_chunk *c);
+
+// the vocabulary size, -1 until the tokenizer has answered (any thread)
+int fe_n_vocab(void);
+// the raw bytes a token id adds to the text (the bytes of a logprobs entry);
+// NULL when not fetched yet (the worker fetches every id it reports)
+const char *fe_token_bytes(int32_t id, size_t *len);
 
 uint64_t fe_now_ns(void);
 
@@ -201,6 +277,9 @@ struct fe_dialect {
 	char *(*response)(const struct fe_gen *g, size_t *len);                      // non-stream JSON
 	char *(*stream_start)(const struct fe_gen *g, size_t *len);                  // first events
 	char *(*stream_text)(const struct fe_gen *g, const char *s, size_t n, size_t *len);
+	// optional: a chunk with its choice index and logprobs (n choices); used
+	// instead of stream_text when set
+	char *(*stream_chunk)(const struct fe_gen *g, const struct fe_chunk *c, size_t *len);
 	char *(*stream_end)(const struct fe_gen *g, size_t *len);                    // last events
 	char *(*error)(int status, const char *msg, const char *param, size_t *len); // JSON body
 	char *(*stream_error)(int status, const char *msg, size_t *len);              // SSE event(s)

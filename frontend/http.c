@@ -57,6 +57,9 @@ struct fe_msg {
 	h2o_multithread_message_t super;
 	struct fe_gen *g;
 	enum fe_msg_kind kind;
+	int index;             // the choice (FE_MSG_TEXT)
+	struct fe_lp_tok *lp;  // malloc'd, n_lp tokens with logprobs
+	size_t n_lp;
 	size_t len;
 	char text[];
 };
@@ -86,6 +89,7 @@ reason(int status)
 	case 405: return "Method Not Allowed";
 	case 413: return "Payload Too Large";
 	case 500: return "Internal Server Error";
+	case 501: return "Not Implemented";
 	case 502: return "Bad Gateway";
 	case 503: return "Service Unavailable";
 	case 504: return "Gateway Timeout";
@@ -168,6 +172,7 @@ gen_unref(struct fe_gen *g)
 		return;
 	fe_params_free(&g->p);
 	free(g->text);
+	fe_choices_free(g);
 	free(g);
 }
 
@@ -309,7 +314,7 @@ finish(struct fe_req *rq)
 	if (!g->p.stream) {
 		rq->done = 1;
 		int status = error ? (r->status ? r->status : 502) : 200;
-		char *body = error ? rq->d->error(status, r->err, NULL, &n) : rq->d->response(g, &n);
+		char *body = error ? rq->d->error(status, r->err, r->param[0] ? r->param : NULL, &n) : rq->d->response(g, &n);
 		if (status == 503)
 			hdr(req, "retry-after", "1");
 		respond_json(req, rq->endpoint, status, body, n);
@@ -345,7 +350,9 @@ on_message(struct fe_msg *m)
 		case FE_MSG_TEXT:
 			if (g->p.stream) {
 				sse_start(rq, 1);
-				char *ev = rq->d->stream_text(g, m->text, m->len, &n);
+				struct fe_chunk c = { m->index, m->text, m->len, m->lp, m->n_lp };
+				char *ev = rq->d->stream_chunk ? rq->d->stream_chunk(g, &c, &n)
+				                               : rq->d->stream_text(g, m->text, m->len, &n);
 				append(rq, ev, n);
 				flush(rq);
 			}
@@ -366,6 +373,7 @@ on_messages(h2o_multithread_receiver_t *receiver, h2o_linklist_t *list)
 		struct fe_msg *m = H2O_STRUCT_FROM_MEMBER(struct fe_msg, super.link, list->next);
 		h2o_linklist_unlink(&m->super.link);
 		on_message(m);
+		free(m->lp);
 		free(m);
 	}
 }
@@ -386,10 +394,39 @@ fe_post(struct fe_gen *g, enum fe_msg_kind kind, const char *text, size_t len)
 	memset(&m->super, 0, sizeof m->super);
 	m->g = g;
 	m->kind = kind;
+	m->index = 0;
+	m->lp = NULL;
+	m->n_lp = 0;
 	m->len = len;
 	if (len)
 		memcpy(m->text, text, len);
 	m->text[len] = 0;
+	h2o_multithread_send_message(&S.receiver, &m->super);
+}
+
+void
+fe_post_chunk(struct fe_gen *g, const struct fe_chunk *c)
+{
+	struct fe_msg *m = malloc(sizeof *m + c->len + 1);
+	struct fe_lp_tok *lp = c->n_lp ? malloc(c->n_lp * sizeof *lp) : NULL;
+	if (!m || (c->n_lp && !lp)) {
+		ad_error("out of memory passing a message to the loop");
+		free(m);
+		free(lp);
+		return;
+	}
+	memset(&m->super, 0, sizeof m->super);
+	m->g = g;
+	m->kind = FE_MSG_TEXT;
+	m->index = c->index;
+	m->lp = lp;
+	m->n_lp = c->n_lp;
+	if (lp)
+		memcpy(lp, c->lp, c->n_lp * sizeof *lp);
+	m->len = c->len;
+	if (c->len)
+		memcpy(m->text, c->text, c->len);
+	m->text[c->len] = 0;
 	h2o_multithread_send_message(&S.receiver, &m->super);
 }
 
@@ -489,6 +526,7 @@ start_generation(h2o_req_t *req, enum fe_api api, const struct fe_dialect *d, co
 	fe_new_id(g, api == FE_API_CHAT          ? "chatcmpl-"
 	             : api == FE_API_COMPLETIONS ? "cmpl-"
 	             : api == FE_API_RESPONSES   ? "resp_"
+	             : api == FE_API_EMBEDDINGS  ? "embd-"
 	                                         : "msg_");
 	g->refs = 2;
 	if ((fe_api_generates(api) ? fe_admit(g) : fe_extra_admit(g)) != 0) {
@@ -594,6 +632,18 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
 		return 0;
 	}
 	// POST routes
+	if (path_is(req, "/v1/embeddings")) {
+		if (!is_post) {
+			hdr(req, "allow", "POST, OPTIONS");
+			respond_error(req, d, "/v1/embeddings", 405, NULL, "/v1/embeddings takes POST");
+		} else if (!S.cfg->embeddings) {
+			respond_error(req, d, "/v1/embeddings", 501, NULL,
+			              "embeddings are off on this server: start it with --embeddings");
+		} else {
+			return start_generation(req, FE_API_EMBEDDINGS, d, "/v1/embeddings");
+		}
+		return 0;
+	}
 	if (path_is(req, "/v1/chat/completions") || path_is(req, "/v1/completions") || path_is(req, "/v1/messages")) {
 		path = path_is(req, "/v1/chat/completions") ? "/v1/chat/completions"
 		       : path_is(req, "/v1/completions")    ? "/v1/completions"

@@ -32,7 +32,8 @@ usage(FILE *out)
 	        "  --queue N           requests waiting beyond those; more get 503 (default 16)\n"
 	        "  --timeout-ms N      each call to the tokenizer or the engine (default 10000)\n"
 	        "  --keepalive-ms N    SSE comment on a stream silent this long; 0 never (default 5000)\n"
-	        "  --deadline-ms N     a generation's whole time, queue included; 0 none (default 600000)\n");
+	        "  --deadline-ms N     a generation's whole time, queue included; 0 none (default 600000)\n"
+	        "  --embeddings        serve POST /v1/embeddings (off: 501)\n");
 }
 
 static int
@@ -75,6 +76,10 @@ main(int argc, char **argv)
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
 			usage(stdout);
 			return 0;
+		}
+		if (strcmp(a, "--embeddings") == 0) {
+			cfg.embeddings = 1;
+			continue;
 		}
 		if (i + 1 >= argc) {
 			fprintf(stderr, "anedvd-frontend: %s needs a value\n", a);

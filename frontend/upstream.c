@@ -35,11 +35,14 @@ static struct {
 	int waiting, running, stopping;
 } q = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 
-// the vocabulary's end-of-generation ids, fetched once the tokenizer answers
+// the vocabulary's size and end-of-generation ids, fetched once the
+// tokenizer answers, and the bytes of the ids logprobs have reported
 static struct {
 	pthread_mutex_t mu;
 	int known;
-	int32_t bos, eos, eot;
+	int32_t n, bos, eos, eot;
+	char **bytes;   // n entries, NULL until fetched; set once, never changed
+	uint32_t *blen;
 } vocab = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
 static pthread_mutex_t probe_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -172,7 +175,25 @@ get_vocab(char *err)
 	struct tokc_vocab v;
 	if (tokc_vocab(tok, &v, cfg->timeout_ms, err) != 0)
 		return -1;
+	if (v.n_vocab < 1)
+		return ad_err(err, "tokenizer: a vocabulary of %d", (int)v.n_vocab);
+	char **bytes = calloc((size_t)v.n_vocab, sizeof *bytes);
+	uint32_t *blen = calloc((size_t)v.n_vocab, sizeof *blen);
+	if (!bytes || !blen) {
+		free(bytes);
+		free(blen);
+		return ad_err(err, "out of memory");
+	}
 	pthread_mutex_lock(&vocab.mu);
+	if (vocab.known) { // another thread was first
+		pthread_mutex_unlock(&vocab.mu);
+		free(bytes);
+		free(blen);
+		return 0;
+	}
+	vocab.n = v.n_vocab;
+	vocab.bytes = bytes;
+	vocab.blen = blen;
 	vocab.bos = v.bos;
 	vocab.eos = v.eos;
 	vocab.eot = v.eot;
@@ -181,30 +202,27 @@ get_vocab(char *err)
 	return 0;
 }
 
-// emit hands released text to the loop (stream) or keeps it (non-stream)
-static int
-emit(struct fe_gen *g, const char *s, size_t n)
+int
+fe_n_vocab(void)
 {
-	if (n == 0)
-		return 0;
-	if (g->p.stream) {
-		fe_post(g, FE_MSG_TEXT, s, n);
-		return 0;
+	pthread_mutex_lock(&vocab.mu);
+	int n = vocab.known ? vocab.n : -1;
+	pthread_mutex_unlock(&vocab.mu);
+	return n;
+}
+
+const char *
+fe_token_bytes(int32_t id, size_t *len)
+{
+	const char *s = NULL;
+	*len = 0;
+	pthread_mutex_lock(&vocab.mu);
+	if (vocab.known && id >= 0 && id < vocab.n && vocab.bytes[id]) {
+		s = vocab.bytes[id];
+		*len = vocab.blen[id];
 	}
-	if (g->len + n + 1 > g->cap) {
-		size_t cap = g->cap ? g->cap : 1024;
-		while (cap < g->len + n + 1)
-			cap *= 2;
-		char *t = realloc(g->text, cap);
-		if (!t)
-			return -1;
-		g->text = t;
-		g->cap = cap;
-	}
-	memcpy(g->text + g->len, s, n);
-	g->len += n;
-	g->text[g->len] = 0;
-	return 0;
+	pthread_mutex_unlock(&vocab.mu);
+	return s;
 }
 
 struct ad_client *
@@ -310,6 +328,290 @@ cancelled(struct fe_gen *g)
 	return __atomic_load_n(&g->cancelled, __ATOMIC_ACQUIRE) || __atomic_load_n(&q.stopping, __ATOMIC_ACQUIRE);
 }
 
+// --- the choices ---------------------------------------------------------------------
+
+void
+fe_choices_free(struct fe_gen *g)
+{
+	for (int i = 0; i < FE_MAX_N; i++) {
+		free(g->ch[i].text);
+		free(g->ch[i].lp);
+		g->ch[i].text = NULL;
+		g->ch[i].lp = NULL;
+	}
+	free(g->emb);
+	g->emb = NULL;
+}
+
+const char *
+fe_choice_text(const struct fe_gen *g, int i, size_t *len)
+{
+	if (i == 0) {
+		*len = g->len;
+		return g->text;
+	}
+	*len = g->ch[i].len;
+	return g->ch[i].text;
+}
+
+static int
+grow(char **s, size_t *len, size_t *cap, const char *t, size_t n)
+{
+	if (*len + n + 1 > *cap) {
+		size_t c = *cap ? *cap : 1024;
+		while (c < *len + n + 1)
+			c *= 2;
+		char *x = realloc(*s, c);
+		if (!x)
+			return -1;
+		*s = x;
+		*cap = c;
+	}
+	memcpy(*s + *len, t, n);
+	*len += n;
+	(*s)[*len] = 0;
+	return 0;
+}
+
+// what the worker keeps per choice while it runs
+struct run {
+	uint64_t job;
+	int live;           // the engine job has not finished
+	struct fe_stop st;
+	char pending[4];    // decode_stream's unfinished UTF-8
+	size_t n_pending;
+	uint32_t produced;  // bytes of the tokens so far: the next token's offset
+	uint32_t released;  // bytes of text handed out
+};
+
+// emit hands released text of choice i to the loop (stream: with the
+// logprob tokens that start inside the text released so far; all of them
+// at the end) or keeps it (non-stream)
+static int
+emit(struct fe_gen *g, int i, struct run *r, const char *s, size_t n, int last)
+{
+	struct fe_choice *c = &g->ch[i];
+	r->released += (uint32_t)n;
+	if (!g->p.stream) {
+		if (n == 0)
+			return 0;
+		return i == 0 ? grow(&g->text, &g->len, &g->cap, s, n) : grow(&c->text, &c->len, &c->cap, s, n);
+	}
+	// a stream keeps only the logprob tokens not sent yet
+	size_t k = 0;
+	while (k < c->n_lp && (last || c->lp[k].offset < r->released))
+		k++;
+	if (n == 0 && k == 0)
+		return 0;
+	struct fe_chunk ck = { i, s, n, c->lp, k };
+	if (g->p.n <= 1 && !g->p.logprobs)
+		fe_post(g, FE_MSG_TEXT, s, n);
+	else
+		fe_post_chunk(g, &ck);
+	if (k) {
+		memmove(c->lp, c->lp + k, (c->n_lp - k) * sizeof *c->lp);
+		c->n_lp -= k;
+	}
+	return 0;
+}
+
+// the bytes of every id of these events are known to fe_token_bytes after this
+static int
+fetch_bytes(const Anedvd__PollReply *pl, char *err)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < pl->n_tokens; i++)
+		n += 1 + pl->tokens[i]->n_top_logprobs;
+	int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+	if (!ids)
+		return ad_err(err, "out of memory");
+	size_t m = 0;
+	for (size_t i = 0; i < pl->n_tokens; i++) {
+		const Anedvd__TokenEvent *te = pl->tokens[i];
+		for (size_t t = 0; t <= te->n_top_logprobs; t++) {
+			int32_t id = t == 0 ? te->id : te->top_logprobs[t - 1]->id;
+			size_t len;
+			if (id >= 0 && id < vocab.n && !fe_token_bytes(id, &len))
+				ids[m++] = id;
+		}
+	}
+	int rv = 0;
+	if (m) {
+		char **b = NULL;
+		size_t *len = malloc(m * sizeof *len);
+		if (!len || tokc_token_bytes(tok, ids, m, &b, len, cfg->timeout_ms, err) != 0) {
+			free(len);
+			free(ids);
+			return len ? -1 : ad_err(err, "out of memory");
+		}
+		pthread_mutex_lock(&vocab.mu);
+		for (size_t i = 0; i < m; i++) {
+			if (!vocab.bytes[ids[i]]) {
+				vocab.bytes[ids[i]] = b[i];
+				vocab.blen[ids[i]] = (uint32_t)len[i];
+			} else {
+				free(b[i]);
+			}
+		}
+		pthread_mutex_unlock(&vocab.mu);
+		free(b);
+		free(len);
+	}
+	free(ids);
+	return rv;
+}
+
+// keep the logprobs of these events in choice c, with their offsets
+static int
+take_logprobs(struct fe_choice *c, struct run *r, const Anedvd__PollReply *pl)
+{
+	for (size_t i = 0; i < pl->n_tokens; i++) {
+		const Anedvd__TokenEvent *te = pl->tokens[i];
+		if (c->n_lp == c->cap_lp) {
+			size_t cap = c->cap_lp ? 2 * c->cap_lp : 64;
+			struct fe_lp_tok *t = realloc(c->lp, cap * sizeof *t);
+			if (!t)
+				return -1;
+			c->lp = t;
+			c->cap_lp = cap;
+		}
+		struct fe_lp_tok *t = &c->lp[c->n_lp++];
+		memset(t, 0, sizeof *t);
+		t->id = te->id;
+		t->logprob = te->has_logprob ? te->logprob : 0;
+		t->offset = r->produced;
+		for (size_t k = 0; k < te->n_top_logprobs && k < FE_MAX_TOP_LOGPROBS; k++) {
+			t->top[k].id = te->top_logprobs[k]->id;
+			t->top[k].logprob = te->top_logprobs[k]->logprob;
+			t->n_top++;
+		}
+		size_t len = 0;
+		fe_token_bytes(te->id, &len);
+		r->produced += (uint32_t)len;
+	}
+	return 0;
+}
+
+static void
+cancel_live(struct run *runs, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (runs[i].live) {
+			eng_cancel(runs[i].job);
+			runs[i].live = 0;
+		}
+}
+
+// the seed of choice i: the request's for choice 0 (so n = 1 and choice 0 of
+// n agree), mixed with i for the others
+static uint64_t
+choice_seed(uint64_t seed, int i)
+{
+	return i == 0 ? seed : seed ^ ((uint64_t)i * 0x9e3779b97f4a7c15ull);
+}
+
+// one poll of choice i; 1 while it runs, 0 when it ended, -1 when the whole
+// generation ends (g->r says why)
+static int
+poll_choice(struct fe_gen *g, int i, struct run *r, int wait_ms, int *first_token)
+{
+	char err[AD_ERRLEN];
+	int status = 0;
+	struct fe_choice *c = &g->ch[i];
+	Anedvd__EngineRequest pq = ANEDVD__ENGINE_REQUEST__INIT;
+	Anedvd__PollRequest pr = ANEDVD__POLL_REQUEST__INIT;
+	pr.job = r->job;
+	pr.max_wait_ms = (uint32_t)wait_ms;
+	pq.body_case = ANEDVD__ENGINE_REQUEST__BODY_POLL;
+	pq.poll = &pr;
+	Anedvd__EngineReply *p = eng_call(&pq, ANEDVD__ENGINE_REPLY__BODY_POLL, cfg->timeout_ms + wait_ms, &status, err);
+	if (!p) {
+		r->live = 0;
+		return fail(g, status, err);
+	}
+	Anedvd__PollReply *pl = p->poll;
+	if (i == 0)
+		take_timings(g, pl->timings);
+	enum fe_finish fin = map_finish(pl->finish);
+	if (fin != FE_FINISH_NONE)
+		r->live = 0;
+	if (pl->n_tokens && *first_token) {
+		g->r.ttft_ns = fe_now_ns() - g->t_admit;
+		fe_metrics_stage(FE_ST_TTFT, g->r.ttft_ns);
+		*first_token = 0;
+	}
+	if (g->p.logprobs && pl->n_tokens &&
+	    (fetch_bytes(pl, err) != 0 || take_logprobs(c, r, pl) != 0)) {
+		anedvd__engine_reply__free_unpacked(p, NULL);
+		return fail(g, 503, err[0] ? err : "out of memory");
+	}
+	int32_t *tids = NULL;
+	if (pl->n_tokens)
+		tids = malloc(pl->n_tokens * sizeof *tids);
+	for (size_t k = 0; tids && k < pl->n_tokens; k++)
+		tids[k] = pl->tokens[k]->id;
+	size_t nt = tids ? pl->n_tokens : 0;
+	if (fin == FE_FINISH_ERROR) {
+		const char *m = pl->error && pl->error->message ? pl->error->message : "generation failed";
+		snprintf(err, sizeof err, "engine: %s", m);
+	}
+	size_t n_got = pl->n_tokens;
+	anedvd__engine_reply__free_unpacked(p, NULL);
+	if (n_got && !tids)
+		return fail(g, 503, "out of memory");
+	int flush = fin != FE_FINISH_NONE;
+	c->completion_tokens += (unsigned)nt;
+	g->r.completion_tokens += (unsigned)nt;
+	if (nt || flush) {
+		char *text = NULL;
+		size_t len = 0;
+		uint64_t t0 = fe_now_ns();
+		int rv = tokc_decode_stream(tok, tids, nt, flush, r->pending, &r->n_pending, &text, &len, cfg->timeout_ms,
+		                            err);
+		g->r.detok_ns += fe_now_ns() - t0;
+		free(tids);
+		if (rv != 0)
+			return fail(g, 503, err);
+		size_t ready = 0;
+		if (fe_stop_push(&r->st, text, len, flush, &ready) != 0) {
+			free(text);
+			return fail(g, 503, "out of memory");
+		}
+		int hit = r->st.hit >= 0;
+		if (hit) {
+			// the tokens after the stop sequence are not part of the reply
+			uint32_t end = r->released + (uint32_t)ready;
+			while (c->n_lp && c->lp[c->n_lp - 1].offset >= end)
+				c->n_lp--;
+		}
+		if (emit(g, i, r, r->st.buf, ready, flush || hit) != 0) {
+			free(text);
+			return fail(g, 503, "out of memory");
+		}
+		fe_stop_consume(&r->st, ready);
+		free(text);
+		if (hit) {
+			if (r->live)
+				eng_cancel(r->job);
+			r->live = 0;
+			c->finish = FE_FINISH_STOP_SEQ;
+			c->stop_index = r->st.hit;
+			return 0;
+		}
+	}
+	if (fin == FE_FINISH_ERROR)
+		return fail(g, 502, err);
+	if (fin == FE_FINISH_CANCELLED) {
+		g->r.finish = FE_FINISH_CANCELLED;
+		return -1;
+	}
+	if (fin != FE_FINISH_NONE) {
+		c->finish = fin;
+		return 0;
+	}
+	return 1;
+}
+
 static void
 generate(struct fe_gen *g)
 {
@@ -361,134 +663,215 @@ generate(struct fe_gen *g)
 	sp.repeat_last_n = 256;
 	sp.presence_penalty = g->p.presence_penalty;
 	sp.frequency_penalty = g->p.frequency_penalty;
-	sp.seed = g->p.seed;
 	sp.has_seed = g->p.has_seed;
-	int32_t stop_ids[2];
+	Anedvd__LogitBias *lb = NULL, **plb = NULL;
+	if (g->p.n_bias) {
+		lb = calloc(g->p.n_bias, sizeof *lb);
+		plb = calloc(g->p.n_bias, sizeof *plb);
+		if (!lb || !plb) {
+			free(lb);
+			free(plb);
+			free(ids);
+			fail(g, 503, "out of memory");
+			return;
+		}
+		for (size_t i = 0; i < g->p.n_bias; i++) {
+			anedvd__logit_bias__init(&lb[i]);
+			lb[i].id = g->p.bias[i].id;
+			lb[i].bias = g->p.bias[i].bias;
+			plb[i] = &lb[i];
+		}
+		sp.logit_bias = plb;
+		sp.n_logit_bias = g->p.n_bias;
+	}
+	int32_t stop_ids[2 + FE_MAX_STOP_IDS];
 	size_t n_stop = 0;
 	if (vocab.eos >= 0)
 		stop_ids[n_stop++] = vocab.eos;
 	if (vocab.eot >= 0 && vocab.eot != vocab.eos)
 		stop_ids[n_stop++] = vocab.eot;
+	for (size_t i = 0; i < g->p.n_stop_ids; i++)
+		stop_ids[n_stop++] = g->p.stop_ids[i];
 	gr.prompt = ids + first;
 	gr.n_prompt = n;
 	gr.max_tokens = max_tokens;
-	if (cfg->deadline_ms) {
-		uint64_t spent = (fe_now_ns() - g->t_admit) / 1000000u;
-		gr.deadline_ms = spent < (uint64_t)cfg->deadline_ms ? (uint32_t)(cfg->deadline_ms - spent) : 1;
-	}
+	gr.logprobs = g->p.logprobs;
+	gr.top_logprobs = (uint32_t)g->p.top_logprobs;
 	gr.sampling = &sp;
 	gr.stop_ids = stop_ids;
 	gr.n_stop_ids = n_stop;
 	rq.body_case = ANEDVD__ENGINE_REQUEST__BODY_GENERATE;
 	rq.generate = &gr;
-	Anedvd__EngineReply *r = eng_call(&rq, ANEDVD__ENGINE_REPLY__BODY_GENERATE, cfg->timeout_ms, &status, err);
+
+	// n choices are n jobs on the same prompt: the engine's scheduler
+	// decodes them together in one batch
+	int nc = g->p.n >= 1 && g->p.n <= FE_MAX_N ? g->p.n : 1;
+	struct run runs[FE_MAX_N];
+	memset(runs, 0, sizeof runs);
+	int started = 0, ok = 1;
+	for (int i = 0; i < nc; i++) {
+		sp.seed = choice_seed(g->p.seed, i);
+		if (cfg->deadline_ms) {
+			uint64_t spent = (fe_now_ns() - g->t_admit) / 1000000u;
+			gr.deadline_ms = spent < (uint64_t)cfg->deadline_ms ? (uint32_t)(cfg->deadline_ms - spent) : 1;
+		}
+		Anedvd__EngineReply *r = eng_call(&rq, ANEDVD__ENGINE_REPLY__BODY_GENERATE, cfg->timeout_ms, &status, err);
+		if (!r) {
+			fail(g, status, err);
+			ok = 0;
+			break;
+		}
+		runs[i].job = r->generate->job;
+		runs[i].live = 1;
+		fe_stop_init(&runs[i].st, (const char *const *)g->p.stops, g->p.n_stops);
+		started++;
+		if (i == 0) {
+			g->r.prompt_tokens = r->generate->prompt_tokens ? r->generate->prompt_tokens : (unsigned)n;
+			g->r.prompt_dropped = (unsigned)dropped + r->generate->prompt_tokens_dropped;
+		}
+		anedvd__engine_reply__free_unpacked(r, NULL);
+	}
 	free(ids);
-	if (!r) {
-		fail(g, status, err);
+	free(lb);
+	free(plb);
+	if (!ok) {
+		cancel_live(runs, started);
+		for (int i = 0; i < started; i++)
+			fe_stop_free(&runs[i].st);
 		return;
 	}
-	uint64_t job = r->generate->job;
-	g->r.prompt_tokens = r->generate->prompt_tokens ? r->generate->prompt_tokens : (unsigned)n;
-	g->r.prompt_dropped = (unsigned)dropped + r->generate->prompt_tokens_dropped;
-	anedvd__engine_reply__free_unpacked(r, NULL);
 	fe_post(g, FE_MSG_START, NULL, 0);
 
-	struct fe_stop st;
-	fe_stop_init(&st, (const char *const *)g->p.stops, g->p.n_stops);
-	char pending[4];
-	size_t n_pending = 0;
-	int first_token = 1;
-	for (;;) {
+	int first_token = 1, end = 0;
+	for (unsigned round = 0; !end; round++) {
 		if (cancelled(g)) {
-			eng_cancel(job);
 			g->r.finish = FE_FINISH_CANCELLED;
 			break;
 		}
 		if (cfg->deadline_ms && fe_now_ns() - g->t_admit > (uint64_t)cfg->deadline_ms * 1000000u) {
-			eng_cancel(job);
 			snprintf(err, sizeof err, "the generation ran past its deadline of %d ms", cfg->deadline_ms);
 			fail(g, 504, err);
 			break;
 		}
-		Anedvd__EngineRequest pq = ANEDVD__ENGINE_REQUEST__INIT;
-		Anedvd__PollRequest pr = ANEDVD__POLL_REQUEST__INIT;
-		pr.job = job;
-		pr.max_wait_ms = POLL_WAIT_MS;
-		pq.body_case = ANEDVD__ENGINE_REQUEST__BODY_POLL;
-		pq.poll = &pr;
-		Anedvd__EngineReply *p =
-		        eng_call(&pq, ANEDVD__ENGINE_REPLY__BODY_POLL, cfg->timeout_ms + POLL_WAIT_MS, &status, err);
-		if (!p) {
-			fail(g, status, err);
+		// the first live choice of the round long-polls; the others, decoded
+		// in the same steps, are read without waiting
+		int live = 0;
+		for (int k = 0; k < nc && !end; k++) {
+			int i = (int)((round + (unsigned)k) % (unsigned)nc);
+			if (!runs[i].live)
+				continue;
+			int rv = poll_choice(g, i, &runs[i], live ? 0 : POLL_WAIT_MS, &first_token);
+			live++;
+			if (rv < 0)
+				end = 1;
+		}
+		if (live == 0)
 			break;
-		}
-		Anedvd__PollReply *pl = p->poll;
-		take_timings(g, pl->timings);
-		enum fe_finish fin = map_finish(pl->finish);
-		if (pl->n_tokens && first_token) {
-			g->r.ttft_ns = fe_now_ns() - g->t_admit;
-			fe_metrics_stage(FE_ST_TTFT, g->r.ttft_ns);
-			first_token = 0;
-		}
-		int32_t *tids = NULL;
-		if (pl->n_tokens)
-			tids = malloc(pl->n_tokens * sizeof *tids);
-		for (size_t i = 0; tids && i < pl->n_tokens; i++)
-			tids[i] = pl->tokens[i]->id;
-		size_t nt = tids ? pl->n_tokens : 0;
-		if (fin == FE_FINISH_ERROR) {
-			const char *m = pl->error && pl->error->message ? pl->error->message : "generation failed";
-			snprintf(err, sizeof err, "engine: %s", m);
-		}
-		size_t n_got = pl->n_tokens;
-		anedvd__engine_reply__free_unpacked(p, NULL);
-		if (n_got && !tids) {
-			fail(g, 503, "out of memory");
-			eng_cancel(job);
-			break;
-		}
-		int flush = fin != FE_FINISH_NONE;
-		g->r.completion_tokens += (unsigned)nt;
-		if (nt || flush) {
-			char *text = NULL;
-			size_t len = 0;
-			uint64_t t0 = fe_now_ns();
-			int rv = tokc_decode_stream(tok, tids, nt, flush, pending, &n_pending, &text, &len,
-			                            cfg->timeout_ms, err);
-			g->r.detok_ns += fe_now_ns() - t0;
-			free(tids);
-			if (rv != 0) {
-				fail(g, 503, err);
-				eng_cancel(job);
-				break;
-			}
-			size_t ready = 0;
-			if (fe_stop_push(&st, text, len, flush, &ready) != 0 || emit(g, st.buf, ready) != 0) {
-				free(text);
-				fail(g, 503, "out of memory");
-				eng_cancel(job);
-				break;
-			}
-			fe_stop_consume(&st, ready);
-			free(text);
-			if (st.hit >= 0) {
-				if (!flush)
-					eng_cancel(job);
-				g->r.finish = FE_FINISH_STOP_SEQ;
-				g->r.stop_index = st.hit;
-				break;
-			}
-		}
-		if (fin == FE_FINISH_ERROR) {
-			fail(g, 502, err);
-			break;
-		}
-		if (fin != FE_FINISH_NONE) {
-			g->r.finish = fin;
-			break;
-		}
 	}
-	fe_stop_free(&st);
+	cancel_live(runs, nc);
+	for (int i = 0; i < nc; i++)
+		fe_stop_free(&runs[i].st);
+	if (g->r.finish == FE_FINISH_NONE) {
+		g->r.finish = g->ch[0].finish;
+		g->r.stop_index = g->ch[0].stop_index;
+	}
+}
+// embeddings: encode the texts (the model's BOS, no special-token parsing),
+// one Embed call for every input
+static void
+embed(struct fe_gen *g)
+{
+	char err[AD_ERRLEN];
+	int status = 0;
+	size_t n = g->p.n_inputs;
+	uint64_t t0 = fe_now_ns();
+	if (get_vocab(err) != 0) {
+		fail(g, 503, err);
+		return;
+	}
+	int32_t **own = calloc(n, sizeof *own);
+	Anedvd__EmbedInput *in = calloc(n, sizeof *in), **pin = calloc(n, sizeof *pin);
+	if (!own || !in || !pin) {
+		fail(g, 503, "out of memory");
+		goto out;
+	}
+	unsigned tokens = 0;
+	for (size_t i = 0; i < n; i++) {
+		anedvd__embed_input__init(&in[i]);
+		pin[i] = &in[i];
+		if (g->p.emb_text && g->p.emb_text[i]) {
+			size_t m = 0;
+			const char *t = g->p.emb_text[i];
+			if (tokc_encode(tok, t, strlen(t), -1, 0, &own[i], &m, cfg->timeout_ms, err) != 0) {
+				fail(g, 503, err);
+				goto out;
+			}
+			if (m == 0) {
+				snprintf(err, sizeof err, "input[%zu]: no tokens", i);
+				fail(g, 400, err);
+				goto out;
+			}
+			in[i].ids = own[i];
+			in[i].n_ids = m;
+		} else {
+			in[i].ids = g->p.emb_ids[i];
+			in[i].n_ids = g->p.emb_len[i];
+		}
+		if (in[i].n_ids > cfg->max_seq) {
+			snprintf(err, sizeof err, "input[%zu]: %zu tokens, the context holds %u", i, in[i].n_ids, cfg->max_seq);
+			fail(g, 400, err);
+			goto out;
+		}
+		tokens += (unsigned)in[i].n_ids;
+	}
+	g->r.tokenize_ns = fe_now_ns() - t0;
+	if (cancelled(g)) {
+		g->r.finish = FE_FINISH_CANCELLED;
+		goto out;
+	}
+	Anedvd__EngineRequest rq = ANEDVD__ENGINE_REQUEST__INIT;
+	Anedvd__EmbedRequest er = ANEDVD__EMBED_REQUEST__INIT;
+	er.inputs = pin;
+	er.n_inputs = n;
+	rq.body_case = ANEDVD__ENGINE_REQUEST__BODY_EMBED;
+	rq.embed = &er;
+	uint64_t t1 = fe_now_ns();
+	// one call for the whole request, which the engine runs a kernel call
+	// per turn between the generations: it may take a while
+	int wait = cfg->deadline_ms ? cfg->deadline_ms : 600000;
+	if (wait < cfg->timeout_ms)
+		wait = cfg->timeout_ms;
+	Anedvd__EngineReply *r = eng_call(&rq, ANEDVD__ENGINE_REPLY__BODY_EMBED, wait, &status, err);
+	if (!r) {
+		fail(g, status, err);
+		goto out;
+	}
+	g->r.prefill_ns = fe_now_ns() - t1;
+	Anedvd__EmbedReply *e = r->embed;
+	size_t want = n * (size_t)e->dims * sizeof(float);
+	if (e->dims == 0 || e->vectors.len != want) {
+		fail(g, 502, "engine: embeddings of the wrong size");
+	} else if (g->p.dimensions && g->p.dimensions != (long)e->dims) {
+		snprintf(err, sizeof err, "'dimensions': this model's embeddings have %u dimensions, not %ld", e->dims,
+		         g->p.dimensions);
+		fail(g, 400, err);
+		snprintf(g->r.param, sizeof g->r.param, "dimensions");
+	} else if (!(g->emb = malloc(want))) {
+		fail(g, 503, "out of memory");
+	} else {
+		memcpy(g->emb, e->vectors.data, want);
+		g->emb_dims = (int)e->dims;
+		g->r.prompt_tokens = tokens;
+		g->r.prefill_tokens = tokens;
+		g->r.finish = FE_FINISH_EOS;
+	}
+	anedvd__engine_reply__free_unpacked(r, NULL);
+out:
+	for (size_t i = 0; own && i < n; i++)
+		free(own[i]);
+	free(own);
+	free(in);
+	free(pin);
 }
 
 static void *
@@ -520,6 +903,8 @@ worker_main(void *arg)
 			g->r.finish = FE_FINISH_CANCELLED;
 		else if (cfg->deadline_ms && g->r.queue_ns > (uint64_t)cfg->deadline_ms * 1000000u)
 			fail(g, 504, "the request waited in the queue past its deadline");
+		else if (g->p.api == FE_API_EMBEDDINGS)
+			embed(g);
 		else
 			generate(g);
 		g->r.total_ns = fe_now_ns() - g->t_admit;
@@ -553,6 +938,10 @@ probe_main(void *arg)
 		uint32_t pid = 0;
 		char err[AD_ERRLEN];
 		int up = tokc_health(tok, &pid, 1000, err) == 0;
+		// the vocabulary first, so a request that reads as soon as the
+		// tokenizer shows as up can check token ids against it
+		if (up)
+			get_vocab(err);
 		fe_metrics_upstream("tokenizer", up, pid);
 		up = eng_health(&pid, 1000) == 0;
 		fe_metrics_upstream("engine", up, pid);
@@ -604,6 +993,12 @@ fe_upstream_stop(void)
 		pthread_join(workers[i], NULL);
 	pthread_join(prober, NULL);
 	free(workers);
+	for (int i = 0; vocab.bytes && i < vocab.n; i++)
+		free(vocab.bytes[i]);
+	free(vocab.bytes);
+	free(vocab.blen);
+	vocab.bytes = NULL;
+	vocab.known = 0;
 	ad_client_close(tok);
 	ad_client_close(eng);
 }

@@ -758,6 +758,165 @@ test_top(void)
 	CHECK(n == 1 && t[0].id == 2 && t[0].logit == 5.0f);
 }
 
+// --- logit_bias and logprobs ---------------------------------------------------
+
+static void
+test_bias(void)
+{
+	char err[AD_ERRLEN];
+	struct sample_params p;
+	sample_defaults(&p);
+	struct sample_bias b[3] = {{3, 100.0f}, {4, -100.0f}, {5, 0.5f}};
+	p.bias = b, p.n_bias = 3;
+	float x[10] = {1.0f, 3.0f, -3.0f, 0.0f, 4.0f, 2.0f, -1.0f, 0.5f, 1.5f, -2.0f}, y[10];
+	struct sampler *s = make(&p, 10);
+	REQUIRE(s);
+	b[0].bias = 0; // the sampler keeps its own copy
+	CHECK(sample_penalise(s, x, y) == 1);
+	CHECK(y[3] == 100.0f && y[4] == -INFINITY && y[5] == 2.5f && y[1] == 3.0f, "%g %g %g", (double)y[3],
+	      (double)y[4], (double)y[5]);
+	// +100 makes token 3 certain, at T 1 and at T 2
+	for (int i = 0; i < 200; i++)
+		CHECK(sample_next(s, x, err) == 3);
+	sample_free(s);
+	b[0].bias = 100.0f;
+	p.temperature = 2.0f;
+	s = make(&p, 10);
+	REQUIRE(s);
+	for (int i = 0; i < 200; i++)
+		CHECK(sample_ref(s, x, err) == 3);
+	sample_free(s);
+	// -100 bans the argmax: greedy takes the next best; sampling never draws it
+	struct sample_bias ban = {4, -100.0f};
+	p.bias = &ban, p.n_bias = 1, p.temperature = 0.0f;
+	s = make(&p, 10);
+	REQUIRE(s);
+	CHECK(sample_next(s, x, err) == 1);
+	CHECK(sample_ref(s, x, err) == 1);
+	sample_free(s);
+	p.temperature = 1.0f;
+	s = make(&p, 10);
+	REQUIRE(s);
+	int32_t ids[10], tmp[10];
+	int n = kept_both(s, x, ids, tmp);
+	for (int i = 0; i < n; i++)
+		CHECK(ids[i] != 4);
+	for (int i = 0; i < 500; i++)
+		CHECK(sample_next(s, x, err) != 4);
+	sample_free(s);
+	// biases with penalties: the fast pipeline and the reference keep the same sets
+	enum { V = 3000 };
+	static float row[V];
+	static int32_t ka[V], kb[V];
+	struct sample_bias many[64];
+	for (int r = 0; r < 20; r++) {
+		logits(r % K_KINDS, V, row);
+		for (int i = 0; i < 64; i++)
+			many[i] = (struct sample_bias){(int32_t)(rnd() % V), (float)((double)(rnd() % 2001) / 10.0 - 100.0)};
+		sample_defaults(&p);
+		p.bias = many, p.n_bias = 64, p.top_p = 0.9f, p.repeat_penalty = 1.3f, p.top_k = r % 2 ? 40 : 0;
+		s = make(&p, V);
+		REQUIRE(s);
+		int32_t hist[32];
+		for (int i = 0; i < 32; i++)
+			hist[i] = many[i].id;
+		CHECK(sample_accept(s, hist, 32, err) == 0);
+		kept_both(s, row, ka, kb);
+		sample_free(s);
+	}
+	// out of range: named, with the value
+	sample_defaults(&p);
+	struct sample_bias bad = {2, 100.5f};
+	p.bias = &bad, p.n_bias = 1;
+	check_bad(p, "logit_bias[0]");
+	bad = (struct sample_bias){-1, 1.0f};
+	check_bad(p, "logit_bias[0]");
+	bad = (struct sample_bias){2, NAN};
+	check_bad(p, "logit_bias[0]");
+	bad = (struct sample_bias){10, 1.0f}; // the vocabulary has 10
+	CHECK(sample_check(&p, err) == 0);
+	err[0] = 0;
+	CHECK(sample_new(&p, 10, err) == NULL && strstr(err, "logit_bias[0]") && strstr(err, "vocabulary"), "%s", err);
+	p.n_bias = SAMPLE_MAX_BIAS + 1;
+	check_bad(p, "logit_bias");
+}
+
+static void
+lp_compare(const float *x, int n, int k)
+{
+	char err[AD_ERRLEN];
+	struct sample_tok a[SAMPLE_MAX_TOP_LOGPROBS], b[SAMPLE_MAX_TOP_LOGPROBS];
+	int32_t id = (int32_t)(rnd() % (uint64_t)n);
+	float la, lb;
+	int ma = sample_logprobs(x, n, id, k, &la, a, err);
+	REQUIRE(ma >= 0, "%s", err);
+	int mb = sample_logprobs_ref(x, n, id, k, &lb, b, err);
+	REQUIRE(ma == mb && ma == (k < n ? k : n), "n %d k %d: fast %d ref %d", n, k, ma, mb);
+	CHECK(isinf(lb) ? la == lb : fabs(la - lb) <= 2e-5, "%.9g vs %.9g", (double)la, (double)lb);
+	for (int i = 0; i < ma; i++) {
+		CHECK(a[i].id == b[i].id, "rank %d: %d vs %d", i, a[i].id, b[i].id);
+		CHECK(isinf(b[i].logit) ? a[i].logit == b[i].logit : fabs(a[i].logit - b[i].logit) <= 2e-5,
+		      "rank %d: %.9g vs %.9g", i, (double)a[i].logit, (double)b[i].logit);
+		CHECK(i == 0 || a[i].logit <= a[i - 1].logit);
+	}
+}
+
+static void
+test_logprobs(void)
+{
+	char err[AD_ERRLEN];
+	// a row whose softmax is known: p = 1/10, 2/10, 3/10, 4/10
+	float x[4] = {logf(1.0f) + 7.0f, logf(2.0f) + 7.0f, logf(3.0f) + 7.0f, logf(4.0f) + 7.0f};
+	struct sample_tok t[SAMPLE_MAX_TOP_LOGPROBS];
+	float lp;
+	for (int ref = 0; ref < 2; ref++) {
+		int (*f)(const float *, int, int32_t, int, float *, struct sample_tok *, char *) =
+		        ref ? sample_logprobs_ref : sample_logprobs;
+		REQUIRE(f(x, 4, 1, 3, &lp, t, err) == 3);
+		CHECK_NEAR(lp, log(0.2), 1e-6);
+		CHECK(t[0].id == 3 && t[1].id == 2 && t[2].id == 1);
+		CHECK_NEAR(t[0].logit, log(0.4), 1e-6);
+		CHECK_NEAR(t[2].logit, log(0.2), 1e-6);
+		CHECK(f(x, 4, 0, 25, &lp, t, err) == 4); // k is capped by the row
+		CHECK(f(x, 4, 0, 0, &lp, t, err) == 0);
+		CHECK_NEAR(lp, log(0.1), 1e-6);
+		CHECK(f(x, 4, 4, 1, &lp, t, err) == -1 && strstr(err, "outside"));
+		float bad[3] = {0.0f, NAN, 1.0f};
+		CHECK(f(bad, 3, 0, 1, &lp, t, err) == -1 && strstr(err, "NaN"), "%s", err);
+		float inf[3] = {-INFINITY, -INFINITY, -INFINITY};
+		CHECK(f(inf, 3, 0, 1, &lp, t, err) == -1 && strstr(err, "-inf"), "%s", err);
+	}
+	// the fast sum against the double reference on every shape, tails included
+	static float row[151936];
+	const int sizes[] = {1, 7, 8, 1000, 1031, 32000, 49152, 151936};
+	for (int si = 0; si < (int)(sizeof sizes / sizeof *sizes); si++)
+		for (int kind = 0; kind < K_KINDS; kind++) {
+			int n = sizes[si];
+			logits(kind, n, row);
+			if (kind == K_HOLES && n == 1)
+				row[0] = 0.5f;
+			lp_compare(row, n, (kind * 7) % (SAMPLE_MAX_TOP_LOGPROBS + 1));
+			lp_compare(row, n, SAMPLE_MAX_TOP_LOGPROBS);
+		}
+	// the probabilities sum to 1, and a greedy pick is the top entry
+	logits(K_GAUSS, 1000, row);
+	double sum = 0;
+	for (int32_t i = 0; i < 1000; i++) {
+		REQUIRE(sample_logprobs(row, 1000, i, 1, &lp, t, err) == 1);
+		sum += exp((double)lp);
+	}
+	CHECK_NEAR(sum, 1.0, 1e-5);
+	struct sample_params p;
+	sample_defaults(&p);
+	p.temperature = 0.0f;
+	struct sampler *s = make(&p, 1000);
+	REQUIRE(s);
+	int32_t id = sample_next(s, row, err);
+	REQUIRE(sample_logprobs(row, 1000, id, 5, &lp, t, err) == 5);
+	CHECK(t[0].id == id && t[0].logit == lp);
+	sample_free(s);
+}
+
 int
 main(void)
 {
@@ -772,5 +931,7 @@ main(void)
 	T_RUN(test_distribution);
 	T_RUN(test_edges);
 	T_RUN(test_top);
+	T_RUN(test_bias);
+	T_RUN(test_logprobs);
 	return t_done();
 }

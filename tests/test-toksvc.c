@@ -90,6 +90,41 @@ test_calls(void)
 		free(out);
 	}
 	CHECK(n_pending == 0 && strstr(acc, cjk) != NULL, "n_pending=%zu", n_pending);
+
+	// each token's own bytes: a byte token's lone byte, "" for a control
+	// token, and together exactly what the stream gave
+	int32_t more[16];
+	size_t nm = 0;
+	const int32_t story[] = { 403, 407, 261, 378, 2 };
+	for (size_t i = 0; i < n && nm < 11; i++)
+		more[nm++] = ids[i];
+	for (size_t i = 0; i < 5; i++)
+		more[nm++] = story[i];
+	char **tb = NULL;
+	size_t tl[16];
+	REQUIRE(tokc_token_bytes(c, more, nm, &tb, tl, TIMEOUT, err) == 0, "%s", err);
+	char joined[256] = "";
+	size_t jl = 0;
+	REQUIRE(n >= 3);
+	for (size_t i = 0; i < n; i++) {
+		// the last three are the byte tokens (the SPM space prefix may come first)
+		if (i + 3 >= n)
+			CHECK(tl[i] == 1 && (unsigned char)tb[i][0] == (unsigned char)cjk[i + 3 - n], "byte token %zu: %zu bytes",
+			      i, tl[i]);
+		memcpy(joined + jl, tb[i], tl[i]);
+		jl += tl[i];
+	}
+	joined[jl] = 0;
+	CHECK(strcmp(joined, acc) == 0, "'%s' vs the stream's '%s'", joined, acc);
+	CHECK(tl[n] == 5 && memcmp(tb[n], " Once", 5) == 0, "'%s'", tb[n]);
+	CHECK(tl[n + 2] == 2 && strcmp(tb[n + 2], " a") == 0, "'%s'", tb[n + 2]);
+	CHECK(tl[n + 4] == 0 && tb[n + 4][0] == 0, "eos: %zu bytes", tl[n + 4]);
+	for (size_t i = 0; i < nm; i++)
+		free(tb[i]);
+	free(tb);
+	const int32_t outside[] = { 5, 512 };
+	tb = NULL;
+	CHECK(tokc_token_bytes(c, outside, 2, &tb, tl, TIMEOUT, err) == -1 && strstr(err, "512") && !tb, "%s", err);
 	free(ids);
 
 	struct tok_msg msgs[] = { { TOK_ROLE_USER, "Hi" } };
@@ -118,9 +153,9 @@ test_calls(void)
 	      ends[2], ends[3]);
 	free(out);
 	free(ends);
-	int32_t outside[] = { 403, 512 };
-	CHECK(tokc_pieces(c, outside, 2, &out, &len, &ends, TIMEOUT, err) == -1 && strstr(err, "outside"), "%s", err);
-	REQUIRE(tokc_pieces(c, outside, 0, &out, &len, &ends, TIMEOUT, err) == 0 && len == 0, "%s", err);
+	int32_t outside2[] = { 403, 512 };
+	CHECK(tokc_pieces(c, outside2, 2, &out, &len, &ends, TIMEOUT, err) == -1 && strstr(err, "outside"), "%s", err);
+	REQUIRE(tokc_pieces(c, outside2, 0, &out, &len, &ends, TIMEOUT, err) == 0 && len == 0, "%s", err);
 	free(out);
 	free(ends);
 

@@ -21,6 +21,8 @@
 //   - bad requests get ERROR_BAD_REQUEST (or NOT_FOUND) and
 //     the service still answers Health; a failing kernel ends the jobs of
 //     that call with FINISH_ERROR and the next job runs;
+//   - Embed (sched_embed) equals mean, cls and last pooling done by hand
+//     on an engine of its own, alone, batched and between running steps;
 //   - Eval equals engine_eval (full, per token, last row only, the first
 //     layer only: engine_eval_layers), here and
 //     with kb_exact on a fixture model, whose greedy generation agrees with
@@ -760,6 +762,129 @@ test_eval(void)
 	__atomic_store_n(&S.fl->delay_us, 0, __ATOMIC_RELAXED);
 }
 
+// embeddings: sched_embed against the same pooling done by hand on a
+// second engine of its own (kb_local, the same kernels: the same bits),
+// alone, batched past SCHED_EMBED_SLOTS, between the steps of running jobs
+static void
+embed_ref(struct engine *e, const int32_t *ids, int n, int pooling, float *out)
+{
+	char err[AD_ERRLEN];
+	const int E = engine_n_embd(e);
+	struct engine_seq *q = engine_seq_new(e, err);
+	REQUIRE(q, "%s", err);
+	double acc[1024] = {0}, norm = 0;
+	REQUIRE(E <= 1024);
+	float h[1024];
+	for (int p = 0; p < n; p++) {
+		REQUIRE(engine_forward_hidden(e, &q, ids + p, 1, h, err) == 0, "%s", err);
+		for (int i = 0; i < E; i++)
+			if (pooling == SCHED_POOL_MEAN)
+				acc[i] += h[i];
+			else if ((pooling == SCHED_POOL_CLS && p == 0) || (pooling == SCHED_POOL_LAST && p == n - 1))
+				acc[i] = h[i];
+	}
+	for (int i = 0; i < E; i++) {
+		if (pooling == SCHED_POOL_MEAN)
+			acc[i] /= n;
+		norm += acc[i] * acc[i];
+	}
+	for (int i = 0; i < E; i++)
+		out[i] = (float)(acc[i] / sqrt(norm));
+	engine_seq_free(q);
+}
+
+static void
+test_embed(void)
+{
+	char err[AD_ERRLEN];
+	struct kb_opts ko = {.width = WIDTH, .threads = 1};
+	struct kernel_backend *kb = kb_local_new(&S.m, &ko, err);
+	REQUIRE(kb, "%s", err);
+	struct engine_opts eo = {.max_seq = 2048};
+	struct engine *e = engine_new(&S.m, kb, &eo, err);
+	REQUIRE(e, "%s", err);
+	const int E = engine_n_embd(e);
+	enum { N = 19 };
+	int32_t buf[N][48];
+	const int32_t *ids[N];
+	int lens[N];
+	for (int i = 0; i < N; i++) {
+		lens[i] = 1 + (i * 7) % 40; // 1 to 40 tokens: several calls of WIDTH for some
+		for (int j = 0; j < lens[i]; j++)
+			buf[i][j] = j == 0 ? 1 : 259 + (i * 31 + j * 17) % 250;
+		ids[i] = buf[i];
+	}
+	float *want = malloc((size_t)N * E * sizeof *want);
+	REQUIRE(want);
+	struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 100000};
+	struct engc_started a = {0};
+	for (int pool = SCHED_POOL_MEAN; pool <= SCHED_POOL_LAST; pool++) {
+		for (int i = 0; i < N; i++)
+			embed_ref(e, ids[i], lens[i], pool, want + (size_t)i * E);
+		for (int run = 0; run < 3; run++) {
+			// run 1 alongside a running job, run 2 one input at a time
+			if (run == 1)
+				REQUIRE(engc_generate(S.c, &g, &a, TMO, NULL, err) == 0, "%s", err);
+			float *out = NULL;
+			int dims = 0, used = 0;
+			if (run < 2) {
+				REQUIRE(sched_embed(S.s, ids, lens, N, pool, &out, &dims, &used, NULL, err) == 0, "%s", err);
+				CHECK(dims == E && used == pool, "dims %d pooling %d", dims, used);
+				CHECK(memcmp(out, want, (size_t)N * E * sizeof *out) == 0, "pooling %d run %d", pool, run);
+				free(out);
+			} else {
+				for (int i = 0; i < N; i++) {
+					REQUIRE(sched_embed(S.s, ids + i, lens + i, 1, pool, &out, &dims, &used, NULL, err) == 0);
+					CHECK(memcmp(out, want + (size_t)i * E, (size_t)E * sizeof *out) == 0, "pooling %d input %d",
+					      pool, i);
+					free(out);
+				}
+			}
+			if (run == 1) {
+				struct engc_poll p;
+				REQUIRE(engc_poll(S.c, a.job, 0, &p, TMO, NULL, err) == 0, "%s", err);
+				CHECK(p.finish == ENGC_RUNNING && p.n_events > 0, "the job went on: %zu tokens", p.n_events);
+				engc_poll_free(&p);
+				engc_cancel(S.c, a.job, TMO, NULL, NULL);
+			}
+		}
+	}
+	// the model declares no pooling: mean
+	float *out = NULL;
+	int dims = 0, used = 0;
+	REQUIRE(sched_embed(S.s, ids, lens, 1, SCHED_POOL_MODEL, &out, &dims, &used, NULL, err) == 0, "%s", err);
+	CHECK(used == SCHED_POOL_MEAN && S.m.hp.pooling == 0, "used %d", used);
+	embed_ref(e, ids[0], lens[0], SCHED_POOL_MEAN, want);
+	CHECK(memcmp(out, want, (size_t)E * sizeof *out) == 0);
+	free(out);
+	// refused, naming what is wrong
+	enum sched_code code;
+	int zero = 0, big = 2049, one = 1;
+	int32_t bad_id = 512, *many = calloc(2049, sizeof *many);
+	const int32_t *bad[] = {&bad_id}, *longp[] = {many};
+	struct {
+		const int32_t *const *ids;
+		const int *lens;
+		int n, pool;
+		const char *want;
+	} cases[] = {
+	        {ids, lens, 0, 1, "input"},   {ids, &zero, 1, 1, "empty"}, {bad, &one, 1, 1, "vocabulary"},
+	        {longp, &big, 1, 1, "context"}, {ids, lens, 1, 4, "pooling"}, {ids, lens, 2049, 1, "2048"},
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+		out = (float *)1;
+		err[0] = 0;
+		CHECK(sched_embed(S.s, cases[c].ids, cases[c].lens, cases[c].n, cases[c].pool, &out, &dims, &used, &code,
+		                  err) == -1 &&
+		              code == SCHED_EBADREQ && out == NULL && strstr(err, cases[c].want),
+		      "case %zu: '%s'", c, err);
+	}
+	free(many);
+	free(want);
+	engine_free(e);
+	kb->free(kb);
+}
+
 // a fixture model on kb_exact: Eval equals engine_eval, and greedy
 // generation picks the argmax of its own teacher-forced logits
 static void
@@ -1237,6 +1362,7 @@ main(void)
 		T_RUN(test_context);
 		T_RUN(test_errors);
 		T_RUN(test_eval);
+		T_RUN(test_embed);
 		T_RUN(test_bench);
 	}
 	T_RUN(test_fixture);

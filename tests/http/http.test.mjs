@@ -86,6 +86,10 @@ describe('frontend over raw HTTP', () => {
 		assert.match(r.headers.allow, /POST/);
 		openaiError(await post(s, '/health', {}), 405);
 		anthropicError(await request(s, 'GET', '/v1/messages'), 405, 'invalid_request_error');
+		// embeddings are off unless --embeddings
+		r = await post(s, '/v1/embeddings', { input: 'x' });
+		openaiError(r, 501);
+		assert.match(JSON.parse(r.body).error.message, /--embeddings/);
 		await healthy(s);
 	});
 
@@ -122,11 +126,14 @@ describe('frontend over raw HTTP', () => {
 			[{ ...user('x'), repetition_penalty: 0 }, 'repetition_penalty'],
 			[{ ...user('x'), seed: 'x' }, 'seed'],
 			[{ ...user('x'), stop: 5 }, 'stop'],
-			[{ ...user('x'), stop: ['a', 7] }, 'stop'],
+			[{ ...user('x'), stop: ['a', true] }, 'stop'],
+			[{ ...user('x'), stop: ['a', 7.5] }, 'stop'],
+			[{ ...user('x'), stop: [-1] }, 'stop'],
 			[{ ...user('x'), stop: [''] }, 'stop'],
 			[{ ...user('x'), stream: 'yes' }, 'stream'],
 			[{ ...user('x'), stream_options: 1 }, 'stream_options'],
-			[{ ...user('x'), n: 2 }, 'n'],
+			[{ ...user('x'), n: 9 }, 'n'],
+			[{ ...user('x'), n: 0 }, 'n'],
 			[{ ...user('x'), model: 3 }, 'model'],
 		];
 		for (const [body, param] of cases) {
@@ -149,6 +156,69 @@ describe('frontend over raw HTTP', () => {
 			const b = anthropicError(await post(s, '/v1/messages', body), 400, 'invalid_request_error');
 			assert.match(b.error.message, re);
 		}
+		await healthy(s);
+	});
+
+	it('400 for bad generation options (logprobs, n, best_of, logit_bias, token-id stops), streamed or not', async () => {
+		// stories260K has 512 tokens
+		const chat = [
+			[{ logprobs: 'yes' }, 'logprobs', /logprobs/],
+			[{ logprobs: 1 }, 'logprobs', /true or false/],
+			[{ top_logprobs: 3 }, 'top_logprobs', /needs 'logprobs'/],
+			[{ logprobs: false, top_logprobs: 3 }, 'top_logprobs', /needs 'logprobs'/],
+			[{ logprobs: true, top_logprobs: 21 }, 'top_logprobs', /between 0 and 20/],
+			[{ logprobs: true, top_logprobs: -1 }, 'top_logprobs', /between 0 and 20/],
+			[{ logprobs: true, top_logprobs: 1.5 }, 'top_logprobs', /integer/],
+			[{ n: 9 }, 'n', /between 1 and 8/],
+			[{ n: 0 }, 'n', /between 1 and 8/],
+			[{ n: 2.5 }, 'n', /integer/],
+			[{ best_of: 2 }, 'best_of', /best_of/],
+			[{ best_of: 'x' }, 'best_of', /best_of/],
+			[{ logit_bias: [1, 2] }, 'logit_bias', /object/],
+			[{ logit_bias: 5 }, 'logit_bias', /object/],
+			[{ logit_bias: { abc: 1 } }, 'logit_bias', /not a token id/],
+			[{ logit_bias: { '': 1 } }, 'logit_bias', /not a token id/],
+			[{ logit_bias: { '-1': 1 } }, 'logit_bias', /not a token id/],
+			[{ logit_bias: { 1.5: 1 } }, 'logit_bias', /not a token id/],
+			[{ logit_bias: { 512: 1 } }, 'logit_bias', /outside the vocabulary of 512/],
+			[{ logit_bias: { 5: 101 } }, 'logit_bias', /between -100 and 100/],
+			[{ logit_bias: { 5: -100.5 } }, 'logit_bias', /between -100 and 100/],
+			[{ logit_bias: { 5: 'x' } }, 'logit_bias', /between -100 and 100/],
+			[{ logit_bias: { 5: null } }, 'logit_bias', /between -100 and 100/],
+			[{ stop: [512] }, 'stop', /outside the vocabulary of 512/],
+			[{ stop: [3, -2] }, 'stop', /not a token id/],
+			[{ stop: Array.from({ length: 17 }, (_, i) => i) }, 'stop', /at most 16 token ids/],
+		];
+		for (const [extra, param, re] of chat)
+			for (const stream of [false, true]) {
+				const r = await post(s, CHAT, { ...user('ECHO:x'), ...extra, stream });
+				const b = openaiError(r, 400, param);
+				assert.match(b.error.message, re, JSON.stringify(extra));
+			}
+		const legacy = [
+			[{ logprobs: 6 }, 'logprobs', /between 0 and 5/],
+			[{ logprobs: -1 }, 'logprobs', /between 0 and 5/],
+			[{ logprobs: true }, 'logprobs', /integer/],
+			[{ n: 9 }, 'n', /between 1 and 8/],
+			[{ best_of: 3 }, 'best_of', /best_of/],
+			[{ logit_bias: { 700: 1 } }, 'logit_bias', /outside the vocabulary/],
+			[{ stop: ['ok', 600] }, 'stop', /outside the vocabulary/],
+		];
+		for (const [extra, param, re] of legacy) {
+			const r = await post(s, '/v1/completions', { prompt: 'ECHO:x', ...extra });
+			assert.match(openaiError(r, 400, param).error.message, re, JSON.stringify(extra));
+		}
+		await healthy(s);
+		// the valid edges pass, and the server still answers
+		for (const extra of [{ n: 8 }, { best_of: 1 }, { logprobs: true, top_logprobs: 20 }, { logprobs: false }, { logit_bias: { 511: -100, 0: 100 } }, { stop: ['a', 511] }]) {
+			const r = await post(s, CHAT, { ...user('ECHO:fine'), ...extra });
+			assert.equal(r.status, 200, `${JSON.stringify(extra)}: ${r.body}`);
+			const b = JSON.parse(r.body);
+			assert.equal(b.choices.length, extra.n ?? 1);
+			assert.deepEqual(b.choices.map((c) => c.index), [...Array(extra.n ?? 1).keys()]);
+		}
+		const ok = await post(s, '/v1/completions', { prompt: 'ECHO:fine', logprobs: 0 });
+		assert.equal(ok.status, 200, ok.body);
 		await healthy(s);
 	});
 

@@ -49,7 +49,7 @@ describe('anedvd serve on stories260K, through the official SDKs', { skip }, () 
 		base = `http://127.0.0.1:${port}`;
 		const out = fs.openSync(log, 'a');
 		// four at once, so concurrent requests share the engine's batches
-		srv = spawn(BIN, ['serve', '--model', MODEL, '--port', String(port), '--parallel', '4'], {
+		srv = spawn(BIN, ['serve', '--model', MODEL, '--port', String(port), '--parallel', '4', '--embeddings'], {
 			stdio: ['ignore', out, out],
 			env: { ...process.env, XDG_RUNTIME_DIR: rt },
 		});
@@ -278,6 +278,15 @@ describe('anedvd serve on stories260K, through the official SDKs', { skip }, () 
 		}));
 		assert.deepEqual(together, alone);
 		assert.equal(new Set(alone).size, 4);
+	});
+
+	it('serve --embeddings: /v1/embeddings, n choices and logprobs', async () => {
+		const e = await oai.embeddings.create({ model: 'stories260K', input: ['Once upon a time', 'Lily'] });
+		assert.equal(e.data.length, 2);
+		for (const d of e.data) assert.ok(Math.abs(Math.hypot(...d.embedding) - 1) < 1e-5);
+		const r = await oai.chat.completions.create({ model: 'stories260K', messages: user('Hi'), max_tokens: 8, n: 2, seed: 9, logprobs: true, top_logprobs: 2 });
+		assert.deepEqual(r.choices.map((c) => c.index), [0, 1]);
+		for (const c of r.choices) assert.equal(c.logprobs.content.map((t) => t.token).join(''), c.message.content);
 	});
 
 	it('errors come out as the SDK\'s error classes', async () => {

@@ -104,6 +104,40 @@ tokc_decode(struct ad_client *c, const int32_t *ids, size_t n, char **text, size
 }
 
 int
+tokc_token_bytes(struct ad_client *c, const int32_t *ids, size_t n, char ***bytes, size_t *len, int timeout_ms,
+                 char *err)
+{
+	Anedvd__TokRequest q = ANEDVD__TOK_REQUEST__INIT;
+	Anedvd__DecodeRequest d = ANEDVD__DECODE_REQUEST__INIT;
+	d.ids = (int32_t *)ids;
+	d.n_ids = n;
+	d.each_token = 1;
+	q.body_case = ANEDVD__TOK_REQUEST__BODY_DECODE;
+	q.decode = &d;
+	*bytes = NULL;
+	Anedvd__TokReply *r = call(c, &q, ANEDVD__TOK_REPLY__BODY_DECODE, timeout_ms, err);
+	if (!r)
+		return -1;
+	if (r->decode->n_token_bytes != n) {
+		anedvd__tok_reply__free_unpacked(r, NULL);
+		return ad_err(err, "tokenizer service: %zu token_bytes for %zu ids", r->decode->n_token_bytes, n);
+	}
+	char **b = calloc(n ? n : 1, sizeof *b);
+	int bad = !b;
+	for (size_t i = 0; !bad && i < n; i++)
+		bad = !(b[i] = dup_bytes(&r->decode->token_bytes[i], &len[i]));
+	anedvd__tok_reply__free_unpacked(r, NULL);
+	if (bad) {
+		for (size_t i = 0; b && i < n; i++)
+			free(b[i]);
+		free(b);
+		return ad_err(err, "out of memory");
+	}
+	*bytes = b;
+	return 0;
+}
+
+int
 tokc_decode_stream(struct ad_client *c, const int32_t *ids, size_t n, int flush, char pending[4], size_t *n_pending,
                    char **text, size_t *len, int timeout_ms, char *err)
 {

@@ -17,6 +17,10 @@ int tokc_encode(struct ad_client *c, const char *text, size_t len, int add_bos, 
                 int32_t **ids, size_t *n_ids, int timeout_ms, char *err);
 int tokc_decode(struct ad_client *c, const int32_t *ids, size_t n, char **text, size_t *len, int timeout_ms,
                 char *err);
+// tokc_token_bytes: the raw bytes each id adds to a decoded stream; bytes[i]
+// (malloc'd, NUL-terminated, the caller frees each and the array) and len[i]
+int tokc_token_bytes(struct ad_client *c, const int32_t *ids, size_t n, char ***bytes, size_t *len, int timeout_ms,
+                     char *err);
 // pending: in/out, at most 4 bytes; *text malloc'd
 int tokc_decode_stream(struct ad_client *c, const int32_t *ids, size_t n, int flush, char pending[4],
                        size_t *n_pending, char **text, size_t *len, int timeout_ms, char *err);

@@ -136,6 +136,31 @@ do_decode(struct tok_service *s, const Anedvd__DecodeRequest *q, struct reply *r
 {
 	if (q->pieces)
 		return do_pieces(s, q, rp);
+	if (q->each_token) {
+		// pointers into the vocabulary, which outlives the reply
+		ProtobufCBinaryData *b = calloc(q->n_ids ? q->n_ids : 1, sizeof *b);
+		if (!b)
+			FAIL(rp, ANEDVD__ERROR_CODE__ERROR_INTERNAL, "out of memory");
+		for (size_t i = 0; i < q->n_ids; i++) {
+			size_t n = 0;
+			const char *t = tok_token_text(s->t, q->ids[i], &n);
+			if (!t) {
+				free(b);
+				snprintf(rp->msg, sizeof rp->msg, "decode: token id %d is outside the vocabulary of %d",
+				         q->ids[i], tok_n_vocab(s->t));
+				FAIL(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, rp->msg);
+			}
+			b[i].data = (uint8_t *)t;
+			b[i].len = n;
+		}
+		anedvd__decode_reply__init(&rp->u.decode);
+		rp->u.decode.token_bytes = b;
+		rp->u.decode.n_token_bytes = q->n_ids;
+		rp->owned[0] = b;
+		rp->r.body_case = ANEDVD__TOK_REPLY__BODY_DECODE;
+		rp->r.decode = &rp->u.decode;
+		return;
+	}
 	char *text = NULL;
 	size_t len = 0;
 	if (tok_decode(s->t, q->ids, q->n_ids, &text, &len, rp->msg) != 0)
