@@ -20,6 +20,7 @@
 #include "wtype.h"
 #ifdef AD_HAVE_TOKENIZER
 #include "tokenizer.h"
+#include "unicode.h"
 #endif
 
 int cmd_cpu(int argc, char **argv);  // frontend/commands.h
@@ -384,10 +385,16 @@ cmd_cpu(int argc, char **argv)
 		cJSON_AddStringToObject(j, "arch", model_arch_name(m.arch));
 		cJSON_AddItemToObject(j, "prompt_ids", json_ids(ids, n_prompt));
 		cJSON_AddItemToObject(j, "generated_ids", json_ids(ids + n_prompt, n_gen));
-		if (text)
-			cJSON_AddStringToObject(j, "text", text);
-		if (prompt_text)
-			cJSON_AddStringToObject(j, "prompt_text", prompt_text);
+		// a reply cut inside a character (or a model emitting stray bytes)
+		// must still be valid JSON: invalid sequences become U+FFFD
+		char *stext = text ? unicode_sanitize(text, strlen(text), NULL) : NULL;
+		char *sprompt = prompt_text ? unicode_sanitize(prompt_text, strlen(prompt_text), NULL) : NULL;
+		if (stext)
+			cJSON_AddStringToObject(j, "text", stext);
+		if (sprompt)
+			cJSON_AddStringToObject(j, "prompt_text", sprompt);
+		free(stext);
+		free(sprompt);
 		cJSON *steps = cJSON_CreateArray();
 		for (int s = 0; s < n_gen; s++) {
 			cJSON *st = cJSON_CreateArray();

@@ -157,6 +157,23 @@ nfc_is(const char *in, const char *want)
 	return ok;
 }
 
+// invalid sequences become U+FFFD, valid text is kept byte for byte
+static void
+test_sanitize(void)
+{
+	size_t n;
+	char *o = unicode_sanitize("a\xc3\xa9" "b", 4, &n);
+	CHECK(o && n == 4 && !memcmp(o, "a\xc3\xa9" "b", 5));
+	free(o);
+	o = unicode_sanitize("x\xff\xe4\xb8", 4, &n); // a stray byte, a cut character
+	CHECK(o && n == 1 + 3 * 3 && !memcmp(o, "x\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 11), "%zu", n);
+	CHECK(o && unicode_valid(o, n));
+	free(o);
+	o = unicode_sanitize("", 0, &n);
+	CHECK(o && n == 0 && o[0] == 0);
+	free(o);
+}
+
 // what WordPiece keeps of a code point: the start of its decomposition
 static void
 test_nfd_first(void)
@@ -460,6 +477,7 @@ main(void)
 	T_RUN(test_lower_ccc);
 	T_RUN(test_nfc);
 	T_RUN(test_nfd_first);
+	T_RUN(test_sanitize);
 	T_RUN(test_split_gpt2);
 	T_RUN(test_split_llama3);
 	T_RUN(test_split_multi);

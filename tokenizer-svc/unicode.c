@@ -399,3 +399,29 @@ oom:
 	free(o.p);
 	return NULL;
 }
+
+char *
+unicode_sanitize(const char *s, size_t n, size_t *out_n)
+{
+	// an invalid byte (1) becomes 3 bytes at most
+	char *o = malloc(3 * n + 1);
+	if (!o)
+		return NULL;
+	size_t m = 0;
+	for (size_t i = 0; i < n;) {
+		uint32_t c;
+		int bad = 0;
+		int k = unicode_decode(s + i, n - i, &c, &bad);
+		if (bad) {
+			m += (size_t)unicode_encode(UNICODE_REPLACEMENT, o + m);
+		} else {
+			memcpy(o + m, s + i, (size_t)k);
+			m += (size_t)k;
+		}
+		i += (size_t)k;
+	}
+	o[m] = 0;
+	if (out_n)
+		*out_n = m;
+	return o;
+}

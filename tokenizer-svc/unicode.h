@@ -59,6 +59,11 @@ int unicode_ccc(uint32_t cp);
 // through unchanged and act as starters that combine with nothing.
 char *unicode_nfc(const char *s, size_t n, size_t *out_n);
 
+// unicode_sanitize: s[0..n) with every invalid sequence replaced by U+FFFD
+// (as unicode_decode reads it), NUL-terminated, malloc'd (*out_n without the
+// NUL); NULL when out of memory. For text that must be valid UTF-8 (JSON).
+char *unicode_sanitize(const char *s, size_t n, size_t *out_n);
+
 // unicode_nfd_first: the first code point of cp's full canonical
 // decomposition (cp itself when it has none; a Hangul syllable's leading
 // jamo): what llama.cpp's "NFD" keeps of a code point before WordPiece
