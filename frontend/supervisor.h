@@ -1,10 +1,14 @@
 // supervisor.h - the anedvd CLI's child processes: spawn, watch, restart,
 // stop, clean up.
 //
-// sup_new makes the instance's runtime directory ($XDG_RUNTIME_DIR or /tmp,
-// "anedvd-<pid>", mode 0700) that holds the ipc sockets and a status file,
-// and first removes what dead instances left behind: their runtime
-// directories and their shared memory (surface_cleanup_stale). It installs
+// sup_new makes the instance's runtime directory, mode 0700, that holds the
+// ipc sockets and a status file: "$XDG_RUNTIME_DIR/anedvd-<pid>", or without
+// XDG_RUNTIME_DIR a fresh mkdtemp "anedvd-<pid>-XXXXXX" in $TMPDIR or /tmp
+// (never a name another user could create first). An XDG_RUNTIME_DIR or a
+// runtime directory that is not this user's, not a directory, or open to
+// group or others is refused with an error naming it. Children are spawned
+// under umask 077. It first removes what dead instances left behind: their
+// runtime directories and their shared memory (surface_cleanup_stale). It installs
 // SIGINT/SIGTERM handlers that only set a flag (sup_interrupted); blocking
 // calls in the caller return EINTR.
 //
