@@ -38,7 +38,22 @@ struct fe_config {
 	int timeout_ms;      // each upstream call
 	int keepalive_ms;    // SSE comment after this much silence; 0: never
 	int deadline_ms;     // a generation's whole life, queue included; 0: none
+	// access (guard.c): API keys (none: no key asked), CORS origins and Host
+	// names allowed beyond the defaults; *_any: "*" was given
+	const char *const *api_keys;
+	size_t n_api_keys;
+	const char *const *cors_origins;
+	size_t n_cors_origins;
+	int cors_any;
+	const char *const *allowed_hosts;
+	size_t n_allowed_hosts;
+	int hosts_any;
 };
+
+#define FE_MAX_KEY_LEN 512
+// fe_key_valid: 1 when k can be an API key: 1 to FE_MAX_KEY_LEN visible
+// ASCII characters, no comma (ANEDVD_API_KEY lists keys with commas)
+int fe_key_valid(const char *k);
 
 enum fe_api { FE_API_CHAT, FE_API_COMPLETIONS, FE_API_MESSAGES, FE_API_N };
 

@@ -21,11 +21,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "fe.h"
+#include "guard.h"
 #include "log.h"
 
 extern const unsigned char fe_webui[];
@@ -72,6 +74,7 @@ static struct {
 	h2o_linklist_t active;
 	h2o_socket_t *listener;
 	long long started_at;
+	char *csp; // the WebUI's Content-Security-Policy header
 	volatile sig_atomic_t stop;
 } S;
 
@@ -82,9 +85,12 @@ reason(int status)
 	case 200: return "OK";
 	case 204: return "No Content";
 	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
+	case 403: return "Forbidden";
 	case 404: return "Not Found";
 	case 405: return "Method Not Allowed";
 	case 413: return "Payload Too Large";
+	case 415: return "Unsupported Media Type";
 	case 500: return "Internal Server Error";
 	case 502: return "Bad Gateway";
 	case 503: return "Service Unavailable";
@@ -102,10 +108,7 @@ hdr(h2o_req_t *req, const char *name, const char *value)
 static void
 cors(h2o_req_t *req)
 {
-	hdr(req, "access-control-allow-origin", "*");
-	hdr(req, "access-control-allow-headers", "*");
-	hdr(req, "access-control-allow-methods", "GET, POST, OPTIONS");
-	hdr(req, "access-control-expose-headers", "*");
+	fe_guard_cors(S.cfg, req);
 }
 
 // respond sends a whole response; body is copied unless it is static
@@ -154,6 +157,8 @@ respond_error(h2o_req_t *req, const struct fe_dialect *d, const char *endpoint, 
 	va_end(ap);
 	if (status == 503)
 		hdr(req, "retry-after", "1");
+	if (status == 401)
+		hdr(req, "www-authenticate", "Bearer");
 	size_t len = 0;
 	char *json = d->error(status, msg, param, &len);
 	respond_json(req, endpoint, status, json, len);
@@ -395,16 +400,40 @@ fe_post(struct fe_gen *g, enum fe_msg_kind kind, const char *text, size_t len)
 
 // the socket of an HTTP/1 connection: h2o 2.2.5 keeps it right after the
 // public part of its connection struct (lib/http1.c, struct st_h2o_http1_conn_t)
-static int
-conn_fd(h2o_req_t *req)
+static h2o_socket_t *
+conn_sock(h2o_req_t *req)
 {
 	if (req->version >= 0x200)
-		return -1;
+		return NULL;
 	struct http1_conn_head {
 		h2o_conn_t super;
 		h2o_socket_t *sock;
 	} *c = (void *)req->conn;
-	return c->sock ? h2o_socket_get_fd(c->sock) : -1;
+	return c->sock;
+}
+
+static int
+conn_fd(h2o_req_t *req)
+{
+	h2o_socket_t *sock = conn_sock(req);
+	return sock ? h2o_socket_get_fd(sock) : -1;
+}
+
+// the raw head of a request with a body: h2o 2.2.5 reads an HTTP/1 request
+// into the socket's input buffer, head first, and points the entity into
+// the same buffer right after it
+static const char *
+request_head(h2o_req_t *req, size_t *len)
+{
+	h2o_socket_t *sock = conn_sock(req);
+	*len = 0;
+	if (!sock || !sock->input || !req->entity.base)
+		return NULL;
+	const char *b = sock->input->bytes, *e = req->entity.base;
+	if (e < b || e > b + sock->input->size)
+		return NULL;
+	*len = (size_t)(e - b);
+	return b;
 }
 
 static int
@@ -447,6 +476,65 @@ on_tick(h2o_timeout_entry_t *e)
 	h2o_timeout_link(S.ctx.loop, &S.tick, &S.tick_entry);
 }
 
+// how deep the body nests arrays and objects before byte n (strings skipped)
+static int
+json_depth(const char *s, size_t n)
+{
+	int depth = 0, max = 0, in_str = 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (in_str) {
+			if (c == '\\')
+				i++;
+			else if (c == '"')
+				in_str = 0;
+		} else if (c == '"') {
+			in_str = 1;
+		} else if (c == '[' || c == '{') {
+			if (++depth > max)
+				max = depth;
+		} else if (c == ']' || c == '}') {
+			depth--;
+		}
+	}
+	return max;
+}
+
+// parse_body: the request's JSON object, or NULL when a response was sent:
+// 400 for malformed JSON, bytes after the value, too deep a nesting or a
+// value that is not an object
+static cJSON *
+parse_body(h2o_req_t *req, const struct fe_dialect *d, const char *endpoint)
+{
+	const char *s = req->entity.base, *end = NULL;
+	size_t n = req->entity.len;
+	cJSON *body = cJSON_ParseWithLengthOpts(s, n, &end, 0);
+	if (!body) {
+		size_t at = end ? (size_t)(end - s) : 0;
+		if (json_depth(s, at < n ? at + 1 : n) >= CJSON_NESTING_LIMIT)
+			respond_error(req, d, endpoint, 400, NULL,
+			              "the JSON body nests arrays and objects deeper than %d levels, the limit",
+			              CJSON_NESTING_LIMIT);
+		else
+			respond_error(req, d, endpoint, 400, NULL, "malformed JSON near byte %zu", at);
+		return NULL;
+	}
+	size_t at = end ? (size_t)(end - s) : n;
+	while (at < n && (s[at] == ' ' || s[at] == '\t' || s[at] == '\n' || s[at] == '\r'))
+		at++;
+	if (at < n) {
+		cJSON_Delete(body);
+		respond_error(req, d, endpoint, 400, NULL, "unexpected bytes after the JSON value at byte %zu", at);
+		return NULL;
+	}
+	if (!cJSON_IsObject(body)) {
+		cJSON_Delete(body);
+		respond_error(req, d, endpoint, 400, NULL, "the request body must be a JSON object");
+		return NULL;
+	}
+	return body;
+}
+
 static int
 start_generation(h2o_req_t *req, enum fe_api api, const struct fe_dialect *d, const char *endpoint)
 {
@@ -459,18 +547,9 @@ start_generation(h2o_req_t *req, enum fe_api api, const struct fe_dialect *d, co
 		              req->entity.len, S.cfg->max_body);
 		return 0;
 	}
-	const char *end = NULL;
-	cJSON *body = cJSON_ParseWithLengthOpts(req->entity.base, req->entity.len, &end, 0);
-	if (!body) {
-		size_t at = end ? (size_t)(end - req->entity.base) : 0;
-		respond_error(req, d, endpoint, 400, NULL, "malformed JSON near byte %zu", at);
+	cJSON *body = parse_body(req, d, endpoint);
+	if (!body)
 		return 0;
-	}
-	if (!cJSON_IsObject(body)) {
-		cJSON_Delete(body);
-		respond_error(req, d, endpoint, 400, NULL, "the request body must be a JSON object");
-		return 0;
-	}
 	struct fe_gen *g = calloc(1, sizeof *g);
 	if (!g) {
 		cJSON_Delete(body);
@@ -596,9 +675,32 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
 	if (path_is(req, "/v1/messages"))
 		d = &fe_anthropic;
 
+	// framing, then where the request comes from, then who sends it
+	char msg[AD_ERRLEN];
+	size_t head_len = 0;
+	const char *head = request_head(req, &head_len);
+	int st = fe_guard_framing(req, head, head_len, msg, sizeof msg);
+	if (st) {
+		req->http1_is_persistent = 0; // where the next request starts is unclear
+		respond_error(req, d, "other", st, NULL, "%s", msg);
+		return 0;
+	}
+	if ((st = fe_guard_host(S.cfg, req, msg, sizeof msg)) || (st = fe_guard_origin(S.cfg, req, msg, sizeof msg))) {
+		respond_error(req, d, "other", st, NULL, "%s", msg);
+		return 0;
+	}
 	if (method_is(req, "OPTIONS")) {
+		// a preflight carries no credentials: answered before the key check
 		hdr(req, "access-control-max-age", "86400");
 		respond(req, "OPTIONS", 204, NULL, "", 0, 0);
+		return 0;
+	}
+	if ((st = fe_guard_auth(S.cfg, req, msg, sizeof msg))) {
+		respond_error(req, d, "other", st, NULL, "%s", msg);
+		return 0;
+	}
+	if (is_post && (st = fe_guard_json_type(req, msg, sizeof msg))) {
+		respond_error(req, d, "other", st, NULL, "%s", msg);
 		return 0;
 	}
 	// POST routes
@@ -660,12 +762,51 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
 		metrics(req);
 		break;
 	default:
+		// the page's own policy (its meta tag) as a header, which can also
+		// forbid framing
+		if (S.csp)
+			hdr(req, "content-security-policy", S.csp);
+		hdr(req, "x-content-type-options", "nosniff");
+		hdr(req, "x-frame-options", "DENY");
+		hdr(req, "referrer-policy", "no-referrer");
 		respond(req, "/", 200, "text/html; charset=utf-8", fe_webui, fe_webui_len, 0);
 	}
 	return 0;
 }
 
 // --- the server ---------------------------------------------------------------------------
+
+// the WebUI's Content-Security-Policy: the page's meta tag (its script hash
+// lives there) plus what only a header can say
+static char *
+webui_csp(void)
+{
+	static const char tag[] = "http-equiv=\"Content-Security-Policy\" content=\"";
+	const char *p = memmem(fe_webui, fe_webui_len, tag, sizeof tag - 1);
+	const char *base = p ? p + sizeof tag - 1 : NULL;
+	const char *q = base ? memchr(base, '"', fe_webui_len - (size_t)(base - (const char *)fe_webui)) : NULL;
+	const char *extra = "frame-ancestors 'none'";
+	size_t n = q ? (size_t)(q - base) : 0;
+	char *s = malloc(n + strlen(extra) + 3);
+	if (!s)
+		return NULL;
+	if (n)
+		sprintf(s, "%.*s; %s", (int)n, base, extra);
+	else
+		sprintf(s, "%s", extra);
+	return s;
+}
+
+// 127.0.0.0/8, ::1 or localhost
+static int
+listen_is_loopback(const char *hostport)
+{
+	const char *c = strrchr(hostport, ':');
+	size_t n = c ? (size_t)(c - hostport) : strlen(hostport);
+	if ((n == 9 && !strncasecmp(hostport, "localhost", 9)) || (n == 5 && !strncmp(hostport, "[::1]", 5)))
+		return 1;
+	return n > 4 && !strncmp(hostport, "127.", 4);
+}
 
 static void
 on_accept(h2o_socket_t *listener, const char *err)
@@ -725,6 +866,9 @@ fe_http_run(const struct fe_config *cfg, char *err)
 	h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
 	h2o_handler_t *handler = h2o_create_handler(path, sizeof *handler);
 	handler->on_req = on_req;
+	// what h2o refuses itself goes out through the fallback path
+	fe_guard_register(&host->fallback_path, cfg);
+	S.csp = webui_csp();
 
 	h2o_context_init(&S.ctx, h2o_evloop_create(), &S.config);
 	h2o_multithread_register_receiver(S.ctx.queue, &S.receiver, on_messages);
@@ -739,6 +883,10 @@ fe_http_run(const struct fe_config *cfg, char *err)
 		return -1;
 	ad_info("listening on http://%s (model %s, %d at once, queue %d)", cfg->listen, cfg->name, cfg->parallel,
 	        cfg->queue);
+	if (cfg->n_api_keys == 0 && !listen_is_loopback(cfg->listen))
+		ad_warn("listening on %s, which is not a loopback address, with no API key: anyone who can reach it "
+		        "can use it (--api-key, --api-key-file or ANEDVD_API_KEY)",
+		        cfg->listen);
 	while (!S.stop && h2o_evloop_run(S.ctx.loop, 100) == 0)
 		;
 	return 0;
