@@ -85,6 +85,7 @@ struct sched_gen {
 	const char *session; // NULL or "": a fresh sequence
 	uint32_t deadline_ms; // 0: none
 	int want_top;
+	int client_pid; // > 0: cancel the job once this process is gone (checked every 100 ms)
 };
 
 struct sched_started {

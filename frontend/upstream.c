@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "client.h"
 #include "common.pb-c.h"
@@ -360,6 +361,8 @@ generate(struct fe_gen *g)
 		uint64_t spent = (fe_now_ns() - g->t_admit) / 1000000u;
 		gr.deadline_ms = spent < (uint64_t)cfg->deadline_ms ? (uint32_t)(cfg->deadline_ms - spent) : 1;
 	}
+	// the engine cancels this job if the frontend dies (it cannot tell it)
+	gr.client_pid = (uint32_t)getpid();
 	gr.sampling = &sp;
 	gr.stop_ids = stop_ids;
 	gr.n_stop_ids = n_stop;
