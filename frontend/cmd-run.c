@@ -1,6 +1,7 @@
 // cmd-run.c - `anedvd run`, `chat`, `verify` and `serve`: the commands on
 // the multi-process pipeline (cmd-common.h).
 #include <dirent.h>
+#include <limits.h>
 #include <math.h>
 #include <netdb.h>
 #include <stdlib.h>
@@ -1463,6 +1464,10 @@ cmd_serve(int argc, char **argv)
 		}
 		for (int j = 0; j < n_access; j++)
 			av[k++] = access[j];
+		char stf[PATH_MAX + 16];
+		snprintf(stf, sizeof stf, "%s/status", sup_rundir(s));
+		av[k++] = "--status-file";
+		av[k++] = stf;
 		av[k] = NULL;
 		if (n_keys) {
 			// ANEDVD_API_KEY=<the environment's keys>,<--api-key ...>

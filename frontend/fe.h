@@ -48,7 +48,23 @@ struct fe_config {
 	const char *const *allowed_hosts;
 	size_t n_allowed_hosts;
 	int hosts_any;
+	const char *status_file; // the supervisor's status file (procs.c); NULL: none
 };
+
+// --- procs.c: the supervisor's status file ---------------------------------------
+#define FE_LOOP_N 5              // a process that exited this many times ...
+#define FE_LOOP_WINDOW_MS 30000  // ... within this long is crash-looping
+struct fe_proc {
+	char name[32];
+	long pid;         // 0 while down
+	int restarts;
+	char state[16];   // up, restarting, stopped
+	char last_exit[32]; // signal:N, exit:N or ""
+	int recent;       // exits within FE_LOOP_WINDOW_MS
+	int looping;
+};
+// fe_procs_read: the processes listed in path (at most max), -1 when it cannot be read
+int fe_procs_read(const char *path, struct fe_proc *out, int max);
 
 #define FE_MAX_KEY_LEN 512
 // fe_key_valid: 1 when k can be an API key: 1 to FE_MAX_KEY_LEN visible

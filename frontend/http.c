@@ -591,6 +591,26 @@ start_generation(h2o_req_t *req, enum fe_api api, const struct fe_dialect *d, co
 
 // --- the cheap endpoints ----------------------------------------------------------------
 
+#define MAX_PROCS 16
+
+// a process the supervisor reports as crash-looping or stopped, in words
+static int
+proc_trouble(const struct fe_proc *p, char *out, size_t cap)
+{
+	const char *how = p->last_exit;
+	char last[64] = "";
+	if (!strncmp(how, "signal:", 7))
+		snprintf(last, sizeof last, "; the last was killed by signal %s", how + 7);
+	else if (!strncmp(how, "exit:", 5))
+		snprintf(last, sizeof last, "; the last exited with status %s", how + 5);
+	if (p->looping)
+		return snprintf(out, cap, "%s is crash-looping: %d exits in the last %d s%s", p->name, p->recent,
+		                FE_LOOP_WINDOW_MS / 1000, last) > 0;
+	if (!strcmp(p->state, "stopped"))
+		return snprintf(out, cap, "%s is down and not restarted%s", p->name, last) > 0;
+	return 0;
+}
+
 static void
 health(h2o_req_t *req)
 {
@@ -598,11 +618,75 @@ health(h2o_req_t *req)
 	fe_metrics_upstream_state(&tok_up, &eng_up);
 	fe_queue_state(&waiting, &running);
 	static const char *state[] = { "unknown", "down", "up" };
-	char body[256];
-	int n = snprintf(body, sizeof body,
-	                 "{\"status\":\"ok\",\"tokenizer\":\"%s\",\"engine\":\"%s\",\"running\":%d,\"queued\":%d}",
-	                 state[tok_up + 1], state[eng_up + 1], running, waiting);
-	respond(req, "/health", 200, "application/json", body, (size_t)n, 1);
+	cJSON *o = cJSON_CreateObject();
+	cJSON *st = cJSON_AddStringToObject(o, "status", "ok");
+	cJSON_AddStringToObject(o, "tokenizer", state[tok_up + 1]);
+	cJSON_AddStringToObject(o, "engine", state[eng_up + 1]);
+	cJSON_AddNumberToObject(o, "running", running);
+	cJSON_AddNumberToObject(o, "queued", waiting);
+	// the supervisor's view: crash loops and processes that stay down
+	struct fe_proc pr[MAX_PROCS];
+	int np = fe_procs_read(S.cfg->status_file, pr, MAX_PROCS);
+	if (np >= 0) {
+		char reason[AD_ERRLEN] = "";
+		size_t rl = 0;
+		cJSON *ps = cJSON_AddObjectToObject(o, "processes");
+		for (int i = 0; i < np; i++) {
+			cJSON *p = cJSON_AddObjectToObject(ps, pr[i].name);
+			cJSON_AddNumberToObject(p, "pid", (double)pr[i].pid);
+			cJSON_AddStringToObject(p, "state", pr[i].state);
+			cJSON_AddNumberToObject(p, "restarts", pr[i].restarts);
+			if (pr[i].last_exit[0])
+				cJSON_AddStringToObject(p, "last_exit", pr[i].last_exit);
+			char t[256];
+			if (proc_trouble(&pr[i], t, sizeof t) && rl + strlen(t) + 3 < sizeof reason)
+				rl += (size_t)snprintf(reason + rl, sizeof reason - rl, "%s%s", rl ? "; " : "", t);
+		}
+		if (rl) {
+			cJSON_SetValuestring(st, "degraded");
+			cJSON_AddStringToObject(o, "reason", reason);
+		}
+	}
+	size_t n = 0;
+	char *s = fe_json_print(o, &n);
+	respond_json(req, "/health", 200, s, n);
+}
+
+// the supervisor's counts in Prometheus text, appended to the metrics
+static char *
+procs_metrics(char *m, size_t *n)
+{
+	struct fe_proc pr[MAX_PROCS];
+	int np = fe_procs_read(S.cfg->status_file, pr, MAX_PROCS);
+	if (np <= 0)
+		return m;
+	size_t cap = *n + 512 + (size_t)np * 384;
+	char *t = realloc(m, cap);
+	if (!t)
+		return m;
+	size_t k = *n;
+	k += (size_t)snprintf(t + k, cap - k,
+	                      "# HELP anedvd_process_restarts_total Restarts of each supervised process.\n"
+	                      "# TYPE anedvd_process_restarts_total counter\n");
+	for (int i = 0; i < np; i++)
+		k += (size_t)snprintf(t + k, cap - k, "anedvd_process_restarts_total{process=\"%s\"} %d\n", pr[i].name,
+		                      pr[i].restarts);
+	k += (size_t)snprintf(t + k, cap - k,
+	                      "# HELP anedvd_process_crash_looping 1 while a process exited %d times within %d s.\n"
+	                      "# TYPE anedvd_process_crash_looping gauge\n",
+	                      FE_LOOP_N, FE_LOOP_WINDOW_MS / 1000);
+	for (int i = 0; i < np; i++)
+		k += (size_t)snprintf(t + k, cap - k, "anedvd_process_crash_looping{process=\"%s\"} %d\n", pr[i].name,
+		                      pr[i].looping);
+	k += (size_t)snprintf(t + k, cap - k,
+	                      "# HELP anedvd_process_last_exit How each process last ended (signal:N or exit:N).\n"
+	                      "# TYPE anedvd_process_last_exit gauge\n");
+	for (int i = 0; i < np; i++)
+		if (pr[i].last_exit[0])
+			k += (size_t)snprintf(t + k, cap - k, "anedvd_process_last_exit{process=\"%s\",reason=\"%s\"} 1\n",
+			                      pr[i].name, pr[i].last_exit);
+	*n = k;
+	return t;
 }
 
 static cJSON *
@@ -649,6 +733,7 @@ metrics(h2o_req_t *req)
 		respond(req, "/metrics", 503, "text/plain", "out of memory\n", 14, 0);
 		return;
 	}
+	s = procs_metrics(s, &n);
 	respond(req, "/metrics", 200, "text/plain; version=0.0.4; charset=utf-8", s, n, 1);
 	free(s);
 }

@@ -32,6 +32,8 @@ usage(FILE *out)
 	        "  --timeout-ms N      each call to the tokenizer or the engine (default 10000)\n"
 	        "  --keepalive-ms N    SSE comment on a stream silent this long; 0 never (default 5000)\n"
 	        "  --deadline-ms N     a generation's whole time, queue included; 0 none (default 600000)\n"
+	        "  --status-file F     the supervisor's status file: crash-looping processes in /health\n"
+	        "                      and /metrics (anedvd serve passes it)\n"
 	        "access (by default: no key, loopback origins, loopback and the bound address as Host):\n"
 	        "  --api-key KEY       every request but /health and the WebUI page needs\n"
 	        "                      'Authorization: Bearer KEY' or 'x-api-key: KEY' (repeatable)\n"
@@ -216,6 +218,8 @@ main(int argc, char **argv)
 			if (!v[0] || list_add(&hosts, a, v))
 				return 2;
 			cfg.hosts_any |= strcmp(v, "*") == 0;
+		} else if (strcmp(a, "--status-file") == 0) {
+			cfg.status_file = v;
 		} else if (strcmp(a, "--timeout-ms") == 0) {
 			if (number(a, v, 10, 3600000, &n))
 				return 2;

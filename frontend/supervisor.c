@@ -34,6 +34,9 @@ extern char **environ;
 #define BACKOFF_MAX_MS 5000
 #define STABLE_MS 10000
 #define STOP_WAIT_MS 3000
+#define SUP_RECENT 8          // exit times kept per child for the status file
+#define LOOP_N 5              // this many exits ...
+#define LOOP_WINDOW_MS 30000  // ... within this long: crash-looping
 
 struct child {
 	char name[32];
@@ -47,6 +50,12 @@ struct child {
 	int last_status;
 	uint64_t started_ms, next_start_ms;
 	int backoff_ms;
+	// the last exits (wall clock, ms since the epoch: the status file's
+	// readers are other processes) and how the last one ended
+	long long exits_ms[SUP_RECENT];
+	int n_exits;
+	char last_exit[32];
+	int looping; // warned about a crash loop
 };
 
 struct sup {
@@ -321,8 +330,16 @@ write_status(struct sup *s)
 	FILE *f = fopen(tmp, "w");
 	if (!f)
 		return;
-	for (int i = 0; i < s->n; i++)
-		fprintf(f, "%s %ld %d\n", s->c[i].name, (long)s->c[i].pid, s->c[i].restarts);
+	// name pid restarts state last-exit exit-times (see supervisor.h)
+	for (int i = 0; i < s->n; i++) {
+		const struct child *c = &s->c[i];
+		const char *state = c->pid > 0 ? "up" : c->exited ? "stopped" : "restarting";
+		fprintf(f, "%s %ld %d %s %s ", c->name, (long)c->pid, c->restarts, state, c->last_exit[0] ? c->last_exit : "-");
+		int n = c->n_exits < SUP_RECENT ? c->n_exits : SUP_RECENT;
+		for (int k = 0; k < n; k++)
+			fprintf(f, "%s%lld", k ? "," : "", c->exits_ms[(c->n_exits - n + k) % SUP_RECENT]);
+		fprintf(f, "%s\n", n ? "" : "-");
+	}
 	if (fclose(f) == 0)
 		rename(tmp, fin);
 }
@@ -398,10 +415,25 @@ monitor_once(struct sup *s)
 			if (r != c->pid)
 				continue;
 			c->last_status = st;
-			if (WIFSIGNALED(st))
+			if (WIFSIGNALED(st)) {
 				ad_warn("%s (pid %ld) was killed by signal %d", c->name, (long)c->pid, WTERMSIG(st));
-			else
+				snprintf(c->last_exit, sizeof c->last_exit, "signal:%d", WTERMSIG(st));
+			} else {
 				ad_warn("%s (pid %ld) exited with status %d", c->name, (long)c->pid, WEXITSTATUS(st));
+				snprintf(c->last_exit, sizeof c->last_exit, "exit:%d", WEXITSTATUS(st));
+			}
+			struct timespec wall;
+			clock_gettime(CLOCK_REALTIME, &wall);
+			long long wms = (long long)wall.tv_sec * 1000 + wall.tv_nsec / 1000000;
+			c->exits_ms[c->n_exits++ % SUP_RECENT] = wms;
+			if (c->n_exits >= LOOP_N && wms - c->exits_ms[(c->n_exits - LOOP_N) % SUP_RECENT] <= LOOP_WINDOW_MS) {
+				if (!c->looping)
+					ad_warn("%s is crash-looping: %d exits within %d s (back-off capped at %d ms)", c->name, LOOP_N,
+					        LOOP_WINDOW_MS / 1000, BACKOFF_MAX_MS);
+				c->looping = 1;
+			} else {
+				c->looping = 0;
+			}
 			if (t - c->started_ms >= STABLE_MS)
 				c->backoff_ms = BACKOFF_MIN_MS;
 			// shared memory the dead child created under its own pid

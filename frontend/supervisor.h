@@ -23,7 +23,13 @@
 // 5 s, back to 100 ms once a child has stayed up 10 s), counting restarts,
 // unless it exits with status 2 (a bad command line or setting: it would
 // fail the same way again).
-// The status file "<rundir>/status" lists "name pid restarts" per line.
+// The status file "<rundir>/status" has one line per child:
+//   name pid restarts state last-exit exit-times
+// state: up, restarting (down, to be restarted) or stopped (not to be);
+// last-exit: signal:N or exit:N ("-" before the first); exit-times: the
+// last 8 exits, wall-clock ms since the epoch, comma-separated ("-" for
+// none). The frontend reads it for /health ("degraded" when a child exited
+// 5 times within 30 s or is stopped) and /metrics.
 // The shared memory a child made under its own pid (surface.h ids) is
 // removed when it dies, so its replacement starts clean.
 //

@@ -76,7 +76,7 @@ test_lifecycle(void)
 	CHECK(fgets(line, sizeof line, f) != NULL);
 	fclose(f);
 	char want[64];
-	snprintf(want, sizeof want, "sleeper %ld 0\n", pid);
+	snprintf(want, sizeof want, "sleeper %ld 0 up - -\n", pid);
 	CHECK(strcmp(line, want) == 0, "status line '%s'", line);
 
 	// SIGKILL: restarted after the first back-off step, counted
@@ -104,6 +104,24 @@ test_lifecycle(void)
 	CHECK(!exists(dir), "runtime dir removed");
 }
 
+// the status file's line for name, "" if none
+static void
+status_line(struct sup *s, const char *name, char *line, size_t cap)
+{
+	char sf[1100];
+	snprintf(sf, sizeof sf, "%s/status", sup_rundir(s));
+	line[0] = 0;
+	FILE *f = fopen(sf, "r");
+	if (!f)
+		return;
+	while (fgets(line, (int)cap, f))
+		if (!strncmp(line, name, strlen(name)) && line[strlen(name)] == ' ')
+			break;
+		else
+			line[0] = 0;
+	fclose(f);
+}
+
 static void
 test_backoff(void)
 {
@@ -117,6 +135,24 @@ test_backoff(void)
 	sleep_ms(1000);
 	int r = sup_restarts(s, "crasher");
 	CHECK(r >= 2 && r <= 4, "restarts after 1 s: %d (back-off 100, 200, 400 ms)", r);
+	// five exits (about 1.6 s): the status file says how it ended and when
+	char line[512], state[32], last[32], times[400];
+	long spid;
+	int rs, nt = 0;
+	for (int i = 0; i < 300 && nt < 5; i++) {
+		sleep_ms(20);
+		status_line(s, "crasher", line, sizeof line);
+		nt = 0;
+		if (sscanf(line, "crasher %ld %d %31s %31s %399s", &spid, &rs, state, last, times) == 5)
+			for (char *c = times; *c; c++)
+				nt += *c == ',';
+		nt += nt || (times[0] >= '0' && times[0] <= '9');
+	}
+	CHECK(nt >= 5, "five exit times listed: '%s'", line);
+	CHECK(!strcmp(last, "exit:3"), "last exit '%s'", last);
+	CHECK(!strcmp(state, "up") || !strcmp(state, "restarting"), "state '%s'", state);
+	long long t1 = atoll(times), now = (long long)time(NULL) * 1000;
+	CHECK(t1 > now - 60000 && t1 <= now + 1000, "exit time %lld is wall-clock ms (now %lld)", t1, now);
 	sup_free(s);
 
 	// status 2 (a bad command line or setting) is not restarted, even when asked
@@ -129,6 +165,8 @@ test_backoff(void)
 	CHECK(sup_restarts(s, "usage") == 0, "restarted %d times", sup_restarts(s, "usage"));
 	CHECK(sup_wait_ready(s, "usage", 3000, err) == -1);
 	CHECK(strstr(err, "status 2") != NULL, "%s", err);
+	status_line(s, "usage", line, sizeof line);
+	CHECK(strstr(line, " 0 0 stopped exit:2 ") != NULL, "status line '%s'", line);
 	sup_free(s);
 
 	// not restarted: readiness fails with the exit status

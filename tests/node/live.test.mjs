@@ -325,6 +325,11 @@ describe('anedvd serve on stories260K, through the official SDKs', { skip }, () 
 		assert.ok(r.choices[0].text.startsWith(STORY.slice(0, 10)), r.choices[0].text);
 		const st = status();
 		assert.equal(st.frontend.restarts, 1);
+		// /health shows the supervisor's view: the frontend's restart and how it ended
+		const h = await (await fetch(`${base}/health`)).json();
+		assert.equal(h.status, 'ok');
+		assert.deepEqual(h.processes.frontend, { pid: st.frontend.pid, state: 'up', restarts: 1, last_exit: 'signal:9' });
+		assert.match(await (await fetch(`${base}/metrics`)).text(), /^anedvd_process_restarts_total\{process="frontend"\} 1$/m);
 		kids = Object.values(st).map((c) => c.pid);
 	});
 
