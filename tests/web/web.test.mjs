@@ -622,7 +622,9 @@ test('the Content-Security-Policy allows the page\'s own script and nothing inje
 		await new Promise((r) => setTimeout(r, 100));
 		return seen;
 	});
-	assert.deepEqual(blocked, ['connect-src']);
+	// one report per policy: the page's meta tag, and anedvd's header too
+	assert.ok(blocked.length >= 1 && blocked.every((d) => d === 'connect-src'), JSON.stringify(blocked));
+	if (EXTERNAL) assert.equal(blocked.length, 2, 'the header policy is enforced beside the meta tag');
 	await page.close();
 });
 
