@@ -148,7 +148,8 @@ main(int argc, char **argv)
 		.deadline_ms = 600000,
 	};
 	ad_log_init("anedvd-frontend");
-	struct list keys = { 0 }, origins = { 0 }, hosts = { 0 };
+	// static: the keys (some malloc'd) live until exit and stay reachable
+	static struct list keys, origins, hosts;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -238,7 +239,9 @@ main(int argc, char **argv)
 	// command line that every user can read
 	const char *ek = getenv("ANEDVD_API_KEY");
 	if (ek && *ek) {
-		char *all = strdup(ek), *save = NULL;
+		static char *all;
+		char *save = NULL;
+		all = strdup(ek);
 		for (char *k = all ? strtok_r(all, ",", &save) : NULL; k; k = strtok_r(NULL, ",", &save)) {
 			while (*k == ' ')
 				k++;
