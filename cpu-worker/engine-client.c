@@ -85,6 +85,7 @@ engc_generate(struct ad_client *c, const struct engc_gen *g, struct engc_started
 	gr.session = (char *)(g->session ? g->session : "");
 	gr.deadline_ms = g->deadline_ms;
 	gr.want_top = g->want_top;
+	gr.client_pid = g->client_pid > 0 ? (uint32_t)g->client_pid : 0;
 	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_GENERATE;
 	q.generate = &gr;
 	Anedvd__EngineReply *r = call(c, &q, ANEDVD__ENGINE_REPLY__BODY_GENERATE, timeout_ms, code, err);

@@ -39,6 +39,7 @@ struct engc_gen {
 	const char *session; // NULL: none
 	uint32_t deadline_ms;
 	int want_top;
+	int client_pid; // > 0: an ipc:// engine cancels the job once this process is gone
 };
 
 struct engc_started {

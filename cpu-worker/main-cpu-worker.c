@@ -250,6 +250,7 @@ main(int argc, char **argv)
 	}
 	struct engine_service svc;
 	engine_service_init(&svc, s, engine_n_vocab(e), (int)m.hp.n_layer, "anedvd-cpu-worker");
+	svc.local = strncmp(url, "ipc://", 6) == 0;
 	// a thread per job that may be polling, and a few for the other calls
 	int nthreads = (int)(parallel + queue + 4);
 	struct ad_server *srv = ad_server_start(url, nthreads, engine_service_handle, &svc, err);

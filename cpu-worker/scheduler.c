@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,7 @@
 #define SESSION_WAIT_MS 5000 // for a session whose job has finished but is not yet released
 #define MAX_STOP_IDS 64
 #define HOUSEKEEP_NS 10000000u
+#define CLIENT_CHECK_NS 100000000u // how often the callers' pids are looked at
 
 enum job_state { J_QUEUED, J_ADMITTED, J_PREFILL, J_DECODE };
 
@@ -62,6 +64,7 @@ struct job {
 	int logprobs, top_logprobs;
 	uint32_t deadline_ms;
 	uint64_t deadline_ns; // 0: none
+	int client_pid;       // 0: none
 	struct session *sess;
 
 	// the engine thread's
@@ -120,7 +123,7 @@ struct sched {
 	int n_sessions;
 	struct eval *evals, *evals_tail;
 	uint64_t next_id;
-	uint64_t last_housekeep;
+	uint64_t last_housekeep, last_client_check;
 	struct sched_stats st;
 
 	// engine thread scratch
@@ -317,15 +320,32 @@ detach(struct sched *s, int i)
 	s->n_active--;
 }
 
-// deadlines, abandoned jobs, forgotten jobs
+// a caller that crashed cannot cancel its jobs, and its last poll may
+// still hold the job for the poll's wait: its pid going away says it
+static int
+client_gone(int pid)
+{
+	return pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+// deadlines, abandoned jobs, jobs of callers that are gone, forgotten jobs
 static void
 housekeep(struct sched *s, uint64_t now)
 {
 	const uint64_t abandon = (uint64_t)s->o.abandon_ms * 1000000u, grace = (uint64_t)s->o.grace_ms * 1000000u;
+	int check_clients = now - s->last_client_check >= CLIENT_CHECK_NS;
+	if (check_clients)
+		s->last_client_check = now;
 	for (struct job **p = &s->jobs; *p;) {
 		struct job *j = *p;
 		if (j->finish == SCHED_RUNNING) {
-			if (j->deadline_ns && now >= j->deadline_ns)
+			if (check_clients && client_gone(j->client_pid)) {
+				ad_warn("job %llu: the client (pid %d) is gone: cancelled after %u tokens",
+				        (unsigned long long)j->id, j->client_pid, j->produced);
+				finish(s, j, SCHED_CANCELLED, SCHED_ECANCELLED, "cancelled: the client (pid %d) is gone after %u tokens",
+				       j->client_pid, j->produced);
+			}
+			else if (j->deadline_ns && now >= j->deadline_ns)
 				finish(s, j, SCHED_ERROR, SCHED_ETIMEOUT, "the deadline of %u ms passed after %u tokens",
 				       j->deadline_ms, j->produced);
 			else if (j->waiters == 0 && now - j->last_poll_ns > abandon)
@@ -1070,6 +1090,7 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 		memcpy(j->stop, g->stop_ids, (size_t)g->n_stop * sizeof *j->stop);
 	j->n_stop = g->n_stop;
 	j->want_top = g->want_top;
+	j->client_pid = g->client_pid > 0 ? g->client_pid : 0;
 	j->deadline_ms = g->deadline_ms;
 	j->submit_ns = j->last_poll_ns = now_ns();
 	if (g->deadline_ms)

@@ -90,6 +90,7 @@ struct sched_gen {
 	// before bias, penalties and temperature) and top_logprobs alternatives
 	int logprobs;
 	int top_logprobs; // [0, SCHED_TOP_LOGPROBS]
+	int client_pid; // > 0: cancel the job once this process is gone (checked every 100 ms)
 };
 
 struct sched_started {

@@ -105,6 +105,7 @@ do_generate(struct engine_service *svc, const Anedvd__GenerateRequest *q, struct
 		.session = q->session,
 		.deadline_ms = q->deadline_ms,
 		.want_top = q->want_top,
+		.client_pid = svc->local && q->client_pid <= INT_MAX ? (int)q->client_pid : 0,
 	};
 	sampling_from(q->sampling, &g.sp);
 	if (q->top_logprobs > SCHED_TOP_LOGPROBS)

@@ -24,6 +24,7 @@
 
 struct engine_service {
 	struct sched *s;
+	int local; // the callers share this machine (ipc://): their pids mean something
 	int n_vocab, n_layer;
 	const char *process; // name reported by Health
 	uint64_t started_ms;

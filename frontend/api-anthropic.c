@@ -259,7 +259,12 @@ error_type(int status)
 	case 404:
 		return "not_found_error";
 	case 405:
+	case 415:
 		return "invalid_request_error";
+	case 401:
+		return "authentication_error";
+	case 403:
+		return "permission_error";
 	case 413:
 		return "request_too_large";
 	case 503:

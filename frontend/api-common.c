@@ -340,8 +340,31 @@ fe_json_print(cJSON *o, size_t *len)
 		return NULL;
 	char *s = cJSON_PrintUnformatted(o);
 	cJSON_Delete(o);
-	if (s)
-		*len = strlen(s);
+	if (!s)
+		return NULL;
+	*len = strlen(s);
+	// cJSON copies a string's bytes as they are: a field echoed from the
+	// request (model) or any other string that is not UTF-8 would make the
+	// whole reply invalid JSON. Every byte outside ASCII sits inside a string,
+	// so replacing invalid sequences with U+FFFD keeps the JSON valid.
+	size_t i = 0;
+	while (i < *len && (unsigned char)s[i] < 0x80)
+		i++;
+	if (i < *len) {
+		size_t n = 0;
+		char *c = fe_utf8_clean(s, *len, &n);
+		if (!c) {
+			free(s);
+			return NULL;
+		}
+		if (n == *len && memcmp(c, s, n) == 0) {
+			free(c);
+		} else {
+			free(s);
+			s = c;
+			*len = n;
+		}
+	}
 	return s;
 }
 

@@ -711,7 +711,11 @@ error_type(int status)
 	case 404:
 		return "not_found_error";
 	case 405:
+	case 401: // as OpenAI, with the code invalid_api_key
+	case 415:
 		return "invalid_request_error";
+	case 403:
+		return "permission_error";
 	case 503:
 		return "server_busy";
 	case 504:
@@ -732,7 +736,10 @@ error_obj(int status, const char *msg, const char *param)
 		cJSON_AddStringToObject(e, "param", param);
 	else
 		cJSON_AddNullToObject(e, "param");
-	cJSON_AddNullToObject(e, "code");
+	if (status == 401)
+		cJSON_AddStringToObject(e, "code", "invalid_api_key");
+	else
+		cJSON_AddNullToObject(e, "code");
 	return o;
 }
 

@@ -1,6 +1,7 @@
 // cmd-run.c - `anedvd run`, `chat`, `verify` and `serve`: the commands on
 // the multi-process pipeline (cmd-common.h).
 #include <dirent.h>
+#include <limits.h>
 #include <math.h>
 #include <netdb.h>
 #include <stdlib.h>
@@ -1223,6 +1224,14 @@ serve_usage(int full)
 	        "  --max-seq N         context (default 2048)\n"
 	        "  --parallel N        generations at once (default 1); --queue N waiting beyond them\n"
 	        "  --embeddings        serve POST /v1/embeddings too (off by default: 501)\n"
+	        "  --api-key KEY       every request but /health and the WebUI page needs 'Authorization:\n"
+	        "                      Bearer KEY' or 'x-api-key: KEY' (repeatable; also ANEDVD_API_KEY,\n"
+	        "                      comma-separated, which keeps keys off the command line)\n"
+	        "  --api-key-file F    keys, one a line ('#' comments)\n"
+	        "  --cors-origin O     a browser origin allowed beside the server's own and loopback ones\n"
+	        "                      (repeatable; '*' allows all); others get 403\n"
+	        "  --allowed-host H    a Host name accepted beside localhost, IP addresses and --host\n"
+	        "                      (repeatable; '*' any): other names get 403 (DNS rebinding)\n"
 	        "  --tokenizer-url U   where the tokenizer service listens (default: an ipc:// socket in the\n"
 	        "                      instance's runtime directory; e.g. tcp://127.0.0.1:7001)\n"
 	        "  --backend B         emu (default off macOS) or exact; ane needs macOS on Apple Silicon\n"
@@ -1262,6 +1271,11 @@ cmd_serve(int argc, char **argv)
 	const char *host = "127.0.0.1", *name = NULL, *system = NULL, *tok_url = NULL;
 	long long port = 8080, max_tokens = 512, parallel = 1, queue = 16;
 	int embeddings = 0;
+	// access flags for the frontend: --api-key goes through the environment
+	// (a command line is readable by every user), the others as they are
+	enum { MAX_ACCESS = 32 };
+	const char *keys[MAX_ACCESS], *access[2 * MAX_ACCESS];
+	int n_keys = 0, n_access = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v;
 		int r = pipe_flag(&po, argc, argv, &i);
@@ -1311,6 +1325,23 @@ cmd_serve(int argc, char **argv)
 				fprintf(stderr, "anedvd serve: --tokenizer-url is too long\n");
 				return 2;
 			}
+		} else if (!strcmp(a, "--api-key")) {
+			if (!(v = cli_val("serve", argc, argv, &i)))
+				return 2;
+			if (n_keys == MAX_ACCESS || strchr(v, ',') || !v[0]) {
+				fprintf(stderr, "anedvd serve: --api-key: at most %d keys, each non-empty with no comma\n", MAX_ACCESS);
+				return 2;
+			}
+			keys[n_keys++] = v;
+		} else if (!strcmp(a, "--api-key-file") || !strcmp(a, "--cors-origin") || !strcmp(a, "--allowed-host")) {
+			if (!(v = cli_val("serve", argc, argv, &i)))
+				return 2;
+			if (n_access == 2 * MAX_ACCESS) {
+				fprintf(stderr, "anedvd serve: at most %d of %s and the like\n", MAX_ACCESS, a);
+				return 2;
+			}
+			access[n_access++] = a;
+			access[n_access++] = v;
 		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			serve_usage(1);
 			return 0;
@@ -1429,8 +1460,9 @@ cmd_serve(int argc, char **argv)
 			goto fail;
 	}
 	{
-		const char *av[24] = {b_fe, "--listen", listen, "--tokenizer", u_tok, "--engine", u_eng, "--name", name,
-		                      "--max-tokens", mt, "--max-seq", ms, "--parallel", par, "--queue", qu};
+		const char *av[24 + 2 * MAX_ACCESS] = {b_fe, "--listen", listen, "--tokenizer", u_tok, "--engine", u_eng,
+		                                       "--name", name, "--max-tokens", mt, "--max-seq", ms, "--parallel", par,
+		                                       "--queue", qu};
 		int k = 17;
 		av[k++] = "--model-file"; // its name in GET /props
 		av[k++] = po.model;
@@ -1440,7 +1472,39 @@ cmd_serve(int argc, char **argv)
 		}
 		if (embeddings)
 			av[k++] = "--embeddings";
+		for (int j = 0; j < n_access; j++)
+			av[k++] = access[j];
+		char stf[PATH_MAX + 16];
+		snprintf(stf, sizeof stf, "%s/status", sup_rundir(s));
+		av[k++] = "--status-file";
+		av[k++] = stf;
 		av[k] = NULL;
+		if (n_keys) {
+			// ANEDVD_API_KEY=<the environment's keys>,<--api-key ...>
+			const char *env = getenv("ANEDVD_API_KEY");
+			size_t len = strlen("ANEDVD_API_KEY=") + (env ? strlen(env) + 1 : 0) + 1;
+			for (int j = 0; j < n_keys; j++)
+				len += strlen(keys[j]) + 1;
+			char *kv = malloc(len);
+			if (!kv) {
+				ad_err(err, "out of memory");
+				goto fail;
+			}
+			strcpy(kv, "ANEDVD_API_KEY=");
+			if (env && *env) {
+				strcat(kv, env);
+				strcat(kv, ",");
+			}
+			for (int j = 0; j < n_keys; j++) {
+				strcat(kv, keys[j]);
+				if (j + 1 < n_keys)
+					strcat(kv, ",");
+			}
+			int rc = sup_setenv(s, kv, err);
+			free(kv);
+			if (rc)
+				goto fail;
+		}
 		struct sup_spec sp = {"frontend", av, listen, health_tcp, 1};
 		if (sup_spawn(s, &sp, err))
 			goto fail;

@@ -44,7 +44,38 @@ struct fe_config {
 	int keepalive_ms;    // SSE comment after this much silence; 0: never
 	int deadline_ms;     // a generation's whole life, queue included; 0: none
 	int embeddings;      // serve /v1/embeddings
+	// access (guard.c): API keys (none: no key asked), CORS origins and Host
+	// names allowed beyond the defaults; *_any: "*" was given
+	const char *const *api_keys;
+	size_t n_api_keys;
+	const char *const *cors_origins;
+	size_t n_cors_origins;
+	int cors_any;
+	const char *const *allowed_hosts;
+	size_t n_allowed_hosts;
+	int hosts_any;
+	const char *status_file; // the supervisor's status file (procs.c); NULL: none
 };
+
+// --- procs.c: the supervisor's status file ---------------------------------------
+#define FE_LOOP_N 5              // a process that exited this many times ...
+#define FE_LOOP_WINDOW_MS 30000  // ... within this long is crash-looping
+struct fe_proc {
+	char name[32];
+	long pid;         // 0 while down
+	int restarts;
+	char state[16];   // up, restarting, stopped
+	char last_exit[32]; // signal:N, exit:N or ""
+	int recent;       // exits within FE_LOOP_WINDOW_MS
+	int looping;
+};
+// fe_procs_read: the processes listed in path (at most max), -1 when it cannot be read
+int fe_procs_read(const char *path, struct fe_proc *out, int max);
+
+#define FE_MAX_KEY_LEN 512
+// fe_key_valid: 1 when k can be an API key: 1 to FE_MAX_KEY_LEN visible
+// ASCII characters, no comma (ANEDVD_API_KEY lists keys with commas)
+int fe_key_valid(const char *k);
 
 enum fe_api {
 	FE_API_CHAT,

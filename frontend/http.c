@@ -21,11 +21,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "fe.h"
+#include "guard.h"
 #include "log.h"
 
 extern const unsigned char fe_webui[];
@@ -75,6 +77,7 @@ static struct {
 	h2o_linklist_t active;
 	h2o_socket_t *listener;
 	long long started_at;
+	char *csp; // the WebUI's Content-Security-Policy header
 	volatile sig_atomic_t stop;
 } S;
 
@@ -85,9 +88,12 @@ reason(int status)
 	case 200: return "OK";
 	case 204: return "No Content";
 	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
+	case 403: return "Forbidden";
 	case 404: return "Not Found";
 	case 405: return "Method Not Allowed";
 	case 413: return "Payload Too Large";
+	case 415: return "Unsupported Media Type";
 	case 500: return "Internal Server Error";
 	case 501: return "Not Implemented";
 	case 502: return "Bad Gateway";
@@ -106,10 +112,7 @@ hdr(h2o_req_t *req, const char *name, const char *value)
 static void
 cors(h2o_req_t *req)
 {
-	hdr(req, "access-control-allow-origin", "*");
-	hdr(req, "access-control-allow-headers", "*");
-	hdr(req, "access-control-allow-methods", "GET, POST, OPTIONS");
-	hdr(req, "access-control-expose-headers", "*");
+	fe_guard_cors(S.cfg, req);
 }
 
 // respond sends a whole response; body is copied unless it is static
@@ -158,6 +161,8 @@ respond_error(h2o_req_t *req, const struct fe_dialect *d, const char *endpoint, 
 	va_end(ap);
 	if (status == 503)
 		hdr(req, "retry-after", "1");
+	if (status == 401)
+		hdr(req, "www-authenticate", "Bearer");
 	size_t len = 0;
 	char *json = d->error(status, msg, param, &len);
 	respond_json(req, endpoint, status, json, len);
@@ -432,16 +437,40 @@ fe_post_chunk(struct fe_gen *g, const struct fe_chunk *c)
 
 // the socket of an HTTP/1 connection: h2o 2.2.5 keeps it right after the
 // public part of its connection struct (lib/http1.c, struct st_h2o_http1_conn_t)
-static int
-conn_fd(h2o_req_t *req)
+static h2o_socket_t *
+conn_sock(h2o_req_t *req)
 {
 	if (req->version >= 0x200)
-		return -1;
+		return NULL;
 	struct http1_conn_head {
 		h2o_conn_t super;
 		h2o_socket_t *sock;
 	} *c = (void *)req->conn;
-	return c->sock ? h2o_socket_get_fd(c->sock) : -1;
+	return c->sock;
+}
+
+static int
+conn_fd(h2o_req_t *req)
+{
+	h2o_socket_t *sock = conn_sock(req);
+	return sock ? h2o_socket_get_fd(sock) : -1;
+}
+
+// the raw head of a request with a body: h2o 2.2.5 reads an HTTP/1 request
+// into the socket's input buffer, head first, and points the entity into
+// the same buffer right after it
+static const char *
+request_head(h2o_req_t *req, size_t *len)
+{
+	h2o_socket_t *sock = conn_sock(req);
+	*len = 0;
+	if (!sock || !sock->input || !req->entity.base)
+		return NULL;
+	const char *b = sock->input->bytes, *e = req->entity.base;
+	if (e < b || e > b + sock->input->size)
+		return NULL;
+	*len = (size_t)(e - b);
+	return b;
 }
 
 static int
@@ -484,6 +513,65 @@ on_tick(h2o_timeout_entry_t *e)
 	h2o_timeout_link(S.ctx.loop, &S.tick, &S.tick_entry);
 }
 
+// how deep the body nests arrays and objects before byte n (strings skipped)
+static int
+json_depth(const char *s, size_t n)
+{
+	int depth = 0, max = 0, in_str = 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (in_str) {
+			if (c == '\\')
+				i++;
+			else if (c == '"')
+				in_str = 0;
+		} else if (c == '"') {
+			in_str = 1;
+		} else if (c == '[' || c == '{') {
+			if (++depth > max)
+				max = depth;
+		} else if (c == ']' || c == '}') {
+			depth--;
+		}
+	}
+	return max;
+}
+
+// parse_body: the request's JSON object, or NULL when a response was sent:
+// 400 for malformed JSON, bytes after the value, too deep a nesting or a
+// value that is not an object
+static cJSON *
+parse_body(h2o_req_t *req, const struct fe_dialect *d, const char *endpoint)
+{
+	const char *s = req->entity.base, *end = NULL;
+	size_t n = req->entity.len;
+	cJSON *body = cJSON_ParseWithLengthOpts(s, n, &end, 0);
+	if (!body) {
+		size_t at = end ? (size_t)(end - s) : 0;
+		if (json_depth(s, at < n ? at + 1 : n) >= CJSON_NESTING_LIMIT)
+			respond_error(req, d, endpoint, 400, NULL,
+			              "the JSON body nests arrays and objects deeper than %d levels, the limit",
+			              CJSON_NESTING_LIMIT);
+		else
+			respond_error(req, d, endpoint, 400, NULL, "malformed JSON near byte %zu", at);
+		return NULL;
+	}
+	size_t at = end ? (size_t)(end - s) : n;
+	while (at < n && (s[at] == ' ' || s[at] == '\t' || s[at] == '\n' || s[at] == '\r'))
+		at++;
+	if (at < n) {
+		cJSON_Delete(body);
+		respond_error(req, d, endpoint, 400, NULL, "unexpected bytes after the JSON value at byte %zu", at);
+		return NULL;
+	}
+	if (!cJSON_IsObject(body)) {
+		cJSON_Delete(body);
+		respond_error(req, d, endpoint, 400, NULL, "the request body must be a JSON object");
+		return NULL;
+	}
+	return body;
+}
+
 static int
 start_generation(h2o_req_t *req, enum fe_api api, const struct fe_dialect *d, const char *endpoint)
 {
@@ -496,18 +584,9 @@ start_generation(h2o_req_t *req, enum fe_api api, const struct fe_dialect *d, co
 		              req->entity.len, S.cfg->max_body);
 		return 0;
 	}
-	const char *end = NULL;
-	cJSON *body = cJSON_ParseWithLengthOpts(req->entity.base, req->entity.len, &end, 0);
-	if (!body) {
-		size_t at = end ? (size_t)(end - req->entity.base) : 0;
-		respond_error(req, d, endpoint, 400, NULL, "malformed JSON near byte %zu", at);
+	cJSON *body = parse_body(req, d, endpoint);
+	if (!body)
 		return 0;
-	}
-	if (!cJSON_IsObject(body)) {
-		cJSON_Delete(body);
-		respond_error(req, d, endpoint, 400, NULL, "the request body must be a JSON object");
-		return 0;
-	}
 	struct fe_gen *g = calloc(1, sizeof *g);
 	if (!g) {
 		cJSON_Delete(body);
@@ -553,6 +632,26 @@ start_generation(h2o_req_t *req, enum fe_api api, const struct fe_dialect *d, co
 
 // --- the cheap endpoints ----------------------------------------------------------------
 
+#define MAX_PROCS 16
+
+// a process the supervisor reports as crash-looping or stopped, in words
+static int
+proc_trouble(const struct fe_proc *p, char *out, size_t cap)
+{
+	const char *how = p->last_exit;
+	char last[64] = "";
+	if (!strncmp(how, "signal:", 7))
+		snprintf(last, sizeof last, "; the last was killed by signal %s", how + 7);
+	else if (!strncmp(how, "exit:", 5))
+		snprintf(last, sizeof last, "; the last exited with status %s", how + 5);
+	if (p->looping)
+		return snprintf(out, cap, "%s is crash-looping: %d exits in the last %d s%s", p->name, p->recent,
+		                FE_LOOP_WINDOW_MS / 1000, last) > 0;
+	if (!strcmp(p->state, "stopped"))
+		return snprintf(out, cap, "%s is down and not restarted%s", p->name, last) > 0;
+	return 0;
+}
+
 static void
 health(h2o_req_t *req)
 {
@@ -560,11 +659,75 @@ health(h2o_req_t *req)
 	fe_metrics_upstream_state(&tok_up, &eng_up);
 	fe_queue_state(&waiting, &running);
 	static const char *state[] = { "unknown", "down", "up" };
-	char body[256];
-	int n = snprintf(body, sizeof body,
-	                 "{\"status\":\"ok\",\"tokenizer\":\"%s\",\"engine\":\"%s\",\"running\":%d,\"queued\":%d}",
-	                 state[tok_up + 1], state[eng_up + 1], running, waiting);
-	respond(req, "/health", 200, "application/json", body, (size_t)n, 1);
+	cJSON *o = cJSON_CreateObject();
+	cJSON *st = cJSON_AddStringToObject(o, "status", "ok");
+	cJSON_AddStringToObject(o, "tokenizer", state[tok_up + 1]);
+	cJSON_AddStringToObject(o, "engine", state[eng_up + 1]);
+	cJSON_AddNumberToObject(o, "running", running);
+	cJSON_AddNumberToObject(o, "queued", waiting);
+	// the supervisor's view: crash loops and processes that stay down
+	struct fe_proc pr[MAX_PROCS];
+	int np = fe_procs_read(S.cfg->status_file, pr, MAX_PROCS);
+	if (np >= 0) {
+		char reason[AD_ERRLEN] = "";
+		size_t rl = 0;
+		cJSON *ps = cJSON_AddObjectToObject(o, "processes");
+		for (int i = 0; i < np; i++) {
+			cJSON *p = cJSON_AddObjectToObject(ps, pr[i].name);
+			cJSON_AddNumberToObject(p, "pid", (double)pr[i].pid);
+			cJSON_AddStringToObject(p, "state", pr[i].state);
+			cJSON_AddNumberToObject(p, "restarts", pr[i].restarts);
+			if (pr[i].last_exit[0])
+				cJSON_AddStringToObject(p, "last_exit", pr[i].last_exit);
+			char t[256];
+			if (proc_trouble(&pr[i], t, sizeof t) && rl + strlen(t) + 3 < sizeof reason)
+				rl += (size_t)snprintf(reason + rl, sizeof reason - rl, "%s%s", rl ? "; " : "", t);
+		}
+		if (rl) {
+			cJSON_SetValuestring(st, "degraded");
+			cJSON_AddStringToObject(o, "reason", reason);
+		}
+	}
+	size_t n = 0;
+	char *s = fe_json_print(o, &n);
+	respond_json(req, "/health", 200, s, n);
+}
+
+// the supervisor's counts in Prometheus text, appended to the metrics
+static char *
+procs_metrics(char *m, size_t *n)
+{
+	struct fe_proc pr[MAX_PROCS];
+	int np = fe_procs_read(S.cfg->status_file, pr, MAX_PROCS);
+	if (np <= 0)
+		return m;
+	size_t cap = *n + 512 + (size_t)np * 384;
+	char *t = realloc(m, cap);
+	if (!t)
+		return m;
+	size_t k = *n;
+	k += (size_t)snprintf(t + k, cap - k,
+	                      "# HELP anedvd_process_restarts_total Restarts of each supervised process.\n"
+	                      "# TYPE anedvd_process_restarts_total counter\n");
+	for (int i = 0; i < np; i++)
+		k += (size_t)snprintf(t + k, cap - k, "anedvd_process_restarts_total{process=\"%s\"} %d\n", pr[i].name,
+		                      pr[i].restarts);
+	k += (size_t)snprintf(t + k, cap - k,
+	                      "# HELP anedvd_process_crash_looping 1 while a process exited %d times within %d s.\n"
+	                      "# TYPE anedvd_process_crash_looping gauge\n",
+	                      FE_LOOP_N, FE_LOOP_WINDOW_MS / 1000);
+	for (int i = 0; i < np; i++)
+		k += (size_t)snprintf(t + k, cap - k, "anedvd_process_crash_looping{process=\"%s\"} %d\n", pr[i].name,
+		                      pr[i].looping);
+	k += (size_t)snprintf(t + k, cap - k,
+	                      "# HELP anedvd_process_last_exit How each process last ended (signal:N or exit:N).\n"
+	                      "# TYPE anedvd_process_last_exit gauge\n");
+	for (int i = 0; i < np; i++)
+		if (pr[i].last_exit[0])
+			k += (size_t)snprintf(t + k, cap - k, "anedvd_process_last_exit{process=\"%s\",reason=\"%s\"} 1\n",
+			                      pr[i].name, pr[i].last_exit);
+	*n = k;
+	return t;
 }
 
 static void
@@ -598,6 +761,7 @@ metrics(h2o_req_t *req)
 		respond(req, "/metrics", 503, "text/plain", "out of memory\n", 14, 0);
 		return;
 	}
+	s = procs_metrics(s, &n);
 	respond(req, "/metrics", 200, "text/plain; version=0.0.4; charset=utf-8", s, n, 1);
 	free(s);
 }
@@ -626,9 +790,32 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
 	else if (path_is(req, "/props"))
 		d = &fe_llama;
 
+	// framing, then where the request comes from, then who sends it
+	char msg[AD_ERRLEN];
+	size_t head_len = 0;
+	const char *head = request_head(req, &head_len);
+	int st = fe_guard_framing(req, head, head_len, msg, sizeof msg);
+	if (st) {
+		req->http1_is_persistent = 0; // where the next request starts is unclear
+		respond_error(req, d, "other", st, NULL, "%s", msg);
+		return 0;
+	}
+	if ((st = fe_guard_host(S.cfg, req, msg, sizeof msg)) || (st = fe_guard_origin(S.cfg, req, msg, sizeof msg))) {
+		respond_error(req, d, "other", st, NULL, "%s", msg);
+		return 0;
+	}
 	if (method_is(req, "OPTIONS")) {
+		// a preflight carries no credentials: answered before the key check
 		hdr(req, "access-control-max-age", "86400");
 		respond(req, "OPTIONS", 204, NULL, "", 0, 0);
+		return 0;
+	}
+	if ((st = fe_guard_auth(S.cfg, req, msg, sizeof msg))) {
+		respond_error(req, d, "other", st, NULL, "%s", msg);
+		return 0;
+	}
+	if (is_post && (st = fe_guard_json_type(req, msg, sizeof msg))) {
+		respond_error(req, d, "other", st, NULL, "%s", msg);
 		return 0;
 	}
 	// POST routes
@@ -728,12 +915,51 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
 		props(req);
 		break;
 	default:
+		// the page's own policy (its meta tag) as a header, which can also
+		// forbid framing
+		if (S.csp)
+			hdr(req, "content-security-policy", S.csp);
+		hdr(req, "x-content-type-options", "nosniff");
+		hdr(req, "x-frame-options", "DENY");
+		hdr(req, "referrer-policy", "no-referrer");
 		respond(req, "/", 200, "text/html; charset=utf-8", fe_webui, fe_webui_len, 0);
 	}
 	return 0;
 }
 
 // --- the server ---------------------------------------------------------------------------
+
+// the WebUI's Content-Security-Policy: the page's meta tag (its script hash
+// lives there) plus what only a header can say
+static char *
+webui_csp(void)
+{
+	static const char tag[] = "http-equiv=\"Content-Security-Policy\" content=\"";
+	const char *p = memmem(fe_webui, fe_webui_len, tag, sizeof tag - 1);
+	const char *base = p ? p + sizeof tag - 1 : NULL;
+	const char *q = base ? memchr(base, '"', fe_webui_len - (size_t)(base - (const char *)fe_webui)) : NULL;
+	const char *extra = "frame-ancestors 'none'";
+	size_t n = q ? (size_t)(q - base) : 0;
+	char *s = malloc(n + strlen(extra) + 3);
+	if (!s)
+		return NULL;
+	if (n)
+		sprintf(s, "%.*s; %s", (int)n, base, extra);
+	else
+		sprintf(s, "%s", extra);
+	return s;
+}
+
+// 127.0.0.0/8, ::1 or localhost
+static int
+listen_is_loopback(const char *hostport)
+{
+	const char *c = strrchr(hostport, ':');
+	size_t n = c ? (size_t)(c - hostport) : strlen(hostport);
+	if ((n == 9 && !strncasecmp(hostport, "localhost", 9)) || (n == 5 && !strncmp(hostport, "[::1]", 5)))
+		return 1;
+	return n > 4 && !strncmp(hostport, "127.", 4);
+}
 
 static void
 on_accept(h2o_socket_t *listener, const char *err)
@@ -793,6 +1019,9 @@ fe_http_run(const struct fe_config *cfg, char *err)
 	h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
 	h2o_handler_t *handler = h2o_create_handler(path, sizeof *handler);
 	handler->on_req = on_req;
+	// what h2o refuses itself goes out through the fallback path
+	fe_guard_register(&host->fallback_path, cfg);
+	S.csp = webui_csp();
 
 	h2o_context_init(&S.ctx, h2o_evloop_create(), &S.config);
 	h2o_multithread_register_receiver(S.ctx.queue, &S.receiver, on_messages);
@@ -807,6 +1036,10 @@ fe_http_run(const struct fe_config *cfg, char *err)
 		return -1;
 	ad_info("listening on http://%s (model %s, %d at once, queue %d)", cfg->listen, cfg->name, cfg->parallel,
 	        cfg->queue);
+	if (cfg->n_api_keys == 0 && !listen_is_loopback(cfg->listen))
+		ad_warn("listening on %s, which is not a loopback address, with no API key: anyone who can reach it "
+		        "can use it (--api-key, --api-key-file or ANEDVD_API_KEY)",
+		        cfg->listen);
 	while (!S.stop && h2o_evloop_run(S.ctx.loop, 100) == 0)
 		;
 	return 0;

@@ -33,7 +33,18 @@ usage(FILE *out)
 	        "  --timeout-ms N      each call to the tokenizer or the engine (default 10000)\n"
 	        "  --keepalive-ms N    SSE comment on a stream silent this long; 0 never (default 5000)\n"
 	        "  --deadline-ms N     a generation's whole time, queue included; 0 none (default 600000)\n"
-	        "  --embeddings        serve POST /v1/embeddings (off: 501)\n");
+	        "  --embeddings        serve POST /v1/embeddings (off: 501)\n"
+	        "  --status-file F     the supervisor's status file: crash-looping processes in /health\n"
+	        "                      and /metrics (anedvd serve passes it)\n"
+	        "access (defaults: no key; the server's own and loopback origins; localhost, IP addresses\n"
+	        "and the bound name as Host):\n"
+	        "  --api-key KEY       every request but /health and the WebUI page needs\n"
+	        "                      'Authorization: Bearer KEY' or 'x-api-key: KEY' (repeatable)\n"
+	        "  --api-key-file F    keys, one a line ('#' comments); ANEDVD_API_KEY: keys, comma-separated\n"
+	        "  --cors-origin O     a browser origin allowed beside the server's own and loopback ones,\n"
+	        "                      e.g. https://app.example (repeatable; '*' allows every origin)\n"
+	        "  --allowed-host H    a Host name accepted beside localhost, IP addresses and the bound\n"
+	        "                      name (repeatable; '*' accepts any; guards against DNS rebinding)\n");
 }
 
 static int
@@ -48,6 +59,75 @@ number(const char *opt, const char *s, long lo, long hi, long *out)
 	}
 	*out = v;
 	return 0;
+}
+
+#define MAX_LIST 64
+
+struct list {
+	const char *v[MAX_LIST];
+	size_t n;
+};
+
+static int
+list_add(struct list *l, const char *opt, const char *v)
+{
+	if (l->n == MAX_LIST) {
+		fprintf(stderr, "anedvd-frontend: %s: at most %d\n", opt, MAX_LIST);
+		return -1;
+	}
+	l->v[l->n++] = v;
+	return 0;
+}
+
+static int
+key_add(struct list *l, const char *where, char *k)
+{
+	if (!fe_key_valid(k)) {
+		fprintf(stderr,
+		        "anedvd-frontend: %s: an API key is 1 to %d visible ASCII characters with no space or comma\n",
+		        where, FE_MAX_KEY_LEN);
+		return -1;
+	}
+	return list_add(l, where, k);
+}
+
+// one key a line; blank lines and '#' comments skipped (the strings live
+// until exit)
+static int
+key_file(struct list *l, const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		fprintf(stderr, "anedvd-frontend: --api-key-file %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	char line[FE_MAX_KEY_LEN + 64], where[PATH_MAX + 64];
+	int no = 0, rv = 0, any = 0;
+	while (fgets(line, sizeof line, f)) {
+		no++;
+		size_t n = strlen(line);
+		while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
+			line[--n] = 0;
+		char *k = line;
+		while (*k == ' ' || *k == '\t')
+			k++;
+		if (!*k || *k == '#')
+			continue;
+		snprintf(where, sizeof where, "--api-key-file %s line %d", path, no);
+		char *dup = strdup(k);
+		if (!dup || key_add(l, where, dup) != 0) {
+			free(dup);
+			rv = -1;
+			break;
+		}
+		any = 1;
+	}
+	fclose(f);
+	if (rv == 0 && !any) {
+		fprintf(stderr, "anedvd-frontend: --api-key-file %s holds no key\n", path);
+		rv = -1;
+	}
+	return rv;
 }
 
 static void
@@ -71,6 +151,8 @@ main(int argc, char **argv)
 		.deadline_ms = 600000,
 	};
 	ad_log_init("anedvd-frontend");
+	// static: the keys (some malloc'd) live until exit and stay reachable
+	static struct list keys, origins, hosts;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -132,6 +214,22 @@ main(int argc, char **argv)
 			if (number(a, v, 0, 3600000, &n))
 				return 2;
 			cfg.keepalive_ms = (int)n;
+		} else if (strcmp(a, "--api-key") == 0) {
+			if (key_add(&keys, a, (char *)v))
+				return 2;
+		} else if (strcmp(a, "--api-key-file") == 0) {
+			if (key_file(&keys, v))
+				return 2;
+		} else if (strcmp(a, "--cors-origin") == 0) {
+			if (!v[0] || list_add(&origins, a, v))
+				return 2;
+			cfg.cors_any |= strcmp(v, "*") == 0;
+		} else if (strcmp(a, "--allowed-host") == 0) {
+			if (!v[0] || list_add(&hosts, a, v))
+				return 2;
+			cfg.hosts_any |= strcmp(v, "*") == 0;
+		} else if (strcmp(a, "--status-file") == 0) {
+			cfg.status_file = v;
 		} else if (strcmp(a, "--timeout-ms") == 0) {
 			if (number(a, v, 10, 3600000, &n))
 				return 2;
@@ -146,6 +244,29 @@ main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	// ANEDVD_API_KEY: how a service manager hands keys over without a
+	// command line that every user can read
+	const char *ek = getenv("ANEDVD_API_KEY");
+	if (ek && *ek) {
+		static char *all;
+		char *save = NULL;
+		all = strdup(ek);
+		for (char *k = all ? strtok_r(all, ",", &save) : NULL; k; k = strtok_r(NULL, ",", &save)) {
+			while (*k == ' ')
+				k++;
+			size_t n = strlen(k);
+			while (n && k[n - 1] == ' ')
+				k[--n] = 0;
+			if (*k && key_add(&keys, "ANEDVD_API_KEY", k))
+				return 2;
+		}
+	}
+	cfg.api_keys = keys.v;
+	cfg.n_api_keys = keys.n;
+	cfg.cors_origins = origins.v;
+	cfg.n_cors_origins = origins.n;
+	cfg.allowed_hosts = hosts.v;
+	cfg.n_allowed_hosts = hosts.n;
 	signal(SIGPIPE, SIG_IGN);
 	struct sigaction sa = { .sa_handler = on_signal };
 	sigemptyset(&sa.sa_mask);

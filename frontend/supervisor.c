@@ -34,6 +34,9 @@ extern char **environ;
 #define BACKOFF_MAX_MS 5000
 #define STABLE_MS 10000
 #define STOP_WAIT_MS 3000
+#define SUP_RECENT 8          // exit times kept per child for the status file
+#define LOOP_N 5              // this many exits ...
+#define LOOP_WINDOW_MS 30000  // ... within this long: crash-looping
 
 struct child {
 	char name[32];
@@ -47,6 +50,12 @@ struct child {
 	int last_status;
 	uint64_t started_ms, next_start_ms;
 	int backoff_ms;
+	// the last exits (wall clock, ms since the epoch: the status file's
+	// readers are other processes) and how the last one ended
+	long long exits_ms[SUP_RECENT];
+	int n_exits;
+	char last_exit[32];
+	int looping; // warned about a crash loop
 };
 
 struct sup {
@@ -124,14 +133,54 @@ sleep_ms(int ms)
 		;
 }
 
-static const char *
-runtime_base(void)
+// the base of the runtime directory: $XDG_RUNTIME_DIR when it is set and
+// exists, else NULL (a fresh mkdtemp directory in the temporary directory).
+// A base another user owns, or one that group or others may enter, is
+// refused: whoever can write there can swap the sockets.
+static int
+runtime_base(const char **out, char *err)
 {
+	*out = NULL;
 	const char *x = getenv("XDG_RUNTIME_DIR");
 	struct stat st;
-	if (x && *x && stat(x, &st) == 0 && S_ISDIR(st.st_mode) && access(x, W_OK) == 0)
-		return x;
-	return "/tmp";
+	if (!x || !*x || stat(x, &st) != 0)
+		return 0;
+	if (!S_ISDIR(st.st_mode))
+		return ad_err(err, "XDG_RUNTIME_DIR=%s is not a directory", x);
+	if (st.st_uid != getuid())
+		return ad_err(err, "XDG_RUNTIME_DIR=%s belongs to uid %ld, not to this user (uid %ld): refused", x,
+		              (long)st.st_uid, (long)getuid());
+	if (st.st_mode & 077)
+		return ad_err(err, "XDG_RUNTIME_DIR=%s has mode %03o: group and others must have no access (chmod 700)", x,
+		              (unsigned)(st.st_mode & 0777));
+	*out = x;
+	return 0;
+}
+
+static const char *
+tmp_base(void)
+{
+	const char *t = getenv("TMPDIR");
+	return t && *t ? t : "/tmp";
+}
+
+// a runtime directory must be ours and closed to everyone else (lstat: a
+// symlink planted in its place is refused too)
+static int
+check_rundir(const char *dir, char *err)
+{
+	struct stat st;
+	if (lstat(dir, &st) != 0)
+		return ad_err(err, "the runtime directory %s: %s", dir, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return ad_err(err, "the runtime directory %s exists and is not a directory: refused", dir);
+	if (st.st_uid != getuid())
+		return ad_err(err, "the runtime directory %s belongs to uid %ld, not to this user (uid %ld): refused", dir,
+		              (long)st.st_uid, (long)getuid());
+	if (st.st_mode & 077)
+		return ad_err(err, "the runtime directory %s has mode %03o: group and others must have no access: refused",
+		              dir, (unsigned)(st.st_mode & 0777));
+	return 0;
 }
 
 // remove the files in dir (sockets, status) and dir itself
@@ -165,9 +214,10 @@ cleanup_stale_dirs(const char *base)
 	while ((de = readdir(d))) {
 		if (strncmp(de->d_name, "anedvd-", 7) != 0)
 			continue;
+		// anedvd-<pid> under XDG_RUNTIME_DIR, anedvd-<pid>-XXXXXX (mkdtemp) elsewhere
 		char *end;
 		long pid = strtol(de->d_name + 7, &end, 10);
-		if (*end || pid <= 0 || pid == (long)getpid())
+		if ((*end && *end != '-') || pid <= 0 || pid == (long)getpid())
 			continue;
 		if (kill((pid_t)pid, 0) == 0 || errno == EPERM)
 			continue;
@@ -210,19 +260,37 @@ sup_new(char *err)
 	if (!s)
 		return ad_err(err, "out of memory"), NULL;
 	pthread_mutex_init(&s->mu, NULL);
-	const char *base = runtime_base();
-	int dirs = cleanup_stale_dirs(base);
+	const char *base;
+	if (runtime_base(&base, err) != 0) {
+		free(s);
+		return NULL;
+	}
+	int dirs = cleanup_stale_dirs(base ? base : tmp_base());
 	int shm = surface_cleanup_stale();
 	if (dirs || shm > 0)
 		ad_info("removed what dead instances left: %d runtime dirs, %d shared-memory objects", dirs,
 		        shm > 0 ? shm : 0);
-	snprintf(s->rundir, sizeof s->rundir, "%s/anedvd-%ld", base, (long)getpid());
-	if (mkdir(s->rundir, 0700) != 0 && errno != EEXIST) {
-		ad_err(err, "cannot create the runtime directory %s: %s", s->rundir, strerror(errno));
+	if (base) {
+		// a per-user directory only we can write to: the pid names it
+		snprintf(s->rundir, sizeof s->rundir, "%s/anedvd-%ld", base, (long)getpid());
+		if (mkdir(s->rundir, 0700) != 0 && errno != EEXIST) {
+			ad_err(err, "cannot create the runtime directory %s: %s", s->rundir, strerror(errno));
+			free(s);
+			return NULL;
+		}
+	} else {
+		// a shared temporary directory: never a name another user could make first
+		snprintf(s->rundir, sizeof s->rundir, "%s/anedvd-%ld-XXXXXX", tmp_base(), (long)getpid());
+		if (!mkdtemp(s->rundir)) {
+			ad_err(err, "cannot create a runtime directory in %s: %s", tmp_base(), strerror(errno));
+			free(s);
+			return NULL;
+		}
+	}
+	if (check_rundir(s->rundir, err) != 0) {
 		free(s);
 		return NULL;
 	}
-	chmod(s->rundir, 0700);
 	s->envp = make_env();
 	if (!s->envp) {
 		rmdir(s->rundir);
@@ -262,8 +330,16 @@ write_status(struct sup *s)
 	FILE *f = fopen(tmp, "w");
 	if (!f)
 		return;
-	for (int i = 0; i < s->n; i++)
-		fprintf(f, "%s %ld %d\n", s->c[i].name, (long)s->c[i].pid, s->c[i].restarts);
+	// name pid restarts state last-exit exit-times (see supervisor.h)
+	for (int i = 0; i < s->n; i++) {
+		const struct child *c = &s->c[i];
+		const char *state = c->pid > 0 ? "up" : c->exited ? "stopped" : "restarting";
+		fprintf(f, "%s %ld %d %s %s ", c->name, (long)c->pid, c->restarts, state, c->last_exit[0] ? c->last_exit : "-");
+		int n = c->n_exits < SUP_RECENT ? c->n_exits : SUP_RECENT;
+		for (int k = 0; k < n; k++)
+			fprintf(f, "%s%lld", k ? "," : "", c->exits_ms[(c->n_exits - n + k) % SUP_RECENT]);
+		fprintf(f, "%s\n", n ? "" : "-");
+	}
 	if (fclose(f) == 0)
 		rename(tmp, fin);
 }
@@ -289,6 +365,9 @@ spawn_child(struct sup *s, struct child *c, char *err)
 	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
 	pid_t pid;
 	int rc;
+	// the children's sockets and files are for this user only: they inherit
+	// the mask (the CLI's own files keep the caller's)
+	mode_t mask = umask(077);
 	if (trampoline[0]) {
 		int n = 0;
 		while (c->argv[n])
@@ -310,6 +389,7 @@ spawn_child(struct sup *s, struct child *c, char *err)
 	} else {
 		rc = posix_spawn(&pid, c->argv[0], &fa, &at, c->argv, s->envp);
 	}
+	umask(mask);
 	posix_spawn_file_actions_destroy(&fa);
 	posix_spawnattr_destroy(&at);
 	if (rc != 0)
@@ -335,10 +415,25 @@ monitor_once(struct sup *s)
 			if (r != c->pid)
 				continue;
 			c->last_status = st;
-			if (WIFSIGNALED(st))
+			if (WIFSIGNALED(st)) {
 				ad_warn("%s (pid %ld) was killed by signal %d", c->name, (long)c->pid, WTERMSIG(st));
-			else
+				snprintf(c->last_exit, sizeof c->last_exit, "signal:%d", WTERMSIG(st));
+			} else {
 				ad_warn("%s (pid %ld) exited with status %d", c->name, (long)c->pid, WEXITSTATUS(st));
+				snprintf(c->last_exit, sizeof c->last_exit, "exit:%d", WEXITSTATUS(st));
+			}
+			struct timespec wall;
+			clock_gettime(CLOCK_REALTIME, &wall);
+			long long wms = (long long)wall.tv_sec * 1000 + wall.tv_nsec / 1000000;
+			c->exits_ms[c->n_exits++ % SUP_RECENT] = wms;
+			if (c->n_exits >= LOOP_N && wms - c->exits_ms[(c->n_exits - LOOP_N) % SUP_RECENT] <= LOOP_WINDOW_MS) {
+				if (!c->looping)
+					ad_warn("%s is crash-looping: %d exits within %d s (back-off capped at %d ms)", c->name, LOOP_N,
+					        LOOP_WINDOW_MS / 1000, BACKOFF_MAX_MS);
+				c->looping = 1;
+			} else {
+				c->looping = 0;
+			}
 			if (t - c->started_ms >= STABLE_MS)
 				c->backoff_ms = BACKOFF_MIN_MS;
 			// shared memory the dead child created under its own pid

@@ -1,10 +1,14 @@
 // supervisor.h - the anedvd CLI's child processes: spawn, watch, restart,
 // stop, clean up.
 //
-// sup_new makes the instance's runtime directory ($XDG_RUNTIME_DIR or /tmp,
-// "anedvd-<pid>", mode 0700) that holds the ipc sockets and a status file,
-// and first removes what dead instances left behind: their runtime
-// directories and their shared memory (surface_cleanup_stale). It installs
+// sup_new makes the instance's runtime directory, mode 0700, that holds the
+// ipc sockets and a status file: "$XDG_RUNTIME_DIR/anedvd-<pid>", or without
+// XDG_RUNTIME_DIR a fresh mkdtemp "anedvd-<pid>-XXXXXX" in $TMPDIR or /tmp
+// (never a name another user could create first). An XDG_RUNTIME_DIR or a
+// runtime directory that is not this user's, not a directory, or open to
+// group or others is refused with an error naming it. Children are spawned
+// under umask 077. It first removes what dead instances left behind: their
+// runtime directories and their shared memory (surface_cleanup_stale). It installs
 // SIGINT/SIGTERM handlers that only set a flag (sup_interrupted); blocking
 // calls in the caller return EINTR.
 //
@@ -19,7 +23,13 @@
 // 5 s, back to 100 ms once a child has stayed up 10 s), counting restarts,
 // unless it exits with status 2 (a bad command line or setting: it would
 // fail the same way again).
-// The status file "<rundir>/status" lists "name pid restarts" per line.
+// The status file "<rundir>/status" has one line per child:
+//   name pid restarts state last-exit exit-times
+// state: up, restarting (down, to be restarted) or stopped (not to be);
+// last-exit: signal:N or exit:N ("-" before the first); exit-times: the
+// last 8 exits, wall-clock ms since the epoch, comma-separated ("-" for
+// none). The frontend reads it for /health ("degraded" when a child exited
+// 5 times within 30 s or is stopped) and /metrics.
 // The shared memory a child made under its own pid (surface.h ids) is
 // removed when it dies, so its replacement starts clean.
 //

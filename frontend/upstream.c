@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "client.h"
 #include "common.pb-c.h"
@@ -697,6 +698,8 @@ generate(struct fe_gen *g)
 	gr.max_tokens = max_tokens;
 	gr.logprobs = g->p.logprobs;
 	gr.top_logprobs = (uint32_t)g->p.top_logprobs;
+	// the engine cancels this job if the frontend dies (it cannot tell it)
+	gr.client_pid = (uint32_t)getpid();
 	gr.sampling = &sp;
 	gr.stop_ids = stop_ids;
 	gr.n_stop_ids = n_stop;

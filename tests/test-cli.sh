@@ -286,10 +286,12 @@ if [ -x "$BIN/anedvd-cpu-worker" ] && [ -x "$BIN/anedvd-frontend" ]; then
 	check "serve: exit 0 on SIGINT" [ $? -eq 0 ]
 	check "serve: no child, no shm, no runtime dir" no_leftovers $P "$KIDS"
 
-	# the tokenizer service on tcp:// instead of the runtime dir's ipc socket
+	# the tokenizer service on tcp:// instead of the runtime dir's ipc socket; and
+	# the access flags reach the frontend (the key through its environment)
 	PORT=$((20000 + RANDOM % 20000))
 	TPORT=$((PORT + 1))
-	$A serve --model "$STORIES" --port $PORT --tokenizer-url "tcp://127.0.0.1:$TPORT" > /dev/null 2> "$T/serve-tcp.err" &
+	ANEDVD_API_KEY=envkey $A serve --model "$STORIES" --port $PORT --tokenizer-url "tcp://127.0.0.1:$TPORT" \
+		--api-key clikey1 --api-key clikey2 --cors-origin https://app.example > /dev/null 2> "$T/serve-tcp.err" &
 	P=$!
 	up=0
 	for _ in $(seq 1 200); do
@@ -299,7 +301,20 @@ if [ -x "$BIN/anedvd-cpu-worker" ] && [ -x "$BIN/anedvd-frontend" ]; then
 	check "serve --tokenizer-url tcp:// comes up" [ $up = 1 ]
 	TK=$(awk '$1=="tokenizer"{print $2}' "$T/anedvd-$P/status")
 	check "the tokenizer listens on the tcp URL" grep -q "tcp://127.0.0.1:$TPORT" "/proc/$TK/cmdline"
-	check "serve over a tcp tokenizer answers a completion" complete
+	complete() {
+		curl -s -m 30 "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' -H "x-api-key: $1" \
+			-d '{"prompt":"Once upon a time","max_tokens":12,"temperature":0}' | grep -q "there was a little girl"
+	}
+	check "serve over a tcp tokenizer answers a completion (--api-key)" complete clikey2
+	check "serve: ANEDVD_API_KEY works beside --api-key" complete envkey
+	code() { curl -s -o /dev/null -w '%{http_code}' -m 10 "$@"; }
+	check "serve --api-key: no key, 401" [ "$(code "http://127.0.0.1:$PORT/v1/models")" = 401 ]
+	check "serve --api-key: a wrong key, 401" [ "$(code -H 'Authorization: Bearer clikey' "http://127.0.0.1:$PORT/v1/models")" = 401 ]
+	check "serve --api-key: /health is open" [ "$(code "http://127.0.0.1:$PORT/health")" = 200 ]
+	check "serve --cors-origin reaches the frontend" sh -c "curl -si -m 10 -H 'Origin: https://app.example' http://127.0.0.1:$PORT/health | grep -qi '^access-control-allow-origin: https://app.example'"
+	check "serve: another origin, 403" [ "$(code -H 'Origin: https://evil.example' "http://127.0.0.1:$PORT/health")" = 403 ]
+	FE=$(awk '$1=="frontend"{print $2}' "$T/anedvd-$P/status")
+	check "serve: the key is not on the frontend's command line" sh -c "! grep -q clikey /proc/$FE/cmdline"
 	KIDS=$(awk '{print $2}' "$T/anedvd-$P/status" | tr '\n' ' ')
 	kill -INT $P
 	wait $P

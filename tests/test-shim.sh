@@ -98,7 +98,7 @@ unit_keys() {
 import sys, re
 known = {
  "Unit": {"Description", "After", "Wants", "Requires", "Documentation", "Before"},
- "Service": {"Type", "Environment", "EnvironmentFile", "RuntimeDirectory", "StateDirectory", "ExecStart",
+ "Service": {"Type", "Environment", "EnvironmentFile", "RuntimeDirectory", "RuntimeDirectoryMode", "StateDirectory", "ExecStart",
   "Restart", "RestartSec", "KillMode", "TimeoutStopSec", "DynamicUser", "NoNewPrivileges",
   "CapabilityBoundingSet", "AmbientCapabilities", "ProtectSystem", "ProtectHome", "PrivateTmp",
   "PrivateDevices", "ProtectKernelTunables", "ProtectKernelModules", "ProtectKernelLogs",

@@ -1,9 +1,12 @@
 // test-supervisor.c - the CLI's supervisor with stand-in children (sh, sleep):
 // runtime directory and status file, restart with back-off and its count,
 // readiness errors, stop with SIGTERM then SIGKILL, no process and no file
-// left behind, stale runtime directories of dead instances removed.
+// left behind, stale runtime directories of dead instances removed, unsafe
+// runtime directories refused and an unguessable one made without
+// XDG_RUNTIME_DIR.
 #include <errno.h>
 #include <signal.h>
+#include <unistd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -73,7 +76,7 @@ test_lifecycle(void)
 	CHECK(fgets(line, sizeof line, f) != NULL);
 	fclose(f);
 	char want[64];
-	snprintf(want, sizeof want, "sleeper %ld 0\n", pid);
+	snprintf(want, sizeof want, "sleeper %ld 0 up - -\n", pid);
 	CHECK(strcmp(line, want) == 0, "status line '%s'", line);
 
 	// SIGKILL: restarted after the first back-off step, counted
@@ -101,6 +104,24 @@ test_lifecycle(void)
 	CHECK(!exists(dir), "runtime dir removed");
 }
 
+// the status file's line for name, "" if none
+static void
+status_line(struct sup *s, const char *name, char *line, size_t cap)
+{
+	char sf[1100];
+	snprintf(sf, sizeof sf, "%s/status", sup_rundir(s));
+	line[0] = 0;
+	FILE *f = fopen(sf, "r");
+	if (!f)
+		return;
+	while (fgets(line, (int)cap, f))
+		if (!strncmp(line, name, strlen(name)) && line[strlen(name)] == ' ')
+			break;
+		else
+			line[0] = 0;
+	fclose(f);
+}
+
 static void
 test_backoff(void)
 {
@@ -114,6 +135,24 @@ test_backoff(void)
 	sleep_ms(1000);
 	int r = sup_restarts(s, "crasher");
 	CHECK(r >= 2 && r <= 4, "restarts after 1 s: %d (back-off 100, 200, 400 ms)", r);
+	// five exits (about 1.6 s): the status file says how it ended and when
+	char line[512], state[32], last[32], times[400];
+	long spid;
+	int rs, nt = 0;
+	for (int i = 0; i < 300 && nt < 5; i++) {
+		sleep_ms(20);
+		status_line(s, "crasher", line, sizeof line);
+		nt = 0;
+		if (sscanf(line, "crasher %ld %d %31s %31s %399s", &spid, &rs, state, last, times) == 5)
+			for (char *c = times; *c; c++)
+				nt += *c == ',';
+		nt += nt || (times[0] >= '0' && times[0] <= '9');
+	}
+	CHECK(nt >= 5, "five exit times listed: '%s'", line);
+	CHECK(!strcmp(last, "exit:3"), "last exit '%s'", last);
+	CHECK(!strcmp(state, "up") || !strcmp(state, "restarting"), "state '%s'", state);
+	long long t1 = atoll(times), now = (long long)time(NULL) * 1000;
+	CHECK(t1 > now - 60000 && t1 <= now + 1000, "exit time %lld is wall-clock ms (now %lld)", t1, now);
 	sup_free(s);
 
 	// status 2 (a bad command line or setting) is not restarted, even when asked
@@ -126,6 +165,8 @@ test_backoff(void)
 	CHECK(sup_restarts(s, "usage") == 0, "restarted %d times", sup_restarts(s, "usage"));
 	CHECK(sup_wait_ready(s, "usage", 3000, err) == -1);
 	CHECK(strstr(err, "status 2") != NULL, "%s", err);
+	status_line(s, "usage", line, sizeof line);
+	CHECK(strstr(line, " 0 0 stopped exit:2 ") != NULL, "status line '%s'", line);
 	sup_free(s);
 
 	// not restarted: readiness fails with the exit status
@@ -192,6 +233,105 @@ test_stale(void)
 	CHECK(exists(live), "a live instance's dir is kept");
 	rmdir(live);
 	sup_free(s);
+}
+
+// a runtime directory another user could reach is refused; without
+// XDG_RUNTIME_DIR the directory is a fresh mkdtemp one, not anedvd-<pid>
+static void
+test_rundir(void)
+{
+	const char *base = getenv("XDG_RUNTIME_DIR");
+	char err[AD_ERRLEN], d[1024];
+	struct sup *s;
+
+	// XDG_RUNTIME_DIR open to group and others
+	snprintf(d, sizeof d, "%s/open", base);
+	REQUIRE(mkdir(d, 0700) == 0 && chmod(d, 0777) == 0);
+	setenv("XDG_RUNTIME_DIR", d, 1);
+	err[0] = 0;
+	CHECK(!(s = sup_new(err)), "an XDG_RUNTIME_DIR of mode 777 is refused");
+	sup_free(s);
+	CHECK(strstr(err, "XDG_RUNTIME_DIR") && strstr(err, "777"), "%s", err);
+	setenv("XDG_RUNTIME_DIR", base, 1);
+
+	// a pre-made anedvd-<pid> of mode 777 (someone else could have made it)
+	snprintf(d, sizeof d, "%s/anedvd-%ld", base, (long)getpid());
+	REQUIRE(mkdir(d, 0700) == 0 && chmod(d, 0777) == 0);
+	err[0] = 0;
+	CHECK(!(s = sup_new(err)), "a runtime dir of mode 777 is refused");
+	sup_free(s);
+	CHECK(strstr(err, d) && strstr(err, "mode 777") && strstr(err, "refused"), "%s", err);
+	CHECK(exists(d), "the refused directory is left alone");
+	rmdir(d);
+	// a symlink in its place
+	REQUIRE(symlink(base, d) == 0);
+	CHECK(!(s = sup_new(err)), "a symlink as runtime dir is refused");
+	sup_free(s);
+	CHECK(strstr(err, "not a directory"), "%s", err);
+	unlink(d);
+
+	// owned by another user (needs root to make one)
+	if (getuid() == 0) {
+		REQUIRE(mkdir(d, 0700) == 0 && chown(d, 65534, 65534) == 0);
+		err[0] = 0;
+		CHECK(!(s = sup_new(err)), "a runtime dir owned by uid 65534 is refused");
+		sup_free(s);
+		CHECK(strstr(err, "uid 65534") && strstr(err, "refused"), "%s", err);
+		rmdir(d);
+		snprintf(d, sizeof d, "%s/foreign", base);
+		REQUIRE(mkdir(d, 0700) == 0 && chown(d, 65534, 65534) == 0);
+		setenv("XDG_RUNTIME_DIR", d, 1);
+		CHECK(!(s = sup_new(err)), "an XDG_RUNTIME_DIR owned by uid 65534 is refused");
+		sup_free(s);
+		CHECK(strstr(err, "XDG_RUNTIME_DIR") && strstr(err, "uid 65534"), "%s", err);
+		setenv("XDG_RUNTIME_DIR", base, 1);
+		rmdir(d);
+	} else {
+		printf("# not root: the foreign-owner cases are skipped\n");
+	}
+
+	// no XDG_RUNTIME_DIR: a mkdtemp directory under TMPDIR
+	char tmp[900], want[1000];
+	snprintf(tmp, sizeof tmp, "%s/tmp", base);
+	REQUIRE(mkdir(tmp, 0700) == 0);
+	const char *old_tmp = getenv("TMPDIR");
+	char *saved = old_tmp ? strdup(old_tmp) : NULL;
+	setenv("TMPDIR", tmp, 1);
+	unsetenv("XDG_RUNTIME_DIR");
+	snprintf(want, sizeof want, "%s/anedvd-%ld", tmp, (long)getpid());
+	REQUIRE(mkdir(want, 0777) == 0 && chmod(want, 0777) == 0); // the guessable name, pre-made
+	s = sup_new(err);
+	REQUIRE(s, "%s", err);
+	const char *rd = sup_rundir(s);
+	snprintf(d, sizeof d, "%s", rd);
+	snprintf(want, sizeof want, "%s/anedvd-%ld-", tmp, (long)getpid());
+	CHECK(strncmp(rd, want, strlen(want)) == 0 && strlen(rd) == strlen(want) + 6, "runtime dir %s", rd);
+	struct stat st;
+	CHECK(lstat(rd, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700 && st.st_uid == getuid(),
+	      "mode %o", st.st_mode & 0777);
+	sup_free(s);
+	CHECK(!exists(d), "the mkdtemp directory is removed at the end");
+	snprintf(want, sizeof want, "%s/anedvd-%ld", tmp, (long)getpid());
+	CHECK(exists(want), "the pre-made guessable directory was not used or touched");
+	rmdir(want);
+	// a dead instance's mkdtemp directory is cleaned up
+	pid_t p = fork();
+	if (p == 0)
+		_exit(0);
+	waitpid(p, NULL, 0);
+	snprintf(d, sizeof d, "%s/anedvd-%ld-AbC123", tmp, (long)p);
+	REQUIRE(mkdir(d, 0700) == 0);
+	s = sup_new(err);
+	REQUIRE(s, "%s", err);
+	CHECK(!exists(d), "stale mkdtemp runtime dir removed");
+	sup_free(s);
+	rmdir(tmp);
+	if (saved)
+		setenv("TMPDIR", saved, 1);
+	else
+		unsetenv("TMPDIR");
+	free(saved);
+	setenv("XDG_RUNTIME_DIR", base, 1);
 }
 
 static void
@@ -264,6 +404,7 @@ main(void)
 	T_RUN(test_backoff);
 	T_RUN(test_health_timeout);
 	T_RUN(test_stale);
+	T_RUN(test_rundir);
 	T_RUN(test_binary);
 	T_RUN(test_trace);
 	return t_done();

@@ -962,6 +962,60 @@ test_abandon(void)
 	svc_stop(&v);
 }
 
+// a caller that dies (SIGKILL: it sends no Cancel) has its jobs cancelled
+// by its pid, even while its last poll still waits; a remote engine (not
+// ipc://) ignores the pid
+static void
+test_client_gone(void)
+{
+	struct svc v;
+	struct sched_opts so = {0}; // the default abandon time (60 s) is not what ends the job
+	REQUIRE(svc_start(&v, STORIES, 0, &so, "cg") == 0);
+	__atomic_store_n(&v.fl->delay_us, 2000, __ATOMIC_RELAXED);
+	char err[AD_ERRLEN];
+	int code;
+	for (int local = 1; local >= 0; local--) {
+		v.es.local = local;
+		pid_t child = fork();
+		if (child == 0) {
+			pause();
+			_exit(0);
+		}
+		REQUIRE(child > 0);
+		struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 100000, .client_pid = child};
+		struct engc_started js;
+		REQUIRE(engc_generate(v.c, &g, &js, TMO, &code, err) == 0, "%s", err);
+		struct engc_poll p;
+		sleep_ms(300);
+		REQUIRE(engc_poll(v.c, js.job, 0, &p, TMO, &code, err) == 0, "%s", err);
+		CHECK(p.finish == ENGC_RUNNING, "local %d: a live client's job runs (finish %d %s)", local, p.finish, p.msg);
+		engc_poll_free(&p);
+		kill(child, SIGKILL);
+		waitpid(child, NULL, 0);
+		// poll until the end; give up after 5 s (local) or watch 1.5 s (remote)
+		enum engc_finish f = ENGC_RUNNING;
+		char msg[AD_ERRLEN] = "";
+		struct timespec t0, t1;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		for (long ms = 0; f == ENGC_RUNNING && ms < (local ? 5000 : 1500);) {
+			REQUIRE(engc_poll(v.c, js.job, 100, &p, TMO, &code, err) == 0, "%s", err);
+			f = p.finish;
+			snprintf(msg, sizeof msg, "%s", p.msg);
+			engc_poll_free(&p);
+			clock_gettime(CLOCK_MONOTONIC, &t1);
+			ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+		}
+		if (local) {
+			// (abandoning an unpolled job takes 60 s here: this is the pid check)
+			CHECK(f == ENGC_CANCELLED, "finish %d: %s", f, msg);
+		} else {
+			CHECK(f == ENGC_RUNNING, "remote: the pid is not looked at (finish %d %s)", f, msg);
+			REQUIRE(engc_cancel(v.c, js.job, TMO, &code, err) == 0, "%s", err);
+		}
+	}
+	svc_stop(&v);
+}
+
 // --- the process --------------------------------------------------------------------
 
 static pid_t
@@ -1367,6 +1421,7 @@ main(void)
 	}
 	T_RUN(test_fixture);
 	T_RUN(test_abandon);
+	T_RUN(test_client_gone);
 	T_RUN(test_process);
 	T_RUN(test_rope);
 #ifdef ANE_WORKER_BIN

@@ -31,9 +31,9 @@ export function freePort() {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-function start(bin, args, logFile) {
+function start(bin, args, logFile, env) {
 	const out = fs.openSync(logFile, 'a');
-	const p = spawn(bin, args, { stdio: ['ignore', out, out] });
+	const p = spawn(bin, args, { stdio: ['ignore', out, out], env: env ? { ...process.env, ...env } : process.env });
 	fs.closeSync(out);
 	return p;
 }
@@ -54,6 +54,8 @@ function stopProc(p) {
 // opts.frontend: extra frontend arguments; opts.engine: extra fake-engine
 // arguments; opts.noEngine: point the frontend at an engine that is not there;
 // opts.noTokenizer: the same for the tokenizer.
+// opts.env: extra environment of the frontend; opts.headers: sent with every
+// request of the readiness check (an API key).
 export async function startStack(opts = {}) {
 	const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'anedvd-fe-'));
 	const tokUrl = `ipc://${dir}/tok.sock`;
@@ -88,6 +90,7 @@ export async function startStack(opts = {}) {
 		['--listen', `127.0.0.1:${port}`, '--tokenizer', tokUrl, '--engine', engUrl, '--name', 'stories260K',
 			...(opts.frontend || [])],
 		path.join(dir, 'frontend.log'),
+		opts.env,
 	);
 	s.stop = async () => {
 		await Promise.all(Object.values(s.procs).map(stopProc));
@@ -99,7 +102,7 @@ export async function startStack(opts = {}) {
 	const want = [opts.noTokenizer ? 'down' : 'up', opts.noEngine ? 'down' : 'up'];
 	for (let i = 0; i < 200; i++) {
 		try {
-			const r = await request(s, 'GET', '/health');
+			const r = await request(s, 'GET', '/health', undefined, opts.headers);
 			const h = JSON.parse(r.body);
 			if (h.tokenizer === want[0] && h.engine === want[1]) return s;
 		} catch {

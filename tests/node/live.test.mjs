@@ -3,7 +3,8 @@
 // `anedvd serve --model stories260K.gguf`, which supervises the tokenizer,
 // the ane-worker (emu), the cpu-worker and the frontend. Every endpoint,
 // streaming and not; stop sequences; max_tokens; determinism at
-// temperature 0 and with a seed; an error as the SDK raises it; and a clean
+// temperature 0 and with a seed; an error as the SDK raises it; a SIGKILLed
+// frontend whose running job the cpu-worker cancels; and a clean
 // shutdown on SIGINT that leaves no process, runtime dir or shared memory.
 //
 // Environment (ctest sets it): ANEDVD_BIN, the anedvd binary; FE_MODEL,
@@ -305,6 +306,40 @@ describe('anedvd serve on stories260K, through the official SDKs', { skip }, () 
 		// and the server still answers afterwards
 		const r = await oai.completions.create({ model: 'stories260K', prompt: 'Once upon a time', max_tokens: 4, temperature: 0 });
 		assert.equal(r.usage.completion_tokens, 4);
+	});
+
+	it('a SIGKILLed frontend: the cpu-worker cancels its running job; the restarted frontend answers', async () => {
+		const status = () => Object.fromEntries(fs.readFileSync(path.join(rt, `anedvd-${srv.pid}`, 'status'), 'utf8')
+			.trim().split('\n').map((l) => l.split(/\s+/)).map(([n, p, r]) => [n, { pid: Number(p), restarts: Number(r) }]));
+		const fe = status().frontend.pid;
+		// a long sampled story (the context is what ends it), killed at its first bytes
+		const res = await fetch(`${base}/v1/completions`, {
+			method: 'POST', headers: { 'content-type': 'application/json' },
+			body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 100000, temperature: 1, seed: 5, stream: true }),
+		});
+		const reader = res.body.getReader();
+		await reader.read();
+		process.kill(fe, 'SIGKILL');
+		await reader.read().catch(() => {});
+		const gone = new RegExp(`the client \\(pid ${fe}\\) is gone: cancelled`);
+		for (let i = 0; i < 100 && !gone.test(fs.readFileSync(log, 'utf8')); i++) await sleep(50);
+		assert.match(fs.readFileSync(log, 'utf8'), gone);
+		// the supervisor restarts the frontend; it answers
+		let r = null;
+		for (let i = 0; i < 200 && !r; i++) {
+			r = await oai.completions.create({ model: 'stories260K', prompt: 'Once upon a time', max_tokens: 8, temperature: 0 }).catch(() => null);
+			if (!r) await sleep(50);
+		}
+		assert.ok(r, 'the restarted frontend answers');
+		assert.ok(r.choices[0].text.startsWith(STORY.slice(0, 10)), r.choices[0].text);
+		const st = status();
+		assert.equal(st.frontend.restarts, 1);
+		// /health shows the supervisor's view: the frontend's restart and how it ended
+		const h = await (await fetch(`${base}/health`)).json();
+		assert.equal(h.status, 'ok');
+		assert.deepEqual(h.processes.frontend, { pid: st.frontend.pid, state: 'up', restarts: 1, last_exit: 'signal:9' });
+		assert.match(await (await fetch(`${base}/metrics`)).text(), /^anedvd_process_restarts_total\{process="frontend"\} 1$/m);
+		kids = Object.values(st).map((c) => c.pid);
 	});
 
 	it('SIGINT: exit 0, no child, no runtime dir, no shared memory left', async () => {
