@@ -286,6 +286,8 @@ test_regex_vocabs(void)
 	}
 }
 
+static struct tokenizer *load_json_text(const char *name, const char *json, char *err);
+
 // WordPiece (BERT-style GGUF): llama.cpp's vectors of bge-small
 static void
 test_wpm_vocab(void)
@@ -318,6 +320,48 @@ test_wpm_vocab(void)
 	free(back);
 	tok_free(t);
 	unlink(path);
+
+	// the same vocabulary as a Hugging Face tokenizer.json (WordPiece, ##
+	// continuations, BertNormalizer, BertPreTokenizer, [CLS] $A [SEP]):
+	// tests/data/tokenizer/bert-json.py made it from the GGUF
+	path = unxz("bert-bge-tokenizer.json.xz", "bert-json");
+	REQUIRE(path, "xz -dc bert-bge-tokenizer.json.xz");
+	t = tok_load(path, err);
+	REQUIRE(t, "%s", err);
+	CHECK(!strcmp(tok_kind_name(t), "wpm"));
+	run_vectors(t, "bert-bge", "tokenizer.json, WordPiece", -1);
+	REQUIRE(tok_encode(t, "Hello", 5, 1, 0, &ids, &n, err) == 0, "%s", err);
+	CHECK(n == 3 && ids[0] == 101 && ids[2] == 102, "%zu ids", n);
+	free(ids);
+	// Hugging Face's max_input_chars_per_word (100): a longer word is [UNK]
+	char longw[102];
+	memset(longw, 'a', 101);
+	longw[101] = 0;
+	REQUIRE(tok_encode(t, longw, 101, 0, 0, &ids, &n, err) == 0, "%s", err);
+	CHECK(n == 1 && ids[0] == 100, "%zu ids", n);
+	free(ids);
+	REQUIRE(tok_encode(t, longw, 100, 0, 0, &ids, &n, err) == 0, "%s", err);
+	CHECK(n > 1 && ids[0] != 100, "%zu ids", n);
+	free(ids);
+	tok_free(t);
+
+	// what a WordPiece tokenizer.json may not have
+	t = load_json_text("wpm-bad1",
+		"{\"pre_tokenizer\":{\"type\":\"Whitespace\"},\"model\":{\"type\":\"WordPiece\",\"vocab\":{\"a\":0}}}",
+		err);
+	CHECK(!t && strstr(err, "Whitespace") && strstr(err, "BertPreTokenizer"), "%s", err);
+	tok_free(t);
+	t = load_json_text("wpm-bad2",
+		"{\"normalizer\":{\"type\":\"NFKC\"},\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"},"
+		"\"model\":{\"type\":\"WordPiece\",\"vocab\":{\"a\":0}}}", err);
+	CHECK(!t && strstr(err, "NFKC"), "%s", err);
+	tok_free(t);
+	t = load_json_text("wpm-bad3",
+		"{\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"},\"post_processor\":{\"type\":\"BertProcessing\","
+		"\"cls\":[\"[CLS]\",1],\"sep\":[\"[SEP]\",2]},\"model\":{\"type\":\"WordPiece\",\"vocab\":{\"a\":0}}}",
+		err);
+	CHECK(!t && strstr(err, "[CLS]"), "%s", err);
+	tok_free(t);
 }
 
 static void

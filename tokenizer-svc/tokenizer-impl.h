@@ -109,6 +109,7 @@ struct tokenizer {
 	int spm_word_split;     // SPM: no piece has ▁ after another character (words merge alone)
 	int add_sep;            // WPM: [SEP] after the text (with add_special)
 	int wpm_lowercase, wpm_strip_accents; // WPM normalizer
+	int wpm_max_chars;      // WPM: a longer word is the unknown token (0: no limit, as llama.cpp)
 
 	// byte-level BPE (filled by bpe.c)
 	enum tok_pre pre;

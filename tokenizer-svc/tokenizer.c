@@ -643,6 +643,7 @@ tok_load_gguf(const struct gguf *g, char *err)
 	if (kind == TOK_KIND_SPM && gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &b) == 0)
 		t->add_space_prefix = b;
 	if (kind == TOK_KIND_WPM) {
+		gguf_special_id(g, "tokenizer.ggml.cls_token_id", &t->bos); // llama.cpp: [CLS] is the BOS
 		if (gguf_get_bool(g, "tokenizer.ggml.add_sep_token", &b) == 0)
 			t->add_sep = b;
 		if (gguf_get_bool(g, "tokenizer.ggml.normalizer.lowercase", &b) == 0)
@@ -1068,6 +1069,207 @@ done:
 	return rc;
 }
 
+// --- WordPiece tokenizer.json (BERT-style) ----------------------------------------
+
+static int
+is_wpm_json(const char *json, size_t len)
+{
+	return memmem(json, len, "\"WordPiece\"", 11) != NULL;
+}
+
+// the BertNormalizer / Lowercase / StripAccents / NFD (alone or in a
+// Sequence) a WordPiece tokenizer.json may have; anything else is refused
+static int
+wpm_normalizer(struct tokenizer *t, const cJSON *n, int *strip_set, char *err)
+{
+	if (!n || cJSON_IsNull(n))
+		return 0;
+	const char *type = jstr(n, "type");
+	if (!type)
+		return ad_err(err, "normalizer without a type");
+	if (!strcmp(type, "Sequence")) {
+		const cJSON *it;
+		cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(n, "normalizers"))
+		{
+			if (wpm_normalizer(t, it, strip_set, err))
+				return -1;
+		}
+		return 0;
+	}
+	if (!strcmp(type, "BertNormalizer")) {
+		// clean_text and handle_chinese_chars are what wpm.c always does
+		const cJSON *lc = cJSON_GetObjectItemCaseSensitive(n, "lowercase");
+		const cJSON *sa = cJSON_GetObjectItemCaseSensitive(n, "strip_accents");
+		if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(n, "clean_text")) ||
+		    cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(n, "handle_chinese_chars")))
+			return ad_err(err, "BertNormalizer without clean_text or handle_chinese_chars is not supported");
+		t->wpm_lowercase = !cJSON_IsFalse(lc);
+		if (cJSON_IsBool(sa)) {
+			t->wpm_strip_accents = cJSON_IsTrue(sa);
+			*strip_set = 1;
+		}
+		return 0;
+	}
+	if (!strcmp(type, "Lowercase")) {
+		t->wpm_lowercase = 1;
+		return 0;
+	}
+	if (!strcmp(type, "StripAccents") || !strcmp(type, "NFD")) {
+		// NFD then StripAccents is the pair that strips; NFD alone would
+		// keep the marks, which wpm.c does not do
+		t->wpm_strip_accents = 1;
+		*strip_set = 1;
+		return 0;
+	}
+	return ad_err(err, "WordPiece with a %s normalizer is not supported (BertNormalizer, Lowercase, NFD, "
+	                   "StripAccents)", type);
+}
+
+// the [CLS] ... [SEP] a post-processor adds: ids of the first and last special
+static int
+wpm_post(struct tokenizer *t, const cJSON *pp, char *err)
+{
+	if (!pp || cJSON_IsNull(pp))
+		return 0;
+	const char *type = jstr(pp, "type");
+	const char *cls = NULL, *sep = NULL;
+	if (type && (!strcmp(type, "BertProcessing") || !strcmp(type, "RobertaProcessing"))) {
+		const cJSON *c = cJSON_GetObjectItemCaseSensitive(pp, "cls"), *s = cJSON_GetObjectItemCaseSensitive(pp, "sep");
+		cls = cJSON_IsString(cJSON_GetArrayItem(c, 0)) ? cJSON_GetArrayItem(c, 0)->valuestring : NULL;
+		sep = cJSON_IsString(cJSON_GetArrayItem(s, 0)) ? cJSON_GetArrayItem(s, 0)->valuestring : NULL;
+	} else if (type && !strcmp(type, "TemplateProcessing")) {
+		const cJSON *single = cJSON_GetObjectItemCaseSensitive(pp, "single");
+		int n = cJSON_GetArraySize(single);
+		for (int i = 0; i < n; i++) {
+			const cJSON *e = cJSON_GetArrayItem(single, i);
+			const cJSON *st = cJSON_GetObjectItemCaseSensitive(e, "SpecialToken");
+			if (st && i == 0)
+				cls = jstr(st, "id");
+			else if (st && i == n - 1)
+				sep = jstr(st, "id");
+			else if (!cJSON_GetObjectItemCaseSensitive(e, "Sequence"))
+				return ad_err(err, "TemplateProcessing: only specials around the sequence are supported");
+		}
+	} else {
+		return ad_err(err, "WordPiece with a %s post_processor is not supported", type ? type : "typeless");
+	}
+	t->bos = cls ? tok_find(t, cls, strlen(cls)) : -1;
+	t->sep = sep ? tok_find(t, sep, strlen(sep)) : -1;
+	if ((cls && t->bos < 0) || (sep && t->sep < 0))
+		return ad_err(err, "post_processor names %s, which is not in the vocabulary", cls && t->bos < 0 ? cls : sep);
+	t->add_bos = t->bos >= 0;
+	t->add_sep = t->sep >= 0;
+	return 0;
+}
+
+// model.vocab as llama.cpp's BERT conversion writes it: a word-initial
+// piece with ▁, a continuation ("##x") bare, added tokens as they are
+static int
+load_wpm_json(struct tokenizer *t, const char *json, size_t len, char *err)
+{
+	int rc = -1;
+	cJSON *root = cJSON_ParseWithLength(json, len);
+	if (!root)
+		return ad_err(err, "not valid JSON");
+	const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+	const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+	const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+	const char *type = jstr(model, "type");
+	const char *prefix = jstr(model, "continuing_subword_prefix");
+	const cJSON *maxc = cJSON_GetObjectItemCaseSensitive(model, "max_input_chars_per_word");
+	const char *pre = jstr(cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), "type");
+	if (!type || strcmp(type, "WordPiece") || !cJSON_IsObject(vocab)) {
+		ad_err(err, "a WordPiece tokenizer.json needs model.type WordPiece with a vocab object");
+		goto done;
+	}
+	if (!pre || strcmp(pre, "BertPreTokenizer")) {
+		ad_err(err, "WordPiece with a %s pre_tokenizer is not supported (BertPreTokenizer)", pre ? pre : "missing");
+		goto done;
+	}
+	if (!prefix)
+		prefix = "##";
+	size_t plen = strlen(prefix);
+	int64_t max_id = -1;
+	const cJSON *it;
+	cJSON_ArrayForEach(it, vocab)
+	{
+		if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= (1 << 24)) {
+			ad_err(err, "vocab entry \"%.40s\" has a bad id", it->string ? it->string : "");
+			goto done;
+		}
+		if (it->valueint > max_id)
+			max_id = it->valueint;
+	}
+	cJSON_ArrayForEach(it, added)
+	{
+		const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
+		if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (1 << 24) || !jstr(it, "content")) {
+			ad_err(err, "added_tokens entry without a valid id and content");
+			goto done;
+		}
+		if (id->valueint > max_id)
+			max_id = id->valueint;
+	}
+	if (tok_vocab_init(t, (int32_t)(max_id + 1), err))
+		goto done;
+	for (int32_t i = 0; i <= max_id; i++)
+		t->tok[i].type = TOK_TYPE_UNUSED;
+	char buf[1024];
+	cJSON_ArrayForEach(it, vocab)
+	{
+		const char *p = it->string;
+		size_t n = strlen(p);
+		if (n + 3 > sizeof buf) {
+			ad_err(err, "vocab entry \"%.40s...\" is too long", p);
+			goto done;
+		}
+		size_t m;
+		if (n >= plen && !memcmp(p, prefix, plen)) { // a continuation
+			m = n - plen;
+			memcpy(buf, p + plen, m);
+		} else {
+			memcpy(buf, "\xe2\x96\x81", 3);
+			memcpy(buf + 3, p, n);
+			m = n + 3;
+		}
+		if (tok_vocab_set(t, it->valueint, buf, m, 0, TOK_TYPE_NORMAL, err))
+			goto done;
+	}
+	const char *unk = jstr(model, "unk_token");
+	cJSON_ArrayForEach(it, added)
+	{
+		int32_t id = cJSON_GetObjectItemCaseSensitive(it, "id")->valueint;
+		const char *c = jstr(it, "content");
+		enum tok_type ty = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "special")) ? TOK_TYPE_CONTROL
+		                                                                                 : TOK_TYPE_USER_DEFINED;
+		if (unk && !strcmp(unk, c))
+			ty = TOK_TYPE_UNKNOWN;
+		if (tok_vocab_set(t, id, c, strlen(c), 0, ty, err))
+			goto done;
+	}
+	if (build_map(t, err))
+		goto done;
+	t->unk = unk ? tok_find(t, unk, strlen(unk)) : -1;
+	if (unk && t->unk < 0) {
+		ad_err(err, "unk_token %.40s is not among the added tokens", unk);
+		goto done;
+	}
+	// Hugging Face's WordPiece: a word of more characters is [UNK] whole
+	t->wpm_max_chars = cJSON_IsNumber(maxc) && maxc->valuedouble > 0 ? (int)maxc->valuedouble : 100;
+	t->wpm_lowercase = 0;
+	int strip_set = 0;
+	if (wpm_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), &strip_set, err))
+		goto done;
+	if (!strip_set)
+		t->wpm_strip_accents = t->wpm_lowercase; // BertNormalizer's strip_accents: null
+	if (wpm_post(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor"), err))
+		goto done;
+	rc = 0;
+done:
+	cJSON_Delete(root);
+	return rc;
+}
+
 // load_hf: tokenizer.json at json_path, config at config_path (may be NULL
 // or missing).
 static struct tokenizer *
@@ -1082,7 +1284,13 @@ load_hf(const char *json_path, const char *config_path, char *err)
 		free(json);
 		return NULL;
 	}
-	if (is_spm_json(json, n)) {
+	if (is_wpm_json(json, n)) {
+		t->kind = TOK_KIND_WPM;
+		if (load_wpm_json(t, json, n, err)) {
+			ad_err_prefix(err, "%s", json_path);
+			goto fail;
+		}
+	} else if (is_spm_json(json, n)) {
 		t->kind = TOK_KIND_SPM;
 		if (load_spm_json(t, json, n, err)) {
 			ad_err_prefix(err, "%s", json_path);

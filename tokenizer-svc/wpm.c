@@ -54,6 +54,13 @@ word_ids(const struct tokenizer *t, const struct word *w, struct tok_ids *out, c
 	if (w->n <= 3)
 		return 0;
 	size_t start = out->n, n = w->n;
+	if (t->wpm_max_chars > 0) {
+		size_t chars = 0;
+		for (size_t i = 3; i < n; i++)
+			chars += ((unsigned char)w->p[i] & 0xC0) != 0x80;
+		if (chars > (size_t)t->wpm_max_chars)
+			return t->unk >= 0 ? tok_ids_push(out, t->unk, err) : 0;
+	}
 	for (size_t i = 0; i < n;) {
 		size_t j = i + t->max_piece_len < n ? i + t->max_piece_len : n;
 		int32_t id = -1;
