@@ -27,7 +27,7 @@
 
 struct tool_opts {
 	const char *cmd, *model, *prompt, *ids, *weights;
-	int chunk, split, threads, iters, upto, size, token;
+	int chunk, split, threads, iters, upto, size, token, max_seq;
 	enum model_rope rope;
 	int ctx, heads, kv_heads, head_dim;
 };
@@ -48,6 +48,7 @@ tool_flag(struct tool_opts *o, int argc, char **argv, int *i)
 		{"--size", &o->size, 1, 16384},       {"--token", &o->token, 0, INT32_MAX},
 		{"--ctx", &o->ctx, 1, 1 << 20},       {"--heads", &o->heads, 1, 1024},
 		{"--kv-heads", &o->kv_heads, 1, 1024}, {"--head-dim", &o->head_dim, 1, 1024},
+		{"--max-seq", &o->max_seq, 2, 1 << 20},
 	};
 	for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
 		if (!strcmp(a, ints[k].flag)) {
@@ -350,12 +351,14 @@ layers_usage(void)
 {
 	fprintf(stderr,
 	        "usage: anedvd layers --model M --upto N [--prompt TEXT | --prompt-ids 1,2,3] [--chunk N] [--split]\n"
-	        "                     [--arch NAME]\n"
+	        "                     [--max-seq N] [--arch NAME]\n"
 	        "  the prompt through only the first N layers (then the final norm and the LM head),\n"
 	        "  on emu in this process and in the fp32 reference engine, and the top 5 next tokens\n"
 	        "  of both: bisects a model that produces garbage. The cut is made by building both\n"
 	        "  engines on the model with its layer count set to N. Default prompt\n"
 	        "  \"The capital of France is\".\n"
+	        "  --max-seq N  the context both engines are built for (default: the prompt + 1); it picks\n"
+	        "               what depends on it, e.g. LongRoPE's long factors past the original context\n"
 	        "  --arch NAME  run a GGUF file as architecture NAME whatever it says\n");
 }
 
@@ -390,7 +393,9 @@ int
 cmd_layers(int argc, char **argv)
 {
 	struct tool_opts o = {.cmd = "layers", .upto = -1};
-	int r = tool_args(&o, argc, argv, "--model --upto --prompt --prompt-ids --chunk --split --threads --rope-hf --rope-adjacent --arch");
+	int r = tool_args(&o, argc, argv,
+	                  "--model --upto --prompt --prompt-ids --chunk --split --threads --rope-hf --rope-adjacent --arch "
+	                  "--max-seq");
 	if (r || !o.model || o.upto < 0) {
 		if (!r)
 			fprintf(stderr, "anedvd layers: --model and --upto are required\n");
@@ -444,7 +449,12 @@ cmd_layers(int argc, char **argv)
 	struct model cut = m; // the same tensors, fewer layers
 	cut.hp.n_layer = o.upto;
 	struct kb_opts ko = {.width = o.chunk, .split = o.split, .threads = o.threads};
-	struct engine_opts eo = {.max_seq = n + 1};
+	if (o.max_seq && o.max_seq < n + 1) {
+		fprintf(stderr, "anedvd layers: --max-seq %d: the prompt has %d tokens\n", o.max_seq, n);
+		status = 2;
+		goto out;
+	}
+	struct engine_opts eo = {.max_seq = o.max_seq ? o.max_seq : n + 1};
 	if (!(kl = kb_local_new(&cut, &ko, err)) || !(e = engine_new(&cut, kl, &eo, err)) ||
 	    !(s = engine_seq_new(e, err)) || !(ref = ref_new_ctx(&cut, n, eo.max_seq, err))) {
 		fprintf(stderr, "anedvd layers: %s\n", err);
@@ -459,7 +469,8 @@ cmd_layers(int argc, char **argv)
 	}
 	const float *la = a + (size_t)(n - 1) * nv, *lb = b + (size_t)(n - 1) * nv;
 	double md;
-	printf("model: %s, %d of %lld layers, %d prompt tokens\n", o.model, o.upto, (long long)m.hp.n_layer, n);
+	printf("model: %s, %d of %lld layers, %d prompt tokens, context %d\n", o.model, o.upto, (long long)m.hp.n_layer,
+	       n, eo.max_seq);
 	double rel = rel_err(la, lb, (size_t)nv, &md, NULL);
 	top5(la, nv, tk, "emu");
 	top5(lb, nv, tk, "reference");
