@@ -174,9 +174,9 @@ check "layers prints both top-5 lists" [ "$(grep -c -E '^  (emu|reference) ' "$T
 LR=$DATA/models2/phi3_longrope.gguf
 $A layers --model "$LR" --upto 2 --prompt-ids 1,403 --max-seq 3 > "$T/ly3.txt" 2>&1
 $A layers --model "$LR" --upto 2 --prompt-ids 1,403 --max-seq 8 > "$T/ly8.txt" 2>&1
-check "layers --max-seq prints the context" grep -q "context 8$" "$T/ly8.txt"
+check "layers --max-seq prints the context" grep -aq "context 8$" "$T/ly8.txt"
 check "layers --max-seq picks LongRoPE's factors" \
-	[ "$(grep '^  reference' "$T/ly3.txt")" != "$(grep '^  reference' "$T/ly8.txt")" ]
+	[ "$(grep -a '^  reference' "$T/ly3.txt")" != "$(grep -a '^  reference' "$T/ly8.txt")" ]
 $A layers --model "$LR" --upto 2 --prompt-ids 1,403,407 --max-seq 3 > "$T/ly-bad.txt" 2>&1
 check "layers --max-seq shorter than the prompt: exit 2" [ $? -eq 2 ]
 $A kernels --model "$DATA/models/llama.gguf" --iters 3 > "$T/kn.txt" 2>&1
