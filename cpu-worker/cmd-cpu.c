@@ -81,6 +81,8 @@ cpu_usage(int full)
 	        "  --model M           a .gguf file or a Hugging Face directory\n"
 	        "  --prompt-ids LIST   comma-separated token ids (nothing is added)\n"
 	        "  --prompt TEXT       text, tokenized with the model's tokenizer (BOS per the model)\n"
+	        "  --chat              wrap --prompt in the model's chat template (a user turn and the\n"
+	        "                      assistant's opening), as run and chat do; --system TEXT adds one\n"
 	        "  --max-tokens N      tokens to generate (default 32)\n"
 	        "  --max-seq N         KV cache size in positions (default prompt + max-tokens)\n"
 	        "  --ignore-eos        do not stop at the end-of-sequence token\n"
@@ -94,9 +96,9 @@ cpu_usage(int full)
 }
 
 struct cpu_opts {
-	const char *model, *prompt, *prompt_ids, *dump;
+	const char *model, *prompt, *prompt_ids, *dump, *system;
 	long long max_tokens, max_seq;
-	int json, ignore_eos, verbose;
+	int json, ignore_eos, verbose, chat;
 	enum model_rope rope;
 };
 
@@ -125,6 +127,11 @@ cpu_args(int argc, char **argv, struct cpu_opts *o)
 		} else if (!strcmp(a, "--prompt-ids")) {
 			VAL();
 			o->prompt_ids = argv[++i];
+		} else if (!strcmp(a, "--system")) {
+			VAL();
+			o->system = argv[++i];
+		} else if (!strcmp(a, "--chat")) {
+			o->chat = 1;
 		} else if (!strcmp(a, "--max-tokens")) {
 			VAL();
 			if (cli_int("cpu", a, argv[++i], 0, 1 << 20, &o->max_tokens))
@@ -164,6 +171,14 @@ cpu_args(int argc, char **argv, struct cpu_opts *o)
 	}
 	if (!o->prompt == !o->prompt_ids) {
 		fprintf(stderr, "anedvd cpu: give exactly one of --prompt-ids and --prompt\n");
+		return -1;
+	}
+	if ((o->chat || o->system) && !o->prompt) {
+		fprintf(stderr, "anedvd cpu: --chat and --system go with --prompt (ids are used as they are)\n");
+		return -1;
+	}
+	if (o->system && !o->chat) {
+		fprintf(stderr, "anedvd cpu: --system needs --chat\n");
 		return -1;
 	}
 	return 0;
@@ -258,7 +273,25 @@ cmd_cpu(int argc, char **argv)
 	}
 	if (o.prompt) {
 		size_t n = 0;
-		if (tok_encode(tok, o.prompt, strlen(o.prompt), -1, 0, &ids, &n, err)) {
+		char *chat = NULL;
+		if (o.chat) {
+			struct tok_msg msgs[2];
+			size_t nm = 0;
+			if (o.system)
+				msgs[nm++] = (struct tok_msg){TOK_ROLE_SYSTEM, o.system};
+			msgs[nm++] = (struct tok_msg){TOK_ROLE_USER, o.prompt};
+			if (tok_apply_chat(tok, msgs, nm, 1, &chat, err)) {
+				fprintf(stderr, "anedvd cpu: the chat template: %s\n", err);
+				goto out;
+			}
+			if (!o.json)
+				printf("chat template (%s): %s\n", tok_chat_family_name(tok_chat_family(tok)), chat);
+		}
+		// a rendered template holds special tokens as text
+		int erc = chat ? tok_encode(tok, chat, strlen(chat), -1, 1, &ids, &n, err)
+		              : tok_encode(tok, o.prompt, strlen(o.prompt), -1, 0, &ids, &n, err);
+		free(chat);
+		if (erc) {
 			fprintf(stderr, "anedvd cpu: tokenizing the prompt: %s\n", err);
 			goto out;
 		}

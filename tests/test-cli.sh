@@ -179,6 +179,20 @@ check "layers --max-seq picks LongRoPE's factors" \
 	[ "$(grep -a '^  reference' "$T/ly3.txt")" != "$(grep -a '^  reference' "$T/ly8.txt")" ]
 $A layers --model "$LR" --upto 2 --prompt-ids 1,403,407 --max-seq 3 > "$T/ly-bad.txt" 2>&1
 check "layers --max-seq shorter than the prompt: exit 2" [ $? -eq 2 ]
+# cpu --chat: the prompt through the model's chat template (stories260K has none:
+# the plain transcript), then the reference engine
+$A cpu --model "$STORIES" --prompt "Hi there" --chat --system "Be kind" --max-tokens 4 --json \
+	> "$T/cpuchat.json" 2> "$T/cpuchat.err"
+check "cpu --chat exits 0" [ $? -eq 0 ]
+check "cpu --chat renders the turns" python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["prompt_text"] == "System: Be kind\nUser: Hi there\nAssistant:", d["prompt_text"]
+assert len(d["generated_ids"]) == 4' "$T/cpuchat.json"
+$A cpu --model "$STORIES" --prompt-ids 1,2 --chat > /dev/null 2>&1
+check "cpu --chat with ids: exit 2" [ $? -eq 2 ]
+$A cpu --model "$STORIES" --prompt "x" --system "y" > /dev/null 2>&1
+check "cpu --system without --chat: exit 2" [ $? -eq 2 ]
 $A kernels --model "$DATA/models/llama.gguf" --iters 3 > "$T/kn.txt" 2>&1
 check "kernels prints a total" grep -q "TOTAL per token" "$T/kn.txt"
 $A attnbench --ctx 64 --iters 3 > "$T/ab.txt" 2>&1
