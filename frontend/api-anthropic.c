@@ -16,9 +16,7 @@ static int
 parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_params *p, struct fe_bad *bad)
 {
 	p->api = api;
-	p->temperature = 0.7f;
-	p->top_p = 1;
-	p->repeat_penalty = 1;
+	fe_params_sampling(p, cfg, 0);
 	if (fe_get_model(body, cfg, p, bad) < 0)
 		return -1;
 	long long ll;

@@ -13,6 +13,27 @@
 #include "fe.h"
 
 void
+fe_params_sampling(struct fe_params *p, const struct fe_config *cfg, int top_k)
+{
+	p->temperature = 0.7f;
+	p->top_k = top_k;
+	p->top_p = 1;
+	p->min_p = 0;
+	p->repeat_penalty = 1;
+	const struct fe_sampling_defaults *d = &cfg->def;
+	if (d->set & FE_DEF_TEMP)
+		p->temperature = d->temperature;
+	if (d->set & FE_DEF_TOP_K)
+		p->top_k = d->top_k;
+	if (d->set & FE_DEF_TOP_P)
+		p->top_p = d->top_p;
+	if (d->set & FE_DEF_MIN_P)
+		p->min_p = d->min_p;
+	if (d->set & FE_DEF_REPEAT)
+		p->repeat_penalty = d->repeat_penalty;
+}
+
+void
 fe_params_free(struct fe_params *p)
 {
 	free(p->model);

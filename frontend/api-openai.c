@@ -290,10 +290,7 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 		return parse_embeddings(body, cfg, p, bad);
 	}
 	p->max_tokens = cfg->max_tokens;
-	p->temperature = 0.7f;
-	p->top_k = api == FE_API_CHAT ? 40 : 0;
-	p->top_p = 1;
-	p->repeat_penalty = 1;
+	fe_params_sampling(p, cfg, api == FE_API_CHAT ? 40 : 0);
 	if (fe_get_model(body, cfg, p, bad) < 0)
 		return -1;
 	if (api == FE_API_CHAT) {

@@ -169,10 +169,7 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 {
 	p->api = FE_API_RESPONSES;
 	p->max_tokens = cfg->max_tokens;
-	p->temperature = 0.7f; // the chat endpoint's defaults
-	p->top_k = 40;
-	p->top_p = 1;
-	p->repeat_penalty = 1;
+	fe_params_sampling(p, cfg, 40); // the chat endpoint's defaults
 	if (fe_get_model(body, cfg, p, bad) < 0)
 		return -1;
 	// state the server does not keep

@@ -1220,6 +1220,9 @@ serve_usage(int full)
 	        "  --host H, --port N  where to listen (default 127.0.0.1:8080)\n"
 	        "  --name ID           model id in /v1/models (default: the file's stem)\n"
 	        "  --system TEXT       system prompt for chats that bring none\n"
+	        "  --temp T, --top-p P, --top-k K, --min-p P, --repeat-penalty R\n"
+	        "                      sampling for a request that does not set it (defaults: 0.7, 1,\n"
+	        "                      40 for chat and 0 for completions, 0, 1)\n"
 	        "  --max-tokens N      reply length when a request gives none (default 512)\n"
 	        "  --max-seq N         context (default 2048)\n"
 	        "  --parallel N        generations at once (default 1); --queue N waiting beyond them\n"
@@ -1276,6 +1279,8 @@ cmd_serve(int argc, char **argv)
 	enum { MAX_ACCESS = 32 };
 	const char *keys[MAX_ACCESS], *access[2 * MAX_ACCESS];
 	int n_keys = 0, n_access = 0;
+	const char *samp[10]; // the sampling defaults, flag and value, for the frontend
+	int n_samp = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v;
 		int r = pipe_flag(&po, argc, argv, &i);
@@ -1333,6 +1338,21 @@ cmd_serve(int argc, char **argv)
 				return 2;
 			}
 			keys[n_keys++] = v;
+		} else if (!strcmp(a, "--temp") || !strcmp(a, "--top-p") || !strcmp(a, "--top-k") || !strcmp(a, "--min-p") ||
+		           !strcmp(a, "--repeat-penalty")) {
+			// checked here so a bad value fails before anything starts; the
+			// frontend applies them to requests that do not set them
+			float f;
+			if (!(v = cli_val("serve", argc, argv, &i)))
+				return 2;
+			int bad = !strcmp(a, "--temp")             ? cli_float("serve", a, v, 0, 2, &f)
+			          : !strcmp(a, "--top-k")          ? cli_int("serve", a, v, 0, 1 << 20, &(long long){0})
+			          : !strcmp(a, "--repeat-penalty") ? cli_float("serve", a, v, 1e-6, 10, &f)
+			                                           : cli_float("serve", a, v, 0, 1, &f);
+			if (bad || n_samp == 10)
+				return 2;
+			samp[n_samp++] = a;
+			samp[n_samp++] = v;
 		} else if (!strcmp(a, "--api-key-file") || !strcmp(a, "--cors-origin") || !strcmp(a, "--allowed-host")) {
 			if (!(v = cli_val("serve", argc, argv, &i)))
 				return 2;
@@ -1460,7 +1480,7 @@ cmd_serve(int argc, char **argv)
 			goto fail;
 	}
 	{
-		const char *av[24 + 2 * MAX_ACCESS] = {b_fe, "--listen", listen, "--tokenizer", u_tok, "--engine", u_eng,
+		const char *av[34 + 2 * MAX_ACCESS] = {b_fe, "--listen", listen, "--tokenizer", u_tok, "--engine", u_eng,
 		                                       "--name", name, "--max-tokens", mt, "--max-seq", ms, "--parallel", par,
 		                                       "--queue", qu};
 		int k = 17;
@@ -1474,6 +1494,8 @@ cmd_serve(int argc, char **argv)
 			av[k++] = "--embeddings";
 		for (int j = 0; j < n_access; j++)
 			av[k++] = access[j];
+		for (int j = 0; j < n_samp; j++)
+			av[k++] = samp[j];
 		char stf[PATH_MAX + 16];
 		snprintf(stf, sizeof stf, "%s/status", sup_rundir(s));
 		av[k++] = "--status-file";

@@ -44,6 +44,13 @@ struct fe_config {
 	int keepalive_ms;    // SSE comment after this much silence; 0: never
 	int deadline_ms;     // a generation's whole life, queue included; 0: none
 	int embeddings;      // serve /v1/embeddings
+	// sampling defaults for a request that sets none (--temp, ...); a field
+	// counts only when its FE_DEF_* bit is in def.set
+	struct fe_sampling_defaults {
+		float temperature, top_p, min_p, repeat_penalty;
+		int top_k;
+		unsigned set;
+	} def;
 	// access (guard.c): API keys (none: no key asked), CORS origins and Host
 	// names allowed beyond the defaults; *_any: "*" was given
 	const char *const *api_keys;
@@ -135,6 +142,14 @@ struct fe_params {
 };
 
 void fe_params_free(struct fe_params *p);
+#define FE_DEF_TEMP 1u
+#define FE_DEF_TOP_P 2u
+#define FE_DEF_MIN_P 4u
+#define FE_DEF_REPEAT 8u
+#define FE_DEF_TOP_K 16u
+// fe_params_sampling: the dialect's defaults (top_k as given: 40 for chat, 0
+// for completions), then the server's (cfg->def), before the body is read
+void fe_params_sampling(struct fe_params *p, const struct fe_config *cfg, int top_k);
 
 enum fe_finish { FE_FINISH_NONE, FE_FINISH_EOS, FE_FINISH_LENGTH, FE_FINISH_STOP_SEQ, FE_FINISH_CANCELLED, FE_FINISH_ERROR };
 

@@ -25,6 +25,9 @@ usage(FILE *out)
 	        "  --name ID           the model id reported by /v1/models (default anedvd)\n"
 	        "  --model-file PATH   the model's file, whose name GET /props reports (default: the id)\n"
 	        "  --system TEXT       system prompt for chats that bring none\n"
+	        "  --temp T, --top-p P, --top-k K, --min-p P, --repeat-penalty R\n"
+	        "                      sampling for a request that does not set it (defaults: 0.7, 1,\n"
+	        "                      40 for chat and 0 for completions, 0, 1)\n"
 	        "  --max-tokens N      reply length when a request gives none (default 512)\n"
 	        "  --max-seq N         context length: prompt + reply (default 2048)\n"
 	        "  --max-body BYTES    largest request body (default 4194304)\n"
@@ -58,6 +61,22 @@ number(const char *opt, const char *s, long lo, long hi, long *out)
 		return -1;
 	}
 	*out = v;
+	return 0;
+}
+
+// a sampling default: a number in [lo, hi] (and > lo when open)
+static int
+fnumber(const char *opt, const char *s, double lo, double hi, int open, float *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || *end || end == s || !(v >= lo && v <= hi) || (open && v == lo)) {
+		fprintf(stderr, "anedvd-frontend: %s takes a number from %g%s to %g, not '%s'\n", opt, lo,
+		        open ? " (exclusive)" : "", hi, s);
+		return -1;
+	}
+	*out = (float)v;
 	return 0;
 }
 
@@ -186,6 +205,27 @@ main(int argc, char **argv)
 			cfg.model_file = v;
 		} else if (strcmp(a, "--system") == 0) {
 			cfg.system = v;
+		} else if (strcmp(a, "--temp") == 0) {
+			if (fnumber(a, v, 0, 2, 0, &cfg.def.temperature))
+				return 2;
+			cfg.def.set |= FE_DEF_TEMP;
+		} else if (strcmp(a, "--top-p") == 0) {
+			if (fnumber(a, v, 0, 1, 0, &cfg.def.top_p))
+				return 2;
+			cfg.def.set |= FE_DEF_TOP_P;
+		} else if (strcmp(a, "--min-p") == 0) {
+			if (fnumber(a, v, 0, 1, 0, &cfg.def.min_p))
+				return 2;
+			cfg.def.set |= FE_DEF_MIN_P;
+		} else if (strcmp(a, "--repeat-penalty") == 0) {
+			if (fnumber(a, v, 0, 10, 1, &cfg.def.repeat_penalty))
+				return 2;
+			cfg.def.set |= FE_DEF_REPEAT;
+		} else if (strcmp(a, "--top-k") == 0) {
+			if (number(a, v, 0, 1 << 20, &n))
+				return 2;
+			cfg.def.top_k = (int)n;
+			cfg.def.set |= FE_DEF_TOP_K;
 		} else if (strcmp(a, "--max-tokens") == 0) {
 			if (number(a, v, 1, 1 << 20, &n))
 				return 2;

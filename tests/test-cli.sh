@@ -193,6 +193,11 @@ $A cpu --model "$STORIES" --prompt-ids 1,2 --chat > /dev/null 2>&1
 check "cpu --chat with ids: exit 2" [ $? -eq 2 ]
 $A cpu --model "$STORIES" --prompt "x" --system "y" > /dev/null 2>&1
 check "cpu --system without --chat: exit 2" [ $? -eq 2 ]
+$A serve --model "$STORIES" --temp 3 > /dev/null 2> "$T/serve-temp.err"
+check "serve --temp 3: exit 2" [ $? -eq 2 ]
+check "serve --temp 3: the error names the flag" grep -q -- "--temp" "$T/serve-temp.err"
+$A serve --model "$STORIES" --top-k x > /dev/null 2>&1
+check "serve --top-k x: exit 2" [ $? -eq 2 ]
 $A kernels --model "$DATA/models/llama.gguf" --iters 3 > "$T/kn.txt" 2>&1
 check "kernels prints a total" grep -q "TOTAL per token" "$T/kn.txt"
 $A attnbench --ctx 64 --iters 3 > "$T/ab.txt" 2>&1

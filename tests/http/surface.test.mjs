@@ -359,6 +359,37 @@ describe('the server\'s --system prompt is counted as it is sent', () => {
 	});
 });
 
+describe('the server\'s sampling defaults (--temp, --top-k, ...)', () => {
+	let s;
+	before(async () => {
+		s = await startStack({ frontend: ['--temp', '0.25', '--top-k', '5', '--top-p', '0.5', '--repeat-penalty', '1.2'] });
+	});
+	after(async () => {
+		await s?.stop();
+	});
+
+	it('stand in for what a request does not set, in every dialect and in /props', async () => {
+		const user = { messages: [{ role: 'user', content: 'ECHO:a' }] };
+		let r = await post(s, '/v1/chat/completions', { ...user, seed: 101 });
+		assert.equal(r.status, 200, r.body);
+		assert.match(s.events(), /temp=0.25 top_k=5 seed=101\//);
+		r = await post(s, '/v1/messages', { ...user, max_tokens: 4, seed: 102 });
+		assert.equal(r.status, 200, r.body);
+		assert.match(s.events(), /temp=0.25 top_k=5 seed=102\//);
+		r = await post(s, '/v1/completions', { prompt: 'ECHO:b', seed: 103 });
+		assert.equal(r.status, 200, r.body);
+		assert.match(s.events(), /temp=0.25 top_k=5 seed=103\//);
+		// a request's own values win
+		r = await post(s, '/v1/chat/completions', { ...user, temperature: 1, top_k: 9, seed: 104 });
+		assert.match(s.events(), /temp=1 top_k=9 seed=104\//);
+		const p = JSON.parse((await request(s, 'GET', '/props')).body).default_generation_settings.params;
+		assert.equal(p.temperature, 0.25);
+		assert.equal(p.top_k, 5);
+		assert.equal(p.top_p, 0.5);
+		assert.ok(Math.abs(p.repeat_penalty - 1.2) < 1e-6, String(p.repeat_penalty));
+	});
+});
+
 describe('a tokenizer that is not there', () => {
 	let s;
 	before(async () => {
