@@ -714,7 +714,21 @@ int
 model_load(struct model *m, const char *path, char *err)
 {
 	size_t n = strlen(path);
-	if (n >= 5 && strcmp(path + n - 5, ".gguf") == 0)
-		return model_load_gguf(m, path, err);
-	return model_load_hf(m, path, err);
+	int rc = n >= 5 && strcmp(path + n - 5, ".gguf") == 0 ? model_load_gguf(m, path, err)
+	                                                        : model_load_hf(m, path, err);
+	// ANEDVD_LAYERS=N (verify --layers): every process builds the model with
+	// its first N layers only (then the final norm and the head), so a
+	// pipeline can be bisected against the reference layer by layer
+	const char *cut = getenv("ANEDVD_LAYERS");
+	if (rc == 0 && cut && *cut) {
+		char *end;
+		long v = strtol(cut, &end, 10);
+		if (*end || v < 1 || v > m->hp.n_layer) {
+			ad_err(err, "ANEDVD_LAYERS=%s: the model has %lld layers", cut, (long long)m->hp.n_layer);
+			model_free(m);
+			return -1;
+		}
+		m->hp.n_layer = v;
+	}
+	return rc;
 }

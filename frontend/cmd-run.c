@@ -1012,7 +1012,9 @@ verify_usage(int full)
 	        "  logit of the pipeline's token within 1%% of max|ref logit| of its own top logit.\n"
 	        "  --model M           (or the first argument) a .gguf file or a Hugging Face directory\n"
 	        "  --prompt TEXT       raw text, BOS per the model (default \"Once upon a time\")\n"
-	        "  --prompt-ids LIST   token ids instead (no tokenizer process then)\n" PIPE_HELP_BACKEND
+	        "  --prompt-ids LIST   token ids instead (no tokenizer process then)\n"
+	        "  --layers N          only the first N layers (then the final norm and the LM head), in the\n"
+	        "                      workers and the reference alike: bisects a MISMATCH\n" PIPE_HELP_BACKEND
 	        "  --pipeline-rope-hf  a deliberate fault: neox RoPE in the pipeline only (to see MISMATCH)\n");
 }
 
@@ -1036,6 +1038,14 @@ cmd_verify(int argc, char **argv)
 		} else if (!strcmp(a, "--prompt-ids")) {
 			if (!(idss = cli_val("verify", argc, argv, &i)))
 				return 2;
+		} else if (!strcmp(a, "--layers")) {
+			long long nl;
+			const char *v = cli_val("verify", argc, argv, &i);
+			if (!v || cli_int("verify", a, v, 1, 100000, &nl))
+				return 2;
+			// every process (the workers, this one's reference) loads the
+			// model cut to its first N layers; model_load checks N
+			setenv("ANEDVD_LAYERS", v, 1);
 		} else if (!strcmp(a, "--pipeline-rope-hf")) {
 			po.pipe_rope = MODEL_ROPE_NEOX;
 		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {

@@ -193,6 +193,13 @@ $A cpu --model "$STORIES" --prompt-ids 1,2 --chat > /dev/null 2>&1
 check "cpu --chat with ids: exit 2" [ $? -eq 2 ]
 $A cpu --model "$STORIES" --prompt "x" --system "y" > /dev/null 2>&1
 check "cpu --system without --chat: exit 2" [ $? -eq 2 ]
+# verify --layers N: workers and reference alike cut to N layers
+$A verify --model "$DATA/models/qwen2.gguf" --prompt-ids 1,403,407,261 --layers 1 > "$T/vl1.txt" 2>&1
+check "verify --layers 1 MATCH" [ $? -eq 0 ]
+check "verify --layers 1 runs one layer" grep -aq "(qwen2, 1 layers)" "$T/vl1.txt"
+$A verify --model "$DATA/models/qwen2.gguf" --prompt-ids 1,403 --layers 3 > "$T/vl3.txt" 2>&1
+check "verify --layers beyond the model fails" [ $? -ne 0 ]
+check "verify --layers beyond the model says so" grep -aq "the model has 2 layers" "$T/vl3.txt"
 $A serve --model "$STORIES" --temp 3 > /dev/null 2> "$T/serve-temp.err"
 check "serve --temp 3: exit 2" [ $? -eq 2 ]
 check "serve --temp 3: the error names the flag" grep -q -- "--temp" "$T/serve-temp.err"
