@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "prefix-cache.h"
 #include "trace.h"
 
 #define SESSION_WAIT_MS 5000 // for a session whose job has finished but is not yet released
@@ -69,6 +70,11 @@ struct job {
 	struct engine_seq *seq;
 	struct sampler *smp;
 	int fed; // prompt tokens in the cache
+	// the prefix cache: pins[i] is the sequence's block i, found or stored
+	// (pinned until the job is detached); looked once the lookup is done
+	struct pcache_block **pins;
+	int n_pins, looked, store_off;
+	int cached; // prompt tokens copied from the prefix cache
 	int32_t next_tok;
 	struct engine_timings t0;
 
@@ -132,6 +138,8 @@ struct sched {
 	int rows;
 	struct engine_seq *eval_seq;
 	struct embed_run *embed; // the embedding request at the head of the queue
+	struct pcache *pc;        // NULL: no prefix cache
+	int max_blocks;           // per sequence
 };
 
 static uint64_t
@@ -296,8 +304,77 @@ job_free(struct job *j)
 	free(j->prompt);
 	free(j->bias);
 	free(j->ev);
+	free(j->pins);
 	pthread_cond_destroy(&j->cv);
 	free(j);
+}
+
+// --- the prefix cache (the engine thread's) -------------------------------------------
+
+// cache_store adds the full blocks of j's sequence not yet in its chain
+// (the prompt's, and at the end the generated tokens' too: a chat's next
+// turn resends them); a full cache ends the chain
+static void
+cache_store(struct sched *s, struct job *j)
+{
+	if (!s->pc || !j->pins || !j->seq || j->store_off)
+		return;
+	const int B = pcache_block_size(s->pc), len = engine_seq_len(j->seq);
+	const int32_t *t = engine_seq_tokens(j->seq);
+	while (j->n_pins < s->max_blocks && (j->n_pins + 1) * B <= len) {
+		void *fill;
+		struct pcache_block *parent = j->n_pins ? j->pins[j->n_pins - 1] : NULL;
+		struct pcache_block *b = pcache_add(s->pc, parent, t + (size_t)j->n_pins * B, &fill);
+		if (!b) {
+			j->store_off = 1;
+			return;
+		}
+		if (fill)
+			engine_seq_kv_read(j->seq, j->n_pins * B, B, fill);
+		j->pins[j->n_pins++] = b;
+	}
+}
+
+// cache_lookup runs when j's prefill is about to start (not at admission:
+// a job admitted with others on the same prompt, n choices say, looks
+// after the first one has stored its blocks): copies the rows of the
+// longest cached prefix beyond what the sequence holds (never the last
+// prompt token: its logits are needed) and logs the request's line
+static void
+cache_lookup(struct sched *s, struct job *j)
+{
+	char err[AD_ERRLEN];
+	j->looked = 1;
+	if (s->pc && (j->pins = calloc((size_t)s->max_blocks, sizeof *j->pins))) {
+		const int B = pcache_block_size(s->pc);
+		int hit;
+		int nb = pcache_match(s->pc, j->prompt, j->keep, j->pins, s->max_blocks, &hit);
+		j->n_pins = nb;
+		int upto = hit < j->keep - 1 ? hit : j->keep - 1;
+		int from = engine_seq_len(j->seq);
+		while (from < upto) {
+			int k = from / B, off = from % B, m = upto - from < B - off ? upto - from : B - off;
+			if (engine_seq_kv_append(j->seq, j->prompt + from, m, pcache_rows(j->pins[k]), B, off, err)) {
+				ad_warn("job %llu: prefix cache: %s", (unsigned long long)j->id, err);
+				break;
+			}
+			from += m;
+		}
+		// a last block matched in part is not this sequence's block: the
+		// chain stores its own in its place
+		if (nb && hit % B) {
+			pcache_release(s->pc, j->pins + nb - 1, 1);
+			j->n_pins = nb - 1;
+		}
+		pthread_mutex_lock(&s->mu);
+		j->cached = from - j->fed > 0 ? from - j->fed : 0;
+		pthread_mutex_unlock(&s->mu);
+		j->fed = engine_seq_len(j->seq);
+	}
+	ad_info("job %llu: prompt %d tokens, %d reused (%d from the session, %d from the prefix cache), %d dropped, "
+	        "%d to prefill",
+	        (unsigned long long)j->id, j->keep, j->reuse + j->cached, j->reuse, j->cached, j->dropped,
+	        j->keep - j->fed);
 }
 
 // detach hands a finished job back: the engine thread no longer uses it
@@ -305,6 +382,11 @@ static void
 detach(struct sched *s, int i)
 {
 	struct job *j = s->active[i];
+	if (s->pc && j->pins) {
+		cache_store(s, j);
+		pcache_release(s->pc, j->pins, j->n_pins);
+		j->n_pins = 0;
+	}
 	sample_free(j->smp);
 	j->smp = NULL;
 	if (j->sess)
@@ -481,6 +563,7 @@ prefill_chunk(struct sched *s, struct job *j)
 	if (trace_enabled())
 		trace_since(t0, "step", "prefill chunk (%d at %d)", m, j->fed);
 	j->fed += m;
+	cache_store(s, j);
 	if (!last) {
 		pthread_mutex_lock(&s->mu);
 		update_timings(j);
@@ -524,6 +607,7 @@ fused(struct sched *s, int n, struct job *pj)
 	pt->decode_ns = before.decode_ns;
 	pt->decode_tokens = before.decode_tokens;
 	pj->fed += m;
+	cache_store(s, pj);
 	pthread_mutex_lock(&s->mu);
 	s->st.steps++;
 	s->st.step_columns += (uint64_t)n;
@@ -563,6 +647,8 @@ turn(struct sched *s, int n_active)
 			pj = j;
 		}
 	}
+	if (pj && !pj->looked)
+		cache_lookup(s, pj);
 	// sharing a call costs the prompt the decode columns: worth it while
 	// they are at most half the width (else two calls feed it faster)
 	if (pj && n > 0 && n <= s->width / 2) {
@@ -894,6 +980,14 @@ sched_new(struct engine *e, const struct sched_opts *o, char *err)
 		sched_free(s);
 		return ad_err(err, "scheduler: out of memory"), NULL;
 	}
+	if (s->o.cache_mem) {
+		int B = s->o.cache_block > 0 ? s->o.cache_block : SCHED_CACHE_BLOCK;
+		if (!(s->pc = pcache_new(B, engine_kv_row_bytes(e), s->o.cache_mem, err))) {
+			sched_free(s);
+			return NULL;
+		}
+		s->max_blocks = s->max_seq / B;
+	}
 	if (pthread_create(&s->thread, NULL, engine_main, s)) {
 		sched_free(s);
 		return ad_err(err, "scheduler: cannot start the engine thread"), NULL;
@@ -940,6 +1034,7 @@ sched_free(struct sched *s)
 	}
 	while (s->sessions)
 		session_free(s, s->sessions);
+	pcache_free(s->pc);
 	engine_seq_free(s->eval_seq);
 	embed_free(s->embed);
 	free(s->active);
@@ -1157,6 +1252,7 @@ sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll *ou
 		snprintf(out->msg, sizeof out->msg, "%s", j->msg);
 		out->timings.queue_ns = (j->admit_ns ? j->admit_ns : now) - j->submit_ns;
 		out->timings.t = j->t;
+		out->timings.cached = j->reuse + j->cached;
 		if (j->finish != SCHED_RUNNING && !j->final_polled) {
 			j->final_polled = 1;
 			j->final_ns = now;
@@ -1309,4 +1405,7 @@ sched_stats(struct sched *s, struct sched_stats *st)
 	st->running = s->n_active;
 	st->sessions = s->n_sessions;
 	pthread_mutex_unlock(&s->mu);
+	memset(&st->cache, 0, sizeof st->cache);
+	if (s->pc)
+		pcache_stats(s->pc, &st->cache);
 }
