@@ -74,7 +74,7 @@ usage(FILE *out)
 	        "  --sessions N     named sessions kept with their caches (default 8)\n"
 	        "  --cache-mem SIZE the prefix cache: KV rows of earlier prompts shared by every request\n"
 	        "                   (bytes with K/M/G, a plain number is MiB; 0: off; default the KV of\n"
-	        "                   --parallel full contexts)\n"
+	        "                   max(4, --parallel) full contexts)\n"
 	        "  --cache-block N  positions per prefix-cache block (default 16)\n"
 	        "  --threads N      emu threads for the in-process emu backend (default 2)\n"
 	        "  --instance PID   the instance's pid in shared-memory surface ids (default: this\n"

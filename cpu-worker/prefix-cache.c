@@ -300,7 +300,7 @@ pcache_release(struct pcache *c, struct pcache_block *const *b, int n)
 size_t
 pcache_default_mem(size_t row_bytes, int max_seq, int parallel)
 {
-	return row_bytes * (size_t)(max_seq > 0 ? max_seq : 0) * (size_t)(parallel > 0 ? parallel : 1);
+	return row_bytes * (size_t)(max_seq > 0 ? max_seq : 0) * (size_t)(parallel > 4 ? parallel : 4);
 }
 
 int

@@ -69,8 +69,9 @@ const void *pcache_rows(const struct pcache_block *b);
 void pcache_release(struct pcache *c, struct pcache_block *const *b, int n);
 void pcache_stats(struct pcache *c, struct pcache_stats *st);
 
-// the default bound: the KV rows of `parallel` full contexts, so the cache
-// costs as much as the running sequences do (row_bytes per position)
+// the default bound: the KV rows of max(4, parallel) full contexts, so the
+// cache costs about what the sequences it serves do (row_bytes per
+// position): room for a few long conversations and their shared prefixes
 size_t pcache_default_mem(size_t row_bytes, int max_seq, int parallel);
 // "--cache-mem" values: bytes with a K, M or G suffix (powers of 1024), a
 // plain number being MiB; 0 turns the cache off. -1 on anything else.

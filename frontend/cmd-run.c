@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "engine-client.h"
 #include "log.h"
+#include "prefix-cache.h"
 #include "ref.h"
 #include "sample.h"
 #include "trace.h"
@@ -1222,6 +1223,9 @@ serve_usage(int full)
 	        "  --max-tokens N      reply length when a request gives none (default 512)\n"
 	        "  --max-seq N         context (default 2048)\n"
 	        "  --parallel N        generations at once (default 1); --queue N waiting beyond them\n"
+	        "  --cache-mem SIZE    the prefix cache: KV rows of earlier prompts that every request reuses\n"
+	        "                      (e.g. 256M, 2G; a plain number is MiB; 0: off; default the KV of\n"
+	        "                      max(4, --parallel) full contexts)\n"
 	        "  --embeddings        serve POST /v1/embeddings too (off by default: 501)\n"
 	        "  --tokenizer-url U   where the tokenizer service listens (default: an ipc:// socket in the\n"
 	        "                      instance's runtime directory; e.g. tcp://127.0.0.1:7001)\n"
@@ -1259,7 +1263,7 @@ int
 cmd_serve(int argc, char **argv)
 {
 	struct pipe_opts po = {.cmd = "serve"};
-	const char *host = "127.0.0.1", *name = NULL, *system = NULL, *tok_url = NULL;
+	const char *host = "127.0.0.1", *name = NULL, *system = NULL, *tok_url = NULL, *cache_mem = NULL;
 	long long port = 8080, max_tokens = 512, parallel = 1, queue = 16;
 	int embeddings = 0;
 	for (int i = 1; i < argc; i++) {
@@ -1278,6 +1282,15 @@ cmd_serve(int argc, char **argv)
 			continue;
 		if (!strcmp(a, "--embeddings")) {
 			embeddings = 1;
+		} else if (!strcmp(a, "--cache-mem")) {
+			size_t bytes;
+			if (!(cache_mem = cli_val("serve", argc, argv, &i)))
+				return 2;
+			if (pcache_parse_mem(cache_mem, &bytes)) {
+				fprintf(stderr, "anedvd serve: --cache-mem takes a size such as 256M, 2G or 0, not '%s'\n",
+				        cache_mem);
+				return 2;
+			}
 		} else if (!strcmp(a, "--host")) {
 			if (!(host = cli_val("serve", argc, argv, &i)))
 				return 2;
@@ -1423,6 +1436,10 @@ cmd_serve(int argc, char **argv)
 		}
 		if (po.split)
 			av[k++] = "--split";
+		if (cache_mem) {
+			av[k++] = "--cache-mem";
+			av[k++] = cache_mem;
+		}
 		av[k] = NULL;
 		struct sup_spec sp = {"cpu-worker", av, u_eng, sup_health_engine, 1};
 		if (sup_spawn(s, &sp, err))

@@ -133,6 +133,8 @@ test_cache_alone(void)
 	CHECK(pcache_parse_mem("12X", &m) == -1);
 	CHECK(pcache_parse_mem("", &m) == -1);
 	CHECK(pcache_default_mem(100, 2048, 4) == 100u * 2048 * 4);
+	CHECK(pcache_default_mem(100, 2048, 1) == 100u * 2048 * 4);
+	CHECK(pcache_default_mem(100, 256, 8) == 100u * 256 * 8);
 }
 
 // cold logits of every position vs a sequence started from cached blocks
