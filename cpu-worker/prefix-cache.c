@@ -69,7 +69,7 @@ pcache_new(int block, size_t row_bytes, size_t mem, char *err)
 	c->limit = mem;
 	size_t most = mem / c->block_bytes + 1;
 	c->n_tab = 64;
-	while (c->n_tab < most && c->n_tab < ((size_t)1 << 24))
+	while (c->n_tab < most && c->n_tab < ((size_t)1 << 20)) // 8 MiB of buckets at most
 		c->n_tab *= 2;
 	if (pthread_mutex_init(&c->mu, NULL) || !(c->tab = calloc(c->n_tab, sizeof *c->tab))) {
 		free(c);
