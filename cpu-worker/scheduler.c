@@ -140,6 +140,7 @@ struct sched {
 	struct embed_run *embed; // the embedding request at the head of the queue
 	struct pcache *pc;        // NULL: no prefix cache
 	int max_blocks;           // per sequence
+	uint8_t *rowbuf;          // a block's rows, for copies between sequences
 };
 
 static uint64_t
@@ -335,11 +336,49 @@ cache_store(struct sched *s, struct job *j)
 	}
 }
 
+// share_running copies into j's sequence, from `from` on, the rows of the
+// running sequence that holds the longest run of j's prompt from the start
+// (the tail no block holds yet: n choices on one prompt, a request that
+// follows one still prefilling a long prompt). Every row depends only on
+// the tokens up to its position, so those rows are what j would compute.
+static int
+share_running(struct sched *s, struct job *j, int from, int upto)
+{
+	char err[AD_ERRLEN];
+	struct engine_seq *best = NULL;
+	int most = from;
+	for (int i = 0; i < s->n_active; i++) {
+		struct job *o = s->active[i];
+		if (o == j || !o->seq || o->seq == j->seq || o->state < J_PREFILL)
+			continue;
+		const int32_t *t = engine_seq_tokens(o->seq);
+		int len = engine_seq_len(o->seq), l = 0;
+		while (l < len && l < upto && t[l] == j->prompt[l])
+			l++;
+		if (l > most) {
+			most = l;
+			best = o->seq;
+		}
+	}
+	const int B = pcache_block_size(s->pc);
+	while (best && from < most) {
+		int m = most - from < B ? most - from : B;
+		engine_seq_kv_read(best, from, m, s->rowbuf);
+		if (engine_seq_kv_append(j->seq, j->prompt + from, m, s->rowbuf, m, 0, err)) {
+			ad_warn("job %llu: rows of a running sequence: %s", (unsigned long long)j->id, err);
+			break;
+		}
+		from += m;
+	}
+	return from;
+}
+
 // cache_lookup runs when j's prefill is about to start (not at admission:
 // a job admitted with others on the same prompt, n choices say, looks
 // after the first one has stored its blocks): copies the rows of the
 // longest cached prefix beyond what the sequence holds (never the last
-// prompt token: its logits are needed) and logs the request's line
+// prompt token: its logits are needed), then what a running sequence holds
+// beyond it, and logs the request's line
 static void
 cache_lookup(struct sched *s, struct job *j)
 {
@@ -360,6 +399,8 @@ cache_lookup(struct sched *s, struct job *j)
 			}
 			from += m;
 		}
+		if (from == engine_seq_len(j->seq) && from < j->keep - 1)
+			from = share_running(s, j, from, j->keep - 1);
 		// a last block matched in part is not this sequence's block: the
 		// chain stores its own in its place
 		if (nb && hit % B) {
@@ -987,6 +1028,10 @@ sched_new(struct engine *e, const struct sched_opts *o, char *err)
 			return NULL;
 		}
 		s->max_blocks = s->max_seq / B;
+		if (!(s->rowbuf = malloc((size_t)B * engine_kv_row_bytes(e)))) {
+			sched_free(s);
+			return ad_err(err, "scheduler: out of memory"), NULL;
+		}
 	}
 	if (pthread_create(&s->thread, NULL, engine_main, s)) {
 		sched_free(s);
@@ -1035,6 +1080,7 @@ sched_free(struct sched *s)
 	while (s->sessions)
 		session_free(s, s->sessions);
 	pcache_free(s->pc);
+	free(s->rowbuf);
 	engine_seq_free(s->eval_seq);
 	embed_free(s->embed);
 	free(s->active);

@@ -29,9 +29,11 @@
 // The prefix cache (cache_mem > 0; prefix-cache.h): every job, named or
 // not, looks up the longest cached prefix of its prompt when its prefill
 // is about to start and copies those rows into its sequence (beyond what
-// its session already holds; never the last prompt token), then stores
-// each full block it computes, the generated tokens' included when it
-// ends. The logits after a hit are a cold prefill's to the bit.
+// its session already holds; never the last prompt token), then the rows
+// a running sequence holds beyond them (n choices on one prompt: the
+// tail no full block holds yet); it stores each full block it computes,
+// the generated tokens' included when it ends. The logits after a hit are
+// a cold prefill's to the bit.
 //
 // Prompts longer than the context keep their last max_seq - max_tokens - 1
 // tokens (at least 1) and report how many were dropped.
