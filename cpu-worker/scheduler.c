@@ -1021,6 +1021,10 @@ sched_new(struct engine *e, const struct sched_opts *o, char *err)
 		sched_free(s);
 		return ad_err(err, "scheduler: out of memory"), NULL;
 	}
+	// the cache restores KV rows and token history, which is all the state
+	// a sequence has for every architecture the engine runs today; one
+	// that keeps more per sequence (a convolution or recurrent state) must
+	// leave the cache off here, or store that state with each block
 	if (s->o.cache_mem) {
 		int B = s->o.cache_block > 0 ? s->o.cache_block : SCHED_CACHE_BLOCK;
 		if (!(s->pc = pcache_new(B, engine_kv_row_bytes(e), s->o.cache_mem, err))) {
