@@ -14,7 +14,7 @@
 // in chunks of 7 (crossing the 16-position blocks, at other offsets than
 // the cold run's) gives every following row of logits bit for bit.
 //
-// Through the scheduler (stories260K, blocks of 16): a repeated prompt
+// Through the scheduler (stories260K, gemma2, qwen2; blocks of 16): a repeated prompt
 // reports the cached tokens and gives the same tokens, logprobs and top
 // logits as its cold run; a prompt that shares a prefix reuses its whole
 // blocks and the start of the next; n jobs on one prompt submitted
@@ -243,11 +243,11 @@ struct rig {
 };
 
 static void
-rig_start(struct rig *r, size_t cache_mem)
+rig_start(struct rig *r, const char *path, size_t cache_mem)
 {
 	char err[AD_ERRLEN] = "";
 	memset(r, 0, sizeof *r);
-	REQUIRE(model_load(&r->m, STORIES, err) == 0, "%s", err);
+	REQUIRE(model_load(&r->m, path, err) == 0, "%s", err);
 	struct kb_opts ko = {.width = 8, .threads = 1};
 	REQUIRE((r->kb = kb_exact_new(&r->m, &ko, err)), "%s", err);
 	struct engine_opts eo = {.max_seq = 256};
@@ -332,11 +332,11 @@ prompt_of(int32_t *p, int n, int salt)
 }
 
 static void
-test_sched(void)
+check_sched(const char *path)
 {
 	struct rig off, on;
-	rig_start(&off, 0);
-	rig_start(&on, 1 << 24);
+	rig_start(&off, path, 0);
+	rig_start(&on, path, 1 << 24);
 	int32_t p[120], p2[120];
 	prompt_of(p, 120, 0);
 	memcpy(p2, p, sizeof p);
@@ -354,7 +354,8 @@ test_sched(void)
 	CHECK(same_run(&o, &ref) && o.cached == 44, "warm: cached %d", o.cached);
 	collect(&on, submit(&on, p2, 90, 12, NULL), &o);
 	// p's blocks hold 45 prompt tokens, then its reply: p2 shares 45
-	CHECK(same_run(&o, &ref2) && o.cached == 45, "shared prefix: cached %d", o.cached);
+	// (46 or more if the reply's first token happens to be p2's next)
+	CHECK(same_run(&o, &ref2) && o.cached >= 45 && o.cached <= 64, "shared prefix: cached %d", o.cached);
 	collect(&on, submit(&on, p2, 90, 12, NULL), &o);
 	CHECK(same_run(&o, &ref2) && o.cached == 89, "repeated: cached %d", o.cached);
 
@@ -404,7 +405,7 @@ test_sched(void)
 	// a bound of three blocks: stories260K's rows are 5 layers x 2 x 64 x 2
 	// bytes; concurrent jobs pin their chains, the rest is evicted
 	struct rig tiny;
-	rig_start(&tiny, 3 * 16 * engine_kv_row_bytes(off.e));
+	rig_start(&tiny, path, 3 * 16 * engine_kv_row_bytes(off.e));
 	for (int round = 0; round < 2; round++) {
 		uint64_t a = submit(&tiny, p, 45, 12, NULL), b = submit(&tiny, p2, 90, 12, NULL),
 		         d = submit(&tiny, p3, 100, 8, NULL);
@@ -427,6 +428,10 @@ test_sched(void)
 	rig_stop(&off);
 }
 
+static void test_sched_stories(void) { check_sched(STORIES); }
+static void test_sched_gemma2(void) { check_sched(FIX("gemma2")); }
+static void test_sched_qwen2(void) { check_sched(FIX("qwen2")); }
+
 int
 main(void)
 {
@@ -436,6 +441,8 @@ main(void)
 	T_RUN(test_exact_qwen2);
 	T_RUN(test_exact_gemma2);
 	T_RUN(test_exact_gemma3);
-	T_RUN(test_sched);
+	T_RUN(test_sched_stories);
+	T_RUN(test_sched_gemma2);
+	T_RUN(test_sched_qwen2);
 	return t_done();
 }
