@@ -253,6 +253,11 @@ generate_remote(struct pipe *p, const char *session, const int32_t *prompt, int 
 		trace_event((long)getpid(), 1, "generation", "engine", t0, trace_now_us() - t0);
 	if (p->tok && emit(p, g, NULL, 1, pending, &np, out, err))
 		return -1;
+	// the prefix cache's share is known once the prefill has started
+	if ((int)tm.cached_tokens > g->info.reused && (int)tm.cached_tokens < g->info.prompt_tokens) {
+		g->info.reused = (int)tm.cached_tokens;
+		g->info.prefilled = g->info.prompt_tokens - g->info.reused;
+	}
 	g->prefill_ms = (double)tm.prefill_ns / 1e6;
 	g->decode_ms = (double)tm.decode_ns / 1e6;
 	g->decode_steps = (int)tm.decode_tokens;
