@@ -16,7 +16,9 @@
 #include "emu.h"
 #include "model.h"
 #include "plan.h"
+#include "prefix-cache.h"
 #include "ref.h"
+#include "scheduler.h"
 #include "wtype.h"
 #ifdef AD_HAVE_TOKENIZER
 #include "tokenizer.h"
@@ -640,6 +642,17 @@ cmd_info(int argc, char **argv)
 	print_bytes("file", (double)m.file_bytes);
 	print_bytes("fp32 reference weights", (double)m.n_params * 4.0);
 	print_bytes("fp32 KV cache / 1k tokens", (double)model_kv_bytes_per_pos(&m) * 1024.0);
+	{
+		// what `serve` gives the prefix cache by default: the fp16 KV of 4
+		// full contexts of 2048 positions (or the training context when
+		// shorter), with --parallel up to 4
+		int64_t ctx = hp->n_ctx_train > 1 && hp->n_ctx_train < 2048 ? hp->n_ctx_train : 2048;
+		double b = (double)pcache_default_mem(model_kv_bytes_per_pos(&m) / 2, (int)ctx, 4);
+		char what[64];
+		snprintf(what, sizeof what, "prefix cache (%lld ctx)", (long long)ctx);
+		print_bytes(what, b);
+		printf("  prefix cache blocks        %d positions (serve --cache-mem sets the bound)\n", SCHED_CACHE_BLOCK);
+	}
 	// what the projection kernels hold in either format, and the default
 	enum ane_wfmt def = ane_plan_weights_default(&m, "emu");
 	for (int f = ANE_W_FP16; f <= ANE_W_INT8; f++) {

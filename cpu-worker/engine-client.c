@@ -152,6 +152,7 @@ engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct engc_p
 			.moe_ns = t->moe_ns,
 			.prefill_tokens = t->prefill_tokens,
 			.decode_tokens = t->decode_tokens,
+			.cached_tokens = t->cached_tokens,
 		};
 	}
 	anedvd__engine_reply__free_unpacked(r, NULL);

@@ -58,6 +58,7 @@ struct engc_event {
 struct engc_timings {
 	uint64_t queue_ns, prefill_ns, decode_ns, kernel_ns, ipc_ns, attention_ns, sampling_ns, cpu_other_ns, moe_ns;
 	uint32_t prefill_tokens, decode_tokens;
+	uint32_t cached_tokens; // prompt tokens reused (session, prefix cache)
 };
 
 struct engc_poll {

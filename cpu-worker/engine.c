@@ -646,6 +646,53 @@ engine_seq_timings(struct engine_seq *s)
 	return &s->t;
 }
 
+size_t
+engine_kv_row_bytes(const struct engine *e)
+{
+	return (size_t)e->hp.n_layer * (size_t)(e->nk + e->nv) * e->kv_elem;
+}
+
+// a layer's K rows, then its V rows, each `stride` rows apart in the packed form
+void
+engine_seq_kv_read(const struct engine_seq *s, int pos, int n, void *dst)
+{
+	const struct engine *e = s->e;
+	const size_t kr = (size_t)e->nk * e->kv_elem, vr = (size_t)e->nv * e->kv_elem;
+	uint8_t *d = dst;
+	for (int64_t il = 0; il < e->hp.n_layer; il++) {
+		const uint8_t *kc = s->kv + (size_t)il * e->layer_kv, *vc = kc + (size_t)e->max_seq * kr;
+		memcpy(d, kc + (size_t)pos * kr, (size_t)n * kr);
+		d += (size_t)n * kr;
+		memcpy(d, vc + (size_t)pos * vr, (size_t)n * vr);
+		d += (size_t)n * vr;
+	}
+}
+
+int
+engine_seq_kv_append(struct engine_seq *s, const int32_t *tokens, int n, const void *src, int stride, int off,
+                     char *err)
+{
+	struct engine *e = s->e;
+	if (n < 0 || off < 0 || off + n > stride || s->len + n > e->max_seq)
+		return ad_err(err, "kv append: %d rows at %d of a block of %d do not fit after %d of %d positions", n, off,
+		              stride, s->len, e->max_seq);
+	for (int i = 0; i < n; i++)
+		if (tokens[i] < 0 || tokens[i] >= e->V)
+			return ad_err(err, "kv append: token id %d is outside the vocabulary of %d", tokens[i], e->V);
+	const size_t kr = (size_t)e->nk * e->kv_elem, vr = (size_t)e->nv * e->kv_elem;
+	const uint8_t *b = src;
+	for (int64_t il = 0; il < e->hp.n_layer; il++) {
+		uint8_t *kc = s->kv + (size_t)il * e->layer_kv, *vc = kc + (size_t)e->max_seq * kr;
+		memcpy(kc + (size_t)s->len * kr, b + (size_t)off * kr, (size_t)n * kr);
+		b += (size_t)stride * kr;
+		memcpy(vc + (size_t)s->len * vr, b + (size_t)off * vr, (size_t)n * vr);
+		b += (size_t)stride * vr;
+	}
+	memcpy(s->tokens + s->len, tokens, (size_t)n * sizeof *tokens);
+	s->len += n;
+	return 0;
+}
+
 void
 engine_add_sampling(struct engine *e, struct engine_seq *s, uint64_t ns)
 {

@@ -101,6 +101,17 @@ void engine_seq_truncate(struct engine_seq *s, int n);
 int engine_seq_len(const struct engine_seq *s);
 const int32_t *engine_seq_tokens(const struct engine_seq *s);
 struct engine_timings *engine_seq_timings(struct engine_seq *s);
+// KV rows, as a prefix cache keeps them: the bytes of one position's keys
+// and values over every layer, in the cache's own precision
+size_t engine_kv_row_bytes(const struct engine *e);
+// copy the rows of positions [pos, pos + n) (within the length) to dst,
+// packed: per layer its n K rows, then its n V rows
+void engine_seq_kv_read(const struct engine_seq *s, int pos, int n, void *dst);
+// append n tokens with their rows taken from src, packed as
+// engine_seq_kv_read packs `stride` rows, starting at row off: the next
+// position's attention then reads exactly the bits that were stored
+int engine_seq_kv_append(struct engine_seq *s, const int32_t *tokens, int n, const void *src, int stride, int off,
+                         char *err);
 
 // engine_forward: the core (see above). n in 1..width. logits: n rows of
 // n_vocab; row i is written if want is NULL or want[i] is nonzero (other

@@ -72,6 +72,10 @@ usage(FILE *out)
 	        "  --parallel N     generations decoded together (default 4)\n"
 	        "  --queue N        generations waiting beyond those (default 16)\n"
 	        "  --sessions N     named sessions kept with their caches (default 8)\n"
+	        "  --cache-mem SIZE the prefix cache: KV rows of earlier prompts shared by every request\n"
+	        "                   (bytes with K/M/G, a plain number is MiB; 0: off; default the KV of\n"
+	        "                   max(4, --parallel) full contexts)\n"
+	        "  --cache-block N  positions per prefix-cache block (default 16)\n"
 	        "  --threads N      emu threads for the in-process emu backend (default 2)\n"
 	        "  --instance PID   the instance's pid in shared-memory surface ids (default: this\n"
 	        "                   process)\n"
@@ -104,6 +108,9 @@ main(int argc, char **argv)
 	long chunk = 64, max_seq = 0, parallel = 4, queue = 16, sessions = 8, threads = 2, instance = 0;
 	long kernel_timeout = 0, kernel_deadline = 0;
 	int split = 0;
+	long cache_block = SCHED_CACHE_BLOCK;
+	size_t cache_mem = 0;
+	int cache_mem_set = 0;
 	enum model_rope rope = MODEL_ROPE_AUTO;
 	ad_log_init("anedvd-cpu-worker");
 	trace_from_env("anedvd-cpu-worker");
@@ -154,6 +161,14 @@ main(int argc, char **argv)
 			bad = number(a, v, 1, 4096, &queue);
 		else if (strcmp(a, "--sessions") == 0)
 			bad = number(a, v, 1, 4096, &sessions);
+		else if (strcmp(a, "--cache-mem") == 0) {
+			if (pcache_parse_mem(v, &cache_mem)) {
+				fprintf(stderr, "anedvd-cpu-worker: --cache-mem takes a size such as 256M, 2G or 0, not '%s'\n", v);
+				return 2;
+			}
+			cache_mem_set = 1;
+		} else if (strcmp(a, "--cache-block") == 0)
+			bad = number(a, v, 1, 4096, &cache_block);
 		else if (strcmp(a, "--threads") == 0)
 			bad = number(a, v, 1, 256, &threads);
 		else if (strcmp(a, "--instance") == 0)
@@ -240,7 +255,11 @@ main(int argc, char **argv)
 	struct engine_opts eo = {.max_seq = (int)max_seq};
 	struct engine *e = engine_new(&m, kb, &eo, err);
 	struct sched *s = NULL;
-	struct sched_opts so = {.parallel = (int)parallel, .queue = (int)queue, .sessions = (int)sessions};
+	struct sched_opts so = {.parallel = (int)parallel, .queue = (int)queue, .sessions = (int)sessions,
+	                        .cache_block = (int)cache_block};
+	if (e)
+		so.cache_mem = cache_mem_set ? cache_mem
+		                             : pcache_default_mem(engine_kv_row_bytes(e), engine_max_seq(e), (int)parallel);
 	if (!e || !(s = sched_new(e, &so, err))) {
 		ad_error("%s", err);
 		engine_free(e);
@@ -268,6 +287,11 @@ main(int argc, char **argv)
 	double kv_mib = (double)model_kv_bytes_per_pos(&m) / 2 * (double)engine_max_seq(e) / (1 << 20);
 	ad_info("KV cache %.1f MiB per sequence, at most %ld sequences (%.0f MiB)", kv_mib, parallel + sessions + 1,
 	        kv_mib * (double)(parallel + sessions + 1));
+	if (so.cache_mem)
+		ad_info("prefix cache %.1f MiB (--cache-mem), blocks of %ld positions of %zu bytes", (double)so.cache_mem / (1 << 20),
+		        cache_block, engine_kv_row_bytes(e) * (size_t)cache_block);
+	else
+		ad_info("prefix cache off (--cache-mem 0)");
 
 	int sig = 0;
 	sigwait(&set, &sig);

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "prefix-cache.h"
 #include "trace.h"
 
 #define SESSION_WAIT_MS 5000 // for a session whose job has finished but is not yet released
@@ -72,6 +73,11 @@ struct job {
 	struct engine_seq *seq;
 	struct sampler *smp;
 	int fed; // prompt tokens in the cache
+	// the prefix cache: pins[i] is the sequence's block i, found or stored
+	// (pinned until the job is detached); looked once the lookup is done
+	struct pcache_block **pins;
+	int n_pins, looked, store_off;
+	int cached; // prompt tokens copied from the prefix cache
 	int32_t next_tok;
 	struct engine_timings t0;
 
@@ -135,6 +141,9 @@ struct sched {
 	int rows;
 	struct engine_seq *eval_seq;
 	struct embed_run *embed; // the embedding request at the head of the queue
+	struct pcache *pc;        // NULL: no prefix cache
+	int max_blocks;           // per sequence
+	uint8_t *rowbuf;          // a block's rows, for copies between sequences
 };
 
 static uint64_t
@@ -299,8 +308,117 @@ job_free(struct job *j)
 	free(j->prompt);
 	free(j->bias);
 	free(j->ev);
+	free(j->pins);
 	pthread_cond_destroy(&j->cv);
 	free(j);
+}
+
+// --- the prefix cache (the engine thread's) -------------------------------------------
+
+// cache_store adds the full blocks of j's sequence not yet in its chain
+// (the prompt's, and at the end the generated tokens' too: a chat's next
+// turn resends them); a full cache ends the chain
+static void
+cache_store(struct sched *s, struct job *j)
+{
+	if (!s->pc || !j->pins || !j->seq || j->store_off)
+		return;
+	const int B = pcache_block_size(s->pc), len = engine_seq_len(j->seq);
+	const int32_t *t = engine_seq_tokens(j->seq);
+	while (j->n_pins < s->max_blocks && (j->n_pins + 1) * B <= len) {
+		void *fill;
+		struct pcache_block *parent = j->n_pins ? j->pins[j->n_pins - 1] : NULL;
+		struct pcache_block *b = pcache_add(s->pc, parent, t + (size_t)j->n_pins * B, &fill);
+		if (!b) {
+			j->store_off = 1;
+			return;
+		}
+		if (fill)
+			engine_seq_kv_read(j->seq, j->n_pins * B, B, fill);
+		j->pins[j->n_pins++] = b;
+	}
+}
+
+// share_running copies into j's sequence, from `from` on, the rows of the
+// running sequence that holds the longest run of j's prompt from the start
+// (the tail no block holds yet: n choices on one prompt, a request that
+// follows one still prefilling a long prompt). Every row depends only on
+// the tokens up to its position, so those rows are what j would compute.
+static int
+share_running(struct sched *s, struct job *j, int from, int upto)
+{
+	char err[AD_ERRLEN];
+	struct engine_seq *best = NULL;
+	int most = from;
+	for (int i = 0; i < s->n_active; i++) {
+		struct job *o = s->active[i];
+		if (o == j || !o->seq || o->seq == j->seq || o->state < J_PREFILL)
+			continue;
+		const int32_t *t = engine_seq_tokens(o->seq);
+		int len = engine_seq_len(o->seq), l = 0;
+		while (l < len && l < upto && t[l] == j->prompt[l])
+			l++;
+		if (l > most) {
+			most = l;
+			best = o->seq;
+		}
+	}
+	const int B = pcache_block_size(s->pc);
+	while (best && from < most) {
+		int m = most - from < B ? most - from : B;
+		engine_seq_kv_read(best, from, m, s->rowbuf);
+		if (engine_seq_kv_append(j->seq, j->prompt + from, m, s->rowbuf, m, 0, err)) {
+			ad_warn("job %llu: rows of a running sequence: %s", (unsigned long long)j->id, err);
+			break;
+		}
+		from += m;
+	}
+	return from;
+}
+
+// cache_lookup runs when j's prefill is about to start (not at admission:
+// a job admitted with others on the same prompt, n choices say, looks
+// after the first one has stored its blocks): copies the rows of the
+// longest cached prefix beyond what the sequence holds (never the last
+// prompt token: its logits are needed), then what a running sequence holds
+// beyond it, and logs the request's line
+static void
+cache_lookup(struct sched *s, struct job *j)
+{
+	char err[AD_ERRLEN];
+	j->looked = 1;
+	if (s->pc && (j->pins = calloc((size_t)s->max_blocks, sizeof *j->pins))) {
+		const int B = pcache_block_size(s->pc);
+		int hit;
+		int nb = pcache_match(s->pc, j->prompt, j->keep, j->pins, s->max_blocks, &hit);
+		j->n_pins = nb;
+		int upto = hit < j->keep - 1 ? hit : j->keep - 1;
+		int from = engine_seq_len(j->seq);
+		while (from < upto) {
+			int k = from / B, off = from % B, m = upto - from < B - off ? upto - from : B - off;
+			if (engine_seq_kv_append(j->seq, j->prompt + from, m, pcache_rows(j->pins[k]), B, off, err)) {
+				ad_warn("job %llu: prefix cache: %s", (unsigned long long)j->id, err);
+				break;
+			}
+			from += m;
+		}
+		if (from == engine_seq_len(j->seq) && from < j->keep - 1)
+			from = share_running(s, j, from, j->keep - 1);
+		// a last block matched in part is not this sequence's block: the
+		// chain stores its own in its place
+		if (nb && hit % B) {
+			pcache_release(s->pc, j->pins + nb - 1, 1);
+			j->n_pins = nb - 1;
+		}
+		pthread_mutex_lock(&s->mu);
+		j->cached = from - j->fed > 0 ? from - j->fed : 0;
+		pthread_mutex_unlock(&s->mu);
+		j->fed = engine_seq_len(j->seq);
+	}
+	ad_info("job %llu: prompt %d tokens, %d reused (%d from the session, %d from the prefix cache), %d dropped, "
+	        "%d to prefill",
+	        (unsigned long long)j->id, j->keep, j->reuse + j->cached, j->reuse, j->cached, j->dropped,
+	        j->keep - j->fed);
 }
 
 // detach hands a finished job back: the engine thread no longer uses it
@@ -308,6 +426,11 @@ static void
 detach(struct sched *s, int i)
 {
 	struct job *j = s->active[i];
+	if (s->pc && j->pins) {
+		cache_store(s, j);
+		pcache_release(s->pc, j->pins, j->n_pins);
+		j->n_pins = 0;
+	}
 	sample_free(j->smp);
 	j->smp = NULL;
 	if (j->sess)
@@ -501,6 +624,7 @@ prefill_chunk(struct sched *s, struct job *j)
 	if (trace_enabled())
 		trace_since(t0, "step", "prefill chunk (%d at %d)", m, j->fed);
 	j->fed += m;
+	cache_store(s, j);
 	if (!last) {
 		pthread_mutex_lock(&s->mu);
 		update_timings(j);
@@ -544,6 +668,7 @@ fused(struct sched *s, int n, struct job *pj)
 	pt->decode_ns = before.decode_ns;
 	pt->decode_tokens = before.decode_tokens;
 	pj->fed += m;
+	cache_store(s, pj);
 	pthread_mutex_lock(&s->mu);
 	s->st.steps++;
 	s->st.step_columns += (uint64_t)n;
@@ -583,6 +708,8 @@ turn(struct sched *s, int n_active)
 			pj = j;
 		}
 	}
+	if (pj && !pj->looked)
+		cache_lookup(s, pj);
 	// sharing a call costs the prompt the decode columns: worth it while
 	// they are at most half the width (else two calls feed it faster)
 	if (pj && n > 0 && n <= s->width / 2) {
@@ -914,6 +1041,22 @@ sched_new(struct engine *e, const struct sched_opts *o, char *err)
 		sched_free(s);
 		return ad_err(err, "scheduler: out of memory"), NULL;
 	}
+	// the cache restores KV rows and token history, which is all the state
+	// a sequence has for every architecture the engine runs today; one
+	// that keeps more per sequence (a convolution or recurrent state) must
+	// leave the cache off here, or store that state with each block
+	if (s->o.cache_mem) {
+		int B = s->o.cache_block > 0 ? s->o.cache_block : SCHED_CACHE_BLOCK;
+		if (!(s->pc = pcache_new(B, engine_kv_row_bytes(e), s->o.cache_mem, err))) {
+			sched_free(s);
+			return NULL;
+		}
+		s->max_blocks = s->max_seq / B;
+		if (!(s->rowbuf = malloc((size_t)B * engine_kv_row_bytes(e)))) {
+			sched_free(s);
+			return ad_err(err, "scheduler: out of memory"), NULL;
+		}
+	}
 	if (pthread_create(&s->thread, NULL, engine_main, s)) {
 		sched_free(s);
 		return ad_err(err, "scheduler: cannot start the engine thread"), NULL;
@@ -960,6 +1103,8 @@ sched_free(struct sched *s)
 	}
 	while (s->sessions)
 		session_free(s, s->sessions);
+	pcache_free(s->pc);
+	free(s->rowbuf);
 	engine_seq_free(s->eval_seq);
 	embed_free(s->embed);
 	free(s->active);
@@ -1178,6 +1323,7 @@ sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll *ou
 		snprintf(out->msg, sizeof out->msg, "%s", j->msg);
 		out->timings.queue_ns = (j->admit_ns ? j->admit_ns : now) - j->submit_ns;
 		out->timings.t = j->t;
+		out->timings.cached = j->reuse + j->cached;
 		if (j->finish != SCHED_RUNNING && !j->final_polled) {
 			j->final_polled = 1;
 			j->final_ns = now;
@@ -1330,4 +1476,7 @@ sched_stats(struct sched *s, struct sched_stats *st)
 	st->running = s->n_active;
 	st->sessions = s->n_sessions;
 	pthread_mutex_unlock(&s->mu);
+	memset(&st->cache, 0, sizeof st->cache);
+	if (s->pc)
+		pcache_stats(s->pc, &st->cache);
 }

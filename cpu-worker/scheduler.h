@@ -26,6 +26,15 @@
 // `sessions` are kept; a new one evicts the least recently used idle one.
 // An unnamed job gets a fresh sequence, freed when it ends.
 //
+// The prefix cache (cache_mem > 0; prefix-cache.h): every job, named or
+// not, looks up the longest cached prefix of its prompt when its prefill
+// is about to start and copies those rows into its sequence (beyond what
+// its session already holds; never the last prompt token), then the rows
+// a running sequence holds beyond them (n choices on one prompt: the
+// tail no full block holds yet); it stores each full block it computes,
+// the generated tokens' included when it ends. The logits after a hit are
+// a cold prefill's to the bit.
+//
 // Prompts longer than the context keep their last max_seq - max_tokens - 1
 // tokens (at least 1) and report how many were dropped.
 //
@@ -39,6 +48,7 @@
 
 #include "engine.h"
 #include "err.h"
+#include "prefix-cache.h"
 #include "sample.h"
 
 #define SCHED_TOP 5          // candidates per token with want_top
@@ -73,7 +83,10 @@ struct sched_opts {
 	int sessions;   // named sessions kept (0: 8)
 	int abandon_ms; // cancel a job not polled for this long (0: 60000)
 	int grace_ms;   // keep a finished job after its final poll (0: 10000)
+	size_t cache_mem; // bytes of KV rows the prefix cache may hold (0: no cache)
+	int cache_block;  // positions per cache block (0: SCHED_CACHE_BLOCK)
 };
+#define SCHED_CACHE_BLOCK 16
 
 // a generation (engine.proto's GenerateRequest); the scheduler copies it
 struct sched_gen {
@@ -114,6 +127,7 @@ struct sched_event {
 struct sched_timings {
 	uint64_t queue_ns;
 	struct engine_timings t; // this job's share since it was admitted
+	int cached; // prompt tokens not computed: the session's and the prefix cache's
 };
 
 struct sched_poll {
@@ -130,6 +144,7 @@ struct sched_stats {
 	uint64_t jobs, tokens;       // since start
 	uint64_t steps, step_columns; // decode steps and the sequences they carried
 	uint64_t fused;              // steps that also carried a prefill chunk
+	struct pcache_stats cache;   // all zero without a cache
 };
 
 struct sched;

@@ -44,6 +44,7 @@ struct reply {
 		Anedvd__EmbedReply embed;
 	} u;
 	Anedvd__Timings timings;
+	Anedvd__CacheStats cache;
 	Anedvd__Error job_error;
 	struct sched_poll poll;
 	Anedvd__TokenEvent *events, **pevents;
@@ -205,12 +206,27 @@ do_poll(struct engine_service *svc, const Anedvd__PollRequest *q, struct reply *
 	t->moe_ns = et->moe_ns;
 	t->prefill_tokens = et->prefill_tokens;
 	t->decode_tokens = et->decode_tokens;
+	t->cached_tokens = (uint32_t)p->timings.cached;
 	Anedvd__PollReply *r = &rp->u.poll;
 	anedvd__poll_reply__init(r);
 	r->tokens = rp->pevents;
 	r->n_tokens = n;
 	r->finish = (Anedvd__FinishReason)p->finish;
 	r->timings = t;
+	if (p->finish != SCHED_RUNNING) {
+		struct sched_stats ss;
+		sched_stats(svc->s, &ss);
+		anedvd__cache_stats__init(&rp->cache);
+		rp->cache.lookups = ss.cache.lookups;
+		rp->cache.hit_tokens = ss.cache.hit_tokens;
+		rp->cache.evictions = ss.cache.evictions;
+		rp->cache.bytes = ss.cache.bytes;
+		rp->cache.limit_bytes = ss.cache.limit;
+		rp->cache.blocks = (uint32_t)ss.cache.blocks;
+		rp->cache.block_tokens = (uint32_t)ss.cache.block;
+		rp->cache.stored = ss.cache.stored;
+		r->cache = &rp->cache;
+	}
 	if (p->finish == SCHED_ERROR) {
 		anedvd__error__init(&rp->job_error);
 		rp->job_error.code = (Anedvd__ErrorCode)p->code;

@@ -12,6 +12,8 @@
 
 #include "fe.h"
 
+#define BILLING_HEADER "x-anthropic-billing-header:"
+
 static int
 parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_params *p, struct fe_bad *bad)
 {
@@ -38,6 +40,18 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 	if (!(p->msgs = calloc((size_t)n + 1, sizeof *p->msgs)))
 		return fe_bad_set(bad, 503, NULL, "out of memory");
 	cJSON *sys = cJSON_GetObjectItemCaseSensitive(body, "system");
+	// a coding agent's client metadata, new on every request: not prompt
+	// (it would make every prompt differ from its first tokens on)
+	if (cJSON_IsArray(sys)) {
+		for (int k = cJSON_GetArraySize(sys) - 1; k >= 0; k--) {
+			cJSON *b = cJSON_GetArrayItem(sys, k), *t = cJSON_GetObjectItemCaseSensitive(b, "text");
+			if (cJSON_IsObject(b) && cJSON_IsString(t) &&
+			    strncmp(t->valuestring, BILLING_HEADER, sizeof BILLING_HEADER - 1) == 0)
+				cJSON_DeleteItemFromArray(sys, k);
+		}
+		if (cJSON_GetArraySize(sys) == 0)
+			sys = NULL;
+	}
 	if (sys && !cJSON_IsNull(sys)) {
 		char *text;
 		if (fe_get_text(sys, "system", &text, bad) < 0)
@@ -119,8 +133,16 @@ add_stop_fields(cJSON *o, const struct fe_gen *g, int final)
 static cJSON *
 usage(const struct fe_gen *g, unsigned out)
 {
+	// Anthropic's accounting: input_tokens leaves out what was read from
+	// the cache, the three fields add up to the prompt. The cache here is
+	// automatic: storing blocks costs a request nothing extra, so nothing
+	// is counted as a cache creation. (In message_start the lookup has not
+	// run yet: the final usage has the figures.)
+	unsigned cached = g->r.cached_tokens < g->r.prompt_tokens ? g->r.cached_tokens : g->r.prompt_tokens;
 	cJSON *u = cJSON_CreateObject();
-	cJSON_AddNumberToObject(u, "input_tokens", g->r.prompt_tokens);
+	cJSON_AddNumberToObject(u, "input_tokens", g->r.prompt_tokens - cached);
+	cJSON_AddNumberToObject(u, "cache_creation_input_tokens", 0);
+	cJSON_AddNumberToObject(u, "cache_read_input_tokens", cached);
 	cJSON_AddNumberToObject(u, "output_tokens", out);
 	cJSON_AddNumberToObject(u, "prompt_tokens_dropped", g->r.prompt_dropped);
 	return u;

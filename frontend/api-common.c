@@ -331,6 +331,8 @@ fe_timings_json(const struct fe_gen *g)
 	uint64_t dtok = r->decode_tokens ? r->decode_tokens : r->completion_tokens;
 	cJSON_AddNumberToObject(t, "prompt_tokens", r->prompt_tokens);
 	cJSON_AddNumberToObject(t, "prompt_tokens_dropped", r->prompt_dropped);
+	cJSON_AddNumberToObject(t, "cached_tokens", r->cached_tokens); // llama.cpp's cache_n
+	cJSON_AddNumberToObject(t, "cache_n", r->cached_tokens);
 	cJSON_AddNumberToObject(t, "completion_tokens", r->completion_tokens);
 	cJSON_AddNumberToObject(t, "queue_ms", ms(r->queue_ns));
 	cJSON_AddNumberToObject(t, "tokenize_ms", ms(r->tokenize_ns));

@@ -358,6 +358,8 @@ usage(const struct fe_gen *g)
 	cJSON_AddNumberToObject(u, "completion_tokens", g->r.completion_tokens);
 	cJSON_AddNumberToObject(u, "total_tokens", g->r.prompt_tokens + g->r.completion_tokens);
 	cJSON_AddNumberToObject(u, "prompt_tokens_dropped", g->r.prompt_dropped);
+	cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens",
+	                        g->r.cached_tokens);
 	return u;
 }
 

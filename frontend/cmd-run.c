@@ -16,6 +16,7 @@
 #include "commands.h"
 #include "engine-client.h"
 #include "log.h"
+#include "prefix-cache.h"
 #include "ref.h"
 #include "sample.h"
 #include "trace.h"
@@ -253,6 +254,11 @@ generate_remote(struct pipe *p, const char *session, const int32_t *prompt, int 
 		trace_event((long)getpid(), 1, "generation", "engine", t0, trace_now_us() - t0);
 	if (p->tok && emit(p, g, NULL, 1, pending, &np, out, err))
 		return -1;
+	// the prefix cache's share is known once the prefill has started
+	if ((int)tm.cached_tokens > g->info.reused && (int)tm.cached_tokens < g->info.prompt_tokens) {
+		g->info.reused = (int)tm.cached_tokens;
+		g->info.prefilled = g->info.prompt_tokens - g->info.reused;
+	}
 	g->prefill_ms = (double)tm.prefill_ns / 1e6;
 	g->decode_ms = (double)tm.decode_ns / 1e6;
 	g->decode_steps = (int)tm.decode_tokens;
@@ -1236,6 +1242,9 @@ serve_usage(int full)
 	        "  --max-tokens N      reply length when a request gives none (default 512)\n"
 	        "  --max-seq N         context (default 2048)\n"
 	        "  --parallel N        generations at once (default 1); --queue N waiting beyond them\n"
+	        "  --cache-mem SIZE    the prefix cache: KV rows of earlier prompts that every request reuses\n"
+	        "                      (e.g. 256M, 2G; a plain number is MiB; 0: off; default the KV of\n"
+	        "                      max(4, --parallel) full contexts)\n"
 	        "  --embeddings        serve POST /v1/embeddings too (off by default: 501)\n"
 	        "  --api-key KEY       every request but /health and the WebUI page needs 'Authorization:\n"
 	        "                      Bearer KEY' or 'x-api-key: KEY' (repeatable; also ANEDVD_API_KEY,\n"
@@ -1281,7 +1290,7 @@ int
 cmd_serve(int argc, char **argv)
 {
 	struct pipe_opts po = {.cmd = "serve"};
-	const char *host = "127.0.0.1", *name = NULL, *system = NULL, *tok_url = NULL;
+	const char *host = "127.0.0.1", *name = NULL, *system = NULL, *tok_url = NULL, *cache_mem = NULL;
 	long long port = 8080, max_tokens = 512, parallel = 1, queue = 16;
 	int embeddings = 0;
 	// access flags for the frontend: --api-key goes through the environment
@@ -1307,6 +1316,15 @@ cmd_serve(int argc, char **argv)
 			continue;
 		if (!strcmp(a, "--embeddings")) {
 			embeddings = 1;
+		} else if (!strcmp(a, "--cache-mem")) {
+			size_t bytes;
+			if (!(cache_mem = cli_val("serve", argc, argv, &i)))
+				return 2;
+			if (pcache_parse_mem(cache_mem, &bytes)) {
+				fprintf(stderr, "anedvd serve: --cache-mem takes a size such as 256M, 2G or 0, not '%s'\n",
+				        cache_mem);
+				return 2;
+			}
 		} else if (!strcmp(a, "--host")) {
 			if (!(host = cli_val("serve", argc, argv, &i)))
 				return 2;
@@ -1484,6 +1502,10 @@ cmd_serve(int argc, char **argv)
 		}
 		if (po.split)
 			av[k++] = "--split";
+		if (cache_mem) {
+			av[k++] = "--cache-mem";
+			av[k++] = cache_mem;
+		}
 		av[k] = NULL;
 		struct sup_spec sp = {"cpu-worker", av, u_eng, sup_health_engine, 1};
 		if (sup_spawn(s, &sp, err))

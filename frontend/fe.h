@@ -163,6 +163,7 @@ struct fe_result {
 	uint64_t eng_queue_ns, prefill_ns, decode_ns, kernel_ns, ipc_ns, attention_ns, sampling_ns, cpu_other_ns,
 	        moe_ns;
 	uint32_t prefill_tokens, decode_tokens;
+	unsigned cached_tokens; // prompt tokens the engine did not compute (prefix cache, session)
 	// errors (FE_FINISH_ERROR)
 	int status;          // HTTP status to use if nothing was sent yet
 	char err[AD_ERRLEN];
@@ -264,6 +265,11 @@ void fe_metrics_stage(enum fe_stage st, uint64_t ns);
 void fe_metrics_queue(int waiting, int running);
 void fe_metrics_upstream(const char *process, int up, uint32_t pid); // counts restarts by pid changes
 void fe_metrics_cancel(void);
+// the engine's prefix cache as its last final poll reported it
+struct fe_cache_stats {
+	uint64_t lookups, hit_tokens, evictions, bytes, limit, blocks, stored;
+};
+void fe_metrics_cache(const struct fe_cache_stats *c, unsigned cached_tokens);
 void fe_metrics_rejected(void);
 // fe_metrics_render: Prometheus text format, malloc'd
 char *fe_metrics_render(size_t *len);

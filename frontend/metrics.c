@@ -42,6 +42,8 @@ static struct {
 	int waiting, running;
 	struct hist stage[FE_ST_N];
 	struct upstream tok, eng;
+	struct fe_cache_stats cache;
+	uint64_t cached_tokens;
 } m = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
 void
@@ -133,6 +135,15 @@ fe_metrics_cancel(void)
 }
 
 void
+fe_metrics_cache(const struct fe_cache_stats *c, unsigned cached_tokens)
+{
+	pthread_mutex_lock(&m.mu);
+	m.cache = *c;
+	m.cached_tokens += cached_tokens;
+	pthread_mutex_unlock(&m.mu);
+}
+
+void
 fe_metrics_rejected(void)
 {
 	pthread_mutex_lock(&m.mu);
@@ -190,6 +201,27 @@ fe_metrics_render(size_t *len)
 	        "# HELP anedvd_rejected_total Requests refused because the queue was full.\n"
 	        "# TYPE anedvd_rejected_total counter\nanedvd_rejected_total %llu\n",
 	    (unsigned long long)m.cancels, (unsigned long long)m.rejected);
+	put(&o, "# HELP anedvd_prompt_cached_tokens_total Prompt tokens the engine did not compute (prefix cache and sessions).\n"
+	        "# TYPE anedvd_prompt_cached_tokens_total counter\nanedvd_prompt_cached_tokens_total %llu\n",
+	    (unsigned long long)m.cached_tokens);
+	// the engine's own counters, as of the last finished generation
+	put(&o, "# HELP anedvd_prefix_cache_lookups_total Prompts looked up in the engine's prefix cache.\n"
+	        "# TYPE anedvd_prefix_cache_lookups_total counter\nanedvd_prefix_cache_lookups_total %llu\n"
+	        "# HELP anedvd_prefix_cache_hit_tokens_total Prompt tokens found in the prefix cache.\n"
+	        "# TYPE anedvd_prefix_cache_hit_tokens_total counter\nanedvd_prefix_cache_hit_tokens_total %llu\n"
+	        "# HELP anedvd_prefix_cache_stored_blocks_total Blocks added to the prefix cache.\n"
+	        "# TYPE anedvd_prefix_cache_stored_blocks_total counter\nanedvd_prefix_cache_stored_blocks_total %llu\n"
+	        "# HELP anedvd_prefix_cache_evictions_total Blocks evicted from the prefix cache to make room.\n"
+	        "# TYPE anedvd_prefix_cache_evictions_total counter\nanedvd_prefix_cache_evictions_total %llu\n"
+	        "# HELP anedvd_prefix_cache_bytes KV bytes held by the prefix cache.\n"
+	        "# TYPE anedvd_prefix_cache_bytes gauge\nanedvd_prefix_cache_bytes %llu\n"
+	        "# HELP anedvd_prefix_cache_limit_bytes The prefix cache's bound (--cache-mem; 0: off).\n"
+	        "# TYPE anedvd_prefix_cache_limit_bytes gauge\nanedvd_prefix_cache_limit_bytes %llu\n"
+	        "# HELP anedvd_prefix_cache_blocks Blocks held by the prefix cache.\n"
+	        "# TYPE anedvd_prefix_cache_blocks gauge\nanedvd_prefix_cache_blocks %llu\n",
+	    (unsigned long long)m.cache.lookups, (unsigned long long)m.cache.hit_tokens,
+	    (unsigned long long)m.cache.stored, (unsigned long long)m.cache.evictions,
+	    (unsigned long long)m.cache.bytes, (unsigned long long)m.cache.limit, (unsigned long long)m.cache.blocks);
 	put(&o, "# HELP anedvd_queue_length Requests waiting for the engine.\n"
 	        "# TYPE anedvd_queue_length gauge\nanedvd_queue_length %d\n"
 	        "# HELP anedvd_running Generations in progress.\n"

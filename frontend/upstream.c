@@ -321,6 +321,7 @@ take_timings(struct fe_gen *g, const Anedvd__Timings *t)
 	g->r.moe_ns = t->moe_ns;
 	g->r.prefill_tokens = t->prefill_tokens;
 	g->r.decode_tokens = t->decode_tokens;
+	g->r.cached_tokens = t->cached_tokens;
 }
 
 static int
@@ -533,6 +534,13 @@ poll_choice(struct fe_gen *g, int i, struct run *r, int wait_ms, int *first_toke
 	Anedvd__PollReply *pl = p->poll;
 	if (i == 0)
 		take_timings(g, pl->timings);
+	if (pl->cache) {
+		const Anedvd__CacheStats *cs = pl->cache;
+		struct fe_cache_stats st = {cs->lookups, cs->hit_tokens, cs->evictions, cs->bytes, cs->limit_bytes,
+		                            cs->blocks, cs->stored};
+		// each choice's final poll: its own cached tokens
+		fe_metrics_cache(&st, pl->timings ? pl->timings->cached_tokens : 0);
+	}
 	enum fe_finish fin = map_finish(pl->finish);
 	if (fin != FE_FINISH_NONE)
 		r->live = 0;

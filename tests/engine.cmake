@@ -10,3 +10,9 @@ target_include_directories(bench-attention PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 add_executable(bench-engine bench-engine.c)
 target_link_libraries(bench-engine PRIVATE anedvd_cpu anedvd_common)
 target_include_directories(bench-engine PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+# the prefix cache: alone, exact after a hit on every architecture, and
+# through the scheduler
+ad_test(NAME test-pcache SOURCES test-pcache.c LIBS anedvd_cpu LABELS integration)
+add_executable(bench-pcache bench-pcache.c)
+target_link_libraries(bench-pcache PRIVATE anedvd_cpu anedvd_common)
+target_include_directories(bench-pcache PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})

@@ -286,8 +286,11 @@ $A run --model "$STORIES" --prompt-ids 1 --max-tokens 1 --backend exact > /dev/n
 check "the next start removes the killed instance's runtime dir and shm" no_leftovers $P ""
 
 if [ -x "$BIN/anedvd-cpu-worker" ] && [ -x "$BIN/anedvd-frontend" ]; then
+	$A serve --model "$STORIES" --cache-mem 12Q > /dev/null 2> "$T/cm.err"
+	check "serve: a bad --cache-mem is a usage error naming the flag" [ $? -eq 2 ]
+	check "serve: the --cache-mem error names the flag" grep -q -- "--cache-mem" "$T/cm.err"
 	PORT=$((20000 + RANDOM % 20000))
-	$A serve --model "$STORIES" --port $PORT > /dev/null 2> "$T/serve.err" &
+	ANEDVD_LOG=info $A serve --model "$STORIES" --port $PORT --cache-mem 8M > /dev/null 2> "$T/serve.err" &
 	P=$!
 	up=0
 	for _ in $(seq 1 200); do
@@ -302,6 +305,7 @@ if [ -x "$BIN/anedvd-cpu-worker" ] && [ -x "$BIN/anedvd-frontend" ]; then
 			-d '{"prompt":"Once upon a time","max_tokens":12,"temperature":0}' | grep -q "there was a little girl"
 	}
 	check "serve answers a completion" complete
+	check "serve hands --cache-mem to the cpu-worker" grep -q "prefix cache 8.0 MiB" "$T/serve.err"
 	# a crashed cpu-worker is restarted and the server answers again
 	C=$(awk '$1=="cpu-worker"{print $2}' "$T/anedvd-$P/status")
 	kill -9 "$C"

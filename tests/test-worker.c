@@ -1108,6 +1108,11 @@ test_process(void)
 	CHECK(exit_code(spawn(noane), 10000) == 2);
 	char *badnum[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", "ipc:///nonexistent/x", "--parallel", "0", NULL};
 	CHECK(exit_code(spawn(badnum), 10000) == 2);
+	char *badmem[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", "ipc:///nonexistent/x", "--cache-mem", "12Q", NULL};
+	CHECK(exit_code(spawn(badmem), 10000) == 2);
+	char *badblock[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", "ipc:///nonexistent/x", "--cache-block", "0",
+	                    NULL};
+	CHECK(exit_code(spawn(badblock), 10000) == 2);
 	char *nomodel[] = {CPU_WORKER_BIN, "--model", "/nonexistent.gguf", "--listen", "ipc:///nonexistent/x", NULL};
 	CHECK(exit_code(spawn(nomodel), 10000) == 1);
 	char *nolisten[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", "ipc:///nonexistent/dir/x.sock", NULL};

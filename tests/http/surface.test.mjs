@@ -128,6 +128,16 @@ describe('the API surface beside the generations', () => {
 		// and the same body on /v1/messages reports it as usage.input_tokens
 		const m = await post(s, '/v1/messages', { model: 'x', max_tokens: 4, system: 'You are kind.', messages: messages.slice(1) });
 		assert.equal(JSON.parse(m.body).usage.input_tokens, ids.length);
+		// a billing-header system block is client metadata: the same prompt
+		const hdr = { type: 'text', text: 'x-anthropic-billing-header: cc_version=2.0.14; cch=4f1e;' };
+		const h = await post(s, '/v1/messages/count_tokens', { model: 'x', system: [hdr, { type: 'text', text: 'You are kind.' }], messages: messages.slice(1) });
+		assert.deepEqual(JSON.parse(h.body), { input_tokens: ids.length });
+		const mh = await post(s, '/v1/messages', { model: 'x', max_tokens: 4, system: [hdr, { type: 'text', text: 'You are kind.' }], messages: messages.slice(1) });
+		assert.equal(JSON.parse(mh.body).usage.input_tokens, ids.length);
+		// a system of nothing but the header is as no system (the server's --system then applies)
+		const none = await post(s, '/v1/messages/count_tokens', { model: 'x', messages: messages.slice(1) });
+		const only = await post(s, '/v1/messages/count_tokens', { model: 'x', system: [hdr], messages: messages.slice(1) });
+		assert.deepEqual(JSON.parse(only.body), JSON.parse(none.body));
 	});
 
 	it('/props, /v1/models and /v1/models/{id}', async () => {

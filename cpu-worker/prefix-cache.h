@@ -1,0 +1,80 @@
+// prefix-cache.h - KV rows of earlier prompts, shared by every request.
+//
+// The cache keeps the keys and values of token prefixes in blocks of a
+// fixed number of positions (`block`). Block i of a sequence is keyed by
+// the block before it (its parent, NULL for the first) and its own tokens,
+// so a block stands for the whole prefix it completes: a chained hash of
+// the prefix finds it, and the lookup then compares the parent and every
+// token, so a hash collision can never give a wrong hit. A hit copies the
+// stored rows into the sequence (engine_seq_kv_append): the attention of
+// the next position reads the very bits a cold prefill would have written,
+// so the logits are the same to the bit.
+//
+// A block is pinned (reference-counted) by each job that uses it: the
+// blocks a job found or stored stay while it runs, so a request sharing a
+// prefix with a running one finds the finished blocks. Unpinned blocks
+// without children are evicted least recently used first when a new block
+// would pass the memory bound; a block with children waits for them (a
+// child is reachable only through its parent).
+//
+// The rows of sliding-window layers are kept in full like the others: the
+// engine's sequences keep every position of every layer, and a later
+// prompt may end anywhere after the block, so which rows its window needs
+// is not known when the block is stored.
+//
+// Thread-safe (one mutex): the scheduler's engine thread uses it, the
+// service reads the counters.
+#ifndef AD_PREFIX_CACHE_H
+#define AD_PREFIX_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+struct pcache;
+struct pcache_block;
+
+struct pcache_stats {
+	uint64_t lookups;    // pcache_match calls
+	uint64_t hit_tokens; // tokens in the blocks they found
+	uint64_t stored;     // blocks added
+	uint64_t evictions;  // blocks evicted
+	uint64_t full;       // blocks not stored: every block pinned or in a chain
+	size_t bytes;        // KV bytes held
+	size_t limit;        // the bound
+	int blocks, pinned;
+	int block;           // positions per block
+};
+
+// block positions per block (1..4096), row_bytes the KV bytes of one
+// position (engine_kv_row_bytes), mem the bound on the bytes of rows held
+struct pcache *pcache_new(int block, size_t row_bytes, size_t mem, char *err);
+void pcache_free(struct pcache *c); // NULL is fine; every block must be released
+int pcache_block_size(const struct pcache *c);
+
+// the longest stored prefix of toks[0..n): up to max blocks, each pinned
+// for the caller; returns how many, and in *tokens the positions they
+// give: whole blocks, then maybe the start of one more (a hit may end
+// mid-block: the last block's tokens then go on differently, so it is not
+// the parent of what the caller stores next)
+int pcache_match(struct pcache *c, const int32_t *toks, int n, struct pcache_block **out, int max, int *tokens);
+// the block after parent (NULL: the first) holding toks[0..block), pinned
+// for the caller: the stored one if there is one (*fill NULL), else a new
+// one whose rows the caller writes at *fill (engine_seq_kv_read) before it
+// calls the cache again. NULL when the bound leaves no room.
+struct pcache_block *pcache_add(struct pcache *c, struct pcache_block *parent, const int32_t *toks, void **fill);
+// the rows of a block, packed as engine_seq_kv_read packs `block` rows
+const void *pcache_rows(const struct pcache_block *b);
+void pcache_release(struct pcache *c, struct pcache_block *const *b, int n);
+void pcache_stats(struct pcache *c, struct pcache_stats *st);
+
+// the default bound: the KV rows of max(4, parallel) full contexts, so the
+// cache costs about what the sequences it serves do (row_bytes per
+// position): room for a few long conversations and their shared prefixes
+size_t pcache_default_mem(size_t row_bytes, int max_seq, int parallel);
+// "--cache-mem" values: bytes with a K, M or G suffix (powers of 1024), a
+// plain number being MiB; 0 turns the cache off. -1 on anything else.
+int pcache_parse_mem(const char *v, size_t *out);
+
+#endif
