@@ -887,7 +887,7 @@ run_embed(struct sched *s, struct eval *ev)
 		ev->rc = rv;
 		if (rv) {
 			ev->code = SCHED_EUNAVAILABLE;
-			snprintf(ev->msg, sizeof ev->msg, "embeddings: %s", err);
+			snprintf(ev->msg, sizeof ev->msg, "embeddings: %.*s", (int)sizeof ev->msg - 13, err);
 		}
 		ev->done = 1;
 		pthread_cond_broadcast(&s->done);
