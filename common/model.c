@@ -30,6 +30,8 @@ static const struct arch_info arch_table[MODEL_ARCH_COUNT] = {
 	[MODEL_ARCH_QWEN2MOE] = {"qwen2moe", MODEL_ROPE_NEOX, 1e-6f},
 	[MODEL_ARCH_QWEN3MOE] = {"qwen3moe", MODEL_ROPE_NEOX, 1e-6f},
 	[MODEL_ARCH_HUNYUAN_DENSE] = {"hunyuan-dense", MODEL_ROPE_NEOX, 1e-5f},
+	[MODEL_ARCH_LFM2] = {"lfm2", MODEL_ROPE_NEOX, 1e-5f},
+	[MODEL_ARCH_LFM2MOE] = {"lfm2moe", MODEL_ROPE_NEOX, 1e-5f},
 };
 
 const char *
@@ -58,7 +60,13 @@ model_rope_scaling_name(enum model_rope_scaling s)
 static int
 is_moe(enum model_arch a)
 {
-	return a == MODEL_ARCH_QWEN2MOE || a == MODEL_ARCH_QWEN3MOE;
+	return a == MODEL_ARCH_QWEN2MOE || a == MODEL_ARCH_QWEN3MOE || a == MODEL_ARCH_LFM2MOE;
+}
+
+static int
+is_lfm2(enum model_arch a)
+{
+	return a == MODEL_ARCH_LFM2 || a == MODEL_ARCH_LFM2MOE;
 }
 
 int
@@ -106,6 +114,7 @@ model_free(struct model *m)
 		free((char *)m->tensors[i].name);
 	free(m->tensors);
 	free(m->layers);
+	free(m->layer_kv_heads);
 	if (m->src_free)
 		m->src_free(m->src);
 	gguf_close(m->gguf);
@@ -166,7 +175,11 @@ size_t
 model_kv_bytes_per_pos(const struct model *m)
 {
 	const struct model_hparams *hp = &m->hp;
-	return (size_t)hp->n_layer * (size_t)hp->n_head_kv * (size_t)(hp->head_dim + hp->head_dim_v) * sizeof(float);
+	size_t n = 0;
+	for (int64_t il = 0; il < hp->n_layer; il++)
+		n += m->layers && m->layers[il].conv ? (size_t)hp->n_embd
+		                                     : (size_t)hp->n_head_kv * (size_t)(hp->head_dim + hp->head_dim_v);
+	return n * sizeof(float);
 }
 
 const struct model_tensor *
@@ -293,8 +306,19 @@ bind_layer(struct model *m, int il, char *err)
 	if (rc)
 		return -1;
 
-	// attention projections
-	if (a == MODEL_ARCH_PHI3 && has_tensor_l(m, il, "attn_qkv.weight")) {
+	// lfm2: a ShortConv block where head_count_kv says 0 (or, with one
+	// value for every layer, where the file has the block's tensors)
+	L->conv = 0;
+	if (is_lfm2(a))
+		L->conv = m->layer_kv_heads ? m->layer_kv_heads[il] == 0 : has_tensor_l(m, il, "shortconv.in_proj.weight");
+	if (L->conv) {
+		if (bindl(m, &L->conv_in, REQ, il, "shortconv.in_proj.weight", E, 3 * E, 0, err) ||
+		    bindl(m, &L->conv_w, REQ, il, "shortconv.conv.weight", hp->n_conv, E, 0, err) ||
+		    bindl(m, &L->conv_out, REQ, il, "shortconv.out_proj.weight", E, E, 0, err))
+			return -1;
+		if (has_tensor_l(m, il, "attn_q.weight"))
+			return ad_err(err, "blk.%d: head_count_kv 0 marks a ShortConv block, but it has attn_q", il);
+	} else if (a == MODEL_ARCH_PHI3 && has_tensor_l(m, il, "attn_qkv.weight")) {
 		if (bindl(m, &L->wqkv, REQ, il, "attn_qkv.weight", E, nq + nk + nv, 0, err) ||
 		    bindl(m, &L->bqkv, OPT, il, "attn_qkv.bias", nq + nk + nv, 0, 0, err))
 			return -1;
@@ -309,14 +333,14 @@ bind_layer(struct model *m, int il, char *err)
 		    bindl(m, &L->bv, bias, il, "attn_v.bias", nv, 0, 0, err))
 			return -1;
 	}
-	if (bindl(m, &L->wo, REQ, il, "attn_output.weight", no, E, 0, err) ||
-	    bindl(m, &L->bo, OPT, il, "attn_output.bias", E, 0, 0, err))
+	if (!L->conv && (bindl(m, &L->wo, REQ, il, "attn_output.weight", no, E, 0, err) ||
+	                 bindl(m, &L->bo, OPT, il, "attn_output.bias", E, 0, 0, err)))
 		return -1;
 
 	int qk_norm = (a == MODEL_ARCH_QWEN3 || a == MODEL_ARCH_QWEN3MOE || a == MODEL_ARCH_GEMMA3 ||
-	               a == MODEL_ARCH_HUNYUAN_DENSE) ? REQ : OPT;
-	if (bindl(m, &L->q_norm, qk_norm, il, "attn_q_norm.weight", hd, 0, 0, err) ||
-	    bindl(m, &L->k_norm, qk_norm, il, "attn_k_norm.weight", hd, 0, 0, err))
+	               a == MODEL_ARCH_HUNYUAN_DENSE || is_lfm2(a)) ? REQ : OPT;
+	if (!L->conv && (bindl(m, &L->q_norm, qk_norm, il, "attn_q_norm.weight", hd, 0, 0, err) ||
+	                 bindl(m, &L->k_norm, qk_norm, il, "attn_k_norm.weight", hd, 0, 0, err)))
 		return -1;
 
 	int gemma = a == MODEL_ARCH_GEMMA2 || a == MODEL_ARCH_GEMMA3;
@@ -328,9 +352,12 @@ bind_layer(struct model *m, int il, char *err)
 	if (bindl(m, &L->ffn_norm, REQ, il, "ffn_norm.weight", E, 0, 0, err))
 		return -1;
 
-	// feed-forward
-	if (is_moe(a)) {
+	// feed-forward (lfm2moe: dense in the leading blocks)
+	if (is_moe(a) && il >= hp->n_dense_lead) {
 		const int64_t ne = hp->n_expert, fe = hp->n_ff_exp, fs = hp->n_ff_shexp;
+		if (bindl(m, &L->exp_probs_b, hp->expert_gating == 2 ? REQ : OPT, il, "exp_probs_b.bias", ne, 0, 0,
+		          err))
+			return -1;
 		if (bindl(m, &L->gate_inp, REQ, il, "ffn_gate_inp.weight", E, ne, 0, err) ||
 		    bindl(m, &L->gate_exps, REQ, il, "ffn_gate_exps.weight", E, fe, ne, err) ||
 		    bindl(m, &L->up_exps, REQ, il, "ffn_up_exps.weight", E, fe, ne, err) ||
@@ -453,8 +480,20 @@ model_finish(struct model *m, char *err)
 		                  : 1.0f / sqrtf((float)hp->head_dim);
 	}
 	hp->qk_norm_post_rope = a == MODEL_ARCH_HUNYUAN_DENSE;
-	if (a == MODEL_ARCH_QWEN3MOE)
+	if (a == MODEL_ARCH_QWEN3MOE || a == MODEL_ARCH_LFM2MOE)
 		hp->expert_weights_norm = 1; // llama.cpp always renormalises the chosen experts' weights
+	if (is_lfm2(a) && hp->n_conv <= 0)
+		hp->n_conv = 3;
+	if (hp->n_conv > 16)
+		return ad_err(err, "shortconv.l_cache %lld: at most 16 taps are supported", (long long)hp->n_conv);
+	if (a == MODEL_ARCH_LFM2MOE && hp->expert_gating == 0)
+		hp->expert_gating = 2; // LFM2-MoE's router is a sigmoid
+	if (hp->expert_gating != 0 && hp->expert_gating != 1 && hp->expert_gating != 2)
+		return ad_err(err, "expert_gating_func %d is not supported (1 softmax, 2 sigmoid)", hp->expert_gating);
+	if (!is_moe(a))
+		hp->n_dense_lead = 0;
+	if (hp->n_dense_lead < 0 || hp->n_dense_lead > hp->n_layer)
+		return ad_err(err, "leading_dense_block_count %lld out of range", (long long)hp->n_dense_lead);
 	if (is_moe(a)) {
 		if (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert)
 			return ad_err(err, "expert counts %lld used of %lld invalid",
@@ -462,9 +501,13 @@ model_finish(struct model *m, char *err)
 		if (hp->n_expert_used > 64)
 			return ad_err(err, "%lld experts per token; at most 64 are supported",
 			              (long long)hp->n_expert_used);
-		const struct model_tensor *t = model_find_tensor(m, "blk.0.ffn_gate_exps.weight");
+		char first[64];
+		snprintf(first, sizeof first, "blk.%lld.ffn_gate_exps.weight", (long long)hp->n_dense_lead);
+		const struct model_tensor *t = model_find_tensor(m, first);
 		if (hp->n_ff_exp <= 0 && t)
 			hp->n_ff_exp = t->ne[1];
+		if (hp->n_dense_lead > 0 && hp->n_ff <= 0)
+			return ad_err(err, "feed_forward_length missing or not positive (the leading dense blocks need it)");
 		t = model_find_tensor(m, "blk.0.ffn_gate_shexp.weight");
 		if (hp->n_ff_shexp <= 0 && t)
 			hp->n_ff_shexp = t->ne[1];
@@ -473,8 +516,10 @@ model_finish(struct model *m, char *err)
 	}
 
 	// global tensors
+	// lfm2 stores its final norm as token_embd_norm (applied after the last block)
 	if (bind(m, &m->tok_embd, REQ, "token_embd.weight", hp->n_embd, hp->n_vocab, 0, err) ||
-	    bind(m, &m->output_norm, REQ, "output_norm.weight", hp->n_embd, 0, 0, err) ||
+	    bind(m, &m->output_norm, REQ, is_lfm2(a) ? "token_embd_norm.weight" : "output_norm.weight", hp->n_embd,
+	         0, 0, err) ||
 	    bind(m, &m->rope_freqs, OPT, "rope_freqs.weight", hp->n_rot / 2, 0, 0, err) ||
 	    bind(m, &m->rope_long, OPT, "rope_factors_long.weight", hp->n_rot / 2, 0, 0, err) ||
 	    bind(m, &m->rope_short, OPT, "rope_factors_short.weight", hp->n_rot / 2, 0, 0, err))
@@ -558,6 +603,45 @@ kv_float(const struct gguf *g, const char *arch, const char *suffix, float *out,
 	return 0;
 }
 
+// lfm2's head_count_kv: one value, or one per layer with 0 marking a
+// ShortConv block (the attention blocks must agree on the others)
+static int
+lfm2_kv_heads(struct model *m, const struct gguf *g, char *err)
+{
+	struct model_hparams *hp = &m->hp;
+	char key[128];
+	snprintf(key, sizeof key, "%s.attention.head_count_kv", m->arch_name);
+	if (gguf_find_key(g, key) < 0)
+		return 0;
+	if (gguf_get_i64(g, key, &hp->n_head_kv) == 0)
+		return 0;
+	struct gguf_arr arr;
+	if (gguf_get_arr(g, key, &arr) != 0 || arr.n == 0)
+		return ad_err(err, "key %s is not an integer or an array of them", key);
+	if (hp->n_layer <= 0 || arr.n != (uint64_t)hp->n_layer)
+		return ad_err(err, "key %s has %llu values for %lld blocks", key, (unsigned long long)arr.n,
+		              (long long)hp->n_layer);
+	free(m->layer_kv_heads);
+	m->layer_kv_heads = calloc((size_t)arr.n, sizeof *m->layer_kv_heads);
+	if (!m->layer_kv_heads)
+		return ad_err(err, "out of memory");
+	hp->n_head_kv = 0;
+	for (uint64_t i = 0; i < arr.n; i++) {
+		int64_t v;
+		if (gguf_arr_i64(&arr, i, &v) != 0 || v < 0)
+			return ad_err(err, "key %s: element %llu is not a count", key, (unsigned long long)i);
+		if (v > 0 && hp->n_head_kv > 0 && v != hp->n_head_kv)
+			return ad_err(err, "key %s: attention blocks with %lld and %lld KV heads are not supported", key,
+			              (long long)hp->n_head_kv, (long long)v);
+		if (v > 0)
+			hp->n_head_kv = v;
+		m->layer_kv_heads[i] = v;
+	}
+	if (hp->n_head_kv == 0) // every block a ShortConv: the attention shape is unused
+		hp->n_head_kv = hp->n_head;
+	return 0;
+}
+
 static int
 read_hparams(struct model *m, const struct gguf *g, char *err)
 {
@@ -571,7 +655,9 @@ read_hparams(struct model *m, const struct gguf *g, char *err)
 	    kv_int(g, an, "feed_forward_length", &hp->n_ff, err) ||
 	    kv_int(g, an, "context_length", &hp->n_ctx_train, err) ||
 	    kv_int(g, an, "attention.head_count", &hp->n_head, err) ||
-	    kv_int(g, an, "attention.head_count_kv", &hp->n_head_kv, err) ||
+	    (!is_lfm2(m->arch) && kv_int(g, an, "attention.head_count_kv", &hp->n_head_kv, err)) ||
+	    kv_int(g, an, "shortconv.l_cache", &hp->n_conv, err) ||
+	    kv_int(g, an, "leading_dense_block_count", &hp->n_dense_lead, err) ||
 	    kv_int(g, an, "attention.key_length", &hp->head_dim, err) ||
 	    kv_int(g, an, "attention.value_length", &hp->head_dim_v, err) ||
 	    kv_int(g, an, "rope.dimension_count", &hp->n_rot, err) ||
@@ -588,6 +674,14 @@ read_hparams(struct model *m, const struct gguf *g, char *err)
 	    kv_float(g, an, "rope.freq_base_swa", &hp->rope_base_swa, err) ||
 	    kv_float(g, an, "attn_logit_softcapping", &hp->attn_softcap, err) ||
 	    kv_float(g, an, "final_logit_softcapping", &hp->final_softcap, err))
+		return -1;
+
+	v = 0;
+	if (kv_int(g, an, "expert_gating_func", &v, err))
+		return -1;
+	hp->expert_gating = (int)(v >= 0 && v < 16 ? v : 99);
+	v = 0;
+	if (is_lfm2(m->arch) && lfm2_kv_heads(m, g, err))
 		return -1;
 
 	// gemma2 writes the soft-caps; gemma3 files may carry them but do not use them

@@ -37,6 +37,10 @@ struct ref_layer {
 	const float *post_ffw_norm;
 	const float *gate_inp, *gate_exps, *up_exps, *down_exps;
 	const float *gate_inp_shexp, *gate_shexp, *up_shexp, *down_shexp;
+	const float *exp_probs_b;
+	const float *conv_in, *conv_w, *conv_out; // lfm2 ShortConv
+	float *bx_cache; // ShortConv: [max_seq][n_embd], B*X of every position
+	int conv;
 	int sliding, use_rope;
 	float rope_base, rope_freq_scale;
 	float *k_cache; // [max_seq][n_head_kv * head_dim]
@@ -62,6 +66,8 @@ struct ref_engine {
 	// scratch
 	float *x, *xn, *q, *k, *v, *att, *proj, *hb, *hb2, *moe, *scores, *router, *rope_cs;
 	float *pv_part; // [8][head_dim_v]: per-lane partial sums of P·V
+	float *bcx;     // [3 n_embd]: a ShortConv's in_proj output
+	int64_t *route_hist; // ref_route_hist: [n_layer][n_expert] counts, or NULL
 };
 
 // --- allocation ------------------------------------------------------------------
@@ -192,9 +198,16 @@ ref_new_ctx(const struct model *m, int max_seq, int n_ctx, char *err)
 		    deq(e, &ml->gate_inp_shexp, &L->gate_inp_shexp, err) ||
 		    deq(e, &ml->gate_shexp, &L->gate_shexp, err) ||
 		    deq(e, &ml->up_shexp, &L->up_shexp, err) ||
-		    deq(e, &ml->down_shexp, &L->down_shexp, err))
+		    deq(e, &ml->down_shexp, &L->down_shexp, err) ||
+		    deq(e, &ml->exp_probs_b, &L->exp_probs_b, err))
 			goto fail;
-		if (ml->wqkv.name) {
+		L->conv = ml->conv;
+		if (L->conv) {
+			if (deq(e, &ml->conv_in, &L->conv_in, err) || deq(e, &ml->conv_w, &L->conv_w, err) ||
+			    deq(e, &ml->conv_out, &L->conv_out, err) ||
+			    !(L->bx_cache = eng_alloc(e, (size_t)max_seq * (size_t)E * sizeof(float), err)))
+				goto fail;
+		} else if (ml->wqkv.name) {
 			// fused: q rows, then k rows, then v rows
 			const float *w, *b;
 			if (deq(e, &ml->wqkv, &w, err) || deq(e, &ml->bqkv, &b, err))
@@ -228,6 +241,8 @@ ref_new_ctx(const struct model *m, int max_seq, int n_ctx, char *err)
 		L->use_rope = ml->use_rope;
 		L->rope_base = ml->rope_base;
 		L->rope_freq_scale = ml->rope_freq_scale;
+		if (L->conv)
+			continue;
 		L->k_cache = eng_alloc(e, (size_t)max_seq * (size_t)nk * sizeof(float), err);
 		L->v_cache = eng_alloc(e, (size_t)max_seq * (size_t)nv * sizeof(float), err);
 		if (!L->k_cache || !L->v_cache)
@@ -246,7 +261,8 @@ ref_new_ctx(const struct model *m, int max_seq, int n_ctx, char *err)
 	    !(e->scores = eng_alloc(e, (size_t)max_seq * 4, err)) ||
 	    !(e->router = eng_alloc(e, (size_t)max64(hp->n_expert, 1) * 4, err)) ||
 	    !(e->rope_cs = eng_alloc(e, (size_t)hp->n_rot * 4, err)) ||
-	    !(e->pv_part = eng_alloc(e, 8 * (size_t)hp->head_dim_v * 4, err)))
+	    !(e->pv_part = eng_alloc(e, 8 * (size_t)hp->head_dim_v * 4, err)) ||
+	    !(e->bcx = eng_alloc(e, 3 * (size_t)E * 4, err)))
 		goto fail;
 	return e;
 fail:
@@ -545,6 +561,35 @@ attention(struct ref_engine *e, struct ref_layer *L, int pos)
 		e->x[i] += e->proj[i];
 }
 
+// lfm2's ShortConv block: [B; C; X] = in_proj · norm(x), bx = B ⊙ X kept
+// per position (the block's cache), y = Σ_k w[c][k] · bx[pos - n_conv + 1 + k]
+// (ggml_ssm_conv's order: taps oldest first, from 0; bx is 0 before
+// position 0), then out_proj · (C ⊙ y) into the residual
+static void
+shortconv(struct ref_engine *e, struct ref_layer *L, int pos)
+{
+	const struct model_hparams *hp = &e->hp;
+	const int64_t E = hp->n_embd, K = hp->n_conv;
+	rmsnorm(e->xn, e->x, L->attn_norm, E, hp->rms_eps);
+	matvec(e->bcx, L->conv_in, e->xn, NULL, E, 3 * E);
+	const float *b = e->bcx, *c = b + E, *xv = c + E;
+	float *bx = L->bx_cache + (size_t)pos * (size_t)E;
+	for (int64_t i = 0; i < E; i++)
+		bx[i] = b[i] * xv[i];
+	for (int64_t i = 0; i < E; i++) {
+		float sum = 0;
+		for (int64_t k = 0; k < K; k++) {
+			int64_t p = pos - (K - 1) + k;
+			if (p >= 0)
+				sum = fmaf(L->bx_cache[(size_t)p * (size_t)E + (size_t)i], L->conv_w[i * K + k], sum);
+		}
+		e->att[i] = c[i] * sum;
+	}
+	matvec(e->proj, L->conv_out, e->att, NULL, E, E);
+	for (int64_t i = 0; i < E; i++)
+		e->x[i] += e->proj[i];
+}
+
 // out = down(act(gate·x) * up·x) for one SwiGLU / GELU expert of size n_ff
 static void
 ffn(struct ref_engine *e, float *out, const float *gate, const float *up, const float *down,
@@ -564,38 +609,56 @@ moe(struct ref_engine *e, struct ref_layer *L, const float *x, float *out)
 	const struct model_hparams *hp = &e->hp;
 	const int64_t E = hp->n_embd, ne = hp->n_expert, fe = hp->n_ff_exp;
 
-	// softmax over all experts, then the top k by probability
+	// softmax over all experts (or a sigmoid each, lfm2moe), then the top
+	// k by probability (plus the selection bias where there is one: it
+	// picks the experts, the weights stay the unbiased probabilities)
 	matvec(e->router, L->gate_inp, x, NULL, E, ne);
-	float mx = -INFINITY;
-	for (int64_t i = 0; i < ne; i++)
-		mx = e->router[i] > mx ? e->router[i] : mx;
-	double sum = 0;
-	for (int64_t i = 0; i < ne; i++) {
-		e->router[i] = expf(e->router[i] - mx);
-		sum += e->router[i];
+	if (hp->expert_gating == 2) {
+		for (int64_t i = 0; i < ne; i++)
+			e->router[i] = 1.0f / (1.0f + expf(-e->router[i]));
+	} else {
+		float mx = -INFINITY;
+		for (int64_t i = 0; i < ne; i++)
+			mx = e->router[i] > mx ? e->router[i] : mx;
+		double sum = 0;
+		for (int64_t i = 0; i < ne; i++) {
+			e->router[i] = expf(e->router[i] - mx);
+			sum += e->router[i];
+		}
+		for (int64_t i = 0; i < ne; i++)
+			e->router[i] = (float)(e->router[i] / sum);
 	}
-	for (int64_t i = 0; i < ne; i++)
-		e->router[i] = (float)(e->router[i] / sum);
+	const float *bias = L->exp_probs_b;
 
 	int chosen[64];
 	float w[64], wsum = 0;
 	int64_t k = hp->n_expert_used < 64 ? hp->n_expert_used : 64;
 	for (int64_t c = 0; c < k; c++) {
 		int best = -1;
+		float bs = 0;
 		for (int64_t i = 0; i < ne; i++) {
 			int taken = 0;
 			for (int64_t t = 0; t < c; t++)
 				taken |= chosen[t] == i;
-			if (!taken && (best < 0 || e->router[i] > e->router[best]))
+			float si = bias ? e->router[i] + bias[i] : e->router[i];
+			if (!taken && (best < 0 || si > bs)) {
 				best = (int)i;
+				bs = si;
+			}
 		}
 		chosen[c] = best;
 		w[c] = e->router[best];
 		wsum += w[c];
 	}
-	if (hp->expert_weights_norm)
+	if (hp->expert_weights_norm) {
+		if (hp->expert_gating == 2 && wsum < 6.103515625e-5f)
+			wsum = 6.103515625e-5f; // llama.cpp clamps the sum of sigmoid weights
 		for (int64_t c = 0; c < k; c++)
 			w[c] /= wsum;
+	}
+	if (e->route_hist)
+		for (int64_t c = 0; c < k; c++)
+			e->route_hist[(L - e->layers) * ne + chosen[c]]++;
 
 	memset(out, 0, (size_t)E * sizeof(float));
 	for (int64_t c = 0; c < k; c++) {
@@ -645,7 +708,10 @@ ref_forward(struct ref_engine *e, int32_t token, int pos, float *logits)
 	for (int64_t i = 0; i < E; i++)
 		e->x[i] = row[i] * e->embd_scale;
 	for (int64_t il = 0; il < hp->n_layer; il++) {
-		attention(e, &e->layers[il], pos);
+		if (e->layers[il].conv)
+			shortconv(e, &e->layers[il], pos);
+		else
+			attention(e, &e->layers[il], pos);
 		feed_forward(e, &e->layers[il]);
 	}
 	e->n_pos = pos + 1;
@@ -658,6 +724,12 @@ ref_forward(struct ref_engine *e, int32_t token, int pos, float *logits)
 			logits[i] = tanhf(logits[i] * (1.0f / cap)) * cap;
 	}
 	return 0;
+}
+
+void
+ref_route_hist(struct ref_engine *e, int64_t *counts)
+{
+	e->route_hist = counts;
 }
 
 int
