@@ -105,7 +105,7 @@ ane_plan_build(struct ane_plan *p, const struct model *m, const struct ane_plan_
 	const int64_t lim = ANE_MIL_MAX_DIM;
 	if (p->width > 4096)
 		return ad_err(err, "plan: width %d (at most 4096)", p->width);
-	if (E <= 0 || V <= 0 || L <= 0 || E > lim || V > lim || nq + nk + nv > lim || no > lim || hp->n_ff > lim ||
+	if (E <= 0 || V <= 0 || L <= 0 || E > lim || 3 * E > lim || V > lim || nq + nk + nv > lim || no > lim || hp->n_ff > lim ||
 	    hp->n_ff_shexp > lim || L > 100000)
 		return ad_err(err, "plan: hyper-parameters out of range (n_embd %lld, n_vocab %lld, n_layer %lld)",
 		              (long long)E, (long long)V, (long long)L);
@@ -122,21 +122,34 @@ ane_plan_build(struct ane_plan *p, const struct model *m, const struct ane_plan_
 
 	for (int il = 0; il < L; il++) {
 		const struct model_layer *ml = &m->layers[il];
-		struct ane_pk *k = add(p, ANE_K_QKV, il, 0, E, nq + nk + nv);
-		if (ml->wqkv.name) {
+		struct ane_pk *k;
+		if (ml->conv) {
+			// lfm2 ShortConv: in_proj in the QKV slot, out_proj in O's
+			k = add(p, ANE_K_QKV, il, 0, E, 3 * E);
 			k->nparts = 1;
-			if (part(&k->parts[0], &ml->wqkv, 0, nq + nk + nv, E, err))
+			if (part(&k->parts[0], &ml->conv_in, 0, 3 * E, E, err))
+				goto fail;
+			k = add(p, ANE_K_O, il, 0, E, E);
+			k->nparts = 1;
+			if (part(&k->parts[0], &ml->conv_out, 0, E, E, err))
 				goto fail;
 		} else {
-			k->nparts = 3;
-			if (part(&k->parts[0], &ml->wq, 0, nq, E, err) || part(&k->parts[1], &ml->wk, 0, nk, E, err) ||
-			    part(&k->parts[2], &ml->wv, 0, nv, E, err))
+			k = add(p, ANE_K_QKV, il, 0, E, nq + nk + nv);
+			if (ml->wqkv.name) {
+				k->nparts = 1;
+				if (part(&k->parts[0], &ml->wqkv, 0, nq + nk + nv, E, err))
+					goto fail;
+			} else {
+				k->nparts = 3;
+				if (part(&k->parts[0], &ml->wq, 0, nq, E, err) ||
+				    part(&k->parts[1], &ml->wk, 0, nk, E, err) || part(&k->parts[2], &ml->wv, 0, nv, E, err))
+					goto fail;
+			}
+			k = add(p, ANE_K_O, il, 0, no, E);
+			k->nparts = 1;
+			if (part(&k->parts[0], &ml->wo, 0, E, no, err))
 				goto fail;
 		}
-		k = add(p, ANE_K_O, il, 0, no, E);
-		k->nparts = 1;
-		if (part(&k->parts[0], &ml->wo, 0, E, no, err))
-			goto fail;
 
 		if (ml->gate_inp.name) { // MoE: the routed experts run on the CPU
 			if (!ml->gate_shexp.name)

@@ -533,12 +533,35 @@ cmd_info(int argc, char **argv)
 	printf("  layers                     %lld\n", (long long)hp->n_layer);
 	printf("  heads / kv heads           %lld / %lld\n", (long long)hp->n_head, (long long)hp->n_head_kv);
 	printf("  head size (k / v)          %lld / %lld\n", (long long)hp->head_dim, (long long)hp->head_dim_v);
-	if (hp->n_expert)
-		printf("  experts                    %lld, %lld used, size %lld, shared %lld%s\n",
+	int n_conv = 0;
+	for (int il = 0; il < hp->n_layer; il++)
+		n_conv += m.layers[il].conv;
+	if (n_conv) {
+		// lfm2: which blocks are ShortConv and which attention
+		printf("  ShortConv blocks           %d of %lld (%lld taps, the conv and its state on the CPU):", n_conv,
+		       (long long)hp->n_layer, (long long)hp->n_conv);
+		for (int il = 0, any = 0; il < hp->n_layer; il++)
+			if (m.layers[il].conv)
+				printf("%s%d", any++ ? "," : " ", il);
+		printf("; attention on");
+		for (int il = 0, any = 0; il < hp->n_layer; il++)
+			if (!m.layers[il].conv)
+				printf("%s%d", any++ ? "," : " ", il);
+		printf("\n");
+	}
+	if (hp->n_expert) {
+		printf("  experts                    %lld, %lld used, size %lld, shared %lld%s%s\n",
 		       (long long)hp->n_expert, (long long)hp->n_expert_used, (long long)hp->n_ff_exp,
-		       (long long)hp->n_ff_shexp, hp->expert_weights_norm ? ", renormalised" : "");
-	else
+		       (long long)hp->n_ff_shexp, hp->expert_weights_norm ? ", renormalised" : "",
+		       hp->expert_gating == 2 ? ", sigmoid router" : ", softmax router");
+		if (hp->n_dense_lead > 0)
+			printf("  dense blocks first         %lld, feed-forward %lld\n", (long long)hp->n_dense_lead,
+			       (long long)hp->n_ff);
+		if (m.layers[hp->n_layer - 1].exp_probs_b.name)
+			printf("  expert selection bias      exp_probs_b (selects only, not in the weights)\n");
+	} else {
 		printf("  feed-forward               %lld\n", (long long)hp->n_ff);
+	}
 	printf("  training context           %lld\n", (long long)hp->n_ctx_train);
 	printf("  rms eps                    %g\n", (double)hp->rms_eps);
 	printf("  RoPE                       %s, %lld dims, base %g", model_rope_name(hp->rope),
@@ -557,7 +580,7 @@ cmd_info(int argc, char **argv)
 	if (m.rope_freqs.name)
 		printf(", per-pair frequency factors");
 	printf("\n");
-	if (m.layers[0].q_norm.name || m.layers[0].k_norm.name)
+	if (m.layers[hp->n_layer - 1].q_norm.name || m.layers[hp->n_layer - 1].k_norm.name)
 		printf("  q/k norms                  per head, %s RoPE\n", hp->qk_norm_post_rope ? "after" : "before");
 	if (hp->sliding_window > 0) {
 		printf("  sliding window             %lld on layers", (long long)hp->sliding_window);
@@ -599,7 +622,8 @@ cmd_info(int argc, char **argv)
 	printf("  parameters                 %" PRId64 " (%.3g M)\n", m.n_params, (double)m.n_params / 1e6);
 	print_bytes("file", (double)m.file_bytes);
 	print_bytes("fp32 reference weights", (double)m.n_params * 4.0);
-	print_bytes("fp32 KV cache / 1k tokens", (double)model_kv_bytes_per_pos(&m) * 1024.0);
+	print_bytes(n_conv ? "fp32 KV + conv state / 1k" : "fp32 KV cache / 1k tokens",
+	            (double)model_kv_bytes_per_pos(&m) * 1024.0);
 	// what the projection kernels hold in either format, and the default
 	enum ane_wfmt def = ane_plan_weights_default(&m, "emu");
 	for (int f = ANE_W_FP16; f <= ANE_W_INT8; f++) {
@@ -616,18 +640,36 @@ cmd_info(int argc, char **argv)
 		ane_plan_free(&p);
 	}
 	printf("  kernel weights (default)   %s on emu, fp16 on ane (--weights)\n", ane_wfmt_name(def));
-	// the kernels of one layer (the first) and of the whole plan
+	// the kernels of each kind of layer (the first of each: ShortConv or
+	// attention, dense or MoE) and of the whole plan
 	struct ane_plan p;
 	if (ane_plan_build(&p, &m, NULL, err) == 0) {
-		int n0 = 0;
-		printf("  kernels per layer         ");
-		for (int i = 0; i < p.n; i++)
-			if (p.k[i].layer == 0) {
-				printf("%s%s", n0 ? " + " : " ", ane_kind_name(p.k[i].kind));
-				n0++;
-			}
-		printf(" (%d); %d in all with %d LM-head chunk%s%s\n", n0, p.n, p.head_chunks, p.head_chunks > 1 ? "s" : "",
-		       hp->n_expert ? "; routed experts on the CPU" : "");
+		int seen[4] = {0}, kinds = 0;
+		for (int il = 0; il < hp->n_layer; il++) {
+			const struct model_layer *ml = &m.layers[il];
+			int kind = (ml->conv ? 1 : 0) | (ml->gate_inp.name ? 2 : 0);
+			if (seen[kind]++)
+				continue;
+			int n0 = 0;
+			printf("  %-27s", kinds++ ? "" : "kernels per layer");
+			for (int i = 0; i < p.n; i++)
+				if (p.k[i].layer == il) {
+					const char *kn = ane_kind_name(p.k[i].kind);
+					if (ml->conv && p.k[i].kind == ANE_K_QKV)
+						kn = "in_proj";
+					else if (ml->conv && p.k[i].kind == ANE_K_O)
+						kn = "out_proj";
+					printf("%s%s", n0 ? " + " : "", kn);
+					n0++;
+				}
+			printf(" (%d)", n0);
+			if (kind != 0 || seen[1] || seen[2] || seen[3] || n_conv || hp->n_dense_lead)
+				printf(" on %s%s layers (first: %d)", ml->conv ? "ShortConv" : "attention",
+				       ml->gate_inp.name ? " MoE" : "", il);
+			printf("\n");
+		}
+		printf("  kernels in all             %d with %d LM-head chunk%s%s\n", p.n, p.head_chunks,
+		       p.head_chunks > 1 ? "s" : "", hp->n_expert ? "; routed experts on the CPU" : "");
 		ane_plan_free(&p);
 	}
 	model_free(&m);

@@ -53,6 +53,9 @@ struct eng_layer {
 	const float *ffn_norm, *post_ffw_norm;
 	const float *gate_inp, *gate_inp_shexp; // router and shared-expert gate (experts: moe.c)
 	int qkv, o, ffn, gate_up, down, shexp; // kernel ids, -1 when absent
+	const float *conv_w; // lfm2 ShortConv taps [n_embd][n_conv] (qkv/o are in_proj/out_proj)
+	int conv;
+	size_t kv_off; // this layer's part of a sequence's cache: K then V, or a ShortConv's B*X rows
 	int sliding, use_rope;
 	float rope_base, rope_freq_scale;
 	int rope_conf; // index of (base, scale) among the model's distinct ones
@@ -66,7 +69,8 @@ struct engine {
 	float embd_scale;
 	int width, max_seq, attn_ref, kv_f32;
 	int upto; // layers to run (engine_eval_layers), 0: all
-	size_t kv_elem, layer_kv; // bytes per cache value, per layer of a sequence
+	size_t kv_elem, layer_kv; // bytes per cache value, per attention layer of a sequence
+	size_t seq_kv;            // bytes of a sequence's cache, every layer
 	int E, V, nq, nk, nv, nqv, nqkv, ff, fe;
 	size_t embd_row_bytes;
 	const float *output_norm, *rope_freqs;
@@ -115,7 +119,9 @@ struct worker {
 
 struct engine_seq {
 	struct engine *e;
-	uint8_t *kv; // per layer: K [max_seq][nk], then V [max_seq][nv]
+	uint8_t *kv; // per layer at its kv_off: K [max_seq][nk], then V [max_seq][nv];
+	             // a ShortConv layer: B*X [max_seq][n_embd] (its conv state, kept
+	             // per position so that truncating a sequence needs nothing more)
 	int32_t *tokens;
 	int len;
 	int pending; // columns in the current call
@@ -466,14 +472,19 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 		L->use_rope = ml->use_rope;
 		L->rope_base = ml->rope_base;
 		L->rope_freq_scale = ml->rope_freq_scale;
+		L->conv = ml->conv;
+		L->kv_off = e->seq_kv;
+		e->seq_kv += L->conv ? (size_t)e->max_seq * (size_t)E * e->kv_elem : e->layer_kv;
+		if (L->conv && deq(e, &ml->conv_w, &L->conv_w, err))
+			goto fail;
 		int conf = -1;
 		for (int j = 0; j < il && conf < 0; j++)
 			if (e->layers[j].rope_base == L->rope_base && e->layers[j].rope_freq_scale == L->rope_freq_scale)
 				conf = e->layers[j].rope_conf;
 		L->rope_conf = conf >= 0 ? conf : e->n_conf++;
 
-		if (kernel(e, KB_QKV, il, E, e->nqkv, 1, &L->qkv, err) ||
-		    kernel(e, KB_O, il, e->nqv, E, 1, &L->o, err))
+		if (kernel(e, KB_QKV, il, E, L->conv ? 3 * E : e->nqkv, 1, &L->qkv, err) ||
+		    kernel(e, KB_O, il, L->conv ? E : e->nqv, E, 1, &L->o, err))
 			goto fail;
 		L->ffn = L->gate_up = L->down = L->shexp = -1;
 		if (L->gate_inp) {
@@ -535,10 +546,11 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 
 	const size_t w = (size_t)W;
 	int wide = E > e->nqv ? E : e->nqv;
+	const size_t nqkv_max = (size_t)(e->nqkv > 3 * E ? e->nqkv : 3 * E);
 	struct attn_shape sh = {(int)hp->n_head, (int)hp->n_head_kv, (int)hp->head_dim, (int)hp->head_dim_v,
 	                        (size_t)e->nk, (size_t)e->nv, 0, 0};
 	if (!(e->x = eng_alloc(e, w * E * 4, err)) || !(e->xn = eng_alloc(e, w * wide * 4, err)) ||
-	    !(e->qkv = eng_alloc(e, w * e->nqkv * 4, err)) || !(e->att = eng_alloc(e, w * e->nqv * 4, err)) ||
+	    !(e->qkv = eng_alloc(e, w * nqkv_max * 4, err)) || !(e->att = eng_alloc(e, w * (size_t)wide * 4, err)) ||
 	    !(e->proj = eng_alloc(e, w * E * 4, err)) ||
 	    !(e->hb = eng_alloc(e, w * 2 * (size_t)(e->ff > 0 ? e->ff : 1) * 4, err)) ||
 	    !(e->ffo = eng_alloc(e, w * E * 4, err)) ||
@@ -592,7 +604,7 @@ struct engine_seq *
 engine_seq_new(struct engine *e, char *err)
 {
 	struct engine_seq *s = calloc(1, sizeof *s);
-	size_t bytes = e->layer_kv * (size_t)e->hp.n_layer;
+	size_t bytes = e->seq_kv;
 	if (s) {
 		s->e = e;
 		s->kv = calloc(bytes ? bytes : 1, 1);
@@ -756,7 +768,7 @@ attn_item(struct engine *e, int il, int item, float *scratch)
 	int first = 0;
 	if (L->sliding && pos - hp->sliding_window + 1 > 0)
 		first = (int)(pos - hp->sliding_window + 1);
-	const uint8_t *kc = e->cols[c]->kv + (size_t)il * e->layer_kv;
+	const uint8_t *kc = e->cols[c]->kv + L->kv_off;
 	const uint8_t *vc = kc + (size_t)e->max_seq * e->nk * e->kv_elem;
 	const float *q = e->qkv + (size_t)c * e->nqkv + (size_t)g * group * hd;
 	float *out = e->att + (size_t)c * e->nqv + (size_t)g * group * hdv;
@@ -862,6 +874,56 @@ attention(struct engine *e, int il, int n)
 	pthread_mutex_unlock(&e->mu);
 }
 
+// lfm2's ShortConv block, as ref.c's shortconv: in_proj on the backend,
+// B*X of every column into its sequence's cache (all columns first: a
+// sequence's later columns read its earlier ones), the causal conv over
+// the last n_conv rows, C * y, out_proj on the backend, residual
+static int
+conv_block(struct engine *e, struct fwd *f, const struct eng_layer *L, int n, char *err)
+{
+	const int E = e->E, K = (int)e->hp.n_conv;
+	for (int c = 0; c < n; c++)
+		rmsnorm(e->xn + (size_t)c * E, e->x + (size_t)c * E, L->attn_norm, E, e->hp.rms_eps);
+	if (run(e, f, L->qkv, e->xn, E, e->qkv, 3 * (size_t)E, n, err))
+		return -1;
+	float *bx = e->proj; // [E] scratch per column
+	for (int c = 0; c < n; c++) {
+		const float *b = e->qkv + (size_t)c * 3 * E, *xv = b + 2 * E;
+		uint8_t *row = e->cols[c]->kv + L->kv_off + (size_t)e->pos[c] * E * e->kv_elem;
+		for (int i = 0; i < E; i++)
+			bx[i] = b[i] * xv[i];
+		if (e->kv_f32)
+			memcpy(row, bx, (size_t)E * sizeof(float));
+		else
+			ad_f32_to_fp16_row(bx, (uint16_t *)row, (size_t)E);
+	}
+	for (int c = 0; c < n; c++) {
+		const float *cg = e->qkv + (size_t)c * 3 * E + E;
+		const uint8_t *base = e->cols[c]->kv + L->kv_off;
+		float *y = e->att + (size_t)c * E;
+		for (int i = 0; i < E; i++) {
+			float sum = 0;
+			for (int k = 0; k < K; k++) {
+				int p = e->pos[c] - (K - 1) + k;
+				if (p < 0)
+					continue;
+				size_t at = (size_t)p * E + (size_t)i;
+				float v = e->kv_f32 ? ((const float *)base)[at] : ad_fp16_to_f32(((const uint16_t *)base)[at]);
+				sum = fmaf(v, L->conv_w[(size_t)i * K + k], sum);
+			}
+			y[i] = cg[i] * sum;
+		}
+	}
+	if (run(e, f, L->o, e->att, E, e->proj, E, n, err))
+		return -1;
+	for (int c = 0; c < n; c++) {
+		float *p = e->proj + (size_t)c * E, *x = e->x + (size_t)c * E;
+		for (int i = 0; i < E; i++)
+			x[i] += p[i];
+	}
+	return 0;
+}
+
 static int
 layer(struct engine *e, struct fwd *f, int il, int n, char *err)
 {
@@ -870,6 +932,11 @@ layer(struct engine *e, struct fwd *f, int il, int n, char *err)
 	const int E = e->E, hd = (int)hp->head_dim;
 	const float eps = hp->rms_eps;
 
+	if (L->conv) {
+		if (conv_block(e, f, L, n, err))
+			return -1;
+		goto ffn;
+	}
 	// attention
 	for (int c = 0; c < n; c++)
 		rmsnorm(e->xn + (size_t)c * E, e->x + (size_t)c * E, L->attn_norm, E, eps);
@@ -904,7 +971,7 @@ layer(struct engine *e, struct fwd *f, int il, int n, char *err)
 		if (e->gelu)
 			for (int i = 0; i < e->nq; i++)
 				q[i] *= hp->q_scale;
-		uint8_t *kc = e->cols[c]->kv + (size_t)il * e->layer_kv;
+		uint8_t *kc = e->cols[c]->kv + L->kv_off;
 		uint8_t *vc = kc + (size_t)e->max_seq * e->nk * e->kv_elem;
 		if (e->kv_f32) {
 			memcpy((float *)kc + (size_t)e->pos[c] * e->nk, k, (size_t)e->nk * sizeof(float));
@@ -936,7 +1003,7 @@ layer(struct engine *e, struct fwd *f, int il, int n, char *err)
 			x[i] += p[i];
 	}
 
-	// feed-forward
+ffn:
 	for (int c = 0; c < n; c++)
 		rmsnorm(e->xn + (size_t)c * E, e->x + (size_t)c * E, L->ffn_norm, E, eps);
 	if (L->gate_inp) {

@@ -256,7 +256,21 @@ kb_exact_new(const struct model *m, const struct kb_opts *o, char *err)
 
 	for (int il = 0; il < hp->n_layer; il++) {
 		const struct model_layer *ml = &m->layers[il];
-		struct xk *k = add_kernel(x, KB_QKV, il, 0, E, nq + nk + nv, 0);
+		struct xk *k;
+		if (ml->conv) { // lfm2 ShortConv: in_proj and out_proj (plan.h)
+			k = add_kernel(x, KB_QKV, il, 0, E, 3 * E, 0);
+			if (deq(x, &ml->conv_in, &k->w[0], err))
+				goto fail;
+			k->rows[0] = 3 * E;
+			k->nparts = 1;
+			k = add_kernel(x, KB_O, il, 0, E, E, 0);
+			if (deq(x, &ml->conv_out, &k->w[0], err))
+				goto fail;
+			k->rows[0] = E;
+			k->nparts = 1;
+			goto ffn;
+		}
+		k = add_kernel(x, KB_QKV, il, 0, E, nq + nk + nv, 0);
 		if (ml->wqkv.name) {
 			if (deq(x, &ml->wqkv, &k->w[0], err))
 				goto fail;
@@ -276,7 +290,7 @@ kb_exact_new(const struct model *m, const struct kb_opts *o, char *err)
 			goto fail;
 		k->rows[0] = E;
 		k->nparts = 1;
-
+	ffn:
 		if (ml->gate_inp.name) {
 			if (!ml->gate_shexp.name)
 				continue;

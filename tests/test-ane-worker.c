@@ -45,7 +45,7 @@ static const char *fixtures[] = {
 	"stories260K", "llama", "llama256_q4_k", "llama256_q8_0", "llama256_bf16", "llama256_f16",
 	"llama256_q2_k", "llama256_q5_0", "llama256_q6_k", "gemma2", "gemma3", "phi3", "qwen2", "qwen2moe",
 	"qwen3", "models2/qwen3moe", "models2/phi3_longrope", "models2/hunyuan_dense", "models2/llama_yarn",
-	"models2/smollm3",
+	"models2/smollm3", "models2/lfm2", "models2/lfm2moe",
 };
 #define NFIX ((int)(sizeof fixtures / sizeof fixtures[0]))
 
@@ -108,19 +108,27 @@ test_plan_fixtures(void)
 				const struct model_layer *ml = &m.layers[il];
 				const struct ane_pk *k = &p.k[n];
 				CHECK(k->id == n && k->kind == ANE_K_QKV && k->layer == il, "%s L%d", fixtures[f], il);
-				CHECK(k->in_ch == E && k->out_ch == nq + nk + nv);
-				if (ml->wqkv.name) {
-					CHECK(k->nparts == 1 && k->parts[0].t == &ml->wqkv);
+				if (ml->conv) { // lfm2 ShortConv: in_proj, out_proj
+					CHECK(k->in_ch == E && k->out_ch == 3 * E && k->nparts == 1 && k->parts[0].t == &ml->conv_in);
+					k = &p.k[++n];
+					CHECK(k->kind == ANE_K_O && k->layer == il && k->in_ch == E && k->out_ch == E &&
+					      k->parts[0].t == &ml->conv_out);
 				} else {
-					CHECK(k->nparts == 3 && k->parts[0].t == &ml->wq && k->parts[1].t == &ml->wk &&
-					      k->parts[2].t == &ml->wv && k->parts[0].rows == nq && k->parts[1].rows == nk);
+					CHECK(k->in_ch == E && k->out_ch == nq + nk + nv);
+					if (ml->wqkv.name) {
+						CHECK(k->nparts == 1 && k->parts[0].t == &ml->wqkv);
+					} else {
+						CHECK(k->nparts == 3 && k->parts[0].t == &ml->wq && k->parts[1].t == &ml->wk &&
+						      k->parts[2].t == &ml->wv && k->parts[0].rows == nq && k->parts[1].rows == nk);
+					}
+					CHECK(ane_plan_find(&p, ANE_K_QKV, il, 0) == n);
+					k = &p.k[++n];
+					CHECK(k->kind == ANE_K_O && k->in_ch == (int)(hp->n_head * hp->head_dim_v) && k->out_ch == E);
 				}
-				CHECK(ane_plan_find(&p, ANE_K_QKV, il, 0) == n);
-				k = &p.k[++n];
-				CHECK(k->kind == ANE_K_O && k->in_ch == (int)(hp->n_head * hp->head_dim_v) && k->out_ch == E);
 				n++;
 				if (ml->gate_inp.name) {
-					CHECK(m.arch == MODEL_ARCH_QWEN2MOE || m.arch == MODEL_ARCH_QWEN3MOE);
+					CHECK(m.arch == MODEL_ARCH_QWEN2MOE || m.arch == MODEL_ARCH_QWEN3MOE ||
+					      (m.arch == MODEL_ARCH_LFM2MOE && il >= hp->n_dense_lead));
 					if (ml->gate_shexp.name) {
 						k = &p.k[n++];
 						CHECK(k->kind == ANE_K_SHEXP && k->ff == hp->n_ff_shexp && k->nparts == 3 &&

@@ -293,6 +293,143 @@ expect_error(const struct spec *s, const char *a, const char *b)
 		model_free(&m);
 }
 
+// --- lfm2 written by hand: a ShortConv block, an attention block, a MoE block
+
+struct lfm2_spec {
+	int moe;             // lfm2moe, block 2 MoE after 2 dense ones
+	int kv_n;            // values in head_count_kv (0: 3, right)
+	int kv_differ;       // the attention blocks disagree on their KV heads
+	int attn_in_conv;    // block 0 also has attn_q
+	const char *drop;    // leave this tensor out
+	int gating;          // expert_gating_func (0: 2)
+	int lead;            // leading_dense_block_count (0: 2)
+};
+
+static int
+write_lfm2(const char *path, const struct lfm2_spec *ls)
+{
+	char err[AD_ERRLEN] = "", key[128], name[96];
+	const char *a = ls->moe ? "lfm2moe" : "lfm2";
+	const int NL = 3, NE = 4;
+	struct spec s = {.drop = ls->drop};
+	struct gguf_writer *w = gguf_writer_new();
+	rng = 777;
+	gguf_writer_str(w, "general.architecture", a);
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, a), key)
+	gguf_writer_u32(w, KEY("embedding_length"), E);
+	gguf_writer_u32(w, KEY("block_count"), NL);
+	gguf_writer_u32(w, KEY("feed_forward_length"), FF);
+	gguf_writer_u32(w, KEY("context_length"), 64);
+	gguf_writer_u32(w, KEY("attention.head_count"), H);
+	uint32_t kv[4] = {0, KV, ls->kv_differ ? 1 : KV, KV};
+	gguf_writer_arr(w, KEY("attention.head_count_kv"), GGUF_TYPE_UINT32, kv, ls->kv_n ? (uint64_t)ls->kv_n : 3);
+	gguf_writer_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
+	gguf_writer_u32(w, KEY("shortconv.l_cache"), 3);
+	if (ls->moe) {
+		gguf_writer_u32(w, KEY("expert_count"), NE);
+		gguf_writer_u32(w, KEY("expert_used_count"), 2);
+		gguf_writer_u32(w, KEY("expert_feed_forward_length"), 16);
+		gguf_writer_u32(w, KEY("leading_dense_block_count"), (uint32_t)(ls->lead ? ls->lead : 2));
+		gguf_writer_u32(w, KEY("expert_gating_func"), (uint32_t)(ls->gating ? ls->gating : 2));
+	}
+#undef KEY
+	int rc = add(w, &s, "token_embd.weight", E, V, 0, 0.4f, err) ||
+	         add(w, &s, "token_embd_norm.weight", E, 1, 1, 0.2f, err);
+	for (int il = 0; il < NL && !rc; il++) {
+#define T(what, ne0, ne1, base, scale) \
+	(snprintf(name, sizeof name, "blk.%d." what, il), add(w, &s, name, ne0, ne1, base, scale, err))
+		rc = T("attn_norm.weight", E, 1, 1, 0.2f) || T("ffn_norm.weight", E, 1, 1, 0.2f);
+		if (il == 0) {
+			rc = rc || T("shortconv.in_proj.weight", E, 3 * E, 0, 0.5f) ||
+			     T("shortconv.conv.weight", 3, E, 0, 0.5f) || T("shortconv.out_proj.weight", E, E, 0, 0.5f);
+		}
+		if (il > 0 || ls->attn_in_conv)
+			rc = rc || T("attn_q.weight", E, H * HD, 0, 0.5f);
+		if (il > 0)
+			rc = rc || T("attn_k.weight", E, KV * HD, 0, 0.5f) || T("attn_v.weight", E, KV * HD, 0, 0.5f) ||
+			     T("attn_output.weight", H * HD, E, 0, 0.5f) || T("attn_q_norm.weight", HD, 1, 1, 0.1f) ||
+			     T("attn_k_norm.weight", HD, 1, 1, 0.1f);
+		if (ls->moe && il == 2) {
+			int64_t ne3[3] = {E, 16, NE}, nd3[3] = {16, E, NE};
+			float *z = calloc((size_t)E * 16 * NE, sizeof *z);
+			snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.weight", il);
+			rc = rc || gguf_writer_tensor(w, name, AD_TYPE_F32, 3, ne3, z, (size_t)E * 16 * NE * 4, err);
+			snprintf(name, sizeof name, "blk.%d.ffn_up_exps.weight", il);
+			rc = rc || gguf_writer_tensor(w, name, AD_TYPE_F32, 3, ne3, z, (size_t)E * 16 * NE * 4, err);
+			snprintf(name, sizeof name, "blk.%d.ffn_down_exps.weight", il);
+			rc = rc || gguf_writer_tensor(w, name, AD_TYPE_F32, 3, nd3, z, (size_t)E * 16 * NE * 4, err);
+			free(z);
+			rc = rc || T("ffn_gate_inp.weight", E, NE, 0, 0.5f) || T("exp_probs_b.bias", NE, 1, 0, 0.1f);
+		} else {
+			rc = rc || T("ffn_gate.weight", E, FF, 0, 0.5f) || T("ffn_up.weight", E, FF, 0, 0.5f) ||
+			     T("ffn_down.weight", FF, E, 0, 0.5f);
+		}
+#undef T
+	}
+	if (!rc)
+		rc = gguf_writer_save(w, path, err);
+	if (rc)
+		fprintf(stderr, "write_lfm2: %s\n", err);
+	gguf_writer_free(w);
+	return rc;
+}
+
+static int
+load_lfm2(const struct lfm2_spec *ls, struct model *m, char *err)
+{
+	const char *p = tmp("lfm2.gguf");
+	if (write_lfm2(p, ls))
+		return ad_err(err, "(could not write the model)");
+	return model_load(m, p, err);
+}
+
+static void
+test_lfm2(void)
+{
+	char err[AD_ERRLEN] = "";
+	struct model m;
+	// the fixtures: the layer kinds from head_count_kv, the final norm
+	REQUIRE(model_load(&m, T_DATA "/models2/lfm2.gguf", err) == 0, "%s", err);
+	CHECK(m.arch == MODEL_ARCH_LFM2 && m.hp.n_head_kv == 2 && m.hp.n_conv == 3 && m.tied_output);
+	CHECK(m.layers[0].conv && m.layers[1].conv && !m.layers[2].conv && m.layers[3].conv && !m.layers[4].conv);
+	CHECK(m.layers[0].conv_w.ne[0] == 3 && m.layers[0].conv_in.ne[1] == 384 && !m.layers[0].wq.name);
+	CHECK(m.layers[2].q_norm.name && !m.hp.qk_norm_post_rope && m.hp.rope == MODEL_ROPE_NEOX);
+	CHECK(m.output_norm.name && !strcmp(m.output_norm.name, "token_embd_norm.weight"));
+	// three ShortConv layers of 128 B*X values, two attention layers of 2 x 2 x 32
+	CHECK(model_kv_bytes_per_pos(&m) == (3 * 128 + 2 * 128) * 4, "%zu", model_kv_bytes_per_pos(&m));
+	model_free(&m);
+	REQUIRE(model_load(&m, T_DATA "/models2/lfm2moe.gguf", err) == 0, "%s", err);
+	CHECK(m.arch == MODEL_ARCH_LFM2MOE && m.hp.n_dense_lead == 2 && m.hp.expert_gating == 2 &&
+	      m.hp.expert_weights_norm && m.hp.n_ff == 192 && m.hp.n_ff_exp == 32);
+	CHECK(!m.layers[1].gate_inp.name && m.layers[1].gate.name && m.layers[2].gate_inp.name &&
+	      m.layers[2].exp_probs_b.name && m.layers[4].exp_probs_b.ne[0] == 8);
+	model_free(&m);
+
+	// written by hand: the right one loads
+	CHECK(load_lfm2(&(struct lfm2_spec){0}, &m, err) == 0, "%s", err);
+	model_free(&m);
+	CHECK(load_lfm2(&(struct lfm2_spec){.moe = 1}, &m, err) == 0, "%s", err);
+	CHECK(m.layers[2].gate_inp.name && !m.layers[1].gate_inp.name && m.layers[0].conv);
+	model_free(&m);
+	// and each fault is named
+	CHECK(load_lfm2(&(struct lfm2_spec){.kv_n = 4}, &m, err) == -1 && strstr(err, "head_count_kv has 4 values for 3"),
+	      "%s", err);
+	CHECK(load_lfm2(&(struct lfm2_spec){.kv_differ = 1}, &m, err) == -1 && strstr(err, "2 and 1 KV heads"), "%s",
+	      err);
+	CHECK(load_lfm2(&(struct lfm2_spec){.attn_in_conv = 1}, &m, err) == -1 &&
+	      strstr(err, "blk.0: head_count_kv 0 marks a ShortConv block, but it has attn_q"), "%s", err);
+	CHECK(load_lfm2(&(struct lfm2_spec){.drop = "blk.0.shortconv.conv.weight"}, &m, err) == -1 &&
+	      strstr(err, "missing tensor blk.0.shortconv.conv.weight"), "%s", err);
+	CHECK(load_lfm2(&(struct lfm2_spec){.drop = "token_embd_norm.weight"}, &m, err) == -1 &&
+	      strstr(err, "missing tensor token_embd_norm.weight"), "%s", err);
+	CHECK(load_lfm2(&(struct lfm2_spec){.moe = 1, .drop = "blk.2.exp_probs_b.bias"}, &m, err) == -1 &&
+	      strstr(err, "missing tensor blk.2.exp_probs_b.bias"), "%s", err);
+	CHECK(load_lfm2(&(struct lfm2_spec){.moe = 1, .gating = 3}, &m, err) == -1 &&
+	      strstr(err, "expert_gating_func 3 is not supported"), "%s", err);
+	CHECK(load_lfm2(&(struct lfm2_spec){.moe = 1, .lead = 7}, &m, err) == -1 &&
+	      strstr(err, "leading_dense_block_count 7 out of range"), "%s", err);
+}
+
 static void
 test_errors(void)
 {
@@ -786,6 +923,17 @@ test_cmd_info(void)
 	REQUIRE(out);
 	CHECK(strstr(out, "hunyuan-dense") && strstr(out, "per head, after RoPE"), "%s", out);
 	free(out);
+	CHECK(RUN(cmd_info, "info", "--model", T_DATA "/models2/lfm2moe.gguf") == 0);
+	out = t_read_file(tmp("out.txt"), &n);
+	REQUIRE(out);
+	CHECK(strstr(out, "ShortConv blocks           3 of 5 (3 taps, the conv and its state on the CPU): 0,1,3; attention on 2,4") &&
+	      strstr(out, "8, 2 used, size 32, shared 0, renormalised, sigmoid router") &&
+	      strstr(out, "dense blocks first         2, feed-forward 192") && strstr(out, "exp_probs_b") &&
+	      strstr(out, "in_proj + out_proj + ffn (3) on ShortConv layers (first: 0)") &&
+	      strstr(out, "qkv + o (2) on attention MoE layers (first: 2)") &&
+	      strstr(out, "in_proj + out_proj (2) on ShortConv MoE layers (first: 3)") &&
+	      strstr(out, "kernels in all             13 with 1 LM-head chunk; routed experts on the CPU"), "%s", out);
+	free(out);
 	CHECK(RUN(cmd_info, "info", "--arch", "gpt9") == 2);
 	unsetenv("ANEDVD_ARCH");
 }
@@ -795,6 +943,7 @@ main(void)
 {
 	T_RUN(test_fixture_hparams);
 	T_RUN(test_fixture2_hparams);
+	T_RUN(test_lfm2);
 	T_RUN(test_errors);
 	T_RUN(test_unknown_arch_with_llama_tensors);
 	T_RUN(test_loader_api);
