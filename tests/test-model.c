@@ -19,6 +19,7 @@
 
 int cmd_cpu(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_route(int argc, char **argv);
 
 // --- a small llama-shaped model written with the GGUF writer ----------------
 
@@ -938,6 +939,166 @@ test_cmd_info(void)
 	unsetenv("ANEDVD_ARCH");
 }
 
+static cJSON *
+route_json(const char *model, const char *ids, const char *max_tokens)
+{
+	if (RUN(cmd_route, "route", "--model", model, "--prompt-ids", ids, "--max-tokens", max_tokens, "--json") != 0)
+		return NULL;
+	size_t n;
+	char *out = t_read_file(tmp("out.txt"), &n);
+	cJSON *j = out ? cJSON_Parse(out) : NULL;
+	free(out);
+	return j;
+}
+
+static double
+vec_rms(const float *x, int n)
+{
+	double ss = 0;
+	for (int i = 0; i < n; i++)
+		ss += (double)x[i] * x[i];
+	return sqrt(ss / n);
+}
+
+// the experts qwen3moe's layer 0 picks for token id 1 at position 0, by
+// hand from the weights: one position, so attention returns each KV
+// head's own v (no q, k, norms or RoPE involved); then the residual, the
+// FFN norm and the router's two largest logits (softmax keeps the order)
+static void
+route_by_hand(const struct model *m, int *e0, int *e1, double *gap)
+{
+	const int nE = (int)m->hp.n_embd, hd = (int)m->hp.head_dim, nkv = (int)m->hp.n_head_kv;
+	const int nh = (int)m->hp.n_head, ne = (int)m->hp.n_expert;
+	const struct model_layer *l0 = &m->layers[0];
+	const float *emb = (const float *)m->tok_embd.data + (size_t)1 * nE;
+	float x[128] = {0}, xn[128] = {0}, v[512] = {0}, att[1024] = {0}, r[64] = {0};
+	REQUIRE(nE <= 128 && nkv * hd <= 512 && nh * hd <= 1024 && ne <= 64 && m->tok_embd.type == 0);
+	double s = vec_rms(emb, nE);
+	for (int i = 0; i < nE; i++)
+		xn[i] = (float)(emb[i] / sqrt(s * s + m->hp.rms_eps)) * ((const float *)l0->attn_norm.data)[i];
+	for (int o = 0; o < nkv * hd; o++) {
+		double acc = 0;
+		for (int i = 0; i < nE; i++)
+			acc += (double)((const float *)l0->wv.data)[(size_t)o * nE + i] * xn[i];
+		v[o] = (float)acc;
+	}
+	for (int h = 0; h < nh; h++)
+		memcpy(att + h * hd, v + (h / (nh / nkv)) * hd, (size_t)hd * sizeof(float));
+	for (int o = 0; o < nE; o++) {
+		double acc = 0;
+		for (int i = 0; i < nh * hd; i++)
+			acc += (double)((const float *)l0->wo.data)[(size_t)o * nh * hd + i] * att[i];
+		x[o] = emb[o] + (float)acc;
+	}
+	s = vec_rms(x, nE);
+	for (int i = 0; i < nE; i++)
+		xn[i] = (float)(x[i] / sqrt(s * s + m->hp.rms_eps)) * ((const float *)l0->ffn_norm.data)[i];
+	for (int o = 0; o < ne; o++) {
+		double acc = 0;
+		for (int i = 0; i < nE; i++)
+			acc += (double)((const float *)l0->gate_inp.data)[(size_t)o * nE + i] * xn[i];
+		r[o] = (float)acc;
+	}
+	*e0 = 0;
+	for (int o = 1; o < ne; o++)
+		*e0 = r[o] > r[*e0] ? o : *e0;
+	*e1 = *e0 == 0 ? 1 : 0;
+	for (int o = 0; o < ne; o++)
+		*e1 = o != *e0 && r[o] > r[*e1] ? o : *e1;
+	double third = -INFINITY;
+	for (int o = 0; o < ne; o++)
+		if (o != *e0 && o != *e1 && r[o] > third)
+			third = r[o];
+	*gap = r[*e1] - third;
+}
+
+static void
+test_cmd_route(void)
+{
+	const char *q3 = T_DATA "/models2/qwen3moe.gguf", *lf = T_DATA "/models2/lfm2moe.gguf";
+	// one token: layer 0 of qwen3moe picks the two experts the weights say
+	char err[AD_ERRLEN] = "";
+	struct model m;
+	REQUIRE(model_load(&m, q3, err) == 0, "%s", err);
+	int e0, e1;
+	double gap;
+	route_by_hand(&m, &e0, &e1, &gap);
+	model_free(&m);
+	CHECK(gap > 1e-3, "a near-tie between the second and third expert: %g", gap);
+	cJSON *j = route_json(q3, "1", "0");
+	REQUIRE(j, "route --json did not print JSON");
+	const cJSON *layers = cJSON_GetObjectItem(j, "layers");
+	CHECK(cJSON_GetArraySize(layers) == 2 && cJSON_GetObjectItem(j, "tokens")->valueint == 1);
+	const cJSON *c0 = cJSON_GetObjectItem(cJSON_GetArrayItem(layers, 0), "counts");
+	for (int x = 0; x < 8; x++)
+		CHECK(cJSON_GetArrayItem(c0, x)->valueint == (x == e0 || x == e1), "expert %d (by hand: %d, %d)", x, e0,
+		      e1);
+	printf("qwen3moe, token 1 at position 0: layer 0 routes to experts %d and %d, by hand and by route\n", e0, e1);
+	cJSON_Delete(j);
+
+	// lfm2moe, prompt + 16 greedy: only the MoE blocks 2-4, each counting 2
+	// experts for every token fed (the last generated one is not), and the
+	// generated ids are the fixture's greedy ones
+	j = route_json(lf, "1,403,407,261,378,432,383,286", "16");
+	REQUIRE(j);
+	layers = cJSON_GetObjectItem(j, "layers");
+	CHECK(cJSON_GetArraySize(layers) == 3 && cJSON_GetObjectItem(j, "tokens")->valueint == 23);
+	for (int l = 0; l < cJSON_GetArraySize(layers); l++) {
+		const cJSON *ly = cJSON_GetArrayItem(layers, l), *c = cJSON_GetObjectItem(ly, "counts");
+		int sum = 0;
+		for (int x = 0; x < cJSON_GetArraySize(c); x++)
+			sum += cJSON_GetArrayItem(c, x)->valueint;
+		CHECK(cJSON_GetObjectItem(ly, "layer")->valueint == l + 2 && cJSON_GetArraySize(c) == 8 && sum == 46,
+		      "layer %d: %d", l, sum);
+	}
+	const int greedy[16] = {198, 242, 454, 114, 365, 504, 348, 192, 315, 470, 190, 419, 147, 508, 441, 6};
+	const cJSON *g = cJSON_GetObjectItem(j, "generated_ids");
+	CHECK(cJSON_GetArraySize(g) == 16);
+	for (int i = 0; i < 16 && i < cJSON_GetArraySize(g); i++)
+		CHECK(cJSON_GetArrayItem(g, i)->valueint == greedy[i]);
+	cJSON_Delete(j);
+	// the expert bias changes the choice: a histogram without it differs
+	// (README: ignoring it moves the logits by 1.8), checked through ref.c
+	REQUIRE(model_load(&m, lf, err) == 0, "%s", err);
+	const int32_t ids[8] = {1, 403, 407, 261, 378, 432, 383, 286};
+	int64_t with[5 * 8] = {0}, without[5 * 8] = {0};
+	float lg[8 * 512];
+	struct ref_engine *re = ref_new(&m, 8, err);
+	REQUIRE(re, "%s", err);
+	ref_route_hist(re, with);
+	CHECK(ref_eval(re, ids, 8, lg) == 0);
+	ref_free(re);
+	for (int il = 2; il < 5; il++)
+		m.layers[il].exp_probs_b = (struct model_tensor){0};
+	re = ref_new(&m, 8, err);
+	REQUIRE(re, "%s", err);
+	ref_route_hist(re, without);
+	CHECK(ref_eval(re, ids, 8, lg) == 0);
+	ref_free(re);
+	model_free(&m);
+	CHECK(memcmp(with, without, sizeof with) != 0, "the selection bias changed no choice");
+	for (int il = 0; il < 2; il++)
+		for (int x = 0; x < 8; x++)
+			CHECK(with[il * 8 + x] == 0, "dense layer %d counted", il);
+
+	// the text table; and the refusals
+	CHECK(RUN(cmd_route, "route", "--model", lf, "--prompt-ids", "1,403,407") == 0);
+	size_t n;
+	char *out = t_read_file(tmp("out.txt"), &n);
+	REQUIRE(out);
+	CHECK(strstr(out, "sigmoid router with selection bias") && strstr(out, "tokens routed: 3 (3 of the prompt, 0 generated)") &&
+	      strstr(out, "\n    2 ") && strstr(out, "\n    4 ") && !strstr(out, "\n    1 "), "%s", out);
+	free(out);
+	CHECK(RUN(cmd_route, "route", "--model", T_DATA "/models2/lfm2.gguf", "--prompt-ids", "1") == 1);
+	CHECK(RUN(cmd_route, "route", "--model", lf) == 2);
+	CHECK(RUN(cmd_route, "route", "--prompt-ids", "1") == 2);
+	CHECK(RUN(cmd_route, "route", "--model", lf, "--prompt-ids", "1,9999") == 2);
+	CHECK(RUN(cmd_route, "route", "--model", lf, "--prompt-ids", "1", "--max-tokens", "-1") == 2);
+	CHECK(RUN(cmd_route, "route", "--model", lf, "--prompt-ids", "1", "--bogus") == 2);
+	CHECK(RUN(cmd_route, "route", "--model", lf, "--prompt-ids") == 2);
+	CHECK(RUN(cmd_route, "route", "--help") == 0);
+}
+
 int
 main(void)
 {
@@ -954,5 +1115,6 @@ main(void)
 	T_RUN(test_cmd_cpu);
 	T_RUN(test_cmd_prompt);
 	T_RUN(test_cmd_info);
+	T_RUN(test_cmd_route);
 	return t_done();
 }
