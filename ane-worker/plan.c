@@ -98,6 +98,8 @@ ane_plan_build(struct ane_plan *p, const struct model *m, const struct ane_plan_
 	p->weights = o ? o->weights : ANE_W_FP16;
 	if (p->weights != ANE_W_FP16 && p->weights != ANE_W_INT8)
 		return ad_err(err, "plan: weight format %d (fp16 or int8)", (int)p->weights);
+	if (m->arch == MODEL_ARCH_GEMMA4)
+		return ad_err(err, "plan: gemma4 is not in the pipeline yet (anedvd cpu runs it)");
 	p->gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3;
 	const int64_t E = hp->n_embd, V = hp->n_vocab, L = hp->n_layer;
 	const int64_t nq = hp->n_head * hp->head_dim, nk = hp->n_head_kv * hp->head_dim;

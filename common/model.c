@@ -32,6 +32,7 @@ static const struct arch_info arch_table[MODEL_ARCH_COUNT] = {
 	[MODEL_ARCH_HUNYUAN_DENSE] = {"hunyuan-dense", MODEL_ROPE_NEOX, 1e-5f},
 	[MODEL_ARCH_LFM2] = {"lfm2", MODEL_ROPE_NEOX, 1e-5f},
 	[MODEL_ARCH_LFM2MOE] = {"lfm2moe", MODEL_ROPE_NEOX, 1e-5f},
+	[MODEL_ARCH_GEMMA4] = {"gemma4", MODEL_ROPE_NEOX, 1e-6f},
 };
 
 const char *
@@ -115,6 +116,8 @@ model_free(struct model *m)
 	free(m->tensors);
 	free(m->layers);
 	free(m->layer_kv_heads);
+	free(m->layer_n_ff);
+	free(m->layer_swa);
 	if (m->src_free)
 		m->src_free(m->src);
 	gguf_close(m->gguf);
@@ -176,9 +179,17 @@ model_kv_bytes_per_pos(const struct model *m)
 {
 	const struct model_hparams *hp = &m->hp;
 	size_t n = 0;
-	for (int64_t il = 0; il < hp->n_layer; il++)
-		n += m->layers && m->layers[il].conv ? (size_t)hp->n_embd
-		                                     : (size_t)hp->n_head_kv * (size_t)(hp->head_dim + hp->head_dim_v);
+	for (int64_t il = 0; il < hp->n_layer; il++) {
+		const struct model_layer *L = m->layers ? &m->layers[il] : NULL;
+		if (L && L->conv)
+			n += (size_t)hp->n_embd;
+		else if (L && L->kv_src != il) // gemma4: reads an earlier layer's
+			continue;
+		else if (L)
+			n += (size_t)hp->n_head_kv * (size_t)(L->head_dim + L->head_dim_v);
+		else
+			n += (size_t)hp->n_head_kv * (size_t)(hp->head_dim + hp->head_dim_v);
+	}
 	return n * sizeof(float);
 }
 
@@ -296,10 +307,29 @@ bind_layer(struct model *m, int il, char *err)
 {
 	const struct model_hparams *hp = &m->hp;
 	struct model_layer *L = &m->layers[il];
-	const int64_t E = hp->n_embd, hd = hp->head_dim, hdv = hp->head_dim_v;
+	const enum model_arch a = m->arch;
+	// the layer's shape: the model's, but gemma4's sliding layers have their own
+	// head sizes and its layers their own FFN widths
+	L->sliding = 0;
+	if (hp->sliding_window > 0 && a == MODEL_ARCH_GEMMA4)
+		L->sliding = m->layer_swa && m->layer_swa[il];
+	L->head_dim = L->sliding ? hp->head_dim_swa : hp->head_dim;
+	L->head_dim_v = L->sliding ? hp->head_dim_v_swa : hp->head_dim_v;
+	L->n_rot = L->sliding ? hp->n_rot_swa : hp->n_rot;
+	L->n_ff = m->layer_n_ff ? m->layer_n_ff[il] : hp->n_ff;
+	L->kv_src = il;
+	L->rope_factors = !(a == MODEL_ARCH_GEMMA4 && L->sliding);
+	if (a == MODEL_ARCH_GEMMA4 && il >= hp->n_layer - hp->n_kv_shared) {
+		// gemma4's last layers attend over the last earlier layer of their kind
+		L->kv_src = (int)(hp->n_layer - hp->n_kv_shared - (L->sliding ? 2 : 1));
+		if (L->kv_src < 0 || m->layers[L->kv_src].sliding != L->sliding)
+			return ad_err(err, "blk.%d shares the K/V of blk.%d, which is not a %s layer", il, L->kv_src,
+			              L->sliding ? "sliding" : "full");
+	}
+	const int own_kv = L->kv_src == il;
+	const int64_t E = hp->n_embd, hd = L->head_dim, hdv = L->head_dim_v;
 	const int64_t nq = hp->n_head * hd, nk = hp->n_head_kv * hd, nv = hp->n_head_kv * hdv;
 	const int64_t no = hp->n_head * hdv;
-	const enum model_arch a = m->arch;
 	int rc = 0;
 
 	rc |= bindl(m, &L->attn_norm, REQ, il, "attn_norm.weight", E, 0, 0, err);
@@ -322,6 +352,12 @@ bind_layer(struct model *m, int il, char *err)
 		if (bindl(m, &L->wqkv, REQ, il, "attn_qkv.weight", E, nq + nk + nv, 0, err) ||
 		    bindl(m, &L->bqkv, OPT, il, "attn_qkv.bias", nq + nk + nv, 0, 0, err))
 			return -1;
+	} else if (!own_kv) { // gemma4's shared layers: q only
+		if (bindl(m, &L->wq, REQ, il, "attn_q.weight", E, nq, 0, err))
+			return -1;
+		if (has_tensor_l(m, il, "attn_k.weight"))
+			return ad_err(err, "blk.%d has attn_k, but shared_kv_layers says it reads blk.%d's K/V", il,
+			              L->kv_src);
 	} else {
 		if (bindl(m, &L->wq, REQ, il, "attn_q.weight", E, nq, 0, err) ||
 		    bindl(m, &L->wk, REQ, il, "attn_k.weight", E, nk, 0, err) ||
@@ -338,12 +374,21 @@ bind_layer(struct model *m, int il, char *err)
 		return -1;
 
 	int qk_norm = (a == MODEL_ARCH_QWEN3 || a == MODEL_ARCH_QWEN3MOE || a == MODEL_ARCH_GEMMA3 ||
-	               a == MODEL_ARCH_HUNYUAN_DENSE || is_lfm2(a)) ? REQ : OPT;
+	               a == MODEL_ARCH_HUNYUAN_DENSE || is_lfm2(a) || a == MODEL_ARCH_GEMMA4) ? REQ : OPT;
 	if (!L->conv && (bindl(m, &L->q_norm, qk_norm, il, "attn_q_norm.weight", hd, 0, 0, err) ||
-	                 bindl(m, &L->k_norm, qk_norm, il, "attn_k_norm.weight", hd, 0, 0, err)))
+	                 bindl(m, &L->k_norm, own_kv ? qk_norm : OPT, il, "attn_k_norm.weight", hd, 0, 0, err)))
 		return -1;
 
-	int gemma = a == MODEL_ARCH_GEMMA2 || a == MODEL_ARCH_GEMMA3;
+	int gemma = a == MODEL_ARCH_GEMMA2 || a == MODEL_ARCH_GEMMA3 || a == MODEL_ARCH_GEMMA4;
+	if (a == MODEL_ARCH_GEMMA4) {
+		const int64_t P = hp->n_embd_pl;
+		if (bindl(m, &L->out_scale, REQ, il, "layer_output_scale.weight", 1, 0, 0, err))
+			return -1;
+		if (P > 0 && (bindl(m, &L->pl_gate, REQ, il, "inp_gate.weight", E, P, 0, err) ||
+		              bindl(m, &L->pl_proj, REQ, il, "proj.weight", P, E, 0, err) ||
+		              bindl(m, &L->pl_norm, REQ, il, "post_norm.weight", E, 0, 0, err)))
+			return -1;
+	}
 	if (gemma) {
 		if (bindl(m, &L->post_attn_norm, REQ, il, "post_attention_norm.weight", E, 0, 0, err) ||
 		    bindl(m, &L->post_ffw_norm, REQ, il, "post_ffw_norm.weight", E, 0, 0, err))
@@ -375,22 +420,21 @@ bind_layer(struct model *m, int il, char *err)
 		    bindl(m, &L->down, REQ, il, "ffn_down.weight", hp->n_ff, E, 0, err))
 			return -1;
 	} else {
-		if (bindl(m, &L->gate, REQ, il, "ffn_gate.weight", E, hp->n_ff, 0, err) ||
-		    bindl(m, &L->up, REQ, il, "ffn_up.weight", E, hp->n_ff, 0, err) ||
-		    bindl(m, &L->down, REQ, il, "ffn_down.weight", hp->n_ff, E, 0, err))
+		if (bindl(m, &L->gate, REQ, il, "ffn_gate.weight", E, L->n_ff, 0, err) ||
+		    bindl(m, &L->up, REQ, il, "ffn_up.weight", E, L->n_ff, 0, err) ||
+		    bindl(m, &L->down, REQ, il, "ffn_down.weight", L->n_ff, E, 0, err))
 			return -1;
 	}
 
 	// per-layer attention kind and RoPE
-	L->sliding = 0;
-	if (hp->sliding_window > 0) {
+	if (hp->sliding_window > 0 && a != MODEL_ARCH_GEMMA4) {
 		if (a == MODEL_ARCH_GEMMA2 || a == MODEL_ARCH_GEMMA3)
 			L->sliding = hp->swa_pattern > 0 && (il + 1) % hp->swa_pattern != 0;
 		else if (a == MODEL_ARCH_MISTRAL)
 			L->sliding = 1;
 	}
 	L->use_rope = !(hp->n_no_rope_step > 0 && (il + 1) % hp->n_no_rope_step == 0);
-	if (L->sliding && a == MODEL_ARCH_GEMMA3) {
+	if (L->sliding && (a == MODEL_ARCH_GEMMA3 || a == MODEL_ARCH_GEMMA4)) {
 		// local layers: their own base, never scaled
 		L->rope_base = hp->rope_base_swa;
 		L->rope_freq_scale = 1.0f;
@@ -450,7 +494,31 @@ model_finish(struct model *m, char *err)
 	if (hp->rope_freq_scale <= 0)
 		hp->rope_freq_scale = 1.0f;
 	if (hp->rope_base_swa <= 0)
-		hp->rope_base_swa = a == MODEL_ARCH_GEMMA3 ? 10000.0f : hp->rope_base;
+		hp->rope_base_swa = a == MODEL_ARCH_GEMMA3 || a == MODEL_ARCH_GEMMA4 ? 10000.0f : hp->rope_base;
+	if (a == MODEL_ARCH_GEMMA4) {
+		// the sliding layers' shapes (the _swa keys), the largest for the buffers
+		if (hp->head_dim_swa <= 0)
+			hp->head_dim_swa = hp->head_dim;
+		if (hp->head_dim_v_swa <= 0)
+			hp->head_dim_v_swa = hp->head_dim_swa;
+		if (hp->n_rot_swa <= 0)
+			hp->n_rot_swa = hp->head_dim_swa;
+		if (hp->n_rot_swa > hp->head_dim_swa || hp->n_rot_swa % 2 || hp->head_dim_swa > hp->head_dim ||
+		    hp->head_dim_v_swa > hp->head_dim_v)
+			return ad_err(err, "sliding-layer head sizes %lld / %lld, rope %lld invalid beside %lld / %lld",
+			              (long long)hp->head_dim_swa, (long long)hp->head_dim_v_swa, (long long)hp->n_rot_swa,
+			              (long long)hp->head_dim, (long long)hp->head_dim_v);
+		if (hp->n_kv_shared < 0 || hp->n_kv_shared > hp->n_layer - 2)
+			return ad_err(err, "shared_kv_layers %lld out of range for %lld blocks", (long long)hp->n_kv_shared,
+			              (long long)hp->n_layer);
+		if (hp->n_embd_pl < 0 || hp->n_embd_pl > hp->n_embd)
+			return ad_err(err, "embedding_length_per_layer_input %lld out of range", (long long)hp->n_embd_pl);
+		hp->q_scale = 1.0f; // no score scaling: the q/k norms take its place
+		hp->attn_softcap = 0;
+	} else {
+		hp->head_dim_swa = hp->head_dim_v_swa = hp->n_rot_swa = 0;
+		hp->n_kv_shared = hp->n_embd_pl = 0;
+	}
 	if (hp->rope == MODEL_ROPE_AUTO)
 		hp->rope = arch_table[a].rope;
 	if (hp->n_ctx_orig <= 0)
@@ -524,9 +592,16 @@ model_finish(struct model *m, char *err)
 	    bind(m, &m->rope_long, OPT, "rope_factors_long.weight", hp->n_rot / 2, 0, 0, err) ||
 	    bind(m, &m->rope_short, OPT, "rope_factors_short.weight", hp->n_rot / 2, 0, 0, err))
 		return -1;
-	int gemma = a == MODEL_ARCH_GEMMA2 || a == MODEL_ARCH_GEMMA3;
+	int gemma = a == MODEL_ARCH_GEMMA2 || a == MODEL_ARCH_GEMMA3 || a == MODEL_ARCH_GEMMA4;
 	if (!gemma && bind(m, &m->output, OPT, "output.weight", hp->n_embd, hp->n_vocab, 0, err))
 		return -1;
+	if (a == MODEL_ARCH_GEMMA4 && hp->n_embd_pl > 0) {
+		const int64_t P = hp->n_embd_pl, LP = hp->n_layer * hp->n_embd_pl;
+		if (bind(m, &m->pl_tok_embd, REQ, "per_layer_token_embd.weight", LP, hp->n_vocab, 0, err) ||
+		    bind(m, &m->pl_model_proj, REQ, "per_layer_model_proj.weight", hp->n_embd, LP, 0, err) ||
+		    bind(m, &m->pl_proj_norm, REQ, "per_layer_proj_norm.weight", P, 0, 0, err))
+			return -1;
+	}
 	m->tied_output = gemma || !m->output.name; // gemma ignores output.weight
 	if (m->tied_output)
 		m->output = m->tok_embd;
@@ -642,6 +717,41 @@ lfm2_kv_heads(struct model *m, const struct gguf *g, char *err)
 	return 0;
 }
 
+// gemma4's per-layer keys: feed_forward_length (one value or one per
+// layer) and sliding_window_pattern (one bool per layer: sliding)
+static int
+gemma4_layers(struct model *m, const struct gguf *g, char *err)
+{
+	struct model_hparams *hp = &m->hp;
+	char key[128];
+	struct gguf_arr arr;
+	snprintf(key, sizeof key, "%s.feed_forward_length", m->arch_name);
+	if (gguf_find_key(g, key) >= 0 && gguf_get_i64(g, key, &hp->n_ff) != 0) {
+		if (gguf_get_arr(g, key, &arr) != 0 || arr.n != (uint64_t)hp->n_layer || hp->n_layer <= 0)
+			return ad_err(err, "key %s: one integer or one per block (%lld)", key, (long long)hp->n_layer);
+		free(m->layer_n_ff);
+		if (!(m->layer_n_ff = calloc((size_t)arr.n, sizeof *m->layer_n_ff)))
+			return ad_err(err, "out of memory");
+		hp->n_ff = 0;
+		for (uint64_t i = 0; i < arr.n; i++) {
+			if (gguf_arr_i64(&arr, i, &m->layer_n_ff[i]) != 0 || m->layer_n_ff[i] <= 0)
+				return ad_err(err, "key %s: element %llu is not a positive integer", key, (unsigned long long)i);
+			hp->n_ff = m->layer_n_ff[i] > hp->n_ff ? m->layer_n_ff[i] : hp->n_ff;
+		}
+	}
+	snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch_name);
+	if (gguf_find_key(g, key) < 0)
+		return 0;
+	if (gguf_get_arr(g, key, &arr) != 0 || arr.type != GGUF_TYPE_BOOL || arr.n != (uint64_t)hp->n_layer)
+		return ad_err(err, "key %s: one bool per block (%lld) expected", key, (long long)hp->n_layer);
+	free(m->layer_swa);
+	if (!(m->layer_swa = calloc((size_t)arr.n, 1)))
+		return ad_err(err, "out of memory");
+	for (uint64_t i = 0; i < arr.n; i++)
+		m->layer_swa[i] = arr.data[i] != 0;
+	return 0;
+}
+
 static int
 read_hparams(struct model *m, const struct gguf *g, char *err)
 {
@@ -652,7 +762,7 @@ read_hparams(struct model *m, const struct gguf *g, char *err)
 	if (kv_int(g, an, "vocab_size", &hp->n_vocab, err) ||
 	    kv_int(g, an, "embedding_length", &hp->n_embd, err) ||
 	    kv_int(g, an, "block_count", &hp->n_layer, err) ||
-	    kv_int(g, an, "feed_forward_length", &hp->n_ff, err) ||
+	    (m->arch != MODEL_ARCH_GEMMA4 && kv_int(g, an, "feed_forward_length", &hp->n_ff, err)) ||
 	    kv_int(g, an, "context_length", &hp->n_ctx_train, err) ||
 	    kv_int(g, an, "attention.head_count", &hp->n_head, err) ||
 	    (!is_lfm2(m->arch) && kv_int(g, an, "attention.head_count_kv", &hp->n_head_kv, err)) ||
@@ -662,7 +772,13 @@ read_hparams(struct model *m, const struct gguf *g, char *err)
 	    kv_int(g, an, "attention.value_length", &hp->head_dim_v, err) ||
 	    kv_int(g, an, "rope.dimension_count", &hp->n_rot, err) ||
 	    kv_int(g, an, "attention.sliding_window", &hp->sliding_window, err) ||
-	    kv_int(g, an, "attention.sliding_window_pattern", &hp->swa_pattern, err) ||
+	    (m->arch != MODEL_ARCH_GEMMA4 &&
+	     kv_int(g, an, "attention.sliding_window_pattern", &hp->swa_pattern, err)) ||
+	    kv_int(g, an, "attention.key_length_swa", &hp->head_dim_swa, err) ||
+	    kv_int(g, an, "attention.value_length_swa", &hp->head_dim_v_swa, err) ||
+	    kv_int(g, an, "rope.dimension_count_swa", &hp->n_rot_swa, err) ||
+	    kv_int(g, an, "attention.shared_kv_layers", &hp->n_kv_shared, err) ||
+	    kv_int(g, an, "embedding_length_per_layer_input", &hp->n_embd_pl, err) ||
 	    kv_int(g, an, "expert_count", &hp->n_expert, err) ||
 	    kv_int(g, an, "expert_used_count", &hp->n_expert_used, err) ||
 	    kv_int(g, an, "expert_feed_forward_length", &hp->n_ff_exp, err) ||
@@ -683,10 +799,15 @@ read_hparams(struct model *m, const struct gguf *g, char *err)
 	v = 0;
 	if (is_lfm2(m->arch) && lfm2_kv_heads(m, g, err))
 		return -1;
+	if (m->arch == MODEL_ARCH_GEMMA4 && gemma4_layers(m, g, err))
+		return -1;
 
-	// gemma2 writes the soft-caps; gemma3 files may carry them but do not use them
+	// gemma2 writes the soft-caps; gemma3 files may carry them but do not use
+	// them; gemma4 has the final one
 	if (m->arch != MODEL_ARCH_GEMMA2)
-		hp->attn_softcap = hp->final_softcap = 0;
+		hp->attn_softcap = 0;
+	if (m->arch != MODEL_ARCH_GEMMA2 && m->arch != MODEL_ARCH_GEMMA4)
+		hp->final_softcap = 0;
 
 	char key[128];
 	snprintf(key, sizeof key, "%s.expert_weights_norm", an);

@@ -104,6 +104,8 @@ load_dir(const char *dir)
 		size_t len = strlen(de->d_name);
 		if (len < 6 || strcmp(de->d_name + len - 5, ".json") || !strcmp(de->d_name, "tolerances.json"))
 			continue;
+		if (!strcmp(de->d_name, "gemma4.json")) // the reference engine only, so far (test-ref)
+			continue;
 		struct fixture *f = &fx[n_fx];
 		snprintf(f->name, sizeof f->name, "%.*s", (int)(len - 5), de->d_name);
 		char path[512], err[AD_ERRLEN];
