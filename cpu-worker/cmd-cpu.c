@@ -774,8 +774,29 @@ cmd_info(int argc, char **argv)
 			       (long long)hp->n_ff);
 		if (m.layers[hp->n_layer - 1].exp_probs_b.name)
 			printf("  expert selection bias      exp_probs_b (selects only, not in the weights)\n");
+	} else if (m.layer_n_ff) {
+		printf("  feed-forward per layer    ");
+		for (int il = 0; il < hp->n_layer; il++)
+			printf("%s%lld", il ? "," : " ", (long long)m.layers[il].n_ff);
+		printf("\n");
 	} else {
 		printf("  feed-forward               %lld\n", (long long)hp->n_ff);
+	}
+	if (m.arch == MODEL_ARCH_GEMMA4) {
+		printf("  sliding layers             head size %lld / %lld, RoPE on %lld dims, no frequency factors\n",
+		       (long long)hp->head_dim_swa, (long long)hp->head_dim_v_swa, (long long)hp->n_rot_swa);
+		if (hp->n_kv_shared > 0) {
+			printf("  shared K/V                 the last %lld layers read an earlier layer's:",
+			       (long long)hp->n_kv_shared);
+			for (int il = 0; il < hp->n_layer; il++)
+				if (m.layers[il].kv_src != il)
+					printf(" %d<-%d", il, m.layers[il].kv_src);
+			printf(" (their qkv kernel computes q only)\n");
+		}
+		if (hp->n_embd_pl > 0)
+			printf("  per-layer inputs           %lld per layer (projections on the CPU), output scale per layer\n",
+			       (long long)hp->n_embd_pl);
+		printf("  attention                  no score scaling; V normed per head without weight\n");
 	}
 	printf("  training context           %lld\n", (long long)hp->n_ctx_train);
 	printf("  rms eps                    %g\n", (double)hp->rms_eps);

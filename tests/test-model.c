@@ -431,6 +431,67 @@ test_lfm2(void)
 	      strstr(err, "leading_dense_block_count 7 out of range"), "%s", err);
 }
 
+// gemma4 rebuilt through the loader API from the fixture's tensors, with
+// one more tensor (extra, a copy of blk.0.attn_k) and shared_kv_layers kv
+static int
+gemma4_variant(const struct model *g, const char *extra, int64_t kv, char *err)
+{
+	struct model m;
+	model_init(&m);
+	m.arch = MODEL_ARCH_GEMMA4;
+	m.hp = g->hp;
+	m.hp.n_kv_shared = kv;
+	m.layer_n_ff = malloc((size_t)g->hp.n_layer * sizeof *m.layer_n_ff);
+	m.layer_swa = malloc((size_t)g->hp.n_layer);
+	memcpy(m.layer_n_ff, g->layer_n_ff, (size_t)g->hp.n_layer * sizeof *m.layer_n_ff);
+	memcpy(m.layer_swa, g->layer_swa, (size_t)g->hp.n_layer);
+	int rc = 0;
+	for (int64_t i = 0; i < g->n_tensors && !rc; i++) {
+		const struct model_tensor *t = &g->tensors[i];
+		rc = model_add_tensor(&m, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes, err);
+	}
+	const struct model_tensor *k0 = model_find_tensor(g, "blk.0.attn_k.weight");
+	if (!rc && extra)
+		rc = model_add_tensor(&m, extra, k0->type, k0->n_dims, k0->ne, k0->data, k0->nbytes, err);
+	if (!rc)
+		rc = model_finish(&m, err);
+	model_free(&m);
+	return rc;
+}
+
+static void
+test_gemma4(void)
+{
+	char err[AD_ERRLEN] = "";
+	struct model m;
+	REQUIRE(model_load(&m, T_DATA "/models2/gemma4.gguf", err) == 0, "%s", err);
+	const struct model_hparams *hp = &m.hp;
+	CHECK(m.arch == MODEL_ARCH_GEMMA4 && hp->head_dim == 64 && hp->head_dim_swa == 32 && hp->n_rot_swa == 32 &&
+	      hp->n_rot == 64 && hp->n_kv_shared == 3 && hp->n_embd_pl == 16 && hp->n_ff == 256);
+	CHECK(hp->q_scale == 1.0f && hp->final_softcap == 30.0f && hp->attn_softcap == 0 && m.tied_output);
+	const int sliding[6] = {1, 1, 0, 1, 1, 0}, ff[6] = {128, 128, 128, 256, 256, 256}, src[6] = {0, 1, 2, 1, 1, 2};
+	for (int il = 0; il < 6; il++) {
+		const struct model_layer *ly = &m.layers[il];
+		CHECK(ly->sliding == sliding[il] && ly->n_ff == ff[il] && ly->kv_src == src[il], "layer %d", il);
+		CHECK(ly->head_dim == (sliding[il] ? 32 : 64) && ly->rope_factors == !sliding[il], "layer %d", il);
+		CHECK(ly->rope_base == (sliding[il] ? 1e4f : 1e6f) && ly->out_scale.name && ly->pl_gate.ne[1] == 16);
+		CHECK(!!ly->wk.name == (il < 3) && !!ly->k_norm.name == (il < 3), "layer %d", il);
+	}
+	CHECK(m.pl_tok_embd.ne[0] == 96 && m.pl_model_proj.ne[1] == 96 && m.rope_freqs.ne[0] == 32);
+	// K/V per position: layers 0, 1 (sliding, 32 + 32) and 2 (full, 64 + 64); 3-5 none
+	CHECK(model_kv_bytes_per_pos(&m) == (2 * 64 + 128) * 4, "%zu", model_kv_bytes_per_pos(&m));
+	// rebuilt as it is, it loads; a shared layer with its own attn_k, or a
+	// sharing that would reach a layer of the other kind, is refused
+	CHECK(gemma4_variant(&m, NULL, 3, err) == 0, "%s", err);
+	CHECK(gemma4_variant(&m, "blk.4.attn_k.weight", 3, err) == -1 &&
+	      strstr(err, "blk.4 has attn_k, but shared_kv_layers says it reads blk.1's K/V"), "%s", err);
+	CHECK(gemma4_variant(&m, NULL, 4, err) == -1 && strstr(err, "blk.2 shares the K/V of blk.1, which is not a full layer"),
+	      "%s", err);
+	CHECK(gemma4_variant(&m, NULL, 2, err) == -1 && strstr(err, "missing tensor blk.3.attn_k.weight"), "%s", err);
+	CHECK(gemma4_variant(&m, NULL, 5, err) == -1 && strstr(err, "shared_kv_layers 5 out of range"), "%s", err);
+	model_free(&m);
+}
+
 static void
 test_errors(void)
 {
@@ -1105,6 +1166,7 @@ main(void)
 	T_RUN(test_fixture_hparams);
 	T_RUN(test_fixture2_hparams);
 	T_RUN(test_lfm2);
+	T_RUN(test_gemma4);
 	T_RUN(test_errors);
 	T_RUN(test_unknown_arch_with_llama_tensors);
 	T_RUN(test_loader_api);
