@@ -98,15 +98,16 @@ ane_plan_build(struct ane_plan *p, const struct model *m, const struct ane_plan_
 	p->weights = o ? o->weights : ANE_W_FP16;
 	if (p->weights != ANE_W_FP16 && p->weights != ANE_W_INT8)
 		return ad_err(err, "plan: weight format %d (fp16 or int8)", (int)p->weights);
-	p->gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3;
+	p->gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3 || m->arch == MODEL_ARCH_GEMMA4;
 	const int64_t E = hp->n_embd, V = hp->n_vocab, L = hp->n_layer;
-	const int64_t nq = hp->n_head * hp->head_dim, nk = hp->n_head_kv * hp->head_dim;
-	const int64_t nv = hp->n_head_kv * hp->head_dim_v, no = hp->n_head * hp->head_dim_v;
+	// the largest shapes of any layer
+	const int64_t nq_max = hp->n_head * hp->head_dim, nk_max = hp->n_head_kv * hp->head_dim;
+	const int64_t nv_max = hp->n_head_kv * hp->head_dim_v, no_max = hp->n_head * hp->head_dim_v;
 	const int64_t lim = ANE_MIL_MAX_DIM;
 	if (p->width > 4096)
 		return ad_err(err, "plan: width %d (at most 4096)", p->width);
-	if (E <= 0 || V <= 0 || L <= 0 || E > lim || V > lim || nq + nk + nv > lim || no > lim || hp->n_ff > lim ||
-	    hp->n_ff_shexp > lim || L > 100000)
+	if (E <= 0 || V <= 0 || L <= 0 || E > lim || 3 * E > lim || V > lim || nq_max + nk_max + nv_max > lim || no_max > lim ||
+	    hp->n_ff > lim || hp->n_ff_shexp > lim || L > 100000)
 		return ad_err(err, "plan: hyper-parameters out of range (n_embd %lld, n_vocab %lld, n_layer %lld)",
 		              (long long)E, (long long)V, (long long)L);
 	if (o && o->head_rows > 0)
@@ -122,21 +123,43 @@ ane_plan_build(struct ane_plan *p, const struct model *m, const struct ane_plan_
 
 	for (int il = 0; il < L; il++) {
 		const struct model_layer *ml = &m->layers[il];
-		struct ane_pk *k = add(p, ANE_K_QKV, il, 0, E, nq + nk + nv);
-		if (ml->wqkv.name) {
+		struct ane_pk *k;
+		// the layer's own shapes (gemma4's differ per layer; its shared
+		// layers compute q only)
+		const int64_t nq = hp->n_head * ml->head_dim, no = hp->n_head * ml->head_dim_v;
+		const int64_t nk = ml->kv_src == il ? hp->n_head_kv * ml->head_dim : 0;
+		const int64_t nv = ml->kv_src == il ? hp->n_head_kv * ml->head_dim_v : 0;
+		if (ml->conv) {
+			// lfm2 ShortConv: in_proj in the QKV slot, out_proj in O's
+			k = add(p, ANE_K_QKV, il, 0, E, 3 * E);
 			k->nparts = 1;
-			if (part(&k->parts[0], &ml->wqkv, 0, nq + nk + nv, E, err))
+			if (part(&k->parts[0], &ml->conv_in, 0, 3 * E, E, err))
+				goto fail;
+			k = add(p, ANE_K_O, il, 0, E, E);
+			k->nparts = 1;
+			if (part(&k->parts[0], &ml->conv_out, 0, E, E, err))
 				goto fail;
 		} else {
-			k->nparts = 3;
-			if (part(&k->parts[0], &ml->wq, 0, nq, E, err) || part(&k->parts[1], &ml->wk, 0, nk, E, err) ||
-			    part(&k->parts[2], &ml->wv, 0, nv, E, err))
+			k = add(p, ANE_K_QKV, il, 0, E, nq + nk + nv);
+			if (ml->wqkv.name) {
+				k->nparts = 1;
+				if (part(&k->parts[0], &ml->wqkv, 0, nq + nk + nv, E, err))
+					goto fail;
+			} else if (!nk) {
+				k->nparts = 1;
+				if (part(&k->parts[0], &ml->wq, 0, nq, E, err))
+					goto fail;
+			} else {
+				k->nparts = 3;
+				if (part(&k->parts[0], &ml->wq, 0, nq, E, err) ||
+				    part(&k->parts[1], &ml->wk, 0, nk, E, err) || part(&k->parts[2], &ml->wv, 0, nv, E, err))
+					goto fail;
+			}
+			k = add(p, ANE_K_O, il, 0, no, E);
+			k->nparts = 1;
+			if (part(&k->parts[0], &ml->wo, 0, E, no, err))
 				goto fail;
 		}
-		k = add(p, ANE_K_O, il, 0, no, E);
-		k->nparts = 1;
-		if (part(&k->parts[0], &ml->wo, 0, E, no, err))
-			goto fail;
 
 		if (ml->gate_inp.name) { // MoE: the routed experts run on the CPU
 			if (!ml->gate_shexp.name)
@@ -146,7 +169,7 @@ ane_plan_build(struct ane_plan *p, const struct model *m, const struct ane_plan_
 				goto fail;
 			continue;
 		}
-		const int64_t ff = hp->n_ff;
+		const int64_t ff = ml->n_ff;
 		// phi3: gate and up in one tensor, gate rows first
 		const struct model_tensor *gate = ml->gate.name ? &ml->gate : &ml->up;
 		const int64_t u0 = ml->gate.name ? 0 : ff;

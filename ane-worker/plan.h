@@ -8,8 +8,9 @@
 // the same plan from the same model and so agree on kernel ids without
 // talking. Order, per layer:
 //
-//   QKV      rows [Wq; Wk; Wv] (three parts), or phi3's fused wqkv as is
-//   O        wo
+//   QKV      rows [Wq; Wk; Wv] (three parts), or phi3's fused wqkv as is;
+//            an lfm2 ShortConv block: its in_proj (n_embd -> 3 n_embd, B C X)
+//   O        wo; a ShortConv block: its out_proj (n_embd -> n_embd)
 //   FFN      fused gate / up / down chunks; act SiLU          (dense layer)
 //   GATE_UP  rows [Wgate; Wup], then DOWN                (split dense layer)
 //   SHEXP    the shared expert of a MoE layer, fused, SiLU (if it has one)

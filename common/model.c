@@ -30,6 +30,9 @@ static const struct arch_info arch_table[MODEL_ARCH_COUNT] = {
 	[MODEL_ARCH_QWEN2MOE] = {"qwen2moe", MODEL_ROPE_NEOX, 1e-6f},
 	[MODEL_ARCH_QWEN3MOE] = {"qwen3moe", MODEL_ROPE_NEOX, 1e-6f},
 	[MODEL_ARCH_HUNYUAN_DENSE] = {"hunyuan-dense", MODEL_ROPE_NEOX, 1e-5f},
+	[MODEL_ARCH_LFM2] = {"lfm2", MODEL_ROPE_NEOX, 1e-5f},
+	[MODEL_ARCH_LFM2MOE] = {"lfm2moe", MODEL_ROPE_NEOX, 1e-5f},
+	[MODEL_ARCH_GEMMA4] = {"gemma4", MODEL_ROPE_NEOX, 1e-6f},
 };
 
 const char *
@@ -58,7 +61,13 @@ model_rope_scaling_name(enum model_rope_scaling s)
 static int
 is_moe(enum model_arch a)
 {
-	return a == MODEL_ARCH_QWEN2MOE || a == MODEL_ARCH_QWEN3MOE;
+	return a == MODEL_ARCH_QWEN2MOE || a == MODEL_ARCH_QWEN3MOE || a == MODEL_ARCH_LFM2MOE;
+}
+
+static int
+is_lfm2(enum model_arch a)
+{
+	return a == MODEL_ARCH_LFM2 || a == MODEL_ARCH_LFM2MOE;
 }
 
 int
@@ -106,6 +115,9 @@ model_free(struct model *m)
 		free((char *)m->tensors[i].name);
 	free(m->tensors);
 	free(m->layers);
+	free(m->layer_kv_heads);
+	free(m->layer_n_ff);
+	free(m->layer_swa);
 	if (m->src_free)
 		m->src_free(m->src);
 	gguf_close(m->gguf);
@@ -166,7 +178,19 @@ size_t
 model_kv_bytes_per_pos(const struct model *m)
 {
 	const struct model_hparams *hp = &m->hp;
-	return (size_t)hp->n_layer * (size_t)hp->n_head_kv * (size_t)(hp->head_dim + hp->head_dim_v) * sizeof(float);
+	size_t n = 0;
+	for (int64_t il = 0; il < hp->n_layer; il++) {
+		const struct model_layer *L = m->layers ? &m->layers[il] : NULL;
+		if (L && L->conv)
+			n += (size_t)hp->n_embd;
+		else if (L && L->kv_src != il) // gemma4: reads an earlier layer's
+			continue;
+		else if (L)
+			n += (size_t)hp->n_head_kv * (size_t)(L->head_dim + L->head_dim_v);
+		else
+			n += (size_t)hp->n_head_kv * (size_t)(hp->head_dim + hp->head_dim_v);
+	}
+	return n * sizeof(float);
 }
 
 const struct model_tensor *
@@ -283,21 +307,57 @@ bind_layer(struct model *m, int il, char *err)
 {
 	const struct model_hparams *hp = &m->hp;
 	struct model_layer *L = &m->layers[il];
-	const int64_t E = hp->n_embd, hd = hp->head_dim, hdv = hp->head_dim_v;
+	const enum model_arch a = m->arch;
+	// the layer's shape: the model's, but gemma4's sliding layers have their own
+	// head sizes and its layers their own FFN widths
+	L->sliding = 0;
+	if (hp->sliding_window > 0 && a == MODEL_ARCH_GEMMA4)
+		L->sliding = m->layer_swa && m->layer_swa[il];
+	L->head_dim = L->sliding ? hp->head_dim_swa : hp->head_dim;
+	L->head_dim_v = L->sliding ? hp->head_dim_v_swa : hp->head_dim_v;
+	L->n_rot = L->sliding ? hp->n_rot_swa : hp->n_rot;
+	L->n_ff = m->layer_n_ff ? m->layer_n_ff[il] : hp->n_ff;
+	L->kv_src = il;
+	L->rope_factors = !(a == MODEL_ARCH_GEMMA4 && L->sliding);
+	if (a == MODEL_ARCH_GEMMA4 && il >= hp->n_layer - hp->n_kv_shared) {
+		// gemma4's last layers attend over the last earlier layer of their kind
+		L->kv_src = (int)(hp->n_layer - hp->n_kv_shared - (L->sliding ? 2 : 1));
+		if (L->kv_src < 0 || m->layers[L->kv_src].sliding != L->sliding)
+			return ad_err(err, "blk.%d shares the K/V of blk.%d, which is not a %s layer", il, L->kv_src,
+			              L->sliding ? "sliding" : "full");
+	}
+	const int own_kv = L->kv_src == il;
+	const int64_t E = hp->n_embd, hd = L->head_dim, hdv = L->head_dim_v;
 	const int64_t nq = hp->n_head * hd, nk = hp->n_head_kv * hd, nv = hp->n_head_kv * hdv;
 	const int64_t no = hp->n_head * hdv;
-	const enum model_arch a = m->arch;
 	int rc = 0;
 
 	rc |= bindl(m, &L->attn_norm, REQ, il, "attn_norm.weight", E, 0, 0, err);
 	if (rc)
 		return -1;
 
-	// attention projections
-	if (a == MODEL_ARCH_PHI3 && has_tensor_l(m, il, "attn_qkv.weight")) {
+	// lfm2: a ShortConv block where head_count_kv says 0 (or, with one
+	// value for every layer, where the file has the block's tensors)
+	L->conv = 0;
+	if (is_lfm2(a))
+		L->conv = m->layer_kv_heads ? m->layer_kv_heads[il] == 0 : has_tensor_l(m, il, "shortconv.in_proj.weight");
+	if (L->conv) {
+		if (bindl(m, &L->conv_in, REQ, il, "shortconv.in_proj.weight", E, 3 * E, 0, err) ||
+		    bindl(m, &L->conv_w, REQ, il, "shortconv.conv.weight", hp->n_conv, E, 0, err) ||
+		    bindl(m, &L->conv_out, REQ, il, "shortconv.out_proj.weight", E, E, 0, err))
+			return -1;
+		if (has_tensor_l(m, il, "attn_q.weight"))
+			return ad_err(err, "blk.%d: head_count_kv 0 marks a ShortConv block, but it has attn_q", il);
+	} else if (a == MODEL_ARCH_PHI3 && has_tensor_l(m, il, "attn_qkv.weight")) {
 		if (bindl(m, &L->wqkv, REQ, il, "attn_qkv.weight", E, nq + nk + nv, 0, err) ||
 		    bindl(m, &L->bqkv, OPT, il, "attn_qkv.bias", nq + nk + nv, 0, 0, err))
 			return -1;
+	} else if (!own_kv) { // gemma4's shared layers: q only
+		if (bindl(m, &L->wq, REQ, il, "attn_q.weight", E, nq, 0, err))
+			return -1;
+		if (has_tensor_l(m, il, "attn_k.weight"))
+			return ad_err(err, "blk.%d has attn_k, but shared_kv_layers says it reads blk.%d's K/V", il,
+			              L->kv_src);
 	} else {
 		if (bindl(m, &L->wq, REQ, il, "attn_q.weight", E, nq, 0, err) ||
 		    bindl(m, &L->wk, REQ, il, "attn_k.weight", E, nk, 0, err) ||
@@ -309,17 +369,26 @@ bind_layer(struct model *m, int il, char *err)
 		    bindl(m, &L->bv, bias, il, "attn_v.bias", nv, 0, 0, err))
 			return -1;
 	}
-	if (bindl(m, &L->wo, REQ, il, "attn_output.weight", no, E, 0, err) ||
-	    bindl(m, &L->bo, OPT, il, "attn_output.bias", E, 0, 0, err))
+	if (!L->conv && (bindl(m, &L->wo, REQ, il, "attn_output.weight", no, E, 0, err) ||
+	                 bindl(m, &L->bo, OPT, il, "attn_output.bias", E, 0, 0, err)))
 		return -1;
 
 	int qk_norm = (a == MODEL_ARCH_QWEN3 || a == MODEL_ARCH_QWEN3MOE || a == MODEL_ARCH_GEMMA3 ||
-	               a == MODEL_ARCH_HUNYUAN_DENSE) ? REQ : OPT;
-	if (bindl(m, &L->q_norm, qk_norm, il, "attn_q_norm.weight", hd, 0, 0, err) ||
-	    bindl(m, &L->k_norm, qk_norm, il, "attn_k_norm.weight", hd, 0, 0, err))
+	               a == MODEL_ARCH_HUNYUAN_DENSE || is_lfm2(a) || a == MODEL_ARCH_GEMMA4) ? REQ : OPT;
+	if (!L->conv && (bindl(m, &L->q_norm, qk_norm, il, "attn_q_norm.weight", hd, 0, 0, err) ||
+	                 bindl(m, &L->k_norm, own_kv ? qk_norm : OPT, il, "attn_k_norm.weight", hd, 0, 0, err)))
 		return -1;
 
-	int gemma = a == MODEL_ARCH_GEMMA2 || a == MODEL_ARCH_GEMMA3;
+	int gemma = a == MODEL_ARCH_GEMMA2 || a == MODEL_ARCH_GEMMA3 || a == MODEL_ARCH_GEMMA4;
+	if (a == MODEL_ARCH_GEMMA4) {
+		const int64_t P = hp->n_embd_pl;
+		if (bindl(m, &L->out_scale, REQ, il, "layer_output_scale.weight", 1, 0, 0, err))
+			return -1;
+		if (P > 0 && (bindl(m, &L->pl_gate, REQ, il, "inp_gate.weight", E, P, 0, err) ||
+		              bindl(m, &L->pl_proj, REQ, il, "proj.weight", P, E, 0, err) ||
+		              bindl(m, &L->pl_norm, REQ, il, "post_norm.weight", E, 0, 0, err)))
+			return -1;
+	}
 	if (gemma) {
 		if (bindl(m, &L->post_attn_norm, REQ, il, "post_attention_norm.weight", E, 0, 0, err) ||
 		    bindl(m, &L->post_ffw_norm, REQ, il, "post_ffw_norm.weight", E, 0, 0, err))
@@ -328,9 +397,12 @@ bind_layer(struct model *m, int il, char *err)
 	if (bindl(m, &L->ffn_norm, REQ, il, "ffn_norm.weight", E, 0, 0, err))
 		return -1;
 
-	// feed-forward
-	if (is_moe(a)) {
+	// feed-forward (lfm2moe: dense in the leading blocks)
+	if (is_moe(a) && il >= hp->n_dense_lead) {
 		const int64_t ne = hp->n_expert, fe = hp->n_ff_exp, fs = hp->n_ff_shexp;
+		if (bindl(m, &L->exp_probs_b, hp->expert_gating == 2 ? REQ : OPT, il, "exp_probs_b.bias", ne, 0, 0,
+		          err))
+			return -1;
 		if (bindl(m, &L->gate_inp, REQ, il, "ffn_gate_inp.weight", E, ne, 0, err) ||
 		    bindl(m, &L->gate_exps, REQ, il, "ffn_gate_exps.weight", E, fe, ne, err) ||
 		    bindl(m, &L->up_exps, REQ, il, "ffn_up_exps.weight", E, fe, ne, err) ||
@@ -348,22 +420,21 @@ bind_layer(struct model *m, int il, char *err)
 		    bindl(m, &L->down, REQ, il, "ffn_down.weight", hp->n_ff, E, 0, err))
 			return -1;
 	} else {
-		if (bindl(m, &L->gate, REQ, il, "ffn_gate.weight", E, hp->n_ff, 0, err) ||
-		    bindl(m, &L->up, REQ, il, "ffn_up.weight", E, hp->n_ff, 0, err) ||
-		    bindl(m, &L->down, REQ, il, "ffn_down.weight", hp->n_ff, E, 0, err))
+		if (bindl(m, &L->gate, REQ, il, "ffn_gate.weight", E, L->n_ff, 0, err) ||
+		    bindl(m, &L->up, REQ, il, "ffn_up.weight", E, L->n_ff, 0, err) ||
+		    bindl(m, &L->down, REQ, il, "ffn_down.weight", L->n_ff, E, 0, err))
 			return -1;
 	}
 
 	// per-layer attention kind and RoPE
-	L->sliding = 0;
-	if (hp->sliding_window > 0) {
+	if (hp->sliding_window > 0 && a != MODEL_ARCH_GEMMA4) {
 		if (a == MODEL_ARCH_GEMMA2 || a == MODEL_ARCH_GEMMA3)
 			L->sliding = hp->swa_pattern > 0 && (il + 1) % hp->swa_pattern != 0;
 		else if (a == MODEL_ARCH_MISTRAL)
 			L->sliding = 1;
 	}
 	L->use_rope = !(hp->n_no_rope_step > 0 && (il + 1) % hp->n_no_rope_step == 0);
-	if (L->sliding && a == MODEL_ARCH_GEMMA3) {
+	if (L->sliding && (a == MODEL_ARCH_GEMMA3 || a == MODEL_ARCH_GEMMA4)) {
 		// local layers: their own base, never scaled
 		L->rope_base = hp->rope_base_swa;
 		L->rope_freq_scale = 1.0f;
@@ -423,7 +494,31 @@ model_finish(struct model *m, char *err)
 	if (hp->rope_freq_scale <= 0)
 		hp->rope_freq_scale = 1.0f;
 	if (hp->rope_base_swa <= 0)
-		hp->rope_base_swa = a == MODEL_ARCH_GEMMA3 ? 10000.0f : hp->rope_base;
+		hp->rope_base_swa = a == MODEL_ARCH_GEMMA3 || a == MODEL_ARCH_GEMMA4 ? 10000.0f : hp->rope_base;
+	if (a == MODEL_ARCH_GEMMA4) {
+		// the sliding layers' shapes (the _swa keys), the largest for the buffers
+		if (hp->head_dim_swa <= 0)
+			hp->head_dim_swa = hp->head_dim;
+		if (hp->head_dim_v_swa <= 0)
+			hp->head_dim_v_swa = hp->head_dim_swa;
+		if (hp->n_rot_swa <= 0)
+			hp->n_rot_swa = hp->head_dim_swa;
+		if (hp->n_rot_swa > hp->head_dim_swa || hp->n_rot_swa % 2 || hp->head_dim_swa > hp->head_dim ||
+		    hp->head_dim_v_swa > hp->head_dim_v)
+			return ad_err(err, "sliding-layer head sizes %lld / %lld, rope %lld invalid beside %lld / %lld",
+			              (long long)hp->head_dim_swa, (long long)hp->head_dim_v_swa, (long long)hp->n_rot_swa,
+			              (long long)hp->head_dim, (long long)hp->head_dim_v);
+		if (hp->n_kv_shared < 0 || hp->n_kv_shared > hp->n_layer - 2)
+			return ad_err(err, "shared_kv_layers %lld out of range for %lld blocks", (long long)hp->n_kv_shared,
+			              (long long)hp->n_layer);
+		if (hp->n_embd_pl < 0 || hp->n_embd_pl > hp->n_embd)
+			return ad_err(err, "embedding_length_per_layer_input %lld out of range", (long long)hp->n_embd_pl);
+		hp->q_scale = 1.0f; // no score scaling: the q/k norms take its place
+		hp->attn_softcap = 0;
+	} else {
+		hp->head_dim_swa = hp->head_dim_v_swa = hp->n_rot_swa = 0;
+		hp->n_kv_shared = hp->n_embd_pl = 0;
+	}
 	if (hp->rope == MODEL_ROPE_AUTO)
 		hp->rope = arch_table[a].rope;
 	if (hp->n_ctx_orig <= 0)
@@ -453,8 +548,20 @@ model_finish(struct model *m, char *err)
 		                  : 1.0f / sqrtf((float)hp->head_dim);
 	}
 	hp->qk_norm_post_rope = a == MODEL_ARCH_HUNYUAN_DENSE;
-	if (a == MODEL_ARCH_QWEN3MOE)
+	if (a == MODEL_ARCH_QWEN3MOE || a == MODEL_ARCH_LFM2MOE)
 		hp->expert_weights_norm = 1; // llama.cpp always renormalises the chosen experts' weights
+	if (is_lfm2(a) && hp->n_conv <= 0)
+		hp->n_conv = 3;
+	if (hp->n_conv > 16)
+		return ad_err(err, "shortconv.l_cache %lld: at most 16 taps are supported", (long long)hp->n_conv);
+	if (a == MODEL_ARCH_LFM2MOE && hp->expert_gating == 0)
+		hp->expert_gating = 2; // LFM2-MoE's router is a sigmoid
+	if (hp->expert_gating != 0 && hp->expert_gating != 1 && hp->expert_gating != 2)
+		return ad_err(err, "expert_gating_func %d is not supported (1 softmax, 2 sigmoid)", hp->expert_gating);
+	if (!is_moe(a))
+		hp->n_dense_lead = 0;
+	if (hp->n_dense_lead < 0 || hp->n_dense_lead > hp->n_layer)
+		return ad_err(err, "leading_dense_block_count %lld out of range", (long long)hp->n_dense_lead);
 	if (is_moe(a)) {
 		if (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert)
 			return ad_err(err, "expert counts %lld used of %lld invalid",
@@ -462,9 +569,13 @@ model_finish(struct model *m, char *err)
 		if (hp->n_expert_used > 64)
 			return ad_err(err, "%lld experts per token; at most 64 are supported",
 			              (long long)hp->n_expert_used);
-		const struct model_tensor *t = model_find_tensor(m, "blk.0.ffn_gate_exps.weight");
+		char first[64];
+		snprintf(first, sizeof first, "blk.%lld.ffn_gate_exps.weight", (long long)hp->n_dense_lead);
+		const struct model_tensor *t = model_find_tensor(m, first);
 		if (hp->n_ff_exp <= 0 && t)
 			hp->n_ff_exp = t->ne[1];
+		if (hp->n_dense_lead > 0 && hp->n_ff <= 0)
+			return ad_err(err, "feed_forward_length missing or not positive (the leading dense blocks need it)");
 		t = model_find_tensor(m, "blk.0.ffn_gate_shexp.weight");
 		if (hp->n_ff_shexp <= 0 && t)
 			hp->n_ff_shexp = t->ne[1];
@@ -473,15 +584,24 @@ model_finish(struct model *m, char *err)
 	}
 
 	// global tensors
+	// lfm2 stores its final norm as token_embd_norm (applied after the last block)
 	if (bind(m, &m->tok_embd, REQ, "token_embd.weight", hp->n_embd, hp->n_vocab, 0, err) ||
-	    bind(m, &m->output_norm, REQ, "output_norm.weight", hp->n_embd, 0, 0, err) ||
+	    bind(m, &m->output_norm, REQ, is_lfm2(a) ? "token_embd_norm.weight" : "output_norm.weight", hp->n_embd,
+	         0, 0, err) ||
 	    bind(m, &m->rope_freqs, OPT, "rope_freqs.weight", hp->n_rot / 2, 0, 0, err) ||
 	    bind(m, &m->rope_long, OPT, "rope_factors_long.weight", hp->n_rot / 2, 0, 0, err) ||
 	    bind(m, &m->rope_short, OPT, "rope_factors_short.weight", hp->n_rot / 2, 0, 0, err))
 		return -1;
-	int gemma = a == MODEL_ARCH_GEMMA2 || a == MODEL_ARCH_GEMMA3;
+	int gemma = a == MODEL_ARCH_GEMMA2 || a == MODEL_ARCH_GEMMA3 || a == MODEL_ARCH_GEMMA4;
 	if (!gemma && bind(m, &m->output, OPT, "output.weight", hp->n_embd, hp->n_vocab, 0, err))
 		return -1;
+	if (a == MODEL_ARCH_GEMMA4 && hp->n_embd_pl > 0) {
+		const int64_t P = hp->n_embd_pl, LP = hp->n_layer * hp->n_embd_pl;
+		if (bind(m, &m->pl_tok_embd, REQ, "per_layer_token_embd.weight", LP, hp->n_vocab, 0, err) ||
+		    bind(m, &m->pl_model_proj, REQ, "per_layer_model_proj.weight", hp->n_embd, LP, 0, err) ||
+		    bind(m, &m->pl_proj_norm, REQ, "per_layer_proj_norm.weight", P, 0, 0, err))
+			return -1;
+	}
 	m->tied_output = gemma || !m->output.name; // gemma ignores output.weight
 	if (m->tied_output)
 		m->output = m->tok_embd;
@@ -558,6 +678,80 @@ kv_float(const struct gguf *g, const char *arch, const char *suffix, float *out,
 	return 0;
 }
 
+// lfm2's head_count_kv: one value, or one per layer with 0 marking a
+// ShortConv block (the attention blocks must agree on the others)
+static int
+lfm2_kv_heads(struct model *m, const struct gguf *g, char *err)
+{
+	struct model_hparams *hp = &m->hp;
+	char key[128];
+	snprintf(key, sizeof key, "%s.attention.head_count_kv", m->arch_name);
+	if (gguf_find_key(g, key) < 0)
+		return 0;
+	if (gguf_get_i64(g, key, &hp->n_head_kv) == 0)
+		return 0;
+	struct gguf_arr arr;
+	if (gguf_get_arr(g, key, &arr) != 0 || arr.n == 0)
+		return ad_err(err, "key %s is not an integer or an array of them", key);
+	if (hp->n_layer <= 0 || arr.n != (uint64_t)hp->n_layer)
+		return ad_err(err, "key %s has %llu values for %lld blocks", key, (unsigned long long)arr.n,
+		              (long long)hp->n_layer);
+	free(m->layer_kv_heads);
+	m->layer_kv_heads = calloc((size_t)arr.n, sizeof *m->layer_kv_heads);
+	if (!m->layer_kv_heads)
+		return ad_err(err, "out of memory");
+	hp->n_head_kv = 0;
+	for (uint64_t i = 0; i < arr.n; i++) {
+		int64_t v;
+		if (gguf_arr_i64(&arr, i, &v) != 0 || v < 0)
+			return ad_err(err, "key %s: element %llu is not a count", key, (unsigned long long)i);
+		if (v > 0 && hp->n_head_kv > 0 && v != hp->n_head_kv)
+			return ad_err(err, "key %s: attention blocks with %lld and %lld KV heads are not supported", key,
+			              (long long)hp->n_head_kv, (long long)v);
+		if (v > 0)
+			hp->n_head_kv = v;
+		m->layer_kv_heads[i] = v;
+	}
+	if (hp->n_head_kv == 0) // every block a ShortConv: the attention shape is unused
+		hp->n_head_kv = hp->n_head;
+	return 0;
+}
+
+// gemma4's per-layer keys: feed_forward_length (one value or one per
+// layer) and sliding_window_pattern (one bool per layer: sliding)
+static int
+gemma4_layers(struct model *m, const struct gguf *g, char *err)
+{
+	struct model_hparams *hp = &m->hp;
+	char key[128];
+	struct gguf_arr arr;
+	snprintf(key, sizeof key, "%s.feed_forward_length", m->arch_name);
+	if (gguf_find_key(g, key) >= 0 && gguf_get_i64(g, key, &hp->n_ff) != 0) {
+		if (gguf_get_arr(g, key, &arr) != 0 || arr.n != (uint64_t)hp->n_layer || hp->n_layer <= 0)
+			return ad_err(err, "key %s: one integer or one per block (%lld)", key, (long long)hp->n_layer);
+		free(m->layer_n_ff);
+		if (!(m->layer_n_ff = calloc((size_t)arr.n, sizeof *m->layer_n_ff)))
+			return ad_err(err, "out of memory");
+		hp->n_ff = 0;
+		for (uint64_t i = 0; i < arr.n; i++) {
+			if (gguf_arr_i64(&arr, i, &m->layer_n_ff[i]) != 0 || m->layer_n_ff[i] <= 0)
+				return ad_err(err, "key %s: element %llu is not a positive integer", key, (unsigned long long)i);
+			hp->n_ff = m->layer_n_ff[i] > hp->n_ff ? m->layer_n_ff[i] : hp->n_ff;
+		}
+	}
+	snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch_name);
+	if (gguf_find_key(g, key) < 0)
+		return 0;
+	if (gguf_get_arr(g, key, &arr) != 0 || arr.type != GGUF_TYPE_BOOL || arr.n != (uint64_t)hp->n_layer)
+		return ad_err(err, "key %s: one bool per block (%lld) expected", key, (long long)hp->n_layer);
+	free(m->layer_swa);
+	if (!(m->layer_swa = calloc((size_t)arr.n, 1)))
+		return ad_err(err, "out of memory");
+	for (uint64_t i = 0; i < arr.n; i++)
+		m->layer_swa[i] = arr.data[i] != 0;
+	return 0;
+}
+
 static int
 read_hparams(struct model *m, const struct gguf *g, char *err)
 {
@@ -568,15 +762,23 @@ read_hparams(struct model *m, const struct gguf *g, char *err)
 	if (kv_int(g, an, "vocab_size", &hp->n_vocab, err) ||
 	    kv_int(g, an, "embedding_length", &hp->n_embd, err) ||
 	    kv_int(g, an, "block_count", &hp->n_layer, err) ||
-	    kv_int(g, an, "feed_forward_length", &hp->n_ff, err) ||
+	    (m->arch != MODEL_ARCH_GEMMA4 && kv_int(g, an, "feed_forward_length", &hp->n_ff, err)) ||
 	    kv_int(g, an, "context_length", &hp->n_ctx_train, err) ||
 	    kv_int(g, an, "attention.head_count", &hp->n_head, err) ||
-	    kv_int(g, an, "attention.head_count_kv", &hp->n_head_kv, err) ||
+	    (!is_lfm2(m->arch) && kv_int(g, an, "attention.head_count_kv", &hp->n_head_kv, err)) ||
+	    kv_int(g, an, "shortconv.l_cache", &hp->n_conv, err) ||
+	    kv_int(g, an, "leading_dense_block_count", &hp->n_dense_lead, err) ||
 	    kv_int(g, an, "attention.key_length", &hp->head_dim, err) ||
 	    kv_int(g, an, "attention.value_length", &hp->head_dim_v, err) ||
 	    kv_int(g, an, "rope.dimension_count", &hp->n_rot, err) ||
 	    kv_int(g, an, "attention.sliding_window", &hp->sliding_window, err) ||
-	    kv_int(g, an, "attention.sliding_window_pattern", &hp->swa_pattern, err) ||
+	    (m->arch != MODEL_ARCH_GEMMA4 &&
+	     kv_int(g, an, "attention.sliding_window_pattern", &hp->swa_pattern, err)) ||
+	    kv_int(g, an, "attention.key_length_swa", &hp->head_dim_swa, err) ||
+	    kv_int(g, an, "attention.value_length_swa", &hp->head_dim_v_swa, err) ||
+	    kv_int(g, an, "rope.dimension_count_swa", &hp->n_rot_swa, err) ||
+	    kv_int(g, an, "attention.shared_kv_layers", &hp->n_kv_shared, err) ||
+	    kv_int(g, an, "embedding_length_per_layer_input", &hp->n_embd_pl, err) ||
 	    kv_int(g, an, "expert_count", &hp->n_expert, err) ||
 	    kv_int(g, an, "expert_used_count", &hp->n_expert_used, err) ||
 	    kv_int(g, an, "expert_feed_forward_length", &hp->n_ff_exp, err) ||
@@ -590,9 +792,22 @@ read_hparams(struct model *m, const struct gguf *g, char *err)
 	    kv_float(g, an, "final_logit_softcapping", &hp->final_softcap, err))
 		return -1;
 
-	// gemma2 writes the soft-caps; gemma3 files may carry them but do not use them
+	v = 0;
+	if (kv_int(g, an, "expert_gating_func", &v, err))
+		return -1;
+	hp->expert_gating = (int)(v >= 0 && v < 16 ? v : 99);
+	v = 0;
+	if (is_lfm2(m->arch) && lfm2_kv_heads(m, g, err))
+		return -1;
+	if (m->arch == MODEL_ARCH_GEMMA4 && gemma4_layers(m, g, err))
+		return -1;
+
+	// gemma2 writes the soft-caps; gemma3 files may carry them but do not use
+	// them; gemma4 has the final one
 	if (m->arch != MODEL_ARCH_GEMMA2)
-		hp->attn_softcap = hp->final_softcap = 0;
+		hp->attn_softcap = 0;
+	if (m->arch != MODEL_ARCH_GEMMA2 && m->arch != MODEL_ARCH_GEMMA4)
+		hp->final_softcap = 0;
 
 	char key[128];
 	snprintf(key, sizeof key, "%s.expert_weights_norm", an);

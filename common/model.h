@@ -41,6 +41,9 @@ enum model_arch {
 	MODEL_ARCH_QWEN2MOE,
 	MODEL_ARCH_QWEN3MOE,  // qwen3's q/k norms, routed experts only
 	MODEL_ARCH_HUNYUAN_DENSE, // llama block, neox RoPE, q/k norms after RoPE
+	MODEL_ARCH_LFM2,      // ShortConv blocks (gated 3-tap causal conv) and attention blocks
+	MODEL_ARCH_LFM2MOE,   // lfm2 with sigmoid-routed experts after the leading dense blocks
+	MODEL_ARCH_GEMMA4,    // per-layer head sizes and FFN widths, shared K/V, per-layer inputs
 	MODEL_ARCH_COUNT,
 };
 
@@ -109,6 +112,14 @@ struct model_hparams {
 	int expert_weights_norm;  // renormalise the chosen experts' weights
 	int64_t n_no_rope_step; // smollm3: layer i has no RoPE if (i+1) % step == 0
 	int qk_norm_post_rope;  // q/k norms after RoPE (hunyuan), not before; set by model_finish
+	int64_t n_conv;         // lfm2: taps of the ShortConv (shortconv.l_cache); 0: 3
+	int expert_gating;      // 0/1: softmax over the router; 2: sigmoid, chosen by sigmoid + exp_probs_b
+	int64_t n_dense_lead;   // MoE: the first n blocks have a dense FFN (leading_dense_block_count)
+	// gemma4 (head_dim, head_dim_v, n_rot and n_ff are then the largest of any layer;
+	// struct model_layer has each layer's)
+	int64_t head_dim_swa, head_dim_v_swa, n_rot_swa; // on sliding layers
+	int64_t n_kv_shared;    // the last n layers read an earlier layer's K/V (shared_kv_layers)
+	int64_t n_embd_pl;      // per-layer input size (embedding_length_per_layer_input); 0: none
 	int64_t bos_id, eos_id; // -1 when unknown
 	int64_t pooling;        // GGUF pooling_type: 0 none given, 1 mean, 2 cls, 3 last
 };
@@ -128,8 +139,22 @@ struct model_layer {
 	struct model_tensor gate_exps, up_exps, down_exps; // 3-D
 	struct model_tensor gate_inp_shexp;               // [n_embd]
 	struct model_tensor gate_shexp, up_shexp, down_shexp;
+	struct model_tensor exp_probs_b;                  // [n_expert] selection bias (lfm2moe)
+	// lfm2 ShortConv block (in place of attention)
+	struct model_tensor conv_in;  // shortconv.in_proj [n_embd, 3 n_embd]: rows B, C, X
+	struct model_tensor conv_w;   // shortconv.conv [n_conv, n_embd]: taps, the last one the current token
+	struct model_tensor conv_out; // shortconv.out_proj [n_embd, n_embd]
+	// gemma4
+	struct model_tensor out_scale;  // layer_output_scale [1]
+	struct model_tensor pl_gate;    // inp_gate [n_embd, n_embd_pl]
+	struct model_tensor pl_proj;    // proj [n_embd_pl, n_embd]
+	struct model_tensor pl_norm;    // post_norm [n_embd]
 
 	// derived per layer by model_finish
+	int conv;             // a ShortConv block: no attention, no KV cache (its B*X history instead)
+	int64_t head_dim, head_dim_v, n_rot, n_ff; // this layer's (= hp's but on gemma4)
+	int kv_src;           // the layer whose K/V this one attends over (itself but for gemma4's shared)
+	int rope_factors;     // the model's rope_freqs / longrope factors apply (gemma4: full layers only)
 	int sliding;          // attends to the last hp.sliding_window positions only
 	int use_rope;
 	float rope_base;
@@ -151,6 +176,12 @@ struct model {
 	struct model_tensor rope_freqs; // optional [n_rot/2]: theta_i /= rope_freqs[i]
 	struct model_tensor rope_long, rope_short; // longrope's factors, [n_rot/2]
 	struct model_layer *layers; // hp.n_layer entries
+	int64_t *layer_kv_heads;    // lfm2's per-layer head_count_kv (0: ShortConv), NULL when one value
+	int64_t *layer_n_ff;        // gemma4's per-layer feed_forward_length, NULL when one value
+	int8_t *layer_swa;          // gemma4's sliding_window_pattern (1: sliding), NULL when absent
+	struct model_tensor pl_tok_embd;   // gemma4 per_layer_token_embd [n_layer * n_embd_pl, n_vocab]
+	struct model_tensor pl_model_proj; // per_layer_model_proj [n_embd, n_layer * n_embd_pl]
+	struct model_tensor pl_proj_norm;  // per_layer_proj_norm [n_embd_pl]
 
 	// every tensor of the file, by GGUF name (owned names)
 	struct model_tensor *tensors;
@@ -203,7 +234,8 @@ void model_rope_angles(const struct model_hparams *hp, float base, float freq_sc
                        int pos, float *cs);
 // number of values in a tensor (product of ne)
 int64_t model_tensor_nelem(const struct model_tensor *t);
-// bytes of the KV cache per position in fp32, all layers
+// bytes of the KV cache per position in fp32, all layers (a ShortConv
+// layer holds its n_embd B*X values per position instead)
 size_t model_kv_bytes_per_pos(const struct model *m);
 
 #endif

@@ -1,4 +1,5 @@
-// cmd-cpu.c - `anedvd cpu` (greedy generation with the reference engine) and
+// cmd-cpu.c - `anedvd cpu` (greedy generation with the reference engine),
+// `anedvd route` (which experts a MoE model's layers pick for a prompt) and
 // `anedvd info` (what this build has, what a model is).
 #include <errno.h>
 #include <inttypes.h>
@@ -27,6 +28,7 @@
 
 int cmd_cpu(int argc, char **argv);  // frontend/commands.h
 int cmd_info(int argc, char **argv);
+int cmd_route(int argc, char **argv);
 
 // --- helpers -----------------------------------------------------------------
 
@@ -502,6 +504,219 @@ out:
 	return status;
 }
 
+// --- anedvd route ----------------------------------------------------------------
+
+static void
+route_usage(int full)
+{
+	fprintf(stderr, "usage: anedvd route --model M (--prompt-ids 1,2,3 | --prompt TEXT) [options]\n");
+	if (!full) {
+		fprintf(stderr, "       anedvd route --help  lists the options\n");
+		return;
+	}
+	fprintf(stderr,
+	        "  per-layer expert-use histogram of a MoE model (qwen2moe, qwen3moe, lfm2moe), from the\n"
+	        "  fp32 reference engine: how many of the tokens fed each layer routed to each expert\n"
+	        "  --model M           a .gguf file or a Hugging Face directory\n"
+	        "  --prompt-ids LIST   comma-separated token ids (nothing is added)\n"
+	        "  --prompt TEXT       text, tokenized with the model's tokenizer (BOS per the model)\n"
+	        "  --max-tokens N      also generate N tokens greedily and count them (default 0)\n"
+	        "  --json              print one JSON object instead of the table\n"
+	        "  --arch NAME         run a GGUF file as architecture NAME whatever it says\n");
+}
+
+int
+cmd_route(int argc, char **argv)
+{
+	const char *model = NULL, *prompt = NULL, *prompt_ids = NULL;
+	long long max_tokens = 0;
+	int json = 0;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		int has_val = i + 1 < argc;
+		int val = !strcmp(a, "--model") || !strcmp(a, "--prompt") || !strcmp(a, "--prompt-ids") ||
+		          !strcmp(a, "--max-tokens") || !strcmp(a, "--arch");
+		if (val && !has_val) {
+			fprintf(stderr, "anedvd route: %s needs a value\n", a);
+			route_usage(0);
+			return 2;
+		}
+		if (!strcmp(a, "--model")) {
+			model = argv[++i];
+		} else if (!strcmp(a, "--prompt")) {
+			prompt = argv[++i];
+		} else if (!strcmp(a, "--prompt-ids")) {
+			prompt_ids = argv[++i];
+		} else if (!strcmp(a, "--max-tokens")) {
+			if (cli_int("route", a, argv[++i], 0, 1 << 20, &max_tokens))
+				return 2;
+		} else if (!strcmp(a, "--arch")) {
+			if (cli_arch("route", argv[++i]))
+				return 2;
+		} else if (!strcmp(a, "--json")) {
+			json = 1;
+		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			route_usage(1);
+			return 0;
+		} else {
+			fprintf(stderr, "anedvd route: unknown argument '%s'\n", a);
+			route_usage(0);
+			return 2;
+		}
+	}
+	if (!model || !prompt == !prompt_ids) {
+		fprintf(stderr, "anedvd route: %s\n",
+		        !model ? "--model is required" : "give exactly one of --prompt-ids and --prompt");
+		route_usage(0);
+		return 2;
+	}
+
+	char err[AD_ERRLEN];
+	struct model m;
+	struct ref_engine *e = NULL;
+	int32_t *ids = NULL;
+	int64_t *hist = NULL;
+	float *logits = NULL;
+	int n_prompt = 0, status = 1;
+	if (prompt_ids && cli_ids("route", "--prompt-ids", prompt_ids, &ids, &n_prompt)) {
+		route_usage(0);
+		return 2;
+	}
+	if (model_load(&m, model, err)) {
+		fprintf(stderr, "anedvd route: %s\n", err);
+		free(ids);
+		return 1;
+	}
+	const struct model_hparams *hp = &m.hp;
+	if (hp->n_expert <= 0) {
+		fprintf(stderr, "anedvd route: %s is %s, which has no routed experts (route is for MoE models: "
+		                "qwen2moe, qwen3moe, lfm2moe)\n", model, model_arch_name(m.arch));
+		goto out;
+	}
+	if (prompt) {
+#ifdef AD_HAVE_TOKENIZER
+		struct tokenizer *tok = m.gguf ? tok_load_gguf(m.gguf, err) : tok_load(model, err);
+		size_t n = 0;
+		if (!tok || tok_encode(tok, prompt, strlen(prompt), -1, 0, &ids, &n, err)) {
+			fprintf(stderr, "anedvd route: --prompt needs the model's tokenizer: %s\n", err);
+			tok_free(tok);
+			goto out;
+		}
+		tok_free(tok);
+		n_prompt = (int)n;
+#else
+		fprintf(stderr, "anedvd route: --prompt needs the tokenizer, which this build does not have; "
+		                "use --prompt-ids\n");
+		status = 2;
+		goto out;
+#endif
+	}
+	if (n_prompt == 0) {
+		fprintf(stderr, "anedvd route: the prompt is empty\n");
+		status = 2;
+		goto out;
+	}
+	for (int i = 0; i < n_prompt; i++)
+		if (ids[i] >= hp->n_vocab) {
+			fprintf(stderr, "anedvd route: --prompt-ids: token id %d is outside the vocabulary (%lld ids)\n",
+			        ids[i], (long long)hp->n_vocab);
+			status = 2;
+			goto out;
+		}
+	const int n_max = n_prompt + (int)max_tokens;
+	int32_t *grown = realloc(ids, (size_t)n_max * sizeof *ids);
+	hist = calloc((size_t)(hp->n_layer * hp->n_expert), sizeof *hist);
+	logits = malloc((size_t)hp->n_vocab * sizeof *logits);
+	if (!grown || !hist || !logits) {
+		free(grown ? NULL : ids);
+		ids = grown;
+		fprintf(stderr, "anedvd route: out of memory\n");
+		goto out;
+	}
+	ids = grown;
+	if (!(e = ref_new(&m, n_max, err))) {
+		fprintf(stderr, "anedvd route: %s\n", err);
+		goto out;
+	}
+	ref_route_hist(e, hist);
+	// the prompt, then greedy tokens, each fed but the last (as in `cpu`)
+	int fed = 0, n = n_prompt;
+	for (; fed < n; fed++) {
+		if (ref_forward(e, ids[fed], fed, logits)) {
+			fprintf(stderr, "anedvd route: forward failed at position %d\n", fed);
+			goto out;
+		}
+		if (fed == n - 1 && n < n_max) {
+			ids[n++] = ref_argmax(logits, (int)hp->n_vocab);
+			if (n == n_max) {
+				fed++;
+				break;
+			}
+		}
+	}
+
+	const int64_t ne = hp->n_expert;
+	if (json) {
+		cJSON *j = cJSON_CreateObject();
+		cJSON_AddStringToObject(j, "model", model);
+		cJSON_AddStringToObject(j, "arch", model_arch_name(m.arch));
+		cJSON_AddNumberToObject(j, "n_expert", (double)ne);
+		cJSON_AddNumberToObject(j, "n_expert_used", (double)hp->n_expert_used);
+		cJSON_AddItemToObject(j, "prompt_ids", json_ids(ids, n_prompt));
+		cJSON_AddItemToObject(j, "generated_ids", json_ids(ids + n_prompt, n - n_prompt));
+		cJSON_AddNumberToObject(j, "tokens", fed);
+		cJSON *layers = cJSON_CreateArray();
+		for (int il = 0; il < hp->n_layer; il++) {
+			if (!m.layers[il].gate_inp.name)
+				continue;
+			cJSON *l = cJSON_CreateObject();
+			cJSON_AddNumberToObject(l, "layer", il);
+			cJSON *c = cJSON_CreateArray();
+			for (int64_t x = 0; x < ne; x++)
+				cJSON_AddItemToArray(c, cJSON_CreateNumber((double)hist[il * ne + x]));
+			cJSON_AddItemToObject(l, "counts", c);
+			cJSON_AddItemToArray(layers, l);
+		}
+		cJSON_AddItemToObject(j, "layers", layers);
+		char *str = cJSON_PrintUnformatted(j);
+		if (str)
+			printf("%s\n", str);
+		free(str);
+		cJSON_Delete(j);
+	} else {
+		printf("model: %s (%s, %lld experts, %lld per token%s)\n", model, model_arch_name(m.arch),
+		       (long long)ne, (long long)hp->n_expert_used,
+		       hp->expert_gating == 2 ? ", sigmoid router with selection bias" : ", softmax router");
+		printf("tokens routed: %d (%d of the prompt, %d generated)\n", fed, n_prompt < fed ? n_prompt : fed,
+		       fed > n_prompt ? fed - n_prompt : 0);
+		printf("layer  tokens per expert (0 .. %lld)   experts used, the busiest's and the idlest's share\n",
+		       (long long)ne - 1);
+		for (int il = 0; il < hp->n_layer; il++) {
+			if (!m.layers[il].gate_inp.name)
+				continue;
+			const int64_t *h = hist + il * ne;
+			int64_t mx = 0, mn = -1, used = 0;
+			printf("%5d ", il);
+			for (int64_t x = 0; x < ne; x++) {
+				printf(" %lld", (long long)h[x]);
+				used += h[x] > 0;
+				mx = h[x] > mx ? h[x] : mx;
+				mn = mn < 0 || h[x] < mn ? h[x] : mn;
+			}
+			printf("   %lld/%lld  %.0f%%  %.0f%%\n", (long long)used, (long long)ne, 100.0 * (double)mx / fed,
+			       100.0 * (double)mn / fed);
+		}
+	}
+	status = 0;
+out:
+	free(ids);
+	free(hist);
+	free(logits);
+	ref_free(e);
+	model_free(&m);
+	return status;
+}
+
 // --- anedvd info -----------------------------------------------------------------
 
 static void
@@ -575,12 +790,56 @@ cmd_info(int argc, char **argv)
 	printf("  layers                     %lld\n", (long long)hp->n_layer);
 	printf("  heads / kv heads           %lld / %lld\n", (long long)hp->n_head, (long long)hp->n_head_kv);
 	printf("  head size (k / v)          %lld / %lld\n", (long long)hp->head_dim, (long long)hp->head_dim_v);
-	if (hp->n_expert)
-		printf("  experts                    %lld, %lld used, size %lld, shared %lld%s\n",
+	int n_conv = 0;
+	for (int il = 0; il < hp->n_layer; il++)
+		n_conv += m.layers[il].conv;
+	if (n_conv) {
+		// lfm2: which blocks are ShortConv and which attention
+		printf("  ShortConv blocks           %d of %lld (%lld taps, the conv and its state on the CPU):", n_conv,
+		       (long long)hp->n_layer, (long long)hp->n_conv);
+		for (int il = 0, any = 0; il < hp->n_layer; il++)
+			if (m.layers[il].conv)
+				printf("%s%d", any++ ? "," : " ", il);
+		printf("; attention on");
+		for (int il = 0, any = 0; il < hp->n_layer; il++)
+			if (!m.layers[il].conv)
+				printf("%s%d", any++ ? "," : " ", il);
+		printf("\n");
+	}
+	if (hp->n_expert) {
+		printf("  experts                    %lld, %lld used, size %lld, shared %lld%s%s\n",
 		       (long long)hp->n_expert, (long long)hp->n_expert_used, (long long)hp->n_ff_exp,
-		       (long long)hp->n_ff_shexp, hp->expert_weights_norm ? ", renormalised" : "");
-	else
+		       (long long)hp->n_ff_shexp, hp->expert_weights_norm ? ", renormalised" : "",
+		       hp->expert_gating == 2 ? ", sigmoid router" : ", softmax router");
+		if (hp->n_dense_lead > 0)
+			printf("  dense blocks first         %lld, feed-forward %lld\n", (long long)hp->n_dense_lead,
+			       (long long)hp->n_ff);
+		if (m.layers[hp->n_layer - 1].exp_probs_b.name)
+			printf("  expert selection bias      exp_probs_b (selects only, not in the weights)\n");
+	} else if (m.layer_n_ff) {
+		printf("  feed-forward per layer    ");
+		for (int il = 0; il < hp->n_layer; il++)
+			printf("%s%lld", il ? "," : " ", (long long)m.layers[il].n_ff);
+		printf("\n");
+	} else {
 		printf("  feed-forward               %lld\n", (long long)hp->n_ff);
+	}
+	if (m.arch == MODEL_ARCH_GEMMA4) {
+		printf("  sliding layers             head size %lld / %lld, RoPE on %lld dims, no frequency factors\n",
+		       (long long)hp->head_dim_swa, (long long)hp->head_dim_v_swa, (long long)hp->n_rot_swa);
+		if (hp->n_kv_shared > 0) {
+			printf("  shared K/V                 the last %lld layers read an earlier layer's:",
+			       (long long)hp->n_kv_shared);
+			for (int il = 0; il < hp->n_layer; il++)
+				if (m.layers[il].kv_src != il)
+					printf(" %d<-%d", il, m.layers[il].kv_src);
+			printf(" (their qkv kernel computes q only)\n");
+		}
+		if (hp->n_embd_pl > 0)
+			printf("  per-layer inputs           %lld per layer (projections on the CPU), output scale per layer\n",
+			       (long long)hp->n_embd_pl);
+		printf("  attention                  no score scaling; V normed per head without weight\n");
+	}
 	printf("  training context           %lld\n", (long long)hp->n_ctx_train);
 	printf("  rms eps                    %g\n", (double)hp->rms_eps);
 	printf("  RoPE                       %s, %lld dims, base %g", model_rope_name(hp->rope),
@@ -599,7 +858,7 @@ cmd_info(int argc, char **argv)
 	if (m.rope_freqs.name)
 		printf(", per-pair frequency factors");
 	printf("\n");
-	if (m.layers[0].q_norm.name || m.layers[0].k_norm.name)
+	if (m.layers[hp->n_layer - 1].q_norm.name || m.layers[hp->n_layer - 1].k_norm.name)
 		printf("  q/k norms                  per head, %s RoPE\n", hp->qk_norm_post_rope ? "after" : "before");
 	if (hp->sliding_window > 0) {
 		printf("  sliding window             %lld on layers", (long long)hp->sliding_window);
@@ -641,7 +900,8 @@ cmd_info(int argc, char **argv)
 	printf("  parameters                 %" PRId64 " (%.3g M)\n", m.n_params, (double)m.n_params / 1e6);
 	print_bytes("file", (double)m.file_bytes);
 	print_bytes("fp32 reference weights", (double)m.n_params * 4.0);
-	print_bytes("fp32 KV cache / 1k tokens", (double)model_kv_bytes_per_pos(&m) * 1024.0);
+	print_bytes(n_conv ? "fp32 KV + conv state / 1k" : "fp32 KV cache / 1k tokens",
+	            (double)model_kv_bytes_per_pos(&m) * 1024.0);
 	{
 		// what `serve` gives the prefix cache by default: the fp16 KV of 4
 		// full contexts of 2048 positions (or the training context when
@@ -669,18 +929,36 @@ cmd_info(int argc, char **argv)
 		ane_plan_free(&p);
 	}
 	printf("  kernel weights (default)   %s on emu, fp16 on ane (--weights)\n", ane_wfmt_name(def));
-	// the kernels of one layer (the first) and of the whole plan
+	// the kernels of each kind of layer (the first of each: ShortConv or
+	// attention, dense or MoE) and of the whole plan
 	struct ane_plan p;
 	if (ane_plan_build(&p, &m, NULL, err) == 0) {
-		int n0 = 0;
-		printf("  kernels per layer         ");
-		for (int i = 0; i < p.n; i++)
-			if (p.k[i].layer == 0) {
-				printf("%s%s", n0 ? " + " : " ", ane_kind_name(p.k[i].kind));
-				n0++;
-			}
-		printf(" (%d); %d in all with %d LM-head chunk%s%s\n", n0, p.n, p.head_chunks, p.head_chunks > 1 ? "s" : "",
-		       hp->n_expert ? "; routed experts on the CPU" : "");
+		int seen[4] = {0}, kinds = 0;
+		for (int il = 0; il < hp->n_layer; il++) {
+			const struct model_layer *ml = &m.layers[il];
+			int kind = (ml->conv ? 1 : 0) | (ml->gate_inp.name ? 2 : 0);
+			if (seen[kind]++)
+				continue;
+			int n0 = 0;
+			printf("  %-27s", kinds++ ? "" : "kernels per layer");
+			for (int i = 0; i < p.n; i++)
+				if (p.k[i].layer == il) {
+					const char *kn = ane_kind_name(p.k[i].kind);
+					if (ml->conv && p.k[i].kind == ANE_K_QKV)
+						kn = "in_proj";
+					else if (ml->conv && p.k[i].kind == ANE_K_O)
+						kn = "out_proj";
+					printf("%s%s", n0 ? " + " : "", kn);
+					n0++;
+				}
+			printf(" (%d)", n0);
+			if (kind != 0 || seen[1] || seen[2] || seen[3] || n_conv || hp->n_dense_lead)
+				printf(" on %s%s layers (first: %d)", ml->conv ? "ShortConv" : "attention",
+				       ml->gate_inp.name ? " MoE" : "", il);
+			printf("\n");
+		}
+		printf("  kernels in all             %d with %d LM-head chunk%s%s\n", p.n, p.head_chunks,
+		       p.head_chunks > 1 ? "s" : "", hp->n_expert ? "; routed experts on the CPU" : "");
 		ane_plan_free(&p);
 	}
 	model_free(&m);

@@ -53,6 +53,14 @@ struct eng_layer {
 	const float *ffn_norm, *post_ffw_norm;
 	const float *gate_inp, *gate_inp_shexp; // router and shared-expert gate (experts: moe.c)
 	int qkv, o, ffn, gate_up, down, shexp; // kernel ids, -1 when absent
+	const float *conv_w; // lfm2 ShortConv taps [n_embd][n_conv] (qkv/o are in_proj/out_proj)
+	int conv;
+	// the layer's shapes (gemma4's differ per layer; a shared layer has nk =
+	// nv = 0 in its QKV and attends over its kv_src's cache at kv_off)
+	int hd, hdv, n_rot, nq, nk, nv, nqv, nqkv, ff, own_kv, kv_nk;
+	const float *rope_freqs; // the factors this layer uses, or NULL
+	const float *out_scale, *pl_gate, *pl_proj, *pl_norm; // gemma4
+	size_t kv_off; // this layer's part of a sequence's cache: K then V, or a ShortConv's B*X rows
 	int sliding, use_rope;
 	float rope_base, rope_freq_scale;
 	int rope_conf; // index of (base, scale) among the model's distinct ones
@@ -66,10 +74,18 @@ struct engine {
 	float embd_scale;
 	int width, max_seq, attn_ref, kv_f32;
 	int upto; // layers to run (engine_eval_layers), 0: all
-	size_t kv_elem, layer_kv; // bytes per cache value, per layer of a sequence
+	size_t kv_elem, layer_kv; // bytes per cache value, per attention layer of a sequence
+	size_t seq_kv;            // bytes of a sequence's cache, every layer
 	int E, V, nq, nk, nv, nqv, nqkv, ff, fe;
 	size_t embd_row_bytes;
 	const float *output_norm, *rope_freqs;
+	const float *pl_model_proj, *pl_proj_norm; // gemma4's per-layer inputs
+	size_t pl_row_bytes;                       // a row of per_layer_token_embd
+	int P, LP;                                 // n_embd_pl, n_layer * n_embd_pl
+	float *pl;                                 // [width][LP]
+	float *pl_row;                             // [LP]: a token's per_layer_token_embd row
+	float *ones;                               // [head_dim]: gemma4's unweighted V norm
+	int gemma4;
 	struct eng_layer *layers;
 	int *head, n_head; // LM head kernels in row order
 	int max_head_rows;
@@ -115,7 +131,9 @@ struct worker {
 
 struct engine_seq {
 	struct engine *e;
-	uint8_t *kv; // per layer: K [max_seq][nk], then V [max_seq][nv]
+	uint8_t *kv; // per layer at its kv_off: K [max_seq][nk], then V [max_seq][nv];
+	             // a ShortConv layer: B*X [max_seq][n_embd] (its conv state, kept
+	             // per position so that truncating a sequence needs nothing more)
 	int32_t *tokens;
 	int len;
 	int pending; // columns in the current call
@@ -250,13 +268,16 @@ gelu(float x)
 static void
 rope_angles(const struct engine *e, const struct eng_layer *L, int pos, float *cs)
 {
-	model_rope_angles(&e->hp, L->rope_base, L->rope_freq_scale, e->rope_freqs, pos, cs);
+	struct model_hparams hp = e->hp;
+	hp.n_rot = L->n_rot;
+	model_rope_angles(&hp, L->rope_base, L->rope_freq_scale, L->rope_freqs, pos, cs);
 }
 
 static void
-rope(const struct engine *e, float *v, int64_t n_heads, const float *cs)
+rope(const struct engine *e, const struct eng_layer *L, float *v, int64_t n_heads, const float *cs)
 {
-	const int64_t hd = e->hp.head_dim, half = e->hp.n_rot / 2;
+	(void)e;
+	const int64_t hd = L->hd, half = L->n_rot / 2;
 	const int neox = e->hp.rope == MODEL_ROPE_NEOX;
 	for (int64_t h = 0; h < n_heads; h++) {
 		float *p = v + h * hd;
@@ -403,7 +424,8 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 	e->kv_f32 = o && o->kv_f32;
 	e->kv_elem = e->kv_f32 ? 4 : 2;
 	const int threads = o && o->threads > 0 ? (o->threads < 64 ? o->threads : 64) : 1;
-	e->gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3;
+	e->gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3 || m->arch == MODEL_ARCH_GEMMA4;
+	e->gemma4 = m->arch == MODEL_ARCH_GEMMA4;
 	e->embd_scale = e->gelu ? sqrtf((float)hp->n_embd) : 1.0f;
 	if (e->gelu)
 		pthread_once(&gelu_once, gelu_init);
@@ -438,8 +460,18 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 		goto fail;
 	}
 	const struct model_tensor *fac = model_rope_factors(m, e->max_seq);
-	if (deq(e, &m->output_norm, &e->output_norm, err) || (fac && deq(e, fac, &e->rope_freqs, err)))
+	if (deq(e, &m->output_norm, &e->output_norm, err) || (fac && deq(e, fac, &e->rope_freqs, err)) ||
+	    deq(e, &m->pl_model_proj, &e->pl_model_proj, err) || deq(e, &m->pl_proj_norm, &e->pl_proj_norm, err))
 		goto fail;
+	if (e->pl_model_proj) {
+		e->P = (int)hp->n_embd_pl;
+		e->LP = (int)(hp->n_layer * hp->n_embd_pl);
+		if (ad_type_row_bytes(m->pl_tok_embd.type, e->LP, &e->pl_row_bytes) ||
+		    e->LP % ad_type_block_size(m->pl_tok_embd.type)) {
+			ad_err(err, "per_layer_token_embd: rows of %d values are not whole blocks", e->LP);
+			goto fail;
+		}
+	}
 
 	for (int il = 0; il < hp->n_layer; il++) {
 		const struct model_layer *ml = &m->layers[il];
@@ -466,14 +498,39 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 		L->use_rope = ml->use_rope;
 		L->rope_base = ml->rope_base;
 		L->rope_freq_scale = ml->rope_freq_scale;
+		L->conv = ml->conv;
+		L->hd = (int)ml->head_dim;
+		L->hdv = (int)ml->head_dim_v;
+		L->n_rot = (int)ml->n_rot;
+		L->ff = (int)ml->n_ff;
+		L->own_kv = ml->kv_src == il;
+		L->nq = (int)hp->n_head * L->hd;
+		L->nqv = (int)hp->n_head * L->hdv;
+		L->kv_nk = (int)hp->n_head_kv * L->hd; // the cache's K row, also for a shared layer
+		L->nk = L->own_kv ? L->kv_nk : 0;
+		L->nv = L->own_kv ? (int)hp->n_head_kv * L->hdv : 0;
+		L->nqkv = L->nq + L->nk + L->nv;
+		L->rope_freqs = ml->rope_factors ? e->rope_freqs : NULL;
+		if (L->own_kv || L->conv) {
+			L->kv_off = e->seq_kv;
+			e->seq_kv += L->conv ? (size_t)e->max_seq * (size_t)E * e->kv_elem
+			                     : (size_t)e->max_seq * (size_t)(L->nk + L->nv) * e->kv_elem;
+		} else {
+			L->kv_off = e->layers[ml->kv_src].kv_off;
+		}
+		if ((L->conv && deq(e, &ml->conv_w, &L->conv_w, err)) || deq(e, &ml->out_scale, &L->out_scale, err) ||
+		    deq(e, &ml->pl_gate, &L->pl_gate, err) || deq(e, &ml->pl_proj, &L->pl_proj, err) ||
+		    deq(e, &ml->pl_norm, &L->pl_norm, err))
+			goto fail;
 		int conf = -1;
 		for (int j = 0; j < il && conf < 0; j++)
-			if (e->layers[j].rope_base == L->rope_base && e->layers[j].rope_freq_scale == L->rope_freq_scale)
+			if (e->layers[j].rope_base == L->rope_base && e->layers[j].rope_freq_scale == L->rope_freq_scale &&
+			    e->layers[j].n_rot == L->n_rot && e->layers[j].rope_freqs == L->rope_freqs)
 				conf = e->layers[j].rope_conf;
 		L->rope_conf = conf >= 0 ? conf : e->n_conf++;
 
-		if (kernel(e, KB_QKV, il, E, e->nqkv, 1, &L->qkv, err) ||
-		    kernel(e, KB_O, il, e->nqv, E, 1, &L->o, err))
+		if (kernel(e, KB_QKV, il, E, L->conv ? 3 * E : L->nqkv, 1, &L->qkv, err) ||
+		    kernel(e, KB_O, il, L->conv ? E : L->nqv, E, 1, &L->o, err))
 			goto fail;
 		L->ffn = L->gate_up = L->down = L->shexp = -1;
 		if (L->gate_inp) {
@@ -482,8 +539,8 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 		} else {
 			if (kernel(e, KB_FFN, il, E, E, 0, &L->ffn, err))
 				goto fail;
-			if (L->ffn < 0 && (kernel(e, KB_GATE_UP, il, E, 2 * e->ff, 1, &L->gate_up, err) ||
-			                   kernel(e, KB_DOWN, il, e->ff, E, 1, &L->down, err)))
+			if (L->ffn < 0 && (kernel(e, KB_GATE_UP, il, E, 2 * L->ff, 1, &L->gate_up, err) ||
+			                   kernel(e, KB_DOWN, il, L->ff, E, 1, &L->down, err)))
 				goto fail;
 		}
 	}
@@ -535,19 +592,25 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 
 	const size_t w = (size_t)W;
 	int wide = E > e->nqv ? E : e->nqv;
+	const size_t nqkv_max = (size_t)(e->nqkv > 3 * E ? e->nqkv : 3 * E);
 	struct attn_shape sh = {(int)hp->n_head, (int)hp->n_head_kv, (int)hp->head_dim, (int)hp->head_dim_v,
 	                        (size_t)e->nk, (size_t)e->nv, 0, 0};
 	if (!(e->x = eng_alloc(e, w * E * 4, err)) || !(e->xn = eng_alloc(e, w * wide * 4, err)) ||
-	    !(e->qkv = eng_alloc(e, w * e->nqkv * 4, err)) || !(e->att = eng_alloc(e, w * e->nqv * 4, err)) ||
+	    !(e->qkv = eng_alloc(e, w * nqkv_max * 4, err)) || !(e->att = eng_alloc(e, w * (size_t)wide * 4, err)) ||
 	    !(e->proj = eng_alloc(e, w * E * 4, err)) ||
-	    !(e->hb = eng_alloc(e, w * 2 * (size_t)(e->ff > 0 ? e->ff : 1) * 4, err)) ||
+	    !(e->hb = eng_alloc(e, w * 2 * (size_t)(e->ff > hp->n_embd_pl ? (e->ff > 0 ? e->ff : 1) : hp->n_embd_pl) * 4, err)) ||
 	    !(e->ffo = eng_alloc(e, w * E * 4, err)) ||
 	    !(e->attn_scratch = eng_alloc(e, (size_t)threads * sizeof(float *), err)) ||
 	    !(e->cs = eng_alloc(e, (size_t)e->n_conf * w * (size_t)(hp->n_rot > 0 ? hp->n_rot : 1) * 4, err)) ||
 	    !(e->pos = eng_alloc(e, w * sizeof(int), err)) || !(e->wanted = eng_alloc(e, w * sizeof(int), err)) ||
 	    !(e->cols = eng_alloc(e, w * sizeof(void *), err)) ||
-	    !(e->batch = eng_alloc(e, w * sizeof(void *), err)))
+	    !(e->batch = eng_alloc(e, w * sizeof(void *), err)) ||
+	    !(e->pl = eng_alloc(e, w * (size_t)(e->LP > 0 ? e->LP : 1) * 4, err)) ||
+	    !(e->pl_row = eng_alloc(e, (size_t)(e->LP > 0 ? e->LP : 1) * 4, err)) ||
+	    !(e->ones = eng_alloc(e, (size_t)(hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v) * 4, err)))
 		goto fail;
+	for (int64_t i = 0; i < (hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v); i++)
+		e->ones[i] = 1.0f;
 	for (int i = 0; i < threads; i++)
 		if (!(e->attn_scratch[i] = eng_alloc(e, attn_scratch_floats(&sh, e->max_seq) * 4, err)))
 			goto fail;
@@ -592,7 +655,7 @@ struct engine_seq *
 engine_seq_new(struct engine *e, char *err)
 {
 	struct engine_seq *s = calloc(1, sizeof *s);
-	size_t bytes = e->layer_kv * (size_t)e->hp.n_layer;
+	size_t bytes = e->seq_kv;
 	if (s) {
 		s->e = e;
 		s->kv = calloc(bytes ? bytes : 1, 1);
@@ -646,25 +709,52 @@ engine_seq_timings(struct engine_seq *s)
 	return &s->t;
 }
 
+// the per-position rows of layer il's own storage: K and V widths in
+// values (a ShortConv layer keeps one row of n_embd B*X values, as "K"; a
+// layer that reads another's cache keeps none)
+static void
+layer_rows(const struct engine *e, int64_t il, size_t *kw, size_t *vw)
+{
+	const struct eng_layer *L = &e->layers[il];
+	*kw = *vw = 0;
+	if (L->conv)
+		*kw = (size_t)e->E;
+	else if (L->own_kv)
+		*kw = (size_t)L->nk, *vw = (size_t)L->nv;
+}
+
 size_t
 engine_kv_row_bytes(const struct engine *e)
 {
-	return (size_t)e->hp.n_layer * (size_t)(e->nk + e->nv) * e->kv_elem;
+	size_t b = 0;
+	for (int64_t il = 0; il < e->hp.n_layer; il++) {
+		size_t kw, vw;
+		layer_rows(e, il, &kw, &vw);
+		b += (kw + vw) * e->kv_elem;
+	}
+	return b;
 }
 
-// a layer's K rows, then its V rows, each `stride` rows apart in the packed form
+// per layer with storage, its K rows then its V rows (a ShortConv layer's
+// B*X rows alone), each region n rows long in the packed form
 void
 engine_seq_kv_read(const struct engine_seq *s, int pos, int n, void *dst)
 {
 	const struct engine *e = s->e;
-	const size_t kr = (size_t)e->nk * e->kv_elem, vr = (size_t)e->nv * e->kv_elem;
 	uint8_t *d = dst;
 	for (int64_t il = 0; il < e->hp.n_layer; il++) {
-		const uint8_t *kc = s->kv + (size_t)il * e->layer_kv, *vc = kc + (size_t)e->max_seq * kr;
+		size_t kw, vw;
+		layer_rows(e, il, &kw, &vw);
+		if (!kw)
+			continue;
+		const size_t kr = kw * e->kv_elem, vr = vw * e->kv_elem;
+		const uint8_t *kc = s->kv + e->layers[il].kv_off, *vc = kc + (size_t)e->max_seq * kr;
 		memcpy(d, kc + (size_t)pos * kr, (size_t)n * kr);
 		d += (size_t)n * kr;
-		memcpy(d, vc + (size_t)pos * vr, (size_t)n * vr);
-		d += (size_t)n * vr;
+		if (vr) {
+			memcpy(d, vc + (size_t)pos * vr, (size_t)n * vr);
+			d += (size_t)n * vr;
+		}
 	}
 }
 
@@ -679,14 +769,20 @@ engine_seq_kv_append(struct engine_seq *s, const int32_t *tokens, int n, const v
 	for (int i = 0; i < n; i++)
 		if (tokens[i] < 0 || tokens[i] >= e->V)
 			return ad_err(err, "kv append: token id %d is outside the vocabulary of %d", tokens[i], e->V);
-	const size_t kr = (size_t)e->nk * e->kv_elem, vr = (size_t)e->nv * e->kv_elem;
 	const uint8_t *b = src;
 	for (int64_t il = 0; il < e->hp.n_layer; il++) {
-		uint8_t *kc = s->kv + (size_t)il * e->layer_kv, *vc = kc + (size_t)e->max_seq * kr;
+		size_t kw, vw;
+		layer_rows(e, il, &kw, &vw);
+		if (!kw)
+			continue;
+		const size_t kr = kw * e->kv_elem, vr = vw * e->kv_elem;
+		uint8_t *kc = s->kv + e->layers[il].kv_off, *vc = kc + (size_t)e->max_seq * kr;
 		memcpy(kc + (size_t)s->len * kr, b + (size_t)off * kr, (size_t)n * kr);
 		b += (size_t)stride * kr;
-		memcpy(vc + (size_t)s->len * vr, b + (size_t)off * vr, (size_t)n * vr);
-		b += (size_t)stride * vr;
+		if (vr) {
+			memcpy(vc + (size_t)s->len * vr, b + (size_t)off * vr, (size_t)n * vr);
+			b += (size_t)stride * vr;
+		}
 	}
 	memcpy(s->tokens + s->len, tokens, (size_t)n * sizeof *tokens);
 	s->len += n;
@@ -796,17 +892,18 @@ attn_item(struct engine *e, int il, int item, float *scratch)
 	const struct model_hparams *hp = &e->hp;
 	const struct eng_layer *L = &e->layers[il];
 	const int nkv = (int)hp->n_head_kv, group = (int)(hp->n_head / hp->n_head_kv);
-	const int c = item / nkv, g = item % nkv, hd = (int)hp->head_dim, hdv = (int)hp->head_dim_v;
-	const struct attn_shape sh = {group, 1, hd, hdv, (size_t)e->nk, (size_t)e->nv,
+	const int c = item / nkv, g = item % nkv, hd = L->hd, hdv = L->hdv;
+	const int cnk = L->kv_nk, cnv = (int)hp->n_head_kv * hdv; // the cache's rows
+	const struct attn_shape sh = {group, 1, hd, hdv, (size_t)cnk, (size_t)cnv,
 	                              e->gelu ? 1.0f : hp->q_scale, hp->attn_softcap};
 	const int pos = e->pos[c];
 	int first = 0;
 	if (L->sliding && pos - hp->sliding_window + 1 > 0)
 		first = (int)(pos - hp->sliding_window + 1);
-	const uint8_t *kc = e->cols[c]->kv + (size_t)il * e->layer_kv;
-	const uint8_t *vc = kc + (size_t)e->max_seq * e->nk * e->kv_elem;
-	const float *q = e->qkv + (size_t)c * e->nqkv + (size_t)g * group * hd;
-	float *out = e->att + (size_t)c * e->nqv + (size_t)g * group * hdv;
+	const uint8_t *kc = e->cols[c]->kv + L->kv_off;
+	const uint8_t *vc = kc + (size_t)e->max_seq * cnk * e->kv_elem;
+	const float *q = e->qkv + (size_t)c * L->nqkv + (size_t)g * group * hd;
+	float *out = e->att + (size_t)c * L->nqv + (size_t)g * group * hdv;
 	if (e->kv_f32)
 		attn_ref_f32(&sh, q, (const float *)kc + (size_t)g * hd, (const float *)vc + (size_t)g * hdv, first, pos,
 		             out, scratch);
@@ -909,29 +1006,84 @@ attention(struct engine *e, int il, int n)
 	pthread_mutex_unlock(&e->mu);
 }
 
+// lfm2's ShortConv block, as ref.c's shortconv: in_proj on the backend,
+// B*X of every column into its sequence's cache (all columns first: a
+// sequence's later columns read its earlier ones), the causal conv over
+// the last n_conv rows, C * y, out_proj on the backend, residual
+static int
+conv_block(struct engine *e, struct fwd *f, const struct eng_layer *L, int n, char *err)
+{
+	const int E = e->E, K = (int)e->hp.n_conv;
+	for (int c = 0; c < n; c++)
+		rmsnorm(e->xn + (size_t)c * E, e->x + (size_t)c * E, L->attn_norm, E, e->hp.rms_eps);
+	if (run(e, f, L->qkv, e->xn, E, e->qkv, 3 * (size_t)E, n, err))
+		return -1;
+	float *bx = e->proj; // [E] scratch per column
+	for (int c = 0; c < n; c++) {
+		const float *b = e->qkv + (size_t)c * 3 * E, *xv = b + 2 * E;
+		uint8_t *row = e->cols[c]->kv + L->kv_off + (size_t)e->pos[c] * E * e->kv_elem;
+		for (int i = 0; i < E; i++)
+			bx[i] = b[i] * xv[i];
+		if (e->kv_f32)
+			memcpy(row, bx, (size_t)E * sizeof(float));
+		else
+			ad_f32_to_fp16_row(bx, (uint16_t *)row, (size_t)E);
+	}
+	for (int c = 0; c < n; c++) {
+		const float *cg = e->qkv + (size_t)c * 3 * E + E;
+		const uint8_t *base = e->cols[c]->kv + L->kv_off;
+		float *y = e->att + (size_t)c * E;
+		for (int i = 0; i < E; i++) {
+			float sum = 0;
+			for (int k = 0; k < K; k++) {
+				int p = e->pos[c] - (K - 1) + k;
+				if (p < 0)
+					continue;
+				size_t at = (size_t)p * E + (size_t)i;
+				float v = e->kv_f32 ? ((const float *)base)[at] : ad_fp16_to_f32(((const uint16_t *)base)[at]);
+				sum = fmaf(v, L->conv_w[(size_t)i * K + k], sum);
+			}
+			y[i] = cg[i] * sum;
+		}
+	}
+	if (run(e, f, L->o, e->att, E, e->proj, E, n, err))
+		return -1;
+	for (int c = 0; c < n; c++) {
+		float *p = e->proj + (size_t)c * E, *x = e->x + (size_t)c * E;
+		for (int i = 0; i < E; i++)
+			x[i] += p[i];
+	}
+	return 0;
+}
+
 static int
 layer(struct engine *e, struct fwd *f, int il, int n, char *err)
 {
 	const struct model_hparams *hp = &e->hp;
 	const struct eng_layer *L = &e->layers[il];
-	const int E = e->E, hd = (int)hp->head_dim;
+	const int E = e->E, hd = L->hd;
 	const float eps = hp->rms_eps;
 
+	if (L->conv) {
+		if (conv_block(e, f, L, n, err))
+			return -1;
+		goto ffn;
+	}
 	// attention
 	for (int c = 0; c < n; c++)
 		rmsnorm(e->xn + (size_t)c * E, e->x + (size_t)c * E, L->attn_norm, E, eps);
-	if (run(e, f, L->qkv, e->xn, E, e->qkv, e->nqkv, n, err))
+	if (run(e, f, L->qkv, e->xn, E, e->qkv, L->nqkv, n, err))
 		return -1;
 	for (int c = 0; c < n; c++) {
-		float *q = e->qkv + (size_t)c * e->nqkv, *k = q + e->nq, *v = k + e->nk;
+		float *q = e->qkv + (size_t)c * L->nqkv, *k = q + L->nq, *v = k + L->nk;
 		if (L->bq)
-			for (int i = 0; i < e->nq; i++)
+			for (int i = 0; i < L->nq; i++)
 				q[i] += L->bq[i];
 		if (L->bk)
-			for (int i = 0; i < e->nk; i++)
+			for (int i = 0; i < L->nk; i++)
 				k[i] += L->bk[i];
 		if (L->bv)
-			for (int i = 0; i < e->nv; i++)
+			for (int i = 0; i < L->nv; i++)
 				v[i] += L->bv[i];
 		// q/k norms before RoPE, or after it (hunyuan)
 		for (int pass = 0; pass < 2; pass++) {
@@ -942,23 +1094,29 @@ layer(struct engine *e, struct fwd *f, int il, int n, char *err)
 				if (L->k_norm)
 					for (int64_t h = 0; h < hp->n_head_kv; h++)
 						rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, eps);
+				if (e->gemma4 && L->own_kv) // V too, with no weight
+					for (int64_t h = 0; h < hp->n_head_kv; h++)
+						rmsnorm(v + h * L->hdv, v + h * L->hdv, e->ones, L->hdv, eps);
 			} else if (L->use_rope) {
 				const float *cs = e->cs + ((size_t)L->rope_conf * e->width + c) * hp->n_rot;
-				rope(e, q, hp->n_head, cs);
-				rope(e, k, hp->n_head_kv, cs);
+				rope(e, L, q, hp->n_head, cs);
+				if (L->own_kv)
+					rope(e, L, k, hp->n_head_kv, cs);
 			}
 		}
 		if (e->gelu)
-			for (int i = 0; i < e->nq; i++)
+			for (int i = 0; i < L->nq; i++)
 				q[i] *= hp->q_scale;
-		uint8_t *kc = e->cols[c]->kv + (size_t)il * e->layer_kv;
-		uint8_t *vc = kc + (size_t)e->max_seq * e->nk * e->kv_elem;
+		uint8_t *kc = e->cols[c]->kv + L->kv_off;
+		uint8_t *vc = kc + (size_t)e->max_seq * L->nk * e->kv_elem;
+		if (!L->own_kv)
+			continue; // gemma4's shared layer: q only, its source's cache
 		if (e->kv_f32) {
-			memcpy((float *)kc + (size_t)e->pos[c] * e->nk, k, (size_t)e->nk * sizeof(float));
-			memcpy((float *)vc + (size_t)e->pos[c] * e->nv, v, (size_t)e->nv * sizeof(float));
+			memcpy((float *)kc + (size_t)e->pos[c] * L->nk, k, (size_t)L->nk * sizeof(float));
+			memcpy((float *)vc + (size_t)e->pos[c] * L->nv, v, (size_t)L->nv * sizeof(float));
 		} else {
-			ad_f32_to_fp16_row(k, (uint16_t *)kc + (size_t)e->pos[c] * e->nk, (size_t)e->nk);
-			ad_f32_to_fp16_row(v, (uint16_t *)vc + (size_t)e->pos[c] * e->nv, (size_t)e->nv);
+			ad_f32_to_fp16_row(k, (uint16_t *)kc + (size_t)e->pos[c] * L->nk, (size_t)L->nk);
+			ad_f32_to_fp16_row(v, (uint16_t *)vc + (size_t)e->pos[c] * L->nv, (size_t)L->nv);
 		}
 	}
 	uint64_t t0 = now_ns();
@@ -970,7 +1128,7 @@ layer(struct engine *e, struct fwd *f, int il, int n, char *err)
 		snprintf(name, sizeof name, "attention L%d", il);
 		trace_event((long)getpid(), 1, name, "attention", t0 / 1000u, (t1 - t0) / 1000u);
 	}
-	if (run(e, f, L->o, e->att, e->nqv, e->proj, E, n, err))
+	if (run(e, f, L->o, e->att, L->nqv, e->proj, E, n, err))
 		return -1;
 	for (int c = 0; c < n; c++) {
 		float *p = e->proj + (size_t)c * E, *x = e->x + (size_t)c * E;
@@ -983,7 +1141,7 @@ layer(struct engine *e, struct fwd *f, int il, int n, char *err)
 			x[i] += p[i];
 	}
 
-	// feed-forward
+ffn:
 	for (int c = 0; c < n; c++)
 		rmsnorm(e->xn + (size_t)c * E, e->x + (size_t)c * E, L->ffn_norm, E, eps);
 	if (L->gate_inp) {
@@ -998,7 +1156,7 @@ layer(struct engine *e, struct fwd *f, int il, int n, char *err)
 		if (run(e, f, L->ffn, e->xn, E, e->ffo, E, n, err))
 			return -1;
 	} else {
-		const int ff = e->ff;
+		const int ff = L->ff;
 		if (run(e, f, L->gate_up, e->xn, E, e->hb, 2 * (size_t)ff, n, err))
 			return -1;
 		// act(gate) * up into the gate half; DOWN reads it with a stride
@@ -1020,6 +1178,25 @@ layer(struct engine *e, struct fwd *f, int il, int n, char *err)
 			rmsnorm(p, p, L->post_ffw_norm, E, eps);
 		for (int i = 0; i < E; i++)
 			x[i] += p[i];
+	}
+	// gemma4: x += post_norm(proj (gelu(inp_gate x) * pl[layer])), x *= the
+	// layer's output scale (ref.c's per_layer_branch; small, on the CPU)
+	for (int c = 0; e->gemma4 && c < n; c++) {
+		float *x = e->x + (size_t)c * E, *g = e->hb, *p = e->proj;
+		const int P = e->P;
+		if (L->pl_gate) {
+			engine_matvec(g, L->pl_gate, x, E, P);
+			const float *pl = e->pl + (size_t)c * e->LP + (size_t)il * P;
+			for (int i = 0; i < P; i++)
+				g[i] = gelu(g[i]) * pl[i];
+			engine_matvec(p, L->pl_proj, g, P, E);
+			rmsnorm(p, p, L->pl_norm, E, eps);
+			for (int i = 0; i < E; i++)
+				x[i] += p[i];
+		}
+		if (L->out_scale)
+			for (int i = 0; i < E; i++)
+				x[i] *= L->out_scale[0];
 	}
 	return 0;
 }
@@ -1044,6 +1221,30 @@ book(struct engine_timings *t, const struct fwd *f, uint64_t total, int cols, in
 		t->decode_ns += total * c / d;
 		t->decode_tokens += (uint32_t)cols;
 	}
+}
+
+// gemma4's per-layer inputs of column c (ref.c's per_layer_inputs): the
+// projection of the scaled embedding, its slices normed, plus the token's
+// row of per_layer_token_embd (dequantised from the mapping as it comes)
+static int
+per_layer_inputs(struct engine *e, int c, int32_t token, char *err)
+{
+	const int E = e->E, P = e->P, LP = e->LP;
+	float *pl = e->pl + (size_t)c * LP, *row = e->pl_row;
+	const struct model_tensor *t = &e->m->pl_tok_embd;
+	engine_matvec(pl, e->pl_model_proj, e->x + (size_t)c * E, E, LP);
+	const float ps = 1.0f / sqrtf((float)E), ts = sqrtf((float)P), ss = 1.0f / sqrtf(2.0f);
+	for (int i = 0; i < LP; i++)
+		pl[i] *= ps;
+	if (ad_dequant(t->type, (const uint8_t *)t->data + (size_t)token * e->pl_row_bytes, row, LP, err))
+		return ad_err_prefix(err, "per_layer_token_embd");
+	for (int l = 0; l < (int)e->hp.n_layer; l++) {
+		float *p = pl + (size_t)l * P;
+		rmsnorm(p, p, e->pl_proj_norm, P, e->hp.rms_eps);
+		for (int i = 0; i < P; i++)
+			p[i] = (p[i] + row[(size_t)l * P + i] * ts) * ss;
+	}
+	return 0;
 }
 
 static int
@@ -1084,6 +1285,8 @@ forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens,
 			return ad_err_prefix(err, "token_embd");
 		for (int i = 0; i < E; i++)
 			x[i] = x[i] * e->embd_scale;
+		if (e->pl_model_proj && per_layer_inputs(e, c, tokens[c], err))
+			return -1;
 	}
 	// RoPE angles: once per column and distinct (base, scale)
 	for (int il = 0, done = 0; il < hp->n_layer && done < e->n_conf; il++) {

@@ -19,7 +19,9 @@
 // memory beyond the file.
 //
 // A sequence (struct engine_seq) owns its KV cache (max_seq positions per
-// layer, fp16), its token history and its timings. engine_forward feeds
+// layer, fp16; an lfm2 ShortConv layer keeps B*X, n_embd values per
+// position, instead: the conv state, per position so that truncating needs
+// nothing more), its token history and its timings. engine_forward feeds
 // up to width columns in ONE set of kernel calls: column i is tokens[i]
 // at the next position of seqs[i]; a sequence may take several columns
 // (consecutive positions, in column order), which is how prefill works,

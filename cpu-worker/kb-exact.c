@@ -238,10 +238,9 @@ kb_exact_new(const struct model *m, const struct kb_opts *o, char *err)
 	x->kb.call = x_call;
 	x->kb.call_list = kb_call_loop;
 	x->kb.free = x_free;
-	const int gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3;
+	const int gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3 || m->arch == MODEL_ARCH_GEMMA4;
 	const int split = gelu || (o && o->split);
-	const int E = (int)hp->n_embd, nq = (int)(hp->n_head * hp->head_dim);
-	const int nk = (int)(hp->n_head_kv * hp->head_dim), nv = (int)(hp->n_head_kv * hp->head_dim_v);
+	const int E = (int)hp->n_embd;
 	const int V = (int)hp->n_vocab;
 	const int head_rows = V <= 65536 ? (V + 1) / 2 : 32768;
 	const int n_head_chunks = (V + head_rows - 1) / head_rows;
@@ -256,11 +255,34 @@ kb_exact_new(const struct model *m, const struct kb_opts *o, char *err)
 
 	for (int il = 0; il < hp->n_layer; il++) {
 		const struct model_layer *ml = &m->layers[il];
-		struct xk *k = add_kernel(x, KB_QKV, il, 0, E, nq + nk + nv, 0);
+		struct xk *k;
+		// the layer's shapes (gemma4: per layer; its shared layers compute q only)
+		const int nq = (int)(hp->n_head * ml->head_dim);
+		const int nk = ml->kv_src == il ? (int)(hp->n_head_kv * ml->head_dim) : 0;
+		const int nv = ml->kv_src == il ? (int)(hp->n_head_kv * ml->head_dim_v) : 0;
+		if (ml->conv) { // lfm2 ShortConv: in_proj and out_proj (plan.h)
+			k = add_kernel(x, KB_QKV, il, 0, E, 3 * E, 0);
+			if (deq(x, &ml->conv_in, &k->w[0], err))
+				goto fail;
+			k->rows[0] = 3 * E;
+			k->nparts = 1;
+			k = add_kernel(x, KB_O, il, 0, E, E, 0);
+			if (deq(x, &ml->conv_out, &k->w[0], err))
+				goto fail;
+			k->rows[0] = E;
+			k->nparts = 1;
+			goto ffn;
+		}
+		k = add_kernel(x, KB_QKV, il, 0, E, nq + nk + nv, 0);
 		if (ml->wqkv.name) {
 			if (deq(x, &ml->wqkv, &k->w[0], err))
 				goto fail;
 			k->rows[0] = nq + nk + nv;
+			k->nparts = 1;
+		} else if (!nk) {
+			if (deq(x, &ml->wq, &k->w[0], err))
+				goto fail;
+			k->rows[0] = nq;
 			k->nparts = 1;
 		} else {
 			if (deq(x, &ml->wq, &k->w[0], err) || deq(x, &ml->wk, &k->w[1], err) ||
@@ -271,12 +293,12 @@ kb_exact_new(const struct model *m, const struct kb_opts *o, char *err)
 			k->rows[2] = nv;
 			k->nparts = 3;
 		}
-		k = add_kernel(x, KB_O, il, 0, (int)(hp->n_head * hp->head_dim_v), E, 0);
+		k = add_kernel(x, KB_O, il, 0, (int)(hp->n_head * ml->head_dim_v), E, 0);
 		if (deq(x, &ml->wo, &k->w[0], err))
 			goto fail;
 		k->rows[0] = E;
 		k->nparts = 1;
-
+	ffn:
 		if (ml->gate_inp.name) {
 			if (!ml->gate_shexp.name)
 				continue;
@@ -289,7 +311,7 @@ kb_exact_new(const struct model *m, const struct kb_opts *o, char *err)
 			x->max_ff = ff > x->max_ff ? ff : x->max_ff;
 			continue;
 		}
-		const int ff = (int)hp->n_ff;
+		const int ff = (int)ml->n_ff;
 		const float *gate, *up, *down;
 		if (ml->gate.name) {
 			if (deq(x, &ml->gate, &gate, err) || deq(x, &ml->up, &up, err))

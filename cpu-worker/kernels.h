@@ -20,6 +20,8 @@
 // biases anywhere: the CPU adds them):
 //   QKV      x[n_embd] -> [q (n_head*hd); k (n_head_kv*hd); v (n_head_kv*hdv)]
 //   O        attn[n_head*hdv] -> [n_embd]
+//   (an lfm2 ShortConv block has QKV = in_proj x -> [B; C; X] (3 n_embd)
+//   and O = out_proj [n_embd] -> [n_embd]; the conv runs on the CPU)
 //   FFN      x -> down(act(gate x) * up x)      (fused; act silu or gelu-tanh)
 //   GATE_UP  x -> [gate x; up x]                 (split form, --split)
 //   DOWN     h[n_ff] -> [n_embd]                 (split form)

@@ -14,7 +14,9 @@
 struct moe {
 	int width, E, ne, k, fe;
 	int norm; // renormalise the chosen experts' weights
+	int sigmoid; // lfm2moe: a sigmoid per expert instead of the softmax
 	float *probs;  // [ne]
+	float *bias;   // [ne]: the layer's selection bias (exp_probs_b), if it has one
 	int *chosen;   // [width][k]
 	float *w;      // [width][k]
 	int *slots;    // (column, rank) pairs of one expert, as column * k + rank
@@ -29,6 +31,7 @@ moe_free(struct moe *mo)
 	if (!mo)
 		return;
 	free(mo->probs);
+	free(mo->bias);
 	free(mo->chosen);
 	free(mo->w);
 	free(mo->slots);
@@ -63,6 +66,7 @@ moe_new(const struct model *m, int width, char *err)
 	mo->k = (int)(hp->n_expert_used < 64 ? hp->n_expert_used : 64);
 	mo->fe = (int)hp->n_ff_exp;
 	mo->norm = hp->expert_weights_norm;
+	mo->sigmoid = hp->expert_gating == 2;
 	for (int il = 0; il < hp->n_layer; il++) {
 		const struct model_layer *ml = &m->layers[il];
 		if (ml->gate_inp.name && (check_rows(&ml->gate_exps, mo->E, err) || check_rows(&ml->up_exps, mo->E, err) ||
@@ -74,6 +78,7 @@ moe_new(const struct model *m, int width, char *err)
 	const size_t slots = (size_t)width * (size_t)(mo->k > 0 ? mo->k : 1);
 	const size_t wide = (size_t)(mo->E > mo->fe ? mo->E : mo->fe);
 	mo->probs = malloc(sizeof(float) * (size_t)(mo->ne > 0 ? mo->ne : 1));
+	mo->bias = malloc(sizeof(float) * (size_t)(mo->ne > 0 ? mo->ne : 1));
 	mo->chosen = malloc(sizeof(int) * slots);
 	mo->w = malloc(sizeof(float) * slots);
 	mo->slots = malloc(sizeof(int) * slots);
@@ -81,7 +86,7 @@ moe_new(const struct model *m, int width, char *err)
 	mo->hu = malloc(sizeof(float) * slots * (size_t)(mo->fe > 0 ? mo->fe : 1));
 	mo->eo = malloc(sizeof(float) * slots * (size_t)mo->E);
 	mo->rows = malloc(sizeof(float) * ROWS * wide);
-	if (!mo->probs || !mo->chosen || !mo->w || !mo->slots || !mo->hg || !mo->hu || !mo->eo || !mo->rows) {
+	if (!mo->probs || !mo->bias || !mo->chosen || !mo->w || !mo->slots || !mo->hg || !mo->hu || !mo->eo || !mo->rows) {
 		moe_free(mo);
 		return ad_err(err, "MoE scratch: out of memory"), NULL;
 	}
@@ -109,39 +114,52 @@ silu(float x)
 }
 
 // the router of one column, as ref.c computes it
+// (bias: the selection bias, or NULL)
 static void
-route(struct moe *mo, const float *router, const float *x, int *chosen, float *w, int norm)
+route(struct moe *mo, const float *router, const float *bias, const float *x, int *chosen, float *w, int norm)
 {
 	const int ne = mo->ne;
 	float *p = mo->probs;
 	engine_matvec(p, router, x, mo->E, ne);
-	float mx = -INFINITY;
-	for (int i = 0; i < ne; i++)
-		mx = p[i] > mx ? p[i] : mx;
-	double sum = 0;
-	for (int i = 0; i < ne; i++) {
-		p[i] = expf(p[i] - mx);
-		sum += p[i];
+	if (mo->sigmoid) {
+		for (int i = 0; i < ne; i++)
+			p[i] = 1.0f / (1.0f + expf(-p[i]));
+	} else {
+		float mx = -INFINITY;
+		for (int i = 0; i < ne; i++)
+			mx = p[i] > mx ? p[i] : mx;
+		double sum = 0;
+		for (int i = 0; i < ne; i++) {
+			p[i] = expf(p[i] - mx);
+			sum += p[i];
+		}
+		for (int i = 0; i < ne; i++)
+			p[i] = (float)(p[i] / sum);
 	}
-	for (int i = 0; i < ne; i++)
-		p[i] = (float)(p[i] / sum);
 	float wsum = 0;
 	for (int c = 0; c < mo->k; c++) {
 		int best = -1;
+		float bs = 0;
 		for (int i = 0; i < ne; i++) {
 			int taken = 0;
 			for (int t = 0; t < c; t++)
 				taken |= chosen[t] == i;
-			if (!taken && (best < 0 || p[i] > p[best]))
+			float si = bias ? p[i] + bias[i] : p[i];
+			if (!taken && (best < 0 || si > bs)) {
 				best = i;
+				bs = si;
+			}
 		}
 		chosen[c] = best;
 		w[c] = p[best];
 		wsum += w[c];
 	}
-	if (norm)
+	if (norm) {
+		if (mo->sigmoid && wsum < 6.103515625e-5f)
+			wsum = 6.103515625e-5f; // llama.cpp's clamp of the sigmoid weights' sum
 		for (int c = 0; c < mo->k; c++)
 			w[c] /= wsum;
+	}
 }
 
 int
@@ -151,8 +169,15 @@ moe_forward(struct moe *mo, const struct model_layer *ml, const float *router, c
 	const int E = mo->E, fe = mo->fe, k = mo->k;
 	if (n < 1 || n > mo->width)
 		return ad_err(err, "MoE: %d columns (width %d)", n, mo->width);
+	const float *bias = NULL;
+	if (ml->exp_probs_b.name) {
+		if (ad_dequant(ml->exp_probs_b.type, ml->exp_probs_b.data, mo->bias, mo->ne, err))
+			return ad_err_prefix(err, "%s", ml->exp_probs_b.name);
+		bias = mo->bias;
+	}
 	for (int c = 0; c < n; c++)
-		route(mo, router, x + (size_t)c * E, mo->chosen + (size_t)c * k, mo->w + (size_t)c * k, mo->norm);
+		route(mo, router, bias, x + (size_t)c * E, mo->chosen + (size_t)c * k, mo->w + (size_t)c * k,
+		      mo->norm);
 
 	// every (column, rank) slot's expert output into eo, expert by expert
 	for (int xe = 0; xe < mo->ne; xe++) {

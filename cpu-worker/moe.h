@@ -1,7 +1,10 @@
 // moe.h - the routed experts of a mixture-of-experts layer, on the CPU.
 //
-// For every column: the router (softmax over all experts of gate_inp·x),
-// the top k experts by probability (lowest index first on ties), their
+// For every column: the router (softmax over all experts of gate_inp·x,
+// or with expert_gating 2 a sigmoid per expert), the top k experts by
+// probability plus the layer's exp_probs_b where it has one (lowest index
+// first on ties; the bias only selects, the weights are the unbiased
+// probabilities), their
 // weights renormalised when the model says so, and
 //   out = sum over the chosen, best first, of w * down(silu(gate x) * up x)
 // plus, when given, the shared expert's output scaled by

@@ -37,6 +37,14 @@ struct ref_layer {
 	const float *post_ffw_norm;
 	const float *gate_inp, *gate_exps, *up_exps, *down_exps;
 	const float *gate_inp_shexp, *gate_shexp, *up_shexp, *down_shexp;
+	const float *exp_probs_b;
+	const float *conv_in, *conv_w, *conv_out; // lfm2 ShortConv
+	float *bx_cache; // ShortConv: [max_seq][n_embd], B*X of every position
+	int conv;
+	int64_t hd, hdv, n_rot, n_ff; // this layer's shapes (gemma4: per layer)
+	int own_kv;                   // computes K/V (gemma4's shared layers read kv_src's caches)
+	const float *rope_freqs;      // the frequency factors this layer uses, or NULL
+	const float *out_scale, *pl_gate, *pl_proj, *pl_norm; // gemma4
 	int sliding, use_rope;
 	float rope_base, rope_freq_scale;
 	float *k_cache; // [max_seq][n_head_kv * head_dim]
@@ -52,6 +60,8 @@ struct ref_engine {
 	float embd_scale;
 
 	const float *tok_embd, *output_norm, *output, *rope_freqs;
+	const float *pl_tok_embd, *pl_model_proj, *pl_proj_norm; // gemma4's per-layer inputs
+	int gemma4;
 	struct ref_layer *layers;
 
 	// every allocation, for ref_free
@@ -62,6 +72,10 @@ struct ref_engine {
 	// scratch
 	float *x, *xn, *q, *k, *v, *att, *proj, *hb, *hb2, *moe, *scores, *router, *rope_cs;
 	float *pv_part; // [8][head_dim_v]: per-lane partial sums of P·V
+	float *bcx;     // [3 n_embd]: a ShortConv's in_proj output
+	float *pl;      // gemma4: [n_layer][n_embd_pl] per-layer inputs of the token
+	float *ones;    // [head_dim] of 1: gemma4's unweighted V norm
+	int64_t *route_hist; // ref_route_hist: [n_layer][n_expert] counts, or NULL
 };
 
 // --- allocation ------------------------------------------------------------------
@@ -156,7 +170,8 @@ ref_new_ctx(const struct model *m, int max_seq, int n_ctx, char *err)
 	e->arch = m->arch;
 	e->hp = *hp;
 	e->max_seq = max_seq;
-	e->gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3;
+	e->gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3 || m->arch == MODEL_ARCH_GEMMA4;
+	e->gemma4 = m->arch == MODEL_ARCH_GEMMA4;
 	e->embd_scale = e->gelu ? sqrtf((float)hp->n_embd) : 1.0f;
 	if (e->gelu)
 		pthread_once(&gelu_once, gelu_init);
@@ -172,6 +187,9 @@ ref_new_ctx(const struct model *m, int max_seq, int n_ctx, char *err)
 	if (m->tied_output)
 		e->output = e->tok_embd;
 	else if (deq(e, &m->output, &e->output, err))
+		goto fail;
+	if (deq(e, &m->pl_tok_embd, &e->pl_tok_embd, err) || deq(e, &m->pl_model_proj, &e->pl_model_proj, err) ||
+	    deq(e, &m->pl_proj_norm, &e->pl_proj_norm, err))
 		goto fail;
 
 	const int64_t E = hp->n_embd;
@@ -192,9 +210,24 @@ ref_new_ctx(const struct model *m, int max_seq, int n_ctx, char *err)
 		    deq(e, &ml->gate_inp_shexp, &L->gate_inp_shexp, err) ||
 		    deq(e, &ml->gate_shexp, &L->gate_shexp, err) ||
 		    deq(e, &ml->up_shexp, &L->up_shexp, err) ||
-		    deq(e, &ml->down_shexp, &L->down_shexp, err))
+		    deq(e, &ml->down_shexp, &L->down_shexp, err) ||
+		    deq(e, &ml->exp_probs_b, &L->exp_probs_b, err) || deq(e, &ml->out_scale, &L->out_scale, err) ||
+		    deq(e, &ml->pl_gate, &L->pl_gate, err) || deq(e, &ml->pl_proj, &L->pl_proj, err) ||
+		    deq(e, &ml->pl_norm, &L->pl_norm, err))
 			goto fail;
-		if (ml->wqkv.name) {
+		L->hd = ml->head_dim;
+		L->hdv = ml->head_dim_v;
+		L->n_rot = ml->n_rot;
+		L->n_ff = ml->n_ff;
+		L->own_kv = ml->kv_src == il;
+		L->rope_freqs = ml->rope_factors ? e->rope_freqs : NULL;
+		L->conv = ml->conv;
+		if (L->conv) {
+			if (deq(e, &ml->conv_in, &L->conv_in, err) || deq(e, &ml->conv_w, &L->conv_w, err) ||
+			    deq(e, &ml->conv_out, &L->conv_out, err) ||
+			    !(L->bx_cache = eng_alloc(e, (size_t)max_seq * (size_t)E * sizeof(float), err)))
+				goto fail;
+		} else if (ml->wqkv.name) {
 			// fused: q rows, then k rows, then v rows
 			const float *w, *b;
 			if (deq(e, &ml->wqkv, &w, err) || deq(e, &ml->bqkv, &b, err))
@@ -202,6 +235,7 @@ ref_new_ctx(const struct model *m, int max_seq, int n_ctx, char *err)
 			L->wq = w;
 			L->wk = w + nq * E;
 			L->wv = w + (nq + nk) * E;
+			(void)nv;
 			if (b) {
 				L->bq = b;
 				L->bk = b + nq;
@@ -224,17 +258,31 @@ ref_new_ctx(const struct model *m, int max_seq, int n_ctx, char *err)
 			L->gate = w;
 			L->up = w + hp->n_ff * E;
 		}
+		if (!L->own_kv) { // gemma4: the caches of an earlier layer (set below)
+			L->sliding = ml->sliding;
+			L->use_rope = ml->use_rope;
+			L->rope_base = ml->rope_base;
+			L->rope_freq_scale = ml->rope_freq_scale;
+			continue;
+		}
 		L->sliding = ml->sliding;
 		L->use_rope = ml->use_rope;
 		L->rope_base = ml->rope_base;
 		L->rope_freq_scale = ml->rope_freq_scale;
-		L->k_cache = eng_alloc(e, (size_t)max_seq * (size_t)nk * sizeof(float), err);
-		L->v_cache = eng_alloc(e, (size_t)max_seq * (size_t)nv * sizeof(float), err);
+		if (L->conv)
+			continue;
+		L->k_cache = eng_alloc(e, (size_t)max_seq * (size_t)(hp->n_head_kv * L->hd) * sizeof(float), err);
+		L->v_cache = eng_alloc(e, (size_t)max_seq * (size_t)(hp->n_head_kv * L->hdv) * sizeof(float), err);
 		if (!L->k_cache || !L->v_cache)
 			goto fail;
 	}
+	for (int il = 0; il < hp->n_layer; il++)
+		if (!e->layers[il].own_kv && !e->layers[il].conv) {
+			e->layers[il].k_cache = e->layers[m->layers[il].kv_src].k_cache;
+			e->layers[il].v_cache = e->layers[m->layers[il].kv_src].v_cache;
+		}
 
-	int64_t nff = max64(hp->n_ff, max64(hp->n_ff_exp, hp->n_ff_shexp));
+	int64_t nff = max64(max64(hp->n_ff, hp->n_embd_pl), max64(hp->n_ff_exp, hp->n_ff_shexp));
 	int64_t wide = max64(E, max64(nq, hp->n_head * hp->head_dim_v));
 	if (!(e->x = eng_alloc(e, (size_t)E * 4, err)) || !(e->xn = eng_alloc(e, (size_t)wide * 4, err)) ||
 	    !(e->q = eng_alloc(e, (size_t)nq * 4, err)) || !(e->k = eng_alloc(e, (size_t)nk * 4, err)) ||
@@ -246,8 +294,13 @@ ref_new_ctx(const struct model *m, int max_seq, int n_ctx, char *err)
 	    !(e->scores = eng_alloc(e, (size_t)max_seq * 4, err)) ||
 	    !(e->router = eng_alloc(e, (size_t)max64(hp->n_expert, 1) * 4, err)) ||
 	    !(e->rope_cs = eng_alloc(e, (size_t)hp->n_rot * 4, err)) ||
-	    !(e->pv_part = eng_alloc(e, 8 * (size_t)hp->head_dim_v * 4, err)))
+	    !(e->pv_part = eng_alloc(e, 8 * (size_t)hp->head_dim_v * 4, err)) ||
+	    !(e->bcx = eng_alloc(e, 3 * (size_t)E * 4, err)) ||
+	    !(e->pl = eng_alloc(e, (size_t)max64(hp->n_layer * hp->n_embd_pl, 1) * 4, err)) ||
+	    !(e->ones = eng_alloc(e, (size_t)max64(hp->head_dim, hp->head_dim_v) * 4, err)))
 		goto fail;
+	for (int64_t i = 0; i < max64(hp->head_dim, hp->head_dim_v); i++)
+		e->ones[i] = 1.0f;
 	return e;
 fail:
 	ad_err_prefix(err, "reference engine");
@@ -428,13 +481,15 @@ gelu(float x)
 static void
 rope_angles(const struct ref_engine *e, const struct ref_layer *L, int pos, float *cs)
 {
-	model_rope_angles(&e->hp, L->rope_base, L->rope_freq_scale, e->rope_freqs, pos, cs);
+	struct model_hparams hp = e->hp;
+	hp.n_rot = L->n_rot;
+	model_rope_angles(&hp, L->rope_base, L->rope_freq_scale, L->rope_freqs, pos, cs);
 }
 
 static void
-rope(const struct ref_engine *e, float *v, int64_t n_heads, const float *cs)
+rope(const struct ref_engine *e, const struct ref_layer *L, float *v, int64_t n_heads, const float *cs)
 {
-	const int64_t hd = e->hp.head_dim, half = e->hp.n_rot / 2;
+	const int64_t hd = L->hd, half = L->n_rot / 2;
 	const int neox = e->hp.rope == MODEL_ROPE_NEOX;
 	for (int64_t h = 0; h < n_heads; h++) {
 		float *p = v + h * hd;
@@ -455,32 +510,38 @@ static void
 qk_norm(struct ref_engine *e, const struct ref_layer *L)
 {
 	const struct model_hparams *hp = &e->hp;
-	const int64_t hd = hp->head_dim;
+	const int64_t hd = L->hd;
 	if (L->q_norm)
 		for (int64_t h = 0; h < hp->n_head; h++)
 			rmsnorm(e->q + h * hd, e->q + h * hd, L->q_norm, hd, hp->rms_eps);
 	if (L->k_norm)
 		for (int64_t h = 0; h < hp->n_head_kv; h++)
 			rmsnorm(e->k + h * hd, e->k + h * hd, L->k_norm, hd, hp->rms_eps);
+	if (e->gemma4 && L->own_kv) // V normed too, with no weight
+		for (int64_t h = 0; h < hp->n_head_kv; h++)
+			rmsnorm(e->v + h * L->hdv, e->v + h * L->hdv, e->ones, L->hdv, hp->rms_eps);
 }
 
 static void
 attention(struct ref_engine *e, struct ref_layer *L, int pos)
 {
 	const struct model_hparams *hp = &e->hp;
-	const int64_t E = hp->n_embd, hd = hp->head_dim, hdv = hp->head_dim_v;
+	const int64_t E = hp->n_embd, hd = L->hd, hdv = L->hdv;
 	const int64_t nk = hp->n_head_kv * hd, nv = hp->n_head_kv * hdv;
 
 	rmsnorm(e->xn, e->x, L->attn_norm, E, hp->rms_eps);
 	matvec(e->q, L->wq, e->xn, L->bq, E, hp->n_head * hd);
-	matvec(e->k, L->wk, e->xn, L->bk, E, nk);
-	matvec(e->v, L->wv, e->xn, L->bv, E, nv);
+	if (L->own_kv) {
+		matvec(e->k, L->wk, e->xn, L->bk, E, nk);
+		matvec(e->v, L->wv, e->xn, L->bv, E, nv);
+	}
 	if (!hp->qk_norm_post_rope)
 		qk_norm(e, L);
 	if (L->use_rope) {
 		rope_angles(e, L, pos, e->rope_cs);
-		rope(e, e->q, hp->n_head, e->rope_cs);
-		rope(e, e->k, hp->n_head_kv, e->rope_cs);
+		rope(e, L, e->q, hp->n_head, e->rope_cs);
+		if (L->own_kv)
+			rope(e, L, e->k, hp->n_head_kv, e->rope_cs);
 	}
 	if (hp->qk_norm_post_rope)
 		qk_norm(e, L);
@@ -492,8 +553,10 @@ attention(struct ref_engine *e, struct ref_layer *L, int pos)
 			e->q[i] *= hp->q_scale;
 		score_scale = 1.0f;
 	}
-	memcpy(L->k_cache + (size_t)pos * nk, e->k, (size_t)nk * sizeof(float));
-	memcpy(L->v_cache + (size_t)pos * nv, e->v, (size_t)nv * sizeof(float));
+	if (L->own_kv) {
+		memcpy(L->k_cache + (size_t)pos * nk, e->k, (size_t)nk * sizeof(float));
+		memcpy(L->v_cache + (size_t)pos * nv, e->v, (size_t)nv * sizeof(float));
+	}
 
 	int start = 0;
 	if (L->sliding && pos - hp->sliding_window + 1 > 0)
@@ -545,6 +608,35 @@ attention(struct ref_engine *e, struct ref_layer *L, int pos)
 		e->x[i] += e->proj[i];
 }
 
+// lfm2's ShortConv block: [B; C; X] = in_proj · norm(x), bx = B ⊙ X kept
+// per position (the block's cache), y = Σ_k w[c][k] · bx[pos - n_conv + 1 + k]
+// (ggml_ssm_conv's order: taps oldest first, from 0; bx is 0 before
+// position 0), then out_proj · (C ⊙ y) into the residual
+static void
+shortconv(struct ref_engine *e, struct ref_layer *L, int pos)
+{
+	const struct model_hparams *hp = &e->hp;
+	const int64_t E = hp->n_embd, K = hp->n_conv;
+	rmsnorm(e->xn, e->x, L->attn_norm, E, hp->rms_eps);
+	matvec(e->bcx, L->conv_in, e->xn, NULL, E, 3 * E);
+	const float *b = e->bcx, *c = b + E, *xv = c + E;
+	float *bx = L->bx_cache + (size_t)pos * (size_t)E;
+	for (int64_t i = 0; i < E; i++)
+		bx[i] = b[i] * xv[i];
+	for (int64_t i = 0; i < E; i++) {
+		float sum = 0;
+		for (int64_t k = 0; k < K; k++) {
+			int64_t p = pos - (K - 1) + k;
+			if (p >= 0)
+				sum = fmaf(L->bx_cache[(size_t)p * (size_t)E + (size_t)i], L->conv_w[i * K + k], sum);
+		}
+		e->att[i] = c[i] * sum;
+	}
+	matvec(e->proj, L->conv_out, e->att, NULL, E, E);
+	for (int64_t i = 0; i < E; i++)
+		e->x[i] += e->proj[i];
+}
+
 // out = down(act(gate·x) * up·x) for one SwiGLU / GELU expert of size n_ff
 static void
 ffn(struct ref_engine *e, float *out, const float *gate, const float *up, const float *down,
@@ -564,38 +656,56 @@ moe(struct ref_engine *e, struct ref_layer *L, const float *x, float *out)
 	const struct model_hparams *hp = &e->hp;
 	const int64_t E = hp->n_embd, ne = hp->n_expert, fe = hp->n_ff_exp;
 
-	// softmax over all experts, then the top k by probability
+	// softmax over all experts (or a sigmoid each, lfm2moe), then the top
+	// k by probability (plus the selection bias where there is one: it
+	// picks the experts, the weights stay the unbiased probabilities)
 	matvec(e->router, L->gate_inp, x, NULL, E, ne);
-	float mx = -INFINITY;
-	for (int64_t i = 0; i < ne; i++)
-		mx = e->router[i] > mx ? e->router[i] : mx;
-	double sum = 0;
-	for (int64_t i = 0; i < ne; i++) {
-		e->router[i] = expf(e->router[i] - mx);
-		sum += e->router[i];
+	if (hp->expert_gating == 2) {
+		for (int64_t i = 0; i < ne; i++)
+			e->router[i] = 1.0f / (1.0f + expf(-e->router[i]));
+	} else {
+		float mx = -INFINITY;
+		for (int64_t i = 0; i < ne; i++)
+			mx = e->router[i] > mx ? e->router[i] : mx;
+		double sum = 0;
+		for (int64_t i = 0; i < ne; i++) {
+			e->router[i] = expf(e->router[i] - mx);
+			sum += e->router[i];
+		}
+		for (int64_t i = 0; i < ne; i++)
+			e->router[i] = (float)(e->router[i] / sum);
 	}
-	for (int64_t i = 0; i < ne; i++)
-		e->router[i] = (float)(e->router[i] / sum);
+	const float *bias = L->exp_probs_b;
 
 	int chosen[64];
 	float w[64], wsum = 0;
 	int64_t k = hp->n_expert_used < 64 ? hp->n_expert_used : 64;
 	for (int64_t c = 0; c < k; c++) {
 		int best = -1;
+		float bs = 0;
 		for (int64_t i = 0; i < ne; i++) {
 			int taken = 0;
 			for (int64_t t = 0; t < c; t++)
 				taken |= chosen[t] == i;
-			if (!taken && (best < 0 || e->router[i] > e->router[best]))
+			float si = bias ? e->router[i] + bias[i] : e->router[i];
+			if (!taken && (best < 0 || si > bs)) {
 				best = (int)i;
+				bs = si;
+			}
 		}
 		chosen[c] = best;
 		w[c] = e->router[best];
 		wsum += w[c];
 	}
-	if (hp->expert_weights_norm)
+	if (hp->expert_weights_norm) {
+		if (hp->expert_gating == 2 && wsum < 6.103515625e-5f)
+			wsum = 6.103515625e-5f; // llama.cpp clamps the sum of sigmoid weights
 		for (int64_t c = 0; c < k; c++)
 			w[c] /= wsum;
+	}
+	if (e->route_hist)
+		for (int64_t c = 0; c < k; c++)
+			e->route_hist[(L - e->layers) * ne + chosen[c]]++;
 
 	memset(out, 0, (size_t)E * sizeof(float));
 	for (int64_t c = 0; c < k; c++) {
@@ -625,11 +735,52 @@ feed_forward(struct ref_engine *e, struct ref_layer *L)
 	if (L->gate_inp)
 		moe(e, L, e->xn, e->moe);
 	else
-		ffn(e, e->moe, L->gate, L->up, L->down, e->xn, hp->n_ff, e->gelu);
+		ffn(e, e->moe, L->gate, L->up, L->down, e->xn, L->n_ff, e->gelu);
 	if (L->post_ffw_norm)
 		rmsnorm(e->moe, e->moe, L->post_ffw_norm, E, hp->rms_eps);
 	for (int64_t i = 0; i < E; i++)
 		e->x[i] += e->moe[i];
+}
+
+// gemma4's per-layer inputs of a token: pl = (norm_slices(per_layer_model_proj
+// x0 / sqrt(E)) + per_layer_token_embd[tok] sqrt(P)) / sqrt(2)
+static void
+per_layer_inputs(struct ref_engine *e, int32_t token)
+{
+	const struct model_hparams *hp = &e->hp;
+	const int64_t E = hp->n_embd, P = hp->n_embd_pl, LP = hp->n_layer * P;
+	matvec(e->pl, e->pl_model_proj, e->x, NULL, E, LP);
+	const float ps = 1.0f / sqrtf((float)E), ts = sqrtf((float)P), ss = 1.0f / sqrtf(2.0f);
+	for (int64_t i = 0; i < LP; i++)
+		e->pl[i] *= ps;
+	const float *tok = e->pl_tok_embd + (size_t)token * (size_t)LP;
+	for (int64_t l = 0; l < hp->n_layer; l++) {
+		float *p = e->pl + l * P;
+		rmsnorm(p, p, e->pl_proj_norm, P, hp->rms_eps);
+		for (int64_t i = 0; i < P; i++)
+			p[i] = (p[i] + tok[l * P + i] * ts) * ss;
+	}
+}
+
+// gemma4 after the FFN: x += post_norm(proj (gelu(inp_gate x) * pl[layer])),
+// then x *= layer_output_scale
+static void
+per_layer_branch(struct ref_engine *e, struct ref_layer *L, int64_t il)
+{
+	const struct model_hparams *hp = &e->hp;
+	const int64_t E = hp->n_embd, P = hp->n_embd_pl;
+	if (L->pl_gate) {
+		matvec(e->hb, L->pl_gate, e->x, NULL, E, P);
+		for (int64_t i = 0; i < P; i++)
+			e->hb[i] = gelu(e->hb[i]) * e->pl[il * P + i];
+		matvec(e->proj, L->pl_proj, e->hb, NULL, P, E);
+		rmsnorm(e->proj, e->proj, L->pl_norm, E, hp->rms_eps);
+		for (int64_t i = 0; i < E; i++)
+			e->x[i] += e->proj[i];
+	}
+	if (L->out_scale)
+		for (int64_t i = 0; i < E; i++)
+			e->x[i] *= L->out_scale[0];
 }
 
 int
@@ -644,9 +795,16 @@ ref_forward(struct ref_engine *e, int32_t token, int pos, float *logits)
 	const float *row = e->tok_embd + (size_t)token * (size_t)E;
 	for (int64_t i = 0; i < E; i++)
 		e->x[i] = row[i] * e->embd_scale;
+	if (e->pl_model_proj)
+		per_layer_inputs(e, token);
 	for (int64_t il = 0; il < hp->n_layer; il++) {
-		attention(e, &e->layers[il], pos);
+		if (e->layers[il].conv)
+			shortconv(e, &e->layers[il], pos);
+		else
+			attention(e, &e->layers[il], pos);
 		feed_forward(e, &e->layers[il]);
+		if (e->gemma4)
+			per_layer_branch(e, &e->layers[il], il);
 	}
 	e->n_pos = pos + 1;
 
@@ -658,6 +816,12 @@ ref_forward(struct ref_engine *e, int32_t token, int pos, float *logits)
 			logits[i] = tanhf(logits[i] * (1.0f / cap)) * cap;
 	}
 	return 0;
+}
+
+void
+ref_route_hist(struct ref_engine *e, int64_t *counts)
+{
+	e->route_hist = counts;
 }
 
 int

@@ -38,6 +38,12 @@ int ref_forward(struct ref_engine *e, int32_t token, int pos, float *logits);
 // logits of every position (n rows of n_vocab) - teacher forcing.
 int ref_eval(struct ref_engine *e, const int32_t *ids, int n, float *logits);
 
+// count the experts every MoE layer routes each token to (lfm2moe: chosen
+// by sigmoid + selection bias) into counts[layer * n_expert + expert],
+// adding to what is there; NULL stops counting. counts must hold n_layer *
+// n_expert values and outlive the counting.
+void ref_route_hist(struct ref_engine *e, int64_t *counts);
+
 int ref_n_vocab(const struct ref_engine *e);
 int ref_max_seq(const struct ref_engine *e);
 // bytes the engine holds (fp32 weights + KV cache + scratch)

@@ -56,6 +56,9 @@ static const struct command commands[] = {
 	{ "cpu", cmd_cpu,
 	  "cpu --model M (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N] [--json] [--dump-logits FILE]\n"
 	  "        pure-CPU fp32 reference engine: greedy generation, top-5, timings" },
+	{ "route", cmd_route,
+	  "route --model M (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N] [--json]\n"
+	  "        MoE models: per-layer expert-use histogram from the fp32 reference engine" },
 	{ "info", cmd_info,
 	  "info [--model M]\n"
 	  "        version, backends in this build, and a model's architecture, shapes and memory" },

@@ -280,6 +280,14 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 		return -1;
 	if (o->rope)
 		p->m.hp.rope = o->rope;
+	// a model the kernel plan cannot take is refused here, before the
+	// workers start (each would fail on it and be restarted, over and over)
+	struct ane_plan plan;
+	if (ane_plan_build(&plan, &p->m, NULL, err)) {
+		model_free(&p->m);
+		return ad_err_prefix(err, "%s", o->model);
+	}
+	ane_plan_free(&plan);
 	snprintf(p->weights, sizeof p->weights, "%s", pipe_weights(&p->m, be, o->weights));
 	enum ane_wfmt wf = ANE_W_FP16;
 	ane_wfmt_parse(p->weights, &wf); // fp32 (exact) leaves fp16: kb_exact ignores it

@@ -8,6 +8,7 @@
 
 int cmd_cpu(int argc, char **argv);      // cpu-worker/cmd-cpu.c
 int cmd_info(int argc, char **argv);     // cpu-worker/cmd-cpu.c
+int cmd_route(int argc, char **argv);    // cpu-worker/cmd-cpu.c
 int cmd_tokenize(int argc, char **argv); // tokenizer-svc/cmd-tokenize.c
 
 // the pipeline (frontend/cmd-run.c)

@@ -45,7 +45,7 @@ static const char *fixtures[] = {
 	"stories260K", "llama", "llama256_q4_k", "llama256_q8_0", "llama256_bf16", "llama256_f16",
 	"llama256_q2_k", "llama256_q5_0", "llama256_q6_k", "gemma2", "gemma3", "phi3", "qwen2", "qwen2moe",
 	"qwen3", "models2/qwen3moe", "models2/phi3_longrope", "models2/hunyuan_dense", "models2/llama_yarn",
-	"models2/smollm3",
+	"models2/smollm3", "models2/lfm2", "models2/lfm2moe", "models2/gemma4",
 };
 #define NFIX ((int)(sizeof fixtures / sizeof fixtures[0]))
 
@@ -95,32 +95,46 @@ test_plan_fixtures(void)
 		struct model m;
 		REQUIRE(load(&m, fixtures[f]) == 0, "%s", fixtures[f]);
 		const struct model_hparams *hp = &m.hp;
-		const int gelu = m.arch == MODEL_ARCH_GEMMA2 || m.arch == MODEL_ARCH_GEMMA3;
+		const int gelu = m.arch == MODEL_ARCH_GEMMA2 || m.arch == MODEL_ARCH_GEMMA3 || m.arch == MODEL_ARCH_GEMMA4;
 		for (int split = 0; split < 2; split++) {
 			struct ane_plan p;
 			char err[AD_ERRLEN];
 			struct ane_plan_opts po = {.width = W, .split = split};
 			REQUIRE(ane_plan_build(&p, &m, &po, err) == 0, "%s: %s", fixtures[f], err);
 			CHECK(p.width == W && p.gelu == gelu);
-			int n = 0, nq = (int)(hp->n_head * hp->head_dim), nk = (int)(hp->n_head_kv * hp->head_dim);
-			int nv = (int)(hp->n_head_kv * hp->head_dim_v), E = (int)hp->n_embd;
+			int n = 0, E = (int)hp->n_embd;
 			for (int il = 0; il < hp->n_layer; il++) {
 				const struct model_layer *ml = &m.layers[il];
+				// the layer's shapes (gemma4: per layer, q only where it shares K/V)
+				const int own = ml->kv_src == il, nq = (int)(hp->n_head * ml->head_dim);
+				const int nk = own ? (int)(hp->n_head_kv * ml->head_dim) : 0;
+				const int nv = own ? (int)(hp->n_head_kv * ml->head_dim_v) : 0;
 				const struct ane_pk *k = &p.k[n];
 				CHECK(k->id == n && k->kind == ANE_K_QKV && k->layer == il, "%s L%d", fixtures[f], il);
-				CHECK(k->in_ch == E && k->out_ch == nq + nk + nv);
-				if (ml->wqkv.name) {
-					CHECK(k->nparts == 1 && k->parts[0].t == &ml->wqkv);
+				if (ml->conv) { // lfm2 ShortConv: in_proj, out_proj
+					CHECK(k->in_ch == E && k->out_ch == 3 * E && k->nparts == 1 && k->parts[0].t == &ml->conv_in);
+					k = &p.k[++n];
+					CHECK(k->kind == ANE_K_O && k->layer == il && k->in_ch == E && k->out_ch == E &&
+					      k->parts[0].t == &ml->conv_out);
 				} else {
-					CHECK(k->nparts == 3 && k->parts[0].t == &ml->wq && k->parts[1].t == &ml->wk &&
-					      k->parts[2].t == &ml->wv && k->parts[0].rows == nq && k->parts[1].rows == nk);
+					CHECK(k->in_ch == E && k->out_ch == nq + nk + nv);
+					if (ml->wqkv.name) {
+						CHECK(k->nparts == 1 && k->parts[0].t == &ml->wqkv);
+					} else if (!own) {
+						CHECK(m.arch == MODEL_ARCH_GEMMA4 && k->nparts == 1 && k->parts[0].t == &ml->wq &&
+						      k->parts[0].rows == nq);
+					} else {
+						CHECK(k->nparts == 3 && k->parts[0].t == &ml->wq && k->parts[1].t == &ml->wk &&
+						      k->parts[2].t == &ml->wv && k->parts[0].rows == nq && k->parts[1].rows == nk);
+					}
+					CHECK(ane_plan_find(&p, ANE_K_QKV, il, 0) == n);
+					k = &p.k[++n];
+					CHECK(k->kind == ANE_K_O && k->in_ch == (int)(hp->n_head * ml->head_dim_v) && k->out_ch == E);
 				}
-				CHECK(ane_plan_find(&p, ANE_K_QKV, il, 0) == n);
-				k = &p.k[++n];
-				CHECK(k->kind == ANE_K_O && k->in_ch == (int)(hp->n_head * hp->head_dim_v) && k->out_ch == E);
 				n++;
 				if (ml->gate_inp.name) {
-					CHECK(m.arch == MODEL_ARCH_QWEN2MOE || m.arch == MODEL_ARCH_QWEN3MOE);
+					CHECK(m.arch == MODEL_ARCH_QWEN2MOE || m.arch == MODEL_ARCH_QWEN3MOE ||
+					      (m.arch == MODEL_ARCH_LFM2MOE && il >= hp->n_dense_lead));
 					if (ml->gate_shexp.name) {
 						k = &p.k[n++];
 						CHECK(k->kind == ANE_K_SHEXP && k->ff == hp->n_ff_shexp && k->nparts == 3 &&
@@ -128,7 +142,7 @@ test_plan_fixtures(void)
 					}
 					continue;
 				}
-				const int ff = (int)hp->n_ff;
+				const int ff = (int)ml->n_ff;
 				if (split || gelu) {
 					k = &p.k[n++];
 					CHECK(k->kind == ANE_K_GATE_UP && k->in_ch == E && k->out_ch == 2 * ff && k->nparts == 2,

@@ -138,6 +138,18 @@ for m in "$DATA"/models2/*.gguf; do
 	check "verify models2/$(basename "$m") MATCH" [ $? -eq 0 ]
 	grep -q "MATCH" "$T/v.txt" || cat "$T/v.txt" >&2
 done
+# route: the expert histogram of a MoE model, through the CLI
+$A route --model "$DATA/models2/lfm2moe.gguf" --prompt-ids 1,403,407 --json > "$T/r.txt" 2>&1
+check "route lfm2moe exits 0" [ $? -eq 0 ]
+check "route lists the MoE blocks 2-4 with 2 experts per token" python3 - "$T/r.txt" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert [l["layer"] for l in j["layers"]] == [2, 3, 4], j
+assert all(sum(l["counts"]) == 6 for l in j["layers"]), j
+EOF
+$A route --model "$DATA/models2/lfm2.gguf" --prompt-ids 1 > "$T/r.txt" 2>&1
+check "route refuses a dense model" [ $? -eq 1 ]
+check "route names why" grep -q "has no routed experts" "$T/r.txt"
 # an architecture anedvd does not implement is refused by name (it used to run as llama);
 # --arch runs it as a named one, with a warning
 python3 - "$DATA/models2/hunyuan_dense.gguf" "$T/unknown.gguf" <<'EOF2'

@@ -19,6 +19,7 @@
 
 int cmd_cpu(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_route(int argc, char **argv);
 
 // --- a small llama-shaped model written with the GGUF writer ----------------
 
@@ -291,6 +292,204 @@ expect_error(const struct spec *s, const char *a, const char *b)
 	CHECK(strstr(err, a) && (!b || strstr(err, b)), "message: %s", err);
 	if (rc == 0)
 		model_free(&m);
+}
+
+// --- lfm2 written by hand: a ShortConv block, an attention block, a MoE block
+
+struct lfm2_spec {
+	int moe;             // lfm2moe, block 2 MoE after 2 dense ones
+	int kv_n;            // values in head_count_kv (0: 3, right)
+	int kv_differ;       // the attention blocks disagree on their KV heads
+	int attn_in_conv;    // block 0 also has attn_q
+	const char *drop;    // leave this tensor out
+	int gating;          // expert_gating_func (0: 2)
+	int lead;            // leading_dense_block_count (0: 2)
+};
+
+static int
+write_lfm2(const char *path, const struct lfm2_spec *ls)
+{
+	char err[AD_ERRLEN] = "", key[128], name[96];
+	const char *a = ls->moe ? "lfm2moe" : "lfm2";
+	const int NL = 3, NE = 4;
+	struct spec s = {.drop = ls->drop};
+	struct gguf_writer *w = gguf_writer_new();
+	rng = 777;
+	gguf_writer_str(w, "general.architecture", a);
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, a), key)
+	gguf_writer_u32(w, KEY("embedding_length"), E);
+	gguf_writer_u32(w, KEY("block_count"), NL);
+	gguf_writer_u32(w, KEY("feed_forward_length"), FF);
+	gguf_writer_u32(w, KEY("context_length"), 64);
+	gguf_writer_u32(w, KEY("attention.head_count"), H);
+	uint32_t kv[4] = {0, KV, ls->kv_differ ? 1 : KV, KV};
+	gguf_writer_arr(w, KEY("attention.head_count_kv"), GGUF_TYPE_UINT32, kv, ls->kv_n ? (uint64_t)ls->kv_n : 3);
+	gguf_writer_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
+	gguf_writer_u32(w, KEY("shortconv.l_cache"), 3);
+	if (ls->moe) {
+		gguf_writer_u32(w, KEY("expert_count"), NE);
+		gguf_writer_u32(w, KEY("expert_used_count"), 2);
+		gguf_writer_u32(w, KEY("expert_feed_forward_length"), 16);
+		gguf_writer_u32(w, KEY("leading_dense_block_count"), (uint32_t)(ls->lead ? ls->lead : 2));
+		gguf_writer_u32(w, KEY("expert_gating_func"), (uint32_t)(ls->gating ? ls->gating : 2));
+	}
+#undef KEY
+	int rc = add(w, &s, "token_embd.weight", E, V, 0, 0.4f, err) ||
+	         add(w, &s, "token_embd_norm.weight", E, 1, 1, 0.2f, err);
+	for (int il = 0; il < NL && !rc; il++) {
+#define T(what, ne0, ne1, base, scale) \
+	(snprintf(name, sizeof name, "blk.%d." what, il), add(w, &s, name, ne0, ne1, base, scale, err))
+		rc = T("attn_norm.weight", E, 1, 1, 0.2f) || T("ffn_norm.weight", E, 1, 1, 0.2f);
+		if (il == 0) {
+			rc = rc || T("shortconv.in_proj.weight", E, 3 * E, 0, 0.5f) ||
+			     T("shortconv.conv.weight", 3, E, 0, 0.5f) || T("shortconv.out_proj.weight", E, E, 0, 0.5f);
+		}
+		if (il > 0 || ls->attn_in_conv)
+			rc = rc || T("attn_q.weight", E, H * HD, 0, 0.5f);
+		if (il > 0)
+			rc = rc || T("attn_k.weight", E, KV * HD, 0, 0.5f) || T("attn_v.weight", E, KV * HD, 0, 0.5f) ||
+			     T("attn_output.weight", H * HD, E, 0, 0.5f) || T("attn_q_norm.weight", HD, 1, 1, 0.1f) ||
+			     T("attn_k_norm.weight", HD, 1, 1, 0.1f);
+		if (ls->moe && il == 2) {
+			int64_t ne3[3] = {E, 16, NE}, nd3[3] = {16, E, NE};
+			float *z = calloc((size_t)E * 16 * NE, sizeof *z);
+			snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.weight", il);
+			rc = rc || gguf_writer_tensor(w, name, AD_TYPE_F32, 3, ne3, z, (size_t)E * 16 * NE * 4, err);
+			snprintf(name, sizeof name, "blk.%d.ffn_up_exps.weight", il);
+			rc = rc || gguf_writer_tensor(w, name, AD_TYPE_F32, 3, ne3, z, (size_t)E * 16 * NE * 4, err);
+			snprintf(name, sizeof name, "blk.%d.ffn_down_exps.weight", il);
+			rc = rc || gguf_writer_tensor(w, name, AD_TYPE_F32, 3, nd3, z, (size_t)E * 16 * NE * 4, err);
+			free(z);
+			rc = rc || T("ffn_gate_inp.weight", E, NE, 0, 0.5f) || T("exp_probs_b.bias", NE, 1, 0, 0.1f);
+		} else {
+			rc = rc || T("ffn_gate.weight", E, FF, 0, 0.5f) || T("ffn_up.weight", E, FF, 0, 0.5f) ||
+			     T("ffn_down.weight", FF, E, 0, 0.5f);
+		}
+#undef T
+	}
+	if (!rc)
+		rc = gguf_writer_save(w, path, err);
+	if (rc)
+		fprintf(stderr, "write_lfm2: %s\n", err);
+	gguf_writer_free(w);
+	return rc;
+}
+
+static int
+load_lfm2(const struct lfm2_spec *ls, struct model *m, char *err)
+{
+	const char *p = tmp("lfm2.gguf");
+	if (write_lfm2(p, ls))
+		return ad_err(err, "(could not write the model)");
+	return model_load(m, p, err);
+}
+
+static void
+test_lfm2(void)
+{
+	char err[AD_ERRLEN] = "";
+	struct model m;
+	// the fixtures: the layer kinds from head_count_kv, the final norm
+	REQUIRE(model_load(&m, T_DATA "/models2/lfm2.gguf", err) == 0, "%s", err);
+	CHECK(m.arch == MODEL_ARCH_LFM2 && m.hp.n_head_kv == 2 && m.hp.n_conv == 3 && m.tied_output);
+	CHECK(m.layers[0].conv && m.layers[1].conv && !m.layers[2].conv && m.layers[3].conv && !m.layers[4].conv);
+	CHECK(m.layers[0].conv_w.ne[0] == 3 && m.layers[0].conv_in.ne[1] == 384 && !m.layers[0].wq.name);
+	CHECK(m.layers[2].q_norm.name && !m.hp.qk_norm_post_rope && m.hp.rope == MODEL_ROPE_NEOX);
+	CHECK(m.output_norm.name && !strcmp(m.output_norm.name, "token_embd_norm.weight"));
+	// three ShortConv layers of 128 B*X values, two attention layers of 2 x 2 x 32
+	CHECK(model_kv_bytes_per_pos(&m) == (3 * 128 + 2 * 128) * 4, "%zu", model_kv_bytes_per_pos(&m));
+	model_free(&m);
+	REQUIRE(model_load(&m, T_DATA "/models2/lfm2moe.gguf", err) == 0, "%s", err);
+	CHECK(m.arch == MODEL_ARCH_LFM2MOE && m.hp.n_dense_lead == 2 && m.hp.expert_gating == 2 &&
+	      m.hp.expert_weights_norm && m.hp.n_ff == 192 && m.hp.n_ff_exp == 32);
+	CHECK(!m.layers[1].gate_inp.name && m.layers[1].gate.name && m.layers[2].gate_inp.name &&
+	      m.layers[2].exp_probs_b.name && m.layers[4].exp_probs_b.ne[0] == 8);
+	model_free(&m);
+
+	// written by hand: the right one loads
+	CHECK(load_lfm2(&(struct lfm2_spec){0}, &m, err) == 0, "%s", err);
+	model_free(&m);
+	CHECK(load_lfm2(&(struct lfm2_spec){.moe = 1}, &m, err) == 0, "%s", err);
+	CHECK(m.layers[2].gate_inp.name && !m.layers[1].gate_inp.name && m.layers[0].conv);
+	model_free(&m);
+	// and each fault is named
+	CHECK(load_lfm2(&(struct lfm2_spec){.kv_n = 4}, &m, err) == -1 && strstr(err, "head_count_kv has 4 values for 3"),
+	      "%s", err);
+	CHECK(load_lfm2(&(struct lfm2_spec){.kv_differ = 1}, &m, err) == -1 && strstr(err, "2 and 1 KV heads"), "%s",
+	      err);
+	CHECK(load_lfm2(&(struct lfm2_spec){.attn_in_conv = 1}, &m, err) == -1 &&
+	      strstr(err, "blk.0: head_count_kv 0 marks a ShortConv block, but it has attn_q"), "%s", err);
+	CHECK(load_lfm2(&(struct lfm2_spec){.drop = "blk.0.shortconv.conv.weight"}, &m, err) == -1 &&
+	      strstr(err, "missing tensor blk.0.shortconv.conv.weight"), "%s", err);
+	CHECK(load_lfm2(&(struct lfm2_spec){.drop = "token_embd_norm.weight"}, &m, err) == -1 &&
+	      strstr(err, "missing tensor token_embd_norm.weight"), "%s", err);
+	CHECK(load_lfm2(&(struct lfm2_spec){.moe = 1, .drop = "blk.2.exp_probs_b.bias"}, &m, err) == -1 &&
+	      strstr(err, "missing tensor blk.2.exp_probs_b.bias"), "%s", err);
+	CHECK(load_lfm2(&(struct lfm2_spec){.moe = 1, .gating = 3}, &m, err) == -1 &&
+	      strstr(err, "expert_gating_func 3 is not supported"), "%s", err);
+	CHECK(load_lfm2(&(struct lfm2_spec){.moe = 1, .lead = 7}, &m, err) == -1 &&
+	      strstr(err, "leading_dense_block_count 7 out of range"), "%s", err);
+}
+
+// gemma4 rebuilt through the loader API from the fixture's tensors, with
+// one more tensor (extra, a copy of blk.0.attn_k) and shared_kv_layers kv
+static int
+gemma4_variant(const struct model *g, const char *extra, int64_t kv, char *err)
+{
+	struct model m;
+	model_init(&m);
+	m.arch = MODEL_ARCH_GEMMA4;
+	m.hp = g->hp;
+	m.hp.n_kv_shared = kv;
+	m.layer_n_ff = malloc((size_t)g->hp.n_layer * sizeof *m.layer_n_ff);
+	m.layer_swa = malloc((size_t)g->hp.n_layer);
+	memcpy(m.layer_n_ff, g->layer_n_ff, (size_t)g->hp.n_layer * sizeof *m.layer_n_ff);
+	memcpy(m.layer_swa, g->layer_swa, (size_t)g->hp.n_layer);
+	int rc = 0;
+	for (int64_t i = 0; i < g->n_tensors && !rc; i++) {
+		const struct model_tensor *t = &g->tensors[i];
+		rc = model_add_tensor(&m, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes, err);
+	}
+	const struct model_tensor *k0 = model_find_tensor(g, "blk.0.attn_k.weight");
+	if (!rc && extra)
+		rc = model_add_tensor(&m, extra, k0->type, k0->n_dims, k0->ne, k0->data, k0->nbytes, err);
+	if (!rc)
+		rc = model_finish(&m, err);
+	model_free(&m);
+	return rc;
+}
+
+static void
+test_gemma4(void)
+{
+	char err[AD_ERRLEN] = "";
+	struct model m;
+	REQUIRE(model_load(&m, T_DATA "/models2/gemma4.gguf", err) == 0, "%s", err);
+	const struct model_hparams *hp = &m.hp;
+	CHECK(m.arch == MODEL_ARCH_GEMMA4 && hp->head_dim == 64 && hp->head_dim_swa == 32 && hp->n_rot_swa == 32 &&
+	      hp->n_rot == 64 && hp->n_kv_shared == 3 && hp->n_embd_pl == 16 && hp->n_ff == 256);
+	CHECK(hp->q_scale == 1.0f && hp->final_softcap == 30.0f && hp->attn_softcap == 0 && m.tied_output);
+	const int sliding[6] = {1, 1, 0, 1, 1, 0}, ff[6] = {128, 128, 128, 256, 256, 256}, src[6] = {0, 1, 2, 1, 1, 2};
+	for (int il = 0; il < 6; il++) {
+		const struct model_layer *ly = &m.layers[il];
+		CHECK(ly->sliding == sliding[il] && ly->n_ff == ff[il] && ly->kv_src == src[il], "layer %d", il);
+		CHECK(ly->head_dim == (sliding[il] ? 32 : 64) && ly->rope_factors == !sliding[il], "layer %d", il);
+		CHECK(ly->rope_base == (sliding[il] ? 1e4f : 1e6f) && ly->out_scale.name && ly->pl_gate.ne[1] == 16);
+		CHECK(!!ly->wk.name == (il < 3) && !!ly->k_norm.name == (il < 3), "layer %d", il);
+	}
+	CHECK(m.pl_tok_embd.ne[0] == 96 && m.pl_model_proj.ne[1] == 96 && m.rope_freqs.ne[0] == 32);
+	// K/V per position: layers 0, 1 (sliding, 32 + 32) and 2 (full, 64 + 64); 3-5 none
+	CHECK(model_kv_bytes_per_pos(&m) == (2 * 64 + 128) * 4, "%zu", model_kv_bytes_per_pos(&m));
+	// rebuilt as it is, it loads; a shared layer with its own attn_k, or a
+	// sharing that would reach a layer of the other kind, is refused
+	CHECK(gemma4_variant(&m, NULL, 3, err) == 0, "%s", err);
+	CHECK(gemma4_variant(&m, "blk.4.attn_k.weight", 3, err) == -1 &&
+	      strstr(err, "blk.4 has attn_k, but shared_kv_layers says it reads blk.1's K/V"), "%s", err);
+	CHECK(gemma4_variant(&m, NULL, 4, err) == -1 && strstr(err, "blk.2 shares the K/V of blk.1, which is not a full layer"),
+	      "%s", err);
+	CHECK(gemma4_variant(&m, NULL, 2, err) == -1 && strstr(err, "missing tensor blk.3.attn_k.weight"), "%s", err);
+	CHECK(gemma4_variant(&m, NULL, 5, err) == -1 && strstr(err, "shared_kv_layers 5 out of range"), "%s", err);
+	model_free(&m);
 }
 
 static void
@@ -786,8 +985,179 @@ test_cmd_info(void)
 	REQUIRE(out);
 	CHECK(strstr(out, "hunyuan-dense") && strstr(out, "per head, after RoPE"), "%s", out);
 	free(out);
+	CHECK(RUN(cmd_info, "info", "--model", T_DATA "/models2/lfm2moe.gguf") == 0);
+	out = t_read_file(tmp("out.txt"), &n);
+	REQUIRE(out);
+	CHECK(strstr(out, "ShortConv blocks           3 of 5 (3 taps, the conv and its state on the CPU): 0,1,3; attention on 2,4") &&
+	      strstr(out, "8, 2 used, size 32, shared 0, renormalised, sigmoid router") &&
+	      strstr(out, "dense blocks first         2, feed-forward 192") && strstr(out, "exp_probs_b") &&
+	      strstr(out, "in_proj + out_proj + ffn (3) on ShortConv layers (first: 0)") &&
+	      strstr(out, "qkv + o (2) on attention MoE layers (first: 2)") &&
+	      strstr(out, "in_proj + out_proj (2) on ShortConv MoE layers (first: 3)") &&
+	      strstr(out, "kernels in all             13 with 1 LM-head chunk; routed experts on the CPU"), "%s", out);
+	free(out);
 	CHECK(RUN(cmd_info, "info", "--arch", "gpt9") == 2);
 	unsetenv("ANEDVD_ARCH");
+}
+
+static cJSON *
+route_json(const char *model, const char *ids, const char *max_tokens)
+{
+	if (RUN(cmd_route, "route", "--model", model, "--prompt-ids", ids, "--max-tokens", max_tokens, "--json") != 0)
+		return NULL;
+	size_t n;
+	char *out = t_read_file(tmp("out.txt"), &n);
+	cJSON *j = out ? cJSON_Parse(out) : NULL;
+	free(out);
+	return j;
+}
+
+static double
+vec_rms(const float *x, int n)
+{
+	double ss = 0;
+	for (int i = 0; i < n; i++)
+		ss += (double)x[i] * x[i];
+	return sqrt(ss / n);
+}
+
+// the experts qwen3moe's layer 0 picks for token id 1 at position 0, by
+// hand from the weights: one position, so attention returns each KV
+// head's own v (no q, k, norms or RoPE involved); then the residual, the
+// FFN norm and the router's two largest logits (softmax keeps the order)
+static void
+route_by_hand(const struct model *m, int *e0, int *e1, double *gap)
+{
+	const int nE = (int)m->hp.n_embd, hd = (int)m->hp.head_dim, nkv = (int)m->hp.n_head_kv;
+	const int nh = (int)m->hp.n_head, ne = (int)m->hp.n_expert;
+	const struct model_layer *l0 = &m->layers[0];
+	const float *emb = (const float *)m->tok_embd.data + (size_t)1 * nE;
+	float x[128] = {0}, xn[128] = {0}, v[512] = {0}, att[1024] = {0}, r[64] = {0};
+	REQUIRE(nE <= 128 && nkv * hd <= 512 && nh * hd <= 1024 && ne <= 64 && m->tok_embd.type == 0);
+	double s = vec_rms(emb, nE);
+	for (int i = 0; i < nE; i++)
+		xn[i] = (float)(emb[i] / sqrt(s * s + m->hp.rms_eps)) * ((const float *)l0->attn_norm.data)[i];
+	for (int o = 0; o < nkv * hd; o++) {
+		double acc = 0;
+		for (int i = 0; i < nE; i++)
+			acc += (double)((const float *)l0->wv.data)[(size_t)o * nE + i] * xn[i];
+		v[o] = (float)acc;
+	}
+	for (int h = 0; h < nh; h++)
+		memcpy(att + h * hd, v + (h / (nh / nkv)) * hd, (size_t)hd * sizeof(float));
+	for (int o = 0; o < nE; o++) {
+		double acc = 0;
+		for (int i = 0; i < nh * hd; i++)
+			acc += (double)((const float *)l0->wo.data)[(size_t)o * nh * hd + i] * att[i];
+		x[o] = emb[o] + (float)acc;
+	}
+	s = vec_rms(x, nE);
+	for (int i = 0; i < nE; i++)
+		xn[i] = (float)(x[i] / sqrt(s * s + m->hp.rms_eps)) * ((const float *)l0->ffn_norm.data)[i];
+	for (int o = 0; o < ne; o++) {
+		double acc = 0;
+		for (int i = 0; i < nE; i++)
+			acc += (double)((const float *)l0->gate_inp.data)[(size_t)o * nE + i] * xn[i];
+		r[o] = (float)acc;
+	}
+	*e0 = 0;
+	for (int o = 1; o < ne; o++)
+		*e0 = r[o] > r[*e0] ? o : *e0;
+	*e1 = *e0 == 0 ? 1 : 0;
+	for (int o = 0; o < ne; o++)
+		*e1 = o != *e0 && r[o] > r[*e1] ? o : *e1;
+	double third = -INFINITY;
+	for (int o = 0; o < ne; o++)
+		if (o != *e0 && o != *e1 && r[o] > third)
+			third = r[o];
+	*gap = r[*e1] - third;
+}
+
+static void
+test_cmd_route(void)
+{
+	const char *q3 = T_DATA "/models2/qwen3moe.gguf", *lf = T_DATA "/models2/lfm2moe.gguf";
+	// one token: layer 0 of qwen3moe picks the two experts the weights say
+	char err[AD_ERRLEN] = "";
+	struct model m;
+	REQUIRE(model_load(&m, q3, err) == 0, "%s", err);
+	int e0, e1;
+	double gap;
+	route_by_hand(&m, &e0, &e1, &gap);
+	model_free(&m);
+	CHECK(gap > 1e-3, "a near-tie between the second and third expert: %g", gap);
+	cJSON *j = route_json(q3, "1", "0");
+	REQUIRE(j, "route --json did not print JSON");
+	const cJSON *layers = cJSON_GetObjectItem(j, "layers");
+	CHECK(cJSON_GetArraySize(layers) == 2 && cJSON_GetObjectItem(j, "tokens")->valueint == 1);
+	const cJSON *c0 = cJSON_GetObjectItem(cJSON_GetArrayItem(layers, 0), "counts");
+	for (int x = 0; x < 8; x++)
+		CHECK(cJSON_GetArrayItem(c0, x)->valueint == (x == e0 || x == e1), "expert %d (by hand: %d, %d)", x, e0,
+		      e1);
+	printf("qwen3moe, token 1 at position 0: layer 0 routes to experts %d and %d, by hand and by route\n", e0, e1);
+	cJSON_Delete(j);
+
+	// lfm2moe, prompt + 16 greedy: only the MoE blocks 2-4, each counting 2
+	// experts for every token fed (the last generated one is not), and the
+	// generated ids are the fixture's greedy ones
+	j = route_json(lf, "1,403,407,261,378,432,383,286", "16");
+	REQUIRE(j);
+	layers = cJSON_GetObjectItem(j, "layers");
+	CHECK(cJSON_GetArraySize(layers) == 3 && cJSON_GetObjectItem(j, "tokens")->valueint == 23);
+	for (int l = 0; l < cJSON_GetArraySize(layers); l++) {
+		const cJSON *ly = cJSON_GetArrayItem(layers, l), *c = cJSON_GetObjectItem(ly, "counts");
+		int sum = 0;
+		for (int x = 0; x < cJSON_GetArraySize(c); x++)
+			sum += cJSON_GetArrayItem(c, x)->valueint;
+		CHECK(cJSON_GetObjectItem(ly, "layer")->valueint == l + 2 && cJSON_GetArraySize(c) == 8 && sum == 46,
+		      "layer %d: %d", l, sum);
+	}
+	const int greedy[16] = {198, 242, 454, 114, 365, 504, 348, 192, 315, 470, 190, 419, 147, 508, 441, 6};
+	const cJSON *g = cJSON_GetObjectItem(j, "generated_ids");
+	CHECK(cJSON_GetArraySize(g) == 16);
+	for (int i = 0; i < 16 && i < cJSON_GetArraySize(g); i++)
+		CHECK(cJSON_GetArrayItem(g, i)->valueint == greedy[i]);
+	cJSON_Delete(j);
+	// the expert bias changes the choice: a histogram without it differs
+	// (README: ignoring it moves the logits by 1.8), checked through ref.c
+	REQUIRE(model_load(&m, lf, err) == 0, "%s", err);
+	const int32_t ids[8] = {1, 403, 407, 261, 378, 432, 383, 286};
+	int64_t with[5 * 8] = {0}, without[5 * 8] = {0};
+	float lg[8 * 512];
+	struct ref_engine *re = ref_new(&m, 8, err);
+	REQUIRE(re, "%s", err);
+	ref_route_hist(re, with);
+	CHECK(ref_eval(re, ids, 8, lg) == 0);
+	ref_free(re);
+	for (int il = 2; il < 5; il++)
+		m.layers[il].exp_probs_b = (struct model_tensor){0};
+	re = ref_new(&m, 8, err);
+	REQUIRE(re, "%s", err);
+	ref_route_hist(re, without);
+	CHECK(ref_eval(re, ids, 8, lg) == 0);
+	ref_free(re);
+	model_free(&m);
+	CHECK(memcmp(with, without, sizeof with) != 0, "the selection bias changed no choice");
+	for (int il = 0; il < 2; il++)
+		for (int x = 0; x < 8; x++)
+			CHECK(with[il * 8 + x] == 0, "dense layer %d counted", il);
+
+	// the text table; and the refusals
+	CHECK(RUN(cmd_route, "route", "--model", lf, "--prompt-ids", "1,403,407") == 0);
+	size_t n;
+	char *out = t_read_file(tmp("out.txt"), &n);
+	REQUIRE(out);
+	CHECK(strstr(out, "sigmoid router with selection bias") && strstr(out, "tokens routed: 3 (3 of the prompt, 0 generated)") &&
+	      strstr(out, "\n    2 ") && strstr(out, "\n    4 ") && !strstr(out, "\n    1 "), "%s", out);
+	free(out);
+	CHECK(RUN(cmd_route, "route", "--model", T_DATA "/models2/lfm2.gguf", "--prompt-ids", "1") == 1);
+	CHECK(RUN(cmd_route, "route", "--model", lf) == 2);
+	CHECK(RUN(cmd_route, "route", "--prompt-ids", "1") == 2);
+	CHECK(RUN(cmd_route, "route", "--model", lf, "--prompt-ids", "1,9999") == 2);
+	CHECK(RUN(cmd_route, "route", "--model", lf, "--prompt-ids", "1", "--max-tokens", "-1") == 2);
+	CHECK(RUN(cmd_route, "route", "--model", lf, "--prompt-ids", "1", "--bogus") == 2);
+	CHECK(RUN(cmd_route, "route", "--model", lf, "--prompt-ids") == 2);
+	CHECK(RUN(cmd_route, "route", "--help") == 0);
 }
 
 int
@@ -795,6 +1165,8 @@ main(void)
 {
 	T_RUN(test_fixture_hparams);
 	T_RUN(test_fixture2_hparams);
+	T_RUN(test_lfm2);
+	T_RUN(test_gemma4);
 	T_RUN(test_errors);
 	T_RUN(test_unknown_arch_with_llama_tensors);
 	T_RUN(test_loader_api);
@@ -805,5 +1177,6 @@ main(void)
 	T_RUN(test_cmd_cpu);
 	T_RUN(test_cmd_prompt);
 	T_RUN(test_cmd_info);
+	T_RUN(test_cmd_route);
 	return t_done();
 }

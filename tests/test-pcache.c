@@ -37,6 +37,7 @@
 
 #define STORIES T_DATA "/stories260K/stories260K.gguf"
 #define FIX(n) T_DATA "/models/" n ".gguf"
+#define FIX2(n) T_DATA "/models2/" n ".gguf"
 
 static void
 test_cache_alone(void)
@@ -224,6 +225,11 @@ static void test_exact_llama(void) { check_exact(FIX("llama")); }
 static void test_exact_qwen2(void) { check_exact(FIX("qwen2")); }
 static void test_exact_gemma2(void) { check_exact(FIX("gemma2")); }
 static void test_exact_gemma3(void) { check_exact(FIX("gemma3")); }
+// lfm2's ShortConv state is kept per position like K/V and restored with it;
+// gemma4's last layers read an earlier layer's cache and keep none
+static void test_exact_lfm2(void) { check_exact(FIX2("lfm2")); }
+static void test_exact_lfm2moe(void) { check_exact(FIX2("lfm2moe")); }
+static void test_exact_gemma4(void) { check_exact(FIX2("gemma4")); }
 
 // --- through the scheduler -----------------------------------------------------------
 
@@ -430,6 +436,7 @@ check_sched(const char *path)
 
 static void test_sched_stories(void) { check_sched(STORIES); }
 static void test_sched_gemma2(void) { check_sched(FIX("gemma2")); }
+static void test_sched_lfm2(void) { check_sched(FIX2("lfm2")); }
 static void test_sched_qwen2(void) { check_sched(FIX("qwen2")); }
 
 int
@@ -441,8 +448,12 @@ main(void)
 	T_RUN(test_exact_qwen2);
 	T_RUN(test_exact_gemma2);
 	T_RUN(test_exact_gemma3);
+	T_RUN(test_exact_lfm2);
+	T_RUN(test_exact_lfm2moe);
+	T_RUN(test_exact_gemma4);
 	T_RUN(test_sched_stories);
 	T_RUN(test_sched_gemma2);
+	T_RUN(test_sched_lfm2);
 	T_RUN(test_sched_qwen2);
 	return t_done();
 }
