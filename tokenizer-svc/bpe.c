@@ -422,70 +422,17 @@ bpe_load_hf_json(struct tokenizer *t, const char *json, size_t len, char *err)
 		ad_err(err, "model.vocab is not an object");
 		goto out;
 	}
-	// the vocabulary size is one past the largest id anywhere
-	double max_id = -1;
+	if (tok_json_vocab_init(t, vocab, added, err))
+		goto out;
 	const cJSON *it;
 	cJSON_ArrayForEach(it, vocab)
 	{
-		if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= (1 << 24) ||
-		    it->valuedouble != (int32_t)it->valuedouble) {
-			ad_err(err, "model.vocab[\"%.64s\"] is not a token id", it->string);
+		if (tok_vocab_set(t, (int32_t)it->valuedouble, it->string, strlen(it->string), 0, TOK_TYPE_NORMAL, err))
 			goto out;
-		}
-		if (it->valuedouble > max_id)
-			max_id = it->valuedouble;
 	}
-	cJSON_ArrayForEach(it, added)
-	{
-		const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
-		if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (1 << 24) || !jstr(it, "content")) {
-			ad_err(err, "added_tokens entry without a valid id and content");
-			goto out;
-		}
-		if (id->valuedouble > max_id)
-			max_id = id->valuedouble;
-	}
-	if (max_id < 0) {
-		ad_err(err, "empty vocabulary");
+	if (tok_json_added(t, added, NULL, 0, err))
 		goto out;
-	}
-	int32_t n = (int32_t)max_id + 1;
-	if (tok_vocab_init(t, n, err))
-		goto out;
-	char *seen = calloc((size_t)n, 1);
-	if (!seen) {
-		ad_err(err, "bpe: out of memory");
-		goto out;
-	}
-	cJSON_ArrayForEach(it, vocab)
-	{
-		int32_t id = (int32_t)it->valuedouble;
-		if (tok_vocab_set(t, id, it->string, strlen(it->string), 0, TOK_TYPE_NORMAL, err)) {
-			free(seen);
-			goto out;
-		}
-		seen[id] = 1;
-	}
-	cJSON_ArrayForEach(it, added)
-	{
-		int32_t id = (int32_t)cJSON_GetObjectItemCaseSensitive(it, "id")->valuedouble;
-		const char *s = jstr(it, "content");
-		enum tok_type ty = jtrue(it, "special") ? TOK_TYPE_CONTROL : TOK_TYPE_USER_DEFINED;
-		if (tok_vocab_set(t, id, s, strlen(s), 0, ty, err)) {
-			free(seen);
-			goto out;
-		}
-		t->tok[id].attr = (uint8_t)((jtrue(it, "lstrip") ? TOK_ATTR_LSTRIP : 0) |
-		                            (jtrue(it, "rstrip") ? TOK_ATTR_RSTRIP : 0));
-		seen[id] = 1;
-	}
-	// ids nobody names (padding up to a round size) stay empty and unused
-	for (int32_t id = 0; id < n; id++)
-		if (!seen[id] && tok_vocab_set(t, id, "", 0, 0, TOK_TYPE_UNUSED, err)) {
-			free(seen);
-			goto out;
-		}
-	free(seen);
+	int32_t n = t->n_vocab;
 	for (int32_t id = 0; id < n; id++)
 		if (t->tok[id].len > t->max_piece_len)
 			t->max_piece_len = t->tok[id].len;

@@ -134,6 +134,12 @@ int tok_vocab_init(struct tokenizer *t, int32_t n, char *err);
 int tok_vocab_set(struct tokenizer *t, int32_t id, const char *s, size_t n, float score, enum tok_type type,
                   char *err);
 int tok_finish(struct tokenizer *t, char *err);
+// tokenizer.json helpers (tokenizer.c) for the loaders: the vocabulary sized
+// and checked from model.vocab and added_tokens (every id unused until set),
+// then the added tokens' types and strip attributes
+struct cJSON;
+int tok_json_vocab_init(struct tokenizer *t, const struct cJSON *vocab, const struct cJSON *added, char *err);
+int tok_json_added(struct tokenizer *t, const struct cJSON *added, const char *unk, float score, char *err);
 // tok_chat_detect (chat.c) picks the chat family; tok_finish calls it.
 enum tok_chat_family tok_chat_detect(struct tokenizer *t);
 

@@ -905,6 +905,63 @@ jstr(const cJSON *o, const char *key)
 	return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+// tokenizer.json's model.vocab and added_tokens: every id an integer in
+// [0, 2^24); the vocabulary is one past the largest, ids nobody names stay
+// empty, unused pieces (padding up to a round size)
+int
+tok_json_vocab_init(struct tokenizer *t, const cJSON *vocab, const cJSON *added, char *err)
+{
+	double max_id = -1;
+	const cJSON *it;
+	cJSON_ArrayForEach(it, vocab)
+	{
+		if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= (1 << 24) ||
+		    it->valuedouble != (int32_t)it->valuedouble)
+			return ad_err(err, "model.vocab[\"%.64s\"] is not a token id", it->string ? it->string : "");
+		if (it->valuedouble > max_id)
+			max_id = it->valuedouble;
+	}
+	cJSON_ArrayForEach(it, added)
+	{
+		const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
+		if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (1 << 24) ||
+		    id->valuedouble != (int32_t)id->valuedouble || !jstr(it, "content"))
+			return ad_err(err, "added_tokens entry without a valid id and content");
+		if (id->valuedouble > max_id)
+			max_id = id->valuedouble;
+	}
+	if (max_id < 0)
+		return ad_err(err, "empty vocabulary");
+	int32_t n = (int32_t)max_id + 1;
+	if (tok_vocab_init(t, n, err))
+		return -1;
+	for (int32_t i = 0; i < n; i++)
+		t->tok[i].type = TOK_TYPE_UNUSED;
+	return 0;
+}
+
+// added_tokens over what model.vocab set: special -> control, else
+// user-defined, unk -> unknown; lstrip / rstrip as attributes
+int
+tok_json_added(struct tokenizer *t, const cJSON *added, const char *unk, float score, char *err)
+{
+	const cJSON *it;
+	cJSON_ArrayForEach(it, added)
+	{
+		int32_t id = (int32_t)cJSON_GetObjectItemCaseSensitive(it, "id")->valuedouble;
+		const char *c = jstr(it, "content");
+		enum tok_type ty = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "special")) ? TOK_TYPE_CONTROL
+		                                                                                 : TOK_TYPE_USER_DEFINED;
+		if (unk && !strcmp(unk, c))
+			ty = TOK_TYPE_UNKNOWN;
+		if (tok_vocab_set(t, id, c, strlen(c), score, ty, err))
+			return -1;
+		t->tok[id].attr = (uint8_t)((cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "lstrip")) ? TOK_ATTR_LSTRIP : 0) |
+		                            (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "rstrip")) ? TOK_ATTR_RSTRIP : 0));
+	}
+	return 0;
+}
+
 // does the normalizer / pre-tokenizer prepend a ▁ to the text?
 static int
 spm_json_prefix(const cJSON *n)
@@ -956,33 +1013,9 @@ load_spm_json(struct tokenizer *t, const char *json, size_t len, char *err)
 		       type ? type : "no type");
 		goto done;
 	}
-	// the vocabulary size: the largest id in vocab and added_tokens
-	int64_t max_id = -1;
-	const cJSON *it;
-	cJSON_ArrayForEach(it, vocab)
-	{
-		if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= (1 << 24)) {
-			ad_err(err, "vocab entry \"%.40s\" has a bad id", it->string ? it->string : "");
-			goto done;
-		}
-		if (it->valueint > max_id)
-			max_id = it->valueint;
-	}
-	cJSON_ArrayForEach(it, added)
-	{
-		const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
-		if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (1 << 24) || !jstr(it, "content")) {
-			ad_err(err, "added_tokens entry without a valid id and content");
-			goto done;
-		}
-		if (id->valueint > max_id)
-			max_id = id->valueint;
-	}
-	if (tok_vocab_init(t, (int32_t)(max_id + 1), err))
+	if (tok_json_vocab_init(t, vocab, added, err))
 		goto done;
-	// ids nobody names stay empty, unused pieces
-	for (int32_t i = 0; i <= max_id; i++)
-		t->tok[i].type = TOK_TYPE_UNUSED;
+	const cJSON *it;
 	const char *unk = jstr(model, "unk_token");
 	cJSON_ArrayForEach(it, vocab)
 	{
@@ -994,21 +1027,8 @@ load_spm_json(struct tokenizer *t, const char *json, size_t len, char *err)
 		if (tok_vocab_set(t, it->valueint, p, n, -INFINITY, ty, err))
 			goto done;
 	}
-	cJSON_ArrayForEach(it, added)
-	{
-		const cJSON *sp = cJSON_GetObjectItemCaseSensitive(it, "special");
-		int32_t id = cJSON_GetObjectItemCaseSensitive(it, "id")->valueint;
-		const char *c = jstr(it, "content");
-		enum tok_type ty = cJSON_IsTrue(sp) ? TOK_TYPE_CONTROL : TOK_TYPE_USER_DEFINED;
-		if (unk && !strcmp(unk, c))
-			ty = TOK_TYPE_UNKNOWN;
-		if (tok_vocab_set(t, id, c, strlen(c), -INFINITY, ty, err))
-			goto done;
-		if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "lstrip")))
-			t->tok[id].attr |= TOK_ATTR_LSTRIP;
-		if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "rstrip")))
-			t->tok[id].attr |= TOK_ATTR_RSTRIP;
-	}
+	if (tok_json_added(t, added, unk, -INFINITY, err))
+		goto done;
 	// merge ranks become scores; the map is needed to find the merged piece
 	if (build_map(t, err))
 		goto done;
@@ -1189,31 +1209,9 @@ load_wpm_json(struct tokenizer *t, const char *json, size_t len, char *err)
 	if (!prefix)
 		prefix = "##";
 	size_t plen = strlen(prefix);
-	int64_t max_id = -1;
-	const cJSON *it;
-	cJSON_ArrayForEach(it, vocab)
-	{
-		if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= (1 << 24)) {
-			ad_err(err, "vocab entry \"%.40s\" has a bad id", it->string ? it->string : "");
-			goto done;
-		}
-		if (it->valueint > max_id)
-			max_id = it->valueint;
-	}
-	cJSON_ArrayForEach(it, added)
-	{
-		const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
-		if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (1 << 24) || !jstr(it, "content")) {
-			ad_err(err, "added_tokens entry without a valid id and content");
-			goto done;
-		}
-		if (id->valueint > max_id)
-			max_id = id->valueint;
-	}
-	if (tok_vocab_init(t, (int32_t)(max_id + 1), err))
+	if (tok_json_vocab_init(t, vocab, added, err))
 		goto done;
-	for (int32_t i = 0; i <= max_id; i++)
-		t->tok[i].type = TOK_TYPE_UNUSED;
+	const cJSON *it;
 	char buf[1024];
 	cJSON_ArrayForEach(it, vocab)
 	{
@@ -1236,17 +1234,8 @@ load_wpm_json(struct tokenizer *t, const char *json, size_t len, char *err)
 			goto done;
 	}
 	const char *unk = jstr(model, "unk_token");
-	cJSON_ArrayForEach(it, added)
-	{
-		int32_t id = cJSON_GetObjectItemCaseSensitive(it, "id")->valueint;
-		const char *c = jstr(it, "content");
-		enum tok_type ty = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "special")) ? TOK_TYPE_CONTROL
-		                                                                                 : TOK_TYPE_USER_DEFINED;
-		if (unk && !strcmp(unk, c))
-			ty = TOK_TYPE_UNKNOWN;
-		if (tok_vocab_set(t, id, c, strlen(c), 0, ty, err))
-			goto done;
-	}
+	if (tok_json_added(t, added, unk, 0, err))
+		goto done;
 	if (build_map(t, err))
 		goto done;
 	t->unk = unk ? tok_find(t, unk, strlen(unk)) : -1;
