@@ -177,43 +177,6 @@ response(const struct fe_gen *g, size_t *len)
 }
 
 // events are accumulated into one buffer
-struct ev {
-	char *s;
-	size_t len;
-	int oom;
-};
-
-static void
-event(struct ev *e, const char *name, cJSON *o)
-{
-	size_t n;
-	char *j = fe_json_print(o, &n);
-	size_t nl = strlen(name);
-	char *s = j ? realloc(e->s, e->len + nl + n + 24) : NULL;
-	if (!s) {
-		e->oom = 1;
-		free(j);
-		return;
-	}
-	e->s = s;
-	e->len += (size_t)sprintf(s + e->len, "event: %s\ndata: ", name);
-	memcpy(s + e->len, j, n);
-	e->len += n;
-	memcpy(s + e->len, "\n\n", 3);
-	e->len += 2;
-	free(j);
-}
-
-static char *
-done(struct ev *e, size_t *len)
-{
-	if (e->oom) {
-		free(e->s);
-		return NULL;
-	}
-	*len = e->len;
-	return e->s;
-}
 
 static cJSON *
 typed(const char *type)
@@ -226,48 +189,48 @@ typed(const char *type)
 static char *
 stream_start(const struct fe_gen *g, size_t *len)
 {
-	struct ev e = { 0 };
+	struct fe_sse e = { 0 };
 	cJSON *o = typed("message_start");
 	cJSON_AddItemToObject(o, "message", message(g, 0));
-	event(&e, "message_start", o);
+	fe_sse_event(&e, "message_start", o);
 	o = typed("content_block_start");
 	cJSON_AddNumberToObject(o, "index", 0);
 	cJSON *b = cJSON_AddObjectToObject(o, "content_block");
 	cJSON_AddStringToObject(b, "type", "text");
 	cJSON_AddStringToObject(b, "text", "");
-	event(&e, "content_block_start", o);
-	event(&e, "ping", typed("ping"));
-	return done(&e, len);
+	fe_sse_event(&e, "content_block_start", o);
+	fe_sse_event(&e, "ping", typed("ping"));
+	return fe_sse_done(&e, len);
 }
 
 static char *
 stream_text(const struct fe_gen *g, const char *s, size_t n, size_t *len)
 {
-	struct ev e = { 0 };
+	struct fe_sse e = { 0 };
 	cJSON *o = typed("content_block_delta");
 	cJSON_AddNumberToObject(o, "index", 0);
 	cJSON *d = cJSON_AddObjectToObject(o, "delta");
 	cJSON_AddStringToObject(d, "type", "text_delta");
 	fe_add_text(d, "text", s, n);
-	event(&e, "content_block_delta", o);
-	return done(&e, len);
+	fe_sse_event(&e, "content_block_delta", o);
+	return fe_sse_done(&e, len);
 }
 
 static char *
 stream_end(const struct fe_gen *g, size_t *len)
 {
-	struct ev e = { 0 };
+	struct fe_sse e = { 0 };
 	cJSON *o = typed("content_block_stop");
 	cJSON_AddNumberToObject(o, "index", 0);
-	event(&e, "content_block_stop", o);
+	fe_sse_event(&e, "content_block_stop", o);
 	o = typed("message_delta");
 	cJSON *d = cJSON_AddObjectToObject(o, "delta");
 	add_stop_fields(d, g, 1);
 	cJSON_AddItemToObject(o, "usage", usage(g, g->r.completion_tokens));
 	cJSON_AddItemToObject(o, "timings", fe_timings_json(g));
-	event(&e, "message_delta", o);
-	event(&e, "message_stop", typed("message_stop"));
-	return done(&e, len);
+	fe_sse_event(&e, "message_delta", o);
+	fe_sse_event(&e, "message_stop", typed("message_stop"));
+	return fe_sse_done(&e, len);
 }
 
 static const char *
@@ -315,9 +278,9 @@ error(int status, const char *msg, const char *param, size_t *len)
 static char *
 stream_error(int status, const char *msg, size_t *len)
 {
-	struct ev e = { 0 };
-	event(&e, "error", error_obj(status, msg));
-	return done(&e, len);
+	struct fe_sse e = { 0 };
+	fe_sse_event(&e, "error", error_obj(status, msg));
+	return fe_sse_done(&e, len);
 }
 
 const struct fe_dialect fe_anthropic = {

@@ -411,3 +411,36 @@ fe_new_id(struct fe_gen *g, const char *prefix)
 	snprintf(g->id, sizeof g->id, "%s%08llx%06llx%04llx", prefix, (unsigned long long)ts.tv_sec,
 	         (unsigned long long)(ts.tv_nsec / 1000) & 0xffffff, (unsigned long long)n & 0xffff);
 }
+
+void
+fe_sse_event(struct fe_sse *e, const char *name, cJSON *o)
+{
+	size_t n;
+	char *j = fe_json_print(o, &n);
+	size_t nl = strlen(name);
+	char *s = j ? realloc(e->s, e->len + nl + n + 24) : NULL;
+	if (!s) {
+		e->oom = 1;
+		free(j);
+		return;
+	}
+	e->s = s;
+	e->len += (size_t)sprintf(s + e->len, "event: %s\ndata: ", name);
+	memcpy(s + e->len, j, n);
+	e->len += n;
+	memcpy(s + e->len, "\n\n", 3);
+	e->len += 2;
+	free(j);
+}
+
+char *
+fe_sse_done(struct fe_sse *e, size_t *len)
+{
+	if (e->oom) {
+		free(e->s);
+		return NULL;
+	}
+	*len = e->len;
+	return e->s ? e->s : strdup("");
+}
+

@@ -358,11 +358,6 @@ response(const struct fe_gen *g, size_t *len)
 }
 
 // events are accumulated into one buffer
-struct ev {
-	char *s;
-	size_t len;
-	int oom;
-};
 
 // ev_obj starts an event: its type and the next sequence number
 static cJSON *
@@ -375,39 +370,14 @@ ev_obj(const struct fe_gen *g, const char *type)
 	return o;
 }
 
+// the event is named by the object's type
 static void
-ev_add(struct ev *e, cJSON *o)
+ev_add(struct fe_sse *e, cJSON *o)
 {
 	cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "type");
 	char name[64];
 	snprintf(name, sizeof name, "%s", cJSON_IsString(t) ? t->valuestring : "message");
-	size_t n;
-	char *j = fe_json_print(o, &n);
-	size_t nl = strlen(name);
-	char *s = j ? realloc(e->s, e->len + nl + n + 24) : NULL;
-	if (!s) {
-		e->oom = 1;
-		free(j);
-		return;
-	}
-	e->s = s;
-	e->len += (size_t)sprintf(s + e->len, "event: %s\ndata: ", name);
-	memcpy(s + e->len, j, n);
-	e->len += n;
-	memcpy(s + e->len, "\n\n", 3);
-	e->len += 2;
-	free(j);
-}
-
-static char *
-ev_done(struct ev *e, size_t *len)
-{
-	if (e->oom) {
-		free(e->s);
-		return NULL;
-	}
-	*len = e->len;
-	return e->s ? e->s : strdup("");
+	fe_sse_event(e, name, o);
 }
 
 static void
@@ -424,7 +394,7 @@ add_index(cJSON *o, const struct fe_gen *g, int content)
 static char *
 stream_start(const struct fe_gen *g, size_t *len)
 {
-	struct ev e = { 0 };
+	struct fe_sse e = { 0 };
 	cJSON *o = ev_obj(g, "response.created");
 	cJSON_AddItemToObject(o, "response", response_obj(g, 0));
 	ev_add(&e, o);
@@ -443,7 +413,7 @@ stream_start(const struct fe_gen *g, size_t *len)
 	cJSON_AddArrayToObject(p, "annotations");
 	cJSON_AddArrayToObject(p, "logprobs");
 	ev_add(&e, o);
-	return ev_done(&e, len);
+	return fe_sse_done(&e, len);
 }
 
 static char *
@@ -464,19 +434,19 @@ stream_text(const struct fe_gen *g, const char *s, size_t n, size_t *len)
 	memcpy(m->text + m->len, s, n);
 	m->len += n;
 	m->text[m->len] = 0;
-	struct ev e = { 0 };
+	struct fe_sse e = { 0 };
 	cJSON *o = ev_obj(g, "response.output_text.delta");
 	add_index(o, g, 1);
 	fe_add_text(o, "delta", s, n);
 	cJSON_AddArrayToObject(o, "logprobs");
 	ev_add(&e, o);
-	return ev_done(&e, len);
+	return fe_sse_done(&e, len);
 }
 
 static char *
 stream_end(const struct fe_gen *g, size_t *len)
 {
-	struct ev e = { 0 };
+	struct fe_sse e = { 0 };
 	cJSON *o = ev_obj(g, "response.output_text.done");
 	add_index(o, g, 1);
 	fe_add_text(o, "text", g->text, g->len);
@@ -493,7 +463,7 @@ stream_end(const struct fe_gen *g, size_t *len)
 	o = ev_obj(g, incomplete(g) ? "response.incomplete" : "response.completed");
 	cJSON_AddItemToObject(o, "response", response_obj(g, 1));
 	ev_add(&e, o);
-	return ev_done(&e, len);
+	return fe_sse_done(&e, len);
 }
 
 static char *
@@ -518,9 +488,9 @@ stream_error(int status, const char *msg, size_t *len)
 	cJSON_AddStringToObject(e, "code", code);
 	fe_add_text(e, "message", msg, strlen(msg));
 	cJSON_AddNullToObject(e, "param");
-	struct ev v = { 0 };
+	struct fe_sse v = { 0 };
 	ev_add(&v, o);
-	return ev_done(&v, len);
+	return fe_sse_done(&v, len);
 }
 
 const struct fe_dialect fe_responses = {

@@ -379,6 +379,17 @@ int fe_get_sampling(struct cJSON *o, struct fe_params *p, struct fe_bad *bad);
 struct cJSON *fe_timings_json(const struct fe_gen *g);
 // fe_json_text: a malloc'd JSON rendering of o (consumed), *len bytes
 char *fe_json_print(struct cJSON *o, size_t *len);
+
+// Server-sent events built up in one buffer: fe_sse_event appends "event:
+// NAME\ndata: JSON\n\n" and deletes o; fe_sse_done hands the buffer over
+// (NULL when an append ran out of memory, which it then freed)
+struct fe_sse {
+	char *s;
+	size_t len;
+	int oom;
+};
+void fe_sse_event(struct fe_sse *e, const char *name, struct cJSON *o);
+char *fe_sse_done(struct fe_sse *e, size_t *len);
 // fe_add_text adds a string field from model text (invalid UTF-8 replaced)
 void fe_add_text(struct cJSON *o, const char *key, const char *s, size_t n);
 void fe_new_id(struct fe_gen *g, const char *prefix);
