@@ -150,41 +150,6 @@ ane_kernel_output_capacity(const struct ane_kernel *k)
 	return emu_output_capacity(k->ek);
 }
 
-// rows [row0, row0 + rows) of t into the open chunk, a block of rows at a time
-static int
-put_rows(struct ane_builder *b, struct ane_blob_writer *w, const struct ane_part *p, char *err)
-{
-	const struct model_tensor *t = p->t;
-	size_t rb;
-	if (ad_type_row_bytes(t->type, t->ne[0], &rb) != 0)
-		return ad_err(err, "%s: rows of %lld %s values", t->name, (long long)t->ne[0],
-		              ad_type_name(t->type) ? ad_type_name(t->type) : "?");
-	if ((uint64_t)(p->row0 + p->rows) * rb > t->nbytes)
-		return ad_err(err, "%s: rows beyond the tensor's %zu bytes", t->name, t->nbytes);
-	const uint8_t *src = (const uint8_t *)t->data + (size_t)p->row0 * rb;
-	const size_t n = (size_t)t->ne[0];
-	size_t block = SCRATCH_VALUES / n;
-	if (block == 0) // a row of more than a million values: no model has one
-		return ad_err(err, "%s: rows of %zu values are too long", t->name, n);
-	// a block of rows at a time, whose model pages then leave this process
-	// (kc_model_drop), so a large tensor is never in memory whole
-	for (int64_t r = 0; r < p->rows; r += (int64_t)block) {
-		size_t k = (size_t)(p->rows - r) < block ? (size_t)(p->rows - r) : block;
-		const uint8_t *rows = src + (size_t)r * rb;
-		struct ane_wsrc ws = {rows, (int)t->type, k * n};
-		if (t->type != AD_TYPE_F16 && t->type != AD_TYPE_F32) {
-			if (ad_dequant(t->type, rows, b->scratch, (int64_t)(k * n), err))
-				return ad_err_prefix(err, "%s", t->name);
-			ws = (struct ane_wsrc){b->scratch, AD_TYPE_F32, k * n};
-		}
-		if (ane_blob_put(w, &ws, err))
-			return -1;
-		if (b->model)
-			kc_model_drop(b->model, rows, k * rb);
-	}
-	return 0;
-}
-
 int
 ane_quant_row(const float *w, size_t n, int8_t *q, uint16_t *scale, char *err)
 {
@@ -239,11 +204,14 @@ ane_qerr_rms_rel(const struct ane_qerr *e)
 	return e->sum_sq_w > 0 ? sqrt(e->sum_sq_err / e->sum_sq_w) : 0;
 }
 
-// rows of part p, a block at a time, dequantised to fp32 into scratch and
-// handed to fn(ctx, rows, k, n) (k rows of n values)
+// the rows of part p, a block at a time, handed to fn(ctx, ws, k, n): k rows
+// of n values, dequantised to fp32 into scratch, or with raw F16/F32 rows as
+// the file stores them. Each block's model pages then leave this process
+// (kc_model_drop, when m is the model they belong to), so a large tensor is
+// never in memory whole
 static int
-each_rows(float *scratch, const struct ane_part *p,
-          int (*fn)(void *ctx, const float *rows, size_t k, size_t n, char *err), void *ctx, char *err)
+each_rows(const struct model *m, float *scratch, const struct ane_part *p, int raw,
+          int (*fn)(void *ctx, const struct ane_wsrc *ws, size_t k, size_t n, char *err), void *ctx, char *err)
 {
 	const struct model_tensor *t = p->t;
 	size_t rb;
@@ -255,16 +223,30 @@ each_rows(float *scratch, const struct ane_part *p,
 	const uint8_t *src = (const uint8_t *)t->data + (size_t)p->row0 * rb;
 	const size_t n = (size_t)t->ne[0];
 	size_t block = SCRATCH_VALUES / n;
-	if (block == 0)
+	if (block == 0) // a row of more than a million values: no model has one
 		return ad_err(err, "%s: rows of %zu values are too long", t->name, n);
 	for (int64_t r = 0; r < p->rows; r += (int64_t)block) {
 		size_t k = (size_t)(p->rows - r) < block ? (size_t)(p->rows - r) : block;
-		if (ad_dequant(t->type, src + (size_t)r * rb, scratch, (int64_t)(k * n), err))
+		const uint8_t *rows = src + (size_t)r * rb;
+		struct ane_wsrc ws = {rows, (int)t->type, k * n};
+		if (!raw || (t->type != AD_TYPE_F16 && t->type != AD_TYPE_F32)) {
+			if (ad_dequant(t->type, rows, scratch, (int64_t)(k * n), err))
+				return ad_err_prefix(err, "%s", t->name);
+			ws = (struct ane_wsrc){scratch, AD_TYPE_F32, k * n};
+		}
+		if (fn(ctx, &ws, k, n, err))
 			return ad_err_prefix(err, "%s", t->name);
-		if (fn(ctx, scratch, k, n, err))
-			return ad_err_prefix(err, "%s", t->name);
+		if (m)
+			kc_model_drop(m, rows, k * rb);
 	}
 	return 0;
+}
+
+// rows into the open fp16 chunk (the writer converts)
+static int
+blob_rows(void *ctx, const struct ane_wsrc *ws, size_t k, size_t n, char *err)
+{
+	return ane_blob_put(ctx, ws, err);
 }
 
 // quantising rows into the open int8 chunk; their scales are collected
@@ -277,9 +259,10 @@ struct qput {
 };
 
 static int
-qput_rows(void *ctx, const float *rows, size_t k, size_t n, char *err)
+qput_rows(void *ctx, const struct ane_wsrc *ws, size_t k, size_t n, char *err)
 {
 	struct qput *qp = ctx;
+	const float *rows = ws->data; // fp32: each_rows without raw
 	for (size_t r = 0; r < k; r++) {
 		const float *w = rows + r * n;
 		uint16_t *sc = &qp->scales[qp->nrows++];
@@ -296,7 +279,8 @@ qput_rows(void *ctx, const float *rows, size_t k, size_t n, char *err)
 // one int8 matrix from parts [j0, j1) (rows stacked): the int8 chunk, then
 // the fp16 scale chunk; with w NULL only the error is summed into qerr
 static int
-put_i8_matrix(float *scratch, struct ane_blob_writer *w, const struct ane_part *parts, int j0, int j1,
+put_i8_matrix(const struct model *m, float *scratch, struct ane_blob_writer *w, const struct ane_part *parts,
+              int j0, int j1,
               struct ane_qerr *qerr, char *err)
 {
 	size_t rows = 0, n = (size_t)parts[j0].t->ne[0];
@@ -311,7 +295,7 @@ put_i8_matrix(float *scratch, struct ane_blob_writer *w, const struct ane_part *
 	if (w && ane_blob_begin_i8(w, rows * n, NULL, err))
 		goto out;
 	for (int j = j0; j < j1; j++)
-		if (each_rows(scratch, &parts[j], qput_rows, &qp, err))
+		if (each_rows(m, scratch, &parts[j], 0, qput_rows, &qp, err))
 			goto out;
 	if (w) {
 		struct ane_wsrc ws = {qp.scales, AD_TYPE_F16, rows};
@@ -337,9 +321,9 @@ ane_qerr_plan(const struct ane_plan *p, struct ane_qerr *e, char *err)
 		const struct ane_pk *pk = &p->k[i];
 		if (pk->ff)
 			for (int j = 0; j < pk->nparts && !rc; j++)
-				rc = put_i8_matrix(scratch, NULL, pk->parts, j, j + 1, e, err);
+				rc = put_i8_matrix(NULL, scratch, NULL, pk->parts, j, j + 1, e, err);
 		else
-			rc = put_i8_matrix(scratch, NULL, pk->parts, 0, pk->nparts, e, err);
+			rc = put_i8_matrix(NULL, scratch, NULL, pk->parts, 0, pk->nparts, e, err);
 	}
 	free(scratch);
 	return rc;
@@ -463,9 +447,9 @@ ane_build(struct ane_builder *b, const struct ane_pk *pk, int width, struct ane_
 		int rc = 0;
 		if (fused)
 			for (int j = 0; j < pk->nparts && !rc; j++)
-				rc = put_i8_matrix(b->scratch, &w, pk->parts, j, j + 1, NULL, err);
+				rc = put_i8_matrix(b->model, b->scratch, &w, pk->parts, j, j + 1, NULL, err);
 		else
-			rc = put_i8_matrix(b->scratch, &w, pk->parts, 0, pk->nparts, NULL, err);
+			rc = put_i8_matrix(b->model, b->scratch, &w, pk->parts, 0, pk->nparts, NULL, err);
 		if (rc)
 			goto fail;
 	}
@@ -477,7 +461,7 @@ ane_build(struct ane_builder *b, const struct ane_pk *pk, int width, struct ane_
 			if (ane_blob_begin(&w, n, NULL, err))
 				goto fail;
 		}
-		if (put_rows(b, &w, &pk->parts[i], err))
+		if (each_rows(b->model, b->scratch, &pk->parts[i], 1, blob_rows, &w, err))
 			goto fail;
 		if (fused || i == pk->nparts - 1)
 			if (ane_blob_end(&w, err))
