@@ -2,6 +2,14 @@
 // the decode split (kernel, IPC, attention, other CPU) at several contexts.
 //
 //   bench-engine [emu|exact] [n_embd n_layer n_ff n_vocab n_head n_head_kv]
+//   bench-engine --model M [--tokens N] [--weights fp16|int8] [--threads T]
+//
+// With --model: a real model file, its kernels run in this process
+// (kb_local: the same emu programs the ane-worker runs, with no process
+// boundary); prints decode tok/s after a 64-token prompt, the median and
+// range of 5 runs of N tokens (default 64), with the split. Set beside
+// `anedvd run --json` on the same file, the difference is what the
+// boundary between the workers costs.
 //
 // Defaults: emu, a Qwen2.5-0.5B-shaped block (896, 14/2 heads of 64, n_ff
 // 4864) but 4 layers and a 32000 vocabulary, width 64. Each figure is the
@@ -55,9 +63,106 @@ cmp(const void *a, const void *b)
 
 #define RUNS 5
 
+static int
+bench_model(int argc, char **argv)
+{
+	const char *path = NULL;
+	int ntok = 64, threads = 2, weights = 0;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--model") && i + 1 < argc)
+			path = argv[++i];
+		else if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
+			ntok = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+			threads = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--weights") && i + 1 < argc) {
+			const char *v = argv[++i];
+			if (strcmp(v, "fp16") && strcmp(v, "int8")) {
+				fprintf(stderr, "bench-engine: --weights fp16 or int8\n");
+				return 2;
+			}
+			weights = !strcmp(v, "int8");
+		} else {
+			fprintf(stderr, "usage: bench-engine --model M [--tokens N] [--weights fp16|int8] [--threads T]\n");
+			return 2;
+		}
+	}
+	if (!path || ntok < 1 || threads < 1) {
+		fprintf(stderr, "usage: bench-engine --model M [--tokens N] [--weights fp16|int8] [--threads T]\n");
+		return 2;
+	}
+	char err[AD_ERRLEN];
+	struct model m;
+	if (model_load(&m, path, err)) {
+		fprintf(stderr, "bench-engine: %s\n", err);
+		return 1;
+	}
+	struct kb_opts ko = {.width = 64, .threads = threads, .weights = weights};
+	double t0 = now();
+	struct kernel_backend *kb = kb_local_new(&m, &ko, err);
+	struct engine *e = kb ? engine_new(&m, kb, &(struct engine_opts){.max_seq = 64 + ntok + 1}, err) : NULL;
+	struct engine_seq *s = e ? engine_seq_new(e, err) : NULL;
+	if (!s) {
+		fprintf(stderr, "bench-engine: %s\n", err);
+		return 1;
+	}
+	const int V = engine_n_vocab(e);
+	printf("%s: %s weights, %d threads, in this process, ready in %.2f s\n", path, weights ? "int8" : "fp16",
+	       threads, now() - t0);
+	float *lg = malloc((size_t)V * sizeof *lg);
+	int32_t ids[64];
+	for (int i = 0; i < 64; i++)
+		ids[i] = 1 + i;
+	double pf[RUNS], tk[RUNS], kn[RUNS], at[RUNS], ot[RUNS];
+	for (int run = 0; run < RUNS; run++) {
+		engine_seq_reset(s);
+		t0 = now();
+		if (engine_prefill(e, s, ids, 64, lg, err)) {
+			fprintf(stderr, "bench-engine: %s\n", err);
+			return 1;
+		}
+		pf[run] = 64 / (now() - t0);
+		struct engine_timings b = *engine_seq_timings(s);
+		int32_t tok = 1;
+		t0 = now();
+		for (int i = 0; i < ntok; i++) {
+			if (engine_step(e, &s, &tok, 1, lg, err)) {
+				fprintf(stderr, "bench-engine: %s\n", err);
+				return 1;
+			}
+			int best = 0; // greedy, as a run at temperature 0
+			for (int v = 1; v < V; v++)
+				if (lg[v] > lg[best])
+					best = v;
+			tok = best;
+		}
+		double dt = now() - t0;
+		tk[run] = ntok / dt;
+		const struct engine_timings *t = engine_seq_timings(s);
+		kn[run] = (double)(t->kernel_ns - b.kernel_ns) / 1e6 / ntok;
+		at[run] = (double)(t->attention_ns - b.attention_ns) / 1e6 / ntok;
+		ot[run] = dt * 1e3 / ntok - kn[run] - at[run];
+	}
+	double *all[] = {pf, tk, kn, at, ot};
+	for (int i = 0; i < 5; i++)
+		qsort(all[i], RUNS, sizeof(double), cmp);
+	printf("prefill-64 %.1f tok/s [%.1f..%.1f]; decode %.1f tok/s [%.1f..%.1f]; per token: kernels %.2f ms, "
+	       "attention %.3f, the rest %.3f (medians)\n",
+	       pf[RUNS / 2], pf[0], pf[RUNS - 1], tk[RUNS / 2], tk[0], tk[RUNS - 1], kn[RUNS / 2], at[RUNS / 2],
+	       ot[RUNS / 2]);
+	free(lg);
+	engine_seq_free(s);
+	kb->free(kb);
+	engine_free(e);
+	model_free(&m);
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
+	if (argc > 1 && !strncmp(argv[1], "--", 2))
+		return bench_model(argc, argv);
 	int64_t E = 896, L = 4, FF = 4864, V = 32000, H = 14, KV = 2;
 	int exact = argc > 1 && !strcmp(argv[1], "exact");
 	if (argc == 8) {
