@@ -55,6 +55,7 @@ struct dp_shm {
 	uint32_t client_pid;
 	_Atomic uint32_t closed;
 	_Atomic uint32_t n_surf;
+	uint64_t arena_off, arena_bytes; // the arena: at arena_off, after the slots
 	_Alignas(64) _Atomic uint32_t worker_pid;
 	_Atomic uint32_t worker_gen;
 	_Alignas(64) _Atomic uint32_t bell; // client: bumped after posting a slot
@@ -276,9 +277,26 @@ chan_free(struct dp_chan *c)
 struct dp_chan *
 dp_create(const char *id, char *err)
 {
+	return dp_create_arena(id, 0, err);
+}
+
+#define DP_ARENA_ALIGN 4096u
+
+struct dp_chan *
+dp_create_arena(const char *id, size_t arena_bytes, char *err)
+{
 	struct dp_chan *c = chan_new(id, err);
 	if (!c)
 		return NULL;
+	const size_t arena_off = (sizeof(struct dp_shm) + DP_ARENA_ALIGN - 1) / DP_ARENA_ALIGN * DP_ARENA_ALIGN;
+	arena_bytes = (arena_bytes + 63) / 64 * 64;
+	if (arena_bytes > ((size_t)1 << 32)) {
+		ad_err(err, "data plane %s: an arena of %zu bytes (at most 4 GiB)", id, arena_bytes);
+		chan_free(c);
+		return NULL;
+	}
+	if (arena_bytes)
+		c->bytes = arena_off + arena_bytes;
 	int fd = shm_open(id, O_RDWR | O_CREAT | O_EXCL, 0600);
 	if (fd < 0) {
 		ad_err(err, "data plane %s: shm_open: %s", id, strerror(errno));
@@ -299,7 +317,9 @@ dp_create(const char *id, char *err)
 	c->h = p; // zero-filled
 	c->owner = 1;
 	c->h->version = DP_VERSION;
-	c->h->size = (uint32_t)c->bytes;
+	c->h->size = (uint32_t)sizeof(struct dp_shm);
+	c->h->arena_off = arena_bytes ? arena_off : 0;
+	c->h->arena_bytes = arena_bytes;
 	c->h->nslots = DP_SLOTS;
 	c->h->client_pid = (uint32_t)getpid();
 	// the magic last: an opener that sees it sees the rest
@@ -345,6 +365,30 @@ dp_open(const char *id, char *err)
 		dp_close(c);
 		return NULL;
 	}
+	// the arena: within the object, after the header, whole 64-byte lines
+	uint64_t off = c->h->arena_off, n = c->h->arena_bytes;
+	if (n) {
+		if (off < sizeof(struct dp_shm) || off % 64 || n % 64 || n > ((uint64_t)1 << 32) ||
+		    off + n > (uint64_t)st.st_size) {
+			ad_err(err, "data plane %s: an arena of %llu bytes at %llu in %lld", id, (unsigned long long)n,
+			       (unsigned long long)off, (long long)st.st_size);
+			dp_close(c);
+			return NULL;
+		}
+		fd = shm_open(id, O_RDWR, 0);
+		void *q = fd < 0 ? MAP_FAILED : mmap(NULL, (size_t)(off + n), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		e = errno;
+		if (fd >= 0)
+			close(fd);
+		if (q == MAP_FAILED) {
+			ad_err(err, "data plane %s: mmap: %s", id, strerror(e));
+			dp_close(c);
+			return NULL;
+		}
+		munmap(c->h, c->bytes);
+		c->h = q;
+		c->bytes = (size_t)(off + n);
+	}
 	return c;
 }
 
@@ -375,6 +419,15 @@ const char *
 dp_id(const struct dp_chan *c)
 {
 	return c->id;
+}
+
+void *
+dp_arena(const struct dp_chan *c, size_t *bytes)
+{
+	size_t n = c->h->arena_bytes;
+	if (bytes)
+		*bytes = n;
+	return n ? (char *)c->h + c->h->arena_off : NULL;
 }
 
 void

@@ -18,8 +18,15 @@
 //     its index and the worker maps it once per index;
 //   - DP_SLOTS request/reply slots, so several threads of the client can
 //     have calls in flight. A slot carries an op (DP_NOP: the empty round
-//     trip; DP_CALL: up to DP_MAX_STEPS kernels run in order) and the reply
-//     (status, per-step exec_ns, a short message).
+//     trip; DP_CALL: up to DP_MAX_STEPS steps run in order) and the reply
+//     (status, per-step exec_ns, a short message). A step is a kernel, or
+//     the residual-norm step between two kernels of a layer (DP_RESNORM,
+//     resnorm.h), whose fp32 vectors (the residual stream, the norms'
+//     weights) live in
+//   - the arena: host memory the client sizes at creation (dp_create_arena)
+//     and lays out as it likes; a DP_RESNORM step names its vectors by
+//     offsets into it. It belongs to the object, so it outlives a worker:
+//     the same call re-posted to a restarted worker finds the same inputs.
 //
 // Protocol of a slot. The client owns req_seq and the request, the worker
 // rep_seq and the reply; a request is pending while req_seq != rep_seq,
@@ -59,12 +66,15 @@
 #include "surface.h"
 
 #define DP_MAGIC 0x41445044u // "DPDA"
-#define DP_VERSION 1u
+#define DP_VERSION 2u
 #define DP_SLOTS 16
 #define DP_MAX_STEPS 8
 #define DP_MAX_SURF 256
 #define DP_MSG 160
 #define DP_BY_NAME 0xffffu // a step's surface given by name, not by index
+#define DP_NO_SURF 0xfffeu // a DP_RESNORM step without y or without xn
+#define DP_RESNORM 0xffffffffu // a step's kernel: the residual-norm step
+#define DP_NO_VEC 0xffffffffu  // a DP_RESNORM vector that is absent
 
 enum dp_op { DP_OP_NOP = 1, DP_OP_CALL = 2 };
 
@@ -79,11 +89,24 @@ enum dp_status {
 
 enum dp_bell { DP_BELL_FUTEX = 0, DP_BELL_SLEEP = 1 };
 
+// a DP_RESNORM step: resnorm.h's step on ncols columns, y read from the
+// step's input surface (in: DP_NO_SURF for none), xn written to its output
+// surface (out: DP_NO_SURF for none); the vectors are arena offsets in
+// floats: x_in and x_out [ncols][E], bias, post and w [E] (DP_NO_VEC: absent).
+// A step that re-reads what it writes (x_out overlapping x_in but not equal)
+// is refused: re-posted, the call must find its inputs unchanged.
+struct dp_resnorm {
+	uint32_t E;
+	float eps;
+	uint32_t x_in, x_out, bias, post, w;
+};
+
 struct dp_step {
-	uint32_t kernel;
+	uint32_t kernel; // a kernel id, or DP_RESNORM
 	uint32_t ncols;
 	uint16_t in, out; // surface table index, or DP_BY_NAME
 	char in_id[AD_SURFACE_ID_MAX], out_id[AD_SURFACE_ID_MAX]; // when DP_BY_NAME
+	struct dp_resnorm rn; // when kernel is DP_RESNORM
 };
 
 // a request as the client fills it, and a reply as the worker fills it
@@ -109,8 +132,10 @@ struct dp_chan; // one mapping of an object, on either side
 
 // --- client ---------------------------------------------------------------------------
 // dp_create makes the object (it fails if the id exists: sweep stale ones
-// first) with this process as the client.
+// first) with this process as the client; dp_create_arena with an arena of
+// at least arena_bytes (zeroed; dp_arena gives it).
 struct dp_chan *dp_create(const char *id, char *err);
+struct dp_chan *dp_create_arena(const char *id, size_t arena_bytes, char *err);
 // dp_destroy marks the object closed, wakes its worker, unmaps and unlinks
 void dp_destroy(struct dp_chan *c);
 // register a surface; its index (stable for the life of the object), or -1
@@ -177,6 +202,9 @@ void dp_kick(struct dp_chan *c);
 
 // --- both -------------------------------------------------------------------------------
 const char *dp_id(const struct dp_chan *c);
+// the arena (64-byte aligned) and its size in bytes; NULL and 0 when the
+// object has none
+void *dp_arena(const struct dp_chan *c, size_t *bytes);
 // the doorbell of this mapping (default: futex where the system has it,
 // else sleep; ANEDVD_DP_DOORBELL=sleep selects the fallback)
 void dp_set_bell(struct dp_chan *c, enum dp_bell b);

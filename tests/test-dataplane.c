@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -464,6 +465,47 @@ test_surfaces(void)
 	dp_destroy(c);
 }
 
+// the arena: the client's host memory in the object, the same bytes in
+// every mapping; an object cut short of its arena is refused
+static void
+test_arena(void)
+{
+	char err[AD_ERRLEN], id[AD_SURFACE_ID_MAX];
+	make_id(id, "arena");
+	struct dp_chan *c = dp_create_arena(id, 1000, err);
+	REQUIRE(c, "%s", err);
+	size_t n = 0, m = 0;
+	float *a = dp_arena(c, &n);
+	CHECK(a && n == 1024 && ((uintptr_t)a & 63) == 0, "%zu bytes", n); // whole 64-byte lines
+	for (size_t i = 0; i < n / sizeof(float); i++)
+		CHECK(a[i] == 0.0f);
+	a[0] = 1.5f;
+	a[255] = -2.0f;
+	struct dp_chan *o = dp_open(id, err);
+	REQUIRE(o, "%s", err);
+	float *b = dp_arena(o, &m);
+	CHECK(b && m == n && b[0] == 1.5f && b[255] == -2.0f);
+	b[7] = 3.0f; // and back
+	CHECK(a[7] == 3.0f);
+	dp_close(o);
+	// cut short: its header promises more than the object holds
+	int fd = shm_open(id, O_RDWR, 0);
+	REQUIRE(fd >= 0);
+	struct stat st;
+	REQUIRE(fstat(fd, &st) == 0);
+	CHECK(ftruncate(fd, st.st_size - 512) == 0);
+	close(fd);
+	CHECK(dp_open(id, err) == NULL && strstr(err, "arena"), "%s", err);
+	dp_destroy(c);
+	// none asked: none given
+	make_id(id, "no-arena");
+	REQUIRE((c = dp_create(id, err)), "%s", err);
+	CHECK(dp_arena(c, &n) == NULL && n == 0);
+	dp_destroy(c);
+	make_id(id, "huge-arena");
+	CHECK(dp_create_arena(id, (size_t)5 << 30, err) == NULL && strstr(err, "arena"), "%s", err);
+}
+
 int
 main(void)
 {
@@ -477,5 +519,6 @@ main(void)
 	}
 	T_RUN(test_client_gone_stale);
 	T_RUN(test_surfaces);
+	T_RUN(test_arena);
 	return t_done();
 }
