@@ -4,6 +4,8 @@
 
 #include "err.h"
 #include "fp16.h"
+#include "resnorm.h"
+#include "surface.h"
 
 static size_t
 max_sz(size_t a, size_t b)
@@ -156,5 +158,31 @@ ane_gather_f32(const struct ane_layout *l, const void *surf, float *x, size_t nc
 			}
 		}
 	}
+	return 0;
+}
+
+// the first E channels of surface s, as a layout of height 1
+static int
+surf_layout(struct ane_layout *l, const struct ad_surface *s, int E, int ncols, char *err)
+{
+	if (!s->base || s->channels < (size_t)E || s->width < (size_t)ncols)
+		return ad_err(err, "resnorm: surface %s is %zu x %zu, the step needs %d x %d", s->id, s->channels,
+		              s->width, E, ncols);
+	return ane_layout_from_strides(l, (size_t)E, 1, s->width, 2, s->row_stride, s->plane_stride, 0, 1, err);
+}
+
+int
+ane_resnorm_planar(const struct ad_resnorm *r, int ncols, const struct ad_surface *ys, const float *x_in,
+                   float *x_out, struct ad_surface *xs, float *scratch, char *err)
+{
+	struct ane_layout ly, lx;
+	float *y = scratch, *xn = scratch + (size_t)ncols * r->E;
+	if ((ys && surf_layout(&ly, ys, r->E, ncols, err)) || (xs && surf_layout(&lx, xs, r->E, ncols, err)))
+		return -1;
+	if (ys && ane_gather_f32(&ly, ys->base, y, (size_t)ncols, (size_t)r->E, err))
+		return -1;
+	ad_resnorm(r, ncols, ys ? y : NULL, (size_t)r->E, x_in, x_out, xs ? xn : NULL, (size_t)r->E);
+	if (xs && r->w && ane_scatter_f32(&lx, xs->base, xn, (size_t)ncols, (size_t)r->E, err))
+		return -1;
 	return 0;
 }

@@ -59,4 +59,14 @@ int ane_scatter_f32(const struct ane_layout *l, void *surf, const float *x, size
 int ane_gather_f32(const struct ane_layout *l, const void *surf, float *x, size_t ncols,
                    size_t ld, char *err);
 
+// resnorm.h's step on fp16 planar surfaces (height 1): y gathered from the
+// first E channels of ys (NULL: no y), xn scattered into the first E
+// channels of xs (NULL: no xn); x_in and x_out are host rows [ncols][E];
+// scratch holds 2 * ncols * E floats. -1 with err if a surface is too small.
+struct ad_resnorm;
+struct ad_surface;
+int ane_resnorm_planar(const struct ad_resnorm *r, int ncols, const struct ad_surface *ys,
+                       const float *x_in, float *x_out, struct ad_surface *xs, float *scratch,
+                       char *err);
+
 #endif

@@ -60,8 +60,10 @@
 #include "common.pb-c.h"
 #include "dataplane.h"
 #include "ipc.h"
+#include "layout.h"
 #include "log.h"
 #include "model.h"
+#include "resnorm.h"
 #include "surface.h"
 #include "trace.h"
 
@@ -90,6 +92,8 @@ struct dpc {
 	volatile int stop;
 	atomic_int done;
 	struct ad_surface map[DP_MAX_SURF]; // by table index, mapped on first use (under worker.mu)
+	float *scratch; // DP_RESNORM steps' gathered y and xn (under worker.mu)
+	size_t scratch_cap;
 	struct dpc *next;
 };
 
@@ -432,6 +436,68 @@ dp_surf(struct dpc *d, uint16_t idx, const char *id, int channels, int width, co
 	return s;
 }
 
+// a DP_RESNORM step (dataplane.h): its vectors checked against the arena,
+// its surfaces against the step's shape, then resnorm.h's arithmetic
+static Anedvd__ErrorCode
+dp_resnorm(struct dpc *d, const struct dp_step *st, uint64_t *exec_ns, char *msg)
+{
+	const struct dp_resnorm *q = &st->rn;
+	const int width = d->w->set.plan.width;
+	size_t abytes = 0;
+	float *arena = dp_arena(d->ch, &abytes);
+	const uint64_t na = abytes / sizeof(float), E = q->E, n = st->ncols;
+	if (!arena) {
+		snprintf(msg, AD_ERRLEN, "resnorm: the data-plane object has no arena");
+		return ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
+	}
+	if (E < 1 || E > (1u << 20) || n < 1 || n > (uint64_t)width || !(q->eps >= 0)) {
+		snprintf(msg, AD_ERRLEN, "resnorm: %llu columns of %llu (width %d), eps %g", (unsigned long long)n,
+		         (unsigned long long)E, width, (double)q->eps);
+		return ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
+	}
+	const uint64_t rows = n * E;
+	const uint32_t vec[3] = {q->bias, q->post, q->w};
+	int bad = q->x_in > na || rows > na - q->x_in || q->x_out > na || rows > na - q->x_out;
+	for (int i = 0; i < 3; i++)
+		bad |= vec[i] != DP_NO_VEC && (vec[i] > na || E > na - vec[i]);
+	// x_out is x_in, or apart from it
+	bad |= q->x_out != q->x_in && q->x_out < q->x_in + rows && q->x_in < q->x_out + rows;
+	if (bad) {
+		snprintf(msg, AD_ERRLEN, "resnorm: vectors outside the arena of %llu floats, or overlapping",
+		         (unsigned long long)na);
+		return ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
+	}
+	Anedvd__ErrorCode code = 0;
+	struct ad_surface *ys = NULL, *xs = NULL;
+	if (st->in != DP_NO_SURF && !(ys = dp_surf(d, st->in, st->in_id, (int)E, width, "", &code, msg)))
+		return ad_err_prefix(msg, "resnorm: y"), code;
+	if (st->out != DP_NO_SURF && !(xs = dp_surf(d, st->out, st->out_id, (int)E, width, "", &code, msg)))
+		return ad_err_prefix(msg, "resnorm: xn"), code;
+	if (ys && st->in == DP_BY_NAME && st->out == DP_BY_NAME) // get_surface may have moved the entries
+		ys = dp_surf(d, st->in, st->in_id, (int)E, width, "", &code, msg);
+	if (2 * rows > d->scratch_cap) {
+		float *p = realloc(d->scratch, 2 * rows * sizeof(float));
+		if (!p) {
+			snprintf(msg, AD_ERRLEN, "resnorm: out of memory");
+			return ANEDVD__ERROR_CODE__ERROR_INTERNAL;
+		}
+		d->scratch = p;
+		d->scratch_cap = 2 * rows;
+	}
+	const struct ad_resnorm r = {
+		.E = (int)E,
+		.eps = q->eps,
+		.bias = q->bias == DP_NO_VEC ? NULL : arena + q->bias,
+		.post = q->post == DP_NO_VEC ? NULL : arena + q->post,
+		.w = q->w == DP_NO_VEC ? NULL : arena + q->w,
+	};
+	uint64_t t0 = now_ns();
+	if (ane_resnorm_planar(&r, (int)n, ys, arena + q->x_in, arena + q->x_out, xs, d->scratch, msg))
+		return ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
+	*exec_ns = now_ns() - t0;
+	return 0;
+}
+
 static void
 dp_handle(void *arg, const struct dp_request *rq, struct dp_reply *rep)
 {
@@ -443,6 +509,11 @@ dp_handle(void *arg, const struct dp_request *rq, struct dp_reply *rep)
 	pthread_mutex_lock(&w->mu);
 	for (uint32_t i = 0; i < rq->nsteps && !code; i++) {
 		const struct dp_step *st = &rq->step[i];
+		if (st->kernel == DP_RESNORM) {
+			if (!(code = dp_resnorm(d, st, &rep->exec_ns[i], msg)))
+				rep->done_steps = i + 1;
+			continue;
+		}
 		if ((code = check_kernel(w, st->kernel, st->ncols, msg)))
 			break;
 		struct ane_kernel *k = kernel(w, (int)st->kernel);
@@ -484,6 +555,8 @@ dp_thread(void *arg)
 	pthread_mutex_lock(&d->w->mu);
 	for (int i = 0; i < DP_MAX_SURF; i++)
 		surface_close(&d->map[i]);
+	free(d->scratch);
+	d->scratch = NULL;
 	pthread_mutex_unlock(&d->w->mu);
 	dp_close(d->ch);
 	d->ch = NULL;

@@ -191,12 +191,30 @@ x_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surfa
 	return 0;
 }
 
+// a KB_RESNORM step on the fp32 twins: no fp16 rounding, as put/get in
+// the engine
+static int
+x_resnorm(struct kernel_backend *kb, const struct kb_step *st, char *err)
+{
+	struct exact *x = kb->priv;
+	struct xsurf *ys = st->in ? find_surf(x, st->in) : NULL, *xs = st->out ? find_surf(x, st->out) : NULL;
+	if ((st->in && !ys) || (st->out && !xs))
+		return ad_err(err, "exact: resnorm: not a surface of this backend");
+	if ((ys && ys->s.channels < (size_t)st->rn.E) || (xs && xs->s.channels < (size_t)st->rn.E) ||
+	    st->ncols < 1 || st->ncols > kb->width)
+		return ad_err(err, "exact: resnorm: %d columns of %d do not fit", st->ncols, st->rn.E);
+	ad_resnorm(&st->rn, st->ncols, ys ? ys->f32 : NULL, ys ? ys->s.channels : 0, st->x_in, st->x_out,
+	           xs ? xs->f32 : NULL, xs ? xs->s.channels : 0);
+	return 0;
+}
+
 static void
 x_free(struct kernel_backend *kb)
 {
 	if (!kb)
 		return;
 	struct exact *x = kb->priv;
+	kb_host_free(kb);
 	for (int i = 0; i < x->nbufs; i++)
 		free(x->bufs[i]);
 	for (int i = 0; i < x->nsurf; i++) {
@@ -238,6 +256,7 @@ kb_exact_new(const struct model *m, const struct kb_opts *o, char *err)
 	x->kb.call = x_call;
 	x->kb.call_list = kb_call_loop;
 	x->kb.free = x_free;
+	x->kb.resnorm = x_resnorm;
 	const int gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3 || m->arch == MODEL_ARCH_GEMMA4;
 	const int split = gelu || (o && o->split);
 	const int E = (int)hp->n_embd;

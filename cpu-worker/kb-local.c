@@ -87,6 +87,7 @@ l_free(struct kernel_backend *kb)
 	if (!kb)
 		return;
 	struct local *l = kb->priv;
+	kb_host_free(kb);
 	kb_surfaces_free(&l->surf);
 	free(l->info);
 	ane_set_free(&l->set);

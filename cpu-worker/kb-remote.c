@@ -62,13 +62,16 @@ struct remote {
 	// the data plane, NULL when calls go over nng
 	struct dp_chan *dp;
 	int16_t dp_idx[DP_MAX_SURF]; // kb_surfaces position -> table index, -1: by id
+	float *arena;                // the object's arena (KB_RESNORM vectors), NULL without one
+	size_t arena_n, arena_used;  // floats
 	_Atomic uint64_t dp_worker;  // pid << 32 | generation of the attached worker
 	atomic_uint attaches;        // bumped by every attach
 	pthread_mutex_t amu;         // one thread re-attaches at a time
-	// per kernel, one column and more: a running mean of exec_ns, the
-	// guess of how long the next call takes (dp_call_expect); races
-	// between threads only blur a guess
+	// per kernel (and at n_kernels, a KB_RESNORM step), one column and
+	// more: a running mean of exec_ns, the guess of how long the next call
+	// takes (dp_call_expect); races between threads only blur a guess
 	uint32_t *expect[2];
+	size_t host_floats; // the arena to make: kb_host_floats of the model
 };
 
 static atomic_uint remote_gen;
@@ -360,6 +363,37 @@ dp_roundtrip(struct remote *r, const struct dp_request *rq, struct dp_reply *rep
 	return 0;
 }
 
+// a host vector's offset in the arena, in floats (DP_NO_VEC: NULL)
+static uint32_t
+arena_off(const struct remote *r, const float *p)
+{
+	return p ? (uint32_t)(p - r->arena) : DP_NO_VEC;
+}
+
+// the host vectors of a KB_RESNORM step lie in the arena
+static int
+in_arena(const struct remote *r, const struct kb_step *st)
+{
+	const float *v[5] = {st->x_in, st->x_out, st->rn.bias, st->rn.post, st->rn.w};
+	const size_t len[5] = {(size_t)st->ncols * st->rn.E, (size_t)st->ncols * st->rn.E, st->rn.E, st->rn.E,
+	                       st->rn.E};
+	for (int i = 0; i < 5; i++) {
+		if (!v[i] && i >= 2)
+			continue;
+		if (!r->arena || !v[i] || v[i] < r->arena || (size_t)(v[i] - r->arena) > r->arena_n ||
+		    len[i] > r->arena_n - (size_t)(v[i] - r->arena))
+			return 0;
+	}
+	return 1;
+}
+
+// the expect[] entry of a step
+static int
+step_slot(const struct remote *r, const struct kb_step *st)
+{
+	return st->kind == KB_RESNORM ? r->kb.n_kernels : st->id;
+}
+
 // up to DP_MAX_STEPS steps (checked) in one round trip of the data plane
 static int
 dp_list(struct remote *r, const struct kb_step *steps, int n, struct kb_timing *t, char *err)
@@ -369,30 +403,41 @@ dp_list(struct remote *r, const struct kb_step *steps, int n, struct kb_timing *
 	rq.op = DP_OP_CALL;
 	rq.nsteps = (uint32_t)n;
 	for (int i = 0; i < n; i++) {
+		const struct kb_step *st = &steps[i];
 		struct dp_step *d = &rq.step[i];
-		d->kernel = (uint32_t)steps[i].id;
-		d->ncols = (uint32_t)steps[i].ncols;
-		d->in = surf_ref(r, steps[i].in);
-		d->out = surf_ref(r, steps[i].out);
+		d->kernel = st->kind == KB_RESNORM ? DP_RESNORM : (uint32_t)st->id;
+		d->ncols = (uint32_t)st->ncols;
+		d->in = st->in ? surf_ref(r, st->in) : DP_NO_SURF;
+		d->out = st->out ? surf_ref(r, st->out) : DP_NO_SURF;
 		if (d->in == DP_BY_NAME)
-			snprintf(d->in_id, sizeof d->in_id, "%s", steps[i].in->id);
+			snprintf(d->in_id, sizeof d->in_id, "%s", st->in->id);
 		if (d->out == DP_BY_NAME)
-			snprintf(d->out_id, sizeof d->out_id, "%s", steps[i].out->id);
+			snprintf(d->out_id, sizeof d->out_id, "%s", st->out->id);
+		if (st->kind == KB_RESNORM)
+			d->rn = (struct dp_resnorm){(uint32_t)st->rn.E, st->rn.eps, arena_off(r, st->x_in),
+			                            arena_off(r, st->x_out), arena_off(r, st->rn.bias),
+			                            arena_off(r, st->rn.post), arena_off(r, st->rn.w)};
 	}
 	uint64_t expect = 0;
 	for (int i = 0; i < n; i++)
-		expect += r->expect[steps[i].ncols > 1][steps[i].id];
+		expect += r->expect[steps[i].ncols > 1][step_slot(r, &steps[i])];
 	static _Thread_local struct dp_reply rep;
-	if (dp_roundtrip(r, &rq, &rep, steps[0].id, t0, expect, err))
+	int kid = -1; // the first kernel, to name the call in messages
+	for (int i = 0; i < n && kid < 0; i++)
+		if (steps[i].kind != KB_RESNORM)
+			kid = steps[i].id;
+	if (dp_roundtrip(r, &rq, &rep, kid, t0, expect, err))
 		return -1;
 	for (int i = 0; i < n && i < (int)rep.done_steps; i++) {
-		uint32_t *e = &r->expect[steps[i].ncols > 1][steps[i].id];
+		uint32_t *e = &r->expect[steps[i].ncols > 1][step_slot(r, &steps[i])];
 		uint64_t x = rep.exec_ns[i] < UINT32_MAX ? rep.exec_ns[i] : UINT32_MAX;
 		*e = *e ? (uint32_t)((3 * (uint64_t)*e + x) / 4) : (uint32_t)x;
 	}
 	if (rep.status != DP_OK) {
-		int k = rep.done_steps < (uint32_t)n ? steps[rep.done_steps].id : steps[0].id;
-		return ad_err(err, "%s: kernel %d: %s", r->kb.name, k, rep.msg);
+		const struct kb_step *st = &steps[rep.done_steps < (uint32_t)n ? rep.done_steps : 0];
+		if (st->kind == KB_RESNORM)
+			return ad_err(err, "%s: %s", r->kb.name, rep.msg);
+		return ad_err(err, "%s: kernel %d: %s", r->kb.name, st->id, rep.msg);
 	}
 	if (t) {
 		uint64_t total = now_ns() - t0, exec = 0;
@@ -413,9 +458,18 @@ r_call_list(struct kernel_backend *kb, const struct kb_step *steps, int n, struc
 		return ad_err(err, "%s: an empty list of kernels", kb->name);
 	if (!r->dp)
 		return kb_call_loop(kb, steps, n, t, err);
-	for (int i = 0; i < n; i++)
-		if (check_call(kb, steps[i].id, steps[i].in, steps[i].out, steps[i].ncols, err))
-			return -1;
+	for (int i = 0; i < n; i++) {
+		const struct kb_step *st = &steps[i];
+		if (st->kind != KB_RESNORM) {
+			if (check_call(kb, st->id, st->in, st->out, st->ncols, err))
+				return -1;
+		} else if (!in_arena(r, st)) { // host memory of this process only: run it all here
+			return kb_call_loop(kb, steps, n, t, err);
+		} else if (st->ncols < 1 || st->ncols > kb->width || st->rn.E < 1) {
+			return ad_err(err, "%s: resnorm: %d columns of %d (width %d)", kb->name, st->ncols, st->rn.E,
+			              kb->width);
+		}
+	}
 	for (int i = 0; i < n; i += DP_MAX_STEPS)
 		if (dp_list(r, steps + i, n - i < DP_MAX_STEPS ? n - i : DP_MAX_STEPS, t ? t + i : NULL, err))
 			return -1;
@@ -448,7 +502,7 @@ r_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surfa
 	if (check_call(kb, id, in, out, ncols, err))
 		return -1;
 	if (r->dp) {
-		struct kb_step st = {id, in, out, ncols};
+		struct kb_step st = {.id = id, .in = in, .out = out, .ncols = ncols};
 		return dp_list(r, &st, 1, t, err);
 	}
 	Anedvd__KernelCall kc = ANEDVD__KERNEL_CALL__INIT;
@@ -514,12 +568,34 @@ r_surface_new(struct kernel_backend *kb, const char *name, int channels, struct 
 	return 0;
 }
 
+// host memory: the arena's, bump-allocated; over nng this process's
+static float *
+r_host_alloc(struct kernel_backend *kb, size_t n, char *err)
+{
+	struct remote *r = kb->priv;
+	if (!r->dp) {
+		kb->host_alloc = NULL; // kb_host_alloc's own, once
+		float *p = kb_host_alloc(kb, n, err);
+		kb->host_alloc = r_host_alloc;
+		return p;
+	}
+	size_t a = (n + 15) / 16 * 16;
+	if (!r->arena || a > r->arena_n - r->arena_used)
+		return ad_err(err, "%s: %zu host floats: the data-plane arena has %zu of %zu left", kb->name, n,
+		              r->arena_n - r->arena_used, r->arena_n),
+		       NULL;
+	float *p = r->arena + r->arena_used;
+	r->arena_used += a;
+	return p;
+}
+
 static void
 r_free(struct kernel_backend *kb)
 {
 	if (!kb)
 		return;
 	struct remote *r = kb->priv;
+	kb_host_free(kb);
 	dp_destroy(r->dp); // the worker's thread sees it closed and unmaps
 	kb_surfaces_free(&r->surf);
 	ad_client_close(r->c);
@@ -540,8 +616,12 @@ dp_start(struct remote *r, char *err)
 	snprintf(sub, sizeof sub, "r%u-dp", r->gen);
 	if (surface_id(id, sizeof id, r->instance, sub))
 		return ad_err(err, "data plane: id too long");
-	if (!(r->dp = dp_create(id, err)))
+	if (!(r->dp = dp_create_arena(id, r->host_floats * sizeof(float), err)))
 		return -1;
+	size_t ab = 0;
+	r->arena = dp_arena(r->dp, &ab);
+	r->arena_n = ab / sizeof(float);
+	r->arena_used = 0;
 	for (int i = 0; i < r->surf.n && i < DP_MAX_SURF; i++) // none yet, in practice
 		r->dp_idx[i] = -1;
 	int transport = 0;
@@ -556,6 +636,8 @@ dp_start(struct remote *r, char *err)
 	}
 	dp_destroy(r->dp);
 	r->dp = NULL;
+	r->arena = NULL;
+	r->arena_n = 0;
 	ad_warn("the ane-worker has no data plane (%s): kernel calls over nng", e);
 	return 0;
 }
@@ -579,6 +661,7 @@ kb_remote_new(const struct model *m, const struct kb_opts *o, char *err)
 	r->kb.surface_new = r_surface_new;
 	r->kb.call = r_call;
 	r->kb.call_list = r_call_list;
+	r->kb.host_alloc = r_host_alloc;
 	r->kb.free = r_free;
 	pthread_mutex_init(&r->amu, NULL);
 	struct ane_plan_opts po = {.width = o->width, .split = o->split, .weights = (enum ane_wfmt)o->weights};
@@ -598,6 +681,7 @@ kb_remote_new(const struct model *m, const struct kb_opts *o, char *err)
 		                              .row_offset = pk->row_offset, .weight_bytes = pk->weight_bytes};
 	}
 	r->kb.width = r->plan.width;
+	r->host_floats = kb_host_floats(m, r->plan.width);
 	r->kb.n_kernels = r->plan.n;
 	r->kb.kernels = r->info;
 	r->c = ad_client_open(r->url, err);

@@ -1,6 +1,10 @@
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "kernels.h"
+#include "layout.h"
 
 int
 kb_surfaces_reserve(struct kb_surfaces *l, char *err)
@@ -32,13 +36,100 @@ kb_surfaces_free(struct kb_surfaces *l)
 	l->n = l->cap = 0;
 }
 
+static uint64_t
+now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int
+resnorm_here(struct kernel_backend *kb, const struct kb_step *st, struct kb_timing *t, char *err)
+{
+	uint64_t t0 = now_ns();
+	if (kb->resnorm) {
+		if (kb->resnorm(kb, st, err))
+			return -1;
+	} else {
+		size_t need = 2 * (size_t)st->ncols * (size_t)st->rn.E;
+		if (need > kb->scratch_cap) {
+			float *p = realloc(kb->scratch, need * sizeof(float));
+			if (!p)
+				return ad_err(err, "resnorm: out of memory");
+			kb->scratch = p;
+			kb->scratch_cap = need;
+		}
+		if (ane_resnorm_planar(&st->rn, st->ncols, st->in, st->x_in, st->x_out, st->out, kb->scratch, err))
+			return -1;
+	}
+	if (t) {
+		t->exec_ns = now_ns() - t0;
+		t->total_ns = t->exec_ns;
+	}
+	return 0;
+}
+
 int
 kb_call_loop(struct kernel_backend *kb, const struct kb_step *steps, int n, struct kb_timing *t, char *err)
 {
-	for (int i = 0; i < n; i++)
-		if (kb->call(kb, steps[i].id, steps[i].in, steps[i].out, steps[i].ncols, t ? &t[i] : NULL, err))
+	for (int i = 0; i < n; i++) {
+		const struct kb_step *st = &steps[i];
+		if (st->kind == KB_RESNORM) {
+			if (resnorm_here(kb, st, t ? &t[i] : NULL, err))
+				return -1;
+		} else if (kb->call(kb, st->id, st->in, st->out, st->ncols, t ? &t[i] : NULL, err)) {
 			return -1;
+		}
+	}
 	return 0;
+}
+
+// --- host memory ------------------------------------------------------------------------
+
+struct kb_host {
+	struct kb_host *next;
+};
+
+float *
+kb_host_alloc(struct kernel_backend *kb, size_t n, char *err)
+{
+	if (kb->host_alloc)
+		return kb->host_alloc(kb, n, err);
+	// the block's link in its first line, the floats after it
+	void *p = NULL;
+	if (n > SIZE_MAX / sizeof(float) - 64 || posix_memalign(&p, 64, 64 + n * sizeof(float)))
+		return ad_err(err, "out of memory for %zu host floats", n), NULL;
+	memset(p, 0, 64 + n * sizeof(float));
+	struct kb_host *h = p;
+	h->next = kb->host;
+	kb->host = h;
+	return (float *)((char *)p + 64);
+}
+
+void
+kb_host_free(struct kernel_backend *kb)
+{
+	while (kb->host) {
+		struct kb_host *n = kb->host->next;
+		free(kb->host);
+		kb->host = n;
+	}
+	free(kb->scratch);
+	kb->scratch = NULL;
+	kb->scratch_cap = 0;
+}
+
+size_t
+kb_host_floats(const struct model *m, int width)
+{
+	// three residual rows of [width][E] (a fused call reads one and writes
+	// the other two), and per layer up to five [E] vectors (two norms, two
+	// post-norms, the output bias), the output norm; each rounded to 16
+	// floats (64 bytes)
+	size_t E = ((size_t)m->hp.n_embd + 15) / 16 * 16;
+	size_t w = width > 0 ? (size_t)width : 64;
+	return 3 * ((w * (size_t)m->hp.n_embd + 15) / 16 * 16) + (5 * (size_t)m->hp.n_layer + 2) * E;
 }
 
 int

@@ -36,6 +36,7 @@
 
 #include "err.h"
 #include "model.h"
+#include "resnorm.h"
 #include "surface.h"
 
 enum kb_kind {
@@ -77,11 +78,26 @@ struct kb_opts {
 	int no_dataplane; // kb_remote: every call over nng (also ANEDVD_DATAPLANE=0)
 };
 
-// one kernel of a list: run id on the first ncols columns of in, writing out
+enum kb_step_kind {
+	KB_KERNEL = 0,  // run kernel id on the first ncols columns of in, writing out
+	KB_RESNORM = 1, // resnorm.h's step on ncols columns: y read from in (NULL:
+	                // none), xn written to out (NULL: none), x_in -> x_out
+};
+
+// one step of a list. A KB_RESNORM step's host vectors (x_in, x_out
+// [ncols][rn.E], rn's bias, post and w) come from kb_host_alloc, so the
+// backend's side can reach them: kb_remote runs the step in the ane-worker,
+// between the kernels of the same call; a step whose x_out overlaps its
+// x_in without being it is refused (a re-posted call must find its inputs
+// as they were).
 struct kb_step {
 	int id;
 	struct ad_surface *in, *out;
 	int ncols;
+	int kind; // enum kb_step_kind
+	const float *x_in;
+	float *x_out;
+	struct ad_resnorm rn;
 };
 
 struct kernel_backend {
@@ -104,8 +120,20 @@ struct kernel_backend {
 	// before the failing one have run. NULL: kb_call_list loops over call.
 	int (*call_list)(struct kernel_backend *kb, const struct kb_step *steps, int n, struct kb_timing *t,
 	                 char *err);
+	// n floats of host memory (64-byte aligned, zeroed, freed with the
+	// backend) that both this process and the backend's side can read and
+	// write: KB_RESNORM steps' vectors. kb_remote: the data-plane object's
+	// arena, sized by kb_host_floats (NULL with err when it is spent; over
+	// nng, this process's memory). NULL: use kb_host_alloc's default.
+	float *(*host_alloc)(struct kernel_backend *kb, size_t n, char *err);
+	// a KB_RESNORM step run in this process (NULL: kb_resnorm_planar, on
+	// the surfaces' fp16 planes); kb_exact's reads and writes its fp32 twins
+	int (*resnorm)(struct kernel_backend *kb, const struct kb_step *st, char *err);
 	void (*free)(struct kernel_backend *kb);
 	void *priv;
+	struct kb_host *host; // kb_host_alloc's blocks in this process
+	float *scratch;       // kb_call_loop's KB_RESNORM steps: gathered y and xn
+	size_t scratch_cap;
 };
 
 // The surfaces a backend handed out, which it owns: kb_surfaces_reserve
@@ -126,8 +154,19 @@ struct kernel_backend *kb_exact_new(const struct model *m, const struct kb_opts 
 
 // kb->call_list, or one kb->call per step when the backend has none
 int kb_call_list(struct kernel_backend *kb, const struct kb_step *steps, int n, struct kb_timing *t, char *err);
-// the loop over kb->call, for backends whose list is no faster
+// the loop over kb->call (and KB_RESNORM steps here), for backends whose
+// list is no faster
 int kb_call_loop(struct kernel_backend *kb, const struct kb_step *steps, int n, struct kb_timing *t, char *err);
+
+// host memory for KB_RESNORM steps: kb->host_alloc, or this process's (kept
+// on a list the backend frees with kb_host_free)
+float *kb_host_alloc(struct kernel_backend *kb, size_t n, char *err);
+void kb_host_free(struct kernel_backend *kb);
+// the host floats an engine of this model and width may take (the residual
+// rows, the norms' and biases' vectors, with their alignment), for a
+// backend that sizes its host memory up front
+size_t kb_host_floats(const struct model *m, int width);
+
 
 // kb_remote: an empty round trip, through the data plane (a NOP) or with
 // via_nng over the control plane (Health); -1 with a message

@@ -152,7 +152,7 @@ main(int argc, char **argv)
 		if (dp->kernels[i].weight_bytes > dp->kernels[big].weight_bytes && dp->kernels[i].kind != KB_PROBE)
 			big = i;
 		if (dp->kernels[i].kind == KB_LM_HEAD && nhead < 64)
-			head[nhead++] = (struct kb_step){i, NULL, NULL, 1};
+			head[nhead++] = (struct kb_step){.id = i, .ncols = 1};
 	}
 	struct ad_surface s[4], bs[4], hs[2][64];
 	const struct kb_info *k = &dp->kernels[id], *kbig = &dp->kernels[big];

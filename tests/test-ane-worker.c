@@ -933,6 +933,167 @@ dp_step1(struct dp_chan *ch, uint32_t pid, uint32_t gen, uint32_t kernel, uint32
 	return rc == DP_DONE ? rep->status : -100 + rc;
 }
 
+// one DP_RESNORM step on a raw object; the reply's status
+static int
+rn_step(struct dp_chan *ch, uint32_t pid, uint32_t gen, uint32_t ncols, uint16_t y, uint16_t xn,
+        struct dp_resnorm rn, struct dp_reply *rep)
+{
+	struct dp_request rq;
+	memset(&rq, 0, sizeof rq);
+	rq.op = DP_OP_CALL;
+	rq.nsteps = 1;
+	rq.step[0] = (struct dp_step){.kernel = DP_RESNORM, .ncols = ncols, .in = y, .out = xn, .rn = rn};
+	int slot = -1;
+	int rc = dp_call(ch, &slot, &rq, rep, pid, gen, 5000);
+	dp_release(ch, slot);
+	return rc == DP_DONE ? rep->status : -100 + rc;
+}
+
+// the residual-norm step in the worker (a fused call's CPU work): the bits
+// of resnorm.h here, its vectors checked against the arena, and through
+// kb_remote a list of kernels and steps equal to kb_local's
+static void
+test_resnorm_steps(void)
+{
+	REQUIRE(worker > 0 && remote && local);
+	char err[AD_ERRLEN], id[AD_SURFACE_ID_MAX], sy[AD_SURFACE_ID_MAX], sx[AD_SURFACE_ID_MAX];
+	struct ad_client *c = ad_client_open(url, err);
+	REQUIRE(c);
+	const long me = (long)getpid();
+	const int E = (int)stories.hp.n_embd, n = 3;
+	REQUIRE(surface_id(id, sizeof id, me, "rn-dp") == 0 && surface_id(sy, sizeof sy, me, "rn-y") == 0 &&
+	        surface_id(sx, sizeof sx, me, "rn-x") == 0);
+	// the arena: x_in [n][E] at 0, x_out at 1024, w at 2048, bias at 2112, post at 2176
+	struct dp_chan *ch = dp_create_arena(id, 4096 * sizeof(float), err);
+	REQUIRE(ch, "%s", err);
+	size_t ab = 0;
+	float *ar = dp_arena(ch, &ab);
+	REQUIRE(ar && ab >= 4096 * sizeof(float) && ((uintptr_t)ar & 63) == 0);
+	Anedvd__AneReply *a = attach_req(c, id);
+	REQUIRE(a && !a->error && a->body_case == ANEDVD__ANE_REPLY__BODY_ATTACH);
+	uint32_t gen = a->attach->generation, pid = a->attach->pid;
+	anedvd__ane_reply__free_unpacked(a, NULL);
+	struct ad_surface Y, X;
+	REQUIRE(surface_create(&Y, sy, (size_t)E, W, 1, err) == 0 && surface_create(&X, sx, (size_t)E, W, 1, err) == 0,
+	        "%s", err);
+	CHECK(dp_add_surface(ch, sy, (uint32_t)E, W, err) == 0 && dp_add_surface(ch, sx, (uint32_t)E, W, err) == 1);
+	float y[3 * 512], xin[3 * 512], w[512], bias[512], post[512], want_x[3 * 512], want_n[3 * 512], got[3 * 512];
+	REQUIRE(E <= 512);
+	for (int i = 0; i < n * E; i++) {
+		y[i] = 4.0f * frand();
+		xin[i] = 8.0f * frand();
+	}
+	for (int i = 0; i < E; i++) {
+		w[i] = 1.0f + frand();
+		bias[i] = frand();
+		post[i] = 0.5f + frand();
+	}
+	surface_write(&Y, y, n, (size_t)E);
+	surface_read(&Y, y, n, (size_t)E); // what the step reads: y in fp16
+	memcpy(ar, xin, sizeof(float) * (size_t)(n * E));
+	memcpy(ar + 2048, w, sizeof(float) * (size_t)E);
+	memcpy(ar + 2112, bias, sizeof(float) * (size_t)E);
+	memcpy(ar + 2176, post, sizeof(float) * (size_t)E);
+	const float eps = 1e-5f;
+	struct ad_resnorm r = {E, eps, bias, post, w};
+	ad_resnorm(&r, n, y, (size_t)E, xin, want_x, want_n, (size_t)E);
+	struct dp_reply rep;
+	struct dp_resnorm good = {(uint32_t)E, eps, 0, 1024, 2112, 2176, 2048};
+	CHECK(rn_step(ch, pid, gen, n, 0, 1, good, &rep) == DP_OK && rep.exec_ns[0] > 0, "%s", rep.msg);
+	CHECK(memcmp(ar + 1024, want_x, sizeof(float) * (size_t)(n * E)) == 0, "x_out differs");
+	surface_read(&X, got, n, (size_t)E);
+	float want16[3 * 512];
+	surface_write(&X, want_n, n, (size_t)E); // xn as the surface holds it: fp16
+	surface_read(&X, want16, n, (size_t)E);
+	CHECK(memcmp(got, want16, sizeof(float) * (size_t)(n * E)) == 0, "xn differs");
+	// no y: x copied, then normed; no w: no xn written
+	struct ad_resnorm r0 = {E, eps, NULL, NULL, w};
+	ad_resnorm(&r0, n, NULL, 0, xin, want_x, want_n, (size_t)E);
+	struct dp_resnorm noy = {(uint32_t)E, eps, 0, 1024, DP_NO_VEC, DP_NO_VEC, 2048};
+	CHECK(rn_step(ch, pid, gen, n, DP_NO_SURF, 1, noy, &rep) == DP_OK, "%s", rep.msg);
+	CHECK(memcmp(ar + 1024, want_x, sizeof(float) * (size_t)(n * E)) == 0, "x_out differs without y");
+	// x_out may be x_in (the first step of a token)
+	struct dp_resnorm same = {(uint32_t)E, eps, 0, 0, DP_NO_VEC, DP_NO_VEC, 2048};
+	CHECK(rn_step(ch, pid, gen, n, DP_NO_SURF, 1, same, &rep) == DP_OK, "%s", rep.msg);
+	CHECK(memcmp(ar, xin, sizeof(float) * (size_t)(n * E)) == 0, "x_in changed");
+	// refusals: each names what is wrong and changes nothing
+	memcpy(ar + 1024, xin, sizeof(float) * (size_t)(n * E));
+	struct dp_resnorm bad[] = {
+		{(uint32_t)E, eps, 4000, 1024, DP_NO_VEC, DP_NO_VEC, 2048},      // x_in past the arena
+		{(uint32_t)E, eps, 0, 4096 - 10, DP_NO_VEC, DP_NO_VEC, 2048},    // x_out past the arena
+		{(uint32_t)E, eps, 0, 1024, DP_NO_VEC, DP_NO_VEC, 4090},         // w past the arena
+		{(uint32_t)E, eps, 0, 1024, 0xfffffff0u, DP_NO_VEC, 2048},       // bias past the arena
+		{(uint32_t)E, eps, 0, (uint32_t)E, DP_NO_VEC, DP_NO_VEC, 2048},  // x_out overlaps x_in
+		{0, eps, 0, 1024, DP_NO_VEC, DP_NO_VEC, 2048},                   // no channels
+		{(uint32_t)E, -1.0f, 0, 1024, DP_NO_VEC, DP_NO_VEC, 2048},       // a negative eps
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+		CHECK(rn_step(ch, pid, gen, n, 0, 1, bad[i], &rep) == DP_BAD_REQUEST && strstr(rep.msg, "resnorm"),
+		      "bad step %zu: %d %s", i, rep.status, rep.msg);
+	CHECK(rn_step(ch, pid, gen, W + 1, 0, 1, good, &rep) == DP_BAD_REQUEST, "%s", rep.msg);
+	CHECK(rn_step(ch, pid, gen, n, 7, 1, good, &rep) == DP_NOT_FOUND && strstr(rep.msg, "not registered"), "%s",
+	      rep.msg);
+	good.E = (uint32_t)E + 1; // wider than the surfaces
+	CHECK(rn_step(ch, pid, gen, n, 0, 1, good, &rep) == DP_BAD_REQUEST, "%s", rep.msg);
+	CHECK(memcmp(ar + 1024, xin, sizeof(float) * (size_t)(n * E)) == 0, "a refused step wrote x_out");
+	dp_destroy(ch);
+	// an object without an arena has no room for the vectors
+	REQUIRE((ch = dp_create(id, err)), "%s", err);
+	a = attach_req(c, id);
+	REQUIRE(a && !a->error);
+	gen = a->attach->generation;
+	anedvd__ane_reply__free_unpacked(a, NULL);
+	CHECK(dp_arena(ch, NULL) == NULL);
+	CHECK(dp_add_surface(ch, sy, (uint32_t)E, W, err) == 0 && dp_add_surface(ch, sx, (uint32_t)E, W, err) == 1);
+	good.E = (uint32_t)E;
+	CHECK(rn_step(ch, pid, gen, n, 0, 1, good, &rep) == DP_BAD_REQUEST && strstr(rep.msg, "no arena"), "%s",
+	      rep.msg);
+	dp_destroy(ch);
+	surface_close(&Y);
+	surface_close(&X);
+	CHECK(healthy(c));
+	ad_client_close(c);
+
+	// kb_remote and kb_local: [O, resnorm, FFN] of layer 0 on host vectors
+	// of their own, the same bits
+	const int ko = kb_find(local, KB_O, 0, 0), kf = kb_find(local, KB_FFN, 0, 0);
+	REQUIRE(ko >= 0 && kf >= 0);
+	struct kernel_backend *kb[2] = {local, remote};
+	float *xo[2];
+	struct ad_surface s[2][4];
+	static float xa[W * 512];
+	for (int i = 0; i < W * 512; i++)
+		xa[i] = frand();
+	for (int b = 0; b < 2; b++) {
+		float *hv = kb_host_alloc(kb[b], (size_t)(3 * W * E), err);
+		REQUIRE(hv, "%s", err);
+		static const char *nm[4] = {"rn-oi", "rn-oo", "rn-fi", "rn-fo"};
+		const int ch4[4] = {local->kernels[ko].in_ch, E, E, E};
+		for (int i = 0; i < 4; i++)
+			REQUIRE(kb[b]->surface_new(kb[b], nm[i], ch4[i], &s[b][i], err) == 0, "%s", err);
+		REQUIRE(ch4[0] <= 512);
+		surface_write(&s[b][0], xa, W, (size_t)ch4[0]);
+		memcpy(hv, xin, sizeof(float) * (size_t)(n * E));
+		memcpy(hv + W * E, w, sizeof(float) * (size_t)E);
+		xo[b] = hv + 2 * W * E;
+		const struct kb_step st[3] = {
+			{.id = ko, .in = &s[b][0], .out = &s[b][1], .ncols = n},
+			{.kind = KB_RESNORM, .ncols = n, .in = &s[b][1], .out = &s[b][2], .x_in = hv, .x_out = xo[b],
+			 .rn = {E, eps, NULL, NULL, hv + W * E}},
+			{.id = kf, .in = &s[b][2], .out = &s[b][3], .ncols = n},
+		};
+		struct kb_timing t[3];
+		REQUIRE(kb_call_list(kb[b], st, 3, t, err) == 0, "%s", err);
+		CHECK(t[1].exec_ns > 0 && t[0].exec_ns > 0);
+	}
+	CHECK(memcmp(xo[0], xo[1], sizeof(float) * (size_t)(n * E)) == 0, "x_out: local and remote differ");
+	int diffs = 0;
+	for (int o = 0; o < E; o++)
+		diffs += memcmp((char *)s[0][3].base + (size_t)o * s[0][3].plane_stride,
+		                (char *)s[1][3].base + (size_t)o * s[1][3].plane_stride, (size_t)n * 2) != 0;
+	CHECK(diffs == 0, "%d channels of the FFN's output differ", diffs);
+}
+
 static void
 test_dataplane(void)
 {
@@ -1033,8 +1194,8 @@ test_dataplane(void)
 			x[j] = frand();
 		surface_write(&li[i], x, W, (size_t)k->in_ch);
 		surface_write(&ri[i], x, W, (size_t)k->in_ch);
-		ls[i] = (struct kb_step){kid, &li[i], &lo[i], 1 + i % W};
-		rs[i] = (struct kb_step){kid, &ri[i], &ro[i], 1 + i % W};
+		ls[i] = (struct kb_step){.id = kid, .in = &li[i], .out = &lo[i], .ncols = 1 + i % W};
+		rs[i] = (struct kb_step){.id = kid, .in = &ri[i], .out = &ro[i], .ncols = 1 + i % W};
 	}
 	REQUIRE(kb_call_list(local, ls, N, NULL, err) == 0, "%s", err);
 	REQUIRE(kb_call_list(remote, rs, N, t, err) == 0, "%s", err);
@@ -1064,7 +1225,7 @@ test_dataplane(void)
 	const struct kb_info *k = &local->kernels[ls[0].id];
 	REQUIRE(nn->surface_new(nn, "ni", k->in_ch, &ni, err) == 0 && nn->surface_new(nn, "no", k->out_ch, &no, err) == 0);
 	memcpy(ni.base, li[0].base, ni.bytes < li[0].bytes ? ni.bytes : li[0].bytes);
-	struct kb_step ns = {ls[0].id, &ni, &no, ls[0].ncols};
+	struct kb_step ns = {.id = ls[0].id, .in = &ni, .out = &no, .ncols = ls[0].ncols};
 	CHECK(kb_call_list(nn, &ns, 1, t, err) == 0, "%s", err);
 	diffs = 0;
 	for (int oc = 0; oc < k->out_ch; oc++)
@@ -1324,6 +1485,7 @@ main(void)
 	T_RUN(test_round_trip);
 	T_RUN(test_kill_restart);
 	T_RUN(test_dataplane);
+	T_RUN(test_resnorm_steps);
 	T_RUN(test_kill_generation);
 	T_RUN(test_hung_worker);
 	T_RUN(test_sleep_doorbell);
