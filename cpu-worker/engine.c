@@ -35,8 +35,10 @@
 #include "dequant.h"
 #include "fp16.h"
 #include "layout.h"
+#include "log.h"
 #include "moe.h"
 #include "plan.h"
+#include "resnorm.h"
 #include "trace.h"
 #include "wtype.h"
 
@@ -60,6 +62,9 @@ struct eng_layer {
 	int hd, hdv, n_rot, nq, nk, nv, nqv, nqkv, ff, own_kv, kv_nk;
 	const float *rope_freqs; // the factors this layer uses, or NULL
 	const float *out_scale, *pl_gate, *pl_proj, *pl_norm; // gemma4
+	// fused calls: the vectors of the layer's KB_RESNORM steps, in the
+	// backend's host memory (copies of attn_norm, ffn_norm, the post-norms, bo)
+	const float *h_attn_norm, *h_ffn_norm, *h_post_attn, *h_post_ffw, *h_bo;
 	size_t kv_off; // this layer's part of a sequence's cache: K then V, or a ShortConv's B*X rows
 	int sliding, use_rope;
 	float rope_base, rope_freq_scale;
@@ -87,6 +92,14 @@ struct engine {
 	float *ones;                               // [head_dim]: gemma4's unweighted V norm
 	int gemma4;
 	struct eng_layer *layers;
+	// fused calls (see "one call per layer" below): the residual stream in
+	// three rows of the backend's host memory, hx[hcur] the current one
+	int fused;
+	float *hx[3];
+	int hcur;
+	const float *h_output_norm;
+	struct kb_step *fsteps; // a fused call's steps: 4 + the LM head's chunks
+	struct kb_timing *ft;
 	int *head, n_head; // LM head kernels in row order
 	int max_head_rows;
 	struct kb_step *head_steps; // the LM head as one list (each chunk its own output)
@@ -220,18 +233,6 @@ engine_matvec(float *y, const float *w, const float *x, int64_t n_in, int64_t n_
 		y[r] = engine_dot(w + r * n_in, x, n_in);
 }
 
-static void
-rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
-{
-	double ss = 0;
-	for (int64_t i = 0; i < n; i++)
-		ss += (double)(x[i] * x[i]);
-	float mean = (float)(ss / (double)n);
-	float scale = 1.0f / sqrtf(mean + eps);
-	for (int64_t i = 0; i < n; i++)
-		y[i] = (x[i] * scale) * w[i];
-}
-
 static float
 silu(float x)
 {
@@ -292,6 +293,8 @@ rope(const struct engine *e, const struct eng_layer *L, float *v, int64_t n_head
 }
 
 // --- setup ---------------------------------------------------------------------------
+
+static int fused_setup(struct engine *e, char *err);
 
 static void *
 eng_alloc(struct engine *e, size_t n, char *err)
@@ -358,6 +361,8 @@ engine_free(struct engine *e)
 	free(e);
 }
 
+#define TAG_O_IN (1 << 20) // fused calls: O's input, a surface of its own
+
 // the surface (direction, channels, tag), made on first use: kernels with
 // the same shape share one, except the LM head's chunks, which run as one
 // list and so each write a surface of their own (tag)
@@ -369,7 +374,9 @@ surface_for(struct engine *e, int out, int channels, int tag, char *err)
 			return i;
 	struct eng_surf *sf = &e->surf[e->nsurf];
 	char name[32];
-	if (tag)
+	if (tag == TAG_O_IN)
+		snprintf(name, sizeof name, "x%d-o", channels);
+	else if (tag)
 		snprintf(name, sizeof name, "%s%d-h%d", out ? "y" : "x", channels, tag - 1);
 	else
 		snprintf(name, sizeof name, "%s%d", out ? "y" : "x", channels);
@@ -587,7 +594,7 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 			ad_err(err, "LM head chunk %d reads another surface than chunk 0", h);
 			goto fail;
 		}
-		e->head_steps[h] = (struct kb_step){id, &e->surf[e->k_in[id]].s, &e->surf[e->k_out[id]].s, 0};
+		e->head_steps[h] = (struct kb_step){.id = id, .in = &e->surf[e->k_in[id]].s, .out = &e->surf[e->k_out[id]].s};
 	}
 
 	const size_t w = (size_t)W;
@@ -616,6 +623,8 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 			goto fail;
 	if (hp->n_expert > 0 && !(e->moe = moe_new(m, W, err)))
 		goto fail;
+	if (fused_setup(e, err))
+		goto fail;
 	if (start_workers(e, threads - 1, err))
 		goto fail;
 	return e;
@@ -623,6 +632,12 @@ fail:
 	ad_err_prefix(err, "engine");
 	engine_free(e);
 	return NULL;
+}
+
+int
+engine_fused(const struct engine *e)
+{
+	return e->fused;
 }
 
 int
@@ -801,6 +816,7 @@ engine_add_sampling(struct engine *e, struct engine_seq *s, uint64_t ns)
 
 struct fwd {
 	uint64_t kernel_ns, call_ns, attn_ns, moe_ns, calls;
+	uint64_t glue_ns; // KB_RESNORM steps inside calls: CPU work, wherever it ran
 	int trace; // trace_enabled(), read once per forward
 };
 
@@ -1015,7 +1031,7 @@ conv_block(struct engine *e, struct fwd *f, const struct eng_layer *L, int n, ch
 {
 	const int E = e->E, K = (int)e->hp.n_conv;
 	for (int c = 0; c < n; c++)
-		rmsnorm(e->xn + (size_t)c * E, e->x + (size_t)c * E, L->attn_norm, E, e->hp.rms_eps);
+		ad_rmsnorm(e->xn + (size_t)c * E, e->x + (size_t)c * E, L->attn_norm, E, e->hp.rms_eps);
 	if (run(e, f, L->qkv, e->xn, E, e->qkv, 3 * (size_t)E, n, err))
 		return -1;
 	float *bx = e->proj; // [E] scratch per column
@@ -1056,24 +1072,52 @@ conv_block(struct engine *e, struct fwd *f, const struct eng_layer *L, int n, ch
 	return 0;
 }
 
+static void attn_block(struct engine *e, struct fwd *f, int il, int n);
+static int ffn_half(struct engine *e, struct fwd *f, int il, int n, char *err);
+
 static int
 layer(struct engine *e, struct fwd *f, int il, int n, char *err)
 {
 	const struct model_hparams *hp = &e->hp;
 	const struct eng_layer *L = &e->layers[il];
-	const int E = e->E, hd = L->hd;
+	const int E = e->E;
 	const float eps = hp->rms_eps;
 
 	if (L->conv) {
 		if (conv_block(e, f, L, n, err))
 			return -1;
-		goto ffn;
+		return ffn_half(e, f, il, n, err);
 	}
 	// attention
 	for (int c = 0; c < n; c++)
-		rmsnorm(e->xn + (size_t)c * E, e->x + (size_t)c * E, L->attn_norm, E, eps);
+		ad_rmsnorm(e->xn + (size_t)c * E, e->x + (size_t)c * E, L->attn_norm, E, eps);
 	if (run(e, f, L->qkv, e->xn, E, e->qkv, L->nqkv, n, err))
 		return -1;
+	attn_block(e, f, il, n);
+	if (run(e, f, L->o, e->att, L->nqv, e->proj, E, n, err))
+		return -1;
+	for (int c = 0; c < n; c++) {
+		float *p = e->proj + (size_t)c * E, *x = e->x + (size_t)c * E;
+		if (L->bo)
+			for (int i = 0; i < E; i++)
+				p[i] += L->bo[i];
+		if (L->post_attn_norm)
+			ad_rmsnorm(p, p, L->post_attn_norm, E, eps);
+		for (int i = 0; i < E; i++)
+			x[i] += p[i];
+	}
+	return ffn_half(e, f, il, n, err);
+}
+
+// after a layer's QKV call (its output in e->qkv): per column biases, q/k
+// norms, RoPE and the cache write, then attention into e->att
+static void
+attn_block(struct engine *e, struct fwd *f, int il, int n)
+{
+	const struct model_hparams *hp = &e->hp;
+	const struct eng_layer *L = &e->layers[il];
+	const int hd = L->hd;
+	const float eps = hp->rms_eps;
 	for (int c = 0; c < n; c++) {
 		float *q = e->qkv + (size_t)c * L->nqkv, *k = q + L->nq, *v = k + L->nk;
 		if (L->bq)
@@ -1090,13 +1134,13 @@ layer(struct engine *e, struct fwd *f, int il, int n, char *err)
 			if (pass == hp->qk_norm_post_rope) {
 				if (L->q_norm)
 					for (int64_t h = 0; h < hp->n_head; h++)
-						rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, eps);
+						ad_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, eps);
 				if (L->k_norm)
 					for (int64_t h = 0; h < hp->n_head_kv; h++)
-						rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, eps);
+						ad_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, eps);
 				if (e->gemma4 && L->own_kv) // V too, with no weight
 					for (int64_t h = 0; h < hp->n_head_kv; h++)
-						rmsnorm(v + h * L->hdv, v + h * L->hdv, e->ones, L->hdv, eps);
+						ad_rmsnorm(v + h * L->hdv, v + h * L->hdv, e->ones, L->hdv, eps);
 			} else if (L->use_rope) {
 				const float *cs = e->cs + ((size_t)L->rope_conf * e->width + c) * hp->n_rot;
 				rope(e, L, q, hp->n_head, cs);
@@ -1128,22 +1172,20 @@ layer(struct engine *e, struct fwd *f, int il, int n, char *err)
 		snprintf(name, sizeof name, "attention L%d", il);
 		trace_event((long)getpid(), 1, name, "attention", t0 / 1000u, (t1 - t0) / 1000u);
 	}
-	if (run(e, f, L->o, e->att, L->nqv, e->proj, E, n, err))
-		return -1;
-	for (int c = 0; c < n; c++) {
-		float *p = e->proj + (size_t)c * E, *x = e->x + (size_t)c * E;
-		if (L->bo)
-			for (int i = 0; i < E; i++)
-				p[i] += L->bo[i];
-		if (L->post_attn_norm)
-			rmsnorm(p, p, L->post_attn_norm, E, eps);
-		for (int i = 0; i < E; i++)
-			x[i] += p[i];
-	}
+}
 
-ffn:
+// the FFN half of layer il (after the residual of its attention or its
+// ShortConv block)
+static int
+ffn_half(struct engine *e, struct fwd *f, int il, int n, char *err)
+{
+	const struct model_hparams *hp = &e->hp;
+	const struct eng_layer *L = &e->layers[il];
+	const int E = e->E;
+	const float eps = hp->rms_eps;
+	uint64_t t0;
 	for (int c = 0; c < n; c++)
-		rmsnorm(e->xn + (size_t)c * E, e->x + (size_t)c * E, L->ffn_norm, E, eps);
+		ad_rmsnorm(e->xn + (size_t)c * E, e->x + (size_t)c * E, L->ffn_norm, E, eps);
 	if (L->gate_inp) {
 		if (L->shexp >= 0 && run(e, f, L->shexp, e->xn, E, e->proj, E, n, err))
 			return -1;
@@ -1175,7 +1217,7 @@ ffn:
 	for (int c = 0; c < n; c++) {
 		float *p = e->ffo + (size_t)c * E, *x = e->x + (size_t)c * E;
 		if (L->post_ffw_norm)
-			rmsnorm(p, p, L->post_ffw_norm, E, eps);
+			ad_rmsnorm(p, p, L->post_ffw_norm, E, eps);
 		for (int i = 0; i < E; i++)
 			x[i] += p[i];
 	}
@@ -1190,7 +1232,7 @@ ffn:
 			for (int i = 0; i < P; i++)
 				g[i] = gelu(g[i]) * pl[i];
 			engine_matvec(p, L->pl_proj, g, P, E);
-			rmsnorm(p, p, L->pl_norm, E, eps);
+			ad_rmsnorm(p, p, L->pl_norm, E, eps);
 			for (int i = 0; i < E; i++)
 				x[i] += p[i];
 		}
@@ -1208,8 +1250,10 @@ book(struct engine_timings *t, const struct fwd *f, uint64_t total, int cols, in
 	uint64_t other = total - (f->call_ns + f->attn_ns + f->moe_ns);
 	if (f->call_ns + f->attn_ns + f->moe_ns > total)
 		other = 0;
+	other += f->glue_ns; // the residual and norm steps of fused calls
 	t->kernel_ns += f->kernel_ns * c / d;
-	t->ipc_ns += (f->call_ns > f->kernel_ns ? f->call_ns - f->kernel_ns : 0) * c / d;
+	const uint64_t inside = f->kernel_ns + f->glue_ns;
+	t->ipc_ns += (f->call_ns > inside ? f->call_ns - inside : 0) * c / d;
 	t->attention_ns += f->attn_ns * c / d;
 	t->moe_ns += f->moe_ns * c / d;
 	t->cpu_other_ns += other * c / d;
@@ -1221,6 +1265,177 @@ book(struct engine_timings *t, const struct fwd *f, uint64_t total, int cols, in
 		t->decode_ns += total * c / d;
 		t->decode_tokens += (uint32_t)cols;
 	}
+}
+
+// --- one call per layer ------------------------------------------------------------
+//
+// With a backend that runs KB_RESNORM steps beside its kernels (kb_remote:
+// in the ane-worker, inside the call), what layer() does after the
+// attention is one call: [O, resnorm (residual, bias, post-norm, FFN norm),
+// FFN, resnorm (residual, post-norm, the next layer's norm), the next
+// layer's QKV] -- or after the last layer the output norm and the LM head
+// chunks -- instead of three calls with CPU work between them: the process
+// boundary is crossed once per layer, not three times. The residual stream
+// lives in hx[], host memory the backend reaches; the steps are layer()'s
+// arithmetic in its order (resnorm.h), so the bits are those of the
+// unfused path. A call never writes what it reads first (O's input is a
+// surface of its own, the residual rotates through three rows: a call reads
+// hx[a] and writes hx[b] and hx[c]), so a call re-posted after an
+// ane-worker restart gives the same result. Models with other CPU work
+// between those kernels (MoE, ShortConv, gemma4's per-layer inputs, a split
+// FFN) keep layer(); ANEDVD_FUSE=0 turns fusing off.
+
+// a copy of v[0..n) in the backend's host memory (NULL stays NULL)
+static int
+host_copy(struct engine *e, const float *v, size_t n, const float **out, char *err)
+{
+	*out = NULL;
+	if (!v)
+		return 0;
+	float *h = kb_host_alloc(e->kb, n, err);
+	if (!h)
+		return -1;
+	memcpy(h, v, n * sizeof *h);
+	*out = h;
+	return 0;
+}
+
+static int
+fused_setup(struct engine *e, char *err)
+{
+	const char *env = getenv("ANEDVD_FUSE");
+	if ((env && strcmp(env, "0") == 0) || e->gemma4 || e->pl_model_proj)
+		return 0;
+	const int nl = (int)e->hp.n_layer;
+	for (int il = 0; il < nl; il++) {
+		const struct eng_layer *L = &e->layers[il];
+		if (L->conv || L->gate_inp || L->ffn < 0 || !L->own_kv)
+			return 0;
+	}
+	const size_t E = (size_t)e->E;
+	char why[AD_ERRLEN];
+	for (int i = 0; i < 3; i++)
+		if (!(e->hx[i] = kb_host_alloc(e->kb, (size_t)e->width * E, why)))
+			goto unfused;
+	for (int il = 0; il < nl; il++) {
+		struct eng_layer *L = &e->layers[il];
+		if (host_copy(e, L->attn_norm, E, &L->h_attn_norm, why) ||
+		    host_copy(e, L->ffn_norm, E, &L->h_ffn_norm, why) ||
+		    host_copy(e, L->post_attn_norm, E, &L->h_post_attn, why) ||
+		    host_copy(e, L->post_ffw_norm, E, &L->h_post_ffw, why) || host_copy(e, L->bo, E, &L->h_bo, why))
+			goto unfused;
+	}
+	if (host_copy(e, e->output_norm, E, &e->h_output_norm, why))
+		goto unfused;
+	if (!(e->fsteps = eng_alloc(e, (size_t)(e->n_head + 4) * sizeof *e->fsteps, err)) ||
+	    !(e->ft = eng_alloc(e, (size_t)(e->n_head + 4) * sizeof *e->ft, err)))
+		return -1;
+	// O's input apart from the surfaces the call writes
+	for (int il = 0; il < nl; il++) {
+		const struct eng_layer *L = &e->layers[il];
+		int s = surface_for(e, 0, e->kb->kernels[L->o].in_ch, TAG_O_IN, err);
+		if (s < 0)
+			return -1;
+		e->k_in[L->o] = s;
+	}
+	e->hcur = 0;
+	e->fused = 1;
+	return 0;
+unfused:
+	ad_info("engine: one call per kernel (%s)", why);
+	return 0;
+}
+
+// steps as one call; kernel and resnorm time booked apart
+static int
+call_steps(struct engine *e, struct fwd *f, const struct kb_step *st, int n, char *err)
+{
+	uint64_t t0 = now_ns();
+	if (kb_call_list(e->kb, st, n, e->ft, err))
+		return -1;
+	uint64_t t1 = now_ns();
+	f->call_ns += t1 - t0;
+	int first = -1;
+	for (int i = 0; i < n; i++) {
+		if (st[i].kind == KB_RESNORM) {
+			f->glue_ns += e->ft[i].exec_ns;
+		} else {
+			f->kernel_ns += e->ft[i].exec_ns;
+			f->calls++;
+			if (first < 0)
+				first = st[i].id;
+		}
+	}
+	if (f->trace && first >= 0)
+		trace_call(e, first, " (fused)", t0, t1);
+	return 0;
+}
+
+static struct kb_step
+kstep(struct engine *e, int id, int n)
+{
+	return (struct kb_step){.id = id, .in = &e->surf[e->k_in[id]].s, .out = &e->surf[e->k_out[id]].s, .ncols = n};
+}
+
+// layer il of nl, fused (its QKV already ran, unless il is 0); after the
+// last one, with logits (all n columns wanted), the LM head too
+static int
+layer_fused(struct engine *e, struct fwd *f, int il, int nl, int n, float *logits, char *err)
+{
+	const struct eng_layer *L = &e->layers[il];
+	const int E = e->E;
+	const float eps = e->hp.rms_eps;
+	if (il == 0) {
+		const struct kb_step st[2] = {
+			{.kind = KB_RESNORM,
+			 .ncols = n,
+			 .out = &e->surf[e->k_in[L->qkv]].s,
+			 .x_in = e->hx[e->hcur],
+			 .x_out = e->hx[e->hcur],
+			 .rn = {.E = E, .eps = eps, .w = L->h_attn_norm}},
+			kstep(e, L->qkv, n),
+		};
+		if (call_steps(e, f, st, 2, err))
+			return ad_err_prefix(err, "layer 0");
+	}
+	get(e, e->k_out[L->qkv], e->qkv, n, (size_t)L->nqkv);
+	attn_block(e, f, il, n);
+	put(e, e->k_in[L->o], e->att, n, (size_t)L->nqv);
+
+	const int a = e->hcur, b = (a + 1) % 3, c = (a + 2) % 3;
+	const struct eng_layer *N = il + 1 < nl ? &e->layers[il + 1] : NULL;
+	struct kb_step *st = e->fsteps;
+	int k = 0;
+	st[k++] = kstep(e, L->o, n);
+	st[k++] = (struct kb_step){.kind = KB_RESNORM,
+	                           .ncols = n,
+	                           .in = &e->surf[e->k_out[L->o]].s,
+	                           .out = &e->surf[e->k_in[L->ffn]].s,
+	                           .x_in = e->hx[a],
+	                           .x_out = e->hx[b],
+	                           .rn = {E, eps, L->h_bo, L->h_post_attn, L->h_ffn_norm}};
+	st[k++] = kstep(e, L->ffn, n);
+	st[k++] = (struct kb_step){.kind = KB_RESNORM,
+	                           .ncols = n,
+	                           .in = &e->surf[e->k_out[L->ffn]].s,
+	                           .out = N ? &e->surf[e->k_in[N->qkv]].s
+	                                    : logits ? &e->surf[e->k_in[e->head[0]]].s : NULL,
+	                           .x_in = e->hx[b],
+	                           .x_out = e->hx[c],
+	                           .rn = {E, eps, NULL, L->h_post_ffw,
+	                                  N ? N->h_attn_norm : logits ? e->h_output_norm : NULL}};
+	if (N)
+		st[k++] = kstep(e, N->qkv, n);
+	else if (logits)
+		for (int h = 0; h < e->n_head; h++)
+			st[k++] = kstep(e, e->head[h], n);
+	if (call_steps(e, f, st, k, err))
+		return ad_err_prefix(err, "layer %d", il);
+	e->hcur = c;
+	e->x = e->hx[c];
+	for (int h = 0; !N && logits && h < e->n_head; h++)
+		get(e, e->k_out[e->head[h]], logits + e->kb->kernels[e->head[h]].row_offset, n, (size_t)e->V);
+	return 0;
 }
 
 // gemma4's per-layer inputs of column c (ref.c's per_layer_inputs): the
@@ -1240,7 +1455,7 @@ per_layer_inputs(struct engine *e, int c, int32_t token, char *err)
 		return ad_err_prefix(err, "per_layer_token_embd");
 	for (int l = 0; l < (int)e->hp.n_layer; l++) {
 		float *p = pl + (size_t)l * P;
-		rmsnorm(p, p, e->pl_proj_norm, P, e->hp.rms_eps);
+		ad_rmsnorm(p, p, e->pl_proj_norm, P, e->hp.rms_eps);
 		for (int i = 0; i < P; i++)
 			p[i] = (p[i] + row[(size_t)l * P + i] * ts) * ss;
 	}
@@ -1278,6 +1493,8 @@ forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens,
 
 	uint64_t t0 = now_ns();
 	struct fwd f = {.trace = trace_enabled()};
+	if (e->fused)
+		e->x = e->hx[e->hcur];
 	const uint8_t *embd = e->m->tok_embd.data;
 	for (int c = 0; c < n; c++) {
 		float *x = e->x + (size_t)c * E;
@@ -1298,15 +1515,20 @@ forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens,
 		done++;
 	}
 	const int n_layer = e->upto > 0 && e->upto < hp->n_layer ? e->upto : (int)hp->n_layer;
+	// fused, the last layer's call runs the LM head when every column is wanted
+	int head_fused = e->fused && n_layer > 0 && nw == n;
+	for (int j = 0; head_fused && j < nw; j++)
+		head_fused = e->wanted[j] == j;
 	for (int il = 0; il < n_layer; il++)
-		if (layer(e, &f, il, n, err))
+		if (e->fused ? layer_fused(e, &f, il, n_layer, n, head_fused ? logits : NULL, err)
+		             : layer(e, &f, il, n, err))
 			return -1;
 	for (int c = 0; hidden && c < n; c++)
-		rmsnorm(hidden + (size_t)c * E, e->x + (size_t)c * E, e->output_norm, E, hp->rms_eps);
+		ad_rmsnorm(hidden + (size_t)c * E, e->x + (size_t)c * E, e->output_norm, E, hp->rms_eps);
 	if (nw > 0) {
-		for (int j = 0; j < nw; j++)
-			rmsnorm(e->xn + (size_t)j * E, e->x + (size_t)e->wanted[j] * E, e->output_norm, E, hp->rms_eps);
-		if (run_head(e, &f, e->xn, logits, nw, err))
+		for (int j = 0; j < nw && !head_fused; j++)
+			ad_rmsnorm(e->xn + (size_t)j * E, e->x + (size_t)e->wanted[j] * E, e->output_norm, E, hp->rms_eps);
+		if (!head_fused && run_head(e, &f, e->xn, logits, nw, err))
 			return -1;
 		if (hp->final_softcap > 0) {
 			const float cap = hp->final_softcap;

@@ -88,6 +88,9 @@ struct engine *engine_new(const struct model *m, struct kernel_backend *kb, cons
 void engine_free(struct engine *e); // NULL is fine; free the sequences first
 
 int engine_n_vocab(const struct engine *e);
+// 1 when a layer is one call (engine.c, "one call per layer"): the backend
+// runs the residual and norm steps beside its kernels; 0: three calls
+int engine_fused(const struct engine *e);
 int engine_max_seq(const struct engine *e);
 int engine_width(const struct engine *e);
 // totals over every call the engine made

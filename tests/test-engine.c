@@ -399,6 +399,81 @@ check_model(struct fixture *f, int local)
 	free(b);
 }
 
+// one call per layer gives the bits of three: every fixture, on both
+// backends, chunked, per token and a batched decode step; the models whose
+// layers have other CPU work between the kernels do not fuse
+static void
+test_fused_bits(void)
+{
+	char err[AD_ERRLEN] = "";
+	int fused = 0;
+	for (int i = 0; i < n_fx; i++) {
+		struct fixture *f = &fx[i];
+		for (int local = 0; local < 2; local++) {
+			struct engine_opts eo = {.max_seq = 128};
+			struct rig r0, r1;
+			setenv("ANEDVD_FUSE", "0", 1);
+			struct engine *e0 = rig_open(&r0, f, local, &eo);
+			unsetenv("ANEDVD_FUSE");
+			struct engine *e1 = rig_open(&r1, f, local, &eo);
+			REQUIRE(e0 && e1);
+			CHECK(!engine_fused(e0), "%s: ANEDVD_FUSE=0 fused", f->name);
+			const int moe = f->m.hp.n_expert > 0, conv = f->m.arch == MODEL_ARCH_LFM2 ||
+			                                                f->m.arch == MODEL_ARCH_LFM2MOE,
+			          // gemma's GELU runs on the CPU between GATE_UP and DOWN
+			          gemma = f->m.arch == MODEL_ARCH_GEMMA2 || f->m.arch == MODEL_ARCH_GEMMA3 ||
+			                  f->m.arch == MODEL_ARCH_GEMMA4;
+			CHECK(engine_fused(e1) == !(moe || conv || gemma), "%s: fused %d", f->name, engine_fused(e1));
+			fused += engine_fused(e1) && local;
+			const size_t V = (size_t)f->V, rows = (size_t)f->n;
+			float *a = malloc(sizeof(float) * rows * V), *b = malloc(sizeof(float) * rows * V);
+			struct engine_seq *s0 = engine_seq_new(e0, err), *s1 = engine_seq_new(e1, err);
+			REQUIRE(a && b && s0 && s1, "%s", err);
+			for (int per_token = 0; per_token < 2; per_token++) {
+				engine_seq_reset(s0);
+				engine_seq_reset(s1);
+				CHECK(engine_eval(e0, s0, f->ids, f->n, per_token, a, err) == 0, "%s", err);
+				CHECK(engine_eval(e1, s1, f->ids, f->n, per_token, b, err) == 0, "%s", err);
+				CHECK(memcmp(a, b, sizeof(float) * rows * V) == 0, "%s/%s: fused vs not, per token %d",
+				      f->name, local ? "local" : "exact", per_token);
+			}
+			// a step of two sequences, one of them prefilling a second token
+			struct engine_seq *c0[3] = {s0, s0, NULL}, *c1[3] = {s1, s1, NULL};
+			struct engine_seq *o0 = engine_seq_new(e0, err), *o1 = engine_seq_new(e1, err);
+			REQUIRE(o0 && o1, "%s", err);
+			c0[2] = o0;
+			c1[2] = o1;
+			engine_seq_truncate(s0, 8);
+			engine_seq_truncate(s1, 8);
+			const int32_t toks[3] = {f->ids[8], f->ids[9], f->ids[0]};
+			CHECK(engine_forward(e0, c0, toks, 3, NULL, a, 0, err) == 0, "%s", err);
+			CHECK(engine_forward(e1, c1, toks, 3, NULL, b, 0, err) == 0, "%s", err);
+			CHECK(memcmp(a, b, sizeof(float) * 3 * V) == 0, "%s/%s: fused vs not, batched", f->name,
+			      local ? "local" : "exact");
+			// only the last column wanted (the LM head then runs apart)
+			const uint8_t want[3] = {0, 0, 1};
+			engine_seq_truncate(s0, 8);
+			engine_seq_truncate(s1, 8);
+			engine_seq_reset(o0);
+			engine_seq_reset(o1);
+			CHECK(engine_forward(e0, c0, toks, 3, want, a, 0, err) == 0, "%s", err);
+			CHECK(engine_forward(e1, c1, toks, 3, want, b, 0, err) == 0, "%s", err);
+			CHECK(memcmp(a, b, sizeof(float) * V) == 0, "%s/%s: fused vs not, one wanted", f->name,
+			      local ? "local" : "exact");
+			engine_seq_free(o0);
+			engine_seq_free(o1);
+			engine_seq_free(s0);
+			engine_seq_free(s1);
+			rig_close(&r0);
+			rig_close(&r1);
+			free(a);
+			free(b);
+		}
+	}
+	CHECK(fused >= 15, "%d fixtures fused", fused);
+	printf("fused calls: %d of %d fixtures, the unfused path's bits on both backends\n", fused, n_fx);
+}
+
 static void
 test_exact_all_models(void)
 {
@@ -692,6 +767,7 @@ main(void)
 {
 	T_RUN(load_fixtures);
 	T_RUN(test_exact_all_models);
+	T_RUN(test_fused_bits);
 	T_RUN(test_local_all_models);
 	T_RUN(test_stories_greedy);
 	T_RUN(test_moe_stored_types);

@@ -378,11 +378,13 @@ check_sched(const char *path)
 	for (int i = 0; i < 3; i++) {
 		collect(&on, jobs[i], &o);
 		CHECK(same_run(&o, &ref3), "choice %d", i);
-		hits += o.cached == 99;
+		hits += o.cached == 99 || o.cached == 96;
 	}
 	// 6 blocks from the cache, the last 3 positions from the first one's
-	// running sequence (never the last prompt token)
-	CHECK(hits == 2, "%d of 3 choices reused the first one's 99 positions", hits);
+	// running sequence (never the last prompt token); or, when the first
+	// one has already ended (its sequence gone, a busy machine delaying
+	// the later submissions), the 6 blocks it stored
+	CHECK(hits == 2, "%d of 3 choices reused the first one's 96 or 99 positions", hits);
 
 	// the next turn of a chat: prompt, reply and a new message
 	int32_t turn[120];
