@@ -1250,7 +1250,7 @@ struct gen_state {
 	int n;
 	int32_t ids[64];
 	atomic_int done_tokens;
-	int rc;
+	int rc, fused;
 	char err[AD_ERRLEN];
 };
 
@@ -1265,6 +1265,7 @@ generate(void *p)
 	struct engine_seq *s = e ? engine_seq_new(e, g->err) : NULL;
 	float *lg = e ? malloc(sizeof(float) * (size_t)engine_n_vocab(e)) : NULL;
 	g->rc = -1;
+	g->fused = e && engine_fused(e);
 	if (s && lg && engine_prefill(e, s, prompt, 5, lg, g->err) == 0) {
 		int i = 0;
 		for (; i < g->n; i++) {
@@ -1319,6 +1320,9 @@ test_kill_generation(void)
 	CHECK(rg->rc == 0, "%s", rg->err);
 	CHECK(at > 0 && at < rg->n, "killed after %d tokens", at);
 	CHECK(memcmp(lg->ids, rg->ids, sizeof(int32_t) * (size_t)lg->n) == 0, "other tokens across the SIGKILL");
+	// one call per layer: the kill lands inside a call of three kernels and
+	// two resnorm steps, which is posted again whole
+	CHECK(rg->fused, "the engine on kb_remote does not fuse its calls");
 	CHECK(kb_remote_ping(rg->kb, 0, err) == 0, "the data plane did not come back: %s", err);
 	printf("SIGKILL of the ane-worker after %d of %d tokens (data plane): the same tokens as kb_local\n", at,
 	       rg->n);
