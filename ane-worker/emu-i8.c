@@ -1,8 +1,15 @@
 // emu-i8.c - the emu's int8-weight conv kernels (emu.h, "int8 weights").
 //
-// Weights stay one byte each: 16-row panels [cout/16][cin][16] int8 (the
-// layout of the fp16 panels, half the bytes), one fp32 scale per row (an
-// fp16 value, so exact). Three kernels compute the same bits:
+// Weights stay one byte each, one fp32 scale per row (an fp16 value, so
+// exact), in 16-row panels whose steps are interleaved four panels at a
+// time: quad g holds panels 4g .. 4g+3 as [cin][4][16] int8, so step i of
+// the quad's 64 rows is one 64-byte line and the quads follow one another
+// ([ceil(cout/64)][cin][64], rows past cout zero). A one-column pass over
+// panels [p0, p1) then reads one sequential stream, a line per step with
+// four FMA chains in it, instead of four streams of 16 bytes a step (with
+// short panels, cin = 576 or 896, the four streams restarted every few
+// KiB and ran at 13-18 GB/s from DRAM against 27-29 for a plain read).
+// Three kernels compute the same bits:
 //   emu_conv_i8_ref     plain C
 //   emu_conv_i8_avx2    AVX2 + FMA (+ F16C for the final rounding)
 //   emu_conv_i8_avx512  AVX-512 F: one zmm register is one panel step
@@ -32,23 +39,32 @@
 #include "fp16.h"
 
 #define PANEL 16
+#define QUAD 4               // panels interleaved
+#define QROW (QUAD * PANEL)  // bytes of a quad's step: one line
 
 size_t
 emu_i8_panel_bytes(size_t cout, size_t cin)
 {
-	return (cout + PANEL - 1) / PANEL * PANEL * cin;
+	return (cout + QROW - 1) / QROW * QROW * cin;
+}
+
+// panel p's step i within the packed weights
+static inline const int8_t *
+step_at(const int8_t *panels, size_t cin, size_t p, size_t i)
+{
+	return panels + (p / QUAD) * cin * QROW + i * QROW + (p % QUAD) * PANEL;
 }
 
 void
 emu_i8_pack(const int8_t *q, size_t cout, size_t cin, int8_t *panels)
 {
-	size_t np = (cout + PANEL - 1) / PANEL;
-	for (size_t p = 0; p < np; p++) {
-		int8_t *dst = panels + p * cin * PANEL;
-		for (size_t r = 0; r < PANEL; r++) {
-			size_t o = p * PANEL + r;
+	size_t nq = (cout + QROW - 1) / QROW;
+	for (size_t g = 0; g < nq; g++) {
+		int8_t *dst = panels + g * cin * QROW;
+		for (size_t r = 0; r < QROW; r++) {
+			size_t o = g * QROW + r;
 			for (size_t i = 0; i < cin; i++)
-				dst[i * PANEL + r] = o < cout ? q[o * cin + i] : 0;
+				dst[i * QROW + r] = o < cout ? q[o * cin + i] : 0;
 		}
 	}
 }
@@ -64,13 +80,14 @@ emu_conv_i8_ref(const int8_t *panels, const float *scale, size_t cout, size_t ci
                 size_t ncols, float *y, size_t p0, size_t p1)
 {
 	for (size_t p = p0; p < p1; p++) {
-		const int8_t *w = panels + p * cin * PANEL;
 		for (size_t j = 0; j < ncols; j++) {
 			const float *xj = x + j * cin;
 			float acc[PANEL] = {0};
-			for (size_t i = 0; i < cin; i++)
+			for (size_t i = 0; i < cin; i++) {
+				const int8_t *w = step_at(panels, cin, p, i);
 				for (size_t r = 0; r < PANEL; r++)
-					acc[r] = fmaf((float)w[i * PANEL + r], xj[i], acc[r]);
+					acc[r] = fmaf((float)w[r], xj[i], acc[r]);
+			}
 			for (size_t r = 0; r < PANEL && p * PANEL + r < cout; r++)
 				y[j * cout + p * PANEL + r] = round16(scale[p * PANEL + r] * acc[r]);
 		}
@@ -86,12 +103,14 @@ emu_i8_isa(void)
 }
 
 // Both SIMD kernels: column blocks of at most NC columns, as even as
-// possible; a tile is MP consecutive panels times a block, its
+// possible; a tile is MP consecutive panels of one quad times a block, its
 // accumulators in registers for the whole cin loop; each panel step's 16
 // int8 weights are widened once and used for every column of the block.
 // Panels go in groups whose weights stay in L2 while the column blocks
-// pass over them (one column: one pass, no grouping).
+// pass over them (one column: one pass, no grouping). One column on
+// AVX-512 prefetches the stream PFD lines ahead into L2.
 #define GROUP 8
+#define PFD 16
 
 // ---- AVX2: a panel step is two ymm (rows 0-7, 8-15); 2 * MP * NC <= 12
 #define T2 __attribute__((target("avx2,fma,f16c")))
@@ -109,7 +128,7 @@ tile2(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t
 		for (int p = 0; p < mp; p++) {
 			if (p > 0 && nc > 1) // re-broadcast x per panel (see emu.c: no spills)
 				__asm__ volatile("" ::: "memory");
-			const int8_t *wp = w + (size_t)p * cin * PANEL + i * PANEL;
+			const int8_t *wp = w + i * QROW + (size_t)p * PANEL;
 			__m128i q = _mm_load_si128((const __m128i *)wp);
 			__m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
 			__m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8)));
@@ -185,10 +204,12 @@ tile5(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t
 		acc[a] = _mm512_setzero_ps();
 	for (size_t i = 0; i < cin; i++) {
 		__m512 wv[4];
+		if (nc == 1)
+			_mm_prefetch((const char *)(w + (i + PFD) * QROW), _MM_HINT_T1);
 #pragma GCC unroll 4
 		for (int p = 0; p < mp; p++)
 			wv[p] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-				_mm_load_si128((const __m128i *)(w + (size_t)p * cin * PANEL + i * PANEL))));
+				_mm_load_si128((const __m128i *)(w + i * QROW + (size_t)p * PANEL))));
 #pragma GCC unroll 6
 		for (int c = 0; c < nc; c++) {
 			__m512 b = _mm512_set1_ps(x[(size_t)c * cin + i]);
@@ -233,7 +254,6 @@ conv_blocked(tile_fn *const *tab, size_t tabw, const int *mp_for, size_t maxc, c
              const float *scale, size_t cout, size_t cin, const float *x, size_t ncols, float *y,
              size_t p0, size_t p1)
 {
-	size_t pstride = cin * PANEL;
 	size_t nb = (ncols + maxc - 1) / maxc;
 	size_t base = ncols / nb, extra = ncols % nb;
 	size_t group = nb == 1 ? p1 - p0 : GROUP;
@@ -243,9 +263,12 @@ conv_blocked(tile_fn *const *tab, size_t tabw, const int *mp_for, size_t maxc, c
 		for (size_t b = 0; b < nb; b++) {
 			size_t nc = base + (b < extra);
 			size_t mp = (size_t)mp_for[nc];
-			for (size_t q = p; q < pe; q += mp) {
-				size_t m = pe - q < mp ? pe - q : mp;
-				tab[m * tabw + nc](panels + q * pstride, cin, x + j * cin, y + j * cout + q * PANEL,
+			for (size_t q = p, m; q < pe; q += m) {
+				// within one quad: its panels' steps share a line
+				m = pe - q < mp ? pe - q : mp;
+				if (m > QUAD - q % QUAD)
+					m = QUAD - q % QUAD;
+				tab[m * tabw + nc](step_at(panels, cin, q, 0), cin, x + j * cin, y + j * cout + q * PANEL,
 				                   cout, cout - q * PANEL, scale + q * PANEL);
 			}
 			j += nc;
@@ -257,7 +280,7 @@ void
 emu_conv_i8_avx2(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x,
                  size_t ncols, float *y, size_t p0, size_t p1)
 {
-	static const int mp_for[4] = {0, 4, 3, 2};
+	static const int mp_for[4] = {0, 4, 2, 2}; // dividing the quad
 	conv_blocked(&tiles2[0][0], 4, mp_for, 3, panels, scale, cout, cin, x, ncols, y, p0, p1);
 }
 

@@ -2709,6 +2709,8 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 	else if (e->simd == EMU_SIMD_AVX512 && ncols == 1)
 		unit = j.streams;
 #endif
+	if (j.qpanels)
+		unit = 4; // whole quads of int8 panels (emu-i8.c): one stream per task
 	size_t ntasks = 1;
 	if (par)
 		ntasks = (size_t)e->nthreads * 4; // a few per thread evens out the tail
@@ -2717,6 +2719,8 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 	j.per_task = (j.npanels + ntasks - 1) / ntasks;
 	if (ntasks > 1 && j.per_task > unit)
 		j.per_task = j.per_task / unit * unit;
+	else if (j.qpanels && j.per_task < unit)
+		j.per_task = unit;
 	ntasks = (j.npanels + j.per_task - 1) / j.per_task;
 	pool_run(&e->pool, conv_task, &j, ntasks);
 	return 0;

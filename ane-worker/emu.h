@@ -38,8 +38,9 @@
 // over the threads (the same roundings as op by op).
 //
 // int8 weights (constexpr_affine_dequantize): the emu does NOT dequantise
-// them. They stay one byte per weight, in int8 panels ([cout/16][cin][16],
-// emu_i8_pack) with one scale per output row, and the conv computes
+// them. They stay one byte per weight, in int8 panels interleaved four at
+// a time ([cout/64][cin][64], emu_i8_pack) with one scale per output row,
+// and the conv computes
 //   y[o] = fp16( fp32(scale[o] * acc[o]) ),
 //   acc[o] = fp32 FMA chain over i = 0 .. cin-1 of (float)q[o][i] * x[i]
 // (emu-i8.c: a plain `_ref`, an AVX2 and an AVX-512 kernel, picked by
@@ -131,7 +132,7 @@ int emu_nblobfiles(const struct emu_kernel *k);
 // stores it without knowing what it is.
 enum emu_const_kind {
 	EMU_CONST_F16_PANELS = 1, // fp16 16-row panels (emu_pack's layout), emu_panel_bytes(cout, cin)
-	EMU_CONST_I8_PANELS = 2,  // int8 16-row panels (emu_i8_pack's layout), emu_i8_panel_bytes(cout, cin)
+	EMU_CONST_I8_PANELS = 2,  // int8 panels (emu_i8_pack's layout), emu_i8_panel_bytes(cout, cin)
 	EMU_CONST_F32_SCALES = 3, // an int8 weight's per-row scales widened to fp32, 16 * npanels floats
 };
 #define EMU_MAX_CONSTS_PER_WEIGHT 4
@@ -185,9 +186,11 @@ int emu_simd(const struct emu *e);   // the path a context runs
 void emu_parallel(struct emu *e, void (*fn)(void *arg, size_t task), void *arg, size_t ntasks);
 int emu_nthreads(const struct emu *e); // threads that run a job, the caller included
 
-// int8 panels: weight (o, i) of a [cout][cin] int8 matrix at panel o/16,
-// offset (i * 16 + o % 16), rows past cout zero; scale has one value per
-// panel row (npanels * 16, zero past cout). Same x / y / p0, p1 as above.
+// int8 panels, four interleaved: weight (o, i) of a [cout][cin] int8
+// matrix at quad o/64, offset (i * 64 + o % 64): a quad's step is one line,
+// rows past cout zero (emu_i8_panel_bytes rounds cout up to 64); scale
+// has one value per panel row (npanels * 16, zero past cout). Same x / y /
+// p0, p1 (16-row panels) as above.
 size_t emu_i8_panel_bytes(size_t cout, size_t cin);
 void emu_i8_pack(const int8_t *q, size_t cout, size_t cin, int8_t *panels);
 void emu_conv_i8_ref(const int8_t *panels, const float *scale, size_t cout, size_t cin,
