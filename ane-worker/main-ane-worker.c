@@ -94,6 +94,14 @@ struct dpc {
 	struct ad_surface map[DP_MAX_SURF]; // by table index, mapped on first use (under worker.mu)
 	float *scratch; // DP_RESNORM steps' gathered y and xn (under worker.mu)
 	size_t scratch_cap;
+	// the idle prefetch (this thread only): per kernel, the first kernel of
+	// the call that came after a call ending with it, and the kernel after
+	// it within a call (-1: not seen); the last kernel of the last call;
+	// where the prefetch stands (kernel, constant, offset, bytes so far)
+	int32_t *after_call, *after_step;
+	int nk, last;
+	int pf_kernel, pf_const, pf_kernels;
+	size_t pf_off, pf_done;
 	struct dpc *next;
 };
 
@@ -498,6 +506,95 @@ dp_resnorm(struct dpc *d, const struct dp_step *st, uint64_t *exec_ns, char *msg
 	return 0;
 }
 
+// --- the idle prefetch ------------------------------------------------------------------
+//
+// Between two calls of a generation the client computes (attention, the
+// residuals when unfused, sampling) and this thread spins, waiting. It
+// spends the wait pulling the weights of the kernels the client is
+// expected to call next into the caches, a piece at a time (dp_set_idle),
+// so the next call reads part of them from the caches rather than from
+// DRAM: the memory works while the CPU does. The expectation is learned
+// from the calls served: after a call ending with kernel k comes a call
+// starting with after_call[k], and within a call kernel j is followed by
+// after_step[j]. At most PF_BUDGET bytes per wait (more would evict the
+// first), PF_PIECE per piece. ANEDVD_PREFETCH=0 turns it off.
+
+#define PF_BUDGET (12u << 20)
+#define PF_PIECE (32u << 10)
+
+static int prefetch_on = -1;
+
+// learn from the kernels of a request served, and aim the next prefetch
+static void
+pf_learn(struct dpc *d, const struct dp_request *rq, uint32_t done)
+{
+	if (!d->after_call)
+		return;
+	int prev = -1, first = -1;
+	for (uint32_t i = 0; i < done && i < rq->nsteps; i++) {
+		uint32_t k = rq->step[i].kernel;
+		if (k == DP_RESNORM || k >= (uint32_t)d->nk)
+			continue;
+		if (prev >= 0)
+			d->after_step[prev] = (int32_t)k;
+		else
+			first = (int)k;
+		prev = (int)k;
+	}
+	if (first < 0)
+		return;
+	if (d->last >= 0)
+		d->after_call[d->last] = first;
+	d->last = prev;
+	d->pf_kernel = d->after_call[prev];
+	d->pf_const = 0;
+	d->pf_off = 0;
+	d->pf_done = 0;
+	d->pf_kernels = 0;
+}
+
+// one piece of the prefetch: 1 while there is more to do
+static int
+dp_prefetch(void *arg)
+{
+	struct dpc *d = arg;
+	struct worker *w = d->w;
+	if (d->pf_kernel < 0 || d->pf_done >= PF_BUDGET)
+		return 0;
+	if (pthread_mutex_trylock(&w->mu))
+		return 0; // another client's call: not now
+	uint64_t sum = 0;
+	size_t piece = 0;
+	while (piece < PF_PIECE && d->pf_kernel >= 0) {
+		struct ane_kernel *k = d->pf_kernel < w->set.plan.n ? &w->set.k[d->pf_kernel] : NULL;
+		struct emu_const c;
+		if (!k || !k->ek || emu_kernel_const(k->ek, d->pf_const, &c)) {
+			// this kernel done: the one after it within a call, a few at most
+			int nx = d->after_step[d->pf_kernel];
+			d->pf_kernel = ++d->pf_kernels < 4 ? nx : -1;
+			d->pf_const = 0;
+			d->pf_off = 0;
+			continue;
+		}
+		const char *p = c.data;
+		size_t end = d->pf_off + (PF_PIECE - piece);
+		if (end > c.bytes)
+			end = c.bytes;
+		for (size_t o = d->pf_off; o < end; o += 64) // a load per line: it cannot be dropped
+			sum += *(const volatile uint8_t *)(p + o);
+		piece += end - d->pf_off;
+		d->pf_off = end;
+		if (d->pf_off >= c.bytes) {
+			d->pf_const++;
+			d->pf_off = 0;
+		}
+	}
+	pthread_mutex_unlock(&w->mu);
+	d->pf_done += piece;
+	__asm__ volatile("" : : "r"(sum)); // the loads are used
+	return d->pf_kernel >= 0 && d->pf_done < PF_BUDGET;
+}
+
 static void
 dp_handle(void *arg, const struct dp_request *rq, struct dp_reply *rep)
 {
@@ -536,6 +633,7 @@ dp_handle(void *arg, const struct dp_request *rq, struct dp_reply *rep)
 			rep->done_steps = i + 1;
 	}
 	pthread_mutex_unlock(&w->mu);
+	pf_learn(d, rq, rep->done_steps);
 	if (code) {
 		rep->status = (int32_t)code;
 		size_t n = strnlen(msg, sizeof rep->msg - 1); // cut to the slot's room
@@ -558,6 +656,9 @@ dp_thread(void *arg)
 	free(d->scratch);
 	d->scratch = NULL;
 	pthread_mutex_unlock(&d->w->mu);
+	free(d->after_call);
+	free(d->after_step);
+	d->after_call = d->after_step = NULL;
 	dp_close(d->ch);
 	d->ch = NULL;
 	atomic_store(&d->done, 1);
@@ -627,6 +728,25 @@ do_attach(struct worker *w, const Anedvd__AttachRequest *q, struct reply *rp)
 		free(d);
 		fail(rp, ANEDVD__ERROR_CODE__ERROR_TOO_LARGE, "attach: too many data-plane clients");
 		return;
+	}
+	if (prefetch_on < 0) {
+		const char *pe = getenv("ANEDVD_PREFETCH");
+		prefetch_on = !(pe && strcmp(pe, "0") == 0);
+	}
+	d->last = d->pf_kernel = -1;
+	d->nk = w->set.plan.n;
+	if (prefetch_on && d->nk > 0) {
+		d->after_call = malloc((size_t)d->nk * sizeof(int32_t));
+		d->after_step = malloc((size_t)d->nk * sizeof(int32_t));
+		if (d->after_call && d->after_step) {
+			for (int i = 0; i < d->nk; i++)
+				d->after_call[i] = d->after_step[i] = -1;
+			dp_set_idle(d->ch, dp_prefetch, d);
+		} else { // without: no prefetch
+			free(d->after_call);
+			free(d->after_step);
+			d->after_call = d->after_step = NULL;
+		}
 	}
 	d->gen = dp_attach(d->ch);
 	if (pthread_create(&d->th, NULL, dp_thread, d)) {

@@ -73,6 +73,8 @@ struct dp_chan {
 	uint32_t spin_call_ns, spin_serve_ns, lead_ns, spin_max_ns;
 	_Atomic uint32_t busy; // client: slots claimed by this process's threads
 	pthread_mutex_t mu;    // client: the surface table
+	int (*idle)(void *arg); // worker: dp_set_idle
+	void *idle_arg;
 };
 
 static uint64_t
@@ -633,6 +635,13 @@ dp_attach(struct dp_chan *c)
 }
 
 void
+dp_set_idle(struct dp_chan *c, int (*idle)(void *arg), void *arg)
+{
+	c->idle = idle;
+	c->idle_arg = arg;
+}
+
+void
 dp_kick(struct dp_chan *c)
 {
 	atomic_fetch_add(&c->h->bell, 1);
@@ -708,8 +717,11 @@ dp_serve(struct dp_chan *c, uint32_t gen, dp_handler fn, void *arg, const volati
 			continue;
 		}
 		// idle: spin a little after the last request (the next one often
-		// follows within microseconds), then sleep in slices
+		// follows within microseconds), then sleep in slices; the idle work
+		// first, a piece at a time, while the bell stays as read
 		if (t - last < c->spin_serve_ns) {
+			if (c->idle && c->idle(c->idle_arg) && atomic_load(&h->bell) == b)
+				continue;
 			spin(&h->bell, b, c->spin_serve_ns - (t - last), UINT64_MAX);
 			continue;
 		}

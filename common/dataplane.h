@@ -199,6 +199,12 @@ enum dp_serve_rc {
 int dp_serve(struct dp_chan *c, uint32_t gen, dp_handler fn, void *arg, const volatile int *stop, int idle_ms);
 // wake a dp_serve sleeping on the object (after setting *stop)
 void dp_kick(struct dp_chan *c);
+// work for the worker's idle spin: while no request is pending and it would
+// spin (not sleep), dp_serve calls idle(arg) until it returns 0, looking
+// for a request between calls (so each call should take a microsecond or
+// two); the ane-worker pulls the weights of the kernel it expects next into
+// the caches there. NULL: none.
+void dp_set_idle(struct dp_chan *c, int (*idle)(void *arg), void *arg);
 
 // --- both -------------------------------------------------------------------------------
 const char *dp_id(const struct dp_chan *c);

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -465,6 +466,79 @@ test_surfaces(void)
 	dp_destroy(c);
 }
 
+// the idle hook: called in the worker's spin after a request, piece after
+// piece until it says it is done, never while a request waits; a request
+// posted meanwhile is answered after at most one piece
+struct idle_state {
+	atomic_int calls, budget, during;
+	struct dp_chan *c;
+};
+
+static int
+idle_piece(void *arg)
+{
+	struct idle_state *s = arg;
+	atomic_fetch_add(&s->calls, 1);
+	sleep_ms(1); // a long piece: a request posted now waits for its end
+	return atomic_fetch_sub(&s->budget, 1) > 1;
+}
+
+static void *
+idle_server(void *arg)
+{
+	struct idle_state *s = arg;
+	static volatile int stop;
+	uint32_t g = dp_attach(s->c);
+	dp_set_spin(s->c, 10, 200 * 1000 * 1000); // spin (and so idle work) up to 200 ms
+	dp_set_idle(s->c, idle_piece, s);
+	dp_serve(s->c, g, handler, NULL, &stop, 50);
+	return NULL;
+}
+
+static void
+test_idle(void)
+{
+	char err[AD_ERRLEN];
+	struct dp_chan *c = client("idle");
+	REQUIRE(c);
+	struct idle_state s = {.c = dp_open(dp_id(c), err)};
+	REQUIRE(s.c, "%s", err);
+	atomic_store(&s.budget, 0);
+	pthread_t th;
+	REQUIRE(pthread_create(&th, NULL, idle_server, &s) == 0);
+	uint32_t pid, gen;
+	REQUIRE(attached(c, 0, &pid, &gen) == 0);
+	struct dp_request rq = req(DP_OP_CALL, 1, 3);
+	struct dp_reply rep;
+	int slot = -1;
+	// the worker spins from its start: one piece, which says it has nothing
+	sleep_ms(20);
+	CHECK(atomic_load(&s.calls) == 1, "%d idle pieces before a request", atomic_load(&s.calls));
+	// a request, then 5 pieces and no more
+	atomic_store(&s.calls, 0);
+	atomic_store(&s.budget, 5);
+	CHECK(dp_call(c, &slot, &rq, &rep, pid, gen, 5000) == DP_DONE && rep.status == DP_OK);
+	sleep_ms(30);
+	CHECK(atomic_load(&s.calls) == 5, "%d idle pieces for a budget of 5", atomic_load(&s.calls));
+	// endless work: a request still gets its answer within a piece or two
+	atomic_store(&s.calls, 0);
+	atomic_store(&s.budget, 1 << 30);
+	CHECK(dp_call(c, &slot, &rq, &rep, pid, gen, 5000) == DP_DONE);
+	sleep_ms(5);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CHECK(dp_call(c, &slot, &rq, &rep, pid, gen, 5000) == DP_DONE && rep.status == DP_OK);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	CHECK(atomic_load(&s.calls) > 2, "%d idle pieces", atomic_load(&s.calls));
+	// (a piece is 1 ms; a loaded machine may add a slice or two)
+	CHECK(ms < 100, "a request waited %.1f ms behind the idle work", ms);
+	dp_release(c, slot);
+	dp_destroy(c);
+	pthread_join(th, NULL);
+	dp_close(s.c);
+}
+
 // the arena: the client's host memory in the object, the same bytes in
 // every mapping; an object cut short of its arena is refused
 static void
@@ -520,5 +594,6 @@ main(void)
 	T_RUN(test_client_gone_stale);
 	T_RUN(test_surfaces);
 	T_RUN(test_arena);
+	T_RUN(test_idle);
 	return t_done();
 }
