@@ -145,6 +145,7 @@ engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct engc_p
 			.prefill_ns = t->prefill_ns,
 			.decode_ns = t->decode_ns,
 			.kernel_ns = t->kernel_ns,
+			.round_trips = t->round_trips,
 			.ipc_ns = t->ipc_ns,
 			.attention_ns = t->attention_ns,
 			.sampling_ns = t->sampling_ns,

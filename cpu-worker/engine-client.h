@@ -57,6 +57,7 @@ struct engc_event {
 // engine.proto's Timings
 struct engc_timings {
 	uint64_t queue_ns, prefill_ns, decode_ns, kernel_ns, ipc_ns, attention_ns, sampling_ns, cpu_other_ns, moe_ns;
+	uint64_t round_trips; // calls to the kernel backend
 	uint32_t prefill_tokens, decode_tokens;
 	uint32_t cached_tokens; // prompt tokens reused (session, prefix cache)
 };

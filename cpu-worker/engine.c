@@ -817,6 +817,7 @@ engine_add_sampling(struct engine *e, struct engine_seq *s, uint64_t ns)
 struct fwd {
 	uint64_t kernel_ns, call_ns, attn_ns, moe_ns, calls;
 	uint64_t glue_ns; // KB_RESNORM steps inside calls: CPU work, wherever it ran
+	uint64_t trips;   // calls to the backend
 	int trace; // trace_enabled(), read once per forward
 };
 
@@ -873,6 +874,7 @@ run(struct engine *e, struct fwd *f, int id, const float *x, size_t ld_x, float 
 	f->call_ns += t1 - t0;
 	f->kernel_ns += t.exec_ns;
 	f->calls++;
+	f->trips++;
 	get(e, e->k_out[id], y, ncols, ld_y);
 	return 0;
 }
@@ -895,6 +897,7 @@ run_head(struct engine *e, struct fwd *f, const float *x, float *logits, int nw,
 	for (int h = 0; h < e->n_head; h++)
 		f->kernel_ns += e->head_t[h].exec_ns;
 	f->calls += (uint64_t)e->n_head;
+	f->trips++;
 	for (int h = 0; h < e->n_head; h++)
 		get(e, e->k_out[e->head[h]], logits + e->kb->kernels[e->head[h]].row_offset, nw, (size_t)e->V);
 	return 0;
@@ -1258,6 +1261,7 @@ book(struct engine_timings *t, const struct fwd *f, uint64_t total, int cols, in
 	t->moe_ns += f->moe_ns * c / d;
 	t->cpu_other_ns += other * c / d;
 	t->kernel_calls += f->calls * c / d;
+	t->round_trips += f->trips * c / d;
 	if (prefill) {
 		t->prefill_ns += total * c / d;
 		t->prefill_tokens += (uint32_t)cols;
@@ -1355,6 +1359,7 @@ call_steps(struct engine *e, struct fwd *f, const struct kb_step *st, int n, cha
 		return -1;
 	uint64_t t1 = now_ns();
 	f->call_ns += t1 - t0;
+	f->trips++;
 	int first = -1;
 	for (int i = 0; i < n; i++) {
 		if (st[i].kind == KB_RESNORM) {

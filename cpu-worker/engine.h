@@ -77,7 +77,8 @@ struct engine_timings {
 	uint64_t cpu_other_ns; // everything else: norms, RoPE, residuals, embeddings
 	uint64_t prefill_ns, decode_ns;
 	uint32_t prefill_tokens, decode_tokens;
-	uint64_t kernel_calls;
+	uint64_t kernel_calls; // kernels run
+	uint64_t round_trips;  // calls to the backend, each of one or more kernels
 };
 
 struct engine;

@@ -192,6 +192,7 @@ static void
 timings_sub(struct engine_timings *d, const struct engine_timings *a, const struct engine_timings *b)
 {
 	d->kernel_ns = a->kernel_ns - b->kernel_ns;
+	d->round_trips = a->round_trips - b->round_trips;
 	d->ipc_ns = a->ipc_ns - b->ipc_ns;
 	d->attention_ns = a->attention_ns - b->attention_ns;
 	d->moe_ns = a->moe_ns - b->moe_ns;

@@ -199,6 +199,7 @@ do_poll(struct engine_service *svc, const Anedvd__PollRequest *q, struct reply *
 	t->prefill_ns = et->prefill_ns;
 	t->decode_ns = et->decode_ns;
 	t->kernel_ns = et->kernel_ns;
+	t->round_trips = et->round_trips;
 	t->ipc_ns = et->ipc_ns;
 	t->attention_ns = et->attention_ns;
 	t->sampling_ns = et->sampling_ns;

@@ -94,6 +94,7 @@ timings_sub(struct engine_timings *a, const struct engine_timings *b)
 	a->sampling_ns -= b->sampling_ns;
 	a->cpu_other_ns -= b->cpu_other_ns;
 	a->kernel_calls -= b->kernel_calls;
+	a->round_trips -= b->round_trips;
 }
 
 static int
@@ -268,6 +269,7 @@ generate_remote(struct pipe *p, const char *session, const int32_t *prompt, int 
 	g->dec.sampling_ns = tm.sampling_ns;
 	g->dec.cpu_other_ns = tm.cpu_other_ns;
 	g->dec.moe_ns = tm.moe_ns;
+	g->dec.round_trips = tm.round_trips;
 	if (stats && pipe_ane_stats(p, c1, n1, NULL) == 0)
 		for (int k = 0; k < PIPE_KINDS; k++) {
 			g->dec_kind_calls[k] = c1[k] - c0[k];
@@ -323,9 +325,9 @@ print_split(FILE *f, struct pipe *p, const struct gen *g)
 		if (g->dec_kind_calls[k])
 			fprintf(f, " %s %.3f ms,", pipe_kind_name(k), (double)g->dec_kind_ns[k] / 1e6 / st);
 	double other = (double)g->dec.cpu_other_ns + (double)g->dec.moe_ns;
-	fprintf(f, " IPC %.3f ms, attention %.3f ms, sampling %.3f ms, other %.3f ms\n",
+	fprintf(f, " IPC %.3f ms, attention %.3f ms, sampling %.3f ms, other %.3f ms; %.1f calls to the ane-worker\n",
 	        (double)g->dec.ipc_ns / 1e6 / st, (double)g->dec.attention_ns / 1e6 / st,
-	        (double)g->dec.sampling_ns / 1e6 / steps, other / 1e6 / st);
+	        (double)g->dec.sampling_ns / 1e6 / steps, other / 1e6 / st, (double)g->dec.round_trips / st);
 }
 
 static void
@@ -744,6 +746,7 @@ cmd_run(int argc, char **argv)
 		cJSON_AddNumberToObject(sp, "other", (double)(g.dec.cpu_other_ns + g.dec.moe_ns) / 1e6 / st);
 		cJSON_AddItemToObject(t, "per_token_ms", sp);
 		cJSON_AddNumberToObject(t, "kernel_calls_per_token", (double)g.dec.kernel_calls / st);
+		cJSON_AddNumberToObject(t, "round_trips_per_token", (double)g.dec.round_trips / st);
 		cJSON_AddNumberToObject(t, "kernel_ms_per_token", (double)g.dec.kernel_ns / 1e6 / st);
 		cJSON_AddNumberToObject(t, "prefill_tok_s", g.prefill_ms > 0 ? g.info.prefilled / (g.prefill_ms / 1e3) : 0);
 		double span = g.decode_ms + (g.whole_job ? g.prefill_ms : 0); // what g.dec covers

@@ -329,7 +329,9 @@ class Bench:
 		if r["rc"]:
 			raise SystemExit(f"anedvd run failed ({r['rc']}): {r['err'][-500:]}")
 		t = json.loads(r["out"])["timings"]
-		calls = t.get("kernel_calls_per_token") or 0
+		# IPC per round trip (a call may carry a layer's kernels); builds
+		# without the count: per kernel
+		calls = t.get("round_trips_per_token") or t.get("kernel_calls_per_token") or 0
 		ipc = t.get("per_token_ms", {}).get("ipc")
 		# the split is of the whole job (prefill too) per generated token, as run --json reports it
 		pt = t.get("per_token_ms", {})
@@ -502,7 +504,7 @@ def report_model(b, m):
 		say(f"{h}{title}" + ("" if fmt == "md" else " =="))
 		say("")
 		say(f"{os.path.basename(m['file'])}: {m['fbytes'] / 1e6:.1f} MB; weights in the kernels: {m['wdesc']}"
-		    f" ({fmt_num(m['kmb'])} MB per token); {fmt_num(m['calls'])} kernel calls per token;"
+		    f" ({fmt_num(m['kmb'])} MB per token); {fmt_num(m['calls'])} calls to the ane-worker per token (whole job);"
 		    f" {b.nprompt}-token prompt, {b.ngen} tokens decoded")
 		say("")
 		head = ["measure", "anedvd", "llama.cpp", "anedvd/llama.cpp", "target"]
@@ -536,7 +538,7 @@ def report_model(b, m):
 			rows[-1][4] = f"anedvd <= 1.2x kernel weights = {lim:.0f} MiB (+KV)" + verdict(s[0] <= lim)
 		cmp_row("peak private (RssAnon), MiB", "anon", "anon", higher=False)
 		s = median_range(A["ipc"])
-		rows.append(["IPC per kernel call, us", fmt_stat(A["ipc"]), "-", "-", "empty call <= 10 us"])
+		rows.append(["IPC per call to the ane-worker, us", fmt_stat(A["ipc"]), "-", "-", "empty call <= 10 us"])
 		s = median_range(A["outside"])
 		ot = ""
 		if m["shape"] == "smollm2-135m":

@@ -24,7 +24,7 @@ num='[0-9][0-9.]*'
 fig="$num \\($num\\.\\.$num\\)"
 for row in "decode tok/s" "prefill tok/s (64-token prompt)" "start to first token, cold s" \
 	"start to first token, warm s" "peak RSS, all processes, MiB" "peak private (RssAnon), MiB" \
-	"IPC per kernel call, us" "decode time outside the kernels, %" "emu weight GB/s (kernels, 1 column)" \
+	"IPC per call to the ane-worker, us" "decode time outside the kernels, %" "emu weight GB/s (kernels, 1 column)" \
 	"decode weight GB/s (weight bytes per token x tok/s)" \
 	"2-thread streaming read GB/s" "emu GB/s / streaming read"; do
 	grep -F "$row" "$T/text.out" | grep -Eq "$fig" || fail "no figure in row '$row'"
