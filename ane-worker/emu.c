@@ -2744,8 +2744,7 @@ run_elementwise(struct emu_kernel *k, const struct step *s, size_t n)
 			y[i] = a[i] * (b ? b[i] : sc);
 		break;
 	case S_SIGMOID:
-		for (size_t i = 0; i < n; i++)
-			y[i] = 1.0f / (1.0f + expf(-a[i]));
+		emu_sigmoid(k->e->simd, a, y, n);
 		break;
 	default:
 		break;
@@ -2775,6 +2774,7 @@ struct gate {
 	const float *g, *u; // t0, t1
 	float *h;           // t4
 	size_t n, per;
+	int simd;
 };
 
 // b is the other operand of a mul step with operand a (or -1)
@@ -2812,21 +2812,8 @@ gate_task(void *arg, size_t t)
 {
 	struct gate *gt = arg;
 	size_t i0 = t * gt->per, i1 = i0 + gt->per > gt->n ? gt->n : i0 + gt->per;
-	float s[256];
-	for (size_t i = i0; i < i1; i += 256) {
-		size_t m = i1 - i < 256 ? i1 - i : 256;
-		const float *g = gt->g + i, *u = gt->u + i;
-		float *h = gt->h + i;
-		for (size_t j = 0; j < m; j++)
-			s[j] = 1.0f / (1.0f + expf(-g[j]));
-		round16_row(s, m);
-		for (size_t j = 0; j < m; j++)
-			s[j] = g[j] * s[j];
-		round16_row(s, m);
-		for (size_t j = 0; j < m; j++)
-			h[j] = s[j] * u[j];
-		round16_row(h, m);
-	}
+	if (i0 < i1)
+		emu_gate(gt->simd, gt->g + i0, gt->u + i0, gt->h + i0, i1 - i0);
 }
 
 // below this many values the gate runs on the calling thread alone
@@ -2839,6 +2826,7 @@ run_gate(struct emu_kernel *k, struct gate *gt, size_t n)
 	if (n >= PAR_MIN_GATE && k->e->nthreads > 1)
 		nt = (size_t)k->e->nthreads * 2;
 	gt->n = n;
+	gt->simd = k->e->simd;
 	gt->per = ((n + nt - 1) / nt + 255) / 256 * 256; // whole 256-value chunks
 	nt = (n + gt->per - 1) / gt->per;
 	pool_run(&k->e->pool, gate_task, gt, nt);

@@ -186,6 +186,13 @@ int emu_simd(const struct emu *e);   // the path a context runs
 void emu_parallel(struct emu *e, void (*fn)(void *arg, size_t task), void *arg, size_t ntasks);
 int emu_nthreads(const struct emu *e); // threads that run a job, the caller included
 
+// the emu's sigmoid, y = 1 / (1 + exp(-a)) (emu-act.c: its own exp, the
+// same bits on every path), and the fused FFN gate h = r(r(sigmoid(g)) * g)
+// * u, rounding each op's result to fp16 (r) as op by op; level as for
+// emu_conv_simd
+void emu_sigmoid(int level, const float *a, float *y, size_t n);
+void emu_gate(int level, const float *g, const float *u, float *h, size_t n);
+
 // int8 panels, four interleaved: weight (o, i) of a [cout][cin] int8
 // matrix at quad o/64, offset (i * 64 + o % 64): a quad's step is one line,
 // rows past cout zero (emu_i8_panel_bytes rounds cout up to 64); scale

@@ -1516,6 +1516,73 @@ test_i8_quant(void)
 	CHECK(ane_quant_row(w, N, q, &sc, err) < 0 && strstr(err, "weight 7"), "%s", err);
 }
 
+// the emu's sigmoid and gate: every path gives the plain twin's bits, on
+// every fp16 value (what the gate's inputs are) and on fp32 specials; the
+// sigmoid within 3 ulp of the true one in double; the gate equal to its
+// three ops one by one
+static void
+test_sigmoid_gate(void)
+{
+	enum { N = 65536 + 16 };
+	float *a = malloc(N * sizeof *a), *u = malloc(N * sizeof *u);
+	float *y[3], *h[3];
+	for (int l = 0; l < 3; l++) {
+		y[l] = malloc(N * sizeof(float));
+		h[l] = malloc(N * sizeof(float));
+	}
+	for (int i = 0; i < 65536; i++) {
+		a[i] = ad_fp16_to_f32((uint16_t)i);
+		u[i] = ad_fp16_to_f32((uint16_t)(i * 7919));
+	}
+	const float sp[16] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 88.0f, -88.0f, 87.9f, -87.9f, 89.0f, -89.0f,
+	                      1e-30f, -1e-30f, 100.0f, -104.0f, 0.5f};
+	for (int i = 0; i < 16; i++) {
+		a[65536 + i] = sp[i];
+		u[65536 + i] = 1.0f + (float)i;
+	}
+	const int lv[3] = {EMU_SIMD_REF, EMU_SIMD_AVX2, EMU_SIMD_AVX512};
+	for (int l = 0; l < 3; l++) {
+		emu_sigmoid(lv[l], a, y[l], N);
+		emu_gate(lv[l], a, u, h[l], N);
+	}
+	int diff = 0, gdiff = 0, nan_ok = 1;
+	for (int l = 1; l < 3; l++)
+		for (int i = 0; i < N; i++) {
+			diff += memcmp(&y[0][i], &y[l][i], 4) != 0;
+			gdiff += memcmp(&h[0][i], &h[l][i], 4) != 0;
+		}
+	CHECK(diff == 0 && gdiff == 0, "%d sigmoid and %d gate values differ from the plain twin", diff, gdiff);
+	double worst = 0;
+	int ones = 1, zeros = 1;
+	for (int i = 0; i < N; i++) {
+		if (isnan(a[i])) {
+			nan_ok &= isnan(y[0][i]) && isnan(h[0][i]);
+			continue;
+		}
+		double t = 1.0 / (1.0 + exp(-(double)a[i]));
+		if (a[i] >= 20.0f)
+			ones &= y[0][i] == 1.0f;
+		if (a[i] <= -104.0f)
+			zeros &= ad_fp16_to_f32(ad_f32_to_fp16(y[0][i])) == 0.0f;
+		if (t < 1e-37) // below fp32's normals the ulp is no measure
+			continue;
+		double ulp = ldexp(1.0, ilogb(t) - 23), e = fabs(y[0][i] - t) / ulp;
+		worst = e > worst ? e : worst;
+		// the gate: its three ops one by one, through the same sigmoid
+		float s = ad_fp16_to_f32(ad_f32_to_fp16(y[0][i]));
+		s = ad_fp16_to_f32(ad_f32_to_fp16(a[i] * s));
+		float g = ad_fp16_to_f32(ad_f32_to_fp16(s * u[i]));
+		gdiff += memcmp(&g, &h[0][i], 4) != 0;
+	}
+	CHECK(worst <= 3.0, "sigmoid: %.2f ulp from the true value", worst);
+	CHECK(gdiff == 0, "%d gate values differ from the ops one by one", gdiff);
+	CHECK(nan_ok && ones && zeros, "NaN %d, saturation %d %d", nan_ok, ones, zeros);
+	printf("sigmoid: the plain twin's bits on every path; worst %.2f ulp (fp32) over every fp16 input\n", worst);
+	free(a), free(u);
+	for (int l = 0; l < 3; l++)
+		free(y[l]), free(h[l]);
+}
+
 int
 main(void)
 {
@@ -1547,6 +1614,7 @@ main(void)
 	T_RUN(test_rule_shapes);
 	T_RUN(test_rule_slots);
 	T_RUN(test_rule_mangled);
+	T_RUN(test_sigmoid_gate);
 	T_RUN(test_i8_kernels);
 	T_RUN(test_i8_proj_ffn);
 	T_RUN(test_i8_rules);
