@@ -893,6 +893,30 @@ pool_main(void *arg)
 	return NULL;
 }
 
+static inline void
+cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield");
+#endif
+}
+
+// spun k rounds: about 200 us yet? (a clock read every 1024 rounds)
+static int
+pool_waited_long(unsigned k)
+{
+	static _Thread_local struct timespec t0;
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	if (k == 1024) {
+		t0 = t;
+		return 0;
+	}
+	return (t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > 200000;
+}
+
 static void
 pool_run(struct pool *p, void (*fn)(void *, size_t), void *arg, size_t ntasks)
 {
@@ -911,10 +935,21 @@ pool_run(struct pool *p, void (*fn)(void *, size_t), void *arg, size_t ntasks)
 	pthread_cond_broadcast(&p->go);
 	pthread_mutex_unlock(&p->mu);
 	pool_work(p, gen);
-	pthread_mutex_lock(&p->mu);
-	while (__atomic_load_n(&p->ndone, __ATOMIC_ACQUIRE) < ntasks)
-		pthread_cond_wait(&p->done, &p->mu);
-	pthread_mutex_unlock(&p->mu);
+	// the workers' last tasks: spin for them a while (a task is a slice of
+	// one conv, tens of microseconds at most), then sleep. Sleeping at once
+	// cost every conv of a decode step a wake-up, and on a VM an idle vCPU
+	// takes ~50 us to wake.
+	for (unsigned k = 1; __atomic_load_n(&p->ndone, __ATOMIC_ACQUIRE) < ntasks; k++) {
+		cpu_relax();
+		if (k % 1024 == 0 && pool_waited_long(k))
+			break;
+	}
+	if (__atomic_load_n(&p->ndone, __ATOMIC_ACQUIRE) < ntasks) {
+		pthread_mutex_lock(&p->mu);
+		while (__atomic_load_n(&p->ndone, __ATOMIC_ACQUIRE) < ntasks)
+			pthread_cond_wait(&p->done, &p->mu);
+		pthread_mutex_unlock(&p->mu);
+	}
 }
 
 struct emu {
@@ -2674,6 +2709,7 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 	};
 	j.xp = j.x;
 	int par = (uint64_t)s->cout * s->cin * ncols >= PAR_MIN_MACS && e->nthreads > 1;
+
 	// whole tiles per task (for one column 4 panels on AVX2, 8 on AVX-512,
 	// or 1 when the weights come from DRAM; for more, the AVX2 tiles take 3x2
 	// and 2x3, the AVX-512 ones up to 4, 3 or 2 panels): a task of 7 panels
