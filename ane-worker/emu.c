@@ -851,6 +851,7 @@ pool_work(struct pool *p, uint32_t gen)
 // it would all run on the caller (896x896, one column, 2 threads: 27-40
 // us without polling, 17-25 us with)
 #define POOL_SPIN_NS 50000
+static long pool_spin_ns = POOL_SPIN_NS; // ANEDVD_POOL_SPIN_US, read at emu_open
 
 static void
 pool_spin(struct pool *p, uint32_t seen)
@@ -866,7 +867,7 @@ pool_spin(struct pool *p, uint32_t seen)
 		sched_yield();
 		if (k % 16 == 0) {
 			clock_gettime(CLOCK_MONOTONIC, &t);
-			if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > POOL_SPIN_NS)
+			if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > pool_spin_ns)
 				return;
 		}
 	}
@@ -1033,6 +1034,9 @@ emu_open(const struct emu_opts *opts, char *err)
 		return NULL;
 	}
 	e->nthreads = opts && opts->threads > 0 ? opts->threads : 2;
+	const char *ps = getenv("ANEDVD_POOL_SPIN_US");
+	if (ps && *ps)
+		pool_spin_ns = strtol(ps, NULL, 10) * 1000L;
 	if (e->nthreads > 256)
 		e->nthreads = 256;
 	int simd = opts ? opts->simd : EMU_SIMD_AUTO;

@@ -85,7 +85,8 @@ now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static uint64_t hot_ns = 10000; // spin(): pause this long, then yield
+static uint64_t hot_ns = 10000;              // the caller's spin: pause this long, then yield
+static uint64_t serve_hot_ns = UINT64_MAX;   // the worker's idle spin: pause throughout
 
 static uint32_t
 env_us(const char *name, uint32_t dflt_us)
@@ -120,6 +121,8 @@ chan_defaults(struct dp_chan *c)
 	c->lead_ns = env_us("ANEDVD_DP_LEAD_US", 40);
 	c->spin_max_ns = env_us("ANEDVD_DP_SPIN_MAX_US", 200);
 	hot_ns = env_us("ANEDVD_DP_YIELD_US", 10);
+	if (getenv("ANEDVD_DP_SERVE_YIELD_US"))
+		serve_hot_ns = env_us("ANEDVD_DP_SERVE_YIELD_US", 0);
 	pthread_mutex_init(&c->mu, NULL);
 }
 
@@ -722,7 +725,7 @@ dp_serve(struct dp_chan *c, uint32_t gen, dp_handler fn, void *arg, const volati
 		if (t - last < c->spin_serve_ns) {
 			if (c->idle && c->idle(c->idle_arg) && atomic_load(&h->bell) == b)
 				continue;
-			spin(&h->bell, b, c->spin_serve_ns - (t - last), UINT64_MAX);
+			spin(&h->bell, b, c->spin_serve_ns - (t - last), serve_hot_ns);
 			continue;
 		}
 		doze(c, &h->bell, b, &h->server_sleeping, idle, &backoff);
