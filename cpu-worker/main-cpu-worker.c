@@ -76,7 +76,7 @@ usage(FILE *out)
 	        "                   (bytes with K/M/G, a plain number is MiB; 0: off; default the KV of\n"
 	        "                   max(4, --parallel) full contexts)\n"
 	        "  --cache-block N  positions per prefix-cache block (default 16)\n"
-	        "  --threads N      emu threads for the in-process emu backend (default 2)\n"
+	        "  --threads N      emu threads for the in-process emu backend, and attention threads (default 2)\n"
 	        "  --instance PID   the instance's pid in shared-memory surface ids (default: this\n"
 	        "                   process)\n"
 	        "  --kernel-timeout-ms N   remote: wait this long for a kernel call before retrying it\n"
@@ -252,7 +252,9 @@ main(int argc, char **argv)
 		if (m.hp.n_ctx_train > 1 && m.hp.n_ctx_train < max_seq)
 			max_seq = (long)m.hp.n_ctx_train;
 	}
-	struct engine_opts eo = {.max_seq = (int)max_seq};
+	// attention on as many threads as the kernels: the ane-worker's wait
+	// while this process computes (long prompts, many sequences)
+	struct engine_opts eo = {.max_seq = (int)max_seq, .threads = (int)threads};
 	struct engine *e = engine_new(&m, kb, &eo, err);
 	struct sched *s = NULL;
 	struct sched_opts so = {.parallel = (int)parallel, .queue = (int)queue, .sessions = (int)sessions,

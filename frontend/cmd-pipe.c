@@ -437,7 +437,8 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 	p->ref_rope = p->m.hp.rope;
 	if (o->pipe_rope)
 		p->m.hp.rope = o->pipe_rope;
-	struct engine_opts eo = {.max_seq = o->max_seq > 0 ? o->max_seq : 2048, .kv_f32 = o->kv_f32};
+	struct engine_opts eo = {.max_seq = o->max_seq > 0 ? o->max_seq : 2048, .kv_f32 = o->kv_f32,
+	                         .threads = o->threads > 0 ? o->threads : 2};
 	p->e = engine_new(&p->m, p->kb, &eo, err);
 	if (!p->e)
 		goto fail;
