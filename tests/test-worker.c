@@ -122,6 +122,7 @@ static void
 flaky_free(struct kernel_backend *kb)
 {
 	struct flaky *f = kb->priv;
+	kb_host_free(kb); // the engine's host blocks were allocated on the wrapper
 	f->inner->free(f->inner);
 	free(f);
 }
