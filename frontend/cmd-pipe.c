@@ -196,6 +196,8 @@ w_call_list(struct kernel_backend *kb, const struct kb_step *steps, int n, struc
 	for (int i = 0; i < n; i++) {
 		if (t)
 			t[i] = tt[i];
+		if (steps[i].kind == KB_RESNORM) // CPU work, not a kernel
+			continue;
 		int id = steps[i].id;
 		int kind = id >= 0 && id < kb->n_kernels ? (int)kb->kernels[id].kind : 0;
 		if (kind < 0 || kind >= PIPE_KINDS)
@@ -210,6 +212,7 @@ w_call_list(struct kernel_backend *kb, const struct kb_step *steps, int n, struc
 static void
 w_free(struct kernel_backend *kb)
 {
+	kb_host_free(kb); // the engine's host blocks, when the inner backend has no allocator of its own
 	free(kb);
 }
 
