@@ -361,7 +361,8 @@ engine_free(struct engine *e)
 	free(e);
 }
 
-#define TAG_O_IN (1 << 20) // fused calls: O's input, a surface of its own
+#define TAG_O_IN (1 << 20)         // fused calls: O's input, a surface of its own
+#define TAG_DOWN_IN ((1 << 20) + 1) // and a split FFN's DOWN's
 
 // the surface (direction, channels, tag), made on first use: kernels with
 // the same shape share one, except the LM head's chunks, which run as one
@@ -376,6 +377,8 @@ surface_for(struct engine *e, int out, int channels, int tag, char *err)
 	char name[32];
 	if (tag == TAG_O_IN)
 		snprintf(name, sizeof name, "x%d-o", channels);
+	else if (tag == TAG_DOWN_IN)
+		snprintf(name, sizeof name, "x%d-d", channels);
 	else if (tag)
 		snprintf(name, sizeof name, "%s%d-h%d", out ? "y" : "x", channels, tag - 1);
 	else
@@ -1313,7 +1316,7 @@ fused_setup(struct engine *e, char *err)
 	const int nl = (int)e->hp.n_layer;
 	for (int il = 0; il < nl; il++) {
 		const struct eng_layer *L = &e->layers[il];
-		if (L->conv || L->gate_inp || L->ffn < 0 || !L->own_kv)
+		if (L->conv || L->gate_inp || !L->own_kv || (L->ffn < 0 && (L->gate_up < 0 || L->down < 0)))
 			return 0;
 	}
 	const size_t E = (size_t)e->E;
@@ -1334,13 +1337,19 @@ fused_setup(struct engine *e, char *err)
 	if (!(e->fsteps = eng_alloc(e, (size_t)(e->n_head + 4) * sizeof *e->fsteps, err)) ||
 	    !(e->ft = eng_alloc(e, (size_t)(e->n_head + 4) * sizeof *e->ft, err)))
 		return -1;
-	// O's input apart from the surfaces the call writes
+	// O's input (and a split FFN's DOWN's, which the CPU writes between
+	// the layer's two calls) apart from the surfaces the calls write
 	for (int il = 0; il < nl; il++) {
 		const struct eng_layer *L = &e->layers[il];
 		int s = surface_for(e, 0, e->kb->kernels[L->o].in_ch, TAG_O_IN, err);
 		if (s < 0)
 			return -1;
 		e->k_in[L->o] = s;
+		if (L->ffn < 0) {
+			if ((s = surface_for(e, 0, e->kb->kernels[L->down].in_ch, TAG_DOWN_IN, err)) < 0)
+				return -1;
+			e->k_in[L->down] = s;
+		}
 	}
 	e->hcur = 0;
 	e->fused = 1;
@@ -1409,20 +1418,40 @@ layer_fused(struct engine *e, struct fwd *f, int il, int nl, int n, float *logit
 
 	const int a = e->hcur, b = (a + 1) % 3, c = (a + 2) % 3;
 	const struct eng_layer *N = il + 1 < nl ? &e->layers[il + 1] : NULL;
+	const int split = L->ffn < 0, up = split ? L->gate_up : L->ffn, down = split ? L->down : L->ffn;
 	struct kb_step *st = e->fsteps;
 	int k = 0;
 	st[k++] = kstep(e, L->o, n);
 	st[k++] = (struct kb_step){.kind = KB_RESNORM,
 	                           .ncols = n,
 	                           .in = &e->surf[e->k_out[L->o]].s,
-	                           .out = &e->surf[e->k_in[L->ffn]].s,
+	                           .out = &e->surf[e->k_in[up]].s,
 	                           .x_in = e->hx[a],
 	                           .x_out = e->hx[b],
 	                           .rn = {E, eps, L->h_bo, L->h_post_attn, L->h_ffn_norm}};
-	st[k++] = kstep(e, L->ffn, n);
+	st[k++] = kstep(e, up, n);
+	if (split) {
+		// the activation on the CPU, between this layer's two calls
+		if (call_steps(e, f, st, k, err))
+			return ad_err_prefix(err, "layer %d", il);
+		const int ff = L->ff;
+		get(e, e->k_out[up], e->hb, n, 2 * (size_t)ff);
+		for (int col = 0; col < n; col++) {
+			float *g = e->hb + (size_t)col * 2 * ff, *u = g + ff;
+			if (e->gelu)
+				for (int i = 0; i < ff; i++)
+					g[i] = gelu(g[i]) * u[i];
+			else
+				for (int i = 0; i < ff; i++)
+					g[i] = silu(g[i]) * u[i];
+		}
+		put(e, e->k_in[down], e->hb, n, 2 * (size_t)ff);
+		k = 0;
+		st[k++] = kstep(e, down, n);
+	}
 	st[k++] = (struct kb_step){.kind = KB_RESNORM,
 	                           .ncols = n,
-	                           .in = &e->surf[e->k_out[L->ffn]].s,
+	                           .in = &e->surf[e->k_out[down]].s,
 	                           .out = N ? &e->surf[e->k_in[N->qkv]].s
 	                                    : logits ? &e->surf[e->k_in[e->head[0]]].s : NULL,
 	                           .x_in = e->hx[b],
