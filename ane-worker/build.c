@@ -95,6 +95,12 @@ ane_builder_free(struct ane_builder *b)
 	free(b);
 }
 
+struct emu *
+ane_builder_emu(const struct ane_builder *b)
+{
+	return b->emu;
+}
+
 const char *
 ane_builder_backend(const struct ane_builder *b)
 {

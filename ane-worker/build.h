@@ -95,6 +95,8 @@ struct ane_kernel {
 struct ane_builder *ane_builder_new(const struct ane_build_opts *o, char *err);
 void ane_builder_free(struct ane_builder *b); // the kernels must be freed first
 const char *ane_builder_backend(const struct ane_builder *b);
+// the emu context (its thread pool), NULL on the ane backend
+struct emu *ane_builder_emu(const struct ane_builder *b);
 uint32_t ane_builder_compiles(const struct ane_builder *b);
 
 int ane_build(struct ane_builder *b, const struct ane_pk *pk, int width, struct ane_kernel *out, char *err);

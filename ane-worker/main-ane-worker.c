@@ -444,6 +444,43 @@ dp_surf(struct dpc *d, uint16_t idx, const char *id, int channels, int width, co
 	return s;
 }
 
+// a wide resnorm step split by columns: task t of nt takes columns [c0, c1)
+struct rn_job {
+	const struct ad_resnorm *r;
+	const struct ad_surface *ys;
+	struct ad_surface *xs;
+	const float *x_in;
+	float *x_out, *scratch;
+	int n, nt; // columns, tasks
+	atomic_int bad;
+};
+
+static void
+rn_task(void *arg, size_t t)
+{
+	struct rn_job *j = arg;
+	const int per = (j->n + j->nt - 1) / j->nt, c0 = (int)t * per, c1 = c0 + per < j->n ? c0 + per : j->n;
+	if (c0 >= c1)
+		return;
+	const int E = j->r->E;
+	// the surfaces seen from column c0: the same planes, c0 columns in
+	struct ad_surface y, x;
+	if (j->ys) {
+		y = *j->ys;
+		y.base = (uint16_t *)((char *)y.base + (size_t)c0 * 2);
+		y.width -= (size_t)c0;
+	}
+	if (j->xs) {
+		x = *j->xs;
+		x.base = (uint16_t *)((char *)x.base + (size_t)c0 * 2);
+		x.width -= (size_t)c0;
+	}
+	char e[AD_ERRLEN];
+	if (ane_resnorm_planar(j->r, c1 - c0, j->ys ? &y : NULL, j->x_in + (size_t)c0 * E, j->x_out + (size_t)c0 * E,
+	                       j->xs ? &x : NULL, j->scratch + 2 * (size_t)c0 * E, e))
+		atomic_store(&j->bad, 1);
+}
+
 // a DP_RESNORM step (dataplane.h): its vectors checked against the arena,
 // its surfaces against the step's shape, then resnorm.h's arithmetic
 static Anedvd__ErrorCode
@@ -500,8 +537,18 @@ dp_resnorm(struct dpc *d, const struct dp_step *st, uint64_t *exec_ns, char *msg
 		.w = q->w == DP_NO_VEC ? NULL : arena + q->w,
 	};
 	uint64_t t0 = now_ns();
-	if (ane_resnorm_planar(&r, (int)n, ys, arena + q->x_in, arena + q->x_out, xs, d->scratch, msg))
+	struct emu *emu = d->w->set.b ? ane_builder_emu(d->w->set.b) : NULL;
+	if (emu && n >= 8 && emu_nthreads(emu) > 1) {
+		// wide (a prefill chunk): column blocks on the emu's threads, each
+		// column computed as alone
+		const int nt = emu_nthreads(emu) * 2;
+		struct rn_job j = {&r, ys, xs, arena + q->x_in, arena + q->x_out, d->scratch, (int)n, nt, 0};
+		emu_parallel(emu, rn_task, &j, (size_t)nt);
+		if (j.bad)
+			return snprintf(msg, AD_ERRLEN, "resnorm: a surface is too small"), ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
+	} else if (ane_resnorm_planar(&r, (int)n, ys, arena + q->x_in, arena + q->x_out, xs, d->scratch, msg)) {
 		return ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
+	}
 	*exec_ns = now_ns() - t0;
 	return 0;
 }

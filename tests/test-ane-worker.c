@@ -443,6 +443,8 @@ start(char **argv)
 	return pid;
 }
 
+static const char *worker_threads = "1"; // spawn_worker's --threads
+
 static pid_t
 spawn_worker(int delay_ms, int split)
 {
@@ -458,7 +460,7 @@ spawn_worker(int delay_ms, int split)
 	argv[n++] = "--chunk";
 	argv[n++] = "8";
 	argv[n++] = "--threads";
-	argv[n++] = "1";
+	argv[n++] = (char *)worker_threads;
 	if (delay_ms) {
 		argv[n++] = "--debug-delay-ms";
 		argv[n++] = d;
@@ -956,9 +958,19 @@ static void
 test_resnorm_steps(void)
 {
 	REQUIRE(worker > 0 && remote && local);
+	// a worker of two threads: a wide step splits over them
+	kill(worker, SIGTERM);
+	waitpid(worker, NULL, 0);
+	worker_threads = "2";
+	worker = spawn_worker(0, 0);
+	worker_threads = "1";
+	REQUIRE(worker > 0);
 	char err[AD_ERRLEN], id[AD_SURFACE_ID_MAX], sy[AD_SURFACE_ID_MAX], sx[AD_SURFACE_ID_MAX];
 	struct ad_client *c = ad_client_open(url, err);
 	REQUIRE(c);
+	for (int i = 0; i < 600 && !healthy(c); i++) // compiling
+		usleep(50 * 1000);
+	REQUIRE(healthy(c));
 	const long me = (long)getpid();
 	const int E = (int)stories.hp.n_embd, n = 3;
 	REQUIRE(surface_id(id, sizeof id, me, "rn-dp") == 0 && surface_id(sy, sizeof sy, me, "rn-y") == 0 &&
@@ -1006,6 +1018,28 @@ test_resnorm_steps(void)
 	surface_write(&X, want_n, n, (size_t)E); // xn as the surface holds it: fp16
 	surface_read(&X, want16, n, (size_t)E);
 	CHECK(memcmp(got, want16, sizeof(float) * (size_t)(n * E)) == 0, "xn differs");
+	// all W columns: the worker splits a wide step over its threads; each
+	// column as alone
+	{
+		float yw[W * 512], xw[W * 512], wx[W * 512], wn[W * 512], gn[W * 512];
+		for (int i = 0; i < W * E; i++) {
+			yw[i] = 4.0f * frand();
+			xw[i] = 8.0f * frand();
+		}
+		surface_write(&Y, yw, W, (size_t)E);
+		surface_read(&Y, yw, W, (size_t)E);
+		memcpy(ar, xw, sizeof(float) * (size_t)(W * E));
+		ad_resnorm(&r, W, yw, (size_t)E, xw, wx, wn, (size_t)E);
+		struct dp_resnorm wide = {(uint32_t)E, eps, 0, 1024, 2112, 2176, 2048};
+		REQUIRE(W * E <= 1024);
+		CHECK(rn_step(ch, pid, gen, W, 0, 1, wide, &rep) == DP_OK, "%s", rep.msg);
+		CHECK(memcmp(ar + 1024, wx, sizeof(float) * (size_t)(W * E)) == 0, "x_out differs, %d columns", W);
+		surface_read(&X, gn, W, (size_t)E);
+		surface_write(&X, wn, W, (size_t)E);
+		surface_read(&X, wn, W, (size_t)E);
+		CHECK(memcmp(gn, wn, sizeof(float) * (size_t)(W * E)) == 0, "xn differs, %d columns", W);
+		memcpy(ar, xin, sizeof(float) * (size_t)(n * E));
+	}
 	// no y: x copied, then normed; no w: no xn written
 	struct ad_resnorm r0 = {E, eps, NULL, NULL, w};
 	ad_resnorm(&r0, n, NULL, 0, xin, want_x, want_n, (size_t)E);
