@@ -549,7 +549,10 @@ dp_resnorm(struct dpc *d, const struct dp_step *st, uint64_t *exec_ns, char *msg
 	} else if (ane_resnorm_planar(&r, (int)n, ys, arena + q->x_in, arena + q->x_out, xs, d->scratch, msg)) {
 		return ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
 	}
-	*exec_ns = now_ns() - t0;
+	uint64_t t1 = now_ns();
+	*exec_ns = t1 - t0;
+	if (trace_enabled())
+		trace_event((long)getpid(), 1, "resnorm", "kernel", t0 / 1000u, (t1 - t0) / 1000u);
 	return 0;
 }
 
