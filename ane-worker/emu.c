@@ -851,6 +851,8 @@ pool_work(struct pool *p, uint32_t gen)
 // it would all run on the caller (896x896, one column, 2 threads: 27-40
 // us without polling, 17-25 us with)
 #define POOL_SPIN_NS 50000
+// convs of fewer columns run on the calling thread alone (emu_opts.par_cols)
+#define EMU_PAR_COLS 1
 static long pool_spin_ns = POOL_SPIN_NS; // ANEDVD_POOL_SPIN_US, read at emu_open
 
 static void
@@ -959,6 +961,7 @@ struct emu {
 	int force_ref; // the plain kernels everywhere (simd == EMU_SIMD_REF)
 	int simd;      // the conv path, EMU_SIMD_REF .. AVX512
 	int no_fuse;
+	int par_cols; // emu_opts.par_cols
 	// the activations of a wide conv packed for the AVX-512 tiles; one
 	// context runs one eval at a time, so its kernels share it
 	float *xpack;
@@ -1054,6 +1057,10 @@ emu_open(const struct emu_opts *opts, char *err)
 	e->simd = simd_cap(simd);
 	e->force_ref = e->simd == EMU_SIMD_REF;
 	e->no_fuse = opts ? opts->no_fuse : 0;
+	e->par_cols = opts && opts->par_cols > 0 ? opts->par_cols : EMU_PAR_COLS;
+	const char *pc = getenv("ANEDVD_EMU_PAR_COLS");
+	if ((!opts || opts->par_cols <= 0) && pc && *pc)
+		e->par_cols = (int)strtol(pc, NULL, 10);
 	e->llc = llc_bytes();
 	struct pool *p = &e->pool;
 	pthread_mutex_init(&p->mu, NULL);
@@ -2712,7 +2719,7 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 		.simd = e->simd,
 	};
 	j.xp = j.x;
-	int par = (uint64_t)s->cout * s->cin * ncols >= PAR_MIN_MACS && e->nthreads > 1;
+	int par = (uint64_t)s->cout * s->cin * ncols >= PAR_MIN_MACS && e->nthreads > 1 && (int)ncols >= e->par_cols;
 
 	// whole tiles per task (for one column 4 panels on AVX2, 8 on AVX-512,
 	// or 1 when the weights come from DRAM; for more, the AVX2 tiles take 3x2

@@ -85,6 +85,9 @@ struct emu_opts {
 	int simd;      // EMU_SIMD_*: the best path to use, capped at the CPU's; AUTO: the
 	               // CPU's best, or what ANEDVD_SIMD=ref|avx2|avx512 in the environment says
 	int no_fuse;   // run a fused FFN's elementwise steps op by op (tests, benchmarks)
+	int par_cols;  // convs of fewer columns run on the calling thread alone (0: the
+	               // default, or ANEDVD_EMU_PAR_COLS): memory-bound ones gain little from
+	               // a second thread and pay its wake-up
 };
 
 // a weight file the program names as @model_path/weights/<name>: read from
