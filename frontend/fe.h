@@ -265,6 +265,7 @@ void fe_metrics_stage(enum fe_stage st, uint64_t ns);
 void fe_metrics_queue(int waiting, int running);
 void fe_metrics_upstream(const char *process, int up, uint32_t pid); // counts restarts by pid changes
 void fe_metrics_cancel(void);
+void fe_metrics_replay(void); // a job the engine lost, submitted again
 // the engine's prefix cache as its last final poll reported it
 struct fe_cache_stats {
 	uint64_t lookups, hit_tokens, evictions, bytes, limit, blocks, stored;
