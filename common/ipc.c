@@ -168,6 +168,12 @@ ad_client_open(const char *url, char *err)
 	// listened
 	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 10);
 	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 200);
+	// a request in flight when its server dies is sent again, at once, to
+	// the server that next listens on the URL (a restarted worker): nng's
+	// REQ does that for a connection that closes. Its other resend, of a
+	// request not answered within the resend time (60 s by default), would
+	// run a slow call (a large Embed) twice on a live server: never
+	nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, 24 * 3600 * 1000);
 	// dial in the background: the server may not be up yet, or may be
 	// restarting; requests wait for it until their own timeout
 	rv = nng_dial(c->sock, url, NULL, NNG_FLAG_NONBLOCK);

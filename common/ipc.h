@@ -8,7 +8,11 @@
 //
 // A client is safe to use from several threads: every call opens its own
 // context. Every call has a timeout; a peer that is not there (yet, or any
-// more) is an error after that timeout, never a hang.
+// more) is an error after that timeout, never a hang. A call whose server
+// dies before it answers is sent again to the server that next listens on
+// the URL (a restarted service), within the same timeout: so the calls of
+// the services are idempotent (test-toksvc kills the tokenizer under one).
+// It is never sent twice to a server that is alive but slow.
 #ifndef AD_IPC_H
 #define AD_IPC_H
 
