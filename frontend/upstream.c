@@ -325,6 +325,7 @@ struct run {
 	size_t n_pending;
 	uint32_t produced;  // bytes of the tokens so far: the next token's offset
 	uint32_t released;  // bytes of text handed out
+	size_t decoded;     // bytes decode_stream has given so far
 };
 
 // emit hands released text of choice i to the loop (stream: with the
@@ -505,20 +506,25 @@ poll_choice(struct fe_gen *g, int i, struct run *r, int wait_ms, int *first_toke
 	if (n_got && !tids)
 		return fail(g, 503, "out of memory");
 	int flush = fin != FE_FINISH_NONE;
-	c->completion_tokens += (unsigned)nt;
-	g->r.completion_tokens += (unsigned)nt;
+	unsigned counted = (unsigned)nt;
 	if (nt || flush) {
 		char *text = NULL;
 		size_t len = 0;
+		char pending0[4];
+		size_t n_pending0 = r->n_pending, decoded0 = r->decoded;
+		memcpy(pending0, r->pending, sizeof pending0);
 		uint64_t t0 = fe_now_ns();
 		int rv = tokc_decode_stream(tok, tids, nt, flush, r->pending, &r->n_pending, &text, &len, cfg->timeout_ms,
 		                            err);
 		g->r.detok_ns += fe_now_ns() - t0;
-		free(tids);
-		if (rv != 0)
+		if (rv != 0) {
+			free(tids);
 			return fail(g, 503, err);
+		}
+		r->decoded += len;
 		size_t ready = 0;
 		if (fe_stop_push(&r->st, text, len, flush, &ready) != 0) {
+			free(tids);
 			free(text);
 			return fail(g, 503, "out of memory");
 		}
@@ -528,7 +534,27 @@ poll_choice(struct fe_gen *g, int i, struct run *r, int wait_ms, int *first_toke
 			uint32_t end = r->released + (uint32_t)ready;
 			while (c->n_lp && c->lp[c->n_lp - 1].offset >= end)
 				c->n_lp--;
+			// nor of its usage: count up to the token that completed the
+			// match, whatever the batches the engine's tokens came in
+			size_t match_end = end + strlen(g->p.stops[r->st.hit]);
+			for (size_t k = 1; nt > 1 && k <= nt; k++) {
+				char *t = NULL;
+				size_t tl = 0;
+				if (tokc_decode_stream(tok, tids + k - 1, 1, 0, pending0, &n_pending0, &t, &tl, cfg->timeout_ms,
+				                       err) != 0)
+					break; // the whole batch stays counted
+				free(t);
+				decoded0 += tl;
+				if (decoded0 >= match_end) {
+					counted = (unsigned)k;
+					break;
+				}
+			}
 		}
+		free(tids);
+		tids = NULL;
+		c->completion_tokens += counted;
+		g->r.completion_tokens += counted;
 		if (emit(g, i, r, r->st.buf, ready, flush || hit) != 0) {
 			free(text);
 			return fail(g, 503, "out of memory");

@@ -430,6 +430,13 @@ describe('frontend over raw HTTP', () => {
 		assert.equal(md.delta.stop_sequence, 'a time');
 		// the engine job was cancelled once the stop matched
 		await waitFor(() => /cancel \d+/.test(s.events()));
+		// the usage counts the tokens up to the one that completed the match,
+		// however the engine's tokens were batched: all at once ([delay=0])
+		// or one per poll
+		const usage = async (d) => JSON.parse((await post(s, CHAT, { ...user(`ECHO:Once upon a time there was a cat that sat on a mat [delay=${d}]`), stop: 'on a t' })).body).usage.completion_tokens;
+		const all = await usage(0), one = await usage(20);
+		assert.equal(all, one);
+		assert.ok(one >= 3 && one <= 5, `${one} tokens for ' Once upon a t'`);
 	});
 
 	it('UTF-8 is never split across events', async () => {
