@@ -80,16 +80,21 @@ async function serve(extra, env = {}) {
 	throw new Error(`anedvd serve did not come up:\n${s.text()}`);
 }
 
+// stop it (SIGINT) and return its log: no sanitizer may have spoken in any
+// process (an ASan+UBSan build runs this too)
 async function stop(s) {
-	if (!s) return;
+	if (!s) return '';
 	if (s.p.exitCode === null && s.p.signalCode === null) {
 		s.p.kill('SIGINT');
 		const t = setTimeout(() => s.p.kill('SIGKILL'), 20000);
 		await s.exited;
 		clearTimeout(t);
 	}
+	const text = s.text();
 	if (!process.env.KEEP_LOGS) fs.rmSync(s.rt, { recursive: true, force: true });
+	return text;
 }
+const sanitizer = /ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:/;
 
 const user = (content) => [{ role: 'user', content }];
 
@@ -224,6 +229,9 @@ describe('chaos: workers SIGKILLed under 8 streaming clients', { skip }, () => {
 		assert.ok(resumed >= 1, `no job was resumed (${kills.length} kills)`);
 		console.log(`# ${kills.length} kills (${names.filter((n) => n === 'cpu-worker').length} cpu-worker), ${done} requests completed, ${resumed} jobs resumed on a restarted cpu-worker`);
 		for (const [name, pid] of kills) assert.match(s.text(), new RegExp(`${name} \\(pid ${pid}\\) was killed by signal 9`));
+		const log = await stop(s);
+		s = null;
+		assert.doesNotMatch(log, sanitizer, log);
 	});
 });
 
@@ -267,5 +275,8 @@ describe('chaos: the frontend SIGKILLed over a tcp:// engine', { skip }, () => {
 		}
 		assert.ok(r && r.choices[0].text.startsWith(', there was'), JSON.stringify(r));
 		assert.equal(s.procs().frontend.restarts, 1);
+		const log = await stop(s);
+		s = null;
+		assert.doesNotMatch(log, sanitizer, log);
 	});
 });
