@@ -450,6 +450,8 @@ struct engc_job {
 	uint64_t draws;      // the sampler's, after the last delivered token
 	size_t base_index;   // tokens delivered before the current incarnation
 	int started, replays, cancelled, first_polled;
+	int fruitless;       // losses in a row with no token delivered between them
+	size_t n_del_at_submit;
 	struct engc_started info;
 	struct engc_timings base, last; // the incarnations before this one; this one's last
 	uint32_t cached0;    // the first incarnation's cached_tokens
@@ -530,6 +532,8 @@ engc_job_free(struct engc_job *j)
 static void
 lost(struct engc_job *j, const char *why)
 {
+	if (j->state == JOB_LIVE)
+		j->fruitless = j->n_del > j->n_del_at_submit ? 1 : j->fruitless + 1;
 	j->state = JOB_LOST;
 	if (!j->lost_ns)
 		j->lost_ns = ad_now_ns();
@@ -569,6 +573,13 @@ submit(struct engc_job *j, uint32_t wait_ms, int *code, char *err)
 	uint64_t now = ad_now_ns();
 	if (wait_ms < 10)
 		wait_ms = 10;
+	if (j->fruitless >= ENGC_MAX_FRUITLESS) {
+		if (code)
+			*code = ANEDVD__ERROR_CODE__ERROR_INTERNAL;
+		j->state = JOB_DONE;
+		return ad_err(err, "the engine lost this job %d times in a row without a token in between: the "
+		              "request may be what brings it down (%s)", j->fruitless, j->why);
+	}
 	if (j->lost_ns) {
 		if (past_until(j, now, code, err))
 			return -1;
@@ -619,6 +630,7 @@ submit(struct engc_job *j, uint32_t wait_ms, int *code, char *err)
 	j->state = JOB_LIVE;
 	j->lost_ns = 0;
 	j->base_index = j->n_del;
+	j->n_del_at_submit = j->n_del;
 	return 0;
 }
 

@@ -147,10 +147,14 @@ int engc_run(struct ad_client *c, const struct engc_gen *g, int32_t **ids, size_
 // queue is full) is asked again. Only when the engine is still away at
 // `until` does a call fail, with ERROR_UNAVAILABLE and a message saying
 // so; other errors (a bad request, a job's own failure, its deadline) are
-// passed on as they come.
+// passed on as they come. A job lost ENGC_MAX_FRUITLESS times in a row
+// with no token delivered in between fails with ERROR_INTERNAL: a request
+// that crashes the worker every time must not crash it for ever (and every
+// other request with it).
 //
 // One thread drives a job; jobs may share a client.
 #define ENGC_WAIT_MS 60000 // how long a lost job waits for the engine without an `until`
+#define ENGC_MAX_FRUITLESS 5
 
 struct engc_job;
 // g is copied (prompt, stop ids, sampling and its bias, session, client).

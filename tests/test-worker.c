@@ -1173,6 +1173,38 @@ test_resume(void)
 	CHECK(engc_generate(v.c, &g, &st, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST &&
 	      strstr(err, "skip_draws"), "%s", err);
 
+	// a job whose worker dies every time before it gives a token (a request
+	// that crashes it, say) fails after ENGC_MAX_FRUITLESS losses in a row,
+	// with ERROR_INTERNAL saying why; one that gives tokens in between does not
+	__atomic_store_n(&v.fl->delay_us, 20000, __ATOMIC_RELAXED); // no token before the next restart
+	{
+		struct engc_gen pg = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 50};
+		struct engc_job *pj = engc_job_new(v.c, &pg, TMO, 0, err);
+		REQUIRE(pj);
+		int rv;
+		while ((rv = engc_job_start(pj, 50, &st, &code, err)) == 1)
+			;
+		REQUIRE(rv == 0, "%s", err);
+		int losses = 0;
+		struct engc_poll p;
+		for (;;) {
+			if (engc_job_poll(pj, 10, &p, &code, err) != 0)
+				break;
+			CHECK(p.n_events == 0, "a token came out");
+			engc_poll_free(&p);
+			if (!engc_job_waiting(pj)) {
+				svc_restart(&v);
+				losses++;
+			}
+			if (losses > ENGC_MAX_FRUITLESS + 2)
+				break;
+		}
+		CHECK(code == ANEDVD__ERROR_CODE__ERROR_INTERNAL && strstr(err, "in a row") &&
+		      losses == ENGC_MAX_FRUITLESS, "%d losses, code %d: %s", losses, code, err);
+		engc_job_free(pj);
+	}
+	__atomic_store_n(&v.fl->delay_us, 300, __ATOMIC_RELAXED);
+
 	// an engine that stays away: the job waits for it until `until`, then
 	// fails with ERROR_UNAVAILABLE saying so
 	static struct story st2;
