@@ -550,6 +550,7 @@ lost(struct engc_job *j, const char *why)
 	j->base.moe_ns += j->last.moe_ns;
 	j->base.prefill_tokens += j->last.prefill_tokens;
 	j->base.decode_tokens += j->last.decode_tokens;
+	j->base.round_trips += j->last.round_trips;
 	memset(&j->last, 0, sizeof j->last);
 }
 
@@ -665,6 +666,7 @@ add_timings(struct engc_timings *d, const struct engc_timings *a, const struct e
 	d->moe_ns = a->moe_ns + b->moe_ns;
 	d->prefill_tokens = a->prefill_tokens + b->prefill_tokens;
 	d->decode_tokens = a->decode_tokens + b->decode_tokens;
+	d->round_trips = a->round_trips + b->round_trips;
 }
 
 // the job's timings so far: every incarnation's, the first one's cached
