@@ -36,6 +36,7 @@ if (!build) {
 	process.exit(2);
 }
 const BIN = path.resolve(build, 'bin', 'anedvd');
+const t00 = new Date().toISOString().slice(11, 19);
 const MODEL = process.env.MODEL || path.join(here, '..', 'data', 'stories260K', 'stories260K.gguf');
 const CLIENTS = Number(process.env.CLIENTS || 8);
 const KILL_EVERY = Number(process.env.KILL_EVERY || 30) * 1000;
@@ -191,8 +192,9 @@ for (const g of GENS) {
 	refs.push(b);
 }
 
-const stats = { completed: 0, errors: 0, byKind: {}, errorSamples: [] };
-const count = (kind, ok, detail) => {
+const stats = { completed: 0, errors: 0, byKind: {}, errorSamples: [], slow: [] };
+const count = (kind, ok, detail, ms) => {
+	if (ms !== undefined) stats.slow.push([ms, kind, new Date(Date.now() - ms).toISOString().slice(11, 19), ok]);
 	const k = (stats.byKind[kind] ??= { ok: 0, err: 0 });
 	stats.completed++;
 	if (ok) k.ok++;
@@ -204,19 +206,20 @@ const count = (kind, ok, detail) => {
 };
 const t0 = Date.now(), until = t0 + minutes * 60000;
 let startRss = null;
-const kills = [];
+const kills = [], killLog = [];
 const clients = Array.from({ length: CLIENTS }, async () => {
 	while (Date.now() < until) {
 		const x = rand();
 		if (x < 0.75) {
 			const i = Math.floor(rand() * GENS.length);
 			const stream = rand() < 0.6;
+			const q0 = Date.now();
 			const got = await generate(GENS[i], stream).catch((e) => ({ error: String(e) }));
 			// a whole reply has no logprob deltas of its own kind: compare what both have
 			const want = refs[i];
 			const same = !got.error && JSON.stringify(got.t) === JSON.stringify(want.t) && JSON.stringify(got.f) === JSON.stringify(want.f)
 				&& got.u === want.u && (!got.l || !want.l || JSON.stringify(got.l) === JSON.stringify(want.l));
-			count(`${GENS[i][0]}${stream ? ' (stream)' : ''}`, same, got.error ? JSON.stringify(got.error) : `differs: ${JSON.stringify(got).slice(0, 300)}`);
+			count(`${GENS[i][0]}${stream ? ' (stream)' : ''}`, same, got.error ? JSON.stringify(got.error) : `differs: ${JSON.stringify(got).slice(0, 300)}`, Date.now() - q0);
 		} else {
 			const [kind, method, p, body, check] = OTHERS[Math.floor(rand() * OTHERS.length)];
 			try {
@@ -241,6 +244,7 @@ const killer = (async () => {
 			try {
 				process.kill(p.pid, 'SIGKILL');
 				kills.push(name);
+				killLog.push(`${new Date().toISOString().slice(11, 19)} ${name} ${p.pid}`);
 			} catch {
 				// it was restarting
 			}
@@ -262,6 +266,10 @@ console.log(`requests completed: ${stats.completed}`);
 console.log(`errors: ${stats.errors}`);
 for (const [k, v] of Object.entries(stats.byKind).sort()) console.log(`  ${k.padEnd(36)} ${String(v.ok).padStart(6)} ok ${String(v.err).padStart(4)} errors`);
 for (const e of stats.errorSamples) console.log(`  error: ${e}`);
+const ms = stats.slow.map((x) => x[0]).sort((a, b) => a - b);
+const pct = (p) => ms[Math.min(ms.length - 1, Math.floor((p / 100) * ms.length))];
+console.log(`generation time (ms): median ${pct(50)}, p90 ${pct(90)}, p99 ${pct(99)}, max ${ms.at(-1)}`);
+for (const [t, kind, at, ok] of stats.slow.sort((a, b) => b[0] - a[0]).slice(0, 5)) console.log(`  slowest: ${t} ms ${kind} (started ${at}${ok ? '' : ', an error'})`);
 const byName = {};
 for (const k of kills) byName[k] = (byName[k] || 0) + 1;
 console.log(`kills: ${kills.length} (${Object.entries(byName).map(([k, v]) => `${k} ${v}`).join(', ')}); jobs resumed on a restarted cpu-worker: ${resumed}`);
@@ -274,4 +282,7 @@ for (const n of Object.keys(endRss)) {
 }
 console.log(`load average at the end: ${load}; serve exited ${code} on SIGINT`);
 if (!process.env.KEEP_LOGS) fs.rmSync(rt, { recursive: true, force: true });
-else console.log(`logs: ${rt}`);
+else {
+	fs.writeFileSync(path.join(rt, 'kills.txt'), killLog.join('\n') + '\n');
+	console.log(`logs: ${rt} (started ${t00})`);
+}
