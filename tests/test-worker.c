@@ -1128,7 +1128,7 @@ test_resume(void)
 	struct svc v;
 	struct sched_opts so = {.parallel = 4, .queue = 16, .sessions = 2};
 	REQUIRE(svc_start(&v, STORIES, 0, &so, "resume") == 0);
-	__atomic_store_n(&v.fl->delay_us, 300, __ATOMIC_RELAXED); // mid-job when the cut comes
+	__atomic_store_n(&v.fl->delay_us, 1500, __ATOMIC_RELAXED); // mid-job when the cut comes (a token is ~6 calls)
 	struct sample_bias bias[] = {{261, 1.5f}, {298, -100.0f}};
 	for (int mode = 0; mode < 3; mode++) {
 		struct sample_params sp;
