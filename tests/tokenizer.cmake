@@ -47,3 +47,16 @@ if(COMMAND ad_fuzz)
     endif()
   endforeach()
 endif()
+
+# the Jinja interpreter against Python's jinja2: test-jinja replays what the
+# judge (jinja-judge.py) recorded in data/jinja/expected; test-jinja-judge
+# has jinja2 (Debian's python3-jinja2) render everything again and checks
+# the records are still its own
+ad_test(NAME test-jinja SOURCES test-jinja.c LIBS anedvd_tokenizer LABELS unit)
+find_program(AD_PYTHON3 python3)
+if(NOT AD_PYTHON3)
+  set(AD_PYTHON3 python3)
+endif()
+add_test(NAME test-jinja-judge
+  COMMAND ${AD_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/jinja-judge.py check ${CMAKE_CURRENT_SOURCE_DIR}/data/jinja)
+set_tests_properties(test-jinja-judge PROPERTIES LABELS unit TIMEOUT 300)
