@@ -40,6 +40,8 @@ target_compile_definitions(bench-tokenizer PRIVATE T_DATA="${CMAKE_CURRENT_SOURC
 add_dependencies(bench-tokenizer tokdata)
 
 if(COMMAND ad_fuzz)
+  # the Jinja interpreter: seeded with the feature snippets and every real template
+  ad_fuzz(NAME jinja SOURCES fuzz/fuzz-jinja.c CORPUS fuzz/corpus-jinja LIBS anedvd_tokenizer SEEDS data/jinja/templates)
   ad_fuzz(NAME tokenizer SOURCES fuzz/fuzz-tokenizer.c CORPUS fuzz/corpus-tokenizer LIBS anedvd_tokenizer)
   foreach(t fuzz-tokenizer-replay fuzz-tokenizer)
     if(TARGET ${t})

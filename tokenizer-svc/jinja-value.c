@@ -179,7 +179,10 @@ jobj_unref(struct jrender *R, struct jobj *o)
 			break;
 		}
 		case JT_FUNC: release_v(R, ((struct jfunc *)d)->self); break;
-		case JT_MACRO: release(R, &((struct jmacro *)d)->frame->h); break;
+		case JT_MACRO:
+			if (((struct jmacro *)d)->frame) // NULL for a macro of the root frame
+				release(R, &((struct jmacro *)d)->frame->h);
+			break;
 		case JT_LOOP:
 			release(R, &((struct jloop *)d)->items->h);
 			release_v(R, ((struct jloop *)d)->changed);

@@ -68,6 +68,7 @@ add("macro", "{% macro m(a, b=2, c='x') %}[{{ a }}{{ b }}{{ c }}]{% endmacro %}{
 add("macro-varargs", "{% macro m(a) %}{{ a }}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, 2, 3, k=4) }}")
 add("macro-too-many", "{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, 2) }}")
 add("macro-scope", "{% macro m() %}{{ x }}{% set y = 3 %}{% endmacro %}{% set x = 5 %}{{ m() }}[{{ y }}]")
+add("macro-redefined", "{% macro m() %}1{% endmacro %}{{ m() }}{% macro m() %}2{% endmacro %}{{ m() }}{% set m = 3 %}{{ m }}")
 add("macro-recursive", "{% macro r(v) %}{% if v is mapping %}{{ '{' }}{% for k, x in v.items() %}{{ k }}:{{ r(x) }}{% endfor %}{{ '}' }}{% elif v is sequence and v is not string %}[{% for x in v %}{{ r(x) }}{% endfor %}]{% else %}{{ v }}{% endif %}{% endmacro %}{{ r(d) }}")
 add("call-block", "{% macro wrap(tag) %}<{{ tag }}>{{ caller() }}</{{ tag }}>{% endmacro %}{% call wrap('b') %}inner {{ i }}{% endcall %}")
 add("call-block-args", "{% macro each(xs) %}{% for x in xs %}{{ caller(x, loop.index) }}{% endfor %}{% endmacro %}{% call(x, n) each(l) %}{{ n }}={{ x }};{% endcall %}")
