@@ -55,6 +55,8 @@ endif()
 # has jinja2 (Debian's python3-jinja2) render everything again and checks
 # the records are still its own
 ad_test(NAME test-jinja SOURCES test-jinja.c LIBS anedvd_tokenizer LABELS unit)
+# the same templates and conversations through tok_chat_render, the service's path
+ad_test(NAME test-chat SOURCES test-chat.c LIBS anedvd_tokenizer LABELS unit)
 find_program(AD_PYTHON3 python3)
 if(NOT AD_PYTHON3)
   set(AD_PYTHON3 python3)
