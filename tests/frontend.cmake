@@ -6,6 +6,7 @@ if(NOT TARGET anedvd_frontend)
 endif()
 
 ad_test(NAME test-fe-stop SOURCES test-fe-stop.c LIBS anedvd_frontend LABELS unit)
+ad_test(NAME test-fe-think SOURCES test-fe-think.c LIBS anedvd_frontend LABELS unit)
 
 # the engine test double the HTTP tests run against (not a test itself)
 add_executable(fake-engine fake-engine.c)
