@@ -73,7 +73,7 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 	cJSON_ArrayForEach(m, msgs)
 	if (fe_chat_anthropic_message(m, i++, p, bad) != 0)
 		return -1;
-	if (fe_chat_anthropic_options(body, p, bad) != 0)
+	if (fe_chat_anthropic_tools(body, p, bad) != 0 || fe_chat_anthropic_thinking(body, p, bad) != 0)
 		return -1;
 	if (fe_get_sampling(body, p, bad) < 0)
 		return -1;

@@ -197,7 +197,7 @@ openai_tools(cJSON *tools, struct fe_params *p, struct fe_bad *bad)
 			return fe_bad_set(bad, 400, where, "'%s.function.parameters' must be a JSON Schema object", where);
 		i++;
 	}
-	if (i && !(p->tools = print_or_bad(tools, bad)))
+	if (i && !(p->tools_json = print_or_bad(tools, bad)))
 		return -1;
 	return 0;
 }
@@ -227,12 +227,16 @@ kwarg_default(struct fe_params *p, const char *key, cJSON *v, struct fe_bad *bad
 }
 
 int
-fe_chat_openai_options(cJSON *body, struct fe_params *p, struct fe_bad *bad)
+fe_chat_openai_tools(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 {
 	cJSON *v = cJSON_GetObjectItemCaseSensitive(body, "tools");
-	if (v && !cJSON_IsNull(v) && openai_tools(v, p, bad) != 0)
-		return -1;
-	v = cJSON_GetObjectItemCaseSensitive(body, "chat_template_kwargs");
+	return v && !cJSON_IsNull(v) ? openai_tools(v, p, bad) : 0;
+}
+
+int
+fe_chat_openai_thinking(cJSON *body, struct fe_params *p, struct fe_bad *bad)
+{
+	cJSON *v = cJSON_GetObjectItemCaseSensitive(body, "chat_template_kwargs");
 	if (v && !cJSON_IsNull(v)) {
 		if (!cJSON_IsObject(v))
 			return fe_bad_set(bad, 400, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
@@ -301,7 +305,7 @@ fe_chat_check_tool_turns(struct fe_params *p, size_t from, struct fe_bad *bad, c
 // --- Anthropic ---------------------------------------------------------------------
 
 int
-fe_chat_anthropic_options(cJSON *body, struct fe_params *p, struct fe_bad *bad)
+fe_chat_anthropic_tools(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 {
 	cJSON *tools = cJSON_GetObjectItemCaseSensitive(body, "tools");
 	if (tools && !cJSON_IsNull(tools)) {
@@ -345,8 +349,14 @@ fe_chat_anthropic_options(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 		cJSON_Delete(arr);
 		if (i && !s)
 			return -1;
-		p->tools = s;
+		p->tools_json = s;
 	}
+	return 0;
+}
+
+int
+fe_chat_anthropic_thinking(cJSON *body, struct fe_params *p, struct fe_bad *bad)
+{
 	cJSON *th = cJSON_GetObjectItemCaseSensitive(body, "thinking");
 	if (th && !cJSON_IsNull(th)) {
 		cJSON *type = cJSON_GetObjectItemCaseSensitive(th, "type");

@@ -40,7 +40,7 @@ fe_params_free(struct fe_params *p)
 	for (size_t i = 0; i < p->n_msgs; i++)
 		fe_msg_free(&p->msgs[i]);
 	free(p->msgs);
-	free(p->tools);
+	free(p->tools_json);
 	free(p->template_kwargs);
 	free(p->prompt);
 	for (size_t i = 0; i < p->n_stops; i++)

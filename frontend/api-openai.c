@@ -272,7 +272,8 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 	if (fe_get_model(body, cfg, p, bad) < 0)
 		return -1;
 	if (api == FE_API_CHAT) {
-		if (parse_messages(body, p, bad) != 0 || fe_chat_openai_options(body, p, bad) != 0)
+		if (parse_messages(body, p, bad) != 0 || fe_chat_openai_tools(body, p, bad) != 0 ||
+		    fe_chat_openai_thinking(body, p, bad) != 0)
 			return -1;
 	} else {
 		cJSON *pr = cJSON_GetObjectItemCaseSensitive(body, "prompt");

@@ -108,7 +108,7 @@ struct fe_params {
 	struct tok_msg *msgs; // chat and messages; every string and call array malloc'd
 	size_t n_msgs;
 	// the chat template's inputs besides the messages (api-chat.c)
-	char *tools;          // JSON array of OpenAI-style tools, NULL: none
+	char *tools_json;     // JSON array of OpenAI-style tools for the template, NULL: none
 	int thinking;         // FE_THINKING_DEFAULT (0: the template's), _ON or _OFF
 	char *template_kwargs; // JSON object (chat_template_kwargs and what maps to it), NULL: none
 	int keep_thinking;    // reasoning_format "none": the thinking stays in the text
@@ -422,19 +422,22 @@ int fe_get_string(struct cJSON *o, const char *key, const char **out, struct fe_
 int fe_get_stops(struct cJSON *o, const char *key, struct fe_params *p, struct fe_bad *bad);
 
 // --- api-chat.c: what chat requests give the template besides text --------------------
-// OpenAI: a message's tool_calls (assistant) and tool_call_id/name (role
-// "tool"), its reasoning_content; the request's tools, chat_template_kwargs,
-// reasoning_effort (none/minimal: the template's no-think form; the value
-// reaches the template as reasoning_effort too) and reasoning_format
-// ("none" keeps the thinking in the text). Anthropic: tools (name,
-// description, input_schema) as OpenAI tools, thinking {type enabled |
-// disabled}, and the content blocks of a message: text, thinking (kept as
-// the turn's reasoning), redacted_thinking (dropped), tool_use (calls) and
-// tool_result (a tool turn each, before the user's text). Each returns 0 or
-// -1 with bad filled (400 naming the field).
+// The history: OpenAI messages' tool_calls (assistant), tool_call_id and
+// name (role "tool") and reasoning_content; Anthropic content blocks text,
+// thinking (kept as the turn's reasoning), redacted_thinking (dropped),
+// tool_use (calls) and tool_result (a tool turn each, before the user's
+// text). The tools: OpenAI's, Anthropic's (name, description, input_schema)
+// as OpenAI's, into p->tools_json. The thinking switches: OpenAI's
+// chat_template_kwargs, reasoning_effort (none/minimal: the template's
+// no-think form; the value reaches the template as reasoning_effort too)
+// and reasoning_format ("none" keeps the thinking in the text); Anthropic's
+// thinking {type enabled | disabled}. Each returns 0 or -1 with bad filled
+// (400 naming the field).
 int fe_chat_openai_message(struct cJSON *m, const char *where, struct tok_msg *out, struct fe_bad *bad);
-int fe_chat_openai_options(struct cJSON *body, struct fe_params *p, struct fe_bad *bad);
-int fe_chat_anthropic_options(struct cJSON *body, struct fe_params *p, struct fe_bad *bad);
+int fe_chat_openai_tools(struct cJSON *body, struct fe_params *p, struct fe_bad *bad);
+int fe_chat_openai_thinking(struct cJSON *body, struct fe_params *p, struct fe_bad *bad);
+int fe_chat_anthropic_tools(struct cJSON *body, struct fe_params *p, struct fe_bad *bad);
+int fe_chat_anthropic_thinking(struct cJSON *body, struct fe_params *p, struct fe_bad *bad);
 // the messages one Anthropic message becomes (at most 1 + its tool_result
 // blocks), appended to p->msgs (room for them is the caller's)
 int fe_chat_anthropic_message(struct cJSON *m, int i, struct fe_params *p, struct fe_bad *bad);

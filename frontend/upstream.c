@@ -265,7 +265,7 @@ fe_prompt_text(const struct fe_params *p, char **text, char *err)
 	}
 	*text = NULL;
 	struct tokc_chat_opts o = {
-		.tools = p->tools,
+		.tools = p->tools_json,
 		.enable_thinking = p->thinking == FE_THINKING_ON ? 1 : p->thinking == FE_THINKING_OFF ? 0 : -1,
 		.kwargs = p->template_kwargs,
 	};
