@@ -115,8 +115,8 @@ describe('a thinking model (Qwen3 template) through the official SDKs', { skip }
 		assert.equal(reasoning, THOUGHT);
 		assert.equal(content, ANSWER);
 		assert.equal(finish, 'stop');
+		// (how many pieces depends on how many tokens each poll brings: test-fe-think cuts every way)
 		assert.ok(order.indexOf('c') > order.lastIndexOf('r'), order.join(''));
-		assert.ok(order.filter((x) => x === 'r').length >= 2, 'the thinking streams in pieces');
 	});
 
 	it('OpenAI: chat_template_kwargs.enable_thinking false and reasoning_effort none render the no-think prompt', async () => {
