@@ -222,7 +222,7 @@ test('a thinking model: its thinking streams into a folded block above the answe
 	const d = a.locator('details.thinking');
 	assert.equal(await d.count(), 1);
 	assert.equal(await d.evaluate((x) => x.open), false, 'folded when done');
-	assert.match(await d.locator('summary').textContent(), /^Thought for a while \(\d+ characters\)$/);
+	assert.match(await d.locator('summary').textContent(), /^Thinking \(\d+ characters\)$/);
 	assert.equal(await d.locator('.thought').textContent(), THOUGHT);
 	assert.equal(await d.locator('.thought').isVisible(), false, 'the thinking is not shown until opened');
 	// the answer is the answer alone, after the block
