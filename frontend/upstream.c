@@ -257,8 +257,7 @@ fe_prompt_text(const struct fe_params *p, char **text, char *err)
 		with = malloc((nm + 1) * sizeof *with);
 		if (!with)
 			return ad_err(err, "out of memory");
-		with[0].role = TOK_ROLE_SYSTEM;
-		with[0].content = cfg->system;
+		with[0] = (struct tok_msg){.role = TOK_ROLE_SYSTEM, .content = cfg->system};
 		memcpy(with + 1, msgs, nm * sizeof *msgs);
 		msgs = with;
 		nm++;
