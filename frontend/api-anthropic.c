@@ -3,8 +3,13 @@
 // A stream is the event sequence the official client expects:
 // message_start, content_block_start, ping, content_block_delta...,
 // content_block_stop, message_delta (stop_reason, stop_sequence, usage),
-// message_stop. Errors are {"type":"error","error":{"type","message"}};
-// in a stream that has begun, an "event: error" carrying the same object.
+// message_stop. A thinking model's thinking comes first as a thinking block
+// (thinking_delta events, then a signature_delta before its
+// content_block_stop), its answer then as a text block; the blocks of such
+// a reply open as its parts arrive (g->blk, g->blk_part, g->blk_hash are
+// the loop thread's, which is why the stream renderers write through their
+// const gen). Errors are {"type":"error","error":{"type","message"}}; in a
+// stream that has begun, an "event: error" carrying the same object.
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +42,11 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 	int n = cJSON_GetArraySize(msgs);
 	if (n == 0)
 		return fe_bad_set(bad, 400, "messages", "'messages' must not be empty");
-	if (!(p->msgs = calloc((size_t)n + 1, sizeof *p->msgs)))
+	size_t room = 1; // the system message
+	cJSON *m;
+	cJSON_ArrayForEach(m, msgs)
+	room += (size_t)fe_chat_anthropic_count(m);
+	if (!(p->msgs = calloc(room, sizeof *p->msgs)))
 		return fe_bad_set(bad, 503, NULL, "out of memory");
 	cJSON *sys = cJSON_GetObjectItemCaseSensitive(body, "system");
 	// a coding agent's client metadata, new on every request: not prompt
@@ -61,37 +70,11 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 		p->n_msgs = 1;
 	}
 	int i = 0;
-	cJSON *m;
 	cJSON_ArrayForEach(m, msgs)
-	{
-		char where[64];
-		snprintf(where, sizeof where, "messages[%d]", i);
-		if (!cJSON_IsObject(m))
-			return fe_bad_set(bad, 400, where, "'%s' must be an object", where);
-		cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-		snprintf(where, sizeof where, "messages[%d].role", i);
-		if (!cJSON_IsString(role))
-			return fe_bad_set(bad, 400, where, "'%s' must be a string", where);
-		enum tok_role r;
-		if (strcmp(role->valuestring, "user") == 0)
-			r = TOK_ROLE_USER;
-		else if (strcmp(role->valuestring, "assistant") == 0)
-			r = TOK_ROLE_ASSISTANT;
-		else
-			return fe_bad_set(bad, 400, where, "'%s': role '%.32s' is not supported (user, assistant)", where,
-			                  role->valuestring);
-		snprintf(where, sizeof where, "messages[%d].content", i);
-		cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-		if (!content || cJSON_IsNull(content))
-			return fe_bad_set(bad, 400, where, "'%s' is required", where);
-		char *text;
-		if (fe_get_text(content, where, &text, bad) < 0)
-			return -1;
-		p->msgs[p->n_msgs].role = r;
-		p->msgs[p->n_msgs].content = text;
-		p->n_msgs++;
-		i++;
-	}
+	if (fe_chat_anthropic_message(m, i++, p, bad) != 0)
+		return -1;
+	if (fe_chat_anthropic_tools(body, p, bad) != 0 || fe_chat_anthropic_thinking(body, p, bad) != 0)
+		return -1;
 	if (fe_get_sampling(body, p, bad) < 0)
 		return -1;
 	cJSON *ss = cJSON_GetObjectItemCaseSensitive(body, "stop_sequences");
@@ -158,6 +141,17 @@ message(const struct fe_gen *g, int final)
 	cJSON_AddStringToObject(o, "model", g->p.model);
 	cJSON *content = cJSON_AddArrayToObject(o, "content");
 	if (final) {
+		size_t rl = 0;
+		const char *r = fe_choice_reasoning(g, 0, &rl);
+		if (rl) {
+			cJSON *t = cJSON_CreateObject();
+			char sig[40];
+			fe_think_signature(fe_think_hash(FE_THINK_HASH0, r, rl), sig);
+			cJSON_AddStringToObject(t, "type", "thinking");
+			fe_add_text(t, "thinking", r, rl);
+			cJSON_AddStringToObject(t, "signature", sig);
+			cJSON_AddItemToArray(content, t);
+		}
 		cJSON *b = cJSON_CreateObject();
 		cJSON_AddStringToObject(b, "type", "text");
 		fe_add_text(b, "text", g->text, g->len);
@@ -186,44 +180,113 @@ typed(const char *type)
 	return o;
 }
 
+// a content block opens: index g->blk, of the given part
+static void
+block_open(struct fe_sse *e, const struct fe_gen *g, int part)
+{
+	struct fe_gen *m = (struct fe_gen *)g; // the loop thread's; see the top of the file
+	cJSON *o = typed("content_block_start");
+	cJSON_AddNumberToObject(o, "index", m->blk);
+	cJSON *b = cJSON_AddObjectToObject(o, "content_block");
+	if (part == FE_PART_REASONING) {
+		cJSON_AddStringToObject(b, "type", "thinking");
+		cJSON_AddStringToObject(b, "thinking", "");
+		cJSON_AddStringToObject(b, "signature", "");
+		m->blk_hash = FE_THINK_HASH0;
+	} else {
+		cJSON_AddStringToObject(b, "type", "text");
+		cJSON_AddStringToObject(b, "text", "");
+	}
+	fe_sse_event(e, "content_block_start", o);
+	m->blk++;
+	m->blk_part = part;
+}
+
+// the open block closes (a thinking block with its signature first)
+static void
+block_close(struct fe_sse *e, const struct fe_gen *g)
+{
+	struct fe_gen *m = (struct fe_gen *)g;
+	if (m->blk_part < 0)
+		return;
+	if (m->blk_part == FE_PART_REASONING) {
+		cJSON *o = typed("content_block_delta");
+		cJSON_AddNumberToObject(o, "index", m->blk - 1);
+		cJSON *d = cJSON_AddObjectToObject(o, "delta");
+		char sig[40];
+		fe_think_signature(m->blk_hash, sig);
+		cJSON_AddStringToObject(d, "type", "signature_delta");
+		cJSON_AddStringToObject(d, "signature", sig);
+		fe_sse_event(e, "content_block_delta", o);
+	}
+	cJSON *o = typed("content_block_stop");
+	cJSON_AddNumberToObject(o, "index", m->blk - 1);
+	fe_sse_event(e, "content_block_stop", o);
+	m->blk_part = -1;
+}
+
 static char *
 stream_start(const struct fe_gen *g, size_t *len)
 {
 	struct fe_sse e = { 0 };
+	struct fe_gen *m = (struct fe_gen *)g;
+	m->blk = 0;
+	m->blk_part = -1;
 	cJSON *o = typed("message_start");
 	cJSON_AddItemToObject(o, "message", message(g, 0));
 	fe_sse_event(&e, "message_start", o);
-	o = typed("content_block_start");
-	cJSON_AddNumberToObject(o, "index", 0);
-	cJSON *b = cJSON_AddObjectToObject(o, "content_block");
-	cJSON_AddStringToObject(b, "type", "text");
-	cJSON_AddStringToObject(b, "text", "");
-	fe_sse_event(&e, "content_block_start", o);
+	// a reply that may think opens its first block when it knows which
+	if (!g->think)
+		block_open(&e, g, FE_PART_CONTENT);
 	fe_sse_event(&e, "ping", typed("ping"));
+	return fe_sse_done(&e, len);
+}
+
+static char *
+stream_chunk(const struct fe_gen *g, const struct fe_chunk *ck, size_t *len)
+{
+	struct fe_sse e = { 0 };
+	if (!ck->len) {
+		*len = 0;
+		return strdup("");
+	}
+	if (g->blk_part != ck->part) {
+		block_close(&e, g);
+		block_open(&e, g, ck->part);
+	}
+	cJSON *o = typed("content_block_delta");
+	cJSON_AddNumberToObject(o, "index", g->blk - 1);
+	cJSON *d = cJSON_AddObjectToObject(o, "delta");
+	if (ck->part == FE_PART_REASONING) {
+		((struct fe_gen *)g)->blk_hash = fe_think_hash(g->blk_hash, ck->text, ck->len);
+		cJSON_AddStringToObject(d, "type", "thinking_delta");
+		fe_add_text(d, "thinking", ck->text, ck->len);
+	} else {
+		cJSON_AddStringToObject(d, "type", "text_delta");
+		fe_add_text(d, "text", ck->text, ck->len);
+	}
+	fe_sse_event(&e, "content_block_delta", o);
 	return fe_sse_done(&e, len);
 }
 
 static char *
 stream_text(const struct fe_gen *g, const char *s, size_t n, size_t *len)
 {
-	struct fe_sse e = { 0 };
-	cJSON *o = typed("content_block_delta");
-	cJSON_AddNumberToObject(o, "index", 0);
-	cJSON *d = cJSON_AddObjectToObject(o, "delta");
-	cJSON_AddStringToObject(d, "type", "text_delta");
-	fe_add_text(d, "text", s, n);
-	fe_sse_event(&e, "content_block_delta", o);
-	return fe_sse_done(&e, len);
+	struct fe_chunk ck = { 0, s, n, NULL, 0, FE_PART_CONTENT };
+	return stream_chunk(g, &ck, len);
 }
 
 static char *
 stream_end(const struct fe_gen *g, size_t *len)
 {
 	struct fe_sse e = { 0 };
-	cJSON *o = typed("content_block_stop");
-	cJSON_AddNumberToObject(o, "index", 0);
-	fe_sse_event(&e, "content_block_stop", o);
-	o = typed("message_delta");
+	if (g->blk_part == FE_PART_REASONING || g->blk == 0) {
+		// the reply ended in its thinking, or said nothing: an (empty) text block still
+		block_close(&e, g);
+		block_open(&e, g, FE_PART_CONTENT);
+	}
+	block_close(&e, g);
+	cJSON *o = typed("message_delta");
 	cJSON *d = cJSON_AddObjectToObject(o, "delta");
 	add_stop_fields(d, g, 1);
 	cJSON_AddItemToObject(o, "usage", usage(g, g->r.completion_tokens));
@@ -288,6 +351,7 @@ const struct fe_dialect fe_anthropic = {
 	.response = response,
 	.stream_start = stream_start,
 	.stream_text = stream_text,
+	.stream_chunk = stream_chunk,
 	.stream_end = stream_end,
 	.error = error,
 	.stream_error = stream_error,

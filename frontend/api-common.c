@@ -38,8 +38,10 @@ fe_params_free(struct fe_params *p)
 {
 	free(p->model);
 	for (size_t i = 0; i < p->n_msgs; i++)
-		free((char *)p->msgs[i].content);
+		fe_msg_free(&p->msgs[i]);
 	free(p->msgs);
+	free(p->tools_json);
+	free(p->template_kwargs);
 	free(p->prompt);
 	for (size_t i = 0; i < p->n_stops; i++)
 		free(p->stops[i]);

@@ -268,8 +268,9 @@ run_job(struct fe_gen *g)
 	case FE_API_COUNT_TOKENS: {
 		int32_t *ids = NULL;
 		size_t n = 0;
-		if (fe_prompt_ids(&g->p, &ids, &n, err) != 0) {
-			fail(g, 503, "%s", err);
+		int rv = fe_prompt_ids(&g->p, &ids, &n, NULL, err);
+		if (rv != 0) {
+			fail(g, rv == TOKC_BAD_REQUEST ? 400 : 503, "%s", err);
 			return;
 		}
 		free(ids);
@@ -281,8 +282,9 @@ run_job(struct fe_gen *g)
 	}
 	case FE_API_APPLY_TEMPLATE: {
 		char *text = NULL;
-		if (fe_prompt_text(&g->p, &text, err) != 0) {
-			fail(g, 503, "%s", err);
+		int rv = fe_prompt_text(&g->p, &text, err);
+		if (rv != 0) {
+			fail(g, rv == TOKC_BAD_REQUEST ? 400 : 503, "%s", err);
 			return;
 		}
 		cJSON *o = cJSON_CreateObject();

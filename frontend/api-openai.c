@@ -15,20 +15,6 @@
 #include "fe.h"
 
 static int
-parse_role(const char *s, enum tok_role *r)
-{
-	if (strcmp(s, "system") == 0 || strcmp(s, "developer") == 0)
-		*r = TOK_ROLE_SYSTEM;
-	else if (strcmp(s, "user") == 0)
-		*r = TOK_ROLE_USER;
-	else if (strcmp(s, "assistant") == 0)
-		*r = TOK_ROLE_ASSISTANT;
-	else
-		return -1;
-	return 0;
-}
-
-static int
 parse_messages(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 {
 	cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
@@ -46,25 +32,17 @@ parse_messages(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 	cJSON_ArrayForEach(m, msgs)
 	{
 		char where[64];
-		snprintf(where, sizeof where, "messages[%d]", i);
-		if (!cJSON_IsObject(m))
-			return fe_bad_set(bad, 400, where, "'%s' must be an object", where);
-		cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-		snprintf(where, sizeof where, "messages[%d].role", i);
-		if (!cJSON_IsString(role))
-			return fe_bad_set(bad, 400, where, "'%s' must be a string", where);
-		enum tok_role r;
-		if (parse_role(role->valuestring, &r) != 0)
-			return fe_bad_set(bad, 400, where, "'%s': role '%.32s' is not supported (system, user, assistant)",
-			                  where, role->valuestring);
-		snprintf(where, sizeof where, "messages[%d].content", i);
-		char *text;
-		if (fe_get_text(cJSON_GetObjectItemCaseSensitive(m, "content"), where, &text, bad) < 0)
+		snprintf(where, sizeof where, "messages[%d]", i++);
+		if (fe_chat_openai_message(m, where, &p->msgs[p->n_msgs], bad) != 0) {
+			fe_msg_free(&p->msgs[p->n_msgs]);
 			return -1;
-		p->msgs[p->n_msgs].role = r;
-		p->msgs[p->n_msgs].content = text;
+		}
 		p->n_msgs++;
-		i++;
+		if (p->msgs[p->n_msgs - 1].role == TOK_ROLE_TOOL) {
+			snprintf(where, sizeof where, "messages[%d].tool_call_id", i - 1);
+			if (fe_chat_check_tool_turns(p, p->n_msgs - 1, bad, where) != 0)
+				return -1;
+		}
 	}
 	return 0;
 }
@@ -294,7 +272,8 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 	if (fe_get_model(body, cfg, p, bad) < 0)
 		return -1;
 	if (api == FE_API_CHAT) {
-		if (parse_messages(body, p, bad) != 0)
+		if (parse_messages(body, p, bad) != 0 || fe_chat_openai_tools(body, p, bad) != 0 ||
+		    fe_chat_openai_thinking(body, p, bad) != 0)
 			return -1;
 	} else {
 		cJSON *pr = cJSON_GetObjectItemCaseSensitive(body, "prompt");
@@ -539,6 +518,10 @@ response(const struct fe_gen *g, size_t *len)
 			cJSON *m = cJSON_AddObjectToObject(c, "message");
 			cJSON_AddStringToObject(m, "role", "assistant");
 			fe_add_text(m, "content", text, tl);
+			size_t rl = 0;
+			const char *r = fe_choice_reasoning(g, i, &rl);
+			if (rl) // a thinking model's thinking, as llama.cpp and vLLM send it
+				fe_add_text(m, "reasoning_content", r, rl);
 		} else {
 			fe_add_text(c, "text", text, tl);
 		}
@@ -637,7 +620,7 @@ stream_chunk(const struct fe_gen *g, const struct fe_chunk *ck, size_t *len)
 	cJSON *o = chunk(g, &c, ck->index);
 	if (is_chat(g)) {
 		cJSON *d = cJSON_AddObjectToObject(c, "delta");
-		fe_add_text(d, "content", ck->text, ck->len);
+		fe_add_text(d, ck->part == FE_PART_REASONING ? "reasoning_content" : "content", ck->text, ck->len);
 	} else {
 		fe_add_text(c, "text", ck->text, ck->len);
 	}
@@ -652,7 +635,7 @@ stream_chunk(const struct fe_gen *g, const struct fe_chunk *ck, size_t *len)
 static char *
 stream_text(const struct fe_gen *g, const char *s, size_t n, size_t *len)
 {
-	struct fe_chunk ck = { 0, s, n, NULL, 0 };
+	struct fe_chunk ck = { 0, s, n, NULL, 0, FE_PART_CONTENT };
 	return stream_chunk(g, &ck, len);
 }
 

@@ -60,6 +60,7 @@ struct fe_msg {
 	struct fe_gen *g;
 	enum fe_msg_kind kind;
 	int index;             // the choice (FE_MSG_TEXT)
+	int part;              // FE_PART_CONTENT or FE_PART_REASONING
 	struct fe_lp_tok *lp;  // malloc'd, n_lp tokens with logprobs
 	size_t n_lp;
 	size_t len;
@@ -355,7 +356,7 @@ on_message(struct fe_msg *m)
 		case FE_MSG_TEXT:
 			if (g->p.stream) {
 				sse_start(rq, 1);
-				struct fe_chunk c = { m->index, m->text, m->len, m->lp, m->n_lp };
+				struct fe_chunk c = { m->index, m->text, m->len, m->lp, m->n_lp, m->part };
 				char *ev = rq->d->stream_chunk ? rq->d->stream_chunk(g, &c, &n)
 				                               : rq->d->stream_text(g, m->text, m->len, &n);
 				append(rq, ev, n);
@@ -400,6 +401,7 @@ fe_post(struct fe_gen *g, enum fe_msg_kind kind, const char *text, size_t len)
 	m->g = g;
 	m->kind = kind;
 	m->index = 0;
+	m->part = FE_PART_CONTENT;
 	m->lp = NULL;
 	m->n_lp = 0;
 	m->len = len;
@@ -424,6 +426,7 @@ fe_post_chunk(struct fe_gen *g, const struct fe_chunk *c)
 	m->g = g;
 	m->kind = FE_MSG_TEXT;
 	m->index = c->index;
+	m->part = c->part;
 	m->lp = lp;
 	m->n_lp = c->n_lp;
 	if (lp)

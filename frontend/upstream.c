@@ -56,6 +56,7 @@ static struct {
 	pthread_mutex_t mu;
 	int known;
 	int32_t n, bos, eos, eot;
+	int thinks;     // the chat template names <think> (think.c)
 	char **bytes;   // n entries, NULL until fetched; set once, never changed
 	uint32_t *blen;
 } vocab = { .mu = PTHREAD_MUTEX_INITIALIZER };
@@ -117,8 +118,11 @@ get_vocab(char *err)
 	if (known)
 		return 0;
 	struct tokc_vocab v;
-	if (tokc_vocab(tok, &v, cfg->timeout_ms, err) != 0)
+	struct tokc_vocab_texts vt = {0};
+	if (tokc_vocab_texts(tok, &v, &vt, cfg->timeout_ms, err) != 0)
 		return -1;
+	int thinks = fe_think_model(vt.chat_template);
+	tokc_vocab_texts_free(&vt);
 	if (v.n_vocab < 1)
 		return ad_err(err, "tokenizer: a vocabulary of %d", (int)v.n_vocab);
 	char **bytes = calloc((size_t)v.n_vocab, sizeof *bytes);
@@ -141,9 +145,19 @@ get_vocab(char *err)
 	vocab.bos = v.bos;
 	vocab.eos = v.eos;
 	vocab.eot = v.eot;
+	vocab.thinks = thinks;
 	vocab.known = 1;
 	pthread_mutex_unlock(&vocab.mu);
 	return 0;
+}
+
+int
+fe_model_thinks(void)
+{
+	pthread_mutex_lock(&vocab.mu);
+	int t = vocab.known && vocab.thinks;
+	pthread_mutex_unlock(&vocab.mu);
+	return t;
 }
 
 int
@@ -186,29 +200,38 @@ fe_prompt_text(const struct fe_params *p, char **text, char *err)
 		with = malloc((nm + 1) * sizeof *with);
 		if (!with)
 			return ad_err(err, "out of memory");
-		with[0].role = TOK_ROLE_SYSTEM;
-		with[0].content = cfg->system;
+		with[0] = (struct tok_msg){.role = TOK_ROLE_SYSTEM, .content = cfg->system};
 		memcpy(with + 1, msgs, nm * sizeof *msgs);
 		msgs = with;
 		nm++;
 	}
 	*text = NULL;
-	int rv = tokc_chat(tok, msgs, nm, 1, text, cfg->timeout_ms, err);
+	struct tokc_chat_opts o = {
+		.tools = p->tools_json,
+		.enable_thinking = p->thinking == FE_THINKING_ON ? 1 : p->thinking == FE_THINKING_OFF ? 0 : -1,
+		.kwargs = p->template_kwargs,
+	};
+	int rv = tokc_chat_with(tok, msgs, nm, 1, &o, text, NULL, 0, cfg->timeout_ms, err);
 	free(with);
 	return rv;
 }
 
 int
-fe_prompt_ids(const struct fe_params *p, int32_t **ids, size_t *n, char *err)
+fe_prompt_ids(const struct fe_params *p, int32_t **ids, size_t *n, int *think_open, char *err)
 {
+	if (think_open)
+		*think_open = 0;
 	if (get_vocab(err) != 0)
 		return -1;
 	if (p->api == FE_API_COMPLETIONS)
 		return tokc_encode(tok, p->prompt, p->prompt_len, -1, 0, ids, n, cfg->timeout_ms, err);
 	char *text = NULL;
-	if (fe_prompt_text(p, &text, err) != 0)
-		return -1;
-	int rv = tokc_encode(tok, text, strlen(text), -1, 1, ids, n, cfg->timeout_ms, err);
+	int rv = fe_prompt_text(p, &text, err);
+	if (rv != 0)
+		return rv;
+	if (think_open)
+		*think_open = fe_think_open(text);
+	rv = tokc_encode(tok, text, strlen(text), -1, 1, ids, n, cfg->timeout_ms, err);
 	free(text);
 	return rv;
 }
@@ -219,8 +242,12 @@ tokenize(struct fe_gen *g, int32_t **ids, size_t *n)
 {
 	char err[AD_ERRLEN];
 	uint64_t t0 = fe_now_ns();
-	if (fe_prompt_ids(&g->p, ids, n, err) != 0)
-		return fail(g, 503, err);
+	int rv = fe_prompt_ids(&g->p, ids, n, &g->think_open, err);
+	if (rv != 0) // a conversation the template refused is the client's error
+		return fail(g, rv == TOKC_BAD_REQUEST ? 400 : 503, err);
+	// chat replies of a thinking model are split (think.c), unless asked not to
+	g->think = g->p.api != FE_API_COMPLETIONS && g->p.api != FE_API_RESPONSES && !g->p.keep_thinking &&
+	           fe_model_thinks();
 	g->r.tokenize_ns = fe_now_ns() - t0;
 	fe_metrics_stage(FE_ST_TOKENIZE, g->r.tokenize_ns);
 	if (*n == 0) {
@@ -278,8 +305,10 @@ fe_choices_free(struct fe_gen *g)
 {
 	for (int i = 0; i < FE_MAX_N; i++) {
 		free(g->ch[i].text);
+		free(g->ch[i].reasoning);
 		free(g->ch[i].lp);
 		g->ch[i].text = NULL;
+		g->ch[i].reasoning = NULL;
 		g->ch[i].lp = NULL;
 	}
 	free(g->emb);
@@ -295,6 +324,13 @@ fe_choice_text(const struct fe_gen *g, int i, size_t *len)
 	}
 	*len = g->ch[i].len;
 	return g->ch[i].text;
+}
+
+const char *
+fe_choice_reasoning(const struct fe_gen *g, int i, size_t *len)
+{
+	*len = g->ch[i].rlen;
+	return g->ch[i].reasoning ? g->ch[i].reasoning : "";
 }
 
 static int
@@ -326,19 +362,54 @@ struct run {
 	uint32_t produced;  // bytes of the tokens so far: the next token's offset
 	uint32_t released;  // bytes of text handed out
 	size_t decoded;     // bytes decode_stream has given so far
+	struct fe_think th; // a thinking model's reply: where the thinking ends
 };
 
-// emit hands released text of choice i to the loop (stream: with the
-// logprob tokens that start inside the text released so far; all of them
-// at the end) or keeps it (non-stream)
+static int emit_part(struct fe_gen *g, int i, struct run *r, int part, const char *s, size_t n, int last);
+
+struct emit_ctx {
+	struct fe_gen *g;
+	int i;
+	struct run *r;
+	int last;
+};
+
+static int
+emit_cb(void *arg, int part, const char *s, size_t n)
+{
+	struct emit_ctx *e = arg;
+	return emit_part(e->g, e->i, e->r, part, s, n, 0);
+}
+
+// emit hands released text of choice i on: through the thinking split when
+// the reply has one (released counts the text before it, which is what the
+// logprob offsets measure)
 static int
 emit(struct fe_gen *g, int i, struct run *r, const char *s, size_t n, int last)
 {
-	struct fe_choice *c = &g->ch[i];
+	if (!g->think)
+		return emit_part(g, i, r, FE_PART_CONTENT, s, n, last);
+	struct emit_ctx e = {g, i, r, last};
 	r->released += (uint32_t)n;
+	if (fe_think_push(&r->th, s, n, last, emit_cb, &e) != 0)
+		return -1;
+	return last ? emit_part(g, i, r, FE_PART_CONTENT, "", 0, 1) : 0; // the last logprob tokens
+}
+
+// emit_part hands a piece of choice i to the loop (stream: with the logprob
+// tokens that start inside the text released so far; all of them at the
+// end) or keeps it (non-stream)
+static int
+emit_part(struct fe_gen *g, int i, struct run *r, int part, const char *s, size_t n, int last)
+{
+	struct fe_choice *c = &g->ch[i];
+	if (!g->think)
+		r->released += (uint32_t)n;
 	if (!g->p.stream) {
 		if (n == 0)
 			return 0;
+		if (part == FE_PART_REASONING)
+			return grow(&c->reasoning, &c->rlen, &c->rcap, s, n);
 		return i == 0 ? grow(&g->text, &g->len, &g->cap, s, n) : grow(&c->text, &c->len, &c->cap, s, n);
 	}
 	// a stream keeps only the logprob tokens not sent yet
@@ -347,8 +418,8 @@ emit(struct fe_gen *g, int i, struct run *r, const char *s, size_t n, int last)
 		k++;
 	if (n == 0 && k == 0)
 		return 0;
-	struct fe_chunk ck = { i, s, n, c->lp, k };
-	if (g->p.n <= 1 && !g->p.logprobs)
+	struct fe_chunk ck = { i, s, n, c->lp, k, part };
+	if (g->p.n <= 1 && !g->p.logprobs && part == FE_PART_CONTENT)
 		fe_post(g, FE_MSG_TEXT, s, n);
 	else
 		fe_post_chunk(g, &ck);
@@ -690,6 +761,7 @@ generate(struct fe_gen *g)
 			break;
 		}
 		fe_stop_init(&runs[i].st, (const char *const *)g->p.stops, g->p.n_stops);
+		fe_think_init(&runs[i].th, g->think_open);
 		started++;
 		struct engc_started info;
 		int code = 0, rv;

@@ -6,6 +6,7 @@ if(NOT TARGET anedvd_frontend)
 endif()
 
 ad_test(NAME test-fe-stop SOURCES test-fe-stop.c LIBS anedvd_frontend LABELS unit)
+ad_test(NAME test-fe-think SOURCES test-fe-think.c LIBS anedvd_frontend LABELS unit)
 
 # the request bodies of each dialect, fuzzed (fuzz/fuzz-http.c): one target
 # per dialect, its corpus and past crashes replayed as fuzz-http-<d>-regress

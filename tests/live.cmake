@@ -26,3 +26,14 @@ add_test(NAME test-web-live
   COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/web/live-run.sh $<TARGET_FILE:anedvd> ${LIVE_MODEL})
 set_tests_properties(test-web-live PROPERTIES LABELS e2e TIMEOUT 600 RUN_SERIAL TRUE
   ENVIRONMENT "ANEDVD_WEB_ARTIFACTS=${CMAKE_CURRENT_BINARY_DIR}/web-artifacts")
+
+# a thinking model (gen-model's scripted fixture with Qwen3's template)
+# through the SDKs: reasoning_content, thinking blocks, the no-think switches,
+# tools and tool history rendered as jinja2 renders them, bad input
+if(TARGET gen-model)
+  add_test(NAME test-live-think
+    COMMAND ${NODE_EXE} --test --test-reporter=spec ${CMAKE_CURRENT_SOURCE_DIR}/node/think.test.mjs)
+  set_tests_properties(test-live-think PROPERTIES LABELS e2e TIMEOUT 300
+    ENVIRONMENT "ANEDVD_BIN=$<TARGET_FILE:anedvd>;GEN_MODEL=$<TARGET_FILE:gen-model>;JINJA_DATA=${CMAKE_CURRENT_SOURCE_DIR}/data/jinja"
+    FIXTURES_REQUIRED fe_node_modules)
+endif()

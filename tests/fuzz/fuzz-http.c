@@ -110,7 +110,7 @@ render(const struct fe_dialect *d, struct fe_gen *g)
 		must_be_events("stream_start", ev, len);
 	}
 	for (int i = 0; i < n; i++) {
-		struct fe_chunk c = {i, story, strlen(story), NULL, 0};
+		struct fe_chunk c = {.index = i, .text = story, .len = strlen(story)};
 		if (d->stream_chunk) {
 			ev = d->stream_chunk(g, &c, &len);
 			must_be_events("stream_chunk", ev, len);
