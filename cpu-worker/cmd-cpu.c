@@ -808,6 +808,29 @@ cmd_info(int argc, char **argv)
 				printf("%s%d", any++ ? "," : " ", il);
 		printf("\n");
 	}
+	int n_recur = 0;
+	for (int il = 0; il < hp->n_layer; il++)
+		n_recur += m.layers[il].recur;
+	if (n_recur) {
+		// qwen35: which blocks are gated delta-nets, which attend
+		printf("  gated delta-net blocks     %d of %lld:", n_recur, (long long)hp->n_layer);
+		for (int il = 0, any = 0; il < hp->n_layer; il++)
+			if (m.layers[il].recur)
+				printf("%s%d", any++ ? "," : " ", il);
+		printf("; attention on");
+		for (int il = 0, any = 0; il < hp->n_layer; il++)
+			if (!m.layers[il].recur)
+				printf("%s%d", any++ ? "," : " ", il);
+		printf("\n");
+		printf("  delta-net shape            heads of %lld: %lld q/k, %lld v (v head j reads q/k head j mod %lld); "
+		       "conv %lld taps over %lld channels\n",
+		       (long long)hp->ssm_d_state, (long long)hp->ssm_n_group, (long long)hp->ssm_dt_rank,
+		       (long long)hp->ssm_n_group, (long long)hp->n_conv,
+		       (long long)((2 * hp->ssm_n_group + hp->ssm_dt_rank) * hp->ssm_d_state));
+		printf("  delta-net on the CPU       the conv, L2 norms, the gated delta rule and its state; "
+		       "the projections are kernels\n");
+		printf("  attention output gate      sigmoid, per head and element (q rows interleaved with gate rows)\n");
+	}
 	if (hp->n_expert) {
 		printf("  experts                    %lld, %lld used, size %lld, shared %lld%s%s\n",
 		       (long long)hp->n_expert, (long long)hp->n_expert_used, (long long)hp->n_ff_exp,
@@ -904,12 +927,17 @@ cmd_info(int argc, char **argv)
 	print_bytes("fp32 reference weights", (double)m.n_params * 4.0);
 	print_bytes(n_conv ? "fp32 KV + conv state / 1k" : "fp32 KV cache / 1k tokens",
 	            (double)model_kv_bytes_per_pos(&m) * 1024.0);
+	if (n_recur) {
+		print_bytes("recurrent state / sequence", (double)model_state_floats(&m) * 4.0);
+		printf("  recurrent state copies     every %d positions, the last 6 per sequence (to go back to)\n",
+		       SCHED_CACHE_BLOCK);
+	}
 	{
 		// what `serve` gives the prefix cache by default: the fp16 KV of 4
 		// full contexts of 2048 positions (or the training context when
 		// shorter), with --parallel up to 4
 		int64_t ctx = hp->n_ctx_train > 1 && hp->n_ctx_train < 2048 ? hp->n_ctx_train : 2048;
-		double b = (double)pcache_default_mem(model_kv_bytes_per_pos(&m) / 2, (int)ctx, 4);
+		double b = (double)pcache_default_mem(model_kv_bytes_per_pos(&m) / 2, model_state_floats(&m) * 4, (int)ctx, 4);
 		char what[64];
 		snprintf(what, sizeof what, "prefix cache (%lld ctx)", (long long)ctx);
 		print_bytes(what, b);
@@ -938,7 +966,7 @@ cmd_info(int argc, char **argv)
 		int seen[4] = {0}, kinds = 0;
 		for (int il = 0; il < hp->n_layer; il++) {
 			const struct model_layer *ml = &m.layers[il];
-			int kind = (ml->conv ? 1 : 0) | (ml->gate_inp.name ? 2 : 0);
+			int kind = (ml->conv || ml->recur ? 1 : 0) | (ml->gate_inp.name ? 2 : 0);
 			if (seen[kind]++)
 				continue;
 			int n0 = 0;
@@ -950,12 +978,17 @@ cmd_info(int argc, char **argv)
 						kn = "in_proj";
 					else if (ml->conv && p.k[i].kind == ANE_K_O)
 						kn = "out_proj";
+					else if (ml->recur && p.k[i].kind == ANE_K_QKV)
+						kn = "qkv|z|beta|alpha";
+					else if (ml->recur && p.k[i].kind == ANE_K_O)
+						kn = "ssm_out";
 					printf("%s%s", n0 ? " + " : "", kn);
 					n0++;
 				}
 			printf(" (%d)", n0);
-			if (kind != 0 || seen[1] || seen[2] || seen[3] || n_conv || hp->n_dense_lead)
-				printf(" on %s%s layers (first: %d)", ml->conv ? "ShortConv" : "attention",
+			if (kind != 0 || seen[1] || seen[2] || seen[3] || n_conv || n_recur || hp->n_dense_lead)
+				printf(" on %s%s layers (first: %d)",
+				       ml->conv ? "ShortConv" : ml->recur ? "delta-net" : "attention",
 				       ml->gate_inp.name ? " MoE" : "", il);
 			printf("\n");
 		}
