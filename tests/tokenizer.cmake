@@ -64,3 +64,5 @@ endif()
 add_test(NAME test-jinja-judge
   COMMAND ${AD_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/jinja-judge.py check ${CMAKE_CURRENT_SOURCE_DIR}/data/jinja)
 set_tests_properties(test-jinja-judge PROPERTIES LABELS unit TIMEOUT 300)
+# tokenizer.json normalizers, pre-tokenizers and the Unigram model
+ad_test(NAME test-ugm SOURCES test-ugm.c LIBS anedvd_tokenizer LABELS unit)

@@ -303,6 +303,20 @@ nfc_stable(uint32_t cp, int compat)
 	return 1;
 }
 
+// nfd_stable: cp decomposes to nothing else and is a starter, so NFD
+// (compat: NFKD) can cut the text in front of it and keep it
+static int
+nfd_stable(uint32_t cp, int compat)
+{
+	if (cp < (compat ? 0xA0u : 0xC0u))
+		return 1;
+	int nk;
+	if ((cp >= H_SBASE && cp < H_SBASE + H_SCOUNT) || unicode_ccc(cp) || decomp_of(cp) ||
+	    (compat && kdecomp_of(cp, &nk)))
+		return 0;
+	return 1;
+}
+
 struct outbuf {
 	char *p;
 	size_t n, cap;
@@ -326,7 +340,7 @@ out_reserve(struct outbuf *o, size_t more)
 // nfc_segment appends NFC of s[0..n) to o (the full algorithm: decompose,
 // order, compose)
 static int
-nfc_segment(const char *s, size_t n, struct cpbuf *b, struct outbuf *o, int compat)
+nfc_segment(const char *s, size_t n, struct cpbuf *b, struct outbuf *o, int compat, int compose)
 {
 	b->n = 0;
 	for (size_t i = 0; i < n;) {
@@ -352,10 +366,10 @@ nfc_segment(const char *s, size_t n, struct cpbuf *b, struct outbuf *o, int comp
 			b->v[j] = b->v[j - 1], b->v[j - 1] = t;
 		}
 	}
-	// canonical composition
-	size_t w = 0, starter = (size_t)-1;
+	// canonical composition (NFC, NFKC; NFD and NFKD stop before it)
+	size_t w = compose ? 0 : b->n, starter = (size_t)-1;
 	int last_cc = 0;
-	for (size_t k = 0; k < b->n; k++) {
+	for (size_t k = 0; k < b->n && compose; k++) {
 		uint32_t cp = b->v[k];
 		int cc = ccc_of(cp);
 		if (starter != (size_t)-1 && !(cp & RAW_BYTE) && !(b->v[starter] & RAW_BYTE)) {
@@ -386,7 +400,7 @@ nfc_segment(const char *s, size_t n, struct cpbuf *b, struct outbuf *o, int comp
 // something else goes through the full algorithm, from the stable code
 // point before it (which may compose with what follows) to the next one.
 static char *
-normalize(const char *s, size_t n, size_t *out_n, int compat)
+normalize(const char *s, size_t n, size_t *out_n, int compat, int compose)
 {
 	struct outbuf o = {0};
 	struct cpbuf b = {0};
@@ -397,7 +411,7 @@ normalize(const char *s, size_t n, size_t *out_n, int compat)
 		uint32_t cp;
 		int bad = 0;
 		int len = unicode_decode(s + i, n - i, &cp, &bad);
-		if (bad || nfc_stable(cp, compat)) {
+		if (bad || (compose ? nfc_stable(cp, compat) : nfd_stable(cp, compat))) {
 			prev = i;
 			i += (size_t)len;
 			continue;
@@ -406,7 +420,7 @@ normalize(const char *s, size_t n, size_t *out_n, int compat)
 		size_t start = prev >= copied && prev < i ? prev : i, end = i + (size_t)len;
 		while (end < n) {
 			len = unicode_decode(s + end, n - end, &cp, &bad);
-			if (bad || nfc_stable(cp, compat))
+			if (bad || (compose ? nfc_stable(cp, compat) : nfd_stable(cp, compat)))
 				break;
 			end += (size_t)len;
 		}
@@ -414,7 +428,7 @@ normalize(const char *s, size_t n, size_t *out_n, int compat)
 			goto oom;
 		memcpy(o.p + o.n, s + copied, start - copied);
 		o.n += start - copied;
-		if (nfc_segment(s + start, end - start, &b, &o, compat))
+		if (nfc_segment(s + start, end - start, &b, &o, compat, compose))
 			goto oom;
 		copied = end;
 		prev = end; // not yet seen; set again once the loop reads it
@@ -437,13 +451,25 @@ oom:
 char *
 unicode_nfc(const char *s, size_t n, size_t *out_n)
 {
-	return normalize(s, n, out_n, 0);
+	return normalize(s, n, out_n, 0, 1);
 }
 
 char *
 unicode_nfkc(const char *s, size_t n, size_t *out_n)
 {
-	return normalize(s, n, out_n, 1);
+	return normalize(s, n, out_n, 1, 1);
+}
+
+char *
+unicode_nfd(const char *s, size_t n, size_t *out_n)
+{
+	return normalize(s, n, out_n, 0, 0);
+}
+
+char *
+unicode_nfkd(const char *s, size_t n, size_t *out_n)
+{
+	return normalize(s, n, out_n, 1, 0);
 }
 
 char *

@@ -58,8 +58,11 @@ int unicode_ccc(uint32_t cp);
 // length in *out_n, or NULL when out of memory. Invalid bytes are copied
 // through unchanged and act as starters that combine with nothing.
 char *unicode_nfc(const char *s, size_t n, size_t *out_n);
-// unicode_nfkc: the same for NFKC (compatibility decompositions too)
+// unicode_nfkc: the same for NFKC (compatibility decompositions too);
+// unicode_nfd and unicode_nfkd the decompositions alone, in canonical order
 char *unicode_nfkc(const char *s, size_t n, size_t *out_n);
+char *unicode_nfd(const char *s, size_t n, size_t *out_n);
+char *unicode_nfkd(const char *s, size_t n, size_t *out_n);
 
 // unicode_sanitize: s[0..n) with every invalid sequence replaced by U+FFFD
 // (as unicode_decode reads it), NUL-terminated, malloc'd (*out_n without the
