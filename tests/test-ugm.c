@@ -9,6 +9,7 @@
 // visits candidates, unknown characters against its fusing and byte
 // fallback. The normalizers and pre-tokenizers reproduce the examples of the
 // library's documentation where it has them (Punctuation, Digits, Split).
+#define _GNU_SOURCE // memmem
 #include <cjson/cJSON.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -19,6 +20,10 @@
 #include "tokenizer.h"
 
 #pragma GCC diagnostic ignored "-Wformat-zero-length"
+
+#ifndef T_TOKDATA
+#define T_TOKDATA "tokdata"
+#endif
 
 #define SP "\xe2\x96\x81" // ▁
 
@@ -371,11 +376,66 @@ test_unigram(void)
 	}
 }
 
+// a vocabulary of realistic size: llama-spm's 32000 pieces and scores as a
+// Unigram model (Metaspace, always, no split), on llama.cpp's 46 test
+// strings, against the ids tokenizers.js (@huggingface/tokenizers 0.2.0)
+// gives with adjacent unknown tokens fused as the Rust library does
+// (tests/data/tokenizer/ugm-gen.mjs; the README says how they were made)
+static void
+test_unigram_llama(void)
+{
+	char err[AD_ERRLEN] = "";
+	struct tokenizer *t = tok_load(T_TOKDATA "/ugm-llama", err);
+	REQUIRE(t, "%s", err);
+	size_t ni, no;
+	char *inp = t_read_file(T_DATA "/tokenizer/ggml-vocab-llama-spm.gguf.inp", &ni);
+	char *out = t_read_file(T_DATA "/tokenizer/ugm-llama.out", &no);
+	REQUIRE(inp && out);
+	const char *sep = "\n__ggml_vocab_test__\n";
+	char *p = inp, *q = out, *end = inp + ni;
+	int cases = 0, same = 0;
+	while (p < end) {
+		char *e = memmem(p, (size_t)(end - p), sep, strlen(sep));
+		size_t len = e ? (size_t)(e - p) : (size_t)(end - p);
+		char *nl = strchr(q, '\n');
+		REQUIRE(nl, "case %d: no expected line", cases);
+		*nl = 0;
+		int32_t want[256];
+		size_t k = 0;
+		for (char *r = q, *x; k < 256; r = x) {
+			long v = strtol(r, &x, 10);
+			if (x == r)
+				break;
+			want[k++] = (int32_t)v;
+		}
+		int32_t *ids = NULL;
+		size_t n = 0;
+		int ok = tok_encode(t, p, len, 0, 0, &ids, &n, err) == 0 && n == k && (!n || !memcmp(ids, want, n * 4));
+		if (!ok) {
+			fprintf(stderr, "  case %d \"%.*s\": got", cases, (int)len, p);
+			for (size_t i = 0; i < n; i++)
+				fprintf(stderr, " %d", ids[i]);
+			fprintf(stderr, ", want %s\n", q);
+		}
+		same += ok;
+		free(ids);
+		cases++;
+		q = nl + 1;
+		p = e ? e + strlen(sep) : end;
+	}
+	printf("ugm-llama: %d/%d cases match tokenizers.js\n", same, cases);
+	CHECK(cases == 46 && same == cases, "%d of %d", same, cases);
+	free(inp);
+	free(out);
+	tok_free(t);
+}
+
 int
 main(void)
 {
 	T_RUN(test_normalizers);
 	T_RUN(test_pretokenizers);
 	T_RUN(test_unigram);
+	T_RUN(test_unigram_llama);
 	return t_done();
 }

@@ -113,6 +113,7 @@ struct tokenizer {
 	int add_sep;            // WPM: [SEP] after the text (with add_special)
 	int wpm_lowercase, wpm_strip_accents; // WPM normalizer
 	int wpm_max_chars;      // WPM: a longer word is the unknown token (0: no limit, as llama.cpp)
+	int clean_spaces;       // tok_detokenize cleans spaces (llama.cpp's clean_spaces)
 
 	// byte-level BPE (filled by bpe.c)
 	enum tok_pre pre;

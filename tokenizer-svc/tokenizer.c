@@ -637,6 +637,7 @@ tok_load_gguf(const struct gguf *g, char *err)
 		t->add_space_prefix = 1;
 	}
 	if (kind == TOK_KIND_WPM) { // llama.cpp's defaults for BERT vocabularies
+		t->clean_spaces = 1;
 		t->bos = 101; // [CLS]
 		t->unk = 100;
 		t->sep = 102;
@@ -892,6 +893,9 @@ apply_config(struct tokenizer *t, const char *json, size_t len, const char *path
 	t->add_bos = cJSON_IsBool(ab) ? cJSON_IsTrue(ab) : t->bos >= 0;
 	if (cJSON_IsBool(ae))
 		t->add_eos = cJSON_IsTrue(ae);
+	const cJSON *cs = cJSON_GetObjectItemCaseSensitive(root, "clean_up_tokenization_spaces");
+	if (cJSON_IsBool(cs))
+		t->clean_spaces = cJSON_IsTrue(cs);
 	const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
 	const char *tmpl_text = NULL, *tool_use = NULL;
 	if (cJSON_IsString(tmpl))
@@ -1965,6 +1969,71 @@ tok_token_text(const struct tokenizer *t, int32_t id, size_t *len)
 		return NULL;
 	*len = t->tok[id].tlen;
 	return t->strs + t->tok[id].toff;
+}
+
+// llama.cpp's clean_spaces, pass by pass, s[0..n) in place; the new length
+static size_t
+clean_spaces(char *s, size_t n)
+{
+	if (n < 2)
+		return n;
+	// " ?", " !", " .", " ,": the space goes
+	size_t m = 1;
+	for (size_t i = 1; i < n; i++) {
+		char x = s[i];
+		if (s[i - 1] == ' ' && (x == '?' || x == '!' || x == '.' || x == ','))
+			m--;
+		s[m++] = x;
+	}
+	// " ' ": both spaces go (reading the pass's input: a copy)
+	char *in = malloc(m);
+	if (!in)
+		return m;
+	memcpy(in, s, m);
+	n = m;
+	m = 1;
+	for (size_t i = 1; i < n; i++) {
+		char x = in[i];
+		s[m++] = x;
+		if (x == '\'' && i + 1 < n && in[i - 1] == ' ' && in[i + 1] == ' ') {
+			s[m - 2] = x; // over the space before it
+			m--;
+			i++; // and the one after it is skipped
+		}
+	}
+	// " 's", " 'm", " 're", " 've": the space goes (not for 't, 'd, 'll)
+	memcpy(in, s, m);
+	n = m;
+	m = 1;
+	for (size_t i = 1; i < n; i++) {
+		char x = in[i];
+		if (in[i - 1] == ' ' && x == '\'' && i + 1 < n) {
+			char x1 = in[i + 1], x2 = i + 2 < n ? in[i + 2] : 0;
+			if (x1 == 's' || x1 == 'm' || (i + 2 < n && ((x1 == 'r' && x2 == 'e') || (x1 == 'v' && x2 == 'e'))))
+				m--;
+		}
+		s[m++] = x;
+	}
+	free(in);
+	return m;
+}
+
+int
+tok_detokenize(const struct tokenizer *t, const int32_t *ids, size_t n, char **out, size_t *out_len, char *err)
+{
+	if (tok_decode(t, ids, n, out, out_len, err))
+		return -1;
+	if (t->clean_spaces) {
+		*out_len = clean_spaces(*out, *out_len);
+		(*out)[*out_len] = 0;
+	}
+	return 0;
+}
+
+int
+tok_clean_spaces(const struct tokenizer *t)
+{
+	return t->clean_spaces;
 }
 
 const char *
