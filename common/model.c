@@ -220,6 +220,35 @@ model_rope_factors(const struct model *m, int64_t n_ctx)
 	return t->name ? t : NULL;
 }
 
+void
+model_describe_rope(const struct model *m, char *buf, size_t cap)
+{
+	const struct model_hparams *hp = &m->hp;
+	size_t n = 0;
+#define ADD(...)                                                          \
+	do {                                                              \
+		if (n < cap)                                              \
+			n += (size_t)snprintf(buf + n, cap - n, __VA_ARGS__); \
+	} while (0)
+	ADD("%s, %lld dims, base %g", model_rope_name(hp->rope), (long long)hp->n_rot, (double)hp->rope_base);
+	if (hp->rope_scaling == MODEL_ROPE_SCALING_YARN)
+		ADD(", yarn x%g from an original context of %lld (beta fast %g, slow %g, ext %g)", 1.0 / hp->rope_freq_scale,
+		    (long long)hp->n_ctx_orig, (double)hp->yarn_beta_fast, (double)hp->yarn_beta_slow,
+		    (double)hp->yarn_ext_factor);
+	else if (hp->rope_freq_scale != 1.0f)
+		ADD(", linear scale x%g", 1.0 / hp->rope_freq_scale);
+	if (hp->rope_scaling == MODEL_ROPE_SCALING_LONGROPE)
+		ADD(", longrope (original context %lld: %s factors up to it, %s beyond)", (long long)hp->n_ctx_orig,
+		    m->rope_short.name ? "short" : "no", m->rope_long.name ? "long" : "none");
+	if (hp->rope_attn_factor != 1.0f)
+		ADD(", cos/sin x%g", (double)hp->rope_attn_factor);
+	if (m->rope_freqs.name)
+		ADD(", per-pair frequency factors");
+#undef ADD
+	if (cap)
+		buf[n < cap ? n : cap - 1] = 0;
+}
+
 // ggml_rope_yarn_corr_dim: the pair index whose wavelength fits n_rot_b
 // turns into the original context
 static float

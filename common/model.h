@@ -241,6 +241,9 @@ int model_finish(struct model *m, char *err);
 // the names of every architecture in the table, ", "-separated
 const char *model_arch_list(void);
 const char *model_rope_scaling_name(enum model_rope_scaling s);
+// the RoPE convention in one line ("neox (halves), 16 dims, base 1e+07,
+// yarn x4 ..."), as `info` and `check` print it
+void model_describe_rope(const struct model *m, char *buf, size_t cap);
 // the per-pair frequency divisors an engine with a context of n_ctx
 // positions uses: rope_freqs, else longrope's long factors when n_ctx is
 // beyond the original context and the short ones otherwise (llama.cpp's

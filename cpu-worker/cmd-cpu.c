@@ -18,6 +18,10 @@
 #include "model.h"
 #include "plan.h"
 #include "prefix-cache.h"
+#ifdef ANEDVD_ANE
+#include "backend-ane.h"
+#include "build.h"
+#endif
 #include "ref.h"
 #include "scheduler.h"
 #include "wtype.h"
@@ -721,6 +725,45 @@ out:
 
 // --- anedvd info -----------------------------------------------------------------
 
+#ifdef ANEDVD_ANE
+// the ane backend's state: the private framework and its classes, whether
+// a program compiles and runs (a 64 x 64 probe projection), the budget
+static void
+ane_info(void)
+{
+	char err[AD_ERRLEN];
+	printf("        %s\n", ane_dev_describe());
+	if (ane_dev_init(err)) {
+		printf("        reachable: no (%s)\n", err);
+	} else {
+		struct ane_build_opts bo = {.backend = "ane"};
+		struct ane_builder *b = ane_builder_new(&bo, err);
+		struct ane_kernel k;
+		memset(&k, 0, sizeof k);
+		struct timespec t0, t1;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		int ok = b && ane_build_probe(b, 64, 1, 1234, &k, err) == 0;
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		if (ok) {
+			void *in = calloc(1, ane_kernel_input_capacity(&k)), *out = calloc(1, ane_kernel_output_capacity(&k));
+			ok = in && out && ane_eval(&k, in, out, 1, err) == 0;
+			free(in);
+			free(out);
+		}
+		double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+		if (ok)
+			printf("        reachable: yes (a 64 x 64 probe compiled and loaded in %.1f ms and ran)\n", ms);
+		else
+			printf("        reachable: no (%s)\n", err);
+		ane_kernel_free(&k);
+		ane_builder_free(b);
+	}
+	printf("        compile budget: %d programs per process (the ane-worker warns at %d; the kernel cache\n"
+	       "        loads compiled programs without spending it)\n",
+	       ANE_COMPILE_BUDGET, ANE_COMPILE_WARN);
+}
+#endif
+
 static void
 info_usage(void)
 {
@@ -768,6 +811,7 @@ cmd_info(int argc, char **argv)
 	       emu_i8_isa() == 2 ? "AVX-512" : emu_i8_isa() ? "AVX2/FMA" : "plain C");
 #ifdef ANEDVD_ANE
 	printf("  ane   Apple Neural Engine: built in (anedvd-ane-worker --backend ane)\n");
+	ane_info();
 #else
 	printf("  ane   Apple Neural Engine: not in this build (macOS on Apple silicon, -DANEDVD_ANE=ON)\n");
 #endif
@@ -867,22 +911,9 @@ cmd_info(int argc, char **argv)
 	}
 	printf("  training context           %lld\n", (long long)hp->n_ctx_train);
 	printf("  rms eps                    %g\n", (double)hp->rms_eps);
-	printf("  RoPE                       %s, %lld dims, base %g", model_rope_name(hp->rope),
-	       (long long)hp->n_rot, (double)hp->rope_base);
-	if (hp->rope_scaling == MODEL_ROPE_SCALING_YARN)
-		printf(", yarn x%g from an original context of %lld (beta fast %g, slow %g, ext %g)",
-		       1.0 / hp->rope_freq_scale, (long long)hp->n_ctx_orig, (double)hp->yarn_beta_fast,
-		       (double)hp->yarn_beta_slow, (double)hp->yarn_ext_factor);
-	else if (hp->rope_freq_scale != 1.0f)
-		printf(", linear scale x%g", 1.0 / hp->rope_freq_scale);
-	if (hp->rope_scaling == MODEL_ROPE_SCALING_LONGROPE)
-		printf(", longrope (original context %lld: %s factors up to it, %s beyond)", (long long)hp->n_ctx_orig,
-		       m.rope_short.name ? "short" : "no", m.rope_long.name ? "long" : "none");
-	if (hp->rope_attn_factor != 1.0f)
-		printf(", cos/sin x%g", (double)hp->rope_attn_factor);
-	if (m.rope_freqs.name)
-		printf(", per-pair frequency factors");
-	printf("\n");
+	char rope_line[512];
+	model_describe_rope(&m, rope_line, sizeof rope_line);
+	printf("  RoPE                       %s\n", rope_line);
 	if (m.layers[hp->n_layer - 1].q_norm.name || m.layers[hp->n_layer - 1].k_norm.name)
 		printf("  q/k norms                  per head, %s RoPE\n", hp->qk_norm_post_rope ? "after" : "before");
 	if (hp->sliding_window > 0) {
