@@ -28,15 +28,87 @@
 #include "tokenizer-impl.h"
 #include "unicode.h"
 
+// A byte trie of the model's pieces: node 0 is the root, an edge is an
+// entry (node << 8 | byte) + 1 -> child in an open-addressing table, and
+// a node that ends a piece holds its id (the last one for a duplicate
+// piece, as the library's map keeps it). Walking it from a position gives
+// every piece that is a prefix of the rest, shortest first, in one pass.
+struct trie {
+	uint64_t *key; // 0: empty
+	int32_t *child;
+	uint32_t mask;
+	int32_t *id; // per node: the piece ending there, -1 when none
+	int32_t n_nodes;
+};
+
 struct ugm {
 	int32_t n;      // model.vocab entries (ids 0 .. n-1)
 	double *score;  // [n]
 	double unk_score;
 	int32_t unk;    // model.unk_id, -1 when none
 	int byte_fallback;
+	struct trie trie;
 	struct hf_norm *norm;
 	struct hf_pretok *pre;
 };
+
+static uint32_t
+edge_hash(uint64_t k)
+{
+	k ^= k >> 33;
+	k *= 0xff51afd7ed558ccdull;
+	k ^= k >> 33;
+	return (uint32_t)k;
+}
+
+static int32_t
+trie_next(const struct trie *tr, int32_t node, uint8_t b)
+{
+	uint64_t k = ((uint64_t)node << 8 | b) + 1;
+	for (uint32_t j = edge_hash(k) & tr->mask;; j = (j + 1) & tr->mask) {
+		if (tr->key[j] == k)
+			return tr->child[j];
+		if (!tr->key[j])
+			return -1;
+	}
+}
+
+// the trie of pieces 0 .. n-1 (total: their bytes, a bound on the edges)
+static int
+trie_build(struct trie *tr, const struct tokenizer *t, int32_t n, size_t total, char *err)
+{
+	uint32_t cap = 64;
+	while (cap < 2 * total + 2 && cap < (1u << 31))
+		cap *= 2;
+	tr->mask = cap - 1;
+	tr->key = calloc(cap, sizeof *tr->key);
+	tr->child = malloc(cap * sizeof *tr->child);
+	tr->id = malloc((total + 1) * sizeof *tr->id);
+	if (!tr->key || !tr->child || !tr->id)
+		return ad_err(err, "out of memory (a trie of %zu bytes)", total);
+	tr->n_nodes = 1;
+	tr->id[0] = -1;
+	for (int32_t id = 0; id < n; id++) {
+		size_t len;
+		const char *p = tok_entry_piece(t, id, &len);
+		int32_t node = 0;
+		for (size_t i = 0; i < len; i++) {
+			uint64_t k = ((uint64_t)node << 8 | (uint8_t)p[i]) + 1;
+			uint32_t j = edge_hash(k) & tr->mask;
+			while (tr->key[j] && tr->key[j] != k)
+				j = (j + 1) & tr->mask;
+			if (!tr->key[j]) {
+				tr->key[j] = k;
+				tr->child[j] = tr->n_nodes;
+				tr->id[tr->n_nodes++] = -1;
+			}
+			node = tr->child[j];
+		}
+		if (len)
+			tr->id[node] = id;
+	}
+	return 0;
+}
 
 static void
 ugm_free(void *p)
@@ -45,6 +117,9 @@ ugm_free(void *p)
 	if (!u)
 		return;
 	free(u->score);
+	free(u->trie.key);
+	free(u->trie.child);
+	free(u->trie.id);
 	hf_norm_free(u->norm);
 	hf_pretok_free(u->pre);
 	free(u);
@@ -169,6 +244,7 @@ ugm_load_hf_json(struct tokenizer *t, const char *json, size_t len, char *err)
 	u->byte_fallback = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"));
 	double min_score = INFINITY;
 	int32_t i = 0;
+	size_t total = 0;
 	cJSON_ArrayForEach(it, vocab)
 	{
 		const cJSON *p = cJSON_GetArrayItem(it, 0), *sc = cJSON_GetArrayItem(it, 1);
@@ -183,6 +259,7 @@ ugm_load_hf_json(struct tokenizer *t, const char *json, size_t len, char *err)
 		else if (u->byte_fallback && byte_piece(p->valuestring, n) >= 0)
 			ty = TOK_TYPE_BYTE;
 		u->score[i] = sc->valuedouble;
+		total += n;
 		if (sc->valuedouble < min_score)
 			min_score = sc->valuedouble;
 		if (tok_vocab_set(t, i, p->valuestring, n, (float)sc->valuedouble, ty, err))
@@ -199,7 +276,8 @@ ugm_load_hf_json(struct tokenizer *t, const char *json, size_t len, char *err)
 	// decoding drops the space put in front of the text
 	t->add_space_prefix = hf_pretok_prepends(u->pre) || hf_norm_prepends(u->norm, "\xe2\x96\x81");
 	// the post-processor names specials: it needs the map
-	if (tok_build_map(t, err) || ugm_post(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor"), err))
+	if (tok_build_map(t, err) || ugm_post(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor"), err) ||
+	    trie_build(&u->trie, t, u->n, total, err))
 		goto done;
 	rc = 0;
 done:
@@ -249,13 +327,13 @@ segment(const struct tokenizer *t, const struct ugm *u, const char *s, size_t n,
 		size_t mblen = (size_t)unicode_decode(s + pos, n - pos, &cp, NULL);
 		const double base = best[pos].score;
 		int single = 0;
-		size_t most = n - pos < t->max_piece_len ? n - pos : t->max_piece_len;
-		for (size_t l = 1; l <= most; l++) {
+		int32_t node = 0;
+		for (size_t l = 1; pos + l <= n; l++) {
+			if ((node = trie_next(&u->trie, node, (uint8_t)s[pos + l - 1])) < 0)
+				break; // no piece goes on like this
+			int32_t id = u->trie.id[node];
 			// an entry ends on a character boundary (the text is UTF-8)
-			if (pos + l < n && ((uint8_t)s[pos + l] & 0xC0) == 0x80)
-				continue;
-			int32_t id = tok_find(t, s + pos, l);
-			if (id < 0 || id >= u->n)
+			if (id < 0 || (pos + l < n && ((uint8_t)s[pos + l] & 0xC0) == 0x80))
 				continue;
 			double c = base + u->score[id];
 			struct node *tn = &best[pos + l];
