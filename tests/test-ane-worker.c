@@ -267,7 +267,7 @@ check_kernel(struct kernel_backend *kb, const struct ane_pk *pk, int id, int nco
 		goto done;
 	}
 	surface_read(&out, y, (size_t)ncols, (size_t)pk->out_ch);
-	float *wd[3] = {0};
+	float *wd[sizeof pk->parts / sizeof pk->parts[0]] = {0};
 	for (int p = 0; p < pk->nparts; p++)
 		wd[p] = deq_all(pk->parts[p].t);
 	double maxd = 0, maxr = 0;
