@@ -30,6 +30,7 @@
 
 #include "log.h"
 #include "prefix-cache.h"
+#include "spec.h"
 #include "trace.h"
 
 #define SESSION_WAIT_MS 5000 // for a session whose job has finished but is not yet released
@@ -80,6 +81,7 @@ struct job {
 	struct pcache_block **pins;
 	int n_pins, looked, store_off;
 	int cached; // prompt tokens copied from the prefix cache
+	int spec;   // drafts for this job (the request's choice, else the worker's)
 	int32_t next_tok;
 	struct engine_timings t0;
 
@@ -92,6 +94,7 @@ struct job {
 	enum sched_code code;
 	char msg[AD_ERRLEN];
 	struct engine_timings t;
+	struct spec_stats spec_st; // written by the engine thread under the lock
 	uint64_t submit_ns, admit_ns, done_ns, last_poll_ns, final_ns;
 	int final_polled, waiters;
 	pthread_cond_t cv;
@@ -147,9 +150,13 @@ struct sched {
 	struct engine_seq **cols;
 	int32_t *toks;
 	struct job **cjobs;
+	int *coff, *nk, *ngram; // per decoding job: its first column, its draft tokens, their n-gram
 	uint8_t *want;
-	float *logits; // [rows][V]
-	int rows;
+	float *logits; // [lrows][V]
+	int rows;      // jobs per decode call
+	int lrows;     // rows of logits: a decode call's columns, drafts included, and a prefill's last
+	struct spec_opts spec;
+	struct spec_cost cost; // the decode calls' widths and times
 	struct engine_seq *eval_seq;
 	struct embed_run *embed; // the embedding request at the head of the queue
 	struct pcache *pc;        // NULL: no prefix cache
@@ -646,9 +653,14 @@ trace_since(uint64_t t0, const char *cat, const char *fmt, ...)
 	trace_event((long)getpid(), 1, name, cat, t0 / 1000u, (now_ns() - t0) / 1000u);
 }
 
-// emit samples the next token of j from its logits row and reports it
-static void
-emit(struct sched *s, struct job *j, const float *row)
+// emit samples the next token of j from its logits row and reports it;
+// len is the sequence's length once the token the row belongs to is in it.
+// Returns 1 if the token was recorded and the job goes on, 0 if it was
+// recorded and ended the job (max_tokens, the context), -1 if it was not
+// (a stop id, a failure, a job that had finished already); *out gets the
+// sampled token (-1 when sampling failed)
+static int
+emit(struct sched *s, struct job *j, const float *row, int len, int32_t *out)
 {
 	char err[AD_ERRLEN];
 	struct sched_event ev = {0};
@@ -664,10 +676,11 @@ emit(struct sched *s, struct job *j, const float *row)
 		ev.has_lp = m >= 0;
 		ev.n_lp = m > 0 ? m : 0;
 	}
+	*out = tok;
 	engine_add_sampling(s->e, j->seq, now_ns() - t0);
 	if (trace_enabled())
 		trace_since(t0, "sampling", "sample (job %llu)", (unsigned long long)j->id);
-	int stop = 0;
+	int stop = 0, rv = -1;
 	for (int i = 0; i < j->n_stop; i++)
 		stop |= tok == j->stop[i];
 
@@ -696,13 +709,100 @@ emit(struct sched *s, struct job *j, const float *row)
 		ev.index = j->produced++;
 		j->ev[j->n_ev++] = ev;
 		s->st.tokens++;
-		if ((int)j->produced >= j->max_tokens || engine_seq_len(j->seq) >= s->max_seq)
+		rv = 0;
+		if ((int)j->produced >= j->max_tokens || len >= s->max_seq) {
 			finish(s, j, SCHED_LENGTH, SCHED_OK, NULL);
-		else
+		} else {
 			j->next_tok = tok;
+			rv = 1;
+		}
 		pthread_cond_broadcast(&j->cv);
 	}
 out:
+	pthread_mutex_unlock(&s->mu);
+	return rv;
+}
+
+// --- speculative decoding (spec.h) ---------------------------------------------------------
+
+// the draft of decoding job j for its next step: at most budget tokens,
+// and no more than the job can still use (one token of the step comes
+// from the row of its own token) or the context holds; in out, with the
+// match's n-gram in *ngram
+static int
+draft(struct sched *s, struct job *j, int budget, int32_t *out, int *ngram)
+{
+	*ngram = 0;
+	if (!j->spec || s->spec.draft <= 0)
+		return 0;
+	const int len = engine_seq_len(j->seq);
+	int room = s->spec.draft < budget ? s->spec.draft : budget;
+	if (room > j->max_tokens - (int)j->produced - 1)
+		room = j->max_tokens - (int)j->produced - 1;
+	if (room > s->max_seq - 1 - len)
+		room = s->max_seq - 1 - len;
+	if (room <= 0)
+		return 0;
+	int k = spec_find(engine_seq_tokens(j->seq), len, j->next_tok, s->spec.ngram_min, s->spec.ngram_max, room, out,
+	                  ngram);
+	float c = s->spec.col_cost == SPEC_COST_AUTO ? spec_cost_get(&s->cost, SPEC_COL_COST) : s->spec.col_cost;
+	return spec_len(&j->spec_st, *ngram, c, k);
+}
+
+// decode_columns lays out a decode step of the n jobs in cjobs: job i's
+// token at column coff[i], then its nk[i] draft tokens, the drafts taking
+// at most budget columns in all (the first jobs first); returns the
+// columns
+static int
+decode_columns(struct sched *s, int n, int budget)
+{
+	int col = 0;
+	for (int i = 0; i < n; i++) {
+		struct job *j = s->cjobs[i];
+		s->coff[i] = col;
+		s->cols[col] = j->seq;
+		s->toks[col++] = j->next_tok;
+		int k = budget > 0 ? draft(s, j, budget, s->toks + col, &s->ngram[i]) : 0;
+		for (int c = 0; c < k; c++)
+			s->cols[col++] = j->seq;
+		s->nk[i] = k;
+		budget -= k;
+	}
+	return col;
+}
+
+// verify emits the tokens of decoding job i of the step from its rows of
+// logits (its token's, then one per draft token): row r's sample goes out,
+// and row r + 1 is looked at only if that sample is draft token r. The
+// rows of the draft tokens after the first that differs are dropped, and
+// the job's decode booking keeps the rows that were sampled.
+static void
+verify(struct sched *s, int i, const float *rows)
+{
+	struct job *j = s->cjobs[i];
+	const int k = s->nk[i], L = engine_seq_len(j->seq) - 1 - k;
+	const int32_t *d = s->toks + s->coff[i] + 1;
+	int acc = 0, rej = 0, r = 0;
+	for (;; r++) {
+		int32_t tok;
+		int rv = emit(s, j, rows + (size_t)r * s->V, L + r + 1, &tok);
+		int same = r < k && tok == d[r];
+		if (same && rv >= 0)
+			acc++;
+		if (r < k && !same && rv >= 0)
+			rej = 1;
+		if (rv <= 0 || r == k || !same)
+			break;
+	}
+	if (k == 0)
+		return;
+	engine_seq_truncate(j->seq, L + 1 + acc);
+	struct engine_timings *t = engine_seq_timings(j->seq);
+	t->decode_tokens -= (uint32_t)(k - r);
+	pthread_mutex_lock(&s->mu);
+	spec_note(&j->spec_st, s->ngram[i], k, acc, rej);
+	spec_note(&s->st.spec, s->ngram[i], k, acc, rej);
+	update_timings(j);
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -732,37 +832,38 @@ prefill_chunk(struct sched *s, struct job *j)
 		return;
 	}
 	j->state = J_DECODE;
-	emit(s, j, s->logits);
+	int32_t tok;
+	emit(s, j, s->logits, engine_seq_len(j->seq), &tok);
 }
 
-// fused runs one decode step of the n jobs in cjobs/cols/toks and the next
-// prefill chunk of pj in the rest of the width, in ONE call: the kernels
-// cost the same for any number of columns, and a token's logits do not
-// depend on what shares its call. The call is booked as decode; pj's share
-// is moved to its prefill time.
+// fused runs one decode step of the n jobs in cjobs (d columns laid out by
+// decode_columns) and the next prefill chunk of pj in the rest of the
+// width, in ONE call: the kernels cost the same for any number of
+// columns, and a token's logits do not depend on what shares its call.
+// The call is booked as decode; pj's share is moved to its prefill time.
 static void
-fused(struct sched *s, int n, struct job *pj)
+fused(struct sched *s, int n, int d, struct job *pj)
 {
 	char err[AD_ERRLEN];
-	int m = pj->keep - pj->fed < s->width - n ? pj->keep - pj->fed : s->width - n;
+	int m = pj->keep - pj->fed < s->width - d ? pj->keep - pj->fed : s->width - d;
 	int last = pj->fed + m == pj->keep;
-	for (int c = 0; c < n; c++)
+	for (int c = 0; c < d; c++)
 		s->want[c] = 1;
 	for (int c = 0; c < m; c++) {
-		s->cols[n + c] = pj->seq;
-		s->toks[n + c] = pj->prompt[pj->fed + c];
-		s->want[n + c] = last && c == m - 1;
+		s->cols[d + c] = pj->seq;
+		s->toks[d + c] = pj->prompt[pj->fed + c];
+		s->want[d + c] = last && c == m - 1;
 	}
 	struct engine_timings *pt = engine_seq_timings(pj->seq), before = *pt;
 	uint64_t t0 = now_ns();
-	if (engine_forward(s->e, s->cols, s->toks, n + m, s->want, s->logits, 0, err)) {
+	if (engine_forward(s->e, s->cols, s->toks, d + m, s->want, s->logits, 0, err)) {
 		for (int i = 0; i < n; i++)
 			fail_job(s, s->cjobs[i], SCHED_EUNAVAILABLE, "decode", err);
 		fail_job(s, pj, SCHED_EUNAVAILABLE, "prefill", err);
 		return;
 	}
 	if (trace_enabled())
-		trace_since(t0, "step", "decode step (%d) + prefill (%d)", n, m);
+		trace_since(t0, "step", "decode step (%d, %d columns) + prefill (%d)", n, d, m);
 	pt->prefill_ns += pt->decode_ns - before.decode_ns;
 	pt->prefill_tokens += pt->decode_tokens - before.decode_tokens;
 	pt->decode_ns = before.decode_ns;
@@ -775,10 +876,11 @@ fused(struct sched *s, int n, struct job *pj)
 	s->st.fused++;
 	pthread_mutex_unlock(&s->mu);
 	for (int i = 0; i < n; i++)
-		emit(s, s->cjobs[i], s->logits + (size_t)i * s->V);
+		verify(s, i, s->logits + (size_t)s->coff[i] * s->V);
 	if (last) {
 		pj->state = J_DECODE;
-		emit(s, pj, s->logits + (size_t)n * s->V);
+		int32_t tok;
+		emit(s, pj, s->logits + (size_t)d * s->V, engine_seq_len(pj->seq), &tok);
 	} else {
 		pthread_mutex_lock(&s->mu);
 		update_timings(pj);
@@ -787,8 +889,9 @@ fused(struct sched *s, int n, struct job *pj)
 }
 
 // a turn: set up the newly admitted, then one batched decode step of every
-// decoding job and one prefill chunk of the oldest prefilling job, in one
-// call when they fit the width
+// decoding job (with the drafts of those that have one, spec.h) and one
+// prefill chunk of the oldest prefilling job, in one call when they fit
+// the width
 static void
 turn(struct sched *s, int n_active)
 {
@@ -799,39 +902,52 @@ turn(struct sched *s, int n_active)
 		struct job *j = s->active[i];
 		if (j->state == J_ADMITTED)
 			setup(s, j);
-		if (j->state == J_DECODE && j->smp) {
-			s->cjobs[n] = j;
-			s->cols[n] = j->seq;
-			s->toks[n] = j->next_tok;
-			n++;
-		} else if (j->state == J_PREFILL && j->smp && !pj) {
+		if (j->state == J_DECODE && j->smp)
+			s->cjobs[n++] = j;
+		else if (j->state == J_PREFILL && j->smp && !pj)
 			pj = j;
-		}
 	}
 	if (pj && !pj->looked)
 		cache_lookup(s, pj);
 	// sharing a call costs the prompt the decode columns: worth it while
-	// they are at most half the width (else two calls feed it faster)
-	if (pj && n > 0 && n <= s->width / 2) {
-		fused(s, n, pj);
+	// they are at most half the width (else two calls feed it faster), so
+	// the drafts keep within that half when a prompt waits
+	const int fuse = pj && n > 0 && n <= s->width / 2;
+	int cap = fuse ? s->width / 2 : s->width;
+	if (cap > s->lrows - 1)
+		cap = s->lrows - 1;
+	const int d = decode_columns(s, n, cap - n);
+	if (fuse) {
+		fused(s, n, d, pj);
 		return;
 	}
-	for (int g = 0; g < n; g += s->rows) {
-		int m = n - g < s->rows ? n - g : s->rows;
+	// calls of at most rows jobs and lrows - 1 columns, a job's columns
+	// never split
+	for (int g = 0; g < n;) {
+		int m = 0;
+		const int c0 = s->coff[g];
+		while (g + m < n && m < s->rows && s->coff[g + m] + 1 + s->nk[g + m] - c0 <= s->lrows - 1)
+			m++;
+		if (m == 0)
+			m = 1;
+		const int cols = s->coff[g + m - 1] + 1 + s->nk[g + m - 1] - c0;
 		uint64_t t0 = now_ns();
-		if (engine_step(s->e, s->cols + g, s->toks + g, m, s->logits, err)) {
+		if (engine_forward(s->e, s->cols + c0, s->toks + c0, cols, NULL, s->logits, 0, err)) {
 			for (int i = 0; i < m; i++)
 				fail_job(s, s->cjobs[g + i], SCHED_EUNAVAILABLE, "decode", err);
+			g += m;
 			continue;
 		}
+		spec_cost_add(&s->cost, cols, (double)(now_ns() - t0));
 		if (trace_enabled())
-			trace_since(t0, "step", "decode step (%d)", m);
+			trace_since(t0, "step", "decode step (%d, %d columns)", m, cols);
 		pthread_mutex_lock(&s->mu);
 		s->st.steps++;
 		s->st.step_columns += (uint64_t)m;
 		pthread_mutex_unlock(&s->mu);
 		for (int i = 0; i < m; i++)
-			emit(s, s->cjobs[g + i], s->logits + (size_t)i * s->V);
+			verify(s, g + i, s->logits + (size_t)(s->coff[g + i] - c0) * s->V);
+		g += m;
 	}
 	if (pj)
 		prefill_chunk(s, pj);
@@ -1125,6 +1241,22 @@ sched_new(struct engine *e, const struct sched_opts *o, char *err)
 	s->width = engine_width(e);
 	s->max_seq = engine_max_seq(e);
 	s->rows = s->o.parallel < s->width ? s->o.parallel : s->width;
+	if (o && o->spec)
+		s->spec = *o->spec;
+	else
+		spec_defaults(&s->spec);
+	s->o.spec = NULL; // the caller's; s->spec is the copy
+	if (spec_check(&s->spec, err)) {
+		pthread_mutex_destroy(&s->mu);
+		pthread_cond_destroy(&s->work);
+		pthread_cond_destroy(&s->done);
+		free(s);
+		return NULL;
+	}
+	// a decode call's rows: every job's token and draft (within the
+	// width), and a prefill chunk's last
+	int lr = s->o.parallel * (1 + s->spec.draft);
+	s->lrows = (lr < s->width ? lr : s->width) + 1;
 	// job ids of a restarted worker do not meet its predecessor's
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -1134,10 +1266,14 @@ sched_new(struct engine *e, const struct sched_opts *o, char *err)
 	s->active = calloc((size_t)s->o.parallel, sizeof *s->active);
 	s->cols = calloc((size_t)ncols, sizeof *s->cols);
 	s->cjobs = calloc((size_t)s->o.parallel, sizeof *s->cjobs);
+	s->coff = calloc((size_t)s->o.parallel, sizeof *s->coff);
+	s->nk = calloc((size_t)s->o.parallel, sizeof *s->nk);
+	s->ngram = calloc((size_t)s->o.parallel, sizeof *s->ngram);
 	s->toks = calloc((size_t)ncols, sizeof *s->toks);
 	s->want = calloc((size_t)s->width, 1);
-	s->logits = malloc((size_t)(s->rows + 1) * s->V * sizeof(float));
-	if (!s->active || !s->cols || !s->cjobs || !s->toks || !s->want || !s->logits) {
+	s->logits = malloc((size_t)s->lrows * s->V * sizeof(float));
+	if (!s->active || !s->cols || !s->cjobs || !s->coff || !s->nk || !s->ngram || !s->toks || !s->want ||
+	    !s->logits) {
 		sched_free(s);
 		return ad_err(err, "scheduler: out of memory"), NULL;
 	}
@@ -1215,6 +1351,9 @@ sched_free(struct sched *s)
 	free(s->active);
 	free(s->cols);
 	free(s->cjobs);
+	free(s->coff);
+	free(s->nk);
+	free(s->ngram);
 	free(s->toks);
 	free(s->want);
 	free(s->logits);
@@ -1294,6 +1433,9 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 		if (g->sp.bias[i].id < 0 || g->sp.bias[i].id >= s->V)
 			return fail(code, SCHED_EBADREQ, err, "logit_bias[%d]: token id %d is outside the vocabulary of %d",
 			            i, g->sp.bias[i].id, s->V);
+	if (g->speculative < SCHED_SPEC_DEFAULT || g->speculative > SCHED_SPEC_ON)
+		return fail(code, SCHED_EBADREQ, err, "speculative: %d (0 the worker's choice, 1 off, 2 on)",
+		            g->speculative);
 	if (g->top_logprobs < 0 || g->top_logprobs > SCHED_TOP_LOGPROBS)
 		return fail(code, SCHED_EBADREQ, err, "top_logprobs: must be in [0, %d] (got %d)", SCHED_TOP_LOGPROBS,
 		            g->top_logprobs);
@@ -1353,6 +1495,7 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 	if (client)
 		snprintf(j->client, sizeof j->client, "%s", client);
 	j->skip_draws = g->skip_draws;
+	j->spec = g->speculative == SCHED_SPEC_ON || (g->speculative != SCHED_SPEC_OFF && !s->o.no_spec);
 	j->deadline_ms = g->deadline_ms;
 	j->submit_ns = j->last_poll_ns = now_ns();
 	if (g->deadline_ms)
@@ -1443,6 +1586,7 @@ sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll *ou
 		out->timings.queue_ns = (j->admit_ns ? j->admit_ns : now) - j->submit_ns;
 		out->timings.t = j->t;
 		out->timings.cached = j->reuse + j->cached;
+		out->timings.spec = j->spec_st;
 		if (j->finish != SCHED_RUNNING && !j->final_polled) {
 			j->final_polled = 1;
 			j->final_ns = now;

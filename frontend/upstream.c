@@ -290,6 +290,7 @@ take_timings(struct fe_gen *g, const struct engc_timings *t)
 	g->r.prefill_tokens = t->prefill_tokens;
 	g->r.decode_tokens = t->decode_tokens;
 	g->r.cached_tokens = t->cached_tokens;
+	g->r.spec = t->spec;
 }
 
 static int
@@ -551,8 +552,10 @@ poll_choice(struct fe_gen *g, int i, struct run *r, int wait_ms, int *first_toke
 		fe_metrics_cache(&st, pl.timings.cached_tokens);
 	}
 	enum fe_finish fin = map_finish(pl.finish);
-	if (fin != FE_FINISH_NONE)
+	if (fin != FE_FINISH_NONE) {
 		r->live = 0;
+		fe_metrics_spec(&pl.timings.spec);
+	}
 	if (pl.n_events && *first_token) {
 		g->r.ttft_ns = fe_now_ns() - g->t_admit;
 		fe_metrics_stage(FE_ST_TTFT, g->r.ttft_ns);
@@ -738,6 +741,7 @@ generate(struct fe_gen *g)
 		.client_pid = (int)getpid(),
 		.client = lease_client,
 		.lease_ms = FE_LEASE_MS,
+		.speculative = g->p.speculative,
 	};
 	// an engine that is away (crashed, restarting) is waited for until the
 	// request's deadline; without one, for ENGC_WAIT_MS
