@@ -362,6 +362,14 @@ job_free(struct job *j)
 	free(j);
 }
 
+// the cost of a column that sets the drafts' length: --draft-cost, or
+// measured on the decode calls
+static float
+spec_col_cost(const struct sched *s)
+{
+	return s->spec.col_cost == SPEC_COST_AUTO ? spec_cost_get(&s->cost, SPEC_COL_COST) : s->spec.col_cost;
+}
+
 // --- the prefix cache (the engine thread's) -------------------------------------------
 
 // cache_store adds the full blocks of j's sequence not yet in its chain
@@ -505,6 +513,12 @@ static void
 detach(struct sched *s, int i)
 {
 	struct job *j = s->active[i];
+	if (j->spec_st.steps)
+		ad_info("job %llu: speculative: %llu steps drafted %llu tokens, %llu accepted; a column costs %.3f of a "
+		        "one-column call%s",
+		        (unsigned long long)j->id, (unsigned long long)j->spec_st.steps,
+		        (unsigned long long)j->spec_st.drafted, (unsigned long long)j->spec_st.accepted,
+		        (double)spec_col_cost(s), s->spec.col_cost == SPEC_COST_AUTO ? " (measured)" : "");
 	if (s->pc && j->pins) {
 		cache_store(s, j);
 		pcache_release(s->pc, j->pins, j->n_pins);
@@ -745,8 +759,7 @@ draft(struct sched *s, struct job *j, int budget, int32_t *out, int *ngram)
 		return 0;
 	int k = spec_find(engine_seq_tokens(j->seq), len, j->next_tok, s->spec.ngram_min, s->spec.ngram_max, room, out,
 	                  ngram);
-	float c = s->spec.col_cost == SPEC_COST_AUTO ? spec_cost_get(&s->cost, SPEC_COL_COST) : s->spec.col_cost;
-	return spec_len(&j->spec_st, *ngram, c, k);
+	return spec_len(&j->spec_st, *ngram, spec_col_cost(s), k);
 }
 
 // decode_columns lays out a decode step of the n jobs in cjobs: job i's
