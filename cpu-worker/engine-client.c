@@ -223,6 +223,7 @@ engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct engc_p
 			.stored = cs->stored,
 			.blocks = cs->blocks,
 			.block_tokens = cs->block_tokens,
+			.windows_dropped = cs->windows_dropped,
 		};
 	}
 	anedvd__engine_reply__free_unpacked(r, NULL);

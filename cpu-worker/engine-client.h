@@ -84,6 +84,7 @@ struct engc_timings {
 struct engc_cache {
 	uint64_t lookups, hit_tokens, evictions, bytes, limit_bytes, stored;
 	uint32_t blocks, block_tokens;
+	uint64_t windows_dropped; // windowed parts of blocks dropped
 };
 
 struct engc_poll {

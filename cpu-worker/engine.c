@@ -73,6 +73,7 @@ struct eng_layer {
 	// backend's host memory (copies of attn_norm, ffn_norm, the post-norms, bo)
 	const float *h_attn_norm, *h_ffn_norm, *h_post_attn, *h_post_ffw, *h_bo;
 	size_t kv_off; // this layer's part of a sequence's cache: K then V, or a ShortConv's B*X rows
+	int windowed;  // its rows are read only kv_window positions back (engine_kv_window)
 	int sliding, use_rope;
 	float rope_base, rope_freq_scale;
 	int rope_conf; // index of (base, scale) among the model's distinct ones
@@ -88,6 +89,7 @@ struct engine {
 	int upto; // layers to run (engine_eval_layers), 0: all
 	size_t kv_elem, layer_kv; // bytes per cache value, per attention layer of a sequence
 	size_t seq_kv;            // bytes of a sequence's cache, every layer
+	int kv_window;            // positions a windowed layer reads back, its own included (0: none)
 	int E, V, nq, nk, nv, nqv, nqkv, ff, fe;
 	size_t embd_row_bytes;
 	const float *output_norm, *rope_freqs;
@@ -592,6 +594,25 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 				goto fail;
 		}
 	}
+	// windowed storage: a ShortConv's rows (read n_conv back), or a sliding
+	// layer's cache when every layer reading it slides too
+	for (int il = 0; il < hp->n_layer && hp->sliding_window > 0; il++) {
+		struct eng_layer *L = &e->layers[il];
+		if (!L->own_kv || L->conv || !L->sliding)
+			continue;
+		int all = 1;
+		for (int jl = 0; jl < hp->n_layer; jl++)
+			all &= m->layers[jl].kv_src != il || e->layers[jl].sliding;
+		if (all) {
+			L->windowed = 1;
+			e->kv_window = (int)hp->sliding_window > e->kv_window ? (int)hp->sliding_window : e->kv_window;
+		}
+	}
+	for (int il = 0; il < hp->n_layer; il++)
+		if (e->layers[il].conv) {
+			e->layers[il].windowed = 1;
+			e->kv_window = (int)hp->n_conv > e->kv_window ? (int)hp->n_conv : e->kv_window;
+		}
 	// the LM head: chunks tiling [0, n_vocab) in row order
 	for (int r = 0; r < e->V;) {
 		int found = -1;
@@ -842,29 +863,49 @@ layer_rows(const struct engine *e, int64_t il, size_t *kw, size_t *vw)
 		*kw = (size_t)L->nk, *vw = (size_t)L->nv;
 }
 
+// the layers of parts (ENGINE_KV_*): a layer with storage is windowed or full
+static int
+layer_in(const struct engine *e, int64_t il, int parts)
+{
+	return parts & (e->layers[il].windowed ? ENGINE_KV_WINDOWED : ENGINE_KV_FULL);
+}
+
 size_t
-engine_kv_row_bytes(const struct engine *e)
+engine_kv_part_bytes(const struct engine *e, int parts)
 {
 	size_t b = 0;
 	for (int64_t il = 0; il < e->hp.n_layer; il++) {
 		size_t kw, vw;
 		layer_rows(e, il, &kw, &vw);
-		b += (kw + vw) * e->kv_elem;
+		if (layer_in(e, il, parts))
+			b += (kw + vw) * e->kv_elem;
 	}
 	return b;
 }
 
-// per layer with storage, its K rows then its V rows (a ShortConv layer's
-// B*X rows alone), each region n rows long in the packed form
+size_t
+engine_kv_row_bytes(const struct engine *e)
+{
+	return engine_kv_part_bytes(e, ENGINE_KV_ALL);
+}
+
+int
+engine_kv_window(const struct engine *e)
+{
+	return e->kv_window;
+}
+
+// per layer of parts with storage, its K rows then its V rows (a ShortConv
+// layer's B*X rows alone), each region n rows long in the packed form
 void
-engine_seq_kv_read(const struct engine_seq *s, int pos, int n, void *dst)
+engine_seq_kv_read_parts(const struct engine_seq *s, int parts, int pos, int n, void *dst)
 {
 	const struct engine *e = s->e;
 	uint8_t *d = dst;
 	for (int64_t il = 0; il < e->hp.n_layer; il++) {
 		size_t kw, vw;
 		layer_rows(e, il, &kw, &vw);
-		if (!kw)
+		if (!kw || !layer_in(e, il, parts))
 			continue;
 		const size_t kr = kw * e->kv_elem, vr = vw * e->kv_elem;
 		const uint8_t *kc = s->kv + e->layers[il].kv_off, *vc = kc + (size_t)e->max_seq * kr;
@@ -877,9 +918,38 @@ engine_seq_kv_read(const struct engine_seq *s, int pos, int n, void *dst)
 	}
 }
 
+void
+engine_seq_kv_read(const struct engine_seq *s, int pos, int n, void *dst)
+{
+	engine_seq_kv_read_parts(s, ENGINE_KV_ALL, pos, n, dst);
+}
+
+// rows of parts at positions [pos, pos + n) from src (packed `stride` rows,
+// starting at row off)
+static void
+kv_write(struct engine_seq *s, int parts, int pos, int n, const void *src, int stride, int off)
+{
+	struct engine *e = s->e;
+	const uint8_t *b = src;
+	for (int64_t il = 0; il < e->hp.n_layer; il++) {
+		size_t kw, vw;
+		layer_rows(e, il, &kw, &vw);
+		if (!kw || !layer_in(e, il, parts))
+			continue;
+		const size_t kr = kw * e->kv_elem, vr = vw * e->kv_elem;
+		uint8_t *kc = s->kv + e->layers[il].kv_off, *vc = kc + (size_t)e->max_seq * kr;
+		memcpy(kc + (size_t)pos * kr, b + (size_t)off * kr, (size_t)n * kr);
+		b += (size_t)stride * kr;
+		if (vr) {
+			memcpy(vc + (size_t)pos * vr, b + (size_t)off * vr, (size_t)n * vr);
+			b += (size_t)stride * vr;
+		}
+	}
+}
+
 int
-engine_seq_kv_append(struct engine_seq *s, const int32_t *tokens, int n, const void *src, int stride, int off,
-                     char *err)
+engine_seq_kv_append_parts(struct engine_seq *s, int parts, const int32_t *tokens, int n, const void *src, int stride,
+                           int off, char *err)
 {
 	struct engine *e = s->e;
 	if (n < 0 || off < 0 || off + n > stride || s->len + n > e->max_seq)
@@ -888,21 +958,7 @@ engine_seq_kv_append(struct engine_seq *s, const int32_t *tokens, int n, const v
 	for (int i = 0; i < n; i++)
 		if (tokens[i] < 0 || tokens[i] >= e->V)
 			return ad_err(err, "kv append: token id %d is outside the vocabulary of %d", tokens[i], e->V);
-	const uint8_t *b = src;
-	for (int64_t il = 0; il < e->hp.n_layer; il++) {
-		size_t kw, vw;
-		layer_rows(e, il, &kw, &vw);
-		if (!kw)
-			continue;
-		const size_t kr = kw * e->kv_elem, vr = vw * e->kv_elem;
-		uint8_t *kc = s->kv + e->layers[il].kv_off, *vc = kc + (size_t)e->max_seq * kr;
-		memcpy(kc + (size_t)s->len * kr, b + (size_t)off * kr, (size_t)n * kr);
-		b += (size_t)stride * kr;
-		if (vr) {
-			memcpy(vc + (size_t)s->len * vr, b + (size_t)off * vr, (size_t)n * vr);
-			b += (size_t)stride * vr;
-		}
-	}
+	kv_write(s, parts, s->len, n, src, stride, off);
 	memcpy(s->tokens + s->len, tokens, (size_t)n * sizeof *tokens);
 	s->len += n;
 	return 0;
@@ -950,6 +1006,23 @@ engine_seq_state_load(struct engine_seq *s, const void *src, char *err)
 		return ad_err(err, "state load: the model keeps no recurrent state");
 	memcpy(s->st[s->cur], src, e->st_floats * sizeof(float));
 	s->st_len = s->len;
+	return 0;
+}
+
+int
+engine_seq_kv_append(struct engine_seq *s, const int32_t *tokens, int n, const void *src, int stride, int off,
+                     char *err)
+{
+	return engine_seq_kv_append_parts(s, ENGINE_KV_ALL, tokens, n, src, stride, off, err);
+}
+
+int
+engine_seq_kv_write(struct engine_seq *s, int parts, int pos, int n, const void *src, int stride, int off, char *err)
+{
+	if (n < 0 || pos < 0 || off < 0 || off + n > stride || pos + n > s->len)
+		return ad_err(err, "kv write: %d rows at %d of a block of %d do not fit positions [%d, %d) of %d", n, off,
+		              stride, pos, pos + n, s->len);
+	kv_write(s, parts, pos, n, src, stride, off);
 	return 0;
 }
 

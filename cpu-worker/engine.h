@@ -137,6 +137,24 @@ void engine_seq_kv_read(const struct engine_seq *s, int pos, int n, void *dst);
 // position's attention then reads exactly the bits that were stored
 int engine_seq_kv_append(struct engine_seq *s, const int32_t *tokens, int n, const void *src, int stride, int off,
                          char *err);
+// The rows in two parts: the windowed layers, whose rows a position reads
+// only engine_kv_window positions back, its own included (an lfm2
+// ShortConv's, n_conv; a sliding-window layer's, when every layer reading
+// its cache slides), and the full ones (the rest). A prefix cache may keep
+// the windowed part only where a later position can still read it. The
+// _parts forms take ENGINE_KV_FULL, ENGINE_KV_WINDOWED or both, and pack
+// only their layers; an append of one part leaves the other's rows of
+// those positions as they were.
+#define ENGINE_KV_FULL 1
+#define ENGINE_KV_WINDOWED 2
+#define ENGINE_KV_ALL 3
+int engine_kv_window(const struct engine *e); // 0: no windowed layer
+size_t engine_kv_part_bytes(const struct engine *e, int parts);
+void engine_seq_kv_read_parts(const struct engine_seq *s, int parts, int pos, int n, void *dst);
+int engine_seq_kv_append_parts(struct engine_seq *s, int parts, const int32_t *tokens, int n, const void *src, int stride,
+                               int off, char *err);
+// overwrite the rows of parts at positions [pos, pos + n), within the length
+int engine_seq_kv_write(struct engine_seq *s, int parts, int pos, int n, const void *src, int stride, int off, char *err);
 
 // the recurrent state of a sequence in bytes (0: the model has none)
 size_t engine_state_bytes(const struct engine *e);

@@ -329,7 +329,12 @@ main(int argc, char **argv)
 	double kv_mib = (double)model_kv_bytes_per_pos(&m) / 2 * (double)engine_max_seq(e) / (1 << 20);
 	ad_info("KV cache %.1f MiB per sequence, at most %ld sequences (%.0f MiB)", kv_mib, parallel + sessions + 1,
 	        kv_mib * (double)(parallel + sessions + 1));
-	if (so.cache_mem)
+	if (so.cache_mem && engine_kv_window(e) > 0)
+		ad_info("prefix cache %.1f MiB (--cache-mem), blocks of %ld positions of %zu bytes, of which %zu are the "
+		        "windowed layers' (a window of %d), kept only where a later prompt reads them",
+		        (double)so.cache_mem / (1 << 20), cache_block, engine_kv_row_bytes(e) * (size_t)cache_block,
+		        engine_kv_part_bytes(e, ENGINE_KV_WINDOWED) * (size_t)cache_block, engine_kv_window(e));
+	else if (so.cache_mem)
 		ad_info("prefix cache %.1f MiB (--cache-mem), blocks of %ld positions of %zu bytes", (double)so.cache_mem / (1 << 20),
 		        cache_block, engine_kv_row_bytes(e) * (size_t)cache_block);
 	else

@@ -46,6 +46,7 @@ struct session {
 	struct job *busy;       // the job holding it
 	uint64_t used_ns;
 	int drop; // reset while busy: freed when its job lets go
+	int wgap; // the windowed rows of positions below this were not kept (see job.wgap)
 	struct session *next;
 };
 
@@ -81,6 +82,11 @@ struct job {
 	struct pcache_block **pins;
 	int n_pins, looked, store_off;
 	int cached; // prompt tokens copied from the prefix cache
+	// the windowed layers' rows (engine.h) of the positions below wgap are
+	// not the sequence's: restored from blocks that kept no windowed part
+	// (no later position reads them); match: where the prompt left the
+	// cached prefixes (before any cut for a dropped window)
+	int wgap, match;
 	int spec;   // drafts for this job (the request's choice, else the worker's)
 	int32_t next_tok;
 	struct engine_timings t0;
@@ -163,6 +169,7 @@ struct sched {
 	int max_blocks;           // per sequence
 	uint8_t *rowbuf;          // a block's rows, for copies between sequences
 	uint8_t *statebuf;        // a recurrent state (engine_state_bytes), NULL when the model has none
+	int win;                  // engine_kv_window when there is a windowed part, else 0
 };
 
 static uint64_t
@@ -374,7 +381,9 @@ spec_col_cost(const struct sched *s)
 
 // cache_store adds the full blocks of j's sequence not yet in its chain
 // (the prompt's, and at the end the generated tokens' too: a chat's next
-// turn resends them); a full cache ends the chain
+// turn resends them); a full cache ends the chain. The windowed part goes
+// with a block whose windowed rows the sequence holds, and restores that
+// part of a stored block that lost it.
 static void
 cache_store(struct sched *s, struct job *j)
 {
@@ -383,21 +392,57 @@ cache_store(struct sched *s, struct job *j)
 	const int B = pcache_block_size(s->pc), len = engine_seq_len(j->seq);
 	const int32_t *t = engine_seq_tokens(j->seq);
 	while (j->n_pins < s->max_blocks && (j->n_pins + 1) * B <= len) {
-		void *fill;
+		void *fill, *wfill = NULL;
+		const int at = j->n_pins * B;
 		struct pcache_block *parent = j->n_pins ? j->pins[j->n_pins - 1] : NULL;
-		struct pcache_block *b = pcache_add(s->pc, parent, t + (size_t)j->n_pins * B, &fill);
+		struct pcache_block *b = pcache_add(s->pc, parent, t + at, &fill, s->win && at >= j->wgap ? &wfill : NULL);
 		if (!b) {
 			j->store_off = 1;
 			return;
 		}
 		if (fill)
-			engine_seq_kv_read(j->seq, j->n_pins * B, B, fill);
+			engine_seq_kv_read_parts(j->seq, ENGINE_KV_FULL, at, B, fill);
+		if (wfill)
+			engine_seq_kv_read_parts(j->seq, ENGINE_KV_WINDOWED, at, B, wfill);
 		// a recurrent state after the block, where the sequence kept one (a
 		// full cache leaves the block without: a hit then stops before it)
 		if (s->statebuf && !pcache_state(b) &&
 		    engine_seq_state_read(j->seq, (j->n_pins + 1) * B, s->statebuf) == 0)
 			pcache_set_state(s->pc, b, s->statebuf);
 		j->pins[j->n_pins++] = b;
+	}
+}
+
+// cache_trim runs as j lets go of its blocks: the windowed part stays where
+// a later prompt may leave the stored prefixes and read it, within a window
+// before: where j's prompt left the cached ones, the end of its prompt (a
+// repeat of the request), the end of its sequence (the next turn), and any
+// branch of the chain (prompts went on differently there, and may again);
+// the rest of j's chain drops it, unless another job keeps it
+static void
+cache_trim(struct sched *s, struct job *j)
+{
+	if (!s->win || !j->seq)
+		return;
+	const int B = pcache_block_size(s->pc), W = s->win, S = j->n_pins * B;
+	// where a later prompt may leave: no further than the blocks stored
+	int ends[3] = {j->match, j->keep - 1, engine_seq_len(j->seq)};
+	for (int k = 0; k < 3; k++)
+		ends[k] = ends[k] < S ? ends[k] : S;
+	int branch = -1; // the start of the nearest branch's window after block i
+	for (int i = j->n_pins - 1; i >= 0; i--) {
+		struct pcache_block *b = j->pins[i];
+		const int lo = i * B, hi = lo + B;
+		if (pcache_children(s->pc, b) > 1)
+			branch = hi + B; // its window, and the first rows of the blocks after it
+		// a prompt leaving at e reads the windowed rows e - W + 1 .. e - 1
+		int near = 0;
+		for (int k = 0; k < 3; k++)
+			near |= lo < ends[k] && hi > ends[k] - W + 1;
+		if (near)
+			pcache_window(s->pc, b, 1);
+		else if (!(branch >= 0 && hi > branch - B - W + 1 && lo < branch))
+			pcache_window(s->pc, b, 0);
 	}
 }
 
@@ -414,7 +459,7 @@ share_running(struct sched *s, struct job *j, int from, int upto)
 	int most = from;
 	for (int i = 0; i < s->n_active; i++) {
 		struct job *o = s->active[i];
-		if (o == j || !o->seq || o->seq == j->seq || o->state < J_PREFILL)
+		if (o == j || !o->seq || o->seq == j->seq || o->state < J_PREFILL || o->wgap > from)
 			continue;
 		const int32_t *t = engine_seq_tokens(o->seq);
 		int len = engine_seq_len(o->seq), l = 0;
@@ -433,7 +478,7 @@ share_running(struct sched *s, struct job *j, int from, int upto)
 	const int B = pcache_block_size(s->pc);
 	while (best && from < most) {
 		int m = most - from < B ? most - from : B;
-		engine_seq_kv_read(best, from, m, s->rowbuf);
+		engine_seq_kv_read(best, from, m, s->rowbuf); // every part: all of them are best's own
 		if (engine_seq_kv_append(j->seq, j->prompt + from, m, s->rowbuf, m, 0, err)) {
 			ad_warn("job %llu: rows of a running sequence: %s", (unsigned long long)j->id, err);
 			break;
@@ -460,29 +505,55 @@ cache_lookup(struct sched *s, struct job *j)
 {
 	char err[AD_ERRLEN];
 	j->looked = 1;
+	int cut = 0;
 	if (s->pc && (j->pins = calloc((size_t)s->max_blocks, sizeof *j->pins))) {
-		const int B = pcache_block_size(s->pc);
+		const int B = pcache_block_size(s->pc), W = s->win;
 		int hit;
 		int nb = pcache_match(s->pc, j->prompt, j->keep, j->pins, s->max_blocks, &hit);
 		j->n_pins = nb;
 		int upto = hit < j->keep - 1 ? hit : j->keep - 1;
-		const void *st = NULL;
-		if (s->statebuf) {
-			// a recurrent state: go on from the end of the last block that
-			// carries one (whole blocks only)
-			int k = upto / B;
-			while (k > 0 && !pcache_state(j->pins[k - 1]))
-				k--;
-			upto = k * B;
-			st = k ? pcache_state(j->pins[k - 1]) : NULL;
-		}
 		int from = engine_seq_len(j->seq), start = from;
+		j->match = upto;
+		// position h reads the windowed rows h - W + 1 .. h: a block among
+		// them that dropped its windowed part ends the hit before it; a
+		// recurrent state: the hit goes on from the end of the last block
+		// that carries one (whole blocks only). Each cut may call for the other.
+		const void *st = NULL;
+		int h = upto;
+		for (int moved = 1; moved;) {
+			moved = 0;
+			while (W && h > from) {
+				int bad = -1;
+				for (int i = (h - W + 1 > from ? h - W + 1 : from) / B; i * B < h; i++)
+					if (!pcache_wrows(s->pc, j->pins[i]))
+						bad = i;
+				if (bad < 0)
+					break;
+				h = bad * B > from ? bad * B : from;
+				moved = 1;
+			}
+			if (s->statebuf) {
+				int k = h / B;
+				while (k > 0 && !pcache_state(j->pins[k - 1]))
+					k--;
+				st = k ? pcache_state(j->pins[k - 1]) : NULL;
+				if (k * B != h)
+					h = k * B, moved = W > 0;
+			}
+		}
+		cut = upto - h > 0 ? upto - h : 0;
+		upto = h;
 		while (from < upto) {
 			int k = from / B, off = from % B, m = upto - from < B - off ? upto - from : B - off;
-			if (engine_seq_kv_append(j->seq, j->prompt + from, m, pcache_rows(j->pins[k]), B, off, err)) {
+			const void *w = W ? pcache_wrows(s->pc, j->pins[k]) : NULL;
+			if (engine_seq_kv_append_parts(j->seq, ENGINE_KV_FULL, j->prompt + from, m, pcache_rows(j->pins[k]), B,
+			                               off, err) ||
+			    (w && engine_seq_kv_write(j->seq, ENGINE_KV_WINDOWED, from, m, w, B, off, err))) {
 				ad_warn("job %llu: prefix cache: %s", (unsigned long long)j->id, err);
 				break;
 			}
+			if (W && !w)
+				j->wgap = from + m;
 			from += m;
 		}
 		if (st && from > start && (from < upto || engine_seq_state_load(j->seq, st, err))) {
@@ -503,9 +574,9 @@ cache_lookup(struct sched *s, struct job *j)
 		j->fed = engine_seq_len(j->seq);
 	}
 	ad_info("job %llu: prompt %d tokens, %d reused (%d from the session, %d from the prefix cache), %d dropped, "
-	        "%d to prefill",
+	        "%d to prefill%s",
 	        (unsigned long long)j->id, j->keep, j->reuse + j->cached, j->reuse, j->cached, j->dropped,
-	        j->keep - j->fed);
+	        j->keep - j->fed, cut > 0 ? " (the hit cut back to where the cache kept every part it needs)" : "");
 }
 
 // detach hands a finished job back: the engine thread no longer uses it
@@ -521,9 +592,12 @@ detach(struct sched *s, int i)
 		        (double)spec_col_cost(s), s->spec.col_cost == SPEC_COST_AUTO ? " (measured)" : "");
 	if (s->pc && j->pins) {
 		cache_store(s, j);
+		cache_trim(s, j);
 		pcache_release(s->pc, j->pins, j->n_pins);
 		j->n_pins = 0;
 	}
+	if (j->sess)
+		j->sess->wgap = j->wgap;
 	sample_free(j->smp);
 	j->smp = NULL;
 	if (j->sess)
@@ -635,6 +709,15 @@ setup(struct sched *s, struct job *j)
 			pthread_mutex_unlock(&s->mu);
 		}
 	}
+	// a session's rows below its gap hold no windowed part: a reuse whose
+	// window reaches them starts over
+	if (j->sess && s->win && j->reuse > 0 && j->reuse - s->win < j->sess->wgap) {
+		pthread_mutex_lock(&s->mu);
+		j->reuse = 0;
+		pthread_mutex_unlock(&s->mu);
+	}
+	if (j->sess)
+		j->wgap = j->reuse ? j->sess->wgap : 0;
 	engine_seq_truncate(seq, j->reuse);
 	if (engine_seq_len(seq) != j->reuse) { // a recurrent state went back further
 		pthread_mutex_lock(&s->mu);
@@ -1294,7 +1377,10 @@ sched_new(struct engine *e, const struct sched_opts *o, char *err)
 	// history; a recurrent model's state goes with the blocks that have one
 	if (s->o.cache_mem) {
 		int B = s->o.cache_block > 0 ? s->o.cache_block : SCHED_CACHE_BLOCK;
-		if (!(s->pc = pcache_new(B, engine_kv_row_bytes(e), engine_state_bytes(e), s->o.cache_mem, err))) {
+		size_t wb = engine_kv_window(e) > 0 ? engine_kv_part_bytes(e, ENGINE_KV_WINDOWED) : 0;
+		s->win = wb ? engine_kv_window(e) : 0;
+		if (!(s->pc = pcache_new(B, engine_kv_part_bytes(e, ENGINE_KV_FULL), wb, engine_state_bytes(e), s->o.cache_mem,
+		                         err))) {
 			sched_free(s);
 			return NULL;
 		}

@@ -247,6 +247,7 @@ do_poll(struct engine_service *svc, const Anedvd__PollRequest *q, struct reply *
 		rp->cache.blocks = (uint32_t)ss.cache.blocks;
 		rp->cache.block_tokens = (uint32_t)ss.cache.block;
 		rp->cache.stored = ss.cache.stored;
+		rp->cache.windows_dropped = ss.cache.wdropped;
 		r->cache = &rp->cache;
 	}
 	if (p->finish == SCHED_ERROR || (p->finish == SCHED_CANCELLED && p->msg[0])) {

@@ -317,7 +317,7 @@ void fe_metrics_cancel(void);
 void fe_metrics_replay(void); // a job the engine lost, submitted again
 // the engine's prefix cache as its last final poll reported it
 struct fe_cache_stats {
-	uint64_t lookups, hit_tokens, evictions, bytes, limit, blocks, stored;
+	uint64_t lookups, hit_tokens, evictions, bytes, limit, blocks, stored, windows_dropped;
 };
 void fe_metrics_cache(const struct fe_cache_stats *c, unsigned cached_tokens);
 // a finished job's speculative decoding, added to the totals

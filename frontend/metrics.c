@@ -239,10 +239,14 @@ fe_metrics_render(size_t *len)
 	        "# HELP anedvd_prefix_cache_limit_bytes The prefix cache's bound (--cache-mem; 0: off).\n"
 	        "# TYPE anedvd_prefix_cache_limit_bytes gauge\nanedvd_prefix_cache_limit_bytes %llu\n"
 	        "# HELP anedvd_prefix_cache_blocks Blocks held by the prefix cache.\n"
-	        "# TYPE anedvd_prefix_cache_blocks gauge\nanedvd_prefix_cache_blocks %llu\n",
+	        "# TYPE anedvd_prefix_cache_blocks gauge\nanedvd_prefix_cache_blocks %llu\n"
+	        "# HELP anedvd_prefix_cache_windows_dropped_total Windowed parts of blocks (sliding-window and ShortConv "
+	        "rows) dropped where no later prompt reads them.\n"
+	        "# TYPE anedvd_prefix_cache_windows_dropped_total counter\nanedvd_prefix_cache_windows_dropped_total %llu\n",
 	    (unsigned long long)m.cache.lookups, (unsigned long long)m.cache.hit_tokens,
 	    (unsigned long long)m.cache.stored, (unsigned long long)m.cache.evictions,
-	    (unsigned long long)m.cache.bytes, (unsigned long long)m.cache.limit, (unsigned long long)m.cache.blocks);
+	    (unsigned long long)m.cache.bytes, (unsigned long long)m.cache.limit, (unsigned long long)m.cache.blocks,
+	    (unsigned long long)m.cache.windows_dropped);
 	put(&o, "# HELP anedvd_spec_steps_total Decode steps that carried a speculative draft.\n"
 	        "# TYPE anedvd_spec_steps_total counter\nanedvd_spec_steps_total %llu\n",
 	    (unsigned long long)m.spec.steps);

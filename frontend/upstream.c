@@ -546,8 +546,9 @@ poll_choice(struct fe_gen *g, int i, struct run *r, int wait_ms, int *first_toke
 	if (i == 0)
 		take_timings(g, &pl.timings);
 	if (pl.has_cache) {
-		struct fe_cache_stats st = {pl.cache.lookups, pl.cache.hit_tokens, pl.cache.evictions, pl.cache.bytes,
-		                            pl.cache.limit_bytes, pl.cache.blocks, pl.cache.stored};
+		struct fe_cache_stats st = {pl.cache.lookups,     pl.cache.hit_tokens, pl.cache.evictions,
+		                            pl.cache.bytes,       pl.cache.limit_bytes, pl.cache.blocks,
+		                            pl.cache.stored,      pl.cache.windows_dropped};
 		// each choice's final poll: its own cached tokens
 		fe_metrics_cache(&st, pl.timings.cached_tokens);
 	}
