@@ -120,8 +120,22 @@ void engine_seq_free(struct engine_seq *s);
 void engine_seq_reset(struct engine_seq *s);
 // keep the first n tokens (n <= length); the next position is n. A
 // recurrent model's sequence goes back to its latest kept state at or
-// before n, or to 0: engine_seq_len tells
+// before n, or to 0; a sequence that forks read from, with no memory to
+// copy the rows they share before it would rewrite them, stays as it was:
+// engine_seq_len tells
 void engine_seq_truncate(struct engine_seq *s, int n);
+// engine_seq_fork makes the empty child hold the first n tokens of parent
+// (n <= its length; a recurrent model: where the parent has its state, at
+// its length or a kept copy) without copying their rows: the child reads them from
+// the parent's store (the rows the parent itself reads from its own parent
+// are shared from there, any others it holds are copied). The store lives
+// as long as a sequence reads it; a parent truncated below rows a fork
+// reads copies its own rows before it rewrites them, so neither ever sees
+// the other's later tokens. Attention reads each row where it lives in the
+// same order, so the logits are those of a copy, to the bit.
+int engine_seq_fork(struct engine_seq *child, struct engine_seq *parent, int n, char *err);
+// the positions a fork reads from its parent (0: none)
+int engine_seq_shared(const struct engine_seq *s);
 // tokens in the cache, which is also the next position
 int engine_seq_len(const struct engine_seq *s);
 const int32_t *engine_seq_tokens(const struct engine_seq *s);

@@ -446,39 +446,57 @@ cache_trim(struct sched *s, struct job *j)
 	}
 }
 
-// share_running copies into j's sequence, from `from` on, the rows of the
-// running sequence that holds the longest run of j's prompt from the start
-// (the tail no block holds yet: n choices on one prompt, a request that
-// follows one still prefilling a long prompt). Every row depends only on
-// the tokens up to its position, so those rows are what j would compute.
-static int
-share_running(struct sched *s, struct job *j, int from, int upto)
+// running_prefix finds the running sequence holding the longest run of j's
+// prompt from its start (at most upto tokens, more than from), whose
+// windowed rows are its own where j would read them: from `from` on for a
+// copy, within a window before the end for a fork; its length in *most
+static struct job *
+running_prefix(struct sched *s, struct job *j, int from, int upto, int fork, int *most)
 {
-	char err[AD_ERRLEN];
-	struct engine_seq *best = NULL;
-	int most = from;
+	struct job *best = NULL;
+	*most = from;
 	for (int i = 0; i < s->n_active; i++) {
 		struct job *o = s->active[i];
-		if (o == j || !o->seq || o->seq == j->seq || o->state < J_PREFILL || o->wgap > from)
+		if (o == j || !o->seq || o->seq == j->seq || o->state < J_PREFILL)
 			continue;
 		const int32_t *t = engine_seq_tokens(o->seq);
 		int len = engine_seq_len(o->seq), l = 0;
 		while (l < len && l < upto && t[l] == j->prompt[l])
 			l++;
-		if (l > most) {
-			most = l;
-			best = o->seq;
+		if (l > *most && o->wgap <= (fork ? l - s->win + 1 : from)) {
+			*most = l;
+			best = o;
 		}
 	}
 	// a recurrent state: only up to a position whose state that sequence has
 	// (its length, or a kept copy at a multiple of engine_state_every)
-	const int every = engine_state_every(s->e), start = from;
-	while (best && s->statebuf && most > from && engine_seq_state_read(best, most, s->statebuf))
-		most = (most - 1) / every * every;
+	const int every = engine_state_every(s->e);
+	while (best && s->statebuf && *most > from && engine_seq_state_read(best->seq, *most, s->statebuf))
+		*most = (*most - 1) / every * every;
+	if (best && (*most <= from || (fork && best->wgap > *most - s->win + 1))) {
+		*most = from;
+		best = NULL;
+	}
+	return best;
+}
+
+// share_running copies into j's sequence, from `from` on, the rows of the
+// running sequence that holds the longest run of j's prompt from the start
+// (the tail no block holds yet: a request that follows one still
+// prefilling a long prompt, into a session's sequence). Every row depends
+// only on the tokens up to its position, so those rows are what j would
+// compute.
+static int
+share_running(struct sched *s, struct job *j, int from, int upto)
+{
+	char err[AD_ERRLEN];
+	int most;
+	const int start = from;
+	struct job *r = running_prefix(s, j, from, upto, 0, &most);
 	const int B = pcache_block_size(s->pc);
-	while (best && from < most) {
+	while (r && from < most) {
 		int m = most - from < B ? most - from : B;
-		engine_seq_kv_read(best, from, m, s->rowbuf); // every part: all of them are best's own
+		engine_seq_kv_read(r->seq, from, m, s->rowbuf); // every part: all of them are r's own
 		if (engine_seq_kv_append(j->seq, j->prompt + from, m, s->rowbuf, m, 0, err)) {
 			ad_warn("job %llu: rows of a running sequence: %s", (unsigned long long)j->id, err);
 			break;
@@ -496,30 +514,33 @@ share_running(struct sched *s, struct job *j, int from, int upto)
 
 // cache_lookup runs when j's prefill is about to start (not at admission:
 // a job admitted with others on the same prompt, n choices say, looks
-// after the first one has stored its blocks): copies the rows of the
-// longest cached prefix beyond what the sequence holds (never the last
-// prompt token: its logits are needed), then what a running sequence holds
-// beyond it, and logs the request's line
+// after the first one has prefilled it). A fresh sequence forks from the
+// running sequence that holds the longest run of its prompt (never the
+// last token: its logits are needed), when that is at least a block and no
+// less than the prefix cache gives: it reads those rows where they are,
+// copying none. Otherwise the rows of the longest cached prefix are copied
+// beyond what the sequence holds, then what a running sequence holds
+// beyond them. The request's line goes to the log.
 static void
 cache_lookup(struct sched *s, struct job *j)
 {
 	char err[AD_ERRLEN];
 	j->looked = 1;
-	int cut = 0;
+	int cut = 0, forked = 0, nb = 0, hit = 0;
+	const void *st = NULL;
+	const int B = s->pc ? pcache_block_size(s->pc) : SCHED_CACHE_BLOCK, W = s->win;
+	int from = engine_seq_len(j->seq), upto = from;
+	const int start = from;
 	if (s->pc && (j->pins = calloc((size_t)s->max_blocks, sizeof *j->pins))) {
-		const int B = pcache_block_size(s->pc), W = s->win;
-		int hit;
-		int nb = pcache_match(s->pc, j->prompt, j->keep, j->pins, s->max_blocks, &hit);
+		nb = pcache_match(s->pc, j->prompt, j->keep, j->pins, s->max_blocks, &hit);
 		j->n_pins = nb;
-		int upto = hit < j->keep - 1 ? hit : j->keep - 1;
-		int from = engine_seq_len(j->seq), start = from;
+		upto = hit < j->keep - 1 ? hit : j->keep - 1;
 		j->match = upto;
 		// position h reads the windowed rows h - W + 1 .. h: a block among
 		// them that dropped its windowed part ends the hit before it; a
 		// recurrent state: the hit goes on from the end of the last block
 		// that carries one (whole blocks only). Each cut may call for the other.
-		const void *st = NULL;
-		int h = upto;
+		int h = upto > from ? upto : from;
 		for (int moved = 1; moved;) {
 			moved = 0;
 			while (W && h > from) {
@@ -543,7 +564,19 @@ cache_lookup(struct sched *s, struct job *j)
 		}
 		cut = upto - h > 0 ? upto - h : 0;
 		upto = h;
-		while (from < upto) {
+	}
+	int most = 0;
+	struct job *r = from == 0 ? running_prefix(s, j, upto, j->keep - 1, 1, &most) : NULL;
+	if (r && most >= B && engine_seq_fork(j->seq, r->seq, most, err) == 0) {
+		j->wgap = r->wgap;
+		forked = most;
+		from = most;
+		pthread_mutex_lock(&s->mu);
+		s->st.forks++;
+		s->st.fork_rows += (uint64_t)most;
+		pthread_mutex_unlock(&s->mu);
+	} else {
+		while (s->pc && from < upto) {
 			int k = from / B, off = from % B, m = upto - from < B - off ? upto - from : B - off;
 			const void *w = W ? pcache_wrows(s->pc, j->pins[k]) : NULL;
 			if (engine_seq_kv_append_parts(j->seq, ENGINE_KV_FULL, j->prompt + from, m, pcache_rows(j->pins[k]), B,
@@ -560,22 +593,25 @@ cache_lookup(struct sched *s, struct job *j)
 			engine_seq_truncate(j->seq, start); // rows without their state: not usable
 			from = engine_seq_len(j->seq);
 		}
-		if (from == engine_seq_len(j->seq) && from < j->keep - 1)
+		if (s->pc && from == engine_seq_len(j->seq) && from < j->keep - 1)
 			from = share_running(s, j, from, j->keep - 1);
-		// a last block matched in part is not this sequence's block: the
-		// chain stores its own in its place
-		if (nb && hit % B) {
-			pcache_release(s->pc, j->pins + nb - 1, 1);
-			j->n_pins = nb - 1;
-		}
-		pthread_mutex_lock(&s->mu);
-		j->cached = from - j->fed > 0 ? from - j->fed : 0;
-		pthread_mutex_unlock(&s->mu);
-		j->fed = engine_seq_len(j->seq);
 	}
-	ad_info("job %llu: prompt %d tokens, %d reused (%d from the session, %d from the prefix cache), %d dropped, "
+	// a last block matched in part is not this sequence's block: the
+	// chain stores its own in its place
+	if (nb && hit % B) {
+		pcache_release(s->pc, j->pins + nb - 1, 1);
+		j->n_pins = nb - 1;
+	}
+	pthread_mutex_lock(&s->mu);
+	j->cached = from - j->fed > 0 ? from - j->fed : 0;
+	pthread_mutex_unlock(&s->mu);
+	j->fed = engine_seq_len(j->seq);
+	char fk[64] = "";
+	if (forked)
+		snprintf(fk, sizeof fk, ", %d of them shared with a running sequence (no copy)", forked);
+	ad_info("job %llu: prompt %d tokens, %d reused (%d from the session, %d from the prefix cache%s), %d dropped, "
 	        "%d to prefill%s",
-	        (unsigned long long)j->id, j->keep, j->reuse + j->cached, j->reuse, j->cached, j->dropped,
+	        (unsigned long long)j->id, j->keep, j->reuse + j->cached, j->reuse, j->cached, fk, j->dropped,
 	        j->keep - j->fed, cut > 0 ? " (the hit cut back to where the cache kept every part it needs)" : "");
 }
 
@@ -719,12 +755,16 @@ setup(struct sched *s, struct job *j)
 	if (j->sess)
 		j->wgap = j->reuse ? j->sess->wgap : 0;
 	engine_seq_truncate(seq, j->reuse);
-	if (engine_seq_len(seq) != j->reuse) { // a recurrent state went back further
+	j->seq = seq;
+	if (engine_seq_len(seq) > j->reuse) { // the rows its forks share could not be copied
+		fail_job(s, j, SCHED_EUNAVAILABLE, "sequence", "out of memory for the rows its forks share");
+		return -1;
+	}
+	if (engine_seq_len(seq) < j->reuse) { // a recurrent state went back further
 		pthread_mutex_lock(&s->mu);
 		j->reuse = engine_seq_len(seq);
 		pthread_mutex_unlock(&s->mu);
 	}
-	j->seq = seq;
 	j->t0 = *engine_seq_timings(seq);
 	j->fed = engine_seq_len(seq);
 	if (!(j->smp = sample_new(&j->sp, s->V, err)) || sample_accept(j->smp, j->prompt, j->keep, err)) {

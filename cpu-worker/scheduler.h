@@ -30,10 +30,13 @@
 // not, looks up the longest cached prefix of its prompt when its prefill
 // is about to start and copies those rows into its sequence (beyond what
 // its session already holds; never the last prompt token), then the rows
-// a running sequence holds beyond them (n choices on one prompt: the
-// tail no full block holds yet); it stores each full block it computes,
-// the generated tokens' included when it ends. The logits after a hit are
-// a cold prefill's to the bit.
+// a running sequence holds beyond them; it stores each full block it
+// computes, the generated tokens' included when it ends. The logits after
+// a hit are a cold prefill's to the bit. A job with a fresh sequence whose
+// prompt a running sequence holds further than the cache does (n choices
+// on one prompt: the first prefills, the others follow) forks from it
+// instead (engine_seq_fork, cache or not): it reads those rows from the
+// running sequence's store and copies none.
 //
 // Speculative decoding (spec.h): a decoding job whose text so far repeats
 // itself gets a draft from it, fed as extra columns of its decode step
@@ -177,6 +180,7 @@ struct sched_stats {
 	uint64_t jobs, tokens;       // since start
 	uint64_t steps, step_columns; // decode steps and the sequences they carried
 	uint64_t fused;              // steps that also carried a prefill chunk
+	uint64_t forks, fork_rows;   // sequences forked from a running one, and the rows they share
 	struct spec_stats spec;      // every job's drafts
 	struct pcache_stats cache;   // all zero without a cache
 };

@@ -320,6 +320,172 @@ check_exact(const char *path)
 	model_free(&m);
 }
 
+// feed ids[from..to) to s in chunks of w columns; the logits of each
+// position into out (rows indexed by position)
+static void
+feed(struct engine *e, struct engine_seq *s, const int32_t *ids, int from, int to, int w, float *out)
+{
+	char err[AD_ERRLEN] = "";
+	const int V = engine_n_vocab(e);
+	for (int p = from; p < to;) {
+		int n = to - p < w ? to - p : w;
+		struct engine_seq *cols[8];
+		for (int i = 0; i < n; i++)
+			cols[i] = s;
+		REQUIRE(engine_forward(e, cols, ids + p, n, NULL, out ? out + (size_t)p * V : NULL, 1, err) == 0, "%s", err);
+		p += n;
+	}
+}
+
+static int
+rows_same(const float *a, const float *b, int from, int to, int V)
+{
+	return memcmp(a + (size_t)from * V, b + (size_t)from * V, (size_t)(to - from) * V * sizeof *a) == 0;
+}
+
+// sequences forked from another (n choices on one prompt) read the rows
+// they share from its store: their logits are a cold run's to the bit, the
+// parent going on with other tokens, truncated below the shared rows and
+// rewriting them (it copies first), or freed changes nothing for them; a
+// fork of a fork shares the first parent's rows and copies its own
+static void
+check_fork(const char *path)
+{
+	char err[AD_ERRLEN] = "";
+	struct model m;
+	REQUIRE(model_load(&m, path, err) == 0, "%s", err);
+	const int W = 7, N = 53;
+	struct kb_opts ko = {.width = W, .threads = 1};
+	struct kernel_backend *kb = kb_exact_new(&m, &ko, err);
+	REQUIRE(kb, "%s", err);
+	struct engine_opts eo = {.max_seq = 128};
+	struct engine *e = engine_new(&m, kb, &eo, err);
+	REQUIRE(e, "%s", err);
+	const int V = engine_n_vocab(e);
+	int32_t ids[64], other[64];
+	for (int i = 0; i < N; i++) {
+		ids[i] = 1 + (i * 37 + 11) % (V - 1);
+		other[i] = 1 + (i * 53 + 5) % (V - 1);
+	}
+	float *cold = malloc((size_t)N * V * sizeof *cold), *x = malloc((size_t)N * V * sizeof *x);
+	struct engine_seq *par = engine_seq_new(e, err), *c1 = engine_seq_new(e, err), *c2 = engine_seq_new(e, err),
+	                  *g = engine_seq_new(e, err);
+	REQUIRE(cold && x && par && c1 && c2 && g, "%s", err);
+	REQUIRE(engine_eval(e, par, ids, N, 0, cold, err) == 0, "%s", err);
+	engine_seq_reset(par);
+	feed(e, par, ids, 0, 40, W, NULL);
+	REQUIRE(engine_seq_fork(c1, par, 37, err) == 0, "%s", err);
+	REQUIRE(engine_seq_fork(c2, par, 40, err) == 0, "%s", err);
+	CHECK(engine_seq_shared(c1) == 37 && engine_seq_len(c1) == 37 && engine_seq_shared(par) == 0);
+	CHECK(!memcmp(engine_seq_tokens(c1), ids, 37 * sizeof *ids));
+	// the parent goes on with other tokens, then is cut below what they
+	// share and rewrites it
+	feed(e, par, other, 40, 50, W, NULL);
+	feed(e, c1, ids, 37, N, W, x);
+	CHECK(rows_same(x, cold, 37, N, V), "%s: a fork's logits differ from a cold run's", path);
+	engine_seq_truncate(par, 20);
+	feed(e, par, other, 20, 45, W, NULL);
+	feed(e, c2, ids, 40, N, 3, x);
+	CHECK(rows_same(x, cold, 40, N, V), "%s: a fork after its parent rewrote the rows it shares", path);
+	// a fork of the fork: the first parent's rows shared, c1's own copied
+	REQUIRE(engine_seq_fork(g, c1, 45, err) == 0, "%s", err);
+	CHECK(engine_seq_shared(g) == 37);
+	engine_seq_free(par);
+	engine_seq_free(c1);
+	feed(e, g, ids, 45, N, W, x);
+	CHECK(rows_same(x, cold, 45, N, V), "%s: a fork of a fork, its parents freed", path);
+	// the rows a fork shares read back as its own
+	size_t rb = engine_kv_row_bytes(e);
+	uint8_t *r1 = malloc(rb * 8), *r2 = malloc(rb * 8);
+	struct engine_seq *fresh = engine_seq_new(e, err);
+	REQUIRE(r1 && r2 && fresh, "%s", err);
+	feed(e, fresh, ids, 0, 48, W, NULL);
+	engine_seq_kv_read(fresh, 33, 8, r1); // 33..40: both sides of g's split
+	engine_seq_kv_read(g, 33, 8, r2);
+	CHECK(!memcmp(r1, r2, rb * 8), "%s: the shared rows read back differently", path);
+	// refused: a child that is not empty, more rows than the parent has;
+	// a write below the shared rows
+	CHECK(engine_seq_fork(g, fresh, 4, err) == -1 && strstr(err, "fork"), "%s", err);
+	struct engine_seq *h = engine_seq_new(e, err);
+	CHECK(engine_seq_fork(h, fresh, 49, err) == -1);
+	CHECK(engine_seq_kv_write(g, ENGINE_KV_ALL, 10, 1, r1, 8, 0, err) == -1 && strstr(err, "parent"), "%s", err);
+	engine_seq_free(h);
+	engine_seq_free(fresh);
+	engine_seq_free(c2);
+	engine_seq_free(g);
+	free(r1);
+	free(r2);
+	free(cold);
+	free(x);
+	engine_free(e);
+	kb->free(kb);
+	model_free(&m);
+}
+
+static void test_fork_stories(void) { check_fork(STORIES); }
+static void test_fork_qwen2(void) { check_fork(FIX("qwen2")); }
+static void test_fork_gemma2(void) { check_fork(FIX("gemma2")); }
+static void test_fork_lfm2(void) { check_fork(FIX2("lfm2")); }
+static void test_fork_gemma4(void) { check_fork(FIX2("gemma4")); }
+
+// qwen35 forks where the parent has a recurrent state (its length, a kept
+// copy at a multiple of state_every) and takes it: the same bits as a cold
+// run while the parent goes on, goes back to a kept state below what its
+// forks share and rewrites, or is freed; at a position with no state the
+// fork is refused
+static void
+test_fork_qwen35(void)
+{
+	char err[AD_ERRLEN] = "";
+	struct model m;
+	REQUIRE(model_load(&m, FIX2("qwen35"), err) == 0, "%s", err);
+	const int W = 7, N = 53;
+	struct kb_opts ko = {.width = W, .threads = 1};
+	struct kernel_backend *kb = kb_exact_new(&m, &ko, err);
+	REQUIRE(kb, "%s", err);
+	struct engine_opts eo = {.max_seq = 128, .state_every = 16};
+	struct engine *e = engine_new(&m, kb, &eo, err);
+	REQUIRE(e, "%s", err);
+	const int V = engine_n_vocab(e);
+	int32_t ids[64], other[64];
+	for (int i = 0; i < N; i++) {
+		ids[i] = 1 + (i * 37 + 11) % (V - 1);
+		other[i] = 1 + (i * 53 + 5) % (V - 1);
+	}
+	float *cold = malloc((size_t)N * V * sizeof *cold), *x = malloc((size_t)N * V * sizeof *x);
+	struct engine_seq *par = engine_seq_new(e, err), *c1 = engine_seq_new(e, err), *c2 = engine_seq_new(e, err),
+	                  *g = engine_seq_new(e, err), *h = engine_seq_new(e, err);
+	REQUIRE(cold && x && par && c1 && c2 && g && h, "%s", err);
+	REQUIRE(engine_eval(e, par, ids, N, 0, cold, err) == 0, "%s", err);
+	engine_seq_reset(par);
+	feed(e, par, ids, 0, 40, W, NULL);
+	CHECK(engine_seq_fork(h, par, 37, err) == -1 && strstr(err, "recurrent state"), "%s", err);
+	REQUIRE(engine_seq_fork(c1, par, 32, err) == 0, "%s", err);
+	REQUIRE(engine_seq_fork(c2, par, 40, err) == 0, "%s", err);
+	feed(e, par, other, 40, 50, W, NULL);
+	feed(e, c1, ids, 32, N, W, x);
+	CHECK(rows_same(x, cold, 32, N, V), "qwen35: a fork at a kept state differs from a cold run");
+	engine_seq_truncate(par, 20); // back to the state kept at 16
+	CHECK(engine_seq_len(par) == 16, "truncated to %d", engine_seq_len(par));
+	feed(e, par, other, 16, 45, W, NULL);
+	feed(e, c2, ids, 40, N, 3, x);
+	CHECK(rows_same(x, cold, 40, N, V), "qwen35: a fork at its parent's length, the parent rewritten");
+	REQUIRE(engine_seq_fork(g, c1, 48, err) == 0, "%s", err); // c1's kept state at 48
+	CHECK(engine_seq_shared(g) == 32);
+	engine_seq_free(par);
+	engine_seq_free(c1);
+	feed(e, g, ids, 48, N, W, x);
+	CHECK(rows_same(x, cold, 48, N, V), "qwen35: a fork of a fork, its parents freed");
+	engine_seq_free(c2);
+	engine_seq_free(g);
+	engine_seq_free(h);
+	free(cold);
+	free(x);
+	engine_free(e);
+	kb->free(kb);
+	model_free(&m);
+}
+
 static void test_exact_stories(void) { check_exact(STORIES); }
 static void test_exact_llama(void) { check_exact(FIX("llama")); }
 static void test_exact_qwen2(void) { check_exact(FIX("qwen2")); }
@@ -628,17 +794,24 @@ check_sched(const char *path)
 	uint64_t jobs[3];
 	for (int i = 0; i < 3; i++)
 		jobs[i] = submit(&on, p3, 100, 8, NULL);
-	int hits = 0;
+	int hits = 0, forked = 0;
 	for (int i = 0; i < 3; i++) {
 		collect(&on, jobs[i], &o);
 		CHECK(same_run(&o, &ref3), "choice %d", i);
 		hits += o.cached == CACHED(99) || o.cached == 96;
+		forked += o.cached == 99;
 	}
-	// 6 blocks from the cache, the last 3 positions from the first one's
-	// running sequence (never the last prompt token); or, when the first
-	// one has already ended (its sequence gone, a busy machine delaying
-	// the later submissions), the 6 blocks it stored
+	// the later two fork from the first one's running sequence: its 99
+	// positions (never the last prompt token) shared, not copied; or, when
+	// the first one has already ended (its sequence gone, a busy machine
+	// delaying the later submissions), they take the 6 blocks it stored
 	CHECK(hits == 2, "%d of 3 choices reused the first one's 96 or 99 positions", hits);
+	struct sched_stats fs;
+	sched_stats(on.s, &fs);
+	// (a recurrent model forks at a kept state, a block's end: 96)
+	CHECK(rec ? fs.forks <= 2 && fs.fork_rows == 96 * fs.forks
+	          : fs.forks == (uint64_t)forked && fs.fork_rows == 99 * (uint64_t)forked,
+	      "%llu forks of %llu rows, %d at 99", (unsigned long long)fs.forks, (unsigned long long)fs.fork_rows, forked);
 
 	// the next turn of a chat: prompt, reply and a new message
 	int32_t turn[120];
@@ -785,6 +958,12 @@ main(void)
 	T_RUN(test_exact_gemma4);
 	T_RUN(test_exact_qwen35);
 	T_RUN(test_state_room);
+	T_RUN(test_fork_stories);
+	T_RUN(test_fork_qwen2);
+	T_RUN(test_fork_gemma2);
+	T_RUN(test_fork_lfm2);
+	T_RUN(test_fork_gemma4);
+	T_RUN(test_fork_qwen35);
 	T_RUN(test_sched_stories);
 	T_RUN(test_sched_gemma2);
 	T_RUN(test_sched_lfm2);
