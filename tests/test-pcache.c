@@ -183,6 +183,29 @@ test_cache_alone(void)
 	CHECK(pcache_default_mem(100, 1000, 256, 8) == (100u * 256 + 4000) * 8);
 }
 
+// feed ids[from..to) to s in chunks of w columns; the logits of each
+// position into out (rows indexed by position)
+static void
+feed(struct engine *e, struct engine_seq *s, const int32_t *ids, int from, int to, int w, float *out)
+{
+	char err[AD_ERRLEN] = "";
+	const int V = engine_n_vocab(e);
+	for (int p = from; p < to;) {
+		int n = to - p < w ? to - p : w;
+		struct engine_seq *cols[8];
+		for (int i = 0; i < n; i++)
+			cols[i] = s;
+		REQUIRE(engine_forward(e, cols, ids + p, n, NULL, out ? out + (size_t)p * V : NULL, 1, err) == 0, "%s", err);
+		p += n;
+	}
+}
+
+static int
+rows_same(const float *a, const float *b, int from, int to, int V)
+{
+	return memcmp(a + (size_t)from * V, b + (size_t)from * V, (size_t)(to - from) * V * sizeof *a) == 0;
+}
+
 // cold logits of every position vs a sequence started from cached blocks
 static void
 check_exact(const char *path)
@@ -231,18 +254,9 @@ check_exact(const char *path)
 		}
 		pcache_release(c, got, nb);
 		CHECK(engine_seq_len(q) == h && memcmp(engine_seq_tokens(q), ids, (size_t)h * sizeof *ids) == 0);
-		int same = 1;
-		for (int p = h; p < N;) {
-			int n = N - p < W ? N - p : W;
-			struct engine_seq *cols[8];
-			for (int i = 0; i < n; i++)
-				cols[i] = q;
-			REQUIRE(engine_forward(e, cols, ids + p, n, NULL, warm + (size_t)p * V, 1, err) == 0, "%s", err);
-			p += n;
-		}
-		for (int p = h; p < N; p++)
-			same &= memcmp(warm + (size_t)p * V, cold + (size_t)p * V, (size_t)V * sizeof *warm) == 0;
-		CHECK(same, "%s: the logits after a hit of %d positions differ from a cold prefill", path, h);
+		feed(e, q, ids, h, N, W, warm);
+		CHECK(rows_same(warm, cold, h, N, V), "%s: the logits after a hit of %d positions differ from a cold prefill",
+		      path, h);
 	}
 	// the windowed part apart (engine_kv_window): blocks 0 and 1 without it.
 	// A hit whose window starts at block 2 is exact; one whose window reaches
@@ -279,17 +293,8 @@ check_exact(const char *path)
 					REQUIRE(engine_seq_kv_write(q, ENGINE_KV_WINDOWED, from, n, w, B, off, err) == 0, "%s", err);
 				from += n;
 			}
-			for (int p = h; p < N;) {
-				int n = N - p < W ? N - p : W;
-				struct engine_seq *cols[8];
-				for (int i = 0; i < n; i++)
-					cols[i] = q;
-				REQUIRE(engine_forward(e, cols, ids + p, n, NULL, warm + (size_t)p * V, 1, err) == 0, "%s", err);
-				p += n;
-			}
-			int same = 1;
-			for (int p = h; p < N; p++)
-				same &= memcmp(warm + (size_t)p * V, cold + (size_t)p * V, (size_t)V * sizeof *warm) == 0;
+			feed(e, q, ids, h, N, W, warm);
+			int same = rows_same(warm, cold, h, N, V);
 			if (h >= 2 * B + win - 1)
 				CHECK(same, "%s: a hit of %d with the windowed rows of blocks 0 and 1 dropped is not exact", path, h);
 			else
@@ -318,29 +323,6 @@ check_exact(const char *path)
 	engine_free(e);
 	kb->free(kb);
 	model_free(&m);
-}
-
-// feed ids[from..to) to s in chunks of w columns; the logits of each
-// position into out (rows indexed by position)
-static void
-feed(struct engine *e, struct engine_seq *s, const int32_t *ids, int from, int to, int w, float *out)
-{
-	char err[AD_ERRLEN] = "";
-	const int V = engine_n_vocab(e);
-	for (int p = from; p < to;) {
-		int n = to - p < w ? to - p : w;
-		struct engine_seq *cols[8];
-		for (int i = 0; i < n; i++)
-			cols[i] = s;
-		REQUIRE(engine_forward(e, cols, ids + p, n, NULL, out ? out + (size_t)p * V : NULL, 1, err) == 0, "%s", err);
-		p += n;
-	}
-}
-
-static int
-rows_same(const float *a, const float *b, int from, int to, int V)
-{
-	return memcmp(a + (size_t)from * V, b + (size_t)from * V, (size_t)(to - from) * V * sizeof *a) == 0;
 }
 
 // sequences forked from another (n choices on one prompt) read the rows

@@ -1504,6 +1504,45 @@ spawn_ane(const char *aurl, int delay_ms)
 	return spawn(argv);
 }
 
+// run g on c, polling; once the first tokens are in, SIGKILL the
+// ane-worker *ane and start another on aurl (*ane). The tokens (at most
+// 64) in ids, how many came before the kill in *killed, the last timings
+// in *tm (may be NULL); returns the finish
+static enum engc_finish
+run_killing_ane(struct ad_client *c, const struct engc_gen *g, pid_t *ane, const char *aurl, int32_t *ids,
+                size_t *n, int *killed, struct engc_timings *tm)
+{
+	char err[AD_ERRLEN];
+	struct engc_started js;
+	*n = 0;
+	*killed = 0;
+	if (engc_generate(c, g, &js, TMO, NULL, err)) {
+		CHECK(0, "%s", err);
+		return ENGC_ERROR;
+	}
+	enum engc_finish fin = ENGC_RUNNING;
+	while (fin == ENGC_RUNNING) {
+		struct engc_poll p;
+		if (engc_poll(c, js.job, 1000, &p, TMO, NULL, err)) {
+			CHECK(0, "%s", err);
+			return ENGC_ERROR;
+		}
+		for (size_t i = 0; i < p.n_events && *n < 64; i++)
+			ids[(*n)++] = p.events[i].id;
+		fin = p.finish;
+		if (tm)
+			*tm = p.timings;
+		engc_poll_free(&p);
+		if (*n > 0 && !*killed) {
+			kill(*ane, SIGKILL);
+			waitpid(*ane, NULL, 0);
+			*ane = spawn_ane(aurl, 0);
+			*killed = (int)*n;
+		}
+	}
+	return fin;
+}
+
 // the whole pipeline of processes: cpu-worker -> kb_remote -> ane-worker,
 // and what happens when the ane-worker dies
 static void
@@ -1533,26 +1572,10 @@ test_remote(void)
 		REQUIRE(0, "the worker did not come up");
 	}
 	struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 40};
-	struct engc_started js;
-	REQUIRE(engc_generate(c, &g, &js, TMO, NULL, err) == 0, "%s", err);
 	int32_t ids[64];
 	size_t n = 0;
 	int killed = 0;
-	enum engc_finish fin = ENGC_RUNNING;
-	while (fin == ENGC_RUNNING) {
-		struct engc_poll p;
-		REQUIRE(engc_poll(c, js.job, 1000, &p, TMO, NULL, err) == 0, "%s", err);
-		for (size_t i = 0; i < p.n_events && n < 64; i++)
-			ids[n++] = p.events[i].id;
-		fin = p.finish;
-		engc_poll_free(&p);
-		if (n > 0 && !killed) {
-			kill(ane, SIGKILL);
-			waitpid(ane, NULL, 0);
-			ane = spawn_ane(aurl, 0);
-			killed = (int)n;
-		}
-	}
+	enum engc_finish fin = run_killing_ane(c, &g, &ane, aurl, ids, &n, &killed, NULL);
 	CHECK(fin == ENGC_LENGTH && killed > 0 && killed < 40, "finish %d, killed after %d tokens", fin, killed);
 	CHECK(same_ids(ids, n, ref_ids + 4, 40), "%zu ids across the restart", n);
 
@@ -1620,28 +1643,11 @@ test_restart_spec(void)
 	int code = 0;
 	CHECK(engc_run(c, &g, &want, &nwant, &fin, NULL, NULL, TMO, &code, err) == 0 && nwant == 40, "%s", err);
 	g.speculative = 0; // the worker's default: on
-	struct engc_started js;
-	REQUIRE(engc_generate(c, &g, &js, TMO, NULL, err) == 0, "%s", err);
 	int32_t ids[64];
 	size_t n = 0;
 	int killed = 0;
 	struct engc_timings tm = {0};
-	fin = ENGC_RUNNING;
-	while (fin == ENGC_RUNNING) {
-		struct engc_poll p;
-		REQUIRE(engc_poll(c, js.job, 1000, &p, TMO, NULL, err) == 0, "%s", err);
-		for (size_t i = 0; i < p.n_events && n < 64; i++)
-			ids[n++] = p.events[i].id;
-		fin = p.finish;
-		tm = p.timings;
-		engc_poll_free(&p);
-		if (n > 0 && !killed) {
-			kill(ane, SIGKILL);
-			waitpid(ane, NULL, 0);
-			ane = spawn_ane(aurl, 0);
-			killed = (int)n;
-		}
-	}
+	fin = run_killing_ane(c, &g, &ane, aurl, ids, &n, &killed, &tm);
 	CHECK(fin == ENGC_LENGTH && killed > 0 && killed < 40, "finish %d, killed after %d tokens", fin, killed);
 	CHECK(same_ids(ids, n, want, nwant), "%zu ids across the restart", n);
 	// every decode step drafted (one call per token after the first, less
