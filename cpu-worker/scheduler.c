@@ -790,14 +790,47 @@ trace_since(uint64_t t0, const char *cat, const char *fmt, ...)
 	trace_event((long)getpid(), 1, name, cat, t0 / 1000u, (now_ns() - t0) / 1000u);
 }
 
+// a row of a verify (spec.h): row r of a step that carried k draft tokens
+// found by an n-gram of ngram; d is draft token r (r < k)
+struct vrow {
+	int k, ngram, r;
+	int32_t d;
+};
+
+// book row vr's outcome in the counters, under the lock: the step and its
+// draft with row 0, each draft token compared with a recorded sample
+static void
+spec_book(struct sched *s, struct job *j, const struct vrow *vr, int32_t tok, int recorded)
+{
+	struct spec_stats *st[2] = {&j->spec_st, &s->st.spec};
+	const int n = vr->ngram >= 0 && vr->ngram <= SPEC_NGRAM_MAX ? vr->ngram : 0;
+	for (int i = 0; i < 2; i++) {
+		if (vr->r == 0) {
+			st[i]->steps++;
+			st[i]->drafted += (uint64_t)vr->k;
+			st[i]->drafted_n[n] += (uint64_t)vr->k;
+		}
+		if (vr->r < vr->k && recorded) {
+			st[i]->reached++;
+			st[i]->reached_n[n]++;
+			if (tok == vr->d) {
+				st[i]->accepted++;
+				st[i]->accepted_n[n]++;
+			}
+		}
+	}
+}
+
 // emit samples the next token of j from its logits row and reports it;
-// len is the sequence's length once the token the row belongs to is in it.
-// Returns 1 if the token was recorded and the job goes on, 0 if it was
-// recorded and ended the job (max_tokens, the context), -1 if it was not
-// (a stop id, a failure, a job that had finished already); *out gets the
-// sampled token (-1 when sampling failed)
+// len is the sequence's length once the token the row belongs to is in it;
+// vr (NULL: none) the verify row it is, booked with the token so that the
+// poll that sees the job end sees it too. Returns 1 if the token was
+// recorded and the job goes on, 0 if it was recorded and ended the job
+// (max_tokens, the context), -1 if it was not (a stop id, a failure, a job
+// that had finished already); *out gets the sampled token (-1 when
+// sampling failed)
 static int
-emit(struct sched *s, struct job *j, const float *row, int len, int32_t *out)
+emit(struct sched *s, struct job *j, const float *row, int len, const struct vrow *vr, int32_t *out)
 {
 	char err[AD_ERRLEN];
 	struct sched_event ev = {0};
@@ -847,6 +880,8 @@ emit(struct sched *s, struct job *j, const float *row, int len, int32_t *out)
 		j->ev[j->n_ev++] = ev;
 		s->st.tokens++;
 		rv = 0;
+		if (vr && vr->k)
+			spec_book(s, j, vr, tok, 1);
 		if ((int)j->produced >= j->max_tokens || len >= s->max_seq) {
 			finish(s, j, SCHED_LENGTH, SCHED_OK, NULL);
 		} else {
@@ -856,6 +891,8 @@ emit(struct sched *s, struct job *j, const float *row, int len, int32_t *out)
 		pthread_cond_broadcast(&j->cv);
 	}
 out:
+	if (rv < 0 && vr && vr->k)
+		spec_book(s, j, vr, tok, 0);
 	pthread_mutex_unlock(&s->mu);
 	return rv;
 }
@@ -918,28 +955,25 @@ verify(struct sched *s, int i, const float *rows)
 	struct job *j = s->cjobs[i];
 	const int k = s->nk[i], L = engine_seq_len(j->seq) - 1 - k;
 	const int32_t *d = s->toks + s->coff[i] + 1;
-	int acc = 0, rej = 0, r = 0;
-	for (;; r++) {
+	// the decode booking counts a row as it is sampled (the engine booked
+	// all k + 1), so the timings the job ends with are right
+	struct engine_timings *t = engine_seq_timings(j->seq);
+	t->decode_tokens -= (uint32_t)k;
+	int acc = 0;
+	for (int r = 0;; r++) {
 		int32_t tok;
-		int rv = emit(s, j, rows + (size_t)r * s->V, L + r + 1, &tok);
+		if (r > 0)
+			t->decode_tokens++;
+		struct vrow vr = {k, s->ngram[i], r, r < k ? d[r] : -1};
+		int rv = emit(s, j, rows + (size_t)r * s->V, L + r + 1, &vr, &tok);
 		int same = r < k && tok == d[r];
 		if (same && rv >= 0)
 			acc++;
-		if (r < k && !same && rv >= 0)
-			rej = 1;
 		if (rv <= 0 || r == k || !same)
 			break;
 	}
-	if (k == 0)
-		return;
-	engine_seq_truncate(j->seq, L + 1 + acc);
-	struct engine_timings *t = engine_seq_timings(j->seq);
-	t->decode_tokens -= (uint32_t)(k - r);
-	pthread_mutex_lock(&s->mu);
-	spec_note(&j->spec_st, s->ngram[i], k, acc, rej);
-	spec_note(&s->st.spec, s->ngram[i], k, acc, rej);
-	update_timings(j);
-	pthread_mutex_unlock(&s->mu);
+	if (k)
+		engine_seq_truncate(j->seq, L + 1 + acc);
 }
 
 static void
@@ -969,7 +1003,7 @@ prefill_chunk(struct sched *s, struct job *j)
 	}
 	j->state = J_DECODE;
 	int32_t tok;
-	emit(s, j, s->logits, engine_seq_len(j->seq), &tok);
+	emit(s, j, s->logits, engine_seq_len(j->seq), NULL, &tok);
 }
 
 // fused runs one decode step of the n jobs in cjobs (d columns laid out by
@@ -1016,7 +1050,7 @@ fused(struct sched *s, int n, int d, struct job *pj)
 	if (last) {
 		pj->state = J_DECODE;
 		int32_t tok;
-		emit(s, pj, s->logits + (size_t)d * s->V, engine_seq_len(pj->seq), &tok);
+		emit(s, pj, s->logits + (size_t)d * s->V, engine_seq_len(pj->seq), NULL, &tok);
 	} else {
 		pthread_mutex_lock(&s->mu);
 		update_timings(pj);
