@@ -125,7 +125,7 @@ int pipe_is_stop(const struct pipe *p, int32_t id);
 	"  --arch NAME         run a GGUF file as architecture NAME (one anedvd implements) whatever\n" \
 	"                      it says, with a warning; without it an unknown one is refused\n" \
 	"  --in-process        run the decode loop in this process instead of anedvd-cpu-worker\n" \
-	"                      (the trace then has every kernel call)\n" \
+	"                      (the trace then has every kernel call; no speculative decoding)\n" \
 	"  --cache-dir D       the compiled-kernel cache (default $ANEDVD_CACHE_DIR,\n" \
 	"                      $XDG_CACHE_HOME/anedvd or ~/.cache/anedvd; see 'anedvd cache')\n" \
 	"  --no-cache          compile every kernel at start, store nothing\n" \
