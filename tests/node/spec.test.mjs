@@ -2,9 +2,9 @@
 // (emu backend, stories260K; 1-grams and every draft in full, so the drafts
 // come at once): a request reports its drafts in the timings object (by n
 // too), gives the same greedy text with `speculative: false` in the body
-// (OpenAI chat, legacy completions and Anthropic messages, streamed or not),
-// which then drafts nothing; /metrics adds the drafts up by n; /props says
-// speculative decoding is on.
+// (OpenAI chat, legacy completions and Anthropic messages, streamed or not,
+// cut by a stop sequence), which then drafts nothing; /metrics adds the
+// drafts up by n; /props says speculative decoding is on.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
@@ -49,6 +49,17 @@ describe('speculative decoding on the real engine', { skip }, () => {
 		let streamed = '';
 		for await (const ch of st) streamed += ch.choices[0]?.delta?.content ?? '';
 		assert.equal(streamed, on.choices[0].message.content);
+	});
+
+	it('openai: a stop sequence cuts the reply at the same place either way', async () => {
+		const req = { model: 'm', messages: [{ role: 'user', content: text }], max_tokens: 40, temperature: 0 };
+		const full = (await oai.chat.completions.create(req)).choices[0].message.content;
+		const stop = full.slice(Math.floor(full.length / 2), Math.floor(full.length / 2) + 6);
+		const on = await oai.chat.completions.create({ ...req, stop: [stop] });
+		const off = await oai.chat.completions.create({ ...req, stop: [stop], speculative: false });
+		assert.equal(on.choices[0].finish_reason, 'stop');
+		assert.equal(on.choices[0].message.content, off.choices[0].message.content);
+		assert.ok(full.startsWith(on.choices[0].message.content) && !on.choices[0].message.content.includes(stop));
 	});
 
 	it('openai: a seeded sampled request and n choices are the same either way', async () => {
