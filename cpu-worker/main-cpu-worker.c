@@ -363,5 +363,9 @@ main(int argc, char **argv)
 	kb->free(kb); // closes the surfaces; the owner unlinks its shared memory
 	model_free(&m);
 	ad_info("stopped after %llu jobs, %llu tokens", (unsigned long long)st.jobs, (unsigned long long)st.tokens);
+	// nng frees a closed context on its own threads: a health probe that
+	// timed out while the ane-worker restarted could still hold one here
+	// (LeakSanitizer saw it in test-worker's restart tests, now and then)
+	ad_ipc_fini();
 	return 0;
 }
