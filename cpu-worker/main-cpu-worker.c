@@ -339,7 +339,10 @@ main(int argc, char **argv)
 		        cache_block, engine_kv_row_bytes(e) * (size_t)cache_block);
 	else
 		ad_info("prefix cache off (--cache-mem 0)");
-	if (so.no_spec)
+	if (engine_state_bytes(e) > 0)
+		ad_info("speculative decoding off: %s keeps a recurrent state, which cannot take a rejected draft back",
+		        m.name);
+	else if (so.no_spec)
 		ad_info("speculative decoding off unless a request asks (--no-spec or --draft 0)");
 	else
 		ad_info("speculative decoding: drafts of up to %d tokens found by n-grams of %d down to %d, a column "

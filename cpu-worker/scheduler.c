@@ -1423,6 +1423,10 @@ sched_new(struct engine *e, const struct sched_opts *o, char *err)
 		free(s);
 		return NULL;
 	}
+	// a recurrent state goes back only to a kept copy (engine_seq_truncate):
+	// a rejected draft could not be taken back, so no drafts
+	if (engine_state_bytes(e) > 0)
+		s->spec.draft = 0;
 	// a decode call's rows: every job's token and draft (within the
 	// width), and a prefill chunk's last
 	int lr = s->o.parallel * (1 + s->spec.draft);
