@@ -32,13 +32,13 @@ test-plain:
 	@sh deploy/install-deps.sh --test
 	cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DANEDVD_WERROR=ON >/dev/null
 	cmake --build build-test -j $(JOBS)
-	cd build-test && ctest --output-on-failure -j $(JOBS)
+	cd build-test && { ctest --output-on-failure -j $(JOBS) || { ../tests/failure-digest.sh; exit 1; }; }
 
 test-sanitize:
 	@sh deploy/install-deps.sh --test
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DANEDVD_WERROR=ON -DANEDVD_SANITIZE=ON >/dev/null
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) || { ../tests/failure-digest.sh; exit 1; }
 
 bench: build/bin/anedvd
 	@for b in build/tests/bench-*; do [ -x "$$b" ] && echo "== $$b" && "$$b"; done; true

@@ -85,7 +85,7 @@ struct worker;
 // an attached data-plane object and the thread serving it
 struct dpc {
 	struct worker *w;
-	struct dp_chan *ch;
+	struct dp_chan *ch; // closed by dpc_stop, after the thread ends
 	char id[AD_SURFACE_ID_MAX];
 	uint32_t gen;
 	pthread_t th;
@@ -709,22 +709,22 @@ dp_thread(void *arg)
 	free(d->after_call);
 	free(d->after_step);
 	d->after_call = d->after_step = NULL;
-	dp_close(d->ch);
-	d->ch = NULL;
 	atomic_store(&d->done, 1);
 	return NULL;
 }
 
-// stop and free d (not in the list any more)
+// stop and free d (not in the list any more). The channel lives as long as
+// d: the thread may end by itself (the client closed, a newer attach) at any
+// moment, so it must not unmap what a kick here still rings
 static void
 dpc_stop(struct dpc *d)
 {
 	if (!atomic_load(&d->done)) {
 		d->stop = 1;
-		if (d->ch)
-			dp_kick(d->ch);
+		dp_kick(d->ch);
 	}
 	pthread_join(d->th, NULL);
+	dp_close(d->ch);
 	free(d);
 }
 
