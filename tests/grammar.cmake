@@ -1,0 +1,11 @@
+# Constrained decoding: the GBNF compiler, the grammar matcher (the trie mask
+# against its plain brute-force twin over real vocabularies, Qwen3's
+# included), lazy triggers, sampling under a grammar; a benchmark.
+if(NOT TARGET anedvd_tokenizer)
+  return()
+endif()
+# tests/tokenizer.cmake unpacks the Qwen3 tokenizer.json (target tokdata)
+set(AD_GRAMMAR_TOKDATA ${CMAKE_CURRENT_BINARY_DIR}/tokdata)
+ad_test(NAME test-grammar SOURCES test-grammar.c LIBS anedvd_cpu anedvd_tokenizer LABELS unit)
+target_compile_definitions(test-grammar PRIVATE T_TOKDATA="${AD_GRAMMAR_TOKDATA}")
+add_dependencies(test-grammar tokdata)
