@@ -86,6 +86,12 @@ engc_generate(struct ad_client *c, const struct engc_gen *g, struct engc_started
 	gr.deadline_ms = g->deadline_ms;
 	gr.want_top = g->want_top;
 	gr.client_pid = g->client_pid > 0 ? (uint32_t)g->client_pid : 0;
+	gr.grammar = (char *)(g->grammar ? g->grammar : "");
+	gr.grammar_lazy = g->grammar_lazy;
+	gr.grammar_words = (char **)g->grammar_words;
+	gr.n_grammar_words = g->n_grammar_words;
+	gr.grammar_tokens = (int32_t *)g->grammar_tokens;
+	gr.n_grammar_tokens = g->n_grammar_tokens;
 	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_GENERATE;
 	q.generate = &gr;
 	Anedvd__EngineReply *r = call(c, &q, ANEDVD__ENGINE_REPLY__BODY_GENERATE, timeout_ms, code, err);
@@ -126,6 +132,8 @@ engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct engc_p
 		struct engc_event *ev = &out->events[i];
 		ev->id = te->id;
 		ev->index = te->index;
+		ev->grammar_on = te->grammar_on;
+		ev->grammar_from = te->grammar_from;
 		ev->n_top = te->n_top < ENGC_TOP ? (int)te->n_top : ENGC_TOP;
 		for (int t = 0; t < ev->n_top; t++) {
 			ev->top[t].id = te->top[t]->id;

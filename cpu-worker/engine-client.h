@@ -40,6 +40,12 @@ struct engc_gen {
 	uint32_t deadline_ms;
 	int want_top;
 	int client_pid; // > 0: an ipc:// engine cancels the job once this process is gone
+	const char *grammar; // GBNF (NULL: none); lazy with its trigger words and tokens
+	int grammar_lazy;
+	const char *const *grammar_words;
+	size_t n_grammar_words;
+	const int32_t *grammar_tokens;
+	size_t n_grammar_tokens;
 };
 
 struct engc_started {
@@ -52,6 +58,8 @@ struct engc_event {
 	uint32_t index;
 	int n_top;
 	struct sample_tok top[ENGC_TOP];
+	int grammar_on;        // a lazy grammar switched on here
+	uint32_t grammar_from; // bytes into the text where it applies
 };
 
 // engine.proto's Timings

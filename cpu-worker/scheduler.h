@@ -38,6 +38,13 @@
 // Prompts longer than the context keep their last max_seq - max_tokens - 1
 // tokens (at least 1) and report how many were dropped.
 //
+// Constrained decoding (grammar.h): a job with a grammar samples under it
+// (gram_sample) and ends with SCHED_STOP as soon as the grammar can only
+// end. Grammars are compiled in sched_generate (a bad one is SCHED_EBADREQ)
+// and kept by text in a small cache, so the n choices of a request compile
+// theirs once; each job has its own matcher. The vocabulary comes from
+// sched_opts.vocab, built on the first grammar.
+//
 // A failed engine call (a kernel backend that is gone, say) ends the jobs
 // of that call with FINISH_ERROR and SCHED_EUNAVAILABLE; the scheduler goes
 // on. Every function is safe to call from any thread.
@@ -48,6 +55,7 @@
 
 #include "engine.h"
 #include "err.h"
+#include "grammar.h"
 #include "prefix-cache.h"
 #include "sample.h"
 
@@ -85,7 +93,17 @@ struct sched_opts {
 	int grace_ms;   // keep a finished job after its final poll (0: 10000)
 	size_t cache_mem; // bytes of KV rows the prefix cache may hold (0: no cache)
 	int cache_block;  // positions per cache block (0: SCHED_CACHE_BLOCK)
+	// the model's vocabulary for grammars: get returns it (built on first
+	// use, safe from any thread; NULL with a message when it cannot be);
+	// find resolves a grammar's <text> tokens (NULL: they are refused).
+	// Without get a grammar is SCHED_EUNSUPPORTED.
+	struct sched_vocab {
+		const struct gram_vocab *(*get)(void *ctx, char *err);
+		int32_t (*find)(void *ctx, const char *s, size_t n);
+		void *ctx;
+	} vocab;
 };
+#define SCHED_GRAMMARS 8 // compiled grammars kept
 #define SCHED_CACHE_BLOCK 16
 
 // a generation (engine.proto's GenerateRequest); the scheduler copies it
@@ -104,6 +122,15 @@ struct sched_gen {
 	int logprobs;
 	int top_logprobs; // [0, SCHED_TOP_LOGPROBS]
 	int client_pid; // > 0: cancel the job once this process is gone (checked every 100 ms)
+	// constrained decoding: GBNF text (NULL or empty: none); lazy waits
+	// for one of the trigger words or tokens
+	const char *grammar;
+	size_t grammar_len;
+	int grammar_lazy;
+	const char *const *grammar_words;
+	int n_grammar_words;
+	const int32_t *grammar_tokens;
+	int n_grammar_tokens;
 };
 
 struct sched_started {
@@ -122,6 +149,8 @@ struct sched_event {
 	float lp;     // the chosen token's
 	int n_lp;     // alternatives, best first; .logit holds the logprob
 	struct sample_tok lp_top[SCHED_TOP_LOGPROBS];
+	int grammar_on;        // a lazy grammar switched on with this token
+	uint32_t grammar_from; // bytes into the generated text where it applies
 };
 
 struct sched_timings {

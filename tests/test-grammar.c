@@ -405,7 +405,7 @@ walks_on(const char *name, const char *path, int steps, int full_ref)
 	if (!t)
 		return;
 	char err[AD_ERRLEN];
-	struct gram_vocab *v = gram_vocab_from_tokenizer(t, err);
+	struct gram_vocab *v = gram_vocab_from_tokenizer(t, 0, err);
 	CHECK(v != NULL, "%s", err);
 	for (int i = 0; v && i < N_EXAMPLES; i++) {
 		char *s = read_data(EXAMPLES[i]);
@@ -455,7 +455,7 @@ test_byte_fallback(void)
 	if (!t)
 		return;
 	char err[AD_ERRLEN];
-	struct gram_vocab *v = gram_vocab_from_tokenizer(t, err);
+	struct gram_vocab *v = gram_vocab_from_tokenizer(t, 0, err);
 	struct gbnf *g = compile("root ::= \"\xe4\xb8\xad\"");
 	int32_t stop[2];
 	struct gram_opts o = {.g = g, .v = v, .stop = stop, .n_stop = stops_of(t, stop)};
@@ -479,7 +479,7 @@ test_rebuild(void)
 {
 	struct tokenizer *t = load_tok(T_DATA "/stories260K/stories260K.gguf");
 	char err[AD_ERRLEN];
-	struct gram_vocab *v = t ? gram_vocab_from_tokenizer(t, err) : NULL;
+	struct gram_vocab *v = t ? gram_vocab_from_tokenizer(t, 0, err) : NULL;
 	int rebuilds = 0;
 	for (int k = 0; k < 2; k++) {
 		char *s = read_data(k ? "c.gbnf" : "json.gbnf");
@@ -585,7 +585,7 @@ test_sample_twins(void)
 {
 	struct tokenizer *t = load_tok(T_DATA "/stories260K/stories260K.gguf");
 	char err[AD_ERRLEN];
-	struct gram_vocab *v = t ? gram_vocab_from_tokenizer(t, err) : NULL;
+	struct gram_vocab *v = t ? gram_vocab_from_tokenizer(t, 0, err) : NULL;
 	char *s = read_data("json.gbnf");
 	struct gbnf *g = s ? compile(s) : NULL;
 	REQUIRE(t && v && g);

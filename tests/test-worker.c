@@ -209,11 +209,15 @@ svc_stop(struct svc *v)
 }
 
 static struct svc S; // stories260K on kb_local behind the flaky wrapper
+static struct gram_loader *S_vocab; // its vocabulary for grammars
 
 static void
 start(void)
 {
 	struct sched_opts so = {.parallel = 4, .queue = 16, .sessions = 2};
+	S_vocab = gram_loader_new(STORIES, 512);
+	REQUIRE(S_vocab);
+	so.vocab = (struct sched_vocab){gram_loader_get, gram_loader_find, S_vocab};
 	REQUIRE(svc_start(&S, STORIES, 0, &so, "w") == 0);
 }
 
@@ -1408,6 +1412,121 @@ test_bench(void)
 	kb->free(kb);
 }
 
+// a job's text: its tokens' bytes
+static size_t
+text_of(const int32_t *ids, size_t n, char *out, size_t cap)
+{
+	char err[AD_ERRLEN];
+	const struct gram_vocab *v = gram_loader_get(S_vocab, err);
+	size_t len = 0;
+	for (size_t i = 0; v && i < n; i++) {
+		uint32_t k;
+		const uint8_t *b = gram_vocab_bytes(v, ids[i], &k);
+		if (len + k < cap) {
+			memcpy(out + len, b, k);
+			len += k;
+		}
+	}
+	out[len] = 0;
+	return len;
+}
+
+// constrained decoding through the service: greedy and sampled jobs in one
+// batch keep to the grammar and end once it is complete; a grammar that
+// cannot end within max_tokens ends at the length; a lazy grammar switches
+// on at its trigger token; bad grammars are refused
+static void
+test_grammar(void)
+{
+	char err[AD_ERRLEN], text[2048];
+	const char *gbnf = "root ::= \"{\\\"name\\\": \\\"\" [a-z]{1,12} \"\\\"}\"";
+	struct sample_params sp[4];
+	struct run r[4];
+	pthread_t th[4];
+	const int32_t stop[] = {2};
+	for (int i = 0; i < 4; i++) {
+		sample_defaults(&sp[i]);
+		sp[i].temperature = i == 0 ? 0.0f : 1.0f;
+		sp[i].seed = (uint64_t)i;
+		sp[i].has_seed = 1;
+		memset(&r[i], 0, sizeof r[i]);
+		r[i].c = S.c;
+		r[i].g = (struct engc_gen){.prompt = prompt5, .n_prompt = 5, .max_tokens = 40, .sp = &sp[i],
+		                           .stop_ids = stop, .n_stop = 1, .grammar = gbnf};
+		pthread_create(&th[i], NULL, run_main, &r[i]);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		CHECK(r[i].rc == 0, "%s", r[i].err);
+		size_t len = text_of(r[i].ids, r[i].n, text, sizeof text);
+		size_t letters = strspn(text + 10, "abcdefghijklmnopqrstuvwxyz");
+		CHECK(r[i].finish == ENGC_STOP && len >= 13 && !strncmp(text, "{\"name\": \"", 10) && letters >= 1 &&
+		          letters <= 12 && !strcmp(text + 10 + letters, "\"}"),
+		      "job %d: finish %d, '%s'", i, r[i].finish, text);
+		free(r[i].ids);
+	}
+	// the grammar needs 30 tokens at least; max_tokens 5 ends it at the length
+	int32_t *ids;
+	size_t n;
+	enum engc_finish fin;
+	int code = 0;
+	struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 5, .stop_ids = stop, .n_stop = 1,
+	                     .grammar = "root ::= \"ab\"{30}"};
+	REQUIRE(engc_run(S.c, &g, &ids, &n, &fin, NULL, NULL, TMO, &code, err) == 0, "%s", err);
+	text_of(ids, n, text, sizeof text);
+	CHECK(fin == ENGC_LENGTH && n == 5 && !strncmp(text, "ababababab", strlen(text)) && strlen(text) >= 5,
+	      "finish %d, %zu tokens, '%s'", fin, n, text);
+	free(ids);
+	// lazy: free until the greedy story's third token, then "!" and the end
+	char lazy[64];
+	snprintf(lazy, sizeof lazy, "root ::= <[%d]> \"!\"", ref_ids[6]);
+	const int32_t trig[] = {ref_ids[6]};
+	g = (struct engc_gen){.prompt = prompt5, .n_prompt = 5, .max_tokens = 20, .stop_ids = stop, .n_stop = 1,
+	                      .grammar = lazy, .grammar_lazy = 1, .grammar_tokens = trig, .n_grammar_tokens = 1};
+	struct engc_started js;
+	REQUIRE(engc_generate(S.c, &g, &js, TMO, NULL, err) == 0, "%s", err);
+	int32_t got[32];
+	int ng = 0, on_at = -1;
+	uint32_t from = 0;
+	for (int done = 0; !done;) {
+		struct engc_poll p;
+		REQUIRE(engc_poll(S.c, js.job, 1000, &p, TMO, NULL, err) == 0, "%s", err);
+		for (size_t i = 0; i < p.n_events && ng < 32; i++) {
+			if (p.events[i].grammar_on)
+				on_at = ng, from = p.events[i].grammar_from;
+			got[ng++] = p.events[i].id;
+		}
+		done = p.finish != ENGC_RUNNING;
+		if (done)
+			fin = p.finish;
+		engc_poll_free(&p);
+	}
+	text_of(got, 2, text, sizeof text);
+	CHECK(fin == ENGC_STOP && ng == 4 && got[0] == ref_ids[4] && got[1] == ref_ids[5] && got[2] == ref_ids[6],
+	      "finish %d, %d tokens", fin, ng);
+	CHECK(on_at == 2 && from == strlen(text), "on at %d from %u ('%s')", on_at, from, text);
+	text_of(got + 3, 1, text, sizeof text);
+	CHECK(!strcmp(text, "!"), "'%s'", text);
+	// refusals name the problem
+	struct engc_started st;
+	g = (struct engc_gen){.prompt = prompt5, .n_prompt = 5, .max_tokens = 4, .grammar = "root ::= nothing"};
+	CHECK(engc_generate(S.c, &g, &st, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST &&
+	          strstr(err, "'nothing' is used but not defined"),
+	      "%s", err);
+	g.grammar = "root ::= <[99999]>";
+	CHECK(engc_generate(S.c, &g, &st, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST &&
+	          strstr(err, "outside the vocabulary"),
+	      "%s", err);
+	g.grammar = "root ::= <hello-there>";
+	CHECK(engc_generate(S.c, &g, &st, TMO, &code, err) == -1 && strstr(err, "not one token"), "%s", err);
+	g.grammar = "root ::= <s> \"x\""; // the BOS piece is one token
+	REQUIRE(engc_generate(S.c, &g, &st, TMO, &code, err) == 0, "%s", err);
+	engc_cancel(S.c, st.job, TMO, NULL, NULL);
+	g = (struct engc_gen){.prompt = prompt5, .n_prompt = 5, .max_tokens = 4, .grammar = "root ::= \"a\"",
+	                      .grammar_lazy = 1};
+	CHECK(engc_generate(S.c, &g, &st, TMO, &code, err) == -1 && strstr(err, "trigger"), "%s", err);
+}
+
 int
 main(void)
 {
@@ -1423,6 +1542,7 @@ main(void)
 		T_RUN(test_errors);
 		T_RUN(test_eval);
 		T_RUN(test_embed);
+		T_RUN(test_grammar);
 		T_RUN(test_bench);
 	}
 	T_RUN(test_fixture);
@@ -1435,5 +1555,6 @@ main(void)
 	T_RUN(test_restart_stop);
 #endif
 	svc_stop(&S);
+	gram_loader_free(S_vocab);
 	return t_done();
 }
