@@ -16,3 +16,17 @@ target_link_libraries(bench-grammar PRIVATE anedvd_cpu anedvd_tokenizer anedvd_c
 target_compile_definitions(bench-grammar PRIVATE T_DATA="${CMAKE_CURRENT_SOURCE_DIR}/data"
                            T_TOKDATA="${AD_GRAMMAR_TOKDATA}")
 add_dependencies(bench-grammar tokdata)
+
+# the JSON Schema compiler: what each schema's grammar accepts and refuses
+ad_test(NAME test-jschema SOURCES test-jschema.c LIBS anedvd_cpu LABELS unit)
+
+# random texts of schema grammars, validated by ajv from npm (tests/node)
+add_executable(jschema-sample jschema-sample.c)
+target_link_libraries(jschema-sample PRIVATE anedvd_cpu anedvd_common)
+find_program(NODE_EXE node)
+if(NODE_EXE)
+  add_test(NAME test-jschema-ajv
+    COMMAND ${NODE_EXE} --test ${CMAKE_CURRENT_SOURCE_DIR}/node/jschema.test.mjs)
+  set_tests_properties(test-jschema-ajv PROPERTIES LABELS e2e TIMEOUT 300
+    ENVIRONMENT "JSCHEMA_SAMPLE_BIN=$<TARGET_FILE:jschema-sample>" FIXTURES_REQUIRED fe_node_modules)
+endif()
