@@ -841,7 +841,7 @@ object(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 		}
 		if (!rv) {
 			snprintf(xkv, sizeof xkv, "%.40s-%d", g->base, ++g->counter);
-			sb_printf(&g->rules, "%s ::= %s ws \":\" ws %s\n", xkv, k.s, vname);
+			sb_printf(&g->rules, "%s ::= %s \":\" ws %s\n", xkv, k.s, vname);
 		}
 		free(k.s);
 	}
@@ -867,21 +867,21 @@ object(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 				kvi.oom = 1;
 			free(j);
 			cJSON_Delete(k);
-			sb_printf(&kvi, " ws \":\" ws %s", names[i]);
+			sb_printf(&kvi, " \":\" ws %s", names[i]);
 		}
 		if (i == np) {
 			if (extra) {
-				sb_printf(&g->rules, "%s-s%d ::= (ws \",\" ws %s)*\n", base, i, xkv);
-				sb_printf(&g->rules, "%s-r%d ::= (%s (ws \",\" ws %s)*)?\n", base, i, xkv, xkv);
+				sb_printf(&g->rules, "%s-s%d ::= (\",\" ws %s)*\n", base, i, xkv);
+				sb_printf(&g->rules, "%s-r%d ::= (%s (\",\" ws %s)*)?\n", base, i, xkv, xkv);
 			} else {
 				sb_printf(&g->rules, "%s-s%d ::= \"\"\n", base, i);
 				sb_printf(&g->rules, "%s-r%d ::= \"\"\n", base, i);
 			}
 		} else if (p[i].required) {
-			sb_printf(&g->rules, "%s-s%d ::= ws \",\" ws %s %s-s%d\n", base, i, kvi.s, base, i + 1);
+			sb_printf(&g->rules, "%s-s%d ::= \",\" ws %s %s-s%d\n", base, i, kvi.s, base, i + 1);
 			sb_printf(&g->rules, "%s-r%d ::= %s %s-s%d\n", base, i, kvi.s, base, i + 1);
 		} else {
-			sb_printf(&g->rules, "%s-s%d ::= (ws \",\" ws %s)? %s-s%d\n", base, i, kvi.s, base, i + 1);
+			sb_printf(&g->rules, "%s-s%d ::= (\",\" ws %s)? %s-s%d\n", base, i, kvi.s, base, i + 1);
 			sb_printf(&g->rules, "%s-r%d ::= %s %s-s%d | %s-r%d\n", base, i, kvi.s, base, i + 1, base, i + 1);
 		}
 		if (kvi.oom)
@@ -959,7 +959,7 @@ array(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 			open++;
 		}
 		if (i > 0)
-			sb_str(&e, "ws \",\" ws ");
+			sb_str(&e, "\",\" ws ");
 		sb_printf(&e, "%s ", pn[i]);
 	}
 	if (rest && (!hmx || i < mx)) {
@@ -974,9 +974,9 @@ array(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 			hi = hi > 0 ? hi - 1 : hi;
 		}
 		if (hi < 0)
-			sb_printf(&e, "(ws \",\" ws %s){%ld,} ", item, lo);
+			sb_printf(&e, "(\",\" ws %s){%ld,} ", item, lo);
 		else if (hi > 0)
-			sb_printf(&e, "(ws \",\" ws %s){%ld,%ld} ", item, lo, hi);
+			sb_printf(&e, "(\",\" ws %s){%ld,%ld} ", item, lo, hi);
 	}
 	for (; open > 0; open--)
 		sb_str(&e, ")? ");
@@ -1244,7 +1244,7 @@ static const struct {
 	unsigned bit, needs;
 	const char *rule;
 } SHARED[] = {
-	{U_WS, 0, "ws ::= | \" \" | \"\\n\" [ \\t]{0,20}"},
+	{U_WS, 0, "ws ::= | \" \" | \"\\n\" [ \\t]{0,12}"},
 	{U_CHAR, 0, "json-char ::= [^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})"},
 	{U_STRING, U_CHAR, "json-string ::= \"\\\"\" json-char* \"\\\"\""},
 	{U_NUMBER, 0, "json-number ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15}) (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?"},
@@ -1253,9 +1253,9 @@ static const struct {
 	{U_NULL, 0, "json-null ::= \"null\""},
 	{U_VALUE, U_WS | U_STRING | U_NUMBER | U_BOOLEAN | U_NULL,
 	 "json-value ::= json-object | json-array | json-string | json-number | json-boolean | json-null\n"
-	 "json-object ::= \"{\" ws (json-string ws \":\" ws json-value (ws \",\" ws json-string ws \":\" ws "
+	 "json-object ::= \"{\" ws (json-string \":\" ws json-value (\",\" ws json-string \":\" ws "
 	 "json-value)* ws)? \"}\"\n"
-	 "json-array ::= \"[\" ws (json-value (ws \",\" ws json-value)* ws)? \"]\""},
+	 "json-array ::= \"[\" ws (json-value (\",\" ws json-value)* ws)? \"]\""},
 	{U_FRAC, 0,
 	 "json-frac ::= \".\" [0-9]{1,16}\n"
 	 "json-frac-zero ::= \".\" \"0\"{1,16}\n"

@@ -30,7 +30,7 @@
 // nesting deeper than JSG_MAX_DEPTH.
 //
 // Whitespace is limited so replies stay short: between tokens of the JSON
-// text at most one space, or one newline and up to 20 spaces or tabs of
+// text at most one space, or one newline and up to 12 spaces or tabs of
 // indentation; none after the value itself, so a grammar is complete the
 // moment its last brace is.
 #ifndef AD_JSCHEMA_H

@@ -282,8 +282,8 @@ cmd_cpu(int argc, char **argv)
 			struct tok_msg msgs[2];
 			size_t nm = 0;
 			if (o.system)
-				msgs[nm++] = (struct tok_msg){TOK_ROLE_SYSTEM, o.system};
-			msgs[nm++] = (struct tok_msg){TOK_ROLE_USER, o.prompt};
+				msgs[nm++] = (struct tok_msg){.role = TOK_ROLE_SYSTEM, .content = o.system};
+			msgs[nm++] = (struct tok_msg){.role = TOK_ROLE_USER, .content = o.prompt};
 			if (tok_apply_chat(tok, msgs, nm, 1, &chat, err)) {
 				fprintf(stderr, "anedvd cpu: the chat template: %s\n", err);
 				goto out;

@@ -267,7 +267,7 @@ run_job(struct fe_gen *g)
 	case FE_API_COUNT_TOKENS: {
 		int32_t *ids = NULL;
 		size_t n = 0;
-		if (fe_prompt_ids(&g->p, &ids, &n, err) != 0) {
+		if (fe_prompt_ids(&g->p, &ids, &n, NULL, err) != 0) {
 			fail(g, 503, "%s", err);
 			return;
 		}
@@ -280,7 +280,7 @@ run_job(struct fe_gen *g)
 	}
 	case FE_API_APPLY_TEMPLATE: {
 		char *text = NULL;
-		if (fe_prompt_text(&g->p, &text, err) != 0) {
+		if (fe_prompt_text(&g->p, &text, NULL, err) != 0) {
 			fail(g, 503, "%s", err);
 			return;
 		}

@@ -23,8 +23,52 @@ parse_role(const char *s, enum tok_role *r)
 		*r = TOK_ROLE_USER;
 	else if (strcmp(s, "assistant") == 0)
 		*r = TOK_ROLE_ASSISTANT;
+	else if (strcmp(s, "tool") == 0 || strcmp(s, "function") == 0)
+		*r = TOK_ROLE_TOOL;
 	else
 		return -1;
+	return 0;
+}
+
+// an assistant turn's tool_calls: [{id, type: "function", function: {name, arguments}}]
+static int
+parse_calls(cJSON *calls, int i, struct tok_msg *m, struct fe_bad *bad)
+{
+	char where[96];
+	snprintf(where, sizeof where, "messages[%d].tool_calls", i);
+	if (!cJSON_IsArray(calls))
+		return fe_bad_set(bad, 400, where, "'%s' must be an array", where);
+	int k = 0;
+	cJSON *c;
+	cJSON_ArrayForEach(c, calls)
+	{
+		snprintf(where, sizeof where, "messages[%d].tool_calls[%d]", i, k);
+		cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id"), *type = cJSON_GetObjectItemCaseSensitive(c, "type");
+		cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+		cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name"), *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+		if (!cJSON_IsObject(c) || !cJSON_IsObject(fn))
+			return fe_bad_set(bad, 400, where, "'%s' must be {\"id\", \"type\": \"function\", \"function\": {\"name\", "
+			                  "\"arguments\"}}", where);
+		if (type && !cJSON_IsNull(type) && (!cJSON_IsString(type) || strcmp(type->valuestring, "function"))) {
+			snprintf(where, sizeof where, "messages[%d].tool_calls[%d].type", i, k);
+			return fe_bad_set(bad, 400, where, "'%s': only function calls are supported", where);
+		}
+		if (!cJSON_IsString(id) || !id->valuestring[0]) {
+			snprintf(where, sizeof where, "messages[%d].tool_calls[%d].id", i, k);
+			return fe_bad_set(bad, 400, where, "'%s' must be a non-empty string", where);
+		}
+		if (!cJSON_IsString(name)) {
+			snprintf(where, sizeof where, "messages[%d].tool_calls[%d].function.name", i, k);
+			return fe_bad_set(bad, 400, where, "'%s' must be a string", where);
+		}
+		snprintf(where, sizeof where, "messages[%d].tool_calls[%d].function.arguments", i, k);
+		if (args && !cJSON_IsNull(args) && !cJSON_IsString(args))
+			return fe_bad_set(bad, 400, where, "'%s' must be a string of JSON", where);
+		if (fe_msg_call(m, id->valuestring, name->valuestring, cJSON_IsString(args) ? args->valuestring : "{}",
+		                where, bad))
+			return -1;
+		k++;
+	}
 	return 0;
 }
 
@@ -55,16 +99,177 @@ parse_messages(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 			return fe_bad_set(bad, 400, where, "'%s' must be a string", where);
 		enum tok_role r;
 		if (parse_role(role->valuestring, &r) != 0)
-			return fe_bad_set(bad, 400, where, "'%s': role '%.32s' is not supported (system, user, assistant)",
-			                  where, role->valuestring);
+			return fe_bad_set(bad, 400, where,
+			                  "'%s': role '%.32s' is not supported (system, developer, user, assistant, tool)", where,
+			                  role->valuestring);
+		struct tok_msg *tm = &p->msgs[p->n_msgs];
+		tm->role = r;
+		p->n_msgs++;
 		snprintf(where, sizeof where, "messages[%d].content", i);
 		char *text;
 		if (fe_get_text(cJSON_GetObjectItemCaseSensitive(m, "content"), where, &text, bad) < 0)
 			return -1;
-		p->msgs[p->n_msgs].role = r;
-		p->msgs[p->n_msgs].content = text;
-		p->n_msgs++;
+		tm->content = text;
+		cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+		if (calls && !cJSON_IsNull(calls)) {
+			if (r != TOK_ROLE_ASSISTANT) {
+				snprintf(where, sizeof where, "messages[%d].tool_calls", i);
+				return fe_bad_set(bad, 400, where, "'%s': only assistant messages make tool calls", where);
+			}
+			if (parse_calls(calls, i, tm, bad))
+				return -1;
+		}
+		cJSON *rc = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
+		if (r == TOK_ROLE_ASSISTANT && cJSON_IsString(rc) && rc->valuestring[0] &&
+		    !(tm->reasoning = strdup(rc->valuestring)))
+			return fe_bad_set(bad, 503, NULL, "out of memory");
+		if (r == TOK_ROLE_TOOL) {
+			int legacy = !strcmp(role->valuestring, "function");
+			cJSON *id = cJSON_GetObjectItemCaseSensitive(m, "tool_call_id");
+			cJSON *name = cJSON_GetObjectItemCaseSensitive(m, "name");
+			snprintf(where, sizeof where, "messages[%d].tool_call_id", i);
+			if (!legacy && (!cJSON_IsString(id) || !id->valuestring[0]))
+				return fe_bad_set(bad, 400, where, "'%s' is required in a tool message", where);
+			if (!legacy && !fe_call_known(p, p->n_msgs - 1, id->valuestring))
+				return fe_bad_set(bad, 400, where, "'%s': no assistant message before it made the call '%.64s'",
+				                  where, id->valuestring);
+			if (cJSON_IsString(id) && !(tm->call_id = strdup(id->valuestring)))
+				return fe_bad_set(bad, 503, NULL, "out of memory");
+			// the function's name: the message's, else the call's
+			const char *nm = cJSON_IsString(name) ? name->valuestring : NULL;
+			for (size_t k = 0; !nm && tm->call_id && k + 1 < p->n_msgs; k++)
+				for (size_t c = 0; c < p->msgs[k].n_calls; c++)
+					if (!strcmp(p->msgs[k].calls[c].id, tm->call_id))
+						nm = p->msgs[k].calls[c].name;
+			if (nm && !(tm->name = strdup(nm)))
+				return fe_bad_set(bad, 503, NULL, "out of memory");
+		}
 		i++;
+	}
+	return 0;
+}
+
+// tools: [{"type": "function", "function": {name, description, parameters}}]
+static int
+parse_tools(cJSON *body, struct fe_params *p, struct fe_bad *bad)
+{
+	cJSON *tools = cJSON_GetObjectItemCaseSensitive(body, "tools");
+	if (tools && !cJSON_IsNull(tools)) {
+		if (!cJSON_IsArray(tools))
+			return fe_bad_set(bad, 400, "tools", "'tools' must be an array");
+		int i = 0;
+		cJSON *t;
+		cJSON_ArrayForEach(t, tools)
+		{
+			char where[64];
+			snprintf(where, sizeof where, "tools[%d].type", i);
+			cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
+			if (!cJSON_IsObject(t) || !cJSON_IsString(type) || strcmp(type->valuestring, "function"))
+				return fe_bad_set(bad, 400, where, "'%s': only function tools are supported", where);
+			cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+			snprintf(where, sizeof where, "tools[%d].function", i);
+			if (!cJSON_IsObject(fn))
+				return fe_bad_set(bad, 400, where, "'%s' must be an object", where);
+			cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+			cJSON *desc = cJSON_GetObjectItemCaseSensitive(fn, "description");
+			cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+			char pw[80];
+			snprintf(pw, sizeof pw, "tools[%d].function.parameters", i);
+			snprintf(where, sizeof where, "tools[%d].function.name", i);
+			if (name && !cJSON_IsString(name))
+				return fe_bad_set(bad, 400, where, "'%s' must be a string", where);
+			if (params && cJSON_IsNull(params))
+				params = NULL;
+			if (fe_tool_add(p, cJSON_IsString(name) ? name->valuestring : NULL,
+			                cJSON_IsString(desc) ? desc->valuestring : NULL, params, where, pw, bad))
+				return -1;
+			i++;
+		}
+	}
+	p->tool_choice = p->n_tools ? FE_TC_AUTO : FE_TC_NONE;
+	cJSON *tc = cJSON_GetObjectItemCaseSensitive(body, "tool_choice");
+	if (tc && !cJSON_IsNull(tc)) {
+		if (cJSON_IsString(tc)) {
+			const char *v = tc->valuestring;
+			if (!strcmp(v, "none"))
+				p->tool_choice = FE_TC_NONE;
+			else if (!strcmp(v, "auto"))
+				p->tool_choice = FE_TC_AUTO;
+			else if (!strcmp(v, "required"))
+				p->tool_choice = FE_TC_REQUIRED;
+			else
+				return fe_bad_set(bad, 400, "tool_choice",
+				                  "'tool_choice' must be none, auto, required or {\"type\": \"function\", "
+				                  "\"function\": {\"name\": ...}}");
+		} else {
+			cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
+			cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+			if (!cJSON_IsObject(tc) || !cJSON_IsString(name))
+				return fe_bad_set(bad, 400, "tool_choice",
+				                  "'tool_choice' must be none, auto, required or {\"type\": \"function\", "
+				                  "\"function\": {\"name\": ...}}");
+			p->tool_choice = FE_TC_NAMED;
+			if (!(p->tool_name = strdup(name->valuestring)))
+				return fe_bad_set(bad, 503, NULL, "out of memory");
+		}
+	}
+	p->parallel_tools = 1;
+	int b = 1, rv = fe_get_bool(body, "parallel_tool_calls", &b, bad);
+	if (rv < 0)
+		return -1;
+	if (rv)
+		p->parallel_tools = b;
+	return 0;
+}
+
+// response_format: {"type": "text" | "json_object" | "json_schema", "json_schema": {name, schema, strict}}
+static int
+parse_format(cJSON *body, struct fe_params *p, struct fe_bad *bad)
+{
+	cJSON *rf = cJSON_GetObjectItemCaseSensitive(body, "response_format");
+	if (!rf || cJSON_IsNull(rf))
+		return 0;
+	cJSON *type = cJSON_GetObjectItemCaseSensitive(rf, "type");
+	if (!cJSON_IsObject(rf) || !cJSON_IsString(type))
+		return fe_bad_set(bad, 400, "response_format", "'response_format' must be an object with a type");
+	const char *t = type->valuestring;
+	if (!strcmp(t, "text"))
+		return 0;
+	if (!strcmp(t, "json_object")) {
+		p->json_object = 1;
+		return 0;
+	}
+	if (strcmp(t, "json_schema"))
+		return fe_bad_set(bad, 400, "response_format.type",
+		                  "'response_format.type': '%.32s' is not text, json_object or json_schema", t);
+	cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+	cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
+	if (!cJSON_IsObject(js))
+		return fe_bad_set(bad, 400, "response_format.json_schema", "'response_format.json_schema' must be an object");
+	if (!schema || cJSON_IsNull(schema)) // a name alone: any JSON object
+		p->json_object = 1;
+	else if (!(p->schema = cJSON_Duplicate(schema, 1)))
+		return fe_bad_set(bad, 503, NULL, "out of memory");
+	return 0;
+}
+
+// llama.cpp's extensions: "grammar" (GBNF) and "json_schema" (a schema)
+static int
+parse_constraints(cJSON *body, struct fe_params *p, struct fe_bad *bad)
+{
+	const char *g = NULL;
+	if (fe_get_string(body, "grammar", &g, bad) < 0)
+		return -1;
+	if (g && g[0] && !(p->grammar = strdup(g)))
+		return fe_bad_set(bad, 503, NULL, "out of memory");
+	cJSON *js = cJSON_GetObjectItemCaseSensitive(body, "json_schema");
+	if (js && !cJSON_IsNull(js)) {
+		if (p->schema || p->json_object)
+			return fe_bad_set(bad, 400, "json_schema", "'json_schema' beside 'response_format': give one");
+		if (!cJSON_IsObject(js) && !cJSON_IsBool(js))
+			return fe_bad_set(bad, 400, "json_schema", "'json_schema' must be a JSON Schema object");
+		if (!(p->schema = cJSON_Duplicate(js, 1)))
+			return fe_bad_set(bad, 503, NULL, "out of memory");
 	}
 	return 0;
 }
@@ -330,6 +535,16 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 		return -1;
 	if (parse_stop(body, p, bad) < 0 || parse_logprobs(body, api, p, bad) < 0 || parse_bias(body, p, bad) < 0)
 		return -1;
+	p->call_ids = FE_IDS_OPENAI;
+	if (api == FE_API_CHAT && (parse_tools(body, p, bad) < 0 || parse_format(body, p, bad) < 0))
+		return -1;
+	if (parse_constraints(body, p, bad) < 0)
+		return -1;
+	static const struct fe_fields fields = {"tools", "tool_choice", "response_format.json_schema.schema", "grammar"};
+	static const struct fe_fields fields_ext = {"tools", "tool_choice", "json_schema", "grammar"};
+	if (fe_structured_check(p, cJSON_GetObjectItemCaseSensitive(body, "response_format") ? &fields : &fields_ext,
+	                        bad) < 0)
+		return -1;
 	cJSON *so = cJSON_GetObjectItemCaseSensitive(body, "stream_options");
 	if (so && !cJSON_IsNull(so)) {
 		if (!cJSON_IsObject(so))
@@ -347,7 +562,35 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 static const char *
 finish_name(enum fe_finish f)
 {
-	return f == FE_FINISH_LENGTH ? "length" : "stop";
+	return f == FE_FINISH_LENGTH ? "length" : f == FE_FINISH_TOOLS ? "tool_calls" : "stop";
+}
+
+// message.tool_calls: [{id, type, function: {name, arguments}}] (the
+// arguments as text, as far as they came)
+static cJSON *
+tool_calls(const struct fe_call *c, int n)
+{
+	cJSON *a = cJSON_CreateArray();
+	for (int i = 0; i < n; i++) {
+		cJSON *t = cJSON_CreateObject(), *fn = cJSON_CreateObject();
+		cJSON_AddStringToObject(t, "id", c[i].id);
+		cJSON_AddStringToObject(t, "type", "function");
+		cJSON_AddStringToObject(fn, "name", c[i].name);
+		fe_add_text(fn, "arguments", c[i].args ? c[i].args : "", c[i].len);
+		cJSON_AddItemToObject(t, "function", fn);
+		cJSON_AddItemToArray(a, t);
+	}
+	return a;
+}
+
+// a reply with tool calls and nothing but white space besides: no content
+static int
+blank(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strchr(" \t\r\n", s[i]))
+			return 0;
+	return 1;
 }
 
 static cJSON *
@@ -538,7 +781,12 @@ response(const struct fe_gen *g, size_t *len)
 		if (is_chat(g)) {
 			cJSON *m = cJSON_AddObjectToObject(c, "message");
 			cJSON_AddStringToObject(m, "role", "assistant");
-			fe_add_text(m, "content", text, tl);
+			if (ch->n_calls && blank(text, tl))
+				cJSON_AddNullToObject(m, "content");
+			else
+				fe_add_text(m, "content", text, tl);
+			if (ch->n_calls)
+				cJSON_AddItemToObject(m, "tool_calls", tool_calls(ch->calls, ch->n_calls));
 		} else {
 			fe_add_text(c, "text", text, tl);
 		}
@@ -635,7 +883,20 @@ stream_chunk(const struct fe_gen *g, const struct fe_chunk *ck, size_t *len)
 {
 	cJSON *c;
 	cJSON *o = chunk(g, &c, ck->index);
-	if (is_chat(g)) {
+	if (is_chat(g) && ck->call) {
+		// a tool call: its first delta names it, the later ones carry pieces of its arguments
+		cJSON *d = cJSON_AddObjectToObject(c, "delta");
+		cJSON *tc = cJSON_AddArrayToObject(d, "tool_calls"), *t = cJSON_CreateObject(), *fn = cJSON_CreateObject();
+		cJSON_AddNumberToObject(t, "index", ck->call - 1);
+		if (ck->start) {
+			cJSON_AddStringToObject(t, "id", ck->start->id);
+			cJSON_AddStringToObject(t, "type", "function");
+			cJSON_AddStringToObject(fn, "name", ck->start->name);
+		}
+		fe_add_text(fn, "arguments", ck->text, ck->len);
+		cJSON_AddItemToObject(t, "function", fn);
+		cJSON_AddItemToArray(tc, t);
+	} else if (is_chat(g)) {
 		cJSON *d = cJSON_AddObjectToObject(c, "delta");
 		fe_add_text(d, "content", ck->text, ck->len);
 	} else {
@@ -652,7 +913,7 @@ stream_chunk(const struct fe_gen *g, const struct fe_chunk *ck, size_t *len)
 static char *
 stream_text(const struct fe_gen *g, const char *s, size_t n, size_t *len)
 {
-	struct fe_chunk ck = { 0, s, n, NULL, 0 };
+	struct fe_chunk ck = {.index = 0, .text = s, .len = n};
 	return stream_chunk(g, &ck, len);
 }
 

@@ -410,8 +410,8 @@ prompt_ids(struct pipe *p, const char *text, const char *system, int raw, int32_
 		struct tok_msg msgs[2];
 		int k = 0;
 		if (system)
-			msgs[k++] = (struct tok_msg){TOK_ROLE_SYSTEM, system};
-		msgs[k++] = (struct tok_msg){TOK_ROLE_USER, text};
+			msgs[k++] = (struct tok_msg){.role = TOK_ROLE_SYSTEM, .content = system};
+		msgs[k++] = (struct tok_msg){.role = TOK_ROLE_USER, .content = text};
 		if (tokc_chat(p->tok, msgs, (size_t)k, 1, &chat, p->timeout_ms, err))
 			return -1;
 		s = chat;
@@ -942,9 +942,9 @@ cmd_chat(int argc, char **argv)
 		struct tok_msg *msgs = calloc((size_t)nm, sizeof *msgs);
 		int k = 0;
 		if (system)
-			msgs[k++] = (struct tok_msg){TOK_ROLE_SYSTEM, system};
+			msgs[k++] = (struct tok_msg){.role = TOK_ROLE_SYSTEM, .content = system};
 		for (int i = 0; i < nh; i++)
-			msgs[k++] = (struct tok_msg){hist[i].role, hist[i].text};
+			msgs[k++] = (struct tok_msg){.role = hist[i].role, .content = hist[i].text};
 		char *chat = NULL;
 		int32_t *ids = NULL;
 		size_t n = 0;

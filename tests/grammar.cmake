@@ -30,3 +30,9 @@ if(NODE_EXE)
   set_tests_properties(test-jschema-ajv PROPERTIES LABELS e2e TIMEOUT 300
     ENVIRONMENT "JSCHEMA_SAMPLE_BIN=$<TARGET_FILE:jschema-sample>" FIXTURES_REQUIRED fe_node_modules)
 endif()
+
+# fuzz targets (tests/fuzz.cmake): the GBNF compiler and matcher, the schema compiler
+if(COMMAND ad_fuzz)
+  ad_fuzz(NAME gbnf SOURCES fuzz/fuzz-gbnf.c CORPUS fuzz/corpus-gbnf LIBS anedvd_cpu)
+  ad_fuzz(NAME jschema SOURCES fuzz/fuzz-jschema.c CORPUS fuzz/corpus-jschema LIBS anedvd_cpu)
+endif()

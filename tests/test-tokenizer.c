@@ -995,10 +995,10 @@ test_chat(void)
 	struct tokenizer *t = load(T_DATA "/stories260K/stories260K.gguf");
 	REQUIRE(t);
 	const struct tok_msg conv[] = {
-		{TOK_ROLE_SYSTEM, "You are terse."},
-		{TOK_ROLE_USER, " Hi there "},
-		{TOK_ROLE_ASSISTANT, "Hello."},
-		{TOK_ROLE_USER, "Bye"},
+		{.role = TOK_ROLE_SYSTEM, .content = "You are terse."},
+		{.role = TOK_ROLE_USER, .content = " Hi there "},
+		{.role = TOK_ROLE_ASSISTANT, .content = "Hello."},
+		{.role = TOK_ROLE_USER, .content = "Bye"},
 	};
 	// ChatML: no trimming
 	chat_case(t, TOK_CHAT_CHATML, conv, 4, 1,
@@ -1042,7 +1042,7 @@ test_chat(void)
 	REQUIRE(tok_apply_chat(t, conv + 1, 1, 1, &out, err) == 0);
 	CHECK(strcmp(out, "User:  Hi there \nAssistant:") == 0, "%s", out);
 	free(out);
-	struct tok_msg bad = {(enum tok_role)7, "x"};
+	struct tok_msg bad = {.role = (enum tok_role)7, .content = "x"};
 	CHECK(tok_apply_chat(t, &bad, 1, 1, &out, err) == -1 && strstr(err, "role"));
 	tok_free(t);
 

@@ -127,7 +127,7 @@ test_calls(void)
 	CHECK(tokc_token_bytes(c, outside, 2, &tb, tl, TIMEOUT, err) == -1 && strstr(err, "512") && !tb, "%s", err);
 	free(ids);
 
-	struct tok_msg msgs[] = { { TOK_ROLE_USER, "Hi" } };
+	struct tok_msg msgs[] = { { .role = TOK_ROLE_USER, .content = "Hi" } };
 	REQUIRE(tokc_chat(c, msgs, 1, 1, &out, TIMEOUT, err) == 0, "%s", err);
 	CHECK(strstr(out, "Hi") != NULL, "chat '%s'", out);
 	free(out);
@@ -234,7 +234,7 @@ test_errors(void)
 	CHECK(is_bad_request(raw(c, buf, qn)), "unknown role");
 
 	// an empty message (its bytes field arrives as NULL) renders, no crash
-	struct tok_msg empty[] = { { TOK_ROLE_USER, "" } };
+	struct tok_msg empty[] = { { .role = TOK_ROLE_USER, .content = "" } };
 	char *chat = NULL;
 	CHECK(tokc_chat(c, empty, 1, 1, &chat, TIMEOUT, err) == 0, "%s", err);
 	free(chat);

@@ -86,11 +86,23 @@ int32_t tok_find(const struct tokenizer *t, const char *s, size_t n);
 const char *tok_kind_name(const struct tokenizer *t); // "spm" or "bpe"
 
 // --- chat ------------------------------------------------------------------
-enum tok_role { TOK_ROLE_SYSTEM, TOK_ROLE_USER, TOK_ROLE_ASSISTANT };
+enum tok_role { TOK_ROLE_SYSTEM, TOK_ROLE_USER, TOK_ROLE_ASSISTANT, TOK_ROLE_TOOL };
+
+// one call an assistant turn made (proto/tokenizer.proto's ToolCall)
+struct tok_call {
+	const char *id;
+	const char *name;
+	const char *arguments; // the arguments as JSON text (an object)
+};
 
 struct tok_msg {
 	enum tok_role role;
-	const char *content; // NUL-terminated
+	const char *content;         // NUL-terminated
+	const struct tok_call *calls; // assistant turns that called tools
+	size_t n_calls;
+	const char *call_id;   // tool turns: the call this result answers (NULL: none)
+	const char *name;      // tool turns: the function's name (NULL: none)
+	const char *reasoning; // assistant turns: the thinking kept in history (NULL: none)
 };
 
 enum tok_chat_family {
@@ -122,5 +134,30 @@ int tok_apply_chat(const struct tokenizer *t, const struct tok_msg *msgs, size_t
 // Same, for an explicit family (tests; forcing a template from the CLI).
 int tok_apply_chat_family(const struct tokenizer *t, enum tok_chat_family f, const struct tok_msg *msgs,
                           size_t n, int add_generation_prompt, char **out, char *err);
+
+// --- tools (chat-tools.c) -------------------------------------------------------
+// Tool definitions, tool calls and tool results for a template that cannot
+// write them (the built-in family renderers; templates without tools): the
+// conversation becomes one of plain turns. The tools (tools_json, an
+// OpenAI-style array [{"type": "function", "function": {name, description,
+// parameters}}], NULL or "" for none) are described at the end of the system
+// turn (one is added first when there is none), with the one way to call
+// them, the "generic" markup:
+//   {"tool_call": {"name": NAME, "arguments": {...}}}
+//   {"tool_calls": [{"name": NAME, "arguments": {...}}, ...]}
+// An assistant turn's calls are written after its text in that markup; a
+// tool turn becomes a user turn "Result of NAME (CALL_ID): CONTENT". *out
+// and the strings it points to are malloc'd; free them with
+// tok_chat_plain_free(*out, *n_out).
+#define TOK_TOOL_FORMAT_GENERIC "generic"
+int tok_chat_tools_plain(const struct tok_msg *msgs, size_t n, const char *tools_json, struct tok_msg **out,
+                         size_t *n_out, char *err);
+void tok_chat_plain_free(struct tok_msg *msgs, size_t n);
+// whether a conversation needs tok_chat_tools_plain: tools, calls or tool turns
+int tok_chat_has_tools(const struct tok_msg *msgs, size_t n, const char *tools_json);
+// the tool-call markup a template asks for, by what it writes: "hermes"
+// (<tool_call>...</tool_call>), "mistral" ([TOOL_CALLS][...]), "llama3"
+// ({"name": ..., "parameters": ...}), else "generic"
+const char *tok_tool_format(const char *template_text);
 
 #endif

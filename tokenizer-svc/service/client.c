@@ -7,7 +7,7 @@
 #include "common.pb-c.h"
 #include "tokenizer.pb-c.h"
 
-static const char *role_names[] = { "system", "user", "assistant" };
+static const char *role_names[] = { "system", "user", "assistant", "tool" };
 
 // call sends q and returns the unpacked reply, or NULL with err filled
 // (transport failure, undecodable reply, error reply, wrong body).
@@ -166,21 +166,47 @@ tokc_decode_stream(struct ad_client *c, const int32_t *ids, size_t n, int flush,
 }
 
 int
-tokc_chat(struct ad_client *c, const struct tok_msg *msgs, size_t n, int add_generation_prompt, char **text,
-          int timeout_ms, char *err)
+tokc_chat_with(struct ad_client *c, const struct tok_msg *msgs, size_t n, int add_generation_prompt,
+               const struct tokc_chat_opts *o, char **text, char *format, size_t format_cap, int timeout_ms,
+               char *err)
 {
+	size_t n_calls = 0;
+	for (size_t i = 0; i < n; i++)
+		n_calls += msgs[i].n_calls;
 	Anedvd__ChatMessage *m = calloc(n ? n : 1, sizeof *m);
 	Anedvd__ChatMessage **mp = calloc(n ? n : 1, sizeof *mp);
-	if (!m || !mp) {
+	Anedvd__ToolCall *tc = calloc(n_calls ? n_calls : 1, sizeof *tc);
+	Anedvd__ToolCall **tp = calloc(n_calls ? n_calls : 1, sizeof *tp);
+	if (!m || !mp || !tc || !tp) {
 		free(m);
 		free(mp);
+		free(tc);
+		free(tp);
 		return ad_err(err, "out of memory");
 	}
+	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
 		anedvd__chat_message__init(&m[i]);
 		m[i].role = (char *)role_names[msgs[i].role];
 		m[i].content.data = (uint8_t *)msgs[i].content;
 		m[i].content.len = strlen(msgs[i].content);
+		m[i].tool_calls = tp + k;
+		m[i].n_tool_calls = msgs[i].n_calls;
+		for (size_t j = 0; j < msgs[i].n_calls; j++, k++) {
+			const struct tok_call *x = &msgs[i].calls[j];
+			anedvd__tool_call__init(&tc[k]);
+			tc[k].id = (char *)(x->id ? x->id : "");
+			tc[k].name = (char *)(x->name ? x->name : "");
+			tc[k].arguments.data = (uint8_t *)x->arguments;
+			tc[k].arguments.len = x->arguments ? strlen(x->arguments) : 0;
+			tp[k] = &tc[k];
+		}
+		m[i].tool_call_id = (char *)(msgs[i].call_id ? msgs[i].call_id : "");
+		m[i].name = (char *)(msgs[i].name ? msgs[i].name : "");
+		if (msgs[i].reasoning) {
+			m[i].reasoning_content.data = (uint8_t *)msgs[i].reasoning;
+			m[i].reasoning_content.len = strlen(msgs[i].reasoning);
+		}
 		mp[i] = &m[i];
 	}
 	Anedvd__TokRequest q = ANEDVD__TOK_REQUEST__INIT;
@@ -188,17 +214,40 @@ tokc_chat(struct ad_client *c, const struct tok_msg *msgs, size_t n, int add_gen
 	a.messages = mp;
 	a.n_messages = n;
 	a.add_generation_prompt = add_generation_prompt;
+	a.enable_thinking = -1;
+	if (o) {
+		if (o->tools) {
+			a.tools.data = (uint8_t *)o->tools;
+			a.tools.len = strlen(o->tools);
+		}
+		a.enable_thinking = o->enable_thinking;
+		if (o->kwargs) {
+			a.kwargs.data = (uint8_t *)o->kwargs;
+			a.kwargs.len = strlen(o->kwargs);
+		}
+	}
 	q.body_case = ANEDVD__TOK_REQUEST__BODY_CHAT;
 	q.chat = &a;
 	Anedvd__TokReply *r = call(c, &q, ANEDVD__TOK_REPLY__BODY_CHAT, timeout_ms, err);
 	free(m);
 	free(mp);
+	free(tc);
+	free(tp);
 	if (!r)
 		return -1;
 	size_t len;
 	*text = dup_bytes(&r->chat->text, &len);
+	if (format && format_cap)
+		snprintf(format, format_cap, "%s", r->chat->tool_format ? r->chat->tool_format : "");
 	anedvd__tok_reply__free_unpacked(r, NULL);
 	return *text ? 0 : ad_err(err, "out of memory");
+}
+
+int
+tokc_chat(struct ad_client *c, const struct tok_msg *msgs, size_t n, int add_generation_prompt, char **text,
+          int timeout_ms, char *err)
+{
+	return tokc_chat_with(c, msgs, n, add_generation_prompt, NULL, text, NULL, 0, timeout_ms, err);
 }
 
 int

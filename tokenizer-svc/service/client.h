@@ -26,6 +26,18 @@ int tokc_decode_stream(struct ad_client *c, const int32_t *ids, size_t n, int fl
                        size_t *n_pending, char **text, size_t *len, int timeout_ms, char *err);
 int tokc_chat(struct ad_client *c, const struct tok_msg *msgs, size_t n, int add_generation_prompt, char **text,
               int timeout_ms, char *err);
+// the same with the tools (a JSON array of OpenAI-style tools), the thinking
+// switch (-1 the template's default, 0 off, 1 on) and extra template
+// variables (a JSON object); format (may be NULL) gets the reply's
+// tool_format ("" without tools)
+struct tokc_chat_opts {
+	const char *tools;
+	int enable_thinking;
+	const char *kwargs;
+};
+int tokc_chat_with(struct ad_client *c, const struct tok_msg *msgs, size_t n, int add_generation_prompt,
+                   const struct tokc_chat_opts *o, char **text, char *format, size_t format_cap, int timeout_ms,
+                   char *err);
 struct tokc_vocab {
 	int32_t n_vocab, bos, eos, eot;
 	int add_bos;

@@ -240,21 +240,42 @@ do_decode_stream(struct tok_service *s, const Anedvd__DecodeStreamRequest *q, st
 	rp->r.decode_stream = &rp->u.stream;
 }
 
+// a NUL-terminated copy of bytes (NULL when out of memory); *bad for a NUL inside
+static char *
+cstr(const ProtobufCBinaryData *d, int *nul)
+{
+	if (d->len && memchr(d->data, 0, d->len))
+		*nul = 1;
+	char *s = malloc(d->len + 1);
+	if (s) {
+		if (d->len)
+			memcpy(s, d->data, d->len);
+		s[d->len] = 0;
+	}
+	return s;
+}
+
 static void
 do_chat(struct tok_service *s, const Anedvd__ApplyChatTemplateRequest *q, struct reply *rp)
 {
 	if (q->n_messages == 0)
 		FAIL(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "chat: no messages");
-	struct tok_msg *msgs = calloc(q->n_messages, sizeof *msgs);
-	char **texts = calloc(q->n_messages, sizeof *texts);
-	if (!msgs || !texts) {
+	size_t n = q->n_messages, n_calls = 0;
+	for (size_t i = 0; i < n; i++)
+		n_calls += q->messages[i]->n_tool_calls;
+	struct tok_msg *msgs = calloc(n, sizeof *msgs);
+	struct tok_call *calls = calloc(n_calls ? n_calls : 1, sizeof *calls);
+	// every string made here: contents, arguments, the tools
+	char **texts = calloc(n + n_calls + 1, sizeof *texts);
+	if (!msgs || !calls || !texts) {
 		free(msgs);
+		free(calls);
 		free(texts);
 		FAIL(rp, ANEDVD__ERROR_CODE__ERROR_INTERNAL, "out of memory");
 	}
-	size_t i;
-	int bad = 0;
-	for (i = 0; i < q->n_messages && !bad; i++) {
+	size_t nt = 0, nc = 0;
+	int bad = 0, nul = 0;
+	for (size_t i = 0; i < n && !bad; i++) {
 		const Anedvd__ChatMessage *m = q->messages[i];
 		if (strcmp(m->role, "system") == 0)
 			msgs[i].role = TOK_ROLE_SYSTEM;
@@ -262,34 +283,59 @@ do_chat(struct tok_service *s, const Anedvd__ApplyChatTemplateRequest *q, struct
 			msgs[i].role = TOK_ROLE_USER;
 		else if (strcmp(m->role, "assistant") == 0)
 			msgs[i].role = TOK_ROLE_ASSISTANT;
+		else if (strcmp(m->role, "tool") == 0)
+			msgs[i].role = TOK_ROLE_TOOL;
 		else {
 			snprintf(rp->msg, sizeof rp->msg,
-			         "chat: message %zu has role '%.40s'; expected system, user or assistant", i, m->role);
+			         "chat: message %zu has role '%.40s'; expected system, user, assistant or tool", i, m->role);
 			bad = 1;
 			break;
 		}
-		if (m->content.len && memchr(m->content.data, 0, m->content.len)) {
-			snprintf(rp->msg, sizeof rp->msg, "chat: message %zu contains a NUL byte", i);
+		if (!(texts[nt++] = cstr(&m->content, &nul)) || nul) {
+			snprintf(rp->msg, sizeof rp->msg, nul ? "chat: message %zu contains a NUL byte" : "out of memory", i);
 			bad = 1;
 			break;
 		}
-		texts[i] = malloc(m->content.len + 1);
-		if (!texts[i]) {
-			snprintf(rp->msg, sizeof rp->msg, "out of memory");
-			bad = 1;
-			break;
+		msgs[i].content = texts[nt - 1];
+		msgs[i].calls = calls + nc;
+		for (size_t k = 0; k < m->n_tool_calls && !bad; k++) {
+			const Anedvd__ToolCall *tc = m->tool_calls[k];
+			if (!(texts[nt++] = cstr(&tc->arguments, &nul)) || nul) {
+				snprintf(rp->msg, sizeof rp->msg, nul ? "chat: message %zu: a NUL byte in tool call %zu" : "out of memory",
+				         i, k);
+				bad = 1;
+				break;
+			}
+			calls[nc++] = (struct tok_call){tc->id, tc->name, texts[nt - 1]};
+			msgs[i].n_calls++;
 		}
-		if (m->content.len)
-			memcpy(texts[i], m->content.data, m->content.len);
-		texts[i][m->content.len] = 0;
-		msgs[i].content = texts[i];
+		msgs[i].call_id = m->tool_call_id && m->tool_call_id[0] ? m->tool_call_id : NULL;
+		msgs[i].name = m->name && m->name[0] ? m->name : NULL;
+	}
+	char *tools = NULL;
+	if (!bad && q->tools.len && (!(tools = texts[nt++] = cstr(&q->tools, &nul)) || nul)) {
+		snprintf(rp->msg, sizeof rp->msg, nul ? "chat: a NUL byte in the tools" : "out of memory");
+		bad = 1;
 	}
 	char *out = NULL;
-	if (!bad && tok_apply_chat(s->t, msgs, q->n_messages, q->add_generation_prompt, &out, rp->msg) != 0)
+	const char *format = "";
+	if (!bad && tok_chat_has_tools(msgs, n, tools)) {
+		// the built-in renderers write plain turns only: the tools, calls
+		// and results in the generic markup
+		struct tok_msg *plain = NULL;
+		size_t np = 0;
+		if (tok_chat_tools_plain(msgs, n, tools, &plain, &np, rp->msg) ||
+		    tok_apply_chat(s->t, plain, np, q->add_generation_prompt, &out, rp->msg))
+			bad = 1;
+		tok_chat_plain_free(plain, np);
+		format = TOK_TOOL_FORMAT_GENERIC;
+	} else if (!bad && tok_apply_chat(s->t, msgs, n, q->add_generation_prompt, &out, rp->msg) != 0) {
 		bad = 1;
-	for (size_t j = 0; j < q->n_messages; j++)
+	}
+	for (size_t j = 0; j < nt; j++)
 		free(texts[j]);
 	free(texts);
+	free(calls);
 	free(msgs);
 	if (bad)
 		FAIL(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, rp->msg);
@@ -297,6 +343,7 @@ do_chat(struct tok_service *s, const Anedvd__ApplyChatTemplateRequest *q, struct
 	rp->u.chat.text.data = (uint8_t *)out;
 	rp->u.chat.text.len = strlen(out);
 	rp->u.chat.family = (char *)tok_chat_family_name(tok_chat_family(s->t));
+	rp->u.chat.tool_format = (char *)format;
 	rp->owned[0] = out;
 	rp->r.body_case = ANEDVD__TOK_REPLY__BODY_CHAT;
 	rp->r.chat = &rp->u.chat;

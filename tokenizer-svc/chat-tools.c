@@ -1,0 +1,202 @@
+// chat-tools.c - tools in a conversation for templates that cannot write
+// them; see tokenizer.h.
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer.h"
+
+struct sb {
+	char *s;
+	size_t n, cap;
+	int oom;
+};
+
+static void
+sb_add(struct sb *b, const char *s, size_t n)
+{
+	if (b->oom)
+		return;
+	if (b->n + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		while (cap < b->n + n + 1)
+			cap *= 2;
+		char *t = realloc(b->s, cap);
+		if (!t) {
+			b->oom = 1;
+			return;
+		}
+		b->s = t;
+		b->cap = cap;
+	}
+	memcpy(b->s + b->n, s, n);
+	b->n += n;
+	b->s[b->n] = 0;
+}
+
+static void
+sb_str(struct sb *b, const char *s)
+{
+	sb_add(b, s, strlen(s));
+}
+
+// a JSON string of s (quoted, escaped)
+static void
+sb_json_str(struct sb *b, const char *s)
+{
+	cJSON *j = cJSON_CreateString(s ? s : "");
+	char *t = j ? cJSON_PrintUnformatted(j) : NULL;
+	if (t)
+		sb_str(b, t);
+	else
+		b->oom = 1;
+	free(t);
+	cJSON_Delete(j);
+}
+
+int
+tok_chat_has_tools(const struct tok_msg *msgs, size_t n, const char *tools_json)
+{
+	if (tools_json && tools_json[0])
+		return 1;
+	for (size_t i = 0; i < n; i++)
+		if (msgs[i].role == TOK_ROLE_TOOL || msgs[i].n_calls)
+			return 1;
+	return 0;
+}
+
+const char *
+tok_tool_format(const char *t)
+{
+	if (!t)
+		return TOK_TOOL_FORMAT_GENERIC;
+	if (strstr(t, "<tool_call>"))
+		return "hermes";
+	if (strstr(t, "[TOOL_CALLS]"))
+		return "mistral";
+	if (strstr(t, "<|start_header_id|>") && strstr(t, "\"parameters\""))
+		return "llama3";
+	return TOK_TOOL_FORMAT_GENERIC;
+}
+
+// the block the system turn ends with
+static int
+tools_block(struct sb *b, const char *tools_json, char *err)
+{
+	cJSON *tools = cJSON_Parse(tools_json);
+	if (!cJSON_IsArray(tools)) {
+		cJSON_Delete(tools);
+		return ad_err(err, "chat: tools must be a JSON array");
+	}
+	sb_str(b, "You can call these functions:\n");
+	const cJSON *t;
+	int k = 0;
+	cJSON_ArrayForEach(t, tools)
+	{
+		const cJSON *f = cJSON_GetObjectItemCaseSensitive(t, "function");
+		const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
+		if (!cJSON_IsObject(f) || !cJSON_IsString(name)) {
+			cJSON_Delete(tools);
+			return ad_err(err, "chat: tools[%d] is not {\"type\": \"function\", \"function\": {\"name\": ...}}", k);
+		}
+		char *s = cJSON_PrintUnformatted(f);
+		if (!s) {
+			cJSON_Delete(tools);
+			return ad_err(err, "out of memory");
+		}
+		sb_str(b, s);
+		sb_str(b, "\n");
+		free(s);
+		k++;
+	}
+	cJSON_Delete(tools);
+	sb_str(b, "To call a function, answer with nothing but this JSON: {\"tool_call\": {\"name\": <the function's "
+	          "name>, \"arguments\": <its arguments as a JSON object>}}\n"
+	          "To call several at once: {\"tool_calls\": [{\"name\": ..., \"arguments\": ...}, ...]}\n"
+	          "A function's result comes back in a message that starts with \"Result of\".");
+	return 0;
+}
+
+// the calls of an assistant turn in the generic markup
+static void
+calls_text(struct sb *b, const struct tok_call *c, size_t n)
+{
+	sb_str(b, n == 1 ? "{\"tool_call\": " : "{\"tool_calls\": [");
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			sb_str(b, ", ");
+		sb_str(b, "{\"name\": ");
+		sb_json_str(b, c[i].name);
+		sb_str(b, ", \"arguments\": ");
+		sb_str(b, c[i].arguments && c[i].arguments[0] ? c[i].arguments : "{}");
+		sb_str(b, "}");
+	}
+	sb_str(b, n == 1 ? "}" : "]}");
+}
+
+void
+tok_chat_plain_free(struct tok_msg *msgs, size_t n)
+{
+	for (size_t i = 0; msgs && i < n; i++)
+		free((char *)msgs[i].content);
+	free(msgs);
+}
+
+int
+tok_chat_tools_plain(const struct tok_msg *msgs, size_t n, const char *tools_json, struct tok_msg **out,
+                     size_t *n_out, char *err)
+{
+	*out = NULL;
+	*n_out = 0;
+	int has_tools = tools_json && tools_json[0];
+	int sys = has_tools && (n == 0 || msgs[0].role != TOK_ROLE_SYSTEM); // a system turn to add
+	struct tok_msg *m = calloc(n + 1, sizeof *m);
+	if (!m)
+		return ad_err(err, "out of memory");
+	size_t k = 0;
+	for (size_t i = 0; i < n + (size_t)sys; i++) {
+		const struct tok_msg *src = sys ? (i ? &msgs[i - 1] : NULL) : &msgs[i];
+		struct sb b = {0};
+		enum tok_role role = src ? src->role : TOK_ROLE_SYSTEM;
+		if (src && src->role == TOK_ROLE_TOOL) {
+			role = TOK_ROLE_USER;
+			sb_str(&b, "Result of ");
+			sb_str(&b, src->name && src->name[0] ? src->name : "the function");
+			if (src->call_id && src->call_id[0]) {
+				sb_str(&b, " (");
+				sb_str(&b, src->call_id);
+				sb_str(&b, ")");
+			}
+			sb_str(&b, ": ");
+			sb_str(&b, src->content ? src->content : "");
+		} else {
+			sb_str(&b, src && src->content ? src->content : "");
+			if (src && src->n_calls) {
+				if (b.n)
+					sb_str(&b, "\n");
+				calls_text(&b, src->calls, src->n_calls);
+			}
+		}
+		if (has_tools && (sys ? i == 0 : i == 0 && role == TOK_ROLE_SYSTEM)) {
+			if (b.n)
+				sb_str(&b, "\n\n");
+			if (tools_block(&b, tools_json, err)) {
+				free(b.s);
+				tok_chat_plain_free(m, k);
+				return -1;
+			}
+		}
+		if (b.oom || !(b.s || (b.s = calloc(1, 1)))) {
+			free(b.s);
+			tok_chat_plain_free(m, k);
+			return ad_err(err, "out of memory");
+		}
+		m[k].role = role;
+		m[k].content = b.s;
+		k++;
+	}
+	*out = m;
+	*n_out = k;
+	return 0;
+}
