@@ -26,3 +26,10 @@ add_test(NAME test-web-live
   COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/web/live-run.sh $<TARGET_FILE:anedvd> ${LIVE_MODEL})
 set_tests_properties(test-web-live PROPERTIES LABELS e2e TIMEOUT 600 RUN_SERIAL TRUE
   ENVIRONMENT "ANEDVD_WEB_ARTIFACTS=${CMAKE_CURRENT_BINARY_DIR}/web-artifacts")
+
+# tool calls and structured output through the official clients, judged by ajv
+add_test(NAME test-live-tools
+  COMMAND ${NODE_EXE} --test --test-reporter=spec ${CMAKE_CURRENT_SOURCE_DIR}/node/tools.test.mjs)
+set_tests_properties(test-live-tools PROPERTIES LABELS e2e TIMEOUT 300
+  ENVIRONMENT "ANEDVD_BIN=$<TARGET_FILE:anedvd>;FE_MODEL=${LIVE_MODEL}"
+  FIXTURES_REQUIRED fe_node_modules)

@@ -216,7 +216,9 @@ describe('the API surface beside the generations', () => {
 		await llamaError(s, await post(s, '/detokenize', { tokens: [-1] }), 400, /'tokens\[0\]'/);
 		await llamaError(s, await request(s, 'GET', '/detokenize'), 405);
 		await llamaError(s, await post(s, '/apply-template', {}), 400, /'messages' is required/);
-		await llamaError(s, await post(s, '/apply-template', { messages: [{ role: 'tool', content: 'x' }] }), 400, /messages\[0\]\.role/);
+		await llamaError(s, await post(s, '/apply-template', { messages: [{ role: 'robot', content: 'x' }] }), 400, /messages\[0\]\.role/);
+		// a tool result must answer a call an earlier assistant turn made
+		await llamaError(s, await post(s, '/apply-template', { messages: [{ role: 'tool', content: 'x' }] }), 400, /messages\[0\]\.tool_call_id/);
 		await anthropicError(s, await post(s, '/v1/messages/count_tokens', { model: 'x' }), 400, /'messages' is required/);
 		await anthropicError(s, await post(s, '/v1/messages/count_tokens', { messages: [{ role: 'system', content: 'x' }] }), 400, /role/);
 		await anthropicError(s, await post(s, '/v1/messages/count_tokens', { system: 5, messages: [{ role: 'user', content: 'x' }] }), 400, /system/);
@@ -311,15 +313,26 @@ describe('the API surface beside the generations', () => {
 			[{ input: 'x', store: 'no' }, 'store', /true or false/],
 			[{ input: 'x', conversation: 'conv_1' }, 'conversation', /stateless/],
 			[{ input: 'x', background: true }, 'background', /stored/],
-			[{ input: 'x', tools: [{ type: 'function', name: 'f', parameters: {} }] }, 'tools', /not supported yet/],
-			[{ input: 'x', tool_choice: 'required' }, 'tool_choice', /not supported yet/],
-			[{ input: 'x', text: { format: { type: 'json_schema', name: 'x', schema: {} } } }, 'text.format', /structured output/],
+			[{ input: 'x', tools: [{ type: 'web_search_preview' }] }, 'tools[0].type', /only function tools/],
+			[{ input: 'x', tools: [{ type: 'function', name: 'f', parameters: { type: 'string' } }] }, 'tools[0].parameters', /object schema/],
+			[{ input: 'x', tools: [{ type: 'function', name: 'f b' }] }, 'tools[0].name', /not a function name/],
+			[{ input: 'x', tools: [{ type: 'function', name: 'f', parameters: { type: 'object', properties: { a: { type: 'string', pattern: 'x' } } } }] },
+				'tools[0].parameters', /properties\.a: 'pattern' is not supported/],
+			[{ input: 'x', tool_choice: 'required' }, 'tool_choice', /no tools/],
+			[{ input: 'x', tools: [{ type: 'function', name: 'f' }], tool_choice: { type: 'function', name: 'g' } }, 'tool_choice', /no tool is named 'g'/],
+			[{ input: 'x', tool_choice: 'sometimes' }, 'tool_choice', /none, auto, required/],
+			[{ input: 'x', text: { format: { type: 'json_schema', name: 'x', schema: { type: 'number', multipleOf: 2 } } } }, 'text.format.schema', /'multipleOf' is not supported/],
+			[{ input: 'x', text: { format: { type: 'json_schema', name: 'x' } } }, 'text.format.schema', /JSON Schema object/],
+			[{ input: 'x', text: { format: { type: 'xml' } } }, 'text.format.type', /'xml' is not text, json_object or json_schema/],
 			[{ input: 'x', text: 'plain' }, 'text', /object/],
 			[{}, 'input', /required/],
 			[{ input: 5 }, 'input', /string or an array/],
 			[{ input: [] }, 'input', /empty/],
 			[{ input: ['x'] }, 'input[0]', /message item/],
-			[{ input: [{ type: 'function_call_output', call_id: 'c', output: 'x' }] }, 'input[0].type', /only message items/],
+			[{ input: [{ type: 'function_call_output', call_id: 'c', output: 'x' }] }, 'input[0].call_id', /no function_call item before it/],
+			[{ input: [{ type: 'function_call', name: 'f', arguments: '{}' }] }, 'input[0].call_id', /required/],
+			[{ input: [{ type: 'function_call', call_id: 'c', name: 'f', arguments: '[1]' }] }, 'input[0].arguments', /JSON object/],
+			[{ input: [{ type: 'reasoning', summary: [] }] }, 'input[0].type', /'reasoning' items are not supported/],
 			[{ input: [{ role: 'tool', content: 'x' }] }, 'input[0].role', /not supported/],
 			[{ input: [{ role: 'user' }] }, 'input[0].content', /required/],
 			[{ input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'x' }] }] }, 'input[0].content[0].type', /input_image/],
