@@ -14,65 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct sbuf {
-	char *s;
-	size_t n, cap;
-	int oom;
-};
-
-static void
-sb_add(struct sbuf *b, const char *s, size_t n)
-{
-	if (b->oom)
-		return;
-	if (b->n + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->n + n + 1)
-			cap *= 2;
-		char *t = realloc(b->s, cap);
-		if (!t) {
-			b->oom = 1;
-			return;
-		}
-		b->s = t;
-		b->cap = cap;
-	}
-	memcpy(b->s + b->n, s, n);
-	b->n += n;
-	b->s[b->n] = 0;
-}
-
-static void
-sb_str(struct sbuf *b, const char *s)
-{
-	sb_add(b, s, strlen(s));
-}
-
-static void __attribute__((format(printf, 2, 3)))
-sb_printf(struct sbuf *b, const char *fmt, ...)
-{
-	char tmp[256];
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		return;
-	if ((size_t)n < sizeof tmp) {
-		sb_add(b, tmp, (size_t)n);
-		return;
-	}
-	char *big = malloc((size_t)n + 1);
-	if (!big) {
-		b->oom = 1;
-		return;
-	}
-	va_start(ap, fmt);
-	vsnprintf(big, (size_t)n + 1, fmt, ap);
-	va_end(ap);
-	sb_add(b, big, (size_t)n);
-	free(big);
-}
+#include "sbuf.h"
 
 // the shared rules, written once when used
 enum {
@@ -151,19 +93,19 @@ char *
 jsg_literal(const char *s, size_t n)
 {
 	struct sbuf b = {0};
-	sb_add(&b, "\"", 1);
+	sbuf_add(&b, "\"", 1);
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)s[i];
 		if (c == '"' || c == '\\') {
 			char e[2] = {'\\', (char)c};
-			sb_add(&b, e, 2);
+			sbuf_add(&b, e, 2);
 		} else if (c < 0x20 || c == 0x7f) {
-			sb_printf(&b, "\\x%02X", c);
+			sbuf_printf(&b, "\\x%02X", c);
 		} else {
-			sb_add(&b, (const char *)&c, 1);
+			sbuf_add(&b, (const char *)&c, 1);
 		}
 	}
-	sb_add(&b, "\"", 1);
+	sbuf_add(&b, "\"", 1);
 	if (b.oom) {
 		free(b.s);
 		return NULL;
@@ -180,7 +122,7 @@ lit(struct sbuf *out, const char *s, size_t n)
 		out->oom = 1;
 		return;
 	}
-	sb_str(out, l);
+	sbuf_str(out, l);
 	free(l);
 }
 
@@ -188,7 +130,7 @@ int
 jsg_rule(struct jsg *g, const char *name, const char *body, char *err)
 {
 	g->err = err;
-	sb_printf(&g->rules, "%s ::= %s\n", name, body);
+	sbuf_printf(&g->rules, "%s ::= %s\n", name, body);
 	return g->rules.oom ? ad_err(err, "out of memory") : 0;
 }
 
@@ -339,7 +281,7 @@ rule_for(struct jsg *g, const cJSON *s, const char *path, char *name)
 	int rv = expr(g, s, path, &e);
 	g->depth--;
 	if (!rv) {
-		sb_printf(&g->rules, "%s ::= %s\n", name, e.s ? e.s : "\"\"");
+		sbuf_printf(&g->rules, "%s ::= %s\n", name, e.s ? e.s : "\"\"");
 		if (e.oom || g->rules.oom)
 			rv = fail(g, path, "out of memory");
 		else if (g->rules.n > JSG_MAX_TEXT)
@@ -355,7 +297,7 @@ ref_to(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 	char name[80];
 	if (rule_for(g, s, path, name))
 		return -1;
-	sb_str(out, name);
+	sbuf_str(out, name);
 	return 0;
 }
 
@@ -380,7 +322,7 @@ static void
 same_len(struct sbuf *o, const char *a, const char *b, size_t n)
 {
 	if (n == 0) {
-		sb_str(o, "\"\"");
+		sbuf_str(o, "\"\"");
 		return;
 	}
 	if (!memcmp(a, b, n)) {
@@ -388,7 +330,7 @@ same_len(struct sbuf *o, const char *a, const char *b, size_t n)
 		return;
 	}
 	if (a[0] == b[0]) {
-		sb_printf(o, "\"%c\" ", a[0]);
+		sbuf_printf(o, "\"%c\" ", a[0]);
 		same_len(o, a + 1, b + 1, n - 1);
 		return;
 	}
@@ -398,25 +340,25 @@ same_len(struct sbuf *o, const char *a, const char *b, size_t n)
 	int a_low = !memcmp(a + 1, zeros, n - 1), b_high = !memcmp(b + 1, nines, n - 1);
 	char lo = a_low ? a[0] : (char)(a[0] + 1), hi = b_high ? b[0] : (char)(b[0] - 1);
 	int first = 1;
-	sb_str(o, "(");
+	sbuf_str(o, "(");
 	if (!a_low) {
-		sb_printf(o, "\"%c\" (", a[0]);
+		sbuf_printf(o, "\"%c\" (", a[0]);
 		same_len(o, a + 1, nines, n - 1);
-		sb_str(o, ")");
+		sbuf_str(o, ")");
 		first = 0;
 	}
 	if (lo <= hi) {
-		sb_printf(o, "%s[%c-%c]", first ? "" : " | ", lo, hi);
+		sbuf_printf(o, "%s[%c-%c]", first ? "" : " | ", lo, hi);
 		if (n > 1)
-			sb_printf(o, " [0-9]{%zu}", n - 1);
+			sbuf_printf(o, " [0-9]{%zu}", n - 1);
 		first = 0;
 	}
 	if (!b_high) {
-		sb_printf(o, "%s\"%c\" (", first ? "" : " | ", b[0]);
+		sbuf_printf(o, "%s\"%c\" (", first ? "" : " | ", b[0]);
 		same_len(o, zeros, b + 1, n - 1);
-		sb_str(o, ")");
+		sbuf_str(o, ")");
 	}
-	sb_str(o, ")");
+	sbuf_str(o, ")");
 }
 
 // naturals in [a, b] without leading zeros; b < 0: no upper bound (up to
@@ -426,7 +368,7 @@ nat_range(struct sbuf *o, long long a, long long b)
 {
 	char as[32], bs[32];
 	int la = snprintf(as, sizeof as, "%lld", a), lb = b >= 0 ? snprintf(bs, sizeof bs, "%lld", b) : la;
-	sb_str(o, "(");
+	sbuf_str(o, "(");
 	for (int d = la; d <= lb; d++) {
 		char lo[32], hi[32];
 		if (d == la)
@@ -438,12 +380,12 @@ nat_range(struct sbuf *o, long long a, long long b)
 		else
 			memset(hi, '9', (size_t)d);
 		if (d > la)
-			sb_str(o, " | ");
+			sbuf_str(o, " | ");
 		same_len(o, lo, hi, (size_t)d);
 	}
 	if (b < 0 && la < 16) // every longer natural
-		sb_printf(o, " | [1-9] [0-9]{%d,15}", la);
-	sb_str(o, ")");
+		sbuf_printf(o, " | [1-9] [0-9]{%d,15}", la);
+	sbuf_str(o, ")");
 }
 
 // integers in [lo, hi] (has_lo/has_hi: bounded; the caller keeps lo <= hi)
@@ -451,19 +393,19 @@ static void
 int_range(struct sbuf *o, int has_lo, long long lo, int has_hi, long long hi)
 {
 	int first = 1;
-	sb_str(o, "(");
+	sbuf_str(o, "(");
 	if (!has_lo || lo < 0) { // negative: "-" and a magnitude in [max(1, -hi), -lo]
-		sb_str(o, "\"-\" ");
+		sbuf_str(o, "\"-\" ");
 		nat_range(o, has_hi && hi < 0 ? -hi : 1, has_lo ? -lo : -1);
 		first = 0;
 	}
 	long long plo = has_lo && lo > 0 ? lo : 0;
 	if (!has_hi || hi >= plo) {
 		if (!first)
-			sb_str(o, " | ");
+			sbuf_str(o, " | ");
 		nat_range(o, plo, has_hi ? hi : -1);
 	}
-	sb_str(o, ")");
+	sbuf_str(o, ")");
 }
 
 // the bound kw of s: 1 with its value when present (a number), 0 absent
@@ -490,7 +432,7 @@ numeric(struct jsg *g, const cJSON *s, const char *path, int integer, struct sbu
 		return -1;
 	if (!hmn && !hmx && !hxmn && !hxmx) {
 		g->used |= integer ? U_INTEGER : U_NUMBER;
-		sb_str(out, integer ? "json-integer" : "json-number");
+		sbuf_str(out, integer ? "json-integer" : "json-number");
 		return 0;
 	}
 	// the effective bounds: lo (excl: lo is left out), hi (excl)
@@ -554,7 +496,7 @@ numeric(struct jsg *g, const cJSON *s, const char *path, int integer, struct sbu
 		int n_one = 0;
 		if (a_x && (b_inf || A < B)) { // i = A with a non-zero fraction
 			int_range(&one, 1, A, 1, A);
-			sb_str(&one, " json-frac-nz");
+			sbuf_str(&one, " json-frac-nz");
 			n_one++;
 			start = A + 1;
 		} else if (a_x) {
@@ -562,20 +504,20 @@ numeric(struct jsg *g, const cJSON *s, const char *path, int integer, struct sbu
 		}
 		if (b_inf || start <= B - 1) {
 			if (n_one++)
-				sb_str(&one, " | ");
+				sbuf_str(&one, " | ");
 			int_range(&one, 1, start, !b_inf, B - 1);
-			sb_str(&one, " json-frac?");
+			sbuf_str(&one, " json-frac?");
 		}
 		if (!b_inf && !b_x && B >= start && !(neg && B == 0)) {
 			if (n_one++)
-				sb_str(&one, " | ");
+				sbuf_str(&one, " | ");
 			int_range(&one, 1, B, 1, B);
-			sb_str(&one, " json-frac-zero?");
+			sbuf_str(&one, " json-frac-zero?");
 		}
 		if (n_one) {
 			if (n_alt++)
-				sb_str(&alt, " | ");
-			sb_printf(&alt, "%s(%s)", neg ? "\"-\" " : "", one.s);
+				sbuf_str(&alt, " | ");
+			sbuf_printf(&alt, "%s(%s)", neg ? "\"-\" " : "", one.s);
 		}
 		free(one.s);
 	}
@@ -583,7 +525,7 @@ numeric(struct jsg *g, const cJSON *s, const char *path, int integer, struct sbu
 		free(alt.s);
 		return fail(g, path, "no number lies between the bounds");
 	}
-	sb_printf(out, "(%s)", alt.s);
+	sbuf_printf(out, "(%s)", alt.s);
 	free(alt.s);
 	return alt.oom ? fail(g, path, "out of memory") : 0;
 }
@@ -619,30 +561,30 @@ string(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 		const char *fs = f->valuestring;
 		if (!strcmp(fs, "date")) {
 			g->used |= U_DATE;
-			sb_str(out, "\"\\\"\" json-date \"\\\"\"");
+			sbuf_str(out, "\"\\\"\" json-date \"\\\"\"");
 		} else if (!strcmp(fs, "time")) {
 			g->used |= U_TIME;
-			sb_str(out, "\"\\\"\" json-time \"\\\"\"");
+			sbuf_str(out, "\"\\\"\" json-time \"\\\"\"");
 		} else if (!strcmp(fs, "date-time")) {
 			g->used |= U_DATE | U_TIME;
-			sb_str(out, "\"\\\"\" json-date \"T\" json-time \"\\\"\"");
+			sbuf_str(out, "\"\\\"\" json-date \"T\" json-time \"\\\"\"");
 		} else if (!strcmp(fs, "uuid")) {
-			sb_str(out, "\"\\\"\" [0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" "
+			sbuf_str(out, "\"\\\"\" [0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" "
 			            "[0-9a-f]{12} \"\\\"\"");
 		} else if (!strcmp(fs, "email")) {
 			g->used |= U_LABEL;
-			sb_str(out, "\"\\\"\" [a-zA-Z0-9_+-]{1,16} (\".\" [a-zA-Z0-9_+-]{1,16}){0,3} \"@\" json-label "
+			sbuf_str(out, "\"\\\"\" [a-zA-Z0-9_+-]{1,16} (\".\" [a-zA-Z0-9_+-]{1,16}){0,3} \"@\" json-label "
 			            "(\".\" json-label){1,4} \"\\\"\"");
 		} else if (!strcmp(fs, "hostname")) {
 			g->used |= U_LABEL;
-			sb_str(out, "\"\\\"\" json-label (\".\" json-label){0,6} \"\\\"\"");
+			sbuf_str(out, "\"\\\"\" json-label (\".\" json-label){0,6} \"\\\"\"");
 		} else if (!strcmp(fs, "uri")) {
 			g->used |= U_LABEL;
-			sb_str(out, "\"\\\"\" \"http\" \"s\"? \"://\" json-label (\".\" json-label){1,6} (\"/\" "
+			sbuf_str(out, "\"\\\"\" \"http\" \"s\"? \"://\" json-label (\".\" json-label){1,6} (\"/\" "
 			            "[a-zA-Z0-9._~-]{0,32}){0,8} \"\\\"\"");
 		} else if (!strcmp(fs, "ipv4")) {
 			g->used |= U_OCTET;
-			sb_str(out, "\"\\\"\" json-octet \".\" json-octet \".\" json-octet \".\" json-octet \"\\\"\"");
+			sbuf_str(out, "\"\\\"\" json-octet \".\" json-octet \".\" json-octet \".\" json-octet \"\\\"\"");
 		} else {
 			return fail(g, path, "'format': '%.32s' is not supported (date, time, date-time, uuid, email, uri, "
 			                     "hostname, ipv4)", fs);
@@ -655,14 +597,14 @@ string(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 		return fail(g, path, "string lengths above 10000 are not supported");
 	if (!hmn && !hmx) {
 		g->used |= U_STRING;
-		sb_str(out, "json-string");
+		sbuf_str(out, "json-string");
 		return 0;
 	}
 	g->used |= U_CHAR;
 	if (hmx)
-		sb_printf(out, "\"\\\"\" json-char{%ld,%ld} \"\\\"\"", mn, mx);
+		sbuf_printf(out, "\"\\\"\" json-char{%ld,%ld} \"\\\"\"", mn, mx);
 	else
-		sb_printf(out, "\"\\\"\" json-char{%ld,} \"\\\"\"", mn);
+		sbuf_printf(out, "\"\\\"\" json-char{%ld,} \"\\\"\"", mn);
 	return 0;
 }
 
@@ -743,31 +685,31 @@ not_keys(struct jsg *g, const struct prop *p, int n, const char *prefix, size_t 
 		}
 	}
 	g->used |= U_KCHAR;
-	sb_str(out, "(");
+	sbuf_str(out, "(");
 	if (!ends)
-		sb_str(out, "\"\\\"\" | ");
-	sb_str(out, "[^\"\\\\\\x7F\\x00-\\x1F");
+		sbuf_str(out, "\"\\\"\" | ");
+	sbuf_str(out, "[^\"\\\\\\x7F\\x00-\\x1F");
 	for (int j = 0; j < n_next; j++) {
 		unsigned char c = (unsigned char)next[j][0];
 		if (nlen[j] == 1 && (c == ']' || c == '[' || c == '^' || c == '-'))
-			sb_printf(out, "\\x%02X", c);
+			sbuf_printf(out, "\\x%02X", c);
 		else
-			sb_add(out, next[j], (size_t)nlen[j]);
+			sbuf_add(out, next[j], (size_t)nlen[j]);
 	}
-	sb_str(out, "] json-kchar* \"\\\"\"");
+	sbuf_str(out, "] json-kchar* \"\\\"\"");
 	for (int j = 0; j < n_next; j++) {
 		char np[1100];
 		if (plen + (size_t)nlen[j] >= sizeof np)
 			return fail(g, path, "a property name longer than 1000 bytes beside additional properties");
 		memcpy(np, prefix, plen);
 		memcpy(np + plen, next[j], (size_t)nlen[j]);
-		sb_str(out, " | ");
+		sbuf_str(out, " | ");
 		lit(out, next[j], (size_t)nlen[j]);
-		sb_str(out, " ");
+		sbuf_str(out, " ");
 		if (not_keys(g, p, n, np, plen + (size_t)nlen[j], path, out, depth + 1))
 			return -1;
 	}
-	sb_str(out, ")");
+	sbuf_str(out, ")");
 	return 0;
 }
 
@@ -833,15 +775,15 @@ object(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 		}
 		struct sbuf k = {0};
 		if (!rv && np) {
-			sb_str(&k, "\"\\\"\" ");
+			sbuf_str(&k, "\"\\\"\" ");
 			rv = not_keys(g, p, np, "", 0, path, &k, 0);
 		} else if (!rv) {
 			g->used |= U_STRING;
-			sb_str(&k, "json-string");
+			sbuf_str(&k, "json-string");
 		}
 		if (!rv) {
 			snprintf(xkv, sizeof xkv, "%.40s-%d", g->base, ++g->counter);
-			sb_printf(&g->rules, "%s ::= %s \":\" ws %s\n", xkv, k.s, vname);
+			sbuf_printf(&g->rules, "%s ::= %s \":\" ws %s\n", xkv, k.s, vname);
 		}
 		free(k.s);
 	}
@@ -867,28 +809,28 @@ object(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 				kvi.oom = 1;
 			free(j);
 			cJSON_Delete(k);
-			sb_printf(&kvi, " \":\" ws %s", names[i]);
+			sbuf_printf(&kvi, " \":\" ws %s", names[i]);
 		}
 		if (i == np) {
 			if (extra) {
-				sb_printf(&g->rules, "%s-s%d ::= (\",\" ws %s)*\n", base, i, xkv);
-				sb_printf(&g->rules, "%s-r%d ::= (%s (\",\" ws %s)*)?\n", base, i, xkv, xkv);
+				sbuf_printf(&g->rules, "%s-s%d ::= (\",\" ws %s)*\n", base, i, xkv);
+				sbuf_printf(&g->rules, "%s-r%d ::= (%s (\",\" ws %s)*)?\n", base, i, xkv, xkv);
 			} else {
-				sb_printf(&g->rules, "%s-s%d ::= \"\"\n", base, i);
-				sb_printf(&g->rules, "%s-r%d ::= \"\"\n", base, i);
+				sbuf_printf(&g->rules, "%s-s%d ::= \"\"\n", base, i);
+				sbuf_printf(&g->rules, "%s-r%d ::= \"\"\n", base, i);
 			}
 		} else if (p[i].required) {
-			sb_printf(&g->rules, "%s-s%d ::= \",\" ws %s %s-s%d\n", base, i, kvi.s, base, i + 1);
-			sb_printf(&g->rules, "%s-r%d ::= %s %s-s%d\n", base, i, kvi.s, base, i + 1);
+			sbuf_printf(&g->rules, "%s-s%d ::= \",\" ws %s %s-s%d\n", base, i, kvi.s, base, i + 1);
+			sbuf_printf(&g->rules, "%s-r%d ::= %s %s-s%d\n", base, i, kvi.s, base, i + 1);
 		} else {
-			sb_printf(&g->rules, "%s-s%d ::= (\",\" ws %s)? %s-s%d\n", base, i, kvi.s, base, i + 1);
-			sb_printf(&g->rules, "%s-r%d ::= %s %s-s%d | %s-r%d\n", base, i, kvi.s, base, i + 1, base, i + 1);
+			sbuf_printf(&g->rules, "%s-s%d ::= (\",\" ws %s)? %s-s%d\n", base, i, kvi.s, base, i + 1);
+			sbuf_printf(&g->rules, "%s-r%d ::= %s %s-s%d | %s-r%d\n", base, i, kvi.s, base, i + 1, base, i + 1);
 		}
 		if (kvi.oom)
 			g->rules.oom = 1;
 		free(kvi.s);
 	}
-	sb_printf(out, "\"{\" ws %s-r0 ws \"}\"", base);
+	sbuf_printf(out, "\"{\" ws %s-r0 ws \"}\"", base);
 	for (int i = 0; i < np; i++)
 		free(names[i]);
 	free(names);
@@ -950,38 +892,38 @@ array(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 	// the items from position i on (i > 0: each after a comma); nested
 	// optional groups past minItems
 	struct sbuf e = {0};
-	sb_str(&e, "\"[\" ws ");
+	sbuf_str(&e, "\"[\" ws ");
 	int open = 0;
 	long i = 0;
 	for (; i < np && (!hmx || i < mx); i++) {
 		if (i >= mn) {
-			sb_str(&e, "(");
+			sbuf_str(&e, "(");
 			open++;
 		}
 		if (i > 0)
-			sb_str(&e, "\",\" ws ");
-		sb_printf(&e, "%s ", pn[i]);
+			sbuf_str(&e, "\",\" ws ");
+		sbuf_printf(&e, "%s ", pn[i]);
 	}
 	if (rest && (!hmx || i < mx)) {
 		long lo = mn > i ? mn - i : 0, hi = hmx ? mx - i : -1;
 		if (i == 0) { // the first item has no comma
 			if (lo == 0) {
-				sb_str(&e, "(");
+				sbuf_str(&e, "(");
 				open++;
 			}
-			sb_printf(&e, "%s ", item);
+			sbuf_printf(&e, "%s ", item);
 			lo = lo ? lo - 1 : 0;
 			hi = hi > 0 ? hi - 1 : hi;
 		}
 		if (hi < 0)
-			sb_printf(&e, "(\",\" ws %s){%ld,} ", item, lo);
+			sbuf_printf(&e, "(\",\" ws %s){%ld,} ", item, lo);
 		else if (hi > 0)
-			sb_printf(&e, "(\",\" ws %s){%ld,%ld} ", item, lo, hi);
+			sbuf_printf(&e, "(\",\" ws %s){%ld,%ld} ", item, lo, hi);
 	}
 	for (; open > 0; open--)
-		sb_str(&e, ")? ");
-	sb_str(&e, "ws \"]\"");
-	sb_str(out, e.s ? e.s : "");
+		sbuf_str(&e, ")? ");
+	sbuf_str(&e, "ws \"]\"");
+	sbuf_str(out, e.s ? e.s : "");
 	int oom = e.oom;
 	free(e.s);
 	free(pn);
@@ -1005,12 +947,12 @@ typed(struct jsg *g, const cJSON *s, const char *type, const char *path, struct 
 		return numeric(g, s, path, 0, out);
 	if (!strcmp(type, "boolean")) {
 		g->used |= U_BOOLEAN;
-		sb_str(out, "json-boolean");
+		sbuf_str(out, "json-boolean");
 		return 0;
 	}
 	if (!strcmp(type, "null")) {
 		g->used |= U_NULL;
-		sb_str(out, "json-null");
+		sbuf_str(out, "json-null");
 		return 0;
 	}
 	return fail(g, path, "'type': '%.32s' is not a JSON Schema type", type);
@@ -1106,7 +1048,7 @@ expr(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 {
 	if (cJSON_IsTrue(s)) {
 		g->used |= U_VALUE;
-		sb_str(out, "json-value");
+		sbuf_str(out, "json-value");
 		return 0;
 	}
 	if (cJSON_IsFalse(s))
@@ -1132,7 +1074,7 @@ expr(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 	int nul = nullable && cJSON_IsTrue(nullable);
 	if (nul) {
 		g->used |= U_NULL;
-		sb_str(out, "(json-null | ");
+		sbuf_str(out, "(json-null | ");
 	}
 	int rv = 0;
 	const cJSON *c = get(s, "const"), *en = get(s, "enum"), *any = get(s, "anyOf"), *one = get(s, "oneOf"),
@@ -1144,17 +1086,17 @@ expr(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 	} else if (en) {
 		if (!cJSON_IsArray(en) || cJSON_GetArraySize(en) == 0)
 			return fail(g, path, "'enum' must be a non-empty array");
-		sb_str(out, "(");
+		sbuf_str(out, "(");
 		const cJSON *v;
 		int k = 0;
 		cJSON_ArrayForEach(v, en)
 		{
 			if (k++)
-				sb_str(out, " | ");
+				sbuf_str(out, " | ");
 			if (json_lit(g, v, path, out))
 				return -1;
 		}
-		sb_str(out, ")");
+		sbuf_str(out, ")");
 	} else if (any || one) {
 		const cJSON *alts = any ? any : one;
 		const char *kw = any ? "anyOf" : "oneOf";
@@ -1164,7 +1106,7 @@ expr(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 			return fail(g, path, "'anyOf' beside 'oneOf' is not supported");
 		if (has_assertions(s, kw, "nullable"))
 			return fail(g, path, "'%s' beside other keywords is not supported", kw);
-		sb_str(out, "(");
+		sbuf_str(out, "(");
 		const cJSON *v;
 		int k = 0;
 		cJSON_ArrayForEach(v, alts)
@@ -1172,11 +1114,11 @@ expr(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 			char pp[512];
 			snprintf(pp, sizeof pp, "%.400s.%s[%d]", path, kw, k);
 			if (k++)
-				sb_str(out, " | ");
+				sbuf_str(out, " | ");
 			if (ref_to(g, v, pp, out))
 				return -1;
 		}
-		sb_str(out, ")");
+		sbuf_str(out, ")");
 	} else if (all) {
 		if (!cJSON_IsArray(all) || cJSON_GetArraySize(all) == 0)
 			return fail(g, path, "'allOf' must be a non-empty array of schemas");
@@ -1185,18 +1127,18 @@ expr(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 		int n = cJSON_GetArraySize(type), k = 0;
 		if (n == 0)
 			return fail(g, path, "'type' must not be an empty list");
-		sb_str(out, "(");
+		sbuf_str(out, "(");
 		const cJSON *t;
 		cJSON_ArrayForEach(t, type)
 		{
 			if (!cJSON_IsString(t))
 				return fail(g, path, "'type' must be a string or a list of strings");
 			if (k++)
-				sb_str(out, " | ");
+				sbuf_str(out, " | ");
 			if (typed(g, s, t->valuestring, path, out))
 				return -1;
 		}
-		sb_str(out, ")");
+		sbuf_str(out, ")");
 	} else if (type) {
 		if (!cJSON_IsString(type))
 			return fail(g, path, "'type' must be a string or a list of strings");
@@ -1207,11 +1149,11 @@ expr(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 			rv = typed(g, s, t, path, out);
 		} else {
 			g->used |= U_VALUE;
-			sb_str(out, "json-value");
+			sbuf_str(out, "json-value");
 		}
 	}
 	if (nul)
-		sb_str(out, ")");
+		sbuf_str(out, ")");
 	return rv || out->oom ? (rv ? rv : fail(g, path, "out of memory")) : 0;
 }
 
@@ -1227,7 +1169,7 @@ jsg_schema(struct jsg *g, const char *name, const cJSON *schema, const char *pat
 	struct sbuf e = {0};
 	int rv = expr(g, schema, path, &e);
 	if (!rv) {
-		sb_printf(&g->rules, "%s ::= %s\n", name, e.s ? e.s : "\"\"");
+		sbuf_printf(&g->rules, "%s ::= %s\n", name, e.s ? e.s : "\"\"");
 		if (e.oom || g->rules.oom)
 			rv = fail(g, path, "out of memory");
 	}
@@ -1283,10 +1225,10 @@ jsg_text(struct jsg *g, size_t *len, char *err)
 			if (used & SHARED[i].bit)
 				used |= SHARED[i].needs;
 	struct sbuf b = {0};
-	sb_add(&b, g->rules.s ? g->rules.s : "", g->rules.n);
+	sbuf_add(&b, g->rules.s ? g->rules.s : "", g->rules.n);
 	for (size_t i = 0; i < sizeof SHARED / sizeof SHARED[0]; i++)
 		if (used & SHARED[i].bit)
-			sb_printf(&b, "%s\n", SHARED[i].rule);
+			sbuf_printf(&b, "%s\n", SHARED[i].rule);
 	if (b.oom) {
 		free(b.s);
 		return ad_err(err, "out of memory"), NULL;

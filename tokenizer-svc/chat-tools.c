@@ -5,50 +5,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sbuf.h"
 #include "tokenizer.h"
-
-struct sb {
-	char *s;
-	size_t n, cap;
-	int oom;
-};
-
-static void
-sb_add(struct sb *b, const char *s, size_t n)
-{
-	if (b->oom)
-		return;
-	if (b->n + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->n + n + 1)
-			cap *= 2;
-		char *t = realloc(b->s, cap);
-		if (!t) {
-			b->oom = 1;
-			return;
-		}
-		b->s = t;
-		b->cap = cap;
-	}
-	memcpy(b->s + b->n, s, n);
-	b->n += n;
-	b->s[b->n] = 0;
-}
-
-static void
-sb_str(struct sb *b, const char *s)
-{
-	sb_add(b, s, strlen(s));
-}
 
 // a JSON string of s (quoted, escaped)
 static void
-sb_json_str(struct sb *b, const char *s)
+sb_json_str(struct sbuf *b, const char *s)
 {
 	cJSON *j = cJSON_CreateString(s ? s : "");
 	char *t = j ? cJSON_PrintUnformatted(j) : NULL;
 	if (t)
-		sb_str(b, t);
+		sbuf_str(b, t);
 	else
 		b->oom = 1;
 	free(t);
@@ -82,14 +49,14 @@ tok_tool_format(const char *t)
 
 // the block the system turn ends with
 static int
-tools_block(struct sb *b, const char *tools_json, char *err)
+tools_block(struct sbuf *b, const char *tools_json, char *err)
 {
 	cJSON *tools = cJSON_Parse(tools_json);
 	if (!cJSON_IsArray(tools)) {
 		cJSON_Delete(tools);
 		return ad_err(err, "chat: tools must be a JSON array");
 	}
-	sb_str(b, "You can call these functions:\n");
+	sbuf_str(b, "You can call these functions:\n");
 	const cJSON *t;
 	int k = 0;
 	cJSON_ArrayForEach(t, tools)
@@ -105,13 +72,13 @@ tools_block(struct sb *b, const char *tools_json, char *err)
 			cJSON_Delete(tools);
 			return ad_err(err, "out of memory");
 		}
-		sb_str(b, s);
-		sb_str(b, "\n");
+		sbuf_str(b, s);
+		sbuf_str(b, "\n");
 		free(s);
 		k++;
 	}
 	cJSON_Delete(tools);
-	sb_str(b, "To call a function, answer with nothing but this JSON: {\"tool_call\": {\"name\": <the function's "
+	sbuf_str(b, "To call a function, answer with nothing but this JSON: {\"tool_call\": {\"name\": <the function's "
 	          "name>, \"arguments\": <its arguments as a JSON object>}}\n"
 	          "To call several at once: {\"tool_calls\": [{\"name\": ..., \"arguments\": ...}, ...]}\n"
 	          "A function's result comes back in a message that starts with \"Result of\".");
@@ -120,19 +87,19 @@ tools_block(struct sb *b, const char *tools_json, char *err)
 
 // the calls of an assistant turn in the generic markup
 static void
-calls_text(struct sb *b, const struct tok_call *c, size_t n)
+calls_text(struct sbuf *b, const struct tok_call *c, size_t n)
 {
-	sb_str(b, n == 1 ? "{\"tool_call\": " : "{\"tool_calls\": [");
+	sbuf_str(b, n == 1 ? "{\"tool_call\": " : "{\"tool_calls\": [");
 	for (size_t i = 0; i < n; i++) {
 		if (i)
-			sb_str(b, ", ");
-		sb_str(b, "{\"name\": ");
+			sbuf_str(b, ", ");
+		sbuf_str(b, "{\"name\": ");
 		sb_json_str(b, c[i].name);
-		sb_str(b, ", \"arguments\": ");
-		sb_str(b, c[i].arguments && c[i].arguments[0] ? c[i].arguments : "{}");
-		sb_str(b, "}");
+		sbuf_str(b, ", \"arguments\": ");
+		sbuf_str(b, c[i].arguments && c[i].arguments[0] ? c[i].arguments : "{}");
+		sbuf_str(b, "}");
 	}
-	sb_str(b, n == 1 ? "}" : "]}");
+	sbuf_str(b, n == 1 ? "}" : "]}");
 }
 
 void
@@ -157,30 +124,30 @@ tok_chat_tools_plain(const struct tok_msg *msgs, size_t n, const char *tools_jso
 	size_t k = 0;
 	for (size_t i = 0; i < n + (size_t)sys; i++) {
 		const struct tok_msg *src = sys ? (i ? &msgs[i - 1] : NULL) : &msgs[i];
-		struct sb b = {0};
+		struct sbuf b = {0};
 		enum tok_role role = src ? src->role : TOK_ROLE_SYSTEM;
 		if (src && src->role == TOK_ROLE_TOOL) {
 			role = TOK_ROLE_USER;
-			sb_str(&b, "Result of ");
-			sb_str(&b, src->name && src->name[0] ? src->name : "the function");
+			sbuf_str(&b, "Result of ");
+			sbuf_str(&b, src->name && src->name[0] ? src->name : "the function");
 			if (src->call_id && src->call_id[0]) {
-				sb_str(&b, " (");
-				sb_str(&b, src->call_id);
-				sb_str(&b, ")");
+				sbuf_str(&b, " (");
+				sbuf_str(&b, src->call_id);
+				sbuf_str(&b, ")");
 			}
-			sb_str(&b, ": ");
-			sb_str(&b, src->content ? src->content : "");
+			sbuf_str(&b, ": ");
+			sbuf_str(&b, src->content ? src->content : "");
 		} else {
-			sb_str(&b, src && src->content ? src->content : "");
+			sbuf_str(&b, src && src->content ? src->content : "");
 			if (src && src->n_calls) {
 				if (b.n)
-					sb_str(&b, "\n");
+					sbuf_str(&b, "\n");
 				calls_text(&b, src->calls, src->n_calls);
 			}
 		}
 		if (has_tools && (sys ? i == 0 : i == 0 && role == TOK_ROLE_SYSTEM)) {
 			if (b.n)
-				sb_str(&b, "\n\n");
+				sbuf_str(&b, "\n\n");
 			if (tools_block(&b, tools_json, err)) {
 				free(b.s);
 				tok_chat_plain_free(m, k);
