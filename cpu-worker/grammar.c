@@ -342,7 +342,8 @@ struct dfa {
 	int viscap, n_vis;
 	int32_t *vlist; // the slots used, to clear them
 	int cap_vlist;
-	long steps;
+	long steps;  // of this transition
+	long budget; // left for this operation (gram_mask, gram_allows, ...)
 	int failed;
 	char err[AD_ERRLEN];
 };
@@ -507,7 +508,9 @@ expand(struct dfa *d, int32_t pos, int32_t par)
 		if (!v)
 			continue;
 		if (++d->steps > GRAM_MAX_WORK)
-			return dfa_fail(d, "grammar: too ambiguous to follow (one step needs more than 2^20 expansions)");
+			return dfa_fail(d, "grammar: too ambiguous to follow (one byte needs more than 2^16 expansions)");
+		if (--d->budget < 0)
+			return dfa_fail(d, "grammar: too ambiguous to follow (one token needs more than 2^22 expansions)");
 		struct gbnf_el e = g->el[p];
 		if (e.op == GBNF_END) {
 			if (q == 0) {
@@ -722,7 +725,7 @@ static int
 dfa_rebase(struct dfa *d, int32_t *s)
 {
 	struct dfa n;
-	if (dfa_init(&n, d->g)) {
+	if (dfa_init(&n, d->g) || (n.budget = GRAM_MAX_OP_WORK, 0)) {
 		dfa_free(&n);
 		return dfa_fail(d, "grammar: out of memory");
 	}
@@ -801,7 +804,7 @@ plain_add(struct plain *p, const int32_t *a, int n, const int32_t *extra, int n_
 			free(t.a);
 			return 0;
 		}
-	if (reserve((void **)&p->s, &p->cap, p->n + 1, sizeof *p->s)) {
+	if (p->n >= GRAM_MAX_STACKS || reserve((void **)&p->s, &p->cap, p->n + 1, sizeof *p->s)) {
 		free(t.a);
 		return -1;
 	}
@@ -1008,6 +1011,7 @@ restart(struct gram *m, char *err)
 			return ad_err(err, "grammar: it matches no text at all");
 		return 0;
 	}
+	m->d.budget = GRAM_MAX_OP_WORK;
 	int32_t s = dfa_start(&m->d);
 	if (s == -3)
 		return ad_err(err, "grammar: it matches no text at all");
@@ -1151,6 +1155,7 @@ gram_allows(struct gram *m, int32_t id, char *err)
 		plain_free(&out);
 		return rv ? ad_err(err, "grammar: too ambiguous to follow, or out of memory") : ok;
 	}
+	m->d.budget = GRAM_MAX_OP_WORK;
 	int32_t s = dfa_token(&m->d, m->cur, id, b, n);
 	return s == -2 ? failed(m, err) : s >= 0;
 }
@@ -1268,6 +1273,7 @@ gram_mask(struct gram *m, uint64_t *mask, char *err)
 			}
 	memset(mask, 0, bytes);
 	int32_t s = m->cur;
+	m->d.budget = GRAM_MAX_OP_WORK;
 	if (mask_walk(m, s, mask))
 		return failed(m, err);
 	mask_stops(m, mask);
@@ -1314,6 +1320,7 @@ advance(struct gram *m, int32_t id, char *err)
 		m->pcur = out;
 		return 0;
 	}
+	m->d.budget = GRAM_MAX_OP_WORK;
 	int32_t s = dfa_token(&m->d, m->cur, id, b, n);
 	if (s == -2)
 		return failed(m, err);
@@ -1337,6 +1344,7 @@ switch_on(struct gram *m, int32_t id, const uint8_t *b, size_t n, char *err)
 {
 	if (!m->ref) {
 		int32_t s = m->cur;
+		m->d.budget = GRAM_MAX_OP_WORK;
 		if (n) {
 			s = dfa_walk(&m->d, s, b, (uint32_t)n);
 		} else {

@@ -46,9 +46,11 @@
 // generator.
 //
 // Errors (-1 with a message): a token the grammar does not allow passed to
-// gram_accept; a step that cannot be computed within GRAM_MAX_WORK
-// expansions (a grammar too ambiguous to follow); a row on which the grammar
-// allows no token that has a finite logit ("no token can continue").
+// gram_accept; a transition that needs more than GRAM_MAX_WORK expansions,
+// or a mask, check or accept more than GRAM_MAX_OP_WORK (a grammar too
+// ambiguous to follow: the job ends with an error instead of hanging); a row
+// on which the grammar allows no token that has a finite logit ("no token
+// can continue").
 #ifndef AD_GRAMMAR_H
 #define AD_GRAMMAR_H
 
@@ -61,7 +63,9 @@
 
 #define GRAM_MAX_STATES 16384   // transition rows (1 KiB each) before a rebuild
 #define GRAM_MAX_NODES (1 << 21)
-#define GRAM_MAX_WORK (1 << 20) // expansion steps of one transition
+#define GRAM_MAX_WORK (1 << 16) // expansion steps of one transition
+#define GRAM_MAX_OP_WORK (1 << 22) // of one mask, check or accept (~0.3 s at worst)
+#define GRAM_MAX_STACKS 4096    // stacks the plain twin holds at once
 #define GRAM_MAX_STOP 64
 #define GRAM_MAX_TRIGGERS 16
 #define GRAM_MAX_WORD 128       // bytes of a trigger word
