@@ -132,7 +132,10 @@ grow_hash(int **h, int *cap, int n, uint32_t (*key)(struct parser *, int), struc
 {
 	if (n * 2 < *cap)
 		return 0;
+	// room for all n: generated rules join the count without passing here
 	int nc = *cap ? *cap * 2 : 64;
+	while (nc < 2 * (n + 1))
+		nc *= 2;
 	int *t = calloc((size_t)nc, sizeof *t);
 	if (!t)
 		return -1;

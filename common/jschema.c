@@ -301,6 +301,30 @@ ref_to(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 	return 0;
 }
 
+// whether s is valid UTF-8 (cJSON reads strings that are not)
+static int
+utf8_valid(const char *s)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	while (*u) {
+		int n = u[0] < 0x80 ? 1 : u[0] >= 0xc2 && u[0] < 0xe0 ? 2 : u[0] >= 0xe0 && u[0] < 0xf0 ? 3
+		        : u[0] >= 0xf0 && u[0] < 0xf5 ? 4 : 0;
+		if (!n)
+			return 0;
+		uint32_t c = n == 1 ? u[0] : u[0] & (0x7f >> n);
+		for (int i = 1; i < n; i++) {
+			if ((u[i] & 0xc0) != 0x80)
+				return 0;
+			c = c << 6 | (u[i] & 0x3f);
+		}
+		static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
+		if (c < min[n] || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+			return 0;
+		u += n;
+	}
+	return 1;
+}
+
 // the compact JSON text of v as a literal
 static int
 json_lit(struct jsg *g, const cJSON *v, const char *path, struct sbuf *out)
@@ -308,6 +332,10 @@ json_lit(struct jsg *g, const cJSON *v, const char *path, struct sbuf *out)
 	char *j = cJSON_PrintUnformatted(v);
 	if (!j)
 		return fail(g, path, "out of memory");
+	if (!utf8_valid(j)) {
+		free(j);
+		return fail(g, path, "a value of 'const' or 'enum' is not valid UTF-8");
+	}
 	lit(out, j, strlen(j));
 	free(j);
 	return 0;
@@ -737,11 +765,19 @@ object(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 	const cJSON *kv;
 	cJSON_ArrayForEach(kv, props)
 	{
+		if (!utf8_valid(kv->string)) {
+			free(p);
+			return fail(g, path, "a property name is not valid UTF-8");
+		}
 		p[np++] = (struct prop){kv->string, kv, in_required(req, kv->string)};
 	}
 	static const cJSON any = {.type = cJSON_True};
 	cJSON_ArrayForEach(r, req) // required keys without a schema: any value
 	{
+		if (!utf8_valid(r->valuestring)) {
+			free(p);
+			return fail(g, path, "a name in 'required' is not valid UTF-8");
+		}
 		int found = 0;
 		for (int i = 0; i < np; i++)
 			found |= !strcmp(p[i].key, r->valuestring);

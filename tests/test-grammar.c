@@ -114,6 +114,16 @@ test_compile_errors(void)
 	              "b ::= \"0123456789012345678901234567890123456789\"{10000}\n"
 	              "c ::= \"0123456789012345678901234567890123456789\"{10000}",
 	              "too large");
+	// many generated rules (repetitions) before a named one: the table of
+	// rule names must still hold them all (fuzz-gbnf found it full)
+	char many[4096];
+	n = snprintf(many, sizeof many, "root ::= ( \"a\"");
+	for (int i = 0; i < 300; i++)
+		many[n++] = '?';
+	n += snprintf(many + n, sizeof many - (size_t)n, " x )\nx ::= \"b\"\n");
+	g = NULL;
+	CHECK(gbnf_compile(many, (size_t)n, NULL, NULL, NULL, &g, err) == 0 && g->n_rules > 300, "%s", err);
+	gbnf_free(g);
 	// a named start rule
 	g = NULL;
 	CHECK(gbnf_compile("s ::= \"a\"", 9, "s", NULL, NULL, &g, err) == 0, "%s", err);

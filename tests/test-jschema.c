@@ -306,6 +306,9 @@ test_refusals(void)
 	refused("{\"allOf\":[{\"type\":\"string\"}]}", "'allOf' is supported for object schemas only");
 	refused("{\"anyOf\":[{\"type\":\"string\"}],\"minLength\":2}", "'anyOf' beside other keywords");
 	refused("{\"type\":\"object\",\"required\":[1]}", "'required' must be an array of strings");
+	refused("{\"const\":{\"\xb3x\":1}}", "not valid UTF-8"); // cJSON reads such keys
+	refused("{\"enum\":[\"\xc3\"]}", "not valid UTF-8");
+	refused("{\"properties\":{\"\xff\":{}}}", "property name is not valid UTF-8");
 	// nesting past the limit
 	char deep[4096];
 	int n = 0;
