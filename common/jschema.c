@@ -477,7 +477,7 @@ numeric(struct jsg *g, const cJSON *s, const char *path, int integer, struct sbu
 	if ((has_lo && fabs(lo) > MAX_INT) || (has_hi && fabs(hi) > MAX_INT))
 		return fail(g, path, "bounds beyond +-%.0f are not supported", MAX_INT);
 	if (integer) {
-		long long a = (long long)ceil(lo), b = (long long)floor(hi);
+		long long a = has_lo ? (long long)ceil(lo) : 0, b = has_hi ? (long long)floor(hi) : 0; // no cast of inf
 		if (has_lo && lo_x && (double)a == lo)
 			a++;
 		if (has_hi && hi_x && (double)b == hi)
