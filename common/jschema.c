@@ -1049,13 +1049,24 @@ all_of(struct jsg *g, const cJSON *s, const cJSON *all, const char *path, struct
 			rv = -1;
 			break;
 		}
-		const cJSON *kv, *r;
-		cJSON_ArrayForEach(kv, get(x, "properties"))
+		const cJSON *kv, *r, *xp = get(x, "properties"), *xr = get(x, "required");
+		if ((xp && !cJSON_IsObject(xp)) || (xr && !cJSON_IsArray(xr))) {
+			rv = fail(g, pp, "'properties' must be an object and 'required' an array");
+			break;
+		}
+		cJSON_ArrayForEach(kv, xp)
 		{
 			cJSON_DeleteItemFromObjectCaseSensitive(props, kv->string);
-			cJSON_AddItemToObject(props, kv->string, cJSON_Duplicate(kv, 1));
+			cJSON *dup = cJSON_Duplicate(kv, 1);
+			if (!dup || !cJSON_AddItemToObject(props, kv->string, dup)) {
+				cJSON_Delete(dup);
+				rv = fail(g, pp, "out of memory");
+				break;
+			}
 		}
-		cJSON_ArrayForEach(r, get(x, "required"))
+		if (rv)
+			break;
+		cJSON_ArrayForEach(r, xr)
 		{
 			if (cJSON_IsString(r) && !in_required(req, r->valuestring))
 				cJSON_AddItemToArray(req, cJSON_CreateString(r->valuestring));

@@ -304,6 +304,7 @@ test_refusals(void)
 	refused("{\"type\":\"string\",\"minLength\":5,\"maxLength\":2}", "'minLength' 5 is above 'maxLength' 2");
 	refused("{\"type\":\"array\",\"minItems\":3,\"maxItems\":1}", "'minItems' 3 is above 'maxItems' 1");
 	refused("{\"allOf\":[{\"type\":\"string\"}]}", "'allOf' is supported for object schemas only");
+	refused("{\"allOf\":[{\"properties\":[\"b\"]}]}", "'properties' must be an object");
 	refused("{\"anyOf\":[{\"type\":\"string\"}],\"minLength\":2}", "'anyOf' beside other keywords");
 	refused("{\"type\":\"object\",\"required\":[1]}", "'required' must be an array of strings");
 	refused("{\"const\":{\"\xb3x\":1}}", "not valid UTF-8"); // cJSON reads such keys
