@@ -676,11 +676,12 @@ plain(const unsigned char *c)
 
 // the text of a key, after its opening quote, that is none of the keys of
 // p[0..n) and has no escapes (an escape could spell a declared key): a
-// trie of the keys, each node closing the key where no key ends there,
-// leaving the trie with any other character, or going on inside it
+// trie of the keys, one rule per node (so long keys nest no groups), each
+// closing the key where no key ends there, leaving the trie with any other
+// character, or going on to a child; name gets the node's rule
 static int
 not_keys(struct jsg *g, const struct prop *p, int n, const char *prefix, size_t plen, const char *path,
-         struct sbuf *out, int depth)
+         char *name, int depth)
 {
 	const char *next[64];
 	int nlen[64], n_next = 0, ends = 0;
@@ -713,32 +714,39 @@ not_keys(struct jsg *g, const struct prop *p, int n, const char *prefix, size_t 
 		}
 	}
 	g->used |= U_KCHAR;
-	sbuf_str(out, "(");
+	struct sbuf out = {0};
 	if (!ends)
-		sbuf_str(out, "\"\\\"\" | ");
-	sbuf_str(out, "[^\"\\\\\\x7F\\x00-\\x1F");
+		sbuf_str(&out, "\"\\\"\" | ");
+	sbuf_str(&out, "[^\"\\\\\\x7F\\x00-\\x1F");
 	for (int j = 0; j < n_next; j++) {
 		unsigned char c = (unsigned char)next[j][0];
 		if (nlen[j] == 1 && (c == ']' || c == '[' || c == '^' || c == '-'))
-			sbuf_printf(out, "\\x%02X", c);
+			sbuf_printf(&out, "\\x%02X", c);
 		else
-			sbuf_add(out, next[j], (size_t)nlen[j]);
+			sbuf_add(&out, next[j], (size_t)nlen[j]);
 	}
-	sbuf_str(out, "] json-kchar* \"\\\"\"");
+	sbuf_str(&out, "] json-kchar* \"\\\"\"");
 	for (int j = 0; j < n_next; j++) {
-		char np[1100];
-		if (plen + (size_t)nlen[j] >= sizeof np)
-			return fail(g, path, "a property name longer than 1000 bytes beside additional properties");
+		char np[1100], child[80]; // 256 characters of 4 bytes at most
+		if (plen + (size_t)nlen[j] >= sizeof np) {
+			free(out.s);
+			return fail(g, path, "a property name longer than 1024 bytes beside additional properties");
+		}
 		memcpy(np, prefix, plen);
 		memcpy(np + plen, next[j], (size_t)nlen[j]);
-		sbuf_str(out, " | ");
-		lit(out, next[j], (size_t)nlen[j]);
-		sbuf_str(out, " ");
-		if (not_keys(g, p, n, np, plen + (size_t)nlen[j], path, out, depth + 1))
+		if (not_keys(g, p, n, np, plen + (size_t)nlen[j], path, child, depth + 1)) {
+			free(out.s);
 			return -1;
+		}
+		sbuf_str(&out, " | ");
+		lit(&out, next[j], (size_t)nlen[j]);
+		sbuf_printf(&out, " %s", child);
 	}
-	sbuf_str(out, ")");
-	return 0;
+	snprintf(name, 80, "%.40s-%d", g->base, ++g->counter);
+	sbuf_printf(&g->rules, "%s ::= %s\n", name, out.s ? out.s : "\"\"");
+	int oom = out.oom;
+	free(out.s);
+	return oom ? fail(g, path, "out of memory") : 0;
 }
 
 static int
@@ -811,8 +819,9 @@ object(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 		}
 		struct sbuf k = {0};
 		if (!rv && np) {
-			sbuf_str(&k, "\"\\\"\" ");
-			rv = not_keys(g, p, np, "", 0, path, &k, 0);
+			char root[80];
+			if (!(rv = not_keys(g, p, np, "", 0, path, root, 0)))
+				sbuf_printf(&k, "\"\\\"\" %s", root);
 		} else if (!rv) {
 			g->used |= U_STRING;
 			sbuf_str(&k, "json-string");

@@ -305,6 +305,15 @@ test_refusals(void)
 	refused("{\"type\":\"array\",\"minItems\":3,\"maxItems\":1}", "'minItems' 3 is above 'maxItems' 1");
 	refused("{\"allOf\":[{\"type\":\"string\"}]}", "'allOf' is supported for object schemas only");
 	refused("{\"allOf\":[{\"properties\":[\"b\"]}]}", "'properties' must be an object");
+	// a long key beside additional properties: one rule per character, no nested groups
+	char longkey[2048];
+	int kn = snprintf(longkey, sizeof longkey, "{\"properties\":{\"");
+	for (int i = 0; i < 200; i++)
+		longkey[kn++] = 'k';
+	snprintf(longkey + kn, sizeof longkey - (size_t)kn, "\":{\"type\":\"integer\"}},\"additionalProperties\":true}");
+	struct gbnf *lg = schema_grammar(longkey, NULL);
+	CHECK(lg && accepts(lg, "{\"kk\": 1}") == 1 && accepts(lg, "{}") == 1, "a long key");
+	gbnf_free(lg);
 	refused("{\"anyOf\":[{\"type\":\"string\"}],\"minLength\":2}", "'anyOf' beside other keywords");
 	refused("{\"type\":\"object\",\"required\":[1]}", "'required' must be an array of strings");
 	refused("{\"const\":{\"\xb3x\":1}}", "not valid UTF-8"); // cJSON reads such keys
