@@ -28,28 +28,44 @@
 // ---------------------------------------------------------------------------
 // conv kernels
 
+// The 16-row panels are interleaved two at a time: pair g holds panels 2g
+// and 2g + 1 as [cin][2][16], so step i of the pair's 32 rows is one
+// 64-byte line and the pairs follow one another ([ceil(cout/32)][cin][32],
+// rows past cout zero). One column over a pair is one stream with two FMA
+// chains: a chain is 4 cycles per 32 bytes, which held one thread near 30
+// GB/s, about the memory's speed, where two leave the memory the limit.
+#define PAIR 2
+#define PSTEP (PAIR * PANEL) // elements from a panel's step to its next
+
 size_t
 emu_panel_bytes(size_t cout, size_t cin)
 {
-	return (cout + PANEL - 1) / PANEL * PANEL * cin * 2;
+	return (cout + PSTEP - 1) / PSTEP * PSTEP * cin * 2;
+}
+
+// panel p's step 0
+static inline const uint16_t *
+ppan(const uint16_t *panels, size_t cin, size_t p)
+{
+	return panels + (p / PAIR) * cin * PSTEP + (p % PAIR) * PANEL;
 }
 
 void
 emu_pack(const uint16_t *w, size_t cout, size_t cin, uint16_t *panels)
 {
-	size_t np = (cout + PANEL - 1) / PANEL;
+	size_t np = (cout + PSTEP - 1) / PSTEP * PAIR;
 	for (size_t p = 0; p < np; p++) {
-		uint16_t *dst = panels + p * cin * PANEL;
+		uint16_t *dst = (uint16_t *)ppan(panels, cin, p);
 		for (size_t r = 0; r < PANEL; r++) {
 			size_t o = p * PANEL + r;
 			if (o >= cout) {
 				for (size_t i = 0; i < cin; i++)
-					dst[i * PANEL + r] = 0;
+					dst[i * PSTEP + r] = 0;
 				continue;
 			}
 			const uint16_t *src = w + o * cin;
 			for (size_t i = 0; i < cin; i++)
-				dst[i * PANEL + r] = src[i];
+				dst[i * PSTEP + r] = src[i];
 		}
 	}
 }
@@ -93,13 +109,13 @@ emu_conv_ref(const uint16_t *panels, size_t cout, size_t cin, const float *x, si
              float *y, size_t p0, size_t p1)
 {
 	for (size_t p = p0; p < p1; p++) {
-		const uint16_t *w = panels + p * cin * PANEL;
+		const uint16_t *w = ppan(panels, cin, p);
 		for (size_t j = 0; j < ncols; j++) {
 			const float *xj = x + j * cin;
 			float acc[PANEL] = {0};
 			for (size_t i = 0; i < cin; i++)
 				for (size_t r = 0; r < PANEL; r++)
-					acc[r] = fmaf(ad_fp16_to_f32(w[i * PANEL + r]), xj[i], acc[r]);
+					acc[r] = fmaf(ad_fp16_to_f32(w[i * PSTEP + r]), xj[i], acc[r]);
 			for (size_t r = 0; r < PANEL && p * PANEL + r < cout; r++)
 				y[j * cout + p * PANEL + r] = round16(acc[r]);
 		}
@@ -139,18 +155,24 @@ store_rows(float *dst, size_t left, __m256 lo, __m256 hi)
 // 16 ymm registers of plain AVX2.
 #define TILE_MAX_ACC 12
 
-// weights to pull towards L2 while a tile computes: the panels at w, the
-// lines at i0, i0 + di, ... (one 64-byte line holds two steps of i)
+// weights to pull towards L2 while a tile computes: the panels from q of
+// panels, the lines at i0, i0 + di, ... (one 64-byte line holds a step of a pair)
 struct pf {
-	const uint16_t *w;
-	size_t i0, di;
+	const uint16_t *panels;
+	size_t q, i0, di;
 };
 
 SIMD_TARGET static inline __attribute__((always_inline)) void
-tile(const uint16_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left,
+tile(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, size_t cout, size_t left,
      const struct pf *pf, const int mp, const int nc)
 {
 	size_t pfi = pf ? pf->i0 : (size_t)-1;
+	const uint16_t *wp0[4], *pf0[4];
+#pragma GCC unroll 4
+	for (int p = 0; p < mp; p++) {
+		wp0[p] = ppan(panels, cin, q + (size_t)p);
+		pf0[p] = pf ? ppan(pf->panels, cin, pf->q + (size_t)p) : NULL;
+	}
 	__m256 acc[TILE_MAX_ACC];
 #pragma GCC unroll 12
 	for (int a = 0; a < 2 * mp * nc; a++)
@@ -163,10 +185,9 @@ tile(const uint16_t *w, size_t cin, const float *x, float *y, size_t cout, size_
 			// in this loop halves its speed on plain AVX2
 			if (p > 0 && nc > 1)
 				__asm__ volatile("" ::: "memory");
-			const __m128i *wp = (const __m128i *)(w + (size_t)p * cin * PANEL + i * PANEL);
+			const __m128i *wp = (const __m128i *)(wp0[p] + i * PSTEP);
 			if (i == pfi)
-				_mm_prefetch((const char *)(pf->w + (size_t)p * cin * PANEL + i * PANEL),
-				             _MM_HINT_T1);
+				_mm_prefetch((const char *)(pf0[p] + i * PSTEP), _MM_HINT_T1);
 			__m256 lo = _mm256_cvtph_ps(_mm_load_si128(wp));
 			__m256 hi = _mm256_cvtph_ps(_mm_load_si128(wp + 1));
 #pragma GCC unroll 6
@@ -187,15 +208,15 @@ tile(const uint16_t *w, size_t cin, const float *x, float *y, size_t cout, size_
 			           acc[(2 * p) * nc + c], acc[(2 * p + 1) * nc + c]);
 }
 
-typedef void tile_fn(const uint16_t *w, size_t cin, const float *x, float *y, size_t cout,
+typedef void tile_fn(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, size_t cout,
                      size_t left, const struct pf *pf);
 
 #define TILE(MP, NC)                                                                          \
-	SIMD_TARGET static void tile_##MP##x##NC(const uint16_t *w, size_t cin, const float *x,   \
-	                                         float *y, size_t cout, size_t left,              \
-	                                         const struct pf *pf)                            \
+	SIMD_TARGET static void tile_##MP##x##NC(const uint16_t *panels, size_t q, size_t cin,    \
+	                                         const float *x, float *y, size_t cout,           \
+	                                         size_t left, const struct pf *pf)                \
 	{                                                                                         \
-		tile(w, cin, x, y, cout, left, pf, MP, NC);                                          \
+		tile(panels, q, cin, x, y, cout, left, pf, MP, NC);                                  \
 	}
 TILE(1, 1)
 TILE(1, 2)
@@ -227,7 +248,6 @@ SIMD_TARGET static void
 conv_simd(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols,
           float *y, size_t p0, size_t p1, size_t streams)
 {
-	size_t pstride = cin * PANEL;
 	// column blocks of at most TILE_COLS, as even as possible; each block
 	// takes as many panels at once as keep its accumulators in registers:
 	// 4x1, 3x2, 2x3, so every tile but the tails has 8 to 12 FMA chains in
@@ -247,21 +267,24 @@ conv_simd(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_
 			if (mp > TILE_STREAMS)
 				mp = TILE_STREAMS;
 			// one column from DRAM: one stream reads best (see X512_PFD;
-			// here 22-25 -> 25-27 GB/s on one thread against a read of 29-32)
+			// here 22-25 -> 25-27 GB/s on one thread against a read of 29-32):
+			// a pair, whose panels share their lines
 			if (ncols == 1 && streams == 1)
-				mp = 1;
-			for (size_t q = p; q < pe; q += mp) {
-				size_t m = pe - q < mp ? pe - q : mp;
+				mp = 2;
+			for (size_t q = p, m; q < pe; q += m) {
+				m = pe - q < mp ? pe - q : mp;
+				if (ncols == 1 && streams == 1 && q % PAIR)
+					m = 1;
 				// blocks 1 .. nb-1 (their weights are in L2) pull the same
 				// panels of the next group from DRAM, each a share of the
 				// lines, so the next group's first block finds them in L2
 				// (cold 2048x2048 at 8 columns: 940 -> 720 us on one thread,
 				// warm 630)
-				struct pf pf = {NULL, 0, 0};
+				struct pf pf = {NULL, 0, 0, 0};
 				if (b > 0 && q + group + m <= p1)
-					pf = (struct pf){panels + (q + group) * pstride, 2 * (b - 1), 2 * (nb - 1)};
-				tiles[m][nc](panels + q * pstride, cin, x + j * cin, y + j * cout + q * PANEL,
-				             cout, cout - q * PANEL, pf.w ? &pf : NULL);
+					pf = (struct pf){panels, q + group, b - 1, nb - 1};
+				tiles[m][nc](panels, q, cin, x + j * cin, y + j * cout + q * PANEL, cout, cout - q * PANEL,
+				             pf.panels ? &pf : NULL);
 			}
 			j += nc;
 		}
@@ -289,7 +312,7 @@ conv_simd(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_
 // whose weights exceed half the last-level cache: a model's weights cycle
 // through it at every token), X512_COL_WARM when they stay in the caches
 #define X512_COL_WARM 8
-#define X512_PFD 32
+#define X512_PFD 16 // steps of a pair (64 bytes each): 1 KiB ahead
 
 // column blocks of at most maxc columns, as even as possible: block b has
 // base + (b < extra) columns
@@ -348,10 +371,16 @@ store16(float *dst, size_t left, __m512 v)
 // mp panels x nc columns of packed activations xp ([cin][nc]); pf as in
 // tile()
 AVX512_TARGET static inline __attribute__((always_inline)) void
-tile512(const uint16_t *w, size_t cin, const float *xp, float *y, size_t cout, size_t left,
+tile512(const uint16_t *panels, size_t q, size_t cin, const float *xp, float *y, size_t cout, size_t left,
         const struct pf *pf, const int mp, const int nc)
 {
 	size_t pfi = pf ? pf->i0 : (size_t)-1;
+	const uint16_t *wp0[X512_STREAMS], *pf0[X512_STREAMS];
+#pragma GCC unroll 4
+	for (int p = 0; p < mp; p++) {
+		wp0[p] = ppan(panels, cin, q + (size_t)p);
+		pf0[p] = pf ? ppan(pf->panels, cin, pf->q + (size_t)p) : NULL;
+	}
 	__m512 acc[X512_ACC];
 #pragma GCC unroll 24
 	for (int a = 0; a < mp * nc; a++)
@@ -364,10 +393,9 @@ tile512(const uint16_t *w, size_t cin, const float *xp, float *y, size_t cout, s
 			// keeping nc broadcasts live across panels would spill
 			if (p > 0)
 				__asm__ volatile("" ::: "memory");
-			const uint16_t *wp = w + (size_t)p * cin * PANEL + i * PANEL;
+			const uint16_t *wp = wp0[p] + i * PSTEP;
 			if (i == pfi)
-				_mm_prefetch((const char *)(pf->w + (size_t)p * cin * PANEL + i * PANEL),
-				             _MM_HINT_T1);
+				_mm_prefetch((const char *)(pf0[p] + i * PSTEP), _MM_HINT_T1);
 			__m512 wv = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)wp));
 #pragma GCC unroll 12
 			for (int c = 0; c < nc; c++)
@@ -384,48 +412,39 @@ tile512(const uint16_t *w, size_t cin, const float *xp, float *y, size_t cout, s
 			        acc[p * nc + c]);
 }
 
-// one column (decode): mp weight streams, a line (two steps of i) of each
-// per iteration
+// one column (decode): mp panels from panel q, each an FMA chain; a pair's
+// two panels share their lines, so mp = 2 on a pair is one stream
 AVX512_TARGET static inline __attribute__((always_inline)) void
-col512(const uint16_t *w, size_t cin, const float *x, float *y, size_t left, const int mp)
+col512(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, size_t left, const int mp)
 {
 	__m512 acc[8];
-	size_t ps = cin * PANEL;
+	const uint16_t *wp0[8];
 #pragma GCC unroll 8
-	for (int p = 0; p < mp; p++)
+	for (int p = 0; p < mp; p++) {
 		acc[p] = _mm512_setzero_ps();
-	size_t i = 0;
-	for (; i + 2 <= cin; i += 2) {
+		wp0[p] = ppan(panels, cin, q + (size_t)p);
+	}
+	for (size_t i = 0; i < cin; i++) {
+#pragma GCC unroll 8
+		for (int p = 0; p < mp; p += (q + (size_t)p) % PAIR == 0 && p + 1 < mp ? 2 : 1)
+			_mm_prefetch((const char *)(wp0[p] + (i + X512_PFD) * PSTEP), _MM_HINT_T1);
+		__m512 b = _mm512_set1_ps(x[i]);
 #pragma GCC unroll 8
 		for (int p = 0; p < mp; p++)
-			_mm_prefetch((const char *)(w + p * ps + (i + X512_PFD) * PANEL), _MM_HINT_T1);
-		__m512 b0 = _mm512_set1_ps(x[i]), b1 = _mm512_set1_ps(x[i + 1]);
-#pragma GCC unroll 8
-		for (int p = 0; p < mp; p++) {
-			const __m256i *wp = (const __m256i *)(w + p * ps + i * PANEL);
-			acc[p] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_load_si256(wp)), b0, acc[p]);
-			acc[p] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_load_si256(wp + 1)), b1, acc[p]);
-		}
-	}
-	if (i < cin) {
-		__m512 b0 = _mm512_set1_ps(x[i]);
-#pragma GCC unroll 8
-		for (int p = 0; p < mp; p++) {
-			const __m256i *wp = (const __m256i *)(w + p * ps + i * PANEL);
-			acc[p] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_load_si256(wp)), b0, acc[p]);
-		}
+			acc[p] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(wp0[p] + i * PSTEP))),
+			                         b, acc[p]);
 	}
 #pragma GCC unroll 8
 	for (int p = 0; p < mp; p++)
 		store16(y + (size_t)p * PANEL, left - (size_t)p * PANEL, acc[p]);
 }
 
-typedef void col_fn(const uint16_t *w, size_t cin, const float *x, float *y, size_t left);
+typedef void col_fn(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, size_t left);
 #define COL512(MP)                                                                            \
-	AVX512_TARGET static void col512_##MP(const uint16_t *w, size_t cin, const float *x,      \
-	                                      float *y, size_t left)                             \
+	AVX512_TARGET static void col512_##MP(const uint16_t *panels, size_t q, size_t cin,       \
+	                                      const float *x, float *y, size_t left)             \
 	{                                                                                         \
-		col512(w, cin, x, y, left, MP);                                                      \
+		col512(panels, q, cin, x, y, left, MP);                                              \
 	}
 COL512(1)
 COL512(2)
@@ -440,11 +459,11 @@ static col_fn *const cols512[9] = {NULL,     col512_1, col512_2, col512_3, col51
                                               col512_5, col512_6, col512_7, col512_8};
 
 #define TILE512(MP, NC)                                                                       \
-	AVX512_TARGET static void tile512_##MP##x##NC(const uint16_t *w, size_t cin,              \
+	AVX512_TARGET static void tile512_##MP##x##NC(const uint16_t *panels, size_t q, size_t cin, \
 	                                              const float *xp, float *y, size_t cout,    \
 	                                              size_t left, const struct pf *pf)          \
 	{                                                                                         \
-		tile512(w, cin, xp, y, cout, left, pf, MP, NC);                                      \
+		tile512(panels, q, cin, xp, y, cout, left, pf, MP, NC);                              \
 	}
 #define TILE512_ROW(MP)                                                                       \
 	TILE512(MP, 1)                                                                            \
@@ -476,11 +495,16 @@ static void
 conv512(const uint16_t *panels, size_t cout, size_t cin, const float *xp, size_t ncols,
         float *y, size_t p0, size_t p1, size_t streams)
 {
-	size_t pstride = cin * PANEL;
 	if (ncols == 1) {
-		for (size_t q = p0; q < p1; q += streams) {
-			size_t m = p1 - q < streams ? p1 - q : streams;
-			cols512[m](panels + q * pstride, cin, xp, y + q * PANEL, cout - q * PANEL);
+		// from DRAM: a pair at a time (one stream, two chains); an odd
+		// first or last panel alone
+		if (streams == 1)
+			streams = 2;
+		for (size_t q = p0, m; q < p1; q += m) {
+			m = p1 - q < streams ? p1 - q : streams;
+			if (streams == 2 && q % PAIR)
+				m = 1;
+			cols512[m](panels, q, cin, xp, y + q * PANEL, cout - q * PANEL);
 		}
 		return;
 	}
@@ -494,9 +518,9 @@ conv512(const uint16_t *panels, size_t cout, size_t cin, const float *xp, size_t
 		int next = q + group + m <= p1;
 		for (size_t b = 0, j = 0; b < nb; b++) {
 			size_t nc = base + (b < extra);
-			struct pf pf = {panels + (q + group) * pstride, 2 * b, 2 * nb};
-			tiles512[m][nc](panels + q * pstride, cin, xp + j * cin, y + j * cout + q * PANEL,
-			                cout, cout - q * PANEL, next ? &pf : NULL);
+			struct pf pf = {panels, q + group, b, nb};
+			tiles512[m][nc](panels, q, cin, xp + j * cin, y + j * cout + q * PANEL, cout, cout - q * PANEL,
+			                next ? &pf : NULL);
 			j += nc;
 		}
 	}
@@ -851,6 +875,8 @@ pool_work(struct pool *p, uint32_t gen)
 // it would all run on the caller (896x896, one column, 2 threads: 27-40
 // us without polling, 17-25 us with)
 #define POOL_SPIN_NS 50000
+// convs of fewer columns run on the calling thread alone (emu_opts.par_cols)
+#define EMU_PAR_COLS 1
 static long pool_spin_ns = POOL_SPIN_NS; // ANEDVD_POOL_SPIN_US, read at emu_open
 
 static void
@@ -959,6 +985,7 @@ struct emu {
 	int force_ref; // the plain kernels everywhere (simd == EMU_SIMD_REF)
 	int simd;      // the conv path, EMU_SIMD_REF .. AVX512
 	int no_fuse;
+	int par_cols; // emu_opts.par_cols
 	// the activations of a wide conv packed for the AVX-512 tiles; one
 	// context runs one eval at a time, so its kernels share it
 	float *xpack;
@@ -1054,6 +1081,10 @@ emu_open(const struct emu_opts *opts, char *err)
 	e->simd = simd_cap(simd);
 	e->force_ref = e->simd == EMU_SIMD_REF;
 	e->no_fuse = opts ? opts->no_fuse : 0;
+	e->par_cols = opts && opts->par_cols > 0 ? opts->par_cols : EMU_PAR_COLS;
+	const char *pc = getenv("ANEDVD_EMU_PAR_COLS");
+	if ((!opts || opts->par_cols <= 0) && pc && *pc)
+		e->par_cols = (int)strtol(pc, NULL, 10);
 	e->llc = llc_bytes();
 	struct pool *p = &e->pool;
 	pthread_mutex_init(&p->mu, NULL);
@@ -2462,15 +2493,15 @@ compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles
 			ad_err(err, "emu: out of memory");
 			goto fail;
 		}
-		size_t np = (w->cout + PANEL - 1) / PANEL;
+		size_t np = (w->cout + PSTEP - 1) / PSTEP * PAIR; // whole pairs
 		for (size_t p = 0; p < np; p++) {
-			uint16_t *dst = w->panels + p * w->cin * PANEL;
+			uint16_t *dst = (uint16_t *)ppan(w->panels, w->cin, p);
 			for (size_t r = 0; r < PANEL; r++) {
 				size_t o = p * PANEL + r;
 				if (o < w->cout)
 					memcpy(row, w->payload + o * w->cin * 2, w->cin * 2);
 				for (size_t i = 0; i < w->cin; i++)
-					dst[i * PANEL + r] = o < w->cout ? row[i] : 0;
+					dst[i * PSTEP + r] = o < w->cout ? row[i] : 0;
 			}
 			// the blob's pages already repacked leave this process as it
 			// goes, so a large weight is never in memory twice (read-only
@@ -2712,7 +2743,7 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 		.simd = e->simd,
 	};
 	j.xp = j.x;
-	int par = (uint64_t)s->cout * s->cin * ncols >= PAR_MIN_MACS && e->nthreads > 1;
+	int par = (uint64_t)s->cout * s->cin * ncols >= PAR_MIN_MACS && e->nthreads > 1 && (int)ncols >= e->par_cols;
 
 	// whole tiles per task (for one column 4 panels on AVX2, 8 on AVX-512,
 	// or 1 when the weights come from DRAM; for more, the AVX2 tiles take 3x2
@@ -2745,7 +2776,7 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 	if (e->llc && e->weight_bytes <= e->llc / 2)
 		j.streams = X512_COL_WARM;
 	if (ncols == 1 && j.streams == 1)
-		unit = 1;
+		unit = PAIR; // whole pairs: a task's stream unbroken
 	else if (e->simd == EMU_SIMD_AVX512 && ncols == 1)
 		unit = j.streams;
 #endif

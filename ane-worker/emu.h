@@ -22,7 +22,7 @@
 //
 // Execution follows the ANE's numerics: every tensor is stored as fp16
 // between ops, conv accumulates in fp32. Weights are repacked at compile
-// time into 16-row panels ([cout/16][cin][16] fp16; large ones on huge
+// time into 16-row panels, in pairs ([cout/32][cin][32] fp16; large ones on huge
 // pages) that the conv kernels stream. Three paths, bit for bit the same
 // (each output is one fp32 FMA chain over the inputs in order, rounded to
 // fp16 once): the plain-C `_ref` kernel, an AVX2/FMA/F16C one and an
@@ -85,6 +85,9 @@ struct emu_opts {
 	int simd;      // EMU_SIMD_*: the best path to use, capped at the CPU's; AUTO: the
 	               // CPU's best, or what ANEDVD_SIMD=ref|avx2|avx512 in the environment says
 	int no_fuse;   // run a fused FFN's elementwise steps op by op (tests, benchmarks)
+	int par_cols;  // convs of fewer columns run on the calling thread alone (0: the
+	               // default, or ANEDVD_EMU_PAR_COLS): memory-bound ones gain little from
+	               // a second thread and pay its wake-up
 };
 
 // a weight file the program names as @model_path/weights/<name>: read from
@@ -160,10 +163,12 @@ struct emu_kernel *emu_compile_packed(struct emu *e, const char *mil, const stru
 int emu_eval(struct emu_kernel *k, const void *const *in, void *const *out, size_t ncols,
              char *err);
 
-// the conv kernels, exposed for tests and benchmarks. Panels: weight (o, i)
-// of a [cout][cin] fp16 matrix at panel o/16, offset (i * 16 + o % 16);
-// rows past cout are zero. x is [ncols][cin] fp32, y is [ncols][cout]; rows
-// of panels [p0, p1) are computed and rounded to fp16.
+// the conv kernels, exposed for tests and benchmarks. Panels of 16 rows,
+// interleaved in pairs: weight (o, i) of a [cout][cin] fp16 matrix at pair
+// o/32, offset (i * 32 + o % 32) (a pair's step is one 64-byte line); rows
+// past cout are zero (emu_panel_bytes rounds cout up to 32). x is
+// [ncols][cin] fp32, y is [ncols][cout]; rows of panels [p0, p1) (16-row
+// panels) are computed and rounded to fp16.
 size_t emu_panel_bytes(size_t cout, size_t cin);
 void emu_pack(const uint16_t *w, size_t cout, size_t cin, uint16_t *panels);
 void emu_conv_ref(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols,

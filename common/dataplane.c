@@ -75,6 +75,11 @@ struct dp_chan {
 	pthread_mutex_t mu;    // client: the surface table
 	int (*idle)(void *arg); // worker: dp_set_idle
 	void *idle_arg;
+	// client: spinning through a call (ANEDVD_DP_SPIN_THROUGH): 0 off, 1
+	// on, 2 as long as it pays (the score: calls answered within the spin,
+	// less those that outran it; below zero, a rest of `rest` calls asleep)
+	int through;
+	_Atomic int score, rest;
 };
 
 static uint64_t
@@ -120,6 +125,8 @@ chan_defaults(struct dp_chan *c)
 	c->spin_serve_ns = env_us("ANEDVD_DP_SERVE_SPIN_US", 50);
 	c->lead_ns = env_us("ANEDVD_DP_LEAD_US", 40);
 	c->spin_max_ns = env_us("ANEDVD_DP_SPIN_MAX_US", 200);
+	const char *th = getenv("ANEDVD_DP_SPIN_THROUGH");
+	c->through = th && !strcmp(th, "1") ? 1 : th && !strcmp(th, "auto") ? 2 : 0;
 	hot_ns = env_us("ANEDVD_DP_YIELD_US", 10);
 	if (getenv("ANEDVD_DP_SERVE_YIELD_US"))
 		serve_hot_ns = env_us("ANEDVD_DP_SERVE_YIELD_US", 0);
@@ -542,6 +549,34 @@ dp_call(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp_rep
 	return dp_call_expect(c, slot, rq, rep, pid, gen, timeout_ms, 0);
 }
 
+// spin through this call? (ANEDVD_DP_SPIN_THROUGH; a call of known length)
+static int
+spin_through(struct dp_chan *c, uint64_t expect_ns)
+{
+	if (!c->through || !expect_ns)
+		return 0;
+	if (c->through == 1)
+		return 1;
+	if (atomic_load_explicit(&c->rest, memory_order_relaxed) > 0) {
+		if (atomic_fetch_sub(&c->rest, 1) == 1)
+			atomic_store(&c->score, 0); // rested: try again
+		return 0;
+	}
+	return 1;
+}
+
+static void
+through_book(struct dp_chan *c, int in_time)
+{
+	if (c->through != 2)
+		return;
+	int s = atomic_load_explicit(&c->score, memory_order_relaxed);
+	s = in_time ? (s < 16 ? s + 1 : 16) : s - 4;
+	atomic_store_explicit(&c->score, s, memory_order_relaxed);
+	if (s < 0)
+		atomic_store(&c->rest, 256);
+}
+
 int
 dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp_reply *rep, uint32_t pid,
                uint32_t gen, int timeout_ms, uint64_t expect_ns)
@@ -572,7 +607,18 @@ dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct
 	uint64_t sp = c->spin_call_ns;
 	if (expect_ns && expect_ns + c->lead_ns <= c->spin_max_ns && expect_ns + c->lead_ns > sp)
 		sp = expect_ns + c->lead_ns;
-	uint32_t x = spin(&sl->rep_seq, s - 1, sp, hot_ns);
+	uint32_t x;
+	if (spin_through(c, expect_ns)) {
+		// the whole call on this core, pausing: no wake-up at its end (on a
+		// VM one costs ~50 us, a call's kernels a few hundred), while the
+		// machine has a core for the worker: a call outrunning its spin
+		// says it has not, and after a few the calls sleep for a while
+		const uint64_t bound = expect_ns + (expect_ns / 4 > c->lead_ns ? expect_ns / 4 : c->lead_ns);
+		x = spin(&sl->rep_seq, s - 1, bound < 5000000u ? bound : 5000000u, UINT64_MAX);
+		through_book(c, x == s);
+	} else {
+		x = spin(&sl->rep_seq, s - 1, sp, hot_ns);
+	}
 	// A long call: sleep until shortly before the reply is due (the worker
 	// wakes us earlier if it is done first), then spin, so the latency of
 	// being woken falls before the reply, not after it. The timer's slack

@@ -284,12 +284,14 @@ cmd_cpu(int argc, char **argv)
 			if (o.system)
 				msgs[nm++] = (struct tok_msg){.role = TOK_ROLE_SYSTEM, .content = o.system};
 			msgs[nm++] = (struct tok_msg){.role = TOK_ROLE_USER, .content = o.prompt};
-			if (tok_apply_chat(tok, msgs, nm, 1, &chat, err)) {
+			struct tok_chat_opts co = {.enable_thinking = -1};
+			const char *how;
+			if (tok_chat_render(tok, msgs, nm, 1, &co, &chat, &how, err)) {
 				fprintf(stderr, "anedvd cpu: the chat template: %s\n", err);
 				goto out;
 			}
 			if (!o.json)
-				printf("chat template (%s): %s\n", tok_chat_family_name(tok_chat_family(tok)), chat);
+				printf("chat template (%s): %s\n", how, chat);
 		}
 		// a rendered template holds special tokens as text
 		int erc = chat ? tok_encode(tok, chat, strlen(chat), -1, 1, &ids, &n, err)

@@ -11,9 +11,13 @@ pkgs="build-essential cmake pkg-config xz-utils libnng-dev libprotobuf-c-dev pro
 if [ "${1:-}" = "--test" ]; then
 	# clang: fuzz targets; chromium + a font: the WebUI's browser tests; curl: CLI tests
 	pkgs="$pkgs clang chromium fonts-dejavu-core curl"
-	# python3 (standard library only): the benchmark scripts and their smoke test
+	# python3 (standard library only): the benchmark scripts and their smoke test;
+	# python3-jinja2: the judge of the chat-template interpreter (test-jinja-judge)
 	if ! command -v python3 >/dev/null 2>&1; then
 		pkgs="$pkgs python3"
+	fi
+	if ! python3 -c 'import jinja2' >/dev/null 2>&1; then
+		pkgs="$pkgs python3-jinja2"
 	fi
 	# Node.js for the SDK and browser tests: use the one on the machine if
 	# there is one (Debian's own nodejs is older than some tests need)

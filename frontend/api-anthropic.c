@@ -3,8 +3,15 @@
 // A stream is the event sequence the official client expects:
 // message_start, content_block_start, ping, content_block_delta...,
 // content_block_stop, message_delta (stop_reason, stop_sequence, usage),
-// message_stop. Errors are {"type":"error","error":{"type","message"}};
-// in a stream that has begun, an "event: error" carrying the same object.
+// message_stop. A thinking model's thinking comes first as a thinking block
+// (thinking_delta events, then a signature_delta before its
+// content_block_stop), its answer then as a text block; a tool call is a
+// tool_use block (content_block_start with its id and name, then
+// input_json_delta events); the blocks of such a reply open as its parts
+// arrive (g->blk, g->blk_part, g->blk_hash are
+// the loop thread's, which is why the stream renderers write through their
+// const gen). Errors are {"type":"error","error":{"type","message"}}; in a
+// stream that has begun, an "event: error" carrying the same object.
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,150 +20,6 @@
 #include "fe.h"
 
 #define BILLING_HEADER "x-anthropic-billing-header:"
-
-// a text piece appended to a growing string
-static int
-cat(char **s, size_t *len, const char *t, const char *sep)
-{
-	size_t l = strlen(t), k = *s && *len ? strlen(sep) : 0;
-	char *n = realloc(*s, *len + k + l + 1);
-	if (!n)
-		return -1;
-	memcpy(n + *len, sep, k);
-	memcpy(n + *len + k, t, l + 1);
-	*s = n;
-	*len += k + l;
-	return 0;
-}
-
-// a tool_result's content: a string or text blocks
-static int
-result_text(cJSON *c, const char *where, char **out, struct fe_bad *bad)
-{
-	return fe_get_text(c, where, out, bad) < 0 ? -1 : 0;
-}
-
-// one message's content: a string, or blocks. An assistant's text and
-// tool_use blocks make one turn with its calls (thinking blocks its
-// reasoning); a user's tool_result blocks become tool turns, its text the
-// user turn after them.
-static int
-parse_content(struct fe_params *p, cJSON *content, enum tok_role r, int i, struct fe_bad *bad)
-{
-	char where[96];
-	snprintf(where, sizeof where, "messages[%d].content", i);
-	if (cJSON_IsString(content)) {
-		struct tok_msg *m = &p->msgs[p->n_msgs++];
-		m->role = r;
-		return (m->content = strdup(content->valuestring)) ? 0 : fe_bad_set(bad, 503, NULL, "out of memory");
-	}
-	if (!cJSON_IsArray(content))
-		return fe_bad_set(bad, 400, where, "'%s' must be a string or an array of content blocks", where);
-	char *text = NULL, *thinking = NULL;
-	size_t tl = 0, hl = 0;
-	struct tok_msg turn = {.role = r};
-	int k = 0, rv = 0;
-	cJSON *b;
-	cJSON_ArrayForEach(b, content)
-	{
-		snprintf(where, sizeof where, "messages[%d].content[%d]", i, k);
-		cJSON *type = cJSON_GetObjectItemCaseSensitive(b, "type");
-		if (cJSON_IsString(b)) {
-			rv = cat(&text, &tl, b->valuestring, "\n") ? fe_bad_set(bad, 503, NULL, "out of memory") : 0;
-		} else if (!cJSON_IsObject(b) || !cJSON_IsString(type)) {
-			rv = fe_bad_set(bad, 400, where, "'%s' must be a content block with a type", where);
-		} else if (!strcmp(type->valuestring, "text")) {
-			cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "text");
-			if (!cJSON_IsString(t)) {
-				snprintf(where, sizeof where, "messages[%d].content[%d].text", i, k);
-				rv = fe_bad_set(bad, 400, where, "'%s' must be a string", where);
-			} else {
-				rv = cat(&text, &tl, t->valuestring, "\n") ? fe_bad_set(bad, 503, NULL, "out of memory") : 0;
-			}
-		} else if (!strcmp(type->valuestring, "tool_use") && r == TOK_ROLE_ASSISTANT) {
-			cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "id"), *name = cJSON_GetObjectItemCaseSensitive(b, "name");
-			cJSON *input = cJSON_GetObjectItemCaseSensitive(b, "input");
-			if (!cJSON_IsString(id) || !id->valuestring[0] || !cJSON_IsString(name)) {
-				rv = fe_bad_set(bad, 400, where, "'%s': a tool_use block needs an id and a name", where);
-			} else if (input && !cJSON_IsObject(input)) {
-				snprintf(where, sizeof where, "messages[%d].content[%d].input", i, k);
-				rv = fe_bad_set(bad, 400, where, "'%s' must be an object", where);
-			} else {
-				char *args = input ? cJSON_PrintUnformatted(input) : strdup("{}");
-				rv = args ? fe_msg_call(&turn, id->valuestring, name->valuestring, args, where, bad)
-				          : fe_bad_set(bad, 503, NULL, "out of memory");
-				free(args);
-			}
-		} else if ((!strcmp(type->valuestring, "thinking") || !strcmp(type->valuestring, "redacted_thinking")) &&
-		           r == TOK_ROLE_ASSISTANT) {
-			cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "thinking");
-			if (cJSON_IsString(t) && cat(&thinking, &hl, t->valuestring, "\n"))
-				rv = fe_bad_set(bad, 503, NULL, "out of memory");
-		} else if (!strcmp(type->valuestring, "tool_result") && r == TOK_ROLE_USER) {
-			cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "tool_use_id");
-			cJSON *err = cJSON_GetObjectItemCaseSensitive(b, "is_error");
-			char wid[96];
-			snprintf(wid, sizeof wid, "messages[%d].content[%d].tool_use_id", i, k);
-			if (!cJSON_IsString(id) || !id->valuestring[0]) {
-				rv = fe_bad_set(bad, 400, wid, "'%s' is required in a tool_result block", wid);
-			} else if (!fe_call_known(p, p->n_msgs, id->valuestring)) {
-				rv = fe_bad_set(bad, 400, wid, "'%s': no assistant message before it has a tool_use with id '%.64s'",
-				                wid, id->valuestring);
-			} else {
-				char wc[96], *res = NULL;
-				snprintf(wc, sizeof wc, "messages[%d].content[%d].content", i, k);
-				if (!(rv = result_text(cJSON_GetObjectItemCaseSensitive(b, "content"), wc, &res, bad))) {
-					struct tok_msg *m = &p->msgs[p->n_msgs++];
-					m->role = TOK_ROLE_TOOL;
-					if (cJSON_IsTrue(err)) { // the tool failed: say so in the result
-						size_t rl = strlen(res);
-						char *e = malloc(rl + 8);
-						if (e)
-							memcpy(e, "Error: ", 7), memcpy(e + 7, res, rl + 1);
-						free(res);
-						res = e;
-					}
-					m->content = res;
-					m->call_id = strdup(id->valuestring);
-					for (size_t x = 0; x + 1 < p->n_msgs && !m->name; x++)
-						for (size_t c = 0; c < p->msgs[x].n_calls; c++)
-							if (!strcmp(p->msgs[x].calls[c].id, id->valuestring))
-								m->name = strdup(p->msgs[x].calls[c].name);
-					if (!res || !m->call_id)
-						rv = fe_bad_set(bad, 503, NULL, "out of memory");
-				}
-			}
-		} else {
-			snprintf(where, sizeof where, "messages[%d].content[%d].type", i, k);
-			rv = fe_bad_set(bad, 400, where, "'%s': '%.32s' blocks are not supported in %s messages (%s)", where,
-			                type->valuestring, r == TOK_ROLE_USER ? "user" : "assistant",
-			                r == TOK_ROLE_USER ? "text, tool_result" : "text, tool_use, thinking");
-		}
-		if (rv)
-			break;
-		k++;
-	}
-	if (!rv && (text || turn.n_calls || thinking || k == 0)) {
-		struct tok_msg *m = &p->msgs[p->n_msgs++];
-		*m = turn;
-		turn.calls = NULL;
-		turn.n_calls = 0;
-		m->content = text ? text : strdup("");
-		m->reasoning = thinking;
-		text = thinking = NULL;
-		if (!m->content)
-			rv = fe_bad_set(bad, 503, NULL, "out of memory");
-	}
-	free(text);
-	free(thinking);
-	for (size_t c = 0; c < turn.n_calls; c++) {
-		free((char *)turn.calls[c].id);
-		free((char *)turn.calls[c].name);
-		free((char *)turn.calls[c].arguments);
-	}
-	free((void *)turn.calls);
-	return rv;
-}
 
 // tools: [{name, description, input_schema}]; tool_choice: {type: auto |
 // any | tool | none, name, disable_parallel_tool_use}
@@ -230,6 +93,7 @@ parse_tools(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 	return 0;
 }
 
+
 static int
 parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_params *p, struct fe_bad *bad)
 {
@@ -253,16 +117,11 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 	int n = cJSON_GetArraySize(msgs);
 	if (n == 0)
 		return fe_bad_set(bad, 400, "messages", "'messages' must not be empty");
-	// a user turn's tool results become tool turns of their own: room for
-	// every block as a turn
-	int blocks = 0;
-	cJSON *mm;
-	cJSON_ArrayForEach(mm, msgs)
-	{
-		cJSON *c = cJSON_GetObjectItemCaseSensitive(mm, "content");
-		blocks += cJSON_IsArray(c) ? cJSON_GetArraySize(c) + 1 : 1;
-	}
-	if (!(p->msgs = calloc((size_t)blocks + 1, sizeof *p->msgs)))
+	size_t room = 1; // the system message
+	cJSON *m;
+	cJSON_ArrayForEach(m, msgs)
+	room += (size_t)fe_chat_anthropic_count(m);
+	if (!(p->msgs = calloc(room, sizeof *p->msgs)))
 		return fe_bad_set(bad, 503, NULL, "out of memory");
 	cJSON *sys = cJSON_GetObjectItemCaseSensitive(body, "system");
 	// a coding agent's client metadata, new on every request: not prompt
@@ -286,35 +145,13 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 		p->n_msgs = 1;
 	}
 	int i = 0;
-	cJSON *m;
 	cJSON_ArrayForEach(m, msgs)
-	{
-		char where[64];
-		snprintf(where, sizeof where, "messages[%d]", i);
-		if (!cJSON_IsObject(m))
-			return fe_bad_set(bad, 400, where, "'%s' must be an object", where);
-		cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-		snprintf(where, sizeof where, "messages[%d].role", i);
-		if (!cJSON_IsString(role))
-			return fe_bad_set(bad, 400, where, "'%s' must be a string", where);
-		enum tok_role r;
-		if (strcmp(role->valuestring, "user") == 0)
-			r = TOK_ROLE_USER;
-		else if (strcmp(role->valuestring, "assistant") == 0)
-			r = TOK_ROLE_ASSISTANT;
-		else
-			return fe_bad_set(bad, 400, where, "'%s': role '%.32s' is not supported (user, assistant)", where,
-			                  role->valuestring);
-		snprintf(where, sizeof where, "messages[%d].content", i);
-		cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-		if (!content || cJSON_IsNull(content))
-			return fe_bad_set(bad, 400, where, "'%s' is required", where);
-		if (parse_content(p, content, r, i, bad) < 0)
-			return -1;
-		i++;
-	}
-	if (parse_tools(body, p, bad) < 0)
+	if (fe_chat_anthropic_message(m, i++, p, bad) != 0)
 		return -1;
+	if (parse_tools(body, p, bad) != 0 || fe_chat_anthropic_thinking(body, p, bad) != 0)
+		return -1;
+	if (p->n_tools && !(p->tools_json = fe_tools_json(p))) // what the template gets
+		return fe_bad_set(bad, 503, NULL, "out of memory");
 	static const struct fe_fields fields = {"tools", "tool_choice", "", ""};
 	if (fe_structured_check(p, &fields, bad) < 0)
 		return -1;
@@ -418,15 +255,28 @@ message(const struct fe_gen *g, int final)
 	cJSON_AddStringToObject(o, "role", "assistant");
 	cJSON_AddStringToObject(o, "model", g->p.model);
 	cJSON *content = cJSON_AddArrayToObject(o, "content");
-	const struct fe_choice *ch = &g->ch[0];
-	if (final && (!ch->n_calls || !blank(g->text, g->len))) {
-		cJSON *b = cJSON_CreateObject();
-		cJSON_AddStringToObject(b, "type", "text");
-		fe_add_text(b, "text", g->text, g->len);
-		cJSON_AddItemToArray(content, b);
+	if (final) {
+		size_t rl = 0;
+		const char *r = fe_choice_reasoning(g, 0, &rl);
+		if (rl) {
+			cJSON *t = cJSON_CreateObject();
+			char sig[40];
+			fe_think_signature(fe_think_hash(FE_THINK_HASH0, r, rl), sig);
+			cJSON_AddStringToObject(t, "type", "thinking");
+			fe_add_text(t, "thinking", r, rl);
+			cJSON_AddStringToObject(t, "signature", sig);
+			cJSON_AddItemToArray(content, t);
+		}
+		const struct fe_choice *ch = &g->ch[0];
+		if (!ch->n_calls || !blank(g->text, g->len)) {
+			cJSON *b = cJSON_CreateObject();
+			cJSON_AddStringToObject(b, "type", "text");
+			fe_add_text(b, "text", g->text, g->len);
+			cJSON_AddItemToArray(content, b);
+		}
+		for (int i = 0; i < ch->n_calls; i++)
+			cJSON_AddItemToArray(content, tool_use(&ch->calls[i]));
 	}
-	for (int i = 0; final && i < ch->n_calls; i++)
-		cJSON_AddItemToArray(content, tool_use(&ch->calls[i]));
 	add_stop_fields(o, g, final);
 	cJSON_AddItemToObject(o, "usage", usage(g, final ? g->r.completion_tokens : 0));
 	return o;
@@ -450,100 +300,147 @@ typed(const char *type)
 	return o;
 }
 
-enum { B_TEXT = 1, B_TOOL = 2 };
+enum { B_TOOL = 2 }; // a tool_use block, beside FE_PART_CONTENT and FE_PART_REASONING
 
-// close the open content block (the loop thread's state; see fe.h)
+// a tool_use block opens: index g->blk
 static void
-block_stop(const struct fe_gen *g, struct fe_sse *e)
+block_open_call(struct fe_sse *e, const struct fe_gen *g, const struct fe_call *c)
 {
 	struct fe_gen *m = (struct fe_gen *)g;
-	if (!m->block_open)
-		return;
-	cJSON *o = typed("content_block_stop");
-	cJSON_AddNumberToObject(o, "index", m->block);
-	fe_sse_event(e, "content_block_stop", o);
-	m->block_open = 0;
+	cJSON *o = typed("content_block_start");
+	cJSON_AddNumberToObject(o, "index", m->blk);
+	cJSON *b = cJSON_AddObjectToObject(o, "content_block");
+	cJSON_AddStringToObject(b, "type", "tool_use");
+	cJSON_AddStringToObject(b, "id", c->id);
+	cJSON_AddStringToObject(b, "name", c->name);
+	cJSON_AddObjectToObject(b, "input");
+	fe_sse_event(e, "content_block_start", o);
+	m->blk++;
+	m->blk_part = B_TOOL;
 }
 
-// open the next block: a text block, or a tool call's tool_use block
+// a content block opens: index g->blk, of the given part
 static void
-block_start(const struct fe_gen *g, struct fe_sse *e, const struct fe_call *c)
+block_open(struct fe_sse *e, const struct fe_gen *g, int part)
 {
-	struct fe_gen *m = (struct fe_gen *)g;
-	block_stop(g, e);
-	m->block = m->blocks_seen++;
-	m->block_open = 1;
-	m->block_kind = c ? B_TOOL : B_TEXT;
+	struct fe_gen *m = (struct fe_gen *)g; // the loop thread's; see the top of the file
 	cJSON *o = typed("content_block_start");
-	cJSON_AddNumberToObject(o, "index", m->block);
+	cJSON_AddNumberToObject(o, "index", m->blk);
 	cJSON *b = cJSON_AddObjectToObject(o, "content_block");
-	if (c) {
-		cJSON_AddStringToObject(b, "type", "tool_use");
-		cJSON_AddStringToObject(b, "id", c->id);
-		cJSON_AddStringToObject(b, "name", c->name);
-		cJSON_AddObjectToObject(b, "input");
+	if (part == FE_PART_REASONING) {
+		cJSON_AddStringToObject(b, "type", "thinking");
+		cJSON_AddStringToObject(b, "thinking", "");
+		cJSON_AddStringToObject(b, "signature", "");
+		m->blk_hash = FE_THINK_HASH0;
 	} else {
 		cJSON_AddStringToObject(b, "type", "text");
 		cJSON_AddStringToObject(b, "text", "");
 	}
 	fe_sse_event(e, "content_block_start", o);
+	m->blk++;
+	m->blk_part = part;
+}
+
+// the open block closes (a thinking block with its signature first)
+static void
+block_close(struct fe_sse *e, const struct fe_gen *g)
+{
+	struct fe_gen *m = (struct fe_gen *)g;
+	if (m->blk_part < 0)
+		return;
+	if (m->blk_part == FE_PART_REASONING) {
+		cJSON *o = typed("content_block_delta");
+		cJSON_AddNumberToObject(o, "index", m->blk - 1);
+		cJSON *d = cJSON_AddObjectToObject(o, "delta");
+		char sig[40];
+		fe_think_signature(m->blk_hash, sig);
+		cJSON_AddStringToObject(d, "type", "signature_delta");
+		cJSON_AddStringToObject(d, "signature", sig);
+		fe_sse_event(e, "content_block_delta", o);
+	}
+	cJSON *o = typed("content_block_stop");
+	cJSON_AddNumberToObject(o, "index", m->blk - 1);
+	fe_sse_event(e, "content_block_stop", o);
+	m->blk_part = -1;
 }
 
 static char *
 stream_start(const struct fe_gen *g, size_t *len)
 {
 	struct fe_sse e = { 0 };
+	struct fe_gen *m = (struct fe_gen *)g;
+	m->blk = 0;
+	m->blk_part = -1;
 	cJSON *o = typed("message_start");
 	cJSON_AddItemToObject(o, "message", message(g, 0));
 	fe_sse_event(&e, "message_start", o);
-	// with tools the blocks open as text and calls come; without, the
-	// text block opens at once
-	if (!fe_wants_calls(&g->p))
-		block_start(g, &e, NULL);
+	// a reply that may think or call tools opens its first block when it
+	// knows which
+	if (!g->think && !fe_wants_calls(&g->p))
+		block_open(&e, g, FE_PART_CONTENT);
 	fe_sse_event(&e, "ping", typed("ping"));
 	return fe_sse_done(&e, len);
 }
 
 static char *
-stream_chunk(const struct fe_gen *g, const struct fe_chunk *c, size_t *len)
+stream_chunk(const struct fe_gen *g, const struct fe_chunk *ck, size_t *len)
 {
 	struct fe_sse e = { 0 };
-	if (c->call) {
-		if (c->start)
-			block_start(g, &e, c->start);
-		if (c->len && g->block_kind == B_TOOL) {
+	if (ck->call) { // a tool call: its block opens with its first chunk, then input_json_delta events
+		if (ck->start) {
+			block_close(&e, g);
+			block_open_call(&e, g, ck->start);
+		}
+		if (ck->len && g->blk_part == B_TOOL) {
 			cJSON *o = typed("content_block_delta");
-			cJSON_AddNumberToObject(o, "index", g->block);
+			cJSON_AddNumberToObject(o, "index", g->blk - 1);
 			cJSON *d = cJSON_AddObjectToObject(o, "delta");
 			cJSON_AddStringToObject(d, "type", "input_json_delta");
-			fe_add_text(d, "partial_json", c->text, c->len);
+			fe_add_text(d, "partial_json", ck->text, ck->len);
 			fe_sse_event(&e, "content_block_delta", o);
 		}
-	} else if (c->len) {
-		if (!g->block_open || g->block_kind != B_TEXT)
-			block_start(g, &e, NULL);
-		cJSON *o = typed("content_block_delta");
-		cJSON_AddNumberToObject(o, "index", g->block);
-		cJSON *d = cJSON_AddObjectToObject(o, "delta");
-		cJSON_AddStringToObject(d, "type", "text_delta");
-		fe_add_text(d, "text", c->text, c->len);
-		fe_sse_event(&e, "content_block_delta", o);
+		return fe_sse_done(&e, len);
 	}
+	if (!ck->len) {
+		*len = 0;
+		return strdup("");
+	}
+	if (g->blk_part != ck->part) {
+		block_close(&e, g);
+		block_open(&e, g, ck->part);
+	}
+	cJSON *o = typed("content_block_delta");
+	cJSON_AddNumberToObject(o, "index", g->blk - 1);
+	cJSON *d = cJSON_AddObjectToObject(o, "delta");
+	if (ck->part == FE_PART_REASONING) {
+		((struct fe_gen *)g)->blk_hash = fe_think_hash(g->blk_hash, ck->text, ck->len);
+		cJSON_AddStringToObject(d, "type", "thinking_delta");
+		fe_add_text(d, "thinking", ck->text, ck->len);
+	} else {
+		cJSON_AddStringToObject(d, "type", "text_delta");
+		fe_add_text(d, "text", ck->text, ck->len);
+	}
+	fe_sse_event(&e, "content_block_delta", o);
 	return fe_sse_done(&e, len);
 }
 
 static char *
 stream_text(const struct fe_gen *g, const char *s, size_t n, size_t *len)
 {
-	struct fe_chunk c = {.text = s, .len = n};
-	return stream_chunk(g, &c, len);
+	struct fe_chunk ck = {.text = s, .len = n, .part = FE_PART_CONTENT};
+	return stream_chunk(g, &ck, len);
 }
 
 static char *
 stream_end(const struct fe_gen *g, size_t *len)
 {
 	struct fe_sse e = { 0 };
-	block_stop(g, &e);
+	if (g->blk_part == FE_PART_REASONING || g->blk == 0) {
+		// the reply ended in its thinking, or said nothing: an (empty) text block still
+		block_close(&e, g);
+		block_open(&e, g, FE_PART_CONTENT);
+	}
+	block_close(&e, g);
 	cJSON *o = typed("message_delta");
 	cJSON *d = cJSON_AddObjectToObject(o, "delta");
 	add_stop_fields(d, g, 1);

@@ -37,20 +37,11 @@ void
 fe_params_free(struct fe_params *p)
 {
 	free(p->model);
-	for (size_t i = 0; i < p->n_msgs; i++) {
-		struct tok_msg *m = &p->msgs[i];
-		free((char *)m->content);
-		for (size_t k = 0; k < m->n_calls; k++) {
-			free((char *)m->calls[k].id);
-			free((char *)m->calls[k].name);
-			free((char *)m->calls[k].arguments);
-		}
-		free((void *)m->calls);
-		free((char *)m->call_id);
-		free((char *)m->name);
-		free((char *)m->reasoning);
-	}
+	for (size_t i = 0; i < p->n_msgs; i++)
+		fe_msg_free(&p->msgs[i]);
 	free(p->msgs);
+	free(p->tools_json);
+	free(p->template_kwargs);
 	for (int i = 0; i < p->n_tools; i++) {
 		free(p->tools[i].name);
 		free(p->tools[i].description);

@@ -267,8 +267,9 @@ run_job(struct fe_gen *g)
 	case FE_API_COUNT_TOKENS: {
 		int32_t *ids = NULL;
 		size_t n = 0;
-		if (fe_prompt_ids(&g->p, &ids, &n, NULL, err) != 0) {
-			fail(g, 503, "%s", err);
+		int rv = fe_prompt_ids(&g->p, &ids, &n, NULL, NULL, err);
+		if (rv != 0) {
+			fail(g, rv == TOKC_BAD_REQUEST ? 400 : 503, "%s", err);
 			return;
 		}
 		free(ids);
@@ -280,8 +281,9 @@ run_job(struct fe_gen *g)
 	}
 	case FE_API_APPLY_TEMPLATE: {
 		char *text = NULL;
-		if (fe_prompt_text(&g->p, &text, NULL, err) != 0) {
-			fail(g, 503, "%s", err);
+		int rv = fe_prompt_text(&g->p, &text, NULL, err);
+		if (rv != 0) {
+			fail(g, rv == TOKC_BAD_REQUEST ? 400 : 503, "%s", err);
 			return;
 		}
 		cJSON *o = cJSON_CreateObject();

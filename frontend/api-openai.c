@@ -14,60 +14,20 @@
 
 #include "fe.h"
 
+// the arguments of an assistant turn's calls are JSON objects (the
+// template, or the tool markup the prompt is written in, holds them as such)
 static int
-parse_role(const char *s, enum tok_role *r)
+check_arguments(const struct tok_msg *m, int i, struct fe_bad *bad)
 {
-	if (strcmp(s, "system") == 0 || strcmp(s, "developer") == 0)
-		*r = TOK_ROLE_SYSTEM;
-	else if (strcmp(s, "user") == 0)
-		*r = TOK_ROLE_USER;
-	else if (strcmp(s, "assistant") == 0)
-		*r = TOK_ROLE_ASSISTANT;
-	else if (strcmp(s, "tool") == 0 || strcmp(s, "function") == 0)
-		*r = TOK_ROLE_TOOL;
-	else
-		return -1;
-	return 0;
-}
-
-// an assistant turn's tool_calls: [{id, type: "function", function: {name, arguments}}]
-static int
-parse_calls(cJSON *calls, int i, struct tok_msg *m, struct fe_bad *bad)
-{
-	char where[96];
-	snprintf(where, sizeof where, "messages[%d].tool_calls", i);
-	if (!cJSON_IsArray(calls))
-		return fe_bad_set(bad, 400, where, "'%s' must be an array", where);
-	int k = 0;
-	cJSON *c;
-	cJSON_ArrayForEach(c, calls)
-	{
-		snprintf(where, sizeof where, "messages[%d].tool_calls[%d]", i, k);
-		cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id"), *type = cJSON_GetObjectItemCaseSensitive(c, "type");
-		cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
-		cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name"), *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
-		if (!cJSON_IsObject(c) || !cJSON_IsObject(fn))
-			return fe_bad_set(bad, 400, where, "'%s' must be {\"id\", \"type\": \"function\", \"function\": {\"name\", "
-			                  "\"arguments\"}}", where);
-		if (type && !cJSON_IsNull(type) && (!cJSON_IsString(type) || strcmp(type->valuestring, "function"))) {
-			snprintf(where, sizeof where, "messages[%d].tool_calls[%d].type", i, k);
-			return fe_bad_set(bad, 400, where, "'%s': only function calls are supported", where);
+	for (size_t k = 0; k < m->n_calls; k++) {
+		cJSON *a = cJSON_Parse(m->calls[k].arguments);
+		int ok = cJSON_IsObject(a);
+		cJSON_Delete(a);
+		if (!ok) {
+			char where[96];
+			snprintf(where, sizeof where, "messages[%d].tool_calls[%zu].function.arguments", i, k);
+			return fe_bad_set(bad, 400, where, "'%s' must be a JSON object", where);
 		}
-		if (!cJSON_IsString(id) || !id->valuestring[0]) {
-			snprintf(where, sizeof where, "messages[%d].tool_calls[%d].id", i, k);
-			return fe_bad_set(bad, 400, where, "'%s' must be a non-empty string", where);
-		}
-		if (!cJSON_IsString(name)) {
-			snprintf(where, sizeof where, "messages[%d].tool_calls[%d].function.name", i, k);
-			return fe_bad_set(bad, 400, where, "'%s' must be a string", where);
-		}
-		snprintf(where, sizeof where, "messages[%d].tool_calls[%d].function.arguments", i, k);
-		if (args && !cJSON_IsNull(args) && !cJSON_IsString(args))
-			return fe_bad_set(bad, 400, where, "'%s' must be a string of JSON", where);
-		if (fe_msg_call(m, id->valuestring, name->valuestring, cJSON_IsString(args) ? args->valuestring : "{}",
-		                where, bad))
-			return -1;
-		k++;
 	}
 	return 0;
 }
@@ -90,61 +50,19 @@ parse_messages(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 	cJSON_ArrayForEach(m, msgs)
 	{
 		char where[64];
-		snprintf(where, sizeof where, "messages[%d]", i);
-		if (!cJSON_IsObject(m))
-			return fe_bad_set(bad, 400, where, "'%s' must be an object", where);
-		cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-		snprintf(where, sizeof where, "messages[%d].role", i);
-		if (!cJSON_IsString(role))
-			return fe_bad_set(bad, 400, where, "'%s' must be a string", where);
-		enum tok_role r;
-		if (parse_role(role->valuestring, &r) != 0)
-			return fe_bad_set(bad, 400, where,
-			                  "'%s': role '%.32s' is not supported (system, developer, user, assistant, tool)", where,
-			                  role->valuestring);
-		struct tok_msg *tm = &p->msgs[p->n_msgs];
-		tm->role = r;
-		p->n_msgs++;
-		snprintf(where, sizeof where, "messages[%d].content", i);
-		char *text;
-		if (fe_get_text(cJSON_GetObjectItemCaseSensitive(m, "content"), where, &text, bad) < 0)
+		snprintf(where, sizeof where, "messages[%d]", i++);
+		if (fe_chat_openai_message(m, where, &p->msgs[p->n_msgs], bad) != 0) {
+			fe_msg_free(&p->msgs[p->n_msgs]);
 			return -1;
-		tm->content = text;
-		cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
-		if (calls && !cJSON_IsNull(calls)) {
-			if (r != TOK_ROLE_ASSISTANT) {
-				snprintf(where, sizeof where, "messages[%d].tool_calls", i);
-				return fe_bad_set(bad, 400, where, "'%s': only assistant messages make tool calls", where);
-			}
-			if (parse_calls(calls, i, tm, bad))
+		}
+		p->n_msgs++;
+		if (check_arguments(&p->msgs[p->n_msgs - 1], i - 1, bad) != 0)
+			return -1;
+		if (p->msgs[p->n_msgs - 1].role == TOK_ROLE_TOOL) {
+			snprintf(where, sizeof where, "messages[%d].tool_call_id", i - 1);
+			if (fe_chat_check_tool_turns(p, p->n_msgs - 1, bad, where) != 0)
 				return -1;
 		}
-		cJSON *rc = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
-		if (r == TOK_ROLE_ASSISTANT && cJSON_IsString(rc) && rc->valuestring[0] &&
-		    !(tm->reasoning = strdup(rc->valuestring)))
-			return fe_bad_set(bad, 503, NULL, "out of memory");
-		if (r == TOK_ROLE_TOOL) {
-			int legacy = !strcmp(role->valuestring, "function");
-			cJSON *id = cJSON_GetObjectItemCaseSensitive(m, "tool_call_id");
-			cJSON *name = cJSON_GetObjectItemCaseSensitive(m, "name");
-			snprintf(where, sizeof where, "messages[%d].tool_call_id", i);
-			if (!legacy && (!cJSON_IsString(id) || !id->valuestring[0]))
-				return fe_bad_set(bad, 400, where, "'%s' is required in a tool message", where);
-			if (!legacy && !fe_call_known(p, p->n_msgs - 1, id->valuestring))
-				return fe_bad_set(bad, 400, where, "'%s': no assistant message before it made the call '%.64s'",
-				                  where, id->valuestring);
-			if (cJSON_IsString(id) && !(tm->call_id = strdup(id->valuestring)))
-				return fe_bad_set(bad, 503, NULL, "out of memory");
-			// the function's name: the message's, else the call's
-			const char *nm = cJSON_IsString(name) ? name->valuestring : NULL;
-			for (size_t k = 0; !nm && tm->call_id && k + 1 < p->n_msgs; k++)
-				for (size_t c = 0; c < p->msgs[k].n_calls; c++)
-					if (!strcmp(p->msgs[k].calls[c].id, tm->call_id))
-						nm = p->msgs[k].calls[c].name;
-			if (nm && !(tm->name = strdup(nm)))
-				return fe_bad_set(bad, 503, NULL, "out of memory");
-		}
-		i++;
 	}
 	return 0;
 }
@@ -499,7 +417,7 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 	if (fe_get_model(body, cfg, p, bad) < 0)
 		return -1;
 	if (api == FE_API_CHAT) {
-		if (parse_messages(body, p, bad) != 0)
+		if (parse_messages(body, p, bad) != 0 || fe_chat_openai_thinking(body, p, bad) != 0)
 			return -1;
 	} else {
 		cJSON *pr = cJSON_GetObjectItemCaseSensitive(body, "prompt");
@@ -538,6 +456,8 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 	p->call_ids = FE_IDS_OPENAI;
 	if (api == FE_API_CHAT && (parse_tools(body, p, bad) < 0 || parse_format(body, p, bad) < 0))
 		return -1;
+	if (p->n_tools && !(p->tools_json = fe_tools_json(p))) // what the template gets
+		return fe_bad_set(bad, 503, NULL, "out of memory");
 	if (parse_constraints(body, p, bad) < 0)
 		return -1;
 	static const struct fe_fields fields = {"tools", "tool_choice", "response_format.json_schema.schema", "grammar"};
@@ -785,6 +705,10 @@ response(const struct fe_gen *g, size_t *len)
 				cJSON_AddNullToObject(m, "content");
 			else
 				fe_add_text(m, "content", text, tl);
+			size_t rl = 0;
+			const char *r = fe_choice_reasoning(g, i, &rl);
+			if (rl) // a thinking model's thinking, as llama.cpp and vLLM send it
+				fe_add_text(m, "reasoning_content", r, rl);
 			if (ch->n_calls)
 				cJSON_AddItemToObject(m, "tool_calls", tool_calls(ch->calls, ch->n_calls));
 		} else {
@@ -898,7 +822,7 @@ stream_chunk(const struct fe_gen *g, const struct fe_chunk *ck, size_t *len)
 		cJSON_AddItemToArray(tc, t);
 	} else if (is_chat(g)) {
 		cJSON *d = cJSON_AddObjectToObject(c, "delta");
-		fe_add_text(d, "content", ck->text, ck->len);
+		fe_add_text(d, ck->part == FE_PART_REASONING ? "reasoning_content" : "content", ck->text, ck->len);
 	} else {
 		fe_add_text(c, "text", ck->text, ck->len);
 	}

@@ -18,6 +18,7 @@ struct preset {
 
 static const struct preset presets[] = {
 	{"tiny", "llama", 64, 2, 4, 2, 128, 320, 0, 0, 10000.0f, 1e-5f},
+	{"think", "llama", 64, 2, 4, 2, 128, 320, 0, 0, 10000.0f, 1e-5f},
 	{"smollm2-135m", "llama", 576, 30, 9, 3, 1536, 49152, 1, 0, 100000.0f, 1e-5f},
 	{"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 1, 1, 1000000.0f, 1e-6f},
 };
@@ -114,8 +115,92 @@ put(struct gguf_writer *w, uint64_t seed, const char *name, int64_t ne0, int64_t
 	return rc;
 }
 
+// the think preset: its extra vocabulary (after the bytes) and its script
+static const struct {
+	const char *piece;
+	int32_t type; // 1 normal, 3 control, 4 user-defined
+} think_vocab[] = {
+	{"<|im_start|>", 3}, {"<|im_end|>", 3}, {"<think>", 4}, {"</think>", 4}, {"<tool_call>", 4}, {"</tool_call>", 4},
+	{"\n", 1}, {"\n\n", 1}, {"Let", 1}, {"\xe2\x96\x81me", 1}, {"\xe2\x96\x81think.", 1}, {"Hello", 1}, {"!", 1},
+};
+static const char *const think_script[][2] = {
+	{"\n", "<think>"}, {"<think>", "Let"}, {"Let", "\xe2\x96\x81me"}, {"\xe2\x96\x81me", "\xe2\x96\x81think."},
+	{"\xe2\x96\x81think.", "</think>"}, {"</think>", "\n\n"}, {"\n\n", "Hello"}, {"Hello", "!"}, {"!", "<|im_end|>"},
+};
+#define THINK_FIRST 259 // the index of think_vocab[0]
+
+static int64_t
+think_id(const char *piece)
+{
+	for (size_t i = 0; i < sizeof think_vocab / sizeof think_vocab[0]; i++)
+		if (!strcmp(think_vocab[i].piece, piece))
+			return THINK_FIRST + (int64_t)i;
+	return -1;
+}
+
+// a tensor of given values, stored as type (2-D ones; 1-D stay f32)
+static int
+put_values(struct gguf_writer *w, const char *name, float *d, int64_t ne0, int64_t ne1, uint32_t type, char *err)
+{
+	int64_t ne[2] = {ne0, ne1};
+	uint32_t nd = ne1 > 1 ? 2 : 1;
+	size_t n = (size_t)(ne0 * ne1);
+	if (nd == 1 || type == AD_TYPE_F32)
+		return gguf_writer_tensor(w, name, AD_TYPE_F32, nd, ne, d, n * sizeof *d, err);
+	uint16_t *h = malloc(n * sizeof *h);
+	if (!h)
+		return ad_err(err, "out of memory");
+	for (size_t i = 0; i < n; i++)
+		h[i] = type == AD_TYPE_BF16 ? ad_f32_to_bf16(d[i]) : ad_f32_to_fp16(d[i]);
+	int rc = gguf_writer_tensor(w, name, type == AD_TYPE_BF16 ? AD_TYPE_BF16 : AD_TYPE_F16, nd, ne, h, n * sizeof *h, err);
+	free(h);
+	return rc;
+}
+
+// the think preset's weights: see cmd-genmodel.h
+static int
+think_weights(struct gguf_writer *w, int64_t E, int64_t L, int64_t H, int64_t KV, int64_t FF, int64_t V, uint32_t type,
+              char *err)
+{
+	int64_t hd = E / H, big = V * E > FF * E ? V * E : FF * E;
+	float *z = calloc((size_t)(big > H * hd * E ? big : H * hd * E), sizeof *z), *emb = calloc((size_t)(V * E), sizeof *emb),
+	      *out = calloc((size_t)(V * E), sizeof *out), *ones = malloc((size_t)E * sizeof *ones);
+	int rc = -1;
+	if (!z || !emb || !out || !ones) {
+		ad_err(err, "out of memory");
+		goto done;
+	}
+	for (int64_t i = 0; i < E; i++)
+		ones[i] = 1;
+	// token "from" gets its own direction k; the output row of "to" reads it
+	for (size_t k = 0; k < sizeof think_script / sizeof think_script[0]; k++) {
+		int64_t from = think_id(think_script[k][0]), to = think_id(think_script[k][1]);
+		emb[from * E + (int64_t)k] = 1;
+		out[to * E + (int64_t)k] = 10;
+	}
+	char name[96];
+	rc = put_values(w, "token_embd.weight", emb, E, V, type, err) ||
+	     put_values(w, "output_norm.weight", ones, E, 1, type, err) ||
+	     put_values(w, "output.weight", out, E, V, type, err);
+	for (int64_t il = 0; il < L && !rc; il++) {
+#define Z(what, n0, n1) (snprintf(name, sizeof name, "blk.%lld." what, (long long)il), put_values(w, name, z, n0, n1, type, err))
+#define ONE(what) (snprintf(name, sizeof name, "blk.%lld." what, (long long)il), put_values(w, name, ones, E, 1, type, err))
+		rc = ONE("attn_norm.weight") || Z("attn_q.weight", E, H * hd) || Z("attn_k.weight", E, KV * hd) ||
+		     Z("attn_v.weight", E, KV * hd) || Z("attn_output.weight", H * hd, E) || ONE("ffn_norm.weight") ||
+		     Z("ffn_gate.weight", E, FF) || Z("ffn_up.weight", E, FF) || Z("ffn_down.weight", FF, E);
+#undef Z
+#undef ONE
+	}
+done:
+	free(z);
+	free(emb);
+	free(out);
+	free(ones);
+	return rc ? -1 : 0;
+}
+
 static void
-vocab(struct gguf_writer *w, int64_t V)
+vocab(struct gguf_writer *w, int64_t V, int think)
 {
 	char **tok = calloc((size_t)V, sizeof *tok);
 	float *score = calloc((size_t)V, sizeof *score);
@@ -135,15 +220,23 @@ vocab(struct gguf_writer *w, int64_t V)
 		tok[i] = strdup(b);
 		type[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
 		score[i] = i < 259 ? 0.0f : -(float)(i - 259);
+		if (think && i >= THINK_FIRST && i - THINK_FIRST < (int64_t)(sizeof think_vocab / sizeof think_vocab[0])) {
+			free(tok[i]);
+			tok[i] = strdup(think_vocab[i - THINK_FIRST].piece);
+			type[i] = think_vocab[i - THINK_FIRST].type;
+		}
 	}
 	gguf_writer_str(w, "tokenizer.ggml.model", "llama");
 	gguf_writer_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tok, (uint64_t)V);
 	gguf_writer_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, score, (uint64_t)V);
 	gguf_writer_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, type, (uint64_t)V);
 	gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", 1);
-	gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", 2);
+	// Qwen3 ends a turn, and a reply, with <|im_end|> and adds no BOS
+	gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", think ? (uint32_t)think_id("<|im_end|>") : 2);
 	gguf_writer_u32(w, "tokenizer.ggml.unknown_token_id", 0);
-	gguf_writer_bool(w, "tokenizer.ggml.add_bos_token", 1);
+	gguf_writer_bool(w, "tokenizer.ggml.add_bos_token", !think);
+	if (think) // byte-level BPE like Qwen's puts no space after special tokens
+		gguf_writer_bool(w, "tokenizer.ggml.add_space_prefix", 0);
 	for (int64_t i = 0; i < V; i++)
 		free(tok[i]);
 	free(tok);
@@ -159,7 +252,8 @@ genmodel_write(const struct genmodel *g, const char *path, char *err)
 		if (!strcmp(presets[i].name, g->preset))
 			p = &presets[i];
 	if (!p)
-		return ad_err(err, "unknown preset '%s' (tiny, smollm2-135m, qwen2.5-0.5b)", g->preset);
+		return ad_err(err, "unknown preset '%s' (tiny, smollm2-135m, qwen2.5-0.5b, think)", g->preset);
+	int think = !strcmp(p->name, "think");
 	uint32_t type = type_of(g->wtype ? g->wtype : "f16");
 	if (type == UINT32_MAX)
 		return ad_err(err, "unknown weight type '%s' (f32, f16, bf16, q8_0)", g->wtype);
@@ -186,7 +280,16 @@ genmodel_write(const struct genmodel *g, const char *path, char *err)
 	KF("attention.layer_norm_rms_epsilon", p->eps);
 #undef KU
 #undef KF
-	vocab(w, V);
+	vocab(w, V, think);
+	if (g->chat_template)
+		gguf_writer_str(w, "tokenizer.chat_template", g->chat_template);
+	if (think) {
+		int rc = think_weights(w, E, L, H, KV, FF, V, type, err);
+		if (!rc)
+			rc = gguf_writer_save(w, path, err);
+		gguf_writer_free(w);
+		return rc ? -1 : 0;
+	}
 	uint64_t sd = g->seed;
 	float se = 1.0f / sqrtf((float)E), sf = 1.0f / sqrtf((float)FF);
 	int rc = put(w, sd, "token_embd.weight", E, V, 0, 1.0f, type, err) ||

@@ -12,7 +12,22 @@
 //           smollm2-135m  llama, 576, 30 layers, 9/3 heads, ff 1536, vocab 49152, tied
 //           qwen2.5-0.5b  qwen2, 896, 24 layers, 14/2 heads, ff 4864, vocab 151936, tied,
 //                         q/k/v biases
+//           think         the tiny shape, not random: a model that says the same
+//                         thing every time, Qwen3 style. Its vocabulary adds ChatML's
+//                         <|im_start|> and <|im_end|> (the end of a turn), <think>,
+//                         </think>, <tool_call>, </tool_call> (as Qwen3 has them: the
+//                         think tags decode as text) and the pieces "\n", "\n\n",
+//                         "Let", " me", " think.", "Hello", "!". Its attention and FFN
+//                         write nothing, so each next token depends on the last one
+//                         only, by a table in its embeddings and output: after "\n"
+//                         (the end of Qwen3's generation prompt) it writes
+//                         "<think>Let me think.</think>\n\nHello!<|im_end|>", after
+//                         "\n\n" (the end of the prompt with thinking off) only
+//                         "Hello!<|im_end|>". The margin is ~80 logits, so any
+//                         sampling settings give the same text.
 // Weight types: f32, f16, bf16, q8_0 (norms and biases stay f32).
+//
+// chat_template (may be NULL) is written as tokenizer.chat_template.
 #ifndef AD_CMD_GENMODEL_H
 #define AD_CMD_GENMODEL_H
 
@@ -25,6 +40,7 @@ struct genmodel {
 	const char *wtype;  // "f32", "f16", "bf16", "q8_0"
 	uint64_t seed;
 	int n_layer;        // 0: the preset's
+	const char *chat_template; // NULL: none
 };
 
 int genmodel_write(const struct genmodel *g, const char *path, char *err);

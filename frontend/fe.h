@@ -120,8 +120,13 @@ struct fe_params {
 	enum fe_api api;
 	int stream, include_usage;
 	char *model;
-	struct tok_msg *msgs; // chat and messages; contents malloc'd
+	struct tok_msg *msgs; // chat and messages; every string and call array malloc'd
 	size_t n_msgs;
+	// the chat template's inputs besides the messages (api-chat.c)
+	char *tools_json;     // JSON array of OpenAI-style tools for the template, NULL: none
+	int thinking;         // FE_THINKING_DEFAULT (0: the template's), _ON or _OFF
+	char *template_kwargs; // JSON object (chat_template_kwargs and what maps to it), NULL: none
+	int keep_thinking;    // reasoning_format "none": the thinking stays in the text
 	char *prompt;         // completions: raw text, no template
 	size_t prompt_len;
 	unsigned max_tokens;
@@ -167,6 +172,7 @@ struct fe_params {
 	enum fe_ids call_ids;
 };
 
+enum { FE_THINKING_DEFAULT = 0, FE_THINKING_ON, FE_THINKING_OFF };
 void fe_params_free(struct fe_params *p);
 #define FE_DEF_TEMP 1u
 #define FE_DEF_TOP_P 2u
@@ -227,6 +233,8 @@ struct fe_call {
 struct fe_choice {
 	char *text;            // choices 1.. (choice 0's text is fe_gen.text)
 	size_t len, cap;
+	char *reasoning;       // a thinking model's thinking (every choice; non-stream)
+	size_t rlen, rcap;
 	enum fe_finish finish;
 	int stop_index;
 	unsigned completion_tokens;
@@ -245,6 +253,7 @@ struct fe_chunk {
 	size_t len;
 	const struct fe_lp_tok *lp;
 	size_t n_lp;
+	int part;                    // FE_PART_CONTENT or FE_PART_REASONING (think.c)
 	int call;                    // 0: text
 	const struct fe_call *start; // the call, on its first chunk; NULL after
 };
@@ -257,6 +266,10 @@ struct fe_gen {
 	int cancelled;           // atomic: the client went away
 	int queued;              // in the admission queue (queue lock)
 	uint64_t t_admit;        // ns, monotonic
+	int think;               // the reply is split into thinking and answer (worker, before FE_MSG_START)
+	int think_open;          // the prompt ends inside <think>: the reply starts in the thinking
+	int blk, blk_part;       // Anthropic stream: blocks opened so far, the open one's part (loop)
+	uint64_t blk_hash;       // and the hash of the thinking block's text
 	char id[48];             // response id in the dialect's form
 	unsigned seq;            // the Responses stream's sequence_number (loop thread)
 	// a stream's open content block (loop thread): Anthropic's and the
@@ -277,6 +290,38 @@ struct fe_gen {
 void fe_choices_free(struct fe_gen *g);
 // a choice's text: fe_gen.text for choice 0
 const char *fe_choice_text(const struct fe_gen *g, int i, size_t *len);
+// a choice's thinking ("" when none)
+const char *fe_choice_reasoning(const struct fe_gen *g, int i, size_t *len);
+
+// --- think.c: a thinking model's reasoning told apart from its answer -----------
+// The reply of a model whose template thinks (it names <think>) is split as
+// it streams: what is inside <think>...</think> at its start is the
+// reasoning (OpenAI's reasoning_content, Anthropic's thinking blocks), the
+// rest the answer. A prompt that ends in an open <think> (R1 distills)
+// starts the reply inside the thinking. The reasoning loses its surrounding
+// whitespace and the answer the whitespace right after </think>; a reply
+// that does not start with <think> is all answer, as written; one that ends
+// inside the thinking (max_tokens) is all reasoning. A tag cut between two
+// pieces is held back until it is known.
+enum { FE_PART_CONTENT = 0, FE_PART_REASONING = 1 };
+enum { FE_THINK_START, FE_THINK_IN, FE_THINK_OUT };
+struct fe_think {
+	int state, lead, lead_content;
+	char hold[16]; // a tag cut at the end of a piece
+	size_t n_hold;
+	char ws[64];   // the reasoning's whitespace, sent once more reasoning follows
+	size_t pending_ws;
+};
+typedef int (*fe_think_cb)(void *arg, int part, const char *s, size_t n);
+void fe_think_init(struct fe_think *t, int open);
+// fe_think_push calls cb for each piece it can tell; flush: the reply ended
+int fe_think_push(struct fe_think *t, const char *s, size_t n, int flush, fe_think_cb cb, void *arg);
+int fe_think_model(const char *template_text); // the template names <think>
+int fe_think_open(const char *prompt);         // the prompt ends in <think>
+// the signature of an Anthropic thinking block: opaque, a hash of its text
+#define FE_THINK_HASH0 1469598103934665603ull
+uint64_t fe_think_hash(uint64_t h, const char *s, size_t n);
+void fe_think_signature(uint64_t h, char out[40]);
 
 // --- tools.c: tool calls and structured output ----------------------------------
 struct fe_bad;
@@ -403,6 +448,9 @@ void fe_post_chunk(struct fe_gen *g, const struct fe_chunk *c);
 
 // the vocabulary size, -1 until the tokenizer has answered (any thread)
 int fe_n_vocab(void);
+// whether the model's chat template thinks (fe_think_model), known once the
+// vocabulary has been fetched (0 before)
+int fe_model_thinks(void);
 // the raw bytes a token id adds to the text (the bytes of a logprobs entry);
 // NULL when not fetched yet (the worker fetches every id it reports)
 const char *fe_token_bytes(int32_t id, size_t *len);
@@ -414,9 +462,12 @@ uint64_t fe_now_ns(void);
 // dialect and /v1/messages/count_tokens go through these.
 struct ad_client;
 struct ad_client *fe_tok_client(void);
-// format (16 bytes, may be NULL): the tool-call markup the prompt asks for
+// Both return 0, -1 (the tokenizer failed: 503) or TOKC_BAD_REQUEST (the
+// template refused the conversation, or its tools or kwargs: 400).
+// think_open (may be NULL) says whether the prompt ends in an open <think>;
+// format (16 bytes, may be NULL) the tool-call markup the prompt asks for.
 int fe_prompt_text(const struct fe_params *p, char **text, char *format, char *err);
-int fe_prompt_ids(const struct fe_params *p, int32_t **ids, size_t *n, char *format, char *err);
+int fe_prompt_ids(const struct fe_params *p, int32_t **ids, size_t *n, int *think_open, char *format, char *err);
 
 // --- http.c: the h2o loop ------------------------------------------------------------
 // fe_http_run serves until fe_http_stop (async-signal-safe) is called.
@@ -480,6 +531,31 @@ int fe_get_bool(struct cJSON *o, const char *key, int *out, struct fe_bad *bad);
 int fe_get_string(struct cJSON *o, const char *key, const char **out, struct fe_bad *bad);
 // stops: a string or an array of strings
 int fe_get_stops(struct cJSON *o, const char *key, struct fe_params *p, struct fe_bad *bad);
+
+// --- api-chat.c: what chat requests give the template besides text --------------------
+// The history: OpenAI messages' tool_calls (assistant), tool_call_id and
+// name (role "tool") and reasoning_content; Anthropic content blocks text,
+// thinking (kept as the turn's reasoning), redacted_thinking (dropped),
+// tool_use (calls) and tool_result (a tool turn each, before the user's
+// text; is_error puts "Error: " before the result). The tools are
+// tools.c's (fe_tool_add), their JSON in p->tools_json. The thinking switches: OpenAI's
+// chat_template_kwargs, reasoning_effort (none/minimal: the template's
+// no-think form; the value reaches the template as reasoning_effort too)
+// and reasoning_format ("none" keeps the thinking in the text); Anthropic's
+// thinking {type enabled | disabled}. Each returns 0 or -1 with bad filled
+// (400 naming the field).
+int fe_chat_openai_message(struct cJSON *m, const char *where, struct tok_msg *out, struct fe_bad *bad);
+int fe_chat_openai_thinking(struct cJSON *body, struct fe_params *p, struct fe_bad *bad);
+int fe_chat_anthropic_thinking(struct cJSON *body, struct fe_params *p, struct fe_bad *bad);
+// the messages one Anthropic message becomes (at most 1 + its tool_result
+// blocks), appended to p->msgs (room for them is the caller's)
+int fe_chat_anthropic_message(struct cJSON *m, int i, struct fe_params *p, struct fe_bad *bad);
+// how many messages an Anthropic message can become
+int fe_chat_anthropic_count(struct cJSON *m);
+// the tool turns of p->msgs from index from on answer a call made before
+// them (else 400 naming field); a tool turn without a name takes its call's
+int fe_chat_check_tool_turns(struct fe_params *p, size_t from, struct fe_bad *bad, const char *field);
+void fe_msg_free(struct tok_msg *m); // what a parsed message holds
 // text content: a string, or an array of text blocks ({"type":"text","text":...} or strings) joined
 // with "\n"; where names the field in messages
 int fe_get_text(struct cJSON *v, const char *where, char **out, struct fe_bad *bad);

@@ -42,6 +42,7 @@ static struct {
 	pthread_mutex_t mu;
 	int known;
 	int32_t n, bos, eos, eot;
+	int thinks;     // the chat template names <think> (think.c)
 	char **bytes;   // n entries, NULL until fetched; set once, never changed
 	uint32_t *blen;
 } vocab = { .mu = PTHREAD_MUTEX_INITIALIZER };
@@ -174,8 +175,11 @@ get_vocab(char *err)
 	if (known)
 		return 0;
 	struct tokc_vocab v;
-	if (tokc_vocab(tok, &v, cfg->timeout_ms, err) != 0)
+	struct tokc_vocab_texts vt = {0};
+	if (tokc_vocab_texts(tok, &v, &vt, cfg->timeout_ms, err) != 0)
 		return -1;
+	int thinks = fe_think_model(vt.chat_template);
+	tokc_vocab_texts_free(&vt);
 	if (v.n_vocab < 1)
 		return ad_err(err, "tokenizer: a vocabulary of %d", (int)v.n_vocab);
 	char **bytes = calloc((size_t)v.n_vocab, sizeof *bytes);
@@ -198,9 +202,19 @@ get_vocab(char *err)
 	vocab.bos = v.bos;
 	vocab.eos = v.eos;
 	vocab.eot = v.eot;
+	vocab.thinks = thinks;
 	vocab.known = 1;
 	pthread_mutex_unlock(&vocab.mu);
 	return 0;
+}
+
+int
+fe_model_thinks(void)
+{
+	pthread_mutex_lock(&vocab.mu);
+	int t = vocab.known && vocab.thinks;
+	pthread_mutex_unlock(&vocab.mu);
+	return t;
 }
 
 int
@@ -249,19 +263,21 @@ fe_prompt_text(const struct fe_params *p, char **text, char *format, char *err)
 		nm++;
 	}
 	*text = NULL;
-	char *tools = fe_tools_json(p);
-	struct tokc_chat_opts o = {.tools = tools, .enable_thinking = -1};
-	int rv = tools || p->n_tools == 0 ? tokc_chat_with(tok, msgs, nm, 1, &o, text, format, format ? 16 : 0,
-	                                                   cfg->timeout_ms, err)
-	                                  : ad_err(err, "out of memory");
-	free(tools);
+	struct tokc_chat_opts o = {
+		.tools = p->tools_json,
+		.enable_thinking = p->thinking == FE_THINKING_ON ? 1 : p->thinking == FE_THINKING_OFF ? 0 : -1,
+		.kwargs = p->template_kwargs,
+	};
+	int rv = tokc_chat_with(tok, msgs, nm, 1, &o, text, format, format ? 16 : 0, cfg->timeout_ms, err);
 	free(with);
 	return rv;
 }
 
 int
-fe_prompt_ids(const struct fe_params *p, int32_t **ids, size_t *n, char *format, char *err)
+fe_prompt_ids(const struct fe_params *p, int32_t **ids, size_t *n, int *think_open, char *format, char *err)
 {
+	if (think_open)
+		*think_open = 0;
 	if (format)
 		format[0] = 0;
 	if (get_vocab(err) != 0)
@@ -269,9 +285,12 @@ fe_prompt_ids(const struct fe_params *p, int32_t **ids, size_t *n, char *format,
 	if (p->api == FE_API_COMPLETIONS)
 		return tokc_encode(tok, p->prompt, p->prompt_len, -1, 0, ids, n, cfg->timeout_ms, err);
 	char *text = NULL;
-	if (fe_prompt_text(p, &text, format, err) != 0)
-		return -1;
-	int rv = tokc_encode(tok, text, strlen(text), -1, 1, ids, n, cfg->timeout_ms, err);
+	int rv = fe_prompt_text(p, &text, format, err);
+	if (rv != 0)
+		return rv;
+	if (think_open)
+		*think_open = fe_think_open(text);
+	rv = tokc_encode(tok, text, strlen(text), -1, 1, ids, n, cfg->timeout_ms, err);
 	free(text);
 	return rv;
 }
@@ -283,8 +302,12 @@ tokenize(struct fe_gen *g, int32_t **ids, size_t *n, char *format)
 {
 	char err[AD_ERRLEN];
 	uint64_t t0 = fe_now_ns();
-	if (fe_prompt_ids(&g->p, ids, n, format, err) != 0)
-		return fail(g, 503, err);
+	int rv = fe_prompt_ids(&g->p, ids, n, &g->think_open, format, err);
+	if (rv != 0) // a conversation the template refused is the client's error
+		return fail(g, rv == TOKC_BAD_REQUEST ? 400 : 503, err);
+	// chat replies of a thinking model are split (think.c), unless asked not to
+	g->think = g->p.api != FE_API_COMPLETIONS && g->p.api != FE_API_RESPONSES && !g->p.keep_thinking &&
+	           fe_model_thinks();
 	g->r.tokenize_ns = fe_now_ns() - t0;
 	fe_metrics_stage(FE_ST_TOKENIZE, g->r.tokenize_ns);
 	if (*n == 0) {
@@ -344,9 +367,11 @@ fe_choices_free(struct fe_gen *g)
 {
 	for (int i = 0; i < FE_MAX_N; i++) {
 		free(g->ch[i].text);
+		free(g->ch[i].reasoning);
 		free(g->ch[i].lp);
 		fe_calls_free(g->ch[i].calls, g->ch[i].n_calls);
 		g->ch[i].text = NULL;
+		g->ch[i].reasoning = NULL;
 		g->ch[i].lp = NULL;
 		g->ch[i].calls = NULL;
 		g->ch[i].n_calls = 0;
@@ -367,6 +392,13 @@ fe_choice_text(const struct fe_gen *g, int i, size_t *len)
 	}
 	*len = g->ch[i].len;
 	return g->ch[i].text;
+}
+
+const char *
+fe_choice_reasoning(const struct fe_gen *g, int i, size_t *len)
+{
+	*len = g->ch[i].rlen;
+	return g->ch[i].reasoning ? g->ch[i].reasoning : "";
 }
 
 static int
@@ -412,19 +444,54 @@ struct run {
 	struct fe_call cur;  // a stream's call in progress (its id and name)
 	struct fe_gen *g;
 	int index;
+	struct fe_think th; // a thinking model's reply: where the thinking ends
 };
 
-// emit hands released text of choice i to the loop (stream: with the
-// logprob tokens that start inside the text released so far; all of them
-// at the end) or keeps it (non-stream)
+static int emit_part(struct fe_gen *g, int i, struct run *r, int part, const char *s, size_t n, int last);
+
+struct emit_ctx {
+	struct fe_gen *g;
+	int i;
+	struct run *r;
+	int last;
+};
+
+static int
+emit_cb(void *arg, int part, const char *s, size_t n)
+{
+	struct emit_ctx *e = arg;
+	return emit_part(e->g, e->i, e->r, part, s, n, 0);
+}
+
+// emit hands released text of choice i on: through the thinking split when
+// the reply has one (released counts the text before it, which is what the
+// logprob offsets measure)
 static int
 emit(struct fe_gen *g, int i, struct run *r, const char *s, size_t n, int last)
 {
-	struct fe_choice *c = &g->ch[i];
+	if (!g->think)
+		return emit_part(g, i, r, FE_PART_CONTENT, s, n, last);
+	struct emit_ctx e = {g, i, r, last};
 	r->released += (uint32_t)n;
+	if (fe_think_push(&r->th, s, n, last, emit_cb, &e) != 0)
+		return -1;
+	return last ? emit_part(g, i, r, FE_PART_CONTENT, "", 0, 1) : 0; // the last logprob tokens
+}
+
+// emit_part hands a piece of choice i to the loop (stream: with the logprob
+// tokens that start inside the text released so far; all of them at the
+// end) or keeps it (non-stream)
+static int
+emit_part(struct fe_gen *g, int i, struct run *r, int part, const char *s, size_t n, int last)
+{
+	struct fe_choice *c = &g->ch[i];
+	if (!g->think)
+		r->released += (uint32_t)n;
 	if (!g->p.stream) {
 		if (n == 0)
 			return 0;
+		if (part == FE_PART_REASONING)
+			return grow(&c->reasoning, &c->rlen, &c->rcap, s, n);
 		return i == 0 ? grow(&g->text, &g->len, &g->cap, s, n) : grow(&c->text, &c->len, &c->cap, s, n);
 	}
 	// a stream keeps only the logprob tokens not sent yet
@@ -433,8 +500,8 @@ emit(struct fe_gen *g, int i, struct run *r, const char *s, size_t n, int last)
 		k++;
 	if (n == 0 && k == 0)
 		return 0;
-	struct fe_chunk ck = {.index = i, .text = s, .len = n, .lp = c->lp, .n_lp = k};
-	if (g->p.n <= 1 && !g->p.logprobs)
+	struct fe_chunk ck = {.index = i, .text = s, .len = n, .lp = c->lp, .n_lp = k, .part = part};
+	if (g->p.n <= 1 && !g->p.logprobs && part == FE_PART_CONTENT)
 		fe_post(g, FE_MSG_TEXT, s, n);
 	else
 		fe_post_chunk(g, &ck);
@@ -944,6 +1011,7 @@ generate(struct fe_gen *g)
 		runs[i].n_words = gram.n_words;
 		fe_scan_init(&runs[i].scan);
 		fe_stop_init(&runs[i].st, (const char *const *)g->p.stops, g->p.n_stops);
+		fe_think_init(&runs[i].th, g->think_open);
 		started++;
 		if (i == 0) {
 			g->r.prompt_tokens = r->generate->prompt_tokens ? r->generate->prompt_tokens : (unsigned)n;

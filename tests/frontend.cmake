@@ -11,6 +11,7 @@ ad_test(NAME test-fe-stop SOURCES test-fe-stop.c LIBS anedvd_frontend LABELS uni
 if(TARGET anedvd_cpu)
   ad_test(NAME test-fe-tools SOURCES test-fe-tools.c LIBS anedvd_frontend anedvd_cpu LABELS unit)
 endif()
+ad_test(NAME test-fe-think SOURCES test-fe-think.c LIBS anedvd_frontend LABELS unit)
 
 # the engine test double the HTTP tests run against (not a test itself)
 add_executable(fake-engine fake-engine.c)

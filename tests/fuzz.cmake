@@ -1,11 +1,13 @@
 # Fuzz targets. Each area declares its target once:
 #
-#   ad_fuzz(NAME gguf SOURCES fuzz/fuzz-gguf.c CORPUS fuzz/corpus-gguf [LIBS ...])
+#   ad_fuzz(NAME gguf SOURCES fuzz/fuzz-gguf.c CORPUS fuzz/corpus-gguf [LIBS ...] [SEEDS dir...])
 #
 # The target source defines LLVMFuzzerTestOneInput. Always built: a plain
 # driver fuzz-<name>-replay (fuzz/fuzz-main.c) and the ctest test
 # fuzz-<name>-regress (label fuzz-regress), which replays the seed corpus and
-# every crash ever found (fuzz/crashes-<name>/). With -DANEDVD_FUZZ=ON and
+# every crash ever found (fuzz/crashes-<name>/), and any SEEDS directories
+# (inputs kept elsewhere in tests/, which run-fuzz.sh also seeds from: it
+# reads them from fuzz/<name>.seeds). With -DANEDVD_FUZZ=ON and
 # clang, also the libFuzzer binary fuzz-<name>; fuzz/run-fuzz.sh configures
 # such a build and runs it. The libraries under test are then compiled with
 # coverage instrumentation; the sanitizers come from -DANEDVD_SANITIZE=ON.
@@ -25,13 +27,16 @@ if(ANEDVD_FUZZ)
 endif()
 
 function(ad_fuzz)
-  cmake_parse_arguments(F "" "NAME;CORPUS" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(F "" "NAME;CORPUS" "SOURCES;LIBS;SEEDS" ${ARGN})
   set(crashes ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/crashes-${F_NAME})
   set(corpus ${CMAKE_CURRENT_SOURCE_DIR}/${F_CORPUS})
 
   add_executable(fuzz-${F_NAME}-replay ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz-main.c ${F_SOURCES})
   target_link_libraries(fuzz-${F_NAME}-replay PRIVATE ${F_LIBS} anedvd_common)
   set(dirs ${corpus})
+  foreach(s ${F_SEEDS})
+    list(APPEND dirs ${CMAKE_CURRENT_SOURCE_DIR}/${s})
+  endforeach()
   if(EXISTS ${crashes})
     list(APPEND dirs ${crashes})
   endif()

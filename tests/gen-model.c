@@ -1,25 +1,46 @@
 // gen-model - write a deterministic random model for benchmarks and tests.
 //
-//   gen-model PRESET WTYPE SEED OUT.gguf [N_LAYER]
+//   gen-model PRESET WTYPE SEED OUT.gguf [N_LAYER] [--template FILE]
 //
 // PRESET: tiny, smollm2-135m, qwen2.5-0.5b (the exact shapes of the
-// published models); WTYPE: f32, f16, bf16, q8_0. The same arguments give
-// the same bytes. See frontend/cmd-genmodel.h.
+// published models), think (a scripted Qwen3-style model); WTYPE: f32,
+// f16, bf16, q8_0. --template writes FILE as the chat template. The same
+// arguments give the same bytes. See frontend/cmd-genmodel.h.
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cmd-genmodel.h"
 
 int
 main(int argc, char **argv)
 {
+	char *tmpl = NULL;
+	if (argc >= 7 && !strcmp(argv[argc - 2], "--template")) {
+		FILE *f = fopen(argv[argc - 1], "rb");
+		if (!f) {
+			fprintf(stderr, "gen-model: cannot read %s\n", argv[argc - 1]);
+			return 1;
+		}
+		fseek(f, 0, SEEK_END);
+		long n = ftell(f);
+		fseek(f, 0, SEEK_SET);
+		tmpl = calloc((size_t)n + 1, 1);
+		if (!tmpl || fread(tmpl, 1, (size_t)n, f) != (size_t)n) {
+			fprintf(stderr, "gen-model: cannot read %s\n", argv[argc - 1]);
+			fclose(f);
+			return 1;
+		}
+		fclose(f);
+		argc -= 2;
+	}
 	if (argc != 5 && argc != 6) {
-		fprintf(stderr, "usage: gen-model PRESET WTYPE SEED OUT.gguf [N_LAYER]\n"
-		                "  PRESET tiny | smollm2-135m | qwen2.5-0.5b, WTYPE f32 | f16 | bf16 | q8_0\n");
+		fprintf(stderr, "usage: gen-model PRESET WTYPE SEED OUT.gguf [N_LAYER] [--template FILE]\n"
+		                "  PRESET tiny | smollm2-135m | qwen2.5-0.5b | think, WTYPE f32 | f16 | bf16 | q8_0\n");
 		return 2;
 	}
 	char *end;
-	struct genmodel g = {.preset = argv[1], .wtype = argv[2], .seed = strtoull(argv[3], &end, 10)};
+	struct genmodel g = {.preset = argv[1], .wtype = argv[2], .seed = strtoull(argv[3], &end, 10), .chat_template = tmpl};
 	if (*end) {
 		fprintf(stderr, "gen-model: SEED must be a number, not '%s'\n", argv[3]);
 		return 2;
@@ -33,7 +54,9 @@ main(int argc, char **argv)
 		g.n_layer = (int)l;
 	}
 	char err[AD_ERRLEN];
-	if (genmodel_write(&g, argv[4], err)) {
+	int rc = genmodel_write(&g, argv[4], err);
+	free(tmpl);
+	if (rc) {
 		fprintf(stderr, "gen-model: %s\n", err);
 		return 1;
 	}

@@ -205,6 +205,45 @@ $A cpu --model "$STORIES" --prompt-ids 1,2 --chat > /dev/null 2>&1
 check "cpu --chat with ids: exit 2" [ $? -eq 2 ]
 $A cpu --model "$STORIES" --prompt "x" --system "y" > /dev/null 2>&1
 check "cpu --system without --chat: exit 2" [ $? -eq 2 ]
+# --- chat templates: the model's own, through the Jinja interpreter -------------------------
+# gen-model's think fixture with Qwen3's template: tokenize --chat renders
+# the judge's "tool_answer" conversation as Python's jinja2 does
+JD=$DATA/jinja
+"$GEN" think f16 0 "$T/think.gguf" --template "$JD/templates/Qwen-Qwen3-0.6B.jinja"
+python3 - "$JD" "$T/conv.json" "$T/want.txt" <<'EOF2'
+import json, sys
+d = sys.argv[1]
+c = json.load(open(d + "/contexts.json"))["tool_answer"]
+json.dump({"messages": c["messages"], "tools": c["tools"]}, open(sys.argv[2], "w"))
+want = [x for x in json.load(open(d + "/expected/Qwen-Qwen3-0.6B.json"))["cases"] if x["context"] == "tool_answer"][0]
+open(sys.argv[3], "w").write(want["output"])
+EOF2
+$A tokenize --model "$T/think.gguf" --chat --prompt-only --file "$T/conv.json" > "$T/prompt.txt" 2> "$T/prompt.err"
+check "tokenize --chat --prompt-only exits 0" [ $? -eq 0 ]
+check "tokenize --chat renders tools and tool calls as jinja2 does" cmp -s "$T/prompt.txt" "$T/want.txt"
+check "tokenize --chat says the model's template answered" grep -q "chat template: the model's own (Jinja)" "$T/prompt.err"
+$A tokenize --model "$T/think.gguf" --chat --ids --file "$T/conv.json" > "$T/ids.txt" 2>/dev/null
+check "tokenize --chat encodes the prompt" [ "$(wc -w < "$T/ids.txt")" -gt 100 ]
+$A tokenize --model "$T/think.gguf" --prompt-only x > /dev/null 2> "$T/po.err"
+check "--prompt-only without --chat: exit 2" [ $? -eq 2 ]
+# a template the interpreter cannot run: the built-in format, one log line saying why
+printf '<|im_start|>{%% include "x" %%}' > "$T/bad.jinja"
+"$GEN" think f16 0 "$T/bad.gguf" --template "$T/bad.jinja"
+echo '[{"role": "user", "content": "Hi"}]' > "$T/hi.json"
+$A tokenize --model "$T/bad.gguf" --chat --prompt-only --file "$T/hi.json" > "$T/fb.txt" 2> "$T/fb.err"
+check "a template that cannot run falls back to its family" [ "$(cat "$T/fb.txt")" = "$(printf '<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n')" ]
+check "the fallback is logged once, saying why" [ "$(grep -c "the 'include' tag); rendering with the built-in chatml format" "$T/fb.err")" = 1 ]
+# a template that raises: the message, exit 1
+"$GEN" think f16 0 "$T/gemma.gguf" --template "$JD/templates/google-gemma-2-2b-it.jinja"
+echo '[{"role": "system", "content": "x"}, {"role": "user", "content": "Hi"}]' > "$T/sys.json"
+$A tokenize --model "$T/gemma.gguf" --chat --file "$T/sys.json" > /dev/null 2> "$T/raise.err"
+check "a template's raise_exception fails the command" [ $? -eq 1 ]
+check "with the template's message" grep -q "chat template: System role not supported" "$T/raise.err"
+# cpu --chat renders with the same function, and the scripted model thinks
+$A cpu --model "$T/think.gguf" --prompt "Hi" --chat --max-tokens 12 > "$T/cputhink.txt" 2>&1
+check "cpu --chat renders with the model's template" grep -q "^chat template (jinja): <|im_start|>user" "$T/cputhink.txt"
+check "cpu --chat: the think fixture thinks, then answers" grep -q "<think>Let me think.</think>" "$T/cputhink.txt"
+
 # verify --layers N: workers and reference alike cut to N layers
 $A verify --model "$DATA/models/qwen2.gguf" --prompt-ids 1,403,407,261 --layers 1 > "$T/vl1.txt" 2>&1
 check "verify --layers 1 MATCH" [ $? -eq 0 ]

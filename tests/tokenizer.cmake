@@ -40,6 +40,8 @@ target_compile_definitions(bench-tokenizer PRIVATE T_DATA="${CMAKE_CURRENT_SOURC
 add_dependencies(bench-tokenizer tokdata)
 
 if(COMMAND ad_fuzz)
+  # the Jinja interpreter: seeded with the feature snippets and every real template
+  ad_fuzz(NAME jinja SOURCES fuzz/fuzz-jinja.c CORPUS fuzz/corpus-jinja LIBS anedvd_tokenizer SEEDS data/jinja/templates)
   ad_fuzz(NAME tokenizer SOURCES fuzz/fuzz-tokenizer.c CORPUS fuzz/corpus-tokenizer LIBS anedvd_tokenizer)
   foreach(t fuzz-tokenizer-replay fuzz-tokenizer)
     if(TARGET ${t})
@@ -47,3 +49,18 @@ if(COMMAND ad_fuzz)
     endif()
   endforeach()
 endif()
+
+# the Jinja interpreter against Python's jinja2: test-jinja replays what the
+# judge (jinja-judge.py) recorded in data/jinja/expected; test-jinja-judge
+# has jinja2 (Debian's python3-jinja2) render everything again and checks
+# the records are still its own
+ad_test(NAME test-jinja SOURCES test-jinja.c LIBS anedvd_tokenizer LABELS unit)
+# the same templates and conversations through tok_chat_render, the service's path
+ad_test(NAME test-chat SOURCES test-chat.c LIBS anedvd_tokenizer LABELS unit)
+find_program(AD_PYTHON3 python3)
+if(NOT AD_PYTHON3)
+  set(AD_PYTHON3 python3)
+endif()
+add_test(NAME test-jinja-judge
+  COMMAND ${AD_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/jinja-judge.py check ${CMAKE_CURRENT_SOURCE_DIR}/data/jinja)
+set_tests_properties(test-jinja-judge PROPERTIES LABELS unit TIMEOUT 300)

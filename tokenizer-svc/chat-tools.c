@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "sbuf.h"
+#include "tokenizer-impl.h"
 #include "tokenizer.h"
 
 // a JSON string of s (quoted, escaped)
@@ -166,4 +167,42 @@ tok_chat_tools_plain(const struct tok_msg *msgs, size_t n, const char *tools_jso
 	*out = m;
 	*n_out = k;
 	return 0;
+}
+
+int
+tok_chat_render_tools(const struct tokenizer *t, const struct tok_msg *msgs, size_t n, int add_generation_prompt,
+                      const struct tok_chat_opts *o, char **out, const char **how, const char **format, char *err)
+{
+	*format = "";
+	const char *tools = o ? o->tools : NULL;
+	if (!tok_chat_has_tools(msgs, n, tools))
+		return tok_chat_render(t, msgs, n, add_generation_prompt, o, out, how, err);
+	// the template that writes tools: its tool_use variant when it has one
+	const char *tmpl = tools && tools[0] && t->chat_template_tool_use ? t->chat_template_tool_use : t->chat_template;
+	const char *f = tok_tool_format(tmpl);
+	if (strcmp(f, TOK_TOOL_FORMAT_GENERIC) && !(o && o->native) && tok_chat_jinja(t, NULL)) {
+		const char *h = NULL;
+		if (tok_chat_render(t, msgs, n, add_generation_prompt, o, out, &h, err))
+			return -1;
+		if (h && !strcmp(h, "jinja")) {
+			*format = f;
+			if (how)
+				*how = h;
+			return 0;
+		}
+		free(*out); // the template fell back to a built-in renderer, which writes no tools
+		*out = NULL;
+	}
+	struct tok_msg *plain = NULL;
+	size_t np = 0;
+	if (tok_chat_tools_plain(msgs, n, tools, &plain, &np, err))
+		return -1;
+	struct tok_chat_opts po = {.enable_thinking = -1};
+	if (o)
+		po = *o;
+	po.tools = NULL;
+	int rv = tok_chat_render(t, plain, np, add_generation_prompt, &po, out, how, err);
+	tok_chat_plain_free(plain, np);
+	*format = TOK_TOOL_FORMAT_GENERIC;
+	return rv;
 }

@@ -1,9 +1,10 @@
 // chat.c - chat prompts rendered natively for the common template families.
 //
-// The model's Jinja template is never evaluated: it is only probed for
-// marker strings to pick a family, and each family is written out here the
-// way its reference template renders it (whitespace trimming included), minus
-// the leading BOS text that the encoder adds itself.
+// What a model gets when its own template cannot be run (chat-jinja.c runs
+// it): the template is probed for marker strings to pick a family, and each
+// family is written out here the way its reference template renders it
+// (whitespace trimming included), minus the leading BOS text that the
+// encoder adds itself.
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -140,7 +141,7 @@ sb_piece(struct sbuf *b, const struct tokenizer *t, int32_t id, const char *fall
 static const char *
 role_name(enum tok_role r)
 {
-	return r == TOK_ROLE_SYSTEM ? "system" : r == TOK_ROLE_USER ? "user" : "assistant";
+	return r == TOK_ROLE_SYSTEM ? "system" : r == TOK_ROLE_USER ? "user" : r == TOK_ROLE_TOOL ? "tool" : "assistant";
 }
 
 int
@@ -150,7 +151,7 @@ tok_apply_chat_family(const struct tokenizer *t, enum tok_chat_family f, const s
 	struct sbuf b = {0};
 	*out = NULL;
 	for (size_t i = 0; i < n; i++) {
-		if ((unsigned)msgs[i].role > TOK_ROLE_ASSISTANT)
+		if ((unsigned)msgs[i].role > TOK_ROLE_TOOL)
 			return ad_err(err, "chat: message %zu has an unknown role %d", i, (int)msgs[i].role);
 		if (!msgs[i].content)
 			return ad_err(err, "chat: message %zu has no content", i);
@@ -287,6 +288,7 @@ tok_apply_chat_family(const struct tokenizer *t, enum tok_chat_family f, const s
 		for (size_t i = 0; i < n; i++) {
 			sb_str(&b, msgs[i].role == TOK_ROLE_SYSTEM ? "System: "
 			           : msgs[i].role == TOK_ROLE_USER ? "User: "
+			           : msgs[i].role == TOK_ROLE_TOOL ? "Tool: "
 			                                            : "Assistant: ");
 			sb_str(&b, msgs[i].content);
 			sb_str(&b, "\n");
@@ -304,12 +306,14 @@ tok_apply_chat_family(const struct tokenizer *t, enum tok_chat_family f, const s
 	return 0;
 }
 
+// the native renderer for tok_chat_render, with the one warning about a
+// model whose template says nothing this file knows
 int
-tok_apply_chat(const struct tokenizer *t, const struct tok_msg *msgs, size_t n, int add_generation_prompt,
-               char **out, char *err)
+tok_chat_native(const struct tokenizer *t, const struct tok_msg *msgs, size_t n, int add_generation_prompt,
+                char **out, char *err)
 {
 	static atomic_int warned;
-	if (t->chat_guessed && !atomic_exchange(&warned, 1))
+	if (t->chat_guessed && !t->jinja && !atomic_exchange(&warned, 1))
 		ad_warn("chat: %s; using the %s format", t->chat_template ? "chat template not recognised"
 		                                                          : "the model has no chat template",
 		        tok_chat_family_name(t->chat));

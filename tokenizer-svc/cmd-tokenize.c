@@ -12,15 +12,21 @@ int cmd_tokenize(int argc, char **argv);
 static void
 usage(FILE *out)
 {
-	fprintf(out, "usage: anedvd tokenize --model M (TEXT | --file F) [--ids] [--no-bos] [--parse-special] [--chat]\n"
+	fprintf(out, "usage: anedvd tokenize --model M (TEXT | --file F) [--ids] [--no-bos] [--parse-special]\n"
+	             "                       [--chat [--prompt-only]]\n"
 	             "  --model M          a .gguf, a HuggingFace directory or tokenizer.json, or a llama2.c tokenizer .bin\n"
 	             "  --file F           read the text from F ('-' for stdin) instead of TEXT\n"
 	             "  --ids              print only the ids, space-separated on one line\n"
 	             "  --no-bos           do not add BOS even if the model asks for it\n"
 	             "  --parse-special    read special-token text (<|im_start|>, <s>) as those tokens\n"
-	             "  --chat             the text is a JSON array of {\"role\", \"content\"} messages: apply the\n"
-	             "                     model's chat template (with the generation prompt) and encode the result\n"
-	             "                     with special tokens parsed\n");
+	             "  --chat             the text is a conversation: a JSON array of OpenAI-style messages\n"
+	             "                     (role system, user, assistant or tool; content; tool_calls,\n"
+	             "                     tool_call_id, name, reasoning_content), or an object with \"messages\" and\n"
+	             "                     optionally \"tools\", \"chat_template_kwargs\", \"enable_thinking\" and\n"
+	             "                     \"add_generation_prompt\" (default true). It is rendered as the server\n"
+	             "                     renders it (the model's own chat template, else the built-in format;\n"
+	             "                     stderr says which) and encoded with special tokens parsed\n"
+	             "  --prompt-only      with --chat: print the rendered prompt instead of its tokens\n");
 }
 
 static char *
@@ -81,55 +87,135 @@ put_quoted(const char *s, size_t n)
 	putchar('\'');
 }
 
-// parse_messages reads a JSON array of {"role": ..., "content": ...}
-static struct tok_msg *
-parse_messages(cJSON *root, size_t *n, char *err, size_t errlen)
+// a conversation as tok_chat_render takes it; strings point into the cJSON
+// tree, except the tools, kwargs and arguments (printed into strs)
+struct conv {
+	struct tok_msg *msgs;
+	struct tok_call *calls;
+	size_t n;
+	int agp;
+	struct tok_chat_opts o;
+	char **strs;
+	size_t ns;
+};
+
+static void
+conv_free(struct conv *c)
 {
-	if (!cJSON_IsArray(root)) {
-		snprintf(err, errlen, "--chat expects a JSON array of messages");
-		return NULL;
+	for (size_t i = 0; i < c->ns; i++)
+		free(c->strs[i]);
+	free(c->strs);
+	free(c->calls);
+	free(c->msgs);
+}
+
+static const char *
+keep(struct conv *c, char *s)
+{
+	if (s)
+		c->strs[c->ns++] = s;
+	return s;
+}
+
+static const char *
+opt_str(const cJSON *o, const char *k)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+// parse_conv reads a conversation (see usage); err gets why it cannot
+static int
+parse_conv(cJSON *root, struct conv *c, char *err, size_t errlen)
+{
+	memset(c, 0, sizeof *c);
+	c->agp = 1;
+	c->o.enable_thinking = -1;
+	const cJSON *arr = root;
+	if (cJSON_IsObject(root)) {
+		arr = cJSON_GetObjectItemCaseSensitive(root, "messages");
+		const cJSON *v;
+		if ((v = cJSON_GetObjectItemCaseSensitive(root, "add_generation_prompt")))
+			c->agp = cJSON_IsTrue(v);
+		if ((v = cJSON_GetObjectItemCaseSensitive(root, "enable_thinking")))
+			c->o.enable_thinking = cJSON_IsTrue(v);
 	}
-	size_t count = (size_t)cJSON_GetArraySize(root);
-	struct tok_msg *m = calloc(count ? count : 1, sizeof *m);
-	if (!m) {
-		snprintf(err, errlen, "out of memory");
-		return NULL;
+	if (!cJSON_IsArray(arr)) {
+		snprintf(err, errlen, "--chat expects a JSON array of messages or an object with \"messages\"");
+		return -1;
 	}
-	size_t i = 0;
+	size_t count = (size_t)cJSON_GetArraySize(arr), n_calls = 0;
 	const cJSON *it;
-	cJSON_ArrayForEach(it, root)
+	cJSON_ArrayForEach(it, arr)
+	n_calls += (size_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(it, "tool_calls"));
+	c->msgs = calloc(count ? count : 1, sizeof *c->msgs);
+	c->calls = calloc(n_calls ? n_calls : 1, sizeof *c->calls);
+	c->strs = calloc(n_calls + 3, sizeof *c->strs);
+	if (!c->msgs || !c->calls || !c->strs) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	if (cJSON_IsObject(root)) {
+		const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+		const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
+		if (tools && !cJSON_IsNull(tools))
+			c->o.tools = keep(c, cJSON_PrintUnformatted(tools));
+		if (kw && !cJSON_IsNull(kw))
+			c->o.kwargs = keep(c, cJSON_PrintUnformatted(kw));
+	}
+	size_t i = 0, k = 0;
+	cJSON_ArrayForEach(it, arr)
 	{
-		const cJSON *role = cJSON_GetObjectItemCaseSensitive(it, "role");
+		struct tok_msg *m = &c->msgs[i];
+		const char *role = opt_str(it, "role");
 		const cJSON *content = cJSON_GetObjectItemCaseSensitive(it, "content");
-		if (!cJSON_IsString(role) || !cJSON_IsString(content)) {
-			snprintf(err, errlen, "message %zu needs string \"role\" and \"content\"", i);
-			free(m);
-			return NULL;
+		if (!role || !(cJSON_IsString(content) || cJSON_IsNull(content) || !content)) {
+			snprintf(err, errlen, "message %zu needs a string \"role\" and a string \"content\"", i);
+			return -1;
 		}
-		if (!strcmp(role->valuestring, "system"))
-			m[i].role = TOK_ROLE_SYSTEM;
-		else if (!strcmp(role->valuestring, "user"))
-			m[i].role = TOK_ROLE_USER;
-		else if (!strcmp(role->valuestring, "assistant"))
-			m[i].role = TOK_ROLE_ASSISTANT;
+		if (!strcmp(role, "system"))
+			m->role = TOK_ROLE_SYSTEM;
+		else if (!strcmp(role, "user"))
+			m->role = TOK_ROLE_USER;
+		else if (!strcmp(role, "assistant"))
+			m->role = TOK_ROLE_ASSISTANT;
+		else if (!strcmp(role, "tool"))
+			m->role = TOK_ROLE_TOOL;
 		else {
-			snprintf(err, errlen, "message %zu: role \"%.32s\" is not system, user or assistant", i,
-			         role->valuestring);
-			free(m);
-			return NULL;
+			snprintf(err, errlen, "message %zu: role \"%.32s\" is not system, user, assistant or tool", i, role);
+			return -1;
 		}
-		m[i].content = content->valuestring;
+		m->content = cJSON_IsString(content) ? content->valuestring : "";
+		m->reasoning = opt_str(it, "reasoning_content");
+		m->call_id = opt_str(it, "tool_call_id");
+		m->name = opt_str(it, "name");
+		m->calls = c->calls + k;
+		const cJSON *tc;
+		cJSON_ArrayForEach(tc, cJSON_GetObjectItemCaseSensitive(it, "tool_calls"))
+		{
+			const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
+			const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+			if (!opt_str(fn, "name")) {
+				snprintf(err, errlen, "message %zu: a tool call needs function.name", i);
+				return -1;
+			}
+			// OpenAI sends the arguments as JSON text; an object is taken too
+			c->calls[k++] = (struct tok_call){opt_str(tc, "id"), opt_str(fn, "name"),
+			                                  cJSON_IsString(args) ? args->valuestring
+			                                  : args ? keep(c, cJSON_PrintUnformatted(args)) : "{}"};
+			m->n_calls++;
+		}
 		i++;
 	}
-	*n = count;
-	return m;
+	c->n = count;
+	return 0;
 }
 
 int
 cmd_tokenize(int argc, char **argv)
 {
 	const char *model = NULL, *file = NULL, *text = NULL;
-	int only_ids = 0, no_bos = 0, parse_special = 0, chat = 0;
+	int only_ids = 0, no_bos = 0, parse_special = 0, chat = 0, prompt_only = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -150,6 +236,8 @@ cmd_tokenize(int argc, char **argv)
 			parse_special = 1;
 		} else if (!strcmp(a, "--chat")) {
 			chat = 1;
+		} else if (!strcmp(a, "--prompt-only")) {
+			prompt_only = 1;
 		} else if (a[0] == '-' && a[1] == '-') {
 			fprintf(stderr, "anedvd tokenize: unknown option %s\n", a);
 			usage(stderr);
@@ -169,6 +257,11 @@ cmd_tokenize(int argc, char **argv)
 	}
 	if (!!text + !!file != 1) {
 		fprintf(stderr, "anedvd tokenize: give either TEXT or --file F\n");
+		usage(stderr);
+		return 2;
+	}
+	if (prompt_only && !chat) {
+		fprintf(stderr, "anedvd tokenize: --prompt-only goes with --chat\n");
 		usage(stderr);
 		return 2;
 	}
@@ -203,22 +296,28 @@ cmd_tokenize(int argc, char **argv)
 			rc = 2;
 			goto done;
 		}
-		size_t n_msgs = 0;
-		struct tok_msg *msgs = parse_messages(root, &n_msgs, err, sizeof err);
-		if (!msgs) {
+		struct conv c;
+		if (parse_conv(root, &c, err, sizeof err) != 0) {
 			fprintf(stderr, "anedvd tokenize: --chat: %s\n", err);
+			conv_free(&c);
 			cJSON_Delete(root);
 			rc = 2;
 			goto done;
 		}
-		int r = tok_apply_chat(t, msgs, n_msgs, 1, &prompt, err);
-		free(msgs);
+		const char *how;
+		int r = tok_chat_render(t, c.msgs, c.n, c.agp, &c.o, &prompt, &how, err);
+		conv_free(&c);
 		cJSON_Delete(root);
 		if (r) {
 			fprintf(stderr, "anedvd tokenize: %s\n", err);
 			goto done;
 		}
-		fprintf(stderr, "chat template: %s\n", tok_chat_family_name(tok_chat_family(t)));
+		fprintf(stderr, "chat template: %s\n", !strcmp(how, "jinja") ? "the model's own (Jinja)" : how);
+		if (prompt_only) {
+			fputs(prompt, stdout);
+			rc = fflush(stdout) == 0 ? 0 : 1;
+			goto done;
+		}
 		text = prompt;
 		len = strlen(prompt);
 		parse_special = 1;

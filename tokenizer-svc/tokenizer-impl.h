@@ -23,6 +23,8 @@
 #include "err.h"
 #include "tokenizer.h"
 
+struct jinja_tmpl;
+
 struct gguf;
 
 enum tok_kind {
@@ -123,8 +125,11 @@ struct tokenizer {
 
 	// chat
 	char *chat_template; // NUL-terminated copy, or NULL
+	char *chat_template_tool_use; // the variant for requests with tools, or NULL
 	enum tok_chat_family chat;
 	int chat_guessed; // no template, or one not recognised: chat is a guess from the vocabulary
+	struct jinja_tmpl *jinja, *jinja_tool_use; // the templates compiled; NULL: not run
+	char jinja_why[AD_ERRLEN]; // why the template is not run ("" when it is, or when there is none)
 };
 
 // --- helpers (tokenizer.c) for the loaders -----------------------------------
@@ -142,6 +147,12 @@ int tok_json_vocab_init(struct tokenizer *t, const struct cJSON *vocab, const st
 int tok_json_added(struct tokenizer *t, const struct cJSON *added, const char *unk, float score, char *err);
 // tok_chat_detect (chat.c) picks the chat family; tok_finish calls it.
 enum tok_chat_family tok_chat_detect(struct tokenizer *t);
+// tok_chat_compile (chat-jinja.c) compiles the chat templates (once the
+// texts are final; tok_finish calls it); tok_chat_native renders with the
+// family's built-in renderer
+void tok_chat_compile(struct tokenizer *t);
+int tok_chat_native(const struct tokenizer *t, const struct tok_msg *msgs, size_t n, int add_generation_prompt,
+                    char **out, char *err);
 
 static inline const char *
 tok_entry_piece(const struct tokenizer *t, int32_t id, size_t *len)

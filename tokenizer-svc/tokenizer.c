@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "gguf.h"
+#include "jinja.h"
 #include "log.h"
 #include "tokenizer-impl.h"
 
@@ -488,6 +489,7 @@ tok_finish(struct tokenizer *t, char *err)
 			return -1;
 
 	t->chat = tok_chat_detect(t);
+	tok_chat_compile(t);
 	return 0;
 }
 
@@ -505,6 +507,9 @@ tok_free(struct tokenizer *t)
 	free(t->special);
 	free(t->eog);
 	free(t->chat_template);
+	free(t->chat_template_tool_use);
+	jinja_free(t->jinja);
+	jinja_free(t->jinja_tool_use);
 	free(t);
 }
 
@@ -656,6 +661,14 @@ tok_load_gguf(const struct gguf *g, char *err)
 	if (gguf_get_str(g, "tokenizer.chat_template", &tmpl) == 0) {
 		t->chat_template = strndup(tmpl.ptr, tmpl.len);
 		if (!t->chat_template) {
+			ad_err(err, "tokenizer: out of memory");
+			goto fail;
+		}
+	}
+	// the variant for requests with tools (llama.cpp's convert script writes it)
+	if (gguf_get_str(g, "tokenizer.chat_template.tool_use", &tmpl) == 0) {
+		t->chat_template_tool_use = strndup(tmpl.ptr, tmpl.len);
+		if (!t->chat_template_tool_use) {
 			ad_err(err, "tokenizer: out of memory");
 			goto fail;
 		}
@@ -830,6 +843,17 @@ config_token(const cJSON *v)
 }
 
 static int
+replace_str(char **dst, const char *s)
+{
+	char *c = strdup(s);
+	if (!c)
+		return -1;
+	free(*dst);
+	*dst = c;
+	return 0;
+}
+
+static int
 apply_config(struct tokenizer *t, const char *json, size_t len, const char *path, char *err)
 {
 	cJSON *root = cJSON_ParseWithLength(json, len);
@@ -857,26 +881,31 @@ apply_config(struct tokenizer *t, const char *json, size_t len, const char *path
 	if (cJSON_IsBool(ae))
 		t->add_eos = cJSON_IsTrue(ae);
 	const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
-	const char *tmpl_text = NULL;
+	const char *tmpl_text = NULL, *tool_use = NULL;
 	if (cJSON_IsString(tmpl))
 		tmpl_text = tmpl->valuestring;
-	else if (cJSON_IsArray(tmpl)) { // [{"name": "default", "template": "..."}, ...]
+	else if (cJSON_IsArray(tmpl)) { // [{"name": "default", "template": "..."}, {"name": "tool_use", ...}]
 		const cJSON *it;
 		cJSON_ArrayForEach(it, tmpl)
 		{
 			const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name");
 			const cJSON *tx = cJSON_GetObjectItemCaseSensitive(it, "template");
-			if (cJSON_IsString(tx) && (!tmpl_text || (cJSON_IsString(nm) && !strcmp(nm->valuestring, "default"))))
+			if (cJSON_IsString(tx) && cJSON_IsString(nm) && !strcmp(nm->valuestring, "tool_use"))
+				tool_use = tx->valuestring;
+			else if (cJSON_IsString(tx) &&
+			         (!tmpl_text || (cJSON_IsString(nm) && !strcmp(nm->valuestring, "default"))))
 				tmpl_text = tx->valuestring;
 		}
+		if (!tmpl_text)
+			tmpl_text = tool_use;
 	}
-	if (tmpl_text) {
-		free(t->chat_template);
-		t->chat_template = strdup(tmpl_text);
-		if (!t->chat_template) {
-			cJSON_Delete(root);
-			return ad_err(err, "tokenizer: out of memory");
-		}
+	if (tmpl_text && replace_str(&t->chat_template, tmpl_text) != 0) {
+		cJSON_Delete(root);
+		return ad_err(err, "tokenizer: out of memory");
+	}
+	if (tool_use && replace_str(&t->chat_template_tool_use, tool_use) != 0) {
+		cJSON_Delete(root);
+		return ad_err(err, "tokenizer: out of memory");
 	}
 	cJSON_Delete(root);
 	return 0;
@@ -1305,6 +1334,20 @@ load_hf(const char *json_path, const char *config_path, char *err)
 			goto fail;
 		}
 		free(cfg);
+		if (tok_finish(t, err))
+			goto fail;
+	}
+	// chat_template.jinja beside tokenizer.json overrides the config's
+	// template, as in transformers
+	char jpath[4096];
+	const char *slash = strrchr(json_path, '/');
+	snprintf(jpath, sizeof jpath, "%.*schat_template.jinja", slash ? (int)(slash - json_path + 1) : 0, json_path);
+	if (stat(jpath, &st) == 0) {
+		char *tx = read_file(jpath, &n, err);
+		if (!tx)
+			goto fail;
+		free(t->chat_template);
+		t->chat_template = tx;
 		if (tok_finish(t, err))
 			goto fail;
 	}

@@ -117,21 +117,53 @@ enum tok_chat_family {
 
 // The family detected from the model's chat template (GGUF
 // tokenizer.chat_template or tokenizer_config.json chat_template) by
-// substring probes; templates are never evaluated.
+// substring probes: the built-in renderer used when the template itself
+// cannot be run (see tok_chat_render).
 enum tok_chat_family tok_chat_family(const struct tokenizer *t);
 const char *tok_chat_family_name(enum tok_chat_family f); // "chatml", "llama2", ...
 // The raw template text, or NULL when the model carries none.
 const char *tok_chat_template(const struct tokenizer *t);
 
-// tok_apply_chat renders msgs as a prompt string. Like llama.cpp's built-in
-// templates it never starts with the BOS text: encode the result with
-// add_bos = -1 (the model's default) and parse_special = 1. Later BOS/EOS
-// texts inside the prompt (Llama 2 turns) are written out as text.
-// add_generation_prompt appends the opening of an assistant turn.
-// *out is malloc'd and NUL-terminated.
+// tok_chat_render renders msgs as a prompt string with the model's own chat
+// template (chat-jinja.c): GGUF tokenizer.chat_template (its .tool_use
+// variant when tools are given and the model has one), an HF directory's
+// chat_template.jinja or tokenizer_config.json chat_template (the "default"
+// or "tool_use" entry of a list), run by the Jinja interpreter (jinja.h)
+// with the variables Hugging Face's apply_chat_template passes: messages
+// (role, content, reasoning_content, tool_calls with their arguments as an
+// object, tool_call_id and name), tools, documents (none),
+// add_generation_prompt, bos_token, eos_token, then the kwargs' variables
+// and enable_thinking. A template that cannot be run (it does not parse,
+// uses what the interpreter lacks, fails at run time, or goes past the
+// render's bounds) falls back to the built-in family renderer with one log
+// line saying why; a template that calls raise_exception() is an error
+// ("chat template: <its message>"), as are tools or kwargs that are not a
+// JSON array / object or kwargs that set messages, tools, documents or
+// add_generation_prompt. Like llama.cpp, a leading BOS text is dropped when
+// the encoder adds the BOS itself (and a trailing EOS text when it adds
+// that), so: encode the result with add_bos = -1 and parse_special = 1.
+// *how (may be NULL) says what rendered it: "jinja" or the family's name.
+// *out is malloc'd and NUL-terminated. strftime_now() reads the local
+// clock, or ANEDVD_TEMPLATE_NOW (seconds since the epoch, shown in UTC).
+struct tok_chat_opts {
+	const char *tools;   // JSON array of OpenAI-style tools; NULL or "": none
+	int enable_thinking; // -1 the template's default, 0 off, 1 on
+	const char *kwargs;  // JSON object of extra template variables; NULL or "": none
+	int native;          // 1: the built-in family renderer even when the template runs
+};
+int tok_chat_render(const struct tokenizer *t, const struct tok_msg *msgs, size_t n, int add_generation_prompt,
+                    const struct tok_chat_opts *o, char **out, const char **how, char *err);
+// whether the model's template is run (else *why, if non-NULL, says why not)
+int tok_chat_jinja(const struct tokenizer *t, const char **why);
+
+// tok_apply_chat: tok_chat_render without tools or options.
 int tok_apply_chat(const struct tokenizer *t, const struct tok_msg *msgs, size_t n, int add_generation_prompt,
                    char **out, char *err);
-// Same, for an explicit family (tests; forcing a template from the CLI).
+// The built-in renderer of a family, never the template (tests; forcing a
+// template from the CLI). Like llama.cpp's built-in templates it never
+// starts with the BOS text; later BOS/EOS texts inside the prompt (Llama 2
+// turns) are written out as text. Tool turns render as user turns under
+// the role name "tool"; tool calls and tools are not shown.
 int tok_apply_chat_family(const struct tokenizer *t, enum tok_chat_family f, const struct tok_msg *msgs,
                           size_t n, int add_generation_prompt, char **out, char *err);
 
@@ -155,6 +187,16 @@ int tok_chat_tools_plain(const struct tok_msg *msgs, size_t n, const char *tools
 void tok_chat_plain_free(struct tok_msg *msgs, size_t n);
 // whether a conversation needs tok_chat_tools_plain: tools, calls or tool turns
 int tok_chat_has_tools(const struct tok_msg *msgs, size_t n, const char *tools_json);
+// tok_chat_render_tools: tok_chat_render with the tools, calls and results
+// in a markup the reply can be parsed in: the model's own template writes
+// them when it runs and names a markup anedvd knows (hermes, mistral,
+// llama3: tok_tool_format of its tool_use variant, else of itself);
+// otherwise (a built-in renderer, a template without tools or with another
+// markup) the conversation is first made plain (tok_chat_tools_plain) in
+// the generic markup. *format says which ("" without tools).
+int tok_chat_render_tools(const struct tokenizer *t, const struct tok_msg *msgs, size_t n, int add_generation_prompt,
+                          const struct tok_chat_opts *o, char **out, const char **how, const char **format,
+                          char *err);
 // the tool-call markup a template asks for, by what it writes: "hermes"
 // (<tool_call>...</tool_call>), "mistral" ([TOOL_CALLS][...]), "llama3"
 // ({"name": ..., "parameters": ...}), else "generic"

@@ -25,13 +25,19 @@ dict="$src/tests/fuzz/$name.dict"
 set -- -max_total_time="$secs" -print_final_stats=1 -artifact_prefix="$build/fuzz-$name-" "$@"
 [ -f "$dict" ] && set -- -dict="$dict" "$@"
 seeds="$src/tests/fuzz/corpus-$name"
+# more seed directories (relative to tests/), one a line, in NAME.seeds
+if [ -f "$src/tests/fuzz/$name.seeds" ]; then
+	while read -r d; do
+		[ -n "$d" ] && seeds="$seeds $src/tests/$d"
+	done <"$src/tests/fuzz/$name.seeds"
+fi
 crashes="$src/tests/fuzz/crashes-$name"
 [ -d "$crashes" ] || crashes=
 log="$build/fuzz-$name.log"
 echo "fuzzing $name for $secs s; log in $log"
 rc=0
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-	"$build/tests/fuzz-$name" "$@" "$work" "$seeds" $crashes >"$log" 2>&1 || rc=$?
+	"$build/tests/fuzz-$name" "$@" "$work" $seeds $crashes >"$log" 2>&1 || rc=$?
 grep -E '^(Done|stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb)' "$log" || true
 grep -E '#[0-9]+ +(DONE|INITED)' "$log" | tail -2 || true
 if [ $rc -ne 0 ]; then

@@ -216,9 +216,12 @@ describe('the API surface beside the generations', () => {
 		await llamaError(s, await post(s, '/detokenize', { tokens: [-1] }), 400, /'tokens\[0\]'/);
 		await llamaError(s, await request(s, 'GET', '/detokenize'), 405);
 		await llamaError(s, await post(s, '/apply-template', {}), 400, /'messages' is required/);
-		await llamaError(s, await post(s, '/apply-template', { messages: [{ role: 'robot', content: 'x' }] }), 400, /messages\[0\]\.role/);
-		// a tool result must answer a call an earlier assistant turn made
-		await llamaError(s, await post(s, '/apply-template', { messages: [{ role: 'tool', content: 'x' }] }), 400, /messages\[0\]\.tool_call_id/);
+		await llamaError(s, await post(s, '/apply-template', { messages: [{ role: 'function', content: 'x' }] }), 400, /messages\[0\]\.role/);
+		// a tool result names the call it answers, one made before it
+		await llamaError(s, await post(s, '/apply-template', { messages: [{ role: 'tool', content: 'x' }] }), 400,
+			/messages\[0\]\.tool_call_id' is required/);
+		await llamaError(s, await post(s, '/apply-template', { messages: [{ role: 'tool', tool_call_id: 'c9', content: 'x' }] }),
+			400, /messages\[0\]\.tool_call_id': the tool result for 'c9' answers no tool call/);
 		await anthropicError(s, await post(s, '/v1/messages/count_tokens', { model: 'x' }), 400, /'messages' is required/);
 		await anthropicError(s, await post(s, '/v1/messages/count_tokens', { messages: [{ role: 'system', content: 'x' }] }), 400, /role/);
 		await anthropicError(s, await post(s, '/v1/messages/count_tokens', { system: 5, messages: [{ role: 'user', content: 'x' }] }), 400, /system/);

@@ -12,7 +12,7 @@
 // Environment (ctest sets it): ANEDVD_BIN, FE_MODEL. Skipped without them
 // (e.g. under test-fe-sdk, which runs every file of this directory).
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -224,7 +224,7 @@ describe('tool calls and structured output on stories260K, through the official 
 			[{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'integer', minimum: 5, maximum: 1 } } } },
 				'response_format.json_schema.schema', /no integer lies between/],
 			[{ response_format: { type: 'yaml' } }, 'response_format.type', /not text, json_object or json_schema/],
-			[{ messages: [{ role: 'tool', tool_call_id: 'call_9', content: 'x' }] }, 'messages[0].tool_call_id', /no assistant message before it made the call/],
+			[{ messages: [{ role: 'tool', tool_call_id: 'call_9', content: 'x' }] }, 'messages[0].tool_call_id', /answers no tool call before it/],
 			[{ messages: [{ role: 'assistant', tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: 'nope' } }] }] },
 				'messages[0].tool_calls[0].function.arguments', /JSON object/],
 			[{ grammar: 'root ::= missing' }, 'grammar', /'missing' is used but not defined/],
@@ -303,9 +303,9 @@ describe('tool calls and structured output on stories260K, through the official 
 			[{ tools: [{ name: 'f', input_schema: { type: 'string' } }] }, /tools\[0\]\.input_schema.*object schema/],
 			[{ tools: [{ name: 'f' }] }, /tools\[0\]\.input_schema' is required/],
 			[{ tools: [{ type: 'bash_20250124', name: 'bash' }] }, /tools\[0\]\.type/],
-			[{ messages: [{ role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_x', content: 'x' }] }] }, /messages\[0\]\.content\[0\]\.tool_use_id.*no assistant message before it/],
+			[{ messages: [{ role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_x', content: 'x' }] }] }, /messages\[0\]\.content\[0\]\.tool_use_id.*answers no tool call before it/],
 			[{ messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AA==' } }] }] }, /messages\[0\]\.content\[0\]\.type.*'image' blocks are not supported/],
-			[{ messages: [{ role: 'assistant', content: [{ type: 'tool_use', id: 't', name: 'f', input: 5 }] }] }, /messages\[0\]\.content\[0\]\.input/],
+			[{ messages: [{ role: 'assistant', content: [{ type: 'tool_use', id: 't', name: 'f', input: 5 }] }] }, /messages\[0\]\.content\[0\].*an object 'input'/],
 		];
 		for (const [extra, re] of cases) {
 			await assert.rejects(ant.messages.create({ model: 'm', max_tokens: 5, messages: user('x'), ...extra }), (e) => {
@@ -358,5 +358,72 @@ describe('tool calls and structured output on stories260K, through the official 
 			],
 		});
 		assert.ok(['completed', 'incomplete'].includes(h.status));
+	});
+});
+
+// The model's own template: gen-model's scripted thinking model with
+// Qwen3's chat template, which writes the tools itself and asks for the
+// Hermes markup (<tool_call>...</tool_call>): the prompt is the template's,
+// a forced call is parsed out of that markup, and without a call the
+// thinking and the answer come as they do without tools.
+const GEN = process.env.GEN_MODEL, JINJA = process.env.JINJA_DATA;
+describe('tool calls in the markup of the model\'s own template (Qwen3: hermes)', { skip: skip || (GEN && JINJA ? false : 'GEN_MODEL / JINJA_DATA not set') }, () => {
+	let rt, srv, base, oai;
+	before(async () => {
+		rt = fs.mkdtempSync(path.join(os.tmpdir(), 'anedvd-tools-q3-'));
+		const model = path.join(rt, 'qwen3-think.gguf');
+		execFileSync(GEN, ['think', 'f16', '0', model, '--template', path.join(JINJA, 'templates', 'Qwen-Qwen3-0.6B.jinja')]);
+		const port = await freePort();
+		base = `http://127.0.0.1:${port}`;
+		const out = fs.openSync(path.join(rt, 'serve.log'), 'a');
+		srv = spawn(BIN, ['serve', '--model', model, '--port', String(port)], { stdio: ['ignore', out, out], env: { ...process.env, XDG_RUNTIME_DIR: rt } });
+		fs.closeSync(out);
+		for (let i = 0; i < 600 && srv.exitCode === null; i++) {
+			try {
+				const h = await (await fetch(`${base}/health`)).json();
+				if (h.tokenizer === 'up' && h.engine === 'up') break;
+			} catch {
+				// not listening yet
+			}
+			await sleep(50);
+		}
+		oai = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60000 });
+	});
+	after(async () => {
+		if (srv && srv.exitCode === null) {
+			srv.kill('SIGINT');
+			await new Promise((r) => srv.once('exit', r));
+		}
+		if (rt && !process.env.KEEP_LOGS) fs.rmSync(rt, { recursive: true, force: true });
+	});
+
+	const TOOL = [{ type: 'function', function: { name: 'pick', parameters: { type: 'object', properties: { n: { type: 'integer', minimum: 1, maximum: 99 } }, required: ['n'] } } }];
+
+	it('the template writes the tools; a forced call comes in its markup and validates', async () => {
+		const t = await (await fetch(`${base}/apply-template`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ messages: user('Hi'), tools: TOOL }) })).json();
+		assert.match(t.prompt, /<tools>\n\{"type": "function", "function": \{"name": "pick"/);
+		assert.match(t.prompt, /within <tool_call><\/tool_call> XML tags/);
+		for (const stream of [false, true]) {
+			// one call: the grammar ends after it (the scripted model's
+			// end-of-text chance is small, parallel calls run to max_tokens)
+			const req = { model: 'm', messages: user('Hi'), tools: TOOL, tool_choice: 'required', parallel_tool_calls: false, max_tokens: 400 };
+			const r = stream ? await oai.chat.completions.stream(req).finalChatCompletion() : await oai.chat.completions.create(req);
+			assert.equal(r.choices[0].finish_reason, 'tool_calls');
+			const calls = r.choices[0].message.tool_calls;
+			assert.equal(calls.length, 1);
+			for (const c of calls) {
+				assert.equal(c.function.name, 'pick');
+				valid(TOOL[0].function.parameters, JSON.parse(c.function.arguments));
+			}
+		}
+	});
+
+	it('auto: no call made, the thinking and the answer as without tools', async () => {
+		const r = await oai.chat.completions.create({ model: 'm', messages: user('Hi'), tools: TOOL, max_tokens: 64 });
+		const m = r.choices[0].message;
+		assert.equal(r.choices[0].finish_reason, 'stop');
+		assert.equal(m.tool_calls, undefined);
+		assert.equal(m.content, 'Hello!');
+		assert.equal(m.reasoning_content, 'Let me think.');
 	});
 });

@@ -16,6 +16,8 @@
 //   [[crlf]]   events with CRLF line ends and "data:" without a space
 //   [[fail]]   an error event after a few pieces, then the end
 //   [[drop]]   the connection is cut after a few pieces
+//   [[think]]  a thinking model: reasoning_content deltas (THOUGHT) before the
+//              content ones (THOUGHT_REPLY), as the frontend sends them
 // Every chat request is recorded: GET /__mock/requests returns them (body,
 // whether the client hung up before the end), POST /__mock/reset clears them.
 import http from 'node:http';
@@ -36,6 +38,9 @@ export const HTML_REPLY =
 	'Markup stays text: <img src=x onerror="window.__pwned=1"> and ' +
 	'<script>window.__pwned=2</script> and <b>not bold</b>.\n\n' +
 	'```html\n<script>window.__pwned=3</script>\n```';
+
+export const THOUGHT = 'The user says hi. A short, friendly answer will do.\n\nNo tools needed.';
+export const THOUGHT_REPLY = 'Hello! Nice to meet you.';
 
 const WIDE_REPLY =
 	'A long word: ' + 'x'.repeat(300) + '\n\n' +
@@ -84,6 +89,8 @@ export function startMock(port = 0, host = '127.0.0.1') {
 		if (text.includes('[[echo]]')) reply = text;
 		if (text.includes('[[slow]]')) { reply = ('one two three four five six seven eight nine ten. ').repeat(40); delay = 60; }
 		if (text.includes('[[length]]')) finish = 'length';
+		const think = text.includes('[[think]]');
+		if (think) reply = THOUGHT_REPLY;
 		const dropped = text.includes('[[trunc]]') ? 37 : 0;
 
 		const id = 'chatcmpl-mock' + requests.length;
@@ -115,6 +122,9 @@ export function startMock(port = 0, host = '127.0.0.1') {
 
 		res.write(': mock keep-alive\n\n');
 		if (!await send(chunk({ role: 'assistant', content: '' }))) return;
+		if (think)
+			for (const p of pieces(THOUGHT))
+				if (!await send(chunk({ reasoning_content: p }))) return;
 		const parts = pieces(reply);
 		for (const [i, p] of parts.entries()) {
 			if (i === 5 && text.includes('[[fail]]')) {

@@ -15,7 +15,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
-import { startMock, REPLY, MODEL } from './mock-server.mjs';
+import { startMock, REPLY, MODEL, THOUGHT, THOUGHT_REPLY } from './mock-server.mjs';
 import { PAGE, scriptHash, policyHash } from './csp.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -203,6 +203,49 @@ test('a reply streams in piece by piece and is rendered safely and completely', 
 	await page.screenshot({ path: path.join(ARTIFACTS, 'desktop-dark.png') });
 	await page.click('#btn-settings');
 	await page.screenshot({ path: path.join(ARTIFACTS, 'desktop-settings-dark.png') });
+	assert.deepEqual(pageErrors(page), []);
+	await page.close();
+});
+
+test('a thinking model: its thinking streams into a folded block above the answer, stays out of the answer and of the history, and survives a reload', { ...T, skip: MOCK_ONLY }, async () => {
+	const page = await open();
+	await say(page, '[[think]] hi');
+	const a = page.locator('.msg.assistant').last();
+	// while it thinks: the block is there, folded, and says so
+	const live = a.locator('details.thinking');
+	await live.waitFor();
+	assert.equal(await live.evaluate((d) => d.open), false, 'folded while streaming');
+	await page.waitForFunction(() => {
+		const m = [...document.querySelectorAll('.msg.assistant')].pop();
+		return m && !m.hasAttribute('aria-busy');
+	});
+	const d = a.locator('details.thinking');
+	assert.equal(await d.count(), 1);
+	assert.equal(await d.evaluate((x) => x.open), false, 'folded when done');
+	assert.match(await d.locator('summary').textContent(), /^Thinking \(\d+ characters\)$/);
+	assert.equal(await d.locator('.thought').textContent(), THOUGHT);
+	assert.equal(await d.locator('.thought').isVisible(), false, 'the thinking is not shown until opened');
+	// the answer is the answer alone, after the block
+	assert.equal(await a.locator('.content').textContent(), THOUGHT_REPLY);
+	assert.ok(await a.evaluate((m) => {
+		const t = m.querySelector('details.thinking'), c = m.querySelector('.content');
+		return !!(t.compareDocumentPosition(c) & Node.DOCUMENT_POSITION_FOLLOWING);
+	}), 'the thinking comes before the answer');
+	await d.locator('summary').click();
+	assert.equal(await d.evaluate((x) => x.open), true);
+	assert.equal(await d.locator('.thought').isVisible(), true);
+	await page.screenshot({ path: path.join(ARTIFACTS, 'thinking-open.png') });
+	// the next turn sends the answer back, not the thinking
+	await say(page, 'again');
+	await page.waitForFunction(() => !document.querySelector('.msg.assistant[aria-busy]'));
+	const b = page.bodies[page.bodies.length - 1];
+	assert.deepEqual(b.messages.slice(0, 2), [{ role: 'user', content: '[[think]] hi' }, { role: 'assistant', content: THOUGHT_REPLY }]);
+	// a reload draws it folded again
+	await page.reload();
+	const r = page.locator('.msg.assistant').first().locator('details.thinking');
+	await r.waitFor();
+	assert.equal(await r.evaluate((x) => x.open), false);
+	assert.equal(await r.locator('.thought').textContent(), THOUGHT);
 	assert.deepEqual(pageErrors(page), []);
 	await page.close();
 });

@@ -10,10 +10,14 @@
 static const char *role_names[] = { "system", "user", "assistant", "tool" };
 
 // call sends q and returns the unpacked reply, or NULL with err filled
-// (transport failure, undecodable reply, error reply, wrong body).
+// (transport failure, undecodable reply, error reply, wrong body); *code
+// (may be NULL) gets the service's error code (ERROR_NONE otherwise)
 static Anedvd__TokReply *
-call(struct ad_client *c, Anedvd__TokRequest *q, Anedvd__TokReply__BodyCase want, int timeout_ms, char *err)
+call_code(struct ad_client *c, Anedvd__TokRequest *q, Anedvd__TokReply__BodyCase want, int timeout_ms, int *code,
+          char *err)
 {
+	if (code)
+		*code = ANEDVD__ERROR_CODE__ERROR_NONE;
 	static uint64_t next_id;
 	q->id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
 	size_t n = anedvd__tok_request__get_packed_size(q);
@@ -39,6 +43,8 @@ call(struct ad_client *c, Anedvd__TokRequest *q, Anedvd__TokReply__BodyCase want
 	}
 	if (r->error && r->error->code != ANEDVD__ERROR_CODE__ERROR_NONE) {
 		ad_err(err, "tokenizer service: %s", r->error->message);
+		if (code)
+			*code = r->error->code;
 		anedvd__tok_reply__free_unpacked(r, NULL);
 		return NULL;
 	}
@@ -48,6 +54,12 @@ call(struct ad_client *c, Anedvd__TokRequest *q, Anedvd__TokReply__BodyCase want
 		return NULL;
 	}
 	return r;
+}
+
+static Anedvd__TokReply *
+call(struct ad_client *c, Anedvd__TokRequest *q, Anedvd__TokReply__BodyCase want, int timeout_ms, char *err)
+{
+	return call_code(c, q, want, timeout_ms, NULL, err);
 }
 
 int
@@ -228,13 +240,14 @@ tokc_chat_with(struct ad_client *c, const struct tok_msg *msgs, size_t n, int ad
 	}
 	q.body_case = ANEDVD__TOK_REQUEST__BODY_CHAT;
 	q.chat = &a;
-	Anedvd__TokReply *r = call(c, &q, ANEDVD__TOK_REPLY__BODY_CHAT, timeout_ms, err);
+	int code;
+	Anedvd__TokReply *r = call_code(c, &q, ANEDVD__TOK_REPLY__BODY_CHAT, timeout_ms, &code, err);
 	free(m);
 	free(mp);
 	free(tc);
 	free(tp);
 	if (!r)
-		return -1;
+		return code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST ? TOKC_BAD_REQUEST : -1;
 	size_t len;
 	*text = dup_bytes(&r->chat->text, &len);
 	if (format && format_cap)

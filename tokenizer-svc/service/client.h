@@ -29,7 +29,10 @@ int tokc_chat(struct ad_client *c, const struct tok_msg *msgs, size_t n, int add
 // the same with the tools (a JSON array of OpenAI-style tools), the thinking
 // switch (-1 the template's default, 0 off, 1 on) and extra template
 // variables (a JSON object); format (may be NULL) gets the reply's
-// tool_format ("" without tools)
+// tool_format ("" without tools). TOKC_BAD_REQUEST instead of -1 when the
+// service refused the conversation (the template's raise_exception, tools
+// or kwargs that are not JSON, an unknown role): the caller's 400, not 503.
+#define TOKC_BAD_REQUEST (-2)
 struct tokc_chat_opts {
 	const char *tools;
 	int enable_thinking;

@@ -240,7 +240,7 @@ do_decode_stream(struct tok_service *s, const Anedvd__DecodeStreamRequest *q, st
 	rp->r.decode_stream = &rp->u.stream;
 }
 
-// a NUL-terminated copy of bytes (NULL when out of memory); *bad for a NUL inside
+// a NUL-terminated copy of bytes (NULL when out of memory); *nul for a NUL inside
 static char *
 cstr(const ProtobufCBinaryData *d, int *nul)
 {
@@ -260,13 +260,15 @@ do_chat(struct tok_service *s, const Anedvd__ApplyChatTemplateRequest *q, struct
 {
 	if (q->n_messages == 0)
 		FAIL(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "chat: no messages");
+	if (q->enable_thinking < -1 || q->enable_thinking > 1)
+		FAIL(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "chat: enable_thinking must be -1, 0 or 1");
 	size_t n = q->n_messages, n_calls = 0;
 	for (size_t i = 0; i < n; i++)
 		n_calls += q->messages[i]->n_tool_calls;
 	struct tok_msg *msgs = calloc(n, sizeof *msgs);
 	struct tok_call *calls = calloc(n_calls ? n_calls : 1, sizeof *calls);
-	// every string made here: contents, arguments, the tools
-	char **texts = calloc(n + n_calls + 1, sizeof *texts);
+	// every string made here: contents, reasoning, arguments, the tools and kwargs
+	char **texts = calloc(2 * n + n_calls + 2, sizeof *texts);
 	if (!msgs || !calls || !texts) {
 		free(msgs);
 		free(calls);
@@ -297,6 +299,15 @@ do_chat(struct tok_service *s, const Anedvd__ApplyChatTemplateRequest *q, struct
 			break;
 		}
 		msgs[i].content = texts[nt - 1];
+		if (m->reasoning_content.len) {
+			if (!(texts[nt++] = cstr(&m->reasoning_content, &nul)) || nul) {
+				snprintf(rp->msg, sizeof rp->msg, nul ? "chat: message %zu: a NUL byte in its reasoning" : "out of memory",
+				         i);
+				bad = 1;
+				break;
+			}
+			msgs[i].reasoning = texts[nt - 1];
+		}
 		msgs[i].calls = calls + nc;
 		for (size_t k = 0; k < m->n_tool_calls && !bad; k++) {
 			const Anedvd__ToolCall *tc = m->tool_calls[k];
@@ -312,26 +323,23 @@ do_chat(struct tok_service *s, const Anedvd__ApplyChatTemplateRequest *q, struct
 		msgs[i].call_id = m->tool_call_id && m->tool_call_id[0] ? m->tool_call_id : NULL;
 		msgs[i].name = m->name && m->name[0] ? m->name : NULL;
 	}
-	char *tools = NULL;
-	if (!bad && q->tools.len && (!(tools = texts[nt++] = cstr(&q->tools, &nul)) || nul)) {
+	struct tok_chat_opts o = {.enable_thinking = q->enable_thinking};
+	if (!bad && q->tools.len && (!(texts[nt++] = cstr(&q->tools, &nul)) || nul)) {
 		snprintf(rp->msg, sizeof rp->msg, nul ? "chat: a NUL byte in the tools" : "out of memory");
 		bad = 1;
 	}
-	char *out = NULL;
-	const char *format = "";
-	if (!bad && tok_chat_has_tools(msgs, n, tools)) {
-		// the built-in renderers write plain turns only: the tools, calls
-		// and results in the generic markup
-		struct tok_msg *plain = NULL;
-		size_t np = 0;
-		if (tok_chat_tools_plain(msgs, n, tools, &plain, &np, rp->msg) ||
-		    tok_apply_chat(s->t, plain, np, q->add_generation_prompt, &out, rp->msg))
-			bad = 1;
-		tok_chat_plain_free(plain, np);
-		format = TOK_TOOL_FORMAT_GENERIC;
-	} else if (!bad && tok_apply_chat(s->t, msgs, n, q->add_generation_prompt, &out, rp->msg) != 0) {
+	if (!bad && q->tools.len)
+		o.tools = texts[nt - 1];
+	if (!bad && q->kwargs.len && (!(texts[nt++] = cstr(&q->kwargs, &nul)) || nul)) {
+		snprintf(rp->msg, sizeof rp->msg, nul ? "chat: a NUL byte in the kwargs" : "out of memory");
 		bad = 1;
 	}
+	if (!bad && q->kwargs.len)
+		o.kwargs = texts[nt - 1];
+	char *out = NULL;
+	const char *format = "";
+	if (!bad && tok_chat_render_tools(s->t, msgs, n, q->add_generation_prompt, &o, &out, NULL, &format, rp->msg) != 0)
+		bad = 1;
 	for (size_t j = 0; j < nt; j++)
 		free(texts[j]);
 	free(texts);
