@@ -246,6 +246,10 @@ fe_gram_build(const struct fe_params *p, const char *format, int32_t (*special)(
 	if (!format || !format[0])
 		format = TOK_TOOL_FORMAT_GENERIC;
 	int llama3 = !strcmp(format, "llama3"), hermes = !strcmp(format, "hermes"), mistral = !strcmp(format, "mistral");
+	// the markup's own whitespace: at most one space or newline where the
+	// formats put one (the arguments have the schema's ws)
+	if ((rv = jsg_rule(j, "mws", "( \" \" | \"\\n\" )?", err)))
+		goto done;
 	// each tool's call; call ::= the allowed ones
 	size_t cap = 256 + (size_t)p->n_tools * 300, n = 0;
 	char *alts = malloc(cap), rule[300], name[32];
@@ -266,12 +270,12 @@ fe_gram_build(const struct fe_params *p, const char *format, int32_t (*special)(
 		rule[0] = 0;
 		char key[96];
 		snprintf(key, sizeof key, "\"%s\"", p->tools[i].name);
-		rn += (size_t)snprintf(rule, sizeof rule, "\"{\" ws \"\\\"name\\\"\" \":\" ws ");
+		rn += (size_t)snprintf(rule, sizeof rule, "\"{\" mws \"\\\"name\\\"\" \":\" mws ");
 		if (add_lit(rule, sizeof rule, &rn, key)) {
 			rv = ad_err(err, "out of memory");
 			break;
 		}
-		rn += (size_t)snprintf(rule + rn, sizeof rule - rn, " \",\" ws \"\\\"%s\\\"\" \":\" ws %s ws \"}\"",
+		rn += (size_t)snprintf(rule + rn, sizeof rule - rn, " \",\" mws \"\\\"%s\\\"\" \":\" mws %s mws \"}\"",
 		                       llama3 ? "parameters" : "arguments", name);
 		snprintf(name, sizeof name, "call-%d", i);
 		if ((rv = jsg_rule(j, name, rule, err)))
@@ -288,8 +292,8 @@ fe_gram_build(const struct fe_params *p, const char *format, int32_t (*special)(
 	int par = p->parallel_tools;
 	if (hermes) {
 		snprintf(tools_root, sizeof tools_root,
-		         par ? "\"<tool_call>\" ws call ws \"</tool_call>\" (ws \"<tool_call>\" ws call ws \"</tool_call>\")*"
-		             : "\"<tool_call>\" ws call ws \"</tool_call>\"");
+		         par ? "\"<tool_call>\" mws call mws \"</tool_call>\" (mws \"<tool_call>\" mws call mws \"</tool_call>\")*"
+		             : "\"<tool_call>\" mws call mws \"</tool_call>\"");
 		out->words[out->n_words++] = "<tool_call>";
 	} else if (mistral) {
 		int32_t id = special ? special(ctx, "[TOOL_CALLS]") : -1;
@@ -301,8 +305,8 @@ fe_gram_build(const struct fe_params *p, const char *format, int32_t (*special)(
 			snprintf(head, sizeof head, "\"[TOOL_CALLS]\"");
 			out->words[out->n_words++] = "[TOOL_CALLS]";
 		}
-		snprintf(tools_root, sizeof tools_root, par ? "%s \"[\" ws call (\",\" ws call)* ws \"]\""
-		                                            : "%s \"[\" ws call ws \"]\"", head);
+		snprintf(tools_root, sizeof tools_root, par ? "%s \"[\" mws call (\",\" mws call)* mws \"]\""
+		                                            : "%s \"[\" mws call mws \"]\"", head);
 	} else if (llama3) {
 		int32_t id = special ? special(ctx, "<|python_tag|>") : -1;
 		if (id >= 0) {
@@ -315,9 +319,9 @@ fe_gram_build(const struct fe_params *p, const char *format, int32_t (*special)(
 		out->words[out->n_words++] = "{ \"name\"";
 	} else {
 		snprintf(tools_root, sizeof tools_root,
-		         par ? "\"{\" ws (\"\\\"tool_call\\\"\" \":\" ws call | \"\\\"tool_calls\\\"\" \":\" ws \"[\" ws call "
-		               "(\",\" ws call)* ws \"]\") ws \"}\""
-		             : "\"{\" ws \"\\\"tool_call\\\"\" \":\" ws call ws \"}\"");
+		         par ? "\"{\" mws (\"\\\"tool_call\\\"\" \":\" mws call | \"\\\"tool_calls\\\"\" \":\" mws \"[\" mws call "
+		               "(\",\" mws call)* mws \"]\") mws \"}\""
+		             : "\"{\" mws \"\\\"tool_call\\\"\" \":\" mws call mws \"}\"");
 		out->words[out->n_words++] = "{\"tool_call";
 		out->words[out->n_words++] = "{ \"tool_call";
 	}

@@ -432,6 +432,7 @@ struct run {
 	// tool calls: the text from trig_at on is calls (their markup)
 	int tools;           // the reply is scanned for calls
 	int trig_known;
+	int forced;          // the grammar writes calls from the first byte: the markup is never content
 	uint32_t trig_at;
 	const char *const *words; // a lazy grammar's trigger words: text that may begin one is held back
 	int n_words;
@@ -630,6 +631,16 @@ route(struct fe_gen *g, int i, struct run *r, const char *s, size_t n, int last)
 	}
 	if (!last)
 		return 0;
+	if (r->n_calls == 0 && r->n_pre && r->forced) {
+		// a forced call cut before its name: the call of the one tool it
+		// could be with the arguments it has (none), else nothing
+		const char *only = g->p.tool_choice == FE_TC_NAMED ? g->p.tool_name
+		                   : g->p.n_tools == 1           ? g->p.tools[0].name
+		                                                 : NULL;
+		r->n_pre = 0;
+		if (only)
+			sink_start(r, only);
+	}
 	if (r->n_calls == 0 && r->n_pre) { // markup with no call in it: it was text after all
 		size_t np = r->n_pre;
 		r->n_pre = 0;
@@ -1007,6 +1018,7 @@ generate(struct fe_gen *g)
 		runs[i].index = i;
 		runs[i].tools = fe_wants_calls(&g->p) && gram.text;
 		runs[i].trig_known = runs[i].tools && !gram.lazy; // calls (or an answer) from the first byte
+		runs[i].forced = runs[i].tools && gram.forced;
 		runs[i].words = gram.words;
 		runs[i].n_words = gram.n_words;
 		fe_scan_init(&runs[i].scan);

@@ -146,7 +146,8 @@ describe('tool calls and structured output on stories260K, through the official 
 			}
 		}
 		assert.equal(finish, 'tool_calls');
-		assert.ok(pieces > calls.length * 3, `${pieces} pieces for ${calls.length} calls: the arguments came in pieces`);
+		// (how many pieces depends on how many tokens each poll of the engine brings)
+		assert.ok(pieces > calls.length, `${pieces} pieces for ${calls.length} calls: the arguments came after the start`);
 		for (const c of calls) checkOpenAICall(c);
 	});
 
@@ -268,18 +269,20 @@ describe('tool calls and structured output on stories260K, through the official 
 	it('anthropic: a forced tool (structured output), whole and streamed', async () => {
 		const req = { model: 'm', max_tokens: 500, messages: user('Weather?'), tools: antTools, tool_choice: { type: 'tool', name: 'get_weather' } };
 		const r = await ant.messages.create(req);
-		assert.equal(r.stop_reason, 'tool_use');
+		// parallel calls: the model may go on calling until max_tokens (no
+		// seed in this dialect); the calls before a cut one validate
+		assert.ok(['tool_use', 'max_tokens'].includes(r.stop_reason), r.stop_reason);
 		assert.ok(r.content.length >= 1);
-		for (const b of r.content) checkToolUse(b, 'get_weather');
+		for (const b of r.stop_reason === 'tool_use' ? r.content : r.content.slice(0, -1)) checkToolUse(b, 'get_weather');
 		// the stream helper rebuilds the input from input_json_delta events
 		const stream = ant.messages.stream({ ...req, tool_choice: { type: 'any', disable_parallel_tool_use: true } });
-		let deltas = 0;
-		stream.on('inputJson', () => deltas++);
+		let deltas = '';
+		stream.on('inputJson', (piece) => { deltas += piece; });
 		const final = await stream.finalMessage();
 		assert.equal(final.stop_reason, 'tool_use');
 		assert.equal(final.content.length, 1);
 		checkToolUse(final.content[0]);
-		assert.ok(deltas > 3, `${deltas} input_json_delta events`);
+		assert.deepEqual(JSON.parse(deltas), final.content[0].input);
 	});
 
 	it('anthropic: tool_result history (string, blocks, is_error) and count_tokens with tools', async () => {
@@ -324,6 +327,17 @@ describe('tool calls and structured output on stories260K, through the official 
 			assert.equal(b.type, 'tool_use');
 			assert.equal(typeof b.input, 'object');
 		}
+		// cut before the name is whole: the named tool's call, no markup as text
+		for (const stream of [false, true]) {
+			const req = { model: 'm', max_tokens: 3, messages: user('x'), tools: antTools, tool_choice: { type: 'tool', name: 'search' } };
+			const c = stream ? await ant.messages.stream(req).finalMessage() : await ant.messages.create(req);
+			assert.equal(c.stop_reason, 'max_tokens');
+			assert.deepEqual(c.content.map((b) => [b.type, b.name, b.input]), [['tool_use', 'search', {}]]);
+			const o = await oai.chat.completions.create({ model: 'm', max_tokens: 3, messages: user('x'), tools: oaiTools, tool_choice: 'required', stream: false });
+			assert.equal(o.choices[0].finish_reason, 'length');
+			assert.equal(o.choices[0].message.content, '');
+			assert.equal(o.choices[0].message.tool_calls, undefined);
+		}
 	});
 
 	it('responses: function tools, text.format json_schema, function_call history', async () => {
@@ -331,20 +345,21 @@ describe('tool calls and structured output on stories260K, through the official 
 		const r = await oai.responses.create({ model: 'm', input: 'Weather?', tools, tool_choice: 'required', max_output_tokens: 500 });
 		const calls = r.output.filter((o) => o.type === 'function_call');
 		assert.ok(calls.length >= 1);
-		for (const c of calls) {
+		// parallel calls may run to max_output_tokens: the last one is cut then
+		for (const c of r.status === 'completed' ? calls : calls.slice(0, -1)) {
 			assert.equal(c.name, 'get_weather');
 			assert.match(c.call_id, /^call_/);
 			valid(WEATHER, JSON.parse(c.arguments));
 		}
 		// streamed, through the helper
 		const s = oai.responses.stream({ model: 'm', input: 'Weather?', tools, tool_choice: { type: 'function', name: 'get_weather' }, parallel_tool_calls: false, max_output_tokens: 500 });
-		let deltas = 0;
-		s.on('response.function_call_arguments.delta', () => deltas++);
+		let deltas = '';
+		s.on('response.function_call_arguments.delta', (e) => { deltas += e.delta; });
 		const f = await s.finalResponse();
 		const fc = f.output.filter((o) => o.type === 'function_call');
 		assert.equal(fc.length, 1);
 		valid(WEATHER, JSON.parse(fc[0].arguments));
-		assert.ok(deltas > 3);
+		assert.equal(deltas, fc[0].arguments);
 		// structured output
 		const j = await oai.responses.create({ model: 'm', input: 'A person', text: { format: { type: 'json_schema', name: 'p', schema: PERSON, strict: true } }, max_output_tokens: 400 });
 		valid(PERSON, JSON.parse(j.output_text));
