@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
+#include <time.h>
 
 #include "log.h"
 
@@ -35,7 +36,59 @@ struct ad_server {
 
 struct ad_client {
 	nng_socket sock;
+	nng_dialer dialer;
+	pthread_mutex_t mu; // dialer, last_dial_ns
+	uint64_t last_dial_ns;
+	char url[];
 };
+
+static uint64_t
+mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+// AD_REDIAL_MS: how often a client that finds no connection may replace
+// its dialer. nng 1.5 stops redialing for good after a connect that fails
+// with NNG_ECLOSED, which is what an EPIPE during the connection's handshake
+// gives: a server killed in the instant between accepting and answering
+// the handshake left the client without a connection for ever (the soak
+// found a frontend cut off from its restarted cpu-worker so). A call whose
+// request found no connection within its timeout therefore dials anew.
+#define AD_REDIAL_MS 1000
+
+static int
+dial(struct ad_client *c, char *err)
+{
+	int rv = nng_dial(c->sock, c->url, &c->dialer, NNG_FLAG_NONBLOCK);
+	c->last_dial_ns = mono_ns();
+	if (rv != 0)
+		return ad_err(err, "dial %s: %s", c->url, nng_strerror(rv));
+	return 0;
+}
+
+static void
+redial(struct ad_client *c)
+{
+	char err[AD_ERRLEN];
+	pthread_mutex_lock(&c->mu);
+	if (mono_ns() - c->last_dial_ns >= (uint64_t)AD_REDIAL_MS * 1000000u) {
+		nng_dialer_close(c->dialer);
+		if (dial(c, err) != 0)
+			ad_warn("%s", err);
+	}
+	pthread_mutex_unlock(&c->mu);
+}
+
+void
+ad_client_drop_dialer(struct ad_client *c)
+{
+	pthread_mutex_lock(&c->mu);
+	nng_dialer_close(c->dialer);
+	pthread_mutex_unlock(&c->mu);
+}
 
 static void *
 server_loop(void *p)
@@ -150,11 +203,13 @@ ad_server_stop(struct ad_server *s)
 struct ad_client *
 ad_client_open(const char *url, char *err)
 {
-	struct ad_client *c = calloc(1, sizeof *c);
+	struct ad_client *c = calloc(1, sizeof *c + strlen(url) + 1);
 	if (!c) {
 		ad_err(err, "out of memory");
 		return NULL;
 	}
+	strcpy(c->url, url);
+	pthread_mutex_init(&c->mu, NULL);
 	int rv = nng_req0_open(&c->sock);
 	if (rv != 0) {
 		ad_err(err, "nng req socket: %s", nng_strerror(rv));
@@ -168,12 +223,17 @@ ad_client_open(const char *url, char *err)
 	// listened
 	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 10);
 	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 200);
+	// a request in flight when its server dies is sent again, at once, to
+	// the server that next listens on the URL (a restarted worker): nng's
+	// REQ does that for a connection that closes. Its other resend, of a
+	// request not answered within the resend time (60 s by default), would
+	// run a slow call (a large Embed) twice on a live server: never
+	nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, 24 * 3600 * 1000);
 	// dial in the background: the server may not be up yet, or may be
 	// restarting; requests wait for it until their own timeout
-	rv = nng_dial(c->sock, url, NULL, NNG_FLAG_NONBLOCK);
-	if (rv != 0) {
-		ad_err(err, "dial %s: %s", url, nng_strerror(rv));
+	if (dial(c, err) != 0) {
 		nng_close(c->sock);
+		pthread_mutex_destroy(&c->mu);
 		free(c);
 		return NULL;
 	}
@@ -186,6 +246,7 @@ ad_client_close(struct ad_client *c)
 	if (!c)
 		return;
 	nng_close(c->sock);
+	pthread_mutex_destroy(&c->mu);
 	free(c);
 }
 
@@ -215,6 +276,10 @@ ad_client_call(struct ad_client *c, const void *req, size_t req_len, uint8_t **r
 	nng_aio_wait(aio);
 	if ((rv = nng_aio_result(aio)) != 0) {
 		nng_msg_free(msg);
+		// no connection took the request within the timeout: the server
+		// is away, or the dialer has given up (see AD_REDIAL_MS)
+		if (rv == NNG_ETIMEDOUT)
+			redial(c);
 		goto fail;
 	}
 	nng_aio_set_timeout(aio, timeout_ms);

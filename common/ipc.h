@@ -8,7 +8,13 @@
 //
 // A client is safe to use from several threads: every call opens its own
 // context. Every call has a timeout; a peer that is not there (yet, or any
-// more) is an error after that timeout, never a hang.
+// more) is an error after that timeout, never a hang. A call whose server
+// dies before it answers is sent again to the server that next listens on
+// the URL (a restarted service), within the same timeout: so the calls of
+// the services are idempotent (test-toksvc kills the tokenizer under one).
+// It is never sent twice to a server that is alive but slow. A client
+// whose request finds no connection within its timeout dials anew (at most
+// once a second): nng 1.5 stops redialing after some failed handshakes.
 #ifndef AD_IPC_H
 #define AD_IPC_H
 
@@ -33,6 +39,11 @@ void ad_server_stop(struct ad_server *s); // closes, waits for in-flight handler
 
 struct ad_client *ad_client_open(const char *url, char *err);
 void ad_client_close(struct ad_client *c);
+
+// ad_client_drop_dialer: for tests, what nng 1.5 does by itself at times:
+// the client stops dialing its server (the next call that finds no
+// connection dials again)
+void ad_client_drop_dialer(struct ad_client *c);
 
 // ad_client_call sends req and waits up to timeout_ms for the reply (malloc'd
 // into *reply; the caller frees it). Returns -1 with a message on timeout or

@@ -4,8 +4,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "common.pb-c.h"
 #include "engine.pb-c.h"
+
+static int
+oom(int *code, char *err)
+{
+	if (code)
+		*code = ANEDVD__ERROR_CODE__ERROR_INTERNAL;
+	return ad_err(err, "out of memory");
+}
 
 // call sends q and returns the unpacked reply, or NULL with err and *code
 // filled (transport failure, undecodable reply, error reply, wrong body)
@@ -80,21 +89,50 @@ engc_generate(struct ad_client *c, const struct engc_gen *g, struct engc_started
 		sp.has_seed = g->sp->has_seed;
 		gr.sampling = &sp;
 	}
+	sp.skip_draws = g->skip_draws;
+	if (g->skip_draws)
+		gr.sampling = &sp;
+	Anedvd__LogitBias *lb = NULL, **plb = NULL;
+	if (g->sp && g->sp->n_bias > 0) {
+		size_t nb = (size_t)g->sp->n_bias;
+		lb = calloc(nb, sizeof *lb);
+		plb = calloc(nb, sizeof *plb);
+		if (!lb || !plb) {
+			free(lb);
+			free(plb);
+			return oom(code, err);
+		}
+		for (size_t i = 0; i < nb; i++) {
+			anedvd__logit_bias__init(&lb[i]);
+			lb[i].id = g->sp->bias[i].id;
+			lb[i].bias = g->sp->bias[i].bias;
+			plb[i] = &lb[i];
+		}
+		sp.logit_bias = plb;
+		sp.n_logit_bias = nb;
+	}
 	gr.stop_ids = (int32_t *)g->stop_ids;
 	gr.n_stop_ids = g->n_stop;
 	gr.session = (char *)(g->session ? g->session : "");
 	gr.deadline_ms = g->deadline_ms;
 	gr.want_top = g->want_top;
+	gr.logprobs = g->logprobs;
+	gr.top_logprobs = g->top_logprobs > 0 ? (uint32_t)g->top_logprobs : 0;
 	gr.client_pid = g->client_pid > 0 ? (uint32_t)g->client_pid : 0;
+	gr.client = (char *)(g->client ? g->client : "");
+	gr.lease_ms = g->client ? g->lease_ms : 0;
 	gr.grammar = (char *)(g->grammar ? g->grammar : "");
 	gr.grammar_lazy = g->grammar_lazy;
 	gr.grammar_words = (char **)g->grammar_words;
 	gr.n_grammar_words = g->n_grammar_words;
 	gr.grammar_tokens = (int32_t *)g->grammar_tokens;
 	gr.n_grammar_tokens = g->n_grammar_tokens;
+	gr.grammar_replay = g->grammar ? g->grammar_replay : 0;
 	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_GENERATE;
 	q.generate = &gr;
 	Anedvd__EngineReply *r = call(c, &q, ANEDVD__ENGINE_REPLY__BODY_GENERATE, timeout_ms, code, err);
+	free(lb);
+	free(plb);
 	if (!r)
 		return -1;
 	out->job = r->generate->job;
@@ -132,12 +170,20 @@ engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct engc_p
 		struct engc_event *ev = &out->events[i];
 		ev->id = te->id;
 		ev->index = te->index;
+		ev->draws = te->draws;
 		ev->grammar_on = te->grammar_on;
 		ev->grammar_from = te->grammar_from;
 		ev->n_top = te->n_top < ENGC_TOP ? (int)te->n_top : ENGC_TOP;
 		for (int t = 0; t < ev->n_top; t++) {
 			ev->top[t].id = te->top[t]->id;
 			ev->top[t].logit = te->top[t]->logit;
+		}
+		ev->has_lp = te->has_logprob;
+		ev->lp = te->logprob;
+		ev->n_lp = te->n_top_logprobs < SAMPLE_MAX_TOP_LOGPROBS ? (int)te->n_top_logprobs : SAMPLE_MAX_TOP_LOGPROBS;
+		for (int t = 0; t < ev->n_lp; t++) {
+			ev->lp_top[t].id = te->top_logprobs[t]->id;
+			ev->lp_top[t].logit = te->top_logprobs[t]->logprob;
 		}
 	}
 	out->n_events = p->n_tokens;
@@ -162,6 +208,20 @@ engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct engc_p
 			.prefill_tokens = t->prefill_tokens,
 			.decode_tokens = t->decode_tokens,
 			.cached_tokens = t->cached_tokens,
+		};
+	}
+	if (p->cache) {
+		const Anedvd__CacheStats *cs = p->cache;
+		out->has_cache = 1;
+		out->cache = (struct engc_cache){
+			.lookups = cs->lookups,
+			.hit_tokens = cs->hit_tokens,
+			.evictions = cs->evictions,
+			.bytes = cs->bytes,
+			.limit_bytes = cs->limit_bytes,
+			.stored = cs->stored,
+			.blocks = cs->blocks,
+			.block_tokens = cs->block_tokens,
 		};
 	}
 	anedvd__engine_reply__free_unpacked(r, NULL);
@@ -259,6 +319,73 @@ engc_health(struct ad_client *c, struct engc_health *h, int timeout_ms, int *cod
 }
 
 int
+engc_lease(struct ad_client *c, const char *client, uint32_t lease_ms, uint32_t *jobs, int timeout_ms, int *code,
+           char *err)
+{
+	Anedvd__EngineRequest q = ANEDVD__ENGINE_REQUEST__INIT;
+	Anedvd__LeaseRequest lr = ANEDVD__LEASE_REQUEST__INIT;
+	lr.client = (char *)client;
+	lr.lease_ms = lease_ms;
+	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_LEASE;
+	q.lease = &lr;
+	Anedvd__EngineReply *r = call(c, &q, ANEDVD__ENGINE_REPLY__BODY_LEASE, timeout_ms, code, err);
+	if (!r)
+		return -1;
+	if (jobs)
+		*jobs = r->lease->jobs;
+	anedvd__engine_reply__free_unpacked(r, NULL);
+	return 0;
+}
+
+int
+engc_embed(struct ad_client *c, const int32_t *const *ids, const size_t *lens, size_t n, uint32_t pooling,
+           float **vectors, uint32_t *dims, int timeout_ms, int *code, char *err)
+{
+	*vectors = NULL;
+	*dims = 0;
+	Anedvd__EmbedInput *in = calloc(n ? n : 1, sizeof *in), **pin = calloc(n ? n : 1, sizeof *pin);
+	if (!in || !pin) {
+		free(in);
+		free(pin);
+		return oom(code, err);
+	}
+	for (size_t i = 0; i < n; i++) {
+		anedvd__embed_input__init(&in[i]);
+		in[i].ids = (int32_t *)ids[i];
+		in[i].n_ids = lens[i];
+		pin[i] = &in[i];
+	}
+	Anedvd__EngineRequest q = ANEDVD__ENGINE_REQUEST__INIT;
+	Anedvd__EmbedRequest er = ANEDVD__EMBED_REQUEST__INIT;
+	er.inputs = pin;
+	er.n_inputs = n;
+	er.pooling = pooling;
+	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_EMBED;
+	q.embed = &er;
+	Anedvd__EngineReply *r = call(c, &q, ANEDVD__ENGINE_REPLY__BODY_EMBED, timeout_ms, code, err);
+	free(in);
+	free(pin);
+	if (!r)
+		return -1;
+	const Anedvd__EmbedReply *e = r->embed;
+	size_t bytes = n * (size_t)e->dims * sizeof(float);
+	int rv = 0;
+	if (e->dims == 0 || e->vectors.len != bytes) {
+		if (code)
+			*code = ANEDVD__ERROR_CODE__ERROR_INTERNAL;
+		rv = ad_err(err, "engine service: %zu bytes of embeddings for %zu inputs of %u", e->vectors.len, n,
+		            e->dims);
+	} else if (!(*vectors = malloc(bytes))) {
+		rv = oom(code, err);
+	} else {
+		memcpy(*vectors, e->vectors.data, bytes);
+		*dims = e->dims;
+	}
+	anedvd__engine_reply__free_unpacked(r, NULL);
+	return rv;
+}
+
+int
 engc_run(struct ad_client *c, const struct engc_gen *g, int32_t **ids, size_t *n_ids, enum engc_finish *finish,
          struct engc_started *started, struct engc_timings *timings, int timeout_ms, int *code, char *err)
 {
@@ -307,4 +434,390 @@ engc_run(struct ad_client *c, const struct engc_gen *g, int32_t **ids, size_t *n
 			return 0;
 		}
 	}
+}
+
+// --- engc_job ------------------------------------------------------------------------------
+
+enum job_state { JOB_NEW, JOB_LIVE, JOB_LOST, JOB_DONE };
+
+struct engc_job {
+	struct ad_client *c;
+	int timeout_ms;
+	uint64_t until_ns;   // 0: ENGC_WAIT_MS after the loss
+	uint64_t t0_ns;      // created: the deadline's rest counts from here
+	uint64_t lost_ns;    // when the engine was first found away (0: it is not)
+	struct engc_gen g;   // its pointers are the copies below
+	struct sample_params sp;
+	struct sample_bias *bias;
+	int32_t *ids;        // the prompt, then every token delivered
+	size_t n_prompt, n_del, cap;
+	size_t kept_from;    // the first prompt token the engine kept (its cut)
+	int32_t *stop;
+	char *session, *client;
+	char *grammar;       // and its trigger words and tokens
+	char **words;
+	int32_t *gtokens;
+	enum job_state state;
+	uint64_t job;        // the current incarnation's
+	uint64_t draws;      // the sampler's, after the last delivered token
+	size_t base_index;   // tokens delivered before the current incarnation
+	int started, replays, cancelled, first_polled;
+	int fruitless;       // losses in a row with no token delivered between them
+	size_t n_del_at_submit;
+	struct engc_started info;
+	struct engc_timings base, last; // the incarnations before this one; this one's last
+	uint32_t cached0;    // the first incarnation's cached_tokens
+	char why[AD_ERRLEN]; // why it was lost
+};
+
+static char *
+dup_str(const char *s, int *bad)
+{
+	if (!s)
+		return NULL;
+	char *d = strdup(s);
+	if (!d)
+		*bad = 1;
+	return d;
+}
+
+struct engc_job *
+engc_job_new(struct ad_client *c, const struct engc_gen *g, int timeout_ms, uint64_t until_ns, char *err)
+{
+	struct engc_job *j = calloc(1, sizeof *j);
+	if (!j)
+		return ad_err(err, "out of memory"), NULL;
+	j->c = c;
+	j->timeout_ms = timeout_ms;
+	j->until_ns = until_ns;
+	j->t0_ns = ad_now_ns();
+	j->g = *g;
+	j->n_prompt = g->n_prompt;
+	j->cap = g->n_prompt + (g->max_tokens ? g->max_tokens : 1);
+	int bad = !(j->ids = malloc(j->cap * sizeof *j->ids));
+	if (!bad && g->n_prompt)
+		memcpy(j->ids, g->prompt, g->n_prompt * sizeof *j->ids);
+	if (g->n_stop && !bad && (j->stop = malloc(g->n_stop * sizeof *j->stop)))
+		memcpy(j->stop, g->stop_ids, g->n_stop * sizeof *j->stop);
+	else if (g->n_stop)
+		bad = 1;
+	if (g->sp) {
+		j->sp = *g->sp;
+		if (g->sp->n_bias > 0) {
+			if ((j->bias = malloc((size_t)g->sp->n_bias * sizeof *j->bias)))
+				memcpy(j->bias, g->sp->bias, (size_t)g->sp->n_bias * sizeof *j->bias);
+			else
+				bad = 1;
+		}
+		j->sp.bias = j->bias;
+		j->g.sp = &j->sp;
+	}
+	j->session = dup_str(g->session, &bad);
+	j->client = dup_str(g->client, &bad);
+	j->grammar = dup_str(g->grammar, &bad);
+	if (g->n_grammar_words && !bad && (j->words = calloc(g->n_grammar_words, sizeof *j->words)))
+		for (size_t i = 0; i < g->n_grammar_words; i++)
+			j->words[i] = dup_str(g->grammar_words[i], &bad);
+	else if (g->n_grammar_words)
+		bad = 1;
+	if (g->n_grammar_tokens && !bad && (j->gtokens = malloc(g->n_grammar_tokens * sizeof *j->gtokens)))
+		memcpy(j->gtokens, g->grammar_tokens, g->n_grammar_tokens * sizeof *j->gtokens);
+	else if (g->n_grammar_tokens)
+		bad = 1;
+	if (bad) {
+		engc_job_free(j);
+		return ad_err(err, "out of memory"), NULL;
+	}
+	j->g.prompt = j->ids;
+	j->g.stop_ids = j->stop;
+	j->g.session = j->session;
+	j->g.client = j->client;
+	j->g.grammar = j->grammar;
+	j->g.grammar_words = (const char *const *)j->words;
+	j->g.grammar_tokens = j->gtokens;
+	return j;
+}
+
+void
+engc_job_free(struct engc_job *j)
+{
+	if (!j)
+		return;
+	if (j->state == JOB_LIVE)
+		engc_job_cancel(j);
+	free(j->ids);
+	free(j->stop);
+	free(j->bias);
+	free(j->session);
+	free(j->client);
+	free(j->grammar);
+	for (size_t i = 0; j->words && i < j->g.n_grammar_words; i++)
+		free(j->words[i]);
+	free(j->words);
+	free(j->gtokens);
+	free(j);
+}
+
+// the engine is away (or lost the job): note when it was first found so
+static void
+lost(struct engc_job *j, const char *why)
+{
+	if (j->state == JOB_LIVE)
+		j->fruitless = j->n_del > j->n_del_at_submit ? 1 : j->fruitless + 1;
+	j->state = JOB_LOST;
+	if (!j->lost_ns)
+		j->lost_ns = ad_now_ns();
+	snprintf(j->why, sizeof j->why, "%s", why);
+	// what the lost incarnation did is part of the job's time
+	j->base.queue_ns += j->last.queue_ns;
+	j->base.prefill_ns += j->last.prefill_ns;
+	j->base.decode_ns += j->last.decode_ns;
+	j->base.kernel_ns += j->last.kernel_ns;
+	j->base.ipc_ns += j->last.ipc_ns;
+	j->base.attention_ns += j->last.attention_ns;
+	j->base.sampling_ns += j->last.sampling_ns;
+	j->base.cpu_other_ns += j->last.cpu_other_ns;
+	j->base.moe_ns += j->last.moe_ns;
+	j->base.prefill_tokens += j->last.prefill_tokens;
+	j->base.decode_tokens += j->last.decode_tokens;
+	j->base.round_trips += j->last.round_trips;
+	memset(&j->last, 0, sizeof j->last);
+}
+
+static int
+past_until(struct engc_job *j, uint64_t now, int *code, char *err)
+{
+	uint64_t until = j->until_ns ? j->until_ns : j->lost_ns + (uint64_t)ENGC_WAIT_MS * 1000000u;
+	if (now < until)
+		return 0;
+	if (code)
+		*code = ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE;
+	j->state = JOB_DONE;
+	return ad_err(err, "the engine has been unavailable for %llu ms, past the request's deadline (%s)",
+	              (unsigned long long)((now - j->lost_ns) / 1000000u), j->why);
+}
+
+// (re)submit the job: 0 started, 1 the engine is away or full, -1 failed
+static int
+submit(struct engc_job *j, uint32_t wait_ms, int *code, char *err)
+{
+	uint64_t now = ad_now_ns();
+	if (wait_ms < 10)
+		wait_ms = 10;
+	if (j->fruitless >= ENGC_MAX_FRUITLESS) {
+		if (code)
+			*code = ANEDVD__ERROR_CODE__ERROR_INTERNAL;
+		j->state = JOB_DONE;
+		return ad_err(err, "the engine lost this job %d times in a row without a token in between: the "
+		              "request may be what brings it down (%s)", j->fruitless, j->why);
+	}
+	if (j->lost_ns) {
+		if (past_until(j, now, code, err))
+			return -1;
+		// a worker that is not back yet: Health waits for it (nng dials
+		// again every 10 to 200 ms) without queueing a job in a dead socket
+		struct engc_health h;
+		char e[AD_ERRLEN];
+		if (engc_health(j->c, &h, (int)wait_ms, NULL, e) != 0)
+			return 1;
+	}
+	struct engc_gen g = j->g;
+	g.prompt = j->ids + j->kept_from;
+	g.n_prompt = j->n_prompt - j->kept_from + j->n_del;
+	g.max_tokens = j->g.max_tokens - (uint32_t)j->n_del;
+	g.skip_draws = j->draws;
+	g.grammar_replay = (uint32_t)j->n_del; // the grammar takes the delivered tokens first
+	if (j->g.deadline_ms) {
+		uint64_t spent = (now - j->t0_ns) / 1000000u;
+		g.deadline_ms = spent < j->g.deadline_ms ? j->g.deadline_ms - (uint32_t)spent : 1;
+	}
+	struct engc_started st;
+	int cd = 0;
+	char e[AD_ERRLEN];
+	uint64_t t0 = ad_now_ns();
+	if (engc_generate(j->c, &g, &st, j->timeout_ms, &cd, e) != 0) {
+		if (cd != ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE) {
+			if (code)
+				*code = cd;
+			j->state = JOB_DONE;
+			return ad_err(err, "%s", e);
+		}
+		// away, or full: ask again after a while
+		lost(j, e);
+		if (past_until(j, ad_now_ns(), code, err))
+			return -1;
+		uint64_t spent = ad_now_ns() - t0;
+		if (spent < (uint64_t)wait_ms * 1000000u)
+			ad_sleep_ns((uint64_t)wait_ms * 1000000u - spent);
+		return 1;
+	}
+	if (!j->started) {
+		j->info = st;
+		j->kept_from = st.dropped;
+		j->started = 1;
+	} else {
+		j->replays++;
+	}
+	j->job = st.job;
+	j->state = JOB_LIVE;
+	j->lost_ns = 0;
+	j->base_index = j->n_del;
+	j->n_del_at_submit = j->n_del;
+	return 0;
+}
+
+int
+engc_job_start(struct engc_job *j, uint32_t wait_ms, struct engc_started *info, int *code, char *err)
+{
+	if (!j->started && j->state != JOB_DONE) {
+		int rv = submit(j, wait_ms, code, err);
+		if (rv)
+			return rv;
+	} else if (!j->started) {
+		if (code)
+			*code = ANEDVD__ERROR_CODE__ERROR_INTERNAL;
+		return ad_err(err, "the job was not started");
+	}
+	if (info)
+		*info = j->info;
+	return 0;
+}
+
+static void
+add_timings(struct engc_timings *d, const struct engc_timings *a, const struct engc_timings *b)
+{
+	d->queue_ns = a->queue_ns + b->queue_ns;
+	d->prefill_ns = a->prefill_ns + b->prefill_ns;
+	d->decode_ns = a->decode_ns + b->decode_ns;
+	d->kernel_ns = a->kernel_ns + b->kernel_ns;
+	d->ipc_ns = a->ipc_ns + b->ipc_ns;
+	d->attention_ns = a->attention_ns + b->attention_ns;
+	d->sampling_ns = a->sampling_ns + b->sampling_ns;
+	d->cpu_other_ns = a->cpu_other_ns + b->cpu_other_ns;
+	d->moe_ns = a->moe_ns + b->moe_ns;
+	d->prefill_tokens = a->prefill_tokens + b->prefill_tokens;
+	d->decode_tokens = a->decode_tokens + b->decode_tokens;
+	d->round_trips = a->round_trips + b->round_trips;
+}
+
+// the job's timings so far: every incarnation's, the first one's cached
+static void
+job_timings(struct engc_job *j, struct engc_timings *out)
+{
+	add_timings(out, &j->base, &j->last);
+	out->cached_tokens = j->replays && j->first_polled ? j->cached0 : j->last.cached_tokens;
+	if (out->cached_tokens > j->info.prompt_tokens)
+		out->cached_tokens = j->info.prompt_tokens;
+}
+
+int
+engc_job_poll(struct engc_job *j, uint32_t max_wait_ms, struct engc_poll *out, int *code, char *err)
+{
+	memset(out, 0, sizeof *out);
+	if (code)
+		*code = ANEDVD__ERROR_CODE__ERROR_NONE;
+	if (!j->started || j->state == JOB_DONE) {
+		if (code)
+			*code = ANEDVD__ERROR_CODE__ERROR_INTERNAL;
+		return ad_err(err, !j->started ? "the job was not started" : "the job has finished");
+	}
+	if (j->state == JOB_LOST) {
+		if (j->n_del >= j->g.max_tokens) {
+			// it was lost with every token delivered: what it ended with is known
+			j->state = JOB_DONE;
+			out->finish = ENGC_LENGTH;
+			job_timings(j, &out->timings);
+			return 0;
+		}
+		int rv = submit(j, max_wait_ms, code, err);
+		if (rv < 0)
+			return -1;
+		out->finish = ENGC_RUNNING;
+		job_timings(j, &out->timings);
+		return 0;
+	}
+	int cd = 0;
+	char e[AD_ERRLEN];
+	if (engc_poll(j->c, j->job, max_wait_ms, out, j->timeout_ms, &cd, e) != 0) {
+		if (cd == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE) {
+			// no answer: a dead worker (then a restarted one's NOT_FOUND
+			// usually comes first) or a hung one, whose job is ended
+			engc_cancel(j->c, j->job, j->timeout_ms < 1000 ? j->timeout_ms : 1000, NULL, NULL);
+			lost(j, e);
+		} else if (cd == ANEDVD__ERROR_CODE__ERROR_NOT_FOUND) {
+			lost(j, e);
+		} else {
+			if (code)
+				*code = cd;
+			return ad_err(err, "%s", e);
+		}
+		out->finish = ENGC_RUNNING;
+		job_timings(j, &out->timings);
+		return 0;
+	}
+	if (j->n_prompt + j->n_del + out->n_events > j->cap) {
+		size_t cap = j->n_prompt + 2 * (j->n_del + out->n_events);
+		int32_t *ids = realloc(j->ids, cap * sizeof *ids);
+		if (!ids) {
+			engc_poll_free(out);
+			return oom(code, err);
+		}
+		j->ids = ids;
+		j->g.prompt = ids;
+		j->cap = cap;
+	}
+	for (size_t i = 0; i < out->n_events; i++) {
+		j->ids[j->n_prompt + j->n_del] = out->events[i].id;
+		out->events[i].index = (uint32_t)(j->base_index + out->events[i].index);
+		j->draws = out->events[i].draws;
+		j->n_del++;
+	}
+	j->last = out->timings;
+	if (j->replays == 0) {
+		j->first_polled = 1;
+		j->cached0 = out->timings.cached_tokens;
+	}
+	job_timings(j, &out->timings);
+	// a job ended by the engine, not by its caller nor its own fault: the
+	// worker is shutting down or its ane-worker is away (ERROR_UNAVAILABLE),
+	// a lease that ran out, an abandoned job (cancelled unasked): go on elsewhere
+	int again = (out->finish == ENGC_ERROR && out->code == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE) ||
+	            (out->finish == ENGC_CANCELLED && !j->cancelled);
+	if (again) {
+		lost(j, out->msg);
+		out->finish = ENGC_RUNNING;
+		out->code = 0;
+		out->msg[0] = 0;
+	} else if (out->finish != ENGC_RUNNING) {
+		j->state = JOB_DONE;
+	}
+	return 0;
+}
+
+void
+engc_job_cancel(struct engc_job *j)
+{
+	j->cancelled = 1;
+	if (j->state == JOB_LIVE)
+		engc_cancel(j->c, j->job, j->timeout_ms, NULL, NULL);
+	j->state = JOB_DONE;
+}
+
+int
+engc_job_replays(const struct engc_job *j)
+{
+	return j->replays;
+}
+
+int
+engc_job_waiting(const struct engc_job *j)
+{
+	return j->state == JOB_LOST;
+}
+
+const int32_t *
+engc_job_delivered(const struct engc_job *j, size_t *n)
+{
+	*n = j->n_del;
+	return j->ids + j->n_prompt;
 }

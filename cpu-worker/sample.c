@@ -17,6 +17,7 @@ struct sampler {
 	struct sample_params p;
 	int n_vocab;
 	uint64_t rng[4];
+	uint64_t draws;    // numbers drawn from rng since the seed
 	int32_t *win;      // ring of the last repeat_last_n ids
 	int win_len, win_pos;
 	int32_t *cnt;      // n_vocab: occurrences in the window
@@ -107,12 +108,13 @@ rng_next(uint64_t *s)
 	return r;
 }
 
-// a number in [0, n) from one draw (multiply-high: the bias is below n / 2^64
-// per unit, and a token spans thousands of units)
+// a number in [0, n) from one draw of the sampler's generator (multiply-high:
+// the bias is below n / 2^64 per unit, and a token spans thousands of units)
 static uint64_t
-rng_below(uint64_t *s, uint64_t n)
+rng_below(struct sampler *s, uint64_t n)
 {
-	return (uint64_t)(((unsigned __int128)rng_next(s) * n) >> 64);
+	s->draws++;
+	return (uint64_t)(((unsigned __int128)rng_next(s->rng) * n) >> 64);
 }
 
 // --- the sampler --------------------------------------------------------------------
@@ -123,6 +125,7 @@ sample_reset(struct sampler *s)
 	uint64_t x = s->p.has_seed ? s->p.seed : SAMPLE_DEFAULT_SEED;
 	for (int i = 0; i < 4; i++)
 		s->rng[i] = splitmix64(&x);
+	s->draws = 0;
 	for (int i = 0; i < s->win_len; i++)
 		s->cnt[s->win[i]] = 0;
 	s->win_len = s->win_pos = 0;
@@ -169,6 +172,20 @@ sample_new(const struct sample_params *p, int n_vocab, char *err)
 	}
 	sample_reset(s);
 	return s;
+}
+
+uint64_t
+sample_draws(const struct sampler *s)
+{
+	return s->draws;
+}
+
+void
+sample_skip(struct sampler *s, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++)
+		rng_next(s->rng);
+	s->draws += n;
 }
 
 void
@@ -697,7 +714,7 @@ sample_draw(struct sampler *s, const float *logits, const uint64_t *allow, char 
 		return id;
 	struct kept k = keep_fast(s, x, max);
 	const struct cand *c = s->cand;
-	uint64_t r = rng_below(s->rng, k.z), acc = 0;
+	uint64_t r = rng_below(s, k.z), acc = 0;
 	for (int i = 0; i < k.n; i++) {
 		if (!member(&k, &c[i]))
 			continue;
@@ -842,7 +859,7 @@ sample_draw_ref(struct sampler *s, const float *logits, const uint64_t *allow, c
 		uint64_t z = 0, acc = 0;
 		for (int i = 0; i < n; i++)
 			z += a[i].w;
-		uint64_t r = rng_below(s->rng, z);
+		uint64_t r = rng_below(s, z);
 		for (int i = 0; i < n; i++) {
 			acc += a[i].w;
 			if (acc > r) {

@@ -97,6 +97,13 @@ struct sampler *sample_new(const struct sample_params *p, int n_vocab, char *err
 void sample_free(struct sampler *s); // NULL is fine
 // forget the window and restart the generator from the seed
 void sample_reset(struct sampler *s);
+// the numbers the generator has given since the seed (sample_reset)
+uint64_t sample_draws(const struct sampler *s);
+// draw and discard n numbers: a sampler seeded as another one was and
+// skipped by that one's sample_draws, with the same window (sample_accept
+// of the same ids), picks the same tokens from then on. This is how a
+// generation continues on a restarted worker.
+void sample_skip(struct sampler *s, uint64_t n);
 // push ids into the penalty window (the prompt, or tokens chosen elsewhere);
 // -1 for an id outside the vocabulary (nothing is pushed then)
 int sample_accept(struct sampler *s, const int32_t *ids, int n, char *err);

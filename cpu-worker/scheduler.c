@@ -76,6 +76,8 @@ struct job {
 	uint32_t deadline_ms;
 	uint64_t deadline_ns; // 0: none
 	int client_pid;       // 0: none
+	char client[SCHED_CLIENT_MAX]; // its lease ("": none)
+	uint64_t skip_draws;  // the sampler's draws to skip (a continued job)
 	struct session *sess;
 
 	// the engine thread's
@@ -121,6 +123,13 @@ struct eval {
 	struct eval *next;
 };
 
+// a client's lease (sched_lease): its jobs are cancelled once it runs out
+struct lease {
+	char client[SCHED_CLIENT_MAX];
+	uint64_t renewed_ns, expires_ns;
+	struct lease *next;
+};
+
 struct sched {
 	struct engine *e;
 	struct sched_opts o;
@@ -139,6 +148,8 @@ struct sched {
 	int n_active;
 	struct session *sessions;
 	int n_sessions;
+	struct lease *leases;
+	int n_leases;
 	struct eval *evals, *evals_tail;
 	uint64_t next_id;
 	uint64_t last_housekeep, last_client_check;
@@ -237,6 +248,35 @@ find_session(struct sched *s, const char *name)
 		if (strcmp(x->name, name) == 0)
 			return x;
 	return NULL;
+}
+
+static struct lease *
+find_lease(struct sched *s, const char *client)
+{
+	for (struct lease *l = s->leases; l; l = l->next)
+		if (strcmp(l->client, client) == 0)
+			return l;
+	return NULL;
+}
+
+// renew (or take out) client's lease for ms from now
+static int
+renew_lease(struct sched *s, const char *client, int ms, enum sched_code *code, char *err)
+{
+	struct lease *l = find_lease(s, client);
+	if (!l) {
+		if (s->n_leases >= SCHED_MAX_LEASES)
+			return fail(code, SCHED_EUNAVAILABLE, err, "lease: %d clients hold one already", s->n_leases);
+		if (!(l = calloc(1, sizeof *l)))
+			return fail(code, SCHED_EINTERNAL, err, "out of memory");
+		snprintf(l->client, sizeof l->client, "%s", client);
+		l->next = s->leases;
+		s->leases = l;
+		s->n_leases++;
+	}
+	l->renewed_ns = now_ns();
+	l->expires_ns = l->renewed_ns + (uint64_t)ms * 1000000u;
+	return 0;
 }
 
 static void
@@ -483,8 +523,17 @@ housekeep(struct sched *s, uint64_t now)
 		s->last_client_check = now;
 	for (struct job **p = &s->jobs; *p;) {
 		struct job *j = *p;
+		struct lease *l;
 		if (j->finish == SCHED_RUNNING) {
-			if (check_clients && client_gone(j->client_pid)) {
+			if (j->client[0] && (!(l = find_lease(s, j->client)) || now >= l->expires_ns)) {
+				unsigned long long ago = l ? (now - l->renewed_ns) / 1000000u : 0;
+				ad_warn("job %llu: the lease of client %s ran out (not renewed for %llu ms): cancelled after %u "
+				        "tokens",
+				        (unsigned long long)j->id, j->client, ago, j->produced);
+				finish(s, j, SCHED_CANCELLED, SCHED_ECANCELLED,
+				       "cancelled: the lease of client %s ran out (not renewed for %llu ms) after %u tokens",
+				       j->client, ago, j->produced);
+			} else if (check_clients && client_gone(j->client_pid)) {
 				ad_warn("job %llu: the client (pid %d) is gone: cancelled after %u tokens",
 				        (unsigned long long)j->id, j->client_pid, j->produced);
 				finish(s, j, SCHED_CANCELLED, SCHED_ECANCELLED, "cancelled: the client (pid %d) is gone after %u tokens",
@@ -505,6 +554,17 @@ housekeep(struct sched *s, uint64_t now)
 			}
 		}
 		p = &j->next;
+	}
+	// a lease that ran out has cancelled its jobs above: forget it
+	for (struct lease **p = &s->leases; *p;) {
+		struct lease *l = *p;
+		if (now >= l->expires_ns) {
+			*p = l->next;
+			s->n_leases--;
+			free(l);
+			continue;
+		}
+		p = &l->next;
 	}
 }
 
@@ -552,6 +612,8 @@ setup(struct sched *s, struct job *j)
 		fail_job(s, j, SCHED_EINTERNAL, "sampler", err);
 		return -1;
 	}
+	// a continued job: the generator where the lost one had left it
+	sample_skip(j->smp, j->skip_draws);
 	j->state = J_PREFILL;
 	return 0;
 }
@@ -579,6 +641,7 @@ emit(struct sched *s, struct job *j, const float *row)
 	if (j->want_top)
 		ev.n_top = sample_top(row, s->V, ev.top, SCHED_TOP);
 	int32_t tok = j->gram ? gram_sample(j->gram, j->smp, row, err) : sample_next(j->smp, row, err);
+	ev.draws = sample_draws(j->smp);
 	int done = 0;
 	if (tok >= 0 && j->gram) {
 		ev.grammar_on = gram_triggered(j->gram, &ev.grammar_from);
@@ -1136,6 +1199,11 @@ sched_free(struct sched *s)
 		gbnf_free(s->gcache[i].g);
 		free(s->gcache[i].text);
 	}
+	while (s->leases) {
+		struct lease *l = s->leases;
+		s->leases = l->next;
+		free(l);
+	}
 	pcache_free(s->pc);
 	free(s->rowbuf);
 	engine_seq_free(s->eval_seq);
@@ -1311,7 +1379,17 @@ grammar_job(struct sched *s, const struct sched_gen *g, struct job *j, enum sche
 		.trigger_ids = g->grammar_tokens,
 		.n_trigger_ids = g->n_grammar_tokens,
 	};
-	if (!(j->gram = gram_new(&o, msg))) {
+	char e2[AD_ERRLEN];
+	int bad = !(j->gram = gram_new(&o, msg));
+	// a continued job: the grammar takes the tokens the lost one delivered
+	for (int i = 0; !bad && i < g->grammar_replay; i++)
+		if (gram_accept(j->gram, g->prompt[g->n_prompt - g->grammar_replay + i], e2)) {
+			snprintf(msg, sizeof msg, "grammar_replay: token %d: %.*s", i, AD_ERRLEN - 64, e2);
+			bad = 1;
+		}
+	if (bad) {
+		gram_free(j->gram);
+		j->gram = NULL;
 		pthread_mutex_lock(&s->mu);
 		gcache_put(j->gc);
 		pthread_mutex_unlock(&s->mu);
@@ -1333,6 +1411,9 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 			            g->prompt[i], s->V);
 	if (g->max_tokens < 1)
 		return fail(code, SCHED_EBADREQ, err, "max_tokens: must be at least 1 (got %d)", g->max_tokens);
+	if (g->grammar_replay < 0 || g->grammar_replay > g->n_prompt)
+		return fail(code, SCHED_EBADREQ, err, "grammar_replay: %d, more than the prompt's %d tokens",
+		            g->grammar_replay, g->n_prompt);
 	char msg[AD_ERRLEN];
 	if (sample_check(&g->sp, msg))
 		return fail(code, SCHED_EBADREQ, err, "sampling: %s", msg);
@@ -1352,6 +1433,15 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 	const char *name = g->session && g->session[0] ? g->session : NULL;
 	if (name && strlen(name) >= SCHED_SESSION_MAX)
 		return fail(code, SCHED_EBADREQ, err, "session: the name is longer than %d bytes", SCHED_SESSION_MAX - 1);
+	// a sampler draws at most once per token, and a sequence holds at most max_seq
+	if (g->skip_draws > (uint64_t)s->max_seq)
+		return fail(code, SCHED_EBADREQ, err, "skip_draws: %llu, more than the context's %d tokens",
+		            (unsigned long long)g->skip_draws, s->max_seq);
+	const char *client = g->client && g->client[0] ? g->client : NULL;
+	if (client && (strlen(client) >= SCHED_CLIENT_MAX || g->lease_ms < SCHED_LEASE_MIN_MS ||
+	               g->lease_ms > SCHED_LEASE_MAX_MS))
+		return fail(code, SCHED_EBADREQ, err, "client: at most %d bytes, with a lease_ms in [%d, %d] (got %d)",
+		            SCHED_CLIENT_MAX - 1, SCHED_LEASE_MIN_MS, SCHED_LEASE_MAX_MS, g->lease_ms);
 
 	// the cut of engine_prompt: keep room for max_tokens after the prompt
 	int keep = g->n_prompt;
@@ -1387,6 +1477,9 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 	j->n_stop = g->n_stop;
 	j->want_top = g->want_top;
 	j->client_pid = g->client_pid > 0 ? g->client_pid : 0;
+	if (client)
+		snprintf(j->client, sizeof j->client, "%s", client);
+	j->skip_draws = g->skip_draws;
 	j->deadline_ms = g->deadline_ms;
 	j->submit_ns = j->last_poll_ns = now_ns();
 	if (g->deadline_ms)
@@ -1402,6 +1495,8 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 		rv = fail(code, SCHED_EUNAVAILABLE, err, "the worker is shutting down");
 	else if (s->n_queued >= s->o.queue)
 		rv = fail(code, SCHED_EUNAVAILABLE, err, "the queue is full (%d jobs waiting)", s->n_queued);
+	else if (client && renew_lease(s, client, g->lease_ms, code, err))
+		rv = -1;
 	else if (name)
 		rv = claim_session(s, j, name, code, err);
 	if (rv) {
@@ -1498,6 +1593,24 @@ sched_cancel(struct sched *s, uint64_t job, enum sched_code *code, char *err)
 	if (!j)
 		return fail(code, SCHED_ENOTFOUND, err, "no job %llu", (unsigned long long)job);
 	return 0;
+}
+
+int
+sched_lease(struct sched *s, const char *client, int lease_ms, int *jobs, enum sched_code *code, char *err)
+{
+	if (!client || !client[0] || strlen(client) >= SCHED_CLIENT_MAX)
+		return fail(code, SCHED_EBADREQ, err, "client: 1 to %d bytes", SCHED_CLIENT_MAX - 1);
+	if (lease_ms < SCHED_LEASE_MIN_MS || lease_ms > SCHED_LEASE_MAX_MS)
+		return fail(code, SCHED_EBADREQ, err, "lease_ms: %d, not in [%d, %d]", lease_ms, SCHED_LEASE_MIN_MS,
+		            SCHED_LEASE_MAX_MS);
+	pthread_mutex_lock(&s->mu);
+	int rv = renew_lease(s, client, lease_ms, code, err), n = 0;
+	for (struct job *j = s->jobs; j && rv == 0; j = j->next)
+		n += j->finish == SCHED_RUNNING && strcmp(j->client, client) == 0;
+	pthread_mutex_unlock(&s->mu);
+	if (jobs)
+		*jobs = n;
+	return rv;
 }
 
 int

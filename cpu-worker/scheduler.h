@@ -45,6 +45,20 @@
 // theirs once; each job has its own matcher. The vocabulary comes from
 // sched_opts.vocab, built on the first grammar.
 //
+// Leases: a job naming a client (a frontend, say) is cancelled once that
+// client's lease runs out (sched_lease renews it; so does each of its
+// Generates): a client that died on another machine, which no pid check
+// sees, leaves no job running for longer than its lease. The lease is
+// looked at every housekeeping turn (10 ms while jobs run).
+//
+// A continued job (skip_draws): its sampler skips that many random numbers
+// after seeding (sample_skip), so a job resubmitted on a restarted worker
+// with prompt + the tokens already delivered draws what the lost one would
+// have. Each event reports the sampler's draws after its token. Its
+// grammar takes the last grammar_replay prompt tokens (those delivered)
+// before the first new one, so it is where the lost job's grammar was and
+// the redraws of rejected tokens repeat too.
+//
 // A failed engine call (a kernel backend that is gone, say) ends the jobs
 // of that call with FINISH_ERROR and SCHED_EUNAVAILABLE; the scheduler goes
 // on. Every function is safe to call from any thread.
@@ -62,6 +76,10 @@
 #define SCHED_TOP 5          // candidates per token with want_top
 #define SCHED_TOP_LOGPROBS SAMPLE_MAX_TOP_LOGPROBS // alternatives per token with logprobs
 #define SCHED_SESSION_MAX 128 // bytes of a session name, NUL included
+#define SCHED_CLIENT_MAX 64   // bytes of a lease's client name, NUL included
+#define SCHED_MAX_LEASES 1024
+#define SCHED_LEASE_MIN_MS 100
+#define SCHED_LEASE_MAX_MS 60000
 
 // error codes: the values of common.proto's ErrorCode
 enum sched_code {
@@ -131,6 +149,10 @@ struct sched_gen {
 	int n_grammar_words;
 	const int32_t *grammar_tokens;
 	int n_grammar_tokens;
+	int grammar_replay; // a continued job: the last prompt tokens the grammar takes first
+	const char *client; // NULL or "": no lease; else renewed for lease_ms
+	int lease_ms;       // [SCHED_LEASE_MIN_MS, SCHED_LEASE_MAX_MS]
+	uint64_t skip_draws; // at most max_seq (see above)
 };
 
 struct sched_started {
@@ -145,6 +167,7 @@ struct sched_event {
 	uint32_t index; // position among the generated tokens
 	int n_top;
 	struct sample_tok top[SCHED_TOP];
+	uint64_t draws; // the sampler's draws once it chose id
 	int has_lp;   // with logprobs
 	float lp;     // the chosen token's
 	int n_lp;     // alternatives, best first; .logit holds the logprob
@@ -193,6 +216,9 @@ int sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll
                char *err);
 // cancelling a finished job is not an error
 int sched_cancel(struct sched *s, uint64_t job, enum sched_code *code, char *err);
+// renew client's lease for lease_ms from now (taking one out if it has
+// none); *jobs (may be NULL) gets the client's jobs not finished
+int sched_lease(struct sched *s, const char *client, int lease_ms, int *jobs, enum sched_code *code, char *err);
 // teacher-forced logits (engine_eval; with layers > 0 engine_eval_layers,
 // through the first `layers` layers) on the engine thread, between steps:
 // *logits malloc'd, *rows of n_vocab (1 with last_only)

@@ -42,6 +42,7 @@ struct reply {
 		Anedvd__ResetReply reset;
 		Anedvd__HealthReply health;
 		Anedvd__EmbedReply embed;
+		Anedvd__LeaseReply lease;
 	} u;
 	Anedvd__Timings timings;
 	Anedvd__CacheStats cache;
@@ -107,6 +108,9 @@ do_generate(struct engine_service *svc, const Anedvd__GenerateRequest *q, struct
 		.deadline_ms = q->deadline_ms,
 		.want_top = q->want_top,
 		.client_pid = svc->local && q->client_pid <= INT_MAX ? (int)q->client_pid : 0,
+		.client = q->client,
+		.lease_ms = q->lease_ms > INT_MAX ? INT_MAX : (int)q->lease_ms,
+		.skip_draws = q->sampling ? q->sampling->skip_draws : 0,
 	};
 	sampling_from(q->sampling, &g.sp);
 	if (q->top_logprobs > SCHED_TOP_LOGPROBS)
@@ -123,6 +127,9 @@ do_generate(struct engine_service *svc, const Anedvd__GenerateRequest *q, struct
 		g.n_grammar_words = (int)q->n_grammar_words;
 		g.grammar_tokens = q->grammar_tokens;
 		g.n_grammar_tokens = (int)q->n_grammar_tokens;
+		if (q->grammar_replay > q->n_prompt)
+			FAIL(rp, SCHED_EBADREQ, "grammar_replay: more than the prompt's tokens");
+		g.grammar_replay = (int)q->grammar_replay;
 	}
 	struct sample_bias *bias = NULL;
 	if (q->sampling && q->sampling->n_logit_bias) {
@@ -191,6 +198,7 @@ do_poll(struct engine_service *svc, const Anedvd__PollRequest *q, struct reply *
 			rp->tops[k].logit = ev->top[t].logit;
 			rp->ptops[k] = &rp->tops[k];
 		}
+		te->draws = ev->draws;
 		te->has_logprob = ev->has_lp;
 		te->logprob = ev->lp;
 		te->grammar_on = ev->grammar_on;
@@ -241,7 +249,7 @@ do_poll(struct engine_service *svc, const Anedvd__PollRequest *q, struct reply *
 		rp->cache.stored = ss.cache.stored;
 		r->cache = &rp->cache;
 	}
-	if (p->finish == SCHED_ERROR) {
+	if (p->finish == SCHED_ERROR || (p->finish == SCHED_CANCELLED && p->msg[0])) {
 		anedvd__error__init(&rp->job_error);
 		rp->job_error.code = (Anedvd__ErrorCode)p->code;
 		rp->job_error.message = p->msg;
@@ -260,6 +268,19 @@ do_cancel(struct engine_service *svc, const Anedvd__CancelRequest *q, struct rep
 	anedvd__cancel_reply__init(&rp->u.cancel);
 	rp->r.body_case = ANEDVD__ENGINE_REPLY__BODY_CANCEL;
 	rp->r.cancel = &rp->u.cancel;
+}
+
+static void
+do_lease(struct engine_service *svc, const Anedvd__LeaseRequest *q, struct reply *rp)
+{
+	enum sched_code code;
+	int jobs = 0;
+	if (sched_lease(svc->s, q->client, q->lease_ms > INT_MAX ? INT_MAX : (int)q->lease_ms, &jobs, &code, rp->msg))
+		FAIL(rp, code, rp->msg);
+	anedvd__lease_reply__init(&rp->u.lease);
+	rp->u.lease.jobs = (uint32_t)jobs;
+	rp->r.body_case = ANEDVD__ENGINE_REPLY__BODY_LEASE;
+	rp->r.lease = &rp->u.lease;
 }
 
 static void
@@ -385,6 +406,7 @@ engine_service_handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **o
 		case ANEDVD__ENGINE_REQUEST__BODY_RESET: do_reset(svc, q->reset, rp); break;
 		case ANEDVD__ENGINE_REQUEST__BODY_HEALTH: do_health(svc, rp); break;
 		case ANEDVD__ENGINE_REQUEST__BODY_EMBED: do_embed(svc, q->embed, rp); break;
+		case ANEDVD__ENGINE_REQUEST__BODY_LEASE: do_lease(svc, q->lease, rp); break;
 		default: fail(rp, SCHED_EBADREQ, "the request has no body"); break;
 		}
 	}

@@ -6,7 +6,10 @@
 // request's id. A request it cannot decode or with an invalid field gets
 // ERROR_BAD_REQUEST naming the field; an unknown job ERROR_NOT_FOUND; a full
 // queue, a busy session or a worker shutting down ERROR_UNAVAILABLE. A job
-// that fails later reports FINISH_ERROR with its Error in the PollReply.
+// that fails later reports FINISH_ERROR with its Error in the PollReply; a
+// job cancelled by the worker itself (an abandoned job, a client gone or
+// whose Lease ran out) reports FINISH_CANCELLED with the reason there.
+// client_pid counts only on a local (ipc://) service; a Lease on any.
 //
 // SamplingParams follow proto3: an absent message is all zeros, i.e.
 // greedy; top_p and repeat_penalty of 0 mean "not given" (off, as 1).

@@ -455,3 +455,56 @@ fe_sse_done(struct fe_sse *e, size_t *len)
 	return e->s ? e->s : strdup("");
 }
 
+// how deep the body nests arrays and objects before byte n (strings skipped)
+static int
+json_depth(const char *s, size_t n)
+{
+	int depth = 0, max = 0, in_str = 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (in_str) {
+			if (c == '\\')
+				i++;
+			else if (c == '"')
+				in_str = 0;
+		} else if (c == '"') {
+			in_str = 1;
+		} else if (c == '[' || c == '{') {
+			if (++depth > max)
+				max = depth;
+		} else if (c == ']' || c == '}') {
+			depth--;
+		}
+	}
+	return max;
+}
+
+cJSON *
+fe_body_parse(const char *s, size_t n, struct fe_bad *bad)
+{
+	const char *end = NULL;
+	cJSON *body = cJSON_ParseWithLengthOpts(s, n, &end, 0);
+	if (!body) {
+		size_t at = end ? (size_t)(end - s) : 0;
+		if (json_depth(s, at < n ? at + 1 : n) >= CJSON_NESTING_LIMIT)
+			fe_bad_set(bad, 400, NULL, "the JSON body nests arrays and objects deeper than %d levels, the limit",
+			           CJSON_NESTING_LIMIT);
+		else
+			fe_bad_set(bad, 400, NULL, "malformed JSON near byte %zu", at);
+		return NULL;
+	}
+	size_t at = end ? (size_t)(end - s) : n;
+	while (at < n && (s[at] == ' ' || s[at] == '\t' || s[at] == '\n' || s[at] == '\r'))
+		at++;
+	if (at < n) {
+		cJSON_Delete(body);
+		fe_bad_set(bad, 400, NULL, "unexpected bytes after the JSON value at byte %zu", at);
+		return NULL;
+	}
+	if (!cJSON_IsObject(body)) {
+		cJSON_Delete(body);
+		fe_bad_set(bad, 400, NULL, "the request body must be a JSON object");
+		return NULL;
+	}
+	return body;
+}

@@ -21,6 +21,7 @@
 // answers.
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -625,7 +626,9 @@ detokenize_parse(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 	cJSON_ArrayForEach(e, t)
 	{
 		size_t i = p->n_ids;
-		if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int32_t)e->valuedouble)
+		// the range first: converting a double outside int32_t's is undefined
+		double d = cJSON_IsNumber(e) ? e->valuedouble : 0.5;
+		if (!(d >= -2147483648.0 && d <= 2147483647.0) || d != floor(d))
 			return fe_bad_set(bad, 400, "tokens", "'tokens[%zu]' must be an integer token id", i);
 		p->ids[p->n_ids++] = (int32_t)e->valuedouble;
 	}

@@ -38,6 +38,7 @@ struct gen {
 	size_t text_len;
 	struct engine_timings dec; // the decode phase only (whole_job: the whole job)
 	int whole_job;             // figures from the cpu-worker: prefill + decode
+	int resumed;               // times a restarted cpu-worker took the job over
 	uint64_t dec_kind_ns[PIPE_KINDS], dec_kind_calls[PIPE_KINDS];
 };
 
@@ -206,11 +207,22 @@ generate_remote(struct pipe *p, const char *session, const int32_t *prompt, int 
 	int stats = pipe_ane_stats(p, c0, n0, NULL) == 0;
 	char pending[4];
 	size_t np = 0;
-	int code = 0;
+	int code = 0, rv;
 	struct engc_started st;
 	uint64_t t0 = trace_now_us();
-	if (engc_generate(p->eng, &eg, &st, p->timeout_ms, &code, err))
+	// a job that outlives the cpu-worker: a crashed one is restarted by the
+	// supervisor and the job goes on there, no token lost or repeated
+	struct engc_job *job = engc_job_new(p->eng, &eg, p->timeout_ms, 0, err);
+	if (!job)
 		return -1;
+	while ((rv = engc_job_start(job, 200, &st, &code, err)) == 1 && !sup_interrupted())
+		;
+	if (rv) {
+		if (rv == 1)
+			ad_err(err, "interrupted");
+		engc_job_free(job);
+		return -1;
+	}
 	g->info.prompt_tokens = (int)st.prompt_tokens;
 	g->info.dropped = (int)st.dropped;
 	g->info.reused = (int)st.reused;
@@ -220,8 +232,10 @@ generate_remote(struct pipe *p, const char *session, const int32_t *prompt, int 
 	for (;;) {
 		struct engc_poll pl;
 		uint64_t q0 = trace_now_us();
-		if (engc_poll(p->eng, st.job, 200, &pl, p->timeout_ms, &code, err))
+		if (engc_job_poll(job, 200, &pl, &code, err)) {
+			engc_job_free(job);
 			return -1;
+		}
 		if (trace_enabled() && pl.n_events)
 			trace_event((long)getpid(), 1, "poll (tokens)", "engine", q0, trace_now_us() - q0);
 		int bad = 0;
@@ -238,19 +252,23 @@ generate_remote(struct pipe *p, const char *session, const int32_t *prompt, int 
 		if (fin == ENGC_ERROR)
 			ad_err(err, "the engine ended the generation: %s", pl.msg);
 		engc_poll_free(&pl);
-		if (bad || fin == ENGC_ERROR)
+		if (bad || fin == ENGC_ERROR) {
+			engc_job_free(job);
 			return -1;
+		}
 		if (fin == ENGC_STOP || fin == ENGC_LENGTH) {
 			g->stop = fin == ENGC_STOP ? GEN_STOP : GEN_LENGTH;
 			break;
 		}
 		if (fin == ENGC_CANCELLED || sup_interrupted()) {
 			if (fin != ENGC_CANCELLED)
-				engc_cancel(p->eng, st.job, p->timeout_ms, NULL, NULL);
+				engc_job_cancel(job);
 			g->stop = GEN_INTERRUPTED;
 			break;
 		}
 	}
+	g->resumed = engc_job_replays(job);
+	engc_job_free(job);
 	if (trace_enabled())
 		trace_event((long)getpid(), 1, "generation", "engine", t0, trace_now_us() - t0);
 	if (p->tok && emit(p, g, NULL, 1, pending, &np, out, err))
@@ -778,6 +796,10 @@ cmd_run(int argc, char **argv)
 		}
 		cJSON_AddItemToObject(j, "start", so);
 		cJSON_AddNumberToObject(j, "ane_worker_restarts", sup_restarts(p.sup, "ane-worker"));
+		if (p.eng) {
+			cJSON_AddNumberToObject(j, "cpu_worker_restarts", sup_restarts(p.sup, "cpu-worker"));
+			cJSON_AddNumberToObject(j, "resumed", g.resumed);
+		}
 		char *s = cJSON_PrintUnformatted(j);
 		if (s)
 			printf("%s\n", s);
@@ -1259,6 +1281,8 @@ serve_usage(int full)
 	        "                      (repeatable; '*' any): other names get 403 (DNS rebinding)\n"
 	        "  --tokenizer-url U   where the tokenizer service listens (default: an ipc:// socket in the\n"
 	        "                      instance's runtime directory; e.g. tcp://127.0.0.1:7001)\n"
+	        "  --engine-url U      the same for the cpu-worker (on tcp:// the frontend's lease, not its\n"
+	        "                      pid, is how the worker notices a frontend that died)\n"
 	        "  --backend B         emu (default off macOS) or exact; ane needs macOS on Apple Silicon\n"
 	        "  --chunk N           columns every kernel is compiled for (default 64)\n"
 	        "  --split             split FFN (gate|up, activation on the CPU, down)\n"
@@ -1293,7 +1317,7 @@ int
 cmd_serve(int argc, char **argv)
 {
 	struct pipe_opts po = {.cmd = "serve"};
-	const char *host = "127.0.0.1", *name = NULL, *system = NULL, *tok_url = NULL, *cache_mem = NULL;
+	const char *host = "127.0.0.1", *name = NULL, *system = NULL, *tok_url = NULL, *eng_url = NULL, *cache_mem = NULL;
 	long long port = 8080, max_tokens = 512, parallel = 1, queue = 16;
 	int embeddings = 0;
 	// access flags for the frontend: --api-key goes through the environment
@@ -1349,16 +1373,16 @@ cmd_serve(int argc, char **argv)
 		} else if (!strcmp(a, "--queue")) {
 			if (!(v = cli_val("serve", argc, argv, &i)) || cli_int("serve", a, v, 0, 4096, &queue))
 				return 2;
-		} else if (!strcmp(a, "--tokenizer-url")) {
-			if (!(tok_url = cli_val("serve", argc, argv, &i)))
+		} else if (!strcmp(a, "--tokenizer-url") || !strcmp(a, "--engine-url")) {
+			const char **u = !strcmp(a, "--tokenizer-url") ? &tok_url : &eng_url;
+			if (!(*u = cli_val("serve", argc, argv, &i)))
 				return 2;
-			if (strncmp(tok_url, "tcp://", 6) && strncmp(tok_url, "ipc://", 6)) {
-				fprintf(stderr, "anedvd serve: --tokenizer-url takes tcp://HOST:PORT or ipc://PATH, not '%s'\n",
-				        tok_url);
+			if (strncmp(*u, "tcp://", 6) && strncmp(*u, "ipc://", 6)) {
+				fprintf(stderr, "anedvd serve: %s takes tcp://HOST:PORT or ipc://PATH, not '%s'\n", a, *u);
 				return 2;
 			}
-			if (strlen(tok_url) >= 600) {
-				fprintf(stderr, "anedvd serve: --tokenizer-url is too long\n");
+			if (strlen(*u) >= 600) {
+				fprintf(stderr, "anedvd serve: %s is too long\n", a);
 				return 2;
 			}
 		} else if (!strcmp(a, "--api-key")) {
@@ -1458,7 +1482,10 @@ cmd_serve(int argc, char **argv)
 	else
 		sup_url(s, "tokenizer", u_tok, sizeof u_tok);
 	sup_url(s, "ane-worker", u_ane, sizeof u_ane);
-	sup_url(s, "cpu-worker", u_eng, sizeof u_eng);
+	if (eng_url)
+		snprintf(u_eng, sizeof u_eng, "%s", eng_url);
+	else
+		sup_url(s, "cpu-worker", u_eng, sizeof u_eng);
 	snprintf(listen, sizeof listen, "%s:%lld", host, port);
 	snprintf(sz, sizeof sz, "%d", po.chunk > 0 ? po.chunk : 64);
 	snprintf(th, sizeof th, "%d", po.threads > 0 ? po.threads : 2);

@@ -420,6 +420,7 @@ void fe_metrics_stage(enum fe_stage st, uint64_t ns);
 void fe_metrics_queue(int waiting, int running);
 void fe_metrics_upstream(const char *process, int up, uint32_t pid); // counts restarts by pid changes
 void fe_metrics_cancel(void);
+void fe_metrics_replay(void); // a job the engine lost, submitted again
 // the engine's prefix cache as its last final poll reported it
 struct fe_cache_stats {
 	uint64_t lookups, hit_tokens, evictions, bytes, limit, blocks, stored;
@@ -522,6 +523,13 @@ char *fe_props_json(int *status, size_t *len);
 // the request's "model": at most 256 bytes of valid UTF-8; any id is
 // accepted (clients hard-code names) and the reply names the served one
 int fe_get_model(struct cJSON *body, const struct fe_config *cfg, struct fe_params *p, struct fe_bad *bad);
+
+// fe_body_parse: a request body (n bytes, not NUL-terminated) as the JSON
+// object every POST endpoint takes, or NULL with bad filled (400): malformed
+// JSON (naming the byte), bytes after the value, a nesting deeper than
+// cJSON's limit (named as the limit), a value that is not an object. What
+// the dialects' parse functions get; the fuzz targets start here too.
+struct cJSON *fe_body_parse(const char *s, size_t n, struct fe_bad *bad);
 
 // api-common.c: field readers. Each returns 0 when the field is absent (or
 // null), 1 when read, -1 with bad filled (status 400, naming the field).

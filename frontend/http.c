@@ -530,62 +530,15 @@ on_tick(h2o_timeout_entry_t *e)
 	h2o_timeout_link(S.ctx.loop, &S.tick, &S.tick_entry);
 }
 
-// how deep the body nests arrays and objects before byte n (strings skipped)
-static int
-json_depth(const char *s, size_t n)
-{
-	int depth = 0, max = 0, in_str = 0;
-	for (size_t i = 0; i < n; i++) {
-		char c = s[i];
-		if (in_str) {
-			if (c == '\\')
-				i++;
-			else if (c == '"')
-				in_str = 0;
-		} else if (c == '"') {
-			in_str = 1;
-		} else if (c == '[' || c == '{') {
-			if (++depth > max)
-				max = depth;
-		} else if (c == ']' || c == '}') {
-			depth--;
-		}
-	}
-	return max;
-}
-
-// parse_body: the request's JSON object, or NULL when a response was sent:
-// 400 for malformed JSON, bytes after the value, too deep a nesting or a
-// value that is not an object
+// parse_body: the request's JSON object, or NULL when a response was sent
+// (fe_body_parse's 400s)
 static cJSON *
 parse_body(h2o_req_t *req, const struct fe_dialect *d, const char *endpoint)
 {
-	const char *s = req->entity.base, *end = NULL;
-	size_t n = req->entity.len;
-	cJSON *body = cJSON_ParseWithLengthOpts(s, n, &end, 0);
-	if (!body) {
-		size_t at = end ? (size_t)(end - s) : 0;
-		if (json_depth(s, at < n ? at + 1 : n) >= CJSON_NESTING_LIMIT)
-			respond_error(req, d, endpoint, 400, NULL,
-			              "the JSON body nests arrays and objects deeper than %d levels, the limit",
-			              CJSON_NESTING_LIMIT);
-		else
-			respond_error(req, d, endpoint, 400, NULL, "malformed JSON near byte %zu", at);
-		return NULL;
-	}
-	size_t at = end ? (size_t)(end - s) : n;
-	while (at < n && (s[at] == ' ' || s[at] == '\t' || s[at] == '\n' || s[at] == '\r'))
-		at++;
-	if (at < n) {
-		cJSON_Delete(body);
-		respond_error(req, d, endpoint, 400, NULL, "unexpected bytes after the JSON value at byte %zu", at);
-		return NULL;
-	}
-	if (!cJSON_IsObject(body)) {
-		cJSON_Delete(body);
-		respond_error(req, d, endpoint, 400, NULL, "the request body must be a JSON object");
-		return NULL;
-	}
+	struct fe_bad bad = {0};
+	cJSON *body = fe_body_parse(req->entity.base, req->entity.len, &bad);
+	if (!body)
+		respond_error(req, d, endpoint, bad.status, NULL, "%s", bad.msg);
 	return body;
 }
 

@@ -38,7 +38,7 @@ static struct {
 		uint64_t n;
 	} req[MAX_SERIES];
 	int n_req;
-	uint64_t tokens_in, tokens_out, cancels, rejected;
+	uint64_t tokens_in, tokens_out, cancels, rejected, replays;
 	int waiting, running;
 	struct hist stage[FE_ST_N];
 	struct upstream tok, eng;
@@ -127,6 +127,14 @@ fe_metrics_upstream_state(int *tok_up, int *eng_up)
 }
 
 void
+fe_metrics_replay(void)
+{
+	pthread_mutex_lock(&m.mu);
+	m.replays++;
+	pthread_mutex_unlock(&m.mu);
+}
+
+void
 fe_metrics_cancel(void)
 {
 	pthread_mutex_lock(&m.mu);
@@ -201,6 +209,10 @@ fe_metrics_render(size_t *len)
 	        "# HELP anedvd_rejected_total Requests refused because the queue was full.\n"
 	        "# TYPE anedvd_rejected_total counter\nanedvd_rejected_total %llu\n",
 	    (unsigned long long)m.cancels, (unsigned long long)m.rejected);
+	put(&o, "# HELP anedvd_generations_resumed_total Jobs a restarted engine took over: prompt and delivered tokens "
+	        "submitted again after the engine lost them.\n"
+	        "# TYPE anedvd_generations_resumed_total counter\nanedvd_generations_resumed_total %llu\n",
+	    (unsigned long long)m.replays);
 	put(&o, "# HELP anedvd_prompt_cached_tokens_total Prompt tokens the engine did not compute (prefix cache and sessions).\n"
 	        "# TYPE anedvd_prompt_cached_tokens_total counter\nanedvd_prompt_cached_tokens_total %llu\n",
 	    (unsigned long long)m.cached_tokens);

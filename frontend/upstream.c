@@ -7,6 +7,19 @@
 // matches, or the client goes away (then Cancel). There are as many workers
 // as the engine runs generations at once; requests beyond them wait in the
 // queue, and beyond its length are refused.
+//
+// Crashes. Each choice is an engc_job (engine-client.h): when the cpu-worker
+// dies or restarts, the job goes on on the restarted one from the tokens
+// this process already has (prompt + delivered, the sampler's draws), so the
+// stop holdback, the decode_stream state, the logprob offsets here carry on
+// as if nothing happened and the client sees one reply. Only an engine
+// still away at the request's deadline ends it, with 503 (the dialect's
+// overloaded error); a request that arrives while the engine is away waits
+// for it the same way. Tokenizer calls are idempotent: one in flight when
+// the tokenizer dies is sent again by nng to the restarted service (within
+// --timeout-ms). This process holds a lease on its engine jobs, renewed
+// every FE_LEASE_RENEW_MS, so that a crash of the frontend itself leaves no
+// job running for longer than FE_LEASE_MS, on any engine URL.
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -16,8 +29,9 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "clock.h"
 #include "common.pb-c.h"
-#include "engine.pb-c.h"
+#include "engine-client.h"
 #include "fe.h"
 #include "ipc.h"
 #include "log.h"
@@ -26,7 +40,7 @@
 
 static const struct fe_config *cfg;
 static struct ad_client *tok, *eng;
-static pthread_t *workers, prober;
+static pthread_t *workers, prober, leaser;
 static int n_workers;
 
 static struct {
@@ -53,107 +67,36 @@ static pthread_cond_t probe_cv = PTHREAD_COND_INITIALIZER;
 uint64_t
 fe_now_ns(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	return ad_now_ns();
 }
 
 // --- engine calls ------------------------------------------------------------------
 
-// eng_call sends q and returns the reply with the wanted body, or NULL with
-// err filled and *status the HTTP status the failure deserves
-static Anedvd__EngineReply *
-eng_call(Anedvd__EngineRequest *rq, Anedvd__EngineReply__BodyCase want, int timeout_ms, int *status, char *err)
-{
-	static uint64_t next_id;
-	rq->id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
-	size_t n = anedvd__engine_request__get_packed_size(rq);
-	uint8_t *buf = malloc(n ? n : 1);
-	if (!buf) {
-		*status = 503;
-		ad_err(err, "out of memory");
-		return NULL;
-	}
-	anedvd__engine_request__pack(rq, buf);
-	uint8_t *reply = NULL;
-	size_t reply_len = 0;
-	int rv = ad_client_call(eng, buf, n, &reply, &reply_len, timeout_ms, err);
-	free(buf);
-	if (rv != 0) {
-		*status = 503;
-		ad_err_prefix(err, "engine unavailable");
-		return NULL;
-	}
-	Anedvd__EngineReply *r = anedvd__engine_reply__unpack(NULL, reply_len, reply);
-	free(reply);
-	if (!r) {
-		*status = 502;
-		ad_err(err, "engine: undecodable reply");
-		return NULL;
-	}
-	if (r->error && r->error->code != ANEDVD__ERROR_CODE__ERROR_NONE) {
-		switch (r->error->code) {
-		case ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST:
-		case ANEDVD__ERROR_CODE__ERROR_TOO_LARGE:
-		case ANEDVD__ERROR_CODE__ERROR_UNSUPPORTED:
-			*status = 400;
-			break;
-		case ANEDVD__ERROR_CODE__ERROR_NOT_FOUND:
-			*status = 404;
-			break;
-		case ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE:
-		case ANEDVD__ERROR_CODE__ERROR_TIMEOUT:
-			*status = 503;
-			break;
-		default:
-			*status = 502;
-		}
-		ad_err(err, "engine: %s", r->error->message ? r->error->message : "error");
-		anedvd__engine_reply__free_unpacked(r, NULL);
-		return NULL;
-	}
-	if (r->body_case != want || r->id != rq->id) {
-		*status = 502;
-		ad_err(err, "engine: reply does not match the request");
-		anedvd__engine_reply__free_unpacked(r, NULL);
-		return NULL;
-	}
-	return r;
-}
-
-static void
-eng_cancel(uint64_t job)
-{
-	Anedvd__EngineRequest rq = ANEDVD__ENGINE_REQUEST__INIT;
-	Anedvd__CancelRequest c = ANEDVD__CANCEL_REQUEST__INIT;
-	c.job = job;
-	rq.body_case = ANEDVD__ENGINE_REQUEST__BODY_CANCEL;
-	rq.cancel = &c;
-	int status;
-	char err[AD_ERRLEN];
-	Anedvd__EngineReply *r = eng_call(&rq, ANEDVD__ENGINE_REPLY__BODY_CANCEL, cfg->timeout_ms, &status, err);
-	if (!r)
-		ad_warn("cancel job %llu: %s", (unsigned long long)job, err);
-	else
-		anedvd__engine_reply__free_unpacked(r, NULL);
-}
-
+// the HTTP status an engine's ErrorCode deserves
 static int
-eng_health(uint32_t *pid, int timeout_ms)
+eng_status(int code)
 {
-	Anedvd__EngineRequest rq = ANEDVD__ENGINE_REQUEST__INIT;
-	Anedvd__HealthRequest h = ANEDVD__HEALTH_REQUEST__INIT;
-	rq.body_case = ANEDVD__ENGINE_REQUEST__BODY_HEALTH;
-	rq.health = &h;
-	int status;
-	char err[AD_ERRLEN];
-	Anedvd__EngineReply *r = eng_call(&rq, ANEDVD__ENGINE_REPLY__BODY_HEALTH, timeout_ms, &status, err);
-	if (!r)
-		return -1;
-	*pid = r->health->pid;
-	anedvd__engine_reply__free_unpacked(r, NULL);
-	return 0;
+	switch (code) {
+	case ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST:
+	case ANEDVD__ERROR_CODE__ERROR_TOO_LARGE:
+	case ANEDVD__ERROR_CODE__ERROR_UNSUPPORTED:
+		return 400;
+	case ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE:
+		return 503;
+	case ANEDVD__ERROR_CODE__ERROR_TIMEOUT:
+		return 504;
+	default:
+		return 502;
+	}
 }
+
+// the lease this frontend holds on the engine's jobs: renewed every
+// FE_LEASE_RENEW_MS for FE_LEASE_MS, so that a frontend that dies leaves no
+// job running for longer than that, even on a tcp:// engine where its pid
+// means nothing to the worker
+#define FE_LEASE_MS 800
+#define FE_LEASE_RENEW_MS 200
+static char lease_client[64];
 
 // --- one generation ----------------------------------------------------------------
 
@@ -319,16 +262,16 @@ tokenize(struct fe_gen *g, int32_t **ids, size_t *n, char *format)
 }
 
 static enum fe_finish
-map_finish(Anedvd__FinishReason f)
+map_finish(enum engc_finish f)
 {
 	switch (f) {
-	case ANEDVD__FINISH_REASON__FINISH_STOP:
+	case ENGC_STOP:
 		return FE_FINISH_EOS;
-	case ANEDVD__FINISH_REASON__FINISH_LENGTH:
+	case ENGC_LENGTH:
 		return FE_FINISH_LENGTH;
-	case ANEDVD__FINISH_REASON__FINISH_CANCELLED:
+	case ENGC_CANCELLED:
 		return FE_FINISH_CANCELLED;
-	case ANEDVD__FINISH_REASON__FINISH_ERROR:
+	case ENGC_ERROR:
 		return FE_FINISH_ERROR;
 	default:
 		return FE_FINISH_NONE;
@@ -336,10 +279,8 @@ map_finish(Anedvd__FinishReason f)
 }
 
 static void
-take_timings(struct fe_gen *g, const Anedvd__Timings *t)
+take_timings(struct fe_gen *g, const struct engc_timings *t)
 {
-	if (!t)
-		return;
 	g->r.eng_queue_ns = t->queue_ns;
 	g->r.prefill_ns = t->prefill_ns;
 	g->r.decode_ns = t->decode_ns;
@@ -422,13 +363,14 @@ grow(char **s, size_t *len, size_t *cap, const char *t, size_t n)
 
 // what the worker keeps per choice while it runs
 struct run {
-	uint64_t job;
+	struct engc_job *job;
 	int live;           // the engine job has not finished
 	struct fe_stop st;
 	char pending[4];    // decode_stream's unfinished UTF-8
 	size_t n_pending;
 	uint32_t produced;  // bytes of the tokens so far: the next token's offset
 	uint32_t released;  // bytes of text handed out (or scanned for tool calls)
+	size_t decoded;     // bytes decode_stream has given so far
 	// tool calls: the text from trig_at on is calls (their markup)
 	int tools;           // the reply is scanned for calls
 	int trig_known;
@@ -652,19 +594,19 @@ route(struct fe_gen *g, int i, struct run *r, const char *s, size_t n, int last)
 
 // the bytes of every id of these events are known to fe_token_bytes after this
 static int
-fetch_bytes(const Anedvd__PollReply *pl, char *err)
+fetch_bytes(const struct engc_poll *pl, char *err)
 {
 	size_t n = 0;
-	for (size_t i = 0; i < pl->n_tokens; i++)
-		n += 1 + pl->tokens[i]->n_top_logprobs;
+	for (size_t i = 0; i < pl->n_events; i++)
+		n += 1 + (size_t)pl->events[i].n_lp;
 	int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
 	if (!ids)
 		return ad_err(err, "out of memory");
 	size_t m = 0;
-	for (size_t i = 0; i < pl->n_tokens; i++) {
-		const Anedvd__TokenEvent *te = pl->tokens[i];
-		for (size_t t = 0; t <= te->n_top_logprobs; t++) {
-			int32_t id = t == 0 ? te->id : te->top_logprobs[t - 1]->id;
+	for (size_t i = 0; i < pl->n_events; i++) {
+		const struct engc_event *te = &pl->events[i];
+		for (int t = 0; t <= te->n_lp; t++) {
+			int32_t id = t == 0 ? te->id : te->lp_top[t - 1].id;
 			size_t len;
 			if (id >= 0 && id < vocab.n && !fe_token_bytes(id, &len))
 				ids[m++] = id;
@@ -698,10 +640,10 @@ fetch_bytes(const Anedvd__PollReply *pl, char *err)
 
 // keep the logprobs of these events in choice c, with their offsets
 static int
-take_logprobs(struct fe_choice *c, struct run *r, const Anedvd__PollReply *pl)
+take_logprobs(struct fe_choice *c, struct run *r, const struct engc_poll *pl)
 {
-	for (size_t i = 0; i < pl->n_tokens; i++) {
-		const Anedvd__TokenEvent *te = pl->tokens[i];
+	for (size_t i = 0; i < pl->n_events; i++) {
+		const struct engc_event *te = &pl->events[i];
 		if (c->n_lp == c->cap_lp) {
 			size_t cap = c->cap_lp ? 2 * c->cap_lp : 64;
 			struct fe_lp_tok *t = realloc(c->lp, cap * sizeof *t);
@@ -713,11 +655,11 @@ take_logprobs(struct fe_choice *c, struct run *r, const Anedvd__PollReply *pl)
 		struct fe_lp_tok *t = &c->lp[c->n_lp++];
 		memset(t, 0, sizeof *t);
 		t->id = te->id;
-		t->logprob = te->has_logprob ? te->logprob : 0;
+		t->logprob = te->has_lp ? te->lp : 0;
 		t->offset = r->produced;
-		for (size_t k = 0; k < te->n_top_logprobs && k < FE_MAX_TOP_LOGPROBS; k++) {
-			t->top[k].id = te->top_logprobs[k]->id;
-			t->top[k].logprob = te->top_logprobs[k]->logprob;
+		for (int k = 0; k < te->n_lp && k < FE_MAX_TOP_LOGPROBS; k++) {
+			t->top[k].id = te->lp_top[k].id;
+			t->top[k].logprob = te->lp_top[k].logit;
 			t->n_top++;
 		}
 		size_t len = 0;
@@ -732,7 +674,7 @@ cancel_live(struct run *runs, int n)
 {
 	for (int i = 0; i < n; i++)
 		if (runs[i].live) {
-			eng_cancel(runs[i].job);
+			engc_job_cancel(runs[i].job);
 			runs[i].live = 0;
 		}
 }
@@ -746,81 +688,81 @@ choice_seed(uint64_t seed, int i)
 }
 
 // one poll of choice i; 1 while it runs, 0 when it ended, -1 when the whole
-// generation ends (g->r says why)
+// generation ends (g->r says why). A job the engine lost is continued by
+// engc_job on the restarted engine: this sees one stream of tokens.
 static int
 poll_choice(struct fe_gen *g, int i, struct run *r, int wait_ms, int *first_token)
 {
 	char err[AD_ERRLEN];
-	int status = 0;
+	int code = 0;
 	struct fe_choice *c = &g->ch[i];
-	Anedvd__EngineRequest pq = ANEDVD__ENGINE_REQUEST__INIT;
-	Anedvd__PollRequest pr = ANEDVD__POLL_REQUEST__INIT;
-	pr.job = r->job;
-	pr.max_wait_ms = (uint32_t)wait_ms;
-	pq.body_case = ANEDVD__ENGINE_REQUEST__BODY_POLL;
-	pq.poll = &pr;
-	Anedvd__EngineReply *p = eng_call(&pq, ANEDVD__ENGINE_REPLY__BODY_POLL, cfg->timeout_ms + wait_ms, &status, err);
-	if (!p) {
+	struct engc_poll pl;
+	int replays = engc_job_replays(r->job);
+	if (engc_job_poll(r->job, (uint32_t)wait_ms, &pl, &code, err) != 0) {
 		r->live = 0;
-		return fail(g, status, err);
+		return fail(g, eng_status(code), err);
 	}
-	Anedvd__PollReply *pl = p->poll;
+	if (engc_job_replays(r->job) > replays)
+		fe_metrics_replay();
 	if (i == 0)
-		take_timings(g, pl->timings);
-	if (pl->cache) {
-		const Anedvd__CacheStats *cs = pl->cache;
-		struct fe_cache_stats st = {cs->lookups, cs->hit_tokens, cs->evictions, cs->bytes, cs->limit_bytes,
-		                            cs->blocks, cs->stored};
+		take_timings(g, &pl.timings);
+	if (pl.has_cache) {
+		struct fe_cache_stats st = {pl.cache.lookups, pl.cache.hit_tokens, pl.cache.evictions, pl.cache.bytes,
+		                            pl.cache.limit_bytes, pl.cache.blocks, pl.cache.stored};
 		// each choice's final poll: its own cached tokens
-		fe_metrics_cache(&st, pl->timings ? pl->timings->cached_tokens : 0);
+		fe_metrics_cache(&st, pl.timings.cached_tokens);
 	}
-	enum fe_finish fin = map_finish(pl->finish);
+	enum fe_finish fin = map_finish(pl.finish);
 	if (fin != FE_FINISH_NONE)
 		r->live = 0;
-	for (size_t k = 0; k < pl->n_tokens; k++)
-		if (pl->tokens[k]->grammar_on && !r->trig_known) { // a lazy grammar took over here
+	for (size_t k = 0; k < pl.n_events; k++)
+		if (pl.events[k].grammar_on && !r->trig_known) { // a lazy grammar took over here
 			r->trig_known = 1;
-			r->trig_at = pl->tokens[k]->grammar_from;
+			r->trig_at = pl.events[k].grammar_from;
 		}
-	if (pl->n_tokens && *first_token) {
+	if (pl.n_events && *first_token) {
 		g->r.ttft_ns = fe_now_ns() - g->t_admit;
 		fe_metrics_stage(FE_ST_TTFT, g->r.ttft_ns);
 		*first_token = 0;
 	}
-	if (g->p.logprobs && pl->n_tokens &&
-	    (fetch_bytes(pl, err) != 0 || take_logprobs(c, r, pl) != 0)) {
-		anedvd__engine_reply__free_unpacked(p, NULL);
+	if (g->p.logprobs && pl.n_events && (fetch_bytes(&pl, err) != 0 || take_logprobs(c, r, &pl) != 0)) {
+		engc_poll_free(&pl);
 		return fail(g, 503, err[0] ? err : "out of memory");
 	}
 	int32_t *tids = NULL;
-	if (pl->n_tokens)
-		tids = malloc(pl->n_tokens * sizeof *tids);
-	for (size_t k = 0; tids && k < pl->n_tokens; k++)
-		tids[k] = pl->tokens[k]->id;
-	size_t nt = tids ? pl->n_tokens : 0;
+	if (pl.n_events)
+		tids = malloc(pl.n_events * sizeof *tids);
+	for (size_t k = 0; tids && k < pl.n_events; k++)
+		tids[k] = pl.events[k].id;
+	size_t nt = tids ? pl.n_events : 0;
 	if (fin == FE_FINISH_ERROR) {
-		const char *m = pl->error && pl->error->message ? pl->error->message : "generation failed";
-		snprintf(err, sizeof err, "engine: %s", m);
+		snprintf(err, sizeof err, "engine: %.*s", (int)sizeof err - 9, pl.msg[0] ? pl.msg : "generation failed");
+		code = pl.code;
 	}
-	size_t n_got = pl->n_tokens;
-	anedvd__engine_reply__free_unpacked(p, NULL);
+	size_t n_got = pl.n_events;
+	engc_poll_free(&pl);
 	if (n_got && !tids)
 		return fail(g, 503, "out of memory");
 	int flush = fin != FE_FINISH_NONE;
-	c->completion_tokens += (unsigned)nt;
-	g->r.completion_tokens += (unsigned)nt;
+	unsigned counted = (unsigned)nt;
 	if (nt || flush) {
 		char *text = NULL;
 		size_t len = 0;
+		char pending0[4];
+		size_t n_pending0 = r->n_pending, decoded0 = r->decoded;
+		memcpy(pending0, r->pending, sizeof pending0);
 		uint64_t t0 = fe_now_ns();
 		int rv = tokc_decode_stream(tok, tids, nt, flush, r->pending, &r->n_pending, &text, &len, cfg->timeout_ms,
 		                            err);
 		g->r.detok_ns += fe_now_ns() - t0;
-		free(tids);
-		if (rv != 0)
+		if (rv != 0) {
+			free(tids);
 			return fail(g, 503, err);
+		}
+		r->decoded += len;
 		size_t ready = 0;
 		if (fe_stop_push(&r->st, text, len, flush, &ready) != 0) {
+			free(tids);
 			free(text);
 			return fail(g, 503, "out of memory");
 		}
@@ -830,7 +772,27 @@ poll_choice(struct fe_gen *g, int i, struct run *r, int wait_ms, int *first_toke
 			uint32_t end = r->released + (uint32_t)ready;
 			while (c->n_lp && c->lp[c->n_lp - 1].offset >= end)
 				c->n_lp--;
+			// nor of its usage: count up to the token that completed the
+			// match, whatever the batches the engine's tokens came in
+			size_t match_end = end + strlen(g->p.stops[r->st.hit]);
+			for (size_t k = 1; nt > 1 && k <= nt; k++) {
+				char *t = NULL;
+				size_t tl = 0;
+				if (tokc_decode_stream(tok, tids + k - 1, 1, 0, pending0, &n_pending0, &t, &tl, cfg->timeout_ms,
+				                       err) != 0)
+					break; // the whole batch stays counted
+				free(t);
+				decoded0 += tl;
+				if (decoded0 >= match_end) {
+					counted = (unsigned)k;
+					break;
+				}
+			}
 		}
+		free(tids);
+		tids = NULL;
+		c->completion_tokens += counted;
+		g->r.completion_tokens += counted;
 		if (route(g, i, r, r->st.buf, ready, flush || hit) != 0) {
 			free(text);
 			return fail(g, 503, "out of memory");
@@ -839,7 +801,7 @@ poll_choice(struct fe_gen *g, int i, struct run *r, int wait_ms, int *first_toke
 		free(text);
 		if (hit) {
 			if (r->live)
-				eng_cancel(r->job);
+				engc_job_cancel(r->job);
 			r->live = 0;
 			c->finish = FE_FINISH_STOP_SEQ;
 			c->stop_index = r->st.hit;
@@ -847,7 +809,7 @@ poll_choice(struct fe_gen *g, int i, struct run *r, int wait_ms, int *first_toke
 		}
 	}
 	if (fin == FE_FINISH_ERROR)
-		return fail(g, 502, err);
+		return fail(g, code == ANEDVD__ERROR_CODE__ERROR_TIMEOUT ? 504 : 502, err);
 	if (fin == FE_FINISH_CANCELLED) {
 		g->r.finish = FE_FINISH_CANCELLED;
 		return -1;
@@ -889,7 +851,6 @@ static void
 generate(struct fe_gen *g)
 {
 	char err[AD_ERRLEN];
-	int status = 0;
 	int32_t *ids = NULL;
 	size_t n = 0;
 	char format[16] = "";
@@ -934,9 +895,8 @@ generate(struct fe_gen *g)
 		}
 	}
 
-	Anedvd__EngineRequest rq = ANEDVD__ENGINE_REQUEST__INIT;
-	Anedvd__GenerateRequest gr = ANEDVD__GENERATE_REQUEST__INIT;
-	Anedvd__SamplingParams sp = ANEDVD__SAMPLING_PARAMS__INIT;
+	struct sample_params sp;
+	memset(&sp, 0, sizeof sp);
 	sp.temperature = g->p.temperature;
 	sp.top_k = g->p.top_k;
 	sp.top_p = g->p.top_p;
@@ -946,26 +906,18 @@ generate(struct fe_gen *g)
 	sp.presence_penalty = g->p.presence_penalty;
 	sp.frequency_penalty = g->p.frequency_penalty;
 	sp.has_seed = g->p.has_seed;
-	Anedvd__LogitBias *lb = NULL, **plb = NULL;
+	struct sample_bias *bias = NULL;
 	if (g->p.n_bias) {
-		lb = calloc(g->p.n_bias, sizeof *lb);
-		plb = calloc(g->p.n_bias, sizeof *plb);
-		if (!lb || !plb) {
-			free(lb);
-			free(plb);
+		if (!(bias = calloc(g->p.n_bias, sizeof *bias))) {
 			free(ids);
 			fe_gram_free(&gram);
 			fail(g, 503, "out of memory");
 			return;
 		}
-		for (size_t i = 0; i < g->p.n_bias; i++) {
-			anedvd__logit_bias__init(&lb[i]);
-			lb[i].id = g->p.bias[i].id;
-			lb[i].bias = g->p.bias[i].bias;
-			plb[i] = &lb[i];
-		}
-		sp.logit_bias = plb;
-		sp.n_logit_bias = g->p.n_bias;
+		for (size_t i = 0; i < g->p.n_bias; i++)
+			bias[i] = (struct sample_bias){g->p.bias[i].id, g->p.bias[i].bias};
+		sp.bias = bias;
+		sp.n_bias = (int)g->p.n_bias;
 	}
 	int32_t stop_ids[2 + FE_MAX_STOP_IDS];
 	size_t n_stop = 0;
@@ -975,24 +927,30 @@ generate(struct fe_gen *g)
 		stop_ids[n_stop++] = vocab.eot;
 	for (size_t i = 0; i < g->p.n_stop_ids; i++)
 		stop_ids[n_stop++] = g->p.stop_ids[i];
-	gr.prompt = ids + first;
-	gr.n_prompt = n;
-	gr.max_tokens = max_tokens;
-	gr.logprobs = g->p.logprobs;
-	gr.top_logprobs = (uint32_t)g->p.top_logprobs;
-	// the engine cancels this job if the frontend dies (it cannot tell it)
-	gr.client_pid = (uint32_t)getpid();
-	gr.sampling = &sp;
-	gr.stop_ids = stop_ids;
-	gr.n_stop_ids = n_stop;
-	gr.grammar = gram.text ? gram.text : "";
-	gr.grammar_lazy = gram.lazy;
-	gr.grammar_words = (char **)gram.words;
-	gr.n_grammar_words = (size_t)gram.n_words;
-	gr.grammar_tokens = gram.tokens;
-	gr.n_grammar_tokens = (size_t)gram.n_tokens;
-	rq.body_case = ANEDVD__ENGINE_REQUEST__BODY_GENERATE;
-	rq.generate = &gr;
+	struct engc_gen eg = {
+		.prompt = ids + first,
+		.n_prompt = n,
+		.max_tokens = max_tokens,
+		.sp = &sp,
+		.stop_ids = stop_ids,
+		.n_stop = n_stop,
+		.logprobs = g->p.logprobs,
+		.top_logprobs = g->p.top_logprobs,
+		// the engine cancels this job once the frontend is gone: its pid on
+		// an ipc:// engine, the lease on any
+		.client_pid = (int)getpid(),
+		.client = lease_client,
+		.lease_ms = FE_LEASE_MS,
+		.grammar = gram.text,
+		.grammar_lazy = gram.lazy,
+		.grammar_words = gram.words,
+		.n_grammar_words = (size_t)gram.n_words,
+		.grammar_tokens = gram.tokens,
+		.n_grammar_tokens = (size_t)gram.n_tokens,
+	};
+	// an engine that is away (crashed, restarting) is waited for until the
+	// request's deadline; without one, for ENGC_WAIT_MS
+	uint64_t until = cfg->deadline_ms ? g->t_admit + (uint64_t)cfg->deadline_ms * 1000000u : 0;
 
 	// n choices are n jobs on the same prompt: the engine's scheduler
 	// decodes them together in one batch
@@ -1000,20 +958,17 @@ generate(struct fe_gen *g)
 	struct run runs[FE_MAX_N];
 	memset(runs, 0, sizeof runs);
 	int started = 0, ok = 1;
-	for (int i = 0; i < nc; i++) {
+	for (int i = 0; i < nc && ok; i++) {
 		sp.seed = choice_seed(g->p.seed, i);
 		if (cfg->deadline_ms) {
 			uint64_t spent = (fe_now_ns() - g->t_admit) / 1000000u;
-			gr.deadline_ms = spent < (uint64_t)cfg->deadline_ms ? (uint32_t)(cfg->deadline_ms - spent) : 1;
+			eg.deadline_ms = spent < (uint64_t)cfg->deadline_ms ? (uint32_t)(cfg->deadline_ms - spent) : 1;
 		}
-		Anedvd__EngineReply *r = eng_call(&rq, ANEDVD__ENGINE_REPLY__BODY_GENERATE, cfg->timeout_ms, &status, err);
-		if (!r) {
-			fail(g, status, err);
+		if (!(runs[i].job = engc_job_new(eng, &eg, cfg->timeout_ms, until, err))) {
+			fail(g, 503, err);
 			ok = 0;
 			break;
 		}
-		runs[i].job = r->generate->job;
-		runs[i].live = 1;
 		runs[i].g = g;
 		runs[i].index = i;
 		runs[i].tools = fe_wants_calls(&g->p) && gram.text;
@@ -1025,20 +980,34 @@ generate(struct fe_gen *g)
 		fe_stop_init(&runs[i].st, (const char *const *)g->p.stops, g->p.n_stops);
 		fe_think_init(&runs[i].th, g->think_open);
 		started++;
-		if (i == 0) {
-			g->r.prompt_tokens = r->generate->prompt_tokens ? r->generate->prompt_tokens : (unsigned)n;
-			g->r.prompt_dropped = (unsigned)dropped + r->generate->prompt_tokens_dropped;
+		struct engc_started info;
+		int code = 0, rv;
+		while ((rv = engc_job_start(runs[i].job, POLL_WAIT_MS, &info, &code, err)) == 1)
+			if (cancelled(g))
+				break;
+		if (rv == 1) {
+			g->r.finish = FE_FINISH_CANCELLED;
+			ok = 0;
+		} else if (rv < 0) {
+			fail(g, eng_status(code), err);
+			ok = 0;
+		} else {
+			runs[i].live = 1;
+			if (i == 0) {
+				g->r.prompt_tokens = info.prompt_tokens ? info.prompt_tokens : (unsigned)n;
+				g->r.prompt_dropped = (unsigned)dropped + info.dropped;
+			}
 		}
-		anedvd__engine_reply__free_unpacked(r, NULL);
 	}
 	free(ids);
-	free(lb);
-	free(plb);
+	free(bias);
 	if (!ok) {
 		fe_gram_free(&gram);
 		cancel_live(runs, started);
-		for (int i = 0; i < started; i++)
+		for (int i = 0; i < started; i++) {
 			fe_stop_free(&runs[i].st);
+			engc_job_free(runs[i].job);
+		}
 		return;
 	}
 	fe_post(g, FE_MSG_START, NULL, 0);
@@ -1050,8 +1019,17 @@ generate(struct fe_gen *g)
 			break;
 		}
 		if (cfg->deadline_ms && fe_now_ns() - g->t_admit > (uint64_t)cfg->deadline_ms * 1000000u) {
-			snprintf(err, sizeof err, "the generation ran past its deadline of %d ms", cfg->deadline_ms);
-			fail(g, 504, err);
+			int away = 0;
+			for (int i = 0; i < nc; i++)
+				away |= runs[i].live && engc_job_waiting(runs[i].job);
+			if (away) {
+				snprintf(err, sizeof err, "the engine has been unavailable (restarting), past the request's "
+				         "deadline of %d ms", cfg->deadline_ms);
+				fail(g, 503, err);
+			} else {
+				snprintf(err, sizeof err, "the generation ran past its deadline of %d ms", cfg->deadline_ms);
+				fail(g, 504, err);
+			}
 			break;
 		}
 		// the first live choice of the round long-polls; the others, decoded
@@ -1074,6 +1052,7 @@ generate(struct fe_gen *g)
 		fe_stop_free(&runs[i].st);
 		free(runs[i].hold);
 		free(runs[i].pre);
+		engc_job_free(runs[i].job);
 	}
 	fe_gram_free(&gram);
 	if (g->r.finish == FE_FINISH_NONE) {
@@ -1082,12 +1061,12 @@ generate(struct fe_gen *g)
 	}
 }
 // embeddings: encode the texts (the model's BOS, no special-token parsing),
-// one Embed call for every input
+// one Embed call for every input. The call is idempotent: when the worker
+// dies under it, nng sends it again to the restarted one (common/ipc.h)
 static void
 embed(struct fe_gen *g)
 {
 	char err[AD_ERRLEN];
-	int status = 0;
 	size_t n = g->p.n_inputs;
 	uint64_t t0 = fe_now_ns();
 	if (get_vocab(err) != 0) {
@@ -1095,15 +1074,14 @@ embed(struct fe_gen *g)
 		return;
 	}
 	int32_t **own = calloc(n, sizeof *own);
-	Anedvd__EmbedInput *in = calloc(n, sizeof *in), **pin = calloc(n, sizeof *pin);
-	if (!own || !in || !pin) {
+	const int32_t **in = calloc(n, sizeof *in);
+	size_t *lens = calloc(n, sizeof *lens);
+	if (!own || !in || !lens) {
 		fail(g, 503, "out of memory");
 		goto out;
 	}
 	unsigned tokens = 0;
 	for (size_t i = 0; i < n; i++) {
-		anedvd__embed_input__init(&in[i]);
-		pin[i] = &in[i];
 		if (g->p.emb_text && g->p.emb_text[i]) {
 			size_t m = 0;
 			const char *t = g->p.emb_text[i];
@@ -1116,67 +1094,57 @@ embed(struct fe_gen *g)
 				fail(g, 400, err);
 				goto out;
 			}
-			in[i].ids = own[i];
-			in[i].n_ids = m;
+			in[i] = own[i];
+			lens[i] = m;
 		} else {
-			in[i].ids = g->p.emb_ids[i];
-			in[i].n_ids = g->p.emb_len[i];
+			in[i] = g->p.emb_ids[i];
+			lens[i] = g->p.emb_len[i];
 		}
-		if (in[i].n_ids > cfg->max_seq) {
-			snprintf(err, sizeof err, "input[%zu]: %zu tokens, the context holds %u", i, in[i].n_ids, cfg->max_seq);
+		if (lens[i] > cfg->max_seq) {
+			snprintf(err, sizeof err, "input[%zu]: %zu tokens, the context holds %u", i, lens[i], cfg->max_seq);
 			fail(g, 400, err);
 			goto out;
 		}
-		tokens += (unsigned)in[i].n_ids;
+		tokens += (unsigned)lens[i];
 	}
 	g->r.tokenize_ns = fe_now_ns() - t0;
 	if (cancelled(g)) {
 		g->r.finish = FE_FINISH_CANCELLED;
 		goto out;
 	}
-	Anedvd__EngineRequest rq = ANEDVD__ENGINE_REQUEST__INIT;
-	Anedvd__EmbedRequest er = ANEDVD__EMBED_REQUEST__INIT;
-	er.inputs = pin;
-	er.n_inputs = n;
-	rq.body_case = ANEDVD__ENGINE_REQUEST__BODY_EMBED;
-	rq.embed = &er;
 	uint64_t t1 = fe_now_ns();
 	// one call for the whole request, which the engine runs a kernel call
 	// per turn between the generations: it may take a while
 	int wait = cfg->deadline_ms ? cfg->deadline_ms : 600000;
 	if (wait < cfg->timeout_ms)
 		wait = cfg->timeout_ms;
-	Anedvd__EngineReply *r = eng_call(&rq, ANEDVD__ENGINE_REPLY__BODY_EMBED, wait, &status, err);
-	if (!r) {
-		fail(g, status, err);
+	float *vec = NULL;
+	uint32_t dims = 0;
+	int code = 0;
+	if (engc_embed(eng, in, lens, n, 0, &vec, &dims, wait, &code, err) != 0) {
+		fail(g, eng_status(code), err);
 		goto out;
 	}
 	g->r.prefill_ns = fe_now_ns() - t1;
-	Anedvd__EmbedReply *e = r->embed;
-	size_t want = n * (size_t)e->dims * sizeof(float);
-	if (e->dims == 0 || e->vectors.len != want) {
-		fail(g, 502, "engine: embeddings of the wrong size");
-	} else if (g->p.dimensions && g->p.dimensions != (long)e->dims) {
-		snprintf(err, sizeof err, "'dimensions': this model's embeddings have %u dimensions, not %ld", e->dims,
+	if (g->p.dimensions && g->p.dimensions != (long)dims) {
+		snprintf(err, sizeof err, "'dimensions': this model's embeddings have %u dimensions, not %ld", dims,
 		         g->p.dimensions);
 		fail(g, 400, err);
 		snprintf(g->r.param, sizeof g->r.param, "dimensions");
-	} else if (!(g->emb = malloc(want))) {
-		fail(g, 503, "out of memory");
+		free(vec);
 	} else {
-		memcpy(g->emb, e->vectors.data, want);
-		g->emb_dims = (int)e->dims;
+		g->emb = vec;
+		g->emb_dims = (int)dims;
 		g->r.prompt_tokens = tokens;
 		g->r.prefill_tokens = tokens;
 		g->r.finish = FE_FINISH_EOS;
 	}
-	anedvd__engine_reply__free_unpacked(r, NULL);
 out:
 	for (size_t i = 0; own && i < n; i++)
 		free(own[i]);
 	free(own);
 	free(in);
-	free(pin);
+	free(lens);
 }
 
 static void *
@@ -1248,14 +1216,43 @@ probe_main(void *arg)
 		if (up)
 			get_vocab(err);
 		fe_metrics_upstream("tokenizer", up, pid);
-		up = eng_health(&pid, 1000) == 0;
-		fe_metrics_upstream("engine", up, pid);
+		struct engc_health h;
+		up = engc_health(eng, &h, 1000, NULL, err) == 0;
+		fe_metrics_upstream("engine", up, up ? h.pid : 0);
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_sec += 2;
 		pthread_mutex_lock(&probe_mu);
 		if (!q.stopping)
 			pthread_cond_timedwait(&probe_cv, &probe_mu, &ts);
+	}
+	pthread_mutex_unlock(&probe_mu);
+	return NULL;
+}
+
+// the lease: renewed every FE_LEASE_RENEW_MS (a call that cannot reach the
+// engine waits up to that long for it: nng dials again meanwhile)
+static void *
+lease_main(void *arg)
+{
+	pthread_mutex_lock(&probe_mu);
+	while (!q.stopping) {
+		pthread_mutex_unlock(&probe_mu);
+		char err[AD_ERRLEN];
+		uint64_t t0 = fe_now_ns();
+		engc_lease(eng, lease_client, FE_LEASE_MS, NULL, FE_LEASE_RENEW_MS, NULL, err);
+		uint64_t next = t0 + (uint64_t)FE_LEASE_RENEW_MS * 1000000u;
+		uint64_t now = fe_now_ns();
+		pthread_mutex_lock(&probe_mu);
+		if (!q.stopping && now < next) {
+			// probe_cv runs on the realtime clock: wait the rest from now
+			struct timespec rt;
+			clock_gettime(CLOCK_REALTIME, &rt);
+			uint64_t until = (uint64_t)rt.tv_sec * 1000000000u + (uint64_t)rt.tv_nsec + (next - now);
+			rt.tv_sec = (time_t)(until / 1000000000u);
+			rt.tv_nsec = (long)(until % 1000000000u);
+			pthread_cond_timedwait(&probe_cv, &probe_mu, &rt);
+		}
 	}
 	pthread_mutex_unlock(&probe_mu);
 	return NULL;
@@ -1281,6 +1278,14 @@ fe_upstream_start(const struct fe_config *c, char *err)
 	}
 	if (pthread_create(&prober, NULL, probe_main, NULL) != 0)
 		return ad_err(err, "could not start the health probe");
+	// the lease's name: this process, on this host, this start
+	char host[32] = "";
+	gethostname(host, sizeof host - 1);
+	uint64_t r = fe_now_ns() ^ ((uint64_t)getpid() << 32);
+	snprintf(lease_client, sizeof lease_client, "frontend-%.20s-%ld-%08llx", host, (long)getpid(),
+	         (unsigned long long)(r & 0xffffffffu));
+	if (pthread_create(&leaser, NULL, lease_main, NULL) != 0)
+		return ad_err(err, "could not start the lease");
 	return 0;
 }
 
@@ -1297,6 +1302,7 @@ fe_upstream_stop(void)
 	for (int i = 0; i < n_workers; i++)
 		pthread_join(workers[i], NULL);
 	pthread_join(prober, NULL);
+	pthread_join(leaser, NULL);
 	free(workers);
 	for (int i = 0; vocab.bytes && i < vocab.n; i++)
 		free(vocab.bytes[i]);

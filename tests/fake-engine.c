@@ -12,12 +12,19 @@
 //   [delay=N]      N ms per token for this job
 //   [prefill=N]    N ms before the first token
 //   [fail]         Generate fails with ERROR_UNAVAILABLE
+//   [fail=N]       the first N Generates of this prompt fail so, then they run
 //   [fail-after=N] the job ends with FINISH_ERROR after N tokens
+//   [lose-after=N] the job is forgotten once N tokens are polled (Poll: NOT_FOUND,
+//                  as a restarted worker answers), unless it is a continued one
 //   [noeos]        the script repeats until max_tokens (FINISH_LENGTH)
 //
 // A lazy grammar (grammar_lazy with grammar_words) is not run, but its
 // trigger is found as the engine would: the first token whose text
 // completes a trigger word reports grammar_on with the word's offset.
+// Each token reports draws = its position in the script + 1 (as a sampler
+// drawing once a token would), and a Generate with skip_draws k starts the
+// script at token k: a continued job gives the rest of the lost one's (and
+// its trigger, counted from the script's start as grammar_replay has it).
 //
 // Without a marker the reply is a short fixed story. Every Generate,
 // Cancel and end is appended to --log, which tests read to see that a
@@ -55,6 +62,8 @@ struct job {
 	uint32_t max_tokens;
 	size_t sent;
 	int fail_after;     // -1: never
+	int lose_after;     // -1: never
+	size_t offset;      // the script's first token (skip_draws)
 	int noeos;
 	long trig_index;    // the token that switches a lazy grammar on (-1: none)
 	uint32_t trig_from; // the offset of its trigger word
@@ -71,7 +80,11 @@ static struct {
 	uint64_t delay_ns, prefill_ns;
 	FILE *log;
 	uint64_t started_ns;
-	uint64_t requests;
+	uint64_t requests, leases;
+	struct {
+		uint64_t hash;
+		long n;
+	} fails[64]; // [fail=N]: Generates failed so far, by prompt
 } E = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 
 static uint64_t
@@ -101,6 +114,32 @@ marker(const char *text, const char *name, long dflt)
 	return m ? strtol(m + strlen(name), NULL, 10) : dflt;
 }
 
+static uint64_t
+hash(const char *s)
+{
+	uint64_t h = 1469598103934665603u;
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 1099511628211u;
+	return h;
+}
+
+// [fail=N]: 1 while this prompt has failed fewer than N times (counting this one)
+static int
+fail_again(const char *pt)
+{
+	long n = marker(pt, "[fail=", -1);
+	if (n < 0)
+		return 0;
+	uint64_t h = hash(pt);
+	size_t i = 0;
+	while (i < 64 && E.fails[i].hash && E.fails[i].hash != h)
+		i++;
+	if (i == 64)
+		return 0;
+	E.fails[i].hash = h;
+	return E.fails[i].n++ < n;
+}
+
 static struct job *
 find(uint64_t id)
 {
@@ -120,7 +159,10 @@ set_error(Anedvd__EngineReply *r, Anedvd__Error *e, Anedvd__ErrorCode code, cons
 static size_t
 released(const struct job *j, uint64_t t)
 {
-	size_t total = j->noeos ? j->max_tokens : (j->n_script < j->max_tokens ? j->n_script : j->max_tokens);
+	size_t left = j->n_script > j->offset ? j->n_script - j->offset : 0;
+	size_t total = j->noeos ? j->max_tokens : (left < j->max_tokens ? left : j->max_tokens);
+	if (j->lose_after >= 0 && (size_t)j->lose_after < total)
+		total = (size_t)j->lose_after;
 	if (j->fail_after >= 0 && (size_t)j->fail_after < total)
 		total = (size_t)j->fail_after;
 	if (t < j->t0_ns + j->prefill_ns)
@@ -142,7 +184,7 @@ finish_of(const struct job *j, size_t n)
 		return n >= j->max_tokens ? ANEDVD__FINISH_REASON__FINISH_LENGTH : ANEDVD__FINISH_REASON__FINISH_NONE;
 	if (n >= j->max_tokens)
 		return ANEDVD__FINISH_REASON__FINISH_LENGTH;
-	if (n >= j->n_script)
+	if (n + j->offset >= j->n_script)
 		return ANEDVD__FINISH_REASON__FINISH_STOP;
 	return ANEDVD__FINISH_REASON__FINISH_NONE;
 }
@@ -156,6 +198,7 @@ handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *r
 	Anedvd__PollReply poll = ANEDVD__POLL_REPLY__INIT;
 	Anedvd__CancelReply cancel = ANEDVD__CANCEL_REPLY__INIT;
 	Anedvd__HealthReply health = ANEDVD__HEALTH_REPLY__INIT;
+	Anedvd__LeaseReply lease = ANEDVD__LEASE_REPLY__INIT;
 	Anedvd__Timings timings = ANEDVD__TIMINGS__INIT;
 	Anedvd__TokenEvent *events = NULL, **pevents = NULL;
 	Anedvd__Error poll_err = ANEDVD__ERROR__INIT;
@@ -180,7 +223,7 @@ handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *r
 		if (E.tok && tok_decode(E.tok, g->prompt, g->n_prompt, &prompt_text, &len, NULL) != 0)
 			prompt_text = NULL;
 		const char *pt = prompt_text ? prompt_text : "";
-		if (strstr(pt, "[fail]")) {
+		if (strstr(pt, "[fail]") || fail_again(pt)) {
 			set_error(&r, &err, ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE, "fake engine: failing as asked");
 			logf_("fail-generate\n");
 			break;
@@ -193,6 +236,8 @@ handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *r
 		j->used = 1;
 		j->max_tokens = g->max_tokens ? g->max_tokens : 16;
 		j->fail_after = (int)marker(pt, "[fail-after=", -1);
+		j->offset = g->sampling ? (size_t)g->sampling->skip_draws : 0;
+		j->lose_after = j->offset ? -1 : (int)marker(pt, "[lose-after=", -1);
 		j->noeos = strstr(pt, "[noeos]") != NULL;
 		j->delay_ns = (uint64_t)marker(pt, "[delay=", (long)(E.delay_ns / 1000000)) * 1000000;
 		j->prefill_ns = (uint64_t)marker(pt, "[prefill=", (long)(E.prefill_ns / 1000000)) * 1000000;
@@ -247,16 +292,22 @@ handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *r
 		gen.prompt_tokens = (uint32_t)g->n_prompt;
 		r.body_case = ANEDVD__ENGINE_REPLY__BODY_GENERATE;
 		r.generate = &gen;
-		logf_("generate %llu prompt=%zu max=%u temp=%g top_k=%d seed=%llu/%d grammar=%zu lazy=%d words=%zu\n",
+		logf_("generate %llu prompt=%zu max=%u temp=%g top_k=%d seed=%llu/%d skip=%zu client=%s grammar=%zu "
+		      "lazy=%d words=%zu replay=%u\n",
 		      (unsigned long long)id, g->n_prompt, g->max_tokens, g->sampling ? g->sampling->temperature : -1.0,
-		      g->sampling ? g->sampling->top_k : -1,
-		      g->sampling ? (unsigned long long)g->sampling->seed : 0ull,
-		      g->sampling ? g->sampling->has_seed : 0, g->grammar ? strlen(g->grammar) : 0, g->grammar_lazy,
-		      g->n_grammar_words);
+		      g->sampling ? g->sampling->top_k : -1, g->sampling ? (unsigned long long)g->sampling->seed : 0ull,
+		      g->sampling ? g->sampling->has_seed : 0, j->offset, g->client[0] ? "yes" : "no",
+		      g->grammar ? strlen(g->grammar) : 0, g->grammar_lazy, g->n_grammar_words, g->grammar_replay);
 		break;
 	}
 	case ANEDVD__ENGINE_REQUEST__BODY_POLL: {
 		struct job *j = find(q->poll->job);
+		if (j && j->lose_after >= 0 && j->sent >= (size_t)j->lose_after) {
+			// as a worker that died and came back: it knows the job no more
+			logf_("lost %llu tokens=%zu\n", (unsigned long long)j->id, j->sent);
+			j->used = 0;
+			j = NULL;
+		}
 		if (!j) {
 			set_error(&r, &err, ANEDVD__ERROR_CODE__ERROR_NOT_FOUND, "no such job");
 			break;
@@ -294,9 +345,10 @@ handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *r
 		pevents = calloc(k ? k : 1, sizeof *pevents);
 		for (size_t i = 0; i < k; i++) {
 			anedvd__token_event__init(&events[i]);
-			events[i].id = j->script[(j->sent + i) % j->n_script];
+			events[i].id = j->script[(j->offset + j->sent + i) % j->n_script];
 			events[i].index = (uint32_t)(j->sent + i);
-			if ((long)(j->sent + i) == j->trig_index) {
+			events[i].draws = j->offset + j->sent + i + 1;
+			if ((long)(j->offset + j->sent + i) == j->trig_index) {
 				events[i].grammar_on = 1;
 				events[i].grammar_from = j->trig_from;
 			}
@@ -337,6 +389,11 @@ handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *r
 		r.cancel = &cancel;
 		break;
 	}
+	case ANEDVD__ENGINE_REQUEST__BODY_LEASE:
+		E.leases++;
+		r.body_case = ANEDVD__ENGINE_REPLY__BODY_LEASE;
+		r.lease = &lease;
+		break;
 	case ANEDVD__ENGINE_REQUEST__BODY_HEALTH:
 		health.process = "fake-engine";
 		health.pid = (uint32_t)getpid();

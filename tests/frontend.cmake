@@ -13,6 +13,20 @@ if(TARGET anedvd_cpu)
 endif()
 ad_test(NAME test-fe-think SOURCES test-fe-think.c LIBS anedvd_frontend LABELS unit)
 
+# the request bodies of each dialect, fuzzed (fuzz/fuzz-http.c): one target
+# per dialect, its corpus and past crashes replayed as fuzz-http-<d>-regress
+include(${CMAKE_CURRENT_SOURCE_DIR}/fuzz.cmake)
+set(i 0)
+foreach(d openai anthropic responses llama)
+  ad_fuzz(NAME http-${d} SOURCES fuzz/fuzz-http.c CORPUS fuzz/corpus-http-${d} LIBS anedvd_frontend)
+  foreach(t fuzz-http-${d}-replay fuzz-http-${d})
+    if(TARGET ${t})
+      target_compile_definitions(${t} PRIVATE FUZZ_DIALECT=${i})
+    endif()
+  endforeach()
+  math(EXPR i "${i} + 1")
+endforeach()
+
 # the engine test double the HTTP tests run against (not a test itself)
 add_executable(fake-engine fake-engine.c)
 target_link_libraries(fake-engine PRIVATE anedvd_tokenizer anedvd_proto anedvd_common)

@@ -295,6 +295,30 @@ kill -9 "$W" 2>/dev/null
 wait $P
 check "--in-process: the crashed run gives the uninterrupted tokens" [ "$(json_ids "$T/crash2.json" 2>/dev/null)" = "$REF" ]
 
+# --- crash: SIGKILL the cpu-worker during a run, greedy and seeded: the job goes on on the
+# restarted worker (prompt + the tokens so far, the sampler's draws) and gives the same ids
+$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --temp 0.9 --seed 11 --json \
+	> "$T/seeded.json" 2> /dev/null
+for mode in greedy seeded; do
+	if [ $mode = greedy ]; then S=""; WANT="$REF"; else S="--temp 0.9 --seed 11"; WANT=$(json_ids "$T/seeded.json"); fi
+	$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json --debug-delay-ms 5 $S \
+		> "$T/cpu-crash.json" 2> "$T/cpu-crash.err" &
+	P=$!
+	C=""
+	for _ in $(seq 1 200); do
+		C=$(awk '$1=="cpu-worker"{print $2}' "$T/anedvd-$P/status" 2>/dev/null)
+		[ -n "$C" ] && [ "$C" != 0 ] && break
+		sleep 0.05
+	done
+	sleep 0.4 # into the decode loop
+	kill -9 "$C" 2>/dev/null
+	wait $P
+	check "$mode: the run survives a cpu-worker crash" [ $? -eq 0 ]
+	check "$mode: the crashed run gives the uninterrupted tokens" [ "$(json_ids "$T/cpu-crash.json" 2>/dev/null)" = "$WANT" ]
+	check "$mode: one cpu-worker restart, the job resumed once" python3 -c 'import json,sys; j = json.load(open(sys.argv[1])); assert j["cpu_worker_restarts"] == 1 and j["resumed"] == 1, j' "$T/cpu-crash.json"
+done
+check "a seeded run is not the greedy one" [ "$(json_ids "$T/seeded.json")" != "$REF" ]
+
 # --- SIGINT: nothing left behind ---------------------------------------------------------
 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 100000 --max-seq 100000 --debug-delay-ms 20 \
 	> /dev/null 2> "$T/int.err" &

@@ -5,7 +5,10 @@
 //     call returns (a reply or an error within its timeout), nothing
 //     crashes (nng 1.5 panicked in nng_ctx_send when the socket was closed
 //     under a context still in use), and a call after the stop fails;
-//   - a call to a URL nobody serves fails after its timeout.
+//   - a call to a URL nobody serves fails after its timeout;
+//   - a client whose dialer has stopped (as nng 1.5's does after a handshake
+//     that fails with NNG_ECLOSED) reaches a server started later all the
+//     same: a call that finds no connection dials again.
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -163,6 +166,35 @@ test_nobody_there(void)
 	ad_client_close(c);
 }
 
+static void
+test_redial(void)
+{
+	char url[300], err[AD_ERRLEN];
+	REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), "redial") == 0);
+	struct ad_client *c = ad_client_open(url, err);
+	REQUIRE(c, "%s", err);
+	ad_client_drop_dialer(c);
+	struct ad_server *s = ad_server_start(url, 2, echo, NULL, err);
+	REQUIRE(s, "%s", err);
+	uint8_t req[4] = {2, 4, 6, 8}, *rep = NULL;
+	size_t rlen = 0;
+	// the first call finds no connection (no dialer) and dials; a later one
+	// within a few seconds gets through
+	int ok = 0, calls = 0;
+	for (; calls < 40 && !ok; calls++) {
+		ok = ad_client_call(c, req, sizeof req, &rep, &rlen, 200, err) == 0;
+		if (!ok) {
+			struct timespec ts = {0, 100 * 1000000L};
+			nanosleep(&ts, NULL);
+		}
+	}
+	CHECK(ok && rlen == 4 && memcmp(rep, req, 4) == 0, "after %d calls: %s", calls, err);
+	CHECK(calls > 1, "the first call got through without a dialer");
+	free(rep);
+	ad_server_stop(s);
+	ad_client_close(c);
+}
+
 int
 main(void)
 {
@@ -174,5 +206,6 @@ main(void)
 		T_RUN(test_stop_in_flight); // first: it forks, and nng is not fork-safe once used
 	T_RUN(test_echo_many);
 	T_RUN(test_nobody_there);
+	T_RUN(test_redial);
 	return t_done();
 }

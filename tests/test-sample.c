@@ -917,6 +917,80 @@ test_logprobs(void)
 	sample_free(s);
 }
 
+// a generation continued elsewhere: a sampler with the same parameters,
+// the prompt and the tokens so far in its window, skipped by the first
+// one's draws, picks exactly the tokens the first one goes on to pick, at
+// every cut, greedy, sampled and with every penalty
+static void
+test_continue(void)
+{
+	enum { V = 300, N = 40, P = 12 };
+	float *rows = malloc((size_t)N * V * sizeof *rows);
+	REQUIRE(rows);
+	for (int i = 0; i < N; i++)
+		logits(i % 3 ? K_GAUSS : K_TIES, V, rows + (size_t)i * V);
+	int32_t prompt[P];
+	for (int i = 0; i < P; i++)
+		prompt[i] = (int32_t)(rnd() % V);
+	struct sample_bias bias[] = {{7, 2.5f}, {11, -100.0f}};
+	for (int mode = 0; mode < 3; mode++) {
+		struct sample_params p;
+		sample_defaults(&p);
+		p.temperature = mode == 0 ? 0.0f : 0.9f;
+		p.top_k = mode == 2 ? 40 : 0;
+		p.top_p = mode == 2 ? 0.9f : 1.0f;
+		p.min_p = mode == 2 ? 0.02f : 0.0f;
+		p.repeat_penalty = 1.3f;
+		p.repeat_last_n = 16; // shorter than prompt + tokens: the window slides
+		p.presence_penalty = mode == 2 ? 0.5f : 0.0f;
+		p.frequency_penalty = mode == 2 ? 0.4f : 0.0f;
+		p.seed = 1234 + (uint64_t)mode;
+		p.has_seed = 1;
+		p.bias = bias;
+		p.n_bias = 2;
+		char err[AD_ERRLEN];
+		struct sampler *a = make(&p, V);
+		REQUIRE(a);
+		REQUIRE(sample_accept(a, prompt, P, err) == 0, "%s", err);
+		int32_t ids[P + N];
+		uint64_t draws[N];
+		memcpy(ids, prompt, sizeof prompt);
+		for (int i = 0; i < N; i++) {
+			ids[P + i] = sample_next(a, rows + (size_t)i * V, err);
+			REQUIRE(ids[P + i] >= 0, "%s", err);
+			draws[i] = sample_draws(a);
+		}
+		CHECK(draws[N - 1] == (mode == 0 ? 0u : (uint64_t)N), "mode %d: %llu draws", mode,
+		      (unsigned long long)draws[N - 1]);
+		sample_free(a);
+		int bad = -1;
+		for (int k = 1; k < N && bad < 0; k++) {
+			struct sampler *b = make(&p, V);
+			REQUIRE(b);
+			REQUIRE(sample_accept(b, ids, P + k, err) == 0, "%s", err);
+			sample_skip(b, draws[k - 1]);
+			for (int i = k; i < N && bad < 0; i++)
+				if (sample_next(b, rows + (size_t)i * V, err) != ids[P + i])
+					bad = k;
+			CHECK(bad >= 0 || sample_draws(b) == draws[N - 1]);
+			sample_free(b);
+		}
+		CHECK(bad < 0, "mode %d: continued after %d tokens, the tokens differ", mode, bad);
+		// without the skip a sampled continuation goes its own way
+		if (mode > 0) {
+			struct sampler *b = make(&p, V);
+			REQUIRE(b);
+			REQUIRE(sample_accept(b, ids, P + 5, err) == 0, "%s", err);
+			int same = 1;
+			for (int i = 5; i < N; i++)
+				same &= sample_next(b, rows + (size_t)i * V, err) == ids[P + i];
+			CHECK(!same, "mode %d: the same tokens without the skip", mode);
+			sample_free(b);
+		}
+	}
+	free(rows);
+}
+
 int
 main(void)
 {
@@ -933,5 +1007,6 @@ main(void)
 	T_RUN(test_top);
 	T_RUN(test_bias);
 	T_RUN(test_logprobs);
+	T_RUN(test_continue);
 	return t_done();
 }

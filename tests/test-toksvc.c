@@ -334,6 +334,104 @@ test_process(void)
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 2, "bad usage: status %d", status);
 }
 
+// a call in flight when the tokenizer is SIGKILLed is answered by the
+// restarted one: nng's REQ socket sends it again once the new process
+// listens on the same URL (the calls are idempotent: decode_stream's state
+// travels with each call)
+struct inflight {
+	struct ad_client *c;
+	int which; // 0 encode, 1 decode_stream
+	int rc;
+	int32_t *ids;
+	size_t n;
+	char *text;
+	size_t len;
+	char err[AD_ERRLEN];
+};
+
+static void *
+inflight_main(void *arg)
+{
+	struct inflight *f = arg;
+	static const int32_t story[] = {403, 407, 261, 378, 432, 383, 286, 261, 376};
+	char pending[4];
+	size_t np = 0;
+	if (f->which == 0)
+		f->rc = tokc_encode(f->c, "Once upon a time, there was a cat.", 34, 1, 0, &f->ids, &f->n, 20000, f->err);
+	else
+		f->rc = tokc_decode_stream(f->c, story, 9, 1, pending, &np, &f->text, &f->len, 20000, f->err);
+	return NULL;
+}
+
+static pid_t
+spawn_slow(const char *purl)
+{
+	extern char **environ;
+	size_t n = 0;
+	while (environ[n])
+		n++;
+	char **env = calloc(n + 2, sizeof *env);
+	memcpy(env, environ, n * sizeof *env);
+	env[n] = "ANEDVD_DEBUG_DELAY_US=700000"; // every request waits 0.7 s: still in flight at the kill
+	char *argv[] = {TOKSVC_BIN, "--model", STORIES, "--listen", (char *)purl, NULL};
+	pid_t pid = -1;
+	if (posix_spawn(&pid, TOKSVC_BIN, NULL, NULL, argv, env) != 0)
+		pid = -1;
+	free(env);
+	return pid;
+}
+
+static void
+test_crash(void)
+{
+	char purl[300], err[AD_ERRLEN];
+	REQUIRE(ad_ipc_url(purl, sizeof purl, t_tmpdir(), "crash") == 0);
+	int32_t *want = NULL;
+	size_t nwant = 0;
+	// what the calls give without a crash (the in-process service)
+	struct ad_client *local = ad_client_open(url, err);
+	REQUIRE(local, "%s", err);
+	struct inflight ref = {.c = local, .which = 1};
+	REQUIRE(tokc_encode(local, "Once upon a time, there was a cat.", 34, 1, 0, &want, &nwant, TIMEOUT, err) == 0, "%s", err);
+	inflight_main(&ref);
+	REQUIRE(ref.rc == 0 && ref.len > 10, "%s", ref.err);
+	ad_client_close(local);
+	pid_t pid = spawn_slow(purl);
+	REQUIRE(pid > 0);
+	struct ad_client *c = ad_client_open(purl, err);
+	REQUIRE(c, "%s", err);
+	uint32_t got = 0;
+	REQUIRE(tokc_health(c, &got, 20000, err) == 0 && got == (uint32_t)pid, "%s", err);
+	for (int which = 0; which < 2; which++) {
+		struct inflight f = {.c = c, .which = which};
+		pthread_t t;
+		REQUIRE(pthread_create(&t, NULL, inflight_main, &f) == 0);
+		struct timespec ts = {0, 250 * 1000000L}; // the call is with the service, which sleeps
+		nanosleep(&ts, NULL);
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		pid = spawn_slow(purl);
+		REQUIRE(pid > 0);
+		pthread_join(t, NULL);
+		if (which == 0)
+			CHECK(f.rc == 0 && f.n == nwant && memcmp(f.ids, want, nwant * sizeof *want) == 0,
+			      "encode across the crash: rc %d, %zu ids: %s", f.rc, f.n, f.err);
+		else
+			CHECK(f.rc == 0 && f.len == ref.len && memcmp(f.text, ref.text, ref.len) == 0,
+			      "decode_stream across the crash: rc %d, '%.*s': %s", f.rc, (int)f.len, f.text ? f.text : "", f.err);
+		free(f.ids);
+		free(f.text);
+		CHECK(tokc_health(c, &got, 20000, err) == 0 && got == (uint32_t)pid, "the restarted one answers: %s", err);
+	}
+	free(want);
+	free(ref.text);
+	ad_client_close(c);
+	kill(pid, SIGTERM);
+	int status = 0;
+	waitpid(pid, &status, 0);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+}
+
 // VocabInfo carries the template's source and the BOS/EOS pieces of a model
 // that has them (GET /props shows them)
 static void
@@ -381,6 +479,7 @@ main(void)
 	}
 	T_RUN(test_template_text);
 	T_RUN(test_process);
+	T_RUN(test_crash);
 	ad_server_stop(srv);
 	tok_free(tok);
 	return t_done();

@@ -1021,6 +1021,358 @@ test_client_gone(void)
 	svc_stop(&v);
 }
 
+
+// --- a job that outlives the worker (engc_job) ---------------------------------------------
+
+// what a job gave: its tokens with their logprobs, the finish, the replays
+#define STORY_MAX 1024
+struct story {
+	int32_t ids[STORY_MAX];
+	float lp[STORY_MAX];
+	int32_t alt[STORY_MAX][3];
+	float alt_lp[STORY_MAX][3];
+	uint32_t index[STORY_MAX];
+	size_t n;
+	enum engc_finish fin;
+	int replays;
+	struct engc_timings t;
+	int on_at;     // the token a lazy grammar switched on with (-1: none)
+	uint32_t from; // and its grammar_from
+};
+
+// the worker of v dies and a new one comes up on the same URL: every job,
+// sequence and cache is gone (the caller's client stays)
+static void
+svc_restart(struct svc *v)
+{
+	char err[AD_ERRLEN];
+	ad_server_stop(v->srv);
+	sched_free(v->s);
+	struct sched_opts so = {.parallel = 4, .queue = 16, .sessions = 2};
+	if (S_vocab)
+		so.vocab = (struct sched_vocab){gram_loader_get, gram_loader_find, S_vocab};
+	v->s = sched_new(v->e, &so, err);
+	REQUIRE(v->s, "%s", err);
+	engine_service_init(&v->es, v->s, engine_n_vocab(v->e), (int)v->m.hp.n_layer, "test-worker");
+	v->srv = ad_server_start(v->url, 24, engine_service_handle, &v->es, err);
+	REQUIRE(v->srv, "%s", err);
+}
+
+// run g through an engc_job; after `cut` tokens (0: never) call restart
+static int
+story_run(struct ad_client *c, const struct engc_gen *g, size_t cut, void (*restart)(void *), void *arg,
+          struct story *out)
+{
+	char err[AD_ERRLEN];
+	int code = 0;
+	memset(out, 0, sizeof *out);
+	out->on_at = -1;
+	struct engc_job *j = engc_job_new(c, g, TMO, 0, err);
+	REQUIRE(j, "%s", err);
+	struct engc_started st;
+	int rv;
+	while ((rv = engc_job_start(j, 50, &st, &code, err)) == 1)
+		;
+	if (rv) {
+		CHECK(0, "start: %s", err);
+		engc_job_free(j);
+		return -1;
+	}
+	int restarted = 0;
+	for (out->fin = ENGC_RUNNING; out->fin == ENGC_RUNNING;) {
+		struct engc_poll p;
+		if (engc_job_poll(j, 100, &p, &code, err)) {
+			CHECK(0, "poll: %s", err);
+			engc_job_free(j);
+			return -1;
+		}
+		for (size_t i = 0; i < p.n_events && out->n < STORY_MAX; i++, out->n++) {
+			const struct engc_event *ev = &p.events[i];
+			out->ids[out->n] = ev->id;
+			out->lp[out->n] = ev->lp;
+			out->index[out->n] = ev->index;
+			if (ev->grammar_on) {
+				CHECK(out->on_at < 0, "a second grammar_on at %zu", out->n);
+				out->on_at = (int)out->n;
+				out->from = ev->grammar_from;
+			}
+			for (int k = 0; k < 3 && k < ev->n_lp; k++) {
+				out->alt[out->n][k] = ev->lp_top[k].id;
+				out->alt_lp[out->n][k] = ev->lp_top[k].logit;
+			}
+		}
+		out->fin = p.finish;
+		out->t = p.timings;
+		engc_poll_free(&p);
+		if (cut && !restarted && out->n >= cut && out->fin == ENGC_RUNNING) {
+			restart(arg);
+			restarted = 1;
+		}
+	}
+	out->replays = engc_job_replays(j);
+	engc_job_free(j);
+	return 0;
+}
+
+static int
+same_story(const struct story *a, const struct story *b)
+{
+	if (a->n != b->n || a->fin != b->fin || a->on_at != b->on_at || a->from != b->from)
+		return 0;
+	for (size_t i = 0; i < a->n; i++)
+		if (a->ids[i] != b->ids[i] || memcmp(&a->lp[i], &b->lp[i], sizeof a->lp[i]) ||
+		    memcmp(a->alt[i], b->alt[i], sizeof a->alt[i]) || memcmp(a->alt_lp[i], b->alt_lp[i], sizeof a->alt_lp[i]) ||
+		    a->index[i] != (uint32_t)i || b->index[i] != (uint32_t)i)
+			return 0;
+	return 1;
+}
+
+static void
+restart_svc(void *v)
+{
+	svc_restart(v);
+}
+
+static size_t text_of(const int32_t *ids, size_t n, char *out, size_t cap);
+
+// a worker that dies under a job: the job goes on on the next one with the
+// same tokens, logprobs and alternatives, greedy or sampled, with every
+// penalty and a logit_bias, cut early, in the middle or near the end
+static void
+test_resume(void)
+{
+	struct svc v;
+	struct sched_opts so = {.parallel = 4, .queue = 16, .sessions = 2};
+	if (S_vocab)
+		so.vocab = (struct sched_vocab){gram_loader_get, gram_loader_find, S_vocab};
+	REQUIRE(svc_start(&v, STORIES, 0, &so, "resume") == 0);
+	__atomic_store_n(&v.fl->delay_us, 1500, __ATOMIC_RELAXED); // mid-job when the cut comes (a token is ~6 calls)
+	struct sample_bias bias[] = {{261, 1.5f}, {298, -100.0f}};
+	for (int mode = 0; mode < 3; mode++) {
+		struct sample_params sp;
+		sample_defaults(&sp);
+		sp.temperature = mode == 0 ? 0.0f : 0.9f;
+		sp.top_k = mode == 2 ? 40 : 0;
+		sp.top_p = mode == 2 ? 0.95f : 1.0f;
+		sp.repeat_penalty = mode == 2 ? 1.2f : 1.0f;
+		sp.repeat_last_n = 16;
+		sp.presence_penalty = mode == 2 ? 0.3f : 0.0f;
+		sp.frequency_penalty = mode == 2 ? 0.2f : 0.0f;
+		sp.seed = 77 + (uint64_t)mode;
+		sp.has_seed = 1;
+		if (mode == 2) {
+			sp.bias = bias;
+			sp.n_bias = 2;
+		}
+		struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 60, .sp = &sp, .logprobs = 1,
+		                     .top_logprobs = 3};
+		static struct story ref, cut;
+		REQUIRE(story_run(v.c, &g, 0, NULL, NULL, &ref) == 0);
+		CHECK(ref.n == 60 && ref.fin == ENGC_LENGTH && ref.replays == 0, "mode %d: %zu tokens", mode, ref.n);
+		const size_t cuts[] = {1, 17, 58};
+		for (int k = 0; k < 3; k++) {
+			REQUIRE(story_run(v.c, &g, cuts[k], restart_svc, &v, &cut) == 0);
+			CHECK(cut.replays == 1, "mode %d cut %zu: %d replays", mode, cuts[k], cut.replays);
+			CHECK(same_story(&ref, &cut), "mode %d: cut after %zu tokens, the story differs (%zu tokens, finish %d)",
+			      mode, cuts[k], cut.n, cut.fin);
+			// the timings add both incarnations': the prompt and the delivered
+			// tokens were prefilled again
+			CHECK(cut.t.prefill_tokens > ref.t.prefill_tokens, "mode %d: prefill %u, uninterrupted %u", mode,
+			      cut.t.prefill_tokens, ref.t.prefill_tokens);
+		}
+	}
+	// under a grammar: the restarted worker's grammar takes the delivered
+	// tokens first, so it rejects and redraws as the lost one would have; a
+	// lazy one's switch comes once, where it came (before the cut or after)
+	if (S_vocab) {
+		char lazy[96];
+		snprintf(lazy, sizeof lazy, "root ::= <[%d]> \" \" [a-z]{1,8} (\" \" [a-z]{1,8}){8,}", ref_ids[6]);
+		const int32_t trig[] = {ref_ids[6]};
+		for (int mode = 0; mode < 3; mode++) {
+			struct sample_params sp;
+			sample_defaults(&sp);
+			sp.temperature = mode == 1 ? 0.0f : 0.9f;
+			sp.top_k = mode == 2 ? 40 : 0;
+			sp.repeat_penalty = mode == 2 ? 1.3f : 1.0f;
+			sp.repeat_last_n = 16;
+			sp.seed = 11 + (uint64_t)mode;
+			sp.has_seed = 1;
+			// (no stop ids: the grammars never end, the jobs run to max_tokens)
+			struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 50, .sp = &sp, .logprobs = 1,
+			                     .top_logprobs = 3,
+			                     .grammar = "root ::= \"{\\\"story\\\": \\\"\" [a-z ]{40,} \"\\\"}\""};
+			if (mode == 1) { // greedy: the story's own tokens until ref_ids[6]
+				g.grammar = lazy;
+				g.grammar_lazy = 1;
+				g.grammar_tokens = trig;
+				g.n_grammar_tokens = 1;
+			}
+			static struct story ref, cut;
+			REQUIRE(story_run(v.c, &g, 0, NULL, NULL, &ref) == 0);
+			char text[1024];
+			text_of(ref.ids, ref.n, text, sizeof text);
+			CHECK(ref.n == 50 && ref.fin == ENGC_LENGTH, "grammar mode %d: %zu tokens, finish %d", mode, ref.n,
+			      ref.fin);
+			if (mode == 1)
+				CHECK(ref.on_at == 2, "grammar mode 1: on at %d", ref.on_at);
+			else
+				CHECK(!strncmp(text, "{\"story\": \"", 11) && strspn(text + 11, "abcdefghijklmnopqrstuvwxyz ") ==
+				          strlen(text + 11),
+				      "grammar mode %d: '%s'", mode, text);
+			const size_t cuts[] = {1, 17, 45};
+			for (int k = 0; k < 3; k++) {
+				REQUIRE(story_run(v.c, &g, cuts[k], restart_svc, &v, &cut) == 0);
+				CHECK(cut.replays == 1 && same_story(&ref, &cut),
+				      "grammar mode %d: cut after %zu tokens: %d replays, %zu tokens, finish %d, on at %d", mode,
+				      cuts[k], cut.replays, cut.n, cut.fin, cut.on_at);
+			}
+		}
+		// a replay the grammar does not take is refused
+		struct sample_params sp;
+		sample_defaults(&sp);
+		struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 4, .sp = &sp,
+		                     .grammar = "root ::= \"x\"", .grammar_replay = 2};
+		struct engc_started st;
+		char err[AD_ERRLEN];
+		int code = 0;
+		CHECK(engc_generate(v.c, &g, &st, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST &&
+		          strstr(err, "grammar_replay: token 0"),
+		      "%s", err);
+		g.grammar_replay = 6;
+		CHECK(engc_generate(v.c, &g, &st, TMO, &code, err) == -1 && strstr(err, "grammar_replay"), "%s", err);
+	}
+	// the engine's own check: a continued job skips at most the context
+	struct sample_params sp;
+	sample_defaults(&sp);
+	struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 4, .sp = &sp, .skip_draws = 1u << 20};
+	struct engc_started st;
+	char err[AD_ERRLEN];
+	int code = 0;
+	CHECK(engc_generate(v.c, &g, &st, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST &&
+	      strstr(err, "skip_draws"), "%s", err);
+
+	// a job whose worker dies every time before it gives a token (a request
+	// that crashes it, say) fails after ENGC_MAX_FRUITLESS losses in a row,
+	// with ERROR_INTERNAL saying why; one that gives tokens in between does not
+	__atomic_store_n(&v.fl->delay_us, 20000, __ATOMIC_RELAXED); // no token before the next restart
+	{
+		struct engc_gen pg = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 50};
+		struct engc_job *pj = engc_job_new(v.c, &pg, TMO, 0, err);
+		REQUIRE(pj);
+		int rv;
+		while ((rv = engc_job_start(pj, 50, &st, &code, err)) == 1)
+			;
+		REQUIRE(rv == 0, "%s", err);
+		int losses = 0;
+		struct engc_poll p;
+		for (;;) {
+			if (engc_job_poll(pj, 10, &p, &code, err) != 0)
+				break;
+			CHECK(p.n_events == 0, "a token came out");
+			engc_poll_free(&p);
+			if (!engc_job_waiting(pj)) {
+				svc_restart(&v);
+				losses++;
+			}
+			if (losses > ENGC_MAX_FRUITLESS + 2)
+				break;
+		}
+		CHECK(code == ANEDVD__ERROR_CODE__ERROR_INTERNAL && strstr(err, "in a row") &&
+		      losses == ENGC_MAX_FRUITLESS, "%d losses, code %d: %s", losses, code, err);
+		engc_job_free(pj);
+	}
+	__atomic_store_n(&v.fl->delay_us, 300, __ATOMIC_RELAXED);
+
+	// an engine that stays away: the job waits for it until `until`, then
+	// fails with ERROR_UNAVAILABLE saying so
+	static struct story st2;
+	(void)st2;
+	struct engc_gen gg = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 200};
+	struct engc_job *j = engc_job_new(v.c, &gg, 300, now_ns() + 1500000000u, err);
+	REQUIRE(j);
+	int rv;
+	while ((rv = engc_job_start(j, 50, &st, &code, err)) == 1)
+		;
+	REQUIRE(rv == 0, "%s", err);
+	ad_server_stop(v.srv);
+	sched_free(v.s);
+	v.s = NULL;
+	v.srv = NULL;
+	uint64_t t0 = now_ns();
+	struct engc_poll p;
+	int polls = 0, waited = 0;
+	while ((rv = engc_job_poll(j, 50, &p, &code, err)) == 0 && p.finish == ENGC_RUNNING) {
+		waited |= engc_job_waiting(j);
+		engc_poll_free(&p);
+		polls++;
+	}
+	CHECK(rv == -1 && code == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE && strstr(err, "unavailable") &&
+	      strstr(err, "deadline"), "rv %d code %d: %s", rv, code, err);
+	CHECK(waited && now_ns() - t0 >= 1000000000u, "%d polls over %llu ms", polls,
+	      (unsigned long long)((now_ns() - t0) / 1000000u));
+	engc_job_free(j);
+	svc_stop(&v);
+}
+
+// a client's lease: its jobs run while it renews, and are cancelled once it
+// stops (a frontend on another machine that died); another client's job
+// runs on; bad leases are refused naming the field
+static void
+test_lease(void)
+{
+	struct svc v;
+	struct sched_opts so = {0};
+	REQUIRE(svc_start(&v, STORIES, 0, &so, "lease") == 0);
+	v.es.local = 0; // as on tcp://: no pid means anything
+	__atomic_store_n(&v.fl->delay_us, 2000, __ATOMIC_RELAXED);
+	char err[AD_ERRLEN];
+	int code = 0;
+	uint32_t jobs = 9;
+	CHECK(engc_lease(v.c, "", 500, NULL, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST &&
+	      strstr(err, "client"), "%s", err);
+	CHECK(engc_lease(v.c, "a", 50, NULL, TMO, &code, err) == -1 && strstr(err, "lease_ms"), "%s", err);
+	struct engc_gen bad = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 4, .client = "a", .lease_ms = 0};
+	struct engc_started js, ks;
+	CHECK(engc_generate(v.c, &bad, &js, TMO, &code, err) == -1 && strstr(err, "lease_ms"), "%s", err);
+	CHECK(engc_lease(v.c, "dies", 400, &jobs, TMO, &code, err) == 0 && jobs == 0, "%s", err);
+	struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 100000, .client = "dies", .lease_ms = 400};
+	struct engc_gen h = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 100000, .client = "lives", .lease_ms = 400};
+	REQUIRE(engc_generate(v.c, &g, &js, TMO, NULL, err) == 0, "%s", err);
+	REQUIRE(engc_generate(v.c, &h, &ks, TMO, NULL, err) == 0, "%s", err);
+	// both renew for a second: both run
+	for (int i = 0; i < 10; i++) {
+		CHECK(engc_lease(v.c, "dies", 400, &jobs, TMO, NULL, err) == 0 && jobs == 1, "%s", err);
+		CHECK(engc_lease(v.c, "lives", 400, NULL, TMO, NULL, err) == 0, "%s", err);
+		sleep_ms(100);
+	}
+	struct engc_poll p;
+	REQUIRE(engc_poll(v.c, js.job, 0, &p, TMO, NULL, err) == 0, "%s", err);
+	CHECK(p.finish == ENGC_RUNNING, "a renewed lease's job runs (finish %d: %s)", p.finish, p.msg);
+	engc_poll_free(&p);
+	// "dies" stops renewing: its job is cancelled once the lease runs out
+	enum engc_finish f = ENGC_RUNNING;
+	char msg[AD_ERRLEN] = "";
+	uint64_t t0 = now_ns();
+	while (f == ENGC_RUNNING && now_ns() - t0 < 5000000000u) {
+		CHECK(engc_lease(v.c, "lives", 400, NULL, TMO, NULL, err) == 0, "%s", err);
+		REQUIRE(engc_poll(v.c, js.job, 100, &p, TMO, NULL, err) == 0, "%s", err);
+		f = p.finish;
+		snprintf(msg, sizeof msg, "%s", p.msg);
+		engc_poll_free(&p);
+	}
+	CHECK(f == ENGC_CANCELLED && strstr(msg, "lease of client dies ran out"), "finish %d: %s", f, msg);
+	// it was noticed within the lease and a housekeeping turn (not 60 s of
+	// abandon): the message says how long the lease had not been renewed
+	const char *m = strstr(msg, "not renewed for ");
+	long ms = m ? strtol(m + 16, NULL, 10) : -1;
+	CHECK(ms >= 400 && ms <= 1000, "noticed %ld ms after the last renewal: %s", ms, msg);
+	REQUIRE(engc_poll(v.c, ks.job, 0, &p, TMO, NULL, err) == 0, "%s", err);
+	CHECK(p.finish == ENGC_RUNNING, "the other client's job runs on (finish %d: %s)", p.finish, p.msg);
+	engc_poll_free(&p);
+	CHECK(engc_cancel(v.c, ks.job, TMO, NULL, err) == 0, "%s", err);
+	svc_stop(&v);
+}
+
 // --- the process --------------------------------------------------------------------
 
 static pid_t
@@ -1153,6 +1505,60 @@ test_rope(void)
 		CHECK(exit_code(pid, 20000) == 0);
 		ad_client_close(c);
 	}
+}
+
+// the real process, SIGKILLed under a job and started again on the same
+// URL (as the supervisor does): the job goes on there, greedy and seeded,
+// with nothing lost or repeated
+struct kill_ctx {
+	char **argv;
+	pid_t pid;
+};
+
+static void
+kill_and_respawn(void *arg)
+{
+	struct kill_ctx *k = arg;
+	kill(k->pid, SIGKILL);
+	waitpid(k->pid, NULL, 0);
+	k->pid = spawn(k->argv);
+}
+
+static void
+test_resume_process(void)
+{
+	char url[300], err[AD_ERRLEN];
+	REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), "p-resume") == 0);
+	char *argv[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", url, "--backend", "emu", "--chunk", "16", NULL};
+	struct kill_ctx k = {argv, spawn(argv)};
+	REQUIRE(k.pid > 0);
+	struct ad_client *c = ad_client_open(url, err);
+	REQUIRE(c, "%s", err);
+	if (wait_health(c, k.pid, 60000)) {
+		kill(k.pid, SIGKILL);
+		waitpid(k.pid, NULL, 0);
+		ad_client_close(c);
+		REQUIRE(0, "the worker did not come up");
+	}
+	for (int mode = 0; mode < 2; mode++) {
+		struct sample_params sp;
+		sample_defaults(&sp);
+		sp.temperature = mode ? 1.0f : 0.0f;
+		sp.seed = 5;
+		sp.has_seed = 1;
+		// long enough that the kill comes mid-job however slow the machine
+		struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 800, .sp = &sp};
+		static struct story ref, cut;
+		REQUIRE(story_run(c, &g, 0, NULL, NULL, &ref) == 0);
+		REQUIRE(story_run(c, &g, 3, kill_and_respawn, &k, &cut) == 0);
+		CHECK(cut.replays == 1 && same_story(&ref, &cut), "mode %d: %d replays, %zu tokens, finish %d", mode,
+		      cut.replays, cut.n, cut.fin);
+		if (mode == 0)
+			CHECK(same_ids(ref.ids, 46, ref_ids + 4, 46), "not the reference story");
+	}
+	kill(k.pid, SIGTERM);
+	CHECK(exit_code(k.pid, 20000) == 0, "no clean exit on SIGTERM");
+	ad_client_close(c);
 }
 
 #ifdef ANE_WORKER_BIN
@@ -1548,7 +1954,10 @@ main(void)
 	T_RUN(test_fixture);
 	T_RUN(test_abandon);
 	T_RUN(test_client_gone);
+	T_RUN(test_resume);
+	T_RUN(test_lease);
 	T_RUN(test_process);
+	T_RUN(test_resume_process);
 	T_RUN(test_rope);
 #ifdef ANE_WORKER_BIN
 	T_RUN(test_remote);

@@ -430,6 +430,13 @@ describe('frontend over raw HTTP', () => {
 		assert.equal(md.delta.stop_sequence, 'a time');
 		// the engine job was cancelled once the stop matched
 		await waitFor(() => /cancel \d+/.test(s.events()));
+		// the usage counts the tokens up to the one that completed the match,
+		// however the engine's tokens were batched: all at once ([delay=0])
+		// or one per poll
+		const usage = async (d) => JSON.parse((await post(s, CHAT, { ...user(`ECHO:Once upon a time there was a cat that sat on a mat [delay=${d}]`), stop: 'on a t' })).body).usage.completion_tokens;
+		const all = await usage(0), one = await usage(20);
+		assert.equal(all, one);
+		assert.ok(one >= 3 && one <= 5, `${one} tokens for ' Once upon a t'`);
 	});
 
 	it('UTF-8 is never split across events', async () => {
@@ -517,18 +524,9 @@ describe('frontend over raw HTTP', () => {
 		for (const c of idle) c.destroy();
 	});
 
-	it('engine failures: 503 before the reply, an error event inside a stream', async () => {
-		let r = await post(s, CHAT, user('[fail] now'));
-		openaiError(r, 503);
-		assert.equal(r.headers['retry-after'], '1');
-		r = await post(s, '/v1/messages', { max_tokens: 5, messages: [{ role: 'user', content: '[fail] now' }] });
-		anthropicError(r, 503, 'overloaded_error');
-		r = await post(s, CHAT, { ...user('[fail] now'), stream: true });
-		assert.equal(r.status, 200);
+	it('a job that fails inside the engine: an error event inside a stream', async () => {
+		let r = await post(s, CHAT, { ...user('[fail-after=2] [delay=5] x'), stream: true });
 		let ev = sse(r.body);
-		assert.ok(JSON.parse(ev.at(-1).data).error.message.includes('fail'), r.body);
-		r = await post(s, CHAT, { ...user('[fail-after=2] [delay=5] x'), stream: true });
-		ev = sse(r.body);
 		assert.equal(ev[0].data.includes('"role":"assistant"'), true);
 		assert.ok(JSON.parse(ev.at(-1).data).error, r.body);
 		r = await post(s, '/v1/messages', { max_tokens: 50, stream: true, messages: [{ role: 'user', content: '[fail-after=2] x' }] });
@@ -537,6 +535,48 @@ describe('frontend over raw HTTP', () => {
 		assert.equal(ev.at(-1).event, 'error');
 		assert.equal(JSON.parse(ev.at(-1).data).type, 'error');
 		await healthy(s);
+	});
+
+	it('an engine that refuses for a while (unavailable, full) is asked again: the reply comes', async () => {
+		const before = (s.events().match(/fail-generate/g) || []).length;
+		const r = await post(s, CHAT, user('[fail=3] ECHO:third time lucky'));
+		assert.equal(r.status, 200, r.body);
+		assert.equal(JSON.parse(r.body).choices[0].message.content.trim(), 'third time lucky');
+		assert.equal((s.events().match(/fail-generate/g) || []).length - before, 3);
+	});
+
+	it('a job the engine loses (a restarted worker: NOT_FOUND) goes on there: one reply, nothing lost', async () => {
+		const text = 'The quick brown fox jumps over the lazy dog and runs far away';
+		const gens = () => s.events().split('\n').filter((l) => l.startsWith('generate '));
+		for (const [path, body, get] of [
+			[CHAT, { ...user(`[lose-after=4] [delay=2] ECHO:${text}`) }, (r) => JSON.parse(r.body).choices[0].message.content],
+			[CHAT, { ...user(`[lose-after=4] [delay=2] ECHO:${text}`), stream: true },
+				(r) => sse(r.body).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data).choices[0]?.delta?.content ?? '').join('')],
+			['/v1/messages', { max_tokens: 64, stream: true, messages: [{ role: 'user', content: `[lose-after=4] [delay=2] ECHO:${text}` }] },
+				(r) => sse(r.body).filter((e) => e.event === 'content_block_delta').map((e) => JSON.parse(e.data).delta.text).join('')],
+		]) {
+			const n0 = gens().length;
+			const r = await post(s, path, body);
+			assert.equal(r.status, 200, r.body);
+			assert.equal(get(r).trim(), text, r.body);
+			assert.ok(!/"error"/.test(r.body), r.body);
+			// the first job, lost after 4 tokens, and its continuation: the prompt
+			// and those 4 tokens, 4 fewer to go, the sampler 4 draws on
+			const g = gens().slice(n0).map((l) => Object.fromEntries(l.split(' ').slice(2).map((kv) => kv.split('='))));
+			assert.equal(g.length, 2, s.events());
+			assert.equal(Number(g[1].prompt), Number(g[0].prompt) + 4);
+			assert.equal(Number(g[1].max), Number(g[0].max) - 4);
+			assert.equal(g[0].skip, '0');
+			assert.equal(g[1].skip, '4');
+			assert.equal(g[1].seed, g[0].seed);
+			assert.equal(g[0].client, 'yes', 'the job carries the lease');
+		}
+		assert.match((await request(s, 'GET', '/metrics')).body, /^anedvd_generations_resumed_total 3$/m);
+		// a stop sequence whose first half came before the loss and the rest after
+		const r = await post(s, CHAT, { ...user('[lose-after=3] [delay=2] ECHO:one two three four five six'), stop: ['three four'], stream: true });
+		const out = sse(r.body).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+		assert.equal(out.map((c) => c.choices[0]?.delta?.content ?? '').join('').trim(), 'one two');
+		assert.equal(out.at(-1).choices[0].finish_reason, 'stop');
 	});
 
 	it('/metrics counts requests, tokens and stages', async () => {
@@ -605,9 +645,15 @@ describe('upstream down', () => {
 	});
 
 	it('no engine: 503 for a whole reply, an error event for a stream; then it recovers', async () => {
+		// the engine is waited for until the deadline (800 ms), then 503
+		const t0 = Date.now();
 		let r = await post(s, CHAT, user('ECHO:x'));
 		openaiError(r, 503);
-		assert.match(JSON.parse(r.body).error.message, /engine/);
+		assert.match(JSON.parse(r.body).error.message, /engine.*unavailable.*deadline/);
+		assert.ok(Date.now() - t0 >= 700, `answered after ${Date.now() - t0} ms, before the deadline`);
+		assert.equal(r.headers['retry-after'], '1');
+		r = await post(s, '/v1/messages', { max_tokens: 5, messages: [{ role: 'user', content: 'x' }] });
+		anthropicError(r, 503, 'overloaded_error');
 		r = await post(s, CHAT, { ...user('ECHO:x'), stream: true });
 		assert.equal(r.status, 200);
 		const ev = sse(r.body);
@@ -626,6 +672,19 @@ describe('upstream down', () => {
 			'the restart shows in /metrics',
 		);
 		assert.ok(await waitFor(async () => (await post(s, CHAT, user('ECHO:again'))).status === 200, 5000));
+		// an engine that refuses past the deadline: 503 (overloaded), an error event in a stream
+		r = await post(s, CHAT, user('[fail] now'));
+		openaiError(r, 503);
+		assert.match(JSON.parse(r.body).error.message, /fail/);
+		r = await post(s, '/v1/messages', { max_tokens: 5, messages: [{ role: 'user', content: '[fail] now' }] });
+		anthropicError(r, 503, 'overloaded_error');
+		r = await post(s, CHAT, { ...user('[fail] now'), stream: true });
+		assert.equal(r.status, 200);
+		assert.ok(JSON.parse(sse(r.body).at(-1).data).error.message.includes('fail'), r.body);
+		r = await post(s, '/v1/messages', { max_tokens: 5, stream: true, messages: [{ role: 'user', content: '[fail] now' }] });
+		const aev = sse(r.body);
+		assert.equal(aev.at(-1).event, 'error');
+		assert.equal(JSON.parse(aev.at(-1).data).error.type, 'overloaded_error');
 		// a generation that outlives --deadline-ms ends with 504 and its job is cancelled
 		r = await post(s, CHAT, { ...user('[noeos] [delay=50] slow'), max_tokens: 500 });
 		openaiError(r, 504);

@@ -46,6 +46,43 @@ describe('tool calls the model starts (auto), through the fake engine', () => {
 		assert.match(log, /grammar=[1-9]\d* lazy=1 words=2/);
 	});
 
+	it('a worker lost before the markup or inside it: the same reply, the grammar replays what was delivered', async () => {
+		for (const lose of [3, 20]) {
+			for (const stream of [false, true]) {
+				const r = await chat(`[lose-after=${lose}] [delay=2] ECHO:Let me check. ${CALL}`, { stream });
+				assert.equal(r.status, 200, r.body);
+				let content = '', args = '', name = '', finish = null;
+				if (stream) {
+					for (const e of sse(r.body)) {
+						if (e.data === '[DONE]') continue;
+						const ch = JSON.parse(e.data).choices[0];
+						if (!ch) continue;
+						content += ch.delta?.content ?? '';
+						for (const d of ch.delta?.tool_calls ?? []) {
+							name += d.function?.name ?? '';
+							args += d.function?.arguments ?? '';
+						}
+						finish = ch.finish_reason ?? finish;
+					}
+				} else {
+					const c = JSON.parse(r.body).choices[0];
+					content = c.message.content;
+					name = c.message.tool_calls[0].function.name;
+					args = c.message.tool_calls[0].function.arguments;
+					finish = c.finish_reason;
+				}
+				assert.equal(content.trimStart(), 'Let me check. ', `lose after ${lose}`);
+				assert.equal(name, 'get_weather');
+				assert.deepEqual(JSON.parse(args), { city: 'Paris' });
+				assert.equal(finish, 'tool_calls');
+				// the continued job carried the grammar and the tokens it had given
+				const gens = fs.readFileSync(s.engineLog, 'utf8').trim().split('\n').filter((l) => l.startsWith('generate')).slice(-2);
+				assert.match(gens[0], /skip=0 .*lazy=1 words=2 replay=0/);
+				assert.match(gens[1], new RegExp(`skip=${lose} .*lazy=1 words=2 replay=${lose}$`));
+			}
+		}
+	});
+
 	it('openai: two calls at once, streamed: no markup in the content, arguments in pieces', async () => {
 		const r = await chat(`[delay=1] ECHO:On it.${TWO}`, { stream: true }); // a token per ms: many polls
 		assert.equal(r.status, 200);

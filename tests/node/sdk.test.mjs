@@ -16,7 +16,8 @@ const user = (content) => [{ role: 'user', content }];
 describe('official SDKs', () => {
 	let s, oai, ant;
 	before(async () => {
-		s = await startStack({ frontend: ['--parallel', '2'] });
+		// an engine that refuses ([fail]) is asked again until the deadline, then 503
+		s = await startStack({ frontend: ['--parallel', '2', '--deadline-ms', '2000'] });
 		oai = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 20000 });
 		ant = new Anthropic({ baseURL: s.base, apiKey: 'unused', maxRetries: 0, timeout: 20000 });
 	});

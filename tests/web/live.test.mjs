@@ -1,8 +1,11 @@
 // live.test.mjs - the WebUI in Debian's chromium against a real anedvd
 // (ANEDVD_WEB_URL, started by live-run.sh): a long reply streams in piece by
 // piece, Stop ends it and the server lets go of the request, and a reload
-// finds the settings and the conversation kept. Screenshots go to
-// ANEDVD_WEB_ARTIFACTS (live-*.png). Skipped without ANEDVD_WEB_URL.
+// finds the settings and the conversation kept. Against a second one
+// started with --api-key (ANEDVD_WEB_KEY_URL, ANEDVD_WEB_KEY): the page asks
+// for the key on the server's own 401, a reply comes once it is given, the
+// key is kept across a reload and asked for again when refused. Screenshots
+// go to ANEDVD_WEB_ARTIFACTS (live-*.png). Skipped without ANEDVD_WEB_URL.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -106,6 +109,61 @@ test('live: settings, a streamed reply, Stop, and a reload that keeps both', T, 
 	assert.equal(await page.inputValue('#set-temperature'), '0.6');
 	assert.equal(await page.inputValue('#set-system'), 'Tell long stories.');
 	await page.screenshot({ path: path.join(ARTIFACTS, 'live-reloaded.png') });
+	assert.deepEqual(errors, []);
+	await page.close();
+});
+
+const KEY_URL = (process.env.ANEDVD_WEB_KEY_URL || '').replace(/\/+$/, '');
+const KEY = process.env.ANEDVD_WEB_KEY || '';
+
+test('live, serve --api-key: asked on the 401, a reply with the key, kept across a reload, asked again when refused', {
+	...T, skip: BASE && KEY_URL && KEY ? false : 'ANEDVD_WEB_KEY_URL / ANEDVD_WEB_KEY not set (tests/web/live-run.sh sets them)',
+}, async () => {
+	// the server really wants it: the API refuses without, the page and /health need none
+	assert.equal((await fetch(KEY_URL + '/v1/models')).status, 401);
+	assert.equal((await fetch(KEY_URL + '/')).status, 200);
+	assert.equal((await fetch(KEY_URL + '/health')).status, 200);
+	const metrics = async () => (await fetch(KEY_URL + '/metrics', { headers: { authorization: 'Bearer ' + KEY } })).text();
+	const page = await ctx.newPage();
+	const errors = [];
+	page.on('pageerror', (e) => errors.push(String(e)));
+	const sent = [];
+	page.on('request', (r) => { if (r.url().includes('/v1/')) sent.push([new URL(r.url()).pathname, r.headers()['authorization'] || null]); });
+	await page.goto(KEY_URL + '/');
+	await page.evaluate(() => localStorage.clear());
+	await page.reload();
+	// the first /v1/models got the server's 401: the settings open on the key
+	await page.waitForSelector('#settings:not([hidden])');
+	assert.equal(await page.evaluate(() => document.activeElement.id), 'set-apikey');
+	assert.match(await page.textContent('#hint-apikey'), /needs an API key/);
+	await page.screenshot({ path: path.join(ARTIFACTS, 'live-key-asked.png') });
+	await page.fill('#set-apikey', KEY);
+	await page.press('#set-apikey', 'Tab');
+	await page.waitForFunction(() => /stories260K/.test(document.getElementById('model').textContent));
+	await page.keyboard.press('Escape');
+	await page.fill('#input', 'Tell me a short story.');
+	await page.press('#input', 'Enter');
+	await page.waitForSelector('#stop:not([hidden])');
+	await page.waitForSelector('#send:not([hidden])', { timeout: 60000 });
+	const reply = await content(page);
+	assert.ok(reply.length > 10, `no reply: '${reply}'`);
+	assert.equal(await page.locator('.msg.assistant .tag', { hasText: /error/i }).count(), 0);
+	// what the server saw: the generation with the key, after the refusals without
+	assert.ok(sent.some(([p, a]) => p === '/v1/chat/completions' && a === 'Bearer ' + KEY), JSON.stringify(sent));
+	const m = await metrics();
+	assert.match(m, /^anedvd_http_requests_total\{endpoint="\/v1\/chat\/completions",status="200"\} [1-9]/m);
+	assert.match(m, /^anedvd_http_requests_total\{endpoint="other",status="401"\} [1-9]/m); // refusals before routing
+	await page.screenshot({ path: path.join(ARTIFACTS, 'live-key-reply.png') });
+	// a reload uses the stored key: no question, the model is there
+	await page.reload();
+	await page.waitForFunction(() => /stories260K/.test(document.getElementById('model').textContent));
+	assert.ok(await page.isHidden('#settings'));
+	assert.equal(await page.evaluate(() => localStorage.getItem('anedvd.webui.apikey.v1')), KEY);
+	// a stored key the server refuses: asked again, saying so
+	await page.evaluate(() => localStorage.setItem('anedvd.webui.apikey.v1', 'sk-wrong'));
+	await page.reload();
+	await page.waitForSelector('#settings:not([hidden])');
+	assert.match(await page.textContent('#hint-apikey'), /refused/);
 	assert.deepEqual(errors, []);
 	await page.close();
 });

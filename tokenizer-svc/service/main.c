@@ -5,18 +5,33 @@
 // Loads the model's tokenizer once and answers TokRequests (proto/
 // tokenizer.proto) on URL (ipc://path or tcp://host:port) until SIGINT or
 // SIGTERM.
+//
+// ANEDVD_DEBUG_DELAY_US=N (tests) sleeps N microseconds before each request
+// is handled, so that a test can kill the process while a call is in
+// flight (the ane-worker has the same knob).
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ipc.h"
 #include "log.h"
 #include "service.h"
 #include "tokenizer.h"
 #include "trace.h"
+
+static int delay_us;
+
+static void
+handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *reply_len)
+{
+	if (delay_us > 0)
+		usleep((useconds_t)delay_us);
+	tok_service_handle(arg, req, req_len, reply, reply_len);
+}
 
 static void
 usage(FILE *out)
@@ -84,7 +99,9 @@ main(int argc, char **argv)
 	}
 	struct tok_service svc;
 	tok_service_init(&svc, t, "anedvd-tokenizer");
-	struct ad_server *srv = ad_server_start(url, threads, tok_service_handle, &svc, err);
+	const char *dus = getenv("ANEDVD_DEBUG_DELAY_US");
+	delay_us = dus ? atoi(dus) : 0;
+	struct ad_server *srv = ad_server_start(url, threads, handle, &svc, err);
 	if (!srv) {
 		ad_error("%s", err);
 		tok_free(t);
