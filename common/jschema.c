@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gbnf.h"
 #include "sbuf.h"
 
 // the shared rules, written once when used
@@ -1301,8 +1302,24 @@ jsg_schema_gbnf(const cJSON *schema, const char *path, size_t *len, char *err)
 	if (!g)
 		return ad_err(err, "out of memory"), NULL;
 	char *t = NULL;
+	size_t n = 0;
 	if (jsg_schema(g, "root", schema, path, err) == 0)
-		t = jsg_text(g, len, err);
+		t = jsg_text(g, &n, err);
 	jsg_free(g);
+	// what the rules cannot show one by one: a $ref that comes back to
+	// itself before any value ({"$ref": "#"}, two $defs naming each
+	// other) is a grammar without a first byte, which gbnf refuses
+	struct gbnf *c = NULL;
+	char e[AD_ERRLEN];
+	if (t && gbnf_compile(t, n, NULL, NULL, NULL, &c, e)) {
+		free(t);
+		if (strstr(e, "left recursion"))
+			return ad_err(err, "%s: '$ref' comes back to the schema it is in before any value (a schema may "
+			              "refer to itself only inside an object or an array)", path), NULL;
+		return ad_err(err, "%s: the schema's grammar: %.400s", path, e), NULL;
+	}
+	gbnf_free(c);
+	if (t && len)
+		*len = n;
 	return t;
 }

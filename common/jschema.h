@@ -62,7 +62,9 @@ char *jsg_text(struct jsg *g, size_t *len, char *err);
 // (malloc'd, NUL-terminated)
 char *jsg_literal(const char *s, size_t n);
 
-// the grammar of schema alone, its root rule "root" (malloc'd)
+// the grammar of schema alone, its root rule "root" (malloc'd); checked
+// by gbnf_compile, so a $ref that comes back to itself before any value is
+// refused here (the rules one by one cannot show it)
 char *jsg_schema_gbnf(const struct cJSON *schema, const char *path, size_t *len, char *err);
 
 #endif

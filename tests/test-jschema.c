@@ -299,6 +299,11 @@ test_refusals(void)
 	refused("{\"type\":\"object\",\"properties\":{\"a\":false}}", "schema.properties.a: the schema false");
 	refused("{\"$ref\":\"http://example.com/s.json\"}", "only references inside the schema");
 	refused("{\"$ref\":\"#/$defs/missing\"}", "points at nothing");
+	// a $ref back to its own schema before any value: no first byte
+	refused("{\"$ref\":\"#\"}", "schema: '$ref' comes back to the schema it is in before any value");
+	refused("{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/b\"},\"b\":{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}",
+	        "'$ref' comes back");
+	refused("{\"anyOf\":[{\"$ref\":\"#\"},{\"type\":\"null\"}]}", "'$ref' comes back");
 	refused("[1]", "must be an object or a boolean");
 	refused("{\"enum\":[]}", "non-empty array");
 	refused("{\"type\":\"string\",\"minLength\":5,\"maxLength\":2}", "'minLength' 5 is above 'maxLength' 2");
