@@ -27,39 +27,8 @@ static int
 parse_tools(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 {
 	p->call_ids = FE_IDS_ANTHROPIC;
-	cJSON *tools = cJSON_GetObjectItemCaseSensitive(body, "tools");
-	if (tools && !cJSON_IsNull(tools)) {
-		if (!cJSON_IsArray(tools))
-			return fe_bad_set(bad, 400, "tools", "'tools' must be an array");
-		int i = 0;
-		cJSON *t;
-		cJSON_ArrayForEach(t, tools)
-		{
-			char where[64], nw[64], sw[64];
-			snprintf(where, sizeof where, "tools[%d]", i);
-			snprintf(nw, sizeof nw, "tools[%d].name", i);
-			snprintf(sw, sizeof sw, "tools[%d].input_schema", i);
-			if (!cJSON_IsObject(t))
-				return fe_bad_set(bad, 400, where, "'%s' must be an object", where);
-			cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
-			if (type && !cJSON_IsNull(type) && (!cJSON_IsString(type) || strcmp(type->valuestring, "custom"))) {
-				snprintf(where, sizeof where, "tools[%d].type", i);
-				return fe_bad_set(bad, 400, where, "'%s': '%.40s' tools are not supported (only client tools with "
-				                  "an input_schema)", where, cJSON_IsString(type) ? type->valuestring : "?");
-			}
-			cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
-			cJSON *desc = cJSON_GetObjectItemCaseSensitive(t, "description");
-			cJSON *schema = cJSON_GetObjectItemCaseSensitive(t, "input_schema");
-			if (name && !cJSON_IsString(name))
-				return fe_bad_set(bad, 400, nw, "'%s' must be a string", nw);
-			if (!schema || cJSON_IsNull(schema))
-				return fe_bad_set(bad, 400, sw, "'%s' is required", sw);
-			if (fe_tool_add(p, cJSON_IsString(name) ? name->valuestring : NULL,
-			                cJSON_IsString(desc) ? desc->valuestring : NULL, schema, nw, sw, bad))
-				return -1;
-			i++;
-		}
-	}
+	if (fe_tools_parse(p, body, FE_TOOLS_ANTHROPIC, bad))
+		return -1;
 	p->tool_choice = p->n_tools ? FE_TC_AUTO : FE_TC_NONE;
 	p->parallel_tools = 1;
 	cJSON *tc = cJSON_GetObjectItemCaseSensitive(body, "tool_choice");
@@ -213,15 +182,6 @@ usage(const struct fe_gen *g, unsigned out)
 	return u;
 }
 
-static int
-blank(const char *s, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (!strchr(" \t\r\n", s[i]))
-			return 0;
-	return 1;
-}
-
 // a call's input: its arguments, made whole when the reply was cut short
 static cJSON *
 input_of(const struct fe_call *c)
@@ -268,7 +228,7 @@ message(const struct fe_gen *g, int final)
 			cJSON_AddItemToArray(content, t);
 		}
 		const struct fe_choice *ch = &g->ch[0];
-		if (!ch->n_calls || !blank(g->text, g->len)) {
+		if (!ch->n_calls || !fe_blank(g->text, g->len)) {
 			cJSON *b = cJSON_CreateObject();
 			cJSON_AddStringToObject(b, "type", "text");
 			fe_add_text(b, "text", g->text, g->len);

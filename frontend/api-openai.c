@@ -71,39 +71,8 @@ parse_messages(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 static int
 parse_tools(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 {
-	cJSON *tools = cJSON_GetObjectItemCaseSensitive(body, "tools");
-	if (tools && !cJSON_IsNull(tools)) {
-		if (!cJSON_IsArray(tools))
-			return fe_bad_set(bad, 400, "tools", "'tools' must be an array");
-		int i = 0;
-		cJSON *t;
-		cJSON_ArrayForEach(t, tools)
-		{
-			char where[64];
-			snprintf(where, sizeof where, "tools[%d].type", i);
-			cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
-			if (!cJSON_IsObject(t) || !cJSON_IsString(type) || strcmp(type->valuestring, "function"))
-				return fe_bad_set(bad, 400, where, "'%s': only function tools are supported", where);
-			cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
-			snprintf(where, sizeof where, "tools[%d].function", i);
-			if (!cJSON_IsObject(fn))
-				return fe_bad_set(bad, 400, where, "'%s' must be an object", where);
-			cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
-			cJSON *desc = cJSON_GetObjectItemCaseSensitive(fn, "description");
-			cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
-			char pw[80];
-			snprintf(pw, sizeof pw, "tools[%d].function.parameters", i);
-			snprintf(where, sizeof where, "tools[%d].function.name", i);
-			if (name && !cJSON_IsString(name))
-				return fe_bad_set(bad, 400, where, "'%s' must be a string", where);
-			if (params && cJSON_IsNull(params))
-				params = NULL;
-			if (fe_tool_add(p, cJSON_IsString(name) ? name->valuestring : NULL,
-			                cJSON_IsString(desc) ? desc->valuestring : NULL, params, where, pw, bad))
-				return -1;
-			i++;
-		}
-	}
+	if (fe_tools_parse(p, body, FE_TOOLS_CHAT, bad))
+		return -1;
 	p->tool_choice = p->n_tools ? FE_TC_AUTO : FE_TC_NONE;
 	cJSON *tc = cJSON_GetObjectItemCaseSensitive(body, "tool_choice");
 	if (tc && !cJSON_IsNull(tc)) {
@@ -503,16 +472,6 @@ tool_calls(const struct fe_call *c, int n)
 	return a;
 }
 
-// a reply with tool calls and nothing but white space besides: no content
-static int
-blank(const char *s, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (!strchr(" \t\r\n", s[i]))
-			return 0;
-	return 1;
-}
-
 static cJSON *
 usage(const struct fe_gen *g)
 {
@@ -701,7 +660,7 @@ response(const struct fe_gen *g, size_t *len)
 		if (is_chat(g)) {
 			cJSON *m = cJSON_AddObjectToObject(c, "message");
 			cJSON_AddStringToObject(m, "role", "assistant");
-			if (ch->n_calls && blank(text, tl))
+			if (ch->n_calls && fe_blank(text, tl))
 				cJSON_AddNullToObject(m, "content");
 			else
 				fe_add_text(m, "content", text, tl);

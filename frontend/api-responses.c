@@ -253,34 +253,8 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 		return refuse(bad, "background", "responses are not stored, so none can run in the background");
 	// function tools and the answer's format
 	p->call_ids = FE_IDS_RESPONSES;
-	cJSON *tools = cJSON_GetObjectItemCaseSensitive(body, "tools");
-	if (tools && !cJSON_IsNull(tools)) {
-		if (!cJSON_IsArray(tools))
-			return fe_bad_set(bad, 400, "tools", "'tools' must be an array");
-		int i = 0;
-		cJSON *t;
-		cJSON_ArrayForEach(t, tools)
-		{
-			char where[64], nw[64], sw[64];
-			snprintf(where, sizeof where, "tools[%d].type", i);
-			snprintf(nw, sizeof nw, "tools[%d].name", i);
-			snprintf(sw, sizeof sw, "tools[%d].parameters", i);
-			cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
-			if (!cJSON_IsObject(t) || !cJSON_IsString(type) || strcmp(type->valuestring, "function"))
-				return refuse(bad, where, "only function tools run here (no hosted tools)");
-			cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
-			cJSON *desc = cJSON_GetObjectItemCaseSensitive(t, "description");
-			cJSON *params = cJSON_GetObjectItemCaseSensitive(t, "parameters");
-			if (name && !cJSON_IsString(name))
-				return fe_bad_set(bad, 400, nw, "'%s' must be a string", nw);
-			if (params && cJSON_IsNull(params))
-				params = NULL;
-			if (fe_tool_add(p, cJSON_IsString(name) ? name->valuestring : NULL,
-			                cJSON_IsString(desc) ? desc->valuestring : NULL, params, nw, sw, bad))
-				return -1;
-			i++;
-		}
-	}
+	if (fe_tools_parse(p, body, FE_TOOLS_RESPONSES, bad))
+		return -1;
 	p->tool_choice = p->n_tools ? FE_TC_AUTO : FE_TC_NONE;
 	cJSON *tc = cJSON_GetObjectItemCaseSensitive(body, "tool_choice");
 	if (tc && !cJSON_IsNull(tc)) {
@@ -425,15 +399,6 @@ call_item(const struct fe_call *c, int final)
 	return it;
 }
 
-static int
-blank(const char *s, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (!strchr(" \t\r\n", s[i]))
-			return 0;
-	return 1;
-}
-
 // the calls of the reply: as the stream sent them, or as the worker kept them
 static const struct fe_call *
 calls_of(const struct fe_gen *g, int *n)
@@ -448,7 +413,7 @@ add_output(cJSON *out, const struct fe_gen *g)
 {
 	int n;
 	const struct fe_call *c = calls_of(g, &n);
-	if (!n || !blank(g->text, g->len))
+	if (!n || !fe_blank(g->text, g->len))
 		cJSON_AddItemToArray(out, item(g, 1));
 	for (int i = 0; i < n; i++)
 		cJSON_AddItemToArray(out, call_item(&c[i], 1));

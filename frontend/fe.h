@@ -326,9 +326,17 @@ void fe_think_signature(uint64_t h, char out[40]);
 // --- tools.c: tool calls and structured output ----------------------------------
 struct fe_bad;
 // the request side (the loop thread, parsing): each call returns 0 or -1 with bad filled
-// name_where and where name the tool's name and its parameters' schema
-int fe_tool_add(struct fe_params *p, const char *name, const char *description, const struct cJSON *params,
-                const char *name_where, const char *where, struct fe_bad *bad);
+// fe_tool_add: the tool of object o (at names it in errors: "tools[0]",
+// "tools[0].function"), its name, description and parameters' schema
+// under params_key (Anthropic: required)
+int fe_tool_add(struct fe_params *p, const struct cJSON *o, const char *at, const char *params_key, int need_params,
+                struct fe_bad *bad);
+// fe_tools_parse: the request's "tools" in one of the dialects' shapes:
+// chat [{type: function, function: {name, description, parameters}}],
+// responses [{type: function, name, description, parameters}], anthropic
+// [{name, description, input_schema}] (type absent or custom)
+enum fe_tool_shape { FE_TOOLS_CHAT, FE_TOOLS_RESPONSES, FE_TOOLS_ANTHROPIC };
+int fe_tools_parse(struct fe_params *p, const struct cJSON *body, enum fe_tool_shape shape, struct fe_bad *bad);
 // a call of an assistant turn in the history (copied): arguments must be a JSON object
 int fe_msg_call(struct tok_msg *m, const char *id, const char *name, const char *arguments, const char *where,
                 struct fe_bad *bad);
@@ -380,6 +388,8 @@ void fe_scan_init(struct fe_scan *s);
 void fe_scan_push(struct fe_scan *s, const char *b, size_t n, const struct fe_scan_sink *k);
 // a call id in the request's dialect (call_..., toolu_...)
 void fe_call_id(enum fe_ids ids, char *out, size_t n, char *item, size_t item_n);
+// only white space (a reply with tool calls and nothing else has no content)
+int fe_blank(const char *s, size_t n);
 // fe_json_close: partial JSON text made whole (open strings and containers
 // closed, a dangling key or comma dropped); malloc'd
 char *fe_json_close(const char *s, size_t n);

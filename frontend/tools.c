@@ -50,9 +50,23 @@ valid_name(const char *s)
 }
 
 int
-fe_tool_add(struct fe_params *p, const char *name, const char *description, const cJSON *params, const char *w,
-            const char *where, struct fe_bad *bad)
+fe_tool_add(struct fe_params *p, const cJSON *o, const char *at, const char *params_key, int need_params,
+            struct fe_bad *bad)
 {
+	char w[96], where[96];
+	snprintf(w, sizeof w, "%s.name", at);
+	snprintf(where, sizeof where, "%s.%s", at, params_key);
+	const cJSON *jn = cJSON_GetObjectItemCaseSensitive(o, "name");
+	const cJSON *jd = cJSON_GetObjectItemCaseSensitive(o, "description");
+	const cJSON *params = cJSON_GetObjectItemCaseSensitive(o, params_key);
+	if (jn && !cJSON_IsString(jn))
+		return fe_bad_set(bad, 400, w, "'%s' must be a string", w);
+	if (params && cJSON_IsNull(params))
+		params = NULL;
+	if (!params && need_params)
+		return fe_bad_set(bad, 400, where, "'%s' is required", where);
+	const char *name = cJSON_IsString(jn) ? jn->valuestring : NULL;
+	const char *description = cJSON_IsString(jd) ? jd->valuestring : NULL;
 	if (!name)
 		return fe_bad_set(bad, 400, w, "'%s' is required", w);
 	if (!valid_name(name))
@@ -88,6 +102,50 @@ fe_tool_add(struct fe_params *p, const char *name, const char *description, cons
 	if (!g)
 		return fe_bad_set(bad, 400, where, "%s", err);
 	free(g);
+	return 0;
+}
+
+int
+fe_tools_parse(struct fe_params *p, const cJSON *body, enum fe_tool_shape shape, struct fe_bad *bad)
+{
+	const cJSON *tools = cJSON_GetObjectItemCaseSensitive(body, "tools");
+	if (!tools || cJSON_IsNull(tools))
+		return 0;
+	if (!cJSON_IsArray(tools))
+		return fe_bad_set(bad, 400, "tools", "'tools' must be an array");
+	int i = 0;
+	const cJSON *t;
+	cJSON_ArrayForEach(t, tools)
+	{
+		char where[64];
+		snprintf(where, sizeof where, "tools[%d]", i);
+		if (!cJSON_IsObject(t))
+			return fe_bad_set(bad, 400, where, "'%s' must be an object", where);
+		const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
+		const char *ty = cJSON_IsString(type) ? type->valuestring : NULL;
+		snprintf(where, sizeof where, "tools[%d].type", i);
+		if (shape == FE_TOOLS_ANTHROPIC) {
+			// client tools: no type or "custom" (server tools run elsewhere)
+			if (type && !cJSON_IsNull(type) && (!ty || strcmp(ty, "custom")))
+				return fe_bad_set(bad, 400, where, "'%s': '%.40s' tools are not supported (only client tools with "
+				                  "an input_schema)", where, ty ? ty : "?");
+		} else if (!ty || strcmp(ty, "function")) {
+			return fe_bad_set(bad, 400, where, "'%s' is not supported: only function tools run here (no hosted "
+			                  "tools)", where);
+		}
+		const cJSON *o = t;
+		snprintf(where, sizeof where, "tools[%d]", i);
+		if (shape == FE_TOOLS_CHAT) { // the function's fields in "function"
+			o = cJSON_GetObjectItemCaseSensitive(t, "function");
+			snprintf(where, sizeof where, "tools[%d].function", i);
+			if (!cJSON_IsObject(o))
+				return fe_bad_set(bad, 400, where, "'%s' must be an object", where);
+		}
+		if (shape == FE_TOOLS_ANTHROPIC ? fe_tool_add(p, o, where, "input_schema", 1, bad)
+		                                : fe_tool_add(p, o, where, "parameters", 0, bad))
+			return -1;
+		i++;
+	}
 	return 0;
 }
 
@@ -497,6 +555,15 @@ whole_scalar(const char *t, size_t n)
 	int ok = cJSON_IsNumber(x);
 	cJSON_Delete(x);
 	return ok;
+}
+
+int
+fe_blank(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strchr(" \t\r\n", s[i]))
+			return 0;
+	return 1;
 }
 
 char *

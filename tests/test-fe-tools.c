@@ -189,11 +189,12 @@ static void
 add_tools(struct fe_params *p)
 {
 	struct fe_bad bad;
-	cJSON *a = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"n\":{\"type\":\"integer\","
-	                       "\"minimum\":1,\"maximum\":3}},\"required\":[\"city\"],\"additionalProperties\":false}");
-	cJSON *b = cJSON_Parse("{\"type\":\"object\",\"properties\":{}}");
-	CHECK(fe_tool_add(p, "get_weather", "w", a, "t0.name", "t0", &bad) == 0, "%s", bad.msg);
-	CHECK(fe_tool_add(p, "ping", NULL, b, "t1.name", "t1", &bad) == 0, "%s", bad.msg);
+	cJSON *a = cJSON_Parse("{\"name\":\"get_weather\",\"description\":\"w\",\"parameters\":{\"type\":\"object\","
+	                       "\"properties\":{\"city\":{\"type\":\"string\"},\"n\":{\"type\":\"integer\","
+	                       "\"minimum\":1,\"maximum\":3}},\"required\":[\"city\"],\"additionalProperties\":false}}");
+	cJSON *b = cJSON_Parse("{\"name\":\"ping\",\"parameters\":{\"type\":\"object\",\"properties\":{}}}");
+	CHECK(fe_tool_add(p, a, "t0", "parameters", 0, &bad) == 0, "%s", bad.msg);
+	CHECK(fe_tool_add(p, b, "t1", "parameters", 0, &bad) == 0, "%s", bad.msg);
 	cJSON_Delete(a);
 	cJSON_Delete(b);
 	p->parallel_tools = 1;
@@ -281,18 +282,29 @@ test_tool_add(void)
 {
 	struct fe_params p = {0};
 	struct fe_bad bad;
-	cJSON *s = cJSON_Parse("{\"type\":\"array\"}");
-	CHECK(fe_tool_add(&p, "f", NULL, s, "n", "tools[0].parameters", &bad) == -1 && bad.status == 400 &&
+#define TOOL(json) (cJSON_Delete(s), s = cJSON_Parse(json))
+	cJSON *s = NULL;
+	TOOL("{\"name\":\"f\",\"parameters\":{\"type\":\"array\"}}");
+	CHECK(fe_tool_add(&p, s, "tools[0]", "parameters", 0, &bad) == -1 && bad.status == 400 &&
 	      !strcmp(bad.param, "tools[0].parameters") && strstr(bad.msg, "object schema"), "%s", bad.msg);
-	cJSON_Delete(s);
-	CHECK(fe_tool_add(&p, "bad name", NULL, NULL, "tools[0].name", "x", &bad) == -1 && !strcmp(bad.param, "tools[0].name"));
-	CHECK(fe_tool_add(&p, NULL, NULL, NULL, "tools[0].name", "x", &bad) == -1 && strstr(bad.msg, "required"));
-	CHECK(fe_tool_add(&p, "f", NULL, NULL, "tools[0].name", "x", &bad) == 0, "%s", bad.msg);
-	CHECK(fe_tool_add(&p, "f", NULL, NULL, "tools[1].name", "x", &bad) == -1 && strstr(bad.msg, "a second tool"));
-	s = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"a\":{\"not\":{}}}}");
-	CHECK(fe_tool_add(&p, "g", NULL, s, "n", "tools[1].parameters", &bad) == -1 &&
+	TOOL("{\"name\":\"bad name\"}");
+	CHECK(fe_tool_add(&p, s, "tools[0]", "parameters", 0, &bad) == -1 && !strcmp(bad.param, "tools[0].name"));
+	TOOL("{\"name\":7}");
+	CHECK(fe_tool_add(&p, s, "tools[0]", "parameters", 0, &bad) == -1 && !strcmp(bad.param, "tools[0].name") &&
+	      strstr(bad.msg, "must be a string"), "%s", bad.msg);
+	TOOL("{\"description\":\"d\"}");
+	CHECK(fe_tool_add(&p, s, "tools[0]", "parameters", 0, &bad) == -1 && strstr(bad.msg, "required"));
+	TOOL("{\"name\":\"f\",\"input_schema\":null}"); // Anthropic's schema is required
+	CHECK(fe_tool_add(&p, s, "tools[0]", "input_schema", 1, &bad) == -1 && !strcmp(bad.param, "tools[0].input_schema") &&
+	      strstr(bad.msg, "required"), "%s", bad.msg);
+	TOOL("{\"name\":\"f\",\"parameters\":null}");
+	CHECK(fe_tool_add(&p, s, "tools[0]", "parameters", 0, &bad) == 0, "%s", bad.msg);
+	CHECK(fe_tool_add(&p, s, "tools[1]", "parameters", 0, &bad) == -1 && strstr(bad.msg, "a second tool"));
+	TOOL("{\"name\":\"g\",\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"not\":{}}}}}");
+	CHECK(fe_tool_add(&p, s, "tools[1]", "parameters", 0, &bad) == -1 &&
 	      strstr(bad.msg, "tools[1].parameters.properties.a: 'not' is not supported"), "%s", bad.msg);
 	cJSON_Delete(s);
+#undef TOOL
 	// a named choice of an unknown tool; required without tools
 	struct fe_fields f = {"tools", "tool_choice", "schema", "grammar"};
 	p.tool_choice = FE_TC_NAMED;
