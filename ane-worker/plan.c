@@ -106,7 +106,8 @@ ane_plan_build(struct ane_plan *p, const struct model *m, const struct ane_plan_
 	const int64_t lim = ANE_MIL_MAX_DIM;
 	if (p->width > 4096)
 		return ad_err(err, "plan: width %d (at most 4096)", p->width);
-	if (E <= 0 || V <= 0 || L <= 0 || E > lim || 3 * E > lim || V > lim || nq_max + nk_max + nv_max > lim || no_max > lim ||
+	if (E <= 0 || V <= 0 || L <= 0 || E > lim || 3 * E > lim || V > lim || 2 * nq_max + nk_max + nv_max > lim ||
+	    no_max > lim || (3 * hp->ssm_n_group + hp->ssm_dt_rank) * hp->ssm_d_state + 2 * hp->ssm_dt_rank > lim ||
 	    hp->n_ff > lim || hp->n_ff_shexp > lim || L > 100000)
 		return ad_err(err, "plan: hyper-parameters out of range (n_embd %lld, n_vocab %lld, n_layer %lld)",
 		              (long long)E, (long long)V, (long long)L);
@@ -129,7 +130,21 @@ ane_plan_build(struct ane_plan *p, const struct model *m, const struct ane_plan_
 		const int64_t nq = hp->n_head * ml->head_dim, no = hp->n_head * ml->head_dim_v;
 		const int64_t nk = ml->kv_src == il ? hp->n_head_kv * ml->head_dim : 0;
 		const int64_t nv = ml->kv_src == il ? hp->n_head_kv * ml->head_dim_v : 0;
-		if (ml->conv) {
+		if (ml->recur) {
+			// qwen35 delta-net: the four projections of the block's input in
+			// the QKV slot, ssm_out in O's
+			const int64_t C = ml->dn_qkv.ne[1], nvd = ml->dn_z.ne[1], nvh = ml->dn_beta.ne[1];
+			k = add(p, ANE_K_QKV, il, 0, E, C + nvd + 2 * nvh);
+			k->nparts = 4;
+			if (part(&k->parts[0], &ml->dn_qkv, 0, C, E, err) || part(&k->parts[1], &ml->dn_z, 0, nvd, E, err) ||
+			    part(&k->parts[2], &ml->dn_beta, 0, nvh, E, err) ||
+			    part(&k->parts[3], &ml->dn_alpha, 0, nvh, E, err))
+				goto fail;
+			k = add(p, ANE_K_O, il, 0, nvd, E);
+			k->nparts = 1;
+			if (part(&k->parts[0], &ml->dn_out, 0, E, nvd, err))
+				goto fail;
+		} else if (ml->conv) {
 			// lfm2 ShortConv: in_proj in the QKV slot, out_proj in O's
 			k = add(p, ANE_K_QKV, il, 0, E, 3 * E);
 			k->nparts = 1;
@@ -140,18 +155,19 @@ ane_plan_build(struct ane_plan *p, const struct model *m, const struct ane_plan_
 			if (part(&k->parts[0], &ml->conv_out, 0, E, E, err))
 				goto fail;
 		} else {
-			k = add(p, ANE_K_QKV, il, 0, E, nq + nk + nv);
+			const int64_t qw = ml->attn_gate ? 2 * nq : nq; // qwen35: q and gate rows per head
+			k = add(p, ANE_K_QKV, il, 0, E, qw + nk + nv);
 			if (ml->wqkv.name) {
 				k->nparts = 1;
 				if (part(&k->parts[0], &ml->wqkv, 0, nq + nk + nv, E, err))
 					goto fail;
 			} else if (!nk) {
 				k->nparts = 1;
-				if (part(&k->parts[0], &ml->wq, 0, nq, E, err))
+				if (part(&k->parts[0], &ml->wq, 0, qw, E, err))
 					goto fail;
 			} else {
 				k->nparts = 3;
-				if (part(&k->parts[0], &ml->wq, 0, nq, E, err) ||
+				if (part(&k->parts[0], &ml->wq, 0, qw, E, err) ||
 				    part(&k->parts[1], &ml->wk, 0, nk, E, err) || part(&k->parts[2], &ml->wv, 0, nv, E, err))
 					goto fail;
 			}

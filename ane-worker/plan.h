@@ -9,8 +9,12 @@
 // talking. Order, per layer:
 //
 //   QKV      rows [Wq; Wk; Wv] (three parts), or phi3's fused wqkv as is;
-//            an lfm2 ShortConv block: its in_proj (n_embd -> 3 n_embd, B C X)
-//   O        wo; a ShortConv block: its out_proj (n_embd -> n_embd)
+//            an lfm2 ShortConv block: its in_proj (n_embd -> 3 n_embd, B C X);
+//            a qwen35 delta-net block: [attn_qkv; attn_gate; ssm_beta;
+//            ssm_alpha] (four parts: the conv's channels, z, beta, alpha);
+//            qwen35 attention: its Wq gives per head q then gate rows
+//   O        wo; a ShortConv block: its out_proj (n_embd -> n_embd); a
+//            delta-net block: ssm_out (n_v d -> n_embd)
 //   FFN      fused gate / up / down chunks; act SiLU          (dense layer)
 //   GATE_UP  rows [Wgate; Wup], then DOWN                (split dense layer)
 //   SHEXP    the shared expert of a MoE layer, fused, SiLU (if it has one)
@@ -79,7 +83,7 @@ struct ane_pk {
 	int ff;         // FFN / SHEXP: inner size (0 for a projection)
 	// projection: parts stacked into one chunk, in order;
 	// FFN / SHEXP: parts[0] gate, parts[1] up, parts[2] down, one chunk each
-	struct ane_part parts[3];
+	struct ane_part parts[4];
 	int nparts;
 	uint64_t weight_bytes; // payload bytes of the blob (format wfmt)
 	enum ane_wfmt wfmt;

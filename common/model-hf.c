@@ -8,7 +8,17 @@
 //     as stored (GGUF llama files instead permute them for adjacent pairs);
 //   - gemma norms store w and mean (1 + w): the loader adds the 1 (into an
 //     F32 copy), which GGUF files already have baked in;
-//   - per-expert MoE matrices are stacked into GGUF's 3-D expert tensors.
+//   - per-expert MoE matrices are stacked into GGUF's 3-D expert tensors;
+//   - lfm2: the conv's [n_embd, 1, taps] kernel is squeezed to 2-D, the
+//     final norm (embedding_norm) is GGUF's token_embd_norm;
+//   - gemma4: norms as stored (no 1 to add), the full layers' proportional
+//     RoPE as rope_freqs (1 for the rotated pairs, 1e30 for the others);
+//   - qwen35: norms store w and mean (1 + w) but the delta-net's own; A_log
+//     becomes ssm_a = -exp(A_log); the conv kernel is squeezed; the v heads
+//     of the delta-net (rows of in_proj_qkv's v part, in_proj_z, in_proj_a,
+//     in_proj_b, A_log, dt_bias, the conv's v channels, columns of
+//     out_proj) go from HF's grouped order (by q/k head) to the tiled
+//     order GGUF files have (v head j reads q/k head j mod n_k).
 // Everything else points into the mapped safetensors files.
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -82,6 +92,13 @@ static const struct {
 	{ "Gemma3ForConditionalGeneration", "gemma3", MODEL_ARCH_GEMMA3 }, // text part only
 	{ "Phi3ForCausalLM", "phi3", MODEL_ARCH_PHI3 },
 	{ "SmolLM3ForCausalLM", "smollm3", MODEL_ARCH_SMOLLM3 },
+	{ "Lfm2ForCausalLM", "lfm2", MODEL_ARCH_LFM2 },
+	{ "LFM2ForCausalLM", "lfm2", MODEL_ARCH_LFM2 },
+	{ "Lfm2MoeForCausalLM", "lfm2_moe", MODEL_ARCH_LFM2MOE },
+	{ "Gemma4ForCausalLM", "gemma4_text", MODEL_ARCH_GEMMA4 },
+	{ "Gemma4ForConditionalGeneration", "gemma4", MODEL_ARCH_GEMMA4 }, // text part only
+	{ "Qwen3_5ForCausalLM", "qwen3_5_text", MODEL_ARCH_QWEN35 },
+	{ "Qwen3_5ForConditionalGeneration", "qwen3_5", MODEL_ARCH_QWEN35 }, // text part only
 };
 
 static const cJSON *
@@ -196,6 +213,155 @@ flag_period(const cJSON *list, const char *key, const char *set_value, int set_b
 	return 0;
 }
 
+// a per-layer list of strings, each one of two values: out[i] = 1 for `one`
+static int
+layer_list(const struct model *m, const cJSON *c, const char *key, const char *one, const char *zero, int8_t **out,
+           char *err)
+{
+	const cJSON *lt = jget(c, key);
+	if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != m->hp.n_layer)
+		return ad_err(err, "config.json: \"%s\" must list every one of the %lld layers", key,
+		              (long long)m->hp.n_layer);
+	if (!(*out = calloc((size_t)m->hp.n_layer, 1)))
+		return ad_err(err, "out of memory");
+	for (int i = 0; i < m->hp.n_layer; i++) {
+		const cJSON *e = cJSON_GetArrayItem(lt, i);
+		const char *v = cJSON_IsString(e) ? e->valuestring : "";
+		if (strcmp(v, one) && strcmp(v, zero))
+			return ad_err(err, "config.json: %s[%d] \"%.32s\" (%s or %s)", key, i, v, one, zero);
+		(*out)[i] = !strcmp(v, one);
+	}
+	return 0;
+}
+
+// lfm2 / lfm2moe: layer_types ("conv" or "full_attention") as GGUF's
+// per-layer head_count_kv, the conv's taps, the FFN width as
+// convert_hf_to_gguf adjusts it, the MoE keys
+static int
+lfm2_config(struct model *m, const cJSON *c, char *err)
+{
+	struct model_hparams *hp = &m->hp;
+	int8_t *conv = NULL;
+	if (layer_list(m, c, "layer_types", "conv", "full_attention", &conv, err)) {
+		free(conv);
+		return -1;
+	}
+	free(m->layer_kv_heads);
+	m->layer_kv_heads = calloc((size_t)hp->n_layer, sizeof *m->layer_kv_heads);
+	if (!m->layer_kv_heads) {
+		free(conv);
+		return ad_err(err, "out of memory");
+	}
+	if (hp->n_head_kv <= 0)
+		hp->n_head_kv = hp->n_head;
+	for (int i = 0; i < hp->n_layer; i++)
+		m->layer_kv_heads[i] = conv[i] ? 0 : hp->n_head_kv;
+	free(conv);
+	if (cfg_int(c, "conv_L_cache", &hp->n_conv, err) || cfg_float(c, "norm_eps", &hp->rms_eps, err))
+		return -1;
+	if (m->arch == MODEL_ARCH_LFM2) {
+		int64_t ff = 0, mult_of = 256;
+		int adjust = 0;
+		float mult = 0;
+		if (cfg_int(c, "intermediate_size", &ff, err) || cfg_int(c, "block_ff_dim", &ff, err) ||
+		    cfg_bool(c, "block_auto_adjust_ff_dim", &adjust, err) ||
+		    cfg_float(c, "block_ffn_dim_multiplier", &mult, err) || cfg_int(c, "block_multiple_of", &mult_of, err))
+			return -1;
+		if (adjust) {
+			ff = 2 * ff / 3;
+			if (mult > 0)
+				ff = (int64_t)(mult * (float)ff);
+			if (mult_of <= 0)
+				return ad_err(err, "config.json: block_multiple_of must be positive");
+			ff = mult_of * ((ff + mult_of - 1) / mult_of);
+		}
+		hp->n_ff = ff;
+	} else {
+		hp->expert_gating = 2; // sigmoid, chosen with the expert bias
+		hp->expert_weights_norm = 1;
+		if (cfg_int(c, "num_dense_layers", &hp->n_dense_lead, err))
+			return -1;
+	}
+	return 0;
+}
+
+// gemma4: the sliding / full layer pattern, the two head sizes, shared
+// K/V, per-layer inputs, double-wide FFNs on the shared layers, the two
+// RoPE settings (the full layers' partial factor is made into rope_freqs)
+static int
+gemma4_config(struct model *m, const cJSON *c, char *err)
+{
+	struct model_hparams *hp = &m->hp;
+	free(m->layer_swa);
+	m->layer_swa = NULL;
+	if (layer_list(m, c, "layer_types", "sliding_attention", "full_attention", &m->layer_swa, err))
+		return -1;
+	int64_t g_hd = 0, g_kv = 0;
+	int double_wide = 0, k_eq_v = 0;
+	if (cfg_int(c, "global_head_dim", &g_hd, err) || cfg_int(c, "num_kv_shared_layers", &hp->n_kv_shared, err) ||
+	    cfg_int(c, "hidden_size_per_layer_input", &hp->n_embd_pl, err) ||
+	    cfg_bool(c, "use_double_wide_mlp", &double_wide, err) ||
+	    cfg_int(c, "num_global_key_value_heads", &g_kv, err) || cfg_bool(c, "attention_k_eq_v", &k_eq_v, err) ||
+	    cfg_float(c, "final_logit_softcapping", &hp->final_softcap, err))
+		return -1;
+	if (jget(c, "per_layer_config") && !cJSON_IsNull(jget(c, "per_layer_config")))
+		return ad_err(err, "config.json: gemma4 per_layer_config is not supported");
+	if (k_eq_v)
+		return ad_err(err, "config.json: gemma4 attention_k_eq_v is not supported");
+	if (g_kv > 0 && hp->n_head_kv > 0 && g_kv != hp->n_head_kv)
+		return ad_err(err, "config.json: gemma4 with %lld KV heads on full layers and %lld on sliding ones "
+		              "is not supported", (long long)g_kv, (long long)hp->n_head_kv);
+	// head_dim is the sliding layers'; global_head_dim the full ones'
+	hp->head_dim_swa = hp->head_dim;
+	if (g_hd > 0)
+		hp->head_dim = g_hd;
+	hp->head_dim_v = hp->head_dim;
+	hp->head_dim_v_swa = hp->head_dim_swa;
+	if (double_wide) {
+		free(m->layer_n_ff);
+		if (!(m->layer_n_ff = calloc((size_t)hp->n_layer, sizeof *m->layer_n_ff)))
+			return ad_err(err, "out of memory");
+		for (int64_t i = 0; i < hp->n_layer; i++)
+			m->layer_n_ff[i] = i < hp->n_layer - hp->n_kv_shared ? hp->n_ff : 2 * hp->n_ff;
+		hp->n_ff *= 2;
+	}
+	const cJSON *rp = jget(c, "rope_parameters");
+	const cJSON *full = cJSON_IsObject(rp) ? jget(rp, "full_attention") : NULL;
+	const cJSON *swa = cJSON_IsObject(rp) ? jget(rp, "sliding_attention") : NULL;
+	if (!cJSON_IsObject(full) || !cJSON_IsObject(swa))
+		return ad_err(err, "config.json: gemma4 needs rope_parameters.full_attention and .sliding_attention");
+	float prf_swa = 1;
+	if (cfg_float(full, "rope_theta", &hp->rope_base, err) || cfg_float(swa, "rope_theta", &hp->rope_base_swa, err) ||
+	    cfg_float(swa, "partial_rotary_factor", &prf_swa, err))
+		return -1;
+	hp->n_rot = hp->head_dim; // proportional: rope_freqs holds the rest (add_gemma4_rope_freqs)
+	hp->n_rot_swa = (int64_t)((float)hp->head_dim_swa * prf_swa);
+	return 0;
+}
+
+// qwen35: the delta-net's shape (linear_* keys) and which layers attend
+static int
+qwen35_config(struct model *m, const cJSON *c, char *err)
+{
+	struct model_hparams *hp = &m->hp;
+	int64_t vd = 0;
+	if (cfg_int(c, "linear_conv_kernel_dim", &hp->n_conv, err) ||
+	    cfg_int(c, "linear_key_head_dim", &hp->ssm_d_state, err) ||
+	    cfg_int(c, "linear_num_key_heads", &hp->ssm_n_group, err) ||
+	    cfg_int(c, "linear_num_value_heads", &hp->ssm_dt_rank, err) ||
+	    cfg_int(c, "linear_value_head_dim", &vd, err) ||
+	    cfg_int(c, "full_attention_interval", &hp->full_attn_interval, err))
+		return -1;
+	if (vd > 0 && vd != hp->ssm_d_state)
+		return ad_err(err, "config.json: linear_value_head_dim %lld differs from linear_key_head_dim %lld, "
+		              "which is not supported", (long long)vd, (long long)hp->ssm_d_state);
+	hp->ssm_d_inner = hp->ssm_dt_rank * hp->ssm_d_state;
+	if (jget(c, "layer_types") &&
+	    layer_list(m, c, "layer_types", "linear_attention", "full_attention", &m->layer_recr, err))
+		return -1;
+	return 0;
+}
+
 static int
 read_config(struct model *m, const cJSON *root, int *tied, char *err)
 {
@@ -247,9 +413,19 @@ read_config(struct model *m, const cJSON *root, int *tied, char *err)
 	    cfg_float(c, "rope_local_base_freq", &hp->rope_base_swa, err) ||
 	    cfg_bool(c, "norm_topk_prob", &hp->expert_weights_norm, err))
 		return -1;
-	if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_head <= 0)
+	if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_layer > 4096 || hp->n_head <= 0)
 		return ad_err(err, "config.json: hidden_size, num_hidden_layers and "
 		              "num_attention_heads must be given and positive");
+	// newer configs keep the base in rope_parameters
+	const cJSON *rp = jget(c, "rope_parameters");
+	if (cJSON_IsObject(rp) && !jget(c, "rope_theta") && cfg_float(rp, "rope_theta", &hp->rope_base, err))
+		return -1;
+	if ((arch == MODEL_ARCH_LFM2 || arch == MODEL_ARCH_LFM2MOE) && lfm2_config(m, c, err))
+		return -1;
+	if (arch == MODEL_ARCH_GEMMA4 && gemma4_config(m, c, err))
+		return -1;
+	if (arch == MODEL_ARCH_QWEN35 && qwen35_config(m, c, err))
+		return -1;
 	cfg_token(root, "bos_token_id", &hp->bos_id);
 	cfg_token(root, "eos_token_id", &hp->eos_id);
 	cfg_token(c, "bos_token_id", &hp->bos_id);
@@ -257,8 +433,9 @@ read_config(struct model *m, const cJSON *root, int *tied, char *err)
 
 	// every HF checkpoint is laid out for rotate_half
 	hp->rope = MODEL_ROPE_NEOX;
-	float prf = 0;
-	if (cfg_float(c, "partial_rotary_factor", &prf, err))
+	float prf = arch == MODEL_ARCH_QWEN35 ? 0.25f : 0; // Qwen3.5's default
+	if (cfg_float(c, "partial_rotary_factor", &prf, err) ||
+	    (cJSON_IsObject(rp) && arch != MODEL_ARCH_GEMMA4 && cfg_float(rp, "partial_rotary_factor", &prf, err)))
 		return -1;
 	if (prf > 0 && prf < 1) {
 		int64_t hd = hp->head_dim > 0 ? hp->head_dim : hp->n_embd / hp->n_head;
@@ -389,7 +566,8 @@ read_config(struct model *m, const cJSON *root, int *tied, char *err)
 	*tied = gemma; // gemma always ties, whatever the key says
 	cfg_bool(root, "tie_word_embeddings", tied, NULL);
 	cfg_bool(c, "tie_word_embeddings", tied, NULL);
-	if (gemma)
+	cfg_bool(c, "tie_embedding", tied, NULL); // lfm2's name for it
+	if (gemma || arch == MODEL_ARCH_GEMMA4)
 		*tied = 1;
 	return 0;
 }
@@ -465,9 +643,42 @@ add_rope_factors(struct model *m, struct hf_src *s, const cJSON *c, char *err)
 	return 0;
 }
 
+// gemma4's full layers rotate partial_rotary_factor of their pairs
+// ("proportional"): the others get a frequency divisor of 1e30, as
+// convert_hf_to_gguf writes rope_freqs
+static int
+add_gemma4_rope_freqs(struct model *m, struct hf_src *s, const cJSON *c, char *err)
+{
+	if (m->arch != MODEL_ARCH_GEMMA4)
+		return 0;
+	const cJSON *full = jget(jget(c, "rope_parameters"), "full_attention");
+	float prf = 1;
+	if (cfg_float(full, "partial_rotary_factor", &prf, err))
+		return -1;
+	const int64_t n = m->hp.head_dim / 2, rot = (int64_t)((float)m->hp.head_dim * prf / 2);
+	if (!(prf > 0 && prf <= 1) || n <= 0)
+		return ad_err(err, "config.json: rope_parameters.full_attention.partial_rotary_factor out of range");
+	float *f = hf_alloc(s, (size_t)n * sizeof *f);
+	if (!f)
+		return ad_err(err, "out of memory");
+	for (int64_t i = 0; i < n; i++)
+		f[i] = i < rot ? 1.0f : 1e30f;
+	int64_t ne[1] = { n };
+	return model_add_tensor(m, "rope_freqs.weight", AD_TYPE_F32, 1, ne, f, (size_t)n * 4, err);
+}
+
 // --- tensors -----------------------------------------------------------------
 
-enum { X_NONE = 0, X_PLUS_ONE, X_SQUEEZE };
+enum {
+	X_NONE = 0,
+	X_PLUS_ONE,  // w -> 1 + w (F32)
+	X_SQUEEZE,   // drop a unit dimension
+	X_NEG_EXP,   // qwen35's A_log -> ssm_a = -exp(A_log) (F32, v heads tiled)
+	X_VROWS,     // qwen35: v-head rows to the tiled order (rows of d values, or of 1)
+	X_VCOLS,     // qwen35: ssm_out's v-head columns to the tiled order (F32)
+	X_QKV_VROWS, // qwen35: in_proj_qkv, its v rows (after q and k) to the tiled order
+	X_CONV_V,    // qwen35: the conv kernel squeezed, its v channels to the tiled order
+};
 
 static const struct {
 	const char *hf; // after "model.layers.N."
@@ -502,6 +713,53 @@ static const struct {
 	{ "mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight" },
 };
 
+// the architectures whose layers name things their own way
+static const struct {
+	enum model_arch arch;
+	const char *hf, *gguf;
+	int xform;
+} arch_names[] = {
+	{ MODEL_ARCH_LFM2, "operator_norm.weight", "attn_norm.weight", X_NONE },
+	{ MODEL_ARCH_LFM2, "ffn_norm.weight", "ffn_norm.weight", X_NONE },
+	{ MODEL_ARCH_LFM2, "self_attn.q_layernorm.weight", "attn_q_norm.weight", X_NONE },
+	{ MODEL_ARCH_LFM2, "self_attn.k_layernorm.weight", "attn_k_norm.weight", X_NONE },
+	{ MODEL_ARCH_LFM2, "self_attn.out_proj.weight", "attn_output.weight", X_NONE },
+	{ MODEL_ARCH_LFM2, "conv.in_proj.weight", "shortconv.in_proj.weight", X_NONE },
+	{ MODEL_ARCH_LFM2, "conv.conv.weight", "shortconv.conv.weight", X_SQUEEZE },
+	{ MODEL_ARCH_LFM2, "conv.out_proj.weight", "shortconv.out_proj.weight", X_NONE },
+	{ MODEL_ARCH_LFM2, "feed_forward.w1.weight", "ffn_gate.weight", X_NONE },
+	{ MODEL_ARCH_LFM2, "feed_forward.w3.weight", "ffn_up.weight", X_NONE },
+	{ MODEL_ARCH_LFM2, "feed_forward.w2.weight", "ffn_down.weight", X_NONE },
+	{ MODEL_ARCH_LFM2, "feed_forward.gate.weight", "ffn_gate_inp.weight", X_NONE },
+	{ MODEL_ARCH_LFM2, "feed_forward.expert_bias", "exp_probs_b.bias", X_NONE },
+	{ MODEL_ARCH_GEMMA4, "post_attention_layernorm.weight", "post_attention_norm.weight", X_NONE },
+	{ MODEL_ARCH_GEMMA4, "pre_feedforward_layernorm.weight", "ffn_norm.weight", X_NONE },
+	{ MODEL_ARCH_GEMMA4, "per_layer_input_gate.weight", "inp_gate.weight", X_NONE },
+	{ MODEL_ARCH_GEMMA4, "per_layer_projection.weight", "proj.weight", X_NONE },
+	{ MODEL_ARCH_GEMMA4, "post_per_layer_input_norm.weight", "post_norm.weight", X_NONE },
+	{ MODEL_ARCH_GEMMA4, "layer_scalar", "layer_output_scale.weight", X_NONE },
+	{ MODEL_ARCH_QWEN35, "input_layernorm.weight", "attn_norm.weight", X_PLUS_ONE },
+	{ MODEL_ARCH_QWEN35, "post_attention_layernorm.weight", "post_attention_norm.weight", X_PLUS_ONE },
+	{ MODEL_ARCH_QWEN35, "self_attn.q_norm.weight", "attn_q_norm.weight", X_PLUS_ONE },
+	{ MODEL_ARCH_QWEN35, "self_attn.k_norm.weight", "attn_k_norm.weight", X_PLUS_ONE },
+	{ MODEL_ARCH_QWEN35, "linear_attn.in_proj_qkv.weight", "attn_qkv.weight", X_QKV_VROWS },
+	{ MODEL_ARCH_QWEN35, "linear_attn.in_proj_z.weight", "attn_gate.weight", X_VROWS },
+	{ MODEL_ARCH_QWEN35, "linear_attn.in_proj_b.weight", "ssm_beta.weight", X_VROWS },
+	{ MODEL_ARCH_QWEN35, "linear_attn.in_proj_a.weight", "ssm_alpha.weight", X_VROWS },
+	{ MODEL_ARCH_QWEN35, "linear_attn.A_log", "ssm_a", X_NEG_EXP },
+	{ MODEL_ARCH_QWEN35, "linear_attn.dt_bias", "ssm_dt.bias", X_VROWS },
+	{ MODEL_ARCH_QWEN35, "linear_attn.conv1d.weight", "ssm_conv1d.weight", X_CONV_V },
+	{ MODEL_ARCH_QWEN35, "linear_attn.norm.weight", "ssm_norm.weight", X_NONE },
+	{ MODEL_ARCH_QWEN35, "linear_attn.out_proj.weight", "ssm_out.weight", X_VCOLS },
+};
+
+// the architecture as the name tables know it (lfm2moe names as lfm2)
+static enum model_arch
+names_arch(enum model_arch a)
+{
+	return a == MODEL_ARCH_LFM2MOE ? MODEL_ARCH_LFM2 : a;
+}
+
 // the GGUF name of an HF tensor and how to transform it; -1 if unknown.
 // Expert tensors report their layer, expert and projection instead.
 static int
@@ -526,9 +784,23 @@ map_name(const struct model *m, const char *hf, char *out, size_t cap, int *xfor
 	}
 	if (!strcmp(rest, "model.norm.weight")) {
 		snprintf(out, cap, "output_norm.weight");
-		*xform = gemma ? X_PLUS_ONE : X_NONE;
+		*xform = gemma || m->arch == MODEL_ARCH_QWEN35 ? X_PLUS_ONE : X_NONE;
 		return 0;
 	}
+	static const struct {
+		enum model_arch arch;
+		const char *hf, *gguf;
+	} globals[] = {
+		{ MODEL_ARCH_LFM2, "model.embedding_norm.weight", "token_embd_norm.weight" },
+		{ MODEL_ARCH_GEMMA4, "model.embed_tokens_per_layer.weight", "per_layer_token_embd.weight" },
+		{ MODEL_ARCH_GEMMA4, "model.per_layer_model_projection.weight", "per_layer_model_proj.weight" },
+		{ MODEL_ARCH_GEMMA4, "model.per_layer_projection_norm.weight", "per_layer_proj_norm.weight" },
+	};
+	for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
+		if (globals[i].arch == names_arch(m->arch) && !strcmp(rest, globals[i].hf)) {
+			snprintf(out, cap, "%s", globals[i].gguf);
+			return 0;
+		}
 	if (!strcmp(rest, "lm_head.weight")) {
 		snprintf(out, cap, "output.weight");
 		return 0;
@@ -554,6 +826,23 @@ map_name(const struct model *m, const char *hf, char *out, size_t cap, int *xfor
 			}
 		return -1;
 	}
+	// lfm2moe: feed_forward.experts.E.w1 (gate), w3 (up), w2 (down)
+	int w = 0;
+	k = 0;
+	if (names_arch(m->arch) == MODEL_ARCH_LFM2 &&
+	    sscanf(rest, "feed_forward.experts.%d.w%d.weight%n", &ie, &w, &k) == 2 && k > 0 && rest[k] == 0) {
+		if (ie < 0 || w < 1 || w > 3)
+			return -1;
+		*expert = ie;
+		*proj = w == 1 ? 0 : w == 3 ? 1 : 2;
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof arch_names / sizeof arch_names[0]; i++)
+		if (arch_names[i].arch == names_arch(m->arch) && !strcmp(rest, arch_names[i].hf)) {
+			snprintf(out, cap, "blk.%d.%s", il, arch_names[i].gguf);
+			*xform = arch_names[i].xform;
+			return 0;
+		}
 	for (size_t i = 0; i < sizeof layer_names / sizeof layer_names[0]; i++) {
 		if (strcmp(rest, layer_names[i].hf))
 			continue;
@@ -596,18 +885,90 @@ add_plus_one(struct model *m, struct hf_src *s, const char *name, const struct s
 	return model_add_tensor(m, name, AD_TYPE_F32, nd, ne, f, (size_t)t->nelem * 4, err);
 }
 
+// qwen35's v heads, from HF's order (grouped by q/k head: head g r + i is
+// the i-th of q/k head g, r = n_v / n_k) to the tiled one GGUF files have
+// (position i n_k + g): the v part of src, n_v blocks of `block` bytes
+// each `stride` bytes apart (a block per head; stride = block for
+// contiguous heads), into dst
+static void
+v_tiled(const struct model_hparams *hp, const uint8_t *src, uint8_t *dst, size_t block, size_t stride)
+{
+	const int64_t nk = hp->ssm_n_group, nv = hp->ssm_dt_rank, r = nv / nk;
+	for (int64_t p = 0; p < nv; p++) {
+		int64_t i = p / nk, g = p % nk;
+		memcpy(dst + (size_t)p * stride, src + (size_t)(g * r + i) * stride, block);
+	}
+}
+
+// the qwen35 delta-net tensors HF keeps in its own order (see the top)
+static int
+add_v_tiled(struct model *m, struct hf_src *s, const char *name, const struct st_tensor *t, const int64_t *ne,
+            uint32_t nd, int xform, char *err)
+{
+	const struct model_hparams *hp = &m->hp;
+	const int64_t nv = hp->ssm_dt_rank, d = hp->ssm_d_state, nkd = hp->ssm_n_group * d;
+	if (nv <= 0 || hp->ssm_n_group <= 0 || nv % hp->ssm_n_group)
+		return ad_err(err, "tensor %s: the config's linear heads (%lld v, %lld q/k) do not fit", t->name,
+		              (long long)nv, (long long)hp->ssm_n_group);
+	uint32_t type = t->type;
+	const uint8_t *src = t->data;
+	size_t nbytes = t->nbytes, esz = ad_type_block_bytes(t->type);
+	if (xform == X_NEG_EXP || xform == X_VCOLS) { // on F32 values
+		float *f = hf_alloc(s, (size_t)t->nelem * sizeof *f);
+		if (!f)
+			return ad_err(err, "out of memory");
+		if (ad_dequant(t->type, t->data, f, t->nelem, err))
+			return ad_err_prefix(err, "tensor %s", t->name);
+		if (xform == X_NEG_EXP)
+			for (int64_t i = 0; i < t->nelem; i++)
+				f[i] = -expf(f[i]);
+		type = AD_TYPE_F32;
+		src = (const uint8_t *)f;
+		nbytes = (size_t)t->nelem * 4;
+		esz = 4;
+	}
+	uint8_t *dst = hf_alloc(s, nbytes);
+	if (!dst)
+		return ad_err(err, "out of memory");
+	memcpy(dst, src, nbytes);
+	// where the v heads are: the rows after q and k (qkv and the conv's
+	// channels), every row (z, a, b, A_log, dt_bias), or the columns (out_proj)
+	// (a 1-D tensor, A_log or dt_bias, is n_v rows of one value)
+	const size_t row = nd == 1 ? esz : (size_t)ne[0] * esz, rows = nbytes / row;
+	size_t skip = 0;
+	if (xform == X_QKV_VROWS || xform == X_CONV_V)
+		skip = 2 * (size_t)nkd;
+	if (xform == X_VCOLS) {
+		if (ne[0] != nv * d)
+			return ad_err(err, "tensor %s: %lld columns, not %lld v-head values", t->name, (long long)ne[0],
+			              (long long)(nv * d));
+		for (size_t r = 0; r < rows; r++)
+			v_tiled(hp, src + r * row, dst + r * row, (size_t)d * esz, (size_t)d * esz);
+	} else {
+		if (rows <= skip || (rows - skip) % (size_t)nv)
+			return ad_err(err, "tensor %s: %zu rows do not hold %lld v heads", t->name, rows - skip, (long long)nv);
+		size_t block = (rows - skip) / (size_t)nv * row;
+		v_tiled(hp, src + skip * row, dst + skip * row, block, block);
+	}
+	return model_add_tensor(m, name, type, nd, ne, dst, nbytes, err);
+}
+
 // stack experts 0..n_expert-1 of one projection into a 3-D tensor
 static int
-add_experts(struct model *m, struct hf_src *s, int il, int proj, char *err)
+add_experts(struct model *m, struct hf_src *s, const char *prefix, int il, int proj, char *err)
 {
-	static const char *hf[] = { "gate", "up", "down" };
+	static const char *hf[] = { "gate", "up", "down" }, *lfm[] = { "w1", "w3", "w2" };
 	int64_t n_exp = m->hp.n_expert;
-	char name[160];
+	char name[200];
 	const struct st_tensor *first = NULL;
 	char *buf = NULL;
 	for (int64_t e = 0; e < n_exp; e++) {
-		snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%lld.%s_proj.weight", il,
-		         (long long)e, hf[proj]);
+		if (names_arch(m->arch) == MODEL_ARCH_LFM2)
+			snprintf(name, sizeof name, "%smodel.layers.%d.feed_forward.experts.%lld.%s.weight", prefix, il,
+			         (long long)e, lfm[proj]);
+		else
+			snprintf(name, sizeof name, "%smodel.layers.%d.mlp.experts.%lld.%s_proj.weight", prefix, il,
+			         (long long)e, hf[proj]);
 		const struct st_tensor *t = st_set_find(&s->set, name);
 		if (!t)
 			return ad_err(err, "missing tensor %s (num_experts is %lld)", name, (long long)n_exp);
@@ -656,7 +1017,8 @@ add_tensors(struct model *m, struct hf_src *s, int tied, char *err)
 				continue;
 			}
 			if (ie >= 0) {
-				if ((m->arch != MODEL_ARCH_QWEN2MOE && m->arch != MODEL_ARCH_QWEN3MOE) ||
+				if ((m->arch != MODEL_ARCH_QWEN2MOE && m->arch != MODEL_ARCH_QWEN3MOE &&
+				     m->arch != MODEL_ARCH_LFM2MOE) ||
 				    ie >= m->hp.n_expert) {
 					ad_err(err, "tensor %s: expert %d but num_experts is %lld", t->name, ie,
 					       (long long)m->hp.n_expert);
@@ -673,10 +1035,18 @@ add_tensors(struct model *m, struct hf_src *s, int tied, char *err)
 			uint32_t nd = 0;
 			if (to_ne(t, ne, &nd, err))
 				goto out;
-			if (xform == X_SQUEEZE && nd == 2 && ne[1] == 1)
-				nd = 1;
+			if (xform == X_SQUEEZE || xform == X_CONV_V) { // drop the unit dimensions
+				uint32_t k = 0;
+				for (uint32_t d = 0; d < nd; d++)
+					if (ne[d] != 1)
+						ne[k++] = ne[d];
+				nd = k ? k : 1;
+			}
 			if (xform == X_PLUS_ONE) {
 				if (add_plus_one(m, s, name, t, ne, nd, err))
+					goto out;
+			} else if (xform > X_SQUEEZE) {
+				if (add_v_tiled(m, s, name, t, ne, nd, xform, err))
 					goto out;
 			} else if (model_add_tensor(m, name, t->type, nd, ne, t->data, t->nbytes, err)) {
 				goto out;
@@ -685,7 +1055,7 @@ add_tensors(struct model *m, struct hf_src *s, int tied, char *err)
 	}
 	for (int il = 0; il < nl; il++)
 		for (int p = 0; p < 3; p++)
-			if (has_exp[il * 3 + p] && add_experts(m, s, il, p, err))
+			if (has_exp[il * 3 + p] && add_experts(m, s, "", il, p, err))
 				goto out;
 	if (ignored)
 		ad_info("%s: %lld tensors not used by %s (first: %s)", m->path, (long long)ignored,
@@ -731,7 +1101,8 @@ model_load_hf(struct model *m, const char *dir, char *err)
 	int tied = 0;
 	const cJSON *c = cJSON_IsObject(jget(cfg, "text_config")) ? jget(cfg, "text_config") : cfg;
 	if (read_config(m, cfg, &tied, err) || st_set_open(&s->set, dir, err) ||
-	    add_llama3_rope_freqs(m, s, c, err) || add_rope_factors(m, s, c, err) || add_tensors(m, s, tied, err) ||
+	    add_llama3_rope_freqs(m, s, c, err) || add_rope_factors(m, s, c, err) ||
+	    add_gemma4_rope_freqs(m, s, c, err) || add_tensors(m, s, tied, err) ||
 	    model_finish(m, err)) {
 		ad_err_prefix(err, "%s", dir);
 		cJSON_Delete(cfg);

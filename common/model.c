@@ -33,6 +33,7 @@ static const struct arch_info arch_table[MODEL_ARCH_COUNT] = {
 	[MODEL_ARCH_LFM2] = {"lfm2", MODEL_ROPE_NEOX, 1e-5f},
 	[MODEL_ARCH_LFM2MOE] = {"lfm2moe", MODEL_ROPE_NEOX, 1e-5f},
 	[MODEL_ARCH_GEMMA4] = {"gemma4", MODEL_ROPE_NEOX, 1e-6f},
+	[MODEL_ARCH_QWEN35] = {"qwen35", MODEL_ROPE_NEOX, 1e-6f},
 };
 
 const char *
@@ -118,6 +119,7 @@ model_free(struct model *m)
 	free(m->layer_kv_heads);
 	free(m->layer_n_ff);
 	free(m->layer_swa);
+	free(m->layer_recr);
 	if (m->src_free)
 		m->src_free(m->src);
 	gguf_close(m->gguf);
@@ -183,6 +185,8 @@ model_kv_bytes_per_pos(const struct model *m)
 		const struct model_layer *L = m->layers ? &m->layers[il] : NULL;
 		if (L && L->conv)
 			n += (size_t)hp->n_embd;
+		else if (L && L->recur) // a recurrent state instead (model_state_floats)
+			continue;
 		else if (L && L->kv_src != il) // gemma4: reads an earlier layer's
 			continue;
 		else if (L)
@@ -191,6 +195,18 @@ model_kv_bytes_per_pos(const struct model *m)
 			n += (size_t)hp->n_head_kv * (size_t)(hp->head_dim + hp->head_dim_v);
 	}
 	return n * sizeof(float);
+}
+
+size_t
+model_state_floats(const struct model *m)
+{
+	const struct model_hparams *hp = &m->hp;
+	size_t n = 0;
+	const size_t d = (size_t)hp->ssm_d_state, ch = (size_t)(2 * hp->ssm_n_group + hp->ssm_dt_rank) * d;
+	for (int64_t il = 0; m->layers && il < hp->n_layer; il++)
+		if (m->layers[il].recur)
+			n += (size_t)(hp->n_conv - 1) * ch + (size_t)hp->ssm_dt_rank * d * d;
+	return n;
 }
 
 const struct model_tensor *
@@ -202,6 +218,35 @@ model_rope_factors(const struct model *m, int64_t n_ctx)
 		return NULL;
 	const struct model_tensor *t = n_ctx > m->hp.n_ctx_orig ? &m->rope_long : &m->rope_short;
 	return t->name ? t : NULL;
+}
+
+void
+model_describe_rope(const struct model *m, char *buf, size_t cap)
+{
+	const struct model_hparams *hp = &m->hp;
+	size_t n = 0;
+#define ADD(...)                                                          \
+	do {                                                              \
+		if (n < cap)                                              \
+			n += (size_t)snprintf(buf + n, cap - n, __VA_ARGS__); \
+	} while (0)
+	ADD("%s, %lld dims, base %g", model_rope_name(hp->rope), (long long)hp->n_rot, (double)hp->rope_base);
+	if (hp->rope_scaling == MODEL_ROPE_SCALING_YARN)
+		ADD(", yarn x%g from an original context of %lld (beta fast %g, slow %g, ext %g)", 1.0 / hp->rope_freq_scale,
+		    (long long)hp->n_ctx_orig, (double)hp->yarn_beta_fast, (double)hp->yarn_beta_slow,
+		    (double)hp->yarn_ext_factor);
+	else if (hp->rope_freq_scale != 1.0f)
+		ADD(", linear scale x%g", 1.0 / hp->rope_freq_scale);
+	if (hp->rope_scaling == MODEL_ROPE_SCALING_LONGROPE)
+		ADD(", longrope (original context %lld: %s factors up to it, %s beyond)", (long long)hp->n_ctx_orig,
+		    m->rope_short.name ? "short" : "no", m->rope_long.name ? "long" : "none");
+	if (hp->rope_attn_factor != 1.0f)
+		ADD(", cos/sin x%g", (double)hp->rope_attn_factor);
+	if (m->rope_freqs.name)
+		ADD(", per-pair frequency factors");
+#undef ADD
+	if (cap)
+		buf[n < cap ? n : cap - 1] = 0;
 }
 
 // ggml_rope_yarn_corr_dim: the pair index whose wavelength fits n_rot_b
@@ -341,7 +386,30 @@ bind_layer(struct model *m, int il, char *err)
 	L->conv = 0;
 	if (is_lfm2(a))
 		L->conv = m->layer_kv_heads ? m->layer_kv_heads[il] == 0 : has_tensor_l(m, il, "shortconv.in_proj.weight");
-	if (L->conv) {
+	// qwen35: a gated delta-net block unless the layer attends (every
+	// full_attn_interval-th, or as attention.recurrent_layers says)
+	L->recur = 0;
+	L->attn_gate = a == MODEL_ARCH_QWEN35;
+	if (a == MODEL_ARCH_QWEN35)
+		L->recur = m->layer_recr ? m->layer_recr[il] != 0 : (il + 1) % hp->full_attn_interval != 0;
+	if (L->recur) {
+		const int64_t d = hp->ssm_d_state, nkd = hp->ssm_n_group * d, nvd = hp->ssm_dt_rank * d;
+		const int64_t nvh = hp->ssm_dt_rank;
+		L->attn_gate = 0;
+		if (bindl(m, &L->dn_qkv, REQ, il, "attn_qkv.weight", E, 2 * nkd + nvd, 0, err) ||
+		    bindl(m, &L->dn_z, REQ, il, "attn_gate.weight", E, nvd, 0, err) ||
+		    bindl(m, &L->dn_conv, REQ, il, "ssm_conv1d.weight", hp->n_conv, 2 * nkd + nvd, 0, err) ||
+		    bindl(m, &L->dn_dt, REQ, il, "ssm_dt.bias", nvh, 0, 0, err) ||
+		    bindl(m, &L->dn_a, REQ, il, "ssm_a", nvh, 0, 0, err) ||
+		    bindl(m, &L->dn_beta, REQ, il, "ssm_beta.weight", E, nvh, 0, err) ||
+		    bindl(m, &L->dn_alpha, REQ, il, "ssm_alpha.weight", E, nvh, 0, err) ||
+		    bindl(m, &L->dn_norm, REQ, il, "ssm_norm.weight", d, 0, 0, err) ||
+		    bindl(m, &L->dn_out, REQ, il, "ssm_out.weight", nvd, E, 0, err))
+			return -1;
+		if (has_tensor_l(m, il, "attn_q.weight"))
+			return ad_err(err, "blk.%d is a gated delta-net block (full_attention_interval %lld), but it has attn_q",
+			              il, (long long)hp->full_attn_interval);
+	} else if (L->conv) {
 		if (bindl(m, &L->conv_in, REQ, il, "shortconv.in_proj.weight", E, 3 * E, 0, err) ||
 		    bindl(m, &L->conv_w, REQ, il, "shortconv.conv.weight", hp->n_conv, E, 0, err) ||
 		    bindl(m, &L->conv_out, REQ, il, "shortconv.out_proj.weight", E, E, 0, err))
@@ -359,7 +427,8 @@ bind_layer(struct model *m, int il, char *err)
 			return ad_err(err, "blk.%d has attn_k, but shared_kv_layers says it reads blk.%d's K/V", il,
 			              L->kv_src);
 	} else {
-		if (bindl(m, &L->wq, REQ, il, "attn_q.weight", E, nq, 0, err) ||
+		// qwen35: per head its q rows, then as many gate rows
+		if (bindl(m, &L->wq, REQ, il, "attn_q.weight", E, L->attn_gate ? 2 * nq : nq, 0, err) ||
 		    bindl(m, &L->wk, REQ, il, "attn_k.weight", E, nk, 0, err) ||
 		    bindl(m, &L->wv, REQ, il, "attn_v.weight", E, nv, 0, err))
 			return -1;
@@ -369,13 +438,16 @@ bind_layer(struct model *m, int il, char *err)
 		    bindl(m, &L->bv, bias, il, "attn_v.bias", nv, 0, 0, err))
 			return -1;
 	}
-	if (!L->conv && (bindl(m, &L->wo, REQ, il, "attn_output.weight", no, E, 0, err) ||
+	if (L->recur) {
+		// no attention tensors
+	} else if (!L->conv && (bindl(m, &L->wo, REQ, il, "attn_output.weight", no, E, 0, err) ||
 	                 bindl(m, &L->bo, OPT, il, "attn_output.bias", E, 0, 0, err)))
 		return -1;
 
 	int qk_norm = (a == MODEL_ARCH_QWEN3 || a == MODEL_ARCH_QWEN3MOE || a == MODEL_ARCH_GEMMA3 ||
-	               a == MODEL_ARCH_HUNYUAN_DENSE || is_lfm2(a) || a == MODEL_ARCH_GEMMA4) ? REQ : OPT;
-	if (!L->conv && (bindl(m, &L->q_norm, qk_norm, il, "attn_q_norm.weight", hd, 0, 0, err) ||
+	               a == MODEL_ARCH_HUNYUAN_DENSE || is_lfm2(a) || a == MODEL_ARCH_GEMMA4 ||
+	               a == MODEL_ARCH_QWEN35) ? REQ : OPT;
+	if (!L->conv && !L->recur && (bindl(m, &L->q_norm, qk_norm, il, "attn_q_norm.weight", hd, 0, 0, err) ||
 	                 bindl(m, &L->k_norm, own_kv ? qk_norm : OPT, il, "attn_k_norm.weight", hd, 0, 0, err)))
 		return -1;
 
@@ -394,7 +466,9 @@ bind_layer(struct model *m, int il, char *err)
 		    bindl(m, &L->post_ffw_norm, REQ, il, "post_ffw_norm.weight", E, 0, 0, err))
 			return -1;
 	}
-	if (bindl(m, &L->ffn_norm, REQ, il, "ffn_norm.weight", E, 0, 0, err))
+	// qwen35 names its pre-FFN norm post_attention_norm
+	if (bindl(m, &L->ffn_norm, REQ, il, a == MODEL_ARCH_QWEN35 ? "post_attention_norm.weight" : "ffn_norm.weight",
+	          E, 0, 0, err))
 		return -1;
 
 	// feed-forward (lfm2moe: dense in the leading blocks)
@@ -552,6 +626,26 @@ model_finish(struct model *m, char *err)
 		hp->expert_weights_norm = 1; // llama.cpp always renormalises the chosen experts' weights
 	if (is_lfm2(a) && hp->n_conv <= 0)
 		hp->n_conv = 3;
+	if (a == MODEL_ARCH_QWEN35) {
+		if (hp->n_conv <= 0)
+			hp->n_conv = 4;
+		if (hp->full_attn_interval <= 0)
+			hp->full_attn_interval = 4;
+		const int64_t d = hp->ssm_d_state, nk = hp->ssm_n_group, nv = hp->ssm_dt_rank;
+		if (d <= 0 || nk <= 0 || nv <= 0 || nv % nk != 0 || d > 4096 || nv > 4096)
+			return ad_err(err, "ssm.state_size %lld, ssm.group_count %lld, ssm.time_step_rank %lld: positive, "
+			              "and the v heads a multiple of the q/k heads", (long long)d, (long long)nk, (long long)nv);
+		if (hp->ssm_d_inner <= 0)
+			hp->ssm_d_inner = nv * d;
+		if (hp->ssm_d_inner != nv * d)
+			return ad_err(err, "ssm.inner_size %lld is not ssm.time_step_rank %lld x ssm.state_size %lld",
+			              (long long)hp->ssm_d_inner, (long long)nv, (long long)d);
+		if (hp->n_conv < 2)
+			return ad_err(err, "ssm.conv_kernel %lld: at least 2 taps", (long long)hp->n_conv);
+	} else {
+		hp->ssm_d_state = hp->ssm_n_group = hp->ssm_dt_rank = hp->ssm_d_inner = 0;
+		hp->full_attn_interval = 0;
+	}
 	if (hp->n_conv > 16)
 		return ad_err(err, "shortconv.l_cache %lld: at most 16 taps are supported", (long long)hp->n_conv);
 	if (a == MODEL_ARCH_LFM2MOE && hp->expert_gating == 0)
@@ -752,6 +846,32 @@ gemma4_layers(struct model *m, const struct gguf *g, char *err)
 	return 0;
 }
 
+// qwen35's attention.recurrent_layers: one bool (or integer) per block,
+// true for a delta-net block; without it full_attention_interval decides
+static int
+qwen35_layers(struct model *m, const struct gguf *g, char *err)
+{
+	char key[128];
+	struct gguf_arr arr;
+	snprintf(key, sizeof key, "%s.attention.recurrent_layers", m->arch_name);
+	if (gguf_find_key(g, key) < 0)
+		return 0;
+	if (gguf_get_arr(g, key, &arr) != 0 || arr.n != (uint64_t)m->hp.n_layer || m->hp.n_layer <= 0)
+		return ad_err(err, "key %s: one value per block (%lld) expected", key, (long long)m->hp.n_layer);
+	free(m->layer_recr);
+	if (!(m->layer_recr = calloc((size_t)arr.n, 1)))
+		return ad_err(err, "out of memory");
+	for (uint64_t i = 0; i < arr.n; i++) {
+		int64_t v;
+		if (arr.type == GGUF_TYPE_BOOL)
+			v = arr.data[i] != 0;
+		else if (gguf_arr_i64(&arr, i, &v) != 0)
+			return ad_err(err, "key %s: element %llu is not a bool or an integer", key, (unsigned long long)i);
+		m->layer_recr[i] = v != 0;
+	}
+	return 0;
+}
+
 static int
 read_hparams(struct model *m, const struct gguf *g, char *err)
 {
@@ -783,7 +903,14 @@ read_hparams(struct model *m, const struct gguf *g, char *err)
 	    kv_int(g, an, "expert_used_count", &hp->n_expert_used, err) ||
 	    kv_int(g, an, "expert_feed_forward_length", &hp->n_ff_exp, err) ||
 	    kv_int(g, an, "expert_shared_feed_forward_length", &hp->n_ff_shexp, err) ||
-	    kv_int(g, an, "pooling_type", &hp->pooling, err))
+	    kv_int(g, an, "pooling_type", &hp->pooling, err) ||
+	    (m->arch == MODEL_ARCH_QWEN35 &&
+	     (kv_int(g, an, "ssm.conv_kernel", &hp->n_conv, err) ||
+	      kv_int(g, an, "ssm.state_size", &hp->ssm_d_state, err) ||
+	      kv_int(g, an, "ssm.group_count", &hp->ssm_n_group, err) ||
+	      kv_int(g, an, "ssm.time_step_rank", &hp->ssm_dt_rank, err) ||
+	      kv_int(g, an, "ssm.inner_size", &hp->ssm_d_inner, err) ||
+	      kv_int(g, an, "full_attention_interval", &hp->full_attn_interval, err))))
 		return -1;
 	if (kv_float(g, an, "attention.layer_norm_rms_epsilon", &hp->rms_eps, err) ||
 	    kv_float(g, an, "rope.freq_base", &hp->rope_base, err) ||
@@ -800,6 +927,8 @@ read_hparams(struct model *m, const struct gguf *g, char *err)
 	if (is_lfm2(m->arch) && lfm2_kv_heads(m, g, err))
 		return -1;
 	if (m->arch == MODEL_ARCH_GEMMA4 && gemma4_layers(m, g, err))
+		return -1;
+	if (m->arch == MODEL_ARCH_QWEN35 && qwen35_layers(m, g, err))
 		return -1;
 
 	// gemma2 writes the soft-caps; gemma3 files may carry them but do not use

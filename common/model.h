@@ -44,6 +44,7 @@ enum model_arch {
 	MODEL_ARCH_LFM2,      // ShortConv blocks (gated 3-tap causal conv) and attention blocks
 	MODEL_ARCH_LFM2MOE,   // lfm2 with sigmoid-routed experts after the leading dense blocks
 	MODEL_ARCH_GEMMA4,    // per-layer head sizes and FFN widths, shared K/V, per-layer inputs
+	MODEL_ARCH_QWEN35,    // gated delta-net blocks (a recurrent state) and gated attention blocks
 	MODEL_ARCH_COUNT,
 };
 
@@ -120,6 +121,12 @@ struct model_hparams {
 	int64_t head_dim_swa, head_dim_v_swa, n_rot_swa; // on sliding layers
 	int64_t n_kv_shared;    // the last n layers read an earlier layer's K/V (shared_kv_layers)
 	int64_t n_embd_pl;      // per-layer input size (embedding_length_per_layer_input); 0: none
+	// qwen35's gated delta-net blocks (the ssm.* keys): q, k and v heads of
+	// ssm_d_state values, ssm_n_group q/k heads, ssm_dt_rank v heads (v head
+	// j reads q/k head j mod ssm_n_group), ssm_d_inner = ssm_dt_rank *
+	// ssm_d_state; the causal conv has n_conv taps (ssm.conv_kernel)
+	int64_t ssm_d_state, ssm_n_group, ssm_dt_rank, ssm_d_inner;
+	int64_t full_attn_interval; // qwen35: layer i attends when (i+1) % interval == 0; 0: 4
 	int64_t bos_id, eos_id; // -1 when unknown
 	int64_t pooling;        // GGUF pooling_type: 0 none given, 1 mean, 2 cls, 3 last
 };
@@ -144,6 +151,16 @@ struct model_layer {
 	struct model_tensor conv_in;  // shortconv.in_proj [n_embd, 3 n_embd]: rows B, C, X
 	struct model_tensor conv_w;   // shortconv.conv [n_conv, n_embd]: taps, the last one the current token
 	struct model_tensor conv_out; // shortconv.out_proj [n_embd, n_embd]
+	// qwen35 gated delta-net block (in place of attention)
+	struct model_tensor dn_qkv;   // attn_qkv [n_embd, 2 n_k d + n_v d]: rows q, k, v (the conv's channels)
+	struct model_tensor dn_z;     // attn_gate [n_embd, n_v d]: the output gate
+	struct model_tensor dn_conv;  // ssm_conv1d [n_conv, channels]: taps, the last one the current token
+	struct model_tensor dn_dt;    // ssm_dt.bias [n_v]
+	struct model_tensor dn_a;     // ssm_a [n_v]: -exp(A_log)
+	struct model_tensor dn_beta;  // ssm_beta [n_embd, n_v]
+	struct model_tensor dn_alpha; // ssm_alpha [n_embd, n_v]
+	struct model_tensor dn_norm;  // ssm_norm [d]: the per-head norm of the output
+	struct model_tensor dn_out;   // ssm_out [n_v d, n_embd]
 	// gemma4
 	struct model_tensor out_scale;  // layer_output_scale [1]
 	struct model_tensor pl_gate;    // inp_gate [n_embd, n_embd_pl]
@@ -152,6 +169,8 @@ struct model_layer {
 
 	// derived per layer by model_finish
 	int conv;             // a ShortConv block: no attention, no KV cache (its B*X history instead)
+	int recur;            // a gated delta-net block: no attention, no KV cache (a recurrent state instead)
+	int attn_gate;        // qwen35 attention: wq gives per head q then a gate, attn *= sigmoid(gate)
 	int64_t head_dim, head_dim_v, n_rot, n_ff; // this layer's (= hp's but on gemma4)
 	int kv_src;           // the layer whose K/V this one attends over (itself but for gemma4's shared)
 	int rope_factors;     // the model's rope_freqs / longrope factors apply (gemma4: full layers only)
@@ -179,6 +198,7 @@ struct model {
 	int64_t *layer_kv_heads;    // lfm2's per-layer head_count_kv (0: ShortConv), NULL when one value
 	int64_t *layer_n_ff;        // gemma4's per-layer feed_forward_length, NULL when one value
 	int8_t *layer_swa;          // gemma4's sliding_window_pattern (1: sliding), NULL when absent
+	int8_t *layer_recr;         // qwen35's attention.recurrent_layers (1: delta-net), NULL when absent
 	struct model_tensor pl_tok_embd;   // gemma4 per_layer_token_embd [n_layer * n_embd_pl, n_vocab]
 	struct model_tensor pl_model_proj; // per_layer_model_proj [n_embd, n_layer * n_embd_pl]
 	struct model_tensor pl_proj_norm;  // per_layer_proj_norm [n_embd_pl]
@@ -221,6 +241,9 @@ int model_finish(struct model *m, char *err);
 // the names of every architecture in the table, ", "-separated
 const char *model_arch_list(void);
 const char *model_rope_scaling_name(enum model_rope_scaling s);
+// the RoPE convention in one line ("neox (halves), 16 dims, base 1e+07,
+// yarn x4 ..."), as `info` and `check` print it
+void model_describe_rope(const struct model *m, char *buf, size_t cap);
 // the per-pair frequency divisors an engine with a context of n_ctx
 // positions uses: rope_freqs, else longrope's long factors when n_ctx is
 // beyond the original context and the short ones otherwise (llama.cpp's
@@ -235,7 +258,12 @@ void model_rope_angles(const struct model_hparams *hp, float base, float freq_sc
 // number of values in a tensor (product of ne)
 int64_t model_tensor_nelem(const struct model_tensor *t);
 // bytes of the KV cache per position in fp32, all layers (a ShortConv
-// layer holds its n_embd B*X values per position instead)
+// layer holds its n_embd B*X values per position instead, a delta-net
+// layer nothing)
 size_t model_kv_bytes_per_pos(const struct model *m);
+// the recurrent state of a sequence in fp32 values, all layers (qwen35's
+// delta-net blocks: the conv's last n_conv - 1 inputs and the n_v d x d
+// state of each); 0 for a model without recurrent layers
+size_t model_state_floats(const struct model *m);
 
 #endif

@@ -18,6 +18,10 @@
 #include "model.h"
 #include "plan.h"
 #include "prefix-cache.h"
+#ifdef ANEDVD_ANE
+#include "backend-ane.h"
+#include "build.h"
+#endif
 #include "ref.h"
 #include "scheduler.h"
 #include "wtype.h"
@@ -721,6 +725,45 @@ out:
 
 // --- anedvd info -----------------------------------------------------------------
 
+#ifdef ANEDVD_ANE
+// the ane backend's state: the private framework and its classes, whether
+// a program compiles and runs (a 64 x 64 probe projection), the budget
+static void
+ane_info(void)
+{
+	char err[AD_ERRLEN];
+	printf("        %s\n", ane_dev_describe());
+	if (ane_dev_init(err)) {
+		printf("        reachable: no (%s)\n", err);
+	} else {
+		struct ane_build_opts bo = {.backend = "ane"};
+		struct ane_builder *b = ane_builder_new(&bo, err);
+		struct ane_kernel k;
+		memset(&k, 0, sizeof k);
+		struct timespec t0, t1;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		int ok = b && ane_build_probe(b, 64, 1, 1234, &k, err) == 0;
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		if (ok) {
+			void *in = calloc(1, ane_kernel_input_capacity(&k)), *out = calloc(1, ane_kernel_output_capacity(&k));
+			ok = in && out && ane_eval(&k, in, out, 1, err) == 0;
+			free(in);
+			free(out);
+		}
+		double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+		if (ok)
+			printf("        reachable: yes (a 64 x 64 probe compiled and loaded in %.1f ms and ran)\n", ms);
+		else
+			printf("        reachable: no (%s)\n", err);
+		ane_kernel_free(&k);
+		ane_builder_free(b);
+	}
+	printf("        compile budget: %d programs per process (the ane-worker warns at %d; the kernel cache\n"
+	       "        loads compiled programs without spending it)\n",
+	       ANE_COMPILE_BUDGET, ANE_COMPILE_WARN);
+}
+#endif
+
 static void
 info_usage(void)
 {
@@ -768,6 +811,7 @@ cmd_info(int argc, char **argv)
 	       emu_i8_isa() == 2 ? "AVX-512" : emu_i8_isa() ? "AVX2/FMA" : "plain C");
 #ifdef ANEDVD_ANE
 	printf("  ane   Apple Neural Engine: built in (anedvd-ane-worker --backend ane)\n");
+	ane_info();
 #else
 	printf("  ane   Apple Neural Engine: not in this build (macOS on Apple silicon, -DANEDVD_ANE=ON)\n");
 #endif
@@ -808,6 +852,29 @@ cmd_info(int argc, char **argv)
 				printf("%s%d", any++ ? "," : " ", il);
 		printf("\n");
 	}
+	int n_recur = 0;
+	for (int il = 0; il < hp->n_layer; il++)
+		n_recur += m.layers[il].recur;
+	if (n_recur) {
+		// qwen35: which blocks are gated delta-nets, which attend
+		printf("  gated delta-net blocks     %d of %lld:", n_recur, (long long)hp->n_layer);
+		for (int il = 0, any = 0; il < hp->n_layer; il++)
+			if (m.layers[il].recur)
+				printf("%s%d", any++ ? "," : " ", il);
+		printf("; attention on");
+		for (int il = 0, any = 0; il < hp->n_layer; il++)
+			if (!m.layers[il].recur)
+				printf("%s%d", any++ ? "," : " ", il);
+		printf("\n");
+		printf("  delta-net shape            heads of %lld: %lld q/k, %lld v (v head j reads q/k head j mod %lld); "
+		       "conv %lld taps over %lld channels\n",
+		       (long long)hp->ssm_d_state, (long long)hp->ssm_n_group, (long long)hp->ssm_dt_rank,
+		       (long long)hp->ssm_n_group, (long long)hp->n_conv,
+		       (long long)((2 * hp->ssm_n_group + hp->ssm_dt_rank) * hp->ssm_d_state));
+		printf("  delta-net on the CPU       the conv, L2 norms, the gated delta rule and its state; "
+		       "the projections are kernels\n");
+		printf("  attention output gate      sigmoid, per head and element (q rows interleaved with gate rows)\n");
+	}
 	if (hp->n_expert) {
 		printf("  experts                    %lld, %lld used, size %lld, shared %lld%s%s\n",
 		       (long long)hp->n_expert, (long long)hp->n_expert_used, (long long)hp->n_ff_exp,
@@ -844,22 +911,9 @@ cmd_info(int argc, char **argv)
 	}
 	printf("  training context           %lld\n", (long long)hp->n_ctx_train);
 	printf("  rms eps                    %g\n", (double)hp->rms_eps);
-	printf("  RoPE                       %s, %lld dims, base %g", model_rope_name(hp->rope),
-	       (long long)hp->n_rot, (double)hp->rope_base);
-	if (hp->rope_scaling == MODEL_ROPE_SCALING_YARN)
-		printf(", yarn x%g from an original context of %lld (beta fast %g, slow %g, ext %g)",
-		       1.0 / hp->rope_freq_scale, (long long)hp->n_ctx_orig, (double)hp->yarn_beta_fast,
-		       (double)hp->yarn_beta_slow, (double)hp->yarn_ext_factor);
-	else if (hp->rope_freq_scale != 1.0f)
-		printf(", linear scale x%g", 1.0 / hp->rope_freq_scale);
-	if (hp->rope_scaling == MODEL_ROPE_SCALING_LONGROPE)
-		printf(", longrope (original context %lld: %s factors up to it, %s beyond)", (long long)hp->n_ctx_orig,
-		       m.rope_short.name ? "short" : "no", m.rope_long.name ? "long" : "none");
-	if (hp->rope_attn_factor != 1.0f)
-		printf(", cos/sin x%g", (double)hp->rope_attn_factor);
-	if (m.rope_freqs.name)
-		printf(", per-pair frequency factors");
-	printf("\n");
+	char rope_line[512];
+	model_describe_rope(&m, rope_line, sizeof rope_line);
+	printf("  RoPE                       %s\n", rope_line);
 	if (m.layers[hp->n_layer - 1].q_norm.name || m.layers[hp->n_layer - 1].k_norm.name)
 		printf("  q/k norms                  per head, %s RoPE\n", hp->qk_norm_post_rope ? "after" : "before");
 	if (hp->sliding_window > 0) {
@@ -904,12 +958,17 @@ cmd_info(int argc, char **argv)
 	print_bytes("fp32 reference weights", (double)m.n_params * 4.0);
 	print_bytes(n_conv ? "fp32 KV + conv state / 1k" : "fp32 KV cache / 1k tokens",
 	            (double)model_kv_bytes_per_pos(&m) * 1024.0);
+	if (n_recur) {
+		print_bytes("recurrent state / sequence", (double)model_state_floats(&m) * 4.0);
+		printf("  recurrent state copies     every %d positions, the last 6 per sequence (to go back to)\n",
+		       SCHED_CACHE_BLOCK);
+	}
 	{
 		// what `serve` gives the prefix cache by default: the fp16 KV of 4
 		// full contexts of 2048 positions (or the training context when
 		// shorter), with --parallel up to 4
 		int64_t ctx = hp->n_ctx_train > 1 && hp->n_ctx_train < 2048 ? hp->n_ctx_train : 2048;
-		double b = (double)pcache_default_mem(model_kv_bytes_per_pos(&m) / 2, (int)ctx, 4);
+		double b = (double)pcache_default_mem(model_kv_bytes_per_pos(&m) / 2, model_state_floats(&m) * 4, (int)ctx, 4);
 		char what[64];
 		snprintf(what, sizeof what, "prefix cache (%lld ctx)", (long long)ctx);
 		print_bytes(what, b);
@@ -938,7 +997,7 @@ cmd_info(int argc, char **argv)
 		int seen[4] = {0}, kinds = 0;
 		for (int il = 0; il < hp->n_layer; il++) {
 			const struct model_layer *ml = &m.layers[il];
-			int kind = (ml->conv ? 1 : 0) | (ml->gate_inp.name ? 2 : 0);
+			int kind = (ml->conv || ml->recur ? 1 : 0) | (ml->gate_inp.name ? 2 : 0);
 			if (seen[kind]++)
 				continue;
 			int n0 = 0;
@@ -950,12 +1009,17 @@ cmd_info(int argc, char **argv)
 						kn = "in_proj";
 					else if (ml->conv && p.k[i].kind == ANE_K_O)
 						kn = "out_proj";
+					else if (ml->recur && p.k[i].kind == ANE_K_QKV)
+						kn = "qkv|z|beta|alpha";
+					else if (ml->recur && p.k[i].kind == ANE_K_O)
+						kn = "ssm_out";
 					printf("%s%s", n0 ? " + " : "", kn);
 					n0++;
 				}
 			printf(" (%d)", n0);
-			if (kind != 0 || seen[1] || seen[2] || seen[3] || n_conv || hp->n_dense_lead)
-				printf(" on %s%s layers (first: %d)", ml->conv ? "ShortConv" : "attention",
+			if (kind != 0 || seen[1] || seen[2] || seen[3] || n_conv || n_recur || hp->n_dense_lead)
+				printf(" on %s%s layers (first: %d)",
+				       ml->conv ? "ShortConv" : ml->recur ? "delta-net" : "attention",
 				       ml->gate_inp.name ? " MoE" : "", il);
 			printf("\n");
 		}

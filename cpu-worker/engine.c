@@ -32,6 +32,7 @@
 #endif
 
 #include "attention.h"
+#include "deltanet.h"
 #include "dequant.h"
 #include "fp16.h"
 #include "layout.h"
@@ -57,6 +58,12 @@ struct eng_layer {
 	int qkv, o, ffn, gate_up, down, shexp; // kernel ids, -1 when absent
 	const float *conv_w; // lfm2 ShortConv taps [n_embd][n_conv] (qkv/o are in_proj/out_proj)
 	int conv;
+	// qwen35: a gated delta-net block (qkv gives [q k v channels; z; beta;
+	// alpha], o is ssm_out; its state at st_off of a sequence's state), or
+	// attention whose q rows are per head q then an output gate (qw = 2 nq)
+	int recur, attn_gate, qw;
+	struct dn_layer dn;
+	size_t st_off;
 	// the layer's shapes (gemma4's differ per layer; a shared layer has nk =
 	// nv = 0 in its QKV and attends over its kv_src's cache at kv_off)
 	int hd, hdv, n_rot, nq, nk, nv, nqv, nqkv, ff, own_kv, kv_nk;
@@ -91,6 +98,10 @@ struct engine {
 	float *pl_row;                             // [LP]: a token's per_layer_token_embd row
 	float *ones;                               // [head_dim]: gemma4's unweighted V norm
 	int gemma4;
+	float *gate;     // [width][nq]: qwen35's attention output gates
+	size_t st_floats; // a sequence's recurrent state (every delta-net layer), 0: none
+	int st_every, st_keep; // its kept copies: at positions that are multiples of st_every, the last st_keep
+	float *dn_scratch;
 	struct eng_layer *layers;
 	// fused calls (see "one call per layer" below): the residual stream in
 	// three rows of the backend's host memory, hx[hcur] the current one
@@ -150,6 +161,12 @@ struct engine_seq {
 	int32_t *tokens;
 	int len;
 	int pending; // columns in the current call
+	// a recurrent model's state: st[cur] after position st_len (= len when
+	// usable), st[cur ^ 1] the one a call writes (the call's commit flips
+	// cur); ck[i] the state after position ck_pos[i] (-1: none), kept
+	// every st_every positions so that truncating has somewhere to go
+	float *st[2], *ck;
+	int cur, st_len, *ck_pos;
 	struct engine_timings t;
 };
 
@@ -509,6 +526,8 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 		L->rope_base = ml->rope_base;
 		L->rope_freq_scale = ml->rope_freq_scale;
 		L->conv = ml->conv;
+		L->recur = ml->recur;
+		L->attn_gate = ml->attn_gate;
 		L->hd = (int)ml->head_dim;
 		L->hdv = (int)ml->head_dim_v;
 		L->n_rot = (int)ml->n_rot;
@@ -519,9 +538,24 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 		L->kv_nk = (int)hp->n_head_kv * L->hd; // the cache's K row, also for a shared layer
 		L->nk = L->own_kv ? L->kv_nk : 0;
 		L->nv = L->own_kv ? (int)hp->n_head_kv * L->hdv : 0;
-		L->nqkv = L->nq + L->nk + L->nv;
+		L->qw = L->attn_gate ? 2 * L->nq : L->nq;
+		L->nqkv = L->qw + L->nk + L->nv;
 		L->rope_freqs = ml->rope_factors ? e->rope_freqs : NULL;
-		if (L->own_kv || L->conv) {
+		if (L->recur) {
+			const float *cw, *dt, *a, *nw;
+			if (deq(e, &ml->dn_conv, &cw, err) || deq(e, &ml->dn_dt, &dt, err) || deq(e, &ml->dn_a, &a, err) ||
+			    deq(e, &ml->dn_norm, &nw, err))
+				goto fail;
+			const int d = (int)hp->ssm_d_state;
+			L->dn = (struct dn_layer){d, (int)hp->ssm_n_group, (int)hp->ssm_dt_rank, (int)hp->n_conv,
+			                          (int)((2 * hp->ssm_n_group + hp->ssm_dt_rank) * d), hp->rms_eps, cw, dt, a, nw};
+			L->nqkv = L->dn.channels + L->dn.n_v * d + 2 * L->dn.n_v;
+			L->nqv = L->dn.n_v * d;
+			L->own_kv = 0;
+			L->nk = L->nv = L->kv_nk = 0;
+			L->st_off = e->st_floats;
+			e->st_floats += dn_state_floats(&L->dn);
+		} else if (L->own_kv || L->conv) {
 			L->kv_off = e->seq_kv;
 			e->seq_kv += L->conv ? (size_t)e->max_seq * (size_t)E * e->kv_elem
 			                     : (size_t)e->max_seq * (size_t)(L->nk + L->nv) * e->kv_elem;
@@ -542,6 +576,10 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 		if (kernel(e, KB_QKV, il, E, L->conv ? 3 * E : L->nqkv, 1, &L->qkv, err) ||
 		    kernel(e, KB_O, il, L->conv ? E : L->nqv, E, 1, &L->o, err))
 			goto fail;
+		if (L->nqkv > e->nqkv)
+			e->nqkv = L->nqkv;
+		if (L->nqv > e->nqv)
+			e->nqv = L->nqv;
 		L->ffn = L->gate_up = L->down = L->shexp = -1;
 		if (L->gate_inp) {
 			if (kernel(e, KB_SHEXP, il, E, E, ml->gate_shexp.name != NULL, &L->shexp, err))
@@ -617,8 +655,19 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 	    !(e->batch = eng_alloc(e, w * sizeof(void *), err)) ||
 	    !(e->pl = eng_alloc(e, w * (size_t)(e->LP > 0 ? e->LP : 1) * 4, err)) ||
 	    !(e->pl_row = eng_alloc(e, (size_t)(e->LP > 0 ? e->LP : 1) * 4, err)) ||
-	    !(e->ones = eng_alloc(e, (size_t)(hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v) * 4, err)))
+	    !(e->ones = eng_alloc(e, (size_t)(hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v) * 4, err)) ||
+	    !(e->gate = eng_alloc(e, w * (size_t)e->nq * 4, err)))
 		goto fail;
+	if (e->st_floats) {
+		e->st_every = o && o->state_every > 0 ? o->state_every : 16;
+		e->st_keep = o && o->state_keep > 0 ? o->state_keep : 6;
+		size_t sc = 0;
+		for (int il = 0; il < hp->n_layer; il++)
+			if (e->layers[il].recur && dn_scratch_floats(&e->layers[il].dn) > sc)
+				sc = dn_scratch_floats(&e->layers[il].dn);
+		if (!(e->dn_scratch = eng_alloc(e, sc * 4, err)))
+			goto fail;
+	}
 	for (int64_t i = 0; i < (hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v); i++)
 		e->ones[i] = 1.0f;
 	for (int i = 0; i < threads; i++)
@@ -683,6 +732,20 @@ engine_seq_new(struct engine *e, char *err)
 		engine_seq_free(s);
 		return ad_err(err, "sequence: out of memory (%zu bytes of KV cache)", bytes), NULL;
 	}
+	if (e->st_floats) {
+		const size_t sb = e->st_floats * sizeof(float);
+		s->st[0] = malloc(sb);
+		s->st[1] = malloc(sb);
+		s->ck = malloc(sb * (size_t)e->st_keep);
+		s->ck_pos = malloc((size_t)e->st_keep * sizeof *s->ck_pos);
+		if (!s->st[0] || !s->st[1] || !s->ck || !s->ck_pos) {
+			engine_seq_free(s);
+			return ad_err(err, "sequence: out of memory (%zu bytes of recurrent state)", sb * (2 + (size_t)e->st_keep)),
+			       NULL;
+		}
+		for (int i = 0; i < e->st_keep; i++)
+			s->ck_pos[i] = -1;
+	}
 	return s;
 }
 
@@ -693,20 +756,56 @@ engine_seq_free(struct engine_seq *s)
 		return;
 	free(s->kv);
 	free(s->tokens);
+	free(s->st[0]);
+	free(s->st[1]);
+	free(s->ck);
+	free(s->ck_pos);
 	free(s);
+}
+
+// the kept states beyond position n are of another history from now on
+static void
+drop_states_after(struct engine_seq *s, int n)
+{
+	for (int i = 0; i < s->e->st_keep; i++)
+		if (s->ck_pos[i] > n)
+			s->ck_pos[i] = -1;
 }
 
 void
 engine_seq_reset(struct engine_seq *s)
 {
 	s->len = 0;
+	s->st_len = 0;
+	if (s->e->st_floats)
+		drop_states_after(s, 0);
 }
 
 void
 engine_seq_truncate(struct engine_seq *s, int n)
 {
-	if (n >= 0 && n < s->len)
+	const struct engine *e = s->e;
+	if (n < 0 || n >= s->len)
+		return;
+	if (!e->st_floats) {
 		s->len = n;
+		return;
+	}
+	if (s->st_len == n) { // the state is n's already (rows appended after it go)
+		s->len = n;
+		drop_states_after(s, n);
+		return;
+	}
+	// the latest kept state at or before n, else the start
+	int best = -1;
+	for (int i = 0; i < e->st_keep; i++)
+		if (s->ck_pos[i] > 0 && s->ck_pos[i] <= n && (best < 0 || s->ck_pos[i] > s->ck_pos[best]))
+			best = i;
+	s->len = best >= 0 ? s->ck_pos[best] : 0;
+	if (best >= 0)
+		memcpy(s->st[s->cur], s->ck + (size_t)best * e->st_floats, e->st_floats * sizeof(float));
+	s->st_len = s->len;
+	drop_states_after(s, s->len);
 }
 
 int
@@ -737,6 +836,8 @@ layer_rows(const struct engine *e, int64_t il, size_t *kw, size_t *vw)
 	*kw = *vw = 0;
 	if (L->conv)
 		*kw = (size_t)e->E;
+	else if (L->recur)
+		return;
 	else if (L->own_kv)
 		*kw = (size_t)L->nk, *vw = (size_t)L->nv;
 }
@@ -804,6 +905,51 @@ engine_seq_kv_append(struct engine_seq *s, const int32_t *tokens, int n, const v
 	}
 	memcpy(s->tokens + s->len, tokens, (size_t)n * sizeof *tokens);
 	s->len += n;
+	return 0;
+}
+
+size_t
+engine_state_bytes(const struct engine *e)
+{
+	return e->st_floats * sizeof(float);
+}
+
+int
+engine_state_every(const struct engine *e)
+{
+	return e->st_every;
+}
+
+int
+engine_seq_state_read(const struct engine_seq *s, int pos, void *dst)
+{
+	const struct engine *e = s->e;
+	if (!e->st_floats || pos < 0 || pos > s->len)
+		return -1;
+	const size_t sb = e->st_floats * sizeof(float);
+	if (pos == s->len && s->st_len == s->len) {
+		if (pos == 0)
+			memset(dst, 0, sb);
+		else
+			memcpy(dst, s->st[s->cur], sb);
+		return 0;
+	}
+	for (int i = 0; i < e->st_keep; i++)
+		if (s->ck_pos[i] == pos && pos > 0) {
+			memcpy(dst, s->ck + (size_t)i * e->st_floats, sb);
+			return 0;
+		}
+	return -1;
+}
+
+int
+engine_seq_state_load(struct engine_seq *s, const void *src, char *err)
+{
+	const struct engine *e = s->e;
+	if (!e->st_floats)
+		return ad_err(err, "state load: the model keeps no recurrent state");
+	memcpy(s->st[s->cur], src, e->st_floats * sizeof(float));
+	s->st_len = s->len;
 	return 0;
 }
 
@@ -1083,6 +1229,31 @@ conv_block(struct engine *e, struct fwd *f, const struct eng_layer *L, int n, ch
 static void attn_block(struct engine *e, struct fwd *f, int il, int n);
 static int ffn_half(struct engine *e, struct fwd *f, int il, int n, char *err);
 
+// qwen35's gated delta-net block after its QKV call (e->qkv: every column's
+// q/k/v channels, z, beta and alpha), as ref.c's deltanet: dn_token runs
+// each column in order (a sequence's later columns go on from its earlier
+// ones' state: the first reads the committed state, or none at position 0,
+// and every one writes the call's own), keeping a copy at every
+// st_every-th position; the output, for ssm_out (the O kernel), in e->att
+static void
+dn_mix(struct engine *e, int il, int n)
+{
+	const struct eng_layer *L = &e->layers[il];
+	const int nvd = L->dn.n_v * L->dn.d;
+	for (int c = 0; c < n; c++) {
+		struct engine_seq *s = e->cols[c];
+		const int pos = e->pos[c];
+		const float *mix = e->qkv + (size_t)c * L->nqkv, *z = mix + L->dn.channels, *ba = z + nvd;
+		const float *in = pos == 0 ? NULL : (pos == s->len ? s->st[s->cur] : s->st[s->cur ^ 1]) + L->st_off;
+		float *out = s->st[s->cur ^ 1] + L->st_off;
+		dn_token(&L->dn, mix, z, ba, ba + L->dn.n_v, in, out, e->att + (size_t)c * nvd, e->dn_scratch);
+		if ((pos + 1) % e->st_every == 0) {
+			int slot = (pos + 1) / e->st_every % e->st_keep;
+			memcpy(s->ck + (size_t)slot * e->st_floats + L->st_off, out, dn_state_floats(&L->dn) * sizeof(float));
+		}
+	}
+}
+
 static int
 layer(struct engine *e, struct fwd *f, int il, int n, char *err)
 {
@@ -1096,12 +1267,15 @@ layer(struct engine *e, struct fwd *f, int il, int n, char *err)
 			return -1;
 		return ffn_half(e, f, il, n, err);
 	}
-	// attention
+	// attention, or a gated delta-net
 	for (int c = 0; c < n; c++)
 		ad_rmsnorm(e->xn + (size_t)c * E, e->x + (size_t)c * E, L->attn_norm, E, eps);
 	if (run(e, f, L->qkv, e->xn, E, e->qkv, L->nqkv, n, err))
 		return -1;
-	attn_block(e, f, il, n);
+	if (L->recur)
+		dn_mix(e, il, n);
+	else
+		attn_block(e, f, il, n);
 	if (run(e, f, L->o, e->att, L->nqv, e->proj, E, n, err))
 		return -1;
 	for (int c = 0; c < n; c++) {
@@ -1127,7 +1301,16 @@ attn_block(struct engine *e, struct fwd *f, int il, int n)
 	const int hd = L->hd;
 	const float eps = hp->rms_eps;
 	for (int c = 0; c < n; c++) {
-		float *q = e->qkv + (size_t)c * L->nqkv, *k = q + L->nq, *v = k + L->nk;
+		float *q = e->qkv + (size_t)c * L->nqkv, *k = q + L->qw, *v = k + L->nk;
+		if (L->attn_gate) {
+			// per head hd q rows then hd gate rows: the gates aside, the
+			// q heads packed at the front (attention reads them there)
+			float *g = e->gate + (size_t)c * L->nq;
+			for (int64_t h = 0; h < hp->n_head; h++) {
+				memcpy(g + h * hd, q + (2 * h + 1) * hd, (size_t)hd * sizeof(float));
+				memmove(q + h * hd, q + 2 * h * hd, (size_t)hd * sizeof(float));
+			}
+		}
 		if (L->bq)
 			for (int i = 0; i < L->nq; i++)
 				q[i] += L->bq[i];
@@ -1180,6 +1363,13 @@ attn_block(struct engine *e, struct fwd *f, int il, int n)
 		snprintf(name, sizeof name, "attention L%d", il);
 		trace_event((long)getpid(), 1, name, "attention", t0 / 1000u, (t1 - t0) / 1000u);
 	}
+	if (L->attn_gate) // qwen35: the output gate
+		for (int c = 0; c < n; c++) {
+			float *a = e->att + (size_t)c * L->nqv;
+			const float *g = e->gate + (size_t)c * L->nq;
+			for (int i = 0; i < L->nqv; i++)
+				a[i] *= 1.0f / (1.0f + expf(-g[i]));
+		}
 }
 
 // the FFN half of layer il (after the residual of its attention or its
@@ -1292,7 +1482,9 @@ book(struct engine_timings *t, const struct fwd *f, uint64_t total, int cols, in
 // hx[a] and writes hx[b] and hx[c]), so a call re-posted after an
 // ane-worker restart gives the same result. Models with other CPU work
 // between those kernels (MoE, ShortConv, gemma4's per-layer inputs, a split
-// FFN) keep layer(); ANEDVD_FUSE=0 turns fusing off.
+// FFN) keep layer(); ANEDVD_FUSE=0 turns fusing off. A qwen35 delta-net
+// layer fuses like attention: its CPU part (dn_mix) sits where attention's
+// does, between the QKV and the O kernels.
 
 // a copy of v[0..n) in the backend's host memory (NULL stays NULL)
 static int
@@ -1318,7 +1510,7 @@ fused_setup(struct engine *e, char *err)
 	const int nl = (int)e->hp.n_layer;
 	for (int il = 0; il < nl; il++) {
 		const struct eng_layer *L = &e->layers[il];
-		if (L->conv || L->gate_inp || !L->own_kv || (L->ffn < 0 && (L->gate_up < 0 || L->down < 0)))
+		if (L->conv || L->gate_inp || (!L->own_kv && !L->recur) || (L->ffn < 0 && (L->gate_up < 0 || L->down < 0)))
 			return 0;
 	}
 	const size_t E = (size_t)e->E;
@@ -1415,7 +1607,10 @@ layer_fused(struct engine *e, struct fwd *f, int il, int nl, int n, float *logit
 			return ad_err_prefix(err, "layer 0");
 	}
 	get(e, e->k_out[L->qkv], e->qkv, n, (size_t)L->nqkv);
-	attn_block(e, f, il, n);
+	if (L->recur)
+		dn_mix(e, il, n);
+	else
+		attn_block(e, f, il, n);
 	put(e, e->k_in[L->o], e->att, n, (size_t)L->nqv);
 
 	const int a = e->hcur, b = (a + 1) % 3, c = (a + 2) % 3;
@@ -1522,6 +1717,14 @@ forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens,
 	}
 	if (over >= 0)
 		return ad_err(err, "position %d is beyond the context of %d positions", e->pos[over], e->max_seq);
+	for (int c = 0; c < n && e->st_floats; c++) {
+		struct engine_seq *s = seqs[c];
+		if (s->len > 0 && s->st_len != s->len)
+			return ad_err(err, "column %d: the sequence's recurrent state is that of position %d, not %d "
+			              "(rows appended without their state)", c, s->st_len, s->len);
+		if ((e->pos[c] + 1) % e->st_every == 0) // its copy is about to be overwritten
+			s->ck_pos[(e->pos[c] + 1) / e->st_every % e->st_keep] = -1;
+	}
 	int nw = 0;
 	for (int c = 0; c < n; c++)
 		if (logits && (!want || want[c]))
@@ -1578,10 +1781,16 @@ forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens,
 	for (int c = 0; c < n; c++) {
 		struct engine_seq *s = seqs[c];
 		s->tokens[e->pos[c]] = tokens[c];
+		if (e->st_floats && (e->pos[c] + 1) % e->st_every == 0)
+			s->ck_pos[(e->pos[c] + 1) / e->st_every % e->st_keep] = e->pos[c] + 1;
 		if (s->pending > 0) {
 			book(&s->t, &f, total, s->pending, n, prefill);
 			s->len += s->pending;
 			s->pending = 0;
+			if (e->st_floats) { // the call's state is now the sequence's
+				s->cur ^= 1;
+				s->st_len = s->len;
+			}
 		}
 	}
 	return 0;
@@ -1707,6 +1916,7 @@ engine_prompt(struct engine *e, struct engine_seq *s, const int32_t *prompt, int
 	while (reuse < s->len && reuse < keep - 1 && s->tokens[reuse] == p[reuse])
 		reuse++;
 	engine_seq_truncate(s, reuse);
+	reuse = s->len; // a recurrent state may go back further
 	if (engine_prefill(e, s, p + reuse, keep - reuse, logits, err))
 		return -1;
 	if (info)

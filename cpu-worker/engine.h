@@ -21,7 +21,21 @@
 // A sequence (struct engine_seq) owns its KV cache (max_seq positions per
 // layer, fp16; an lfm2 ShortConv layer keeps B*X, n_embd values per
 // position, instead: the conv state, per position so that truncating needs
-// nothing more), its token history and its timings. engine_forward feeds
+// nothing more), its token history and its timings.
+//
+// Recurrent models (qwen35's gated delta-net blocks, deltanet.h) keep no
+// rows per position in those layers but a state (fp32, engine_state_bytes)
+// after the last position: the recurrence cannot be undone. A sequence
+// keeps that state twice (the one a call writes becomes the sequence's
+// only when the call succeeds) and copies of it at every state_every-th
+// position, the last state_keep of them; truncating goes back to the
+// latest copy at or before the length asked for (engine_seq_len says
+// where), or to the start, and the caller feeds the tokens from there.
+// A prefix cache restores a sequence with engine_seq_kv_append (the
+// attention layers' rows) and then engine_seq_state_load (the state at
+// the new length, as engine_seq_state_read gave it): until then the
+// sequence refuses to go on. The states are exact copies, so a restored
+// sequence computes the bits a cold one does. engine_forward feeds
 // up to width columns in ONE set of kernel calls: column i is tokens[i]
 // at the next position of seqs[i]; a sequence may take several columns
 // (consecutive positions, in column order), which is how prefill works,
@@ -64,6 +78,9 @@ struct engine_opts {
 	int attn_ref; // plain-C attention (attn_ref) instead of attn_fast
 	int kv_f32;   // keys and values in fp32 (a check: with kb_exact the
 	              // logits are then ref.c's bits)
+	int state_every; // recurrent models: keep the state at every n-th position (0: 16;
+	                 // the prefix cache's block, so that its blocks can carry one)
+	int state_keep;  // ... the last n of those copies per sequence (0: 6)
 };
 
 // time spent on behalf of a sequence; a call shared by several sequences
@@ -101,7 +118,9 @@ struct engine_seq *engine_seq_new(struct engine *e, char *err);
 void engine_seq_free(struct engine_seq *s);
 // forget every token (the timings stay)
 void engine_seq_reset(struct engine_seq *s);
-// keep the first n tokens (n <= length); the next position is n
+// keep the first n tokens (n <= length); the next position is n. A
+// recurrent model's sequence goes back to its latest kept state at or
+// before n, or to 0: engine_seq_len tells
 void engine_seq_truncate(struct engine_seq *s, int n);
 // tokens in the cache, which is also the next position
 int engine_seq_len(const struct engine_seq *s);
@@ -118,6 +137,17 @@ void engine_seq_kv_read(const struct engine_seq *s, int pos, int n, void *dst);
 // position's attention then reads exactly the bits that were stored
 int engine_seq_kv_append(struct engine_seq *s, const int32_t *tokens, int n, const void *src, int stride, int off,
                          char *err);
+
+// the recurrent state of a sequence in bytes (0: the model has none)
+size_t engine_state_bytes(const struct engine *e);
+// the positions at which sequences keep a copy of it (0: no state)
+int engine_state_every(const struct engine *e);
+// the state after position pos (its length, or a kept copy) into dst; -1
+// when the sequence has none for pos (or the model keeps no state)
+int engine_seq_state_read(const struct engine_seq *s, int pos, void *dst);
+// make src (from engine_seq_state_read at this length) the sequence's
+// state at its length: after engine_seq_kv_append, before going on
+int engine_seq_state_load(struct engine_seq *s, const void *src, char *err);
 
 // engine_forward: the core (see above). n in 1..width. logits: n rows of
 // n_vocab; row i is written if want is NULL or want[i] is nonzero (other

@@ -28,9 +28,9 @@
 struct xk {
 	enum kb_kind kind;
 	int in, out;
-	// projections: up to three row blocks stacked in the output
-	const float *w[3];
-	int rows[3];
+	// projections: up to four row blocks stacked in the output
+	const float *w[4];
+	int rows[4];
 	int nparts;
 	// fused FFN / SHEXP: gate [ff][in], up [ff][in], down [out][ff]
 	const float *gate, *up, *down;
@@ -276,9 +276,26 @@ kb_exact_new(const struct model *m, const struct kb_opts *o, char *err)
 		const struct model_layer *ml = &m->layers[il];
 		struct xk *k;
 		// the layer's shapes (gemma4: per layer; its shared layers compute q only)
-		const int nq = (int)(hp->n_head * ml->head_dim);
+		const int nq = (int)(hp->n_head * ml->head_dim) * (ml->attn_gate ? 2 : 1); // qwen35: q and gate rows
 		const int nk = ml->kv_src == il ? (int)(hp->n_head_kv * ml->head_dim) : 0;
 		const int nv = ml->kv_src == il ? (int)(hp->n_head_kv * ml->head_dim_v) : 0;
+		if (ml->recur) { // qwen35 delta-net: [qkv; z; beta; alpha] and ssm_out (plan.h)
+			const int C = (int)ml->dn_qkv.ne[1], nvd = (int)ml->dn_z.ne[1], nvh = (int)ml->dn_beta.ne[1];
+			k = add_kernel(x, KB_QKV, il, 0, E, C + nvd + 2 * nvh, 0);
+			if (deq(x, &ml->dn_qkv, &k->w[0], err) || deq(x, &ml->dn_z, &k->w[1], err) ||
+			    deq(x, &ml->dn_beta, &k->w[2], err) || deq(x, &ml->dn_alpha, &k->w[3], err))
+				goto fail;
+			k->rows[0] = C;
+			k->rows[1] = nvd;
+			k->rows[2] = k->rows[3] = nvh;
+			k->nparts = 4;
+			k = add_kernel(x, KB_O, il, 0, nvd, E, 0);
+			if (deq(x, &ml->dn_out, &k->w[0], err))
+				goto fail;
+			k->rows[0] = E;
+			k->nparts = 1;
+			goto ffn;
+		}
 		if (ml->conv) { // lfm2 ShortConv: in_proj and out_proj (plan.h)
 			k = add_kernel(x, KB_QKV, il, 0, E, 3 * E, 0);
 			if (deq(x, &ml->conv_in, &k->w[0], err))

@@ -1,4 +1,5 @@
-// kb-local.c - the kernel set in this process, on the emu backend.
+// kb-local.c - the kernel set in this process, on the emu backend (or, in
+// a macOS build, the ane one: kb_opts.backend).
 //
 // The plan of the model (ane-worker/plan.h) is compiled at once with the
 // ane-worker's own builder, so this backend runs the very MIL programs and
@@ -70,10 +71,10 @@ l_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surfa
 	if (kb_check_call(kb, id, in, out, ncols, err))
 		return -1;
 	struct ane_kernel *k = &l->set.k[id];
-	if (in->bytes < emu_input_capacity(k->ek) || out->bytes < emu_output_capacity(k->ek))
-		return ad_err(err, "emu: kernel %d: surfaces too small", id);
+	if (in->bytes < ane_kernel_input_capacity(k) || out->bytes < ane_kernel_output_capacity(k))
+		return ad_err(err, "%s: kernel %d: surfaces too small", kb->name, id);
 	if (ane_eval(k, in->base, out->base, ncols, err))
-		return ad_err_prefix(err, "emu: kernel %d", id);
+		return ad_err_prefix(err, "%s: kernel %d", kb->name, id);
 	if (t) {
 		t->exec_ns = now_ns() - t0;
 		t->total_ns = t->exec_ns;
@@ -102,9 +103,10 @@ kb_local_new(const struct model *m, const struct kb_opts *o, char *err)
 		return ad_err(err, "out of memory"), NULL;
 	struct ane_plan_opts po = {.width = o ? o->width : 0, .split = o ? o->split : 0,
 	                           .weights = o ? (enum ane_wfmt)o->weights : ANE_W_FP16};
-	struct ane_build_opts bo = {.backend = "emu", .threads = o ? o->threads : 0};
+	const char *be = o && o->backend ? o->backend : "emu";
+	struct ane_build_opts bo = {.backend = be, .threads = o ? o->threads : 0};
 	if (ane_set_build(&l->set, m, &po, &bo, 0, err)) {
-		ad_err_prefix(err, "emu backend");
+		ad_err_prefix(err, "%s backend", be);
 		free(l);
 		return NULL;
 	}
@@ -123,7 +125,7 @@ kb_local_new(const struct model *m, const struct kb_opts *o, char *err)
 		                              .compile_us = l->set.k[i].compile_us};
 	}
 	l->kb.priv = l;
-	l->kb.name = "emu";
+	l->kb.name = strcmp(be, "ane") ? "emu" : "ane";
 	l->kb.width = p->width;
 	l->kb.n_kernels = p->n;
 	l->kb.kernels = l->info;

@@ -76,6 +76,7 @@ struct kb_opts {
 	long instance;  // kb_remote: pid used in surface ids
 	int weights;    // kernel weights (enum ane_wfmt): 0 fp16, 1 int8; kb_remote: the ane-worker's
 	int no_dataplane; // kb_remote: every call over nng (also ANEDVD_DATAPLANE=0)
+	const char *backend; // kb_local: the builder's backend, "emu" (NULL) or "ane" (a macOS build)
 };
 
 enum kb_step_kind {

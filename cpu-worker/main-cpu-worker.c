@@ -254,7 +254,7 @@ main(int argc, char **argv)
 	}
 	// attention on as many threads as the kernels: the ane-worker's wait
 	// while this process computes (long prompts, many sequences)
-	struct engine_opts eo = {.max_seq = (int)max_seq, .threads = (int)threads};
+	struct engine_opts eo = {.max_seq = (int)max_seq, .threads = (int)threads, .state_every = (int)cache_block};
 	struct engine *e = engine_new(&m, kb, &eo, err);
 	struct sched *s = NULL;
 	struct sched_opts so = {.parallel = (int)parallel, .queue = (int)queue, .sessions = (int)sessions,
@@ -265,7 +265,8 @@ main(int argc, char **argv)
 		so.vocab = (struct sched_vocab){gram_loader_get, gram_loader_find, gl};
 	if (e)
 		so.cache_mem = cache_mem_set ? cache_mem
-		                             : pcache_default_mem(engine_kv_row_bytes(e), engine_max_seq(e), (int)parallel);
+		                             : pcache_default_mem(engine_kv_row_bytes(e), engine_state_bytes(e), engine_max_seq(e),
+		                                                 (int)parallel);
 	if (!e || !(s = sched_new(e, &so, err))) {
 		ad_error("%s", err);
 		engine_free(e);

@@ -21,12 +21,13 @@ struct pcache_block {
 	struct pcache_block *kids, *sib; // children, for a lookup that ends mid-block
 	int32_t *toks; // [block]
 	uint8_t *rows; // [block * row_bytes]
+	uint8_t *state; // [state_bytes]: the recurrent state after the block, or NULL
 };
 
 struct pcache {
 	pthread_mutex_t mu;
 	int block;
-	size_t row_bytes, block_bytes, limit;
+	size_t row_bytes, block_bytes, state_bytes, limit;
 	struct pcache_block **tab;
 	size_t n_tab;
 	struct pcache_block *head, *tail; // LRU: head most recent
@@ -54,20 +55,21 @@ block_hash(const struct pcache_block *parent, const int32_t *toks, int n)
 }
 
 struct pcache *
-pcache_new(int block, size_t row_bytes, size_t mem, char *err)
+pcache_new(int block, size_t row_bytes, size_t state_bytes, size_t mem, char *err)
 {
 	if (block < 1 || block > 4096)
 		return ad_err(err, "prefix cache: a block of %d positions (1 to 4096)", block), NULL;
-	if (row_bytes == 0)
-		return ad_err(err, "prefix cache: rows of 0 bytes"), NULL;
+	if (row_bytes == 0 && state_bytes == 0)
+		return ad_err(err, "prefix cache: rows of 0 bytes and no state"), NULL;
 	struct pcache *c = calloc(1, sizeof *c);
 	if (!c)
 		return ad_err(err, "prefix cache: out of memory"), NULL;
 	c->block = block;
 	c->row_bytes = row_bytes;
 	c->block_bytes = (size_t)block * row_bytes;
+	c->state_bytes = state_bytes;
 	c->limit = mem;
-	size_t most = mem / c->block_bytes + 1;
+	size_t most = mem / (c->block_bytes ? c->block_bytes : c->state_bytes) + 1;
 	c->n_tab = 64;
 	while (c->n_tab < most && c->n_tab < ((size_t)1 << 20)) // 8 MiB of buckets at most
 		c->n_tab *= 2;
@@ -116,6 +118,7 @@ block_free(struct pcache_block *b)
 		return;
 	free(b->toks);
 	free(b->rows);
+	free(b->state);
 	free(b);
 }
 
@@ -135,8 +138,10 @@ drop(struct pcache *c, struct pcache_block *b)
 			*p = b->sib;
 			break;
 		}
-	c->st.bytes -= c->block_bytes;
+	c->st.bytes -= c->block_bytes + (b->state ? c->state_bytes : 0);
 	c->st.blocks--;
+	if (b->state)
+		c->st.states--;
 	block_free(b);
 }
 
@@ -236,6 +241,24 @@ evict_one(struct pcache *c)
 	return -1;
 }
 
+// drop the least recently used block's recurrent state but keep's (the
+// block stays: a hit on it stops at an earlier block with a state); the
+// oldest states go first, so a chain keeps the ones near its end
+static int
+drop_state(struct pcache *c, const struct pcache_block *keep)
+{
+	for (struct pcache_block *b = c->tail; b; b = b->prev)
+		if (b->state && b != keep) {
+			free(b->state);
+			b->state = NULL;
+			c->st.bytes -= c->state_bytes;
+			c->st.states--;
+			c->st.evictions++;
+			return 0;
+		}
+	return -1;
+}
+
 struct pcache_block *
 pcache_add(struct pcache *c, struct pcache_block *parent, const int32_t *toks, void **fill)
 {
@@ -249,10 +272,10 @@ pcache_add(struct pcache *c, struct pcache_block *parent, const int32_t *toks, v
 		return b;
 	}
 	while (c->st.bytes + c->block_bytes > c->limit)
-		if (evict_one(c))
+		if (evict_one(c) && drop_state(c, NULL))
 			goto full;
 	if (!(b = calloc(1, sizeof *b)) || !(b->toks = malloc((size_t)c->block * sizeof *b->toks)) ||
-	    !(b->rows = malloc(c->block_bytes))) {
+	    !(b->rows = malloc(c->block_bytes ? c->block_bytes : 1))) {
 		block_free(b);
 		goto full;
 	}
@@ -287,6 +310,38 @@ pcache_rows(const struct pcache_block *b)
 	return b->rows;
 }
 
+int
+pcache_set_state(struct pcache *c, struct pcache_block *b, const void *state)
+{
+	if (!c->state_bytes)
+		return -1;
+	pthread_mutex_lock(&c->mu);
+	if (b->state) {
+		pthread_mutex_unlock(&c->mu);
+		return 0;
+	}
+	while (c->st.bytes + c->state_bytes > c->limit)
+		if (drop_state(c, b) && evict_one(c))
+			goto full;
+	if (!(b->state = malloc(c->state_bytes)))
+		goto full;
+	memcpy(b->state, state, c->state_bytes);
+	c->st.bytes += c->state_bytes;
+	c->st.states++;
+	pthread_mutex_unlock(&c->mu);
+	return 0;
+full:
+	c->st.full++;
+	pthread_mutex_unlock(&c->mu);
+	return -1;
+}
+
+const void *
+pcache_state(const struct pcache_block *b)
+{
+	return b->state;
+}
+
 void
 pcache_release(struct pcache *c, struct pcache_block *const *b, int n)
 {
@@ -298,9 +353,9 @@ pcache_release(struct pcache *c, struct pcache_block *const *b, int n)
 }
 
 size_t
-pcache_default_mem(size_t row_bytes, int max_seq, int parallel)
+pcache_default_mem(size_t row_bytes, size_t state_bytes, int max_seq, int parallel)
 {
-	return row_bytes * (size_t)(max_seq > 0 ? max_seq : 0) * (size_t)(parallel > 4 ? parallel : 4);
+	return (row_bytes * (size_t)(max_seq > 0 ? max_seq : 0) + 4 * state_bytes) * (size_t)(parallel > 4 ? parallel : 4);
 }
 
 int

@@ -17,6 +17,14 @@
 // would pass the memory bound; a block with children waits for them (a
 // child is reachable only through its parent).
 //
+// A model with a recurrent state (engine_state_bytes) has no rows for its
+// recurrent layers: a block may carry the state after its last position
+// as well (pcache_set_state), which a hit needs to go on from there; a
+// hit on such a model ends at the last block of its chain that has one.
+// The states count against the bound like the rows; when room is needed a
+// state goes before a block does (the oldest first, so a chain keeps the
+// states near its end, where the next turn of a chat goes on).
+//
 // The rows of sliding-window layers are kept in full like the others: the
 // engine's sequences keep every position of every layer, and a later
 // prompt may end anywhere after the block, so which rows its window needs
@@ -41,15 +49,18 @@ struct pcache_stats {
 	uint64_t stored;     // blocks added
 	uint64_t evictions;  // blocks evicted
 	uint64_t full;       // blocks not stored: every block pinned or in a chain
-	size_t bytes;        // KV bytes held
+	size_t bytes;        // KV bytes held (and recurrent states)
 	size_t limit;        // the bound
 	int blocks, pinned;
+	int states;          // blocks that carry a recurrent state
 	int block;           // positions per block
 };
 
 // block positions per block (1..4096), row_bytes the KV bytes of one
-// position (engine_kv_row_bytes), mem the bound on the bytes of rows held
-struct pcache *pcache_new(int block, size_t row_bytes, size_t mem, char *err);
+// position (engine_kv_row_bytes), state_bytes a recurrent state's
+// (engine_state_bytes; 0: the model has none), mem the bound on the bytes
+// held
+struct pcache *pcache_new(int block, size_t row_bytes, size_t state_bytes, size_t mem, char *err);
 void pcache_free(struct pcache *c); // NULL is fine; every block must be released
 int pcache_block_size(const struct pcache *c);
 
@@ -66,13 +77,20 @@ int pcache_match(struct pcache *c, const int32_t *toks, int n, struct pcache_blo
 struct pcache_block *pcache_add(struct pcache *c, struct pcache_block *parent, const int32_t *toks, void **fill);
 // the rows of a block, packed as engine_seq_kv_read packs `block` rows
 const void *pcache_rows(const struct pcache_block *b);
+// give a block the caller holds pinned the recurrent state after its last
+// position (state_bytes from state; a block that has one keeps it); -1
+// when the bound leaves no room (or the cache was made without states)
+int pcache_set_state(struct pcache *c, struct pcache_block *b, const void *state);
+// a block's state, or NULL
+const void *pcache_state(const struct pcache_block *b);
 void pcache_release(struct pcache *c, struct pcache_block *const *b, int n);
 void pcache_stats(struct pcache *c, struct pcache_stats *st);
 
 // the default bound: the KV rows of max(4, parallel) full contexts, so the
 // cache costs about what the sequences it serves do (row_bytes per
-// position): room for a few long conversations and their shared prefixes
-size_t pcache_default_mem(size_t row_bytes, int max_seq, int parallel);
+// position): room for a few long conversations and their shared prefixes;
+// with a recurrent state (state_bytes, 0 for none), 4 of them per context
+size_t pcache_default_mem(size_t row_bytes, size_t state_bytes, int max_seq, int parallel);
 // "--cache-mem" values: bytes with a K, M or G suffix (powers of 1024), a
 // plain number being MiB; 0 turns the cache off. -1 on anything else.
 int pcache_parse_mem(const char *v, size_t *out);

@@ -22,6 +22,7 @@
 #include <immintrin.h>
 #endif
 
+#include "deltanet.h"
 #include "dequant.h"
 #include "fp16.h"
 #include "wtype.h"
@@ -41,6 +42,12 @@ struct ref_layer {
 	const float *conv_in, *conv_w, *conv_out; // lfm2 ShortConv
 	float *bx_cache; // ShortConv: [max_seq][n_embd], B*X of every position
 	int conv;
+	// qwen35: a gated delta-net block (projections, its CPU part, its state
+	// after the last position fed), or attention with an output gate
+	const float *dn_qkv, *dn_z, *dn_beta, *dn_alpha, *dn_out;
+	struct dn_layer dn;
+	float *dn_state;
+	int recur, attn_gate;
 	int64_t hd, hdv, n_rot, n_ff; // this layer's shapes (gemma4: per layer)
 	int own_kv;                   // computes K/V (gemma4's shared layers read kv_src's caches)
 	const float *rope_freqs;      // the frequency factors this layer uses, or NULL
@@ -75,6 +82,9 @@ struct ref_engine {
 	float *bcx;     // [3 n_embd]: a ShortConv's in_proj output
 	float *pl;      // gemma4: [n_layer][n_embd_pl] per-layer inputs of the token
 	float *ones;    // [head_dim] of 1: gemma4's unweighted V norm
+	float *gate;    // qwen35: [n_head * head_dim] the attention's output gate
+	float *dn_mix, *dn_zb, *dn_ba, *dn_o, *dn_scratch; // qwen35's delta-net projections and output
+	int recurrent;  // some layer keeps a recurrent state: no rewinding
 	int64_t *route_hist; // ref_route_hist: [n_layer][n_expert] counts, or NULL
 };
 
@@ -222,7 +232,23 @@ ref_new_ctx(const struct model *m, int max_seq, int n_ctx, char *err)
 		L->own_kv = ml->kv_src == il;
 		L->rope_freqs = ml->rope_factors ? e->rope_freqs : NULL;
 		L->conv = ml->conv;
-		if (L->conv) {
+		L->recur = ml->recur;
+		L->attn_gate = ml->attn_gate;
+		if (L->recur) {
+			const float *cw, *dt, *a, *nw;
+			if (deq(e, &ml->dn_qkv, &L->dn_qkv, err) || deq(e, &ml->dn_z, &L->dn_z, err) ||
+			    deq(e, &ml->dn_beta, &L->dn_beta, err) || deq(e, &ml->dn_alpha, &L->dn_alpha, err) ||
+			    deq(e, &ml->dn_out, &L->dn_out, err) || deq(e, &ml->dn_conv, &cw, err) ||
+			    deq(e, &ml->dn_dt, &dt, err) || deq(e, &ml->dn_a, &a, err) || deq(e, &ml->dn_norm, &nw, err))
+				goto fail;
+			const int d = (int)hp->ssm_d_state;
+			L->dn = (struct dn_layer){d, (int)hp->ssm_n_group, (int)hp->ssm_dt_rank, (int)hp->n_conv,
+			                          (int)((2 * hp->ssm_n_group + hp->ssm_dt_rank) * d), hp->rms_eps, cw, dt, a, nw};
+			if (!(L->dn_state = eng_alloc(e, dn_state_floats(&L->dn) * sizeof(float), err)))
+				goto fail;
+			e->recurrent = 1;
+			L->own_kv = 0;
+		} else if (L->conv) {
 			if (deq(e, &ml->conv_in, &L->conv_in, err) || deq(e, &ml->conv_w, &L->conv_w, err) ||
 			    deq(e, &ml->conv_out, &L->conv_out, err) ||
 			    !(L->bx_cache = eng_alloc(e, (size_t)max_seq * (size_t)E * sizeof(float), err)))
@@ -269,7 +295,7 @@ ref_new_ctx(const struct model *m, int max_seq, int n_ctx, char *err)
 		L->use_rope = ml->use_rope;
 		L->rope_base = ml->rope_base;
 		L->rope_freq_scale = ml->rope_freq_scale;
-		if (L->conv)
+		if (L->conv || L->recur)
 			continue;
 		L->k_cache = eng_alloc(e, (size_t)max_seq * (size_t)(hp->n_head_kv * L->hd) * sizeof(float), err);
 		L->v_cache = eng_alloc(e, (size_t)max_seq * (size_t)(hp->n_head_kv * L->hdv) * sizeof(float), err);
@@ -277,7 +303,7 @@ ref_new_ctx(const struct model *m, int max_seq, int n_ctx, char *err)
 			goto fail;
 	}
 	for (int il = 0; il < hp->n_layer; il++)
-		if (!e->layers[il].own_kv && !e->layers[il].conv) {
+		if (!e->layers[il].own_kv && !e->layers[il].conv && !e->layers[il].recur) {
 			e->layers[il].k_cache = e->layers[m->layers[il].kv_src].k_cache;
 			e->layers[il].v_cache = e->layers[m->layers[il].kv_src].v_cache;
 		}
@@ -297,8 +323,18 @@ ref_new_ctx(const struct model *m, int max_seq, int n_ctx, char *err)
 	    !(e->pv_part = eng_alloc(e, 8 * (size_t)hp->head_dim_v * 4, err)) ||
 	    !(e->bcx = eng_alloc(e, 3 * (size_t)E * 4, err)) ||
 	    !(e->pl = eng_alloc(e, (size_t)max64(hp->n_layer * hp->n_embd_pl, 1) * 4, err)) ||
-	    !(e->ones = eng_alloc(e, (size_t)max64(hp->head_dim, hp->head_dim_v) * 4, err)))
+	    !(e->ones = eng_alloc(e, (size_t)max64(hp->head_dim, hp->head_dim_v) * 4, err)) ||
+	    !(e->gate = eng_alloc(e, (size_t)nq * 4, err)))
 		goto fail;
+	if (e->recurrent) {
+		const int64_t d = hp->ssm_d_state, nvd = hp->ssm_dt_rank * d;
+		const int64_t C = (2 * hp->ssm_n_group + hp->ssm_dt_rank) * d;
+		if (!(e->dn_mix = eng_alloc(e, (size_t)C * 4, err)) || !(e->dn_zb = eng_alloc(e, (size_t)nvd * 4, err)) ||
+		    !(e->dn_ba = eng_alloc(e, 2 * (size_t)hp->ssm_dt_rank * 4, err)) ||
+		    !(e->dn_o = eng_alloc(e, (size_t)nvd * 4, err)) ||
+		    !(e->dn_scratch = eng_alloc(e, (size_t)C * 4, err)))
+			goto fail;
+	}
 	for (int64_t i = 0; i < max64(hp->head_dim, hp->head_dim_v); i++)
 		e->ones[i] = 1.0f;
 	return e;
@@ -530,7 +566,15 @@ attention(struct ref_engine *e, struct ref_layer *L, int pos)
 	const int64_t nk = hp->n_head_kv * hd, nv = hp->n_head_kv * hdv;
 
 	rmsnorm(e->xn, e->x, L->attn_norm, E, hp->rms_eps);
-	matvec(e->q, L->wq, e->xn, L->bq, E, hp->n_head * hd);
+	if (L->attn_gate) {
+		// qwen35: per head hd q rows, then hd gate rows
+		for (int64_t h = 0; h < hp->n_head; h++) {
+			matvec(e->q + h * hd, L->wq + (size_t)(2 * h) * hd * E, e->xn, NULL, E, hd);
+			matvec(e->gate + h * hd, L->wq + (size_t)(2 * h + 1) * hd * E, e->xn, NULL, E, hd);
+		}
+	} else {
+		matvec(e->q, L->wq, e->xn, L->bq, E, hp->n_head * hd);
+	}
 	if (L->own_kv) {
 		matvec(e->k, L->wk, e->xn, L->bk, E, nk);
 		matvec(e->v, L->wv, e->xn, L->bv, E, nv);
@@ -601,6 +645,9 @@ attention(struct ref_engine *e, struct ref_layer *L, int pos)
 			out[d] = fold8(acc);
 		}
 	}
+	if (L->attn_gate)
+		for (int64_t i = 0; i < hp->n_head * hdv; i++)
+			e->att[i] *= 1.0f / (1.0f + expf(-e->gate[i]));
 	matvec(e->proj, L->wo, e->att, L->bo, hp->n_head * hdv, E);
 	if (L->post_attn_norm)
 		rmsnorm(e->proj, e->proj, L->post_attn_norm, E, hp->rms_eps);
@@ -633,6 +680,25 @@ shortconv(struct ref_engine *e, struct ref_layer *L, int pos)
 		e->att[i] = c[i] * sum;
 	}
 	matvec(e->proj, L->conv_out, e->att, NULL, E, E);
+	for (int64_t i = 0; i < E; i++)
+		e->x[i] += e->proj[i];
+}
+
+// qwen35's gated delta-net block: the four projections of norm(x), the
+// token step with the layer's state (deltanet.h), ssm_out into the residual
+static void
+deltanet(struct ref_engine *e, struct ref_layer *L, int pos)
+{
+	const struct model_hparams *hp = &e->hp;
+	const int64_t E = hp->n_embd, nvd = (int64_t)L->dn.n_v * L->dn.d;
+	rmsnorm(e->xn, e->x, L->attn_norm, E, hp->rms_eps);
+	matvec(e->dn_mix, L->dn_qkv, e->xn, NULL, E, L->dn.channels);
+	matvec(e->dn_zb, L->dn_z, e->xn, NULL, E, nvd);
+	matvec(e->dn_ba, L->dn_beta, e->xn, NULL, E, L->dn.n_v);
+	matvec(e->dn_ba + L->dn.n_v, L->dn_alpha, e->xn, NULL, E, L->dn.n_v);
+	dn_token(&L->dn, e->dn_mix, e->dn_zb, e->dn_ba, e->dn_ba + L->dn.n_v, pos ? L->dn_state : NULL, L->dn_state,
+	         e->dn_o, e->dn_scratch);
+	matvec(e->proj, L->dn_out, e->dn_o, NULL, nvd, E);
 	for (int64_t i = 0; i < E; i++)
 		e->x[i] += e->proj[i];
 }
@@ -790,6 +856,8 @@ ref_forward(struct ref_engine *e, int32_t token, int pos, float *logits)
 	const int64_t E = hp->n_embd;
 	if (token < 0 || token >= hp->n_vocab || pos < 0 || pos >= e->max_seq || pos > e->n_pos)
 		return -1;
+	if (e->recurrent && pos != 0 && pos != e->n_pos)
+		return -1; // a recurrent state cannot go back (but to the start)
 	e->n_pos = pos; // rewinding drops the later positions
 
 	const float *row = e->tok_embd + (size_t)token * (size_t)E;
@@ -800,6 +868,8 @@ ref_forward(struct ref_engine *e, int32_t token, int pos, float *logits)
 	for (int64_t il = 0; il < hp->n_layer; il++) {
 		if (e->layers[il].conv)
 			shortconv(e, &e->layers[il], pos);
+		else if (e->layers[il].recur)
+			deltanet(e, &e->layers[il], pos);
 		else
 			attention(e, &e->layers[il], pos);
 		feed_forward(e, &e->layers[il]);

@@ -14,7 +14,9 @@
 // Positions must be fed in order: pos may be at most the number of positions
 // already in the cache; a smaller pos rewinds (the cache is truncated to
 // pos first). It returns -1 for a token outside the vocabulary or a
-// position outside [0, max_seq).
+// position outside [0, max_seq). A model with a recurrent state (qwen35's
+// delta-net blocks) keeps only the state after the last position fed, so
+// there pos must be that position or 0 (which starts over).
 #ifndef AD_REF_H
 #define AD_REF_H
 

@@ -169,6 +169,7 @@ struct sched {
 	struct pcache *pc;        // NULL: no prefix cache
 	int max_blocks;           // per sequence
 	uint8_t *rowbuf;          // a block's rows, for copies between sequences
+	uint8_t *statebuf;        // a recurrent state (engine_state_bytes), NULL when the model has none
 };
 
 static uint64_t
@@ -395,6 +396,11 @@ cache_store(struct sched *s, struct job *j)
 		}
 		if (fill)
 			engine_seq_kv_read(j->seq, j->n_pins * B, B, fill);
+		// a recurrent state after the block, where the sequence kept one (a
+		// full cache leaves the block without: a hit then stops before it)
+		if (s->statebuf && !pcache_state(b) &&
+		    engine_seq_state_read(j->seq, (j->n_pins + 1) * B, s->statebuf) == 0)
+			pcache_set_state(s->pc, b, s->statebuf);
 		j->pins[j->n_pins++] = b;
 	}
 }
@@ -423,6 +429,11 @@ share_running(struct sched *s, struct job *j, int from, int upto)
 			best = o->seq;
 		}
 	}
+	// a recurrent state: only up to a position whose state that sequence has
+	// (its length, or a kept copy at a multiple of engine_state_every)
+	const int every = engine_state_every(s->e), start = from;
+	while (best && s->statebuf && most > from && engine_seq_state_read(best, most, s->statebuf))
+		most = (most - 1) / every * every;
 	const int B = pcache_block_size(s->pc);
 	while (best && from < most) {
 		int m = most - from < B ? most - from : B;
@@ -432,6 +443,12 @@ share_running(struct sched *s, struct job *j, int from, int upto)
 			break;
 		}
 		from += m;
+	}
+	if (s->statebuf && from > start) {
+		if (from < most || engine_seq_state_load(j->seq, s->statebuf, err)) {
+			engine_seq_truncate(j->seq, start); // rows without their state: not usable
+			from = engine_seq_len(j->seq);
+		}
 	}
 	return from;
 }
@@ -453,7 +470,17 @@ cache_lookup(struct sched *s, struct job *j)
 		int nb = pcache_match(s->pc, j->prompt, j->keep, j->pins, s->max_blocks, &hit);
 		j->n_pins = nb;
 		int upto = hit < j->keep - 1 ? hit : j->keep - 1;
-		int from = engine_seq_len(j->seq);
+		const void *st = NULL;
+		if (s->statebuf) {
+			// a recurrent state: go on from the end of the last block that
+			// carries one (whole blocks only)
+			int k = upto / B;
+			while (k > 0 && !pcache_state(j->pins[k - 1]))
+				k--;
+			upto = k * B;
+			st = k ? pcache_state(j->pins[k - 1]) : NULL;
+		}
+		int from = engine_seq_len(j->seq), start = from;
 		while (from < upto) {
 			int k = from / B, off = from % B, m = upto - from < B - off ? upto - from : B - off;
 			if (engine_seq_kv_append(j->seq, j->prompt + from, m, pcache_rows(j->pins[k]), B, off, err)) {
@@ -461,6 +488,10 @@ cache_lookup(struct sched *s, struct job *j)
 				break;
 			}
 			from += m;
+		}
+		if (st && from > start && (from < upto || engine_seq_state_load(j->seq, st, err))) {
+			engine_seq_truncate(j->seq, start); // rows without their state: not usable
+			from = engine_seq_len(j->seq);
 		}
 		if (from == engine_seq_len(j->seq) && from < j->keep - 1)
 			from = share_running(s, j, from, j->keep - 1);
@@ -605,6 +636,11 @@ setup(struct sched *s, struct job *j)
 		}
 	}
 	engine_seq_truncate(seq, j->reuse);
+	if (engine_seq_len(seq) != j->reuse) { // a recurrent state went back further
+		pthread_mutex_lock(&s->mu);
+		j->reuse = engine_seq_len(seq);
+		pthread_mutex_unlock(&s->mu);
+	}
 	j->seq = seq;
 	j->t0 = *engine_seq_timings(seq);
 	j->fed = engine_seq_len(seq);
@@ -1133,18 +1169,17 @@ sched_new(struct engine *e, const struct sched_opts *o, char *err)
 		sched_free(s);
 		return ad_err(err, "scheduler: out of memory"), NULL;
 	}
-	// the cache restores KV rows and token history, which is all the state
-	// a sequence has for every architecture the engine runs today; one
-	// that keeps more per sequence (a convolution or recurrent state) must
-	// leave the cache off here, or store that state with each block
+	// the cache restores KV rows (lfm2's conv inputs among them) and token
+	// history; a recurrent model's state goes with the blocks that have one
 	if (s->o.cache_mem) {
 		int B = s->o.cache_block > 0 ? s->o.cache_block : SCHED_CACHE_BLOCK;
-		if (!(s->pc = pcache_new(B, engine_kv_row_bytes(e), s->o.cache_mem, err))) {
+		if (!(s->pc = pcache_new(B, engine_kv_row_bytes(e), engine_state_bytes(e), s->o.cache_mem, err))) {
 			sched_free(s);
 			return NULL;
 		}
 		s->max_blocks = s->max_seq / B;
-		if (!(s->rowbuf = malloc((size_t)B * engine_kv_row_bytes(e)))) {
+		if (!(s->rowbuf = malloc((size_t)B * engine_kv_row_bytes(e) + 1)) ||
+		    (engine_state_bytes(e) && !(s->statebuf = malloc(engine_state_bytes(e))))) {
 			sched_free(s);
 			return ad_err(err, "scheduler: out of memory"), NULL;
 		}
@@ -1206,6 +1241,7 @@ sched_free(struct sched *s)
 	}
 	pcache_free(s->pc);
 	free(s->rowbuf);
+	free(s->statebuf);
 	engine_seq_free(s->eval_seq);
 	embed_free(s->embed);
 	free(s->active);

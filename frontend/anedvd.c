@@ -30,25 +30,26 @@ static const struct command commands[] = {
 	  "verify --model M [--prompt TEXT | --prompt-ids 1,2,3]\n"
 	  "        whole prompt through the pipeline vs the fp32 reference: MATCH or MISMATCH" },
 	{ "check", cmd_check,
-	  "check --model M [--split] [--chunk N]\n"
-	  "        every kernel of layer 0 and the LM head on emu vs an fp32 matmul" },
+	  "check --model M [--split] [--chunk N] [--backend emu|ane] [--prompt T]\n"
+	  "        config, RoPE, every kernel of layer 0 and the LM head vs an fp32 matmul,\n"
+	  "        and sample predictions (top 5 after the prompt) against the reference" },
 	{ "layers", cmd_layers,
-	  "layers --model M --upto N [--prompt-ids 1,2,3]\n"
-	  "        top-5 next tokens after the first N layers, emu and reference" },
+	  "layers --model M --upto N [--prompt-ids 1,2,3] [--backend emu|ane]\n"
+	  "        top-5 next tokens after the first N layers, backend and reference" },
 	{ "kernels", cmd_kernels,
-	  "kernels --model M [--iters K] [--chunk N]\n"
-	  "        per-kernel time and achieved weight bandwidth on emu (layer 0 + LM head)" },
+	  "kernels --model M [--iters K] [--chunk N] [--backend emu|ane]\n"
+	  "        per-kernel time and achieved weight bandwidth (layer 0 + LM head)" },
 	{ "selftest", cmd_selftest,
 	  "selftest [--split]\n"
 	  "        a tiny random llama through the pipeline vs the reference: PASS or FAIL" },
 	{ "probe", cmd_probe,
-	  "probe [--size N] [--iters K]\n"
-	  "        one N x N projection on emu vs the CPU: CORRECT or MISMATCH" },
+	  "probe [--size N] [--iters K] [--backend emu|ane]\n"
+	  "        one N x N projection vs the CPU: CORRECT or MISMATCH" },
 	{ "bench", cmd_bench,
-	  "bench [--iters K]\n"
-	  "        projection sweep 128 ... 4096 on emu: us/eval, GFLOP/s, GB/s" },
+	  "bench [--iters K] [--backend emu|ane]\n"
+	  "        projection sweep 128 ... 4096: us/eval, GFLOP/s, GB/s" },
 	{ "width", cmd_width,
-	  "width [--size N] [--iters K]\n"
+	  "width [--size N] [--iters K] [--backend emu|ane]\n"
 	  "        projection cost vs activation width 1, 8, 32, 64, 128" },
 	{ "attnbench", cmd_attnbench,
 	  "attnbench [--ctx N] [--heads H] [--kv-heads G] [--head-dim D] [--iters K]\n"

@@ -20,6 +20,7 @@
 #include "ref.h"
 #include "sample.h"
 #include "trace.h"
+#include "unicode.h"
 
 // --- one generation -------------------------------------------------------------------
 
@@ -744,7 +745,11 @@ cmd_run(int argc, char **argv)
 		cJSON_AddStringToObject(j, "weights", p.weights);
 		cJSON_AddItemToObject(j, "prompt_ids", json_ids(ids, n));
 		cJSON_AddItemToObject(j, "ids", json_ids(g.ids, g.n));
-		cJSON_AddStringToObject(j, "text", g.text ? g.text : "");
+		// the text may end inside a character, or hold bytes that are none:
+		// U+FFFD for them, so the output is JSON (as cpu --json)
+		char *stext = unicode_sanitize(g.text ? g.text : "", g.text ? strlen(g.text) : 0, NULL);
+		cJSON_AddStringToObject(j, "text", stext ? stext : "");
+		free(stext);
 		cJSON_AddStringToObject(j, "stop", stop_names[g.stop]);
 		cJSON_AddNumberToObject(j, "prompt_tokens_dropped", g.info.dropped);
 		cJSON *t = cJSON_CreateObject();

@@ -1,9 +1,11 @@
 // cmd-tools.c - the commands that look at kernels and parts in this process:
 // check, layers, kernels, selftest, probe, bench, width, attnbench.
 //
-// check, layers and kernels build the model's kernels on emu here
-// (kb_local: the very programs the ane-worker runs) and compare them with
-// fp32 (kb_exact, the reference engine). selftest runs the whole pipeline
+// check, layers and kernels build the model's kernels here (kb_local: the
+// very programs the ane-worker runs, on emu or, in a macOS build, on the
+// ane backend: --backend) and compare them with fp32 (kb_exact, the
+// reference engine); probe, bench and width compile synthetic projections
+// on the same backends. selftest runs the whole pipeline
 // (ane-worker process included) on a tiny random model it writes itself.
 #include <math.h>
 #include <stdlib.h>
@@ -27,6 +29,7 @@
 
 struct tool_opts {
 	const char *cmd, *model, *prompt, *ids, *weights;
+	const char *backend; // --backend: "emu" (default) or "ane"
 	int chunk, split, threads, iters, upto, size, token, max_seq;
 	enum model_rope rope;
 	int ctx, heads, kv_heads, head_dim;
@@ -69,6 +72,19 @@ tool_flag(struct tool_opts *o, int argc, char **argv, int *i)
 	} else if (!strcmp(a, "--weights")) {
 		if (!(o->weights = cli_val(o->cmd, argc, argv, i)) || pipe_weights_arg(o->cmd, o->weights))
 			return -1;
+	} else if (!strcmp(a, "--backend")) {
+		if (!(o->backend = cli_val(o->cmd, argc, argv, i)))
+			return -1;
+		if (strcmp(o->backend, "emu") && strcmp(o->backend, "ane")) {
+			fprintf(stderr, "anedvd %s: --backend %s: unknown backend (emu or ane)\n", o->cmd, o->backend);
+			return -1;
+		}
+#ifndef ANEDVD_ANE
+		if (!strcmp(o->backend, "ane")) {
+			fprintf(stderr, "anedvd %s: --backend ane: " ANE_NO_BACKEND_MSG "\n", o->cmd);
+			return -1;
+		}
+#endif
 	} else if (!strcmp(a, "--split")) {
 		o->split = 1;
 	} else if (!strcmp(a, "--rope-hf")) {
@@ -109,6 +125,12 @@ tool_args(struct tool_opts *o, int argc, char **argv, const char *allowed)
 			return -1;
 	}
 	return 0;
+}
+
+static const char *
+backend_of(const struct tool_opts *o)
+{
+	return o->backend ? o->backend : "emu";
 }
 
 static double
@@ -213,16 +235,127 @@ real_activation(const struct model *m, int32_t t, float *x, char *err)
 // --- check --------------------------------------------------------------------------------
 
 static void
+top5(const float *l, int nv, const struct tokenizer *tk, const char *what)
+{
+	int id[5] = {-1, -1, -1, -1, -1};
+	for (int c = 0; c < 5 && c < nv; c++)
+		for (int i = 0; i < nv; i++) {
+			int taken = 0;
+			for (int t = 0; t < c; t++)
+				taken |= id[t] == i;
+			if (!taken && (id[c] < 0 || l[i] > l[id[c]]))
+				id[c] = i;
+		}
+	printf("  %-10s", what);
+	for (int c = 0; c < 5 && c < nv; c++) {
+		char *s = NULL;
+		size_t len = 0;
+		char e[AD_ERRLEN];
+		int32_t t = id[c];
+		if (tk && tok_decode(tk, &t, 1, &s, &len, e) == 0)
+			printf("  %d '%s' %.3f", t, s, l[t]);
+		else
+			printf("  %d %.3f", t, l[t]);
+		free(s);
+	}
+	printf("\n");
+}
+
+// the prompt's next token: its top 5 through the pipeline engine on kb and
+// through the fp32 reference engine (ref_new_ctx: the same context), and
+// the relative error of the last logits; 0, or -1 with err
+static int
+predictions(const struct model *m, struct kernel_backend *kb, const struct tokenizer *tk, const int32_t *ids, int n,
+            int max_seq, double *rel, char *err)
+{
+	struct engine_opts eo = {.max_seq = max_seq};
+	struct engine *e = engine_new(m, kb, &eo, err);
+	struct engine_seq *s = e ? engine_seq_new(e, err) : NULL;
+	struct ref_engine *ref = s ? ref_new_ctx(m, n, max_seq, err) : NULL;
+	const int nv = (int)m->hp.n_vocab;
+	float *a = malloc((size_t)n * nv * sizeof *a), *b = malloc((size_t)n * nv * sizeof *b);
+	int rc = -1;
+	if (!ref)
+		goto out;
+	if (!a || !b) {
+		ad_err(err, "out of memory");
+		goto out;
+	}
+	if (engine_eval(e, s, ids, n, 0, a, err))
+		goto out;
+	if (ref_eval(ref, ids, n, b)) {
+		ad_err(err, "the reference engine refused the prompt");
+		goto out;
+	}
+	const float *la = a + (size_t)(n - 1) * nv, *lb = b + (size_t)(n - 1) * nv;
+	double md;
+	*rel = rel_err(la, lb, (size_t)nv, &md, NULL);
+	top5(la, nv, tk, kb->name);
+	top5(lb, nv, tk, "reference");
+	printf("  last position: rel %.3e, max|diff| %.3e, argmax %s\n", *rel, md,
+	       ref_argmax(la, nv) == ref_argmax(lb, nv) ? "equal" : "DIFFERS");
+	rc = 0;
+out:
+	free(a);
+	free(b);
+	ref_free(ref);
+	engine_seq_free(s);
+	engine_free(e);
+	return rc;
+}
+
+// the prompt's ids: --prompt-ids, else --prompt (or the default) through
+// the model's tokenizer; 0, -1 (message printed), 2 (bad flags)
+static int
+prompt_ids(const struct tool_opts *o, const struct model *m, const struct tokenizer *tk, int32_t **ids, int *n)
+{
+	char err[AD_ERRLEN] = "";
+	if (o->prompt && o->ids) {
+		fprintf(stderr, "anedvd %s: give one of --prompt and --prompt-ids\n", o->cmd);
+		return 2;
+	}
+	if (o->ids) {
+		if (cli_ids(o->cmd, "--prompt-ids", o->ids, ids, n))
+			return 2;
+	} else {
+		const char *t = o->prompt ? o->prompt : "The capital of France is";
+		size_t nn = 0;
+		if (!tk || tok_encode(tk, t, strlen(t), -1, 0, ids, &nn, err)) {
+			fprintf(stderr, "anedvd %s: the prompt needs the model's tokenizer: %s\n", o->cmd,
+			        tk ? err : "none could be loaded");
+			return -1;
+		}
+		*n = (int)nn;
+	}
+	for (int i = 0; i < *n; i++)
+		if ((*ids)[i] < 0 || (*ids)[i] >= m->hp.n_vocab) {
+			fprintf(stderr, "anedvd %s: token id %d is outside the vocabulary\n", o->cmd, (*ids)[i]);
+			return 2;
+		}
+	if (*n < 1) {
+		fprintf(stderr, "anedvd %s: the prompt has no tokens\n", o->cmd);
+		return 2;
+	}
+	return 0;
+}
+
+
+static void
 check_usage(void)
 {
 	fprintf(stderr, "usage: anedvd check --model M [--split] [--chunk N] [--threads N] [--token ID]\n"
-	                "                    [--weights fp16|int8] [--arch NAME]\n"
-	                "  every kernel of layer 0 and the whole LM head, built on emu (fp16 or int8\n"
-	                "  weights; default int8 for a model stored in 8 bits or fewer), against fp32\n"
-	                "  projections with the same dequantised weights (kb_exact), on one real\n"
-	                "  activation: the normed embedding of --token (default: BOS, else 1) for\n"
-	                "  kernels reading n_embd channels, a fixed pseudo-random vector for o and down.\n"
-	                "  max|diff|, relative (L2) error, NaN count; ok below 0.02, else FAIL (exit 1)\n"
+	                "                    [--weights fp16|int8] [--backend emu|ane] [--prompt TEXT | --prompt-ids 1,2]\n"
+	                "                    [--arch NAME]\n"
+	                "  the model's config and RoPE convention; every kernel of layer 0 and the whole\n"
+	                "  LM head, built on the backend (default emu; ane only in a macOS build) with fp16\n"
+	                "  or int8 weights (default int8 on emu for a model stored in 8 bits or fewer),\n"
+	                "  against fp32 projections with the same dequantised weights (kb_exact), on one\n"
+	                "  real activation: the normed embedding of --token (default: BOS, else 1) for\n"
+	                "  kernels reading n_embd channels, a fixed pseudo-random vector for o and down;\n"
+	                "  max|diff|, relative (L2) error, NaN count; ok below 0.02, else FAIL (exit 1).\n"
+	                "  Then sample predictions: the top 5 next tokens after the prompt (default \"The\n"
+	                "  capital of France is\") through the whole model on the backend and through the\n"
+	                "  fp32 reference engine\n"
 	                "  --arch NAME  run a GGUF file as architecture NAME whatever it says\n");
 }
 
@@ -230,7 +363,9 @@ int
 cmd_check(int argc, char **argv)
 {
 	struct tool_opts o = {.cmd = "check", .token = -1};
-	int r = tool_args(&o, argc, argv, "--model --split --chunk --threads --token --rope-hf --rope-adjacent --weights --arch");
+	int r = tool_args(&o, argc, argv,
+	                  "--model --split --chunk --threads --token --rope-hf --rope-adjacent --weights --arch --backend "
+	                  "--prompt --prompt-ids");
 	if (r || !o.model) {
 		if (!r)
 			fprintf(stderr, "anedvd check: --model is required\n");
@@ -243,20 +378,36 @@ cmd_check(int argc, char **argv)
 		fprintf(stderr, "anedvd check: %s\n", err);
 		return 1;
 	}
-	const char *wts = pipe_weights(&m, "emu", o.weights);
+	if (o.rope)
+		m.hp.rope = o.rope;
+	const char *wts = pipe_weights(&m, backend_of(&o), o.weights);
 	struct kb_opts ko = {.width = o.chunk, .split = o.split, .threads = o.threads,
-	                     .weights = strcmp(wts, "int8") ? ANE_W_FP16 : ANE_W_INT8};
+	                     .weights = strcmp(wts, "int8") ? ANE_W_FP16 : ANE_W_INT8, .backend = o.backend};
 	struct kernel_backend *kl = NULL, *kx = NULL;
 	float *x = NULL, *xo = NULL, *ya = NULL, *yb = NULL;
-	int status = 1;
+	int32_t *ids = NULL;
+	int n_ids = 0, status = 1;
+	char rope_line[512];
+	struct tokenizer *tk = m.gguf ? tok_load_gguf(m.gguf, err) : tok_load(o.model, err);
+	const struct model_hparams *hp = &m.hp;
+	printf("model: %s (%s, %lld layers, n_embd %lld, vocab %lld)\n", o.model, model_arch_name(m.arch),
+	       (long long)hp->n_layer, (long long)hp->n_embd, (long long)hp->n_vocab);
+	printf("config: heads %lld / kv %lld, head size %lld / %lld, feed-forward %lld%s, context %lld, rms eps %g\n",
+	       (long long)hp->n_head, (long long)hp->n_head_kv, (long long)hp->head_dim, (long long)hp->head_dim_v,
+	       (long long)hp->n_ff, hp->n_expert ? " (+ experts)" : "", (long long)hp->n_ctx_train, (double)hp->rms_eps);
+	model_describe_rope(&m, rope_line, sizeof rope_line);
+	printf("RoPE: %s%s\n", rope_line, o.rope ? " (forced by --rope-hf / --rope-adjacent)" : "");
+	int pr = prompt_ids(&o, &m, tk, &ids, &n_ids);
+	if (pr) {
+		status = pr > 0 ? 2 : 1;
+		goto out;
+	}
 	double t0 = cli_now_ms();
 	if (!(kl = kb_local_new(&m, &ko, err)) || !(kx = kb_exact_new(&m, &ko, err))) {
 		fprintf(stderr, "anedvd check: %s\n", err);
 		goto out;
 	}
-	printf("model: %s (%s, %lld layers, n_embd %lld, vocab %lld)\n", o.model, model_arch_name(m.arch),
-	       (long long)m.hp.n_layer, (long long)m.hp.n_embd, (long long)m.hp.n_vocab);
-	printf("emu: %d kernels, width %d, %s weights, compiled in %.0f ms\n", kl->n_kernels, kl->width, wts,
+	printf("%s: %d kernels, width %d, %s weights, compiled in %.0f ms\n", kl->name, kl->n_kernels, kl->width, wts,
 	       cli_now_ms() - t0);
 	int32_t tok = o.token >= 0 ? o.token : m.hp.bos_id >= 0 ? (int32_t)m.hp.bos_id : 1;
 	int maxc = (int)m.hp.n_vocab;
@@ -298,8 +449,8 @@ cmd_check(int argc, char **argv)
 		double rel = rel_err(ya, yb, (size_t)ki->out_ch, &md, &nans);
 		int ok = rel < 0.02 && nans == 0;
 		fails += !ok;
-		printf("  %-8s %5d -> %-6d max|emu-fp32| = %.5e  rel = %.5e  nan = %d  -> %s\n", pipe_kind_name(ki->kind),
-		       ki->in_ch, ki->out_ch, md, rel, nans, ok ? "ok" : "FAIL");
+		printf("  %-8s %5d -> %-6d max|%s-fp32| = %.5e  rel = %.5e  nan = %d  -> %s\n", pipe_kind_name(ki->kind),
+		       ki->in_ch, ki->out_ch, kl->name, md, rel, nans, ok ? "ok" : "FAIL");
 	}
 	// the LM head: every chunk of each backend into a whole row
 	for (int i = 0; i < kl->n_kernels; i++)
@@ -324,14 +475,23 @@ cmd_check(int argc, char **argv)
 		double rel = rel_err(ha, hb, (size_t)m.hp.n_vocab, &md, &nans);
 		int ok = rel < 0.02 && nans == 0;
 		fails += !ok;
-		printf("  %-8s %5lld -> %-6lld max|emu-fp32| = %.5e  rel = %.5e  nan = %d  -> %s\n", "lm_head",
-		       (long long)m.hp.n_embd, (long long)m.hp.n_vocab, md, rel, nans, ok ? "ok" : "FAIL");
+		printf("  %-8s %5lld -> %-6lld max|%s-fp32| = %.5e  rel = %.5e  nan = %d  -> %s\n", "lm_head",
+		       (long long)m.hp.n_embd, (long long)m.hp.n_vocab, kl->name, md, rel, nans, ok ? "ok" : "FAIL");
 	}
 	free(ha);
 	free(hb);
 	printf("%s\n", fails ? "FAIL" : "all kernels ok");
+	// sample predictions through the whole model
+	printf("sample predictions after %d prompt tokens (%s):\n", n_ids, o.ids ? "--prompt-ids" : "the tokenizer");
+	double prel;
+	if (predictions(&m, kl, tk, ids, n_ids, n_ids + 1, &prel, err)) {
+		fprintf(stderr, "anedvd check: predictions: %s\n", err);
+		goto out;
+	}
 	status = fails ? 1 : 0;
 out:
+	free(ids);
+	tok_free(tk);
 	free(x);
 	free(xo);
 	free(ya);
@@ -351,9 +511,10 @@ layers_usage(void)
 {
 	fprintf(stderr,
 	        "usage: anedvd layers --model M --upto N [--prompt TEXT | --prompt-ids 1,2,3] [--chunk N] [--split]\n"
-	        "                     [--max-seq N] [--arch NAME]\n"
+	        "                     [--max-seq N] [--backend emu|ane] [--arch NAME]\n"
 	        "  the prompt through only the first N layers (then the final norm and the LM head),\n"
-	        "  on emu in this process and in the fp32 reference engine, and the top 5 next tokens\n"
+	        "  on the backend in this process (default emu; ane only in a macOS build) and in the\n"
+	        "  fp32 reference engine, and the top 5 next tokens\n"
 	        "  of both: bisects a model that produces garbage. The cut is made by building both\n"
 	        "  engines on the model with its layer count set to N. Default prompt\n"
 	        "  \"The capital of France is\".\n"
@@ -362,40 +523,13 @@ layers_usage(void)
 	        "  --arch NAME  run a GGUF file as architecture NAME whatever it says\n");
 }
 
-static void
-top5(const float *l, int nv, const struct tokenizer *tk, const char *what)
-{
-	int id[5] = {-1, -1, -1, -1, -1};
-	for (int c = 0; c < 5 && c < nv; c++)
-		for (int i = 0; i < nv; i++) {
-			int taken = 0;
-			for (int t = 0; t < c; t++)
-				taken |= id[t] == i;
-			if (!taken && (id[c] < 0 || l[i] > l[id[c]]))
-				id[c] = i;
-		}
-	printf("  %-10s", what);
-	for (int c = 0; c < 5 && c < nv; c++) {
-		char *s = NULL;
-		size_t len = 0;
-		char e[AD_ERRLEN];
-		int32_t t = id[c];
-		if (tk && tok_decode(tk, &t, 1, &s, &len, e) == 0)
-			printf("  %d '%s' %.3f", t, s, l[t]);
-		else
-			printf("  %d %.3f", t, l[t]);
-		free(s);
-	}
-	printf("\n");
-}
-
 int
 cmd_layers(int argc, char **argv)
 {
 	struct tool_opts o = {.cmd = "layers", .upto = -1};
 	int r = tool_args(&o, argc, argv,
 	                  "--model --upto --prompt --prompt-ids --chunk --split --threads --rope-hf --rope-adjacent --arch "
-	                  "--max-seq");
+	                  "--max-seq --backend");
 	if (r || !o.model || o.upto < 0) {
 		if (!r)
 			fprintf(stderr, "anedvd layers: --model and --upto are required\n");
@@ -422,10 +556,6 @@ cmd_layers(int argc, char **argv)
 	struct tokenizer *tk = m.gguf ? tok_load_gguf(m.gguf, err) : tok_load(o.model, err);
 	int status = 1;
 	struct kernel_backend *kl = NULL;
-	struct engine *e = NULL;
-	struct engine_seq *s = NULL;
-	struct ref_engine *ref = NULL;
-	float *a = NULL, *b = NULL;
 	if (!ids) {
 		const char *t = o.prompt ? o.prompt : "The capital of France is";
 		size_t nn = 0;
@@ -448,40 +578,26 @@ cmd_layers(int argc, char **argv)
 		}
 	struct model cut = m; // the same tensors, fewer layers
 	cut.hp.n_layer = o.upto;
-	struct kb_opts ko = {.width = o.chunk, .split = o.split, .threads = o.threads};
+	struct kb_opts ko = {.width = o.chunk, .split = o.split, .threads = o.threads, .backend = o.backend};
 	if (o.max_seq && o.max_seq < n + 1) {
 		fprintf(stderr, "anedvd layers: --max-seq %d: the prompt has %d tokens\n", o.max_seq, n);
 		status = 2;
 		goto out;
 	}
-	struct engine_opts eo = {.max_seq = o.max_seq ? o.max_seq : n + 1};
-	if (!(kl = kb_local_new(&cut, &ko, err)) || !(e = engine_new(&cut, kl, &eo, err)) ||
-	    !(s = engine_seq_new(e, err)) || !(ref = ref_new_ctx(&cut, n, eo.max_seq, err))) {
+	const int max_seq = o.max_seq ? o.max_seq : n + 1;
+	if (!(kl = kb_local_new(&cut, &ko, err))) {
 		fprintf(stderr, "anedvd layers: %s\n", err);
 		goto out;
 	}
-	int nv = (int)m.hp.n_vocab;
-	a = malloc((size_t)n * nv * sizeof *a);
-	b = malloc((size_t)n * nv * sizeof *b);
-	if (!a || !b || engine_eval(e, s, ids, n, 0, a, err) || ref_eval(ref, ids, n, b)) {
-		fprintf(stderr, "anedvd layers: %s\n", a && b ? err : "out of memory");
+	printf("model: %s, %d of %lld layers, %d prompt tokens, context %d\n", o.model, o.upto, (long long)m.hp.n_layer,
+	       n, max_seq);
+	double rel;
+	if (predictions(&cut, kl, tk, ids, n, max_seq, &rel, err)) {
+		fprintf(stderr, "anedvd layers: %s\n", err);
 		goto out;
 	}
-	const float *la = a + (size_t)(n - 1) * nv, *lb = b + (size_t)(n - 1) * nv;
-	double md;
-	printf("model: %s, %d of %lld layers, %d prompt tokens, context %d\n", o.model, o.upto, (long long)m.hp.n_layer,
-	       n, eo.max_seq);
-	double rel = rel_err(la, lb, (size_t)nv, &md, NULL);
-	top5(la, nv, tk, "emu");
-	top5(lb, nv, tk, "reference");
-	printf("  last position: rel %.3e, max|diff| %.3e\n", rel, md);
 	status = 0;
 out:
-	free(a);
-	free(b);
-	ref_free(ref);
-	engine_seq_free(s);
-	engine_free(e);
 	if (kl)
 		kl->free(kl);
 	tok_free(tk);
@@ -524,8 +640,9 @@ static void
 kernels_usage(void)
 {
 	fprintf(stderr, "usage: anedvd kernels --model M [--iters K] [--chunk N] [--split] [--threads N]\n"
-	                "                      [--weights fp16|int8] [--arch NAME]\n"
-	                "  time every kernel of layer 0 and the LM head on emu for one column (a decode\n"
+	                "                      [--weights fp16|int8] [--backend emu|ane] [--arch NAME]\n"
+	                "  time every kernel of layer 0 and the LM head on the backend (default emu; ane only\n"
+	                "  in a macOS build) for one column (a decode\n"
 	                "  step), K times (default 20): ms per eval and achieved GB/s of the weight bytes\n"
 	                "  the kernels hold (fp16, or int8 and the row scales; default int8 for a model\n"
 	                "  stored in 8 bits or fewer), then\n"
@@ -538,7 +655,7 @@ int
 cmd_kernels(int argc, char **argv)
 {
 	struct tool_opts o = {.cmd = "kernels", .iters = 20};
-	int r = tool_args(&o, argc, argv, "--model --iters --chunk --split --threads --weights --arch");
+	int r = tool_args(&o, argc, argv, "--model --iters --chunk --split --threads --weights --arch --backend");
 	if (r || !o.model) {
 		if (!r)
 			fprintf(stderr, "anedvd kernels: --model is required\n");
@@ -551,9 +668,9 @@ cmd_kernels(int argc, char **argv)
 		fprintf(stderr, "anedvd kernels: %s\n", err);
 		return 1;
 	}
-	const char *wts = pipe_weights(&m, "emu", o.weights);
+	const char *wts = pipe_weights(&m, backend_of(&o), o.weights);
 	struct kb_opts ko = {.width = o.chunk, .split = o.split, .threads = o.threads,
-	                     .weights = strcmp(wts, "int8") ? ANE_W_FP16 : ANE_W_INT8};
+	                     .weights = strcmp(wts, "int8") ? ANE_W_FP16 : ANE_W_INT8, .backend = o.backend};
 	struct kernel_backend *kl = kb_local_new(&m, &ko, err);
 	int status = 1;
 	float *x = NULL, *y = NULL;
@@ -571,8 +688,8 @@ cmd_kernels(int argc, char **argv)
 	if (!x || !y)
 		goto out;
 	rng_fill(x, (size_t)maxc, 3, 1.0f);
-	printf("model: %s, %lld layers, emu width %d, %s weights, %d iterations, one column\n", o.model,
-	       (long long)m.hp.n_layer, kl->width, wts, o.iters);
+	printf("model: %s, %lld layers, %s width %d, %s weights, %d iterations, one column\n", o.model,
+	       (long long)m.hp.n_layer, kl->name, kl->width, wts, o.iters);
 	printf("  kernel      in -> out     weights     ms/eval    GB/s\n");
 	double layer_ms = 0, head_ms = 0, layer_b = 0, head_b = 0;
 	size_t biggest = 0;
@@ -716,7 +833,7 @@ probe_run(struct ane_builder *b, int n, int w, int ncols, int iters, struct prob
 	memset(&out, 0, sizeof out);
 	float *x = malloc((size_t)n * ncols * sizeof *x), *y = malloc((size_t)n * ncols * sizeof *y);
 	float *ref = malloc((size_t)n * ncols * sizeof *ref), *wt = malloc((size_t)n * n * sizeof *wt);
-	size_t cin = emu_input_capacity(k.ek), cout = emu_output_capacity(k.ek);
+	size_t cin = ane_kernel_input_capacity(&k), cout = ane_kernel_output_capacity(&k);
 	int rc = -1;
 	if (!x || !y || !ref || !wt || surface_create(&in, NULL, (size_t)n, (size_t)w, 0, err) ||
 	    surface_create(&out, NULL, (size_t)n, (size_t)w, 0, err))
@@ -757,26 +874,28 @@ out:
 }
 
 static struct ane_builder *
-emu_builder(int threads, char *err)
+tool_builder(const struct tool_opts *o, char *err)
 {
-	struct ane_build_opts bo = {.backend = "emu", .threads = threads};
+	struct ane_build_opts bo = {.backend = o->backend, .threads = o->threads};
 	return ane_builder_new(&bo, err);
 }
+
 
 int
 cmd_probe(int argc, char **argv)
 {
 	struct tool_opts o = {.cmd = "probe", .size = 256, .iters = 20};
-	int r = tool_args(&o, argc, argv, "--size --iters --threads");
+	int r = tool_args(&o, argc, argv, "--size --iters --threads --backend");
 	if (r) {
-		fprintf(stderr, "usage: anedvd probe [--size N] [--iters K] [--threads N]\n"
-		                "  one N x N projection (default 256) compiled as a 1x1 conv and run on emu K times\n"
-		                "  (default 20), against a CPU matmul of the same weights: max|err|, relative\n"
-		                "  error, us/eval, GFLOP/s; CORRECT if rel < 0.02, else MISMATCH (exit 1)\n");
+		fprintf(stderr, "usage: anedvd probe [--size N] [--iters K] [--threads N] [--backend emu|ane]\n"
+		                "  one N x N projection (default 256) compiled as a 1x1 conv and run on the backend\n"
+		                "  (default emu; ane only in a macOS build) K times (default 20), against a CPU\n"
+		                "  matmul of the same weights: max|err|, relative error, us/eval, GFLOP/s; CORRECT\n"
+		                "  if rel < 0.02, else MISMATCH (exit 1)\n");
 		return r > 0 ? 0 : 2;
 	}
 	char err[AD_ERRLEN];
-	struct ane_builder *b = emu_builder(o.threads, err);
+	struct ane_builder *b = tool_builder(&o, err);
 	struct probe_res res;
 	if (!b || probe_run(b, o.size, 1, 1, o.iters, &res, err)) {
 		fprintf(stderr, "anedvd probe: %s\n", err);
@@ -784,8 +903,9 @@ cmd_probe(int argc, char **argv)
 		return 1;
 	}
 	int ok = res.rel < 0.02;
-	printf("probe %dx%d on emu: max|err| = %.4e  rel = %.4e  %.2f us/eval  %.2f GFLOP/s -> %s\n", o.size, o.size,
-	       res.maxabs, res.rel, res.us, 2.0 * o.size * o.size / (res.us * 1e3), ok ? "CORRECT" : "MISMATCH");
+	printf("probe %dx%d on %s: max|err| = %.4e  rel = %.4e  %.2f us/eval  %.2f GFLOP/s -> %s\n", o.size, o.size,
+	       backend_of(&o), res.maxabs, res.rel, res.us, 2.0 * o.size * o.size / (res.us * 1e3),
+	       ok ? "CORRECT" : "MISMATCH");
 	ane_builder_free(b);
 	return ok ? 0 : 1;
 }
@@ -794,20 +914,20 @@ int
 cmd_bench(int argc, char **argv)
 {
 	struct tool_opts o = {.cmd = "bench", .iters = 50};
-	int r = tool_args(&o, argc, argv, "--iters --threads");
+	int r = tool_args(&o, argc, argv, "--iters --threads --backend");
 	if (r) {
-		fprintf(stderr, "usage: anedvd bench [--iters K] [--threads N]\n"
-		                "  N x N projections on emu, N = 128 ... 4096, one column, K evals each (default 50):\n"
-		                "  us/eval, GFLOP/s and fp16 weight GB/s\n");
+		fprintf(stderr, "usage: anedvd bench [--iters K] [--threads N] [--backend emu|ane]\n"
+		                "  N x N projections on the backend (default emu), N = 128 ... 4096, one column, K\n"
+		                "  evals each (default 50): us/eval, GFLOP/s and fp16 weight GB/s\n");
 		return r > 0 ? 0 : 2;
 	}
 	char err[AD_ERRLEN];
-	struct ane_builder *b = emu_builder(o.threads, err);
+	struct ane_builder *b = tool_builder(&o, err);
 	if (!b) {
 		fprintf(stderr, "anedvd bench: %s\n", err);
 		return 1;
 	}
-	printf("emu projection sweep, one column, %d evals each\n", o.iters);
+	printf("%s projection sweep, one column, %d evals each\n", backend_of(&o), o.iters);
 	printf("     size     us/eval    GFLOP/s     GB/s   rel.err\n");
 	for (int n = 128; n <= 4096; n *= 2) {
 		struct probe_res res;
@@ -827,20 +947,21 @@ int
 cmd_width(int argc, char **argv)
 {
 	struct tool_opts o = {.cmd = "width", .size = 2048, .iters = 30};
-	int r = tool_args(&o, argc, argv, "--size --iters --threads");
+	int r = tool_args(&o, argc, argv, "--size --iters --threads --backend");
 	if (r) {
-		fprintf(stderr, "usage: anedvd width [--size N] [--iters K] [--threads N]\n"
-		                "  cost of an N x N projection (default 2048) on emu against the activation width\n"
-		                "  1, 8, 32, 64, 128 (all columns in use), K evals each (default 30)\n");
+		fprintf(stderr, "usage: anedvd width [--size N] [--iters K] [--threads N] [--backend emu|ane]\n"
+		                "  cost of an N x N projection (default 2048) on the backend (default emu) against\n"
+		                "  the activation width 1, 8, 32, 64, 128 (all columns in use), K evals each\n"
+		                "  (default 30)\n");
 		return r > 0 ? 0 : 2;
 	}
 	char err[AD_ERRLEN];
-	struct ane_builder *b = emu_builder(o.threads, err);
+	struct ane_builder *b = tool_builder(&o, err);
 	if (!b) {
 		fprintf(stderr, "anedvd width: %s\n", err);
 		return 1;
 	}
-	printf("emu projection cost vs activation width (%d -> %d, fp16 weights)\n", o.size, o.size);
+	printf("%s projection cost vs activation width (%d -> %d, fp16 weights)\n", backend_of(&o), o.size, o.size);
 	printf("  width      us/eval       vs w=1      GFLOP/s\n");
 	static const int ws[] = {1, 8, 32, 64, 128};
 	double base = 0;

@@ -606,7 +606,7 @@ sup_wait_ready(struct sup *s, const char *name, int timeout_ms, char *err)
 	for (;;) {
 		pthread_mutex_lock(&s->mu);
 		struct child *c = find(s, name);
-		int exited = c ? c->exited : 1, status = c ? c->last_status : 0;
+		int exited = c ? c->exited : 1, status = c ? c->last_status : 0, looping = c ? c->looping : 0;
 		pid_t pid = c ? c->pid : 0;
 		sup_health_fn h = c ? c->health : NULL;
 		char url[512];
@@ -620,6 +620,17 @@ sup_wait_ready(struct sup *s, const char *name, int timeout_ms, char *err)
 				              WTERMSIG(status));
 			return ad_err(err, "%s exited with status %d before it was ready (see its message above)",
 			              name, WEXITSTATUS(status));
+		}
+		// restarted, but it keeps failing the same way: waiting the rest of
+		// the timeout (ten minutes for a compile) helps nobody
+		if (looping) {
+			if (WIFSIGNALED(status))
+				return ad_err(err, "%s keeps dying before it is ready (%d exits within %d s, the last by signal %d)",
+				              name, LOOP_N, LOOP_WINDOW_MS / 1000, WTERMSIG(status));
+			return ad_err(err,
+			              "%s keeps exiting before it is ready (%d exits within %d s, the last with status %d: see "
+			              "its message above)",
+			              name, LOOP_N, LOOP_WINDOW_MS / 1000, WEXITSTATUS(status));
 		}
 		if (sup_interrupted())
 			return ad_err(err, "interrupted");

@@ -259,6 +259,7 @@ main(int argc, char **argv)
 	bench("gpt-2", T_DATA "/tokenizer/ggml-vocab-gpt-2.gguf", &text);
 	bench("qwen3", T_TOKDATA "/qwen3", &text);
 	bench("llama3", T_TOKDATA "/llama3", &text);
+	bench("ugm-llama", T_TOKDATA "/ugm-llama", &text); // Unigram over llama-spm's pieces
 	bench_pretok(&text);
 	free(text.p);
 	return 0;

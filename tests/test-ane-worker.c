@@ -45,7 +45,7 @@ static const char *fixtures[] = {
 	"stories260K", "llama", "llama256_q4_k", "llama256_q8_0", "llama256_bf16", "llama256_f16",
 	"llama256_q2_k", "llama256_q5_0", "llama256_q6_k", "gemma2", "gemma3", "phi3", "qwen2", "qwen2moe",
 	"qwen3", "models2/qwen3moe", "models2/phi3_longrope", "models2/hunyuan_dense", "models2/llama_yarn",
-	"models2/smollm3", "models2/lfm2", "models2/lfm2moe", "models2/gemma4",
+	"models2/smollm3", "models2/lfm2", "models2/lfm2moe", "models2/gemma4", "models2/qwen35",
 };
 #define NFIX ((int)(sizeof fixtures / sizeof fixtures[0]))
 
@@ -116,6 +116,20 @@ test_plan_fixtures(void)
 					k = &p.k[++n];
 					CHECK(k->kind == ANE_K_O && k->layer == il && k->in_ch == E && k->out_ch == E &&
 					      k->parts[0].t == &ml->conv_out);
+				} else if (ml->recur) { // qwen35 delta-net: [qkv; z; beta; alpha], ssm_out
+					const int d = (int)hp->ssm_d_state, C = (int)(2 * hp->ssm_n_group + hp->ssm_dt_rank) * d;
+					const int nvd = (int)hp->ssm_dt_rank * d, nvh = (int)hp->ssm_dt_rank;
+					CHECK(k->in_ch == E && k->out_ch == C + nvd + 2 * nvh && k->nparts == 4 &&
+					      k->parts[0].t == &ml->dn_qkv && k->parts[0].rows == C && k->parts[1].t == &ml->dn_z &&
+					      k->parts[2].t == &ml->dn_beta && k->parts[3].t == &ml->dn_alpha && k->parts[3].rows == nvh,
+					      "%s L%d", fixtures[f], il);
+					k = &p.k[++n];
+					CHECK(k->kind == ANE_K_O && k->in_ch == nvd && k->out_ch == E && k->parts[0].t == &ml->dn_out);
+				} else if (ml->attn_gate) { // qwen35 attention: q and gate rows per head
+					CHECK(k->in_ch == E && k->out_ch == 2 * nq + nk + nv && k->nparts == 3 &&
+					      k->parts[0].t == &ml->wq && k->parts[0].rows == 2 * nq);
+					k = &p.k[++n];
+					CHECK(k->kind == ANE_K_O && k->in_ch == nq && k->out_ch == E);
 				} else {
 					CHECK(k->in_ch == E && k->out_ch == nq + nk + nv);
 					if (ml->wqkv.name) {
@@ -253,7 +267,7 @@ check_kernel(struct kernel_backend *kb, const struct ane_pk *pk, int id, int nco
 		goto done;
 	}
 	surface_read(&out, y, (size_t)ncols, (size_t)pk->out_ch);
-	float *wd[3] = {0};
+	float *wd[sizeof pk->parts / sizeof pk->parts[0]] = {0};
 	for (int p = 0; p < pk->nparts; p++)
 		wd[p] = deq_all(pk->parts[p].t);
 	double maxd = 0, maxr = 0;

@@ -286,6 +286,22 @@ test_regex_vocabs(void)
 	}
 }
 
+// phi-3's SentencePiece vocabulary (32064 pieces, Phi-3's specials):
+// llama.cpp's vectors
+static void
+test_phi3_vocab(void)
+{
+	char err[AD_ERRLEN];
+	const char *path = unxz_gguf("phi-3");
+	REQUIRE(path, "xz -dc phi-3");
+	struct tokenizer *t = tok_load(path, err);
+	REQUIRE(t, "%s", err);
+	CHECK(!strcmp(tok_kind_name(t), "spm") && tok_n_vocab(t) == 32064);
+	run_vectors(t, "phi-3", "gguf, SentencePiece", 0);
+	tok_free(t);
+	unlink(path);
+}
+
 static struct tokenizer *load_json_text(const char *name, const char *json, char *err);
 
 // WordPiece (BERT-style GGUF): llama.cpp's vectors of bge-small
@@ -726,16 +742,87 @@ test_refusals(void)
 	free(buf);
 }
 
+// a tiny byte-level BPE GGUF named pre, with add_bos_token when ab >= 0
+static struct tokenizer *
+tiny_named(const char *pre, int ab, char *err)
+{
+	struct gguf_writer *w = gguf_writer_new();
+	const char *toks[] = {"a", "b", "ab", "\xc4\xa0", ".", "'", "s"}, *merges[] = {"a b"};
+	gguf_writer_str(w, "tokenizer.ggml.model", "gpt2");
+	gguf_writer_str(w, "tokenizer.ggml.pre", pre);
+	gguf_writer_arr_str(w, "tokenizer.ggml.tokens", toks, 7);
+	gguf_writer_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+	gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", 0);
+	if (ab >= 0)
+		gguf_writer_bool(w, "tokenizer.ggml.add_bos_token", ab);
+	size_t n;
+	void *buf = gguf_writer_bytes(w, &n);
+	gguf_writer_free(w);
+	struct gguf *g = buf ? gguf_open_memory(buf, n, err) : NULL;
+	struct tokenizer *t = g ? tok_load_gguf(g, err) : NULL;
+	gguf_close(g);
+	free(buf);
+	return t;
+}
+
+// llama.cpp's per-name flags: add_bos where the name sets it (llama-bpe,
+// tekken) unless the file says otherwise; clean_spaces on for byte-level
+// BPE but the names that turn it off (qwen2, deepseek-llm), off for
+// SentencePiece; tok_detokenize cleans, tok_decode stays exact
+static void
+test_name_flags(void)
+{
+	char err[AD_ERRLEN] = "";
+	static const struct {
+		const char *pre;
+		int ab, add_bos, clean;
+	} v[] = {
+		{"gpt-2", -1, 0, 1},       {"llama-bpe", -1, 1, 1}, {"llama-bpe", 0, 0, 1}, {"tekken", -1, 1, 0},
+		{"qwen2", -1, 0, 0},       {"qwen2", 1, 1, 0},      {"deepseek-llm", -1, 0, 0}, {"falcon", -1, 0, 1},
+	};
+	for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+		struct tokenizer *t = tiny_named(v[i].pre, v[i].ab, err);
+		CHECK(t, "%s: %s", v[i].pre, err);
+		if (!t)
+			continue;
+		CHECK(tok_add_bos(t) == v[i].add_bos && tok_clean_spaces(t) == v[i].clean, "%s (add_bos_token %d): %d %d",
+		      v[i].pre, v[i].ab, tok_add_bos(t), tok_clean_spaces(t));
+		tok_free(t);
+	}
+	// "a . b ' s . ab 's" decoded, then cleaned as llama.cpp's three passes do
+	struct tokenizer *t = tiny_named("gpt-2", -1, err);
+	REQUIRE(t, "%s", err);
+	const int32_t ids[] = {0, 3, 4, 3, 1, 3, 5, 3, 6, 4, 3, 2, 3, 5, 6, 3, 5, 6, 2};
+	char *s;
+	size_t n;
+	REQUIRE(tok_decode(t, ids, 19, &s, &n, err) == 0, "%s", err);
+	CHECK(!strcmp(s, "a . b ' s. ab 's 'sab"), "[%s]", s);
+	free(s);
+	REQUIRE(tok_detokenize(t, ids, 19, &s, &n, err) == 0, "%s", err);
+	// " ." goes; " ' " becomes "'"; " 's" loses its space
+	CHECK(!strcmp(s, "a. b's. ab's'sab") && n == strlen(s), "[%s]", s);
+	free(s);
+	tok_free(t);
+	t = tiny_named("qwen2", -1, err);
+	REQUIRE(t, "%s", err);
+	REQUIRE(tok_detokenize(t, ids, 19, &s, &n, err) == 0, "%s", err);
+	CHECK(!strcmp(s, "a . b ' s. ab 's 'sab"), "[%s]", s); // qwen2: no cleaning
+	free(s);
+	tok_free(t);
+}
+
 int
 main(void)
 {
 	T_RUN(test_gpt2_gguf);
 	T_RUN(test_regex_vocabs);
+	T_RUN(test_phi3_vocab);
 	T_RUN(test_wpm_vocab);
 	T_RUN(test_qwen3_json);
 	T_RUN(test_llama3_json);
 	T_RUN(test_gguf_from_json);
 	T_RUN(test_tiny);
 	T_RUN(test_refusals);
+	T_RUN(test_name_flags);
 	return t_done();
 }

@@ -138,6 +138,17 @@ for m in "$DATA"/models2/*.gguf; do
 	check "verify models2/$(basename "$m") MATCH" [ $? -eq 0 ]
 	grep -q "MATCH" "$T/v.txt" || cat "$T/v.txt" >&2
 done
+# a recurrent model through the whole pipeline: run's greedy ids are llama.cpp's
+$A run --model "$DATA/models2/qwen35.gguf" --prompt-ids 1,403,407,261,378,432,383,286 --max-tokens 16 --temp 0 --json > "$T/q35.json" 2> "$T/q35.err"
+check "run qwen35 exits 0" [ $? -eq 0 ]
+check "run qwen35: greedy ids equal llama.cpp's" python3 - "$T/q35.json" "$DATA/models2/qwen35.json" <<'EOF'
+import json, sys
+# strict UTF-8: a token that ends inside a character is U+FFFD in "text"
+j = json.load(open(sys.argv[1], encoding="utf-8", errors="strict"))
+ref = json.load(open(sys.argv[2]))["greedy_ids"]
+assert j["ids"] == ref, (j["ids"], ref)
+assert "\ufffd" in j["text"], repr(j["text"]) # this model's tokens do end mid-character
+EOF
 # route: the expert histogram of a MoE model, through the CLI
 $A route --model "$DATA/models2/lfm2moe.gguf" --prompt-ids 1,403,407 --json > "$T/r.txt" 2>&1
 check "route lfm2moe exits 0" [ $? -eq 0 ]
@@ -177,8 +188,18 @@ check "selftest PASS" grep -q "PASS" "$T/st.txt"
 $A check --model "$DATA/models/qwen2.gguf" > "$T/ck.txt" 2>&1
 check "check exits 0" [ $? -eq 0 ]
 check "check reports lm_head ok" grep -q "lm_head .* -> ok" "$T/ck.txt"
+check "check prints the config" grep -q "^config: heads 4 / kv 2, head size 32 / 32" "$T/ck.txt"
+check "check prints the RoPE convention" grep -q "^RoPE: neox (halves), 32 dims, base 1e+06" "$T/ck.txt"
+check "check prints sample predictions" grep -q "^sample predictions after" "$T/ck.txt"
+check "check: both top-5 lists" [ "$(grep -c -E '^  (emu|reference) ' "$T/ck.txt")" = 2 ]
+check "check: the same next token" grep -q "argmax equal" "$T/ck.txt"
+$A check --model "$STORIES" --backend emu --prompt-ids $IDS > "$T/ck2.txt" 2>&1
+check "check --backend emu --prompt-ids" [ $? -eq 0 ]
+check "check: norm RoPE for llama" grep -q "^RoPE: norm (adjacent pairs)" "$T/ck2.txt"
 $A probe --size 128 > "$T/pr.txt" 2>&1
 check "probe CORRECT" grep -q "CORRECT" "$T/pr.txt"
+$A probe --size 64 --backend emu > "$T/pr2.txt" 2>&1
+check "probe --backend emu" grep -q "probe 64x64 on emu" "$T/pr2.txt"
 $A layers --model "$STORIES" --upto 2 --prompt-ids $IDS > "$T/ly.txt" 2>&1
 check "layers prints both top-5 lists" [ "$(grep -c -E '^  (emu|reference) ' "$T/ly.txt")" = 2 ]
 # --max-seq: the context both engines are built for; LongRoPE (original context 4)
@@ -475,6 +496,17 @@ check "verify --chunk x" usage2 "--chunk" verify --model "$STORIES" --chunk x
 check "probe --size -1" usage2 "--size" probe --size -1
 check "attnbench --heads 3 --kv-heads 2" usage2 "multiple" attnbench --heads 3 --kv-heads 2
 check "layers without --upto" usage2 "--upto" layers --model "$STORIES"
+check "check --prompt with --prompt-ids" usage2 "one of --prompt" check --model "$STORIES" --prompt x --prompt-ids 1
+check "check --prompt-ids outside the vocabulary" usage2 "outside the vocabulary" check --model "$STORIES" --prompt-ids 1,99999
+# --backend on every kernel tool: emu or ane, ane only in a build that has it
+for c in check layers kernels probe bench width; do
+	m=(--model "$STORIES")
+	case $c in probe | bench | width) m=() ;; esac
+	check "$c --backend foo" usage2 "unknown backend" $c "${m[@]}" --backend foo
+	if [ "$(uname)" != Darwin ]; then
+		check "$c --backend ane off macOS" usage2 "needs macOS on Apple silicon" $c "${m[@]}" --backend ane
+	fi
+done
 check "serve --port 70000" usage2 "--port" serve --model "$STORIES" --port 70000
 check "serve --tokenizer-url http://" usage2 "--tokenizer-url" serve --model "$STORIES" --tokenizer-url http://x
 check "chat --top-k x" usage2 "--top-k" chat --model "$STORIES" --top-k x

@@ -1,7 +1,11 @@
 // test-hf: every fixture GGUF written out as a Hugging Face directory (with
 // the inverse of the HF conventions), loaded back with model_load_hf, and
 // compared with the GGUF: hyper-parameters, every dequantised weight, and
-// the reference engine's logits.
+// the reference engine's logits. The conventions are convert_hf_to_gguf's:
+// lfm2's own names, layer_types and FFN width rule; gemma4's head sizes,
+// double-wide FFNs and proportional RoPE from config; qwen35's (1 + w)
+// norms, A_log, and the delta-net's v heads grouped by q/k head in HF
+// (tiled in GGUF), also as multimodal checkpoints.
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdint.h>
@@ -96,10 +100,66 @@ static const struct {
 	{ "ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight" },
 };
 
+// the architectures that name their layers their own way (lfm2moe as lfm2)
+static const struct {
+	enum model_arch arch;
+	const char *gguf, *hf;
+} arch_names[] = {
+	{ MODEL_ARCH_LFM2, "attn_norm.weight", "operator_norm.weight" },
+	{ MODEL_ARCH_LFM2, "ffn_norm.weight", "ffn_norm.weight" },
+	{ MODEL_ARCH_LFM2, "attn_q_norm.weight", "self_attn.q_layernorm.weight" },
+	{ MODEL_ARCH_LFM2, "attn_k_norm.weight", "self_attn.k_layernorm.weight" },
+	{ MODEL_ARCH_LFM2, "attn_output.weight", "self_attn.out_proj.weight" },
+	{ MODEL_ARCH_LFM2, "shortconv.in_proj.weight", "conv.in_proj.weight" },
+	{ MODEL_ARCH_LFM2, "shortconv.conv.weight", "conv.conv.weight" },
+	{ MODEL_ARCH_LFM2, "shortconv.out_proj.weight", "conv.out_proj.weight" },
+	{ MODEL_ARCH_LFM2, "ffn_gate.weight", "feed_forward.w1.weight" },
+	{ MODEL_ARCH_LFM2, "ffn_up.weight", "feed_forward.w3.weight" },
+	{ MODEL_ARCH_LFM2, "ffn_down.weight", "feed_forward.w2.weight" },
+	{ MODEL_ARCH_LFM2, "ffn_gate_inp.weight", "feed_forward.gate.weight" },
+	{ MODEL_ARCH_LFM2, "exp_probs_b.bias", "feed_forward.expert_bias" },
+	{ MODEL_ARCH_GEMMA4, "post_attention_norm.weight", "post_attention_layernorm.weight" },
+	{ MODEL_ARCH_GEMMA4, "ffn_norm.weight", "pre_feedforward_layernorm.weight" },
+	{ MODEL_ARCH_GEMMA4, "inp_gate.weight", "per_layer_input_gate.weight" },
+	{ MODEL_ARCH_GEMMA4, "proj.weight", "per_layer_projection.weight" },
+	{ MODEL_ARCH_GEMMA4, "post_norm.weight", "post_per_layer_input_norm.weight" },
+	{ MODEL_ARCH_GEMMA4, "layer_output_scale.weight", "layer_scalar" },
+	{ MODEL_ARCH_QWEN35, "attn_norm.weight", "input_layernorm.weight" },
+	{ MODEL_ARCH_QWEN35, "post_attention_norm.weight", "post_attention_layernorm.weight" },
+	{ MODEL_ARCH_QWEN35, "attn_qkv.weight", "linear_attn.in_proj_qkv.weight" },
+	{ MODEL_ARCH_QWEN35, "attn_gate.weight", "linear_attn.in_proj_z.weight" },
+	{ MODEL_ARCH_QWEN35, "ssm_beta.weight", "linear_attn.in_proj_b.weight" },
+	{ MODEL_ARCH_QWEN35, "ssm_alpha.weight", "linear_attn.in_proj_a.weight" },
+	{ MODEL_ARCH_QWEN35, "ssm_a", "linear_attn.A_log" },
+	{ MODEL_ARCH_QWEN35, "ssm_dt.bias", "linear_attn.dt_bias" },
+	{ MODEL_ARCH_QWEN35, "ssm_conv1d.weight", "linear_attn.conv1d.weight" },
+	{ MODEL_ARCH_QWEN35, "ssm_norm.weight", "linear_attn.norm.weight" },
+	{ MODEL_ARCH_QWEN35, "ssm_out.weight", "linear_attn.out_proj.weight" },
+};
+
+static enum model_arch
+names_arch(const struct model *m)
+{
+	return m->arch == MODEL_ARCH_LFM2MOE ? MODEL_ARCH_LFM2 : m->arch;
+}
+
+// qwen35: the GGUF's tiled v heads (position i n_k + g) back to HF's order
+// grouped by q/k head (g r + i): n_v blocks of `block` bytes, `stride` apart
+static void
+v_grouped(const struct model *m, const uint8_t *src, uint8_t *dst, size_t block, size_t stride)
+{
+	const int64_t nk = m->hp.ssm_n_group, nv = m->hp.ssm_dt_rank, r = nv / nk;
+	for (int64_t p = 0; p < nv; p++)
+		memcpy(dst + (size_t)((p % nk) * r + p / nk) * stride, src + (size_t)p * stride, block);
+}
+
 // the HF name of a per-layer GGUF tensor suffix, NULL if not in the table
 static const char *
 hf_suffix(const struct model *m, const char *g)
 {
+	for (size_t i = 0; i < sizeof arch_names / sizeof arch_names[0]; i++)
+		if (arch_names[i].arch == names_arch(m) && !strcmp(arch_names[i].gguf, g))
+			return arch_names[i].hf;
 	if (!strcmp(g, "ffn_norm.weight"))
 		return is_gemma(m) ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight";
 	if (!strcmp(g, "ffn_up.weight"))
@@ -118,8 +178,9 @@ to_hf(const struct model *m, struct hf_out *o, const char *skip)
 	char err[AD_ERRLEN];
 	for (int64_t i = 0; i < m->n_tensors; i++) {
 		const struct model_tensor *t = &m->tensors[i];
-		if ((skip && !strcmp(t->name, skip)) || !strncmp(t->name, "rope_factors_", 13))
-			continue; // (longrope's factors are lists in config.json)
+		if ((skip && !strcmp(t->name, skip)) || !strncmp(t->name, "rope_factors_", 13) ||
+		    (m->arch == MODEL_ARCH_GEMMA4 && !strcmp(t->name, "rope_freqs.weight")))
+			continue; // (longrope's factors and gemma4's partial RoPE are in config.json)
 		int64_t n = model_tensor_nelem(t);
 		int native = t->type == AD_TYPE_F32 || t->type == AD_TYPE_F16 || t->type == AD_TYPE_BF16;
 		uint32_t type = native ? t->type : AD_TYPE_F32;
@@ -139,7 +200,19 @@ to_hf(const struct model *m, struct hf_out *o, const char *skip)
 		const char *suffix = NULL;
 		if (sscanf(t->name, "blk.%d.%n", &il, &k) == 1 && k > 0)
 			suffix = t->name + k;
-		if (!strcmp(t->name, "token_embd.weight")) {
+		static const char *globals[][2] = {
+			{ "token_embd_norm.weight", "model.embedding_norm.weight" }, // lfm2's final norm
+			{ "per_layer_token_embd.weight", "model.embed_tokens_per_layer.weight" },
+			{ "per_layer_model_proj.weight", "model.per_layer_model_projection.weight" },
+			{ "per_layer_proj_norm.weight", "model.per_layer_projection_norm.weight" },
+		};
+		const char *global = NULL;
+		for (size_t g = 0; g < sizeof globals / sizeof globals[0]; g++)
+			if (!strcmp(t->name, globals[g][0]))
+				global = globals[g][1];
+		if (global) {
+			snprintf(hf, sizeof hf, "%s", global);
+		} else if (!strcmp(t->name, "token_embd.weight")) {
 			snprintf(hf, sizeof hf, "model.embed_tokens.weight");
 		} else if (!strcmp(t->name, "output_norm.weight")) {
 			snprintf(hf, sizeof hf, "model.norm.weight");
@@ -149,11 +222,16 @@ to_hf(const struct model *m, struct hf_out *o, const char *skip)
 			// one 2-D tensor per expert
 			const char *proj = !strncmp(suffix, "ffn_gate", 8) ? "gate"
 			                   : !strncmp(suffix, "ffn_up", 6) ? "up" : "down";
+			const char *w = proj[0] == 'g' ? "w1" : proj[0] == 'u' ? "w3" : "w2"; // lfm2moe
 			int64_t ne2[2] = { t->ne[0], t->ne[1] };
 			size_t per = (size_t)(t->ne[0] * t->ne[1]) * esz;
 			for (int64_t e = 0; e < t->ne[2]; e++) {
-				snprintf(hf, sizeof hf, "model.layers.%d.mlp.experts.%lld.%s_proj.weight", il,
-				         (long long)e, proj);
+				if (names_arch(m) == MODEL_ARCH_LFM2)
+					snprintf(hf, sizeof hf, "model.layers.%d.feed_forward.experts.%lld.%s.weight", il,
+					         (long long)e, w);
+				else
+					snprintf(hf, sizeof hf, "model.layers.%d.mlp.experts.%lld.%s_proj.weight", il,
+					         (long long)e, proj);
 				struct out_tensor *ot = push(o, hf, type, 2, ne2, per);
 				memcpy(ot->data, (const uint8_t *)src + e * per, per);
 			}
@@ -176,11 +254,53 @@ to_hf(const struct model *m, struct hf_out *o, const char *skip)
 			nd = 2; // HF keeps it as a [1, n_embd] linear layer
 			ne[1] = 1;
 		}
+		if (suffix && (!strcmp(suffix, "shortconv.conv.weight") || !strcmp(suffix, "ssm_conv1d.weight"))) {
+			nd = 3; // a Conv1d kernel [channels, 1, taps]
+			ne[2] = ne[1];
+			ne[1] = 1;
+		}
+		const int qwen35 = m->arch == MODEL_ARCH_QWEN35;
+		const int qnorm = qwen35 && strstr(t->name, "norm.weight") && !strstr(t->name, "ssm_norm");
 		struct out_tensor *ot = push(o, hf, type, nd, ne, (size_t)n * esz);
 		int qk = suffix && (!strcmp(suffix, "attn_q.weight") || !strcmp(suffix, "attn_k.weight"));
 		if ((m->arch == MODEL_ARCH_LLAMA || m->arch == MODEL_ARCH_SMOLLM3) && qk) {
 			int64_t heads = !strcmp(suffix, "attn_q.weight") ? m->hp.n_head : m->hp.n_head_kv;
 			unpermute_rows(src, ot->data, t->ne[1], heads, (size_t)t->ne[0] * esz);
+		} else if (qwen35 && suffix &&
+		           (!strcmp(suffix, "attn_qkv.weight") || !strcmp(suffix, "ssm_conv1d.weight") ||
+		            !strcmp(suffix, "attn_gate.weight") || !strcmp(suffix, "ssm_beta.weight") ||
+		            !strcmp(suffix, "ssm_alpha.weight") || !strcmp(suffix, "ssm_dt.bias") ||
+		            !strcmp(suffix, "ssm_a") || !strcmp(suffix, "ssm_out.weight"))) {
+			// the v heads back to HF's grouped order; A_log = log(-ssm_a)
+			const size_t bytes = (size_t)n * esz;
+			const uint8_t *sv = src;
+			float *alog = NULL;
+			if (!strcmp(suffix, "ssm_a")) {
+				alog = malloc(bytes);
+				for (int64_t j = 0; j < n; j++)
+					alog[j] = logf(-((const float *)src)[j]);
+				sv = (const uint8_t *)alog;
+			}
+			memcpy(ot->data, sv, bytes);
+			const int64_t nv = m->hp.ssm_dt_rank, d = m->hp.ssm_d_state, nkd = m->hp.ssm_n_group * d;
+			if (!strcmp(suffix, "ssm_out.weight")) {
+				for (int64_t r = 0; r < t->ne[1]; r++)
+					v_grouped(m, sv + (size_t)r * t->ne[0] * esz, (uint8_t *)ot->data + (size_t)r * t->ne[0] * esz,
+					          (size_t)d * esz, (size_t)d * esz);
+			} else {
+				const size_t row = t->n_dims == 1 ? esz : (size_t)t->ne[0] * esz;
+				const size_t nqk = !strcmp(suffix, "attn_qkv.weight") || !strcmp(suffix, "ssm_conv1d.weight")
+				                            ? 2 * (size_t)nkd
+				                            : 0;
+				const size_t block = (bytes / row - nqk) / (size_t)nv * row;
+				v_grouped(m, sv + nqk * row, (uint8_t *)ot->data + nqk * row, block, block);
+			}
+			free(alog);
+		} else if (qnorm) {
+			const float *sf = src;
+			float *d = ot->data;
+			for (int64_t j = 0; j < n; j++)
+				d[j] = sf[j] - 1.0f;
 		} else if (is_gemma(m) && strstr(t->name, "norm.weight")) {
 			if (type != AD_TYPE_F32) {
 				fprintf(stderr, "gemma norm %s is not F32\n", t->name);
@@ -214,6 +334,10 @@ hf_arch(const struct model *m, const char **type)
 		[MODEL_ARCH_QWEN2MOE] = { "Qwen2MoeForCausalLM", "qwen2_moe" },
 		[MODEL_ARCH_QWEN3MOE] = { "Qwen3MoeForCausalLM", "qwen3_moe" },
 		[MODEL_ARCH_HUNYUAN_DENSE] = { "HunYuanDenseV1ForCausalLM", "hunyuan_v1_dense" },
+		[MODEL_ARCH_LFM2] = { "Lfm2ForCausalLM", "lfm2" },
+		[MODEL_ARCH_LFM2MOE] = { "Lfm2MoeForCausalLM", "lfm2_moe" },
+		[MODEL_ARCH_GEMMA4] = { "Gemma4ForCausalLM", "gemma4_text" },
+		[MODEL_ARCH_QWEN35] = { "Qwen3_5ForCausalLM", "qwen3_5_text" },
 	};
 	*type = a[m->arch][1];
 	return a[m->arch][0];
@@ -309,6 +433,77 @@ make_config(const struct model *m)
 		cJSON_AddStringToObject(rs, "rope_type", "linear");
 		cJSON_AddNumberToObject(rs, "factor", 1.0 / (double)hp->rope_freq_scale);
 		cJSON_AddNullToObject(c, "final_logit_softcapping");
+	}
+	if (names_arch(m) == MODEL_ARCH_LFM2) {
+		// LFM2's own keys: layer_types, norm_eps, conv_L_cache, tie_embedding;
+		// the FFN width as the checkpoint gives it (2/3 of it, to a multiple)
+		cJSON *lt = cJSON_AddArrayToObject(c, "layer_types");
+		for (int64_t i = 0; i < hp->n_layer; i++)
+			cJSON_AddItemToArray(lt, cJSON_CreateString(m->layers[i].conv ? "conv" : "full_attention"));
+		cJSON_DeleteItemFromObject(c, "rms_norm_eps");
+		cJSON_AddNumberToObject(c, "norm_eps", (double)hp->rms_eps);
+		cJSON_AddNumberToObject(c, "conv_L_cache", (double)hp->n_conv);
+		cJSON_DeleteItemFromObject(c, "tie_word_embeddings");
+		cJSON_AddBoolToObject(c, "tie_embedding", m->tied_output);
+		if (m->arch == MODEL_ARCH_LFM2) {
+			cJSON_ReplaceItemInObject(c, "intermediate_size", cJSON_CreateNumber((double)(hp->n_ff * 3 / 2)));
+			cJSON_AddNumberToObject(c, "block_ff_dim", (double)(hp->n_ff * 3 / 2));
+			cJSON_AddBoolToObject(c, "block_auto_adjust_ff_dim", 1);
+			cJSON_AddNumberToObject(c, "block_ffn_dim_multiplier", 1.0);
+			cJSON_AddNumberToObject(c, "block_multiple_of", 64);
+		} else {
+			cJSON_AddNumberToObject(c, "num_experts", (double)hp->n_expert);
+			cJSON_AddNumberToObject(c, "num_experts_per_tok", (double)hp->n_expert_used);
+			cJSON_AddNumberToObject(c, "moe_intermediate_size", (double)hp->n_ff_exp);
+			cJSON_AddNumberToObject(c, "num_dense_layers", (double)hp->n_dense_lead);
+			cJSON_AddBoolToObject(c, "norm_topk_prob", 1);
+			cJSON_AddBoolToObject(c, "use_expert_bias", 1);
+		}
+	}
+	if (m->arch == MODEL_ARCH_GEMMA4) {
+		// head_dim is the sliding layers', global_head_dim the full ones'; the
+		// base FFN width doubled on the shared layers; RoPE per layer kind
+		cJSON_ReplaceItemInObject(c, "head_dim", cJSON_CreateNumber((double)hp->head_dim_swa));
+		cJSON_AddNumberToObject(c, "global_head_dim", (double)hp->head_dim);
+		cJSON_ReplaceItemInObject(c, "intermediate_size", cJSON_CreateNumber((double)m->layers[0].n_ff));
+		cJSON_AddBoolToObject(c, "use_double_wide_mlp", m->layers[hp->n_layer - 1].n_ff == 2 * m->layers[0].n_ff);
+		cJSON_AddNumberToObject(c, "num_kv_shared_layers", (double)hp->n_kv_shared);
+		cJSON_AddNumberToObject(c, "hidden_size_per_layer_input", (double)hp->n_embd_pl);
+		cJSON_AddNumberToObject(c, "sliding_window", (double)hp->sliding_window);
+		cJSON_AddNumberToObject(c, "final_logit_softcapping", (double)hp->final_softcap);
+		cJSON *lt = cJSON_AddArrayToObject(c, "layer_types");
+		for (int64_t i = 0; i < hp->n_layer; i++)
+			cJSON_AddItemToArray(lt, cJSON_CreateString(m->layers[i].sliding ? "sliding_attention" : "full_attention"));
+		int rot = 0; // rope_freqs: 1 for the rotated pairs, 1e30 for the rest
+		for (int64_t i = 0; i < m->rope_freqs.ne[0]; i++)
+			rot += ((const float *)m->rope_freqs.data)[i] == 1.0f;
+		cJSON_DeleteItemFromObject(c, "rope_theta");
+		cJSON *rp = cJSON_AddObjectToObject(c, "rope_parameters");
+		cJSON *full = cJSON_AddObjectToObject(rp, "full_attention");
+		cJSON_AddStringToObject(full, "rope_type", "proportional");
+		cJSON_AddNumberToObject(full, "rope_theta", (double)hp->rope_base);
+		cJSON_AddNumberToObject(full, "partial_rotary_factor", 2.0 * rot / (double)hp->head_dim);
+		cJSON *swa = cJSON_AddObjectToObject(rp, "sliding_attention");
+		cJSON_AddStringToObject(swa, "rope_type", "default");
+		cJSON_AddNumberToObject(swa, "rope_theta", (double)hp->rope_base_swa);
+	}
+	if (m->arch == MODEL_ARCH_QWEN35) {
+		cJSON_AddNumberToObject(c, "linear_conv_kernel_dim", (double)hp->n_conv);
+		cJSON_AddNumberToObject(c, "linear_key_head_dim", (double)hp->ssm_d_state);
+		cJSON_AddNumberToObject(c, "linear_value_head_dim", (double)hp->ssm_d_state);
+		cJSON_AddNumberToObject(c, "linear_num_key_heads", (double)hp->ssm_n_group);
+		cJSON_AddNumberToObject(c, "linear_num_value_heads", (double)hp->ssm_dt_rank);
+		cJSON *lt = cJSON_AddArrayToObject(c, "layer_types");
+		for (int64_t i = 0; i < hp->n_layer; i++)
+			cJSON_AddItemToArray(lt, cJSON_CreateString(m->layers[i].recur ? "linear_attention" : "full_attention"));
+		// the newer form: theta and the partial factor in rope_parameters
+		cJSON_DeleteItemFromObject(c, "rope_theta");
+		cJSON_DeleteItemFromObject(c, "partial_rotary_factor");
+		cJSON *rp = cJSON_AddObjectToObject(c, "rope_parameters");
+		cJSON_AddStringToObject(rp, "rope_type", "default");
+		cJSON_AddNumberToObject(rp, "rope_theta", (double)hp->rope_base);
+		cJSON_AddNumberToObject(rp, "partial_rotary_factor", (double)hp->n_rot / (double)hp->head_dim);
+		cJSON_AddItemToObject(rp, "mrope_section", cJSON_Parse("[3, 3, 2]"));
 	}
 	if (m->arch == MODEL_ARCH_QWEN2MOE || m->arch == MODEL_ARCH_QWEN3MOE) {
 		cJSON_AddNumberToObject(c, "num_experts", (double)hp->n_expert);
@@ -445,6 +640,19 @@ compare_hparams(const char *name, const struct model *g, const struct model *h)
 	SAME(rope_attn_factor);
 	SAME(qk_norm_post_rope);
 	SAME(bos_id);
+	SAME(n_conv);
+	SAME(expert_gating);
+	SAME(n_dense_lead);
+	SAME(head_dim_swa);
+	SAME(head_dim_v_swa);
+	SAME(n_rot_swa);
+	SAME(n_kv_shared);
+	SAME(n_embd_pl);
+	SAME(ssm_d_state);
+	SAME(ssm_n_group);
+	SAME(ssm_dt_rank);
+	SAME(ssm_d_inner);
+	SAME(full_attn_interval);
 	if (g->arch != MODEL_ARCH_QWEN2MOE && g->arch != MODEL_ARCH_QWEN3MOE)
 		SAME(n_ff);
 #undef SAME
@@ -457,6 +665,10 @@ compare_hparams(const char *name, const struct model *g, const struct model *h)
 		CHECK(x->sliding == y->sliding && x->use_rope == y->use_rope &&
 		      x->rope_base == y->rope_base && x->rope_freq_scale == y->rope_freq_scale,
 		      "%s: layer %lld attention kind", name, (long long)il);
+		CHECK(x->conv == y->conv && x->recur == y->recur && x->attn_gate == y->attn_gate && x->kv_src == y->kv_src &&
+		          x->head_dim == y->head_dim && x->n_rot == y->n_rot && x->n_ff == y->n_ff &&
+		          x->rope_factors == y->rope_factors,
+		      "%s: layer %lld kind or shape", name, (long long)il);
 	}
 }
 
@@ -490,9 +702,13 @@ compare_weights(const char *name, const struct model *g, const struct model *h)
 			free(x);
 			x = u;
 		}
-		if (is_gemma(g) && strstr(a->name, "norm.weight"))
+		if ((is_gemma(g) || (g->arch == MODEL_ARCH_QWEN35 && !strstr(a->name, "ssm_norm"))) &&
+		    strstr(a->name, "norm.weight"))
 			for (int64_t j = 0; j < n; j++)
 				x[j] = (x[j] - 1.0f) + 1.0f; // what the round trip can give back
+		if (g->arch == MODEL_ARCH_QWEN35 && !strcmp(suffix, "ssm_a"))
+			for (int64_t j = 0; j < n; j++)
+				x[j] = -expf(logf(-x[j])); // A_log and back
 		int diff = 0;
 		for (int64_t j = 0; j < n; j++)
 			diff += !(x[j] == y[j]);
@@ -578,6 +794,8 @@ static const struct {
 	{ "llama256_q4_k", 1, 0, "models" },
 	{ "qwen3moe", 2, 1, "models2" },    { "llama_yarn", 1, 0, "models2" },   { "phi3_longrope", 1, 0, "models2" },
 	{ "hunyuan_dense", 1, 0, "models2" }, { "smollm3", 1, 0, "models2" },
+	{ "lfm2", 1, 0, "models2" },        { "lfm2moe", 2, 1, "models2" },      { "gemma4", 2, 1, "models2" },
+	{ "qwen35", 1, 0, "models2" },
 };
 
 static void
@@ -902,14 +1120,16 @@ test_llama_family(void)
 	model_free(&g);
 }
 
-// gemma3 as the multimodal checkpoint stores it: the text model's keys in
-// text_config, its tensors under model.language_model., a vision tower beside
+// a multimodal checkpoint as it is stored: the text model's keys in
+// text_config, its tensors under model.language_model., a vision tower
+// beside (and for qwen35 its multi-token-prediction block, unused)
 static void
-test_gemma3_multimodal(void)
+check_multimodal(const char *fdir, const char *name, const char *arch, const char *type)
 {
 	char path[512], dir[512], err[AD_ERRLEN];
 	struct model g, h;
-	snprintf(path, sizeof path, "%s/models/gemma3.gguf", T_DATA);
+	fixture_dir = fdir;
+	snprintf(path, sizeof path, "%s/%s/%s.gguf", T_DATA, fdir, name);
 	REQUIRE(model_load_gguf(&g, path, err) == 0, "%s", err);
 	struct hf_out o = { 0 };
 	REQUIRE(to_hf(&g, &o, NULL) == 0);
@@ -923,24 +1143,70 @@ test_gemma3_multimodal(void)
 	int64_t ne[2] = { 4, 2 };
 	struct out_tensor *v = push(&o, "model.vision_tower.patch_embedding.weight", AD_TYPE_F32, 2, ne, 32);
 	memset(v->data, 0, 32);
+	v = push(&o, "mtp.fc.weight", AD_TYPE_F32, 2, ne, 32);
+	memset(v->data, 0, 32);
 	cJSON *text = make_config(&g);
 	cJSON_DeleteItemFromObject(text, "architectures");
 	cJSON *cfg = cJSON_CreateObject();
 	cJSON *archs = cJSON_AddArrayToObject(cfg, "architectures");
-	cJSON_AddItemToArray(archs, cJSON_CreateString("Gemma3ForConditionalGeneration"));
-	cJSON_AddStringToObject(cfg, "model_type", "gemma3");
+	cJSON_AddItemToArray(archs, cJSON_CreateString(arch));
+	cJSON_AddStringToObject(cfg, "model_type", type);
 	cJSON_AddItemToObject(cfg, "text_config", text);
 	cJSON_AddItemToObject(cfg, "vision_config", cJSON_CreateObject());
-	snprintf(dir, sizeof dir, "%s/gemma3-mm", t_tmpdir());
+	snprintf(dir, sizeof dir, "%s/%s-mm", t_tmpdir(), name);
 	REQUIRE(write_hf(dir, cfg, &o, 2, 1) == 0);
 	cJSON_Delete(cfg);
 	free_out(&o);
 	REQUIRE(model_load_hf(&h, dir, err) == 0, "%s", err);
-	compare_hparams("gemma3", &g, &h);
-	compare_weights("gemma3", &g, &h);
-	compare_logits("gemma3", &g, &h);
+	compare_hparams(name, &g, &h);
+	compare_weights(name, &g, &h);
+	compare_logits(name, &g, &h);
 	model_free(&h);
 	model_free(&g);
+	fixture_dir = "models";
+}
+
+static void
+test_multimodal(void)
+{
+	check_multimodal("models", "gemma3", "Gemma3ForConditionalGeneration", "gemma3");
+	check_multimodal("models2", "qwen35", "Qwen3_5ForConditionalGeneration", "qwen3_5");
+	check_multimodal("models2", "gemma4", "Gemma4ForConditionalGeneration", "gemma4");
+}
+
+// the new architectures' config errors: each named
+static void
+test_arch_errors(void)
+{
+	static const struct {
+		const char *model, *key, *json, *want;
+	} bad[] = {
+		{ "lfm2", "layer_types", "[\"conv\", \"conv\"]", "layer_types" },
+		{ "lfm2", "layer_types", "[\"conv\", \"conv\", \"mamba\", \"conv\", \"full_attention\"]", "mamba" },
+		{ "gemma4", "attention_k_eq_v", "true", "attention_k_eq_v" },
+		{ "gemma4", "num_global_key_value_heads", "4", "KV heads" },
+		{ "gemma4", "rope_parameters", "{}", "rope_parameters" },
+		{ "qwen35", "linear_value_head_dim", "64", "linear_value_head_dim" },
+		{ "qwen35", "linear_num_value_heads", "3", "linear heads (3 v, 2 q/k)" },
+	};
+	for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+		char path[512], dir[512], err[AD_ERRLEN] = "";
+		struct model g, h;
+		snprintf(path, sizeof path, "%s/models2/%s.gguf", T_DATA, bad[k].model);
+		REQUIRE(model_load_gguf(&g, path, err) == 0, "%s", err);
+		struct hf_out o = { 0 };
+		REQUIRE(to_hf(&g, &o, NULL) == 0);
+		cJSON *cfg = make_config(&g);
+		cJSON_DeleteItemFromObject(cfg, bad[k].key);
+		cJSON_AddItemToObject(cfg, bad[k].key, cJSON_Parse(bad[k].json));
+		snprintf(dir, sizeof dir, "%s/bad-%s-%zu", t_tmpdir(), bad[k].model, k);
+		REQUIRE(write_hf(dir, cfg, &o, 1, 0) == 0);
+		cJSON_Delete(cfg);
+		free_out(&o);
+		model_free(&g);
+		CHECK(model_load_hf(&h, dir, err) == -1 && strstr(err, bad[k].want), "%s %s: %s", bad[k].model, bad[k].key,
+		      err);
+	}
 }
 
 int
@@ -948,7 +1214,8 @@ main(void)
 {
 	T_RUN(test_round_trips);
 	T_RUN(test_llama_family);
-	T_RUN(test_gemma3_multimodal);
+	T_RUN(test_multimodal);
+	T_RUN(test_arch_errors);
 	T_RUN(test_errors);
 	T_RUN(test_llama3_freqs);
 	T_RUN(test_yarn_config);

@@ -36,6 +36,11 @@ struct spec {
 	const char *rope_scaling; // rope.scaling.type
 	float rope_alpha;         // rope.scaling.alpha
 	int flat_attn;            // attn_q and ffn_down all zero: uniform attention, no FFN
+	// YaRN's keys, written when yarn_keys: rope.scaling.original_context_length,
+	// yarn_ext_factor, yarn_beta_fast, yarn_beta_slow
+	int yarn_keys;
+	uint32_t orig_ctx;
+	float yarn_ext, beta_fast, beta_slow;
 };
 
 static uint32_t rng = 12345;
@@ -110,6 +115,12 @@ write_model(const char *path, const struct spec *s)
 	if (s->rope_scaling) {
 		gguf_writer_str(w, KEY("rope.scaling.type"), s->rope_scaling);
 		gguf_writer_f32(w, KEY("rope.scaling.factor"), 2.0f);
+	}
+	if (s->yarn_keys) {
+		gguf_writer_u32(w, KEY("rope.scaling.original_context_length"), s->orig_ctx);
+		gguf_writer_f32(w, KEY("rope.scaling.yarn_ext_factor"), s->yarn_ext);
+		gguf_writer_f32(w, KEY("rope.scaling.yarn_beta_fast"), s->beta_fast);
+		gguf_writer_f32(w, KEY("rope.scaling.yarn_beta_slow"), s->beta_slow);
 	}
 #undef KEY
 	int rc = add(w, s, "token_embd.weight", E, V, 0, 0.4f, err) ||
@@ -278,6 +289,92 @@ test_fixture2_hparams(void)
 	REQUIRE(model_load(&m, T_DATA "/models2/smollm3.gguf", err) == 0, "%s", err);
 	CHECK(m.arch == MODEL_ARCH_SMOLLM3 && m.layers[2].use_rope && !m.layers[3].use_rope && !m.hp.qk_norm_post_rope);
 	model_free(&m);
+}
+
+// YaRN's ext_factor and beta keys: read from the GGUF, and the angles as
+// ggml computes them (ggml_rope_yarn_corr_dims, rope_yarn_ramp, rope_yarn),
+// written out here in double precision: with n_rot 8, base 1e4, an original
+// context of 4096, beta_fast 4 and beta_slow 0.5 the correction dims are
+// floor(8 ln(4096 / 8 pi) / (2 ln 1e4)) = floor(2.21) = 2 and
+// ceil(8 ln(4096 / pi) / (2 ln 1e4)) = ceil(3.12) = 4 (the defaults 32 and
+// 1 give 1 and 3), so with ext_factor 0.5 pairs 0 to 2 take half the
+// extrapolated angle and pair 3 a quarter; cos and sin are scaled by
+// 1 + 0.1 ln 2 (the factor is 2).
+// ext_factor 0 is linear scaling with no YaRN magnitude scale.
+static double
+yarn_corr(double n_dims, double orig, double beta, double base)
+{
+	return n_dims * log(orig / (beta * 2 * M_PI)) / (2 * log(base));
+}
+
+static void
+test_yarn_keys(void)
+{
+	char err[AD_ERRLEN] = "";
+	struct model m;
+	struct spec s = {.arch = "llama", .rope_scaling = "yarn", .yarn_keys = 1, .orig_ctx = 4096, .yarn_ext = 0.5f,
+	                 .beta_fast = 4, .beta_slow = 0.5f};
+	REQUIRE(load_spec(&s, &m, err) == 0, "%s", err);
+	CHECK(m.hp.rope_scaling == MODEL_ROPE_SCALING_YARN && m.hp.rope_freq_scale == 0.5f && m.hp.n_ctx_orig == 4096);
+	CHECK(m.hp.yarn_ext_factor == 0.5f && m.hp.yarn_beta_fast == 4.0f && m.hp.yarn_beta_slow == 0.5f && m.hp.n_rot == 8,
+	      "ext %g beta %g %g", (double)m.hp.yarn_ext_factor, (double)m.hp.yarn_beta_fast, (double)m.hp.yarn_beta_slow);
+	const double lo = fmax(0, floor(yarn_corr(8, 4096, 4, 1e4))), hi = fmin(7, ceil(yarn_corr(8, 4096, 0.5, 1e4)));
+	CHECK(lo == 2 && hi == 4, "corr dims %g %g", lo, hi);
+	const double want_mix[4] = {0.5, 0.5, 0.5, 0.25};
+	for (int pos = 0; pos < 200; pos += 37) {
+		float cs[8];
+		model_rope_angles(&m.hp, m.hp.rope_base, m.hp.rope_freq_scale, NULL, pos, cs);
+		for (int i = 0; i < 4; i++) {
+			double extrap = pos * pow(1e4, -2.0 * i / 8), interp = 0.5 * extrap;
+			double ramp = 1 - fmin(1, fmax(0, (i - lo) / fmax(0.001, hi - lo)));
+			double mix = ramp * 0.5;
+			CHECK(mix == want_mix[i]);
+			double th = interp * (1 - mix) + extrap * mix, ms = 1 + 0.1 * log(2.0);
+			CHECK_NEAR(cs[2 * i], cos(th) * ms, 2e-5);
+			CHECK_NEAR(cs[2 * i + 1], sin(th) * ms, 2e-5);
+		}
+	}
+	// the keys change the angles: the defaults (ext 1, beta 32 and 1) give others
+	struct model_hparams d = m.hp;
+	d.yarn_ext_factor = 1, d.yarn_beta_fast = 32, d.yarn_beta_slow = 1;
+	float a[8], b[8];
+	model_rope_angles(&m.hp, m.hp.rope_base, m.hp.rope_freq_scale, NULL, 111, a);
+	model_rope_angles(&d, d.rope_base, d.rope_freq_scale, NULL, 111, b);
+	CHECK(fabsf(a[2] - b[2]) > 1e-4f && fabsf(a[6] - b[6]) > 1e-4f, "%g %g / %g %g", (double)a[2], (double)b[2],
+	      (double)a[6], (double)b[6]);
+	model_free(&m);
+	// ext_factor 0: linear, no magnitude scale
+	s.yarn_ext = 0;
+	REQUIRE(load_spec(&s, &m, err) == 0, "%s", err);
+	CHECK(m.hp.yarn_ext_factor == 0.0f);
+	float cs[8];
+	model_rope_angles(&m.hp, m.hp.rope_base, m.hp.rope_freq_scale, NULL, 74, cs);
+	for (int i = 0; i < 4; i++) {
+		double th = 0.5 * 74 * pow(1e4, -2.0 * i / 8);
+		CHECK_NEAR(cs[2 * i], cos(th), 2e-5);
+		CHECK_NEAR(cs[2 * i + 1], sin(th), 2e-5);
+	}
+	model_free(&m);
+	// and the reference engine follows them: other logits than the defaults'
+	s.yarn_ext = 0.5f;
+	struct model m2;
+	REQUIRE(load_spec(&s, &m, err) == 0, "%s", err);
+	s.yarn_keys = 0; // yarn with its defaults (original context: the training one, 64)
+	REQUIRE(load_spec(&s, &m2, err) == 0, "%s", err);
+	CHECK(m2.hp.yarn_ext_factor == 1.0f && m2.hp.yarn_beta_fast == 32.0f && m2.hp.n_ctx_orig == 64);
+	const int32_t ids[6] = {1, 5, 9, 17, 33, 2};
+	float la[6 * V], lb[6 * V];
+	struct ref_engine *ra = ref_new(&m, 6, err), *rb = ref_new(&m2, 6, err);
+	REQUIRE(ra && rb, "%s", err);
+	CHECK(ref_eval(ra, ids, 6, la) == 0 && ref_eval(rb, ids, 6, lb) == 0);
+	double dmax = 0;
+	for (int i = 0; i < 6 * V; i++)
+		dmax = fmax(dmax, fabs((double)la[i] - lb[i]));
+	CHECK(dmax > 1e-4, "the YaRN keys left the logits alone (%g)", dmax);
+	ref_free(ra);
+	ref_free(rb);
+	model_free(&m);
+	model_free(&m2);
 }
 
 // --- errors ------------------------------------------------------------------
@@ -1165,6 +1262,7 @@ main(void)
 {
 	T_RUN(test_fixture_hparams);
 	T_RUN(test_fixture2_hparams);
+	T_RUN(test_yarn_keys);
 	T_RUN(test_lfm2);
 	T_RUN(test_gemma4);
 	T_RUN(test_errors);

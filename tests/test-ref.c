@@ -6,6 +6,8 @@
 // (exact fp32) and M.logits.bin (llama.cpp defaults), within the tolerances
 // of tolerances.json; free-running greedy decoding reproduces greedy_ids on
 // the F32 models. stories260K from BOS reproduces the reference story.
+// Positions: in order, rewinding, the refusals (qwen35: no rewinding but
+// to 0, which starts over with the same logits).
 #include <dirent.h>
 #include <stdint.h>
 
@@ -290,6 +292,29 @@ test_positions(void)
 	ref_free(e);
 }
 
+// qwen35 keeps only the recurrent state after the last position: it goes
+// on, or starts over at 0, but does not rewind; starting over gives the
+// same logits
+static void
+test_positions_recurrent(void)
+{
+	char err[AD_ERRLEN] = "";
+	struct model m;
+	REQUIRE(model_load(&m, MODELS2 "/qwen35.gguf", err) == 0, "%s", err);
+	struct ref_engine *e = ref_new(&m, 8, err);
+	model_free(&m);
+	REQUIRE(e, "%s", err);
+	float a[3][512], b[512];
+	CHECK(ref_forward(e, 1, 0, a[0]) == 0);
+	CHECK(ref_forward(e, 403, 1, a[1]) == 0);
+	CHECK(ref_forward(e, 407, 2, a[2]) == 0);
+	CHECK(ref_forward(e, 403, 1, b) == -1); // no rewinding
+	CHECK(ref_forward(e, 1, 0, b) == 0 && memcmp(a[0], b, sizeof b) == 0);
+	CHECK(ref_forward(e, 403, 1, b) == 0 && memcmp(a[1], b, sizeof b) == 0);
+	CHECK(ref_forward(e, 407, 2, b) == 0 && memcmp(a[2], b, sizeof b) == 0);
+	ref_free(e);
+}
+
 int
 main(void)
 {
@@ -297,5 +322,6 @@ main(void)
 	T_RUN(test_fixtures2);
 	T_RUN(test_stories_from_bos);
 	T_RUN(test_positions);
+	T_RUN(test_positions_recurrent);
 	return t_done();
 }

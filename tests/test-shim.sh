@@ -6,7 +6,8 @@
 #       shim/ane-shim.m compiles (-fsyntax-only, ARC) against
 #       shim/stand-in/; ane-worker/backend-ane.c and the ANEDVD_ANE paths of
 #       build.c (and main-ane-worker.c, given the generated proto headers)
-#       compile with -DANEDVD_ANE; a shim with an uncast objc_msgSend or a
+#       compile with -DANEDVD_ANE, so do `info`'s ane report (cmd-cpu.c) and
+#       the tools' --backend ane path; a shim with an uncast objc_msgSend or a
 #       wrong argument type does not
 #   test-shim.sh worker ANE_WORKER
 #       --backend ane on a build without it exits 2 with a clear message
@@ -61,6 +62,15 @@ if [ "$mode" = syntax ]; then
 		bad "no generated proto headers in '$PROTO': main-ane-worker.c not checked"
 	fi
 	check "ane-shim-util.c" "${C[@]}" "$S/shim/ane-shim-util.c"
+	# `info`'s report of the framework, its classes and a probe kernel, and
+	# the diagnostic commands' --backend ane path
+	if [ -n "$PROTO" ] && [ -f "$PROTO/ane.pb-c.h" ]; then
+		CLI=("${C[@]}" -DANEDVD_VERSION='"0"' -DAD_HAVE_TOKENIZER=1 -I "$S/cpu-worker" -I "$S/tokenizer-svc"
+			-I "$S/tokenizer-svc/service" -I "$S/frontend" -I "$PROTO")
+		check "cmd-cpu.c (info) with -DANEDVD_ANE" "${CLI[@]}" "$S/cpu-worker/cmd-cpu.c"
+		check "cmd-tools.c (--backend) with -DANEDVD_ANE" "${CLI[@]}" "$S/frontend/cmd-tools.c"
+		check "kb-local.c with -DANEDVD_ANE" "${CLI[@]}" "$S/cpu-worker/kb-local.c"
+	fi
 	# the check has teeth: an uncast objc_msgSend, a wrong argument type
 	sed 's|((msg_id_fn)objc_msgSend)(model, @selector(hexStringIdentifier))|objc_msgSend(model, @selector(hexStringIdentifier))|' \
 		"$S/shim/ane-shim.m" >"$T/uncast.m"

@@ -122,6 +122,15 @@ status_line(struct sup *s, const char *name, char *line, size_t cap)
 	fclose(f);
 }
 
+// a health check no child passes
+static int
+never_ready(const char *url, int timeout_ms, char *err)
+{
+	(void)url;
+	(void)timeout_ms;
+	return ad_err(err, "not ready");
+}
+
 static void
 test_backoff(void)
 {
@@ -167,6 +176,18 @@ test_backoff(void)
 	CHECK(strstr(err, "status 2") != NULL, "%s", err);
 	status_line(s, "usage", line, sizeof line);
 	CHECK(strstr(line, " 0 0 stopped exit:2 ") != NULL, "status line '%s'", line);
+	sup_free(s);
+
+	// restarted but failing every time: readiness gives up once it loops
+	// (5 exits in 30 s: about 1.6 s here), not at its timeout
+	s = sup_new(err);
+	REQUIRE(s, "%s", err);
+	struct sup_spec spl = {"looper", crasher, "x", never_ready, 1};
+	REQUIRE(sup_spawn(s, &spl, err) == 0, "%s", err);
+	uint64_t w0 = (uint64_t)time(NULL);
+	CHECK(sup_wait_ready(s, "looper", 60000, err) == -1);
+	CHECK(strstr(err, "keeps exiting") && strstr(err, "status 3"), "%s", err);
+	CHECK((uint64_t)time(NULL) - w0 < 20, "gave up after %llu s", (unsigned long long)((uint64_t)time(NULL) - w0));
 	sup_free(s);
 
 	// not restarted: readiness fails with the exit status

@@ -175,6 +175,66 @@ test_sanitize(void)
 }
 
 // what WordPiece keeps of a code point: the start of its decomposition
+// "hex hex ...": code points as UTF-8 into out (room for 4 per code point)
+static size_t
+hex_utf8(const char *h, const char *end, char *out)
+{
+	size_t n = 0;
+	while (h < end) {
+		char *e;
+		unsigned long cp = strtoul(h, &e, 16);
+		if (e == h)
+			break;
+		n += (size_t)unicode_encode((uint32_t)cp, out + n);
+		h = e;
+	}
+	return n;
+}
+
+// NFKC against Python's unicodedata (Unicode 14, the tables' version):
+// every code point that NFKC changes, and 3000 mixed strings
+// (tests/data/tokenizer/nfkc-tests.txt, written by gen-unicode.py
+// --nfkc-tests)
+static void
+test_nfkc(void)
+{
+	size_t len;
+	char *data = t_read_file(T_DATA "/tokenizer/nfkc-tests.txt", &len);
+	REQUIRE(data, "nfkc-tests.txt");
+	int lines = 0, bad = 0;
+	char in[256], want[256];
+	for (char *p = data, *end = data + len; p < end;) {
+		char *nl = memchr(p, '\n', (size_t)(end - p)), *tab = memchr(p, '\t', (size_t)(end - p));
+		if (!nl)
+			nl = end;
+		REQUIRE(tab && tab < nl, "line %d", lines + 1);
+		size_t ni = hex_utf8(p, tab, in), nw = hex_utf8(tab + 1, nl, want);
+		size_t no;
+		char *out = unicode_nfkc(in, ni, &no);
+		if (!out || no != nw || memcmp(out, want, nw)) {
+			if (bad++ < 5)
+				fprintf(stderr, "nfkc line %d: %.*s\n", lines + 1, (int)(nl - p), p);
+		}
+		free(out);
+		lines++;
+		p = nl + 1;
+	}
+	free(data);
+	CHECK(lines > 7000 && bad == 0, "%d of %d NFKC vectors differ", bad, lines);
+	// the compatibility forms, and what NFC keeps of them
+	size_t n;
+	char *o = unicode_nfkc("\xef\xac\x81 \xe2\x91\xa0 \xef\xbc\xa1", 11, &n); // ﬁ ① Ａ
+	CHECK(o && n == 6 && !memcmp(o, "fi 1 A", 6), "%s", o ? o : "(null)");
+	free(o);
+	o = unicode_nfc("\xef\xac\x81", 3, &n);
+	CHECK(o && n == 3 && !memcmp(o, "\xef\xac\x81", 3));
+	free(o);
+	// invalid bytes go through
+	o = unicode_nfkc("a\xff\xc2\xa0", 4, &n);
+	CHECK(o && n == 3 && !memcmp(o, "a\xff ", 3));
+	free(o);
+}
+
 static void
 test_nfd_first(void)
 {
@@ -476,6 +536,7 @@ main(void)
 	T_RUN(test_flags);
 	T_RUN(test_lower_ccc);
 	T_RUN(test_nfc);
+	T_RUN(test_nfkc);
 	T_RUN(test_nfd_first);
 	T_RUN(test_sanitize);
 	T_RUN(test_split_gpt2);

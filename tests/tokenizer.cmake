@@ -23,6 +23,15 @@ if(XZ)
       COMMENT "unpacking the ${m} tokenizer.json")
     list(APPEND AD_TOKDATA_FILES ${dst}/tokenizer.json ${dst}/tokenizer_config.json)
   endforeach()
+  # the Unigram tokenizer.json made from the llama-spm vocabulary (ugm-json.py)
+  set(src ${CMAKE_CURRENT_SOURCE_DIR}/data/tokenizer)
+  add_custom_command(
+    OUTPUT ${AD_TOKDATA}/ugm-llama/tokenizer.json
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${AD_TOKDATA}/ugm-llama
+    COMMAND ${XZ} -dc ${src}/ugm-llama-tokenizer.json.xz > ${AD_TOKDATA}/ugm-llama/tokenizer.json
+    DEPENDS ${src}/ugm-llama-tokenizer.json.xz
+    COMMENT "unpacking the ugm-llama tokenizer.json")
+  list(APPEND AD_TOKDATA_FILES ${AD_TOKDATA}/ugm-llama/tokenizer.json)
 else()
   message(WARNING "xz not found: the qwen3/llama3 tokenizer tests will report the files as missing")
 endif()
@@ -64,3 +73,7 @@ endif()
 add_test(NAME test-jinja-judge
   COMMAND ${AD_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/jinja-judge.py check ${CMAKE_CURRENT_SOURCE_DIR}/data/jinja)
 set_tests_properties(test-jinja-judge PROPERTIES LABELS unit TIMEOUT 300)
+# tokenizer.json normalizers, pre-tokenizers and the Unigram model
+ad_test(NAME test-ugm SOURCES test-ugm.c LIBS anedvd_tokenizer LABELS unit)
+target_compile_definitions(test-ugm PRIVATE T_TOKDATA="${AD_TOKDATA}")
+add_dependencies(test-ugm tokdata)

@@ -198,6 +198,13 @@ bpe_load_gguf(struct tokenizer *t, const struct gguf *g, char *err)
 		return -1;
 	snprintf(t->pre_name, sizeof t->pre_name, "%s", pre);
 	t->ignore_merges = p->pre.ignore_merges;
+	// llama.cpp's per-name flags: clean_spaces (on unless the name turns it
+	// off), add_bos where the name sets it and the file does not say
+	int cs = 1, ab = 0;
+	pretok_name_flags(pre, &cs, &ab);
+	t->clean_spaces = cs;
+	if (ab && gguf_find_key(g, "tokenizer.ggml.add_bos_token") < 0)
+		t->add_bos = 1;
 
 	struct idmap m;
 	if (idmap_build(&m, t, err))

@@ -11,7 +11,16 @@
 #     (it is algorithmic);
 #   - canonical compositions (pairs that NFC recombines), i.e. two-code-point
 #     decompositions minus composition exclusions, singletons and non-starters,
-#     and the list of their second code points (for the NFC quick check).
+#     and the list of their second code points (for the NFC quick check);
+#   - compatibility decompositions (the <tag> ones, for NFKC), one level, as
+#     (code point, offset, length) into one list of code points.
+#
+#   python3 tokenizer-svc/gen-unicode.py --nfkc-tests > tests/data/tokenizer/nfkc-tests.txt
+#
+# writes NFKC test vectors from the same unicodedata instead: every code
+# point whose NFKC differs from itself, then mixed strings (decomposable
+# letters, compatibility forms and combining marks in a fixed pseudo-random
+# order), one "input<TAB>NFKC" per line, both as hex code points.
 # White_Space is not exposed by unicodedata, so its (short, stable) list from
 # PropList.txt is written out below.
 import sys
@@ -141,5 +150,46 @@ def main():
         w("\t0x%06X,\n" % b)
     w("};\nconst int unicode_n_comp_second = %d;\n" % len(seconds))
 
+    # compatibility decompositions (one level; the parts may decompose further)
+    kdec, kcps = [], []
+    for cp in range(MAX):
+        if 0xD800 <= cp < 0xE000 or hangul(cp):
+            continue
+        d = ud.decomposition(chr(cp))
+        if not d.startswith('<'):
+            continue
+        parts = [int(x, 16) for x in d.split()[1:]]
+        kdec.append((cp, len(kcps), len(parts)))
+        kcps.extend(parts)
+    w("\n// compatibility decompositions: code point, offset and length in unicode_kdecomp_cps\n")
+    w("const uint32_t unicode_kdecomp[][3] = {\n")
+    for a, b, c in kdec:
+        w("\t{0x%06X, %d, %d},\n" % (a, b, c))
+    w("};\nconst int unicode_n_kdecomp = %d;\n" % len(kdec))
+    w("const uint32_t unicode_kdecomp_cps[] = {\n")
+    for i in range(0, len(kcps), 8):
+        w("\t" + " ".join("0x%06X," % c for c in kcps[i:i + 8]) + "\n")
+    w("};\n")
+
+def nfkc_tests():
+    import random
+    out = sys.stdout
+    hexs = lambda t: " ".join("%04X" % ord(c) for c in t)
+    singles = [chr(cp) for cp in range(MAX)
+               if not 0xD800 <= cp < 0xE000 and ud.normalize('NFKC', chr(cp)) != chr(cp)]
+    for c in singles:
+        out.write("%s\t%s\n" % (hexs(c), hexs(ud.normalize('NFKC', c))))
+    # mixed strings: letters with and without decompositions, compatibility
+    # forms, combining marks in any order, Hangul, ASCII
+    rnd = random.Random(14)
+    pool = singles + [chr(c) for c in list(range(0x300, 0x370)) + list(range(0x1100, 0x1113)) +
+                      list(range(0x1161, 0x1176)) + list(range(0x11A8, 0x11C3))] + list("aeiouAEIOU ,.1")
+    for _ in range(3000):
+        t = "".join(rnd.choice(pool) for _ in range(rnd.randint(2, 8)))
+        out.write("%s\t%s\n" % (hexs(t), hexs(ud.normalize('NFKC', t))))
+
 if __name__ == '__main__':
-    main()
+    if sys.argv[1:] == ['--nfkc-tests']:
+        nfkc_tests()
+    else:
+        main()

@@ -111,6 +111,18 @@ pretok_known_name(int n, const char *const **re, const char **unsupported)
 }
 
 int
+pretok_name_flags(const char *pre, int *clean_spaces, int *add_bos)
+{
+	for (size_t i = 0; i < COUNT(pre_names); i++)
+		if (!strcmp(pre, pre_names[i].name)) {
+			*clean_spaces = pre_names[i].clean_spaces;
+			*add_bos = pre_names[i].add_bos;
+			return 0;
+		}
+	return -1;
+}
+
+int
 pretok_init_pre(struct pretok *p, const char *pre, char *err)
 {
 	return pretok_init_pre_opt(p, pre, 0, err);

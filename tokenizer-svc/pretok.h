@@ -55,6 +55,10 @@ struct pretok {
 	int ignore_merges; // the pre name implies llama3's ignore_merges
 };
 
+// llama.cpp's flags for a tokenizer.ggml.pre name: clean_spaces and
+// add_bos (see pretok-names.h); -1 (flags untouched) for an unknown name
+int pretok_name_flags(const char *pre, int *clean_spaces, int *add_bos);
+
 struct pretok_piece {
 	uint32_t off, len; // bytes of the input
 };

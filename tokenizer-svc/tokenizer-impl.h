@@ -31,6 +31,7 @@ enum tok_kind {
 	TOK_KIND_SPM = 1, // tokenizer.ggml.model "llama"
 	TOK_KIND_BPE = 2, // tokenizer.ggml.model "gpt2", tokenizer.json model.type "BPE"
 	TOK_KIND_WPM = 3, // tokenizer.ggml.model "bert" (WordPiece, wpm.c)
+	TOK_KIND_UGM = 4, // tokenizer.json model.type "Unigram" (ugm.c)
 };
 
 // Token types, numbered as GGUF tokenizer.ggml.token_type stores them.
@@ -112,6 +113,7 @@ struct tokenizer {
 	int add_sep;            // WPM: [SEP] after the text (with add_special)
 	int wpm_lowercase, wpm_strip_accents; // WPM normalizer
 	int wpm_max_chars;      // WPM: a longer word is the unknown token (0: no limit, as llama.cpp)
+	int clean_spaces;       // tok_detokenize cleans spaces (llama.cpp's clean_spaces)
 
 	// byte-level BPE (filled by bpe.c)
 	enum tok_pre pre;
@@ -120,7 +122,7 @@ struct tokenizer {
 	struct tok_pairmap merges;  // (left id, right id) -> rank, merged id
 	uint16_t cp_of_byte[256];   // GPT-2 byte -> code point map
 	int16_t byte_of_cp[324];    // its inverse; -1 where a code point stands for no byte
-	void *bpe_priv;             // anything else bpe.c keeps; freed by bpe_free_priv
+	void *bpe_priv;             // anything else bpe.c (or ugm.c) keeps; freed by bpe_free_priv
 	void (*bpe_free_priv)(void *);
 
 	// chat
@@ -139,6 +141,9 @@ int tok_vocab_init(struct tokenizer *t, int32_t n, char *err);
 int tok_vocab_set(struct tokenizer *t, int32_t id, const char *s, size_t n, float score, enum tok_type type,
                   char *err);
 int tok_finish(struct tokenizer *t, char *err);
+// the piece -> id map (tok_finish builds it too), for a loader that looks
+// pieces up before finishing
+int tok_build_map(struct tokenizer *t, char *err);
 // tokenizer.json helpers (tokenizer.c) for the loaders: the vocabulary sized
 // and checked from model.vocab and added_tokens (every id unused until set),
 // then the added tokens' types and strip attributes
@@ -189,5 +194,12 @@ int bpe_encode_text(const struct tokenizer *t, const char *text, size_t len, str
 
 // wpm_encode_text (wpm.c): one fragment of raw text through WordPiece.
 int wpm_encode_text(const struct tokenizer *t, const char *text, size_t len, struct tok_ids *out, char *err);
+
+// ugm_load_hf_json (ugm.c): a tokenizer.json with a Unigram model: the
+// vocabulary and scores, added tokens, normalizer, pre-tokenizer and the
+// post-processor's BOS/EOS. ugm_encode_text: one fragment of raw text
+// through them; first: it starts the input (Metaspace's "first").
+int ugm_load_hf_json(struct tokenizer *t, const char *json, size_t len, char *err);
+int ugm_encode_text(const struct tokenizer *t, const char *text, size_t len, int first, struct tok_ids *out, char *err);
 
 #endif

@@ -246,6 +246,12 @@ build_map(struct tokenizer *t, char *err)
 	return 0;
 }
 
+int
+tok_build_map(struct tokenizer *t, char *err)
+{
+	return build_map(t, err);
+}
+
 static int
 hexval(int c)
 {
@@ -305,7 +311,7 @@ set_text(struct tokenizer *t, int32_t id, char *err)
 	default:
 		break;
 	}
-	if (t->kind == TOK_KIND_SPM && e->type == TOK_TYPE_BYTE) {
+	if ((t->kind == TOK_KIND_SPM || t->kind == TOK_KIND_UGM) && e->type == TOK_TYPE_BYTE) {
 		int b = parse_byte_piece(p, n);
 		if (b < 0) { // not <0xNN>: treat as text
 			e->tlen = e->len;
@@ -316,7 +322,7 @@ set_text(struct tokenizer *t, int32_t id, char *err)
 	}
 	if (n > sizeof small && !(buf = malloc(n)))
 		return ad_err(err, "tokenizer: out of memory");
-	if (t->kind == TOK_KIND_SPM || t->kind == TOK_KIND_WPM) {
+	if (t->kind == TOK_KIND_SPM || t->kind == TOK_KIND_WPM || t->kind == TOK_KIND_UGM) {
 		for (size_t i = 0; i < n;) {
 			if (i + 3 <= n && memcmp(p + i, "\xe2\x96\x81", 3) == 0) {
 				buf[m++] = ' ';
@@ -458,7 +464,13 @@ tok_finish(struct tokenizer *t, char *err)
 		qsort_r(t->special, (size_t)t->n_special, sizeof *t->special, cmp_special, t);
 	}
 
-	// SPM byte fallback: <0xNN>, else the single-byte piece
+	// byte fallback: <0xNN>, else (SPM) the single-byte piece
+	if (t->kind == TOK_KIND_UGM)
+		for (int b = 0; b < 256; b++) {
+			char piece[8];
+			snprintf(piece, sizeof piece, "<0x%02X>", b);
+			t->byte_tok[b] = tok_find(t, piece, 6);
+		}
 	if (t->kind == TOK_KIND_SPM) {
 		for (int b = 0; b < 256; b++) {
 			char piece[8];
@@ -625,6 +637,7 @@ tok_load_gguf(const struct gguf *g, char *err)
 		t->add_space_prefix = 1;
 	}
 	if (kind == TOK_KIND_WPM) { // llama.cpp's defaults for BERT vocabularies
+		t->clean_spaces = 1;
 		t->bos = 101; // [CLS]
 		t->unk = 100;
 		t->sep = 102;
@@ -880,6 +893,9 @@ apply_config(struct tokenizer *t, const char *json, size_t len, const char *path
 	t->add_bos = cJSON_IsBool(ab) ? cJSON_IsTrue(ab) : t->bos >= 0;
 	if (cJSON_IsBool(ae))
 		t->add_eos = cJSON_IsTrue(ae);
+	const cJSON *cs = cJSON_GetObjectItemCaseSensitive(root, "clean_up_tokenization_spaces");
+	if (cJSON_IsBool(cs))
+		t->clean_spaces = cJSON_IsTrue(cs);
 	const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
 	const char *tmpl_text = NULL, *tool_use = NULL;
 	if (cJSON_IsString(tmpl))
@@ -1121,6 +1137,12 @@ done:
 // --- WordPiece tokenizer.json (BERT-style) ----------------------------------------
 
 static int
+is_ugm_json(const char *json, size_t len)
+{
+	return memmem(json, len, "\"Unigram\"", 9) != NULL;
+}
+
+static int
 is_wpm_json(const char *json, size_t len)
 {
 	return memmem(json, len, "\"WordPiece\"", 11) != NULL;
@@ -1302,7 +1324,13 @@ load_hf(const char *json_path, const char *config_path, char *err)
 		free(json);
 		return NULL;
 	}
-	if (is_wpm_json(json, n)) {
+	if (is_ugm_json(json, n)) {
+		t->kind = TOK_KIND_UGM;
+		if (ugm_load_hf_json(t, json, n, err)) {
+			ad_err_prefix(err, "%s", json_path);
+			goto fail;
+		}
+	} else if (is_wpm_json(json, n)) {
 		t->kind = TOK_KIND_WPM;
 		if (load_wpm_json(t, json, n, err)) {
 			ad_err_prefix(err, "%s", json_path);
@@ -1734,6 +1762,8 @@ tok_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos,
 		int rc;
 		if (t->kind == TOK_KIND_SPM)
 			rc = spm_fragment(t, text + x->off, x->len, t->add_space_prefix && prev_special, &out, err);
+		else if (t->kind == TOK_KIND_UGM)
+			rc = ugm_encode_text(t, text + x->off, x->len, x->off == 0, &out, err);
 		else if (t->kind == TOK_KIND_WPM)
 			rc = wpm_encode_text(t, text + x->off, x->len, &out, err);
 		else
@@ -1780,7 +1810,8 @@ tok_decode(const struct tokenizer *t, const int32_t *ids, size_t n, char **out, 
 		return ad_err(err, "tokenizer: out of memory (%zu bytes)", total + 1);
 	size_t m = 0;
 	// the space of the first piece's ▁ (SPM's prefix, WPM's word start)
-	int strip = (t->kind == TOK_KIND_SPM && t->add_space_prefix) || t->kind == TOK_KIND_WPM;
+	int strip = ((t->kind == TOK_KIND_SPM || t->kind == TOK_KIND_UGM) && t->add_space_prefix) ||
+	            t->kind == TOK_KIND_WPM;
 	for (size_t i = 0; i < n; i++) {
 		const struct tok_entry *e = &t->tok[ids[i]];
 		const char *p = t->strs + e->toff;
@@ -1940,10 +1971,75 @@ tok_token_text(const struct tokenizer *t, int32_t id, size_t *len)
 	return t->strs + t->tok[id].toff;
 }
 
+// llama.cpp's clean_spaces, pass by pass, s[0..n) in place; the new length
+static size_t
+clean_spaces(char *s, size_t n)
+{
+	if (n < 2)
+		return n;
+	// " ?", " !", " .", " ,": the space goes
+	size_t m = 1;
+	for (size_t i = 1; i < n; i++) {
+		char x = s[i];
+		if (s[i - 1] == ' ' && (x == '?' || x == '!' || x == '.' || x == ','))
+			m--;
+		s[m++] = x;
+	}
+	// " ' ": both spaces go (reading the pass's input: a copy)
+	char *in = malloc(m);
+	if (!in)
+		return m;
+	memcpy(in, s, m);
+	n = m;
+	m = 1;
+	for (size_t i = 1; i < n; i++) {
+		char x = in[i];
+		s[m++] = x;
+		if (x == '\'' && i + 1 < n && in[i - 1] == ' ' && in[i + 1] == ' ') {
+			s[m - 2] = x; // over the space before it
+			m--;
+			i++; // and the one after it is skipped
+		}
+	}
+	// " 's", " 'm", " 're", " 've": the space goes (not for 't, 'd, 'll)
+	memcpy(in, s, m);
+	n = m;
+	m = 1;
+	for (size_t i = 1; i < n; i++) {
+		char x = in[i];
+		if (in[i - 1] == ' ' && x == '\'' && i + 1 < n) {
+			char x1 = in[i + 1], x2 = i + 2 < n ? in[i + 2] : 0;
+			if (x1 == 's' || x1 == 'm' || (i + 2 < n && ((x1 == 'r' && x2 == 'e') || (x1 == 'v' && x2 == 'e'))))
+				m--;
+		}
+		s[m++] = x;
+	}
+	free(in);
+	return m;
+}
+
+int
+tok_detokenize(const struct tokenizer *t, const int32_t *ids, size_t n, char **out, size_t *out_len, char *err)
+{
+	if (tok_decode(t, ids, n, out, out_len, err))
+		return -1;
+	if (t->clean_spaces) {
+		*out_len = clean_spaces(*out, *out_len);
+		(*out)[*out_len] = 0;
+	}
+	return 0;
+}
+
+int
+tok_clean_spaces(const struct tokenizer *t)
+{
+	return t->clean_spaces;
+}
+
 const char *
 tok_kind_name(const struct tokenizer *t)
 {
-	return t->kind == TOK_KIND_SPM ? "spm" : t->kind == TOK_KIND_WPM ? "wpm" : "bpe";
+	return t->kind == TOK_KIND_SPM ? "spm" : t->kind == TOK_KIND_WPM ? "wpm" : t->kind == TOK_KIND_UGM ? "ugm" : "bpe";
 }
 
 const char *

@@ -46,6 +46,18 @@ int tok_encode(const struct tokenizer *t, const char *text, size_t len, int add_
 // *out is malloc'd and NUL-terminated. Ids out of range are an error.
 int tok_decode(const struct tokenizer *t, const int32_t *ids, size_t n, char **out, size_t *out_len, char *err);
 
+// tok_detokenize is tok_decode, then llama.cpp's clean_spaces where the
+// vocabulary asks for it (a byte-level BPE vocabulary unless its
+// tokenizer.ggml.pre name turns it off, WordPiece, a tokenizer.json whose
+// tokenizer_config.json sets clean_up_tokenization_spaces): the space
+// before ? ! . , goes, so does the one on each side of a lone ', and the
+// one before 's 'm 're 've. For the text of a whole sequence (llama.cpp's
+// llama_detokenize); tok_decode is the exact bytes.
+int tok_detokenize(const struct tokenizer *t, const int32_t *ids, size_t n, char **out, size_t *out_len,
+                   char *err);
+// the vocabulary's clean_spaces (see tok_detokenize)
+int tok_clean_spaces(const struct tokenizer *t);
+
 // Streaming detokenisation: push one id at a time and get the bytes that are
 // ready. An incomplete UTF-8 sequence at the end is held back until a later
 // token completes it (at most 3 bytes, or flushed as is by tok_stream_flush

@@ -170,6 +170,26 @@ decomp_of(uint32_t cp)
 	return NULL;
 }
 
+// the compatibility decomposition of cp (one level): its code points and
+// their number, or NULL
+static const uint32_t *
+kdecomp_of(uint32_t cp, int *n)
+{
+	int lo = 0, hi = unicode_n_kdecomp - 1;
+	while (lo <= hi) {
+		int mid = (lo + hi) / 2;
+		if (unicode_kdecomp[mid][0] == cp) {
+			*n = (int)unicode_kdecomp[mid][2];
+			return unicode_kdecomp_cps + unicode_kdecomp[mid][1];
+		}
+		if (unicode_kdecomp[mid][0] < cp)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return NULL;
+}
+
 uint32_t
 unicode_nfd_first(uint32_t cp)
 {
@@ -221,8 +241,10 @@ cpbuf_push(struct cpbuf *b, uint32_t cp)
 	return 0;
 }
 
+// the full canonical decomposition of cp, and with compat its
+// compatibility decomposition too (NFKD), appended to b
 static int
-decompose(struct cpbuf *b, uint32_t cp)
+decompose(struct cpbuf *b, uint32_t cp, int compat)
 {
 	if (cp >= H_SBASE && cp < H_SBASE + H_SCOUNT) {
 		uint32_t s = cp - H_SBASE, t = s % H_TCOUNT;
@@ -232,11 +254,19 @@ decompose(struct cpbuf *b, uint32_t cp)
 		return t ? cpbuf_push(b, H_TBASE + t) : 0;
 	}
 	const uint32_t *d = cp >= 0xC0 && !(cp & RAW_BYTE) ? decomp_of(cp) : NULL;
-	if (!d)
-		return cpbuf_push(b, cp);
-	if (decompose(b, d[1]))
+	if (!d) {
+		int n;
+		const uint32_t *k = compat && cp >= 0xA0 && !(cp & RAW_BYTE) ? kdecomp_of(cp, &n) : NULL;
+		if (!k)
+			return cpbuf_push(b, cp);
+		for (int i = 0; i < n; i++)
+			if (decompose(b, k[i], compat))
+				return -1;
+		return 0;
+	}
+	if (decompose(b, d[1], compat))
 		return -1;
-	return d[2] ? decompose(b, d[2]) : 0;
+	return d[2] ? decompose(b, d[2], compat) : 0;
 }
 
 static int
@@ -245,13 +275,17 @@ ccc_of(uint32_t cp)
 	return cp & RAW_BYTE ? 0 : unicode_ccc(cp);
 }
 
-// nfc_stable: cp is a starter that NFC leaves alone and that never combines
-// with what precedes it, so the text can be cut in front of it
+// nfc_stable: cp is a starter that NFC (compat: NFKC) leaves alone and
+// that never combines with what precedes it, so the text can be cut in
+// front of it
 static int
-nfc_stable(uint32_t cp)
+nfc_stable(uint32_t cp, int compat)
 {
-	if (cp < 0x300)
+	if (cp < (compat ? 0xA0u : 0x300u))
 		return 1;
+	int nk;
+	if (compat && kdecomp_of(cp, &nk))
+		return 0;
 	if ((cp >= 0x1100 && cp < 0x1200) || (cp >= H_SBASE && cp < H_SBASE + H_SCOUNT))
 		return 0; // Hangul
 	if (unicode_ccc(cp) || decomp_of(cp))
@@ -266,6 +300,20 @@ nfc_stable(uint32_t cp)
 		else
 			hi = mid - 1;
 	}
+	return 1;
+}
+
+// nfd_stable: cp decomposes to nothing else and is a starter, so NFD
+// (compat: NFKD) can cut the text in front of it and keep it
+static int
+nfd_stable(uint32_t cp, int compat)
+{
+	if (cp < (compat ? 0xA0u : 0xC0u))
+		return 1;
+	int nk;
+	if ((cp >= H_SBASE && cp < H_SBASE + H_SCOUNT) || unicode_ccc(cp) || decomp_of(cp) ||
+	    (compat && kdecomp_of(cp, &nk)))
+		return 0;
 	return 1;
 }
 
@@ -292,7 +340,7 @@ out_reserve(struct outbuf *o, size_t more)
 // nfc_segment appends NFC of s[0..n) to o (the full algorithm: decompose,
 // order, compose)
 static int
-nfc_segment(const char *s, size_t n, struct cpbuf *b, struct outbuf *o)
+nfc_segment(const char *s, size_t n, struct cpbuf *b, struct outbuf *o, int compat, int compose)
 {
 	b->n = 0;
 	for (size_t i = 0; i < n;) {
@@ -301,7 +349,7 @@ nfc_segment(const char *s, size_t n, struct cpbuf *b, struct outbuf *o)
 		int len = unicode_decode(s + i, n - i, &cp, &bad);
 		if (bad)
 			cp = RAW_BYTE | (unsigned char)s[i];
-		if (decompose(b, cp))
+		if (decompose(b, cp, compat))
 			return -1;
 		i += (size_t)len;
 	}
@@ -318,10 +366,10 @@ nfc_segment(const char *s, size_t n, struct cpbuf *b, struct outbuf *o)
 			b->v[j] = b->v[j - 1], b->v[j - 1] = t;
 		}
 	}
-	// canonical composition
-	size_t w = 0, starter = (size_t)-1;
+	// canonical composition (NFC, NFKC; NFD and NFKD stop before it)
+	size_t w = compose ? 0 : b->n, starter = (size_t)-1;
 	int last_cc = 0;
-	for (size_t k = 0; k < b->n; k++) {
+	for (size_t k = 0; k < b->n && compose; k++) {
 		uint32_t cp = b->v[k];
 		int cc = ccc_of(cp);
 		if (starter != (size_t)-1 && !(cp & RAW_BYTE) && !(b->v[starter] & RAW_BYTE)) {
@@ -351,8 +399,8 @@ nfc_segment(const char *s, size_t n, struct cpbuf *b, struct outbuf *o)
 // Stable code points cut the text into segments; only a segment holding
 // something else goes through the full algorithm, from the stable code
 // point before it (which may compose with what follows) to the next one.
-char *
-unicode_nfc(const char *s, size_t n, size_t *out_n)
+static char *
+normalize(const char *s, size_t n, size_t *out_n, int compat, int compose)
 {
 	struct outbuf o = {0};
 	struct cpbuf b = {0};
@@ -363,7 +411,7 @@ unicode_nfc(const char *s, size_t n, size_t *out_n)
 		uint32_t cp;
 		int bad = 0;
 		int len = unicode_decode(s + i, n - i, &cp, &bad);
-		if (bad || nfc_stable(cp)) {
+		if (bad || (compose ? nfc_stable(cp, compat) : nfd_stable(cp, compat))) {
 			prev = i;
 			i += (size_t)len;
 			continue;
@@ -372,7 +420,7 @@ unicode_nfc(const char *s, size_t n, size_t *out_n)
 		size_t start = prev >= copied && prev < i ? prev : i, end = i + (size_t)len;
 		while (end < n) {
 			len = unicode_decode(s + end, n - end, &cp, &bad);
-			if (bad || nfc_stable(cp))
+			if (bad || (compose ? nfc_stable(cp, compat) : nfd_stable(cp, compat)))
 				break;
 			end += (size_t)len;
 		}
@@ -380,7 +428,7 @@ unicode_nfc(const char *s, size_t n, size_t *out_n)
 			goto oom;
 		memcpy(o.p + o.n, s + copied, start - copied);
 		o.n += start - copied;
-		if (nfc_segment(s + start, end - start, &b, &o))
+		if (nfc_segment(s + start, end - start, &b, &o, compat, compose))
 			goto oom;
 		copied = end;
 		prev = end; // not yet seen; set again once the loop reads it
@@ -398,6 +446,30 @@ oom:
 	free(b.v);
 	free(o.p);
 	return NULL;
+}
+
+char *
+unicode_nfc(const char *s, size_t n, size_t *out_n)
+{
+	return normalize(s, n, out_n, 0, 1);
+}
+
+char *
+unicode_nfkc(const char *s, size_t n, size_t *out_n)
+{
+	return normalize(s, n, out_n, 1, 1);
+}
+
+char *
+unicode_nfd(const char *s, size_t n, size_t *out_n)
+{
+	return normalize(s, n, out_n, 0, 0);
+}
+
+char *
+unicode_nfkd(const char *s, size_t n, size_t *out_n)
+{
+	return normalize(s, n, out_n, 1, 0);
 }
 
 char *

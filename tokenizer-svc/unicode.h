@@ -1,4 +1,4 @@
-// unicode.h - UTF-8 coding, code point categories, lowercase and NFC.
+// unicode.h - UTF-8 coding, code point categories, lowercase, NFC and NFKC.
 //
 // The decoder is strict: overlong forms, surrogates, code points above
 // U+10FFFF, stray continuation bytes and truncated sequences are invalid.
@@ -58,6 +58,11 @@ int unicode_ccc(uint32_t cp);
 // length in *out_n, or NULL when out of memory. Invalid bytes are copied
 // through unchanged and act as starters that combine with nothing.
 char *unicode_nfc(const char *s, size_t n, size_t *out_n);
+// unicode_nfkc: the same for NFKC (compatibility decompositions too);
+// unicode_nfd and unicode_nfkd the decompositions alone, in canonical order
+char *unicode_nfkc(const char *s, size_t n, size_t *out_n);
+char *unicode_nfd(const char *s, size_t n, size_t *out_n);
+char *unicode_nfkd(const char *s, size_t n, size_t *out_n);
 
 // unicode_sanitize: s[0..n) with every invalid sequence replaced by U+FFFD
 // (as unicode_decode reads it), NUL-terminated, malloc'd (*out_n without the
@@ -95,5 +100,8 @@ extern const uint32_t unicode_comp[][3];   // first, second, composite; sorted
 extern const int unicode_n_comp;
 extern const uint32_t unicode_comp_second[];
 extern const int unicode_n_comp_second;
+extern const uint32_t unicode_kdecomp[][3]; // cp, offset and length in unicode_kdecomp_cps; sorted
+extern const int unicode_n_kdecomp;
+extern const uint32_t unicode_kdecomp_cps[];
 
 #endif

@@ -23,17 +23,18 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 port=$(node -e "const s=require('net').createServer().listen(0,'127.0.0.1',()=>{console.log(s.address().port);s.close()})")
-# 150 us in every kernel call (~350 tok/s on stories260K, what the pipeline
+# 150 us in every kernel (~350 tok/s on stories260K, what the pipeline
 # did before kernel calls went through shared memory): the tests stop
 # and watch replies mid-stream, and the pipeline otherwise finishes one in
-# tens of milliseconds
-ANEDVD_DEBUG_DELAY_US=${ANEDVD_DEBUG_DELAY_US:-150} XDG_RUNTIME_DIR=$rt "$bin" serve --model "$model" --port "$port" >"$rt/serve.log" 2>&1 &
+# tens of milliseconds; both servers (the key test waits for Stop to show)
+delay=${ANEDVD_DEBUG_DELAY_US:-150}
+ANEDVD_DEBUG_DELAY_US=$delay XDG_RUNTIME_DIR=$rt "$bin" serve --model "$model" --port "$port" >"$rt/serve.log" 2>&1 &
 pid=$!
 url=http://127.0.0.1:$port
 kport=$(node -e "const s=require('net').createServer().listen(0,'127.0.0.1',()=>{console.log(s.address().port);s.close()})")
 key=sk-live-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
 mkdir -m 700 "$rt/k"
-ANEDVD_API_KEY=$key XDG_RUNTIME_DIR=$rt/k "$bin" serve --model "$model" --port "$kport" >"$rt/serve-key.log" 2>&1 &
+ANEDVD_DEBUG_DELAY_US=$delay ANEDVD_API_KEY=$key XDG_RUNTIME_DIR=$rt/k "$bin" serve --model "$model" --port "$kport" >"$rt/serve-key.log" 2>&1 &
 kpid=$!
 kurl=http://127.0.0.1:$kport
 for u in "$url" "$kurl"; do

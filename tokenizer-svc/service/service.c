@@ -163,7 +163,7 @@ do_decode(struct tok_service *s, const Anedvd__DecodeRequest *q, struct reply *r
 	}
 	char *text = NULL;
 	size_t len = 0;
-	if (tok_decode(s->t, q->ids, q->n_ids, &text, &len, rp->msg) != 0)
+	if (tok_detokenize(s->t, q->ids, q->n_ids, &text, &len, rp->msg) != 0)
 		FAIL(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, rp->msg);
 	anedvd__decode_reply__init(&rp->u.decode);
 	rp->u.decode.text.data = (uint8_t *)text;
