@@ -48,9 +48,10 @@ row(const void *base, size_t off, int f32, float *dst, int n)
 		ad_fp16_to_f32_row_ref((const uint16_t *)base + off, dst, (size_t)n);
 }
 
+// rows below split at (k0, v0), the others at (k, v)
 static void
-attn_plain(const struct attn_shape *sh, const float *q, const void *k, const void *v, int f32, int first,
-           int last, float *out, float *scratch)
+attn_plain(const struct attn_shape *sh, const float *q, const void *k0, const void *v0, const void *k, const void *v,
+           int split, int f32, int first, int last, float *out, float *scratch)
 {
 	const int hd = sh->head_dim, hdv = sh->head_dim_v, group = sh->n_head / sh->n_head_kv;
 	const int rows = last - first + 1;
@@ -61,7 +62,7 @@ attn_plain(const struct attn_shape *sh, const float *q, const void *k, const voi
 		const int g = h / group;
 		float mx = -INFINITY;
 		for (int j = first; j <= last; j++) {
-			row(k, (size_t)j * sh->k_stride + (size_t)g * hd, f32, kf, hd);
+			row(j < split ? k0 : k, (size_t)j * sh->k_stride + (size_t)g * hd, f32, kf, hd);
 			float s = dot_ref(qh, kf, hd) * sh->scale;
 			if (cap > 0)
 				s = tanhf(s * (1.0f / cap)) * cap;
@@ -80,7 +81,7 @@ attn_plain(const struct attn_shape *sh, const float *q, const void *k, const voi
 		// position j accumulates in lane j mod 8, as ref.c does
 		memset(part, 0, 8 * (size_t)hdv * sizeof(float));
 		for (int j = first; j <= last; j++) {
-			row(v, (size_t)j * sh->v_stride + (size_t)g * hdv, f32, vf, hdv);
+			row(j < split ? v0 : v, (size_t)j * sh->v_stride + (size_t)g * hdv, f32, vf, hdv);
 			float *pl = part + (size_t)(j & 7) * hdv, pj = scores[j - first];
 			for (int d = 0; d < hdv; d++)
 				pl[d] = fmaf(pj, vf[d], pl[d]);
@@ -99,14 +100,28 @@ void
 attn_ref(const struct attn_shape *sh, const float *q, const uint16_t *k, const uint16_t *v, int first,
          int last, float *out, float *scratch)
 {
-	attn_plain(sh, q, k, v, 0, first, last, out, scratch);
+	attn_plain(sh, q, k, v, k, v, 0, 0, first, last, out, scratch);
+}
+
+void
+attn_ref_split(const struct attn_shape *sh, const float *q, const uint16_t *k0, const uint16_t *v0, const uint16_t *k,
+               const uint16_t *v, int split, int first, int last, float *out, float *scratch)
+{
+	attn_plain(sh, q, k0, v0, k, v, split, 0, first, last, out, scratch);
 }
 
 void
 attn_ref_f32(const struct attn_shape *sh, const float *q, const float *k, const float *v, int first, int last,
              float *out, float *scratch)
 {
-	attn_plain(sh, q, k, v, 1, first, last, out, scratch);
+	attn_plain(sh, q, k, v, k, v, 0, 1, first, last, out, scratch);
+}
+
+void
+attn_ref_f32_split(const struct attn_shape *sh, const float *q, const float *k0, const float *v0, const float *k,
+                   const float *v, int split, int first, int last, float *out, float *scratch)
+{
+	attn_plain(sh, q, k0, v0, k, v, split, 1, first, last, out, scratch);
 }
 
 // --- AVX2 / FMA / F16C ------------------------------------------------------------
@@ -191,8 +206,8 @@ scores_4x2(const float *q0, const float *q1, const float *q2, const float *q3, c
 }
 
 SIMD static void
-attn_simd(const struct attn_shape *sh, const float *q, const uint16_t *k, const uint16_t *v, int first,
-          int last, float *out, float *scratch)
+attn_simd(const struct attn_shape *sh, const float *q, const uint16_t *k0, const uint16_t *v0, const uint16_t *k,
+          const uint16_t *v, int split, int first, int last, float *out, float *scratch)
 {
 	const int hd = sh->head_dim, hdv = sh->head_dim_v, group = sh->n_head / sh->n_head_kv;
 	const int rows = last - first + 1, hd8 = hd & ~7, hdv8 = hdv & ~7;
@@ -202,6 +217,7 @@ attn_simd(const struct attn_shape *sh, const float *q, const uint16_t *k, const 
 	for (int g = 0; g < sh->n_head_kv; g++) {
 		const float *qg = q + (size_t)g * group * hd;
 		const uint16_t *kg = k + (size_t)g * hd, *vg = v + (size_t)g * hdv;
+		const uint16_t *kg0 = k0 + (size_t)g * hd, *vg0 = v0 + (size_t)g * hdv;
 		// scores: the same bits as attn_ref's (same lanes, same fold);
 		// four heads by two rows at a time, the spare ones computed on a
 		// copy of the last and dropped
@@ -212,7 +228,8 @@ attn_simd(const struct attn_shape *sh, const float *q, const uint16_t *k, const 
 				qp[t] = qg + (size_t)(h0 + (t < nh ? t : nh - 1)) * hd;
 			for (int j = first; j <= last; j += 2) {
 				const int j2 = j + 1 <= last ? j + 1 : j, nj = j2 > j ? 2 : 1;
-				const uint16_t *kj[2] = {kg + (size_t)j * sh->k_stride, kg + (size_t)j2 * sh->k_stride};
+				const uint16_t *kj[2] = {(j < split ? kg0 : kg) + (size_t)j * sh->k_stride,
+				                         (j2 < split ? kg0 : kg) + (size_t)j2 * sh->k_stride};
 				float s[8];
 				scores_4x2(qp[0], qp[1], qp[2], qp[3], kj[0], kj[1], hd8, s);
 				for (int r = 0; r < nj; r++)
@@ -254,7 +271,7 @@ attn_simd(const struct attn_shape *sh, const float *q, const uint16_t *k, const 
 		for (int j0 = first; j0 <= last; j0 += 8) {
 			const int nr = last - j0 + 1 < 8 ? last - j0 + 1 : 8;
 			for (int r = 0; r < nr; r++) {
-				const uint16_t *vj = vg + (size_t)(j0 + r) * sh->v_stride;
+				const uint16_t *vj = (j0 + r < split ? vg0 : vg) + (size_t)(j0 + r) * sh->v_stride;
 				float *dst = vf + (size_t)r * hdv;
 				for (int d = 0; d < hdv8; d += 8)
 					_mm256_storeu_ps(dst + d, load_h8(vj + d));
@@ -314,14 +331,21 @@ attn_have_simd(void)
 #endif
 
 void
-attn_fast(const struct attn_shape *sh, const float *q, const uint16_t *k, const uint16_t *v, int first,
-          int last, float *out, float *scratch)
+attn_fast_split(const struct attn_shape *sh, const float *q, const uint16_t *k0, const uint16_t *v0,
+                const uint16_t *k, const uint16_t *v, int split, int first, int last, float *out, float *scratch)
 {
 #ifdef AD_FP16_X86
 	if (attn_have_simd()) {
-		attn_simd(sh, q, k, v, first, last, out, scratch);
+		attn_simd(sh, q, k0, v0, k, v, split, first, last, out, scratch);
 		return;
 	}
 #endif
-	attn_ref(sh, q, k, v, first, last, out, scratch);
+	attn_ref_split(sh, q, k0, v0, k, v, split, first, last, out, scratch);
+}
+
+void
+attn_fast(const struct attn_shape *sh, const float *q, const uint16_t *k, const uint16_t *v, int first,
+          int last, float *out, float *scratch)
+{
+	attn_fast_split(sh, q, k, v, k, v, 0, first, last, out, scratch);
 }

@@ -46,4 +46,16 @@ int attn_have_simd(void);
 void attn_ref_f32(const struct attn_shape *sh, const float *q, const float *k, const float *v, int first,
                   int last, float *out, float *scratch);
 
+// the same over a cache in two stretches (a sequence forked from another
+// reads the rows it shares from its parent's cache): rows below split at
+// k0 / v0, the others at k / v, both indexed by the row number as above.
+// Each row is read from where it lives and used exactly as above, so the
+// bits equal those of one cache holding every row.
+void attn_ref_split(const struct attn_shape *sh, const float *q, const uint16_t *k0, const uint16_t *v0,
+                    const uint16_t *k, const uint16_t *v, int split, int first, int last, float *out, float *scratch);
+void attn_fast_split(const struct attn_shape *sh, const float *q, const uint16_t *k0, const uint16_t *v0,
+                     const uint16_t *k, const uint16_t *v, int split, int first, int last, float *out, float *scratch);
+void attn_ref_f32_split(const struct attn_shape *sh, const float *q, const float *k0, const float *v0, const float *k,
+                        const float *v, int split, int first, int last, float *out, float *scratch);
+
 #endif

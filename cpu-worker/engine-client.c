@@ -128,6 +128,7 @@ engc_generate(struct ad_client *c, const struct engc_gen *g, struct engc_started
 	gr.grammar_tokens = (int32_t *)g->grammar_tokens;
 	gr.n_grammar_tokens = g->n_grammar_tokens;
 	gr.grammar_replay = g->grammar ? g->grammar_replay : 0;
+	gr.speculative = (Anedvd__SpecMode)g->speculative;
 	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_GENERATE;
 	q.generate = &gr;
 	Anedvd__EngineReply *r = call(c, &q, ANEDVD__ENGINE_REPLY__BODY_GENERATE, timeout_ms, code, err);
@@ -209,6 +210,15 @@ engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct engc_p
 			.decode_tokens = t->decode_tokens,
 			.cached_tokens = t->cached_tokens,
 		};
+		struct spec_stats *sp = &out->timings.spec;
+		sp->steps = t->spec_steps;
+		sp->drafted = t->spec_drafted;
+		sp->accepted = t->spec_accepted;
+		for (size_t i = 0; i < t->n_spec_by_n; i++)
+			if (t->spec_by_n[i]->n <= SPEC_NGRAM_MAX) {
+				sp->drafted_n[t->spec_by_n[i]->n] = t->spec_by_n[i]->drafted;
+				sp->accepted_n[t->spec_by_n[i]->n] = t->spec_by_n[i]->accepted;
+			}
 	}
 	if (p->cache) {
 		const Anedvd__CacheStats *cs = p->cache;
@@ -222,6 +232,7 @@ engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct engc_p
 			.stored = cs->stored,
 			.blocks = cs->blocks,
 			.block_tokens = cs->block_tokens,
+			.windows_dropped = cs->windows_dropped,
 		};
 	}
 	anedvd__engine_reply__free_unpacked(r, NULL);
@@ -581,6 +592,7 @@ lost(struct engc_job *j, const char *why)
 	j->base.prefill_tokens += j->last.prefill_tokens;
 	j->base.decode_tokens += j->last.decode_tokens;
 	j->base.round_trips += j->last.round_trips;
+	spec_add(&j->base.spec, &j->last.spec);
 	memset(&j->last, 0, sizeof j->last);
 }
 
@@ -698,6 +710,8 @@ add_timings(struct engc_timings *d, const struct engc_timings *a, const struct e
 	d->prefill_tokens = a->prefill_tokens + b->prefill_tokens;
 	d->decode_tokens = a->decode_tokens + b->decode_tokens;
 	d->round_trips = a->round_trips + b->round_trips;
+	d->spec = a->spec;
+	spec_add(&d->spec, &b->spec);
 }
 
 // the job's timings so far: every incarnation's, the first one's cached

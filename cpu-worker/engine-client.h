@@ -22,6 +22,7 @@
 #include "err.h"
 #include "ipc.h"
 #include "sample.h"
+#include "spec.h"
 
 #define ENGC_TOP 5
 
@@ -57,6 +58,7 @@ struct engc_gen {
 	const int32_t *grammar_tokens;
 	size_t n_grammar_tokens;
 	uint32_t grammar_replay; // a continued job: its last prompt tokens the grammar takes first (engc_job)
+	int speculative; // 0 the worker's default, 1 off, 2 on (engine.proto's SpecMode)
 };
 
 struct engc_started {
@@ -84,12 +86,14 @@ struct engc_timings {
 	uint64_t round_trips; // calls to the kernel backend
 	uint32_t prefill_tokens, decode_tokens;
 	uint32_t cached_tokens; // prompt tokens reused (session, prefix cache)
+	struct spec_stats spec; // the job's drafts (reached is not sent: 0)
 };
 
 // engine.proto's CacheStats: the worker's prefix cache
 struct engc_cache {
 	uint64_t lookups, hit_tokens, evictions, bytes, limit_bytes, stored;
 	uint32_t blocks, block_tokens;
+	uint64_t windows_dropped; // windowed parts of blocks dropped
 };
 
 struct engc_poll {

@@ -73,6 +73,7 @@ struct eng_layer {
 	// backend's host memory (copies of attn_norm, ffn_norm, the post-norms, bo)
 	const float *h_attn_norm, *h_ffn_norm, *h_post_attn, *h_post_ffw, *h_bo;
 	size_t kv_off; // this layer's part of a sequence's cache: K then V, or a ShortConv's B*X rows
+	int windowed;  // its rows are read only kv_window positions back (engine_kv_window)
 	int sliding, use_rope;
 	float rope_base, rope_freq_scale;
 	int rope_conf; // index of (base, scale) among the model's distinct ones
@@ -88,6 +89,7 @@ struct engine {
 	int upto; // layers to run (engine_eval_layers), 0: all
 	size_t kv_elem, layer_kv; // bytes per cache value, per attention layer of a sequence
 	size_t seq_kv;            // bytes of a sequence's cache, every layer
+	int kv_window;            // positions a windowed layer reads back, its own included (0: none)
 	int E, V, nq, nk, nv, nqv, nqkv, ff, fe;
 	size_t embd_row_bytes;
 	const float *output_norm, *rope_freqs;
@@ -153,11 +155,24 @@ struct worker {
 	pthread_t th;
 };
 
+// a sequence's rows, which the sequences forked from it read too
+struct kv_store {
+	uint8_t *kv;
+	int refs;  // its sequence, and every sequence forked from it
+	int floor; // rows [0, floor) are read by forks: rewriting them copies first
+};
+
 struct engine_seq {
 	struct engine *e;
-	uint8_t *kv; // per layer at its kv_off: K [max_seq][nk], then V [max_seq][nv];
+	uint8_t *kv; // own->kv: per layer at its kv_off: K [max_seq][nk], then V [max_seq][nv];
 	             // a ShortConv layer: B*X [max_seq][n_embd] (its conv state, kept
 	             // per position so that truncating a sequence needs nothing more)
+	struct kv_store *own;
+	// a fork reads its rows below split from its parent's store (base, kv0);
+	// kv0 is kv and split 0 otherwise
+	struct kv_store *base;
+	const uint8_t *kv0;
+	int split;
 	int32_t *tokens;
 	int len;
 	int pending; // columns in the current call
@@ -592,6 +607,25 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 				goto fail;
 		}
 	}
+	// windowed storage: a ShortConv's rows (read n_conv back), or a sliding
+	// layer's cache when every layer reading it slides too
+	for (int il = 0; il < hp->n_layer && hp->sliding_window > 0; il++) {
+		struct eng_layer *L = &e->layers[il];
+		if (!L->own_kv || L->conv || !L->sliding)
+			continue;
+		int all = 1;
+		for (int jl = 0; jl < hp->n_layer; jl++)
+			all &= m->layers[jl].kv_src != il || e->layers[jl].sliding;
+		if (all) {
+			L->windowed = 1;
+			e->kv_window = (int)hp->sliding_window > e->kv_window ? (int)hp->sliding_window : e->kv_window;
+		}
+	}
+	for (int il = 0; il < hp->n_layer; il++)
+		if (e->layers[il].conv) {
+			e->layers[il].windowed = 1;
+			e->kv_window = (int)hp->n_conv > e->kv_window ? (int)hp->n_conv : e->kv_window;
+		}
 	// the LM head: chunks tiling [0, n_vocab) in row order
 	for (int r = 0; r < e->V;) {
 		int found = -1;
@@ -718,6 +752,28 @@ engine_timings(const struct engine *e)
 
 // --- sequences -------------------------------------------------------------------
 
+static struct kv_store *
+store_new(size_t bytes)
+{
+	struct kv_store *st = calloc(1, sizeof *st);
+	if (st && !(st->kv = calloc(bytes ? bytes : 1, 1))) {
+		free(st);
+		st = NULL;
+	}
+	if (st)
+		st->refs = 1;
+	return st;
+}
+
+static void
+store_release(struct kv_store *st)
+{
+	if (st && --st->refs == 0) {
+		free(st->kv);
+		free(st);
+	}
+}
+
 struct engine_seq *
 engine_seq_new(struct engine *e, char *err)
 {
@@ -725,10 +781,12 @@ engine_seq_new(struct engine *e, char *err)
 	size_t bytes = e->seq_kv;
 	if (s) {
 		s->e = e;
-		s->kv = calloc(bytes ? bytes : 1, 1);
+		s->own = store_new(bytes);
+		s->kv = s->own ? s->own->kv : NULL;
+		s->kv0 = s->kv;
 		s->tokens = calloc((size_t)e->max_seq, sizeof(int32_t));
 	}
-	if (!s || !s->kv || !s->tokens) {
+	if (!s || !s->own || !s->tokens) {
 		engine_seq_free(s);
 		return ad_err(err, "sequence: out of memory (%zu bytes of KV cache)", bytes), NULL;
 	}
@@ -754,7 +812,8 @@ engine_seq_free(struct engine_seq *s)
 {
 	if (!s)
 		return;
-	free(s->kv);
+	store_release(s->own);
+	store_release(s->base);
 	free(s->tokens);
 	free(s->st[0]);
 	free(s->st[1]);
@@ -772,14 +831,7 @@ drop_states_after(struct engine_seq *s, int n)
 			s->ck_pos[i] = -1;
 }
 
-void
-engine_seq_reset(struct engine_seq *s)
-{
-	s->len = 0;
-	s->st_len = 0;
-	if (s->e->st_floats)
-		drop_states_after(s, 0);
-}
+static void kv_copy(struct engine_seq *s, uint8_t *dst, int from, int to);
 
 void
 engine_seq_truncate(struct engine_seq *s, int n)
@@ -787,25 +839,89 @@ engine_seq_truncate(struct engine_seq *s, int n)
 	const struct engine *e = s->e;
 	if (n < 0 || n >= s->len)
 		return;
-	if (!e->st_floats) {
-		s->len = n;
-		return;
+	// a recurrent model goes back to the latest kept state at or before n,
+	// else to the start (unless the state is n's already)
+	int len = n, best = -1;
+	if (e->st_floats && s->st_len != n) {
+		for (int i = 0; i < e->st_keep; i++)
+			if (s->ck_pos[i] > 0 && s->ck_pos[i] <= n && (best < 0 || s->ck_pos[i] > s->ck_pos[best]))
+				best = i;
+		len = best >= 0 ? s->ck_pos[best] : 0;
 	}
-	if (s->st_len == n) { // the state is n's already (rows appended after it go)
-		s->len = n;
-		drop_states_after(s, n);
-		return;
+	// forks read rows this sequence is about to rewrite: it copies its own
+	// rows into a store of its own first and leaves them the old one
+	if (s->own->refs > 1 && len < s->own->floor) {
+		struct kv_store *st = store_new(e->seq_kv);
+		if (!st) { // the rows the forks read stay: so does the length
+			ad_warn("sequence: no memory to copy the rows forks share: kept %d tokens, not %d", s->len, n);
+			return;
+		}
+		kv_copy(s, st->kv, s->split, len);
+		store_release(s->own);
+		s->own = st;
+		s->kv = st->kv;
+		if (!s->base)
+			s->kv0 = s->kv;
 	}
-	// the latest kept state at or before n, else the start
-	int best = -1;
-	for (int i = 0; i < e->st_keep; i++)
-		if (s->ck_pos[i] > 0 && s->ck_pos[i] <= n && (best < 0 || s->ck_pos[i] > s->ck_pos[best]))
-			best = i;
-	s->len = best >= 0 ? s->ck_pos[best] : 0;
-	if (best >= 0)
-		memcpy(s->st[s->cur], s->ck + (size_t)best * e->st_floats, e->st_floats * sizeof(float));
-	s->st_len = s->len;
-	drop_states_after(s, s->len);
+	s->len = len;
+	if (e->st_floats) {
+		if (best >= 0)
+			memcpy(s->st[s->cur], s->ck + (size_t)best * e->st_floats, e->st_floats * sizeof(float));
+		s->st_len = len;
+		drop_states_after(s, len);
+	}
+	if (len < s->split)
+		s->split = len;
+	if (len == 0 && s->base) {
+		store_release(s->base);
+		s->base = NULL;
+		s->kv0 = s->kv;
+	}
+}
+
+void
+engine_seq_reset(struct engine_seq *s)
+{
+	engine_seq_truncate(s, 0);
+	if (s->len) // no memory to copy rows its forks share (engine_seq_truncate)
+		return;
+	s->st_len = 0;
+	if (s->e->st_floats)
+		drop_states_after(s, 0);
+}
+
+int
+engine_seq_fork(struct engine_seq *child, struct engine_seq *parent, int n, char *err)
+{
+	const struct engine *e = parent->e;
+	if (child == parent || child->e != e || child->len != 0 || n < 1 || n > parent->len)
+		return ad_err(err, "fork: %d rows of a sequence of %d into one of %d", n, parent->len, child->len);
+	// a recurrent model: the parent's state at n (its own, or a kept copy)
+	if (e->st_floats && engine_seq_state_read(parent, n, child->st[child->cur]))
+		return ad_err(err, "fork: the sequence keeps no recurrent state at %d", n);
+	store_release(child->base);
+	child->base = NULL;
+	struct kv_store *base = parent->base ? parent->base : parent->own;
+	int split = parent->base ? (n < parent->split ? n : parent->split) : n;
+	// rows the parent holds in its own store past its own parent's: copied
+	if (split < n)
+		kv_copy(parent, child->kv, split, n);
+	base->refs++;
+	if (base->floor < split)
+		base->floor = split;
+	child->base = base;
+	child->kv0 = base->kv;
+	child->split = split;
+	memcpy(child->tokens, parent->tokens, (size_t)n * sizeof *child->tokens);
+	child->len = n;
+	child->st_len = n;
+	return 0;
+}
+
+int
+engine_seq_shared(const struct engine_seq *s)
+{
+	return s->split;
 }
 
 int
@@ -842,44 +958,120 @@ layer_rows(const struct engine *e, int64_t il, size_t *kw, size_t *vw)
 		*kw = (size_t)L->nk, *vw = (size_t)L->nv;
 }
 
+// the layers of parts (ENGINE_KV_*): a layer with storage is windowed or full
+static int
+layer_in(const struct engine *e, int64_t il, int parts)
+{
+	return parts & (e->layers[il].windowed ? ENGINE_KV_WINDOWED : ENGINE_KV_FULL);
+}
+
 size_t
-engine_kv_row_bytes(const struct engine *e)
+engine_kv_part_bytes(const struct engine *e, int parts)
 {
 	size_t b = 0;
 	for (int64_t il = 0; il < e->hp.n_layer; il++) {
 		size_t kw, vw;
 		layer_rows(e, il, &kw, &vw);
-		b += (kw + vw) * e->kv_elem;
+		if (layer_in(e, il, parts))
+			b += (kw + vw) * e->kv_elem;
 	}
 	return b;
 }
 
-// per layer with storage, its K rows then its V rows (a ShortConv layer's
-// B*X rows alone), each region n rows long in the packed form
+size_t
+engine_kv_row_bytes(const struct engine *e)
+{
+	return engine_kv_part_bytes(e, ENGINE_KV_ALL);
+}
+
+int
+engine_kv_window(const struct engine *e)
+{
+	return e->kv_window;
+}
+
+// per layer of parts with storage, its K rows then its V rows (a ShortConv
+// layer's B*X rows alone), each region n rows long in the packed form
 void
-engine_seq_kv_read(const struct engine_seq *s, int pos, int n, void *dst)
+engine_seq_kv_read_parts(const struct engine_seq *s, int parts, int pos, int n, void *dst)
 {
 	const struct engine *e = s->e;
 	uint8_t *d = dst;
 	for (int64_t il = 0; il < e->hp.n_layer; il++) {
 		size_t kw, vw;
 		layer_rows(e, il, &kw, &vw);
-		if (!kw)
+		if (!kw || !layer_in(e, il, parts))
 			continue;
 		const size_t kr = kw * e->kv_elem, vr = vw * e->kv_elem;
-		const uint8_t *kc = s->kv + e->layers[il].kv_off, *vc = kc + (size_t)e->max_seq * kr;
-		memcpy(d, kc + (size_t)pos * kr, (size_t)n * kr);
-		d += (size_t)n * kr;
+		// rows below split from the parent's store
+		const int n0 = s->split - pos <= 0 ? 0 : s->split - pos < n ? s->split - pos : n;
+		for (int part = 0; part < 2; part++) {
+			const uint8_t *b = part == 0 ? s->kv0 : s->kv;
+			const int p0 = part == 0 ? pos : pos + n0, m = part == 0 ? n0 : n - n0;
+			if (!m)
+				continue;
+			const uint8_t *kc = b + e->layers[il].kv_off, *vc = kc + (size_t)e->max_seq * kr;
+			uint8_t *dk = d + (size_t)(p0 - pos) * kr;
+			memcpy(dk, kc + (size_t)p0 * kr, (size_t)m * kr);
+			if (vr)
+				memcpy(d + (size_t)n * kr + (size_t)(p0 - pos) * vr, vc + (size_t)p0 * vr, (size_t)m * vr);
+		}
+		d += (size_t)n * (kr + vr);
+	}
+}
+
+// copy this sequence's own rows of positions [from, to) (every layer) into
+// the store kv of another sequence, at the same positions
+static void
+kv_copy(struct engine_seq *s, uint8_t *dst, int from, int to)
+{
+	const struct engine *e = s->e;
+	for (int64_t il = 0; il < e->hp.n_layer && to > from; il++) {
+		size_t kw, vw;
+		layer_rows(e, il, &kw, &vw);
+		if (!kw)
+			continue;
+		const size_t kr = kw * e->kv_elem, vr = vw * e->kv_elem, off = e->layers[il].kv_off;
+		memcpy(dst + off + (size_t)from * kr, s->kv + off + (size_t)from * kr, (size_t)(to - from) * kr);
 		if (vr) {
-			memcpy(d, vc + (size_t)pos * vr, (size_t)n * vr);
-			d += (size_t)n * vr;
+			const size_t vo = off + (size_t)e->max_seq * kr;
+			memcpy(dst + vo + (size_t)from * vr, s->kv + vo + (size_t)from * vr, (size_t)(to - from) * vr);
+		}
+	}
+}
+
+void
+engine_seq_kv_read(const struct engine_seq *s, int pos, int n, void *dst)
+{
+	engine_seq_kv_read_parts(s, ENGINE_KV_ALL, pos, n, dst);
+}
+
+// rows of parts at positions [pos, pos + n) from src (packed `stride` rows,
+// starting at row off)
+static void
+kv_write(struct engine_seq *s, int parts, int pos, int n, const void *src, int stride, int off)
+{
+	struct engine *e = s->e;
+	const uint8_t *b = src;
+	for (int64_t il = 0; il < e->hp.n_layer; il++) {
+		size_t kw, vw;
+		layer_rows(e, il, &kw, &vw);
+		if (!kw || !layer_in(e, il, parts))
+			continue;
+		const size_t kr = kw * e->kv_elem, vr = vw * e->kv_elem;
+		uint8_t *kc = s->kv + e->layers[il].kv_off, *vc = kc + (size_t)e->max_seq * kr;
+		memcpy(kc + (size_t)pos * kr, b + (size_t)off * kr, (size_t)n * kr);
+		b += (size_t)stride * kr;
+		if (vr) {
+			memcpy(vc + (size_t)pos * vr, b + (size_t)off * vr, (size_t)n * vr);
+			b += (size_t)stride * vr;
 		}
 	}
 }
 
 int
-engine_seq_kv_append(struct engine_seq *s, const int32_t *tokens, int n, const void *src, int stride, int off,
-                     char *err)
+engine_seq_kv_append_parts(struct engine_seq *s, int parts, const int32_t *tokens, int n, const void *src, int stride,
+                           int off, char *err)
 {
 	struct engine *e = s->e;
 	if (n < 0 || off < 0 || off + n > stride || s->len + n > e->max_seq)
@@ -888,21 +1080,7 @@ engine_seq_kv_append(struct engine_seq *s, const int32_t *tokens, int n, const v
 	for (int i = 0; i < n; i++)
 		if (tokens[i] < 0 || tokens[i] >= e->V)
 			return ad_err(err, "kv append: token id %d is outside the vocabulary of %d", tokens[i], e->V);
-	const uint8_t *b = src;
-	for (int64_t il = 0; il < e->hp.n_layer; il++) {
-		size_t kw, vw;
-		layer_rows(e, il, &kw, &vw);
-		if (!kw)
-			continue;
-		const size_t kr = kw * e->kv_elem, vr = vw * e->kv_elem;
-		uint8_t *kc = s->kv + e->layers[il].kv_off, *vc = kc + (size_t)e->max_seq * kr;
-		memcpy(kc + (size_t)s->len * kr, b + (size_t)off * kr, (size_t)n * kr);
-		b += (size_t)stride * kr;
-		if (vr) {
-			memcpy(vc + (size_t)s->len * vr, b + (size_t)off * vr, (size_t)n * vr);
-			b += (size_t)stride * vr;
-		}
-	}
+	kv_write(s, parts, s->len, n, src, stride, off);
 	memcpy(s->tokens + s->len, tokens, (size_t)n * sizeof *tokens);
 	s->len += n;
 	return 0;
@@ -950,6 +1128,25 @@ engine_seq_state_load(struct engine_seq *s, const void *src, char *err)
 		return ad_err(err, "state load: the model keeps no recurrent state");
 	memcpy(s->st[s->cur], src, e->st_floats * sizeof(float));
 	s->st_len = s->len;
+	return 0;
+}
+
+int
+engine_seq_kv_append(struct engine_seq *s, const int32_t *tokens, int n, const void *src, int stride, int off,
+                     char *err)
+{
+	return engine_seq_kv_append_parts(s, ENGINE_KV_ALL, tokens, n, src, stride, off, err);
+}
+
+int
+engine_seq_kv_write(struct engine_seq *s, int parts, int pos, int n, const void *src, int stride, int off, char *err)
+{
+	if (n < 0 || pos < 0 || off < 0 || off + n > stride || pos + n > s->len)
+		return ad_err(err, "kv write: %d rows at %d of a block of %d do not fit positions [%d, %d) of %d", n, off,
+		              stride, pos, pos + n, s->len);
+	if (pos < s->split)
+		return ad_err(err, "kv write: positions below %d are a parent's", s->split);
+	kv_write(s, parts, pos, n, src, stride, off);
 	return 0;
 }
 
@@ -1068,16 +1265,22 @@ attn_item(struct engine *e, int il, int item, float *scratch)
 	int first = 0;
 	if (L->sliding && pos - hp->sliding_window + 1 > 0)
 		first = (int)(pos - hp->sliding_window + 1);
-	const uint8_t *kc = e->cols[c]->kv + L->kv_off;
-	const uint8_t *vc = kc + (size_t)e->max_seq * cnk * e->kv_elem;
+	// a fork reads its first rows from its parent's store
+	const struct engine_seq *sq = e->cols[c];
+	const size_t vo = (size_t)e->max_seq * cnk * e->kv_elem;
+	const uint8_t *kc = sq->kv + L->kv_off, *vc = kc + vo;
+	const uint8_t *kc0 = sq->kv0 + L->kv_off, *vc0 = kc0 + vo;
 	const float *q = e->qkv + (size_t)c * L->nqkv + (size_t)g * group * hd;
 	float *out = e->att + (size_t)c * L->nqv + (size_t)g * group * hdv;
 	if (e->kv_f32)
-		attn_ref_f32(&sh, q, (const float *)kc + (size_t)g * hd, (const float *)vc + (size_t)g * hdv, first, pos,
-		             out, scratch);
+		attn_ref_f32_split(&sh, q, (const float *)kc0 + (size_t)g * hd, (const float *)vc0 + (size_t)g * hdv,
+		                   (const float *)kc + (size_t)g * hd, (const float *)vc + (size_t)g * hdv, sq->split, first,
+		                   pos, out, scratch);
 	else
-		(e->attn_ref ? attn_ref : attn_fast)(&sh, q, (const uint16_t *)kc + (size_t)g * hd,
-		                                     (const uint16_t *)vc + (size_t)g * hdv, first, pos, out, scratch);
+		(e->attn_ref ? attn_ref_split : attn_fast_split)(
+			&sh, q, (const uint16_t *)kc0 + (size_t)g * hd, (const uint16_t *)vc0 + (size_t)g * hdv,
+			(const uint16_t *)kc + (size_t)g * hd, (const uint16_t *)vc + (size_t)g * hdv, sq->split, first, pos, out,
+			scratch);
 }
 
 // claim and compute items of job gen until none is left; a claim is a
@@ -1201,7 +1404,7 @@ conv_block(struct engine *e, struct fwd *f, const struct eng_layer *L, int n, ch
 	}
 	for (int c = 0; c < n; c++) {
 		const float *cg = e->qkv + (size_t)c * 3 * E + E;
-		const uint8_t *base = e->cols[c]->kv + L->kv_off;
+		const struct engine_seq *sq = e->cols[c];
 		float *y = e->att + (size_t)c * E;
 		for (int i = 0; i < E; i++) {
 			float sum = 0;
@@ -1209,6 +1412,8 @@ conv_block(struct engine *e, struct fwd *f, const struct eng_layer *L, int n, ch
 				int p = e->pos[c] - (K - 1) + k;
 				if (p < 0)
 					continue;
+				// a fork's first rows are its parent's
+				const uint8_t *base = (p < sq->split ? sq->kv0 : sq->kv) + L->kv_off;
 				size_t at = (size_t)p * E + (size_t)i;
 				float v = e->kv_f32 ? ((const float *)base)[at] : ad_fp16_to_f32(((const uint16_t *)base)[at]);
 				sum = fmaf(v, L->conv_w[(size_t)i * K + k], sum);
@@ -1916,6 +2121,8 @@ engine_prompt(struct engine *e, struct engine_seq *s, const int32_t *prompt, int
 	while (reuse < s->len && reuse < keep - 1 && s->tokens[reuse] == p[reuse])
 		reuse++;
 	engine_seq_truncate(s, reuse);
+	if (s->len > reuse) // rows forks share could not be copied (engine_seq_truncate)
+		return ad_err(err, "out of memory for the rows of a sequence its forks share");
 	reuse = s->len; // a recurrent state may go back further
 	if (engine_prefill(e, s, p + reuse, keep - reuse, logits, err))
 		return -1;

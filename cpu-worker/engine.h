@@ -120,8 +120,22 @@ void engine_seq_free(struct engine_seq *s);
 void engine_seq_reset(struct engine_seq *s);
 // keep the first n tokens (n <= length); the next position is n. A
 // recurrent model's sequence goes back to its latest kept state at or
-// before n, or to 0: engine_seq_len tells
+// before n, or to 0; a sequence that forks read from, with no memory to
+// copy the rows they share before it would rewrite them, stays as it was:
+// engine_seq_len tells
 void engine_seq_truncate(struct engine_seq *s, int n);
+// engine_seq_fork makes the empty child hold the first n tokens of parent
+// (n <= its length; a recurrent model: where the parent has its state, at
+// its length or a kept copy) without copying their rows: the child reads them from
+// the parent's store (the rows the parent itself reads from its own parent
+// are shared from there, any others it holds are copied). The store lives
+// as long as a sequence reads it; a parent truncated below rows a fork
+// reads copies its own rows before it rewrites them, so neither ever sees
+// the other's later tokens. Attention reads each row where it lives in the
+// same order, so the logits are those of a copy, to the bit.
+int engine_seq_fork(struct engine_seq *child, struct engine_seq *parent, int n, char *err);
+// the positions a fork reads from its parent (0: none)
+int engine_seq_shared(const struct engine_seq *s);
 // tokens in the cache, which is also the next position
 int engine_seq_len(const struct engine_seq *s);
 const int32_t *engine_seq_tokens(const struct engine_seq *s);
@@ -137,6 +151,24 @@ void engine_seq_kv_read(const struct engine_seq *s, int pos, int n, void *dst);
 // position's attention then reads exactly the bits that were stored
 int engine_seq_kv_append(struct engine_seq *s, const int32_t *tokens, int n, const void *src, int stride, int off,
                          char *err);
+// The rows in two parts: the windowed layers, whose rows a position reads
+// only engine_kv_window positions back, its own included (an lfm2
+// ShortConv's, n_conv; a sliding-window layer's, when every layer reading
+// its cache slides), and the full ones (the rest). A prefix cache may keep
+// the windowed part only where a later position can still read it. The
+// _parts forms take ENGINE_KV_FULL, ENGINE_KV_WINDOWED or both, and pack
+// only their layers; an append of one part leaves the other's rows of
+// those positions as they were.
+#define ENGINE_KV_FULL 1
+#define ENGINE_KV_WINDOWED 2
+#define ENGINE_KV_ALL 3
+int engine_kv_window(const struct engine *e); // 0: no windowed layer
+size_t engine_kv_part_bytes(const struct engine *e, int parts);
+void engine_seq_kv_read_parts(const struct engine_seq *s, int parts, int pos, int n, void *dst);
+int engine_seq_kv_append_parts(struct engine_seq *s, int parts, const int32_t *tokens, int n, const void *src, int stride,
+                               int off, char *err);
+// overwrite the rows of parts at positions [pos, pos + n), within the length
+int engine_seq_kv_write(struct engine_seq *s, int parts, int pos, int n, const void *src, int stride, int off, char *err);
 
 // the recurrent state of a sequence in bytes (0: the model has none)
 size_t engine_state_bytes(const struct engine *e);

@@ -76,6 +76,16 @@ usage(FILE *out)
 	        "                   (bytes with K/M/G, a plain number is MiB; 0: off; default the KV of\n"
 	        "                   max(4, --parallel) full contexts)\n"
 	        "  --cache-block N  positions per prefix-cache block (default 16)\n"
+	        "  --no-spec        no speculative decoding unless a request asks for it\n"
+	        "  --draft N        speculative decoding: at most N draft tokens per step, taken from\n"
+	        "                   the text so far (prompt lookup) and checked in the decode step's\n"
+	        "                   own call; the tokens are the same as without (default 8; 0: off)\n"
+	        "  --ngram-max N    the longest n-gram a draft is looked up by (default 8)\n"
+	        "  --ngram-min N    the shortest (default 2)\n"
+	        "  --draft-cost F   the cost of one more column of a decode call as a share of a\n"
+	        "                   one-column call, which sets how long a draft is worth verifying:\n"
+	        "                   auto (the default) measures it on the decode calls, 0 verifies\n"
+	        "                   every draft in full\n"
 	        "  --threads N      emu threads for the in-process emu backend, and attention threads (default 2)\n"
 	        "  --instance PID   the instance's pid in shared-memory surface ids (default: this\n"
 	        "                   process)\n"
@@ -112,6 +122,10 @@ main(int argc, char **argv)
 	size_t cache_mem = 0;
 	int cache_mem_set = 0;
 	enum model_rope rope = MODEL_ROPE_AUTO;
+	struct spec_opts spec;
+	spec_defaults(&spec);
+	int no_spec = 0;
+	long x = 0;
 	ad_log_init("anedvd-cpu-worker");
 	trace_from_env("anedvd-cpu-worker");
 	for (int i = 1; i < argc; i++) {
@@ -122,6 +136,10 @@ main(int argc, char **argv)
 		}
 		if (strcmp(a, "--split") == 0) {
 			split = 1;
+			continue;
+		}
+		if (strcmp(a, "--no-spec") == 0) {
+			no_spec = 1;
 			continue;
 		}
 		if (strcmp(a, "--rope-hf") == 0 || strcmp(a, "--rope-adjacent") == 0) {
@@ -171,6 +189,23 @@ main(int argc, char **argv)
 			bad = number(a, v, 1, 4096, &cache_block);
 		else if (strcmp(a, "--threads") == 0)
 			bad = number(a, v, 1, 256, &threads);
+		else if (strcmp(a, "--draft") == 0)
+			bad = number(a, v, 0, SPEC_DRAFT_MAX, &x), spec.draft = (int)x;
+		else if (strcmp(a, "--ngram-max") == 0)
+			bad = number(a, v, 1, SPEC_NGRAM_MAX, &x), spec.ngram_max = (int)x;
+		else if (strcmp(a, "--ngram-min") == 0)
+			bad = number(a, v, 1, SPEC_NGRAM_MAX, &x), spec.ngram_min = (int)x;
+		else if (strcmp(a, "--draft-cost") == 0) {
+			char *end;
+			errno = 0;
+			double c = strcmp(v, "auto") == 0 ? SPEC_COST_AUTO : strtod(v, &end);
+			if (c != SPEC_COST_AUTO && (errno || end == v || *end || !(c >= 0 && c <= 100))) {
+				fprintf(stderr, "anedvd-cpu-worker: --draft-cost takes auto or a number from 0 to 100, not '%s'\n",
+				        v);
+				return 2;
+			}
+			spec.col_cost = (float)c;
+		}
 		else if (strcmp(a, "--instance") == 0)
 			bad = number(a, v, 1, 1L << 30, &instance);
 		else if (strcmp(a, "--kernel-timeout-ms") == 0)
@@ -190,6 +225,11 @@ main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	char err[AD_ERRLEN];
+	if (spec_check(&spec, err)) {
+		fprintf(stderr, "anedvd-cpu-worker: %s\n", err);
+		return 2;
+	}
 	int remote = strcmp(backend, "remote") == 0;
 	if (!remote && strcmp(backend, "emu") != 0 && strcmp(backend, "exact") != 0) {
 		fprintf(stderr, "anedvd-cpu-worker: --backend is emu, exact or remote, not '%s'\n", backend);
@@ -207,7 +247,6 @@ main(int argc, char **argv)
 	sigaddset(&set, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 
-	char err[AD_ERRLEN];
 	struct model m;
 	memset(&m, 0, sizeof m);
 	if (model_load(&m, model_path, err)) {
@@ -258,7 +297,7 @@ main(int argc, char **argv)
 	struct engine *e = engine_new(&m, kb, &eo, err);
 	struct sched *s = NULL;
 	struct sched_opts so = {.parallel = (int)parallel, .queue = (int)queue, .sessions = (int)sessions,
-	                        .cache_block = (int)cache_block};
+	                        .cache_block = (int)cache_block, .spec = &spec, .no_spec = no_spec || !spec.draft};
 	// grammars need each token's bytes: the model's tokenizer, loaded on the first one
 	struct gram_loader *gl = e ? gram_loader_new(model_path, engine_n_vocab(e)) : NULL;
 	if (gl)
@@ -296,11 +335,26 @@ main(int argc, char **argv)
 	double kv_mib = (double)model_kv_bytes_per_pos(&m) / 2 * (double)engine_max_seq(e) / (1 << 20);
 	ad_info("KV cache %.1f MiB per sequence, at most %ld sequences (%.0f MiB)", kv_mib, parallel + sessions + 1,
 	        kv_mib * (double)(parallel + sessions + 1));
-	if (so.cache_mem)
+	if (so.cache_mem && engine_kv_window(e) > 0)
+		ad_info("prefix cache %.1f MiB (--cache-mem), blocks of %ld positions of %zu bytes, of which %zu are the "
+		        "windowed layers' (a window of %d), kept only where a later prompt reads them",
+		        (double)so.cache_mem / (1 << 20), cache_block, engine_kv_row_bytes(e) * (size_t)cache_block,
+		        engine_kv_part_bytes(e, ENGINE_KV_WINDOWED) * (size_t)cache_block, engine_kv_window(e));
+	else if (so.cache_mem)
 		ad_info("prefix cache %.1f MiB (--cache-mem), blocks of %ld positions of %zu bytes", (double)so.cache_mem / (1 << 20),
 		        cache_block, engine_kv_row_bytes(e) * (size_t)cache_block);
 	else
 		ad_info("prefix cache off (--cache-mem 0)");
+	if (engine_state_bytes(e) > 0)
+		ad_info("speculative decoding off: %s keeps a recurrent state, which cannot take a rejected draft back",
+		        m.name);
+	else if (so.no_spec)
+		ad_info("speculative decoding off unless a request asks (--no-spec or --draft 0)");
+	else
+		ad_info("speculative decoding: drafts of up to %d tokens found by n-grams of %d down to %d, a column "
+		        "costing %s (--draft, --ngram-max, --ngram-min, --draft-cost)",
+		        spec.draft, spec.ngram_max, spec.ngram_min,
+		        spec.col_cost == SPEC_COST_AUTO ? "what the decode calls measure" : "as --draft-cost says");
 
 	int sig = 0;
 	sigwait(&set, &sig);
@@ -319,5 +373,9 @@ main(int argc, char **argv)
 	kb->free(kb); // closes the surfaces; the owner unlinks its shared memory
 	model_free(&m);
 	ad_info("stopped after %llu jobs, %llu tokens", (unsigned long long)st.jobs, (unsigned long long)st.tokens);
+	// nng frees a closed context on its own threads: a health probe that
+	// timed out while the ane-worker restarted could still hold one here
+	// (LeakSanitizer saw it in test-worker's restart tests, now and then)
+	ad_ipc_fini();
 	return 0;
 }

@@ -20,7 +20,9 @@ struct pcache_block {
 	int refs, children;
 	struct pcache_block *kids, *sib; // children, for a lookup that ends mid-block
 	int32_t *toks; // [block]
-	uint8_t *rows; // [block * row_bytes]
+	uint8_t *rows; // [block * row_bytes]: the full part
+	uint8_t *wrows; // [block * win_bytes]: the windowed part, NULL when dropped (or none)
+	int anchor;     // the windowed part is kept (pcache_window)
 	uint8_t *state; // [state_bytes]: the recurrent state after the block, or NULL
 };
 
@@ -28,6 +30,7 @@ struct pcache {
 	pthread_mutex_t mu;
 	int block;
 	size_t row_bytes, block_bytes, state_bytes, limit;
+	size_t win_bytes, wblock_bytes; // the windowed part (0: none)
 	struct pcache_block **tab;
 	size_t n_tab;
 	struct pcache_block *head, *tail; // LRU: head most recent
@@ -55,11 +58,11 @@ block_hash(const struct pcache_block *parent, const int32_t *toks, int n)
 }
 
 struct pcache *
-pcache_new(int block, size_t row_bytes, size_t state_bytes, size_t mem, char *err)
+pcache_new(int block, size_t row_bytes, size_t win_bytes, size_t state_bytes, size_t mem, char *err)
 {
 	if (block < 1 || block > 4096)
 		return ad_err(err, "prefix cache: a block of %d positions (1 to 4096)", block), NULL;
-	if (row_bytes == 0 && state_bytes == 0)
+	if (row_bytes + win_bytes == 0 && state_bytes == 0)
 		return ad_err(err, "prefix cache: rows of 0 bytes and no state"), NULL;
 	struct pcache *c = calloc(1, sizeof *c);
 	if (!c)
@@ -67,9 +70,11 @@ pcache_new(int block, size_t row_bytes, size_t state_bytes, size_t mem, char *er
 	c->block = block;
 	c->row_bytes = row_bytes;
 	c->block_bytes = (size_t)block * row_bytes;
+	c->win_bytes = win_bytes;
+	c->wblock_bytes = (size_t)block * win_bytes;
 	c->state_bytes = state_bytes;
 	c->limit = mem;
-	size_t most = mem / (c->block_bytes ? c->block_bytes : c->state_bytes) + 1;
+	size_t most = mem / (c->block_bytes + c->wblock_bytes ? c->block_bytes + c->wblock_bytes : c->state_bytes) + 1;
 	c->n_tab = 64;
 	while (c->n_tab < most && c->n_tab < ((size_t)1 << 20)) // 8 MiB of buckets at most
 		c->n_tab *= 2;
@@ -118,6 +123,7 @@ block_free(struct pcache_block *b)
 		return;
 	free(b->toks);
 	free(b->rows);
+	free(b->wrows);
 	free(b->state);
 	free(b);
 }
@@ -138,7 +144,9 @@ drop(struct pcache *c, struct pcache_block *b)
 			*p = b->sib;
 			break;
 		}
-	c->st.bytes -= c->block_bytes + (b->state ? c->state_bytes : 0);
+	c->st.bytes -= c->block_bytes + (b->wrows ? c->wblock_bytes : 0) + (b->state ? c->state_bytes : 0);
+	if (b->wrows)
+		c->st.wblocks--;
 	c->st.blocks--;
 	if (b->state)
 		c->st.states--;
@@ -259,23 +267,43 @@ drop_state(struct pcache *c, const struct pcache_block *keep)
 	return -1;
 }
 
+// room for bytes more within the bound: blocks evicted, or states
+// dropped; -1 when there is none
+static int
+make_room(struct pcache *c, size_t bytes)
+{
+	while (c->st.bytes + bytes > c->limit)
+		if (evict_one(c) && drop_state(c, NULL))
+			return -1;
+	return 0;
+}
+
 struct pcache_block *
-pcache_add(struct pcache *c, struct pcache_block *parent, const int32_t *toks, void **fill)
+pcache_add(struct pcache *c, struct pcache_block *parent, const int32_t *toks, void **fill, void **wfill)
 {
 	*fill = NULL;
+	if (wfill)
+		*wfill = NULL;
 	pthread_mutex_lock(&c->mu);
 	struct pcache_block *b = find(c, parent, toks);
 	if (b) {
 		pin(c, b);
 		lru_front(c, b);
+		// a windowed part dropped earlier: the caller's rows restore it
+		if (wfill && c->wblock_bytes && !b->wrows && make_room(c, c->wblock_bytes) == 0 &&
+		    (b->wrows = malloc(c->wblock_bytes))) {
+			c->st.bytes += c->wblock_bytes;
+			c->st.wblocks++;
+			*wfill = b->wrows;
+		}
 		pthread_mutex_unlock(&c->mu);
 		return b;
 	}
-	while (c->st.bytes + c->block_bytes > c->limit)
-		if (evict_one(c) && drop_state(c, NULL))
-			goto full;
+	if (make_room(c, c->block_bytes + (wfill ? c->wblock_bytes : 0)))
+		goto full;
 	if (!(b = calloc(1, sizeof *b)) || !(b->toks = malloc((size_t)c->block * sizeof *b->toks)) ||
-	    !(b->rows = malloc(c->block_bytes ? c->block_bytes : 1))) {
+	    !(b->rows = malloc(c->block_bytes ? c->block_bytes : 1)) ||
+	    (wfill && c->wblock_bytes && !(b->wrows = malloc(c->wblock_bytes)))) {
 		block_free(b);
 		goto full;
 	}
@@ -292,16 +320,53 @@ pcache_add(struct pcache *c, struct pcache_block *parent, const int32_t *toks, v
 	c->tab[slot] = b;
 	lru_front(c, b);
 	pin(c, b);
-	c->st.bytes += c->block_bytes;
+	c->st.bytes += c->block_bytes + (b->wrows ? c->wblock_bytes : 0);
+	c->st.wblocks += b->wrows != NULL;
 	c->st.blocks++;
 	c->st.stored++;
 	*fill = b->rows;
+	if (wfill)
+		*wfill = b->wrows;
 	pthread_mutex_unlock(&c->mu);
 	return b;
 full:
 	c->st.full++;
 	pthread_mutex_unlock(&c->mu);
 	return NULL;
+}
+
+const void *
+pcache_wrows(struct pcache *c, const struct pcache_block *b)
+{
+	pthread_mutex_lock(&c->mu);
+	const void *w = b->wrows;
+	pthread_mutex_unlock(&c->mu);
+	return w;
+}
+
+int
+pcache_children(struct pcache *c, const struct pcache_block *b)
+{
+	pthread_mutex_lock(&c->mu);
+	int n = b->children;
+	pthread_mutex_unlock(&c->mu);
+	return n;
+}
+
+void
+pcache_window(struct pcache *c, struct pcache_block *b, int keep)
+{
+	pthread_mutex_lock(&c->mu);
+	if (keep) {
+		b->anchor = 1;
+	} else if (b->wrows && !b->anchor) {
+		free(b->wrows);
+		b->wrows = NULL;
+		c->st.bytes -= c->wblock_bytes;
+		c->st.wblocks--;
+		c->st.wdropped++;
+	}
+	pthread_mutex_unlock(&c->mu);
 }
 
 const void *

@@ -25,10 +25,17 @@
 // state goes before a block does (the oldest first, so a chain keeps the
 // states near its end, where the next turn of a chat goes on).
 //
-// The rows of sliding-window layers are kept in full like the others: the
-// engine's sequences keep every position of every layer, and a later
-// prompt may end anywhere after the block, so which rows its window needs
-// is not known when the block is stored.
+// A block's rows come in two parts (engine.h): the full part, and the
+// windowed part (the layers a position reads only a window back: sliding
+// attention, lfm2's ShortConv), which the cache keeps only where a later
+// prompt may still read it. The caller decides where (the scheduler keeps
+// the windowed rows that lie within a window before the places a prompt is
+// likely to leave a stored prefix: where its own prompt left the cached
+// ones, its prompt's end, its sequence's end, a branch) and drops the rest
+// (pcache_window); a hit that ends where some of the window's rows were
+// dropped is cut back to where they are all kept, so it stays exact. A
+// block that lost its windowed part gets it back from the next sequence
+// that computes those rows and stores the block again (pcache_add's wfill).
 //
 // Thread-safe (one mutex): the scheduler's engine thread uses it, the
 // service reads the counters.
@@ -54,13 +61,16 @@ struct pcache_stats {
 	int blocks, pinned;
 	int states;          // blocks that carry a recurrent state
 	int block;           // positions per block
+	uint64_t wdropped;   // windowed parts dropped
+	int wblocks;         // blocks that carry their windowed part
 };
 
 // block positions per block (1..4096), row_bytes the KV bytes of one
-// position (engine_kv_row_bytes), state_bytes a recurrent state's
+// position's full part and win_bytes its windowed part (0: none)
+// (engine_kv_part_bytes), state_bytes a recurrent state's
 // (engine_state_bytes; 0: the model has none), mem the bound on the bytes
 // held
-struct pcache *pcache_new(int block, size_t row_bytes, size_t state_bytes, size_t mem, char *err);
+struct pcache *pcache_new(int block, size_t row_bytes, size_t win_bytes, size_t state_bytes, size_t mem, char *err);
 void pcache_free(struct pcache *c); // NULL is fine; every block must be released
 int pcache_block_size(const struct pcache *c);
 
@@ -72,11 +82,21 @@ int pcache_block_size(const struct pcache *c);
 int pcache_match(struct pcache *c, const int32_t *toks, int n, struct pcache_block **out, int max, int *tokens);
 // the block after parent (NULL: the first) holding toks[0..block), pinned
 // for the caller: the stored one if there is one (*fill NULL), else a new
-// one whose rows the caller writes at *fill (engine_seq_kv_read) before it
-// calls the cache again. NULL when the bound leaves no room.
-struct pcache_block *pcache_add(struct pcache *c, struct pcache_block *parent, const int32_t *toks, void **fill);
-// the rows of a block, packed as engine_seq_kv_read packs `block` rows
+// one whose full rows the caller writes at *fill (engine_seq_kv_read_parts)
+// before it calls the cache again. wfill (NULL: the caller has no windowed
+// rows to give): *wfill is where to write the windowed part, for a new
+// block or a stored one that lost it (room permitting), else NULL. NULL
+// when the bound leaves no room.
+struct pcache_block *pcache_add(struct pcache *c, struct pcache_block *parent, const int32_t *toks, void **fill,
+                                void **wfill);
+// the full rows of a block, packed as engine_seq_kv_read_parts packs `block` rows
 const void *pcache_rows(const struct pcache_block *b);
+// its windowed rows, NULL when it has none
+const void *pcache_wrows(struct pcache *c, const struct pcache_block *b);
+// blocks stored after b (more than one: prompts went on differently there)
+int pcache_children(struct pcache *c, const struct pcache_block *b);
+// keep (1): b keeps its windowed rows from now on; 0: drop them unless it must keep them
+void pcache_window(struct pcache *c, struct pcache_block *b, int keep);
 // give a block the caller holds pinned the recurrent state after its last
 // position (state_bytes from state; a block that has one keeps it); -1
 // when the bound leaves no room (or the cache was made without states)

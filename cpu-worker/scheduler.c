@@ -30,6 +30,7 @@
 
 #include "log.h"
 #include "prefix-cache.h"
+#include "spec.h"
 #include "trace.h"
 
 #define SESSION_WAIT_MS 5000 // for a session whose job has finished but is not yet released
@@ -45,6 +46,7 @@ struct session {
 	struct job *busy;       // the job holding it
 	uint64_t used_ns;
 	int drop; // reset while busy: freed when its job lets go
+	int wgap; // the windowed rows of positions below this were not kept (see job.wgap)
 	struct session *next;
 };
 
@@ -92,6 +94,12 @@ struct job {
 	struct pcache_block **pins;
 	int n_pins, looked, store_off;
 	int cached; // prompt tokens copied from the prefix cache
+	// the windowed layers' rows (engine.h) of the positions below wgap are
+	// not the sequence's: restored from blocks that kept no windowed part
+	// (no later position reads them); match: where the prompt left the
+	// cached prefixes (before any cut for a dropped window)
+	int wgap, match;
+	int spec;   // drafts for this job (the request's choice, else the worker's)
 	int32_t next_tok;
 	struct engine_timings t0;
 
@@ -104,6 +112,7 @@ struct job {
 	enum sched_code code;
 	char msg[AD_ERRLEN];
 	struct engine_timings t;
+	struct spec_stats spec_st; // written by the engine thread under the lock
 	uint64_t submit_ns, admit_ns, done_ns, last_poll_ns, final_ns;
 	int final_polled, waiters;
 	pthread_cond_t cv;
@@ -161,15 +170,20 @@ struct sched {
 	struct engine_seq **cols;
 	int32_t *toks;
 	struct job **cjobs;
+	int *coff, *nk, *ngram; // per decoding job: its first column, its draft tokens, their n-gram
 	uint8_t *want;
-	float *logits; // [rows][V]
-	int rows;
+	float *logits; // [lrows][V]
+	int rows;      // jobs per decode call
+	int lrows;     // rows of logits: a decode call's columns, drafts included, and a prefill's last
+	struct spec_opts spec;
+	struct spec_cost cost; // the decode calls' widths and times
 	struct engine_seq *eval_seq;
 	struct embed_run *embed; // the embedding request at the head of the queue
 	struct pcache *pc;        // NULL: no prefix cache
 	int max_blocks;           // per sequence
 	uint8_t *rowbuf;          // a block's rows, for copies between sequences
 	uint8_t *statebuf;        // a recurrent state (engine_state_bytes), NULL when the model has none
+	int win;                  // engine_kv_window when there is a windowed part, else 0
 };
 
 static uint64_t
@@ -374,11 +388,21 @@ job_free(struct job *j)
 	free(j);
 }
 
+// the cost of a column that sets the drafts' length: --draft-cost, or
+// measured on the decode calls
+static float
+spec_col_cost(const struct sched *s)
+{
+	return s->spec.col_cost == SPEC_COST_AUTO ? spec_cost_get(&s->cost, SPEC_COL_COST) : s->spec.col_cost;
+}
+
 // --- the prefix cache (the engine thread's) -------------------------------------------
 
 // cache_store adds the full blocks of j's sequence not yet in its chain
 // (the prompt's, and at the end the generated tokens' too: a chat's next
-// turn resends them); a full cache ends the chain
+// turn resends them); a full cache ends the chain. The windowed part goes
+// with a block whose windowed rows the sequence holds, and restores that
+// part of a stored block that lost it.
 static void
 cache_store(struct sched *s, struct job *j)
 {
@@ -387,15 +411,18 @@ cache_store(struct sched *s, struct job *j)
 	const int B = pcache_block_size(s->pc), len = engine_seq_len(j->seq);
 	const int32_t *t = engine_seq_tokens(j->seq);
 	while (j->n_pins < s->max_blocks && (j->n_pins + 1) * B <= len) {
-		void *fill;
+		void *fill, *wfill = NULL;
+		const int at = j->n_pins * B;
 		struct pcache_block *parent = j->n_pins ? j->pins[j->n_pins - 1] : NULL;
-		struct pcache_block *b = pcache_add(s->pc, parent, t + (size_t)j->n_pins * B, &fill);
+		struct pcache_block *b = pcache_add(s->pc, parent, t + at, &fill, s->win && at >= j->wgap ? &wfill : NULL);
 		if (!b) {
 			j->store_off = 1;
 			return;
 		}
 		if (fill)
-			engine_seq_kv_read(j->seq, j->n_pins * B, B, fill);
+			engine_seq_kv_read_parts(j->seq, ENGINE_KV_FULL, at, B, fill);
+		if (wfill)
+			engine_seq_kv_read_parts(j->seq, ENGINE_KV_WINDOWED, at, B, wfill);
 		// a recurrent state after the block, where the sequence kept one (a
 		// full cache leaves the block without: a hit then stops before it)
 		if (s->statebuf && !pcache_state(b) &&
@@ -405,17 +432,48 @@ cache_store(struct sched *s, struct job *j)
 	}
 }
 
-// share_running copies into j's sequence, from `from` on, the rows of the
-// running sequence that holds the longest run of j's prompt from the start
-// (the tail no block holds yet: n choices on one prompt, a request that
-// follows one still prefilling a long prompt). Every row depends only on
-// the tokens up to its position, so those rows are what j would compute.
-static int
-share_running(struct sched *s, struct job *j, int from, int upto)
+// cache_trim runs as j lets go of its blocks: the windowed part stays where
+// a later prompt may leave the stored prefixes and read it, within a window
+// before: where j's prompt left the cached ones, the end of its prompt (a
+// repeat of the request), the end of its sequence (the next turn), and any
+// branch of the chain (prompts went on differently there, and may again);
+// the rest of j's chain drops it, unless another job keeps it
+static void
+cache_trim(struct sched *s, struct job *j)
 {
-	char err[AD_ERRLEN];
-	struct engine_seq *best = NULL;
-	int most = from;
+	if (!s->win || !j->seq)
+		return;
+	const int B = pcache_block_size(s->pc), W = s->win, S = j->n_pins * B;
+	// where a later prompt may leave: no further than the blocks stored
+	int ends[3] = {j->match, j->keep - 1, engine_seq_len(j->seq)};
+	for (int k = 0; k < 3; k++)
+		ends[k] = ends[k] < S ? ends[k] : S;
+	int branch = -1; // the start of the nearest branch's window after block i
+	for (int i = j->n_pins - 1; i >= 0; i--) {
+		struct pcache_block *b = j->pins[i];
+		const int lo = i * B, hi = lo + B;
+		if (pcache_children(s->pc, b) > 1)
+			branch = hi + B; // its window, and the first rows of the blocks after it
+		// a prompt leaving at e reads the windowed rows e - W + 1 .. e - 1
+		int near = 0;
+		for (int k = 0; k < 3; k++)
+			near |= lo < ends[k] && hi > ends[k] - W + 1;
+		if (near)
+			pcache_window(s->pc, b, 1);
+		else if (!(branch >= 0 && hi > branch - B - W + 1 && lo < branch))
+			pcache_window(s->pc, b, 0);
+	}
+}
+
+// running_prefix finds the running sequence holding the longest run of j's
+// prompt from its start (at most upto tokens, more than from), whose
+// windowed rows are its own where j would read them: from `from` on for a
+// copy, within a window before the end for a fork; its length in *most
+static struct job *
+running_prefix(struct sched *s, struct job *j, int from, int upto, int fork, int *most)
+{
+	struct job *best = NULL;
+	*most = from;
 	for (int i = 0; i < s->n_active; i++) {
 		struct job *o = s->active[i];
 		if (o == j || !o->seq || o->seq == j->seq || o->state < J_PREFILL)
@@ -424,20 +482,40 @@ share_running(struct sched *s, struct job *j, int from, int upto)
 		int len = engine_seq_len(o->seq), l = 0;
 		while (l < len && l < upto && t[l] == j->prompt[l])
 			l++;
-		if (l > most) {
-			most = l;
-			best = o->seq;
+		if (l > *most && o->wgap <= (fork ? l - s->win + 1 : from)) {
+			*most = l;
+			best = o;
 		}
 	}
 	// a recurrent state: only up to a position whose state that sequence has
 	// (its length, or a kept copy at a multiple of engine_state_every)
-	const int every = engine_state_every(s->e), start = from;
-	while (best && s->statebuf && most > from && engine_seq_state_read(best, most, s->statebuf))
-		most = (most - 1) / every * every;
+	const int every = engine_state_every(s->e);
+	while (best && s->statebuf && *most > from && engine_seq_state_read(best->seq, *most, s->statebuf))
+		*most = (*most - 1) / every * every;
+	if (best && (*most <= from || (fork && best->wgap > *most - s->win + 1))) {
+		*most = from;
+		best = NULL;
+	}
+	return best;
+}
+
+// share_running copies into j's sequence, from `from` on, the rows of the
+// running sequence that holds the longest run of j's prompt from the start
+// (the tail no block holds yet: a request that follows one still
+// prefilling a long prompt, into a session's sequence). Every row depends
+// only on the tokens up to its position, so those rows are what j would
+// compute.
+static int
+share_running(struct sched *s, struct job *j, int from, int upto)
+{
+	char err[AD_ERRLEN];
+	int most;
+	const int start = from;
+	struct job *r = running_prefix(s, j, from, upto, 0, &most);
 	const int B = pcache_block_size(s->pc);
-	while (best && from < most) {
+	while (r && from < most) {
 		int m = most - from < B ? most - from : B;
-		engine_seq_kv_read(best, from, m, s->rowbuf);
+		engine_seq_kv_read(r->seq, from, m, s->rowbuf); // every part: all of them are r's own
 		if (engine_seq_kv_append(j->seq, j->prompt + from, m, s->rowbuf, m, 0, err)) {
 			ad_warn("job %llu: rows of a running sequence: %s", (unsigned long long)j->id, err);
 			break;
@@ -455,61 +533,105 @@ share_running(struct sched *s, struct job *j, int from, int upto)
 
 // cache_lookup runs when j's prefill is about to start (not at admission:
 // a job admitted with others on the same prompt, n choices say, looks
-// after the first one has stored its blocks): copies the rows of the
-// longest cached prefix beyond what the sequence holds (never the last
-// prompt token: its logits are needed), then what a running sequence holds
-// beyond it, and logs the request's line
+// after the first one has prefilled it). A fresh sequence forks from the
+// running sequence that holds the longest run of its prompt (never the
+// last token: its logits are needed), when that is at least a block and no
+// less than the prefix cache gives: it reads those rows where they are,
+// copying none. Otherwise the rows of the longest cached prefix are copied
+// beyond what the sequence holds, then what a running sequence holds
+// beyond them. The request's line goes to the log.
 static void
 cache_lookup(struct sched *s, struct job *j)
 {
 	char err[AD_ERRLEN];
 	j->looked = 1;
+	int cut = 0, forked = 0, nb = 0, hit = 0;
+	const void *st = NULL;
+	const int B = s->pc ? pcache_block_size(s->pc) : SCHED_CACHE_BLOCK, W = s->win;
+	int from = engine_seq_len(j->seq), upto = from;
+	const int start = from;
 	if (s->pc && (j->pins = calloc((size_t)s->max_blocks, sizeof *j->pins))) {
-		const int B = pcache_block_size(s->pc);
-		int hit;
-		int nb = pcache_match(s->pc, j->prompt, j->keep, j->pins, s->max_blocks, &hit);
+		nb = pcache_match(s->pc, j->prompt, j->keep, j->pins, s->max_blocks, &hit);
 		j->n_pins = nb;
-		int upto = hit < j->keep - 1 ? hit : j->keep - 1;
-		const void *st = NULL;
-		if (s->statebuf) {
-			// a recurrent state: go on from the end of the last block that
-			// carries one (whole blocks only)
-			int k = upto / B;
-			while (k > 0 && !pcache_state(j->pins[k - 1]))
-				k--;
-			upto = k * B;
-			st = k ? pcache_state(j->pins[k - 1]) : NULL;
+		upto = hit < j->keep - 1 ? hit : j->keep - 1;
+		j->match = upto;
+		// position h reads the windowed rows h - W + 1 .. h: a block among
+		// them that dropped its windowed part ends the hit before it; a
+		// recurrent state: the hit goes on from the end of the last block
+		// that carries one (whole blocks only). Each cut may call for the other.
+		int h = upto > from ? upto : from;
+		for (int moved = 1; moved;) {
+			moved = 0;
+			while (W && h > from) {
+				int bad = -1;
+				for (int i = (h - W + 1 > from ? h - W + 1 : from) / B; i * B < h; i++)
+					if (!pcache_wrows(s->pc, j->pins[i]))
+						bad = i;
+				if (bad < 0)
+					break;
+				h = bad * B > from ? bad * B : from;
+				moved = 1;
+			}
+			if (s->statebuf) {
+				int k = h / B;
+				while (k > 0 && !pcache_state(j->pins[k - 1]))
+					k--;
+				st = k ? pcache_state(j->pins[k - 1]) : NULL;
+				if (k * B != h)
+					h = k * B, moved = W > 0;
+			}
 		}
-		int from = engine_seq_len(j->seq), start = from;
-		while (from < upto) {
+		cut = upto - h > 0 ? upto - h : 0;
+		upto = h;
+	}
+	int most = 0;
+	struct job *r = from == 0 ? running_prefix(s, j, upto, j->keep - 1, 1, &most) : NULL;
+	if (r && most >= B && engine_seq_fork(j->seq, r->seq, most, err) == 0) {
+		j->wgap = r->wgap;
+		forked = most;
+		from = most;
+		pthread_mutex_lock(&s->mu);
+		s->st.forks++;
+		s->st.fork_rows += (uint64_t)most;
+		pthread_mutex_unlock(&s->mu);
+	} else {
+		while (s->pc && from < upto) {
 			int k = from / B, off = from % B, m = upto - from < B - off ? upto - from : B - off;
-			if (engine_seq_kv_append(j->seq, j->prompt + from, m, pcache_rows(j->pins[k]), B, off, err)) {
+			const void *w = W ? pcache_wrows(s->pc, j->pins[k]) : NULL;
+			if (engine_seq_kv_append_parts(j->seq, ENGINE_KV_FULL, j->prompt + from, m, pcache_rows(j->pins[k]), B,
+			                               off, err) ||
+			    (w && engine_seq_kv_write(j->seq, ENGINE_KV_WINDOWED, from, m, w, B, off, err))) {
 				ad_warn("job %llu: prefix cache: %s", (unsigned long long)j->id, err);
 				break;
 			}
+			if (W && !w)
+				j->wgap = from + m;
 			from += m;
 		}
 		if (st && from > start && (from < upto || engine_seq_state_load(j->seq, st, err))) {
 			engine_seq_truncate(j->seq, start); // rows without their state: not usable
 			from = engine_seq_len(j->seq);
 		}
-		if (from == engine_seq_len(j->seq) && from < j->keep - 1)
+		if (s->pc && from == engine_seq_len(j->seq) && from < j->keep - 1)
 			from = share_running(s, j, from, j->keep - 1);
-		// a last block matched in part is not this sequence's block: the
-		// chain stores its own in its place
-		if (nb && hit % B) {
-			pcache_release(s->pc, j->pins + nb - 1, 1);
-			j->n_pins = nb - 1;
-		}
-		pthread_mutex_lock(&s->mu);
-		j->cached = from - j->fed > 0 ? from - j->fed : 0;
-		pthread_mutex_unlock(&s->mu);
-		j->fed = engine_seq_len(j->seq);
 	}
-	ad_info("job %llu: prompt %d tokens, %d reused (%d from the session, %d from the prefix cache), %d dropped, "
-	        "%d to prefill",
-	        (unsigned long long)j->id, j->keep, j->reuse + j->cached, j->reuse, j->cached, j->dropped,
-	        j->keep - j->fed);
+	// a last block matched in part is not this sequence's block: the
+	// chain stores its own in its place
+	if (nb && hit % B) {
+		pcache_release(s->pc, j->pins + nb - 1, 1);
+		j->n_pins = nb - 1;
+	}
+	pthread_mutex_lock(&s->mu);
+	j->cached = from - j->fed > 0 ? from - j->fed : 0;
+	pthread_mutex_unlock(&s->mu);
+	j->fed = engine_seq_len(j->seq);
+	char fk[64] = "";
+	if (forked)
+		snprintf(fk, sizeof fk, ", %d of them shared with a running sequence (no copy)", forked);
+	ad_info("job %llu: prompt %d tokens, %d reused (%d from the session, %d from the prefix cache%s), %d dropped, "
+	        "%d to prefill%s",
+	        (unsigned long long)j->id, j->keep, j->reuse + j->cached, j->reuse, j->cached, fk, j->dropped,
+	        j->keep - j->fed, cut > 0 ? " (the hit cut back to where the cache kept every part it needs)" : "");
 }
 
 // detach hands a finished job back: the engine thread no longer uses it
@@ -517,11 +639,20 @@ static void
 detach(struct sched *s, int i)
 {
 	struct job *j = s->active[i];
+	if (j->spec_st.steps)
+		ad_info("job %llu: speculative: %llu steps drafted %llu tokens, %llu accepted; a column costs %.3f of a "
+		        "one-column call%s",
+		        (unsigned long long)j->id, (unsigned long long)j->spec_st.steps,
+		        (unsigned long long)j->spec_st.drafted, (unsigned long long)j->spec_st.accepted,
+		        (double)spec_col_cost(s), s->spec.col_cost == SPEC_COST_AUTO ? " (measured)" : "");
 	if (s->pc && j->pins) {
 		cache_store(s, j);
+		cache_trim(s, j);
 		pcache_release(s->pc, j->pins, j->n_pins);
 		j->n_pins = 0;
 	}
+	if (j->sess)
+		j->sess->wgap = j->wgap;
 	sample_free(j->smp);
 	j->smp = NULL;
 	gram_free(j->gram);
@@ -635,13 +766,26 @@ setup(struct sched *s, struct job *j)
 			pthread_mutex_unlock(&s->mu);
 		}
 	}
+	// a session's rows below its gap hold no windowed part: a reuse whose
+	// window reaches them starts over
+	if (j->sess && s->win && j->reuse > 0 && j->reuse - s->win < j->sess->wgap) {
+		pthread_mutex_lock(&s->mu);
+		j->reuse = 0;
+		pthread_mutex_unlock(&s->mu);
+	}
+	if (j->sess)
+		j->wgap = j->reuse ? j->sess->wgap : 0;
 	engine_seq_truncate(seq, j->reuse);
-	if (engine_seq_len(seq) != j->reuse) { // a recurrent state went back further
+	j->seq = seq;
+	if (engine_seq_len(seq) > j->reuse) { // the rows its forks share could not be copied
+		fail_job(s, j, SCHED_EUNAVAILABLE, "sequence", "out of memory for the rows its forks share");
+		return -1;
+	}
+	if (engine_seq_len(seq) < j->reuse) { // a recurrent state went back further
 		pthread_mutex_lock(&s->mu);
 		j->reuse = engine_seq_len(seq);
 		pthread_mutex_unlock(&s->mu);
 	}
-	j->seq = seq;
 	j->t0 = *engine_seq_timings(seq);
 	j->fed = engine_seq_len(seq);
 	if (!(j->smp = sample_new(&j->sp, s->V, err)) || sample_accept(j->smp, j->prompt, j->keep, err)) {
@@ -667,9 +811,47 @@ trace_since(uint64_t t0, const char *cat, const char *fmt, ...)
 	trace_event((long)getpid(), 1, name, cat, t0 / 1000u, (now_ns() - t0) / 1000u);
 }
 
-// emit samples the next token of j from its logits row and reports it
+// a row of a verify (spec.h): row r of a step that carried k draft tokens
+// found by an n-gram of ngram; d is draft token r (r < k)
+struct vrow {
+	int k, ngram, r;
+	int32_t d;
+};
+
+// book row vr's outcome in the counters, under the lock: the step and its
+// draft with row 0, each draft token compared with a recorded sample
 static void
-emit(struct sched *s, struct job *j, const float *row)
+spec_book(struct sched *s, struct job *j, const struct vrow *vr, int32_t tok, int recorded)
+{
+	struct spec_stats *st[2] = {&j->spec_st, &s->st.spec};
+	const int n = vr->ngram >= 0 && vr->ngram <= SPEC_NGRAM_MAX ? vr->ngram : 0;
+	for (int i = 0; i < 2; i++) {
+		if (vr->r == 0) {
+			st[i]->steps++;
+			st[i]->drafted += (uint64_t)vr->k;
+			st[i]->drafted_n[n] += (uint64_t)vr->k;
+		}
+		if (vr->r < vr->k && recorded) {
+			st[i]->reached++;
+			st[i]->reached_n[n]++;
+			if (tok == vr->d) {
+				st[i]->accepted++;
+				st[i]->accepted_n[n]++;
+			}
+		}
+	}
+}
+
+// emit samples the next token of j from its logits row and reports it;
+// len is the sequence's length once the token the row belongs to is in it;
+// vr (NULL: none) the verify row it is, booked with the token so that the
+// poll that sees the job end sees it too. Returns 1 if the token was
+// recorded and the job goes on, 0 if it was recorded and ended the job
+// (max_tokens, the context), -1 if it was not (a stop id, a failure, a job
+// that had finished already); *out gets the sampled token (-1 when
+// sampling failed)
+static int
+emit(struct sched *s, struct job *j, const float *row, int len, const struct vrow *vr, int32_t *out)
 {
 	char err[AD_ERRLEN];
 	struct sched_event ev = {0};
@@ -690,10 +872,11 @@ emit(struct sched *s, struct job *j, const float *row)
 		ev.has_lp = m >= 0;
 		ev.n_lp = m > 0 ? m : 0;
 	}
+	*out = tok;
 	engine_add_sampling(s->e, j->seq, now_ns() - t0);
 	if (trace_enabled())
 		trace_since(t0, "sampling", "sample (job %llu)", (unsigned long long)j->id);
-	int stop = 0;
+	int stop = 0, rv = -1;
 	for (int i = 0; i < j->n_stop; i++)
 		stop |= tok == j->stop[i];
 
@@ -722,16 +905,103 @@ emit(struct sched *s, struct job *j, const float *row)
 		ev.index = j->produced++;
 		j->ev[j->n_ev++] = ev;
 		s->st.tokens++;
-		if (done) // the grammar can only end: the reply is complete
+		rv = 0;
+		if (vr && vr->k)
+			spec_book(s, j, vr, tok, 1);
+		if (done) { // the grammar can only end: the reply is complete
 			finish(s, j, SCHED_STOP, SCHED_OK, NULL);
-		else if ((int)j->produced >= j->max_tokens || engine_seq_len(j->seq) >= s->max_seq)
+		} else if ((int)j->produced >= j->max_tokens || len >= s->max_seq) {
 			finish(s, j, SCHED_LENGTH, SCHED_OK, NULL);
-		else
+		} else {
 			j->next_tok = tok;
+			rv = 1;
+		}
 		pthread_cond_broadcast(&j->cv);
 	}
 out:
+	if (rv < 0 && vr && vr->k)
+		spec_book(s, j, vr, tok, 0);
 	pthread_mutex_unlock(&s->mu);
+	return rv;
+}
+
+// --- speculative decoding (spec.h) ---------------------------------------------------------
+
+// the draft of decoding job j for its next step: at most budget tokens,
+// and no more than the job can still use (one token of the step comes
+// from the row of its own token) or the context holds; in out, with the
+// match's n-gram in *ngram
+static int
+draft(struct sched *s, struct job *j, int budget, int32_t *out, int *ngram)
+{
+	*ngram = 0;
+	if (!j->spec || s->spec.draft <= 0)
+		return 0;
+	const int len = engine_seq_len(j->seq);
+	int room = s->spec.draft < budget ? s->spec.draft : budget;
+	if (room > j->max_tokens - (int)j->produced - 1)
+		room = j->max_tokens - (int)j->produced - 1;
+	if (room > s->max_seq - 1 - len)
+		room = s->max_seq - 1 - len;
+	if (room <= 0)
+		return 0;
+	int k = spec_find(engine_seq_tokens(j->seq), len, j->next_tok, s->spec.ngram_min, s->spec.ngram_max, room, out,
+	                  ngram);
+	return spec_len(&j->spec_st, *ngram, spec_col_cost(s), k);
+}
+
+// decode_columns lays out a decode step of the n jobs in cjobs: job i's
+// token at column coff[i], then its nk[i] draft tokens, the drafts taking
+// at most budget columns in all (the first jobs first); returns the
+// columns
+static int
+decode_columns(struct sched *s, int n, int budget)
+{
+	int col = 0;
+	for (int i = 0; i < n; i++) {
+		struct job *j = s->cjobs[i];
+		s->coff[i] = col;
+		s->cols[col] = j->seq;
+		s->toks[col++] = j->next_tok;
+		int k = budget > 0 ? draft(s, j, budget, s->toks + col, &s->ngram[i]) : 0;
+		for (int c = 0; c < k; c++)
+			s->cols[col++] = j->seq;
+		s->nk[i] = k;
+		budget -= k;
+	}
+	return col;
+}
+
+// verify emits the tokens of decoding job i of the step from its rows of
+// logits (its token's, then one per draft token): row r's sample goes out,
+// and row r + 1 is looked at only if that sample is draft token r. The
+// rows of the draft tokens after the first that differs are dropped, and
+// the job's decode booking keeps the rows that were sampled.
+static void
+verify(struct sched *s, int i, const float *rows)
+{
+	struct job *j = s->cjobs[i];
+	const int k = s->nk[i], L = engine_seq_len(j->seq) - 1 - k;
+	const int32_t *d = s->toks + s->coff[i] + 1;
+	// the decode booking counts a row as it is sampled (the engine booked
+	// all k + 1), so the timings the job ends with are right
+	struct engine_timings *t = engine_seq_timings(j->seq);
+	t->decode_tokens -= (uint32_t)k;
+	int acc = 0;
+	for (int r = 0;; r++) {
+		int32_t tok;
+		if (r > 0)
+			t->decode_tokens++;
+		struct vrow vr = {k, s->ngram[i], r, r < k ? d[r] : -1};
+		int rv = emit(s, j, rows + (size_t)r * s->V, L + r + 1, &vr, &tok);
+		int same = r < k && tok == d[r];
+		if (same && rv >= 0)
+			acc++;
+		if (rv <= 0 || r == k || !same)
+			break;
+	}
+	if (k)
+		engine_seq_truncate(j->seq, L + 1 + acc);
 }
 
 static void
@@ -760,37 +1030,38 @@ prefill_chunk(struct sched *s, struct job *j)
 		return;
 	}
 	j->state = J_DECODE;
-	emit(s, j, s->logits);
+	int32_t tok;
+	emit(s, j, s->logits, engine_seq_len(j->seq), NULL, &tok);
 }
 
-// fused runs one decode step of the n jobs in cjobs/cols/toks and the next
-// prefill chunk of pj in the rest of the width, in ONE call: the kernels
-// cost the same for any number of columns, and a token's logits do not
-// depend on what shares its call. The call is booked as decode; pj's share
-// is moved to its prefill time.
+// fused runs one decode step of the n jobs in cjobs (d columns laid out by
+// decode_columns) and the next prefill chunk of pj in the rest of the
+// width, in ONE call: the kernels cost the same for any number of
+// columns, and a token's logits do not depend on what shares its call.
+// The call is booked as decode; pj's share is moved to its prefill time.
 static void
-fused(struct sched *s, int n, struct job *pj)
+fused(struct sched *s, int n, int d, struct job *pj)
 {
 	char err[AD_ERRLEN];
-	int m = pj->keep - pj->fed < s->width - n ? pj->keep - pj->fed : s->width - n;
+	int m = pj->keep - pj->fed < s->width - d ? pj->keep - pj->fed : s->width - d;
 	int last = pj->fed + m == pj->keep;
-	for (int c = 0; c < n; c++)
+	for (int c = 0; c < d; c++)
 		s->want[c] = 1;
 	for (int c = 0; c < m; c++) {
-		s->cols[n + c] = pj->seq;
-		s->toks[n + c] = pj->prompt[pj->fed + c];
-		s->want[n + c] = last && c == m - 1;
+		s->cols[d + c] = pj->seq;
+		s->toks[d + c] = pj->prompt[pj->fed + c];
+		s->want[d + c] = last && c == m - 1;
 	}
 	struct engine_timings *pt = engine_seq_timings(pj->seq), before = *pt;
 	uint64_t t0 = now_ns();
-	if (engine_forward(s->e, s->cols, s->toks, n + m, s->want, s->logits, 0, err)) {
+	if (engine_forward(s->e, s->cols, s->toks, d + m, s->want, s->logits, 0, err)) {
 		for (int i = 0; i < n; i++)
 			fail_job(s, s->cjobs[i], SCHED_EUNAVAILABLE, "decode", err);
 		fail_job(s, pj, SCHED_EUNAVAILABLE, "prefill", err);
 		return;
 	}
 	if (trace_enabled())
-		trace_since(t0, "step", "decode step (%d) + prefill (%d)", n, m);
+		trace_since(t0, "step", "decode step (%d, %d columns) + prefill (%d)", n, d, m);
 	pt->prefill_ns += pt->decode_ns - before.decode_ns;
 	pt->prefill_tokens += pt->decode_tokens - before.decode_tokens;
 	pt->decode_ns = before.decode_ns;
@@ -803,10 +1074,11 @@ fused(struct sched *s, int n, struct job *pj)
 	s->st.fused++;
 	pthread_mutex_unlock(&s->mu);
 	for (int i = 0; i < n; i++)
-		emit(s, s->cjobs[i], s->logits + (size_t)i * s->V);
+		verify(s, i, s->logits + (size_t)s->coff[i] * s->V);
 	if (last) {
 		pj->state = J_DECODE;
-		emit(s, pj, s->logits + (size_t)n * s->V);
+		int32_t tok;
+		emit(s, pj, s->logits + (size_t)d * s->V, engine_seq_len(pj->seq), NULL, &tok);
 	} else {
 		pthread_mutex_lock(&s->mu);
 		update_timings(pj);
@@ -815,8 +1087,9 @@ fused(struct sched *s, int n, struct job *pj)
 }
 
 // a turn: set up the newly admitted, then one batched decode step of every
-// decoding job and one prefill chunk of the oldest prefilling job, in one
-// call when they fit the width
+// decoding job (with the drafts of those that have one, spec.h) and one
+// prefill chunk of the oldest prefilling job, in one call when they fit
+// the width
 static void
 turn(struct sched *s, int n_active)
 {
@@ -827,39 +1100,52 @@ turn(struct sched *s, int n_active)
 		struct job *j = s->active[i];
 		if (j->state == J_ADMITTED)
 			setup(s, j);
-		if (j->state == J_DECODE && j->smp) {
-			s->cjobs[n] = j;
-			s->cols[n] = j->seq;
-			s->toks[n] = j->next_tok;
-			n++;
-		} else if (j->state == J_PREFILL && j->smp && !pj) {
+		if (j->state == J_DECODE && j->smp)
+			s->cjobs[n++] = j;
+		else if (j->state == J_PREFILL && j->smp && !pj)
 			pj = j;
-		}
 	}
 	if (pj && !pj->looked)
 		cache_lookup(s, pj);
 	// sharing a call costs the prompt the decode columns: worth it while
-	// they are at most half the width (else two calls feed it faster)
-	if (pj && n > 0 && n <= s->width / 2) {
-		fused(s, n, pj);
+	// they are at most half the width (else two calls feed it faster), so
+	// the drafts keep within that half when a prompt waits
+	const int fuse = pj && n > 0 && n <= s->width / 2;
+	int cap = fuse ? s->width / 2 : s->width;
+	if (cap > s->lrows - 1)
+		cap = s->lrows - 1;
+	const int d = decode_columns(s, n, cap - n);
+	if (fuse) {
+		fused(s, n, d, pj);
 		return;
 	}
-	for (int g = 0; g < n; g += s->rows) {
-		int m = n - g < s->rows ? n - g : s->rows;
+	// calls of at most rows jobs and lrows - 1 columns, a job's columns
+	// never split
+	for (int g = 0; g < n;) {
+		int m = 0;
+		const int c0 = s->coff[g];
+		while (g + m < n && m < s->rows && s->coff[g + m] + 1 + s->nk[g + m] - c0 <= s->lrows - 1)
+			m++;
+		if (m == 0)
+			m = 1;
+		const int cols = s->coff[g + m - 1] + 1 + s->nk[g + m - 1] - c0;
 		uint64_t t0 = now_ns();
-		if (engine_step(s->e, s->cols + g, s->toks + g, m, s->logits, err)) {
+		if (engine_forward(s->e, s->cols + c0, s->toks + c0, cols, NULL, s->logits, 0, err)) {
 			for (int i = 0; i < m; i++)
 				fail_job(s, s->cjobs[g + i], SCHED_EUNAVAILABLE, "decode", err);
+			g += m;
 			continue;
 		}
+		spec_cost_add(&s->cost, cols, (double)(now_ns() - t0));
 		if (trace_enabled())
-			trace_since(t0, "step", "decode step (%d)", m);
+			trace_since(t0, "step", "decode step (%d, %d columns)", m, cols);
 		pthread_mutex_lock(&s->mu);
 		s->st.steps++;
 		s->st.step_columns += (uint64_t)m;
 		pthread_mutex_unlock(&s->mu);
 		for (int i = 0; i < m; i++)
-			emit(s, s->cjobs[g + i], s->logits + (size_t)i * s->V);
+			verify(s, g + i, s->logits + (size_t)(s->coff[g + i] - c0) * s->V);
+		g += m;
 	}
 	if (pj)
 		prefill_chunk(s, pj);
@@ -1153,6 +1439,26 @@ sched_new(struct engine *e, const struct sched_opts *o, char *err)
 	s->width = engine_width(e);
 	s->max_seq = engine_max_seq(e);
 	s->rows = s->o.parallel < s->width ? s->o.parallel : s->width;
+	if (o && o->spec)
+		s->spec = *o->spec;
+	else
+		spec_defaults(&s->spec);
+	s->o.spec = NULL; // the caller's; s->spec is the copy
+	if (spec_check(&s->spec, err)) {
+		pthread_mutex_destroy(&s->mu);
+		pthread_cond_destroy(&s->work);
+		pthread_cond_destroy(&s->done);
+		free(s);
+		return NULL;
+	}
+	// a recurrent state goes back only to a kept copy (engine_seq_truncate):
+	// a rejected draft could not be taken back, so no drafts
+	if (engine_state_bytes(e) > 0)
+		s->spec.draft = 0;
+	// a decode call's rows: every job's token and draft (within the
+	// width), and a prefill chunk's last
+	int lr = s->o.parallel * (1 + s->spec.draft);
+	s->lrows = (lr < s->width ? lr : s->width) + 1;
 	// job ids of a restarted worker do not meet its predecessor's
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -1162,10 +1468,14 @@ sched_new(struct engine *e, const struct sched_opts *o, char *err)
 	s->active = calloc((size_t)s->o.parallel, sizeof *s->active);
 	s->cols = calloc((size_t)ncols, sizeof *s->cols);
 	s->cjobs = calloc((size_t)s->o.parallel, sizeof *s->cjobs);
+	s->coff = calloc((size_t)s->o.parallel, sizeof *s->coff);
+	s->nk = calloc((size_t)s->o.parallel, sizeof *s->nk);
+	s->ngram = calloc((size_t)s->o.parallel, sizeof *s->ngram);
 	s->toks = calloc((size_t)ncols, sizeof *s->toks);
 	s->want = calloc((size_t)s->width, 1);
-	s->logits = malloc((size_t)(s->rows + 1) * s->V * sizeof(float));
-	if (!s->active || !s->cols || !s->cjobs || !s->toks || !s->want || !s->logits) {
+	s->logits = malloc((size_t)s->lrows * s->V * sizeof(float));
+	if (!s->active || !s->cols || !s->cjobs || !s->coff || !s->nk || !s->ngram || !s->toks || !s->want ||
+	    !s->logits) {
 		sched_free(s);
 		return ad_err(err, "scheduler: out of memory"), NULL;
 	}
@@ -1173,7 +1483,10 @@ sched_new(struct engine *e, const struct sched_opts *o, char *err)
 	// history; a recurrent model's state goes with the blocks that have one
 	if (s->o.cache_mem) {
 		int B = s->o.cache_block > 0 ? s->o.cache_block : SCHED_CACHE_BLOCK;
-		if (!(s->pc = pcache_new(B, engine_kv_row_bytes(e), engine_state_bytes(e), s->o.cache_mem, err))) {
+		size_t wb = engine_kv_window(e) > 0 ? engine_kv_part_bytes(e, ENGINE_KV_WINDOWED) : 0;
+		s->win = wb ? engine_kv_window(e) : 0;
+		if (!(s->pc = pcache_new(B, engine_kv_part_bytes(e, ENGINE_KV_FULL), wb, engine_state_bytes(e), s->o.cache_mem,
+		                         err))) {
 			sched_free(s);
 			return NULL;
 		}
@@ -1247,6 +1560,9 @@ sched_free(struct sched *s)
 	free(s->active);
 	free(s->cols);
 	free(s->cjobs);
+	free(s->coff);
+	free(s->nk);
+	free(s->ngram);
 	free(s->toks);
 	free(s->want);
 	free(s->logits);
@@ -1457,6 +1773,9 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 		if (g->sp.bias[i].id < 0 || g->sp.bias[i].id >= s->V)
 			return fail(code, SCHED_EBADREQ, err, "logit_bias[%d]: token id %d is outside the vocabulary of %d",
 			            i, g->sp.bias[i].id, s->V);
+	if (g->speculative < SCHED_SPEC_DEFAULT || g->speculative > SCHED_SPEC_ON)
+		return fail(code, SCHED_EBADREQ, err, "speculative: %d (0 the worker's choice, 1 off, 2 on)",
+		            g->speculative);
 	if (g->top_logprobs < 0 || g->top_logprobs > SCHED_TOP_LOGPROBS)
 		return fail(code, SCHED_EBADREQ, err, "top_logprobs: must be in [0, %d] (got %d)", SCHED_TOP_LOGPROBS,
 		            g->top_logprobs);
@@ -1516,6 +1835,7 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 	if (client)
 		snprintf(j->client, sizeof j->client, "%s", client);
 	j->skip_draws = g->skip_draws;
+	j->spec = g->speculative == SCHED_SPEC_ON || (g->speculative != SCHED_SPEC_OFF && !s->o.no_spec);
 	j->deadline_ms = g->deadline_ms;
 	j->submit_ns = j->last_poll_ns = now_ns();
 	if (g->deadline_ms)
@@ -1607,6 +1927,7 @@ sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll *ou
 		out->timings.queue_ns = (j->admit_ns ? j->admit_ns : now) - j->submit_ns;
 		out->timings.t = j->t;
 		out->timings.cached = j->reuse + j->cached;
+		out->timings.spec = j->spec_st;
 		if (j->finish != SCHED_RUNNING && !j->final_polled) {
 			j->final_polled = 1;
 			j->final_ns = now;

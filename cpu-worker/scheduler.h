@@ -30,10 +30,21 @@
 // not, looks up the longest cached prefix of its prompt when its prefill
 // is about to start and copies those rows into its sequence (beyond what
 // its session already holds; never the last prompt token), then the rows
-// a running sequence holds beyond them (n choices on one prompt: the
-// tail no full block holds yet); it stores each full block it computes,
-// the generated tokens' included when it ends. The logits after a hit are
-// a cold prefill's to the bit.
+// a running sequence holds beyond them; it stores each full block it
+// computes, the generated tokens' included when it ends. The logits after
+// a hit are a cold prefill's to the bit. A job with a fresh sequence whose
+// prompt a running sequence holds further than the cache does (n choices
+// on one prompt: the first prefills, the others follow) forks from it
+// instead (engine_seq_fork, cache or not): it reads those rows from the
+// running sequence's store and copies none.
+//
+// Speculative decoding (spec.h): a decoding job whose text so far repeats
+// itself gets a draft from it, fed as extra columns of its decode step
+// (within the width: at most half of it when a prompt's chunk shares the
+// call) and checked against its own samples; the tokens are the ones a
+// plain decode gives, at any temperature, so on or off changes the speed
+// only. On for every job unless no_spec; a request may choose
+// (sched_gen.speculative). Each job's counters come with its timings.
 //
 // Prompts longer than the context keep their last max_seq - max_tokens - 1
 // tokens (at least 1) and report how many were dropped.
@@ -72,6 +83,7 @@
 #include "grammar.h"
 #include "prefix-cache.h"
 #include "sample.h"
+#include "spec.h"
 
 #define SCHED_TOP 5          // candidates per token with want_top
 #define SCHED_TOP_LOGPROBS SAMPLE_MAX_TOP_LOGPROBS // alternatives per token with logprobs
@@ -120,6 +132,8 @@ struct sched_opts {
 		int32_t (*find)(void *ctx, const char *s, size_t n);
 		void *ctx;
 	} vocab;
+	const struct spec_opts *spec; // the drafts (NULL: spec_defaults); copied
+	int no_spec;      // jobs draft only when they ask (sched_gen.speculative)
 };
 #define SCHED_GRAMMARS 8 // compiled grammars kept
 #define SCHED_CACHE_BLOCK 16
@@ -153,7 +167,9 @@ struct sched_gen {
 	const char *client; // NULL or "": no lease; else renewed for lease_ms
 	int lease_ms;       // [SCHED_LEASE_MIN_MS, SCHED_LEASE_MAX_MS]
 	uint64_t skip_draws; // at most max_seq (see above)
+	int speculative; // SCHED_SPEC_*
 };
+enum { SCHED_SPEC_DEFAULT = 0, SCHED_SPEC_OFF = 1, SCHED_SPEC_ON = 2 };
 
 struct sched_started {
 	uint64_t job;
@@ -180,6 +196,7 @@ struct sched_timings {
 	uint64_t queue_ns;
 	struct engine_timings t; // this job's share since it was admitted
 	int cached; // prompt tokens not computed: the session's and the prefix cache's
+	struct spec_stats spec; // this job's drafts
 };
 
 struct sched_poll {
@@ -196,6 +213,8 @@ struct sched_stats {
 	uint64_t jobs, tokens;       // since start
 	uint64_t steps, step_columns; // decode steps and the sequences they carried
 	uint64_t fused;              // steps that also carried a prefill chunk
+	uint64_t forks, fork_rows;   // sequences forked from a running one, and the rows they share
+	struct spec_stats spec;      // every job's drafts
 	struct pcache_stats cache;   // all zero without a cache
 };
 

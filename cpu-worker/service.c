@@ -45,6 +45,7 @@ struct reply {
 		Anedvd__LeaseReply lease;
 	} u;
 	Anedvd__Timings timings;
+	Anedvd__SpecByN by_n[SPEC_NGRAM_MAX + 1], *pby_n[SPEC_NGRAM_MAX + 1];
 	Anedvd__CacheStats cache;
 	Anedvd__Error job_error;
 	struct sched_poll poll;
@@ -111,6 +112,7 @@ do_generate(struct engine_service *svc, const Anedvd__GenerateRequest *q, struct
 		.client = q->client,
 		.lease_ms = q->lease_ms > INT_MAX ? INT_MAX : (int)q->lease_ms,
 		.skip_draws = q->sampling ? q->sampling->skip_draws : 0,
+		.speculative = (int)q->speculative,
 	};
 	sampling_from(q->sampling, &g.sp);
 	if (q->top_logprobs > SCHED_TOP_LOGPROBS)
@@ -229,6 +231,20 @@ do_poll(struct engine_service *svc, const Anedvd__PollRequest *q, struct reply *
 	t->prefill_tokens = et->prefill_tokens;
 	t->decode_tokens = et->decode_tokens;
 	t->cached_tokens = (uint32_t)p->timings.cached;
+	const struct spec_stats *sp = &p->timings.spec;
+	t->spec_steps = (uint32_t)sp->steps;
+	t->spec_drafted = (uint32_t)sp->drafted;
+	t->spec_accepted = (uint32_t)sp->accepted;
+	for (int i = 0; i <= SPEC_NGRAM_MAX; i++)
+		if (sp->drafted_n[i]) {
+			Anedvd__SpecByN *b = &rp->by_n[t->n_spec_by_n];
+			anedvd__spec_by_n__init(b);
+			b->n = (uint32_t)i;
+			b->drafted = (uint32_t)sp->drafted_n[i];
+			b->accepted = (uint32_t)sp->accepted_n[i];
+			rp->pby_n[t->n_spec_by_n++] = b;
+		}
+	t->spec_by_n = rp->pby_n;
 	Anedvd__PollReply *r = &rp->u.poll;
 	anedvd__poll_reply__init(r);
 	r->tokens = rp->pevents;
@@ -247,6 +263,7 @@ do_poll(struct engine_service *svc, const Anedvd__PollRequest *q, struct reply *
 		rp->cache.blocks = (uint32_t)ss.cache.blocks;
 		rp->cache.block_tokens = (uint32_t)ss.cache.block;
 		rp->cache.stored = ss.cache.stored;
+		rp->cache.windows_dropped = ss.cache.wdropped;
 		r->cache = &rp->cache;
 	}
 	if (p->finish == SCHED_ERROR || (p->finish == SCHED_CANCELLED && p->msg[0])) {

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "fe.h"
+#include "spec-json.h"
 
 void
 fe_params_sampling(struct fe_params *p, const struct fe_config *cfg, int top_k)
@@ -316,6 +317,11 @@ fe_get_sampling(cJSON *o, struct fe_params *p, struct fe_bad *bad)
 		return -1;
 	if (rv)
 		p->stream = b;
+	// speculative decoding for this request (the tokens are the same)
+	if ((rv = fe_get_bool(o, "speculative", &b, bad)) < 0)
+		return -1;
+	if (rv)
+		p->speculative = b ? 2 : 1;
 	return 0;
 }
 
@@ -354,6 +360,8 @@ fe_timings_json(const struct fe_gen *g)
 	cJSON_AddNumberToObject(t, "ttft_ms", ms(r->ttft_ns));
 	cJSON_AddNumberToObject(t, "detokenize_ms", ms(r->detok_ns));
 	cJSON_AddNumberToObject(t, "total_ms", ms(r->total_ns));
+	// speculative decoding: choice 0's job
+	cJSON_AddItemToObject(t, "speculative", fe_spec_json(&r->spec));
 	cJSON *e = cJSON_AddObjectToObject(t, "engine");
 	if (e) {
 		cJSON_AddNumberToObject(e, "queue_ms", ms(r->eng_queue_ns));

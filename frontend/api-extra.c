@@ -486,7 +486,7 @@ fe_props_json(int *status, size_t *len)
 	cJSON_AddNumberToObject(d, "id", 0);
 	cJSON_AddNumberToObject(d, "id_task", -1);
 	cJSON_AddNumberToObject(d, "n_ctx", cfg->max_seq);
-	cJSON_AddFalseToObject(d, "speculative");
+	cJSON_AddBoolToObject(d, "speculative", !cfg->no_spec);
 	cJSON_AddBoolToObject(d, "is_processing", running > 0);
 	// the defaults a /v1/chat/completions request gets (completions: top_k 0)
 	cJSON *pr = cJSON_AddObjectToObject(d, "params");

@@ -24,6 +24,7 @@
 
 #include "cli.h"
 #include "engine.h"
+#include "spec.h"
 #include "err.h"
 #include "ipc.h"
 #include "kernels.h"
@@ -57,6 +58,12 @@ struct pipe_opts {
 	const char *cache_dir; // the ane-worker's kernel cache: --cache-dir (NULL: its default)
 	int no_cache;          // --no-cache
 	int cache_max_mb;      // --cache-max-mb (0: the default)
+	// speculative decoding (pipe_spec_flag): as the cpu-worker will run it,
+	// and the flags that tell it so
+	struct spec_opts spec;
+	int no_spec;
+	const char *spec_args[10];
+	int n_spec_args;
 };
 
 struct pipe {
@@ -118,7 +125,7 @@ int pipe_is_stop(const struct pipe *p, int32_t id);
 	"  --arch NAME         run a GGUF file as architecture NAME (one anedvd implements) whatever\n" \
 	"                      it says, with a warning; without it an unknown one is refused\n" \
 	"  --in-process        run the decode loop in this process instead of anedvd-cpu-worker\n" \
-	"                      (the trace then has every kernel call)\n" \
+	"                      (the trace then has every kernel call; no speculative decoding)\n" \
 	"  --cache-dir D       the compiled-kernel cache (default $ANEDVD_CACHE_DIR,\n" \
 	"                      $XDG_CACHE_HOME/anedvd or ~/.cache/anedvd; see 'anedvd cache')\n" \
 	"  --no-cache          compile every kernel at start, store nothing\n" \
@@ -127,6 +134,22 @@ int pipe_is_stop(const struct pipe *p, int32_t id);
 // parse the flags in PIPE_HELP_BACKEND (and --model, --max-seq): 1 if
 // argv[*i] was one (consumed), 0 if not, -1 on a bad value
 int pipe_flag(struct pipe_opts *o, int argc, char **argv, int *i);
+
+// the speculative decoding flags of run, chat and serve (PIPE_HELP_SPEC),
+// as pipe_flag; o->spec must hold spec_defaults first. pipe_spec_check
+// checks them together (--ngram-min against --ngram-max): 0, or -1 with a
+// message printed
+#define PIPE_HELP_SPEC                                                                                      \
+	"  --no-spec           no speculative decoding (on by default: drafts of the next tokens\n"          \
+	"                      found in the text so far, checked in the decode step's own kernel\n"         \
+	"                      calls; the tokens are the same with or without)\n"                            \
+	"  --draft N           at most N draft tokens per step (default 8; 0: off)\n"                        \
+	"  --ngram-max N, --ngram-min N   the n-grams drafts are looked up by (default 8 down to 2)\n"       \
+	"  --draft-cost F      a column's cost as a share of a one-column decode call, which sets\n"         \
+	"                      how much of a draft is worth checking (default auto: measured on\n"            \
+	"                      the decode calls; 0: all of it)\n"
+int pipe_spec_flag(struct pipe_opts *o, int argc, char **argv, int *i);
+int pipe_spec_check(const struct pipe_opts *o);
 // append the ane-worker's cache flags of o to argv at *n (buf: room for a number)
 void pipe_cache_args(const struct pipe_opts *o, const char **argv, int *n, char *buf, size_t cap);
 

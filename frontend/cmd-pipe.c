@@ -89,6 +89,47 @@ pipe_flag(struct pipe_opts *o, int argc, char **argv, int *i)
 }
 
 int
+pipe_spec_flag(struct pipe_opts *o, int argc, char **argv, int *i)
+{
+	const char *a = argv[*i], *v = NULL;
+	long long x;
+	if (!strcmp(a, "--no-spec")) {
+		o->no_spec = 1;
+	} else if (!strcmp(a, "--draft") || !strcmp(a, "--ngram-max") || !strcmp(a, "--ngram-min")) {
+		int hi = a[2] == 'd' ? SPEC_DRAFT_MAX : SPEC_NGRAM_MAX;
+		if (!(v = cli_val(o->cmd, argc, argv, i)) || cli_int(o->cmd, a, v, a[2] == 'd' ? 0 : 1, hi, &x))
+			return -1;
+		*(a[2] == 'd' ? &o->spec.draft : !strcmp(a, "--ngram-max") ? &o->spec.ngram_max : &o->spec.ngram_min) = (int)x;
+	} else if (!strcmp(a, "--draft-cost")) {
+		if (!(v = cli_val(o->cmd, argc, argv, i)))
+			return -1;
+		if (!strcmp(v, "auto"))
+			o->spec.col_cost = SPEC_COST_AUTO;
+		else if (cli_float(o->cmd, a, v, 0, 100, &o->spec.col_cost))
+			return -1;
+	} else {
+		return 0;
+	}
+	if (o->n_spec_args + 2 <= (int)(sizeof o->spec_args / sizeof o->spec_args[0])) {
+		o->spec_args[o->n_spec_args++] = a;
+		if (v)
+			o->spec_args[o->n_spec_args++] = v;
+	}
+	return 1;
+}
+
+int
+pipe_spec_check(const struct pipe_opts *o)
+{
+	char err[AD_ERRLEN];
+	if (spec_check(&o->spec, err)) {
+		fprintf(stderr, "anedvd %s: %s\n", o->cmd, err);
+		return -1;
+	}
+	return 0;
+}
+
+int
 pipe_weights_arg(const char *cmd, const char *v)
 {
 	enum ane_wfmt f;
@@ -348,7 +389,7 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 		// no --instance: the worker names its surfaces by its own pid, so a
 		// restarted one never meets the dead one's
 		snprintf(ms, sizeof ms, "%d", o->max_seq > 0 ? o->max_seq : 2048);
-		const char *argv[24] = {cpu_bin, "--model", o->model, "--listen", eng_url, "--chunk", sz,
+		const char *argv[36] = {cpu_bin, "--model", o->model, "--listen", eng_url, "--chunk", sz,
 		                        "--max-seq", ms, "--threads", th};
 		int n = 11;
 		if (remote) {
@@ -370,6 +411,8 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 			argv[n++] = "--rope-hf";
 		else if (wr == MODEL_ROPE_NORM)
 			argv[n++] = "--rope-adjacent";
+		for (int k = 0; k < o->n_spec_args; k++)
+			argv[n++] = o->spec_args[k];
 		argv[n] = NULL;
 		struct sup_spec sp = {"cpu-worker", argv, eng_url, sup_health_engine, 1};
 		if (sup_spawn(p->sup, &sp, err))

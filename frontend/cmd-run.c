@@ -19,6 +19,7 @@
 #include "prefix-cache.h"
 #include "ref.h"
 #include "sample.h"
+#include "spec-json.h"
 #include "trace.h"
 #include "unicode.h"
 
@@ -40,6 +41,7 @@ struct gen {
 	struct engine_timings dec; // the decode phase only (whole_job: the whole job)
 	int whole_job;             // figures from the cpu-worker: prefill + decode
 	int resumed;               // times a restarted cpu-worker took the job over
+	struct spec_stats spec;    // the job's drafts (the cpu-worker's decode loop only)
 	uint64_t dec_kind_ns[PIPE_KINDS], dec_kind_calls[PIPE_KINDS];
 };
 
@@ -185,7 +187,7 @@ out:
 // job's timings and the ane-worker's counters, over the whole job
 static int
 generate_remote(struct pipe *p, const char *session, const int32_t *prompt, int n, int max_tokens,
-                const struct sample_params *sp, FILE *out, struct gen *g, char *err)
+                const struct sample_params *sp, int speculative, FILE *out, struct gen *g, char *err)
 {
 	memset(g, 0, sizeof *g);
 	g->whole_job = 1;
@@ -203,7 +205,8 @@ generate_remote(struct pipe *p, const char *session, const int32_t *prompt, int 
 		stops[ns++] = (int32_t)p->m.hp.eos_id;
 	}
 	struct engc_gen eg = {.prompt = prompt, .n_prompt = (size_t)n, .max_tokens = (uint32_t)max_tokens,
-	                      .sp = sp, .stop_ids = stops, .n_stop = (size_t)ns, .session = session};
+	                      .sp = sp, .stop_ids = stops, .n_stop = (size_t)ns, .session = session,
+	                      .speculative = speculative};
 	uint64_t c0[PIPE_KINDS], n0[PIPE_KINDS], c1[PIPE_KINDS], n1[PIPE_KINDS];
 	int stats = pipe_ane_stats(p, c0, n0, NULL) == 0;
 	char pending[4];
@@ -289,6 +292,7 @@ generate_remote(struct pipe *p, const char *session, const int32_t *prompt, int 
 	g->dec.cpu_other_ns = tm.cpu_other_ns;
 	g->dec.moe_ns = tm.moe_ns;
 	g->dec.round_trips = tm.round_trips;
+	g->spec = tm.spec;
 	if (stats && pipe_ane_stats(p, c1, n1, NULL) == 0)
 		for (int k = 0; k < PIPE_KINDS; k++) {
 			g->dec_kind_calls[k] = c1[k] - c0[k];
@@ -298,13 +302,60 @@ generate_remote(struct pipe *p, const char *session, const int32_t *prompt, int 
 	return 0;
 }
 
+// speculative: engine.proto's SpecMode for the request (the in-process
+// decode loop does not speculate)
 static int
 gen_any(struct pipe *p, struct engine_seq *seq, const char *session, const int32_t *prompt, int n, int max_tokens,
-        const struct sample_params *sp, FILE *out, struct gen *g, char *err)
+        const struct sample_params *sp, int speculative, FILE *out, struct gen *g, char *err)
 {
 	if (p->e)
 		return generate(p, seq, prompt, n, max_tokens, sp, out, g, err);
-	return generate_remote(p, session, prompt, n, max_tokens, sp, out, g, err);
+	return generate_remote(p, session, prompt, n, max_tokens, sp, speculative, out, g, err);
+}
+
+// --- speculative decoding's figures -------------------------------------------------------
+
+static double
+rate(uint64_t a, uint64_t b)
+{
+	return b ? (double)a / (double)b : 0;
+}
+
+// "what: 12 steps drafted 80 tokens, 60 accepted (75.0%); by n: 2 10/20, 8 50/60"
+static void
+spec_print(FILE *f, const char *what, const struct spec_stats *st)
+{
+	fprintf(f, "%s: %llu steps drafted %llu tokens, %llu accepted (%.1f%%)", what, (unsigned long long)st->steps,
+	        (unsigned long long)st->drafted, (unsigned long long)st->accepted, 100 * rate(st->accepted, st->drafted));
+	const char *sep = "; by n:";
+	for (int i = 0; i <= SPEC_NGRAM_MAX; i++)
+		if (st->drafted_n[i]) {
+			fprintf(f, "%s %d %llu/%llu", sep, i, (unsigned long long)st->accepted_n[i],
+			        (unsigned long long)st->drafted_n[i]);
+			sep = ",";
+		}
+	fprintf(f, "\n");
+}
+
+// --ngram-probe: the generation replayed as speculation would have run it
+struct probe {
+	struct spec_stats st;
+	int calls, plain_calls;
+};
+
+static int
+run_probe(const struct pipe_opts *po, const int32_t *prompt, int n, const struct gen *g, int max_tokens,
+          int max_seq, struct probe *pr, char *err)
+{
+	int keep = g->info.prompt_tokens > 0 ? g->info.prompt_tokens : n;
+	int32_t *scratch = malloc((size_t)(keep + g->n + 1) * sizeof *scratch);
+	if (!scratch)
+		return ad_err(err, "out of memory");
+	spec_probe(&po->spec, prompt + (n - keep), keep, g->ids, g->n, max_tokens, max_seq, scratch, &pr->st,
+	           &pr->calls);
+	pr->plain_calls = g->n > 1 ? g->n - 1 : 0;
+	free(scratch);
+	return 0;
 }
 
 // teacher-forced logits of every position (n rows of p->n_vocab)
@@ -362,6 +413,12 @@ print_timings(FILE *f, struct pipe *p, const struct gen *g)
 	        g->decode_steps, g->decode_ms / 1e3, dt, dns > 0 ? 100 * kern / dns : 0, dns > 0 ? 100 * ipc / dns : 0,
 	        dns > 0 ? 100 * (dns - kern - ipc) / dns : 0);
 	print_split(f, p, g);
+	if (!g->whole_job)
+		fprintf(f, "speculative: off (the in-process decode loop does not speculate)\n");
+	else if (g->spec.steps)
+		spec_print(f, "speculative", &g->spec);
+	else
+		fprintf(f, "speculative: no draft\n");
 }
 
 // --- sampling flags ----------------------------------------------------------------------
@@ -481,6 +538,9 @@ run_usage(int full)
 	        "  --max-tokens N      tokens to generate (default 48)\n"
 	        "  --max-seq N         context: prompt + reply (default 2048); a longer prompt\n"
 	        "                      loses its oldest tokens, with a note\n" SAMPLING_HELP PIPE_HELP_BACKEND
+	        PIPE_HELP_SPEC
+	        "  --ngram-probe       decode without speculation, then print what it would have drafted\n"
+	        "                      and accepted (the same tokens come out either way)\n"
 	        "  --ab                first compare the prompt's logits fed per token and in chunks\n"
 	        "  --repeat N          generate N times; print min, median and max decode tok/s\n"
 	        "  --json              one JSON object (ids, text, stop, timings) instead of text\n"
@@ -491,7 +551,7 @@ struct run_opts {
 	struct pipe_opts po;
 	struct sample_params sp;
 	const char *prompt, *ids, *system, *trace;
-	int max_tokens, raw, ab, repeat, json;
+	int max_tokens, raw, ab, repeat, json, probe;
 };
 
 static int
@@ -507,6 +567,10 @@ run_args(int argc, char **argv, struct run_opts *o)
 			continue;
 		r = sampling_flag("run", &o->sp, argc, argv, &i);
 		if (r < 0)
+			return -1;
+		if (r > 0)
+			continue;
+		if ((r = pipe_spec_flag(&o->po, argc, argv, &i)) < 0)
 			return -1;
 		if (r > 0)
 			continue;
@@ -534,6 +598,8 @@ run_args(int argc, char **argv, struct run_opts *o)
 			o->raw = 1;
 		} else if (!strcmp(a, "--ab")) {
 			o->ab = 1;
+		} else if (!strcmp(a, "--ngram-probe")) {
+			o->probe = 1;
 		} else if (!strcmp(a, "--json")) {
 			o->json = 1;
 		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -551,6 +617,8 @@ run_args(int argc, char **argv, struct run_opts *o)
 		fprintf(stderr, "anedvd run: give exactly one of --prompt and --prompt-ids\n");
 		return -1;
 	}
+	if (pipe_spec_check(&o->po))
+		return -1;
 	return 0;
 }
 
@@ -623,6 +691,7 @@ cmd_run(int argc, char **argv)
 	sample_defaults(&o.sp);
 	o.sp.temperature = 0;
 	o.sp.top_k = 40;
+	spec_defaults(&o.po.spec);
 	double t_cmd = cli_now_ms();
 	int rc = run_args(argc, argv, &o);
 	if (rc) {
@@ -712,7 +781,8 @@ cmd_run(int argc, char **argv)
 				engine_seq_reset(seq);
 			pipe_clear_stats(&p);
 		}
-		if (gen_any(&p, seq, NULL, ids, n, o.max_tokens, &o.sp, o.json || r > 0 ? NULL : stdout, &g, err)) {
+		if (gen_any(&p, seq, NULL, ids, n, o.max_tokens, &o.sp, o.probe ? 1 : 0, o.json || r > 0 ? NULL : stdout, &g,
+		            err)) {
 			fprintf(stderr, "\nanedvd run: %s\n", err);
 			goto out;
 		}
@@ -729,6 +799,19 @@ cmd_run(int argc, char **argv)
 		}
 		if (g.stop == GEN_INTERRUPTED)
 			break;
+	}
+	struct probe pr = {0};
+	if (o.probe && g.stop != GEN_INTERRUPTED) {
+		if (run_probe(&o.po, ids, n, &g, o.max_tokens, p.max_seq, &pr, err)) {
+			fprintf(stderr, "anedvd run: --ngram-probe: %s\n", err);
+			goto out;
+		}
+		if (!o.json) {
+			spec_print(stdout, "ngram probe", &pr.st);
+			printf("ngram probe: %d decode calls instead of %d (draft %d, n-grams %d..%d, draft cost %g)\n",
+			       pr.calls, pr.plain_calls, o.po.spec.draft, o.po.spec.ngram_max, o.po.spec.ngram_min,
+			       (double)(o.po.spec.col_cost == SPEC_COST_AUTO ? SPEC_COL_COST : o.po.spec.col_cost));
+		}
 	}
 	if (o.repeat > 1 && g.stop != GEN_INTERRUPTED) {
 		qsort(tps, (size_t)o.repeat, sizeof *tps, cmp_double);
@@ -777,6 +860,15 @@ cmd_run(int argc, char **argv)
 		                        span > 0 ? 1.0 - (double)g.dec.kernel_ns / (span * 1e6) : 0);
 		cJSON_AddBoolToObject(t, "split_is_whole_job", g.whole_job);
 		cJSON_AddItemToObject(j, "timings", t);
+		cJSON *spj = fe_spec_json(&g.spec);
+		cJSON_AddBoolToObject(spj, "on", g.whole_job && !o.probe && !o.po.no_spec && o.po.spec.draft > 0);
+		cJSON_AddItemToObject(j, "speculative", spj);
+		if (o.probe) {
+			cJSON *pj = fe_spec_json(&pr.st);
+			cJSON_AddNumberToObject(pj, "decode_calls", pr.calls);
+			cJSON_AddNumberToObject(pj, "plain_decode_calls", pr.plain_calls);
+			cJSON_AddItemToObject(j, "ngram_probe", pj);
+		}
 		// the start: the pipeline's processes until each answered, then the
 		// prompt; the ane-worker's own phases and its kernel cache
 		cJSON *so = cJSON_CreateObject();
@@ -848,7 +940,7 @@ chat_usage(int full)
 	        "  --max-tokens N      reply length (default 256)\n"
 	        "  --max-seq N         context (default 2048)\n"
 	        "  (sampling defaults: --temp 0.7 --top-p 0.9 --repeat-penalty 1.15)\n" SAMPLING_HELP
-	            PIPE_HELP_BACKEND);
+	            PIPE_HELP_SPEC PIPE_HELP_BACKEND);
 }
 
 struct msg {
@@ -860,6 +952,7 @@ int
 cmd_chat(int argc, char **argv)
 {
 	struct pipe_opts po = {.cmd = "chat", .need_tok = 1};
+	spec_defaults(&po.spec);
 	struct sample_params sp;
 	sample_defaults(&sp);
 	sp.temperature = 0.7f;
@@ -873,6 +966,8 @@ cmd_chat(int argc, char **argv)
 		int r = pipe_flag(&po, argc, argv, &i);
 		if (r == 0)
 			r = sampling_flag("chat", &sp, argc, argv, &i);
+		if (r == 0)
+			r = pipe_spec_flag(&po, argc, argv, &i);
 		if (r < 0) {
 			chat_usage(0);
 			return 2;
@@ -899,6 +994,8 @@ cmd_chat(int argc, char **argv)
 		fprintf(stderr, "anedvd chat: --model is required\n");
 		return 2;
 	}
+	if (pipe_spec_check(&po))
+		return 2;
 	char err[AD_ERRLEN];
 	struct pipe p;
 	if (pipe_open(&p, &po, err)) {
@@ -988,7 +1085,7 @@ cmd_chat(int argc, char **argv)
 		free(chat);
 		printf("\n");
 		struct gen g;
-		int rc = gen_any(&p, seq, session, ids, (int)n, max_tokens, &sp, stdout, &g, err);
+		int rc = gen_any(&p, seq, session, ids, (int)n, max_tokens, &sp, 0, stdout, &g, err);
 		free(ids);
 		if (rc) {
 			// the reply is lost; the cache may hold part of it, so start the next turn afresh
@@ -1275,6 +1372,8 @@ serve_usage(int full)
 	        "  --cache-mem SIZE    the prefix cache: KV rows of earlier prompts that every request reuses\n"
 	        "                      (e.g. 256M, 2G; a plain number is MiB; 0: off; default the KV of\n"
 	        "                      max(4, --parallel) full contexts)\n"
+	        PIPE_HELP_SPEC
+	        "                      (a request may set \"speculative\": false or true itself)\n"
 	        "  --embeddings        serve POST /v1/embeddings too (off by default: 501)\n"
 	        "  --api-key KEY       every request but /health and the WebUI page needs 'Authorization:\n"
 	        "                      Bearer KEY' or 'x-api-key: KEY' (repeatable; also ANEDVD_API_KEY,\n"
@@ -1322,6 +1421,7 @@ int
 cmd_serve(int argc, char **argv)
 {
 	struct pipe_opts po = {.cmd = "serve"};
+	spec_defaults(&po.spec);
 	const char *host = "127.0.0.1", *name = NULL, *system = NULL, *tok_url = NULL, *eng_url = NULL, *cache_mem = NULL;
 	long long port = 8080, max_tokens = 512, parallel = 1, queue = 16;
 	int embeddings = 0;
@@ -1342,6 +1442,12 @@ cmd_serve(int argc, char **argv)
 		if (r > 0 && (po.rope || po.debug_delay_ms)) {
 			fprintf(stderr, "anedvd serve: %s is not supported here (the cpu-worker takes the model's own)\n",
 			        a);
+			return 2;
+		}
+		if (r > 0)
+			continue;
+		if ((r = pipe_spec_flag(&po, argc, argv, &i)) < 0) {
+			serve_usage(0);
 			return 2;
 		}
 		if (r > 0)
@@ -1435,6 +1541,8 @@ cmd_serve(int argc, char **argv)
 		fprintf(stderr, "anedvd serve: --model is required\n");
 		return 2;
 	}
+	if (pipe_spec_check(&po))
+		return 2;
 	const char *be = po.backend;
 	if (!be) {
 #ifdef __APPLE__
@@ -1521,7 +1629,7 @@ cmd_serve(int argc, char **argv)
 	{
 		// no --instance: a restarted cpu-worker names its surfaces with its own pid, so it
 		// never meets the dead one's (which the supervisor removes)
-		const char *av[24] = {b_cpu, "--model", po.model, "--listen", u_eng, "--chunk", sz, "--max-seq", ms,
+		const char *av[36] = {b_cpu, "--model", po.model, "--listen", u_eng, "--chunk", sz, "--max-seq", ms,
 		                      "--parallel", par};
 		int k = 11;
 		if (strcmp(be, "exact")) {
@@ -1541,6 +1649,8 @@ cmd_serve(int argc, char **argv)
 			av[k++] = "--cache-mem";
 			av[k++] = cache_mem;
 		}
+		for (int j = 0; j < po.n_spec_args; j++)
+			av[k++] = po.spec_args[j];
 		av[k] = NULL;
 		struct sup_spec sp = {"cpu-worker", av, u_eng, sup_health_engine, 1};
 		if (sup_spawn(s, &sp, err))
@@ -1559,6 +1669,8 @@ cmd_serve(int argc, char **argv)
 		}
 		if (embeddings)
 			av[k++] = "--embeddings";
+		if (po.no_spec || po.spec.draft == 0)
+			av[k++] = "--no-spec"; // what /props says
 		for (int j = 0; j < n_access; j++)
 			av[k++] = access[j];
 		for (int j = 0; j < n_samp; j++)

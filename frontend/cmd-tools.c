@@ -30,7 +30,7 @@
 struct tool_opts {
 	const char *cmd, *model, *prompt, *ids, *weights;
 	const char *backend; // --backend: "emu" (default) or "ane"
-	int chunk, split, threads, iters, upto, size, token, max_seq;
+	int chunk, split, threads, iters, upto, size, token, max_seq, cols;
 	enum model_rope rope;
 	int ctx, heads, kv_heads, head_dim;
 };
@@ -51,7 +51,7 @@ tool_flag(struct tool_opts *o, int argc, char **argv, int *i)
 		{"--size", &o->size, 1, 16384},       {"--token", &o->token, 0, INT32_MAX},
 		{"--ctx", &o->ctx, 1, 1 << 20},       {"--heads", &o->heads, 1, 1024},
 		{"--kv-heads", &o->kv_heads, 1, 1024}, {"--head-dim", &o->head_dim, 1, 1024},
-		{"--max-seq", &o->max_seq, 2, 1 << 20},
+		{"--max-seq", &o->max_seq, 2, 1 << 20}, {"--cols", &o->cols, 1, 1024},
 	};
 	for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
 		if (!strcmp(a, ints[k].flag)) {
@@ -165,10 +165,10 @@ rng_fill(float *x, size_t n, uint64_t seed, float scale)
 	}
 }
 
-// run kernel id of kb on one column x (in_ch), y gets out_ch values; kb_exact
-// reads and writes its fp32 twins
+// run kernel id of kb on ncols columns, each a copy of x (in_ch); y gets
+// column 0's out_ch values; kb_exact reads and writes its fp32 twins
 static int
-call1(struct kernel_backend *kb, int id, const float *x, float *y, int iters, double *us, char *err)
+call_cols(struct kernel_backend *kb, int id, const float *x, float *y, int ncols, int iters, double *us, char *err)
 {
 	const struct kb_info *ki = &kb->kernels[id];
 	// the backends keep their own copy of a surface they hand out (and free it)
@@ -181,14 +181,22 @@ call1(struct kernel_backend *kb, int id, const float *x, float *y, int iters, do
 	if (kb->surface_new(kb, nm, ki->out_ch, out, err))
 		return -1;
 	float *xs = kb_exact_shadow(kb, in);
-	if (xs)
-		memcpy(xs, x, (size_t)ki->in_ch * sizeof *x);
-	else
-		surface_write(in, x, 1, (size_t)ki->in_ch);
+	for (int c = 0; c < ncols; c++)
+		if (xs)
+			memcpy(xs + (size_t)c * ki->in_ch, x, (size_t)ki->in_ch * sizeof *x);
+	if (!xs) {
+		float *xc = malloc((size_t)ncols * ki->in_ch * sizeof *xc);
+		if (!xc)
+			return ad_err(err, "out of memory");
+		for (int c = 0; c < ncols; c++)
+			memcpy(xc + (size_t)c * ki->in_ch, x, (size_t)ki->in_ch * sizeof *x);
+		surface_write(in, xc, (size_t)ncols, (size_t)ki->in_ch);
+		free(xc);
+	}
 	struct kb_timing t;
 	double t0 = cli_now_ms();
 	for (int i = 0; i < (iters > 0 ? iters : 1); i++)
-		if (kb->call(kb, id, in, out, 1, &t, err))
+		if (kb->call(kb, id, in, out, ncols, &t, err))
 			return -1;
 	if (us)
 		*us = (cli_now_ms() - t0) * 1e3 / (iters > 0 ? iters : 1);
@@ -198,6 +206,12 @@ call1(struct kernel_backend *kb, int id, const float *x, float *y, int iters, do
 	else
 		surface_read(out, y, 1, (size_t)ki->out_ch);
 	return 0;
+}
+
+static int
+call1(struct kernel_backend *kb, int id, const float *x, float *y, int iters, double *us, char *err)
+{
+	return call_cols(kb, id, x, y, 1, iters, us, err);
 }
 
 // the normed embedding of token t through layer 0's attention norm: a real
@@ -636,11 +650,13 @@ read_gbs(size_t n, int iters)
 	return ms > 0 ? (double)n * iters / (ms / 1e3) / 1e9 : 0;
 }
 
+#define COLS_ROUNDS 5
+
 static void
 kernels_usage(void)
 {
 	fprintf(stderr, "usage: anedvd kernels --model M [--iters K] [--chunk N] [--split] [--threads N]\n"
-	                "                      [--weights fp16|int8] [--backend emu|ane] [--arch NAME]\n"
+	                "                      [--weights fp16|int8] [--backend emu|ane] [--cols N] [--arch NAME]\n"
 	                "  time every kernel of layer 0 and the LM head on the backend (default emu; ane only\n"
 	                "  in a macOS build) for one column (a decode\n"
 	                "  step), K times (default 20): ms per eval and achieved GB/s of the weight bytes\n"
@@ -648,14 +664,76 @@ kernels_usage(void)
 	                "  stored in 8 bits or fewer), then\n"
 	                "  the per-token total (layer 0 times the layer count plus the LM head) and a\n"
 	                "  plain memory read of the same size as a baseline\n"
-	                "  --arch NAME  run a GGUF file as architecture NAME whatever it says\n");
+	                "  --cols N     then the same kernels at 1..N columns (at most the chunk), in %d\n"
+	                "               rounds that alternate the widths: ms per pass (every layer and the\n"
+	                "               LM head), its ratio to one column within each round and the cost of\n"
+	                "               each extra column (what a draft token costs a speculative verify)\n"
+	                "  --arch NAME  run a GGUF file as architecture NAME whatever it says\n",
+	        COLS_ROUNDS);
+}
+
+static int
+cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+// --cols: every layer-0 kernel and the LM head at 1..n columns, ms per
+// pass (layer 0 times the layer count plus the head); the widths alternate
+// inside each round so that a busy machine hurts them alike, and the ratio
+// to one column is taken within a round
+static int
+kernels_cols(struct kernel_backend *kl, const struct model *m, int n, int iters, const float *x, float *y,
+             char *err)
+{
+	double *ms = calloc((size_t)COLS_ROUNDS * (n + 1), sizeof *ms);
+	if (!ms)
+		return ad_err(err, "out of memory");
+	for (int r = 0; r < COLS_ROUNDS; r++)
+		for (int c = 1; c <= n; c++) {
+			double layer = 0, head = 0;
+			for (int i = 0; i < kl->n_kernels; i++) {
+				const struct kb_info *ki = &kl->kernels[i];
+				if (ki->layer != 0 && ki->kind != KB_LM_HEAD)
+					continue;
+				double us = 0;
+				if (call_cols(kl, i, x, y, c, 1, NULL, err) || call_cols(kl, i, x, y, c, iters, &us, err)) {
+					free(ms);
+					return -1;
+				}
+				*(ki->kind == KB_LM_HEAD ? &head : &layer) += us / 1e3;
+			}
+			ms[(size_t)r * (n + 1) + c] = layer * (double)m->hp.n_layer + head;
+		}
+	printf("columns (%d rounds, %d iterations each; median [min, max]):\n", COLS_ROUNDS, iters);
+	printf("  cols   ms/pass                    x one column           ms per extra column\n");
+	for (int c = 1; c <= n; c++) {
+		double a[COLS_ROUNDS], q[COLS_ROUNDS], e[COLS_ROUNDS];
+		for (int r = 0; r < COLS_ROUNDS; r++) {
+			const double *row = ms + (size_t)r * (n + 1);
+			a[r] = row[c];
+			q[r] = row[1] > 0 ? row[c] / row[1] : 0;
+			e[r] = c > 1 ? (row[c] - row[1]) / (c - 1) : 0;
+		}
+		qsort(a, COLS_ROUNDS, sizeof *a, cmp_dbl);
+		qsort(q, COLS_ROUNDS, sizeof *q, cmp_dbl);
+		qsort(e, COLS_ROUNDS, sizeof *e, cmp_dbl);
+		const int h = COLS_ROUNDS / 2, z = COLS_ROUNDS - 1;
+		printf("  %4d   %8.3f [%7.3f, %7.3f]   %5.2f [%4.2f, %4.2f]", c, a[h], a[0], a[z], q[h], q[0], q[z]);
+		if (c > 1)
+			printf("     %7.3f [%6.3f, %6.3f]", e[h], e[0], e[z]);
+		printf("\n");
+	}
+	free(ms);
+	return 0;
 }
 
 int
 cmd_kernels(int argc, char **argv)
 {
 	struct tool_opts o = {.cmd = "kernels", .iters = 20};
-	int r = tool_args(&o, argc, argv, "--model --iters --chunk --split --threads --weights --arch --backend");
+	int r = tool_args(&o, argc, argv, "--model --iters --chunk --split --threads --weights --cols --arch --backend");
 	if (r || !o.model) {
 		if (!r)
 			fprintf(stderr, "anedvd kernels: --model is required\n");
@@ -725,6 +803,15 @@ cmd_kernels(int argc, char **argv)
 	       layer_ms, (long long)m.hp.n_layer, head_ms, totb / 1e6, tot > 0 ? totb / (tot / 1e3) / 1e9 : 0);
 	printf("  baseline: plain read of %.1f MB: %.2f GB/s\n", (double)biggest / 1e6,
 	       read_gbs(biggest > 4096 ? biggest : 4096, o.iters));
+	if (o.cols > kl->width) {
+		fprintf(stderr, "anedvd kernels: --cols %d is more than the chunk (%d)\n", o.cols, kl->width);
+		status = 2;
+		goto out;
+	}
+	if (o.cols > 1 && kernels_cols(kl, &m, o.cols, o.iters, x, y, err)) {
+		fprintf(stderr, "anedvd kernels: %s\n", err);
+		goto out;
+	}
 	status = 0;
 out:
 	free(x);

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "spec.h"
 #include "tokenizer.h"
 
 #define FE_MAX_STOPS 16
@@ -46,6 +47,7 @@ struct fe_config {
 	int keepalive_ms;    // SSE comment after this much silence; 0: never
 	int deadline_ms;     // a generation's whole life, queue included; 0: none
 	int embeddings;      // serve /v1/embeddings
+	int no_spec;         // the engine runs without speculative decoding unless asked (/props)
 	// sampling defaults for a request that sets none (--temp, ...); a field
 	// counts only when its FE_DEF_* bit is in def.set
 	struct fe_sampling_defaults {
@@ -147,6 +149,7 @@ struct fe_params {
 	int n;                // choices, [1, FE_MAX_N]; 0 reads as 1
 	int logprobs;         // report each token's logprob
 	int top_logprobs;     // and this many alternatives, [0, FE_MAX_TOP_LOGPROBS]
+	int speculative;      // "speculative": 0 not given, 1 false, 2 true (engine.proto's SpecMode)
 	struct fe_bias {
 		int32_t id;
 		float bias;
@@ -197,6 +200,7 @@ struct fe_result {
 	        moe_ns;
 	uint32_t prefill_tokens, decode_tokens;
 	unsigned cached_tokens; // prompt tokens the engine did not compute (prefix cache, session)
+	struct spec_stats spec; // speculative decoding (choice 0's job)
 	// errors (FE_FINISH_ERROR)
 	int status;          // HTTP status to use if nothing was sent yet
 	char err[AD_ERRLEN];
@@ -433,9 +437,11 @@ void fe_metrics_cancel(void);
 void fe_metrics_replay(void); // a job the engine lost, submitted again
 // the engine's prefix cache as its last final poll reported it
 struct fe_cache_stats {
-	uint64_t lookups, hit_tokens, evictions, bytes, limit, blocks, stored;
+	uint64_t lookups, hit_tokens, evictions, bytes, limit, blocks, stored, windows_dropped;
 };
 void fe_metrics_cache(const struct fe_cache_stats *c, unsigned cached_tokens);
+// a finished job's speculative decoding, added to the totals
+void fe_metrics_spec(const struct spec_stats *sp);
 void fe_metrics_rejected(void);
 // fe_metrics_render: Prometheus text format, malloc'd
 char *fe_metrics_render(size_t *len);

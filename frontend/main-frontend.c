@@ -39,6 +39,8 @@ usage(FILE *out)
 	        "                      A crashed engine's jobs go on on the restarted one; an engine still\n"
 	        "                      away at the deadline (60 s with none) ends the request with 503\n"
 	        "  --embeddings        serve POST /v1/embeddings (off: 501)\n"
+	        "  --no-spec           the engine runs without speculative decoding (for GET /props;\n"
+	        "                      anedvd serve passes the cpu-worker's setting)\n"
 	        "  --status-file F     the supervisor's status file: crash-looping processes in /health\n"
 	        "                      and /metrics (anedvd serve passes it)\n"
 	        "access (defaults: no key; the server's own and loopback origins; localhost, IP addresses\n"
@@ -182,6 +184,10 @@ main(int argc, char **argv)
 		}
 		if (strcmp(a, "--embeddings") == 0) {
 			cfg.embeddings = 1;
+			continue;
+		}
+		if (strcmp(a, "--no-spec") == 0) {
+			cfg.no_spec = 1;
 			continue;
 		}
 		if (i + 1 >= argc) {

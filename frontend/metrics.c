@@ -44,6 +44,7 @@ static struct {
 	struct upstream tok, eng;
 	struct fe_cache_stats cache;
 	uint64_t cached_tokens;
+	struct spec_stats spec;
 } m = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
 void
@@ -152,6 +153,14 @@ fe_metrics_cache(const struct fe_cache_stats *c, unsigned cached_tokens)
 }
 
 void
+fe_metrics_spec(const struct spec_stats *sp)
+{
+	pthread_mutex_lock(&m.mu);
+	spec_add(&m.spec, sp);
+	pthread_mutex_unlock(&m.mu);
+}
+
+void
 fe_metrics_rejected(void)
 {
 	pthread_mutex_lock(&m.mu);
@@ -230,10 +239,35 @@ fe_metrics_render(size_t *len)
 	        "# HELP anedvd_prefix_cache_limit_bytes The prefix cache's bound (--cache-mem; 0: off).\n"
 	        "# TYPE anedvd_prefix_cache_limit_bytes gauge\nanedvd_prefix_cache_limit_bytes %llu\n"
 	        "# HELP anedvd_prefix_cache_blocks Blocks held by the prefix cache.\n"
-	        "# TYPE anedvd_prefix_cache_blocks gauge\nanedvd_prefix_cache_blocks %llu\n",
+	        "# TYPE anedvd_prefix_cache_blocks gauge\nanedvd_prefix_cache_blocks %llu\n"
+	        "# HELP anedvd_prefix_cache_windows_dropped_total Windowed parts of blocks (sliding-window and ShortConv "
+	        "rows) dropped where no later prompt reads them.\n"
+	        "# TYPE anedvd_prefix_cache_windows_dropped_total counter\nanedvd_prefix_cache_windows_dropped_total %llu\n",
 	    (unsigned long long)m.cache.lookups, (unsigned long long)m.cache.hit_tokens,
 	    (unsigned long long)m.cache.stored, (unsigned long long)m.cache.evictions,
-	    (unsigned long long)m.cache.bytes, (unsigned long long)m.cache.limit, (unsigned long long)m.cache.blocks);
+	    (unsigned long long)m.cache.bytes, (unsigned long long)m.cache.limit, (unsigned long long)m.cache.blocks,
+	    (unsigned long long)m.cache.windows_dropped);
+	put(&o, "# HELP anedvd_spec_steps_total Decode steps that carried a speculative draft.\n"
+	        "# TYPE anedvd_spec_steps_total counter\nanedvd_spec_steps_total %llu\n",
+	    (unsigned long long)m.spec.steps);
+	put(&o, "# HELP anedvd_spec_drafted_tokens_total Draft tokens verified, by the length n of the n-gram that "
+	        "found them.\n# TYPE anedvd_spec_drafted_tokens_total counter\n");
+	for (int i = 0; i <= SPEC_NGRAM_MAX; i++)
+		if (m.spec.drafted_n[i])
+			put(&o, "anedvd_spec_drafted_tokens_total{n=\"%d\"} %llu\n", i, (unsigned long long)m.spec.drafted_n[i]);
+	put(&o, "# HELP anedvd_spec_accepted_tokens_total Draft tokens the model's own sample confirmed, by n.\n"
+	        "# TYPE anedvd_spec_accepted_tokens_total counter\n");
+	for (int i = 0; i <= SPEC_NGRAM_MAX; i++)
+		if (m.spec.drafted_n[i])
+			put(&o, "anedvd_spec_accepted_tokens_total{n=\"%d\"} %llu\n", i, (unsigned long long)m.spec.accepted_n[i]);
+	put(&o, "# HELP anedvd_spec_acceptance_ratio Accepted over drafted tokens since start, by n (\"all\": every n).\n"
+	        "# TYPE anedvd_spec_acceptance_ratio gauge\n"
+	        "anedvd_spec_acceptance_ratio{n=\"all\"} %.6f\n",
+	    m.spec.drafted ? (double)m.spec.accepted / (double)m.spec.drafted : 0.0);
+	for (int i = 0; i <= SPEC_NGRAM_MAX; i++)
+		if (m.spec.drafted_n[i])
+			put(&o, "anedvd_spec_acceptance_ratio{n=\"%d\"} %.6f\n", i,
+			    (double)m.spec.accepted_n[i] / (double)m.spec.drafted_n[i]);
 	put(&o, "# HELP anedvd_queue_length Requests waiting for the engine.\n"
 	        "# TYPE anedvd_queue_length gauge\nanedvd_queue_length %d\n"
 	        "# HELP anedvd_running Generations in progress.\n"

@@ -293,6 +293,7 @@ take_timings(struct fe_gen *g, const struct engc_timings *t)
 	g->r.prefill_tokens = t->prefill_tokens;
 	g->r.decode_tokens = t->decode_tokens;
 	g->r.cached_tokens = t->cached_tokens;
+	g->r.spec = t->spec;
 }
 
 static int
@@ -707,14 +708,17 @@ poll_choice(struct fe_gen *g, int i, struct run *r, int wait_ms, int *first_toke
 	if (i == 0)
 		take_timings(g, &pl.timings);
 	if (pl.has_cache) {
-		struct fe_cache_stats st = {pl.cache.lookups, pl.cache.hit_tokens, pl.cache.evictions, pl.cache.bytes,
-		                            pl.cache.limit_bytes, pl.cache.blocks, pl.cache.stored};
+		struct fe_cache_stats st = {pl.cache.lookups,     pl.cache.hit_tokens, pl.cache.evictions,
+		                            pl.cache.bytes,       pl.cache.limit_bytes, pl.cache.blocks,
+		                            pl.cache.stored,      pl.cache.windows_dropped};
 		// each choice's final poll: its own cached tokens
 		fe_metrics_cache(&st, pl.timings.cached_tokens);
 	}
 	enum fe_finish fin = map_finish(pl.finish);
-	if (fin != FE_FINISH_NONE)
+	if (fin != FE_FINISH_NONE) {
 		r->live = 0;
+		fe_metrics_spec(&pl.timings.spec);
+	}
 	for (size_t k = 0; k < pl.n_events; k++)
 		if (pl.events[k].grammar_on && !r->trig_known) { // a lazy grammar took over here
 			r->trig_known = 1;
@@ -947,6 +951,7 @@ generate(struct fe_gen *g)
 		.n_grammar_words = (size_t)gram.n_words,
 		.grammar_tokens = gram.tokens,
 		.n_grammar_tokens = (size_t)gram.n_tokens,
+		.speculative = g->p.speculative,
 	};
 	// an engine that is away (crashed, restarting) is waited for until the
 	// request's deadline; without one, for ENGC_WAIT_MS

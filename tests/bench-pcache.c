@@ -10,7 +10,12 @@
 //   - CLIENTS (default 8) requests submitted together that share a
 //     SYSTEM-token prefix (default 1000) and differ in 64 tokens after it:
 //     the prompt tokens prefilled in all (what the engine computed) beside
-//     the prompt tokens sent.
+//     the prompt tokens sent;
+//   - n choices: CLIENTS requests on one fresh PROMPT-token prompt
+//     submitted together: the first prefills it, the others fork from its
+//     sequence (engine_seq_fork): the rows they share and the bytes of KV
+//     rows a copy would have cost, the prompt tokens prefilled, the time
+//     until every one has its first token.
 // Each time is the median and range (min..max) of REPEATS (default 5, at
 // least 5) runs; every run uses prompts of its own. Built, not run by ctest.
 // For the Qwen2.5-0.5B shape:
@@ -190,8 +195,36 @@ main(int argc, char **argv)
 	report(what, shared, reps, "ms", 1e3);
 	printf("  prompt tokens: %ld sent, %.0f prefilled (median; one prefix + the suffixes would be %d)\n", sent,
 	       pre[reps / 2], S + C * 64);
-	struct sched_stats st;
+	double *choice = calloc((size_t)reps, sizeof(double));
+	if (!choice)
+		return 1;
+	struct sched_stats st0, st;
+	sched_stats(s, &st0);
+	long cpre = 0;
+	for (int r = 0; r < reps; r++) {
+		fill(p, P, V, 5000 + r, 0, 0);
+		double t0 = now(), last = 0;
+		cpre = 0;
+		for (int i = 0; i < C; i++)
+			if (submit(s, p, P, &runs[i], err))
+				goto fail;
+		for (int i = 0; i < C; i++) {
+			if (wait_run(s, &runs[i], err))
+				goto fail;
+			last = runs[i].t0 + runs[i].ttft > last ? runs[i].t0 + runs[i].ttft : last;
+			cpre += runs[i].prefilled;
+		}
+		choice[r] = last - t0;
+	}
 	sched_stats(s, &st);
+	snprintf(what, sizeof what, "n = %d choices, %d-token prompt: every first token", C, P);
+	report(what, choice, reps, "ms", 1e3);
+	printf("  forks: %llu, sharing %llu rows: %.1f MiB of KV rows not copied (%zu bytes a row); prompt tokens "
+	       "prefilled %ld of %d (last run)\n",
+	       (unsigned long long)(st.forks - st0.forks), (unsigned long long)(st.fork_rows - st0.fork_rows),
+	       (double)(st.fork_rows - st0.fork_rows) * (double)engine_kv_row_bytes(e) / (1 << 20),
+	       engine_kv_row_bytes(e), cpre, C * P);
+	free(choice);
 	printf("  cache: %llu lookups, %llu hit tokens, %d blocks, %.1f MiB, %llu evictions\n",
 	       (unsigned long long)st.cache.lookups, (unsigned long long)st.cache.hit_tokens, st.cache.blocks,
 	       (double)st.cache.bytes / (1 << 20), (unsigned long long)st.cache.evictions);

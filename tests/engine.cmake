@@ -16,3 +16,6 @@ ad_test(NAME test-pcache SOURCES test-pcache.c LIBS anedvd_cpu LABELS integratio
 add_executable(bench-pcache bench-pcache.c)
 target_link_libraries(bench-pcache PRIVATE anedvd_cpu anedvd_common)
 target_include_directories(bench-pcache PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+# speculative decoding: drafts, their length and cost, and exactness through
+# the scheduler on every fixture model
+ad_test(NAME test-spec SOURCES test-spec.c LIBS anedvd_cpu LABELS integration TIMEOUT 600)

@@ -1,7 +1,8 @@
 // test-attention.c - attention over the fp16 cache: the AVX2 path against
 // its plain twin, and both against a double-precision computation, on
 // random shapes (MHA, GQA, MQA, head sizes that are not multiples of 8,
-// value heads of another size, windows, soft-caps).
+// value heads of another size, windows, soft-caps); the cache split in two
+// stretches at any row gives the same bits (fp16 and fp32, both paths).
 #include <stdint.h>
 
 #include "attention.h"
@@ -72,6 +73,45 @@ one(int n_head, int n_head_kv, int hd, int hdv, int rows, int first, float softc
 	attn_ref(&sh, q, k, v, first, rows - 1, a, scratch);
 	attn_fast(&sh, q, k, v, first, rows - 1, b, scratch);
 	attn_double(&sh, q, k, v, first, rows - 1, d);
+	// the cache in two stretches (a fork's first rows in its parent's
+	// store): rows below split from a copy, the others from the original,
+	// give the same bits; the copy's other rows are poison
+	uint16_t *k0 = malloc(kn * 2), *v0 = malloc(vn * 2);
+	float *c = malloc(sizeof(float) * (size_t)(n_head * hdv)), *c2 = malloc(sizeof(float) * (size_t)(n_head * hdv));
+	float *f32k = malloc(kn * 4), *f32v = malloc(vn * 4), *f32k0 = malloc(kn * 4), *f32v0 = malloc(vn * 4);
+	for (size_t i = 0; i < kn; i++)
+		f32k[i] = ad_fp16_to_f32(k[i]);
+	for (size_t i = 0; i < vn; i++)
+		f32v[i] = ad_fp16_to_f32(v[i]);
+	const int splits[] = {0, first, first + 1, rows / 2, rows - 1, rows};
+	for (int si = 0; si < 6; si++) {
+		const int sp = splits[si];
+		for (size_t i = 0; i < kn; i++) {
+			k0[i] = i < sh.k_stride * (size_t)sp ? k[i] : 0x7e00; // NaN past the split
+			f32k0[i] = i < sh.k_stride * (size_t)sp ? f32k[i] : NAN;
+		}
+		for (size_t i = 0; i < vn; i++) {
+			v0[i] = i < sh.v_stride * (size_t)sp ? v[i] : 0x7e00;
+			f32v0[i] = i < sh.v_stride * (size_t)sp ? f32v[i] : NAN;
+		}
+		attn_ref_split(&sh, q, k0, v0, k, v, sp, first, rows - 1, c, scratch);
+		attn_fast_split(&sh, q, k0, v0, k, v, sp, first, rows - 1, c2, scratch);
+		CHECK(!memcmp(c, a, sizeof(float) * (size_t)(n_head * hdv)) &&
+		          !memcmp(c2, b, sizeof(float) * (size_t)(n_head * hdv)),
+		      "split at %d of rows %d..%d: other bits", sp, first, rows - 1);
+		attn_ref_f32(&sh, q, f32k, f32v, first, rows - 1, a, scratch);
+		attn_ref_f32_split(&sh, q, f32k0, f32v0, f32k, f32v, sp, first, rows - 1, c, scratch);
+		CHECK(!memcmp(c, a, sizeof(float) * (size_t)(n_head * hdv)), "fp32 split at %d: other bits", sp);
+		attn_ref(&sh, q, k, v, first, rows - 1, a, scratch);
+	}
+	free(k0);
+	free(v0);
+	free(c);
+	free(c2);
+	free(f32k);
+	free(f32v);
+	free(f32k0);
+	free(f32v0);
 	double ef = 0, er = 0;
 	for (int i = 0; i < n_head * hdv; i++) {
 		double x = fabs(b[i] - d[i]), y = fabs(a[i] - d[i]);

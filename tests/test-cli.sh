@@ -68,6 +68,31 @@ $A run --model "$STORIES" --prompt "Once upon a time" --no-chat --max-tokens 8 -
 check "run --ab ok" grep -q "argmax equal -> ok" "$T/ab.err"
 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 10 --repeat 3 > "$T/rep.txt" 2>/dev/null
 check "run --repeat prints the median" grep -q "^decode over 3 runs: median .* (min .*, max .*" "$T/rep.txt"
+# speculative decoding: the reference ids with it on, off, and in the
+# probe; a prompt that repeats itself drafts and accepts, and --ngram-probe
+# (which decodes without speculation) counts what a live run with the same
+# fixed draft cost does
+spec_field() { python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j[sys.argv[2]][sys.argv[3]])' "$@"; }
+check "run --json has the speculative counters" python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["speculative"]; assert s["on"] is True and {"steps","drafted","accepted","acceptance","by_n"} <= set(s)' "$T/run.json"
+$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json --no-spec > "$T/nospec.json" 2>/dev/null
+check "run --no-spec ids are the reference" [ "$(json_ids "$T/nospec.json")" = "$REF" ]
+check "run --no-spec drafts nothing" [ "$(spec_field "$T/nospec.json" speculative drafted)" = 0 ]
+RIDS=$IDS,$(echo "$REF" | cut -d' ' -f1-30 | tr ' ' ,),$IDS
+$A run --model "$STORIES" --prompt-ids "$RIDS" --no-chat --max-tokens 80 --json --draft-cost 0.1 > "$T/spec.json" 2>/dev/null
+$A run --model "$STORIES" --prompt-ids "$RIDS" --no-chat --max-tokens 80 --json --draft-cost 0.1 --ngram-probe > "$T/probe.json" 2>/dev/null
+check "a repeating prompt drafts and accepts" python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["speculative"]; assert 0 < s["accepted"] <= s["drafted"], s' "$T/spec.json"
+check "--ngram-probe: the same ids as the live run" [ "$(json_ids "$T/probe.json")" = "$(json_ids "$T/spec.json")" ]
+check "--ngram-probe drafts nothing itself" [ "$(spec_field "$T/probe.json" speculative drafted)" = 0 ]
+check "--ngram-probe counts what the live run did" python3 -c '
+import json,sys
+live=json.load(open(sys.argv[1]))["speculative"]; pr=json.load(open(sys.argv[2]))["ngram_probe"]
+for k in ("steps","drafted","accepted","by_n"): assert live[k]==pr[k], (k, live[k], pr[k])
+assert pr["decode_calls"] == pr["plain_decode_calls"] - pr["accepted"], pr' "$T/spec.json" "$T/probe.json"
+$A run --model "$STORIES" --prompt-ids "$RIDS" --no-chat --max-tokens 30 --ngram-probe > "$T/probe.txt" 2>/dev/null
+check "--ngram-probe prints its counts" grep -q "^ngram probe: [0-9]* decode calls instead of 29" "$T/probe.txt"
+check "run prints the speculative line" grep -q "^speculative: no draft" "$T/probe.txt"
+$A kernels --model "$STORIES" --cols 4 --iters 3 > "$T/cols.txt" 2>/dev/null
+check "kernels --cols 4 prints the widths 1 to 4" sh -c "grep -q '^columns (5 rounds' '$T/cols.txt' && grep -qE '^ +4 +[0-9.]+ \[' '$T/cols.txt'"
 # the kernel cache: a second start maps what the first compiled and gives
 # the same tokens; --no-cache stores nothing; clear empties it; a directory
 # that cannot be made costs one warning, not the run
@@ -481,6 +506,12 @@ check "run --max-seq 1" usage2 "--max-seq" run --model "$STORIES" --prompt-ids 1
 check "run --prompt-ids 1,,2" usage2 "--prompt-ids" run --model "$STORIES" --prompt-ids 1,,2
 check "run --backend gpu" usage2 "--backend" run --model "$STORIES" --prompt-ids 1 --backend gpu
 check "run --bogus" usage2 "unknown argument '--bogus'" run --model "$STORIES" --prompt-ids 1 --bogus
+check "run --draft 65" usage2 "--draft" run --model "$STORIES" --prompt-ids 1 --draft 65
+check "run --ngram-min above --ngram-max" usage2 "--ngram-min" run --model "$STORIES" --prompt-ids 1 --ngram-min 5 --ngram-max 3
+check "run --draft-cost x" usage2 "--draft-cost" run --model "$STORIES" --prompt-ids 1 --draft-cost x
+check "serve --ngram-max 0" usage2 "--ngram-max" serve --model "$STORIES" --ngram-max 0
+check "chat --draft -1" usage2 "--draft" chat --model "$STORIES" --draft -1
+check "kernels --cols 65 (the chunk is 64)" usage2 "--cols" kernels --model "$STORIES" --cols 65
 # a bad ANEDVD_SIMD stops the ane-worker with status 2: reported at once, not restarted for minutes
 t0=$SECONDS
 ANEDVD_SIMD=avx9 $A run --model "$STORIES" --prompt-ids $IDS --max-tokens 2 --no-chat > /dev/null 2> "$T/simd.err"

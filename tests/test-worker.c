@@ -34,7 +34,9 @@
 // and the worker stays up; --rope-hf changes the story, --rope-adjacent
 // does not; a worker SIGKILLed and started again with the same --instance
 // comes up (the stale surfaces are removed); SIGTERM while a job waits on
-// an ane-worker gone for good exits within 2.5 s, leaving no surface.
+// an ane-worker gone for good exits within 2.5 s, leaving no surface; an
+// ane-worker killed while drafts are being verified (every decode step
+// but the last carries one) loses or repeats no token either.
 // Prints aggregate tok/s for 1, 2 and 4 jobs.
 #include <dirent.h>
 #include <pthread.h>
@@ -389,9 +391,13 @@ test_concurrent(void)
 	for (int i = 0; i < NJ; i++) {
 		CHECK(together[i].rc == 0 && together[i].finish == ENGC_LENGTH, "job %d: %s", i, together[i].err);
 		CHECK(same_ids(alone[i].ids, alone[i].n, together[i].ids, together[i].n), "job %d differs when batched", i);
-		// a prompt chunk sharing a call with decode steps is still booked as prefill
-		CHECK(together[i].t.prefill_tokens == jobs[i].n && together[i].t.decode_tokens == 47,
-		      "job %d: prefill %u decode %u", i, together[i].t.prefill_tokens, together[i].t.decode_tokens);
+		// a prompt chunk sharing a call with decode steps is still booked as
+		// prefill; what a job forked from a running sequence holding its
+		// prompt is not computed (cached)
+		CHECK(together[i].t.prefill_tokens + together[i].t.cached_tokens == jobs[i].n &&
+		          together[i].t.decode_tokens == 47,
+		      "job %d: prefill %u cached %u decode %u", i, together[i].t.prefill_tokens, together[i].t.cached_tokens,
+		      together[i].t.decode_tokens);
 		free(alone[i].ids);
 		free(together[i].ids);
 	}
@@ -647,6 +653,10 @@ test_errors(void)
 	longname[sizeof longname - 1] = 0;
 	g = (struct engc_gen){.prompt = prompt5, .n_prompt = 5, .max_tokens = 4, .session = longname};
 	CHECK(engc_generate(S.c, &g, &st, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
+	// a SpecMode the worker does not know
+	g = (struct engc_gen){.prompt = prompt5, .n_prompt = 5, .max_tokens = 4, .speculative = 7};
+	CHECK(engc_generate(S.c, &g, &st, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST &&
+	      strstr(err, "speculative"), "%s", err);
 
 	struct engc_poll p;
 	CHECK(engc_poll(S.c, 424242, 0, &p, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_NOT_FOUND);
@@ -1572,6 +1582,45 @@ spawn_ane(const char *aurl, int delay_ms)
 	return spawn(argv);
 }
 
+// run g on c, polling; once the first tokens are in, SIGKILL the
+// ane-worker *ane and start another on aurl (*ane). The tokens (at most
+// 64) in ids, how many came before the kill in *killed, the last timings
+// in *tm (may be NULL); returns the finish
+static enum engc_finish
+run_killing_ane(struct ad_client *c, const struct engc_gen *g, pid_t *ane, const char *aurl, int32_t *ids,
+                size_t *n, int *killed, struct engc_timings *tm)
+{
+	char err[AD_ERRLEN];
+	struct engc_started js;
+	*n = 0;
+	*killed = 0;
+	if (engc_generate(c, g, &js, TMO, NULL, err)) {
+		CHECK(0, "%s", err);
+		return ENGC_ERROR;
+	}
+	enum engc_finish fin = ENGC_RUNNING;
+	while (fin == ENGC_RUNNING) {
+		struct engc_poll p;
+		if (engc_poll(c, js.job, 1000, &p, TMO, NULL, err)) {
+			CHECK(0, "%s", err);
+			return ENGC_ERROR;
+		}
+		for (size_t i = 0; i < p.n_events && *n < 64; i++)
+			ids[(*n)++] = p.events[i].id;
+		fin = p.finish;
+		if (tm)
+			*tm = p.timings;
+		engc_poll_free(&p);
+		if (*n > 0 && !*killed) {
+			kill(*ane, SIGKILL);
+			waitpid(*ane, NULL, 0);
+			*ane = spawn_ane(aurl, 0);
+			*killed = (int)*n;
+		}
+	}
+	return fin;
+}
+
 // the whole pipeline of processes: cpu-worker -> kb_remote -> ane-worker,
 // and what happens when the ane-worker dies
 static void
@@ -1601,26 +1650,10 @@ test_remote(void)
 		REQUIRE(0, "the worker did not come up");
 	}
 	struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 40};
-	struct engc_started js;
-	REQUIRE(engc_generate(c, &g, &js, TMO, NULL, err) == 0, "%s", err);
 	int32_t ids[64];
 	size_t n = 0;
 	int killed = 0;
-	enum engc_finish fin = ENGC_RUNNING;
-	while (fin == ENGC_RUNNING) {
-		struct engc_poll p;
-		REQUIRE(engc_poll(c, js.job, 1000, &p, TMO, NULL, err) == 0, "%s", err);
-		for (size_t i = 0; i < p.n_events && n < 64; i++)
-			ids[n++] = p.events[i].id;
-		fin = p.finish;
-		engc_poll_free(&p);
-		if (n > 0 && !killed) {
-			kill(ane, SIGKILL);
-			waitpid(ane, NULL, 0);
-			ane = spawn_ane(aurl, 0);
-			killed = (int)n;
-		}
-	}
+	enum engc_finish fin = run_killing_ane(c, &g, &ane, aurl, ids, &n, &killed, NULL);
 	CHECK(fin == ENGC_LENGTH && killed > 0 && killed < 40, "finish %d, killed after %d tokens", fin, killed);
 	CHECK(same_ids(ids, n, ref_ids + 4, 40), "%zu ids across the restart", n);
 
@@ -1642,6 +1675,67 @@ test_remote(void)
 		CHECK(same_ids(out, nout, ref_ids + 4, 40));
 		free(out);
 	}
+	kill(pid, SIGTERM);
+	CHECK(exit_code(pid, 20000) == 0, "no clean exit on SIGTERM");
+	ad_client_close(c);
+	kill(ane, SIGTERM);
+	CHECK(exit_code(ane, 20000) == 0, "the ane-worker did not exit cleanly");
+}
+
+// an ane-worker killed while the cpu-worker verifies drafts: a prompt
+// holding every token id gives every decode step a draft (1-grams, each
+// draft in full; the last step has no room for one), so the kill falls on
+// a verify call; the tokens are the ones of the same request without
+// speculation
+static void
+test_restart_spec(void)
+{
+	char aurl[300], url[300], err[AD_ERRLEN];
+	REQUIRE(ad_ipc_url(aurl, sizeof aurl, t_tmpdir(), "ane-spec") == 0);
+	REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), "p-spec") == 0);
+	pid_t ane = spawn_ane(aurl, 5);
+	REQUIRE(ane > 0);
+	char *argv[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", url, "--backend", "remote", "--ane", aurl,
+	                "--chunk", "16", "--kernel-timeout-ms", "1000", "--kernel-deadline-ms", "4000", "--ngram-min", "1",
+	                "--draft-cost", "0", "--draft", "6", NULL};
+	pid_t pid = spawn(argv);
+	REQUIRE(pid > 0);
+	struct ad_client *c = ad_client_open(url, err);
+	REQUIRE(c, "%s", err);
+	if (wait_health(c, pid, 60000)) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		kill(ane, SIGKILL);
+		waitpid(ane, NULL, 0);
+		ad_client_close(c);
+		REQUIRE(0, "the worker did not come up");
+	}
+	int32_t prompt[513];
+	prompt[0] = 1;
+	for (int i = 1; i < 513; i++)
+		prompt[i] = i - 1;
+	struct engc_gen g = {.prompt = prompt, .n_prompt = 513, .max_tokens = 40, .speculative = 1};
+	int32_t *want = NULL;
+	size_t nwant = 0;
+	enum engc_finish fin;
+	int code = 0;
+	CHECK(engc_run(c, &g, &want, &nwant, &fin, NULL, NULL, TMO, &code, err) == 0 && nwant == 40, "%s", err);
+	g.speculative = 0; // the worker's default: on
+	int32_t ids[64];
+	size_t n = 0;
+	int killed = 0;
+	struct engc_timings tm = {0};
+	fin = run_killing_ane(c, &g, &ane, aurl, ids, &n, &killed, &tm);
+	CHECK(fin == ENGC_LENGTH && killed > 0 && killed < 40, "finish %d, killed after %d tokens", fin, killed);
+	CHECK(same_ids(ids, n, want, nwant), "%zu ids across the restart", n);
+	// every decode step drafted (one call per token after the first, less
+	// the draft tokens accepted) but maybe the last, which has no room
+	// for a draft; the kill came well before it
+	const uint64_t calls = n - 1 - tm.spec.accepted;
+	CHECK(killed < 30 && tm.decode_tokens == n - 1 && tm.spec.steps + 1 >= calls && tm.spec.steps <= calls,
+	      "%llu verify steps, %llu accepted, %u decode rows, %zu tokens", (unsigned long long)tm.spec.steps,
+	      (unsigned long long)tm.spec.accepted, tm.decode_tokens, n);
+	free(want);
 	kill(pid, SIGTERM);
 	CHECK(exit_code(pid, 20000) == 0, "no clean exit on SIGTERM");
 	ad_client_close(c);
@@ -1961,6 +2055,7 @@ main(void)
 	T_RUN(test_rope);
 #ifdef ANE_WORKER_BIN
 	T_RUN(test_remote);
+	T_RUN(test_restart_spec);
 	T_RUN(test_restart_stop);
 #endif
 	svc_stop(&S);

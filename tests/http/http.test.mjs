@@ -136,6 +136,8 @@ describe('frontend over raw HTTP', () => {
 			[{ ...user('x'), n: 9 }, 'n'],
 			[{ ...user('x'), n: 0 }, 'n'],
 			[{ ...user('x'), model: 3 }, 'model'],
+			[{ ...user('x'), speculative: 'no' }, 'speculative'],
+			[{ ...user('x'), speculative: 0 }, 'speculative'],
 		];
 		for (const [body, param] of cases) {
 			const r = await post(s, CHAT, body);
@@ -152,6 +154,7 @@ describe('frontend over raw HTTP', () => {
 			[{ max_tokens: 5, messages: [{ role: 'user', content: 'x' }], system: 4 }, /system/],
 			[{ max_tokens: 5, messages: [{ role: 'user', content: 'x' }], stop_sequences: 'x' }, /stop_sequences/],
 			[{ max_tokens: 5, messages: [{ role: 'user', content: 'x' }], temperature: -1 }, /temperature/],
+			[{ max_tokens: 5, messages: [{ role: 'user', content: 'x' }], speculative: 'off' }, /speculative/],
 		];
 		for (const [body, re] of anth) {
 			const b = anthropicError(await post(s, '/v1/messages', body), 400, 'invalid_request_error');

@@ -279,6 +279,9 @@ class Bench:
 		h = subprocess.run([self.A, "kernels", "--help"], capture_output=True, text=True)
 		self.kernels_help = h.stdout + h.stderr
 		self.has_weights = "--weights" in self.run_help
+		# llama-bench does not speculate: neither does the run set beside it
+		# (tests/perf/bench-spec.sh measures speculation)
+		self.no_spec = ["--no-spec"] if "--no-spec" in self.run_help else []
 		self.k_has_weights = "--weights" in self.kernels_help
 		m = re.search(r"(--[\w-]*cache[\w-]*)\s+(DIR|PATH|D)\b", self.run_help)
 		self.cache_flag = m.group(1) if m else None
@@ -324,7 +327,7 @@ class Bench:
 
 	def a_run(self, f, wopt):
 		cmd = [self.A, "run", "--model", f, "--prompt-ids", ids(self.nprompt), "--no-chat", "--max-tokens",
-		       str(self.ngen), "--json", "--backend", "emu"] + wopt
+		       str(self.ngen), "--json", "--backend", "emu"] + wopt + self.no_spec
 		r = run(cmd, env=self.env)
 		if r["rc"]:
 			raise SystemExit(f"anedvd run failed ({r['rc']}): {r['err'][-500:]}")
