@@ -121,6 +121,13 @@ engc_generate(struct ad_client *c, const struct engc_gen *g, struct engc_started
 	gr.client_pid = g->client_pid > 0 ? (uint32_t)g->client_pid : 0;
 	gr.client = (char *)(g->client ? g->client : "");
 	gr.lease_ms = g->client ? g->lease_ms : 0;
+	gr.grammar = (char *)(g->grammar ? g->grammar : "");
+	gr.grammar_lazy = g->grammar_lazy;
+	gr.grammar_words = (char **)g->grammar_words;
+	gr.n_grammar_words = g->n_grammar_words;
+	gr.grammar_tokens = (int32_t *)g->grammar_tokens;
+	gr.n_grammar_tokens = g->n_grammar_tokens;
+	gr.grammar_replay = g->grammar ? g->grammar_replay : 0;
 	gr.speculative = (Anedvd__SpecMode)g->speculative;
 	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_GENERATE;
 	q.generate = &gr;
@@ -165,6 +172,8 @@ engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct engc_p
 		ev->id = te->id;
 		ev->index = te->index;
 		ev->draws = te->draws;
+		ev->grammar_on = te->grammar_on;
+		ev->grammar_from = te->grammar_from;
 		ev->n_top = te->n_top < ENGC_TOP ? (int)te->n_top : ENGC_TOP;
 		for (int t = 0; t < ev->n_top; t++) {
 			ev->top[t].id = te->top[t]->id;
@@ -456,6 +465,9 @@ struct engc_job {
 	size_t kept_from;    // the first prompt token the engine kept (its cut)
 	int32_t *stop;
 	char *session, *client;
+	char *grammar;       // and its trigger words and tokens
+	char **words;
+	int32_t *gtokens;
 	enum job_state state;
 	uint64_t job;        // the current incarnation's
 	uint64_t draws;      // the sampler's, after the last delivered token
@@ -513,6 +525,16 @@ engc_job_new(struct ad_client *c, const struct engc_gen *g, int timeout_ms, uint
 	}
 	j->session = dup_str(g->session, &bad);
 	j->client = dup_str(g->client, &bad);
+	j->grammar = dup_str(g->grammar, &bad);
+	if (g->n_grammar_words && !bad && (j->words = calloc(g->n_grammar_words, sizeof *j->words)))
+		for (size_t i = 0; i < g->n_grammar_words; i++)
+			j->words[i] = dup_str(g->grammar_words[i], &bad);
+	else if (g->n_grammar_words)
+		bad = 1;
+	if (g->n_grammar_tokens && !bad && (j->gtokens = malloc(g->n_grammar_tokens * sizeof *j->gtokens)))
+		memcpy(j->gtokens, g->grammar_tokens, g->n_grammar_tokens * sizeof *j->gtokens);
+	else if (g->n_grammar_tokens)
+		bad = 1;
 	if (bad) {
 		engc_job_free(j);
 		return ad_err(err, "out of memory"), NULL;
@@ -521,6 +543,9 @@ engc_job_new(struct ad_client *c, const struct engc_gen *g, int timeout_ms, uint
 	j->g.stop_ids = j->stop;
 	j->g.session = j->session;
 	j->g.client = j->client;
+	j->g.grammar = j->grammar;
+	j->g.grammar_words = (const char *const *)j->words;
+	j->g.grammar_tokens = j->gtokens;
 	return j;
 }
 
@@ -536,6 +561,11 @@ engc_job_free(struct engc_job *j)
 	free(j->bias);
 	free(j->session);
 	free(j->client);
+	free(j->grammar);
+	for (size_t i = 0; j->words && i < j->g.n_grammar_words; i++)
+		free(j->words[i]);
+	free(j->words);
+	free(j->gtokens);
 	free(j);
 }
 
@@ -608,6 +638,7 @@ submit(struct engc_job *j, uint32_t wait_ms, int *code, char *err)
 	g.n_prompt = j->n_prompt - j->kept_from + j->n_del;
 	g.max_tokens = j->g.max_tokens - (uint32_t)j->n_del;
 	g.skip_draws = j->draws;
+	g.grammar_replay = (uint32_t)j->n_del; // the grammar takes the delivered tokens first
 	if (j->g.deadline_ms) {
 		uint64_t spent = (now - j->t0_ns) / 1000000u;
 		g.deadline_ms = spent < j->g.deadline_ms ? j->g.deadline_ms - (uint32_t)spent : 1;

@@ -51,6 +51,13 @@ struct engc_gen {
 	const char *client; // NULL: no lease; else the lease renewed for lease_ms (engc_lease)
 	uint32_t lease_ms;
 	uint64_t skip_draws; // the sampler's draws to skip: a continued job (engc_job does it)
+	const char *grammar; // GBNF (NULL: none); lazy with its trigger words and tokens
+	int grammar_lazy;
+	const char *const *grammar_words;
+	size_t n_grammar_words;
+	const int32_t *grammar_tokens;
+	size_t n_grammar_tokens;
+	uint32_t grammar_replay; // a continued job: its last prompt tokens the grammar takes first (engc_job)
 	int speculative; // 0 the worker's default, 1 off, 2 on (engine.proto's SpecMode)
 };
 
@@ -69,6 +76,8 @@ struct engc_event {
 	float lp;
 	int n_lp;        // alternatives, best first; .logit holds the logprob
 	struct sample_tok lp_top[SAMPLE_MAX_TOP_LOGPROBS];
+	int grammar_on;        // a lazy grammar switched on here
+	uint32_t grammar_from; // bytes into the generated text where it applies
 };
 
 // engine.proto's Timings
@@ -141,7 +150,8 @@ int engc_run(struct ad_client *c, const struct engc_gen *g, int32_t **ids, size_
 // it unasked (a lease that ran out, an abandoned job). engc_job_poll then
 // waits for the engine (Health) and submits the prompt + the delivered
 // tokens as a new job: max_tokens less those, the same sampling with
-// skip_draws, the deadline's rest. The worker prefills them again (its
+// skip_draws, the grammar with grammar_replay (it takes the delivered
+// tokens first, a lazy one's triggers included), the deadline's rest. The worker prefills them again (its
 // caches died with it) and the tokens that follow are those the lost job
 // would have given, greedy or sampled: a position's logits do not depend
 // on how it was fed (engine.h) and the sampler's window and generator are

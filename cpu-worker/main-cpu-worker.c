@@ -298,6 +298,10 @@ main(int argc, char **argv)
 	struct sched *s = NULL;
 	struct sched_opts so = {.parallel = (int)parallel, .queue = (int)queue, .sessions = (int)sessions,
 	                        .cache_block = (int)cache_block, .spec = &spec, .no_spec = no_spec || !spec.draft};
+	// grammars need each token's bytes: the model's tokenizer, loaded on the first one
+	struct gram_loader *gl = e ? gram_loader_new(model_path, engine_n_vocab(e)) : NULL;
+	if (gl)
+		so.vocab = (struct sched_vocab){gram_loader_get, gram_loader_find, gl};
 	if (e)
 		so.cache_mem = cache_mem_set ? cache_mem
 		                             : pcache_default_mem(engine_kv_row_bytes(e), engine_state_bytes(e), engine_max_seq(e),
@@ -305,6 +309,7 @@ main(int argc, char **argv)
 	if (!e || !(s = sched_new(e, &so, err))) {
 		ad_error("%s", err);
 		engine_free(e);
+		gram_loader_free(gl);
 		kb->free(kb);
 		model_free(&m);
 		return 1;
@@ -319,6 +324,7 @@ main(int argc, char **argv)
 		ad_error("%s", err);
 		sched_free(s);
 		engine_free(e);
+		gram_loader_free(gl);
 		kb->free(kb);
 		model_free(&m);
 		return 1;
@@ -363,6 +369,7 @@ main(int argc, char **argv)
 	sched_stats(s, &st);
 	sched_free(s);
 	engine_free(e);
+	gram_loader_free(gl);
 	kb->free(kb); // closes the surfaces; the owner unlinks its shared memory
 	model_free(&m);
 	ad_info("stopped after %llu jobs, %llu tokens", (unsigned long long)st.jobs, (unsigned long long)st.tokens);

@@ -681,18 +681,37 @@ member(const struct kept *k, const struct cand *c)
 	return !before(k->bl, k->bid, c->l, c->id);
 }
 
+// step 1's row with every token outside allow at -inf (in s->pen)
+static const float *
+allowed_only(struct sampler *s, const float *x, const uint64_t *allow)
+{
+	if (x != s->pen)
+		memcpy(s->pen, x, (size_t)s->n_vocab * sizeof *s->pen);
+	int nv = s->n_vocab;
+	for (int w = 0; w < (nv + 63) / 64; w++) {
+		uint64_t m = allow[w];
+		if (m == ~(uint64_t)0)
+			continue;
+		int end = w * 64 + 64 < nv ? w * 64 + 64 : nv;
+		for (int i = w * 64; i < end; i++)
+			if (!(m >> (i & 63) & 1))
+				s->pen[i] = -INFINITY;
+	}
+	return s->pen;
+}
+
 int32_t
-sample_next(struct sampler *s, const float *logits, char *err)
+sample_draw(struct sampler *s, const float *logits, const uint64_t *allow, char *err)
 {
 	const float *x = penalised(s, logits);
+	if (allow)
+		x = allowed_only(s, x, allow);
 	float max;
 	int32_t id;
 	if (row_max(x, s->n_vocab, &max, &id, err))
 		return -1;
-	if (s->p.temperature <= 0.0f) {
-		push(s, id);
+	if (s->p.temperature <= 0.0f)
 		return id;
-	}
 	struct kept k = keep_fast(s, x, max);
 	const struct cand *c = s->cand;
 	uint64_t r = rng_below(s, k.z), acc = 0;
@@ -705,7 +724,15 @@ sample_next(struct sampler *s, const float *logits, char *err)
 			break;
 		}
 	}
-	push(s, id);
+	return id;
+}
+
+int32_t
+sample_next(struct sampler *s, const float *logits, char *err)
+{
+	int32_t id = sample_draw(s, logits, NULL, err);
+	if (id >= 0)
+		push(s, id);
 	return id;
 }
 
@@ -749,15 +776,19 @@ penalise_ref(struct sampler *s, float *x)
 	}
 }
 
-// the penalised row into s->pen, checked; -1 on a bad row
+// the penalised row into s->pen (tokens outside allow, when given, at
+// -inf: one token at a time), checked; -1 on a bad row
 static int
-row_ref(struct sampler *s, const float *logits, char *err)
+row_ref(struct sampler *s, const float *logits, const uint64_t *allow, char *err)
 {
 	int nv = s->n_vocab, finite = 0;
 	float *x = s->pen;
 	memcpy(x, logits, (size_t)nv * sizeof *x);
 	add_bias(&s->p, x);
 	penalise_ref(s, x);
+	for (int i = 0; allow && i < nv; i++)
+		if (!(allow[i / 64] & (uint64_t)1 << (i % 64)))
+			x[i] = -INFINITY;
 	for (int i = 0; i < nv; i++) {
 		if (isnan(x[i]) || x[i] > FLT_MAX)
 			return bad_row(x, nv, err);
@@ -816,9 +847,9 @@ keep_ref(struct sampler *s)
 }
 
 int32_t
-sample_ref(struct sampler *s, const float *logits, char *err)
+sample_draw_ref(struct sampler *s, const float *logits, const uint64_t *allow, char *err)
 {
-	if (row_ref(s, logits, err))
+	if (row_ref(s, logits, allow, err))
 		return -1;
 	int n = keep_ref(s);
 	const struct cand *a = s->tmp;
@@ -837,7 +868,15 @@ sample_ref(struct sampler *s, const float *logits, char *err)
 			}
 		}
 	}
-	push(s, id);
+	return id;
+}
+
+int32_t
+sample_ref(struct sampler *s, const float *logits, char *err)
+{
+	int32_t id = sample_draw_ref(s, logits, NULL, err);
+	if (id >= 0)
+		push(s, id);
 	return id;
 }
 
@@ -855,7 +894,7 @@ int
 sample_kept(struct sampler *s, const float *logits, int ref, int32_t *ids, char *err)
 {
 	if (ref) {
-		if (row_ref(s, logits, err))
+		if (row_ref(s, logits, NULL, err))
 			return -1;
 		int n = keep_ref(s);
 		for (int i = 0; i < n; i++)

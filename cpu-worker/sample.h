@@ -114,6 +114,14 @@ int32_t sample_next(struct sampler *s, const float *logits, char *err);
 // and benchmarks.
 int32_t sample_ref(struct sampler *s, const float *logits, char *err);
 
+// sample_draw: sample_next's choice without accepting it into the window;
+// with allow (a bitset of n_vocab bits, bit i of allow[i >> 6]) every token
+// outside it counts as -inf from step 1 on (constrained decoding). A row
+// on which no allowed token is finite is an error. sample_draw_ref: the same
+// by sample_ref's computation.
+int32_t sample_draw(struct sampler *s, const float *logits, const uint64_t *allow, char *err);
+int32_t sample_draw_ref(struct sampler *s, const float *logits, const uint64_t *allow, char *err);
+
 // sample_penalise writes steps 0 and 1's logits (n_vocab) into out; returns 1 if
 // any bias or penalty applied, 0 if out is a plain copy. The window is unchanged.
 int sample_penalise(struct sampler *s, const float *logits, float *out);

@@ -50,6 +50,16 @@ struct session {
 	struct session *next;
 };
 
+// a compiled grammar and the jobs using it (under the lock)
+struct gcache {
+	char *text;
+	size_t len;
+	struct gbnf *g;
+	int refs;
+	uint64_t used;
+	int own; // not a slot of the cache (every slot was in use): freed with its job
+};
+
 struct job {
 	uint64_t id;
 	struct job *next;  // every job
@@ -76,6 +86,8 @@ struct job {
 	enum job_state state;
 	struct engine_seq *seq;
 	struct sampler *smp;
+	struct gram *gram;   // NULL: no grammar (created by sched_generate)
+	struct gcache *gc;   // its compiled grammar
 	int fed; // prompt tokens in the cache
 	// the prefix cache: pins[i] is the sequence's block i, found or stored
 	// (pinned until the job is detached); looked once the lookup is done
@@ -151,6 +163,8 @@ struct sched {
 	uint64_t next_id;
 	uint64_t last_housekeep, last_client_check;
 	struct sched_stats st;
+	struct gcache gcache[SCHED_GRAMMARS];
+	uint64_t gclock;
 
 	// engine thread scratch
 	struct engine_seq **cols;
@@ -355,11 +369,16 @@ finish(struct sched *s, struct job *j, enum sched_finish f, enum sched_code code
 	pthread_cond_signal(&s->work);
 }
 
+static void gcache_put(struct gcache *c);
+
+// under the lock, or once the engine thread is gone
 static void
 job_free(struct job *j)
 {
 	if (!j)
 		return;
+	gram_free(j->gram);
+	gcache_put(j->gc);
 	sample_free(j->smp);
 	free(j->prompt);
 	free(j->bias);
@@ -636,6 +655,8 @@ detach(struct sched *s, int i)
 		j->sess->wgap = j->wgap;
 	sample_free(j->smp);
 	j->smp = NULL;
+	gram_free(j->gram);
+	j->gram = NULL;
 	if (j->sess)
 		session_release(s, j);
 	else
@@ -837,8 +858,13 @@ emit(struct sched *s, struct job *j, const float *row, int len, const struct vro
 	uint64_t t0 = now_ns();
 	if (j->want_top)
 		ev.n_top = sample_top(row, s->V, ev.top, SCHED_TOP);
-	int32_t tok = sample_next(j->smp, row, err);
+	int32_t tok = j->gram ? gram_sample(j->gram, j->smp, row, err) : sample_next(j->smp, row, err);
 	ev.draws = sample_draws(j->smp);
+	int done = 0;
+	if (tok >= 0 && j->gram) {
+		ev.grammar_on = gram_triggered(j->gram, &ev.grammar_from);
+		done = gram_done(j->gram);
+	}
 	if (tok >= 0 && j->logprobs) {
 		int m = sample_logprobs(row, s->V, tok, j->top_logprobs, &ev.lp, ev.lp_top, err);
 		if (m < 0)
@@ -882,7 +908,9 @@ emit(struct sched *s, struct job *j, const float *row, int len, const struct vro
 		rv = 0;
 		if (vr && vr->k)
 			spec_book(s, j, vr, tok, 1);
-		if ((int)j->produced >= j->max_tokens || len >= s->max_seq) {
+		if (done) { // the grammar can only end: the reply is complete
+			finish(s, j, SCHED_STOP, SCHED_OK, NULL);
+		} else if ((int)j->produced >= j->max_tokens || len >= s->max_seq) {
 			finish(s, j, SCHED_LENGTH, SCHED_OK, NULL);
 		} else {
 			j->next_tok = tok;
@@ -1515,6 +1543,10 @@ sched_free(struct sched *s)
 	}
 	while (s->sessions)
 		session_free(s, s->sessions);
+	for (int i = 0; i < SCHED_GRAMMARS; i++) {
+		gbnf_free(s->gcache[i].g);
+		free(s->gcache[i].text);
+	}
 	while (s->leases) {
 		struct lease *l = s->leases;
 		s->leases = l->next;
@@ -1591,6 +1623,134 @@ claim_session(struct sched *s, struct job *j, const char *name, enum sched_code 
 	return 0;
 }
 
+// --- grammars -----------------------------------------------------------------------------
+
+// the compiled grammar of this text, from the cache or compiled now (outside
+// the lock); NULL with the compiler's message. The caller holds a reference.
+static struct gcache *
+gcache_get(struct sched *s, const char *text, size_t len, char *err)
+{
+	pthread_mutex_lock(&s->mu);
+	for (int i = 0; i < SCHED_GRAMMARS; i++) {
+		struct gcache *c = &s->gcache[i];
+		if (c->g && c->len == len && memcmp(c->text, text, len) == 0) {
+			c->refs++;
+			c->used = ++s->gclock;
+			pthread_mutex_unlock(&s->mu);
+			return c;
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	struct gbnf *g = NULL;
+	if (gbnf_compile(text, len, NULL, s->o.vocab.find, s->o.vocab.ctx, &g, err))
+		return NULL;
+	char *copy = malloc(len + 1);
+	if (!copy) {
+		gbnf_free(g);
+		ad_err(err, "grammar: out of memory");
+		return NULL;
+	}
+	memcpy(copy, text, len);
+	copy[len] = 0;
+	pthread_mutex_lock(&s->mu);
+	// the least recently used slot no job holds (a grammar compiled by
+	// another request meanwhile is as good as this one)
+	struct gcache *slot = NULL;
+	for (int i = 0; i < SCHED_GRAMMARS; i++) {
+		struct gcache *c = &s->gcache[i];
+		if (c->g && c->len == len && memcmp(c->text, text, len) == 0) {
+			c->refs++;
+			c->used = ++s->gclock;
+			pthread_mutex_unlock(&s->mu);
+			gbnf_free(g);
+			free(copy);
+			return c;
+		}
+		if (c->refs == 0 && (!slot || !c->g || (slot->g && c->used < slot->used)))
+			slot = c;
+	}
+	if (!slot) { // every slot in use: this job keeps its own copy
+		pthread_mutex_unlock(&s->mu);
+		slot = calloc(1, sizeof *slot);
+		if (!slot) {
+			gbnf_free(g);
+			free(copy);
+			ad_err(err, "grammar: out of memory");
+			return NULL;
+		}
+		*slot = (struct gcache){copy, len, g, 1, 0, 1};
+		return slot;
+	}
+	gbnf_free(slot->g);
+	free(slot->text);
+	*slot = (struct gcache){copy, len, g, 1, ++s->gclock, 0};
+	pthread_mutex_unlock(&s->mu);
+	return slot;
+}
+
+// drop a reference; under the lock
+static void
+gcache_put(struct gcache *c)
+{
+	if (!c)
+		return;
+	if (!c->own) {
+		c->refs--;
+		return;
+	}
+	gbnf_free(c->g);
+	free(c->text);
+	free(c);
+}
+
+// a job's grammar and its matcher
+static int
+grammar_job(struct sched *s, const struct sched_gen *g, struct job *j, enum sched_code *code, char *err)
+{
+	if (!g->grammar || !g->grammar_len)
+		return 0;
+	if (!s->o.vocab.get)
+		return fail(code, SCHED_EUNSUPPORTED, err, "grammar: this worker has no vocabulary for grammars");
+	char msg[AD_ERRLEN];
+	const struct gram_vocab *v = s->o.vocab.get(s->o.vocab.ctx, msg);
+	if (!v)
+		return fail(code, SCHED_EINTERNAL, err, "grammar: the model's vocabulary: %s", msg);
+	if (gram_vocab_size(v) != s->V)
+		return fail(code, SCHED_EINTERNAL, err, "grammar: a vocabulary of %d tokens for a model of %d",
+		            gram_vocab_size(v), s->V);
+	if (!(j->gc = gcache_get(s, g->grammar, g->grammar_len, msg)))
+		return fail(code, SCHED_EBADREQ, err, "%s", msg);
+	struct gram_opts o = {
+		.g = j->gc->g,
+		.v = v,
+		.stop = g->stop_ids,
+		.n_stop = g->n_stop,
+		.lazy = g->grammar_lazy,
+		.words = g->grammar_words,
+		.n_words = g->n_grammar_words,
+		.trigger_ids = g->grammar_tokens,
+		.n_trigger_ids = g->n_grammar_tokens,
+	};
+	char e2[AD_ERRLEN];
+	int bad = !(j->gram = gram_new(&o, msg));
+	// a continued job: the grammar takes the tokens the lost one delivered
+	for (int i = 0; !bad && i < g->grammar_replay; i++)
+		if (gram_accept(j->gram, g->prompt[g->n_prompt - g->grammar_replay + i], e2)) {
+			snprintf(msg, sizeof msg, "grammar_replay: token %d: %.*s", i, AD_ERRLEN - 64, e2);
+			bad = 1;
+		}
+	if (bad) {
+		gram_free(j->gram);
+		j->gram = NULL;
+		pthread_mutex_lock(&s->mu);
+		gcache_put(j->gc);
+		pthread_mutex_unlock(&s->mu);
+		j->gc = NULL;
+		return fail(code, SCHED_EBADREQ, err, "%s", msg);
+	}
+	return 0;
+}
+
 int
 sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started *out, enum sched_code *code,
                char *err)
@@ -1603,6 +1763,9 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 			            g->prompt[i], s->V);
 	if (g->max_tokens < 1)
 		return fail(code, SCHED_EBADREQ, err, "max_tokens: must be at least 1 (got %d)", g->max_tokens);
+	if (g->grammar_replay < 0 || g->grammar_replay > g->n_prompt)
+		return fail(code, SCHED_EBADREQ, err, "grammar_replay: %d, more than the prompt's %d tokens",
+		            g->grammar_replay, g->n_prompt);
 	char msg[AD_ERRLEN];
 	if (sample_check(&g->sp, msg))
 		return fail(code, SCHED_EBADREQ, err, "sampling: %s", msg);
@@ -1677,6 +1840,10 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 	j->submit_ns = j->last_poll_ns = now_ns();
 	if (g->deadline_ms)
 		j->deadline_ns = j->submit_ns + (uint64_t)g->deadline_ms * 1000000u;
+	if (grammar_job(s, g, j, code, err)) {
+		job_free(j);
+		return -1;
+	}
 
 	pthread_mutex_lock(&s->mu);
 	int rv = 0;
@@ -1689,11 +1856,8 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 	else if (name)
 		rv = claim_session(s, j, name, code, err);
 	if (rv) {
+		job_free(j);
 		pthread_mutex_unlock(&s->mu);
-		pthread_cond_destroy(&j->cv);
-		free(j->prompt);
-		free(j->bias);
-		free(j);
 		return -1;
 	}
 	j->id = s->next_id++;

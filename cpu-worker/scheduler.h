@@ -49,6 +49,13 @@
 // Prompts longer than the context keep their last max_seq - max_tokens - 1
 // tokens (at least 1) and report how many were dropped.
 //
+// Constrained decoding (grammar.h): a job with a grammar samples under it
+// (gram_sample) and ends with SCHED_STOP as soon as the grammar can only
+// end. Grammars are compiled in sched_generate (a bad one is SCHED_EBADREQ)
+// and kept by text in a small cache, so the n choices of a request compile
+// theirs once; each job has its own matcher. The vocabulary comes from
+// sched_opts.vocab, built on the first grammar.
+//
 // Leases: a job naming a client (a frontend, say) is cancelled once that
 // client's lease runs out (sched_lease renews it; so does each of its
 // Generates): a client that died on another machine, which no pid check
@@ -58,7 +65,10 @@
 // A continued job (skip_draws): its sampler skips that many random numbers
 // after seeding (sample_skip), so a job resubmitted on a restarted worker
 // with prompt + the tokens already delivered draws what the lost one would
-// have. Each event reports the sampler's draws after its token.
+// have. Each event reports the sampler's draws after its token. Its
+// grammar takes the last grammar_replay prompt tokens (those delivered)
+// before the first new one, so it is where the lost job's grammar was and
+// the redraws of rejected tokens repeat too.
 //
 // A failed engine call (a kernel backend that is gone, say) ends the jobs
 // of that call with FINISH_ERROR and SCHED_EUNAVAILABLE; the scheduler goes
@@ -70,6 +80,7 @@
 
 #include "engine.h"
 #include "err.h"
+#include "grammar.h"
 #include "prefix-cache.h"
 #include "sample.h"
 #include "spec.h"
@@ -112,9 +123,19 @@ struct sched_opts {
 	int grace_ms;   // keep a finished job after its final poll (0: 10000)
 	size_t cache_mem; // bytes of KV rows the prefix cache may hold (0: no cache)
 	int cache_block;  // positions per cache block (0: SCHED_CACHE_BLOCK)
+	// the model's vocabulary for grammars: get returns it (built on first
+	// use, safe from any thread; NULL with a message when it cannot be);
+	// find resolves a grammar's <text> tokens (NULL: they are refused).
+	// Without get a grammar is SCHED_EUNSUPPORTED.
+	struct sched_vocab {
+		const struct gram_vocab *(*get)(void *ctx, char *err);
+		int32_t (*find)(void *ctx, const char *s, size_t n);
+		void *ctx;
+	} vocab;
 	const struct spec_opts *spec; // the drafts (NULL: spec_defaults); copied
 	int no_spec;      // jobs draft only when they ask (sched_gen.speculative)
 };
+#define SCHED_GRAMMARS 8 // compiled grammars kept
 #define SCHED_CACHE_BLOCK 16
 
 // a generation (engine.proto's GenerateRequest); the scheduler copies it
@@ -133,6 +154,16 @@ struct sched_gen {
 	int logprobs;
 	int top_logprobs; // [0, SCHED_TOP_LOGPROBS]
 	int client_pid; // > 0: cancel the job once this process is gone (checked every 100 ms)
+	// constrained decoding: GBNF text (NULL or empty: none); lazy waits
+	// for one of the trigger words or tokens
+	const char *grammar;
+	size_t grammar_len;
+	int grammar_lazy;
+	const char *const *grammar_words;
+	int n_grammar_words;
+	const int32_t *grammar_tokens;
+	int n_grammar_tokens;
+	int grammar_replay; // a continued job: the last prompt tokens the grammar takes first
 	const char *client; // NULL or "": no lease; else renewed for lease_ms
 	int lease_ms;       // [SCHED_LEASE_MIN_MS, SCHED_LEASE_MAX_MS]
 	uint64_t skip_draws; // at most max_seq (see above)
@@ -157,6 +188,8 @@ struct sched_event {
 	float lp;     // the chosen token's
 	int n_lp;     // alternatives, best first; .logit holds the logprob
 	struct sample_tok lp_top[SCHED_TOP_LOGPROBS];
+	int grammar_on;        // a lazy grammar switched on with this token
+	uint32_t grammar_from; // bytes into the generated text where it applies
 };
 
 struct sched_timings {

@@ -119,6 +119,20 @@ do_generate(struct engine_service *svc, const Anedvd__GenerateRequest *q, struct
 		FAIL(rp, SCHED_EBADREQ, "top_logprobs: at most 20");
 	g.logprobs = q->logprobs;
 	g.top_logprobs = (int)q->top_logprobs;
+	if (q->grammar && q->grammar[0]) {
+		if (q->n_grammar_words > GRAM_MAX_TRIGGERS || q->n_grammar_tokens > GRAM_MAX_TRIGGERS)
+			FAIL(rp, SCHED_EBADREQ, "grammar: at most 16 trigger words and 16 trigger tokens");
+		g.grammar = q->grammar;
+		g.grammar_len = strlen(q->grammar);
+		g.grammar_lazy = q->grammar_lazy;
+		g.grammar_words = (const char *const *)q->grammar_words;
+		g.n_grammar_words = (int)q->n_grammar_words;
+		g.grammar_tokens = q->grammar_tokens;
+		g.n_grammar_tokens = (int)q->n_grammar_tokens;
+		if (q->grammar_replay > q->n_prompt)
+			FAIL(rp, SCHED_EBADREQ, "grammar_replay: more than the prompt's tokens");
+		g.grammar_replay = (int)q->grammar_replay;
+	}
 	struct sample_bias *bias = NULL;
 	if (q->sampling && q->sampling->n_logit_bias) {
 		size_t nb = q->sampling->n_logit_bias;
@@ -189,6 +203,8 @@ do_poll(struct engine_service *svc, const Anedvd__PollRequest *q, struct reply *
 		te->draws = ev->draws;
 		te->has_logprob = ev->has_lp;
 		te->logprob = ev->lp;
+		te->grammar_on = ev->grammar_on;
+		te->grammar_from = ev->grammar_from;
 		te->n_top_logprobs = (size_t)ev->n_lp;
 		te->top_logprobs = rp->plps + l;
 		for (int t = 0; t < ev->n_lp; t++, l++) {

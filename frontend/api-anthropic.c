@@ -5,8 +5,10 @@
 // content_block_stop, message_delta (stop_reason, stop_sequence, usage),
 // message_stop. A thinking model's thinking comes first as a thinking block
 // (thinking_delta events, then a signature_delta before its
-// content_block_stop), its answer then as a text block; the blocks of such
-// a reply open as its parts arrive (g->blk, g->blk_part, g->blk_hash are
+// content_block_stop), its answer then as a text block; a tool call is a
+// tool_use block (content_block_start with its id and name, then
+// input_json_delta events); the blocks of such a reply open as its parts
+// arrive (g->blk, g->blk_part, g->blk_hash are
 // the loop thread's, which is why the stream renderers write through their
 // const gen). Errors are {"type":"error","error":{"type","message"}}; in a
 // stream that has begun, an "event: error" carrying the same object.
@@ -18,6 +20,48 @@
 #include "fe.h"
 
 #define BILLING_HEADER "x-anthropic-billing-header:"
+
+// tools: [{name, description, input_schema}]; tool_choice: {type: auto |
+// any | tool | none, name, disable_parallel_tool_use}
+static int
+parse_tools(cJSON *body, struct fe_params *p, struct fe_bad *bad)
+{
+	p->call_ids = FE_IDS_ANTHROPIC;
+	if (fe_tools_parse(p, body, FE_TOOLS_ANTHROPIC, bad))
+		return -1;
+	p->tool_choice = p->n_tools ? FE_TC_AUTO : FE_TC_NONE;
+	p->parallel_tools = 1;
+	cJSON *tc = cJSON_GetObjectItemCaseSensitive(body, "tool_choice");
+	if (tc && !cJSON_IsNull(tc)) {
+		cJSON *type = cJSON_GetObjectItemCaseSensitive(tc, "type");
+		if (!cJSON_IsObject(tc) || !cJSON_IsString(type))
+			return fe_bad_set(bad, 400, "tool_choice", "'tool_choice' must be an object with a type");
+		const char *v = type->valuestring;
+		if (!strcmp(v, "auto")) {
+			p->tool_choice = FE_TC_AUTO;
+		} else if (!strcmp(v, "any")) {
+			p->tool_choice = FE_TC_REQUIRED;
+		} else if (!strcmp(v, "none")) {
+			p->tool_choice = FE_TC_NONE;
+		} else if (!strcmp(v, "tool")) {
+			cJSON *name = cJSON_GetObjectItemCaseSensitive(tc, "name");
+			if (!cJSON_IsString(name))
+				return fe_bad_set(bad, 400, "tool_choice.name", "'tool_choice.name' is required with type tool");
+			p->tool_choice = FE_TC_NAMED;
+			if (!(p->tool_name = strdup(name->valuestring)))
+				return fe_bad_set(bad, 503, NULL, "out of memory");
+		} else {
+			return fe_bad_set(bad, 400, "tool_choice.type",
+			                  "'tool_choice.type': '%.32s' is not auto, any, tool or none", v);
+		}
+		int b = 0;
+		if (fe_get_bool(tc, "disable_parallel_tool_use", &b, bad) < 0)
+			return -1;
+		p->parallel_tools = !b;
+	}
+	return 0;
+}
+
 
 static int
 parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_params *p, struct fe_bad *bad)
@@ -73,7 +117,12 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 	cJSON_ArrayForEach(m, msgs)
 	if (fe_chat_anthropic_message(m, i++, p, bad) != 0)
 		return -1;
-	if (fe_chat_anthropic_tools(body, p, bad) != 0 || fe_chat_anthropic_thinking(body, p, bad) != 0)
+	if (parse_tools(body, p, bad) != 0 || fe_chat_anthropic_thinking(body, p, bad) != 0)
+		return -1;
+	if (p->n_tools && !(p->tools_json = fe_tools_json(p))) // what the template gets
+		return fe_bad_set(bad, 503, NULL, "out of memory");
+	static const struct fe_fields fields = {"tools", "tool_choice", "", ""};
+	if (fe_structured_check(p, &fields, bad) < 0)
 		return -1;
 	if (fe_get_sampling(body, p, bad) < 0)
 		return -1;
@@ -93,6 +142,8 @@ stop_reason(enum fe_finish f)
 		return "max_tokens";
 	case FE_FINISH_STOP_SEQ:
 		return "stop_sequence";
+	case FE_FINISH_TOOLS:
+		return "tool_use";
 	default:
 		return "end_turn";
 	}
@@ -131,6 +182,30 @@ usage(const struct fe_gen *g, unsigned out)
 	return u;
 }
 
+// a call's input: its arguments, made whole when the reply was cut short
+static cJSON *
+input_of(const struct fe_call *c)
+{
+	cJSON *in = c->done ? cJSON_ParseWithLength(c->args ? c->args : "{}", c->args ? c->len : 2) : NULL;
+	if (!in) {
+		char *closed = fe_json_close(c->args ? c->args : "", c->len);
+		in = closed ? cJSON_Parse(closed) : NULL;
+		free(closed);
+	}
+	return in ? in : cJSON_CreateObject();
+}
+
+static cJSON *
+tool_use(const struct fe_call *c)
+{
+	cJSON *b = cJSON_CreateObject();
+	cJSON_AddStringToObject(b, "type", "tool_use");
+	cJSON_AddStringToObject(b, "id", c->id);
+	cJSON_AddStringToObject(b, "name", c->name);
+	cJSON_AddItemToObject(b, "input", input_of(c));
+	return b;
+}
+
 static cJSON *
 message(const struct fe_gen *g, int final)
 {
@@ -152,10 +227,15 @@ message(const struct fe_gen *g, int final)
 			cJSON_AddStringToObject(t, "signature", sig);
 			cJSON_AddItemToArray(content, t);
 		}
-		cJSON *b = cJSON_CreateObject();
-		cJSON_AddStringToObject(b, "type", "text");
-		fe_add_text(b, "text", g->text, g->len);
-		cJSON_AddItemToArray(content, b);
+		const struct fe_choice *ch = &g->ch[0];
+		if (!ch->n_calls || !fe_blank(g->text, g->len)) {
+			cJSON *b = cJSON_CreateObject();
+			cJSON_AddStringToObject(b, "type", "text");
+			fe_add_text(b, "text", g->text, g->len);
+			cJSON_AddItemToArray(content, b);
+		}
+		for (int i = 0; i < ch->n_calls; i++)
+			cJSON_AddItemToArray(content, tool_use(&ch->calls[i]));
 	}
 	add_stop_fields(o, g, final);
 	cJSON_AddItemToObject(o, "usage", usage(g, final ? g->r.completion_tokens : 0));
@@ -178,6 +258,25 @@ typed(const char *type)
 	cJSON *o = cJSON_CreateObject();
 	cJSON_AddStringToObject(o, "type", type);
 	return o;
+}
+
+enum { B_TOOL = 2 }; // a tool_use block, beside FE_PART_CONTENT and FE_PART_REASONING
+
+// a tool_use block opens: index g->blk
+static void
+block_open_call(struct fe_sse *e, const struct fe_gen *g, const struct fe_call *c)
+{
+	struct fe_gen *m = (struct fe_gen *)g;
+	cJSON *o = typed("content_block_start");
+	cJSON_AddNumberToObject(o, "index", m->blk);
+	cJSON *b = cJSON_AddObjectToObject(o, "content_block");
+	cJSON_AddStringToObject(b, "type", "tool_use");
+	cJSON_AddStringToObject(b, "id", c->id);
+	cJSON_AddStringToObject(b, "name", c->name);
+	cJSON_AddObjectToObject(b, "input");
+	fe_sse_event(e, "content_block_start", o);
+	m->blk++;
+	m->blk_part = B_TOOL;
 }
 
 // a content block opens: index g->blk, of the given part
@@ -235,8 +334,9 @@ stream_start(const struct fe_gen *g, size_t *len)
 	cJSON *o = typed("message_start");
 	cJSON_AddItemToObject(o, "message", message(g, 0));
 	fe_sse_event(&e, "message_start", o);
-	// a reply that may think opens its first block when it knows which
-	if (!g->think)
+	// a reply that may think or call tools opens its first block when it
+	// knows which
+	if (!g->think && !fe_wants_calls(&g->p))
 		block_open(&e, g, FE_PART_CONTENT);
 	fe_sse_event(&e, "ping", typed("ping"));
 	return fe_sse_done(&e, len);
@@ -246,6 +346,21 @@ static char *
 stream_chunk(const struct fe_gen *g, const struct fe_chunk *ck, size_t *len)
 {
 	struct fe_sse e = { 0 };
+	if (ck->call) { // a tool call: its block opens with its first chunk, then input_json_delta events
+		if (ck->start) {
+			block_close(&e, g);
+			block_open_call(&e, g, ck->start);
+		}
+		if (ck->len && g->blk_part == B_TOOL) {
+			cJSON *o = typed("content_block_delta");
+			cJSON_AddNumberToObject(o, "index", g->blk - 1);
+			cJSON *d = cJSON_AddObjectToObject(o, "delta");
+			cJSON_AddStringToObject(d, "type", "input_json_delta");
+			fe_add_text(d, "partial_json", ck->text, ck->len);
+			fe_sse_event(&e, "content_block_delta", o);
+		}
+		return fe_sse_done(&e, len);
+	}
 	if (!ck->len) {
 		*len = 0;
 		return strdup("");
@@ -272,7 +387,7 @@ stream_chunk(const struct fe_gen *g, const struct fe_chunk *ck, size_t *len)
 static char *
 stream_text(const struct fe_gen *g, const char *s, size_t n, size_t *len)
 {
-	struct fe_chunk ck = { 0, s, n, NULL, 0, FE_PART_CONTENT };
+	struct fe_chunk ck = {.text = s, .len = n, .part = FE_PART_CONTENT};
 	return stream_chunk(g, &ck, len);
 }
 

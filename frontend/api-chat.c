@@ -1,7 +1,7 @@
 // api-chat.c - what a chat request gives the model's chat template besides
 // the text of its turns: tool calls and results in the history, thinking
-// kept in the history, the tools, chat_template_kwargs and the thinking
-// switches of both dialects. See fe.h.
+// kept in the history, chat_template_kwargs and the thinking switches of
+// both dialects (the tools themselves: tools.c). See fe.h.
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,36 +172,6 @@ find_call(const struct fe_params *p, const char *id)
 	return NULL;
 }
 
-// OpenAI tools: [{"type": "function", "function": {"name", "description", "parameters"}}]
-static int
-openai_tools(cJSON *tools, struct fe_params *p, struct fe_bad *bad)
-{
-	if (!cJSON_IsArray(tools))
-		return fe_bad_set(bad, 400, "tools", "'tools' must be an array");
-	int i = 0;
-	cJSON *t;
-	cJSON_ArrayForEach(t, tools)
-	{
-		char where[64];
-		snprintf(where, sizeof where, "tools[%d]", i);
-		cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
-		cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
-		if (!cJSON_IsObject(t))
-			return fe_bad_set(bad, 400, where, "'%s' must be an object", where);
-		if (!cJSON_IsString(type) || strcmp(type->valuestring, "function"))
-			return fe_bad_set(bad, 400, where, "'%s.type' must be 'function'", where);
-		if (!cJSON_IsObject(fn) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(fn, "name")))
-			return fe_bad_set(bad, 400, where, "'%s.function.name' must be a string", where);
-		cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
-		if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params))
-			return fe_bad_set(bad, 400, where, "'%s.function.parameters' must be a JSON Schema object", where);
-		i++;
-	}
-	if (i && !(p->tools_json = print_or_bad(tools, bad)))
-		return -1;
-	return 0;
-}
-
 // kwargs[key] = v, unless the kwargs have it already
 static int
 kwarg_default(struct fe_params *p, const char *key, cJSON *v, struct fe_bad *bad)
@@ -224,13 +194,6 @@ kwarg_default(struct fe_params *p, const char *key, cJSON *v, struct fe_bad *bad
 	free(p->template_kwargs);
 	p->template_kwargs = s;
 	return 0;
-}
-
-int
-fe_chat_openai_tools(cJSON *body, struct fe_params *p, struct fe_bad *bad)
-{
-	cJSON *v = cJSON_GetObjectItemCaseSensitive(body, "tools");
-	return v && !cJSON_IsNull(v) ? openai_tools(v, p, bad) : 0;
 }
 
 int
@@ -303,56 +266,6 @@ fe_chat_check_tool_turns(struct fe_params *p, size_t from, struct fe_bad *bad, c
 }
 
 // --- Anthropic ---------------------------------------------------------------------
-
-int
-fe_chat_anthropic_tools(cJSON *body, struct fe_params *p, struct fe_bad *bad)
-{
-	cJSON *tools = cJSON_GetObjectItemCaseSensitive(body, "tools");
-	if (tools && !cJSON_IsNull(tools)) {
-		if (!cJSON_IsArray(tools))
-			return fe_bad_set(bad, 400, "tools", "'tools' must be an array");
-		cJSON *arr = cJSON_CreateArray(), *t;
-		int i = 0;
-		cJSON_ArrayForEach(t, tools)
-		{
-			char where[64];
-			snprintf(where, sizeof where, "tools[%d]", i++);
-			cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
-			cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
-			cJSON *desc = cJSON_GetObjectItemCaseSensitive(t, "description");
-			cJSON *schema = cJSON_GetObjectItemCaseSensitive(t, "input_schema");
-			const char *err = NULL;
-			if (!cJSON_IsObject(t))
-				err = "must be an object";
-			else if (type && !cJSON_IsNull(type) && !(cJSON_IsString(type) && !strcmp(type->valuestring, "custom")))
-				err = "has a type this server does not run (only custom tools: name, description, input_schema)";
-			else if (!cJSON_IsString(name))
-				err = "needs a string 'name'";
-			else if (!cJSON_IsObject(schema))
-				err = "needs an 'input_schema' object";
-			else if (desc && !cJSON_IsNull(desc) && !cJSON_IsString(desc))
-				err = "has a 'description' that is not a string";
-			if (err) {
-				cJSON_Delete(arr);
-				return fe_bad_set(bad, 400, where, "'%s' %s", where, err);
-			}
-			cJSON *o = cJSON_CreateObject(), *fn;
-			cJSON_AddStringToObject(o, "type", "function");
-			fn = cJSON_AddObjectToObject(o, "function");
-			cJSON_AddStringToObject(fn, "name", name->valuestring);
-			if (cJSON_IsString(desc))
-				cJSON_AddStringToObject(fn, "description", desc->valuestring);
-			cJSON_AddItemToObject(fn, "parameters", cJSON_Duplicate(schema, 1));
-			cJSON_AddItemToArray(arr, o);
-		}
-		char *s = i ? print_or_bad(arr, bad) : NULL;
-		cJSON_Delete(arr);
-		if (i && !s)
-			return -1;
-		p->tools_json = s;
-	}
-	return 0;
-}
 
 int
 fe_chat_anthropic_thinking(cJSON *body, struct fe_params *p, struct fe_bad *bad)
@@ -487,6 +400,19 @@ fe_chat_anthropic_message(cJSON *m, int i, struct fe_params *p, struct fe_bad *b
 			char *res;
 			if (fe_get_text(cJSON_GetObjectItemCaseSensitive(b, "content"), where, &res, bad) < 0)
 				goto fail;
+			if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "is_error"))) { // the tool failed: say so
+				size_t rl = strlen(res);
+				char *e = malloc(rl + 8);
+				if (!e) {
+					free(res);
+					fe_bad_set(bad, 503, NULL, "out of memory");
+					goto fail;
+				}
+				memcpy(e, "Error: ", 7);
+				memcpy(e + 7, res, rl + 1);
+				free(res);
+				res = e;
+			}
 			struct tok_msg tm = {.role = TOK_ROLE_TOOL, .content = res, .call_id = strdup(id->valuestring)};
 			if (!tm.call_id) {
 				free(res);

@@ -43,6 +43,15 @@ fe_params_free(struct fe_params *p)
 	free(p->msgs);
 	free(p->tools_json);
 	free(p->template_kwargs);
+	for (int i = 0; i < p->n_tools; i++) {
+		free(p->tools[i].name);
+		free(p->tools[i].description);
+		cJSON_Delete(p->tools[i].params);
+	}
+	free(p->tools);
+	free(p->tool_name);
+	cJSON_Delete(p->schema);
+	free(p->grammar);
 	free(p->prompt);
 	for (size_t i = 0; i < p->n_stops; i++)
 		free(p->stops[i]);

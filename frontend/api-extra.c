@@ -268,7 +268,7 @@ run_job(struct fe_gen *g)
 	case FE_API_COUNT_TOKENS: {
 		int32_t *ids = NULL;
 		size_t n = 0;
-		int rv = fe_prompt_ids(&g->p, &ids, &n, NULL, err);
+		int rv = fe_prompt_ids(&g->p, &ids, &n, NULL, NULL, err);
 		if (rv != 0) {
 			fail(g, rv == TOKC_BAD_REQUEST ? 400 : 503, "%s", err);
 			return;
@@ -282,7 +282,7 @@ run_job(struct fe_gen *g)
 	}
 	case FE_API_APPLY_TEMPLATE: {
 		char *text = NULL;
-		int rv = fe_prompt_text(&g->p, &text, err);
+		int rv = fe_prompt_text(&g->p, &text, NULL, err);
 		if (rv != 0) {
 			fail(g, rv == TOKC_BAD_REQUEST ? 400 : 503, "%s", err);
 			return;

@@ -14,6 +14,24 @@
 
 #include "fe.h"
 
+// the arguments of an assistant turn's calls are JSON objects (the
+// template, or the tool markup the prompt is written in, holds them as such)
+static int
+check_arguments(const struct tok_msg *m, int i, struct fe_bad *bad)
+{
+	for (size_t k = 0; k < m->n_calls; k++) {
+		cJSON *a = cJSON_Parse(m->calls[k].arguments);
+		int ok = cJSON_IsObject(a);
+		cJSON_Delete(a);
+		if (!ok) {
+			char where[96];
+			snprintf(where, sizeof where, "messages[%d].tool_calls[%zu].function.arguments", i, k);
+			return fe_bad_set(bad, 400, where, "'%s' must be a JSON object", where);
+		}
+	}
+	return 0;
+}
+
 static int
 parse_messages(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 {
@@ -38,11 +56,107 @@ parse_messages(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 			return -1;
 		}
 		p->n_msgs++;
+		if (check_arguments(&p->msgs[p->n_msgs - 1], i - 1, bad) != 0)
+			return -1;
 		if (p->msgs[p->n_msgs - 1].role == TOK_ROLE_TOOL) {
 			snprintf(where, sizeof where, "messages[%d].tool_call_id", i - 1);
 			if (fe_chat_check_tool_turns(p, p->n_msgs - 1, bad, where) != 0)
 				return -1;
 		}
+	}
+	return 0;
+}
+
+// tools: [{"type": "function", "function": {name, description, parameters}}]
+static int
+parse_tools(cJSON *body, struct fe_params *p, struct fe_bad *bad)
+{
+	if (fe_tools_parse(p, body, FE_TOOLS_CHAT, bad))
+		return -1;
+	p->tool_choice = p->n_tools ? FE_TC_AUTO : FE_TC_NONE;
+	cJSON *tc = cJSON_GetObjectItemCaseSensitive(body, "tool_choice");
+	if (tc && !cJSON_IsNull(tc)) {
+		if (cJSON_IsString(tc)) {
+			const char *v = tc->valuestring;
+			if (!strcmp(v, "none"))
+				p->tool_choice = FE_TC_NONE;
+			else if (!strcmp(v, "auto"))
+				p->tool_choice = FE_TC_AUTO;
+			else if (!strcmp(v, "required"))
+				p->tool_choice = FE_TC_REQUIRED;
+			else
+				return fe_bad_set(bad, 400, "tool_choice",
+				                  "'tool_choice' must be none, auto, required or {\"type\": \"function\", "
+				                  "\"function\": {\"name\": ...}}");
+		} else {
+			cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
+			cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+			if (!cJSON_IsObject(tc) || !cJSON_IsString(name))
+				return fe_bad_set(bad, 400, "tool_choice",
+				                  "'tool_choice' must be none, auto, required or {\"type\": \"function\", "
+				                  "\"function\": {\"name\": ...}}");
+			p->tool_choice = FE_TC_NAMED;
+			if (!(p->tool_name = strdup(name->valuestring)))
+				return fe_bad_set(bad, 503, NULL, "out of memory");
+		}
+	}
+	p->parallel_tools = 1;
+	int b = 1, rv = fe_get_bool(body, "parallel_tool_calls", &b, bad);
+	if (rv < 0)
+		return -1;
+	if (rv)
+		p->parallel_tools = b;
+	return 0;
+}
+
+// response_format: {"type": "text" | "json_object" | "json_schema", "json_schema": {name, schema, strict}}
+static int
+parse_format(cJSON *body, struct fe_params *p, struct fe_bad *bad)
+{
+	cJSON *rf = cJSON_GetObjectItemCaseSensitive(body, "response_format");
+	if (!rf || cJSON_IsNull(rf))
+		return 0;
+	cJSON *type = cJSON_GetObjectItemCaseSensitive(rf, "type");
+	if (!cJSON_IsObject(rf) || !cJSON_IsString(type))
+		return fe_bad_set(bad, 400, "response_format", "'response_format' must be an object with a type");
+	const char *t = type->valuestring;
+	if (!strcmp(t, "text"))
+		return 0;
+	if (!strcmp(t, "json_object")) {
+		p->json_object = 1;
+		return 0;
+	}
+	if (strcmp(t, "json_schema"))
+		return fe_bad_set(bad, 400, "response_format.type",
+		                  "'response_format.type': '%.32s' is not text, json_object or json_schema", t);
+	cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+	cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
+	if (!cJSON_IsObject(js))
+		return fe_bad_set(bad, 400, "response_format.json_schema", "'response_format.json_schema' must be an object");
+	if (!schema || cJSON_IsNull(schema)) // a name alone: any JSON object
+		p->json_object = 1;
+	else if (!(p->schema = cJSON_Duplicate(schema, 1)))
+		return fe_bad_set(bad, 503, NULL, "out of memory");
+	return 0;
+}
+
+// llama.cpp's extensions: "grammar" (GBNF) and "json_schema" (a schema)
+static int
+parse_constraints(cJSON *body, struct fe_params *p, struct fe_bad *bad)
+{
+	const char *g = NULL;
+	if (fe_get_string(body, "grammar", &g, bad) < 0)
+		return -1;
+	if (g && g[0] && !(p->grammar = strdup(g)))
+		return fe_bad_set(bad, 503, NULL, "out of memory");
+	cJSON *js = cJSON_GetObjectItemCaseSensitive(body, "json_schema");
+	if (js && !cJSON_IsNull(js)) {
+		if (p->schema || p->json_object)
+			return fe_bad_set(bad, 400, "json_schema", "'json_schema' beside 'response_format': give one");
+		if (!cJSON_IsObject(js) && !cJSON_IsBool(js))
+			return fe_bad_set(bad, 400, "json_schema", "'json_schema' must be a JSON Schema object");
+		if (!(p->schema = cJSON_Duplicate(js, 1)))
+			return fe_bad_set(bad, 503, NULL, "out of memory");
 	}
 	return 0;
 }
@@ -272,8 +386,7 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 	if (fe_get_model(body, cfg, p, bad) < 0)
 		return -1;
 	if (api == FE_API_CHAT) {
-		if (parse_messages(body, p, bad) != 0 || fe_chat_openai_tools(body, p, bad) != 0 ||
-		    fe_chat_openai_thinking(body, p, bad) != 0)
+		if (parse_messages(body, p, bad) != 0 || fe_chat_openai_thinking(body, p, bad) != 0)
 			return -1;
 	} else {
 		cJSON *pr = cJSON_GetObjectItemCaseSensitive(body, "prompt");
@@ -309,6 +422,18 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 		return -1;
 	if (parse_stop(body, p, bad) < 0 || parse_logprobs(body, api, p, bad) < 0 || parse_bias(body, p, bad) < 0)
 		return -1;
+	p->call_ids = FE_IDS_OPENAI;
+	if (api == FE_API_CHAT && (parse_tools(body, p, bad) < 0 || parse_format(body, p, bad) < 0))
+		return -1;
+	if (p->n_tools && !(p->tools_json = fe_tools_json(p))) // what the template gets
+		return fe_bad_set(bad, 503, NULL, "out of memory");
+	if (parse_constraints(body, p, bad) < 0)
+		return -1;
+	static const struct fe_fields fields = {"tools", "tool_choice", "response_format.json_schema.schema", "grammar"};
+	static const struct fe_fields fields_ext = {"tools", "tool_choice", "json_schema", "grammar"};
+	if (fe_structured_check(p, cJSON_GetObjectItemCaseSensitive(body, "response_format") ? &fields : &fields_ext,
+	                        bad) < 0)
+		return -1;
 	cJSON *so = cJSON_GetObjectItemCaseSensitive(body, "stream_options");
 	if (so && !cJSON_IsNull(so)) {
 		if (!cJSON_IsObject(so))
@@ -326,7 +451,25 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 static const char *
 finish_name(enum fe_finish f)
 {
-	return f == FE_FINISH_LENGTH ? "length" : "stop";
+	return f == FE_FINISH_LENGTH ? "length" : f == FE_FINISH_TOOLS ? "tool_calls" : "stop";
+}
+
+// message.tool_calls: [{id, type, function: {name, arguments}}] (the
+// arguments as text, as far as they came)
+static cJSON *
+tool_calls(const struct fe_call *c, int n)
+{
+	cJSON *a = cJSON_CreateArray();
+	for (int i = 0; i < n; i++) {
+		cJSON *t = cJSON_CreateObject(), *fn = cJSON_CreateObject();
+		cJSON_AddStringToObject(t, "id", c[i].id);
+		cJSON_AddStringToObject(t, "type", "function");
+		cJSON_AddStringToObject(fn, "name", c[i].name);
+		fe_add_text(fn, "arguments", c[i].args ? c[i].args : "", c[i].len);
+		cJSON_AddItemToObject(t, "function", fn);
+		cJSON_AddItemToArray(a, t);
+	}
+	return a;
 }
 
 static cJSON *
@@ -517,11 +660,16 @@ response(const struct fe_gen *g, size_t *len)
 		if (is_chat(g)) {
 			cJSON *m = cJSON_AddObjectToObject(c, "message");
 			cJSON_AddStringToObject(m, "role", "assistant");
-			fe_add_text(m, "content", text, tl);
+			if (ch->n_calls && fe_blank(text, tl))
+				cJSON_AddNullToObject(m, "content");
+			else
+				fe_add_text(m, "content", text, tl);
 			size_t rl = 0;
 			const char *r = fe_choice_reasoning(g, i, &rl);
 			if (rl) // a thinking model's thinking, as llama.cpp and vLLM send it
 				fe_add_text(m, "reasoning_content", r, rl);
+			if (ch->n_calls)
+				cJSON_AddItemToObject(m, "tool_calls", tool_calls(ch->calls, ch->n_calls));
 		} else {
 			fe_add_text(c, "text", text, tl);
 		}
@@ -618,7 +766,20 @@ stream_chunk(const struct fe_gen *g, const struct fe_chunk *ck, size_t *len)
 {
 	cJSON *c;
 	cJSON *o = chunk(g, &c, ck->index);
-	if (is_chat(g)) {
+	if (is_chat(g) && ck->call) {
+		// a tool call: its first delta names it, the later ones carry pieces of its arguments
+		cJSON *d = cJSON_AddObjectToObject(c, "delta");
+		cJSON *tc = cJSON_AddArrayToObject(d, "tool_calls"), *t = cJSON_CreateObject(), *fn = cJSON_CreateObject();
+		cJSON_AddNumberToObject(t, "index", ck->call - 1);
+		if (ck->start) {
+			cJSON_AddStringToObject(t, "id", ck->start->id);
+			cJSON_AddStringToObject(t, "type", "function");
+			cJSON_AddStringToObject(fn, "name", ck->start->name);
+		}
+		fe_add_text(fn, "arguments", ck->text, ck->len);
+		cJSON_AddItemToObject(t, "function", fn);
+		cJSON_AddItemToArray(tc, t);
+	} else if (is_chat(g)) {
 		cJSON *d = cJSON_AddObjectToObject(c, "delta");
 		fe_add_text(d, ck->part == FE_PART_REASONING ? "reasoning_content" : "content", ck->text, ck->len);
 	} else {
@@ -635,7 +796,7 @@ stream_chunk(const struct fe_gen *g, const struct fe_chunk *ck, size_t *len)
 static char *
 stream_text(const struct fe_gen *g, const char *s, size_t n, size_t *len)
 {
-	struct fe_chunk ck = { 0, s, n, NULL, 0, FE_PART_CONTENT };
+	struct fe_chunk ck = {.index = 0, .text = s, .len = n};
 	return stream_chunk(g, &ck, len);
 }
 

@@ -2,18 +2,24 @@
 // openai client's responses.create and responses.stream).
 //
 // The server is stateless: previous_response_id, conversation, store: true
-// and background: true are refused with a 400 naming the field, as are
-// function tools, a tool_choice other than none/auto, a text.format other
-// than text, and input items other than messages (structured output and
-// tool use come later). A request becomes a chat: instructions as the
-// system message, then the input's messages, through the same template
-// and admission as /v1/chat/completions.
+// and background: true are refused with a 400 naming the field, as are tools
+// other than functions and input items other than messages, function_call
+// and function_call_output. A request becomes a chat: instructions as the
+// system message, then the input's items (a function_call joins the
+// assistant turn before it, a function_call_output is a tool turn), through
+// the same template, grammar and admission as /v1/chat/completions.
+// text.format json_object / json_schema constrain the answer; function
+// tools with tool_choice none / auto / required / {"type": "function",
+// "name"} make function_call output items.
 //
 // A stream is the documented event sequence, each event with its
 // sequence_number: response.created, response.in_progress,
 // response.output_item.added, response.content_part.added,
 // response.output_text.delta..., response.output_text.done,
-// response.content_part.done, response.output_item.done, then
+// response.content_part.done, response.output_item.done (with tools the
+// message item opens with the first text, and each call is an item of its
+// own: output_item.added, function_call_arguments.delta...,
+// function_call_arguments.done, output_item.done), then
 // response.completed, or response.incomplete (incomplete_details.reason
 // "max_output_tokens") when the reply was cut at its length. The closing
 // events repeat the whole text, which the loop thread keeps in g->text as
@@ -131,13 +137,70 @@ parse_input(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 		if (!cJSON_IsObject(it))
 			return fe_bad_set(bad, 400, where, "'%s' must be a message item", where);
 		cJSON *type = cJSON_GetObjectItemCaseSensitive(it, "type");
-		if (type && !cJSON_IsNull(type) && (!cJSON_IsString(type) || strcmp(type->valuestring, "message") != 0)) {
+		const char *ts = cJSON_IsString(type) ? type->valuestring : NULL;
+		if (ts && !strcmp(ts, "function_call")) {
+			// a call the model made: it joins the assistant turn before it, or makes one
+			cJSON *cid = cJSON_GetObjectItemCaseSensitive(it, "call_id");
+			cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
+			cJSON *args = cJSON_GetObjectItemCaseSensitive(it, "arguments");
+			snprintf(where, sizeof where, "input[%d].call_id", i);
+			if (!cJSON_IsString(cid) || !cid->valuestring[0])
+				return fe_bad_set(bad, 400, where, "'%s' is required", where);
+			snprintf(where, sizeof where, "input[%d].name", i);
+			if (!cJSON_IsString(name))
+				return fe_bad_set(bad, 400, where, "'%s' is required", where);
+			snprintf(where, sizeof where, "input[%d].arguments", i);
+			if (args && !cJSON_IsNull(args) && !cJSON_IsString(args))
+				return fe_bad_set(bad, 400, where, "'%s' must be a string of JSON", where);
+			struct tok_msg *m = p->n_msgs ? &p->msgs[p->n_msgs - 1] : NULL;
+			if (!m || m->role != TOK_ROLE_ASSISTANT) {
+				char *e = strdup("");
+				if (!e)
+					return fe_bad_set(bad, 503, NULL, "out of memory");
+				add_msg(p, TOK_ROLE_ASSISTANT, e);
+				m = &p->msgs[p->n_msgs - 1];
+			}
+			if (fe_msg_call(m, cid->valuestring, name->valuestring, cJSON_IsString(args) ? args->valuestring : "{}",
+			                where, bad))
+				return -1;
+			i++;
+			continue;
+		}
+		if (ts && !strcmp(ts, "function_call_output")) {
+			cJSON *cid = cJSON_GetObjectItemCaseSensitive(it, "call_id");
+			snprintf(where, sizeof where, "input[%d].call_id", i);
+			if (!cJSON_IsString(cid) || !cid->valuestring[0])
+				return fe_bad_set(bad, 400, where, "'%s' is required", where);
+			if (!fe_call_known(p, p->n_msgs, cid->valuestring))
+				return fe_bad_set(bad, 400, where, "'%s': no function_call item before it has call_id '%.64s'", where,
+				                  cid->valuestring);
+			snprintf(where, sizeof where, "input[%d].output", i);
+			char *text;
+			cJSON *out = cJSON_GetObjectItemCaseSensitive(it, "output");
+			if (cJSON_IsString(out)) {
+				if (!(text = strdup(out->valuestring)))
+					return fe_bad_set(bad, 503, NULL, "out of memory");
+			} else if (content_text(out, where, &text, bad) < 0) {
+				return -1;
+			}
+			add_msg(p, TOK_ROLE_TOOL, text);
+			struct tok_msg *m = &p->msgs[p->n_msgs - 1];
+			m->call_id = strdup(cid->valuestring);
+			for (size_t x = 0; x + 1 < p->n_msgs && !m->name; x++)
+				for (size_t c = 0; c < p->msgs[x].n_calls; c++)
+					if (!strcmp(p->msgs[x].calls[c].id, cid->valuestring))
+						m->name = strdup(p->msgs[x].calls[c].name);
+			if (!m->call_id)
+				return fe_bad_set(bad, 503, NULL, "out of memory");
+			i++;
+			continue;
+		}
+		if (type && !cJSON_IsNull(type) && (!ts || strcmp(ts, "message") != 0)) {
 			snprintf(where, sizeof where, "input[%d].type", i);
 			return fe_bad_set(bad, 400, where,
-			                  "'%s': only message items are supported%s%.32s%s (no stored items or tool calls: the "
-			                  "server keeps no state and tools are not supported yet)",
-			                  where, cJSON_IsString(type) ? ", not '" : "",
-			                  cJSON_IsString(type) ? type->valuestring : "", cJSON_IsString(type) ? "'" : "");
+			                  "'%s': '%.32s' items are not supported (message, function_call, function_call_output; "
+			                  "the server keeps no state, so nothing refers to stored items)",
+			                  where, ts ? ts : "?");
 		}
 		cJSON *role = cJSON_GetObjectItemCaseSensitive(it, "role");
 		snprintf(where, sizeof where, "input[%d].role", i);
@@ -188,14 +251,36 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 		return -1;
 	if (b)
 		return refuse(bad, "background", "responses are not stored, so none can run in the background");
-	// what needs structured output and tool use
-	cJSON *tools = cJSON_GetObjectItemCaseSensitive(body, "tools");
-	if (tools && !cJSON_IsNull(tools) && (!cJSON_IsArray(tools) || cJSON_GetArraySize(tools) > 0))
-		return refuse(bad, "tools", "tools and function calling are not supported yet");
+	// function tools and the answer's format
+	p->call_ids = FE_IDS_RESPONSES;
+	if (fe_tools_parse(p, body, FE_TOOLS_RESPONSES, bad))
+		return -1;
+	p->tool_choice = p->n_tools ? FE_TC_AUTO : FE_TC_NONE;
 	cJSON *tc = cJSON_GetObjectItemCaseSensitive(body, "tool_choice");
-	if (tc && !cJSON_IsNull(tc) &&
-	    (!cJSON_IsString(tc) || (strcmp(tc->valuestring, "none") != 0 && strcmp(tc->valuestring, "auto") != 0)))
-		return refuse(bad, "tool_choice", "tools are not supported yet (only \"none\" and \"auto\")");
+	if (tc && !cJSON_IsNull(tc)) {
+		cJSON *tn = cJSON_GetObjectItemCaseSensitive(tc, "name"), *tt = cJSON_GetObjectItemCaseSensitive(tc, "type");
+		if (cJSON_IsString(tc) && !strcmp(tc->valuestring, "none")) {
+			p->tool_choice = FE_TC_NONE;
+		} else if (cJSON_IsString(tc) && !strcmp(tc->valuestring, "auto")) {
+			p->tool_choice = FE_TC_AUTO;
+		} else if (cJSON_IsString(tc) && !strcmp(tc->valuestring, "required")) {
+			p->tool_choice = FE_TC_REQUIRED;
+		} else if (cJSON_IsObject(tc) && cJSON_IsString(tt) && !strcmp(tt->valuestring, "function") &&
+		           cJSON_IsString(tn)) {
+			p->tool_choice = FE_TC_NAMED;
+			if (!(p->tool_name = strdup(tn->valuestring)))
+				return fe_bad_set(bad, 503, NULL, "out of memory");
+		} else {
+			return fe_bad_set(bad, 400, "tool_choice",
+			                  "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"name\": ...}");
+		}
+	}
+	p->parallel_tools = 1;
+	int par = 1, rv0 = fe_get_bool(body, "parallel_tool_calls", &par, bad);
+	if (rv0 < 0)
+		return -1;
+	if (rv0)
+		p->parallel_tools = par;
 	cJSON *text = cJSON_GetObjectItemCaseSensitive(body, "text");
 	if (text && !cJSON_IsNull(text)) {
 		if (!cJSON_IsObject(text))
@@ -203,11 +288,25 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 		cJSON *f = cJSON_GetObjectItemCaseSensitive(text, "format");
 		if (f && !cJSON_IsNull(f)) {
 			cJSON *ft = cJSON_GetObjectItemCaseSensitive(f, "type");
-			if (!cJSON_IsObject(f) || !cJSON_IsString(ft) || strcmp(ft->valuestring, "text") != 0)
-				return refuse(bad, "text.format",
-				              "structured output (json_schema, json_object) is not supported yet; only {\"type\": \"text\"}");
+			if (!cJSON_IsObject(f) || !cJSON_IsString(ft))
+				return fe_bad_set(bad, 400, "text.format", "'text.format' must be an object with a type");
+			if (!strcmp(ft->valuestring, "json_object")) {
+				p->json_object = 1;
+			} else if (!strcmp(ft->valuestring, "json_schema")) {
+				cJSON *sc = cJSON_GetObjectItemCaseSensitive(f, "schema");
+				if (!cJSON_IsObject(sc))
+					return fe_bad_set(bad, 400, "text.format.schema", "'text.format.schema' must be a JSON Schema object");
+				if (!(p->schema = cJSON_Duplicate(sc, 1)))
+					return fe_bad_set(bad, 503, NULL, "out of memory");
+			} else if (strcmp(ft->valuestring, "text")) {
+				return fe_bad_set(bad, 400, "text.format.type",
+				                  "'text.format.type': '%.32s' is not text, json_object or json_schema", ft->valuestring);
+			}
 		}
 	}
+	static const struct fe_fields fields = {"tools", "tool_choice", "text.format.schema", ""};
+	if (fe_structured_check(p, &fields, bad) < 0)
+		return -1;
 	// the conversation: instructions, then the input's messages
 	cJSON *in = cJSON_GetObjectItemCaseSensitive(body, "input");
 	int n = cJSON_IsArray(in) ? cJSON_GetArraySize(in) : 1;
@@ -286,6 +385,40 @@ incomplete(const struct fe_gen *g)
 	return g->r.finish == FE_FINISH_LENGTH;
 }
 
+// a function_call output item
+static cJSON *
+call_item(const struct fe_call *c, int final)
+{
+	cJSON *it = cJSON_CreateObject();
+	cJSON_AddStringToObject(it, "id", c->item);
+	cJSON_AddStringToObject(it, "type", "function_call");
+	cJSON_AddStringToObject(it, "status", final ? "completed" : "in_progress");
+	fe_add_text(it, "arguments", final && c->args ? c->args : "", final ? c->len : 0);
+	cJSON_AddStringToObject(it, "call_id", c->id);
+	cJSON_AddStringToObject(it, "name", c->name);
+	return it;
+}
+
+// the calls of the reply: as the stream sent them, or as the worker kept them
+static const struct fe_call *
+calls_of(const struct fe_gen *g, int *n)
+{
+	*n = g->p.stream ? g->n_scalls : g->ch[0].n_calls;
+	return g->p.stream ? g->scalls : g->ch[0].calls;
+}
+
+// the output: the message (unless calls came and no text), then the calls
+static void
+add_output(cJSON *out, const struct fe_gen *g)
+{
+	int n;
+	const struct fe_call *c = calls_of(g, &n);
+	if (!n || !fe_blank(g->text, g->len))
+		cJSON_AddItemToArray(out, item(g, 1));
+	for (int i = 0; i < n; i++)
+		cJSON_AddItemToArray(out, call_item(&c[i], 1));
+}
+
 static cJSON *
 usage(const struct fe_gen *g)
 {
@@ -326,17 +459,42 @@ response_obj(const struct fe_gen *g, int final)
 	cJSON_AddStringToObject(o, "model", p->model);
 	cJSON *out = cJSON_AddArrayToObject(o, "output");
 	if (final)
-		cJSON_AddItemToArray(out, item(g, 1));
-	cJSON_AddFalseToObject(o, "parallel_tool_calls");
+		add_output(out, g);
+	cJSON_AddBoolToObject(o, "parallel_tool_calls", p->n_tools ? p->parallel_tools : 0);
 	cJSON_AddNullToObject(o, "previous_response_id");
 	cJSON *rs = cJSON_AddObjectToObject(o, "reasoning");
 	cJSON_AddNullToObject(rs, "effort");
 	cJSON_AddNullToObject(rs, "summary");
 	cJSON_AddFalseToObject(o, "store");
 	cJSON_AddNumberToObject(o, "temperature", round6(p->temperature));
-	cJSON_AddStringToObject(cJSON_AddObjectToObject(cJSON_AddObjectToObject(o, "text"), "format"), "type", "text");
-	cJSON_AddStringToObject(o, "tool_choice", "none");
-	cJSON_AddArrayToObject(o, "tools");
+	cJSON *fmt = cJSON_AddObjectToObject(cJSON_AddObjectToObject(o, "text"), "format");
+	if (p->schema) {
+		cJSON_AddStringToObject(fmt, "type", "json_schema");
+		cJSON_AddItemToObject(fmt, "schema", cJSON_Duplicate(p->schema, 1));
+	} else {
+		cJSON_AddStringToObject(fmt, "type", p->json_object ? "json_object" : "text");
+	}
+	if (p->tool_choice == FE_TC_NAMED) {
+		cJSON *tc = cJSON_AddObjectToObject(o, "tool_choice");
+		cJSON_AddStringToObject(tc, "type", "function");
+		cJSON_AddStringToObject(tc, "name", p->tool_name);
+	} else {
+		cJSON_AddStringToObject(o, "tool_choice", p->tool_choice == FE_TC_REQUIRED ? "required"
+		                                          : p->tool_choice == FE_TC_AUTO && p->n_tools ? "auto" : "none");
+	}
+	cJSON *tools = cJSON_AddArrayToObject(o, "tools");
+	for (int i = 0; i < p->n_tools; i++) {
+		cJSON *t = cJSON_CreateObject();
+		cJSON_AddStringToObject(t, "type", "function");
+		cJSON_AddStringToObject(t, "name", p->tools[i].name);
+		if (p->tools[i].description)
+			cJSON_AddStringToObject(t, "description", p->tools[i].description);
+		else
+			cJSON_AddNullToObject(t, "description");
+		cJSON_AddItemToObject(t, "parameters", cJSON_Duplicate(p->tools[i].params, 1));
+		cJSON_AddFalseToObject(t, "strict");
+		cJSON_AddItemToArray(tools, t);
+	}
 	cJSON_AddNumberToObject(o, "top_p", round6(p->top_p));
 	// a prompt longer than the context loses its oldest tokens (usage.prompt_tokens_dropped)
 	cJSON_AddStringToObject(o, "truncation", "auto");
@@ -386,9 +544,83 @@ add_index(cJSON *o, const struct fe_gen *g, int content)
 	char id[64];
 	item_id(g, id, sizeof id);
 	cJSON_AddStringToObject(o, "item_id", id);
-	cJSON_AddNumberToObject(o, "output_index", 0);
+	cJSON_AddNumberToObject(o, "output_index", g->block);
 	if (content)
 		cJSON_AddNumberToObject(o, "content_index", 0);
+}
+
+enum { B_TEXT = 1, B_TOOL = 2 };
+
+// the stream's open item (the loop thread's; see the top): the message
+// item with its text part, or a function call
+static void
+item_stop(const struct fe_gen *g, struct fe_sse *e)
+{
+	struct fe_gen *m = (struct fe_gen *)g;
+	if (!m->block_open)
+		return;
+	if (m->block_kind == B_TEXT) {
+		cJSON *o = ev_obj(g, "response.output_text.done");
+		add_index(o, g, 1);
+		fe_add_text(o, "text", g->text, g->len);
+		cJSON_AddArrayToObject(o, "logprobs");
+		ev_add(e, o);
+		o = ev_obj(g, "response.content_part.done");
+		add_index(o, g, 1);
+		cJSON_AddItemToObject(o, "part", part(g));
+		ev_add(e, o);
+		o = ev_obj(g, "response.output_item.done");
+		cJSON_AddNumberToObject(o, "output_index", g->block);
+		cJSON_AddItemToObject(o, "item", item(g, 1));
+		ev_add(e, o);
+	} else {
+		const struct fe_call *c = &g->scalls[g->n_scalls - 1];
+		cJSON *o = ev_obj(g, "response.function_call_arguments.done");
+		cJSON_AddStringToObject(o, "item_id", c->item);
+		cJSON_AddNumberToObject(o, "output_index", g->block);
+		fe_add_text(o, "arguments", c->args ? c->args : "", c->len);
+		ev_add(e, o);
+		o = ev_obj(g, "response.output_item.done");
+		cJSON_AddNumberToObject(o, "output_index", g->block);
+		cJSON_AddItemToObject(o, "item", call_item(c, 1));
+		ev_add(e, o);
+	}
+	m->block_open = 0;
+}
+
+static void
+item_start(const struct fe_gen *g, struct fe_sse *e, const struct fe_call *c)
+{
+	struct fe_gen *m = (struct fe_gen *)g;
+	item_stop(g, e);
+	m->block = m->blocks_seen++;
+	m->block_open = 1;
+	m->block_kind = c ? B_TOOL : B_TEXT;
+	cJSON *o = ev_obj(g, "response.output_item.added");
+	cJSON_AddNumberToObject(o, "output_index", g->block);
+	if (c) {
+		struct fe_call *k = realloc(m->scalls, (size_t)(m->n_scalls + 1) * sizeof *k);
+		if (k) {
+			m->scalls = k;
+			k[m->n_scalls] = *c;
+			k[m->n_scalls].args = NULL;
+			k[m->n_scalls].len = k[m->n_scalls].cap = 0;
+			m->n_scalls++;
+		}
+		cJSON_AddItemToObject(o, "item", call_item(c, 0));
+		ev_add(e, o);
+		return;
+	}
+	cJSON_AddItemToObject(o, "item", item(g, 0));
+	ev_add(e, o);
+	o = ev_obj(g, "response.content_part.added");
+	add_index(o, g, 1);
+	cJSON *p = cJSON_AddObjectToObject(o, "part");
+	cJSON_AddStringToObject(p, "type", "output_text");
+	cJSON_AddStringToObject(p, "text", "");
+	cJSON_AddArrayToObject(p, "annotations");
+	cJSON_AddArrayToObject(p, "logprobs");
+	ev_add(e, o);
 }
 
 static char *
@@ -401,17 +633,61 @@ stream_start(const struct fe_gen *g, size_t *len)
 	o = ev_obj(g, "response.in_progress");
 	cJSON_AddItemToObject(o, "response", response_obj(g, 0));
 	ev_add(&e, o);
-	o = ev_obj(g, "response.output_item.added");
-	cJSON_AddNumberToObject(o, "output_index", 0);
-	cJSON_AddItemToObject(o, "item", item(g, 0));
-	ev_add(&e, o);
-	o = ev_obj(g, "response.content_part.added");
+	// with tools the items open as text and calls come
+	if (!fe_wants_calls(&g->p))
+		item_start(g, &e, NULL);
+	return fe_sse_done(&e, len);
+}
+
+static char *
+stream_chunk(const struct fe_gen *g, const struct fe_chunk *c, size_t *len)
+{
+	struct fe_gen *m = (struct fe_gen *)g;
+	struct fe_sse e = { 0 };
+	if (c->call) {
+		if (c->start)
+			item_start(g, &e, c->start);
+		if (c->len && g->block_kind == B_TOOL && m->n_scalls) {
+			struct fe_call *k = &m->scalls[m->n_scalls - 1];
+			char *t = realloc(k->args, k->len + c->len + 1);
+			if (t) {
+				memcpy(t + k->len, c->text, c->len);
+				k->len += c->len;
+				t[k->len] = 0;
+				k->args = t;
+			}
+			cJSON *o = ev_obj(g, "response.function_call_arguments.delta");
+			cJSON_AddStringToObject(o, "item_id", k->item);
+			cJSON_AddNumberToObject(o, "output_index", g->block);
+			fe_add_text(o, "delta", c->text, c->len);
+			ev_add(&e, o);
+		}
+		return fe_sse_done(&e, len);
+	}
+	if (!c->len)
+		return fe_sse_done(&e, len);
+	if (!g->block_open || g->block_kind != B_TEXT)
+		item_start(g, &e, NULL);
+	// keep the text for the closing events (the loop thread's; see the top)
+	if (m->len + c->len + 1 > m->cap) {
+		size_t cap = m->cap ? m->cap : 1024;
+		while (cap < m->len + c->len + 1)
+			cap *= 2;
+		char *t = realloc(m->text, cap);
+		if (!t) {
+			free(e.s);
+			return NULL;
+		}
+		m->text = t;
+		m->cap = cap;
+	}
+	memcpy(m->text + m->len, c->text, c->len);
+	m->len += c->len;
+	m->text[m->len] = 0;
+	cJSON *o = ev_obj(g, "response.output_text.delta");
 	add_index(o, g, 1);
-	cJSON *p = cJSON_AddObjectToObject(o, "part");
-	cJSON_AddStringToObject(p, "type", "output_text");
-	cJSON_AddStringToObject(p, "text", "");
-	cJSON_AddArrayToObject(p, "annotations");
-	cJSON_AddArrayToObject(p, "logprobs");
+	fe_add_text(o, "delta", c->text, c->len);
+	cJSON_AddArrayToObject(o, "logprobs");
 	ev_add(&e, o);
 	return fe_sse_done(&e, len);
 }
@@ -419,48 +695,18 @@ stream_start(const struct fe_gen *g, size_t *len)
 static char *
 stream_text(const struct fe_gen *g, const char *s, size_t n, size_t *len)
 {
-	// keep the text for the closing events (the loop thread's; see the top)
-	struct fe_gen *m = (struct fe_gen *)g;
-	if (m->len + n + 1 > m->cap) {
-		size_t cap = m->cap ? m->cap : 1024;
-		while (cap < m->len + n + 1)
-			cap *= 2;
-		char *t = realloc(m->text, cap);
-		if (!t)
-			return NULL;
-		m->text = t;
-		m->cap = cap;
-	}
-	memcpy(m->text + m->len, s, n);
-	m->len += n;
-	m->text[m->len] = 0;
-	struct fe_sse e = { 0 };
-	cJSON *o = ev_obj(g, "response.output_text.delta");
-	add_index(o, g, 1);
-	fe_add_text(o, "delta", s, n);
-	cJSON_AddArrayToObject(o, "logprobs");
-	ev_add(&e, o);
-	return fe_sse_done(&e, len);
+	struct fe_chunk c = {.text = s, .len = n};
+	return stream_chunk(g, &c, len);
 }
 
 static char *
 stream_end(const struct fe_gen *g, size_t *len)
 {
 	struct fe_sse e = { 0 };
-	cJSON *o = ev_obj(g, "response.output_text.done");
-	add_index(o, g, 1);
-	fe_add_text(o, "text", g->text, g->len);
-	cJSON_AddArrayToObject(o, "logprobs");
-	ev_add(&e, o);
-	o = ev_obj(g, "response.content_part.done");
-	add_index(o, g, 1);
-	cJSON_AddItemToObject(o, "part", part(g));
-	ev_add(&e, o);
-	o = ev_obj(g, "response.output_item.done");
-	cJSON_AddNumberToObject(o, "output_index", 0);
-	cJSON_AddItemToObject(o, "item", item(g, 1));
-	ev_add(&e, o);
-	o = ev_obj(g, incomplete(g) ? "response.incomplete" : "response.completed");
+	if (!g->blocks_seen) // nothing came: the (empty) message the output holds
+		item_start(g, &e, NULL);
+	item_stop(g, &e);
+	cJSON *o = ev_obj(g, incomplete(g) ? "response.incomplete" : "response.completed");
 	cJSON_AddItemToObject(o, "response", response_obj(g, 1));
 	ev_add(&e, o);
 	return fe_sse_done(&e, len);
@@ -498,6 +744,7 @@ const struct fe_dialect fe_responses = {
 	.response = response,
 	.stream_start = stream_start,
 	.stream_text = stream_text,
+	.stream_chunk = stream_chunk,
 	.stream_end = stream_end,
 	.error = error,
 	.stream_error = stream_error,

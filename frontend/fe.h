@@ -29,6 +29,8 @@
 #define FE_MAX_N 8              // choices per request
 #define FE_MAX_TOP_LOGPROBS 20
 #define FE_MAX_BIAS 1024        // logit_bias entries
+#define FE_MAX_TOOLS 128        // tools a request declares
+#define FE_MAX_CALLS 64         // tool calls in one choice
 
 struct fe_config {
 	const char *listen;
@@ -102,6 +104,19 @@ enum fe_api {
 
 #define FE_MAX_EMBED_INPUTS 2048
 
+struct cJSON;
+
+// a tool a request declares (tools.c)
+struct fe_tool {
+	char *name;          // [a-zA-Z0-9_-]{1,64}
+	char *description;   // NULL: none
+	struct cJSON *params; // the arguments' JSON Schema, an object schema (owned)
+};
+
+enum fe_tool_choice { FE_TC_AUTO, FE_TC_NONE, FE_TC_REQUIRED, FE_TC_NAMED };
+// the form of the call ids a dialect hands out
+enum fe_ids { FE_IDS_OPENAI, FE_IDS_ANTHROPIC, FE_IDS_RESPONSES };
+
 // what a request asks for, in no dialect
 struct fe_params {
 	enum fe_api api;
@@ -147,6 +162,17 @@ struct fe_params {
 	size_t n_inputs;
 	int base64;           // encoding_format "base64"
 	long dimensions;      // 0: not given
+	// tools and structured output (tools.c). msgs[i].calls are malloc'd
+	// with their strings; tool turns' call_id and name too.
+	struct fe_tool *tools;
+	int n_tools;
+	enum fe_tool_choice tool_choice; // with tools; FE_TC_AUTO by default
+	char *tool_name;      // FE_TC_NAMED: the tool to call
+	int parallel_tools;   // several calls in one reply (the default)
+	struct cJSON *schema; // the answer's JSON Schema (response_format json_schema, ...); owned
+	int json_object;      // the answer is a JSON object (response_format json_object)
+	char *grammar;        // llama.cpp's "grammar": GBNF given by the request
+	enum fe_ids call_ids;
 };
 
 enum { FE_THINKING_DEFAULT = 0, FE_THINKING_ON, FE_THINKING_OFF };
@@ -160,7 +186,8 @@ void fe_params_free(struct fe_params *p);
 // for completions), then the server's (cfg->def), before the body is read
 void fe_params_sampling(struct fe_params *p, const struct fe_config *cfg, int top_k);
 
-enum fe_finish { FE_FINISH_NONE, FE_FINISH_EOS, FE_FINISH_LENGTH, FE_FINISH_STOP_SEQ, FE_FINISH_CANCELLED, FE_FINISH_ERROR };
+enum fe_finish { FE_FINISH_NONE, FE_FINISH_EOS, FE_FINISH_LENGTH, FE_FINISH_STOP_SEQ, FE_FINISH_CANCELLED, FE_FINISH_ERROR,
+	FE_FINISH_TOOLS }; // FE_FINISH_TOOLS: the reply ended after its tool calls
 
 // the outcome of a generation, filled by the worker
 struct fe_result {
@@ -196,6 +223,16 @@ struct fe_lp_tok {
 	struct fe_lp_alt top[FE_MAX_TOP_LOGPROBS];
 };
 
+// a tool call of a reply (tools.c)
+struct fe_call {
+	char id[48];
+	char item[48];   // the Responses API's item id (fc_...)
+	char name[72];
+	char *args;      // the arguments' JSON text so far (malloc'd)
+	size_t len, cap;
+	int done;        // the arguments are complete
+};
+
 // one of the n choices of a generation (the worker fills it)
 struct fe_choice {
 	char *text;            // choices 1.. (choice 0's text is fe_gen.text)
@@ -207,16 +244,22 @@ struct fe_choice {
 	unsigned completion_tokens;
 	struct fe_lp_tok *lp;  // with logprobs: the tokens of the text, in order
 	size_t n_lp, cap_lp;
+	struct fe_call *calls; // tool calls (non-stream), in order
+	int n_calls;
 };
 
-// a piece of a stream: text of one choice and the tokens it completes
+// a piece of a stream: text of one choice and the tokens it completes; or
+// a piece of a tool call's arguments (call > 0: of call number call - 1;
+// its first piece carries the call with its id and name, and may be empty)
 struct fe_chunk {
 	int index;
 	const char *text;
 	size_t len;
 	const struct fe_lp_tok *lp;
 	size_t n_lp;
-	int part;              // FE_PART_CONTENT or FE_PART_REASONING (think.c)
+	int part;                    // FE_PART_CONTENT or FE_PART_REASONING (think.c)
+	int call;                    // 0: text
+	const struct fe_call *start; // the call, on its first chunk; NULL after
 };
 
 struct fe_gen {
@@ -233,6 +276,11 @@ struct fe_gen {
 	uint64_t blk_hash;       // and the hash of the thinking block's text
 	char id[48];             // response id in the dialect's form
 	unsigned seq;            // the Responses stream's sequence_number (loop thread)
+	// a stream's open content block (loop thread): Anthropic's and the
+	// Responses API's blocks and items come and go with text and calls
+	int block, block_open, block_kind, blocks_seen;
+	struct fe_call *scalls;  // a stream's calls as sent (loop thread; the Responses' closing events)
+	int n_scalls;
 	long long created;       // unix seconds
 	char *text;              // non-stream: the whole reply (worker, then loop)
 	size_t len, cap;
@@ -278,6 +326,78 @@ int fe_think_open(const char *prompt);         // the prompt ends in <think>
 #define FE_THINK_HASH0 1469598103934665603ull
 uint64_t fe_think_hash(uint64_t h, const char *s, size_t n);
 void fe_think_signature(uint64_t h, char out[40]);
+
+// --- tools.c: tool calls and structured output ----------------------------------
+struct fe_bad;
+// the request side (the loop thread, parsing): each call returns 0 or -1 with bad filled
+// fe_tool_add: the tool of object o (at names it in errors: "tools[0]",
+// "tools[0].function"), its name, description and parameters' schema
+// under params_key (Anthropic: required)
+int fe_tool_add(struct fe_params *p, const struct cJSON *o, const char *at, const char *params_key, int need_params,
+                struct fe_bad *bad);
+// fe_tools_parse: the request's "tools" in one of the dialects' shapes:
+// chat [{type: function, function: {name, description, parameters}}],
+// responses [{type: function, name, description, parameters}], anthropic
+// [{name, description, input_schema}] (type absent or custom)
+enum fe_tool_shape { FE_TOOLS_CHAT, FE_TOOLS_RESPONSES, FE_TOOLS_ANTHROPIC };
+int fe_tools_parse(struct fe_params *p, const struct cJSON *body, enum fe_tool_shape shape, struct fe_bad *bad);
+// a call of an assistant turn in the history (copied): arguments must be a JSON object
+int fe_msg_call(struct tok_msg *m, const char *id, const char *name, const char *arguments, const char *where,
+                struct fe_bad *bad);
+// whether an earlier turn (before message `before`) made the call id
+int fe_call_known(const struct fe_params *p, size_t before, const char *id);
+// after parsing: tool_choice names a declared tool, the schemas and the
+// grammar compile, they do not conflict; field names the dialect's
+struct fe_fields {
+	const char *tools, *tool_choice, *schema, *grammar;
+};
+int fe_structured_check(struct fe_params *p, const struct fe_fields *f, struct fe_bad *bad);
+// whether a reply is parsed for tool calls
+int fe_wants_calls(const struct fe_params *p);
+// the OpenAI-style tools array for the template (malloc'd; NULL: none)
+char *fe_tools_json(const struct fe_params *p);
+
+// the generation side (a worker): the grammar of a request once the
+// template has said which tool-call markup it asks for (format: hermes,
+// llama3, mistral, generic; "" without tools). special resolves a control
+// token's text to its id (-1: not one control token).
+struct fe_gram {
+	char *text;  // GBNF (NULL: none)
+	int lazy;    // tool calls the model starts on its own
+	const char *words[4];
+	int n_words;
+	int32_t tokens[2];
+	int n_tokens;
+	int forced;  // the reply is tool calls from its first byte
+};
+int fe_gram_build(const struct fe_params *p, const char *format, int32_t (*special)(void *, const char *),
+                  void *ctx, struct fe_gram *out, char *err);
+void fe_gram_free(struct fe_gram *g);
+
+// the reply side: the text from the grammar's trigger on, scanned for the
+// calls (their names and the bytes of their arguments), whatever wraps them
+struct fe_scan {
+	int state, depth, esc, want, call_depth, have_name;
+	char str[80];
+	int slen;
+	int a_depth, a_str, a_esc;
+};
+struct fe_scan_sink {
+	void (*start)(void *ctx, const char *name);
+	void (*args)(void *ctx, const char *s, size_t n);
+	void (*end)(void *ctx);
+	void *ctx;
+};
+void fe_scan_init(struct fe_scan *s);
+void fe_scan_push(struct fe_scan *s, const char *b, size_t n, const struct fe_scan_sink *k);
+// a call id in the request's dialect (call_..., toolu_...)
+void fe_call_id(enum fe_ids ids, char *out, size_t n, char *item, size_t item_n);
+// only white space (a reply with tool calls and nothing else has no content)
+int fe_blank(const char *s, size_t n);
+// fe_json_close: partial JSON text made whole (open strings and containers
+// closed, a dangling key or comma dropped); malloc'd
+char *fe_json_close(const char *s, size_t n);
+void fe_calls_free(struct fe_call *c, int n);
 
 // --- stop.c: stop sequences with holdback, UTF-8 helpers ----------------------
 struct fe_stop {
@@ -361,9 +481,10 @@ struct ad_client;
 struct ad_client *fe_tok_client(void);
 // Both return 0, -1 (the tokenizer failed: 503) or TOKC_BAD_REQUEST (the
 // template refused the conversation, or its tools or kwargs: 400).
-// think_open (may be NULL) says whether the prompt ends in an open <think>.
-int fe_prompt_text(const struct fe_params *p, char **text, char *err);
-int fe_prompt_ids(const struct fe_params *p, int32_t **ids, size_t *n, int *think_open, char *err);
+// think_open (may be NULL) says whether the prompt ends in an open <think>;
+// format (16 bytes, may be NULL) the tool-call markup the prompt asks for.
+int fe_prompt_text(const struct fe_params *p, char **text, char *format, char *err);
+int fe_prompt_ids(const struct fe_params *p, int32_t **ids, size_t *n, int *think_open, char *format, char *err);
 
 // --- http.c: the h2o loop ------------------------------------------------------------
 // fe_http_run serves until fe_http_stop (async-signal-safe) is called.
@@ -440,17 +561,15 @@ int fe_get_stops(struct cJSON *o, const char *key, struct fe_params *p, struct f
 // name (role "tool") and reasoning_content; Anthropic content blocks text,
 // thinking (kept as the turn's reasoning), redacted_thinking (dropped),
 // tool_use (calls) and tool_result (a tool turn each, before the user's
-// text). The tools: OpenAI's, Anthropic's (name, description, input_schema)
-// as OpenAI's, into p->tools_json. The thinking switches: OpenAI's
+// text; is_error puts "Error: " before the result). The tools are
+// tools.c's (fe_tool_add), their JSON in p->tools_json. The thinking switches: OpenAI's
 // chat_template_kwargs, reasoning_effort (none/minimal: the template's
 // no-think form; the value reaches the template as reasoning_effort too)
 // and reasoning_format ("none" keeps the thinking in the text); Anthropic's
 // thinking {type enabled | disabled}. Each returns 0 or -1 with bad filled
 // (400 naming the field).
 int fe_chat_openai_message(struct cJSON *m, const char *where, struct tok_msg *out, struct fe_bad *bad);
-int fe_chat_openai_tools(struct cJSON *body, struct fe_params *p, struct fe_bad *bad);
 int fe_chat_openai_thinking(struct cJSON *body, struct fe_params *p, struct fe_bad *bad);
-int fe_chat_anthropic_tools(struct cJSON *body, struct fe_params *p, struct fe_bad *bad);
 int fe_chat_anthropic_thinking(struct cJSON *body, struct fe_params *p, struct fe_bad *bad);
 // the messages one Anthropic message becomes (at most 1 + its tool_result
 // blocks), appended to p->msgs (room for them is the caller's)

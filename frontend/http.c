@@ -61,6 +61,9 @@ struct fe_msg {
 	enum fe_msg_kind kind;
 	int index;             // the choice (FE_MSG_TEXT)
 	int part;              // FE_PART_CONTENT or FE_PART_REASONING
+	int call;              // 0: text; else a tool call's arguments (fe_chunk)
+	int has_start;         // the call starts here: start holds its id and name
+	struct fe_call start;
 	struct fe_lp_tok *lp;  // malloc'd, n_lp tokens with logprobs
 	size_t n_lp;
 	size_t len;
@@ -356,7 +359,9 @@ on_message(struct fe_msg *m)
 		case FE_MSG_TEXT:
 			if (g->p.stream) {
 				sse_start(rq, 1);
-				struct fe_chunk c = { m->index, m->text, m->len, m->lp, m->n_lp, m->part };
+				struct fe_chunk c = {.index = m->index, .text = m->text, .len = m->len, .lp = m->lp,
+				                     .n_lp = m->n_lp, .part = m->part, .call = m->call,
+				                     .start = m->has_start ? &m->start : NULL};
 				char *ev = rq->d->stream_chunk ? rq->d->stream_chunk(g, &c, &n)
 				                               : rq->d->stream_text(g, m->text, m->len, &n);
 				append(rq, ev, n);
@@ -402,6 +407,8 @@ fe_post(struct fe_gen *g, enum fe_msg_kind kind, const char *text, size_t len)
 	m->kind = kind;
 	m->index = 0;
 	m->part = FE_PART_CONTENT;
+	m->call = 0;
+	m->has_start = 0;
 	m->lp = NULL;
 	m->n_lp = 0;
 	m->len = len;
@@ -427,6 +434,13 @@ fe_post_chunk(struct fe_gen *g, const struct fe_chunk *c)
 	m->kind = FE_MSG_TEXT;
 	m->index = c->index;
 	m->part = c->part;
+	m->call = c->call;
+	m->has_start = c->start != NULL;
+	if (c->start) {
+		m->start = *c->start;
+		m->start.args = NULL; // the id and name only
+		m->start.len = m->start.cap = 0;
+	}
 	m->lp = lp;
 	m->n_lp = c->n_lp;
 	if (lp)

@@ -190,7 +190,7 @@ fe_tok_client(void)
 }
 
 int
-fe_prompt_text(const struct fe_params *p, char **text, char *err)
+fe_prompt_text(const struct fe_params *p, char **text, char *format, char *err)
 {
 	// the server's default system prompt when the request has none
 	struct tok_msg *msgs = p->msgs;
@@ -211,22 +211,24 @@ fe_prompt_text(const struct fe_params *p, char **text, char *err)
 		.enable_thinking = p->thinking == FE_THINKING_ON ? 1 : p->thinking == FE_THINKING_OFF ? 0 : -1,
 		.kwargs = p->template_kwargs,
 	};
-	int rv = tokc_chat_with(tok, msgs, nm, 1, &o, text, NULL, 0, cfg->timeout_ms, err);
+	int rv = tokc_chat_with(tok, msgs, nm, 1, &o, text, format, format ? 16 : 0, cfg->timeout_ms, err);
 	free(with);
 	return rv;
 }
 
 int
-fe_prompt_ids(const struct fe_params *p, int32_t **ids, size_t *n, int *think_open, char *err)
+fe_prompt_ids(const struct fe_params *p, int32_t **ids, size_t *n, int *think_open, char *format, char *err)
 {
 	if (think_open)
 		*think_open = 0;
+	if (format)
+		format[0] = 0;
 	if (get_vocab(err) != 0)
 		return -1;
 	if (p->api == FE_API_COMPLETIONS)
 		return tokc_encode(tok, p->prompt, p->prompt_len, -1, 0, ids, n, cfg->timeout_ms, err);
 	char *text = NULL;
-	int rv = fe_prompt_text(p, &text, err);
+	int rv = fe_prompt_text(p, &text, format, err);
 	if (rv != 0)
 		return rv;
 	if (think_open)
@@ -236,13 +238,14 @@ fe_prompt_ids(const struct fe_params *p, int32_t **ids, size_t *n, int *think_op
 	return rv;
 }
 
-// tokenize renders the prompt and encodes it
+// tokenize renders the prompt and encodes it; format gets the tool-call
+// markup the prompt asks for (16 bytes)
 static int
-tokenize(struct fe_gen *g, int32_t **ids, size_t *n)
+tokenize(struct fe_gen *g, int32_t **ids, size_t *n, char *format)
 {
 	char err[AD_ERRLEN];
 	uint64_t t0 = fe_now_ns();
-	int rv = fe_prompt_ids(&g->p, ids, n, &g->think_open, err);
+	int rv = fe_prompt_ids(&g->p, ids, n, &g->think_open, format, err);
 	if (rv != 0) // a conversation the template refused is the client's error
 		return fail(g, rv == TOKC_BAD_REQUEST ? 400 : 503, err);
 	// chat replies of a thinking model are split (think.c), unless asked not to
@@ -308,12 +311,18 @@ fe_choices_free(struct fe_gen *g)
 		free(g->ch[i].text);
 		free(g->ch[i].reasoning);
 		free(g->ch[i].lp);
+		fe_calls_free(g->ch[i].calls, g->ch[i].n_calls);
 		g->ch[i].text = NULL;
 		g->ch[i].reasoning = NULL;
 		g->ch[i].lp = NULL;
+		g->ch[i].calls = NULL;
+		g->ch[i].n_calls = 0;
 	}
 	free(g->emb);
 	g->emb = NULL;
+	fe_calls_free(g->scalls, g->n_scalls);
+	g->scalls = NULL;
+	g->n_scalls = 0;
 }
 
 const char *
@@ -361,8 +370,24 @@ struct run {
 	char pending[4];    // decode_stream's unfinished UTF-8
 	size_t n_pending;
 	uint32_t produced;  // bytes of the tokens so far: the next token's offset
-	uint32_t released;  // bytes of text handed out
+	uint32_t released;  // bytes of text handed out (or scanned for tool calls)
 	size_t decoded;     // bytes decode_stream has given so far
+	// tool calls: the text from trig_at on is calls (their markup)
+	int tools;           // the reply is scanned for calls
+	int trig_known;
+	int forced;          // the grammar writes calls from the first byte: the markup is never content
+	uint32_t trig_at;
+	const char *const *words; // a lazy grammar's trigger words: text that may begin one is held back
+	int n_words;
+	char *hold;          // that text
+	size_t n_hold, cap_hold;
+	char *pre;           // text after the trigger before the first call (shown if no call comes)
+	size_t n_pre, cap_pre;
+	struct fe_scan scan;
+	int n_calls, done_calls;
+	struct fe_call cur;  // a stream's call in progress (its id and name)
+	struct fe_gen *g;
+	int index;
 	struct fe_think th; // a thinking model's reply: where the thinking ends
 };
 
@@ -419,7 +444,7 @@ emit_part(struct fe_gen *g, int i, struct run *r, int part, const char *s, size_
 		k++;
 	if (n == 0 && k == 0)
 		return 0;
-	struct fe_chunk ck = { i, s, n, c->lp, k, part };
+	struct fe_chunk ck = {.index = i, .text = s, .len = n, .lp = c->lp, .n_lp = k, .part = part};
 	if (g->p.n <= 1 && !g->p.logprobs && part == FE_PART_CONTENT)
 		fe_post(g, FE_MSG_TEXT, s, n);
 	else
@@ -429,6 +454,143 @@ emit_part(struct fe_gen *g, int i, struct run *r, int part, const char *s, size_
 		c->n_lp -= k;
 	}
 	return 0;
+}
+
+// --- tool calls -------------------------------------------------------------------
+
+static int
+buf_add(char **b, size_t *n, size_t *cap, const char *s, size_t k)
+{
+	return grow(b, n, cap, s, k);
+}
+
+static void
+sink_start(void *ctx, const char *name)
+{
+	struct run *r = ctx;
+	struct fe_gen *g = r->g;
+	struct fe_choice *c = &g->ch[r->index];
+	r->n_pre = 0; // the markup before the first call is not content
+	if (r->n_calls >= FE_MAX_CALLS) {
+		r->n_calls++;
+		return;
+	}
+	struct fe_call k = {0};
+	fe_call_id(g->p.call_ids, k.id, sizeof k.id, k.item, sizeof k.item);
+	snprintf(k.name, sizeof k.name, "%s", name);
+	if (g->p.stream) {
+		r->cur = k;
+		struct fe_chunk ck = {.index = r->index, .text = "", .len = 0, .call = r->n_calls + 1, .start = &r->cur};
+		fe_post_chunk(g, &ck);
+	} else {
+		if (!c->calls && !(c->calls = calloc(FE_MAX_CALLS, sizeof *c->calls)))
+			return;
+		c->calls[c->n_calls++] = k;
+	}
+	r->n_calls++;
+}
+
+static void
+sink_args(void *ctx, const char *s, size_t n)
+{
+	struct run *r = ctx;
+	struct fe_gen *g = r->g;
+	struct fe_choice *c = &g->ch[r->index];
+	if (r->n_calls == 0 || r->n_calls > FE_MAX_CALLS || n == 0)
+		return;
+	if (g->p.stream) {
+		struct fe_chunk ck = {.index = r->index, .text = s, .len = n, .call = r->n_calls};
+		fe_post_chunk(g, &ck);
+	} else if (c->calls && c->n_calls == r->n_calls) {
+		struct fe_call *k = &c->calls[c->n_calls - 1];
+		grow(&k->args, &k->len, &k->cap, s, n);
+	}
+}
+
+static void
+sink_end(void *ctx)
+{
+	struct run *r = ctx;
+	struct fe_choice *c = &r->g->ch[r->index];
+	if (r->n_calls == 0 || r->n_calls > FE_MAX_CALLS)
+		return;
+	r->done_calls++;
+	if (c->calls && c->n_calls == r->n_calls)
+		c->calls[c->n_calls - 1].done = 1;
+}
+
+static const struct fe_scan_sink SINK = {sink_start, sink_args, sink_end, NULL};
+
+// how many bytes at the end of s[0..n) may begin a trigger word
+static size_t
+word_prefix(const struct run *r, const char *s, size_t n)
+{
+	size_t best = 0;
+	for (int w = 0; w < r->n_words; w++) {
+		size_t wl = strlen(r->words[w]);
+		for (size_t k = wl - 1 < n ? wl - 1 : n; k > best; k--)
+			if (!memcmp(s + n - k, r->words[w], k)) {
+				best = k;
+				break;
+			}
+	}
+	return best;
+}
+
+// route hands released text of a choice with tool calls on: before the
+// trigger it is content (emit; in a lazy grammar's wait, held back while it
+// may begin a trigger word), from the trigger on it goes through the call
+// scanner. last: the choice ended (everything held is content then).
+static int
+route(struct fe_gen *g, int i, struct run *r, const char *s, size_t n, int last)
+{
+	if (!r->tools)
+		return emit(g, i, r, s, n, last);
+	struct fe_scan_sink k = SINK;
+	k.ctx = r;
+	// everything routed so far plus what is held: the held text starts at
+	// released (emit and the scanner move released on)
+	if (r->n_hold + n && grow(&r->hold, &r->n_hold, &r->cap_hold, s, n))
+		return -1;
+	size_t content = r->n_hold;
+	if (r->trig_known)
+		content = r->trig_at > r->released ? (size_t)(r->trig_at - r->released) : 0;
+	if (content > r->n_hold)
+		content = r->n_hold;
+	if (!r->trig_known && !last) // wait: keep what may begin a trigger word
+		content -= word_prefix(r, r->hold, content);
+	if (content) {
+		if (emit(g, i, r, r->hold, content, 0))
+			return -1;
+		memmove(r->hold, r->hold + content, r->n_hold - content);
+		r->n_hold -= content;
+	}
+	if (r->trig_known && r->n_hold) {
+		if (r->n_calls == 0 && buf_add(&r->pre, &r->n_pre, &r->cap_pre, r->hold, r->n_hold))
+			return -1;
+		r->released += (uint32_t)r->n_hold;
+		fe_scan_push(&r->scan, r->hold, r->n_hold, &k);
+		r->n_hold = 0;
+	}
+	if (!last)
+		return 0;
+	if (r->n_calls == 0 && r->n_pre && r->forced) {
+		// a forced call cut before its name: the call of the one tool it
+		// could be with the arguments it has (none), else nothing
+		const char *only = g->p.tool_choice == FE_TC_NAMED ? g->p.tool_name
+		                   : g->p.n_tools == 1           ? g->p.tools[0].name
+		                                                 : NULL;
+		r->n_pre = 0;
+		if (only)
+			sink_start(r, only);
+	}
+	if (r->n_calls == 0 && r->n_pre) { // markup with no call in it: it was text after all
+		size_t np = r->n_pre;
+		r->n_pre = 0;
+		r->released -= (uint32_t)np;
+		return emit(g, i, r, r->pre, np, 1);
+	}
+	return emit(g, i, r, "", 0, 1);
 }
 
 // the bytes of every id of these events are known to fe_token_bytes after this
@@ -557,6 +719,11 @@ poll_choice(struct fe_gen *g, int i, struct run *r, int wait_ms, int *first_toke
 		r->live = 0;
 		fe_metrics_spec(&pl.timings.spec);
 	}
+	for (size_t k = 0; k < pl.n_events; k++)
+		if (pl.events[k].grammar_on && !r->trig_known) { // a lazy grammar took over here
+			r->trig_known = 1;
+			r->trig_at = pl.events[k].grammar_from;
+		}
 	if (pl.n_events && *first_token) {
 		g->r.ttft_ns = fe_now_ns() - g->t_admit;
 		fe_metrics_stage(FE_ST_TTFT, g->r.ttft_ns);
@@ -630,7 +797,7 @@ poll_choice(struct fe_gen *g, int i, struct run *r, int wait_ms, int *first_toke
 		tids = NULL;
 		c->completion_tokens += counted;
 		g->r.completion_tokens += counted;
-		if (emit(g, i, r, r->st.buf, ready, flush || hit) != 0) {
+		if (route(g, i, r, r->st.buf, ready, flush || hit) != 0) {
 			free(text);
 			return fail(g, 503, "out of memory");
 		}
@@ -652,10 +819,36 @@ poll_choice(struct fe_gen *g, int i, struct run *r, int wait_ms, int *first_toke
 		return -1;
 	}
 	if (fin != FE_FINISH_NONE) {
-		c->finish = fin;
+		// a reply that ended (the grammar or a stop token) after tool calls
+		c->finish = fin == FE_FINISH_EOS && r->done_calls > 0 ? FE_FINISH_TOOLS : fin;
 		return 0;
 	}
 	return 1;
+}
+
+// the id of one control token for a grammar's token element (-1: the text
+// is not one control token)
+static int32_t
+special_token(void *ctx, const char *text)
+{
+	(void)ctx;
+	char err[AD_ERRLEN];
+	int32_t *ids = NULL;
+	size_t n = 0, len = 0;
+	if (tokc_encode(tok, text, strlen(text), 0, 1, &ids, &n, cfg->timeout_ms, err) != 0)
+		return -1;
+	int32_t id = n == 1 ? ids[0] : -1;
+	free(ids);
+	if (id < 0)
+		return -1;
+	char **b = NULL;
+	size_t bl = 0;
+	if (tokc_token_bytes(tok, &id, 1, &b, &bl, cfg->timeout_ms, err) != 0)
+		return -1;
+	len = bl;
+	free(b[0]);
+	free(b);
+	return len == 0 ? id : -1; // a control token adds no text
 }
 
 static void
@@ -664,11 +857,20 @@ generate(struct fe_gen *g)
 	char err[AD_ERRLEN];
 	int32_t *ids = NULL;
 	size_t n = 0;
-	if (tokenize(g, &ids, &n) != 0)
+	char format[16] = "";
+	if (tokenize(g, &ids, &n, format) != 0)
 		return;
 	if (cancelled(g)) {
 		free(ids);
 		g->r.finish = FE_FINISH_CANCELLED;
+		return;
+	}
+	// the grammar: the request's own, an answer's schema, the tool calls in
+	// the markup the prompt asks for
+	struct fe_gram gram;
+	if (fe_gram_build(&g->p, format, special_token, NULL, &gram, err) != 0) {
+		free(ids);
+		fail(g, 400, err);
 		return;
 	}
 
@@ -712,6 +914,7 @@ generate(struct fe_gen *g)
 	if (g->p.n_bias) {
 		if (!(bias = calloc(g->p.n_bias, sizeof *bias))) {
 			free(ids);
+			fe_gram_free(&gram);
 			fail(g, 503, "out of memory");
 			return;
 		}
@@ -742,6 +945,12 @@ generate(struct fe_gen *g)
 		.client_pid = (int)getpid(),
 		.client = lease_client,
 		.lease_ms = FE_LEASE_MS,
+		.grammar = gram.text,
+		.grammar_lazy = gram.lazy,
+		.grammar_words = gram.words,
+		.n_grammar_words = (size_t)gram.n_words,
+		.grammar_tokens = gram.tokens,
+		.n_grammar_tokens = (size_t)gram.n_tokens,
 		.speculative = g->p.speculative,
 	};
 	// an engine that is away (crashed, restarting) is waited for until the
@@ -765,6 +974,14 @@ generate(struct fe_gen *g)
 			ok = 0;
 			break;
 		}
+		runs[i].g = g;
+		runs[i].index = i;
+		runs[i].tools = fe_wants_calls(&g->p) && gram.text;
+		runs[i].trig_known = runs[i].tools && !gram.lazy; // calls (or an answer) from the first byte
+		runs[i].forced = runs[i].tools && gram.forced;
+		runs[i].words = gram.words;
+		runs[i].n_words = gram.n_words;
+		fe_scan_init(&runs[i].scan);
 		fe_stop_init(&runs[i].st, (const char *const *)g->p.stops, g->p.n_stops);
 		fe_think_init(&runs[i].th, g->think_open);
 		started++;
@@ -790,6 +1007,7 @@ generate(struct fe_gen *g)
 	free(ids);
 	free(bias);
 	if (!ok) {
+		fe_gram_free(&gram);
 		cancel_live(runs, started);
 		for (int i = 0; i < started; i++) {
 			fe_stop_free(&runs[i].st);
@@ -837,8 +1055,11 @@ generate(struct fe_gen *g)
 	cancel_live(runs, nc);
 	for (int i = 0; i < nc; i++) {
 		fe_stop_free(&runs[i].st);
+		free(runs[i].hold);
+		free(runs[i].pre);
 		engc_job_free(runs[i].job);
 	}
+	fe_gram_free(&gram);
 	if (g->r.finish == FE_FINISH_NONE) {
 		g->r.finish = g->ch[0].finish;
 		g->r.stop_index = g->ch[0].stop_index;

@@ -18,9 +18,13 @@
 //                  as a restarted worker answers), unless it is a continued one
 //   [noeos]        the script repeats until max_tokens (FINISH_LENGTH)
 //
+// A lazy grammar (grammar_lazy with grammar_words) is not run, but its
+// trigger is found as the engine would: the first token whose text
+// completes a trigger word reports grammar_on with the word's offset.
 // Each token reports draws = its position in the script + 1 (as a sampler
 // drawing once a token would), and a Generate with skip_draws k starts the
-// script at token k: a continued job gives the rest of the lost one's.
+// script at token k: a continued job gives the rest of the lost one's (and
+// its trigger, counted from the script's start as grammar_replay has it).
 //
 // Without a marker the reply is a short fixed story. Every Generate,
 // Cancel and end is appended to --log, which tests read to see that a
@@ -61,6 +65,8 @@ struct job {
 	int lose_after;     // -1: never
 	size_t offset;      // the script's first token (skip_draws)
 	int noeos;
+	long trig_index;    // the token that switches a lazy grammar on (-1: none)
+	uint32_t trig_from; // the offset of its trigger word
 	uint64_t t0_ns, prefill_ns, delay_ns;
 	uint32_t n_prompt;
 };
@@ -260,14 +266,38 @@ handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *r
 			memcpy(j->script, story_ids, sizeof story_ids);
 			j->n_script = sizeof story_ids / sizeof story_ids[0];
 		}
+		// a lazy grammar's trigger: the first token that completes a word
+		j->trig_index = -1;
+		if (E.tok && g->grammar_lazy && g->n_grammar_words) {
+			char buf[8192];
+			size_t bl = 0;
+			for (size_t t = 0; t < j->n_script && j->trig_index < 0; t++) {
+				size_t k = 0;
+				const char *b = tok_token_text(E.tok, j->script[t], &k);
+				if (bl + k >= sizeof buf)
+					break;
+				memcpy(buf + bl, b, k);
+				bl += k;
+				buf[bl] = 0;
+				for (size_t w = 0; w < g->n_grammar_words; w++) {
+					const char *at = strstr(buf, g->grammar_words[w]);
+					if (at && (j->trig_index < 0 || (uint32_t)(at - buf) < j->trig_from)) {
+						j->trig_index = (long)t;
+						j->trig_from = (uint32_t)(at - buf);
+					}
+				}
+			}
+		}
 		gen.job = id;
 		gen.prompt_tokens = (uint32_t)g->n_prompt;
 		r.body_case = ANEDVD__ENGINE_REPLY__BODY_GENERATE;
 		r.generate = &gen;
-		logf_("generate %llu prompt=%zu max=%u temp=%g top_k=%d seed=%llu/%d skip=%zu client=%s\n",
+		logf_("generate %llu prompt=%zu max=%u temp=%g top_k=%d seed=%llu/%d skip=%zu client=%s grammar=%zu "
+		      "lazy=%d words=%zu replay=%u\n",
 		      (unsigned long long)id, g->n_prompt, g->max_tokens, g->sampling ? g->sampling->temperature : -1.0,
 		      g->sampling ? g->sampling->top_k : -1, g->sampling ? (unsigned long long)g->sampling->seed : 0ull,
-		      g->sampling ? g->sampling->has_seed : 0, j->offset, g->client[0] ? "yes" : "no");
+		      g->sampling ? g->sampling->has_seed : 0, j->offset, g->client[0] ? "yes" : "no",
+		      g->grammar ? strlen(g->grammar) : 0, g->grammar_lazy, g->n_grammar_words, g->grammar_replay);
 		break;
 	}
 	case ANEDVD__ENGINE_REQUEST__BODY_POLL: {
@@ -318,6 +348,10 @@ handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *r
 			events[i].id = j->script[(j->offset + j->sent + i) % j->n_script];
 			events[i].index = (uint32_t)(j->sent + i);
 			events[i].draws = j->offset + j->sent + i + 1;
+			if ((long)(j->offset + j->sent + i) == j->trig_index) {
+				events[i].grammar_on = 1;
+				events[i].grammar_from = j->trig_from;
+			}
 			pevents[i] = &events[i];
 		}
 		j->sent = n;

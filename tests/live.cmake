@@ -27,6 +27,15 @@ add_test(NAME test-web-live
 set_tests_properties(test-web-live PROPERTIES LABELS e2e TIMEOUT 600 RUN_SERIAL TRUE
   ENVIRONMENT "ANEDVD_WEB_ARTIFACTS=${CMAKE_CURRENT_BINARY_DIR}/web-artifacts")
 
+# tool calls and structured output through the official clients, judged by ajv
+add_test(NAME test-live-tools
+  COMMAND ${NODE_EXE} --test --test-reporter=spec ${CMAKE_CURRENT_SOURCE_DIR}/node/tools.test.mjs)
+set(LIVE_TOOLS_ENV "ANEDVD_BIN=$<TARGET_FILE:anedvd>;FE_MODEL=${LIVE_MODEL}")
+if(TARGET gen-model) # and the markup of a model's own template
+  list(APPEND LIVE_TOOLS_ENV "GEN_MODEL=$<TARGET_FILE:gen-model>" "JINJA_DATA=${CMAKE_CURRENT_SOURCE_DIR}/data/jinja")
+endif()
+set_tests_properties(test-live-tools PROPERTIES LABELS e2e TIMEOUT 300
+  ENVIRONMENT "${LIVE_TOOLS_ENV}" FIXTURES_REQUIRED fe_node_modules)
 # a thinking model (gen-model's scripted fixture with Qwen3's template)
 # through the SDKs: reasoning_content, thinking blocks, the no-think switches,
 # tools and tool history rendered as jinja2 renders them, bad input

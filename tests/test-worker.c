@@ -211,11 +211,15 @@ svc_stop(struct svc *v)
 }
 
 static struct svc S; // stories260K on kb_local behind the flaky wrapper
+static struct gram_loader *S_vocab; // its vocabulary for grammars
 
 static void
 start(void)
 {
 	struct sched_opts so = {.parallel = 4, .queue = 16, .sessions = 2};
+	S_vocab = gram_loader_new(STORIES, 512);
+	REQUIRE(S_vocab);
+	so.vocab = (struct sched_vocab){gram_loader_get, gram_loader_find, S_vocab};
 	REQUIRE(svc_start(&S, STORIES, 0, &so, "w") == 0);
 }
 
@@ -1042,6 +1046,8 @@ struct story {
 	enum engc_finish fin;
 	int replays;
 	struct engc_timings t;
+	int on_at;     // the token a lazy grammar switched on with (-1: none)
+	uint32_t from; // and its grammar_from
 };
 
 // the worker of v dies and a new one comes up on the same URL: every job,
@@ -1053,6 +1059,8 @@ svc_restart(struct svc *v)
 	ad_server_stop(v->srv);
 	sched_free(v->s);
 	struct sched_opts so = {.parallel = 4, .queue = 16, .sessions = 2};
+	if (S_vocab)
+		so.vocab = (struct sched_vocab){gram_loader_get, gram_loader_find, S_vocab};
 	v->s = sched_new(v->e, &so, err);
 	REQUIRE(v->s, "%s", err);
 	engine_service_init(&v->es, v->s, engine_n_vocab(v->e), (int)v->m.hp.n_layer, "test-worker");
@@ -1068,6 +1076,7 @@ story_run(struct ad_client *c, const struct engc_gen *g, size_t cut, void (*rest
 	char err[AD_ERRLEN];
 	int code = 0;
 	memset(out, 0, sizeof *out);
+	out->on_at = -1;
 	struct engc_job *j = engc_job_new(c, g, TMO, 0, err);
 	REQUIRE(j, "%s", err);
 	struct engc_started st;
@@ -1092,6 +1101,11 @@ story_run(struct ad_client *c, const struct engc_gen *g, size_t cut, void (*rest
 			out->ids[out->n] = ev->id;
 			out->lp[out->n] = ev->lp;
 			out->index[out->n] = ev->index;
+			if (ev->grammar_on) {
+				CHECK(out->on_at < 0, "a second grammar_on at %zu", out->n);
+				out->on_at = (int)out->n;
+				out->from = ev->grammar_from;
+			}
 			for (int k = 0; k < 3 && k < ev->n_lp; k++) {
 				out->alt[out->n][k] = ev->lp_top[k].id;
 				out->alt_lp[out->n][k] = ev->lp_top[k].logit;
@@ -1113,7 +1127,7 @@ story_run(struct ad_client *c, const struct engc_gen *g, size_t cut, void (*rest
 static int
 same_story(const struct story *a, const struct story *b)
 {
-	if (a->n != b->n || a->fin != b->fin)
+	if (a->n != b->n || a->fin != b->fin || a->on_at != b->on_at || a->from != b->from)
 		return 0;
 	for (size_t i = 0; i < a->n; i++)
 		if (a->ids[i] != b->ids[i] || memcmp(&a->lp[i], &b->lp[i], sizeof a->lp[i]) ||
@@ -1129,6 +1143,8 @@ restart_svc(void *v)
 	svc_restart(v);
 }
 
+static size_t text_of(const int32_t *ids, size_t n, char *out, size_t cap);
+
 // a worker that dies under a job: the job goes on on the next one with the
 // same tokens, logprobs and alternatives, greedy or sampled, with every
 // penalty and a logit_bias, cut early, in the middle or near the end
@@ -1137,6 +1153,8 @@ test_resume(void)
 {
 	struct svc v;
 	struct sched_opts so = {.parallel = 4, .queue = 16, .sessions = 2};
+	if (S_vocab)
+		so.vocab = (struct sched_vocab){gram_loader_get, gram_loader_find, S_vocab};
 	REQUIRE(svc_start(&v, STORIES, 0, &so, "resume") == 0);
 	__atomic_store_n(&v.fl->delay_us, 1500, __ATOMIC_RELAXED); // mid-job when the cut comes (a token is ~6 calls)
 	struct sample_bias bias[] = {{261, 1.5f}, {298, -100.0f}};
@@ -1172,6 +1190,66 @@ test_resume(void)
 			CHECK(cut.t.prefill_tokens > ref.t.prefill_tokens, "mode %d: prefill %u, uninterrupted %u", mode,
 			      cut.t.prefill_tokens, ref.t.prefill_tokens);
 		}
+	}
+	// under a grammar: the restarted worker's grammar takes the delivered
+	// tokens first, so it rejects and redraws as the lost one would have; a
+	// lazy one's switch comes once, where it came (before the cut or after)
+	if (S_vocab) {
+		char lazy[96];
+		snprintf(lazy, sizeof lazy, "root ::= <[%d]> \" \" [a-z]{1,8} (\" \" [a-z]{1,8}){8,}", ref_ids[6]);
+		const int32_t trig[] = {ref_ids[6]};
+		for (int mode = 0; mode < 3; mode++) {
+			struct sample_params sp;
+			sample_defaults(&sp);
+			sp.temperature = mode == 1 ? 0.0f : 0.9f;
+			sp.top_k = mode == 2 ? 40 : 0;
+			sp.repeat_penalty = mode == 2 ? 1.3f : 1.0f;
+			sp.repeat_last_n = 16;
+			sp.seed = 11 + (uint64_t)mode;
+			sp.has_seed = 1;
+			// (no stop ids: the grammars never end, the jobs run to max_tokens)
+			struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 50, .sp = &sp, .logprobs = 1,
+			                     .top_logprobs = 3,
+			                     .grammar = "root ::= \"{\\\"story\\\": \\\"\" [a-z ]{40,} \"\\\"}\""};
+			if (mode == 1) { // greedy: the story's own tokens until ref_ids[6]
+				g.grammar = lazy;
+				g.grammar_lazy = 1;
+				g.grammar_tokens = trig;
+				g.n_grammar_tokens = 1;
+			}
+			static struct story ref, cut;
+			REQUIRE(story_run(v.c, &g, 0, NULL, NULL, &ref) == 0);
+			char text[1024];
+			text_of(ref.ids, ref.n, text, sizeof text);
+			CHECK(ref.n == 50 && ref.fin == ENGC_LENGTH, "grammar mode %d: %zu tokens, finish %d", mode, ref.n,
+			      ref.fin);
+			if (mode == 1)
+				CHECK(ref.on_at == 2, "grammar mode 1: on at %d", ref.on_at);
+			else
+				CHECK(!strncmp(text, "{\"story\": \"", 11) && strspn(text + 11, "abcdefghijklmnopqrstuvwxyz ") ==
+				          strlen(text + 11),
+				      "grammar mode %d: '%s'", mode, text);
+			const size_t cuts[] = {1, 17, 45};
+			for (int k = 0; k < 3; k++) {
+				REQUIRE(story_run(v.c, &g, cuts[k], restart_svc, &v, &cut) == 0);
+				CHECK(cut.replays == 1 && same_story(&ref, &cut),
+				      "grammar mode %d: cut after %zu tokens: %d replays, %zu tokens, finish %d, on at %d", mode,
+				      cuts[k], cut.replays, cut.n, cut.fin, cut.on_at);
+			}
+		}
+		// a replay the grammar does not take is refused
+		struct sample_params sp;
+		sample_defaults(&sp);
+		struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 4, .sp = &sp,
+		                     .grammar = "root ::= \"x\"", .grammar_replay = 2};
+		struct engc_started st;
+		char err[AD_ERRLEN];
+		int code = 0;
+		CHECK(engc_generate(v.c, &g, &st, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST &&
+		          strstr(err, "grammar_replay: token 0"),
+		      "%s", err);
+		g.grammar_replay = 6;
+		CHECK(engc_generate(v.c, &g, &st, TMO, &code, err) == -1 && strstr(err, "grammar_replay"), "%s", err);
 	}
 	// the engine's own check: a continued job skips at most the context
 	struct sample_params sp;
@@ -1834,6 +1912,121 @@ test_bench(void)
 	kb->free(kb);
 }
 
+// a job's text: its tokens' bytes
+static size_t
+text_of(const int32_t *ids, size_t n, char *out, size_t cap)
+{
+	char err[AD_ERRLEN];
+	const struct gram_vocab *v = gram_loader_get(S_vocab, err);
+	size_t len = 0;
+	for (size_t i = 0; v && i < n; i++) {
+		uint32_t k;
+		const uint8_t *b = gram_vocab_bytes(v, ids[i], &k);
+		if (len + k < cap) {
+			memcpy(out + len, b, k);
+			len += k;
+		}
+	}
+	out[len] = 0;
+	return len;
+}
+
+// constrained decoding through the service: greedy and sampled jobs in one
+// batch keep to the grammar and end once it is complete; a grammar that
+// cannot end within max_tokens ends at the length; a lazy grammar switches
+// on at its trigger token; bad grammars are refused
+static void
+test_grammar(void)
+{
+	char err[AD_ERRLEN], text[2048];
+	const char *gbnf = "root ::= \"{\\\"name\\\": \\\"\" [a-z]{1,12} \"\\\"}\"";
+	struct sample_params sp[4];
+	struct run r[4];
+	pthread_t th[4];
+	const int32_t stop[] = {2};
+	for (int i = 0; i < 4; i++) {
+		sample_defaults(&sp[i]);
+		sp[i].temperature = i == 0 ? 0.0f : 1.0f;
+		sp[i].seed = (uint64_t)i;
+		sp[i].has_seed = 1;
+		memset(&r[i], 0, sizeof r[i]);
+		r[i].c = S.c;
+		r[i].g = (struct engc_gen){.prompt = prompt5, .n_prompt = 5, .max_tokens = 40, .sp = &sp[i],
+		                           .stop_ids = stop, .n_stop = 1, .grammar = gbnf};
+		pthread_create(&th[i], NULL, run_main, &r[i]);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		CHECK(r[i].rc == 0, "%s", r[i].err);
+		size_t len = text_of(r[i].ids, r[i].n, text, sizeof text);
+		size_t letters = strspn(text + 10, "abcdefghijklmnopqrstuvwxyz");
+		CHECK(r[i].finish == ENGC_STOP && len >= 13 && !strncmp(text, "{\"name\": \"", 10) && letters >= 1 &&
+		          letters <= 12 && !strcmp(text + 10 + letters, "\"}"),
+		      "job %d: finish %d, '%s'", i, r[i].finish, text);
+		free(r[i].ids);
+	}
+	// the grammar needs 30 tokens at least; max_tokens 5 ends it at the length
+	int32_t *ids;
+	size_t n;
+	enum engc_finish fin;
+	int code = 0;
+	struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 5, .stop_ids = stop, .n_stop = 1,
+	                     .grammar = "root ::= \"ab\"{30}"};
+	REQUIRE(engc_run(S.c, &g, &ids, &n, &fin, NULL, NULL, TMO, &code, err) == 0, "%s", err);
+	text_of(ids, n, text, sizeof text);
+	CHECK(fin == ENGC_LENGTH && n == 5 && !strncmp(text, "ababababab", strlen(text)) && strlen(text) >= 5,
+	      "finish %d, %zu tokens, '%s'", fin, n, text);
+	free(ids);
+	// lazy: free until the greedy story's third token, then "!" and the end
+	char lazy[64];
+	snprintf(lazy, sizeof lazy, "root ::= <[%d]> \"!\"", ref_ids[6]);
+	const int32_t trig[] = {ref_ids[6]};
+	g = (struct engc_gen){.prompt = prompt5, .n_prompt = 5, .max_tokens = 20, .stop_ids = stop, .n_stop = 1,
+	                      .grammar = lazy, .grammar_lazy = 1, .grammar_tokens = trig, .n_grammar_tokens = 1};
+	struct engc_started js;
+	REQUIRE(engc_generate(S.c, &g, &js, TMO, NULL, err) == 0, "%s", err);
+	int32_t got[32];
+	int ng = 0, on_at = -1;
+	uint32_t from = 0;
+	for (int done = 0; !done;) {
+		struct engc_poll p;
+		REQUIRE(engc_poll(S.c, js.job, 1000, &p, TMO, NULL, err) == 0, "%s", err);
+		for (size_t i = 0; i < p.n_events && ng < 32; i++) {
+			if (p.events[i].grammar_on)
+				on_at = ng, from = p.events[i].grammar_from;
+			got[ng++] = p.events[i].id;
+		}
+		done = p.finish != ENGC_RUNNING;
+		if (done)
+			fin = p.finish;
+		engc_poll_free(&p);
+	}
+	text_of(got, 2, text, sizeof text);
+	CHECK(fin == ENGC_STOP && ng == 4 && got[0] == ref_ids[4] && got[1] == ref_ids[5] && got[2] == ref_ids[6],
+	      "finish %d, %d tokens", fin, ng);
+	CHECK(on_at == 2 && from == strlen(text), "on at %d from %u ('%s')", on_at, from, text);
+	text_of(got + 3, 1, text, sizeof text);
+	CHECK(!strcmp(text, "!"), "'%s'", text);
+	// refusals name the problem
+	struct engc_started st;
+	g = (struct engc_gen){.prompt = prompt5, .n_prompt = 5, .max_tokens = 4, .grammar = "root ::= nothing"};
+	CHECK(engc_generate(S.c, &g, &st, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST &&
+	          strstr(err, "'nothing' is used but not defined"),
+	      "%s", err);
+	g.grammar = "root ::= <[99999]>";
+	CHECK(engc_generate(S.c, &g, &st, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST &&
+	          strstr(err, "outside the vocabulary"),
+	      "%s", err);
+	g.grammar = "root ::= <hello-there>";
+	CHECK(engc_generate(S.c, &g, &st, TMO, &code, err) == -1 && strstr(err, "not one token"), "%s", err);
+	g.grammar = "root ::= <s> \"x\""; // the BOS piece is one token
+	REQUIRE(engc_generate(S.c, &g, &st, TMO, &code, err) == 0, "%s", err);
+	engc_cancel(S.c, st.job, TMO, NULL, NULL);
+	g = (struct engc_gen){.prompt = prompt5, .n_prompt = 5, .max_tokens = 4, .grammar = "root ::= \"a\"",
+	                      .grammar_lazy = 1};
+	CHECK(engc_generate(S.c, &g, &st, TMO, &code, err) == -1 && strstr(err, "trigger"), "%s", err);
+}
+
 int
 main(void)
 {
@@ -1849,6 +2042,7 @@ main(void)
 		T_RUN(test_errors);
 		T_RUN(test_eval);
 		T_RUN(test_embed);
+		T_RUN(test_grammar);
 		T_RUN(test_bench);
 	}
 	T_RUN(test_fixture);
@@ -1865,5 +2059,6 @@ main(void)
 	T_RUN(test_restart_stop);
 #endif
 	svc_stop(&S);
+	gram_loader_free(S_vocab);
 	return t_done();
 }

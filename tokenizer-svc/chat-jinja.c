@@ -16,6 +16,7 @@
 
 #include "jinja.h"
 #include "log.h"
+#include "sbuf.h"
 #include "tokenizer-impl.h"
 #include "unicode.h"
 
@@ -114,55 +115,20 @@ fail:
 	return NULL;
 }
 
-struct cbuf {
-	char *p;
-	size_t n, cap;
-	int oom;
-};
-
 static void
-cb_add(struct cbuf *b, const char *s, size_t n)
-{
-	if (b->oom || !n)
-		return;
-	if (b->n + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 1024;
-		while (cap < b->n + n + 1)
-			cap *= 2;
-		char *p = realloc(b->p, cap);
-		if (!p) {
-			b->oom = 1;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->n, s, n);
-	b->n += n;
-	b->p[b->n] = 0;
-}
-
-static void
-cb_str(struct cbuf *b, const char *s)
-{
-	cb_add(b, s, strlen(s));
-}
-
-// "key": "text", (the text as a JSON string)
-static void
-cb_member_text(struct cbuf *b, const char *key, const char *s, size_t n)
+cb_member_text(struct sbuf *b, const char *key, const char *s, size_t n)
 {
 	char *clean = unicode_sanitize(s, n, &n);
 	cJSON *j = clean ? cJSON_CreateString(clean) : NULL;
 	char *t = j ? cJSON_PrintUnformatted(j) : NULL;
 	if (!t)
 		b->oom = 1;
-	cb_str(b, "\"");
-	cb_str(b, key);
-	cb_str(b, "\": ");
+	sbuf_str(b, "\"");
+	sbuf_str(b, key);
+	sbuf_str(b, "\": ");
 	if (t)
-		cb_str(b, t);
-	cb_str(b, ", ");
+		sbuf_str(b, t);
+	sbuf_str(b, ", ");
 	free(t);
 	cJSON_Delete(j);
 	free(clean);
@@ -180,7 +146,7 @@ blank(const char *s)
 
 static int
 build_context(const struct tokenizer *t, const struct tok_msg *msgs, size_t n, int add_generation_prompt,
-              const struct tok_chat_opts *o, struct cbuf *b, char *err)
+              const struct tok_chat_opts *o, struct sbuf *b, char *err)
 {
 	const char *tools = o && !blank(o->tools) ? o->tools : NULL;
 	const char *kwargs = o && !blank(o->kwargs) ? o->kwargs : NULL;
@@ -228,7 +194,7 @@ build_context(const struct tokenizer *t, const struct tok_msg *msgs, size_t n, i
 	cJSON_Delete(arr);
 	if (!mj)
 		return ad_err(err, "chat: out of memory");
-	cb_str(b, "{");
+	sbuf_str(b, "{");
 	size_t len;
 	const char *p;
 	if (t->bos >= 0 && (p = tok_piece(t, t->bos, &len)))
@@ -236,18 +202,18 @@ build_context(const struct tokenizer *t, const struct tok_msg *msgs, size_t n, i
 	if (t->eos >= 0 && (p = tok_piece(t, t->eos, &len)))
 		cb_member_text(b, "eos_token", p, len);
 	if (kw_from) {
-		cb_add(b, kw_from, (size_t)(kw_to - kw_from));
-		cb_str(b, ", ");
+		sbuf_add(b, kw_from, (size_t)(kw_to - kw_from));
+		sbuf_str(b, ", ");
 	}
-	cb_str(b, "\"tools\": ");
-	cb_str(b, tools ? tools : "null");
-	cb_str(b, ", \"documents\": null, \"add_generation_prompt\": ");
-	cb_str(b, add_generation_prompt ? "true" : "false");
+	sbuf_str(b, "\"tools\": ");
+	sbuf_str(b, tools ? tools : "null");
+	sbuf_str(b, ", \"documents\": null, \"add_generation_prompt\": ");
+	sbuf_str(b, add_generation_prompt ? "true" : "false");
 	if (o && o->enable_thinking >= 0)
-		cb_str(b, o->enable_thinking ? ", \"enable_thinking\": true" : ", \"enable_thinking\": false");
-	cb_str(b, ", \"messages\": ");
-	cb_str(b, mj);
-	cb_str(b, "}");
+		sbuf_str(b, o->enable_thinking ? ", \"enable_thinking\": true" : ", \"enable_thinking\": false");
+	sbuf_str(b, ", \"messages\": ");
+	sbuf_str(b, mj);
+	sbuf_str(b, "}");
 	free(mj);
 	return b->oom ? ad_err(err, "chat: out of memory") : 0;
 }
@@ -289,9 +255,9 @@ tok_chat_render(const struct tokenizer *t, const struct tok_msg *msgs, size_t n,
 			log_fallback(t->jinja_why, family);
 		return tok_chat_native(t, msgs, n, add_generation_prompt, out, err);
 	}
-	struct cbuf ctx = {0};
+	struct sbuf ctx = {0};
 	if (build_context(t, msgs, n, add_generation_prompt, o, &ctx, err) != 0) {
-		free(ctx.p);
+		free(ctx.s);
 		return -1;
 	}
 	// bounds: far beyond any real template, short of what would hurt
@@ -306,8 +272,8 @@ tok_chat_render(const struct tokenizer *t, const struct tok_msg *msgs, size_t n,
 		lim.now = strtoll(now, NULL, 10);
 	char jerr[AD_ERRLEN];
 	size_t len = 0;
-	enum jinja_status st = jinja_render(tmpl, ctx.p, ctx.n, &lim, out, &len, jerr);
-	free(ctx.p);
+	enum jinja_status st = jinja_render(tmpl, ctx.s, ctx.n, &lim, out, &len, jerr);
+	free(ctx.s);
 	if (st == JINJA_RAISED)
 		return ad_err(err, "chat template: %s", jerr);
 	if (st == JINJA_INPUT) // the tools or kwargs

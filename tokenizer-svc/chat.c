@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "sbuf.h"
 #include "tokenizer-impl.h"
 
 static int
@@ -74,41 +75,6 @@ tok_chat_family_name(enum tok_chat_family f)
 	return "unknown";
 }
 
-// a growable string
-struct sbuf {
-	char *p;
-	size_t n, cap;
-	int oom;
-};
-
-static void
-sb_add(struct sbuf *b, const char *s, size_t n)
-{
-	if (b->oom)
-		return;
-	if (b->n + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->n + n + 1)
-			cap *= 2;
-		char *p = realloc(b->p, cap);
-		if (!p) {
-			b->oom = 1;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->n, s, n);
-	b->n += n;
-	b->p[b->n] = 0;
-}
-
-static void
-sb_str(struct sbuf *b, const char *s)
-{
-	sb_add(b, s, strlen(s));
-}
-
 static int
 is_ws(char c)
 {
@@ -124,7 +90,7 @@ sb_trimmed(struct sbuf *b, const char *s)
 		s++, n--;
 	while (n && is_ws(s[n - 1]))
 		n--;
-	sb_add(b, s, n);
+	sbuf_add(b, s, n);
 }
 
 static void
@@ -133,9 +99,9 @@ sb_piece(struct sbuf *b, const struct tokenizer *t, int32_t id, const char *fall
 	size_t n;
 	const char *p = id >= 0 ? tok_piece(t, id, &n) : NULL;
 	if (p)
-		sb_add(b, p, n);
+		sbuf_add(b, p, n);
 	else
-		sb_str(b, fallback);
+		sbuf_str(b, fallback);
 }
 
 static const char *
@@ -156,20 +122,20 @@ tok_apply_chat_family(const struct tokenizer *t, enum tok_chat_family f, const s
 		if (!msgs[i].content)
 			return ad_err(err, "chat: message %zu has no content", i);
 	}
-	sb_add(&b, "", 0);
+	sbuf_add(&b, "", 0);
 
 	switch (f) {
 	case TOK_CHAT_CHATML:
 		// <|im_start|>{role}\n{content}<|im_end|>\n ... <|im_start|>assistant\n
 		for (size_t i = 0; i < n; i++) {
-			sb_str(&b, "<|im_start|>");
-			sb_str(&b, role_name(msgs[i].role));
-			sb_str(&b, "\n");
-			sb_str(&b, msgs[i].content);
-			sb_str(&b, "<|im_end|>\n");
+			sbuf_str(&b, "<|im_start|>");
+			sbuf_str(&b, role_name(msgs[i].role));
+			sbuf_str(&b, "\n");
+			sbuf_str(&b, msgs[i].content);
+			sbuf_str(&b, "<|im_end|>\n");
 		}
 		if (add_generation_prompt)
-			sb_str(&b, "<|im_start|>assistant\n");
+			sbuf_str(&b, "<|im_start|>assistant\n");
 		break;
 
 	case TOK_CHAT_LLAMA2: {
@@ -183,29 +149,29 @@ tok_apply_chat_family(const struct tokenizer *t, enum tok_chat_family f, const s
 		int first = 1;
 		for (; i < n; i++) {
 			if (msgs[i].role == TOK_ROLE_ASSISTANT) {
-				sb_str(&b, " ");
+				sbuf_str(&b, " ");
 				sb_trimmed(&b, msgs[i].content);
-				sb_str(&b, " ");
+				sbuf_str(&b, " ");
 				sb_piece(&b, t, t->eos, "</s>");
 				continue;
 			}
 			if (!first)
 				sb_piece(&b, t, t->bos, "<s>");
-			sb_str(&b, "[INST] ");
+			sbuf_str(&b, "[INST] ");
 			if (first && sys) {
-				sb_str(&b, "<<SYS>>\n");
-				sb_str(&b, sys);
-				sb_str(&b, "\n<</SYS>>\n\n");
+				sbuf_str(&b, "<<SYS>>\n");
+				sbuf_str(&b, sys);
+				sbuf_str(&b, "\n<</SYS>>\n\n");
 			}
 			// a later system message is treated as a user turn
 			sb_trimmed(&b, msgs[i].content);
-			sb_str(&b, " [/INST]");
+			sbuf_str(&b, " [/INST]");
 			first = 0;
 		}
 		if (first && sys) { // only a system message
-			sb_str(&b, "[INST] <<SYS>>\n");
-			sb_str(&b, sys);
-			sb_str(&b, "\n<</SYS>>\n\n [/INST]");
+			sbuf_str(&b, "[INST] <<SYS>>\n");
+			sbuf_str(&b, sys);
+			sbuf_str(&b, "\n<</SYS>>\n\n [/INST]");
 		}
 		break;
 	}
@@ -213,14 +179,14 @@ tok_apply_chat_family(const struct tokenizer *t, enum tok_chat_family f, const s
 	case TOK_CHAT_LLAMA3:
 		// <|start_header_id|>{role}<|end_header_id|>\n\n{content|trim}<|eot_id|>
 		for (size_t i = 0; i < n; i++) {
-			sb_str(&b, "<|start_header_id|>");
-			sb_str(&b, role_name(msgs[i].role));
-			sb_str(&b, "<|end_header_id|>\n\n");
+			sbuf_str(&b, "<|start_header_id|>");
+			sbuf_str(&b, role_name(msgs[i].role));
+			sbuf_str(&b, "<|end_header_id|>\n\n");
 			sb_trimmed(&b, msgs[i].content);
-			sb_str(&b, "<|eot_id|>");
+			sbuf_str(&b, "<|eot_id|>");
 		}
 		if (add_generation_prompt)
-			sb_str(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+			sbuf_str(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 		break;
 
 	case TOK_CHAT_GEMMA: {
@@ -233,76 +199,76 @@ tok_apply_chat_family(const struct tokenizer *t, enum tok_chat_family f, const s
 				continue;
 			}
 			int model = msgs[i].role == TOK_ROLE_ASSISTANT;
-			sb_str(&b, model ? "<start_of_turn>model\n" : "<start_of_turn>user\n");
+			sbuf_str(&b, model ? "<start_of_turn>model\n" : "<start_of_turn>user\n");
 			if (!model && sys.n) {
-				sb_add(&b, sys.p, sys.n);
-				sb_str(&b, "\n\n");
+				sbuf_add(&b, sys.s, sys.n);
+				sbuf_str(&b, "\n\n");
 				sys.n = 0;
 			}
 			sb_trimmed(&b, msgs[i].content);
-			sb_str(&b, "<end_of_turn>\n");
+			sbuf_str(&b, "<end_of_turn>\n");
 		}
 		if (sys.n) { // a system message with no user turn after it
-			sb_str(&b, "<start_of_turn>user\n");
-			sb_add(&b, sys.p, sys.n);
-			sb_str(&b, "\n\n<end_of_turn>\n");
+			sbuf_str(&b, "<start_of_turn>user\n");
+			sbuf_add(&b, sys.s, sys.n);
+			sbuf_str(&b, "\n\n<end_of_turn>\n");
 		}
 		if (sys.oom)
 			b.oom = 1;
-		free(sys.p);
+		free(sys.s);
 		if (add_generation_prompt)
-			sb_str(&b, "<start_of_turn>model\n");
+			sbuf_str(&b, "<start_of_turn>model\n");
 		break;
 	}
 
 	case TOK_CHAT_PHI3:
 		// <|{role}|>\n{content}<|end|>\n ... <|assistant|>\n
 		for (size_t i = 0; i < n; i++) {
-			sb_str(&b, "<|");
-			sb_str(&b, role_name(msgs[i].role));
-			sb_str(&b, "|>\n");
-			sb_str(&b, msgs[i].content);
-			sb_str(&b, "<|end|>\n");
+			sbuf_str(&b, "<|");
+			sbuf_str(&b, role_name(msgs[i].role));
+			sbuf_str(&b, "|>\n");
+			sbuf_str(&b, msgs[i].content);
+			sbuf_str(&b, "<|end|>\n");
 		}
 		if (add_generation_prompt)
-			sb_str(&b, "<|assistant|>\n");
+			sbuf_str(&b, "<|assistant|>\n");
 		break;
 
 	case TOK_CHAT_ZEPHYR:
 		// <|{role}|>\n{content}{eos}\n ... <|assistant|>\n
 		for (size_t i = 0; i < n; i++) {
-			sb_str(&b, "<|");
-			sb_str(&b, role_name(msgs[i].role));
-			sb_str(&b, "|>\n");
-			sb_str(&b, msgs[i].content);
+			sbuf_str(&b, "<|");
+			sbuf_str(&b, role_name(msgs[i].role));
+			sbuf_str(&b, "|>\n");
+			sbuf_str(&b, msgs[i].content);
 			sb_piece(&b, t, t->eos, "</s>");
-			sb_str(&b, "\n");
+			sbuf_str(&b, "\n");
 		}
 		if (add_generation_prompt)
-			sb_str(&b, "<|assistant|>\n");
+			sbuf_str(&b, "<|assistant|>\n");
 		break;
 
 	case TOK_CHAT_PLAIN:
 	default:
 		// System: ...\nUser: ...\nAssistant: ...\n ... Assistant:
 		for (size_t i = 0; i < n; i++) {
-			sb_str(&b, msgs[i].role == TOK_ROLE_SYSTEM ? "System: "
+			sbuf_str(&b, msgs[i].role == TOK_ROLE_SYSTEM ? "System: "
 			           : msgs[i].role == TOK_ROLE_USER ? "User: "
 			           : msgs[i].role == TOK_ROLE_TOOL ? "Tool: "
 			                                            : "Assistant: ");
-			sb_str(&b, msgs[i].content);
-			sb_str(&b, "\n");
+			sbuf_str(&b, msgs[i].content);
+			sbuf_str(&b, "\n");
 		}
 		if (add_generation_prompt)
-			sb_str(&b, "Assistant:");
+			sbuf_str(&b, "Assistant:");
 		break;
 	}
 
 	if (b.oom) {
-		free(b.p);
+		free(b.s);
 		return ad_err(err, "chat: out of memory");
 	}
-	*out = b.p;
+	*out = b.s;
 	return 0;
 }
 

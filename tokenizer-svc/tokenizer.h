@@ -179,4 +179,39 @@ int tok_apply_chat(const struct tokenizer *t, const struct tok_msg *msgs, size_t
 int tok_apply_chat_family(const struct tokenizer *t, enum tok_chat_family f, const struct tok_msg *msgs,
                           size_t n, int add_generation_prompt, char **out, char *err);
 
+// --- tools (chat-tools.c) -------------------------------------------------------
+// Tool definitions, tool calls and tool results for a template that cannot
+// write them (the built-in family renderers; templates without tools): the
+// conversation becomes one of plain turns. The tools (tools_json, an
+// OpenAI-style array [{"type": "function", "function": {name, description,
+// parameters}}], NULL or "" for none) are described at the end of the system
+// turn (one is added first when there is none), with the one way to call
+// them, the "generic" markup:
+//   {"tool_call": {"name": NAME, "arguments": {...}}}
+//   {"tool_calls": [{"name": NAME, "arguments": {...}}, ...]}
+// An assistant turn's calls are written after its text in that markup; a
+// tool turn becomes a user turn "Result of NAME (CALL_ID): CONTENT". *out
+// and the strings it points to are malloc'd; free them with
+// tok_chat_plain_free(*out, *n_out).
+#define TOK_TOOL_FORMAT_GENERIC "generic"
+int tok_chat_tools_plain(const struct tok_msg *msgs, size_t n, const char *tools_json, struct tok_msg **out,
+                         size_t *n_out, char *err);
+void tok_chat_plain_free(struct tok_msg *msgs, size_t n);
+// whether a conversation needs tok_chat_tools_plain: tools, calls or tool turns
+int tok_chat_has_tools(const struct tok_msg *msgs, size_t n, const char *tools_json);
+// tok_chat_render_tools: tok_chat_render with the tools, calls and results
+// in a markup the reply can be parsed in: the model's own template writes
+// them when it runs and names a markup anedvd knows (hermes, mistral,
+// llama3: tok_tool_format of its tool_use variant, else of itself);
+// otherwise (a built-in renderer, a template without tools or with another
+// markup) the conversation is first made plain (tok_chat_tools_plain) in
+// the generic markup. *format says which ("" without tools).
+int tok_chat_render_tools(const struct tokenizer *t, const struct tok_msg *msgs, size_t n, int add_generation_prompt,
+                          const struct tok_chat_opts *o, char **out, const char **how, const char **format,
+                          char *err);
+// the tool-call markup a template asks for, by what it writes: "hermes"
+// (<tool_call>...</tool_call>), "mistral" ([TOOL_CALLS][...]), "llama3"
+// ({"name": ..., "parameters": ...}), else "generic"
+const char *tok_tool_format(const char *template_text);
+
 #endif

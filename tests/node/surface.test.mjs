@@ -130,8 +130,9 @@ describe('official SDKs: count_tokens, Responses, models', () => {
 		const refused = [
 			[{ previous_response_id: 'resp_123' }, 'previous_response_id'],
 			[{ store: true }, 'store'],
-			[{ tools: [{ type: 'function', name: 'f', parameters: { type: 'object', properties: {} } }] }, 'tools'],
-			[{ text: { format: { type: 'json_schema', name: 'x', schema: { type: 'object' } } } }, 'text.format'],
+			[{ tools: [{ type: 'web_search_preview' }] }, 'tools[0].type'],
+			[{ tools: [{ type: 'function', name: 'f', parameters: { type: 'array' } }] }, 'tools[0].parameters'],
+			[{ text: { format: { type: 'json_schema', name: 'x', schema: { type: 'string', pattern: '^a' } } } }, 'text.format.schema'],
 		];
 		for (const [extra, param] of refused) {
 			await assert.rejects(oai.responses.create({ model: 'm', input: 'x', ...extra }), (e) => {

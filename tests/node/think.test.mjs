@@ -268,7 +268,7 @@ describe('a thinking model (Qwen3 template) through the official SDKs', { skip }
 		await bad(oai.chat.completions.create({ model: 'think', messages: user('x'), chat_template_kwargs: { messages: [] } }),
 			/chat_template_kwargs\.messages/, 'chat_template_kwargs');
 		await bad(oai.chat.completions.create({ model: 'think', messages: user('x'), tools: [{ type: 'function' }] }),
-			/tools\[0\]\.function\.name/, 'tools[0]');
+			/tools\[0\]\.function' must be an object/, 'tools[0].function');
 		await bad(ant.messages.create({ model: 'think', max_tokens: 8, messages: user('x'), thinking: { type: 'sometimes' } }),
 			/thinking\.type/);
 		await bad(ant.messages.create({ model: 'think', max_tokens: 8, messages: [{ role: 'user', content: [

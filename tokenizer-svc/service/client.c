@@ -251,7 +251,7 @@ tokc_chat_with(struct ad_client *c, const struct tok_msg *msgs, size_t n, int ad
 	size_t len;
 	*text = dup_bytes(&r->chat->text, &len);
 	if (format && format_cap)
-		format[0] = 0;
+		snprintf(format, format_cap, "%s", r->chat->tool_format ? r->chat->tool_format : "");
 	anedvd__tok_reply__free_unpacked(r, NULL);
 	return *text ? 0 : ad_err(err, "out of memory");
 }

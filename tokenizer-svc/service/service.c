@@ -337,7 +337,8 @@ do_chat(struct tok_service *s, const Anedvd__ApplyChatTemplateRequest *q, struct
 	if (!bad && q->kwargs.len)
 		o.kwargs = texts[nt - 1];
 	char *out = NULL;
-	if (!bad && tok_chat_render(s->t, msgs, n, q->add_generation_prompt, &o, &out, NULL, rp->msg) != 0)
+	const char *format = "";
+	if (!bad && tok_chat_render_tools(s->t, msgs, n, q->add_generation_prompt, &o, &out, NULL, &format, rp->msg) != 0)
 		bad = 1;
 	for (size_t j = 0; j < nt; j++)
 		free(texts[j]);
@@ -350,6 +351,7 @@ do_chat(struct tok_service *s, const Anedvd__ApplyChatTemplateRequest *q, struct
 	rp->u.chat.text.data = (uint8_t *)out;
 	rp->u.chat.text.len = strlen(out);
 	rp->u.chat.family = (char *)tok_chat_family_name(tok_chat_family(s->t));
+	rp->u.chat.tool_format = (char *)format;
 	rp->owned[0] = out;
 	rp->r.body_case = ANEDVD__TOK_REPLY__BODY_CHAT;
 	rp->r.chat = &rp->u.chat;
