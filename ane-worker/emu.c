@@ -18,6 +18,7 @@
 #include "blob.h"
 #include "err.h"
 #include "fp16.h"
+#include "planar.h"
 #include "mil.h"
 
 #define PANEL 16
@@ -617,195 +618,30 @@ emu_conv_fast(const uint16_t *panels, size_t cout, size_t cin, const float *x, s
 }
 
 // ---------------------------------------------------------------------------
-// moves between planar fp16 surfaces ([C] planes, columns contiguous) and
-// the emu's [ncols][C] fp32 buffers. layout.c's ane_gather_f32 /
-// ane_scatter_f32 do the same one channel at a time; at 2 to 64 columns
-// that cost as much as a small conv, so the emu transposes 8x8 blocks in
-// registers. The layouts are the emu's own (fp16, height 1, checked at
-// compile time), the bits are the same (exact widening, round to nearest
-// even).
-
-static void
-gather_ref(const uint8_t *base, size_t ps, float *x, size_t C, size_t ld, size_t c0, size_t c1,
-           size_t j0, size_t j1)
-{
-	for (size_t c = c0; c < c1; c++)
-		for (size_t j = j0; j < j1; j++) {
-			uint16_t h;
-			memcpy(&h, base + c * ps + j * 2, 2);
-			x[j * ld + c] = ad_fp16_to_f32(h);
-		}
-}
-
-static void
-scatter_ref(uint8_t *base, size_t ps, const float *x, size_t C, size_t ld, size_t c0, size_t c1,
-            size_t j0, size_t j1)
-{
-	for (size_t c = c0; c < c1; c++)
-		for (size_t j = j0; j < j1; j++) {
-			uint16_t h = ad_f32_to_fp16(x[j * ld + c]);
-			memcpy(base + c * ps + j * 2, &h, 2);
-		}
-}
-
-#ifdef AD_FP16_X86
-SIMD_TARGET static inline void
-transpose8(__m256 r[8])
-{
-	__m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-	__m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-	__m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-	__m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-	__m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
-	__m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
-	__m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
-	__m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
-	r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
-	r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-	r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
-	r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-	r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-	r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-	r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-	r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
-
-// the first n (1..8) fp16 of v to dst
-SIMD_TARGET static inline void
-store_ph(uint8_t *dst, __m128i v, size_t n)
-{
-	if (n == 8) {
-		_mm_storeu_si128((__m128i *)dst, v);
-		return;
-	}
-	if (n & 4) {
-		_mm_storel_epi64((__m128i *)dst, v);
-		v = _mm_srli_si128(v, 8);
-		dst += 8;
-	}
-	if (n & 2) {
-		uint32_t w = (uint32_t)_mm_cvtsi128_si32(v);
-		memcpy(dst, &w, 4);
-		v = _mm_srli_si128(v, 4);
-		dst += 4;
-	}
-	if (n & 1) {
-		uint16_t h = (uint16_t)_mm_extract_epi16(v, 0);
-		memcpy(dst, &h, 2);
-	}
-}
-
-// 8 channels x 8 columns per block. A block's 16-byte loads stay inside
-// each channel's plane (columns past ncols are read, converted and
-// dropped); a last block that would cross a plane's end (a width that is
-// not a multiple of 8, above 32) goes the plain way.
-SIMD_TARGET static void
-gather_simd(const uint8_t *base, size_t ps, float *x, size_t C, size_t ld, size_t ncols)
-{
-	size_t C8 = C / 8 * 8;
-	for (size_t c0 = 0; c0 < C8; c0 += 8)
-		for (size_t j0 = 0; j0 < ncols; j0 += 8) {
-			if (j0 * 2 + 16 > ps) {
-				gather_ref(base, ps, x, C, ld, c0, c0 + 8, j0, ncols);
-				break;
-			}
-			size_t n = ncols - j0 < 8 ? ncols - j0 : 8;
-			__m256 r[8];
-			for (int k = 0; k < 8; k++)
-				r[k] = _mm256_cvtph_ps(
-					_mm_loadu_si128((const __m128i *)(base + (c0 + k) * ps + j0 * 2)));
-			transpose8(r);
-			for (size_t k = 0; k < n; k++)
-				_mm256_storeu_ps(x + (j0 + k) * ld + c0, r[k]);
-		}
-	gather_ref(base, ps, x, C, ld, C8, C, 0, ncols);
-}
-
-// the same the other way; only the first ncols columns are written
-SIMD_TARGET static void
-scatter_simd(uint8_t *base, size_t ps, const float *x, size_t C, size_t ld, size_t ncols)
-{
-	size_t C8 = C / 8 * 8;
-	for (size_t c0 = 0; c0 < C8; c0 += 8)
-		for (size_t j0 = 0; j0 < ncols; j0 += 8) {
-			size_t n = ncols - j0 < 8 ? ncols - j0 : 8;
-			__m256 r[8];
-			for (size_t k = 0; k < 8; k++)
-				r[k] = k < n ? _mm256_loadu_ps(x + (j0 + k) * ld + c0) : _mm256_setzero_ps();
-			transpose8(r);
-			for (int k = 0; k < 8; k++)
-				store_ph(base + (c0 + k) * ps + j0 * 2,
-				         _mm256_cvtps_ph(r[k], _MM_FROUND_TO_NEAREST_INT), n);
-		}
-	scatter_ref(base, ps, x, C, ld, C8, C, 0, ncols);
-}
-#endif
-
-#ifdef AD_FP16_X86
-// one column (decode): channel c is the first fp16 of plane c. 8 channels
-// converted at once; at the LM head's 49152 channels the plain
-// conversions cost a tenth of the conv
-SIMD_TARGET static void
-scatter1_simd(uint8_t *base, size_t ps, const float *x, size_t C)
-{
-	size_t C8 = C / 8 * 8;
-	for (size_t c0 = 0; c0 < C8; c0 += 8) {
-		uint16_t h[8];
-		_mm_storeu_si128((__m128i *)h,
-		                 _mm256_cvtps_ph(_mm256_loadu_ps(x + c0), _MM_FROUND_TO_NEAREST_INT));
-		for (int k = 0; k < 8; k++)
-			memcpy(base + (c0 + (size_t)k) * ps, &h[k], 2);
-	}
-	scatter_ref(base, ps, x, C, C, C8, C, 0, 1);
-}
-
-SIMD_TARGET static void
-gather1_simd(const uint8_t *base, size_t ps, float *x, size_t C)
-{
-	size_t C8 = C / 8 * 8;
-	for (size_t c0 = 0; c0 < C8; c0 += 8) {
-		uint16_t h[8];
-		for (int k = 0; k < 8; k++)
-			memcpy(&h[k], base + (c0 + (size_t)k) * ps, 2);
-		_mm256_storeu_ps(x + c0, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h)));
-	}
-	gather_ref(base, ps, x, C, C, C8, C, 0, 1);
-}
-#endif
+// moves between planar fp16 surfaces and the emu's [ncols][C] fp32 buffers
+// (common/planar.h: 8x8 blocks transposed in registers; at 2 to 64 columns
+// a channel at a time cost as much as a small conv). The layouts are the
+// emu's own (fp16, height 1, checked at compile time).
 
 // surface -> x ([ncols][ld]); l is fp16 with height 1 and ncols <= width
 static void
 emu_gather(const struct ane_layout *l, const void *surf, float *x, size_t ncols, size_t ld,
            int ref)
 {
-#ifdef AD_FP16_X86
-	if (!ref && ncols > 1 && emu_have_simd()) {
-		gather_simd(surf, l->plane_stride, x, l->channels, ld, ncols);
-		return;
-	}
-	if (!ref && emu_have_simd()) {
-		gather1_simd(surf, l->plane_stride, x, l->channels);
-		return;
-	}
-#endif
-	gather_ref(surf, l->plane_stride, x, l->channels, ld, 0, l->channels, 0, ncols);
+	if (ref)
+		ad_planar_gather_ref(surf, l->plane_stride, x, l->channels, ld, ncols);
+	else
+		ad_planar_gather(surf, l->plane_stride, x, l->channels, ld, ncols);
 }
 
 static void
 emu_scatter(const struct ane_layout *l, void *surf, const float *x, size_t ncols, size_t ld,
             int ref)
 {
-#ifdef AD_FP16_X86
-	if (!ref && ncols > 1 && emu_have_simd()) {
-		scatter_simd(surf, l->plane_stride, x, l->channels, ld, ncols);
-		return;
-	}
-	if (!ref && emu_have_simd()) {
-		scatter1_simd(surf, l->plane_stride, x, l->channels);
-		return;
-	}
-#endif
-	scatter_ref(surf, l->plane_stride, x, l->channels, ld, 0, l->channels, 0, ncols);
+	if (ref)
+		ad_planar_scatter_ref(surf, l->plane_stride, x, l->channels, ld, ncols);
+	else
+		ad_planar_scatter(surf, l->plane_stride, x, l->channels, ld, ncols);
 }
 
 // x rounded to fp16 in place

@@ -4,6 +4,7 @@
 
 #include "err.h"
 #include "fp16.h"
+#include "planar.h"
 #include "resnorm.h"
 #include "surface.h"
 
@@ -93,38 +94,13 @@ check_io(const struct ane_layout *l, size_t ncols, size_t ld, char *err)
 	return 0;
 }
 
-// transposes in tiles so that both sides stay in cache
-#define TILE 32
-
 int
 ane_scatter_f32(const struct ane_layout *l, void *surf, const float *x, size_t ncols, size_t ld,
                 char *err)
 {
 	if (check_io(l, ncols, ld, err) < 0)
 		return -1;
-	uint8_t *base = surf;
-	size_t C = l->channels;
-	if (ncols == 1) {
-		for (size_t c = 0; c < C; c++) {
-			uint16_t h = ad_f32_to_fp16(x[c]);
-			memcpy(base + c * l->plane_stride, &h, 2);
-		}
-		return 0;
-	}
-	float tf[TILE];
-	uint16_t th[TILE];
-	for (size_t c0 = 0; c0 < C; c0 += TILE) {
-		size_t nc = C - c0 < TILE ? C - c0 : TILE;
-		for (size_t j0 = 0; j0 < ncols; j0 += TILE) {
-			size_t nj = ncols - j0 < TILE ? ncols - j0 : TILE;
-			for (size_t c = 0; c < nc; c++) {
-				for (size_t j = 0; j < nj; j++)
-					tf[j] = x[(j0 + j) * ld + c0 + c];
-				ad_f32_to_fp16_row(tf, th, nj);
-				memcpy(base + (c0 + c) * l->plane_stride + j0 * 2, th, nj * 2);
-			}
-		}
-	}
+	ad_planar_scatter(surf, l->plane_stride, x, l->channels, ld, ncols);
 	return 0;
 }
 
@@ -134,30 +110,7 @@ ane_gather_f32(const struct ane_layout *l, const void *surf, float *x, size_t nc
 {
 	if (check_io(l, ncols, ld, err) < 0)
 		return -1;
-	const uint8_t *base = surf;
-	size_t C = l->channels;
-	if (ncols == 1) {
-		for (size_t c = 0; c < C; c++) {
-			uint16_t h;
-			memcpy(&h, base + c * l->plane_stride, 2);
-			x[c] = ad_fp16_to_f32(h);
-		}
-		return 0;
-	}
-	float tf[TILE];
-	uint16_t th[TILE];
-	for (size_t c0 = 0; c0 < C; c0 += TILE) {
-		size_t nc = C - c0 < TILE ? C - c0 : TILE;
-		for (size_t j0 = 0; j0 < ncols; j0 += TILE) {
-			size_t nj = ncols - j0 < TILE ? ncols - j0 : TILE;
-			for (size_t c = 0; c < nc; c++) {
-				memcpy(th, base + (c0 + c) * l->plane_stride + j0 * 2, nj * 2);
-				ad_fp16_to_f32_row(th, tf, nj);
-				for (size_t j = 0; j < nj; j++)
-					x[(j0 + j) * ld + c0 + c] = tf[j];
-			}
-		}
-	}
+	ad_planar_gather(surf, l->plane_stride, x, l->channels, ld, ncols);
 	return 0;
 }
 

@@ -1,8 +1,10 @@
-// Shared-memory surfaces: layout, sharing between processes, stale cleanup.
+// Shared-memory surfaces: layout, sharing between processes, stale cleanup;
+// the planar moves (planar.h) against their plain twins.
 #include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "fp16.h"
+#include "planar.h"
 #include "surface.h"
 #include "t.h"
 
@@ -103,11 +105,90 @@ test_stale(void)
 	CHECK(surface_cleanup_pid((long)getpid()) == 1 && !shm_exists(live), "cleanup of one instance");
 }
 
+// every fp16 bit pattern class (zeros, subnormals, normals, infinities,
+// NaNs with payloads) and random floats that round in every way
+static float
+odd_value(unsigned *seed)
+{
+	*seed = *seed * 1103515245u + 12345u;
+	unsigned r = *seed >> 8;
+	switch (r % 4) {
+	case 0: return ad_fp16_to_f32((uint16_t)(r >> 3));                 // any fp16, NaN and inf too
+	case 1: return ad_bits_f32((r * 2654435761u) & 0x8fffffffu);        // tiny to huge
+	case 2: return (float)(int)(r % 20001 - 10000) / 977.0f;            // ordinary
+	default: return ad_bits_f32(0x387fc000u + (r % 64000u));           // around the subnormal edge
+	}
+}
+
+// fast and plain moves give the same bits for every channel count (not
+// only multiples of 8), column count and plane stride, and a scatter
+// leaves the columns past ncols alone
+static void
+test_planar_twins(void)
+{
+	const size_t Cs[] = {1, 7, 8, 9, 64, 77};
+	const size_t widths[] = {1, 5, 8, 13, 32, 40, 64};
+	unsigned seed = 7;
+	int bad_g = 0, bad_s = 0, bad_keep = 0, cases = 0;
+	for (size_t a = 0; a < sizeof Cs / sizeof *Cs; a++)
+		for (size_t b = 0; b < sizeof widths / sizeof *widths; b++) {
+			size_t C = Cs[a], W = widths[b];
+			size_t ps = (W * 2 + 63) / 64 * 64; // a plane per 64 bytes, as surfaces have
+			for (size_t ncols = 1; ncols <= W; ncols += ncols < 10 ? 1 : 7) {
+				size_t ld = C + (ncols % 3); // rows longer than C too
+				uint8_t *s1 = malloc(C * ps), *s2 = malloc(C * ps);
+				float *x = malloc(ncols * ld * sizeof(float)), *y1 = calloc(ncols * ld, sizeof(float)),
+				      *y2 = calloc(ncols * ld, sizeof(float));
+				REQUIRE(s1 && s2 && x && y1 && y2);
+				for (size_t i = 0; i < C * ps; i++)
+					s1[i] = (uint8_t)(odd_value(&seed) * 7.0f);
+				memcpy(s2, s1, C * ps);
+				for (size_t i = 0; i < ncols * ld; i++)
+					x[i] = odd_value(&seed);
+				// gather: the surface's random bytes, NaNs included
+				ad_planar_gather(s1, ps, y1, C, ld, ncols);
+				ad_planar_gather_ref(s1, ps, y2, C, ld, ncols);
+				bad_g += memcmp(y1, y2, ncols * ld * sizeof(float)) != 0;
+				// scatter over the same random bytes
+				uint8_t *before = malloc(C * ps);
+				REQUIRE(before);
+				memcpy(before, s1, C * ps);
+				ad_planar_scatter(s1, ps, x, C, ld, ncols);
+				ad_planar_scatter_ref(s2, ps, x, C, ld, ncols);
+				bad_s += memcmp(s1, s2, C * ps) != 0;
+				for (size_t c = 0; c < C; c++)
+					bad_keep += memcmp(s1 + c * ps + ncols * 2, before + c * ps + ncols * 2, ps - ncols * 2) != 0;
+				free(before);
+				free(s1);
+				free(s2);
+				free(x);
+				free(y1);
+				free(y2);
+				cases++;
+			}
+		}
+	CHECK(bad_g == 0, "%d of %d cases: the fast gather differs from its twin", bad_g, cases);
+	CHECK(bad_s == 0, "%d of %d cases: the fast scatter differs from its twin", bad_s, cases);
+	CHECK(bad_keep == 0, "%d planes: a scatter wrote past ncols", bad_keep);
+	// the plain twin against the scalar conversions it is defined by
+	uint16_t plane[3 * 32];
+	for (int i = 0; i < 3 * 32; i++)
+		plane[i] = (uint16_t)(i * 977u);
+	float row[2 * 3];
+	ad_planar_gather_ref(plane, 64, row, 3, 3, 2);
+	int ok = 1;
+	for (int j = 0; j < 2; j++)
+		for (int c = 0; c < 3; c++)
+			ok &= ad_f32_bits(row[j * 3 + c]) == ad_f32_bits(ad_fp16_to_f32(plane[c * 32 + j]));
+	CHECK(ok, "the plain gather reads channel c, column j at plane c, element j");
+}
+
 int
 main(void)
 {
 	T_RUN(test_layout);
 	T_RUN(test_shared);
 	T_RUN(test_stale);
+	T_RUN(test_planar_twins);
 	return t_done();
 }
