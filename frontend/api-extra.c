@@ -192,6 +192,52 @@ piece_json(const char *s, size_t n)
 	return a;
 }
 
+// the content's ids: a string as one text, a mixed array part by part as
+// llama.cpp does (BOS and the like only where the first part is a string)
+static int
+mixed_encode(struct ad_client *tok, const struct fe_params *p, int32_t **ids, size_t *n, int tmo, char *err)
+{
+	if (!p->emb_text)
+		return tokc_encode(tok, p->prompt, p->prompt_len, p->add_special ? -1 : 0, p->parse_special, ids, n, tmo,
+		                   err);
+	size_t cap = 0;
+	*ids = NULL;
+	*n = 0;
+	for (size_t i = 0; i < p->n_inputs; i++) {
+		int32_t *part = NULL, one;
+		size_t k = 1;
+		if (p->emb_text[i]) {
+			if (tokc_encode(tok, p->emb_text[i], strlen(p->emb_text[i]), i == 0 && p->add_special ? -1 : 0,
+			                p->parse_special, &part, &k, tmo, err) != 0)
+				goto fail;
+		} else {
+			one = p->emb_ids[i][0];
+		}
+		if (*n + k > cap) {
+			size_t nc = cap ? 2 * cap : 64;
+			while (nc < *n + k)
+				nc *= 2;
+			int32_t *q = realloc(*ids, nc * sizeof *q);
+			if (!q) {
+				free(part);
+				ad_err(err, "out of memory");
+				goto fail;
+			}
+			*ids = q;
+			cap = nc;
+		}
+		memcpy(*ids + *n, part ? part : &one, k * sizeof **ids);
+		*n += k;
+		free(part);
+	}
+	return 0;
+fail:
+	free(*ids);
+	*ids = NULL;
+	*n = 0;
+	return -1;
+}
+
 static void
 run_tokenize(struct fe_gen *g, char *err)
 {
@@ -199,8 +245,7 @@ run_tokenize(struct fe_gen *g, char *err)
 	int tmo = X.cfg->timeout_ms;
 	int32_t *ids = NULL;
 	size_t n = 0;
-	if (tokc_encode(tok, g->p.prompt, g->p.prompt_len, g->p.add_special ? -1 : 0, g->p.parse_special, &ids, &n,
-	                tmo, err) != 0) {
+	if (mixed_encode(tok, &g->p, &ids, &n, tmo, err) != 0) {
 		fail(g, 503, "%s", err);
 		return;
 	}
@@ -592,17 +637,57 @@ const struct fe_dialect fe_count_tokens = {
 };
 
 // llama.cpp's /tokenize, /detokenize, /apply-template
+
+// /tokenize's content as llama.cpp's mixed array: strings and token ids in
+// any order, held as the parts of an embeddings input are (emb_text[i] a
+// string, else emb_ids[i] one id)
+static int
+mixed_parse(cJSON *c, struct fe_params *p, struct fe_bad *bad)
+{
+	int n = cJSON_GetArraySize(c);
+	if (n > FE_MAX_EMBED_INPUTS)
+		return fe_bad_set(bad, 400, "content", "'content': at most %d parts", FE_MAX_EMBED_INPUTS);
+	size_t m = n ? (size_t)n : 1;
+	if (!(p->emb_text = calloc(m, sizeof *p->emb_text)) || !(p->emb_ids = calloc(m, sizeof *p->emb_ids)) ||
+	    !(p->emb_len = calloc(m, sizeof *p->emb_len)))
+		return fe_bad_set(bad, 503, NULL, "out of memory");
+	cJSON *e;
+	cJSON_ArrayForEach(e, c)
+	{
+		size_t i = p->n_inputs++;
+		if (cJSON_IsString(e)) {
+			if (!(p->emb_text[i] = strdup(e->valuestring)))
+				return fe_bad_set(bad, 503, NULL, "out of memory");
+			continue;
+		}
+		// the range first: converting a double outside int32_t's is undefined
+		double d = cJSON_IsNumber(e) ? e->valuedouble : 0.5;
+		if (!(d >= 0 && d <= 2147483647.0) || d != floor(d))
+			return fe_bad_set(bad, 400, "content", "'content[%zu]' must be a string or a token id", i);
+		if (!(p->emb_ids[i] = malloc(sizeof **p->emb_ids)))
+			return fe_bad_set(bad, 503, NULL, "out of memory");
+		p->emb_ids[i][0] = (int32_t)d;
+		p->emb_len[i] = 1;
+	}
+	return 0;
+}
+
 static int
 tokenize_parse(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 {
 	cJSON *c = cJSON_GetObjectItemCaseSensitive(body, "content");
 	if (!c || cJSON_IsNull(c))
 		return fe_bad_set(bad, 400, "content", "'content' is required");
-	if (!cJSON_IsString(c))
-		return fe_bad_set(bad, 400, "content", "'content' must be a string");
-	if (!(p->prompt = strdup(c->valuestring)))
+	if (cJSON_IsArray(c)) {
+		if (mixed_parse(c, p, bad))
+			return -1;
+	} else if (!cJSON_IsString(c)) {
+		return fe_bad_set(bad, 400, "content", "'content' must be a string or an array of strings and token ids");
+	} else if (!(p->prompt = strdup(c->valuestring))) {
 		return fe_bad_set(bad, 503, NULL, "out of memory");
-	p->prompt_len = strlen(p->prompt);
+	} else {
+		p->prompt_len = strlen(p->prompt);
+	}
 	p->parse_special = 1; // llama.cpp's defaults
 	if (fe_get_bool(body, "add_special", &p->add_special, bad) < 0 ||
 	    fe_get_bool(body, "parse_special", &p->parse_special, bad) < 0 ||

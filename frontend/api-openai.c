@@ -180,13 +180,21 @@ static int
 parse_stop(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 {
 	cJSON *v = cJSON_GetObjectItemCaseSensitive(body, "stop");
+	if (v && !cJSON_IsNull(v) && !cJSON_IsString(v) && !cJSON_IsArray(v))
+		return fe_bad_set(bad, 400, "stop", "'stop' must be a string or an array of strings and token ids");
 	if (!cJSON_IsArray(v))
 		return fe_get_stops(body, "stop", p, bad);
 	cJSON *strings = cJSON_CreateArray(), *e;
 	if (!strings)
 		return fe_bad_set(bad, 503, NULL, "out of memory");
+	size_t i = 0;
 	cJSON_ArrayForEach(e, v)
 	{
+		if (!cJSON_IsNumber(e) && !cJSON_IsString(e)) {
+			cJSON_Delete(strings);
+			return fe_bad_set(bad, 400, "stop", "'stop[%zu]' must be a string or a token id", i);
+		}
+		i++;
 		if (cJSON_IsNumber(e)) {
 			if (p->n_stop_ids >= FE_MAX_STOP_IDS) {
 				cJSON_Delete(strings);

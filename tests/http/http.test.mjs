@@ -191,6 +191,8 @@ describe('frontend over raw HTTP', () => {
 			[{ logit_bias: { 5: null } }, 'logit_bias', /between -100 and 100/],
 			[{ stop: [512] }, 'stop', /outside the vocabulary of 512/],
 			[{ stop: [3, -2] }, 'stop', /not a token id/],
+			[{ stop: ['a', true] }, 'stop', /'stop\[1\]' must be a string or a token id/],
+			[{ stop: 5 }, 'stop', /a string or an array of strings and token ids/],
 			[{ stop: Array.from({ length: 17 }, (_, i) => i) }, 'stop', /at most 16 token ids/],
 		];
 		for (const [extra, param, re] of chat)

@@ -105,6 +105,15 @@ describe('the API surface beside the generations', () => {
 		for (const t of wp) assert.ok(t.id > 0 && t.piece.length > 0, JSON.stringify(t));
 		assert.equal(bytes.toString('utf8'), await detokenize(s, wp.map((t) => t.id)));
 		assert.equal(bytes.toString('utf8'), '<s> ' + uni);
+
+		// llama.cpp's mixed content: strings and ids in order, the BOS only
+		// where the first part is a string
+		const once = await tokenize(s, { content: 'Once' }), upon = await tokenize(s, { content: ' upon' });
+		assert.deepEqual(await tokenize(s, { content: ['Once', 5, ' upon'], add_special: true }), [1, ...once, 5, ...upon]);
+		assert.deepEqual(await tokenize(s, { content: [5, 'Once'], add_special: true }), [5, ...once]);
+		assert.deepEqual(await tokenize(s, { content: [] }), []);
+		const mp = await tokenize(s, { content: [7, 'Once'], with_pieces: true });
+		assert.deepEqual(mp.map((t) => t.id), [7, ...once]);
 	});
 
 	it('/apply-template renders what the chat endpoint and count_tokens encode', async () => {
@@ -200,7 +209,10 @@ describe('the API surface beside the generations', () => {
 
 	it('/tokenize, /detokenize, /apply-template and count_tokens: every 400', async () => {
 		await llamaError(s, await post(s, '/tokenize', {}), 400, /'content' is required/);
-		await llamaError(s, await post(s, '/tokenize', { content: 5 }), 400, /'content' must be a string/);
+		await llamaError(s, await post(s, '/tokenize', { content: 5 }), 400, /'content' must be a string or an array/);
+		await llamaError(s, await post(s, '/tokenize', { content: ['x', true] }), 400, /'content\[1\]' must be a string or a token id/);
+		await llamaError(s, await post(s, '/tokenize', { content: [-1] }), 400, /'content\[0\]'/);
+		await llamaError(s, await post(s, '/tokenize', { content: [2.5] }), 400, /'content\[0\]'/);
 		await llamaError(s, await post(s, '/tokenize', { content: 'x', add_special: 'yes' }), 400, /'add_special'/);
 		await llamaError(s, await post(s, '/tokenize', { content: 'x', with_pieces: 1 }), 400, /'with_pieces'/);
 		await llamaError(s, await post(s, '/tokenize', { content: 'x', parse_special: [] }), 400, /'parse_special'/);
