@@ -489,7 +489,15 @@ kc_load(const char *dir, const struct kc_key *key, int nkernels, const struct kc
 	}
 	e->len = (size_t)h.file_bytes;
 	e->nkernels = nkernels;
+	// every page mapped now, as llama.cpp maps a model: the first prefill
+	// reads all the weights, and faulting them in there one 64 KiB window
+	// at a time cost it about a quarter of its time on the Qwen2.5-0.5B
+	// shape (64-token prompt: 386 -> 298 ms, medians of 3 runs each)
+#ifdef MAP_POPULATE
+	e->map = mmap(NULL, e->len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+#else
 	e->map = mmap(NULL, e->len, PROT_READ, MAP_SHARED, fd, 0);
+#endif
 	if (e->map == MAP_FAILED) {
 		e->map = NULL;
 		ad_err(err, "mmap: %s", strerror(errno));
