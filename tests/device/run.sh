@@ -6,7 +6,7 @@
 #
 # For macOS on Apple Silicon and a build configured with -DANEDVD_ANE=ON.
 # Runs, on the ane backend where the command has one:
-#   anedvd info, probe, selftest
+#   anedvd info, probe, selftest, bench, width, and layers on stories260K
 #   for stories260K (tests/data) and MODEL (a .gguf or HF directory, optional),
 #   and for --weights fp16 and int8 (int8 is skipped with a note when the build
 #   has no --weights): check, verify, kernels and a timed run (64-token prompt,
@@ -103,6 +103,22 @@ go selftest "$A" selftest $(be_opt selftest)
 r=$(last 'PASS|FAIL' | sed 's/.*-> //')
 row "selftest [$BACKEND]" "${r:-exit $rc}" "$(last 'max rel' | sed -E 's/.*(backend [^,]+).*(max rel [^,]+).*/\1, \2/')"
 
+# shellcheck disable=SC2046
+go bench "$A" bench --iters 20 $(be_opt bench)
+row "bench [$(has bench --backend && echo "$BACKEND" || echo emu)]" "$([ $rc = 0 ] && echo ok || echo "FAIL (exit $rc)")" \
+	"$(last '^ +4096 ' | awk '{ printf "4096x4096: %s us/eval, %s GB/s, rel %s", $2, $4, $5 }')"
+
+# shellcheck disable=SC2046
+go width "$A" width --size 2048 --iters 10 $(be_opt width)
+row "width [$(has width --backend && echo "$BACKEND" || echo emu)]" "$([ $rc = 0 ] && echo ok || echo "FAIL (exit $rc)")" \
+	"$(last '^ +128 ' | awk '{ printf "2048x2048, 128 columns: %s us/eval, %s the cost of one", $2, $3 }')"
+
+# shellcheck disable=SC2046
+go layers "$A" layers --model "$STORIES" --upto 2 --prompt-ids "1,403,407,261,378" $(be_opt layers)
+if [ $rc = 0 ] && grep -q 'argmax equal' "$out"; then r=ok; else r="FAIL (exit $rc)"; fi
+row "layers stories260K --upto 2 [$(has layers --backend && echo "$BACKEND" || echo emu)]" "$r" \
+	"$(last '^ *last position' | sed -E 's/^ *last position: (rel [^,]+).*/last \1/')"
+
 models=$STORIES
 [ -n "$MODEL" ] && models="$STORIES
 $MODEL"
@@ -120,7 +136,7 @@ while IFS= read -r m; do
 			else
 				wo="--weights $w"
 			fi
-			# check and kernels have no --backend yet: they run on emu, and say so
+			# a command without --backend runs on emu, and the row says so
 			if has "$c" --backend; then on=$BACKEND; else on=emu; fi
 			label="$c $mn ${wo:-(default weights)} [$on]"
 			# shellcheck disable=SC2046,SC2086
