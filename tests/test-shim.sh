@@ -31,7 +31,7 @@ check() { # check "what" command...
 	if "$@"; then ok; else bad "$what"; fi
 }
 T=$(mktemp -d "${TMPDIR:-/tmp}/anedvd-test-shim.XXXXXX")
-trap 'rm -rf "$T"' EXIT
+trap 'if [ -n "${ANEDVD_KEEP_TMP:-}" ]; then echo "kept $T (ANEDVD_KEEP_TMP)" >&2; else rm -rf "$T"; fi' EXIT
 done_() {
 	echo "$pass passed, $fail failed"
 	[ "$fail" = 0 ]
