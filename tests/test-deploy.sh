@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# test-deploy.sh - the installation: cmake --install and deploy/install.sh,
-# from the files as installed.
+# test-deploy.sh - the installation: cmake --install, deploy/install.sh and
+# the Debian package, from the files as installed.
 #
 #   test-deploy.sh install SRC_DIR BUILD_DIR
 #       cmake --install into a temporary prefix gives the five programs, the
@@ -8,6 +8,18 @@
 #       prefix's paths; deploy/install.sh installs, writes a unit that
 #       systemd-analyze verify accepts, keeps edited settings and
 #       uninstalls; a broken unit is refused; the launchd plist is well formed
+#   test-deploy.sh package SRC_DIR BUILD_DIR
+#       cpack -G DEB builds the .deb (refused for a -march=native or
+#       sanitizer build); its control data (dependencies from the linked
+#       libraries, conffiles, maintainer scripts); dpkg -x into a scratch root
+#       (nothing is installed on this system); from there: anedvd --version,
+#       anedvd run on the bundled model with no --model (the reference story),
+#       anedvd serve answering the WebUI page and an API call, man -l of every
+#       page (each says every flag its command's --help says), systemd-analyze
+#       verify and security of the unit pointed at the scratch root, the
+#       postinst making the service user (with stand-in commands), the
+#       programs built for the portable baseline and picking the CPU's best
+#       kernels at run time
 # Every check that could pass vacuously is shown to fail on a broken input.
 # Prints "N passed, N failed"; exit 1 on any failure.
 set -u
@@ -25,7 +37,9 @@ check() { # check "what" command...
 	if "$@"; then ok; else bad "$what"; fi
 }
 T=$(mktemp -d "${TMPDIR:-/tmp}/anedvd-test-deploy.XXXXXX")
+SERVE_PID=
 cleanup() {
+	[ -n "$SERVE_PID" ] && kill -9 "$SERVE_PID" 2>/dev/null
 	if [ -n "${ANEDVD_KEEP_TMP:-}" ]; then echo "kept $T (ANEDVD_KEEP_TMP)" >&2; else rm -rf "$T"; fi
 }
 trap cleanup EXIT
@@ -225,5 +239,219 @@ PY
 	done_
 fi
 
-echo "usage: test-deploy.sh install SRC_DIR BUILD_DIR" >&2
+# --- package ------------------------------------------------------------------------
+# the flags of a help text: every --flag it names
+flags() { grep -o -- '--[a-z0-9][a-z0-9-]*' | sort -u; }
+# man_has_flags PAGE HELP_FILE: the rendered page names every flag of the help
+man_has_flags() {
+	local missing
+	missing=$(comm -23 <(flags <"$2") <(MANWIDTH=200 man -l "$1" 2>/dev/null | flags))
+	[ -z "$missing" ] || { echo "$1 lacks: $missing" >&2; return 1; }
+}
+# man_clean PAGE: man renders it with no warning
+man_clean() {
+	local err
+	err=$(MANWIDTH=100 man --warnings -l "$1" 2>&1 >/dev/null)
+	[ -z "$err" ] || { echo "$1: $err" >&2; return 1; }
+}
+# the CPU's best kernel path as /proc/cpuinfo tells it (what ad_cpu_level finds)
+cpu_best() {
+	local f
+	f=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+	case $f in *" avx512f "*) case $f in *" avx512dq "*) case $f in *" avx512bw "*) case $f in *" avx512vl "*)
+		echo "AVX-512"; return ;; esac ;; esac ;; esac ;; esac
+	case $f in *" avx2 "*) case $f in *" fma "*) case $f in *" f16c "*) echo "AVX2/FMA/F16C"; return ;; esac ;; esac ;; esac
+	echo "plain C"
+}
+
+if [ "$mode" = package ]; then
+	for tool in cpack dpkg-deb dpkg man systemd-analyze python3 curl; do
+		command -v "$tool" >/dev/null 2>&1 ||
+			bad "$tool not found: install what deploy/install-deps.sh --test installs"
+	done
+	[ "$fail" = 0 ] || done_
+	VERSION=$("$B/bin/anedvd" --version | sed 's/^anedvd //')
+
+	# the package build is the portable one
+	check "cpack refuses an ANEDVD_NATIVE build" \
+		not cmake -DCPACK_ANEDVD_NATIVE=ON -P "$S/deploy/cpack-check.cmake" 2>/dev/null
+	check "cpack refuses a sanitizer build" \
+		not cmake -DCPACK_ANEDVD_SANITIZE=ON -P "$S/deploy/cpack-check.cmake" 2>/dev/null
+	check "cpack takes a portable build" cmake -DCPACK_ANEDVD_NATIVE=OFF -P "$S/deploy/cpack-check.cmake"
+	check "this build is not ANEDVD_NATIVE" grep -q '^ANEDVD_NATIVE:BOOL=OFF$' "$B/CMakeCache.txt"
+	if [ "$(uname -m)" = x86_64 ]; then
+		LEVEL=$(sed -n 's/^ANEDVD_X86_LEVEL:STRING=//p' "$B/CMakeCache.txt")
+		check "the build's baseline is x86-64-v3 ($LEVEL)" [ "$LEVEL" = x86-64-v3 ]
+		# every file of the programs is compiled for the baseline, none for this CPU
+		check "every compile has -march=$LEVEL and none -march=native" python3 - "$B/compile_commands.json" "$S" "$LEVEL" <<'PY'
+import json, os, sys
+cmds, src, level = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
+mine = [c for c in cmds if os.path.realpath(c["file"]).startswith(os.path.realpath(src) + "/")
+        and "/tests/" not in c["file"]]
+bad = [c["file"] for c in mine if f"-march={level}" not in c["command"] or "-march=native" in c["command"]]
+for f in bad:
+    print("not at the baseline:", f, file=sys.stderr)
+sys.exit(1 if bad or len(mine) < 20 else 0)
+PY
+	fi
+
+	# build the .deb
+	nice -n 10 cpack -G DEB -B "$T/cpack" --config "$B/CPackConfig.cmake" >"$T/cpack.log" 2>&1
+	check "cpack -G DEB (see $T/cpack.log)" [ $? = 0 ]
+	DEB=$(ls "$T/cpack"/anedvd_*.deb 2>/dev/null | head -1)
+	ARCH=$(dpkg --print-architecture)
+	check "one .deb, named for the version and architecture" [ "$DEB" = "$T/cpack/anedvd_${VERSION}_$ARCH.deb" ]
+	[ -f "$DEB" ] || done_
+	dpkg-deb -f "$DEB" >"$T/control"
+	check "control: Package anedvd" grep -q '^Package: anedvd$' "$T/control"
+	check "control: Version $VERSION" grep -q "^Version: $VERSION$" "$T/control"
+	check "control: Architecture $ARCH" grep -q "^Architecture: $ARCH$" "$T/control"
+	DEPS=$(sed -n 's/^Depends: //p' "$T/control")
+	for d in adduser libc6 libnng1 libprotobuf-c1 libcjson1 libpcre2-32-0 libh2o-evloop; do
+		check "control: Depends on $d (from the linked libraries: $DEPS)" grep -q "^Depends:.*\b$d" "$T/control"
+	done
+	mkdir -p "$T/ctl"
+	dpkg-deb -e "$DEB" "$T/ctl"
+	check "conffiles: the settings" [ "$(cat "$T/ctl/conffiles")" = /etc/anedvd/anedvd.conf ]
+	for s in postinst prerm postrm; do
+		check "$s is in the package, executable" [ -x "$T/ctl/$s" ]
+		check "$s parses" sh -n "$T/ctl/$s"
+	done
+	check "every file belongs to root" not bash -c "dpkg-deb -c '$DEB' | awk '\$2 != \"root/root\"' | grep -q ."
+
+	# into a scratch root: nothing on this system changes
+	R=$T/root
+	dpkg -x "$DEB" "$R"
+	check "dpkg -x" [ $? = 0 ]
+	for p in $PROGS; do
+		check "the package has /usr/bin/$p" [ -x "$R/usr/bin/$p" ]
+	done
+	check "the package has the bundled model" cmp -s "$R/usr/share/anedvd/models/stories260K.gguf" \
+		"$S/tests/data/stories260K/stories260K.gguf"
+	check "the package has the copyright" grep -q "License: MIT" "$R/usr/share/doc/anedvd/copyright"
+	check "the settings are root's alone" [ "$(stat -c %a "$R/etc/anedvd/anedvd.conf")" = 600 ]
+	check "the settings name the packaged model" \
+		grep -q '^ANEDVD_MODEL=/usr/share/anedvd/models/stories260K.gguf$' "$R/etc/anedvd/anedvd.conf"
+	A=$R/usr/bin/anedvd
+	check "anedvd --version" [ "$("$A" --version)" = "anedvd $VERSION" ]
+	# the installed programs, not the build's: the children are found beside anedvd
+	"$A" run --prompt "Once upon a time" --no-chat --max-tokens 40 >"$T/run.out" 2>"$T/run.err"
+	check "anedvd run with no --model exits 0 (see $T/run.err)" [ $? = 0 ]
+	check "run takes the bundled model from the root" \
+		grep -q "no --model: the bundled stories260K.gguf ($R/usr/share/anedvd/models/stories260K.gguf)" "$T/run.err"
+	check "run tells the reference story" \
+		grep -q "there was a little girl named Lily. She loved to play outside in the park." "$T/run.out"
+	mv "$R/usr/share/anedvd/models" "$R/usr/share/anedvd/models.away"
+	"$A" run --prompt "Once upon a time" --max-tokens 4 >/dev/null 2>"$T/nomodel.err"
+	check "without the bundled model, run exits 2" [ $? = 2 ]
+	check "and says --model is required" grep -q -- "--model is required (no bundled model in $R/usr/bin/" "$T/nomodel.err"
+	mv "$R/usr/share/anedvd/models.away" "$R/usr/share/anedvd/models"
+	"$A" info >"$T/info.out" 2>&1
+	BEST=$(cpu_best)
+	check "the installed programs pick the CPU's best kernels at run time ($BEST)" \
+		grep -q "kernels picked at run time: $BEST)" "$T/info.out"
+	ANEDVD_SIMD=ref "$A" info >"$T/info-ref.out" 2>&1
+	check "ANEDVD_SIMD caps them, and info says so" grep -q "kernels picked at run time: plain C (capped" "$T/info-ref.out"
+
+	# the server and its WebUI, from the root
+	PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	"$A" serve --port "$PORT" >"$T/serve.out" 2>"$T/serve.err" &
+	SERVE_PID=$!
+	up=0
+	for _ in $(seq 1 300); do
+		grep -q "listening" "$T/serve.err" && { up=1; break; }
+		kill -0 "$SERVE_PID" 2>/dev/null || break
+		sleep 0.05
+	done
+	check "anedvd serve with no --model comes up (see $T/serve.err)" [ $up = 1 ]
+	curl -s -m 10 -D "$T/ui.head" "http://127.0.0.1:$PORT/" >"$T/ui.html"
+	check "GET / is the WebUI page" grep -q "<title>anedvd</title>" "$T/ui.html"
+	check "the WebUI page is the embedded web/index.html" cmp -s "$T/ui.html" "$S/web/index.html"
+	check "served as HTML" grep -qi '^content-type: text/html' "$T/ui.head"
+	curl -s -m 30 "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' \
+		-d '{"prompt":"Once upon a time","max_tokens":12,"temperature":0}' >"$T/completion.json"
+	check "the API answers from the bundled model" grep -q "there was a little girl" "$T/completion.json"
+	curl -s -m 10 "http://127.0.0.1:$PORT/v1/models" >"$T/models.json"
+	check "the model is named stories260K" grep -q '"id":"stories260K"' "$T/models.json"
+	kill -TERM "$SERVE_PID"
+	wait "$SERVE_PID"
+	check "serve exits 0 on SIGTERM" [ $? = 0 ]
+	SERVE_PID=
+
+	# the manual pages, as installed
+	M=$R/usr/share/man/man1
+	check "anedvd.1" [ -f "$M/anedvd.1.gz" ]
+	"$A" --help >"$T/help.txt"
+	CMDS=$(awk '/^commands:$/ { on = 1; next } on && /^[^ ]/ { exit } on && /^  [a-z]/ { print $1 }' "$T/help.txt")
+	check "anedvd --help lists commands" [ -n "$CMDS" ]
+	check "man anedvd renders cleanly" man_clean "$M/anedvd.1.gz"
+	check "man anedvd has every flag and name of anedvd --help" man_has_flags "$M/anedvd.1.gz" "$T/help.txt"
+	MANWIDTH=200 man -l "$M/anedvd.1.gz" >"$T/anedvd.man" 2>/dev/null
+	for c in $CMDS; do
+		check "man anedvd lists $c" grep -q "^ *$c " "$T/anedvd.man"
+		page=$M/anedvd-$c.1.gz
+		check "anedvd-$c.1" [ -f "$page" ]
+		[ -f "$page" ] || continue
+		"$A" "$c" --help >"$T/help-$c.txt" 2>&1
+		check "man anedvd-$c renders cleanly" man_clean "$page"
+		check "man anedvd-$c has every flag of anedvd $c --help" man_has_flags "$page" "$T/help-$c.txt"
+		check "man anedvd-$c: NAME line for whatis" \
+			bash -c "MANWIDTH=200 man -l '$page' 2>/dev/null | grep -q '^ *anedvd-$c - '"
+	done
+	check "no manual page of a command --help does not list" \
+		[ "$(ls "$M" | wc -l)" = "$(($(echo "$CMDS" | wc -w) + 1))" ]
+	# the flag check has teeth: a page that lost an option is caught
+	zcat "$M/anedvd-run.1.gz" | sed '/^\\fB\\-\\-seed\\fR/,+1d' | gzip >"$T/lost.1.gz"
+	check "the mutation took" not cmp -s <(zcat "$M/anedvd-run.1.gz") <(zcat "$T/lost.1.gz")
+	check "a page that lost --seed fails the flag check" not man_has_flags "$T/lost.1.gz" "$T/help-run.txt" 2>/dev/null
+	zcat "$M/anedvd-run.1.gz" | sed '5a .XX not a macro' >"$T/broken.1"
+	check "a page with a roff error fails the clean check" not man_clean "$T/broken.1" 2>/dev/null
+
+	# the unit, pointed at the scratch root (systemd-analyze checks the
+	# programs it names exist and its Documentation page is in MANPATH)
+	U0=$R/usr/lib/systemd/system/anedvd.service
+	check "the unit is in /usr/lib/systemd/system" [ -f "$U0" ]
+	check "the unit runs /usr/bin/anedvd serve" grep -q '^ExecStart=/usr/bin/anedvd serve ' "$U0"
+	check "the unit reads /etc/anedvd/anedvd.conf" grep -q '^EnvironmentFile=/etc/anedvd/anedvd.conf$' "$U0"
+	check "the unit runs as the user anedvd" grep -q '^User=anedvd$' "$U0"
+	mkdir -p "$T/units"
+	U=$T/units/anedvd.service
+	sed -e "s|=/usr/bin/|=$R/usr/bin/|g" -e "s|=/etc/anedvd/|=$R/etc/anedvd/|g" -e "s|=/usr/share/|=$R/usr/share/|g" \
+		"$U0" >"$U"
+	check "systemd-analyze verify accepts the unit" unit_verify "$U" "$R/usr/share/man"
+	check "systemd-analyze security: exposure 2.5 or less" \
+		systemd-analyze security --offline=yes --threshold=25 "$U" >"$T/security.txt" 2>&1
+	sed 's/^User=anedvd/Usr=anedvd/' "$U" >"$T/units/typo.service"
+	check "a misspelt key is refused" not unit_verify "$T/units/typo.service" "$R/usr/share/man" 2>/dev/null
+	sed "s|^ExecStart=$R/usr/bin/anedvd|ExecStart=$R/usr/bin/anedvd-gone|" "$U" >"$T/units/nobin.service"
+	check "a missing program is refused" not unit_verify "$T/units/nobin.service" "$R/usr/share/man" 2>/dev/null
+	grep -v -e '^ProtectSystem' -e '^PrivateDevices' -e '^NoNewPrivileges' -e '^SystemCallFilter' \
+		-e '^CapabilityBoundingSet' -e '^ProtectKernel' -e '^RestrictNamespaces' "$U" >"$T/units/weak.service"
+	check "a unit without its hardening fails the security check" \
+		not systemd-analyze security --offline=yes --threshold=25 "$T/units/weak.service" >/dev/null 2>&1
+
+	# the postinst, with stand-ins for the commands it runs (nothing of this
+	# system's users changes)
+	mkdir -p "$T/stub"
+	for c in adduser useradd systemctl; do
+		printf '#!/bin/sh\necho "%s $*" >>"%s/calls"\n' "$c" "$T" >"$T/stub/$c"
+	done
+	printf '#!/bin/sh\nexit 2\n' >"$T/stub/getent" # no such user
+	chmod +x "$T/stub"/*
+	PATH=$T/stub:$PATH sh "$T/ctl/postinst" configure
+	check "postinst configure exits 0" [ $? = 0 ]
+	check "postinst makes the system user anedvd" \
+		grep -q -- "^adduser --system --group .*--home /var/lib/anedvd .*anedvd$" "$T/calls"
+	rm -f "$T/calls"
+	printf '#!/bin/sh\necho "anedvd:x:999:999::/var/lib/anedvd:/usr/sbin/nologin"\n' >"$T/stub/getent"
+	PATH=$T/stub:$PATH sh "$T/ctl/postinst" configure
+	check "postinst leaves an existing user alone" not grep -q adduser "$T/calls" 2>/dev/null
+	rm -f "$T/calls" "$T/stub/getent"
+	printf '#!/bin/sh\nexit 2\n' >"$T/stub/getent"
+	PATH=$T/stub:$PATH sh "$T/ctl/postinst" abort-upgrade
+	check "postinst does nothing but on configure" [ ! -e "$T/calls" ]
+	done_
+fi
+
+echo "usage: test-deploy.sh install|package SRC_DIR BUILD_DIR" >&2
 exit 2
