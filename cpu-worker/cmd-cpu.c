@@ -806,9 +806,19 @@ cmd_info(int argc, char **argv)
 	printf("anedvd %s\n", ANEDVD_VERSION);
 	printf("backends:\n");
 	printf("  cpu   fp32 reference engine: yes\n");
-	printf("  emu   the ANE programs executed on the CPU: yes (fp16 kernels %s, int8 kernels %s)\n",
-	       ad_cpu_simd() ? "AVX2/FMA/F16C" : "plain C",
-	       emu_i8_isa() == 2 ? "AVX-512" : emu_i8_isa() ? "AVX2/FMA" : "plain C");
+	// the path the emu picks from this CPU for fp16 and int8 kernels alike
+	// (emu_cpu_simd), capped by ANEDVD_SIMD as emu_open caps it
+	int simd = emu_cpu_simd(), cap;
+	char serr[AD_ERRLEN];
+	const char *capped = "";
+	if (emu_simd_env(&cap, serr) != 0)
+		capped = " (ANEDVD_SIMD is not ref, avx2 or avx512: the emu will refuse to start)";
+	else if (cap != EMU_SIMD_AUTO && cap < simd) {
+		simd = cap;
+		capped = " (capped by ANEDVD_SIMD)";
+	}
+	printf("  emu   the ANE programs executed on the CPU: yes (kernels picked at run time: %s%s)\n",
+	       simd == EMU_SIMD_AVX512 ? "AVX-512" : simd == EMU_SIMD_AVX2 ? "AVX2/FMA/F16C" : "plain C", capped);
 #ifdef ANEDVD_ANE
 	printf("  ane   Apple Neural Engine: built in (anedvd-ane-worker --backend ane)\n");
 	ane_info();

@@ -11,6 +11,9 @@ pkgs="build-essential cmake pkg-config xz-utils libnng-dev libprotobuf-c-dev pro
 if [ "${1:-}" = "--test" ]; then
 	# clang: fuzz targets; chromium + a font: the WebUI's browser tests; curl: CLI tests
 	pkgs="$pkgs clang chromium fonts-dejavu-core curl"
+	# test-package: dpkg-shlibdeps (cpack's dependency list), man -l of the
+	# manual pages, systemd-analyze verify/security of the unit
+	pkgs="$pkgs dpkg-dev man-db groff-base systemd"
 	# python3 (standard library only): the benchmark scripts and their smoke test;
 	# python3-jinja2: the judge of the chat-template interpreter (test-jinja-judge)
 	if ! command -v python3 >/dev/null 2>&1; then

@@ -18,16 +18,16 @@ struct command {
 
 static const struct command commands[] = {
 	{ "run", cmd_run,
-	  "run --model M (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N] [--temp T] ... [--json] [--trace F]\n"
+	  "run [--model M] (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N] [--temp T] ... [--json] [--trace F]\n"
 	  "        generate text on the pipeline (tokenizer, cpu-worker, ane-worker processes), streamed" },
 	{ "chat", cmd_chat,
-	  "chat --model M [--system TEXT] [--max-seq N]\n"
+	  "chat [--model M] [--system TEXT] [--max-seq N]\n"
 	  "        multi-turn chat in the terminal (/help, /reset, /temp, /topp, /rep, /exit)" },
 	{ "serve", cmd_serve,
-	  "serve --model M [--host 127.0.0.1] [--port 8080] [--name ID] [--system TEXT]\n"
+	  "serve [--model M] [--host 127.0.0.1] [--port 8080] [--name ID] [--system TEXT]\n"
 	  "        HTTP server: OpenAI and Anthropic APIs and the WebUI, workers supervised" },
 	{ "verify", cmd_verify,
-	  "verify --model M [--prompt TEXT | --prompt-ids 1,2,3]\n"
+	  "verify [--model M] [--prompt TEXT | --prompt-ids 1,2,3]\n"
 	  "        whole prompt through the pipeline vs the fp32 reference: MATCH or MISMATCH" },
 	{ "check", cmd_check,
 	  "check --model M [--split] [--chunk N] [--backend emu|ane] [--prompt T]\n"
@@ -79,7 +79,23 @@ usage(FILE *out)
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
 		fprintf(out, "  %s\n", commands[i].usage);
 	fprintf(out, "\n--model takes a .gguf file or a HuggingFace directory (config.json, tokenizer.json,\n"
-	             "*.safetensors); the path decides. 'anedvd <command> --help' shows a command's options.\n");
+	             "*.safetensors); the path decides. Without it, run, chat, serve and verify take the\n"
+	             "bundled stories260K (share/anedvd/models/ beside the bin/ of anedvd).\n"
+	             "'anedvd <command> --help' shows a command's options.\n"
+	             "\nenvironment:\n"
+	             "  ANEDVD_LOG=LEVEL\n"
+	             "        error, warn, info (default) or debug: what every process logs on stderr\n"
+	             "  ANEDVD_CACHE_DIR=DIR\n"
+	             "        the compiled-kernel cache (else $XDG_CACHE_HOME/anedvd or ~/.cache/anedvd)\n"
+	             "  ANEDVD_API_KEY=KEY[,KEY...]\n"
+	             "        serve: the API keys, kept off the command line\n"
+	             "  ANEDVD_SIMD=ref|avx2|avx512\n"
+	             "        caps the emu's kernels (otherwise the best this CPU has, picked at run time)\n"
+	             "  ANEDVD_BIN_DIR=DIR\n"
+	             "        where the worker programs are (default: beside anedvd)\n"
+	             "  XDG_RUNTIME_DIR, TMPDIR\n"
+	             "        where an instance keeps its sockets (anedvd-PID in the first, else a fresh\n"
+	             "        anedvd-PID-XXXXXX in the second or /tmp)\n");
 }
 
 int

@@ -150,6 +150,14 @@ int pipe_flag(struct pipe_opts *o, int argc, char **argv, int *i);
 	"                      the decode calls; 0: all of it)\n"
 int pipe_spec_flag(struct pipe_opts *o, int argc, char **argv, int *i);
 int pipe_spec_check(const struct pipe_opts *o);
+
+// run, chat, serve and verify without --model: o->model becomes the model
+// the installation ships (sup_default_model), with a note on stderr; 0, or
+// -1 with a message when there is none
+#define PIPE_HELP_MODEL                                                                                      \
+	"  --model M           a .gguf file or a Hugging Face directory (default: the bundled\n"              \
+	"                      stories260K, a 260K-parameter toy model of children's stories)\n"
+int pipe_model_default(struct pipe_opts *o);
 // append the ane-worker's cache flags of o to argv at *n (buf: room for a number)
 void pipe_cache_args(const struct pipe_opts *o, const char **argv, int *n, char *buf, size_t cap);
 

@@ -130,6 +130,22 @@ pipe_spec_check(const struct pipe_opts *o)
 }
 
 int
+pipe_model_default(struct pipe_opts *o)
+{
+	static char path[4096];
+	if (o->model)
+		return 0;
+	if (sup_default_model(path, sizeof path) != 0) {
+		fprintf(stderr, "anedvd %s: --model is required (no bundled model in %s/../share/anedvd/models)\n", o->cmd,
+		        sup_bindir());
+		return -1;
+	}
+	fprintf(stderr, "anedvd %s: no --model: the bundled %s (%s)\n", o->cmd, SUP_DEFAULT_MODEL, path);
+	o->model = path;
+	return 0;
+}
+
+int
 pipe_weights_arg(const char *cmd, const char *v)
 {
 	enum ane_wfmt f;

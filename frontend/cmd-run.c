@@ -522,15 +522,14 @@ json_ids(const int32_t *ids, int n)
 static void
 run_usage(int full)
 {
-	fprintf(stderr, "usage: anedvd run --model M (--prompt TEXT | --prompt-ids 1,2,3) [options]\n");
+	fprintf(stderr, "usage: anedvd run [--model M] (--prompt TEXT | --prompt-ids 1,2,3) [options]\n");
 	if (!full) {
 		fprintf(stderr, "       anedvd run --help  lists the options\n");
 		return;
 	}
 	fprintf(stderr,
 	        "  generate text: the decode loop runs here, the projections in anedvd-ane-worker,\n"
-	        "  text goes through anedvd-tokenizer; the reply streams to stdout\n"
-	        "  --model M           a .gguf file or a Hugging Face directory\n"
+	        "  text goes through anedvd-tokenizer; the reply streams to stdout\n" PIPE_HELP_MODEL
 	        "  --prompt TEXT       wrapped in the model's chat template unless --no-chat\n"
 	        "  --prompt-ids LIST   comma-separated token ids, used as they are\n"
 	        "  --no-chat           raw completion of --prompt (BOS per the model)\n"
@@ -609,15 +608,11 @@ run_args(int argc, char **argv, struct run_opts *o)
 			return -1;
 		}
 	}
-	if (!o->po.model) {
-		fprintf(stderr, "anedvd run: --model is required\n");
-		return -1;
-	}
 	if (!o->prompt == !o->ids) {
 		fprintf(stderr, "anedvd run: give exactly one of --prompt and --prompt-ids\n");
 		return -1;
 	}
-	if (pipe_spec_check(&o->po))
+	if (pipe_spec_check(&o->po) || pipe_model_default(&o->po))
 		return -1;
 	return 0;
 }
@@ -927,15 +922,14 @@ out:
 static void
 chat_usage(int full)
 {
-	fprintf(stderr, "usage: anedvd chat --model M [options]\n");
+	fprintf(stderr, "usage: anedvd chat [--model M] [options]\n");
 	if (!full) {
 		fprintf(stderr, "       anedvd chat --help  lists the options\n");
 		return;
 	}
 	fprintf(stderr,
 	        "  multi-turn chat in the terminal; each turn reuses the cached prefix\n"
-	        "  commands: /help /reset /temp X /topp X /rep X /exit /quit\n"
-	        "  --model M           a .gguf file or a Hugging Face directory\n"
+	        "  commands: /help /reset /temp X /topp X /rep X /exit /quit\n" PIPE_HELP_MODEL
 	        "  --system TEXT       system message\n"
 	        "  --max-tokens N      reply length (default 256)\n"
 	        "  --max-seq N         context (default 2048)\n"
@@ -990,10 +984,8 @@ cmd_chat(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (!po.model) {
-		fprintf(stderr, "anedvd chat: --model is required\n");
+	if (pipe_model_default(&po))
 		return 2;
-	}
 	if (pipe_spec_check(&po))
 		return 2;
 	char err[AD_ERRLEN];
@@ -1130,7 +1122,7 @@ out:
 static void
 verify_usage(int full)
 {
-	fprintf(stderr, "usage: anedvd verify --model M [--prompt TEXT | --prompt-ids 1,2,3] [options]\n");
+	fprintf(stderr, "usage: anedvd verify [--model M] [--prompt TEXT | --prompt-ids 1,2,3] [options]\n");
 	if (!full) {
 		fprintf(stderr, "       anedvd verify --help  lists the options\n");
 		return;
@@ -1144,6 +1136,7 @@ verify_usage(int full)
 	        "  |dlogit| over all positions, and the argmax rule allows a near-tie: the reference's\n"
 	        "  logit of the pipeline's token within 1%% of max|ref logit| of its own top logit.\n"
 	        "  --model M           (or the first argument) a .gguf file or a Hugging Face directory\n"
+	        "                      (default: the bundled stories260K)\n"
 	        "  --prompt TEXT       raw text, BOS per the model (default \"Once upon a time\")\n"
 	        "  --prompt-ids LIST   token ids instead (no tokenizer process then)\n"
 	        "  --layers N          only the first N layers (then the final norm and the LM head), in the\n"
@@ -1192,10 +1185,8 @@ cmd_verify(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (!po.model) {
-		fprintf(stderr, "anedvd verify: --model is required\n");
+	if (pipe_model_default(&po))
 		return 2;
-	}
 	if (prompt && idss) {
 		fprintf(stderr, "anedvd verify: give one of --prompt and --prompt-ids\n");
 		return 2;
@@ -1350,7 +1341,7 @@ out:
 static void
 serve_usage(int full)
 {
-	fprintf(stderr, "usage: anedvd serve --model M [--host 127.0.0.1] [--port 8080] [options]\n");
+	fprintf(stderr, "usage: anedvd serve [--model M] [--host 127.0.0.1] [--port 8080] [options]\n");
 	if (!full) {
 		fprintf(stderr, "       anedvd serve --help  lists the options\n");
 		return;
@@ -1359,7 +1350,7 @@ serve_usage(int full)
 	        "  the HTTP server (OpenAI chat, completions and Responses, Anthropic messages and\n"
 	        "  count_tokens, llama.cpp's /tokenize, /detokenize, /apply-template, /props; WebUI) with\n"
 	        "  the tokenizer, the cpu-worker and the ane-worker behind it, supervised: a crashed\n"
-	        "  worker is restarted\n"
+	        "  worker is restarted\n" PIPE_HELP_MODEL
 	        "  --host H, --port N  where to listen (default 127.0.0.1:8080)\n"
 	        "  --name ID           model id in /v1/models (default: the file's stem)\n"
 	        "  --system TEXT       system prompt for chats that bring none\n"
@@ -1537,10 +1528,8 @@ cmd_serve(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (!po.model) {
-		fprintf(stderr, "anedvd serve: --model is required\n");
+	if (pipe_model_default(&po))
 		return 2;
-	}
 	if (pipe_spec_check(&po))
 		return 2;
 	const char *be = po.backend;

@@ -743,6 +743,18 @@ sup_binary(char *buf, size_t cap, const char *name)
 	return access(buf, X_OK) == 0 ? 0 : -1;
 }
 
+int
+sup_default_model(char *buf, size_t cap)
+{
+	char path[PATH_MAX + 64];
+	snprintf(path, sizeof path, "%s/../share/anedvd/models/%s", sup_bindir(), SUP_DEFAULT_MODEL);
+	char real[PATH_MAX];
+	if (!realpath(path, real) || access(real, R_OK) != 0)
+		return -1;
+	int n = snprintf(buf, cap, "%s", real);
+	return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
 // --- health -----------------------------------------------------------------------
 
 // One client per URL for every probe of the instance: a fresh connection per

@@ -92,6 +92,11 @@ void sup_clear_interrupt(void);
 const char *sup_bindir(void);
 // "<bindir>/<name>" into buf; -1 if it is not an executable file
 int sup_binary(char *buf, size_t cap, const char *name);
+// the model an installation ships (stories260K, 1 MB), found as the workers
+// are: <bindir>/../share/anedvd/models/stories260K.gguf (the build tree has
+// the same layout). The path into buf; -1 if it is not a readable file.
+#define SUP_DEFAULT_MODEL "stories260K.gguf"
+int sup_default_model(char *buf, size_t cap);
 
 // health checks of the services (proto/*.proto Health)
 int sup_health_ane(const char *url, int timeout_ms, char *err);

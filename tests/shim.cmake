@@ -1,8 +1,7 @@
 # The ane backend off macOS: the shim's device-free helpers, a syntax-only
 # compile of the shim (Objective-C, against shim/stand-in/) and of the
-# ANEDVD_ANE paths of the ane-worker, `--backend ane` refused with exit 2
-# on a build without it, and the deployment (install rules, install.sh,
-# the systemd unit and the launchd plist).
+# ANEDVD_ANE paths of the ane-worker, and `--backend ane` refused with exit 2
+# on a build without it. The deployment is tested in deploy.cmake.
 if(TARGET anedvd_ane)
   ad_test(NAME test-shim SOURCES test-shim.c ${PROJECT_SOURCE_DIR}/shim/ane-shim-util.c
           LIBS anedvd_ane LABELS unit)
@@ -25,7 +24,3 @@ if(NOT ANEDVD_ANE)
     set_tests_properties(test-shim-worker PROPERTIES LABELS unit TIMEOUT 60)
   endif()
 endif()
-
-add_test(NAME test-deploy COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test-shim.sh deploy
-         ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
-set_tests_properties(test-deploy PROPERTIES LABELS integration TIMEOUT 300)

@@ -10,11 +10,15 @@
 #ifndef AD_T_H
 #define AD_T_H
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifndef T_DATA
@@ -81,20 +85,82 @@ t_done(void)
 	return t_fail ? 1 : 0;
 }
 
-// t_tmpdir returns a private scratch directory for this test process.
+// t_rmtree removes a directory tree (symlinks are removed, not followed);
+// 0 when it is gone.
+static inline int
+t_rmtree_at(int at, const char *name)
+{
+	int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 && errno == EACCES && fchmodat(at, name, S_IRWXU, 0) == 0) // a test's mode 000
+		fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) // not a directory (or gone): a plain entry
+		return unlinkat(at, name, 0) == 0 || errno == ENOENT ? 0 : -1;
+	(void)fchmod(fd, S_IRWXU); // entries of a read-only directory can be removed
+	DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return -1;
+	}
+	int rc = 0;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && t_rmtree_at(dirfd(d), e->d_name))
+			rc = -1;
+	closedir(d);
+	if (unlinkat(at, name, AT_REMOVEDIR) != 0 && errno != ENOENT)
+		rc = -1;
+	return rc;
+}
+
+static inline int
+t_rmtree(const char *path)
+{
+	return t_rmtree_at(AT_FDCWD, path);
+}
+
+// t_tmpdir returns a private scratch directory for this test process, made
+// in $TMPDIR (else /tmp) on the first call. It is removed when the process
+// that made it exits through exit() or main's return, passed or failed
+// (a forked child that exits leaves it alone); a crash leaves it, and
+// ctest's test-tmp-clean names it. ANEDVD_KEEP_TMP=1 keeps it and prints
+// its path, for looking at what a test wrote.
+static char t_tmp[256];
+static pid_t t_tmp_owner;
+
+static inline void
+t_tmpdir_remove(void)
+{
+	if (!t_tmp[0] || getpid() != t_tmp_owner)
+		return;
+	const char *keep = getenv("ANEDVD_KEEP_TMP");
+	if (keep && *keep) {
+		fprintf(stderr, "kept the scratch directory %s (ANEDVD_KEEP_TMP)\n", t_tmp);
+		return;
+	}
+	// a child the test stopped may still be closing a file in it: try again
+	int rc = t_rmtree(t_tmp);
+	for (int i = 0; i < 50 && rc != 0; i++) {
+		usleep(20000);
+		rc = t_rmtree(t_tmp);
+	}
+	if (rc != 0)
+		fprintf(stderr, "could not remove the scratch directory %s: %s\n", t_tmp, strerror(errno));
+}
+
 static inline const char *
 t_tmpdir(void)
 {
-	static char dir[256];
-	if (!dir[0]) {
+	if (!t_tmp[0]) {
 		const char *base = getenv("TMPDIR");
-		snprintf(dir, sizeof dir, "%s/anedvd-test-XXXXXX", base ? base : "/tmp");
-		if (!mkdtemp(dir)) {
+		snprintf(t_tmp, sizeof t_tmp, "%s/anedvd-test-XXXXXX", base && *base ? base : "/tmp");
+		if (!mkdtemp(t_tmp)) {
 			perror("mkdtemp");
 			exit(2);
 		}
+		t_tmp_owner = getpid();
+		atexit(t_tmpdir_remove);
 	}
-	return dir;
+	return t_tmp;
 }
 
 // t_read_file reads a whole file; returns NULL (and *n = 0) on failure.

@@ -23,7 +23,7 @@ GEN=$2
 A=$BIN/anedvd
 T=$(mktemp -d "${TMPDIR:-/tmp}/anedvd-test-weights.XXXXXX")
 export XDG_RUNTIME_DIR=$T
-trap 'rm -rf "$T"' EXIT
+trap 'if [ -n "${ANEDVD_KEEP_TMP:-}" ]; then echo "kept $T (ANEDVD_KEEP_TMP)" >&2; else rm -rf "$T"; fi' EXIT
 pass=0
 fail=0
 ok() { pass=$((pass + 1)); }

@@ -91,7 +91,8 @@ async function stop(s) {
 		clearTimeout(t);
 	}
 	const text = s.text();
-	if (!process.env.KEEP_LOGS) fs.rmSync(s.rt, { recursive: true, force: true });
+	if (process.env.ANEDVD_KEEP_TMP) console.error(`kept ${s.rt} (ANEDVD_KEEP_TMP)`);
+	else fs.rmSync(s.rt, { recursive: true, force: true });
 	return text;
 }
 const sanitizer = /ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:/;

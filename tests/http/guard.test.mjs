@@ -337,21 +337,24 @@ describe('the frontend refuses bad key settings and warns on an open address', (
 		r = await run(['--api-key', 'a,b']);
 		assert.equal(r.code, 2);
 		const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'anedvd-keys-'));
-		fs.writeFileSync(path.join(dir, 'empty'), '# nothing\n\n');
-		fs.writeFileSync(path.join(dir, 'bad'), 'good\nbad key\n');
-		r = await run(['--api-key-file', path.join(dir, 'empty')]);
-		assert.equal(r.code, 2);
-		assert.match(r.err, /holds no key/);
-		r = await run(['--api-key-file', path.join(dir, 'bad')]);
-		assert.equal(r.code, 2);
-		assert.match(r.err, /line 2/);
-		r = await run(['--api-key-file', path.join(dir, 'missing')]);
-		assert.equal(r.code, 2);
-		assert.match(r.err, /missing/);
-		r = await run([], { ANEDVD_API_KEY: 'ok,bad key' });
-		assert.equal(r.code, 2);
-		assert.match(r.err, /ANEDVD_API_KEY/);
-		fs.rmSync(dir, { recursive: true, force: true });
+		try {
+			fs.writeFileSync(path.join(dir, 'empty'), '# nothing\n\n');
+			fs.writeFileSync(path.join(dir, 'bad'), 'good\nbad key\n');
+			r = await run(['--api-key-file', path.join(dir, 'empty')]);
+			assert.equal(r.code, 2);
+			assert.match(r.err, /holds no key/);
+			r = await run(['--api-key-file', path.join(dir, 'bad')]);
+			assert.equal(r.code, 2);
+			assert.match(r.err, /line 2/);
+			r = await run(['--api-key-file', path.join(dir, 'missing')]);
+			assert.equal(r.code, 2);
+			assert.match(r.err, /missing/);
+			r = await run([], { ANEDVD_API_KEY: 'ok,bad key' });
+			assert.equal(r.code, 2);
+			assert.match(r.err, /ANEDVD_API_KEY/);
+		} finally {
+			fs.rmSync(dir, { recursive: true, force: true });
+		}
 	});
 
 	it('a non-loopback address without a key gets a warning; with a key, none', async () => {
@@ -359,13 +362,17 @@ describe('the frontend refuses bad key settings and warns on an open address', (
 			const port = await freePort();
 			const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'anedvd-warn-'));
 			const p = spawn(env('FE_BIN'), ['--listen', `0.0.0.0:${port}`, '--tokenizer', `ipc://${dir}/t`, '--engine', `ipc://${dir}/e`, ...args]);
+			const exited = new Promise((r) => p.on('exit', r));
 			let err = '';
 			p.stderr.on('data', (d) => (err += d));
-			assert.ok(await waitFor(() => /listening on/.test(err), 5000), err);
-			p.kill('SIGTERM');
-			await new Promise((r) => p.on('exit', r));
+			try {
+				assert.ok(await waitFor(() => /listening on/.test(err), 5000), err);
+			} finally {
+				p.kill('SIGTERM');
+				await exited;
+				fs.rmSync(dir, { recursive: true, force: true });
+			}
 			assert.equal(/not a loopback address, with no API key/.test(err), warn, err);
-			fs.rmSync(dir, { recursive: true, force: true });
 		}
 	});
 });

@@ -94,7 +94,8 @@ export async function startStack(opts = {}) {
 	);
 	s.stop = async () => {
 		await Promise.all(Object.values(s.procs).map(stopProc));
-		if (!process.env.KEEP_LOGS) fs.rmSync(dir, { recursive: true, force: true });
+		if (process.env.ANEDVD_KEEP_TMP) console.error(`kept ${dir} (ANEDVD_KEEP_TMP)`);
+		else fs.rmSync(dir, { recursive: true, force: true });
 	};
 	s.frontendLog = () => fs.readFileSync(path.join(dir, 'frontend.log'), 'utf8');
 	s.events = () => (fs.existsSync(engineLog) ? fs.readFileSync(engineLog, 'utf8') : '');

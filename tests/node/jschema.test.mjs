@@ -112,9 +112,13 @@ describe('schema grammars against ajv', { skip }, () => {
 	it('every finished random text of each grammar parses and validates', () => {
 		const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'anedvd-jschema-'));
 		const file = path.join(dir, 'schemas.json');
-		fs.writeFileSync(file, JSON.stringify(SCHEMAS));
-		const out = JSON.parse(execFileSync(BIN, [file, '60', '7'], { maxBuffer: 64 << 20 }).toString());
-		fs.rmSync(dir, { recursive: true, force: true });
+		let out;
+		try {
+			fs.writeFileSync(file, JSON.stringify(SCHEMAS));
+			out = JSON.parse(execFileSync(BIN, [file, '60', '7'], { maxBuffer: 64 << 20 }).toString());
+		} finally {
+			fs.rmSync(dir, { recursive: true, force: true });
+		}
 		assert.equal(out.samples.length, SCHEMAS.length);
 		const ajv = new Ajv2020({ strict: false, allErrors: false });
 		addFormats(ajv);
@@ -139,9 +143,13 @@ describe('schema grammars against ajv', { skip }, () => {
 	it('refuses what it cannot express, naming the keyword', () => {
 		const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'anedvd-jschema-'));
 		const file = path.join(dir, 'schemas.json');
-		fs.writeFileSync(file, JSON.stringify([{ type: 'string', pattern: 'a+' }, { type: 'number', multipleOf: 3 }]));
-		const out = JSON.parse(execFileSync(BIN, [file, '1', '1']).toString());
-		fs.rmSync(dir, { recursive: true, force: true });
+		let out;
+		try {
+			fs.writeFileSync(file, JSON.stringify([{ type: 'string', pattern: 'a+' }, { type: 'number', multipleOf: 3 }]));
+			out = JSON.parse(execFileSync(BIN, [file, '1', '1']).toString());
+		} finally {
+			fs.rmSync(dir, { recursive: true, force: true });
+		}
 		assert.match(out.samples[0].error, /'pattern' is not supported/);
 		assert.match(out.samples[1].error, /'multipleOf' is not supported/);
 	});

@@ -75,7 +75,8 @@ describe('anedvd serve on stories260K, through the official SDKs', { skip }, () 
 
 	after(async () => {
 		if (srv && srv.exitCode === null && srv.signalCode === null) srv.kill('SIGKILL');
-		if (rt && !process.env.KEEP_LOGS) fs.rmSync(rt, { recursive: true, force: true });
+		if (rt && process.env.ANEDVD_KEEP_TMP) console.error(`kept ${rt} (ANEDVD_KEEP_TMP)`);
+		else if (rt) fs.rmSync(rt, { recursive: true, force: true });
 	});
 
 	it('runs the four supervised children', () => {

@@ -84,7 +84,8 @@ describe('a thinking model (Qwen3 template) through the official SDKs', { skip }
 	after(async () => {
 		for (const s of [qwen, gemma])
 			if (s && s.srv.exitCode === null && s.srv.signalCode === null) s.srv.kill('SIGKILL');
-		if (rt && !process.env.KEEP_LOGS) fs.rmSync(rt, { recursive: true, force: true });
+		if (rt && process.env.ANEDVD_KEEP_TMP) console.error(`kept ${rt} (ANEDVD_KEEP_TMP)`);
+		else if (rt) fs.rmSync(rt, { recursive: true, force: true });
 	});
 
 	it('OpenAI chat: the thinking in message.reasoning_content, the answer alone in content', async () => {

@@ -109,7 +109,8 @@ describe('tool calls and structured output on stories260K, through the official 
 			srv.kill('SIGINT');
 			await new Promise((r) => srv.once('exit', r));
 		}
-		if (rt && !process.env.KEEP_LOGS) fs.rmSync(rt, { recursive: true, force: true });
+		if (rt && process.env.ANEDVD_KEEP_TMP) console.error(`kept ${rt} (ANEDVD_KEEP_TMP)`);
+		else if (rt) fs.rmSync(rt, { recursive: true, force: true });
 	});
 
 	const checkOpenAICall = (c, name) => {
@@ -409,7 +410,8 @@ describe('tool calls in the markup of the model\'s own template (Qwen3: hermes)'
 			srv.kill('SIGINT');
 			await new Promise((r) => srv.once('exit', r));
 		}
-		if (rt && !process.env.KEEP_LOGS) fs.rmSync(rt, { recursive: true, force: true });
+		if (rt && process.env.ANEDVD_KEEP_TMP) console.error(`kept ${rt} (ANEDVD_KEEP_TMP)`);
+		else if (rt) fs.rmSync(rt, { recursive: true, force: true });
 	});
 
 	const TOOL = [{ type: 'function', function: { name: 'pick', parameters: { type: 'object', properties: { n: { type: 'integer', minimum: 1, maximum: 99 } }, required: ['n'] } } }];

@@ -281,7 +281,7 @@ for (const n of Object.keys(endRss)) {
 	console.log(`  ${n.padEnd(12)} ${a?.toFixed(1).padStart(8)} ${b.toFixed(1).padStart(8)} ${(((b - a) / a) * 100).toFixed(1).padStart(7)}%  ${st[n]?.restarts ?? 0}${same ? '' : ' (a new process since the start)'}`);
 }
 console.log(`load average at the end: ${load}; serve exited ${code} on SIGINT`);
-if (!process.env.KEEP_LOGS) fs.rmSync(rt, { recursive: true, force: true });
+if (!process.env.ANEDVD_KEEP_TMP) fs.rmSync(rt, { recursive: true, force: true });
 else {
 	fs.writeFileSync(path.join(rt, 'kills.txt'), killLog.join('\n') + '\n');
 	console.log(`logs: ${rt} (started ${t00})`);

@@ -13,7 +13,7 @@ set -eu
 B=${1:?usage: test-bench.sh BUILD_DIR}
 D=$(cd "$(dirname "$0")" && pwd)
 T=$(mktemp -d "${TMPDIR:-/tmp}/anedvd-bench-smoke.XXXXXX")
-trap 'rm -rf "$T"' EXIT
+trap 'if [ -n "${ANEDVD_KEEP_TMP:-}" ]; then echo "kept $T (ANEDVD_KEEP_TMP)" >&2; else rm -rf "$T"; fi' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 env -u LLAMA_BENCH QUICK=1 REPEATS=3 NGEN=4 MODELS=stories260K TMPDIR="$T" \

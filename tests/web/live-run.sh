@@ -19,7 +19,7 @@ kpid=""
 cleanup() {
 	[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
 	[ -n "$kpid" ] && kill -9 "$kpid" 2>/dev/null || true
-	rm -rf "$rt"
+	if [ -n "${ANEDVD_KEEP_TMP:-}" ]; then echo "kept $rt (ANEDVD_KEEP_TMP)" >&2; else rm -rf "$rt"; fi
 }
 trap cleanup EXIT INT TERM
 port=$(node -e "const s=require('net').createServer().listen(0,'127.0.0.1',()=>{console.log(s.address().port);s.close()})")
