@@ -8,7 +8,7 @@ log=${1:-Testing/Temporary/LastTest.log}
 echo "== why the failed tests failed (from $log)"
 awk '
 /^[0-9]+\/[0-9]+ Testing: / { name = $3; n = 0; next }
-/^FAIL |^not ok|ERROR: (Address|Leak|Undefined)Sanitizer|runtime error:|^SUMMARY: |Assertion .* failed|Segmentation fault|^Error|AssertionError|Error: |Timeout|timed out/ {
+/^FAIL[ :]|^not ok|^  serve.err: |ERROR: (Address|Leak|Undefined)Sanitizer|runtime error:|^SUMMARY: |Assertion .* failed|Segmentation fault|^Error|AssertionError|Error: |Timeout|timed out/ {
 	if (n < 40) keep[n++] = $0
 	next
 }

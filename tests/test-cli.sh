@@ -444,7 +444,9 @@ if [ -x "$BIN/anedvd-cpu-worker" ] && [ -x "$BIN/anedvd-frontend" ]; then
 	KIDS="$KIDS $(awk '{print $2}' "$T/anedvd-$P/status" | tr '\n' ' ')"
 	kill -INT $P
 	wait $P
-	check "serve: exit 0 on SIGINT" [ $? -eq 0 ]
+	st=$?
+	check "serve: exit 0 on SIGINT (status $st)" [ $st -eq 0 ]
+	[ $st -eq 0 ] || tail -40 "$T/serve.err" | sed 's/^/  serve.err: /'
 	check "serve: no child, no shm, no runtime dir" no_leftovers $P "$KIDS"
 
 	# the tokenizer service on tcp:// instead of the runtime dir's ipc socket; and
