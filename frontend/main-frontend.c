@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "fe.h"
+#include "ipc.h"
 #include "log.h"
 
 static void
@@ -333,5 +334,9 @@ main(int argc, char **argv)
 	ad_info("stopping");
 	fe_extra_stop();
 	fe_upstream_stop();
+	// every client is closed: nng's own threads free what a call that timed
+	// out left to them (else LeakSanitizer sees it now and then, as in the
+	// cpu-worker)
+	ad_ipc_fini();
 	return rv ? 1 : 0;
 }
