@@ -108,9 +108,8 @@ uint64_t kc_hash(const void *p, size_t n, uint64_t seed);
 const char *kc_build_id(void);
 // the model's digest (see above) as text
 int kc_model_digest(const struct model *m, char *out, size_t cap, char *err);
-// drop the pages of [p, p + n) from this process when they lie in the
-// model's GGUF file mapping (read-only, so they are only unmapped: a later
-// read faults them in again); anything else is left alone
+// model_drop_range (model.h): the pages around [p, p + n) unmapped when
+// they lie in the model's file mapping
 void kc_model_drop(const struct model *m, const void *p, size_t n);
 
 // the key: text appended line by line, hashed when done

@@ -221,6 +221,14 @@ struct model {
 // --- loading ---------------------------------------------------------------
 int model_load(struct model *m, const char *path, char *err);
 int model_load_gguf(struct model *m, const char *path, char *err);
+// model_drop_range unmaps the pages around [p, p + n) (the 2 MiB-aligned
+// window: a fault maps a page's whole large folio) when they lie in a GGUF
+// model's file mapping, which is read-only: they stay in the page cache, and
+// a later read faults them in again. model_drop_pages does it for the whole
+// mapping. For a process that has copied what it reads (a few small tensors
+// would otherwise hold megabytes each); no-op for anything else.
+void model_drop_range(const struct model *m, const void *p, size_t n);
+void model_drop_pages(const struct model *m);
 int model_load_hf(struct model *m, const char *dir, char *err); // model-hf.c
 void model_free(struct model *m); // safe on a zeroed or half-loaded model
 

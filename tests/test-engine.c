@@ -30,6 +30,7 @@
 
 #include "engine.h"
 #include "fp16.h"
+#include "gguf.h"
 #include "model.h"
 #include "ref.h"
 #include "sample.h"
@@ -687,6 +688,65 @@ test_width_one(void)
 	free(b);
 }
 
+// pages of [p, p + n) this process has mapped (/proc/self/pagemap's
+// present bit), -1 when it cannot tell
+static long
+mapped_pages(const void *p, size_t n)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uintptr_t a = (uintptr_t)p / (uintptr_t)pg, b = ((uintptr_t)p + n + (uintptr_t)pg - 1) / (uintptr_t)pg;
+	FILE *f = fopen("/proc/self/pagemap", "rb");
+	if (!f)
+		return -1;
+	long present = 0;
+	uint64_t e;
+	if (fseeko(f, (off_t)(a * 8), SEEK_SET) != 0) {
+		fclose(f);
+		return -1;
+	}
+	for (uintptr_t i = a; i < b && fread(&e, 8, 1, f) == 1; i++)
+		present += (long)(e >> 63);
+	fclose(f);
+	return present;
+}
+
+// the engine keeps none of the model file's pages mapped: its setup copies
+// what it reads and unmaps the folios it touched, and embedding rows come
+// through pread (a fault maps a page's whole large folio: 110 MB of a
+// 270 MB model were held by a few small tensors), also after evaluating
+static void
+test_model_pages(void)
+{
+#ifdef __linux__
+	struct fixture *f = &fx[0];
+	char err[AD_ERRLEN] = "";
+	size_t len = 0;
+	const uint8_t *map = f->m.gguf ? gguf_file_map(f->m.gguf, &len, NULL) : NULL;
+	REQUIRE(map && len, "%s is not a mapped GGUF", f->name);
+	float *a = malloc(sizeof(float) * (size_t)f->n * f->V);
+	struct kernel_backend *kb = backend(f, 0, WIDTH);
+	REQUIRE(a && kb);
+	// what building the kernels in this process touched is there now
+	volatile uint8_t sink = 0;
+	for (size_t i = 0; i < len; i += 4096)
+		sink ^= map[i];
+	(void)sink;
+	CHECK(mapped_pages(map, len) > 0);
+	struct engine *e = engine_new(&f->m, kb, NULL, err);
+	struct engine_seq *s = e ? engine_seq_new(e, err) : NULL;
+	REQUIRE(s, "%s", err);
+	long after_new = mapped_pages(map, len);
+	CHECK(after_new == 0, "%ld pages of %s mapped after engine_new", after_new, f->name);
+	CHECK(engine_eval(e, s, f->ids, f->n, 0, a, err) == 0, "%s", err);
+	long after_eval = mapped_pages(map, len);
+	CHECK(after_eval == 0, "%ld pages of %s mapped after an eval", after_eval, f->name);
+	engine_seq_free(s);
+	engine_free(e);
+	kb->free(kb);
+	free(a);
+#endif
+}
+
 // evaluation through the first layers only: all of them is engine_eval,
 // one layer differs, per token and chunked agree, a partial run empties
 // the sequence, more layers than the model has is refused
@@ -808,6 +868,7 @@ main(void)
 	T_RUN(test_stories_greedy);
 	T_RUN(test_moe_stored_types);
 	T_RUN(test_width_one);
+	T_RUN(test_model_pages);
 	T_RUN(test_eval_layers);
 	T_RUN(test_errors);
 	for (int i = 0; i < n_fx; i++) {
