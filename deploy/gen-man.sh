@@ -8,7 +8,7 @@
 # (gzip -9n'd to .1.gz when gzip is there), so a page says what --help says
 # and cannot drift from it. The build runs it after linking anedvd.
 #
-# The help layout it reads (frontend/anedvd.c, the commands' *_usage):
+# The help layout it reads (cli/anedvd.c, the commands' *_usage):
 #   "anedvd VERSION - WHAT"        the first line of the main help
 #   "usage: ..."                   and lines indented 4 or more after it: SYNOPSIS
 #   "name:" at column 0            a section (commands:, environment:) whose

@@ -5,7 +5,7 @@
 // PRESET: tiny, smollm2-135m, qwen2.5-0.5b (the exact shapes of the
 // published models), think (a scripted Qwen3-style model); WTYPE: f32,
 // f16, bf16, q8_0. --template writes FILE as the chat template. The same
-// arguments give the same bytes. See frontend/cmd-genmodel.h.
+// arguments give the same bytes. See cli/cmd-genmodel.h.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 # The model loader and the fp32 reference engine.
-ad_test(NAME test-model SOURCES test-model.c LIBS anedvd_cpu LABELS unit)
+ad_test(NAME test-model SOURCES test-model.c LIBS anedvd_cli LABELS unit)
 if(TARGET anedvd_tokenizer)
   target_compile_definitions(test-model PRIVATE AD_HAVE_TOKENIZER=1)
 endif()

@@ -60,9 +60,9 @@ if [ "$mode" = syntax ]; then
 	# the diagnostic commands' --backend ane path
 	if [ -n "$PROTO" ] && [ -f "$PROTO/ane.pb-c.h" ]; then
 		CLI=("${C[@]}" -DANEDVD_VERSION='"0"' -DAD_HAVE_TOKENIZER=1 -I "$S/cpu-worker" -I "$S/tokenizer-svc"
-			-I "$S/tokenizer-svc/service" -I "$S/frontend" -I "$PROTO")
-		check "cmd-cpu.c (info) with -DANEDVD_ANE" "${CLI[@]}" "$S/cpu-worker/cmd-cpu.c"
-		check "cmd-tools.c (--backend) with -DANEDVD_ANE" "${CLI[@]}" "$S/frontend/cmd-tools.c"
+			-I "$S/tokenizer-svc/service" -I "$S/frontend" -I "$S/cli" -I "$PROTO")
+		check "cmd-cpu.c (info) with -DANEDVD_ANE" "${CLI[@]}" "$S/cli/cmd-cpu.c"
+		check "cmd-tools.c (--backend) with -DANEDVD_ANE" "${CLI[@]}" "$S/cli/cmd-tools.c"
 		check "kb-local.c with -DANEDVD_ANE" "${CLI[@]}" "$S/cpu-worker/kb-local.c"
 	fi
 	# the check has teeth: an uncast objc_msgSend, a wrong argument type

@@ -37,7 +37,7 @@ else()
 endif()
 add_custom_target(tokdata DEPENDS ${AD_TOKDATA_FILES})
 
-ad_test(NAME test-tokenizer SOURCES test-tokenizer.c LIBS anedvd_tokenizer LABELS unit)
+ad_test(NAME test-tokenizer SOURCES test-tokenizer.c LIBS anedvd_cli LABELS unit)
 target_compile_definitions(test-tokenizer PRIVATE T_TOKDATA="${AD_TOKDATA}")
 target_compile_options(test-tokenizer PRIVATE -Wno-format-zero-length) # CHECK without a message
 add_dependencies(test-tokenizer tokdata)

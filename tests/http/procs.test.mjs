@@ -2,7 +2,7 @@
 // `anedvd serve` passes it): a process that exited 5 times within 30 s or
 // stays stopped makes the status "degraded" with the reason; restarts and
 // the last exit of every process are in /metrics. The file is written here
-// in the supervisor's format (frontend/supervisor.h).
+// in the supervisor's format (cli/supervisor.h).
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';

@@ -6,18 +6,18 @@
 #ifndef AD_COMMANDS_H
 #define AD_COMMANDS_H
 
-int cmd_cpu(int argc, char **argv);      // cpu-worker/cmd-cpu.c
-int cmd_info(int argc, char **argv);     // cpu-worker/cmd-cpu.c
-int cmd_route(int argc, char **argv);    // cpu-worker/cmd-cpu.c
-int cmd_tokenize(int argc, char **argv); // tokenizer-svc/cmd-tokenize.c
+int cmd_cpu(int argc, char **argv);      // cli/cmd-cpu.c
+int cmd_info(int argc, char **argv);     // cli/cmd-cpu.c
+int cmd_route(int argc, char **argv);    // cli/cmd-cpu.c
+int cmd_tokenize(int argc, char **argv); // cli/cmd-tokenize.c
 
-// the pipeline (frontend/cmd-run.c)
+// the pipeline (cli/cmd-run.c)
 int cmd_run(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 
-// kernels and parts, in this process (frontend/cmd-tools.c)
+// kernels and parts, in this process (cli/cmd-tools.c)
 int cmd_check(int argc, char **argv);
 int cmd_layers(int argc, char **argv);
 int cmd_kernels(int argc, char **argv);
@@ -27,7 +27,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_width(int argc, char **argv);
 int cmd_attnbench(int argc, char **argv);
 
-// the compiled-kernel cache (frontend/cmd-cache.c)
+// the compiled-kernel cache (cli/cmd-cache.c)
 int cmd_cache(int argc, char **argv);
 
 #endif

@@ -30,7 +30,7 @@
 #include "unicode.h"
 #endif
 
-int cmd_cpu(int argc, char **argv);  // frontend/commands.h
+int cmd_cpu(int argc, char **argv);  // cli/commands.h
 int cmd_info(int argc, char **argv);
 int cmd_route(int argc, char **argv);
 
