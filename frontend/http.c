@@ -748,6 +748,25 @@ method_is(h2o_req_t *req, const char *m)
 	return h2o_memis(req->method.base, req->method.len, m, strlen(m));
 }
 
+// the endpoint a request is counted under in /metrics: its route when the
+// path is one, "other" for an unknown path (so a rejection before routing,
+// a 401 say, is counted where the client was going)
+static const char *
+route_label(h2o_req_t *req)
+{
+	static const char *routes[] = { "/v1/chat/completions", "/v1/completions", "/v1/messages",
+		                        "/v1/messages/count_tokens", "/v1/embeddings", "/v1/responses",
+		                        "/tokenize", "/detokenize", "/apply-template", "/health",
+		                        "/v1/models", "/metrics", "/", "/index.html", "/props" };
+	for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+		if (path_is(req, routes[i]))
+			return routes[i];
+	size_t ml = strlen("/v1/models/");
+	if (req->path_normalized.len > ml && memcmp(req->path_normalized.base, "/v1/models/", ml) == 0)
+		return "/v1/models";
+	return "other";
+}
+
 static int
 on_req(h2o_handler_t *self, h2o_req_t *req)
 {
@@ -767,11 +786,11 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
 	int st = fe_guard_framing(req, head, head_len, msg, sizeof msg);
 	if (st) {
 		req->http1_is_persistent = 0; // where the next request starts is unclear
-		respond_error(req, d, "other", st, NULL, "%s", msg);
+		respond_error(req, d, route_label(req), st, NULL, "%s", msg);
 		return 0;
 	}
 	if ((st = fe_guard_host(S.cfg, req, msg, sizeof msg)) || (st = fe_guard_origin(S.cfg, req, msg, sizeof msg))) {
-		respond_error(req, d, "other", st, NULL, "%s", msg);
+		respond_error(req, d, route_label(req), st, NULL, "%s", msg);
 		return 0;
 	}
 	if (method_is(req, "OPTIONS")) {
@@ -781,11 +800,11 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
 		return 0;
 	}
 	if ((st = fe_guard_auth(S.cfg, req, msg, sizeof msg))) {
-		respond_error(req, d, "other", st, NULL, "%s", msg);
+		respond_error(req, d, route_label(req), st, NULL, "%s", msg);
 		return 0;
 	}
 	if (is_post && (st = fe_guard_json_type(req, msg, sizeof msg))) {
-		respond_error(req, d, "other", st, NULL, "%s", msg);
+		respond_error(req, d, route_label(req), st, NULL, "%s", msg);
 		return 0;
 	}
 	// POST routes

@@ -141,6 +141,11 @@ describe('browser-origin safety and HTTP edges (defaults)', () => {
 		// parameters and case are fine
 		for (const ct of ['application/json; charset=utf-8', 'Application/JSON'])
 			assert.equal((await post(s, CHAT, body, { 'content-type': ct })).status, 200, ct);
+		// counted under the route the client was going to, not "other"
+		const m = (await request(s, 'GET', '/metrics')).body;
+		assert.match(m, /anedvd_http_requests_total\{endpoint="\/v1\/chat\/completions",status="415"\} 7\n/);
+		assert.match(m, /anedvd_http_requests_total\{endpoint="\/v1\/messages",status="415"\} 1\n/);
+		assert.doesNotMatch(m, /endpoint="other",status="415"/);
 		await healthy(s);
 	});
 
@@ -299,6 +304,10 @@ describe('API keys', () => {
 		openaiError(await request(s, 'GET', '/metrics'), 401);
 		openaiError(await request(s, 'GET', '/v1/nope'), 401);
 		openaiError(await request(s, 'GET', '/v1/models/stories260K'), 401);
+		// counted by route; only the unknown path is "other"
+		const m = (await request(s, 'GET', '/metrics', undefined, { authorization: `Bearer ${K1}` })).body;
+		for (const [ep, n] of [['/v1/chat/completions', '1'], ['/v1/messages', '2'], ['/metrics', '1'], ['/v1/models', '7'], ['other', '1']])
+			assert.match(m, new RegExp(`anedvd_http_requests_total\\{endpoint="${ep.replace(/\//g, '\\/')}",status="401"\\} ${n}\n`), ep);
 		await healthy(s);
 	});
 
