@@ -2,6 +2,7 @@
 #include "attention.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fp16.h"
@@ -124,6 +125,8 @@ attn_ref_f32_split(const struct attn_shape *sh, const float *q, const float *k0,
 	attn_plain(sh, q, k0, v0, k, v, split, 1, first, last, out, scratch);
 }
 
+int attn_path;
+
 // --- AVX2 / FMA / F16C ------------------------------------------------------------
 
 #ifdef AD_FP16_X86
@@ -205,12 +208,114 @@ scores_4x2(const float *q0, const float *q1, const float *q2, const float *q3, c
 	s[4] = fold_v(b0), s[5] = fold_v(b1), s[6] = fold_v(b2), s[7] = fold_v(b3);
 }
 
+// rows j..j+7's keys (kj[r], hd a multiple of 8) transposed to fp32:
+// kt[i * 8 + r] is dimension i of row r
+SIMD static inline void
+keys_t8(const uint16_t *const kj[8], int hd, float *kt)
+{
+	for (int c = 0; c < hd; c += 8) {
+		__m128i a0 = _mm_loadu_si128((const __m128i *)(kj[0] + c)), a1 = _mm_loadu_si128((const __m128i *)(kj[1] + c));
+		__m128i a2 = _mm_loadu_si128((const __m128i *)(kj[2] + c)), a3 = _mm_loadu_si128((const __m128i *)(kj[3] + c));
+		__m128i a4 = _mm_loadu_si128((const __m128i *)(kj[4] + c)), a5 = _mm_loadu_si128((const __m128i *)(kj[5] + c));
+		__m128i a6 = _mm_loadu_si128((const __m128i *)(kj[6] + c)), a7 = _mm_loadu_si128((const __m128i *)(kj[7] + c));
+		// pairs of rows, then quads: b0 = r0[0] r1[0] r0[1] r1[1] ..., c0 = r0..3 [0], r0..3 [1]
+		__m128i b0 = _mm_unpacklo_epi16(a0, a1), b1 = _mm_unpackhi_epi16(a0, a1);
+		__m128i b2 = _mm_unpacklo_epi16(a2, a3), b3 = _mm_unpackhi_epi16(a2, a3);
+		__m128i b4 = _mm_unpacklo_epi16(a4, a5), b5 = _mm_unpackhi_epi16(a4, a5);
+		__m128i b6 = _mm_unpacklo_epi16(a6, a7), b7 = _mm_unpackhi_epi16(a6, a7);
+		__m128i c0 = _mm_unpacklo_epi32(b0, b2), c1 = _mm_unpackhi_epi32(b0, b2);
+		__m128i c2 = _mm_unpacklo_epi32(b4, b6), c3 = _mm_unpackhi_epi32(b4, b6);
+		__m128i c4 = _mm_unpacklo_epi32(b1, b3), c5 = _mm_unpackhi_epi32(b1, b3);
+		__m128i c6 = _mm_unpacklo_epi32(b5, b7), c7 = _mm_unpackhi_epi32(b5, b7);
+		float *o = kt + (size_t)c * 8;
+		_mm256_storeu_ps(o + 0, _mm256_cvtph_ps(_mm_unpacklo_epi64(c0, c2)));
+		_mm256_storeu_ps(o + 8, _mm256_cvtph_ps(_mm_unpackhi_epi64(c0, c2)));
+		_mm256_storeu_ps(o + 16, _mm256_cvtph_ps(_mm_unpacklo_epi64(c1, c3)));
+		_mm256_storeu_ps(o + 24, _mm256_cvtph_ps(_mm_unpackhi_epi64(c1, c3)));
+		_mm256_storeu_ps(o + 32, _mm256_cvtph_ps(_mm_unpacklo_epi64(c4, c6)));
+		_mm256_storeu_ps(o + 40, _mm256_cvtph_ps(_mm_unpackhi_epi64(c4, c6)));
+		_mm256_storeu_ps(o + 48, _mm256_cvtph_ps(_mm_unpacklo_epi64(c5, c7)));
+		_mm256_storeu_ps(o + 56, _mm256_cvtph_ps(_mm_unpackhi_epi64(c5, c7)));
+	}
+}
+
+// the scaled q·k scores of one KV head's group of query heads (qg) over
+// rows first..last (below split from kg0, the others from kg):
+// scores[t * rows + j - first], the same bits as attn_ref's (same lanes,
+// same fold). Heads of up to 16 dimensions take eight rows at a time with
+// the rows in the lanes, so lane l of dot_ref is one register and the fold
+// is seven adds for eight rows; larger heads take four heads by two rows,
+// a fold per score
+SIMD static void
+group_scores(const struct attn_shape *sh, const float *qg, const uint16_t *kg0, const uint16_t *kg, int split,
+             int first, int last, float *scores)
+{
+	const int hd = sh->head_dim, group = sh->n_head / sh->n_head_kv, rows = last - first + 1, hd8 = hd & ~7;
+	if (hd == hd8 && hd <= 16 && attn_path != 1) {
+		float kt[16 * 8];
+		const __m256 scale = _mm256_set1_ps(sh->scale);
+		for (int j = first; j <= last; j += 8) {
+			const int nr = last - j + 1 < 8 ? last - j + 1 : 8;
+			const uint16_t *kj[8];
+			for (int r = 0; r < 8; r++) { // past the last row: the last again, dropped
+				const int jr = j + (r < nr ? r : nr - 1);
+				kj[r] = (jr < split ? kg0 : kg) + (size_t)jr * sh->k_stride;
+			}
+			keys_t8(kj, hd, kt);
+			for (int t = 0; t < group; t++) {
+				const float *qh = qg + (size_t)t * hd;
+				__m256 a[8];
+				for (int l = 0; l < 8; l++)
+					a[l] = _mm256_fmadd_ps(_mm256_set1_ps(qh[l]), _mm256_loadu_ps(kt + l * 8), _mm256_setzero_ps());
+				for (int i = 8; i < hd; i += 8)
+					for (int l = 0; l < 8; l++)
+						a[l] = _mm256_fmadd_ps(_mm256_set1_ps(qh[i + l]), _mm256_loadu_ps(kt + (i + l) * 8), a[l]);
+				// fold8: (a4 + a0 + (a6 + a2)) + (a5 + a1 + (a7 + a3))
+				__m256 x = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[4], a[0]), _mm256_add_ps(a[6], a[2])),
+				                         _mm256_add_ps(_mm256_add_ps(a[5], a[1]), _mm256_add_ps(a[7], a[3])));
+				x = _mm256_mul_ps(x, scale);
+				float *dst = scores + (size_t)t * rows + (j - first);
+				if (nr == 8) {
+					_mm256_storeu_ps(dst, x);
+				} else {
+					float tmp[8];
+					_mm256_storeu_ps(tmp, x);
+					memcpy(dst, tmp, (size_t)nr * sizeof(float));
+				}
+			}
+		}
+		return;
+	}
+	// four heads by two rows at a time, the spare ones computed on a copy
+	// of the last and dropped
+	for (int h0 = 0; h0 < group; h0 += 4) {
+		const int nh = group - h0 < 4 ? group - h0 : 4;
+		const float *qp[4];
+		for (int t = 0; t < 4; t++)
+			qp[t] = qg + (size_t)(h0 + (t < nh ? t : nh - 1)) * hd;
+		for (int j = first; j <= last; j += 2) {
+			const int j2 = j + 1 <= last ? j + 1 : j, nj = j2 > j ? 2 : 1;
+			const uint16_t *kj[2] = {(j < split ? kg0 : kg) + (size_t)j * sh->k_stride,
+			                         (j2 < split ? kg0 : kg) + (size_t)j2 * sh->k_stride};
+			float s[8];
+			scores_4x2(qp[0], qp[1], qp[2], qp[3], kj[0], kj[1], hd8, s);
+			for (int r = 0; r < nj; r++)
+				for (int t = 0; t < nh; t++) {
+					float x = s[4 * r + t];
+					for (int i = hd8; i < hd; i++)
+						x = fmaf(qp[t][i], ad_fp16_to_f32(kj[r][i]), x);
+					scores[(size_t)(h0 + t) * rows + (j + r - first)] = x * sh->scale;
+				}
+		}
+	}
+}
+
 SIMD static void
 attn_simd(const struct attn_shape *sh, const float *q, const uint16_t *k0, const uint16_t *v0, const uint16_t *k,
           const uint16_t *v, int split, int first, int last, float *out, float *scratch)
 {
 	const int hd = sh->head_dim, hdv = sh->head_dim_v, group = sh->n_head / sh->n_head_kv;
-	const int rows = last - first + 1, hd8 = hd & ~7, hdv8 = hdv & ~7;
+	const int rows = last - first + 1, hdv8 = hdv & ~7;
 	const float cap = sh->softcap;
 	float *scores = scratch; // [group][rows]
 	float *vf = scores + (size_t)group * rows;
@@ -218,39 +323,33 @@ attn_simd(const struct attn_shape *sh, const float *q, const uint16_t *k0, const
 		const float *qg = q + (size_t)g * group * hd;
 		const uint16_t *kg = k + (size_t)g * hd, *vg = v + (size_t)g * hdv;
 		const uint16_t *kg0 = k0 + (size_t)g * hd, *vg0 = v0 + (size_t)g * hdv;
-		// scores: the same bits as attn_ref's (same lanes, same fold);
-		// four heads by two rows at a time, the spare ones computed on a
-		// copy of the last and dropped
-		for (int h0 = 0; h0 < group; h0 += 4) {
-			const int nh = group - h0 < 4 ? group - h0 : 4;
-			const float *qp[4];
-			for (int t = 0; t < 4; t++)
-				qp[t] = qg + (size_t)(h0 + (t < nh ? t : nh - 1)) * hd;
-			for (int j = first; j <= last; j += 2) {
-				const int j2 = j + 1 <= last ? j + 1 : j, nj = j2 > j ? 2 : 1;
-				const uint16_t *kj[2] = {(j < split ? kg0 : kg) + (size_t)j * sh->k_stride,
-				                         (j2 < split ? kg0 : kg) + (size_t)j2 * sh->k_stride};
-				float s[8];
-				scores_4x2(qp[0], qp[1], qp[2], qp[3], kj[0], kj[1], hd8, s);
-				for (int r = 0; r < nj; r++)
-					for (int t = 0; t < nh; t++) {
-						float x = s[4 * r + t];
-						for (int i = hd8; i < hd; i++)
-							x = fmaf(qp[t][i], ad_fp16_to_f32(kj[r][i]), x);
-						scores[(size_t)(h0 + t) * rows + (j + r - first)] = x * sh->scale;
-					}
-			}
-		}
+		group_scores(sh, qg, kg0, kg, split, first, last, scores);
 		for (int t = 0; t < group; t++) {
 			float *sc = scores + (size_t)t * rows;
 			if (cap > 0)
 				for (int r = 0; r < rows; r++)
 					sc[r] = tanhf(sc[r] * (1.0f / cap)) * cap;
-			float mx = -INFINITY;
-			for (int r = 0; r < rows; r++)
+			// the largest score, four registers at a time (max_ps(s, m)
+			// keeps m when s is NaN, as the plain loop does; which zero
+			// wins a tie of +0 and -0 may differ, and e^(s - m) does not)
+			__m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+			int r = 0;
+			for (; r + 32 <= rows; r += 32) {
+				m0 = _mm256_max_ps(_mm256_loadu_ps(sc + r), m0);
+				m1 = _mm256_max_ps(_mm256_loadu_ps(sc + r + 8), m1);
+				m2 = _mm256_max_ps(_mm256_loadu_ps(sc + r + 16), m2);
+				m3 = _mm256_max_ps(_mm256_loadu_ps(sc + r + 24), m3);
+			}
+			for (; r + 8 <= rows; r += 8)
+				m0 = _mm256_max_ps(_mm256_loadu_ps(sc + r), m0);
+			float mv[8], mx = -INFINITY;
+			_mm256_storeu_ps(mv, _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
+			for (int l = 0; l < 8; l++)
+				mx = mv[l] > mx ? mv[l] : mx;
+			for (; r < rows; r++)
 				mx = sc[r] > mx ? sc[r] : mx;
 			__m256 vmx = _mm256_set1_ps(mx), vs = _mm256_setzero_ps();
-			int r = 0;
+			r = 0;
 			for (; r + 8 <= rows; r += 8) {
 				__m256 e = exp_v(_mm256_sub_ps(_mm256_loadu_ps(sc + r), vmx));
 				_mm256_storeu_ps(sc + r, e);
@@ -308,12 +407,21 @@ attn_simd(const struct attn_shape *sh, const float *q, const uint16_t *k0, const
 					_mm256_storeu_ps(o + d0 + 48, o6);
 					_mm256_storeu_ps(o + d0 + 56, o7);
 				}
+				// the rest in four chains, so that a head of 8 does not
+				// wait on one FMA after another
 				for (; d0 < hdv8; d0 += 8) {
-					__m256 acc = _mm256_loadu_ps(o + d0);
-					for (int r = 0; r < nr; r++)
-						acc = _mm256_fmadd_ps(_mm256_set1_ps(p[r]), _mm256_loadu_ps(vf + (size_t)r * hdv + d0),
-						                      acc);
-					_mm256_storeu_ps(o + d0, acc);
+					__m256 a0 = _mm256_loadu_ps(o + d0), a1 = _mm256_setzero_ps(), a2 = a1, a3 = a1;
+					int r = 0;
+					for (; r + 4 <= nr; r += 4) {
+						const float *x = vf + (size_t)r * hdv + d0;
+						a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[r]), _mm256_loadu_ps(x), a0);
+						a1 = _mm256_fmadd_ps(_mm256_set1_ps(p[r + 1]), _mm256_loadu_ps(x + hdv), a1);
+						a2 = _mm256_fmadd_ps(_mm256_set1_ps(p[r + 2]), _mm256_loadu_ps(x + 2 * hdv), a2);
+						a3 = _mm256_fmadd_ps(_mm256_set1_ps(p[r + 3]), _mm256_loadu_ps(x + 3 * hdv), a3);
+					}
+					for (; r < nr; r++)
+						a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[r]), _mm256_loadu_ps(vf + (size_t)r * hdv + d0), a0);
+					_mm256_storeu_ps(o + d0, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
 				}
 				for (int d = hdv8; d < hdv; d++)
 					for (int r = 0; r < nr; r++)
@@ -348,4 +456,26 @@ attn_fast(const struct attn_shape *sh, const float *q, const uint16_t *k, const 
           int last, float *out, float *scratch)
 {
 	attn_fast_split(sh, q, k, v, k, v, 0, first, last, out, scratch);
+}
+
+void
+attn_scores(const struct attn_shape *sh, const float *q, const uint16_t *k, int first, int last, int fast,
+            float *scores)
+{
+	const int hd = sh->head_dim, group = sh->n_head / sh->n_head_kv, rows = last - first + 1;
+#ifdef AD_FP16_X86
+	if (fast && attn_have_simd()) {
+		for (int g = 0; g < sh->n_head_kv; g++)
+			group_scores(sh, q + (size_t)g * group * hd, k + (size_t)g * hd, k + (size_t)g * hd, 0, first, last,
+			             scores + (size_t)g * group * rows);
+		return;
+	}
+#endif
+	float *kf = malloc(sizeof(float) * (size_t)hd);
+	for (int h = 0; h < sh->n_head && kf; h++)
+		for (int j = first; j <= last; j++) {
+			row(k, (size_t)j * sh->k_stride + (size_t)(h / group) * hd, 0, kf, hd);
+			scores[(size_t)h * rows + j - first] = dot_ref(q + (size_t)h * hd, kf, hd) * sh->scale;
+		}
+	free(kf);
 }

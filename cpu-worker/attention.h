@@ -58,4 +58,14 @@ void attn_fast_split(const struct attn_shape *sh, const float *q, const uint16_t
 void attn_ref_f32_split(const struct attn_shape *sh, const float *q, const float *k0, const float *v0, const float *k,
                         const float *v, int split, int first, int last, float *out, float *scratch);
 
+// The scaled scores scale * (q_h · k_j), before the soft-cap, of every query
+// head over rows [first, last] into scores[h * rows + j - first], as attn_ref
+// (fast = 0) and attn_fast (fast = 1) compute them: the same bits. For the
+// tests, which compare the two; attn_path picks attn_fast's way to them for
+// heads of up to 16 dimensions (0: by size, 1: four heads by two rows,
+// the way of larger heads) so that both ways are compared.
+void attn_scores(const struct attn_shape *sh, const float *q, const uint16_t *k, int first, int last, int fast,
+                 float *scores);
+extern int attn_path;
+
 #endif

@@ -150,6 +150,48 @@ test_random_shapes(void)
 	       attn_have_simd() ? "AVX2" : "plain C");
 }
 
+// q·k scores: attn_fast's (both of its ways, for heads of up to 16
+// dimensions) are attn_ref's bits, on every row count (the eight-row blocks
+// and their remainders), window start and head layout
+static void
+test_scores_bits(void)
+{
+	static const int heads[][2] = {{8, 4}, {8, 2}, {9, 3}, {4, 4}, {4, 1}, {16, 2}, {6, 1}};
+	static const int dims[] = {8, 16, 24, 12, 64, 5, 32};
+	int cases = 0, differ = 0;
+	for (int t = 0; t < 300; t++) {
+		const int *h = heads[t % 7], hd = dims[(t / 7) % 7];
+		const int rows = 1 + t % 37 + (t % 5 == 0 ? 200 : 0), first = t % 3 == 0 ? rows / 3 : 0;
+		struct attn_shape sh = {h[0], h[1], hd, hd, (size_t)(h[1] * hd + 3), (size_t)(h[1] * hd), 0.37f, 0};
+		uint16_t *k = malloc(sizeof(uint16_t) * sh.k_stride * (size_t)rows);
+		float *q = malloc(sizeof(float) * (size_t)(h[0] * hd));
+		size_t ns = (size_t)h[0] * (size_t)(rows - first);
+		float *a = malloc(sizeof(float) * ns), *b = malloc(sizeof(float) * ns), *c = malloc(sizeof(float) * ns);
+		for (size_t i = 0; i < sh.k_stride * (size_t)rows; i++)
+			k[i] = ad_f32_to_fp16(3 * frand());
+		for (int i = 0; i < h[0] * hd; i++)
+			q[i] = 3 * frand();
+		attn_scores(&sh, q, k, first, rows - 1, 0, a);
+		attn_path = 1;
+		attn_scores(&sh, q, k, first, rows - 1, 1, b);
+		attn_path = 0;
+		attn_scores(&sh, q, k, first, rows - 1, 1, c);
+		cases++;
+		if (memcmp(a, b, sizeof(float) * ns) || memcmp(a, c, sizeof(float) * ns)) {
+			differ++;
+			CHECK(0, "heads %d/%d hd %d rows %d..%d: scores differ from attn_ref's (four by two: %s, by size: %s)",
+			      h[0], h[1], hd, first, rows - 1, memcmp(a, b, sizeof(float) * ns) ? "differ" : "same",
+			      memcmp(a, c, sizeof(float) * ns) ? "differ" : "same");
+		}
+		free(k);
+		free(q);
+		free(a);
+		free(b);
+		free(c);
+	}
+	printf("%d shapes: scores of attn_fast and attn_ref differ in %d\n", cases, differ);
+}
+
 // one row: the output is that row's value
 static void
 test_single_row(void)
@@ -176,6 +218,7 @@ int
 main(void)
 {
 	T_RUN(test_random_shapes);
+	T_RUN(test_scores_bits);
 	T_RUN(test_single_row);
 	return t_done();
 }
