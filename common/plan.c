@@ -4,7 +4,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ane.pb-c.h"
 #include "wtype.h"
+
+// enum ane_kind is KernelKind of proto/ane.proto, value for value: the
+// workers put one into the other's field without a table
+#define PIN(k) _Static_assert((int)ANE_K_##k == (int)ANEDVD__KERNEL_KIND__KERNEL_##k, "ane_kind " #k " is KernelKind's")
+PIN(QKV);
+PIN(O);
+PIN(FFN);
+PIN(GATE_UP);
+PIN(DOWN);
+PIN(LM_HEAD);
+PIN(SHEXP);
+PIN(PROBE);
+#undef PIN
 
 const char *
 ane_kind_name(enum ane_kind k)

@@ -1,5 +1,9 @@
 // plan.h - the projection kernels of a model, and where their weights come from.
 //
+// With layout.h this is the kernel contract of the two workers: the
+// ane-worker compiles the plan, the cpu-worker calls its kernels by id, and
+// both include it from here (neither worker's folder owns it).
+//
 // A plan lists, in a fixed order, every kernel the pipeline needs (the
 // kernel set of cpu-worker/kernels.h; kinds have the values of KernelKind
 // in proto/ane.proto), with its shape and, for each weight chunk of its
@@ -77,6 +81,8 @@ int ane_head_chunk_rows(int hidden, int vocab);
 int ane_head_rows_for(int hidden, int vocab, uint64_t target_bytes);
 int ane_head_nchunks(int hidden, int vocab);
 
+// the kernel kinds: the values of KernelKind in proto/ane.proto (pinned in
+// plan.c); the one C enum of them, for both workers
 enum ane_kind {
 	ANE_K_QKV = 1,
 	ANE_K_O = 2,

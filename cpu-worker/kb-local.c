@@ -1,7 +1,7 @@
 // kb-local.c - the kernel set in this process, on the emu backend (or, in
 // a macOS build, the ane one: kb_opts.backend).
 //
-// The plan of the model (ane-worker/plan.h) is compiled at once with the
+// The plan of the model (common/plan.h) is compiled at once with the
 // ane-worker's own builder, so this backend runs the very MIL programs and
 // weight blobs the anedvd-ane-worker process runs: kb_local and kb_remote
 // give the same bits. Surfaces are private memory in the planar layout.
@@ -119,7 +119,7 @@ kb_local_new(const struct model *m, const struct kb_opts *o, char *err)
 	}
 	for (int i = 0; i < p->n; i++) {
 		const struct ane_pk *pk = &p->k[i];
-		l->info[i] = (struct kb_info){.id = i, .kind = (enum kb_kind)pk->kind, .layer = pk->layer,
+		l->info[i] = (struct kb_info){.id = i, .kind = (enum ane_kind)pk->kind, .layer = pk->layer,
 		                              .chunk = pk->chunk, .in_ch = pk->in_ch, .out_ch = pk->out_ch,
 		                              .row_offset = pk->row_offset, .weight_bytes = pk->weight_bytes,
 		                              .compile_us = l->set.k[i].compile_us};
@@ -139,7 +139,7 @@ kb_local_new(const struct model *m, const struct kb_opts *o, char *err)
 }
 
 int
-kb_find(const struct kernel_backend *kb, enum kb_kind kind, int layer, int chunk)
+kb_find(const struct kernel_backend *kb, enum ane_kind kind, int layer, int chunk)
 {
 	for (int i = 0; i < kb->n_kernels; i++)
 		if (kb->kernels[i].kind == kind && kb->kernels[i].layer == layer && kb->kernels[i].chunk == chunk)

@@ -676,7 +676,7 @@ kb_remote_new(const struct model *m, const struct kb_opts *o, char *err)
 	}
 	for (int i = 0; i < r->plan.n; i++) {
 		const struct ane_pk *pk = &r->plan.k[i];
-		r->info[i] = (struct kb_info){.id = i, .kind = (enum kb_kind)pk->kind, .layer = pk->layer,
+		r->info[i] = (struct kb_info){.id = i, .kind = (enum ane_kind)pk->kind, .layer = pk->layer,
 		                              .chunk = pk->chunk, .in_ch = pk->in_ch, .out_ch = pk->out_ch,
 		                              .row_offset = pk->row_offset, .weight_bytes = pk->weight_bytes};
 	}

@@ -36,23 +36,14 @@
 
 #include "err.h"
 #include "model.h"
+#include "plan.h" // enum ane_kind: the kernel kinds
 #include "resnorm.h"
 #include "surface.h"
 
-enum kb_kind {
-	KB_QKV = 1, // values match proto/ane.proto KernelKind
-	KB_O = 2,
-	KB_FFN = 3,
-	KB_GATE_UP = 4,
-	KB_DOWN = 5,
-	KB_LM_HEAD = 6,
-	KB_SHEXP = 7,
-	KB_PROBE = 8,
-};
 
 struct kb_info {
 	int id;
-	enum kb_kind kind;
+	enum ane_kind kind;
 	int layer; // -1 for the LM head
 	int chunk; // LM head chunk
 	int in_ch, out_ch;
@@ -175,6 +166,6 @@ int kb_remote_ping(struct kernel_backend *kb, int via_nng, char *err);
 void kb_remote_stop(void); // the process is stopping: a call waiting for a worker gives up
 
 // kb_find: the id of (kind, layer, chunk), or -1
-int kb_find(const struct kernel_backend *kb, enum kb_kind kind, int layer, int chunk);
+int kb_find(const struct kernel_backend *kb, enum ane_kind kind, int layer, int chunk);
 
 #endif

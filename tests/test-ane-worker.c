@@ -306,7 +306,7 @@ test_local_vs_fp32(void)
 			CHECK(kb->compile_count == (uint32_t)p.n);
 			double worst = 0;
 			for (int i = 0; i < p.n; i++) {
-				CHECK(kb->kernels[i].kind == (enum kb_kind)p.k[i].kind && kb->kernels[i].out_ch == p.k[i].out_ch);
+				CHECK(kb->kernels[i].kind == (enum ane_kind)p.k[i].kind && kb->kernels[i].out_ch == p.k[i].out_ch);
 				double rel = check_kernel(kb, &p.k[i], i, 1 + i % W);
 				CHECK(rel < 0.01, "%s kernel %d (%s): rel %g", fixtures[f], i, ane_kind_name(p.k[i].kind), rel);
 				worst = rel > worst ? rel : worst;
@@ -314,7 +314,7 @@ test_local_vs_fp32(void)
 			if (split == 0)
 				printf("kb_local vs fp32 %-14s %2d kernels, worst rel %.2e\n", fixtures[f], p.n, worst);
 			// decode column only, and the width's last column
-			CHECK(kb_find(kb, KB_LM_HEAD, -1, 0) == p.n - 1 && kb_find(kb, KB_LM_HEAD, -1, 1) == -1);
+			CHECK(kb_find(kb, ANE_K_LM_HEAD, -1, 0) == p.n - 1 && kb_find(kb, ANE_K_LM_HEAD, -1, 1) == -1);
 			ane_plan_free(&p);
 			kb->free(kb);
 		}
@@ -760,7 +760,7 @@ test_round_trip(void)
 {
 	REQUIRE(local && remote);
 	char err[AD_ERRLEN];
-	const int id = kb_find(local, KB_O, 0, 0);
+	const int id = kb_find(local, ANE_K_O, 0, 0);
 	REQUIRE(id >= 0);
 	const struct kb_info *k = &local->kernels[id];
 	struct kernel_backend *kbs[2] = {local, remote};
@@ -1104,7 +1104,7 @@ test_resnorm_steps(void)
 
 	// kb_remote and kb_local: [O, resnorm, FFN] of layer 0 on host vectors
 	// of their own, the same bits
-	const int ko = kb_find(local, KB_O, 0, 0), kf = kb_find(local, KB_FFN, 0, 0);
+	const int ko = kb_find(local, ANE_K_O, 0, 0), kf = kb_find(local, ANE_K_FFN, 0, 0);
 	REQUIRE(ko >= 0 && kf >= 0);
 	struct kernel_backend *kb[2] = {local, remote};
 	float *xo[2];
