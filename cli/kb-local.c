@@ -137,12 +137,3 @@ kb_local_new(const struct model *m, const struct kb_opts *o, char *err)
 	l->kb.free = l_free;
 	return &l->kb;
 }
-
-int
-kb_find(const struct kernel_backend *kb, enum ane_kind kind, int layer, int chunk)
-{
-	for (int i = 0; i < kb->n_kernels; i++)
-		if (kb->kernels[i].kind == kind && kb->kernels[i].layer == layer && kb->kernels[i].chunk == chunk)
-			return i;
-	return -1;
-}

@@ -7,7 +7,9 @@
 //
 //   kb_local   in this process: generates the MIL and weight blobs from the
 //              model and runs them on emu (ane-worker/ library). Used by
-//              tests, selftest, and single-process runs.
+//              tests, selftest, and single-process runs. It composes the
+//              two workers, so it is cli/kb-local.c (library anedvd_kblocal):
+//              this folder's library links nothing of the ane-worker.
 //   kb_remote  the anedvd-ane-worker process: nng (proto/ane.proto) as the
 //              control plane, kernel calls through a shared-memory data
 //              plane (common/dataplane.h), shared-memory surfaces;
