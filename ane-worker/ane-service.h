@@ -9,7 +9,8 @@
 // through kb_remote (cpu-worker/kernels.h) like the pipeline does.
 //
 // The model is the caller's and must outlive the service (the plan points
-// into its tensors). The service logs its start (info) like the process.
+// into its tensors). The service logs its start (info, or debug when
+// quiet) like the process.
 #ifndef ANE_SERVICE_H
 #define ANE_SERVICE_H
 
@@ -28,6 +29,7 @@ struct ane_service_opts {
 	int cache_mb;          // bound of the cache directory (0: KC_DEFAULT_MAX_MB)
 	int delay_us;          // sleep inside every kernel call (tests)
 	uint64_t model_us;     // the model's load time, for the start's log line
+	int quiet;             // log the start at debug level (a service inside another program)
 };
 
 struct ane_service;

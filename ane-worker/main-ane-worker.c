@@ -123,6 +123,7 @@ struct worker {
 	pthread_mutex_t dpmu; // dps
 	struct dpc *dps;
 	int ndps;
+	enum ad_log_level log_level; // of the start and the data plane's comings and goings
 };
 
 static uint64_t
@@ -700,7 +701,7 @@ dp_thread(void *arg)
 	static const char *why[] = {"stopping", "closed by the client", "the client is gone",
 	                            "attached again"};
 	int rc = dp_serve(d->ch, d->gen, dp_handle, d, &d->stop, 100);
-	ad_info("data plane %s (generation %u): %s", d->id, d->gen, rc >= 0 && rc <= 3 ? why[rc] : "?");
+	ad_log(d->w->log_level, "data plane %s (generation %u): %s", d->id, d->gen, rc >= 0 && rc <= 3 ? why[rc] : "?");
 	pthread_mutex_lock(&d->w->mu);
 	for (int i = 0; i < DP_MAX_SURF; i++)
 		surface_close(&d->map[i]);
@@ -811,7 +812,7 @@ do_attach(struct worker *w, const Anedvd__AttachRequest *q, struct reply *rp)
 	w->dps = d;
 	w->ndps++;
 	pthread_mutex_unlock(&w->dpmu);
-	ad_info("data plane %s attached (generation %u)", id, d->gen);
+	ad_log(w->log_level, "data plane %s attached (generation %u)", id, d->gen);
 	Anedvd__AttachReply *a = &rp->u.attach;
 	anedvd__attach_reply__init(a);
 	a->generation = d->gen;
@@ -976,24 +977,25 @@ ane_service_start(const struct model *m, const struct ane_service_opts *o, char 
 	struct ane_build_opts bo = {.backend = backend, .threads = threads, .cache_dir = o->cache_dir ? o->cache_dir : "",
 	                            .cache_max_bytes = (uint64_t)o->cache_mb << 20, .options = copts,
 	                            .cache_background = 1};
-	ad_info("compiling %s for %s, %d columns, %s weights%s", m->name, backend, chunk, ane_wfmt_name(wf),
+	enum ad_log_level lv = w->log_level = o->quiet ? AD_LOG_DEBUG : AD_LOG_INFO;
+	ad_log(lv, "compiling %s for %s, %d columns, %s weights%s", m->name, backend, chunk, ane_wfmt_name(wf),
 	        o->split ? ", split FFN" : "");
-	if (ane_set_build(&w->set, m, &po, &bo, 1, err))
+	if (ane_set_build(&w->set, m, &po, &bo, !o->quiet, err))
 		goto fail;
 	w->kstats = calloc((size_t)w->set.plan.n + MAX_PROBES, sizeof *w->kstats);
 	if (!w->kstats) {
 		ad_err(err, "out of memory");
 		goto fail;
 	}
-	ad_info("%d kernels, %u compiles in %llu ms", w->set.plan.n, ane_builder_compiles(w->set.b),
+	ad_log(lv, "%d kernels, %u compiles in %llu ms", w->set.plan.n, ane_builder_compiles(w->set.b),
 	        (unsigned long long)w->set.compile_ms);
 	w->model_us = o->model_us;
 	ane_start_describe(&w->set.start, w->phases, sizeof w->phases);
-	ad_info("start: model %.1f ms, %s", o->model_us / 1e3, w->phases);
+	ad_log(lv, "start: model %.1f ms, %s", o->model_us / 1e3, w->phases);
 	sv->srv = ad_server_start(o->url, 4, handle, w, err);
 	if (!sv->srv)
 		goto fail;
-	ad_info("ready on %s", o->url);
+	ad_log(lv, "ready on %s", o->url);
 	return sv;
 fail:
 	worker_free(w);

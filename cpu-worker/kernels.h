@@ -5,11 +5,14 @@
 // columns (the width, default 64): decode fills column 0, prefill up to the
 // width, and a batched step one column per sequence. Backends:
 //
-//   kb_local   in this process: generates the MIL and weight blobs from the
-//              model and runs them on emu (ane-worker/ library). Used by
-//              tests, selftest, and single-process runs. It composes the
-//              two workers, so it is cli/kb-local.c (library anedvd_kblocal):
-//              this folder's library links nothing of the ane-worker.
+//   kb_local   in this process: the ane-worker's own service
+//              (ane-worker/ane-service.h) on threads of this process,
+//              listening on nng inproc://, reached through kb_remote and
+//              the data plane like the process. Used by tests, the
+//              diagnostic commands and the cpu-worker's --backend emu. It
+//              composes the two workers, so it is cli/kb-local.c (library
+//              anedvd_kblocal): this folder's library links nothing of the
+//              ane-worker.
 //   kb_remote  the anedvd-ane-worker process: nng (proto/ane.proto) as the
 //              control plane, kernel calls through a shared-memory data
 //              plane (common/dataplane.h), shared-memory surfaces;
@@ -70,6 +73,7 @@ struct kb_opts {
 	int weights;    // kernel weights (enum ane_wfmt): 0 fp16, 1 int8; kb_remote: the ane-worker's
 	int no_dataplane; // kb_remote: every call over nng (also ANEDVD_DATAPLANE=0)
 	const char *backend; // kb_local: the builder's backend, "emu" (NULL) or "ane" (a macOS build)
+	int quiet;      // kb_remote: the data plane's attachment logged at debug level (kb_local sets it)
 };
 
 enum kb_step_kind {
