@@ -63,7 +63,7 @@ if [ "$mode" = syntax ]; then
 			-I "$S/tokenizer-svc/service" -I "$S/frontend" -I "$S/cli" -I "$PROTO")
 		check "cmd-cpu.c (info) with -DANEDVD_ANE" "${CLI[@]}" "$S/cli/cmd-cpu.c"
 		check "cmd-tools.c (--backend) with -DANEDVD_ANE" "${CLI[@]}" "$S/cli/cmd-tools.c"
-		check "kb-local.c with -DANEDVD_ANE" "${CLI[@]}" "$S/cpu-worker/kb-local.c"
+		check "kb-local.c with -DANEDVD_ANE" "${CLI[@]}" "$S/cli/kb-local.c"
 	fi
 	# the check has teeth: an uncast objc_msgSend, a wrong argument type
 	sed 's|((msg_id_fn)objc_msgSend)(model, @selector(hexStringIdentifier))|objc_msgSend(model, @selector(hexStringIdentifier))|' \
