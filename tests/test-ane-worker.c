@@ -747,7 +747,9 @@ test_remote_errors(void)
 	ad_client_close(c);
 }
 
-// the IPC round trip of a small kernel, remote vs local
+// the round trip of a small kernel through the data plane: to the
+// ane-worker's service on threads of this process (kb_local) and to the
+// anedvd-ane-worker process (kb_remote)
 static int
 cmp_u64(const void *a, const void *b)
 {
@@ -782,7 +784,7 @@ test_round_trip(void)
 		       kbs[b]->name, id, "o", k->in_ch, k->out_ch, ns[b][500] / 1e3, ns[b][0] / 1e3, ns[b][999] / 1e3,
 		       ex[b][500] / 1e3);
 	}
-	printf("IPC overhead per call (median remote total - median local total): %.1f us\n",
+	printf("process boundary per call (median remote total - median local total): %.1f us\n",
 	       ((double)ns[1][500] - (double)ns[0][500]) / 1e3);
 	CHECK(ns[1][500] > 0);
 	// the transport alone: Health round trips on one client
