@@ -40,13 +40,14 @@ for w in $workers; do
 	find "$w" -type f \( -name '*.c' -o -name '*.h' \) | sort | while read -r f; do
 		dir=$(dirname "$f")
 		sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f" | while read -r h; do
-			# the file's own folder, then its worker's root, then common/ and shim/
+			# the file's own folder, anywhere in its worker's folder (include/,
+			# service/), then common/ and shim/
 			[ -f "$dir/$h" ] && continue
-			[ -f "$w/$h" ] && continue
+			base=$(basename "$h")
+			[ -n "$(find "$w" -type f -name "$base" | head -n 1)" ] && continue
 			[ -f "common/$h" ] && continue
 			[ -f "shim/$h" ] && continue
 			case "$h" in *.pb-c.h) continue ;; esac
-			base=$(basename "$h")
 			for o in $others; do
 				[ "$o" = "$w" ] && continue
 				hit=$(find "$o" -type f -name "$base" | sort | head -n 1)
