@@ -54,6 +54,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ane-service.h"
 #include "ane.pb-c.h"
 #include "build.h"
 #include "emu.h"
@@ -122,6 +123,7 @@ struct worker {
 	pthread_mutex_t dpmu; // dps
 	struct dpc *dps;
 	int ndps;
+	enum ad_log_level log_level; // of the start and the data plane's comings and goings
 };
 
 static uint64_t
@@ -699,7 +701,7 @@ dp_thread(void *arg)
 	static const char *why[] = {"stopping", "closed by the client", "the client is gone",
 	                            "attached again"};
 	int rc = dp_serve(d->ch, d->gen, dp_handle, d, &d->stop, 100);
-	ad_info("data plane %s (generation %u): %s", d->id, d->gen, rc >= 0 && rc <= 3 ? why[rc] : "?");
+	ad_log(d->w->log_level, "data plane %s (generation %u): %s", d->id, d->gen, rc >= 0 && rc <= 3 ? why[rc] : "?");
 	pthread_mutex_lock(&d->w->mu);
 	for (int i = 0; i < DP_MAX_SURF; i++)
 		surface_close(&d->map[i]);
@@ -810,7 +812,7 @@ do_attach(struct worker *w, const Anedvd__AttachRequest *q, struct reply *rp)
 	w->dps = d;
 	w->ndps++;
 	pthread_mutex_unlock(&w->dpmu);
-	ad_info("data plane %s attached (generation %u)", id, d->gen);
+	ad_log(w->log_level, "data plane %s attached (generation %u)", id, d->gen);
 	Anedvd__AttachReply *a = &rp->u.attach;
 	anedvd__attach_reply__init(a);
 	a->generation = d->gen;
@@ -923,7 +925,109 @@ handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *r
 	free(rp);
 }
 
-// --- main --------------------------------------------------------------------------
+// --- the service, as a library entry (ane-service.h) ---------------------------------
+
+struct ane_service {
+	struct worker *w;
+	struct ad_server *srv;
+};
+
+static void
+worker_free(struct worker *w)
+{
+	dp_stop_all(w);
+	drop_all(w);
+	for (int i = 0; i < w->nprobes; i++)
+		ane_kernel_free(&w->probes[i]);
+	ane_set_free(&w->set);
+	free(w->kstats);
+	pthread_mutex_destroy(&w->mu);
+	pthread_mutex_destroy(&w->dpmu);
+	free(w);
+}
+
+struct ane_service *
+ane_service_start(const struct model *m, const struct ane_service_opts *o, char *err)
+{
+	const char *backend = o->backend ? o->backend : "emu";
+	int chunk = o->chunk > 0 ? o->chunk : 64, threads = o->threads > 0 ? o->threads : 2;
+	struct ane_service *sv = calloc(1, sizeof *sv);
+	struct worker *w = calloc(1, sizeof *w);
+	if (!sv || !w) {
+		free(sv);
+		free(w);
+		return ad_err(err, "out of memory"), NULL;
+	}
+	sv->w = w;
+	w->backend = backend;
+	w->delay_us = o->delay_us;
+	w->started_ms = now_ns() / 1000000;
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_mutex_init(&w->dpmu, NULL);
+	enum ane_wfmt wf = ane_plan_weights_default(m, backend);
+	if (o->weights && ane_wfmt_parse(o->weights, &wf)) {
+		ad_err(err, "weights: fp16 or int8, not '%s'", o->weights);
+		goto fail;
+	}
+	struct ane_plan_opts po = {.width = chunk, .split = o->split, .weights = wf};
+	// the weight format is in the plan (and so in every kernel's MIL text,
+	// which the key hashes); the options text names it for the listing
+	char copts[32];
+	snprintf(copts, sizeof copts, "weights=%s", ane_wfmt_name(wf));
+	struct ane_build_opts bo = {.backend = backend, .threads = threads, .cache_dir = o->cache_dir ? o->cache_dir : "",
+	                            .cache_max_bytes = (uint64_t)o->cache_mb << 20, .options = copts,
+	                            .cache_background = 1};
+	enum ad_log_level lv = w->log_level = o->quiet ? AD_LOG_DEBUG : AD_LOG_INFO;
+	ad_log(lv, "compiling %s for %s, %d columns, %s weights%s", m->name, backend, chunk, ane_wfmt_name(wf),
+	        o->split ? ", split FFN" : "");
+	if (ane_set_build(&w->set, m, &po, &bo, !o->quiet, err))
+		goto fail;
+	w->kstats = calloc((size_t)w->set.plan.n + MAX_PROBES, sizeof *w->kstats);
+	if (!w->kstats) {
+		ad_err(err, "out of memory");
+		goto fail;
+	}
+	ad_log(lv, "%d kernels, %u compiles in %llu ms", w->set.plan.n, ane_builder_compiles(w->set.b),
+	        (unsigned long long)w->set.compile_ms);
+	w->model_us = o->model_us;
+	ane_start_describe(&w->set.start, w->phases, sizeof w->phases);
+	ad_log(lv, "start: model %.1f ms, %s", o->model_us / 1e3, w->phases);
+	sv->srv = ad_server_start(o->url, 4, handle, w, err);
+	if (!sv->srv)
+		goto fail;
+	ad_log(lv, "ready on %s", o->url);
+	return sv;
+fail:
+	worker_free(w);
+	free(sv);
+	return NULL;
+}
+
+void
+ane_service_cache_wait(struct ane_service *sv)
+{
+	// a new cache entry is finished while the kernels already serve
+	struct worker *w = sv->w;
+	if (w->set.store) {
+		enum ane_cache_state cs = ane_set_cache_wait(&w->set, &w->mu);
+		ad_info("kernel cache: %s, %.1f ms of writing beside the start", ane_cache_state_name(cs),
+		        (double)w->set.start.store_us / 1e3);
+	}
+}
+
+void
+ane_service_stop(struct ane_service *sv)
+{
+	if (!sv)
+		return;
+	ad_server_stop(sv->srv);
+	worker_free(sv->w);
+	free(sv);
+}
+
+// --- main ------------------------------------------------------------------------
+// (left out of the library build, which keeps only the service above)
+#ifndef ANE_SERVICE_LIBRARY
 
 static void
 usage(FILE *out)
@@ -1058,26 +1162,13 @@ main(int argc, char **argv)
 		ad_error("%s", err);
 		return 1;
 	}
-	uint64_t model_us = (now_ns() - t_model) / 1000;
-	struct worker *w = calloc(1, sizeof *w);
-	if (!w) {
-		ad_error("out of memory");
-		model_free(&m);
-		return 1;
-	}
-	w->backend = backend;
-	w->delay_us = delay * 1000;
+	struct ane_service_opts so = {.url = url, .backend = backend, .chunk = chunk, .split = split,
+	                              .threads = threads, .weights = weights, .cache_mb = cache_mb,
+	                              .delay_us = delay * 1000, .model_us = (now_ns() - t_model) / 1000};
 	const char *dus = getenv("ANEDVD_DEBUG_DELAY_US");
 	int env_delay = 0;
 	if (!delay && dus && num(dus, 0, 600000000, &env_delay) == 0)
-		w->delay_us = env_delay;
-	w->started_ms = now_ns() / 1000000;
-	pthread_mutex_init(&w->mu, NULL);
-	pthread_mutex_init(&w->dpmu, NULL);
-	enum ane_wfmt wf = ane_plan_weights_default(&m, backend);
-	if (weights)
-		ane_wfmt_parse(weights, &wf);
-	struct ane_plan_opts po = {.width = chunk, .split = split, .weights = wf};
+		so.delay_us = env_delay;
 	char cdir[4096] = "";
 	if (!no_cache) {
 		if (cache_dir)
@@ -1085,59 +1176,19 @@ main(int argc, char **argv)
 		else if (kc_default_dir(cdir, sizeof cdir))
 			ad_warn("no cache directory (no HOME, XDG_CACHE_HOME or ANEDVD_CACHE_DIR): compiling without the cache");
 	}
-	// the weight format is in the plan (and so in every kernel's MIL text,
-	// which the key hashes); the options text names it for the listing
-	char copts[32];
-	snprintf(copts, sizeof copts, "weights=%s", ane_wfmt_name(wf));
-	struct ane_build_opts bo = {.backend = backend, .threads = threads, .cache_dir = cdir,
-	                            .cache_max_bytes = (uint64_t)cache_mb << 20, .options = copts,
-	                            .cache_background = 1};
-	ad_info("compiling %s for %s, %d columns, %s weights%s", m.name, backend, chunk, ane_wfmt_name(wf),
-	        split ? ", split FFN" : "");
-	int rc = 1;
-	struct ad_server *srv = NULL;
-	if (ane_set_build(&w->set, &m, &po, &bo, 1, err)) {
+	so.cache_dir = cdir;
+	struct ane_service *sv = ane_service_start(&m, &so, err);
+	if (!sv) {
 		ad_error("%s", err);
-		goto out;
+		model_free(&m);
+		return 1;
 	}
-	w->kstats = calloc((size_t)w->set.plan.n + MAX_PROBES, sizeof *w->kstats);
-	if (!w->kstats) {
-		ad_error("out of memory");
-		goto out;
-	}
-	ad_info("%d kernels, %u compiles in %llu ms", w->set.plan.n, ane_builder_compiles(w->set.b),
-	        (unsigned long long)w->set.compile_ms);
-	w->model_us = model_us;
-	ane_start_describe(&w->set.start, w->phases, sizeof w->phases);
-	ad_info("start: model %.1f ms, %s", model_us / 1e3, w->phases);
-	srv = ad_server_start(url, 4, handle, w, err);
-	if (!srv) {
-		ad_error("%s", err);
-		goto out;
-	}
-	ad_info("ready on %s", url);
-	// a new cache entry is finished while the kernels already serve; a
-	// signal that comes meanwhile is handled once it is stored
-	if (w->set.store) {
-		enum ane_cache_state cs = ane_set_cache_wait(&w->set, &w->mu);
-		ad_info("kernel cache: %s, %.1f ms of writing beside the start", ane_cache_state_name(cs),
-		        (double)w->set.start.store_us / 1e3);
-	}
+	ane_service_cache_wait(sv);
 	int sig = 0;
 	sigwait(&set, &sig);
 	ad_info("signal %d: stopping", sig);
-	ad_server_stop(srv);
-	rc = 0;
-out:
-	dp_stop_all(w);
-	drop_all(w);
-	for (int i = 0; i < w->nprobes; i++)
-		ane_kernel_free(&w->probes[i]);
-	ane_set_free(&w->set);
-	free(w->kstats);
-	pthread_mutex_destroy(&w->mu);
-	pthread_mutex_destroy(&w->dpmu);
-	free(w);
+	ane_service_stop(sv);
 	model_free(&m);
-	return rc;
+	return 0;
 }
+#endif // ANE_SERVICE_LIBRARY

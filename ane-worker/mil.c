@@ -235,30 +235,6 @@ ane_mil_finish(struct ane_mil *m, const char *const *outs, int nout, char *err)
 	return s;
 }
 
-const char *
-ane_wfmt_name(enum ane_wfmt f)
-{
-	return f == ANE_W_INT8 ? "int8" : "fp16";
-}
-
-int
-ane_wfmt_parse(const char *s, enum ane_wfmt *f)
-{
-	if (s && !strcmp(s, "fp16"))
-		*f = ANE_W_FP16;
-	else if (s && !strcmp(s, "int8"))
-		*f = ANE_W_INT8;
-	else
-		return -1;
-	return 0;
-}
-
-uint64_t
-ane_wfmt_bytes(enum ane_wfmt f, uint64_t cout, uint64_t cin)
-{
-	return f == ANE_W_INT8 ? cout * cin + cout * 2 : cout * cin * 2;
-}
-
 // conv number k (0-based) of a kernel whose convs are all [cout_j][cin_j]:
 // its chunks are the k-th (fp16) or the 2k-th and 2k+1-th (int8) of off
 static void
@@ -331,28 +307,4 @@ char *
 ane_mil_ffn(int hidden, int inter, int width, char *err)
 {
 	return ane_mil_ffn_w(hidden, inter, width, ANE_W_FP16, err);
-}
-
-int
-ane_head_chunk_rows(int hidden, int vocab)
-{
-	return ane_head_rows_for(hidden, vocab, ANE_HEAD_TARGET_BYTES);
-}
-
-int
-ane_head_rows_for(int hidden, int vocab, uint64_t target_bytes)
-{
-	if (hidden < 1 || vocab < 1)
-		return 0;
-	uint64_t rows = target_bytes / ((uint64_t)hidden * 2);
-	if (rows < 1)
-		rows = 1;
-	return rows < (uint64_t)vocab ? (int)rows : vocab;
-}
-
-int
-ane_head_nchunks(int hidden, int vocab)
-{
-	int rows = ane_head_chunk_rows(hidden, vocab);
-	return rows ? (vocab + rows - 1) / rows : 0;
 }

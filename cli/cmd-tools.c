@@ -468,7 +468,7 @@ cmd_check(int argc, char **argv)
 	}
 	// the LM head: every chunk of each backend into a whole row
 	for (int i = 0; i < kl->n_kernels; i++)
-		if (kl->kernels[i].kind == KB_LM_HEAD) {
+		if (kl->kernels[i].kind == ANE_K_LM_HEAD) {
 			if (call1(kl, i, x, ya, 1, NULL, err)) {
 				fprintf(stderr, "anedvd check: %s\n", err);
 				goto out;
@@ -476,7 +476,7 @@ cmd_check(int argc, char **argv)
 			memcpy(ha + kl->kernels[i].row_offset, ya, (size_t)kl->kernels[i].out_ch * sizeof *ya);
 		}
 	for (int i = 0; i < kx->n_kernels; i++)
-		if (kx->kernels[i].kind == KB_LM_HEAD) {
+		if (kx->kernels[i].kind == ANE_K_LM_HEAD) {
 			if (call1(kx, i, x, yb, 1, NULL, err)) {
 				fprintf(stderr, "anedvd check: %s\n", err);
 				goto out;
@@ -695,14 +695,14 @@ kernels_cols(struct kernel_backend *kl, const struct model *m, int n, int iters,
 			double layer = 0, head = 0;
 			for (int i = 0; i < kl->n_kernels; i++) {
 				const struct kb_info *ki = &kl->kernels[i];
-				if (ki->layer != 0 && ki->kind != KB_LM_HEAD)
+				if (ki->layer != 0 && ki->kind != ANE_K_LM_HEAD)
 					continue;
 				double us = 0;
 				if (call_cols(kl, i, x, y, c, 1, NULL, err) || call_cols(kl, i, x, y, c, iters, &us, err)) {
 					free(ms);
 					return -1;
 				}
-				*(ki->kind == KB_LM_HEAD ? &head : &layer) += us / 1e3;
+				*(ki->kind == ANE_K_LM_HEAD ? &head : &layer) += us / 1e3;
 			}
 			ms[(size_t)r * (n + 1) + c] = layer * (double)m->hp.n_layer + head;
 		}
@@ -773,7 +773,7 @@ cmd_kernels(int argc, char **argv)
 	size_t biggest = 0;
 	for (int i = 0; i < kl->n_kernels; i++) {
 		const struct kb_info *ki = &kl->kernels[i];
-		if (ki->layer != 0 && ki->kind != KB_LM_HEAD)
+		if (ki->layer != 0 && ki->kind != ANE_K_LM_HEAD)
 			continue;
 		double us;
 		if (call1(kl, i, x, y, 1, NULL, err) || call1(kl, i, x, y, o.iters, &us, err)) {
@@ -782,13 +782,13 @@ cmd_kernels(int argc, char **argv)
 		}
 		double gbs = (double)ki->weight_bytes / (us / 1e6) / 1e9;
 		char nm[24];
-		if (ki->kind == KB_LM_HEAD)
+		if (ki->kind == ANE_K_LM_HEAD)
 			snprintf(nm, sizeof nm, "lm_head.%d", ki->chunk);
 		else
 			snprintf(nm, sizeof nm, "%s", pipe_kind_name(ki->kind));
 		printf("  %-10s %5d -> %-7d %7.2f MB  %9.3f  %6.2f\n", nm, ki->in_ch, ki->out_ch,
 		       (double)ki->weight_bytes / 1e6, us / 1e3, gbs);
-		if (ki->kind == KB_LM_HEAD) {
+		if (ki->kind == ANE_K_LM_HEAD) {
 			head_ms += us / 1e3;
 			head_b += (double)ki->weight_bytes;
 		} else {

@@ -25,15 +25,19 @@
 
 #define SHM_PREFIX "/anedvd-"
 
+// the layout of an fp16 [1, channels, 1, width] tensor (layout.h) and its
+// allocation; check_shape has bounded the sizes, so the layout cannot fail
 static void
 surface_shape(struct ad_surface *s, size_t channels, size_t width)
 {
+	struct ane_layout l;
+	ane_layout_init(&l, channels, 1, width, 2, NULL);
+	const struct ane_layout *lp = &l;
 	s->channels = channels;
 	s->width = width;
-	s->row_stride = width * 2 > 64 ? width * 2 : 64;
-	s->plane_stride = s->row_stride; // height 1
-	size_t need = s->plane_stride * channels;
-	s->bytes = need > AD_SURFACE_MIN_BYTES ? need : AD_SURFACE_MIN_BYTES;
+	s->row_stride = l.row_stride;
+	s->plane_stride = l.plane_stride;
+	s->bytes = ane_surface_capacity(&lp, 1);
 }
 
 static int

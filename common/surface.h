@@ -1,9 +1,9 @@
 // surface.h - activation surfaces shared between processes.
 //
 // A surface holds a [channels x width] fp16 activation in the ANE's planar
-// layout (channel c at base + c * plane_stride; row_stride = max(64,
-// width * 2); plane_stride = max(64, row_stride) for height 1), so the same
-// bytes can be handed to the ANE. On Linux it is a POSIX shared-memory
+// layout (layout.h, height 1: channel c at base + c * plane_stride;
+// row_stride = max(64, width * 2); plane_stride = row_stride), at no less
+// than layout.h's floor, so the same bytes can be handed to the ANE. On Linux it is a POSIX shared-memory
 // object named by its id; the creator owns it and unlinks it on close.
 // Another process maps it by id (surface_open) and only unmaps on close.
 //
@@ -18,15 +18,15 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "layout.h"
 
 #define AD_SURFACE_ID_MAX 64
-#define AD_SURFACE_MIN_BYTES 49152
 
 struct ad_surface {
 	char id[AD_SURFACE_ID_MAX];
 	size_t channels, width;
 	size_t row_stride, plane_stride;
-	size_t bytes;   // mapped size (>= plane_stride * channels, >= AD_SURFACE_MIN_BYTES)
+	size_t bytes;   // mapped size (>= plane_stride * channels, >= ANE_MIN_SURFACE)
 	uint16_t *base; // fp16 data
 	int owner;      // unlink on close
 	int shared;     // 1: POSIX shm; 0: private memory (single-process use)

@@ -443,7 +443,7 @@ surface_for(struct engine *e, int out, int channels, int tag, char *err)
 
 // a kernel of the backend, checked against the shape the model implies
 static int
-kernel(struct engine *e, enum kb_kind kind, int layer, int in, int out, int required, int *id, char *err)
+kernel(struct engine *e, enum ane_kind kind, int layer, int in, int out, int required, int *id, char *err)
 {
 	static const char *names[] = {"?", "qkv", "o", "ffn", "gate_up", "down", "lm_head", "shexp", "probe"};
 	*id = -1;
@@ -626,8 +626,8 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 				conf = e->layers[j].rope_conf;
 		L->rope_conf = conf >= 0 ? conf : e->n_conf++;
 
-		if (kernel(e, KB_QKV, il, E, L->conv ? 3 * E : L->nqkv, 1, &L->qkv, err) ||
-		    kernel(e, KB_O, il, L->conv ? E : L->nqv, E, 1, &L->o, err))
+		if (kernel(e, ANE_K_QKV, il, E, L->conv ? 3 * E : L->nqkv, 1, &L->qkv, err) ||
+		    kernel(e, ANE_K_O, il, L->conv ? E : L->nqv, E, 1, &L->o, err))
 			goto fail;
 		if (L->nqkv > e->nqkv)
 			e->nqkv = L->nqkv;
@@ -635,13 +635,13 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 			e->nqv = L->nqv;
 		L->ffn = L->gate_up = L->down = L->shexp = -1;
 		if (L->gate_inp) {
-			if (kernel(e, KB_SHEXP, il, E, E, ml->gate_shexp.name != NULL, &L->shexp, err))
+			if (kernel(e, ANE_K_SHEXP, il, E, E, ml->gate_shexp.name != NULL, &L->shexp, err))
 				goto fail;
 		} else {
-			if (kernel(e, KB_FFN, il, E, E, 0, &L->ffn, err))
+			if (kernel(e, ANE_K_FFN, il, E, E, 0, &L->ffn, err))
 				goto fail;
-			if (L->ffn < 0 && (kernel(e, KB_GATE_UP, il, E, 2 * L->ff, 1, &L->gate_up, err) ||
-			                   kernel(e, KB_DOWN, il, L->ff, E, 1, &L->down, err)))
+			if (L->ffn < 0 && (kernel(e, ANE_K_GATE_UP, il, E, 2 * L->ff, 1, &L->gate_up, err) ||
+			                   kernel(e, ANE_K_DOWN, il, L->ff, E, 1, &L->down, err)))
 				goto fail;
 		}
 	}
@@ -669,7 +669,7 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 		int found = -1;
 		for (int i = 0; i < kb->n_kernels; i++) {
 			const struct kb_info *k = &kb->kernels[i];
-			if (k->kind == KB_LM_HEAD && k->row_offset == r && k->out_ch > 0)
+			if (k->kind == ANE_K_LM_HEAD && k->row_offset == r && k->out_ch > 0)
 				found = i;
 		}
 		if (found < 0) {
@@ -691,9 +691,9 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 	for (int i = 0; i < kb->n_kernels; i++) {
 		const struct kb_info *k = &kb->kernels[i];
 		e->k_in[i] = e->k_out[i] = -1;
-		if (k->kind == KB_PROBE)
+		if (k->kind == ANE_K_PROBE)
 			continue;
-		int tag = k->kind == KB_LM_HEAD ? k->chunk + 1 : 0;
+		int tag = k->kind == ANE_K_LM_HEAD ? k->chunk + 1 : 0;
 		if ((e->k_in[i] = surface_for(e, 0, k->in_ch, 0, err)) < 0 ||
 		    (e->k_out[i] = surface_for(e, 1, k->out_ch, tag, err)) < 0)
 			goto fail;

@@ -26,7 +26,7 @@
 #include "kernels.h"
 
 struct xk {
-	enum kb_kind kind;
+	enum ane_kind kind;
 	int in, out;
 	// projections: up to four row blocks stacked in the output
 	const float *w[4];
@@ -232,7 +232,7 @@ x_free(struct kernel_backend *kb)
 
 // room for every kernel is reserved up front
 static struct xk *
-add_kernel(struct exact *x, enum kb_kind kind, int layer, int chunk, int in, int out, int row_offset)
+add_kernel(struct exact *x, enum ane_kind kind, int layer, int chunk, int in, int out, int row_offset)
 {
 	struct kb_info *i = &x->info[x->nk];
 	*i = (struct kb_info){.id = x->nk, .kind = kind, .layer = layer, .chunk = chunk, .in_ch = in,
@@ -281,7 +281,7 @@ kb_exact_new(const struct model *m, const struct kb_opts *o, char *err)
 		const int nv = ml->kv_src == il ? (int)(hp->n_head_kv * ml->head_dim_v) : 0;
 		if (ml->recur) { // qwen35 delta-net: [qkv; z; beta; alpha] and ssm_out (plan.h)
 			const int C = (int)ml->dn_qkv.ne[1], nvd = (int)ml->dn_z.ne[1], nvh = (int)ml->dn_beta.ne[1];
-			k = add_kernel(x, KB_QKV, il, 0, E, C + nvd + 2 * nvh, 0);
+			k = add_kernel(x, ANE_K_QKV, il, 0, E, C + nvd + 2 * nvh, 0);
 			if (deq(x, &ml->dn_qkv, &k->w[0], err) || deq(x, &ml->dn_z, &k->w[1], err) ||
 			    deq(x, &ml->dn_beta, &k->w[2], err) || deq(x, &ml->dn_alpha, &k->w[3], err))
 				goto fail;
@@ -289,7 +289,7 @@ kb_exact_new(const struct model *m, const struct kb_opts *o, char *err)
 			k->rows[1] = nvd;
 			k->rows[2] = k->rows[3] = nvh;
 			k->nparts = 4;
-			k = add_kernel(x, KB_O, il, 0, nvd, E, 0);
+			k = add_kernel(x, ANE_K_O, il, 0, nvd, E, 0);
 			if (deq(x, &ml->dn_out, &k->w[0], err))
 				goto fail;
 			k->rows[0] = E;
@@ -297,19 +297,19 @@ kb_exact_new(const struct model *m, const struct kb_opts *o, char *err)
 			goto ffn;
 		}
 		if (ml->conv) { // lfm2 ShortConv: in_proj and out_proj (plan.h)
-			k = add_kernel(x, KB_QKV, il, 0, E, 3 * E, 0);
+			k = add_kernel(x, ANE_K_QKV, il, 0, E, 3 * E, 0);
 			if (deq(x, &ml->conv_in, &k->w[0], err))
 				goto fail;
 			k->rows[0] = 3 * E;
 			k->nparts = 1;
-			k = add_kernel(x, KB_O, il, 0, E, E, 0);
+			k = add_kernel(x, ANE_K_O, il, 0, E, E, 0);
 			if (deq(x, &ml->conv_out, &k->w[0], err))
 				goto fail;
 			k->rows[0] = E;
 			k->nparts = 1;
 			goto ffn;
 		}
-		k = add_kernel(x, KB_QKV, il, 0, E, nq + nk + nv, 0);
+		k = add_kernel(x, ANE_K_QKV, il, 0, E, nq + nk + nv, 0);
 		if (ml->wqkv.name) {
 			if (deq(x, &ml->wqkv, &k->w[0], err))
 				goto fail;
@@ -329,7 +329,7 @@ kb_exact_new(const struct model *m, const struct kb_opts *o, char *err)
 			k->rows[2] = nv;
 			k->nparts = 3;
 		}
-		k = add_kernel(x, KB_O, il, 0, (int)(hp->n_head * ml->head_dim_v), E, 0);
+		k = add_kernel(x, ANE_K_O, il, 0, (int)(hp->n_head * ml->head_dim_v), E, 0);
 		if (deq(x, &ml->wo, &k->w[0], err))
 			goto fail;
 		k->rows[0] = E;
@@ -339,7 +339,7 @@ kb_exact_new(const struct model *m, const struct kb_opts *o, char *err)
 			if (!ml->gate_shexp.name)
 				continue;
 			const int ff = (int)hp->n_ff_shexp;
-			k = add_kernel(x, KB_SHEXP, il, 0, E, E, 0);
+			k = add_kernel(x, ANE_K_SHEXP, il, 0, E, E, 0);
 			if (deq(x, &ml->gate_shexp, &k->gate, err) || deq(x, &ml->up_shexp, &k->up, err) ||
 			    deq(x, &ml->down_shexp, &k->down, err))
 				goto fail;
@@ -360,17 +360,17 @@ kb_exact_new(const struct model *m, const struct kb_opts *o, char *err)
 		if (deq(x, &ml->down, &down, err))
 			goto fail;
 		if (split) {
-			k = add_kernel(x, KB_GATE_UP, il, 0, E, 2 * ff, 0);
+			k = add_kernel(x, ANE_K_GATE_UP, il, 0, E, 2 * ff, 0);
 			k->w[0] = gate;
 			k->w[1] = up;
 			k->rows[0] = k->rows[1] = ff;
 			k->nparts = 2;
-			k = add_kernel(x, KB_DOWN, il, 0, ff, E, 0);
+			k = add_kernel(x, ANE_K_DOWN, il, 0, ff, E, 0);
 			k->w[0] = down;
 			k->rows[0] = E;
 			k->nparts = 1;
 		} else {
-			k = add_kernel(x, KB_FFN, il, 0, E, E, 0);
+			k = add_kernel(x, ANE_K_FFN, il, 0, E, E, 0);
 			k->gate = gate;
 			k->up = up;
 			k->down = down;
@@ -383,7 +383,7 @@ kb_exact_new(const struct model *m, const struct kb_opts *o, char *err)
 		goto fail;
 	for (int c = 0; c < n_head_chunks; c++) {
 		int r0 = c * head_rows, rows = V - r0 < head_rows ? V - r0 : head_rows;
-		struct xk *k = add_kernel(x, KB_LM_HEAD, -1, c, E, rows, r0);
+		struct xk *k = add_kernel(x, ANE_K_LM_HEAD, -1, c, E, rows, r0);
 		k->w[0] = out + (size_t)r0 * (size_t)E;
 		k->rows[0] = rows;
 		k->nparts = 1;

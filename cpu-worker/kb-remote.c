@@ -55,6 +55,7 @@ struct remote {
 	struct kb_info *info;
 	struct kb_surfaces surf; // copies of those handed out; closed by free
 	int timeout_ms, deadline_ms;
+	int quiet; // kb_opts.quiet
 	long instance;
 	unsigned gen;
 	uint64_t seq, req_id;
@@ -627,7 +628,7 @@ dp_start(struct remote *r, char *err)
 	int transport = 0;
 	char e[AD_ERRLEN];
 	if (attach(r, r->timeout_ms, &transport, e) == 0) {
-		ad_info("data plane %s attached", id);
+		ad_log(r->quiet ? AD_LOG_DEBUG : AD_LOG_INFO, "data plane %s attached", id);
 		return 0;
 	}
 	if (transport) { // gone again right after answering: the first call waits for it
@@ -657,6 +658,7 @@ kb_remote_new(const struct model *m, const struct kb_opts *o, char *err)
 	r->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 30000;
 	r->deadline_ms = o->deadline_ms > 0 ? o->deadline_ms : 120000;
 	r->instance = o->instance > 0 ? o->instance : (long)getpid();
+	r->quiet = o->quiet;
 	r->gen = atomic_fetch_add(&remote_gen, 1);
 	r->kb.surface_new = r_surface_new;
 	r->kb.call = r_call;
@@ -676,7 +678,7 @@ kb_remote_new(const struct model *m, const struct kb_opts *o, char *err)
 	}
 	for (int i = 0; i < r->plan.n; i++) {
 		const struct ane_pk *pk = &r->plan.k[i];
-		r->info[i] = (struct kb_info){.id = i, .kind = (enum kb_kind)pk->kind, .layer = pk->layer,
+		r->info[i] = (struct kb_info){.id = i, .kind = (enum ane_kind)pk->kind, .layer = pk->layer,
 		                              .chunk = pk->chunk, .in_ch = pk->in_ch, .out_ch = pk->out_ch,
 		                              .row_offset = pk->row_offset, .weight_bytes = pk->weight_bytes};
 	}

@@ -139,3 +139,12 @@ kb_call_list(struct kernel_backend *kb, const struct kb_step *steps, int n, stru
 		return ad_err(err, "%s: an empty list of kernels", kb->name);
 	return kb->call_list ? kb->call_list(kb, steps, n, t, err) : kb_call_loop(kb, steps, n, t, err);
 }
+
+int
+kb_find(const struct kernel_backend *kb, enum ane_kind kind, int layer, int chunk)
+{
+	for (int i = 0; i < kb->n_kernels; i++)
+		if (kb->kernels[i].kind == kind && kb->kernels[i].layer == layer && kb->kernels[i].chunk == chunk)
+			return i;
+	return -1;
+}

@@ -5,9 +5,14 @@
 // columns (the width, default 64): decode fills column 0, prefill up to the
 // width, and a batched step one column per sequence. Backends:
 //
-//   kb_local   in this process: generates the MIL and weight blobs from the
-//              model and runs them on emu (ane-worker/ library). Used by
-//              tests, selftest, and single-process runs.
+//   kb_local   in this process: the ane-worker's own service
+//              (ane-worker/ane-service.h) on threads of this process,
+//              listening on nng inproc://, reached through kb_remote and
+//              the data plane like the process. Used by tests, the
+//              diagnostic commands and the cpu-worker's --backend emu. It
+//              composes the two workers, so it is cli/kb-local.c (library
+//              anedvd_kblocal): this folder's library links nothing of the
+//              ane-worker.
 //   kb_remote  the anedvd-ane-worker process: nng (proto/ane.proto) as the
 //              control plane, kernel calls through a shared-memory data
 //              plane (common/dataplane.h), shared-memory surfaces;
@@ -36,23 +41,14 @@
 
 #include "err.h"
 #include "model.h"
+#include "plan.h" // enum ane_kind: the kernel kinds
 #include "resnorm.h"
 #include "surface.h"
 
-enum kb_kind {
-	KB_QKV = 1, // values match proto/ane.proto KernelKind
-	KB_O = 2,
-	KB_FFN = 3,
-	KB_GATE_UP = 4,
-	KB_DOWN = 5,
-	KB_LM_HEAD = 6,
-	KB_SHEXP = 7,
-	KB_PROBE = 8,
-};
 
 struct kb_info {
 	int id;
-	enum kb_kind kind;
+	enum ane_kind kind;
 	int layer; // -1 for the LM head
 	int chunk; // LM head chunk
 	int in_ch, out_ch;
@@ -77,6 +73,7 @@ struct kb_opts {
 	int weights;    // kernel weights (enum ane_wfmt): 0 fp16, 1 int8; kb_remote: the ane-worker's
 	int no_dataplane; // kb_remote: every call over nng (also ANEDVD_DATAPLANE=0)
 	const char *backend; // kb_local: the builder's backend, "emu" (NULL) or "ane" (a macOS build)
+	int quiet;      // kb_remote: the data plane's attachment logged at debug level (kb_local sets it)
 };
 
 enum kb_step_kind {
@@ -175,6 +172,6 @@ int kb_remote_ping(struct kernel_backend *kb, int via_nng, char *err);
 void kb_remote_stop(void); // the process is stopping: a call waiting for a worker gives up
 
 // kb_find: the id of (kind, layer, chunk), or -1
-int kb_find(const struct kernel_backend *kb, enum kb_kind kind, int layer, int chunk);
+int kb_find(const struct kernel_backend *kb, enum ane_kind kind, int layer, int chunk);
 
 #endif

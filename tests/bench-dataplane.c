@@ -147,11 +147,11 @@ main(int argc, char **argv)
 	struct kb_step head[64];
 	int nhead = 0;
 	for (int i = 0; i < dp->n_kernels; i++) {
-		if (dp->kernels[i].weight_bytes < dp->kernels[id].weight_bytes && dp->kernels[i].kind != KB_PROBE)
+		if (dp->kernels[i].weight_bytes < dp->kernels[id].weight_bytes && dp->kernels[i].kind != ANE_K_PROBE)
 			id = i;
-		if (dp->kernels[i].weight_bytes > dp->kernels[big].weight_bytes && dp->kernels[i].kind != KB_PROBE)
+		if (dp->kernels[i].weight_bytes > dp->kernels[big].weight_bytes && dp->kernels[i].kind != ANE_K_PROBE)
 			big = i;
-		if (dp->kernels[i].kind == KB_LM_HEAD && nhead < 64)
+		if (dp->kernels[i].kind == ANE_K_LM_HEAD && nhead < 64)
 			head[nhead++] = (struct kb_step){.id = i, .ncols = 1};
 	}
 	struct ad_surface s[4], bs[4], hs[2][64];

@@ -306,7 +306,7 @@ test_local_vs_fp32(void)
 			CHECK(kb->compile_count == (uint32_t)p.n);
 			double worst = 0;
 			for (int i = 0; i < p.n; i++) {
-				CHECK(kb->kernels[i].kind == (enum kb_kind)p.k[i].kind && kb->kernels[i].out_ch == p.k[i].out_ch);
+				CHECK(kb->kernels[i].kind == (enum ane_kind)p.k[i].kind && kb->kernels[i].out_ch == p.k[i].out_ch);
 				double rel = check_kernel(kb, &p.k[i], i, 1 + i % W);
 				CHECK(rel < 0.01, "%s kernel %d (%s): rel %g", fixtures[f], i, ane_kind_name(p.k[i].kind), rel);
 				worst = rel > worst ? rel : worst;
@@ -314,7 +314,7 @@ test_local_vs_fp32(void)
 			if (split == 0)
 				printf("kb_local vs fp32 %-14s %2d kernels, worst rel %.2e\n", fixtures[f], p.n, worst);
 			// decode column only, and the width's last column
-			CHECK(kb_find(kb, KB_LM_HEAD, -1, 0) == p.n - 1 && kb_find(kb, KB_LM_HEAD, -1, 1) == -1);
+			CHECK(kb_find(kb, ANE_K_LM_HEAD, -1, 0) == p.n - 1 && kb_find(kb, ANE_K_LM_HEAD, -1, 1) == -1);
 			ane_plan_free(&p);
 			kb->free(kb);
 		}
@@ -747,7 +747,9 @@ test_remote_errors(void)
 	ad_client_close(c);
 }
 
-// the IPC round trip of a small kernel, remote vs local
+// the round trip of a small kernel through the data plane: to the
+// ane-worker's service on threads of this process (kb_local) and to the
+// anedvd-ane-worker process (kb_remote)
 static int
 cmp_u64(const void *a, const void *b)
 {
@@ -760,7 +762,7 @@ test_round_trip(void)
 {
 	REQUIRE(local && remote);
 	char err[AD_ERRLEN];
-	const int id = kb_find(local, KB_O, 0, 0);
+	const int id = kb_find(local, ANE_K_O, 0, 0);
 	REQUIRE(id >= 0);
 	const struct kb_info *k = &local->kernels[id];
 	struct kernel_backend *kbs[2] = {local, remote};
@@ -782,7 +784,7 @@ test_round_trip(void)
 		       kbs[b]->name, id, "o", k->in_ch, k->out_ch, ns[b][500] / 1e3, ns[b][0] / 1e3, ns[b][999] / 1e3,
 		       ex[b][500] / 1e3);
 	}
-	printf("IPC overhead per call (median remote total - median local total): %.1f us\n",
+	printf("process boundary per call (median remote total - median local total): %.1f us\n",
 	       ((double)ns[1][500] - (double)ns[0][500]) / 1e3);
 	CHECK(ns[1][500] > 0);
 	// the transport alone: Health round trips on one client
@@ -1104,7 +1106,7 @@ test_resnorm_steps(void)
 
 	// kb_remote and kb_local: [O, resnorm, FFN] of layer 0 on host vectors
 	// of their own, the same bits
-	const int ko = kb_find(local, KB_O, 0, 0), kf = kb_find(local, KB_FFN, 0, 0);
+	const int ko = kb_find(local, ANE_K_O, 0, 0), kf = kb_find(local, ANE_K_FFN, 0, 0);
 	REQUIRE(ko >= 0 && kf >= 0);
 	struct kernel_backend *kb[2] = {local, remote};
 	float *xo[2];
@@ -1501,9 +1503,10 @@ test_sigterm(void)
 	worker = -1;
 	remote->free(remote);
 	remote = NULL;
-	CHECK(shm_count(getpid()) == 0, "our surfaces are left after free");
+	// kb_local's surfaces are shared memory of this process too
 	local->free(local);
 	local = NULL;
+	CHECK(shm_count(getpid()) == 0, "our surfaces are left after free");
 	model_free(&stories);
 }
 

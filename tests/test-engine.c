@@ -782,12 +782,12 @@ test_eval_layers(void)
 }
 
 static struct kernel_backend *
-drop_kernel(struct kernel_backend *kb, struct kb_info *copy, enum kb_kind kind, int layer)
+drop_kernel(struct kernel_backend *kb, struct kb_info *copy, enum ane_kind kind, int layer)
 {
 	memcpy(copy, kb->kernels, sizeof *copy * (size_t)kb->n_kernels);
 	for (int i = 0; i < kb->n_kernels; i++)
 		if (copy[i].kind == kind && copy[i].layer == layer)
-			copy[i].kind = KB_PROBE;
+			copy[i].kind = ANE_K_PROBE;
 	kb->kernels = copy;
 	return kb;
 }
@@ -847,10 +847,10 @@ test_errors(void)
 	// a backend without a kernel the model needs
 	struct kb_info *copy = malloc(sizeof *copy * (size_t)kb->n_kernels);
 	const struct kb_info *orig = kb->kernels;
-	e = engine_new(&f->m, drop_kernel(kb, copy, KB_O, 1), NULL, err);
+	e = engine_new(&f->m, drop_kernel(kb, copy, ANE_K_O, 1), NULL, err);
 	CHECK(!e && strstr(err, "no o kernel for layer 1"), "%s", err);
 	kb->kernels = orig;
-	e = engine_new(&f->m, drop_kernel(kb, copy, KB_LM_HEAD, -1), NULL, err);
+	e = engine_new(&f->m, drop_kernel(kb, copy, ANE_K_LM_HEAD, -1), NULL, err);
 	CHECK(!e && strstr(err, "LM head"), "%s", err);
 	kb->kernels = orig;
 	free(copy);

@@ -46,7 +46,7 @@ if [ "$mode" = syntax ]; then
 		-I "$S/shim/stand-in" -I "$S/shim")
 	check "ane-shim.m against the stand-in headers" "${OBJC[@]}" "$S/shim/ane-shim.m"
 	C=("$CC" -fsyntax-only -std=gnu11 -Wall -Wextra -Wshadow -Wno-unused-parameter -Werror -DANEDVD_ANE
-		-I "$S/shim" -I "$S/ane-worker" -I "$S/common")
+		-I "$S/shim" -I "$S/ane-worker" -I "$S/ane-worker/include" -I "$S/common")
 	check "backend-ane.c with -DANEDVD_ANE" "${C[@]}" "$S/ane-worker/backend-ane.c"
 	check "backend-ane.c without ANEDVD_ANE" "${C[@]}" -UANEDVD_ANE "$S/ane-worker/backend-ane.c"
 	check "build.c with -DANEDVD_ANE" "${C[@]}" "$S/ane-worker/build.c"
@@ -63,7 +63,7 @@ if [ "$mode" = syntax ]; then
 			-I "$S/tokenizer-svc/service" -I "$S/frontend" -I "$S/cli" -I "$PROTO")
 		check "cmd-cpu.c (info) with -DANEDVD_ANE" "${CLI[@]}" "$S/cli/cmd-cpu.c"
 		check "cmd-tools.c (--backend) with -DANEDVD_ANE" "${CLI[@]}" "$S/cli/cmd-tools.c"
-		check "kb-local.c with -DANEDVD_ANE" "${CLI[@]}" "$S/cpu-worker/kb-local.c"
+		check "kb-local.c with -DANEDVD_ANE" "${CLI[@]}" "$S/cli/kb-local.c"
 	fi
 	# the check has teeth: an uncast objc_msgSend, a wrong argument type
 	sed 's|((msg_id_fn)objc_msgSend)(model, @selector(hexStringIdentifier))|objc_msgSend(model, @selector(hexStringIdentifier))|' \

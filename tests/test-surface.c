@@ -27,7 +27,7 @@ test_layout(void)
 	CHECK(s.bytes == 896 * 64, "bytes %zu", s.bytes);
 	surface_close(&s);
 	REQUIRE(surface_create(&s, NULL, 8, 64, 0, err) == 0, "%s", err);
-	CHECK(s.row_stride == 128 && s.bytes == AD_SURFACE_MIN_BYTES, "row %zu bytes %zu", s.row_stride, s.bytes);
+	CHECK(s.row_stride == 128 && s.bytes == ANE_MIN_SURFACE, "row %zu bytes %zu", s.row_stride, s.bytes);
 	// write columns 0..2 of an [3][ld=10] block and read them back
 	float x[30], y[30];
 	for (int i = 0; i < 30; i++)

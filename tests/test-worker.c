@@ -138,6 +138,7 @@ flaky_new(struct kernel_backend *inner)
 	f->kb.surface_new = flaky_surface_new;
 	f->kb.call = flaky_call;
 	f->kb.call_list = NULL; // one flaky_call per kernel
+	f->kb.host_alloc = NULL; // the host blocks are the wrapper's (flaky_free), not the inner's
 	f->kb.free = flaky_free;
 	f->kb.priv = f;
 	f->inner = inner;

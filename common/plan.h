@@ -1,5 +1,9 @@
 // plan.h - the projection kernels of a model, and where their weights come from.
 //
+// With layout.h this is the kernel contract of the two workers: the
+// ane-worker compiles the plan, the cpu-worker calls its kernels by id, and
+// both include it from here (neither worker's folder owns it).
+//
 // A plan lists, in a fixed order, every kernel the pipeline needs (the
 // kernel set of cpu-worker/kernels.h; kinds have the values of KernelKind
 // in proto/ane.proto), with its shape and, for each weight chunk of its
@@ -36,7 +40,7 @@
 // SiLU layers (and every shared expert) are fused. A caller tells the
 // forms apart by the kinds present for a layer: FFN, or GATE_UP + DOWN.
 //
-// Weights (weights = ANE_W_FP16 or ANE_W_INT8, mil.h): the format every
+// Weights (weights = ANE_W_FP16 or ANE_W_INT8, below): the format every
 // kernel of the plan stores its weights in; weight_bytes are that format's
 // payload bytes (int8: one byte per weight plus an fp16 scale per output
 // row). The ane-worker and the cpu-worker must be given the same format:
@@ -53,9 +57,32 @@
 
 #include <stdint.h>
 
-#include "mil.h"
 #include "model.h"
 
+// the largest dimension of a kernel (the MIL generator, emu and the plan
+// accept); larger is certainly a bug
+#define ANE_MIL_MAX_DIM (1 << 24)
+
+// weight formats of a kernel
+enum ane_wfmt {
+	ANE_W_FP16 = 0,
+	ANE_W_INT8 = 1,
+};
+const char *ane_wfmt_name(enum ane_wfmt f); // "fp16", "int8"
+// "fp16" / "int8" -> *f; -1 for anything else
+int ane_wfmt_parse(const char *s, enum ane_wfmt *f);
+// payload bytes of one [cout][cin] weight in format f (int8: data + scales)
+uint64_t ane_wfmt_bytes(enum ane_wfmt f, uint64_t cout, uint64_t cin);
+// LM-head split: rows per head kernel so that no blob exceeds 512 MiB,
+// min(vocab, max(1, floor(512 MiB / (hidden * 2)))); and how many kernels
+#define ANE_HEAD_TARGET_BYTES ((uint64_t)512 << 20)
+int ane_head_chunk_rows(int hidden, int vocab);
+// the same rule for another byte target (tests, smaller devices)
+int ane_head_rows_for(int hidden, int vocab, uint64_t target_bytes);
+int ane_head_nchunks(int hidden, int vocab);
+
+// the kernel kinds: the values of KernelKind in proto/ane.proto (pinned in
+// plan.c); the one C enum of them, for both workers
 enum ane_kind {
 	ANE_K_QKV = 1,
 	ANE_K_O = 2,

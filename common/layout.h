@@ -1,5 +1,9 @@
 // layout.h - the ANE's planar surface layout and moves in and out of it.
 //
+// The one copy of the layout and of the surface floor: the ane-worker's
+// kernels, the cpu-worker's engine and the shared surfaces (surface.h) use
+// it alike.
+//
 // A tensor [1, C, H, W] with element size e lives in a surface as
 //   byte(c, y, x) = c * plane_stride + y * row_stride + x * e
 //   row_stride    = max(64, W * e)

@@ -4,8 +4,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mil.h"
+#include "ane.pb-c.h"
 #include "wtype.h"
+
+// enum ane_kind is KernelKind of proto/ane.proto, value for value: the
+// workers put one into the other's field without a table
+#define PIN(k) _Static_assert((int)ANE_K_##k == (int)ANEDVD__KERNEL_KIND__KERNEL_##k, "ane_kind " #k " is KernelKind's")
+PIN(QKV);
+PIN(O);
+PIN(FFN);
+PIN(GATE_UP);
+PIN(DOWN);
+PIN(LM_HEAD);
+PIN(SHEXP);
+PIN(PROBE);
+#undef PIN
 
 const char *
 ane_kind_name(enum ane_kind k)
@@ -267,4 +280,52 @@ ane_plan_weights_default(const struct model *m, const char *backend)
 			all &= low_bits(p.k[i].parts[j].t->type);
 	ane_plan_free(&p);
 	return all ? ANE_W_INT8 : ANE_W_FP16;
+}
+
+const char *
+ane_wfmt_name(enum ane_wfmt f)
+{
+	return f == ANE_W_INT8 ? "int8" : "fp16";
+}
+
+int
+ane_wfmt_parse(const char *s, enum ane_wfmt *f)
+{
+	if (s && !strcmp(s, "fp16"))
+		*f = ANE_W_FP16;
+	else if (s && !strcmp(s, "int8"))
+		*f = ANE_W_INT8;
+	else
+		return -1;
+	return 0;
+}
+
+uint64_t
+ane_wfmt_bytes(enum ane_wfmt f, uint64_t cout, uint64_t cin)
+{
+	return f == ANE_W_INT8 ? cout * cin + cout * 2 : cout * cin * 2;
+}
+
+int
+ane_head_chunk_rows(int hidden, int vocab)
+{
+	return ane_head_rows_for(hidden, vocab, ANE_HEAD_TARGET_BYTES);
+}
+
+int
+ane_head_rows_for(int hidden, int vocab, uint64_t target_bytes)
+{
+	if (hidden < 1 || vocab < 1)
+		return 0;
+	uint64_t rows = target_bytes / ((uint64_t)hidden * 2);
+	if (rows < 1)
+		rows = 1;
+	return rows < (uint64_t)vocab ? (int)rows : vocab;
+}
+
+int
+ane_head_nchunks(int hidden, int vocab)
+{
+	int rows = ane_head_chunk_rows(hidden, vocab);
+	return rows ? (vocab + rows - 1) / rows : 0;
 }

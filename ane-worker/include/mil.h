@@ -49,6 +49,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "plan.h" // enum ane_wfmt
+
 #define ANE_MIL_WEIGHT_FILE "w.bin"
 #define ANE_MIL_WEIGHT_PATH "@model_path/weights/" ANE_MIL_WEIGHT_FILE
 
@@ -57,9 +59,6 @@ extern const char ane_mil_build_info[];
 
 // the ANE rejects programs with more weight constants than this
 #define ANE_MIL_MAX_BLOBFILES 16
-
-// the largest dimension the generator accepts; larger is certainly a bug
-#define ANE_MIL_MAX_DIM (1 << 24)
 
 struct ane_mil {
 	char *buf;
@@ -96,24 +95,6 @@ char *ane_mil_finish(struct ane_mil *m, const char *const *outs, int nout, char 
 char *ane_mil_proj(int cin, int cout, int width, char *err);
 char *ane_mil_ffn(int hidden, int inter, int width, char *err);
 
-// weight formats of a kernel
-enum ane_wfmt {
-	ANE_W_FP16 = 0,
-	ANE_W_INT8 = 1,
-};
-const char *ane_wfmt_name(enum ane_wfmt f); // "fp16", "int8"
-// "fp16" / "int8" -> *f; -1 for anything else
-int ane_wfmt_parse(const char *s, enum ane_wfmt *f);
 char *ane_mil_proj_w(int cin, int cout, int width, enum ane_wfmt f, char *err);
 char *ane_mil_ffn_w(int hidden, int inter, int width, enum ane_wfmt f, char *err);
-// payload bytes of one [cout][cin] weight in format f (int8: data + scales)
-uint64_t ane_wfmt_bytes(enum ane_wfmt f, uint64_t cout, uint64_t cin);
-// LM-head split: rows per head kernel so that no blob exceeds 512 MiB,
-// min(vocab, max(1, floor(512 MiB / (hidden * 2)))); and how many kernels
-#define ANE_HEAD_TARGET_BYTES ((uint64_t)512 << 20)
-int ane_head_chunk_rows(int hidden, int vocab);
-// the same rule for another byte target (tests, smaller devices)
-int ane_head_rows_for(int hidden, int vocab, uint64_t target_bytes);
-int ane_head_nchunks(int hidden, int vocab);
-
 #endif
