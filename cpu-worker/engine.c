@@ -28,10 +28,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__AVX__) && defined(__FMA__)
-#include <immintrin.h>
-#endif
-
 #include "attention.h"
 #include "deltanet.h"
 #include "dequant.h"
@@ -40,6 +36,7 @@
 #include "layout.h"
 #include "log.h"
 #include "moe.h"
+#include "numeric.h"
 #include "plan.h"
 #include "resnorm.h"
 #include "trace.h"
@@ -203,108 +200,7 @@ now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-// --- ref.c's arithmetic -----------------------------------------------------------
-
-typedef float v8f __attribute__((vector_size(32)));
-
-static inline v8f
-load8(const float *p)
-{
-	v8f v;
-	memcpy(&v, p, sizeof v);
-	return v;
-}
-
-static inline v8f
-madd8(v8f a, v8f b, v8f c)
-{
-#if defined(__AVX__) && defined(__FMA__)
-	return (v8f)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
-#else
-	v8f r;
-	for (int j = 0; j < 8; j++)
-		r[j] = fmaf(a[j], b[j], c[j]);
-	return r;
-#endif
-}
-
-static inline float
-fold8(v8f acc)
-{
-	float s0 = acc[4] + acc[0], s1 = acc[5] + acc[1], s2 = acc[6] + acc[2], s3 = acc[7] + acc[3];
-	return (s0 + s2) + (s1 + s3);
-}
-
-float
-engine_dot(const float *a, const float *b, int64_t n)
-{
-	v8f acc = {0};
-	int64_t i = 0;
-	for (; i + 8 <= n; i += 8)
-		acc = madd8(load8(a + i), load8(b + i), acc);
-	float s = fold8(acc);
-	for (; i < n; i++)
-		s = fmaf(a[i], b[i], s);
-	return s;
-}
-
-void
-engine_matvec(float *y, const float *w, const float *x, int64_t n_in, int64_t n_out)
-{
-	int64_t r = 0;
-	if (n_in % 8 == 0) {
-		for (; r + 4 <= n_out; r += 4) {
-			const float *w0 = w + r * n_in, *w1 = w0 + n_in, *w2 = w1 + n_in, *w3 = w2 + n_in;
-			v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-			for (int64_t i = 0; i < n_in; i += 8) {
-				v8f xv = load8(x + i);
-				a0 = madd8(load8(w0 + i), xv, a0);
-				a1 = madd8(load8(w1 + i), xv, a1);
-				a2 = madd8(load8(w2 + i), xv, a2);
-				a3 = madd8(load8(w3 + i), xv, a3);
-			}
-			y[r] = fold8(a0);
-			y[r + 1] = fold8(a1);
-			y[r + 2] = fold8(a2);
-			y[r + 3] = fold8(a3);
-		}
-	}
-	for (; r < n_out; r++)
-		y[r] = engine_dot(w + r * n_in, x, n_in);
-}
-
-static float
-silu(float x)
-{
-	return x / (1.0f + expf(-x));
-}
-
-static float
-gelu_tanh(float x)
-{
-	return 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x)));
-}
-
-// ggml's fp16 GELU table, as ref.c has it
-static float gelu_table[1 << 16];
-static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
-
-static void
-gelu_init(void)
-{
-	for (int i = 0; i < 1 << 16; i++)
-		gelu_table[i] = ad_fp16_to_f32(ad_f32_to_fp16(gelu_tanh(ad_fp16_to_f32((uint16_t)i))));
-}
-
-static float
-gelu(float x)
-{
-	if (x <= -10.0f)
-		return 0.0f;
-	if (x >= 10.0f)
-		return x;
-	return gelu_table[ad_f32_to_fp16(x)];
-}
+// --- ref.c's arithmetic (common/numeric.h) -------------------------------------------
 
 static void
 rope_angles(const struct engine *e, const struct eng_layer *L, int pos, float *cs)
@@ -317,19 +213,7 @@ rope_angles(const struct engine *e, const struct eng_layer *L, int pos, float *c
 static void
 rope(const struct engine *e, const struct eng_layer *L, float *v, int64_t n_heads, const float *cs)
 {
-	(void)e;
-	const int64_t hd = L->hd, half = L->n_rot / 2;
-	const int neox = e->hp.rope == MODEL_ROPE_NEOX;
-	for (int64_t h = 0; h < n_heads; h++) {
-		float *p = v + h * hd;
-		for (int64_t i = 0; i < half; i++) {
-			int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
-			float c = cs[2 * i], s = cs[2 * i + 1];
-			float x0 = p[i0], x1 = p[i1];
-			p[i0] = x0 * c - x1 * s;
-			p[i1] = x0 * s + x1 * c;
-		}
-	}
+	ad_rope(v, n_heads, L->hd, L->n_rot, e->hp.rope == MODEL_ROPE_NEOX, cs);
 }
 
 // --- setup ---------------------------------------------------------------------------
@@ -506,7 +390,7 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 	e->gemma4 = m->arch == MODEL_ARCH_GEMMA4;
 	e->embd_scale = e->gelu ? sqrtf((float)hp->n_embd) : 1.0f;
 	if (e->gelu)
-		pthread_once(&gelu_once, gelu_init);
+		ad_gelu_init();
 	e->E = (int)hp->n_embd;
 	e->V = (int)hp->n_vocab;
 	e->nq = (int)(hp->n_head * hp->head_dim);
@@ -1653,10 +1537,10 @@ ffn_half(struct engine *e, struct fwd *f, int il, int n, char *err)
 			float *g = e->hb + (size_t)c * 2 * ff, *u = g + ff;
 			if (e->gelu)
 				for (int i = 0; i < ff; i++)
-					g[i] = gelu(g[i]) * u[i];
+					g[i] = ad_gelu(g[i]) * u[i];
 			else
 				for (int i = 0; i < ff; i++)
-					g[i] = silu(g[i]) * u[i];
+					g[i] = ad_silu(g[i]) * u[i];
 		}
 		if (run(e, f, L->down, e->hb, 2 * (size_t)ff, e->ffo, E, n, err))
 			return -1;
@@ -1668,17 +1552,17 @@ ffn_half(struct engine *e, struct fwd *f, int il, int n, char *err)
 		for (int i = 0; i < E; i++)
 			x[i] += p[i];
 	}
-	// gemma4: x += post_norm(proj (gelu(inp_gate x) * pl[layer])), x *= the
+	// gemma4: x += post_norm(proj (ad_gelu(inp_gate x) * pl[layer])), x *= the
 	// layer's output scale (ref.c's per_layer_branch; small, on the CPU)
 	for (int c = 0; e->gemma4 && c < n; c++) {
 		float *x = e->x + (size_t)c * E, *g = e->hb, *p = e->proj;
 		const int P = e->P;
 		if (L->pl_gate) {
-			engine_matvec(g, L->pl_gate, x, E, P);
+			ad_matvec(g, L->pl_gate, x, E, P);
 			const float *pl = e->pl + (size_t)c * e->LP + (size_t)il * P;
 			for (int i = 0; i < P; i++)
-				g[i] = gelu(g[i]) * pl[i];
-			engine_matvec(p, L->pl_proj, g, P, E);
+				g[i] = ad_gelu(g[i]) * pl[i];
+			ad_matvec(p, L->pl_proj, g, P, E);
 			ad_rmsnorm(p, p, L->pl_norm, E, eps);
 			for (int i = 0; i < E; i++)
 				x[i] += p[i];
@@ -1886,10 +1770,10 @@ layer_fused(struct engine *e, struct fwd *f, int il, int nl, int n, float *logit
 			float *g = e->hb + (size_t)col * 2 * ff, *u = g + ff;
 			if (e->gelu)
 				for (int i = 0; i < ff; i++)
-					g[i] = gelu(g[i]) * u[i];
+					g[i] = ad_gelu(g[i]) * u[i];
 			else
 				for (int i = 0; i < ff; i++)
-					g[i] = silu(g[i]) * u[i];
+					g[i] = ad_silu(g[i]) * u[i];
 		}
 		put(e, e->k_in[down], e->hb, n, 2 * (size_t)ff);
 		k = 0;
@@ -1927,7 +1811,7 @@ per_layer_inputs(struct engine *e, int c, int32_t token, char *err)
 	const int E = e->E, P = e->P, LP = e->LP;
 	float *pl = e->pl + (size_t)c * LP, *row = e->pl_row;
 	const struct model_tensor *t = &e->m->pl_tok_embd;
-	engine_matvec(pl, e->pl_model_proj, e->x + (size_t)c * E, E, LP);
+	ad_matvec(pl, e->pl_model_proj, e->x + (size_t)c * E, E, LP);
 	const float ps = 1.0f / sqrtf((float)E), ts = sqrtf((float)P), ss = 1.0f / sqrtf(2.0f);
 	for (int i = 0; i < LP; i++)
 		pl[i] *= ps;

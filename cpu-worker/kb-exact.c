@@ -24,6 +24,7 @@
 #include "engine.h"
 #include "fp16.h"
 #include "kernels.h"
+#include "numeric.h"
 
 struct xk {
 	enum ane_kind kind;
@@ -101,12 +102,6 @@ deq(struct exact *x, const struct model_tensor *t, const float **out, char *err)
 	return 0;
 }
 
-static float
-silu(float x)
-{
-	return x / (1.0f + expf(-x));
-}
-
 // --- the backend -------------------------------------------------------------------
 
 static struct xsurf *
@@ -168,15 +163,15 @@ x_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surfa
 		const float *xi = si->f32 + (size_t)c * si->s.channels;
 		float *yo = so->f32 + (size_t)c * so->s.channels;
 		if (k->gate) {
-			engine_matvec(x->hb, k->gate, xi, k->in, k->ff);
-			engine_matvec(x->hb2, k->up, xi, k->in, k->ff);
+			ad_matvec(x->hb, k->gate, xi, k->in, k->ff);
+			ad_matvec(x->hb2, k->up, xi, k->in, k->ff);
 			for (int i = 0; i < k->ff; i++)
-				x->hb[i] = silu(x->hb[i]) * x->hb2[i];
-			engine_matvec(yo, k->down, x->hb, k->ff, k->out);
+				x->hb[i] = ad_silu(x->hb[i]) * x->hb2[i];
+			ad_matvec(yo, k->down, x->hb, k->ff, k->out);
 		} else {
 			int r = 0;
 			for (int p = 0; p < k->nparts; p++) {
-				engine_matvec(yo + r, k->w[p], xi, k->in, k->rows[p]);
+				ad_matvec(yo + r, k->w[p], xi, k->in, k->rows[p]);
 				r += k->rows[p];
 			}
 		}
