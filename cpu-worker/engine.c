@@ -21,7 +21,6 @@
 
 #include <fcntl.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +37,7 @@
 #include "moe.h"
 #include "numeric.h"
 #include "plan.h"
+#include "pool.h"
 #include "resnorm.h"
 #include "trace.h"
 #include "wtype.h"
@@ -136,28 +136,15 @@ struct engine {
 	int *pos, *wanted;
 	struct engine_seq **cols, **batch;
 
-	// attention workers: a job is every (column, KV head) of one layer,
-	// items claimed by the caller and the workers that are awake; the
-	// caller waits for the items, never for a worker that has not started
-	int n_workers; // threads besides the caller
-	struct worker *workers;
-	pthread_mutex_t mu;
-	pthread_cond_t go, idle;
-	uint32_t gen; // bumped per job
-	int stop;
-	int job_layer, job_items;
-	uint64_t ticket; // atomic: gen << 32 | next item
-	int done;        // atomic: items finished
+	// attention threads (common/pool.h): a job is every (column, KV head)
+	// of one layer, items claimed by the caller and the workers that are
+	// awake; the caller waits for the items, never for a worker that has
+	// not started. NULL with one thread.
+	struct ad_pool *pool;
 
 	void **bufs;
 	int nbufs, capbufs;
 	struct engine_timings t;
-};
-
-struct worker {
-	struct engine *e;
-	int id;
-	pthread_t th;
 };
 
 // a sequence's rows, which the sequences forked from it read too
@@ -190,7 +177,6 @@ struct engine_seq {
 	struct engine_timings t;
 };
 
-static int start_workers(struct engine *e, int n, char *err);
 
 static uint64_t
 now_ns(void)
@@ -262,18 +248,7 @@ engine_free(struct engine *e)
 {
 	if (!e)
 		return;
-	if (e->workers) {
-		pthread_mutex_lock(&e->mu);
-		e->stop = 1;
-		pthread_cond_broadcast(&e->go);
-		pthread_mutex_unlock(&e->mu);
-		for (int i = 0; i < e->n_workers; i++)
-			pthread_join(e->workers[i].th, NULL);
-		pthread_mutex_destroy(&e->mu);
-		pthread_cond_destroy(&e->go);
-		pthread_cond_destroy(&e->idle);
-		free(e->workers);
-	}
+	ad_pool_free(e->pool);
 	for (int i = 0; i < e->nbufs; i++)
 		free(e->bufs[i]);
 	free(e->bufs);
@@ -633,7 +608,7 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 		goto fail;
 	if (fused_setup(e, err))
 		goto fail;
-	if (start_workers(e, threads - 1, err))
+	if (threads > 1 && !(e->pool = ad_pool_new(&(struct ad_pool_opts){threads, 0, 0}, err)))
 		goto fail;
 	// what the engine reads of the model is copied by now (norms, biases:
 	// deq) or read on demand (embedding rows, MoE experts): the pages its
@@ -1211,67 +1186,16 @@ attn_item(struct engine *e, int il, int item, float *scratch)
 			scratch);
 }
 
-// claim and compute items of job gen until none is left; a claim is a
-// compare-and-swap on the ticket, so a worker that wakes late for an old
-// job takes nothing from a new one
+struct attn_job {
+	struct engine *e;
+	int il;
+};
+
 static void
-claim_items(struct engine *e, uint32_t gen, int items, int il, float *scratch)
+attn_task(void *arg, size_t item, int worker)
 {
-	for (;;) {
-		uint64_t t = __atomic_load_n(&e->ticket, __ATOMIC_ACQUIRE);
-		if ((uint32_t)(t >> 32) != gen || (int)(uint32_t)t >= items)
-			return;
-		if (!__atomic_compare_exchange_n(&e->ticket, &t, t + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-			continue;
-		attn_item(e, il, (int)(uint32_t)t, scratch);
-		if (__atomic_add_fetch(&e->done, 1, __ATOMIC_ACQ_REL) == items) {
-			pthread_mutex_lock(&e->mu);
-			pthread_cond_signal(&e->idle);
-			pthread_mutex_unlock(&e->mu);
-		}
-	}
-}
-
-static void *
-worker_main(void *arg)
-{
-	struct worker *w = arg;
-	struct engine *e = w->e;
-	uint32_t seen = 0;
-	pthread_mutex_lock(&e->mu);
-	for (;;) {
-		while (!e->stop && e->gen == seen)
-			pthread_cond_wait(&e->go, &e->mu);
-		if (e->stop)
-			break;
-		seen = e->gen;
-		const int items = e->job_items, il = e->job_layer;
-		pthread_mutex_unlock(&e->mu);
-		claim_items(e, seen, items, il, e->attn_scratch[w->id]);
-		pthread_mutex_lock(&e->mu);
-	}
-	pthread_mutex_unlock(&e->mu);
-	return NULL;
-}
-
-static int
-start_workers(struct engine *e, int n, char *err)
-{
-	if (n <= 0)
-		return 0;
-	e->workers = calloc((size_t)n, sizeof *e->workers);
-	if (!e->workers)
-		return ad_err(err, "out of memory");
-	pthread_mutex_init(&e->mu, NULL);
-	pthread_cond_init(&e->go, NULL);
-	pthread_cond_init(&e->idle, NULL);
-	for (int i = 0; i < n; i++) {
-		e->workers[i] = (struct worker){e, i + 1, 0};
-		if (pthread_create(&e->workers[i].th, NULL, worker_main, &e->workers[i]))
-			break; // fewer threads is still correct
-		e->n_workers++;
-	}
-	return 0;
+	const struct attn_job *j = arg;
+	attn_item(j->e, j->il, (int)item, j->e->attn_scratch[worker]);
 }
 
 // every column's attention for layer il: with the workers when it is worth
@@ -1285,26 +1209,13 @@ attention(struct engine *e, int il, int n)
 	int64_t work = 0;
 	for (int c = 0; c < n; c++)
 		work += (int64_t)(e->pos[c] + 1) * e->hp.n_head * e->hp.head_dim;
-	if (e->n_workers == 0 || items < 2 || work < (1 << 18)) {
+	if (!e->pool || items < 2 || work < (1 << 18)) {
 		for (int it = 0; it < items; it++)
 			attn_item(e, il, it, e->attn_scratch[0]);
 		return;
 	}
-	pthread_mutex_lock(&e->mu);
-	if (++e->gen == 0) // 0 is the workers' "none seen yet"
-		e->gen = 1;
-	const uint32_t gen = e->gen;
-	e->job_layer = il;
-	e->job_items = items;
-	__atomic_store_n(&e->done, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&e->ticket, (uint64_t)gen << 32, __ATOMIC_RELEASE);
-	pthread_cond_broadcast(&e->go);
-	pthread_mutex_unlock(&e->mu);
-	claim_items(e, gen, items, il, e->attn_scratch[0]);
-	pthread_mutex_lock(&e->mu);
-	while (__atomic_load_n(&e->done, __ATOMIC_ACQUIRE) < items)
-		pthread_cond_wait(&e->idle, &e->mu);
-	pthread_mutex_unlock(&e->mu);
+	struct attn_job j = {e, il};
+	ad_pool_run(e->pool, attn_task, &j, (size_t)items);
 }
 
 // lfm2's ShortConv block, as ref.c's shortconv: in_proj on the backend,
