@@ -846,18 +846,11 @@ perr(struct parser *ps, int line, const char *fmt, ...)
 	if (ps->failed)
 		return -1;
 	ps->failed = 1;
-	if (ps->err) {
-		char msg[AD_ERRLEN - 32];
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(msg, sizeof msg, fmt, ap);
-		va_end(ap);
-		if (line > 0)
-			snprintf(ps->err, AD_ERRLEN, "mil line %d: %s", line, msg);
-		else
-			snprintf(ps->err, AD_ERRLEN, "mil: %s", msg);
-	}
-	return -1;
+	va_list ap;
+	va_start(ap, fmt);
+	ad_verr(ps->err, fmt, ap);
+	va_end(ap);
+	return line > 0 ? ad_err_prefix(ps->err, "mil line %d", line) : ad_err_prefix(ps->err, "mil");
 }
 
 static int

@@ -220,12 +220,10 @@ fail(enum sched_code *code, enum sched_code c, char *err, const char *fmt, ...)
 {
 	if (code)
 		*code = c;
-	if (err) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err, AD_ERRLEN, fmt, ap);
-		va_end(ap);
-	}
+	va_list ap;
+	va_start(ap, fmt);
+	ad_verr(err, fmt, ap);
+	va_end(ap);
 	return -1;
 }
 
