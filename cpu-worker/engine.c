@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "attention.h"
+#include "clock.h"
 #include "deltanet.h"
 #include "dequant.h"
 #include "fp16.h"
@@ -177,14 +178,6 @@ struct engine_seq {
 	struct engine_timings t;
 };
 
-
-static uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 // --- ref.c's arithmetic (common/numeric.h) -------------------------------------------
 
@@ -1114,10 +1107,10 @@ run(struct engine *e, struct fwd *f, int id, const float *x, size_t ld_x, float 
 	if (x)
 		put(e, e->k_in[id], x, ncols, ld_x);
 	struct kb_timing t = {0, 0};
-	uint64_t t0 = now_ns();
+	uint64_t t0 = ad_now_ns();
 	if (e->kb->call(e->kb, id, &e->surf[e->k_in[id]].s, &e->surf[e->k_out[id]].s, ncols, &t, err))
 		return ad_err_prefix(err, "kernel %d (layer %d)", id, e->kb->kernels[id].layer);
-	uint64_t t1 = now_ns();
+	uint64_t t1 = ad_now_ns();
 	if (f->trace)
 		trace_call(e, id, "", t0, t1);
 	f->call_ns += t1 - t0;
@@ -1136,10 +1129,10 @@ run_head(struct engine *e, struct fwd *f, const float *x, float *logits, int nw,
 	put(e, e->k_in[e->head[0]], x, nw, (size_t)e->E);
 	for (int h = 0; h < e->n_head; h++)
 		e->head_steps[h].ncols = nw;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = ad_now_ns();
 	if (kb_call_list(e->kb, e->head_steps, e->n_head, e->head_t, err))
 		return ad_err_prefix(err, "LM head (%d chunks)", e->n_head);
-	uint64_t t1 = now_ns();
+	uint64_t t1 = ad_now_ns();
 	if (f->trace)
 		trace_call(e, e->head[0], e->n_head > 1 ? " (all chunks)" : "", t0, t1);
 	f->call_ns += t1 - t0;
@@ -1398,9 +1391,9 @@ attn_block(struct engine *e, struct fwd *f, int il, int n)
 			ad_f32_to_fp16_row(v, (uint16_t *)vc + (size_t)e->pos[c] * L->nv, (size_t)L->nv);
 		}
 	}
-	uint64_t t0 = now_ns();
+	uint64_t t0 = ad_now_ns();
 	attention(e, il, n);
-	uint64_t t1 = now_ns();
+	uint64_t t1 = ad_now_ns();
 	f->attn_ns += t1 - t0;
 	if (f->trace) {
 		char name[32];
@@ -1431,11 +1424,11 @@ ffn_half(struct engine *e, struct fwd *f, int il, int n, char *err)
 	if (L->gate_inp) {
 		if (L->shexp >= 0 && run(e, f, L->shexp, e->xn, E, e->proj, E, n, err))
 			return -1;
-		t0 = now_ns();
+		t0 = ad_now_ns();
 		if (moe_forward(e->moe, &e->m->layers[il], L->gate_inp, L->gate_inp_shexp, e->xn,
 		                L->shexp >= 0 ? e->proj : NULL, n, e->ffo, err))
 			return -1;
-		f->moe_ns += now_ns() - t0;
+		f->moe_ns += ad_now_ns() - t0;
 	} else if (L->ffn >= 0) {
 		if (run(e, f, L->ffn, e->xn, E, e->ffo, E, n, err))
 			return -1;
@@ -1601,10 +1594,10 @@ unfused:
 static int
 call_steps(struct engine *e, struct fwd *f, const struct kb_step *st, int n, char *err)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = ad_now_ns();
 	if (kb_call_list(e->kb, st, n, e->ft, err))
 		return -1;
-	uint64_t t1 = now_ns();
+	uint64_t t1 = ad_now_ns();
 	f->call_ns += t1 - t0;
 	f->trips++;
 	int first = -1;
@@ -1774,7 +1767,7 @@ forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens,
 		if (logits && (!want || want[c]))
 			e->wanted[nw++] = c;
 
-	uint64_t t0 = now_ns();
+	uint64_t t0 = ad_now_ns();
 	struct fwd f = {.trace = trace_enabled()};
 	if (e->fused)
 		e->x = e->hx[e->hcur];
@@ -1827,7 +1820,7 @@ forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens,
 		}
 	}
 	// commit, and book the time on each sequence by its columns
-	uint64_t total = now_ns() - t0;
+	uint64_t total = ad_now_ns() - t0;
 	book(&e->t, &f, total, n, n, prefill);
 	for (int c = 0; c < n; c++) {
 		struct engine_seq *s = seqs[c];

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "dequant.h"
 #include "engine.h"
 #include "fp16.h"
@@ -55,14 +56,6 @@ struct exact {
 	float *hb, *hb2; // FFN scratch
 	int max_ff;
 };
-
-static uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static int
 grow(void **p, int *cap, int need, size_t elem)
@@ -146,7 +139,7 @@ static int
 x_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surface *out, int ncols,
        struct kb_timing *t, char *err)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = ad_now_ns();
 	struct exact *x = kb->priv;
 	if (id < 0 || id >= x->nk)
 		return ad_err(err, "exact: no kernel %d", id);
@@ -180,7 +173,7 @@ x_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surfa
 			out->base[(size_t)o * out->plane_stride / 2 + (size_t)c] = ad_f32_to_fp16(yo[o]);
 	}
 	if (t) {
-		t->exec_ns = now_ns() - t0;
+		t->exec_ns = ad_now_ns() - t0;
 		t->total_ns = t->exec_ns;
 	}
 	return 0;
