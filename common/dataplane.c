@@ -103,17 +103,7 @@ static void
 chan_defaults(struct dp_chan *c)
 {
 	const char *b = getenv("ANEDVD_DP_DOORBELL");
-#if defined(DP_HAVE_FUTEX)
-	c->bell = b && strcmp(b, "sleep") == 0 ? DP_BELL_SLEEP : DP_BELL_FUTEX;
-#elif defined(DP_HAVE_OS_SYNC)
-	c->bell = DP_BELL_SLEEP;
-	if (!(b && strcmp(b, "sleep") == 0))
-		if (__builtin_available(macOS 14.4, *))
-			c->bell = DP_BELL_FUTEX;
-#else
-	(void)b;
-	c->bell = DP_BELL_SLEEP;
-#endif
+	dp_set_bell(c, b && strcmp(b, "sleep") == 0 ? DP_BELL_SLEEP : DP_BELL_FUTEX);
 	c->spin_call_ns = env_us("ANEDVD_DP_SPIN_US", 10);
 	c->spin_serve_ns = env_us("ANEDVD_DP_SERVE_SPIN_US", 50);
 	c->spin_long_ns = env_us("ANEDVD_DP_SERVE_SPIN_MAX_US", 400);

@@ -106,6 +106,19 @@ ad_gelu(float x)
 	return ad_gelu_table[ad_f32_to_fp16(x)];
 }
 
+// the gated linear unit of an FFN, in place: g[i] = act(g[i]) * u[i], act
+// GELU (gelu != 0) or SiLU
+static inline void
+ad_glu(float *g, const float *u, int64_t n, int gelu)
+{
+	if (gelu)
+		for (int64_t i = 0; i < n; i++)
+			g[i] = ad_gelu(g[i]) * u[i];
+	else
+		for (int64_t i = 0; i < n; i++)
+			g[i] = ad_silu(g[i]) * u[i];
+}
+
 // rotate the first n_rot values of each of n_heads heads of hd floats at
 // v by the angles cs (cos, sin of pair i at cs[2i], cs[2i+1]); the pairs
 // are (i, i + n_rot/2) when neox, else (2i, 2i+1)

@@ -158,8 +158,7 @@ x_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surfa
 		if (k->gate) {
 			ad_matvec(x->hb, k->gate, xi, k->in, k->ff);
 			ad_matvec(x->hb2, k->up, xi, k->in, k->ff);
-			for (int i = 0; i < k->ff; i++)
-				x->hb[i] = ad_silu(x->hb[i]) * x->hb2[i];
+			ad_glu(x->hb, x->hb2, k->ff, 0);
 			ad_matvec(yo, k->down, x->hb, k->ff, k->out);
 		} else {
 			int r = 0;

@@ -200,8 +200,7 @@ moe_forward(struct moe *mo, const struct model_layer *ml, const float *router, c
 		}
 		for (int i = 0; i < ns; i++) {
 			float *g = mo->hg + (size_t)mo->slots[i] * fe, *u = mo->hu + (size_t)mo->slots[i] * fe;
-			for (int j = 0; j < fe; j++)
-				g[j] = ad_silu(g[j]) * u[j];
+			ad_glu(g, u, fe, 0);
 		}
 		for (int r0 = 0; r0 < E; r0 += ROWS) {
 			const int nr = E - r0 < ROWS ? E - r0 : ROWS;

@@ -575,8 +575,7 @@ ffn(struct ref_engine *e, float *out, const float *gate, const float *up, const 
 	const int64_t E = e->hp.n_embd;
 	matvec(e->hb, gate, x, NULL, E, n_ff);
 	matvec(e->hb2, up, x, NULL, E, n_ff);
-	for (int64_t i = 0; i < n_ff; i++)
-		e->hb[i] = (use_gelu ? ad_gelu(e->hb[i]) : ad_silu(e->hb[i])) * e->hb2[i];
+	ad_glu(e->hb, e->hb2, n_ff, use_gelu);
 	matvec(out, down, e->hb, NULL, n_ff, E);
 }
 
