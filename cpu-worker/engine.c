@@ -83,8 +83,6 @@ struct engine {
 	const struct model *m;
 	struct kernel_backend *kb;
 	struct model_hparams hp;
-	int gelu;
-	float embd_scale;
 	int width, max_seq, attn_ref, kv_f32;
 	int upto; // layers to run (engine_eval_layers), 0: all
 	size_t kv_elem, layer_kv; // bytes per cache value, per attention layer of a sequence
@@ -354,10 +352,8 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 	e->kv_f32 = o && o->kv_f32;
 	e->kv_elem = e->kv_f32 ? 4 : 2;
 	const int threads = o && o->threads > 0 ? (o->threads < 64 ? o->threads : 64) : 1;
-	e->gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3 || m->arch == MODEL_ARCH_GEMMA4;
 	e->gemma4 = m->arch == MODEL_ARCH_GEMMA4;
-	e->embd_scale = e->gelu ? sqrtf((float)hp->n_embd) : 1.0f;
-	if (e->gelu)
+	if (hp->act == MODEL_ACT_GELU)
 		ad_gelu_init();
 	e->E = (int)hp->n_embd;
 	e->V = (int)hp->n_vocab;
@@ -1156,7 +1152,7 @@ attn_item(struct engine *e, int il, int item, float *scratch)
 	const int c = item / nkv, g = item % nkv, hd = L->hd, hdv = L->hdv;
 	const int cnk = L->kv_nk, cnv = (int)hp->n_head_kv * hdv; // the cache's rows
 	const struct attn_shape sh = {group, 1, hd, hdv, (size_t)cnk, (size_t)cnv,
-	                              e->gelu ? 1.0f : hp->q_scale, hp->attn_softcap};
+	                              hp->q_prescale ? 1.0f : hp->q_scale, hp->attn_softcap};
 	const int pos = e->pos[c];
 	int first = 0;
 	if (L->sliding && pos - hp->sliding_window + 1 > 0)
@@ -1376,7 +1372,7 @@ attn_block(struct engine *e, struct fwd *f, int il, int n)
 					rope(e, L, k, hp->n_head_kv, cs);
 			}
 		}
-		if (e->gelu)
+		if (hp->q_prescale)
 			for (int i = 0; i < L->nq; i++)
 				q[i] *= hp->q_scale;
 		uint8_t *kc = e->cols[c]->kv + L->kv_off;
@@ -1438,13 +1434,8 @@ ffn_half(struct engine *e, struct fwd *f, int il, int n, char *err)
 			return -1;
 		// act(gate) * up into the gate half; DOWN reads it with a stride
 		for (int c = 0; c < n; c++) {
-			float *g = e->hb + (size_t)c * 2 * ff, *u = g + ff;
-			if (e->gelu)
-				for (int i = 0; i < ff; i++)
-					g[i] = ad_gelu(g[i]) * u[i];
-			else
-				for (int i = 0; i < ff; i++)
-					g[i] = ad_silu(g[i]) * u[i];
+			float *g = e->hb + (size_t)c * 2 * ff;
+			ad_glu(g, g + ff, ff, e->hp.act == MODEL_ACT_GELU);
 		}
 		if (run(e, f, L->down, e->hb, 2 * (size_t)ff, e->ffo, E, n, err))
 			return -1;
@@ -1671,13 +1662,8 @@ layer_fused(struct engine *e, struct fwd *f, int il, int nl, int n, float *logit
 		const int ff = L->ff;
 		get(e, e->k_out[up], e->hb, n, 2 * (size_t)ff);
 		for (int col = 0; col < n; col++) {
-			float *g = e->hb + (size_t)col * 2 * ff, *u = g + ff;
-			if (e->gelu)
-				for (int i = 0; i < ff; i++)
-					g[i] = ad_gelu(g[i]) * u[i];
-			else
-				for (int i = 0; i < ff; i++)
-					g[i] = ad_silu(g[i]) * u[i];
+			float *g = e->hb + (size_t)col * 2 * ff;
+			ad_glu(g, g + ff, ff, e->hp.act == MODEL_ACT_GELU);
 		}
 		put(e, e->k_in[down], e->hb, n, 2 * (size_t)ff);
 		k = 0;
@@ -1784,7 +1770,7 @@ forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens,
 		if (ad_dequant(e->m->tok_embd.type, row, x, E, err))
 			return ad_err_prefix(err, "token_embd");
 		for (int i = 0; i < E; i++)
-			x[i] = x[i] * e->embd_scale;
+			x[i] = x[i] * e->hp.embd_scale;
 		if (e->pl_model_proj && per_layer_inputs(e, c, tokens[c], err))
 			return -1;
 	}

@@ -244,7 +244,7 @@ kb_exact_new(const struct model *m, const struct kb_opts *o, char *err)
 	x->kb.call_list = kb_call_loop;
 	x->kb.free = x_free;
 	x->kb.resnorm = x_resnorm;
-	const int gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3 || m->arch == MODEL_ARCH_GEMMA4;
+	const int gelu = hp->act == MODEL_ACT_GELU;
 	const int split = gelu || (o && o->split);
 	const int E = (int)hp->n_embd;
 	const int V = (int)hp->n_vocab;

@@ -59,8 +59,6 @@ struct ref_engine {
 	struct model_hparams hp;
 	int max_seq;
 	int n_pos; // positions held in the cache
-	int gelu;  // gemma: GELU-tanh FFN instead of SwiGLU
-	float embd_scale;
 
 	const float *tok_embd, *output_norm, *output, *rope_freqs;
 	const float *pl_tok_embd, *pl_model_proj, *pl_proj_norm; // gemma4's per-layer inputs
@@ -173,10 +171,8 @@ ref_new_ctx(const struct model *m, int max_seq, int n_ctx, char *err)
 	e->arch = m->arch;
 	e->hp = *hp;
 	e->max_seq = max_seq;
-	e->gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3 || m->arch == MODEL_ARCH_GEMMA4;
 	e->gemma4 = m->arch == MODEL_ARCH_GEMMA4;
-	e->embd_scale = e->gelu ? sqrtf((float)hp->n_embd) : 1.0f;
-	if (e->gelu)
+	if (hp->act == MODEL_ACT_GELU)
 		ad_gelu_init();
 	e->layers = calloc((size_t)hp->n_layer, sizeof *e->layers);
 	if (!e->layers) {
@@ -456,7 +452,7 @@ attention(struct ref_engine *e, struct ref_layer *L, int pos)
 	// gemma scales q itself; the others scale the scores (same maths,
 	// different rounding)
 	float score_scale = hp->q_scale;
-	if (e->gelu) {
+	if (hp->q_prescale) {
 		for (int64_t i = 0; i < hp->n_head * hd; i++)
 			e->q[i] *= hp->q_scale;
 		score_scale = 1.0f;
@@ -664,7 +660,7 @@ feed_forward(struct ref_engine *e, struct ref_layer *L)
 	if (L->gate_inp)
 		moe(e, L, e->xn, e->moe);
 	else
-		ffn(e, e->moe, L->gate, L->up, L->down, e->xn, L->n_ff, e->gelu);
+		ffn(e, e->moe, L->gate, L->up, L->down, e->xn, L->n_ff, hp->act == MODEL_ACT_GELU);
 	if (L->post_ffw_norm)
 		ad_rmsnorm(e->moe, e->moe, L->post_ffw_norm, E, hp->rms_eps);
 	for (int64_t i = 0; i < E; i++)
@@ -725,7 +721,7 @@ ref_forward(struct ref_engine *e, int32_t token, int pos, float *logits)
 
 	const float *row = e->tok_embd + (size_t)token * (size_t)E;
 	for (int64_t i = 0; i < E; i++)
-		e->x[i] = row[i] * e->embd_scale;
+		e->x[i] = row[i] * e->hp.embd_scale;
 	if (e->pl_model_proj)
 		per_layer_inputs(e, token);
 	for (int64_t il = 0; il < hp->n_layer; il++) {
