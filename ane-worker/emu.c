@@ -253,7 +253,8 @@ conv_simd(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_
 	// 4x1, 3x2, 2x3, so every tile but the tails has 8 to 12 FMA chains in
 	// flight (FMA latency x throughput is 8). Blocks of 3 beat blocks of 4
 	// to 6 (1x4 .. 1x6 tiles: 8 to 12 chains, fewer weight conversions) by
-	// 5-10% at every width measured.
+	// 5-10% at every width measured. (emu-i8.c's conv_blocked is the int8
+	// panels' twin of this loop.)
 	size_t nb = (ncols + TILE_COLS - 1) / TILE_COLS;
 	size_t base = ncols / nb, extra = ncols % nb;
 	// one column: a single pass over the weights anyway, no grouping
