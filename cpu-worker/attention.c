@@ -221,7 +221,7 @@ keys_t8(const uint16_t *const kj[8], int hd, float *kt)
 // rows first..last (below split from kg0, the others from kg):
 // scores[t * rows + j - first], the same bits as attn_ref's (same lanes,
 // same fold). Heads of up to 16 dimensions take eight rows at a time with
-// the rows in the lanes, so lane l of dot_ref is one register and the fold
+// the rows in the lanes, so lane l of ad_dot is one register and the fold
 // is seven adds for eight rows; larger heads take four heads by two rows,
 // a fold per score
 SIMD static void
@@ -248,7 +248,7 @@ group_scores(const struct attn_shape *sh, const float *qg, const uint16_t *kg0, 
 				for (int i = 8; i < hd; i += 8)
 					for (int l = 0; l < 8; l++)
 						a[l] = _mm256_fmadd_ps(_mm256_set1_ps(qh[i + l]), _mm256_loadu_ps(kt + (i + l) * 8), a[l]);
-				// fold8: (a4 + a0 + (a6 + a2)) + (a5 + a1 + (a7 + a3))
+				// ad_fold8: (a4 + a0 + (a6 + a2)) + (a5 + a1 + (a7 + a3))
 				__m256 x = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[4], a[0]), _mm256_add_ps(a[6], a[2])),
 				                         _mm256_add_ps(_mm256_add_ps(a[5], a[1]), _mm256_add_ps(a[7], a[3])));
 				x = _mm256_mul_ps(x, scale);
@@ -453,7 +453,7 @@ attn_scores(const struct attn_shape *sh, const float *q, const uint16_t *k, int 
 	for (int h = 0; h < sh->n_head && kf; h++)
 		for (int j = first; j <= last; j++) {
 			row(k, (size_t)j * sh->k_stride + (size_t)(h / group) * hd, 0, kf, hd);
-			scores[(size_t)h * rows + j - first] = dot_ref(q + (size_t)h * hd, kf, hd) * sh->scale;
+			scores[(size_t)h * rows + j - first] = ad_dot(q + (size_t)h * hd, kf, hd) * sh->scale;
 		}
 	free(kf);
 }
