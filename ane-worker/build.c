@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "blob.h"
+#include "clock.h"
 #include "dequant.h"
 #include "fp16.h"
 #include "log.h"
@@ -39,9 +40,7 @@ struct ane_builder {
 static uint64_t
 now_us(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+	return ad_now_ns() / 1000u;
 }
 
 struct ane_builder *

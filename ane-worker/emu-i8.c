@@ -248,7 +248,9 @@ TILE5_ROW(4)
 static tile_fn *const tiles5[5][7] = {[1] = T5_ROW(1), [2] = T5_ROW(2), [3] = T5_ROW(3), [4] = T5_ROW(4)};
 
 // the blocking both SIMD kernels share; maxc columns per block, tile mp
-// panels for nc columns from mp_for[nc]
+// panels for nc columns from mp_for[nc]. A deliberate twin of emu.c's
+// conv_simd loop (the fp16 panels' blocking): the same column blocks and
+// panel groups, each the hot loop of its weight type with its own tiles.
 static void
 conv_blocked(tile_fn *const *tab, size_t tabw, const int *mp_for, size_t maxc, const int8_t *panels,
              const float *scale, size_t cout, size_t cin, const float *x, size_t ncols, float *y,

@@ -4,8 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +17,7 @@
 #include "err.h"
 #include "fp16.h"
 #include "planar.h"
+#include "pool.h"
 #include "mil.h"
 
 #define PANEL 16
@@ -254,7 +253,8 @@ conv_simd(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_
 	// 4x1, 3x2, 2x3, so every tile but the tails has 8 to 12 FMA chains in
 	// flight (FMA latency x throughput is 8). Blocks of 3 beat blocks of 4
 	// to 6 (1x4 .. 1x6 tiles: 8 to 12 chains, fewer weight conversions) by
-	// 5-10% at every width measured.
+	// 5-10% at every width measured. (emu-i8.c's conv_blocked is the int8
+	// panels' twin of this loop.)
 	size_t nb = (ncols + TILE_COLS - 1) / TILE_COLS;
 	size_t base = ncols / nb, extra = ncols % nb;
 	// one column: a single pass over the weights anyway, no grouping
@@ -656,167 +656,23 @@ round16_row(float *x, size_t n)
 	}
 }
 
-// ---------------------------------------------------------------------------
-// thread pool. The calling thread works too. Tasks are claimed from one
-// 64-bit word holding (generation << 32 | next task), so a worker that
-// wakes late can never claim a task of a later job; the caller waits for
-// the job's tasks to be done, not for every worker to have woken up.
-
-struct pool {
-	pthread_mutex_t mu;
-	pthread_cond_t go, done;
-	pthread_t *th;
-	int nth; // worker threads (excluding the caller)
-	int stop;
-	uint32_t gen;    // under mu
-	uint64_t state;  // atomic: gen << 32 | next task
-	size_t ndone;    // atomic: tasks finished in this generation
-	// the job; atomics because late workers may read them while the next
-	// job is being set up (they then fail to claim and go back to sleep)
-	void (*fn)(void *, size_t);
-	void *arg;
-	size_t ntasks;
-};
-
-static void
-pool_work(struct pool *p, uint32_t gen)
-{
-	for (;;) {
-		uint64_t s = __atomic_load_n(&p->state, __ATOMIC_ACQUIRE);
-		if ((uint32_t)(s >> 32) != gen)
-			return;
-		size_t n = __atomic_load_n(&p->ntasks, __ATOMIC_RELAXED);
-		void (*fn)(void *, size_t) = __atomic_load_n(&p->fn, __ATOMIC_RELAXED);
-		void *arg = __atomic_load_n(&p->arg, __ATOMIC_RELAXED);
-		size_t t = (size_t)(uint32_t)s;
-		if (t >= n)
-			return;
-		// claiming task t of this generation: the job cannot change before
-		// every task, this one included, is done
-		if (!__atomic_compare_exchange_n(&p->state, &s, s + 1, 0, __ATOMIC_ACQ_REL,
-		                                 __ATOMIC_ACQUIRE))
-			continue;
-		fn(arg, t);
-		if (__atomic_add_fetch(&p->ndone, 1, __ATOMIC_ACQ_REL) == n) {
-			pthread_mutex_lock(&p->mu);
-			pthread_cond_signal(&p->done);
-			pthread_mutex_unlock(&p->mu);
-		}
-	}
-}
-
-// after a job a worker polls for the next one a little while before it
-// sleeps: an eval runs its convs back to back with short gaps, and a
-// sleeping worker wakes too late for a decode-sized conv (tens of us), so
-// it would all run on the caller (896x896, one column, 2 threads: 27-40
-// us without polling, 17-25 us with)
+// the context's thread pool (common/pool.h): after a job a worker polls
+// for the next one a little while before it sleeps: an eval runs its convs
+// back to back with short gaps, and a sleeping worker wakes too late for a
+// decode-sized conv (tens of us), so it would all run on the caller
+// (896x896, one column, 2 threads: 27-40 us without polling, 17-25 us
+// with). ANEDVD_POOL_SPIN_US, read at emu_open, sets it.
 #define POOL_SPIN_NS 50000
+// the caller, its share done, spins for the workers' last tasks this long
+// before it sleeps (a task is a slice of one conv, tens of microseconds at
+// most): sleeping at once cost every conv of a decode step a wake-up, and
+// on a VM an idle vCPU takes ~50 us to wake
+#define POOL_WAIT_SPIN_NS 200000
 // convs of fewer columns run on the calling thread alone (emu_opts.par_cols)
 #define EMU_PAR_COLS 1
-static long pool_spin_ns = POOL_SPIN_NS; // ANEDVD_POOL_SPIN_US, read at emu_open
-
-static void
-pool_spin(struct pool *p, uint32_t seen)
-{
-	struct timespec t0, t;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (unsigned k = 1;; k++) {
-		if (__atomic_load_n(&p->gen, __ATOMIC_ACQUIRE) != seen ||
-		    __atomic_load_n(&p->stop, __ATOMIC_RELAXED))
-			return;
-		// yield, not pause: on a machine with more threads than cores a
-		// polling worker must not keep the caller (or anyone) off its core
-		sched_yield();
-		if (k % 16 == 0) {
-			clock_gettime(CLOCK_MONOTONIC, &t);
-			if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > pool_spin_ns)
-				return;
-		}
-	}
-}
-
-static void *
-pool_main(void *arg)
-{
-	struct pool *p = arg;
-	uint32_t seen = 0;
-	pthread_mutex_lock(&p->mu);
-	for (;;) {
-		while (!p->stop && p->gen == seen)
-			pthread_cond_wait(&p->go, &p->mu);
-		if (p->stop)
-			break;
-		seen = p->gen;
-		pthread_mutex_unlock(&p->mu);
-		pool_work(p, seen);
-		pool_spin(p, seen);
-		pthread_mutex_lock(&p->mu);
-	}
-	pthread_mutex_unlock(&p->mu);
-	return NULL;
-}
-
-static inline void
-cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ volatile("yield");
-#endif
-}
-
-// spun k rounds: about 200 us yet? (a clock read every 1024 rounds)
-static int
-pool_waited_long(unsigned k)
-{
-	static _Thread_local struct timespec t0;
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	if (k == 1024) {
-		t0 = t;
-		return 0;
-	}
-	return (t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > 200000;
-}
-
-static void
-pool_run(struct pool *p, void (*fn)(void *, size_t), void *arg, size_t ntasks)
-{
-	if (p->nth == 0 || ntasks < 2) {
-		for (size_t t = 0; t < ntasks; t++)
-			fn(arg, t);
-		return;
-	}
-	pthread_mutex_lock(&p->mu);
-	uint32_t gen = __atomic_add_fetch(&p->gen, 1, __ATOMIC_RELEASE);
-	__atomic_store_n(&p->fn, fn, __ATOMIC_RELAXED);
-	__atomic_store_n(&p->arg, arg, __ATOMIC_RELAXED);
-	__atomic_store_n(&p->ntasks, ntasks, __ATOMIC_RELAXED);
-	__atomic_store_n(&p->ndone, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&p->state, (uint64_t)gen << 32, __ATOMIC_RELEASE);
-	pthread_cond_broadcast(&p->go);
-	pthread_mutex_unlock(&p->mu);
-	pool_work(p, gen);
-	// the workers' last tasks: spin for them a while (a task is a slice of
-	// one conv, tens of microseconds at most), then sleep. Sleeping at once
-	// cost every conv of a decode step a wake-up, and on a VM an idle vCPU
-	// takes ~50 us to wake.
-	for (unsigned k = 1; __atomic_load_n(&p->ndone, __ATOMIC_ACQUIRE) < ntasks; k++) {
-		cpu_relax();
-		if (k % 1024 == 0 && pool_waited_long(k))
-			break;
-	}
-	if (__atomic_load_n(&p->ndone, __ATOMIC_ACQUIRE) < ntasks) {
-		pthread_mutex_lock(&p->mu);
-		while (__atomic_load_n(&p->ndone, __ATOMIC_ACQUIRE) < ntasks)
-			pthread_cond_wait(&p->done, &p->mu);
-		pthread_mutex_unlock(&p->mu);
-	}
-}
 
 struct emu {
-	struct pool pool;
+	struct ad_pool *pool;
 	int nthreads;
 	int force_ref; // the plain kernels everywhere (simd == EMU_SIMD_REF)
 	int simd;      // the conv path, EMU_SIMD_REF .. AVX512
@@ -837,10 +693,24 @@ struct emu {
 	size_t weight_bytes, llc;
 };
 
+struct par {
+	void (*fn)(void *arg, size_t task);
+	void *arg;
+};
+
+static void
+par_task(void *arg, size_t t, int worker)
+{
+	(void)worker;
+	const struct par *j = arg;
+	j->fn(j->arg, t);
+}
+
 void
 emu_parallel(struct emu *e, void (*fn)(void *arg, size_t task), void *arg, size_t ntasks)
 {
-	pool_run(&e->pool, fn, arg, ntasks);
+	struct par j = {fn, arg};
+	ad_pool_run(e->pool, par_task, &j, ntasks);
 }
 
 int
@@ -897,9 +767,10 @@ emu_open(const struct emu_opts *opts, char *err)
 		return NULL;
 	}
 	e->nthreads = opts && opts->threads > 0 ? opts->threads : 2;
+	long spin_ns = POOL_SPIN_NS;
 	const char *ps = getenv("ANEDVD_POOL_SPIN_US");
 	if (ps && *ps)
-		pool_spin_ns = strtol(ps, NULL, 10) * 1000L;
+		spin_ns = strtol(ps, NULL, 10) * 1000L;
 	if (e->nthreads > 256)
 		e->nthreads = 256;
 	int simd = opts ? opts->simd : EMU_SIMD_AUTO;
@@ -922,24 +793,15 @@ emu_open(const struct emu_opts *opts, char *err)
 	if ((!opts || opts->par_cols <= 0) && pc && *pc)
 		e->par_cols = (int)strtol(pc, NULL, 10);
 	e->llc = llc_bytes();
-	struct pool *p = &e->pool;
-	pthread_mutex_init(&p->mu, NULL);
-	pthread_cond_init(&p->go, NULL);
-	pthread_cond_init(&p->done, NULL);
-	p->th = calloc((size_t)e->nthreads, sizeof *p->th);
-	if (!p->th) {
+	const struct ad_pool_opts po = {e->nthreads, spin_ns, POOL_WAIT_SPIN_NS};
+	if (!(e->pool = ad_pool_new(&po, err))) {
 		emu_close(e);
-		ad_err(err, "emu: out of memory");
 		return NULL;
 	}
-	for (int i = 0; i < e->nthreads - 1; i++) {
-		int rc = pthread_create(&p->th[i], NULL, pool_main, p);
-		if (rc) {
-			emu_close(e);
-			ad_err(err, "emu: pthread_create: %s", strerror(rc));
-			return NULL;
-		}
-		p->nth++;
+	if (ad_pool_threads(e->pool) < e->nthreads) {
+		ad_err(err, "emu: could start %d of %d threads", ad_pool_threads(e->pool), e->nthreads);
+		emu_close(e);
+		return NULL;
 	}
 	return e;
 }
@@ -949,17 +811,7 @@ emu_close(struct emu *e)
 {
 	if (!e)
 		return;
-	struct pool *p = &e->pool;
-	pthread_mutex_lock(&p->mu);
-	__atomic_store_n(&p->stop, 1, __ATOMIC_RELAXED);
-	pthread_cond_broadcast(&p->go);
-	pthread_mutex_unlock(&p->mu);
-	for (int i = 0; i < p->nth; i++)
-		pthread_join(p->th[i], NULL);
-	free(p->th);
-	pthread_mutex_destroy(&p->mu);
-	pthread_cond_destroy(&p->go);
-	pthread_cond_destroy(&p->done);
+	ad_pool_free(e->pool);
 	free(e->xpack);
 	free(e->act);
 	free(e);
@@ -995,18 +847,11 @@ perr(struct parser *ps, int line, const char *fmt, ...)
 	if (ps->failed)
 		return -1;
 	ps->failed = 1;
-	if (ps->err) {
-		char msg[AD_ERRLEN - 32];
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(msg, sizeof msg, fmt, ap);
-		va_end(ap);
-		if (line > 0)
-			snprintf(ps->err, AD_ERRLEN, "mil line %d: %s", line, msg);
-		else
-			snprintf(ps->err, AD_ERRLEN, "mil: %s", msg);
-	}
-	return -1;
+	va_list ap;
+	va_start(ap, fmt);
+	ad_verr(ps->err, fmt, ap);
+	va_end(ap);
+	return line > 0 ? ad_err_prefix(ps->err, "mil line %d", line) : ad_err_prefix(ps->err, "mil");
 }
 
 static int
@@ -2528,7 +2373,7 @@ struct conv_job {
 };
 
 static void
-conv_task(void *arg, size_t t)
+conv_task(void *arg, size_t t, int worker)
 {
 	struct conv_job *j = arg;
 	size_t p0 = t * j->per_task, p1 = p0 + j->per_task;
@@ -2552,7 +2397,7 @@ conv_task(void *arg, size_t t)
 
 #ifdef AD_FP16_X86
 static void
-pack_task(void *arg, size_t t)
+pack_task(void *arg, size_t t, int worker)
 {
 	struct conv_job *j = arg;
 	x512_pack(j->x, j->cin, j->ncols, (float *)j->xp, t, t + 1);
@@ -2602,10 +2447,10 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 		size_t nb, base, extra;
 		col_blocks(ncols, X512_COLS, &nb, &base, &extra);
 		if (par)
-			pool_run(&e->pool, pack_task, &j, nb);
+			ad_pool_run(e->pool, pack_task, &j, nb);
 		else
 			for (size_t b = 0; b < nb; b++)
-				pack_task(&j, b);
+				pack_task(&j, b, 0);
 		unit = x512_mp(ncols);
 	}
 	j.streams = 1;
@@ -2629,7 +2474,7 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 	else if (j.qpanels && j.per_task < unit)
 		j.per_task = unit;
 	ntasks = (j.npanels + j.per_task - 1) / j.per_task;
-	pool_run(&e->pool, conv_task, &j, ntasks);
+	ad_pool_run(e->pool, conv_task, &j, ntasks);
 	return 0;
 }
 
@@ -2715,7 +2560,7 @@ gate_at(const struct emu_kernel *k, int s, struct gate *gt)
 }
 
 static void
-gate_task(void *arg, size_t t)
+gate_task(void *arg, size_t t, int worker)
 {
 	struct gate *gt = arg;
 	size_t i0 = t * gt->per, i1 = i0 + gt->per > gt->n ? gt->n : i0 + gt->per;
@@ -2736,7 +2581,7 @@ run_gate(struct emu_kernel *k, struct gate *gt, size_t n)
 	gt->simd = k->e->simd;
 	gt->per = ((n + nt - 1) / nt + 255) / 256 * 256; // whole 256-value chunks
 	nt = (n + gt->per - 1) / gt->per;
-	pool_run(&k->e->pool, gate_task, gt, nt);
+	ad_pool_run(k->e->pool, gate_task, gt, nt);
 }
 
 int

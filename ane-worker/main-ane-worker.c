@@ -57,6 +57,7 @@
 #include "ane-service.h"
 #include "ane.pb-c.h"
 #include "build.h"
+#include "clock.h"
 #include "emu.h"
 #include "common.pb-c.h"
 #include "dataplane.h"
@@ -125,14 +126,6 @@ struct worker {
 	int ndps;
 	enum ad_log_level log_level; // of the start and the data plane's comings and goings
 };
-
-static uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static int
 nkernels(const struct worker *w)
@@ -340,12 +333,12 @@ exec_kernel(struct worker *w, uint32_t kid, struct ad_surface *in, struct ad_sur
 	}
 	if (w->delay_us > 0)
 		usleep((useconds_t)w->delay_us);
-	uint64_t t1 = now_ns();
+	uint64_t t1 = ad_now_ns();
 	if (ane_eval(k, in->base, out->base, (int)ncols, msg)) {
 		ad_err_prefix(msg, "call: kernel %u", kid);
 		return ANEDVD__ERROR_CODE__ERROR_INTERNAL;
 	}
-	uint64_t t2 = now_ns();
+	uint64_t t2 = ad_now_ns();
 	if (trace_enabled()) {
 		char name[48];
 		const struct ane_pk *pk = kid < (uint32_t)w->set.plan.n ? &w->set.plan.k[kid] : NULL;
@@ -384,7 +377,7 @@ check_kernel(struct worker *w, uint32_t kid, uint32_t ncols, char *msg)
 static void
 do_call(struct worker *w, const Anedvd__KernelCall *q, struct reply *rp)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = ad_now_ns();
 	Anedvd__ErrorCode code = check_kernel(w, q->kernel, q->ncols, rp->msg);
 	if (code) {
 		fail(rp, code, rp->msg);
@@ -413,7 +406,7 @@ do_call(struct worker *w, const Anedvd__KernelCall *q, struct reply *rp)
 	anedvd__kernel_reply__init(c);
 	c->seq = q->seq;
 	c->exec_ns = exec;
-	c->total_ns = now_ns() - t0;
+	c->total_ns = ad_now_ns() - t0;
 	rp->r.body_case = ANEDVD__ANE_REPLY__BODY_CALL;
 	rp->r.call = c;
 }
@@ -538,7 +531,7 @@ dp_resnorm(struct dpc *d, const struct dp_step *st, uint64_t *exec_ns, char *msg
 		.post = q->post == DP_NO_VEC ? NULL : arena + q->post,
 		.w = q->w == DP_NO_VEC ? NULL : arena + q->w,
 	};
-	uint64_t t0 = now_ns();
+	uint64_t t0 = ad_now_ns();
 	struct emu *emu = d->w->set.b ? ane_builder_emu(d->w->set.b) : NULL;
 	if (emu && n >= 8 && emu_nthreads(emu) > 1) {
 		// wide (a prefill chunk): column blocks on the emu's threads, each
@@ -551,7 +544,7 @@ dp_resnorm(struct dpc *d, const struct dp_step *st, uint64_t *exec_ns, char *msg
 	} else if (ane_resnorm_planar(&r, (int)n, ys, arena + q->x_in, arena + q->x_out, xs, d->scratch, msg)) {
 		return ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
 	}
-	uint64_t t1 = now_ns();
+	uint64_t t1 = ad_now_ns();
 	*exec_ns = t1 - t0;
 	if (trace_enabled())
 		trace_event((long)getpid(), 1, "resnorm", "kernel", t0 / 1000u, (t1 - t0) / 1000u);
@@ -885,7 +878,7 @@ handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *r
 			anedvd__health_reply__init(&rp->u.health);
 			rp->u.health.process = "anedvd-ane-worker";
 			rp->u.health.pid = (uint32_t)getpid();
-			rp->u.health.uptime_ms = now_ns() / 1000000 - w->started_ms;
+			rp->u.health.uptime_ms = ad_now_ns() / 1000000 - w->started_ms;
 			rp->u.health.requests = atomic_load(&w->requests);
 			rp->r.body_case = ANEDVD__ANE_REPLY__BODY_HEALTH;
 			rp->r.health = &rp->u.health;
@@ -961,7 +954,7 @@ ane_service_start(const struct model *m, const struct ane_service_opts *o, char 
 	sv->w = w;
 	w->backend = backend;
 	w->delay_us = o->delay_us;
-	w->started_ms = now_ns() / 1000000;
+	w->started_ms = ad_now_ns() / 1000000;
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_mutex_init(&w->dpmu, NULL);
 	enum ane_wfmt wf = ane_plan_weights_default(m, backend);
@@ -1157,14 +1150,14 @@ main(int argc, char **argv)
 		return 2;
 	}
 	struct model m;
-	uint64_t t_model = now_ns();
+	uint64_t t_model = ad_now_ns();
 	if (model_load(&m, model, err)) {
 		ad_error("%s", err);
 		return 1;
 	}
 	struct ane_service_opts so = {.url = url, .backend = backend, .chunk = chunk, .split = split,
 	                              .threads = threads, .weights = weights, .cache_mb = cache_mb,
-	                              .delay_us = delay * 1000, .model_us = (now_ns() - t_model) / 1000};
+	                              .delay_us = delay * 1000, .model_us = (ad_now_ns() - t_model) / 1000};
 	const char *dus = getenv("ANEDVD_DEBUG_DELAY_US");
 	int env_delay = 0;
 	if (!delay && dus && num(dus, 0, 600000000, &env_delay) == 0)

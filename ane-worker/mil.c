@@ -29,7 +29,7 @@ fail(struct ane_mil *m, const char *fmt, ...)
 	m->failed = 1;
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(m->err, sizeof m->err, fmt, ap);
+	ad_verr(m->err, fmt, ap);
 	va_end(ap);
 }
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "ane.pb-c.h"
+#include "clock.h"
 #include "cmd-common.h"
 #include "engine-client.h"
 #include "log.h"
@@ -19,9 +20,7 @@
 double
 cli_now_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+	return (double)ad_now_ns() / 1e6;
 }
 
 int

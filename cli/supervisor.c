@@ -20,6 +20,7 @@
 
 #include "ane.pb-c.h"
 #include "client.h"
+#include "clock.h"
 #include "common.pb-c.h"
 #include "engine.pb-c.h"
 #include "ipc.h"
@@ -120,9 +121,7 @@ sup_clear_interrupt(void)
 static uint64_t
 now_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+	return ad_now_ns() / 1000000u;
 }
 
 static void

@@ -1,5 +1,6 @@
 // dataplane.c - the shared-memory request/reply slots of dataplane.h.
 #include "dataplane.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -82,14 +83,6 @@ struct dp_chan {
 	_Atomic int score, rest;
 };
 
-static uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static uint64_t hot_ns = 10000;              // the caller's spin: pause this long, then yield
 static uint64_t serve_hot_ns = UINT64_MAX;   // the worker's idle spin: pause throughout
 
@@ -110,17 +103,7 @@ static void
 chan_defaults(struct dp_chan *c)
 {
 	const char *b = getenv("ANEDVD_DP_DOORBELL");
-#if defined(DP_HAVE_FUTEX)
-	c->bell = b && strcmp(b, "sleep") == 0 ? DP_BELL_SLEEP : DP_BELL_FUTEX;
-#elif defined(DP_HAVE_OS_SYNC)
-	c->bell = DP_BELL_SLEEP;
-	if (!(b && strcmp(b, "sleep") == 0))
-		if (__builtin_available(macOS 14.4, *))
-			c->bell = DP_BELL_FUTEX;
-#else
-	(void)b;
-	c->bell = DP_BELL_SLEEP;
-#endif
+	dp_set_bell(c, b && strcmp(b, "sleep") == 0 ? DP_BELL_SLEEP : DP_BELL_FUTEX);
 	c->spin_call_ns = env_us("ANEDVD_DP_SPIN_US", 10);
 	c->spin_serve_ns = env_us("ANEDVD_DP_SERVE_SPIN_US", 50);
 	c->spin_long_ns = env_us("ANEDVD_DP_SERVE_SPIN_MAX_US", 400);
@@ -216,14 +199,14 @@ spin(_Atomic uint32_t *w, uint32_t v, uint64_t ns, uint64_t pause_ns)
 	uint32_t x = atomic_load_explicit(w, memory_order_acquire);
 	if (x != v || ns == 0)
 		return x;
-	const uint64_t t0 = now_ns(), end = t0 + ns, hot = t0 + (ns < pause_ns ? ns : pause_ns);
+	const uint64_t t0 = ad_now_ns(), end = t0 + ns, hot = t0 + (ns < pause_ns ? ns : pause_ns);
 	for (unsigned i = 1;; i++) {
 		cpu_relax();
 		x = atomic_load_explicit(w, memory_order_acquire);
 		if (x != v)
 			return x;
 		if ((i & 63) == 0) {
-			uint64_t t = now_ns();
+			uint64_t t = ad_now_ns();
 			if (t >= end)
 				return x;
 			if (t >= hot)
@@ -233,7 +216,7 @@ spin(_Atomic uint32_t *w, uint32_t v, uint64_t ns, uint64_t pause_ns)
 	for (;;) {
 		sched_yield();
 		x = atomic_load_explicit(w, memory_order_acquire);
-		if (x != v || now_ns() >= end)
+		if (x != v || ad_now_ns() >= end)
 			return x;
 	}
 }
@@ -526,7 +509,7 @@ claim(struct dp_chan *c, uint64_t deadline)
 				return i;
 			continue;
 		}
-		if (now_ns() >= deadline)
+		if (ad_now_ns() >= deadline)
 			return -1;
 		uint64_t d = backoff < 20000 ? 20000 : backoff;
 		struct timespec ts = {0, (long)d};
@@ -583,7 +566,7 @@ int
 dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp_reply *rep, uint32_t pid,
                uint32_t gen, int timeout_ms, uint64_t expect_ns)
 {
-	const uint64_t deadline = now_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 1) * 1000000u;
+	const uint64_t deadline = ad_now_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 1) * 1000000u;
 	if (*slot < 0 && (*slot = claim(c, deadline)) < 0)
 		return DP_NOSLOT;
 	struct dp_slot *sl = &c->h->slot[*slot];
@@ -602,7 +585,7 @@ dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct
 	atomic_fetch_add(&c->h->bell, 1); // seq_cst: then read server_sleeping
 	ring(&c->h->bell, &c->h->server_sleeping, 1);
 
-	const uint64_t posted = now_ns();
+	const uint64_t posted = ad_now_ns();
 	uint64_t backoff = 0, check = 0;
 	// a call expected to be short is spun through: being woken costs ~20 us
 	// here, more than such a call itself
@@ -645,7 +628,7 @@ dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct
 		}
 		// the worker's liveness once per slice (the pid check reads /proc:
 		// too slow for every wake-up), the generation every time
-		uint64_t t = now_ns();
+		uint64_t t = ad_now_ns();
 		if (atomic_load(&c->h->worker_gen) != gen)
 			return DP_CHANGED;
 		if (t >= check) {
@@ -742,7 +725,7 @@ dp_serve(struct dp_chan *c, uint32_t gen, dp_handler fn, void *arg, const volati
 {
 	struct dp_shm *h = c->h;
 	const uint64_t idle = (uint64_t)(idle_ms > 0 ? idle_ms : 100) * 1000000u;
-	uint64_t last = now_ns(), checked = last, backoff = 0;
+	uint64_t last = ad_now_ns(), checked = last, backoff = 0;
 	// the gap between a reply and the client's next request, while it
 	// computes (attention between a layer's calls): a decaying maximum of
 	// the gaps up to spin_long_ns. The idle spin lasts 1.5 times that
@@ -767,7 +750,7 @@ dp_serve(struct dp_chan *c, uint32_t gen, dp_handler fn, void *arg, const volati
 			if (q == atomic_load_explicit(&sl->rep_seq, memory_order_relaxed) || sl->rq_gen != gen)
 				continue;
 			if (!served) {
-				const uint64_t g = now_ns() - last;
+				const uint64_t g = ad_now_ns() - last;
 				gap -= gap >> 3;
 				if (g <= c->spin_long_ns && g > gap)
 					gap = g;
@@ -775,7 +758,7 @@ dp_serve(struct dp_chan *c, uint32_t gen, dp_handler fn, void *arg, const volati
 			serve_slot(c, sl, q, gen, fn, arg);
 			served++;
 		}
-		uint64_t t = now_ns();
+		uint64_t t = ad_now_ns();
 		if (served) {
 			last = t;
 			backoff = 0;
@@ -795,7 +778,7 @@ dp_serve(struct dp_chan *c, uint32_t gen, dp_handler fn, void *arg, const volati
 			continue;
 		}
 		doze(c, &h->bell, b, &h->server_sleeping, idle, &backoff);
-		if ((t = now_ns()) - checked >= idle) {
+		if ((t = ad_now_ns()) - checked >= idle) {
 			checked = t;
 			if (!dp_pid_alive(h->client_pid))
 				return DP_SERVE_CLIENT_GONE;

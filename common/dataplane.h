@@ -78,7 +78,8 @@
 
 enum dp_op { DP_OP_NOP = 1, DP_OP_CALL = 2 };
 
-// a reply's status: the values of proto/common.proto ErrorCode
+// a reply's status: the values of proto/common.proto ErrorCode (pinned in
+// cpu-worker/proto-pins.c)
 enum dp_status {
 	DP_OK = 0,
 	DP_BAD_REQUEST = 1,

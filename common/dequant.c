@@ -188,6 +188,17 @@ scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
 	}
 }
 
+// the scales and mins of sub-blocks j and j + 1 of a Q4_K or Q5_K block
+static inline void
+k4_pair(int j, const uint8_t *scales, float d, float dmin, float *d1, float *m1, float *d2, float *m2)
+{
+	uint8_t sc, m;
+	scale_min_k4(j, scales, &sc, &m);
+	*d1 = d * (float)sc, *m1 = dmin * (float)m;
+	scale_min_k4(j + 1, scales, &sc, &m);
+	*d2 = d * (float)sc, *m2 = dmin * (float)m;
+}
+
 static void
 deq_q4_k(const uint8_t *restrict x, float *restrict y, int64_t nb)
 {
@@ -195,11 +206,8 @@ deq_q4_k(const uint8_t *restrict x, float *restrict y, int64_t nb)
 		float d = rd_fp16(x), dmin = rd_fp16(x + 2);
 		const uint8_t *scales = x + 4, *q = x + 16;
 		for (int j = 0; j < 8; j += 2, q += 32) {
-			uint8_t sc, m;
-			scale_min_k4(j, scales, &sc, &m);
-			float d1 = d * (float)sc, m1 = dmin * (float)m;
-			scale_min_k4(j + 1, scales, &sc, &m);
-			float d2 = d * (float)sc, m2 = dmin * (float)m;
+			float d1, m1, d2, m2;
+			k4_pair(j, scales, d, dmin, &d1, &m1, &d2, &m2);
 			for (int l = 0; l < 32; l++)
 				*y++ = d1 * (float)(q[l] & 15) - m1;
 			for (int l = 0; l < 32; l++)
@@ -216,11 +224,8 @@ deq_q5_k(const uint8_t *restrict x, float *restrict y, int64_t nb)
 		const uint8_t *scales = x + 4, *qh = x + 16, *q = x + 48;
 		uint8_t u1 = 1, u2 = 2;
 		for (int j = 0; j < 8; j += 2, q += 32, u1 <<= 2, u2 <<= 2) {
-			uint8_t sc, m;
-			scale_min_k4(j, scales, &sc, &m);
-			float d1 = d * (float)sc, m1 = dmin * (float)m;
-			scale_min_k4(j + 1, scales, &sc, &m);
-			float d2 = d * (float)sc, m2 = dmin * (float)m;
+			float d1, m1, d2, m2;
+			k4_pair(j, scales, d, dmin, &d1, &m1, &d2, &m2);
 			for (int l = 0; l < 32; l++)
 				*y++ = d1 * (float)((q[l] & 15) + (qh[l] & u1 ? 16 : 0)) - m1;
 			for (int l = 0; l < 32; l++)

@@ -5,14 +5,20 @@
 #include <string.h>
 
 int
+ad_verr(char *err, const char *fmt, va_list ap)
+{
+	if (err)
+		vsnprintf(err, AD_ERRLEN, fmt, ap);
+	return -1;
+}
+
+int
 ad_err(char *err, const char *fmt, ...)
 {
-	if (err) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err, AD_ERRLEN, fmt, ap);
-		va_end(ap);
-	}
+	va_list ap;
+	va_start(ap, fmt);
+	ad_verr(err, fmt, ap);
+	va_end(ap);
 	return -1;
 }
 

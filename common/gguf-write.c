@@ -90,25 +90,7 @@ put_str(struct buf *b, const char *s)
 static int
 scalar_size(enum gguf_vtype t)
 {
-	switch (t) {
-	case GGUF_TYPE_UINT8:
-	case GGUF_TYPE_INT8:
-	case GGUF_TYPE_BOOL:
-		return 1;
-	case GGUF_TYPE_UINT16:
-	case GGUF_TYPE_INT16:
-		return 2;
-	case GGUF_TYPE_UINT32:
-	case GGUF_TYPE_INT32:
-	case GGUF_TYPE_FLOAT32:
-		return 4;
-	case GGUF_TYPE_UINT64:
-	case GGUF_TYPE_INT64:
-	case GGUF_TYPE_FLOAT64:
-		return 8;
-	default:
-		return 0;
-	}
+	return (int)gguf_vtype_size(t);
 }
 
 // v is one value in host representation

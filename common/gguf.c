@@ -84,8 +84,8 @@ static const char *const vtype_names[GGUF_TYPE_COUNT] = {
 	"bool", "string", "array", "uint64", "int64", "float64",
 };
 
-static size_t
-vtype_size(enum gguf_vtype t)
+size_t
+gguf_vtype_size(enum gguf_vtype t)
 {
 	switch (t) {
 	case GGUF_TYPE_UINT8:
@@ -116,7 +116,7 @@ vtype_min_size(enum gguf_vtype t)
 		return 8; // length
 	if (t == GGUF_TYPE_ARRAY)
 		return 12; // element type + count
-	return vtype_size(t);
+	return gguf_vtype_size(t);
 }
 
 // --- the pool ---------------------------------------------------------------
@@ -328,8 +328,8 @@ rd_kv(struct rd *r, struct kv *kv, int64_t i)
 		rc = rd_str(r, &kv->str, "string value");
 	else if (kv->type == GGUF_TYPE_ARRAY)
 		rc = rd_arr(r, &kv->arr, 0);
-	else if (!(rc = need(r, vtype_size(kv->type), "value")))
-		r->pos += vtype_size(kv->type);
+	else if (!(rc = need(r, gguf_vtype_size(kv->type), "value")))
+		r->pos += gguf_vtype_size(kv->type);
 	return rc ? ad_err_prefix(r->err, "key '%s'", esc(kv->key, nm)) : 0;
 }
 
@@ -894,7 +894,7 @@ gguf_arr_i64(const struct gguf_arr *a, uint64_t i, int64_t *out)
 {
 	if (i >= a->n)
 		return -1;
-	size_t sz = vtype_size(a->type);
+	size_t sz = gguf_vtype_size(a->type);
 	return sz ? to_i64(a->type, a->data + i * sz, out) : -1;
 }
 
@@ -903,7 +903,7 @@ gguf_arr_f32(const struct gguf_arr *a, uint64_t i, float *out)
 {
 	if (i >= a->n)
 		return -1;
-	size_t sz = vtype_size(a->type);
+	size_t sz = gguf_vtype_size(a->type);
 	return sz ? to_f32(a->type, a->data + i * sz, out) : -1;
 }
 

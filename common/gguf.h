@@ -38,6 +38,10 @@ enum gguf_vtype {
 	GGUF_TYPE_COUNT,
 };
 
+// bytes of one value of a scalar type; 0 for a string, an array or an
+// unknown type (the reader's and the writer's one table)
+size_t gguf_vtype_size(enum gguf_vtype t);
+
 struct gguf_str {
 	const char *ptr; // into the file; not NUL-terminated
 	uint64_t len;

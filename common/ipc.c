@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <time.h>
 
+#include "clock.h"
 #include "log.h"
 
 // Every server thread has its own context and aio, opened before the
@@ -42,14 +43,6 @@ struct ad_client {
 	char url[];
 };
 
-static uint64_t
-mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 // AD_REDIAL_MS: how often a client that finds no connection may replace
 // its dialer. nng 1.5 stops redialing for good after a connect that fails
 // with NNG_ECLOSED, which is what an EPIPE during the connection's handshake
@@ -63,7 +56,7 @@ static int
 dial(struct ad_client *c, char *err)
 {
 	int rv = nng_dial(c->sock, c->url, &c->dialer, NNG_FLAG_NONBLOCK);
-	c->last_dial_ns = mono_ns();
+	c->last_dial_ns = ad_now_ns();
 	if (rv != 0)
 		return ad_err(err, "dial %s: %s", c->url, nng_strerror(rv));
 	return 0;
@@ -74,7 +67,7 @@ redial(struct ad_client *c)
 {
 	char err[AD_ERRLEN];
 	pthread_mutex_lock(&c->mu);
-	if (mono_ns() - c->last_dial_ns >= (uint64_t)AD_REDIAL_MS * 1000000u) {
+	if (ad_now_ns() - c->last_dial_ns >= (uint64_t)AD_REDIAL_MS * 1000000u) {
 		nng_dialer_close(c->dialer);
 		if (dial(c, err) != 0)
 			ad_warn("%s", err);

@@ -61,15 +61,11 @@ fail(struct jsg *g, const char *path, const char *fmt, ...)
 	if (g->failed)
 		return -1;
 	g->failed = 1;
-	if (g->err) {
-		char msg[AD_ERRLEN / 2];
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(msg, sizeof msg, fmt, ap);
-		va_end(ap);
-		snprintf(g->err, AD_ERRLEN, "%.200s: %s", path, msg);
-	}
-	return -1;
+	va_list ap;
+	va_start(ap, fmt);
+	ad_verr(g->err, fmt, ap);
+	va_end(ap);
+	return ad_err_prefix(g->err, "%.200s", path);
 }
 
 struct jsg *

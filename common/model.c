@@ -73,6 +73,12 @@ is_lfm2(enum model_arch a)
 	return a == MODEL_ARCH_LFM2 || a == MODEL_ARCH_LFM2MOE;
 }
 
+static int
+is_gemma(enum model_arch a)
+{
+	return a == MODEL_ARCH_GEMMA2 || a == MODEL_ARCH_GEMMA3 || a == MODEL_ARCH_GEMMA4;
+}
+
 int
 model_arch_from_name(const char *name)
 {
@@ -453,7 +459,7 @@ bind_layer(struct model *m, int il, char *err)
 	                 bindl(m, &L->k_norm, own_kv ? qk_norm : OPT, il, "attn_k_norm.weight", hd, 0, 0, err)))
 		return -1;
 
-	int gemma = a == MODEL_ARCH_GEMMA2 || a == MODEL_ARCH_GEMMA3 || a == MODEL_ARCH_GEMMA4;
+	int gemma = is_gemma(a);
 	if (a == MODEL_ARCH_GEMMA4) {
 		const int64_t P = hp->n_embd_pl;
 		if (bindl(m, &L->out_scale, REQ, il, "layer_output_scale.weight", 1, 0, 0, err))
@@ -624,6 +630,10 @@ model_finish(struct model *m, char *err)
 		                  : 1.0f / sqrtf((float)hp->head_dim);
 	}
 	hp->qk_norm_post_rope = a == MODEL_ARCH_HUNYUAN_DENSE;
+	// gemma: GELU, sqrt(n_embd) on the embeddings, q scaled itself
+	hp->act = is_gemma(a) ? MODEL_ACT_GELU : MODEL_ACT_SILU;
+	hp->embd_scale = is_gemma(a) ? sqrtf((float)hp->n_embd) : 1.0f;
+	hp->q_prescale = is_gemma(a);
 	if (a == MODEL_ARCH_QWEN3MOE || a == MODEL_ARCH_LFM2MOE)
 		hp->expert_weights_norm = 1; // llama.cpp always renormalises the chosen experts' weights
 	if (is_lfm2(a) && hp->n_conv <= 0)
@@ -688,7 +698,7 @@ model_finish(struct model *m, char *err)
 	    bind(m, &m->rope_long, OPT, "rope_factors_long.weight", hp->n_rot / 2, 0, 0, err) ||
 	    bind(m, &m->rope_short, OPT, "rope_factors_short.weight", hp->n_rot / 2, 0, 0, err))
 		return -1;
-	int gemma = a == MODEL_ARCH_GEMMA2 || a == MODEL_ARCH_GEMMA3 || a == MODEL_ARCH_GEMMA4;
+	int gemma = is_gemma(a);
 	if (!gemma && bind(m, &m->output, OPT, "output.weight", hp->n_embd, hp->n_vocab, 0, err))
 		return -1;
 	if (a == MODEL_ARCH_GEMMA4 && hp->n_embd_pl > 0) {

@@ -54,6 +54,10 @@ enum model_arch {
 // weights need). AUTO is resolved by model_finish from the architecture.
 enum model_rope { MODEL_ROPE_AUTO = 0, MODEL_ROPE_NORM = 1, MODEL_ROPE_NEOX = 2 };
 
+// the FFN activation: SwiGLU's SiLU, or gemma's GELU (tanh form; ggml's
+// fp16 table on the CPU, common/numeric.h)
+enum model_act { MODEL_ACT_SILU = 0, MODEL_ACT_GELU = 1 };
+
 // RoPE scaling (GGUF rope.scaling.type, HF rope_scaling): LINEAR divides
 // positions by the factor (rope_freq_scale); YARN blends interpolated and
 // extrapolated frequencies per pair between the correction dims given by
@@ -129,6 +133,13 @@ struct model_hparams {
 	int64_t full_attn_interval; // qwen35: layer i attends when (i+1) % interval == 0; 0: 4
 	int64_t bos_id, eos_id; // -1 when unknown
 	int64_t pooling;        // GGUF pooling_type: 0 none given, 1 mean, 2 cls, 3 last
+	// the architecture's arithmetic, derived by model_finish (a loader's
+	// value is replaced): every engine and kernel plan reads these rather
+	// than deciding from the architecture
+	enum model_act act;     // the FFN's activation: gate = act(gate x) * up x
+	float embd_scale;       // token embeddings are multiplied by this (gemma: sqrt(n_embd)), else 1
+	int q_prescale;         // q itself is multiplied by q_scale before attention (gemma: other
+	                        // rounding), rather than the scores
 };
 
 // the weights of one block; empty slots have name == NULL

@@ -111,7 +111,7 @@ ane_plan_build(struct ane_plan *p, const struct model *m, const struct ane_plan_
 	p->weights = o ? o->weights : ANE_W_FP16;
 	if (p->weights != ANE_W_FP16 && p->weights != ANE_W_INT8)
 		return ad_err(err, "plan: weight format %d (fp16 or int8)", (int)p->weights);
-	p->gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3 || m->arch == MODEL_ARCH_GEMMA4;
+	p->gelu = m->hp.act == MODEL_ACT_GELU;
 	const int64_t E = hp->n_embd, V = hp->n_vocab, L = hp->n_layer;
 	// the largest shapes of any layer
 	const int64_t nq_max = hp->n_head * hp->head_dim, nk_max = hp->n_head_kv * hp->head_dim;

@@ -3,18 +3,6 @@
 #include <math.h>
 
 void
-ad_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
-{
-	double ss = 0;
-	for (int64_t i = 0; i < n; i++)
-		ss += (double)(x[i] * x[i]);
-	float mean = (float)(ss / (double)n);
-	float scale = 1.0f / sqrtf(mean + eps);
-	for (int64_t i = 0; i < n; i++)
-		y[i] = (x[i] * scale) * w[i];
-}
-
-void
 ad_resnorm(const struct ad_resnorm *r, int ncols, const float *y, size_t ld_y, const float *x_in, float *x_out,
            float *xn, size_t ld_xn)
 {

@@ -18,14 +18,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "numeric.h" // ad_rmsnorm
+
 struct ad_resnorm {
 	int E;
 	float eps;
 	const float *bias, *post, *w; // [E] each, or NULL
 };
-
-// y = (x * (1 / sqrt(mean(x^2) + eps))) * w, the mean summed in double
-void ad_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
 
 void ad_resnorm(const struct ad_resnorm *r, int ncols, const float *y, size_t ld_y, const float *x_in, float *x_out,
                 float *xn, size_t ld_xn);

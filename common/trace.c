@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "trace.h"
 
 static char env_prefix[PATH_MAX];
@@ -45,9 +46,7 @@ trace_enabled(void)
 uint64_t
 trace_now_us(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+	return ad_now_ns() / 1000u;
 }
 
 void

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "fp16.h"
+#include "numeric.h"
 
 size_t
 attn_scratch_floats(const struct attn_shape *sh, int rows)
@@ -15,29 +16,6 @@ attn_scratch_floats(const struct attn_shape *sh, int rows)
 }
 
 // --- the reference ----------------------------------------------------------------
-
-// ref.c's fold of eight lanes
-static inline float
-fold8(const float *acc)
-{
-	float s0 = acc[4] + acc[0], s1 = acc[5] + acc[1], s2 = acc[6] + acc[2], s3 = acc[7] + acc[3];
-	return (s0 + s2) + (s1 + s3);
-}
-
-// ref.c's dot: lane j accumulates elements i ≡ j (mod 8), one rounding each
-static float
-dot_ref(const float *a, const float *b, int n)
-{
-	float acc[8] = {0};
-	int i = 0;
-	for (; i + 8 <= n; i += 8)
-		for (int l = 0; l < 8; l++)
-			acc[l] = fmaf(a[i + l], b[i + l], acc[l]);
-	float s = fold8(acc);
-	for (; i < n; i++)
-		s = fmaf(a[i], b[i], s);
-	return s;
-}
 
 // rows of fp16 (f32 = 0) or fp32 (f32 = 1) to fp32
 static inline void
@@ -64,7 +42,7 @@ attn_plain(const struct attn_shape *sh, const float *q, const void *k0, const vo
 		float mx = -INFINITY;
 		for (int j = first; j <= last; j++) {
 			row(j < split ? k0 : k, (size_t)j * sh->k_stride + (size_t)g * hd, f32, kf, hd);
-			float s = dot_ref(qh, kf, hd) * sh->scale;
+			float s = ad_dot(qh, kf, hd) * sh->scale;
 			if (cap > 0)
 				s = tanhf(s * (1.0f / cap)) * cap;
 			scores[j - first] = s;
@@ -89,10 +67,10 @@ attn_plain(const struct attn_shape *sh, const float *q, const void *k0, const vo
 		}
 		float *o = out + (size_t)h * hdv;
 		for (int d = 0; d < hdv; d++) {
-			float acc[8];
+			ad_v8f acc;
 			for (int l = 0; l < 8; l++)
 				acc[l] = part[(size_t)l * hdv + d];
-			o[d] = fold8(acc);
+			o[d] = ad_fold8(acc);
 		}
 	}
 }
@@ -144,7 +122,7 @@ load_h8(const uint16_t *p)
 	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
 
-// the fold of fold8, on a register
+// the fold of ad_fold8 (numeric.h), on a register
 SIMD static inline float
 fold_v(__m256 a)
 {
@@ -184,7 +162,7 @@ exp_v(__m256 x)
 }
 
 // q·k for heads h..h+3 (pointers q0..q3) and rows j, j2 of the keys, in
-// the lanes and fold of dot_ref: 8 independent accumulators keep the FMA
+// the lanes and fold of ad_dot: 8 independent accumulators keep the FMA
 // units busy
 SIMD static inline void
 scores_4x2(const float *q0, const float *q1, const float *q2, const float *q3, const uint16_t *k0,
@@ -243,7 +221,7 @@ keys_t8(const uint16_t *const kj[8], int hd, float *kt)
 // rows first..last (below split from kg0, the others from kg):
 // scores[t * rows + j - first], the same bits as attn_ref's (same lanes,
 // same fold). Heads of up to 16 dimensions take eight rows at a time with
-// the rows in the lanes, so lane l of dot_ref is one register and the fold
+// the rows in the lanes, so lane l of ad_dot is one register and the fold
 // is seven adds for eight rows; larger heads take four heads by two rows,
 // a fold per score
 SIMD static void
@@ -270,7 +248,7 @@ group_scores(const struct attn_shape *sh, const float *qg, const uint16_t *kg0, 
 				for (int i = 8; i < hd; i += 8)
 					for (int l = 0; l < 8; l++)
 						a[l] = _mm256_fmadd_ps(_mm256_set1_ps(qh[i + l]), _mm256_loadu_ps(kt + (i + l) * 8), a[l]);
-				// fold8: (a4 + a0 + (a6 + a2)) + (a5 + a1 + (a7 + a3))
+				// ad_fold8: (a4 + a0 + (a6 + a2)) + (a5 + a1 + (a7 + a3))
 				__m256 x = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[4], a[0]), _mm256_add_ps(a[6], a[2])),
 				                         _mm256_add_ps(_mm256_add_ps(a[5], a[1]), _mm256_add_ps(a[7], a[3])));
 				x = _mm256_mul_ps(x, scale);
@@ -475,7 +453,7 @@ attn_scores(const struct attn_shape *sh, const float *q, const uint16_t *k, int 
 	for (int h = 0; h < sh->n_head && kf; h++)
 		for (int j = first; j <= last; j++) {
 			row(k, (size_t)j * sh->k_stride + (size_t)(h / group) * hd, 0, kf, hd);
-			scores[(size_t)h * rows + j - first] = dot_ref(q + (size_t)h * hd, kf, hd) * sh->scale;
+			scores[(size_t)h * rows + j - first] = ad_dot(q + (size_t)h * hd, kf, hd) * sh->scale;
 		}
 	free(kf);
 }

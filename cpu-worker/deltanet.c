@@ -6,14 +6,14 @@
 // the state is scaled by exp(g) before δ is taken; the output is Sᵀq
 // times 1/sqrt(d) (q itself is not scaled); the gated norm is RMSNorm
 // (double sum, mean rounded to float) times the weight, then times
-// silu(z). The dot products are engine_dot's 8-lane order (ggml's order on
+// silu(z). The dot products are ad_dot's 8-lane order (ggml's order on
 // AVX-512 differs in the last bits; the fixture's tolerance covers it).
 #include "deltanet.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "engine.h"
+#include "numeric.h"
 
 size_t
 dn_state_floats(const struct dn_layer *l)
@@ -25,12 +25,6 @@ size_t
 dn_scratch_floats(const struct dn_layer *l)
 {
 	return (size_t)l->channels;
-}
-
-static float
-silu(float x)
-{
-	return x / (1.0f + expf(-x));
 }
 
 // x /= max(|x|, eps), the norm summed in double
@@ -60,7 +54,7 @@ dn_token(const struct dn_layer *l, const float *mix, const float *z, const float
 		for (int k = 0; k < K - 1; k++)
 			sum = fmaf(in ? in[(size_t)k * C + ch] : 0.0f, w[k], sum);
 		sum = fmaf(mix[ch], w[K - 1], sum);
-		c[ch] = silu(sum);
+		c[ch] = ad_silu(sum);
 	}
 	// the window moves on by one input
 	if (K > 2) {
@@ -94,19 +88,15 @@ dn_token(const struct dn_layer *l, const float *mix, const float *z, const float
 					m[i] = si[(size_t)col * d + i] * eg;
 			else
 				memset(m, 0, (size_t)d * sizeof(float));
-			const float delta = (vh[col] - engine_dot(m, kh, d)) * beta;
+			const float delta = (vh[col] - ad_dot(m, kh, d)) * beta;
 			for (int i = 0; i < d; i++)
 				m[i] = fmaf(kh[i], delta, m[i]);
-			oh[col] = engine_dot(m, qh, d) * scale;
+			oh[col] = ad_dot(m, qh, d) * scale;
 		}
 		// RMSNorm(o)·norm ⊙ silu(z)
-		double ss = 0;
-		for (int i = 0; i < d; i++)
-			ss += (double)(oh[i] * oh[i]);
-		const float mean = (float)(ss / (double)d);
-		const float rs = 1.0f / sqrtf(mean + l->eps);
+		ad_rmsnorm(oh, oh, l->norm, d, l->eps);
 		const float *zh = z + (size_t)j * d;
 		for (int i = 0; i < d; i++)
-			oh[i] = ((oh[i] * rs) * l->norm[i]) * silu(zh[i]);
+			oh[i] *= ad_silu(zh[i]);
 	}
 }

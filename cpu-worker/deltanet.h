@@ -25,7 +25,7 @@
 // stored by columns ([n_v][d columns][d]: S's column j contiguous, as
 // ggml keeps it). The state before position 0 is all zeros; `in` NULL
 // means that state. Everything is fp32; summation orders are fixed (the
-// dot products are engine_dot's), so the result does not depend on the
+// dot products are ad_dot's), so the result does not depend on the
 // caller.
 #ifndef AD_DELTANET_H
 #define AD_DELTANET_H

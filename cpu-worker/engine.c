@@ -21,18 +21,14 @@
 
 #include <fcntl.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__AVX__) && defined(__FMA__)
-#include <immintrin.h>
-#endif
-
 #include "attention.h"
+#include "clock.h"
 #include "deltanet.h"
 #include "dequant.h"
 #include "fp16.h"
@@ -40,7 +36,9 @@
 #include "layout.h"
 #include "log.h"
 #include "moe.h"
+#include "numeric.h"
 #include "plan.h"
+#include "pool.h"
 #include "resnorm.h"
 #include "trace.h"
 #include "wtype.h"
@@ -85,8 +83,6 @@ struct engine {
 	const struct model *m;
 	struct kernel_backend *kb;
 	struct model_hparams hp;
-	int gelu;
-	float embd_scale;
 	int width, max_seq, attn_ref, kv_f32;
 	int upto; // layers to run (engine_eval_layers), 0: all
 	size_t kv_elem, layer_kv; // bytes per cache value, per attention layer of a sequence
@@ -139,28 +135,15 @@ struct engine {
 	int *pos, *wanted;
 	struct engine_seq **cols, **batch;
 
-	// attention workers: a job is every (column, KV head) of one layer,
-	// items claimed by the caller and the workers that are awake; the
-	// caller waits for the items, never for a worker that has not started
-	int n_workers; // threads besides the caller
-	struct worker *workers;
-	pthread_mutex_t mu;
-	pthread_cond_t go, idle;
-	uint32_t gen; // bumped per job
-	int stop;
-	int job_layer, job_items;
-	uint64_t ticket; // atomic: gen << 32 | next item
-	int done;        // atomic: items finished
+	// attention threads (common/pool.h): a job is every (column, KV head)
+	// of one layer, items claimed by the caller and the workers that are
+	// awake; the caller waits for the items, never for a worker that has
+	// not started. NULL with one thread.
+	struct ad_pool *pool;
 
 	void **bufs;
 	int nbufs, capbufs;
 	struct engine_timings t;
-};
-
-struct worker {
-	struct engine *e;
-	int id;
-	pthread_t th;
 };
 
 // a sequence's rows, which the sequences forked from it read too
@@ -193,118 +176,8 @@ struct engine_seq {
 	struct engine_timings t;
 };
 
-static int start_workers(struct engine *e, int n, char *err);
 
-static uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-// --- ref.c's arithmetic -----------------------------------------------------------
-
-typedef float v8f __attribute__((vector_size(32)));
-
-static inline v8f
-load8(const float *p)
-{
-	v8f v;
-	memcpy(&v, p, sizeof v);
-	return v;
-}
-
-static inline v8f
-madd8(v8f a, v8f b, v8f c)
-{
-#if defined(__AVX__) && defined(__FMA__)
-	return (v8f)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
-#else
-	v8f r;
-	for (int j = 0; j < 8; j++)
-		r[j] = fmaf(a[j], b[j], c[j]);
-	return r;
-#endif
-}
-
-static inline float
-fold8(v8f acc)
-{
-	float s0 = acc[4] + acc[0], s1 = acc[5] + acc[1], s2 = acc[6] + acc[2], s3 = acc[7] + acc[3];
-	return (s0 + s2) + (s1 + s3);
-}
-
-float
-engine_dot(const float *a, const float *b, int64_t n)
-{
-	v8f acc = {0};
-	int64_t i = 0;
-	for (; i + 8 <= n; i += 8)
-		acc = madd8(load8(a + i), load8(b + i), acc);
-	float s = fold8(acc);
-	for (; i < n; i++)
-		s = fmaf(a[i], b[i], s);
-	return s;
-}
-
-void
-engine_matvec(float *y, const float *w, const float *x, int64_t n_in, int64_t n_out)
-{
-	int64_t r = 0;
-	if (n_in % 8 == 0) {
-		for (; r + 4 <= n_out; r += 4) {
-			const float *w0 = w + r * n_in, *w1 = w0 + n_in, *w2 = w1 + n_in, *w3 = w2 + n_in;
-			v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-			for (int64_t i = 0; i < n_in; i += 8) {
-				v8f xv = load8(x + i);
-				a0 = madd8(load8(w0 + i), xv, a0);
-				a1 = madd8(load8(w1 + i), xv, a1);
-				a2 = madd8(load8(w2 + i), xv, a2);
-				a3 = madd8(load8(w3 + i), xv, a3);
-			}
-			y[r] = fold8(a0);
-			y[r + 1] = fold8(a1);
-			y[r + 2] = fold8(a2);
-			y[r + 3] = fold8(a3);
-		}
-	}
-	for (; r < n_out; r++)
-		y[r] = engine_dot(w + r * n_in, x, n_in);
-}
-
-static float
-silu(float x)
-{
-	return x / (1.0f + expf(-x));
-}
-
-static float
-gelu_tanh(float x)
-{
-	return 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x)));
-}
-
-// ggml's fp16 GELU table, as ref.c has it
-static float gelu_table[1 << 16];
-static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
-
-static void
-gelu_init(void)
-{
-	for (int i = 0; i < 1 << 16; i++)
-		gelu_table[i] = ad_fp16_to_f32(ad_f32_to_fp16(gelu_tanh(ad_fp16_to_f32((uint16_t)i))));
-}
-
-static float
-gelu(float x)
-{
-	if (x <= -10.0f)
-		return 0.0f;
-	if (x >= 10.0f)
-		return x;
-	return gelu_table[ad_f32_to_fp16(x)];
-}
+// --- ref.c's arithmetic (common/numeric.h) -------------------------------------------
 
 static void
 rope_angles(const struct engine *e, const struct eng_layer *L, int pos, float *cs)
@@ -317,19 +190,7 @@ rope_angles(const struct engine *e, const struct eng_layer *L, int pos, float *c
 static void
 rope(const struct engine *e, const struct eng_layer *L, float *v, int64_t n_heads, const float *cs)
 {
-	(void)e;
-	const int64_t hd = L->hd, half = L->n_rot / 2;
-	const int neox = e->hp.rope == MODEL_ROPE_NEOX;
-	for (int64_t h = 0; h < n_heads; h++) {
-		float *p = v + h * hd;
-		for (int64_t i = 0; i < half; i++) {
-			int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
-			float c = cs[2 * i], s = cs[2 * i + 1];
-			float x0 = p[i0], x1 = p[i1];
-			p[i0] = x0 * c - x1 * s;
-			p[i1] = x0 * s + x1 * c;
-		}
-	}
+	ad_rope(v, n_heads, L->hd, L->n_rot, e->hp.rope == MODEL_ROPE_NEOX, cs);
 }
 
 // --- setup ---------------------------------------------------------------------------
@@ -378,18 +239,7 @@ engine_free(struct engine *e)
 {
 	if (!e)
 		return;
-	if (e->workers) {
-		pthread_mutex_lock(&e->mu);
-		e->stop = 1;
-		pthread_cond_broadcast(&e->go);
-		pthread_mutex_unlock(&e->mu);
-		for (int i = 0; i < e->n_workers; i++)
-			pthread_join(e->workers[i].th, NULL);
-		pthread_mutex_destroy(&e->mu);
-		pthread_cond_destroy(&e->go);
-		pthread_cond_destroy(&e->idle);
-		free(e->workers);
-	}
+	ad_pool_free(e->pool);
 	for (int i = 0; i < e->nbufs; i++)
 		free(e->bufs[i]);
 	free(e->bufs);
@@ -502,11 +352,9 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 	e->kv_f32 = o && o->kv_f32;
 	e->kv_elem = e->kv_f32 ? 4 : 2;
 	const int threads = o && o->threads > 0 ? (o->threads < 64 ? o->threads : 64) : 1;
-	e->gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3 || m->arch == MODEL_ARCH_GEMMA4;
 	e->gemma4 = m->arch == MODEL_ARCH_GEMMA4;
-	e->embd_scale = e->gelu ? sqrtf((float)hp->n_embd) : 1.0f;
-	if (e->gelu)
-		pthread_once(&gelu_once, gelu_init);
+	if (hp->act == MODEL_ACT_GELU)
+		ad_gelu_init();
 	e->E = (int)hp->n_embd;
 	e->V = (int)hp->n_vocab;
 	e->nq = (int)(hp->n_head * hp->head_dim);
@@ -749,7 +597,7 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 		goto fail;
 	if (fused_setup(e, err))
 		goto fail;
-	if (start_workers(e, threads - 1, err))
+	if (threads > 1 && !(e->pool = ad_pool_new(&(struct ad_pool_opts){threads, 0, 0}, err)))
 		goto fail;
 	// what the engine reads of the model is copied by now (norms, biases:
 	// deq) or read on demand (embedding rows, MoE experts): the pages its
@@ -1255,10 +1103,10 @@ run(struct engine *e, struct fwd *f, int id, const float *x, size_t ld_x, float 
 	if (x)
 		put(e, e->k_in[id], x, ncols, ld_x);
 	struct kb_timing t = {0, 0};
-	uint64_t t0 = now_ns();
+	uint64_t t0 = ad_now_ns();
 	if (e->kb->call(e->kb, id, &e->surf[e->k_in[id]].s, &e->surf[e->k_out[id]].s, ncols, &t, err))
 		return ad_err_prefix(err, "kernel %d (layer %d)", id, e->kb->kernels[id].layer);
-	uint64_t t1 = now_ns();
+	uint64_t t1 = ad_now_ns();
 	if (f->trace)
 		trace_call(e, id, "", t0, t1);
 	f->call_ns += t1 - t0;
@@ -1277,10 +1125,10 @@ run_head(struct engine *e, struct fwd *f, const float *x, float *logits, int nw,
 	put(e, e->k_in[e->head[0]], x, nw, (size_t)e->E);
 	for (int h = 0; h < e->n_head; h++)
 		e->head_steps[h].ncols = nw;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = ad_now_ns();
 	if (kb_call_list(e->kb, e->head_steps, e->n_head, e->head_t, err))
 		return ad_err_prefix(err, "LM head (%d chunks)", e->n_head);
-	uint64_t t1 = now_ns();
+	uint64_t t1 = ad_now_ns();
 	if (f->trace)
 		trace_call(e, e->head[0], e->n_head > 1 ? " (all chunks)" : "", t0, t1);
 	f->call_ns += t1 - t0;
@@ -1304,7 +1152,7 @@ attn_item(struct engine *e, int il, int item, float *scratch)
 	const int c = item / nkv, g = item % nkv, hd = L->hd, hdv = L->hdv;
 	const int cnk = L->kv_nk, cnv = (int)hp->n_head_kv * hdv; // the cache's rows
 	const struct attn_shape sh = {group, 1, hd, hdv, (size_t)cnk, (size_t)cnv,
-	                              e->gelu ? 1.0f : hp->q_scale, hp->attn_softcap};
+	                              hp->q_prescale ? 1.0f : hp->q_scale, hp->attn_softcap};
 	const int pos = e->pos[c];
 	int first = 0;
 	if (L->sliding && pos - hp->sliding_window + 1 > 0)
@@ -1327,67 +1175,16 @@ attn_item(struct engine *e, int il, int item, float *scratch)
 			scratch);
 }
 
-// claim and compute items of job gen until none is left; a claim is a
-// compare-and-swap on the ticket, so a worker that wakes late for an old
-// job takes nothing from a new one
+struct attn_job {
+	struct engine *e;
+	int il;
+};
+
 static void
-claim_items(struct engine *e, uint32_t gen, int items, int il, float *scratch)
+attn_task(void *arg, size_t item, int worker)
 {
-	for (;;) {
-		uint64_t t = __atomic_load_n(&e->ticket, __ATOMIC_ACQUIRE);
-		if ((uint32_t)(t >> 32) != gen || (int)(uint32_t)t >= items)
-			return;
-		if (!__atomic_compare_exchange_n(&e->ticket, &t, t + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-			continue;
-		attn_item(e, il, (int)(uint32_t)t, scratch);
-		if (__atomic_add_fetch(&e->done, 1, __ATOMIC_ACQ_REL) == items) {
-			pthread_mutex_lock(&e->mu);
-			pthread_cond_signal(&e->idle);
-			pthread_mutex_unlock(&e->mu);
-		}
-	}
-}
-
-static void *
-worker_main(void *arg)
-{
-	struct worker *w = arg;
-	struct engine *e = w->e;
-	uint32_t seen = 0;
-	pthread_mutex_lock(&e->mu);
-	for (;;) {
-		while (!e->stop && e->gen == seen)
-			pthread_cond_wait(&e->go, &e->mu);
-		if (e->stop)
-			break;
-		seen = e->gen;
-		const int items = e->job_items, il = e->job_layer;
-		pthread_mutex_unlock(&e->mu);
-		claim_items(e, seen, items, il, e->attn_scratch[w->id]);
-		pthread_mutex_lock(&e->mu);
-	}
-	pthread_mutex_unlock(&e->mu);
-	return NULL;
-}
-
-static int
-start_workers(struct engine *e, int n, char *err)
-{
-	if (n <= 0)
-		return 0;
-	e->workers = calloc((size_t)n, sizeof *e->workers);
-	if (!e->workers)
-		return ad_err(err, "out of memory");
-	pthread_mutex_init(&e->mu, NULL);
-	pthread_cond_init(&e->go, NULL);
-	pthread_cond_init(&e->idle, NULL);
-	for (int i = 0; i < n; i++) {
-		e->workers[i] = (struct worker){e, i + 1, 0};
-		if (pthread_create(&e->workers[i].th, NULL, worker_main, &e->workers[i]))
-			break; // fewer threads is still correct
-		e->n_workers++;
-	}
-	return 0;
+	const struct attn_job *j = arg;
+	attn_item(j->e, j->il, (int)item, j->e->attn_scratch[worker]);
 }
 
 // every column's attention for layer il: with the workers when it is worth
@@ -1401,26 +1198,13 @@ attention(struct engine *e, int il, int n)
 	int64_t work = 0;
 	for (int c = 0; c < n; c++)
 		work += (int64_t)(e->pos[c] + 1) * e->hp.n_head * e->hp.head_dim;
-	if (e->n_workers == 0 || items < 2 || work < (1 << 18)) {
+	if (!e->pool || items < 2 || work < (1 << 18)) {
 		for (int it = 0; it < items; it++)
 			attn_item(e, il, it, e->attn_scratch[0]);
 		return;
 	}
-	pthread_mutex_lock(&e->mu);
-	if (++e->gen == 0) // 0 is the workers' "none seen yet"
-		e->gen = 1;
-	const uint32_t gen = e->gen;
-	e->job_layer = il;
-	e->job_items = items;
-	__atomic_store_n(&e->done, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&e->ticket, (uint64_t)gen << 32, __ATOMIC_RELEASE);
-	pthread_cond_broadcast(&e->go);
-	pthread_mutex_unlock(&e->mu);
-	claim_items(e, gen, items, il, e->attn_scratch[0]);
-	pthread_mutex_lock(&e->mu);
-	while (__atomic_load_n(&e->done, __ATOMIC_ACQUIRE) < items)
-		pthread_cond_wait(&e->idle, &e->mu);
-	pthread_mutex_unlock(&e->mu);
+	struct attn_job j = {e, il};
+	ad_pool_run(e->pool, attn_task, &j, (size_t)items);
 }
 
 // lfm2's ShortConv block, as ref.c's shortconv: in_proj on the backend,
@@ -1588,7 +1372,7 @@ attn_block(struct engine *e, struct fwd *f, int il, int n)
 					rope(e, L, k, hp->n_head_kv, cs);
 			}
 		}
-		if (e->gelu)
+		if (hp->q_prescale)
 			for (int i = 0; i < L->nq; i++)
 				q[i] *= hp->q_scale;
 		uint8_t *kc = e->cols[c]->kv + L->kv_off;
@@ -1603,9 +1387,9 @@ attn_block(struct engine *e, struct fwd *f, int il, int n)
 			ad_f32_to_fp16_row(v, (uint16_t *)vc + (size_t)e->pos[c] * L->nv, (size_t)L->nv);
 		}
 	}
-	uint64_t t0 = now_ns();
+	uint64_t t0 = ad_now_ns();
 	attention(e, il, n);
-	uint64_t t1 = now_ns();
+	uint64_t t1 = ad_now_ns();
 	f->attn_ns += t1 - t0;
 	if (f->trace) {
 		char name[32];
@@ -1636,11 +1420,11 @@ ffn_half(struct engine *e, struct fwd *f, int il, int n, char *err)
 	if (L->gate_inp) {
 		if (L->shexp >= 0 && run(e, f, L->shexp, e->xn, E, e->proj, E, n, err))
 			return -1;
-		t0 = now_ns();
+		t0 = ad_now_ns();
 		if (moe_forward(e->moe, &e->m->layers[il], L->gate_inp, L->gate_inp_shexp, e->xn,
 		                L->shexp >= 0 ? e->proj : NULL, n, e->ffo, err))
 			return -1;
-		f->moe_ns += now_ns() - t0;
+		f->moe_ns += ad_now_ns() - t0;
 	} else if (L->ffn >= 0) {
 		if (run(e, f, L->ffn, e->xn, E, e->ffo, E, n, err))
 			return -1;
@@ -1650,13 +1434,8 @@ ffn_half(struct engine *e, struct fwd *f, int il, int n, char *err)
 			return -1;
 		// act(gate) * up into the gate half; DOWN reads it with a stride
 		for (int c = 0; c < n; c++) {
-			float *g = e->hb + (size_t)c * 2 * ff, *u = g + ff;
-			if (e->gelu)
-				for (int i = 0; i < ff; i++)
-					g[i] = gelu(g[i]) * u[i];
-			else
-				for (int i = 0; i < ff; i++)
-					g[i] = silu(g[i]) * u[i];
+			float *g = e->hb + (size_t)c * 2 * ff;
+			ad_glu(g, g + ff, ff, e->hp.act == MODEL_ACT_GELU);
 		}
 		if (run(e, f, L->down, e->hb, 2 * (size_t)ff, e->ffo, E, n, err))
 			return -1;
@@ -1668,17 +1447,17 @@ ffn_half(struct engine *e, struct fwd *f, int il, int n, char *err)
 		for (int i = 0; i < E; i++)
 			x[i] += p[i];
 	}
-	// gemma4: x += post_norm(proj (gelu(inp_gate x) * pl[layer])), x *= the
+	// gemma4: x += post_norm(proj (ad_gelu(inp_gate x) * pl[layer])), x *= the
 	// layer's output scale (ref.c's per_layer_branch; small, on the CPU)
 	for (int c = 0; e->gemma4 && c < n; c++) {
 		float *x = e->x + (size_t)c * E, *g = e->hb, *p = e->proj;
 		const int P = e->P;
 		if (L->pl_gate) {
-			engine_matvec(g, L->pl_gate, x, E, P);
+			ad_matvec(g, L->pl_gate, x, E, P);
 			const float *pl = e->pl + (size_t)c * e->LP + (size_t)il * P;
 			for (int i = 0; i < P; i++)
-				g[i] = gelu(g[i]) * pl[i];
-			engine_matvec(p, L->pl_proj, g, P, E);
+				g[i] = ad_gelu(g[i]) * pl[i];
+			ad_matvec(p, L->pl_proj, g, P, E);
 			ad_rmsnorm(p, p, L->pl_norm, E, eps);
 			for (int i = 0; i < E; i++)
 				x[i] += p[i];
@@ -1806,10 +1585,10 @@ unfused:
 static int
 call_steps(struct engine *e, struct fwd *f, const struct kb_step *st, int n, char *err)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = ad_now_ns();
 	if (kb_call_list(e->kb, st, n, e->ft, err))
 		return -1;
-	uint64_t t1 = now_ns();
+	uint64_t t1 = ad_now_ns();
 	f->call_ns += t1 - t0;
 	f->trips++;
 	int first = -1;
@@ -1883,13 +1662,8 @@ layer_fused(struct engine *e, struct fwd *f, int il, int nl, int n, float *logit
 		const int ff = L->ff;
 		get(e, e->k_out[up], e->hb, n, 2 * (size_t)ff);
 		for (int col = 0; col < n; col++) {
-			float *g = e->hb + (size_t)col * 2 * ff, *u = g + ff;
-			if (e->gelu)
-				for (int i = 0; i < ff; i++)
-					g[i] = gelu(g[i]) * u[i];
-			else
-				for (int i = 0; i < ff; i++)
-					g[i] = silu(g[i]) * u[i];
+			float *g = e->hb + (size_t)col * 2 * ff;
+			ad_glu(g, g + ff, ff, e->hp.act == MODEL_ACT_GELU);
 		}
 		put(e, e->k_in[down], e->hb, n, 2 * (size_t)ff);
 		k = 0;
@@ -1927,7 +1701,7 @@ per_layer_inputs(struct engine *e, int c, int32_t token, char *err)
 	const int E = e->E, P = e->P, LP = e->LP;
 	float *pl = e->pl + (size_t)c * LP, *row = e->pl_row;
 	const struct model_tensor *t = &e->m->pl_tok_embd;
-	engine_matvec(pl, e->pl_model_proj, e->x + (size_t)c * E, E, LP);
+	ad_matvec(pl, e->pl_model_proj, e->x + (size_t)c * E, E, LP);
 	const float ps = 1.0f / sqrtf((float)E), ts = sqrtf((float)P), ss = 1.0f / sqrtf(2.0f);
 	for (int i = 0; i < LP; i++)
 		pl[i] *= ps;
@@ -1979,7 +1753,7 @@ forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens,
 		if (logits && (!want || want[c]))
 			e->wanted[nw++] = c;
 
-	uint64_t t0 = now_ns();
+	uint64_t t0 = ad_now_ns();
 	struct fwd f = {.trace = trace_enabled()};
 	if (e->fused)
 		e->x = e->hx[e->hcur];
@@ -1996,7 +1770,7 @@ forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens,
 		if (ad_dequant(e->m->tok_embd.type, row, x, E, err))
 			return ad_err_prefix(err, "token_embd");
 		for (int i = 0; i < E; i++)
-			x[i] = x[i] * e->embd_scale;
+			x[i] = x[i] * e->hp.embd_scale;
 		if (e->pl_model_proj && per_layer_inputs(e, c, tokens[c], err))
 			return -1;
 	}
@@ -2032,7 +1806,7 @@ forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens,
 		}
 	}
 	// commit, and book the time on each sequence by its columns
-	uint64_t total = now_ns() - t0;
+	uint64_t total = ad_now_ns() - t0;
 	book(&e->t, &f, total, n, n, prefill);
 	for (int c = 0; c < n; c++) {
 		struct engine_seq *s = seqs[c];

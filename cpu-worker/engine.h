@@ -238,11 +238,6 @@ int engine_prompt(struct engine *e, struct engine_seq *s, const int32_t *prompt,
 // book sampling time on a sequence (and the engine's totals)
 void engine_add_sampling(struct engine *e, struct engine_seq *s, uint64_t ns);
 
-// y[n_out] = W[n_out][n_in] · x in the reference engine's summation order
-// (8 lanes, fused multiply-add, ref.c's fold): the same bits as ref.c
-void engine_matvec(float *y, const float *w, const float *x, int64_t n_in, int64_t n_out);
-float engine_dot(const float *a, const float *b, int64_t n);
-
 // kb_exact's fp32 twin of one of its surfaces ([width][channels]); NULL
 // for another backend's surface. The engine writes and reads the twin so
 // that nothing is rounded to fp16 on the way to the exact kernels.

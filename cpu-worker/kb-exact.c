@@ -20,10 +20,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "dequant.h"
 #include "engine.h"
 #include "fp16.h"
 #include "kernels.h"
+#include "numeric.h"
 
 struct xk {
 	enum ane_kind kind;
@@ -54,14 +56,6 @@ struct exact {
 	float *hb, *hb2; // FFN scratch
 	int max_ff;
 };
-
-static uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static int
 grow(void **p, int *cap, int need, size_t elem)
@@ -99,12 +93,6 @@ deq(struct exact *x, const struct model_tensor *t, const float **out, char *err)
 		return ad_err_prefix(err, "tensor %s", t->name);
 	*out = d;
 	return 0;
-}
-
-static float
-silu(float x)
-{
-	return x / (1.0f + expf(-x));
 }
 
 // --- the backend -------------------------------------------------------------------
@@ -151,7 +139,7 @@ static int
 x_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surface *out, int ncols,
        struct kb_timing *t, char *err)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = ad_now_ns();
 	struct exact *x = kb->priv;
 	if (id < 0 || id >= x->nk)
 		return ad_err(err, "exact: no kernel %d", id);
@@ -168,15 +156,14 @@ x_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surfa
 		const float *xi = si->f32 + (size_t)c * si->s.channels;
 		float *yo = so->f32 + (size_t)c * so->s.channels;
 		if (k->gate) {
-			engine_matvec(x->hb, k->gate, xi, k->in, k->ff);
-			engine_matvec(x->hb2, k->up, xi, k->in, k->ff);
-			for (int i = 0; i < k->ff; i++)
-				x->hb[i] = silu(x->hb[i]) * x->hb2[i];
-			engine_matvec(yo, k->down, x->hb, k->ff, k->out);
+			ad_matvec(x->hb, k->gate, xi, k->in, k->ff);
+			ad_matvec(x->hb2, k->up, xi, k->in, k->ff);
+			ad_glu(x->hb, x->hb2, k->ff, 0);
+			ad_matvec(yo, k->down, x->hb, k->ff, k->out);
 		} else {
 			int r = 0;
 			for (int p = 0; p < k->nparts; p++) {
-				engine_matvec(yo + r, k->w[p], xi, k->in, k->rows[p]);
+				ad_matvec(yo + r, k->w[p], xi, k->in, k->rows[p]);
 				r += k->rows[p];
 			}
 		}
@@ -185,7 +172,7 @@ x_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surfa
 			out->base[(size_t)o * out->plane_stride / 2 + (size_t)c] = ad_f32_to_fp16(yo[o]);
 	}
 	if (t) {
-		t->exec_ns = now_ns() - t0;
+		t->exec_ns = ad_now_ns() - t0;
 		t->total_ns = t->exec_ns;
 	}
 	return 0;
@@ -257,7 +244,7 @@ kb_exact_new(const struct model *m, const struct kb_opts *o, char *err)
 	x->kb.call_list = kb_call_loop;
 	x->kb.free = x_free;
 	x->kb.resnorm = x_resnorm;
-	const int gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3 || m->arch == MODEL_ARCH_GEMMA4;
+	const int gelu = hp->act == MODEL_ACT_GELU;
 	const int split = gelu || (o && o->split);
 	const int E = (int)hp->n_embd;
 	const int V = (int)hp->n_vocab;

@@ -3,6 +3,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "kernels.h"
 #include "layout.h"
 
@@ -36,18 +37,10 @@ kb_surfaces_free(struct kb_surfaces *l)
 	l->n = l->cap = 0;
 }
 
-static uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static int
 resnorm_here(struct kernel_backend *kb, const struct kb_step *st, struct kb_timing *t, char *err)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = ad_now_ns();
 	if (kb->resnorm) {
 		if (kb->resnorm(kb, st, err))
 			return -1;
@@ -64,7 +57,7 @@ resnorm_here(struct kernel_backend *kb, const struct kb_step *st, struct kb_timi
 			return -1;
 	}
 	if (t) {
-		t->exec_ns = now_ns() - t0;
+		t->exec_ns = ad_now_ns() - t0;
 		t->total_ns = t->exec_ns;
 	}
 	return 0;

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "dequant.h"
-#include "engine.h"
+#include "numeric.h"
 #include "wtype.h"
 
 #define ROWS 16 // rows dequantised at a time
@@ -107,12 +107,6 @@ rows_f32(struct moe *mo, const struct model_tensor *t, int64_t n_in, size_t base
 	return mo->rows;
 }
 
-static float
-silu(float x)
-{
-	return x / (1.0f + expf(-x));
-}
-
 // the router of one column, as ref.c computes it
 // (bias: the selection bias, or NULL)
 static void
@@ -120,7 +114,7 @@ route(struct moe *mo, const float *router, const float *bias, const float *x, in
 {
 	const int ne = mo->ne;
 	float *p = mo->probs;
-	engine_matvec(p, router, x, mo->E, ne);
+	ad_matvec(p, router, x, mo->E, ne);
 	if (mo->sigmoid) {
 		for (int i = 0; i < ne; i++)
 			p[i] = 1.0f / (1.0f + expf(-p[i]));
@@ -195,19 +189,18 @@ moe_forward(struct moe *mo, const struct model_layer *ml, const float *router, c
 				return -1;
 			for (int i = 0; i < ns; i++) {
 				const int sl = mo->slots[i];
-				engine_matvec(mo->hg + (size_t)sl * fe + r0, w, x + (size_t)(sl / k) * E, E, nr);
+				ad_matvec(mo->hg + (size_t)sl * fe + r0, w, x + (size_t)(sl / k) * E, E, nr);
 			}
 			if (!(w = rows_f32(mo, &ml->up_exps, E, gbase, r0, nr, err)))
 				return -1;
 			for (int i = 0; i < ns; i++) {
 				const int sl = mo->slots[i];
-				engine_matvec(mo->hu + (size_t)sl * fe + r0, w, x + (size_t)(sl / k) * E, E, nr);
+				ad_matvec(mo->hu + (size_t)sl * fe + r0, w, x + (size_t)(sl / k) * E, E, nr);
 			}
 		}
 		for (int i = 0; i < ns; i++) {
 			float *g = mo->hg + (size_t)mo->slots[i] * fe, *u = mo->hu + (size_t)mo->slots[i] * fe;
-			for (int j = 0; j < fe; j++)
-				g[j] = silu(g[j]) * u[j];
+			ad_glu(g, u, fe, 0);
 		}
 		for (int r0 = 0; r0 < E; r0 += ROWS) {
 			const int nr = E - r0 < ROWS ? E - r0 : ROWS;
@@ -216,7 +209,7 @@ moe_forward(struct moe *mo, const struct model_layer *ml, const float *router, c
 				return -1;
 			for (int i = 0; i < ns; i++) {
 				const int sl = mo->slots[i];
-				engine_matvec(mo->eo + (size_t)sl * E + r0, w, mo->hg + (size_t)sl * fe, fe, nr);
+				ad_matvec(mo->eo + (size_t)sl * E + r0, w, mo->hg + (size_t)sl * fe, fe, nr);
 			}
 		}
 	}
@@ -234,7 +227,7 @@ moe_forward(struct moe *mo, const struct model_layer *ml, const float *router, c
 		if (shared) {
 			float g = 1.0f;
 			if (shexp_gate) {
-				float s = engine_dot(shexp_gate, xc, E);
+				float s = ad_dot(shexp_gate, xc, E);
 				g = 1.0f / (1.0f + expf(-s));
 			}
 			const float *sh = shared + (size_t)c * E;

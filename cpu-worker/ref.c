@@ -7,24 +7,20 @@
 //
 // Where fp32 leaves a choice, the choice is ggml's CPU backend's, so that
 // llama.cpp's fp32 logits are met to a few ulp: the summation order of dot
-// products (see dot), RMSNorm's mean rounded to float, RoPE angles as a
+// products (see common/numeric.h), RMSNorm's mean rounded to float, RoPE angles as a
 // float running product, q pre-scaled on gemma, and GELU through an fp16
 // table. Softmax uses libm's expf where ggml has its own vector exp; that
 // is the main remaining difference.
 #include "ref.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-
-#if defined(__AVX__) && defined(__FMA__)
-#include <immintrin.h>
-#endif
 
 #include "deltanet.h"
 #include "dequant.h"
 #include "fp16.h"
+#include "numeric.h"
 #include "wtype.h"
 
 struct ref_layer {
@@ -63,8 +59,6 @@ struct ref_engine {
 	struct model_hparams hp;
 	int max_seq;
 	int n_pos; // positions held in the cache
-	int gelu;  // gemma: GELU-tanh FFN instead of SwiGLU
-	float embd_scale;
 
 	const float *tok_embd, *output_norm, *output, *rope_freqs;
 	const float *pl_tok_embd, *pl_model_proj, *pl_proj_norm; // gemma4's per-layer inputs
@@ -159,9 +153,6 @@ rope_factors(const struct model *m, int n_ctx)
 	return t ? t : &none;
 }
 
-static void gelu_init(void);
-static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
-
 struct ref_engine *
 ref_new(const struct model *m, int max_seq, char *err)
 {
@@ -180,11 +171,9 @@ ref_new_ctx(const struct model *m, int max_seq, int n_ctx, char *err)
 	e->arch = m->arch;
 	e->hp = *hp;
 	e->max_seq = max_seq;
-	e->gelu = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3 || m->arch == MODEL_ARCH_GEMMA4;
 	e->gemma4 = m->arch == MODEL_ARCH_GEMMA4;
-	e->embd_scale = e->gelu ? sqrtf((float)hp->n_embd) : 1.0f;
-	if (e->gelu)
-		pthread_once(&gelu_once, gelu_init);
+	if (hp->act == MODEL_ACT_GELU)
+		ad_gelu_init();
 	e->layers = calloc((size_t)hp->n_layer, sizeof *e->layers);
 	if (!e->layers) {
 		ad_err(err, "out of memory");
@@ -380,135 +369,17 @@ ref_argmax(const float *x, int n)
 
 // --- kernels ---------------------------------------------------------------------
 
-// The summation order of every dot product is fixed and documented: eight
-// lanes, lane j accumulating elements i ≡ j (mod 8) with multiply-add (fused
-// where the target has FMA), then the lanes folded as
-// (l0+l4 + l2+l6) + (l1+l5 + l3+l7). That is the order of ggml's F32 matmul
-// on 8-wide SIMD, so most dot products come out bit-identical to llama.cpp's;
-// this matters where a later step rounds to fp16 (the GELU table), which
-// turns last-bit differences into 1e-3 jumps. The lanes are a GNU vector so
-// the loop is one SIMD multiply-add per 8 values on any target.
-typedef float v8f __attribute__((vector_size(32)));
+// The arithmetic is common/numeric.h's (the 8-lane dot products, RMSNorm,
+// the GELU table, the RoPE rotation), which engine.c uses too.
 
-static inline v8f
-load8(const float *p)
-{
-	v8f v;
-	memcpy(&v, p, sizeof v);
-	return v;
-}
-
-// c + a·b per lane with one rounding (the compiler's contraction of a*b+c
-// is not reliable enough to build the bit pattern on)
-static inline v8f
-madd8(v8f a, v8f b, v8f c)
-{
-#if defined(__AVX__) && defined(__FMA__)
-	return (v8f)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
-#else
-	v8f r;
-	for (int j = 0; j < 8; j++)
-		r[j] = fmaf(a[j], b[j], c[j]);
-	return r;
-#endif
-}
-
-static inline float
-fold8(v8f acc)
-{
-	float s0 = acc[4] + acc[0], s1 = acc[5] + acc[1], s2 = acc[6] + acc[2], s3 = acc[7] + acc[3];
-	return (s0 + s2) + (s1 + s3);
-}
-
-static float
-dot(const float *a, const float *b, int64_t n)
-{
-	v8f acc = {0};
-	int64_t i = 0;
-	for (; i + 8 <= n; i += 8)
-		acc = madd8(load8(a + i), load8(b + i), acc);
-	float s = fold8(acc);
-	for (; i < n; i++)
-		s = fmaf(a[i], b[i], s);
-	return s;
-}
-
-// y[n_out] = W[n_out][n_in] · x (+ bias); four rows at a time so that four
-// independent accumulators hide the multiply-add latency (each row still
-// sums in the order of dot)
+// y[n_out] = W[n_out][n_in] · x (+ bias)
 static void
 matvec(float *y, const float *w, const float *x, const float *bias, int64_t n_in, int64_t n_out)
 {
-	int64_t r = 0;
-	if (n_in % 8 == 0) {
-		for (; r + 4 <= n_out; r += 4) {
-			const float *w0 = w + r * n_in, *w1 = w0 + n_in, *w2 = w1 + n_in, *w3 = w2 + n_in;
-			v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-			for (int64_t i = 0; i < n_in; i += 8) {
-				v8f xv = load8(x + i);
-				a0 = madd8(load8(w0 + i), xv, a0);
-				a1 = madd8(load8(w1 + i), xv, a1);
-				a2 = madd8(load8(w2 + i), xv, a2);
-				a3 = madd8(load8(w3 + i), xv, a3);
-			}
-			y[r] = fold8(a0);
-			y[r + 1] = fold8(a1);
-			y[r + 2] = fold8(a2);
-			y[r + 3] = fold8(a3);
-		}
-	}
-	for (; r < n_out; r++)
-		y[r] = dot(w + r * n_in, x, n_in);
+	ad_matvec(y, w, x, n_in, n_out);
 	if (bias)
-		for (r = 0; r < n_out; r++)
+		for (int64_t r = 0; r < n_out; r++)
 			y[r] += bias[r];
-}
-
-// y = x / sqrt(mean(x²) + eps) * w, in place allowed; sum in double as ggml does
-static void
-rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
-{
-	double ss = 0;
-	for (int64_t i = 0; i < n; i++)
-		ss += (double)(x[i] * x[i]);
-	float mean = (float)(ss / (double)n);
-	float scale = 1.0f / sqrtf(mean + eps);
-	for (int64_t i = 0; i < n; i++)
-		y[i] = (x[i] * scale) * w[i];
-}
-
-static float
-silu(float x)
-{
-	return x / (1.0f + expf(-x));
-}
-
-static float
-gelu_tanh(float x)
-{
-	return 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x)));
-}
-
-// ggml's CPU backend evaluates GELU through a table indexed by the fp16 bits
-// of x and holding fp16 results; the fixtures were computed that way.
-// The table is filled once, by the first ref_new of a GELU model.
-static float gelu_table[1 << 16];
-
-static void
-gelu_init(void)
-{
-	for (int i = 0; i < 1 << 16; i++)
-		gelu_table[i] = ad_fp16_to_f32(ad_f32_to_fp16(gelu_tanh(ad_fp16_to_f32((uint16_t)i))));
-}
-
-static float
-gelu(float x)
-{
-	if (x <= -10.0f)
-		return 0.0f;
-	if (x >= 10.0f)
-		return x;
-	return gelu_table[ad_f32_to_fp16(x)];
 }
 
 // cos/sin of each rotary pair for one position (model_rope_angles: theta
@@ -525,18 +396,7 @@ rope_angles(const struct ref_engine *e, const struct ref_layer *L, int pos, floa
 static void
 rope(const struct ref_engine *e, const struct ref_layer *L, float *v, int64_t n_heads, const float *cs)
 {
-	const int64_t hd = L->hd, half = L->n_rot / 2;
-	const int neox = e->hp.rope == MODEL_ROPE_NEOX;
-	for (int64_t h = 0; h < n_heads; h++) {
-		float *p = v + h * hd;
-		for (int64_t i = 0; i < half; i++) {
-			int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
-			float c = cs[2 * i], s = cs[2 * i + 1];
-			float x0 = p[i0], x1 = p[i1];
-			p[i0] = x0 * c - x1 * s;
-			p[i1] = x0 * s + x1 * c;
-		}
-	}
+	ad_rope(v, n_heads, L->hd, L->n_rot, e->hp.rope == MODEL_ROPE_NEOX, cs);
 }
 
 // --- the block -----------------------------------------------------------------
@@ -549,13 +409,13 @@ qk_norm(struct ref_engine *e, const struct ref_layer *L)
 	const int64_t hd = L->hd;
 	if (L->q_norm)
 		for (int64_t h = 0; h < hp->n_head; h++)
-			rmsnorm(e->q + h * hd, e->q + h * hd, L->q_norm, hd, hp->rms_eps);
+			ad_rmsnorm(e->q + h * hd, e->q + h * hd, L->q_norm, hd, hp->rms_eps);
 	if (L->k_norm)
 		for (int64_t h = 0; h < hp->n_head_kv; h++)
-			rmsnorm(e->k + h * hd, e->k + h * hd, L->k_norm, hd, hp->rms_eps);
+			ad_rmsnorm(e->k + h * hd, e->k + h * hd, L->k_norm, hd, hp->rms_eps);
 	if (e->gemma4 && L->own_kv) // V normed too, with no weight
 		for (int64_t h = 0; h < hp->n_head_kv; h++)
-			rmsnorm(e->v + h * L->hdv, e->v + h * L->hdv, e->ones, L->hdv, hp->rms_eps);
+			ad_rmsnorm(e->v + h * L->hdv, e->v + h * L->hdv, e->ones, L->hdv, hp->rms_eps);
 }
 
 static void
@@ -565,7 +425,7 @@ attention(struct ref_engine *e, struct ref_layer *L, int pos)
 	const int64_t E = hp->n_embd, hd = L->hd, hdv = L->hdv;
 	const int64_t nk = hp->n_head_kv * hd, nv = hp->n_head_kv * hdv;
 
-	rmsnorm(e->xn, e->x, L->attn_norm, E, hp->rms_eps);
+	ad_rmsnorm(e->xn, e->x, L->attn_norm, E, hp->rms_eps);
 	if (L->attn_gate) {
 		// qwen35: per head hd q rows, then hd gate rows
 		for (int64_t h = 0; h < hp->n_head; h++) {
@@ -592,7 +452,7 @@ attention(struct ref_engine *e, struct ref_layer *L, int pos)
 	// gemma scales q itself; the others scale the scores (same maths,
 	// different rounding)
 	float score_scale = hp->q_scale;
-	if (e->gelu) {
+	if (hp->q_prescale) {
 		for (int64_t i = 0; i < hp->n_head * hd; i++)
 			e->q[i] *= hp->q_scale;
 		score_scale = 1.0f;
@@ -612,7 +472,7 @@ attention(struct ref_engine *e, struct ref_layer *L, int pos)
 		const int64_t kvh = h / group;
 		float mx = -INFINITY;
 		for (int j = start; j <= pos; j++) {
-			float s = dot(qh, L->k_cache + (size_t)j * nk + kvh * hd, hd) * score_scale;
+			float s = ad_dot(qh, L->k_cache + (size_t)j * nk + kvh * hd, hd) * score_scale;
 			if (cap > 0)
 				s = tanhf(s * (1.0f / cap)) * cap;
 			e->scores[j] = s;
@@ -639,10 +499,10 @@ attention(struct ref_engine *e, struct ref_layer *L, int pos)
 				pl[d] = fmaf(pj, vj[d], pl[d]);
 		}
 		for (int64_t d = 0; d < hdv; d++) {
-			v8f acc;
+			ad_v8f acc;
 			for (int l = 0; l < 8; l++)
 				acc[l] = part[(size_t)l * hdv + d];
-			out[d] = fold8(acc);
+			out[d] = ad_fold8(acc);
 		}
 	}
 	if (L->attn_gate)
@@ -650,7 +510,7 @@ attention(struct ref_engine *e, struct ref_layer *L, int pos)
 			e->att[i] *= 1.0f / (1.0f + expf(-e->gate[i]));
 	matvec(e->proj, L->wo, e->att, L->bo, hp->n_head * hdv, E);
 	if (L->post_attn_norm)
-		rmsnorm(e->proj, e->proj, L->post_attn_norm, E, hp->rms_eps);
+		ad_rmsnorm(e->proj, e->proj, L->post_attn_norm, E, hp->rms_eps);
 	for (int64_t i = 0; i < E; i++)
 		e->x[i] += e->proj[i];
 }
@@ -664,7 +524,7 @@ shortconv(struct ref_engine *e, struct ref_layer *L, int pos)
 {
 	const struct model_hparams *hp = &e->hp;
 	const int64_t E = hp->n_embd, K = hp->n_conv;
-	rmsnorm(e->xn, e->x, L->attn_norm, E, hp->rms_eps);
+	ad_rmsnorm(e->xn, e->x, L->attn_norm, E, hp->rms_eps);
 	matvec(e->bcx, L->conv_in, e->xn, NULL, E, 3 * E);
 	const float *b = e->bcx, *c = b + E, *xv = c + E;
 	float *bx = L->bx_cache + (size_t)pos * (size_t)E;
@@ -691,7 +551,7 @@ deltanet(struct ref_engine *e, struct ref_layer *L, int pos)
 {
 	const struct model_hparams *hp = &e->hp;
 	const int64_t E = hp->n_embd, nvd = (int64_t)L->dn.n_v * L->dn.d;
-	rmsnorm(e->xn, e->x, L->attn_norm, E, hp->rms_eps);
+	ad_rmsnorm(e->xn, e->x, L->attn_norm, E, hp->rms_eps);
 	matvec(e->dn_mix, L->dn_qkv, e->xn, NULL, E, L->dn.channels);
 	matvec(e->dn_zb, L->dn_z, e->xn, NULL, E, nvd);
 	matvec(e->dn_ba, L->dn_beta, e->xn, NULL, E, L->dn.n_v);
@@ -711,8 +571,7 @@ ffn(struct ref_engine *e, float *out, const float *gate, const float *up, const 
 	const int64_t E = e->hp.n_embd;
 	matvec(e->hb, gate, x, NULL, E, n_ff);
 	matvec(e->hb2, up, x, NULL, E, n_ff);
-	for (int64_t i = 0; i < n_ff; i++)
-		e->hb[i] = (use_gelu ? gelu(e->hb[i]) : silu(e->hb[i])) * e->hb2[i];
+	ad_glu(e->hb, e->hb2, n_ff, use_gelu);
 	matvec(out, down, e->hb, NULL, n_ff, E);
 }
 
@@ -783,7 +642,7 @@ moe(struct ref_engine *e, struct ref_layer *L, const float *x, float *out)
 	if (L->gate_shexp) {
 		float g = 1.0f;
 		if (L->gate_inp_shexp) {
-			float s = dot(L->gate_inp_shexp, x, E);
+			float s = ad_dot(L->gate_inp_shexp, x, E);
 			g = 1.0f / (1.0f + expf(-s));
 		}
 		ffn(e, e->proj, L->gate_shexp, L->up_shexp, L->down_shexp, x, hp->n_ff_shexp, 0);
@@ -797,13 +656,13 @@ feed_forward(struct ref_engine *e, struct ref_layer *L)
 {
 	const struct model_hparams *hp = &e->hp;
 	const int64_t E = hp->n_embd;
-	rmsnorm(e->xn, e->x, L->ffn_norm, E, hp->rms_eps);
+	ad_rmsnorm(e->xn, e->x, L->ffn_norm, E, hp->rms_eps);
 	if (L->gate_inp)
 		moe(e, L, e->xn, e->moe);
 	else
-		ffn(e, e->moe, L->gate, L->up, L->down, e->xn, L->n_ff, e->gelu);
+		ffn(e, e->moe, L->gate, L->up, L->down, e->xn, L->n_ff, hp->act == MODEL_ACT_GELU);
 	if (L->post_ffw_norm)
-		rmsnorm(e->moe, e->moe, L->post_ffw_norm, E, hp->rms_eps);
+		ad_rmsnorm(e->moe, e->moe, L->post_ffw_norm, E, hp->rms_eps);
 	for (int64_t i = 0; i < E; i++)
 		e->x[i] += e->moe[i];
 }
@@ -822,7 +681,7 @@ per_layer_inputs(struct ref_engine *e, int32_t token)
 	const float *tok = e->pl_tok_embd + (size_t)token * (size_t)LP;
 	for (int64_t l = 0; l < hp->n_layer; l++) {
 		float *p = e->pl + l * P;
-		rmsnorm(p, p, e->pl_proj_norm, P, hp->rms_eps);
+		ad_rmsnorm(p, p, e->pl_proj_norm, P, hp->rms_eps);
 		for (int64_t i = 0; i < P; i++)
 			p[i] = (p[i] + tok[l * P + i] * ts) * ss;
 	}
@@ -838,9 +697,9 @@ per_layer_branch(struct ref_engine *e, struct ref_layer *L, int64_t il)
 	if (L->pl_gate) {
 		matvec(e->hb, L->pl_gate, e->x, NULL, E, P);
 		for (int64_t i = 0; i < P; i++)
-			e->hb[i] = gelu(e->hb[i]) * e->pl[il * P + i];
+			e->hb[i] = ad_gelu(e->hb[i]) * e->pl[il * P + i];
 		matvec(e->proj, L->pl_proj, e->hb, NULL, P, E);
-		rmsnorm(e->proj, e->proj, L->pl_norm, E, hp->rms_eps);
+		ad_rmsnorm(e->proj, e->proj, L->pl_norm, E, hp->rms_eps);
 		for (int64_t i = 0; i < E; i++)
 			e->x[i] += e->proj[i];
 	}
@@ -862,7 +721,7 @@ ref_forward(struct ref_engine *e, int32_t token, int pos, float *logits)
 
 	const float *row = e->tok_embd + (size_t)token * (size_t)E;
 	for (int64_t i = 0; i < E; i++)
-		e->x[i] = row[i] * e->embd_scale;
+		e->x[i] = row[i] * e->hp.embd_scale;
 	if (e->pl_model_proj)
 		per_layer_inputs(e, token);
 	for (int64_t il = 0; il < hp->n_layer; il++) {
@@ -878,7 +737,7 @@ ref_forward(struct ref_engine *e, int32_t token, int pos, float *logits)
 	}
 	e->n_pos = pos + 1;
 
-	rmsnorm(e->xn, e->x, e->output_norm, E, hp->rms_eps);
+	ad_rmsnorm(e->xn, e->x, e->output_norm, E, hp->rms_eps);
 	matvec(logits, e->output, e->xn, NULL, E, hp->n_vocab);
 	if (hp->final_softcap > 0) {
 		const float cap = hp->final_softcap;

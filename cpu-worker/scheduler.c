@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 #include "prefix-cache.h"
 #include "spec.h"
@@ -187,14 +188,6 @@ struct sched {
 	int win;                  // engine_kv_window when there is a windowed part, else 0
 };
 
-static uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static int
 cond_init(pthread_cond_t *cv)
 {
@@ -220,12 +213,10 @@ fail(enum sched_code *code, enum sched_code c, char *err, const char *fmt, ...)
 {
 	if (code)
 		*code = c;
-	if (err) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err, AD_ERRLEN, fmt, ap);
-		va_end(ap);
-	}
+	va_list ap;
+	va_start(ap, fmt);
+	ad_verr(err, fmt, ap);
+	va_end(ap);
 	return -1;
 }
 
@@ -290,7 +281,7 @@ renew_lease(struct sched *s, const char *client, int ms, enum sched_code *code, 
 		s->leases = l;
 		s->n_leases++;
 	}
-	l->renewed_ns = now_ns();
+	l->renewed_ns = ad_now_ns();
 	l->expires_ns = l->renewed_ns + (uint64_t)ms * 1000000u;
 	return 0;
 }
@@ -317,7 +308,7 @@ session_release(struct sched *s, struct job *j)
 	j->sess = NULL;
 	if (x->busy == j) {
 		x->busy = NULL;
-		x->used_ns = now_ns();
+		x->used_ns = ad_now_ns();
 	}
 	if (x->drop && !x->busy)
 		session_free(s, x);
@@ -360,7 +351,7 @@ finish(struct sched *s, struct job *j, enum sched_finish f, enum sched_code code
 		vsnprintf(j->msg, sizeof j->msg, fmt, ap);
 		va_end(ap);
 	}
-	j->done_ns = now_ns();
+	j->done_ns = ad_now_ns();
 	if (j->queued) {
 		unqueue(s, j);
 		session_release(s, j);
@@ -809,7 +800,7 @@ trace_since(uint64_t t0, const char *cat, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(name, sizeof name, fmt, ap);
 	va_end(ap);
-	trace_event((long)getpid(), 1, name, cat, t0 / 1000u, (now_ns() - t0) / 1000u);
+	trace_event((long)getpid(), 1, name, cat, t0 / 1000u, (ad_now_ns() - t0) / 1000u);
 }
 
 // a row of a verify (spec.h): row r of a step that carried k draft tokens
@@ -856,7 +847,7 @@ emit(struct sched *s, struct job *j, const float *row, int len, const struct vro
 {
 	char err[AD_ERRLEN];
 	struct sched_event ev = {0};
-	uint64_t t0 = now_ns();
+	uint64_t t0 = ad_now_ns();
 	if (j->want_top)
 		ev.n_top = sample_top(row, s->V, ev.top, SCHED_TOP);
 	int32_t tok = j->gram ? gram_sample(j->gram, j->smp, row, err) : sample_next(j->smp, row, err);
@@ -874,7 +865,7 @@ emit(struct sched *s, struct job *j, const float *row, int len, const struct vro
 		ev.n_lp = m > 0 ? m : 0;
 	}
 	*out = tok;
-	engine_add_sampling(s->e, j->seq, now_ns() - t0);
+	engine_add_sampling(s->e, j->seq, ad_now_ns() - t0);
 	if (trace_enabled())
 		trace_since(t0, "sampling", "sample (job %llu)", (unsigned long long)j->id);
 	int stop = 0, rv = -1;
@@ -1015,7 +1006,7 @@ prefill_chunk(struct sched *s, struct job *j)
 		s->cols[c] = j->seq;
 		s->want[c] = last && c == m - 1;
 	}
-	uint64_t t0 = now_ns();
+	uint64_t t0 = ad_now_ns();
 	if (engine_forward(s->e, s->cols, j->prompt + j->fed, m, s->want, last ? s->logits : NULL, 1, err)) {
 		fail_job(s, j, SCHED_EUNAVAILABLE, "prefill", err);
 		return;
@@ -1054,7 +1045,7 @@ fused(struct sched *s, int n, int d, struct job *pj)
 		s->want[d + c] = last && c == m - 1;
 	}
 	struct engine_timings *pt = engine_seq_timings(pj->seq), before = *pt;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = ad_now_ns();
 	if (engine_forward(s->e, s->cols, s->toks, d + m, s->want, s->logits, 0, err)) {
 		for (int i = 0; i < n; i++)
 			fail_job(s, s->cjobs[i], SCHED_EUNAVAILABLE, "decode", err);
@@ -1130,14 +1121,14 @@ turn(struct sched *s, int n_active)
 		if (m == 0)
 			m = 1;
 		const int cols = s->coff[g + m - 1] + 1 + s->nk[g + m - 1] - c0;
-		uint64_t t0 = now_ns();
+		uint64_t t0 = ad_now_ns();
 		if (engine_forward(s->e, s->cols + c0, s->toks + c0, cols, NULL, s->logits, 0, err)) {
 			for (int i = 0; i < m; i++)
 				fail_job(s, s->cjobs[g + i], SCHED_EUNAVAILABLE, "decode", err);
 			g += m;
 			continue;
 		}
-		spec_cost_add(&s->cost, cols, (double)(now_ns() - t0));
+		spec_cost_add(&s->cost, cols, (double)(ad_now_ns() - t0));
 		if (trace_enabled())
 			trace_since(t0, "step", "decode step (%d, %d columns)", m, cols);
 		pthread_mutex_lock(&s->mu);
@@ -1372,7 +1363,7 @@ engine_main(void *arg)
 	struct sched *s = arg;
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
-		uint64_t now = now_ns();
+		uint64_t now = ad_now_ns();
 		if (now - s->last_housekeep >= HOUSEKEEP_NS) {
 			housekeep(s, now);
 			s->last_housekeep = now;
@@ -1396,7 +1387,7 @@ engine_main(void *arg)
 		if (!ev && s->n_active == 0) {
 			if (s->stopping)
 				break;
-			cond_wait_until(&s->work, &s->mu, now_ns() + 250000000u);
+			cond_wait_until(&s->work, &s->mu, ad_now_ns() + 250000000u);
 			continue;
 		}
 		int n_active = s->n_active;
@@ -1581,7 +1572,7 @@ claim_session(struct sched *s, struct job *j, const char *name, enum sched_code 
 {
 	struct session *x = find_session(s, name);
 	// a finished job lets go of its session at the engine thread's next turn
-	uint64_t until = now_ns() + (uint64_t)SESSION_WAIT_MS * 1000000u;
+	uint64_t until = ad_now_ns() + (uint64_t)SESSION_WAIT_MS * 1000000u;
 	while (x && x->busy && x->busy->finish != SCHED_RUNNING && !s->stopping) {
 		if (cond_wait_until(&s->done, &s->mu, until) == ETIMEDOUT)
 			break;
@@ -1620,7 +1611,7 @@ claim_session(struct sched *s, struct job *j, const char *name, enum sched_code 
 	}
 	j->reuse = reuse;
 	x->busy = j;
-	x->used_ns = now_ns();
+	x->used_ns = ad_now_ns();
 	j->sess = x;
 	return 0;
 }
@@ -1839,7 +1830,7 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 	j->skip_draws = g->skip_draws;
 	j->spec = g->speculative == SCHED_SPEC_ON || (g->speculative != SCHED_SPEC_OFF && !s->o.no_spec);
 	j->deadline_ms = g->deadline_ms;
-	j->submit_ns = j->last_poll_ns = now_ns();
+	j->submit_ns = j->last_poll_ns = ad_now_ns();
 	if (g->deadline_ms)
 		j->deadline_ns = j->submit_ns + (uint64_t)g->deadline_ms * 1000000u;
 	if (grammar_job(s, g, j, code, err)) {
@@ -1897,7 +1888,7 @@ sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll *ou
 		return fail(code, SCHED_ENOTFOUND, err, "no job %llu (a finished job is forgotten %d ms after its final poll)",
 		            (unsigned long long)job, s->o.grace_ms);
 	}
-	uint64_t now = now_ns(), until = now + (uint64_t)max_wait_ms * 1000000u;
+	uint64_t now = ad_now_ns(), until = now + (uint64_t)max_wait_ms * 1000000u;
 	j->waiters++;
 	j->last_poll_ns = now;
 	// the deadline is also kept here: the engine thread may be stuck in a
@@ -1907,7 +1898,7 @@ sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll *ou
 	while (j->n_ev == 0 && j->finish == SCHED_RUNNING && !s->stopping)
 		if (cond_wait_until(&j->cv, &s->mu, until) == ETIMEDOUT)
 			break;
-	now = now_ns();
+	now = ad_now_ns();
 	if (j->finish == SCHED_RUNNING && j->deadline_ns && now >= j->deadline_ns)
 		finish(s, j, SCHED_ERROR, SCHED_ETIMEOUT, "the deadline of %u ms passed after %u tokens", j->deadline_ms,
 		       j->produced);

@@ -93,7 +93,7 @@
 #define SCHED_LEASE_MIN_MS 100
 #define SCHED_LEASE_MAX_MS 60000
 
-// error codes: the values of common.proto's ErrorCode
+// error codes: the values of common.proto's ErrorCode (pinned in proto-pins.c)
 enum sched_code {
 	SCHED_OK = 0,
 	SCHED_EBADREQ = 1,
@@ -169,6 +169,7 @@ struct sched_gen {
 	uint64_t skip_draws; // at most max_seq (see above)
 	int speculative; // SCHED_SPEC_*
 };
+// engine.proto's SpecMode (pinned in proto-pins.c)
 enum { SCHED_SPEC_DEFAULT = 0, SCHED_SPEC_OFF = 1, SCHED_SPEC_ON = 2 };
 
 struct sched_started {

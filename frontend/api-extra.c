@@ -155,7 +155,7 @@ fail(struct fe_gen *g, int status, const char *fmt, ...)
 	g->r.status = status;
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(g->r.err, sizeof g->r.err, fmt, ap);
+	ad_verr(g->r.err, fmt, ap); // (r.err: AD_ERRLEN bytes)
 	va_end(ap);
 }
 

@@ -9,14 +9,13 @@
 #include <time.h>
 
 #include "attention.h"
+#include "clock.h"
 #include "fp16.h"
 
 static double
 now_us(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+	return (double)ad_now_ns() / 1e3;
 }
 
 static int

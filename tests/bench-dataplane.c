@@ -23,19 +23,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "ipc.h"
 #include "kernels.h"
 #include "model.h"
 
 extern char **environ;
-
-static uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static int
 cmp(const void *a, const void *b)
@@ -100,11 +93,11 @@ bench(const char *what, struct ctx *c, enum what w, int calls, int reps)
 			return fprintf(stderr, "%s: %s\n", what, err), -1;
 	for (int r = 0; r < reps; r++) {
 		c->exec = 0;
-		uint64_t t0 = now_ns();
+		uint64_t t0 = ad_now_ns();
 		for (int i = 0; i < calls; i++)
 			if (once(c, w, err))
 				return fprintf(stderr, "%s: %s\n", what, err), -1;
-		v[r] = (double)(now_ns() - t0) / 1e3 / calls;
+		v[r] = (double)(ad_now_ns() - t0) / 1e3 / calls;
 		exec += (double)c->exec / 1e3 / calls;
 	}
 	report(what, v, reps);

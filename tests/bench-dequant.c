@@ -8,15 +8,14 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "dequant.h"
 #include "fp16.h"
 
 static double
 now(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	return (double)ad_now_ns() * 1e-9;
 }
 
 static int

@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "blob.h"
+#include "clock.h"
 #include "emu.h"
 #include "err.h"
 #include "fp16.h"
@@ -51,9 +52,7 @@
 static double
 now(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	return (double)ad_now_ns() * 1e-9;
 }
 
 // CPU seconds of the whole process (all threads)

@@ -28,6 +28,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "gbnf.h"
 #include "grammar.h"
 #include "sample.h"
@@ -45,9 +46,7 @@ enum { RUNS = 5 };
 static double
 now(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	return (double)ad_now_ns() / 1e9;
 }
 
 static int

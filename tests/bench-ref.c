@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "gguf.h"
 #include "model.h"
 #include "ref.h"
@@ -18,9 +19,7 @@
 static double
 now(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	return (double)ad_now_ns() / 1e9;
 }
 
 static int

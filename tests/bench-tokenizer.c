@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "clock.h"
 #include "pretok.h"
 #include "tokenizer.h"
 
@@ -115,9 +116,7 @@ gen_text(struct buf *b, size_t target)
 static double
 now(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	return (double)ad_now_ns() * 1e-9;
 }
 
 static int

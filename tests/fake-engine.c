@@ -40,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "common.pb-c.h"
 #include "engine.pb-c.h"
 #include "ipc.h"
@@ -86,14 +87,6 @@ static struct {
 		long n;
 	} fails[64]; // [fail=N]: Generates failed so far, by prompt
 } E = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
-
-static uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void
 logf_(const char *fmt, ...)
@@ -241,7 +234,7 @@ handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *r
 		j->noeos = strstr(pt, "[noeos]") != NULL;
 		j->delay_ns = (uint64_t)marker(pt, "[delay=", (long)(E.delay_ns / 1000000)) * 1000000;
 		j->prefill_ns = (uint64_t)marker(pt, "[prefill=", (long)(E.prefill_ns / 1000000)) * 1000000;
-		j->t0_ns = now_ns();
+		j->t0_ns = ad_now_ns();
 		j->n_prompt = (uint32_t)g->n_prompt;
 		const char *echo = strstr(pt, "ECHO:");
 		const char *text = story;
@@ -312,18 +305,18 @@ handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *r
 			set_error(&r, &err, ANEDVD__ERROR_CODE__ERROR_NOT_FOUND, "no such job");
 			break;
 		}
-		uint64_t deadline = now_ns() + (uint64_t)q->poll->max_wait_ms * 1000000;
+		uint64_t deadline = ad_now_ns() + (uint64_t)q->poll->max_wait_ms * 1000000;
 		size_t n;
 		for (;;) {
-			n = released(j, now_ns());
-			if (n > j->sent || finish_of(j, n) != ANEDVD__FINISH_REASON__FINISH_NONE || now_ns() >= deadline)
+			n = released(j, ad_now_ns());
+			if (n > j->sent || finish_of(j, n) != ANEDVD__FINISH_REASON__FINISH_NONE || ad_now_ns() >= deadline)
 				break;
 			// sleep until the next token is due or the deadline
 			uint64_t next = j->t0_ns + j->prefill_ns + j->sent * j->delay_ns; // token `sent` is due then
 			uint64_t until = next < deadline ? next : deadline;
 			struct timespec ts;
 			clock_gettime(CLOCK_REALTIME, &ts);
-			uint64_t wait = until > now_ns() ? until - now_ns() : 0;
+			uint64_t wait = until > ad_now_ns() ? until - ad_now_ns() : 0;
 			ts.tv_sec += (time_t)(wait / 1000000000u);
 			ts.tv_nsec += (long)(wait % 1000000000u);
 			if (ts.tv_nsec >= 1000000000) {
@@ -363,7 +356,7 @@ handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *r
 			poll_err.message = "fake engine: failing as asked";
 			poll.error = &poll_err;
 		}
-		uint64_t t = now_ns();
+		uint64_t t = ad_now_ns();
 		timings.prefill_ns = j->prefill_ns ? j->prefill_ns : 1000000;
 		timings.prefill_tokens = j->n_prompt;
 		timings.decode_ns = t > j->t0_ns + j->prefill_ns ? t - j->t0_ns - j->prefill_ns : 0;
@@ -397,7 +390,7 @@ handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *r
 	case ANEDVD__ENGINE_REQUEST__BODY_HEALTH:
 		health.process = "fake-engine";
 		health.pid = (uint32_t)getpid();
-		health.uptime_ms = (now_ns() - E.started_ns) / 1000000;
+		health.uptime_ms = (ad_now_ns() - E.started_ns) / 1000000;
 		health.requests = E.requests;
 		r.body_case = ANEDVD__ENGINE_REPLY__BODY_HEALTH;
 		r.health = &health;
@@ -456,7 +449,7 @@ main(int argc, char **argv)
 		ad_error("%s: %s", log, strerror(errno));
 		return 1;
 	}
-	E.started_ns = now_ns();
+	E.started_ns = ad_now_ns();
 	// many threads: each Poll holds one for up to its wait
 	struct ad_server *srv = ad_server_start(url, 32, handle, NULL, err);
 	if (!srv) {

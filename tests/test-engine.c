@@ -28,6 +28,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "clock.h"
 #include "engine.h"
 #include "fp16.h"
 #include "gguf.h"
@@ -42,14 +43,6 @@
 #define MODELS T_DATA "/models"
 #define MODELS2 T_DATA "/models2"
 #define WIDTH 16
-
-static uint64_t
-ns_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 struct fixture {
 	char name[64];
@@ -550,9 +543,9 @@ greedy(struct fixture *f, int local)
 	REQUIRE(sample_accept(smp, f->ids, f->n_prompt, err) == 0, "%s", err);
 	int same = 0;
 	for (int k = 0; k < f->n - f->n_prompt; k++) {
-		uint64_t t0 = ns_now();
+		uint64_t t0 = ad_now_ns();
 		int32_t id = sample_next(smp, l, err);
-		engine_add_sampling(e, s, ns_now() - t0);
+		engine_add_sampling(e, s, ad_now_ns() - t0);
 		if (id != f->ids[f->n_prompt + k])
 			break;
 		same++;

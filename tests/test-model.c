@@ -556,6 +556,55 @@ gemma4_variant(const struct model *g, const char *extra, int64_t kv, char *err)
 	return rc;
 }
 
+// model_finish derives the architecture's arithmetic once: GELU, the
+// embedding scale sqrt(n_embd) and q scaled itself on gemma; SiLU, 1 and
+// the scores scaled elsewhere; whatever a loader left in the fields
+static void
+test_arch_facts(void)
+{
+	char err[AD_ERRLEN] = "";
+	static const struct {
+		const char *file;
+		int gelu;
+	} cases[] = {{MODELS "/llama.gguf", 0}, {MODELS "/qwen2.gguf", 0}, {MODELS "/gemma2.gguf", 1},
+	             {MODELS "/gemma3.gguf", 1}, {T_DATA "/models2/gemma4.gguf", 1}};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		struct model m;
+		REQUIRE(model_load(&m, cases[i].file, err) == 0, "%s", err);
+		const struct model_hparams *hp = &m.hp;
+		const float scale = cases[i].gelu ? sqrtf((float)hp->n_embd) : 1.0f;
+		CHECK(hp->act == (cases[i].gelu ? MODEL_ACT_GELU : MODEL_ACT_SILU), "%s: act %d", cases[i].file, hp->act);
+		CHECK(hp->embd_scale == scale, "%s: embd_scale %g, want %g", cases[i].file, hp->embd_scale, scale);
+		CHECK(hp->q_prescale == cases[i].gelu, "%s: q_prescale %d", cases[i].file, hp->q_prescale);
+		// the loader API: a value left in the fields is replaced
+		struct model r;
+		model_init(&r);
+		r.arch = m.arch;
+		r.hp = m.hp;
+		r.hp.act = cases[i].gelu ? MODEL_ACT_SILU : MODEL_ACT_GELU;
+		r.hp.embd_scale = 7.0f;
+		r.hp.q_prescale = !cases[i].gelu;
+		if (m.layer_n_ff) {
+			r.layer_n_ff = malloc((size_t)m.hp.n_layer * sizeof *r.layer_n_ff);
+			memcpy(r.layer_n_ff, m.layer_n_ff, (size_t)m.hp.n_layer * sizeof *r.layer_n_ff);
+		}
+		if (m.layer_swa) {
+			r.layer_swa = malloc((size_t)m.hp.n_layer);
+			memcpy(r.layer_swa, m.layer_swa, (size_t)m.hp.n_layer);
+		}
+		int rc = 0;
+		for (int64_t t = 0; t < m.n_tensors && !rc; t++) {
+			const struct model_tensor *x = &m.tensors[t];
+			rc = model_add_tensor(&r, x->name, x->type, x->n_dims, x->ne, x->data, x->nbytes, err);
+		}
+		CHECK(!rc && model_finish(&r, err) == 0, "%s: %s", cases[i].file, err);
+		CHECK(r.hp.act == hp->act && r.hp.embd_scale == hp->embd_scale && r.hp.q_prescale == hp->q_prescale,
+		      "%s: the loader's values kept", cases[i].file);
+		model_free(&r);
+		model_free(&m);
+	}
+}
+
 static void
 test_gemma4(void)
 {
@@ -1265,6 +1314,7 @@ main(void)
 	T_RUN(test_yarn_keys);
 	T_RUN(test_lfm2);
 	T_RUN(test_gemma4);
+	T_RUN(test_arch_facts);
 	T_RUN(test_errors);
 	T_RUN(test_unknown_arch_with_llama_tensors);
 	T_RUN(test_loader_api);

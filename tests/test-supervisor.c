@@ -13,6 +13,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "clock.h"
 #include "supervisor.h"
 #include "t.h"
 #include "trace.h"
@@ -33,9 +34,7 @@ alive(long pid)
 static double
 now_s(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	return (double)ad_now_ns() / 1e9;
 }
 
 static int

@@ -47,6 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "common.pb-c.h"
 #include "engine-client.h"
 #include "engine.h"
@@ -71,14 +72,6 @@ static const int32_t ref_ids[] = {403, 407, 261, 378, 432, 383, 286, 261, 376, 2
                                   396, 267, 337, 410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328, 432,
                                   358, 394, 261, 370, 432, 352, 266, 268, 388, 426, 338, 391, 266, 267, 337, 335};
 static const int32_t prompt5[] = {1, 403, 407, 261, 378};
-
-static uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void
 sleep_ms(int ms)
@@ -458,10 +451,10 @@ test_cancel(void)
 		engc_poll_free(&p);
 	}
 	REQUIRE(engc_cancel(S.c, js.job, TMO, &code, err) == 0, "%s", err);
-	uint64_t t0 = now_ns();
+	uint64_t t0 = ad_now_ns();
 	REQUIRE(engc_poll(S.c, js.job, 2000, &p, TMO, NULL, err) == 0, "%s", err);
 	CHECK(p.finish == ENGC_CANCELLED, "finish %d", p.finish);
-	CHECK(now_ns() - t0 < 3000000000u, "the cancel took %llu ms", (unsigned long long)(now_ns() - t0) / 1000000);
+	CHECK(ad_now_ns() - t0 < 3000000000u, "the cancel took %llu ms", (unsigned long long)(ad_now_ns() - t0) / 1000000);
 	got += p.n_events;
 	engc_poll_free(&p);
 	CHECK(got < 1000);
@@ -494,11 +487,11 @@ test_cancel(void)
 	// kept while the engine thread is stuck in a kernel call
 	__atomic_store_n(&S.fl->delay_us, 400000, __ATOMIC_RELAXED);
 	g.deadline_ms = 100;
-	uint64_t t1 = now_ns();
+	uint64_t t1 = ad_now_ns();
 	CHECK(engc_run(S.c, &g, &ids, &n, &fin, NULL, NULL, TMO, &code, err) == 0);
 	CHECK(fin == ENGC_ERROR && code == ANEDVD__ERROR_CODE__ERROR_TIMEOUT, "finish %d code %d", fin, code);
-	CHECK(now_ns() - t1 < 3000000000u, "the deadline was noticed after %llu ms",
-	      (unsigned long long)(now_ns() - t1) / 1000000);
+	CHECK(ad_now_ns() - t1 < 3000000000u, "the deadline was noticed after %llu ms",
+	      (unsigned long long)(ad_now_ns() - t1) / 1000000);
 	free(ids);
 	__atomic_store_n(&S.fl->delay_us, 0, __ATOMIC_RELAXED);
 }
@@ -597,9 +590,9 @@ test_context(void)
 	int32_t *a, *b;
 	size_t na, nb;
 	struct engc_started st;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = ad_now_ns();
 	REQUIRE(run(S.c, p, N, 10, NULL, NULL, &a, &na, &st) == 0);
-	double ms = (double)(now_ns() - t0) / 1e6;
+	double ms = (double)(ad_now_ns() - t0) / 1e6;
 	// keep = max_seq - max_tokens - 1 = 2037
 	CHECK(st.prompt_tokens == 2037 && st.dropped == N - 2037 && na == 10, "kept %u dropped %u", st.prompt_tokens,
 	      st.dropped);
@@ -1299,7 +1292,7 @@ test_resume(void)
 	static struct story st2;
 	(void)st2;
 	struct engc_gen gg = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 200};
-	struct engc_job *j = engc_job_new(v.c, &gg, 300, now_ns() + 1500000000u, err);
+	struct engc_job *j = engc_job_new(v.c, &gg, 300, ad_now_ns() + 1500000000u, err);
 	REQUIRE(j);
 	int rv;
 	while ((rv = engc_job_start(j, 50, &st, &code, err)) == 1)
@@ -1309,7 +1302,7 @@ test_resume(void)
 	sched_free(v.s);
 	v.s = NULL;
 	v.srv = NULL;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = ad_now_ns();
 	struct engc_poll p;
 	int polls = 0, waited = 0;
 	while ((rv = engc_job_poll(j, 50, &p, &code, err)) == 0 && p.finish == ENGC_RUNNING) {
@@ -1319,8 +1312,8 @@ test_resume(void)
 	}
 	CHECK(rv == -1 && code == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE && strstr(err, "unavailable") &&
 	      strstr(err, "deadline"), "rv %d code %d: %s", rv, code, err);
-	CHECK(waited && now_ns() - t0 >= 1000000000u, "%d polls over %llu ms", polls,
-	      (unsigned long long)((now_ns() - t0) / 1000000u));
+	CHECK(waited && ad_now_ns() - t0 >= 1000000000u, "%d polls over %llu ms", polls,
+	      (unsigned long long)((ad_now_ns() - t0) / 1000000u));
 	engc_job_free(j);
 	svc_stop(&v);
 }
@@ -1363,8 +1356,8 @@ test_lease(void)
 	// "dies" stops renewing: its job is cancelled once the lease runs out
 	enum engc_finish f = ENGC_RUNNING;
 	char msg[AD_ERRLEN] = "";
-	uint64_t t0 = now_ns();
-	while (f == ENGC_RUNNING && now_ns() - t0 < 5000000000u) {
+	uint64_t t0 = ad_now_ns();
+	while (f == ENGC_RUNNING && ad_now_ns() - t0 < 5000000000u) {
 		CHECK(engc_lease(v.c, "lives", 400, NULL, TMO, NULL, err) == 0, "%s", err);
 		REQUIRE(engc_poll(v.c, js.job, 100, &p, TMO, NULL, err) == 0, "%s", err);
 		f = p.finish;
@@ -1822,10 +1815,10 @@ test_restart_stop(void)
 		waitpid(ane, NULL, 0);
 		ane = -1;
 		sleep_ms(300);
-		uint64_t t0 = now_ns();
+		uint64_t t0 = ad_now_ns();
 		kill(pid, SIGTERM);
 		int rc = exit_code(pid, 10000);
-		double s = (double)(now_ns() - t0) / 1e9;
+		double s = (double)(ad_now_ns() - t0) / 1e9;
 		CHECK(rc == 0 && s < 2.5, "exit %d after %.2f s", rc, s);
 		printf("SIGTERM with the ane-worker gone: exited in %.2f s\n", s);
 		ad_client_close(c);
@@ -1867,7 +1860,7 @@ test_bench(void)
 	for (int k = 1; k <= 4; k *= 2) {
 		struct run r[4];
 		pthread_t th[4];
-		uint64_t t0 = now_ns();
+		uint64_t t0 = ad_now_ns();
 		double c0 = cpu_s();
 		for (int i = 0; i < k; i++) {
 			memset(&r[i], 0, sizeof r[i]);
@@ -1882,7 +1875,7 @@ test_bench(void)
 			tokens += r[i].n;
 			free(r[i].ids);
 		}
-		double s = (double)(now_ns() - t0) / 1e9, tps = (double)tokens / s;
+		double s = (double)(ad_now_ns() - t0) / 1e9, tps = (double)tokens / s;
 		double cpu_tok = (cpu_s() - c0) / (double)tokens * 1e6;
 		// the same steps without the service
 		struct engine_seq *seqs[4];

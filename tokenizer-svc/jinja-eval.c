@@ -15,19 +15,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "jinja-impl.h"
 
 #define JINJA_MAX_CALLS 48 // macro calls in progress
 
 enum { EX_OK = 0, EX_BREAK = 1, EX_CONTINUE = 2 };
-
-static uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 int
 jstep(struct jrender *R)
@@ -37,7 +30,7 @@ jstep(struct jrender *R)
 	if (++R->steps > R->max_steps)
 		return jr_fail(R, JINJA_LIMIT, "the template took more than %llu steps",
 		               (unsigned long long)R->max_steps);
-	if ((R->steps & 1023) == 0 && now_ns() > R->deadline_ns)
+	if ((R->steps & 1023) == 0 && ad_now_ns() > R->deadline_ns)
 		return jr_fail(R, JINJA_LIMIT, "the template took too long");
 	return 0;
 }
@@ -1290,7 +1283,7 @@ jinja_render(const struct jinja_tmpl *t, const char *ctx, size_t ctx_len, const 
 	R->heap.limit = L.max_memory ? L.max_memory : (size_t)64 << 20;
 	R->max_output = L.max_output ? L.max_output : (size_t)8 << 20;
 	R->max_steps = L.max_steps ? L.max_steps : 50000000u;
-	R->deadline_ns = now_ns() + (uint64_t)(L.timeout_ms > 0 ? L.timeout_ms : 2000) * 1000000u;
+	R->deadline_ns = ad_now_ns() + (uint64_t)(L.timeout_ms > 0 ? L.timeout_ms : 2000) * 1000000u;
 	R->now = L.now;
 	struct jbuf buf = {0};
 	R->out = &buf;

@@ -116,13 +116,11 @@ pfail(struct parser *P, enum jinja_status s, int line, const char *fmt, ...)
 	if (P->status != JINJA_OK)
 		return -1;
 	P->status = s;
-	char msg[AD_ERRLEN - 32];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	ad_verr(P->err, fmt, ap);
 	va_end(ap);
-	ad_err(P->err, "line %d: %s", line, msg);
-	return -1;
+	return ad_err_prefix(P->err, "line %d", line);
 }
 
 static char *

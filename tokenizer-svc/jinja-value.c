@@ -21,7 +21,7 @@ jr_fail(struct jrender *R, enum jinja_status s, const char *fmt, ...)
 	R->status = s;
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(R->err, sizeof R->err, fmt, ap);
+	ad_verr(R->err, fmt, ap); // (err: AD_ERRLEN bytes)
 	va_end(ap);
 	return -1;
 }

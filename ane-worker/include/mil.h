@@ -49,6 +49,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "err.h"
 #include "plan.h" // enum ane_wfmt
 
 #define ANE_MIL_WEIGHT_FILE "w.bin"
@@ -67,7 +68,7 @@ struct ane_mil {
 	int nblob;    // BLOBFILE consts emitted so far (two per int8 weight)
 	int body;     // inputs closed, constant block emitted
 	int failed;
-	char err[256];
+	char err[AD_ERRLEN];
 };
 
 void ane_mil_init(struct ane_mil *m);

@@ -1,0 +1,201 @@
+#include "pool.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "clock.h"
+#include "err.h"
+
+struct worker {
+	struct ad_pool *p;
+	int id;
+	pthread_t th;
+};
+
+struct ad_pool {
+	pthread_mutex_t mu;
+	pthread_cond_t go, done;
+	struct worker *w;
+	int nth; // worker threads running (the caller not counted)
+	int stop;
+	long spin_ns, wait_spin_ns;
+	uint32_t gen;   // written under mu, read by spinning workers atomically
+	uint64_t state; // atomic: gen << 32 | next task
+	size_t ndone;   // atomic: tasks finished in this generation
+	// the job: atomics, as late workers may read them while the next job is
+	// being set up (they then fail to claim and go back to waiting)
+	ad_pool_fn fn;
+	void *arg;
+	size_t ntasks;
+};
+
+// claim and run tasks of generation gen until none is left
+static void
+work(struct ad_pool *p, uint32_t gen, int worker)
+{
+	for (;;) {
+		uint64_t s = __atomic_load_n(&p->state, __ATOMIC_ACQUIRE);
+		if ((uint32_t)(s >> 32) != gen)
+			return;
+		size_t n = __atomic_load_n(&p->ntasks, __ATOMIC_RELAXED);
+		ad_pool_fn fn = __atomic_load_n(&p->fn, __ATOMIC_RELAXED);
+		void *arg = __atomic_load_n(&p->arg, __ATOMIC_RELAXED);
+		size_t t = (size_t)(uint32_t)s;
+		if (t >= n)
+			return;
+		// claiming task t of this generation: the job cannot change before
+		// every task, this one included, is done
+		if (!__atomic_compare_exchange_n(&p->state, &s, s + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			continue;
+		fn(arg, t, worker);
+		if (__atomic_add_fetch(&p->ndone, 1, __ATOMIC_ACQ_REL) == n) {
+			pthread_mutex_lock(&p->mu);
+			pthread_cond_signal(&p->done);
+			pthread_mutex_unlock(&p->mu);
+		}
+	}
+}
+
+// poll for a job after generation seen, up to spin_ns
+static void
+spin(struct ad_pool *p, uint32_t seen)
+{
+	if (p->spin_ns <= 0)
+		return;
+	const uint64_t t0 = ad_now_ns();
+	for (unsigned k = 1;; k++) {
+		if (__atomic_load_n(&p->gen, __ATOMIC_ACQUIRE) != seen || __atomic_load_n(&p->stop, __ATOMIC_RELAXED))
+			return;
+		// yield, not pause: on a machine with more threads than cores a
+		// polling worker must not keep the caller (or anyone) off its core
+		sched_yield();
+		if (k % 16 == 0 && ad_now_ns() - t0 > (uint64_t)p->spin_ns)
+			return;
+	}
+}
+
+static void *
+worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct ad_pool *p = w->p;
+	uint32_t seen = 0;
+	pthread_mutex_lock(&p->mu);
+	for (;;) {
+		while (!p->stop && p->gen == seen)
+			pthread_cond_wait(&p->go, &p->mu);
+		if (p->stop)
+			break;
+		seen = p->gen;
+		pthread_mutex_unlock(&p->mu);
+		work(p, seen, w->id);
+		spin(p, seen);
+		pthread_mutex_lock(&p->mu);
+	}
+	pthread_mutex_unlock(&p->mu);
+	return NULL;
+}
+
+static inline void
+cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield");
+#endif
+}
+
+struct ad_pool *
+ad_pool_new(const struct ad_pool_opts *o, char *err)
+{
+	struct ad_pool *p = calloc(1, sizeof *p);
+	int n = o->threads > 1 ? o->threads - 1 : 0;
+	if (!p || (n && !(p->w = calloc((size_t)n, sizeof *p->w)))) {
+		free(p);
+		ad_err(err, "thread pool: out of memory");
+		return NULL;
+	}
+	p->spin_ns = o->spin_ns;
+	p->wait_spin_ns = o->wait_spin_ns;
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->go, NULL);
+	pthread_cond_init(&p->done, NULL);
+	for (int i = 0; i < n; i++) {
+		p->w[p->nth] = (struct worker){p, p->nth + 1, 0};
+		if (pthread_create(&p->w[p->nth].th, NULL, worker_main, &p->w[p->nth]))
+			break; // fewer threads is still correct
+		p->nth++;
+	}
+	return p;
+}
+
+void
+ad_pool_free(struct ad_pool *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->mu);
+	__atomic_store_n(&p->stop, 1, __ATOMIC_RELAXED);
+	pthread_cond_broadcast(&p->go);
+	pthread_mutex_unlock(&p->mu);
+	for (int i = 0; i < p->nth; i++)
+		pthread_join(p->w[i].th, NULL);
+	free(p->w);
+	pthread_mutex_destroy(&p->mu);
+	pthread_cond_destroy(&p->go);
+	pthread_cond_destroy(&p->done);
+	free(p);
+}
+
+int
+ad_pool_threads(const struct ad_pool *p)
+{
+	return p->nth + 1;
+}
+
+void
+ad_pool_run(struct ad_pool *p, ad_pool_fn fn, void *arg, size_t ntasks)
+{
+	if (p->nth == 0 || ntasks < 2) {
+		for (size_t t = 0; t < ntasks; t++)
+			fn(arg, t, 0);
+		return;
+	}
+	pthread_mutex_lock(&p->mu);
+	uint32_t gen = p->gen + 1;
+	if (gen == 0) // 0 is the workers' "none seen yet"
+		gen = 1;
+	__atomic_store_n(&p->gen, gen, __ATOMIC_RELEASE);
+	__atomic_store_n(&p->fn, fn, __ATOMIC_RELAXED);
+	__atomic_store_n(&p->arg, arg, __ATOMIC_RELAXED);
+	__atomic_store_n(&p->ntasks, ntasks, __ATOMIC_RELAXED);
+	__atomic_store_n(&p->ndone, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&p->state, (uint64_t)gen << 32, __ATOMIC_RELEASE);
+	pthread_cond_broadcast(&p->go);
+	pthread_mutex_unlock(&p->mu);
+	work(p, gen, 0);
+	// the workers' last tasks: spin for them a while (a clock read every
+	// 1024 rounds), then sleep
+	if (p->wait_spin_ns > 0) {
+		uint64_t t0 = 0;
+		for (unsigned k = 1; __atomic_load_n(&p->ndone, __ATOMIC_ACQUIRE) < ntasks; k++) {
+			cpu_relax();
+			if (k % 1024 == 0) {
+				uint64_t t = ad_now_ns();
+				if (k == 1024)
+					t0 = t;
+				else if (t - t0 > (uint64_t)p->wait_spin_ns)
+					break;
+			}
+		}
+	}
+	if (__atomic_load_n(&p->ndone, __ATOMIC_ACQUIRE) < ntasks) {
+		pthread_mutex_lock(&p->mu);
+		while (__atomic_load_n(&p->ndone, __ATOMIC_ACQUIRE) < ntasks)
+			pthread_cond_wait(&p->done, &p->mu);
+		pthread_mutex_unlock(&p->mu);
+	}
+}

@@ -1,0 +1,59 @@
+// pool.h - the thread pool of the emu backend (ane-worker/emu.c) and of
+// the engine's attention (cpu-worker/engine.c).
+//
+// A pool runs one job at a time: fn(arg, task, worker) for every task in
+// [0, ntasks), claimed one by one by the calling thread (worker 0) and by
+// the pool's threads (workers 1 .. threads-1) that are awake; ad_pool_run
+// returns when every task is done. worker tells a task which thread runs
+// it (for per-thread scratch); which tasks a thread gets is not fixed.
+//
+// Tasks are claimed from one 64-bit word holding (generation << 32 | next
+// task), so a worker that wakes late can never claim a task of a later
+// job; the caller waits for the job's tasks to be done, not for every
+// worker to have woken up.
+//
+// Waiting is tuned per pool (struct ad_pool_opts):
+//   spin_ns       after a job a worker polls for the next one this long
+//                 (sched_yield between looks, so that it keeps nobody off
+//                 its core) before it sleeps on the condition variable: a
+//                 sleeping worker wakes too late for a job of tens of
+//                 microseconds (an idle vCPU takes ~50 us to wake on a VM).
+//                 0: sleep at once.
+//   wait_spin_ns  the caller, its own share done, spins (pause) this long
+//                 for the workers' last tasks before it sleeps. 0: sleep
+//                 at once.
+//
+// Lock discipline: mu guards gen, stop and the condition variables; the
+// job (fn, arg, ntasks) and the claim word are atomics, because a late
+// worker may read them while the next job is being set up (it then fails
+// to claim and goes back to waiting). Not reentrant: one job at a time, run
+// by one caller; a task must not call ad_pool_run on its own pool.
+#ifndef AD_POOL_H
+#define AD_POOL_H
+
+#include <stddef.h>
+
+struct ad_pool;
+
+typedef void (*ad_pool_fn)(void *arg, size_t task, int worker);
+
+struct ad_pool_opts {
+	int threads;       // threads that run a job, the caller included (>= 1)
+	long spin_ns;      // workers' poll after a job (see above)
+	long wait_spin_ns; // the caller's spin for the last tasks
+};
+
+// a pool of o->threads - 1 worker threads. A thread that cannot be
+// started is left out (the pool is still correct, with fewer workers):
+// ad_pool_threads says how many run. NULL only when out of memory.
+struct ad_pool *ad_pool_new(const struct ad_pool_opts *o, char *err);
+// stops and joins the workers; NULL is a no-op
+void ad_pool_free(struct ad_pool *p);
+// threads that run a job, the caller included
+int ad_pool_threads(const struct ad_pool *p);
+
+// run fn over ntasks tasks; with no workers or fewer than 2 tasks, all on
+// the caller, in order
+void ad_pool_run(struct ad_pool *p, ad_pool_fn fn, void *arg, size_t ntasks);
+
+#endif
