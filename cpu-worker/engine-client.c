@@ -7,6 +7,7 @@
 #include "clock.h"
 #include "common.pb-c.h"
 #include "engine.pb-c.h"
+#include "rpc.h"
 
 static int
 oom(int *code, char *err)
@@ -16,61 +17,18 @@ oom(int *code, char *err)
 	return ad_err(err, "out of memory");
 }
 
-// call sends q and returns the unpacked reply, or NULL with err and *code
-// filled (transport failure, undecodable reply, error reply, wrong body)
+// call sends body (an EngineRequest's) and returns the EngineReply, or
+// NULL with err and *code (proto/rpc.h)
 static Anedvd__EngineReply *
-call(struct ad_client *c, Anedvd__EngineRequest *q, Anedvd__EngineReply__BodyCase want, int timeout_ms, int *code,
-     char *err)
+call(struct ad_client *c, const ProtobufCMessage *body, int timeout_ms, int *code, char *err)
 {
-	static uint64_t next_id;
-	q->id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
-	if (code)
-		*code = ANEDVD__ERROR_CODE__ERROR_INTERNAL;
-	size_t n = anedvd__engine_request__get_packed_size(q);
-	uint8_t *buf = malloc(n ? n : 1);
-	if (!buf) {
-		ad_err(err, "out of memory");
-		return NULL;
-	}
-	anedvd__engine_request__pack(q, buf);
-	uint8_t *reply = NULL;
-	size_t reply_len = 0;
-	int rv = ad_client_call(c, buf, n, &reply, &reply_len, timeout_ms, err);
-	free(buf);
-	if (rv != 0) {
-		if (code)
-			*code = ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE;
-		ad_err_prefix(err, "engine service");
-		return NULL;
-	}
-	Anedvd__EngineReply *r = anedvd__engine_reply__unpack(NULL, reply_len, reply);
-	free(reply);
-	if (!r) {
-		ad_err(err, "engine service: undecodable reply");
-		return NULL;
-	}
-	if (r->error && r->error->code != ANEDVD__ERROR_CODE__ERROR_NONE) {
-		if (code)
-			*code = r->error->code;
-		ad_err(err, "engine service: %s", r->error->message);
-		anedvd__engine_reply__free_unpacked(r, NULL);
-		return NULL;
-	}
-	if (r->body_case != want || r->id != q->id) {
-		ad_err(err, "engine service: reply does not match the request");
-		anedvd__engine_reply__free_unpacked(r, NULL);
-		return NULL;
-	}
-	if (code)
-		*code = ANEDVD__ERROR_CODE__ERROR_NONE;
-	return r;
+	return ad_rpc_call(c, &ad_rpc_engine, body, timeout_ms, code, err);
 }
 
 int
 engc_generate(struct ad_client *c, const struct engc_gen *g, struct engc_started *out, int timeout_ms, int *code,
               char *err)
 {
-	Anedvd__EngineRequest q = ANEDVD__ENGINE_REQUEST__INIT;
 	Anedvd__GenerateRequest gr = ANEDVD__GENERATE_REQUEST__INIT;
 	Anedvd__SamplingParams sp = ANEDVD__SAMPLING_PARAMS__INIT;
 	gr.prompt = (int32_t *)g->prompt;
@@ -129,9 +87,7 @@ engc_generate(struct ad_client *c, const struct engc_gen *g, struct engc_started
 	gr.n_grammar_tokens = g->n_grammar_tokens;
 	gr.grammar_replay = g->grammar ? g->grammar_replay : 0;
 	gr.speculative = (Anedvd__SpecMode)g->speculative;
-	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_GENERATE;
-	q.generate = &gr;
-	Anedvd__EngineReply *r = call(c, &q, ANEDVD__ENGINE_REPLY__BODY_GENERATE, timeout_ms, code, err);
+	Anedvd__EngineReply *r = call(c, &gr.base, timeout_ms, code, err);
 	free(lb);
 	free(plb);
 	if (!r)
@@ -149,13 +105,10 @@ engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct engc_p
           char *err)
 {
 	memset(out, 0, sizeof *out);
-	Anedvd__EngineRequest q = ANEDVD__ENGINE_REQUEST__INIT;
 	Anedvd__PollRequest pr = ANEDVD__POLL_REQUEST__INIT;
 	pr.job = job;
 	pr.max_wait_ms = max_wait_ms;
-	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_POLL;
-	q.poll = &pr;
-	Anedvd__EngineReply *r = call(c, &q, ANEDVD__ENGINE_REPLY__BODY_POLL, timeout_ms + (int)max_wait_ms, code, err);
+	Anedvd__EngineReply *r = call(c, &pr.base, timeout_ms + (int)max_wait_ms, code, err);
 	if (!r)
 		return -1;
 	const Anedvd__PollReply *p = r->poll;
@@ -250,12 +203,9 @@ engc_poll_free(struct engc_poll *p)
 int
 engc_cancel(struct ad_client *c, uint64_t job, int timeout_ms, int *code, char *err)
 {
-	Anedvd__EngineRequest q = ANEDVD__ENGINE_REQUEST__INIT;
 	Anedvd__CancelRequest cr = ANEDVD__CANCEL_REQUEST__INIT;
 	cr.job = job;
-	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_CANCEL;
-	q.cancel = &cr;
-	Anedvd__EngineReply *r = call(c, &q, ANEDVD__ENGINE_REPLY__BODY_CANCEL, timeout_ms, code, err);
+	Anedvd__EngineReply *r = call(c, &cr.base, timeout_ms, code, err);
 	if (!r)
 		return -1;
 	anedvd__engine_reply__free_unpacked(r, NULL);
@@ -267,16 +217,13 @@ engc_eval(struct ad_client *c, const int32_t *ids, size_t n, int per_token, int 
           float **logits, uint32_t *rows, uint32_t *n_vocab, int timeout_ms, int *code, char *err)
 {
 	*logits = NULL;
-	Anedvd__EngineRequest q = ANEDVD__ENGINE_REQUEST__INIT;
 	Anedvd__EvalRequest er = ANEDVD__EVAL_REQUEST__INIT;
 	er.ids = (int32_t *)ids;
 	er.n_ids = n;
 	er.per_token = per_token;
 	er.last_only = last_only;
 	er.upto_layer = upto_layer;
-	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_EVAL;
-	q.eval = &er;
-	Anedvd__EngineReply *r = call(c, &q, ANEDVD__ENGINE_REPLY__BODY_EVAL, timeout_ms, code, err);
+	Anedvd__EngineReply *r = call(c, &er.base, timeout_ms, code, err);
 	if (!r)
 		return -1;
 	const Anedvd__EvalReply *e = r->eval;
@@ -298,33 +245,11 @@ engc_eval(struct ad_client *c, const int32_t *ids, size_t n, int per_token, int 
 int
 engc_reset(struct ad_client *c, const char *session, int timeout_ms, int *code, char *err)
 {
-	Anedvd__EngineRequest q = ANEDVD__ENGINE_REQUEST__INIT;
 	Anedvd__ResetRequest rr = ANEDVD__RESET_REQUEST__INIT;
 	rr.session = (char *)session;
-	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_RESET;
-	q.reset = &rr;
-	Anedvd__EngineReply *r = call(c, &q, ANEDVD__ENGINE_REPLY__BODY_RESET, timeout_ms, code, err);
+	Anedvd__EngineReply *r = call(c, &rr.base, timeout_ms, code, err);
 	if (!r)
 		return -1;
-	anedvd__engine_reply__free_unpacked(r, NULL);
-	return 0;
-}
-
-int
-engc_health(struct ad_client *c, struct engc_health *h, int timeout_ms, int *code, char *err)
-{
-	Anedvd__EngineRequest q = ANEDVD__ENGINE_REQUEST__INIT;
-	Anedvd__HealthRequest hr = ANEDVD__HEALTH_REQUEST__INIT;
-	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_HEALTH;
-	q.health = &hr;
-	Anedvd__EngineReply *r = call(c, &q, ANEDVD__ENGINE_REPLY__BODY_HEALTH, timeout_ms, code, err);
-	if (!r)
-		return -1;
-	memset(h, 0, sizeof *h);
-	snprintf(h->process, sizeof h->process, "%s", r->health->process);
-	h->pid = r->health->pid;
-	h->uptime_ms = r->health->uptime_ms;
-	h->requests = r->health->requests;
 	anedvd__engine_reply__free_unpacked(r, NULL);
 	return 0;
 }
@@ -333,13 +258,10 @@ int
 engc_lease(struct ad_client *c, const char *client, uint32_t lease_ms, uint32_t *jobs, int timeout_ms, int *code,
            char *err)
 {
-	Anedvd__EngineRequest q = ANEDVD__ENGINE_REQUEST__INIT;
 	Anedvd__LeaseRequest lr = ANEDVD__LEASE_REQUEST__INIT;
 	lr.client = (char *)client;
 	lr.lease_ms = lease_ms;
-	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_LEASE;
-	q.lease = &lr;
-	Anedvd__EngineReply *r = call(c, &q, ANEDVD__ENGINE_REPLY__BODY_LEASE, timeout_ms, code, err);
+	Anedvd__EngineReply *r = call(c, &lr.base, timeout_ms, code, err);
 	if (!r)
 		return -1;
 	if (jobs)
@@ -366,14 +288,11 @@ engc_embed(struct ad_client *c, const int32_t *const *ids, const size_t *lens, s
 		in[i].n_ids = lens[i];
 		pin[i] = &in[i];
 	}
-	Anedvd__EngineRequest q = ANEDVD__ENGINE_REQUEST__INIT;
 	Anedvd__EmbedRequest er = ANEDVD__EMBED_REQUEST__INIT;
 	er.inputs = pin;
 	er.n_inputs = n;
 	er.pooling = pooling;
-	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_EMBED;
-	q.embed = &er;
-	Anedvd__EngineReply *r = call(c, &q, ANEDVD__ENGINE_REPLY__BODY_EMBED, timeout_ms, code, err);
+	Anedvd__EngineReply *r = call(c, &er.base, timeout_ms, code, err);
 	free(in);
 	free(pin);
 	if (!r)
@@ -628,9 +547,8 @@ submit(struct engc_job *j, uint32_t wait_ms, int *code, char *err)
 			return -1;
 		// a worker that is not back yet: Health waits for it (nng dials
 		// again every 10 to 200 ms) without queueing a job in a dead socket
-		struct engc_health h;
 		char e[AD_ERRLEN];
-		if (engc_health(j->c, &h, (int)wait_ms, NULL, e) != 0)
+		if (ad_rpc_health(j->c, &ad_rpc_engine, NULL, (int)wait_ms, NULL, e) != 0)
 			return 1;
 	}
 	struct engc_gen g = j->g;

@@ -1213,16 +1213,15 @@ probe_main(void *arg)
 	pthread_mutex_lock(&probe_mu);
 	while (!q.stopping) {
 		pthread_mutex_unlock(&probe_mu);
-		uint32_t pid = 0;
+		struct ad_rpc_health h;
 		char err[AD_ERRLEN];
-		int up = tokc_health(tok, &pid, 1000, err) == 0;
+		int up = ad_rpc_health(tok, &ad_rpc_tokenizer, &h, 1000, NULL, err) == 0;
 		// the vocabulary first, so a request that reads as soon as the
 		// tokenizer shows as up can check token ids against it
 		if (up)
 			get_vocab(err);
-		fe_metrics_upstream("tokenizer", up, pid);
-		struct engc_health h;
-		up = engc_health(eng, &h, 1000, NULL, err) == 0;
+		fe_metrics_upstream("tokenizer", up, up ? h.pid : 0);
+		up = ad_rpc_health(eng, &ad_rpc_engine, &h, 1000, NULL, err) == 0;
 		fe_metrics_upstream("engine", up, up ? h.pid : 0);
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);

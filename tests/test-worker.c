@@ -683,8 +683,8 @@ test_errors(void)
 	CHECK(error_code_of(S.c, &q, msg) == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST && strstr(msg, "upto_layer"), "%s",
 	      msg);
 
-	struct engc_health h;
-	REQUIRE(engc_health(S.c, &h, TMO, &code, err) == 0, "%s", err);
+	struct ad_rpc_health h;
+	REQUIRE(ad_rpc_health(S.c, &ad_rpc_engine, &h, TMO, &code, err) == 0, "%s", err);
 	CHECK(strcmp(h.process, "test-worker") == 0 && h.pid == (uint32_t)getpid() && h.requests > 10);
 
 	// a kernel failure ends the job with an error; the next job runs
@@ -702,7 +702,7 @@ test_errors(void)
 	REQUIRE(run(S.c, prompt5, 5, 10, NULL, NULL, &ids, &n, NULL) == 0);
 	CHECK(same_ids(ids, n, ref_ids + 4, 10));
 	free(ids);
-	CHECK(engc_health(S.c, &h, TMO, &code, err) == 0, "%s", err);
+	CHECK(ad_rpc_health(S.c, &ad_rpc_engine, &h, TMO, &code, err) == 0, "%s", err);
 }
 
 // the service's Eval against engine_eval on an engine of its own
@@ -1406,10 +1406,10 @@ exit_code(pid_t pid, int timeout_ms)
 static int
 wait_health(struct ad_client *c, pid_t pid, int timeout_ms)
 {
-	struct engc_health h;
+	struct ad_rpc_health h;
 	char err[AD_ERRLEN];
 	for (int waited = 0; waited < timeout_ms; waited += 100) {
-		if (engc_health(c, &h, 100, NULL, err) == 0)
+		if (ad_rpc_health(c, &ad_rpc_engine, &h, 100, NULL, err) == 0)
 			return h.pid == (uint32_t)pid && strcmp(h.process, "anedvd-cpu-worker") == 0 ? 0 : -1;
 		if (waitpid(pid, NULL, WNOHANG) == pid)
 			return -1;
@@ -1661,8 +1661,8 @@ test_remote(void)
 	CHECK(fin == ENGC_ERROR && code == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE, "finish %d code %d: %s", fin, code,
 	      err);
 	free(out);
-	struct engc_health h;
-	CHECK(engc_health(c, &h, TMO, NULL, err) == 0 && h.pid == (uint32_t)pid, "%s", err);
+	struct ad_rpc_health h;
+	CHECK(ad_rpc_health(c, &ad_rpc_engine, &h, TMO, NULL, err) == 0 && h.pid == (uint32_t)pid, "%s", err);
 	// and serves again once an ane-worker is back
 	ane = spawn_ane(aurl, 0);
 	if (run(c, prompt5, 5, 40, NULL, NULL, &out, &nout, NULL) == 0) {

@@ -1,8 +1,10 @@
 // client.h - talking to anedvd-tokenizer.
 //
-// Thin typed wrappers over ad_client_call: each builds a TokRequest, waits
-// for the TokReply and turns an error reply into -1 with the service's
-// message. Safe to call from several threads on one client.
+// Thin typed wrappers over ad_rpc_call (proto/rpc.h): each sends one
+// request body, waits for the TokReply and turns every failure into -1 with
+// rpc.h's one mapping (the message names the service). Health is rpc.h's
+// ad_rpc_health(c, &ad_rpc_tokenizer, ...). Safe to call from several
+// threads on one client.
 #ifndef AD_TOK_CLIENT_H
 #define AD_TOK_CLIENT_H
 
@@ -11,6 +13,7 @@
 
 #include "err.h"
 #include "ipc.h"
+#include "rpc.h"
 #include "tokenizer.h"
 
 int tokc_encode(struct ad_client *c, const char *text, size_t len, int add_bos, int parse_special,
@@ -61,6 +64,5 @@ void tokc_vocab_texts_free(struct tokc_vocab_texts *t);
 // piece i is (*text)[ends[i-1] .. ends[i]). Both malloc'd.
 int tokc_pieces(struct ad_client *c, const int32_t *ids, size_t n, char **text, size_t *len, size_t **ends,
                 int timeout_ms, char *err);
-int tokc_health(struct ad_client *c, uint32_t *pid, int timeout_ms, char *err);
 
 #endif
