@@ -307,8 +307,12 @@ pipe_clear_stats(struct pipe *p)
 int
 pipe_is_stop(const struct pipe *p, int32_t id)
 {
-	if (p->have_voc)
-		return id == p->voc.eos || (p->voc.eot >= 0 && id == p->voc.eot);
+	if (p->have_voc) {
+		for (int i = 0; i < p->voc.n_eog; i++)
+			if (id == p->voc.eog[i])
+				return 1;
+		return 0;
+	}
 	return p->m.hp.eos_id >= 0 && id == p->m.hp.eos_id;
 }
 

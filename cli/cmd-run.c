@@ -194,13 +194,12 @@ generate_remote(struct pipe *p, const char *session, const int32_t *prompt, int 
 	g->ids = malloc((size_t)(max_tokens > 0 ? max_tokens : 1) * sizeof *g->ids);
 	if (!g->ids)
 		return ad_err(err, "out of memory");
-	int32_t stops[2];
+	// the tokenizer's end-of-generation ids (without one, the model's EOS)
+	int32_t stops[TOKC_MAX_EOG];
 	int ns = 0;
 	if (p->have_voc) {
-		if (p->voc.eos >= 0)
-			stops[ns++] = p->voc.eos;
-		if (p->voc.eot >= 0 && p->voc.eot != p->voc.eos)
-			stops[ns++] = p->voc.eot;
+		for (int i = 0; i < p->voc.n_eog; i++)
+			stops[ns++] = p->voc.eog[i];
 	} else if (p->m.hp.eos_id >= 0) {
 		stops[ns++] = (int32_t)p->m.hp.eos_id;
 	}

@@ -56,6 +56,8 @@ static struct {
 	pthread_mutex_t mu;
 	int known;
 	int32_t n, bos, eos, eot;
+	int32_t eog[TOKC_MAX_EOG]; // the tokenizer's stop set
+	int n_eog;
 	int thinks;     // the chat template names <think> (think.c)
 	char **bytes;   // n entries, NULL until fetched; set once, never changed
 	uint32_t *blen;
@@ -145,6 +147,8 @@ get_vocab(char *err)
 	vocab.bos = v.bos;
 	vocab.eos = v.eos;
 	vocab.eot = v.eot;
+	memcpy(vocab.eog, v.eog, sizeof vocab.eog);
+	vocab.n_eog = v.n_eog;
 	vocab.thinks = thinks;
 	vocab.known = 1;
 	pthread_mutex_unlock(&vocab.mu);
@@ -923,12 +927,11 @@ generate(struct fe_gen *g)
 		sp.bias = bias;
 		sp.n_bias = (int)g->p.n_bias;
 	}
-	int32_t stop_ids[2 + FE_MAX_STOP_IDS];
+	// the tokenizer's end-of-generation ids, then the request's own
+	int32_t stop_ids[TOKC_MAX_EOG + FE_MAX_STOP_IDS];
 	size_t n_stop = 0;
-	if (vocab.eos >= 0)
-		stop_ids[n_stop++] = vocab.eos;
-	if (vocab.eot >= 0 && vocab.eot != vocab.eos)
-		stop_ids[n_stop++] = vocab.eot;
+	for (int i = 0; i < vocab.n_eog; i++)
+		stop_ids[n_stop++] = vocab.eog[i];
 	for (size_t i = 0; i < g->p.n_stop_ids; i++)
 		stop_ids[n_stop++] = g->p.stop_ids[i];
 	struct engc_gen eg = {

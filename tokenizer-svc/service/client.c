@@ -282,6 +282,8 @@ tokc_vocab_texts(struct ad_client *c, struct tokc_vocab *v, struct tokc_vocab_te
 	v->bos = r->vocab->bos;
 	v->eos = r->vocab->eos;
 	v->eot = r->vocab->eot;
+	for (size_t i = 0; i < r->vocab->n_eog && v->n_eog < TOKC_MAX_EOG; i++)
+		v->eog[v->n_eog++] = r->vocab->eog[i];
 	v->add_bos = r->vocab->add_bos;
 	snprintf(v->model, sizeof v->model, "%s", r->vocab->model);
 	snprintf(v->chat_template, sizeof v->chat_template, "%s", r->vocab->chat_template);

@@ -44,8 +44,14 @@ struct tokc_chat_opts {
 int tokc_chat_with(struct ad_client *c, const struct tok_msg *msgs, size_t n, int add_generation_prompt,
                    const struct tokc_chat_opts *o, char **text, char *format, size_t format_cap, int timeout_ms,
                    char *err);
+// the stop set is the tokenizer's: eog holds every id that ends a
+// generation (EOS, EOT, EOM and the model's other end tokens), which a
+// generation stops on; eos and eot are for display and templates
+#define TOKC_MAX_EOG 64 // as many as the service sends
 struct tokc_vocab {
 	int32_t n_vocab, bos, eos, eot;
+	int32_t eog[TOKC_MAX_EOG];
+	int n_eog;
 	int add_bos;
 	char model[16];
 	char chat_template[16];
