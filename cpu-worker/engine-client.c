@@ -9,6 +9,14 @@
 #include "engine.pb-c.h"
 #include "rpc.h"
 
+// engine.proto's FinishReason and SpecMode, cast both ways below
+#define PIN(a, b) _Static_assert((int)(a) == (int)(b), #a " is " #b)
+PIN(ENGC_RUNNING, ANEDVD__FINISH_REASON__FINISH_NONE);
+PIN(ENGC_STOP, ANEDVD__FINISH_REASON__FINISH_STOP);
+PIN(ENGC_LENGTH, ANEDVD__FINISH_REASON__FINISH_LENGTH);
+PIN(ENGC_CANCELLED, ANEDVD__FINISH_REASON__FINISH_CANCELLED);
+PIN(ENGC_ERROR, ANEDVD__FINISH_REASON__FINISH_ERROR);
+
 static int
 oom(int *code, char *err)
 {
@@ -488,6 +496,25 @@ engc_job_free(struct engc_job *j)
 	free(j);
 }
 
+static void
+add_timings(struct engc_timings *d, const struct engc_timings *a, const struct engc_timings *b)
+{
+	d->queue_ns = a->queue_ns + b->queue_ns;
+	d->prefill_ns = a->prefill_ns + b->prefill_ns;
+	d->decode_ns = a->decode_ns + b->decode_ns;
+	d->kernel_ns = a->kernel_ns + b->kernel_ns;
+	d->ipc_ns = a->ipc_ns + b->ipc_ns;
+	d->attention_ns = a->attention_ns + b->attention_ns;
+	d->sampling_ns = a->sampling_ns + b->sampling_ns;
+	d->cpu_other_ns = a->cpu_other_ns + b->cpu_other_ns;
+	d->moe_ns = a->moe_ns + b->moe_ns;
+	d->prefill_tokens = a->prefill_tokens + b->prefill_tokens;
+	d->decode_tokens = a->decode_tokens + b->decode_tokens;
+	d->round_trips = a->round_trips + b->round_trips;
+	d->spec = a->spec;
+	spec_add(&d->spec, &b->spec);
+}
+
 // the engine is away (or lost the job): note when it was first found so
 static void
 lost(struct engc_job *j, const char *why)
@@ -499,19 +526,7 @@ lost(struct engc_job *j, const char *why)
 		j->lost_ns = ad_now_ns();
 	snprintf(j->why, sizeof j->why, "%s", why);
 	// what the lost incarnation did is part of the job's time
-	j->base.queue_ns += j->last.queue_ns;
-	j->base.prefill_ns += j->last.prefill_ns;
-	j->base.decode_ns += j->last.decode_ns;
-	j->base.kernel_ns += j->last.kernel_ns;
-	j->base.ipc_ns += j->last.ipc_ns;
-	j->base.attention_ns += j->last.attention_ns;
-	j->base.sampling_ns += j->last.sampling_ns;
-	j->base.cpu_other_ns += j->last.cpu_other_ns;
-	j->base.moe_ns += j->last.moe_ns;
-	j->base.prefill_tokens += j->last.prefill_tokens;
-	j->base.decode_tokens += j->last.decode_tokens;
-	j->base.round_trips += j->last.round_trips;
-	spec_add(&j->base.spec, &j->last.spec);
+	add_timings(&j->base, &j->base, &j->last);
 	memset(&j->last, 0, sizeof j->last);
 }
 
@@ -613,24 +628,6 @@ engc_job_start(struct engc_job *j, uint32_t wait_ms, struct engc_started *info, 
 	return 0;
 }
 
-static void
-add_timings(struct engc_timings *d, const struct engc_timings *a, const struct engc_timings *b)
-{
-	d->queue_ns = a->queue_ns + b->queue_ns;
-	d->prefill_ns = a->prefill_ns + b->prefill_ns;
-	d->decode_ns = a->decode_ns + b->decode_ns;
-	d->kernel_ns = a->kernel_ns + b->kernel_ns;
-	d->ipc_ns = a->ipc_ns + b->ipc_ns;
-	d->attention_ns = a->attention_ns + b->attention_ns;
-	d->sampling_ns = a->sampling_ns + b->sampling_ns;
-	d->cpu_other_ns = a->cpu_other_ns + b->cpu_other_ns;
-	d->moe_ns = a->moe_ns + b->moe_ns;
-	d->prefill_tokens = a->prefill_tokens + b->prefill_tokens;
-	d->decode_tokens = a->decode_tokens + b->decode_tokens;
-	d->round_trips = a->round_trips + b->round_trips;
-	d->spec = a->spec;
-	spec_add(&d->spec, &b->spec);
-}
 
 // the job's timings so far: every incarnation's, the first one's cached
 static void
