@@ -104,6 +104,8 @@ engc_generate(struct ad_client *c, const struct engc_gen *g, struct engc_started
 	out->prompt_tokens = r->generate->prompt_tokens;
 	out->dropped = r->generate->prompt_tokens_dropped;
 	out->reused = r->generate->reused_tokens;
+	out->dropped_from = r->generate->dropped_from;
+	out->max_tokens = r->generate->max_tokens;
 	anedvd__engine_reply__free_unpacked(r, NULL);
 	return 0;
 }
@@ -389,7 +391,6 @@ struct engc_job {
 	struct sample_bias *bias;
 	int32_t *ids;        // the prompt, then every token delivered
 	size_t n_prompt, n_del, cap;
-	size_t kept_from;    // the first prompt token the engine kept (its cut)
 	int32_t *stop;
 	char *session, *client;
 	char *grammar;       // and its trigger words and tokens
@@ -567,8 +568,8 @@ submit(struct engc_job *j, uint32_t wait_ms, int *code, char *err)
 			return 1;
 	}
 	struct engc_gen g = j->g;
-	g.prompt = j->ids + j->kept_from;
-	g.n_prompt = j->n_prompt - j->kept_from + j->n_del;
+	g.prompt = j->ids;
+	g.n_prompt = j->n_prompt + j->n_del;
 	g.max_tokens = j->g.max_tokens - (uint32_t)j->n_del;
 	g.skip_draws = j->draws;
 	g.grammar_replay = (uint32_t)j->n_del; // the grammar takes the delivered tokens first
@@ -598,7 +599,16 @@ submit(struct engc_job *j, uint32_t wait_ms, int *code, char *err)
 	}
 	if (!j->started) {
 		j->info = st;
-		j->kept_from = st.dropped;
+		// what the engine holds from now on: the prompt as it fitted it
+		// (cpu-worker/fit.h) and a reply of its room, so a continued job
+		// is fitted again to the same tokens
+		if (st.dropped && st.dropped_from + st.dropped <= j->n_prompt) {
+			memmove(j->ids + st.dropped_from, j->ids + st.dropped_from + st.dropped,
+			        (j->n_prompt - st.dropped_from - st.dropped) * sizeof *j->ids);
+			j->n_prompt -= st.dropped;
+		}
+		if (st.max_tokens && st.max_tokens < j->g.max_tokens)
+			j->g.max_tokens = st.max_tokens;
 		j->started = 1;
 	} else {
 		j->replays++;

@@ -63,9 +63,13 @@ struct engc_gen {
 	int speculative; // 0 the worker's default, 1 off, 2 on (engine.proto's SpecMode)
 };
 
+// what Generate answered; the engine fitted the prompt and the reply into
+// its context (cpu-worker/fit.h): it kept prompt[0 .. dropped_from) and
+// prompt[dropped_from + dropped ..], and the reply has max_tokens of room
 struct engc_started {
 	uint64_t job;
 	uint32_t prompt_tokens, dropped, reused;
+	uint32_t dropped_from, max_tokens;
 };
 
 struct engc_event {

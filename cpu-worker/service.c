@@ -173,6 +173,8 @@ do_generate(struct engine_service *svc, const Anedvd__GenerateRequest *q, struct
 	r->prompt_tokens = (uint32_t)st.prompt_tokens;
 	r->prompt_tokens_dropped = (uint32_t)st.dropped;
 	r->reused_tokens = (uint32_t)st.reused;
+	r->dropped_from = (uint32_t)st.dropped_from;
+	r->max_tokens = (uint32_t)st.max_tokens;
 	rp->q->reply = &r->base;
 }
 

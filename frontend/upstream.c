@@ -878,30 +878,9 @@ generate(struct fe_gen *g)
 		return;
 	}
 
-	// fit prompt + reply into the context: shorten the reply first, then
-	// drop the oldest prompt tokens (never the BOS)
+	// the cpu-worker fits the prompt and the reply into its context
+	// (cpu-worker/fit.h): the whole prompt and max_tokens go as asked
 	unsigned max_tokens = g->p.max_tokens;
-	size_t first = 0, dropped = 0;
-	if (cfg->max_seq > 2) {
-		if (n + 1 < cfg->max_seq) {
-			if (n + max_tokens + 1 > cfg->max_seq)
-				max_tokens = (unsigned)(cfg->max_seq - n - 1);
-		} else {
-			if (max_tokens > cfg->max_seq - 2)
-				max_tokens = cfg->max_seq - 2;
-		}
-		size_t keep = cfg->max_seq - max_tokens - 1;
-		if (n > keep) {
-			int has_bos = vocab.bos >= 0 && ids[0] == vocab.bos;
-			dropped = n - keep;
-			if (has_bos && keep >= 2) {
-				memmove(ids + 1, ids + 1 + dropped, (keep - 1) * sizeof *ids);
-			} else {
-				first = dropped;
-			}
-			n = keep;
-		}
-	}
 
 	struct sample_params sp;
 	memset(&sp, 0, sizeof sp);
@@ -935,7 +914,7 @@ generate(struct fe_gen *g)
 	for (size_t i = 0; i < g->p.n_stop_ids; i++)
 		stop_ids[n_stop++] = g->p.stop_ids[i];
 	struct engc_gen eg = {
-		.prompt = ids + first,
+		.prompt = ids,
 		.n_prompt = n,
 		.max_tokens = max_tokens,
 		.sp = &sp,
@@ -1003,7 +982,7 @@ generate(struct fe_gen *g)
 			runs[i].live = 1;
 			if (i == 0) {
 				g->r.prompt_tokens = info.prompt_tokens ? info.prompt_tokens : (unsigned)n;
-				g->r.prompt_dropped = (unsigned)dropped + info.dropped;
+				g->r.prompt_dropped = info.dropped;
 			}
 		}
 	}

@@ -1,6 +1,6 @@
 // fake-engine - a TEST DOUBLE of the engine service (proto/engine.proto).
 //
-//   fake-engine --listen URL [--model GGUF] [--delay-ms N] [--prefill-ms N] [--log FILE]
+//   fake-engine --listen URL [--model GGUF] [--delay-ms N] [--prefill-ms N] [--max-seq N] [--log FILE]
 //
 // It runs no model. Generate answers with a job whose "generated" tokens
 // are a fixed script of token ids, released on a timeline (prefill, then
@@ -26,6 +26,9 @@
 // script at token k: a continued job gives the rest of the lost one's (and
 // its trigger, counted from the script's start as grammar_replay has it).
 //
+// The prompt and the reply are fitted into a context of --max-seq tokens
+// (2048) by the cpu-worker's own rule (cpu-worker/fit.c, compiled in).
+//
 // Without a marker the reply is a short fixed story. Every Generate,
 // Cancel and end is appended to --log, which tests read to see that a
 // client's disconnect reached the engine as a Cancel.
@@ -44,6 +47,7 @@
 #include "common.pb-c.h"
 #include "engine.pb-c.h"
 #include "ipc.h"
+#include "fit.h"
 #include "log.h"
 #include "rpc.h"
 #include "tokenizer.h"
@@ -80,13 +84,14 @@ static struct {
 	uint64_t next;
 	struct tokenizer *tok;
 	uint64_t delay_ns, prefill_ns;
+	int max_seq;
 	FILE *log;
 	uint64_t leases;
 	struct {
 		uint64_t hash;
 		long n;
 	} fails[64]; // [fail=N]: Generates failed so far, by prompt
-} E = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+} E = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .max_seq = 2048 };
 
 static void
 logf_(const char *fmt, ...)
@@ -235,7 +240,9 @@ handle(void *arg, struct ad_rpc_req *q)
 		memset(j, 0, sizeof *j);
 		j->id = id;
 		j->used = 1;
-		j->max_tokens = g->max_tokens ? g->max_tokens : 16;
+		const struct fit f = fit_prompt(g->prompt, (int)g->n_prompt, g->max_tokens ? (int)g->max_tokens : 16,
+		                                E.max_seq, E.tok ? tok_bos(E.tok) : 1);
+		j->max_tokens = (uint32_t)f.max_tokens;
 		j->fail_after = (int)marker(pt, "[fail-after=", -1);
 		j->offset = g->sampling ? (size_t)g->sampling->skip_draws : 0;
 		j->lose_after = j->offset ? -1 : (int)marker(pt, "[lose-after=", -1);
@@ -243,7 +250,7 @@ handle(void *arg, struct ad_rpc_req *q)
 		j->delay_ns = (uint64_t)marker(pt, "[delay=", (long)(E.delay_ns / 1000000)) * 1000000;
 		j->prefill_ns = (uint64_t)marker(pt, "[prefill=", (long)(E.prefill_ns / 1000000)) * 1000000;
 		j->t0_ns = ad_now_ns();
-		j->n_prompt = (uint32_t)g->n_prompt;
+		j->n_prompt = (uint32_t)f.keep;
 		const char *echo = strstr(pt, "ECHO:");
 		const char *text = story;
 		size_t tlen = strlen(story);
@@ -290,11 +297,14 @@ handle(void *arg, struct ad_rpc_req *q)
 			}
 		}
 		gen->job = id;
-		gen->prompt_tokens = (uint32_t)g->n_prompt;
+		gen->prompt_tokens = (uint32_t)f.keep;
+		gen->prompt_tokens_dropped = (uint32_t)f.dropped;
+		gen->dropped_from = (uint32_t)f.from;
+		gen->max_tokens = (uint32_t)f.max_tokens;
 		q->reply = &gen->base;
-		logf_("generate %llu prompt=%zu max=%u temp=%g top_k=%d seed=%llu/%d skip=%zu client=%s grammar=%zu "
+		logf_("generate %llu prompt=%zu max=%u kept=%d room=%d temp=%g top_k=%d seed=%llu/%d skip=%zu client=%s grammar=%zu "
 		      "lazy=%d words=%zu replay=%u\n",
-		      (unsigned long long)id, g->n_prompt, g->max_tokens, g->sampling ? g->sampling->temperature : -1.0,
+		      (unsigned long long)id, g->n_prompt, g->max_tokens, f.keep, f.max_tokens, g->sampling ? g->sampling->temperature : -1.0,
 		      g->sampling ? g->sampling->top_k : -1, g->sampling ? (unsigned long long)g->sampling->seed : 0ull,
 		      g->sampling ? g->sampling->has_seed : 0, j->offset, g->client[0] ? "yes" : "no",
 		      g->grammar ? strlen(g->grammar) : 0, g->grammar_lazy, g->n_grammar_words, g->grammar_replay);
@@ -413,6 +423,8 @@ main(int argc, char **argv)
 			log = argv[i + 1];
 		else if (strcmp(argv[i], "--delay-ms") == 0)
 			E.delay_ns = (uint64_t)atol(argv[i + 1]) * 1000000;
+		else if (strcmp(argv[i], "--max-seq") == 0)
+			E.max_seq = atoi(argv[i + 1]);
 		else if (strcmp(argv[i], "--prefill-ms") == 0)
 			E.prefill_ns = (uint64_t)atol(argv[i + 1]) * 1000000;
 		else {
@@ -421,7 +433,8 @@ main(int argc, char **argv)
 		}
 	}
 	if (!url) {
-		fprintf(stderr, "usage: fake-engine --listen URL [--model GGUF] [--delay-ms N] [--prefill-ms N] [--log FILE]\n");
+		fprintf(stderr, "usage: fake-engine --listen URL [--model GGUF] [--delay-ms N] [--prefill-ms N] [--max-seq N] "
+		                "[--log FILE]\n");
 		return 2;
 	}
 	sigset_t set;

@@ -593,23 +593,28 @@ test_context(void)
 	uint64_t t0 = ad_now_ns();
 	REQUIRE(run(S.c, p, N, 10, NULL, NULL, &a, &na, &st) == 0);
 	double ms = (double)(ad_now_ns() - t0) / 1e6;
-	// keep = max_seq - max_tokens - 1 = 2037
-	CHECK(st.prompt_tokens == 2037 && st.dropped == N - 2037 && na == 10, "kept %u dropped %u", st.prompt_tokens,
-	      st.dropped);
-	REQUIRE(run(S.c, p + (N - 2037), 2037, 10, NULL, NULL, &b, &nb, &st) == 0);
+	// cpu-worker/fit.h: keep = max_seq - max_tokens - 1 = 2037, the BOS
+	// (p[0]) in front of the last 2036
+	CHECK(st.prompt_tokens == 2037 && st.dropped == N - 2037 && st.dropped_from == 1 && st.max_tokens == 10 &&
+	      na == 10, "kept %u dropped %u from %u", st.prompt_tokens, st.dropped, st.dropped_from);
+	int32_t *cut = malloc(2037 * sizeof *cut);
+	cut[0] = p[0];
+	memcpy(cut + 1, p + (N - 2036), 2036 * sizeof *cut);
+	REQUIRE(run(S.c, cut, 2037, 10, NULL, NULL, &b, &nb, &st) == 0);
 	CHECK(st.dropped == 0 && same_ids(a, na, b, nb), "the cut prompt gives other tokens");
+	free(cut);
 	printf("a prompt of 2037 tokens and 10 more: %.0f ms\n", ms);
 	free(a);
 	free(b);
 	free(p);
-	// max_tokens beyond the context: one prompt token is kept, and the
-	// context ends the job
+	// max_tokens beyond the context: the prompt that fits is kept whole and
+	// the reply gets the room left
 	struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 100000};
 	enum engc_finish fin;
 	char err[AD_ERRLEN];
 	REQUIRE(engc_run(S.c, &g, &a, &na, &fin, &st, NULL, TMO, NULL, err) == 0, "%s", err);
-	CHECK(fin == ENGC_LENGTH && st.prompt_tokens == 1 && st.dropped == 4 && na == 2048, "finish %d, %zu tokens",
-	      fin, na);
+	CHECK(fin == ENGC_LENGTH && st.prompt_tokens == 5 && st.dropped == 0 && st.max_tokens == 2048 - 5 - 1 &&
+	      na == 2048 - 5 - 1, "finish %d, %zu tokens", fin, na);
 	free(a);
 }
 
