@@ -21,10 +21,9 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "gen-types.h"
 #include "ipc.h"
 #include "rpc.h"
-#include "sample.h"
-#include "spec.h"
 
 #define ENGC_TOP 5
 

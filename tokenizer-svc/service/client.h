@@ -12,9 +12,9 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "gen-types.h"
 #include "ipc.h"
 #include "rpc.h"
-#include "tokenizer.h"
 
 int tokc_encode(struct ad_client *c, const char *text, size_t len, int add_bos, int parse_special,
                 int32_t **ids, size_t *n_ids, int timeout_ms, char *err);
