@@ -10,7 +10,7 @@
 #include "client-ane.h"
 #include "clock.h"
 #include "cmd-common.h"
-#include "engine-client.h"
+#include "client-engine.h"
 #include "log.h"
 #include "mil.h"
 #include "plan.h"

@@ -14,7 +14,7 @@
 #include "build.h"
 #include "cmd-common.h"
 #include "commands.h"
-#include "engine-client.h"
+#include "client-engine.h"
 #include "log.h"
 #include "prefix-cache.h"
 #include "ref.h"

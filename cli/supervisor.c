@@ -20,7 +20,7 @@
 
 #include "ane.pb-c.h"
 #include "rpc.h"
-#include "client.h"
+#include "client-tokenizer.h"
 #include "clock.h"
 #include "common.pb-c.h"
 #include "engine.pb-c.h"

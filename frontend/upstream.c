@@ -28,10 +28,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client.h"
+#include "client-tokenizer.h"
 #include "clock.h"
 #include "common.pb-c.h"
-#include "engine-client.h"
+#include "client-engine.h"
 #include "fe.h"
 #include "ipc.h"
 #include "log.h"

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include "client.h"
+#include "client-tokenizer.h"
 #include "common.pb-c.h"
 #include "gguf.h"
 #include "ipc.h"

@@ -49,7 +49,7 @@
 
 #include "clock.h"
 #include "common.pb-c.h"
-#include "engine-client.h"
+#include "client-engine.h"
 #include "engine.h"
 #include "engine.pb-c.h"
 #include "ipc.h"

@@ -1,4 +1,4 @@
-#include "client.h"
+#include "client-tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-#include "engine-client.h"
+#include "client-engine.h"
 
 #include <stdio.h>
 #include <stdlib.h>
