@@ -8,7 +8,7 @@
 // as the engine runs generations at once; requests beyond them wait in the
 // queue, and beyond its length are refused.
 //
-// Crashes. Each choice is an engc_job (engine-client.h): when the cpu-worker
+// Crashes. Each choice is an engc_job (proto/client-engine.h): when the cpu-worker
 // dies or restarts, the job goes on on the restarted one from the tokens
 // this process already has (prompt + delivered, the sampler's draws), so the
 // stop holdback, the decode_stream state, the logprob offsets here carry on

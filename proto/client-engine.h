@@ -1,4 +1,4 @@
-// engine-client.h - talking to anedvd-cpu-worker (proto/engine.proto): the
+// client-engine.h - talking to anedvd-cpu-worker (proto/engine.proto): the
 // one place that packs and unpacks its messages (the CLI, the HTTP
 // frontend and the tests all come through here).
 //

@@ -1,4 +1,4 @@
-// client.h - talking to anedvd-tokenizer.
+// client-tokenizer.h - talking to anedvd-tokenizer (proto/tokenizer.proto).
 //
 // Thin typed wrappers over ad_rpc_call (proto/rpc.h): each sends one
 // request body, waits for the TokReply and turns every failure into -1 with

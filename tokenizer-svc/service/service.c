@@ -23,7 +23,7 @@ struct reply {
 		Anedvd__VocabInfoReply vocab;
 	} u;
 	void *owned[2]; // freed after packing
-	int32_t eog[64]; // client.h's TOKC_MAX_EOG
+	int32_t eog[64]; // proto/client-tokenizer.h's TOKC_MAX_EOG
 	char msg[AD_ERRLEN];
 };
 
