@@ -66,6 +66,7 @@
 #include "log.h"
 #include "model.h"
 #include "resnorm.h"
+#include "rpc.h"
 #include "surface.h"
 #include "trace.h"
 
@@ -116,8 +117,7 @@ struct worker {
 	struct wsurf surf[MAX_SURFACES];
 	int nsurf;
 	pthread_mutex_t mu; // kernels, surfaces, stats
-	uint64_t started_ms;
-	atomic_ullong requests;
+	struct ad_rpc_server rpc; // the message dispatch (proto/rpc.h); data-plane calls count as its requests
 	int delay_us; // --debug-delay-ms, or ANEDVD_DEBUG_DELAY_US
 	uint64_t model_us;
 	char phases[1024];
@@ -196,13 +196,13 @@ get_surface(struct worker *w, const char *id, int channels, int width, const cha
 
 // --- replies -------------------------------------------------------------------------
 
+// the reply under construction and everything it points to: the
+// request's scratch (proto/rpc.h)
 struct reply {
-	Anedvd__AneReply r;
-	Anedvd__Error error;
+	struct ad_rpc_req *q;
 	union {
 		Anedvd__CompileReply compile;
 		Anedvd__KernelReply call;
-		Anedvd__HealthReply health;
 		Anedvd__StatsReply stats;
 		Anedvd__AttachReply attach;
 	} u;
@@ -219,13 +219,7 @@ struct reply {
 static void
 fail(struct reply *rp, Anedvd__ErrorCode code, const char *msg)
 {
-	if (msg != rp->msg)
-		snprintf(rp->msg, sizeof rp->msg, "%s", msg);
-	anedvd__error__init(&rp->error);
-	rp->error.code = code;
-	rp->error.message = rp->msg;
-	rp->r.error = &rp->error;
-	rp->r.body_case = ANEDVD__ANE_REPLY__BODY__NOT_SET;
+	ad_rpc_fail(rp->q, (int)code, "%s", msg);
 }
 
 static void
@@ -292,8 +286,7 @@ do_compile_reply(struct worker *w, struct reply *rp)
 	c->n_start_phases = 9;
 	c->start_phases = rp->phasep;
 	c->cache = (char *)ane_cache_state_name(st->cache);
-	rp->r.body_case = ANEDVD__ANE_REPLY__BODY_COMPILE;
-	rp->r.compile = c;
+	rp->q->reply = &c->base;
 }
 
 static void
@@ -407,8 +400,7 @@ do_call(struct worker *w, const Anedvd__KernelCall *q, struct reply *rp)
 	c->seq = q->seq;
 	c->exec_ns = exec;
 	c->total_ns = ad_now_ns() - t0;
-	rp->r.body_case = ANEDVD__ANE_REPLY__BODY_CALL;
-	rp->r.call = c;
+	rp->q->reply = &c->base;
 }
 
 // --- the data plane ------------------------------------------------------------------
@@ -647,7 +639,7 @@ dp_handle(void *arg, const struct dp_request *rq, struct dp_reply *rep)
 	struct worker *w = d->w;
 	char msg[AD_ERRLEN];
 	Anedvd__ErrorCode code = 0;
-	atomic_fetch_add(&w->requests, 1);
+	__atomic_add_fetch(&w->rpc.requests, 1, __ATOMIC_RELAXED);
 	pthread_mutex_lock(&w->mu);
 	for (uint32_t i = 0; i < rq->nsteps && !code; i++) {
 		const struct dp_step *st = &rq->step[i];
@@ -812,8 +804,7 @@ do_attach(struct worker *w, const Anedvd__AttachRequest *q, struct reply *rp)
 	a->pid = (uint32_t)getpid();
 	a->slots = DP_SLOTS;
 	a->max_steps = DP_MAX_STEPS;
-	rp->r.body_case = ANEDVD__ANE_REPLY__BODY_ATTACH;
-	rp->r.attach = a;
+	rp->q->reply = &a->base;
 }
 
 static void
@@ -852,70 +843,46 @@ do_stats(struct worker *w, struct reply *rp)
 	anedvd__stats_reply__init(&rp->u.stats);
 	rp->u.stats.n_kernels = (size_t)n;
 	rp->u.stats.kernels = rp->kstp;
-	rp->r.body_case = ANEDVD__ANE_REPLY__BODY_STATS;
-	rp->r.stats = &rp->u.stats;
+	rp->q->reply = &rp->u.stats.base;
 }
 
 static void
-handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *reply_len)
+handle(void *arg, struct ad_rpc_req *q)
 {
 	struct worker *w = arg;
-	atomic_fetch_add(&w->requests, 1);
-	struct reply *rp = calloc(1, sizeof *rp);
-	if (!rp) {
-		*reply = NULL;
-		*reply_len = 0;
-		return;
+	struct reply *rp = q->scratch;
+	rp->q = q;
+	switch (q->method) {
+	case ANEDVD__ANE_REQUEST__BODY_COMPILE:
+		pthread_mutex_lock(&w->mu);
+		do_compile(w, (const Anedvd__CompileRequest *)q->body, rp);
+		pthread_mutex_unlock(&w->mu);
+		break;
+	case ANEDVD__ANE_REQUEST__BODY_CALL:
+		pthread_mutex_lock(&w->mu);
+		do_call(w, (const Anedvd__KernelCall *)q->body, rp);
+		pthread_mutex_unlock(&w->mu);
+		break;
+	case ANEDVD__ANE_REQUEST__BODY_STATS:
+		pthread_mutex_lock(&w->mu);
+		do_stats(w, rp);
+		pthread_mutex_unlock(&w->mu);
+		break;
+	case ANEDVD__ANE_REQUEST__BODY_ATTACH: do_attach(w, (const Anedvd__AttachRequest *)q->body, rp); break;
+	default: fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "request without a body");
 	}
-	anedvd__ane_reply__init(&rp->r);
-	Anedvd__AneRequest *q = anedvd__ane_request__unpack(NULL, req_len, req);
-	if (!q) {
-		fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "undecodable request");
-	} else {
-		rp->r.id = q->id;
-		switch (q->body_case) {
-		case ANEDVD__ANE_REQUEST__BODY_HEALTH:
-			anedvd__health_reply__init(&rp->u.health);
-			rp->u.health.process = "anedvd-ane-worker";
-			rp->u.health.pid = (uint32_t)getpid();
-			rp->u.health.uptime_ms = ad_now_ns() / 1000000 - w->started_ms;
-			rp->u.health.requests = atomic_load(&w->requests);
-			rp->r.body_case = ANEDVD__ANE_REPLY__BODY_HEALTH;
-			rp->r.health = &rp->u.health;
-			break;
-		case ANEDVD__ANE_REQUEST__BODY_COMPILE:
-			pthread_mutex_lock(&w->mu);
-			do_compile(w, q->compile, rp);
-			pthread_mutex_unlock(&w->mu);
-			break;
-		case ANEDVD__ANE_REQUEST__BODY_CALL:
-			pthread_mutex_lock(&w->mu);
-			do_call(w, q->call, rp);
-			pthread_mutex_unlock(&w->mu);
-			break;
-		case ANEDVD__ANE_REQUEST__BODY_STATS:
-			pthread_mutex_lock(&w->mu);
-			do_stats(w, rp);
-			pthread_mutex_unlock(&w->mu);
-			break;
-		case ANEDVD__ANE_REQUEST__BODY_ATTACH:
-			do_attach(w, q->attach, rp);
-			break;
-		default:
-			fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "request without a body");
-		}
-	}
-	size_t n = anedvd__ane_reply__get_packed_size(&rp->r);
-	*reply = malloc(n ? n : 1);
-	*reply_len = *reply ? anedvd__ane_reply__pack(&rp->r, *reply) : 0;
-	if (q)
-		anedvd__ane_request__free_unpacked(q, NULL);
+}
+
+// what the reply pointed to, once packed
+static void
+release(void *scratch)
+{
+	struct reply *rp = scratch;
 	free(rp->infos);
 	free(rp->infop);
 	free(rp->layouts);
 	free(rp->kst);
 	free(rp->kstp);
-	free(rp);
 }
 
 // --- the service, as a library entry (ane-service.h) ---------------------------------
@@ -954,7 +921,7 @@ ane_service_start(const struct model *m, const struct ane_service_opts *o, char 
 	sv->w = w;
 	w->backend = backend;
 	w->delay_us = o->delay_us;
-	w->started_ms = ad_now_ns() / 1000000;
+	ad_rpc_server_init(&w->rpc, &ad_rpc_ane, "anedvd-ane-worker", handle, w, sizeof(struct reply), release);
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_mutex_init(&w->dpmu, NULL);
 	enum ane_wfmt wf = ane_plan_weights_default(m, backend);
@@ -985,7 +952,7 @@ ane_service_start(const struct model *m, const struct ane_service_opts *o, char 
 	w->model_us = o->model_us;
 	ane_start_describe(&w->set.start, w->phases, sizeof w->phases);
 	ad_log(lv, "start: model %.1f ms, %s", o->model_us / 1e3, w->phases);
-	sv->srv = ad_server_start(o->url, 4, handle, w, err);
+	sv->srv = ad_server_start(o->url, 4, ad_rpc_serve, &w->rpc, err);
 	if (!sv->srv)
 		goto fail;
 	ad_log(lv, "ready on %s", o->url);

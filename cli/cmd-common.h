@@ -30,7 +30,7 @@
 #include "kernels.h"
 #include "model.h"
 #include "supervisor.h"
-#include "client.h"
+#include "client-tokenizer.h"
 
 // --- flags ---------------------------------------------------------------------------
 

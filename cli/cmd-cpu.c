@@ -376,7 +376,13 @@ cmd_cpu(int argc, char **argv)
 			top_logit[(size_t)n_gen * K + c] = logits[ti[c]];
 		int32_t next = ti[0];
 		ids[n_prompt + n_gen++] = next;
-		if (!o.ignore_eos && next == m.hp.eos_id)
+		// the tokenizer's end-of-generation ids (the model's EOS without one)
+		int end = next == m.hp.eos_id;
+#ifdef AD_HAVE_TOKENIZER
+		if (tok)
+			end = tok_is_eog(tok, next);
+#endif
+		if (!o.ignore_eos && end)
 			break;
 		if (n_gen == o.max_tokens)
 			break;

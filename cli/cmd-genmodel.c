@@ -200,7 +200,7 @@ done:
 }
 
 static void
-vocab(struct gguf_writer *w, int64_t V, int think)
+vocab(struct gguf_writer *w, int64_t V, int think, int eos)
 {
 	char **tok = calloc((size_t)V, sizeof *tok);
 	float *score = calloc((size_t)V, sizeof *score);
@@ -232,7 +232,12 @@ vocab(struct gguf_writer *w, int64_t V, int think)
 	gguf_writer_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, type, (uint64_t)V);
 	gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", 1);
 	// Qwen3 ends a turn, and a reply, with <|im_end|> and adds no BOS
-	gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", think ? (uint32_t)think_id("<|im_end|>") : 2);
+	if (eos > 0) {
+		gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
+		gguf_writer_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)eos);
+	} else {
+		gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", think ? (uint32_t)think_id("<|im_end|>") : 2);
+	}
 	gguf_writer_u32(w, "tokenizer.ggml.unknown_token_id", 0);
 	gguf_writer_bool(w, "tokenizer.ggml.add_bos_token", !think);
 	if (think) // byte-level BPE like Qwen's puts no space after special tokens
@@ -280,7 +285,7 @@ genmodel_write(const struct genmodel *g, const char *path, char *err)
 	KF("attention.layer_norm_rms_epsilon", p->eps);
 #undef KU
 #undef KF
-	vocab(w, V, think);
+	vocab(w, V, think, g->eos);
 	if (g->chat_template)
 		gguf_writer_str(w, "tokenizer.chat_template", g->chat_template);
 	if (think) {

@@ -27,7 +27,8 @@
 //                         sampling settings give the same text.
 // Weight types: f32, f16, bf16, q8_0 (norms and biases stay f32).
 //
-// chat_template (may be NULL) is written as tokenizer.chat_template.
+// chat_template (may be NULL) is written as tokenizer.chat_template; eos
+// (below) overrides the EOS and EOT ids.
 #ifndef AD_CMD_GENMODEL_H
 #define AD_CMD_GENMODEL_H
 
@@ -41,6 +42,12 @@ struct genmodel {
 	uint64_t seed;
 	int n_layer;        // 0: the preset's
 	const char *chat_template; // NULL: none
+	// > 0: the EOS and EOT ids in the metadata (the preset's otherwise).
+	// The think preset with eos 2 (</s>) still ends its reply with
+	// <|im_end|>, which the tokenizer then counts as a further
+	// end-of-generation id only, beyond EOS and EOT (as Qwen's and Llama
+	// 3's GGUFs have theirs)
+	int eos;
 };
 
 int genmodel_write(const struct genmodel *g, const char *path, char *err);

@@ -7,9 +7,10 @@
 #include <unistd.h>
 
 #include "ane.pb-c.h"
+#include "client-ane.h"
 #include "clock.h"
 #include "cmd-common.h"
-#include "engine-client.h"
+#include "client-engine.h"
 #include "log.h"
 #include "mil.h"
 #include "plan.h"
@@ -306,8 +307,12 @@ pipe_clear_stats(struct pipe *p)
 int
 pipe_is_stop(const struct pipe *p, int32_t id)
 {
-	if (p->have_voc)
-		return id == p->voc.eos || (p->voc.eot >= 0 && id == p->voc.eot);
+	if (p->have_voc) {
+		for (int i = 0; i < p->voc.n_eog; i++)
+			if (id == p->voc.eog[i])
+				return 1;
+		return 0;
+	}
 	return p->m.hp.eos_id >= 0 && id == p->m.hp.eos_id;
 }
 
@@ -536,26 +541,6 @@ pipe_close(struct pipe *p)
 
 // --- the ane-worker's counters ---------------------------------------------------------------
 
-static Anedvd__AneReply *
-ane_rpc(struct ad_client *c, Anedvd__AneRequest *q, char *err)
-{
-	size_t n = anedvd__ane_request__get_packed_size(q);
-	uint8_t *buf = malloc(n ? n : 1), *rep = NULL;
-	size_t rlen = 0;
-	if (!buf)
-		return ad_err(err, "out of memory"), NULL;
-	anedvd__ane_request__pack(q, buf);
-	int rc = ad_client_call(c, buf, n, &rep, &rlen, 10000, err);
-	free(buf);
-	if (rc)
-		return NULL;
-	Anedvd__AneReply *a = anedvd__ane_reply__unpack(NULL, rlen, rep);
-	free(rep);
-	if (!a)
-		ad_err(err, "ane-worker: undecodable reply");
-	return a;
-}
-
 int
 pipe_ane_stats(struct pipe *p, uint64_t calls[PIPE_KINDS], uint64_t ns[PIPE_KINDS], char *err)
 {
@@ -567,19 +552,8 @@ pipe_ane_stats(struct pipe *p, uint64_t calls[PIPE_KINDS], uint64_t ns[PIPE_KIND
 	if (!c)
 		return -1;
 	int rc = -1;
-	Anedvd__AneRequest q = ANEDVD__ANE_REQUEST__INIT;
-	Anedvd__CompileRequest cq = ANEDVD__COMPILE_REQUEST__INIT;
-	q.body_case = ANEDVD__ANE_REQUEST__BODY_COMPILE;
-	q.compile = &cq;
-	Anedvd__AneReply *kinds = ane_rpc(c, &q, err), *st = NULL;
-	if (!kinds || kinds->body_case != ANEDVD__ANE_REPLY__BODY_COMPILE)
-		goto out;
-	Anedvd__AneRequest q2 = ANEDVD__ANE_REQUEST__INIT;
-	Anedvd__StatsRequest sq = ANEDVD__STATS_REQUEST__INIT;
-	q2.body_case = ANEDVD__ANE_REQUEST__BODY_STATS;
-	q2.stats = &sq;
-	st = ane_rpc(c, &q2, err);
-	if (!st || st->body_case != ANEDVD__ANE_REPLY__BODY_STATS)
+	Anedvd__AneReply *kinds = anec_compile(c, NULL, 10000, NULL, err), *st = NULL;
+	if (!kinds || !(st = anec_stats(c, 10000, NULL, err)))
 		goto out;
 	for (size_t i = 0; i < st->stats->n_kernels; i++) {
 		const Anedvd__KernelStats *ks = st->stats->kernels[i];
@@ -594,10 +568,8 @@ pipe_ane_stats(struct pipe *p, uint64_t calls[PIPE_KINDS], uint64_t ns[PIPE_KIND
 	}
 	rc = 0;
 out:
-	if (kinds)
-		anedvd__ane_reply__free_unpacked(kinds, NULL);
-	if (st)
-		anedvd__ane_reply__free_unpacked(st, NULL);
+	ad_rpc_free(kinds);
+	ad_rpc_free(st);
 	ad_client_close(c);
 	return rc;
 }
@@ -611,13 +583,9 @@ pipe_ane_start(struct pipe *p, struct pipe_ane_start *out, char *err)
 	struct ad_client *c = ad_client_open(p->ane_url, err);
 	if (!c)
 		return -1;
-	Anedvd__AneRequest q = ANEDVD__ANE_REQUEST__INIT;
-	Anedvd__CompileRequest cq = ANEDVD__COMPILE_REQUEST__INIT;
-	q.body_case = ANEDVD__ANE_REQUEST__BODY_COMPILE;
-	q.compile = &cq;
-	Anedvd__AneReply *r = ane_rpc(c, &q, err);
+	Anedvd__AneReply *r = anec_compile(c, NULL, 10000, NULL, err);
 	int rc = -1;
-	if (r && r->body_case == ANEDVD__ANE_REPLY__BODY_COMPILE) {
+	if (r) {
 		const Anedvd__CompileReply *cr = r->compile;
 		for (size_t i = 0; i < cr->n_start_phases && out->n < PIPE_START_MAX; i++) {
 			snprintf(out->name[out->n], sizeof out->name[0], "%s", cr->start_phases[i]->name);
@@ -627,11 +595,8 @@ pipe_ane_start(struct pipe *p, struct pipe_ane_start *out, char *err)
 		for (size_t i = 0; i < cr->n_kernels; i++)
 			out->weight_bytes += cr->kernels[i]->weight_bytes;
 		rc = 0;
-	} else if (r) {
-		ad_err(err, "ane-worker: not a compile reply");
 	}
-	if (r)
-		anedvd__ane_reply__free_unpacked(r, NULL);
+	ad_rpc_free(r);
 	ad_client_close(c);
 	return rc;
 }

@@ -14,7 +14,7 @@
 #include "build.h"
 #include "cmd-common.h"
 #include "commands.h"
-#include "engine-client.h"
+#include "client-engine.h"
 #include "log.h"
 #include "prefix-cache.h"
 #include "ref.h"
@@ -126,9 +126,11 @@ generate(struct pipe *p, struct engine_seq *seq, const int32_t *prompt, int n, i
 	g->prefill_ms = cli_now_ms() - t0;
 	if (trace_enabled())
 		trace_event((long)getpid(), 1, "prefill", "engine", tr0, trace_now_us() - tr0);
-	int keep0 = n - g->info.prompt_tokens;
-	if (sample_accept(smp, prompt + keep0, g->info.prompt_tokens, err))
+	// the prompt as the engine fitted it (cpu-worker/fit.h), and the reply's room
+	if (sample_accept(smp, engine_seq_tokens(seq), g->info.prompt_tokens, err))
 		goto out;
+	if (max_tokens > g->info.max_tokens)
+		max_tokens = g->info.max_tokens;
 	struct engine_timings base = *engine_seq_timings(seq);
 	uint64_t kbase[PIPE_KINDS], cbase[PIPE_KINDS];
 	memcpy(kbase, p->kind_ns, sizeof kbase);
@@ -194,13 +196,12 @@ generate_remote(struct pipe *p, const char *session, const int32_t *prompt, int 
 	g->ids = malloc((size_t)(max_tokens > 0 ? max_tokens : 1) * sizeof *g->ids);
 	if (!g->ids)
 		return ad_err(err, "out of memory");
-	int32_t stops[2];
+	// the tokenizer's end-of-generation ids (without one, the model's EOS)
+	int32_t stops[TOKC_MAX_EOG];
 	int ns = 0;
 	if (p->have_voc) {
-		if (p->voc.eos >= 0)
-			stops[ns++] = p->voc.eos;
-		if (p->voc.eot >= 0 && p->voc.eot != p->voc.eos)
-			stops[ns++] = p->voc.eot;
+		for (int i = 0; i < p->voc.n_eog; i++)
+			stops[ns++] = p->voc.eog[i];
 	} else if (p->m.hp.eos_id >= 0) {
 		stops[ns++] = (int32_t)p->m.hp.eos_id;
 	}
@@ -536,7 +537,7 @@ run_usage(int full)
 	        "  --system TEXT       system message of the chat template\n"
 	        "  --max-tokens N      tokens to generate (default 48)\n"
 	        "  --max-seq N         context: prompt + reply (default 2048); a longer prompt\n"
-	        "                      loses its oldest tokens, with a note\n" SAMPLING_HELP PIPE_HELP_BACKEND
+	        "                      loses its oldest tokens (a BOS stays), with a note\n" SAMPLING_HELP PIPE_HELP_BACKEND
 	        PIPE_HELP_SPEC
 	        "  --ngram-probe       decode without speculation, then print what it would have drafted\n"
 	        "                      and accepted (the same tokens come out either way)\n"

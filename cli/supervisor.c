@@ -19,7 +19,8 @@
 #endif
 
 #include "ane.pb-c.h"
-#include "client.h"
+#include "rpc.h"
+#include "client-tokenizer.h"
 #include "clock.h"
 #include "common.pb-c.h"
 #include "engine.pb-c.h"
@@ -805,58 +806,28 @@ sup_probes_close(void)
 }
 
 
+// the service's Health through a kept client (proto/rpc.h)
+static int
+health(const char *url, const struct ad_rpc_service *svc, int timeout_ms, char *err)
+{
+	struct ad_client *c = probe_client(url, err);
+	return c ? ad_rpc_health(c, svc, NULL, timeout_ms, NULL, err) : -1;
+}
+
 int
 sup_health_ane(const char *url, int timeout_ms, char *err)
 {
-	struct ad_client *c = probe_client(url, err);
-	if (!c)
-		return -1;
-	Anedvd__AneRequest q = ANEDVD__ANE_REQUEST__INIT;
-	Anedvd__HealthRequest h = ANEDVD__HEALTH_REQUEST__INIT;
-	q.body_case = ANEDVD__ANE_REQUEST__BODY_HEALTH;
-	q.health = &h;
-	uint8_t buf[64], *rep = NULL;
-	size_t n = anedvd__ane_request__pack(&q, buf), rlen = 0;
-	int rc = ad_client_call(c, buf, n, &rep, &rlen, timeout_ms, err);
-	if (rc)
-		return -1;
-	Anedvd__AneReply *a = anedvd__ane_reply__unpack(NULL, rlen, rep);
-	free(rep);
-	rc = a && a->body_case == ANEDVD__ANE_REPLY__BODY_HEALTH ? 0 : ad_err(err, "no health reply");
-	if (a)
-		anedvd__ane_reply__free_unpacked(a, NULL);
-	return rc;
+	return health(url, &ad_rpc_ane, timeout_ms, err);
 }
 
 int
 sup_health_tok(const char *url, int timeout_ms, char *err)
 {
-	struct ad_client *c = probe_client(url, err);
-	if (!c)
-		return -1;
-	uint32_t pid;
-	return tokc_health(c, &pid, timeout_ms, err);
+	return health(url, &ad_rpc_tokenizer, timeout_ms, err);
 }
 
 int
 sup_health_engine(const char *url, int timeout_ms, char *err)
 {
-	struct ad_client *c = probe_client(url, err);
-	if (!c)
-		return -1;
-	Anedvd__EngineRequest q = ANEDVD__ENGINE_REQUEST__INIT;
-	Anedvd__HealthRequest h = ANEDVD__HEALTH_REQUEST__INIT;
-	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_HEALTH;
-	q.health = &h;
-	uint8_t buf[64], *rep = NULL;
-	size_t n = anedvd__engine_request__pack(&q, buf), rlen = 0;
-	int rc = ad_client_call(c, buf, n, &rep, &rlen, timeout_ms, err);
-	if (rc)
-		return -1;
-	Anedvd__EngineReply *a = anedvd__engine_reply__unpack(NULL, rlen, rep);
-	free(rep);
-	rc = a && a->body_case == ANEDVD__ENGINE_REPLY__BODY_HEALTH ? 0 : ad_err(err, "no health reply");
-	if (a)
-		anedvd__engine_reply__free_unpacked(a, NULL);
-	return rc;
+	return health(url, &ad_rpc_engine, timeout_ms, err);
 }

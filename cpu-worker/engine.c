@@ -31,6 +31,7 @@
 #include "clock.h"
 #include "deltanet.h"
 #include "dequant.h"
+#include "fit.h"
 #include "fp16.h"
 #include "gguf.h"
 #include "layout.h"
@@ -622,6 +623,21 @@ int
 engine_n_vocab(const struct engine *e)
 {
 	return e->V;
+}
+
+int
+engine_seq_common(const struct engine_seq *s, const int32_t *p, int upto)
+{
+	int n = 0;
+	while (n < s->len && n < upto && s->tokens[n] == p[n])
+		n++;
+	return n;
+}
+
+int32_t
+engine_bos(const struct engine *e)
+{
+	return e->m->hp.bos_id >= 0 && e->m->hp.bos_id <= INT32_MAX ? (int32_t)e->m->hp.bos_id : -1;
 }
 
 int
@@ -1928,30 +1944,31 @@ engine_prompt(struct engine *e, struct engine_seq *s, const int32_t *prompt, int
 {
 	if (n < 1)
 		return ad_err(err, "empty prompt");
-	if (max_tokens < 0)
-		max_tokens = 0;
-	int keep = n;
-	if ((int64_t)n + max_tokens + 1 > e->max_seq) {
-		keep = e->max_seq - max_tokens - 1;
-		if (keep < 1)
-			keep = 1;
-		if (keep > n)
-			keep = n;
-	}
-	const int32_t *p = prompt + (n - keep);
+	const struct fit f = fit_prompt(prompt, n, max_tokens, e->max_seq, engine_bos(e));
+	const int keep = f.keep;
+	int32_t *cut = NULL; // the kept prompt when it is not a suffix (a BOS kept in front)
+	if (f.from && !(cut = malloc((size_t)keep * sizeof *cut)))
+		return ad_err(err, "out of memory");
+	if (cut)
+		fit_copy(&f, prompt, cut);
+	const int32_t *p = cut ? cut : prompt + (n - keep);
 	for (int i = 0; i < keep; i++)
-		if (p[i] < 0 || p[i] >= e->V)
+		if (p[i] < 0 || p[i] >= e->V) {
+			free(cut);
 			return ad_err(err, "token id %d is outside the vocabulary of %d", p[i], e->V);
-	int reuse = 0;
-	while (reuse < s->len && reuse < keep - 1 && s->tokens[reuse] == p[reuse])
-		reuse++;
+		}
+	int reuse = engine_seq_common(s, p, keep - 1);
 	engine_seq_truncate(s, reuse);
-	if (s->len > reuse) // rows forks share could not be copied (engine_seq_truncate)
+	if (s->len > reuse) { // rows forks share could not be copied (engine_seq_truncate)
+		free(cut);
 		return ad_err(err, "out of memory for the rows of a sequence its forks share");
+	}
 	reuse = s->len; // a recurrent state may go back further
-	if (engine_prefill(e, s, p + reuse, keep - reuse, logits, err))
+	int rc = engine_prefill(e, s, p + reuse, keep - reuse, logits, err);
+	free(cut);
+	if (rc)
 		return -1;
 	if (info)
-		*info = (struct engine_prompt_info){keep, n - keep, reuse, keep - reuse};
+		*info = (struct engine_prompt_info){keep, f.dropped, reuse, keep - reuse, f.max_tokens};
 	return 0;
 }

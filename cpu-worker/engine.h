@@ -110,6 +110,7 @@ int engine_n_vocab(const struct engine *e);
 // runs the residual and norm steps beside its kernels; 0: three calls
 int engine_fused(const struct engine *e);
 int engine_max_seq(const struct engine *e);
+int32_t engine_bos(const struct engine *e); // the model's BOS id, -1: none
 int engine_width(const struct engine *e);
 // totals over every call the engine made
 const struct engine_timings *engine_timings(const struct engine *e);
@@ -139,6 +140,10 @@ int engine_seq_shared(const struct engine_seq *s);
 // tokens in the cache, which is also the next position
 int engine_seq_len(const struct engine_seq *s);
 const int32_t *engine_seq_tokens(const struct engine_seq *s);
+// engine_seq_common: how many leading tokens of p (at most upto) s holds:
+// the prefix a prompt reuses (engine_prompt, the scheduler's sessions and
+// running jobs)
+int engine_seq_common(const struct engine_seq *s, const int32_t *p, int upto);
 struct engine_timings *engine_seq_timings(struct engine_seq *s);
 // KV rows, as a prefix cache keeps them: the bytes of one position's keys
 // and values over every layer, in the cache's own precision
@@ -224,11 +229,12 @@ struct engine_prompt_info {
 	int dropped;       // cut from the front to fit the context
 	int reused;        // already in the cache
 	int prefilled;     // fed now
+	int max_tokens;    // the reply's room (fit.h)
 };
 
-// engine_prompt makes s hold prompt (a session's next request): a prompt
-// with n + max_tokens + 1 > max_seq is cut from the front to keep =
-// max_seq - max_tokens - 1 tokens (at least 1); the longest prefix it
+// engine_prompt makes s hold prompt (a session's next request), fitted
+// into the context by fit.h's rule (its oldest tokens but a leading BOS
+// dropped when it leaves no room for the reply); the longest prefix it
 // shares with the tokens in the cache is reused (never the whole prompt:
 // its last token is fed again for its logits) and the rest is prefilled.
 // logits (n_vocab) get the last position's.

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "ane.pb-c.h"
+#include "client-ane.h"
 #include "common.pb-c.h"
 #include "dataplane.h"
 #include "ipc.h"
@@ -58,7 +59,7 @@ struct remote {
 	int quiet; // kb_opts.quiet
 	long instance;
 	unsigned gen;
-	uint64_t seq, req_id;
+	uint64_t seq;
 	uint32_t worker_pid;
 	// the data plane, NULL when calls go over nng
 	struct dp_chan *dp;
@@ -92,39 +93,13 @@ now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-// one request / reply; -1 on transport failure (*transport = 1) or an
-// error reply (the message in err, *code its ErrorCode)
+// *transport: the call failed for want of a worker (no reply, or it says
+// it is unavailable: rpc.h's ERROR_UNAVAILABLE); otherwise an error reply
+// or a malformed one (*code, err)
 static Anedvd__AneReply *
-rpc(struct remote *r, Anedvd__AneRequest *q, int timeout_ms, int *transport, int *code, char *err)
+transport_of(Anedvd__AneReply *a, const int *code, int *transport)
 {
-	*transport = 0;
-	*code = 0;
-	q->id = ++r->req_id;
-	size_t n = anedvd__ane_request__get_packed_size(q);
-	uint8_t *buf = malloc(n ? n : 1);
-	if (!buf)
-		return ad_err(err, "out of memory"), NULL;
-	anedvd__ane_request__pack(q, buf);
-	uint8_t *rep = NULL;
-	size_t rlen = 0;
-	int rc = ad_client_call(r->c, buf, n, &rep, &rlen, timeout_ms, err);
-	free(buf);
-	if (rc) {
-		*transport = 1;
-		return NULL;
-	}
-	Anedvd__AneReply *a = anedvd__ane_reply__unpack(NULL, rlen, rep);
-	free(rep);
-	if (!a) {
-		*transport = 1;
-		return ad_err(err, "undecodable reply"), NULL;
-	}
-	if (a->error && a->error->code != ANEDVD__ERROR_CODE__ERROR_NONE) {
-		*code = a->error->code;
-		ad_err(err, "%s", a->error->message ? a->error->message : "error");
-		anedvd__ane_reply__free_unpacked(a, NULL);
-		return NULL;
-	}
+	*transport = !a && *code == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE;
 	return a;
 }
 
@@ -160,70 +135,42 @@ check_kernels(struct remote *r, const Anedvd__CompileReply *c, char *err)
 static int
 handshake(struct remote *r, int timeout_ms, int *transport, char *err)
 {
-	Anedvd__CompileRequest cq = ANEDVD__COMPILE_REQUEST__INIT;
-	Anedvd__AneRequest q = ANEDVD__ANE_REQUEST__INIT;
-	q.body_case = ANEDVD__ANE_REQUEST__BODY_COMPILE;
-	q.compile = &cq;
 	int code;
-	Anedvd__AneReply *a = rpc(r, &q, timeout_ms, transport, &code, err);
-	if (!a) {
-		if (code == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE)
-			*transport = 1;
+	Anedvd__AneReply *a = transport_of(anec_compile(r->c, NULL, timeout_ms, &code, err), &code, transport);
+	if (!a)
 		return -1;
+	int rc = check_kernels(r, a->compile, err);
+	if (rc == 0) {
+		snprintf(r->name, sizeof r->name, "remote:%s", a->compile->backend);
+		r->kb.compile_count = a->compile->compile_count;
+		r->kb.compile_ms = a->compile->compile_ms;
+		for (int i = 0; i < r->plan.n; i++)
+			r->info[i].compile_us = a->compile->kernels[i]->compile_us;
 	}
-	int rc = 0;
-	if (a->body_case != ANEDVD__ANE_REPLY__BODY_COMPILE) {
-		rc = ad_err(err, "compile: reply without a kernel list");
-	} else {
-		rc = check_kernels(r, a->compile, err);
-		if (rc == 0) {
-			snprintf(r->name, sizeof r->name, "remote:%s", a->compile->backend);
-			r->kb.compile_count = a->compile->compile_count;
-			r->kb.compile_ms = a->compile->compile_ms;
-			for (int i = 0; i < r->plan.n; i++)
-				r->info[i].compile_us = a->compile->kernels[i]->compile_us;
-		}
-	}
-	anedvd__ane_reply__free_unpacked(a, NULL);
+	ad_rpc_free(a);
 	return rc;
 }
 
 static int
 health(struct remote *r, int timeout_ms, char *err)
 {
-	Anedvd__HealthRequest hq = ANEDVD__HEALTH_REQUEST__INIT;
-	Anedvd__AneRequest q = ANEDVD__ANE_REQUEST__INIT;
-	q.body_case = ANEDVD__ANE_REQUEST__BODY_HEALTH;
-	q.health = &hq;
-	int transport, code;
-	Anedvd__AneReply *a = rpc(r, &q, timeout_ms, &transport, &code, err);
-	if (!a)
+	struct ad_rpc_health h;
+	if (ad_rpc_health(r->c, &ad_rpc_ane, &h, timeout_ms, NULL, err) != 0)
 		return -1;
-	int rc = a->body_case == ANEDVD__ANE_REPLY__BODY_HEALTH ? 0 : ad_err(err, "health: no health reply");
-	if (rc == 0)
-		r->worker_pid = a->health->pid;
-	anedvd__ane_reply__free_unpacked(a, NULL);
-	return rc;
+	r->worker_pid = h.pid;
+	return 0;
 }
 
 // have the worker attach the data-plane object; *transport when it is not there
 static int
 attach(struct remote *r, int timeout_ms, int *transport, char *err)
 {
-	Anedvd__AttachRequest aq = ANEDVD__ATTACH_REQUEST__INIT;
-	aq.object = (char *)dp_id(r->dp);
-	Anedvd__AneRequest q = ANEDVD__ANE_REQUEST__INIT;
-	q.body_case = ANEDVD__ANE_REQUEST__BODY_ATTACH;
-	q.attach = &aq;
 	int code;
-	Anedvd__AneReply *a = rpc(r, &q, timeout_ms, transport, &code, err);
-	if (!a) {
-		if (code == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE)
-			*transport = 1;
+	Anedvd__AneReply *a = transport_of(anec_attach(r->c, dp_id(r->dp), timeout_ms, &code, err), &code, transport);
+	if (!a)
 		return -1;
-	}
 	int rc = 0;
-	if (a->body_case != ANEDVD__ANE_REPLY__BODY_ATTACH || a->attach->max_steps < 1) {
+	if (a->attach->max_steps < 1) {
 		rc = ad_err(err, "attach: no attach reply");
 	} else {
 		uint32_t pid, gen;
@@ -234,7 +181,7 @@ attach(struct remote *r, int timeout_ms, int *transport, char *err)
 		atomic_store(&r->dp_worker, (uint64_t)a->attach->pid << 32 | a->attach->generation);
 		atomic_fetch_add(&r->attaches, 1);
 	}
-	anedvd__ane_reply__free_unpacked(a, NULL);
+	ad_rpc_free(a);
 	return rc;
 }
 
@@ -506,36 +453,26 @@ r_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surfa
 		struct kb_step st = {.id = id, .in = in, .out = out, .ncols = ncols};
 		return dp_list(r, &st, 1, t, err);
 	}
-	Anedvd__KernelCall kc = ANEDVD__KERNEL_CALL__INIT;
-	kc.kernel = (uint32_t)id;
-	kc.input = in->id;
-	kc.output = out->id;
-	kc.ncols = (uint32_t)ncols;
-	kc.seq = ++r->seq;
-	Anedvd__AneRequest q = ANEDVD__ANE_REQUEST__INIT;
-	q.body_case = ANEDVD__ANE_REQUEST__BODY_CALL;
-	q.call = &kc;
+	const uint64_t seq = ++r->seq;
 	const uint64_t deadline = t0 + (uint64_t)r->deadline_ms * 1000000u;
 	int retries = 0;
 	for (;;) {
 		int transport, code;
 		char e[AD_ERRLEN];
-		Anedvd__AneReply *a = rpc(r, &q, r->timeout_ms, &transport, &code, e);
+		Anedvd__AneReply *a = transport_of(anec_call(r->c, (uint32_t)id, in->id, out->id, (uint32_t)ncols, seq,
+		                                             r->timeout_ms, &code, e),
+		                                   &code, &transport);
 		if (a) {
-			int rc = 0;
-			if (a->body_case != ANEDVD__ANE_REPLY__BODY_CALL || a->call->seq != kc.seq)
-				rc = ad_err(err, "%s: kernel %d: reply does not answer call %llu", kb->name, id,
-				            (unsigned long long)kc.seq);
-			else if (t) {
+			if (t) {
 				t->exec_ns = a->call->exec_ns;
 				t->total_ns = now_ns() - t0;
 			}
-			anedvd__ane_reply__free_unpacked(a, NULL);
-			if (retries && rc == 0)
+			ad_rpc_free(a);
+			if (retries)
 				ad_info("kernel %d: answered after %d retries (worker pid %u)", id, retries, r->worker_pid);
-			return rc;
+			return 0;
 		}
-		if (!transport && code != ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE)
+		if (!transport)
 			return ad_err(err, "%s: kernel %d: %s", kb->name, id, e);
 		ad_warn("kernel %d: %s; waiting for the ane-worker", id, e);
 		if (await_worker(r, deadline, err))

@@ -48,40 +48,11 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "gen-types.h" // struct sample_params, sample_bias, sample_tok
 
 #define SAMPLE_DEFAULT_SEED 0x12345678u
 #define SAMPLE_MAX_WINDOW (1 << 20)  // repeat_last_n
 #define SAMPLE_MAX_VOCAB (1 << 22)   // keeps the integer masses below 2^62
-#define SAMPLE_MAX_BIAS 1024         // logit_bias entries
-#define SAMPLE_MAX_TOP_LOGPROBS 20   // alternatives sample_logprobs reports
-
-// one logit_bias entry: bias in [-100, 100], added to the token's logit
-struct sample_bias {
-	int32_t id;
-	float bias;
-};
-
-// the fields of engine.proto's SamplingParams
-struct sample_params {
-	float temperature;       // 0: greedy
-	int32_t top_k;           // 0: off
-	float top_p;             // 1: off; (0, 1]
-	float min_p;             // 0: off; [0, 1]
-	float repeat_penalty;    // 1: off; > 0
-	int32_t repeat_last_n;   // penalty window, prompt included; 0: none
-	float presence_penalty;  // [-2, 2], 0: off
-	float frequency_penalty; // [-2, 2], 0: off
-	uint64_t seed;
-	int has_seed;            // 0: SAMPLE_DEFAULT_SEED
-	const struct sample_bias *bias; // n_bias entries (step 0); sample_new copies them
-	int n_bias;              // [0, SAMPLE_MAX_BIAS]
-};
-
-// a candidate of sample_top
-struct sample_tok {
-	int32_t id;
-	float logit;
-};
 
 // sample_defaults: every filter off, T 1, window 64 (llama.cpp's), no seed.
 // Entry points set their own temperature, top_k, ...

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "fit.h"
 #include "log.h"
 #include "prefix-cache.h"
 #include "spec.h"
@@ -70,6 +71,7 @@ struct job {
 	// the request (immutable once queued)
 	int32_t *prompt; // the kept part
 	int keep, dropped, reuse;
+	int dropped_from; // fit.h's from: 1 when a BOS stayed in front of the cut
 	int max_tokens;
 	struct sample_params sp;
 	struct sample_bias *bias; // sp.bias points here
@@ -145,6 +147,7 @@ struct sched {
 	struct engine *e;
 	struct sched_opts o;
 	int V, width, max_seq;
+	int32_t bos; // the model's, -1: none (fit.h)
 
 	pthread_mutex_t mu;
 	pthread_cond_t work; // the engine thread waits here
@@ -470,10 +473,7 @@ running_prefix(struct sched *s, struct job *j, int from, int upto, int fork, int
 		struct job *o = s->active[i];
 		if (o == j || !o->seq || o->seq == j->seq || o->state < J_PREFILL)
 			continue;
-		const int32_t *t = engine_seq_tokens(o->seq);
-		int len = engine_seq_len(o->seq), l = 0;
-		while (l < len && l < upto && t[l] == j->prompt[l])
-			l++;
+		int l = engine_seq_common(o->seq, j->prompt, upto);
 		if (l > *most && o->wgap <= (fork ? l - s->win + 1 : from)) {
 			*most = l;
 			best = o;
@@ -1431,6 +1431,7 @@ sched_new(struct engine *e, const struct sched_opts *o, char *err)
 	s->V = engine_n_vocab(e);
 	s->width = engine_width(e);
 	s->max_seq = engine_max_seq(e);
+	s->bos = engine_bos(e);
 	s->rows = s->o.parallel < s->width ? s->o.parallel : s->width;
 	if (o && o->spec)
 		s->spec = *o->spec;
@@ -1603,12 +1604,8 @@ claim_session(struct sched *s, struct job *j, const char *name, enum sched_code 
 		s->n_sessions++;
 	}
 	int reuse = 0;
-	if (x->seq) {
-		const int32_t *t = engine_seq_tokens(x->seq);
-		int len = engine_seq_len(x->seq);
-		while (reuse < len && reuse < j->keep - 1 && t[reuse] == j->prompt[reuse])
-			reuse++;
-	}
+	if (x->seq)
+		reuse = engine_seq_common(x->seq, j->prompt, j->keep - 1);
 	j->reuse = reuse;
 	x->busy = j;
 	x->used_ns = ad_now_ns();
@@ -1791,15 +1788,9 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 		return fail(code, SCHED_EBADREQ, err, "client: at most %d bytes, with a lease_ms in [%d, %d] (got %d)",
 		            SCHED_CLIENT_MAX - 1, SCHED_LEASE_MIN_MS, SCHED_LEASE_MAX_MS, g->lease_ms);
 
-	// the cut of engine_prompt: keep room for max_tokens after the prompt
-	int keep = g->n_prompt;
-	if ((int64_t)g->n_prompt + g->max_tokens + 1 > s->max_seq) {
-		keep = s->max_seq - g->max_tokens - 1;
-		if (keep < 1)
-			keep = 1;
-		if (keep > g->n_prompt)
-			keep = g->n_prompt;
-	}
+	// the one rule of fit.h (engine_prompt's)
+	const struct fit f = fit_prompt(g->prompt, g->n_prompt, g->max_tokens, s->max_seq, s->bos);
+	const int keep = f.keep;
 	struct job *j = calloc(1, sizeof *j);
 	if (!j || !(j->prompt = malloc((size_t)keep * sizeof *j->prompt)) ||
 	    !(j->bias = malloc((size_t)(g->sp.n_bias ? g->sp.n_bias : 1) * sizeof *j->bias)) || cond_init(&j->cv)) {
@@ -1810,10 +1801,11 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 		free(j);
 		return fail(code, SCHED_EINTERNAL, err, "out of memory");
 	}
-	memcpy(j->prompt, g->prompt + (g->n_prompt - keep), (size_t)keep * sizeof *j->prompt);
+	fit_copy(&f, g->prompt, j->prompt);
 	j->keep = keep;
-	j->dropped = g->n_prompt - keep;
-	j->max_tokens = g->max_tokens;
+	j->dropped = f.dropped;
+	j->dropped_from = f.from;
+	j->max_tokens = f.max_tokens;
 	j->sp = g->sp;
 	if (g->sp.n_bias)
 		memcpy(j->bias, g->sp.bias, (size_t)g->sp.n_bias * sizeof *j->bias);
@@ -1866,6 +1858,8 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 	out->job = j->id;
 	out->prompt_tokens = j->keep;
 	out->dropped = j->dropped;
+	out->dropped_from = j->dropped_from;
+	out->max_tokens = j->max_tokens;
 	out->reused = j->reuse;
 	pthread_cond_signal(&s->work);
 	pthread_mutex_unlock(&s->mu);

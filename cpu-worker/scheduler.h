@@ -46,8 +46,9 @@
 // only. On for every job unless no_spec; a request may choose
 // (sched_gen.speculative). Each job's counters come with its timings.
 //
-// Prompts longer than the context keep their last max_seq - max_tokens - 1
-// tokens (at least 1) and report how many were dropped.
+// A prompt and its reply are fitted into the context by fit.h's one rule
+// (the reply shortened first; a prompt that leaves no room loses its
+// oldest tokens but a leading BOS), and the job reports what was dropped.
 //
 // Constrained decoding (grammar.h): a job with a grammar samples under it
 // (gram_sample) and ends with SCHED_STOP as soon as the grammar can only
@@ -175,7 +176,9 @@ enum { SCHED_SPEC_DEFAULT = 0, SCHED_SPEC_OFF = 1, SCHED_SPEC_ON = 2 };
 struct sched_started {
 	uint64_t job;
 	int prompt_tokens; // in use, after the cut
-	int dropped;       // cut from the front
+	int dropped;       // cut (fit.h): prompt[dropped_from .. dropped_from + dropped)
+	int dropped_from;  // 1 when a leading BOS stayed in front of the cut, else 0
+	int max_tokens;    // the reply's room (fit.h: max_tokens, lowered to what the context leaves)
 	int reused;        // already in the session's cache
 };
 

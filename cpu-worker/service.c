@@ -10,37 +10,27 @@
 #include "common.pb-c.h"
 #include "engine.pb-c.h"
 #include "ipc.h"
+#include "rpc.h"
 
-static uint64_t
-now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
+// the scheduler's finish reasons are engine.proto's, cast below (its error
+// codes and SpecMode are pinned in proto-pins.c)
+#define PIN(a, b) _Static_assert((int)(a) == (int)(b), #a " is " #b)
+PIN(SCHED_RUNNING, ANEDVD__FINISH_REASON__FINISH_NONE);
+PIN(SCHED_STOP, ANEDVD__FINISH_REASON__FINISH_STOP);
+PIN(SCHED_LENGTH, ANEDVD__FINISH_REASON__FINISH_LENGTH);
+PIN(SCHED_CANCELLED, ANEDVD__FINISH_REASON__FINISH_CANCELLED);
+PIN(SCHED_ERROR, ANEDVD__FINISH_REASON__FINISH_ERROR);
 
-void
-engine_service_init(struct engine_service *svc, struct sched *s, int n_vocab, int n_layer, const char *process)
-{
-	memset(svc, 0, sizeof *svc);
-	svc->s = s;
-	svc->n_vocab = n_vocab;
-	svc->n_layer = n_layer;
-	svc->process = process;
-	svc->started_ms = now_ms();
-}
-
-// the reply under construction and everything it points to
+// the reply under construction and everything it points to: the
+// request's scratch (proto/rpc.h)
 struct reply {
-	Anedvd__EngineReply r;
-	Anedvd__Error error;
+	struct ad_rpc_req *q;
 	union {
 		Anedvd__GenerateReply generate;
 		Anedvd__PollReply poll;
 		Anedvd__CancelReply cancel;
 		Anedvd__EvalReply eval;
 		Anedvd__ResetReply reset;
-		Anedvd__HealthReply health;
 		Anedvd__EmbedReply embed;
 		Anedvd__LeaseReply lease;
 	} u;
@@ -56,13 +46,24 @@ struct reply {
 	char msg[AD_ERRLEN];
 };
 
+static void handle(void *arg, struct ad_rpc_req *q);
+static void release(void *scratch);
+
+void
+engine_service_init(struct engine_service *svc, struct sched *s, int n_vocab, int n_layer, const char *process)
+{
+	memset(svc, 0, sizeof *svc);
+	svc->s = s;
+	svc->n_vocab = n_vocab;
+	svc->n_layer = n_layer;
+	ad_rpc_server_init(&svc->rpc, &ad_rpc_engine, process ? process : "anedvd-cpu-worker", handle, svc,
+	                   sizeof(struct reply), release);
+}
+
 static void
 fail(struct reply *rp, enum sched_code code, const char *msg)
 {
-	rp->error.code = (Anedvd__ErrorCode)code;
-	rp->error.message = (char *)msg;
-	rp->r.error = &rp->error;
-	rp->r.body_case = ANEDVD__ENGINE_REPLY__BODY__NOT_SET;
+	ad_rpc_fail(rp->q, (int)code, "%s", msg);
 }
 
 #define FAIL(...)                                                              \
@@ -161,8 +162,9 @@ do_generate(struct engine_service *svc, const Anedvd__GenerateRequest *q, struct
 	r->prompt_tokens = (uint32_t)st.prompt_tokens;
 	r->prompt_tokens_dropped = (uint32_t)st.dropped;
 	r->reused_tokens = (uint32_t)st.reused;
-	rp->r.body_case = ANEDVD__ENGINE_REPLY__BODY_GENERATE;
-	rp->r.generate = r;
+	r->dropped_from = (uint32_t)st.dropped_from;
+	r->max_tokens = (uint32_t)st.max_tokens;
+	rp->q->reply = &r->base;
 }
 
 static void
@@ -272,8 +274,7 @@ do_poll(struct engine_service *svc, const Anedvd__PollRequest *q, struct reply *
 		rp->job_error.message = p->msg;
 		r->error = &rp->job_error;
 	}
-	rp->r.body_case = ANEDVD__ENGINE_REPLY__BODY_POLL;
-	rp->r.poll = r;
+	rp->q->reply = &r->base;
 }
 
 static void
@@ -283,8 +284,7 @@ do_cancel(struct engine_service *svc, const Anedvd__CancelRequest *q, struct rep
 	if (sched_cancel(svc->s, q->job, &code, rp->msg))
 		FAIL(rp, code, rp->msg);
 	anedvd__cancel_reply__init(&rp->u.cancel);
-	rp->r.body_case = ANEDVD__ENGINE_REPLY__BODY_CANCEL;
-	rp->r.cancel = &rp->u.cancel;
+	rp->q->reply = &rp->u.cancel.base;
 }
 
 static void
@@ -296,8 +296,7 @@ do_lease(struct engine_service *svc, const Anedvd__LeaseRequest *q, struct reply
 		FAIL(rp, code, rp->msg);
 	anedvd__lease_reply__init(&rp->u.lease);
 	rp->u.lease.jobs = (uint32_t)jobs;
-	rp->r.body_case = ANEDVD__ENGINE_REPLY__BODY_LEASE;
-	rp->r.lease = &rp->u.lease;
+	rp->q->reply = &rp->u.lease.base;
 }
 
 static void
@@ -327,8 +326,7 @@ do_eval(struct engine_service *svc, const Anedvd__EvalRequest *q, struct reply *
 	e->n_vocab = (uint32_t)svc->n_vocab;
 	e->logits.data = (uint8_t *)rp->logits; // float32 little-endian: the host's order
 	e->logits.len = (size_t)r * svc->n_vocab * sizeof(float);
-	rp->r.body_case = ANEDVD__ENGINE_REPLY__BODY_EVAL;
-	rp->r.eval = e;
+	rp->q->reply = &e->base;
 }
 
 static void
@@ -370,8 +368,7 @@ do_embed(struct engine_service *svc, const Anedvd__EmbedRequest *q, struct reply
 	e->pooling = (uint32_t)used;
 	e->vectors.data = (uint8_t *)rp->logits; // float32 little-endian: the host's order
 	e->vectors.len = bytes;
-	rp->r.body_case = ANEDVD__ENGINE_REPLY__BODY_EMBED;
-	rp->r.embed = e;
+	rp->q->reply = &e->base;
 }
 
 static void
@@ -381,61 +378,32 @@ do_reset(struct engine_service *svc, const Anedvd__ResetRequest *q, struct reply
 	if (sched_reset(svc->s, q->session, &code, rp->msg))
 		FAIL(rp, code, rp->msg);
 	anedvd__reset_reply__init(&rp->u.reset);
-	rp->r.body_case = ANEDVD__ENGINE_REPLY__BODY_RESET;
-	rp->r.reset = &rp->u.reset;
+	rp->q->reply = &rp->u.reset.base;
 }
 
 static void
-do_health(struct engine_service *svc, struct reply *rp)
-{
-	Anedvd__HealthReply *h = &rp->u.health;
-	anedvd__health_reply__init(h);
-	h->process = (char *)(svc->process ? svc->process : "anedvd-cpu-worker");
-	h->pid = (uint32_t)getpid();
-	h->uptime_ms = now_ms() - svc->started_ms;
-	h->requests = __atomic_load_n(&svc->requests, __ATOMIC_RELAXED);
-	rp->r.body_case = ANEDVD__ENGINE_REPLY__BODY_HEALTH;
-	rp->r.health = h;
-}
-
-void
-engine_service_handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **out, size_t *out_len)
+handle(void *arg, struct ad_rpc_req *q)
 {
 	struct engine_service *svc = arg;
-	struct reply *rp = calloc(1, sizeof *rp);
-	*out = NULL;
-	*out_len = 0;
-	if (!rp)
-		return;
-	__atomic_add_fetch(&svc->requests, 1, __ATOMIC_RELAXED);
-	anedvd__engine_reply__init(&rp->r);
-	anedvd__error__init(&rp->error);
-	Anedvd__EngineRequest *q = anedvd__engine_request__unpack(NULL, req_len, req);
-	if (!q) {
-		fail(rp, SCHED_EBADREQ, "could not decode the request as an EngineRequest");
-	} else {
-		rp->r.id = q->id;
-		switch (q->body_case) {
-		case ANEDVD__ENGINE_REQUEST__BODY_GENERATE: do_generate(svc, q->generate, rp); break;
-		case ANEDVD__ENGINE_REQUEST__BODY_POLL: do_poll(svc, q->poll, rp); break;
-		case ANEDVD__ENGINE_REQUEST__BODY_CANCEL: do_cancel(svc, q->cancel, rp); break;
-		case ANEDVD__ENGINE_REQUEST__BODY_EVAL: do_eval(svc, q->eval, rp); break;
-		case ANEDVD__ENGINE_REQUEST__BODY_RESET: do_reset(svc, q->reset, rp); break;
-		case ANEDVD__ENGINE_REQUEST__BODY_HEALTH: do_health(svc, rp); break;
-		case ANEDVD__ENGINE_REQUEST__BODY_EMBED: do_embed(svc, q->embed, rp); break;
-		case ANEDVD__ENGINE_REQUEST__BODY_LEASE: do_lease(svc, q->lease, rp); break;
-		default: fail(rp, SCHED_EBADREQ, "the request has no body"); break;
-		}
+	struct reply *rp = q->scratch;
+	rp->q = q;
+	switch (q->method) {
+	case ANEDVD__ENGINE_REQUEST__BODY_GENERATE: do_generate(svc, (const Anedvd__GenerateRequest *)q->body, rp); break;
+	case ANEDVD__ENGINE_REQUEST__BODY_POLL: do_poll(svc, (const Anedvd__PollRequest *)q->body, rp); break;
+	case ANEDVD__ENGINE_REQUEST__BODY_CANCEL: do_cancel(svc, (const Anedvd__CancelRequest *)q->body, rp); break;
+	case ANEDVD__ENGINE_REQUEST__BODY_EVAL: do_eval(svc, (const Anedvd__EvalRequest *)q->body, rp); break;
+	case ANEDVD__ENGINE_REQUEST__BODY_RESET: do_reset(svc, (const Anedvd__ResetRequest *)q->body, rp); break;
+	case ANEDVD__ENGINE_REQUEST__BODY_EMBED: do_embed(svc, (const Anedvd__EmbedRequest *)q->body, rp); break;
+	case ANEDVD__ENGINE_REQUEST__BODY_LEASE: do_lease(svc, (const Anedvd__LeaseRequest *)q->body, rp); break;
+	default: fail(rp, SCHED_EBADREQ, "the request has no body"); break;
 	}
-	size_t n = anedvd__engine_reply__get_packed_size(&rp->r);
-	uint8_t *buf = malloc(n ? n : 1);
-	if (buf) {
-		anedvd__engine_reply__pack(&rp->r, buf);
-		*out = buf;
-		*out_len = n;
-	}
-	if (q)
-		anedvd__engine_request__free_unpacked(q, NULL);
+}
+
+// what the reply pointed to, once packed
+static void
+release(void *scratch)
+{
+	struct reply *rp = scratch;
 	free(rp->poll.events);
 	free(rp->events);
 	free(rp->pevents);
@@ -444,5 +412,11 @@ engine_service_handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **o
 	free(rp->lps);
 	free(rp->plps);
 	free(rp->logits);
-	free(rp);
+}
+
+void
+engine_service_handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **out, size_t *out_len)
+{
+	struct engine_service *svc = arg;
+	ad_rpc_serve(&svc->rpc, req, req_len, out, out_len);
 }

@@ -1,9 +1,10 @@
 // service.h - the anedvd-cpu-worker service: EngineRequest in, EngineReply out.
 //
 // engine_service_handle is an ad_ipc_handler (common/ipc.h) over a
-// scheduler (scheduler.h): it decodes one protobuf EngineRequest
-// (proto/engine.proto), runs it and encodes the EngineReply, echoing the
-// request's id. A request it cannot decode or with an invalid field gets
+// scheduler (scheduler.h): proto/rpc.h's dispatch decodes one protobuf
+// EngineRequest (proto/engine.proto), answers Health, hands every other
+// body to the service and encodes the EngineReply, echoing the request's
+// id. A request it cannot decode or with an invalid field gets
 // ERROR_BAD_REQUEST naming the field; an unknown job ERROR_NOT_FOUND; a full
 // queue, a busy session or a worker shutting down ERROR_UNAVAILABLE. A job
 // that fails later reports FINISH_ERROR with its Error in the PollReply; a
@@ -23,15 +24,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rpc.h"
 #include "scheduler.h"
 
 struct engine_service {
 	struct sched *s;
 	int local; // the callers share this machine (ipc://): their pids mean something
 	int n_vocab, n_layer;
-	const char *process; // name reported by Health
-	uint64_t started_ms;
-	uint64_t requests; // updated atomically
+	struct ad_rpc_server rpc; // the dispatch (proto/rpc.h); Health reports its process name
 };
 
 void engine_service_init(struct engine_service *svc, struct sched *s, int n_vocab, int n_layer,

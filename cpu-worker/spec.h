@@ -53,8 +53,8 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "gen-types.h" // SPEC_NGRAM_MAX, struct spec_stats, spec_add
 
-#define SPEC_NGRAM_MAX 32 // the largest --ngram-max
 #define SPEC_DRAFT_MAX 64 // the largest --draft
 
 struct spec_opts {
@@ -74,15 +74,6 @@ void spec_defaults(struct spec_opts *o);
 // 0, or -1 with a message naming the option out of range
 int spec_check(const struct spec_opts *o, char *err);
 
-// counters of a job (or of many, added up)
-struct spec_stats {
-	uint64_t steps;    // verify calls: steps that carried a draft
-	uint64_t drafted;  // draft tokens fed
-	uint64_t accepted; // draft tokens that were the sampled token
-	uint64_t reached;  // draft tokens compared with a sample (accepted + rejected)
-	uint64_t drafted_n[SPEC_NGRAM_MAX + 1], accepted_n[SPEC_NGRAM_MAX + 1]; // by the n of the match
-	uint64_t reached_n[SPEC_NGRAM_MAX + 1];
-};
 
 // spec_find writes up to max tokens of the draft for the history h[0..n)
 // followed by last into out; returns how many (0: no match, or max 0) and
@@ -110,20 +101,6 @@ float spec_cost_get(const struct spec_cost *m, float prior);
 // rejected (a sample compared with it and differed)
 void spec_note(struct spec_stats *st, int ngram, int k, int accepted, int rejected);
 
-// sum += st (inline: the frontend adds jobs' counters up and links no engine)
-static inline void
-spec_add(struct spec_stats *sum, const struct spec_stats *st)
-{
-	sum->steps += st->steps;
-	sum->drafted += st->drafted;
-	sum->accepted += st->accepted;
-	sum->reached += st->reached;
-	for (int i = 0; i <= SPEC_NGRAM_MAX; i++) {
-		sum->drafted_n[i] += st->drafted_n[i];
-		sum->accepted_n[i] += st->accepted_n[i];
-		sum->reached_n[i] += st->reached_n[i];
-	}
-}
 
 // spec_probe replays a finished generation as speculation would have run
 // it alone: history h[0..n_hist) (the prompt as kept), then gen[0..n_gen)

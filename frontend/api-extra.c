@@ -29,7 +29,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "client.h"
+#include "client-tokenizer.h"
 #include "fe.h"
 #include "log.h"
 

@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "err.h"
-#include "spec.h"
+#include "gen-types.h" // struct spec_stats
 #include "tokenizer.h"
 
 #define FE_MAX_STOPS 16

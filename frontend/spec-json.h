@@ -10,7 +10,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "spec.h"
+#include "gen-types.h"
 
 cJSON *fe_spec_json(const struct spec_stats *st);
 

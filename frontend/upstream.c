@@ -8,7 +8,7 @@
 // as the engine runs generations at once; requests beyond them wait in the
 // queue, and beyond its length are refused.
 //
-// Crashes. Each choice is an engc_job (engine-client.h): when the cpu-worker
+// Crashes. Each choice is an engc_job (proto/client-engine.h): when the cpu-worker
 // dies or restarts, the job goes on on the restarted one from the tokens
 // this process already has (prompt + delivered, the sampler's draws), so the
 // stop holdback, the decode_stream state, the logprob offsets here carry on
@@ -28,10 +28,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client.h"
+#include "client-tokenizer.h"
 #include "clock.h"
 #include "common.pb-c.h"
-#include "engine-client.h"
+#include "client-engine.h"
 #include "fe.h"
 #include "ipc.h"
 #include "log.h"
@@ -56,6 +56,8 @@ static struct {
 	pthread_mutex_t mu;
 	int known;
 	int32_t n, bos, eos, eot;
+	int32_t eog[TOKC_MAX_EOG]; // the tokenizer's stop set
+	int n_eog;
 	int thinks;     // the chat template names <think> (think.c)
 	char **bytes;   // n entries, NULL until fetched; set once, never changed
 	uint32_t *blen;
@@ -145,6 +147,8 @@ get_vocab(char *err)
 	vocab.bos = v.bos;
 	vocab.eos = v.eos;
 	vocab.eot = v.eot;
+	memcpy(vocab.eog, v.eog, sizeof vocab.eog);
+	vocab.n_eog = v.n_eog;
 	vocab.thinks = thinks;
 	vocab.known = 1;
 	pthread_mutex_unlock(&vocab.mu);
@@ -874,30 +878,9 @@ generate(struct fe_gen *g)
 		return;
 	}
 
-	// fit prompt + reply into the context: shorten the reply first, then
-	// drop the oldest prompt tokens (never the BOS)
+	// the cpu-worker fits the prompt and the reply into its context
+	// (cpu-worker/fit.h): the whole prompt and max_tokens go as asked
 	unsigned max_tokens = g->p.max_tokens;
-	size_t first = 0, dropped = 0;
-	if (cfg->max_seq > 2) {
-		if (n + 1 < cfg->max_seq) {
-			if (n + max_tokens + 1 > cfg->max_seq)
-				max_tokens = (unsigned)(cfg->max_seq - n - 1);
-		} else {
-			if (max_tokens > cfg->max_seq - 2)
-				max_tokens = cfg->max_seq - 2;
-		}
-		size_t keep = cfg->max_seq - max_tokens - 1;
-		if (n > keep) {
-			int has_bos = vocab.bos >= 0 && ids[0] == vocab.bos;
-			dropped = n - keep;
-			if (has_bos && keep >= 2) {
-				memmove(ids + 1, ids + 1 + dropped, (keep - 1) * sizeof *ids);
-			} else {
-				first = dropped;
-			}
-			n = keep;
-		}
-	}
 
 	struct sample_params sp;
 	memset(&sp, 0, sizeof sp);
@@ -923,16 +906,15 @@ generate(struct fe_gen *g)
 		sp.bias = bias;
 		sp.n_bias = (int)g->p.n_bias;
 	}
-	int32_t stop_ids[2 + FE_MAX_STOP_IDS];
+	// the tokenizer's end-of-generation ids, then the request's own
+	int32_t stop_ids[TOKC_MAX_EOG + FE_MAX_STOP_IDS];
 	size_t n_stop = 0;
-	if (vocab.eos >= 0)
-		stop_ids[n_stop++] = vocab.eos;
-	if (vocab.eot >= 0 && vocab.eot != vocab.eos)
-		stop_ids[n_stop++] = vocab.eot;
+	for (int i = 0; i < vocab.n_eog; i++)
+		stop_ids[n_stop++] = vocab.eog[i];
 	for (size_t i = 0; i < g->p.n_stop_ids; i++)
 		stop_ids[n_stop++] = g->p.stop_ids[i];
 	struct engc_gen eg = {
-		.prompt = ids + first,
+		.prompt = ids,
 		.n_prompt = n,
 		.max_tokens = max_tokens,
 		.sp = &sp,
@@ -1000,7 +982,7 @@ generate(struct fe_gen *g)
 			runs[i].live = 1;
 			if (i == 0) {
 				g->r.prompt_tokens = info.prompt_tokens ? info.prompt_tokens : (unsigned)n;
-				g->r.prompt_dropped = (unsigned)dropped + info.dropped;
+				g->r.prompt_dropped = info.dropped;
 			}
 		}
 	}
@@ -1213,16 +1195,15 @@ probe_main(void *arg)
 	pthread_mutex_lock(&probe_mu);
 	while (!q.stopping) {
 		pthread_mutex_unlock(&probe_mu);
-		uint32_t pid = 0;
+		struct ad_rpc_health h;
 		char err[AD_ERRLEN];
-		int up = tokc_health(tok, &pid, 1000, err) == 0;
+		int up = ad_rpc_health(tok, &ad_rpc_tokenizer, &h, 1000, NULL, err) == 0;
 		// the vocabulary first, so a request that reads as soon as the
 		// tokenizer shows as up can check token ids against it
 		if (up)
 			get_vocab(err);
-		fe_metrics_upstream("tokenizer", up, pid);
-		struct engc_health h;
-		up = engc_health(eng, &h, 1000, NULL, err) == 0;
+		fe_metrics_upstream("tokenizer", up, up ? h.pid : 0);
+		up = ad_rpc_health(eng, &ad_rpc_engine, &h, 1000, NULL, err) == 0;
 		fe_metrics_upstream("engine", up, up ? h.pid : 0);
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);

@@ -21,17 +21,11 @@ others="ane-worker cpu-worker tokenizer-svc frontend cli"
 
 # "file -> header", as printed below
 ALLOW='cpu-worker/grammar.c -> tokenizer-svc/tokenizer.h
-frontend/api-extra.c -> tokenizer-svc/service/client.h
-frontend/fe.h -> cpu-worker/spec.h
-frontend/fe.h -> tokenizer-svc/tokenizer.h
-frontend/spec-json.h -> cpu-worker/spec.h
-frontend/upstream.c -> cpu-worker/engine-client.h
-frontend/upstream.c -> tokenizer-svc/service/client.h'
+frontend/fe.h -> tokenizer-svc/tokenizer.h'
 # why: grammar.c reads the vocabulary's token texts through the tokenizer
-# library; the frontend's clients of the two services still live in the
-# services' folders (they move to proto/ with the typed RPC layer); fe.h
-# and spec-json.h name the cpu-worker's speculative settings and the
-# tokenizer's types directly.
+# library; fe.h names the tokenizer's chat family and tool-call format
+# types directly. (The frontend's clients of the services are proto/'s,
+# the types they share common/gen-types.h.)
 
 found=$(mktemp) || exit 2
 trap 'rm -f "$found"' EXIT

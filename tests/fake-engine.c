@@ -1,6 +1,6 @@
 // fake-engine - a TEST DOUBLE of the engine service (proto/engine.proto).
 //
-//   fake-engine --listen URL [--model GGUF] [--delay-ms N] [--prefill-ms N] [--log FILE]
+//   fake-engine --listen URL [--model GGUF] [--delay-ms N] [--prefill-ms N] [--max-seq N] [--log FILE]
 //
 // It runs no model. Generate answers with a job whose "generated" tokens
 // are a fixed script of token ids, released on a timeline (prefill, then
@@ -26,6 +26,9 @@
 // script at token k: a continued job gives the rest of the lost one's (and
 // its trigger, counted from the script's start as grammar_replay has it).
 //
+// The prompt and the reply are fitted into a context of --max-seq tokens
+// (2048) by the cpu-worker's own rule (cpu-worker/fit.c, compiled in).
+//
 // Without a marker the reply is a short fixed story. Every Generate,
 // Cancel and end is appended to --log, which tests read to see that a
 // client's disconnect reached the engine as a Cancel.
@@ -44,7 +47,9 @@
 #include "common.pb-c.h"
 #include "engine.pb-c.h"
 #include "ipc.h"
+#include "fit.h"
 #include "log.h"
+#include "rpc.h"
 #include "tokenizer.h"
 
 #define MAX_JOBS 4096
@@ -79,14 +84,14 @@ static struct {
 	uint64_t next;
 	struct tokenizer *tok;
 	uint64_t delay_ns, prefill_ns;
+	int max_seq;
 	FILE *log;
-	uint64_t started_ns;
-	uint64_t requests, leases;
+	uint64_t leases;
 	struct {
 		uint64_t hash;
 		long n;
 	} fails[64]; // [fail=N]: Generates failed so far, by prompt
-} E = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+} E = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .max_seq = 2048 };
 
 static void
 logf_(const char *fmt, ...)
@@ -140,12 +145,25 @@ find(uint64_t id)
 	return j->used && j->id == id ? j : NULL;
 }
 
+// a reply and what it points to: the request's scratch (proto/rpc.h)
+struct scratch {
+	Anedvd__GenerateReply gen;
+	Anedvd__PollReply poll;
+	Anedvd__CancelReply cancel;
+	Anedvd__LeaseReply lease;
+	Anedvd__Timings timings;
+	Anedvd__TokenEvent *events, **pevents;
+	Anedvd__Error poll_err;
+	char *prompt_text;
+};
+
 static void
-set_error(Anedvd__EngineReply *r, Anedvd__Error *e, Anedvd__ErrorCode code, const char *msg)
+release(void *p)
 {
-	e->code = code;
-	e->message = (char *)msg;
-	r->error = e;
+	struct scratch *x = p;
+	free(x->events);
+	free(x->pevents);
+	free(x->prompt_text);
 }
 
 // the number of tokens of j released by time t
@@ -182,42 +200,37 @@ finish_of(const struct job *j, size_t n)
 	return ANEDVD__FINISH_REASON__FINISH_NONE;
 }
 
+// the engine's requests but Health (the same dispatch as the real one's)
 static void
-handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *reply_len)
+handle(void *arg, struct ad_rpc_req *q)
 {
-	Anedvd__EngineReply r = ANEDVD__ENGINE_REPLY__INIT;
-	Anedvd__Error err = ANEDVD__ERROR__INIT;
-	Anedvd__GenerateReply gen = ANEDVD__GENERATE_REPLY__INIT;
-	Anedvd__PollReply poll = ANEDVD__POLL_REPLY__INIT;
-	Anedvd__CancelReply cancel = ANEDVD__CANCEL_REPLY__INIT;
-	Anedvd__HealthReply health = ANEDVD__HEALTH_REPLY__INIT;
-	Anedvd__LeaseReply lease = ANEDVD__LEASE_REPLY__INIT;
-	Anedvd__Timings timings = ANEDVD__TIMINGS__INIT;
-	Anedvd__TokenEvent *events = NULL, **pevents = NULL;
-	Anedvd__Error poll_err = ANEDVD__ERROR__INIT;
-	char *prompt_text = NULL;
-
-	Anedvd__EngineRequest *q = anedvd__engine_request__unpack(NULL, req_len, req);
+	(void)arg;
+	struct scratch *x = q->scratch;
+	Anedvd__GenerateReply *gen = &x->gen;
+	Anedvd__PollReply *poll = &x->poll;
+	Anedvd__Timings *timings = &x->timings;
+	anedvd__generate_reply__init(gen);
+	anedvd__poll_reply__init(poll);
+	anedvd__cancel_reply__init(&x->cancel);
+	anedvd__lease_reply__init(&x->lease);
+	anedvd__timings__init(timings);
+	anedvd__error__init(&x->poll_err);
 	pthread_mutex_lock(&E.mu);
-	E.requests++;
-	if (!q) {
-		set_error(&r, &err, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "undecodable request");
-		goto out;
-	}
-	r.id = q->id;
-	switch (q->body_case) {
+	switch (q->method) {
 	case ANEDVD__ENGINE_REQUEST__BODY_GENERATE: {
-		Anedvd__GenerateRequest *g = q->generate;
+		const Anedvd__GenerateRequest *g = (const Anedvd__GenerateRequest *)q->body;
+		char *prompt_text = NULL;
 		if (g->n_prompt == 0) {
-			set_error(&r, &err, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "empty prompt");
+			ad_rpc_fail(q, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "empty prompt");
 			break;
 		}
 		size_t len = 0;
 		if (E.tok && tok_decode(E.tok, g->prompt, g->n_prompt, &prompt_text, &len, NULL) != 0)
 			prompt_text = NULL;
+		x->prompt_text = prompt_text;
 		const char *pt = prompt_text ? prompt_text : "";
 		if (strstr(pt, "[fail]") || fail_again(pt)) {
-			set_error(&r, &err, ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE, "fake engine: failing as asked");
+			ad_rpc_fail(q, ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE, "fake engine: failing as asked");
 			logf_("fail-generate\n");
 			break;
 		}
@@ -227,7 +240,9 @@ handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *r
 		memset(j, 0, sizeof *j);
 		j->id = id;
 		j->used = 1;
-		j->max_tokens = g->max_tokens ? g->max_tokens : 16;
+		const struct fit f = fit_prompt(g->prompt, (int)g->n_prompt, g->max_tokens ? (int)g->max_tokens : 16,
+		                                E.max_seq, E.tok ? tok_bos(E.tok) : 1);
+		j->max_tokens = (uint32_t)f.max_tokens;
 		j->fail_after = (int)marker(pt, "[fail-after=", -1);
 		j->offset = g->sampling ? (size_t)g->sampling->skip_draws : 0;
 		j->lose_after = j->offset ? -1 : (int)marker(pt, "[lose-after=", -1);
@@ -235,7 +250,7 @@ handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *r
 		j->delay_ns = (uint64_t)marker(pt, "[delay=", (long)(E.delay_ns / 1000000)) * 1000000;
 		j->prefill_ns = (uint64_t)marker(pt, "[prefill=", (long)(E.prefill_ns / 1000000)) * 1000000;
 		j->t0_ns = ad_now_ns();
-		j->n_prompt = (uint32_t)g->n_prompt;
+		j->n_prompt = (uint32_t)f.keep;
 		const char *echo = strstr(pt, "ECHO:");
 		const char *text = story;
 		size_t tlen = strlen(story);
@@ -281,20 +296,23 @@ handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *r
 				}
 			}
 		}
-		gen.job = id;
-		gen.prompt_tokens = (uint32_t)g->n_prompt;
-		r.body_case = ANEDVD__ENGINE_REPLY__BODY_GENERATE;
-		r.generate = &gen;
-		logf_("generate %llu prompt=%zu max=%u temp=%g top_k=%d seed=%llu/%d skip=%zu client=%s grammar=%zu "
+		gen->job = id;
+		gen->prompt_tokens = (uint32_t)f.keep;
+		gen->prompt_tokens_dropped = (uint32_t)f.dropped;
+		gen->dropped_from = (uint32_t)f.from;
+		gen->max_tokens = (uint32_t)f.max_tokens;
+		q->reply = &gen->base;
+		logf_("generate %llu prompt=%zu max=%u kept=%d room=%d temp=%g top_k=%d seed=%llu/%d skip=%zu client=%s grammar=%zu "
 		      "lazy=%d words=%zu replay=%u\n",
-		      (unsigned long long)id, g->n_prompt, g->max_tokens, g->sampling ? g->sampling->temperature : -1.0,
+		      (unsigned long long)id, g->n_prompt, g->max_tokens, f.keep, f.max_tokens, g->sampling ? g->sampling->temperature : -1.0,
 		      g->sampling ? g->sampling->top_k : -1, g->sampling ? (unsigned long long)g->sampling->seed : 0ull,
 		      g->sampling ? g->sampling->has_seed : 0, j->offset, g->client[0] ? "yes" : "no",
 		      g->grammar ? strlen(g->grammar) : 0, g->grammar_lazy, g->n_grammar_words, g->grammar_replay);
 		break;
 	}
 	case ANEDVD__ENGINE_REQUEST__BODY_POLL: {
-		struct job *j = find(q->poll->job);
+		const Anedvd__PollRequest *pq = (const Anedvd__PollRequest *)q->body;
+		struct job *j = find(pq->job);
 		if (j && j->lose_after >= 0 && j->sent >= (size_t)j->lose_after) {
 			// as a worker that died and came back: it knows the job no more
 			logf_("lost %llu tokens=%zu\n", (unsigned long long)j->id, j->sent);
@@ -302,10 +320,10 @@ handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *r
 			j = NULL;
 		}
 		if (!j) {
-			set_error(&r, &err, ANEDVD__ERROR_CODE__ERROR_NOT_FOUND, "no such job");
+			ad_rpc_fail(q, ANEDVD__ERROR_CODE__ERROR_NOT_FOUND, "no such job");
 			break;
 		}
-		uint64_t deadline = ad_now_ns() + (uint64_t)q->poll->max_wait_ms * 1000000;
+		uint64_t deadline = ad_now_ns() + (uint64_t)pq->max_wait_ms * 1000000;
 		size_t n;
 		for (;;) {
 			n = released(j, ad_now_ns());
@@ -324,18 +342,18 @@ handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *r
 				ts.tv_nsec -= 1000000000;
 			}
 			pthread_cond_timedwait(&E.cv, &E.mu, &ts);
-			if (!(j = find(q->poll->job)))
+			if (!(j = find(pq->job)))
 				break;
 		}
 		if (!j) {
-			set_error(&r, &err, ANEDVD__ERROR_CODE__ERROR_NOT_FOUND, "no such job");
+			ad_rpc_fail(q, ANEDVD__ERROR_CODE__ERROR_NOT_FOUND, "no such job");
 			break;
 		}
 		if (j->cancelled)
 			n = j->sent;
 		size_t k = n - j->sent;
-		events = calloc(k ? k : 1, sizeof *events);
-		pevents = calloc(k ? k : 1, sizeof *pevents);
+		Anedvd__TokenEvent *events = x->events = calloc(k ? k : 1, sizeof *events);
+		Anedvd__TokenEvent **pevents = x->pevents = calloc(k ? k : 1, sizeof *pevents);
 		for (size_t i = 0; i < k; i++) {
 			anedvd__token_event__init(&events[i]);
 			events[i].id = j->script[(j->offset + j->sent + i) % j->n_script];
@@ -348,66 +366,47 @@ handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *r
 			pevents[i] = &events[i];
 		}
 		j->sent = n;
-		poll.tokens = pevents;
-		poll.n_tokens = k;
-		poll.finish = finish_of(j, n);
-		if (poll.finish == ANEDVD__FINISH_REASON__FINISH_ERROR) {
-			poll_err.code = ANEDVD__ERROR_CODE__ERROR_INTERNAL;
-			poll_err.message = "fake engine: failing as asked";
-			poll.error = &poll_err;
+		poll->tokens = pevents;
+		poll->n_tokens = k;
+		poll->finish = finish_of(j, n);
+		if (poll->finish == ANEDVD__FINISH_REASON__FINISH_ERROR) {
+			x->poll_err.code = ANEDVD__ERROR_CODE__ERROR_INTERNAL;
+			x->poll_err.message = "fake engine: failing as asked";
+			poll->error = &x->poll_err;
 		}
 		uint64_t t = ad_now_ns();
-		timings.prefill_ns = j->prefill_ns ? j->prefill_ns : 1000000;
-		timings.prefill_tokens = j->n_prompt;
-		timings.decode_ns = t > j->t0_ns + j->prefill_ns ? t - j->t0_ns - j->prefill_ns : 0;
-		timings.decode_tokens = (uint32_t)j->sent;
-		timings.kernel_ns = timings.decode_ns / 2;
-		poll.timings = &timings;
-		if (poll.finish != ANEDVD__FINISH_REASON__FINISH_NONE && !j->finished) {
+		timings->prefill_ns = j->prefill_ns ? j->prefill_ns : 1000000;
+		timings->prefill_tokens = j->n_prompt;
+		timings->decode_ns = t > j->t0_ns + j->prefill_ns ? t - j->t0_ns - j->prefill_ns : 0;
+		timings->decode_tokens = (uint32_t)j->sent;
+		timings->kernel_ns = timings->decode_ns / 2;
+		poll->timings = timings;
+		if (poll->finish != ANEDVD__FINISH_REASON__FINISH_NONE && !j->finished) {
 			j->finished = 1;
-			logf_("done %llu finish=%d tokens=%zu\n", (unsigned long long)j->id, poll.finish, j->sent);
+			logf_("done %llu finish=%d tokens=%zu\n", (unsigned long long)j->id, poll->finish, j->sent);
 		}
-		r.body_case = ANEDVD__ENGINE_REPLY__BODY_POLL;
-		r.poll = &poll;
+		q->reply = &poll->base;
 		break;
 	}
 	case ANEDVD__ENGINE_REQUEST__BODY_CANCEL: {
-		struct job *j = find(q->cancel->job);
-		logf_("cancel %llu\n", (unsigned long long)q->cancel->job);
+		uint64_t job = ((const Anedvd__CancelRequest *)q->body)->job;
+		struct job *j = find(job);
+		logf_("cancel %llu\n", (unsigned long long)job);
 		if (j) {
 			j->cancelled = 1;
 			pthread_cond_broadcast(&E.cv);
 		}
-		r.body_case = ANEDVD__ENGINE_REPLY__BODY_CANCEL;
-		r.cancel = &cancel;
+		q->reply = &x->cancel.base;
 		break;
 	}
 	case ANEDVD__ENGINE_REQUEST__BODY_LEASE:
 		E.leases++;
-		r.body_case = ANEDVD__ENGINE_REPLY__BODY_LEASE;
-		r.lease = &lease;
-		break;
-	case ANEDVD__ENGINE_REQUEST__BODY_HEALTH:
-		health.process = "fake-engine";
-		health.pid = (uint32_t)getpid();
-		health.uptime_ms = (ad_now_ns() - E.started_ns) / 1000000;
-		health.requests = E.requests;
-		r.body_case = ANEDVD__ENGINE_REPLY__BODY_HEALTH;
-		r.health = &health;
+		q->reply = &x->lease.base;
 		break;
 	default:
-		set_error(&r, &err, ANEDVD__ERROR_CODE__ERROR_UNSUPPORTED, "the fake engine only generates");
+		ad_rpc_fail(q, ANEDVD__ERROR_CODE__ERROR_UNSUPPORTED, "the fake engine only generates");
 	}
-out:
-	*reply_len = anedvd__engine_reply__get_packed_size(&r);
-	*reply = malloc(*reply_len ? *reply_len : 1);
-	anedvd__engine_reply__pack(&r, *reply);
 	pthread_mutex_unlock(&E.mu);
-	free(events);
-	free(pevents);
-	free(prompt_text);
-	if (q)
-		anedvd__engine_request__free_unpacked(q, NULL);
 }
 
 int
@@ -424,6 +423,8 @@ main(int argc, char **argv)
 			log = argv[i + 1];
 		else if (strcmp(argv[i], "--delay-ms") == 0)
 			E.delay_ns = (uint64_t)atol(argv[i + 1]) * 1000000;
+		else if (strcmp(argv[i], "--max-seq") == 0)
+			E.max_seq = atoi(argv[i + 1]);
 		else if (strcmp(argv[i], "--prefill-ms") == 0)
 			E.prefill_ns = (uint64_t)atol(argv[i + 1]) * 1000000;
 		else {
@@ -432,7 +433,8 @@ main(int argc, char **argv)
 		}
 	}
 	if (!url) {
-		fprintf(stderr, "usage: fake-engine --listen URL [--model GGUF] [--delay-ms N] [--prefill-ms N] [--log FILE]\n");
+		fprintf(stderr, "usage: fake-engine --listen URL [--model GGUF] [--delay-ms N] [--prefill-ms N] [--max-seq N] "
+		                "[--log FILE]\n");
 		return 2;
 	}
 	sigset_t set;
@@ -449,9 +451,10 @@ main(int argc, char **argv)
 		ad_error("%s: %s", log, strerror(errno));
 		return 1;
 	}
-	E.started_ns = ad_now_ns();
+	static struct ad_rpc_server rpc;
+	ad_rpc_server_init(&rpc, &ad_rpc_engine, "fake-engine", handle, NULL, sizeof(struct scratch), release);
 	// many threads: each Poll holds one for up to its wait
-	struct ad_server *srv = ad_server_start(url, 32, handle, NULL, err);
+	struct ad_server *srv = ad_server_start(url, 32, ad_rpc_serve, &rpc, err);
 	if (!srv) {
 		ad_error("%s", err);
 		return 1;

@@ -28,8 +28,9 @@ foreach(d openai anthropic responses llama)
 endforeach()
 
 # the engine test double the HTTP tests run against (not a test itself)
-add_executable(fake-engine fake-engine.c)
-target_link_libraries(fake-engine PRIVATE anedvd_tokenizer anedvd_proto anedvd_common)
+add_executable(fake-engine fake-engine.c ${PROJECT_SOURCE_DIR}/cpu-worker/fit.c)
+target_include_directories(fake-engine PRIVATE ${PROJECT_SOURCE_DIR}/cpu-worker)
+target_link_libraries(fake-engine PRIVATE anedvd_tokenizer anedvd_rpc anedvd_proto anedvd_common)
 set_target_properties(fake-engine PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin)
 
 find_program(NODE_EXE node)

@@ -1,10 +1,12 @@
 // gen-model - write a deterministic random model for benchmarks and tests.
 //
-//   gen-model PRESET WTYPE SEED OUT.gguf [N_LAYER] [--template FILE]
+//   gen-model PRESET WTYPE SEED OUT.gguf [N_LAYER] [--template FILE] [--eos ID]
 //
 // PRESET: tiny, smollm2-135m, qwen2.5-0.5b (the exact shapes of the
 // published models), think (a scripted Qwen3-style model); WTYPE: f32,
-// f16, bf16, q8_0. --template writes FILE as the chat template. The same
+// f16, bf16, q8_0. --template writes FILE as the chat template; --eos ID
+// writes ID as the EOS and EOT ids (a further end-of-generation id: see
+// struct genmodel). The same
 // arguments give the same bytes. See cli/cmd-genmodel.h.
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +18,17 @@ int
 main(int argc, char **argv)
 {
 	char *tmpl = NULL;
+	int eos = 0;
+	if (argc >= 7 && !strcmp(argv[argc - 2], "--eos")) {
+		char *e;
+		long v = strtol(argv[argc - 1], &e, 10);
+		if (*e || v < 1 || v > 1000000) {
+			fprintf(stderr, "gen-model: --eos must be a token id, not '%s'\n", argv[argc - 1]);
+			return 2;
+		}
+		eos = (int)v;
+		argc -= 2;
+	}
 	if (argc >= 7 && !strcmp(argv[argc - 2], "--template")) {
 		FILE *f = fopen(argv[argc - 1], "rb");
 		if (!f) {
@@ -35,12 +48,12 @@ main(int argc, char **argv)
 		argc -= 2;
 	}
 	if (argc != 5 && argc != 6) {
-		fprintf(stderr, "usage: gen-model PRESET WTYPE SEED OUT.gguf [N_LAYER] [--template FILE]\n"
+		fprintf(stderr, "usage: gen-model PRESET WTYPE SEED OUT.gguf [N_LAYER] [--template FILE] [--eos ID]\n"
 		                "  PRESET tiny | smollm2-135m | qwen2.5-0.5b | think, WTYPE f32 | f16 | bf16 | q8_0\n");
 		return 2;
 	}
 	char *end;
-	struct genmodel g = {.preset = argv[1], .wtype = argv[2], .seed = strtoull(argv[3], &end, 10), .chat_template = tmpl};
+	struct genmodel g = {.preset = argv[1], .wtype = argv[2], .seed = strtoull(argv[3], &end, 10), .chat_template = tmpl, .eos = eos};
 	if (*end) {
 		fprintf(stderr, "gen-model: SEED must be a number, not '%s'\n", argv[3]);
 		return 2;

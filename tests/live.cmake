@@ -27,6 +27,14 @@ add_test(NAME test-web-live
 set_tests_properties(test-web-live PROPERTIES LABELS e2e TIMEOUT 600 RUN_SERIAL TRUE
   ENVIRONMENT "ANEDVD_WEB_ARTIFACTS=${CMAKE_CURRENT_BINARY_DIR}/web-artifacts")
 
+# a prompt longer than the context: `serve` and `run` fit it by the
+# cpu-worker's one rule (cpu-worker/fit.h)
+add_test(NAME test-live-fit
+  COMMAND ${NODE_EXE} --test --test-reporter=spec ${CMAKE_CURRENT_SOURCE_DIR}/node/fit.test.mjs)
+set_tests_properties(test-live-fit PROPERTIES LABELS e2e TIMEOUT 300
+  ENVIRONMENT "ANEDVD_BIN=$<TARGET_FILE:anedvd>;FE_MODEL=${LIVE_MODEL}"
+  FIXTURES_REQUIRED fe_node_modules)
+
 # tool calls and structured output through the official clients, judged by ajv
 add_test(NAME test-live-tools
   COMMAND ${NODE_EXE} --test --test-reporter=spec ${CMAKE_CURRENT_SOURCE_DIR}/node/tools.test.mjs)

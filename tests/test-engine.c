@@ -380,14 +380,21 @@ check_model(struct fixture *f, int local)
 	engine_seq_free(s);
 	rig_close(&rig);
 
-	// front truncation at max_seq 16
+	// front truncation at max_seq 16 (cpu-worker/fit.h): the oldest tokens
+	// go, a leading BOS stays
 	struct engine_opts small = {.max_seq = 16};
 	e = rig_open(&rig, f, local, &small);
 	s = e ? engine_seq_new(e, err) : NULL;
 	REQUIRE(s, "%s", err);
 	REQUIRE(engine_prompt(e, s, f->ids, 20, 4, l, &pi, err) == 0, "%s", err);
-	CHECK(pi.prompt_tokens == 11 && pi.dropped == 9 && pi.reused == 0 && engine_seq_len(s) == 11);
-	CHECK(engine_eval(e, s, f->ids + 9, 11, 0, b, err) == 0, "%s", err);
+	CHECK(pi.prompt_tokens == 11 && pi.dropped == 9 && pi.reused == 0 && pi.max_tokens == 4 &&
+	      engine_seq_len(s) == 11);
+	int32_t cut[11];
+	const int bos = engine_bos(e) >= 0 && f->ids[0] == engine_bos(e);
+	cut[0] = bos ? f->ids[0] : f->ids[9];
+	memcpy(cut + 1, f->ids + 10, 10 * sizeof *cut);
+	CHECK(memcmp(engine_seq_tokens(s), cut, sizeof cut) == 0, "%s: the kept prompt", f->name);
+	CHECK(engine_eval(e, s, cut, 11, 0, b, err) == 0, "%s", err);
 	CHECK(memcmp(l, b + 10 * V, V * sizeof(float)) == 0, "%s/%s: truncated prompt", f->name, bn);
 	REQUIRE(engine_prompt(e, s, f->ids, 20, 100, l, &pi, err) == 0, "%s", err);
 	CHECK(pi.prompt_tokens == 1 && pi.dropped == 19, "kept %d", pi.prompt_tokens);

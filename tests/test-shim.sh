@@ -51,7 +51,7 @@ if [ "$mode" = syntax ]; then
 	check "backend-ane.c without ANEDVD_ANE" "${C[@]}" -UANEDVD_ANE "$S/ane-worker/backend-ane.c"
 	check "build.c with -DANEDVD_ANE" "${C[@]}" "$S/ane-worker/build.c"
 	if [ -n "$PROTO" ] && [ -f "$PROTO/ane.pb-c.h" ]; then
-		check "main-ane-worker.c with -DANEDVD_ANE" "${C[@]}" -I "$PROTO" "$S/ane-worker/main-ane-worker.c"
+		check "main-ane-worker.c with -DANEDVD_ANE" "${C[@]}" -I "$PROTO" -I "$S/proto" "$S/ane-worker/main-ane-worker.c"
 	else
 		bad "no generated proto headers in '$PROTO': main-ane-worker.c not checked"
 	fi
@@ -60,7 +60,7 @@ if [ "$mode" = syntax ]; then
 	# the diagnostic commands' --backend ane path
 	if [ -n "$PROTO" ] && [ -f "$PROTO/ane.pb-c.h" ]; then
 		CLI=("${C[@]}" -DANEDVD_VERSION='"0"' -DAD_HAVE_TOKENIZER=1 -I "$S/cpu-worker" -I "$S/tokenizer-svc"
-			-I "$S/tokenizer-svc/service" -I "$S/frontend" -I "$S/cli" -I "$PROTO")
+			-I "$S/tokenizer-svc/service" -I "$S/frontend" -I "$S/cli" -I "$S/proto" -I "$PROTO")
 		check "cmd-cpu.c (info) with -DANEDVD_ANE" "${CLI[@]}" "$S/cli/cmd-cpu.c"
 		check "cmd-tools.c (--backend) with -DANEDVD_ANE" "${CLI[@]}" "$S/cli/cmd-tools.c"
 		check "kb-local.c with -DANEDVD_ANE" "${CLI[@]}" "$S/cli/kb-local.c"

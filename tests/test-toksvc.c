@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include "client.h"
+#include "client-tokenizer.h"
 #include "common.pb-c.h"
 #include "gguf.h"
 #include "ipc.h"
@@ -23,6 +23,17 @@ static struct tokenizer *tok;
 static struct tok_service svc;
 static struct ad_server *srv;
 static char url[300];
+
+// the service's Health (proto/rpc.h): its pid
+static int
+health(struct ad_client *c, uint32_t *pid, int timeout_ms, char *err)
+{
+	struct ad_rpc_health h;
+	if (ad_rpc_health(c, &ad_rpc_tokenizer, &h, timeout_ms, NULL, err) != 0)
+		return -1;
+	*pid = h.pid;
+	return 0;
+}
 
 static void
 start(void)
@@ -160,7 +171,7 @@ test_calls(void)
 	free(ends);
 
 	uint32_t pid = 0;
-	CHECK(tokc_health(c, &pid, TIMEOUT, err) == 0 && pid == (uint32_t)getpid(), "%s", err);
+	CHECK(health(c, &pid, TIMEOUT, err) == 0 && pid == (uint32_t)getpid(), "%s", err);
 	ad_client_close(c);
 }
 
@@ -241,7 +252,7 @@ test_errors(void)
 
 	// the service is still there
 	uint32_t pid;
-	CHECK(tokc_health(c, &pid, TIMEOUT, err) == 0, "%s", err);
+	CHECK(health(c, &pid, TIMEOUT, err) == 0, "%s", err);
 	ad_client_close(c);
 
 	// nobody listening: a timeout, not a hang
@@ -249,7 +260,7 @@ test_errors(void)
 	REQUIRE(ad_ipc_url(nowhere, sizeof nowhere, t_tmpdir(), "nobody") == 0);
 	c = ad_client_open(nowhere, err);
 	REQUIRE(c, "%s", err);
-	CHECK(tokc_health(c, &pid, 300, err) == -1 && strstr(err, "no reply"), "%s", err);
+	CHECK(health(c, &pid, 300, err) == -1 && strstr(err, "no reply"), "%s", err);
 	ad_client_close(c);
 }
 
@@ -310,7 +321,7 @@ test_process(void)
 	struct ad_client *c = ad_client_open(purl, err);
 	REQUIRE(c, "%s", err);
 	uint32_t got = 0;
-	CHECK(tokc_health(c, &got, 10000, err) == 0 && got == (uint32_t)pid, "%s", err);
+	CHECK(health(c, &got, 10000, err) == 0 && got == (uint32_t)pid, "%s", err);
 	int32_t *ids = NULL;
 	size_t n = 0;
 	CHECK(tokc_encode(c, "Once upon a time", 16, 1, 0, &ids, &n, TIMEOUT, err) == 0 && n == 5, "%s", err);
@@ -401,7 +412,7 @@ test_crash(void)
 	struct ad_client *c = ad_client_open(purl, err);
 	REQUIRE(c, "%s", err);
 	uint32_t got = 0;
-	REQUIRE(tokc_health(c, &got, 20000, err) == 0 && got == (uint32_t)pid, "%s", err);
+	REQUIRE(health(c, &got, 20000, err) == 0 && got == (uint32_t)pid, "%s", err);
 	for (int which = 0; which < 2; which++) {
 		struct inflight f = {.c = c, .which = which};
 		pthread_t t;
@@ -421,7 +432,7 @@ test_crash(void)
 			      "decode_stream across the crash: rc %d, '%.*s': %s", f.rc, (int)f.len, f.text ? f.text : "", f.err);
 		free(f.ids);
 		free(f.text);
-		CHECK(tokc_health(c, &got, 20000, err) == 0 && got == (uint32_t)pid, "the restarted one answers: %s", err);
+		CHECK(health(c, &got, 20000, err) == 0 && got == (uint32_t)pid, "the restarted one answers: %s", err);
 	}
 	free(want);
 	free(ref.text);

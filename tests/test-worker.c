@@ -49,7 +49,7 @@
 
 #include "clock.h"
 #include "common.pb-c.h"
-#include "engine-client.h"
+#include "client-engine.h"
 #include "engine.h"
 #include "engine.pb-c.h"
 #include "ipc.h"
@@ -593,23 +593,28 @@ test_context(void)
 	uint64_t t0 = ad_now_ns();
 	REQUIRE(run(S.c, p, N, 10, NULL, NULL, &a, &na, &st) == 0);
 	double ms = (double)(ad_now_ns() - t0) / 1e6;
-	// keep = max_seq - max_tokens - 1 = 2037
-	CHECK(st.prompt_tokens == 2037 && st.dropped == N - 2037 && na == 10, "kept %u dropped %u", st.prompt_tokens,
-	      st.dropped);
-	REQUIRE(run(S.c, p + (N - 2037), 2037, 10, NULL, NULL, &b, &nb, &st) == 0);
+	// cpu-worker/fit.h: keep = max_seq - max_tokens - 1 = 2037, the BOS
+	// (p[0]) in front of the last 2036
+	CHECK(st.prompt_tokens == 2037 && st.dropped == N - 2037 && st.dropped_from == 1 && st.max_tokens == 10 &&
+	      na == 10, "kept %u dropped %u from %u", st.prompt_tokens, st.dropped, st.dropped_from);
+	int32_t *cut = malloc(2037 * sizeof *cut);
+	cut[0] = p[0];
+	memcpy(cut + 1, p + (N - 2036), 2036 * sizeof *cut);
+	REQUIRE(run(S.c, cut, 2037, 10, NULL, NULL, &b, &nb, &st) == 0);
 	CHECK(st.dropped == 0 && same_ids(a, na, b, nb), "the cut prompt gives other tokens");
+	free(cut);
 	printf("a prompt of 2037 tokens and 10 more: %.0f ms\n", ms);
 	free(a);
 	free(b);
 	free(p);
-	// max_tokens beyond the context: one prompt token is kept, and the
-	// context ends the job
+	// max_tokens beyond the context: the prompt that fits is kept whole and
+	// the reply gets the room left
 	struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 100000};
 	enum engc_finish fin;
 	char err[AD_ERRLEN];
 	REQUIRE(engc_run(S.c, &g, &a, &na, &fin, &st, NULL, TMO, NULL, err) == 0, "%s", err);
-	CHECK(fin == ENGC_LENGTH && st.prompt_tokens == 1 && st.dropped == 4 && na == 2048, "finish %d, %zu tokens",
-	      fin, na);
+	CHECK(fin == ENGC_LENGTH && st.prompt_tokens == 5 && st.dropped == 0 && st.max_tokens == 2048 - 5 - 1 &&
+	      na == 2048 - 5 - 1, "finish %d, %zu tokens", fin, na);
 	free(a);
 }
 
@@ -683,8 +688,8 @@ test_errors(void)
 	CHECK(error_code_of(S.c, &q, msg) == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST && strstr(msg, "upto_layer"), "%s",
 	      msg);
 
-	struct engc_health h;
-	REQUIRE(engc_health(S.c, &h, TMO, &code, err) == 0, "%s", err);
+	struct ad_rpc_health h;
+	REQUIRE(ad_rpc_health(S.c, &ad_rpc_engine, &h, TMO, &code, err) == 0, "%s", err);
 	CHECK(strcmp(h.process, "test-worker") == 0 && h.pid == (uint32_t)getpid() && h.requests > 10);
 
 	// a kernel failure ends the job with an error; the next job runs
@@ -702,7 +707,7 @@ test_errors(void)
 	REQUIRE(run(S.c, prompt5, 5, 10, NULL, NULL, &ids, &n, NULL) == 0);
 	CHECK(same_ids(ids, n, ref_ids + 4, 10));
 	free(ids);
-	CHECK(engc_health(S.c, &h, TMO, &code, err) == 0, "%s", err);
+	CHECK(ad_rpc_health(S.c, &ad_rpc_engine, &h, TMO, &code, err) == 0, "%s", err);
 }
 
 // the service's Eval against engine_eval on an engine of its own
@@ -1406,10 +1411,10 @@ exit_code(pid_t pid, int timeout_ms)
 static int
 wait_health(struct ad_client *c, pid_t pid, int timeout_ms)
 {
-	struct engc_health h;
+	struct ad_rpc_health h;
 	char err[AD_ERRLEN];
 	for (int waited = 0; waited < timeout_ms; waited += 100) {
-		if (engc_health(c, &h, 100, NULL, err) == 0)
+		if (ad_rpc_health(c, &ad_rpc_engine, &h, 100, NULL, err) == 0)
 			return h.pid == (uint32_t)pid && strcmp(h.process, "anedvd-cpu-worker") == 0 ? 0 : -1;
 		if (waitpid(pid, NULL, WNOHANG) == pid)
 			return -1;
@@ -1661,8 +1666,8 @@ test_remote(void)
 	CHECK(fin == ENGC_ERROR && code == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE, "finish %d code %d: %s", fin, code,
 	      err);
 	free(out);
-	struct engc_health h;
-	CHECK(engc_health(c, &h, TMO, NULL, err) == 0 && h.pid == (uint32_t)pid, "%s", err);
+	struct ad_rpc_health h;
+	CHECK(ad_rpc_health(c, &ad_rpc_engine, &h, TMO, NULL, err) == 0 && h.pid == (uint32_t)pid, "%s", err);
 	// and serves again once an ane-worker is back
 	ane = spawn_ane(aurl, 0);
 	if (run(c, prompt5, 5, 40, NULL, NULL, &out, &nout, NULL) == 0) {

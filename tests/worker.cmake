@@ -10,3 +10,6 @@ if(TARGET anedvd-cpu-worker AND TARGET anedvd_proto)
     add_dependencies(test-worker anedvd-ane-worker)
   endif()
 endif()
+# the one rule of context fitting (cpu-worker/fit.h), a pure function
+ad_test(NAME test-fit SOURCES test-fit.c ${PROJECT_SOURCE_DIR}/cpu-worker/fit.c LABELS unit)
+target_include_directories(test-fit PRIVATE ${PROJECT_SOURCE_DIR}/cpu-worker)

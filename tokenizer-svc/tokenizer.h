@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "gen-types.h" // enum tok_role, struct tok_call, struct tok_msg
 
 struct gguf;
 struct tokenizer; // opaque; see tokenizer-impl.h
@@ -98,25 +99,6 @@ int32_t tok_find(const struct tokenizer *t, const char *s, size_t n);
 const char *tok_kind_name(const struct tokenizer *t); // "spm" or "bpe"
 
 // --- chat ------------------------------------------------------------------
-enum tok_role { TOK_ROLE_SYSTEM, TOK_ROLE_USER, TOK_ROLE_ASSISTANT, TOK_ROLE_TOOL };
-
-// one call an assistant turn made (proto/tokenizer.proto's ToolCall)
-struct tok_call {
-	const char *id;
-	const char *name;
-	const char *arguments; // the arguments as JSON text (an object)
-};
-
-struct tok_msg {
-	enum tok_role role;
-	const char *content;         // NUL-terminated
-	const struct tok_call *calls; // assistant turns that called tools
-	size_t n_calls;
-	const char *call_id;   // tool turns: the call this result answers (NULL: none)
-	const char *name;      // tool turns: the function's name (NULL: none)
-	const char *reasoning; // assistant turns: the thinking kept in history (NULL: none)
-};
-
 enum tok_chat_family {
 	TOK_CHAT_PLAIN = 0, // "User: ...\nAssistant:" transcript
 	TOK_CHAT_CHATML,    // <|im_start|>role\n...<|im_end|>\n (Qwen, SmolLM)

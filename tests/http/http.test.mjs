@@ -710,7 +710,8 @@ describe('upstream down', () => {
 describe('context limit', () => {
 	let s;
 	before(async () => {
-		s = await startStack({ frontend: ['--max-seq', '48', '--max-tokens', '16', '--keepalive-ms', '100'] });
+		s = await startStack({ frontend: ['--max-seq', '48', '--max-tokens', '16', '--keepalive-ms', '100'],
+			engine: ['--max-seq', '48'] });
 	});
 	after(async () => {
 		await s?.stop();
@@ -724,13 +725,14 @@ describe('context limit', () => {
 		assert.ok(b.usage.prompt_tokens_dropped > 0, JSON.stringify(b.usage));
 		assert.ok(b.usage.prompt_tokens + 8 + 1 <= 48, JSON.stringify(b.usage));
 		assert.equal(b.timings.prompt_tokens_dropped, b.usage.prompt_tokens_dropped);
-		const sent = [...s.events().matchAll(/prompt=(\d+) max=(\d+)/g)].at(-1);
+		// the engine fits them (cpu-worker/fit.h): what it kept and the reply's room
+		const sent = [...s.events().matchAll(/kept=(\d+) room=(\d+)/g)].at(-1);
 		assert.ok(Number(sent[1]) + Number(sent[2]) < 48, sent[0]);
 		// a short prompt keeps everything and the reply is cut to fit
 		r = await post(s, '/v1/completions', { prompt: 'ECHO:hi', max_tokens: 1000 });
 		const c = JSON.parse(r.body);
 		assert.equal(c.usage.prompt_tokens_dropped, 0);
-		const last = [...s.events().matchAll(/prompt=(\d+) max=(\d+)/g)].at(-1);
+		const last = [...s.events().matchAll(/kept=(\d+) room=(\d+)/g)].at(-1);
 		assert.equal(Number(last[1]) + Number(last[2]) + 1, 48, last[0]);
 		// the stream's final chunk carries it too
 		r = await post(s, CHAT, { ...user(long), stream: true, stream_options: { include_usage: true } });

@@ -466,7 +466,7 @@ describe('a tokenizer that is not there', () => {
 describe('count_tokens of a prompt longer than the context', () => {
 	let s;
 	before(async () => {
-		s = await startStack({ frontend: ['--max-seq', '48'] });
+		s = await startStack({ frontend: ['--max-seq', '48'], engine: ['--max-seq', '48'] });
 	});
 	after(async () => {
 		await s?.stop();

@@ -296,3 +296,68 @@ describe('a thinking model (Qwen3 template) through the official SDKs', { skip }
 		assert.equal(ok.choices[0].message.reasoning_content, undefined);
 	});
 });
+
+// The stop set is the tokenizer's: every id its end-of-generation list holds,
+// not EOS and EOT alone. The same scripted model written with EOS = EOT = </s>
+// still ends its reply with <|im_end|>, which the tokenizer counts as a further
+// end-of-generation id: the HTTP server and `anedvd run` stop there.
+describe('an end-of-generation id beyond EOS and EOT', { skip }, () => {
+	let rt, srv, model, oai;
+
+	before(async () => {
+		rt = fs.mkdtempSync(path.join(os.tmpdir(), 'anedvd-eog-'));
+		model = path.join(rt, 'eog.gguf');
+		execFileSync(GEN, ['think', 'f16', '0', model, '--template',
+			path.join(DATA, 'templates', 'Qwen-Qwen3-0.6B.jinja'), '--eos', '2']);
+		srv = await serve(rt, model);
+		oai = new OpenAI({ baseURL: `${srv.base}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60000 });
+	});
+
+	after(async () => {
+		if (srv && srv.srv.exitCode === null && srv.srv.signalCode === null) srv.srv.kill('SIGKILL');
+		if (rt && process.env.ANEDVD_KEEP_TMP) console.error(`kept ${rt} (ANEDVD_KEEP_TMP)`);
+		else if (rt) fs.rmSync(rt, { recursive: true, force: true });
+	});
+
+	it('the tokenizer lists <|im_end|> beside EOS and EOT', async () => {
+		const t = await post(srv.base, '/tokenize', { content: '<|im_end|>', add_special: false, parse_special: true });
+		assert.equal(t.status, 200);
+		assert.equal(t.body.tokens.length, 1);
+		const props = await (await fetch(`${srv.base}/props`)).json();
+		assert.equal(props.eos_token, '</s>');
+	});
+
+	it('OpenAI chat stops on it: finish_reason stop, nothing after the answer', async () => {
+		const r = await oai.chat.completions.create({ model: 'eog', messages: user('Hi'), max_tokens: 24,
+			reasoning_effort: 'none' });
+		assert.equal(r.choices[0].message.content, ANSWER);
+		assert.equal(r.choices[0].finish_reason, 'stop');
+		assert.equal(r.usage.completion_tokens, 2); // Hello !
+		const s = await oai.chat.completions.create({ model: 'eog', messages: user('Hi'), max_tokens: 24, stream: true });
+		let content = '', finish = null;
+		for await (const c of s) {
+			content += c.choices[0]?.delta?.content ?? '';
+			finish = c.choices[0]?.finish_reason ?? finish;
+		}
+		assert.equal(content, ANSWER);
+		assert.equal(finish, 'stop');
+	});
+
+	it('anedvd run stops on it too', () => {
+		const out = execFileSync(BIN, ['run', '--model', model, '--prompt', 'Hi', '--max-tokens', '24', '--json'], {
+			env: { ...process.env, XDG_RUNTIME_DIR: rt }, stdio: ['ignore', 'pipe', 'ignore'],
+		});
+		const j = JSON.parse(out.toString());
+		assert.equal(j.stop, 'stop');
+		assert.ok(j.text.endsWith(ANSWER), j.text);
+		assert.equal(j.ids.length, 8); // <think> Let " me" " think." </think> \n\n Hello ! (then <|im_end|>)
+	});
+
+	it('and so does the reference engine (anedvd cpu)', () => {
+		const out = execFileSync(BIN, ['cpu', '--model', model, '--prompt', 'Hi', '--chat', '--max-tokens', '24', '--json'], {
+			stdio: ['ignore', 'pipe', 'ignore'],
+		});
+		const g = JSON.parse(out.toString()).generated_ids;
+		assert.equal(g.length, 9, JSON.stringify(g)); // the 8 above and <|im_end|>, where it stopped
+	});
+});

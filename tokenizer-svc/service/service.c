@@ -7,50 +7,42 @@
 #include <unistd.h>
 
 #include "common.pb-c.h"
+#include "rpc.h"
 #include "tokenizer.pb-c.h"
 #include "trace.h"
 
-static uint64_t
-now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-void
-tok_service_init(struct tok_service *s, const struct tokenizer *t, const char *process)
-{
-	memset(s, 0, sizeof *s);
-	s->t = t;
-	s->process = process;
-	s->started_ms = now_ms();
-}
-
-// the reply under construction and everything it points to
+// the reply under construction and everything it points to: the
+// request's scratch (proto/rpc.h)
 struct reply {
-	Anedvd__TokReply r;
-	Anedvd__Error error;
+	struct ad_rpc_req *q;
 	union {
 		Anedvd__EncodeReply encode;
 		Anedvd__DecodeReply decode;
 		Anedvd__DecodeStreamReply stream;
 		Anedvd__ApplyChatTemplateReply chat;
 		Anedvd__VocabInfoReply vocab;
-		Anedvd__HealthReply health;
 	} u;
 	void *owned[2]; // freed after packing
-	int32_t eog[64];
+	int32_t eog[64]; // proto/client-tokenizer.h's TOKC_MAX_EOG
 	char msg[AD_ERRLEN];
 };
+
+static void handle(void *arg, struct ad_rpc_req *q);
+static void release(void *scratch);
+
+void
+tok_service_init(struct tok_service *s, const struct tokenizer *t, const char *process)
+{
+	memset(s, 0, sizeof *s);
+	s->t = t;
+	ad_rpc_server_init(&s->rpc, &ad_rpc_tokenizer, process ? process : "anedvd-tokenizer", handle, s,
+	                   sizeof(struct reply), release);
+}
 
 static void
 fail(struct reply *rp, Anedvd__ErrorCode code, const char *msg)
 {
-	rp->error.code = code;
-	rp->error.message = (char *)msg;
-	rp->r.error = &rp->error;
-	rp->r.body_case = ANEDVD__TOK_REPLY__BODY__NOT_SET;
+	ad_rpc_fail(rp->q, (int)code, "%s", msg);
 }
 
 #define FAIL(...)                                                              \
@@ -73,8 +65,7 @@ do_encode(struct tok_service *s, const Anedvd__EncodeRequest *q, struct reply *r
 	rp->u.encode.ids = ids;
 	rp->u.encode.n_ids = n;
 	rp->owned[0] = ids;
-	rp->r.body_case = ANEDVD__TOK_REPLY__BODY_ENCODE;
-	rp->r.encode = &rp->u.encode;
+	rp->q->reply = &rp->u.encode.base;
 }
 
 // piece: what llama.cpp's token_to_piece (special on) gives for one id: the
@@ -127,8 +118,7 @@ do_pieces(struct tok_service *s, const Anedvd__DecodeRequest *q, struct reply *r
 	rp->u.decode.n_pieces = q->n_ids;
 	rp->owned[0] = text;
 	rp->owned[1] = pieces;
-	rp->r.body_case = ANEDVD__TOK_REPLY__BODY_DECODE;
-	rp->r.decode = &rp->u.decode;
+	rp->q->reply = &rp->u.decode.base;
 }
 
 static void
@@ -157,8 +147,7 @@ do_decode(struct tok_service *s, const Anedvd__DecodeRequest *q, struct reply *r
 		rp->u.decode.token_bytes = b;
 		rp->u.decode.n_token_bytes = q->n_ids;
 		rp->owned[0] = b;
-		rp->r.body_case = ANEDVD__TOK_REPLY__BODY_DECODE;
-		rp->r.decode = &rp->u.decode;
+		rp->q->reply = &rp->u.decode.base;
 		return;
 	}
 	char *text = NULL;
@@ -169,8 +158,7 @@ do_decode(struct tok_service *s, const Anedvd__DecodeRequest *q, struct reply *r
 	rp->u.decode.text.data = (uint8_t *)text;
 	rp->u.decode.text.len = len;
 	rp->owned[0] = text;
-	rp->r.body_case = ANEDVD__TOK_REPLY__BODY_DECODE;
-	rp->r.decode = &rp->u.decode;
+	rp->q->reply = &rp->u.decode.base;
 }
 
 // The stream state travels with the request: the caller hands back the bytes
@@ -236,8 +224,7 @@ do_decode_stream(struct tok_service *s, const Anedvd__DecodeStreamRequest *q, st
 	rp->owned[0] = out;
 	rp->owned[1] = pending;
 	tok_stream_free(&st);
-	rp->r.body_case = ANEDVD__TOK_REPLY__BODY_DECODE_STREAM;
-	rp->r.decode_stream = &rp->u.stream;
+	rp->q->reply = &rp->u.stream.base;
 }
 
 // a NUL-terminated copy of bytes (NULL when out of memory); *nul for a NUL inside
@@ -353,8 +340,7 @@ do_chat(struct tok_service *s, const Anedvd__ApplyChatTemplateRequest *q, struct
 	rp->u.chat.family = (char *)tok_chat_family_name(tok_chat_family(s->t));
 	rp->u.chat.tool_format = (char *)format;
 	rp->owned[0] = out;
-	rp->r.body_case = ANEDVD__TOK_REPLY__BODY_CHAT;
-	rp->r.chat = &rp->u.chat;
+	rp->q->reply = &rp->u.chat.base;
 }
 
 static void
@@ -391,21 +377,7 @@ do_vocab(struct tok_service *s, struct reply *rp)
 		v->eos_text.data = (uint8_t *)p;
 		v->eos_text.len = len;
 	}
-	rp->r.body_case = ANEDVD__TOK_REPLY__BODY_VOCAB;
-	rp->r.vocab = v;
-}
-
-static void
-do_health(struct tok_service *s, struct reply *rp)
-{
-	Anedvd__HealthReply *h = &rp->u.health;
-	anedvd__health_reply__init(h);
-	h->process = (char *)(s->process ? s->process : "anedvd-tokenizer");
-	h->pid = (uint32_t)getpid();
-	h->uptime_ms = now_ms() - s->started_ms;
-	h->requests = __atomic_load_n(&s->requests, __ATOMIC_RELAXED);
-	rp->r.body_case = ANEDVD__TOK_REPLY__BODY_HEALTH;
-	rp->r.health = h;
+	rp->q->reply = &v->base;
 }
 
 static const char *
@@ -422,46 +394,39 @@ request_name(Anedvd__TokRequest__BodyCase c)
 	}
 }
 
+static void
+handle(void *arg, struct ad_rpc_req *q)
+{
+	struct tok_service *s = arg;
+	struct reply *rp = q->scratch;
+	rp->q = q;
+	uint64_t t0 = trace_enabled() ? trace_now_us() : 0;
+	switch (q->method) {
+	case ANEDVD__TOK_REQUEST__BODY_ENCODE: do_encode(s, (const Anedvd__EncodeRequest *)q->body, rp); break;
+	case ANEDVD__TOK_REQUEST__BODY_DECODE: do_decode(s, (const Anedvd__DecodeRequest *)q->body, rp); break;
+	case ANEDVD__TOK_REQUEST__BODY_DECODE_STREAM:
+		do_decode_stream(s, (const Anedvd__DecodeStreamRequest *)q->body, rp);
+		break;
+	case ANEDVD__TOK_REQUEST__BODY_CHAT: do_chat(s, (const Anedvd__ApplyChatTemplateRequest *)q->body, rp); break;
+	case ANEDVD__TOK_REQUEST__BODY_VOCAB: do_vocab(s, rp); break;
+	default: fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "the request has no body"); break;
+	}
+	if (t0)
+		trace_event((long)getpid(), 1, request_name((Anedvd__TokRequest__BodyCase)q->method), "tokenizer", t0,
+		            trace_now_us() - t0);
+}
+
+static void
+release(void *scratch)
+{
+	struct reply *rp = scratch;
+	free(rp->owned[0]);
+	free(rp->owned[1]);
+}
+
 void
 tok_service_handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **out, size_t *out_len)
 {
 	struct tok_service *s = arg;
-	struct reply *rp = calloc(1, sizeof *rp);
-	*out = NULL;
-	*out_len = 0;
-	if (!rp)
-		return;
-	__atomic_add_fetch(&s->requests, 1, __ATOMIC_RELAXED);
-	anedvd__tok_reply__init(&rp->r);
-	anedvd__error__init(&rp->error);
-	Anedvd__TokRequest *q = anedvd__tok_request__unpack(NULL, req_len, req);
-	if (!q) {
-		fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "could not decode the request as a TokRequest");
-	} else {
-		rp->r.id = q->id;
-		uint64_t t0 = trace_enabled() ? trace_now_us() : 0;
-		switch (q->body_case) {
-		case ANEDVD__TOK_REQUEST__BODY_ENCODE: do_encode(s, q->encode, rp); break;
-		case ANEDVD__TOK_REQUEST__BODY_DECODE: do_decode(s, q->decode, rp); break;
-		case ANEDVD__TOK_REQUEST__BODY_DECODE_STREAM: do_decode_stream(s, q->decode_stream, rp); break;
-		case ANEDVD__TOK_REQUEST__BODY_CHAT: do_chat(s, q->chat, rp); break;
-		case ANEDVD__TOK_REQUEST__BODY_VOCAB: do_vocab(s, rp); break;
-		case ANEDVD__TOK_REQUEST__BODY_HEALTH: do_health(s, rp); break;
-		default: fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "the request has no body"); break;
-		}
-		if (t0)
-			trace_event((long)getpid(), 1, request_name(q->body_case), "tokenizer", t0, trace_now_us() - t0);
-	}
-	size_t n = anedvd__tok_reply__get_packed_size(&rp->r);
-	uint8_t *buf = malloc(n ? n : 1);
-	if (buf) {
-		anedvd__tok_reply__pack(&rp->r, buf);
-		*out = buf;
-		*out_len = n;
-	}
-	if (q)
-		anedvd__tok_request__free_unpacked(q, NULL);
-	free(rp->owned[0]);
-	free(rp->owned[1]);
-	free(rp);
+	ad_rpc_serve(&s->rpc, req, req_len, out, out_len);
 }

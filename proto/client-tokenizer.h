@@ -1,8 +1,10 @@
-// client.h - talking to anedvd-tokenizer.
+// client-tokenizer.h - talking to anedvd-tokenizer (proto/tokenizer.proto).
 //
-// Thin typed wrappers over ad_client_call: each builds a TokRequest, waits
-// for the TokReply and turns an error reply into -1 with the service's
-// message. Safe to call from several threads on one client.
+// Thin typed wrappers over ad_rpc_call (proto/rpc.h): each sends one
+// request body, waits for the TokReply and turns every failure into -1 with
+// rpc.h's one mapping (the message names the service). Health is rpc.h's
+// ad_rpc_health(c, &ad_rpc_tokenizer, ...). Safe to call from several
+// threads on one client.
 #ifndef AD_TOK_CLIENT_H
 #define AD_TOK_CLIENT_H
 
@@ -10,8 +12,9 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "gen-types.h"
 #include "ipc.h"
-#include "tokenizer.h"
+#include "rpc.h"
 
 int tokc_encode(struct ad_client *c, const char *text, size_t len, int add_bos, int parse_special,
                 int32_t **ids, size_t *n_ids, int timeout_ms, char *err);
@@ -41,8 +44,14 @@ struct tokc_chat_opts {
 int tokc_chat_with(struct ad_client *c, const struct tok_msg *msgs, size_t n, int add_generation_prompt,
                    const struct tokc_chat_opts *o, char **text, char *format, size_t format_cap, int timeout_ms,
                    char *err);
+// the stop set is the tokenizer's: eog holds every id that ends a
+// generation (EOS, EOT, EOM and the model's other end tokens), which a
+// generation stops on; eos and eot are for display and templates
+#define TOKC_MAX_EOG 64 // as many as the service sends
 struct tokc_vocab {
 	int32_t n_vocab, bos, eos, eot;
+	int32_t eog[TOKC_MAX_EOG];
+	int n_eog;
 	int add_bos;
 	char model[16];
 	char chat_template[16];
@@ -61,6 +70,5 @@ void tokc_vocab_texts_free(struct tokc_vocab_texts *t);
 // piece i is (*text)[ends[i-1] .. ends[i]). Both malloc'd.
 int tokc_pieces(struct ad_client *c, const int32_t *ids, size_t n, char **text, size_t *len, size_t **ends,
                 int timeout_ms, char *err);
-int tokc_health(struct ad_client *c, uint32_t *pid, int timeout_ms, char *err);
 
 #endif

@@ -1,11 +1,12 @@
-// engine-client.h - talking to anedvd-cpu-worker (proto/engine.proto): the
+// client-engine.h - talking to anedvd-cpu-worker (proto/engine.proto): the
 // one place that packs and unpacks its messages (the CLI, the HTTP
 // frontend and the tests all come through here).
 //
-// Thin typed wrappers over ad_client_call: each builds an EngineRequest,
-// waits up to timeout_ms for the EngineReply and turns an error reply into
-// -1 with the service's message and its ErrorCode in *code (may be NULL;
-// a transport failure or a timeout is ERROR_UNAVAILABLE). A job's own
+// Thin typed wrappers over ad_rpc_call (proto/rpc.h): each sends one
+// request body, waits up to timeout_ms for the EngineReply and turns every
+// failure into -1 with rpc.h's one mapping: the service's message and its
+// ErrorCode in *code (may be NULL; a transport failure or a timeout is
+// ERROR_UNAVAILABLE). Health is rpc.h's ad_rpc_health(c, &ad_rpc_engine, ...). A job's own
 // failure is not a call failure: engc_poll returns 0 with finish
 // FINISH_ERROR and the job's code and message. Safe to call from several
 // threads on one client. engc_run is the whole life of a job in one call
@@ -20,9 +21,9 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "gen-types.h"
 #include "ipc.h"
-#include "sample.h"
-#include "spec.h"
+#include "rpc.h"
 
 #define ENGC_TOP 5
 
@@ -61,9 +62,13 @@ struct engc_gen {
 	int speculative; // 0 the worker's default, 1 off, 2 on (engine.proto's SpecMode)
 };
 
+// what Generate answered; the engine fitted the prompt and the reply into
+// its context (cpu-worker/fit.h): it kept prompt[0 .. dropped_from) and
+// prompt[dropped_from + dropped ..], and the reply has max_tokens of room
 struct engc_started {
 	uint64_t job;
 	uint32_t prompt_tokens, dropped, reused;
+	uint32_t dropped_from, max_tokens;
 };
 
 struct engc_event {
@@ -107,12 +112,6 @@ struct engc_poll {
 	struct engc_cache cache;
 };
 
-struct engc_health {
-	char process[64];
-	uint32_t pid;
-	uint64_t uptime_ms, requests;
-};
-
 int engc_generate(struct ad_client *c, const struct engc_gen *g, struct engc_started *out, int timeout_ms,
                   int *code, char *err);
 // waits up to max_wait_ms for tokens; the call itself gets max_wait_ms + timeout_ms
@@ -124,7 +123,6 @@ int engc_cancel(struct ad_client *c, uint64_t job, int timeout_ms, int *code, ch
 int engc_eval(struct ad_client *c, const int32_t *ids, size_t n, int per_token, int last_only, uint32_t upto_layer,
               float **logits, uint32_t *rows, uint32_t *n_vocab, int timeout_ms, int *code, char *err);
 int engc_reset(struct ad_client *c, const char *session, int timeout_ms, int *code, char *err);
-int engc_health(struct ad_client *c, struct engc_health *h, int timeout_ms, int *code, char *err);
 // renew client's lease for lease_ms; *jobs (may be NULL): its jobs running
 int engc_lease(struct ad_client *c, const char *client, uint32_t lease_ms, uint32_t *jobs, int timeout_ms, int *code,
                char *err);

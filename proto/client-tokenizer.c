@@ -1,80 +1,39 @@
-#include "client.h"
+#include "client-tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.pb-c.h"
+#include "rpc.h"
 #include "tokenizer.pb-c.h"
 
 static const char *role_names[] = { "system", "user", "assistant", "tool" };
 
-// call sends q and returns the unpacked reply, or NULL with err filled
-// (transport failure, undecodable reply, error reply, wrong body); *code
-// (may be NULL) gets the service's error code (ERROR_NONE otherwise)
+// call sends body (a TokRequest's) and returns the TokReply, or NULL with
+// err and *code (may be NULL; proto/rpc.h)
 static Anedvd__TokReply *
-call_code(struct ad_client *c, Anedvd__TokRequest *q, Anedvd__TokReply__BodyCase want, int timeout_ms, int *code,
-          char *err)
+call_code(struct ad_client *c, const ProtobufCMessage *body, int timeout_ms, int *code, char *err)
 {
-	if (code)
-		*code = ANEDVD__ERROR_CODE__ERROR_NONE;
-	static uint64_t next_id;
-	q->id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
-	size_t n = anedvd__tok_request__get_packed_size(q);
-	uint8_t *buf = malloc(n ? n : 1);
-	if (!buf) {
-		ad_err(err, "out of memory");
-		return NULL;
-	}
-	anedvd__tok_request__pack(q, buf);
-	uint8_t *reply = NULL;
-	size_t reply_len = 0;
-	int rv = ad_client_call(c, buf, n, &reply, &reply_len, timeout_ms, err);
-	free(buf);
-	if (rv != 0) {
-		ad_err_prefix(err, "tokenizer service");
-		return NULL;
-	}
-	Anedvd__TokReply *r = anedvd__tok_reply__unpack(NULL, reply_len, reply);
-	free(reply);
-	if (!r) {
-		ad_err(err, "tokenizer service: undecodable reply");
-		return NULL;
-	}
-	if (r->error && r->error->code != ANEDVD__ERROR_CODE__ERROR_NONE) {
-		ad_err(err, "tokenizer service: %s", r->error->message);
-		if (code)
-			*code = r->error->code;
-		anedvd__tok_reply__free_unpacked(r, NULL);
-		return NULL;
-	}
-	if (r->body_case != want || r->id != q->id) {
-		ad_err(err, "tokenizer service: reply does not match the request");
-		anedvd__tok_reply__free_unpacked(r, NULL);
-		return NULL;
-	}
-	return r;
+	return ad_rpc_call(c, &ad_rpc_tokenizer, body, timeout_ms, code, err);
 }
 
 static Anedvd__TokReply *
-call(struct ad_client *c, Anedvd__TokRequest *q, Anedvd__TokReply__BodyCase want, int timeout_ms, char *err)
+call(struct ad_client *c, const ProtobufCMessage *body, int timeout_ms, char *err)
 {
-	return call_code(c, q, want, timeout_ms, NULL, err);
+	return call_code(c, body, timeout_ms, NULL, err);
 }
 
 int
 tokc_encode(struct ad_client *c, const char *text, size_t len, int add_bos, int parse_special, int32_t **ids,
             size_t *n_ids, int timeout_ms, char *err)
 {
-	Anedvd__TokRequest q = ANEDVD__TOK_REQUEST__INIT;
 	Anedvd__EncodeRequest e = ANEDVD__ENCODE_REQUEST__INIT;
 	e.text.data = (uint8_t *)text;
 	e.text.len = len;
 	e.add_bos = add_bos;
 	e.parse_special = parse_special;
-	q.body_case = ANEDVD__TOK_REQUEST__BODY_ENCODE;
-	q.encode = &e;
-	Anedvd__TokReply *r = call(c, &q, ANEDVD__TOK_REPLY__BODY_ENCODE, timeout_ms, err);
+	Anedvd__TokReply *r = call(c, &e.base, timeout_ms, err);
 	if (!r)
 		return -1;
 	*n_ids = r->encode->n_ids;
@@ -101,13 +60,10 @@ dup_bytes(const ProtobufCBinaryData *b, size_t *len)
 int
 tokc_decode(struct ad_client *c, const int32_t *ids, size_t n, char **text, size_t *len, int timeout_ms, char *err)
 {
-	Anedvd__TokRequest q = ANEDVD__TOK_REQUEST__INIT;
 	Anedvd__DecodeRequest d = ANEDVD__DECODE_REQUEST__INIT;
 	d.ids = (int32_t *)ids;
 	d.n_ids = n;
-	q.body_case = ANEDVD__TOK_REQUEST__BODY_DECODE;
-	q.decode = &d;
-	Anedvd__TokReply *r = call(c, &q, ANEDVD__TOK_REPLY__BODY_DECODE, timeout_ms, err);
+	Anedvd__TokReply *r = call(c, &d.base, timeout_ms, err);
 	if (!r)
 		return -1;
 	*text = dup_bytes(&r->decode->text, len);
@@ -119,15 +75,12 @@ int
 tokc_token_bytes(struct ad_client *c, const int32_t *ids, size_t n, char ***bytes, size_t *len, int timeout_ms,
                  char *err)
 {
-	Anedvd__TokRequest q = ANEDVD__TOK_REQUEST__INIT;
 	Anedvd__DecodeRequest d = ANEDVD__DECODE_REQUEST__INIT;
 	d.ids = (int32_t *)ids;
 	d.n_ids = n;
 	d.each_token = 1;
-	q.body_case = ANEDVD__TOK_REQUEST__BODY_DECODE;
-	q.decode = &d;
 	*bytes = NULL;
-	Anedvd__TokReply *r = call(c, &q, ANEDVD__TOK_REPLY__BODY_DECODE, timeout_ms, err);
+	Anedvd__TokReply *r = call(c, &d.base, timeout_ms, err);
 	if (!r)
 		return -1;
 	if (r->decode->n_token_bytes != n) {
@@ -153,16 +106,13 @@ int
 tokc_decode_stream(struct ad_client *c, const int32_t *ids, size_t n, int flush, char pending[4], size_t *n_pending,
                    char **text, size_t *len, int timeout_ms, char *err)
 {
-	Anedvd__TokRequest q = ANEDVD__TOK_REQUEST__INIT;
 	Anedvd__DecodeStreamRequest d = ANEDVD__DECODE_STREAM_REQUEST__INIT;
 	d.ids = (int32_t *)ids;
 	d.n_ids = n;
 	d.flush = flush;
 	d.pending.data = (uint8_t *)pending;
 	d.pending.len = *n_pending;
-	q.body_case = ANEDVD__TOK_REQUEST__BODY_DECODE_STREAM;
-	q.decode_stream = &d;
-	Anedvd__TokReply *r = call(c, &q, ANEDVD__TOK_REPLY__BODY_DECODE_STREAM, timeout_ms, err);
+	Anedvd__TokReply *r = call(c, &d.base, timeout_ms, err);
 	if (!r)
 		return -1;
 	if (r->decode_stream->pending.len > 4) {
@@ -221,7 +171,6 @@ tokc_chat_with(struct ad_client *c, const struct tok_msg *msgs, size_t n, int ad
 		}
 		mp[i] = &m[i];
 	}
-	Anedvd__TokRequest q = ANEDVD__TOK_REQUEST__INIT;
 	Anedvd__ApplyChatTemplateRequest a = ANEDVD__APPLY_CHAT_TEMPLATE_REQUEST__INIT;
 	a.messages = mp;
 	a.n_messages = n;
@@ -238,10 +187,8 @@ tokc_chat_with(struct ad_client *c, const struct tok_msg *msgs, size_t n, int ad
 			a.kwargs.len = strlen(o->kwargs);
 		}
 	}
-	q.body_case = ANEDVD__TOK_REQUEST__BODY_CHAT;
-	q.chat = &a;
 	int code;
-	Anedvd__TokReply *r = call_code(c, &q, ANEDVD__TOK_REPLY__BODY_CHAT, timeout_ms, &code, err);
+	Anedvd__TokReply *r = call_code(c, &a.base, timeout_ms, &code, err);
 	free(m);
 	free(mp);
 	free(tc);
@@ -267,16 +214,13 @@ int
 tokc_pieces(struct ad_client *c, const int32_t *ids, size_t n, char **text, size_t *len, size_t **ends,
             int timeout_ms, char *err)
 {
-	Anedvd__TokRequest q = ANEDVD__TOK_REQUEST__INIT;
 	Anedvd__DecodeRequest d = ANEDVD__DECODE_REQUEST__INIT;
 	d.ids = (int32_t *)ids;
 	d.n_ids = n;
 	d.pieces = 1;
-	q.body_case = ANEDVD__TOK_REQUEST__BODY_DECODE;
-	q.decode = &d;
 	*text = NULL;
 	*ends = NULL;
-	Anedvd__TokReply *r = call(c, &q, ANEDVD__TOK_REPLY__BODY_DECODE, timeout_ms, err);
+	Anedvd__TokReply *r = call(c, &d.base, timeout_ms, err);
 	if (!r)
 		return -1;
 	if (r->decode->n_pieces != n) {
@@ -329,11 +273,8 @@ tokc_vocab_texts_free(struct tokc_vocab_texts *t)
 int
 tokc_vocab_texts(struct ad_client *c, struct tokc_vocab *v, struct tokc_vocab_texts *t, int timeout_ms, char *err)
 {
-	Anedvd__TokRequest q = ANEDVD__TOK_REQUEST__INIT;
 	Anedvd__VocabInfoRequest vr = ANEDVD__VOCAB_INFO_REQUEST__INIT;
-	q.body_case = ANEDVD__TOK_REQUEST__BODY_VOCAB;
-	q.vocab = &vr;
-	Anedvd__TokReply *r = call(c, &q, ANEDVD__TOK_REPLY__BODY_VOCAB, timeout_ms, err);
+	Anedvd__TokReply *r = call(c, &vr.base, timeout_ms, err);
 	if (!r)
 		return -1;
 	memset(v, 0, sizeof *v);
@@ -341,6 +282,8 @@ tokc_vocab_texts(struct ad_client *c, struct tokc_vocab *v, struct tokc_vocab_te
 	v->bos = r->vocab->bos;
 	v->eos = r->vocab->eos;
 	v->eot = r->vocab->eot;
+	for (size_t i = 0; i < r->vocab->n_eog && v->n_eog < TOKC_MAX_EOG; i++)
+		v->eog[v->n_eog++] = r->vocab->eog[i];
 	v->add_bos = r->vocab->add_bos;
 	snprintf(v->model, sizeof v->model, "%s", r->vocab->model);
 	snprintf(v->chat_template, sizeof v->chat_template, "%s", r->vocab->chat_template);
@@ -356,21 +299,6 @@ tokc_vocab_texts(struct ad_client *c, struct tokc_vocab *v, struct tokc_vocab_te
 			return ad_err(err, "out of memory");
 		}
 	}
-	anedvd__tok_reply__free_unpacked(r, NULL);
-	return 0;
-}
-
-int
-tokc_health(struct ad_client *c, uint32_t *pid, int timeout_ms, char *err)
-{
-	Anedvd__TokRequest q = ANEDVD__TOK_REQUEST__INIT;
-	Anedvd__HealthRequest h = ANEDVD__HEALTH_REQUEST__INIT;
-	q.body_case = ANEDVD__TOK_REQUEST__BODY_HEALTH;
-	q.health = &h;
-	Anedvd__TokReply *r = call(c, &q, ANEDVD__TOK_REPLY__BODY_HEALTH, timeout_ms, err);
-	if (!r)
-		return -1;
-	*pid = r->health->pid;
 	anedvd__tok_reply__free_unpacked(r, NULL);
 	return 0;
 }

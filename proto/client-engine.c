@@ -1,4 +1,4 @@
-#include "engine-client.h"
+#include "client-engine.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,6 +7,15 @@
 #include "clock.h"
 #include "common.pb-c.h"
 #include "engine.pb-c.h"
+#include "rpc.h"
+
+// engine.proto's FinishReason and SpecMode, cast both ways below
+#define PIN(a, b) _Static_assert((int)(a) == (int)(b), #a " is " #b)
+PIN(ENGC_RUNNING, ANEDVD__FINISH_REASON__FINISH_NONE);
+PIN(ENGC_STOP, ANEDVD__FINISH_REASON__FINISH_STOP);
+PIN(ENGC_LENGTH, ANEDVD__FINISH_REASON__FINISH_LENGTH);
+PIN(ENGC_CANCELLED, ANEDVD__FINISH_REASON__FINISH_CANCELLED);
+PIN(ENGC_ERROR, ANEDVD__FINISH_REASON__FINISH_ERROR);
 
 static int
 oom(int *code, char *err)
@@ -16,61 +25,18 @@ oom(int *code, char *err)
 	return ad_err(err, "out of memory");
 }
 
-// call sends q and returns the unpacked reply, or NULL with err and *code
-// filled (transport failure, undecodable reply, error reply, wrong body)
+// call sends body (an EngineRequest's) and returns the EngineReply, or
+// NULL with err and *code (proto/rpc.h)
 static Anedvd__EngineReply *
-call(struct ad_client *c, Anedvd__EngineRequest *q, Anedvd__EngineReply__BodyCase want, int timeout_ms, int *code,
-     char *err)
+call(struct ad_client *c, const ProtobufCMessage *body, int timeout_ms, int *code, char *err)
 {
-	static uint64_t next_id;
-	q->id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
-	if (code)
-		*code = ANEDVD__ERROR_CODE__ERROR_INTERNAL;
-	size_t n = anedvd__engine_request__get_packed_size(q);
-	uint8_t *buf = malloc(n ? n : 1);
-	if (!buf) {
-		ad_err(err, "out of memory");
-		return NULL;
-	}
-	anedvd__engine_request__pack(q, buf);
-	uint8_t *reply = NULL;
-	size_t reply_len = 0;
-	int rv = ad_client_call(c, buf, n, &reply, &reply_len, timeout_ms, err);
-	free(buf);
-	if (rv != 0) {
-		if (code)
-			*code = ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE;
-		ad_err_prefix(err, "engine service");
-		return NULL;
-	}
-	Anedvd__EngineReply *r = anedvd__engine_reply__unpack(NULL, reply_len, reply);
-	free(reply);
-	if (!r) {
-		ad_err(err, "engine service: undecodable reply");
-		return NULL;
-	}
-	if (r->error && r->error->code != ANEDVD__ERROR_CODE__ERROR_NONE) {
-		if (code)
-			*code = r->error->code;
-		ad_err(err, "engine service: %s", r->error->message);
-		anedvd__engine_reply__free_unpacked(r, NULL);
-		return NULL;
-	}
-	if (r->body_case != want || r->id != q->id) {
-		ad_err(err, "engine service: reply does not match the request");
-		anedvd__engine_reply__free_unpacked(r, NULL);
-		return NULL;
-	}
-	if (code)
-		*code = ANEDVD__ERROR_CODE__ERROR_NONE;
-	return r;
+	return ad_rpc_call(c, &ad_rpc_engine, body, timeout_ms, code, err);
 }
 
 int
 engc_generate(struct ad_client *c, const struct engc_gen *g, struct engc_started *out, int timeout_ms, int *code,
               char *err)
 {
-	Anedvd__EngineRequest q = ANEDVD__ENGINE_REQUEST__INIT;
 	Anedvd__GenerateRequest gr = ANEDVD__GENERATE_REQUEST__INIT;
 	Anedvd__SamplingParams sp = ANEDVD__SAMPLING_PARAMS__INIT;
 	gr.prompt = (int32_t *)g->prompt;
@@ -129,9 +95,7 @@ engc_generate(struct ad_client *c, const struct engc_gen *g, struct engc_started
 	gr.n_grammar_tokens = g->n_grammar_tokens;
 	gr.grammar_replay = g->grammar ? g->grammar_replay : 0;
 	gr.speculative = (Anedvd__SpecMode)g->speculative;
-	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_GENERATE;
-	q.generate = &gr;
-	Anedvd__EngineReply *r = call(c, &q, ANEDVD__ENGINE_REPLY__BODY_GENERATE, timeout_ms, code, err);
+	Anedvd__EngineReply *r = call(c, &gr.base, timeout_ms, code, err);
 	free(lb);
 	free(plb);
 	if (!r)
@@ -140,6 +104,8 @@ engc_generate(struct ad_client *c, const struct engc_gen *g, struct engc_started
 	out->prompt_tokens = r->generate->prompt_tokens;
 	out->dropped = r->generate->prompt_tokens_dropped;
 	out->reused = r->generate->reused_tokens;
+	out->dropped_from = r->generate->dropped_from;
+	out->max_tokens = r->generate->max_tokens;
 	anedvd__engine_reply__free_unpacked(r, NULL);
 	return 0;
 }
@@ -149,13 +115,10 @@ engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct engc_p
           char *err)
 {
 	memset(out, 0, sizeof *out);
-	Anedvd__EngineRequest q = ANEDVD__ENGINE_REQUEST__INIT;
 	Anedvd__PollRequest pr = ANEDVD__POLL_REQUEST__INIT;
 	pr.job = job;
 	pr.max_wait_ms = max_wait_ms;
-	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_POLL;
-	q.poll = &pr;
-	Anedvd__EngineReply *r = call(c, &q, ANEDVD__ENGINE_REPLY__BODY_POLL, timeout_ms + (int)max_wait_ms, code, err);
+	Anedvd__EngineReply *r = call(c, &pr.base, timeout_ms + (int)max_wait_ms, code, err);
 	if (!r)
 		return -1;
 	const Anedvd__PollReply *p = r->poll;
@@ -250,12 +213,9 @@ engc_poll_free(struct engc_poll *p)
 int
 engc_cancel(struct ad_client *c, uint64_t job, int timeout_ms, int *code, char *err)
 {
-	Anedvd__EngineRequest q = ANEDVD__ENGINE_REQUEST__INIT;
 	Anedvd__CancelRequest cr = ANEDVD__CANCEL_REQUEST__INIT;
 	cr.job = job;
-	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_CANCEL;
-	q.cancel = &cr;
-	Anedvd__EngineReply *r = call(c, &q, ANEDVD__ENGINE_REPLY__BODY_CANCEL, timeout_ms, code, err);
+	Anedvd__EngineReply *r = call(c, &cr.base, timeout_ms, code, err);
 	if (!r)
 		return -1;
 	anedvd__engine_reply__free_unpacked(r, NULL);
@@ -267,16 +227,13 @@ engc_eval(struct ad_client *c, const int32_t *ids, size_t n, int per_token, int 
           float **logits, uint32_t *rows, uint32_t *n_vocab, int timeout_ms, int *code, char *err)
 {
 	*logits = NULL;
-	Anedvd__EngineRequest q = ANEDVD__ENGINE_REQUEST__INIT;
 	Anedvd__EvalRequest er = ANEDVD__EVAL_REQUEST__INIT;
 	er.ids = (int32_t *)ids;
 	er.n_ids = n;
 	er.per_token = per_token;
 	er.last_only = last_only;
 	er.upto_layer = upto_layer;
-	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_EVAL;
-	q.eval = &er;
-	Anedvd__EngineReply *r = call(c, &q, ANEDVD__ENGINE_REPLY__BODY_EVAL, timeout_ms, code, err);
+	Anedvd__EngineReply *r = call(c, &er.base, timeout_ms, code, err);
 	if (!r)
 		return -1;
 	const Anedvd__EvalReply *e = r->eval;
@@ -298,33 +255,11 @@ engc_eval(struct ad_client *c, const int32_t *ids, size_t n, int per_token, int 
 int
 engc_reset(struct ad_client *c, const char *session, int timeout_ms, int *code, char *err)
 {
-	Anedvd__EngineRequest q = ANEDVD__ENGINE_REQUEST__INIT;
 	Anedvd__ResetRequest rr = ANEDVD__RESET_REQUEST__INIT;
 	rr.session = (char *)session;
-	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_RESET;
-	q.reset = &rr;
-	Anedvd__EngineReply *r = call(c, &q, ANEDVD__ENGINE_REPLY__BODY_RESET, timeout_ms, code, err);
+	Anedvd__EngineReply *r = call(c, &rr.base, timeout_ms, code, err);
 	if (!r)
 		return -1;
-	anedvd__engine_reply__free_unpacked(r, NULL);
-	return 0;
-}
-
-int
-engc_health(struct ad_client *c, struct engc_health *h, int timeout_ms, int *code, char *err)
-{
-	Anedvd__EngineRequest q = ANEDVD__ENGINE_REQUEST__INIT;
-	Anedvd__HealthRequest hr = ANEDVD__HEALTH_REQUEST__INIT;
-	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_HEALTH;
-	q.health = &hr;
-	Anedvd__EngineReply *r = call(c, &q, ANEDVD__ENGINE_REPLY__BODY_HEALTH, timeout_ms, code, err);
-	if (!r)
-		return -1;
-	memset(h, 0, sizeof *h);
-	snprintf(h->process, sizeof h->process, "%s", r->health->process);
-	h->pid = r->health->pid;
-	h->uptime_ms = r->health->uptime_ms;
-	h->requests = r->health->requests;
 	anedvd__engine_reply__free_unpacked(r, NULL);
 	return 0;
 }
@@ -333,13 +268,10 @@ int
 engc_lease(struct ad_client *c, const char *client, uint32_t lease_ms, uint32_t *jobs, int timeout_ms, int *code,
            char *err)
 {
-	Anedvd__EngineRequest q = ANEDVD__ENGINE_REQUEST__INIT;
 	Anedvd__LeaseRequest lr = ANEDVD__LEASE_REQUEST__INIT;
 	lr.client = (char *)client;
 	lr.lease_ms = lease_ms;
-	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_LEASE;
-	q.lease = &lr;
-	Anedvd__EngineReply *r = call(c, &q, ANEDVD__ENGINE_REPLY__BODY_LEASE, timeout_ms, code, err);
+	Anedvd__EngineReply *r = call(c, &lr.base, timeout_ms, code, err);
 	if (!r)
 		return -1;
 	if (jobs)
@@ -366,14 +298,11 @@ engc_embed(struct ad_client *c, const int32_t *const *ids, const size_t *lens, s
 		in[i].n_ids = lens[i];
 		pin[i] = &in[i];
 	}
-	Anedvd__EngineRequest q = ANEDVD__ENGINE_REQUEST__INIT;
 	Anedvd__EmbedRequest er = ANEDVD__EMBED_REQUEST__INIT;
 	er.inputs = pin;
 	er.n_inputs = n;
 	er.pooling = pooling;
-	q.body_case = ANEDVD__ENGINE_REQUEST__BODY_EMBED;
-	q.embed = &er;
-	Anedvd__EngineReply *r = call(c, &q, ANEDVD__ENGINE_REPLY__BODY_EMBED, timeout_ms, code, err);
+	Anedvd__EngineReply *r = call(c, &er.base, timeout_ms, code, err);
 	free(in);
 	free(pin);
 	if (!r)
@@ -462,7 +391,6 @@ struct engc_job {
 	struct sample_bias *bias;
 	int32_t *ids;        // the prompt, then every token delivered
 	size_t n_prompt, n_del, cap;
-	size_t kept_from;    // the first prompt token the engine kept (its cut)
 	int32_t *stop;
 	char *session, *client;
 	char *grammar;       // and its trigger words and tokens
@@ -569,6 +497,25 @@ engc_job_free(struct engc_job *j)
 	free(j);
 }
 
+static void
+add_timings(struct engc_timings *d, const struct engc_timings *a, const struct engc_timings *b)
+{
+	d->queue_ns = a->queue_ns + b->queue_ns;
+	d->prefill_ns = a->prefill_ns + b->prefill_ns;
+	d->decode_ns = a->decode_ns + b->decode_ns;
+	d->kernel_ns = a->kernel_ns + b->kernel_ns;
+	d->ipc_ns = a->ipc_ns + b->ipc_ns;
+	d->attention_ns = a->attention_ns + b->attention_ns;
+	d->sampling_ns = a->sampling_ns + b->sampling_ns;
+	d->cpu_other_ns = a->cpu_other_ns + b->cpu_other_ns;
+	d->moe_ns = a->moe_ns + b->moe_ns;
+	d->prefill_tokens = a->prefill_tokens + b->prefill_tokens;
+	d->decode_tokens = a->decode_tokens + b->decode_tokens;
+	d->round_trips = a->round_trips + b->round_trips;
+	d->spec = a->spec;
+	spec_add(&d->spec, &b->spec);
+}
+
 // the engine is away (or lost the job): note when it was first found so
 static void
 lost(struct engc_job *j, const char *why)
@@ -580,19 +527,7 @@ lost(struct engc_job *j, const char *why)
 		j->lost_ns = ad_now_ns();
 	snprintf(j->why, sizeof j->why, "%s", why);
 	// what the lost incarnation did is part of the job's time
-	j->base.queue_ns += j->last.queue_ns;
-	j->base.prefill_ns += j->last.prefill_ns;
-	j->base.decode_ns += j->last.decode_ns;
-	j->base.kernel_ns += j->last.kernel_ns;
-	j->base.ipc_ns += j->last.ipc_ns;
-	j->base.attention_ns += j->last.attention_ns;
-	j->base.sampling_ns += j->last.sampling_ns;
-	j->base.cpu_other_ns += j->last.cpu_other_ns;
-	j->base.moe_ns += j->last.moe_ns;
-	j->base.prefill_tokens += j->last.prefill_tokens;
-	j->base.decode_tokens += j->last.decode_tokens;
-	j->base.round_trips += j->last.round_trips;
-	spec_add(&j->base.spec, &j->last.spec);
+	add_timings(&j->base, &j->base, &j->last);
 	memset(&j->last, 0, sizeof j->last);
 }
 
@@ -628,14 +563,13 @@ submit(struct engc_job *j, uint32_t wait_ms, int *code, char *err)
 			return -1;
 		// a worker that is not back yet: Health waits for it (nng dials
 		// again every 10 to 200 ms) without queueing a job in a dead socket
-		struct engc_health h;
 		char e[AD_ERRLEN];
-		if (engc_health(j->c, &h, (int)wait_ms, NULL, e) != 0)
+		if (ad_rpc_health(j->c, &ad_rpc_engine, NULL, (int)wait_ms, NULL, e) != 0)
 			return 1;
 	}
 	struct engc_gen g = j->g;
-	g.prompt = j->ids + j->kept_from;
-	g.n_prompt = j->n_prompt - j->kept_from + j->n_del;
+	g.prompt = j->ids;
+	g.n_prompt = j->n_prompt + j->n_del;
 	g.max_tokens = j->g.max_tokens - (uint32_t)j->n_del;
 	g.skip_draws = j->draws;
 	g.grammar_replay = (uint32_t)j->n_del; // the grammar takes the delivered tokens first
@@ -665,7 +599,16 @@ submit(struct engc_job *j, uint32_t wait_ms, int *code, char *err)
 	}
 	if (!j->started) {
 		j->info = st;
-		j->kept_from = st.dropped;
+		// what the engine holds from now on: the prompt as it fitted it
+		// (cpu-worker/fit.h) and a reply of its room, so a continued job
+		// is fitted again to the same tokens
+		if (st.dropped && st.dropped_from + st.dropped <= j->n_prompt) {
+			memmove(j->ids + st.dropped_from, j->ids + st.dropped_from + st.dropped,
+			        (j->n_prompt - st.dropped_from - st.dropped) * sizeof *j->ids);
+			j->n_prompt -= st.dropped;
+		}
+		if (st.max_tokens && st.max_tokens < j->g.max_tokens)
+			j->g.max_tokens = st.max_tokens;
 		j->started = 1;
 	} else {
 		j->replays++;
@@ -695,24 +638,6 @@ engc_job_start(struct engc_job *j, uint32_t wait_ms, struct engc_started *info, 
 	return 0;
 }
 
-static void
-add_timings(struct engc_timings *d, const struct engc_timings *a, const struct engc_timings *b)
-{
-	d->queue_ns = a->queue_ns + b->queue_ns;
-	d->prefill_ns = a->prefill_ns + b->prefill_ns;
-	d->decode_ns = a->decode_ns + b->decode_ns;
-	d->kernel_ns = a->kernel_ns + b->kernel_ns;
-	d->ipc_ns = a->ipc_ns + b->ipc_ns;
-	d->attention_ns = a->attention_ns + b->attention_ns;
-	d->sampling_ns = a->sampling_ns + b->sampling_ns;
-	d->cpu_other_ns = a->cpu_other_ns + b->cpu_other_ns;
-	d->moe_ns = a->moe_ns + b->moe_ns;
-	d->prefill_tokens = a->prefill_tokens + b->prefill_tokens;
-	d->decode_tokens = a->decode_tokens + b->decode_tokens;
-	d->round_trips = a->round_trips + b->round_trips;
-	d->spec = a->spec;
-	spec_add(&d->spec, &b->spec);
-}
 
 // the job's timings so far: every incarnation's, the first one's cached
 static void
