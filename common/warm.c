@@ -5,11 +5,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "clock.h"
 #include "err.h"
@@ -46,18 +42,7 @@ warm_auto(void)
 		if (!*end && n >= 0)
 			return n > WARM_MAX ? WARM_MAX : (int)n;
 	}
-	// x86's CPUID hypervisor bit, as Linux reports it
-	int hv = 0;
-	FILE *f = fopen("/proc/cpuinfo", "r");
-	if (f) {
-		char line[4096];
-		while (!hv && fgets(line, sizeof line, f))
-			if (strncmp(line, "flags", 5) == 0)
-				hv = strstr(line, " hypervisor") != NULL;
-		fclose(f);
-	}
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	return hv && cpus > 1 ? (int)(cpus < 4 ? cpus : 4) : 0;
+	return 0;
 }
 
 static void *

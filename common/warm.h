@@ -12,9 +12,12 @@
 // polling thread pool, they show as CPU use while a job runs.
 //
 // warm_start(n): start n such threads (n <= 0: none); where the system has
-// no SCHED_IDLE (not Linux) none are started. warm_auto() is the default
-// count: the online CPUs, at most 4, when the CPU reports a hypervisor,
-// else 0. ANEDVD_WARM=N overrides it (0: off).
+// no SCHED_IDLE (not Linux) none are started. warm_auto() is the count the
+// cpu-worker starts: ANEDVD_WARM=N, 0 (off) when unset. Off by default:
+// SCHED_IDLE yields only to threads of the same task group, and with the
+// kernel's autogroups (sched_autogroup_enabled) every session is a group
+// that shares the CPUs evenly with the others, so spinners would take half
+// the CPUs from, say, a browser started in another session.
 #ifndef AD_WARM_H
 #define AD_WARM_H
 
