@@ -71,7 +71,7 @@ struct dp_chan {
 	char id[AD_SURFACE_ID_MAX];
 	int owner;
 	enum dp_bell bell;
-	uint32_t spin_call_ns, spin_serve_ns, lead_ns, spin_max_ns, spin_long_ns;
+	uint32_t spin_call_ns, spin_serve_ns, lead_ns, spin_max_ns;
 	_Atomic uint32_t busy; // client: slots claimed by this process's threads
 	pthread_mutex_t mu;    // client: the surface table
 	int (*idle)(void *arg); // worker: dp_set_idle
@@ -106,7 +106,6 @@ chan_defaults(struct dp_chan *c)
 	dp_set_bell(c, b && strcmp(b, "sleep") == 0 ? DP_BELL_SLEEP : DP_BELL_FUTEX);
 	c->spin_call_ns = env_us("ANEDVD_DP_SPIN_US", 10);
 	c->spin_serve_ns = env_us("ANEDVD_DP_SERVE_SPIN_US", 50);
-	c->spin_long_ns = env_us("ANEDVD_DP_SERVE_SPIN_MAX_US", 400);
 	c->lead_ns = env_us("ANEDVD_DP_LEAD_US", 40);
 	c->spin_max_ns = env_us("ANEDVD_DP_SPIN_MAX_US", 200);
 	const char *th = getenv("ANEDVD_DP_SPIN_THROUGH");
@@ -453,7 +452,6 @@ dp_set_spin(struct dp_chan *c, uint32_t call_ns, uint32_t serve_ns)
 {
 	c->spin_call_ns = call_ns;
 	c->spin_serve_ns = serve_ns;
-	c->spin_long_ns = serve_ns;
 }
 
 int
@@ -726,14 +724,6 @@ dp_serve(struct dp_chan *c, uint32_t gen, dp_handler fn, void *arg, const volati
 	struct dp_shm *h = c->h;
 	const uint64_t idle = (uint64_t)(idle_ms > 0 ? idle_ms : 100) * 1000000u;
 	uint64_t last = ad_now_ns(), checked = last, backoff = 0;
-	// the gap between a reply and the client's next request, while it
-	// computes (attention between a layer's calls): a decaying maximum of
-	// the gaps up to spin_long_ns. The idle spin lasts 1.5 times that
-	// (at least spin_serve_ns), so a worker that would otherwise fall
-	// asleep just before every call (a futex wake-up costs tens of us on
-	// a VM) stays awake through them; past spin_serve_ns it yields between
-	// looks, so a thread of the client's that wants the core gets it.
-	uint64_t gap = 0;
 	for (;;) {
 		if (*stop)
 			return DP_SERVE_STOPPED;
@@ -749,12 +739,6 @@ dp_serve(struct dp_chan *c, uint32_t gen, dp_handler fn, void *arg, const volati
 			uint32_t q = atomic_load_explicit(&sl->req_seq, memory_order_acquire);
 			if (q == atomic_load_explicit(&sl->rep_seq, memory_order_relaxed) || sl->rq_gen != gen)
 				continue;
-			if (!served) {
-				const uint64_t g = ad_now_ns() - last;
-				gap -= gap >> 3;
-				if (g <= c->spin_long_ns && g > gap)
-					gap = g;
-			}
 			serve_slot(c, sl, q, gen, fn, arg);
 			served++;
 		}
@@ -764,17 +748,13 @@ dp_serve(struct dp_chan *c, uint32_t gen, dp_handler fn, void *arg, const volati
 			backoff = 0;
 			continue;
 		}
-		// idle: spin after the last request (the next one often follows
-		// within microseconds, or after the client's gap), then sleep in
-		// slices; the idle work first, a piece at a time, while the bell
-		// stays as read
-		uint64_t hold = gap + gap / 2;
-		hold = hold < c->spin_serve_ns ? c->spin_serve_ns : hold > c->spin_long_ns ? c->spin_long_ns : hold;
-		if (t - last < hold) {
+		// idle: spin a little after the last request (the next one often
+		// follows within microseconds), then sleep in slices; the idle work
+		// first, a piece at a time, while the bell stays as read
+		if (t - last < c->spin_serve_ns) {
 			if (c->idle && c->idle(c->idle_arg) && atomic_load(&h->bell) == b)
 				continue;
-			const uint64_t since = t - last, pause = since < c->spin_serve_ns ? c->spin_serve_ns - since : 0;
-			spin(&h->bell, b, hold - since, pause < serve_hot_ns ? pause : serve_hot_ns);
+			spin(&h->bell, b, c->spin_serve_ns - (t - last), serve_hot_ns);
 			continue;
 		}
 		doze(c, &h->bell, b, &h->server_sleeping, idle, &backoff);

@@ -220,10 +220,6 @@ enum dp_bell dp_get_bell(const struct dp_chan *c);
 // the caller's wait on a reply, 10 us; ANEDVD_DP_SERVE_SPIN_US for the
 // worker's wait for the next request, 50 us). A spin uses the pause hint
 // for its first ANEDVD_DP_YIELD_US (10 us), then yields between looks.
-// The worker's wait grows to 1.5 times the client's recent gaps between a
-// reply and its next request, up to ANEDVD_DP_SERVE_SPIN_MAX_US (400 us),
-// yielding between looks past the first 50 us; dp_set_spin fixes it at
-// serve_ns.
 void dp_set_spin(struct dp_chan *c, uint32_t call_ns, uint32_t serve_ns);
 // 1 while pid names a live process that is not a zombie
 int dp_pid_alive(uint32_t pid);

@@ -22,7 +22,6 @@
 #include "ipc.h"
 #include "kernels.h"
 #include "log.h"
-#include "warm.h"
 #include "model.h"
 #include "plan.h"
 #include "scheduler.h"
@@ -357,13 +356,6 @@ main(int argc, char **argv)
 		        spec.draft, spec.ngram_max, spec.ngram_min,
 		        spec.col_cost == SPEC_COST_AUTO ? "what the decode calls measure" : "as --draft-cost says");
 
-	// keep the vCPUs from halting while jobs run (warm.h)
-	int warm = warm_start(warm_auto(), err);
-	if (warm > 0)
-		ad_info("%d SCHED_IDLE threads keep the CPUs warm while jobs run (ANEDVD_WARM=0: off)", warm);
-	else if (warm < 0)
-		ad_warn("%s", err);
-
 	int sig = 0;
 	sigwait(&set, &sig);
 	ad_info("signal %d: stopping", sig);
@@ -376,7 +368,6 @@ main(int argc, char **argv)
 	struct sched_stats st;
 	sched_stats(s, &st);
 	sched_free(s);
-	warm_stop();
 	engine_free(e);
 	gram_loader_free(gl);
 	kb->free(kb); // closes the surfaces; the owner unlinks its shared memory

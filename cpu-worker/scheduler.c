@@ -34,7 +34,6 @@
 #include "prefix-cache.h"
 #include "spec.h"
 #include "trace.h"
-#include "warm.h"
 
 #define SESSION_WAIT_MS 5000 // for a session whose job has finished but is not yet released
 #define MAX_STOP_IDS 64
@@ -1392,7 +1391,6 @@ engine_main(void *arg)
 		}
 		int n_active = s->n_active;
 		pthread_mutex_unlock(&s->mu);
-		warm_touch();
 		if (ev)
 			run_eval(s, ev);
 		if (n_active)

@@ -1,7 +1,5 @@
 # The shared-memory data plane between kb_remote and the ane-worker
 ad_test(NAME test-dataplane SOURCES test-dataplane.c LABELS unit TIMEOUT 120)
-# the SCHED_IDLE spinners that keep the CPUs warm while jobs run
-ad_test(NAME test-warm SOURCES test-warm.c LABELS unit)
 # the round trip of a call, data plane against nng (a benchmark, not a test)
 if(TARGET anedvd-ane-worker AND TARGET anedvd_proto)
   add_executable(bench-dataplane bench-dataplane.c)
