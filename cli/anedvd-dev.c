@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli.h"
 #include "commands.h"
 #include "log.h"
 
@@ -56,6 +57,7 @@ int
 main(int argc, char **argv)
 {
 	ad_log_init("anedvd-dev");
+	cli_prog = "anedvd-dev"; // in the flag messages of common/cli.c
 	if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
 	    strcmp(argv[1], "help") == 0) {
 		usage(argc < 2 ? stderr : stdout);
