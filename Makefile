@@ -5,6 +5,10 @@
 #   make test    build and run every test suite (plain, then ASan+UBSan)
 #   make bench   build and run the benchmarks (prints figures), then the side-by-side
 #                one, tests/perf/bench.sh (LLAMA_BENCH=path/to/llama-bench to compare)
+#   make format        reformat the C sources in place (.clang-format, tests/format.sh)
+#   make format-check  show what clang-format would change; fails if anything would
+#                (not yet part of `make test`: add it to test-plain's prerequisites
+#                once the tree has been formatted)
 #
 # Both install the Debian packages they need first (deploy/install-deps.sh).
 
@@ -12,7 +16,7 @@ JOBS  ?= 2
 MODEL ?= tests/data/stories260K/stories260K.gguf
 PROMPT ?= Once upon a time
 
-.PHONY: all run test test-plain test-sanitize bench fuzz deps clean
+.PHONY: all run test test-plain test-sanitize bench fuzz deps clean format format-check
 
 all: build/bin/anedvd
 
@@ -44,6 +48,12 @@ bench: build/bin/anedvd
 	@for b in build/tests/bench-*; do [ -x "$$b" ] && echo "== $$b" && "$$b"; done; true
 	@echo "== tests/perf/bench.sh build (LLAMA_BENCH=$${LLAMA_BENCH:-unset})"
 	@tests/perf/bench.sh build
+
+format:
+	@sh tests/format.sh apply
+
+format-check:
+	@sh tests/format.sh check
 
 clean:
 	rm -rf build build-test build-asan build-fuzz

@@ -1,7 +1,10 @@
 // anedvd - the command-line entry point.
 //
-// Dispatches to the subcommands. Only commands that work are listed.
+// Dispatches to the subcommands. Only commands that work are listed, and
+// only the user's: the developer tools (benchmarks, kernel probes) are in
+// anedvd-dev (cli/anedvd-dev.c), which anedvd names when asked for one.
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -29,31 +32,9 @@ static const struct command commands[] = {
 	{ "verify", cmd_verify,
 	  "verify [--model M] [--prompt TEXT | --prompt-ids 1,2,3]\n"
 	  "        whole prompt through the pipeline vs the fp32 reference: MATCH or MISMATCH" },
-	{ "check", cmd_check,
-	  "check --model M [--split] [--chunk N] [--backend emu|ane] [--prompt T]\n"
-	  "        config, RoPE, every kernel of layer 0 and the LM head vs an fp32 matmul,\n"
-	  "        and sample predictions (top 5 after the prompt) against the reference" },
-	{ "layers", cmd_layers,
-	  "layers --model M --upto N [--prompt-ids 1,2,3] [--backend emu|ane]\n"
-	  "        top-5 next tokens after the first N layers, backend and reference" },
-	{ "kernels", cmd_kernels,
-	  "kernels --model M [--iters K] [--chunk N] [--backend emu|ane]\n"
-	  "        per-kernel time and achieved weight bandwidth (layer 0 + LM head)" },
 	{ "selftest", cmd_selftest,
 	  "selftest [--split]\n"
 	  "        a tiny random llama through the pipeline vs the reference: PASS or FAIL" },
-	{ "probe", cmd_probe,
-	  "probe [--size N] [--iters K] [--backend emu|ane]\n"
-	  "        one N x N projection vs the CPU: CORRECT or MISMATCH" },
-	{ "bench", cmd_bench,
-	  "bench [--iters K] [--backend emu|ane]\n"
-	  "        projection sweep 128 ... 4096: us/eval, GFLOP/s, GB/s" },
-	{ "width", cmd_width,
-	  "width [--size N] [--iters K] [--backend emu|ane]\n"
-	  "        projection cost vs activation width 1, 8, 32, 64, 128" },
-	{ "attnbench", cmd_attnbench,
-	  "attnbench [--ctx N] [--heads H] [--kv-heads G] [--head-dim D] [--iters K]\n"
-	  "        CPU attention over the fp16 KV cache: full, dot, softmax, AV" },
 	{ "cpu", cmd_cpu,
 	  "cpu --model M (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N] [--json] [--dump-logits FILE]\n"
 	  "        pure-CPU fp32 reference engine: greedy generation, top-5, timings" },
@@ -71,6 +52,32 @@ static const struct command commands[] = {
 	  "        token ids and pieces of a text" },
 };
 
+// where anedvd-dev is: beside anedvd (the build tree), else in
+// ../lib/anedvd (an installation: it is not on the PATH); else its bare name
+static void
+dev_path(char *out, size_t cap)
+{
+	snprintf(out, cap, "anedvd-dev");
+#ifdef __linux__
+	char self[4096];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	char *slash = n > 0 ? (self[n] = 0, strrchr(self, '/')) : NULL;
+	if (!slash)
+		return;
+	*slash = 0;
+	static const char *const rel[] = {"/anedvd-dev", "/../lib/anedvd/anedvd-dev"};
+	for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+		char p[4200];
+		snprintf(p, sizeof p, "%s%s", self, rel[i]);
+		if (access(p, X_OK) == 0) {
+			char real[4096];
+			snprintf(out, cap, "%s", realpath(p, real) ? real : p);
+			return;
+		}
+	}
+#endif
+}
+
 static void
 usage(FILE *out)
 {
@@ -81,7 +88,8 @@ usage(FILE *out)
 	fprintf(out, "\n--model takes a .gguf file or a HuggingFace directory (config.json, tokenizer.json,\n"
 	             "*.safetensors); the path decides. Without it, run, chat, serve and verify take the\n"
 	             "bundled stories260K (share/anedvd/models/ beside the bin/ of anedvd).\n"
-	             "'anedvd <command> --help' shows a command's options.\n"
+	             "'anedvd <command> --help' shows a command's options. The developer tools (kernel\n"
+	             "checks and benchmarks) are a program of their own: anedvd-dev --help.\n"
 	             "\nenvironment:\n"
 	             "  ANEDVD_LOG=LEVEL\n"
 	             "        error, warn, info (default) or debug: what every process logs on stderr\n"
@@ -127,6 +135,15 @@ main(int argc, char **argv)
 			int rc = commands[i].fn(argc - 1, argv + 1);
 			ad_ipc_fini(); // every command has closed its clients and children by now
 			return rc;
+		}
+	static const char *const dev[] = {AD_DEV_COMMANDS};
+	for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+		if (strcmp(argv[1], dev[i]) == 0) {
+			char where[4200];
+			dev_path(where, sizeof where);
+			fprintf(stderr, "anedvd: unknown command '%s': it is a developer tool, in anedvd-dev: run '%s %s'\n",
+			        argv[1], where, argv[1]);
+			return 2;
 		}
 	fprintf(stderr, "anedvd: unknown command '%s'\n\n", argv[1]);
 	usage(stderr);

@@ -35,6 +35,10 @@
 // --- flags ---------------------------------------------------------------------------
 
 double cli_now_ms(void);
+// the relative (L2) error of x against ref over n values, non-finite values
+// of x skipped and counted in *nans; *maxabs: the largest |x - ref| (either
+// pointer may be NULL)
+double cli_rel_err(const float *x, const float *ref, size_t n, double *maxabs, int *nans);
 
 // --- the pipeline ------------------------------------------------------------------------
 #define PIPE_KINDS 9

@@ -24,6 +24,28 @@ cli_now_ms(void)
 	return (double)ad_now_ns() / 1e6;
 }
 
+double
+cli_rel_err(const float *x, const float *ref, size_t n, double *maxabs, int *nans)
+{
+	double d2 = 0, r2 = 0, md = 0;
+	int nn = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (isnan(x[i]) || isinf(x[i])) {
+			nn++;
+			continue;
+		}
+		double d = (double)x[i] - ref[i];
+		d2 += d * d;
+		r2 += (double)ref[i] * ref[i];
+		md = fabs(d) > md ? fabs(d) : md;
+	}
+	if (maxabs)
+		*maxabs = md;
+	if (nans)
+		*nans = nn;
+	return r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
+}
+
 int
 pipe_flag(struct pipe_opts *o, int argc, char **argv, int *i)
 {
@@ -150,7 +172,7 @@ pipe_weights_arg(const char *cmd, const char *v)
 {
 	enum ane_wfmt f;
 	if (ane_wfmt_parse(v, &f)) {
-		fprintf(stderr, "anedvd %s: --weights takes fp16 or int8, not '%s'\n", cmd, v);
+		fprintf(stderr, "%s %s: --weights takes fp16 or int8, not '%s'\n", cli_prog, cmd, v);
 		return -1;
 	}
 	return 0;

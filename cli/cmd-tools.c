@@ -1,12 +1,12 @@
-// cmd-tools.c - the commands that look at kernels and parts in this process:
-// check, layers, kernels, selftest, probe, bench, width, attnbench.
+// cmd-tools.c - the developer tools of anedvd-dev (cli/anedvd-dev.c), which
+// look at kernels and parts in this process: check, layers, kernels, probe,
+// bench, width, attnbench. None of them is in the user's anedvd.
 //
 // check, layers and kernels build the model's kernels here (kb_local: the
 // very programs the ane-worker runs, on emu or, in a macOS build, on the
 // ane backend: --backend) and compare them with fp32 (kb_exact, the
 // reference engine); probe, bench and width compile synthetic projections
-// on the same backends. selftest runs the whole pipeline
-// (ane-worker process included) on a tiny random model it writes itself.
+// on the same backends; attnbench times the CPU attention.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +16,6 @@
 #include "build.h"
 #include "cmd-common.h"
 #include "mil.h"
-#include "cmd-genmodel.h"
 #include "commands.h"
 #include "dequant.h"
 #include "fp16.h"
@@ -76,12 +75,12 @@ tool_flag(struct tool_opts *o, int argc, char **argv, int *i)
 		if (!(o->backend = cli_val(o->cmd, argc, argv, i)))
 			return -1;
 		if (strcmp(o->backend, "emu") && strcmp(o->backend, "ane")) {
-			fprintf(stderr, "anedvd %s: --backend %s: unknown backend (emu or ane)\n", o->cmd, o->backend);
+			fprintf(stderr, "anedvd-dev %s: --backend %s: unknown backend (emu or ane)\n", o->cmd, o->backend);
 			return -1;
 		}
 #ifndef ANEDVD_ANE
 		if (!strcmp(o->backend, "ane")) {
-			fprintf(stderr, "anedvd %s: --backend ane: " ANE_NO_BACKEND_MSG "\n", o->cmd);
+			fprintf(stderr, "anedvd-dev %s: --backend ane: " ANE_NO_BACKEND_MSG "\n", o->cmd);
 			return -1;
 		}
 #endif
@@ -118,7 +117,7 @@ tool_args(struct tool_opts *o, int argc, char **argv, const char *allowed)
 		char al[600];
 		snprintf(al, sizeof al, "%s ", allowed);
 		if (a[0] != '-' || !strstr(al, key)) {
-			fprintf(stderr, "anedvd %s: unknown argument '%s'\n", o->cmd, a);
+			fprintf(stderr, "anedvd-dev %s: unknown argument '%s'\n", o->cmd, a);
 			return -1;
 		}
 		if (tool_flag(o, argc, argv, &i) <= 0)
@@ -131,28 +130,6 @@ static const char *
 backend_of(const struct tool_opts *o)
 {
 	return o->backend ? o->backend : "emu";
-}
-
-static double
-rel_err(const float *x, const float *ref, size_t n, double *maxabs, int *nans)
-{
-	double d2 = 0, r2 = 0, md = 0;
-	int nn = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (isnan(x[i]) || isinf(x[i])) {
-			nn++;
-			continue;
-		}
-		double d = (double)x[i] - ref[i];
-		d2 += d * d;
-		r2 += (double)ref[i] * ref[i];
-		md = fabs(d) > md ? fabs(d) : md;
-	}
-	if (maxabs)
-		*maxabs = md;
-	if (nans)
-		*nans = nn;
-	return r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
 }
 
 static void
@@ -303,7 +280,7 @@ predictions(const struct model *m, struct kernel_backend *kb, const struct token
 	}
 	const float *la = a + (size_t)(n - 1) * nv, *lb = b + (size_t)(n - 1) * nv;
 	double md;
-	*rel = rel_err(la, lb, (size_t)nv, &md, NULL);
+	*rel = cli_rel_err(la, lb, (size_t)nv, &md, NULL);
 	top5(la, nv, tk, kb->name);
 	top5(lb, nv, tk, "reference");
 	printf("  last position: rel %.3e, max|diff| %.3e, argmax %s\n", *rel, md,
@@ -325,7 +302,7 @@ prompt_ids(const struct tool_opts *o, const struct model *m, const struct tokeni
 {
 	char err[AD_ERRLEN] = "";
 	if (o->prompt && o->ids) {
-		fprintf(stderr, "anedvd %s: give one of --prompt and --prompt-ids\n", o->cmd);
+		fprintf(stderr, "anedvd-dev %s: give one of --prompt and --prompt-ids\n", o->cmd);
 		return 2;
 	}
 	if (o->ids) {
@@ -335,7 +312,7 @@ prompt_ids(const struct tool_opts *o, const struct model *m, const struct tokeni
 		const char *t = o->prompt ? o->prompt : "The capital of France is";
 		size_t nn = 0;
 		if (!tk || tok_encode(tk, t, strlen(t), -1, 0, ids, &nn, err)) {
-			fprintf(stderr, "anedvd %s: the prompt needs the model's tokenizer: %s\n", o->cmd,
+			fprintf(stderr, "anedvd-dev %s: the prompt needs the model's tokenizer: %s\n", o->cmd,
 			        tk ? err : "none could be loaded");
 			return -1;
 		}
@@ -343,11 +320,11 @@ prompt_ids(const struct tool_opts *o, const struct model *m, const struct tokeni
 	}
 	for (int i = 0; i < *n; i++)
 		if ((*ids)[i] < 0 || (*ids)[i] >= m->hp.n_vocab) {
-			fprintf(stderr, "anedvd %s: token id %d is outside the vocabulary\n", o->cmd, (*ids)[i]);
+			fprintf(stderr, "anedvd-dev %s: token id %d is outside the vocabulary\n", o->cmd, (*ids)[i]);
 			return 2;
 		}
 	if (*n < 1) {
-		fprintf(stderr, "anedvd %s: the prompt has no tokens\n", o->cmd);
+		fprintf(stderr, "anedvd-dev %s: the prompt has no tokens\n", o->cmd);
 		return 2;
 	}
 	return 0;
@@ -357,9 +334,9 @@ prompt_ids(const struct tool_opts *o, const struct model *m, const struct tokeni
 static void
 check_usage(void)
 {
-	fprintf(stderr, "usage: anedvd check --model M [--split] [--chunk N] [--threads N] [--token ID]\n"
-	                "                    [--weights fp16|int8] [--backend emu|ane] [--prompt TEXT | --prompt-ids 1,2]\n"
-	                "                    [--arch NAME]\n"
+	fprintf(stderr, "usage: anedvd-dev check --model M [--split] [--chunk N] [--threads N] [--token ID]\n"
+	                "                        [--weights fp16|int8] [--backend emu|ane] [--prompt TEXT | --prompt-ids 1,2]\n"
+	                "                        [--arch NAME]\n"
 	                "  the model's config and RoPE convention; every kernel of layer 0 and the whole\n"
 	                "  LM head, built on the backend (default emu; ane only in a macOS build) with fp16\n"
 	                "  or int8 weights (default int8 on emu for a model stored in 8 bits or fewer),\n"
@@ -382,14 +359,14 @@ cmd_check(int argc, char **argv)
 	                  "--prompt --prompt-ids");
 	if (r || !o.model) {
 		if (!r)
-			fprintf(stderr, "anedvd check: --model is required\n");
+			fprintf(stderr, "anedvd-dev check: --model is required\n");
 		check_usage();
 		return r > 0 ? 0 : 2;
 	}
 	char err[AD_ERRLEN];
 	struct model m;
 	if (model_load(&m, o.model, err)) {
-		fprintf(stderr, "anedvd check: %s\n", err);
+		fprintf(stderr, "anedvd-dev check: %s\n", err);
 		return 1;
 	}
 	if (o.rope)
@@ -418,7 +395,7 @@ cmd_check(int argc, char **argv)
 	}
 	double t0 = cli_now_ms();
 	if (!(kl = kb_local_new(&m, &ko, err)) || !(kx = kb_exact_new(&m, &ko, err))) {
-		fprintf(stderr, "anedvd check: %s\n", err);
+		fprintf(stderr, "anedvd-dev check: %s\n", err);
 		goto out;
 	}
 	printf("%s: %d kernels, width %d, %s weights, compiled in %.0f ms\n", kl->name, kl->n_kernels, kl->width, wts,
@@ -435,7 +412,7 @@ cmd_check(int argc, char **argv)
 	yb = malloc((size_t)maxc * sizeof *yb);
 	float *ha = malloc((size_t)m.hp.n_vocab * sizeof *ha), *hb = malloc((size_t)m.hp.n_vocab * sizeof *hb);
 	if (!x || !xo || !ya || !yb || !ha || !hb || real_activation(&m, tok, x, err)) {
-		fprintf(stderr, "anedvd check: %s\n", x ? err : "out of memory");
+		fprintf(stderr, "anedvd-dev check: %s\n", x ? err : "out of memory");
 		free(ha);
 		free(hb);
 		goto out;
@@ -455,12 +432,12 @@ cmd_check(int argc, char **argv)
 		}
 		const float *in = ki->in_ch == m.hp.n_embd ? x : xo;
 		if (call1(kl, i, in, ya, 1, NULL, err) || call1(kx, j, in, yb, 1, NULL, err)) {
-			fprintf(stderr, "anedvd check: %s\n", err);
+			fprintf(stderr, "anedvd-dev check: %s\n", err);
 			goto out;
 		}
 		double md;
 		int nans;
-		double rel = rel_err(ya, yb, (size_t)ki->out_ch, &md, &nans);
+		double rel = cli_rel_err(ya, yb, (size_t)ki->out_ch, &md, &nans);
 		int ok = rel < 0.02 && nans == 0;
 		fails += !ok;
 		printf("  %-8s %5d -> %-6d max|%s-fp32| = %.5e  rel = %.5e  nan = %d  -> %s\n", pipe_kind_name(ki->kind),
@@ -470,7 +447,7 @@ cmd_check(int argc, char **argv)
 	for (int i = 0; i < kl->n_kernels; i++)
 		if (kl->kernels[i].kind == ANE_K_LM_HEAD) {
 			if (call1(kl, i, x, ya, 1, NULL, err)) {
-				fprintf(stderr, "anedvd check: %s\n", err);
+				fprintf(stderr, "anedvd-dev check: %s\n", err);
 				goto out;
 			}
 			memcpy(ha + kl->kernels[i].row_offset, ya, (size_t)kl->kernels[i].out_ch * sizeof *ya);
@@ -478,7 +455,7 @@ cmd_check(int argc, char **argv)
 	for (int i = 0; i < kx->n_kernels; i++)
 		if (kx->kernels[i].kind == ANE_K_LM_HEAD) {
 			if (call1(kx, i, x, yb, 1, NULL, err)) {
-				fprintf(stderr, "anedvd check: %s\n", err);
+				fprintf(stderr, "anedvd-dev check: %s\n", err);
 				goto out;
 			}
 			memcpy(hb + kx->kernels[i].row_offset, yb, (size_t)kx->kernels[i].out_ch * sizeof *yb);
@@ -486,7 +463,7 @@ cmd_check(int argc, char **argv)
 	{
 		double md;
 		int nans;
-		double rel = rel_err(ha, hb, (size_t)m.hp.n_vocab, &md, &nans);
+		double rel = cli_rel_err(ha, hb, (size_t)m.hp.n_vocab, &md, &nans);
 		int ok = rel < 0.02 && nans == 0;
 		fails += !ok;
 		printf("  %-8s %5lld -> %-6lld max|%s-fp32| = %.5e  rel = %.5e  nan = %d  -> %s\n", "lm_head",
@@ -499,7 +476,7 @@ cmd_check(int argc, char **argv)
 	printf("sample predictions after %d prompt tokens (%s):\n", n_ids, o.ids ? "--prompt-ids" : "the tokenizer");
 	double prel;
 	if (predictions(&m, kl, tk, ids, n_ids, n_ids + 1, &prel, err)) {
-		fprintf(stderr, "anedvd check: predictions: %s\n", err);
+		fprintf(stderr, "anedvd-dev check: predictions: %s\n", err);
 		goto out;
 	}
 	status = fails ? 1 : 0;
@@ -524,8 +501,8 @@ static void
 layers_usage(void)
 {
 	fprintf(stderr,
-	        "usage: anedvd layers --model M --upto N [--prompt TEXT | --prompt-ids 1,2,3] [--chunk N] [--split]\n"
-	        "                     [--max-seq N] [--backend emu|ane] [--arch NAME]\n"
+	        "usage: anedvd-dev layers --model M --upto N [--prompt TEXT | --prompt-ids 1,2,3] [--chunk N] [--split]\n"
+	        "                         [--max-seq N] [--backend emu|ane] [--arch NAME]\n"
 	        "  the prompt through only the first N layers (then the final norm and the LM head),\n"
 	        "  on the backend in this process (default emu; ane only in a macOS build) and in the\n"
 	        "  fp32 reference engine, and the top 5 next tokens\n"
@@ -546,12 +523,12 @@ cmd_layers(int argc, char **argv)
 	                  "--max-seq --backend");
 	if (r || !o.model || o.upto < 0) {
 		if (!r)
-			fprintf(stderr, "anedvd layers: --model and --upto are required\n");
+			fprintf(stderr, "anedvd-dev layers: --model and --upto are required\n");
 		layers_usage();
 		return r > 0 ? 0 : 2;
 	}
 	if (o.prompt && o.ids) {
-		fprintf(stderr, "anedvd layers: give one of --prompt and --prompt-ids\n");
+		fprintf(stderr, "anedvd-dev layers: give one of --prompt and --prompt-ids\n");
 		return 2;
 	}
 	char err[AD_ERRLEN];
@@ -561,7 +538,7 @@ cmd_layers(int argc, char **argv)
 		return 2;
 	struct model m;
 	if (model_load(&m, o.model, err)) {
-		fprintf(stderr, "anedvd layers: %s\n", err);
+		fprintf(stderr, "anedvd-dev layers: %s\n", err);
 		free(ids);
 		return 1;
 	}
@@ -574,19 +551,19 @@ cmd_layers(int argc, char **argv)
 		const char *t = o.prompt ? o.prompt : "The capital of France is";
 		size_t nn = 0;
 		if (!tk || tok_encode(tk, t, strlen(t), -1, 0, &ids, &nn, err)) {
-			fprintf(stderr, "anedvd layers: the prompt needs the model's tokenizer: %s\n", err);
+			fprintf(stderr, "anedvd-dev layers: the prompt needs the model's tokenizer: %s\n", err);
 			goto out;
 		}
 		n = (int)nn;
 	}
 	if (o.upto > m.hp.n_layer) {
-		fprintf(stderr, "anedvd layers: --upto %d: the model has %lld layers\n", o.upto, (long long)m.hp.n_layer);
+		fprintf(stderr, "anedvd-dev layers: --upto %d: the model has %lld layers\n", o.upto, (long long)m.hp.n_layer);
 		status = 2;
 		goto out;
 	}
 	for (int i = 0; i < n; i++)
 		if (ids[i] >= m.hp.n_vocab) {
-			fprintf(stderr, "anedvd layers: token id %d is outside the vocabulary\n", ids[i]);
+			fprintf(stderr, "anedvd-dev layers: token id %d is outside the vocabulary\n", ids[i]);
 			status = 2;
 			goto out;
 		}
@@ -594,20 +571,20 @@ cmd_layers(int argc, char **argv)
 	cut.hp.n_layer = o.upto;
 	struct kb_opts ko = {.width = o.chunk, .split = o.split, .threads = o.threads, .backend = o.backend};
 	if (o.max_seq && o.max_seq < n + 1) {
-		fprintf(stderr, "anedvd layers: --max-seq %d: the prompt has %d tokens\n", o.max_seq, n);
+		fprintf(stderr, "anedvd-dev layers: --max-seq %d: the prompt has %d tokens\n", o.max_seq, n);
 		status = 2;
 		goto out;
 	}
 	const int max_seq = o.max_seq ? o.max_seq : n + 1;
 	if (!(kl = kb_local_new(&cut, &ko, err))) {
-		fprintf(stderr, "anedvd layers: %s\n", err);
+		fprintf(stderr, "anedvd-dev layers: %s\n", err);
 		goto out;
 	}
 	printf("model: %s, %d of %lld layers, %d prompt tokens, context %d\n", o.model, o.upto, (long long)m.hp.n_layer,
 	       n, max_seq);
 	double rel;
 	if (predictions(&cut, kl, tk, ids, n, max_seq, &rel, err)) {
-		fprintf(stderr, "anedvd layers: %s\n", err);
+		fprintf(stderr, "anedvd-dev layers: %s\n", err);
 		goto out;
 	}
 	status = 0;
@@ -655,8 +632,8 @@ read_gbs(size_t n, int iters)
 static void
 kernels_usage(void)
 {
-	fprintf(stderr, "usage: anedvd kernels --model M [--iters K] [--chunk N] [--split] [--threads N]\n"
-	                "                      [--weights fp16|int8] [--backend emu|ane] [--cols N] [--arch NAME]\n"
+	fprintf(stderr, "usage: anedvd-dev kernels --model M [--iters K] [--chunk N] [--split] [--threads N]\n"
+	                "                          [--weights fp16|int8] [--backend emu|ane] [--cols N] [--arch NAME]\n"
 	                "  time every kernel of layer 0 and the LM head on the backend (default emu; ane only\n"
 	                "  in a macOS build) for one column (a decode\n"
 	                "  step), K times (default 20): ms per eval and achieved GB/s of the weight bytes\n"
@@ -736,14 +713,14 @@ cmd_kernels(int argc, char **argv)
 	int r = tool_args(&o, argc, argv, "--model --iters --chunk --split --threads --weights --cols --arch --backend");
 	if (r || !o.model) {
 		if (!r)
-			fprintf(stderr, "anedvd kernels: --model is required\n");
+			fprintf(stderr, "anedvd-dev kernels: --model is required\n");
 		kernels_usage();
 		return r > 0 ? 0 : 2;
 	}
 	char err[AD_ERRLEN];
 	struct model m;
 	if (model_load(&m, o.model, err)) {
-		fprintf(stderr, "anedvd kernels: %s\n", err);
+		fprintf(stderr, "anedvd-dev kernels: %s\n", err);
 		return 1;
 	}
 	const char *wts = pipe_weights(&m, backend_of(&o), o.weights);
@@ -753,7 +730,7 @@ cmd_kernels(int argc, char **argv)
 	int status = 1;
 	float *x = NULL, *y = NULL;
 	if (!kl) {
-		fprintf(stderr, "anedvd kernels: %s\n", err);
+		fprintf(stderr, "anedvd-dev kernels: %s\n", err);
 		goto out;
 	}
 	int maxc = 0;
@@ -777,7 +754,7 @@ cmd_kernels(int argc, char **argv)
 			continue;
 		double us;
 		if (call1(kl, i, x, y, 1, NULL, err) || call1(kl, i, x, y, o.iters, &us, err)) {
-			fprintf(stderr, "anedvd kernels: %s\n", err);
+			fprintf(stderr, "anedvd-dev kernels: %s\n", err);
 			goto out;
 		}
 		double gbs = (double)ki->weight_bytes / (us / 1e6) / 1e9;
@@ -804,12 +781,12 @@ cmd_kernels(int argc, char **argv)
 	printf("  baseline: plain read of %.1f MB: %.2f GB/s\n", (double)biggest / 1e6,
 	       read_gbs(biggest > 4096 ? biggest : 4096, o.iters));
 	if (o.cols > kl->width) {
-		fprintf(stderr, "anedvd kernels: --cols %d is more than the chunk (%d)\n", o.cols, kl->width);
+		fprintf(stderr, "anedvd-dev kernels: --cols %d is more than the chunk (%d)\n", o.cols, kl->width);
 		status = 2;
 		goto out;
 	}
 	if (o.cols > 1 && kernels_cols(kl, &m, o.cols, o.iters, x, y, err)) {
-		fprintf(stderr, "anedvd kernels: %s\n", err);
+		fprintf(stderr, "anedvd-dev kernels: %s\n", err);
 		goto out;
 	}
 	status = 0;
@@ -819,86 +796,6 @@ out:
 	if (kl)
 		kl->free(kl);
 	model_free(&m);
-	return status;
-}
-
-// --- selftest -----------------------------------------------------------------------------
-
-int
-cmd_selftest(int argc, char **argv)
-{
-	struct pipe_opts po = {.cmd = "selftest"};
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			fprintf(stderr, "usage: anedvd selftest [--split] [--backend emu|exact]\n"
-			                "  writes a tiny random llama (n_embd 64, 2 layers, 4/2 heads, ff 128, vocab 320)\n"
-			                "  to a temporary GGUF, runs tokens 1,42,7,200,13 through the pipeline (the decode\n"
-			                "  loop here, the kernels in the anedvd-ane-worker process on emu) and through the\n"
-			                "  fp32 reference engine:\n"
-			                "  PASS if the relative error of every position is below 0.05 and the argmaxes\n"
-			                "  agree, else FAIL (exit 1)\n");
-			return 0;
-		}
-		int r = pipe_flag(&po, argc, argv, &i);
-		if (r <= 0 || !strcmp(argv[i], "--model") || !strcmp(argv[i], "--max-seq")) {
-			if (r == 0)
-				fprintf(stderr, "anedvd selftest: unknown argument '%s'\n", argv[i]);
-			return 2;
-		}
-	}
-	char path[512], err[AD_ERRLEN];
-	const char *tmp = getenv("TMPDIR");
-	snprintf(path, sizeof path, "%s/anedvd-selftest-%ld.gguf", tmp && *tmp ? tmp : "/tmp", (long)getpid());
-	struct genmodel g = {.preset = "tiny", .wtype = "f32", .seed = 42};
-	if (genmodel_write(&g, path, err)) {
-		fprintf(stderr, "anedvd selftest: %s\n", err);
-		return 1;
-	}
-	po.model = path;
-	po.max_seq = 64;
-	po.in_process = 1; // the decode loop here, the kernels in the ane-worker process
-	struct pipe p;
-	if (pipe_open(&p, &po, err)) {
-		fprintf(stderr, "anedvd selftest: %s\n", err);
-		unlink(path);
-		return 1;
-	}
-	unlink(path); // mapped, and the worker has compiled
-	int32_t ids[] = {1, 42, 7, 200, 13};
-	int n = 5, nv = engine_n_vocab(p.e), status = 1;
-	float *a = malloc((size_t)n * nv * sizeof *a), *b = malloc((size_t)n * nv * sizeof *b);
-	struct engine_seq *s = engine_seq_new(p.e, err);
-	struct ref_engine *ref = ref_new(&p.m, n, err);
-	if (!a || !b || !s || !ref) {
-		fprintf(stderr, "anedvd selftest: %s\n", err);
-		goto out;
-	}
-	double t0 = cli_now_ms();
-	if (engine_eval(p.e, s, ids, n, 0, a, err)) {
-		fprintf(stderr, "anedvd selftest: %s\n", err);
-		goto out;
-	}
-	double ms = cli_now_ms() - t0;
-	ref_eval(ref, ids, n, b);
-	double worst = 0;
-	int same = 1;
-	for (int r = 0; r < n; r++) {
-		double rel = rel_err(a + (size_t)r * nv, b + (size_t)r * nv, (size_t)nv, NULL, NULL);
-		worst = rel > worst ? rel : worst;
-		same &= ref_argmax(a + (size_t)r * nv, nv) == ref_argmax(b + (size_t)r * nv, nv);
-	}
-	int ok = worst < 0.05 && same;
-	printf("selftest: tiny llama, backend %s, %d positions in %.1f ms (%llu kernel calls): max rel %.3e, "
-	       "argmax %s -> %s\n",
-	       p.backend, n, ms, (unsigned long long)engine_timings(p.e)->kernel_calls, worst,
-	       same ? "equal" : "DIFFERENT", ok ? "PASS" : "FAIL");
-	status = ok ? 0 : 1;
-out:
-	free(a);
-	free(b);
-	engine_seq_free(s);
-	ref_free(ref);
-	pipe_close(&p);
 	return status;
 }
 
@@ -947,7 +844,7 @@ probe_run(struct ane_builder *b, int n, int w, int ncols, int iters, struct prob
 				s += (double)wt[(size_t)r * n + j] * x[(size_t)c * n + j];
 			ref[(size_t)c * n + r] = (float)s;
 		}
-	res->rel = rel_err(y, ref, (size_t)n * ncols, &res->maxabs, NULL);
+	res->rel = cli_rel_err(y, ref, (size_t)n * ncols, &res->maxabs, NULL);
 	rc = 0;
 out:
 	surface_close(&in);
@@ -974,7 +871,7 @@ cmd_probe(int argc, char **argv)
 	struct tool_opts o = {.cmd = "probe", .size = 256, .iters = 20};
 	int r = tool_args(&o, argc, argv, "--size --iters --threads --backend");
 	if (r) {
-		fprintf(stderr, "usage: anedvd probe [--size N] [--iters K] [--threads N] [--backend emu|ane]\n"
+		fprintf(stderr, "usage: anedvd-dev probe [--size N] [--iters K] [--threads N] [--backend emu|ane]\n"
 		                "  one N x N projection (default 256) compiled as a 1x1 conv and run on the backend\n"
 		                "  (default emu; ane only in a macOS build) K times (default 20), against a CPU\n"
 		                "  matmul of the same weights: max|err|, relative error, us/eval, GFLOP/s; CORRECT\n"
@@ -985,7 +882,7 @@ cmd_probe(int argc, char **argv)
 	struct ane_builder *b = tool_builder(&o, err);
 	struct probe_res res;
 	if (!b || probe_run(b, o.size, 1, 1, o.iters, &res, err)) {
-		fprintf(stderr, "anedvd probe: %s\n", err);
+		fprintf(stderr, "anedvd-dev probe: %s\n", err);
 		ane_builder_free(b);
 		return 1;
 	}
@@ -1003,7 +900,7 @@ cmd_bench(int argc, char **argv)
 	struct tool_opts o = {.cmd = "bench", .iters = 50};
 	int r = tool_args(&o, argc, argv, "--iters --threads --backend");
 	if (r) {
-		fprintf(stderr, "usage: anedvd bench [--iters K] [--threads N] [--backend emu|ane]\n"
+		fprintf(stderr, "usage: anedvd-dev bench [--iters K] [--threads N] [--backend emu|ane]\n"
 		                "  N x N projections on the backend (default emu), N = 128 ... 4096, one column, K\n"
 		                "  evals each (default 50): us/eval, GFLOP/s and fp16 weight GB/s\n");
 		return r > 0 ? 0 : 2;
@@ -1011,7 +908,7 @@ cmd_bench(int argc, char **argv)
 	char err[AD_ERRLEN];
 	struct ane_builder *b = tool_builder(&o, err);
 	if (!b) {
-		fprintf(stderr, "anedvd bench: %s\n", err);
+		fprintf(stderr, "anedvd-dev bench: %s\n", err);
 		return 1;
 	}
 	printf("%s projection sweep, one column, %d evals each\n", backend_of(&o), o.iters);
@@ -1019,7 +916,7 @@ cmd_bench(int argc, char **argv)
 	for (int n = 128; n <= 4096; n *= 2) {
 		struct probe_res res;
 		if (probe_run(b, n, 1, 1, o.iters, &res, err)) {
-			fprintf(stderr, "anedvd bench: %s\n", err);
+			fprintf(stderr, "anedvd-dev bench: %s\n", err);
 			ane_builder_free(b);
 			return 1;
 		}
@@ -1036,7 +933,7 @@ cmd_width(int argc, char **argv)
 	struct tool_opts o = {.cmd = "width", .size = 2048, .iters = 30};
 	int r = tool_args(&o, argc, argv, "--size --iters --threads --backend");
 	if (r) {
-		fprintf(stderr, "usage: anedvd width [--size N] [--iters K] [--threads N] [--backend emu|ane]\n"
+		fprintf(stderr, "usage: anedvd-dev width [--size N] [--iters K] [--threads N] [--backend emu|ane]\n"
 		                "  cost of an N x N projection (default 2048) on the backend (default emu) against\n"
 		                "  the activation width 1, 8, 32, 64, 128 (all columns in use), K evals each\n"
 		                "  (default 30)\n");
@@ -1045,7 +942,7 @@ cmd_width(int argc, char **argv)
 	char err[AD_ERRLEN];
 	struct ane_builder *b = tool_builder(&o, err);
 	if (!b) {
-		fprintf(stderr, "anedvd width: %s\n", err);
+		fprintf(stderr, "anedvd-dev width: %s\n", err);
 		return 1;
 	}
 	printf("%s projection cost vs activation width (%d -> %d, fp16 weights)\n", backend_of(&o), o.size, o.size);
@@ -1055,7 +952,7 @@ cmd_width(int argc, char **argv)
 	for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
 		struct probe_res res;
 		if (probe_run(b, o.size, ws[i], ws[i], o.iters, &res, err)) {
-			fprintf(stderr, "anedvd width: %s\n", err);
+			fprintf(stderr, "anedvd-dev width: %s\n", err);
 			ane_builder_free(b);
 			return 1;
 		}
@@ -1078,8 +975,8 @@ cmd_attnbench(int argc, char **argv)
 	int r = tool_args(&o, argc, argv, "--ctx --heads --kv-heads --head-dim --iters");
 	if (r || o.heads % o.kv_heads) {
 		if (!r)
-			fprintf(stderr, "anedvd attnbench: --heads must be a multiple of --kv-heads\n");
-		fprintf(stderr, "usage: anedvd attnbench [--ctx 1024] [--heads 14] [--kv-heads 2] [--head-dim 64] [--iters 200]\n"
+			fprintf(stderr, "anedvd-dev attnbench: --heads must be a multiple of --kv-heads\n");
+		fprintf(stderr, "usage: anedvd-dev attnbench [--ctx 1024] [--heads 14] [--kv-heads 2] [--head-dim 64] [--iters 200]\n"
 		                "  one decode step's attention (every head, one query) over an fp16 KV cache of\n"
 		                "  --ctx positions: attn_fast and attn_ref as the engine runs them, then the\n"
 		                "  same work split into plain stages (q.k dots, softmax, weighted V sum)\n");
@@ -1095,7 +992,7 @@ cmd_attnbench(int argc, char **argv)
 	float *sc = malloc(attn_scratch_floats(&sh, T) * sizeof *sc);
 	float *kf = malloc(nkv * sizeof *kf), *vf = malloc(nkv * sizeof *vf), *s = malloc((size_t)T * sizeof *s);
 	if (!k || !v || !q || !out || !sc || !kf || !vf || !s) {
-		fprintf(stderr, "anedvd attnbench: out of memory\n");
+		fprintf(stderr, "anedvd-dev attnbench: out of memory\n");
 		return 1;
 	}
 	rng_fill(kf, nkv, 1, 1.0f);

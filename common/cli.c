@@ -8,6 +8,8 @@
 
 #include "model.h"
 
+const char *cli_prog = "anedvd";
+
 int
 cli_int(const char *cmd, const char *flag, const char *s, long long lo, long long hi, long long *out)
 {
@@ -15,7 +17,8 @@ cli_int(const char *cmd, const char *flag, const char *s, long long lo, long lon
 	errno = 0;
 	long long v = strtoll(s, &end, 10);
 	if (!*s || *end || errno || v < lo || v > hi) {
-		fprintf(stderr, "anedvd %s: %s takes an integer from %lld to %lld, not '%s'\n", cmd, flag, lo, hi, s);
+		fprintf(stderr, "%s %s: %s takes an integer from %lld to %lld, not '%s'\n", cli_prog, cmd, flag, lo, hi,
+		        s);
 		return -1;
 	}
 	*out = v;
@@ -29,7 +32,7 @@ cli_float(const char *cmd, const char *flag, const char *s, double lo, double hi
 	errno = 0;
 	double v = strtod(s, &end);
 	if (!*s || *end || errno || !isfinite(v) || v < lo || v > hi) {
-		fprintf(stderr, "anedvd %s: %s takes a number from %g to %g, not '%s'\n", cmd, flag, lo, hi, s);
+		fprintf(stderr, "%s %s: %s takes a number from %g to %g, not '%s'\n", cli_prog, cmd, flag, lo, hi, s);
 		return -1;
 	}
 	*out = (float)v;
@@ -50,7 +53,8 @@ cli_ids(const char *cmd, const char *flag, const char *s, int32_t **ids, int *n)
 		char tok[32];
 		long long x;
 		if (len == 0 || len >= sizeof tok) {
-			fprintf(stderr, "anedvd %s: %s takes comma-separated token ids, not '%s'\n", cmd, flag, s);
+			fprintf(stderr, "%s %s: %s takes comma-separated token ids, not '%s'\n", cli_prog, cmd, flag,
+			        s);
 			free(v);
 			return -1;
 		}
@@ -83,7 +87,7 @@ const char *
 cli_val(const char *cmd, int argc, char **argv, int *i)
 {
 	if (*i + 1 >= argc) {
-		fprintf(stderr, "anedvd %s: %s needs a value\n", cmd, argv[*i]);
+		fprintf(stderr, "%s %s: %s needs a value\n", cli_prog, cmd, argv[*i]);
 		return NULL;
 	}
 	return argv[++*i];
@@ -93,7 +97,7 @@ int
 cli_arch(const char *cmd, const char *name)
 {
 	if (model_arch_from_name(name) < 0) {
-		fprintf(stderr, "anedvd %s: --arch takes one of %s, not '%s'\n", cmd, model_arch_list(), name);
+		fprintf(stderr, "%s %s: --arch takes one of %s, not '%s'\n", cli_prog, cmd, model_arch_list(), name);
 		return -1;
 	}
 	setenv("ANEDVD_ARCH", name, 1);

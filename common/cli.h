@@ -7,6 +7,10 @@
 
 #include <stdint.h>
 
+// the program named in the messages: "anedvd" unless its main sets another
+// ("anedvd-dev")
+extern const char *cli_prog;
+
 // a whole decimal integer in [lo, hi]; -1 with a message on stderr
 int cli_int(const char *cmd, const char *flag, const char *s, long long lo, long long hi, long long *out);
 // a finite number in [lo, hi]

@@ -2,6 +2,7 @@
 # puts under the prefix P:
 #
 #   P/bin/                          the five programs (anedvd finds the others beside itself)
+#   P/lib/anedvd/                   anedvd-dev, the developer tools (not on the PATH, no page)
 #   P/share/man/man1/               anedvd.1 and anedvd-<command>.1, written from --help
 #                                   at build time (deploy/gen-man.sh)
 #   P/share/anedvd/models/          stories260K.gguf, the model run, chat, serve and
@@ -21,6 +22,11 @@ foreach(prog anedvd anedvd-frontend anedvd-tokenizer anedvd-ane-worker anedvd-cp
     install(TARGETS ${prog} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   endif()
 endforeach()
+# the developer tools: off the PATH (the user's commands are anedvd's), yet
+# there for a bug report's kernel checks and figures on the machine itself
+if(TARGET anedvd-dev)
+  install(TARGETS anedvd-dev RUNTIME DESTINATION lib/anedvd)
+endif()
 
 # the bundled model, where sup_default_model looks: beside bin/ in the
 # build tree as in an installation

@@ -80,7 +80,7 @@ if [ "$uninstall" = 1 ]; then
 			[ -n "$f" ] && rm -f "$f"
 		done <"$record"
 		rm -f "$record"
-		for d in "$p/share/anedvd" "$p/share/doc/anedvd"; do
+		for d in "$p/share/anedvd" "$p/share/doc/anedvd" "$p/lib/anedvd"; do
 			[ -d "$d" ] && find "$d" -depth -type d -empty -exec rmdir {} \; 2>/dev/null || true
 		done
 		echo "removed the files listed in $record"

@@ -8,7 +8,7 @@
 #   1. the IPC round trip of one kernel call (us) and the share of decode
 #      time spent outside the kernels, on stories260K (tiny kernels: the
 #      round trip dominates) and on the generated SmolLM2-135M shapes;
-#   2. emu weight bandwidth per kernel (anedvd kernels) against a plain
+#   2. emu weight bandwidth per kernel (anedvd-dev kernels) against a plain
 #      memory read of the same size measured in the same process;
 #   3. decode and prefill tok/s on generated models with the exact shapes of
 #      SmolLM2-135M and Qwen2.5-0.5B, F16 weights (tests/gen-model.c).
@@ -19,6 +19,7 @@ B=${1:?usage: bench-pipeline.sh BUILD_DIR [REPEATS]}
 N=${2:-3}
 [ "$N" -ge 3 ] || { echo "REPEATS must be at least 3" >&2; exit 2; }
 A=$B/bin/anedvd
+D=$B/bin/anedvd-dev # the developer tools
 GEN=$B/tests/gen-model
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 T=$(mktemp -d "${TMPDIR:-/tmp}/anedvd-bench-pipeline.XXXXXX")
@@ -76,7 +77,7 @@ for m in smollm2-135m qwen2.5-0.5b; do
 	gbs=""
 	base=""
 	for i in $(seq 1 "$N"); do
-		"$A" kernels --model "$T/$m-f16.gguf" --iters 10 > "$T/k.$i.txt" 2> /dev/null
+		"$D" kernels --model "$T/$m-f16.gguf" --iters 10 > "$T/k.$i.txt" 2> /dev/null
 		gbs="$gbs $(awk '/TOTAL per token/ {print $(NF-1)}' "$T/k.$i.txt")"
 		base="$base $(awk '/baseline: plain read/ {print $(NF-1)}' "$T/k.$i.txt")"
 	done

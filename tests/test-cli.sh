@@ -13,6 +13,7 @@ BIN=$1
 DATA=$2
 GEN=$3
 A=$BIN/anedvd
+D=$BIN/anedvd-dev # the developer tools
 T=$(mktemp -d "${TMPDIR:-/tmp}/anedvd-test-cli.XXXXXX")
 # a private runtime base: other instances on the machine are not touched
 export XDG_RUNTIME_DIR=$T
@@ -91,7 +92,7 @@ assert pr["decode_calls"] == pr["plain_decode_calls"] - pr["accepted"], pr' "$T/
 $A run --model "$STORIES" --prompt-ids "$RIDS" --no-chat --max-tokens 30 --ngram-probe > "$T/probe.txt" 2>/dev/null
 check "--ngram-probe prints its counts" grep -q "^ngram probe: [0-9]* decode calls instead of 29" "$T/probe.txt"
 check "run prints the speculative line" grep -q "^speculative: no draft" "$T/probe.txt"
-$A kernels --model "$STORIES" --cols 4 --iters 3 > "$T/cols.txt" 2>/dev/null
+$D kernels --model "$STORIES" --cols 4 --iters 3 > "$T/cols.txt" 2>/dev/null
 check "kernels --cols 4 prints the widths 1 to 4" sh -c "grep -q '^columns (5 rounds' '$T/cols.txt' && grep -qE '^ +4 +[0-9.]+ \[' '$T/cols.txt'"
 # the kernel cache: a second start maps what the first compiled and gives
 # the same tokens; --no-cache stores nothing; clear empties it; a directory
@@ -210,7 +211,7 @@ check "verify says MISMATCH" grep -q "MISMATCH" "$T/v.txt"
 # --- the kernel tools ---------------------------------------------------------------------
 $A selftest > "$T/st.txt" 2>&1
 check "selftest PASS" grep -q "PASS" "$T/st.txt"
-$A check --model "$DATA/models/qwen2.gguf" > "$T/ck.txt" 2>&1
+$D check --model "$DATA/models/qwen2.gguf" > "$T/ck.txt" 2>&1
 check "check exits 0" [ $? -eq 0 ]
 check "check reports lm_head ok" grep -q "lm_head .* -> ok" "$T/ck.txt"
 check "check prints the config" grep -q "^config: heads 4 / kv 2, head size 32 / 32" "$T/ck.txt"
@@ -218,24 +219,24 @@ check "check prints the RoPE convention" grep -q "^RoPE: neox (halves), 32 dims,
 check "check prints sample predictions" grep -q "^sample predictions after" "$T/ck.txt"
 check "check: both top-5 lists" [ "$(grep -c -E '^  (emu|reference) ' "$T/ck.txt")" = 2 ]
 check "check: the same next token" grep -q "argmax equal" "$T/ck.txt"
-$A check --model "$STORIES" --backend emu --prompt-ids $IDS > "$T/ck2.txt" 2>&1
+$D check --model "$STORIES" --backend emu --prompt-ids $IDS > "$T/ck2.txt" 2>&1
 check "check --backend emu --prompt-ids" [ $? -eq 0 ]
 check "check: norm RoPE for llama" grep -q "^RoPE: norm (adjacent pairs)" "$T/ck2.txt"
-$A probe --size 128 > "$T/pr.txt" 2>&1
+$D probe --size 128 > "$T/pr.txt" 2>&1
 check "probe CORRECT" grep -q "CORRECT" "$T/pr.txt"
-$A probe --size 64 --backend emu > "$T/pr2.txt" 2>&1
+$D probe --size 64 --backend emu > "$T/pr2.txt" 2>&1
 check "probe --backend emu" grep -q "probe 64x64 on emu" "$T/pr2.txt"
-$A layers --model "$STORIES" --upto 2 --prompt-ids $IDS > "$T/ly.txt" 2>&1
+$D layers --model "$STORIES" --upto 2 --prompt-ids $IDS > "$T/ly.txt" 2>&1
 check "layers prints both top-5 lists" [ "$(grep -c -E '^  (emu|reference) ' "$T/ly.txt")" = 2 ]
 # --max-seq: the context both engines are built for; LongRoPE (original context 4)
 # takes its short factors for a context of 3 and its long ones for 8
 LR=$DATA/models2/phi3_longrope.gguf
-$A layers --model "$LR" --upto 2 --prompt-ids 1,403 --max-seq 3 > "$T/ly3.txt" 2>&1
-$A layers --model "$LR" --upto 2 --prompt-ids 1,403 --max-seq 8 > "$T/ly8.txt" 2>&1
+$D layers --model "$LR" --upto 2 --prompt-ids 1,403 --max-seq 3 > "$T/ly3.txt" 2>&1
+$D layers --model "$LR" --upto 2 --prompt-ids 1,403 --max-seq 8 > "$T/ly8.txt" 2>&1
 check "layers --max-seq prints the context" grep -aq "context 8$" "$T/ly8.txt"
 check "layers --max-seq picks LongRoPE's factors" \
 	[ "$(grep -a '^  reference' "$T/ly3.txt")" != "$(grep -a '^  reference' "$T/ly8.txt")" ]
-$A layers --model "$LR" --upto 2 --prompt-ids 1,403,407 --max-seq 3 > "$T/ly-bad.txt" 2>&1
+$D layers --model "$LR" --upto 2 --prompt-ids 1,403,407 --max-seq 3 > "$T/ly-bad.txt" 2>&1
 check "layers --max-seq shorter than the prompt: exit 2" [ $? -eq 2 ]
 # cpu --chat: the prompt through the model's chat template (stories260K has none:
 # the plain transcript), then the reference engine
@@ -302,9 +303,9 @@ check "serve --temp 3: exit 2" [ $? -eq 2 ]
 check "serve --temp 3: the error names the flag" grep -q -- "--temp" "$T/serve-temp.err"
 $A serve --model "$STORIES" --top-k x > /dev/null 2>&1
 check "serve --top-k x: exit 2" [ $? -eq 2 ]
-$A kernels --model "$DATA/models/llama.gguf" --iters 3 > "$T/kn.txt" 2>&1
+$D kernels --model "$DATA/models/llama.gguf" --iters 3 > "$T/kn.txt" 2>&1
 check "kernels prints a total" grep -q "TOTAL per token" "$T/kn.txt"
-$A attnbench --ctx 64 --iters 3 > "$T/ab.txt" 2>&1
+$D attnbench --ctx 64 --iters 3 > "$T/ab.txt" 2>&1
 check "attnbench prints the stages" grep -q "softmax" "$T/ab.txt"
 
 # --- crash: SIGKILL the ane-worker during a greedy run -------------------------------------
@@ -402,7 +403,7 @@ for _ in $(seq 1 100); do
 	sleep 0.05
 done
 check "SIGKILL of the CLI: its children exit too" [ $gone = 1 ]
-$A probe --size 64 > /dev/null 2>&1 # any command; the supervisor is what cleans
+$A info > /dev/null 2>&1 # any command; the supervisor is what cleans
 $A run --model "$STORIES" --prompt-ids 1 --max-tokens 1 --backend exact > /dev/null 2>&1
 check "the next start removes the killed instance's runtime dir and shm" no_leftovers $P ""
 
@@ -488,16 +489,18 @@ else
 fi
 
 # --- bad usage: exit 2 with the flag named -------------------------------------------------
-usage2() { # usage2 "pattern" args...
-	local pat=$1
-	shift
-	"$A" "$@" > /dev/null 2> "$T/u.err"
+usage2_of() { # usage2_of PROGRAM "pattern" args...
+	local prog=$1 pat=$2
+	shift 2
+	"$prog" "$@" > /dev/null 2> "$T/u.err"
 	local rc=$?
 	[ $rc -eq 2 ] && grep -q -- "$pat" "$T/u.err" && return 0
 	echo "exit $rc:" >&2
 	cat "$T/u.err" >&2
 	return 1
 }
+usage2() { usage2_of "$A" "$@"; }
+usage2dev() { usage2_of "$D" "$@"; }
 check "unknown command" usage2 "unknown command 'frobnicate'" frobnicate
 check "no command" usage2 "usage: anedvd" 
 check "run --max-tokens 12x" usage2 "--max-tokens" run --model "$STORIES" --prompt-ids 1 --max-tokens 12x
@@ -513,7 +516,7 @@ check "run --ngram-min above --ngram-max" usage2 "--ngram-min" run --model "$STO
 check "run --draft-cost x" usage2 "--draft-cost" run --model "$STORIES" --prompt-ids 1 --draft-cost x
 check "serve --ngram-max 0" usage2 "--ngram-max" serve --model "$STORIES" --ngram-max 0
 check "chat --draft -1" usage2 "--draft" chat --model "$STORIES" --draft -1
-check "kernels --cols 65 (the chunk is 64)" usage2 "--cols" kernels --model "$STORIES" --cols 65
+check "kernels --cols 65 (the chunk is 64)" usage2dev "--cols" kernels --model "$STORIES" --cols 65
 # a bad ANEDVD_SIMD stops the ane-worker with status 2: reported at once, not restarted for minutes
 t0=$SECONDS
 ANEDVD_SIMD=avx9 $A run --model "$STORIES" --prompt-ids $IDS --max-tokens 2 --no-chat > /dev/null 2> "$T/simd.err"
@@ -526,18 +529,20 @@ check "run without a prompt" usage2 "exactly one of" run --model "$STORIES"
 check "run --seed" usage2 "--seed" run --model "$STORIES" --prompt-ids 1 --seed -1
 check "run id outside the vocabulary" usage2 "outside the vocabulary" run --model "$STORIES" --prompt-ids 1,99999 --backend exact
 check "verify --chunk x" usage2 "--chunk" verify --model "$STORIES" --chunk x
-check "probe --size -1" usage2 "--size" probe --size -1
-check "attnbench --heads 3 --kv-heads 2" usage2 "multiple" attnbench --heads 3 --kv-heads 2
-check "layers without --upto" usage2 "--upto" layers --model "$STORIES"
-check "check --prompt with --prompt-ids" usage2 "one of --prompt" check --model "$STORIES" --prompt x --prompt-ids 1
-check "check --prompt-ids outside the vocabulary" usage2 "outside the vocabulary" check --model "$STORIES" --prompt-ids 1,99999
+check "probe --size -1" usage2dev "^anedvd-dev probe: --size takes an integer from 1 to" probe --size -1
+check "check --weights int4 names anedvd-dev" usage2dev "^anedvd-dev check: --weights takes fp16 or int8" check --model "$STORIES" --weights int4
+check "a user command's flag message names anedvd" usage2 "^anedvd run: --max-tokens takes an integer" run --model "$STORIES" --prompt-ids 1 --max-tokens 12x
+check "attnbench --heads 3 --kv-heads 2" usage2dev "multiple" attnbench --heads 3 --kv-heads 2
+check "layers without --upto" usage2dev "--upto" layers --model "$STORIES"
+check "check --prompt with --prompt-ids" usage2dev "one of --prompt" check --model "$STORIES" --prompt x --prompt-ids 1
+check "check --prompt-ids outside the vocabulary" usage2dev "outside the vocabulary" check --model "$STORIES" --prompt-ids 1,99999
 # --backend on every kernel tool: emu or ane, ane only in a build that has it
 for c in check layers kernels probe bench width; do
 	m=(--model "$STORIES")
 	case $c in probe | bench | width) m=() ;; esac
-	check "$c --backend foo" usage2 "unknown backend" $c "${m[@]}" --backend foo
+	check "$c --backend foo" usage2dev "unknown backend" $c "${m[@]}" --backend foo
 	if [ "$(uname)" != Darwin ]; then
-		check "$c --backend ane off macOS" usage2 "needs macOS on Apple silicon" $c "${m[@]}" --backend ane
+		check "$c --backend ane off macOS" usage2dev "needs macOS on Apple silicon" $c "${m[@]}" --backend ane
 	fi
 done
 check "serve --port 70000" usage2 "--port" serve --model "$STORIES" --port 70000
@@ -548,11 +553,32 @@ if [ "$(uname)" != Darwin ]; then
 	check "--backend ane refused off macOS" [ $? -eq 1 ]
 	check "--backend ane says why" grep -q "needs macOS" "$T/u.err"
 fi
-for c in run chat verify serve check layers kernels selftest probe bench width attnbench; do
+for c in run chat verify serve selftest; do
 	"$A" $c --help > /dev/null 2> "$T/h.err"
 	check "$c --help exits 0 with usage" [ $? -eq 0 ] 
 	grep -q "usage: anedvd $c" "$T/h.err" || bad "$c --help prints its usage"
 done
+for c in check layers kernels probe bench width attnbench; do
+	"$D" $c --help > /dev/null 2> "$T/h.err"
+	check "anedvd-dev $c --help exits 0 with usage" [ $? -eq 0 ]
+	grep -q "usage: anedvd-dev $c" "$T/h.err" || bad "anedvd-dev $c --help prints its usage"
+done
+# the developer tools are anedvd-dev's alone: anedvd --help lists none of them,
+# and anedvd names the program that has each
+"$A" --help > "$T/help.txt"
+"$D" --help > "$T/devhelp.txt"
+section() { awk -v s="$1" '$0 == s ":" { on = 1; next } on && /^[^ ]/ { exit } on && /^  [a-z]/ { print $1 }' "$2"; }
+TOOLS=$(section tools "$T/devhelp.txt")
+check "anedvd-dev --help lists the seven tools" [ "$(echo $TOOLS)" = "check layers kernels probe bench width attnbench" ]
+check "anedvd --help lists the user's commands" \
+	[ "$(section commands "$T/help.txt" | tr '\n' ' ')" = "run chat serve verify selftest cpu route info cache tokenize " ]
+for c in $TOOLS; do
+	check "anedvd --help does not list $c" sh -c "! grep -qE '^  $c( |\$)' '$T/help.txt'"
+	check "anedvd $c: exit 2, pointing at anedvd-dev" usage2 "unknown command '$c': it is a developer tool, in anedvd-dev: run '$(readlink -f "$D") $c'" $c
+done
+check "anedvd-dev: an unknown tool" usage2dev "unknown tool 'frobnicate'" frobnicate
+check "anedvd-dev has none of the user's commands" usage2dev "unknown tool 'run'" run --model "$STORIES"
+check "anedvd-dev --version" [ "$("$D" --version)" = "anedvd-dev $("$A" --version | cut -d' ' -f2)" ]
 
 # --- the generator: deterministic, loadable, verified --------------------------------------
 "$GEN" tiny q8_0 5 "$T/g1.gguf" && "$GEN" tiny q8_0 5 "$T/g2.gguf"

@@ -3,9 +3,9 @@
 # the Debian package, from the files as installed.
 #
 #   test-deploy.sh install SRC_DIR BUILD_DIR
-#       cmake --install into a temporary prefix gives the five programs, the
-#       manual pages, the bundled model, the unit and the settings with the
-#       prefix's paths; deploy/install.sh installs, writes a unit that
+#       cmake --install into a temporary prefix gives the five programs (and
+#       anedvd-dev in lib/anedvd), the manual pages, the bundled model, the
+#       unit and the settings with the prefix's paths; deploy/install.sh installs, writes a unit that
 #       systemd-analyze verify accepts, keeps edited settings and
 #       uninstalls; a broken unit is refused; the launchd plist is well formed
 #   test-deploy.sh package SRC_DIR BUILD_DIR
@@ -13,6 +13,8 @@
 #       sanitizer build); its control data (dependencies from the linked
 #       libraries, conffiles, maintainer scripts); dpkg -x into a scratch root
 #       (nothing is installed on this system); from there: anedvd --version,
+#       anedvd-dev off the PATH in /usr/lib/anedvd (probe runs, anedvd bench
+#       points at it; no page or --help entry of a developer tool),
 #       anedvd run on the bundled model with no --model (the reference story),
 #       anedvd serve answering the WebUI page and an API call, man -l of every
 #       page (each says every flag its command's --help says), systemd-analyze
@@ -141,6 +143,8 @@ if [ "$mode" = install ]; then
 		check "cmake --install gives $p" [ -x "$T/p/bin/$p" ]
 	done
 	check "the installed anedvd runs" "$T/p/bin/anedvd" --version
+	check "cmake --install puts anedvd-dev in lib/anedvd, off the PATH" \
+		sh -c "[ -x '$T/p/lib/anedvd/anedvd-dev' ] && [ ! -e '$T/p/bin/anedvd-dev' ]"
 	check "the manual page goes to share/man" [ -f "$T/p/share/man/man1/anedvd.1.gz" ]
 	check "the bundled model goes to share/anedvd/models" [ -f "$T/p/share/anedvd/models/stories260K.gguf" ]
 	U=$T/p/lib/systemd/system/anedvd.service
@@ -200,6 +204,7 @@ if [ "$mode" = install ]; then
 	check "--uninstall removes the unit" [ ! -e "$U" ]
 	check "--uninstall removes the manual pages" [ ! -e "$T/q/share/man/man1/anedvd.1.gz" ]
 	check "--uninstall removes share/anedvd" [ ! -e "$T/q/share/anedvd" ]
+	check "--uninstall removes lib/anedvd (anedvd-dev)" [ ! -e "$T/q/lib/anedvd" ]
 	check "--uninstall keeps the settings" grep -q mine.gguf "$T/etc/anedvd/anedvd.conf"
 	sh "$I" --uninstall --purge --prefix "$T/q" --sysconfdir "$T/etc" --unit-dir "$T/units" >/dev/null 2>&1
 	check "--purge removes the settings" [ ! -e "$T/etc/anedvd/anedvd.conf" ]
@@ -326,6 +331,15 @@ PY
 	for p in $PROGS; do
 		check "the package has /usr/bin/$p" [ -x "$R/usr/bin/$p" ]
 	done
+	# the developer tools: in the package, off the PATH, and working from there
+	check "the package has /usr/lib/anedvd/anedvd-dev, not in /usr/bin" \
+		sh -c "[ -x '$R/usr/lib/anedvd/anedvd-dev' ] && [ ! -e '$R/usr/bin/anedvd-dev' ]"
+	check "the packaged anedvd-dev probe: CORRECT" \
+		sh -c "'$R/usr/lib/anedvd/anedvd-dev' probe --size 64 --iters 2 | grep -q 'CORRECT'"
+	"$R/usr/bin/anedvd" bench >/dev/null 2>"$T/bench.err"
+	check "the packaged anedvd bench: exit 2" [ $? = 2 ]
+	check "the packaged anedvd bench names the installed anedvd-dev" \
+		grep -q "in anedvd-dev: run '$(readlink -f "$R")/usr/lib/anedvd/anedvd-dev bench'" "$T/bench.err"
 	check "the package has the bundled model" cmp -s "$R/usr/share/anedvd/models/stories260K.gguf" \
 		"$S/tests/data/stories260K/stories260K.gguf"
 	check "the package has the copyright" grep -q "License: MIT" "$R/usr/share/doc/anedvd/copyright"
@@ -384,6 +398,8 @@ PY
 	"$A" --help >"$T/help.txt"
 	CMDS=$(awk '/^commands:$/ { on = 1; next } on && /^[^ ]/ { exit } on && /^  [a-z]/ { print $1 }' "$T/help.txt")
 	check "anedvd --help lists commands" [ -n "$CMDS" ]
+	check "anedvd --help lists no developer tool" not grep -qE '^  (bench|probe|width|attnbench|kernels|layers|check) ' "$T/help.txt"
+	check "no manual page of a developer tool" not bash -c "ls '$M' | grep -qE '^anedvd-(dev|bench|probe|width|attnbench|kernels|layers|check)[.]'"
 	check "man anedvd renders cleanly" man_clean "$M/anedvd.1.gz"
 	check "man anedvd has every flag and name of anedvd --help" man_has_flags "$M/anedvd.1.gz" "$T/help.txt"
 	MANWIDTH=200 man -l "$M/anedvd.1.gz" >"$T/anedvd.man" 2>/dev/null

@@ -21,6 +21,7 @@ set -u
 BIN=$1
 GEN=$2
 A=$BIN/anedvd
+D=$BIN/anedvd-dev # the developer tools
 T=$(mktemp -d "${TMPDIR:-/tmp}/anedvd-test-weights.XXXXXX")
 export XDG_RUNTIME_DIR=$T
 trap 'if [ -n "${ANEDVD_KEEP_TMP:-}" ]; then echo "kept $T (ANEDVD_KEEP_TMP)" >&2; else rm -rf "$T"; fi' EXIT
@@ -94,10 +95,10 @@ check "int8 differs from fp16 (the flag is not ignored)" lt "$r16" "$r8"
 # --- the in-process decode loop and the tools ------------------------------------------------
 $A run --model "$Q" $P --weights int8 --in-process > "$T/ip.json" 2> /dev/null
 check "run --in-process --weights int8" [ "$(ids "$T/ip.json")" = "$(ids "$T/int8.json")" ]
-$A check --model "$Q" --weights int8 > "$T/c.txt" 2>&1
+$D check --model "$Q" --weights int8 > "$T/c.txt" 2>&1
 check "check --weights int8 passes" [ $? -eq 0 ]
 check "check says int8" grep -q "int8 weights" "$T/c.txt"
-$A kernels --model "$Q" --weights int8 --iters 2 > "$T/k.txt" 2>&1
+$D kernels --model "$Q" --weights int8 --iters 2 > "$T/k.txt" 2>&1
 check "kernels --weights int8" [ $? -eq 0 ]
 check "kernels says int8" grep -q "int8 weights" "$T/k.txt"
 
@@ -105,7 +106,9 @@ check "kernels says int8" grep -q "int8 weights" "$T/k.txt"
 for c in run verify serve check kernels; do
 	extra=
 	[ $c = run ] || [ $c = verify ] && extra="--prompt-ids 1"
-	$A $c --model "$Q" $extra --weights int4 > /dev/null 2> "$T/bad.txt"
+	prog=$A
+	[ $c = check ] || [ $c = kernels ] && prog=$D
+	$prog $c --model "$Q" $extra --weights int4 > /dev/null 2> "$T/bad.txt"
 	check "$c --weights int4 exits 2" [ $? -eq 2 ]
 	check "$c --weights int4 names the flag" grep -q -- "--weights takes fp16 or int8, not 'int4'" "$T/bad.txt"
 done

@@ -6,7 +6,7 @@
 #
 # For macOS on Apple Silicon and a build configured with -DANEDVD_ANE=ON.
 # Runs, on the ane backend where the command has one:
-#   anedvd info, probe, selftest, bench, width, and layers on stories260K
+#   anedvd info and selftest; anedvd-dev probe, bench, width, and layers on stories260K
 #   for stories260K (tests/data) and MODEL (a .gguf or HF directory, optional),
 #   and for --weights fp16 and int8 (int8 is skipped with a note when the build
 #   has no --weights): check, verify, kernels and a timed run (64-token prompt,
@@ -28,6 +28,7 @@ B=${1:?usage: tests/device/run.sh BUILD_DIR [MODEL]}
 MODEL=${2:-${ANEDVD_DEVICE_MODEL:-}}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 A=$B/bin/anedvd
+D=$B/bin/anedvd-dev # the developer tools: check, layers, kernels, probe, bench, width
 BACKEND=${BACKEND:-ane}
 NGEN=${NGEN:-64}
 STORIES=$SRC/tests/data/stories260K/stories260K.gguf
@@ -38,7 +39,9 @@ if [ "${DEVICE_ANY_HOST:-}" != 1 ] && { [ "$os" != Darwin ] || [ "$arch" != arm6
 	echo "device: SKIPPED: needs macOS on Apple Silicon with a -DANEDVD_ANE=ON build; this is $os $arch"
 	exit 77
 fi
-[ -x "$A" ] || { echo "device: $A is missing: build first" >&2; exit 2; }
+for p in "$A" "$D"; do
+	[ -x "$p" ] || { echo "device: $p is missing: build first" >&2; exit 2; }
+done
 if [ "$BACKEND" = ane ] && ! "$A" info 2>&1 | grep -E '^ *ane ' | grep -vq 'not in this build'; then
 	echo "device: SKIPPED: this build has no ane backend (configure with -DANEDVD_ANE=ON)"
 	exit 77
@@ -68,8 +71,10 @@ row() { # row COMMAND RESULT FIGURE; a failed command's figure is its last line 
 	printf '| %s | %s | %s |\n' "$1" "$2" "$(echo "$f" | sed 's/|/\//g')" >> "$ROWS"
 	case $2 in FAIL* | MISMATCH* | "exit "*) status=1 ;; esac
 }
-# has CMD FLAG: does 'anedvd CMD --help' name FLAG?
-has() { "$A" "$1" --help 2>&1 | grep -q -- "$2"; }
+# prog CMD: the program that has CMD (anedvd, or anedvd-dev for a developer tool)
+prog() { case $1 in check | layers | kernels | probe | bench | width | attnbench) echo "$D" ;; *) echo "$A" ;; esac; }
+# has CMD FLAG: does 'PROG CMD --help' name FLAG?
+has() { "$(prog "$1")" "$1" --help 2>&1 | grep -q -- "$2"; }
 # go NAME CMD...: runs, logs to LOG/NN-NAME.txt, sets $out (the log) and $rc
 go() {
 	n=$((n + 1))
@@ -94,7 +99,7 @@ go info "$A" info
 row "info" "$([ $rc = 0 ] && echo ok || echo "exit $rc")" "$(last '^ *ane ' | sed 's/^ *//; s/|/\//g')"
 
 # shellcheck disable=SC2046
-go probe "$A" probe $(be_opt probe)
+go probe "$D" probe $(be_opt probe)
 r=$(last 'CORRECT|MISMATCH' | sed 's/.*-> //')
 row "probe [$(has probe --backend && echo "$BACKEND" || echo emu)]" "${r:-exit $rc}" "$(last 'us/eval' | sed -E 's/.*(rel = [^ ]+) +([^ ]+ us\/eval).*/\1, \2/')"
 
@@ -104,17 +109,17 @@ r=$(last 'PASS|FAIL' | sed 's/.*-> //')
 row "selftest [$BACKEND]" "${r:-exit $rc}" "$(last 'max rel' | sed -E 's/.*(backend [^,]+).*(max rel [^,]+).*/\1, \2/')"
 
 # shellcheck disable=SC2046
-go bench "$A" bench --iters 20 $(be_opt bench)
+go bench "$D" bench --iters 20 $(be_opt bench)
 row "bench [$(has bench --backend && echo "$BACKEND" || echo emu)]" "$([ $rc = 0 ] && echo ok || echo "FAIL (exit $rc)")" \
 	"$(last '^ +4096 ' | awk '{ printf "4096x4096: %s us/eval, %s GB/s, rel %s", $2, $4, $5 }')"
 
 # shellcheck disable=SC2046
-go width "$A" width --size 2048 --iters 10 $(be_opt width)
+go width "$D" width --size 2048 --iters 10 $(be_opt width)
 row "width [$(has width --backend && echo "$BACKEND" || echo emu)]" "$([ $rc = 0 ] && echo ok || echo "FAIL (exit $rc)")" \
 	"$(last '^ +128 ' | awk '{ printf "2048x2048, 128 columns: %s us/eval, %s the cost of one", $2, $3 }')"
 
 # shellcheck disable=SC2046
-go layers "$A" layers --model "$STORIES" --upto 2 --prompt-ids "1,403,407,261,378" $(be_opt layers)
+go layers "$D" layers --model "$STORIES" --upto 2 --prompt-ids "1,403,407,261,378" $(be_opt layers)
 if [ $rc = 0 ] && grep -q 'argmax equal' "$out"; then r=ok; else r="FAIL (exit $rc)"; fi
 row "layers stories260K --upto 2 [$(has layers --backend && echo "$BACKEND" || echo emu)]" "$r" \
 	"$(last '^ *last position' | sed -E 's/^ *last position: (rel [^,]+).*/last \1/')"
@@ -142,7 +147,7 @@ while IFS= read -r m; do
 			# shellcheck disable=SC2046,SC2086
 			case $c in
 			check)
-				go "check-$w" "$A" check --model "$m" $(be_opt check) $wo
+				go "check-$w" "$D" check --model "$m" $(be_opt check) $wo
 				worst=$(grep -o 'rel = [0-9.eE+-]*' "$out" | sed 's/rel = //' |
 					awk 'BEGIN { w = 0 } { if ($1 + 0 > w) w = $1 + 0 } END { printf "%.2e", w }')
 				if [ $rc = 0 ] && grep -q 'all kernels ok' "$out"; then r=ok; else r="FAIL (exit $rc)"; fi
@@ -154,7 +159,7 @@ while IFS= read -r m; do
 				row "$label" "${r:-exit $rc}" "$(last '^last position' | sed -E 's/^last position: (rel [^,]+).*/last \1/')"
 				;;
 			kernels)
-				go "kernels-$w" "$A" kernels --model "$m" --iters 10 $(be_opt kernels) $wo
+				go "kernels-$w" "$D" kernels --model "$m" --iters 10 $(be_opt kernels) $wo
 				row "$label" "$([ $rc = 0 ] && echo ok || echo "FAIL (exit $rc)")" \
 					"$(last 'TOTAL per token' | sed -E 's/.*TOTAL per token: ([^ ]+ ms).*, ([^ ]+ GB\/s).*/\1 per token, \2/')"
 				;;

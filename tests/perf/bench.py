@@ -264,6 +264,7 @@ class Bench:
 	def __init__(self, build, src):
 		self.build, self.src = build, src
 		self.A = os.path.join(build, "bin", "anedvd")
+		self.D = os.path.join(build, "bin", "anedvd-dev")  # the developer tools
 		self.gen = os.path.join(build, "tests", "gen-model")
 		self.stream = os.path.join(build, "tests", "bench-stream")
 		self.quick = os.environ.get("QUICK", "") not in ("", "0")
@@ -276,7 +277,7 @@ class Bench:
 		self.peer = os.environ.get("LLAMA_BENCH") or None
 		h = subprocess.run([self.A, "run", "--help"], capture_output=True, text=True)
 		self.run_help = h.stdout + h.stderr
-		h = subprocess.run([self.A, "kernels", "--help"], capture_output=True, text=True)
+		h = subprocess.run([self.D, "kernels", "--help"], capture_output=True, text=True)
 		self.kernels_help = h.stdout + h.stderr
 		self.has_weights = "--weights" in self.run_help
 		# llama-bench does not speculate: neither does the run set beside it
@@ -363,10 +364,10 @@ class Bench:
 
 	def a_kernels(self, f, wtype):
 		wopt = self.weights_opt(wtype, self.kernels_help)[0]
-		r = subprocess.run([self.A, "kernels", "--model", f, "--iters", str(self.kiters)] + wopt,
+		r = subprocess.run([self.D, "kernels", "--model", f, "--iters", str(self.kiters)] + wopt,
 		                   capture_output=True, text=True, env=self.env)
 		if r.returncode:
-			raise SystemExit(f"anedvd kernels failed: {r.stderr[-500:]}")
+			raise SystemExit(f"anedvd-dev kernels failed: {r.stderr[-500:]}")
 		m = re.search(r"TOTAL per token:.*?([\d.]+) MB, ([\d.]+) GB/s", r.stdout)
 		return (float(m.group(2)), float(m.group(1))) if m else (None, None)
 
@@ -653,7 +654,7 @@ def main():
 		    f" VmRSS, sampled from /proc every 10 ms (a page two processes map counts twice); RssAnon"
 		    f" likewise (private memory only)")
 		say(f"{bullet}IPC and the share outside the kernels: anedvd run --json timings")
-		say(f"{bullet}emu weight GB/s: anedvd kernels times each kernel --iters times in a row, so a kernel"
+		say(f"{bullet}emu weight GB/s: anedvd-dev kernels times each kernel --iters times in a row, so a kernel"
 		    f" whose weights fit the last-level cache ({llc()}) is read from it and can beat the streaming"
 		    f" read; the decode weight GB/s row is what a whole token streams")
 		say(f"{bullet}decode: llama-bench tg{b.ngen} starts from an empty context, anedvd after the prompt")

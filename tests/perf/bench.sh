@@ -9,11 +9,11 @@
 # gen-model: the SmolLM2-135M and Qwen2.5-0.5B shapes, F16 and Q8_0) under
 # $TMPDIR, removed at the end, and takes tests/data/stories260K/stories260K.gguf
 # as it is. For each model, REPEATS times, alternating the tools (anedvd run,
-# then llama-bench, then the starts of both, then anedvd kernels and the
+# then llama-bench, then the starts of both, then anedvd-dev kernels and the
 # streaming read), it measures and prints the median and the range:
 #   decode tok/s and prefill tok/s (64-token prompt), anedvd and llama.cpp
 #   IPC per kernel call and the share of decode outside the kernels (run --json)
-#   emu weight GB/s (anedvd kernels) against a 2-thread streaming read
+#   emu weight GB/s (anedvd-dev kernels) against a 2-thread streaming read
 #     (BUILD_DIR/tests/bench-stream) measured in the same loop
 #   start to first token, cold (file out of the page cache, empty kernel cache)
 #     and warm (the same start again)
@@ -33,7 +33,7 @@
 # Needs python3 (standard library only). Progress goes to stderr, the tables to stdout.
 set -eu
 B=${1:?usage: tests/perf/bench.sh BUILD_DIR}
-for f in bin/anedvd tests/gen-model tests/bench-stream; do
+for f in bin/anedvd bin/anedvd-dev tests/gen-model tests/bench-stream; do
 	[ -x "$B/$f" ] || { echo "bench.sh: $B/$f is missing: build first (cmake --build $B)" >&2; exit 2; }
 done
 command -v python3 >/dev/null || { echo "bench.sh: needs python3" >&2; exit 2; }
