@@ -105,8 +105,8 @@ round16(float v)
 // gives the same bits alone (decode) or with others (prefill), on any
 // number of threads, and the plain kernel matches the fast one exactly.
 void
-emu_conv_ref(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols,
-             float *y, size_t p0, size_t p1)
+emu_conv_ref(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols, float *y, size_t p0,
+             size_t p1)
 {
 	for (size_t p = p0; p < p1; p++) {
 		const uint16_t *w = ppan(panels, cin, p);
@@ -208,15 +208,14 @@ tile(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, siz
 			           acc[(2 * p) * nc + c], acc[(2 * p + 1) * nc + c]);
 }
 
-typedef void tile_fn(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, size_t cout,
-                     size_t left, const struct pf *pf);
+typedef void tile_fn(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, size_t cout, size_t left,
+                     const struct pf *pf);
 
-#define TILE(MP, NC)                                                                          \
-	SIMD_TARGET static void tile_##MP##x##NC(const uint16_t *panels, size_t q, size_t cin,    \
-	                                         const float *x, float *y, size_t cout,           \
-	                                         size_t left, const struct pf *pf)                \
-	{                                                                                         \
-		tile(panels, q, cin, x, y, cout, left, pf, MP, NC);                                  \
+#define TILE(MP, NC)                                                                                                   \
+	SIMD_TARGET static void tile_##MP##x##NC(const uint16_t *panels, size_t q, size_t cin, const float *x,         \
+	                                         float *y, size_t cout, size_t left, const struct pf *pf)              \
+	{                                                                                                              \
+		tile(panels, q, cin, x, y, cout, left, pf, MP, NC);                                                    \
 	}
 TILE(1, 1)
 TILE(1, 2)
@@ -245,8 +244,8 @@ static tile_fn *const tiles[TILE_STREAMS + 1][TILE_COLS + 1] = {
 };
 
 SIMD_TARGET static void
-conv_simd(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols,
-          float *y, size_t p0, size_t p1, size_t streams)
+conv_simd(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols, float *y, size_t p0, size_t p1,
+          size_t streams)
 {
 	// column blocks of at most TILE_COLS, as even as possible; each block
 	// takes as many panels at once as keep its accumulators in registers:
@@ -284,8 +283,8 @@ conv_simd(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_
 				struct pf pf = {NULL, 0, 0, 0};
 				if (b > 0 && q + group + m <= p1)
 					pf = (struct pf){panels, q + group, b - 1, nb - 1};
-				tiles[m][nc](panels, q, cin, x + j * cin, y + j * cout + q * PANEL, cout, cout - q * PANEL,
-				             pf.panels ? &pf : NULL);
+				tiles[m][nc](panels, q, cin, x + j * cin, y + j * cout + q * PANEL, cout,
+				             cout - q * PANEL, pf.panels ? &pf : NULL);
 			}
 			j += nc;
 		}
@@ -409,8 +408,7 @@ tile512(const uint16_t *panels, size_t q, size_t cin, const float *xp, float *y,
 	for (int p = 0; p < mp; p++)
 #pragma GCC unroll 12
 		for (int c = 0; c < nc; c++)
-			store16(y + (size_t)c * cout + (size_t)p * PANEL, left - (size_t)p * PANEL,
-			        acc[p * nc + c]);
+			store16(y + (size_t)c * cout + (size_t)p * PANEL, left - (size_t)p * PANEL, acc[p * nc + c]);
 }
 
 // one column (decode): mp panels from panel q, each an FMA chain; a pair's
@@ -432,8 +430,8 @@ col512(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, s
 		__m512 b = _mm512_set1_ps(x[i]);
 #pragma GCC unroll 8
 		for (int p = 0; p < mp; p++)
-			acc[p] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(wp0[p] + i * PSTEP))),
-			                         b, acc[p]);
+			acc[p] = _mm512_fmadd_ps(
+				_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(wp0[p] + i * PSTEP))), b, acc[p]);
 	}
 #pragma GCC unroll 8
 	for (int p = 0; p < mp; p++)
@@ -441,11 +439,11 @@ col512(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, s
 }
 
 typedef void col_fn(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, size_t left);
-#define COL512(MP)                                                                            \
-	AVX512_TARGET static void col512_##MP(const uint16_t *panels, size_t q, size_t cin,       \
-	                                      const float *x, float *y, size_t left)             \
-	{                                                                                         \
-		col512(panels, q, cin, x, y, left, MP);                                              \
+#define COL512(MP)                                                                                                     \
+	AVX512_TARGET static void col512_##MP(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y,  \
+	                                      size_t left)                                                             \
+	{                                                                                                              \
+		col512(panels, q, cin, x, y, left, MP);                                                                \
 	}
 COL512(1)
 COL512(2)
@@ -457,35 +455,44 @@ COL512(7)
 COL512(8)
 // for 1 to 8 streams (conv512's streams)
 static col_fn *const cols512[9] = {NULL,     col512_1, col512_2, col512_3, col512_4,
-                                              col512_5, col512_6, col512_7, col512_8};
+                                   col512_5, col512_6, col512_7, col512_8};
 
-#define TILE512(MP, NC)                                                                       \
-	AVX512_TARGET static void tile512_##MP##x##NC(const uint16_t *panels, size_t q, size_t cin, \
-	                                              const float *xp, float *y, size_t cout,    \
-	                                              size_t left, const struct pf *pf)          \
-	{                                                                                         \
-		tile512(panels, q, cin, xp, y, cout, left, pf, MP, NC);                              \
+#define TILE512(MP, NC)                                                                                                \
+	AVX512_TARGET static void tile512_##MP##x##NC(const uint16_t *panels, size_t q, size_t cin, const float *xp,   \
+	                                              float *y, size_t cout, size_t left, const struct pf *pf)         \
+	{                                                                                                              \
+		tile512(panels, q, cin, xp, y, cout, left, pf, MP, NC);                                                \
 	}
-#define TILE512_ROW(MP)                                                                       \
-	TILE512(MP, 1)                                                                            \
+#define TILE512_ROW(MP)                                                                                                \
+	TILE512(MP, 1)                                                                                                 \
 	TILE512(MP, 2) TILE512(MP, 3) TILE512(MP, 4) TILE512(MP, 5) TILE512(MP, 6)
+// clang-format off
 TILE512_ROW(1)
 TILE512_ROW(2)
 TILE512_ROW(3)
 TILE512_ROW(4)
-TILE512(1, 7) TILE512(1, 8) TILE512(1, 9) TILE512(1, 10) TILE512(1, 11) TILE512(1, 12)
-TILE512(2, 7) TILE512(2, 8) TILE512(2, 9) TILE512(2, 10) TILE512(2, 11) TILE512(2, 12)
-TILE512(3, 7) TILE512(3, 8)
+TILE512(1, 7)
+TILE512(1, 8)
+TILE512(1, 9)
+TILE512(1, 10)
+TILE512(1, 11)
+TILE512(1, 12)
+TILE512(2, 7)
+TILE512(2, 8)
+TILE512(2, 9)
+TILE512(2, 10)
+TILE512(2, 11)
+TILE512(2, 12)
+TILE512(3, 7)
+TILE512(3, 8)
+// clang-format on
 
-#define T512_ROW(MP)                                                                          \
-	tile512_##MP##x1, tile512_##MP##x2, tile512_##MP##x3, tile512_##MP##x4, tile512_##MP##x5, \
-		tile512_##MP##x6
+#define T512_ROW(MP)                                                                                                   \
+	tile512_##MP##x1, tile512_##MP##x2, tile512_##MP##x3, tile512_##MP##x4, tile512_##MP##x5, tile512_##MP##x6
 // [mp][nc], mp * nc <= X512_ACC
 static tile_fn *const tiles512[X512_STREAMS + 1][X512_COLS + 1] = {
-	[1] = {NULL, T512_ROW(1), tile512_1x7, tile512_1x8, tile512_1x9, tile512_1x10, tile512_1x11,
-	       tile512_1x12},
-	[2] = {NULL, T512_ROW(2), tile512_2x7, tile512_2x8, tile512_2x9, tile512_2x10, tile512_2x11,
-	       tile512_2x12},
+	[1] = {NULL, T512_ROW(1), tile512_1x7, tile512_1x8, tile512_1x9, tile512_1x10, tile512_1x11, tile512_1x12},
+	[2] = {NULL, T512_ROW(2), tile512_2x7, tile512_2x8, tile512_2x9, tile512_2x10, tile512_2x11, tile512_2x12},
 	[3] = {NULL, T512_ROW(3), tile512_3x7, tile512_3x8},
 	[4] = {NULL, T512_ROW(4)},
 };
@@ -493,8 +500,8 @@ static tile_fn *const tiles512[X512_STREAMS + 1][X512_COLS + 1] = {
 // panels [p0, p1); xp is x itself for one column, else packed by x512_pack;
 // streams (1..8): panels at once for one column
 static void
-conv512(const uint16_t *panels, size_t cout, size_t cin, const float *xp, size_t ncols,
-        float *y, size_t p0, size_t p1, size_t streams)
+conv512(const uint16_t *panels, size_t cout, size_t cin, const float *xp, size_t ncols, float *y, size_t p0, size_t p1,
+        size_t streams)
 {
 	if (ncols == 1) {
 		// from DRAM: a pair at a time (one stream, two chains); an odd
@@ -572,8 +579,8 @@ simd_cap(int level)
 // xp: x, or for a wide call on the AVX-512 path x packed by x512_pack;
 // streams: see conv512
 static void
-conv_level(int level, const uint16_t *panels, size_t cout, size_t cin, const float *x,
-           const float *xp, size_t ncols, float *y, size_t p0, size_t p1, size_t streams)
+conv_level(int level, const uint16_t *panels, size_t cout, size_t cin, const float *x, const float *xp, size_t ncols,
+           float *y, size_t p0, size_t p1, size_t streams)
 {
 #ifdef AD_FP16_X86
 	if (level == EMU_SIMD_AVX512) {
@@ -589,8 +596,8 @@ conv_level(int level, const uint16_t *panels, size_t cout, size_t cin, const flo
 }
 
 void
-emu_conv_simd(int level, const uint16_t *panels, size_t cout, size_t cin, const float *x,
-              size_t ncols, float *y, size_t p0, size_t p1)
+emu_conv_simd(int level, const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols, float *y,
+              size_t p0, size_t p1)
 {
 	level = simd_cap(level);
 	const float *xp = x;
@@ -611,8 +618,8 @@ emu_conv_simd(int level, const uint16_t *panels, size_t cout, size_t cin, const 
 }
 
 void
-emu_conv_fast(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols,
-              float *y, size_t p0, size_t p1)
+emu_conv_fast(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols, float *y, size_t p0,
+              size_t p1)
 {
 	emu_conv_simd(EMU_SIMD_AUTO, panels, cout, cin, x, ncols, y, p0, p1);
 }
@@ -625,8 +632,7 @@ emu_conv_fast(const uint16_t *panels, size_t cout, size_t cin, const float *x, s
 
 // surface -> x ([ncols][ld]); l is fp16 with height 1 and ncols <= width
 static void
-emu_gather(const struct ane_layout *l, const void *surf, float *x, size_t ncols, size_t ld,
-           int ref)
+emu_gather(const struct ane_layout *l, const void *surf, float *x, size_t ncols, size_t ld, int ref)
 {
 	if (ref)
 		ad_planar_gather_ref(surf, l->plane_stride, x, l->channels, ld, ncols);
@@ -635,8 +641,7 @@ emu_gather(const struct ane_layout *l, const void *surf, float *x, size_t ncols,
 }
 
 static void
-emu_scatter(const struct ane_layout *l, void *surf, const float *x, size_t ncols, size_t ld,
-            int ref)
+emu_scatter(const struct ane_layout *l, void *surf, const float *x, size_t ncols, size_t ld, int ref)
 {
 	if (ref)
 		ad_planar_scatter_ref(surf, l->plane_stride, x, l->channels, ld, ncols);
@@ -838,8 +843,7 @@ struct parser {
 	int failed;
 };
 
-static int
-perr(struct parser *ps, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int perr(struct parser *ps, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 static int
 perr(struct parser *ps, int line, const char *fmt, ...)
@@ -892,7 +896,8 @@ tokenize(struct parser *ps)
 			s++;
 			// decimal, exponent and hex-float forms; strtod/strtoll judge later
 			while (isalnum((unsigned char)*s) || *s == '.' ||
-			       ((*s == '-' || *s == '+') && (s[-1] == 'e' || s[-1] == 'E' || s[-1] == 'p' || s[-1] == 'P')))
+			       ((*s == '-' || *s == '+') &&
+			        (s[-1] == 'e' || s[-1] == 'E' || s[-1] == 'p' || s[-1] == 'P')))
 				s++;
 			t->k = T_NUM;
 		} else if (c == '"') {
@@ -998,7 +1003,7 @@ take_int(struct parser *ps, long long *v)
 // program representation
 
 struct type {
-	int tensor;   // tensor<dtype, [dims]> or a scalar dtype
+	int tensor; // tensor<dtype, [dims]> or a scalar dtype
 	char dtype[16];
 	int rank;
 	long long dims[MAX_RANK];
@@ -1029,32 +1034,32 @@ struct var {
 	enum var_kind kind;
 	int line;
 	struct type t;
-	struct val cval;   // VAR_CONST: its value
-	int blob;          // VAR_CONST with BLOBFILE: index into k->weights, or -1
-	int buf;           // activation buffer index, or -1
+	struct val cval; // VAR_CONST: its value
+	int blob;        // VAR_CONST with BLOBFILE: index into k->weights, or -1
+	int buf;         // activation buffer index, or -1
 };
 
 enum step_op { S_CONV, S_ADD, S_MUL, S_SIGMOID };
 
 struct step {
 	enum step_op op;
-	int y, a, b;   // buffer indices (b = -1: scalar operand or unary)
-	int weight;    // S_CONV: k->weights index
-	float scalar;  // binary op with an inline scalar
+	int y, a, b;  // buffer indices (b = -1: scalar operand or unary)
+	int weight;   // S_CONV: k->weights index
+	float scalar; // binary op with an inline scalar
 	size_t cin, cout;
 };
 
 struct weight {
 	size_t cout, cin;
-	uint16_t *panels; // NULL until a conv uses it
-	int borrowed;     // panels belong to the caller of emu_compile_packed
+	uint16_t *panels;       // NULL until a conv uses it
+	int borrowed;           // panels belong to the caller of emu_compile_packed
 	const uint8_t *payload; // during compile only
 	// int8 (constexpr_affine_dequantize): panels of int8, one scale per row
 	int i8;
 	int8_t *qpanels;
 	float *scale;            // npanels * 16
 	const uint8_t *spayload; // the fp16 scales, during compile only
-	int mapped;             // payload lies in a blob file's private read-only mapping
+	int mapped;              // payload lies in a blob file's private read-only mapping
 };
 
 struct bufdesc {
@@ -1135,8 +1140,8 @@ type_eq(const struct type *a, const struct type *b)
 	return 1;
 }
 
-static const char *const dtypes[] = {"fp16", "fp32", "int32", "int8", "uint8", "uint64",
-                                     "int64", "bool", "string", NULL};
+static const char *const dtypes[] = {"fp16",   "fp32",  "int32", "int8",   "uint8",
+                                     "uint64", "int64", "bool",  "string", NULL};
 
 static int
 parse_dtype(struct parser *ps, char *out)
@@ -1159,8 +1164,7 @@ parse_type(struct parser *ps, struct type *t)
 		return parse_dtype(ps, t->dtype);
 	next(ps);
 	t->tensor = 1;
-	if (expect_punct(ps, '<') || parse_dtype(ps, t->dtype) || expect_punct(ps, ',') ||
-	    expect_punct(ps, '['))
+	if (expect_punct(ps, '<') || parse_dtype(ps, t->dtype) || expect_punct(ps, ',') || expect_punct(ps, '['))
 		return -1;
 	if (!is_punct(peek(ps), ']'))
 		for (;;) {
@@ -1172,8 +1176,7 @@ parse_type(struct parser *ps, struct type *t)
 				return perr(ps, line, "tensor rank above %d", MAX_RANK);
 			// bounded so that no size computed from dims can overflow
 			if (d < 1 || d > ANE_MIL_MAX_DIM)
-				return perr(ps, line, "tensor dimension %lld out of range [1, %d]", d,
-				            ANE_MIL_MAX_DIM);
+				return perr(ps, line, "tensor dimension %lld out of range [1, %d]", d, ANE_MIL_MAX_DIM);
 			t->dims[t->rank++] = d;
 			if (!is_punct(peek(ps), ','))
 				break;
@@ -1329,8 +1332,7 @@ parse_args(struct parser *ps, char close, struct arg *args, int max, int *n)
 		if (*n == max)
 			return perr(ps, line, "too many arguments");
 		struct arg *a = &args[*n];
-		if (take_ident(ps, a->key, sizeof a->key) || expect_punct(ps, '=') ||
-		    parse_val(ps, &a->v))
+		if (take_ident(ps, a->key, sizeof a->key) || expect_punct(ps, '=') || parse_val(ps, &a->v))
 			return -1;
 		for (int i = 0; i < *n; i++)
 			if (!strcmp(args[i].key, a->key))
@@ -1398,15 +1400,13 @@ check_act(struct compiler *c, int line, const char *name, const struct type *t)
 {
 	char ts[128];
 	type_str(t, ts, sizeof ts);
-	if (!t->tensor || strcmp(t->dtype, "fp16") || t->rank != 4 || t->dims[0] != 1 ||
-	    t->dims[2] != 1)
-		return perr(&c->ps, line, "'%s' is %s; activations must be tensor<fp16, [1, C, 1, W]>",
-		            name, ts);
+	if (!t->tensor || strcmp(t->dtype, "fp16") || t->rank != 4 || t->dims[0] != 1 || t->dims[2] != 1)
+		return perr(&c->ps, line, "'%s' is %s; activations must be tensor<fp16, [1, C, 1, W]>", name, ts);
 	if (!c->k->width)
 		c->k->width = (size_t)t->dims[3];
 	else if ((size_t)t->dims[3] != c->k->width)
-		return perr(&c->ps, line, "'%s' has width %lld, the program's width is %zu", name,
-		            t->dims[3], c->k->width);
+		return perr(&c->ps, line, "'%s' has width %lld, the program's width is %zu", name, t->dims[3],
+		            c->k->width);
 	return 0;
 }
 
@@ -1492,8 +1492,7 @@ open_bfile(struct compiler *c, int line, const char *path)
 	return b;
 }
 
-static const uint8_t *blob_payload(struct compiler *c, struct var *v, const struct val *x, int dt,
-                                   int *mapped);
+static const uint8_t *blob_payload(struct compiler *c, struct var *v, const struct val *x, int dt, int *mapped);
 
 // a BLOBFILE const of v's type; payload NULL with packed constants
 static int
@@ -1535,7 +1534,8 @@ do_const(struct compiler *c, struct var *v, struct arg *attrs, int nattrs)
 		return 0;
 	// a weight: fp16, size checked against the chunk it points at
 	if (strcmp(v->t.dtype, "fp16"))
-		return perr(ps, v->line, "BLOBFILE const '%s' is %s; only fp16 weights are supported (int8 "
+		return perr(ps, v->line,
+		            "BLOBFILE const '%s' is %s; only fp16 weights are supported (int8 "
 		            "ones as the quantized_data of a constexpr_affine_dequantize)",
 		            v->name, dt);
 	c->nblob++;
@@ -1571,8 +1571,7 @@ blob_payload(struct compiler *c, struct var *v, const struct val *x, int dt, int
 			              (unsigned long long)b->chunks[i].header);
 		if (b->nchunks > 6)
 			snprintf(hs + n, sizeof hs - (size_t)n, ", ...");
-		perr(ps, v->line,
-		     "const '%s': BLOBFILE offset %lld in '%s' is not a chunk header (headers at %s)",
+		perr(ps, v->line, "const '%s': BLOBFILE offset %lld in '%s' is not a chunk header (headers at %s)",
 		     v->name, x->i, b->name, hs);
 		return NULL;
 	}
@@ -1581,14 +1580,13 @@ blob_payload(struct compiler *c, struct var *v, const struct val *x, int dt, int
 		elems *= (uint64_t)x->t.dims[i];
 	uint64_t need = elems * (dt == ANE_BLOB_DT_INT8 ? 1 : 2);
 	if (ch->dtype != dt) {
-		perr(ps, v->line, "const '%s' %s: the chunk at %lld in '%s' holds %s values", v->name, dt_s,
-		     x->i, b->name, ch->dtype == ANE_BLOB_DT_INT8 ? "int8" : "fp16");
+		perr(ps, v->line, "const '%s' %s: the chunk at %lld in '%s' holds %s values", v->name, dt_s, x->i,
+		     b->name, ch->dtype == ANE_BLOB_DT_INT8 ? "int8" : "fp16");
 		return NULL;
 	}
 	if (ch->bytes != need) {
-		perr(ps, v->line, "const '%s' %s needs %llu bytes, the chunk at %lld in '%s' holds %llu",
-		     v->name, dt_s, (unsigned long long)need, x->i, b->name,
-		     (unsigned long long)ch->bytes);
+		perr(ps, v->line, "const '%s' %s needs %llu bytes, the chunk at %lld in '%s' holds %llu", v->name, dt_s,
+		     (unsigned long long)need, x->i, b->name, (unsigned long long)ch->bytes);
 		return NULL;
 	}
 	if (mapped)
@@ -1618,31 +1616,36 @@ do_dequant(struct compiler *c, struct var *v, int nargs, struct arg *attrs, int 
 		for (size_t j = 0; j < sizeof keys / sizeof keys[0]; j++)
 			known |= !strcmp(attrs[i].key, keys[j]);
 		if (!known)
-			return perr(ps, v->line, "%s '%s': unknown attribute '%s' (expected axis, name, "
-			            "quantized_data, scale, zero_point)", op, v->name, attrs[i].key);
+			return perr(ps, v->line,
+			            "%s '%s': unknown attribute '%s' (expected axis, name, "
+			            "quantized_data, scale, zero_point)",
+			            op, v->name, attrs[i].key);
 	}
 	for (size_t j = 0; j < sizeof keys / sizeof keys[0]; j++)
 		if (!find_arg(attrs, nattrs, keys[j]))
 			return perr(ps, v->line, "%s '%s' without %s", op, v->name, keys[j]);
 	const struct type *t = &v->t;
 	if (!t->tensor || strcmp(t->dtype, "fp16") || t->rank != 4 || t->dims[2] != 1 || t->dims[3] != 1)
-		return perr(ps, v->line, "%s '%s' is %s; only conv weights tensor<fp16, [COUT, CIN, 1, 1]> are supported",
-		            op, v->name, ts);
+		return perr(ps, v->line,
+		            "%s '%s' is %s; only conv weights tensor<fp16, [COUT, CIN, 1, 1]> are supported", op,
+		            v->name, ts);
 	const long long O = t->dims[0], I = t->dims[1];
 	struct val *ax = &find_arg(attrs, nattrs, "axis")->v;
 	if (ax->k != V_INT || strcmp(ax->t.dtype, "int32") || ax->i != 0)
-		return perr(ps, v->line, "%s '%s': axis must be int32(0), the output channel (per-channel scales)",
-		            op, v->name);
+		return perr(ps, v->line, "%s '%s': axis must be int32(0), the output channel (per-channel scales)", op,
+		            v->name);
 	struct val *qd = &find_arg(attrs, nattrs, "quantized_data")->v;
 	struct type qt = *t;
 	strcpy(qt.dtype, "int8");
 	if (qd->k != V_BLOB || !type_eq(&qd->t, &qt))
-		return perr(ps, v->line, "%s '%s': quantized_data must be tensor<int8, [%lld, %lld, 1, 1]>(BLOBFILE(...))",
-		            op, v->name, O, I);
+		return perr(ps, v->line,
+		            "%s '%s': quantized_data must be tensor<int8, [%lld, %lld, 1, 1]>(BLOBFILE(...))", op,
+		            v->name, O, I);
 	struct val *sc = &find_arg(attrs, nattrs, "scale")->v;
 	if (sc->k != V_BLOB || !sc->t.tensor || strcmp(sc->t.dtype, "fp16") || sc->t.rank != 1 || sc->t.dims[0] != O)
-		return perr(ps, v->line, "%s '%s': scale must be tensor<fp16, [%lld]>(BLOBFILE(...)), one per output channel",
-		            op, v->name, O);
+		return perr(ps, v->line,
+		            "%s '%s': scale must be tensor<fp16, [%lld]>(BLOBFILE(...)), one per output channel", op,
+		            v->name, O);
 	struct val *zp = &find_arg(attrs, nattrs, "zero_point")->v;
 	if (zp->k != V_INT || strcmp(zp->t.dtype, "int8") || zp->i != 0)
 		return perr(ps, v->line, "%s '%s': zero_point must be int8(0): the weights are symmetric", op, v->name);
@@ -1667,8 +1670,8 @@ do_dequant(struct compiler *c, struct var *v, int nargs, struct arg *attrs, int 
 
 // a conv parameter: a named const with the one value the emu supports
 static int
-conv_param(struct compiler *c, int line, struct arg *args, int nargs, const char *key,
-           enum val_kind kind, const long long *want, int nwant, const char *wants)
+conv_param(struct compiler *c, int line, struct arg *args, int nargs, const char *key, enum val_kind kind,
+           const long long *want, int nwant, const char *wants)
 {
 	struct parser *ps = &c->ps;
 	struct arg *a = find_arg(args, nargs, key);
@@ -1693,8 +1696,9 @@ conv_param(struct compiler *c, int line, struct arg *args, int nargs, const char
 			ok = v->cval.ints[i] == want[i];
 	}
 	if (!ok)
-		return perr(ps, line, "conv %s = %s is not %s; only 1x1, stride 1, unpadded, groups 1 convs are supported",
-		            key, a->v.s, wants);
+		return perr(ps, line,
+		            "conv %s = %s is not %s; only 1x1, stride 1, unpadded, groups 1 convs are supported", key,
+		            a->v.s, wants);
 	return 0;
 }
 
@@ -1751,8 +1755,7 @@ do_op(struct compiler *c, struct var *y, const char *op, struct arg *args, int n
 	size_t C = (size_t)y->t.dims[1];
 	char ts[128];
 	if (!strcmp(op, "conv")) {
-		static const char *const keys[] = {"dilations", "groups", "pad", "pad_type",
-		                                   "strides", "weight", "x"};
+		static const char *const keys[] = {"dilations", "groups", "pad", "pad_type", "strides", "weight", "x"};
 		if (find_arg(args, nargs, "bias"))
 			return perr(ps, line, "conv '%s' with bias=: rejected by the ANE; add the bias separately",
 			            y->name);
@@ -1779,25 +1782,30 @@ do_op(struct compiler *c, struct var *y, const char *op, struct arg *args, int n
 		if (!w)
 			return perr(ps, line, "conv '%s': weight '%s' is not defined", y->name, wa->v.s);
 		if (w->kind != VAR_CONST || w->blob < 0)
-			return perr(ps, line, "conv '%s': weight '%s' is not a BLOBFILE const", y->name,
-			            wa->v.s);
+			return perr(ps, line, "conv '%s': weight '%s' is not a BLOBFILE const", y->name, wa->v.s);
 		struct var *x = operand(c, line, "conv", xa);
 		if (!x)
 			return -1;
 		const struct type *wt = &w->t;
 		size_t cin = (size_t)x->t.dims[1];
-		if (wt->rank != 4 || wt->dims[2] != 1 || wt->dims[3] != 1 ||
-		    (size_t)wt->dims[0] != C || (size_t)wt->dims[1] != cin) {
+		if (wt->rank != 4 || wt->dims[2] != 1 || wt->dims[3] != 1 || (size_t)wt->dims[0] != C ||
+		    (size_t)wt->dims[1] != cin) {
 			type_str(wt, ts, sizeof ts);
-			return perr(ps, line,
-			            "conv '%s': weight '%s' is %s, expected [%zu, %zu, 1, 1] for x '%s' with %zu channels and output %zu",
-			            y->name, w->name, ts, C, cin, x->name, cin, C);
+			return perr(
+				ps, line,
+				"conv '%s': weight '%s' is %s, expected [%zu, %zu, 1, 1] for x '%s' with %zu channels and output %zu",
+				y->name, w->name, ts, C, cin, x->name, cin, C);
 		}
 		y->buf = new_buf(c, C);
 		if (y->buf < 0)
 			return perr(ps, line, "out of memory");
-		return add_step(c, &(struct step){.op = S_CONV, .y = y->buf, .a = x->buf, .b = -1,
-		                                   .weight = w->blob, .cin = cin, .cout = C});
+		return add_step(c, &(struct step){.op = S_CONV,
+		                                  .y = y->buf,
+		                                  .a = x->buf,
+		                                  .b = -1,
+		                                  .weight = w->blob,
+		                                  .cin = cin,
+		                                  .cout = C});
 	}
 	if (!strcmp(op, "add") || !strcmp(op, "mul") || !strcmp(op, "sigmoid")) {
 		int unary = !strcmp(op, "sigmoid");
@@ -1823,8 +1831,8 @@ do_op(struct compiler *c, struct var *y, const char *op, struct arg *args, int n
 				continue;
 			}
 			if (a->v.k != V_VAR)
-				return perr(ps, line, "%s '%s': %s must be a tensor name%s", op, y->name,
-				            a->key, unary ? "" : " or an fp16/fp32 scalar");
+				return perr(ps, line, "%s '%s': %s must be a tensor name%s", op, y->name, a->key,
+				            unary ? "" : " or an fp16/fp32 scalar");
 			struct var *v = operand(c, line, op, a);
 			if (!v)
 				return -1;
@@ -1832,8 +1840,8 @@ do_op(struct compiler *c, struct var *y, const char *op, struct arg *args, int n
 				char vs[128];
 				type_str(&v->t, vs, sizeof vs);
 				type_str(&y->t, ts, sizeof ts);
-				return perr(ps, line, "%s '%s': %s '%s' is %s, the result is %s", op,
-				            y->name, a->key, v->name, vs, ts);
+				return perr(ps, line, "%s '%s': %s '%s' is %s, the result is %s", op, y->name, a->key,
+				            v->name, vs, ts);
 			}
 			*slot[i] = v->buf;
 		}
@@ -1849,8 +1857,8 @@ do_op(struct compiler *c, struct var *y, const char *op, struct arg *args, int n
 		s.y = y->buf;
 		return add_step(c, &s);
 	}
-	return perr(ps, line, "op '%s' ('%s') is not supported: the accepted set is const, conv, add, mul, sigmoid",
-	            op, y->name);
+	return perr(ps, line, "op '%s' ('%s') is not supported: the accepted set is const, conv, add, mul, sigmoid", op,
+	            y->name);
 }
 
 static int
@@ -1867,8 +1875,7 @@ parse_stmt(struct compiler *c)
 		return -1;
 	for (size_t i = 0; i < sizeof banned / sizeof banned[0]; i++)
 		if (!strcmp(op, banned[i].op))
-			return perr(ps, opline, "op '%s' ('%s') is not allowed: %s", op, name,
-			            banned[i].why);
+			return perr(ps, opline, "op '%s' ('%s') is not allowed: %s", op, name, banned[i].why);
 	int dq = !strcmp(op, "constexpr_affine_dequantize");
 	if (strcmp(op, "const") && strcmp(op, "conv") && strcmp(op, "add") && strcmp(op, "mul") &&
 	    strcmp(op, "sigmoid") && !dq)
@@ -1878,15 +1885,15 @@ parse_stmt(struct compiler *c)
 		            op, name);
 	struct arg args[16], attrs[8];
 	int nargs, nattrs;
-	if (expect_punct(ps, '(') || parse_args(ps, ')', args, 16, &nargs) ||
-	    expect_punct(ps, '[') || parse_args(ps, ']', attrs, 8, &nattrs) || expect_punct(ps, ';'))
+	if (expect_punct(ps, '(') || parse_args(ps, ')', args, 16, &nargs) || expect_punct(ps, '[') ||
+	    parse_args(ps, ']', attrs, 8, &nattrs) || expect_punct(ps, ';'))
 		return -1;
 	struct arg *nm = find_arg(attrs, nattrs, "name");
 	if (!nm || nm->v.k != V_STR)
 		return perr(ps, line, "'%s' has no name = string(...) attribute", name);
 	if (strcmp(nm->v.s, name))
-		return perr(ps, line, "'%s' is named \"%s\"; the seed dialect names each op after its result",
-		            name, nm->v.s);
+		return perr(ps, line, "'%s' is named \"%s\"; the seed dialect names each op after its result", name,
+		            nm->v.s);
 	struct var *v = add_var(c, name, strcmp(op, "const") && !dq ? VAR_OP : VAR_CONST, line, &t);
 	if (!v)
 		return -1;
@@ -1929,9 +1936,8 @@ parse_program(struct compiler *c)
 		else if (is_punct(t, ']') || is_punct(t, ')') || is_punct(t, '}'))
 			depth--;
 	} while (depth > 0);
-	if (expect_punct(ps, '{') || expect_word(ps, "func") || expect_word(ps, "main") ||
-	    expect_punct(ps, '<') || expect_word(ps, "ios18") || expect_punct(ps, '>') ||
-	    expect_punct(ps, '('))
+	if (expect_punct(ps, '{') || expect_word(ps, "func") || expect_word(ps, "main") || expect_punct(ps, '<') ||
+	    expect_word(ps, "ios18") || expect_punct(ps, '>') || expect_punct(ps, '('))
 		return -1;
 	// inputs
 	for (;;) {
@@ -2004,11 +2010,11 @@ parse_program(struct compiler *c)
 	int limit = c->inline_scalar_line ? ANE_EMU_SLOTS - 1 : ANE_EMU_SLOTS;
 	if (c->nblob > limit) {
 		if (c->inline_scalar_line)
-			return perr(ps, c->inline_scalar_line,
-			            "%d BLOBFILE consts, but the ANE takes at most %d once an op has an inline scalar (this one)",
-			            c->nblob, limit);
-		return perr(ps, 0, "%d BLOBFILE consts, the ANE takes at most %d per program", c->nblob,
-		            limit);
+			return perr(
+				ps, c->inline_scalar_line,
+				"%d BLOBFILE consts, but the ANE takes at most %d once an op has an inline scalar (this one)",
+				c->nblob, limit);
+		return perr(ps, 0, "%d BLOBFILE consts, the ANE takes at most %d per program", c->nblob, limit);
 	}
 	return 0;
 }
@@ -2056,16 +2062,22 @@ weight_consts(const struct emu_kernel *k, int wi, struct emu_const *out)
 	const struct weight *w = &k->weights[wi];
 	if (w->qpanels) {
 		size_t np = (w->cout + PANEL - 1) / PANEL;
-		out[0] = (struct emu_const){.weight = wi, .kind = EMU_CONST_I8_PANELS,
-		                            .bytes = emu_i8_panel_bytes(w->cout, w->cin), .data = w->qpanels};
-		out[1] = (struct emu_const){.weight = wi, .kind = EMU_CONST_F32_SCALES,
-		                            .bytes = np * PANEL * sizeof(float), .data = w->scale};
+		out[0] = (struct emu_const){.weight = wi,
+		                            .kind = EMU_CONST_I8_PANELS,
+		                            .bytes = emu_i8_panel_bytes(w->cout, w->cin),
+		                            .data = w->qpanels};
+		out[1] = (struct emu_const){.weight = wi,
+		                            .kind = EMU_CONST_F32_SCALES,
+		                            .bytes = np * PANEL * sizeof(float),
+		                            .data = w->scale};
 		return 2;
 	}
 	if (!w->panels)
 		return 0;
-	out[0] = (struct emu_const){.weight = wi, .kind = EMU_CONST_F16_PANELS,
-	                            .bytes = emu_panel_bytes(w->cout, w->cin), .data = w->panels};
+	out[0] = (struct emu_const){.weight = wi,
+	                            .kind = EMU_CONST_F16_PANELS,
+	                            .bytes = emu_panel_bytes(w->cout, w->cin),
+	                            .data = w->panels};
 	return 1;
 }
 
@@ -2089,12 +2101,12 @@ take_packed(struct compiler *c, int wi, int kind, size_t bytes, const void **dat
 }
 
 static struct emu_kernel *
-compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles,
-        const struct emu_const *packed, int npacked, char *err)
+compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles, const struct emu_const *packed,
+        int npacked, char *err)
 {
 	struct emu_kernel *k = calloc(1, sizeof *k);
-	struct compiler c = {.files = files, .nfiles = nfiles, .packed = packed, .npacked = npacked,
-	                     .use_packed = packed != NULL};
+	struct compiler c = {
+		.files = files, .nfiles = nfiles, .packed = packed, .npacked = npacked, .use_packed = packed != NULL};
 	if (!k) {
 		ad_err(err, "emu: out of memory");
 		return NULL;
@@ -2188,7 +2200,8 @@ compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles
 			// goes, so a large weight is never in memory twice (read-only
 			// file pages: dropping them only unmaps them)
 			if (w->mapped && (p % 64 == 63 || p == np - 1))
-				drop_read(w->payload, ((p + 1) * PANEL < w->cout ? (p + 1) * PANEL : w->cout) * w->cin * 2);
+				drop_read(w->payload,
+				          ((p + 1) * PANEL < w->cout ? (p + 1) * PANEL : w->cout) * w->cin * 2);
 		}
 		free(row);
 		k->weight_bytes += (uint64_t)w->cout * w->cin * 2;
@@ -2205,8 +2218,7 @@ compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles
 		int n = dir ? k->nout : k->nin;
 		size_t cap = ANE_MIN_SURFACE;
 		for (int i = 0; i < n; i++) {
-			if (ane_layout_init(&io[i].layout, k->bufs[io[i].buf].channels, 1, k->width, 2,
-			                    err) < 0)
+			if (ane_layout_init(&io[i].layout, k->bufs[io[i].buf].channels, 1, k->width, 2, err) < 0)
 				goto fail;
 			if (io[i].layout.nbytes > cap)
 				cap = io[i].layout.nbytes;
@@ -2391,8 +2403,7 @@ conv_task(void *arg, size_t t, int worker)
 			emu_conv_i8_ref(j->qpanels, j->scale, j->cout, j->cin, j->x, j->ncols, j->y, p0, p1);
 		return;
 	}
-	conv_level(j->simd, j->panels, j->cout, j->cin, j->x, j->xp, j->ncols, j->y, p0, p1,
-	           j->streams);
+	conv_level(j->simd, j->panels, j->cout, j->cin, j->x, j->xp, j->ncols, j->y, p0, p1, j->streams);
 }
 
 #ifdef AD_FP16_X86

@@ -82,12 +82,14 @@ enum emu_simd { EMU_SIMD_AUTO = 0, EMU_SIMD_REF, EMU_SIMD_AVX2, EMU_SIMD_AVX512 
 struct emu_opts {
 	int threads;   // threads for large convs, the caller included (0: 2)
 	int force_ref; // use the plain-C kernels even on AVX2 hardware
-	int simd;      // EMU_SIMD_*: the best path to use, capped at the CPU's; AUTO: the
-	               // CPU's best, or what ANEDVD_SIMD=ref|avx2|avx512 in the environment says
-	int no_fuse;   // run a fused FFN's elementwise steps op by op (tests, benchmarks)
-	int par_cols;  // convs of fewer columns run on the calling thread alone (0: the
-	               // default, or ANEDVD_EMU_PAR_COLS): memory-bound ones gain little from
-	               // a second thread and pay its wake-up
+	// EMU_SIMD_*: the best path to use, capped at the CPU's; AUTO: the
+	// CPU's best, or what ANEDVD_SIMD=ref|avx2|avx512 in the environment says
+	int simd;
+	int no_fuse; // run a fused FFN's elementwise steps op by op (tests, benchmarks)
+	// convs of fewer columns run on the calling thread alone (0: the
+	// default, or ANEDVD_EMU_PAR_COLS): memory-bound ones gain little from
+	// a second thread and pay its wake-up
+	int par_cols;
 };
 
 // a weight file the program names as @model_path/weights/<name>: read from
@@ -106,8 +108,7 @@ int emu_simd_env(int *level, char *err);
 struct emu *emu_open(const struct emu_opts *opts, char *err);
 void emu_close(struct emu *e);
 
-struct emu_kernel *emu_compile(struct emu *e, const char *mil, const struct emu_file *files,
-                               int nfiles, char *err);
+struct emu_kernel *emu_compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles, char *err);
 void emu_kernel_free(struct emu_kernel *k);
 
 int emu_ninputs(const struct emu_kernel *k);
@@ -141,8 +142,8 @@ enum emu_const_kind {
 #define EMU_MAX_CONSTS_PER_WEIGHT 4
 
 struct emu_const {
-	int weight;       // the BLOBFILE const it belongs to (the program's declaration order)
-	int kind;         // enum emu_const_kind
+	int weight; // the BLOBFILE const it belongs to (the program's declaration order)
+	int kind;   // enum emu_const_kind
 	size_t bytes;
 	const void *data; // 64-byte aligned
 };
@@ -155,13 +156,12 @@ int emu_kernel_const(const struct emu_kernel *k, int i, struct emu_const *out);
 // instead of blob files; each must have the size the program needs and be
 // 64-byte aligned. The program text is checked as by emu_compile; the
 // blob files it names are not opened.
-struct emu_kernel *emu_compile_packed(struct emu *e, const char *mil, const struct emu_const *consts,
-                                      int nconsts, char *err);
+struct emu_kernel *emu_compile_packed(struct emu *e, const char *mil, const struct emu_const *consts, int nconsts,
+                                      char *err);
 
 // in[i] / out[i]: surfaces laid out as emu_input_layout / emu_output_layout;
 // ncols in 1..width (0: the whole width)
-int emu_eval(struct emu_kernel *k, const void *const *in, void *const *out, size_t ncols,
-             char *err);
+int emu_eval(struct emu_kernel *k, const void *const *in, void *const *out, size_t ncols, char *err);
 
 // the conv kernels, exposed for tests and benchmarks. Panels of 16 rows,
 // interleaved in pairs: weight (o, i) of a [cout][cin] fp16 matrix at pair
@@ -171,19 +171,19 @@ int emu_eval(struct emu_kernel *k, const void *const *in, void *const *out, size
 // panels) are computed and rounded to fp16.
 size_t emu_panel_bytes(size_t cout, size_t cin);
 void emu_pack(const uint16_t *w, size_t cout, size_t cin, uint16_t *panels);
-void emu_conv_ref(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols,
-                  float *y, size_t p0, size_t p1);
+void emu_conv_ref(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols, float *y, size_t p0,
+                  size_t p1);
 // the kernel of a given path (EMU_SIMD_*, capped at what the CPU has;
 // AUTO: the best), and the best one (the reference one when the CPU lacks
 // AVX2/FMA/F16C)
-void emu_conv_simd(int level, const uint16_t *panels, size_t cout, size_t cin, const float *x,
-                   size_t ncols, float *y, size_t p0, size_t p1);
-void emu_conv_fast(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols,
-                   float *y, size_t p0, size_t p1);
-int emu_have_simd(void); // AVX2/FMA/F16C or better
-int emu_cpu_simd(void);  // the best EMU_SIMD_* path of this CPU
+void emu_conv_simd(int level, const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols, float *y,
+                   size_t p0, size_t p1);
+void emu_conv_fast(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols, float *y, size_t p0,
+                   size_t p1);
+int emu_have_simd(void);              // AVX2/FMA/F16C or better
+int emu_cpu_simd(void);               // the best EMU_SIMD_* path of this CPU
 const char *emu_simd_name(int level); // "ref", "avx2", "avx512" ("auto" for others)
-int emu_simd(const struct emu *e);   // the path a context runs
+int emu_simd(const struct emu *e);    // the path a context runs
 
 // the context's thread pool, for other kernels: fn(arg, t) for t in
 // [0, ntasks), claimed by the calling thread and the workers as they come;
@@ -205,16 +205,16 @@ void emu_gate(int level, const float *g, const float *u, float *h, size_t n);
 // p0, p1 (16-row panels) as above.
 size_t emu_i8_panel_bytes(size_t cout, size_t cin);
 void emu_i8_pack(const int8_t *q, size_t cout, size_t cin, int8_t *panels);
-void emu_conv_i8_ref(const int8_t *panels, const float *scale, size_t cout, size_t cin,
-                     const float *x, size_t ncols, float *y, size_t p0, size_t p1);
+void emu_conv_i8_ref(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
+                     float *y, size_t p0, size_t p1);
 // the SIMD kernels; call only when emu_i8_isa() is at least 1 / 2
-void emu_conv_i8_avx2(const int8_t *panels, const float *scale, size_t cout, size_t cin,
-                      const float *x, size_t ncols, float *y, size_t p0, size_t p1);
-void emu_conv_i8_avx512(const int8_t *panels, const float *scale, size_t cout, size_t cin,
-                        const float *x, size_t ncols, float *y, size_t p0, size_t p1);
+void emu_conv_i8_avx2(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
+                      float *y, size_t p0, size_t p1);
+void emu_conv_i8_avx512(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
+                        float *y, size_t p0, size_t p1);
 // the best of the three this CPU runs
-void emu_conv_i8_fast(const int8_t *panels, const float *scale, size_t cout, size_t cin,
-                      const float *x, size_t ncols, float *y, size_t p0, size_t p1);
+void emu_conv_i8_fast(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
+                      float *y, size_t p0, size_t p1);
 // 0: plain C only, 1: AVX2 + FMA + F16C, 2: AVX-512 F as well
 int emu_i8_isa(void);
 
