@@ -18,7 +18,7 @@ _Static_assert(ANE_SHIM_MIN_SURFACE == ANE_MIN_SURFACE, "one surface floor");
 
 struct ane_dev {
 	struct ane_shim_kernel *k;
-	struct ane_layout in_l, out_l;    // host (formula) layouts
+	struct ane_layout in_l, out_l;      // host (formula) layouts
 	struct ane_shim_tensor in_h, out_h; // the same, in the shim's terms
 	size_t in_cap, out_cap;
 	uint64_t weight_bytes;

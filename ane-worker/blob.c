@@ -70,8 +70,7 @@ begin(struct ane_blob_writer *w, int dtype, size_t n, uint64_t *mil_off, char *e
 	uint64_t data = w->pos + ANE_BLOB_CHUNK_HEADER;
 	if (n == 0 || bytes > UINT32_MAX || data + bytes > ANE_BLOB_MAX_FILE) {
 		w->failed = 1;
-		return ad_err(err, "%s: chunk %d of %zu values does not fit the u32 fields", w->path,
-		              w->nchunks, n);
+		return ad_err(err, "%s: chunk %d of %zu values does not fit the u32 fields", w->path, w->nchunks, n);
 	}
 	uint8_t h[ANE_BLOB_CHUNK_HEADER] = {0};
 	put_u32(h, ANE_BLOB_MAGIC);
@@ -147,9 +146,8 @@ ane_blob_end(struct ane_blob_writer *w, char *err)
 		return ad_err(err, "%s: writer already failed", w->path);
 	if (!w->chunk_end || w->pos != w->chunk_end) {
 		w->failed = 1;
-		return ad_err(err, "%s: chunk %d ends at %llu, header says %llu", w->path,
-		              w->nchunks - 1, (unsigned long long)w->pos,
-		              (unsigned long long)w->chunk_end);
+		return ad_err(err, "%s: chunk %d ends at %llu, header says %llu", w->path, w->nchunks - 1,
+		              (unsigned long long)w->pos, (unsigned long long)w->chunk_end);
 	}
 	w->chunk_end = 0;
 	return 0;
@@ -239,8 +237,7 @@ ane_blob_write_ffn(const char *path, const struct ane_wsrc *gate, const struct a
 {
 	struct ane_blob_writer w;
 	if (gate->n != up->n || gate->n != down->n)
-		return ad_err(err, "%s: ffn parts differ in size (%zu, %zu, %zu)", path, gate->n,
-		              up->n, down->n);
+		return ad_err(err, "%s: ffn parts differ in size (%zu, %zu, %zu)", path, gate->n, up->n, down->n);
 	if (ane_blob_open(&w, path, err) < 0)
 		return -1;
 	if (ane_blob_add(&w, gate, NULL, err) < 0 || ane_blob_add(&w, up, NULL, err) < 0 ||
@@ -257,33 +254,31 @@ ane_blob_scan(const uint8_t *img, size_t len, struct ane_blob_chunk *out, int ma
 	if (len < ANE_BLOB_HEADER)
 		return ad_err(err, "blob truncated: %zu bytes, the file header alone is 64", len);
 	if (img[0] != 0x01 || img[4] != 0x02)
-		return ad_err(err, "blob file header: bytes 0/4 are %02x/%02x, expected 01/02", img[0],
-		              img[4]);
+		return ad_err(err, "blob file header: bytes 0/4 are %02x/%02x, expected 01/02", img[0], img[4]);
 	uint64_t pos = ANE_BLOB_HEADER;
 	int n = 0;
 	while (pos < len) {
 		if (len - pos < ANE_BLOB_CHUNK_HEADER)
-			return ad_err(err, "blob truncated: chunk %d header at %llu needs 64 bytes, %llu left",
-			              n, (unsigned long long)pos, (unsigned long long)(len - pos));
+			return ad_err(err, "blob truncated: chunk %d header at %llu needs 64 bytes, %llu left", n,
+			              (unsigned long long)pos, (unsigned long long)(len - pos));
 		const uint8_t *h = img + pos;
 		if (get_u32(h) != ANE_BLOB_MAGIC)
 			return ad_err(err, "blob chunk %d at %llu: magic %08x, expected deadbeef", n,
 			              (unsigned long long)pos, get_u32(h));
 		if (h[4] != ANE_BLOB_DT_FP16 && h[4] != ANE_BLOB_DT_INT8)
-			return ad_err(err, "blob chunk %d at %llu: element type %u, expected 1 (fp16) or 4 (int8)",
-			              n, (unsigned long long)pos, h[4]);
+			return ad_err(err, "blob chunk %d at %llu: element type %u, expected 1 (fp16) or 4 (int8)", n,
+			              (unsigned long long)pos, h[4]);
 		uint64_t bytes = get_u32(h + 8), data = get_u32(h + 16);
 		if (data != pos + ANE_BLOB_CHUNK_HEADER)
-			return ad_err(err,
-			              "blob chunk %d at %llu: data offset %llu, expected %llu (header + 64)",
-			              n, (unsigned long long)pos, (unsigned long long)data,
+			return ad_err(err, "blob chunk %d at %llu: data offset %llu, expected %llu (header + 64)", n,
+			              (unsigned long long)pos, (unsigned long long)data,
 			              (unsigned long long)(pos + ANE_BLOB_CHUNK_HEADER));
 		if (bytes == 0 || (h[4] == ANE_BLOB_DT_FP16 && bytes % 2))
 			return ad_err(err, "blob chunk %d at %llu: payload of %llu bytes is not fp16", n,
 			              (unsigned long long)pos, (unsigned long long)bytes);
 		if (bytes > len - data)
-			return ad_err(err, "blob truncated: chunk %d at %llu needs %llu payload bytes, %llu left",
-			              n, (unsigned long long)pos, (unsigned long long)bytes,
+			return ad_err(err, "blob truncated: chunk %d at %llu needs %llu payload bytes, %llu left", n,
+			              (unsigned long long)pos, (unsigned long long)bytes,
 			              (unsigned long long)(len - data));
 		if (out && n < max)
 			out[n] = (struct ane_blob_chunk){.header = pos, .data = data, .bytes = bytes, .dtype = h[4]};

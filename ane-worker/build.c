@@ -284,9 +284,8 @@ qput_rows(void *ctx, const struct ane_wsrc *ws, size_t k, size_t n, char *err)
 // one int8 matrix from parts [j0, j1) (rows stacked): the int8 chunk, then
 // the fp16 scale chunk; with w NULL only the error is summed into qerr
 static int
-put_i8_matrix(const struct model *m, float *scratch, struct ane_blob_writer *w, const struct ane_part *parts,
-              int j0, int j1,
-              struct ane_qerr *qerr, char *err)
+put_i8_matrix(const struct model *m, float *scratch, struct ane_blob_writer *w, const struct ane_part *parts, int j0,
+              int j1, struct ane_qerr *qerr, char *err)
 {
 	size_t rows = 0, n = (size_t)parts[j0].t->ne[0];
 	for (int j = j0; j < j1; j++)
@@ -573,8 +572,7 @@ ane_start_describe(const struct ane_start *st, char *buf, size_t cap)
 	         "cache write %.1f ms (beside them; waited for %.1f ms); total %.1f ms%s%s",
 	         st->plan_us / 1e3, st->key_us / 1e3, ane_cache_state_name(st->cache), st->load_us / 1e3,
 	         st->blob_us / 1e3, st->compile_us / 1e3, st->store_us / 1e3, st->store_wait_us / 1e3,
-	         st->total_us / 1e3,
-	         st->cache_note[0] ? ": " : "", st->cache_note);
+	         st->total_us / 1e3, st->cache_note[0] ? ": " : "", st->cache_note);
 }
 
 void
@@ -593,8 +591,8 @@ ane_set_free(struct ane_set *s)
 
 // the cache key of a plan: see kcache.h
 static int
-set_key(struct kc_key *key, const struct ane_set *s, const struct model *m, const char *backend,
-        const char *options, char *err)
+set_key(struct kc_key *key, const struct ane_set *s, const struct model *m, const char *backend, const char *options,
+        char *err)
 {
 	char digest[256];
 	if (kc_model_digest(m, digest, sizeof digest, err))
@@ -805,8 +803,8 @@ drop_kernel_pages(const struct model *m, const struct ane_pk *pk)
 }
 
 int
-ane_set_build(struct ane_set *s, const struct model *m, const struct ane_plan_opts *po,
-              const struct ane_build_opts *bo, int progress, char *err)
+ane_set_build(struct ane_set *s, const struct model *m, const struct ane_plan_opts *po, const struct ane_build_opts *bo,
+              int progress, char *err)
 {
 	memset(s, 0, sizeof *s);
 	uint64_t t_start = now_us();

@@ -101,7 +101,8 @@ exp8(__m256 t)
 {
 	t = _mm256_min_ps(_mm256_set1_ps(EXP_HI), t);
 	t = _mm256_max_ps(_mm256_set1_ps(-EXP_HI), t);
-	__m256 n = _mm256_round_ps(_mm256_mul_ps(t, _mm256_set1_ps(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m256 n =
+		_mm256_round_ps(_mm256_mul_ps(t, _mm256_set1_ps(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 	__m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), t);
 	r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r);
 	__m256 p = _mm256_fmadd_ps(_mm256_set1_ps(P0), r, _mm256_set1_ps(P1));
@@ -155,7 +156,8 @@ exp16(__m512 t)
 {
 	t = _mm512_min_ps(_mm512_set1_ps(EXP_HI), t);
 	t = _mm512_max_ps(_mm512_set1_ps(-EXP_HI), t);
-	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(t, _mm512_set1_ps(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(t, _mm512_set1_ps(LOG2E)),
+	                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 	__m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_HI), t);
 	r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_LO), r);
 	__m512 p = _mm512_fmadd_ps(_mm512_set1_ps(P0), r, _mm512_set1_ps(P1));

@@ -39,8 +39,8 @@
 #include "fp16.h"
 
 #define PANEL 16
-#define QUAD 4               // panels interleaved
-#define QROW (QUAD * PANEL)  // bytes of a quad's step: one line
+#define QUAD 4              // panels interleaved
+#define QROW (QUAD * PANEL) // bytes of a quad's step: one line
 
 size_t
 emu_i8_panel_bytes(size_t cout, size_t cin)
@@ -76,8 +76,8 @@ round16(float v)
 }
 
 void
-emu_conv_i8_ref(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x,
-                size_t ncols, float *y, size_t p0, size_t p1)
+emu_conv_i8_ref(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
+                float *y, size_t p0, size_t p1)
 {
 	for (size_t p = p0; p < p1; p++) {
 		for (size_t j = 0; j < ncols; j++) {
@@ -116,8 +116,8 @@ emu_i8_isa(void)
 #define T2 __attribute__((target("avx2,fma,f16c")))
 
 T2 static inline __attribute__((always_inline)) void
-tile2(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left,
-      const float *sc, const int mp, const int nc)
+tile2(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left, const float *sc, const int mp,
+      const int nc)
 {
 	__m256 acc[12];
 #pragma GCC unroll 12
@@ -164,14 +164,13 @@ tile2(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t
 	}
 }
 
-typedef void tile_fn(const int8_t *w, size_t cin, const float *x, float *y, size_t cout,
-                     size_t left, const float *sc);
+typedef void tile_fn(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left, const float *sc);
 
-#define TILE2(MP, NC)                                                                         \
-	T2 static void t2_##MP##x##NC(const int8_t *w, size_t cin, const float *x, float *y,      \
-	                              size_t cout, size_t left, const float *sc)                 \
-	{                                                                                         \
-		tile2(w, cin, x, y, cout, left, sc, MP, NC);                                         \
+#define TILE2(MP, NC)                                                                                                  \
+	T2 static void t2_##MP##x##NC(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left, \
+	                              const float *sc)                                                                 \
+	{                                                                                                              \
+		tile2(w, cin, x, y, cout, left, sc, MP, NC);                                                           \
 	}
 TILE2(1, 1)
 TILE2(1, 2)
@@ -195,8 +194,8 @@ static tile_fn *const tiles2[5][4] = {
 #define T5 __attribute__((target("avx512f,avx2,fma,f16c")))
 
 T5 static inline __attribute__((always_inline)) void
-tile5(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left,
-      const float *sc, const int mp, const int nc)
+tile5(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left, const float *sc, const int mp,
+      const int nc)
 {
 	__m512 acc[24];
 #pragma GCC unroll 24
@@ -232,11 +231,11 @@ tile5(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t
 	}
 }
 
-#define TILE5(MP, NC)                                                                         \
-	T5 static void t5_##MP##x##NC(const int8_t *w, size_t cin, const float *x, float *y,      \
-	                              size_t cout, size_t left, const float *sc)                 \
-	{                                                                                         \
-		tile5(w, cin, x, y, cout, left, sc, MP, NC);                                         \
+#define TILE5(MP, NC)                                                                                                  \
+	T5 static void t5_##MP##x##NC(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left, \
+	                              const float *sc)                                                                 \
+	{                                                                                                              \
+		tile5(w, cin, x, y, cout, left, sc, MP, NC);                                                           \
 	}
 #define TILE5_ROW(MP) TILE5(MP, 1) TILE5(MP, 2) TILE5(MP, 3) TILE5(MP, 4) TILE5(MP, 5) TILE5(MP, 6)
 TILE5_ROW(1)
@@ -244,7 +243,10 @@ TILE5_ROW(2)
 TILE5_ROW(3)
 TILE5_ROW(4)
 
-#define T5_ROW(MP) {NULL, t5_##MP##x1, t5_##MP##x2, t5_##MP##x3, t5_##MP##x4, t5_##MP##x5, t5_##MP##x6}
+#define T5_ROW(MP)                                                                                                     \
+	{                                                                                                              \
+		NULL, t5_##MP##x1, t5_##MP##x2, t5_##MP##x3, t5_##MP##x4, t5_##MP##x5, t5_##MP##x6                     \
+	}
 static tile_fn *const tiles5[5][7] = {[1] = T5_ROW(1), [2] = T5_ROW(2), [3] = T5_ROW(3), [4] = T5_ROW(4)};
 
 // the blocking both SIMD kernels share; maxc columns per block, tile mp
@@ -252,9 +254,8 @@ static tile_fn *const tiles5[5][7] = {[1] = T5_ROW(1), [2] = T5_ROW(2), [3] = T5
 // conv_simd loop (the fp16 panels' blocking): the same column blocks and
 // panel groups, each the hot loop of its weight type with its own tiles.
 static void
-conv_blocked(tile_fn *const *tab, size_t tabw, const int *mp_for, size_t maxc, const int8_t *panels,
-             const float *scale, size_t cout, size_t cin, const float *x, size_t ncols, float *y,
-             size_t p0, size_t p1)
+conv_blocked(tile_fn *const *tab, size_t tabw, const int *mp_for, size_t maxc, const int8_t *panels, const float *scale,
+             size_t cout, size_t cin, const float *x, size_t ncols, float *y, size_t p0, size_t p1)
 {
 	size_t nb = (ncols + maxc - 1) / maxc;
 	size_t base = ncols / nb, extra = ncols % nb;
@@ -270,8 +271,8 @@ conv_blocked(tile_fn *const *tab, size_t tabw, const int *mp_for, size_t maxc, c
 				m = pe - q < mp ? pe - q : mp;
 				if (m > QUAD - q % QUAD)
 					m = QUAD - q % QUAD;
-				tab[m * tabw + nc](step_at(panels, cin, q, 0), cin, x + j * cin, y + j * cout + q * PANEL,
-				                   cout, cout - q * PANEL, scale + q * PANEL);
+				tab[m * tabw + nc](step_at(panels, cin, q, 0), cin, x + j * cin,
+				                   y + j * cout + q * PANEL, cout, cout - q * PANEL, scale + q * PANEL);
 			}
 			j += nc;
 		}
@@ -279,16 +280,16 @@ conv_blocked(tile_fn *const *tab, size_t tabw, const int *mp_for, size_t maxc, c
 }
 
 void
-emu_conv_i8_avx2(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x,
-                 size_t ncols, float *y, size_t p0, size_t p1)
+emu_conv_i8_avx2(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
+                 float *y, size_t p0, size_t p1)
 {
 	static const int mp_for[4] = {0, 4, 2, 2}; // dividing the quad
 	conv_blocked(&tiles2[0][0], 4, mp_for, 3, panels, scale, cout, cin, x, ncols, y, p0, p1);
 }
 
 void
-emu_conv_i8_avx512(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x,
-                   size_t ncols, float *y, size_t p0, size_t p1)
+emu_conv_i8_avx512(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
+                   float *y, size_t p0, size_t p1)
 {
 	static const int mp_for[7] = {0, 4, 4, 4, 4, 4, 4};
 	conv_blocked(&tiles5[0][0], 7, mp_for, 6, panels, scale, cout, cin, x, ncols, y, p0, p1);
@@ -301,23 +302,23 @@ emu_i8_isa(void)
 }
 
 void
-emu_conv_i8_avx2(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x,
-                 size_t ncols, float *y, size_t p0, size_t p1)
+emu_conv_i8_avx2(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
+                 float *y, size_t p0, size_t p1)
 {
 	emu_conv_i8_ref(panels, scale, cout, cin, x, ncols, y, p0, p1);
 }
 
 void
-emu_conv_i8_avx512(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x,
-                   size_t ncols, float *y, size_t p0, size_t p1)
+emu_conv_i8_avx512(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
+                   float *y, size_t p0, size_t p1)
 {
 	emu_conv_i8_ref(panels, scale, cout, cin, x, ncols, y, p0, p1);
 }
 #endif
 
 void
-emu_conv_i8_fast(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x,
-                 size_t ncols, float *y, size_t p0, size_t p1)
+emu_conv_i8_fast(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
+                 float *y, size_t p0, size_t p1)
 {
 	switch (emu_i8_isa()) {
 	case 2:

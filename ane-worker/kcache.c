@@ -270,8 +270,8 @@ kc_model_digest(const struct model *m, char *out, size_t cap, char *err)
 		kc_model_drop(m, d + t->nbytes - s, s);
 	}
 	int n = snprintf(out, cap, "size %lld mtime %lld.%09ld header %016llx data %016llx files %016llx",
-	                 (long long)st.st_size, (long long)MTIM(st).tv_sec, MTIM(st).tv_nsec,
-	                 (unsigned long long)hh, (unsigned long long)hd, (unsigned long long)hs);
+	                 (long long)st.st_size, (long long)MTIM(st).tv_sec, MTIM(st).tv_nsec, (unsigned long long)hh,
+	                 (unsigned long long)hd, (unsigned long long)hs);
 	if (n < 0 || (size_t)n >= cap)
 		return ad_err(err, "model digest: buffer too small");
 	return 0;
@@ -400,7 +400,7 @@ read_table(int fd, struct header *h, uint8_t **table, char *err)
 	if (h->nkernels > MAX_KERNELS || h->nconsts > MAX_CONSTS || h->table_off < KC_ALIGN ||
 	    h->table_off > h->file_bytes || h->table_bytes != h->file_bytes - h->table_off ||
 	    h->table_bytes != (uint64_t)h->key_bytes + (uint64_t)h->nkernels * sizeof(struct rec_kernel) +
-	                          (uint64_t)h->nconsts * sizeof(struct rec_const))
+	                              (uint64_t)h->nconsts * sizeof(struct rec_const))
 		return ad_err(err, "inconsistent sizes in the header");
 	*table = malloc(h->table_bytes ? (size_t)h->table_bytes : 1);
 	if (!*table)
@@ -437,8 +437,8 @@ entry_path(char *buf, size_t cap, const char *dir, const char *name)
 }
 
 int
-kc_load(const char *dir, const struct kc_key *key, int nkernels, const struct kc_opts *o,
-        struct kc_entry **out, char *err)
+kc_load(const char *dir, const struct kc_key *key, int nkernels, const struct kc_opts *o, struct kc_entry **out,
+        char *err)
 {
 	*out = NULL;
 	char path[4200];
@@ -496,8 +496,8 @@ kc_load(const char *dir, const struct kc_key *key, int nkernels, const struct kc
 			ad_err(err, "buffer %u (kernel %u): checksum mismatch", i, rc[i].kernel);
 			goto bad;
 		}
-		e->c[i] = (struct emu_const){.weight = rc[i].weight, .kind = (int)rc[i].kind,
-		                             .bytes = (size_t)rc[i].bytes, .data = d};
+		e->c[i] = (struct emu_const){
+			.weight = rc[i].weight, .kind = (int)rc[i].kind, .bytes = (size_t)rc[i].bytes, .data = d};
 	}
 	for (int i = 0; i < nkernels; i++) {
 		e->k[i].mil_hash = rk[i].mil_hash;
@@ -677,10 +677,13 @@ kc_writer_add(struct kc_writer *w, int kernel, uint64_t mil_hash, const struct e
 		if (c[i].bytes)
 			sync_file_range(w->fd, (off_t)w->pos, (off_t)c[i].bytes, SYNC_FILE_RANGE_WRITE);
 #endif
-		w->rc[w->nconsts++] = (struct rec_const){
-			.kernel = (uint32_t)kernel, .weight = c[i].weight, .kind = (uint32_t)c[i].kind,
-			.off = w->pos, .bytes = c[i].bytes, .sample_sum = sample_sum(d, c[i].bytes),
-			.full_sum = kc_hash(d, c[i].bytes, 3)};
+		w->rc[w->nconsts++] = (struct rec_const){.kernel = (uint32_t)kernel,
+		                                         .weight = c[i].weight,
+		                                         .kind = (uint32_t)c[i].kind,
+		                                         .off = w->pos,
+		                                         .bytes = c[i].bytes,
+		                                         .sample_sum = sample_sum(d, c[i].bytes),
+		                                         .full_sum = kc_hash(d, c[i].bytes, 3)};
 		w->pos += (c[i].bytes + KC_ALIGN - 1) / KC_ALIGN * KC_ALIGN;
 	}
 	w->have[kernel] = 1;

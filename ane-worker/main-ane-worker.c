@@ -95,7 +95,7 @@ struct dpc {
 	volatile int stop;
 	atomic_int done;
 	struct ad_surface map[DP_MAX_SURF]; // by table index, mapped on first use (under worker.mu)
-	float *scratch; // DP_RESNORM steps' gathered y and xn (under worker.mu)
+	float *scratch;                     // DP_RESNORM steps' gathered y and xn (under worker.mu)
 	size_t scratch_cap;
 	// the idle prefetch (this thread only): per kernel, the first kernel of
 	// the call that came after a call ending with it, and the kernel after
@@ -113,12 +113,12 @@ struct worker {
 	const char *backend;
 	struct ane_kernel probes[MAX_PROBES];
 	int nprobes;
-	struct kstat *kstats;      // set.plan.n + MAX_PROBES
+	struct kstat *kstats; // set.plan.n + MAX_PROBES
 	struct wsurf surf[MAX_SURFACES];
 	int nsurf;
-	pthread_mutex_t mu; // kernels, surfaces, stats
+	pthread_mutex_t mu;       // kernels, surfaces, stats
 	struct ad_rpc_server rpc; // the message dispatch (proto/rpc.h); data-plane calls count as its requests
-	int delay_us; // --debug-delay-ms, or ANEDVD_DEBUG_DELAY_US
+	int delay_us;             // --debug-delay-ms, or ANEDVD_DEBUG_DELAY_US
 	uint64_t model_us;
 	char phases[1024];
 	pthread_mutex_t dpmu; // dps
@@ -273,9 +273,10 @@ do_compile_reply(struct worker *w, struct reply *rp)
 	// the ane backend copies into surfaces of its own (backend-ane.h)
 	c->surfaces_shared = strcmp(w->backend, "ane") != 0;
 	const struct ane_start *st = &w->set.start;
-	static const char *const names[] = {"model", "plan", "key", "cache_load", "blobs", "compile", "cache_write",
-	                                    "cache_write_wait", "total"};
-	const uint64_t us[] = {w->model_us, st->plan_us, st->key_us, st->load_us, st->blob_us, st->compile_us,
+	static const char *const names[] = {
+		"model", "plan", "key", "cache_load", "blobs", "compile", "cache_write", "cache_write_wait", "total"};
+	const uint64_t us[] = {w->model_us,  st->plan_us,       st->key_us,
+	                       st->load_us,  st->blob_us,       st->compile_us,
 	                       st->store_us, st->store_wait_us, w->model_us + st->total_us};
 	for (int i = 0; i < 9; i++) {
 		anedvd__start_phase__init(&rp->phase[i]);
@@ -407,8 +408,8 @@ do_call(struct worker *w, const Anedvd__KernelCall *q, struct reply *rp)
 
 // the mapping of a step's surface: by table index (mapped once) or by id
 static struct ad_surface *
-dp_surf(struct dpc *d, uint16_t idx, const char *id, int channels, int width, const char *keep,
-        Anedvd__ErrorCode *code, char *msg)
+dp_surf(struct dpc *d, uint16_t idx, const char *id, int channels, int width, const char *keep, Anedvd__ErrorCode *code,
+        char *msg)
 {
 	if (idx == DP_BY_NAME)
 		return get_surface(d->w, id, channels, width, keep, code, msg);
@@ -532,7 +533,8 @@ dp_resnorm(struct dpc *d, const struct dp_step *st, uint64_t *exec_ns, char *msg
 		struct rn_job j = {&r, ys, xs, arena + q->x_in, arena + q->x_out, d->scratch, (int)n, nt, 0};
 		emu_parallel(emu, rn_task, &j, (size_t)nt);
 		if (j.bad)
-			return snprintf(msg, AD_ERRLEN, "resnorm: a surface is too small"), ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
+			return snprintf(msg, AD_ERRLEN, "resnorm: a surface is too small"),
+			       ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
 	} else if (ane_resnorm_planar(&r, (int)n, ys, arena + q->x_in, arena + q->x_out, xs, d->scratch, msg)) {
 		return ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
 	}
@@ -656,9 +658,11 @@ dp_handle(void *arg, const struct dp_request *rq, struct dp_reply *rep)
 			snprintf(msg, sizeof msg, "call: kernel %u: input and output are the same surface", st->kernel);
 			break;
 		}
-		const char *kin = st->in == DP_BY_NAME ? st->in_id : "", *kout = st->out == DP_BY_NAME ? st->out_id : "";
+		const char *kin = st->in == DP_BY_NAME ? st->in_id : "",
+			   *kout = st->out == DP_BY_NAME ? st->out_id : "";
 		struct ad_surface *in = dp_surf(d, st->in, st->in_id, k->in_ch, k->width, kout, &code, msg);
-		struct ad_surface *out = in ? dp_surf(d, st->out, st->out_id, k->out_ch, k->width, kin, &code, msg) : NULL;
+		struct ad_surface *out =
+			in ? dp_surf(d, st->out, st->out_id, k->out_ch, k->width, kin, &code, msg) : NULL;
 		if (out && st->in == DP_BY_NAME) // get_surface may have moved the entries
 			in = dp_surf(d, st->in, st->in_id, k->in_ch, k->width, kout, &code, msg);
 		if (!in || !out) {
@@ -683,8 +687,7 @@ static void *
 dp_thread(void *arg)
 {
 	struct dpc *d = arg;
-	static const char *why[] = {"stopping", "closed by the client", "the client is gone",
-	                            "attached again"};
+	static const char *why[] = {"stopping", "closed by the client", "the client is gone", "attached again"};
 	int rc = dp_serve(d->ch, d->gen, dp_handle, d, &d->stop, 100);
 	ad_log(d->w->log_level, "data plane %s (generation %u): %s", d->id, d->gen, rc >= 0 && rc <= 3 ? why[rc] : "?");
 	pthread_mutex_lock(&d->w->mu);
@@ -868,8 +871,11 @@ handle(void *arg, struct ad_rpc_req *q)
 		do_stats(w, rp);
 		pthread_mutex_unlock(&w->mu);
 		break;
-	case ANEDVD__ANE_REQUEST__BODY_ATTACH: do_attach(w, (const Anedvd__AttachRequest *)q->body, rp); break;
-	default: fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "request without a body");
+	case ANEDVD__ANE_REQUEST__BODY_ATTACH:
+		do_attach(w, (const Anedvd__AttachRequest *)q->body, rp);
+		break;
+	default:
+		fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "request without a body");
 	}
 }
 
@@ -934,12 +940,15 @@ ane_service_start(const struct model *m, const struct ane_service_opts *o, char 
 	// which the key hashes); the options text names it for the listing
 	char copts[32];
 	snprintf(copts, sizeof copts, "weights=%s", ane_wfmt_name(wf));
-	struct ane_build_opts bo = {.backend = backend, .threads = threads, .cache_dir = o->cache_dir ? o->cache_dir : "",
-	                            .cache_max_bytes = (uint64_t)o->cache_mb << 20, .options = copts,
+	struct ane_build_opts bo = {.backend = backend,
+	                            .threads = threads,
+	                            .cache_dir = o->cache_dir ? o->cache_dir : "",
+	                            .cache_max_bytes = (uint64_t)o->cache_mb << 20,
+	                            .options = copts,
 	                            .cache_background = 1};
 	enum ad_log_level lv = w->log_level = o->quiet ? AD_LOG_DEBUG : AD_LOG_INFO;
 	ad_log(lv, "compiling %s for %s, %d columns, %s weights%s", m->name, backend, chunk, ane_wfmt_name(wf),
-	        o->split ? ", split FFN" : "");
+	       o->split ? ", split FFN" : "");
 	if (ane_set_build(&w->set, m, &po, &bo, !o->quiet, err))
 		goto fail;
 	w->kstats = calloc((size_t)w->set.plan.n + MAX_PROBES, sizeof *w->kstats);
@@ -948,7 +957,7 @@ ane_service_start(const struct model *m, const struct ane_service_opts *o, char 
 		goto fail;
 	}
 	ad_log(lv, "%d kernels, %u compiles in %llu ms", w->set.plan.n, ane_builder_compiles(w->set.b),
-	        (unsigned long long)w->set.compile_ms);
+	       (unsigned long long)w->set.compile_ms);
 	w->model_us = o->model_us;
 	ane_start_describe(&w->set.start, w->phases, sizeof w->phases);
 	ad_log(lv, "start: model %.1f ms, %s", o->model_us / 1e3, w->phases);
@@ -992,20 +1001,22 @@ ane_service_stop(struct ane_service *sv)
 static void
 usage(FILE *out)
 {
-	fprintf(out, "usage: anedvd-ane-worker --model M --listen URL [--backend emu] [--chunk 64] [--split] [--threads N]\n"
-	             "                         [--weights fp16|int8] [--cache-dir D | --no-cache] [--cache-max-mb N]\n"
-	             "  --model M     a .gguf file or an HF directory\n"
-	             "  --listen URL  ipc:///path/to/socket or tcp://127.0.0.1:PORT\n"
-	             "  --backend B   emu (everywhere) or ane (macOS)\n"
-	             "  --chunk N     columns every kernel is compiled for (default 64)\n"
-	             "  --split       FFN as gate_up + down kernels (activation on the CPU)\n"
-	             "  --threads N   emu threads (default 2)\n"
-	             "  --weights W   fp16 or int8 (per-row int8, fp16 scales); default int8 on emu for a\n"
-	             "                model stored in 8 bits or fewer, else fp16; fp16 on ane\n"
-	             "  --cache-dir D the compiled-kernel cache (default $ANEDVD_CACHE_DIR, $XDG_CACHE_HOME/anedvd\n"
-	             "                or ~/.cache/anedvd)\n"
-	             "  --no-cache    compile every kernel, store nothing\n"
-	             "  --cache-max-mb N  bound of the cache directory (default %d)\n", KC_DEFAULT_MAX_MB);
+	fprintf(out,
+	        "usage: anedvd-ane-worker --model M --listen URL [--backend emu] [--chunk 64] [--split] [--threads N]\n"
+	        "                         [--weights fp16|int8] [--cache-dir D | --no-cache] [--cache-max-mb N]\n"
+	        "  --model M     a .gguf file or an HF directory\n"
+	        "  --listen URL  ipc:///path/to/socket or tcp://127.0.0.1:PORT\n"
+	        "  --backend B   emu (everywhere) or ane (macOS)\n"
+	        "  --chunk N     columns every kernel is compiled for (default 64)\n"
+	        "  --split       FFN as gate_up + down kernels (activation on the CPU)\n"
+	        "  --threads N   emu threads (default 2)\n"
+	        "  --weights W   fp16 or int8 (per-row int8, fp16 scales); default int8 on emu for a\n"
+	        "                model stored in 8 bits or fewer, else fp16; fp16 on ane\n"
+	        "  --cache-dir D the compiled-kernel cache (default $ANEDVD_CACHE_DIR, $XDG_CACHE_HOME/anedvd\n"
+	        "                or ~/.cache/anedvd)\n"
+	        "  --no-cache    compile every kernel, store nothing\n"
+	        "  --cache-max-mb N  bound of the cache directory (default %d)\n",
+	        KC_DEFAULT_MAX_MB);
 }
 
 static int
@@ -1074,7 +1085,8 @@ main(int argc, char **argv)
 			cache_dir = v;
 		} else if (strcmp(a, "--cache-max-mb") == 0) {
 			if (num(v, 1, 1 << 30, &cache_mb)) {
-				fprintf(stderr, "anedvd-ane-worker: --cache-max-mb takes 1..%d, not '%s'\n", 1 << 30, v);
+				fprintf(stderr, "anedvd-ane-worker: --cache-max-mb takes 1..%d, not '%s'\n", 1 << 30,
+				        v);
 				return 2;
 			}
 		} else if (strcmp(a, "--debug-delay-ms") == 0) {
@@ -1122,9 +1134,15 @@ main(int argc, char **argv)
 		ad_error("%s", err);
 		return 1;
 	}
-	struct ane_service_opts so = {.url = url, .backend = backend, .chunk = chunk, .split = split,
-	                              .threads = threads, .weights = weights, .cache_mb = cache_mb,
-	                              .delay_us = delay * 1000, .model_us = (ad_now_ns() - t_model) / 1000};
+	struct ane_service_opts so = {.url = url,
+	                              .backend = backend,
+	                              .chunk = chunk,
+	                              .split = split,
+	                              .threads = threads,
+	                              .weights = weights,
+	                              .cache_mb = cache_mb,
+	                              .delay_us = delay * 1000,
+	                              .model_us = (ad_now_ns() - t_model) / 1000};
 	const char *dus = getenv("ANEDVD_DEBUG_DELAY_US");
 	int env_delay = 0;
 	if (!delay && dus && num(dus, 0, 600000000, &env_delay) == 0)

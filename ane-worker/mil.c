@@ -8,10 +8,9 @@
 #include "blob.h"
 #include "err.h"
 
-const char ane_mil_build_info[] =
-	"[buildInfo = dict<string, string>({{\"coremlc-component-MIL\", \"3510.2.1\"}, "
-	"{\"coremlc-version\", \"3505.4.1\"}, {\"coremltools-component-milinternal\", \"\"}, "
-	"{\"coremltools-version\", \"9.0\"}})]";
+const char ane_mil_build_info[] = "[buildInfo = dict<string, string>({{\"coremlc-component-MIL\", \"3510.2.1\"}, "
+				  "{\"coremlc-version\", \"3505.4.1\"}, {\"coremltools-component-milinternal\", \"\"}, "
+				  "{\"coremltools-version\", \"9.0\"}})]";
 
 // conv parameters must be named consts, never inline literals
 static const char mil_consts[] =
@@ -71,8 +70,7 @@ check_name(struct ane_mil *m, const char *s)
 {
 	int ok = s && (s[0] == '_' || (s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z'));
 	for (const char *p = s; ok && *p; p++)
-		ok = *p == '_' || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-		     (*p >= '0' && *p <= '9');
+		ok = *p == '_' || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9');
 	if (!ok)
 		fail(m, "bad MIL name '%s'", s ? s : "(null)");
 	return ok;
@@ -130,12 +128,11 @@ open_body(struct ane_mil *m)
 }
 
 void
-ane_mil_conv(struct ane_mil *m, const char *y, const char *x, int cout, int cin, int w,
-             uint64_t off)
+ane_mil_conv(struct ane_mil *m, const char *y, const char *x, int cout, int cin, int w, uint64_t off)
 {
 	open_body(m);
-	if (!check_name(m, y) || !check_name(m, x) || !check_dim(m, "cout", cout) ||
-	    !check_dim(m, "cin", cin) || !check_dim(m, "width", w))
+	if (!check_name(m, y) || !check_name(m, x) || !check_dim(m, "cout", cout) || !check_dim(m, "cin", cin) ||
+	    !check_dim(m, "width", w))
 		return;
 	int k = m->nweights++;
 	m->nblob++;
@@ -152,12 +149,12 @@ ane_mil_conv(struct ane_mil *m, const char *y, const char *x, int cout, int cin,
 }
 
 void
-ane_mil_conv_i8(struct ane_mil *m, const char *y, const char *x, int cout, int cin, int w,
-                uint64_t off_q, uint64_t off_s)
+ane_mil_conv_i8(struct ane_mil *m, const char *y, const char *x, int cout, int cin, int w, uint64_t off_q,
+                uint64_t off_s)
 {
 	open_body(m);
-	if (!check_name(m, y) || !check_name(m, x) || !check_dim(m, "cout", cout) ||
-	    !check_dim(m, "cin", cin) || !check_dim(m, "width", w))
+	if (!check_name(m, y) || !check_name(m, x) || !check_dim(m, "cout", cout) || !check_dim(m, "cin", cin) ||
+	    !check_dim(m, "width", w))
 		return;
 	int k = m->nweights++;
 	m->nblob += 2;
@@ -176,19 +173,18 @@ ane_mil_conv_i8(struct ane_mil *m, const char *y, const char *x, int cout, int c
 }
 
 static void
-binary(struct ane_mil *m, const char *op, const char *y, const char *a, const char *b, int c,
-       int w)
+binary(struct ane_mil *m, const char *op, const char *y, const char *a, const char *b, int c, int w)
 {
 	open_body(m);
-	if (!check_name(m, y) || !check_name(m, a) || (b && !check_name(m, b)) ||
-	    !check_dim(m, "channels", c) || !check_dim(m, "width", w))
+	if (!check_name(m, y) || !check_name(m, a) || (b && !check_name(m, b)) || !check_dim(m, "channels", c) ||
+	    !check_dim(m, "width", w))
 		return;
 	if (b)
-		emit(m, "        tensor<fp16, [1, %d, 1, %d]> %s = %s(x = %s, y = %s)[name = string(\"%s\")];\n",
-		     c, w, y, op, a, b, y);
+		emit(m, "        tensor<fp16, [1, %d, 1, %d]> %s = %s(x = %s, y = %s)[name = string(\"%s\")];\n", c, w,
+		     y, op, a, b, y);
 	else
-		emit(m, "        tensor<fp16, [1, %d, 1, %d]> %s = %s(x = %s)[name = string(\"%s\")];\n", c,
-		     w, y, op, a, y);
+		emit(m, "        tensor<fp16, [1, %d, 1, %d]> %s = %s(x = %s)[name = string(\"%s\")];\n", c, w, y, op,
+		     a, y);
 }
 
 void
@@ -217,8 +213,7 @@ ane_mil_finish(struct ane_mil *m, const char *const *outs, int nout, char *err)
 	if (nout < 1)
 		fail(m, "program has no outputs");
 	if (m->nblob > ANE_MIL_MAX_BLOBFILES)
-		fail(m, "%d BLOBFILE consts, the ANE accepts at most %d", m->nblob,
-		     ANE_MIL_MAX_BLOBFILES);
+		fail(m, "%d BLOBFILE consts, the ANE accepts at most %d", m->nblob, ANE_MIL_MAX_BLOBFILES);
 	emit(m, "    } -> (");
 	for (int i = 0; i < nout; i++)
 		if (check_name(m, outs[i]))
@@ -238,8 +233,8 @@ ane_mil_finish(struct ane_mil *m, const char *const *outs, int nout, char *err)
 // conv number k (0-based) of a kernel whose convs are all [cout_j][cin_j]:
 // its chunks are the k-th (fp16) or the 2k-th and 2k+1-th (int8) of off
 static void
-conv_w(struct ane_mil *m, enum ane_wfmt f, const char *y, const char *x, int cout, int cin, int w,
-       const uint64_t *off, int k)
+conv_w(struct ane_mil *m, enum ane_wfmt f, const char *y, const char *x, int cout, int cin, int w, const uint64_t *off,
+       int k)
 {
 	if (f == ANE_W_INT8)
 		ane_mil_conv_i8(m, y, x, cout, cin, w, off[2 * k], off[2 * k + 1]);

@@ -16,28 +16,28 @@ static const struct {
 	int (*fn)(int argc, char **argv);
 	const char *usage;
 } tools[] = {
-	{ "check", cmd_check,
-	  "check --model M [--split] [--chunk N] [--backend emu|ane] [--prompt T]\n"
-	  "        config, RoPE, every kernel of layer 0 and the LM head vs an fp32 matmul,\n"
-	  "        and sample predictions (top 5 after the prompt) against the reference" },
-	{ "layers", cmd_layers,
-	  "layers --model M --upto N [--prompt-ids 1,2,3] [--backend emu|ane]\n"
-	  "        top-5 next tokens after the first N layers, backend and reference" },
-	{ "kernels", cmd_kernels,
-	  "kernels --model M [--iters K] [--chunk N] [--cols N] [--backend emu|ane]\n"
-	  "        per-kernel time and achieved weight bandwidth (layer 0 + LM head)" },
-	{ "probe", cmd_probe,
-	  "probe [--size N] [--iters K] [--backend emu|ane]\n"
-	  "        one N x N projection vs the CPU: CORRECT or MISMATCH" },
-	{ "bench", cmd_bench,
-	  "bench [--iters K] [--backend emu|ane]\n"
-	  "        projection sweep 128 ... 4096: us/eval, GFLOP/s, GB/s" },
-	{ "width", cmd_width,
-	  "width [--size N] [--iters K] [--backend emu|ane]\n"
-	  "        projection cost vs activation width 1, 8, 32, 64, 128" },
-	{ "attnbench", cmd_attnbench,
-	  "attnbench [--ctx N] [--heads H] [--kv-heads G] [--head-dim D] [--iters K]\n"
-	  "        CPU attention over the fp16 KV cache: full, dot, softmax, AV" },
+	{"check", cmd_check,
+         "check --model M [--split] [--chunk N] [--backend emu|ane] [--prompt T]\n"
+         "        config, RoPE, every kernel of layer 0 and the LM head vs an fp32 matmul,\n"
+         "        and sample predictions (top 5 after the prompt) against the reference"},
+	{"layers", cmd_layers,
+         "layers --model M --upto N [--prompt-ids 1,2,3] [--backend emu|ane]\n"
+         "        top-5 next tokens after the first N layers, backend and reference"},
+	{"kernels", cmd_kernels,
+         "kernels --model M [--iters K] [--chunk N] [--cols N] [--backend emu|ane]\n"
+         "        per-kernel time and achieved weight bandwidth (layer 0 + LM head)"},
+	{"probe", cmd_probe,
+         "probe [--size N] [--iters K] [--backend emu|ane]\n"
+         "        one N x N projection vs the CPU: CORRECT or MISMATCH"},
+	{"bench", cmd_bench,
+         "bench [--iters K] [--backend emu|ane]\n"
+         "        projection sweep 128 ... 4096: us/eval, GFLOP/s, GB/s"},
+	{"width", cmd_width,
+         "width [--size N] [--iters K] [--backend emu|ane]\n"
+         "        projection cost vs activation width 1, 8, 32, 64, 128"},
+	{"attnbench", cmd_attnbench,
+         "attnbench [--ctx N] [--heads H] [--kv-heads G] [--head-dim D] [--iters K]\n"
+         "        CPU attention over the fp16 KV cache: full, dot, softmax, AV"},
 };
 
 static void
@@ -58,8 +58,7 @@ main(int argc, char **argv)
 {
 	ad_log_init("anedvd-dev");
 	cli_prog = "anedvd-dev"; // in the flag messages of common/cli.c
-	if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
-	    strcmp(argv[1], "help") == 0) {
+	if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
 		usage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
 	}

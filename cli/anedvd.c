@@ -20,36 +20,36 @@ struct command {
 };
 
 static const struct command commands[] = {
-	{ "run", cmd_run,
-	  "run [--model M] (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N] [--temp T] ... [--json] [--trace F]\n"
-	  "        generate text on the pipeline (tokenizer, cpu-worker, ane-worker processes), streamed" },
-	{ "chat", cmd_chat,
-	  "chat [--model M] [--system TEXT] [--max-seq N]\n"
-	  "        multi-turn chat in the terminal (/help, /reset, /temp, /topp, /rep, /exit)" },
-	{ "serve", cmd_serve,
-	  "serve [--model M] [--host 127.0.0.1] [--port 8080] [--name ID] [--system TEXT]\n"
-	  "        HTTP server: OpenAI and Anthropic APIs and the WebUI, workers supervised" },
-	{ "verify", cmd_verify,
-	  "verify [--model M] [--prompt TEXT | --prompt-ids 1,2,3]\n"
-	  "        whole prompt through the pipeline vs the fp32 reference: MATCH or MISMATCH" },
-	{ "selftest", cmd_selftest,
-	  "selftest [--split]\n"
-	  "        a tiny random llama through the pipeline vs the reference: PASS or FAIL" },
-	{ "cpu", cmd_cpu,
-	  "cpu --model M (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N] [--json] [--dump-logits FILE]\n"
-	  "        pure-CPU fp32 reference engine: greedy generation, top-5, timings" },
-	{ "route", cmd_route,
-	  "route --model M (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N] [--json]\n"
-	  "        MoE models: per-layer expert-use histogram from the fp32 reference engine" },
-	{ "info", cmd_info,
-	  "info [--model M]\n"
-	  "        version, backends in this build, and a model's architecture, shapes and memory" },
-	{ "cache", cmd_cache,
-	  "cache [--dir D] [--clear]\n"
-	  "        the compiled-kernel cache: entries, sizes, last use; --clear empties it" },
-	{ "tokenize", cmd_tokenize,
-	  "tokenize --model M (TEXT | --file F) [--ids] [--no-bos] [--parse-special] [--chat]\n"
-	  "        token ids and pieces of a text" },
+	{"run", cmd_run,
+         "run [--model M] (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N] [--temp T] ... [--json] [--trace F]\n"
+         "        generate text on the pipeline (tokenizer, cpu-worker, ane-worker processes), streamed"},
+	{"chat", cmd_chat,
+         "chat [--model M] [--system TEXT] [--max-seq N]\n"
+         "        multi-turn chat in the terminal (/help, /reset, /temp, /topp, /rep, /exit)"},
+	{"serve", cmd_serve,
+         "serve [--model M] [--host 127.0.0.1] [--port 8080] [--name ID] [--system TEXT]\n"
+         "        HTTP server: OpenAI and Anthropic APIs and the WebUI, workers supervised"},
+	{"verify", cmd_verify,
+         "verify [--model M] [--prompt TEXT | --prompt-ids 1,2,3]\n"
+         "        whole prompt through the pipeline vs the fp32 reference: MATCH or MISMATCH"},
+	{"selftest", cmd_selftest,
+         "selftest [--split]\n"
+         "        a tiny random llama through the pipeline vs the reference: PASS or FAIL"},
+	{"cpu", cmd_cpu,
+         "cpu --model M (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N] [--json] [--dump-logits FILE]\n"
+         "        pure-CPU fp32 reference engine: greedy generation, top-5, timings"},
+	{"route", cmd_route,
+         "route --model M (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N] [--json]\n"
+         "        MoE models: per-layer expert-use histogram from the fp32 reference engine"},
+	{"info", cmd_info,
+         "info [--model M]\n"
+         "        version, backends in this build, and a model's architecture, shapes and memory"},
+	{"cache", cmd_cache,
+         "cache [--dir D] [--clear]\n"
+         "        the compiled-kernel cache: entries, sizes, last use; --clear empties it"},
+	{"tokenize", cmd_tokenize,
+         "tokenize --model M (TEXT | --file F) [--ids] [--no-bos] [--parse-special] [--chat]\n"
+         "        token ids and pieces of a text"},
 };
 
 // where anedvd-dev is: beside anedvd (the build tree), else in
@@ -121,8 +121,7 @@ main(int argc, char **argv)
 		sup_set_trampoline(self);
 	}
 #endif
-	if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
-	    strcmp(argv[1], "help") == 0) {
+	if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
 		usage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
 	}
@@ -141,7 +140,8 @@ main(int argc, char **argv)
 		if (strcmp(argv[1], dev[i]) == 0) {
 			char where[4200];
 			dev_path(where, sizeof where);
-			fprintf(stderr, "anedvd: unknown command '%s': it is a developer tool, in anedvd-dev: run '%s %s'\n",
+			fprintf(stderr,
+			        "anedvd: unknown command '%s': it is a developer tool, in anedvd-dev: run '%s %s'\n",
 			        argv[1], where, argv[1]);
 			return 2;
 		}

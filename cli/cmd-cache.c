@@ -35,7 +35,8 @@ show(const struct kc_info *in, void *arg)
 		printf("%-22s %9.1f MB  %s  (temporary: a writer's, or one that died)\n", in->name,
 		       (double)in->bytes / 1e6, when);
 	else if (!in->valid)
-		printf("%-22s %9.1f MB  %s  (unusable: rebuilt on its next use)\n", in->name, (double)in->bytes / 1e6, when);
+		printf("%-22s %9.1f MB  %s  (unusable: rebuilt on its next use)\n", in->name, (double)in->bytes / 1e6,
+		       when);
 	else
 		printf("%-22s %9.1f MB  %s  %d kernels  %s  [%s]\n", in->name, (double)in->bytes / 1e6, when,
 		       in->nkernels, in->model, in->options);
@@ -63,7 +64,8 @@ cmd_cache(int argc, char **argv)
 	char d[4096], err[AD_ERRLEN];
 	if (!dir) {
 		if (kc_default_dir(d, sizeof d)) {
-			fprintf(stderr, "anedvd cache: no cache directory (set ANEDVD_CACHE_DIR or HOME, or give --dir)\n");
+			fprintf(stderr,
+			        "anedvd cache: no cache directory (set ANEDVD_CACHE_DIR or HOME, or give --dir)\n");
 			return 1;
 		}
 		dir = d;

@@ -44,17 +44,17 @@ double cli_rel_err(const float *x, const float *ref, size_t n, double *maxabs, i
 #define PIPE_KINDS 9
 
 struct pipe_opts {
-	const char *cmd;     // for messages
+	const char *cmd; // for messages
 	const char *model;
 	const char *backend; // NULL: the platform's default (emu off macOS, with a notice)
 	int chunk;           // 0: 64
 	int split;
-	int max_seq;         // 0: 2048
+	int max_seq;               // 0: 2048
 	enum model_rope rope;      // override for everything
 	enum model_rope pipe_rope; // override for the pipeline only (a deliberate fault)
 	int need_tok;
-	int threads;         // emu threads (0: 2)
-	int debug_delay_ms;  // ane-worker --debug-delay-ms (tests)
+	int threads;        // emu threads (0: 2)
+	int debug_delay_ms; // ane-worker --debug-delay-ms (tests)
 	int kv_f32;
 	const char *child_env; // "NAME=value" for the children (ANEDVD_TRACE)
 	int in_process;        // the decode loop in this process, not anedvd-cpu-worker
@@ -77,12 +77,12 @@ struct pipe {
 	struct tokc_vocab voc;
 	int have_voc;
 	struct kernel_backend *inner, *kb;
-	struct engine *e;       // in-process decode loop, or NULL
-	struct ad_client *eng;  // anedvd-cpu-worker, or NULL
+	struct engine *e;      // in-process decode loop, or NULL
+	struct ad_client *eng; // anedvd-cpu-worker, or NULL
 	char ane_url[600];
 	int n_vocab, max_seq;
 	char backend[16];
-	char weights[8]; // what the kernels hold: fp16, int8 (fp32 for exact)
+	char weights[8];          // what the kernels hold: fp16, int8 (fp32 for exact)
 	enum model_rope ref_rope; // the model's RoPE before a pipeline-only override
 	int timeout_ms;
 	uint64_t kind_ns[PIPE_KINDS], kind_calls[PIPE_KINDS], kind_total_ns[PIPE_KINDS];
@@ -114,25 +114,25 @@ const char *pipe_kind_name(int kind);
 int pipe_is_stop(const struct pipe *p, int32_t id);
 
 // the usual backend flags of the pipeline commands, for --help
-#define PIPE_HELP_BACKEND                                                                                   \
-	"  --backend B         emu (default off macOS: the ANE programs run on the CPU, in the\n"              \
-	"                      anedvd-ane-worker process) or exact (fp32 projections in this\n"               \
-	"                      process); ane needs macOS on Apple Silicon and is refused here\n"              \
-	"  --chunk N           columns every kernel is compiled for (default 64)\n"                             \
-	"  --split             split FFN (gate|up, activation on the CPU, down)\n"                              \
-	"  --threads N         emu threads (default 2)\n"                                                        \
-	"  --weights W         fp16 or int8 (per-row int8 with fp16 scales) in the kernels; default\n"      \
-	"                      int8 on emu for models stored in 8 bits or fewer (Q8_0, Q4/Q5, K-quants),\n" \
-	"                      fp16 for F16/BF16/F32 models and on the ane backend (int8 unconfirmed there)\n" \
-	"  --rope-hf           force neox RoPE pairing; --rope-adjacent: force adjacent pairs\n" \
-	"                      (these two imply --in-process: the cpu-worker takes the model's own)\n" \
-	"  --arch NAME         run a GGUF file as architecture NAME (one anedvd implements) whatever\n" \
-	"                      it says, with a warning; without it an unknown one is refused\n" \
-	"  --in-process        run the decode loop in this process instead of anedvd-cpu-worker\n" \
-	"                      (the trace then has every kernel call; no speculative decoding)\n" \
-	"  --cache-dir D       the compiled-kernel cache (default $ANEDVD_CACHE_DIR,\n" \
-	"                      $XDG_CACHE_HOME/anedvd or ~/.cache/anedvd; see 'anedvd cache')\n" \
-	"  --no-cache          compile every kernel at start, store nothing\n" \
+#define PIPE_HELP_BACKEND                                                                                              \
+	"  --backend B         emu (default off macOS: the ANE programs run on the CPU, in the\n"                      \
+	"                      anedvd-ane-worker process) or exact (fp32 projections in this\n"                        \
+	"                      process); ane needs macOS on Apple Silicon and is refused here\n"                       \
+	"  --chunk N           columns every kernel is compiled for (default 64)\n"                                    \
+	"  --split             split FFN (gate|up, activation on the CPU, down)\n"                                     \
+	"  --threads N         emu threads (default 2)\n"                                                              \
+	"  --weights W         fp16 or int8 (per-row int8 with fp16 scales) in the kernels; default\n"                 \
+	"                      int8 on emu for models stored in 8 bits or fewer (Q8_0, Q4/Q5, K-quants),\n"            \
+	"                      fp16 for F16/BF16/F32 models and on the ane backend (int8 unconfirmed there)\n"         \
+	"  --rope-hf           force neox RoPE pairing; --rope-adjacent: force adjacent pairs\n"                       \
+	"                      (these two imply --in-process: the cpu-worker takes the model's own)\n"                 \
+	"  --arch NAME         run a GGUF file as architecture NAME (one anedvd implements) whatever\n"                \
+	"                      it says, with a warning; without it an unknown one is refused\n"                        \
+	"  --in-process        run the decode loop in this process instead of anedvd-cpu-worker\n"                     \
+	"                      (the trace then has every kernel call; no speculative decoding)\n"                      \
+	"  --cache-dir D       the compiled-kernel cache (default $ANEDVD_CACHE_DIR,\n"                                \
+	"                      $XDG_CACHE_HOME/anedvd or ~/.cache/anedvd; see 'anedvd cache')\n"                       \
+	"  --no-cache          compile every kernel at start, store nothing\n"                                         \
 	"  --cache-max-mb N    bound of the cache directory, oldest entries evicted (default 4096)\n"
 
 // parse the flags in PIPE_HELP_BACKEND (and --model, --max-seq): 1 if
@@ -143,14 +143,14 @@ int pipe_flag(struct pipe_opts *o, int argc, char **argv, int *i);
 // as pipe_flag; o->spec must hold spec_defaults first. pipe_spec_check
 // checks them together (--ngram-min against --ngram-max): 0, or -1 with a
 // message printed
-#define PIPE_HELP_SPEC                                                                                      \
-	"  --no-spec           no speculative decoding (on by default: drafts of the next tokens\n"          \
-	"                      found in the text so far, checked in the decode step's own kernel\n"         \
-	"                      calls; the tokens are the same with or without)\n"                            \
-	"  --draft N           at most N draft tokens per step (default 8; 0: off)\n"                        \
-	"  --ngram-max N, --ngram-min N   the n-grams drafts are looked up by (default 8 down to 2)\n"       \
-	"  --draft-cost F      a column's cost as a share of a one-column decode call, which sets\n"         \
-	"                      how much of a draft is worth checking (default auto: measured on\n"            \
+#define PIPE_HELP_SPEC                                                                                                 \
+	"  --no-spec           no speculative decoding (on by default: drafts of the next tokens\n"                    \
+	"                      found in the text so far, checked in the decode step's own kernel\n"                    \
+	"                      calls; the tokens are the same with or without)\n"                                      \
+	"  --draft N           at most N draft tokens per step (default 8; 0: off)\n"                                  \
+	"  --ngram-max N, --ngram-min N   the n-grams drafts are looked up by (default 8 down to 2)\n"                 \
+	"  --draft-cost F      a column's cost as a share of a one-column decode call, which sets\n"                   \
+	"                      how much of a draft is worth checking (default auto: measured on\n"                     \
 	"                      the decode calls; 0: all of it)\n"
 int pipe_spec_flag(struct pipe_opts *o, int argc, char **argv, int *i);
 int pipe_spec_check(const struct pipe_opts *o);
@@ -158,8 +158,8 @@ int pipe_spec_check(const struct pipe_opts *o);
 // run, chat, serve and verify without --model: o->model becomes the model
 // the installation ships (sup_default_model), with a note on stderr; 0, or
 // -1 with a message when there is none
-#define PIPE_HELP_MODEL                                                                                      \
-	"  --model M           a .gguf file or a Hugging Face directory (default: the bundled\n"              \
+#define PIPE_HELP_MODEL                                                                                                \
+	"  --model M           a .gguf file or a Hugging Face directory (default: the bundled\n"                       \
 	"                      stories260K, a 260K-parameter toy model of children's stories)\n"
 int pipe_model_default(struct pipe_opts *o);
 // append the ane-worker's cache flags of o to argv at *n (buf: room for a number)

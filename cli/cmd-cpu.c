@@ -31,7 +31,7 @@
 #include "unicode.h"
 #endif
 
-int cmd_cpu(int argc, char **argv);  // cli/commands.h
+int cmd_cpu(int argc, char **argv); // cli/commands.h
 int cmd_info(int argc, char **argv);
 int cmd_route(int argc, char **argv);
 
@@ -83,23 +83,22 @@ cpu_usage(int full)
 		fprintf(stderr, "       anedvd cpu --help  lists the options\n");
 		return;
 	}
-	fprintf(stderr,
-	        "  greedy generation with the fp32 reference engine\n"
-	        "  --model M           a .gguf file or a Hugging Face directory\n"
-	        "  --prompt-ids LIST   comma-separated token ids (nothing is added)\n"
-	        "  --prompt TEXT       text, tokenized with the model's tokenizer (BOS per the model)\n"
-	        "  --chat              wrap --prompt in the model's chat template (a user turn and the\n"
-	        "                      assistant's opening), as run and chat do; --system TEXT adds one\n"
-	        "  --max-tokens N      tokens to generate (default 32)\n"
-	        "  --max-seq N         KV cache size in positions (default prompt + max-tokens)\n"
-	        "  --ignore-eos        do not stop at the end-of-sequence token\n"
-	        "  --json              print one JSON object instead of text\n"
-	        "  --verbose           print the top-5 candidates of every step\n"
-	        "  --dump-logits FILE  write float32 logits of every position of prompt + generated\n"
-	        "                      ids, teacher-forced: rows of n_vocab\n"
-	        "  --rope-hf           force neox RoPE pairing (i, i+n_rot/2)\n"
-	        "  --rope-adjacent     force norm RoPE pairing (2i, 2i+1)\n"
-	        "  --arch NAME         run a GGUF file as architecture NAME whatever it says\n");
+	fprintf(stderr, "  greedy generation with the fp32 reference engine\n"
+	                "  --model M           a .gguf file or a Hugging Face directory\n"
+	                "  --prompt-ids LIST   comma-separated token ids (nothing is added)\n"
+	                "  --prompt TEXT       text, tokenized with the model's tokenizer (BOS per the model)\n"
+	                "  --chat              wrap --prompt in the model's chat template (a user turn and the\n"
+	                "                      assistant's opening), as run and chat do; --system TEXT adds one\n"
+	                "  --max-tokens N      tokens to generate (default 32)\n"
+	                "  --max-seq N         KV cache size in positions (default prompt + max-tokens)\n"
+	                "  --ignore-eos        do not stop at the end-of-sequence token\n"
+	                "  --json              print one JSON object instead of text\n"
+	                "  --verbose           print the top-5 candidates of every step\n"
+	                "  --dump-logits FILE  write float32 logits of every position of prompt + generated\n"
+	                "                      ids, teacher-forced: rows of n_vocab\n"
+	                "  --rope-hf           force neox RoPE pairing (i, i+n_rot/2)\n"
+	                "  --rope-adjacent     force norm RoPE pairing (2i, 2i+1)\n"
+	                "  --arch NAME         run a GGUF file as architecture NAME whatever it says\n");
 }
 
 struct cpu_opts {
@@ -118,12 +117,12 @@ cpu_args(int argc, char **argv, struct cpu_opts *o)
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		int has_val = i + 1 < argc;
-#define VAL()                                                                          \
-	do {                                                                           \
-		if (!has_val) {                                                        \
-			fprintf(stderr, "anedvd cpu: %s needs a value\n", a);          \
-			return -1;                                                     \
-		}                                                                      \
+#define VAL()                                                                                                          \
+	do {                                                                                                           \
+		if (!has_val) {                                                                                        \
+			fprintf(stderr, "anedvd cpu: %s needs a value\n", a);                                          \
+			return -1;                                                                                     \
+		}                                                                                                      \
 	} while (0)
 		if (!strcmp(a, "--model")) {
 			VAL();
@@ -298,7 +297,7 @@ cmd_cpu(int argc, char **argv)
 		}
 		// a rendered template holds special tokens as text
 		int erc = chat ? tok_encode(tok, chat, strlen(chat), -1, 1, &ids, &n, err)
-		              : tok_encode(tok, o.prompt, strlen(o.prompt), -1, 0, &ids, &n, err);
+		               : tok_encode(tok, o.prompt, strlen(o.prompt), -1, 0, &ids, &n, err);
 		free(chat);
 		if (erc) {
 			fprintf(stderr, "anedvd cpu: tokenizing the prompt: %s\n", err);
@@ -525,15 +524,14 @@ route_usage(int full)
 		fprintf(stderr, "       anedvd route --help  lists the options\n");
 		return;
 	}
-	fprintf(stderr,
-	        "  per-layer expert-use histogram of a MoE model (qwen2moe, qwen3moe, lfm2moe), from the\n"
-	        "  fp32 reference engine: how many of the tokens fed each layer routed to each expert\n"
-	        "  --model M           a .gguf file or a Hugging Face directory\n"
-	        "  --prompt-ids LIST   comma-separated token ids (nothing is added)\n"
-	        "  --prompt TEXT       text, tokenized with the model's tokenizer (BOS per the model)\n"
-	        "  --max-tokens N      also generate N tokens greedily and count them (default 0)\n"
-	        "  --json              print one JSON object instead of the table\n"
-	        "  --arch NAME         run a GGUF file as architecture NAME whatever it says\n");
+	fprintf(stderr, "  per-layer expert-use histogram of a MoE model (qwen2moe, qwen3moe, lfm2moe), from the\n"
+	                "  fp32 reference engine: how many of the tokens fed each layer routed to each expert\n"
+	                "  --model M           a .gguf file or a Hugging Face directory\n"
+	                "  --prompt-ids LIST   comma-separated token ids (nothing is added)\n"
+	                "  --prompt TEXT       text, tokenized with the model's tokenizer (BOS per the model)\n"
+	                "  --max-tokens N      also generate N tokens greedily and count them (default 0)\n"
+	                "  --json              print one JSON object instead of the table\n"
+	                "  --arch NAME         run a GGUF file as architecture NAME whatever it says\n");
 }
 
 int
@@ -600,8 +598,10 @@ cmd_route(int argc, char **argv)
 	}
 	const struct model_hparams *hp = &m.hp;
 	if (hp->n_expert <= 0) {
-		fprintf(stderr, "anedvd route: %s is %s, which has no routed experts (route is for MoE models: "
-		                "qwen2moe, qwen3moe, lfm2moe)\n", model, model_arch_name(m.arch));
+		fprintf(stderr,
+		        "anedvd route: %s is %s, which has no routed experts (route is for MoE models: "
+		        "qwen2moe, qwen3moe, lfm2moe)\n",
+		        model, model_arch_name(m.arch));
 		goto out;
 	}
 	if (prompt) {
@@ -629,7 +629,8 @@ cmd_route(int argc, char **argv)
 	}
 	for (int i = 0; i < n_prompt; i++)
 		if (ids[i] >= hp->n_vocab) {
-			fprintf(stderr, "anedvd route: --prompt-ids: token id %d is outside the vocabulary (%lld ids)\n",
+			fprintf(stderr,
+			        "anedvd route: --prompt-ids: token id %d is outside the vocabulary (%lld ids)\n",
 			        ids[i], (long long)hp->n_vocab);
 			status = 2;
 			goto out;
@@ -714,8 +715,8 @@ cmd_route(int argc, char **argv)
 				mx = h[x] > mx ? h[x] : mx;
 				mn = mn < 0 || h[x] < mn ? h[x] : mn;
 			}
-			printf("   %lld/%lld  %.0f%%  %.0f%%\n", (long long)used, (long long)ne, 100.0 * (double)mx / fed,
-			       100.0 * (double)mn / fed);
+			printf("   %lld/%lld  %.0f%%  %.0f%%\n", (long long)used, (long long)ne,
+			       100.0 * (double)mx / fed, 100.0 * (double)mn / fed);
 		}
 	}
 	status = 0;
@@ -749,7 +750,8 @@ ane_info(void)
 		int ok = b && ane_build_probe(b, 64, 1, 1234, &k, err) == 0;
 		double ms = (double)(ad_now_ns() - t0) / 1e6;
 		if (ok) {
-			void *in = calloc(1, ane_kernel_input_capacity(&k)), *out = calloc(1, ane_kernel_output_capacity(&k));
+			void *in = calloc(1, ane_kernel_input_capacity(&k)),
+			     *out = calloc(1, ane_kernel_output_capacity(&k));
 			ok = in && out && ane_eval(&k, in, out, 1, err) == 0;
 			free(in);
 			free(out);
@@ -821,7 +823,10 @@ cmd_info(int argc, char **argv)
 		capped = " (capped by ANEDVD_SIMD)";
 	}
 	printf("  emu   the ANE programs executed on the CPU: yes (kernels picked at run time: %s%s)\n",
-	       simd == EMU_SIMD_AVX512 ? "AVX-512" : simd == EMU_SIMD_AVX2 ? "AVX2/FMA/F16C" : "plain C", capped);
+	       simd == EMU_SIMD_AVX512 ? "AVX-512"
+	       : simd == EMU_SIMD_AVX2 ? "AVX2/FMA/F16C"
+	                               : "plain C",
+	       capped);
 #ifdef ANEDVD_ANE
 	printf("  ane   Apple Neural Engine: built in (anedvd-ane-worker --backend ane)\n");
 	ane_info();
@@ -854,8 +859,8 @@ cmd_info(int argc, char **argv)
 		n_conv += m.layers[il].conv;
 	if (n_conv) {
 		// lfm2: which blocks are ShortConv and which attention
-		printf("  ShortConv blocks           %d of %lld (%lld taps, the conv and its state on the CPU):", n_conv,
-		       (long long)hp->n_layer, (long long)hp->n_conv);
+		printf("  ShortConv blocks           %d of %lld (%lld taps, the conv and its state on the CPU):",
+		       n_conv, (long long)hp->n_layer, (long long)hp->n_conv);
 		for (int il = 0, any = 0; il < hp->n_layer; il++)
 			if (m.layers[il].conv)
 				printf("%s%d", any++ ? "," : " ", il);
@@ -981,11 +986,13 @@ cmd_info(int argc, char **argv)
 		// full contexts of 2048 positions (or the training context when
 		// shorter), with --parallel up to 4
 		int64_t ctx = hp->n_ctx_train > 1 && hp->n_ctx_train < 2048 ? hp->n_ctx_train : 2048;
-		double b = (double)pcache_default_mem(model_kv_bytes_per_pos(&m) / 2, model_state_floats(&m) * 4, (int)ctx, 4);
+		double b = (double)pcache_default_mem(model_kv_bytes_per_pos(&m) / 2, model_state_floats(&m) * 4,
+		                                      (int)ctx, 4);
 		char what[64];
 		snprintf(what, sizeof what, "prefix cache (%lld ctx)", (long long)ctx);
 		print_bytes(what, b);
-		printf("  prefix cache blocks        %d positions (serve --cache-mem sets the bound)\n", SCHED_CACHE_BLOCK);
+		printf("  prefix cache blocks        %d positions (serve --cache-mem sets the bound)\n",
+		       SCHED_CACHE_BLOCK);
 	}
 	// what the projection kernels hold in either format, and the default
 	enum ane_wfmt def = ane_plan_weights_default(&m, "emu");
@@ -1032,7 +1039,9 @@ cmd_info(int argc, char **argv)
 			printf(" (%d)", n0);
 			if (kind != 0 || seen[1] || seen[2] || seen[3] || n_conv || n_recur || hp->n_dense_lead)
 				printf(" on %s%s layers (first: %d)",
-				       ml->conv ? "ShortConv" : ml->recur ? "delta-net" : "attention",
+				       ml->conv    ? "ShortConv"
+				       : ml->recur ? "delta-net"
+				                   : "attention",
 				       ml->gate_inp.name ? " MoE" : "", il);
 			printf("\n");
 		}

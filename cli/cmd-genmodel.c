@@ -120,12 +120,20 @@ static const struct {
 	const char *piece;
 	int32_t type; // 1 normal, 3 control, 4 user-defined
 } think_vocab[] = {
-	{"<|im_start|>", 3}, {"<|im_end|>", 3}, {"<think>", 4}, {"</think>", 4}, {"<tool_call>", 4}, {"</tool_call>", 4},
-	{"\n", 1}, {"\n\n", 1}, {"Let", 1}, {"\xe2\x96\x81me", 1}, {"\xe2\x96\x81think.", 1}, {"Hello", 1}, {"!", 1},
+	{"<|im_start|>", 3},       {"<|im_end|>", 3}, {"<think>", 4}, {"</think>", 4}, {"<tool_call>", 4},
+	{"</tool_call>", 4},       {"\n", 1},         {"\n\n", 1},    {"Let", 1},      {"\xe2\x96\x81me", 1},
+	{"\xe2\x96\x81think.", 1}, {"Hello", 1},      {"!", 1},
 };
 static const char *const think_script[][2] = {
-	{"\n", "<think>"}, {"<think>", "Let"}, {"Let", "\xe2\x96\x81me"}, {"\xe2\x96\x81me", "\xe2\x96\x81think."},
-	{"\xe2\x96\x81think.", "</think>"}, {"</think>", "\n\n"}, {"\n\n", "Hello"}, {"Hello", "!"}, {"!", "<|im_end|>"},
+	{"\n", "<think>"},
+	{"<think>", "Let"},
+	{"Let", "\xe2\x96\x81me"},
+	{"\xe2\x96\x81me", "\xe2\x96\x81think."},
+	{"\xe2\x96\x81think.", "</think>"},
+	{"</think>", "\n\n"},
+	{"\n\n", "Hello"},
+	{"Hello", "!"},
+	{"!", "<|im_end|>"},
 };
 #define THINK_FIRST 259 // the index of think_vocab[0]
 
@@ -152,7 +160,8 @@ put_values(struct gguf_writer *w, const char *name, float *d, int64_t ne0, int64
 		return ad_err(err, "out of memory");
 	for (size_t i = 0; i < n; i++)
 		h[i] = type == AD_TYPE_BF16 ? ad_f32_to_bf16(d[i]) : ad_f32_to_fp16(d[i]);
-	int rc = gguf_writer_tensor(w, name, type == AD_TYPE_BF16 ? AD_TYPE_BF16 : AD_TYPE_F16, nd, ne, h, n * sizeof *h, err);
+	int rc = gguf_writer_tensor(w, name, type == AD_TYPE_BF16 ? AD_TYPE_BF16 : AD_TYPE_F16, nd, ne, h,
+	                            n * sizeof *h, err);
 	free(h);
 	return rc;
 }
@@ -163,8 +172,9 @@ think_weights(struct gguf_writer *w, int64_t E, int64_t L, int64_t H, int64_t KV
               char *err)
 {
 	int64_t hd = E / H, big = V * E > FF * E ? V * E : FF * E;
-	float *z = calloc((size_t)(big > H * hd * E ? big : H * hd * E), sizeof *z), *emb = calloc((size_t)(V * E), sizeof *emb),
-	      *out = calloc((size_t)(V * E), sizeof *out), *ones = malloc((size_t)E * sizeof *ones);
+	float *z = calloc((size_t)(big > H * hd * E ? big : H * hd * E), sizeof *z),
+	      *emb = calloc((size_t)(V * E), sizeof *emb), *out = calloc((size_t)(V * E), sizeof *out),
+	      *ones = malloc((size_t)E * sizeof *ones);
 	int rc = -1;
 	if (!z || !emb || !out || !ones) {
 		ad_err(err, "out of memory");
@@ -183,8 +193,10 @@ think_weights(struct gguf_writer *w, int64_t E, int64_t L, int64_t H, int64_t KV
 	     put_values(w, "output_norm.weight", ones, E, 1, type, err) ||
 	     put_values(w, "output.weight", out, E, V, type, err);
 	for (int64_t il = 0; il < L && !rc; il++) {
-#define Z(what, n0, n1) (snprintf(name, sizeof name, "blk.%lld." what, (long long)il), put_values(w, name, z, n0, n1, type, err))
-#define ONE(what) (snprintf(name, sizeof name, "blk.%lld." what, (long long)il), put_values(w, name, ones, E, 1, type, err))
+#define Z(what, n0, n1)                                                                                                \
+	(snprintf(name, sizeof name, "blk.%lld." what, (long long)il), put_values(w, name, z, n0, n1, type, err))
+#define ONE(what)                                                                                                      \
+	(snprintf(name, sizeof name, "blk.%lld." what, (long long)il), put_values(w, name, ones, E, 1, type, err))
 		rc = ONE("attn_norm.weight") || Z("attn_q.weight", E, H * hd) || Z("attn_k.weight", E, KV * hd) ||
 		     Z("attn_v.weight", E, KV * hd) || Z("attn_output.weight", H * hd, E) || ONE("ffn_norm.weight") ||
 		     Z("ffn_gate.weight", E, FF) || Z("ffn_up.weight", E, FF) || Z("ffn_down.weight", FF, E);
@@ -220,7 +232,8 @@ vocab(struct gguf_writer *w, int64_t V, int think, int eos)
 		tok[i] = strdup(b);
 		type[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
 		score[i] = i < 259 ? 0.0f : -(float)(i - 259);
-		if (think && i >= THINK_FIRST && i - THINK_FIRST < (int64_t)(sizeof think_vocab / sizeof think_vocab[0])) {
+		if (think && i >= THINK_FIRST &&
+		    i - THINK_FIRST < (int64_t)(sizeof think_vocab / sizeof think_vocab[0])) {
 			free(tok[i]);
 			tok[i] = strdup(think_vocab[i - THINK_FIRST].piece);
 			type[i] = think_vocab[i - THINK_FIRST].type;
@@ -301,8 +314,8 @@ genmodel_write(const struct genmodel *g, const char *path, char *err)
 	         put(w, sd, "output_norm.weight", E, 1, 1, 0.05f, type, err) ||
 	         (!p->tied && put(w, sd, "output.weight", E, V, 0, se, type, err));
 	for (int64_t il = 0; il < L && !rc; il++) {
-#define T(what, n0, n1, base, spread)                                                        \
-	(snprintf(name, sizeof name, "blk.%lld." what, (long long)il),                      \
+#define T(what, n0, n1, base, spread)                                                                                  \
+	(snprintf(name, sizeof name, "blk.%lld." what, (long long)il),                                                 \
 	 put(w, sd, name, n0, n1, base, spread, type, err))
 		rc = T("attn_norm.weight", E, 1, 1, 0.05f) || T("attn_q.weight", E, H * hd, 0, se) ||
 		     T("attn_k.weight", E, KV * hd, 0, se) || T("attn_v.weight", E, KV * hd, 0, se) ||

@@ -40,7 +40,7 @@ struct genmodel {
 	const char *preset; // see above
 	const char *wtype;  // "f32", "f16", "bf16", "q8_0"
 	uint64_t seed;
-	int n_layer;        // 0: the preset's
+	int n_layer;               // 0: the preset's
 	const char *chat_template; // NULL: none
 	// > 0: the EOS and EOT ids in the metadata (the preset's otherwise).
 	// The think preset with eos 2 (</s>) still ends its reply with

@@ -121,7 +121,9 @@ pipe_spec_flag(struct pipe_opts *o, int argc, char **argv, int *i)
 		int hi = a[2] == 'd' ? SPEC_DRAFT_MAX : SPEC_NGRAM_MAX;
 		if (!(v = cli_val(o->cmd, argc, argv, i)) || cli_int(o->cmd, a, v, a[2] == 'd' ? 0 : 1, hi, &x))
 			return -1;
-		*(a[2] == 'd' ? &o->spec.draft : !strcmp(a, "--ngram-max") ? &o->spec.ngram_max : &o->spec.ngram_min) = (int)x;
+		*(a[2] == 'd'                 ? &o->spec.draft
+		  : !strcmp(a, "--ngram-max") ? &o->spec.ngram_max
+		                              : &o->spec.ngram_min) = (int)x;
 	} else if (!strcmp(a, "--draft-cost")) {
 		if (!(v = cli_val(o->cmd, argc, argv, i)))
 			return -1;
@@ -158,8 +160,8 @@ pipe_model_default(struct pipe_opts *o)
 	if (o->model)
 		return 0;
 	if (sup_default_model(path, sizeof path) != 0) {
-		fprintf(stderr, "anedvd %s: --model is required (no bundled model in %s/../share/anedvd/models)\n", o->cmd,
-		        sup_bindir());
+		fprintf(stderr, "anedvd %s: --model is required (no bundled model in %s/../share/anedvd/models)\n",
+		        o->cmd, sup_bindir());
 		return -1;
 	}
 	fprintf(stderr, "anedvd %s: no --model: the bundled %s (%s)\n", o->cmd, SUP_DEFAULT_MODEL, path);
@@ -227,8 +229,7 @@ struct wrap {
 	struct pipe *p;
 };
 
-static const char *kind_names[PIPE_KINDS] = {"?", "qkv", "o", "ffn", "gate_up", "down", "lm_head", "shexp",
-                                             "probe"};
+static const char *kind_names[PIPE_KINDS] = {"?", "qkv", "o", "ffn", "gate_up", "down", "lm_head", "shexp", "probe"};
 
 const char *
 pipe_kind_name(int kind)
@@ -244,8 +245,8 @@ w_surface_new(struct kernel_backend *kb, const char *name, int channels, struct 
 }
 
 static int
-w_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surface *out, int ncols,
-       struct kb_timing *t, char *err)
+w_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surface *out, int ncols, struct kb_timing *t,
+       char *err)
 {
 	struct wrap *w = (struct wrap *)kb;
 	struct kb_timing tt = {0};
@@ -408,8 +409,8 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 			goto fail;
 		}
 		snprintf(dl, sizeof dl, "%d", o->debug_delay_ms);
-		const char *argv[26] = {bin,  "--model", o->model, "--listen",  ane_url,    "--backend", be,
-		                        "--chunk", sz, "--threads", th, "--weights", p->weights};
+		const char *argv[26] = {bin,       "--model", o->model,    "--listen", ane_url,     "--backend", be,
+		                        "--chunk", sz,        "--threads", th,         "--weights", p->weights};
 		int n = 13;
 		if (o->split)
 			argv[n++] = "--split";
@@ -431,8 +432,8 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 		// no --instance: the worker names its surfaces by its own pid, so a
 		// restarted one never meets the dead one's
 		snprintf(ms, sizeof ms, "%d", o->max_seq > 0 ? o->max_seq : 2048);
-		const char *argv[36] = {cpu_bin, "--model", o->model, "--listen", eng_url, "--chunk", sz,
-		                        "--max-seq", ms, "--threads", th};
+		const char *argv[36] = {cpu_bin, "--model",   o->model, "--listen",  eng_url, "--chunk",
+		                        sz,      "--max-seq", ms,       "--threads", th};
 		int n = 11;
 		if (remote) {
 			argv[n++] = "--backend";
@@ -497,7 +498,10 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 		p->open_ms = cli_now_ms() - t_open;
 		return 0;
 	}
-	struct kb_opts ko = {.width = chunk, .split = o->split, .threads = o->threads, .instance = (long)getpid(),
+	struct kb_opts ko = {.width = chunk,
+	                     .split = o->split,
+	                     .threads = o->threads,
+	                     .instance = (long)getpid(),
 	                     .weights = (int)wf};
 	if (remote) {
 		if (sup_wait_ready(p->sup, "ane-worker", 600000, err))
@@ -525,7 +529,8 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 	p->ref_rope = p->m.hp.rope;
 	if (o->pipe_rope)
 		p->m.hp.rope = o->pipe_rope;
-	struct engine_opts eo = {.max_seq = o->max_seq > 0 ? o->max_seq : 2048, .kv_f32 = o->kv_f32,
+	struct engine_opts eo = {.max_seq = o->max_seq > 0 ? o->max_seq : 2048,
+	                         .kv_f32 = o->kv_f32,
 	                         .threads = o->threads > 0 ? o->threads : 2};
 	p->e = engine_new(&p->m, p->kb, &eo, err);
 	if (!p->e)

@@ -205,8 +205,13 @@ generate_remote(struct pipe *p, const char *session, const int32_t *prompt, int 
 	} else if (p->m.hp.eos_id >= 0) {
 		stops[ns++] = (int32_t)p->m.hp.eos_id;
 	}
-	struct engc_gen eg = {.prompt = prompt, .n_prompt = (size_t)n, .max_tokens = (uint32_t)max_tokens,
-	                      .sp = sp, .stop_ids = stops, .n_stop = (size_t)ns, .session = session,
+	struct engc_gen eg = {.prompt = prompt,
+	                      .n_prompt = (size_t)n,
+	                      .max_tokens = (uint32_t)max_tokens,
+	                      .sp = sp,
+	                      .stop_ids = stops,
+	                      .n_stop = (size_t)ns,
+	                      .session = session,
 	                      .speculative = speculative};
 	uint64_t c0[PIPE_KINDS], n0[PIPE_KINDS], c1[PIPE_KINDS], n1[PIPE_KINDS];
 	int stats = pipe_ane_stats(p, c0, n0, NULL) == 0;
@@ -327,7 +332,8 @@ static void
 spec_print(FILE *f, const char *what, const struct spec_stats *st)
 {
 	fprintf(f, "%s: %llu steps drafted %llu tokens, %llu accepted (%.1f%%)", what, (unsigned long long)st->steps,
-	        (unsigned long long)st->drafted, (unsigned long long)st->accepted, 100 * rate(st->accepted, st->drafted));
+	        (unsigned long long)st->drafted, (unsigned long long)st->accepted,
+	        100 * rate(st->accepted, st->drafted));
 	const char *sep = "; by n:";
 	for (int i = 0; i <= SPEC_NGRAM_MAX; i++)
 		if (st->drafted_n[i]) {
@@ -345,8 +351,8 @@ struct probe {
 };
 
 static int
-run_probe(const struct pipe_opts *po, const int32_t *prompt, int n, const struct gen *g, int max_tokens,
-          int max_seq, struct probe *pr, char *err)
+run_probe(const struct pipe_opts *po, const int32_t *prompt, int n, const struct gen *g, int max_tokens, int max_seq,
+          struct probe *pr, char *err)
 {
 	int keep = g->info.prompt_tokens > 0 ? g->info.prompt_tokens : n;
 	int32_t *scratch = malloc((size_t)(keep + g->n + 1) * sizeof *scratch);
@@ -466,13 +472,13 @@ sampling_flag(const char *cmd, struct sample_params *sp, int argc, char **argv, 
 	return 1;
 }
 
-#define SAMPLING_HELP                                                                                        \
-	"  --temp T            temperature (0: greedy)\n"                                                   \
-	"  --top-k K           keep the K best (0: off)\n"                                                   \
-	"  --top-p P           nucleus (1: off)\n"                                                           \
-	"  --min-p P           keep p >= P * p_max (0: off)\n"                                               \
-	"  --repeat-penalty R  llama.cpp semantics (1: off); --repeat-last-n N its window (64)\n"            \
-	"  --presence-penalty X, --frequency-penalty X   OpenAI semantics, -2..2\n"                         \
+#define SAMPLING_HELP                                                                                                  \
+	"  --temp T            temperature (0: greedy)\n"                                                              \
+	"  --top-k K           keep the K best (0: off)\n"                                                             \
+	"  --top-p P           nucleus (1: off)\n"                                                                     \
+	"  --min-p P           keep p >= P * p_max (0: off)\n"                                                         \
+	"  --repeat-penalty R  llama.cpp semantics (1: off); --repeat-last-n N its window (64)\n"                      \
+	"  --presence-penalty X, --frequency-penalty X   OpenAI semantics, -2..2\n"                                    \
 	"  --seed N            random seed (default: a fixed one, so runs repeat)\n"
 
 // the prompt as ids: --prompt-ids as given, else text through the chat
@@ -528,23 +534,22 @@ run_usage(int full)
 		fprintf(stderr, "       anedvd run --help  lists the options\n");
 		return;
 	}
-	fprintf(stderr,
-	        "  generate text: the decode loop runs here, the projections in anedvd-ane-worker,\n"
-	        "  text goes through anedvd-tokenizer; the reply streams to stdout\n" PIPE_HELP_MODEL
-	        "  --prompt TEXT       wrapped in the model's chat template unless --no-chat\n"
-	        "  --prompt-ids LIST   comma-separated token ids, used as they are\n"
-	        "  --no-chat           raw completion of --prompt (BOS per the model)\n"
-	        "  --system TEXT       system message of the chat template\n"
-	        "  --max-tokens N      tokens to generate (default 48)\n"
-	        "  --max-seq N         context: prompt + reply (default 2048); a longer prompt\n"
-	        "                      loses its oldest tokens (a BOS stays), with a note\n" SAMPLING_HELP PIPE_HELP_BACKEND
-	        PIPE_HELP_SPEC
-	        "  --ngram-probe       decode without speculation, then print what it would have drafted\n"
-	        "                      and accepted (the same tokens come out either way)\n"
-	        "  --ab                first compare the prompt's logits fed per token and in chunks\n"
-	        "  --repeat N          generate N times; print min, median and max decode tok/s\n"
-	        "  --json              one JSON object (ids, text, stop, timings) instead of text\n"
-	        "  --trace FILE        Chrome trace-event JSON of every process (opens in Perfetto)\n");
+	fprintf(stderr, "  generate text: the decode loop runs here, the projections in anedvd-ane-worker,\n"
+	                "  text goes through anedvd-tokenizer; the reply streams to stdout\n" PIPE_HELP_MODEL
+	                "  --prompt TEXT       wrapped in the model's chat template unless --no-chat\n"
+	                "  --prompt-ids LIST   comma-separated token ids, used as they are\n"
+	                "  --no-chat           raw completion of --prompt (BOS per the model)\n"
+	                "  --system TEXT       system message of the chat template\n"
+	                "  --max-tokens N      tokens to generate (default 48)\n"
+	                "  --max-seq N         context: prompt + reply (default 2048); a longer prompt\n"
+	                "                      loses its oldest tokens (a BOS stays), with a note\n" SAMPLING_HELP
+	                        PIPE_HELP_BACKEND PIPE_HELP_SPEC
+	                "  --ngram-probe       decode without speculation, then print what it would have drafted\n"
+	                "                      and accepted (the same tokens come out either way)\n"
+	                "  --ab                first compare the prompt's logits fed per token and in chunks\n"
+	                "  --repeat N          generate N times; print min, median and max decode tok/s\n"
+	                "  --json              one JSON object (ids, text, stop, timings) instead of text\n"
+	                "  --trace FILE        Chrome trace-event JSON of every process (opens in Perfetto)\n");
 }
 
 struct run_opts {
@@ -741,7 +746,8 @@ cmd_run(int argc, char **argv)
 		}
 	if (o.ab) {
 		if (n > p.max_seq) {
-			fprintf(stderr, "anedvd run: prompt is %d tokens but the context is %d; raise it with --max-seq %d\n",
+			fprintf(stderr,
+			        "anedvd run: prompt is %d tokens but the context is %d; raise it with --max-seq %d\n",
 			        n, p.max_seq, n);
 			status = 2;
 			goto out;
@@ -777,8 +783,8 @@ cmd_run(int argc, char **argv)
 				engine_seq_reset(seq);
 			pipe_clear_stats(&p);
 		}
-		if (gen_any(&p, seq, NULL, ids, n, o.max_tokens, &o.sp, o.probe ? 1 : 0, o.json || r > 0 ? NULL : stdout, &g,
-		            err)) {
+		if (gen_any(&p, seq, NULL, ids, n, o.max_tokens, &o.sp, o.probe ? 1 : 0,
+		            o.json || r > 0 ? NULL : stdout, &g, err)) {
 			fprintf(stderr, "\nanedvd run: %s\n", err);
 			goto out;
 		}
@@ -850,7 +856,8 @@ cmd_run(int argc, char **argv)
 		cJSON_AddNumberToObject(t, "kernel_calls_per_token", (double)g.dec.kernel_calls / st);
 		cJSON_AddNumberToObject(t, "round_trips_per_token", (double)g.dec.round_trips / st);
 		cJSON_AddNumberToObject(t, "kernel_ms_per_token", (double)g.dec.kernel_ns / 1e6 / st);
-		cJSON_AddNumberToObject(t, "prefill_tok_s", g.prefill_ms > 0 ? g.info.prefilled / (g.prefill_ms / 1e3) : 0);
+		cJSON_AddNumberToObject(t, "prefill_tok_s",
+		                        g.prefill_ms > 0 ? g.info.prefilled / (g.prefill_ms / 1e3) : 0);
 		double span = g.decode_ms + (g.whole_job ? g.prefill_ms : 0); // what g.dec covers
 		cJSON_AddNumberToObject(t, "outside_kernels_share",
 		                        span > 0 ? 1.0 - (double)g.dec.kernel_ns / (span * 1e6) : 0);
@@ -934,8 +941,8 @@ chat_usage(int full)
 	        "  --system TEXT       system message\n"
 	        "  --max-tokens N      reply length (default 256)\n"
 	        "  --max-seq N         context (default 2048)\n"
-	        "  (sampling defaults: --temp 0.7 --top-p 0.9 --repeat-penalty 1.15)\n" SAMPLING_HELP
-	            PIPE_HELP_SPEC PIPE_HELP_BACKEND);
+	        "  (sampling defaults: --temp 0.7 --top-p 0.9 --repeat-penalty 1.15)\n" SAMPLING_HELP PIPE_HELP_SPEC
+	                PIPE_HELP_BACKEND);
 }
 
 struct msg {
@@ -1128,21 +1135,20 @@ verify_usage(int full)
 		fprintf(stderr, "       anedvd verify --help  lists the options\n");
 		return;
 	}
-	fprintf(stderr,
-	        "  the whole prompt through the pipeline (teacher-forced) and through the fp32 reference\n"
-	        "  engine: relative error, cosine, max|diff| and argmax per position. MATCH when the\n"
-	        "  last position's relative error is below 0.10 and both argmaxes agree; exit 1 otherwise.\n"
-	        "  With int8 weights it also prints their error against the model's own weights\n"
-	        "  (dequantised to fp32: max|dw|, max|dw| / row max, RMS relative) and the largest\n"
-	        "  |dlogit| over all positions, and the argmax rule allows a near-tie: the reference's\n"
-	        "  logit of the pipeline's token within 1%% of max|ref logit| of its own top logit.\n"
-	        "  --model M           (or the first argument) a .gguf file or a Hugging Face directory\n"
-	        "                      (default: the bundled stories260K)\n"
-	        "  --prompt TEXT       raw text, BOS per the model (default \"Once upon a time\")\n"
-	        "  --prompt-ids LIST   token ids instead (no tokenizer process then)\n"
-	        "  --layers N          only the first N layers (then the final norm and the LM head), in the\n"
-	        "                      workers and the reference alike: bisects a MISMATCH\n" PIPE_HELP_BACKEND
-	        "  --pipeline-rope-hf  a deliberate fault: neox RoPE in the pipeline only (to see MISMATCH)\n");
+	fprintf(stderr, "  the whole prompt through the pipeline (teacher-forced) and through the fp32 reference\n"
+	                "  engine: relative error, cosine, max|diff| and argmax per position. MATCH when the\n"
+	                "  last position's relative error is below 0.10 and both argmaxes agree; exit 1 otherwise.\n"
+	                "  With int8 weights it also prints their error against the model's own weights\n"
+	                "  (dequantised to fp32: max|dw|, max|dw| / row max, RMS relative) and the largest\n"
+	                "  |dlogit| over all positions, and the argmax rule allows a near-tie: the reference's\n"
+	                "  logit of the pipeline's token within 1%% of max|ref logit| of its own top logit.\n"
+	                "  --model M           (or the first argument) a .gguf file or a Hugging Face directory\n"
+	                "                      (default: the bundled stories260K)\n"
+	                "  --prompt TEXT       raw text, BOS per the model (default \"Once upon a time\")\n"
+	                "  --prompt-ids LIST   token ids instead (no tokenizer process then)\n"
+	                "  --layers N          only the first N layers (then the final norm and the LM head), in the\n"
+	                "                      workers and the reference alike: bisects a MISMATCH\n" PIPE_HELP_BACKEND
+	                "  --pipeline-rope-hf  a deliberate fault: neox RoPE in the pipeline only (to see MISMATCH)\n");
 }
 
 int
@@ -1302,8 +1308,8 @@ cmd_verify(int argc, char **argv)
 		nan_total += nans;
 		md_all = md > md_all ? md : md_all;
 		if (n <= 24 || r < 8 || r >= n - 8)
-			printf("  %3d  %7d  %9.3e  %8.6f  %9.3e  %8.3f  %6d/%-6d%s%s\n", r, ids[r], rel, cs, md, my, am, ar,
-			       am == ar ? "" : "  <- differs", nans ? "  NaN" : "");
+			printf("  %3d  %7d  %9.3e  %8.6f  %9.3e  %8.3f  %6d/%-6d%s%s\n", r, ids[r], rel, cs, md, my, am,
+			       ar, am == ar ? "" : "  <- differs", nans ? "  NaN" : "");
 		else if (r == 8)
 			printf("  ...\n");
 		if (r == n - 1) {
@@ -1322,8 +1328,7 @@ cmd_verify(int argc, char **argv)
 		printf("int8 weights: %llu of them, max|dw| %.3e, max|dw|/row max %.3e, RMS relative %.3e; "
 		       "max|dlogit| %.3e over all positions\n",
 		       (unsigned long long)qe.n, qe.max_abs, qe.max_rel_row, ane_qerr_rms_rel(&qe), md_all);
-	printf("argmax equal at %d of %d positions; pipeline %.1f ms, reference %.1f ms\n", same_all, n, t_pipe,
-	       t_ref);
+	printf("argmax equal at %d of %d positions; pipeline %.1f ms, reference %.1f ms\n", same_all, n, t_pipe, t_ref);
 	printf("last position: rel %.3e, cosine %.6f, max|diff| %.3e, argmax %d vs %d%s -> %s\n", rel_last, cos_last,
 	       md_last, am_last, ar_last, tie ? " (a near-tie)" : "", ok ? "MATCH" : "MISMATCH");
 	status = ok ? 0 : 1;
@@ -1347,44 +1352,42 @@ serve_usage(int full)
 		fprintf(stderr, "       anedvd serve --help  lists the options\n");
 		return;
 	}
-	fprintf(stderr,
-	        "  the HTTP server (OpenAI chat, completions and Responses, Anthropic messages and\n"
-	        "  count_tokens, llama.cpp's /tokenize, /detokenize, /apply-template, /props; WebUI) with\n"
-	        "  the tokenizer, the cpu-worker and the ane-worker behind it, supervised: a crashed\n"
-	        "  worker is restarted\n" PIPE_HELP_MODEL
-	        "  --host H, --port N  where to listen (default 127.0.0.1:8080)\n"
-	        "  --name ID           model id in /v1/models (default: the file's stem)\n"
-	        "  --system TEXT       system prompt for chats that bring none\n"
-	        "  --temp T, --top-p P, --top-k K, --min-p P, --repeat-penalty R\n"
-	        "                      sampling for a request that does not set it (defaults: 0.7, 1,\n"
-	        "                      40 for chat and 0 for completions, 0, 1)\n"
-	        "  --max-tokens N      reply length when a request gives none (default 512)\n"
-	        "  --max-seq N         context (default 2048)\n"
-	        "  --parallel N        generations at once (default 1); --queue N waiting beyond them\n"
-	        "  --cache-mem SIZE    the prefix cache: KV rows of earlier prompts that every request reuses\n"
-	        "                      (e.g. 256M, 2G; a plain number is MiB; 0: off; default the KV of\n"
-	        "                      max(4, --parallel) full contexts)\n"
-	        PIPE_HELP_SPEC
-	        "                      (a request may set \"speculative\": false or true itself)\n"
-	        "  --embeddings        serve POST /v1/embeddings too (off by default: 501)\n"
-	        "  --api-key KEY       every request but /health and the WebUI page needs 'Authorization:\n"
-	        "                      Bearer KEY' or 'x-api-key: KEY' (repeatable; also ANEDVD_API_KEY,\n"
-	        "                      comma-separated, which keeps keys off the command line)\n"
-	        "  --api-key-file F    keys, one a line ('#' comments)\n"
-	        "  --cors-origin O     a browser origin allowed beside the server's own and loopback ones\n"
-	        "                      (repeatable; '*' allows all); others get 403\n"
-	        "  --allowed-host H    a Host name accepted beside localhost, IP addresses and --host\n"
-	        "                      (repeatable; '*' any): other names get 403 (DNS rebinding)\n"
-	        "  --tokenizer-url U   where the tokenizer service listens (default: an ipc:// socket in the\n"
-	        "                      instance's runtime directory; e.g. tcp://127.0.0.1:7001)\n"
-	        "  --engine-url U      the same for the cpu-worker (on tcp:// the frontend's lease, not its\n"
-	        "                      pid, is how the worker notices a frontend that died)\n"
-	        "  --backend B         emu (default off macOS) or exact; ane needs macOS on Apple Silicon\n"
-	        "  --chunk N           columns every kernel is compiled for (default 64)\n"
-	        "  --split             split FFN (gate|up, activation on the CPU, down)\n"
-	        "  --threads N         emu threads of the ane-worker (default 2)\n"
-	        "  --weights W         fp16 or int8 kernel weights; default int8 on emu for models stored in\n"
-	        "                      8 bits or fewer (Q8_0, Q4/Q5, K-quants), else fp16; fp16 on ane\n");
+	fprintf(stderr, "  the HTTP server (OpenAI chat, completions and Responses, Anthropic messages and\n"
+	                "  count_tokens, llama.cpp's /tokenize, /detokenize, /apply-template, /props; WebUI) with\n"
+	                "  the tokenizer, the cpu-worker and the ane-worker behind it, supervised: a crashed\n"
+	                "  worker is restarted\n" PIPE_HELP_MODEL
+	                "  --host H, --port N  where to listen (default 127.0.0.1:8080)\n"
+	                "  --name ID           model id in /v1/models (default: the file's stem)\n"
+	                "  --system TEXT       system prompt for chats that bring none\n"
+	                "  --temp T, --top-p P, --top-k K, --min-p P, --repeat-penalty R\n"
+	                "                      sampling for a request that does not set it (defaults: 0.7, 1,\n"
+	                "                      40 for chat and 0 for completions, 0, 1)\n"
+	                "  --max-tokens N      reply length when a request gives none (default 512)\n"
+	                "  --max-seq N         context (default 2048)\n"
+	                "  --parallel N        generations at once (default 1); --queue N waiting beyond them\n"
+	                "  --cache-mem SIZE    the prefix cache: KV rows of earlier prompts that every request reuses\n"
+	                "                      (e.g. 256M, 2G; a plain number is MiB; 0: off; default the KV of\n"
+	                "                      max(4, --parallel) full contexts)\n" PIPE_HELP_SPEC
+	                "                      (a request may set \"speculative\": false or true itself)\n"
+	                "  --embeddings        serve POST /v1/embeddings too (off by default: 501)\n"
+	                "  --api-key KEY       every request but /health and the WebUI page needs 'Authorization:\n"
+	                "                      Bearer KEY' or 'x-api-key: KEY' (repeatable; also ANEDVD_API_KEY,\n"
+	                "                      comma-separated, which keeps keys off the command line)\n"
+	                "  --api-key-file F    keys, one a line ('#' comments)\n"
+	                "  --cors-origin O     a browser origin allowed beside the server's own and loopback ones\n"
+	                "                      (repeatable; '*' allows all); others get 403\n"
+	                "  --allowed-host H    a Host name accepted beside localhost, IP addresses and --host\n"
+	                "                      (repeatable; '*' any): other names get 403 (DNS rebinding)\n"
+	                "  --tokenizer-url U   where the tokenizer service listens (default: an ipc:// socket in the\n"
+	                "                      instance's runtime directory; e.g. tcp://127.0.0.1:7001)\n"
+	                "  --engine-url U      the same for the cpu-worker (on tcp:// the frontend's lease, not its\n"
+	                "                      pid, is how the worker notices a frontend that died)\n"
+	                "  --backend B         emu (default off macOS) or exact; ane needs macOS on Apple Silicon\n"
+	                "  --chunk N           columns every kernel is compiled for (default 64)\n"
+	                "  --split             split FFN (gate|up, activation on the CPU, down)\n"
+	                "  --threads N         emu threads of the ane-worker (default 2)\n"
+	                "  --weights W         fp16 or int8 kernel weights; default int8 on emu for models stored in\n"
+	                "                      8 bits or fewer (Q8_0, Q4/Q5, K-quants), else fp16; fp16 on ane\n");
 }
 
 // the frontend is up when its port takes a connection
@@ -1414,7 +1417,8 @@ cmd_serve(int argc, char **argv)
 {
 	struct pipe_opts po = {.cmd = "serve"};
 	spec_defaults(&po.spec);
-	const char *host = "127.0.0.1", *name = NULL, *system = NULL, *tok_url = NULL, *eng_url = NULL, *cache_mem = NULL;
+	const char *host = "127.0.0.1", *name = NULL, *system = NULL, *tok_url = NULL, *eng_url = NULL,
+		   *cache_mem = NULL;
 	long long port = 8080, max_tokens = 512, parallel = 1, queue = 16;
 	int embeddings = 0;
 	// access flags for the frontend: --api-key goes through the environment
@@ -1432,8 +1436,8 @@ cmd_serve(int argc, char **argv)
 			return 2;
 		}
 		if (r > 0 && (po.rope || po.debug_delay_ms)) {
-			fprintf(stderr, "anedvd serve: %s is not supported here (the cpu-worker takes the model's own)\n",
-			        a);
+			fprintf(stderr,
+			        "anedvd serve: %s is not supported here (the cpu-worker takes the model's own)\n", a);
 			return 2;
 		}
 		if (r > 0)
@@ -1451,7 +1455,8 @@ cmd_serve(int argc, char **argv)
 			if (!(cache_mem = cli_val("serve", argc, argv, &i)))
 				return 2;
 			if (pcache_parse_mem(cache_mem, &bytes)) {
-				fprintf(stderr, "anedvd serve: --cache-mem takes a size such as 256M, 2G or 0, not '%s'\n",
+				fprintf(stderr,
+				        "anedvd serve: --cache-mem takes a size such as 256M, 2G or 0, not '%s'\n",
 				        cache_mem);
 				return 2;
 			}
@@ -1481,7 +1486,8 @@ cmd_serve(int argc, char **argv)
 			if (!(*u = cli_val("serve", argc, argv, &i)))
 				return 2;
 			if (strncmp(*u, "tcp://", 6) && strncmp(*u, "ipc://", 6)) {
-				fprintf(stderr, "anedvd serve: %s takes tcp://HOST:PORT or ipc://PATH, not '%s'\n", a, *u);
+				fprintf(stderr, "anedvd serve: %s takes tcp://HOST:PORT or ipc://PATH, not '%s'\n", a,
+				        *u);
 				return 2;
 			}
 			if (strlen(*u) >= 600) {
@@ -1492,12 +1498,14 @@ cmd_serve(int argc, char **argv)
 			if (!(v = cli_val("serve", argc, argv, &i)))
 				return 2;
 			if (n_keys == MAX_ACCESS || strchr(v, ',') || !v[0]) {
-				fprintf(stderr, "anedvd serve: --api-key: at most %d keys, each non-empty with no comma\n", MAX_ACCESS);
+				fprintf(stderr,
+				        "anedvd serve: --api-key: at most %d keys, each non-empty with no comma\n",
+				        MAX_ACCESS);
 				return 2;
 			}
 			keys[n_keys++] = v;
-		} else if (!strcmp(a, "--temp") || !strcmp(a, "--top-p") || !strcmp(a, "--top-k") || !strcmp(a, "--min-p") ||
-		           !strcmp(a, "--repeat-penalty")) {
+		} else if (!strcmp(a, "--temp") || !strcmp(a, "--top-p") || !strcmp(a, "--top-k") ||
+		           !strcmp(a, "--min-p") || !strcmp(a, "--repeat-penalty")) {
 			// checked here so a bad value fails before anything starts; the
 			// frontend applies them to requests that do not set them
 			float f;
@@ -1511,7 +1519,8 @@ cmd_serve(int argc, char **argv)
 				return 2;
 			samp[n_samp++] = a;
 			samp[n_samp++] = v;
-		} else if (!strcmp(a, "--api-key-file") || !strcmp(a, "--cors-origin") || !strcmp(a, "--allowed-host")) {
+		} else if (!strcmp(a, "--api-key-file") || !strcmp(a, "--cors-origin") ||
+		           !strcmp(a, "--allowed-host")) {
 			if (!(v = cli_val("serve", argc, argv, &i)))
 				return 2;
 			if (n_access == 2 * MAX_ACCESS) {
@@ -1549,11 +1558,11 @@ cmd_serve(int argc, char **argv)
 	}
 #endif
 	char b_tok[1024], b_ane[1024], b_cpu[1024], b_fe[1024];
-	const char *miss = sup_binary(b_tok, sizeof b_tok, "anedvd-tokenizer")    ? b_tok
-	                   : sup_binary(b_cpu, sizeof b_cpu, "anedvd-cpu-worker") ? b_cpu
-	                   : sup_binary(b_fe, sizeof b_fe, "anedvd-frontend")     ? b_fe
+	const char *miss = sup_binary(b_tok, sizeof b_tok, "anedvd-tokenizer")                             ? b_tok
+	                   : sup_binary(b_cpu, sizeof b_cpu, "anedvd-cpu-worker")                          ? b_cpu
+	                   : sup_binary(b_fe, sizeof b_fe, "anedvd-frontend")                              ? b_fe
 	                   : (strcmp(be, "exact") && sup_binary(b_ane, sizeof b_ane, "anedvd-ane-worker")) ? b_ane
-	                                                                                                  : NULL;
+	                                                                                                   : NULL;
 	if (miss) {
 		fprintf(stderr, "anedvd serve: %s is missing: build it first\n", miss);
 		return 1;
@@ -1604,8 +1613,8 @@ cmd_serve(int argc, char **argv)
 			goto fail;
 	}
 	if (strcmp(be, "exact")) {
-		const char *av[26] = {b_ane, "--model", po.model, "--listen", u_ane, "--backend", be, "--chunk", sz,
-		                      "--threads", th, "--weights", wts};
+		const char *av[26] = {b_ane,     "--model", po.model,    "--listen", u_ane,       "--backend", be,
+		                      "--chunk", sz,        "--threads", th,         "--weights", wts};
 		int k = 13;
 		if (po.split)
 			av[k++] = "--split";
@@ -1619,8 +1628,8 @@ cmd_serve(int argc, char **argv)
 	{
 		// no --instance: a restarted cpu-worker names its surfaces with its own pid, so it
 		// never meets the dead one's (which the supervisor removes)
-		const char *av[36] = {b_cpu, "--model", po.model, "--listen", u_eng, "--chunk", sz, "--max-seq", ms,
-		                      "--parallel", par};
+		const char *av[36] = {b_cpu, "--model",   po.model, "--listen",   u_eng, "--chunk",
+		                      sz,    "--max-seq", ms,       "--parallel", par};
 		int k = 11;
 		if (strcmp(be, "exact")) {
 			av[k++] = "--backend";
@@ -1647,9 +1656,9 @@ cmd_serve(int argc, char **argv)
 			goto fail;
 	}
 	{
-		const char *av[34 + 2 * MAX_ACCESS] = {b_fe, "--listen", listen, "--tokenizer", u_tok, "--engine", u_eng,
-		                                       "--name", name, "--max-tokens", mt, "--max-seq", ms, "--parallel", par,
-		                                       "--queue", qu};
+		const char *av[34 + 2 * MAX_ACCESS] = {b_fe,  "--listen",   listen, "--tokenizer",  u_tok, "--engine",
+		                                       u_eng, "--name",     name,   "--max-tokens", mt,    "--max-seq",
+		                                       ms,    "--parallel", par,    "--queue",      qu};
 		int k = 17;
 		av[k++] = "--model-file"; // its name in GET /props
 		av[k++] = po.model;
@@ -1705,8 +1714,8 @@ cmd_serve(int argc, char **argv)
 	    sup_wait_ready(s, "cpu-worker", 600000, err) || sup_wait_ready(s, "frontend", 30000, err)) {
 		goto fail;
 	}
-	fprintf(stderr, "anedvd server listening on http://%s (model %s, backend %s, %s weights)\n", listen, name,
-	        be, wts);
+	fprintf(stderr, "anedvd server listening on http://%s (model %s, backend %s, %s weights)\n", listen, name, be,
+	        wts);
 	while (!sup_interrupted())
 		usleep(100000);
 	fprintf(stderr, "anedvd serve: stopping\n");

@@ -17,13 +17,14 @@ cmd_selftest(int argc, char **argv)
 	struct pipe_opts po = {.cmd = "selftest"};
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			fprintf(stderr, "usage: anedvd selftest [--split] [--backend emu|exact]\n"
-			                "  writes a tiny random llama (n_embd 64, 2 layers, 4/2 heads, ff 128, vocab 320)\n"
-			                "  to a temporary GGUF, runs tokens 1,42,7,200,13 through the pipeline (the decode\n"
-			                "  loop here, the kernels in the anedvd-ane-worker process on emu) and through the\n"
-			                "  fp32 reference engine:\n"
-			                "  PASS if the relative error of every position is below 0.05 and the argmaxes\n"
-			                "  agree, else FAIL (exit 1)\n");
+			fprintf(stderr,
+			        "usage: anedvd selftest [--split] [--backend emu|exact]\n"
+			        "  writes a tiny random llama (n_embd 64, 2 layers, 4/2 heads, ff 128, vocab 320)\n"
+			        "  to a temporary GGUF, runs tokens 1,42,7,200,13 through the pipeline (the decode\n"
+			        "  loop here, the kernels in the anedvd-ane-worker process on emu) and through the\n"
+			        "  fp32 reference engine:\n"
+			        "  PASS if the relative error of every position is below 0.05 and the argmaxes\n"
+			        "  agree, else FAIL (exit 1)\n");
 			return 0;
 		}
 		int r = pipe_flag(&po, argc, argv, &i);

@@ -12,21 +12,22 @@ int cmd_tokenize(int argc, char **argv);
 static void
 usage(FILE *out)
 {
-	fprintf(out, "usage: anedvd tokenize --model M (TEXT | --file F) [--ids] [--no-bos] [--parse-special]\n"
-	             "                       [--chat [--prompt-only]]\n"
-	             "  --model M          a .gguf, a HuggingFace directory or tokenizer.json, or a llama2.c tokenizer .bin\n"
-	             "  --file F           read the text from F ('-' for stdin) instead of TEXT\n"
-	             "  --ids              print only the ids, space-separated on one line\n"
-	             "  --no-bos           do not add BOS even if the model asks for it\n"
-	             "  --parse-special    read special-token text (<|im_start|>, <s>) as those tokens\n"
-	             "  --chat             the text is a conversation: a JSON array of OpenAI-style messages\n"
-	             "                     (role system, user, assistant or tool; content; tool_calls,\n"
-	             "                     tool_call_id, name, reasoning_content), or an object with \"messages\" and\n"
-	             "                     optionally \"tools\", \"chat_template_kwargs\", \"enable_thinking\" and\n"
-	             "                     \"add_generation_prompt\" (default true). It is rendered as the server\n"
-	             "                     renders it (the model's own chat template, else the built-in format;\n"
-	             "                     stderr says which) and encoded with special tokens parsed\n"
-	             "  --prompt-only      with --chat: print the rendered prompt instead of its tokens\n");
+	fprintf(out,
+	        "usage: anedvd tokenize --model M (TEXT | --file F) [--ids] [--no-bos] [--parse-special]\n"
+	        "                       [--chat [--prompt-only]]\n"
+	        "  --model M          a .gguf, a HuggingFace directory or tokenizer.json, or a llama2.c tokenizer .bin\n"
+	        "  --file F           read the text from F ('-' for stdin) instead of TEXT\n"
+	        "  --ids              print only the ids, space-separated on one line\n"
+	        "  --no-bos           do not add BOS even if the model asks for it\n"
+	        "  --parse-special    read special-token text (<|im_start|>, <s>) as those tokens\n"
+	        "  --chat             the text is a conversation: a JSON array of OpenAI-style messages\n"
+	        "                     (role system, user, assistant or tool; content; tool_calls,\n"
+	        "                     tool_call_id, name, reasoning_content), or an object with \"messages\" and\n"
+	        "                     optionally \"tools\", \"chat_template_kwargs\", \"enable_thinking\" and\n"
+	        "                     \"add_generation_prompt\" (default true). It is rendered as the server\n"
+	        "                     renders it (the model's own chat template, else the built-in format;\n"
+	        "                     stderr says which) and encoded with special tokens parsed\n"
+	        "  --prompt-only      with --chat: print the rendered prompt instead of its tokens\n");
 }
 
 static char *
@@ -146,8 +147,8 @@ parse_conv(cJSON *root, struct conv *c, char *err, size_t errlen)
 	}
 	size_t count = (size_t)cJSON_GetArraySize(arr), n_calls = 0;
 	const cJSON *it;
-	cJSON_ArrayForEach(it, arr)
-	n_calls += (size_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(it, "tool_calls"));
+	cJSON_ArrayForEach(it, arr) n_calls +=
+		(size_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(it, "tool_calls"));
 	c->msgs = calloc(count ? count : 1, sizeof *c->msgs);
 	c->calls = calloc(n_calls ? n_calls : 1, sizeof *c->calls);
 	c->strs = calloc(n_calls + 3, sizeof *c->strs);
@@ -182,7 +183,8 @@ parse_conv(cJSON *root, struct conv *c, char *err, size_t errlen)
 		else if (!strcmp(role, "tool"))
 			m->role = TOK_ROLE_TOOL;
 		else {
-			snprintf(err, errlen, "message %zu: role \"%.32s\" is not system, user, assistant or tool", i, role);
+			snprintf(err, errlen, "message %zu: role \"%.32s\" is not system, user, assistant or tool", i,
+			         role);
 			return -1;
 		}
 		m->content = cJSON_IsString(content) ? content->valuestring : "";
@@ -202,7 +204,8 @@ parse_conv(cJSON *root, struct conv *c, char *err, size_t errlen)
 			// OpenAI sends the arguments as JSON text; an object is taken too
 			c->calls[k++] = (struct tok_call){opt_str(tc, "id"), opt_str(fn, "name"),
 			                                  cJSON_IsString(args) ? args->valuestring
-			                                  : args ? keep(c, cJSON_PrintUnformatted(args)) : "{}"};
+			                                  : args               ? keep(c, cJSON_PrintUnformatted(args))
+			                                                       : "{}"};
 			m->n_calls++;
 		}
 		i++;

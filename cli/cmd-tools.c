@@ -45,11 +45,11 @@ tool_flag(struct tool_opts *o, int argc, char **argv, int *i)
 		int *dst;
 		long long lo, hi;
 	} ints[] = {
-		{"--chunk", &o->chunk, 1, 1024},      {"--threads", &o->threads, 1, 256},
-		{"--iters", &o->iters, 1, 1000000},   {"--upto", &o->upto, 0, 100000},
-		{"--size", &o->size, 1, 16384},       {"--token", &o->token, 0, INT32_MAX},
-		{"--ctx", &o->ctx, 1, 1 << 20},       {"--heads", &o->heads, 1, 1024},
-		{"--kv-heads", &o->kv_heads, 1, 1024}, {"--head-dim", &o->head_dim, 1, 1024},
+		{"--chunk", &o->chunk, 1, 1024},        {"--threads", &o->threads, 1, 256},
+		{"--iters", &o->iters, 1, 1000000},     {"--upto", &o->upto, 0, 100000},
+		{"--size", &o->size, 1, 16384},         {"--token", &o->token, 0, INT32_MAX},
+		{"--ctx", &o->ctx, 1, 1 << 20},         {"--heads", &o->heads, 1, 1024},
+		{"--kv-heads", &o->kv_heads, 1, 1024},  {"--head-dim", &o->head_dim, 1, 1024},
 		{"--max-seq", &o->max_seq, 2, 1 << 20}, {"--cols", &o->cols, 1, 1024},
 	};
 	for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
@@ -75,7 +75,8 @@ tool_flag(struct tool_opts *o, int argc, char **argv, int *i)
 		if (!(o->backend = cli_val(o->cmd, argc, argv, i)))
 			return -1;
 		if (strcmp(o->backend, "emu") && strcmp(o->backend, "ane")) {
-			fprintf(stderr, "anedvd-dev %s: --backend %s: unknown backend (emu or ane)\n", o->cmd, o->backend);
+			fprintf(stderr, "anedvd-dev %s: --backend %s: unknown backend (emu or ane)\n", o->cmd,
+			        o->backend);
 			return -1;
 		}
 #ifndef ANEDVD_ANE
@@ -334,29 +335,31 @@ prompt_ids(const struct tool_opts *o, const struct model *m, const struct tokeni
 static void
 check_usage(void)
 {
-	fprintf(stderr, "usage: anedvd-dev check --model M [--split] [--chunk N] [--threads N] [--token ID]\n"
-	                "                        [--weights fp16|int8] [--backend emu|ane] [--prompt TEXT | --prompt-ids 1,2]\n"
-	                "                        [--arch NAME]\n"
-	                "  the model's config and RoPE convention; every kernel of layer 0 and the whole\n"
-	                "  LM head, built on the backend (default emu; ane only in a macOS build) with fp16\n"
-	                "  or int8 weights (default int8 on emu for a model stored in 8 bits or fewer),\n"
-	                "  against fp32 projections with the same dequantised weights (kb_exact), on one\n"
-	                "  real activation: the normed embedding of --token (default: BOS, else 1) for\n"
-	                "  kernels reading n_embd channels, a fixed pseudo-random vector for o and down;\n"
-	                "  max|diff|, relative (L2) error, NaN count; ok below 0.02, else FAIL (exit 1).\n"
-	                "  Then sample predictions: the top 5 next tokens after the prompt (default \"The\n"
-	                "  capital of France is\") through the whole model on the backend and through the\n"
-	                "  fp32 reference engine\n"
-	                "  --arch NAME  run a GGUF file as architecture NAME whatever it says\n");
+	fprintf(stderr,
+	        "usage: anedvd-dev check --model M [--split] [--chunk N] [--threads N] [--token ID]\n"
+	        "                        [--weights fp16|int8] [--backend emu|ane] [--prompt TEXT | --prompt-ids 1,2]\n"
+	        "                        [--arch NAME]\n"
+	        "  the model's config and RoPE convention; every kernel of layer 0 and the whole\n"
+	        "  LM head, built on the backend (default emu; ane only in a macOS build) with fp16\n"
+	        "  or int8 weights (default int8 on emu for a model stored in 8 bits or fewer),\n"
+	        "  against fp32 projections with the same dequantised weights (kb_exact), on one\n"
+	        "  real activation: the normed embedding of --token (default: BOS, else 1) for\n"
+	        "  kernels reading n_embd channels, a fixed pseudo-random vector for o and down;\n"
+	        "  max|diff|, relative (L2) error, NaN count; ok below 0.02, else FAIL (exit 1).\n"
+	        "  Then sample predictions: the top 5 next tokens after the prompt (default \"The\n"
+	        "  capital of France is\") through the whole model on the backend and through the\n"
+	        "  fp32 reference engine\n"
+	        "  --arch NAME  run a GGUF file as architecture NAME whatever it says\n");
 }
 
 int
 cmd_check(int argc, char **argv)
 {
 	struct tool_opts o = {.cmd = "check", .token = -1};
-	int r = tool_args(&o, argc, argv,
-	                  "--model --split --chunk --threads --token --rope-hf --rope-adjacent --weights --arch --backend "
-	                  "--prompt --prompt-ids");
+	int r = tool_args(
+		&o, argc, argv,
+		"--model --split --chunk --threads --token --rope-hf --rope-adjacent --weights --arch --backend "
+		"--prompt --prompt-ids");
 	if (r || !o.model) {
 		if (!r)
 			fprintf(stderr, "anedvd-dev check: --model is required\n");
@@ -372,8 +375,11 @@ cmd_check(int argc, char **argv)
 	if (o.rope)
 		m.hp.rope = o.rope;
 	const char *wts = pipe_weights(&m, backend_of(&o), o.weights);
-	struct kb_opts ko = {.width = o.chunk, .split = o.split, .threads = o.threads,
-	                     .weights = strcmp(wts, "int8") ? ANE_W_FP16 : ANE_W_INT8, .backend = o.backend};
+	struct kb_opts ko = {.width = o.chunk,
+	                     .split = o.split,
+	                     .threads = o.threads,
+	                     .weights = strcmp(wts, "int8") ? ANE_W_FP16 : ANE_W_INT8,
+	                     .backend = o.backend};
 	struct kernel_backend *kl = NULL, *kx = NULL;
 	float *x = NULL, *xo = NULL, *ya = NULL, *yb = NULL;
 	int32_t *ids = NULL;
@@ -385,7 +391,8 @@ cmd_check(int argc, char **argv)
 	       (long long)hp->n_layer, (long long)hp->n_embd, (long long)hp->n_vocab);
 	printf("config: heads %lld / kv %lld, head size %lld / %lld, feed-forward %lld%s, context %lld, rms eps %g\n",
 	       (long long)hp->n_head, (long long)hp->n_head_kv, (long long)hp->head_dim, (long long)hp->head_dim_v,
-	       (long long)hp->n_ff, hp->n_expert ? " (+ experts)" : "", (long long)hp->n_ctx_train, (double)hp->rms_eps);
+	       (long long)hp->n_ff, hp->n_expert ? " (+ experts)" : "", (long long)hp->n_ctx_train,
+	       (double)hp->rms_eps);
 	model_describe_rope(&m, rope_line, sizeof rope_line);
 	printf("RoPE: %s%s\n", rope_line, o.rope ? " (forced by --rope-hf / --rope-adjacent)" : "");
 	int pr = prompt_ids(&o, &m, tk, &ids, &n_ids);
@@ -440,8 +447,8 @@ cmd_check(int argc, char **argv)
 		double rel = cli_rel_err(ya, yb, (size_t)ki->out_ch, &md, &nans);
 		int ok = rel < 0.02 && nans == 0;
 		fails += !ok;
-		printf("  %-8s %5d -> %-6d max|%s-fp32| = %.5e  rel = %.5e  nan = %d  -> %s\n", pipe_kind_name(ki->kind),
-		       ki->in_ch, ki->out_ch, kl->name, md, rel, nans, ok ? "ok" : "FAIL");
+		printf("  %-8s %5d -> %-6d max|%s-fp32| = %.5e  rel = %.5e  nan = %d  -> %s\n",
+		       pipe_kind_name(ki->kind), ki->in_ch, ki->out_ch, kl->name, md, rel, nans, ok ? "ok" : "FAIL");
 	}
 	// the LM head: every chunk of each backend into a whole row
 	for (int i = 0; i < kl->n_kernels; i++)
@@ -518,9 +525,10 @@ int
 cmd_layers(int argc, char **argv)
 {
 	struct tool_opts o = {.cmd = "layers", .upto = -1};
-	int r = tool_args(&o, argc, argv,
-	                  "--model --upto --prompt --prompt-ids --chunk --split --threads --rope-hf --rope-adjacent --arch "
-	                  "--max-seq --backend");
+	int r = tool_args(
+		&o, argc, argv,
+		"--model --upto --prompt --prompt-ids --chunk --split --threads --rope-hf --rope-adjacent --arch "
+		"--max-seq --backend");
 	if (r || !o.model || o.upto < 0) {
 		if (!r)
 			fprintf(stderr, "anedvd-dev layers: --model and --upto are required\n");
@@ -557,7 +565,8 @@ cmd_layers(int argc, char **argv)
 		n = (int)nn;
 	}
 	if (o.upto > m.hp.n_layer) {
-		fprintf(stderr, "anedvd-dev layers: --upto %d: the model has %lld layers\n", o.upto, (long long)m.hp.n_layer);
+		fprintf(stderr, "anedvd-dev layers: --upto %d: the model has %lld layers\n", o.upto,
+		        (long long)m.hp.n_layer);
 		status = 2;
 		goto out;
 	}
@@ -632,20 +641,21 @@ read_gbs(size_t n, int iters)
 static void
 kernels_usage(void)
 {
-	fprintf(stderr, "usage: anedvd-dev kernels --model M [--iters K] [--chunk N] [--split] [--threads N]\n"
-	                "                          [--weights fp16|int8] [--backend emu|ane] [--cols N] [--arch NAME]\n"
-	                "  time every kernel of layer 0 and the LM head on the backend (default emu; ane only\n"
-	                "  in a macOS build) for one column (a decode\n"
-	                "  step), K times (default 20): ms per eval and achieved GB/s of the weight bytes\n"
-	                "  the kernels hold (fp16, or int8 and the row scales; default int8 for a model\n"
-	                "  stored in 8 bits or fewer), then\n"
-	                "  the per-token total (layer 0 times the layer count plus the LM head) and a\n"
-	                "  plain memory read of the same size as a baseline\n"
-	                "  --cols N     then the same kernels at 1..N columns (at most the chunk), in %d\n"
-	                "               rounds that alternate the widths: ms per pass (every layer and the\n"
-	                "               LM head), its ratio to one column within each round and the cost of\n"
-	                "               each extra column (what a draft token costs a speculative verify)\n"
-	                "  --arch NAME  run a GGUF file as architecture NAME whatever it says\n",
+	fprintf(stderr,
+	        "usage: anedvd-dev kernels --model M [--iters K] [--chunk N] [--split] [--threads N]\n"
+	        "                          [--weights fp16|int8] [--backend emu|ane] [--cols N] [--arch NAME]\n"
+	        "  time every kernel of layer 0 and the LM head on the backend (default emu; ane only\n"
+	        "  in a macOS build) for one column (a decode\n"
+	        "  step), K times (default 20): ms per eval and achieved GB/s of the weight bytes\n"
+	        "  the kernels hold (fp16, or int8 and the row scales; default int8 for a model\n"
+	        "  stored in 8 bits or fewer), then\n"
+	        "  the per-token total (layer 0 times the layer count plus the LM head) and a\n"
+	        "  plain memory read of the same size as a baseline\n"
+	        "  --cols N     then the same kernels at 1..N columns (at most the chunk), in %d\n"
+	        "               rounds that alternate the widths: ms per pass (every layer and the\n"
+	        "               LM head), its ratio to one column within each round and the cost of\n"
+	        "               each extra column (what a draft token costs a speculative verify)\n"
+	        "  --arch NAME  run a GGUF file as architecture NAME whatever it says\n",
 	        COLS_ROUNDS);
 }
 
@@ -661,8 +671,7 @@ cmp_dbl(const void *a, const void *b)
 // inside each round so that a busy machine hurts them alike, and the ratio
 // to one column is taken within a round
 static int
-kernels_cols(struct kernel_backend *kl, const struct model *m, int n, int iters, const float *x, float *y,
-             char *err)
+kernels_cols(struct kernel_backend *kl, const struct model *m, int n, int iters, const float *x, float *y, char *err)
 {
 	double *ms = calloc((size_t)COLS_ROUNDS * (n + 1), sizeof *ms);
 	if (!ms)
@@ -675,7 +684,8 @@ kernels_cols(struct kernel_backend *kl, const struct model *m, int n, int iters,
 				if (ki->layer != 0 && ki->kind != ANE_K_LM_HEAD)
 					continue;
 				double us = 0;
-				if (call_cols(kl, i, x, y, c, 1, NULL, err) || call_cols(kl, i, x, y, c, iters, &us, err)) {
+				if (call_cols(kl, i, x, y, c, 1, NULL, err) ||
+				    call_cols(kl, i, x, y, c, iters, &us, err)) {
 					free(ms);
 					return -1;
 				}
@@ -710,7 +720,8 @@ int
 cmd_kernels(int argc, char **argv)
 {
 	struct tool_opts o = {.cmd = "kernels", .iters = 20};
-	int r = tool_args(&o, argc, argv, "--model --iters --chunk --split --threads --weights --cols --arch --backend");
+	int r = tool_args(&o, argc, argv,
+	                  "--model --iters --chunk --split --threads --weights --cols --arch --backend");
 	if (r || !o.model) {
 		if (!r)
 			fprintf(stderr, "anedvd-dev kernels: --model is required\n");
@@ -724,8 +735,11 @@ cmd_kernels(int argc, char **argv)
 		return 1;
 	}
 	const char *wts = pipe_weights(&m, backend_of(&o), o.weights);
-	struct kb_opts ko = {.width = o.chunk, .split = o.split, .threads = o.threads,
-	                     .weights = strcmp(wts, "int8") ? ANE_W_FP16 : ANE_W_INT8, .backend = o.backend};
+	struct kb_opts ko = {.width = o.chunk,
+	                     .split = o.split,
+	                     .threads = o.threads,
+	                     .weights = strcmp(wts, "int8") ? ANE_W_FP16 : ANE_W_INT8,
+	                     .backend = o.backend};
 	struct kernel_backend *kl = kb_local_new(&m, &ko, err);
 	int status = 1;
 	float *x = NULL, *y = NULL;
@@ -970,21 +984,26 @@ cmd_width(int argc, char **argv)
 int
 cmd_attnbench(int argc, char **argv)
 {
-	struct tool_opts o = {.cmd = "attnbench", .ctx = 1024, .heads = 14, .kv_heads = 2, .head_dim = 64,
-	                      .iters = 200};
+	struct tool_opts o = {
+		.cmd = "attnbench", .ctx = 1024, .heads = 14, .kv_heads = 2, .head_dim = 64, .iters = 200};
 	int r = tool_args(&o, argc, argv, "--ctx --heads --kv-heads --head-dim --iters");
 	if (r || o.heads % o.kv_heads) {
 		if (!r)
 			fprintf(stderr, "anedvd-dev attnbench: --heads must be a multiple of --kv-heads\n");
-		fprintf(stderr, "usage: anedvd-dev attnbench [--ctx 1024] [--heads 14] [--kv-heads 2] [--head-dim 64] [--iters 200]\n"
-		                "  one decode step's attention (every head, one query) over an fp16 KV cache of\n"
-		                "  --ctx positions: attn_fast and attn_ref as the engine runs them, then the\n"
-		                "  same work split into plain stages (q.k dots, softmax, weighted V sum)\n");
+		fprintf(stderr,
+		        "usage: anedvd-dev attnbench [--ctx 1024] [--heads 14] [--kv-heads 2] [--head-dim 64] [--iters 200]\n"
+		        "  one decode step's attention (every head, one query) over an fp16 KV cache of\n"
+		        "  --ctx positions: attn_fast and attn_ref as the engine runs them, then the\n"
+		        "  same work split into plain stages (q.k dots, softmax, weighted V sum)\n");
 		return r > 0 ? 0 : 2;
 	}
 	int H = o.heads, G = o.kv_heads, D = o.head_dim, T = o.ctx;
-	struct attn_shape sh = {.n_head = H, .n_head_kv = G, .head_dim = D, .head_dim_v = D,
-	                        .k_stride = (size_t)G * D, .v_stride = (size_t)G * D,
+	struct attn_shape sh = {.n_head = H,
+	                        .n_head_kv = G,
+	                        .head_dim = D,
+	                        .head_dim_v = D,
+	                        .k_stride = (size_t)G * D,
+	                        .v_stride = (size_t)G * D,
 	                        .scale = 1.0f / sqrtf((float)D)};
 	size_t nkv = (size_t)T * G * D;
 	uint16_t *k = malloc(nkv * 2), *v = malloc(nkv * 2);

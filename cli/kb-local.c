@@ -87,8 +87,12 @@ kb_local_new(const struct model *m, const struct kb_opts *o, char *err)
 		return ad_err(err, "out of memory"), NULL;
 	char url[96];
 	snprintf(url, sizeof url, "inproc://anedvd-kb-local-%d", atomic_fetch_add(&local_seq, 1));
-	struct ane_service_opts so = {.url = url, .backend = be, .chunk = o->width, .split = o->split,
-	                              .threads = o->threads, .weights = ane_wfmt_name((enum ane_wfmt)o->weights),
+	struct ane_service_opts so = {.url = url,
+	                              .backend = be,
+	                              .chunk = o->width,
+	                              .split = o->split,
+	                              .threads = o->threads,
+	                              .weights = ane_wfmt_name((enum ane_wfmt)o->weights),
 	                              .quiet = 1};
 	if (!(l->sv = ane_service_start(m, &so, err))) {
 		free(l);

@@ -36,9 +36,9 @@ extern char **environ;
 #define BACKOFF_MAX_MS 5000
 #define STABLE_MS 10000
 #define STOP_WAIT_MS 3000
-#define SUP_RECENT 8          // exit times kept per child for the status file
-#define LOOP_N 5              // this many exits ...
-#define LOOP_WINDOW_MS 30000  // ... within this long: crash-looping
+#define SUP_RECENT 8         // exit times kept per child for the status file
+#define LOOP_N 5             // this many exits ...
+#define LOOP_WINDOW_MS 30000 // ... within this long: crash-looping
 
 struct child {
 	char name[32];
@@ -46,9 +46,9 @@ struct child {
 	char url[512];
 	sup_health_fn health;
 	int restart;
-	pid_t pid;        // 0 while down
+	pid_t pid; // 0 while down
 	int restarts;
-	int exited;       // down and not to be restarted
+	int exited; // down and not to be restarted
 	int last_status;
 	uint64_t started_ms, next_start_ms;
 	int backoff_ms;
@@ -151,8 +151,8 @@ runtime_base(const char **out, char *err)
 		return ad_err(err, "XDG_RUNTIME_DIR=%s belongs to uid %ld, not to this user (uid %ld): refused", x,
 		              (long)st.st_uid, (long)getuid());
 	if (st.st_mode & 077)
-		return ad_err(err, "XDG_RUNTIME_DIR=%s has mode %03o: group and others must have no access (chmod 700)", x,
-		              (unsigned)(st.st_mode & 0777));
+		return ad_err(err, "XDG_RUNTIME_DIR=%s has mode %03o: group and others must have no access (chmod 700)",
+		              x, (unsigned)(st.st_mode & 0777));
 	*out = x;
 	return 0;
 }
@@ -175,10 +175,11 @@ check_rundir(const char *dir, char *err)
 	if (!S_ISDIR(st.st_mode))
 		return ad_err(err, "the runtime directory %s exists and is not a directory: refused", dir);
 	if (st.st_uid != getuid())
-		return ad_err(err, "the runtime directory %s belongs to uid %ld, not to this user (uid %ld): refused", dir,
-		              (long)st.st_uid, (long)getuid());
+		return ad_err(err, "the runtime directory %s belongs to uid %ld, not to this user (uid %ld): refused",
+		              dir, (long)st.st_uid, (long)getuid());
 	if (st.st_mode & 077)
-		return ad_err(err, "the runtime directory %s has mode %03o: group and others must have no access: refused",
+		return ad_err(err,
+		              "the runtime directory %s has mode %03o: group and others must have no access: refused",
 		              dir, (unsigned)(st.st_mode & 0777));
 	return 0;
 }
@@ -334,7 +335,8 @@ write_status(struct sup *s)
 	for (int i = 0; i < s->n; i++) {
 		const struct child *c = &s->c[i];
 		const char *state = c->pid > 0 ? "up" : c->exited ? "stopped" : "restarting";
-		fprintf(f, "%s %ld %d %s %s ", c->name, (long)c->pid, c->restarts, state, c->last_exit[0] ? c->last_exit : "-");
+		fprintf(f, "%s %ld %d %s %s ", c->name, (long)c->pid, c->restarts, state,
+		        c->last_exit[0] ? c->last_exit : "-");
 		int n = c->n_exits < SUP_RECENT ? c->n_exits : SUP_RECENT;
 		for (int k = 0; k < n; k++)
 			fprintf(f, "%s%lld", k ? "," : "", c->exits_ms[(c->n_exits - n + k) % SUP_RECENT]);
@@ -426,10 +428,11 @@ monitor_once(struct sup *s)
 			clock_gettime(CLOCK_REALTIME, &wall);
 			long long wms = (long long)wall.tv_sec * 1000 + wall.tv_nsec / 1000000;
 			c->exits_ms[c->n_exits++ % SUP_RECENT] = wms;
-			if (c->n_exits >= LOOP_N && wms - c->exits_ms[(c->n_exits - LOOP_N) % SUP_RECENT] <= LOOP_WINDOW_MS) {
+			if (c->n_exits >= LOOP_N &&
+			    wms - c->exits_ms[(c->n_exits - LOOP_N) % SUP_RECENT] <= LOOP_WINDOW_MS) {
 				if (!c->looping)
-					ad_warn("%s is crash-looping: %d exits within %d s (back-off capped at %d ms)", c->name, LOOP_N,
-					        LOOP_WINDOW_MS / 1000, BACKOFF_MAX_MS);
+					ad_warn("%s is crash-looping: %d exits within %d s (back-off capped at %d ms)",
+					        c->name, LOOP_N, LOOP_WINDOW_MS / 1000, BACKOFF_MAX_MS);
 				c->looping = 1;
 			} else {
 				c->looping = 0;
@@ -618,19 +621,22 @@ sup_wait_ready(struct sup *s, const char *name, int timeout_ms, char *err)
 			if (WIFSIGNALED(status))
 				return ad_err(err, "%s was killed by signal %d before it was ready", name,
 				              WTERMSIG(status));
-			return ad_err(err, "%s exited with status %d before it was ready (see its message above)",
-			              name, WEXITSTATUS(status));
+			return ad_err(err, "%s exited with status %d before it was ready (see its message above)", name,
+			              WEXITSTATUS(status));
 		}
 		// restarted, but it keeps failing the same way: waiting the rest of
 		// the timeout (ten minutes for a compile) helps nobody
 		if (looping) {
 			if (WIFSIGNALED(status))
-				return ad_err(err, "%s keeps dying before it is ready (%d exits within %d s, the last by signal %d)",
-				              name, LOOP_N, LOOP_WINDOW_MS / 1000, WTERMSIG(status));
-			return ad_err(err,
-			              "%s keeps exiting before it is ready (%d exits within %d s, the last with status %d: see "
-			              "its message above)",
-			              name, LOOP_N, LOOP_WINDOW_MS / 1000, WEXITSTATUS(status));
+				return ad_err(
+					err,
+					"%s keeps dying before it is ready (%d exits within %d s, the last by signal %d)",
+					name, LOOP_N, LOOP_WINDOW_MS / 1000, WTERMSIG(status));
+			return ad_err(
+				err,
+				"%s keeps exiting before it is ready (%d exits within %d s, the last with status %d: see "
+				"its message above)",
+				name, LOOP_N, LOOP_WINDOW_MS / 1000, WEXITSTATUS(status));
 		}
 		if (sup_interrupted())
 			return ad_err(err, "interrupted");

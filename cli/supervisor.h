@@ -50,11 +50,11 @@ struct sup;
 typedef int (*sup_health_fn)(const char *url, int timeout_ms, char *err);
 
 struct sup_spec {
-	const char *name;       // short, unique: "tokenizer", "ane-worker", ...
+	const char *name;        // short, unique: "tokenizer", "ane-worker", ...
 	const char *const *argv; // argv[0] is a path; NULL-terminated; copied
-	const char *url;        // what health is asked on (may be NULL)
-	sup_health_fn health;   // NULL: running is enough
-	int restart;            // restart when it dies
+	const char *url;         // what health is asked on (may be NULL)
+	sup_health_fn health;    // NULL: running is enough
+	int restart;             // restart when it dies
 };
 
 struct sup *sup_new(char *err);

@@ -13,8 +13,8 @@
 #include "cpu-level.h"
 
 static const char *const names[AD_CPU_N_FEATURES] = {
-	"SSE3", "SSSE3", "SSE4.1", "SSE4.2", "POPCNT", "CMPXCHG16B", "AVX", "AVX2", "FMA", "F16C",
-	"BMI1", "BMI2", "LZCNT", "MOVBE", "AVX512F", "AVX512DQ", "AVX512CD", "AVX512BW", "AVX512VL",
+	"SSE3", "SSSE3", "SSE4.1", "SSE4.2", "POPCNT",  "CMPXCHG16B", "AVX",      "AVX2",     "FMA",      "F16C",
+	"BMI1", "BMI2",  "LZCNT",  "MOVBE",  "AVX512F", "AVX512DQ",   "AVX512CD", "AVX512BW", "AVX512VL",
 };
 
 const char *
@@ -116,8 +116,9 @@ ad_cpu_check(unsigned have, unsigned need, const char *built_for, const char *pr
 			fprintf(out, "%s%s", sep, names[i]);
 			sep = ", ";
 		}
-	fprintf(out, ", which this build of anedvd needs (it was compiled for -march=%s).\n"
-	             "%s: build anedvd for this CPU with: cmake -S . -B build -DANEDVD_X86_LEVEL=x86-64\n",
+	fprintf(out,
+	        ", which this build of anedvd needs (it was compiled for -march=%s).\n"
+	        "%s: build anedvd for this CPU with: cmake -S . -B build -DANEDVD_X86_LEVEL=x86-64\n",
 	        built_for && *built_for ? built_for : "?", prog);
 	return -1;
 }

@@ -12,60 +12,60 @@ const char ad_cpu_built_for[] = AD_X86_LEVEL;
 
 const unsigned ad_cpu_need = 0
 #ifdef __SSE3__
-	| AD_CPU_SSE3
+                             | AD_CPU_SSE3
 #endif
 #ifdef __SSSE3__
-	| AD_CPU_SSSE3
+                             | AD_CPU_SSSE3
 #endif
 #ifdef __SSE4_1__
-	| AD_CPU_SSE41
+                             | AD_CPU_SSE41
 #endif
 #ifdef __SSE4_2__
-	| AD_CPU_SSE42
+                             | AD_CPU_SSE42
 #endif
 #ifdef __POPCNT__
-	| AD_CPU_POPCNT
+                             | AD_CPU_POPCNT
 #endif
 #ifdef __GCC_HAVE_SYNC_COMPARE_AND_SWAP_16
-	| AD_CPU_CX16
+                             | AD_CPU_CX16
 #endif
 #ifdef __AVX__
-	| AD_CPU_AVX
+                             | AD_CPU_AVX
 #endif
 #ifdef __AVX2__
-	| AD_CPU_AVX2
+                             | AD_CPU_AVX2
 #endif
 #ifdef __FMA__
-	| AD_CPU_FMA
+                             | AD_CPU_FMA
 #endif
 #ifdef __F16C__
-	| AD_CPU_F16C
+                             | AD_CPU_F16C
 #endif
 #ifdef __BMI__
-	| AD_CPU_BMI1
+                             | AD_CPU_BMI1
 #endif
 #ifdef __BMI2__
-	| AD_CPU_BMI2
+                             | AD_CPU_BMI2
 #endif
 #ifdef __LZCNT__
-	| AD_CPU_LZCNT
+                             | AD_CPU_LZCNT
 #endif
 #ifdef __MOVBE__
-	| AD_CPU_MOVBE
+                             | AD_CPU_MOVBE
 #endif
 #ifdef __AVX512F__
-	| AD_CPU_AVX512F
+                             | AD_CPU_AVX512F
 #endif
 #ifdef __AVX512DQ__
-	| AD_CPU_AVX512DQ
+                             | AD_CPU_AVX512DQ
 #endif
 #ifdef __AVX512CD__
-	| AD_CPU_AVX512CD
+                             | AD_CPU_AVX512CD
 #endif
 #ifdef __AVX512BW__
-	| AD_CPU_AVX512BW
+                             | AD_CPU_AVX512BW
 #endif
 #ifdef __AVX512VL__
-	| AD_CPU_AVX512VL
+                             | AD_CPU_AVX512VL
 #endif
 	;

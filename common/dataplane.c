@@ -42,8 +42,8 @@
 // request and reply on separate cache lines: each is written by one side
 struct dp_slot {
 	_Alignas(64) _Atomic uint32_t req_seq; // client
-	_Atomic uint32_t client_sleeping;       // client: it sleeps on rep_seq
-	uint32_t rq_gen; // the worker generation the request is for
+	_Atomic uint32_t client_sleeping;      // client: it sleeps on rep_seq
+	uint32_t rq_gen;                       // the worker generation the request is for
 	struct dp_request rq;
 	_Alignas(64) _Atomic uint32_t rep_seq; // worker
 	uint32_t rep_gen;
@@ -72,8 +72,8 @@ struct dp_chan {
 	int owner;
 	enum dp_bell bell;
 	uint32_t spin_call_ns, spin_serve_ns, lead_ns, spin_max_ns;
-	_Atomic uint32_t busy; // client: slots claimed by this process's threads
-	pthread_mutex_t mu;    // client: the surface table
+	_Atomic uint32_t busy;  // client: slots claimed by this process's threads
+	pthread_mutex_t mu;     // client: the surface table
 	int (*idle)(void *arg); // worker: dp_set_idle
 	void *idle_arg;
 	// client: spinning through a call (ANEDVD_DP_SPIN_THROUGH): 0 off, 1
@@ -83,8 +83,8 @@ struct dp_chan {
 	_Atomic int score, rest;
 };
 
-static uint64_t hot_ns = 10000;              // the caller's spin: pause this long, then yield
-static uint64_t serve_hot_ns = UINT64_MAX;   // the worker's idle spin: pause throughout
+static uint64_t hot_ns = 10000;            // the caller's spin: pause this long, then yield
+static uint64_t serve_hot_ns = UINT64_MAX; // the worker's idle spin: pause throughout
 
 static uint32_t
 env_us(const char *name, uint32_t dflt_us)
@@ -371,7 +371,8 @@ dp_open(const char *id, char *err)
 			return NULL;
 		}
 		fd = shm_open(id, O_RDWR, 0);
-		void *q = fd < 0 ? MAP_FAILED : mmap(NULL, (size_t)(off + n), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		void *q =
+			fd < 0 ? MAP_FAILED : mmap(NULL, (size_t)(off + n), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 		e = errno;
 		if (fd >= 0)
 			close(fd);

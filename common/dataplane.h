@@ -71,8 +71,8 @@
 #define DP_MAX_STEPS 8
 #define DP_MAX_SURF 256
 #define DP_MSG 160
-#define DP_BY_NAME 0xffffu // a step's surface given by name, not by index
-#define DP_NO_SURF 0xfffeu // a DP_RESNORM step without y or without xn
+#define DP_BY_NAME 0xffffu     // a step's surface given by name, not by index
+#define DP_NO_SURF 0xfffeu     // a DP_RESNORM step without y or without xn
 #define DP_RESNORM 0xffffffffu // a step's kernel: the residual-norm step
 #define DP_NO_VEC 0xffffffffu  // a DP_RESNORM vector that is absent
 
@@ -105,9 +105,9 @@ struct dp_resnorm {
 struct dp_step {
 	uint32_t kernel; // a kernel id, or DP_RESNORM
 	uint32_t ncols;
-	uint16_t in, out; // surface table index, or DP_BY_NAME
+	uint16_t in, out;                                         // surface table index, or DP_BY_NAME
 	char in_id[AD_SURFACE_ID_MAX], out_id[AD_SURFACE_ID_MAX]; // when DP_BY_NAME
-	struct dp_resnorm rn; // when kernel is DP_RESNORM
+	struct dp_resnorm rn;                                     // when kernel is DP_RESNORM
 };
 
 // a request as the client fills it, and a reply as the worker fills it
@@ -148,11 +148,11 @@ void dp_worker(const struct dp_chan *c, uint32_t *pid, uint32_t *gen);
 
 // the result of a wait
 enum dp_wait_rc {
-	DP_DONE = 0,      // answered: the reply is in *rep
-	DP_TIMEOUT = -1,  // no answer within timeout_ms
-	DP_DEAD = -2,     // the expected worker's pid is gone
-	DP_CHANGED = -3,  // another worker (generation) attached
-	DP_NOSLOT = -4,   // every slot stayed busy for timeout_ms
+	DP_DONE = 0,     // answered: the reply is in *rep
+	DP_TIMEOUT = -1, // no answer within timeout_ms
+	DP_DEAD = -2,    // the expected worker's pid is gone
+	DP_CHANGED = -3, // another worker (generation) attached
+	DP_NOSLOT = -4,  // every slot stayed busy for timeout_ms
 };
 
 // dp_call posts rq on a free slot and waits for the reply of the worker
@@ -160,8 +160,8 @@ enum dp_wait_rc {
 // DP_DONE the slot is kept for the caller's retry: call dp_call again with
 // the same *slot (it re-posts the request), or dp_release it. *slot = -1
 // on entry claims a free one.
-int dp_call(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp_reply *rep, uint32_t pid,
-            uint32_t gen, int timeout_ms);
+int dp_call(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp_reply *rep, uint32_t pid, uint32_t gen,
+            int timeout_ms);
 // dp_call_expect is dp_call for a call expected to take about expect_ns
 // (0: unknown): a short one (expect + lead <= ANEDVD_DP_SPIN_MAX_US, 200
 // us) is spun through; for a longer one the caller sleeps until

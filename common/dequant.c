@@ -280,26 +280,56 @@ ad_dequant(uint32_t type, const void *src, float *dst, int64_t n, char *err)
 	}
 	int64_t bs = ad_type_block_size(type);
 	if (n < 0 || n % bs)
-		return ad_err(err, "dequant: %s: %lld values is not a multiple of the block size %lld",
-		              name, (long long)n, (long long)bs);
+		return ad_err(err, "dequant: %s: %lld values is not a multiple of the block size %lld", name,
+		              (long long)n, (long long)bs);
 	const uint8_t *x = src;
 	int64_t nb = n / bs;
 	switch (type) {
-	case AD_TYPE_F32: deq_f32(x, dst, n); break;
-	case AD_TYPE_F16: deq_f16(x, dst, n); break;
-	case AD_TYPE_BF16: deq_bf16(x, dst, n); break;
-	case AD_TYPE_Q4_0: deq_q4_0(x, dst, nb); break;
-	case AD_TYPE_Q4_1: deq_q4_1(x, dst, nb); break;
-	case AD_TYPE_Q5_0: deq_q5_0(x, dst, nb); break;
-	case AD_TYPE_Q5_1: deq_q5_1(x, dst, nb); break;
-	case AD_TYPE_Q8_0: deq_q8_0(x, dst, nb); break;
-	case AD_TYPE_Q8_1: deq_q8_1(x, dst, nb); break;
-	case AD_TYPE_Q2_K: deq_q2_k(x, dst, nb); break;
-	case AD_TYPE_Q3_K: deq_q3_k(x, dst, nb); break;
-	case AD_TYPE_Q4_K: deq_q4_k(x, dst, nb); break;
-	case AD_TYPE_Q5_K: deq_q5_k(x, dst, nb); break;
-	case AD_TYPE_Q6_K: deq_q6_k(x, dst, nb); break;
-	case AD_TYPE_Q8_K: deq_q8_k(x, dst, nb); break;
+	case AD_TYPE_F32:
+		deq_f32(x, dst, n);
+		break;
+	case AD_TYPE_F16:
+		deq_f16(x, dst, n);
+		break;
+	case AD_TYPE_BF16:
+		deq_bf16(x, dst, n);
+		break;
+	case AD_TYPE_Q4_0:
+		deq_q4_0(x, dst, nb);
+		break;
+	case AD_TYPE_Q4_1:
+		deq_q4_1(x, dst, nb);
+		break;
+	case AD_TYPE_Q5_0:
+		deq_q5_0(x, dst, nb);
+		break;
+	case AD_TYPE_Q5_1:
+		deq_q5_1(x, dst, nb);
+		break;
+	case AD_TYPE_Q8_0:
+		deq_q8_0(x, dst, nb);
+		break;
+	case AD_TYPE_Q8_1:
+		deq_q8_1(x, dst, nb);
+		break;
+	case AD_TYPE_Q2_K:
+		deq_q2_k(x, dst, nb);
+		break;
+	case AD_TYPE_Q3_K:
+		deq_q3_k(x, dst, nb);
+		break;
+	case AD_TYPE_Q4_K:
+		deq_q4_k(x, dst, nb);
+		break;
+	case AD_TYPE_Q5_K:
+		deq_q5_k(x, dst, nb);
+		break;
+	case AD_TYPE_Q6_K:
+		deq_q6_k(x, dst, nb);
+		break;
+	case AD_TYPE_Q8_K:
+		deq_q8_k(x, dst, nb);
+		break;
 	default:
 		return ad_err(err, "dequant: type %s is not supported", name);
 	}

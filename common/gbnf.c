@@ -27,7 +27,8 @@ struct rule {
 };
 
 // a cached class rule: its code point ranges
-struct class {
+struct class
+{
 	uint32_t *r; // lo, hi pairs
 	int n;
 	int rule;
@@ -57,8 +58,7 @@ struct parser {
 // --- errors ----------------------------------------------------------------------
 
 // fail records "line L, column C: msg (near '...')" for the position at
-static const char *__attribute__((format(printf, 3, 4)))
-fail(struct parser *p, const char *at, const char *fmt, ...)
+static const char *__attribute__((format(printf, 3, 4))) fail(struct parser *p, const char *at, const char *fmt, ...)
 {
 	if (p->failed)
 		return NULL;
@@ -339,7 +339,10 @@ space(const char *s, int newline_ok)
 static int
 hexval(char c)
 {
-	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+	return c >= '0' && c <= '9'   ? c - '0'
+	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
+	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
+	                              : -1;
 }
 
 // one character of a literal or class: an escape or a UTF-8 character
@@ -362,14 +365,23 @@ parse_char(struct parser *p, const char *s, uint32_t *c)
 			return s + 2 + digits;
 		}
 		switch (s[1]) {
-		case 't': *c = '\t'; return s + 2;
-		case 'r': *c = '\r'; return s + 2;
-		case 'n': *c = '\n'; return s + 2;
+		case 't':
+			*c = '\t';
+			return s + 2;
+		case 'r':
+			*c = '\r';
+			return s + 2;
+		case 'n':
+			*c = '\n';
+			return s + 2;
 		case '\\':
 		case '"':
 		case '[':
-		case ']': *c = (unsigned char)s[1]; return s + 2;
-		default: return fail(p, s, "unknown escape");
+		case ']':
+			*c = (unsigned char)s[1];
+			return s + 2;
+		default:
+			return fail(p, s, "unknown escape");
 		}
 	}
 	if (!*s)
@@ -859,7 +871,8 @@ parse_sequence(struct parser *p, const char *s, int rule, int nested)
 				if (*s != '}')
 					return fail(p, s, "expecting }");
 				if (max >= 0 && max < min)
-					return fail(p, at, "a repetition {%ld,%ld} whose maximum is below its minimum", min, max);
+					return fail(p, at, "a repetition {%ld,%ld} whose maximum is below its minimum",
+					            min, max);
 			} else {
 				return fail(p, s, "expecting , or }");
 			}
@@ -1083,8 +1096,8 @@ flatten(struct parser *p, struct gbnf *g)
 }
 
 int
-gbnf_compile(const char *text, size_t len, const char *root, gbnf_resolve_fn resolve, void *ctx,
-             struct gbnf **out, char *err)
+gbnf_compile(const char *text, size_t len, const char *root, gbnf_resolve_fn resolve, void *ctx, struct gbnf **out,
+             char *err)
 {
 	*out = NULL;
 	if (len > GBNF_MAX_TEXT)

@@ -42,10 +42,10 @@
 
 #include "err.h"
 
-#define GBNF_MAX_DEPTH 128        // nested ( ) and repetitions inside them
-#define GBNF_MAX_REPEAT 10000     // m and n of x{m,n}
+#define GBNF_MAX_DEPTH 128    // nested ( ) and repetitions inside them
+#define GBNF_MAX_REPEAT 10000 // m and n of x{m,n}
 #define GBNF_MAX_ELEMENTS (1 << 20)
-#define GBNF_MAX_TEXT (1 << 22)   // bytes of grammar text
+#define GBNF_MAX_TEXT (1 << 22)    // bytes of grammar text
 #define GBNF_UNRESOLVED 0x7fffffff // a <text> token left for a later resolver
 
 enum gbnf_op {
@@ -87,8 +87,8 @@ typedef int32_t (*gbnf_resolve_fn)(void *ctx, const char *s, size_t n);
 
 // gbnf_compile: root names the start rule (NULL: "root"). *out is freed
 // with gbnf_free. On failure err says what and where.
-int gbnf_compile(const char *text, size_t len, const char *root, gbnf_resolve_fn resolve, void *ctx,
-                 struct gbnf **out, char *err);
+int gbnf_compile(const char *text, size_t len, const char *root, gbnf_resolve_fn resolve, void *ctx, struct gbnf **out,
+                 char *err);
 void gbnf_free(struct gbnf *g); // NULL is fine
 
 // gbnf_utf8: the UTF-8 encoding of code point c into b (up to 4 bytes);

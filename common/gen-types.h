@@ -11,8 +11,8 @@
 
 // --- sampling (cpu-worker/sample.h) ----------------------------------------------------------
 
-#define SAMPLE_MAX_BIAS 1024         // logit_bias entries
-#define SAMPLE_MAX_TOP_LOGPROBS 20   // alternatives sample_logprobs reports
+#define SAMPLE_MAX_BIAS 1024       // logit_bias entries
+#define SAMPLE_MAX_TOP_LOGPROBS 20 // alternatives sample_logprobs reports
 
 // one logit_bias entry: bias in [-100, 100], added to the token's logit
 struct sample_bias {
@@ -31,9 +31,9 @@ struct sample_params {
 	float presence_penalty;  // [-2, 2], 0: off
 	float frequency_penalty; // [-2, 2], 0: off
 	uint64_t seed;
-	int has_seed;            // 0: SAMPLE_DEFAULT_SEED
+	int has_seed;                   // 0: SAMPLE_DEFAULT_SEED
 	const struct sample_bias *bias; // n_bias entries (step 0); sample_new copies them
-	int n_bias;              // [0, SAMPLE_MAX_BIAS]
+	int n_bias;                     // [0, SAMPLE_MAX_BIAS]
 };
 
 // a candidate of sample_top
@@ -84,7 +84,7 @@ struct tok_call {
 
 struct tok_msg {
 	enum tok_role role;
-	const char *content;         // NUL-terminated
+	const char *content;          // NUL-terminated
 	const struct tok_call *calls; // assistant turns that called tools
 	size_t n_calls;
 	const char *call_id;   // tool turns: the call this result answers (NULL: none)

@@ -100,11 +100,30 @@ put_scalar(struct buf *b, enum gguf_vtype t, const void *v)
 	int sz = scalar_size(t);
 	uint64_t x = 0;
 	switch (sz) {
-	case 1: { uint8_t y; memcpy(&y, v, 1); x = y; break; }
-	case 2: { uint16_t y; memcpy(&y, v, 2); x = y; break; }
-	case 4: { uint32_t y; memcpy(&y, v, 4); x = y; break; }
-	case 8: memcpy(&x, v, 8); break;
-	default: b->bad = 1; return;
+	case 1: {
+		uint8_t y;
+		memcpy(&y, v, 1);
+		x = y;
+		break;
+	}
+	case 2: {
+		uint16_t y;
+		memcpy(&y, v, 2);
+		x = y;
+		break;
+	}
+	case 4: {
+		uint32_t y;
+		memcpy(&y, v, 4);
+		x = y;
+		break;
+	}
+	case 8:
+		memcpy(&x, v, 8);
+		break;
+	default:
+		b->bad = 1;
+		return;
 	}
 	if (t == GGUF_TYPE_BOOL)
 		x = x != 0;
@@ -173,13 +192,13 @@ set_kv(struct gguf_writer *w, const char *key, struct buf val)
 		w->bad = 1;
 		return;
 	}
-	w->kv[w->n_kv++] = (struct wkv){ k, val };
+	w->kv[w->n_kv++] = (struct wkv){k, val};
 }
 
 void
 gguf_writer_val(struct gguf_writer *w, const char *key, enum gguf_vtype type, const void *v)
 {
-	struct buf b = { 0 };
+	struct buf b = {0};
 	put_le(&b, (uint32_t)type, 4);
 	put_scalar(&b, type, v);
 	set_kv(w, key, b);
@@ -230,7 +249,7 @@ gguf_writer_bool(struct gguf_writer *w, const char *key, int v)
 void
 gguf_writer_str(struct gguf_writer *w, const char *key, const char *v)
 {
-	struct buf b = { 0 };
+	struct buf b = {0};
 	put_le(&b, GGUF_TYPE_STRING, 4);
 	put_str(&b, v);
 	set_kv(w, key, b);
@@ -338,7 +357,7 @@ gguf_writer_warr(struct gguf_writer *w, const char *key, struct gguf_warr *a)
 		w->bad = 1;
 		return;
 	}
-	struct buf b = { 0 };
+	struct buf b = {0};
 	put_le(&b, GGUF_TYPE_ARRAY, 4);
 	put_warr(&b, a);
 	gguf_warr_free(a);
@@ -348,8 +367,8 @@ gguf_writer_warr(struct gguf_writer *w, const char *key, struct gguf_warr *a)
 // --- tensors ------------------------------------------------------------------
 
 int
-gguf_writer_tensor(struct gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
-                   const int64_t *ne, const void *data, size_t nbytes, char *err)
+gguf_writer_tensor(struct gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, const int64_t *ne,
+                   const void *data, size_t nbytes, char *err)
 {
 	const char *tn = ad_type_name(type);
 	if (!tn)
@@ -361,7 +380,7 @@ gguf_writer_tensor(struct gguf_writer *w, const char *name, uint32_t type, uint3
 	for (size_t i = 0; i < w->n_t; i++)
 		if (!strcmp(w->t[i].name, name))
 			return ad_err(err, "tensor '%s' added twice", name);
-	struct wtensor t = { .type = type, .n_dims = n_dims, .ne = { 1, 1, 1, 1 } };
+	struct wtensor t = {.type = type, .n_dims = n_dims, .ne = {1, 1, 1, 1}};
 	for (uint32_t d = 0; d < n_dims; d++)
 		if (ne[d] <= 0)
 			return ad_err(err, "tensor '%s': dimension %" PRIu32 " is %" PRId64, name, d, ne[d]);
@@ -497,7 +516,7 @@ gguf_writer_save(struct gguf_writer *w, const char *path, char *err)
 	FILE *f = fopen(path, "wb");
 	if (!f)
 		return ad_err(err, "%s: %s", path, strerror(errno));
-	struct sink s = { .f = f };
+	struct sink s = {.f = f};
 	int rc = serialise(w, &s);
 	if (fclose(f) != 0)
 		rc = -1;
@@ -509,8 +528,8 @@ gguf_writer_save(struct gguf_writer *w, const char *path, char *err)
 void *
 gguf_writer_bytes(struct gguf_writer *w, size_t *n)
 {
-	struct buf b = { 0 };
-	struct sink s = { .b = &b };
+	struct buf b = {0};
+	struct sink s = {.b = &b};
 	*n = 0;
 	if (serialise(w, &s)) {
 		free(b.p);

@@ -80,8 +80,8 @@ ld64(const uint8_t *p)
 }
 
 static const char *const vtype_names[GGUF_TYPE_COUNT] = {
-	"uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
-	"bool", "string", "array", "uint64", "int64", "float64",
+	"uint8", "int8",   "uint16", "int16",  "uint32", "int32",   "float32",
+	"bool",  "string", "array",  "uint64", "int64",  "float64",
 };
 
 size_t
@@ -176,8 +176,8 @@ static int
 need(struct rd *r, size_t n, const char *what)
 {
 	if (n > left(r))
-		return ad_err(r->err, "truncated: %s needs %zu bytes at offset %zu, only %zu left",
-		              what, n, r->pos, left(r));
+		return ad_err(r->err, "truncated: %s needs %zu bytes at offset %zu, only %zu left", what, n, r->pos,
+		              left(r));
 	return 0;
 }
 
@@ -209,8 +209,8 @@ rd_str(struct rd *r, struct gguf_str *s, const char *what)
 	if (rd_u64(r, &len, what))
 		return -1;
 	if (len > left(r))
-		return ad_err(r->err, "%s at offset %zu has length %" PRIu64 ", more than the %zu bytes left",
-		              what, at, len, left(r));
+		return ad_err(r->err, "%s at offset %zu has length %" PRIu64 ", more than the %zu bytes left", what, at,
+		              len, left(r));
 	s->ptr = (const char *)r->p + r->pos;
 	s->len = len;
 	r->pos += (size_t)len;
@@ -280,7 +280,9 @@ rd_arr(struct rd *r, struct gguf_arr *a, int depth)
 		return -1;
 	size_t min = vtype_min_size(a->type);
 	if (a->n > left(r) / min)
-		return ad_err(r->err, "array at offset %zu claims %" PRIu64 " %s elements, more than the %zu bytes left can hold",
+		return ad_err(r->err,
+		              "array at offset %zu claims %" PRIu64
+		              " %s elements, more than the %zu bytes left can hold",
 		              at, a->n, vtype_names[a->type], left(r));
 	a->data = r->p + r->pos;
 	a->priv = NULL;
@@ -350,8 +352,8 @@ rd_tensor(struct rd *r, struct gguf_tensor *t, int64_t i)
 	if (rd_u32(r, &t->n_dims, "tensor n_dims"))
 		return ad_err_prefix(r->err, "tensor '%s'", nm);
 	if (t->n_dims > GGUF_MAX_DIMS)
-		return ad_err(r->err, "tensor '%s' at offset %zu has %" PRIu32 " dimensions (at most %d)",
-		              nm, dims_at, t->n_dims, GGUF_MAX_DIMS);
+		return ad_err(r->err, "tensor '%s' at offset %zu has %" PRIu32 " dimensions (at most %d)", nm, dims_at,
+		              t->n_dims, GGUF_MAX_DIMS);
 	int64_t total = 1;
 	for (int d = 0; d < GGUF_MAX_DIMS; d++)
 		t->ne[d] = 1;
@@ -362,11 +364,14 @@ rd_tensor(struct rd *r, struct gguf_tensor *t, int64_t i)
 			return ad_err_prefix(r->err, "tensor '%s'", nm);
 		int64_t ne = (int64_t)v;
 		if (ne <= 0)
-			return ad_err(r->err, "tensor '%s' dimension %" PRIu32 " at offset %zu is %" PRId64 " (must be positive)",
+			return ad_err(r->err,
+			              "tensor '%s' dimension %" PRIu32 " at offset %zu is %" PRId64
+			              " (must be positive)",
 			              nm, d, ne_at, ne);
 		if (total > INT64_MAX / ne)
-			return ad_err(r->err, "tensor '%s' element count overflows at dimension %" PRIu32 " (offset %zu)",
-			              nm, d, ne_at);
+			return ad_err(r->err,
+			              "tensor '%s' element count overflows at dimension %" PRIu32 " (offset %zu)", nm,
+			              d, ne_at);
 		total *= ne;
 		t->ne[d] = ne;
 	}
@@ -378,11 +383,13 @@ rd_tensor(struct rd *r, struct gguf_tensor *t, int64_t i)
 		return ad_err(r->err, "tensor '%s' at offset %zu has unknown type id %" PRIu32, nm, type_at, t->type);
 	int64_t blk = ad_type_block_size(t->type);
 	if (blk == 0)
-		return ad_err(r->err, "tensor '%s' at offset %zu has type %s, which this reader cannot size",
-		              nm, type_at, tn);
+		return ad_err(r->err, "tensor '%s' at offset %zu has type %s, which this reader cannot size", nm,
+		              type_at, tn);
 	size_t row;
 	if (t->ne[0] % blk != 0)
-		return ad_err(r->err, "tensor '%s' (%s) at offset %zu: ne[0]=%" PRId64 " is not a multiple of the block size %" PRId64,
+		return ad_err(r->err,
+		              "tensor '%s' (%s) at offset %zu: ne[0]=%" PRId64
+		              " is not a multiple of the block size %" PRId64,
 		              nm, tn, at, t->ne[0], blk);
 	if (ad_type_row_bytes(t->type, t->ne[0], &row))
 		return ad_err(r->err, "tensor '%s' at offset %zu: row size overflows", nm, at);
@@ -466,7 +473,7 @@ static int
 parse(struct gguf *g, char *err)
 {
 	char nm[NAMEBUF], nm2[NAMEBUF];
-	struct rd r = { .p = g->base, .size = g->size, .err = err, .g = g };
+	struct rd r = {.p = g->base, .size = g->size, .err = err, .g = g};
 
 	if (g->size < 4 || memcmp(g->base, GGUF_MAGIC, 4) != 0) {
 		if (g->size >= 4 && memcmp(g->base, "FUGG", 4) == 0)
@@ -481,7 +488,9 @@ parse(struct gguf *g, char *err)
 		return ad_err(err, "GGUF v1 (32-bit counts) is unsupported; convert the file to v3");
 	if ((ver & 0xffff) == 0 && (ver >> 16) != 0) {
 		uint32_t sw = __builtin_bswap32(ver);
-		return ad_err(err, "big-endian GGUF (version field reads 0x%08" PRIx32 ", byte-swapped %" PRIu32 ") is unsupported",
+		return ad_err(err,
+		              "big-endian GGUF (version field reads 0x%08" PRIx32 ", byte-swapped %" PRIu32
+		              ") is unsupported",
 		              ver, sw);
 	}
 	if (ver != 2 && ver != 3)
@@ -494,8 +503,8 @@ parse(struct gguf *g, char *err)
 	// smallest kv: empty key (8) + type (4) + one byte; smallest tensor
 	// info: empty name (8) + n_dims (4) + type (4) + offset (8)
 	if (n_kv > left(&r) / 13)
-		return ad_err(err, "key count %" PRIu64 " at offset 16 is more than the %zu bytes left can hold",
-		              n_kv, left(&r));
+		return ad_err(err, "key count %" PRIu64 " at offset 16 is more than the %zu bytes left can hold", n_kv,
+		              left(&r));
 	if (n_tensors > left(&r) / 24 || n_kv * 13 + n_tensors * 24 > left(&r))
 		return ad_err(err, "tensor count %" PRIu64 " at offset 8 is more than the %zu bytes left can hold",
 		              n_tensors, left(&r));
@@ -514,7 +523,8 @@ parse(struct gguf *g, char *err)
 	for (int64_t i = 1; i < g->n_kv; i++)
 		if (!strcmp(g->kv[g->kv_order[i - 1]].key, g->kv[g->kv_order[i]].key))
 			return ad_err(err, "duplicate key '%s' at offsets %zu and %zu",
-			              esc(g->kv[g->kv_order[i]].key, nm), g->kv[g->kv_order[i - 1]].at, g->kv[g->kv_order[i]].at);
+			              esc(g->kv[g->kv_order[i]].key, nm), g->kv[g->kv_order[i - 1]].at,
+			              g->kv[g->kv_order[i]].at);
 
 	g->alignment = GGUF_DEFAULT_ALIGNMENT;
 	int64_t ai = gguf_find_key(g, "general.alignment");
@@ -525,13 +535,15 @@ parse(struct gguf *g, char *err)
 			              (size_t)(kv->val - g->base), vtype_names[kv->type]);
 		uint32_t a = ld32(kv->val);
 		if (a == 0 || (a & (a - 1)) != 0)
-			return ad_err(err, "general.alignment at offset %zu is %" PRIu32 ", not a non-zero power of two",
+			return ad_err(err,
+			              "general.alignment at offset %zu is %" PRIu32 ", not a non-zero power of two",
 			              (size_t)(kv->val - g->base), a);
 		g->alignment = a;
 	}
 
 	if (g->n_tensors > (int64_t)(left(&r) / 24))
-		return ad_err(err, "tensor count %" PRId64 " is more than the %zu bytes left after the metadata can hold",
+		return ad_err(err,
+		              "tensor count %" PRId64 " is more than the %zu bytes left after the metadata can hold",
 		              g->n_tensors, left(&r));
 	for (int64_t i = 0; i < g->n_tensors; i++) {
 		if (!(g->t = grow(g, g->t, &slot, (uint64_t)i, n_tensors, sizeof *g->t)))
@@ -553,7 +565,8 @@ parse(struct gguf *g, char *err)
 	if (g->n_tensors == 0)
 		return 0;
 	if (pad > left(&r))
-		return ad_err(err, "data section would start at offset %" PRIu64 ", past the end of the file (%zu bytes)",
+		return ad_err(err,
+		              "data section would start at offset %" PRIu64 ", past the end of the file (%zu bytes)",
 		              g->data_off, g->size);
 	uint64_t avail = g->size - g->data_off;
 	for (int64_t i = 0; i < g->n_tensors; i++) {
@@ -562,7 +575,10 @@ parse(struct gguf *g, char *err)
 			return ad_err(err, "tensor '%s' data offset %" PRIu64 " is not a multiple of the alignment %zu",
 			              esc(t->name, nm), t->offset, g->alignment);
 		if (t->offset > avail || t->nbytes > avail - t->offset)
-			return ad_err(err, "tensor '%s' data [%" PRIu64 ", +%zu) lies outside the file (data section at offset %" PRIu64 " holds %" PRIu64 " bytes)",
+			return ad_err(err,
+			              "tensor '%s' data [%" PRIu64
+			              ", +%zu) lies outside the file (data section at offset %" PRIu64 " holds %" PRIu64
+			              " bytes)",
 			              esc(t->name, nm), t->offset, t->nbytes, g->data_off, avail);
 		t->data = g->base + g->data_off + t->offset;
 	}
@@ -738,15 +754,36 @@ load_int(enum gguf_vtype t, const uint8_t *p, int *neg, int64_t *s, uint64_t *u)
 {
 	int64_t v;
 	switch (t) {
-	case GGUF_TYPE_UINT8: *neg = 0; *u = p[0]; return 0;
-	case GGUF_TYPE_UINT16: *neg = 0; *u = ld16(p); return 0;
-	case GGUF_TYPE_UINT32: *neg = 0; *u = ld32(p); return 0;
-	case GGUF_TYPE_UINT64: *neg = 0; *u = ld64(p); return 0;
-	case GGUF_TYPE_INT8: v = (int8_t)p[0]; break;
-	case GGUF_TYPE_INT16: v = (int16_t)ld16(p); break;
-	case GGUF_TYPE_INT32: v = (int32_t)ld32(p); break;
-	case GGUF_TYPE_INT64: v = (int64_t)ld64(p); break;
-	default: return -1;
+	case GGUF_TYPE_UINT8:
+		*neg = 0;
+		*u = p[0];
+		return 0;
+	case GGUF_TYPE_UINT16:
+		*neg = 0;
+		*u = ld16(p);
+		return 0;
+	case GGUF_TYPE_UINT32:
+		*neg = 0;
+		*u = ld32(p);
+		return 0;
+	case GGUF_TYPE_UINT64:
+		*neg = 0;
+		*u = ld64(p);
+		return 0;
+	case GGUF_TYPE_INT8:
+		v = (int8_t)p[0];
+		break;
+	case GGUF_TYPE_INT16:
+		v = (int16_t)ld16(p);
+		break;
+	case GGUF_TYPE_INT32:
+		v = (int32_t)ld32(p);
+		break;
+	case GGUF_TYPE_INT64:
+		v = (int64_t)ld64(p);
+		break;
+	default:
+		return -1;
 	}
 	*neg = v < 0;
 	if (v < 0)

@@ -143,8 +143,8 @@ void gguf_writer_arr_str(struct gguf_writer *w, const char *key, const char *con
 
 // Add a tensor. data holds the bytes of the tensor in its type (nbytes must
 // match type and shape); ne has n_dims entries, fastest first.
-int gguf_writer_tensor(struct gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
-                       const int64_t *ne, const void *data, size_t nbytes, char *err);
+int gguf_writer_tensor(struct gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, const int64_t *ne,
+                       const void *data, size_t nbytes, char *err);
 
 // Serialise. gguf_writer_save writes a file; gguf_writer_bytes returns a
 // malloc'd buffer the caller frees.

@@ -244,8 +244,8 @@ ad_client_close(struct ad_client *c)
 }
 
 int
-ad_client_call(struct ad_client *c, const void *req, size_t req_len, uint8_t **reply,
-               size_t *reply_len, int timeout_ms, char *err)
+ad_client_call(struct ad_client *c, const void *req, size_t req_len, uint8_t **reply, size_t *reply_len, int timeout_ms,
+               char *err)
 {
 	*reply = NULL;
 	*reply_len = 0;

@@ -27,14 +27,12 @@
 #define AD_IPC_MAX_MSG (64u << 20)
 
 // handler: reply is malloc'd by the handler and freed by the server.
-typedef void (*ad_ipc_handler)(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply,
-                               size_t *reply_len);
+typedef void (*ad_ipc_handler)(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *reply_len);
 
 struct ad_server;
 struct ad_client;
 
-struct ad_server *ad_server_start(const char *url, int nthreads, ad_ipc_handler fn, void *arg,
-                                  char *err);
+struct ad_server *ad_server_start(const char *url, int nthreads, ad_ipc_handler fn, void *arg, char *err);
 void ad_server_stop(struct ad_server *s); // closes, waits for in-flight handlers
 
 struct ad_client *ad_client_open(const char *url, char *err);
@@ -48,8 +46,8 @@ void ad_client_drop_dialer(struct ad_client *c);
 // ad_client_call sends req and waits up to timeout_ms for the reply (malloc'd
 // into *reply; the caller frees it). Returns -1 with a message on timeout or
 // transport failure.
-int ad_client_call(struct ad_client *c, const void *req, size_t req_len, uint8_t **reply,
-                   size_t *reply_len, int timeout_ms, char *err);
+int ad_client_call(struct ad_client *c, const void *req, size_t req_len, uint8_t **reply, size_t *reply_len,
+                   int timeout_ms, char *err);
 
 // ad_ipc_fini, at the end of a process that used nng, once every server
 // and client is closed: nng frees a closed socket's objects on its own

@@ -55,8 +55,7 @@ struct jsg {
 	int failed;
 };
 
-static int __attribute__((format(printf, 3, 4)))
-fail(struct jsg *g, const char *path, const char *fmt, ...)
+static int __attribute__((format(printf, 3, 4))) fail(struct jsg *g, const char *path, const char *fmt, ...)
 {
 	if (g->failed)
 		return -1;
@@ -133,18 +132,56 @@ jsg_rule(struct jsg *g, const char *name, const char *body, char *err)
 
 // --- keywords ------------------------------------------------------------------------
 
-static const char *const IGNORED[] = {"title", "description", "default", "examples", "$schema", "$id", "$comment",
-                                      "deprecated", "readOnly", "writeOnly", "$defs", "definitions", "$anchor",
-                                      "contentEncoding", "contentMediaType", "strict", NULL};
-static const char *const HANDLED[] = {"type", "enum", "const", "anyOf", "oneOf", "allOf", "properties", "required",
-                                      "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
-                                      "minLength", "maxLength", "format", "minimum", "maximum", "exclusiveMinimum",
-                                      "exclusiveMaximum", "$ref", "nullable", "uniqueItems", NULL};
-static const char *const REFUSED[] = {"pattern", "patternProperties", "propertyNames", "multipleOf", "not", "if",
-                                      "then", "else", "contains", "minContains", "maxContains", "minProperties",
-                                      "maxProperties", "dependentRequired", "dependentSchemas", "dependencies",
-                                      "unevaluatedProperties", "unevaluatedItems", "additionalItems", "$dynamicRef",
-                                      "$recursiveRef", NULL};
+static const char *const IGNORED[] = {"title",  "description", "default",    "examples",        "$schema",
+                                      "$id",    "$comment",    "deprecated", "readOnly",        "writeOnly",
+                                      "$defs",  "definitions", "$anchor",    "contentEncoding", "contentMediaType",
+                                      "strict", NULL};
+static const char *const HANDLED[] = {"type",
+                                      "enum",
+                                      "const",
+                                      "anyOf",
+                                      "oneOf",
+                                      "allOf",
+                                      "properties",
+                                      "required",
+                                      "additionalProperties",
+                                      "items",
+                                      "prefixItems",
+                                      "minItems",
+                                      "maxItems",
+                                      "minLength",
+                                      "maxLength",
+                                      "format",
+                                      "minimum",
+                                      "maximum",
+                                      "exclusiveMinimum",
+                                      "exclusiveMaximum",
+                                      "$ref",
+                                      "nullable",
+                                      "uniqueItems",
+                                      NULL};
+static const char *const REFUSED[] = {"pattern",
+                                      "patternProperties",
+                                      "propertyNames",
+                                      "multipleOf",
+                                      "not",
+                                      "if",
+                                      "then",
+                                      "else",
+                                      "contains",
+                                      "minContains",
+                                      "maxContains",
+                                      "minProperties",
+                                      "maxProperties",
+                                      "dependentRequired",
+                                      "dependentSchemas",
+                                      "dependencies",
+                                      "unevaluatedProperties",
+                                      "unevaluatedItems",
+                                      "additionalItems",
+                                      "$dynamicRef",
+                                      "$recursiveRef",
+                                      NULL};
 
 static int
 in_list(const char *k, const char *const *l)
@@ -304,8 +341,11 @@ utf8_valid(const char *s)
 {
 	const unsigned char *u = (const unsigned char *)s;
 	while (*u) {
-		int n = u[0] < 0x80 ? 1 : u[0] >= 0xc2 && u[0] < 0xe0 ? 2 : u[0] >= 0xe0 && u[0] < 0xf0 ? 3
-		        : u[0] >= 0xf0 && u[0] < 0xf5 ? 4 : 0;
+		int n = u[0] < 0x80                   ? 1
+		        : u[0] >= 0xc2 && u[0] < 0xe0 ? 2
+		        : u[0] >= 0xe0 && u[0] < 0xf0 ? 3
+		        : u[0] >= 0xf0 && u[0] < 0xf5 ? 4
+		                                      : 0;
 		if (!n)
 			return 0;
 		uint32_t c = n == 1 ? u[0] : u[0] & (0x7f >> n);
@@ -485,8 +525,9 @@ numeric(struct jsg *g, const cJSON *s, const char *path, int integer, struct sbu
 		return 0;
 	}
 	if ((has_lo && lo != floor(lo)) || (has_hi && hi != floor(hi)))
-		return fail(g, path, "bounds of a number that are not integers are not supported (use integer bounds, or "
-		                     "type integer)");
+		return fail(g, path,
+		            "bounds of a number that are not integers are not supported (use integer bounds, or "
+		            "type integer)");
 	if (has_lo && has_hi && (lo > hi || (lo == hi && (lo_x || hi_x))))
 		return fail(g, path, "no number lies between the bounds");
 	// x = sign (i + f): per sign, the integer parts i with any fraction, and
@@ -563,8 +604,7 @@ count(struct jsg *g, const cJSON *s, const char *kw, const char *path, long *v)
 	const cJSON *b = get(s, kw);
 	if (!b)
 		return 0;
-	if (!cJSON_IsNumber(b) || b->valuedouble < 0 || b->valuedouble != floor(b->valuedouble) ||
-	    b->valuedouble > 1e9)
+	if (!cJSON_IsNumber(b) || b->valuedouble < 0 || b->valuedouble != floor(b->valuedouble) || b->valuedouble > 1e9)
 		return fail(g, path, "'%s' must be a non-negative integer", kw), -1;
 	*v = (long)b->valuedouble;
 	return 1;
@@ -594,25 +634,30 @@ string(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 			g->used |= U_DATE | U_TIME;
 			sbuf_str(out, "\"\\\"\" json-date \"T\" json-time \"\\\"\"");
 		} else if (!strcmp(fs, "uuid")) {
-			sbuf_str(out, "\"\\\"\" [0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" "
-			            "[0-9a-f]{12} \"\\\"\"");
+			sbuf_str(out,
+			         "\"\\\"\" [0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" "
+			         "[0-9a-f]{12} \"\\\"\"");
 		} else if (!strcmp(fs, "email")) {
 			g->used |= U_LABEL;
-			sbuf_str(out, "\"\\\"\" [a-zA-Z0-9_+-]{1,16} (\".\" [a-zA-Z0-9_+-]{1,16}){0,3} \"@\" json-label "
-			            "(\".\" json-label){1,4} \"\\\"\"");
+			sbuf_str(out,
+			         "\"\\\"\" [a-zA-Z0-9_+-]{1,16} (\".\" [a-zA-Z0-9_+-]{1,16}){0,3} \"@\" json-label "
+			         "(\".\" json-label){1,4} \"\\\"\"");
 		} else if (!strcmp(fs, "hostname")) {
 			g->used |= U_LABEL;
 			sbuf_str(out, "\"\\\"\" json-label (\".\" json-label){0,6} \"\\\"\"");
 		} else if (!strcmp(fs, "uri")) {
 			g->used |= U_LABEL;
 			sbuf_str(out, "\"\\\"\" \"http\" \"s\"? \"://\" json-label (\".\" json-label){1,6} (\"/\" "
-			            "[a-zA-Z0-9._~-]{0,32}){0,8} \"\\\"\"");
+			              "[a-zA-Z0-9._~-]{0,32}){0,8} \"\\\"\"");
 		} else if (!strcmp(fs, "ipv4")) {
 			g->used |= U_OCTET;
-			sbuf_str(out, "\"\\\"\" json-octet \".\" json-octet \".\" json-octet \".\" json-octet \"\\\"\"");
+			sbuf_str(out,
+			         "\"\\\"\" json-octet \".\" json-octet \".\" json-octet \".\" json-octet \"\\\"\"");
 		} else {
-			return fail(g, path, "'format': '%.32s' is not supported (date, time, date-time, uuid, email, uri, "
-			                     "hostname, ipv4)", fs);
+			return fail(g, path,
+			            "'format': '%.32s' is not supported (date, time, date-time, uuid, email, uri, "
+			            "hostname, ipv4)",
+			            fs);
 		}
 		return 0;
 	}
@@ -657,7 +702,11 @@ in_required(const cJSON *req, const char *k)
 static int
 utf8_len(const unsigned char *s)
 {
-	int n = s[0] < 0x80 ? 1 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2 : s[0] >= 0xe0 && s[0] < 0xf0 ? 3 : s[0] >= 0xf0 && s[0] < 0xf5 ? 4 : 0;
+	int n = s[0] < 0x80                   ? 1
+	        : s[0] >= 0xc2 && s[0] < 0xe0 ? 2
+	        : s[0] >= 0xe0 && s[0] < 0xf0 ? 3
+	        : s[0] >= 0xf0 && s[0] < 0xf5 ? 4
+	                                      : 0;
 	for (int i = 1; i < n; i++)
 		if ((s[i] & 0xc0) != 0x80)
 			return 0;
@@ -677,8 +726,8 @@ plain(const unsigned char *c)
 // closing the key where no key ends there, leaving the trie with any other
 // character, or going on to a child; name gets the node's rule
 static int
-not_keys(struct jsg *g, const struct prop *p, int n, const char *prefix, size_t plen, const char *path,
-         char *name, int depth)
+not_keys(struct jsg *g, const struct prop *p, int n, const char *prefix, size_t plen, const char *path, char *name,
+         int depth)
 {
 	const char *next[64];
 	int nlen[64], n_next = 0, ends = 0;
@@ -705,7 +754,8 @@ not_keys(struct jsg *g, const struct prop *p, int n, const char *prefix, size_t 
 			seen |= nlen[j] == l && !memcmp(next[j], k + plen, (size_t)l);
 		if (!seen) {
 			if (n_next == 64)
-				return fail(g, path, "more than 64 property names share a prefix beside additional properties");
+				return fail(g, path,
+				            "more than 64 property names share a prefix beside additional properties");
 			next[n_next] = (const char *)k + plen;
 			nlen[n_next++] = l;
 		}
@@ -866,7 +916,8 @@ object(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 			sbuf_printf(&g->rules, "%s-r%d ::= %s %s-s%d\n", base, i, kvi.s, base, i + 1);
 		} else {
 			sbuf_printf(&g->rules, "%s-s%d ::= (\",\" ws %s)? %s-s%d\n", base, i, kvi.s, base, i + 1);
-			sbuf_printf(&g->rules, "%s-r%d ::= %s %s-s%d | %s-r%d\n", base, i, kvi.s, base, i + 1, base, i + 1);
+			sbuf_printf(&g->rules, "%s-r%d ::= %s %s-s%d | %s-r%d\n", base, i, kvi.s, base, i + 1, base,
+			            i + 1);
 		}
 		if (kvi.oom)
 			g->rules.oom = 1;
@@ -920,7 +971,7 @@ array(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 			g->used |= U_VALUE;
 		}
 	}
-	char (*pn)[80] = calloc((size_t)(np ? np : 1), sizeof *pn);
+	char(*pn)[80] = calloc((size_t)(np ? np : 1), sizeof *pn);
 	if (!pn)
 		return fail(g, path, "out of memory");
 	for (int i = 0; i < np; i++) {
@@ -1131,7 +1182,7 @@ expr(struct jsg *g, const cJSON *s, const char *path, struct sbuf *out)
 	}
 	int rv = 0;
 	const cJSON *c = get(s, "const"), *en = get(s, "enum"), *any = get(s, "anyOf"), *one = get(s, "oneOf"),
-	            *all = get(s, "allOf"), *type = get(s, "type");
+		    *all = get(s, "allOf"), *type = get(s, "type");
 	if (c || cJSON_GetObjectItemCaseSensitive(s, "const")) {
 		if (!c) // const: null
 			c = cJSON_GetObjectItemCaseSensitive(s, "const");
@@ -1242,26 +1293,27 @@ static const struct {
 	{U_WS, 0, "ws ::= | \" \" | \"\\n\" [ \\t]{0,12}"},
 	{U_CHAR, 0, "json-char ::= [^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})"},
 	{U_STRING, U_CHAR, "json-string ::= \"\\\"\" json-char* \"\\\"\""},
-	{U_NUMBER, 0, "json-number ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15}) (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?"},
+	{U_NUMBER, 0,
+         "json-number ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15}) (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?"},
 	{U_INTEGER, 0, "json-integer ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})"},
 	{U_BOOLEAN, 0, "json-boolean ::= \"true\" | \"false\""},
 	{U_NULL, 0, "json-null ::= \"null\""},
 	{U_VALUE, U_WS | U_STRING | U_NUMBER | U_BOOLEAN | U_NULL,
-	 "json-value ::= json-object | json-array | json-string | json-number | json-boolean | json-null\n"
-	 "json-object ::= \"{\" ws (json-string \":\" ws json-value (\",\" ws json-string \":\" ws "
-	 "json-value)* ws)? \"}\"\n"
-	 "json-array ::= \"[\" ws (json-value (\",\" ws json-value)* ws)? \"]\""},
+         "json-value ::= json-object | json-array | json-string | json-number | json-boolean | json-null\n"
+         "json-object ::= \"{\" ws (json-string \":\" ws json-value (\",\" ws json-string \":\" ws "
+         "json-value)* ws)? \"}\"\n"
+         "json-array ::= \"[\" ws (json-value (\",\" ws json-value)* ws)? \"]\""},
 	{U_FRAC, 0,
-	 "json-frac ::= \".\" [0-9]{1,16}\n"
-	 "json-frac-zero ::= \".\" \"0\"{1,16}\n"
-	 "json-frac-nz ::= \".\" \"0\"{0,15} [1-9] [0-9]{0,15}"},
+         "json-frac ::= \".\" [0-9]{1,16}\n"
+         "json-frac-zero ::= \".\" \"0\"{1,16}\n"
+         "json-frac-nz ::= \".\" \"0\"{0,15} [1-9] [0-9]{0,15}"},
 	{U_DATE, 0,
-	 "json-date ::= [0-9]{4} \"-\" ((\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]) | "
-	 "(\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | \"02\" \"-\" (\"0\" [1-9] | \"1\" [0-9] | "
-	 "\"2\" [0-8]))"},
+         "json-date ::= [0-9]{4} \"-\" ((\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]) | "
+         "(\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | \"02\" \"-\" (\"0\" [1-9] | \"1\" [0-9] | "
+         "\"2\" [0-8]))"},
 	{U_TIME, 0,
-	 "json-time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? (\"Z\" | "
-	 "[+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])"},
+         "json-time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? (\"Z\" | "
+         "[+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])"},
 	{U_OCTET, 0, "json-octet ::= \"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9]"},
 	{U_LABEL, 0, "json-label ::= [a-zA-Z0-9] [a-zA-Z0-9]{0,19}"},
 	{U_KCHAR, 0, "json-kchar ::= [^\"\\\\\\x7F\\x00-\\x1F]"},
@@ -1310,8 +1362,11 @@ jsg_schema_gbnf(const cJSON *schema, const char *path, size_t *len, char *err)
 	if (t && gbnf_compile(t, n, NULL, NULL, NULL, &c, e)) {
 		free(t);
 		if (strstr(e, "left recursion"))
-			return ad_err(err, "%s: '$ref' comes back to the schema it is in before any value (a schema may "
-			              "refer to itself only inside an object or an array)", path), NULL;
+			return ad_err(err,
+			              "%s: '$ref' comes back to the schema it is in before any value (a schema may "
+			              "refer to itself only inside an object or an array)",
+			              path),
+			       NULL;
 		return ad_err(err, "%s: the schema's grammar: %.400s", path, e), NULL;
 	}
 	gbnf_free(c);

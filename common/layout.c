@@ -15,9 +15,8 @@ max_sz(size_t a, size_t b)
 }
 
 int
-ane_layout_from_strides(struct ane_layout *l, size_t channels, size_t height, size_t width,
-                        size_t elem, size_t row_stride, size_t plane_stride,
-                        size_t batch_stride, size_t batches, char *err)
+ane_layout_from_strides(struct ane_layout *l, size_t channels, size_t height, size_t width, size_t elem,
+                        size_t row_stride, size_t plane_stride, size_t batch_stride, size_t batches, char *err)
 {
 	memset(l, 0, sizeof *l);
 	if (!channels || !height || !width)
@@ -32,9 +31,9 @@ ane_layout_from_strides(struct ane_layout *l, size_t channels, size_t height, si
 	if (width > SIZE_MAX / elem || row_stride < width * elem || height > SIZE_MAX / row_stride ||
 	    plane_stride < row_stride * height || channels > SIZE_MAX / plane_stride ||
 	    batch_stride < plane_stride * channels || batches > SIZE_MAX / batch_stride)
-		return ad_err(err, "layout: strides row %zu plane %zu batch %zu cannot hold [%zu, %zu, %zu, %zu] x %zu bytes",
-		              row_stride, plane_stride, batch_stride, batches, channels, height, width,
-		              elem);
+		return ad_err(
+			err, "layout: strides row %zu plane %zu batch %zu cannot hold [%zu, %zu, %zu, %zu] x %zu bytes",
+			row_stride, plane_stride, batch_stride, batches, channels, height, width, elem);
 	*l = (struct ane_layout){
 		.elem = elem,
 		.channels = channels,
@@ -50,19 +49,16 @@ ane_layout_from_strides(struct ane_layout *l, size_t channels, size_t height, si
 }
 
 int
-ane_layout_init(struct ane_layout *l, size_t channels, size_t height, size_t width, size_t elem,
-                char *err)
+ane_layout_init(struct ane_layout *l, size_t channels, size_t height, size_t width, size_t elem, char *err)
 {
-	if (!channels || !height || !width || (elem != 2 && elem != 4) ||
-	    width > (SIZE_MAX >> 8) / elem || height > (SIZE_MAX >> 8) / (width * elem + 64))
-		return ad_err(err, "layout: bad tensor [1, %zu, %zu, %zu] x %zu bytes", channels,
-		              height, width, elem);
+	if (!channels || !height || !width || (elem != 2 && elem != 4) || width > (SIZE_MAX >> 8) / elem ||
+	    height > (SIZE_MAX >> 8) / (width * elem + 64))
+		return ad_err(err, "layout: bad tensor [1, %zu, %zu, %zu] x %zu bytes", channels, height, width, elem);
 	size_t row = max_sz(ANE_MIN_STRIDE, width * elem);
 	size_t plane = max_sz(ANE_MIN_STRIDE, row * height);
 	if (channels > SIZE_MAX / plane)
 		return ad_err(err, "layout: %zu channels overflow", channels);
-	return ane_layout_from_strides(l, channels, height, width, elem, row, plane, plane * channels,
-	                               1, err);
+	return ane_layout_from_strides(l, channels, height, width, elem, row, plane, plane * channels, 1, err);
 }
 
 int
@@ -95,8 +91,7 @@ check_io(const struct ane_layout *l, size_t ncols, size_t ld, char *err)
 }
 
 int
-ane_scatter_f32(const struct ane_layout *l, void *surf, const float *x, size_t ncols, size_t ld,
-                char *err)
+ane_scatter_f32(const struct ane_layout *l, void *surf, const float *x, size_t ncols, size_t ld, char *err)
 {
 	if (check_io(l, ncols, ld, err) < 0)
 		return -1;
@@ -105,8 +100,7 @@ ane_scatter_f32(const struct ane_layout *l, void *surf, const float *x, size_t n
 }
 
 int
-ane_gather_f32(const struct ane_layout *l, const void *surf, float *x, size_t ncols, size_t ld,
-               char *err)
+ane_gather_f32(const struct ane_layout *l, const void *surf, float *x, size_t ncols, size_t ld, char *err)
 {
 	if (check_io(l, ncols, ld, err) < 0)
 		return -1;
@@ -125,8 +119,8 @@ surf_layout(struct ane_layout *l, const struct ad_surface *s, int E, int ncols, 
 }
 
 int
-ane_resnorm_planar(const struct ad_resnorm *r, int ncols, const struct ad_surface *ys, const float *x_in,
-                   float *x_out, struct ad_surface *xs, float *scratch, char *err)
+ane_resnorm_planar(const struct ad_resnorm *r, int ncols, const struct ad_surface *ys, const float *x_in, float *x_out,
+                   struct ad_surface *xs, float *scratch, char *err)
 {
 	struct ane_layout ly, lx;
 	float *y = scratch, *xn = scratch + (size_t)ncols * r->E;

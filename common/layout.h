@@ -38,13 +38,11 @@ struct ane_layout {
 };
 
 // the seed formula; 0 on success, -1 with err on zero sizes or overflow
-int ane_layout_init(struct ane_layout *l, size_t channels, size_t height, size_t width,
-                    size_t elem, char *err);
+int ane_layout_init(struct ane_layout *l, size_t channels, size_t height, size_t width, size_t elem, char *err);
 // strides read back from a compiled model (0 batch_stride -> plane * C,
 // 0 batches -> 1); -1 with err if they cannot hold the tensor
-int ane_layout_from_strides(struct ane_layout *l, size_t channels, size_t height, size_t width,
-                            size_t elem, size_t row_stride, size_t plane_stride,
-                            size_t batch_stride, size_t batches, char *err);
+int ane_layout_from_strides(struct ane_layout *l, size_t channels, size_t height, size_t width, size_t elem,
+                            size_t row_stride, size_t plane_stride, size_t batch_stride, size_t batches, char *err);
 // the layout is a packed [C][H][W] array
 int ane_layout_contiguous(const struct ane_layout *l);
 // byte offset of (c, y, x)
@@ -58,10 +56,8 @@ size_t ane_surface_capacity(const struct ane_layout *const *ls, int n);
 
 // x: [ncols][ld] fp32 (channel c of column j at x[j * ld + c], ld >= C);
 // surf: an fp16 layout with height 1 and ncols <= width
-int ane_scatter_f32(const struct ane_layout *l, void *surf, const float *x, size_t ncols,
-                    size_t ld, char *err);
-int ane_gather_f32(const struct ane_layout *l, const void *surf, float *x, size_t ncols,
-                   size_t ld, char *err);
+int ane_scatter_f32(const struct ane_layout *l, void *surf, const float *x, size_t ncols, size_t ld, char *err);
+int ane_gather_f32(const struct ane_layout *l, const void *surf, float *x, size_t ncols, size_t ld, char *err);
 
 // resnorm.h's step on fp16 planar surfaces (height 1): y gathered from the
 // first E channels of ys (NULL: no y), xn scattered into the first E
@@ -69,8 +65,7 @@ int ane_gather_f32(const struct ane_layout *l, const void *surf, float *x, size_
 // scratch holds 2 * ncols * E floats. -1 with err if a surface is too small.
 struct ad_resnorm;
 struct ad_surface;
-int ane_resnorm_planar(const struct ad_resnorm *r, int ncols, const struct ad_surface *ys,
-                       const float *x_in, float *x_out, struct ad_surface *xs, float *scratch,
-                       char *err);
+int ane_resnorm_planar(const struct ad_resnorm *r, int ncols, const struct ad_surface *ys, const float *x_in,
+                       float *x_out, struct ad_surface *xs, float *scratch, char *err);
 
 #endif

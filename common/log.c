@@ -7,7 +7,7 @@
 
 static const char *log_process = "anedvd";
 static enum ad_log_level log_level = AD_LOG_INFO;
-static const char *level_names[] = { "error", "warn", "info", "debug" };
+static const char *level_names[] = {"error", "warn", "info", "debug"};
 
 void
 ad_log_init(const char *process)

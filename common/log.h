@@ -14,8 +14,8 @@ enum ad_log_level ad_log_get_level(void);
 void ad_log(enum ad_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define ad_error(...) ad_log(AD_LOG_ERROR, __VA_ARGS__)
-#define ad_warn(...)  ad_log(AD_LOG_WARN, __VA_ARGS__)
-#define ad_info(...)  ad_log(AD_LOG_INFO, __VA_ARGS__)
+#define ad_warn(...) ad_log(AD_LOG_WARN, __VA_ARGS__)
+#define ad_info(...) ad_log(AD_LOG_INFO, __VA_ARGS__)
 #define ad_debug(...) ad_log(AD_LOG_DEBUG, __VA_ARGS__)
 
 #endif

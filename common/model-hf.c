@@ -76,29 +76,29 @@ hf_alloc(struct hf_src *s, size_t n)
 // --- config.json -------------------------------------------------------------
 
 static const struct {
-	const char *hf; // architectures[0]
+	const char *hf;   // architectures[0]
 	const char *type; // model_type
 	enum model_arch arch;
 } hf_archs[] = {
-	{ "LlamaForCausalLM", "llama", MODEL_ARCH_LLAMA },
-	{ "MistralForCausalLM", "mistral", MODEL_ARCH_MISTRAL },
-	{ "Qwen2ForCausalLM", "qwen2", MODEL_ARCH_QWEN2 },
-	{ "Qwen3ForCausalLM", "qwen3", MODEL_ARCH_QWEN3 },
-	{ "Qwen2MoeForCausalLM", "qwen2_moe", MODEL_ARCH_QWEN2MOE },
-	{ "Qwen3MoeForCausalLM", "qwen3_moe", MODEL_ARCH_QWEN3MOE },
-	{ "HunYuanDenseV1ForCausalLM", "hunyuan_v1_dense", MODEL_ARCH_HUNYUAN_DENSE },
-	{ "Gemma2ForCausalLM", "gemma2", MODEL_ARCH_GEMMA2 },
-	{ "Gemma3ForCausalLM", "gemma3_text", MODEL_ARCH_GEMMA3 },
-	{ "Gemma3ForConditionalGeneration", "gemma3", MODEL_ARCH_GEMMA3 }, // text part only
-	{ "Phi3ForCausalLM", "phi3", MODEL_ARCH_PHI3 },
-	{ "SmolLM3ForCausalLM", "smollm3", MODEL_ARCH_SMOLLM3 },
-	{ "Lfm2ForCausalLM", "lfm2", MODEL_ARCH_LFM2 },
-	{ "LFM2ForCausalLM", "lfm2", MODEL_ARCH_LFM2 },
-	{ "Lfm2MoeForCausalLM", "lfm2_moe", MODEL_ARCH_LFM2MOE },
-	{ "Gemma4ForCausalLM", "gemma4_text", MODEL_ARCH_GEMMA4 },
-	{ "Gemma4ForConditionalGeneration", "gemma4", MODEL_ARCH_GEMMA4 }, // text part only
-	{ "Qwen3_5ForCausalLM", "qwen3_5_text", MODEL_ARCH_QWEN35 },
-	{ "Qwen3_5ForConditionalGeneration", "qwen3_5", MODEL_ARCH_QWEN35 }, // text part only
+	{"LlamaForCausalLM", "llama", MODEL_ARCH_LLAMA},
+	{"MistralForCausalLM", "mistral", MODEL_ARCH_MISTRAL},
+	{"Qwen2ForCausalLM", "qwen2", MODEL_ARCH_QWEN2},
+	{"Qwen3ForCausalLM", "qwen3", MODEL_ARCH_QWEN3},
+	{"Qwen2MoeForCausalLM", "qwen2_moe", MODEL_ARCH_QWEN2MOE},
+	{"Qwen3MoeForCausalLM", "qwen3_moe", MODEL_ARCH_QWEN3MOE},
+	{"HunYuanDenseV1ForCausalLM", "hunyuan_v1_dense", MODEL_ARCH_HUNYUAN_DENSE},
+	{"Gemma2ForCausalLM", "gemma2", MODEL_ARCH_GEMMA2},
+	{"Gemma3ForCausalLM", "gemma3_text", MODEL_ARCH_GEMMA3},
+	{"Gemma3ForConditionalGeneration", "gemma3", MODEL_ARCH_GEMMA3}, // text part only
+	{"Phi3ForCausalLM", "phi3", MODEL_ARCH_PHI3},
+	{"SmolLM3ForCausalLM", "smollm3", MODEL_ARCH_SMOLLM3},
+	{"Lfm2ForCausalLM", "lfm2", MODEL_ARCH_LFM2},
+	{"LFM2ForCausalLM", "lfm2", MODEL_ARCH_LFM2},
+	{"Lfm2MoeForCausalLM", "lfm2_moe", MODEL_ARCH_LFM2MOE},
+	{"Gemma4ForCausalLM", "gemma4_text", MODEL_ARCH_GEMMA4},
+	{"Gemma4ForConditionalGeneration", "gemma4", MODEL_ARCH_GEMMA4}, // text part only
+	{"Qwen3_5ForCausalLM", "qwen3_5_text", MODEL_ARCH_QWEN35},
+	{"Qwen3_5ForConditionalGeneration", "qwen3_5", MODEL_ARCH_QWEN35}, // text part only
 };
 
 static const cJSON *
@@ -114,8 +114,7 @@ cfg_int(const cJSON *c, const char *key, int64_t *out, char *err)
 	const cJSON *j = jget(c, key);
 	if (!j || cJSON_IsNull(j))
 		return 0;
-	if (!cJSON_IsNumber(j) || j->valuedouble != floor(j->valuedouble) ||
-	    fabs(j->valuedouble) > 9.0e15)
+	if (!cJSON_IsNumber(j) || j->valuedouble != floor(j->valuedouble) || fabs(j->valuedouble) > 9.0e15)
 		return ad_err(err, "config.json: \"%s\" is not an integer", key);
 	*out = (int64_t)j->valuedouble;
 	return 0;
@@ -193,20 +192,21 @@ read_json(const char *path, char *err)
 // the period of a per-layer flag list: the first index where it is set, + 1,
 // checked to repeat over the whole list; *out is left alone when never set
 static int
-flag_period(const cJSON *list, const char *key, const char *set_value, int set_bool,
-            int64_t *out, char *err)
+flag_period(const cJSON *list, const char *key, const char *set_value, int set_bool, int64_t *out, char *err)
 {
 	int n = cJSON_GetArraySize(list), first = -1;
 	for (int i = 0; i < n; i++) {
 		const cJSON *e = cJSON_GetArrayItem(list, i);
-		int on = set_value ? cJSON_IsString(e) && !strcmp(e->valuestring, set_value)
-		                   : cJSON_IsNumber(e) ? (e->valuedouble != 0) == set_bool
-		                                       : cJSON_IsBool(e) && cJSON_IsTrue(e) == set_bool;
+		int on = set_value           ? cJSON_IsString(e) && !strcmp(e->valuestring, set_value)
+		         : cJSON_IsNumber(e) ? (e->valuedouble != 0) == set_bool
+		                             : cJSON_IsBool(e) && cJSON_IsTrue(e) == set_bool;
 		if (on && first < 0)
 			first = i;
 		if (first >= 0 && on != ((i + 1) % (first + 1) == 0))
-			return ad_err(err, "config.json: \"%s\" does not follow a fixed period, "
-			              "which is not supported", key);
+			return ad_err(err,
+			              "config.json: \"%s\" does not follow a fixed period, "
+			              "which is not supported",
+			              key);
 	}
 	if (first >= 0)
 		*out = first + 1;
@@ -265,7 +265,8 @@ lfm2_config(struct model *m, const cJSON *c, char *err)
 		float mult = 0;
 		if (cfg_int(c, "intermediate_size", &ff, err) || cfg_int(c, "block_ff_dim", &ff, err) ||
 		    cfg_bool(c, "block_auto_adjust_ff_dim", &adjust, err) ||
-		    cfg_float(c, "block_ffn_dim_multiplier", &mult, err) || cfg_int(c, "block_multiple_of", &mult_of, err))
+		    cfg_float(c, "block_ffn_dim_multiplier", &mult, err) ||
+		    cfg_int(c, "block_multiple_of", &mult_of, err))
 			return -1;
 		if (adjust) {
 			ff = 2 * ff / 3;
@@ -309,8 +310,10 @@ gemma4_config(struct model *m, const cJSON *c, char *err)
 	if (k_eq_v)
 		return ad_err(err, "config.json: gemma4 attention_k_eq_v is not supported");
 	if (g_kv > 0 && hp->n_head_kv > 0 && g_kv != hp->n_head_kv)
-		return ad_err(err, "config.json: gemma4 with %lld KV heads on full layers and %lld on sliding ones "
-		              "is not supported", (long long)g_kv, (long long)hp->n_head_kv);
+		return ad_err(err,
+		              "config.json: gemma4 with %lld KV heads on full layers and %lld on sliding ones "
+		              "is not supported",
+		              (long long)g_kv, (long long)hp->n_head_kv);
 	// head_dim is the sliding layers'; global_head_dim the full ones'
 	hp->head_dim_swa = hp->head_dim;
 	if (g_hd > 0)
@@ -331,7 +334,8 @@ gemma4_config(struct model *m, const cJSON *c, char *err)
 	if (!cJSON_IsObject(full) || !cJSON_IsObject(swa))
 		return ad_err(err, "config.json: gemma4 needs rope_parameters.full_attention and .sliding_attention");
 	float prf_swa = 1;
-	if (cfg_float(full, "rope_theta", &hp->rope_base, err) || cfg_float(swa, "rope_theta", &hp->rope_base_swa, err) ||
+	if (cfg_float(full, "rope_theta", &hp->rope_base, err) ||
+	    cfg_float(swa, "rope_theta", &hp->rope_base_swa, err) ||
 	    cfg_float(swa, "partial_rotary_factor", &prf_swa, err))
 		return -1;
 	hp->n_rot = hp->head_dim; // proportional: rope_freqs holds the rest (add_gemma4_rope_freqs)
@@ -353,8 +357,10 @@ qwen35_config(struct model *m, const cJSON *c, char *err)
 	    cfg_int(c, "full_attention_interval", &hp->full_attn_interval, err))
 		return -1;
 	if (vd > 0 && vd != hp->ssm_d_state)
-		return ad_err(err, "config.json: linear_value_head_dim %lld differs from linear_key_head_dim %lld, "
-		              "which is not supported", (long long)vd, (long long)hp->ssm_d_state);
+		return ad_err(err,
+		              "config.json: linear_value_head_dim %lld differs from linear_key_head_dim %lld, "
+		              "which is not supported",
+		              (long long)vd, (long long)hp->ssm_d_state);
 	hp->ssm_d_inner = hp->ssm_dt_rank * hp->ssm_d_state;
 	if (jget(c, "layer_types") &&
 	    layer_list(m, c, "layer_types", "linear_attention", "full_attention", &m->layer_recr, err))
@@ -388,34 +394,32 @@ read_config(struct model *m, const cJSON *root, int *tied, char *err)
 		size_t kn = 0;
 		for (size_t i = 0; i < sizeof hf_archs / sizeof hf_archs[0]; i++)
 			kn += (size_t)snprintf(known + kn, sizeof known - kn, "%s%s", i ? ", " : "", hf_archs[i].hf);
-		return ad_err(err, "config.json: architecture %s%s%s (model_type %s) is not implemented "
-		              "(anedvd implements: %s)", aname ? "\"" : "", aname ? aname : "(none)",
-		              aname ? "\"" : "", type ? type : "(none)", known);
+		return ad_err(err,
+		              "config.json: architecture %s%s%s (model_type %s) is not implemented "
+		              "(anedvd implements: %s)",
+		              aname ? "\"" : "", aname ? aname : "(none)", aname ? "\"" : "", type ? type : "(none)",
+		              known);
 	}
 	m->arch = (enum model_arch)arch;
 	snprintf(m->arch_name, sizeof m->arch_name, "%s", model_arch_name(m->arch));
 
 	int gemma = arch == MODEL_ARCH_GEMMA2 || arch == MODEL_ARCH_GEMMA3;
-	if (cfg_int(c, "vocab_size", &hp->n_vocab, err) ||
-	    cfg_int(c, "hidden_size", &hp->n_embd, err) ||
-	    cfg_int(c, "num_hidden_layers", &hp->n_layer, err) ||
-	    cfg_int(c, "num_attention_heads", &hp->n_head, err) ||
-	    cfg_int(c, "num_key_value_heads", &hp->n_head_kv, err) ||
-	    cfg_int(c, "head_dim", &hp->head_dim, err) ||
+	if (cfg_int(c, "vocab_size", &hp->n_vocab, err) || cfg_int(c, "hidden_size", &hp->n_embd, err) ||
+	    cfg_int(c, "num_hidden_layers", &hp->n_layer, err) || cfg_int(c, "num_attention_heads", &hp->n_head, err) ||
+	    cfg_int(c, "num_key_value_heads", &hp->n_head_kv, err) || cfg_int(c, "head_dim", &hp->head_dim, err) ||
 	    cfg_int(c, "intermediate_size", &hp->n_ff, err) ||
 	    cfg_int(c, "max_position_embeddings", &hp->n_ctx_train, err) ||
 	    cfg_int(c, "num_experts", &hp->n_expert, err) ||
 	    cfg_int(c, "num_experts_per_tok", &hp->n_expert_used, err) ||
 	    cfg_int(c, "moe_intermediate_size", &hp->n_ff_exp, err) ||
 	    cfg_int(c, "shared_expert_intermediate_size", &hp->n_ff_shexp, err) ||
-	    cfg_float(c, "rms_norm_eps", &hp->rms_eps, err) ||
-	    cfg_float(c, "rope_theta", &hp->rope_base, err) ||
+	    cfg_float(c, "rms_norm_eps", &hp->rms_eps, err) || cfg_float(c, "rope_theta", &hp->rope_base, err) ||
 	    cfg_float(c, "rope_local_base_freq", &hp->rope_base_swa, err) ||
 	    cfg_bool(c, "norm_topk_prob", &hp->expert_weights_norm, err))
 		return -1;
 	if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_layer > 4096 || hp->n_head <= 0)
 		return ad_err(err, "config.json: hidden_size, num_hidden_layers and "
-		              "num_attention_heads must be given and positive");
+		                   "num_attention_heads must be given and positive");
 	// newer configs keep the base in rope_parameters
 	const cJSON *rp = jget(c, "rope_parameters");
 	if (cJSON_IsObject(rp) && !jget(c, "rope_theta") && cfg_float(rp, "rope_theta", &hp->rope_base, err))
@@ -456,8 +460,7 @@ read_config(struct model *m, const cJSON *root, int *tied, char *err)
 		const cJSON *lt = jget(c, "layer_types");
 		if (cfg_int(c, "sliding_window_pattern", &hp->swa_pattern, err))
 			return -1;
-		if (cJSON_IsArray(lt) && flag_period(lt, "layer_types", "full_attention", 0,
-		                                     &hp->swa_pattern, err))
+		if (cJSON_IsArray(lt) && flag_period(lt, "layer_types", "full_attention", 0, &hp->swa_pattern, err))
 			return -1;
 		float qpas = 0;
 		if (cfg_float(c, "query_pre_attn_scalar", &qpas, err))
@@ -465,17 +468,15 @@ read_config(struct model *m, const cJSON *root, int *tied, char *err)
 		if (qpas > 0)
 			hp->q_scale = 1.0f / sqrtf(qpas);
 	}
-	if (arch == MODEL_ARCH_GEMMA2 &&
-	    (cfg_float(c, "attn_logit_softcapping", &hp->attn_softcap, err) ||
-	     cfg_float(c, "final_logit_softcapping", &hp->final_softcap, err)))
+	if (arch == MODEL_ARCH_GEMMA2 && (cfg_float(c, "attn_logit_softcapping", &hp->attn_softcap, err) ||
+	                                  cfg_float(c, "final_logit_softcapping", &hp->final_softcap, err)))
 		return -1;
 	if (arch == MODEL_ARCH_SMOLLM3) {
 		const cJSON *nr = jget(c, "no_rope_layers");
 		if (cfg_int(c, "no_rope_layer_interval", &hp->n_no_rope_step, err))
 			return -1;
 		// no_rope_layers[i] is 1 where layer i uses RoPE
-		if (cJSON_IsArray(nr) && flag_period(nr, "no_rope_layers", NULL, 0,
-		                                     &hp->n_no_rope_step, err))
+		if (cJSON_IsArray(nr) && flag_period(nr, "no_rope_layers", NULL, 0, &hp->n_no_rope_step, err))
 			return -1;
 	}
 	if (arch == MODEL_ARCH_QWEN2MOE || arch == MODEL_ARCH_QWEN3MOE) {
@@ -485,7 +486,7 @@ read_config(struct model *m, const cJSON *root, int *tied, char *err)
 			return -1;
 		if (step != 1 || (cJSON_IsArray(mlp_only) && cJSON_GetArraySize(mlp_only) > 0))
 			return ad_err(err, "config.json: dense layers between MoE layers "
-			              "(decoder_sparse_step, mlp_only_layers) are not supported");
+			                   "(decoder_sparse_step, mlp_only_layers) are not supported");
 	}
 
 	// RoPE scaling: linear, yarn, longrope (its factors and llama3's are
@@ -518,7 +519,7 @@ read_config(struct model *m, const cJSON *root, int *tied, char *err)
 				return ad_err(err, "config.json: rope_scaling yarn needs a factor of at least 1");
 			if (jget(rs, "mscale") || jget(rs, "mscale_all_dim"))
 				return ad_err(err, "config.json: rope_scaling yarn with mscale / mscale_all_dim "
-				              "is not supported");
+				                   "is not supported");
 			hp->rope_scaling = MODEL_ROPE_SCALING_YARN;
 			hp->rope_freq_scale = 1.0f / factor;
 			// ggml scales cos/sin by 1 + 0.1 ln(factor) itself: a given
@@ -538,7 +539,7 @@ read_config(struct model *m, const cJSON *root, int *tied, char *err)
 				orig = hp->n_ctx_train;
 			if (orig <= 0)
 				return ad_err(err, "config.json: rope_scaling longrope needs "
-				              "original_max_position_embeddings");
+				                   "original_max_position_embeddings");
 			hp->rope_scaling = MODEL_ROPE_SCALING_LONGROPE;
 			hp->n_ctx_orig = orig;
 			double scale = (double)hp->n_ctx_train / (double)orig;
@@ -556,8 +557,10 @@ read_config(struct model *m, const cJSON *root, int *tied, char *err)
 				return ad_err(err, "config.json: rope_scaling dynamic alpha out of range");
 			hp->rope_base = (float)(base * pow((double)alpha, (double)hd / (double)(hd - 2)));
 		} else if (strcmp(ts, "llama3") && strcmp(ts, "default")) {
-			return ad_err(err, "config.json: rope_scaling type \"%.32s\" is not supported "
-			              "(linear, llama3, yarn, longrope)", ts);
+			return ad_err(err,
+			              "config.json: rope_scaling type \"%.32s\" is not supported "
+			              "(linear, llama3, yarn, longrope)",
+			              ts);
 		}
 	} else if (rs && !cJSON_IsNull(rs)) {
 		return ad_err(err, "config.json: rope_scaling is not an object");
@@ -606,7 +609,7 @@ add_llama3_rope_freqs(struct model *m, struct hf_src *s, const cJSON *c, char *e
 			f[i] = (float)(1 / ((1 - smooth) / factor + smooth));
 		}
 	}
-	int64_t ne[1] = { n };
+	int64_t ne[1] = {n};
 	return model_add_tensor(m, "rope_freqs.weight", AD_TYPE_F32, 1, ne, f, (size_t)n * 4, err);
 }
 
@@ -619,13 +622,15 @@ add_rope_factors(struct model *m, struct hf_src *s, const cJSON *c, char *err)
 	const cJSON *rs = jget(c, "rope_scaling");
 	int64_t hd = m->hp.head_dim > 0 ? m->hp.head_dim : m->hp.n_embd / m->hp.n_head;
 	int64_t n = (m->hp.n_rot > 0 ? m->hp.n_rot : hd) / 2;
-	static const char *keys[2] = { "long_factor", "short_factor" };
-	static const char *names[2] = { "rope_factors_long.weight", "rope_factors_short.weight" };
+	static const char *keys[2] = {"long_factor", "short_factor"};
+	static const char *names[2] = {"rope_factors_long.weight", "rope_factors_short.weight"};
 	for (int k = 0; k < 2; k++) {
 		const cJSON *a = jget(rs, keys[k]);
 		if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n)
-			return ad_err(err, "config.json: rope_scaling.%s must be a list of %lld numbers "
-			              "(rotary dims / 2)", keys[k], (long long)n);
+			return ad_err(err,
+			              "config.json: rope_scaling.%s must be a list of %lld numbers "
+			              "(rotary dims / 2)",
+			              keys[k], (long long)n);
 		float *f = hf_alloc(s, (size_t)n * sizeof *f);
 		if (!f)
 			return ad_err(err, "out of memory");
@@ -636,7 +641,7 @@ add_rope_factors(struct model *m, struct hf_src *s, const cJSON *c, char *err)
 				              keys[k], (long long)i);
 			f[i] = (float)e->valuedouble;
 		}
-		int64_t ne[1] = { n };
+		int64_t ne[1] = {n};
 		if (model_add_tensor(m, names[k], AD_TYPE_F32, 1, ne, f, (size_t)n * 4, err))
 			return -1;
 	}
@@ -663,7 +668,7 @@ add_gemma4_rope_freqs(struct model *m, struct hf_src *s, const cJSON *c, char *e
 		return ad_err(err, "out of memory");
 	for (int64_t i = 0; i < n; i++)
 		f[i] = i < rot ? 1.0f : 1e30f;
-	int64_t ne[1] = { n };
+	int64_t ne[1] = {n};
 	return model_add_tensor(m, "rope_freqs.weight", AD_TYPE_F32, 1, ne, f, (size_t)n * 4, err);
 }
 
@@ -681,36 +686,36 @@ enum {
 };
 
 static const struct {
-	const char *hf; // after "model.layers.N."
+	const char *hf;   // after "model.layers.N."
 	const char *gguf; // after "blk.N."
 } layer_names[] = {
-	{ "input_layernorm.weight", "attn_norm.weight" },
-	{ "self_attn.q_proj.weight", "attn_q.weight" },
-	{ "self_attn.q_proj.bias", "attn_q.bias" },
-	{ "self_attn.k_proj.weight", "attn_k.weight" },
-	{ "self_attn.k_proj.bias", "attn_k.bias" },
-	{ "self_attn.v_proj.weight", "attn_v.weight" },
-	{ "self_attn.v_proj.bias", "attn_v.bias" },
-	{ "self_attn.o_proj.weight", "attn_output.weight" },
-	{ "self_attn.o_proj.bias", "attn_output.bias" },
-	{ "self_attn.qkv_proj.weight", "attn_qkv.weight" },
-	{ "self_attn.qkv_proj.bias", "attn_qkv.bias" },
-	{ "self_attn.q_norm.weight", "attn_q_norm.weight" },
-	{ "self_attn.k_norm.weight", "attn_k_norm.weight" },
-	{ "self_attn.query_layernorm.weight", "attn_q_norm.weight" }, // hunyuan
-	{ "self_attn.key_layernorm.weight", "attn_k_norm.weight" },
-	{ "post_attention_layernorm.weight", "ffn_norm.weight" }, // gemma: see below
-	{ "pre_feedforward_layernorm.weight", "ffn_norm.weight" },
-	{ "post_feedforward_layernorm.weight", "post_ffw_norm.weight" },
-	{ "mlp.gate_proj.weight", "ffn_gate.weight" },
-	{ "mlp.up_proj.weight", "ffn_up.weight" },
-	{ "mlp.down_proj.weight", "ffn_down.weight" },
-	{ "mlp.gate_up_proj.weight", "ffn_up.weight" }, // phi3: gate rows first, as GGUF
-	{ "mlp.gate.weight", "ffn_gate_inp.weight" },
-	{ "mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight" },
-	{ "mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight" },
-	{ "mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight" },
-	{ "mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight" },
+	{"input_layernorm.weight", "attn_norm.weight"},
+	{"self_attn.q_proj.weight", "attn_q.weight"},
+	{"self_attn.q_proj.bias", "attn_q.bias"},
+	{"self_attn.k_proj.weight", "attn_k.weight"},
+	{"self_attn.k_proj.bias", "attn_k.bias"},
+	{"self_attn.v_proj.weight", "attn_v.weight"},
+	{"self_attn.v_proj.bias", "attn_v.bias"},
+	{"self_attn.o_proj.weight", "attn_output.weight"},
+	{"self_attn.o_proj.bias", "attn_output.bias"},
+	{"self_attn.qkv_proj.weight", "attn_qkv.weight"},
+	{"self_attn.qkv_proj.bias", "attn_qkv.bias"},
+	{"self_attn.q_norm.weight", "attn_q_norm.weight"},
+	{"self_attn.k_norm.weight", "attn_k_norm.weight"},
+	{"self_attn.query_layernorm.weight", "attn_q_norm.weight"}, // hunyuan
+	{"self_attn.key_layernorm.weight", "attn_k_norm.weight"},
+	{"post_attention_layernorm.weight", "ffn_norm.weight"}, // gemma: see below
+	{"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+	{"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+	{"mlp.gate_proj.weight", "ffn_gate.weight"},
+	{"mlp.up_proj.weight", "ffn_up.weight"},
+	{"mlp.down_proj.weight", "ffn_down.weight"},
+	{"mlp.gate_up_proj.weight", "ffn_up.weight"}, // phi3: gate rows first, as GGUF
+	{"mlp.gate.weight", "ffn_gate_inp.weight"},
+	{"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
+	{"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+	{"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+	{"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
 };
 
 // the architectures whose layers name things their own way
@@ -719,38 +724,38 @@ static const struct {
 	const char *hf, *gguf;
 	int xform;
 } arch_names[] = {
-	{ MODEL_ARCH_LFM2, "operator_norm.weight", "attn_norm.weight", X_NONE },
-	{ MODEL_ARCH_LFM2, "ffn_norm.weight", "ffn_norm.weight", X_NONE },
-	{ MODEL_ARCH_LFM2, "self_attn.q_layernorm.weight", "attn_q_norm.weight", X_NONE },
-	{ MODEL_ARCH_LFM2, "self_attn.k_layernorm.weight", "attn_k_norm.weight", X_NONE },
-	{ MODEL_ARCH_LFM2, "self_attn.out_proj.weight", "attn_output.weight", X_NONE },
-	{ MODEL_ARCH_LFM2, "conv.in_proj.weight", "shortconv.in_proj.weight", X_NONE },
-	{ MODEL_ARCH_LFM2, "conv.conv.weight", "shortconv.conv.weight", X_SQUEEZE },
-	{ MODEL_ARCH_LFM2, "conv.out_proj.weight", "shortconv.out_proj.weight", X_NONE },
-	{ MODEL_ARCH_LFM2, "feed_forward.w1.weight", "ffn_gate.weight", X_NONE },
-	{ MODEL_ARCH_LFM2, "feed_forward.w3.weight", "ffn_up.weight", X_NONE },
-	{ MODEL_ARCH_LFM2, "feed_forward.w2.weight", "ffn_down.weight", X_NONE },
-	{ MODEL_ARCH_LFM2, "feed_forward.gate.weight", "ffn_gate_inp.weight", X_NONE },
-	{ MODEL_ARCH_LFM2, "feed_forward.expert_bias", "exp_probs_b.bias", X_NONE },
-	{ MODEL_ARCH_GEMMA4, "post_attention_layernorm.weight", "post_attention_norm.weight", X_NONE },
-	{ MODEL_ARCH_GEMMA4, "pre_feedforward_layernorm.weight", "ffn_norm.weight", X_NONE },
-	{ MODEL_ARCH_GEMMA4, "per_layer_input_gate.weight", "inp_gate.weight", X_NONE },
-	{ MODEL_ARCH_GEMMA4, "per_layer_projection.weight", "proj.weight", X_NONE },
-	{ MODEL_ARCH_GEMMA4, "post_per_layer_input_norm.weight", "post_norm.weight", X_NONE },
-	{ MODEL_ARCH_GEMMA4, "layer_scalar", "layer_output_scale.weight", X_NONE },
-	{ MODEL_ARCH_QWEN35, "input_layernorm.weight", "attn_norm.weight", X_PLUS_ONE },
-	{ MODEL_ARCH_QWEN35, "post_attention_layernorm.weight", "post_attention_norm.weight", X_PLUS_ONE },
-	{ MODEL_ARCH_QWEN35, "self_attn.q_norm.weight", "attn_q_norm.weight", X_PLUS_ONE },
-	{ MODEL_ARCH_QWEN35, "self_attn.k_norm.weight", "attn_k_norm.weight", X_PLUS_ONE },
-	{ MODEL_ARCH_QWEN35, "linear_attn.in_proj_qkv.weight", "attn_qkv.weight", X_QKV_VROWS },
-	{ MODEL_ARCH_QWEN35, "linear_attn.in_proj_z.weight", "attn_gate.weight", X_VROWS },
-	{ MODEL_ARCH_QWEN35, "linear_attn.in_proj_b.weight", "ssm_beta.weight", X_VROWS },
-	{ MODEL_ARCH_QWEN35, "linear_attn.in_proj_a.weight", "ssm_alpha.weight", X_VROWS },
-	{ MODEL_ARCH_QWEN35, "linear_attn.A_log", "ssm_a", X_NEG_EXP },
-	{ MODEL_ARCH_QWEN35, "linear_attn.dt_bias", "ssm_dt.bias", X_VROWS },
-	{ MODEL_ARCH_QWEN35, "linear_attn.conv1d.weight", "ssm_conv1d.weight", X_CONV_V },
-	{ MODEL_ARCH_QWEN35, "linear_attn.norm.weight", "ssm_norm.weight", X_NONE },
-	{ MODEL_ARCH_QWEN35, "linear_attn.out_proj.weight", "ssm_out.weight", X_VCOLS },
+	{MODEL_ARCH_LFM2, "operator_norm.weight", "attn_norm.weight", X_NONE},
+	{MODEL_ARCH_LFM2, "ffn_norm.weight", "ffn_norm.weight", X_NONE},
+	{MODEL_ARCH_LFM2, "self_attn.q_layernorm.weight", "attn_q_norm.weight", X_NONE},
+	{MODEL_ARCH_LFM2, "self_attn.k_layernorm.weight", "attn_k_norm.weight", X_NONE},
+	{MODEL_ARCH_LFM2, "self_attn.out_proj.weight", "attn_output.weight", X_NONE},
+	{MODEL_ARCH_LFM2, "conv.in_proj.weight", "shortconv.in_proj.weight", X_NONE},
+	{MODEL_ARCH_LFM2, "conv.conv.weight", "shortconv.conv.weight", X_SQUEEZE},
+	{MODEL_ARCH_LFM2, "conv.out_proj.weight", "shortconv.out_proj.weight", X_NONE},
+	{MODEL_ARCH_LFM2, "feed_forward.w1.weight", "ffn_gate.weight", X_NONE},
+	{MODEL_ARCH_LFM2, "feed_forward.w3.weight", "ffn_up.weight", X_NONE},
+	{MODEL_ARCH_LFM2, "feed_forward.w2.weight", "ffn_down.weight", X_NONE},
+	{MODEL_ARCH_LFM2, "feed_forward.gate.weight", "ffn_gate_inp.weight", X_NONE},
+	{MODEL_ARCH_LFM2, "feed_forward.expert_bias", "exp_probs_b.bias", X_NONE},
+	{MODEL_ARCH_GEMMA4, "post_attention_layernorm.weight", "post_attention_norm.weight", X_NONE},
+	{MODEL_ARCH_GEMMA4, "pre_feedforward_layernorm.weight", "ffn_norm.weight", X_NONE},
+	{MODEL_ARCH_GEMMA4, "per_layer_input_gate.weight", "inp_gate.weight", X_NONE},
+	{MODEL_ARCH_GEMMA4, "per_layer_projection.weight", "proj.weight", X_NONE},
+	{MODEL_ARCH_GEMMA4, "post_per_layer_input_norm.weight", "post_norm.weight", X_NONE},
+	{MODEL_ARCH_GEMMA4, "layer_scalar", "layer_output_scale.weight", X_NONE},
+	{MODEL_ARCH_QWEN35, "input_layernorm.weight", "attn_norm.weight", X_PLUS_ONE},
+	{MODEL_ARCH_QWEN35, "post_attention_layernorm.weight", "post_attention_norm.weight", X_PLUS_ONE},
+	{MODEL_ARCH_QWEN35, "self_attn.q_norm.weight", "attn_q_norm.weight", X_PLUS_ONE},
+	{MODEL_ARCH_QWEN35, "self_attn.k_norm.weight", "attn_k_norm.weight", X_PLUS_ONE},
+	{MODEL_ARCH_QWEN35, "linear_attn.in_proj_qkv.weight", "attn_qkv.weight", X_QKV_VROWS},
+	{MODEL_ARCH_QWEN35, "linear_attn.in_proj_z.weight", "attn_gate.weight", X_VROWS},
+	{MODEL_ARCH_QWEN35, "linear_attn.in_proj_b.weight", "ssm_beta.weight", X_VROWS},
+	{MODEL_ARCH_QWEN35, "linear_attn.in_proj_a.weight", "ssm_alpha.weight", X_VROWS},
+	{MODEL_ARCH_QWEN35, "linear_attn.A_log", "ssm_a", X_NEG_EXP},
+	{MODEL_ARCH_QWEN35, "linear_attn.dt_bias", "ssm_dt.bias", X_VROWS},
+	{MODEL_ARCH_QWEN35, "linear_attn.conv1d.weight", "ssm_conv1d.weight", X_CONV_V},
+	{MODEL_ARCH_QWEN35, "linear_attn.norm.weight", "ssm_norm.weight", X_NONE},
+	{MODEL_ARCH_QWEN35, "linear_attn.out_proj.weight", "ssm_out.weight", X_VCOLS},
 };
 
 // the architecture as the name tables know it (lfm2moe names as lfm2)
@@ -763,8 +768,7 @@ names_arch(enum model_arch a)
 // the GGUF name of an HF tensor and how to transform it; -1 if unknown.
 // Expert tensors report their layer, expert and projection instead.
 static int
-map_name(const struct model *m, const char *hf, char *out, size_t cap, int *xform,
-         int *layer, int *expert, int *proj)
+map_name(const struct model *m, const char *hf, char *out, size_t cap, int *xform, int *layer, int *expert, int *proj)
 {
 	int gemma = m->arch == MODEL_ARCH_GEMMA2 || m->arch == MODEL_ARCH_GEMMA3;
 	*xform = X_NONE;
@@ -791,10 +795,10 @@ map_name(const struct model *m, const char *hf, char *out, size_t cap, int *xfor
 		enum model_arch arch;
 		const char *hf, *gguf;
 	} globals[] = {
-		{ MODEL_ARCH_LFM2, "model.embedding_norm.weight", "token_embd_norm.weight" },
-		{ MODEL_ARCH_GEMMA4, "model.embed_tokens_per_layer.weight", "per_layer_token_embd.weight" },
-		{ MODEL_ARCH_GEMMA4, "model.per_layer_model_projection.weight", "per_layer_model_proj.weight" },
-		{ MODEL_ARCH_GEMMA4, "model.per_layer_projection_norm.weight", "per_layer_proj_norm.weight" },
+		{MODEL_ARCH_LFM2, "model.embedding_norm.weight", "token_embd_norm.weight"},
+		{MODEL_ARCH_GEMMA4, "model.embed_tokens_per_layer.weight", "per_layer_token_embd.weight"},
+		{MODEL_ARCH_GEMMA4, "model.per_layer_model_projection.weight", "per_layer_model_proj.weight"},
+		{MODEL_ARCH_GEMMA4, "model.per_layer_projection_norm.weight", "per_layer_proj_norm.weight"},
 	};
 	for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
 		if (globals[i].arch == names_arch(m->arch) && !strcmp(rest, globals[i].hf)) {
@@ -806,18 +810,16 @@ map_name(const struct model *m, const char *hf, char *out, size_t cap, int *xfor
 		return 0;
 	}
 	int il, ie, n = 0;
-	if (sscanf(rest, "model.layers.%d.%n", &il, &n) != 1 || n == 0 || il < 0 ||
-	    il >= m->hp.n_layer)
+	if (sscanf(rest, "model.layers.%d.%n", &il, &n) != 1 || n == 0 || il < 0 || il >= m->hp.n_layer)
 		return -1;
 	rest += n;
 	*layer = il;
 	char pname[16];
 	int k = 0;
-	if (sscanf(rest, "mlp.experts.%d.%15[a-z]_proj.weight%n", &ie, pname, &k) == 2 &&
-	    k > 0 && rest[k] == 0) {
+	if (sscanf(rest, "mlp.experts.%d.%15[a-z]_proj.weight%n", &ie, pname, &k) == 2 && k > 0 && rest[k] == 0) {
 		if (ie < 0)
 			return -1;
-		static const char *projs[] = { "gate", "up", "down" };
+		static const char *projs[] = {"gate", "up", "down"};
 		for (int p = 0; p < 3; p++)
 			if (!strcmp(pname, projs[p])) {
 				*expert = ie;
@@ -872,8 +874,8 @@ to_ne(const struct st_tensor *t, int64_t *ne, uint32_t *nd, char *err)
 }
 
 static int
-add_plus_one(struct model *m, struct hf_src *s, const char *name, const struct st_tensor *t,
-             const int64_t *ne, uint32_t nd, char *err)
+add_plus_one(struct model *m, struct hf_src *s, const char *name, const struct st_tensor *t, const int64_t *ne,
+             uint32_t nd, char *err)
 {
 	float *f = hf_alloc(s, (size_t)t->nelem * sizeof *f);
 	if (!f)
@@ -946,7 +948,8 @@ add_v_tiled(struct model *m, struct hf_src *s, const char *name, const struct st
 			v_tiled(hp, src + r * row, dst + r * row, (size_t)d * esz, (size_t)d * esz);
 	} else {
 		if (rows <= skip || (rows - skip) % (size_t)nv)
-			return ad_err(err, "tensor %s: %zu rows do not hold %lld v heads", t->name, rows - skip, (long long)nv);
+			return ad_err(err, "tensor %s: %zu rows do not hold %lld v heads", t->name, rows - skip,
+			              (long long)nv);
 		size_t block = (rows - skip) / (size_t)nv * row;
 		v_tiled(hp, src + skip * row, dst + skip * row, block, block);
 	}
@@ -957,7 +960,7 @@ add_v_tiled(struct model *m, struct hf_src *s, const char *name, const struct st
 static int
 add_experts(struct model *m, struct hf_src *s, const char *prefix, int il, int proj, char *err)
 {
-	static const char *hf[] = { "gate", "up", "down" }, *lfm[] = { "w1", "w3", "w2" };
+	static const char *hf[] = {"gate", "up", "down"}, *lfm[] = {"w1", "w3", "w2"};
 	int64_t n_exp = m->hp.n_expert;
 	char name[200];
 	const struct st_tensor *first = NULL;
@@ -987,9 +990,9 @@ add_experts(struct model *m, struct hf_src *s, const char *prefix, int il, int p
 		}
 		memcpy(buf + (size_t)e * first->nbytes, t->data, first->nbytes);
 	}
-	static const char *gg[] = { "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps" };
+	static const char *gg[] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
 	snprintf(name, sizeof name, "blk.%d.%s.weight", il, gg[proj]);
-	int64_t ne[3] = { first->shape[1], first->shape[0], n_exp };
+	int64_t ne[3] = {first->shape[1], first->shape[0], n_exp};
 	return model_add_tensor(m, name, first->type, 3, ne, buf, first->nbytes * (size_t)n_exp, err);
 }
 
@@ -1075,7 +1078,8 @@ model_load_hf(struct model *m, const char *dir, char *err)
 	const char *force = getenv("ANEDVD_ARCH");
 	if (force && *force)
 		ad_warn("%s: --arch %s is for GGUF files; a Hugging Face directory is loaded as its "
-		        "config.json says", dir, force);
+		        "config.json says",
+		        dir, force);
 	char path[PATH_MAX];
 	if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
 		return ad_err(err, "%s: path too long", dir);
@@ -1100,9 +1104,8 @@ model_load_hf(struct model *m, const char *dir, char *err)
 
 	int tied = 0;
 	const cJSON *c = cJSON_IsObject(jget(cfg, "text_config")) ? jget(cfg, "text_config") : cfg;
-	if (read_config(m, cfg, &tied, err) || st_set_open(&s->set, dir, err) ||
-	    add_llama3_rope_freqs(m, s, c, err) || add_rope_factors(m, s, c, err) ||
-	    add_gemma4_rope_freqs(m, s, c, err) || add_tensors(m, s, tied, err) ||
+	if (read_config(m, cfg, &tied, err) || st_set_open(&s->set, dir, err) || add_llama3_rope_freqs(m, s, c, err) ||
+	    add_rope_factors(m, s, c, err) || add_gemma4_rope_freqs(m, s, c, err) || add_tensors(m, s, tied, err) ||
 	    model_finish(m, err)) {
 		ad_err_prefix(err, "%s", dir);
 		cJSON_Delete(cfg);

@@ -54,10 +54,14 @@ const char *
 model_rope_scaling_name(enum model_rope_scaling s)
 {
 	switch (s) {
-	case MODEL_ROPE_SCALING_LINEAR: return "linear";
-	case MODEL_ROPE_SCALING_YARN: return "yarn";
-	case MODEL_ROPE_SCALING_LONGROPE: return "longrope";
-	default: return "none";
+	case MODEL_ROPE_SCALING_LINEAR:
+		return "linear";
+	case MODEL_ROPE_SCALING_YARN:
+		return "yarn";
+	case MODEL_ROPE_SCALING_LONGROPE:
+		return "longrope";
+	default:
+		return "none";
 	}
 }
 
@@ -98,9 +102,12 @@ const char *
 model_rope_name(enum model_rope r)
 {
 	switch (r) {
-	case MODEL_ROPE_NORM: return "norm (adjacent pairs)";
-	case MODEL_ROPE_NEOX: return "neox (halves)";
-	default: return "auto";
+	case MODEL_ROPE_NORM:
+		return "norm (adjacent pairs)";
+	case MODEL_ROPE_NEOX:
+		return "neox (halves)";
+	default:
+		return "auto";
 	}
 }
 
@@ -144,8 +151,8 @@ model_tensor_nelem(const struct model_tensor *t)
 }
 
 int
-model_add_tensor(struct model *m, const char *name, uint32_t type, uint32_t n_dims,
-                 const int64_t *ne, const void *data, size_t nbytes, char *err)
+model_add_tensor(struct model *m, const char *name, uint32_t type, uint32_t n_dims, const int64_t *ne, const void *data,
+                 size_t nbytes, char *err)
 {
 	if (n_dims < 1 || n_dims > 4)
 		return ad_err(err, "tensor %s: %u dimensions", name, n_dims);
@@ -233,16 +240,16 @@ model_describe_rope(const struct model *m, char *buf, size_t cap)
 {
 	const struct model_hparams *hp = &m->hp;
 	size_t n = 0;
-#define ADD(...)                                                          \
-	do {                                                              \
-		if (n < cap)                                              \
-			n += (size_t)snprintf(buf + n, cap - n, __VA_ARGS__); \
+#define ADD(...)                                                                                                       \
+	do {                                                                                                           \
+		if (n < cap)                                                                                           \
+			n += (size_t)snprintf(buf + n, cap - n, __VA_ARGS__);                                          \
 	} while (0)
 	ADD("%s, %lld dims, base %g", model_rope_name(hp->rope), (long long)hp->n_rot, (double)hp->rope_base);
 	if (hp->rope_scaling == MODEL_ROPE_SCALING_YARN)
-		ADD(", yarn x%g from an original context of %lld (beta fast %g, slow %g, ext %g)", 1.0 / hp->rope_freq_scale,
-		    (long long)hp->n_ctx_orig, (double)hp->yarn_beta_fast, (double)hp->yarn_beta_slow,
-		    (double)hp->yarn_ext_factor);
+		ADD(", yarn x%g from an original context of %lld (beta fast %g, slow %g, ext %g)",
+		    1.0 / hp->rope_freq_scale, (long long)hp->n_ctx_orig, (double)hp->yarn_beta_fast,
+		    (double)hp->yarn_beta_slow, (double)hp->yarn_ext_factor);
 	else if (hp->rope_freq_scale != 1.0f)
 		ADD(", linear scale x%g", 1.0 / hp->rope_freq_scale);
 	if (hp->rope_scaling == MODEL_ROPE_SCALING_LONGROPE)
@@ -304,8 +311,8 @@ enum { OPT = 0, REQ = 1 };
 // bind looks a tensor up by name, checks its type and shape (dims given
 // fastest first; trailing unit dims are fine) and copies the view into slot.
 static int
-bind(struct model *m, struct model_tensor *slot, int required, const char *name,
-     int64_t ne0, int64_t ne1, int64_t ne2, char *err)
+bind(struct model *m, struct model_tensor *slot, int required, const char *name, int64_t ne0, int64_t ne1, int64_t ne2,
+     char *err)
 {
 	const struct model_tensor *t = model_find_tensor(m, name);
 	if (!t) {
@@ -317,9 +324,8 @@ bind(struct model *m, struct model_tensor *slot, int required, const char *name,
 	int64_t want[4] = {ne0, ne1 ? ne1 : 1, ne2 ? ne2 : 1, 1};
 	if (t->ne[0] != want[0] || t->ne[1] != want[1] || t->ne[2] != want[2] || t->ne[3] != want[3])
 		return ad_err(err, "tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, %lld]",
-		              name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
-		              (long long)t->ne[3], (long long)want[0], (long long)want[1],
-		              (long long)want[2], (long long)want[3]);
+		              name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+		              (long long)want[0], (long long)want[1], (long long)want[2], (long long)want[3]);
 	if (!ad_type_supported(t->type)) {
 		const char *tn = ad_type_name(t->type);
 		if (tn)
@@ -328,8 +334,8 @@ bind(struct model *m, struct model_tensor *slot, int required, const char *name,
 	}
 	size_t row;
 	if (ad_type_row_bytes(t->type, t->ne[0], &row))
-		return ad_err(err, "tensor %s: row length %lld is not a multiple of the %s block size",
-		              name, (long long)t->ne[0], ad_type_name(t->type));
+		return ad_err(err, "tensor %s: row length %lld is not a multiple of the %s block size", name,
+		              (long long)t->ne[0], ad_type_name(t->type));
 	size_t need = row * (size_t)(t->ne[1] * t->ne[2] * t->ne[3]);
 	if (t->nbytes != need || !t->data)
 		return ad_err(err, "tensor %s holds %zu bytes, its type and shape need %zu", name, t->nbytes, need);
@@ -339,8 +345,8 @@ bind(struct model *m, struct model_tensor *slot, int required, const char *name,
 }
 
 static int
-bindl(struct model *m, struct model_tensor *slot, int required, int il, const char *what,
-      int64_t ne0, int64_t ne1, int64_t ne2, char *err)
+bindl(struct model *m, struct model_tensor *slot, int required, int il, const char *what, int64_t ne0, int64_t ne1,
+      int64_t ne2, char *err)
 {
 	char name[96];
 	snprintf(name, sizeof name, "blk.%d.%s", il, what);
@@ -393,7 +399,8 @@ bind_layer(struct model *m, int il, char *err)
 	// value for every layer, where the file has the block's tensors)
 	L->conv = 0;
 	if (is_lfm2(a))
-		L->conv = m->layer_kv_heads ? m->layer_kv_heads[il] == 0 : has_tensor_l(m, il, "shortconv.in_proj.weight");
+		L->conv = m->layer_kv_heads ? m->layer_kv_heads[il] == 0
+		                            : has_tensor_l(m, il, "shortconv.in_proj.weight");
 	// qwen35: a gated delta-net block unless the layer attends (every
 	// full_attn_interval-th, or as attention.recurrent_layers says)
 	L->recur = 0;
@@ -415,8 +422,10 @@ bind_layer(struct model *m, int il, char *err)
 		    bindl(m, &L->dn_out, REQ, il, "ssm_out.weight", nvd, E, 0, err))
 			return -1;
 		if (has_tensor_l(m, il, "attn_q.weight"))
-			return ad_err(err, "blk.%d is a gated delta-net block (full_attention_interval %lld), but it has attn_q",
-			              il, (long long)hp->full_attn_interval);
+			return ad_err(
+				err,
+				"blk.%d is a gated delta-net block (full_attention_interval %lld), but it has attn_q",
+				il, (long long)hp->full_attn_interval);
 	} else if (L->conv) {
 		if (bindl(m, &L->conv_in, REQ, il, "shortconv.in_proj.weight", E, 3 * E, 0, err) ||
 		    bindl(m, &L->conv_w, REQ, il, "shortconv.conv.weight", hp->n_conv, E, 0, err) ||
@@ -449,14 +458,16 @@ bind_layer(struct model *m, int il, char *err)
 	if (L->recur) {
 		// no attention tensors
 	} else if (!L->conv && (bindl(m, &L->wo, REQ, il, "attn_output.weight", no, E, 0, err) ||
-	                 bindl(m, &L->bo, OPT, il, "attn_output.bias", E, 0, 0, err)))
+	                        bindl(m, &L->bo, OPT, il, "attn_output.bias", E, 0, 0, err)))
 		return -1;
 
 	int qk_norm = (a == MODEL_ARCH_QWEN3 || a == MODEL_ARCH_QWEN3MOE || a == MODEL_ARCH_GEMMA3 ||
-	               a == MODEL_ARCH_HUNYUAN_DENSE || is_lfm2(a) || a == MODEL_ARCH_GEMMA4 ||
-	               a == MODEL_ARCH_QWEN35) ? REQ : OPT;
-	if (!L->conv && !L->recur && (bindl(m, &L->q_norm, qk_norm, il, "attn_q_norm.weight", hd, 0, 0, err) ||
-	                 bindl(m, &L->k_norm, own_kv ? qk_norm : OPT, il, "attn_k_norm.weight", hd, 0, 0, err)))
+	               a == MODEL_ARCH_HUNYUAN_DENSE || is_lfm2(a) || a == MODEL_ARCH_GEMMA4 || a == MODEL_ARCH_QWEN35)
+	                      ? REQ
+	                      : OPT;
+	if (!L->conv && !L->recur &&
+	    (bindl(m, &L->q_norm, qk_norm, il, "attn_q_norm.weight", hd, 0, 0, err) ||
+	     bindl(m, &L->k_norm, own_kv ? qk_norm : OPT, il, "attn_k_norm.weight", hd, 0, 0, err)))
 		return -1;
 
 	int gemma = is_gemma(a);
@@ -490,11 +501,10 @@ bind_layer(struct model *m, int il, char *err)
 		    bindl(m, &L->up_exps, REQ, il, "ffn_up_exps.weight", E, fe, ne, err) ||
 		    bindl(m, &L->down_exps, REQ, il, "ffn_down_exps.weight", fe, E, ne, err))
 			return -1;
-		if (fs > 0 &&
-		    (bindl(m, &L->gate_inp_shexp, OPT, il, "ffn_gate_inp_shexp.weight", E, 0, 0, err) ||
-		     bindl(m, &L->gate_shexp, REQ, il, "ffn_gate_shexp.weight", E, fs, 0, err) ||
-		     bindl(m, &L->up_shexp, REQ, il, "ffn_up_shexp.weight", E, fs, 0, err) ||
-		     bindl(m, &L->down_shexp, REQ, il, "ffn_down_shexp.weight", fs, E, 0, err)))
+		if (fs > 0 && (bindl(m, &L->gate_inp_shexp, OPT, il, "ffn_gate_inp_shexp.weight", E, 0, 0, err) ||
+		               bindl(m, &L->gate_shexp, REQ, il, "ffn_gate_shexp.weight", E, fs, 0, err) ||
+		               bindl(m, &L->up_shexp, REQ, il, "ffn_up_shexp.weight", E, fs, 0, err) ||
+		               bindl(m, &L->down_shexp, REQ, il, "ffn_down_shexp.weight", fs, E, 0, err)))
 			return -1;
 	} else if (a == MODEL_ARCH_PHI3) {
 		// gate and up fused: the first n_ff rows are the gate
@@ -554,8 +564,8 @@ model_finish(struct model *m, char *err)
 	if (hp->n_head_kv <= 0)
 		hp->n_head_kv = hp->n_head;
 	if (hp->n_head % hp->n_head_kv != 0)
-		return ad_err(err, "head count %lld is not a multiple of the KV head count %lld",
-		              (long long)hp->n_head, (long long)hp->n_head_kv);
+		return ad_err(err, "head count %lld is not a multiple of the KV head count %lld", (long long)hp->n_head,
+		              (long long)hp->n_head_kv);
 	if (hp->head_dim <= 0) {
 		if (hp->n_embd % hp->n_head != 0)
 			return ad_err(err, "embedding length %lld not divisible by %lld heads and no key_length",
@@ -567,8 +577,8 @@ model_finish(struct model *m, char *err)
 	if (hp->n_rot <= 0)
 		hp->n_rot = hp->head_dim;
 	if (hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0)
-		return ad_err(err, "rope dimension count %lld invalid for head size %lld",
-		              (long long)hp->n_rot, (long long)hp->head_dim);
+		return ad_err(err, "rope dimension count %lld invalid for head size %lld", (long long)hp->n_rot,
+		              (long long)hp->head_dim);
 	if (hp->rms_eps <= 0)
 		hp->rms_eps = arch_table[a].rms_eps;
 	if (hp->rope_base <= 0)
@@ -588,13 +598,14 @@ model_finish(struct model *m, char *err)
 		if (hp->n_rot_swa > hp->head_dim_swa || hp->n_rot_swa % 2 || hp->head_dim_swa > hp->head_dim ||
 		    hp->head_dim_v_swa > hp->head_dim_v)
 			return ad_err(err, "sliding-layer head sizes %lld / %lld, rope %lld invalid beside %lld / %lld",
-			              (long long)hp->head_dim_swa, (long long)hp->head_dim_v_swa, (long long)hp->n_rot_swa,
-			              (long long)hp->head_dim, (long long)hp->head_dim_v);
+			              (long long)hp->head_dim_swa, (long long)hp->head_dim_v_swa,
+			              (long long)hp->n_rot_swa, (long long)hp->head_dim, (long long)hp->head_dim_v);
 		if (hp->n_kv_shared < 0 || hp->n_kv_shared > hp->n_layer - 2)
-			return ad_err(err, "shared_kv_layers %lld out of range for %lld blocks", (long long)hp->n_kv_shared,
-			              (long long)hp->n_layer);
+			return ad_err(err, "shared_kv_layers %lld out of range for %lld blocks",
+			              (long long)hp->n_kv_shared, (long long)hp->n_layer);
 		if (hp->n_embd_pl < 0 || hp->n_embd_pl > hp->n_embd)
-			return ad_err(err, "embedding_length_per_layer_input %lld out of range", (long long)hp->n_embd_pl);
+			return ad_err(err, "embedding_length_per_layer_input %lld out of range",
+			              (long long)hp->n_embd_pl);
 		hp->q_scale = 1.0f; // no score scaling: the q/k norms take its place
 		hp->attn_softcap = 0;
 	} else {
@@ -615,7 +626,7 @@ model_finish(struct model *m, char *err)
 		hp->rope_attn_factor = 1.0f;
 	if (hp->yarn_ext_factor > 0 && hp->n_ctx_orig <= 0)
 		return ad_err(err, "yarn RoPE scaling needs the original context length "
-		              "(rope.scaling.original_context_length)");
+		                   "(rope.scaling.original_context_length)");
 	if (a == MODEL_ARCH_GEMMA2 && hp->swa_pattern <= 0)
 		hp->swa_pattern = 2;
 	if (a == MODEL_ARCH_GEMMA3 && hp->swa_pattern <= 0)
@@ -624,10 +635,9 @@ model_finish(struct model *m, char *err)
 		hp->n_no_rope_step = 4; // llama.cpp hard-codes it; there is no key
 	if (hp->q_scale <= 0) {
 		// gemma 27B scales by the model width per head, not the head size
-		int big = (a == MODEL_ARCH_GEMMA2 && hp->n_layer == 46) ||
-		          (a == MODEL_ARCH_GEMMA3 && hp->n_layer == 62);
-		hp->q_scale = big ? 1.0f / sqrtf((float)(hp->n_embd / hp->n_head))
-		                  : 1.0f / sqrtf((float)hp->head_dim);
+		int big =
+			(a == MODEL_ARCH_GEMMA2 && hp->n_layer == 46) || (a == MODEL_ARCH_GEMMA3 && hp->n_layer == 62);
+		hp->q_scale = big ? 1.0f / sqrtf((float)(hp->n_embd / hp->n_head)) : 1.0f / sqrtf((float)hp->head_dim);
 	}
 	hp->qk_norm_post_rope = a == MODEL_ARCH_HUNYUAN_DENSE;
 	// gemma: GELU, sqrt(n_embd) on the embeddings, q scaled itself
@@ -645,8 +655,10 @@ model_finish(struct model *m, char *err)
 			hp->full_attn_interval = 4;
 		const int64_t d = hp->ssm_d_state, nk = hp->ssm_n_group, nv = hp->ssm_dt_rank;
 		if (d <= 0 || nk <= 0 || nv <= 0 || nv % nk != 0 || d > 4096 || nv > 4096)
-			return ad_err(err, "ssm.state_size %lld, ssm.group_count %lld, ssm.time_step_rank %lld: positive, "
-			              "and the v heads a multiple of the q/k heads", (long long)d, (long long)nk, (long long)nv);
+			return ad_err(err,
+			              "ssm.state_size %lld, ssm.group_count %lld, ssm.time_step_rank %lld: positive, "
+			              "and the v heads a multiple of the q/k heads",
+			              (long long)d, (long long)nk, (long long)nv);
 		if (hp->ssm_d_inner <= 0)
 			hp->ssm_d_inner = nv * d;
 		if (hp->ssm_d_inner != nv * d)
@@ -670,8 +682,8 @@ model_finish(struct model *m, char *err)
 		return ad_err(err, "leading_dense_block_count %lld out of range", (long long)hp->n_dense_lead);
 	if (is_moe(a)) {
 		if (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert)
-			return ad_err(err, "expert counts %lld used of %lld invalid",
-			              (long long)hp->n_expert_used, (long long)hp->n_expert);
+			return ad_err(err, "expert counts %lld used of %lld invalid", (long long)hp->n_expert_used,
+			              (long long)hp->n_expert);
 		if (hp->n_expert_used > 64)
 			return ad_err(err, "%lld experts per token; at most 64 are supported",
 			              (long long)hp->n_expert_used);
@@ -681,7 +693,8 @@ model_finish(struct model *m, char *err)
 		if (hp->n_ff_exp <= 0 && t)
 			hp->n_ff_exp = t->ne[1];
 		if (hp->n_dense_lead > 0 && hp->n_ff <= 0)
-			return ad_err(err, "feed_forward_length missing or not positive (the leading dense blocks need it)");
+			return ad_err(err,
+			              "feed_forward_length missing or not positive (the leading dense blocks need it)");
 		t = model_find_tensor(m, "blk.0.ffn_gate_shexp.weight");
 		if (hp->n_ff_shexp <= 0 && t)
 			hp->n_ff_shexp = t->ne[1];
@@ -692,8 +705,8 @@ model_finish(struct model *m, char *err)
 	// global tensors
 	// lfm2 stores its final norm as token_embd_norm (applied after the last block)
 	if (bind(m, &m->tok_embd, REQ, "token_embd.weight", hp->n_embd, hp->n_vocab, 0, err) ||
-	    bind(m, &m->output_norm, REQ, is_lfm2(a) ? "token_embd_norm.weight" : "output_norm.weight", hp->n_embd,
-	         0, 0, err) ||
+	    bind(m, &m->output_norm, REQ, is_lfm2(a) ? "token_embd_norm.weight" : "output_norm.weight", hp->n_embd, 0,
+	         0, err) ||
 	    bind(m, &m->rope_freqs, OPT, "rope_freqs.weight", hp->n_rot / 2, 0, 0, err) ||
 	    bind(m, &m->rope_long, OPT, "rope_factors_long.weight", hp->n_rot / 2, 0, 0, err) ||
 	    bind(m, &m->rope_short, OPT, "rope_factors_short.weight", hp->n_rot / 2, 0, 0, err))
@@ -760,7 +773,8 @@ kv_int(const struct gguf *g, const char *arch, const char *suffix, int64_t *out,
 		int64_t v0 = 0, v;
 		for (uint64_t i = 0; i < arr.n; i++) {
 			if (gguf_arr_i64(&arr, i, &v) != 0)
-				return ad_err(err, "key %s: element %llu is not an integer", key, (unsigned long long)i);
+				return ad_err(err, "key %s: element %llu is not an integer", key,
+				              (unsigned long long)i);
 			if (i == 0)
 				v0 = v;
 			else if (v != v0)
@@ -812,8 +826,8 @@ lfm2_kv_heads(struct model *m, const struct gguf *g, char *err)
 		if (gguf_arr_i64(&arr, i, &v) != 0 || v < 0)
 			return ad_err(err, "key %s: element %llu is not a count", key, (unsigned long long)i);
 		if (v > 0 && hp->n_head_kv > 0 && v != hp->n_head_kv)
-			return ad_err(err, "key %s: attention blocks with %lld and %lld KV heads are not supported", key,
-			              (long long)hp->n_head_kv, (long long)v);
+			return ad_err(err, "key %s: attention blocks with %lld and %lld KV heads are not supported",
+			              key, (long long)hp->n_head_kv, (long long)v);
 		if (v > 0)
 			hp->n_head_kv = v;
 		m->layer_kv_heads[i] = v;
@@ -841,7 +855,8 @@ gemma4_layers(struct model *m, const struct gguf *g, char *err)
 		hp->n_ff = 0;
 		for (uint64_t i = 0; i < arr.n; i++) {
 			if (gguf_arr_i64(&arr, i, &m->layer_n_ff[i]) != 0 || m->layer_n_ff[i] <= 0)
-				return ad_err(err, "key %s: element %llu is not a positive integer", key, (unsigned long long)i);
+				return ad_err(err, "key %s: element %llu is not a positive integer", key,
+				              (unsigned long long)i);
 			hp->n_ff = m->layer_n_ff[i] > hp->n_ff ? m->layer_n_ff[i] : hp->n_ff;
 		}
 	}
@@ -878,7 +893,8 @@ qwen35_layers(struct model *m, const struct gguf *g, char *err)
 		if (arr.type == GGUF_TYPE_BOOL)
 			v = arr.data[i] != 0;
 		else if (gguf_arr_i64(&arr, i, &v) != 0)
-			return ad_err(err, "key %s: element %llu is not a bool or an integer", key, (unsigned long long)i);
+			return ad_err(err, "key %s: element %llu is not a bool or an integer", key,
+			              (unsigned long long)i);
 		m->layer_recr[i] = v != 0;
 	}
 	return 0;
@@ -891,8 +907,7 @@ read_hparams(struct model *m, const struct gguf *g, char *err)
 	const char *an = m->arch_name;
 	int64_t v;
 
-	if (kv_int(g, an, "vocab_size", &hp->n_vocab, err) ||
-	    kv_int(g, an, "embedding_length", &hp->n_embd, err) ||
+	if (kv_int(g, an, "vocab_size", &hp->n_vocab, err) || kv_int(g, an, "embedding_length", &hp->n_embd, err) ||
 	    kv_int(g, an, "block_count", &hp->n_layer, err) ||
 	    (m->arch != MODEL_ARCH_GEMMA4 && kv_int(g, an, "feed_forward_length", &hp->n_ff, err)) ||
 	    kv_int(g, an, "context_length", &hp->n_ctx_train, err) ||
@@ -916,13 +931,12 @@ read_hparams(struct model *m, const struct gguf *g, char *err)
 	    kv_int(g, an, "expert_feed_forward_length", &hp->n_ff_exp, err) ||
 	    kv_int(g, an, "expert_shared_feed_forward_length", &hp->n_ff_shexp, err) ||
 	    kv_int(g, an, "pooling_type", &hp->pooling, err) ||
-	    (m->arch == MODEL_ARCH_QWEN35 &&
-	     (kv_int(g, an, "ssm.conv_kernel", &hp->n_conv, err) ||
-	      kv_int(g, an, "ssm.state_size", &hp->ssm_d_state, err) ||
-	      kv_int(g, an, "ssm.group_count", &hp->ssm_n_group, err) ||
-	      kv_int(g, an, "ssm.time_step_rank", &hp->ssm_dt_rank, err) ||
-	      kv_int(g, an, "ssm.inner_size", &hp->ssm_d_inner, err) ||
-	      kv_int(g, an, "full_attention_interval", &hp->full_attn_interval, err))))
+	    (m->arch == MODEL_ARCH_QWEN35 && (kv_int(g, an, "ssm.conv_kernel", &hp->n_conv, err) ||
+	                                      kv_int(g, an, "ssm.state_size", &hp->ssm_d_state, err) ||
+	                                      kv_int(g, an, "ssm.group_count", &hp->ssm_n_group, err) ||
+	                                      kv_int(g, an, "ssm.time_step_rank", &hp->ssm_dt_rank, err) ||
+	                                      kv_int(g, an, "ssm.inner_size", &hp->ssm_d_inner, err) ||
+	                                      kv_int(g, an, "full_attention_interval", &hp->full_attn_interval, err))))
 		return -1;
 	if (kv_float(g, an, "attention.layer_norm_rms_epsilon", &hp->rms_eps, err) ||
 	    kv_float(g, an, "rope.freq_base", &hp->rope_base, err) ||
@@ -1082,12 +1096,15 @@ model_load_gguf(struct model *m, const char *path, char *err)
 		}
 		if (f != a)
 			ad_warn("%s: architecture '%s' run as %s (--arch): the logits are those of %s, "
-			        "not necessarily of the model", path, m->arch_name, force, force);
+			        "not necessarily of the model",
+			        path, m->arch_name, force, force);
 		a = f;
 	}
 	if (a < 0) {
-		ad_err(err, "%s: architecture '%s' is not implemented (anedvd implements: %s; "
-		       "--arch NAME runs it as one of them, at your risk)", path, m->arch_name, model_arch_list());
+		ad_err(err,
+		       "%s: architecture '%s' is not implemented (anedvd implements: %s; "
+		       "--arch NAME runs it as one of them, at your risk)",
+		       path, m->arch_name, model_arch_list());
 		goto fail;
 	}
 	m->arch = a;
@@ -1106,7 +1123,7 @@ model_load(struct model *m, const char *path, char *err)
 {
 	size_t n = strlen(path);
 	int rc = n >= 5 && strcmp(path + n - 5, ".gguf") == 0 ? model_load_gguf(m, path, err)
-	                                                        : model_load_hf(m, path, err);
+	                                                      : model_load_hf(m, path, err);
 	// ANEDVD_LAYERS=N (verify --layers): every process builds the model with
 	// its first N layers only (then the final norm and the head), so a
 	// pipeline can be bisected against the reference layer by layer

@@ -37,14 +37,14 @@ enum model_arch {
 	MODEL_ARCH_QWEN3,     // per-head q/k RMSNorm
 	MODEL_ARCH_GEMMA2,
 	MODEL_ARCH_GEMMA3,
-	MODEL_ARCH_PHI3,      // fused qkv and gate|up, partial rotary
+	MODEL_ARCH_PHI3, // fused qkv and gate|up, partial rotary
 	MODEL_ARCH_QWEN2MOE,
-	MODEL_ARCH_QWEN3MOE,  // qwen3's q/k norms, routed experts only
+	MODEL_ARCH_QWEN3MOE,      // qwen3's q/k norms, routed experts only
 	MODEL_ARCH_HUNYUAN_DENSE, // llama block, neox RoPE, q/k norms after RoPE
-	MODEL_ARCH_LFM2,      // ShortConv blocks (gated 3-tap causal conv) and attention blocks
-	MODEL_ARCH_LFM2MOE,   // lfm2 with sigmoid-routed experts after the leading dense blocks
-	MODEL_ARCH_GEMMA4,    // per-layer head sizes and FFN widths, shared K/V, per-layer inputs
-	MODEL_ARCH_QWEN35,    // gated delta-net blocks (a recurrent state) and gated attention blocks
+	MODEL_ARCH_LFM2,          // ShortConv blocks (gated 3-tap causal conv) and attention blocks
+	MODEL_ARCH_LFM2MOE,       // lfm2 with sigmoid-routed experts after the leading dense blocks
+	MODEL_ARCH_GEMMA4,        // per-layer head sizes and FFN widths, shared K/V, per-layer inputs
+	MODEL_ARCH_QWEN35,        // gated delta-net blocks (a recurrent state) and gated attention blocks
 	MODEL_ARCH_COUNT,
 };
 
@@ -74,13 +74,13 @@ enum model_rope_scaling {
 
 // one weight: a typed view into the mapping
 struct model_tensor {
-	const char *name;  // GGUF name; NULL when the slot is empty
-	uint32_t type;     // enum ad_type (wtype.h)
+	const char *name; // GGUF name; NULL when the slot is empty
+	uint32_t type;    // enum ad_type (wtype.h)
 	uint32_t n_dims;
-	int64_t ne[4];     // ne[0] fastest; unused dims are 1
+	int64_t ne[4]; // ne[0] fastest; unused dims are 1
 	const void *data;
 	size_t nbytes;
-	int used;          // bound to a slot by model_finish
+	int used; // bound to a slot by model_finish
 };
 
 struct model_hparams {
@@ -88,16 +88,16 @@ struct model_hparams {
 	int64_t n_embd;
 	int64_t n_layer;
 	int64_t n_head;
-	int64_t n_head_kv;      // 0: = n_head
-	int64_t head_dim;       // key length; 0: n_embd / n_head
-	int64_t head_dim_v;     // value length; 0: = head_dim
-	int64_t n_ff;           // dense FFN inner size (0 for MoE-only)
-	int64_t n_rot;          // rotary dims per head; 0: = head_dim
-	int64_t n_ctx_train;    // 0: unknown
-	float rms_eps;          // 0: 1e-5 (1e-6 for qwen/gemma)
-	float rope_base;        // 0: 10000
-	float rope_freq_scale;  // position multiplier (1/linear factor); 0: 1
-	float rope_base_swa;    // base on sliding-window layers; 0: = rope_base
+	int64_t n_head_kv;     // 0: = n_head
+	int64_t head_dim;      // key length; 0: n_embd / n_head
+	int64_t head_dim_v;    // value length; 0: = head_dim
+	int64_t n_ff;          // dense FFN inner size (0 for MoE-only)
+	int64_t n_rot;         // rotary dims per head; 0: = head_dim
+	int64_t n_ctx_train;   // 0: unknown
+	float rms_eps;         // 0: 1e-5 (1e-6 for qwen/gemma)
+	float rope_base;       // 0: 10000
+	float rope_freq_scale; // position multiplier (1/linear factor); 0: 1
+	float rope_base_swa;   // base on sliding-window layers; 0: = rope_base
 	enum model_rope_scaling rope_scaling;
 	int64_t n_ctx_orig;     // context the RoPE was trained for (yarn, longrope); 0: n_ctx_train
 	float yarn_ext_factor;  // < 0: not given (1 with yarn, else 0)
@@ -112,34 +112,34 @@ struct model_hparams {
 	float q_scale;          // 0: 1/sqrt(head_dim)
 	int64_t n_expert;       // MoE
 	int64_t n_expert_used;
-	int64_t n_ff_exp;       // 0: from the tensors
-	int64_t n_ff_shexp;     // 0: from the tensors
-	int expert_weights_norm;  // renormalise the chosen experts' weights
-	int64_t n_no_rope_step; // smollm3: layer i has no RoPE if (i+1) % step == 0
-	int qk_norm_post_rope;  // q/k norms after RoPE (hunyuan), not before; set by model_finish
-	int64_t n_conv;         // lfm2: taps of the ShortConv (shortconv.l_cache); 0: 3
-	int expert_gating;      // 0/1: softmax over the router; 2: sigmoid, chosen by sigmoid + exp_probs_b
-	int64_t n_dense_lead;   // MoE: the first n blocks have a dense FFN (leading_dense_block_count)
+	int64_t n_ff_exp;        // 0: from the tensors
+	int64_t n_ff_shexp;      // 0: from the tensors
+	int expert_weights_norm; // renormalise the chosen experts' weights
+	int64_t n_no_rope_step;  // smollm3: layer i has no RoPE if (i+1) % step == 0
+	int qk_norm_post_rope;   // q/k norms after RoPE (hunyuan), not before; set by model_finish
+	int64_t n_conv;          // lfm2: taps of the ShortConv (shortconv.l_cache); 0: 3
+	int expert_gating;       // 0/1: softmax over the router; 2: sigmoid, chosen by sigmoid + exp_probs_b
+	int64_t n_dense_lead;    // MoE: the first n blocks have a dense FFN (leading_dense_block_count)
 	// gemma4 (head_dim, head_dim_v, n_rot and n_ff are then the largest of any layer;
 	// struct model_layer has each layer's)
 	int64_t head_dim_swa, head_dim_v_swa, n_rot_swa; // on sliding layers
-	int64_t n_kv_shared;    // the last n layers read an earlier layer's K/V (shared_kv_layers)
-	int64_t n_embd_pl;      // per-layer input size (embedding_length_per_layer_input); 0: none
+	int64_t n_kv_shared; // the last n layers read an earlier layer's K/V (shared_kv_layers)
+	int64_t n_embd_pl;   // per-layer input size (embedding_length_per_layer_input); 0: none
 	// qwen35's gated delta-net blocks (the ssm.* keys): q, k and v heads of
 	// ssm_d_state values, ssm_n_group q/k heads, ssm_dt_rank v heads (v head
 	// j reads q/k head j mod ssm_n_group), ssm_d_inner = ssm_dt_rank *
 	// ssm_d_state; the causal conv has n_conv taps (ssm.conv_kernel)
 	int64_t ssm_d_state, ssm_n_group, ssm_dt_rank, ssm_d_inner;
 	int64_t full_attn_interval; // qwen35: layer i attends when (i+1) % interval == 0; 0: 4
-	int64_t bos_id, eos_id; // -1 when unknown
-	int64_t pooling;        // GGUF pooling_type: 0 none given, 1 mean, 2 cls, 3 last
+	int64_t bos_id, eos_id;     // -1 when unknown
+	int64_t pooling;            // GGUF pooling_type: 0 none given, 1 mean, 2 cls, 3 last
 	// the architecture's arithmetic, derived by model_finish (a loader's
 	// value is replaced): every engine and kernel plan reads these rather
 	// than deciding from the architecture
-	enum model_act act;     // the FFN's activation: gate = act(gate x) * up x
-	float embd_scale;       // token embeddings are multiplied by this (gemma: sqrt(n_embd)), else 1
-	int q_prescale;         // q itself is multiplied by q_scale before attention (gemma: other
-	                        // rounding), rather than the scores
+	enum model_act act; // the FFN's activation: gate = act(gate x) * up x
+	float embd_scale;   // token embeddings are multiplied by this (gemma: sqrt(n_embd)), else 1
+	int q_prescale;     // q itself is multiplied by q_scale before attention (gemma: other
+			    // rounding), rather than the scores
 };
 
 // the weights of one block; empty slots have name == NULL
@@ -153,11 +153,11 @@ struct model_layer {
 	struct model_tensor gate, up, down;
 	struct model_tensor post_ffw_norm;
 	// MoE
-	struct model_tensor gate_inp;                     // router [n_embd, n_expert]
+	struct model_tensor gate_inp;                      // router [n_embd, n_expert]
 	struct model_tensor gate_exps, up_exps, down_exps; // 3-D
-	struct model_tensor gate_inp_shexp;               // [n_embd]
+	struct model_tensor gate_inp_shexp;                // [n_embd]
 	struct model_tensor gate_shexp, up_shexp, down_shexp;
-	struct model_tensor exp_probs_b;                  // [n_expert] selection bias (lfm2moe)
+	struct model_tensor exp_probs_b; // [n_expert] selection bias (lfm2moe)
 	// lfm2 ShortConv block (in place of attention)
 	struct model_tensor conv_in;  // shortconv.in_proj [n_embd, 3 n_embd]: rows B, C, X
 	struct model_tensor conv_w;   // shortconv.conv [n_conv, n_embd]: taps, the last one the current token
@@ -173,19 +173,19 @@ struct model_layer {
 	struct model_tensor dn_norm;  // ssm_norm [d]: the per-head norm of the output
 	struct model_tensor dn_out;   // ssm_out [n_v d, n_embd]
 	// gemma4
-	struct model_tensor out_scale;  // layer_output_scale [1]
-	struct model_tensor pl_gate;    // inp_gate [n_embd, n_embd_pl]
-	struct model_tensor pl_proj;    // proj [n_embd_pl, n_embd]
-	struct model_tensor pl_norm;    // post_norm [n_embd]
+	struct model_tensor out_scale; // layer_output_scale [1]
+	struct model_tensor pl_gate;   // inp_gate [n_embd, n_embd_pl]
+	struct model_tensor pl_proj;   // proj [n_embd_pl, n_embd]
+	struct model_tensor pl_norm;   // post_norm [n_embd]
 
 	// derived per layer by model_finish
-	int conv;             // a ShortConv block: no attention, no KV cache (its B*X history instead)
-	int recur;            // a gated delta-net block: no attention, no KV cache (a recurrent state instead)
-	int attn_gate;        // qwen35 attention: wq gives per head q then a gate, attn *= sigmoid(gate)
+	int conv;      // a ShortConv block: no attention, no KV cache (its B*X history instead)
+	int recur;     // a gated delta-net block: no attention, no KV cache (a recurrent state instead)
+	int attn_gate; // qwen35 attention: wq gives per head q then a gate, attn *= sigmoid(gate)
 	int64_t head_dim, head_dim_v, n_rot, n_ff; // this layer's (= hp's but on gemma4)
-	int kv_src;           // the layer whose K/V this one attends over (itself but for gemma4's shared)
-	int rope_factors;     // the model's rope_freqs / longrope factors apply (gemma4: full layers only)
-	int sliding;          // attends to the last hp.sliding_window positions only
+	int kv_src;       // the layer whose K/V this one attends over (itself but for gemma4's shared)
+	int rope_factors; // the model's rope_freqs / longrope factors apply (gemma4: full layers only)
+	int sliding;      // attends to the last hp.sliding_window positions only
 	int use_rope;
 	float rope_base;
 	float rope_freq_scale;
@@ -193,8 +193,8 @@ struct model_layer {
 
 struct model {
 	enum model_arch arch;
-	char arch_name[32];     // general.architecture as found in the file
-	char name[128];         // general.name or the file name
+	char arch_name[32]; // general.architecture as found in the file
+	char name[128];     // general.name or the file name
 	char path[1024];
 	int is_gguf;
 	struct model_hparams hp;
@@ -203,13 +203,13 @@ struct model {
 	struct model_tensor output_norm;
 	struct model_tensor output; // type/data equal tok_embd's when tied
 	int tied_output;
-	struct model_tensor rope_freqs; // optional [n_rot/2]: theta_i /= rope_freqs[i]
+	struct model_tensor rope_freqs;            // optional [n_rot/2]: theta_i /= rope_freqs[i]
 	struct model_tensor rope_long, rope_short; // longrope's factors, [n_rot/2]
-	struct model_layer *layers; // hp.n_layer entries
-	int64_t *layer_kv_heads;    // lfm2's per-layer head_count_kv (0: ShortConv), NULL when one value
-	int64_t *layer_n_ff;        // gemma4's per-layer feed_forward_length, NULL when one value
-	int8_t *layer_swa;          // gemma4's sliding_window_pattern (1: sliding), NULL when absent
-	int8_t *layer_recr;         // qwen35's attention.recurrent_layers (1: delta-net), NULL when absent
+	struct model_layer *layers;                // hp.n_layer entries
+	int64_t *layer_kv_heads;                   // lfm2's per-layer head_count_kv (0: ShortConv), NULL when one value
+	int64_t *layer_n_ff;                       // gemma4's per-layer feed_forward_length, NULL when one value
+	int8_t *layer_swa;                         // gemma4's sliding_window_pattern (1: sliding), NULL when absent
+	int8_t *layer_recr;                // qwen35's attention.recurrent_layers (1: delta-net), NULL when absent
 	struct model_tensor pl_tok_embd;   // gemma4 per_layer_token_embd [n_layer * n_embd_pl, n_vocab]
 	struct model_tensor pl_model_proj; // per_layer_model_proj [n_embd, n_layer * n_embd_pl]
 	struct model_tensor pl_proj_norm;  // per_layer_proj_norm [n_embd_pl]
@@ -241,7 +241,7 @@ int model_load_gguf(struct model *m, const char *path, char *err);
 void model_drop_range(const struct model *m, const void *p, size_t n);
 void model_drop_pages(const struct model *m);
 int model_load_hf(struct model *m, const char *dir, char *err); // model-hf.c
-void model_free(struct model *m); // safe on a zeroed or half-loaded model
+void model_free(struct model *m);                               // safe on a zeroed or half-loaded model
 
 // --- for loaders -----------------------------------------------------------
 void model_init(struct model *m);
@@ -250,8 +250,8 @@ int model_arch_from_name(const char *name);
 const char *model_arch_name(enum model_arch a);
 const char *model_rope_name(enum model_rope r);
 // copies name; data must stay valid until src_free
-int model_add_tensor(struct model *m, const char *name, uint32_t type, uint32_t n_dims,
-                     const int64_t *ne, const void *data, size_t nbytes, char *err);
+int model_add_tensor(struct model *m, const char *name, uint32_t type, uint32_t n_dims, const int64_t *ne,
+                     const void *data, size_t nbytes, char *err);
 const struct model_tensor *model_find_tensor(const struct model *m, const char *name);
 // fill defaults, bind tensors to slots and validate shapes and types
 int model_finish(struct model *m, char *err);
@@ -272,8 +272,8 @@ const struct model_tensor *model_rope_factors(const struct model *m, int64_t n_c
 // ggml computes them: theta as a float running product of base^(-2/n_rot),
 // divided by factors[i] (may be NULL), YaRN's blend and the cos/sin scale
 // from hp; base and freq_scale are the layer's
-void model_rope_angles(const struct model_hparams *hp, float base, float freq_scale, const float *factors,
-                       int pos, float *cs);
+void model_rope_angles(const struct model_hparams *hp, float base, float freq_scale, const float *factors, int pos,
+                       float *cs);
 // number of values in a tensor (product of ne)
 int64_t model_tensor_nelem(const struct model_tensor *t);
 // bytes of the KV cache per position in fp32, all layers (a ShortConv

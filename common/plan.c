@@ -24,14 +24,22 @@ const char *
 ane_kind_name(enum ane_kind k)
 {
 	switch (k) {
-	case ANE_K_QKV: return "qkv";
-	case ANE_K_O: return "o";
-	case ANE_K_FFN: return "ffn";
-	case ANE_K_GATE_UP: return "gate_up";
-	case ANE_K_DOWN: return "down";
-	case ANE_K_LM_HEAD: return "lm_head";
-	case ANE_K_SHEXP: return "shexp";
-	case ANE_K_PROBE: return "probe";
+	case ANE_K_QKV:
+		return "qkv";
+	case ANE_K_O:
+		return "o";
+	case ANE_K_FFN:
+		return "ffn";
+	case ANE_K_GATE_UP:
+		return "gate_up";
+	case ANE_K_DOWN:
+		return "down";
+	case ANE_K_LM_HEAD:
+		return "lm_head";
+	case ANE_K_SHEXP:
+		return "shexp";
+	case ANE_K_PROBE:
+		return "probe";
 	}
 	return "?";
 }
@@ -40,11 +48,11 @@ void
 ane_pk_describe(const struct ane_pk *k, char *buf, int cap)
 {
 	if (k->kind == ANE_K_LM_HEAD)
-		snprintf(buf, (size_t)cap, "%s #%d rows %d.. %d -> %d", ane_kind_name(k->kind), k->chunk,
-		         k->row_offset, k->in_ch, k->out_ch);
+		snprintf(buf, (size_t)cap, "%s #%d rows %d.. %d -> %d", ane_kind_name(k->kind), k->chunk, k->row_offset,
+		         k->in_ch, k->out_ch);
 	else if (k->ff)
-		snprintf(buf, (size_t)cap, "%s L%d %d -> %d -> %d", ane_kind_name(k->kind), k->layer, k->in_ch,
-		         k->ff, k->out_ch);
+		snprintf(buf, (size_t)cap, "%s L%d %d -> %d -> %d", ane_kind_name(k->kind), k->layer, k->in_ch, k->ff,
+		         k->out_ch);
 	else
 		snprintf(buf, (size_t)cap, "%s L%d %d -> %d", ane_kind_name(k->kind), k->layer, k->in_ch, k->out_ch);
 }
@@ -83,8 +91,8 @@ static struct ane_pk *
 add(struct ane_plan *p, enum ane_kind kind, int layer, int chunk, int64_t in, int64_t out)
 {
 	struct ane_pk *k = &p->k[p->n];
-	*k = (struct ane_pk){.id = p->n, .kind = kind, .layer = layer, .chunk = chunk, .in_ch = (int)in,
-	                     .out_ch = (int)out};
+	*k = (struct ane_pk){
+		.id = p->n, .kind = kind, .layer = layer, .chunk = chunk, .in_ch = (int)in, .out_ch = (int)out};
 	p->n++;
 	return k;
 }
@@ -149,7 +157,8 @@ ane_plan_build(struct ane_plan *p, const struct model *m, const struct ane_plan_
 			const int64_t C = ml->dn_qkv.ne[1], nvd = ml->dn_z.ne[1], nvh = ml->dn_beta.ne[1];
 			k = add(p, ANE_K_QKV, il, 0, E, C + nvd + 2 * nvh);
 			k->nparts = 4;
-			if (part(&k->parts[0], &ml->dn_qkv, 0, C, E, err) || part(&k->parts[1], &ml->dn_z, 0, nvd, E, err) ||
+			if (part(&k->parts[0], &ml->dn_qkv, 0, C, E, err) ||
+			    part(&k->parts[1], &ml->dn_z, 0, nvd, E, err) ||
 			    part(&k->parts[2], &ml->dn_beta, 0, nvh, E, err) ||
 			    part(&k->parts[3], &ml->dn_alpha, 0, nvh, E, err))
 				goto fail;
@@ -181,7 +190,8 @@ ane_plan_build(struct ane_plan *p, const struct model *m, const struct ane_plan_
 			} else {
 				k->nparts = 3;
 				if (part(&k->parts[0], &ml->wq, 0, qw, E, err) ||
-				    part(&k->parts[1], &ml->wk, 0, nk, E, err) || part(&k->parts[2], &ml->wv, 0, nv, E, err))
+				    part(&k->parts[1], &ml->wk, 0, nk, E, err) ||
+				    part(&k->parts[2], &ml->wv, 0, nv, E, err))
 					goto fail;
 			}
 			k = add(p, ANE_K_O, il, 0, no, E);
@@ -232,7 +242,8 @@ ane_plan_build(struct ane_plan *p, const struct model *m, const struct ane_plan_
 		uint64_t b = 0, rows = 0;
 		for (int j = 0; j < k->nparts; j++) {
 			if (k->ff)
-				b += ane_wfmt_bytes(p->weights, (uint64_t)k->parts[j].rows, (uint64_t)k->parts[j].t->ne[0]);
+				b += ane_wfmt_bytes(p->weights, (uint64_t)k->parts[j].rows,
+				                    (uint64_t)k->parts[j].t->ne[0]);
 			rows += (uint64_t)k->parts[j].rows;
 		}
 		if (!k->ff)

@@ -117,9 +117,9 @@ struct ane_pk {
 };
 
 struct ane_plan_opts {
-	int width;     // columns (0: 64)
-	int split;     // split every dense FFN
-	int head_rows; // LM-head rows per chunk (0: ane_head_chunk_rows)
+	int width;             // columns (0: 64)
+	int split;             // split every dense FFN
+	int head_rows;         // LM-head rows per chunk (0: ane_head_chunk_rows)
 	enum ane_wfmt weights; // 0: fp16
 };
 

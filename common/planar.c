@@ -105,7 +105,8 @@ gather_simd(const uint8_t *base, size_t ps, float *x, size_t C, size_t ld, size_
 			size_t n = ncols - j0 < 8 ? ncols - j0 : 8;
 			__m256 r[8];
 			for (int k = 0; k < 8; k++)
-				r[k] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(base + (c0 + k) * ps + j0 * 2)));
+				r[k] = _mm256_cvtph_ps(
+					_mm_loadu_si128((const __m128i *)(base + (c0 + k) * ps + j0 * 2)));
 			transpose8(r);
 			for (size_t k = 0; k < n; k++)
 				_mm256_storeu_ps(x + (j0 + k) * ld + c0, r[k]);
@@ -125,7 +126,8 @@ scatter_simd(uint8_t *base, size_t ps, const float *x, size_t C, size_t ld, size
 				r[k] = k < n ? _mm256_loadu_ps(x + (j0 + k) * ld + c0) : _mm256_setzero_ps();
 			transpose8(r);
 			for (int k = 0; k < 8; k++)
-				store_ph(base + (c0 + k) * ps + j0 * 2, _mm256_cvtps_ph(r[k], _MM_FROUND_TO_NEAREST_INT), n);
+				store_ph(base + (c0 + k) * ps + j0 * 2,
+				         _mm256_cvtps_ph(r[k], _MM_FROUND_TO_NEAREST_INT), n);
 		}
 	scatter_part(base, ps, x, ld, C8, C, 0, ncols);
 }

@@ -20,11 +20,11 @@ static const struct {
 	int size;
 	uint32_t type;
 } dtypes[] = {
-	{ "F32", 4, AD_TYPE_F32 },     { "F16", 2, AD_TYPE_F16 },     { "BF16", 2, AD_TYPE_BF16 },
-	{ "F64", 8, AD_TYPE_COUNT },   { "I64", 8, AD_TYPE_COUNT },   { "U64", 8, AD_TYPE_COUNT },
-	{ "I32", 4, AD_TYPE_COUNT },   { "U32", 4, AD_TYPE_COUNT },   { "I16", 2, AD_TYPE_COUNT },
-	{ "U16", 2, AD_TYPE_COUNT },   { "I8", 1, AD_TYPE_COUNT },    { "U8", 1, AD_TYPE_COUNT },
-	{ "BOOL", 1, AD_TYPE_COUNT },  { "F8_E4M3", 1, AD_TYPE_COUNT }, { "F8_E5M2", 1, AD_TYPE_COUNT },
+	{"F32", 4, AD_TYPE_F32},    {"F16", 2, AD_TYPE_F16},       {"BF16", 2, AD_TYPE_BF16},
+	{"F64", 8, AD_TYPE_COUNT},  {"I64", 8, AD_TYPE_COUNT},     {"U64", 8, AD_TYPE_COUNT},
+	{"I32", 4, AD_TYPE_COUNT},  {"U32", 4, AD_TYPE_COUNT},     {"I16", 2, AD_TYPE_COUNT},
+	{"U16", 2, AD_TYPE_COUNT},  {"I8", 1, AD_TYPE_COUNT},      {"U8", 1, AD_TYPE_COUNT},
+	{"BOOL", 1, AD_TYPE_COUNT}, {"F8_E4M3", 1, AD_TYPE_COUNT}, {"F8_E5M2", 1, AD_TYPE_COUNT},
 };
 
 static int
@@ -86,8 +86,7 @@ free_tensors(struct st_file *f)
 
 // one header entry into t; data_start is the file offset of the data buffer
 static int
-parse_entry(const cJSON *e, struct st_tensor *t, const uint8_t *base, size_t data_start,
-            size_t data_size, char *err)
+parse_entry(const cJSON *e, struct st_tensor *t, const uint8_t *base, size_t data_start, size_t data_size, char *err)
 {
 	if (!cJSON_IsObject(e))
 		return ad_err(err, "entry is not an object");
@@ -124,8 +123,8 @@ parse_entry(const cJSON *e, struct st_tensor *t, const uint8_t *base, size_t dat
 	t->nelem = (int64_t)nelem;
 
 	uint64_t b, end;
-	if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 ||
-	    json_u53(cJSON_GetArrayItem(off, 0), &b) || json_u53(cJSON_GetArrayItem(off, 1), &end))
+	if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 || json_u53(cJSON_GetArrayItem(off, 0), &b) ||
+	    json_u53(cJSON_GetArrayItem(off, 1), &end))
 		return ad_err(err, "\"data_offsets\" is not [begin, end]");
 	if (b > end)
 		return ad_err(err, "data_offsets [%llu, %llu] run backwards", (unsigned long long)b,
@@ -134,8 +133,8 @@ parse_entry(const cJSON *e, struct st_tensor *t, const uint8_t *base, size_t dat
 		return ad_err(err, "data_offsets end %llu is past the data (%zu bytes): file truncated?",
 		              (unsigned long long)end, data_size);
 	if (end - b != nelem * (uint64_t)dtypes[k].size)
-		return ad_err(err, "data_offsets span %llu bytes but %s%s needs %llu",
-		              (unsigned long long)(end - b), t->dtype, nd ? " of that shape" : "",
+		return ad_err(err, "data_offsets span %llu bytes but %s%s needs %llu", (unsigned long long)(end - b),
+		              t->dtype, nd ? " of that shape" : "",
 		              (unsigned long long)(nelem * (uint64_t)dtypes[k].size));
 	t->offset = data_start + (size_t)b;
 	t->nbytes = (size_t)(end - b);
@@ -156,11 +155,11 @@ st_parse(struct st_file *f, const void *buf, size_t size, const char *label, cha
 	for (int i = 7; i >= 0; i--)
 		hlen = hlen << 8 | p[i];
 	if (hlen < 2 || hlen > ST_MAX_HEADER)
-		return ad_err(err, "%s: header length %llu out of range (2..%u)", label,
-		              (unsigned long long)hlen, ST_MAX_HEADER);
+		return ad_err(err, "%s: header length %llu out of range (2..%u)", label, (unsigned long long)hlen,
+		              ST_MAX_HEADER);
 	if (hlen > size - 8)
-		return ad_err(err, "%s: header length %llu runs past the end of the file (%zu bytes)",
-		              label, (unsigned long long)hlen, size);
+		return ad_err(err, "%s: header length %llu runs past the end of the file (%zu bytes)", label,
+		              (unsigned long long)hlen, size);
 	if (p[8] != '{')
 		return ad_err(err, "%s: header does not start with '{'", label);
 
@@ -170,8 +169,8 @@ st_parse(struct st_file *f, const void *buf, size_t size, const char *label, cha
 		long at = end ? (long)(end - (const char *)p - 8) : -1;
 		cJSON_Delete(root);
 		if (at >= 0)
-			return ad_err(err, "%s: header is not valid JSON (near byte %ld of %llu)", label,
-			              at, (unsigned long long)hlen);
+			return ad_err(err, "%s: header is not valid JSON (near byte %ld of %llu)", label, at,
+			              (unsigned long long)hlen);
 		return ad_err(err, "%s: header is not a valid JSON object", label);
 	}
 	// only padding may follow the object
@@ -217,8 +216,8 @@ st_parse(struct st_file *f, const void *buf, size_t size, const char *label, cha
 	for (int64_t i = 0; i < f->n_tensors; i++) {
 		struct st_tensor *t = by_off[i];
 		if (t->offset < at) {
-			ad_err(err, "%s: tensor \"%.200s\" at data offset %zu overlaps \"%.200s\"", label,
-			       t->name, t->offset - data_start, by_off[i - 1]->name);
+			ad_err(err, "%s: tensor \"%.200s\" at data offset %zu overlaps \"%.200s\"", label, t->name,
+			       t->offset - data_start, by_off[i - 1]->name);
 			goto fail;
 		}
 		if (t->offset > at) {
@@ -229,8 +228,7 @@ st_parse(struct st_file *f, const void *buf, size_t size, const char *label, cha
 		at = t->offset + t->nbytes;
 	}
 	if (at != size) {
-		ad_err(err, "%s: %zu bytes after the last tensor are not described by the header",
-		       label, size - at);
+		ad_err(err, "%s: %zu bytes after the last tensor are not described by the header", label, size - at);
 		goto fail;
 	}
 
@@ -301,7 +299,7 @@ st_close(struct st_file *f)
 const struct st_tensor *
 st_find(const struct st_file *f, const char *name)
 {
-	struct st_tensor key = { .name = (char *)name };
+	struct st_tensor key = {.name = (char *)name};
 	if (!f->n_tensors)
 		return NULL;
 	return bsearch(&key, f->tensors, (size_t)f->n_tensors, sizeof key, cmp_name);
@@ -311,8 +309,8 @@ int
 st_tensor_check(const struct st_tensor *t, char *err)
 {
 	if (t->type == AD_TYPE_COUNT)
-		return ad_err(err, "tensor \"%.200s\": dtype %s is not supported (F32, F16, BF16 are)",
-		              t->name, t->dtype);
+		return ad_err(err, "tensor \"%.200s\": dtype %s is not supported (F32, F16, BF16 are)", t->name,
+		              t->dtype);
 	return 0;
 }
 
@@ -495,8 +493,8 @@ st_set_open(struct st_set *s, const char *dir, char *err)
 		{
 			const struct st_tensor *t = st_set_find(s, e->string);
 			if (!t || strcmp(names[t->file], e->valuestring)) {
-				ad_err(err, "%s: index puts tensor \"%.200s\" in %s, which does not have it",
-				       dir, e->string, e->valuestring);
+				ad_err(err, "%s: index puts tensor \"%.200s\" in %s, which does not have it", dir,
+				       e->string, e->valuestring);
 				goto fail;
 			}
 		}
@@ -552,8 +550,8 @@ st_write(const char *path, const struct st_wtensor *t, int n, char *err)
 		const char *dt = dtype_of_type(t[i].type);
 		if (!dt || t[i].n_dims > ST_MAX_DIMS) {
 			cJSON_Delete(root);
-			return ad_err(err, "%s: tensor %s: cannot write type %u / %u dims", path, t[i].name,
-			              t[i].type, t[i].n_dims);
+			return ad_err(err, "%s: tensor %s: cannot write type %u / %u dims", path, t[i].name, t[i].type,
+			              t[i].n_dims);
 		}
 		uint64_t ne = 1;
 		cJSON *e = cJSON_AddObjectToObject(root, t[i].name);
@@ -582,8 +580,7 @@ st_write(const char *path, const struct st_wtensor *t, int n, char *err)
 	uint8_t len8[8];
 	for (int i = 0; i < 8; i++)
 		len8[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
-	int rc = write_all(fp, len8, 8) || write_all(fp, json, jlen) ||
-	         write_all(fp, "        ", hlen - jlen);
+	int rc = write_all(fp, len8, 8) || write_all(fp, json, jlen) || write_all(fp, "        ", hlen - jlen);
 	free(json);
 	for (int i = 0; i < n && !rc; i++) {
 		uint64_t ne = 1;
@@ -597,8 +594,8 @@ st_write(const char *path, const struct st_wtensor *t, int n, char *err)
 }
 
 int
-st_write_index(const char *path, const char *const *names, const char *const *files, int n,
-               uint64_t total_size, char *err)
+st_write_index(const char *path, const char *const *names, const char *const *files, int n, uint64_t total_size,
+               char *err)
 {
 	cJSON *root = cJSON_CreateObject();
 	cJSON *meta = cJSON_AddObjectToObject(root, "metadata");

@@ -31,22 +31,22 @@
 
 struct st_tensor {
 	char *name;
-	char dtype[12];   // as in the file: "F32", "BF16", "I64", ...
-	uint32_t type;    // AD_TYPE_F32/F16/BF16, or AD_TYPE_COUNT for other dtypes
+	char dtype[12]; // as in the file: "F32", "BF16", "I64", ...
+	uint32_t type;  // AD_TYPE_F32/F16/BF16, or AD_TYPE_COUNT for other dtypes
 	uint32_t n_dims;
 	int64_t shape[ST_MAX_DIMS]; // slowest first
 	int64_t nelem;
 	const void *data;
 	size_t nbytes;
-	size_t offset;    // of data in the file
-	int file;         // index of the file in its set (0 for a lone file)
+	size_t offset; // of data in the file
+	int file;      // index of the file in its set (0 for a lone file)
 };
 
 struct st_file {
 	char *path;
 	const uint8_t *base; // the whole file
 	size_t size;
-	int mapped;          // base is an mmap that st_close unmaps
+	int mapped;                // base is an mmap that st_close unmaps
 	struct st_tensor *tensors; // sorted by name
 	int64_t n_tensors;
 };
@@ -82,7 +82,7 @@ struct st_wtensor {
 	uint32_t type; // AD_TYPE_F32, F16 or BF16
 	uint32_t n_dims;
 	int64_t shape[ST_MAX_DIMS]; // slowest first
-	const void *data; // nelem values of type
+	const void *data;           // nelem values of type
 };
 
 // st_write writes the tensors in the order given, with an optional
@@ -91,7 +91,7 @@ int st_write(const char *path, const struct st_wtensor *t, int n, char *err);
 
 // st_write_index writes model.safetensors.index.json: tensor name i lives in
 // file files[i] (a file name, not a path).
-int st_write_index(const char *path, const char *const *names, const char *const *files, int n,
-                   uint64_t total_size, char *err);
+int st_write_index(const char *path, const char *const *names, const char *const *files, int n, uint64_t total_size,
+                   char *err);
 
 #endif

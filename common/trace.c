@@ -180,7 +180,8 @@ trace_write(const char *path, const char *merge_prefix, char *err)
 		struct dirent *de;
 		while (d && (de = readdir(d))) {
 			size_t L = strlen(de->d_name);
-			if (strncmp(de->d_name, stem, strlen(stem)) != 0 || L < 5 || strcmp(de->d_name + L - 5, ".json"))
+			if (strncmp(de->d_name, stem, strlen(stem)) != 0 || L < 5 ||
+			    strcmp(de->d_name + L - 5, ".json"))
 				continue;
 			char p[PATH_MAX + 256];
 			snprintf(p, sizeof p, "%s/%s", sl ? dir : ".", de->d_name);

@@ -76,8 +76,8 @@ attn_plain(const struct attn_shape *sh, const float *q, const void *k0, const vo
 }
 
 void
-attn_ref(const struct attn_shape *sh, const float *q, const uint16_t *k, const uint16_t *v, int first,
-         int last, float *out, float *scratch)
+attn_ref(const struct attn_shape *sh, const float *q, const uint16_t *k, const uint16_t *v, int first, int last,
+         float *out, float *scratch)
 {
 	attn_plain(sh, q, k, v, k, v, 0, 0, first, last, out, scratch);
 }
@@ -127,7 +127,7 @@ SIMD static inline float
 fold_v(__m256 a)
 {
 	__m128 s = _mm_add_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a)); // s0..s3
-	__m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));                                // s0+s2, s1+s3
+	__m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));                                 // s0+s2, s1+s3
 	return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
 }
 
@@ -165,8 +165,8 @@ exp_v(__m256 x)
 // the lanes and fold of ad_dot: 8 independent accumulators keep the FMA
 // units busy
 SIMD static inline void
-scores_4x2(const float *q0, const float *q1, const float *q2, const float *q3, const uint16_t *k0,
-           const uint16_t *k1, int hd8, float *s)
+scores_4x2(const float *q0, const float *q1, const float *q2, const float *q3, const uint16_t *k0, const uint16_t *k1,
+           int hd8, float *s)
 {
 	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
 	for (int i = 0; i < hd8; i += 8) {
@@ -192,10 +192,14 @@ SIMD static inline void
 keys_t8(const uint16_t *const kj[8], int hd, float *kt)
 {
 	for (int c = 0; c < hd; c += 8) {
-		__m128i a0 = _mm_loadu_si128((const __m128i *)(kj[0] + c)), a1 = _mm_loadu_si128((const __m128i *)(kj[1] + c));
-		__m128i a2 = _mm_loadu_si128((const __m128i *)(kj[2] + c)), a3 = _mm_loadu_si128((const __m128i *)(kj[3] + c));
-		__m128i a4 = _mm_loadu_si128((const __m128i *)(kj[4] + c)), a5 = _mm_loadu_si128((const __m128i *)(kj[5] + c));
-		__m128i a6 = _mm_loadu_si128((const __m128i *)(kj[6] + c)), a7 = _mm_loadu_si128((const __m128i *)(kj[7] + c));
+		__m128i a0 = _mm_loadu_si128((const __m128i *)(kj[0] + c)),
+			a1 = _mm_loadu_si128((const __m128i *)(kj[1] + c));
+		__m128i a2 = _mm_loadu_si128((const __m128i *)(kj[2] + c)),
+			a3 = _mm_loadu_si128((const __m128i *)(kj[3] + c));
+		__m128i a4 = _mm_loadu_si128((const __m128i *)(kj[4] + c)),
+			a5 = _mm_loadu_si128((const __m128i *)(kj[5] + c));
+		__m128i a6 = _mm_loadu_si128((const __m128i *)(kj[6] + c)),
+			a7 = _mm_loadu_si128((const __m128i *)(kj[7] + c));
 		// pairs of rows, then quads: b0 = r0[0] r1[0] r0[1] r1[1] ..., c0 = r0..3 [0], r0..3 [1]
 		__m128i b0 = _mm_unpacklo_epi16(a0, a1), b1 = _mm_unpackhi_epi16(a0, a1);
 		__m128i b2 = _mm_unpacklo_epi16(a2, a3), b3 = _mm_unpackhi_epi16(a2, a3);
@@ -244,13 +248,16 @@ group_scores(const struct attn_shape *sh, const float *qg, const uint16_t *kg0, 
 				const float *qh = qg + (size_t)t * hd;
 				__m256 a[8];
 				for (int l = 0; l < 8; l++)
-					a[l] = _mm256_fmadd_ps(_mm256_set1_ps(qh[l]), _mm256_loadu_ps(kt + l * 8), _mm256_setzero_ps());
+					a[l] = _mm256_fmadd_ps(_mm256_set1_ps(qh[l]), _mm256_loadu_ps(kt + l * 8),
+					                       _mm256_setzero_ps());
 				for (int i = 8; i < hd; i += 8)
 					for (int l = 0; l < 8; l++)
-						a[l] = _mm256_fmadd_ps(_mm256_set1_ps(qh[i + l]), _mm256_loadu_ps(kt + (i + l) * 8), a[l]);
+						a[l] = _mm256_fmadd_ps(_mm256_set1_ps(qh[i + l]),
+						                       _mm256_loadu_ps(kt + (i + l) * 8), a[l]);
 				// ad_fold8: (a4 + a0 + (a6 + a2)) + (a5 + a1 + (a7 + a3))
-				__m256 x = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[4], a[0]), _mm256_add_ps(a[6], a[2])),
-				                         _mm256_add_ps(_mm256_add_ps(a[5], a[1]), _mm256_add_ps(a[7], a[3])));
+				__m256 x = _mm256_add_ps(
+					_mm256_add_ps(_mm256_add_ps(a[4], a[0]), _mm256_add_ps(a[6], a[2])),
+					_mm256_add_ps(_mm256_add_ps(a[5], a[1]), _mm256_add_ps(a[7], a[3])));
 				x = _mm256_mul_ps(x, scale);
 				float *dst = scores + (size_t)t * rows + (j - first);
 				if (nr == 8) {
@@ -393,13 +400,18 @@ attn_simd(const struct attn_shape *sh, const float *q, const uint16_t *k0, const
 					for (; r + 4 <= nr; r += 4) {
 						const float *x = vf + (size_t)r * hdv + d0;
 						a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[r]), _mm256_loadu_ps(x), a0);
-						a1 = _mm256_fmadd_ps(_mm256_set1_ps(p[r + 1]), _mm256_loadu_ps(x + hdv), a1);
-						a2 = _mm256_fmadd_ps(_mm256_set1_ps(p[r + 2]), _mm256_loadu_ps(x + 2 * hdv), a2);
-						a3 = _mm256_fmadd_ps(_mm256_set1_ps(p[r + 3]), _mm256_loadu_ps(x + 3 * hdv), a3);
+						a1 = _mm256_fmadd_ps(_mm256_set1_ps(p[r + 1]), _mm256_loadu_ps(x + hdv),
+						                     a1);
+						a2 = _mm256_fmadd_ps(_mm256_set1_ps(p[r + 2]),
+						                     _mm256_loadu_ps(x + 2 * hdv), a2);
+						a3 = _mm256_fmadd_ps(_mm256_set1_ps(p[r + 3]),
+						                     _mm256_loadu_ps(x + 3 * hdv), a3);
 					}
 					for (; r < nr; r++)
-						a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[r]), _mm256_loadu_ps(vf + (size_t)r * hdv + d0), a0);
-					_mm256_storeu_ps(o + d0, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+						a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[r]),
+						                     _mm256_loadu_ps(vf + (size_t)r * hdv + d0), a0);
+					_mm256_storeu_ps(o + d0,
+					                 _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
 				}
 				for (int d = hdv8; d < hdv; d++)
 					for (int r = 0; r < nr; r++)
@@ -417,8 +429,8 @@ attn_have_simd(void)
 #endif
 
 void
-attn_fast_split(const struct attn_shape *sh, const float *q, const uint16_t *k0, const uint16_t *v0,
-                const uint16_t *k, const uint16_t *v, int split, int first, int last, float *out, float *scratch)
+attn_fast_split(const struct attn_shape *sh, const float *q, const uint16_t *k0, const uint16_t *v0, const uint16_t *k,
+                const uint16_t *v, int split, int first, int last, float *out, float *scratch)
 {
 #ifdef AD_FP16_X86
 	if (attn_have_simd()) {
@@ -430,8 +442,8 @@ attn_fast_split(const struct attn_shape *sh, const float *q, const uint16_t *k0,
 }
 
 void
-attn_fast(const struct attn_shape *sh, const float *q, const uint16_t *k, const uint16_t *v, int first,
-          int last, float *out, float *scratch)
+attn_fast(const struct attn_shape *sh, const float *q, const uint16_t *k, const uint16_t *v, int first, int last,
+          float *out, float *scratch)
 {
 	attn_fast_split(sh, q, k, v, k, v, 0, first, last, out, scratch);
 }
@@ -444,8 +456,8 @@ attn_scores(const struct attn_shape *sh, const float *q, const uint16_t *k, int 
 #ifdef AD_FP16_X86
 	if (fast && attn_have_simd()) {
 		for (int g = 0; g < sh->n_head_kv; g++)
-			group_scores(sh, q + (size_t)g * group * hd, k + (size_t)g * hd, k + (size_t)g * hd, 0, first, last,
-			             scores + (size_t)g * group * rows);
+			group_scores(sh, q + (size_t)g * group * hd, k + (size_t)g * hd, k + (size_t)g * hd, 0, first,
+			             last, scores + (size_t)g * group * rows);
 		return;
 	}
 #endif

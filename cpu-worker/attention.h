@@ -35,16 +35,16 @@ struct attn_shape {
 
 size_t attn_scratch_floats(const struct attn_shape *sh, int rows);
 
-void attn_ref(const struct attn_shape *sh, const float *q, const uint16_t *k, const uint16_t *v,
-              int first, int last, float *out, float *scratch);
-void attn_fast(const struct attn_shape *sh, const float *q, const uint16_t *k, const uint16_t *v,
-               int first, int last, float *out, float *scratch);
+void attn_ref(const struct attn_shape *sh, const float *q, const uint16_t *k, const uint16_t *v, int first, int last,
+              float *out, float *scratch);
+void attn_fast(const struct attn_shape *sh, const float *q, const uint16_t *k, const uint16_t *v, int first, int last,
+               float *out, float *scratch);
 int attn_have_simd(void);
 
 // attn_ref over an fp32 cache: exactly ref.c's attention (for checking
 // that the fp16 cache is the pipeline's only difference from ref.c)
-void attn_ref_f32(const struct attn_shape *sh, const float *q, const float *k, const float *v, int first,
-                  int last, float *out, float *scratch);
+void attn_ref_f32(const struct attn_shape *sh, const float *q, const float *k, const float *v, int first, int last,
+                  float *out, float *scratch);
 
 // the same over a cache in two stretches (a sequence forked from another
 // reads the rows it shares from its parent's cache): rows below split at

@@ -48,7 +48,7 @@ size_t dn_scratch_floats(const struct dn_layer *l);
 // one token: mix [channels] = attn_qkv·h, z [n_v d], beta_in and alpha_in
 // [n_v] the projections; in (NULL: zeros) the state before, out the state
 // after (out may be in); o [n_v d] the gated, normed output for ssm_out
-void dn_token(const struct dn_layer *l, const float *mix, const float *z, const float *beta_in,
-              const float *alpha_in, const float *in, float *out, float *o, float *scratch);
+void dn_token(const struct dn_layer *l, const float *mix, const float *z, const float *beta_in, const float *alpha_in,
+              const float *in, float *out, float *o, float *scratch);
 
 #endif

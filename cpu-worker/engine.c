@@ -56,8 +56,8 @@ struct eng_layer {
 	const float *attn_norm, *bq, *bk, *bv, *bo, *q_norm, *k_norm, *post_attn_norm;
 	const float *ffn_norm, *post_ffw_norm;
 	const float *gate_inp, *gate_inp_shexp; // router and shared-expert gate (experts: moe.c)
-	int qkv, o, ffn, gate_up, down, shexp; // kernel ids, -1 when absent
-	const float *conv_w; // lfm2 ShortConv taps [n_embd][n_conv] (qkv/o are in_proj/out_proj)
+	int qkv, o, ffn, gate_up, down, shexp;  // kernel ids, -1 when absent
+	const float *conv_w;                    // lfm2 ShortConv taps [n_embd][n_conv] (qkv/o are in_proj/out_proj)
 	int conv;
 	// qwen35: a gated delta-net block (qkv gives [q k v channels; z; beta;
 	// alpha], o is ssm_out; its state at st_off of a sequence's state), or
@@ -68,7 +68,7 @@ struct eng_layer {
 	// the layer's shapes (gemma4's differ per layer; a shared layer has nk =
 	// nv = 0 in its QKV and attends over its kv_src's cache at kv_off)
 	int hd, hdv, n_rot, nq, nk, nv, nqv, nqkv, ff, own_kv, kv_nk;
-	const float *rope_freqs; // the factors this layer uses, or NULL
+	const float *rope_freqs;                              // the factors this layer uses, or NULL
 	const float *out_scale, *pl_gate, *pl_proj, *pl_norm; // gemma4
 	// fused calls: the vectors of the layer's KB_RESNORM steps, in the
 	// backend's host memory (copies of attn_norm, ffn_norm, the post-norms, bo)
@@ -85,7 +85,7 @@ struct engine {
 	struct kernel_backend *kb;
 	struct model_hparams hp;
 	int width, max_seq, attn_ref, kv_f32;
-	int upto; // layers to run (engine_eval_layers), 0: all
+	int upto;                 // layers to run (engine_eval_layers), 0: all
 	size_t kv_elem, layer_kv; // bytes per cache value, per attention layer of a sequence
 	size_t seq_kv;            // bytes of a sequence's cache, every layer
 	int kv_window;            // positions a windowed layer reads back, its own included (0: none)
@@ -105,8 +105,8 @@ struct engine {
 	float *pl_row;                             // [LP]: a token's per_layer_token_embd row
 	float *ones;                               // [head_dim]: gemma4's unweighted V norm
 	int gemma4;
-	float *gate;     // [width][nq]: qwen35's attention output gates
-	size_t st_floats; // a sequence's recurrent state (every delta-net layer), 0: none
+	float *gate;           // [width][nq]: qwen35's attention output gates
+	size_t st_floats;      // a sequence's recurrent state (every delta-net layer), 0: none
 	int st_every, st_keep; // its kept copies: at positions that are multiples of st_every, the last st_keep
 	float *dn_scratch;
 	struct eng_layer *layers;
@@ -130,7 +130,7 @@ struct engine {
 	// scratch: [width][...] activations
 	float *x, *xn, *qkv, *att, *proj, *hb, *ffo;
 	float **attn_scratch; // one per thread, [0] the caller's
-	float *cs; // [n_conf][width][n_rot]: cos/sin of each column, computed once per call
+	float *cs;            // [n_conf][width][n_rot]: cos/sin of each column, computed once per call
 	int n_conf;
 	struct moe *moe;
 	int *pos, *wanted;
@@ -157,8 +157,8 @@ struct kv_store {
 struct engine_seq {
 	struct engine *e;
 	uint8_t *kv; // own->kv: per layer at its kv_off: K [max_seq][nk], then V [max_seq][nv];
-	             // a ShortConv layer: B*X [max_seq][n_embd] (its conv state, kept
-	             // per position so that truncating a sequence needs nothing more)
+		     // a ShortConv layer: B*X [max_seq][n_embd] (its conv state, kept
+		     // per position so that truncating a sequence needs nothing more)
 	struct kv_store *own;
 	// a fork reads its rows below split from its parent's store (base, kv0);
 	// kv0 is kv and split 0 otherwise
@@ -256,7 +256,7 @@ engine_free(struct engine *e)
 	free(e);
 }
 
-#define TAG_O_IN (1 << 20)         // fused calls: O's input, a surface of its own
+#define TAG_O_IN (1 << 20)          // fused calls: O's input, a surface of its own
 #define TAG_DOWN_IN ((1 << 20) + 1) // and a split FFN's DOWN's
 
 // the surface (direction, channels, tag), made on first use: kernels with
@@ -280,12 +280,12 @@ surface_for(struct engine *e, int out, int channels, int tag, char *err)
 		snprintf(name, sizeof name, "%s%d", out ? "y" : "x", channels);
 	if (e->kb->surface_new(e->kb, name, channels, &sf->s, err))
 		return ad_err_prefix(err, "surface %s", name);
-	if (ane_layout_from_strides(&sf->l, sf->s.channels, 1, sf->s.width, 2, sf->s.row_stride,
-	                            sf->s.plane_stride, 0, 1, err))
+	if (ane_layout_from_strides(&sf->l, sf->s.channels, 1, sf->s.width, 2, sf->s.row_stride, sf->s.plane_stride, 0,
+	                            1, err))
 		return ad_err_prefix(err, "surface %s", name);
 	if ((int)sf->s.width < e->width || sf->s.channels != (size_t)channels)
-		return ad_err(err, "surface %s: %zu x %zu, need %d x %d", name, sf->s.channels, sf->s.width,
-		              channels, e->width);
+		return ad_err(err, "surface %s: %zu x %zu, need %d x %d", name, sf->s.channels, sf->s.width, channels,
+		              e->width);
 	sf->out = out;
 	sf->tag = tag;
 	sf->shadow = kb_exact_shadow(e->kb, &sf->s);
@@ -303,8 +303,8 @@ kernel(struct engine *e, enum ane_kind kind, int layer, int in, int out, int req
 		if (k->kind != kind || k->layer != layer)
 			continue;
 		if (k->in_ch != in || k->out_ch != out)
-			return ad_err(err, "kernel %s of layer %d is %d -> %d, the model needs %d -> %d",
-			              names[kind], layer, k->in_ch, k->out_ch, in, out);
+			return ad_err(err, "kernel %s of layer %d is %d -> %d, the model needs %d -> %d", names[kind],
+			              layer, k->in_ch, k->out_ch, in, out);
 		*id = i;
 		return 0;
 	}
@@ -372,8 +372,7 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 		goto fail;
 	}
 	if (ad_type_row_bytes(m->tok_embd.type, E, &e->embd_row_bytes) || E % ad_type_block_size(m->tok_embd.type)) {
-		ad_err(err, "token_embd: rows of %d %s values are not whole blocks", E,
-		       ad_type_name(m->tok_embd.type));
+		ad_err(err, "token_embd: rows of %d %s values are not whole blocks", E, ad_type_name(m->tok_embd.type));
 		goto fail;
 	}
 	if (embd_file(e, m, err))
@@ -407,10 +406,9 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 		struct eng_layer *L = &e->layers[il];
 		if (deq(e, &ml->attn_norm, &L->attn_norm, err) || deq(e, &ml->bo, &L->bo, err) ||
 		    deq(e, &ml->q_norm, &L->q_norm, err) || deq(e, &ml->k_norm, &L->k_norm, err) ||
-		    deq(e, &ml->post_attn_norm, &L->post_attn_norm, err) ||
-		    deq(e, &ml->ffn_norm, &L->ffn_norm, err) ||
-		    deq(e, &ml->post_ffw_norm, &L->post_ffw_norm, err) ||
-		    deq(e, &ml->gate_inp, &L->gate_inp, err) || deq(e, &ml->gate_inp_shexp, &L->gate_inp_shexp, err))
+		    deq(e, &ml->post_attn_norm, &L->post_attn_norm, err) || deq(e, &ml->ffn_norm, &L->ffn_norm, err) ||
+		    deq(e, &ml->post_ffw_norm, &L->post_ffw_norm, err) || deq(e, &ml->gate_inp, &L->gate_inp, err) ||
+		    deq(e, &ml->gate_inp_shexp, &L->gate_inp_shexp, err))
 			goto fail;
 		if (ml->bqkv.name) {
 			const float *b;
@@ -445,12 +443,20 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 		L->rope_freqs = ml->rope_factors ? e->rope_freqs : NULL;
 		if (L->recur) {
 			const float *cw, *dt, *a, *nw;
-			if (deq(e, &ml->dn_conv, &cw, err) || deq(e, &ml->dn_dt, &dt, err) || deq(e, &ml->dn_a, &a, err) ||
-			    deq(e, &ml->dn_norm, &nw, err))
+			if (deq(e, &ml->dn_conv, &cw, err) || deq(e, &ml->dn_dt, &dt, err) ||
+			    deq(e, &ml->dn_a, &a, err) || deq(e, &ml->dn_norm, &nw, err))
 				goto fail;
 			const int d = (int)hp->ssm_d_state;
-			L->dn = (struct dn_layer){d, (int)hp->ssm_n_group, (int)hp->ssm_dt_rank, (int)hp->n_conv,
-			                          (int)((2 * hp->ssm_n_group + hp->ssm_dt_rank) * d), hp->rms_eps, cw, dt, a, nw};
+			L->dn = (struct dn_layer){d,
+			                          (int)hp->ssm_n_group,
+			                          (int)hp->ssm_dt_rank,
+			                          (int)hp->n_conv,
+			                          (int)((2 * hp->ssm_n_group + hp->ssm_dt_rank) * d),
+			                          hp->rms_eps,
+			                          cw,
+			                          dt,
+			                          a,
+			                          nw};
 			L->nqkv = L->dn.channels + L->dn.n_v * d + 2 * L->dn.n_v;
 			L->nqv = L->dn.n_v * d;
 			L->own_kv = 0;
@@ -470,8 +476,9 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 			goto fail;
 		int conf = -1;
 		for (int j = 0; j < il && conf < 0; j++)
-			if (e->layers[j].rope_base == L->rope_base && e->layers[j].rope_freq_scale == L->rope_freq_scale &&
-			    e->layers[j].n_rot == L->n_rot && e->layers[j].rope_freqs == L->rope_freqs)
+			if (e->layers[j].rope_base == L->rope_base &&
+			    e->layers[j].rope_freq_scale == L->rope_freq_scale && e->layers[j].n_rot == L->n_rot &&
+			    e->layers[j].rope_freqs == L->rope_freqs)
 				conf = e->layers[j].rope_conf;
 		L->rope_conf = conf >= 0 ? conf : e->n_conf++;
 
@@ -556,27 +563,35 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 			ad_err(err, "LM head chunk %d reads another surface than chunk 0", h);
 			goto fail;
 		}
-		e->head_steps[h] = (struct kb_step){.id = id, .in = &e->surf[e->k_in[id]].s, .out = &e->surf[e->k_out[id]].s};
+		e->head_steps[h] =
+			(struct kb_step){.id = id, .in = &e->surf[e->k_in[id]].s, .out = &e->surf[e->k_out[id]].s};
 	}
 
 	const size_t w = (size_t)W;
 	int wide = E > e->nqv ? E : e->nqv;
 	const size_t nqkv_max = (size_t)(e->nqkv > 3 * E ? e->nqkv : 3 * E);
-	struct attn_shape sh = {(int)hp->n_head, (int)hp->n_head_kv, (int)hp->head_dim, (int)hp->head_dim_v,
-	                        (size_t)e->nk, (size_t)e->nv, 0, 0};
+	struct attn_shape sh = {(int)hp->n_head,
+	                        (int)hp->n_head_kv,
+	                        (int)hp->head_dim,
+	                        (int)hp->head_dim_v,
+	                        (size_t)e->nk,
+	                        (size_t)e->nv,
+	                        0,
+	                        0};
 	if (!(e->x = eng_alloc(e, w * E * 4, err)) || !(e->xn = eng_alloc(e, w * wide * 4, err)) ||
 	    !(e->qkv = eng_alloc(e, w * nqkv_max * 4, err)) || !(e->att = eng_alloc(e, w * (size_t)wide * 4, err)) ||
 	    !(e->proj = eng_alloc(e, w * E * 4, err)) ||
-	    !(e->hb = eng_alloc(e, w * 2 * (size_t)(e->ff > hp->n_embd_pl ? (e->ff > 0 ? e->ff : 1) : hp->n_embd_pl) * 4, err)) ||
+	    !(e->hb = eng_alloc(
+		      e, w * 2 * (size_t)(e->ff > hp->n_embd_pl ? (e->ff > 0 ? e->ff : 1) : hp->n_embd_pl) * 4, err)) ||
 	    !(e->ffo = eng_alloc(e, w * E * 4, err)) ||
 	    !(e->attn_scratch = eng_alloc(e, (size_t)threads * sizeof(float *), err)) ||
 	    !(e->cs = eng_alloc(e, (size_t)e->n_conf * w * (size_t)(hp->n_rot > 0 ? hp->n_rot : 1) * 4, err)) ||
 	    !(e->pos = eng_alloc(e, w * sizeof(int), err)) || !(e->wanted = eng_alloc(e, w * sizeof(int), err)) ||
-	    !(e->cols = eng_alloc(e, w * sizeof(void *), err)) ||
-	    !(e->batch = eng_alloc(e, w * sizeof(void *), err)) ||
+	    !(e->cols = eng_alloc(e, w * sizeof(void *), err)) || !(e->batch = eng_alloc(e, w * sizeof(void *), err)) ||
 	    !(e->pl = eng_alloc(e, w * (size_t)(e->LP > 0 ? e->LP : 1) * 4, err)) ||
 	    !(e->pl_row = eng_alloc(e, (size_t)(e->LP > 0 ? e->LP : 1) * 4, err)) ||
-	    !(e->ones = eng_alloc(e, (size_t)(hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v) * 4, err)) ||
+	    !(e->ones =
+	              eng_alloc(e, (size_t)(hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v) * 4, err)) ||
 	    !(e->gate = eng_alloc(e, w * (size_t)e->nq * 4, err)))
 		goto fail;
 	if (e->st_floats) {
@@ -706,7 +721,8 @@ engine_seq_new(struct engine *e, char *err)
 		s->ck_pos = malloc((size_t)e->st_keep * sizeof *s->ck_pos);
 		if (!s->st[0] || !s->st[1] || !s->ck || !s->ck_pos) {
 			engine_seq_free(s);
-			return ad_err(err, "sequence: out of memory (%zu bytes of recurrent state)", sb * (2 + (size_t)e->st_keep)),
+			return ad_err(err, "sequence: out of memory (%zu bytes of recurrent state)",
+			              sb * (2 + (size_t)e->st_keep)),
 			       NULL;
 		}
 		for (int i = 0; i < e->st_keep; i++)
@@ -922,7 +938,8 @@ engine_seq_kv_read_parts(const struct engine_seq *s, int parts, int pos, int n, 
 			uint8_t *dk = d + (size_t)(p0 - pos) * kr;
 			memcpy(dk, kc + (size_t)p0 * kr, (size_t)m * kr);
 			if (vr)
-				memcpy(d + (size_t)n * kr + (size_t)(p0 - pos) * vr, vc + (size_t)p0 * vr, (size_t)m * vr);
+				memcpy(d + (size_t)n * kr + (size_t)(p0 - pos) * vr, vc + (size_t)p0 * vr,
+				       (size_t)m * vr);
 		}
 		d += (size_t)n * (kr + vr);
 	}
@@ -983,8 +1000,8 @@ engine_seq_kv_append_parts(struct engine_seq *s, int parts, const int32_t *token
 {
 	struct engine *e = s->e;
 	if (n < 0 || off < 0 || off + n > stride || s->len + n > e->max_seq)
-		return ad_err(err, "kv append: %d rows at %d of a block of %d do not fit after %d of %d positions", n, off,
-		              stride, s->len, e->max_seq);
+		return ad_err(err, "kv append: %d rows at %d of a block of %d do not fit after %d of %d positions", n,
+		              off, stride, s->len, e->max_seq);
 	for (int i = 0; i < n; i++)
 		if (tokens[i] < 0 || tokens[i] >= e->V)
 			return ad_err(err, "kv append: token id %d is outside the vocabulary of %d", tokens[i], e->V);
@@ -1050,8 +1067,8 @@ int
 engine_seq_kv_write(struct engine_seq *s, int parts, int pos, int n, const void *src, int stride, int off, char *err)
 {
 	if (n < 0 || pos < 0 || off < 0 || off + n > stride || pos + n > s->len)
-		return ad_err(err, "kv write: %d rows at %d of a block of %d do not fit positions [%d, %d) of %d", n, off,
-		              stride, pos, pos + n, s->len);
+		return ad_err(err, "kv write: %d rows at %d of a block of %d do not fit positions [%d, %d) of %d", n,
+		              off, stride, pos, pos + n, s->len);
 	if (pos < s->split)
 		return ad_err(err, "kv write: positions below %d are a parent's", s->split);
 	kv_write(s, parts, pos, n, src, stride, off);
@@ -1072,7 +1089,7 @@ struct fwd {
 	uint64_t kernel_ns, call_ns, attn_ns, moe_ns, calls;
 	uint64_t glue_ns; // KB_RESNORM steps inside calls: CPU work, wherever it ran
 	uint64_t trips;   // calls to the backend
-	int trace; // trace_enabled(), read once per forward
+	int trace;        // trace_enabled(), read once per forward
 };
 
 static void
@@ -1113,8 +1130,7 @@ trace_call(const struct engine *e, int id, const char *suffix, uint64_t t0, uint
 
 // x -> kernel id -> y: [ncols][ld_x] in, [ncols][ld_y] out
 static int
-run(struct engine *e, struct fwd *f, int id, const float *x, size_t ld_x, float *y, size_t ld_y, int ncols,
-    char *err)
+run(struct engine *e, struct fwd *f, int id, const float *x, size_t ld_x, float *y, size_t ld_y, int ncols, char *err)
 {
 	if (x)
 		put(e, e->k_in[id], x, ncols, ld_x);
@@ -1167,8 +1183,8 @@ attn_item(struct engine *e, int il, int item, float *scratch)
 	const int nkv = (int)hp->n_head_kv, group = (int)(hp->n_head / hp->n_head_kv);
 	const int c = item / nkv, g = item % nkv, hd = L->hd, hdv = L->hdv;
 	const int cnk = L->kv_nk, cnv = (int)hp->n_head_kv * hdv; // the cache's rows
-	const struct attn_shape sh = {group, 1, hd, hdv, (size_t)cnk, (size_t)cnv,
-	                              hp->q_prescale ? 1.0f : hp->q_scale, hp->attn_softcap};
+	const struct attn_shape sh = {
+		group, 1, hd, hdv, (size_t)cnk, (size_t)cnv, hp->q_prescale ? 1.0f : hp->q_scale, hp->attn_softcap};
 	const int pos = e->pos[c];
 	int first = 0;
 	if (L->sliding && pos - hp->sliding_window + 1 > 0)
@@ -1182,13 +1198,13 @@ attn_item(struct engine *e, int il, int item, float *scratch)
 	float *out = e->att + (size_t)c * L->nqv + (size_t)g * group * hdv;
 	if (e->kv_f32)
 		attn_ref_f32_split(&sh, q, (const float *)kc0 + (size_t)g * hd, (const float *)vc0 + (size_t)g * hdv,
-		                   (const float *)kc + (size_t)g * hd, (const float *)vc + (size_t)g * hdv, sq->split, first,
-		                   pos, out, scratch);
+		                   (const float *)kc + (size_t)g * hd, (const float *)vc + (size_t)g * hdv, sq->split,
+		                   first, pos, out, scratch);
 	else
 		(e->attn_ref ? attn_ref_split : attn_fast_split)(
 			&sh, q, (const uint16_t *)kc0 + (size_t)g * hd, (const uint16_t *)vc0 + (size_t)g * hdv,
-			(const uint16_t *)kc + (size_t)g * hd, (const uint16_t *)vc + (size_t)g * hdv, sq->split, first, pos, out,
-			scratch);
+			(const uint16_t *)kc + (size_t)g * hd, (const uint16_t *)vc + (size_t)g * hdv, sq->split, first,
+			pos, out, scratch);
 }
 
 struct attn_job {
@@ -1259,7 +1275,8 @@ conv_block(struct engine *e, struct fwd *f, const struct eng_layer *L, int n, ch
 				// a fork's first rows are its parent's
 				const uint8_t *base = (p < sq->split ? sq->kv0 : sq->kv) + L->kv_off;
 				size_t at = (size_t)p * E + (size_t)i;
-				float v = e->kv_f32 ? ((const float *)base)[at] : ad_fp16_to_f32(((const uint16_t *)base)[at]);
+				float v = e->kv_f32 ? ((const float *)base)[at]
+				                    : ad_fp16_to_f32(((const uint16_t *)base)[at]);
 				sum = fmaf(v, L->conv_w[(size_t)i * K + k], sum);
 			}
 			y[i] = cg[i] * sum;
@@ -1298,7 +1315,8 @@ dn_mix(struct engine *e, int il, int n)
 		dn_token(&L->dn, mix, z, ba, ba + L->dn.n_v, in, out, e->att + (size_t)c * nvd, e->dn_scratch);
 		if ((pos + 1) % e->st_every == 0) {
 			int slot = (pos + 1) / e->st_every % e->st_keep;
-			memcpy(s->ck + (size_t)slot * e->st_floats + L->st_off, out, dn_state_floats(&L->dn) * sizeof(float));
+			memcpy(s->ck + (size_t)slot * e->st_floats + L->st_off, out,
+			       dn_state_floats(&L->dn) * sizeof(float));
 		}
 	}
 }
@@ -1554,7 +1572,8 @@ fused_setup(struct engine *e, char *err)
 	const int nl = (int)e->hp.n_layer;
 	for (int il = 0; il < nl; il++) {
 		const struct eng_layer *L = &e->layers[il];
-		if (L->conv || L->gate_inp || (!L->own_kv && !L->recur) || (L->ffn < 0 && (L->gate_up < 0 || L->down < 0)))
+		if (L->conv || L->gate_inp || (!L->own_kv && !L->recur) ||
+		    (L->ffn < 0 && (L->gate_up < 0 || L->down < 0)))
 			return 0;
 	}
 	const size_t E = (size_t)e->E;
@@ -1640,11 +1659,11 @@ layer_fused(struct engine *e, struct fwd *f, int il, int nl, int n, float *logit
 	if (il == 0) {
 		const struct kb_step st[2] = {
 			{.kind = KB_RESNORM,
-			 .ncols = n,
-			 .out = &e->surf[e->k_in[L->qkv]].s,
-			 .x_in = e->hx[e->hcur],
-			 .x_out = e->hx[e->hcur],
-			 .rn = {.E = E, .eps = eps, .w = L->h_attn_norm}},
+		         .ncols = n,
+		         .out = &e->surf[e->k_in[L->qkv]].s,
+		         .x_in = e->hx[e->hcur],
+		         .x_out = e->hx[e->hcur],
+		         .rn = {.E = E, .eps = eps, .w = L->h_attn_norm}},
 			kstep(e, L->qkv, n),
 		};
 		if (call_steps(e, f, st, 2, err))
@@ -1685,15 +1704,19 @@ layer_fused(struct engine *e, struct fwd *f, int il, int nl, int n, float *logit
 		k = 0;
 		st[k++] = kstep(e, down, n);
 	}
-	st[k++] = (struct kb_step){.kind = KB_RESNORM,
-	                           .ncols = n,
-	                           .in = &e->surf[e->k_out[down]].s,
-	                           .out = N ? &e->surf[e->k_in[N->qkv]].s
-	                                    : logits ? &e->surf[e->k_in[e->head[0]]].s : NULL,
-	                           .x_in = e->hx[b],
-	                           .x_out = e->hx[c],
-	                           .rn = {E, eps, NULL, L->h_post_ffw,
-	                                  N ? N->h_attn_norm : logits ? e->h_output_norm : NULL}};
+	st[k++] =
+		(struct kb_step){.kind = KB_RESNORM,
+	                         .ncols = n,
+	                         .in = &e->surf[e->k_out[down]].s,
+	                         .out = N        ? &e->surf[e->k_in[N->qkv]].s
+	                                : logits ? &e->surf[e->k_in[e->head[0]]].s
+	                                         : NULL,
+	                         .x_in = e->hx[b],
+	                         .x_out = e->hx[c],
+	                         .rn = {E, eps, NULL, L->h_post_ffw,
+	                                N        ? N->h_attn_norm
+	                                : logits ? e->h_output_norm
+	                                         : NULL}};
 	if (N)
 		st[k++] = kstep(e, N->qkv, n);
 	else if (logits)
@@ -1759,8 +1782,10 @@ forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens,
 	for (int c = 0; c < n && e->st_floats; c++) {
 		struct engine_seq *s = seqs[c];
 		if (s->len > 0 && s->st_len != s->len)
-			return ad_err(err, "column %d: the sequence's recurrent state is that of position %d, not %d "
-			              "(rows appended without their state)", c, s->st_len, s->len);
+			return ad_err(err,
+			              "column %d: the sequence's recurrent state is that of position %d, not %d "
+			              "(rows appended without their state)",
+			              c, s->st_len, s->len);
 		if ((e->pos[c] + 1) % e->st_every == 0) // its copy is about to be overwritten
 			s->ck_pos[(e->pos[c] + 1) / e->st_every % e->st_keep] = -1;
 	}
@@ -1812,7 +1837,8 @@ forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens,
 		ad_rmsnorm(hidden + (size_t)c * E, e->x + (size_t)c * E, e->output_norm, E, hp->rms_eps);
 	if (nw > 0) {
 		for (int j = 0; j < nw && !head_fused; j++)
-			ad_rmsnorm(e->xn + (size_t)j * E, e->x + (size_t)e->wanted[j] * E, e->output_norm, E, hp->rms_eps);
+			ad_rmsnorm(e->xn + (size_t)j * E, e->x + (size_t)e->wanted[j] * E, e->output_norm, E,
+			           hp->rms_eps);
 		if (!head_fused && run_head(e, &f, e->xn, logits, nw, err))
 			return -1;
 		if (hp->final_softcap > 0) {
@@ -1843,15 +1869,15 @@ forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens,
 }
 
 int
-engine_forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n,
-               const uint8_t *want, float *logits, int prefill, char *err)
+engine_forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n, const uint8_t *want,
+               float *logits, int prefill, char *err)
 {
 	return forward(e, seqs, tokens, n, want, logits, prefill, NULL, err);
 }
 
 int
-engine_forward_hidden(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n,
-                      float *hidden, char *err)
+engine_forward_hidden(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n, float *hidden,
+                      char *err)
 {
 	return forward(e, seqs, tokens, n, NULL, NULL, 1, hidden, err);
 }
@@ -1869,14 +1895,13 @@ engine_pooling(const struct engine *e)
 }
 
 int
-engine_step(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n, float *logits,
-            char *err)
+engine_step(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n, float *logits, char *err)
 {
 	for (int i = 0; i < n; i++)
 		for (int j = 0; j < i; j++)
 			if (seqs[i] == seqs[j])
-				return ad_err(err, "a step feeds one token per sequence; columns %d and %d share one", j,
-				              i);
+				return ad_err(err, "a step feeds one token per sequence; columns %d and %d share one",
+				              j, i);
 	return engine_forward(e, seqs, tokens, n, NULL, logits, 0, err);
 }
 
@@ -1886,8 +1911,7 @@ engine_prefill(struct engine *e, struct engine_seq *s, const int32_t *ids, int n
 	if (n < 1)
 		return ad_err(err, "nothing to prefill");
 	if (s->len + n > e->max_seq)
-		return ad_err(err, "%d tokens after %d do not fit the context of %d positions", n, s->len,
-		              e->max_seq);
+		return ad_err(err, "%d tokens after %d do not fit the context of %d positions", n, s->len, e->max_seq);
 	for (int i = 0; i < n; i++)
 		if (ids[i] < 0 || ids[i] >= e->V)
 			return ad_err(err, "token id %d is outside the vocabulary of %d", ids[i], e->V);
@@ -1905,8 +1929,7 @@ engine_prefill(struct engine *e, struct engine_seq *s, const int32_t *ids, int n
 }
 
 int
-engine_eval(struct engine *e, struct engine_seq *s, const int32_t *ids, int n, int per_token, float *logits,
-            char *err)
+engine_eval(struct engine *e, struct engine_seq *s, const int32_t *ids, int n, int per_token, float *logits, char *err)
 {
 	return engine_eval_layers(e, s, ids, n, per_token, 0, logits, err);
 }
@@ -1939,8 +1962,8 @@ engine_eval_layers(struct engine *e, struct engine_seq *s, const int32_t *ids, i
 }
 
 int
-engine_prompt(struct engine *e, struct engine_seq *s, const int32_t *prompt, int n, int max_tokens,
-              float *logits, struct engine_prompt_info *info, char *err)
+engine_prompt(struct engine *e, struct engine_seq *s, const int32_t *prompt, int n, int max_tokens, float *logits,
+              struct engine_prompt_info *info, char *err)
 {
 	if (n < 1)
 		return ad_err(err, "empty prompt");

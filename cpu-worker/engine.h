@@ -71,15 +71,15 @@
 #include "model.h"
 
 struct engine_opts {
-	int max_seq;  // positions per sequence (0: 2048)
-	int threads;  // attention threads, the caller included (0: 1). More
-	              // threads pay off on idle cores only: a worker descheduled
-	              // in the middle of its share stalls the whole layer
-	int attn_ref; // plain-C attention (attn_ref) instead of attn_fast
-	int kv_f32;   // keys and values in fp32 (a check: with kb_exact the
-	              // logits are then ref.c's bits)
+	int max_seq;     // positions per sequence (0: 2048)
+	int threads;     // attention threads, the caller included (0: 1). More
+			 // threads pay off on idle cores only: a worker descheduled
+			 // in the middle of its share stalls the whole layer
+	int attn_ref;    // plain-C attention (attn_ref) instead of attn_fast
+	int kv_f32;      // keys and values in fp32 (a check: with kb_exact the
+			 // logits are then ref.c's bits)
 	int state_every; // recurrent models: keep the state at every n-th position (0: 16;
-	                 // the prefix cache's block, so that its blocks can carry one)
+			 // the prefix cache's block, so that its blocks can carry one)
 	int state_keep;  // ... the last n of those copies per sequence (0: 6)
 };
 
@@ -101,8 +101,7 @@ struct engine_timings {
 struct engine;
 struct engine_seq;
 
-struct engine *engine_new(const struct model *m, struct kernel_backend *kb, const struct engine_opts *o,
-                          char *err);
+struct engine *engine_new(const struct model *m, struct kernel_backend *kb, const struct engine_opts *o, char *err);
 void engine_free(struct engine *e); // NULL is fine; free the sequences first
 
 int engine_n_vocab(const struct engine *e);
@@ -170,10 +169,11 @@ int engine_seq_kv_append(struct engine_seq *s, const int32_t *tokens, int n, con
 int engine_kv_window(const struct engine *e); // 0: no windowed layer
 size_t engine_kv_part_bytes(const struct engine *e, int parts);
 void engine_seq_kv_read_parts(const struct engine_seq *s, int parts, int pos, int n, void *dst);
-int engine_seq_kv_append_parts(struct engine_seq *s, int parts, const int32_t *tokens, int n, const void *src, int stride,
-                               int off, char *err);
+int engine_seq_kv_append_parts(struct engine_seq *s, int parts, const int32_t *tokens, int n, const void *src,
+                               int stride, int off, char *err);
 // overwrite the rows of parts at positions [pos, pos + n), within the length
-int engine_seq_kv_write(struct engine_seq *s, int parts, int pos, int n, const void *src, int stride, int off, char *err);
+int engine_seq_kv_write(struct engine_seq *s, int parts, int pos, int n, const void *src, int stride, int off,
+                        char *err);
 
 // the recurrent state of a sequence in bytes (0: the model has none)
 size_t engine_state_bytes(const struct engine *e);
@@ -190,38 +190,37 @@ int engine_seq_state_load(struct engine_seq *s, const void *src, char *err);
 // n_vocab; row i is written if want is NULL or want[i] is nonzero (other
 // rows are left alone; logits may be NULL when nothing is wanted).
 // prefill only decides which timing the work is booked under.
-int engine_forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n,
-                   const uint8_t *want, float *logits, int prefill, char *err);
+int engine_forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n, const uint8_t *want,
+                   float *logits, int prefill, char *err);
 
 // engine_forward_hidden: the same columns, no LM head: hidden gets n rows
 // of n_embd, each column's last hidden state after the final norm (what
 // embeddings pool); booked as prefill
-int engine_forward_hidden(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n,
-                          float *hidden, char *err);
+int engine_forward_hidden(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n, float *hidden,
+                          char *err);
 int engine_n_embd(const struct engine *e);
 // the model's GGUF pooling_type: 0 none given, 1 mean, 2 cls, 3 last
 int engine_pooling(const struct engine *e);
 // a decode step: one token for each of n distinct sequences (n <= width),
 // logits n rows
-int engine_step(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n,
-                float *logits, char *err);
+int engine_step(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n, float *logits,
+                char *err);
 
 // append ids to s in chunks of the width; the logits of the last one
 // (n_vocab values) if logits is not NULL
-int engine_prefill(struct engine *e, struct engine_seq *s, const int32_t *ids, int n, float *logits,
-                   char *err);
+int engine_prefill(struct engine *e, struct engine_seq *s, const int32_t *ids, int n, float *logits, char *err);
 
 // teacher forcing: reset s, feed ids (per_token: one column per call,
 // otherwise chunks of the width) and write the logits of every position
 // (n rows of n_vocab)
-int engine_eval(struct engine *e, struct engine_seq *s, const int32_t *ids, int n, int per_token,
-                float *logits, char *err);
+int engine_eval(struct engine *e, struct engine_seq *s, const int32_t *ids, int n, int per_token, float *logits,
+                char *err);
 
 // the same through the first `layers` layers only (0: all): the final norm
 // and the LM head read the residual after them, as `verify --layers` wants.
 // A partial run leaves s empty (its later layers' cache was not written).
-int engine_eval_layers(struct engine *e, struct engine_seq *s, const int32_t *ids, int n, int per_token,
-                       int layers, float *logits, char *err);
+int engine_eval_layers(struct engine *e, struct engine_seq *s, const int32_t *ids, int n, int per_token, int layers,
+                       float *logits, char *err);
 
 // what engine_prompt did
 struct engine_prompt_info {
@@ -238,8 +237,8 @@ struct engine_prompt_info {
 // shares with the tokens in the cache is reused (never the whole prompt:
 // its last token is fed again for its logits) and the rest is prefilled.
 // logits (n_vocab) get the last position's.
-int engine_prompt(struct engine *e, struct engine_seq *s, const int32_t *prompt, int n, int max_tokens,
-                  float *logits, struct engine_prompt_info *info, char *err);
+int engine_prompt(struct engine *e, struct engine_seq *s, const int32_t *prompt, int n, int max_tokens, float *logits,
+                  struct engine_prompt_info *info, char *err);
 
 // book sampling time on a sequence (and the engine's totals)
 void engine_add_sampling(struct engine *e, struct engine_seq *s, uint64_t ns);

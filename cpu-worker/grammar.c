@@ -30,11 +30,11 @@ struct gram_vocab {
 	uint32_t *off, *len;
 	// the trie in depth-first order; node 0 is the root (no byte)
 	int n_nodes, max_depth;
-	uint8_t *byte;   // the edge into node i
+	uint8_t *byte; // the edge into node i
 	uint16_t *depth;
-	int32_t *end;    // one past the last node of i's subtree
-	int32_t *tok;    // a token whose bytes end at node i, -1 none
-	int32_t *tnext;  // per token: the next token with the same bytes, -1
+	int32_t *end;   // one past the last node of i's subtree
+	int32_t *tok;   // a token whose bytes end at node i, -1 none
+	int32_t *tnext; // per token: the next token with the same bytes, -1
 };
 
 struct ventry {
@@ -108,7 +108,8 @@ gram_vocab_new(int n_vocab, const char *const *bytes, const uint32_t *len, char 
 	uint16_t *path = NULL;
 	int32_t *pnode = malloc(65537 * sizeof *pnode);
 	(void)path;
-	if (!v->bytes || !v->off || !v->len || !v->tnext || !e || !v->byte || !v->depth || !v->end || !v->tok || !pnode) {
+	if (!v->bytes || !v->off || !v->len || !v->tnext || !e || !v->byte || !v->depth || !v->end || !v->tok ||
+	    !pnode) {
 		free(e);
 		free(pnode);
 		gram_vocab_free(v);
@@ -234,7 +235,8 @@ gram_loader_get(void *arg, char *err)
 	pthread_mutex_lock(&l->mu);
 	if (!l->tried) {
 		l->tried = 1;
-		if (!(l->t = tok_load(l->path, l->err)) || !(l->v = gram_vocab_from_tokenizer(l->t, l->n_vocab, l->err))) {
+		if (!(l->t = tok_load(l->path, l->err)) ||
+		    !(l->v = gram_vocab_from_tokenizer(l->t, l->n_vocab, l->err))) {
 			tok_free(l->t);
 			l->t = NULL;
 		}
@@ -508,9 +510,11 @@ expand(struct dfa *d, int32_t pos, int32_t par)
 		if (!v)
 			continue;
 		if (++d->steps > GRAM_MAX_WORK)
-			return dfa_fail(d, "grammar: too ambiguous to follow (one byte needs more than 2^16 expansions)");
+			return dfa_fail(d,
+			                "grammar: too ambiguous to follow (one byte needs more than 2^16 expansions)");
 		if (--d->budget < 0)
-			return dfa_fail(d, "grammar: too ambiguous to follow (one token needs more than 2^22 expansions)");
+			return dfa_fail(d,
+			                "grammar: too ambiguous to follow (one token needs more than 2^22 expansions)");
 		struct gbnf_el e = g->el[p];
 		if (e.op == GBNF_END) {
 			if (q == 0) {
@@ -883,8 +887,8 @@ plain_byte(const struct gbnf *g, const struct plain *in, unsigned b, struct plai
 
 // the stacks after token id (its bytes, or a token element it matches)
 static int
-plain_token(const struct gbnf *g, const struct plain *in, int32_t id, const uint8_t *b, uint32_t n,
-            struct plain *out, long *work)
+plain_token(const struct gbnf *g, const struct plain *in, int32_t id, const uint8_t *b, uint32_t n, struct plain *out,
+            long *work)
 {
 	for (int i = 0; i < in->n; i++) {
 		const struct pstack *st = &in->s[i];
@@ -1034,8 +1038,10 @@ gram_new(const struct gram_opts *o, char *err)
 		return NULL;
 	}
 	for (int i = 0; i < g->n_el; i++)
-		if ((g->el[i].op == GBNF_TOKEN || g->el[i].op == GBNF_NOT_TOKEN) && (int)g->el[i].arg >= o->v->n_vocab) {
-			ad_err(err, "grammar: token <[%u]> is outside the vocabulary of %d", g->el[i].arg, o->v->n_vocab);
+		if ((g->el[i].op == GBNF_TOKEN || g->el[i].op == GBNF_NOT_TOKEN) &&
+		    (int)g->el[i].arg >= o->v->n_vocab) {
+			ad_err(err, "grammar: token <[%u]> is outside the vocabulary of %d", g->el[i].arg,
+			       o->v->n_vocab);
 			return NULL;
 		}
 	if (o->n_stop < 0 || o->n_stop > GRAM_MAX_STOP || o->n_words < 0 || o->n_words > GRAM_MAX_TRIGGERS ||
@@ -1504,8 +1510,10 @@ gram_sample(struct gram *m, struct sampler *s, const float *logits, char *err)
 			id = m->ref ? sample_draw_ref(s, logits, mask, why) : sample_draw(s, logits, mask, why);
 		free(mask);
 		if (id < 0 && c)
-			return ad_err(err, "grammar: no token can continue the text here: the %d the grammar allows "
-			                   "have no finite logit", c);
+			return ad_err(err,
+			              "grammar: no token can continue the text here: the %d the grammar allows "
+			              "have no finite logit",
+			              c);
 		if (id < 0)
 			return ad_err(err, "grammar: no token of the vocabulary can continue the text here");
 	}

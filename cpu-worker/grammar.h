@@ -61,14 +61,14 @@
 #include "gbnf.h"
 #include "sample.h"
 
-#define GRAM_MAX_STATES 16384   // transition rows (1 KiB each) before a rebuild
+#define GRAM_MAX_STATES 16384 // transition rows (1 KiB each) before a rebuild
 #define GRAM_MAX_NODES (1 << 21)
-#define GRAM_MAX_WORK (1 << 16) // expansion steps of one transition
+#define GRAM_MAX_WORK (1 << 16)    // expansion steps of one transition
 #define GRAM_MAX_OP_WORK (1 << 22) // of one mask, check or accept (~0.3 s at worst)
-#define GRAM_MAX_STACKS 4096    // stacks the plain twin holds at once
+#define GRAM_MAX_STACKS 4096       // stacks the plain twin holds at once
 #define GRAM_MAX_STOP 64
 #define GRAM_MAX_TRIGGERS 16
-#define GRAM_MAX_WORD 128       // bytes of a trigger word
+#define GRAM_MAX_WORD 128 // bytes of a trigger word
 
 struct tokenizer;
 struct gram_vocab;
@@ -97,18 +97,18 @@ const struct gram_vocab *gram_loader_get(void *l, char *err);
 int32_t gram_loader_find(void *l, const char *s, size_t n);
 
 struct gram_opts {
-	const struct gbnf *g;        // the caller keeps it alive as long as the gram
-	const struct gram_vocab *v;  // the same
-	const int32_t *stop;         // the ids that end the generation
-	int n_stop;                  // [0, GRAM_MAX_STOP]
-	int lazy;                    // wait for a trigger
-	const char *const *words;    // trigger words (lazy), NUL-terminated, 1..GRAM_MAX_WORD bytes
+	const struct gbnf *g;       // the caller keeps it alive as long as the gram
+	const struct gram_vocab *v; // the same
+	const int32_t *stop;        // the ids that end the generation
+	int n_stop;                 // [0, GRAM_MAX_STOP]
+	int lazy;                   // wait for a trigger
+	const char *const *words;   // trigger words (lazy), NUL-terminated, 1..GRAM_MAX_WORD bytes
 	int n_words;
-	const int32_t *trigger_ids;  // trigger tokens (lazy)
+	const int32_t *trigger_ids; // trigger tokens (lazy)
 	int n_trigger_ids;
-	int ref;                     // the plain implementation
-	int no_cache;                // never reuse a mask (benchmarks of the cold path)
-	int max_states;              // rebuild beyond this many states (0: GRAM_MAX_STATES)
+	int ref;        // the plain implementation
+	int no_cache;   // never reuse a mask (benchmarks of the cold path)
+	int max_states; // rebuild beyond this many states (0: GRAM_MAX_STATES)
 };
 
 // gram_new checks the grammar's token ids against the vocabulary (and that

@@ -136,8 +136,8 @@ x_surface_new(struct kernel_backend *kb, const char *name, int channels, struct 
 }
 
 static int
-x_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surface *out, int ncols,
-       struct kb_timing *t, char *err)
+x_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surface *out, int ncols, struct kb_timing *t,
+       char *err)
 {
 	uint64_t t0 = ad_now_ns();
 	struct exact *x = kb->priv;
@@ -150,8 +150,8 @@ x_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surfa
 	if (ncols < 1 || ncols > kb->width)
 		return ad_err(err, "exact: kernel %d: %d columns (width %d)", id, ncols, kb->width);
 	if (si->s.channels < (size_t)k->in || so->s.channels < (size_t)k->out)
-		return ad_err(err, "exact: kernel %d: surfaces of %zu/%zu channels, need %d/%d", id,
-		              si->s.channels, so->s.channels, k->in, k->out);
+		return ad_err(err, "exact: kernel %d: surfaces of %zu/%zu channels, need %d/%d", id, si->s.channels,
+		              so->s.channels, k->in, k->out);
 	for (int c = 0; c < ncols; c++) {
 		const float *xi = si->f32 + (size_t)c * si->s.channels;
 		float *yo = so->f32 + (size_t)c * so->s.channels;
@@ -187,8 +187,8 @@ x_resnorm(struct kernel_backend *kb, const struct kb_step *st, char *err)
 	struct xsurf *ys = st->in ? find_surf(x, st->in) : NULL, *xs = st->out ? find_surf(x, st->out) : NULL;
 	if ((st->in && !ys) || (st->out && !xs))
 		return ad_err(err, "exact: resnorm: not a surface of this backend");
-	if ((ys && ys->s.channels < (size_t)st->rn.E) || (xs && xs->s.channels < (size_t)st->rn.E) ||
-	    st->ncols < 1 || st->ncols > kb->width)
+	if ((ys && ys->s.channels < (size_t)st->rn.E) || (xs && xs->s.channels < (size_t)st->rn.E) || st->ncols < 1 ||
+	    st->ncols > kb->width)
 		return ad_err(err, "exact: resnorm: %d columns of %d do not fit", st->ncols, st->rn.E);
 	ad_resnorm(&st->rn, st->ncols, ys ? ys->f32 : NULL, ys ? ys->s.channels : 0, st->x_in, st->x_out,
 	           xs ? xs->f32 : NULL, xs ? xs->s.channels : 0);
@@ -222,8 +222,13 @@ static struct xk *
 add_kernel(struct exact *x, enum ane_kind kind, int layer, int chunk, int in, int out, int row_offset)
 {
 	struct kb_info *i = &x->info[x->nk];
-	*i = (struct kb_info){.id = x->nk, .kind = kind, .layer = layer, .chunk = chunk, .in_ch = in,
-	                      .out_ch = out, .row_offset = row_offset};
+	*i = (struct kb_info){.id = x->nk,
+	                      .kind = kind,
+	                      .layer = layer,
+	                      .chunk = chunk,
+	                      .in_ch = in,
+	                      .out_ch = out,
+	                      .row_offset = row_offset};
 	struct xk *k = &x->k[x->nk++];
 	*k = (struct xk){.kind = kind, .in = in, .out = out};
 	return k;
@@ -321,7 +326,7 @@ kb_exact_new(const struct model *m, const struct kb_opts *o, char *err)
 			goto fail;
 		k->rows[0] = E;
 		k->nparts = 1;
-	ffn:
+ffn:
 		if (ml->gate_inp.name) {
 			if (!ml->gate_shexp.name)
 				continue;

@@ -118,12 +118,13 @@ check_kernels(struct remote *r, const Anedvd__CompileReply *c, char *err)
 		if (k->id != (uint32_t)i || (int)k->kind != (int)pk->kind || k->layer != pk->layer ||
 		    k->chunk != (uint32_t)pk->chunk || k->in_channels != (uint32_t)pk->in_ch ||
 		    k->out_channels != (uint32_t)pk->out_ch || k->row_offset != (uint32_t)pk->row_offset)
-			return ad_err(err, "kernel %d: the worker has %s L%d #%u %u -> %u, the plan %s L%d #%d %d -> %d",
-			              i, ane_kind_name((enum ane_kind)k->kind), k->layer, k->chunk, k->in_channels,
-			              k->out_channels, ane_kind_name(pk->kind), pk->layer, pk->chunk, pk->in_ch,
-			              pk->out_ch);
+			return ad_err(
+				err, "kernel %d: the worker has %s L%d #%u %u -> %u, the plan %s L%d #%d %d -> %d", i,
+				ane_kind_name((enum ane_kind)k->kind), k->layer, k->chunk, k->in_channels,
+				k->out_channels, ane_kind_name(pk->kind), pk->layer, pk->chunk, pk->in_ch, pk->out_ch);
 		if (k->weight_bytes != pk->weight_bytes)
-			return ad_err(err, "kernel %d: the worker's weights are %llu bytes, this plan's %llu (%s): "
+			return ad_err(err,
+			              "kernel %d: the worker's weights are %llu bytes, this plan's %llu (%s): "
 			              "--weights must be the ane-worker's",
 			              i, (unsigned long long)k->weight_bytes, (unsigned long long)pk->weight_bytes,
 			              ane_wfmt_name(pk->wfmt));
@@ -205,8 +206,8 @@ await_worker(struct remote *r, uint64_t deadline, char *err)
 			}
 		}
 		if (now_ns() >= deadline)
-			return ad_err(err, "ane-worker at %s did not come back within %d ms: %s", r->url, r->deadline_ms,
-			              e);
+			return ad_err(err, "ane-worker at %s did not come back within %d ms: %s", r->url,
+			              r->deadline_ms, e);
 		if (atomic_load(&stopping))
 			return ad_err(err, "stopping while waiting for the ane-worker at %s: %s", r->url, e);
 		usleep(50 * 1000);
@@ -227,8 +228,8 @@ check_call(const struct kernel_backend *kb, int id, const struct ad_surface *in,
 	if (!in->shared || !out->shared)
 		return ad_err(err, "%s: kernel %d: surfaces must be shared memory", kb->name, id);
 	if (in->width != (size_t)kb->width || out->width != (size_t)kb->width)
-		return ad_err(err, "%s: kernel %d: surfaces of width %zu/%zu, kernels have %d", kb->name, id,
-		              in->width, out->width, kb->width);
+		return ad_err(err, "%s: kernel %d: surfaces of width %zu/%zu, kernels have %d", kb->name, id, in->width,
+		              out->width, kb->width);
 	if (in->channels < (size_t)k->in_ch || out->channels < (size_t)k->out_ch)
 		return ad_err(err, "%s: kernel %d: surfaces of %zu/%zu channels, need %d/%d", kb->name, id,
 		              in->channels, out->channels, k->in_ch, k->out_ch);
@@ -246,9 +247,8 @@ surf_ref(const struct remote *r, const struct ad_surface *s)
 	return DP_BY_NAME;
 }
 
-static int
-r_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surface *out, int ncols,
-       struct kb_timing *t, char *err);
+static int r_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surface *out, int ncols,
+                  struct kb_timing *t, char *err);
 
 // wait for the worker and re-attach, unless another thread did since seen
 static int
@@ -362,9 +362,10 @@ dp_list(struct remote *r, const struct kb_step *steps, int n, struct kb_timing *
 		if (d->out == DP_BY_NAME)
 			snprintf(d->out_id, sizeof d->out_id, "%s", st->out->id);
 		if (st->kind == KB_RESNORM)
-			d->rn = (struct dp_resnorm){(uint32_t)st->rn.E, st->rn.eps, arena_off(r, st->x_in),
-			                            arena_off(r, st->x_out), arena_off(r, st->rn.bias),
-			                            arena_off(r, st->rn.post), arena_off(r, st->rn.w)};
+			d->rn = (struct dp_resnorm){(uint32_t)st->rn.E,        st->rn.eps,
+			                            arena_off(r, st->x_in),    arena_off(r, st->x_out),
+			                            arena_off(r, st->rn.bias), arena_off(r, st->rn.post),
+			                            arena_off(r, st->rn.w)};
 	}
 	uint64_t expect = 0;
 	for (int i = 0; i < n; i++)
@@ -442,8 +443,8 @@ kb_remote_ping(struct kernel_backend *kb, int via_nng, char *err)
 }
 
 static int
-r_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surface *out, int ncols,
-       struct kb_timing *t, char *err)
+r_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surface *out, int ncols, struct kb_timing *t,
+       char *err)
 {
 	struct remote *r = kb->priv;
 	uint64_t t0 = now_ns();
@@ -459,9 +460,9 @@ r_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surfa
 	for (;;) {
 		int transport, code;
 		char e[AD_ERRLEN];
-		Anedvd__AneReply *a = transport_of(anec_call(r->c, (uint32_t)id, in->id, out->id, (uint32_t)ncols, seq,
-		                                             r->timeout_ms, &code, e),
-		                                   &code, &transport);
+		Anedvd__AneReply *a = transport_of(
+			anec_call(r->c, (uint32_t)id, in->id, out->id, (uint32_t)ncols, seq, r->timeout_ms, &code, e),
+			&code, &transport);
 		if (a) {
 			if (t) {
 				t->exec_ns = a->call->exec_ns;
@@ -469,7 +470,8 @@ r_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surfa
 			}
 			ad_rpc_free(a);
 			if (retries)
-				ad_info("kernel %d: answered after %d retries (worker pid %u)", id, retries, r->worker_pid);
+				ad_info("kernel %d: answered after %d retries (worker pid %u)", id, retries,
+				        r->worker_pid);
 			return 0;
 		}
 		if (!transport)
@@ -615,9 +617,14 @@ kb_remote_new(const struct model *m, const struct kb_opts *o, char *err)
 	}
 	for (int i = 0; i < r->plan.n; i++) {
 		const struct ane_pk *pk = &r->plan.k[i];
-		r->info[i] = (struct kb_info){.id = i, .kind = (enum ane_kind)pk->kind, .layer = pk->layer,
-		                              .chunk = pk->chunk, .in_ch = pk->in_ch, .out_ch = pk->out_ch,
-		                              .row_offset = pk->row_offset, .weight_bytes = pk->weight_bytes};
+		r->info[i] = (struct kb_info){.id = i,
+		                              .kind = (enum ane_kind)pk->kind,
+		                              .layer = pk->layer,
+		                              .chunk = pk->chunk,
+		                              .in_ch = pk->in_ch,
+		                              .out_ch = pk->out_ch,
+		                              .row_offset = pk->row_offset,
+		                              .weight_bytes = pk->weight_bytes};
 	}
 	r->kb.width = r->plan.width;
 	r->host_floats = kb_host_floats(m, r->plan.width);

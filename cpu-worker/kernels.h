@@ -63,23 +63,23 @@ struct kb_timing {
 };
 
 struct kb_opts {
-	int width;      // columns per kernel (0: 64)
-	int split;      // split FFN instead of fused
-	int threads;    // emu threads (0: 2)
-	const char *url; // kb_remote: the ane-worker's URL
-	int timeout_ms; // kb_remote: per call, before a retry (0: 30000)
-	int deadline_ms; // kb_remote: give up on a worker that stays away (0: 120000)
-	long instance;  // kb_remote: pid used in surface ids
-	int weights;    // kernel weights (enum ane_wfmt): 0 fp16, 1 int8; kb_remote: the ane-worker's
-	int no_dataplane; // kb_remote: every call over nng (also ANEDVD_DATAPLANE=0)
+	int width;           // columns per kernel (0: 64)
+	int split;           // split FFN instead of fused
+	int threads;         // emu threads (0: 2)
+	const char *url;     // kb_remote: the ane-worker's URL
+	int timeout_ms;      // kb_remote: per call, before a retry (0: 30000)
+	int deadline_ms;     // kb_remote: give up on a worker that stays away (0: 120000)
+	long instance;       // kb_remote: pid used in surface ids
+	int weights;         // kernel weights (enum ane_wfmt): 0 fp16, 1 int8; kb_remote: the ane-worker's
+	int no_dataplane;    // kb_remote: every call over nng (also ANEDVD_DATAPLANE=0)
 	const char *backend; // kb_local: the builder's backend, "emu" (NULL) or "ane" (a macOS build)
-	int quiet;      // kb_remote: the data plane's attachment logged at debug level (kb_local sets it)
+	int quiet;           // kb_remote: the data plane's attachment logged at debug level (kb_local sets it)
 };
 
 enum kb_step_kind {
 	KB_KERNEL = 0,  // run kernel id on the first ncols columns of in, writing out
 	KB_RESNORM = 1, // resnorm.h's step on ncols columns: y read from in (NULL:
-	                // none), xn written to out (NULL: none), x_in -> x_out
+			// none), xn written to out (NULL: none), x_in -> x_out
 };
 
 // one step of a list. A KB_RESNORM step's host vectors (x_in, x_out
@@ -116,8 +116,7 @@ struct kernel_backend {
 	// trip for kb_remote; t (NULL or n entries) gets each step's exec_ns,
 	// and total_ns adding up to the whole call. On an error the steps
 	// before the failing one have run. NULL: kb_call_list loops over call.
-	int (*call_list)(struct kernel_backend *kb, const struct kb_step *steps, int n, struct kb_timing *t,
-	                 char *err);
+	int (*call_list)(struct kernel_backend *kb, const struct kb_step *steps, int n, struct kb_timing *t, char *err);
 	// n floats of host memory (64-byte aligned, zeroed, freed with the
 	// backend) that both this process and the backend's side can read and
 	// write: KB_RESNORM steps' vectors. kb_remote: the data-plane object's

@@ -168,8 +168,7 @@ main(int argc, char **argv)
 				return 2;
 			}
 			weights = v;
-		}
-		else if (strcmp(a, "--chunk") == 0)
+		} else if (strcmp(a, "--chunk") == 0)
 			bad = number(a, v, 1, 4096, &chunk);
 		else if (strcmp(a, "--max-seq") == 0)
 			bad = number(a, v, 2, 1 << 20, &max_seq);
@@ -181,7 +180,9 @@ main(int argc, char **argv)
 			bad = number(a, v, 1, 4096, &sessions);
 		else if (strcmp(a, "--cache-mem") == 0) {
 			if (pcache_parse_mem(v, &cache_mem)) {
-				fprintf(stderr, "anedvd-cpu-worker: --cache-mem takes a size such as 256M, 2G or 0, not '%s'\n", v);
+				fprintf(stderr,
+				        "anedvd-cpu-worker: --cache-mem takes a size such as 256M, 2G or 0, not '%s'\n",
+				        v);
 				return 2;
 			}
 			cache_mem_set = 1;
@@ -200,13 +201,13 @@ main(int argc, char **argv)
 			errno = 0;
 			double c = strcmp(v, "auto") == 0 ? SPEC_COST_AUTO : strtod(v, &end);
 			if (c != SPEC_COST_AUTO && (errno || end == v || *end || !(c >= 0 && c <= 100))) {
-				fprintf(stderr, "anedvd-cpu-worker: --draft-cost takes auto or a number from 0 to 100, not '%s'\n",
+				fprintf(stderr,
+				        "anedvd-cpu-worker: --draft-cost takes auto or a number from 0 to 100, not '%s'\n",
 				        v);
 				return 2;
 			}
 			spec.col_cost = (float)c;
-		}
-		else if (strcmp(a, "--instance") == 0)
+		} else if (strcmp(a, "--instance") == 0)
 			bad = number(a, v, 1, 1L << 30, &instance);
 		else if (strcmp(a, "--kernel-timeout-ms") == 0)
 			bad = number(a, v, 1, 3600000, &kernel_timeout);
@@ -278,7 +279,7 @@ main(int argc, char **argv)
 			ad_info("removed %d stale surfaces of instance %ld", n, ko.instance);
 	}
 	stop_instance = ko.instance;
-	struct kernel_backend *kb = remote                      ? kb_remote_new(&m, &ko, err)
+	struct kernel_backend *kb = remote                          ? kb_remote_new(&m, &ko, err)
 	                            : strcmp(backend, "exact") == 0 ? kb_exact_new(&m, &ko, err)
 	                                                            : kb_local_new(&m, &ko, err);
 	if (!kb) {
@@ -296,16 +297,20 @@ main(int argc, char **argv)
 	struct engine_opts eo = {.max_seq = (int)max_seq, .threads = (int)threads, .state_every = (int)cache_block};
 	struct engine *e = engine_new(&m, kb, &eo, err);
 	struct sched *s = NULL;
-	struct sched_opts so = {.parallel = (int)parallel, .queue = (int)queue, .sessions = (int)sessions,
-	                        .cache_block = (int)cache_block, .spec = &spec, .no_spec = no_spec || !spec.draft};
+	struct sched_opts so = {.parallel = (int)parallel,
+	                        .queue = (int)queue,
+	                        .sessions = (int)sessions,
+	                        .cache_block = (int)cache_block,
+	                        .spec = &spec,
+	                        .no_spec = no_spec || !spec.draft};
 	// grammars need each token's bytes: the model's tokenizer, loaded on the first one
 	struct gram_loader *gl = e ? gram_loader_new(model_path, engine_n_vocab(e)) : NULL;
 	if (gl)
 		so.vocab = (struct sched_vocab){gram_loader_get, gram_loader_find, gl};
 	if (e)
 		so.cache_mem = cache_mem_set ? cache_mem
-		                             : pcache_default_mem(engine_kv_row_bytes(e), engine_state_bytes(e), engine_max_seq(e),
-		                                                 (int)parallel);
+		                             : pcache_default_mem(engine_kv_row_bytes(e), engine_state_bytes(e),
+		                                                  engine_max_seq(e), (int)parallel);
 	if (!e || !(s = sched_new(e, &so, err))) {
 		ad_error("%s", err);
 		engine_free(e);
@@ -341,8 +346,8 @@ main(int argc, char **argv)
 		        (double)so.cache_mem / (1 << 20), cache_block, engine_kv_row_bytes(e) * (size_t)cache_block,
 		        engine_kv_part_bytes(e, ENGINE_KV_WINDOWED) * (size_t)cache_block, engine_kv_window(e));
 	else if (so.cache_mem)
-		ad_info("prefix cache %.1f MiB (--cache-mem), blocks of %ld positions of %zu bytes", (double)so.cache_mem / (1 << 20),
-		        cache_block, engine_kv_row_bytes(e) * (size_t)cache_block);
+		ad_info("prefix cache %.1f MiB (--cache-mem), blocks of %ld positions of %zu bytes",
+		        (double)so.cache_mem / (1 << 20), cache_block, engine_kv_row_bytes(e) * (size_t)cache_block);
 	else
 		ad_info("prefix cache off (--cache-mem 0)");
 	if (engine_state_bytes(e) > 0)

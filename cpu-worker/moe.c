@@ -13,16 +13,16 @@
 
 struct moe {
 	int width, E, ne, k, fe;
-	int norm; // renormalise the chosen experts' weights
-	int sigmoid; // lfm2moe: a sigmoid per expert instead of the softmax
-	float *probs;  // [ne]
-	float *bias;   // [ne]: the layer's selection bias (exp_probs_b), if it has one
-	int *chosen;   // [width][k]
-	float *w;      // [width][k]
-	int *slots;    // (column, rank) pairs of one expert, as column * k + rank
+	int norm;       // renormalise the chosen experts' weights
+	int sigmoid;    // lfm2moe: a sigmoid per expert instead of the softmax
+	float *probs;   // [ne]
+	float *bias;    // [ne]: the layer's selection bias (exp_probs_b), if it has one
+	int *chosen;    // [width][k]
+	float *w;       // [width][k]
+	int *slots;     // (column, rank) pairs of one expert, as column * k + rank
 	float *hg, *hu; // [width * k][fe]
-	float *eo;     // [width * k][E]
-	float *rows;   // [ROWS][max(E, fe)]
+	float *eo;      // [width * k][E]
+	float *rows;    // [ROWS][max(E, fe)]
 };
 
 void
@@ -46,8 +46,7 @@ static int
 check_rows(const struct model_tensor *t, int64_t n_in, char *err)
 {
 	size_t rb;
-	if (!ad_type_supported(t->type) || ad_type_row_bytes(t->type, n_in, &rb) ||
-	    n_in % ad_type_block_size(t->type))
+	if (!ad_type_supported(t->type) || ad_type_row_bytes(t->type, n_in, &rb) || n_in % ad_type_block_size(t->type))
 		return ad_err(err, "%s: rows of %lld %s values cannot be dequantised one by one", t->name,
 		              (long long)n_in, ad_type_name(t->type));
 	return 0;
@@ -69,8 +68,9 @@ moe_new(const struct model *m, int width, char *err)
 	mo->sigmoid = hp->expert_gating == 2;
 	for (int il = 0; il < hp->n_layer; il++) {
 		const struct model_layer *ml = &m->layers[il];
-		if (ml->gate_inp.name && (check_rows(&ml->gate_exps, mo->E, err) || check_rows(&ml->up_exps, mo->E, err) ||
-		                          check_rows(&ml->down_exps, mo->fe, err))) {
+		if (ml->gate_inp.name &&
+		    (check_rows(&ml->gate_exps, mo->E, err) || check_rows(&ml->up_exps, mo->E, err) ||
+		     check_rows(&ml->down_exps, mo->fe, err))) {
 			moe_free(mo);
 			return NULL;
 		}
@@ -86,7 +86,8 @@ moe_new(const struct model *m, int width, char *err)
 	mo->hu = malloc(sizeof(float) * slots * (size_t)(mo->fe > 0 ? mo->fe : 1));
 	mo->eo = malloc(sizeof(float) * slots * (size_t)mo->E);
 	mo->rows = malloc(sizeof(float) * ROWS * wide);
-	if (!mo->probs || !mo->bias || !mo->chosen || !mo->w || !mo->slots || !mo->hg || !mo->hu || !mo->eo || !mo->rows) {
+	if (!mo->probs || !mo->bias || !mo->chosen || !mo->w || !mo->slots || !mo->hg || !mo->hu || !mo->eo ||
+	    !mo->rows) {
 		moe_free(mo);
 		return ad_err(err, "MoE scratch: out of memory"), NULL;
 	}
@@ -157,8 +158,8 @@ route(struct moe *mo, const float *router, const float *bias, const float *x, in
 }
 
 int
-moe_forward(struct moe *mo, const struct model_layer *ml, const float *router, const float *shexp_gate,
-            const float *x, const float *shared, int n, float *out, char *err)
+moe_forward(struct moe *mo, const struct model_layer *ml, const float *router, const float *shexp_gate, const float *x,
+            const float *shared, int n, float *out, char *err)
 {
 	const int E = mo->E, fe = mo->fe, k = mo->k;
 	if (n < 1 || n > mo->width)
@@ -170,8 +171,7 @@ moe_forward(struct moe *mo, const struct model_layer *ml, const float *router, c
 		bias = mo->bias;
 	}
 	for (int c = 0; c < n; c++)
-		route(mo, router, bias, x + (size_t)c * E, mo->chosen + (size_t)c * k, mo->w + (size_t)c * k,
-		      mo->norm);
+		route(mo, router, bias, x + (size_t)c * E, mo->chosen + (size_t)c * k, mo->w + (size_t)c * k, mo->norm);
 
 	// every (column, rank) slot's expert output into eo, expert by expert
 	for (int xe = 0; xe < mo->ne; xe++) {

@@ -15,15 +15,15 @@
 struct pcache_block {
 	uint64_t hash; // of the whole prefix up to and including this block
 	struct pcache_block *parent;
-	struct pcache_block *hnext;      // hash chain
+	struct pcache_block *hnext;       // hash chain
 	struct pcache_block *prev, *next; // LRU list
 	int refs, children;
 	struct pcache_block *kids, *sib; // children, for a lookup that ends mid-block
-	int32_t *toks; // [block]
-	uint8_t *rows; // [block * row_bytes]: the full part
-	uint8_t *wrows; // [block * win_bytes]: the windowed part, NULL when dropped (or none)
-	int anchor;     // the windowed part is kept (pcache_window)
-	uint8_t *state; // [state_bytes]: the recurrent state after the block, or NULL
+	int32_t *toks;                   // [block]
+	uint8_t *rows;                   // [block * row_bytes]: the full part
+	uint8_t *wrows;                  // [block * win_bytes]: the windowed part, NULL when dropped (or none)
+	int anchor;                      // the windowed part is kept (pcache_window)
+	uint8_t *state;                  // [state_bytes]: the recurrent state after the block, or NULL
 };
 
 struct pcache {
@@ -420,7 +420,8 @@ pcache_release(struct pcache *c, struct pcache_block *const *b, int n)
 size_t
 pcache_default_mem(size_t row_bytes, size_t state_bytes, int max_seq, int parallel)
 {
-	return (row_bytes * (size_t)(max_seq > 0 ? max_seq : 0) + 4 * state_bytes) * (size_t)(parallel > 4 ? parallel : 4);
+	return (row_bytes * (size_t)(max_seq > 0 ? max_seq : 0) + 4 * state_bytes) *
+	       (size_t)(parallel > 4 ? parallel : 4);
 }
 
 int

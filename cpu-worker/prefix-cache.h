@@ -59,10 +59,10 @@ struct pcache_stats {
 	size_t bytes;        // KV bytes held (and recurrent states)
 	size_t limit;        // the bound
 	int blocks, pinned;
-	int states;          // blocks that carry a recurrent state
-	int block;           // positions per block
-	uint64_t wdropped;   // windowed parts dropped
-	int wblocks;         // blocks that carry their windowed part
+	int states;        // blocks that carry a recurrent state
+	int block;         // positions per block
+	uint64_t wdropped; // windowed parts dropped
+	int wblocks;       // blocks that carry their windowed part
 };
 
 // block positions per block (1..4096), row_bytes the KV bytes of one

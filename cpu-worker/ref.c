@@ -36,7 +36,7 @@ struct ref_layer {
 	const float *gate_inp_shexp, *gate_shexp, *up_shexp, *down_shexp;
 	const float *exp_probs_b;
 	const float *conv_in, *conv_w, *conv_out; // lfm2 ShortConv
-	float *bx_cache; // ShortConv: [max_seq][n_embd], B*X of every position
+	float *bx_cache;                          // ShortConv: [max_seq][n_embd], B*X of every position
 	int conv;
 	// qwen35: a gated delta-net block (projections, its CPU part, its state
 	// after the last position fed), or attention with an output gate
@@ -72,14 +72,14 @@ struct ref_engine {
 
 	// scratch
 	float *x, *xn, *q, *k, *v, *att, *proj, *hb, *hb2, *moe, *scores, *router, *rope_cs;
-	float *pv_part; // [8][head_dim_v]: per-lane partial sums of P·V
-	float *bcx;     // [3 n_embd]: a ShortConv's in_proj output
-	float *pl;      // gemma4: [n_layer][n_embd_pl] per-layer inputs of the token
-	float *ones;    // [head_dim] of 1: gemma4's unweighted V norm
-	float *gate;    // qwen35: [n_head * head_dim] the attention's output gate
+	float *pv_part;                                    // [8][head_dim_v]: per-lane partial sums of P·V
+	float *bcx;                                        // [3 n_embd]: a ShortConv's in_proj output
+	float *pl;                                         // gemma4: [n_layer][n_embd_pl] per-layer inputs of the token
+	float *ones;                                       // [head_dim] of 1: gemma4's unweighted V norm
+	float *gate;                                       // qwen35: [n_head * head_dim] the attention's output gate
 	float *dn_mix, *dn_zb, *dn_ba, *dn_o, *dn_scratch; // qwen35's delta-net projections and output
-	int recurrent;  // some layer keeps a recurrent state: no rewinding
-	int64_t *route_hist; // ref_route_hist: [n_layer][n_expert] counts, or NULL
+	int recurrent;                                     // some layer keeps a recurrent state: no rewinding
+	int64_t *route_hist;                               // ref_route_hist: [n_layer][n_expert] counts, or NULL
 };
 
 // --- allocation ------------------------------------------------------------------
@@ -199,20 +199,16 @@ ref_new_ctx(const struct model *m, int max_seq, int n_ctx, char *err)
 		struct ref_layer *L = &e->layers[il];
 		if (deq(e, &ml->attn_norm, &L->attn_norm, err) || deq(e, &ml->wo, &L->wo, err) ||
 		    deq(e, &ml->bo, &L->bo, err) || deq(e, &ml->q_norm, &L->q_norm, err) ||
-		    deq(e, &ml->k_norm, &L->k_norm, err) ||
-		    deq(e, &ml->post_attn_norm, &L->post_attn_norm, err) ||
+		    deq(e, &ml->k_norm, &L->k_norm, err) || deq(e, &ml->post_attn_norm, &L->post_attn_norm, err) ||
 		    deq(e, &ml->ffn_norm, &L->ffn_norm, err) || deq(e, &ml->down, &L->down, err) ||
-		    deq(e, &ml->post_ffw_norm, &L->post_ffw_norm, err) ||
-		    deq(e, &ml->gate_inp, &L->gate_inp, err) ||
+		    deq(e, &ml->post_ffw_norm, &L->post_ffw_norm, err) || deq(e, &ml->gate_inp, &L->gate_inp, err) ||
 		    deq(e, &ml->gate_exps, &L->gate_exps, err) || deq(e, &ml->up_exps, &L->up_exps, err) ||
 		    deq(e, &ml->down_exps, &L->down_exps, err) ||
 		    deq(e, &ml->gate_inp_shexp, &L->gate_inp_shexp, err) ||
-		    deq(e, &ml->gate_shexp, &L->gate_shexp, err) ||
-		    deq(e, &ml->up_shexp, &L->up_shexp, err) ||
-		    deq(e, &ml->down_shexp, &L->down_shexp, err) ||
-		    deq(e, &ml->exp_probs_b, &L->exp_probs_b, err) || deq(e, &ml->out_scale, &L->out_scale, err) ||
-		    deq(e, &ml->pl_gate, &L->pl_gate, err) || deq(e, &ml->pl_proj, &L->pl_proj, err) ||
-		    deq(e, &ml->pl_norm, &L->pl_norm, err))
+		    deq(e, &ml->gate_shexp, &L->gate_shexp, err) || deq(e, &ml->up_shexp, &L->up_shexp, err) ||
+		    deq(e, &ml->down_shexp, &L->down_shexp, err) || deq(e, &ml->exp_probs_b, &L->exp_probs_b, err) ||
+		    deq(e, &ml->out_scale, &L->out_scale, err) || deq(e, &ml->pl_gate, &L->pl_gate, err) ||
+		    deq(e, &ml->pl_proj, &L->pl_proj, err) || deq(e, &ml->pl_norm, &L->pl_norm, err))
 			goto fail;
 		L->hd = ml->head_dim;
 		L->hdv = ml->head_dim_v;
@@ -228,11 +224,20 @@ ref_new_ctx(const struct model *m, int max_seq, int n_ctx, char *err)
 			if (deq(e, &ml->dn_qkv, &L->dn_qkv, err) || deq(e, &ml->dn_z, &L->dn_z, err) ||
 			    deq(e, &ml->dn_beta, &L->dn_beta, err) || deq(e, &ml->dn_alpha, &L->dn_alpha, err) ||
 			    deq(e, &ml->dn_out, &L->dn_out, err) || deq(e, &ml->dn_conv, &cw, err) ||
-			    deq(e, &ml->dn_dt, &dt, err) || deq(e, &ml->dn_a, &a, err) || deq(e, &ml->dn_norm, &nw, err))
+			    deq(e, &ml->dn_dt, &dt, err) || deq(e, &ml->dn_a, &a, err) ||
+			    deq(e, &ml->dn_norm, &nw, err))
 				goto fail;
 			const int d = (int)hp->ssm_d_state;
-			L->dn = (struct dn_layer){d, (int)hp->ssm_n_group, (int)hp->ssm_dt_rank, (int)hp->n_conv,
-			                          (int)((2 * hp->ssm_n_group + hp->ssm_dt_rank) * d), hp->rms_eps, cw, dt, a, nw};
+			L->dn = (struct dn_layer){d,
+			                          (int)hp->ssm_n_group,
+			                          (int)hp->ssm_dt_rank,
+			                          (int)hp->n_conv,
+			                          (int)((2 * hp->ssm_n_group + hp->ssm_dt_rank) * d),
+			                          hp->rms_eps,
+			                          cw,
+			                          dt,
+			                          a,
+			                          nw};
 			if (!(L->dn_state = eng_alloc(e, dn_state_floats(&L->dn) * sizeof(float), err)))
 				goto fail;
 			e->recurrent = 1;
@@ -301,11 +306,9 @@ ref_new_ctx(const struct model *m, int max_seq, int n_ctx, char *err)
 	int64_t wide = max64(E, max64(nq, hp->n_head * hp->head_dim_v));
 	if (!(e->x = eng_alloc(e, (size_t)E * 4, err)) || !(e->xn = eng_alloc(e, (size_t)wide * 4, err)) ||
 	    !(e->q = eng_alloc(e, (size_t)nq * 4, err)) || !(e->k = eng_alloc(e, (size_t)nk * 4, err)) ||
-	    !(e->v = eng_alloc(e, (size_t)nv * 4, err)) ||
-	    !(e->att = eng_alloc(e, (size_t)wide * 4, err)) ||
-	    !(e->proj = eng_alloc(e, (size_t)E * 4, err)) ||
-	    !(e->hb = eng_alloc(e, (size_t)nff * 4, err)) || !(e->hb2 = eng_alloc(e, (size_t)nff * 4, err)) ||
-	    !(e->moe = eng_alloc(e, (size_t)E * 4, err)) ||
+	    !(e->v = eng_alloc(e, (size_t)nv * 4, err)) || !(e->att = eng_alloc(e, (size_t)wide * 4, err)) ||
+	    !(e->proj = eng_alloc(e, (size_t)E * 4, err)) || !(e->hb = eng_alloc(e, (size_t)nff * 4, err)) ||
+	    !(e->hb2 = eng_alloc(e, (size_t)nff * 4, err)) || !(e->moe = eng_alloc(e, (size_t)E * 4, err)) ||
 	    !(e->scores = eng_alloc(e, (size_t)max_seq * 4, err)) ||
 	    !(e->router = eng_alloc(e, (size_t)max64(hp->n_expert, 1) * 4, err)) ||
 	    !(e->rope_cs = eng_alloc(e, (size_t)hp->n_rot * 4, err)) ||
@@ -318,7 +321,8 @@ ref_new_ctx(const struct model *m, int max_seq, int n_ctx, char *err)
 	if (e->recurrent) {
 		const int64_t d = hp->ssm_d_state, nvd = hp->ssm_dt_rank * d;
 		const int64_t C = (2 * hp->ssm_n_group + hp->ssm_dt_rank) * d;
-		if (!(e->dn_mix = eng_alloc(e, (size_t)C * 4, err)) || !(e->dn_zb = eng_alloc(e, (size_t)nvd * 4, err)) ||
+		if (!(e->dn_mix = eng_alloc(e, (size_t)C * 4, err)) ||
+		    !(e->dn_zb = eng_alloc(e, (size_t)nvd * 4, err)) ||
 		    !(e->dn_ba = eng_alloc(e, 2 * (size_t)hp->ssm_dt_rank * 4, err)) ||
 		    !(e->dn_o = eng_alloc(e, (size_t)nvd * 4, err)) ||
 		    !(e->dn_scratch = eng_alloc(e, (size_t)C * 4, err)))
@@ -565,8 +569,8 @@ deltanet(struct ref_engine *e, struct ref_layer *L, int pos)
 
 // out = down(act(gate·x) * up·x) for one SwiGLU / GELU expert of size n_ff
 static void
-ffn(struct ref_engine *e, float *out, const float *gate, const float *up, const float *down,
-    const float *x, int64_t n_ff, int use_gelu)
+ffn(struct ref_engine *e, float *out, const float *gate, const float *up, const float *down, const float *x,
+    int64_t n_ff, int use_gelu)
 {
 	const int64_t E = e->hp.n_embd;
 	matvec(e->hb, gate, x, NULL, E, n_ff);
@@ -717,7 +721,7 @@ ref_forward(struct ref_engine *e, int32_t token, int pos, float *logits)
 		return -1;
 	if (e->recurrent && pos != 0 && pos != e->n_pos)
 		return -1; // a recurrent state cannot go back (but to the start)
-	e->n_pos = pos; // rewinding drops the later positions
+	e->n_pos = pos;    // rewinding drops the later positions
 
 	const float *row = e->tok_embd + (size_t)token * (size_t)E;
 	for (int64_t i = 0; i < E; i++)

@@ -32,7 +32,7 @@ struct ref_engine *ref_new(const struct model *m, int max_seq, char *err);
 // the RoPE factors (longrope: the long ones beyond the original context),
 // so that it computes what a pipeline of that context computes
 struct ref_engine *ref_new_ctx(const struct model *m, int max_seq, int n_ctx, char *err);
-void ref_free(struct ref_engine *e); // NULL is fine
+void ref_free(struct ref_engine *e);  // NULL is fine
 void ref_reset(struct ref_engine *e); // forget the cache
 int ref_forward(struct ref_engine *e, int32_t token, int pos, float *logits);
 

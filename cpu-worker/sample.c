@@ -17,14 +17,14 @@ struct sampler {
 	struct sample_params p;
 	int n_vocab;
 	uint64_t rng[4];
-	uint64_t draws;    // numbers drawn from rng since the seed
-	int32_t *win;      // ring of the last repeat_last_n ids
+	uint64_t draws; // numbers drawn from rng since the seed
+	int32_t *win;   // ring of the last repeat_last_n ids
 	int win_len, win_pos;
-	int32_t *cnt;      // n_vocab: occurrences in the window
-	float *pen;        // n_vocab: the penalised logits
-	struct cand *cand; // n_vocab: candidates, in id order
-	struct cand *tmp;  // n_vocab: scratch (nucleus, reference sort)
-	struct sample_tok *heap; // top_k (when below n_vocab): the bounded selection
+	int32_t *cnt;             // n_vocab: occurrences in the window
+	float *pen;               // n_vocab: the penalised logits
+	struct cand *cand;        // n_vocab: candidates, in id order
+	struct cand *tmp;         // n_vocab: scratch (nucleus, reference sort)
+	struct sample_tok *heap;  // top_k (when below n_vocab): the bounded selection
 	struct sample_bias *bias; // the parameters' logit_bias, owned
 };
 
@@ -60,8 +60,7 @@ sample_check(const struct sample_params *p, char *err)
 		return ad_err(err, "repeat_penalty %g: must be a finite number > 0 (1: off)",
 		              (double)p->repeat_penalty);
 	if (p->repeat_last_n < 0 || p->repeat_last_n > SAMPLE_MAX_WINDOW)
-		return ad_err(err, "repeat_last_n %d: must be in [0, %d]", (int)p->repeat_last_n,
-		              SAMPLE_MAX_WINDOW);
+		return ad_err(err, "repeat_last_n %d: must be in [0, %d]", (int)p->repeat_last_n, SAMPLE_MAX_WINDOW);
 	if (!(p->presence_penalty >= -2.0f && p->presence_penalty <= 2.0f))
 		return ad_err(err, "presence_penalty %g: must be in [-2, 2]", (double)p->presence_penalty);
 	if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f))
@@ -142,8 +141,8 @@ sample_new(const struct sample_params *p, int n_vocab, char *err)
 	}
 	for (int i = 0; i < p->n_bias; i++)
 		if (p->bias[i].id >= n_vocab) {
-			ad_err(err, "logit_bias[%d]: token id %d is outside the vocabulary of %d", i, (int)p->bias[i].id,
-			       n_vocab);
+			ad_err(err, "logit_bias[%d]: token id %d is outside the vocabulary of %d", i,
+			       (int)p->bias[i].id, n_vocab);
 			return NULL;
 		}
 	struct sampler *s = calloc(1, sizeof *s);
@@ -223,8 +222,8 @@ sample_accept(struct sampler *s, const int32_t *ids, int n, char *err)
 {
 	for (int i = 0; i < n; i++)
 		if (ids[i] < 0 || ids[i] >= s->n_vocab)
-			return ad_err(err, "sampler: token %d (at %d) outside the vocabulary of %d",
-			              (int)ids[i], i, s->n_vocab);
+			return ad_err(err, "sampler: token %d (at %d) outside the vocabulary of %d", (int)ids[i], i,
+			              s->n_vocab);
 	for (int i = 0; i < n; i++)
 		push(s, ids[i]);
 	return 0;
@@ -234,8 +233,8 @@ static int
 has_penalties(const struct sampler *s)
 {
 	const struct sample_params *p = &s->p;
-	return s->win_len > 0 && (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f ||
-	                          p->frequency_penalty != 0.0f);
+	return s->win_len > 0 &&
+	       (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
 }
 
 // step 0 on x, the same in both pipelines: -100 is a ban
@@ -968,8 +967,7 @@ sample_logprobs(const float *logits, int n_vocab, int32_t id, int k, float *lp, 
 }
 
 int
-sample_logprobs_ref(const float *logits, int n_vocab, int32_t id, int k, float *lp, struct sample_tok *top,
-                    char *err)
+sample_logprobs_ref(const float *logits, int n_vocab, int32_t id, int k, float *lp, struct sample_tok *top, char *err)
 {
 	if (lp_args(logits, n_vocab, id, &k, err))
 		return -1;

@@ -51,8 +51,8 @@
 #include "gen-types.h" // struct sample_params, sample_bias, sample_tok
 
 #define SAMPLE_DEFAULT_SEED 0x12345678u
-#define SAMPLE_MAX_WINDOW (1 << 20)  // repeat_last_n
-#define SAMPLE_MAX_VOCAB (1 << 22)   // keeps the integer masses below 2^62
+#define SAMPLE_MAX_WINDOW (1 << 20) // repeat_last_n
+#define SAMPLE_MAX_VOCAB (1 << 22)  // keeps the integer masses below 2^62
 
 // sample_defaults: every filter off, T 1, window 64 (llama.cpp's), no seed.
 // Entry points set their own temperature, top_k, ...
@@ -118,8 +118,7 @@ int sample_top(const float *logits, int n_vocab, struct sample_tok *out, int n);
 // sample_top's order with their logprobs in .logit. Returns how many were
 // written to top, or -1 with a message for a NaN or +inf logit, a row that
 // is all -inf, or an id outside the row. The sum runs in eight float lanes.
-int sample_logprobs(const float *logits, int n_vocab, int32_t id, int k, float *lp, struct sample_tok *top,
-                    char *err);
+int sample_logprobs(const float *logits, int n_vocab, int32_t id, int k, float *lp, struct sample_tok *top, char *err);
 // the same contract, plainly: a double sum in id order and a full sort
 int sample_logprobs_ref(const float *logits, int n_vocab, int32_t id, int k, float *lp, struct sample_tok *top,
                         char *err);

@@ -79,19 +79,19 @@ struct job {
 	int want_top;
 	int logprobs, top_logprobs;
 	uint32_t deadline_ms;
-	uint64_t deadline_ns; // 0: none
-	int client_pid;       // 0: none
+	uint64_t deadline_ns;          // 0: none
+	int client_pid;                // 0: none
 	char client[SCHED_CLIENT_MAX]; // its lease ("": none)
-	uint64_t skip_draws;  // the sampler's draws to skip (a continued job)
+	uint64_t skip_draws;           // the sampler's draws to skip (a continued job)
 	struct session *sess;
 
 	// the engine thread's
 	enum job_state state;
 	struct engine_seq *seq;
 	struct sampler *smp;
-	struct gram *gram;   // NULL: no grammar (created by sched_generate)
-	struct gcache *gc;   // its compiled grammar
-	int fed; // prompt tokens in the cache
+	struct gram *gram; // NULL: no grammar (created by sched_generate)
+	struct gcache *gc; // its compiled grammar
+	int fed;           // prompt tokens in the cache
 	// the prefix cache: pins[i] is the sequence's block i, found or stored
 	// (pinned until the job is detached); looked once the lookup is done
 	struct pcache_block **pins;
@@ -102,7 +102,7 @@ struct job {
 	// (no later position reads them); match: where the prompt left the
 	// cached prefixes (before any cut for a dropped window)
 	int wgap, match;
-	int spec;   // drafts for this job (the request's choice, else the worker's)
+	int spec; // drafts for this job (the request's choice, else the worker's)
 	int32_t next_tok;
 	struct engine_timings t0;
 
@@ -183,11 +183,11 @@ struct sched {
 	struct spec_cost cost; // the decode calls' widths and times
 	struct engine_seq *eval_seq;
 	struct embed_run *embed; // the embedding request at the head of the queue
-	struct pcache *pc;        // NULL: no prefix cache
-	int max_blocks;           // per sequence
-	uint8_t *rowbuf;          // a block's rows, for copies between sequences
-	uint8_t *statebuf;        // a recurrent state (engine_state_bytes), NULL when the model has none
-	int win;                  // engine_kv_window when there is a windowed part, else 0
+	struct pcache *pc;       // NULL: no prefix cache
+	int max_blocks;          // per sequence
+	uint8_t *rowbuf;         // a block's rows, for copies between sequences
+	uint8_t *statebuf;       // a recurrent state (engine_state_bytes), NULL when the model has none
+	int win;                 // engine_kv_window when there is a windowed part, else 0
 };
 
 static int
@@ -408,7 +408,8 @@ cache_store(struct sched *s, struct job *j)
 		void *fill, *wfill = NULL;
 		const int at = j->n_pins * B;
 		struct pcache_block *parent = j->n_pins ? j->pins[j->n_pins - 1] : NULL;
-		struct pcache_block *b = pcache_add(s->pc, parent, t + at, &fill, s->win && at >= j->wgap ? &wfill : NULL);
+		struct pcache_block *b =
+			pcache_add(s->pc, parent, t + at, &fill, s->win && at >= j->wgap ? &wfill : NULL);
 		if (!b) {
 			j->store_off = 1;
 			return;
@@ -589,8 +590,8 @@ cache_lookup(struct sched *s, struct job *j)
 		while (s->pc && from < upto) {
 			int k = from / B, off = from % B, m = upto - from < B - off ? upto - from : B - off;
 			const void *w = W ? pcache_wrows(s->pc, j->pins[k]) : NULL;
-			if (engine_seq_kv_append_parts(j->seq, ENGINE_KV_FULL, j->prompt + from, m, pcache_rows(j->pins[k]), B,
-			                               off, err) ||
+			if (engine_seq_kv_append_parts(j->seq, ENGINE_KV_FULL, j->prompt + from, m,
+			                               pcache_rows(j->pins[k]), B, off, err) ||
 			    (w && engine_seq_kv_write(j->seq, ENGINE_KV_WINDOWED, from, m, w, B, off, err))) {
 				ad_warn("job %llu: prefix cache: %s", (unsigned long long)j->id, err);
 				break;
@@ -689,18 +690,19 @@ housekeep(struct sched *s, uint64_t now)
 			} else if (check_clients && client_gone(j->client_pid)) {
 				ad_warn("job %llu: the client (pid %d) is gone: cancelled after %u tokens",
 				        (unsigned long long)j->id, j->client_pid, j->produced);
-				finish(s, j, SCHED_CANCELLED, SCHED_ECANCELLED, "cancelled: the client (pid %d) is gone after %u tokens",
-				       j->client_pid, j->produced);
-			}
-			else if (j->deadline_ns && now >= j->deadline_ns)
-				finish(s, j, SCHED_ERROR, SCHED_ETIMEOUT, "the deadline of %u ms passed after %u tokens",
-				       j->deadline_ms, j->produced);
+				finish(s, j, SCHED_CANCELLED, SCHED_ECANCELLED,
+				       "cancelled: the client (pid %d) is gone after %u tokens", j->client_pid,
+				       j->produced);
+			} else if (j->deadline_ns && now >= j->deadline_ns)
+				finish(s, j, SCHED_ERROR, SCHED_ETIMEOUT,
+				       "the deadline of %u ms passed after %u tokens", j->deadline_ms, j->produced);
 			else if (j->waiters == 0 && now - j->last_poll_ns > abandon)
 				finish(s, j, SCHED_CANCELLED, SCHED_ECANCELLED, "abandoned: not polled for %d ms",
 				       s->o.abandon_ms);
 		} else if (!j->active && j->waiters == 0) {
 			uint64_t last = j->last_poll_ns > j->done_ns ? j->last_poll_ns : j->done_ns;
-			if ((j->final_polled && now - j->final_ns > grace) || (!j->final_polled && now - last > abandon)) {
+			if ((j->final_polled && now - j->final_ns > grace) ||
+			    (!j->final_polled && now - last > abandon)) {
 				*p = j->next;
 				job_free(j);
 				continue;
@@ -791,8 +793,7 @@ setup(struct sched *s, struct job *j)
 
 // a "step" / "sampling" trace event from t0 (now_ns) to now; the callers
 // test trace_enabled() first, so tracing off costs one load per step
-static void __attribute__((format(printf, 3, 4)))
-trace_since(uint64_t t0, const char *cat, const char *fmt, ...)
+static void __attribute__((format(printf, 3, 4))) trace_since(uint64_t t0, const char *cat, const char *fmt, ...)
 {
 	char name[48];
 	va_list ap;
@@ -1151,8 +1152,8 @@ struct embed_run {
 	int slots, next;
 	struct engine_seq *seq[SCHED_EMBED_SLOTS];
 	int in[SCHED_EMBED_SLOTS], fed[SCHED_EMBED_SLOTS];
-	double *acc;   // [slots][E]
-	float *hid;    // [width][E]
+	double *acc; // [slots][E]
+	float *hid;  // [width][E]
 	int *col_slot, *col_pos;
 	int32_t *toks;
 };
@@ -1323,7 +1324,8 @@ run_eval(struct sched *s, struct eval *ev)
 			rv = -1;
 		}
 		if (rv == 0)
-			rv = engine_eval_layers(s->e, s->eval_seq, ev->ids, ev->n, ev->per_token, ev->layers, rows, err);
+			rv = engine_eval_layers(s->e, s->eval_seq, ev->ids, ev->n, ev->per_token, ev->layers, rows,
+			                        err);
 		if (rows != ev->logits) {
 			if (rv == 0)
 				memcpy(ev->logits, rows + (size_t)(ev->n - 1) * s->V, (size_t)s->V * sizeof(float));
@@ -1477,8 +1479,8 @@ sched_new(struct engine *e, const struct sched_opts *o, char *err)
 		int B = s->o.cache_block > 0 ? s->o.cache_block : SCHED_CACHE_BLOCK;
 		size_t wb = engine_kv_window(e) > 0 ? engine_kv_part_bytes(e, ENGINE_KV_WINDOWED) : 0;
 		s->win = wb ? engine_kv_window(e) : 0;
-		if (!(s->pc = pcache_new(B, engine_kv_part_bytes(e, ENGINE_KV_FULL), wb, engine_state_bytes(e), s->o.cache_mem,
-		                         err))) {
+		if (!(s->pc = pcache_new(B, engine_kv_part_bytes(e, ENGINE_KV_FULL), wb, engine_state_bytes(e),
+		                         s->o.cache_mem, err))) {
 			sched_free(s);
 			return NULL;
 		}
@@ -1740,15 +1742,14 @@ grammar_job(struct sched *s, const struct sched_gen *g, struct job *j, enum sche
 }
 
 int
-sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started *out, enum sched_code *code,
-               char *err)
+sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started *out, enum sched_code *code, char *err)
 {
 	if (g->n_prompt < 1 || !g->prompt)
 		return fail(code, SCHED_EBADREQ, err, "prompt: empty");
 	for (int i = 0; i < g->n_prompt; i++)
 		if (g->prompt[i] < 0 || g->prompt[i] >= s->V)
-			return fail(code, SCHED_EBADREQ, err, "prompt[%d]: token id %d is outside the vocabulary of %d", i,
-			            g->prompt[i], s->V);
+			return fail(code, SCHED_EBADREQ, err, "prompt[%d]: token id %d is outside the vocabulary of %d",
+			            i, g->prompt[i], s->V);
 	if (g->max_tokens < 1)
 		return fail(code, SCHED_EBADREQ, err, "max_tokens: must be at least 1 (got %d)", g->max_tokens);
 	if (g->grammar_replay < 0 || g->grammar_replay > g->n_prompt)
@@ -1759,8 +1760,9 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 		return fail(code, SCHED_EBADREQ, err, "sampling: %s", msg);
 	for (int i = 0; i < g->sp.n_bias; i++)
 		if (g->sp.bias[i].id < 0 || g->sp.bias[i].id >= s->V)
-			return fail(code, SCHED_EBADREQ, err, "logit_bias[%d]: token id %d is outside the vocabulary of %d",
-			            i, g->sp.bias[i].id, s->V);
+			return fail(code, SCHED_EBADREQ, err,
+			            "logit_bias[%d]: token id %d is outside the vocabulary of %d", i, g->sp.bias[i].id,
+			            s->V);
 	if (g->speculative < SCHED_SPEC_DEFAULT || g->speculative > SCHED_SPEC_ON)
 		return fail(code, SCHED_EBADREQ, err, "speculative: %d (0 the worker's choice, 1 off, 2 on)",
 		            g->speculative);
@@ -1771,11 +1773,13 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 		return fail(code, SCHED_EBADREQ, err, "stop_ids: at most %d (got %d)", MAX_STOP_IDS, g->n_stop);
 	for (int i = 0; i < g->n_stop; i++)
 		if (g->stop_ids[i] < 0 || g->stop_ids[i] >= s->V)
-			return fail(code, SCHED_EBADREQ, err, "stop_ids[%d]: token id %d is outside the vocabulary of %d",
-			            i, g->stop_ids[i], s->V);
+			return fail(code, SCHED_EBADREQ, err,
+			            "stop_ids[%d]: token id %d is outside the vocabulary of %d", i, g->stop_ids[i],
+			            s->V);
 	const char *name = g->session && g->session[0] ? g->session : NULL;
 	if (name && strlen(name) >= SCHED_SESSION_MAX)
-		return fail(code, SCHED_EBADREQ, err, "session: the name is longer than %d bytes", SCHED_SESSION_MAX - 1);
+		return fail(code, SCHED_EBADREQ, err, "session: the name is longer than %d bytes",
+		            SCHED_SESSION_MAX - 1);
 	// a sampler draws at most once per token, and a sequence holds at most max_seq
 	if (g->skip_draws > (uint64_t)s->max_seq)
 		return fail(code, SCHED_EBADREQ, err, "skip_draws: %llu, more than the context's %d tokens",
@@ -1865,8 +1869,7 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 }
 
 int
-sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll *out, enum sched_code *code,
-           char *err)
+sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll *out, enum sched_code *code, char *err)
 {
 	memset(out, 0, sizeof *out);
 	if (max_wait_ms < 0)
@@ -1877,7 +1880,8 @@ sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll *ou
 	struct job *j = find_job(s, job);
 	if (!j) {
 		pthread_mutex_unlock(&s->mu);
-		return fail(code, SCHED_ENOTFOUND, err, "no job %llu (a finished job is forgotten %d ms after its final poll)",
+		return fail(code, SCHED_ENOTFOUND, err,
+		            "no job %llu (a finished job is forgotten %d ms after its final poll)",
 		            (unsigned long long)job, s->o.grace_ms);
 	}
 	uint64_t now = ad_now_ns(), until = now + (uint64_t)max_wait_ms * 1000000u;
@@ -1892,8 +1896,8 @@ sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll *ou
 			break;
 	now = ad_now_ns();
 	if (j->finish == SCHED_RUNNING && j->deadline_ns && now >= j->deadline_ns)
-		finish(s, j, SCHED_ERROR, SCHED_ETIMEOUT, "the deadline of %u ms passed after %u tokens", j->deadline_ms,
-		       j->produced);
+		finish(s, j, SCHED_ERROR, SCHED_ETIMEOUT, "the deadline of %u ms passed after %u tokens",
+		       j->deadline_ms, j->produced);
 	int rv = 0;
 	if (j->n_ev) {
 		out->events = malloc((size_t)j->n_ev * sizeof *out->events);
@@ -1967,8 +1971,8 @@ sched_eval(struct sched *s, const int32_t *ids, int n, int per_token, int last_o
 		return fail(code, SCHED_EBADREQ, err, "ids: %d tokens do not fit the context of %d", n, s->max_seq);
 	for (int i = 0; i < n; i++)
 		if (ids[i] < 0 || ids[i] >= s->V)
-			return fail(code, SCHED_EBADREQ, err, "ids[%d]: token id %d is outside the vocabulary of %d", i, ids[i],
-			            s->V);
+			return fail(code, SCHED_EBADREQ, err, "ids[%d]: token id %d is outside the vocabulary of %d", i,
+			            ids[i], s->V);
 	if (layers < 0)
 		return fail(code, SCHED_EBADREQ, err, "upto_layer: %d", layers);
 	int r = last_only ? 1 : n;
@@ -2034,12 +2038,13 @@ sched_embed(struct sched *s, const int32_t *const *ids, const int *lens, int n, 
 		if (lens[i] < 1)
 			return fail(code, SCHED_EBADREQ, err, "input[%d]: empty", i);
 		if (lens[i] > s->max_seq)
-			return fail(code, SCHED_EBADREQ, err, "input[%d]: %d tokens do not fit the context of %d", i, lens[i],
-			            s->max_seq);
+			return fail(code, SCHED_EBADREQ, err, "input[%d]: %d tokens do not fit the context of %d", i,
+			            lens[i], s->max_seq);
 		for (int j = 0; j < lens[i]; j++)
 			if (ids[i][j] < 0 || ids[i][j] >= s->V)
 				return fail(code, SCHED_EBADREQ, err,
-				            "input[%d][%d]: token id %d is outside the vocabulary of %d", i, j, ids[i][j], s->V);
+				            "input[%d][%d]: token id %d is outside the vocabulary of %d", i, j,
+				            ids[i][j], s->V);
 	}
 	if (pooling < SCHED_POOL_MODEL || pooling > SCHED_POOL_LAST)
 		return fail(code, SCHED_EBADREQ, err, "pooling: %d (0 the model's, 1 mean, 2 cls, 3 last)", pooling);

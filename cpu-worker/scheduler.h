@@ -86,10 +86,10 @@
 #include "sample.h"
 #include "spec.h"
 
-#define SCHED_TOP 5          // candidates per token with want_top
+#define SCHED_TOP 5                                // candidates per token with want_top
 #define SCHED_TOP_LOGPROBS SAMPLE_MAX_TOP_LOGPROBS // alternatives per token with logprobs
-#define SCHED_SESSION_MAX 128 // bytes of a session name, NUL included
-#define SCHED_CLIENT_MAX 64   // bytes of a lease's client name, NUL included
+#define SCHED_SESSION_MAX 128                      // bytes of a session name, NUL included
+#define SCHED_CLIENT_MAX 64                        // bytes of a lease's client name, NUL included
 #define SCHED_MAX_LEASES 1024
 #define SCHED_LEASE_MIN_MS 100
 #define SCHED_LEASE_MAX_MS 60000
@@ -117,11 +117,11 @@ enum sched_finish {
 };
 
 struct sched_opts {
-	int parallel;   // jobs admitted at once (0: 4)
-	int queue;      // jobs waiting beyond them (0: 16)
-	int sessions;   // named sessions kept (0: 8)
-	int abandon_ms; // cancel a job not polled for this long (0: 60000)
-	int grace_ms;   // keep a finished job after its final poll (0: 10000)
+	int parallel;     // jobs admitted at once (0: 4)
+	int queue;        // jobs waiting beyond them (0: 16)
+	int sessions;     // named sessions kept (0: 8)
+	int abandon_ms;   // cancel a job not polled for this long (0: 60000)
+	int grace_ms;     // keep a finished job after its final poll (0: 10000)
 	size_t cache_mem; // bytes of KV rows the prefix cache may hold (0: no cache)
 	int cache_block;  // positions per cache block (0: SCHED_CACHE_BLOCK)
 	// the model's vocabulary for grammars: get returns it (built on first
@@ -134,7 +134,7 @@ struct sched_opts {
 		void *ctx;
 	} vocab;
 	const struct spec_opts *spec; // the drafts (NULL: spec_defaults); copied
-	int no_spec;      // jobs draft only when they ask (sched_gen.speculative)
+	int no_spec;                  // jobs draft only when they ask (sched_gen.speculative)
 };
 #define SCHED_GRAMMARS 8 // compiled grammars kept
 #define SCHED_CACHE_BLOCK 16
@@ -147,14 +147,14 @@ struct sched_gen {
 	struct sample_params sp;
 	const int32_t *stop_ids;
 	int n_stop;
-	const char *session; // NULL or "": a fresh sequence
+	const char *session;  // NULL or "": a fresh sequence
 	uint32_t deadline_ms; // 0: none
 	int want_top;
 	// report each token's logprob (sample_logprobs: the model's own logits,
 	// before bias, penalties and temperature) and top_logprobs alternatives
 	int logprobs;
 	int top_logprobs; // [0, SCHED_TOP_LOGPROBS]
-	int client_pid; // > 0: cancel the job once this process is gone (checked every 100 ms)
+	int client_pid;   // > 0: cancel the job once this process is gone (checked every 100 ms)
 	// constrained decoding: GBNF text (NULL or empty: none); lazy waits
 	// for one of the trigger words or tokens
 	const char *grammar;
@@ -164,11 +164,11 @@ struct sched_gen {
 	int n_grammar_words;
 	const int32_t *grammar_tokens;
 	int n_grammar_tokens;
-	int grammar_replay; // a continued job: the last prompt tokens the grammar takes first
-	const char *client; // NULL or "": no lease; else renewed for lease_ms
-	int lease_ms;       // [SCHED_LEASE_MIN_MS, SCHED_LEASE_MAX_MS]
+	int grammar_replay;  // a continued job: the last prompt tokens the grammar takes first
+	const char *client;  // NULL or "": no lease; else renewed for lease_ms
+	int lease_ms;        // [SCHED_LEASE_MIN_MS, SCHED_LEASE_MAX_MS]
 	uint64_t skip_draws; // at most max_seq (see above)
-	int speculative; // SCHED_SPEC_*
+	int speculative;     // SCHED_SPEC_*
 };
 // engine.proto's SpecMode (pinned in proto-pins.c)
 enum { SCHED_SPEC_DEFAULT = 0, SCHED_SPEC_OFF = 1, SCHED_SPEC_ON = 2 };
@@ -188,9 +188,9 @@ struct sched_event {
 	int n_top;
 	struct sample_tok top[SCHED_TOP];
 	uint64_t draws; // the sampler's draws once it chose id
-	int has_lp;   // with logprobs
-	float lp;     // the chosen token's
-	int n_lp;     // alternatives, best first; .logit holds the logprob
+	int has_lp;     // with logprobs
+	float lp;       // the chosen token's
+	int n_lp;       // alternatives, best first; .logit holds the logprob
 	struct sample_tok lp_top[SCHED_TOP_LOGPROBS];
 	int grammar_on;        // a lazy grammar switched on with this token
 	uint32_t grammar_from; // bytes into the generated text where it applies
@@ -199,8 +199,8 @@ struct sched_event {
 struct sched_timings {
 	uint64_t queue_ns;
 	struct engine_timings t; // this job's share since it was admitted
-	int cached; // prompt tokens not computed: the session's and the prefix cache's
-	struct spec_stats spec; // this job's drafts
+	int cached;              // prompt tokens not computed: the session's and the prefix cache's
+	struct spec_stats spec;  // this job's drafts
 };
 
 struct sched_poll {
@@ -214,12 +214,12 @@ struct sched_poll {
 
 struct sched_stats {
 	int queued, running, sessions;
-	uint64_t jobs, tokens;       // since start
+	uint64_t jobs, tokens;        // since start
 	uint64_t steps, step_columns; // decode steps and the sequences they carried
-	uint64_t fused;              // steps that also carried a prefill chunk
-	uint64_t forks, fork_rows;   // sequences forked from a running one, and the rows they share
-	struct spec_stats spec;      // every job's drafts
-	struct pcache_stats cache;   // all zero without a cache
+	uint64_t fused;               // steps that also carried a prefill chunk
+	uint64_t forks, fork_rows;    // sequences forked from a running one, and the rows they share
+	struct spec_stats spec;       // every job's drafts
+	struct pcache_stats cache;    // all zero without a cache
 };
 
 struct sched;
@@ -245,8 +245,8 @@ int sched_lease(struct sched *s, const char *client, int lease_ms, int *jobs, en
 // teacher-forced logits (engine_eval; with layers > 0 engine_eval_layers,
 // through the first `layers` layers) on the engine thread, between steps:
 // *logits malloc'd, *rows of n_vocab (1 with last_only)
-int sched_eval(struct sched *s, const int32_t *ids, int n, int per_token, int last_only, int layers,
-               float **logits, int *rows, enum sched_code *code, char *err);
+int sched_eval(struct sched *s, const int32_t *ids, int n, int per_token, int last_only, int layers, float **logits,
+               int *rows, enum sched_code *code, char *err);
 // embeddings of n inputs (ids[i], lens[i] tokens each, 1..max_seq) on the
 // engine thread between steps: each input in a fresh sequence, up to
 // SCHED_EMBED_SLOTS inputs sharing each call; the hidden states after the
@@ -256,8 +256,8 @@ int sched_eval(struct sched *s, const int32_t *ids, int n, int per_token, int la
 enum { SCHED_POOL_MODEL = 0, SCHED_POOL_MEAN = 1, SCHED_POOL_CLS = 2, SCHED_POOL_LAST = 3 };
 #define SCHED_EMBED_SLOTS 8
 #define SCHED_EMBED_MAX_INPUTS 2048
-int sched_embed(struct sched *s, const int32_t *const *ids, const int *lens, int n, int pooling, float **out,
-                int *dims, int *used, enum sched_code *code, char *err);
+int sched_embed(struct sched *s, const int32_t *const *ids, const int *lens, int n, int pooling, float **out, int *dims,
+                int *used, enum sched_code *code, char *err);
 // drop a session (not an error if there is none; a busy one goes when its
 // job ends)
 int sched_reset(struct sched *s, const char *session, enum sched_code *code, char *err);

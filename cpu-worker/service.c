@@ -66,10 +66,10 @@ fail(struct reply *rp, enum sched_code code, const char *msg)
 	ad_rpc_fail(rp->q, (int)code, "%s", msg);
 }
 
-#define FAIL(...)                                                              \
-	do {                                                                   \
-		fail(__VA_ARGS__);                                             \
-		return;                                                        \
+#define FAIL(...)                                                                                                      \
+	do {                                                                                                           \
+		fail(__VA_ARGS__);                                                                                     \
+		return;                                                                                                \
 	} while (0)
 
 // proto3 SamplingParams -> the sampler's; zero means "not given"
@@ -359,7 +359,8 @@ do_embed(struct engine_service *svc, const Anedvd__EmbedRequest *q, struct reply
 		FAIL(rp, code, rp->msg);
 	size_t bytes = q->n_inputs * (size_t)dims * sizeof(float);
 	if (bytes + 4096 > AD_IPC_MAX_MSG) {
-		snprintf(rp->msg, sizeof rp->msg, "embeddings: %zu vectors of %d do not fit one message", q->n_inputs, dims);
+		snprintf(rp->msg, sizeof rp->msg, "embeddings: %zu vectors of %d do not fit one message", q->n_inputs,
+		         dims);
 		FAIL(rp, SCHED_ETOOLARGE, rp->msg);
 	}
 	Anedvd__EmbedReply *e = &rp->u.embed;
@@ -388,14 +389,30 @@ handle(void *arg, struct ad_rpc_req *q)
 	struct reply *rp = q->scratch;
 	rp->q = q;
 	switch (q->method) {
-	case ANEDVD__ENGINE_REQUEST__BODY_GENERATE: do_generate(svc, (const Anedvd__GenerateRequest *)q->body, rp); break;
-	case ANEDVD__ENGINE_REQUEST__BODY_POLL: do_poll(svc, (const Anedvd__PollRequest *)q->body, rp); break;
-	case ANEDVD__ENGINE_REQUEST__BODY_CANCEL: do_cancel(svc, (const Anedvd__CancelRequest *)q->body, rp); break;
-	case ANEDVD__ENGINE_REQUEST__BODY_EVAL: do_eval(svc, (const Anedvd__EvalRequest *)q->body, rp); break;
-	case ANEDVD__ENGINE_REQUEST__BODY_RESET: do_reset(svc, (const Anedvd__ResetRequest *)q->body, rp); break;
-	case ANEDVD__ENGINE_REQUEST__BODY_EMBED: do_embed(svc, (const Anedvd__EmbedRequest *)q->body, rp); break;
-	case ANEDVD__ENGINE_REQUEST__BODY_LEASE: do_lease(svc, (const Anedvd__LeaseRequest *)q->body, rp); break;
-	default: fail(rp, SCHED_EBADREQ, "the request has no body"); break;
+	case ANEDVD__ENGINE_REQUEST__BODY_GENERATE:
+		do_generate(svc, (const Anedvd__GenerateRequest *)q->body, rp);
+		break;
+	case ANEDVD__ENGINE_REQUEST__BODY_POLL:
+		do_poll(svc, (const Anedvd__PollRequest *)q->body, rp);
+		break;
+	case ANEDVD__ENGINE_REQUEST__BODY_CANCEL:
+		do_cancel(svc, (const Anedvd__CancelRequest *)q->body, rp);
+		break;
+	case ANEDVD__ENGINE_REQUEST__BODY_EVAL:
+		do_eval(svc, (const Anedvd__EvalRequest *)q->body, rp);
+		break;
+	case ANEDVD__ENGINE_REQUEST__BODY_RESET:
+		do_reset(svc, (const Anedvd__ResetRequest *)q->body, rp);
+		break;
+	case ANEDVD__ENGINE_REQUEST__BODY_EMBED:
+		do_embed(svc, (const Anedvd__EmbedRequest *)q->body, rp);
+		break;
+	case ANEDVD__ENGINE_REQUEST__BODY_LEASE:
+		do_lease(svc, (const Anedvd__LeaseRequest *)q->body, rp);
+		break;
+	default:
+		fail(rp, SCHED_EBADREQ, "the request has no body");
+		break;
 	}
 }
 

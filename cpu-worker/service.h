@@ -34,8 +34,7 @@ struct engine_service {
 	struct ad_rpc_server rpc; // the dispatch (proto/rpc.h); Health reports its process name
 };
 
-void engine_service_init(struct engine_service *svc, struct sched *s, int n_vocab, int n_layer,
-                         const char *process);
+void engine_service_init(struct engine_service *svc, struct sched *s, int n_vocab, int n_layer, const char *process);
 void engine_service_handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *reply_len);
 
 #endif

@@ -58,10 +58,10 @@
 #define SPEC_DRAFT_MAX 64 // the largest --draft
 
 struct spec_opts {
-	int draft;       // most draft tokens per step (0: off)
-	int ngram_min;   // 1..ngram_max
-	int ngram_max;   // ..SPEC_NGRAM_MAX
-	float col_cost;  // c above, >= 0, or SPEC_COST_AUTO: measured
+	int draft;      // most draft tokens per step (0: off)
+	int ngram_min;  // 1..ngram_max
+	int ngram_max;  // ..SPEC_NGRAM_MAX
+	float col_cost; // c above, >= 0, or SPEC_COST_AUTO: measured
 };
 
 // the defaults: draft 8, n-grams 8 down to 2, the cost measured
@@ -78,8 +78,7 @@ int spec_check(const struct spec_opts *o, char *err);
 // spec_find writes up to max tokens of the draft for the history h[0..n)
 // followed by last into out; returns how many (0: no match, or max 0) and
 // the n of the match in *ngram (0 when none)
-int spec_find(const int32_t *h, int n, int32_t last, int ngram_min, int ngram_max, int max, int32_t *out,
-              int *ngram);
+int spec_find(const int32_t *h, int n, int32_t last, int ngram_min, int ngram_max, int max, int32_t *out, int *ngram);
 
 // spec_len: how many of the k tokens found by an n-gram of ngram to
 // verify, given the counters of the sequence so far and c (see Length)
@@ -114,7 +113,7 @@ void spec_note(struct spec_stats *st, int ngram, int k, int accepted, int reject
 // A measured cost (SPEC_COST_AUTO) is taken as SPEC_COL_COST here, so the
 // lengths, and the counts, are then those of a run that measured that.
 // Needs room for n_hist + n_gen tokens in scratch.
-void spec_probe(const struct spec_opts *o, const int32_t *h, int n_hist, const int32_t *gen, int n_gen,
-                int max_tokens, int max_seq, int32_t *scratch, struct spec_stats *st, int *calls);
+void spec_probe(const struct spec_opts *o, const int32_t *h, int n_hist, const int32_t *gen, int n_gen, int max_tokens,
+                int max_seq, int32_t *scratch, struct spec_stats *st, int *calls);
 
 #endif

@@ -46,7 +46,8 @@ parse_tools(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 		} else if (!strcmp(v, "tool")) {
 			cJSON *name = cJSON_GetObjectItemCaseSensitive(tc, "name");
 			if (!cJSON_IsString(name))
-				return fe_bad_set(bad, 400, "tool_choice.name", "'tool_choice.name' is required with type tool");
+				return fe_bad_set(bad, 400, "tool_choice.name",
+				                  "'tool_choice.name' is required with type tool");
 			p->tool_choice = FE_TC_NAMED;
 			if (!(p->tool_name = strdup(name->valuestring)))
 				return fe_bad_set(bad, 503, NULL, "out of memory");
@@ -88,8 +89,7 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 		return fe_bad_set(bad, 400, "messages", "'messages' must not be empty");
 	size_t room = 1; // the system message
 	cJSON *m;
-	cJSON_ArrayForEach(m, msgs)
-	room += (size_t)fe_chat_anthropic_count(m);
+	cJSON_ArrayForEach(m, msgs) room += (size_t)fe_chat_anthropic_count(m);
 	if (!(p->msgs = calloc(room, sizeof *p->msgs)))
 		return fe_bad_set(bad, 503, NULL, "out of memory");
 	cJSON *sys = cJSON_GetObjectItemCaseSensitive(body, "system");
@@ -114,9 +114,7 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 		p->n_msgs = 1;
 	}
 	int i = 0;
-	cJSON_ArrayForEach(m, msgs)
-	if (fe_chat_anthropic_message(m, i++, p, bad) != 0)
-		return -1;
+	cJSON_ArrayForEach(m, msgs) if (fe_chat_anthropic_message(m, i++, p, bad) != 0) return -1;
 	if (parse_tools(body, p, bad) != 0 || fe_chat_anthropic_thinking(body, p, bad) != 0)
 		return -1;
 	if (p->n_tools && !(p->tools_json = fe_tools_json(p))) // what the template gets
@@ -327,7 +325,7 @@ block_close(struct fe_sse *e, const struct fe_gen *g)
 static char *
 stream_start(const struct fe_gen *g, size_t *len)
 {
-	struct fe_sse e = { 0 };
+	struct fe_sse e = {0};
 	struct fe_gen *m = (struct fe_gen *)g;
 	m->blk = 0;
 	m->blk_part = -1;
@@ -345,7 +343,7 @@ stream_start(const struct fe_gen *g, size_t *len)
 static char *
 stream_chunk(const struct fe_gen *g, const struct fe_chunk *ck, size_t *len)
 {
-	struct fe_sse e = { 0 };
+	struct fe_sse e = {0};
 	if (ck->call) { // a tool call: its block opens with its first chunk, then input_json_delta events
 		if (ck->start) {
 			block_close(&e, g);
@@ -394,7 +392,7 @@ stream_text(const struct fe_gen *g, const char *s, size_t n, size_t *len)
 static char *
 stream_end(const struct fe_gen *g, size_t *len)
 {
-	struct fe_sse e = { 0 };
+	struct fe_sse e = {0};
 	if (g->blk_part == FE_PART_REASONING || g->blk == 0) {
 		// the reply ended in its thinking, or said nothing: an (empty) text block still
 		block_close(&e, g);
@@ -456,7 +454,7 @@ error(int status, const char *msg, const char *param, size_t *len)
 static char *
 stream_error(int status, const char *msg, size_t *len)
 {
-	struct fe_sse e = { 0 };
+	struct fe_sse e = {0};
 	fe_sse_event(&e, "error", error_obj(status, msg));
 	return fe_sse_done(&e, len);
 }

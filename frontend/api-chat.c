@@ -94,8 +94,8 @@ fe_chat_openai_message(cJSON *m, const char *where0, struct tok_msg *out, struct
 	else if (!strcmp(r, "tool"))
 		out->role = TOK_ROLE_TOOL;
 	else
-		return fe_bad_set(bad, 400, where, "'%s': role '%.32s' is not supported (system, user, assistant, tool)",
-		                  where, r);
+		return fe_bad_set(bad, 400, where,
+		                  "'%s': role '%.32s' is not supported (system, user, assistant, tool)", where, r);
 	snprintf(where, sizeof where, "%s.content", where0);
 	char *text;
 	if (fe_get_text(cJSON_GetObjectItemCaseSensitive(m, "content"), where, &text, bad) < 0)
@@ -207,7 +207,8 @@ fe_chat_openai_thinking(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 		for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
 			if (cJSON_GetObjectItemCaseSensitive(v, reserved[i]))
 				return fe_bad_set(bad, 400, "chat_template_kwargs",
-				                  "'chat_template_kwargs.%s': the request sets it, not the kwargs", reserved[i]);
+				                  "'chat_template_kwargs.%s': the request sets it, not the kwargs",
+				                  reserved[i]);
 		cJSON *et = cJSON_GetObjectItemCaseSensitive(v, "enable_thinking");
 		if (et && !cJSON_IsBool(et))
 			return fe_bad_set(bad, 400, "chat_template_kwargs",
@@ -225,7 +226,8 @@ fe_chat_openai_thinking(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 			;
 		if (i == sizeof levels / sizeof levels[0])
 			return fe_bad_set(bad, 400, "reasoning_effort",
-			                  "'reasoning_effort' must be none, minimal, low, medium or high, not '%.32s'", effort);
+			                  "'reasoning_effort' must be none, minimal, low, medium or high, not '%.32s'",
+			                  effort);
 		// none and minimal: no thinking; the template sees the level too (gpt-oss reads it)
 		p->thinking = i < 2 ? FE_THINKING_OFF : FE_THINKING_ON;
 		if (kwarg_default(p, "reasoning_effort", cJSON_CreateString(effort), bad) != 0)
@@ -257,8 +259,9 @@ fe_chat_check_tool_turns(struct fe_params *p, size_t from, struct fe_bad *bad, c
 		const struct tok_call *c = find_call(p, m->call_id);
 		p->n_msgs = n;
 		if (!c)
-			return fe_bad_set(bad, 400, field, "'%s': the tool result for '%.64s' answers no tool call before it",
-			                  field, m->call_id);
+			return fe_bad_set(bad, 400, field,
+			                  "'%s': the tool result for '%.64s' answers no tool call before it", field,
+			                  m->call_id);
 		if (!m->name && !(m->name = dup_or_bad(c->name, bad)))
 			return -1;
 	}
@@ -280,10 +283,12 @@ fe_chat_anthropic_thinking(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 		} else if (!strcmp(type->valuestring, "enabled") || !strcmp(type->valuestring, "adaptive")) {
 			long long budget;
 			if (fe_get_int(th, "budget_tokens", 1, 1 << 30, &budget, bad) < 0)
-				return fe_bad_set(bad, 400, "thinking.budget_tokens", "'thinking.budget_tokens' must be a positive integer");
+				return fe_bad_set(bad, 400, "thinking.budget_tokens",
+				                  "'thinking.budget_tokens' must be a positive integer");
 			p->thinking = FE_THINKING_ON;
 		} else {
-			return fe_bad_set(bad, 400, "thinking.type", "'thinking.type' must be enabled or disabled, not '%.32s'",
+			return fe_bad_set(bad, 400, "thinking.type",
+			                  "'thinking.type' must be enabled or disabled, not '%.32s'",
 			                  type->valuestring);
 		}
 	}
@@ -384,7 +389,8 @@ fe_chat_anthropic_message(cJSON *m, int i, struct fe_params *p, struct fe_bad *b
 			cJSON *name = cJSON_GetObjectItemCaseSensitive(b, "name");
 			cJSON *input = cJSON_GetObjectItemCaseSensitive(b, "input");
 			if (!cJSON_IsString(id) || !cJSON_IsString(name) || !cJSON_IsObject(input)) {
-				fe_bad_set(bad, 400, bw, "'%s' needs a string 'id', a string 'name' and an object 'input'", bw);
+				fe_bad_set(bad, 400, bw,
+				           "'%s' needs a string 'id', a string 'name' and an object 'input'", bw);
 				goto fail;
 			}
 			char *a = print_or_bad(input, bad);
@@ -424,8 +430,8 @@ fe_chat_anthropic_message(cJSON *m, int i, struct fe_params *p, struct fe_bad *b
 			if (fe_chat_check_tool_turns(p, p->n_msgs - 1, bad, where) != 0)
 				goto fail;
 		} else {
-			fe_bad_set(bad, 400, bw, "'%s.type': %s%s%s blocks are not supported in %s messages", bw, t ? "'" : "",
-			           t ? t : "untyped", t ? "'" : "", role->valuestring);
+			fe_bad_set(bad, 400, bw, "'%s.type': %s%s%s blocks are not supported in %s messages", bw,
+			           t ? "'" : "", t ? t : "untyped", t ? "'" : "", role->valuestring);
 			goto fail;
 		}
 	}

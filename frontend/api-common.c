@@ -224,8 +224,9 @@ fe_get_text(cJSON *v, const char *where, char **out, struct fe_bad *bad)
 			cJSON *text = cJSON_GetObjectItemCaseSensitive(e, "text");
 			if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0)) {
 				free(s);
-				return fe_bad_set(bad, 400, where, "'%s[%d].type': only text blocks are supported%s%s%s",
-				                  where, i, cJSON_IsString(type) ? " ('" : "",
+				return fe_bad_set(bad, 400, where,
+				                  "'%s[%d].type': only text blocks are supported%s%s%s", where, i,
+				                  cJSON_IsString(type) ? " ('" : "",
 				                  cJSON_IsString(type) ? type->valuestring : "",
 				                  cJSON_IsString(type) ? "' is not)" : "");
 			}
@@ -283,7 +284,7 @@ fe_get_sampling(cJSON *o, struct fe_params *p, struct fe_bad *bad)
 		return -1;
 	if (rv)
 		p->top_k = (int)ll;
-	const char *rep_keys[] = { "repetition_penalty", "repeat_penalty" };
+	const char *rep_keys[] = {"repetition_penalty", "repeat_penalty"};
 	for (int i = 0; i < 2; i++) {
 		if ((rv = fe_get_number(o, rep_keys[i], 0, 10, &d, bad)) < 0)
 			return -1;
@@ -495,7 +496,8 @@ fe_body_parse(const char *s, size_t n, struct fe_bad *bad)
 	if (!body) {
 		size_t at = end ? (size_t)(end - s) : 0;
 		if (json_depth(s, at < n ? at + 1 : n) >= CJSON_NESTING_LIMIT)
-			fe_bad_set(bad, 400, NULL, "the JSON body nests arrays and objects deeper than %d levels, the limit",
+			fe_bad_set(bad, 400, NULL,
+			           "the JSON body nests arrays and objects deeper than %d levels, the limit",
 			           CJSON_NESTING_LIMIT);
 		else
 			fe_bad_set(bad, 400, NULL, "malformed JSON near byte %zu", at);

@@ -50,7 +50,7 @@ static struct {
 	int known;
 	struct tokc_vocab v;
 	struct tokc_vocab_texts t;
-} X = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+} X = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 int
 fe_api_generates(enum fe_api api)
@@ -106,7 +106,8 @@ fe_get_model(cJSON *body, const struct fe_config *cfg, struct fe_params *p, stru
 	if (model) {
 		size_t n = strlen(model);
 		if (n > MODEL_MAX)
-			return fe_bad_set(bad, 400, "model", "'model' is %zu bytes; at most %d are accepted", n, MODEL_MAX);
+			return fe_bad_set(bad, 400, "model", "'model' is %zu bytes; at most %d are accepted", n,
+			                  MODEL_MAX);
 		if (!utf8_valid((const unsigned char *)model, n))
 			return fe_bad_set(bad, 400, "model", "'model' is not valid UTF-8");
 	}
@@ -145,8 +146,7 @@ fetch_vocab(int timeout_ms, char *err)
 
 // --- the jobs ---------------------------------------------------------------------------
 
-static void
-fail(struct fe_gen *g, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fail(struct fe_gen *g, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 static void
 fail(struct fe_gen *g, int status, const char *fmt, ...)
@@ -198,8 +198,8 @@ static int
 mixed_encode(struct ad_client *tok, const struct fe_params *p, int32_t **ids, size_t *n, int tmo, char *err)
 {
 	if (!p->emb_text)
-		return tokc_encode(tok, p->prompt, p->prompt_len, p->add_special ? -1 : 0, p->parse_special, ids, n, tmo,
-		                   err);
+		return tokc_encode(tok, p->prompt, p->prompt_len, p->add_special ? -1 : 0, p->parse_special, ids, n,
+		                   tmo, err);
 	size_t cap = 0;
 	*ids = NULL;
 	*n = 0;
@@ -552,7 +552,7 @@ fe_props_json(int *status, size_t *len)
 	cJSON_AddFalseToObject(pr, "stream");
 	cJSON_AddNumberToObject(pr, "n_probs", 0);
 	cJSON *smp = cJSON_AddArrayToObject(pr, "samplers");
-	static const char *samplers[] = { "penalties", "top_k", "top_p", "min_p", "temperature" };
+	static const char *samplers[] = {"penalties", "top_k", "top_p", "min_p", "temperature"};
 	for (size_t i = 0; i < sizeof samplers / sizeof samplers[0]; i++)
 		cJSON_AddItemToArray(smp, cJSON_CreateString(samplers[i]));
 	cJSON_AddNumberToObject(o, "total_slots", cfg->parallel);
@@ -682,7 +682,8 @@ tokenize_parse(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 		if (mixed_parse(c, p, bad))
 			return -1;
 	} else if (!cJSON_IsString(c)) {
-		return fe_bad_set(bad, 400, "content", "'content' must be a string or an array of strings and token ids");
+		return fe_bad_set(bad, 400, "content",
+		                  "'content' must be a string or an array of strings and token ids");
 	} else if (!(p->prompt = strdup(c->valuestring))) {
 		return fe_bad_set(bad, 503, NULL, "out of memory");
 	} else {

@@ -85,16 +85,18 @@ parse_tools(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 			else if (!strcmp(v, "required"))
 				p->tool_choice = FE_TC_REQUIRED;
 			else
-				return fe_bad_set(bad, 400, "tool_choice",
-				                  "'tool_choice' must be none, auto, required or {\"type\": \"function\", "
-				                  "\"function\": {\"name\": ...}}");
+				return fe_bad_set(
+					bad, 400, "tool_choice",
+					"'tool_choice' must be none, auto, required or {\"type\": \"function\", "
+					"\"function\": {\"name\": ...}}");
 		} else {
 			cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
 			cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
 			if (!cJSON_IsObject(tc) || !cJSON_IsString(name))
-				return fe_bad_set(bad, 400, "tool_choice",
-				                  "'tool_choice' must be none, auto, required or {\"type\": \"function\", "
-				                  "\"function\": {\"name\": ...}}");
+				return fe_bad_set(
+					bad, 400, "tool_choice",
+					"'tool_choice' must be none, auto, required or {\"type\": \"function\", "
+					"\"function\": {\"name\": ...}}");
 			p->tool_choice = FE_TC_NAMED;
 			if (!(p->tool_name = strdup(name->valuestring)))
 				return fe_bad_set(bad, 503, NULL, "out of memory");
@@ -132,7 +134,8 @@ parse_format(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 	cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
 	cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
 	if (!cJSON_IsObject(js))
-		return fe_bad_set(bad, 400, "response_format.json_schema", "'response_format.json_schema' must be an object");
+		return fe_bad_set(bad, 400, "response_format.json_schema",
+		                  "'response_format.json_schema' must be an object");
 	if (!schema || cJSON_IsNull(schema)) // a name alone: any JSON object
 		p->json_object = 1;
 	else if (!(p->schema = cJSON_Duplicate(schema, 1)))
@@ -274,12 +277,14 @@ parse_bias(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 		char *end = NULL;
 		double id = strtod(e->string, &end);
 		if (!e->string[0] || *end || end == e->string)
-			return fe_bad_set(bad, 400, "logit_bias", "'logit_bias': key '%.64s' is not a token id", e->string);
+			return fe_bad_set(bad, 400, "logit_bias", "'logit_bias': key '%.64s' is not a token id",
+			                  e->string);
 		int32_t t = 0;
 		if (token_id(id, "logit_bias", &t, bad) != 0)
 			return -1;
 		if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble < -100 || e->valuedouble > 100)
-			return fe_bad_set(bad, 400, "logit_bias", "'%s': the bias must be a number between -100 and 100", where);
+			return fe_bad_set(bad, 400, "logit_bias",
+			                  "'%s': the bias must be a number between -100 and 100", where);
 		p->bias[p->n_bias].id = t;
 		p->bias[p->n_bias].bias = (float)e->valuedouble;
 		p->n_bias++;
@@ -317,8 +322,8 @@ parse_embeddings(cJSON *body, const struct fe_config *cfg, struct fe_params *p, 
 	if (fe_get_string(body, "encoding_format", &fmt, bad) < 0)
 		return -1;
 	if (fmt && strcmp(fmt, "float") != 0 && strcmp(fmt, "base64") != 0)
-		return fe_bad_set(bad, 400, "encoding_format", "'encoding_format' must be \"float\" or \"base64\", not '%.32s'",
-		                  fmt);
+		return fe_bad_set(bad, 400, "encoding_format",
+		                  "'encoding_format' must be \"float\" or \"base64\", not '%.32s'", fmt);
 	p->base64 = fmt && strcmp(fmt, "base64") == 0;
 	long long ll;
 	int rv;
@@ -370,7 +375,8 @@ parse_embeddings(cJSON *body, const struct fe_config *cfg, struct fe_params *p, 
 			if (embed_ids(e, i, p, bad) != 0)
 				return -1;
 		} else {
-			return fe_bad_set(bad, 400, "input", "'input[%zu]' must be a string or an array of token ids", i);
+			return fe_bad_set(bad, 400, "input", "'input[%zu]' must be a string or an array of token ids",
+			                  i);
 		}
 		i++;
 	}
@@ -410,7 +416,7 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 	}
 	long long ll;
 	int rv;
-	const char *mt_keys[] = { "max_tokens", "max_completion_tokens" };
+	const char *mt_keys[] = {"max_tokens", "max_completion_tokens"};
 	for (int i = 0; i < 2; i++) {
 		if ((rv = fe_get_int(body, mt_keys[i], 1, 1 << 20, &ll, bad)) < 0)
 			return -1;
@@ -437,7 +443,8 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 		return fe_bad_set(bad, 503, NULL, "out of memory");
 	if (parse_constraints(body, p, bad) < 0)
 		return -1;
-	static const struct fe_fields fields = {"tools", "tool_choice", "response_format.json_schema.schema", "grammar"};
+	static const struct fe_fields fields = {"tools", "tool_choice", "response_format.json_schema.schema",
+	                                        "grammar"};
 	static const struct fe_fields fields_ext = {"tools", "tool_choice", "json_schema", "grammar"};
 	if (fe_structured_check(p, cJSON_GetObjectItemCaseSensitive(body, "response_format") ? &fields : &fields_ext,
 	                        bad) < 0)
@@ -611,7 +618,8 @@ base64(const void *data, size_t n)
 	if (!s)
 		return NULL;
 	for (size_t i = 0; i < n; i += 3) {
-		unsigned v = (unsigned)b[i] << 16 | (i + 1 < n ? (unsigned)b[i + 1] << 8 : 0) | (i + 2 < n ? b[i + 2] : 0);
+		unsigned v =
+			(unsigned)b[i] << 16 | (i + 1 < n ? (unsigned)b[i + 1] << 8 : 0) | (i + 2 < n ? b[i + 2] : 0);
 		*o++ = tab[v >> 18 & 63];
 		*o++ = tab[v >> 12 & 63];
 		*o++ = i + 1 < n ? tab[v >> 6 & 63] : '=';
@@ -777,7 +785,8 @@ stream_chunk(const struct fe_gen *g, const struct fe_chunk *ck, size_t *len)
 	if (is_chat(g) && ck->call) {
 		// a tool call: its first delta names it, the later ones carry pieces of its arguments
 		cJSON *d = cJSON_AddObjectToObject(c, "delta");
-		cJSON *tc = cJSON_AddArrayToObject(d, "tool_calls"), *t = cJSON_CreateObject(), *fn = cJSON_CreateObject();
+		cJSON *tc = cJSON_AddArrayToObject(d, "tool_calls"), *t = cJSON_CreateObject(),
+		      *fn = cJSON_CreateObject();
 		cJSON_AddNumberToObject(t, "index", ck->call - 1);
 		if (ck->start) {
 			cJSON_AddStringToObject(t, "id", ck->start->id);

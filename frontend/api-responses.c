@@ -76,7 +76,8 @@ content_text(cJSON *c, const char *where, char **out, struct fe_bad *bad)
 		}
 		if (strcmp(type->valuestring, "input_text") != 0 && strcmp(type->valuestring, "output_text") != 0) {
 			free(s);
-			return fe_bad_set(bad, 400, w, "'%s': '%.32s' parts are not supported (input_text, output_text)", w,
+			return fe_bad_set(bad, 400, w,
+			                  "'%s': '%.32s' parts are not supported (input_text, output_text)", w,
 			                  type->valuestring);
 		}
 		if (!cJSON_IsString(text)) {
@@ -160,8 +161,8 @@ parse_input(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 				add_msg(p, TOK_ROLE_ASSISTANT, e);
 				m = &p->msgs[p->n_msgs - 1];
 			}
-			if (fe_msg_call(m, cid->valuestring, name->valuestring, cJSON_IsString(args) ? args->valuestring : "{}",
-			                where, bad))
+			if (fe_msg_call(m, cid->valuestring, name->valuestring,
+			                cJSON_IsString(args) ? args->valuestring : "{}", where, bad))
 				return -1;
 			i++;
 			continue;
@@ -172,7 +173,8 @@ parse_input(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 			if (!cJSON_IsString(cid) || !cid->valuestring[0])
 				return fe_bad_set(bad, 400, where, "'%s' is required", where);
 			if (!fe_call_known(p, p->n_msgs, cid->valuestring))
-				return fe_bad_set(bad, 400, where, "'%s': no function_call item before it has call_id '%.64s'", where,
+				return fe_bad_set(bad, 400, where,
+				                  "'%s': no function_call item before it has call_id '%.64s'", where,
 				                  cid->valuestring);
 			snprintf(where, sizeof where, "input[%d].output", i);
 			char *text;
@@ -197,10 +199,11 @@ parse_input(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 		}
 		if (type && !cJSON_IsNull(type) && (!ts || strcmp(ts, "message") != 0)) {
 			snprintf(where, sizeof where, "input[%d].type", i);
-			return fe_bad_set(bad, 400, where,
-			                  "'%s': '%.32s' items are not supported (message, function_call, function_call_output; "
-			                  "the server keeps no state, so nothing refers to stored items)",
-			                  where, ts ? ts : "?");
+			return fe_bad_set(
+				bad, 400, where,
+				"'%s': '%.32s' items are not supported (message, function_call, function_call_output; "
+				"the server keeps no state, so nothing refers to stored items)",
+				where, ts ? ts : "?");
 		}
 		cJSON *role = cJSON_GetObjectItemCaseSensitive(it, "role");
 		snprintf(where, sizeof where, "input[%d].role", i);
@@ -216,7 +219,8 @@ parse_input(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 			r = TOK_ROLE_SYSTEM;
 		else
 			return fe_bad_set(bad, 400, where,
-			                  "'%s': role '%.32s' is not supported (user, assistant, system, developer)", where, rs);
+			                  "'%s': role '%.32s' is not supported (user, assistant, system, developer)",
+			                  where, rs);
 		snprintf(where, sizeof where, "input[%d].content", i);
 		char *text;
 		if (content_text(cJSON_GetObjectItemCaseSensitive(it, "content"), where, &text, bad) < 0)
@@ -237,15 +241,17 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 		return -1;
 	// state the server does not keep
 	if (present(body, "previous_response_id"))
-		return refuse(bad, "previous_response_id",
-		              "this server is stateless and keeps no responses; send the whole conversation in 'input'");
+		return refuse(
+			bad, "previous_response_id",
+			"this server is stateless and keeps no responses; send the whole conversation in 'input'");
 	if (present(body, "conversation"))
 		return refuse(bad, "conversation", "this server is stateless; send the whole conversation in 'input'");
 	int b = 0;
 	if (fe_get_bool(body, "store", &b, bad) < 0)
 		return -1;
 	if (b)
-		return refuse(bad, "store", "this server is stateless and stores no responses; send store: false or leave it out");
+		return refuse(bad, "store",
+		              "this server is stateless and stores no responses; send store: false or leave it out");
 	b = 0;
 	if (fe_get_bool(body, "background", &b, bad) < 0)
 		return -1;
@@ -258,7 +264,8 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 	p->tool_choice = p->n_tools ? FE_TC_AUTO : FE_TC_NONE;
 	cJSON *tc = cJSON_GetObjectItemCaseSensitive(body, "tool_choice");
 	if (tc && !cJSON_IsNull(tc)) {
-		cJSON *tn = cJSON_GetObjectItemCaseSensitive(tc, "name"), *tt = cJSON_GetObjectItemCaseSensitive(tc, "type");
+		cJSON *tn = cJSON_GetObjectItemCaseSensitive(tc, "name"),
+		      *tt = cJSON_GetObjectItemCaseSensitive(tc, "type");
 		if (cJSON_IsString(tc) && !strcmp(tc->valuestring, "none")) {
 			p->tool_choice = FE_TC_NONE;
 		} else if (cJSON_IsString(tc) && !strcmp(tc->valuestring, "auto")) {
@@ -271,8 +278,9 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 			if (!(p->tool_name = strdup(tn->valuestring)))
 				return fe_bad_set(bad, 503, NULL, "out of memory");
 		} else {
-			return fe_bad_set(bad, 400, "tool_choice",
-			                  "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"name\": ...}");
+			return fe_bad_set(
+				bad, 400, "tool_choice",
+				"'tool_choice' must be none, auto, required or {\"type\": \"function\", \"name\": ...}");
 		}
 	}
 	p->parallel_tools = 1;
@@ -289,18 +297,21 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 		if (f && !cJSON_IsNull(f)) {
 			cJSON *ft = cJSON_GetObjectItemCaseSensitive(f, "type");
 			if (!cJSON_IsObject(f) || !cJSON_IsString(ft))
-				return fe_bad_set(bad, 400, "text.format", "'text.format' must be an object with a type");
+				return fe_bad_set(bad, 400, "text.format",
+				                  "'text.format' must be an object with a type");
 			if (!strcmp(ft->valuestring, "json_object")) {
 				p->json_object = 1;
 			} else if (!strcmp(ft->valuestring, "json_schema")) {
 				cJSON *sc = cJSON_GetObjectItemCaseSensitive(f, "schema");
 				if (!cJSON_IsObject(sc))
-					return fe_bad_set(bad, 400, "text.format.schema", "'text.format.schema' must be a JSON Schema object");
+					return fe_bad_set(bad, 400, "text.format.schema",
+					                  "'text.format.schema' must be a JSON Schema object");
 				if (!(p->schema = cJSON_Duplicate(sc, 1)))
 					return fe_bad_set(bad, 503, NULL, "out of memory");
 			} else if (strcmp(ft->valuestring, "text")) {
 				return fe_bad_set(bad, 400, "text.format.type",
-				                  "'text.format.type': '%.32s' is not text, json_object or json_schema", ft->valuestring);
+				                  "'text.format.type': '%.32s' is not text, json_object or json_schema",
+				                  ft->valuestring);
 			}
 		}
 	}
@@ -424,7 +435,8 @@ usage(const struct fe_gen *g)
 {
 	cJSON *u = cJSON_CreateObject();
 	cJSON_AddNumberToObject(u, "input_tokens", g->r.prompt_tokens);
-	cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "input_tokens_details"), "cached_tokens", g->r.cached_tokens);
+	cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "input_tokens_details"), "cached_tokens",
+	                        g->r.cached_tokens);
 	cJSON_AddNumberToObject(u, "output_tokens", g->r.completion_tokens);
 	cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "output_tokens_details"), "reasoning_tokens", 0);
 	cJSON_AddNumberToObject(u, "total_tokens", g->r.prompt_tokens + g->r.completion_tokens);
@@ -445,7 +457,8 @@ response_obj(const struct fe_gen *g, int final)
 	cJSON_AddFalseToObject(o, "background");
 	cJSON_AddNullToObject(o, "error");
 	if (final && incomplete(g))
-		cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "incomplete_details"), "reason", "max_output_tokens");
+		cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "incomplete_details"), "reason",
+		                        "max_output_tokens");
 	else
 		cJSON_AddNullToObject(o, "incomplete_details");
 	if (p->has_instructions)
@@ -479,8 +492,10 @@ response_obj(const struct fe_gen *g, int final)
 		cJSON_AddStringToObject(tc, "type", "function");
 		cJSON_AddStringToObject(tc, "name", p->tool_name);
 	} else {
-		cJSON_AddStringToObject(o, "tool_choice", p->tool_choice == FE_TC_REQUIRED ? "required"
-		                                          : p->tool_choice == FE_TC_AUTO && p->n_tools ? "auto" : "none");
+		cJSON_AddStringToObject(o, "tool_choice",
+		                        p->tool_choice == FE_TC_REQUIRED             ? "required"
+		                        : p->tool_choice == FE_TC_AUTO && p->n_tools ? "auto"
+		                                                                     : "none");
 	}
 	cJSON *tools = cJSON_AddArrayToObject(o, "tools");
 	for (int i = 0; i < p->n_tools; i++) {
@@ -626,7 +641,7 @@ item_start(const struct fe_gen *g, struct fe_sse *e, const struct fe_call *c)
 static char *
 stream_start(const struct fe_gen *g, size_t *len)
 {
-	struct fe_sse e = { 0 };
+	struct fe_sse e = {0};
 	cJSON *o = ev_obj(g, "response.created");
 	cJSON_AddItemToObject(o, "response", response_obj(g, 0));
 	ev_add(&e, o);
@@ -643,7 +658,7 @@ static char *
 stream_chunk(const struct fe_gen *g, const struct fe_chunk *c, size_t *len)
 {
 	struct fe_gen *m = (struct fe_gen *)g;
-	struct fe_sse e = { 0 };
+	struct fe_sse e = {0};
 	if (c->call) {
 		if (c->start)
 			item_start(g, &e, c->start);
@@ -702,7 +717,7 @@ stream_text(const struct fe_gen *g, const char *s, size_t n, size_t *len)
 static char *
 stream_end(const struct fe_gen *g, size_t *len)
 {
-	struct fe_sse e = { 0 };
+	struct fe_sse e = {0};
 	if (!g->blocks_seen) // nothing came: the (empty) message the output holds
 		item_start(g, &e, NULL);
 	item_stop(g, &e);
@@ -734,7 +749,7 @@ stream_error(int status, const char *msg, size_t *len)
 	cJSON_AddStringToObject(e, "code", code);
 	fe_add_text(e, "message", msg, strlen(msg));
 	cJSON_AddNullToObject(e, "param");
-	struct fe_sse v = { 0 };
+	struct fe_sse v = {0};
 	ev_add(&v, o);
 	return fe_sse_done(&v, len);
 }

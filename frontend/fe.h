@@ -25,29 +25,29 @@
 
 #define FE_MAX_STOPS 16
 #define FE_MAX_STOP_LEN 256
-#define FE_MAX_STOP_IDS 16      // stop given as token ids (llama.cpp's extension)
-#define FE_MAX_N 8              // choices per request
+#define FE_MAX_STOP_IDS 16 // stop given as token ids (llama.cpp's extension)
+#define FE_MAX_N 8         // choices per request
 #define FE_MAX_TOP_LOGPROBS 20
-#define FE_MAX_BIAS 1024        // logit_bias entries
-#define FE_MAX_TOOLS 128        // tools a request declares
-#define FE_MAX_CALLS 64         // tool calls in one choice
+#define FE_MAX_BIAS 1024 // logit_bias entries
+#define FE_MAX_TOOLS 128 // tools a request declares
+#define FE_MAX_CALLS 64  // tool calls in one choice
 
 struct fe_config {
 	const char *listen;
 	const char *tok_url, *engine_url;
-	const char *name;   // model id reported and echoed
+	const char *name;       // model id reported and echoed
 	const char *model_file; // the model's file name, for /props ("" or NULL: unknown)
-	const char *system; // default system prompt for chat requests
-	unsigned max_tokens; // default when the request has none
-	unsigned max_seq;    // context: prompt + reply must fit
+	const char *system;     // default system prompt for chat requests
+	unsigned max_tokens;    // default when the request has none
+	unsigned max_seq;       // context: prompt + reply must fit
 	size_t max_body;
-	int queue;           // requests waiting beyond those running
-	int parallel;        // generations the engine runs at once
-	int timeout_ms;      // each upstream call
-	int keepalive_ms;    // SSE comment after this much silence; 0: never
-	int deadline_ms;     // a generation's whole life, queue included; 0: none
-	int embeddings;      // serve /v1/embeddings
-	int no_spec;         // the engine runs without speculative decoding unless asked (/props)
+	int queue;        // requests waiting beyond those running
+	int parallel;     // generations the engine runs at once
+	int timeout_ms;   // each upstream call
+	int keepalive_ms; // SSE comment after this much silence; 0: never
+	int deadline_ms;  // a generation's whole life, queue included; 0: none
+	int embeddings;   // serve /v1/embeddings
+	int no_spec;      // the engine runs without speculative decoding unless asked (/props)
 	// sampling defaults for a request that sets none (--temp, ...); a field
 	// counts only when its FE_DEF_* bit is in def.set
 	struct fe_sampling_defaults {
@@ -69,15 +69,15 @@ struct fe_config {
 };
 
 // --- procs.c: the supervisor's status file ---------------------------------------
-#define FE_LOOP_N 5              // a process that exited this many times ...
-#define FE_LOOP_WINDOW_MS 30000  // ... within this long is crash-looping
+#define FE_LOOP_N 5             // a process that exited this many times ...
+#define FE_LOOP_WINDOW_MS 30000 // ... within this long is crash-looping
 struct fe_proc {
 	char name[32];
-	long pid;         // 0 while down
+	long pid; // 0 while down
 	int restarts;
-	char state[16];   // up, restarting, stopped
+	char state[16];     // up, restarting, stopped
 	char last_exit[32]; // signal:N, exit:N or ""
-	int recent;       // exits within FE_LOOP_WINDOW_MS
+	int recent;         // exits within FE_LOOP_WINDOW_MS
 	int looping;
 };
 // fe_procs_read: the processes listed in path (at most max), -1 when it cannot be read
@@ -108,8 +108,8 @@ struct cJSON;
 
 // a tool a request declares (tools.c)
 struct fe_tool {
-	char *name;          // [a-zA-Z0-9_-]{1,64}
-	char *description;   // NULL: none
+	char *name;           // [a-zA-Z0-9_-]{1,64}
+	char *description;    // NULL: none
 	struct cJSON *params; // the arguments' JSON Schema, an object schema (owned)
 };
 
@@ -125,11 +125,11 @@ struct fe_params {
 	struct tok_msg *msgs; // chat and messages; every string and call array malloc'd
 	size_t n_msgs;
 	// the chat template's inputs besides the messages (api-chat.c)
-	char *tools_json;     // JSON array of OpenAI-style tools for the template, NULL: none
-	int thinking;         // FE_THINKING_DEFAULT (0: the template's), _ON or _OFF
+	char *tools_json;      // JSON array of OpenAI-style tools for the template, NULL: none
+	int thinking;          // FE_THINKING_DEFAULT (0: the template's), _ON or _OFF
 	char *template_kwargs; // JSON object (chat_template_kwargs and what maps to it), NULL: none
-	int keep_thinking;    // reasoning_format "none": the thinking stays in the text
-	char *prompt;         // completions: raw text, no template
+	int keep_thinking;     // reasoning_format "none": the thinking stays in the text
+	char *prompt;          // completions: raw text, no template
 	size_t prompt_len;
 	unsigned max_tokens;
 	float temperature, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
@@ -146,32 +146,32 @@ struct fe_params {
 	size_t n_ids;
 	int32_t stop_ids[FE_MAX_STOP_IDS]; // end the choice when sampled (not reported)
 	size_t n_stop_ids;
-	int n;                // choices, [1, FE_MAX_N]; 0 reads as 1
-	int logprobs;         // report each token's logprob
-	int top_logprobs;     // and this many alternatives, [0, FE_MAX_TOP_LOGPROBS]
-	int speculative;      // "speculative": 0 not given, 1 false, 2 true (engine.proto's SpecMode)
+	int n;            // choices, [1, FE_MAX_N]; 0 reads as 1
+	int logprobs;     // report each token's logprob
+	int top_logprobs; // and this many alternatives, [0, FE_MAX_TOP_LOGPROBS]
+	int speculative;  // "speculative": 0 not given, 1 false, 2 true (engine.proto's SpecMode)
 	struct fe_bias {
 		int32_t id;
 		float bias;
-	} *bias;              // logit_bias, malloc'd
+	} * bias; // logit_bias, malloc'd
 	size_t n_bias;
 	// embeddings: n_inputs inputs, each text (emb_text[i]) or token ids (emb_ids[i], emb_len[i])
 	char **emb_text;
 	int32_t **emb_ids;
 	size_t *emb_len;
 	size_t n_inputs;
-	int base64;           // encoding_format "base64"
-	long dimensions;      // 0: not given
+	int base64;      // encoding_format "base64"
+	long dimensions; // 0: not given
 	// tools and structured output (tools.c). msgs[i].calls are malloc'd
 	// with their strings; tool turns' call_id and name too.
 	struct fe_tool *tools;
 	int n_tools;
 	enum fe_tool_choice tool_choice; // with tools; FE_TC_AUTO by default
-	char *tool_name;      // FE_TC_NAMED: the tool to call
-	int parallel_tools;   // several calls in one reply (the default)
-	struct cJSON *schema; // the answer's JSON Schema (response_format json_schema, ...); owned
-	int json_object;      // the answer is a JSON object (response_format json_object)
-	char *grammar;        // llama.cpp's "grammar": GBNF given by the request
+	char *tool_name;                 // FE_TC_NAMED: the tool to call
+	int parallel_tools;              // several calls in one reply (the default)
+	struct cJSON *schema;            // the answer's JSON Schema (response_format json_schema, ...); owned
+	int json_object;                 // the answer is a JSON object (response_format json_object)
+	char *grammar;                   // llama.cpp's "grammar": GBNF given by the request
 	enum fe_ids call_ids;
 };
 
@@ -186,25 +186,32 @@ void fe_params_free(struct fe_params *p);
 // for completions), then the server's (cfg->def), before the body is read
 void fe_params_sampling(struct fe_params *p, const struct fe_config *cfg, int top_k);
 
-enum fe_finish { FE_FINISH_NONE, FE_FINISH_EOS, FE_FINISH_LENGTH, FE_FINISH_STOP_SEQ, FE_FINISH_CANCELLED, FE_FINISH_ERROR,
-	FE_FINISH_TOOLS }; // FE_FINISH_TOOLS: the reply ended after its tool calls
+enum fe_finish {
+	FE_FINISH_NONE,
+	FE_FINISH_EOS,
+	FE_FINISH_LENGTH,
+	FE_FINISH_STOP_SEQ,
+	FE_FINISH_CANCELLED,
+	FE_FINISH_ERROR,
+	FE_FINISH_TOOLS
+}; // FE_FINISH_TOOLS: the reply ended after its tool calls
 
 // the outcome of a generation, filled by the worker
 struct fe_result {
 	enum fe_finish finish;
-	int stop_index;      // which stop sequence matched (FE_FINISH_STOP_SEQ)
+	int stop_index; // which stop sequence matched (FE_FINISH_STOP_SEQ)
 	unsigned prompt_tokens, prompt_dropped, completion_tokens;
 	// nanoseconds per stage
 	uint64_t queue_ns, tokenize_ns, ttft_ns, total_ns, detok_ns;
 	uint64_t eng_queue_ns, prefill_ns, decode_ns, kernel_ns, ipc_ns, attention_ns, sampling_ns, cpu_other_ns,
-	        moe_ns;
+		moe_ns;
 	uint32_t prefill_tokens, decode_tokens;
 	unsigned cached_tokens; // prompt tokens the engine did not compute (prefix cache, session)
 	struct spec_stats spec; // speculative decoding (choice 0's job)
 	// errors (FE_FINISH_ERROR)
-	int status;          // HTTP status to use if nothing was sent yet
+	int status; // HTTP status to use if nothing was sent yet
 	char err[AD_ERRLEN];
-	char param[64];      // the field to blame, "" if none
+	char param[64]; // the field to blame, "" if none
 };
 
 struct fe_req; // the loop side of a request (http.c)
@@ -226,23 +233,23 @@ struct fe_lp_tok {
 // a tool call of a reply (tools.c)
 struct fe_call {
 	char id[48];
-	char item[48];   // the Responses API's item id (fc_...)
+	char item[48]; // the Responses API's item id (fc_...)
 	char name[72];
-	char *args;      // the arguments' JSON text so far (malloc'd)
+	char *args; // the arguments' JSON text so far (malloc'd)
 	size_t len, cap;
-	int done;        // the arguments are complete
+	int done; // the arguments are complete
 };
 
 // one of the n choices of a generation (the worker fills it)
 struct fe_choice {
-	char *text;            // choices 1.. (choice 0's text is fe_gen.text)
+	char *text; // choices 1.. (choice 0's text is fe_gen.text)
 	size_t len, cap;
-	char *reasoning;       // a thinking model's thinking (every choice; non-stream)
+	char *reasoning; // a thinking model's thinking (every choice; non-stream)
 	size_t rlen, rcap;
 	enum fe_finish finish;
 	int stop_index;
 	unsigned completion_tokens;
-	struct fe_lp_tok *lp;  // with logprobs: the tokens of the text, in order
+	struct fe_lp_tok *lp; // with logprobs: the tokens of the text, in order
 	size_t n_lp, cap_lp;
 	struct fe_call *calls; // tool calls (non-stream), in order
 	int n_calls;
@@ -265,29 +272,29 @@ struct fe_chunk {
 struct fe_gen {
 	struct fe_params p;
 	struct fe_result r;
-	struct fe_req *req;      // NULL once the HTTP request is gone (loop thread only)
-	int refs;                // loop thread only
-	int cancelled;           // atomic: the client went away
-	int queued;              // in the admission queue (queue lock)
-	uint64_t t_admit;        // ns, monotonic
-	int think;               // the reply is split into thinking and answer (worker, before FE_MSG_START)
-	int think_open;          // the prompt ends inside <think>: the reply starts in the thinking
-	int blk, blk_part;       // Anthropic stream: blocks opened so far, the open one's part (loop)
-	uint64_t blk_hash;       // and the hash of the thinking block's text
-	char id[48];             // response id in the dialect's form
-	unsigned seq;            // the Responses stream's sequence_number (loop thread)
+	struct fe_req *req; // NULL once the HTTP request is gone (loop thread only)
+	int refs;           // loop thread only
+	int cancelled;      // atomic: the client went away
+	int queued;         // in the admission queue (queue lock)
+	uint64_t t_admit;   // ns, monotonic
+	int think;          // the reply is split into thinking and answer (worker, before FE_MSG_START)
+	int think_open;     // the prompt ends inside <think>: the reply starts in the thinking
+	int blk, blk_part;  // Anthropic stream: blocks opened so far, the open one's part (loop)
+	uint64_t blk_hash;  // and the hash of the thinking block's text
+	char id[48];        // response id in the dialect's form
+	unsigned seq;       // the Responses stream's sequence_number (loop thread)
 	// a stream's open content block (loop thread): Anthropic's and the
 	// Responses API's blocks and items come and go with text and calls
 	int block, block_open, block_kind, blocks_seen;
-	struct fe_call *scalls;  // a stream's calls as sent (loop thread; the Responses' closing events)
+	struct fe_call *scalls; // a stream's calls as sent (loop thread; the Responses' closing events)
 	int n_scalls;
-	long long created;       // unix seconds
-	char *text;              // non-stream: the whole reply (worker, then loop)
+	long long created; // unix seconds
+	char *text;        // non-stream: the whole reply (worker, then loop)
 	size_t len, cap;
 	struct fe_choice ch[FE_MAX_N]; // per choice (p.n of them); ch[0].text is unused
-	float *emb;              // embeddings: n_inputs x emb_dims (worker, then loop)
+	float *emb;                    // embeddings: n_inputs x emb_dims (worker, then loop)
 	int emb_dims;
-	struct fe_gen *next;     // admission queue link
+	struct fe_gen *next; // admission queue link
 };
 
 // fe_choices_free frees what the choices hold (http.c, when a gen goes)
@@ -313,7 +320,7 @@ struct fe_think {
 	int state, lead, lead_content;
 	char hold[16]; // a tag cut at the end of a piece
 	size_t n_hold;
-	char ws[64];   // the reasoning's whitespace, sent once more reasoning follows
+	char ws[64]; // the reasoning's whitespace, sent once more reasoning follows
 	size_t pending_ws;
 };
 typedef int (*fe_think_cb)(void *arg, int part, const char *s, size_t n);
@@ -362,16 +369,16 @@ char *fe_tools_json(const struct fe_params *p);
 // llama3, mistral, generic; "" without tools). special resolves a control
 // token's text to its id (-1: not one control token).
 struct fe_gram {
-	char *text;  // GBNF (NULL: none)
-	int lazy;    // tool calls the model starts on its own
+	char *text; // GBNF (NULL: none)
+	int lazy;   // tool calls the model starts on its own
 	const char *words[4];
 	int n_words;
 	int32_t tokens[2];
 	int n_tokens;
-	int forced;  // the reply is tool calls from its first byte
+	int forced; // the reply is tool calls from its first byte
 };
-int fe_gram_build(const struct fe_params *p, const char *format, int32_t (*special)(void *, const char *),
-                  void *ctx, struct fe_gram *out, char *err);
+int fe_gram_build(const struct fe_params *p, const char *format, int32_t (*special)(void *, const char *), void *ctx,
+                  struct fe_gram *out, char *err);
 void fe_gram_free(struct fe_gram *g);
 
 // the reply side: the text from the grammar's trigger on, scanned for the
@@ -403,10 +410,10 @@ void fe_calls_free(struct fe_call *c, int n);
 struct fe_stop {
 	const char *const *stops;
 	size_t n_stops;
-	size_t max_len;   // longest stop sequence
-	char *buf;        // text not yet released
+	size_t max_len; // longest stop sequence
+	char *buf;      // text not yet released
 	size_t len, cap;
-	int hit;          // index of the stop sequence found, or -1
+	int hit; // index of the stop sequence found, or -1
 };
 
 void fe_stop_init(struct fe_stop *s, const char *const *stops, size_t n);
@@ -425,8 +432,16 @@ size_t fe_utf8_boundary(const char *s, size_t n);
 char *fe_utf8_clean(const char *s, size_t n, size_t *out_len);
 
 // --- metrics.c ------------------------------------------------------------------
-enum fe_stage { FE_ST_QUEUE, FE_ST_TOKENIZE, FE_ST_TTFT, FE_ST_PREFILL, FE_ST_DECODE, FE_ST_DETOK, FE_ST_TOTAL,
-	        FE_ST_N };
+enum fe_stage {
+	FE_ST_QUEUE,
+	FE_ST_TOKENIZE,
+	FE_ST_TTFT,
+	FE_ST_PREFILL,
+	FE_ST_DECODE,
+	FE_ST_DETOK,
+	FE_ST_TOTAL,
+	FE_ST_N
+};
 void fe_metrics_init(void);
 void fe_metrics_request(const char *endpoint, int status);
 void fe_metrics_tokens(unsigned in, unsigned out);
@@ -505,15 +520,15 @@ struct fe_bad {
 struct fe_dialect {
 	int (*parse)(struct cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_params *p,
 	             struct fe_bad *bad);
-	char *(*response)(const struct fe_gen *g, size_t *len);                      // non-stream JSON
-	char *(*stream_start)(const struct fe_gen *g, size_t *len);                  // first events
+	char *(*response)(const struct fe_gen *g, size_t *len);     // non-stream JSON
+	char *(*stream_start)(const struct fe_gen *g, size_t *len); // first events
 	char *(*stream_text)(const struct fe_gen *g, const char *s, size_t n, size_t *len);
 	// optional: a chunk with its choice index and logprobs (n choices); used
 	// instead of stream_text when set
 	char *(*stream_chunk)(const struct fe_gen *g, const struct fe_chunk *c, size_t *len);
 	char *(*stream_end)(const struct fe_gen *g, size_t *len);                    // last events
 	char *(*error)(int status, const char *msg, const char *param, size_t *len); // JSON body
-	char *(*stream_error)(int status, const char *msg, size_t *len);              // SSE event(s)
+	char *(*stream_error)(int status, const char *msg, size_t *len);             // SSE event(s)
 };
 
 extern const struct fe_dialect fe_openai, fe_anthropic;
@@ -584,7 +599,7 @@ void fe_msg_free(struct tok_msg *m); // what a parsed message holds
 // with "\n"; where names the field in messages
 int fe_get_text(struct cJSON *v, const char *where, char **out, struct fe_bad *bad);
 int fe_bad_set(struct fe_bad *bad, int status, const char *param, const char *fmt, ...)
-        __attribute__((format(printf, 4, 5)));
+	__attribute__((format(printf, 4, 5)));
 // the sampling fields every dialect shares
 int fe_get_sampling(struct cJSON *o, struct fe_params *p, struct fe_bad *bad);
 struct cJSON *fe_timings_json(const struct fe_gen *g);

@@ -123,7 +123,7 @@ key_ok(const struct fe_config *cfg, const char *got, size_t len)
 static int
 open_path(h2o_req_t *req)
 {
-	static const char *open[] = { "/health", "/", "/index.html" };
+	static const char *open[] = {"/health", "/", "/index.html"};
 	for (size_t i = 0; i < sizeof open / sizeof open[0]; i++)
 		if (h2o_memis(req->path_normalized.base, req->path_normalized.len, open[i], strlen(open[i])))
 			return 1;
@@ -158,7 +158,8 @@ fe_guard_auth(const struct fe_config *cfg, h2o_req_t *req, char *msg, size_t cap
 	if (sent)
 		snprintf(msg, cap, "invalid API key");
 	else
-		snprintf(msg, cap, "this server needs an API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
+		snprintf(msg, cap,
+		         "this server needs an API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
 	return 401;
 }
 
@@ -201,7 +202,7 @@ is_ip_literal(const char *h, size_t n, int loopback_only)
 		b[n - 2] = 0;
 		if (inet_pton(AF_INET6, b, a) != 1)
 			return 0;
-		static const unsigned char one[16] = { [15] = 1 };
+		static const unsigned char one[16] = {[15] = 1};
 		return !loopback_only || memcmp(a, one, 16) == 0;
 	}
 	memcpy(b, h, n);
@@ -234,9 +235,10 @@ fe_guard_host(const struct fe_config *cfg, h2o_req_t *req, char *msg, size_t cap
 			return 0;
 	char s[128];
 	shown(s, sizeof s, h, hl);
-	snprintf(msg, cap,
-	         "the Host header '%s' is not an address of this server; start it with --allowed-host %s to accept that name",
-	         s, s);
+	snprintf(
+		msg, cap,
+		"the Host header '%s' is not an address of this server; start it with --allowed-host %s to accept that name",
+		s, s);
 	return 403;
 }
 
@@ -342,7 +344,8 @@ fe_guard_json_type(h2o_req_t *req, char *msg, size_t cap)
 	if (v)
 		snprintf(msg, cap, "the request body must be sent as Content-Type: application/json, not '%s'", s);
 	else
-		snprintf(msg, cap, "the request has no Content-Type: send the JSON body as Content-Type: application/json");
+		snprintf(msg, cap,
+		         "the request has no Content-Type: send the JSON body as Content-Type: application/json");
 	return 415;
 }
 
@@ -431,7 +434,8 @@ err_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *in, size_t nin, h2o_s
 	what[w] = 0;
 	char msg[AD_ERRLEN];
 	if (req->res.status == 413)
-		snprintf(msg, sizeof msg, "the request body is larger than this server takes (%zu bytes; --max-body %zu)",
+		snprintf(msg, sizeof msg,
+		         "the request body is larger than this server takes (%zu bytes; --max-body %zu)",
 		         req->conn->ctx->globalconf->max_request_entity_size, o->cfg->max_body);
 	else
 		snprintf(msg, sizeof msg, "the request was refused: %s", what[0] ? what : "malformed HTTP");

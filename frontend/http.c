@@ -44,12 +44,12 @@ struct fe_req {
 	struct fe_gen *g;
 	const struct fe_dialect *d;
 	const char *endpoint;
-	int started;   // response headers are out (SSE)
-	int flushed;   // at least one h2o_send happened
-	int sending;   // an h2o_send is being written
-	int closing;   // the last bytes are in out
-	int done;      // the final send happened
-	int fd;        // the connection's socket, -1 if unknown
+	int started; // response headers are out (SSE)
+	int flushed; // at least one h2o_send happened
+	int sending; // an h2o_send is being written
+	int closing; // the last bytes are in out
+	int done;    // the final send happened
+	int fd;      // the connection's socket, -1 if unknown
 	uint64_t last_write_ns;
 	struct buf out, inflight;
 	h2o_linklist_t active;
@@ -59,12 +59,12 @@ struct fe_msg {
 	h2o_multithread_message_t super;
 	struct fe_gen *g;
 	enum fe_msg_kind kind;
-	int index;             // the choice (FE_MSG_TEXT)
-	int part;              // FE_PART_CONTENT or FE_PART_REASONING
-	int call;              // 0: text; else a tool call's arguments (fe_chunk)
-	int has_start;         // the call starts here: start holds its id and name
+	int index;     // the choice (FE_MSG_TEXT)
+	int part;      // FE_PART_CONTENT or FE_PART_REASONING
+	int call;      // 0: text; else a tool call's arguments (fe_chunk)
+	int has_start; // the call starts here: start holds its id and name
 	struct fe_call start;
-	struct fe_lp_tok *lp;  // malloc'd, n_lp tokens with logprobs
+	struct fe_lp_tok *lp; // malloc'd, n_lp tokens with logprobs
 	size_t n_lp;
 	size_t len;
 	char text[];
@@ -89,21 +89,36 @@ static const char *
 reason(int status)
 {
 	switch (status) {
-	case 200: return "OK";
-	case 204: return "No Content";
-	case 400: return "Bad Request";
-	case 401: return "Unauthorized";
-	case 403: return "Forbidden";
-	case 404: return "Not Found";
-	case 405: return "Method Not Allowed";
-	case 413: return "Payload Too Large";
-	case 415: return "Unsupported Media Type";
-	case 500: return "Internal Server Error";
-	case 501: return "Not Implemented";
-	case 502: return "Bad Gateway";
-	case 503: return "Service Unavailable";
-	case 504: return "Gateway Timeout";
-	default: return "Error";
+	case 200:
+		return "OK";
+	case 204:
+		return "No Content";
+	case 400:
+		return "Bad Request";
+	case 401:
+		return "Unauthorized";
+	case 403:
+		return "Forbidden";
+	case 404:
+		return "Not Found";
+	case 405:
+		return "Method Not Allowed";
+	case 413:
+		return "Payload Too Large";
+	case 415:
+		return "Unsupported Media Type";
+	case 500:
+		return "Internal Server Error";
+	case 501:
+		return "Not Implemented";
+	case 502:
+		return "Bad Gateway";
+	case 503:
+		return "Service Unavailable";
+	case 504:
+		return "Gateway Timeout";
+	default:
+		return "Error";
 	}
 }
 
@@ -121,10 +136,9 @@ cors(h2o_req_t *req)
 
 // respond sends a whole response; body is copied unless it is static
 static void
-respond(h2o_req_t *req, const char *endpoint, int status, const char *ctype, const void *body, size_t len,
-        int copy)
+respond(h2o_req_t *req, const char *endpoint, int status, const char *ctype, const void *body, size_t len, int copy)
 {
-	static h2o_generator_t none = { NULL, NULL };
+	static h2o_generator_t none = {NULL, NULL};
 	req->res.status = status;
 	req->res.reason = reason(status);
 	cors(req);
@@ -150,9 +164,8 @@ respond_json(h2o_req_t *req, const char *endpoint, int status, char *json, size_
 	free(json);
 }
 
-static void
-respond_error(h2o_req_t *req, const struct fe_dialect *d, const char *endpoint, int status, const char *param,
-              const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static void respond_error(h2o_req_t *req, const struct fe_dialect *d, const char *endpoint, int status,
+                          const char *param, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 static void
 respond_error(h2o_req_t *req, const struct fe_dialect *d, const char *endpoint, int status, const char *param,
@@ -323,7 +336,8 @@ finish(struct fe_req *rq)
 	if (!g->p.stream) {
 		rq->done = 1;
 		int status = error ? (r->status ? r->status : 502) : 200;
-		char *body = error ? rq->d->error(status, r->err, r->param[0] ? r->param : NULL, &n) : rq->d->response(g, &n);
+		char *body = error ? rq->d->error(status, r->err, r->param[0] ? r->param : NULL, &n)
+		                   : rq->d->response(g, &n);
 		if (status == 503)
 			hdr(req, "retry-after", "1");
 		respond_json(req, rq->endpoint, status, body, n);
@@ -359,8 +373,13 @@ on_message(struct fe_msg *m)
 		case FE_MSG_TEXT:
 			if (g->p.stream) {
 				sse_start(rq, 1);
-				struct fe_chunk c = {.index = m->index, .text = m->text, .len = m->len, .lp = m->lp,
-				                     .n_lp = m->n_lp, .part = m->part, .call = m->call,
+				struct fe_chunk c = {.index = m->index,
+				                     .text = m->text,
+				                     .len = m->len,
+				                     .lp = m->lp,
+				                     .n_lp = m->n_lp,
+				                     .part = m->part,
+				                     .call = m->call,
 				                     .start = m->has_start ? &m->start : NULL};
 				char *ev = rq->d->stream_chunk ? rq->d->stream_chunk(g, &c, &n)
 				                               : rq->d->stream_text(g, m->text, m->len, &n);
@@ -563,7 +582,7 @@ start_generation(h2o_req_t *req, enum fe_api api, const struct fe_dialect *d, co
 		respond_error(req, d, endpoint, 503, NULL, "out of memory");
 		return 0;
 	}
-	struct fe_bad bad = { 0 };
+	struct fe_bad bad = {0};
 	int rv = d->parse(body, api, S.cfg, &g->p, &bad);
 	cJSON_Delete(body);
 	if (rv != 0) {
@@ -582,7 +601,8 @@ start_generation(h2o_req_t *req, enum fe_api api, const struct fe_dialect *d, co
 		fe_params_free(&g->p);
 		free(g);
 		fe_metrics_rejected();
-		respond_error(req, d, endpoint, 503, NULL, "the server is busy: %d generations running and %d waiting; retry shortly",
+		respond_error(req, d, endpoint, 503, NULL,
+		              "the server is busy: %d generations running and %d waiting; retry shortly",
 		              S.cfg->parallel, S.cfg->queue);
 		return 0;
 	}
@@ -628,7 +648,7 @@ health(h2o_req_t *req)
 	int tok_up, eng_up, waiting, running;
 	fe_metrics_upstream_state(&tok_up, &eng_up);
 	fe_queue_state(&waiting, &running);
-	static const char *state[] = { "unknown", "down", "up" };
+	static const char *state[] = {"unknown", "down", "up"};
 	cJSON *o = cJSON_CreateObject();
 	cJSON *st = cJSON_AddStringToObject(o, "status", "ok");
 	cJSON_AddStringToObject(o, "tokenizer", state[tok_up + 1]);
@@ -694,8 +714,9 @@ procs_metrics(char *m, size_t *n)
 	                      "# TYPE anedvd_process_last_exit gauge\n");
 	for (int i = 0; i < np; i++)
 		if (pr[i].last_exit[0])
-			k += (size_t)snprintf(t + k, cap - k, "anedvd_process_last_exit{process=\"%s\",reason=\"%s\"} 1\n",
-			                      pr[i].name, pr[i].last_exit);
+			k += (size_t)snprintf(t + k, cap - k,
+			                      "anedvd_process_last_exit{process=\"%s\",reason=\"%s\"} 1\n", pr[i].name,
+			                      pr[i].last_exit);
 	*n = k;
 	return t;
 }
@@ -754,10 +775,21 @@ method_is(h2o_req_t *req, const char *m)
 static const char *
 route_label(h2o_req_t *req)
 {
-	static const char *routes[] = { "/v1/chat/completions", "/v1/completions", "/v1/messages",
-		                        "/v1/messages/count_tokens", "/v1/embeddings", "/v1/responses",
-		                        "/tokenize", "/detokenize", "/apply-template", "/health",
-		                        "/v1/models", "/metrics", "/", "/index.html", "/props" };
+	static const char *routes[] = {"/v1/chat/completions",
+	                               "/v1/completions",
+	                               "/v1/messages",
+	                               "/v1/messages/count_tokens",
+	                               "/v1/embeddings",
+	                               "/v1/responses",
+	                               "/tokenize",
+	                               "/detokenize",
+	                               "/apply-template",
+	                               "/health",
+	                               "/v1/models",
+	                               "/metrics",
+	                               "/",
+	                               "/index.html",
+	                               "/props"};
 	for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
 		if (path_is(req, routes[i]))
 			return routes[i];
@@ -829,7 +861,7 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
 			respond_error(req, d, path, 405, NULL, "%s takes POST", path);
 			return 0;
 		}
-		enum fe_api api = d == &fe_anthropic ? FE_API_MESSAGES
+		enum fe_api api = d == &fe_anthropic                ? FE_API_MESSAGES
 		                  : path_is(req, "/v1/completions") ? FE_API_COMPLETIONS
 		                                                    : FE_API_CHAT;
 		return start_generation(req, api, d, path);
@@ -840,11 +872,11 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
 		enum fe_api api;
 		const struct fe_dialect *d;
 	} extra[] = {
-		{ "/v1/responses", FE_API_RESPONSES, &fe_responses },
-		{ "/v1/messages/count_tokens", FE_API_COUNT_TOKENS, &fe_count_tokens },
-		{ "/tokenize", FE_API_TOKENIZE, &fe_llama },
-		{ "/detokenize", FE_API_DETOKENIZE, &fe_llama },
-		{ "/apply-template", FE_API_APPLY_TEMPLATE, &fe_llama },
+		{"/v1/responses", FE_API_RESPONSES, &fe_responses},
+		{"/v1/messages/count_tokens", FE_API_COUNT_TOKENS, &fe_count_tokens},
+		{"/tokenize", FE_API_TOKENIZE, &fe_llama},
+		{"/detokenize", FE_API_DETOKENIZE, &fe_llama},
+		{"/apply-template", FE_API_APPLY_TEMPLATE, &fe_llama},
 	};
 	for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
 		if (!path_is(req, extra[i].path))
@@ -857,14 +889,13 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
 		return start_generation(req, extra[i].api, extra[i].d, extra[i].path);
 	}
 	// GET routes
-	static const char *gets[] = { "/health", "/v1/models", "/metrics", "/", "/index.html", "/props" };
+	static const char *gets[] = {"/health", "/v1/models", "/metrics", "/", "/index.html", "/props"};
 	int found = -1;
 	for (int i = 0; i < (int)(sizeof gets / sizeof gets[0]); i++)
 		if (path_is(req, gets[i]))
 			found = i;
 	size_t ml = strlen("/v1/models/");
-	int model_path = req->path_normalized.len > ml &&
-	                 memcmp(req->path_normalized.base, "/v1/models/", ml) == 0;
+	int model_path = req->path_normalized.len > ml && memcmp(req->path_normalized.base, "/v1/models/", ml) == 0;
 	if (found < 0 && !model_path) {
 		respond_error(req, d, "other", 404, NULL, "unknown endpoint %.*s %.*s", (int)req->method.len,
 		              req->method.base, (int)(req->path_normalized.len > 200 ? 200 : req->path_normalized.len),
@@ -974,7 +1005,7 @@ listen_on(const char *hostport, char *err)
 		h[strlen(h) - 1] = 0;
 		h++;
 	}
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE };
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
 	struct addrinfo *ai;
 	int rv = getaddrinfo(h, colon + 1, &hints, &ai);
 	if (rv != 0)

@@ -18,42 +18,41 @@
 static void
 usage(FILE *out)
 {
-	fprintf(out,
-	        "usage: anedvd-frontend --listen HOST:PORT --tokenizer URL --engine URL [options]\n"
-	        "  --listen HOST:PORT  address to serve HTTP on (e.g. 127.0.0.1:8080)\n"
-	        "  --tokenizer URL     the anedvd-tokenizer service (ipc://... or tcp://...)\n"
-	        "  --engine URL        the engine service (anedvd-cpu-worker)\n"
-	        "  --name ID           the model id reported by /v1/models (default anedvd)\n"
-	        "  --model-file PATH   the model's file, whose name GET /props reports (default: the id)\n"
-	        "  --system TEXT       system prompt for chats that bring none\n"
-	        "  --temp T, --top-p P, --top-k K, --min-p P, --repeat-penalty R\n"
-	        "                      sampling for a request that does not set it (defaults: 0.7, 1,\n"
-	        "                      40 for chat and 0 for completions, 0, 1)\n"
-	        "  --max-tokens N      reply length when a request gives none (default 512)\n"
-	        "  --max-seq N         the engine's context: prompt + reply, as reported (default 2048;\n"
-	        "                      the cpu-worker fits prompts into its own --max-seq)\n"
-	        "  --max-body BYTES    largest request body (default 4194304)\n"
-	        "  --parallel N        generations the engine runs at once (default 1)\n"
-	        "  --queue N           requests waiting beyond those; more get 503 (default 16)\n"
-	        "  --timeout-ms N      each call to the tokenizer or the engine (default 10000)\n"
-	        "  --keepalive-ms N    SSE comment on a stream silent this long; 0 never (default 5000)\n"
-	        "  --deadline-ms N     a generation's whole time, queue included; 0 none (default 600000).\n"
-	        "                      A crashed engine's jobs go on on the restarted one; an engine still\n"
-	        "                      away at the deadline (60 s with none) ends the request with 503\n"
-	        "  --embeddings        serve POST /v1/embeddings (off: 501)\n"
-	        "  --no-spec           the engine runs without speculative decoding (for GET /props;\n"
-	        "                      anedvd serve passes the cpu-worker's setting)\n"
-	        "  --status-file F     the supervisor's status file: crash-looping processes in /health\n"
-	        "                      and /metrics (anedvd serve passes it)\n"
-	        "access (defaults: no key; the server's own and loopback origins; localhost, IP addresses\n"
-	        "and the bound name as Host):\n"
-	        "  --api-key KEY       every request but /health and the WebUI page needs\n"
-	        "                      'Authorization: Bearer KEY' or 'x-api-key: KEY' (repeatable)\n"
-	        "  --api-key-file F    keys, one a line ('#' comments); ANEDVD_API_KEY: keys, comma-separated\n"
-	        "  --cors-origin O     a browser origin allowed beside the server's own and loopback ones,\n"
-	        "                      e.g. https://app.example (repeatable; '*' allows every origin)\n"
-	        "  --allowed-host H    a Host name accepted beside localhost, IP addresses and the bound\n"
-	        "                      name (repeatable; '*' accepts any; guards against DNS rebinding)\n");
+	fprintf(out, "usage: anedvd-frontend --listen HOST:PORT --tokenizer URL --engine URL [options]\n"
+	             "  --listen HOST:PORT  address to serve HTTP on (e.g. 127.0.0.1:8080)\n"
+	             "  --tokenizer URL     the anedvd-tokenizer service (ipc://... or tcp://...)\n"
+	             "  --engine URL        the engine service (anedvd-cpu-worker)\n"
+	             "  --name ID           the model id reported by /v1/models (default anedvd)\n"
+	             "  --model-file PATH   the model's file, whose name GET /props reports (default: the id)\n"
+	             "  --system TEXT       system prompt for chats that bring none\n"
+	             "  --temp T, --top-p P, --top-k K, --min-p P, --repeat-penalty R\n"
+	             "                      sampling for a request that does not set it (defaults: 0.7, 1,\n"
+	             "                      40 for chat and 0 for completions, 0, 1)\n"
+	             "  --max-tokens N      reply length when a request gives none (default 512)\n"
+	             "  --max-seq N         the engine's context: prompt + reply, as reported (default 2048;\n"
+	             "                      the cpu-worker fits prompts into its own --max-seq)\n"
+	             "  --max-body BYTES    largest request body (default 4194304)\n"
+	             "  --parallel N        generations the engine runs at once (default 1)\n"
+	             "  --queue N           requests waiting beyond those; more get 503 (default 16)\n"
+	             "  --timeout-ms N      each call to the tokenizer or the engine (default 10000)\n"
+	             "  --keepalive-ms N    SSE comment on a stream silent this long; 0 never (default 5000)\n"
+	             "  --deadline-ms N     a generation's whole time, queue included; 0 none (default 600000).\n"
+	             "                      A crashed engine's jobs go on on the restarted one; an engine still\n"
+	             "                      away at the deadline (60 s with none) ends the request with 503\n"
+	             "  --embeddings        serve POST /v1/embeddings (off: 501)\n"
+	             "  --no-spec           the engine runs without speculative decoding (for GET /props;\n"
+	             "                      anedvd serve passes the cpu-worker's setting)\n"
+	             "  --status-file F     the supervisor's status file: crash-looping processes in /health\n"
+	             "                      and /metrics (anedvd serve passes it)\n"
+	             "access (defaults: no key; the server's own and loopback origins; localhost, IP addresses\n"
+	             "and the bound name as Host):\n"
+	             "  --api-key KEY       every request but /health and the WebUI page needs\n"
+	             "                      'Authorization: Bearer KEY' or 'x-api-key: KEY' (repeatable)\n"
+	             "  --api-key-file F    keys, one a line ('#' comments); ANEDVD_API_KEY: keys, comma-separated\n"
+	             "  --cors-origin O     a browser origin allowed beside the server's own and loopback ones,\n"
+	             "                      e.g. https://app.example (repeatable; '*' allows every origin)\n"
+	             "  --allowed-host H    a Host name accepted beside localhost, IP addresses and the bound\n"
+	             "                      name (repeatable; '*' accepts any; guards against DNS rebinding)\n");
 }
 
 static int
@@ -318,7 +317,7 @@ main(int argc, char **argv)
 	cfg.allowed_hosts = hosts.v;
 	cfg.n_allowed_hosts = hosts.n;
 	signal(SIGPIPE, SIG_IGN);
-	struct sigaction sa = { .sa_handler = on_signal };
+	struct sigaction sa = {.sa_handler = on_signal};
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);

@@ -13,10 +13,10 @@
 
 #define MAX_SERIES 64
 
-static const double buckets[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60 };
+static const double buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 #define NB (sizeof buckets / sizeof buckets[0])
 
-static const char *stage_names[FE_ST_N] = { "queue", "tokenize", "ttft", "prefill", "decode", "detokenize", "total" };
+static const char *stage_names[FE_ST_N] = {"queue", "tokenize", "ttft", "prefill", "decode", "detokenize", "total"};
 
 struct hist {
 	uint64_t counts[NB + 1];
@@ -45,7 +45,7 @@ static struct {
 	struct fe_cache_stats cache;
 	uint64_t cached_tokens;
 	struct spec_stats spec;
-} m = { .mu = PTHREAD_MUTEX_INITIALIZER };
+} m = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 void
 fe_metrics_init(void)
@@ -173,8 +173,7 @@ struct out {
 	size_t len, cap;
 };
 
-static void __attribute__((format(printf, 2, 3)))
-put(struct out *o, const char *fmt, ...)
+static void __attribute__((format(printf, 2, 3))) put(struct out *o, const char *fmt, ...)
 {
 	for (;;) {
 		va_list ap;
@@ -201,77 +200,87 @@ put(struct out *o, const char *fmt, ...)
 char *
 fe_metrics_render(size_t *len)
 {
-	struct out o = { 0 };
+	struct out o = {0};
 	pthread_mutex_lock(&m.mu);
 	put(&o, "# HELP anedvd_http_requests_total HTTP requests answered, by endpoint and status.\n"
 	        "# TYPE anedvd_http_requests_total counter\n");
 	for (int i = 0; i < m.n_req; i++)
 		put(&o, "anedvd_http_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", m.req[i].endpoint,
 		    m.req[i].status, (unsigned long long)m.req[i].n);
-	put(&o, "# HELP anedvd_prompt_tokens_total Prompt tokens sent to the engine.\n"
-	        "# TYPE anedvd_prompt_tokens_total counter\nanedvd_prompt_tokens_total %llu\n"
-	        "# HELP anedvd_generated_tokens_total Tokens generated.\n"
-	        "# TYPE anedvd_generated_tokens_total counter\nanedvd_generated_tokens_total %llu\n",
+	put(&o,
+	    "# HELP anedvd_prompt_tokens_total Prompt tokens sent to the engine.\n"
+	    "# TYPE anedvd_prompt_tokens_total counter\nanedvd_prompt_tokens_total %llu\n"
+	    "# HELP anedvd_generated_tokens_total Tokens generated.\n"
+	    "# TYPE anedvd_generated_tokens_total counter\nanedvd_generated_tokens_total %llu\n",
 	    (unsigned long long)m.tokens_in, (unsigned long long)m.tokens_out);
-	put(&o, "# HELP anedvd_cancelled_total Generations cancelled because the client went away.\n"
-	        "# TYPE anedvd_cancelled_total counter\nanedvd_cancelled_total %llu\n"
-	        "# HELP anedvd_rejected_total Requests refused because the queue was full.\n"
-	        "# TYPE anedvd_rejected_total counter\nanedvd_rejected_total %llu\n",
+	put(&o,
+	    "# HELP anedvd_cancelled_total Generations cancelled because the client went away.\n"
+	    "# TYPE anedvd_cancelled_total counter\nanedvd_cancelled_total %llu\n"
+	    "# HELP anedvd_rejected_total Requests refused because the queue was full.\n"
+	    "# TYPE anedvd_rejected_total counter\nanedvd_rejected_total %llu\n",
 	    (unsigned long long)m.cancels, (unsigned long long)m.rejected);
-	put(&o, "# HELP anedvd_generations_resumed_total Jobs a restarted engine took over: prompt and delivered tokens "
-	        "submitted again after the engine lost them.\n"
-	        "# TYPE anedvd_generations_resumed_total counter\nanedvd_generations_resumed_total %llu\n",
+	put(&o,
+	    "# HELP anedvd_generations_resumed_total Jobs a restarted engine took over: prompt and delivered tokens "
+	    "submitted again after the engine lost them.\n"
+	    "# TYPE anedvd_generations_resumed_total counter\nanedvd_generations_resumed_total %llu\n",
 	    (unsigned long long)m.replays);
-	put(&o, "# HELP anedvd_prompt_cached_tokens_total Prompt tokens the engine did not compute (prefix cache and sessions).\n"
-	        "# TYPE anedvd_prompt_cached_tokens_total counter\nanedvd_prompt_cached_tokens_total %llu\n",
+	put(&o,
+	    "# HELP anedvd_prompt_cached_tokens_total Prompt tokens the engine did not compute (prefix cache and sessions).\n"
+	    "# TYPE anedvd_prompt_cached_tokens_total counter\nanedvd_prompt_cached_tokens_total %llu\n",
 	    (unsigned long long)m.cached_tokens);
 	// the engine's own counters, as of the last finished generation
-	put(&o, "# HELP anedvd_prefix_cache_lookups_total Prompts looked up in the engine's prefix cache.\n"
-	        "# TYPE anedvd_prefix_cache_lookups_total counter\nanedvd_prefix_cache_lookups_total %llu\n"
-	        "# HELP anedvd_prefix_cache_hit_tokens_total Prompt tokens found in the prefix cache.\n"
-	        "# TYPE anedvd_prefix_cache_hit_tokens_total counter\nanedvd_prefix_cache_hit_tokens_total %llu\n"
-	        "# HELP anedvd_prefix_cache_stored_blocks_total Blocks added to the prefix cache.\n"
-	        "# TYPE anedvd_prefix_cache_stored_blocks_total counter\nanedvd_prefix_cache_stored_blocks_total %llu\n"
-	        "# HELP anedvd_prefix_cache_evictions_total Blocks evicted from the prefix cache to make room.\n"
-	        "# TYPE anedvd_prefix_cache_evictions_total counter\nanedvd_prefix_cache_evictions_total %llu\n"
-	        "# HELP anedvd_prefix_cache_bytes KV bytes held by the prefix cache.\n"
-	        "# TYPE anedvd_prefix_cache_bytes gauge\nanedvd_prefix_cache_bytes %llu\n"
-	        "# HELP anedvd_prefix_cache_limit_bytes The prefix cache's bound (--cache-mem; 0: off).\n"
-	        "# TYPE anedvd_prefix_cache_limit_bytes gauge\nanedvd_prefix_cache_limit_bytes %llu\n"
-	        "# HELP anedvd_prefix_cache_blocks Blocks held by the prefix cache.\n"
-	        "# TYPE anedvd_prefix_cache_blocks gauge\nanedvd_prefix_cache_blocks %llu\n"
-	        "# HELP anedvd_prefix_cache_windows_dropped_total Windowed parts of blocks (sliding-window and ShortConv "
-	        "rows) dropped where no later prompt reads them.\n"
-	        "# TYPE anedvd_prefix_cache_windows_dropped_total counter\nanedvd_prefix_cache_windows_dropped_total %llu\n",
+	put(&o,
+	    "# HELP anedvd_prefix_cache_lookups_total Prompts looked up in the engine's prefix cache.\n"
+	    "# TYPE anedvd_prefix_cache_lookups_total counter\nanedvd_prefix_cache_lookups_total %llu\n"
+	    "# HELP anedvd_prefix_cache_hit_tokens_total Prompt tokens found in the prefix cache.\n"
+	    "# TYPE anedvd_prefix_cache_hit_tokens_total counter\nanedvd_prefix_cache_hit_tokens_total %llu\n"
+	    "# HELP anedvd_prefix_cache_stored_blocks_total Blocks added to the prefix cache.\n"
+	    "# TYPE anedvd_prefix_cache_stored_blocks_total counter\nanedvd_prefix_cache_stored_blocks_total %llu\n"
+	    "# HELP anedvd_prefix_cache_evictions_total Blocks evicted from the prefix cache to make room.\n"
+	    "# TYPE anedvd_prefix_cache_evictions_total counter\nanedvd_prefix_cache_evictions_total %llu\n"
+	    "# HELP anedvd_prefix_cache_bytes KV bytes held by the prefix cache.\n"
+	    "# TYPE anedvd_prefix_cache_bytes gauge\nanedvd_prefix_cache_bytes %llu\n"
+	    "# HELP anedvd_prefix_cache_limit_bytes The prefix cache's bound (--cache-mem; 0: off).\n"
+	    "# TYPE anedvd_prefix_cache_limit_bytes gauge\nanedvd_prefix_cache_limit_bytes %llu\n"
+	    "# HELP anedvd_prefix_cache_blocks Blocks held by the prefix cache.\n"
+	    "# TYPE anedvd_prefix_cache_blocks gauge\nanedvd_prefix_cache_blocks %llu\n"
+	    "# HELP anedvd_prefix_cache_windows_dropped_total Windowed parts of blocks (sliding-window and ShortConv "
+	    "rows) dropped where no later prompt reads them.\n"
+	    "# TYPE anedvd_prefix_cache_windows_dropped_total counter\nanedvd_prefix_cache_windows_dropped_total %llu\n",
 	    (unsigned long long)m.cache.lookups, (unsigned long long)m.cache.hit_tokens,
 	    (unsigned long long)m.cache.stored, (unsigned long long)m.cache.evictions,
 	    (unsigned long long)m.cache.bytes, (unsigned long long)m.cache.limit, (unsigned long long)m.cache.blocks,
 	    (unsigned long long)m.cache.windows_dropped);
-	put(&o, "# HELP anedvd_spec_steps_total Decode steps that carried a speculative draft.\n"
-	        "# TYPE anedvd_spec_steps_total counter\nanedvd_spec_steps_total %llu\n",
+	put(&o,
+	    "# HELP anedvd_spec_steps_total Decode steps that carried a speculative draft.\n"
+	    "# TYPE anedvd_spec_steps_total counter\nanedvd_spec_steps_total %llu\n",
 	    (unsigned long long)m.spec.steps);
 	put(&o, "# HELP anedvd_spec_drafted_tokens_total Draft tokens verified, by the length n of the n-gram that "
 	        "found them.\n# TYPE anedvd_spec_drafted_tokens_total counter\n");
 	for (int i = 0; i <= SPEC_NGRAM_MAX; i++)
 		if (m.spec.drafted_n[i])
-			put(&o, "anedvd_spec_drafted_tokens_total{n=\"%d\"} %llu\n", i, (unsigned long long)m.spec.drafted_n[i]);
+			put(&o, "anedvd_spec_drafted_tokens_total{n=\"%d\"} %llu\n", i,
+			    (unsigned long long)m.spec.drafted_n[i]);
 	put(&o, "# HELP anedvd_spec_accepted_tokens_total Draft tokens the model's own sample confirmed, by n.\n"
 	        "# TYPE anedvd_spec_accepted_tokens_total counter\n");
 	for (int i = 0; i <= SPEC_NGRAM_MAX; i++)
 		if (m.spec.drafted_n[i])
-			put(&o, "anedvd_spec_accepted_tokens_total{n=\"%d\"} %llu\n", i, (unsigned long long)m.spec.accepted_n[i]);
-	put(&o, "# HELP anedvd_spec_acceptance_ratio Accepted over drafted tokens since start, by n (\"all\": every n).\n"
-	        "# TYPE anedvd_spec_acceptance_ratio gauge\n"
-	        "anedvd_spec_acceptance_ratio{n=\"all\"} %.6f\n",
+			put(&o, "anedvd_spec_accepted_tokens_total{n=\"%d\"} %llu\n", i,
+			    (unsigned long long)m.spec.accepted_n[i]);
+	put(&o,
+	    "# HELP anedvd_spec_acceptance_ratio Accepted over drafted tokens since start, by n (\"all\": every n).\n"
+	    "# TYPE anedvd_spec_acceptance_ratio gauge\n"
+	    "anedvd_spec_acceptance_ratio{n=\"all\"} %.6f\n",
 	    m.spec.drafted ? (double)m.spec.accepted / (double)m.spec.drafted : 0.0);
 	for (int i = 0; i <= SPEC_NGRAM_MAX; i++)
 		if (m.spec.drafted_n[i])
 			put(&o, "anedvd_spec_acceptance_ratio{n=\"%d\"} %.6f\n", i,
 			    (double)m.spec.accepted_n[i] / (double)m.spec.drafted_n[i]);
-	put(&o, "# HELP anedvd_queue_length Requests waiting for the engine.\n"
-	        "# TYPE anedvd_queue_length gauge\nanedvd_queue_length %d\n"
-	        "# HELP anedvd_running Generations in progress.\n"
-	        "# TYPE anedvd_running gauge\nanedvd_running %d\n",
+	put(&o,
+	    "# HELP anedvd_queue_length Requests waiting for the engine.\n"
+	    "# TYPE anedvd_queue_length gauge\nanedvd_queue_length %d\n"
+	    "# HELP anedvd_running Generations in progress.\n"
+	    "# TYPE anedvd_running gauge\nanedvd_running %d\n",
 	    m.waiting, m.running);
 	put(&o, "# HELP anedvd_stage_seconds Time per request and stage (queue is the wait for a free engine slot).\n"
 	        "# TYPE anedvd_stage_seconds histogram\n");
@@ -280,8 +289,8 @@ fe_metrics_render(size_t *len)
 		uint64_t cum = 0;
 		for (size_t b = 0; b < NB; b++) {
 			cum += h->counts[b];
-			put(&o, "anedvd_stage_seconds_bucket{stage=\"%s\",le=\"%g\"} %llu\n", stage_names[s], buckets[b],
-			    (unsigned long long)cum);
+			put(&o, "anedvd_stage_seconds_bucket{stage=\"%s\",le=\"%g\"} %llu\n", stage_names[s],
+			    buckets[b], (unsigned long long)cum);
 		}
 		cum += h->counts[NB];
 		put(&o, "anedvd_stage_seconds_bucket{stage=\"%s\",le=\"+Inf\"} %llu\n", stage_names[s],
@@ -289,14 +298,16 @@ fe_metrics_render(size_t *len)
 		put(&o, "anedvd_stage_seconds_sum{stage=\"%s\"} %.6f\n", stage_names[s], h->sum);
 		put(&o, "anedvd_stage_seconds_count{stage=\"%s\"} %llu\n", stage_names[s], (unsigned long long)h->n);
 	}
-	put(&o, "# HELP anedvd_upstream_up Whether the last health probe of a process succeeded.\n"
-	        "# TYPE anedvd_upstream_up gauge\n"
-	        "anedvd_upstream_up{process=\"tokenizer\"} %d\nanedvd_upstream_up{process=\"engine\"} %d\n",
+	put(&o,
+	    "# HELP anedvd_upstream_up Whether the last health probe of a process succeeded.\n"
+	    "# TYPE anedvd_upstream_up gauge\n"
+	    "anedvd_upstream_up{process=\"tokenizer\"} %d\nanedvd_upstream_up{process=\"engine\"} %d\n",
 	    m.tok.up, m.eng.up);
-	put(&o, "# HELP anedvd_worker_restarts_total Restarts of a process seen by the health probe (its pid changed).\n"
-	        "# TYPE anedvd_worker_restarts_total counter\n"
-	        "anedvd_worker_restarts_total{process=\"tokenizer\"} %llu\n"
-	        "anedvd_worker_restarts_total{process=\"engine\"} %llu\n",
+	put(&o,
+	    "# HELP anedvd_worker_restarts_total Restarts of a process seen by the health probe (its pid changed).\n"
+	    "# TYPE anedvd_worker_restarts_total counter\n"
+	    "anedvd_worker_restarts_total{process=\"tokenizer\"} %llu\n"
+	    "anedvd_worker_restarts_total{process=\"engine\"} %llu\n",
 	    (unsigned long long)m.tok.restarts, (unsigned long long)m.eng.restarts);
 	pthread_mutex_unlock(&m.mu);
 	*len = o.len;

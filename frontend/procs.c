@@ -23,8 +23,8 @@ fe_procs_read(const char *path, struct fe_proc *out, int max)
 		struct fe_proc *p = &out[n];
 		char times[600] = "";
 		memset(p, 0, sizeof *p);
-		int k = sscanf(line, "%31s %ld %d %15s %31s %599s", p->name, &p->pid, &p->restarts, p->state, p->last_exit,
-		               times);
+		int k = sscanf(line, "%31s %ld %d %15s %31s %599s", p->name, &p->pid, &p->restarts, p->state,
+		               p->last_exit, times);
 		if (k < 3)
 			continue;
 		if (k < 4)

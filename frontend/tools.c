@@ -70,8 +70,8 @@ fe_tool_add(struct fe_params *p, const cJSON *o, const char *at, const char *par
 	if (!name)
 		return fe_bad_set(bad, 400, w, "'%s' is required", w);
 	if (!valid_name(name))
-		return fe_bad_set(bad, 400, w, "'%s': '%.64s' is not a function name (1 to 64 of a-z, A-Z, 0-9, _ and -)",
-		                  w, name);
+		return fe_bad_set(bad, 400, w,
+		                  "'%s': '%.64s' is not a function name (1 to 64 of a-z, A-Z, 0-9, _ and -)", w, name);
 	for (int i = 0; i < p->n_tools; i++)
 		if (!strcmp(p->tools[i].name, name))
 			return fe_bad_set(bad, 400, w, "'%s': a second tool named '%s'", w, name);
@@ -82,15 +82,15 @@ fe_tool_add(struct fe_params *p, const cJSON *o, const char *at, const char *par
 		return fe_bad_set(bad, 400, where, "'%s' must be a JSON Schema object", where);
 	const cJSON *type = params ? cJSON_GetObjectItemCaseSensitive(params, "type") : NULL;
 	if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "object")))
-		return fe_bad_set(bad, 400, where, "'%s': a tool's parameters must be an object schema (\"type\": \"object\")",
-		                  where);
+		return fe_bad_set(bad, 400, where,
+		                  "'%s': a tool's parameters must be an object schema (\"type\": \"object\")", where);
 	if (!p->tools && !(p->tools = calloc(FE_MAX_TOOLS, sizeof *p->tools)))
 		return fe_bad_set(bad, 503, NULL, "out of memory");
 	struct fe_tool *t = &p->tools[p->n_tools];
 	t->name = strdup(name);
 	t->description = description ? strdup(description) : NULL;
 	t->params = params && cJSON_GetArraySize(params) ? cJSON_Duplicate(params, 1)
-	                                                  : cJSON_Parse("{\"type\":\"object\",\"properties\":{}}");
+	                                                 : cJSON_Parse("{\"type\":\"object\",\"properties\":{}}");
 	if (t->params && !cJSON_GetObjectItemCaseSensitive(t->params, "type"))
 		cJSON_AddStringToObject(t->params, "type", "object");
 	p->n_tools++;
@@ -127,11 +127,15 @@ fe_tools_parse(struct fe_params *p, const cJSON *body, enum fe_tool_shape shape,
 		if (shape == FE_TOOLS_ANTHROPIC) {
 			// client tools: no type or "custom" (server tools run elsewhere)
 			if (type && !cJSON_IsNull(type) && (!ty || strcmp(ty, "custom")))
-				return fe_bad_set(bad, 400, where, "'%s': '%.40s' tools are not supported (only client tools with "
-				                  "an input_schema)", where, ty ? ty : "?");
+				return fe_bad_set(bad, 400, where,
+				                  "'%s': '%.40s' tools are not supported (only client tools with "
+				                  "an input_schema)",
+				                  where, ty ? ty : "?");
 		} else if (!ty || strcmp(ty, "function")) {
-			return fe_bad_set(bad, 400, where, "'%s' is not supported: only function tools run here (no hosted "
-			                  "tools)", where);
+			return fe_bad_set(bad, 400, where,
+			                  "'%s' is not supported: only function tools run here (no hosted "
+			                  "tools)",
+			                  where);
 		}
 		const cJSON *o = t;
 		snprintf(where, sizeof where, "tools[%d]", i);
@@ -208,10 +212,11 @@ fe_structured_check(struct fe_params *p, const struct fe_fields *f, struct fe_ba
 		                  f->tool_choice);
 	if (p->grammar) {
 		if (p->schema || p->json_object)
-			return fe_bad_set(bad, 400, f->grammar, "'%s' cannot be combined with a response format", f->grammar);
-		if (fe_wants_calls(p))
-			return fe_bad_set(bad, 400, f->grammar, "'%s' cannot be combined with tools (set tool_choice to none)",
+			return fe_bad_set(bad, 400, f->grammar, "'%s' cannot be combined with a response format",
 			                  f->grammar);
+		if (fe_wants_calls(p))
+			return fe_bad_set(bad, 400, f->grammar,
+			                  "'%s' cannot be combined with tools (set tool_choice to none)", f->grammar);
 		char err[AD_ERRLEN];
 		struct gbnf *g = NULL;
 		if (gbnf_compile(p->grammar, strlen(p->grammar), NULL, NULL, NULL, &g, err))
@@ -303,7 +308,8 @@ fe_gram_build(const struct fe_params *p, const char *format, int32_t (*special)(
 		goto done;
 	if (!format || !format[0])
 		format = TOK_TOOL_FORMAT_GENERIC;
-	int llama3 = !strcmp(format, "llama3"), hermes = !strcmp(format, "hermes"), mistral = !strcmp(format, "mistral");
+	int llama3 = !strcmp(format, "llama3"), hermes = !strcmp(format, "hermes"),
+	    mistral = !strcmp(format, "mistral");
 	// the markup's own whitespace: at most one space or newline where the
 	// formats put one (the arguments have the schema's ws)
 	if ((rv = jsg_rule(j, "mws", "( \" \" | \"\\n\" )?", err)))
@@ -349,9 +355,10 @@ fe_gram_build(const struct fe_params *p, const char *format, int32_t (*special)(
 	char tools_root[512];
 	int par = p->parallel_tools;
 	if (hermes) {
-		snprintf(tools_root, sizeof tools_root,
-		         par ? "\"<tool_call>\" mws call mws \"</tool_call>\" (mws \"<tool_call>\" mws call mws \"</tool_call>\")*"
-		             : "\"<tool_call>\" mws call mws \"</tool_call>\"");
+		snprintf(
+			tools_root, sizeof tools_root,
+			par ? "\"<tool_call>\" mws call mws \"</tool_call>\" (mws \"<tool_call>\" mws call mws \"</tool_call>\")*"
+			    : "\"<tool_call>\" mws call mws \"</tool_call>\"");
 		out->words[out->n_words++] = "<tool_call>";
 	} else if (mistral) {
 		int32_t id = special ? special(ctx, "[TOOL_CALLS]") : -1;
@@ -363,8 +370,8 @@ fe_gram_build(const struct fe_params *p, const char *format, int32_t (*special)(
 			snprintf(head, sizeof head, "\"[TOOL_CALLS]\"");
 			out->words[out->n_words++] = "[TOOL_CALLS]";
 		}
-		snprintf(tools_root, sizeof tools_root, par ? "%s \"[\" mws call (\",\" mws call)* mws \"]\""
-		                                            : "%s \"[\" mws call mws \"]\"", head);
+		snprintf(tools_root, sizeof tools_root,
+		         par ? "%s \"[\" mws call (\",\" mws call)* mws \"]\"" : "%s \"[\" mws call mws \"]\"", head);
 	} else if (llama3) {
 		int32_t id = special ? special(ctx, "<|python_tag|>") : -1;
 		if (id >= 0) {
@@ -376,10 +383,11 @@ fe_gram_build(const struct fe_params *p, const char *format, int32_t (*special)(
 		out->words[out->n_words++] = "{\"name\"";
 		out->words[out->n_words++] = "{ \"name\"";
 	} else {
-		snprintf(tools_root, sizeof tools_root,
-		         par ? "\"{\" mws (\"\\\"tool_call\\\"\" \":\" mws call | \"\\\"tool_calls\\\"\" \":\" mws \"[\" mws call "
-		               "(\",\" mws call)* mws \"]\") mws \"}\""
-		             : "\"{\" mws \"\\\"tool_call\\\"\" \":\" mws call mws \"}\"");
+		snprintf(
+			tools_root, sizeof tools_root,
+			par ? "\"{\" mws (\"\\\"tool_call\\\"\" \":\" mws call | \"\\\"tool_calls\\\"\" \":\" mws \"[\" mws call "
+			      "(\",\" mws call)* mws \"]\") mws \"}\""
+			    : "\"{\" mws \"\\\"tool_call\\\"\" \":\" mws call mws \"}\"");
 		out->words[out->n_words++] = "{\"tool_call";
 		out->words[out->n_words++] = "{ \"tool_call";
 	}
@@ -485,8 +493,8 @@ fe_scan_push(struct fe_scan *s, const char *b, size_t n, const struct fe_scan_si
 				if (!strcmp(s->str, "name") && !s->have_name) {
 					s->want = 1;
 					s->call_depth = s->depth;
-				} else if ((!strcmp(s->str, "arguments") || !strcmp(s->str, "parameters")) && s->have_name &&
-				           s->depth == s->call_depth) {
+				} else if ((!strcmp(s->str, "arguments") || !strcmp(s->str, "parameters")) &&
+				           s->have_name && s->depth == s->call_depth) {
 					s->state = SC_ARGS_WS;
 				}
 				break;

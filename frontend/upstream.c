@@ -48,7 +48,7 @@ static struct {
 	pthread_cond_t cv;
 	struct fe_gen *head, *tail;
 	int waiting, running, stopping;
-} q = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+} q = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 // the vocabulary's size and end-of-generation ids, fetched once the
 // tokenizer answers, and the bytes of the ids logprobs have reported
@@ -58,10 +58,10 @@ static struct {
 	int32_t n, bos, eos, eot;
 	int32_t eog[TOKC_MAX_EOG]; // the tokenizer's stop set
 	int n_eog;
-	int thinks;     // the chat template names <think> (think.c)
-	char **bytes;   // n entries, NULL until fetched; set once, never changed
+	int thinks;   // the chat template names <think> (think.c)
+	char **bytes; // n entries, NULL until fetched; set once, never changed
 	uint32_t *blen;
-} vocab = { .mu = PTHREAD_MUTEX_INITIALIZER };
+} vocab = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static pthread_mutex_t probe_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t probe_cv = PTHREAD_COND_INITIALIZER;
@@ -212,7 +212,9 @@ fe_prompt_text(const struct fe_params *p, char **text, char *format, char *err)
 	*text = NULL;
 	struct tokc_chat_opts o = {
 		.tools = p->tools_json,
-		.enable_thinking = p->thinking == FE_THINKING_ON ? 1 : p->thinking == FE_THINKING_OFF ? 0 : -1,
+		.enable_thinking = p->thinking == FE_THINKING_ON    ? 1
+	                           : p->thinking == FE_THINKING_OFF ? 0
+	                                                            : -1,
 		.kwargs = p->template_kwargs,
 	};
 	int rv = tokc_chat_with(tok, msgs, nm, 1, &o, text, format, format ? 16 : 0, cfg->timeout_ms, err);
@@ -369,27 +371,27 @@ grow(char **s, size_t *len, size_t *cap, const char *t, size_t n)
 // what the worker keeps per choice while it runs
 struct run {
 	struct engc_job *job;
-	int live;           // the engine job has not finished
+	int live; // the engine job has not finished
 	struct fe_stop st;
-	char pending[4];    // decode_stream's unfinished UTF-8
+	char pending[4]; // decode_stream's unfinished UTF-8
 	size_t n_pending;
-	uint32_t produced;  // bytes of the tokens so far: the next token's offset
-	uint32_t released;  // bytes of text handed out (or scanned for tool calls)
-	size_t decoded;     // bytes decode_stream has given so far
+	uint32_t produced; // bytes of the tokens so far: the next token's offset
+	uint32_t released; // bytes of text handed out (or scanned for tool calls)
+	size_t decoded;    // bytes decode_stream has given so far
 	// tool calls: the text from trig_at on is calls (their markup)
-	int tools;           // the reply is scanned for calls
+	int tools; // the reply is scanned for calls
 	int trig_known;
-	int forced;          // the grammar writes calls from the first byte: the markup is never content
+	int forced; // the grammar writes calls from the first byte: the markup is never content
 	uint32_t trig_at;
 	const char *const *words; // a lazy grammar's trigger words: text that may begin one is held back
 	int n_words;
-	char *hold;          // that text
+	char *hold; // that text
 	size_t n_hold, cap_hold;
-	char *pre;           // text after the trigger before the first call (shown if no call comes)
+	char *pre; // text after the trigger before the first call (shown if no call comes)
 	size_t n_pre, cap_pre;
 	struct fe_scan scan;
 	int n_calls, done_calls;
-	struct fe_call cur;  // a stream's call in progress (its id and name)
+	struct fe_call cur; // a stream's call in progress (its id and name)
 	struct fe_gen *g;
 	int index;
 	struct fe_think th; // a thinking model's reply: where the thinking ends
@@ -484,7 +486,8 @@ sink_start(void *ctx, const char *name)
 	snprintf(k.name, sizeof k.name, "%s", name);
 	if (g->p.stream) {
 		r->cur = k;
-		struct fe_chunk ck = {.index = r->index, .text = "", .len = 0, .call = r->n_calls + 1, .start = &r->cur};
+		struct fe_chunk ck = {
+			.index = r->index, .text = "", .len = 0, .call = r->n_calls + 1, .start = &r->cur};
 		fe_post_chunk(g, &ck);
 	} else {
 		if (!c->calls && !(c->calls = calloc(FE_MAX_CALLS, sizeof *c->calls)))
@@ -582,8 +585,8 @@ route(struct fe_gen *g, int i, struct run *r, const char *s, size_t n, int last)
 		// a forced call cut before its name: the call of the one tool it
 		// could be with the arguments it has (none), else nothing
 		const char *only = g->p.tool_choice == FE_TC_NAMED ? g->p.tool_name
-		                   : g->p.n_tools == 1           ? g->p.tools[0].name
-		                                                 : NULL;
+		                   : g->p.n_tools == 1             ? g->p.tools[0].name
+		                                                   : NULL;
 		r->n_pre = 0;
 		if (only)
 			sink_start(r, only);
@@ -712,9 +715,9 @@ poll_choice(struct fe_gen *g, int i, struct run *r, int wait_ms, int *first_toke
 	if (i == 0)
 		take_timings(g, &pl.timings);
 	if (pl.has_cache) {
-		struct fe_cache_stats st = {pl.cache.lookups,     pl.cache.hit_tokens, pl.cache.evictions,
-		                            pl.cache.bytes,       pl.cache.limit_bytes, pl.cache.blocks,
-		                            pl.cache.stored,      pl.cache.windows_dropped};
+		struct fe_cache_stats st = {pl.cache.lookups, pl.cache.hit_tokens,     pl.cache.evictions,
+		                            pl.cache.bytes,   pl.cache.limit_bytes,    pl.cache.blocks,
+		                            pl.cache.stored,  pl.cache.windows_dropped};
 		// each choice's final poll: its own cached tokens
 		fe_metrics_cache(&st, pl.timings.cached_tokens);
 	}
@@ -744,7 +747,8 @@ poll_choice(struct fe_gen *g, int i, struct run *r, int wait_ms, int *first_toke
 		tids[k] = pl.events[k].id;
 	size_t nt = tids ? pl.n_events : 0;
 	if (fin == FE_FINISH_ERROR) {
-		snprintf(err, sizeof err, "engine: %.*s", (int)sizeof err - 9, pl.msg[0] ? pl.msg : "generation failed");
+		snprintf(err, sizeof err, "engine: %.*s", (int)sizeof err - 9,
+		         pl.msg[0] ? pl.msg : "generation failed");
 		code = pl.code;
 	}
 	size_t n_got = pl.n_events;
@@ -760,8 +764,8 @@ poll_choice(struct fe_gen *g, int i, struct run *r, int wait_ms, int *first_toke
 		size_t n_pending0 = r->n_pending, decoded0 = r->decoded;
 		memcpy(pending0, r->pending, sizeof pending0);
 		uint64_t t0 = fe_now_ns();
-		int rv = tokc_decode_stream(tok, tids, nt, flush, r->pending, &r->n_pending, &text, &len, cfg->timeout_ms,
-		                            err);
+		int rv = tokc_decode_stream(tok, tids, nt, flush, r->pending, &r->n_pending, &text, &len,
+		                            cfg->timeout_ms, err);
 		g->r.detok_ns += fe_now_ns() - t0;
 		if (rv != 0) {
 			free(tids);
@@ -786,8 +790,8 @@ poll_choice(struct fe_gen *g, int i, struct run *r, int wait_ms, int *first_toke
 			for (size_t k = 1; nt > 1 && k <= nt; k++) {
 				char *t = NULL;
 				size_t tl = 0;
-				if (tokc_decode_stream(tok, tids + k - 1, 1, 0, pending0, &n_pending0, &t, &tl, cfg->timeout_ms,
-				                       err) != 0)
+				if (tokc_decode_stream(tok, tids + k - 1, 1, 0, pending0, &n_pending0, &t, &tl,
+				                       cfg->timeout_ms, err) != 0)
 					break; // the whole batch stays counted
 				free(t);
 				decoded0 += tl;
@@ -1010,11 +1014,14 @@ generate(struct fe_gen *g)
 			for (int i = 0; i < nc; i++)
 				away |= runs[i].live && engc_job_waiting(runs[i].job);
 			if (away) {
-				snprintf(err, sizeof err, "the engine has been unavailable (restarting), past the request's "
-				         "deadline of %d ms", cfg->deadline_ms);
+				snprintf(err, sizeof err,
+				         "the engine has been unavailable (restarting), past the request's "
+				         "deadline of %d ms",
+				         cfg->deadline_ms);
 				fail(g, 503, err);
 			} else {
-				snprintf(err, sizeof err, "the generation ran past its deadline of %d ms", cfg->deadline_ms);
+				snprintf(err, sizeof err, "the generation ran past its deadline of %d ms",
+				         cfg->deadline_ms);
 				fail(g, 504, err);
 			}
 			break;
@@ -1088,7 +1095,8 @@ embed(struct fe_gen *g)
 			lens[i] = g->p.emb_len[i];
 		}
 		if (lens[i] > cfg->max_seq) {
-			snprintf(err, sizeof err, "input[%zu]: %zu tokens, the context holds %u", i, lens[i], cfg->max_seq);
+			snprintf(err, sizeof err, "input[%zu]: %zu tokens, the context holds %u", i, lens[i],
+			         cfg->max_seq);
 			fail(g, 400, err);
 			goto out;
 		}

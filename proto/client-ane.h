@@ -21,7 +21,7 @@ Anedvd__AneReply *anec_compile(struct ad_client *c, const Anedvd__CompileRequest
 Anedvd__AneReply *anec_stats(struct ad_client *c, int timeout_ms, int *code, char *err);
 Anedvd__AneReply *anec_attach(struct ad_client *c, const char *object, int timeout_ms, int *code, char *err);
 // one kernel over nng; the reply's seq is checked against seq (ERROR_INTERNAL)
-Anedvd__AneReply *anec_call(struct ad_client *c, uint32_t kernel, const char *input, const char *output,
-                            uint32_t ncols, uint64_t seq, int timeout_ms, int *code, char *err);
+Anedvd__AneReply *anec_call(struct ad_client *c, uint32_t kernel, const char *input, const char *output, uint32_t ncols,
+                            uint64_t seq, int timeout_ms, int *code, char *err);
 
 #endif

@@ -144,7 +144,8 @@ engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct engc_p
 		}
 		ev->has_lp = te->has_logprob;
 		ev->lp = te->logprob;
-		ev->n_lp = te->n_top_logprobs < SAMPLE_MAX_TOP_LOGPROBS ? (int)te->n_top_logprobs : SAMPLE_MAX_TOP_LOGPROBS;
+		ev->n_lp = te->n_top_logprobs < SAMPLE_MAX_TOP_LOGPROBS ? (int)te->n_top_logprobs
+		                                                        : SAMPLE_MAX_TOP_LOGPROBS;
 		for (int t = 0; t < ev->n_lp; t++) {
 			ev->lp_top[t].id = te->top_logprobs[t]->id;
 			ev->lp_top[t].logit = te->top_logprobs[t]->logprob;
@@ -383,30 +384,30 @@ enum job_state { JOB_NEW, JOB_LIVE, JOB_LOST, JOB_DONE };
 struct engc_job {
 	struct ad_client *c;
 	int timeout_ms;
-	uint64_t until_ns;   // 0: ENGC_WAIT_MS after the loss
-	uint64_t t0_ns;      // created: the deadline's rest counts from here
-	uint64_t lost_ns;    // when the engine was first found away (0: it is not)
-	struct engc_gen g;   // its pointers are the copies below
+	uint64_t until_ns; // 0: ENGC_WAIT_MS after the loss
+	uint64_t t0_ns;    // created: the deadline's rest counts from here
+	uint64_t lost_ns;  // when the engine was first found away (0: it is not)
+	struct engc_gen g; // its pointers are the copies below
 	struct sample_params sp;
 	struct sample_bias *bias;
-	int32_t *ids;        // the prompt, then every token delivered
+	int32_t *ids; // the prompt, then every token delivered
 	size_t n_prompt, n_del, cap;
 	int32_t *stop;
 	char *session, *client;
-	char *grammar;       // and its trigger words and tokens
+	char *grammar; // and its trigger words and tokens
 	char **words;
 	int32_t *gtokens;
 	enum job_state state;
-	uint64_t job;        // the current incarnation's
-	uint64_t draws;      // the sampler's, after the last delivered token
-	size_t base_index;   // tokens delivered before the current incarnation
+	uint64_t job;      // the current incarnation's
+	uint64_t draws;    // the sampler's, after the last delivered token
+	size_t base_index; // tokens delivered before the current incarnation
 	int started, replays, cancelled, first_polled;
-	int fruitless;       // losses in a row with no token delivered between them
+	int fruitless; // losses in a row with no token delivered between them
 	size_t n_del_at_submit;
 	struct engc_started info;
 	struct engc_timings base, last; // the incarnations before this one; this one's last
-	uint32_t cached0;    // the first incarnation's cached_tokens
-	char why[AD_ERRLEN]; // why it was lost
+	uint32_t cached0;               // the first incarnation's cached_tokens
+	char why[AD_ERRLEN];            // why it was lost
 };
 
 static char *
@@ -555,8 +556,10 @@ submit(struct engc_job *j, uint32_t wait_ms, int *code, char *err)
 		if (code)
 			*code = ANEDVD__ERROR_CODE__ERROR_INTERNAL;
 		j->state = JOB_DONE;
-		return ad_err(err, "the engine lost this job %d times in a row without a token in between: the "
-		              "request may be what brings it down (%s)", j->fruitless, j->why);
+		return ad_err(err,
+		              "the engine lost this job %d times in a row without a token in between: the "
+		              "request may be what brings it down (%s)",
+		              j->fruitless, j->why);
 	}
 	if (j->lost_ns) {
 		if (past_until(j, now, code, err))

@@ -46,9 +46,9 @@ struct engc_gen {
 	const char *session; // NULL: none
 	uint32_t deadline_ms;
 	int want_top;
-	int logprobs;     // report each token's logprob
-	int top_logprobs; // and this many alternatives (0-20)
-	int client_pid; // > 0: an ipc:// engine cancels the job once this process is gone
+	int logprobs;       // report each token's logprob
+	int top_logprobs;   // and this many alternatives (0-20)
+	int client_pid;     // > 0: an ipc:// engine cancels the job once this process is gone
 	const char *client; // NULL: no lease; else the lease renewed for lease_ms (engc_lease)
 	uint32_t lease_ms;
 	uint64_t skip_draws; // the sampler's draws to skip: a continued job (engc_job does it)
@@ -59,7 +59,7 @@ struct engc_gen {
 	const int32_t *grammar_tokens;
 	size_t n_grammar_tokens;
 	uint32_t grammar_replay; // a continued job: its last prompt tokens the grammar takes first (engc_job)
-	int speculative; // 0 the worker's default, 1 off, 2 on (engine.proto's SpecMode)
+	int speculative;         // 0 the worker's default, 1 off, 2 on (engine.proto's SpecMode)
 };
 
 // what Generate answered; the engine fitted the prompt and the reply into
@@ -73,13 +73,13 @@ struct engc_started {
 
 struct engc_event {
 	int32_t id;
-	uint32_t index;  // position among the generated tokens
-	uint64_t draws;  // the sampler's draws once it chose id
+	uint32_t index; // position among the generated tokens
+	uint64_t draws; // the sampler's draws once it chose id
 	int n_top;
 	struct sample_tok top[ENGC_TOP];
-	int has_lp;      // with logprobs
+	int has_lp; // with logprobs
 	float lp;
-	int n_lp;        // alternatives, best first; .logit holds the logprob
+	int n_lp; // alternatives, best first; .logit holds the logprob
 	struct sample_tok lp_top[SAMPLE_MAX_TOP_LOGPROBS];
 	int grammar_on;        // a lazy grammar switched on here
 	uint32_t grammar_from; // bytes into the generated text where it applies
@@ -108,15 +108,15 @@ struct engc_poll {
 	int code;            // the job's ErrorCode with ENGC_ERROR (and why with ENGC_CANCELLED)
 	char msg[AD_ERRLEN]; // and its message
 	struct engc_timings timings;
-	int has_cache;       // with the final poll
+	int has_cache; // with the final poll
 	struct engc_cache cache;
 };
 
-int engc_generate(struct ad_client *c, const struct engc_gen *g, struct engc_started *out, int timeout_ms,
-                  int *code, char *err);
+int engc_generate(struct ad_client *c, const struct engc_gen *g, struct engc_started *out, int timeout_ms, int *code,
+                  char *err);
 // waits up to max_wait_ms for tokens; the call itself gets max_wait_ms + timeout_ms
-int engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct engc_poll *out, int timeout_ms,
-              int *code, char *err);
+int engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct engc_poll *out, int timeout_ms, int *code,
+              char *err);
 void engc_poll_free(struct engc_poll *p);
 int engc_cancel(struct ad_client *c, uint64_t job, int timeout_ms, int *code, char *err);
 // *logits malloc'd: *rows x *n_vocab; upto_layer 0: the whole model
@@ -185,8 +185,8 @@ int engc_job_start(struct engc_job *j, uint32_t wait_ms, struct engc_started *in
 int engc_job_poll(struct engc_job *j, uint32_t max_wait_ms, struct engc_poll *out, int *code, char *err);
 // end it (best effort; a lost job has nothing to cancel)
 void engc_job_cancel(struct engc_job *j);
-int engc_job_replays(const struct engc_job *j);   // incarnations after the first
-int engc_job_waiting(const struct engc_job *j);   // lost and waiting for the engine
+int engc_job_replays(const struct engc_job *j); // incarnations after the first
+int engc_job_waiting(const struct engc_job *j); // lost and waiting for the engine
 // the tokens delivered so far (engc_job_delivered(j, &n))
 const int32_t *engc_job_delivered(const struct engc_job *j, size_t *n);
 

@@ -8,7 +8,7 @@
 #include "rpc.h"
 #include "tokenizer.pb-c.h"
 
-static const char *role_names[] = { "system", "user", "assistant", "tool" };
+static const char *role_names[] = {"system", "user", "assistant", "tool"};
 
 // call sends body (a TokRequest's) and returns the TokReply, or NULL with
 // err and *code (may be NULL; proto/rpc.h)
@@ -129,8 +129,7 @@ tokc_decode_stream(struct ad_client *c, const int32_t *ids, size_t n, int flush,
 
 int
 tokc_chat_with(struct ad_client *c, const struct tok_msg *msgs, size_t n, int add_generation_prompt,
-               const struct tokc_chat_opts *o, char **text, char *format, size_t format_cap, int timeout_ms,
-               char *err)
+               const struct tokc_chat_opts *o, char **text, char *format, size_t format_cap, int timeout_ms, char *err)
 {
 	size_t n_calls = 0;
 	for (size_t i = 0; i < n; i++)
@@ -211,8 +210,8 @@ tokc_chat(struct ad_client *c, const struct tok_msg *msgs, size_t n, int add_gen
 }
 
 int
-tokc_pieces(struct ad_client *c, const int32_t *ids, size_t n, char **text, size_t *len, size_t **ends,
-            int timeout_ms, char *err)
+tokc_pieces(struct ad_client *c, const int32_t *ids, size_t n, char **text, size_t *len, size_t **ends, int timeout_ms,
+            char *err)
 {
 	Anedvd__DecodeRequest d = ANEDVD__DECODE_REQUEST__INIT;
 	d.ids = (int32_t *)ids;

@@ -16,17 +16,16 @@
 #include "ipc.h"
 #include "rpc.h"
 
-int tokc_encode(struct ad_client *c, const char *text, size_t len, int add_bos, int parse_special,
-                int32_t **ids, size_t *n_ids, int timeout_ms, char *err);
-int tokc_decode(struct ad_client *c, const int32_t *ids, size_t n, char **text, size_t *len, int timeout_ms,
-                char *err);
+int tokc_encode(struct ad_client *c, const char *text, size_t len, int add_bos, int parse_special, int32_t **ids,
+                size_t *n_ids, int timeout_ms, char *err);
+int tokc_decode(struct ad_client *c, const int32_t *ids, size_t n, char **text, size_t *len, int timeout_ms, char *err);
 // tokc_token_bytes: the raw bytes each id adds to a decoded stream; bytes[i]
 // (malloc'd, NUL-terminated, the caller frees each and the array) and len[i]
 int tokc_token_bytes(struct ad_client *c, const int32_t *ids, size_t n, char ***bytes, size_t *len, int timeout_ms,
                      char *err);
 // pending: in/out, at most 4 bytes; *text malloc'd
-int tokc_decode_stream(struct ad_client *c, const int32_t *ids, size_t n, int flush, char pending[4],
-                       size_t *n_pending, char **text, size_t *len, int timeout_ms, char *err);
+int tokc_decode_stream(struct ad_client *c, const int32_t *ids, size_t n, int flush, char pending[4], size_t *n_pending,
+                       char **text, size_t *len, int timeout_ms, char *err);
 int tokc_chat(struct ad_client *c, const struct tok_msg *msgs, size_t n, int add_generation_prompt, char **text,
               int timeout_ms, char *err);
 // the same with the tools (a JSON array of OpenAI-style tools), the thinking
@@ -62,8 +61,7 @@ struct tokc_vocab_texts {
 	char *chat_template; // the template source
 	char *bos, *eos;     // the BOS and EOS pieces
 };
-int tokc_vocab_texts(struct ad_client *c, struct tokc_vocab *v, struct tokc_vocab_texts *t, int timeout_ms,
-                     char *err);
+int tokc_vocab_texts(struct ad_client *c, struct tokc_vocab *v, struct tokc_vocab_texts *t, int timeout_ms, char *err);
 void tokc_vocab_texts_free(struct tokc_vocab_texts *t);
 // tokc_pieces: llama.cpp's piece of each id (control tokens as their text,
 // byte tokens as raw bytes, no space removed), concatenated into *text;

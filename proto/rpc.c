@@ -146,8 +146,8 @@ ad_rpc_free(void *reply)
 }
 
 int
-ad_rpc_health(struct ad_client *c, const struct ad_rpc_service *s, struct ad_rpc_health *h, int timeout_ms,
-              int *code, char *err)
+ad_rpc_health(struct ad_client *c, const struct ad_rpc_service *s, struct ad_rpc_health *h, int timeout_ms, int *code,
+              char *err)
 {
 	Anedvd__HealthRequest hq = ANEDVD__HEALTH_REQUEST__INIT;
 	ProtobufCMessage *r = ad_rpc_call(c, s, &hq.base, timeout_ms, code, err);

@@ -54,8 +54,8 @@ extern const struct ad_rpc_service ad_rpc_ane;       // ane.proto: AneRequest / 
 // ad_rpc_call sends body (a message of one of the request envelope's body
 // fields) and returns the reply envelope (its body set to the matching
 // field; ad_rpc_free), or NULL with *code and err (see above).
-void *ad_rpc_call(struct ad_client *c, const struct ad_rpc_service *s, const ProtobufCMessage *body,
-                  int timeout_ms, int *code, char *err);
+void *ad_rpc_call(struct ad_client *c, const struct ad_rpc_service *s, const ProtobufCMessage *body, int timeout_ms,
+                  int *code, char *err);
 void ad_rpc_free(void *reply); // NULL is fine
 
 // common.proto's HealthReply
@@ -99,8 +99,8 @@ struct ad_rpc_server {
 	uint64_t requests; // served, Health included (atomic)
 };
 
-void ad_rpc_server_init(struct ad_rpc_server *s, const struct ad_rpc_service *svc, const char *process,
-                        ad_rpc_fn fn, void *arg, size_t scratch_size, void (*release)(void *scratch));
+void ad_rpc_server_init(struct ad_rpc_server *s, const struct ad_rpc_service *svc, const char *process, ad_rpc_fn fn,
+                        void *arg, size_t scratch_size, void (*release)(void *scratch));
 // an ad_ipc_handler: arg is the struct ad_rpc_server
 void ad_rpc_serve(void *server, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *reply_len);
 

@@ -48,15 +48,16 @@ mul(size_t a, size_t b)
 }
 
 int
-ane_shim_tensor_set(struct ane_shim_tensor *t, const char *name, const char *type, uint64_t batches,
-                    uint64_t channels, uint64_t height, uint64_t width, uint64_t row_stride,
-                    uint64_t plane_stride, uint64_t depth_stride, uint64_t batch_stride, char *err)
+ane_shim_tensor_set(struct ane_shim_tensor *t, const char *name, const char *type, uint64_t batches, uint64_t channels,
+                    uint64_t height, uint64_t width, uint64_t row_stride, uint64_t plane_stride, uint64_t depth_stride,
+                    uint64_t batch_stride, char *err)
 {
 	memset(t, 0, sizeof *t);
 	snprintf(t->name, sizeof t->name, "%s", name ? name : "");
 	t->elem = ane_shim_elem_size(type);
 	if (!t->elem)
-		return fail(err, "tensor %s: type '%s' is neither Float16 nor Float32", t->name, type ? type : "(none)");
+		return fail(err, "tensor %s: type '%s' is neither Float16 nor Float32", t->name,
+		            type ? type : "(none)");
 	if (channels == 0)
 		return fail(err, "tensor %s: 0 channels", t->name);
 	const uint64_t lim = (uint64_t)1 << 40;
@@ -74,14 +75,15 @@ ane_shim_tensor_set(struct ane_shim_tensor *t, const char *name, const char *typ
 	t->batch_stride = batch_stride ? batch_stride : mul(plane_stride, channels);
 	size_t row = mul(t->width, t->elem);
 	if (!row || t->row_stride < row)
-		return fail(err, "tensor %s: row stride %zu < %zu x %zu bytes", t->name, t->row_stride, t->width, t->elem);
+		return fail(err, "tensor %s: row stride %zu < %zu x %zu bytes", t->name, t->row_stride, t->width,
+		            t->elem);
 	if (t->plane_stride < mul(t->row_stride, t->height))
 		return fail(err, "tensor %s: plane stride %zu < %zu rows of %zu", t->name, t->plane_stride, t->height,
 		            t->row_stride);
 	size_t planes = mul(t->plane_stride, t->channels);
 	if (!planes || t->batch_stride < planes)
-		return fail(err, "tensor %s: batch stride %zu < %zu planes of %zu", t->name, t->batch_stride, t->channels,
-		            t->plane_stride);
+		return fail(err, "tensor %s: batch stride %zu < %zu planes of %zu", t->name, t->batch_stride,
+		            t->channels, t->plane_stride);
 	t->nbytes = mul(t->batch_stride, t->batches);
 	if (!t->nbytes)
 		return fail(err, "tensor %s: size overflows", t->name);
@@ -89,8 +91,7 @@ ane_shim_tensor_set(struct ane_shim_tensor *t, const char *name, const char *typ
 }
 
 int
-ane_shim_tensor_formula(struct ane_shim_tensor *t, size_t channels, size_t height, size_t width, size_t elem,
-                        char *err)
+ane_shim_tensor_formula(struct ane_shim_tensor *t, size_t channels, size_t height, size_t width, size_t elem, char *err)
 {
 	if (elem != 2 && elem != 4)
 		return fail(err, "element size %zu (2 or 4)", elem);

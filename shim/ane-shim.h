@@ -44,8 +44,8 @@
 
 #define ANE_SHIM_ERRLEN 512
 #define ANE_SHIM_FRAMEWORK "/System/Library/PrivateFrameworks/AppleNeuralEngine.framework/AppleNeuralEngine"
-#define ANE_SHIM_QOS 21             // every known user passes 21 (= QOS_CLASS_DEFAULT)
-#define ANE_SHIM_MIN_SURFACE 49152  // some OS versions reject smaller surfaces (0x1d)
+#define ANE_SHIM_QOS 21            // every known user passes 21 (= QOS_CLASS_DEFAULT)
+#define ANE_SHIM_MIN_SURFACE 49152 // some OS versions reject smaller surfaces (0x1d)
 #define ANE_SHIM_LOAD_ATTEMPTS 7
 #define ANE_SHIM_MAX_IO 16
 #define ANE_SHIM_WEIGHT_PREFIX "@model_path/weights/"
@@ -83,8 +83,8 @@ size_t ane_shim_elem_size(const char *type);
 // -> plane * channels, batches 0 -> 1, height / width 0 -> 1; -1 with err
 // if the type is unknown or the strides cannot hold the tensor
 int ane_shim_tensor_set(struct ane_shim_tensor *t, const char *name, const char *type, uint64_t batches,
-                        uint64_t channels, uint64_t height, uint64_t width, uint64_t row_stride,
-                        uint64_t plane_stride, uint64_t depth_stride, uint64_t batch_stride, char *err);
+                        uint64_t channels, uint64_t height, uint64_t width, uint64_t row_stride, uint64_t plane_stride,
+                        uint64_t depth_stride, uint64_t batch_stride, char *err);
 // the layout the seed formula predicts (row = max(64, W e), plane =
 // max(64, row H), batch = plane C): what a host surface uses
 int ane_shim_tensor_formula(struct ane_shim_tensor *t, size_t channels, size_t height, size_t width, size_t elem,
@@ -125,8 +125,7 @@ int ane_shim_init(char *err);
 // one line for `anedvd info`: "AppleNeuralEngine: 4 classes resolved" or why not
 const char *ane_shim_describe(void);
 
-struct ane_shim_kernel *ane_shim_compile(const char *mil, const struct ane_shim_file *files, int nfiles,
-                                         char *err);
+struct ane_shim_kernel *ane_shim_compile(const char *mil, const struct ane_shim_file *files, int nfiles, char *err);
 void ane_shim_free(struct ane_shim_kernel *k); // unload, release surfaces
 
 int ane_shim_ninputs(const struct ane_shim_kernel *k);
@@ -145,8 +144,8 @@ int ane_shim_write_input(struct ane_shim_kernel *k, int i, const void *src, cons
                          size_t ncols, char *err);
 int ane_shim_eval(struct ane_shim_kernel *k, char *err);
 // output surface i -> dst laid out as d (NULL: the device's strides)
-int ane_shim_read_output(struct ane_shim_kernel *k, int i, void *dst, const struct ane_shim_tensor *d,
-                         size_t ncols, char *err);
+int ane_shim_read_output(struct ane_shim_kernel *k, int i, void *dst, const struct ane_shim_tensor *d, size_t ncols,
+                         char *err);
 
 // bind a caller's IOSurfaceRef (passed as void *) as input (output = 0) or
 // output (output = 1) i, checked by one eval (which writes the bound

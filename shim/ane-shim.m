@@ -53,11 +53,11 @@ fw_load(void)
 	fw.model = NSClassFromString(@"_ANEInMemoryModel");
 	fw.request = NSClassFromString(@"_ANERequest");
 	fw.surface = NSClassFromString(@"_ANEIOSurfaceObject");
-	const char *missing = !fw.desc ? "_ANEInMemoryModelDescriptor"
-	                      : !fw.model ? "_ANEInMemoryModel"
+	const char *missing = !fw.desc      ? "_ANEInMemoryModelDescriptor"
+	                      : !fw.model   ? "_ANEInMemoryModel"
 	                      : !fw.request ? "_ANERequest"
 	                      : !fw.surface ? "_ANEIOSurfaceObject"
-	                      : NULL;
+	                                    : NULL;
 	if (missing) {
 		snprintf(fw.why, sizeof fw.why, "AppleNeuralEngine.framework loaded but class %s is missing", missing);
 		snprintf(fw.line, sizeof fw.line, "AppleNeuralEngine: loaded, class %s missing", missing);
@@ -97,8 +97,7 @@ now_us(void)
 	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-static int
-fail(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int
 fail(char *err, const char *fmt, ...)
 {
@@ -163,8 +162,8 @@ struct ane_shim_kernel {
 	int nin, nout;
 	struct ane_shim_tensor in[ANE_SHIM_MAX_IO], out[ANE_SHIM_MAX_IO];
 	size_t in_cap, out_cap;
-	IOSurfaceRef in_s[ANE_SHIM_MAX_IO], out_s[ANE_SHIM_MAX_IO];   // kernel-owned
-	IOSurfaceRef in_b[ANE_SHIM_MAX_IO], out_b[ANE_SHIM_MAX_IO];   // bound by the caller, or NULL
+	IOSurfaceRef in_s[ANE_SHIM_MAX_IO], out_s[ANE_SHIM_MAX_IO]; // kernel-owned
+	IOSurfaceRef in_b[ANE_SHIM_MAX_IO], out_b[ANE_SHIM_MAX_IO]; // bound by the caller, or NULL
 	enum ane_shim_io io;
 	int loaded; // unload on free
 	uint64_t compile_us, load_us;
@@ -198,8 +197,8 @@ read_list(NSArray *list, struct ane_shim_tensor *t, int *n, const char *what, ch
 		NSString *ts = [type isKindOfClass:[NSString class]] ? type : [type description];
 		char e2[ANE_SHIM_ERRLEN];
 		if (ane_shim_tensor_set(&t[*n], ns.UTF8String, ts.UTF8String, num(e, @"Batches"), num(e, @"Channels"),
-		                        num(e, @"Height"), num(e, @"Width"), num(e, @"RowStride"), num(e, @"PlaneStride"),
-		                        num(e, @"DepthStride"), num(e, @"BatchStride"), e2))
+		                        num(e, @"Height"), num(e, @"Width"), num(e, @"RowStride"),
+		                        num(e, @"PlaneStride"), num(e, @"DepthStride"), num(e, @"BatchStride"), e2))
 			return fail(err, "model attributes: %s %d: %s", what, *n, e2);
 		(*n)++;
 	}
@@ -240,7 +239,9 @@ weight_dict(const struct ane_shim_file *files, int nfiles, NSMutableDictionary *
 			if (!files[i].path)
 				return fail(err, "weight file %s: neither a path nor data", files[i].name);
 			NSError *e = nil;
-			bytes = [NSData dataWithContentsOfFile:@(files[i].path) options:NSDataReadingMappedIfSafe error:&e];
+			bytes = [NSData dataWithContentsOfFile:@(files[i].path)
+						       options:NSDataReadingMappedIfSafe
+							 error:&e];
 			if (!bytes)
 				return ns_fail(err, files[i].path, e);
 		}
@@ -261,13 +262,16 @@ stage_files(NSString *dir, NSData *milData, const struct ane_shim_file *files, i
 	[fm removeItemAtPath:dir error:nil]; // a leftover of a killed process
 	if (![fm createDirectoryAtPath:wdir withIntermediateDirectories:YES attributes:nil error:&e])
 		return ns_fail(err, "temp dir", e);
-	if (![milData writeToFile:[dir stringByAppendingPathComponent:@"model.mil"] options:NSDataWritingAtomic
-	                    error:&e])
+	if (![milData writeToFile:[dir stringByAppendingPathComponent:@"model.mil"]
+			  options:NSDataWritingAtomic
+			    error:&e])
 		return ns_fail(err, "model.mil", e);
 	for (int i = 0; i < nfiles; i++) {
 		NSString *dst = [wdir stringByAppendingPathComponent:@(files[i].name)];
 		if (files[i].data) {
-			NSData *d = [NSData dataWithBytesNoCopy:(void *)files[i].data length:files[i].len freeWhenDone:NO];
+			NSData *d = [NSData dataWithBytesNoCopy:(void *)files[i].data
+							 length:files[i].len
+						   freeWhenDone:NO];
 			if (![d writeToFile:dst options:NSDataWritingAtomic error:&e])
 				return ns_fail(err, files[i].name, e);
 		} else if (link(files[i].path, dst.fileSystemRepresentation) != 0 &&
@@ -312,9 +316,9 @@ request_in_pool(struct ane_shim_kernel *k, char *err)
 		[oidx addObject:@(i)];
 	}
 	id req = ((msg_request_fn)objc_msgSend)(
-	        fw.request,
-	        @selector(requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:perfStats:procedureIndex:), ins,
-	        iidx, outs, oidx, nil, nil, @0);
+		fw.request,
+		@selector(requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:perfStats:procedureIndex:),
+		ins, iidx, outs, oidx, nil, nil, @0);
 	if (!req)
 		return fail(err, "_ANERequest: nil request");
 	if (k->request)
@@ -555,8 +559,8 @@ ane_shim_io_path(const struct ane_shim_kernel *k)
 }
 
 int
-ane_shim_write_input(struct ane_shim_kernel *k, int i, const void *src, const struct ane_shim_tensor *s,
-                     size_t ncols, char *err)
+ane_shim_write_input(struct ane_shim_kernel *k, int i, const void *src, const struct ane_shim_tensor *s, size_t ncols,
+                     char *err)
 {
 	if (i < 0 || i >= k->nin)
 		return fail(err, "input %d of %d", i, k->nin);
@@ -588,8 +592,9 @@ ane_shim_eval(struct ane_shim_kernel *k, char *err)
 	int rc = 0;
 	@autoreleasepool {
 		NSError *e = nil;
-		BOOL ok = ((msg_eval_fn)objc_msgSend)((__bridge id)k->model, @selector(evaluateWithQoS:options:request:error:),
-		                                      ANE_SHIM_QOS, @{}, (__bridge id)k->request, &e);
+		BOOL ok = ((msg_eval_fn)objc_msgSend)((__bridge id)k->model,
+		                                      @selector(evaluateWithQoS:options:request:error:), ANE_SHIM_QOS,
+		                                      @{}, (__bridge id)k->request, &e);
 		if (!ok)
 			rc = ns_fail(err, "evaluate", e);
 	}

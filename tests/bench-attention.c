@@ -36,7 +36,8 @@ main(void)
 		const int nh = heads[hi][0], nkv = heads[hi][1], hd = heads[hi][2];
 		struct attn_shape sh = {nh, nkv, hd, hd, (size_t)(nkv * hd), (size_t)(nkv * hd), 0.125f, 0};
 		const int max = 4096;
-		uint16_t *k = malloc(sizeof(uint16_t) * sh.k_stride * max), *v = malloc(sizeof(uint16_t) * sh.v_stride * max);
+		uint16_t *k = malloc(sizeof(uint16_t) * sh.k_stride * max),
+			 *v = malloc(sizeof(uint16_t) * sh.v_stride * max);
 		float *q = malloc(sizeof(float) * nh * hd), *out = malloc(sizeof(float) * nh * hd);
 		float *scratch = malloc(sizeof(float) * attn_scratch_floats(&sh, max));
 		uint32_t r = 1;
@@ -60,8 +61,8 @@ main(void)
 				}
 				qsort(t[pass], 7, sizeof(double), cmp);
 			}
-			printf("heads %2d/%d x%d ctx %4d: fast %8.2f [%.2f..%.2f]  ref %9.2f [%.2f..%.2f]  x%.1f\n", nh, nkv,
-			       hd, ctx, t[0][3], t[0][0], t[0][6], t[1][3], t[1][0], t[1][6], t[1][3] / t[0][3]);
+			printf("heads %2d/%d x%d ctx %4d: fast %8.2f [%.2f..%.2f]  ref %9.2f [%.2f..%.2f]  x%.1f\n", nh,
+			       nkv, hd, ctx, t[0][3], t[0][0], t[0][6], t[1][3], t[1][0], t[1][6], t[1][3] / t[0][3]);
 		}
 		free(k);
 		free(v);

@@ -122,7 +122,8 @@ main(int argc, char **argv)
 	struct model m;
 	if (model_load(&m, model, err))
 		return fprintf(stderr, "%s\n", err), 1;
-	char *av[] = {ANE_WORKER_BIN, "--model", (char *)model, "--listen", url, "--chunk", "16", "--threads", "1", NULL};
+	char *av[] = {ANE_WORKER_BIN, "--model", (char *)model, "--listen", url,
+	              "--chunk",      "16",      "--threads",   "1",        NULL};
 	pid_t ane;
 	if (posix_spawn(&ane, av[0], NULL, NULL, av, environ) != 0)
 		return fprintf(stderr, "cannot start %s\n", av[0]), 1;
@@ -159,7 +160,8 @@ main(int argc, char **argv)
 		for (int h = 0; h < nhead; h++) {
 			char name[32];
 			snprintf(name, sizeof name, "h%d", h);
-			if (h == 0 && kbs[b]->surface_new(kbs[b], "hin", dp->kernels[head[0].id].in_ch, &hs[b][63], err))
+			if (h == 0 &&
+			    kbs[b]->surface_new(kbs[b], "hin", dp->kernels[head[0].id].in_ch, &hs[b][63], err))
 				goto fail;
 			if (kbs[b]->surface_new(kbs[b], name, dp->kernels[head[h].id].out_ch, &hs[b][h], err))
 				goto fail;

@@ -32,9 +32,8 @@ main(int argc, char **argv)
 	if (argc > 1)
 		n = atoll(argv[1]) / 256 * 256;
 	static const uint32_t types[] = {
-		AD_TYPE_F32, AD_TYPE_F16, AD_TYPE_BF16, AD_TYPE_Q4_0, AD_TYPE_Q4_1,
-		AD_TYPE_Q5_0, AD_TYPE_Q5_1, AD_TYPE_Q8_0, AD_TYPE_Q2_K, AD_TYPE_Q3_K,
-		AD_TYPE_Q4_K, AD_TYPE_Q5_K, AD_TYPE_Q6_K, AD_TYPE_Q8_K,
+		AD_TYPE_F32,  AD_TYPE_F16,  AD_TYPE_BF16, AD_TYPE_Q4_0, AD_TYPE_Q4_1, AD_TYPE_Q5_0, AD_TYPE_Q5_1,
+		AD_TYPE_Q8_0, AD_TYPE_Q2_K, AD_TYPE_Q3_K, AD_TYPE_Q4_K, AD_TYPE_Q5_K, AD_TYPE_Q6_K, AD_TYPE_Q8_K,
 	};
 	float *dst = malloc((size_t)n * 4);
 	uint8_t *src = malloc((size_t)n * 4);
@@ -48,8 +47,8 @@ main(int argc, char **argv)
 		s ^= s << 13, s ^= s >> 7, s ^= s << 17;
 		src[i] = (uint8_t)(s & 0xbf); // clearing bit 6 keeps fp16/bf16 exponents small
 	}
-	printf("%-6s %10s %10s %10s  (MB/s of float32 output, %lld values, 5 runs)\n",
-	       "type", "median", "min", "max", (long long)n);
+	printf("%-6s %10s %10s %10s  (MB/s of float32 output, %lld values, 5 runs)\n", "type", "median", "min", "max",
+	       (long long)n);
 	char err[AD_ERRLEN];
 	for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
 		uint32_t t = types[k];

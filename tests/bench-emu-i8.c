@@ -214,8 +214,8 @@ bench_conv(struct emu *e, size_t cin, size_t cout, const float *evict, size_t ne
 typedef void fn_t(const int8_t *, const float *, size_t, size_t, const float *, size_t, float *, size_t, size_t);
 
 static double
-time_one(fn_t *f8, const int8_t *p8, const uint16_t *p16, const float *sc, size_t cout, size_t cin,
-         const float *x, size_t W, float *y, size_t np)
+time_one(fn_t *f8, const int8_t *p8, const uint16_t *p16, const float *sc, size_t cout, size_t cin, const float *x,
+         size_t W, float *y, size_t np)
 {
 	double one = thread_now();
 	if (f8)
@@ -269,8 +269,8 @@ bench_kernel(size_t cin, size_t cout)
 				continue; // the plain kernel is slow; one width says enough
 			double t = time_one(k < 3 ? fns[k] : NULL, p, p16, sc, cout, cin, x, W, y, np);
 			double b = k < 3 ? (double)cout * cin + 2.0 * cout : 2.0 * cout * cin;
-			printf("kernel %-11s %4zux%-4zu w%-3zu %8.1f us  %6.1f GB/s  %6.1f GFLOP/s (1 thread)\n", names[k], cin,
-			       cout, W, t * 1e6, b / t / 1e9, 2.0 * cin * cout * W / t / 1e9);
+			printf("kernel %-11s %4zux%-4zu w%-3zu %8.1f us  %6.1f GB/s  %6.1f GFLOP/s (1 thread)\n",
+			       names[k], cin, cout, W, t * 1e6, b / t / 1e9, 2.0 * cin * cout * W / t / 1e9);
 		}
 	}
 	free(q), free(p), free(h), free(p16), free(sc), free(x), free(y);
@@ -298,7 +298,9 @@ main(int argc, char **argv)
 	}
 	int isa = emu_i8_isa();
 	printf("emu int8 vs fp16 conv bench: %d thread(s), int8 kernel %s\n", o.threads,
-	       isa == 2 ? "AVX-512" : isa ? "AVX2" : "plain C");
+	       isa == 2 ? "AVX-512"
+	       : isa    ? "AVX2"
+	                : "plain C");
 	size_t nbig = (256u << 20) / sizeof(float), nevict = (128u << 20) / sizeof(float);
 	float *big = aligned_alloc(64, nbig * sizeof(float));
 	for (size_t i = 0; i < nbig; i++)
@@ -314,10 +316,10 @@ main(int argc, char **argv)
 		printf("memory read 256 MiB, %d thread(s): %.1f GB/s [%.1f, %.1f]\n", ths[t], gb / m, gb / hi, gb / lo);
 	}
 	bench_kernel(896, 4864);
-	bench_conv(e, 896, 4864, big, nevict, o.threads);   // Qwen2.5-0.5B gate / up
-	bench_conv(e, 4864, 896, big, nevict, o.threads);   // its down
-	bench_conv(e, 576, 1536, big, nevict, o.threads);   // SmolLM2-135M gate / up
-	bench_conv(e, 576, 49152, big, nevict, o.threads);  // SmolLM2-135M LM head
+	bench_conv(e, 896, 4864, big, nevict, o.threads);  // Qwen2.5-0.5B gate / up
+	bench_conv(e, 4864, 896, big, nevict, o.threads);  // its down
+	bench_conv(e, 576, 1536, big, nevict, o.threads);  // SmolLM2-135M gate / up
+	bench_conv(e, 576, 49152, big, nevict, o.threads); // SmolLM2-135M LM head
 	free(big);
 	emu_close(e);
 	return sink == 12345.0f;

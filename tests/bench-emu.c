@@ -282,19 +282,17 @@ make(struct emu *e, size_t cin, size_t cout, size_t inter, size_t W)
 	char *mil;
 	int rc;
 	if (inter) {
-		uint16_t *g = malloc(inter * cin * 2), *u = malloc(inter * cin * 2),
-		         *d = malloc(inter * cin * 2);
+		uint16_t *g = malloc(inter * cin * 2), *u = malloc(inter * cin * 2), *d = malloc(inter * cin * 2);
 		fill_w(g, inter * cin, 1), fill_w(u, inter * cin, 2), fill_w(d, inter * cin, 3);
 		struct ane_wsrc gs = {g, AD_TYPE_F16, inter * cin}, us = {u, AD_TYPE_F16, inter * cin},
-		                ds = {d, AD_TYPE_F16, inter * cin};
+				ds = {d, AD_TYPE_F16, inter * cin};
 		rc = ane_blob_write_ffn(blob_path, &gs, &us, &ds, err);
 		free(g), free(u), free(d);
 		mil = rc ? NULL : ane_mil_ffn((int)cin, (int)inter, (int)W, err);
 	} else {
 		uint16_t *w = malloc(cout * cin * 2);
 		fill_w(w, cout * cin, 1);
-		rc = ane_blob_write_proj(blob_path, &(struct ane_wsrc){w, AD_TYPE_F16, cout * cin}, 1,
-		                         err);
+		rc = ane_blob_write_proj(blob_path, &(struct ane_wsrc){w, AD_TYPE_F16, cout * cin}, 1, err);
 		free(w);
 		mil = rc ? NULL : ane_mil_proj((int)cin, (int)cout, (int)W, err);
 	}
@@ -354,9 +352,8 @@ batch(struct emu *e, struct prog *p, const void *buf, size_t n, int simd)
 // NULL: none; of pc if set). cpu: process CPU time over threads x wall of
 // the warm evals.
 static void
-measure(struct emu *e, struct prog *p, struct prog *pc, const void *buf, size_t n,
-        const void *evict, size_t nevict, int simd, double *warm, double *cold, double *rwarm,
-        double *rcold, double *cpu)
+measure(struct emu *e, struct prog *p, struct prog *pc, const void *buf, size_t n, const void *evict, size_t nevict,
+        int simd, double *warm, double *cold, double *rwarm, double *rcold, double *cpu)
 {
 	int kp = batch(e, p, NULL, 0, simd), kr = buf ? batch(e, NULL, buf, n, simd) : 0;
 	for (int r = 0; r < REPEATS; r++) {
@@ -499,8 +496,10 @@ static void
 bench_alone(int simd, const void *evict, size_t nevict)
 {
 	static const struct shape shapes[] = {
-		{"smollm2 head", 576, 49152},  {"qwen2.5 ffn up", 896, 4864},
-		{"qwen2.5 ffn down", 4864, 896}, {"smollm2 ffn up", 576, 1536},
+		{"smollm2 head", 576, 49152},
+		{"qwen2.5 ffn up", 896, 4864},
+		{"qwen2.5 ffn down", 4864, 896},
+		{"smollm2 ffn up", 576, 1536},
 	};
 	printf("kernel alone, 1 column, 1 thread, from DRAM, best of 15 by thread CPU time\n");
 	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -528,8 +527,8 @@ bench_alone(int simd, const void *evict, size_t nevict)
 			br = t < br ? t : br;
 			sink += rr.sum[0] + rb.sum[0] + y[0];
 		}
-		printf("  %-18s %5.1f MiB: kernel %7.0f us %5.1f GB/s, read %7.0f us %5.1f GB/s, ratio %.2f\n",
-		       s->name, nb / 1048576.0, bk * 1e6, nb / bk / 1e9, br * 1e6, nb / br / 1e9, br / bk);
+		printf("  %-18s %5.1f MiB: kernel %7.0f us %5.1f GB/s, read %7.0f us %5.1f GB/s, ratio %.2f\n", s->name,
+		       nb / 1048576.0, bk * 1e6, nb / bk / 1e9, br * 1e6, nb / br / 1e9, br / bk);
 		fflush(stdout);
 		free(pn), free(buf), free(x), free(y);
 	}
@@ -554,10 +553,9 @@ bench_path(int simd, int nth, int quick, const void *evict, size_t nevict)
 	if (nth > 1)
 		bench_pool(e);
 	static const struct shape shapes[] = {
-		{"smollm2 ffn up", 576, 1536},       {"smollm2 ffn down", 1536, 576},
-		{"smollm2 qkv", 576, 960},           {"smollm2 head", 576, 49152},
-		{"qwen2.5 ffn up", 896, 4864},       {"qwen2.5 ffn down", 4864, 896},
-		{"qwen2.5 o", 896, 896},             {"qwen2.5 head chunk", 896, 32768},
+		{"smollm2 ffn up", 576, 1536}, {"smollm2 ffn down", 1536, 576},    {"smollm2 qkv", 576, 960},
+		{"smollm2 head", 576, 49152},  {"qwen2.5 ffn up", 896, 4864},      {"qwen2.5 ffn down", 4864, 896},
+		{"qwen2.5 o", 896, 896},       {"qwen2.5 head chunk", 896, 32768},
 	};
 	static const int quick_set[] = {0, 3, 4, 5};
 	int nshapes = quick ? 4 : (int)(sizeof shapes / sizeof shapes[0]);
@@ -573,9 +571,8 @@ bench_path(int simd, int nth, int quick, const void *evict, size_t nevict)
 	printf("decode, 1 column: weight GB/s of the conv and of a plain read of as many bytes; "
 	       "ratio = read time / conv time, per repeat; cold: in a context holding 70 MiB "
 	       "more\n");
-	printf("%-20s %6s | %-22s %-22s %-18s | %-22s %-22s %-18s | %-6s %s\n", "", "MiB",
-	       "warm conv", "warm read", "ratio", "cold conv", "cold read", "ratio", "cpu%",
-	       "us (warm, cold)");
+	printf("%-20s %6s | %-22s %-22s %-18s | %-22s %-22s %-18s | %-6s %s\n", "", "MiB", "warm conv", "warm read",
+	       "ratio", "cold conv", "cold read", "ratio", "cpu%", "us (warm, cold)");
 	for (int si = 0; si < nshapes; si++) {
 		const struct shape *s = &shapes[quick ? quick_set[si] : si];
 		struct prog p = make(e, s->cin, s->cout, 0, 1);
@@ -586,12 +583,12 @@ bench_path(int simd, int nth, int quick, const void *evict, size_t nevict)
 		measure(e, &p, &pc, buf, (size_t)bytes, evict, nevict, simd, w, c, rw, rc, u);
 		drop(&pc);
 		free(buf);
-		struct st cw = gbs(w, bytes), cc = gbs(c, bytes), bw = gbs(rw, bytes),
-		          bc = gbs(rc, bytes), cp = stats(u), qw = ratio(rw, w), qc = ratio(rc, c);
+		struct st cw = gbs(w, bytes), cc = gbs(c, bytes), bw = gbs(rw, bytes), bc = gbs(rc, bytes),
+			  cp = stats(u), qw = ratio(rw, w), qc = ratio(rc, c);
 		printf("%-20s %6.1f | %5.1f [%5.1f, %5.1f]  %5.1f [%5.1f, %5.1f]  %4.2f [%4.2f, %4.2f] | %5.1f [%5.1f, %5.1f]  %5.1f [%5.1f, %5.1f]  %4.2f [%4.2f, %4.2f] | %3.0f    %.0f, %.0f\n",
-		       s->name, bytes / 1048576, cw.med, cw.lo, cw.hi, bw.med, bw.lo, bw.hi, qw.med,
-		       qw.lo, qw.hi, cc.med, cc.lo, cc.hi, bc.med, bc.lo, bc.hi, qc.med, qc.lo, qc.hi,
-		       cp.med, bytes / cw.med / 1e3, bytes / cc.med / 1e3);
+		       s->name, bytes / 1048576, cw.med, cw.lo, cw.hi, bw.med, bw.lo, bw.hi, qw.med, qw.lo, qw.hi,
+		       cc.med, cc.lo, cc.hi, bc.med, bc.lo, bc.hi, qc.med, qc.lo, qc.hi, cp.med, bytes / cw.med / 1e3,
+		       bytes / cc.med / 1e3);
 		fflush(stdout);
 		drop(&p);
 	}
@@ -599,8 +596,8 @@ bench_path(int simd, int nth, int quick, const void *evict, size_t nevict)
 	emu_close(em);
 	printf("prefill, 64 columns: GFLOP/s and ratio to the peak; per core: flop over the "
 	       "process's CPU seconds, ratio to the peak per thread\n");
-	printf("%-20s %6s | %-22s %-5s | %-22s %-5s | %-22s | %s\n", "", "MiB", "GFLOP/s", "ratio",
-	       "per core", "ratio", "us per eval", "cpu%");
+	printf("%-20s %6s | %-22s %-5s | %-22s %-5s | %-22s | %s\n", "", "MiB", "GFLOP/s", "ratio", "per core", "ratio",
+	       "us per eval", "cpu%");
 	for (int si = 0; si < nshapes; si++) {
 		const struct shape *s = &shapes[quick ? quick_set[si] : si];
 		if (s->cout > 8192 && simd == EMU_SIMD_REF)
@@ -615,19 +612,17 @@ bench_path(int simd, int nth, int quick, const void *evict, size_t nevict)
 		}
 		struct st gf = stats(g), gcs = stats(gc), tw = stats(w), cp = stats(u);
 		printf("%-20s %6.1f | %5.1f [%5.1f, %5.1f]  %4.2f  | %5.1f [%5.1f, %5.1f]  %4.2f  | %6.0f [%6.0f, %6.0f] | %3.0f\n",
-		       s->name, (double)emu_weight_bytes(p.k) / 1048576, gf.med, gf.lo, gf.hi,
-		       gf.med / peak.med, gcs.med, gcs.lo, gcs.hi, gcs.med / peak1.med, tw.med * 1e6,
-		       tw.lo * 1e6, tw.hi * 1e6, cp.med);
+		       s->name, (double)emu_weight_bytes(p.k) / 1048576, gf.med, gf.lo, gf.hi, gf.med / peak.med,
+		       gcs.med, gcs.lo, gcs.hi, gcs.med / peak1.med, tw.med * 1e6, tw.lo * 1e6, tw.hi * 1e6, cp.med);
 		fflush(stdout);
 		drop(&p);
 	}
 	if (!quick) {
-		static const struct shape ffns[] = {{"smollm2 ffn", 576, 1536},
-		                                    {"qwen2.5 ffn", 896, 4864}};
+		static const struct shape ffns[] = {{"smollm2 ffn", 576, 1536}, {"qwen2.5 ffn", 896, 4864}};
 		printf("fused FFN program: its sigmoid, mul, mul op by op (no_fuse) and fused, "
 		       "alternating within each repeat; wall us and CPU us (all threads) per eval\n");
-		printf("%-20s %-4s | %-26s %-26s | %-26s %-26s | %s\n", "", "cols", "op by op, wall",
-		       "fused, wall", "op by op, cpu", "fused, cpu", "gain (cpu)");
+		printf("%-20s %-4s | %-26s %-26s | %-26s %-26s | %s\n", "", "cols", "op by op, wall", "fused, wall",
+		       "op by op, cpu", "fused, cpu", "gain (cpu)");
 		for (int fi = 0; fi < 2; fi++)
 			for (size_t W = 1; W <= 64; W *= 64) {
 				if (simd == EMU_SIMD_REF && W > 1)
@@ -655,8 +650,8 @@ bench_path(int simd, int nth, int quick, const void *evict, size_t nevict)
 					}
 				struct st w1 = stats(t[1]), w0 = stats(t[0]), c1 = stats(c[1]), c0 = stats(c[0]);
 				printf("%-20s %-4zu | %7.0f [%7.0f, %7.0f]  %7.0f [%7.0f, %7.0f]  | %7.0f [%7.0f, %7.0f]  %7.0f [%7.0f, %7.0f]  | %.2fx\n",
-				       ffns[fi].name, W, w1.med, w1.lo, w1.hi, w0.med, w0.lo, w0.hi, c1.med,
-				       c1.lo, c1.hi, c0.med, c0.lo, c0.hi, c1.med / c0.med);
+				       ffns[fi].name, W, w1.med, w1.lo, w1.hi, w0.med, w0.lo, w0.hi, c1.med, c1.lo,
+				       c1.hi, c0.med, c0.lo, c0.hi, c1.med / c0.med);
 				fflush(stdout);
 				for (int nf = 0; nf < 2; nf++) {
 					drop(&pf[nf]);
@@ -699,8 +694,7 @@ main(int argc, char **argv)
 	if (nth < 1 || nth > 64)
 		nth = 2;
 	const char *tmp = getenv("TMPDIR");
-	snprintf(blob_path, sizeof blob_path, "%s/bench-emu-%d.bin", tmp ? tmp : "/tmp",
-	         (int)getpid());
+	snprintf(blob_path, sizeof blob_path, "%s/bench-emu-%d.bin", tmp ? tmp : "/tmp", (int)getpid());
 	int top = emu_cpu_simd();
 	printf("emu conv bench: %d thread(s); this CPU's best path: %s\n", nth, emu_simd_name(top));
 	if (only > top) {

@@ -82,7 +82,8 @@ bench_model(int argc, char **argv)
 			}
 			weights = !strcmp(v, "int8");
 		} else {
-			fprintf(stderr, "usage: bench-engine --model M [--tokens N] [--weights fp16|int8] [--threads T]\n");
+			fprintf(stderr,
+			        "usage: bench-engine --model M [--tokens N] [--weights fp16|int8] [--threads T]\n");
 			return 2;
 		}
 	}
@@ -187,10 +188,10 @@ main(int argc, char **argv)
 	const int64_t hd = E / H;
 	for (int il = 0; il < L && !rc; il++) {
 #define T(what, a, b, base) (snprintf(name, sizeof name, "blk.%d." what, il), tensor(w, name, a, b, base))
-		rc = T("attn_norm.weight", E, 1, 1) || T("attn_q.weight", E, E, 0) || T("attn_k.weight", E, KV * hd, 0) ||
-		     T("attn_v.weight", E, KV * hd, 0) || T("attn_output.weight", E, E, 0) ||
-		     T("ffn_norm.weight", E, 1, 1) || T("ffn_gate.weight", E, FF, 0) || T("ffn_up.weight", E, FF, 0) ||
-		     T("ffn_down.weight", FF, E, 0);
+		rc = T("attn_norm.weight", E, 1, 1) || T("attn_q.weight", E, E, 0) ||
+		     T("attn_k.weight", E, KV * hd, 0) || T("attn_v.weight", E, KV * hd, 0) ||
+		     T("attn_output.weight", E, E, 0) || T("ffn_norm.weight", E, 1, 1) ||
+		     T("ffn_gate.weight", E, FF, 0) || T("ffn_up.weight", E, FF, 0) || T("ffn_down.weight", FF, E, 0);
 #undef T
 	}
 	if (rc || gguf_writer_save(w, path, err)) {
@@ -257,9 +258,9 @@ main(int argc, char **argv)
 		double *all[] = {pf, dt, kn, ipc, at, ot};
 		for (int i = 0; i < 6; i++)
 			qsort(all[i], RUNS, sizeof(double), cmp);
-		printf("%4d  %7.1f [%.1f..%.1f]  %7.2f [%.2f..%.2f]  %8.2f  %6.3f  %9.3f  %6.3f\n", ctx, pf[RUNS / 2], pf[0],
-		       pf[RUNS - 1], dt[RUNS / 2], dt[0], dt[RUNS - 1], kn[RUNS / 2], ipc[RUNS / 2], at[RUNS / 2],
-		       ot[RUNS / 2]);
+		printf("%4d  %7.1f [%.1f..%.1f]  %7.2f [%.2f..%.2f]  %8.2f  %6.3f  %9.3f  %6.3f\n", ctx, pf[RUNS / 2],
+		       pf[0], pf[RUNS - 1], dt[RUNS / 2], dt[0], dt[RUNS - 1], kn[RUNS / 2], ipc[RUNS / 2],
+		       at[RUNS / 2], ot[RUNS / 2]);
 	}
 	free(lg);
 	free(ids);

@@ -282,17 +282,17 @@ main(int argc, char **argv)
 	printf("Qwen3 vocabulary: %d tokens, trie of %d nodes built in %.1f ms (once per model)\n", gram_vocab_size(v),
 	       gram_vocab_nodes(v), (now() - t0) * 1e3);
 	const char *json_text = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3, "
-	                        "\"units\": \"celsius\", \"note\": \"bring an umbrella \xe2\x98\x94 if it rains\"}}";
+				"\"units\": \"celsius\", \"note\": \"bring an umbrella \xe2\x98\x94 if it rains\"}}";
 	char *json_g = slurp(T_DATA "/grammars/json.gbnf");
 	// a tool call's grammar as the schema compiler writes it
 	const char *tool_g =
-	        "root ::= \"{\" ws \"\\\"name\\\"\" ws \":\" ws \"\\\"get_weather\\\"\" ws \",\" ws \"\\\"arguments\\\"\" ws \":\" ws args ws \"}\"\n"
-	        "args ::= \"{\" ws \"\\\"city\\\"\" ws \":\" ws string ws \",\" ws \"\\\"days\\\"\" ws \":\" ws int ws "
-	        "\",\" ws \"\\\"units\\\"\" ws \":\" ws (\"\\\"celsius\\\"\" | \"\\\"fahrenheit\\\"\") ws \",\" ws "
-	        "\"\\\"note\\\"\" ws \":\" ws string ws \"}\"\n"
-	        "string ::= \"\\\"\" ( [^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4}) )* \"\\\"\"\n"
-	        "int ::= \"-\"? ([0-9] | [1-9] [0-9]{1,15})\n"
-	        "ws ::= | \" \" | \"\\n\" [ \\t]{0,16}\n";
+		"root ::= \"{\" ws \"\\\"name\\\"\" ws \":\" ws \"\\\"get_weather\\\"\" ws \",\" ws \"\\\"arguments\\\"\" ws \":\" ws args ws \"}\"\n"
+		"args ::= \"{\" ws \"\\\"city\\\"\" ws \":\" ws string ws \",\" ws \"\\\"days\\\"\" ws \":\" ws int ws "
+		"\",\" ws \"\\\"units\\\"\" ws \":\" ws (\"\\\"celsius\\\"\" | \"\\\"fahrenheit\\\"\") ws \",\" ws "
+		"\"\\\"note\\\"\" ws \":\" ws string ws \"}\"\n"
+		"string ::= \"\\\"\" ( [^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4}) )* \"\\\"\"\n"
+		"int ::= \"-\"? ([0-9] | [1-9] [0-9]{1,15})\n"
+		"ws ::= | \" \" | \"\\n\" [ \\t]{0,16}\n";
 	struct run runs[2] = {{.name = "json.gbnf"}, {.name = "a tool call's grammar"}};
 	const char *src[2] = {json_g, tool_g};
 	int32_t *ids = NULL;

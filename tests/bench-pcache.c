@@ -113,7 +113,8 @@ main(int argc, char **argv)
 	int reps = argc > 2 ? atoi(argv[2]) : 5, P = argc > 3 ? atoi(argv[3]) : 1500;
 	int C = argc > 4 ? atoi(argv[4]) : 8, S = argc > 5 ? atoi(argv[5]) : 1000;
 	if (!path || reps < 5 || P < 64 || C < 1 || C > 64 || S < 16) {
-		fprintf(stderr, "usage: bench-pcache MODEL.gguf [REPEATS >= 5] [PROMPT >= 64] [CLIENTS 1..64] [SYSTEM >= 16]\n");
+		fprintf(stderr,
+		        "usage: bench-pcache MODEL.gguf [REPEATS >= 5] [PROMPT >= 64] [CLIENTS 1..64] [SYSTEM >= 16]\n");
 		return 2;
 	}
 	setenv("ANEDVD_LOG", "warn", 0); // not a line per request

@@ -108,9 +108,8 @@ main(int argc, char **argv)
 
 	// every token reads every weight once (the embedding only one row)
 	double bytes = (double)(params - E * V) * 4.0;
-	printf("model: n_embd %lld, %lld layers, n_ff %lld, vocab %lld: %.1f M params, fp32 %.0f MiB\n",
-	       (long long)E, (long long)L, (long long)FF, (long long)V, (double)params / 1e6,
-	       (double)ref_bytes(e) / (1 << 20));
+	printf("model: n_embd %lld, %lld layers, n_ff %lld, vocab %lld: %.1f M params, fp32 %.0f MiB\n", (long long)E,
+	       (long long)L, (long long)FF, (long long)V, (double)params / 1e6, (double)ref_bytes(e) / (1 << 20));
 	printf("ref_new (dequantise):   %.1f ms\n", t_new * 1e3);
 	printf("positions 0..%d:        %.2f ms/token, %.1f tok/s, %.1f GB/s of weights\n", n_tok - 1,
 	       t_first * 1e3 / n_tok, n_tok / t_first, bytes * n_tok / t_first / 1e9);

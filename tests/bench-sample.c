@@ -95,10 +95,9 @@ main(int argc, char **argv)
 		float p, rep;
 	} cfgs[] = {{40, 0.9f, 1.0f}, {0, 0.9f, 1.0f}, {0, 1.0f, 1.0f}, {40, 0.9f, 1.15f}};
 	enum { NCFG = sizeof cfgs / sizeof cfgs[0] };
-	printf("%d runs of %d tokens (ref: %d); wall ms/token median [min-max] (median CPU ms)\n",
-	       RUNS, n, nref);
-	printf("%7s %4s %5s %5s %4s %15s %35s %35s %7s\n", "vocab", "T", "top_k", "top_p", "rep",
-	       "cand avg/max", "fast", "ref", "ref/fast");
+	printf("%d runs of %d tokens (ref: %d); wall ms/token median [min-max] (median CPU ms)\n", RUNS, n, nref);
+	printf("%7s %4s %5s %5s %4s %15s %35s %35s %7s\n", "vocab", "T", "top_k", "top_p", "rep", "cand avg/max",
+	       "fast", "ref", "ref/fast");
 	for (int v = 0; v < 2; v++) {
 		int nv = vocabs[v];
 		float *rows[ROWS];
@@ -144,9 +143,8 @@ main(int argc, char **argv)
 				snprintf(cs, sizeof cs, "%.0f/%d", cand / ROWS, cmax);
 				snprintf(fs, sizeof fs, "%.4f [%.4f-%.4f] (%.4f)", f[0], f[1], f[2], f[3]);
 				snprintf(gs, sizeof gs, "%.3f [%.3f-%.3f] (%.3f)", g[0], g[1], g[2], g[3]);
-				printf("%7d %4.1f %5d %5.2f %4.2f %15s %35s %35s %6.1fx\n", nv,
-				       (double)p.temperature, p.top_k, (double)p.top_p, (double)p.repeat_penalty, cs,
-				       fs, gs, g[0] / f[0]);
+				printf("%7d %4.1f %5d %5.2f %4.2f %15s %35s %35s %6.1fx\n", nv, (double)p.temperature,
+				       p.top_k, (double)p.top_p, (double)p.repeat_penalty, cs, fs, gs, g[0] / f[0]);
 				fflush(stdout);
 			}
 		for (int r = 0; r < ROWS; r++)

@@ -85,7 +85,10 @@ main(int argc, char **argv)
 	pthread_barrier_init(&bar, NULL, (unsigned)nt);
 	size_t per = words / (size_t)nt / 8 * 8;
 	for (int k = 0; k < nt; k++) {
-		sh[k] = (struct share){.p = buf + (size_t)k * per, .n = per, .passes = passes, .bar = &bar,
+		sh[k] = (struct share){.p = buf + (size_t)k * per,
+		                       .n = per,
+		                       .passes = passes,
+		                       .bar = &bar,
 		                       .t = t + (size_t)k * (size_t)(passes + 1)};
 		if (pthread_create(&th[k], NULL, reader, &sh[k])) {
 			fprintf(stderr, "bench-stream: cannot start a thread\n");
@@ -105,8 +108,8 @@ main(int argc, char **argv)
 	}
 	qsort(gbs, (size_t)passes, sizeof *gbs, cmp_double);
 	double med = passes % 2 ? gbs[passes / 2] : (gbs[passes / 2 - 1] + gbs[passes / 2]) / 2;
-	printf("stream read: %d threads, %ld MB, %d passes: median %.2f GB/s, range %.2f .. %.2f (sum %llu)\n", nt,
-	       mb, passes, med, gbs[0], gbs[passes - 1], (unsigned long long)(sink & 0xff));
+	printf("stream read: %d threads, %ld MB, %d passes: median %.2f GB/s, range %.2f .. %.2f (sum %llu)\n", nt, mb,
+	       passes, med, gbs[0], gbs[passes - 1], (unsigned long long)(sink & 0xff));
 	pthread_barrier_destroy(&bar);
 	free(th);
 	free(gbs);

@@ -62,10 +62,11 @@ adds(struct buf *b, const char *s)
 }
 
 static const char *words[] = {
-	"the", "a", "little", "girl", "named", "Lily", "went", "to", "park", "and", "saw", "big", "dog",
-	"it's", "they'll", "we've", "running", "quickly", "because", "sun", "was", "shining", "over",
-	"mountains", "1984", "3.14159", "GPU", "tokenizer", "don't", "however", "Once", "upon", "time",
-	"implementation", "naïve", "café", "résumé", "über", "Ελλάδα", "Москва", "2024-11-29", "e-mail",
+	"the",       "a",     "little",  "girl",    "named",      "Lily",      "went",           "to",      "park",
+	"and",       "saw",   "big",     "dog",     "it's",       "they'll",   "we've",          "running", "quickly",
+	"because",   "sun",   "was",     "shining", "over",       "mountains", "1984",           "3.14159", "GPU",
+	"tokenizer", "don't", "however", "Once",    "upon",       "time",      "implementation", "naïve",   "café",
+	"résumé",    "über",  "Ελλάδα",  "Москва",  "2024-11-29", "e-mail",
 };
 
 static const char *code[] = {
@@ -212,8 +213,8 @@ bench_pretok(const struct buf *text)
 		}
 		double hl, hh, el, eh;
 		double hv = split_mbs(&h, text->p, text->n, &hl, &hh), ev = split_mbs(&e, text->p, text->n, &el, &eh);
-		printf("%-10s hand %7.1f [%.1f..%.1f]  pcre2 %7.1f [%.1f..%.1f]  hand/pcre2 %.2fx\n", pres[i], hv, hl, hh,
-		       ev, el, eh, ev > 0 ? hv / ev : 0);
+		printf("%-10s hand %7.1f [%.1f..%.1f]  pcre2 %7.1f [%.1f..%.1f]  hand/pcre2 %.2fx\n", pres[i], hv, hl,
+		       hh, ev, el, eh, ev > 0 ? hv / ev : 0);
 		pretok_free(&e);
 	}
 	// the worst case, one huge pre-token: the time must grow with the size,

@@ -55,10 +55,10 @@
 #define MAX_JOBS 4096
 
 static const char *story =
-        "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
-        "One day, she saw a big red ball. She ran to it and said, \"Can I play with you?\"";
+	"Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
+	"One day, she saw a big red ball. She ran to it and said, \"Can I play with you?\"";
 // stories260K ids of the story, used when no tokenizer is loaded
-static const int32_t story_ids[] = { 403, 407, 261, 378, 30, 357, 319, 261, 343, 397, 410, 354, 46 };
+static const int32_t story_ids[] = {403, 407, 261, 378, 30, 357, 319, 261, 343, 397, 410, 354, 46};
 
 struct job {
 	uint64_t id;
@@ -67,9 +67,9 @@ struct job {
 	size_t n_script;
 	uint32_t max_tokens;
 	size_t sent;
-	int fail_after;     // -1: never
-	int lose_after;     // -1: never
-	size_t offset;      // the script's first token (skip_draws)
+	int fail_after; // -1: never
+	int lose_after; // -1: never
+	size_t offset;  // the script's first token (skip_draws)
 	int noeos;
 	long trig_index;    // the token that switches a lazy grammar on (-1: none)
 	uint32_t trig_from; // the offset of its trigger word
@@ -91,7 +91,7 @@ static struct {
 		uint64_t hash;
 		long n;
 	} fails[64]; // [fail=N]: Generates failed so far, by prompt
-} E = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .max_seq = 2048 };
+} E = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .max_seq = 2048};
 
 static void
 logf_(const char *fmt, ...)
@@ -304,8 +304,9 @@ handle(void *arg, struct ad_rpc_req *q)
 		q->reply = &gen->base;
 		logf_("generate %llu prompt=%zu max=%u kept=%d room=%d temp=%g top_k=%d seed=%llu/%d skip=%zu client=%s grammar=%zu "
 		      "lazy=%d words=%zu replay=%u\n",
-		      (unsigned long long)id, g->n_prompt, g->max_tokens, f.keep, f.max_tokens, g->sampling ? g->sampling->temperature : -1.0,
-		      g->sampling ? g->sampling->top_k : -1, g->sampling ? (unsigned long long)g->sampling->seed : 0ull,
+		      (unsigned long long)id, g->n_prompt, g->max_tokens, f.keep, f.max_tokens,
+		      g->sampling ? g->sampling->temperature : -1.0, g->sampling ? g->sampling->top_k : -1,
+		      g->sampling ? (unsigned long long)g->sampling->seed : 0ull,
 		      g->sampling ? g->sampling->has_seed : 0, j->offset, g->client[0] ? "yes" : "no",
 		      g->grammar ? strlen(g->grammar) : 0, g->grammar_lazy, g->n_grammar_words, g->grammar_replay);
 		break;
@@ -327,7 +328,8 @@ handle(void *arg, struct ad_rpc_req *q)
 		size_t n;
 		for (;;) {
 			n = released(j, ad_now_ns());
-			if (n > j->sent || finish_of(j, n) != ANEDVD__FINISH_REASON__FINISH_NONE || ad_now_ns() >= deadline)
+			if (n > j->sent || finish_of(j, n) != ANEDVD__FINISH_REASON__FINISH_NONE ||
+			    ad_now_ns() >= deadline)
 				break;
 			// sleep until the next token is due or the deadline
 			uint64_t next = j->t0_ns + j->prefill_ns + j->sent * j->delay_ns; // token `sent` is due then
@@ -433,8 +435,9 @@ main(int argc, char **argv)
 		}
 	}
 	if (!url) {
-		fprintf(stderr, "usage: fake-engine --listen URL [--model GGUF] [--delay-ms N] [--prefill-ms N] [--max-seq N] "
-		                "[--log FILE]\n");
+		fprintf(stderr,
+		        "usage: fake-engine --listen URL [--model GGUF] [--delay-ms N] [--prefill-ms N] [--max-seq N] "
+		        "[--log FILE]\n");
 		return 2;
 	}
 	sigset_t set;

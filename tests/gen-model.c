@@ -53,7 +53,11 @@ main(int argc, char **argv)
 		return 2;
 	}
 	char *end;
-	struct genmodel g = {.preset = argv[1], .wtype = argv[2], .seed = strtoull(argv[3], &end, 10), .chat_template = tmpl, .eos = eos};
+	struct genmodel g = {.preset = argv[1],
+	                     .wtype = argv[2],
+	                     .seed = strtoull(argv[3], &end, 10),
+	                     .chat_template = tmpl,
+	                     .eos = eos};
 	if (*end) {
 		fprintf(stderr, "gen-model: SEED must be a number, not '%s'\n", argv[3]);
 		return 2;

@@ -41,41 +41,39 @@ t_note(const char *fmt, ...)
 	va_end(ap);
 }
 
-#define CHECK(cond, ...)                                                       \
-	do {                                                                   \
-		if (cond) {                                                    \
-			t_pass++;                                              \
-		} else {                                                       \
-			t_fail++;                                              \
-			fprintf(stderr, "FAIL %s %s:%d: %s: ", t_name,         \
-			        __FILE__, __LINE__, #cond);                    \
-			t_note("" __VA_ARGS__);                                \
-			fprintf(stderr, "\n");                                 \
-		}                                                              \
+#define CHECK(cond, ...)                                                                                               \
+	do {                                                                                                           \
+		if (cond) {                                                                                            \
+			t_pass++;                                                                                      \
+		} else {                                                                                               \
+			t_fail++;                                                                                      \
+			fprintf(stderr, "FAIL %s %s:%d: %s: ", t_name, __FILE__, __LINE__, #cond);                     \
+			t_note("" __VA_ARGS__);                                                                        \
+			fprintf(stderr, "\n");                                                                         \
+		}                                                                                                      \
 	} while (0)
 
-#define REQUIRE(cond, ...)                                                     \
-	do {                                                                   \
-		int t_ok_ = !!(cond);                                          \
-		CHECK(t_ok_ && #cond, __VA_ARGS__);                            \
-		if (!t_ok_)                                                    \
-			longjmp(t_jmp, 1);                                     \
+#define REQUIRE(cond, ...)                                                                                             \
+	do {                                                                                                           \
+		int t_ok_ = !!(cond);                                                                                  \
+		CHECK(t_ok_ &&#cond, __VA_ARGS__);                                                                     \
+		if (!t_ok_)                                                                                            \
+			longjmp(t_jmp, 1);                                                                             \
 	} while (0)
 
-#define CHECK_NEAR(a, b, tol)                                                  \
-	do {                                                                   \
-		double t_a_ = (a), t_b_ = (b);                                 \
-		CHECK(fabs(t_a_ - t_b_) <= (tol), "%s=%.9g %s=%.9g tol=%g",    \
-		      #a, t_a_, #b, t_b_, (double)(tol));                      \
+#define CHECK_NEAR(a, b, tol)                                                                                          \
+	do {                                                                                                           \
+		double t_a_ = (a), t_b_ = (b);                                                                         \
+		CHECK(fabs(t_a_ - t_b_) <= (tol), "%s=%.9g %s=%.9g tol=%g", #a, t_a_, #b, t_b_, (double)(tol));        \
 	} while (0)
 
-#define T_RUN(fn)                                                              \
-	do {                                                                   \
-		t_name = #fn;                                                  \
-		int t_before_ = t_fail;                                        \
-		if (setjmp(t_jmp) == 0)                                        \
-			fn();                                                  \
-		fprintf(stderr, "%s %s\n", t_fail == t_before_ ? "ok  " : "FAIL", #fn); \
+#define T_RUN(fn)                                                                                                      \
+	do {                                                                                                           \
+		t_name = #fn;                                                                                          \
+		int t_before_ = t_fail;                                                                                \
+		if (setjmp(t_jmp) == 0)                                                                                \
+			fn();                                                                                          \
+		fprintf(stderr, "%s %s\n", t_fail == t_before_ ? "ok  " : "FAIL", #fn);                                \
 	} while (0)
 
 static inline int

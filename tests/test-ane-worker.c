@@ -42,10 +42,30 @@
 extern char **environ;
 
 static const char *fixtures[] = {
-	"stories260K", "llama", "llama256_q4_k", "llama256_q8_0", "llama256_bf16", "llama256_f16",
-	"llama256_q2_k", "llama256_q5_0", "llama256_q6_k", "gemma2", "gemma3", "phi3", "qwen2", "qwen2moe",
-	"qwen3", "models2/qwen3moe", "models2/phi3_longrope", "models2/hunyuan_dense", "models2/llama_yarn",
-	"models2/smollm3", "models2/lfm2", "models2/lfm2moe", "models2/gemma4", "models2/qwen35",
+	"stories260K",
+	"llama",
+	"llama256_q4_k",
+	"llama256_q8_0",
+	"llama256_bf16",
+	"llama256_f16",
+	"llama256_q2_k",
+	"llama256_q5_0",
+	"llama256_q6_k",
+	"gemma2",
+	"gemma3",
+	"phi3",
+	"qwen2",
+	"qwen2moe",
+	"qwen3",
+	"models2/qwen3moe",
+	"models2/phi3_longrope",
+	"models2/hunyuan_dense",
+	"models2/llama_yarn",
+	"models2/smollm3",
+	"models2/lfm2",
+	"models2/lfm2moe",
+	"models2/gemma4",
+	"models2/qwen35",
 };
 #define NFIX ((int)(sizeof fixtures / sizeof fixtures[0]))
 
@@ -95,7 +115,8 @@ test_plan_fixtures(void)
 		struct model m;
 		REQUIRE(load(&m, fixtures[f]) == 0, "%s", fixtures[f]);
 		const struct model_hparams *hp = &m.hp;
-		const int gelu = m.arch == MODEL_ARCH_GEMMA2 || m.arch == MODEL_ARCH_GEMMA3 || m.arch == MODEL_ARCH_GEMMA4;
+		const int gelu =
+			m.arch == MODEL_ARCH_GEMMA2 || m.arch == MODEL_ARCH_GEMMA3 || m.arch == MODEL_ARCH_GEMMA4;
 		for (int split = 0; split < 2; split++) {
 			struct ane_plan p;
 			char err[AD_ERRLEN];
@@ -112,19 +133,23 @@ test_plan_fixtures(void)
 				const struct ane_pk *k = &p.k[n];
 				CHECK(k->id == n && k->kind == ANE_K_QKV && k->layer == il, "%s L%d", fixtures[f], il);
 				if (ml->conv) { // lfm2 ShortConv: in_proj, out_proj
-					CHECK(k->in_ch == E && k->out_ch == 3 * E && k->nparts == 1 && k->parts[0].t == &ml->conv_in);
+					CHECK(k->in_ch == E && k->out_ch == 3 * E && k->nparts == 1 &&
+					      k->parts[0].t == &ml->conv_in);
 					k = &p.k[++n];
 					CHECK(k->kind == ANE_K_O && k->layer == il && k->in_ch == E && k->out_ch == E &&
 					      k->parts[0].t == &ml->conv_out);
 				} else if (ml->recur) { // qwen35 delta-net: [qkv; z; beta; alpha], ssm_out
-					const int d = (int)hp->ssm_d_state, C = (int)(2 * hp->ssm_n_group + hp->ssm_dt_rank) * d;
+					const int d = (int)hp->ssm_d_state,
+						  C = (int)(2 * hp->ssm_n_group + hp->ssm_dt_rank) * d;
 					const int nvd = (int)hp->ssm_dt_rank * d, nvh = (int)hp->ssm_dt_rank;
 					CHECK(k->in_ch == E && k->out_ch == C + nvd + 2 * nvh && k->nparts == 4 &&
-					      k->parts[0].t == &ml->dn_qkv && k->parts[0].rows == C && k->parts[1].t == &ml->dn_z &&
-					      k->parts[2].t == &ml->dn_beta && k->parts[3].t == &ml->dn_alpha && k->parts[3].rows == nvh,
+					              k->parts[0].t == &ml->dn_qkv && k->parts[0].rows == C &&
+					              k->parts[1].t == &ml->dn_z && k->parts[2].t == &ml->dn_beta &&
+					              k->parts[3].t == &ml->dn_alpha && k->parts[3].rows == nvh,
 					      "%s L%d", fixtures[f], il);
 					k = &p.k[++n];
-					CHECK(k->kind == ANE_K_O && k->in_ch == nvd && k->out_ch == E && k->parts[0].t == &ml->dn_out);
+					CHECK(k->kind == ANE_K_O && k->in_ch == nvd && k->out_ch == E &&
+					      k->parts[0].t == &ml->dn_out);
 				} else if (ml->attn_gate) { // qwen35 attention: q and gate rows per head
 					CHECK(k->in_ch == E && k->out_ch == 2 * nq + nk + nv && k->nparts == 3 &&
 					      k->parts[0].t == &ml->wq && k->parts[0].rows == 2 * nq);
@@ -135,15 +160,17 @@ test_plan_fixtures(void)
 					if (ml->wqkv.name) {
 						CHECK(k->nparts == 1 && k->parts[0].t == &ml->wqkv);
 					} else if (!own) {
-						CHECK(m.arch == MODEL_ARCH_GEMMA4 && k->nparts == 1 && k->parts[0].t == &ml->wq &&
-						      k->parts[0].rows == nq);
+						CHECK(m.arch == MODEL_ARCH_GEMMA4 && k->nparts == 1 &&
+						      k->parts[0].t == &ml->wq && k->parts[0].rows == nq);
 					} else {
-						CHECK(k->nparts == 3 && k->parts[0].t == &ml->wq && k->parts[1].t == &ml->wk &&
-						      k->parts[2].t == &ml->wv && k->parts[0].rows == nq && k->parts[1].rows == nk);
+						CHECK(k->nparts == 3 && k->parts[0].t == &ml->wq &&
+						      k->parts[1].t == &ml->wk && k->parts[2].t == &ml->wv &&
+						      k->parts[0].rows == nq && k->parts[1].rows == nk);
 					}
 					CHECK(ane_plan_find(&p, ANE_K_QKV, il, 0) == n);
 					k = &p.k[++n];
-					CHECK(k->kind == ANE_K_O && k->in_ch == (int)(hp->n_head * ml->head_dim_v) && k->out_ch == E);
+					CHECK(k->kind == ANE_K_O && k->in_ch == (int)(hp->n_head * ml->head_dim_v) &&
+					      k->out_ch == E);
 				}
 				n++;
 				if (ml->gate_inp.name) {
@@ -151,15 +178,17 @@ test_plan_fixtures(void)
 					      (m.arch == MODEL_ARCH_LFM2MOE && il >= hp->n_dense_lead));
 					if (ml->gate_shexp.name) {
 						k = &p.k[n++];
-						CHECK(k->kind == ANE_K_SHEXP && k->ff == hp->n_ff_shexp && k->nparts == 3 &&
-						      k->parts[0].t == &ml->gate_shexp && k->parts[2].t == &ml->down_shexp);
+						CHECK(k->kind == ANE_K_SHEXP && k->ff == hp->n_ff_shexp &&
+						      k->nparts == 3 && k->parts[0].t == &ml->gate_shexp &&
+						      k->parts[2].t == &ml->down_shexp);
 					}
 					continue;
 				}
 				const int ff = (int)ml->n_ff;
 				if (split || gelu) {
 					k = &p.k[n++];
-					CHECK(k->kind == ANE_K_GATE_UP && k->in_ch == E && k->out_ch == 2 * ff && k->nparts == 2,
+					CHECK(k->kind == ANE_K_GATE_UP && k->in_ch == E && k->out_ch == 2 * ff &&
+					              k->nparts == 2,
 					      "%s L%d", fixtures[f], il);
 					k = &p.k[n++];
 					CHECK(k->kind == ANE_K_DOWN && k->in_ch == ff && k->out_ch == E);
@@ -171,7 +200,8 @@ test_plan_fixtures(void)
 				if (m.arch == MODEL_ARCH_PHI3) { // gate|up fused: rows [0, ff) and [ff, 2ff) of ffn_up
 					const struct ane_pk *g = &p.k[n - (split ? 2 : 1)];
 					CHECK(!ml->gate.name && g->parts[0].t == &ml->up && g->parts[0].row0 == 0 &&
-					      g->parts[1].t == &ml->up && g->parts[1].row0 == ff && g->parts[1].rows == ff);
+					      g->parts[1].t == &ml->up && g->parts[1].row0 == ff &&
+					      g->parts[1].rows == ff);
 				}
 			}
 			// the LM head: one chunk of all rows at these sizes
@@ -188,7 +218,8 @@ test_plan_fixtures(void)
 		REQUIRE(ane_plan_build(&p, &m, &po, NULL) == 0);
 		CHECK(p.head_chunks == 3 && p.k[p.n - 1].row_offset == 400 && p.k[p.n - 1].out_ch == 112 &&
 		      p.k[p.n - 2].out_ch == 200 && p.k[p.n - 2].chunk == 1);
-		CHECK(ane_plan_find(&p, ANE_K_LM_HEAD, -1, 2) == p.n - 1 && ane_plan_find(&p, ANE_K_LM_HEAD, -1, 3) == -1);
+		CHECK(ane_plan_find(&p, ANE_K_LM_HEAD, -1, 2) == p.n - 1 &&
+		      ane_plan_find(&p, ANE_K_LM_HEAD, -1, 3) == -1);
 		ane_plan_free(&p);
 		model_free(&m);
 	}
@@ -306,9 +337,11 @@ test_local_vs_fp32(void)
 			CHECK(kb->compile_count == (uint32_t)p.n);
 			double worst = 0;
 			for (int i = 0; i < p.n; i++) {
-				CHECK(kb->kernels[i].kind == (enum ane_kind)p.k[i].kind && kb->kernels[i].out_ch == p.k[i].out_ch);
+				CHECK(kb->kernels[i].kind == (enum ane_kind)p.k[i].kind &&
+				      kb->kernels[i].out_ch == p.k[i].out_ch);
 				double rel = check_kernel(kb, &p.k[i], i, 1 + i % W);
-				CHECK(rel < 0.01, "%s kernel %d (%s): rel %g", fixtures[f], i, ane_kind_name(p.k[i].kind), rel);
+				CHECK(rel < 0.01, "%s kernel %d (%s): rel %g", fixtures[f], i,
+				      ane_kind_name(p.k[i].kind), rel);
 				worst = rel > worst ? rel : worst;
 			}
 			if (split == 0)
@@ -492,7 +525,11 @@ static struct kernel_backend *local, *remote;
 static struct kernel_backend *
 open_remote(int split, int deadline_ms, char *err)
 {
-	struct kb_opts o = {.width = W, .split = split, .url = url, .timeout_ms = 2000, .deadline_ms = deadline_ms,
+	struct kb_opts o = {.width = W,
+	                    .split = split,
+	                    .url = url,
+	                    .timeout_ms = 2000,
+	                    .deadline_ms = deadline_ms,
 	                    .instance = (long)getpid()};
 	return kb_remote_new(&stories, &o, err);
 }
@@ -545,8 +582,8 @@ healthy(struct ad_client *c)
 	q.body_case = ANEDVD__ANE_REQUEST__BODY_HEALTH;
 	q.health = &h;
 	Anedvd__AneReply *a = req(c, &q);
-	int ok = a && !a->error && a->body_case == ANEDVD__ANE_REPLY__BODY_HEALTH && a->health->pid == (uint32_t)worker &&
-	         strcmp(a->health->process, "anedvd-ane-worker") == 0;
+	int ok = a && !a->error && a->body_case == ANEDVD__ANE_REPLY__BODY_HEALTH &&
+	         a->health->pid == (uint32_t)worker && strcmp(a->health->process, "anedvd-ane-worker") == 0;
 	if (a)
 		anedvd__ane_reply__free_unpacked(a, NULL);
 	return ok;
@@ -628,7 +665,8 @@ test_remote_bit_exact(void)
 	struct ad_surface a, b;
 	REQUIRE(remote->surface_new(remote, "a", 64, &a, err) == 0);
 	REQUIRE(remote->surface_new(remote, "b", 64, &b, err) == 0);
-	CHECK(remote->call(remote, local->n_kernels, &a, &b, 1, NULL, err) == -1 && strstr(err, "no kernel"), "%s", err);
+	CHECK(remote->call(remote, local->n_kernels, &a, &b, 1, NULL, err) == -1 && strstr(err, "no kernel"), "%s",
+	      err);
 	CHECK(remote->call(remote, 1, &a, &b, 0, NULL, err) == -1);
 	CHECK(remote->call(remote, 1, &a, &b, W + 1, NULL, err) == -1);
 	CHECK(remote->call(remote, 1, &a, &a, 1, NULL, err) == -1);
@@ -883,7 +921,8 @@ test_kill_restart(void)
 		REQUIRE(local->call(local, id, &li, &lo, 1 + n % W, NULL, err) == 0);
 		for (int o = 0; o < k->out_ch; o++)
 			if (memcmp((char *)lo.base + (size_t)o * lo.plane_stride,
-			           (char *)s->out[n].base + (size_t)o * s->out[n].plane_stride, (size_t)(1 + n % W) * 2))
+			           (char *)s->out[n].base + (size_t)o * s->out[n].plane_stride,
+			           (size_t)(1 + n % W) * 2))
 				diffs++;
 	}
 	CHECK(diffs == 0, "%d channels differ after the restart", diffs);
@@ -935,8 +974,8 @@ kernel_calls(struct ad_client *c, uint32_t id)
 
 // one step on a raw object; the reply's status (or -100 - dp_call's rc)
 static int
-dp_step1(struct dp_chan *ch, uint32_t pid, uint32_t gen, uint32_t kernel, uint32_t ncols, uint16_t in,
-         uint16_t out, const char *in_id, const char *out_id, struct dp_reply *rep)
+dp_step1(struct dp_chan *ch, uint32_t pid, uint32_t gen, uint32_t kernel, uint32_t ncols, uint16_t in, uint16_t out,
+         const char *in_id, const char *out_id, struct dp_reply *rep)
 {
 	struct dp_request rq;
 	memset(&rq, 0, sizeof rq);
@@ -953,8 +992,8 @@ dp_step1(struct dp_chan *ch, uint32_t pid, uint32_t gen, uint32_t kernel, uint32
 
 // one DP_RESNORM step on a raw object; the reply's status
 static int
-rn_step(struct dp_chan *ch, uint32_t pid, uint32_t gen, uint32_t ncols, uint16_t y, uint16_t xn,
-        struct dp_resnorm rn, struct dp_reply *rep)
+rn_step(struct dp_chan *ch, uint32_t pid, uint32_t gen, uint32_t ncols, uint16_t y, uint16_t xn, struct dp_resnorm rn,
+        struct dp_reply *rep)
 {
 	struct dp_request rq;
 	memset(&rq, 0, sizeof rq);
@@ -1069,13 +1108,13 @@ test_resnorm_steps(void)
 	// refusals: each names what is wrong and changes nothing
 	memcpy(ar + 1024, xin, sizeof(float) * (size_t)(n * E));
 	struct dp_resnorm bad[] = {
-		{(uint32_t)E, eps, 4000, 1024, DP_NO_VEC, DP_NO_VEC, 2048},      // x_in past the arena
-		{(uint32_t)E, eps, 0, 4096 - 10, DP_NO_VEC, DP_NO_VEC, 2048},    // x_out past the arena
-		{(uint32_t)E, eps, 0, 1024, DP_NO_VEC, DP_NO_VEC, 4090},         // w past the arena
-		{(uint32_t)E, eps, 0, 1024, 0xfffffff0u, DP_NO_VEC, 2048},       // bias past the arena
-		{(uint32_t)E, eps, 0, (uint32_t)E, DP_NO_VEC, DP_NO_VEC, 2048},  // x_out overlaps x_in
-		{0, eps, 0, 1024, DP_NO_VEC, DP_NO_VEC, 2048},                   // no channels
-		{(uint32_t)E, -1.0f, 0, 1024, DP_NO_VEC, DP_NO_VEC, 2048},       // a negative eps
+		{(uint32_t)E, eps, 4000, 1024, DP_NO_VEC, DP_NO_VEC, 2048},     // x_in past the arena
+		{(uint32_t)E, eps, 0, 4096 - 10, DP_NO_VEC, DP_NO_VEC, 2048},   // x_out past the arena
+		{(uint32_t)E, eps, 0, 1024, DP_NO_VEC, DP_NO_VEC, 4090},        // w past the arena
+		{(uint32_t)E, eps, 0, 1024, 0xfffffff0u, DP_NO_VEC, 2048},      // bias past the arena
+		{(uint32_t)E, eps, 0, (uint32_t)E, DP_NO_VEC, DP_NO_VEC, 2048}, // x_out overlaps x_in
+		{0, eps, 0, 1024, DP_NO_VEC, DP_NO_VEC, 2048},                  // no channels
+		{(uint32_t)E, -1.0f, 0, 1024, DP_NO_VEC, DP_NO_VEC, 2048},      // a negative eps
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
 		CHECK(rn_step(ch, pid, gen, n, 0, 1, bad[i], &rep) == DP_BAD_REQUEST && strstr(rep.msg, "resnorm"),
@@ -1128,8 +1167,13 @@ test_resnorm_steps(void)
 		xo[b] = hv + 2 * W * E;
 		const struct kb_step st[3] = {
 			{.id = ko, .in = &s[b][0], .out = &s[b][1], .ncols = n},
-			{.kind = KB_RESNORM, .ncols = n, .in = &s[b][1], .out = &s[b][2], .x_in = hv, .x_out = xo[b],
-			 .rn = {E, eps, NULL, NULL, hv + W * E}},
+			{.kind = KB_RESNORM,
+		         .ncols = n,
+		         .in = &s[b][1],
+		         .out = &s[b][2],
+		         .x_in = hv,
+		         .x_out = xo[b],
+		         .rn = {E, eps, NULL, NULL, hv + W * E}},
 			{.id = kf, .in = &s[b][2], .out = &s[b][3], .ncols = n},
 		};
 		struct kb_timing t[3];
@@ -1149,7 +1193,7 @@ test_dataplane(void)
 {
 	REQUIRE(worker > 0 && remote && local);
 	char err[AD_ERRLEN], id[AD_SURFACE_ID_MAX], sa[AD_SURFACE_ID_MAX], sb[AD_SURFACE_ID_MAX],
-	        nosuch[AD_SURFACE_ID_MAX];
+		nosuch[AD_SURFACE_ID_MAX];
 	CHECK(kb_remote_ping(remote, 0, err) == 0, "kb_remote has no data plane: %s", err);
 	CHECK(kb_remote_ping(remote, 1, err) == 0, "%s", err);
 	struct ad_client *c = ad_client_open(url, err);
@@ -1182,10 +1226,10 @@ test_dataplane(void)
 	      "%s", rep.msg);
 	CHECK(dp_step1(ch, pid, gen, k1, 0, 0, 1, NULL, NULL, &rep) == DP_BAD_REQUEST);
 	CHECK(dp_step1(ch, pid, gen, k1, W + 1, 0, 1, NULL, NULL, &rep) == DP_BAD_REQUEST);
-	CHECK(dp_step1(ch, pid, gen, k1, 1, 0, 0, NULL, NULL, &rep) == DP_BAD_REQUEST && strstr(rep.msg, "same"),
-	      "%s", rep.msg);
+	CHECK(dp_step1(ch, pid, gen, k1, 1, 0, 0, NULL, NULL, &rep) == DP_BAD_REQUEST && strstr(rep.msg, "same"), "%s",
+	      rep.msg);
 	CHECK(dp_step1(ch, pid, gen, k1, 1, 200, 1, NULL, NULL, &rep) == DP_NOT_FOUND &&
-	          strstr(rep.msg, "not registered"),
+	              strstr(rep.msg, "not registered"),
 	      "%s", rep.msg);
 	CHECK(dp_step1(ch, pid, gen, k1, 1, 0, (uint16_t)imiss, NULL, NULL, &rep) == DP_NOT_FOUND, "%s", rep.msg);
 	CHECK(dp_step1(ch, pid, gen, k1, 1, (uint16_t)ismall, 1, NULL, NULL, &rep) == DP_BAD_REQUEST, "%s", rep.msg);
@@ -1255,7 +1299,8 @@ test_dataplane(void)
 		times += t[i].exec_ns > 0 && t[i].total_ns >= t[i].exec_ns;
 		for (int o = 0; o < k->out_ch; o++)
 			diffs += memcmp((char *)lo[i].base + (size_t)o * lo[i].plane_stride,
-			                (char *)ro[i].base + (size_t)o * ro[i].plane_stride, (size_t)ls[i].ncols * 2) != 0;
+			                (char *)ro[i].base + (size_t)o * ro[i].plane_stride,
+			                (size_t)ls[i].ncols * 2) != 0;
 	}
 	CHECK(diffs == 0, "%d channels differ", diffs);
 	CHECK(times == N);
@@ -1266,14 +1311,15 @@ test_dataplane(void)
 	CHECK(kb_call_list(local, ls, 0, NULL, err) == -1);
 
 	// the same calls over nng only
-	struct kb_opts o = {.width = W, .url = url, .timeout_ms = 2000, .deadline_ms = 30000, .instance = me,
-	                    .no_dataplane = 1};
+	struct kb_opts o = {
+		.width = W, .url = url, .timeout_ms = 2000, .deadline_ms = 30000, .instance = me, .no_dataplane = 1};
 	struct kernel_backend *nn = kb_remote_new(&stories, &o, err);
 	REQUIRE(nn, "%s", err);
 	CHECK(kb_remote_ping(nn, 0, err) == -1 && strstr(err, "no data plane"), "%s", err);
 	struct ad_surface ni, no;
 	const struct kb_info *k = &local->kernels[ls[0].id];
-	REQUIRE(nn->surface_new(nn, "ni", k->in_ch, &ni, err) == 0 && nn->surface_new(nn, "no", k->out_ch, &no, err) == 0);
+	REQUIRE(nn->surface_new(nn, "ni", k->in_ch, &ni, err) == 0 &&
+	        nn->surface_new(nn, "no", k->out_ch, &no, err) == 0);
 	memcpy(ni.base, li[0].base, ni.bytes < li[0].bytes ? ni.bytes : li[0].bytes);
 	struct kb_step ns = {.id = ls[0].id, .in = &ni, .out = &no, .ncols = ls[0].ncols};
 	CHECK(kb_call_list(nn, &ns, 1, t, err) == 0, "%s", err);
@@ -1405,7 +1451,7 @@ test_hung_worker(void)
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	CHECK(kb->call(kb, 1, &a, &b, 1, NULL, err) == -1 &&
-	          (strstr(err, "did not come back") || strstr(err, "deadline")),
+	              (strstr(err, "did not come back") || strstr(err, "deadline")),
 	      "%s", err);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	printf("a hung worker (1 s per kernel; timeout 300 ms, deadline 600 ms): the call failed after %.2f s: %s\n",
@@ -1444,7 +1490,8 @@ test_sleep_doorbell(void)
 		snprintf(n2, sizeof n2, "so%d", id);
 		REQUIRE(local->surface_new(local, n1, k->in_ch, &li, err) == 0 &&
 		        local->surface_new(local, n2, k->out_ch, &lo, err) == 0);
-		REQUIRE(kb->surface_new(kb, n1, k->in_ch, &ri, err) == 0 && kb->surface_new(kb, n2, k->out_ch, &ro, err) == 0,
+		REQUIRE(kb->surface_new(kb, n1, k->in_ch, &ri, err) == 0 &&
+		                kb->surface_new(kb, n2, k->out_ch, &ro, err) == 0,
 		        "%s", err);
 		static float x[W * 1024];
 		for (int i = 0; i < k->in_ch * W; i++)
@@ -1454,8 +1501,8 @@ test_sleep_doorbell(void)
 		REQUIRE(local->call(local, id, &li, &lo, W, NULL, err) == 0, "%s", err);
 		REQUIRE(kb->call(kb, id, &ri, &ro, W, NULL, err) == 0, "%s", err);
 		for (int o = 0; o < k->out_ch; o++)
-			diffs += memcmp((char *)lo.base + (size_t)o * lo.plane_stride, (char *)ro.base + (size_t)o * ro.plane_stride,
-			                (size_t)W * 2) != 0;
+			diffs += memcmp((char *)lo.base + (size_t)o * lo.plane_stride,
+			                (char *)ro.base + (size_t)o * ro.plane_stride, (size_t)W * 2) != 0;
 	}
 	CHECK(diffs == 0, "%d channels differ", diffs);
 	kb->free(kb);

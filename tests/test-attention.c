@@ -22,8 +22,8 @@ frand(void) // uniform in [-1, 1)
 
 // the textbook formula in double
 static void
-attn_double(const struct attn_shape *sh, const float *q, const uint16_t *k, const uint16_t *v, int first,
-            int last, double *out)
+attn_double(const struct attn_shape *sh, const float *q, const uint16_t *k, const uint16_t *v, int first, int last,
+            double *out)
 {
 	const int hd = sh->head_dim, hdv = sh->head_dim_v, group = sh->n_head / sh->n_head_kv;
 	double *s = malloc(sizeof(double) * (size_t)(last + 1));
@@ -56,8 +56,14 @@ static void
 one(int n_head, int n_head_kv, int hd, int hdv, int rows, int first, float softcap, double *worst_fast,
     double *worst_ref)
 {
-	struct attn_shape sh = {n_head, n_head_kv, hd, hdv, (size_t)(n_head_kv * hd + 3),
-	                        (size_t)(n_head_kv * hdv + 5), 1.0f / sqrtf((float)hd), softcap};
+	struct attn_shape sh = {n_head,
+	                        n_head_kv,
+	                        hd,
+	                        hdv,
+	                        (size_t)(n_head_kv * hd + 3),
+	                        (size_t)(n_head_kv * hdv + 5),
+	                        1.0f / sqrtf((float)hd),
+	                        softcap};
 	size_t kn = sh.k_stride * (size_t)rows, vn = sh.v_stride * (size_t)rows;
 	uint16_t *k = malloc(kn * 2), *v = malloc(vn * 2);
 	float *q = malloc(sizeof(float) * (size_t)(n_head * hd));
@@ -97,7 +103,7 @@ one(int n_head, int n_head_kv, int hd, int hdv, int rows, int first, float softc
 		attn_ref_split(&sh, q, k0, v0, k, v, sp, first, rows - 1, c, scratch);
 		attn_fast_split(&sh, q, k0, v0, k, v, sp, first, rows - 1, c2, scratch);
 		CHECK(!memcmp(c, a, sizeof(float) * (size_t)(n_head * hdv)) &&
-		          !memcmp(c2, b, sizeof(float) * (size_t)(n_head * hdv)),
+		              !memcmp(c2, b, sizeof(float) * (size_t)(n_head * hdv)),
 		      "split at %d of rows %d..%d: other bits", sp, first, rows - 1);
 		attn_ref_f32(&sh, q, f32k, f32v, first, rows - 1, a, scratch);
 		attn_ref_f32_split(&sh, q, f32k0, f32v0, f32k, f32v, sp, first, rows - 1, c, scratch);
@@ -179,7 +185,8 @@ test_scores_bits(void)
 		cases++;
 		if (memcmp(a, b, sizeof(float) * ns) || memcmp(a, c, sizeof(float) * ns)) {
 			differ++;
-			CHECK(0, "heads %d/%d hd %d rows %d..%d: scores differ from attn_ref's (four by two: %s, by size: %s)",
+			CHECK(0,
+			      "heads %d/%d hd %d rows %d..%d: scores differ from attn_ref's (four by two: %s, by size: %s)",
 			      h[0], h[1], hd, first, rows - 1, memcmp(a, b, sizeof(float) * ns) ? "differ" : "same",
 			      memcmp(a, c, sizeof(float) * ns) ? "differ" : "same");
 		}

@@ -58,8 +58,7 @@ test_ffn_ref(void)
 	CHECK(ane_blob_add(&w, &(struct ane_wsrc){w1, AD_TYPE_F32, 24}, &off[0], err) == 0, "%s", err);
 	CHECK(ane_blob_add(&w, &(struct ane_wsrc){w3, AD_TYPE_F32, 24}, &off[1], err) == 0, "%s", err);
 	REQUIRE(ane_blob_close(&w, err) == 0, "%s", err);
-	CHECK(off[0] == 64 && off[1] == 176, "%llu %llu", (unsigned long long)off[0],
-	      (unsigned long long)off[1]);
+	CHECK(off[0] == 64 && off[1] == 176, "%llu %llu", (unsigned long long)off[0], (unsigned long long)off[1]);
 	check_same(p, "ffn_blob_ref.bin");
 }
 

@@ -220,10 +220,35 @@ unxz_gguf(const char *name)
 static void
 random_round_trips(struct tokenizer *t, const char *name, int nfc)
 {
-	static const char *bits[] = {"a", "Z", " ", "  ", "\n", "\r\n", "\t", "7", "42", "'s", "'LL", ".", "!?",
-	                             "\xc3\xa9", "e\xcc\x81", "\xe4\xb8\xad", "\xf0\x9f\xa6\x99", "\xd0\xb6",
-	                             "\xd9\xa3", "\xe0\xa4\x95\xe0\xa4\xbf", "\xff", "\xc0\x80", "\xed\xa0\x80",
-	                             "\xe2\x82", "\x80", "\xc2\xa0", "\xe3\x80\x80", "<|im_end|>", "\x00"};
+	static const char *bits[] = {"a",
+	                             "Z",
+	                             " ",
+	                             "  ",
+	                             "\n",
+	                             "\r\n",
+	                             "\t",
+	                             "7",
+	                             "42",
+	                             "'s",
+	                             "'LL",
+	                             ".",
+	                             "!?",
+	                             "\xc3\xa9",
+	                             "e\xcc\x81",
+	                             "\xe4\xb8\xad",
+	                             "\xf0\x9f\xa6\x99",
+	                             "\xd0\xb6",
+	                             "\xd9\xa3",
+	                             "\xe0\xa4\x95\xe0\xa4\xbf",
+	                             "\xff",
+	                             "\xc0\x80",
+	                             "\xed\xa0\x80",
+	                             "\xe2\x82",
+	                             "\x80",
+	                             "\xc2\xa0",
+	                             "\xe3\x80\x80",
+	                             "<|im_end|>",
+	                             "\x00"};
 	char err[AD_ERRLEN], buf[256];
 	unsigned seed = 7;
 	int bad = 0;
@@ -269,8 +294,12 @@ test_regex_vocabs(void)
 		const char *name, *pre;
 		int regex; // rules through PCRE2
 	} v[] = {
-		{"deepseek-llm", "deepseek-llm", 1}, {"deepseek-coder", "deepseek-coder", 1}, {"falcon", "falcon", 1},
-		{"mpt", "mpt", 0},                   {"starcoder", "starcoder", 0},           {"refact", "refact", 0},
+		{"deepseek-llm", "deepseek-llm", 1},
+		{"deepseek-coder", "deepseek-coder", 1},
+		{"falcon", "falcon", 1},
+		{"mpt", "mpt", 0},
+		{"starcoder", "starcoder", 0},
+		{"refact", "refact", 0},
 	};
 	char err[AD_ERRLEN];
 	for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
@@ -362,17 +391,20 @@ test_wpm_vocab(void)
 	tok_free(t);
 
 	// what a WordPiece tokenizer.json may not have
-	t = load_json_text("wpm-bad1",
+	t = load_json_text(
+		"wpm-bad1",
 		"{\"pre_tokenizer\":{\"type\":\"Whitespace\"},\"model\":{\"type\":\"WordPiece\",\"vocab\":{\"a\":0}}}",
 		err);
 	CHECK(!t && strstr(err, "Whitespace") && strstr(err, "BertPreTokenizer"), "%s", err);
 	tok_free(t);
 	t = load_json_text("wpm-bad2",
-		"{\"normalizer\":{\"type\":\"NFKC\"},\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"},"
-		"\"model\":{\"type\":\"WordPiece\",\"vocab\":{\"a\":0}}}", err);
+	                   "{\"normalizer\":{\"type\":\"NFKC\"},\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"},"
+	                   "\"model\":{\"type\":\"WordPiece\",\"vocab\":{\"a\":0}}}",
+	                   err);
 	CHECK(!t && strstr(err, "NFKC"), "%s", err);
 	tok_free(t);
-	t = load_json_text("wpm-bad3",
+	t = load_json_text(
+		"wpm-bad3",
 		"{\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"},\"post_processor\":{\"type\":\"BertProcessing\","
 		"\"cls\":[\"[CLS]\",1],\"sep\":[\"[SEP]\",2]},\"model\":{\"type\":\"WordPiece\",\"vocab\":{\"a\":0}}}",
 		err);
@@ -391,7 +423,10 @@ test_gpt2_gguf(void)
 	random_round_trips(t, "gpt-2", 0);
 
 	// arbitrary bytes, invalid UTF-8 included, come back unchanged
-	static const char *raw[] = {"\xff\xfe", "a\x80" "b", "\xc0\x80 overlong", "\xed\xa0\x80", "x\xe2\x82"};
+	static const char *raw[] = {"\xff\xfe",
+	                            "a\x80"
+	                            "b",
+	                            "\xc0\x80 overlong", "\xed\xa0\x80", "x\xe2\x82"};
 	for (size_t i = 0; i < sizeof raw / sizeof raw[0]; i++) {
 		int32_t *ids;
 		size_t n, nb;
@@ -483,7 +518,7 @@ gguf_from_json(const char *json_path, const char *pre, char *err)
 	}
 	const char **tok = calloc((size_t)n, sizeof *tok);
 	int32_t *type = malloc((size_t)n * sizeof *type);
-	char (*pad)[16] = malloc((size_t)n * sizeof *pad);
+	char(*pad)[16] = malloc((size_t)n * sizeof *pad);
 	for (int i = 0; i < n; i++) {
 		snprintf(pad[i], sizeof pad[i], "[PAD%d]", i);
 		tok[i] = pad[i];
@@ -508,7 +543,8 @@ gguf_from_json(const char *json_path, const char *pre, char *err)
 		if (cJSON_IsString(it)) {
 			mg[k++] = strdup(it->valuestring);
 		} else {
-			const char *a = cJSON_GetArrayItem(it, 0)->valuestring, *b = cJSON_GetArrayItem(it, 1)->valuestring;
+			const char *a = cJSON_GetArrayItem(it, 0)->valuestring,
+				   *b = cJSON_GetArrayItem(it, 1)->valuestring;
 			mg[k] = malloc(strlen(a) + strlen(b) + 2);
 			sprintf(mg[k++], "%s %s", a, b);
 		}
@@ -570,9 +606,9 @@ load_json_text(const char *name, const char *json, char *err)
 	return tok_load(path, err);
 }
 
-#define TINY_HEAD                                                                                              \
-	"{\"version\":\"1.0\",\"added_tokens\":[{\"id\":9,\"content\":\"<s>\",\"special\":true}],"                 \
-	"\"normalizer\":null,"                                                                                  \
+#define TINY_HEAD                                                                                                      \
+	"{\"version\":\"1.0\",\"added_tokens\":[{\"id\":9,\"content\":\"<s>\",\"special\":true}],"                     \
+	"\"normalizer\":null,"                                                                                         \
 	"\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true},"
 
 static int
@@ -599,9 +635,11 @@ test_tiny(void)
 {
 	char err[AD_ERRLEN];
 	// "b c" ranks before "a b": abc -> a + bc
-	struct tokenizer *t = load_json_text("tiny1",
+	struct tokenizer *t = load_json_text(
+		"tiny1",
 		TINY_HEAD "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"ab\":3,\"bc\":4,\"abc\":5,"
-		"\"\\u0120\":6,\"\\u0120a\":7},\"merges\":[\"b c\",\"a b\",\"ab c\",\"\\u0120 a\"]}}", err);
+			  "\"\\u0120\":6,\"\\u0120a\":7},\"merges\":[\"b c\",\"a b\",\"ab c\",\"\\u0120 a\"]}}",
+		err);
 	REQUIRE(t, "%s", err);
 	CHECK(encodes_to(t, "abc", (int32_t[]){0, 4}, 2));
 	CHECK(encodes_to(t, "ab", (int32_t[]){3}, 1));
@@ -611,9 +649,12 @@ test_tiny(void)
 	tok_free(t);
 
 	// same vocabulary, ignore_merges: a pre-token in the vocabulary wins
-	t = load_json_text("tiny2",
-		TINY_HEAD "\"model\":{\"type\":\"BPE\",\"ignore_merges\":true,\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"ab\":3,"
-		"\"bc\":4,\"abc\":5},\"merges\":[\"b c\",\"a b\",\"ab c\"]}}", err);
+	t = load_json_text(
+		"tiny2",
+		TINY_HEAD
+		"\"model\":{\"type\":\"BPE\",\"ignore_merges\":true,\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"ab\":3,"
+		"\"bc\":4,\"abc\":5},\"merges\":[\"b c\",\"a b\",\"ab c\"]}}",
+		err);
 	REQUIRE(t, "%s", err);
 	CHECK(encodes_to(t, "abc", (int32_t[]){5}, 1));
 	CHECK(encodes_to(t, "abcc", (int32_t[]){0, 4, 2}, 3));
@@ -621,9 +662,11 @@ test_tiny(void)
 
 	// merges as pairs; equal ranks cannot happen, so leftmost-first shows
 	// with a repeated pair: aaa -> aa + a
-	t = load_json_text("tiny3",
+	t = load_json_text(
+		"tiny3",
 		TINY_HEAD "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"aa\":1,\"b\":2,\"ab\":3,\"abc\":4,\"c\":5},"
-		"\"merges\":[[\"a\",\"a\"],[\"a\",\"b\"],[\"ab\",\"c\"]]}}", err);
+			  "\"merges\":[[\"a\",\"a\"],[\"a\",\"b\"],[\"ab\",\"c\"]]}}",
+		err);
 	REQUIRE(t, "%s", err);
 	CHECK(encodes_to(t, "aaa", (int32_t[]){1, 0}, 2));
 	CHECK(encodes_to(t, "aaaa", (int32_t[]){1, 1}, 2));
@@ -632,20 +675,24 @@ test_tiny(void)
 	tok_free(t);
 
 	// SmolLM-style Sequence[Digits, ByteLevel]: digits stand alone
-	t = load_json_text("tiny4",
+	t = load_json_text(
+		"tiny4",
 		"{\"added_tokens\":[],\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":["
 		"{\"type\":\"Digits\",\"individual_digits\":true},{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"
 		"\"use_regex\":true}]},\"model\":{\"type\":\"BPE\",\"vocab\":{\"1\":0,\"2\":1,\"12\":2},"
-		"\"merges\":[\"1 2\"]}}", err);
+		"\"merges\":[\"1 2\"]}}",
+		err);
 	REQUIRE(t, "%s", err);
 	CHECK(encodes_to(t, "12", (int32_t[]){0, 1}, 2));
 	tok_free(t);
 
 	// GPT-2 style add_prefix_space: a fragment not starting with a space gets one
-	t = load_json_text("tiny5",
+	t = load_json_text(
+		"tiny5",
 		"{\"added_tokens\":[],\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"ByteLevel\","
 		"\"add_prefix_space\":true,\"use_regex\":true},\"model\":{\"type\":\"BPE\",\"vocab\":{\"\\u0120\":0,"
-		"\"a\":1,\"\\u0120a\":2},\"merges\":[\"\\u0120 a\"]}}", err);
+		"\"a\":1,\"\\u0120a\":2},\"merges\":[\"\\u0120 a\"]}}",
+		err);
 	REQUIRE(t, "%s", err);
 	CHECK(encodes_to(t, "a", (int32_t[]){2}, 1));
 	CHECK(encodes_to(t, " a", (int32_t[]){2}, 1));
@@ -658,14 +705,16 @@ test_refusals(void)
 {
 	char err[AD_ERRLEN] = "";
 	// a Split regex PCRE2 cannot compile is refused, quoting it and why
-	struct tokenizer *t = load_json_text("bad1",
+	struct tokenizer *t = load_json_text(
+		"bad1",
 		"{\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(\\\\w+|[^\\\\w\\\\s]+\"},"
 		"\"behavior\":\"Isolated\",\"invert\":false},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
 		err);
 	CHECK(!t && strstr(err, "(\\w+|[^\\w\\s]+") && strstr(err, "missing closing parenthesis"), "%s", err);
 	tok_free(t);
 	// one it can is run by PCRE2: words and the rest, spaces left alone
-	t = load_json_text("regex1",
+	t = load_json_text(
+		"regex1",
 		"{\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"\\\\w+|[^\\\\w\\\\s]+\"},"
 		"\"behavior\":\"Isolated\",\"invert\":false},\"model\":{\"type\":\"BPE\",\"vocab\":{\"h\":0,\"i\":1,"
 		"\"hi\":2,\"!\":3,\"\\u0120\":4,\"i!\":5},\"merges\":[\"h i\",\"i !\"]}}",
@@ -674,8 +723,10 @@ test_refusals(void)
 	if (t)
 		CHECK(encodes_to(t, "hi! hi", (int32_t[]){2, 3, 4, 2}, 4)); // never "i!": \\w+ stops at "!"
 	tok_free(t);
-	t = load_json_text("bad2",
-		"{\"normalizer\":{\"type\":\"NFKC\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}", err);
+	t = load_json_text(
+		"bad2",
+		"{\"normalizer\":{\"type\":\"NFKC\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+		err);
 	CHECK(!t && strstr(err, "NFKC"), "%s", err);
 	tok_free(t);
 	t = load_json_text("bad3", "{\"model\":{\"type\":\"WordPiece\",\"vocab\":{\"a\":0}}}", err);
@@ -683,15 +734,18 @@ test_refusals(void)
 	tok_free(t);
 	// a BPE model with a Metaspace pre-tokenizer is SentencePiece-style
 	// (Llama 2's tokenizer.json): taken by the SPM loader, not refused
-	t = load_json_text("spm4",
+	t = load_json_text(
+		"spm4",
 		"{\"pre_tokenizer\":{\"type\":\"Metaspace\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
 		err);
 	CHECK(t && !strcmp(tok_kind_name(t), "spm"), "%s", t ? tok_kind_name(t) : err);
 	tok_free(t);
-	t = load_json_text("bad8",
+	t = load_json_text(
+		"bad8",
 		"{\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Digits\"},"
 		"{\"type\":\"ByteLevel\",\"add_prefix_space\":true}]},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},"
-		"\"merges\":[]}}", err);
+		"\"merges\":[]}}",
+		err);
 	CHECK(!t && strstr(err, "add_prefix_space"), "%s", err);
 	tok_free(t);
 	t = load_json_text("bad5", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"ab\"]}}", err);
@@ -777,16 +831,16 @@ test_name_flags(void)
 		const char *pre;
 		int ab, add_bos, clean;
 	} v[] = {
-		{"gpt-2", -1, 0, 1},       {"llama-bpe", -1, 1, 1}, {"llama-bpe", 0, 0, 1}, {"tekken", -1, 1, 0},
-		{"qwen2", -1, 0, 0},       {"qwen2", 1, 1, 0},      {"deepseek-llm", -1, 0, 0}, {"falcon", -1, 0, 1},
+		{"gpt-2", -1, 0, 1}, {"llama-bpe", -1, 1, 1}, {"llama-bpe", 0, 0, 1},     {"tekken", -1, 1, 0},
+		{"qwen2", -1, 0, 0}, {"qwen2", 1, 1, 0},      {"deepseek-llm", -1, 0, 0}, {"falcon", -1, 0, 1},
 	};
 	for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
 		struct tokenizer *t = tiny_named(v[i].pre, v[i].ab, err);
 		CHECK(t, "%s: %s", v[i].pre, err);
 		if (!t)
 			continue;
-		CHECK(tok_add_bos(t) == v[i].add_bos && tok_clean_spaces(t) == v[i].clean, "%s (add_bos_token %d): %d %d",
-		      v[i].pre, v[i].ab, tok_add_bos(t), tok_clean_spaces(t));
+		CHECK(tok_add_bos(t) == v[i].add_bos && tok_clean_spaces(t) == v[i].clean,
+		      "%s (add_bos_token %d): %d %d", v[i].pre, v[i].ab, tok_add_bos(t), tok_clean_spaces(t));
 		tok_free(t);
 	}
 	// "a . b ' s . ab 's" decoded, then cleaned as llama.cpp's three passes do

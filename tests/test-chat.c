@@ -36,8 +36,8 @@ load_json(const char *path)
 static struct tokenizer *
 with_template(const char *tmpl, const char *tool_use, int add_bos)
 {
-	static const char *fixed[] = {"<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
-	                              "\xe2\x96\x81", "a", "b"};
+	static const char *fixed[] = {
+		"<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "\xe2\x96\x81", "a", "b"};
 	static const int32_t fixed_type[] = {2, 3, 3, 3, 3, 4, 4, 1, 1, 1};
 	enum { NF = sizeof fixed / sizeof fixed[0] };
 	const char *toks[NF + 256];
@@ -129,8 +129,10 @@ to_conv(const cJSON *ctx, struct conv *c)
 			{
 				struct tok_msg *tm = &c->msgs[c->n++];
 				const char *role = str(m, "role");
-				tm->role = !strcmp(role, "system") ? TOK_ROLE_SYSTEM : !strcmp(role, "user") ? TOK_ROLE_USER
-				           : !strcmp(role, "assistant") ? TOK_ROLE_ASSISTANT : TOK_ROLE_TOOL;
+				tm->role = !strcmp(role, "system")      ? TOK_ROLE_SYSTEM
+				           : !strcmp(role, "user")      ? TOK_ROLE_USER
+				           : !strcmp(role, "assistant") ? TOK_ROLE_ASSISTANT
+				                                        : TOK_ROLE_TOOL;
 				tm->content = str(m, "content");
 				tm->reasoning = str(m, "reasoning_content");
 				tm->call_id = str(m, "tool_call_id");
@@ -142,7 +144,8 @@ to_conv(const cJSON *ctx, struct conv *c)
 					const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
 					c->calls[nc++] = (struct tok_call){
 						str(tc, "id"), str(fn, "name"),
-						keep(c, cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(fn, "arguments")))};
+						keep(c, cJSON_PrintUnformatted(
+								cJSON_GetObjectItemCaseSensitive(fn, "arguments")))};
 					tm->n_calls++;
 				}
 			}
@@ -201,7 +204,8 @@ test_templates(void)
 				same += ok;
 				differ += !ok;
 			} else if (!strncmp(jerr, "raised: ", 8)) {
-				int ok = rc == -1 && !out && !strncmp(err, "chat template: ", 15) && !strcmp(err + 15, jerr + 8);
+				int ok = rc == -1 && !out && !strncmp(err, "chat template: ", 15) &&
+				         !strcmp(err + 15, jerr + 8);
 				CHECK(ok, "%s × %s: %s", e->d_name, cname, err);
 				raised += ok;
 			} else {
@@ -247,9 +251,10 @@ test_rules(void)
 	free(out);
 	// tools, kwargs and thinking reach the template; kwargs cannot set messages
 	tok_free(t);
-	t = with_template("{{ tools|length }} {{ tools[0].function.name }} {{ x }} {{ y|tojson }} {{ enable_thinking }} "
-	                  "{{ add_generation_prompt }}",
-	                  NULL, 0);
+	t = with_template(
+		"{{ tools|length }} {{ tools[0].function.name }} {{ x }} {{ y|tojson }} {{ enable_thinking }} "
+		"{{ add_generation_prompt }}",
+		NULL, 0);
 	o.tools = "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {}}}]";
 	o.kwargs = "{\"x\": 1.0, \"y\": [1, {\"a\": null}], \"enable_thinking\": true}";
 	o.enable_thinking = 0;
@@ -281,15 +286,16 @@ test_rules(void)
 	o.tools = NULL;
 	// a template that raises: the request fails with its message
 	tok_free(t);
-	t = with_template("{% if messages[0].role != 'system' %}{{ raise_exception('System first!') }}{% endif %}", NULL, 0);
-	CHECK(tok_chat_render(t, u, 1, 1, &o, &out, &how, err) == -1 && !strcmp(err, "chat template: System first!"), "%s",
-	      err);
+	t = with_template("{% if messages[0].role != 'system' %}{{ raise_exception('System first!') }}{% endif %}",
+	                  NULL, 0);
+	CHECK(tok_chat_render(t, u, 1, 1, &o, &out, &how, err) == -1 && !strcmp(err, "chat template: System first!"),
+	      "%s", err);
 	// one that fails otherwise, or cannot be parsed: the family's renderer
 	tok_free(t);
 	t = with_template("<|im_start|>{{ messages[0].content + 1 }}", NULL, 0);
 	REQUIRE(tok_chat_render(t, u, 1, 1, &o, &out, &how, err) == 0, "%s", err);
-	CHECK(!strcmp(how, "chatml") && !strcmp(out, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"), "%s %s",
-	      how, out);
+	CHECK(!strcmp(how, "chatml") && !strcmp(out, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"),
+	      "%s %s", how, out);
 	free(out);
 	const char *why;
 	CHECK(tok_chat_jinja(t, &why) == 1 && !*why);

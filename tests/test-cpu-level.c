@@ -6,8 +6,9 @@
 #include "t.h"
 
 #define V2 (AD_CPU_SSE3 | AD_CPU_SSSE3 | AD_CPU_SSE41 | AD_CPU_SSE42 | AD_CPU_POPCNT | AD_CPU_CX16)
-#define V3 (V2 | AD_CPU_AVX | AD_CPU_AVX2 | AD_CPU_FMA | AD_CPU_F16C | AD_CPU_BMI1 | AD_CPU_BMI2 | AD_CPU_LZCNT | \
-            AD_CPU_MOVBE)
+#define V3                                                                                                             \
+	(V2 | AD_CPU_AVX | AD_CPU_AVX2 | AD_CPU_FMA | AD_CPU_F16C | AD_CPU_BMI1 | AD_CPU_BMI2 | AD_CPU_LZCNT |         \
+	 AD_CPU_MOVBE)
 
 // the check's output for have/need, into buf; its return value
 static int

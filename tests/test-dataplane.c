@@ -121,8 +121,8 @@ req(uint32_t op, uint32_t n, uint32_t kernel)
 	r.op = op;
 	r.nsteps = n;
 	for (uint32_t i = 0; i < n && i < DP_MAX_STEPS; i++)
-		r.step[i] = (struct dp_step){.kernel = kernel + i, .ncols = 1 + i, .in = (uint16_t)(2 * i),
-		                             .out = (uint16_t)(2 * i + 1)};
+		r.step[i] = (struct dp_step){
+			.kernel = kernel + i, .ncols = 1 + i, .in = (uint16_t)(2 * i), .out = (uint16_t)(2 * i + 1)};
 	return r;
 }
 
@@ -170,25 +170,27 @@ test_roundtrip(void)
 		CHECK(rep.exec_ns[i] == expect(&r, i), "step %u: %llu", i, (unsigned long long)rep.exec_ns[i]);
 	r = req(DP_OP_CALL, 2, K_FAIL - 1); // the second step fails
 	CHECK(dp_call(c, &slot, &r, &rep, pid, gen, 5000) == DP_DONE && rep.status == DP_NOT_FOUND &&
-	          rep.done_steps == 1 && strstr(rep.msg, "no kernel 999"),
+	              rep.done_steps == 1 && strstr(rep.msg, "no kernel 999"),
 	      "%d %u %s", rep.status, rep.done_steps, rep.msg);
 	// refused by dp_serve itself
 	r = req(DP_OP_CALL, 0, 1);
 	CHECK(dp_call(c, &slot, &r, &rep, pid, gen, 5000) == DP_DONE && rep.status == DP_BAD_REQUEST &&
-	          strstr(rep.msg, "0 steps"),
+	              strstr(rep.msg, "0 steps"),
 	      "%s", rep.msg);
 	r = req(DP_OP_CALL, DP_MAX_STEPS, 1);
 	r.nsteps = DP_MAX_STEPS + 1;
 	CHECK(dp_call(c, &slot, &r, &rep, pid, gen, 5000) == DP_DONE && rep.status == DP_BAD_REQUEST);
 	r = req(42, 1, 1);
 	CHECK(dp_call(c, &slot, &r, &rep, pid, gen, 5000) == DP_DONE && rep.status == DP_BAD_REQUEST &&
-	          strstr(rep.msg, "unknown op"),
+	              strstr(rep.msg, "unknown op"),
 	      "%s", rep.msg);
 	// a guess of the call's length, too long and too short: the same replies
 	r = req(DP_OP_CALL, 2, 11);
-	CHECK(dp_call_expect(c, &slot, &r, &rep, pid, gen, 5000, 200000000) == DP_DONE && rep.exec_ns[1] == expect(&r, 1));
+	CHECK(dp_call_expect(c, &slot, &r, &rep, pid, gen, 5000, 200000000) == DP_DONE &&
+	      rep.exec_ns[1] == expect(&r, 1));
 	r = req(DP_OP_CALL, 1, K_SLOW);
-	CHECK(dp_call_expect(c, &slot, &r, &rep, pid, gen, 5000, 1000000) == DP_DONE && rep.exec_ns[0] == expect(&r, 0));
+	CHECK(dp_call_expect(c, &slot, &r, &rep, pid, gen, 5000, 1000000) == DP_DONE &&
+	      rep.exec_ns[0] == expect(&r, 0));
 	// and it still serves
 	r = req(DP_OP_CALL, 1, 5);
 	CHECK(dp_call(c, &slot, &r, &rep, pid, gen, 5000) == DP_DONE && rep.exec_ns[0] == expect(&r, 0));
@@ -434,8 +436,7 @@ test_client_gone_stale(void)
 	REQUIRE(surface_create(&sf, id, 4096, 64, 1, err) == 0, "%s", err); // zeros: no magic
 	CHECK(dp_open(id, err) == NULL && strstr(err, "not an object"), "%s", err);
 	surface_close(&sf);
-	CHECK(dp_create("/bad/id/with/too/many/characters/for/a/surface/id/of/the/anedvd/kind/at/all", err) ==
-	          NULL,
+	CHECK(dp_create("/bad/id/with/too/many/characters/for/a/surface/id/of/the/anedvd/kind/at/all", err) == NULL,
 	      "a long id was taken");
 	c = client("dup");
 	REQUIRE(c);

@@ -104,7 +104,7 @@ test_f32_to_fp16_rounding(void)
 	for (uint32_t h = 0; h < 0x7c00; h++) {
 		float a = ad_fp16_to_f32((uint16_t)h), b = ad_fp16_to_f32((uint16_t)(h + 1));
 		float mid = (float)(((double)a + (double)b) / 2);
-		float probes[] = { a, mid, nextafterf(mid, 0), nextafterf(mid, INFINITY), -mid };
+		float probes[] = {a, mid, nextafterf(mid, 0), nextafterf(mid, INFINITY), -mid};
 		for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++)
 			if (!is_correct_rounding(probes[i], ad_f32_to_fp16(probes[i])))
 				bad++;
@@ -177,8 +177,7 @@ test_rows_fast_vs_ref(void)
 }
 
 static const char *types[] = {
-	"F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1",
-	"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K",
+	"F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K",
 };
 
 static uint32_t
@@ -267,7 +266,7 @@ static void
 test_errors(void)
 {
 	char err[AD_ERRLEN] = "";
-	uint8_t buf[1024] = { 0 };
+	uint8_t buf[1024] = {0};
 	float out[256];
 	CHECK(ad_dequant(AD_TYPE_Q8_1, buf, out, 33, err) == -1); // not whole blocks
 	CHECK(strstr(err, "Q8_1") != NULL && strstr(err, "32") != NULL, "%s", err);

@@ -58,19 +58,16 @@ test_layout_table(void)
 	static const struct {
 		size_t c, w, elem, row, plane, batch, cap;
 	} t[] = {
-		{896, 1, 2, 64, 64, 57344, 57344},
-		{4, 2, 2, 64, 64, 256, 49152},
-		{6, 2, 4, 64, 64, 384, 49152},
-		{4, 32, 2, 64, 64, 256, 49152},
-		{576, 64, 2, 128, 128, 73728, 73728},
-		{896, 128, 2, 256, 256, 229376, 229376},
+		{896, 1, 2, 64, 64, 57344, 57344},    {4, 2, 2, 64, 64, 256, 49152},
+		{6, 2, 4, 64, 64, 384, 49152},        {4, 32, 2, 64, 64, 256, 49152},
+		{576, 64, 2, 128, 128, 73728, 73728}, {896, 128, 2, 256, 256, 229376, 229376},
 	};
 	char err[AD_ERRLEN];
 	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
 		struct ane_layout l;
 		REQUIRE(ane_layout_init(&l, t[i].c, 1, t[i].w, t[i].elem, err) == 0, "%s", err);
-		CHECK(l.row_stride == t[i].row && l.plane_stride == t[i].plane &&
-		              l.batch_stride == t[i].batch && l.nbytes == t[i].batch,
+		CHECK(l.row_stride == t[i].row && l.plane_stride == t[i].plane && l.batch_stride == t[i].batch &&
+		              l.nbytes == t[i].batch,
 		      "row %zu: %zu %zu %zu", i, l.row_stride, l.plane_stride, l.batch_stride);
 		const struct ane_layout *lp = &l;
 		CHECK(ane_surface_capacity(&lp, 1) == t[i].cap, "row %zu", i);
@@ -173,11 +170,9 @@ test_scatter_gather(void)
 static void
 test_conv_fast_vs_ref(void)
 {
-	static const size_t sizes[][2] = {{16, 16},  {17, 3},   {5, 64},         {48, 33},
-	                                  {100, 257}, {64, 1}, {200, 40}, {16 * 13 + 7, 24},
-	                                  {16 * 9, 131}};
-	static const size_t widths[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  11, 12, 13,
-	                                17, 19, 24, 25, 31, 36, 37, 48, 63, 64};
+	static const size_t sizes[][2] = {{16, 16}, {17, 3},   {5, 64},           {48, 33},     {100, 257},
+	                                  {64, 1},  {200, 40}, {16 * 13 + 7, 24}, {16 * 9, 131}};
+	static const size_t widths[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 17, 19, 24, 25, 31, 36, 37, 48, 63, 64};
 	int top = emu_cpu_simd();
 	if (top < EMU_SIMD_AVX2)
 		fprintf(stderr, "  (no AVX2/FMA/F16C here: the fast path is the reference)\n");
@@ -228,8 +223,8 @@ test_conv_fast_vs_ref(void)
 					mexact = fmax(mexact, fabs(y0[j * cout + o] - r));
 				}
 			// fp32 accumulation, one fp16 rounding
-			CHECK(mexact <= 1e-3 * mr + 1e-6, "%zux%zu ncols %zu: ref vs exact %g", cout, cin,
-			      ncols, mexact);
+			CHECK(mexact <= 1e-3 * mr + 1e-6, "%zux%zu ncols %zu: ref vs exact %g", cout, cin, ncols,
+			      mexact);
 			free(wf), free(x), free(w), free(p), free(y0), free(y1), free(y2);
 		}
 	}
@@ -349,8 +344,8 @@ test_probe_vector(void)
 	struct emu_kernel *k = compile(mil, blob, err);
 	REQUIRE(k, "%s", err);
 	REQUIRE(run(k, x, 2, y, err) == 0, "%s", err);
-	static const float want[12] = {0.9375, 1.25,   2.9375, 3.75,   4.9375,  6.25,
-	                               6.9375, 8.75,   8.9375, 11.25,  10.9375, 13.75};
+	static const float want[12] = {0.9375, 1.25, 2.9375, 3.75,  4.9375,  6.25,
+	                               6.9375, 8.75, 8.9375, 11.25, 10.9375, 13.75};
 	for (int o = 0; o < 6; o++)
 		for (int j = 0; j < 2; j++)
 			CHECK(y[j * 6 + o] == want[o * 2 + j], "o %d j %d: %g", o, j, y[j * 6 + o]);
@@ -523,10 +518,10 @@ test_surface_moves(void)
 				runs++;
 				memset(out, 0xa5, ocap);
 				memset(outr, 0xa5, ocap);
-				REQUIRE(emu_eval(k, (const void *const *)&in, (void *const *)&out, n, err) == 0,
-				        "%s", err);
-				REQUIRE(emu_eval(kr, (const void *const *)&in, (void *const *)&outr, n, err) == 0,
-				        "%s", err);
+				REQUIRE(emu_eval(k, (const void *const *)&in, (void *const *)&out, n, err) == 0, "%s",
+				        err);
+				REQUIRE(emu_eval(kr, (const void *const *)&in, (void *const *)&outr, n, err) == 0, "%s",
+				        err);
 				bad_ref += memcmp(out, outr, ocap) != 0;
 				int v = 0, pad = 0;
 				for (size_t c = 0; c < C; c++) {
@@ -566,12 +561,11 @@ test_qkv(void)
 {
 	char err[AD_ERRLEN];
 	size_t hidden = 96, qd = 64, kvd = 32, W = 32, cout = qd + 2 * kvd;
-	float *wq = randv(qd * hidden, 0.3f), *wk = randv(kvd * hidden, 0.3f),
-	      *wv = randv(kvd * hidden, 0.3f), *x = randv(W * hidden, 2.0f);
+	float *wq = randv(qd * hidden, 0.3f), *wk = randv(kvd * hidden, 0.3f), *wv = randv(kvd * hidden, 0.3f),
+	      *x = randv(W * hidden, 2.0f);
 	const char *blob = tmp_path("qkv.bin");
-	struct ane_wsrc parts[3] = {{wq, AD_TYPE_F32, qd * hidden},
-	                            {wk, AD_TYPE_F32, kvd * hidden},
-	                            {wv, AD_TYPE_F32, kvd * hidden}};
+	struct ane_wsrc parts[3] = {
+		{wq, AD_TYPE_F32, qd * hidden}, {wk, AD_TYPE_F32, kvd * hidden}, {wv, AD_TYPE_F32, kvd * hidden}};
 	REQUIRE(ane_blob_write_proj(blob, parts, 3, err) == 0, "%s", err);
 	char *mil = ane_mil_proj((int)hidden, (int)cout, (int)W, err);
 	struct emu_kernel *k = compile(mil, blob, err);
@@ -626,8 +620,7 @@ test_qkv(void)
 	emu_kernel_free(k1);
 	emu_close(e1);
 	emu_kernel_free(k);
-	free(mil), free(wq), free(wk), free(wv), free(x), free(y), free(r), free(wall), free(y1),
-		free(y2);
+	free(mil), free(wq), free(wk), free(wv), free(x), free(y), free(r), free(wall), free(y1), free(y2);
 }
 
 static float
@@ -637,8 +630,7 @@ silu(float v)
 }
 
 static void
-ref_ffn(const float *g, const float *u, const float *d, size_t hidden, size_t inter,
-        const float *x, size_t W, float *y)
+ref_ffn(const float *g, const float *u, const float *d, size_t hidden, size_t inter, const float *x, size_t W, float *y)
 {
 	float *a = malloc(W * inter * 4), *b = malloc(W * inter * 4);
 	ref_conv(g, inter, hidden, x, W, a);
@@ -655,11 +647,11 @@ test_ffn_fused(void)
 {
 	char err[AD_ERRLEN];
 	size_t hidden = 64, inter = 176, W = 32;
-	float *g = randv(inter * hidden, 0.5f), *u = randv(inter * hidden, 0.5f),
-	      *d = randv(hidden * inter, 0.3f), *x = randv(W * hidden, 2.0f);
+	float *g = randv(inter * hidden, 0.5f), *u = randv(inter * hidden, 0.5f), *d = randv(hidden * inter, 0.3f),
+	      *x = randv(W * hidden, 2.0f);
 	const char *blob = tmp_path("ffn.bin");
 	struct ane_wsrc gs = {g, AD_TYPE_F32, inter * hidden}, us = {u, AD_TYPE_F32, inter * hidden},
-	                ds = {d, AD_TYPE_F32, hidden * inter};
+			ds = {d, AD_TYPE_F32, hidden * inter};
 	REQUIRE(ane_blob_write_ffn(blob, &gs, &us, &ds, err) == 0, "%s", err);
 	char *mil = ane_mil_ffn((int)hidden, (int)inter, (int)W, err);
 	struct emu_kernel *k = compile(mil, blob, err);
@@ -685,11 +677,11 @@ test_paths_same_bits(void)
 	char err[AD_ERRLEN];
 	static const size_t cols[] = {1, 2, 5, 7, 13, 31, 64};
 	size_t hidden = 93, inter = 170, W = 64;
-	float *g = randv(inter * hidden, 0.5f), *u = randv(inter * hidden, 0.5f),
-	      *d = randv(hidden * inter, 0.3f), *x = randv(W * hidden, 2.0f);
+	float *g = randv(inter * hidden, 0.5f), *u = randv(inter * hidden, 0.5f), *d = randv(hidden * inter, 0.3f),
+	      *x = randv(W * hidden, 2.0f);
 	const char *fblob = tmp_path("ffnbits.bin"), *pblob = tmp_path("projbits.bin");
 	struct ane_wsrc gs = {g, AD_TYPE_F32, inter * hidden}, us = {u, AD_TYPE_F32, inter * hidden},
-	                ds = {d, AD_TYPE_F32, hidden * inter};
+			ds = {d, AD_TYPE_F32, hidden * inter};
 	REQUIRE(ane_blob_write_ffn(fblob, &gs, &us, &ds, err) == 0, "%s", err);
 	REQUIRE(ane_blob_write_proj(pblob, &gs, 1, err) == 0, "%s", err);
 	char *mils[2] = {ane_mil_ffn((int)hidden, (int)inter, (int)W, err),
@@ -699,8 +691,7 @@ test_paths_same_bits(void)
 	int top = emu_cpu_simd(), bad = 0, runs = 0;
 	for (int m = 0; m < 2; m++) {
 		struct emu_file f = {.name = "w.bin", .path = blobs[m]};
-		struct emu *e0 = emu_open(&(struct emu_opts){.threads = 1, .simd = EMU_SIMD_REF,
-		                                             .no_fuse = 1}, err);
+		struct emu *e0 = emu_open(&(struct emu_opts){.threads = 1, .simd = EMU_SIMD_REF, .no_fuse = 1}, err);
 		REQUIRE(e0, "%s", err);
 		CHECK(emu_simd(e0) == EMU_SIMD_REF);
 		struct emu_kernel *k0 = emu_compile(e0, mils[m], &f, 1, err);
@@ -723,7 +714,8 @@ test_paths_same_bits(void)
 						REQUIRE(run(k, x, n, y1, err) == 0, "%s", err);
 						runs++;
 						if (memcmp(y0, y1, W * couts[m] * 4) && !bad++)
-							CHECK(0, "%s: %s, %d thread(s), %s, %zu columns: differs from ref",
+							CHECK(0,
+							      "%s: %s, %d thread(s), %s, %zu columns: differs from ref",
 							      m ? "proj" : "ffn", emu_simd_name(l), th,
 							      nf ? "op by op" : "fused", n);
 					}
@@ -834,8 +826,8 @@ test_ffn_split(void)
 {
 	char err[AD_ERRLEN];
 	size_t hidden = 48, inter = 80, W = 32;
-	float *g = randv(inter * hidden, 0.5f), *u = randv(inter * hidden, 0.5f),
-	      *d = randv(hidden * inter, 0.3f), *x = randv(W * hidden, 2.0f);
+	float *g = randv(inter * hidden, 0.5f), *u = randv(inter * hidden, 0.5f), *d = randv(hidden * inter, 0.3f),
+	      *x = randv(W * hidden, 2.0f);
 	const char *b1 = tmp_path("up.bin"), *b2 = tmp_path("down.bin");
 	struct ane_wsrc up[2] = {{g, AD_TYPE_F32, inter * hidden}, {u, AD_TYPE_F32, inter * hidden}};
 	REQUIRE(ane_blob_write_proj(b1, up, 2, err) == 0, "%s", err);
@@ -874,8 +866,8 @@ test_lm_head_chunks(void)
 	for (size_t r0 = 0; r0 < vocab; r0 += (size_t)rows, nk++) {
 		size_t n = vocab - r0 < (size_t)rows ? vocab - r0 : (size_t)rows;
 		const char *blob = tmp_path("head.bin");
-		REQUIRE(ane_blob_write_proj(blob, &(struct ane_wsrc){w + r0 * hidden, AD_TYPE_F32, n * hidden},
-		                            1, err) == 0);
+		REQUIRE(ane_blob_write_proj(blob, &(struct ane_wsrc){w + r0 * hidden, AD_TYPE_F32, n * hidden}, 1,
+		                            err) == 0);
 		size_t len;
 		free(t_read_file(blob, &len));
 		CHECK(len <= target + 128, "head blob of %zu bytes", len);
@@ -940,8 +932,7 @@ test_o_residual_scalar(void)
 	double e = rel_err(y, r, W * hidden);
 	CHECK(e < 2e-3, "o + residual rel %g", e);
 	emu_kernel_free(k);
-	free(in[0]), free(in[1]), free(out), free(y), free(r), free(mil), free(mil2), free(wo),
-		free(a), free(res);
+	free(in[0]), free(in[1]), free(out), free(y), free(r), free(mil), free(mil2), free(wo), free(a), free(res);
 }
 
 // ---------------------------------------------------------------------------
@@ -978,8 +969,10 @@ test_rule_matmul(void)
 {
 	char err[AD_ERRLEN];
 	char *base = ane_mil_proj(8, 4, 1, err);
-	char *s = edit(base, "conv(dilations = c_dilations, groups = c_groups, pad = c_pad, pad_type = c_pad_type, strides = c_strides, weight = w0, x = i0)",
-	               "matmul(x = i0, y = w0)");
+	char *s = edit(
+		base,
+		"conv(dilations = c_dilations, groups = c_groups, pad = c_pad, pad_type = c_pad_type, strides = c_strides, weight = w0, x = i0)",
+		"matmul(x = i0, y = w0)");
 	expect_fail(s, small_blob(), "op 'matmul'");
 	free(s);
 	s = edit(base, "conv(", "gelu(");
@@ -1064,7 +1057,8 @@ test_rule_shapes(void)
 	ane_mil_conv(&m, "t0", "i0", 4, 8, 1, 64);
 	ane_mil_add(&m, "o0", "t0", "i0", 4, 1);
 	char *mil = ane_mil_finish(&m, outs, 1, err);
-	expect_fail(mil, small_blob(), "y 'i0' is tensor<fp16, [1, 8, 1, 1]>, the result is tensor<fp16, [1, 4, 1, 1]>");
+	expect_fail(mil, small_blob(),
+	            "y 'i0' is tensor<fp16, [1, 8, 1, 1]>, the result is tensor<fp16, [1, 4, 1, 1]>");
 	free(mil);
 	// undefined names, an input returned, a conv with bias, inline conv params
 	s = edit(base, "x = i0)", "x = i9)");
@@ -1142,16 +1136,18 @@ test_rule_slots(void)
 			}
 			emu_kernel_free(k);
 			// plus one inline scalar: the budget drops to 15
-			char *body = edit(mil, "    } -> (t15);",
-			                  "        tensor<fp16, [1, 16, 1, 32]> s0 = mul(x = t15, y = fp16(2))[name = string(\"s0\")];\n    } -> (s0);");
+			char *body = edit(
+				mil, "    } -> (t15);",
+				"        tensor<fp16, [1, 16, 1, 32]> s0 = mul(x = t15, y = fp16(2))[name = string(\"s0\")];\n    } -> (s0);");
 			expect_fail(body, blob, "at most 15 once an op has an inline scalar");
 			free(body);
 		} else {
 			// the 17th const, declared but unused, still takes a slot
 			char decl[512];
-			snprintf(decl, sizeof decl,
-			         "        tensor<fp16, [16, 16, 1, 1]> w16 = const()[name = string(\"w16\"), val = tensor<fp16, [16, 16, 1, 1]>(BLOBFILE(path = string(\"@model_path/weights/w.bin\"), offset = uint64(%llu)))];\n    } -> (t15);",
-			         (unsigned long long)off[16]);
+			snprintf(
+				decl, sizeof decl,
+				"        tensor<fp16, [16, 16, 1, 1]> w16 = const()[name = string(\"w16\"), val = tensor<fp16, [16, 16, 1, 1]>(BLOBFILE(path = string(\"@model_path/weights/w.bin\"), offset = uint64(%llu)))];\n    } -> (t15);",
+				(unsigned long long)off[16]);
 			char *s = edit(mil, "    } -> (t15);", decl);
 			expect_fail(s, blob, "17 BLOBFILE consts, the ANE takes at most 16");
 			free(s);
@@ -1204,8 +1200,7 @@ test_rule_mangled(void)
 		emu_kernel_free(k);
 	}
 	CHECK(silent == 0, "%d refusals without a message", silent);
-	fprintf(stderr, "  %d of %zu corruptions still compile (whitespace, name edits)\n", compiled,
-	        (n + 2) / 3);
+	fprintf(stderr, "  %d of %zu corruptions still compile (whitespace, name edits)\n", compiled, (n + 2) / 3);
 	// a weight file that cannot be opened
 	struct emu_file f = {.name = "w.bin", .path = "/nonexistent/w.bin"};
 	CHECK(!emu_compile(E, mil, &f, 1, err));
@@ -1234,8 +1229,8 @@ rand_q(size_t n)
 static void
 test_i8_kernels(void)
 {
-	static const size_t sizes[][2] = {{16, 16}, {17, 3}, {5, 64}, {48, 33}, {100, 257},
-	                                  {1, 1}, {64, 1}, {200, 40}, {16 * 13 + 7, 24}, {31, 7}};
+	static const size_t sizes[][2] = {{16, 16}, {17, 3}, {5, 64},   {48, 33},          {100, 257},
+	                                  {1, 1},   {64, 1}, {200, 40}, {16 * 13 + 7, 24}, {31, 7}};
 	int isa = emu_i8_isa();
 	if (isa < 2)
 		fprintf(stderr, "  (isa %d: %s not compared)\n", isa, isa ? "AVX-512" : "AVX2 and AVX-512");
@@ -1278,10 +1273,11 @@ test_i8_kernels(void)
 					r *= sc[o];
 					mr = fmax(mr, fabs(r));
 					// fp32 chain: <= cin * 2^-24 * sum |q x|, then two roundings
-					double tol = (double)cin * 6e-8 * a * sc[o] + fabs(r) * (1.0 / 2048 + 1e-7) + 1e-7;
+					double tol =
+						(double)cin * 6e-8 * a * sc[o] + fabs(r) * (1.0 / 2048 + 1e-7) + 1e-7;
 					if (fabs(y0[j * cout + o] - r) > tol && !bad_exact++)
-						CHECK(0, "%zux%zu ncols %zu row %zu: ref %g, exact %g", cout, cin, ncols, o,
-						      (double)y0[j * cout + o], r);
+						CHECK(0, "%zux%zu ncols %zu row %zu: ref %g, exact %g", cout, cin,
+						      ncols, o, (double)y0[j * cout + o], r);
 				}
 			(void)mr;
 			free(x), free(y0), free(y1), free(y2), free(y3);
@@ -1422,21 +1418,22 @@ test_i8_rules(void)
 		const char *a, *b, *want;
 	} e[] = {
 		{"constexpr_affine_dequantize()[axis = int32(0), ", "constexpr_affine_dequantize(axis = int32(0))[",
-		 "mil line 10: constexpr_affine_dequantize 'w0' takes its operands as arguments"},
-		{"axis = int32(0)", "axis = int32(1)", "mil line 10: constexpr_affine_dequantize 'w0': axis must be int32(0)"},
+	         "mil line 10: constexpr_affine_dequantize 'w0' takes its operands as arguments"},
+		{"axis = int32(0)", "axis = int32(1)",
+	         "mil line 10: constexpr_affine_dequantize 'w0': axis must be int32(0)"},
 		{"zero_point = int8(0)", "zero_point = int8(3)", "zero_point must be int8(0)"},
 		{", zero_point = int8(0)", "", "constexpr_affine_dequantize 'w0' without zero_point"},
 		{"zero_point", "zeropoint", "unknown attribute 'zeropoint'"},
 		{"quantized_data = tensor<int8, [4, 8, 1, 1]>", "quantized_data = tensor<fp16, [4, 8, 1, 1]>",
-		 "quantized_data must be tensor<int8, [4, 8, 1, 1]>(BLOBFILE(...))"},
+	         "quantized_data must be tensor<int8, [4, 8, 1, 1]>(BLOBFILE(...))"},
 		{"scale = tensor<fp16, [4]>(BLOBFILE(path = string(\"@model_path/weights/w.bin\"), offset = uint64(160)))",
-		 "scale = fp16(0.5)", "scale must be tensor<fp16, [4]>(BLOBFILE(...)), one per output channel"},
+	         "scale = fp16(0.5)", "scale must be tensor<fp16, [4]>(BLOBFILE(...)), one per output channel"},
 		{"scale = tensor<fp16, [4]>", "scale = tensor<fp16, [8]>", "one per output channel"},
 		// the scale pointed at the int8 chunk, the data at the scales
 		{"offset = uint64(160)", "offset = uint64(64)", "holds int8 values"},
 		{"offset = uint64(64)", "offset = uint64(160)", "the chunk at 160 in 'w.bin' holds fp16 values"},
 		{"tensor<fp16, [4, 8, 1, 1]> w0 = constexpr", "tensor<fp16, [4, 8, 1, 2]> w0 = constexpr",
-		 "only conv weights tensor<fp16, [COUT, CIN, 1, 1]>"},
+	         "only conv weights tensor<fp16, [COUT, CIN, 1, 1]>"},
 	};
 	for (size_t i = 0; i < sizeof e / sizeof e[0]; i++) {
 		char *m = edit(base, e[i].a, e[i].b);
@@ -1452,9 +1449,10 @@ test_i8_rules(void)
 	}
 	// an int8 BLOBFILE as a plain const, and the dequantized weight used as
 	// an activation
-	char *m = edit(base, "tensor<fp16, [1, 4, 1, 1]> o0 = conv(",
-	               "tensor<int8, [4, 8, 1, 1]> wq = const()[name = string(\"wq\"), val = tensor<int8, [4, 8, 1, 1]>(BLOBFILE(path = string(\"@model_path/weights/w.bin\"), offset = uint64(64)))];\n"
-	               "        tensor<fp16, [1, 4, 1, 1]> o0 = conv(");
+	char *m = edit(
+		base, "tensor<fp16, [1, 4, 1, 1]> o0 = conv(",
+		"tensor<int8, [4, 8, 1, 1]> wq = const()[name = string(\"wq\"), val = tensor<int8, [4, 8, 1, 1]>(BLOBFILE(path = string(\"@model_path/weights/w.bin\"), offset = uint64(64)))];\n"
+		"        tensor<fp16, [1, 4, 1, 1]> o0 = conv(");
 	expect_fail(m, blob, "only fp16 weights are supported (int8 ones as the quantized_data");
 	free(m);
 	m = edit(base, "x = i0)[name", "x = w0)[name");
@@ -1534,8 +1532,8 @@ test_sigmoid_gate(void)
 		a[i] = ad_fp16_to_f32((uint16_t)i);
 		u[i] = ad_fp16_to_f32((uint16_t)(i * 7919));
 	}
-	const float sp[16] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 88.0f, -88.0f, 87.9f, -87.9f, 89.0f, -89.0f,
-	                      1e-30f, -1e-30f, 100.0f, -104.0f, 0.5f};
+	const float sp[16] = {0.0f,   -0.0f, INFINITY, -INFINITY, NAN,     88.0f,  -88.0f,  87.9f,
+	                      -87.9f, 89.0f, -89.0f,   1e-30f,    -1e-30f, 100.0f, -104.0f, 0.5f};
 	for (int i = 0; i < 16; i++) {
 		a[65536 + i] = sp[i];
 		u[65536 + i] = 1.0f + (float)i;

@@ -225,9 +225,8 @@ check_model(struct fixture *f, int local)
 	compare_rows(f, a, &st);
 	const struct engine_timings *t = engine_seq_timings(s);
 	CHECK(t->prefill_tokens == (uint32_t)f->n && t->kernel_calls > 0 && t->prefill_ns > 0);
-	printf("%-14s %-5s max|d| %.2e  rel %.2e  argmax %d/%d (prompt %d/%d; differing at near-ties %d)\n",
-	       f->name, bn, st.max_abs, st.max_rel, st.argmax_same, f->n, st.argmax_prompt_same, f->n_prompt,
-	       st.near_ties);
+	printf("%-14s %-5s max|d| %.2e  rel %.2e  argmax %d/%d (prompt %d/%d; differing at near-ties %d)\n", f->name,
+	       bn, st.max_abs, st.max_rel, st.argmax_same, f->n, st.argmax_prompt_same, f->n_prompt, st.near_ties);
 	if (local) {
 		// a different argmax only where the reference's top two are
 		// closer than twice the row's error (llama's prompt row 3: 0.0025)
@@ -244,8 +243,8 @@ check_model(struct fixture *f, int local)
 	double dmax = 0;
 	for (size_t i = 0; i < rows * V; i++)
 		dmax = fabs(a[i] - b[i]) > dmax ? fabs(a[i] - b[i]) : dmax;
-	CHECK(memcmp(a, b, sizeof(float) * rows * V) == 0, "%s/%s: per-token vs chunked max diff %g", f->name,
-	      bn, dmax);
+	CHECK(memcmp(a, b, sizeof(float) * rows * V) == 0, "%s/%s: per-token vs chunked max diff %g", f->name, bn,
+	      dmax);
 
 	// plain attention: the same logits up to the exp polynomial
 	struct engine_opts ro = {.max_seq = 128, .attn_ref = 1};
@@ -428,9 +427,9 @@ test_fused_bits(void)
 			CHECK(!engine_fused(e0), "%s: ANEDVD_FUSE=0 fused", f->name);
 			// gemma2/3's GELU runs on the CPU between GATE_UP and DOWN: two
 			// calls a layer; gemma4's per-layer inputs, MoE and ShortConv: none
-			const int moe = f->m.hp.n_expert > 0, conv = f->m.arch == MODEL_ARCH_LFM2 ||
-			                                                f->m.arch == MODEL_ARCH_LFM2MOE,
-			          g4 = f->m.arch == MODEL_ARCH_GEMMA4;
+			const int moe = f->m.hp.n_expert > 0,
+				  conv = f->m.arch == MODEL_ARCH_LFM2 || f->m.arch == MODEL_ARCH_LFM2MOE,
+				  g4 = f->m.arch == MODEL_ARCH_GEMMA4;
 			CHECK(engine_fused(e1) == !(moe || conv || g4), "%s: fused %d", f->name, engine_fused(e1));
 			fused += engine_fused(e1) && local;
 			const size_t V = (size_t)f->V, rows = (size_t)f->n;
@@ -500,7 +499,8 @@ test_fused_bits(void)
 			CHECK(engine_eval(e[j], s[j], f->ids, f->n, 0, l[j], err) == 0, "%s", err);
 		}
 		CHECK(!engine_fused(e[0]) && engine_fused(e[1]));
-		CHECK(memcmp(l[0], l[1], sizeof(float) * (size_t)f->n * f->V) == 0, "%s: split FFN, fused vs not", f->name);
+		CHECK(memcmp(l[0], l[1], sizeof(float) * (size_t)f->n * f->V) == 0, "%s: split FFN, fused vs not",
+		      f->name);
 		for (int j = 0; j < 2; j++) {
 			engine_seq_free(s[j]);
 			kb[j]->free(kb[j]);

@@ -31,8 +31,8 @@ feed(const char *const *stops, size_t n_stops, const char *const *pieces, size_t
 static void
 test_split_stop(void)
 {
-	const char *stops[] = { "STOP" };
-	const char *pieces[] = { "Hello S", "T", "O", "P world" };
+	const char *stops[] = {"STOP"};
+	const char *pieces[] = {"Hello S", "T", "O", "P world"};
 	int hit;
 	char *out = feed(stops, 1, pieces, 4, &hit, NULL);
 	CHECK(strcmp(out, "Hello ") == 0, "'%s'", out);
@@ -43,10 +43,10 @@ static void
 test_no_leak_while_pending(void)
 {
 	// after each push, what was released never includes a partial stop
-	const char *stops[] = { "on a t" };
+	const char *stops[] = {"on a t"};
 	struct fe_stop s;
 	fe_stop_init(&s, stops, 1);
-	const char *pieces[] = { "Once", " up", "on", " a", " t", "ime" };
+	const char *pieces[] = {"Once", " up", "on", " a", " t", "ime"};
 	char out[256] = "";
 	for (int i = 0; i < 6 && s.hit < 0; i++) {
 		size_t ready;
@@ -63,8 +63,8 @@ test_no_leak_while_pending(void)
 static void
 test_earliest_of_many(void)
 {
-	const char *stops[] = { "world", "lo" };
-	const char *pieces[] = { "Hello world" };
+	const char *stops[] = {"world", "lo"};
+	const char *pieces[] = {"Hello world"};
 	int hit;
 	char *out = feed(stops, 2, pieces, 1, &hit, NULL);
 	CHECK(strcmp(out, "Hel") == 0, "'%s'", out);
@@ -74,8 +74,8 @@ test_earliest_of_many(void)
 static void
 test_flush_releases_tail(void)
 {
-	const char *stops[] = { "xyz" };
-	const char *pieces[] = { "abc", "xy" };
+	const char *stops[] = {"xyz"};
+	const char *pieces[] = {"abc", "xy"};
 	int hit;
 	char *out = feed(stops, 1, pieces, 2, &hit, NULL);
 	CHECK(strcmp(out, "abcxy") == 0, "'%s'", out);
@@ -99,7 +99,7 @@ test_utf8_boundary(void)
 	CHECK(fe_utf8_boundary("\xf0\x9f\x98\x80", 3) == 0);
 	CHECK(fe_utf8_boundary("abc", 2) == 2);
 	// holdback with a multi-byte character right at the release point
-	const char *stops[] = { "zz" };
+	const char *stops[] = {"zz"};
 	struct fe_stop s;
 	fe_stop_init(&s, stops, 1);
 	size_t ready;

@@ -125,8 +125,8 @@ test_against_twin(void)
 				run(s, cases[k].open, cuts, 2, &a);
 				runs++;
 				CHECK(!strcmp(a.r, wr) && !strcmp(a.c, wc) && a.order_ok,
-				      "case %zu cut %zu,%zu: reasoning '%s' (want '%s'), content '%s' (want '%s')", k, i, j, a.r, wr,
-				      a.c, wc);
+				      "case %zu cut %zu,%zu: reasoning '%s' (want '%s'), content '%s' (want '%s')", k,
+				      i, j, a.r, wr, a.c, wc);
 			}
 		// byte by byte
 		size_t cuts[256];

@@ -88,18 +88,20 @@ expect_calls(const char *text, int n, const char *const *names, const char *cons
 static void
 test_scan(void)
 {
-	expect_calls("{\"tool_call\": {\"name\": \"f\", \"arguments\": {\"a\": \"}\\\"{\", \"b\": [1, {\"c\": 2}]}}}", 1, L("f"),
-	             L("{\"a\": \"}\\\"{\", \"b\": [1, {\"c\": 2}]}"));
-	expect_calls("{\"tool_calls\": [{\"name\":\"f\",\"arguments\":{}}, {\"name\": \"g\", \"arguments\": {\"name\": \"x\", "
-	             "\"arguments\": {}}}]}",
-	             2, L("f", "g"), L("{}", "{\"name\": \"x\", \"arguments\": {}}"));
+	expect_calls("{\"tool_call\": {\"name\": \"f\", \"arguments\": {\"a\": \"}\\\"{\", \"b\": [1, {\"c\": 2}]}}}",
+	             1, L("f"), L("{\"a\": \"}\\\"{\", \"b\": [1, {\"c\": 2}]}"));
+	expect_calls(
+		"{\"tool_calls\": [{\"name\":\"f\",\"arguments\":{}}, {\"name\": \"g\", \"arguments\": {\"name\": \"x\", "
+		"\"arguments\": {}}}]}",
+		2, L("f", "g"), L("{}", "{\"name\": \"x\", \"arguments\": {}}"));
 	expect_calls("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
 	             "<tool_call>\n{\"name\": \"search\", \"arguments\": {}}\n</tool_call>",
 	             2, L("get_weather", "search"), L("{\"city\": \"Paris\"}", "{}"));
 	expect_calls("{\"name\": \"f\", \"parameters\": {\"x\": \"y\"}}", 1, L("f"), L("{\"x\": \"y\"}"));
-	expect_calls("[{\"name\": \"f\", \"arguments\": {\"x\": 1}}, {\"name\": \"g\", \"arguments\": {\"y\": [2]}}]", 2,
-	             L("f", "g"), L("{\"x\": 1}", "{\"y\": [2]}"));
-	expect_calls("{\n  \"name\" : \"f\" ,\n  \"arguments\" :\n  {\"k\": \"\\u00e9\"}\n}", 1, L("f"), L("{\"k\": \"\\u00e9\"}"));
+	expect_calls("[{\"name\": \"f\", \"arguments\": {\"x\": 1}}, {\"name\": \"g\", \"arguments\": {\"y\": [2]}}]",
+	             2, L("f", "g"), L("{\"x\": 1}", "{\"y\": [2]}"));
+	expect_calls("{\n  \"name\" : \"f\" ,\n  \"arguments\" :\n  {\"k\": \"\\u00e9\"}\n}", 1, L("f"),
+	             L("{\"k\": \"\\u00e9\"}"));
 	// no name: no call
 	struct got g;
 	scan("{\"tool_call\": {\"arguments\": {\"a\": 1}}}", 0, &g);
@@ -189,9 +191,10 @@ static void
 add_tools(struct fe_params *p)
 {
 	struct fe_bad bad;
-	cJSON *a = cJSON_Parse("{\"name\":\"get_weather\",\"description\":\"w\",\"parameters\":{\"type\":\"object\","
-	                       "\"properties\":{\"city\":{\"type\":\"string\"},\"n\":{\"type\":\"integer\","
-	                       "\"minimum\":1,\"maximum\":3}},\"required\":[\"city\"],\"additionalProperties\":false}}");
+	cJSON *a =
+		cJSON_Parse("{\"name\":\"get_weather\",\"description\":\"w\",\"parameters\":{\"type\":\"object\","
+	                    "\"properties\":{\"city\":{\"type\":\"string\"},\"n\":{\"type\":\"integer\","
+	                    "\"minimum\":1,\"maximum\":3}},\"required\":[\"city\"],\"additionalProperties\":false}}");
 	cJSON *b = cJSON_Parse("{\"name\":\"ping\",\"parameters\":{\"type\":\"object\",\"properties\":{}}}");
 	CHECK(fe_tool_add(p, a, "t0", "parameters", 0, &bad) == 0, "%s", bad.msg);
 	CHECK(fe_tool_add(p, b, "t1", "parameters", 0, &bad) == 0, "%s", bad.msg);
@@ -211,12 +214,18 @@ test_grammars(void)
 	// generic, forced
 	REQUIRE(fe_gram_build(&p, "generic", special, NULL, &gm, err) == 0, "%s", err);
 	CHECK(!gm.lazy && gm.forced && gm.n_words == 0);
-	CHECK(accepts_text(gm.text, -1, "{\"tool_call\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"n\": 2}}}"));
-	CHECK(accepts_text(gm.text, -1, "{\"tool_calls\": [{\"name\": \"ping\", \"arguments\": {}}, {\"name\": \"get_weather\", "
-	                                 "\"arguments\": {\"city\": \"x\"}}]}"));
-	CHECK(!accepts_text(gm.text, -1, "{\"tool_call\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"n\": 4}}}"));
+	CHECK(accepts_text(
+		gm.text, -1,
+		"{\"tool_call\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"n\": 2}}}"));
+	CHECK(accepts_text(gm.text, -1,
+	                   "{\"tool_calls\": [{\"name\": \"ping\", \"arguments\": {}}, {\"name\": \"get_weather\", "
+	                   "\"arguments\": {\"city\": \"x\"}}]}"));
+	CHECK(!accepts_text(
+		gm.text, -1,
+		"{\"tool_call\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"n\": 4}}}"));
 	CHECK(!accepts_text(gm.text, -1, "{\"tool_call\": {\"name\": \"nope\", \"arguments\": {}}}"));
-	CHECK(!accepts_text(gm.text, -1, "{\"tool_call\": {\"name\": \"get_weather\", \"arguments\": {}}}")); // city required
+	CHECK(!accepts_text(gm.text, -1,
+	                    "{\"tool_call\": {\"name\": \"get_weather\", \"arguments\": {}}}")); // city required
 	CHECK(!accepts_text(gm.text, -1, "Sure! {\"tool_call\": {\"name\": \"ping\", \"arguments\": {}}}"));
 	fe_gram_free(&gm);
 	// no parallel calls: one call only
@@ -231,19 +240,23 @@ test_grammars(void)
 	p.tool_name = strdup("ping");
 	REQUIRE(fe_gram_build(&p, "hermes", special, NULL, &gm, err) == 0, "%s", err);
 	CHECK(accepts_text(gm.text, -1, "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>"));
-	CHECK(!accepts_text(gm.text, -1, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"x\"}}\n</tool_call>"));
+	CHECK(!accepts_text(
+		gm.text, -1,
+		"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"x\"}}\n</tool_call>"));
 	fe_gram_free(&gm);
 	// auto: lazy, with the format's trigger
 	p.tool_choice = FE_TC_AUTO;
 	REQUIRE(fe_gram_build(&p, "hermes", special, NULL, &gm, err) == 0, "%s", err);
 	CHECK(gm.lazy && !gm.forced && gm.n_words == 1 && !strcmp(gm.words[0], "<tool_call>"));
-	CHECK(accepts_text(gm.text, -1, "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n"
-	                                 "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"x\"}}\n</tool_call>"));
+	CHECK(accepts_text(gm.text, -1,
+	                   "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n"
+	                   "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"x\"}}\n</tool_call>"));
 	fe_gram_free(&gm);
 	REQUIRE(fe_gram_build(&p, "mistral", special, NULL, &gm, err) == 0, "%s", err);
 	CHECK(gm.lazy && gm.n_tokens == 1 && gm.tokens[0] == TC && gm.n_words == 0);
-	CHECK(accepts_text(gm.text, TC, "[{\"name\": \"ping\", \"arguments\": {}}, {\"name\": \"get_weather\", \"arguments\": "
-	                                 "{\"city\": \"x\"}}]"));
+	CHECK(accepts_text(gm.text, TC,
+	                   "[{\"name\": \"ping\", \"arguments\": {}}, {\"name\": \"get_weather\", \"arguments\": "
+	                   "{\"city\": \"x\"}}]"));
 	CHECK(!accepts_text(gm.text, -1, "[{\"name\": \"ping\", \"arguments\": {}}]")); // the control token first
 	fe_gram_free(&gm);
 	REQUIRE(fe_gram_build(&p, "llama3", special, NULL, &gm, err) == 0, "%s", err);
@@ -253,7 +266,8 @@ test_grammars(void)
 	CHECK(!accepts_text(gm.text, -1, "{\"name\": \"ping\", \"arguments\": {}}"));
 	fe_gram_free(&gm);
 	// auto beside an answer schema: calls or the answer, from the start
-	p.schema = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"ok\":{\"type\":\"boolean\"}},\"required\":[\"ok\"]}");
+	p.schema = cJSON_Parse(
+		"{\"type\":\"object\",\"properties\":{\"ok\":{\"type\":\"boolean\"}},\"required\":[\"ok\"]}");
 	REQUIRE(fe_gram_build(&p, "generic", special, NULL, &gm, err) == 0, "%s", err);
 	CHECK(!gm.lazy && !gm.forced);
 	CHECK(accepts_text(gm.text, -1, "{\"ok\": true}"));
@@ -286,23 +300,27 @@ test_tool_add(void)
 	cJSON *s = NULL;
 	TOOL("{\"name\":\"f\",\"parameters\":{\"type\":\"array\"}}");
 	CHECK(fe_tool_add(&p, s, "tools[0]", "parameters", 0, &bad) == -1 && bad.status == 400 &&
-	      !strcmp(bad.param, "tools[0].parameters") && strstr(bad.msg, "object schema"), "%s", bad.msg);
+	              !strcmp(bad.param, "tools[0].parameters") && strstr(bad.msg, "object schema"),
+	      "%s", bad.msg);
 	TOOL("{\"name\":\"bad name\"}");
 	CHECK(fe_tool_add(&p, s, "tools[0]", "parameters", 0, &bad) == -1 && !strcmp(bad.param, "tools[0].name"));
 	TOOL("{\"name\":7}");
 	CHECK(fe_tool_add(&p, s, "tools[0]", "parameters", 0, &bad) == -1 && !strcmp(bad.param, "tools[0].name") &&
-	      strstr(bad.msg, "must be a string"), "%s", bad.msg);
+	              strstr(bad.msg, "must be a string"),
+	      "%s", bad.msg);
 	TOOL("{\"description\":\"d\"}");
 	CHECK(fe_tool_add(&p, s, "tools[0]", "parameters", 0, &bad) == -1 && strstr(bad.msg, "required"));
 	TOOL("{\"name\":\"f\",\"input_schema\":null}"); // Anthropic's schema is required
-	CHECK(fe_tool_add(&p, s, "tools[0]", "input_schema", 1, &bad) == -1 && !strcmp(bad.param, "tools[0].input_schema") &&
-	      strstr(bad.msg, "required"), "%s", bad.msg);
+	CHECK(fe_tool_add(&p, s, "tools[0]", "input_schema", 1, &bad) == -1 &&
+	              !strcmp(bad.param, "tools[0].input_schema") && strstr(bad.msg, "required"),
+	      "%s", bad.msg);
 	TOOL("{\"name\":\"f\",\"parameters\":null}");
 	CHECK(fe_tool_add(&p, s, "tools[0]", "parameters", 0, &bad) == 0, "%s", bad.msg);
 	CHECK(fe_tool_add(&p, s, "tools[1]", "parameters", 0, &bad) == -1 && strstr(bad.msg, "a second tool"));
 	TOOL("{\"name\":\"g\",\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"not\":{}}}}}");
 	CHECK(fe_tool_add(&p, s, "tools[1]", "parameters", 0, &bad) == -1 &&
-	      strstr(bad.msg, "tools[1].parameters.properties.a: 'not' is not supported"), "%s", bad.msg);
+	              strstr(bad.msg, "tools[1].parameters.properties.a: 'not' is not supported"),
+	      "%s", bad.msg);
 	cJSON_Delete(s);
 #undef TOOL
 	// a named choice of an unknown tool; required without tools

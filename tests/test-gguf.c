@@ -122,7 +122,8 @@ test_q8_0_ragged_refused(void)
 	err[0] = 0;
 	struct gguf *g = gguf_open(T_DATA "/stories260K/tinyllamas-stories-260k-q8_0.gguf", err);
 	CHECK(!g);
-	CHECK(has(err, "ffn_down.weight") && has(err, "172") && has(err, "not a multiple") && has(err, "Q8_0"), "%s", err);
+	CHECK(has(err, "ffn_down.weight") && has(err, "172") && has(err, "not a multiple") && has(err, "Q8_0"), "%s",
+	      err);
 	CHECK(has(err, "offset"), "%s", err);
 	gguf_close(g);
 }
@@ -229,24 +230,56 @@ test_roundtrip_values(void)
 		uint8_t data[7 * 8];
 		for (int i = 0; i < 7; i++) {
 			int64_t v = i * 3 - 5;
-			uint8_t *p = data + i * (t == GGUF_TYPE_UINT8 || t == GGUF_TYPE_INT8 || t == GGUF_TYPE_BOOL ? 1
-			                        : t == GGUF_TYPE_UINT16 || t == GGUF_TYPE_INT16 ? 2
-			                        : t == GGUF_TYPE_UINT32 || t == GGUF_TYPE_INT32 || t == GGUF_TYPE_FLOAT32 ? 4 : 8);
+			uint8_t *p =
+				data + i * (t == GGUF_TYPE_UINT8 || t == GGUF_TYPE_INT8 || t == GGUF_TYPE_BOOL ? 1
+			                    : t == GGUF_TYPE_UINT16 || t == GGUF_TYPE_INT16                    ? 2
+			                    : t == GGUF_TYPE_UINT32 || t == GGUF_TYPE_INT32 || t == GGUF_TYPE_FLOAT32
+			                            ? 4
+			                            : 8);
 			switch (t) {
-			case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: { int8_t x = (int8_t)v; memcpy(p, &x, 1); break; }
-			case GGUF_TYPE_BOOL: { uint8_t x = (uint8_t)(i & 1); memcpy(p, &x, 1); break; }
-			case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: { int16_t x = (int16_t)v; memcpy(p, &x, 2); break; }
-			case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: { int32_t x = (int32_t)v; memcpy(p, &x, 4); break; }
-			case GGUF_TYPE_FLOAT32: { float x = (float)v; memcpy(p, &x, 4); break; }
-			case GGUF_TYPE_FLOAT64: { double x = (double)v; memcpy(p, &x, 8); break; }
-			default: memcpy(p, &v, 8); break;
+			case GGUF_TYPE_UINT8:
+			case GGUF_TYPE_INT8: {
+				int8_t x = (int8_t)v;
+				memcpy(p, &x, 1);
+				break;
+			}
+			case GGUF_TYPE_BOOL: {
+				uint8_t x = (uint8_t)(i & 1);
+				memcpy(p, &x, 1);
+				break;
+			}
+			case GGUF_TYPE_UINT16:
+			case GGUF_TYPE_INT16: {
+				int16_t x = (int16_t)v;
+				memcpy(p, &x, 2);
+				break;
+			}
+			case GGUF_TYPE_UINT32:
+			case GGUF_TYPE_INT32: {
+				int32_t x = (int32_t)v;
+				memcpy(p, &x, 4);
+				break;
+			}
+			case GGUF_TYPE_FLOAT32: {
+				float x = (float)v;
+				memcpy(p, &x, 4);
+				break;
+			}
+			case GGUF_TYPE_FLOAT64: {
+				double x = (double)v;
+				memcpy(p, &x, 8);
+				break;
+			}
+			default:
+				memcpy(p, &v, 8);
+				break;
 			}
 		}
 		char key[32];
 		snprintf(key, sizeof key, "a.%d", t);
 		gguf_writer_arr(w, key, (enum gguf_vtype)t, data, 7);
 	}
-	const char *words[] = { "a", "", "\xe2\x96\x81the", "longer string here" };
+	const char *words[] = {"a", "", "\xe2\x96\x81the", "longer string here"};
 	gguf_writer_arr_str(w, "a.str", words, 4);
 	gguf_writer_arr(w, "a.empty", GGUF_TYPE_INT32, NULL, 0);
 
@@ -263,10 +296,10 @@ test_roundtrip_values(void)
 	gguf_writer_warr(w, "a.nested_str", nested);
 	// [[[ 1, 2 ], [ 3 ]], [[ -4 ]]] of int32
 	struct gguf_warr *deep = gguf_warr_new(GGUF_TYPE_ARRAY);
-	int32_t vals[] = { 1, 2, 3, -4 };
+	int32_t vals[] = {1, 2, 3, -4};
 	struct gguf_warr *m1 = gguf_warr_new(GGUF_TYPE_ARRAY), *m2 = gguf_warr_new(GGUF_TYPE_ARRAY);
 	struct gguf_warr *l1 = gguf_warr_new(GGUF_TYPE_INT32), *l2 = gguf_warr_new(GGUF_TYPE_INT32),
-	                 *l3 = gguf_warr_new(GGUF_TYPE_INT32);
+			 *l3 = gguf_warr_new(GGUF_TYPE_INT32);
 	gguf_warr_push(l1, &vals[0]);
 	gguf_warr_push(l1, &vals[1]);
 	gguf_warr_push(l2, &vals[2]);
@@ -339,7 +372,8 @@ test_roundtrip_values(void)
 			} else if (t == GGUF_TYPE_UINT8 || t == GGUF_TYPE_UINT16 || t == GGUF_TYPE_UINT32) {
 				int bits = t == GGUF_TYPE_UINT8 ? 8 : t == GGUF_TYPE_UINT16 ? 16 : 32;
 				int64_t wu = want & (((int64_t)1 << bits) - 1);
-				CHECK(gguf_arr_i64(&a, j, &i) == 0 && i == wu, "%s[%d]=%lld", key, (int)j, (long long)i);
+				CHECK(gguf_arr_i64(&a, j, &i) == 0 && i == wu, "%s[%d]=%lld", key, (int)j,
+				      (long long)i);
 			} else if (t == GGUF_TYPE_UINT64) {
 				int r = gguf_arr_i64(&a, j, &i);
 				CHECK(want < 0 ? r == -1 : (r == 0 && i == want), "%s[%d]", key, (int)j);
@@ -390,7 +424,7 @@ every_type_writer(uint32_t align, int *n_types)
 		int64_t blk = ad_type_block_size(type);
 		if (blk == 0)
 			continue;
-		int64_t ne[3] = { 2 * blk, 3, 2 };
+		int64_t ne[3] = {2 * blk, 3, 2};
 		size_t nb;
 		if (ad_type_row_bytes(type, ne[0], &nb))
 			return NULL;
@@ -412,7 +446,7 @@ every_type_writer(uint32_t align, int *n_types)
 static void
 test_roundtrip_tensors(void)
 {
-	uint32_t aligns[] = { 0, 64, 1 };
+	uint32_t aligns[] = {0, 64, 1};
 	for (int ai = 0; ai < 3; ai++) {
 		rng = 12345;
 		int nt;
@@ -441,11 +475,13 @@ test_roundtrip_tensors(void)
 		                 : gguf_find_key(g, "general.alignment") == -1);
 		rng = 12345;
 		const uint8_t *first = gguf_tensor_at(g, 0)->data;
-		CHECK((size_t)(first - (const uint8_t *)0) % align == 0 || align > 4096, "data section aligned in the mapping");
+		CHECK((size_t)(first - (const uint8_t *)0) % align == 0 || align > 4096,
+		      "data section aligned in the mapping");
 		for (int64_t k = 0; k < gguf_n_tensors(g); k++) {
 			const struct gguf_tensor *t = gguf_tensor_at(g, k);
 			int64_t blk = ad_type_block_size(t->type);
-			CHECK(t->n_dims == 3 && t->ne[0] == 2 * blk && t->ne[1] == 3 && t->ne[2] == 2 && t->ne[3] == 1, "%s", t->name);
+			CHECK(t->n_dims == 3 && t->ne[0] == 2 * blk && t->ne[1] == 3 && t->ne[2] == 2 && t->ne[3] == 1,
+			      "%s", t->name);
 			CHECK(t->offset % align == 0, "%s", t->name);
 			char name[64];
 			snprintf(name, sizeof name, "t.%s", ad_type_name(t->type));
@@ -471,8 +507,8 @@ static void
 test_writer_errors(void)
 {
 	struct gguf_writer *w = gguf_writer_new();
-	float x[64] = { 0 };
-	int64_t ne[4] = { 8, 8, 1, 1 };
+	float x[64] = {0};
+	int64_t ne[4] = {8, 8, 1, 1};
 	CHECK(gguf_writer_tensor(w, "a", AD_TYPE_F32, 2, ne, x, 8 * 8 * 4, err) == 0, "%s", err);
 	CHECK(gguf_writer_tensor(w, "a", AD_TYPE_F32, 2, ne, x, 8 * 8 * 4, err) == -1 && has(err, "twice"), "%s", err);
 	CHECK(gguf_writer_tensor(w, "b", AD_TYPE_F32, 2, ne, x, 100, err) == -1 && has(err, "bytes"), "%s", err);
@@ -480,7 +516,7 @@ test_writer_errors(void)
 	CHECK(gguf_writer_tensor(w, "d", 16, 2, ne, x, 100, err) == -1 && has(err, "IQ2_XXS"), "%s", err);
 	CHECK(gguf_writer_tensor(w, "e", 99, 2, ne, x, 100, err) == -1 && has(err, "unknown"), "%s", err);
 	CHECK(gguf_writer_tensor(w, "f", AD_TYPE_F32, 5, ne, x, 100, err) == -1 && has(err, "dimensions"), "%s", err);
-	int64_t neg[2] = { 8, -1 };
+	int64_t neg[2] = {8, -1};
 	CHECK(gguf_writer_tensor(w, "g", AD_TYPE_F32, 2, neg, x, 100, err) == -1 && has(err, "dimension 1"), "%s", err);
 	size_t n;
 	void *b = gguf_writer_bytes(w, &n);
@@ -516,9 +552,9 @@ small_file(size_t *n)
 	gguf_writer_str(w, "general.architecture", "llama");
 	gguf_writer_u32(w, "general.alignment", 32);
 	gguf_writer_u32(w, "llama.block_count", 1);
-	const char *toks[] = { "<s>", "a", "bc" };
+	const char *toks[] = {"<s>", "a", "bc"};
 	gguf_writer_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
-	float sc[3] = { 0, -1, -2 };
+	float sc[3] = {0, -1, -2};
 	gguf_writer_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, sc, 3);
 	struct gguf_warr *nest = gguf_warr_new(GGUF_TYPE_ARRAY);
 	struct gguf_warr *in = gguf_warr_new(GGUF_TYPE_STRING);
@@ -530,7 +566,7 @@ small_file(size_t *n)
 		a[i] = (float)i;
 	for (int i = 0; i < 32; i++)
 		b[i] = (float)-i;
-	int64_t ne_a[2] = { 4, 4 }, ne_b[1] = { 32 };
+	int64_t ne_a[2] = {4, 4}, ne_b[1] = {32};
 	gguf_writer_tensor(w, "tensor.a", AD_TYPE_F32, 2, ne_a, a, sizeof a, NULL);
 	gguf_writer_tensor(w, "tensor.b", AD_TYPE_F32, 1, ne_b, b, sizeof b, NULL);
 	uint8_t *buf = gguf_writer_bytes(w, n);
@@ -629,86 +665,128 @@ test_hostile(void)
 	size_t a_dims = tn_a + 8, a_ne0 = a_dims + 4, a_ne1 = a_ne0 + 8, a_type = a_ne1 + 8, a_off = a_type + 4;
 	size_t b_off = tn_b + 8 + 4 + 8 + 4;
 
-	FRESH(); memcpy(b, "GGUX", 4);
+	FRESH();
+	memcpy(b, "GGUX", 4);
 	expect_err(b, n, "magic", "not a GGUF", NULL);
-	FRESH(); put32(b + 4, 0x03000000);
+	FRESH();
+	put32(b + 4, 0x03000000);
 	expect_err(b, n, "big-endian", "big-endian", NULL);
-	FRESH(); memcpy(b, "FUGG", 4);
+	FRESH();
+	memcpy(b, "FUGG", 4);
 	expect_err(b, n, "big-endian magic", "big-endian", NULL);
-	FRESH(); put32(b + 4, 1);
+	FRESH();
+	put32(b + 4, 1);
 	expect_err(b, n, "v1", "v1 (32-bit counts)", NULL);
-	FRESH(); put32(b + 4, 4);
+	FRESH();
+	put32(b + 4, 4);
 	expect_err(b, n, "v4", "version 4", NULL);
-	FRESH(); put64(b + 8, UINT64_MAX);
+	FRESH();
+	put64(b + 8, UINT64_MAX);
 	expect_err(b, n, "huge tensor count", "tensor count", "offset 8");
-	FRESH(); put64(b + 16, (uint64_t)1 << 40);
+	FRESH();
+	put64(b + 16, (uint64_t)1 << 40);
 	expect_err(b, n, "huge key count", "key count", "offset 16");
-	FRESH(); put64(b + 16, 7);
+	FRESH();
+	put64(b + 16, 7);
 	expect_err(b, n, "one key more", "offset", NULL);
-	FRESH(); put64(b + 24, UINT64_MAX - 3);
+	FRESH();
+	put64(b + 24, UINT64_MAX - 3);
 	expect_err(b, n, "huge key length", "length", "offset 24");
-	FRESH(); put64(b + k_arch + 20 + 4, (uint64_t)1 << 62);
+	FRESH();
+	put64(b + k_arch + 20 + 4, (uint64_t)1 << 62);
 	expect_err(b, n, "huge string value", "general.architecture", "length");
-	FRESH(); put32(b + k_arch + 20, 13);
+	FRESH();
+	put32(b + k_arch + 20, 13);
 	expect_err(b, n, "unknown value type", "unknown value type 13", "general.architecture");
-	FRESH(); b[k_arch + 3] = '\n'; put32(b + k_arch + 20, 13);
+	FRESH();
+	b[k_arch + 3] = '\n';
+	put32(b + k_arch + 20, 13);
 	expect_err(b, n, "newline in key", "key 'gen?ral.architecture'", "unknown value type");
-	FRESH(); b[k_arch + 3] = 0;
+	FRESH();
+	b[k_arch + 3] = 0;
 	expect_err(b, n, "NUL in key", "NUL", "offset 24");
 	// two keys of equal length made equal
-	FRESH(); memcpy(b + find(orig, n, "llama.block_count"), "general.alignment", 17);
+	FRESH();
+	memcpy(b + find(orig, n, "llama.block_count"), "general.alignment", 17);
 	expect_err(b, n, "duplicate key", "duplicate key 'general.alignment'", "offsets");
-	FRESH(); put32(b + k_align + 17 + 4, 48);
+	FRESH();
+	put32(b + k_align + 17 + 4, 48);
 	expect_err(b, n, "alignment 48", "general.alignment", "power of two");
-	FRESH(); put32(b + k_align + 17 + 4, 0);
+	FRESH();
+	put32(b + k_align + 17 + 4, 0);
 	expect_err(b, n, "alignment 0", "general.alignment", "power of two");
-	FRESH(); put32(b + k_align + 17, GGUF_TYPE_INT32);
+	FRESH();
+	put32(b + k_align + 17, GGUF_TYPE_INT32);
 	expect_err(b, n, "alignment type", "general.alignment", "not uint32");
-	FRESH(); put32(b + k_align + 17 + 4, 1u << 30);
+	FRESH();
+	put32(b + k_align + 17 + 4, 1u << 30);
 	expect_err(b, n, "alignment past the end", "past the end", NULL);
 	// tokenizer.ggml.tokens: type(4) elem type(4) count(8)
 	size_t tok_n = k_tok + 21 + 4 + 4;
-	FRESH(); put64(b + tok_n, (uint64_t)1 << 61);
+	FRESH();
+	put64(b + tok_n, (uint64_t)1 << 61);
 	expect_err(b, n, "huge array count", "tokenizer.ggml.tokens", "claims");
-	FRESH(); put32(b + k_tok + 21 + 4, 77);
+	FRESH();
+	put32(b + k_tok + 21 + 4, 77);
 	expect_err(b, n, "unknown element type", "unknown array element type 77", NULL);
-	FRESH(); put64(b + tok_n + 8, UINT64_MAX);
+	FRESH();
+	put64(b + tok_n + 8, UINT64_MAX);
 	expect_err(b, n, "huge array string", "tokenizer.ggml.tokens", "length");
-	FRESH(); put64(b + k_nest + 8 + 4 + 4, UINT64_MAX / 2);
+	FRESH();
+	put64(b + k_nest + 8 + 4 + 4, UINT64_MAX / 2);
 	expect_err(b, n, "huge nested count", "x.nested", "claims");
-	FRESH(); put32(b + a_dims, 5);
+	FRESH();
+	put32(b + a_dims, 5);
 	expect_err(b, n, "n_dims 5", "tensor 'tensor.a'", "5 dimensions");
-	FRESH(); put32(b + a_dims, UINT32_MAX);
+	FRESH();
+	put32(b + a_dims, UINT32_MAX);
 	expect_err(b, n, "n_dims huge", "tensor 'tensor.a'", "dimensions");
-	FRESH(); put64(b + a_ne1, 0);
+	FRESH();
+	put64(b + a_ne1, 0);
 	expect_err(b, n, "zero dim", "tensor 'tensor.a' dimension 1", "positive");
-	FRESH(); put64(b + a_ne0, (uint64_t)-4);
+	FRESH();
+	put64(b + a_ne0, (uint64_t)-4);
 	expect_err(b, n, "negative dim", "tensor 'tensor.a' dimension 0", "-4");
-	FRESH(); put64(b + a_ne0, (uint64_t)1 << 40); put64(b + a_ne1, (uint64_t)1 << 40);
+	FRESH();
+	put64(b + a_ne0, (uint64_t)1 << 40);
+	put64(b + a_ne1, (uint64_t)1 << 40);
 	expect_err(b, n, "element count overflow", "tensor 'tensor.a'", "overflows");
-	FRESH(); put64(b + a_ne0, (uint64_t)1 << 62); put64(b + a_ne1, 1);
+	FRESH();
+	put64(b + a_ne0, (uint64_t)1 << 62);
+	put64(b + a_ne1, 1);
 	expect_err(b, n, "byte size overflow", "tensor 'tensor.a'", "overflows");
-	FRESH(); put64(b + a_ne0, (uint64_t)1 << 20);
+	FRESH();
+	put64(b + a_ne0, (uint64_t)1 << 20);
 	expect_err(b, n, "data past the end", "tensor 'tensor.a'", "outside the file");
-	FRESH(); put32(b + a_type, 99);
+	FRESH();
+	put32(b + a_type, 99);
 	expect_err(b, n, "unknown type", "tensor 'tensor.a'", "unknown type id 99");
-	FRESH(); put32(b + a_type, 16);
+	FRESH();
+	put32(b + a_type, 16);
 	expect_err(b, n, "IQ type", "tensor 'tensor.a'", "IQ2_XXS");
-	FRESH(); put32(b + a_type, 39);
+	FRESH();
+	put32(b + a_type, 39);
 	expect_err(b, n, "MXFP4", "tensor 'tensor.a'", "MXFP4");
-	FRESH(); put32(b + a_type, AD_TYPE_Q4_K);
+	FRESH();
+	put32(b + a_type, AD_TYPE_Q4_K);
 	expect_err(b, n, "block multiple", "tensor 'tensor.a'", "not a multiple of the block size 256");
-	FRESH(); put64(b + a_off, (uint64_t)1 << 40);
+	FRESH();
+	put64(b + a_off, (uint64_t)1 << 40);
 	expect_err(b, n, "offset past end", "tensor 'tensor.a'", "outside the file");
-	FRESH(); put64(b + a_off, UINT64_MAX - 31);
+	FRESH();
+	put64(b + a_off, UINT64_MAX - 31);
 	expect_err(b, n, "offset wraps", "tensor 'tensor.a'", "outside the file");
-	FRESH(); put64(b + a_off, 4);
+	FRESH();
+	put64(b + a_off, 4);
 	expect_err(b, n, "misaligned offset", "tensor 'tensor.a'", "alignment");
-	FRESH(); put64(b + b_off, 32);
+	FRESH();
+	put64(b + b_off, 32);
 	expect_err(b, n, "overlap", "overlaps", NULL);
-	FRESH(); memcpy(b + tn_b, "tensor.a", 8);
+	FRESH();
+	memcpy(b + tn_b, "tensor.a", 8);
 	expect_err(b, n, "duplicate tensor", "duplicate tensor name 'tensor.a'", NULL);
-	FRESH(); put64(b + tn_a - 8, 1u << 30);
+	FRESH();
+	put64(b + tn_a - 8, 1u << 30);
 	expect_err(b, n, "huge tensor name", "tensor name", "length");
 	// the last tensor's data cut off (the file shortened by its padding + 1)
 	expect_err(orig, n - 1, "last tensor cut", "tensor 'tensor.b'", "outside the file");
@@ -772,15 +850,15 @@ write_corpus(const char *dir)
 	char path[1024];
 	size_t n;
 	uint8_t *b;
-#define OUT(name, p, len)                                                      \
-	do {                                                                   \
-		snprintf(path, sizeof path, "%s/%s", dir, name);               \
-		FILE *f_ = fopen(path, "wb");                                  \
-		if (!f_ || fwrite(p, 1, len, f_) != len) {                     \
-			perror(path);                                          \
-			return 1;                                              \
-		}                                                              \
-		fclose(f_);                                                    \
+#define OUT(name, p, len)                                                                                              \
+	do {                                                                                                           \
+		snprintf(path, sizeof path, "%s/%s", dir, name);                                                       \
+		FILE *f_ = fopen(path, "wb");                                                                          \
+		if (!f_ || fwrite(p, 1, len, f_) != len) {                                                             \
+			perror(path);                                                                                  \
+			return 1;                                                                                      \
+		}                                                                                                      \
+		fclose(f_);                                                                                            \
 	} while (0)
 	b = small_file(&n);
 	OUT("small-two-tensors.gguf", b, n);

@@ -57,8 +57,8 @@ read_data(const char *name)
 	return s;
 }
 
-static const char *const EXAMPLES[] = {"json.gbnf", "arithmetic.gbnf", "japanese.gbnf", "chess.gbnf", "list.gbnf",
-                                       "c.gbnf"};
+static const char *const EXAMPLES[] = {"json.gbnf",  "arithmetic.gbnf", "japanese.gbnf",
+                                       "chess.gbnf", "list.gbnf",       "c.gbnf"};
 enum { N_EXAMPLES = sizeof EXAMPLES / sizeof EXAMPLES[0] };
 
 static void
@@ -107,7 +107,8 @@ test_compile_errors(void)
 	char nul[] = "root ::= \"a\"\0 junk";
 	char err[AD_ERRLEN];
 	struct gbnf *g = NULL;
-	CHECK(gbnf_compile(nul, sizeof nul - 1, NULL, NULL, NULL, &g, err) == -1 && strstr(err, "NUL byte at offset 12"),
+	CHECK(gbnf_compile(nul, sizeof nul - 1, NULL, NULL, NULL, &g, err) == -1 &&
+	              strstr(err, "NUL byte at offset 12"),
 	      "%s", err);
 	// repetitions that would expand past the element budget
 	compile_fails("root ::= a b c\na ::= \"0123456789012345678901234567890123456789\"{10000}\n"
@@ -218,14 +219,17 @@ test_accepts(void)
 	expect("root ::= [α-ω]+", L("\xce\xb2", "\xce\xb1\xcf\x89"), L("a", "\xce\x91")); // β, αω; not A or Α
 	expect("root ::= .", L("a", "\x7f", "\xc2\x80", "\xef\xbf\xbf", "\xf4\x8f\xbf\xbf"),
 	       L("\xed\xa0\x80", "\xc0\x80", "\xf4\x90\x80\x80", "\xc3", "ab")); // no surrogates, overlongs, > 10FFFF
-	expect("root ::= \"\\u00e9\\U0001F600\\x41\"", L("\xc3\xa9\xf0\x9f\x98\x80" "A"), L("\xe9\x41"));
+	expect("root ::= \"\\u00e9\\U0001F600\\x41\"",
+	       L("\xc3\xa9\xf0\x9f\x98\x80"
+	         "A"),
+	       L("\xe9\x41"));
 	expect("root ::= [\\[\\]\\\\]", L("[", "]", "\\"), L("a"));
 	expect("root ::= a b\na ::= \"x\" | \"\"\nb ::= \"y\"* # comment\n", L("", "x", "y", "xyy"), L("yx"));
 	expect("root ::= ( \"a\"\n | \"b\" )\n\n# trailing", L("a", "b"), L(""));
 	expect("root ::= x\nx ::= \"(\" x \")\" | \"\"", L("", "()", "(())"), L("(", "())"));
 	expect("root ::= [-a]", L("-", "a"), L("b"));
 	expect("root ::= [a-]", L("-", "a"), L("b"));
-	expect("root ::= [z-a]", NULL, L("a", "z")); // an empty range matches nothing, as in llama.cpp
+	expect("root ::= [z-a]", NULL, L("a", "z"));              // an empty range matches nothing, as in llama.cpp
 	expect("root ::= \"a\"\nroot ::= \"b\"", L("b"), L("a")); // the last definition wins, as in llama.cpp
 	char *json = read_data("json.gbnf");
 	if (json) {
@@ -257,7 +261,8 @@ test_tokens_and_stops(void)
 		CHECK(gram_accept(m, BYTE_ABC, err) == 0, "%s", err);
 		CHECK(gram_can_end(m) && !gram_done(m));
 		n = gram_mask(m, mask, err);
-		CHECK(n == 2 && gram_mask_ref(m, mref, err) == 2 && !memcmp(mask, mref, sizeof mask), "'d' or the stop");
+		CHECK(n == 2 && gram_mask_ref(m, mref, err) == 2 && !memcmp(mask, mref, sizeof mask),
+		      "'d' or the stop");
 		CHECK(mask[BYTE_EOS / 64] >> (BYTE_EOS % 64) & 1, "the stop where it can end");
 		CHECK(gram_accept(m, 'd', err) == 0, "%s", err);
 		CHECK(gram_done(m), "nothing can follow 'abcd'");
@@ -354,16 +359,17 @@ walk(const char *what, const struct gbnf *g, const struct tokenizer *t, const st
 		int na = gram_mask(fast, a, err);
 		int nc = gram_mask(fast, c, err); // the cached copy
 		int nb = full_ref ? gram_mask(ref, b, err) : gram_mask_ref(fast, b, err);
-		CHECK(na >= 0 && na == nb && na == nc, "%s step %d: %d allowed by the trie, %d by brute force (%s)", what,
-		      step, na, nb, err);
+		CHECK(na >= 0 && na == nb && na == nc, "%s step %d: %d allowed by the trie, %d by brute force (%s)",
+		      what, step, na, nb, err);
 		if (memcmp(a, b, (size_t)words * 8) || memcmp(a, c, (size_t)words * 8)) {
 			int shown = 0;
 			for (int i = 0; i < nv && shown < 5; i++)
 				if ((a[i / 64] ^ b[i / 64]) >> (i % 64) & 1) {
 					size_t k;
 					const char *s = tok_token_text(t, i, &k);
-					t_note("%s step %d after '%.*s': token %d '%.*s' trie %d ref %d\n", what, step, (int)tl, text,
-					       i, (int)k, s, (int)(a[i / 64] >> (i % 64) & 1), (int)(b[i / 64] >> (i % 64) & 1));
+					t_note("%s step %d after '%.*s': token %d '%.*s' trie %d ref %d\n", what, step,
+					       (int)tl, text, i, (int)k, s, (int)(a[i / 64] >> (i % 64) & 1),
+					       (int)(b[i / 64] >> (i % 64) & 1));
 					shown++;
 				}
 			CHECK(0, "%s step %d: the masks differ", what, step);
@@ -429,7 +435,8 @@ walks_on(const char *name, const char *path, int steps, int full_ref)
 		free(s);
 	}
 	// UTF-8 beyond ASCII through byte tokens and partial-character tokens
-	struct gbnf *g = compile("root ::= \"\xc3\xa9t\xc3\xa9 \" [\xe4\xb8\x80-\xe9\xbf\xbf]{1,4} \"\xf0\x9f\x98\x80\"");
+	struct gbnf *g =
+		compile("root ::= \"\xc3\xa9t\xc3\xa9 \" [\xe4\xb8\x80-\xe9\xbf\xbf]{1,4} \"\xf0\x9f\x98\x80\"");
 	char what[128];
 	snprintf(what, sizeof what, "%s/utf8", name);
 	if (g && v)
@@ -518,7 +525,13 @@ test_lazy(void)
 	char err[AD_ERRLEN];
 	for (int ref = 0; v && g && ref < 2; ref++) {
 		int32_t stop = BYTE_EOS;
-		struct gram_opts o = {.g = g, .v = v, .stop = &stop, .n_stop = 1, .lazy = 1, .words = words, .n_words = 1,
+		struct gram_opts o = {.g = g,
+		                      .v = v,
+		                      .stop = &stop,
+		                      .n_stop = 1,
+		                      .lazy = 1,
+		                      .words = words,
+		                      .n_words = 1,
 		                      .ref = ref};
 		struct gram *m = gram_new(&o, err);
 		REQUIRE(m, "%s", err);
@@ -551,7 +564,13 @@ test_lazy(void)
 	struct gram_vocab *v2 = gram_vocab_new(BYTE_N + 1, bytes, len, err);
 	for (int ref = 0; v2 && g && ref < 2; ref++) {
 		int32_t stop = BYTE_EOS;
-		struct gram_opts o = {.g = g, .v = v2, .stop = &stop, .n_stop = 1, .lazy = 1, .words = words, .n_words = 1,
+		struct gram_opts o = {.g = g,
+		                      .v = v2,
+		                      .stop = &stop,
+		                      .n_stop = 1,
+		                      .lazy = 1,
+		                      .words = words,
+		                      .n_words = 1,
 		                      .ref = ref};
 		struct gram *m = gram_new(&o, err);
 		REQUIRE(m, "%s", err);
@@ -571,8 +590,14 @@ test_lazy(void)
 	g = compile(text);
 	for (int ref = 0; v && g && ref < 2; ref++) {
 		int32_t stop = BYTE_EOS, trig = BYTE_CTRL;
-		struct gram_opts o = {.g = g, .v = v, .stop = &stop, .n_stop = 1, .lazy = 1, .trigger_ids = &trig,
-		                      .n_trigger_ids = 1, .ref = ref};
+		struct gram_opts o = {.g = g,
+		                      .v = v,
+		                      .stop = &stop,
+		                      .n_stop = 1,
+		                      .lazy = 1,
+		                      .trigger_ids = &trig,
+		                      .n_trigger_ids = 1,
+		                      .ref = ref};
 		struct gram *m = gram_new(&o, err);
 		REQUIRE(m, "%s", err);
 		uint32_t at = 0;

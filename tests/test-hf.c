@@ -37,8 +37,7 @@ struct hf_out {
 };
 
 static struct out_tensor *
-push(struct hf_out *o, const char *name, uint32_t type, uint32_t nd, const int64_t *ne,
-     size_t nbytes)
+push(struct hf_out *o, const char *name, uint32_t type, uint32_t nd, const int64_t *ne, size_t nbytes)
 {
 	if (o->n == o->cap) {
 		o->cap = o->cap ? 2 * o->cap : 64;
@@ -78,26 +77,26 @@ unpermute_rows(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t n_heads, 
 static const struct {
 	const char *gguf, *hf;
 } names[] = {
-	{ "attn_norm.weight", "input_layernorm.weight" },
-	{ "attn_q.weight", "self_attn.q_proj.weight" },
-	{ "attn_q.bias", "self_attn.q_proj.bias" },
-	{ "attn_k.weight", "self_attn.k_proj.weight" },
-	{ "attn_k.bias", "self_attn.k_proj.bias" },
-	{ "attn_v.weight", "self_attn.v_proj.weight" },
-	{ "attn_v.bias", "self_attn.v_proj.bias" },
-	{ "attn_output.weight", "self_attn.o_proj.weight" },
-	{ "attn_qkv.weight", "self_attn.qkv_proj.weight" },
-	{ "attn_q_norm.weight", "self_attn.q_norm.weight" },
-	{ "attn_k_norm.weight", "self_attn.k_norm.weight" },
-	{ "post_attention_norm.weight", "post_attention_layernorm.weight" },
-	{ "post_ffw_norm.weight", "post_feedforward_layernorm.weight" },
-	{ "ffn_gate.weight", "mlp.gate_proj.weight" },
-	{ "ffn_down.weight", "mlp.down_proj.weight" },
-	{ "ffn_gate_inp.weight", "mlp.gate.weight" },
-	{ "ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight" },
-	{ "ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight" },
-	{ "ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight" },
-	{ "ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight" },
+	{"attn_norm.weight", "input_layernorm.weight"},
+	{"attn_q.weight", "self_attn.q_proj.weight"},
+	{"attn_q.bias", "self_attn.q_proj.bias"},
+	{"attn_k.weight", "self_attn.k_proj.weight"},
+	{"attn_k.bias", "self_attn.k_proj.bias"},
+	{"attn_v.weight", "self_attn.v_proj.weight"},
+	{"attn_v.bias", "self_attn.v_proj.bias"},
+	{"attn_output.weight", "self_attn.o_proj.weight"},
+	{"attn_qkv.weight", "self_attn.qkv_proj.weight"},
+	{"attn_q_norm.weight", "self_attn.q_norm.weight"},
+	{"attn_k_norm.weight", "self_attn.k_norm.weight"},
+	{"post_attention_norm.weight", "post_attention_layernorm.weight"},
+	{"post_ffw_norm.weight", "post_feedforward_layernorm.weight"},
+	{"ffn_gate.weight", "mlp.gate_proj.weight"},
+	{"ffn_down.weight", "mlp.down_proj.weight"},
+	{"ffn_gate_inp.weight", "mlp.gate.weight"},
+	{"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight"},
+	{"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
+	{"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
+	{"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
 };
 
 // the architectures that name their layers their own way (lfm2moe as lfm2)
@@ -105,36 +104,36 @@ static const struct {
 	enum model_arch arch;
 	const char *gguf, *hf;
 } arch_names[] = {
-	{ MODEL_ARCH_LFM2, "attn_norm.weight", "operator_norm.weight" },
-	{ MODEL_ARCH_LFM2, "ffn_norm.weight", "ffn_norm.weight" },
-	{ MODEL_ARCH_LFM2, "attn_q_norm.weight", "self_attn.q_layernorm.weight" },
-	{ MODEL_ARCH_LFM2, "attn_k_norm.weight", "self_attn.k_layernorm.weight" },
-	{ MODEL_ARCH_LFM2, "attn_output.weight", "self_attn.out_proj.weight" },
-	{ MODEL_ARCH_LFM2, "shortconv.in_proj.weight", "conv.in_proj.weight" },
-	{ MODEL_ARCH_LFM2, "shortconv.conv.weight", "conv.conv.weight" },
-	{ MODEL_ARCH_LFM2, "shortconv.out_proj.weight", "conv.out_proj.weight" },
-	{ MODEL_ARCH_LFM2, "ffn_gate.weight", "feed_forward.w1.weight" },
-	{ MODEL_ARCH_LFM2, "ffn_up.weight", "feed_forward.w3.weight" },
-	{ MODEL_ARCH_LFM2, "ffn_down.weight", "feed_forward.w2.weight" },
-	{ MODEL_ARCH_LFM2, "ffn_gate_inp.weight", "feed_forward.gate.weight" },
-	{ MODEL_ARCH_LFM2, "exp_probs_b.bias", "feed_forward.expert_bias" },
-	{ MODEL_ARCH_GEMMA4, "post_attention_norm.weight", "post_attention_layernorm.weight" },
-	{ MODEL_ARCH_GEMMA4, "ffn_norm.weight", "pre_feedforward_layernorm.weight" },
-	{ MODEL_ARCH_GEMMA4, "inp_gate.weight", "per_layer_input_gate.weight" },
-	{ MODEL_ARCH_GEMMA4, "proj.weight", "per_layer_projection.weight" },
-	{ MODEL_ARCH_GEMMA4, "post_norm.weight", "post_per_layer_input_norm.weight" },
-	{ MODEL_ARCH_GEMMA4, "layer_output_scale.weight", "layer_scalar" },
-	{ MODEL_ARCH_QWEN35, "attn_norm.weight", "input_layernorm.weight" },
-	{ MODEL_ARCH_QWEN35, "post_attention_norm.weight", "post_attention_layernorm.weight" },
-	{ MODEL_ARCH_QWEN35, "attn_qkv.weight", "linear_attn.in_proj_qkv.weight" },
-	{ MODEL_ARCH_QWEN35, "attn_gate.weight", "linear_attn.in_proj_z.weight" },
-	{ MODEL_ARCH_QWEN35, "ssm_beta.weight", "linear_attn.in_proj_b.weight" },
-	{ MODEL_ARCH_QWEN35, "ssm_alpha.weight", "linear_attn.in_proj_a.weight" },
-	{ MODEL_ARCH_QWEN35, "ssm_a", "linear_attn.A_log" },
-	{ MODEL_ARCH_QWEN35, "ssm_dt.bias", "linear_attn.dt_bias" },
-	{ MODEL_ARCH_QWEN35, "ssm_conv1d.weight", "linear_attn.conv1d.weight" },
-	{ MODEL_ARCH_QWEN35, "ssm_norm.weight", "linear_attn.norm.weight" },
-	{ MODEL_ARCH_QWEN35, "ssm_out.weight", "linear_attn.out_proj.weight" },
+	{MODEL_ARCH_LFM2, "attn_norm.weight", "operator_norm.weight"},
+	{MODEL_ARCH_LFM2, "ffn_norm.weight", "ffn_norm.weight"},
+	{MODEL_ARCH_LFM2, "attn_q_norm.weight", "self_attn.q_layernorm.weight"},
+	{MODEL_ARCH_LFM2, "attn_k_norm.weight", "self_attn.k_layernorm.weight"},
+	{MODEL_ARCH_LFM2, "attn_output.weight", "self_attn.out_proj.weight"},
+	{MODEL_ARCH_LFM2, "shortconv.in_proj.weight", "conv.in_proj.weight"},
+	{MODEL_ARCH_LFM2, "shortconv.conv.weight", "conv.conv.weight"},
+	{MODEL_ARCH_LFM2, "shortconv.out_proj.weight", "conv.out_proj.weight"},
+	{MODEL_ARCH_LFM2, "ffn_gate.weight", "feed_forward.w1.weight"},
+	{MODEL_ARCH_LFM2, "ffn_up.weight", "feed_forward.w3.weight"},
+	{MODEL_ARCH_LFM2, "ffn_down.weight", "feed_forward.w2.weight"},
+	{MODEL_ARCH_LFM2, "ffn_gate_inp.weight", "feed_forward.gate.weight"},
+	{MODEL_ARCH_LFM2, "exp_probs_b.bias", "feed_forward.expert_bias"},
+	{MODEL_ARCH_GEMMA4, "post_attention_norm.weight", "post_attention_layernorm.weight"},
+	{MODEL_ARCH_GEMMA4, "ffn_norm.weight", "pre_feedforward_layernorm.weight"},
+	{MODEL_ARCH_GEMMA4, "inp_gate.weight", "per_layer_input_gate.weight"},
+	{MODEL_ARCH_GEMMA4, "proj.weight", "per_layer_projection.weight"},
+	{MODEL_ARCH_GEMMA4, "post_norm.weight", "post_per_layer_input_norm.weight"},
+	{MODEL_ARCH_GEMMA4, "layer_output_scale.weight", "layer_scalar"},
+	{MODEL_ARCH_QWEN35, "attn_norm.weight", "input_layernorm.weight"},
+	{MODEL_ARCH_QWEN35, "post_attention_norm.weight", "post_attention_layernorm.weight"},
+	{MODEL_ARCH_QWEN35, "attn_qkv.weight", "linear_attn.in_proj_qkv.weight"},
+	{MODEL_ARCH_QWEN35, "attn_gate.weight", "linear_attn.in_proj_z.weight"},
+	{MODEL_ARCH_QWEN35, "ssm_beta.weight", "linear_attn.in_proj_b.weight"},
+	{MODEL_ARCH_QWEN35, "ssm_alpha.weight", "linear_attn.in_proj_a.weight"},
+	{MODEL_ARCH_QWEN35, "ssm_a", "linear_attn.A_log"},
+	{MODEL_ARCH_QWEN35, "ssm_dt.bias", "linear_attn.dt_bias"},
+	{MODEL_ARCH_QWEN35, "ssm_conv1d.weight", "linear_attn.conv1d.weight"},
+	{MODEL_ARCH_QWEN35, "ssm_norm.weight", "linear_attn.norm.weight"},
+	{MODEL_ARCH_QWEN35, "ssm_out.weight", "linear_attn.out_proj.weight"},
 };
 
 static enum model_arch
@@ -201,10 +200,10 @@ to_hf(const struct model *m, struct hf_out *o, const char *skip)
 		if (sscanf(t->name, "blk.%d.%n", &il, &k) == 1 && k > 0)
 			suffix = t->name + k;
 		static const char *globals[][2] = {
-			{ "token_embd_norm.weight", "model.embedding_norm.weight" }, // lfm2's final norm
-			{ "per_layer_token_embd.weight", "model.embed_tokens_per_layer.weight" },
-			{ "per_layer_model_proj.weight", "model.per_layer_model_projection.weight" },
-			{ "per_layer_proj_norm.weight", "model.per_layer_projection_norm.weight" },
+			{"token_embd_norm.weight", "model.embedding_norm.weight"}, // lfm2's final norm
+			{"per_layer_token_embd.weight", "model.embed_tokens_per_layer.weight"},
+			{"per_layer_model_proj.weight", "model.per_layer_model_projection.weight"},
+			{"per_layer_proj_norm.weight", "model.per_layer_projection_norm.weight"},
 		};
 		const char *global = NULL;
 		for (size_t g = 0; g < sizeof globals / sizeof globals[0]; g++)
@@ -221,14 +220,15 @@ to_hf(const struct model *m, struct hf_out *o, const char *skip)
 		} else if (suffix && strstr(suffix, "_exps.weight")) {
 			// one 2-D tensor per expert
 			const char *proj = !strncmp(suffix, "ffn_gate", 8) ? "gate"
-			                   : !strncmp(suffix, "ffn_up", 6) ? "up" : "down";
+			                   : !strncmp(suffix, "ffn_up", 6) ? "up"
+			                                                   : "down";
 			const char *w = proj[0] == 'g' ? "w1" : proj[0] == 'u' ? "w3" : "w2"; // lfm2moe
-			int64_t ne2[2] = { t->ne[0], t->ne[1] };
+			int64_t ne2[2] = {t->ne[0], t->ne[1]};
 			size_t per = (size_t)(t->ne[0] * t->ne[1]) * esz;
 			for (int64_t e = 0; e < t->ne[2]; e++) {
 				if (names_arch(m) == MODEL_ARCH_LFM2)
-					snprintf(hf, sizeof hf, "model.layers.%d.feed_forward.experts.%lld.%s.weight", il,
-					         (long long)e, w);
+					snprintf(hf, sizeof hf, "model.layers.%d.feed_forward.experts.%lld.%s.weight",
+					         il, (long long)e, w);
 				else
 					snprintf(hf, sizeof hf, "model.layers.%d.mlp.experts.%lld.%s_proj.weight", il,
 					         (long long)e, proj);
@@ -249,7 +249,7 @@ to_hf(const struct model *m, struct hf_out *o, const char *skip)
 			return -1;
 		}
 		uint32_t nd = t->n_dims;
-		int64_t ne[3] = { t->ne[0], t->ne[1], t->ne[2] };
+		int64_t ne[3] = {t->ne[0], t->ne[1], t->ne[2]};
 		if (suffix && !strcmp(suffix, "ffn_gate_inp_shexp.weight")) {
 			nd = 2; // HF keeps it as a [1, n_embd] linear layer
 			ne[1] = 1;
@@ -285,13 +285,15 @@ to_hf(const struct model *m, struct hf_out *o, const char *skip)
 			const int64_t nv = m->hp.ssm_dt_rank, d = m->hp.ssm_d_state, nkd = m->hp.ssm_n_group * d;
 			if (!strcmp(suffix, "ssm_out.weight")) {
 				for (int64_t r = 0; r < t->ne[1]; r++)
-					v_grouped(m, sv + (size_t)r * t->ne[0] * esz, (uint8_t *)ot->data + (size_t)r * t->ne[0] * esz,
-					          (size_t)d * esz, (size_t)d * esz);
+					v_grouped(m, sv + (size_t)r * t->ne[0] * esz,
+					          (uint8_t *)ot->data + (size_t)r * t->ne[0] * esz, (size_t)d * esz,
+					          (size_t)d * esz);
 			} else {
 				const size_t row = t->n_dims == 1 ? esz : (size_t)t->ne[0] * esz;
-				const size_t nqk = !strcmp(suffix, "attn_qkv.weight") || !strcmp(suffix, "ssm_conv1d.weight")
-				                            ? 2 * (size_t)nkd
-				                            : 0;
+				const size_t nqk =
+					!strcmp(suffix, "attn_qkv.weight") || !strcmp(suffix, "ssm_conv1d.weight")
+						? 2 * (size_t)nkd
+						: 0;
 				const size_t block = (bytes / row - nqk) / (size_t)nv * row;
 				v_grouped(m, sv + nqk * row, (uint8_t *)ot->data + nqk * row, block, block);
 			}
@@ -323,21 +325,21 @@ static const char *
 hf_arch(const struct model *m, const char **type)
 {
 	static const char *a[][2] = {
-		[MODEL_ARCH_LLAMA] = { "LlamaForCausalLM", "llama" },
-		[MODEL_ARCH_MISTRAL] = { "MistralForCausalLM", "mistral" },
-		[MODEL_ARCH_SMOLLM3] = { "SmolLM3ForCausalLM", "smollm3" },
-		[MODEL_ARCH_QWEN2] = { "Qwen2ForCausalLM", "qwen2" },
-		[MODEL_ARCH_QWEN3] = { "Qwen3ForCausalLM", "qwen3" },
-		[MODEL_ARCH_GEMMA2] = { "Gemma2ForCausalLM", "gemma2" },
-		[MODEL_ARCH_GEMMA3] = { "Gemma3ForCausalLM", "gemma3_text" },
-		[MODEL_ARCH_PHI3] = { "Phi3ForCausalLM", "phi3" },
-		[MODEL_ARCH_QWEN2MOE] = { "Qwen2MoeForCausalLM", "qwen2_moe" },
-		[MODEL_ARCH_QWEN3MOE] = { "Qwen3MoeForCausalLM", "qwen3_moe" },
-		[MODEL_ARCH_HUNYUAN_DENSE] = { "HunYuanDenseV1ForCausalLM", "hunyuan_v1_dense" },
-		[MODEL_ARCH_LFM2] = { "Lfm2ForCausalLM", "lfm2" },
-		[MODEL_ARCH_LFM2MOE] = { "Lfm2MoeForCausalLM", "lfm2_moe" },
-		[MODEL_ARCH_GEMMA4] = { "Gemma4ForCausalLM", "gemma4_text" },
-		[MODEL_ARCH_QWEN35] = { "Qwen3_5ForCausalLM", "qwen3_5_text" },
+		[MODEL_ARCH_LLAMA] = {"LlamaForCausalLM", "llama"},
+		[MODEL_ARCH_MISTRAL] = {"MistralForCausalLM", "mistral"},
+		[MODEL_ARCH_SMOLLM3] = {"SmolLM3ForCausalLM", "smollm3"},
+		[MODEL_ARCH_QWEN2] = {"Qwen2ForCausalLM", "qwen2"},
+		[MODEL_ARCH_QWEN3] = {"Qwen3ForCausalLM", "qwen3"},
+		[MODEL_ARCH_GEMMA2] = {"Gemma2ForCausalLM", "gemma2"},
+		[MODEL_ARCH_GEMMA3] = {"Gemma3ForCausalLM", "gemma3_text"},
+		[MODEL_ARCH_PHI3] = {"Phi3ForCausalLM", "phi3"},
+		[MODEL_ARCH_QWEN2MOE] = {"Qwen2MoeForCausalLM", "qwen2_moe"},
+		[MODEL_ARCH_QWEN3MOE] = {"Qwen3MoeForCausalLM", "qwen3_moe"},
+		[MODEL_ARCH_HUNYUAN_DENSE] = {"HunYuanDenseV1ForCausalLM", "hunyuan_v1_dense"},
+		[MODEL_ARCH_LFM2] = {"Lfm2ForCausalLM", "lfm2"},
+		[MODEL_ARCH_LFM2MOE] = {"Lfm2MoeForCausalLM", "lfm2_moe"},
+		[MODEL_ARCH_GEMMA4] = {"Gemma4ForCausalLM", "gemma4_text"},
+		[MODEL_ARCH_QWEN35] = {"Qwen3_5ForCausalLM", "qwen3_5_text"},
 	};
 	*type = a[m->arch][1];
 	return a[m->arch][0];
@@ -392,8 +394,8 @@ make_config(const struct model *m)
 		cJSON_AddNumberToObject(c, "original_max_position_embeddings", (double)hp->n_ctx_orig);
 		cJSON *rs = cJSON_AddObjectToObject(c, "rope_scaling");
 		cJSON_AddStringToObject(rs, "type", "longrope");
-		const struct model_tensor *f[2] = { &m->rope_long, &m->rope_short };
-		const char *keys[2] = { "long_factor", "short_factor" };
+		const struct model_tensor *f[2] = {&m->rope_long, &m->rope_short};
+		const char *keys[2] = {"long_factor", "short_factor"};
 		for (int k = 0; k < 2; k++) {
 			cJSON *a = cJSON_AddArrayToObject(rs, keys[k]);
 			for (int64_t i = 0; i < f[k]->ne[0]; i++)
@@ -427,7 +429,7 @@ make_config(const struct model *m)
 		cJSON *lt = cJSON_AddArrayToObject(c, "layer_types");
 		for (int64_t i = 0; i < hp->n_layer; i++)
 			cJSON_AddItemToArray(lt, cJSON_CreateString((i + 1) % hp->swa_pattern ? "sliding_attention"
-			                                                                     : "full_attention"));
+			                                                                      : "full_attention"));
 		cJSON_AddNumberToObject(c, "rope_local_base_freq", (double)hp->rope_base_swa);
 		cJSON *rs = cJSON_AddObjectToObject(c, "rope_scaling");
 		cJSON_AddStringToObject(rs, "rope_type", "linear");
@@ -446,7 +448,8 @@ make_config(const struct model *m)
 		cJSON_DeleteItemFromObject(c, "tie_word_embeddings");
 		cJSON_AddBoolToObject(c, "tie_embedding", m->tied_output);
 		if (m->arch == MODEL_ARCH_LFM2) {
-			cJSON_ReplaceItemInObject(c, "intermediate_size", cJSON_CreateNumber((double)(hp->n_ff * 3 / 2)));
+			cJSON_ReplaceItemInObject(c, "intermediate_size",
+			                          cJSON_CreateNumber((double)(hp->n_ff * 3 / 2)));
 			cJSON_AddNumberToObject(c, "block_ff_dim", (double)(hp->n_ff * 3 / 2));
 			cJSON_AddBoolToObject(c, "block_auto_adjust_ff_dim", 1);
 			cJSON_AddNumberToObject(c, "block_ffn_dim_multiplier", 1.0);
@@ -466,14 +469,16 @@ make_config(const struct model *m)
 		cJSON_ReplaceItemInObject(c, "head_dim", cJSON_CreateNumber((double)hp->head_dim_swa));
 		cJSON_AddNumberToObject(c, "global_head_dim", (double)hp->head_dim);
 		cJSON_ReplaceItemInObject(c, "intermediate_size", cJSON_CreateNumber((double)m->layers[0].n_ff));
-		cJSON_AddBoolToObject(c, "use_double_wide_mlp", m->layers[hp->n_layer - 1].n_ff == 2 * m->layers[0].n_ff);
+		cJSON_AddBoolToObject(c, "use_double_wide_mlp",
+		                      m->layers[hp->n_layer - 1].n_ff == 2 * m->layers[0].n_ff);
 		cJSON_AddNumberToObject(c, "num_kv_shared_layers", (double)hp->n_kv_shared);
 		cJSON_AddNumberToObject(c, "hidden_size_per_layer_input", (double)hp->n_embd_pl);
 		cJSON_AddNumberToObject(c, "sliding_window", (double)hp->sliding_window);
 		cJSON_AddNumberToObject(c, "final_logit_softcapping", (double)hp->final_softcap);
 		cJSON *lt = cJSON_AddArrayToObject(c, "layer_types");
 		for (int64_t i = 0; i < hp->n_layer; i++)
-			cJSON_AddItemToArray(lt, cJSON_CreateString(m->layers[i].sliding ? "sliding_attention" : "full_attention"));
+			cJSON_AddItemToArray(
+				lt, cJSON_CreateString(m->layers[i].sliding ? "sliding_attention" : "full_attention"));
 		int rot = 0; // rope_freqs: 1 for the rotated pairs, 1e30 for the rest
 		for (int64_t i = 0; i < m->rope_freqs.ne[0]; i++)
 			rot += ((const float *)m->rope_freqs.data)[i] == 1.0f;
@@ -495,7 +500,8 @@ make_config(const struct model *m)
 		cJSON_AddNumberToObject(c, "linear_num_value_heads", (double)hp->ssm_dt_rank);
 		cJSON *lt = cJSON_AddArrayToObject(c, "layer_types");
 		for (int64_t i = 0; i < hp->n_layer; i++)
-			cJSON_AddItemToArray(lt, cJSON_CreateString(m->layers[i].recur ? "linear_attention" : "full_attention"));
+			cJSON_AddItemToArray(
+				lt, cJSON_CreateString(m->layers[i].recur ? "linear_attention" : "full_attention"));
 		// the newer form: theta and the partial factor in rope_parameters
 		cJSON_DeleteItemFromObject(c, "rope_theta");
 		cJSON_DeleteItemFromObject(c, "partial_rotary_factor");
@@ -555,8 +561,8 @@ write_hf(const char *dir, const cJSON *config, const struct hf_out *o, int n_sha
 		struct st_wtensor *w = calloc((size_t)(hi - lo) + 1, sizeof *w);
 		for (int i = lo; i < hi; i++) {
 			const struct out_tensor *t = &o->t[i];
-			w[i - lo] = (struct st_wtensor){ t->name, t->type, t->n_dims,
-				                         { t->shape[0], t->shape[1], t->shape[2] }, t->data };
+			w[i - lo] = (struct st_wtensor){
+				t->name, t->type, t->n_dims, {t->shape[0], t->shape[1], t->shape[2]}, t->data};
 			tnames[i] = t->name;
 			files[i] = fnames[s];
 			total += t->nbytes;
@@ -662,12 +668,12 @@ compare_hparams(const char *name, const struct model *g, const struct model *h)
 	CHECK(!h->is_gguf && h->file_bytes > 0);
 	for (int64_t il = 0; il < a->n_layer; il++) {
 		const struct model_layer *x = &g->layers[il], *y = &h->layers[il];
-		CHECK(x->sliding == y->sliding && x->use_rope == y->use_rope &&
-		      x->rope_base == y->rope_base && x->rope_freq_scale == y->rope_freq_scale,
+		CHECK(x->sliding == y->sliding && x->use_rope == y->use_rope && x->rope_base == y->rope_base &&
+		              x->rope_freq_scale == y->rope_freq_scale,
 		      "%s: layer %lld attention kind", name, (long long)il);
-		CHECK(x->conv == y->conv && x->recur == y->recur && x->attn_gate == y->attn_gate && x->kv_src == y->kv_src &&
-		          x->head_dim == y->head_dim && x->n_rot == y->n_rot && x->n_ff == y->n_ff &&
-		          x->rope_factors == y->rope_factors,
+		CHECK(x->conv == y->conv && x->recur == y->recur && x->attn_gate == y->attn_gate &&
+		              x->kv_src == y->kv_src && x->head_dim == y->head_dim && x->n_rot == y->n_rot &&
+		              x->n_ff == y->n_ff && x->rope_factors == y->rope_factors,
 		      "%s: layer %lld kind or shape", name, (long long)il);
 	}
 }
@@ -686,8 +692,8 @@ compare_weights(const char *name, const struct model *g, const struct model *h)
 			CHECK(b != NULL, "%s: %s missing from the HF load", name, a->name);
 			continue;
 		}
-		CHECK(a->n_dims == b->n_dims && !memcmp(a->ne, b->ne, sizeof a->ne),
-		      "%s: %s shape differs", name, a->name);
+		CHECK(a->n_dims == b->n_dims && !memcmp(a->ne, b->ne, sizeof a->ne), "%s: %s shape differs", name,
+		      a->name);
 		float *x = deq_all(a), *y = deq_all(b);
 		REQUIRE(x && y);
 		int64_t n = model_tensor_nelem(a);
@@ -788,14 +794,13 @@ static const struct {
 	int shards, index;
 	const char *dir;
 } cases[] = {
-	{ "llama", 2, 1, "models" },        { "qwen2", 1, 0, "models" },         { "qwen3", 1, 1, "models" },
-	{ "gemma2", 1, 0, "models" },       { "gemma3", 3, 1, "models" },        { "phi3", 1, 0, "models" },
-	{ "qwen2moe", 2, 0, "models" },     { "llama256_bf16", 2, 1, "models" }, { "llama256_f16", 1, 0, "models" },
-	{ "llama256_q4_k", 1, 0, "models" },
-	{ "qwen3moe", 2, 1, "models2" },    { "llama_yarn", 1, 0, "models2" },   { "phi3_longrope", 1, 0, "models2" },
-	{ "hunyuan_dense", 1, 0, "models2" }, { "smollm3", 1, 0, "models2" },
-	{ "lfm2", 1, 0, "models2" },        { "lfm2moe", 2, 1, "models2" },      { "gemma4", 2, 1, "models2" },
-	{ "qwen35", 1, 0, "models2" },
+	{"llama", 2, 1, "models"},          {"qwen2", 1, 0, "models"},          {"qwen3", 1, 1, "models"},
+	{"gemma2", 1, 0, "models"},         {"gemma3", 3, 1, "models"},         {"phi3", 1, 0, "models"},
+	{"qwen2moe", 2, 0, "models"},       {"llama256_bf16", 2, 1, "models"},  {"llama256_f16", 1, 0, "models"},
+	{"llama256_q4_k", 1, 0, "models"},  {"qwen3moe", 2, 1, "models2"},      {"llama_yarn", 1, 0, "models2"},
+	{"phi3_longrope", 1, 0, "models2"}, {"hunyuan_dense", 1, 0, "models2"}, {"smollm3", 1, 0, "models2"},
+	{"lfm2", 1, 0, "models2"},          {"lfm2moe", 2, 1, "models2"},       {"gemma4", 2, 1, "models2"},
+	{"qwen35", 1, 0, "models2"},
 };
 
 static void
@@ -811,7 +816,7 @@ test_round_trips(void)
 			CHECK(0, "%s: %s", name, err);
 			continue;
 		}
-		struct hf_out o = { 0 };
+		struct hf_out o = {0};
 		cJSON *cfg = make_config(&g);
 		snprintf(dir, sizeof dir, "%s/%s", t_tmpdir(), name);
 		int ok = to_hf(&g, &o, NULL) == 0 && write_hf(dir, cfg, &o, cases[k].shards, cases[k].index) == 0;
@@ -837,15 +842,15 @@ test_round_trips(void)
 // the llama fixture as an HF directory, with a change: a config key set to
 // raw JSON, a tensor left out, or an extra tensor
 static int
-load_variant(const char *tag, const char *key, const char *json, const char *skip,
-             const struct st_wtensor *extra, char *err)
+load_variant(const char *tag, const char *key, const char *json, const char *skip, const struct st_wtensor *extra,
+             char *err)
 {
 	char path[1024], dir[512];
 	struct model g, h;
 	snprintf(path, sizeof path, "%s/models/llama.gguf", T_DATA);
 	if (model_load_gguf(&g, path, err))
 		return -2;
-	struct hf_out o = { 0 };
+	struct hf_out o = {0};
 	cJSON *cfg = make_config(&g);
 	if (key) {
 		cJSON_DeleteItemFromObject(cfg, key);
@@ -871,8 +876,8 @@ load_variant(const char *tag, const char *key, const char *json, const char *ski
 }
 
 static void
-expect_fail(const char *tag, const char *key, const char *json, const char *skip,
-            const struct st_wtensor *extra, const char *want)
+expect_fail(const char *tag, const char *key, const char *json, const char *skip, const struct st_wtensor *extra,
+            const char *want)
 {
 	char err[AD_ERRLEN] = "";
 	int rc = load_variant(tag, key, json, skip, extra, err);
@@ -906,24 +911,25 @@ test_errors(void)
 	expect_fail("nohidden", "hidden_size", NULL, NULL, NULL, "hidden_size");
 	expect_fail("shape", "intermediate_size", "300", NULL, NULL, "ffn_gate.weight");
 	expect_fail("rope", "rope_scaling", "{\"rope_type\": \"dynamic\", \"factor\": 4}", NULL, NULL, "dynamic");
-	expect_fail("yarn-mscale", "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4, \"mscale\": 1}", NULL, NULL,
-	            "mscale");
+	expect_fail("yarn-mscale", "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4, \"mscale\": 1}", NULL,
+	            NULL, "mscale");
 	expect_fail("yarn-factor", "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 0.5}", NULL, NULL,
 	            "factor of at least 1");
 	expect_fail("longrope-short", "rope_scaling",
 	            "{\"type\": \"longrope\", \"long_factor\": [1, 2], \"short_factor\": [1, 2]}", NULL, NULL,
 	            "rope_scaling.long_factor must be a list of 8");
 	expect_fail("missing", NULL, NULL, "blk.1.ffn_down.weight", NULL, "blk.1.ffn_down.weight");
-	int64_t ids[4] = { 0 };
-	struct st_wtensor bad = { "model.layers.0.input_layernorm.weight", AD_TYPE_F32, 1, { 4 }, ids };
+	int64_t ids[4] = {0};
+	struct st_wtensor bad = {"model.layers.0.input_layernorm.weight", AD_TYPE_F32, 1, {4}, ids};
 	// a name twice across shards
 	expect_fail("dup", NULL, NULL, NULL, &bad, "input_layernorm.weight");
 
 	// a weight stored in a dtype the loader cannot use is named with its dtype
 	CHECK(load_variant("i64", NULL, NULL, "blk.0.attn_norm.weight", NULL, err) == -1 &&
-	      strstr(err, "blk.0.attn_norm.weight"), "%s", err);
+	              strstr(err, "blk.0.attn_norm.weight"),
+	      "%s", err);
 	char hdr[] = "{\"model.layers.0.input_layernorm.weight\":{\"dtype\":\"I64\",\"shape\":[128],"
-	             "\"data_offsets\":[0,1024]}}";
+		     "\"data_offsets\":[0,1024]}}";
 	snprintf(path, sizeof path, "%s/variant-i64/zz-i64.safetensors", t_tmpdir());
 	fp = fopen(path, "wb");
 	REQUIRE(fp);
@@ -934,16 +940,15 @@ test_errors(void)
 	fwrite(zeros, 1, sizeof zeros, fp);
 	fclose(fp);
 	snprintf(path, sizeof path, "%s/variant-i64", t_tmpdir());
-	CHECK(model_load_hf(&m, path, err) == -1 && strstr(err, "I64") &&
-	      strstr(err, "input_layernorm"), "%s", err);
+	CHECK(model_load_hf(&m, path, err) == -1 && strstr(err, "I64") && strstr(err, "input_layernorm"), "%s", err);
 
 	// model_type alone is enough; unknown tensors are ignored
-	static float junk[3] = { 1, 2, 3 };
-	struct st_wtensor extra = { "model.rotary_emb.inv_freq", AD_TYPE_F32, 1, { 3 }, junk };
+	static float junk[3] = {1, 2, 3};
+	struct st_wtensor extra = {"model.rotary_emb.inv_freq", AD_TYPE_F32, 1, {3}, junk};
 	CHECK(load_variant("type-only", "architectures", NULL, NULL, &extra, err) == 0, "%s", err);
 
 	// expert tensors in a dense model are refused; a negative index is no expert
-	struct st_wtensor exp = { "model.layers.0.mlp.experts.0.up_proj.weight", AD_TYPE_F32, 1, { 3 }, junk };
+	struct st_wtensor exp = {"model.layers.0.mlp.experts.0.up_proj.weight", AD_TYPE_F32, 1, {3}, junk};
 	expect_fail("dense-expert", NULL, NULL, NULL, &exp, "experts.0.up_proj");
 	exp.name = "model.layers.0.mlp.experts.-1.up_proj.weight";
 	CHECK(load_variant("neg-expert", NULL, NULL, NULL, &exp, err) == 0, "%s", err);
@@ -953,7 +958,8 @@ test_errors(void)
 	CHECK(load_variant("llama3", "rope_scaling",
 	                   "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0,"
 	                   " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 16}",
-	                   NULL, NULL, e2) == 0, "%s", e2);
+	                   NULL, NULL, e2) == 0,
+	      "%s", e2);
 }
 
 static void
@@ -964,7 +970,7 @@ test_llama3_freqs(void)
 	struct model g, h;
 	snprintf(path, sizeof path, "%s/models/llama.gguf", T_DATA);
 	REQUIRE(model_load_gguf(&g, path, err) == 0, "%s", err);
-	struct hf_out o = { 0 };
+	struct hf_out o = {0};
 	cJSON *cfg = make_config(&g);
 	cJSON_AddItemToObject(cfg, "rope_scaling",
 	                      cJSON_Parse("{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0,"
@@ -997,7 +1003,7 @@ test_yarn_config(void)
 	struct model g, h;
 	snprintf(path, sizeof path, "%s/models2/llama_yarn.gguf", T_DATA);
 	REQUIRE(model_load_gguf(&g, path, err) == 0, "%s", err);
-	struct hf_out o = { 0 };
+	struct hf_out o = {0};
 	REQUIRE(to_hf(&g, &o, NULL) == 0);
 	for (int k = 0; k < 2; k++) {
 		cJSON *cfg = make_config(&g);
@@ -1012,7 +1018,8 @@ test_yarn_config(void)
 		REQUIRE(write_hf(dir, cfg, &o, 1, 0) == 0);
 		cJSON_Delete(cfg);
 		REQUIRE(model_load_hf(&h, dir, err) == 0, "%s", err);
-		CHECK(h.hp.rope_scaling == MODEL_ROPE_SCALING_YARN && h.hp.rope_freq_scale == 0.25f && h.hp.n_ctx_orig == 64);
+		CHECK(h.hp.rope_scaling == MODEL_ROPE_SCALING_YARN && h.hp.rope_freq_scale == 0.25f &&
+		      h.hp.n_ctx_orig == 64);
 		if (k == 0)
 			CHECK(fabsf(h.hp.rope_attn_factor - 2.0f) < 1e-6f, "%g", (double)h.hp.rope_attn_factor);
 		else
@@ -1021,7 +1028,8 @@ test_yarn_config(void)
 		model_rope_angles(&g.hp, g.hp.rope_base, g.hp.rope_freq_scale, NULL, 7, a);
 		model_rope_angles(&h.hp, h.hp.rope_base, h.hp.rope_freq_scale, NULL, 7, b);
 		for (int i = 0; i < 32; i++)
-			CHECK(fabsf(b[i] - (k == 0 ? 2 : 1) * a[i]) < 1e-6f, "%d: %g vs %g", i, (double)b[i], (double)a[i]);
+			CHECK(fabsf(b[i] - (k == 0 ? 2 : 1) * a[i]) < 1e-6f, "%d: %g vs %g", i, (double)b[i],
+			      (double)a[i]);
 		model_free(&h);
 	}
 	free_out(&o);
@@ -1032,8 +1040,9 @@ test_yarn_config(void)
 	REQUIRE(model_load_gguf(&g, path, err) == 0, "%s", err);
 	REQUIRE(to_hf(&g, &o, NULL) == 0);
 	cJSON *cfg = make_config(&g);
-	cJSON_ReplaceItemInObject(cfg, "rope_scaling",
-	                          cJSON_Parse("{\"type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 16}"));
+	cJSON_ReplaceItemInObject(
+		cfg, "rope_scaling",
+		cJSON_Parse("{\"type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 16}"));
 	snprintf(dir, sizeof dir, "%s/qwen2-yarn", t_tmpdir());
 	REQUIRE(write_hf(dir, cfg, &o, 1, 0) == 0);
 	cJSON_Delete(cfg);
@@ -1047,7 +1056,8 @@ test_yarn_config(void)
 	struct ref_engine *eg = ref_new(&g, n, err), *eh = ref_new(&h, n, err);
 	REQUIRE(ids && eg && eh, "%s", err);
 	const int nv = ref_n_vocab(eg);
-	float *lg = malloc(sizeof(float) * (size_t)nv * (size_t)n), *lh = malloc(sizeof(float) * (size_t)nv * (size_t)n);
+	float *lg = malloc(sizeof(float) * (size_t)nv * (size_t)n),
+	      *lh = malloc(sizeof(float) * (size_t)nv * (size_t)n);
 	CHECK(ref_eval(eg, ids, n, lg) == 0 && ref_eval(eh, ids, n, lh) == 0);
 	double d0 = 0, d = 0;
 	for (int i = 0; i < nv * n; i++) {
@@ -1076,14 +1086,14 @@ static void
 test_llama_family(void)
 {
 	static const char *archs[][3] = {
-		{ "MistralForCausalLM", "mistral", "{\"sliding_window\": 4096}" },
-		{ "SmolLM3ForCausalLM", "smollm3", "{\"no_rope_layers\": [1, 1, 1], \"no_rope_layer_interval\": 4}" },
+		{"MistralForCausalLM", "mistral", "{\"sliding_window\": 4096}"},
+		{"SmolLM3ForCausalLM", "smollm3", "{\"no_rope_layers\": [1, 1, 1], \"no_rope_layer_interval\": 4}"},
 	};
 	char path[512], dir[512], err[AD_ERRLEN];
 	struct model g, h;
 	snprintf(path, sizeof path, "%s/models/llama.gguf", T_DATA);
 	REQUIRE(model_load_gguf(&g, path, err) == 0, "%s", err);
-	struct hf_out o = { 0 };
+	struct hf_out o = {0};
 	REQUIRE(to_hf(&g, &o, NULL) == 0);
 	for (int k = 0; k < 2; k++) {
 		cJSON *cfg = make_config(&g);
@@ -1091,8 +1101,7 @@ test_llama_family(void)
 		cJSON_AddItemToArray(cJSON_GetObjectItem(cfg, "architectures"), cJSON_CreateString(archs[k][0]));
 		cJSON_ReplaceItemInObject(cfg, "model_type", cJSON_CreateString(archs[k][1]));
 		cJSON *extra = cJSON_Parse(archs[k][2]), *e;
-		cJSON_ArrayForEach(e, extra)
-			cJSON_AddItemToObject(cfg, e->string, cJSON_Duplicate(e, 1));
+		cJSON_ArrayForEach(e, extra) cJSON_AddItemToObject(cfg, e->string, cJSON_Duplicate(e, 1));
 		cJSON_Delete(extra);
 		snprintf(dir, sizeof dir, "%s/%s", t_tmpdir(), archs[k][1]);
 		REQUIRE(write_hf(dir, cfg, &o, 1, 0) == 0);
@@ -1131,7 +1140,7 @@ check_multimodal(const char *fdir, const char *name, const char *arch, const cha
 	fixture_dir = fdir;
 	snprintf(path, sizeof path, "%s/%s/%s.gguf", T_DATA, fdir, name);
 	REQUIRE(model_load_gguf(&g, path, err) == 0, "%s", err);
-	struct hf_out o = { 0 };
+	struct hf_out o = {0};
 	REQUIRE(to_hf(&g, &o, NULL) == 0);
 	for (int i = 0; i < o.n; i++) {
 		char tmp[160];
@@ -1140,7 +1149,7 @@ check_multimodal(const char *fdir, const char *name, const char *arch, const cha
 			memcpy(o.t[i].name, tmp, sizeof tmp);
 		}
 	}
-	int64_t ne[2] = { 4, 2 };
+	int64_t ne[2] = {4, 2};
 	struct out_tensor *v = push(&o, "model.vision_tower.patch_embedding.weight", AD_TYPE_F32, 2, ne, 32);
 	memset(v->data, 0, 32);
 	v = push(&o, "mtp.fc.weight", AD_TYPE_F32, 2, ne, 32);
@@ -1181,20 +1190,20 @@ test_arch_errors(void)
 	static const struct {
 		const char *model, *key, *json, *want;
 	} bad[] = {
-		{ "lfm2", "layer_types", "[\"conv\", \"conv\"]", "layer_types" },
-		{ "lfm2", "layer_types", "[\"conv\", \"conv\", \"mamba\", \"conv\", \"full_attention\"]", "mamba" },
-		{ "gemma4", "attention_k_eq_v", "true", "attention_k_eq_v" },
-		{ "gemma4", "num_global_key_value_heads", "4", "KV heads" },
-		{ "gemma4", "rope_parameters", "{}", "rope_parameters" },
-		{ "qwen35", "linear_value_head_dim", "64", "linear_value_head_dim" },
-		{ "qwen35", "linear_num_value_heads", "3", "linear heads (3 v, 2 q/k)" },
+		{"lfm2", "layer_types", "[\"conv\", \"conv\"]", "layer_types"},
+		{"lfm2", "layer_types", "[\"conv\", \"conv\", \"mamba\", \"conv\", \"full_attention\"]", "mamba"},
+		{"gemma4", "attention_k_eq_v", "true", "attention_k_eq_v"},
+		{"gemma4", "num_global_key_value_heads", "4", "KV heads"},
+		{"gemma4", "rope_parameters", "{}", "rope_parameters"},
+		{"qwen35", "linear_value_head_dim", "64", "linear_value_head_dim"},
+		{"qwen35", "linear_num_value_heads", "3", "linear heads (3 v, 2 q/k)"},
 	};
 	for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
 		char path[512], dir[512], err[AD_ERRLEN] = "";
 		struct model g, h;
 		snprintf(path, sizeof path, "%s/models2/%s.gguf", T_DATA, bad[k].model);
 		REQUIRE(model_load_gguf(&g, path, err) == 0, "%s", err);
-		struct hf_out o = { 0 };
+		struct hf_out o = {0};
 		REQUIRE(to_hf(&g, &o, NULL) == 0);
 		cJSON *cfg = make_config(&g);
 		cJSON_DeleteItemFromObject(cfg, bad[k].key);
@@ -1204,8 +1213,8 @@ test_arch_errors(void)
 		cJSON_Delete(cfg);
 		free_out(&o);
 		model_free(&g);
-		CHECK(model_load_hf(&h, dir, err) == -1 && strstr(err, bad[k].want), "%s %s: %s", bad[k].model, bad[k].key,
-		      err);
+		CHECK(model_load_hf(&h, dir, err) == -1 && strstr(err, bad[k].want), "%s %s: %s", bad[k].model,
+		      bad[k].key, err);
 	}
 }
 

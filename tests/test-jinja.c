@@ -57,12 +57,14 @@ judge_case(const struct jinja_tmpl *t, enum jinja_status parse_st, const char *p
 		if (ok)
 			tl->same_output++;
 		else if (st != JINJA_OK)
-			fprintf(stderr, "  %s: jinja2 renders it, we fail (%s: %s)\n", label, jinja_status_name(st), err);
+			fprintf(stderr, "  %s: jinja2 renders it, we fail (%s: %s)\n", label, jinja_status_name(st),
+			        err);
 		else {
 			size_t i = 0, m = strlen(eo->valuestring);
 			while (i < len && i < m && out[i] == eo->valuestring[i])
 				i++;
-			fprintf(stderr, "  %s: outputs differ at byte %zu of %zu/%zu: ours \"%.60s\" jinja2 \"%.60s\"\n", label,
+			fprintf(stderr,
+			        "  %s: outputs differ at byte %zu of %zu/%zu: ours \"%.60s\" jinja2 \"%.60s\"\n", label,
 			        i, len, m, out + i, eo->valuestring + i);
 		}
 	} else {
@@ -184,18 +186,18 @@ test_limits(void)
 	char *out, err[AD_ERRLEN];
 	struct jinja_limits lim = {.max_output = 1000};
 	CHECK(render("{% for i in range(100) %}{{ 'x' * 20 }}{% endfor %}", "{}", &lim, &out, err) == JINJA_LIMIT &&
-	          strstr(err, "output"),
+	              strstr(err, "output"),
 	      "%s", err);
 	lim = (struct jinja_limits){.max_steps = 10000};
 	CHECK(render("{% for i in range(100000) %}{% endfor %}", "{}", &lim, &out, err) == JINJA_LIMIT &&
-	          strstr(err, "steps"),
+	              strstr(err, "steps"),
 	      "%s", err);
 	lim = (struct jinja_limits){.timeout_ms = 50, .max_steps = 1ull << 40};
 	struct timespec a, b;
 	clock_gettime(CLOCK_MONOTONIC, &a);
-	CHECK(render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "{}", &lim, &out,
-	             err) == JINJA_LIMIT &&
-	          strstr(err, "long"),
+	CHECK(render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "{}", &lim,
+	             &out, err) == JINJA_LIMIT &&
+	              strstr(err, "long"),
 	      "%s", err);
 	clock_gettime(CLOCK_MONOTONIC, &b);
 	double secs = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
@@ -203,7 +205,7 @@ test_limits(void)
 	lim = (struct jinja_limits){.max_memory = 1 << 20};
 	CHECK(render("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = ns.l + [i] %}{% endfor %}",
 	             "{}", &lim, &out, err) == JINJA_LIMIT &&
-	          strstr(err, "memory"),
+	              strstr(err, "memory"),
 	      "%s", err);
 	// recursion: a macro calling itself
 	CHECK(render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "{}", NULL, &out, err) == JINJA_LIMIT,
@@ -226,7 +228,7 @@ test_limits(void)
 	// a value nested deeper than the printer follows
 	CHECK(render("{% set ns = namespace(v=1) %}{% for i in range(1000) %}{% set ns.v = [ns.v] %}{% endfor %}{{ ns.v }}",
 	             "{}", NULL, &out, err) == JINJA_ERROR &&
-	          strstr(err, "recursion"),
+	              strstr(err, "recursion"),
 	      "%s", err);
 }
 
@@ -236,20 +238,20 @@ test_api(void)
 	char *out, err[AD_ERRLEN];
 	enum jinja_status st;
 	CHECK(!jinja_parse("{% if %}", 8, &st, err) && st == JINJA_SYNTAX && strstr(err, "line 1"), "%s", err);
-	CHECK(!jinja_parse("{% include 'x' %}", 17, &st, err) && st == JINJA_UNSUPPORTED && strstr(err, "include"), "%s",
-	      err);
+	CHECK(!jinja_parse("{% include 'x' %}", 17, &st, err) && st == JINJA_UNSUPPORTED && strstr(err, "include"),
+	      "%s", err);
 	CHECK(!jinja_parse("a\xff", 2, &st, err) && st == JINJA_SYNTAX && strstr(err, "UTF-8"), "%s", err);
 	CHECK(render("x", "[1]", NULL, &out, err) == JINJA_INPUT && strstr(err, "object"), "%s", err);
 	CHECK(render("x", "{\"a\": }", NULL, &out, err) == JINJA_INPUT && strstr(err, "byte"), "%s", err);
 	CHECK(render("x", "{\"a\": 1} x", NULL, &out, err) == JINJA_INPUT && strstr(err, "extra"), "%s", err);
 	CHECK(render("x", "{\"a\": \"\xc3\"}", NULL, &out, err) == JINJA_INPUT && strstr(err, "UTF-8"), "%s", err);
 	CHECK(render("{{ raise_exception('no ' ~ x) }}", "{\"x\": \"way\"}", NULL, &out, err) == JINJA_RAISED &&
-	          !strcmp(err, "no way"),
+	              !strcmp(err, "no way"),
 	      "%s", err);
 	// the context keeps JSON's int/float distinction and key order
 	REQUIRE(render("{{ a }} {{ b }} {{ c|tojson }} {% for k in c %}{{ k }}{% endfor %}",
-	               "{\"a\": 1, \"b\": 1.0, \"c\": {\"z\": 1e300, \"a\": -0.5, \"m\": \"\\ud83d\\ude42\"}}", NULL, &out,
-	               err) == JINJA_OK,
+	               "{\"a\": 1, \"b\": 1.0, \"c\": {\"z\": 1e300, \"a\": -0.5, \"m\": \"\\ud83d\\ude42\"}}", NULL,
+	               &out, err) == JINJA_OK,
 	        "%s", err);
 	CHECK(!strcmp(out, "1 1.0 {\"z\": 1e+300, \"a\": -0.5, \"m\": \"\xf0\x9f\x99\x82\"} zam"), "%s", out);
 	free(out);

@@ -55,8 +55,7 @@ accepts(const struct gbnf *g, const char *s)
 		int32_t stop = BYTE_EOS;
 		struct gram_opts o = {.g = g, .v = V, .stop = &stop, .n_stop = 1, .ref = ref};
 		struct gram *m = gram_new(&o, err);
-		if (!m)
-		{
+		if (!m) {
 			CHECK(0, "%s", err);
 			return -1;
 		}
@@ -126,9 +125,10 @@ static void
 test_objects(void)
 {
 	const char *s = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\"},"
-	                "\"c\":{\"type\":\"boolean\"}},\"required\":[\"b\"]}";
-	expect(s, L("{\"b\": \"x\"}", "{\"a\": 1, \"b\": \"x\"}", "{\"a\":1,\"b\":\"x\",\"c\":true}",
-	            "{\"b\": \"x\", \"c\": false}", "{\n  \"a\": 1,\n  \"b\": \"\"\n}", "{ \"b\": \"x\" }"),
+			"\"c\":{\"type\":\"boolean\"}},\"required\":[\"b\"]}";
+	expect(s,
+	       L("{\"b\": \"x\"}", "{\"a\": 1, \"b\": \"x\"}", "{\"a\":1,\"b\":\"x\",\"c\":true}",
+	         "{\"b\": \"x\", \"c\": false}", "{\n  \"a\": 1,\n  \"b\": \"\"\n}", "{ \"b\": \"x\" }"),
 	       L("{}", "{\"a\": 1}", "{\"b\": \"x\", \"a\": 1}", "{\"b\": \"x\", \"d\": 1}", "{\"b\": \"x\",}",
 	         "{\"b\"  : \"x\"}"));
 	// every property optional
@@ -137,8 +137,9 @@ test_objects(void)
 	// additional properties: keys other than the declared ones
 	s = "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\"},\"idx\":{\"type\":\"integer\"}},"
 	    "\"additionalProperties\":{\"type\":\"string\"}}";
-	expect(s, L("{}", "{\"id\": 1}", "{\"id\": 1, \"name\": \"x\"}", "{\"i\": \"x\"}", "{\"ids\": \"x\"}",
-	            "{\"idxy\": \"x\", \"\": \"e\"}", "{\"\xc3\xa9\": \"x\"}"),
+	expect(s,
+	       L("{}", "{\"id\": 1}", "{\"id\": 1, \"name\": \"x\"}", "{\"i\": \"x\"}", "{\"ids\": \"x\"}",
+	         "{\"idxy\": \"x\", \"\": \"e\"}", "{\"\xc3\xa9\": \"x\"}"),
 	       L("{\"id\": \"x\"}", "{\"id\": 1, \"id\": \"x\"}", "{\"idx\": \"x\"}", "{\"name\": 1}",
 	         "{\"i\\u0064\": \"x\"}"));
 	expect("{\"type\":\"object\",\"additionalProperties\":false}", L("{}", "{ }"), L("{\"a\": 1}"));
@@ -191,11 +192,12 @@ test_refs(void)
 static void
 test_strings(void)
 {
-	expect("{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", L("\"ab\"", "\"abc\"", "\"\\n\\t\"", "\"\xe4\xb8\xad\xe6\x96\x87\""),
-	       L("\"a\"", "\"abcd\""));
+	expect("{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}",
+	       L("\"ab\"", "\"abc\"", "\"\\n\\t\"", "\"\xe4\xb8\xad\xe6\x96\x87\""), L("\"a\"", "\"abcd\""));
 	expect("{\"type\":\"string\",\"format\":\"uuid\"}", L("\"0f8fad5b-d9cb-469f-a165-70867728950e\""),
 	       L("\"0f8fad5b-d9cb-469f-a165\"", "\"0F8FAD5B-D9CB-469F-A165-70867728950E\""));
-	expect("{\"type\":\"string\",\"format\":\"date-time\"}", L("\"2024-02-28T13:45:00Z\"", "\"2023-12-31T23:59:59.123+05:30\""),
+	expect("{\"type\":\"string\",\"format\":\"date-time\"}",
+	       L("\"2024-02-28T13:45:00Z\"", "\"2023-12-31T23:59:59.123+05:30\""),
 	       L("\"2024-02-30T13:45:00Z\"", "\"2024-02-28 13:45:00Z\"", "\"2024-02-28T24:00:00Z\""));
 	expect("{\"type\":\"string\",\"format\":\"time\"}", L("\"08:30:00Z\""), L("\"8:30:00Z\""));
 	expect("{\"type\":\"string\",\"format\":\"email\"}", L("\"a.b+c@example.com\""), L("\"@x.com\"", "\"a@b\""));
@@ -223,17 +225,25 @@ static void
 test_integer_bounds(void)
 {
 	static const char *const bounds[] = {
-		"\"minimum\":-37,\"maximum\":1234", "\"minimum\":5", "\"maximum\":-12", "\"exclusiveMinimum\":0",
-		"\"exclusiveMinimum\":-10,\"exclusiveMaximum\":10", "\"minimum\":100,\"maximum\":100",
-		"\"minimum\":0,\"maximum\":999", "\"minimum\":-1999,\"maximum\":-1000", "\"maximum\":0",
-		"\"minimum\":9,\"maximum\":11", "\"minimum\":1.5,\"maximum\":7.9",
+		"\"minimum\":-37,\"maximum\":1234",
+		"\"minimum\":5",
+		"\"maximum\":-12",
+		"\"exclusiveMinimum\":0",
+		"\"exclusiveMinimum\":-10,\"exclusiveMaximum\":10",
+		"\"minimum\":100,\"maximum\":100",
+		"\"minimum\":0,\"maximum\":999",
+		"\"minimum\":-1999,\"maximum\":-1000",
+		"\"maximum\":0",
+		"\"minimum\":9,\"maximum\":11",
+		"\"minimum\":1.5,\"maximum\":7.9",
 	};
 	for (size_t b = 0; b < sizeof bounds / sizeof bounds[0]; b++) {
 		char schema[256];
 		snprintf(schema, sizeof schema, "{\"type\":\"integer\",%s}", bounds[b]);
 		cJSON *sj = cJSON_Parse(schema);
 		cJSON *mn = cJSON_GetObjectItem(sj, "minimum"), *mx = cJSON_GetObjectItem(sj, "maximum");
-		cJSON *xmn = cJSON_GetObjectItem(sj, "exclusiveMinimum"), *xmx = cJSON_GetObjectItem(sj, "exclusiveMaximum");
+		cJSON *xmn = cJSON_GetObjectItem(sj, "exclusiveMinimum"),
+		      *xmx = cJSON_GetObjectItem(sj, "exclusiveMaximum");
 		struct gbnf *g = schema_grammar(schema, NULL);
 		int wrong = 0;
 		for (int x = -2000; g && x <= 2000; x++) {
@@ -258,20 +268,26 @@ static void
 test_number_bounds(void)
 {
 	static const char *const bounds[] = {
-		"\"minimum\":0,\"maximum\":10", "\"exclusiveMinimum\":0", "\"minimum\":-5,\"exclusiveMaximum\":3",
-		"\"maximum\":-2", "\"exclusiveMinimum\":-3,\"exclusiveMaximum\":-1", "\"minimum\":7,\"maximum\":7",
+		"\"minimum\":0,\"maximum\":10",
+		"\"exclusiveMinimum\":0",
+		"\"minimum\":-5,\"exclusiveMaximum\":3",
+		"\"maximum\":-2",
+		"\"exclusiveMinimum\":-3,\"exclusiveMaximum\":-1",
+		"\"minimum\":7,\"maximum\":7",
 	};
 	static const char *const grid[] = {
-		"0", "0.0", "0.5", "-0.5", "1", "1.25", "2.999", "3", "3.0", "3.001", "-2", "-2.0", "-2.5", "-3", "-3.0",
-		"-1", "-1.0", "-0.999", "-5", "-5.0", "-5.5", "10", "10.0", "10.5", "9.99", "7", "7.00", "7.01", "6.99",
-		"-4.2", "11", "123.5", "-123.5", "0.0001", "-1.0001",
+		"0",     "0.0",  "0.5",  "-0.5", "1",     "1.25",   "2.999",  "3",       "3.0",
+		"3.001", "-2",   "-2.0", "-2.5", "-3",    "-3.0",   "-1",     "-1.0",    "-0.999",
+		"-5",    "-5.0", "-5.5", "10",   "10.0",  "10.5",   "9.99",   "7",       "7.00",
+		"7.01",  "6.99", "-4.2", "11",   "123.5", "-123.5", "0.0001", "-1.0001",
 	};
 	for (size_t b = 0; b < sizeof bounds / sizeof bounds[0]; b++) {
 		char schema[256];
 		snprintf(schema, sizeof schema, "{\"type\":\"number\",%s}", bounds[b]);
 		cJSON *sj = cJSON_Parse(schema);
 		cJSON *mn = cJSON_GetObjectItem(sj, "minimum"), *mx = cJSON_GetObjectItem(sj, "maximum");
-		cJSON *xmn = cJSON_GetObjectItem(sj, "exclusiveMinimum"), *xmx = cJSON_GetObjectItem(sj, "exclusiveMaximum");
+		cJSON *xmn = cJSON_GetObjectItem(sj, "exclusiveMinimum"),
+		      *xmx = cJSON_GetObjectItem(sj, "exclusiveMaximum");
 		struct gbnf *g = schema_grammar(schema, NULL);
 		for (size_t i = 0; g && i < sizeof grid / sizeof grid[0]; i++) {
 			double x = strtod(grid[i], NULL);
@@ -315,7 +331,8 @@ test_refusals(void)
 	int kn = snprintf(longkey, sizeof longkey, "{\"properties\":{\"");
 	for (int i = 0; i < 200; i++)
 		longkey[kn++] = 'k';
-	snprintf(longkey + kn, sizeof longkey - (size_t)kn, "\":{\"type\":\"integer\"}},\"additionalProperties\":true}");
+	snprintf(longkey + kn, sizeof longkey - (size_t)kn,
+	         "\":{\"type\":\"integer\"}},\"additionalProperties\":true}");
 	struct gbnf *lg = schema_grammar(longkey, NULL);
 	CHECK(lg && accepts(lg, "{\"kk\": 1}") == 1 && accepts(lg, "{}") == 1, "a long key");
 	gbnf_free(lg);
@@ -346,7 +363,8 @@ test_builder(void)
 {
 	char err[AD_ERRLEN];
 	struct jsg *j = jsg_new();
-	cJSON *a = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}");
+	cJSON *a = cJSON_Parse(
+		"{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}");
 	cJSON *b = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\"}}}");
 	REQUIRE(j && a && b);
 	char *lit = jsg_literal("get_\"w\"\n", 8);
@@ -354,8 +372,8 @@ test_builder(void)
 	free(lit);
 	CHECK(jsg_schema(j, "args-0", a, "tools[0].function.parameters", err) == 0, "%s", err);
 	CHECK(jsg_schema(j, "args-1", b, "tools[1].function.parameters", err) == 0, "%s", err);
-	CHECK(jsg_rule(j, "root", "\"{\\\"name\\\": \\\"w\\\", \\\"arguments\\\": \" args-0 \"}\" | \"n=\" args-1", err) ==
-	      0);
+	CHECK(jsg_rule(j, "root", "\"{\\\"name\\\": \\\"w\\\", \\\"arguments\\\": \" args-0 \"}\" | \"n=\" args-1",
+	               err) == 0);
 	size_t n;
 	char *t = jsg_text(j, &n, err);
 	struct gbnf *g = NULL;

@@ -97,13 +97,15 @@ outputs(struct ane_set *s, size_t *n)
 }
 
 static int
-build(struct ane_set *s, const char *dir, int width, int split, const char *options, uint64_t max_bytes,
-      int verify)
+build(struct ane_set *s, const char *dir, int width, int split, const char *options, uint64_t max_bytes, int verify)
 {
 	char err[AD_ERRLEN];
 	struct ane_plan_opts po = {.width = width, .split = split};
-	struct ane_build_opts bo = {.backend = "emu", .cache_dir = dir, .options = options,
-	                            .cache_max_bytes = max_bytes, .cache_verify = verify};
+	struct ane_build_opts bo = {.backend = "emu",
+	                            .cache_dir = dir,
+	                            .options = options,
+	                            .cache_max_bytes = max_bytes,
+	                            .cache_verify = verify};
 	int rc = ane_set_build(s, &model, &po, &bo, 0, err);
 	if (rc)
 		fprintf(stderr, "build: %s\n", err);
@@ -189,8 +191,8 @@ test_int8_hit_is_identical(void)
 		      ane_cache_state_name(s.start.cache));
 		size_t n;
 		uint16_t *o = outputs(&s, &n);
-		CHECK(o && n == n8 && !memcmp(o, ref8, n * 2), "round %d: int8 outputs differ from a compile without the cache",
-		      round);
+		CHECK(o && n == n8 && !memcmp(o, ref8, n * 2),
+		      "round %d: int8 outputs differ from a compile without the cache", round);
 		free(o);
 		struct emu_const c0, c1;
 		REQUIRE(emu_kernel_const(s.k[0].ek, 0, &c0) == 0 && emu_kernel_const(s.k[0].ek, 1, &c1) == 0);
@@ -212,7 +214,8 @@ test_background_store(void)
 	for (int round = 0; round < 2; round++) {
 		struct ane_set s;
 		struct ane_plan_opts po = {.width = W, .split = round};
-		struct ane_build_opts bo = {.backend = "emu", .cache_dir = dir, .options = "weights=fp16", .cache_background = 1};
+		struct ane_build_opts bo = {
+			.backend = "emu", .cache_dir = dir, .options = "weights=fp16", .cache_background = 1};
 		REQUIRE(ane_set_build(&s, &model, &po, &bo, 0, err) == 0, "%s", err);
 		CHECK(s.start.cache == ANE_CACHE_MISS);
 		if (round == 0) {
@@ -346,9 +349,9 @@ test_corrupt_rebuilt(void)
 	REQUIRE(stat(p, &st) == 0);
 	const off_t size = st.st_size;
 	enum { TRUNC_HALF, TRUNC_HEADER, EMPTY, MAGIC, HEADER_BYTE, TABLE_BYTE, DATA_START, FORMAT, DATA_MIDDLE, N };
-	static const char *const what[N] = {"truncated to half",  "truncated in the header", "empty",
-	                                    "bad magic",          "a header byte",           "a table byte",
-	                                    "a buffer's 1st byte", "another format",         "a buffer's middle"};
+	static const char *const what[N] = {"truncated to half",   "truncated in the header", "empty",
+	                                    "bad magic",           "a header byte",           "a table byte",
+	                                    "a buffer's 1st byte", "another format",          "a buffer's middle"};
 	for (int c = 0; c < N; c++) {
 		switch (c) {
 		case TRUNC_HALF:
@@ -445,8 +448,8 @@ test_crash_mid_write(void)
 	REQUIRE(kc_writer_commit(w, 0, err) == 0, "%s", err);
 	REQUIRE(kc_load(dir, &key, 1, NULL, &e, err) == 1, "%s", err);
 	const struct kc_kernel *k = kc_entry_kernel(e, 0);
-	CHECK(k && k->mil_hash == 7 && k->nconsts == 1 && k->consts[0].kind == 99 && k->consts[0].bytes == sizeof data &&
-	      !memcmp(k->consts[0].data, data, sizeof data));
+	CHECK(k && k->mil_hash == 7 && k->nconsts == 1 && k->consts[0].kind == 99 &&
+	      k->consts[0].bytes == sizeof data && !memcmp(k->consts[0].data, data, sizeof data));
 	CHECK(kc_load(dir, &key, 2, NULL, &(struct kc_entry *){NULL}, err) == -1, "another kernel count");
 	kc_entry_free(e);
 	// a commit with a kernel missing stores nothing

@@ -131,7 +131,9 @@ test_ffn_offsets(void)
 	CHECK(strstr(s, "tensor<fp16, [576, 1536, 1, 1]> w2"));
 	CHECK(strstr(s, "t3 = mul(x = t0, y = t2)"));
 	CHECK(strstr(s, "t4 = mul(x = t3, y = t1)"));
-	CHECK(strstr(s, "o0 = conv(dilations = c_dilations, groups = c_groups, pad = c_pad, pad_type = c_pad_type, strides = c_strides, weight = w2, x = t4)"));
+	CHECK(strstr(
+		s,
+		"o0 = conv(dilations = c_dilations, groups = c_groups, pad = c_pad, pad_type = c_pad_type, strides = c_strides, weight = w2, x = t4)"));
 	free(s);
 }
 

@@ -26,11 +26,11 @@ int cmd_route(int argc, char **argv);
 enum { E = 32, L = 4, H = 4, KV = 2, HD = 8, FF = 64, V = 64 };
 
 struct spec {
-	const char *arch;     // general.architecture; NULL: no key at all
-	const char *drop;     // leave this tensor out
-	const char *reshape;  // give this tensor one row too many
-	const char *q8_1;     // store this tensor as Q8_1 (zeros)
-	const char *i32;      // store this tensor as I32 (not a weight type)
+	const char *arch;    // general.architecture; NULL: no key at all
+	const char *drop;    // leave this tensor out
+	const char *reshape; // give this tensor one row too many
+	const char *q8_1;    // store this tensor as Q8_1 (zeros)
+	const char *i32;     // store this tensor as I32 (not a weight type)
 	int64_t sliding_window;
 	int qwen2_biases;
 	const char *rope_scaling; // rope.scaling.type
@@ -53,8 +53,8 @@ frand(float scale)
 }
 
 static int
-add(struct gguf_writer *w, const struct spec *s, const char *name, int64_t ne0, int64_t ne1, float base,
-    float scale, char *err)
+add(struct gguf_writer *w, const struct spec *s, const char *name, int64_t ne0, int64_t ne1, float base, float scale,
+    char *err)
 {
 	if (s->drop && !strcmp(s->drop, name))
 		return 0;
@@ -124,10 +124,9 @@ write_model(const char *path, const struct spec *s)
 	}
 #undef KEY
 	int rc = add(w, s, "token_embd.weight", E, V, 0, 0.4f, err) ||
-	         add(w, s, "output_norm.weight", E, 1, 1, 0.2f, err) ||
-	         add(w, s, "output.weight", E, V, 0, 0.4f, err);
+	         add(w, s, "output_norm.weight", E, 1, 1, 0.2f, err) || add(w, s, "output.weight", E, V, 0, 0.4f, err);
 	for (int il = 0; il < L && !rc; il++) {
-#define T(what, ne0, ne1, base, scale) \
+#define T(what, ne0, ne1, base, scale)                                                                                 \
 	(snprintf(name, sizeof name, "blk.%d." what, il), add(w, s, name, ne0, ne1, base, scale, err))
 		rc = T("attn_norm.weight", E, 1, 1, 0.2f) || T("attn_q.weight", E, H * HD, 0, 0.5f) ||
 		     T("attn_k.weight", E, KV * HD, 0, 0.5f) || T("attn_v.weight", E, KV * HD, 0, 0.5f) ||
@@ -264,7 +263,8 @@ test_fixture2_hparams(void)
 	{
 		const int32_t ids[8] = {1, 403, 407, 261, 378, 432, 383, 286};
 		float *lg[3];
-		struct ref_engine *re[3] = {ref_new(&m, 8, err), ref_new_ctx(&m, 8, 4, err), ref_new_ctx(&m, 8, 5, err)};
+		struct ref_engine *re[3] = {ref_new(&m, 8, err), ref_new_ctx(&m, 8, 4, err),
+		                            ref_new_ctx(&m, 8, 5, err)};
 		for (int k = 0; k < 3; k++) {
 			REQUIRE(re[k], "%s", err);
 			lg[k] = malloc(8 * 512 * sizeof(float));
@@ -312,12 +312,19 @@ test_yarn_keys(void)
 {
 	char err[AD_ERRLEN] = "";
 	struct model m;
-	struct spec s = {.arch = "llama", .rope_scaling = "yarn", .yarn_keys = 1, .orig_ctx = 4096, .yarn_ext = 0.5f,
-	                 .beta_fast = 4, .beta_slow = 0.5f};
+	struct spec s = {.arch = "llama",
+	                 .rope_scaling = "yarn",
+	                 .yarn_keys = 1,
+	                 .orig_ctx = 4096,
+	                 .yarn_ext = 0.5f,
+	                 .beta_fast = 4,
+	                 .beta_slow = 0.5f};
 	REQUIRE(load_spec(&s, &m, err) == 0, "%s", err);
 	CHECK(m.hp.rope_scaling == MODEL_ROPE_SCALING_YARN && m.hp.rope_freq_scale == 0.5f && m.hp.n_ctx_orig == 4096);
-	CHECK(m.hp.yarn_ext_factor == 0.5f && m.hp.yarn_beta_fast == 4.0f && m.hp.yarn_beta_slow == 0.5f && m.hp.n_rot == 8,
-	      "ext %g beta %g %g", (double)m.hp.yarn_ext_factor, (double)m.hp.yarn_beta_fast, (double)m.hp.yarn_beta_slow);
+	CHECK(m.hp.yarn_ext_factor == 0.5f && m.hp.yarn_beta_fast == 4.0f && m.hp.yarn_beta_slow == 0.5f &&
+	              m.hp.n_rot == 8,
+	      "ext %g beta %g %g", (double)m.hp.yarn_ext_factor, (double)m.hp.yarn_beta_fast,
+	      (double)m.hp.yarn_beta_slow);
 	const double lo = fmax(0, floor(yarn_corr(8, 4096, 4, 1e4))), hi = fmin(7, ceil(yarn_corr(8, 4096, 0.5, 1e4)));
 	CHECK(lo == 2 && hi == 4, "corr dims %g %g", lo, hi);
 	const double want_mix[4] = {0.5, 0.5, 0.5, 0.25};
@@ -394,13 +401,13 @@ expect_error(const struct spec *s, const char *a, const char *b)
 // --- lfm2 written by hand: a ShortConv block, an attention block, a MoE block
 
 struct lfm2_spec {
-	int moe;             // lfm2moe, block 2 MoE after 2 dense ones
-	int kv_n;            // values in head_count_kv (0: 3, right)
-	int kv_differ;       // the attention blocks disagree on their KV heads
-	int attn_in_conv;    // block 0 also has attn_q
-	const char *drop;    // leave this tensor out
-	int gating;          // expert_gating_func (0: 2)
-	int lead;            // leading_dense_block_count (0: 2)
+	int moe;          // lfm2moe, block 2 MoE after 2 dense ones
+	int kv_n;         // values in head_count_kv (0: 3, right)
+	int kv_differ;    // the attention blocks disagree on their KV heads
+	int attn_in_conv; // block 0 also has attn_q
+	const char *drop; // leave this tensor out
+	int gating;       // expert_gating_func (0: 2)
+	int lead;         // leading_dense_block_count (0: 2)
 };
 
 static int
@@ -434,7 +441,7 @@ write_lfm2(const char *path, const struct lfm2_spec *ls)
 	int rc = add(w, &s, "token_embd.weight", E, V, 0, 0.4f, err) ||
 	         add(w, &s, "token_embd_norm.weight", E, 1, 1, 0.2f, err);
 	for (int il = 0; il < NL && !rc; il++) {
-#define T(what, ne0, ne1, base, scale) \
+#define T(what, ne0, ne1, base, scale)                                                                                 \
 	(snprintf(name, sizeof name, "blk.%d." what, il), add(w, &s, name, ne0, ne1, base, scale, err))
 		rc = T("attn_norm.weight", E, 1, 1, 0.2f) || T("ffn_norm.weight", E, 1, 1, 0.2f);
 		if (il == 0) {
@@ -510,22 +517,29 @@ test_lfm2(void)
 	CHECK(m.layers[2].gate_inp.name && !m.layers[1].gate_inp.name && m.layers[0].conv);
 	model_free(&m);
 	// and each fault is named
-	CHECK(load_lfm2(&(struct lfm2_spec){.kv_n = 4}, &m, err) == -1 && strstr(err, "head_count_kv has 4 values for 3"),
+	CHECK(load_lfm2(&(struct lfm2_spec){.kv_n = 4}, &m, err) == -1 &&
+	              strstr(err, "head_count_kv has 4 values for 3"),
 	      "%s", err);
 	CHECK(load_lfm2(&(struct lfm2_spec){.kv_differ = 1}, &m, err) == -1 && strstr(err, "2 and 1 KV heads"), "%s",
 	      err);
 	CHECK(load_lfm2(&(struct lfm2_spec){.attn_in_conv = 1}, &m, err) == -1 &&
-	      strstr(err, "blk.0: head_count_kv 0 marks a ShortConv block, but it has attn_q"), "%s", err);
+	              strstr(err, "blk.0: head_count_kv 0 marks a ShortConv block, but it has attn_q"),
+	      "%s", err);
 	CHECK(load_lfm2(&(struct lfm2_spec){.drop = "blk.0.shortconv.conv.weight"}, &m, err) == -1 &&
-	      strstr(err, "missing tensor blk.0.shortconv.conv.weight"), "%s", err);
+	              strstr(err, "missing tensor blk.0.shortconv.conv.weight"),
+	      "%s", err);
 	CHECK(load_lfm2(&(struct lfm2_spec){.drop = "token_embd_norm.weight"}, &m, err) == -1 &&
-	      strstr(err, "missing tensor token_embd_norm.weight"), "%s", err);
+	              strstr(err, "missing tensor token_embd_norm.weight"),
+	      "%s", err);
 	CHECK(load_lfm2(&(struct lfm2_spec){.moe = 1, .drop = "blk.2.exp_probs_b.bias"}, &m, err) == -1 &&
-	      strstr(err, "missing tensor blk.2.exp_probs_b.bias"), "%s", err);
+	              strstr(err, "missing tensor blk.2.exp_probs_b.bias"),
+	      "%s", err);
 	CHECK(load_lfm2(&(struct lfm2_spec){.moe = 1, .gating = 3}, &m, err) == -1 &&
-	      strstr(err, "expert_gating_func 3 is not supported"), "%s", err);
+	              strstr(err, "expert_gating_func 3 is not supported"),
+	      "%s", err);
 	CHECK(load_lfm2(&(struct lfm2_spec){.moe = 1, .lead = 7}, &m, err) == -1 &&
-	      strstr(err, "leading_dense_block_count 7 out of range"), "%s", err);
+	              strstr(err, "leading_dense_block_count 7 out of range"),
+	      "%s", err);
 }
 
 // gemma4 rebuilt through the loader API from the fixture's tensors, with
@@ -566,14 +580,18 @@ test_arch_facts(void)
 	static const struct {
 		const char *file;
 		int gelu;
-	} cases[] = {{MODELS "/llama.gguf", 0}, {MODELS "/qwen2.gguf", 0}, {MODELS "/gemma2.gguf", 1},
-	             {MODELS "/gemma3.gguf", 1}, {T_DATA "/models2/gemma4.gguf", 1}};
+	} cases[] = {{MODELS "/llama.gguf", 0},
+	             {MODELS "/qwen2.gguf", 0},
+	             {MODELS "/gemma2.gguf", 1},
+	             {MODELS "/gemma3.gguf", 1},
+	             {T_DATA "/models2/gemma4.gguf", 1}};
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
 		struct model m;
 		REQUIRE(model_load(&m, cases[i].file, err) == 0, "%s", err);
 		const struct model_hparams *hp = &m.hp;
 		const float scale = cases[i].gelu ? sqrtf((float)hp->n_embd) : 1.0f;
-		CHECK(hp->act == (cases[i].gelu ? MODEL_ACT_GELU : MODEL_ACT_SILU), "%s: act %d", cases[i].file, hp->act);
+		CHECK(hp->act == (cases[i].gelu ? MODEL_ACT_GELU : MODEL_ACT_SILU), "%s: act %d", cases[i].file,
+		      hp->act);
 		CHECK(hp->embd_scale == scale, "%s: embd_scale %g, want %g", cases[i].file, hp->embd_scale, scale);
 		CHECK(hp->q_prescale == cases[i].gelu, "%s: q_prescale %d", cases[i].file, hp->q_prescale);
 		// the loader API: a value left in the fields is replaced
@@ -630,8 +648,10 @@ test_gemma4(void)
 	// sharing that would reach a layer of the other kind, is refused
 	CHECK(gemma4_variant(&m, NULL, 3, err) == 0, "%s", err);
 	CHECK(gemma4_variant(&m, "blk.4.attn_k.weight", 3, err) == -1 &&
-	      strstr(err, "blk.4 has attn_k, but shared_kv_layers says it reads blk.1's K/V"), "%s", err);
-	CHECK(gemma4_variant(&m, NULL, 4, err) == -1 && strstr(err, "blk.2 shares the K/V of blk.1, which is not a full layer"),
+	              strstr(err, "blk.4 has attn_k, but shared_kv_layers says it reads blk.1's K/V"),
+	      "%s", err);
+	CHECK(gemma4_variant(&m, NULL, 4, err) == -1 &&
+	              strstr(err, "blk.2 shares the K/V of blk.1, which is not a full layer"),
 	      "%s", err);
 	CHECK(gemma4_variant(&m, NULL, 2, err) == -1 && strstr(err, "missing tensor blk.3.attn_k.weight"), "%s", err);
 	CHECK(gemma4_variant(&m, NULL, 5, err) == -1 && strstr(err, "shared_kv_layers 5 out of range"), "%s", err);
@@ -701,7 +721,8 @@ test_unknown_arch_with_llama_tensors(void)
 	unsetenv("ANEDVD_ARCH");
 	CHECK(load_spec(&s, &m, err) == -1, "an unknown architecture loaded");
 	CHECK(strstr(err, "'mystery' is not implemented") && strstr(err, "llama, mistral, smollm3") &&
-	      strstr(err, "qwen3moe") && strstr(err, "hunyuan-dense") && strstr(err, "--arch"), "%s", err);
+	              strstr(err, "qwen3moe") && strstr(err, "hunyuan-dense") && strstr(err, "--arch"),
+	      "%s", err);
 	s.arch = "hunyuan-moe";
 	CHECK(load_spec(&s, &m, err) == -1 && strstr(err, "'hunyuan-moe' is not implemented"), "%s", err);
 
@@ -749,12 +770,14 @@ test_loader_api(void)
 		}
 		CHECK(rc == 0, "%s", err);
 		CHECK(model_add_tensor(&m, "output.weight", 0, 1, src.output.ne, NULL, 0, err) == -1 &&
-		      strstr(err, "twice"), "%s", err);
+		              strstr(err, "twice"),
+		      "%s", err);
 		rc = model_finish(&m, err);
 		if (!bad) {
 			CHECK(rc == 0, "%s", err);
 			CHECK(m.hp.rope == MODEL_ROPE_NEOX && m.layers[2].wq.data == src.layers[2].wq.data);
-			CHECK(model_find_tensor(&m, "blk.0.attn_q.weight") && !model_find_tensor(&m, "blk.9.attn_q.weight"));
+			CHECK(model_find_tensor(&m, "blk.0.attn_q.weight") &&
+			      !model_find_tensor(&m, "blk.9.attn_q.weight"));
 		} else {
 			CHECK(rc == -1 && strstr(err, "blk.1.ffn_up.weight") && strstr(err, "bytes"), "%s", err);
 		}
@@ -923,7 +946,8 @@ test_sliding_window_by_hand(void)
 	CHECK(md < 1e-4, "window of %d by hand vs the reference engine: max |d| %g", WIN, md);
 	CHECK(full > 1e-2, "the window has no effect: %g", full); // the test can tell
 	printf("mistral, window %d, by hand vs the reference engine: max |logit diff| %.2e (%.2e without the "
-	       "window)\n", WIN, md, full);
+	       "window)\n",
+	       WIN, md, full);
 	free(lg);
 	model_free(&m);
 }
@@ -977,10 +1001,10 @@ run(int (*cmd)(int, char **), const char *out, int argc, const char **argv)
 	return rc;
 }
 
-#define RUN(cmd, ...)                                                              \
-	({                                                                         \
-		const char *argv_[] = {__VA_ARGS__};                               \
-		run(cmd, tmp("out.txt"), (int)(sizeof argv_ / sizeof argv_[0]), argv_); \
+#define RUN(cmd, ...)                                                                                                  \
+	({                                                                                                             \
+		const char *argv_[] = {__VA_ARGS__};                                                                   \
+		run(cmd, tmp("out.txt"), (int)(sizeof argv_ / sizeof argv_[0]), argv_);                                \
 	})
 
 static void
@@ -988,7 +1012,7 @@ test_cmd_usage(void)
 {
 	const char *st = MODELS "/stories260K.gguf";
 	CHECK(RUN(cmd_cpu, "cpu") == 2);
-	CHECK(RUN(cmd_cpu, "cpu", "--model", st) == 2);                             // no prompt
+	CHECK(RUN(cmd_cpu, "cpu", "--model", st) == 2); // no prompt
 	CHECK(RUN(cmd_cpu, "cpu", "--model", st, "--prompt-ids", "1", "--prompt", "x") == 2);
 	CHECK(RUN(cmd_cpu, "cpu", "--model", st, "--prompt-ids", "1", "--max-tokens", "12x") == 2);
 	CHECK(RUN(cmd_cpu, "cpu", "--model", st, "--prompt-ids", "1", "--max-tokens", "-1") == 2);
@@ -1081,7 +1105,8 @@ test_cmd_prompt(void)
 	for (int i = 0; i < 5 && i < cJSON_GetArraySize(p); i++)
 		CHECK(cJSON_GetArrayItem(p, i)->valueint == want[i]);
 	const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "text");
-	CHECK(cJSON_IsString(t) && !strcmp(t->valuestring, ", there was"), "%s", cJSON_IsString(t) ? t->valuestring : "");
+	CHECK(cJSON_IsString(t) && !strcmp(t->valuestring, ", there was"), "%s",
+	      cJSON_IsString(t) ? t->valuestring : "");
 	cJSON_Delete(j);
 #else
 	CHECK(rc == 2, "--prompt without a tokenizer must be a usage error");
@@ -1095,13 +1120,16 @@ test_cmd_info(void)
 	size_t n;
 	char *out = t_read_file(tmp("out.txt"), &n);
 	REQUIRE(out);
-	CHECK(strstr(out, "cpu   fp32 reference engine: yes") && strstr(out, "emu   the ANE programs executed on the CPU: yes") && strstr(out, "ane   Apple Neural Engine: not in this build"), "%s", out);
+	CHECK(strstr(out, "cpu   fp32 reference engine: yes") &&
+	              strstr(out, "emu   the ANE programs executed on the CPU: yes") &&
+	              strstr(out, "ane   Apple Neural Engine: not in this build"),
+	      "%s", out);
 	free(out);
 	CHECK(RUN(cmd_info, "info", "--model", MODELS "/qwen2moe.gguf") == 0);
 	out = t_read_file(tmp("out.txt"), &n);
 	REQUIRE(out);
-	CHECK(strstr(out, "qwen2moe") && strstr(out, "experts") && strstr(out, "F32:") && strstr(out, "KV cache"),
-	      "%s", out);
+	CHECK(strstr(out, "qwen2moe") && strstr(out, "experts") && strstr(out, "F32:") && strstr(out, "KV cache"), "%s",
+	      out);
 	free(out);
 	CHECK(RUN(cmd_info, "info", "--model", MODELS "/llama256_q6_k.gguf") == 0);
 	out = t_read_file(tmp("out.txt"), &n);
@@ -1111,8 +1139,10 @@ test_cmd_info(void)
 	CHECK(RUN(cmd_info, "info", "--model", T_DATA "/models2/phi3_longrope.gguf") == 0);
 	out = t_read_file(tmp("out.txt"), &n);
 	REQUIRE(out);
-	CHECK(strstr(out, "24 dims") && strstr(out, "longrope (original context 4: short factors up to it, long beyond)") &&
-	      strstr(out, "cos/sin x1.73205") && strstr(out, "kernels per layer          qkv + o + ffn (3)"), "%s", out);
+	CHECK(strstr(out, "24 dims") &&
+	              strstr(out, "longrope (original context 4: short factors up to it, long beyond)") &&
+	              strstr(out, "cos/sin x1.73205") && strstr(out, "kernels per layer          qkv + o + ffn (3)"),
+	      "%s", out);
 	free(out);
 	CHECK(RUN(cmd_info, "info", "--model", T_DATA "/models2/llama_yarn.gguf") == 0);
 	out = t_read_file(tmp("out.txt"), &n);
@@ -1123,7 +1153,8 @@ test_cmd_info(void)
 	out = t_read_file(tmp("out.txt"), &n);
 	REQUIRE(out);
 	CHECK(strstr(out, "qwen3moe") && strstr(out, "8, 2 used, size 64, shared 0, renormalised") &&
-	      strstr(out, "per head, before RoPE") && strstr(out, "qkv + o (2)") && strstr(out, "routed experts on the CPU"),
+	              strstr(out, "per head, before RoPE") && strstr(out, "qkv + o (2)") &&
+	              strstr(out, "routed experts on the CPU"),
 	      "%s", out);
 	free(out);
 	CHECK(RUN(cmd_info, "info", "--model", T_DATA "/models2/hunyuan_dense.gguf") == 0);
@@ -1134,13 +1165,15 @@ test_cmd_info(void)
 	CHECK(RUN(cmd_info, "info", "--model", T_DATA "/models2/lfm2moe.gguf") == 0);
 	out = t_read_file(tmp("out.txt"), &n);
 	REQUIRE(out);
-	CHECK(strstr(out, "ShortConv blocks           3 of 5 (3 taps, the conv and its state on the CPU): 0,1,3; attention on 2,4") &&
-	      strstr(out, "8, 2 used, size 32, shared 0, renormalised, sigmoid router") &&
-	      strstr(out, "dense blocks first         2, feed-forward 192") && strstr(out, "exp_probs_b") &&
-	      strstr(out, "in_proj + out_proj + ffn (3) on ShortConv layers (first: 0)") &&
-	      strstr(out, "qkv + o (2) on attention MoE layers (first: 2)") &&
-	      strstr(out, "in_proj + out_proj (2) on ShortConv MoE layers (first: 3)") &&
-	      strstr(out, "kernels in all             13 with 1 LM-head chunk; routed experts on the CPU"), "%s", out);
+	CHECK(strstr(out,
+	             "ShortConv blocks           3 of 5 (3 taps, the conv and its state on the CPU): 0,1,3; attention on 2,4") &&
+	              strstr(out, "8, 2 used, size 32, shared 0, renormalised, sigmoid router") &&
+	              strstr(out, "dense blocks first         2, feed-forward 192") && strstr(out, "exp_probs_b") &&
+	              strstr(out, "in_proj + out_proj + ffn (3) on ShortConv layers (first: 0)") &&
+	              strstr(out, "qkv + o (2) on attention MoE layers (first: 2)") &&
+	              strstr(out, "in_proj + out_proj (2) on ShortConv MoE layers (first: 3)") &&
+	              strstr(out, "kernels in all             13 with 1 LM-head chunk; routed experts on the CPU"),
+	      "%s", out);
 	free(out);
 	CHECK(RUN(cmd_info, "info", "--arch", "gpt9") == 2);
 	unsetenv("ANEDVD_ARCH");
@@ -1293,8 +1326,10 @@ test_cmd_route(void)
 	size_t n;
 	char *out = t_read_file(tmp("out.txt"), &n);
 	REQUIRE(out);
-	CHECK(strstr(out, "sigmoid router with selection bias") && strstr(out, "tokens routed: 3 (3 of the prompt, 0 generated)") &&
-	      strstr(out, "\n    2 ") && strstr(out, "\n    4 ") && !strstr(out, "\n    1 "), "%s", out);
+	CHECK(strstr(out, "sigmoid router with selection bias") &&
+	              strstr(out, "tokens routed: 3 (3 of the prompt, 0 generated)") && strstr(out, "\n    2 ") &&
+	              strstr(out, "\n    4 ") && !strstr(out, "\n    1 "),
+	      "%s", out);
 	free(out);
 	CHECK(RUN(cmd_route, "route", "--model", T_DATA "/models2/lfm2.gguf", "--prompt-ids", "1") == 1);
 	CHECK(RUN(cmd_route, "route", "--model", lf) == 2);

@@ -67,7 +67,8 @@ test_dot(void)
 	}
 	// the inputs are such that the order matters (else the checks above
 	// would pass whatever the order)
-	CHECK(differs_from_sequential > 100, "only %d dot products differ from a sequential sum", differs_from_sequential);
+	CHECK(differs_from_sequential > 100, "only %d dot products differ from a sequential sum",
+	      differs_from_sequential);
 }
 
 static void
@@ -84,7 +85,8 @@ test_matvec(void)
 			ad_matvec(y, w, x, n_in[k], n_out);
 			for (int r = 0; r < n_out; r++) {
 				float want = dot_spelled(w + (size_t)r * n_in[k], x, n_in[k]);
-				CHECK(same(y[r], want), "n_in %d n_out %d row %d: %a, want %a", n_in[k], n_out, r, y[r], want);
+				CHECK(same(y[r], want), "n_in %d n_out %d row %d: %a, want %a", n_in[k], n_out, r, y[r],
+				      want);
 			}
 		}
 	}
@@ -125,10 +127,12 @@ test_gelu(void)
 			want = x;
 		else {
 			float h = ad_fp16_to_f32(ad_f32_to_fp16(x));
-			float g = 0.5f * h * (1.0f + tanhf(0.79788456080286535587989211986876f * h * (1.0f + 0.044715f * h * h)));
+			float g = 0.5f * h *
+			          (1.0f + tanhf(0.79788456080286535587989211986876f * h * (1.0f + 0.044715f * h * h)));
 			want = ad_fp16_to_f32(ad_f32_to_fp16(g));
 			// the result is an fp16 value
-			CHECK(same(got, ad_fp16_to_f32(ad_f32_to_fp16(got))), "gelu(%g) = %a is not an fp16 value", x, got);
+			CHECK(same(got, ad_fp16_to_f32(ad_f32_to_fp16(got))), "gelu(%g) = %a is not an fp16 value", x,
+			      got);
 		}
 		CHECK(same(got, want), "gelu(%g) = %a, want %a", x, got, want);
 		checked++;
@@ -158,8 +162,10 @@ test_rope(void)
 				float c = cs[2 * i], s = cs[2 * i + 1];
 				// (the compiler may contract either side into a fused
 				// multiply-add: the pairing is what is checked here)
-				CHECK(fabsf(q[i0] - (p[i0] * c - p[i1] * s)) <= 1e-6f, "neox %d head %d pair %d", neox, (int)h, i);
-				CHECK(fabsf(q[i1] - (p[i0] * s + p[i1] * c)) <= 1e-6f, "neox %d head %d pair %d", neox, (int)h, i);
+				CHECK(fabsf(q[i0] - (p[i0] * c - p[i1] * s)) <= 1e-6f, "neox %d head %d pair %d", neox,
+				      (int)h, i);
+				CHECK(fabsf(q[i1] - (p[i0] * s + p[i1] * c)) <= 1e-6f, "neox %d head %d pair %d", neox,
+				      (int)h, i);
 			}
 			for (int64_t i = n_rot; i < hd; i++) // past n_rot: untouched
 				CHECK(same(q[i], p[i]), "neox %d head %d: value %d moved", neox, (int)h, (int)i);

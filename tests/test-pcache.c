@@ -92,7 +92,7 @@ test_cache_alone(void)
 	// got[0] pinned: fill the cache, then every block is pinned or a parent
 	struct pcache_block *x = pcache_add(c, got[0], d + 1, &fill, NULL); // 4th block: fits
 	CHECK(x && fill);
-	struct pcache_block *y = pcache_add(c, x, d + 2, &fill, NULL);      // 5th: [5,6,7]'s leaf goes
+	struct pcache_block *y = pcache_add(c, x, d + 2, &fill, NULL); // 5th: [5,6,7]'s leaf goes
 	CHECK(y && fill);
 	struct pcache_stats st;
 	pcache_stats(c, &st);
@@ -195,7 +195,8 @@ feed(struct engine *e, struct engine_seq *s, const int32_t *ids, int from, int t
 		struct engine_seq *cols[8];
 		for (int i = 0; i < n; i++)
 			cols[i] = s;
-		REQUIRE(engine_forward(e, cols, ids + p, n, NULL, out ? out + (size_t)p * V : NULL, 1, err) == 0, "%s", err);
+		REQUIRE(engine_forward(e, cols, ids + p, n, NULL, out ? out + (size_t)p * V : NULL, 1, err) == 0, "%s",
+		        err);
 		p += n;
 	}
 }
@@ -248,15 +249,15 @@ check_exact(const char *path)
 		engine_seq_reset(q);
 		for (int from = 0; from < h;) {
 			int off = from % B, n = h - from < B - off ? h - from : B - off;
-			REQUIRE(engine_seq_kv_append(q, ids + from, n, pcache_rows(got[from / B]), B, off, err) == 0, "%s",
-			        err);
+			REQUIRE(engine_seq_kv_append(q, ids + from, n, pcache_rows(got[from / B]), B, off, err) == 0,
+			        "%s", err);
 			from += n;
 		}
 		pcache_release(c, got, nb);
 		CHECK(engine_seq_len(q) == h && memcmp(engine_seq_tokens(q), ids, (size_t)h * sizeof *ids) == 0);
 		feed(e, q, ids, h, N, W, warm);
-		CHECK(rows_same(warm, cold, h, N, V), "%s: the logits after a hit of %d positions differ from a cold prefill",
-		      path, h);
+		CHECK(rows_same(warm, cold, h, N, V),
+		      "%s: the logits after a hit of %d positions differ from a cold prefill", path, h);
 	}
 	// the windowed part apart (engine_kv_window): blocks 0 and 1 without it.
 	// A hit whose window starts at block 2 is exact; one whose window reaches
@@ -264,7 +265,8 @@ check_exact(const char *path)
 	// why the scheduler cuts such a hit), and the logits show it
 	const int win = engine_kv_window(e);
 	if (win > 0 && win < B) {
-		const size_t fb = engine_kv_part_bytes(e, ENGINE_KV_FULL), wb = engine_kv_part_bytes(e, ENGINE_KV_WINDOWED);
+		const size_t fb = engine_kv_part_bytes(e, ENGINE_KV_FULL),
+			     wb = engine_kv_part_bytes(e, ENGINE_KV_WINDOWED);
 		CHECK(wb > 0 && fb + wb == engine_kv_row_bytes(e));
 		struct pcache *cw = pcache_new(B, fb, wb, 0, 1 << 24, err);
 		REQUIRE(cw, "%s", err);
@@ -287,22 +289,29 @@ check_exact(const char *path)
 			for (int from = 0; from < h;) {
 				int i = from / B, off = from % B, n = h - from < B - off ? h - from : B - off;
 				const void *w = pcache_wrows(cw, wp[i]);
-				REQUIRE(engine_seq_kv_append_parts(q, ENGINE_KV_FULL, ids + from, n, pcache_rows(wp[i]), B, off,
-				                                   err) == 0, "%s", err);
+				REQUIRE(engine_seq_kv_append_parts(q, ENGINE_KV_FULL, ids + from, n, pcache_rows(wp[i]),
+				                                   B, off, err) == 0,
+				        "%s", err);
 				if (w)
-					REQUIRE(engine_seq_kv_write(q, ENGINE_KV_WINDOWED, from, n, w, B, off, err) == 0, "%s", err);
+					REQUIRE(engine_seq_kv_write(q, ENGINE_KV_WINDOWED, from, n, w, B, off, err) ==
+					                0,
+					        "%s", err);
 				from += n;
 			}
 			feed(e, q, ids, h, N, W, warm);
 			int same = rows_same(warm, cold, h, N, V);
 			if (h >= 2 * B + win - 1)
-				CHECK(same, "%s: a hit of %d with the windowed rows of blocks 0 and 1 dropped is not exact", path, h);
+				CHECK(same,
+				      "%s: a hit of %d with the windowed rows of blocks 0 and 1 dropped is not exact",
+				      path, h);
 			else
 				CHECK(!same, "%s: a hit of %d read dropped rows and still agreed", path, h);
 		}
 		// write within the length only
-		CHECK(engine_seq_kv_write(q, ENGINE_KV_WINDOWED, engine_seq_len(q) - 1, 2, pcache_rows(wp[0]), B, 0, err) ==
-		          -1 && strstr(err, "kv write"), "%s", err);
+		CHECK(engine_seq_kv_write(q, ENGINE_KV_WINDOWED, engine_seq_len(q) - 1, 2, pcache_rows(wp[0]), B, 0,
+		                          err) == -1 &&
+		              strstr(err, "kv write"),
+		      "%s", err);
 		pcache_release(cw, wp, np);
 		pcache_free(cw);
 	}
@@ -351,7 +360,7 @@ check_fork(const char *path)
 	}
 	float *cold = malloc((size_t)N * V * sizeof *cold), *x = malloc((size_t)N * V * sizeof *x);
 	struct engine_seq *par = engine_seq_new(e, err), *c1 = engine_seq_new(e, err), *c2 = engine_seq_new(e, err),
-	                  *g = engine_seq_new(e, err);
+			  *g = engine_seq_new(e, err);
 	REQUIRE(cold && x && par && c1 && c2 && g, "%s", err);
 	REQUIRE(engine_eval(e, par, ids, N, 0, cold, err) == 0, "%s", err);
 	engine_seq_reset(par);
@@ -404,11 +413,31 @@ check_fork(const char *path)
 	model_free(&m);
 }
 
-static void test_fork_stories(void) { check_fork(STORIES); }
-static void test_fork_qwen2(void) { check_fork(FIX("qwen2")); }
-static void test_fork_gemma2(void) { check_fork(FIX("gemma2")); }
-static void test_fork_lfm2(void) { check_fork(FIX2("lfm2")); }
-static void test_fork_gemma4(void) { check_fork(FIX2("gemma4")); }
+static void
+test_fork_stories(void)
+{
+	check_fork(STORIES);
+}
+static void
+test_fork_qwen2(void)
+{
+	check_fork(FIX("qwen2"));
+}
+static void
+test_fork_gemma2(void)
+{
+	check_fork(FIX("gemma2"));
+}
+static void
+test_fork_lfm2(void)
+{
+	check_fork(FIX2("lfm2"));
+}
+static void
+test_fork_gemma4(void)
+{
+	check_fork(FIX2("gemma4"));
+}
 
 // qwen35 forks where the parent has a recurrent state (its length, a kept
 // copy at a multiple of state_every) and takes it: the same bits as a cold
@@ -436,7 +465,7 @@ test_fork_qwen35(void)
 	}
 	float *cold = malloc((size_t)N * V * sizeof *cold), *x = malloc((size_t)N * V * sizeof *x);
 	struct engine_seq *par = engine_seq_new(e, err), *c1 = engine_seq_new(e, err), *c2 = engine_seq_new(e, err),
-	                  *g = engine_seq_new(e, err), *h = engine_seq_new(e, err);
+			  *g = engine_seq_new(e, err), *h = engine_seq_new(e, err);
 	REQUIRE(cold && x && par && c1 && c2 && g && h, "%s", err);
 	REQUIRE(engine_eval(e, par, ids, N, 0, cold, err) == 0, "%s", err);
 	engine_seq_reset(par);
@@ -468,16 +497,48 @@ test_fork_qwen35(void)
 	model_free(&m);
 }
 
-static void test_exact_stories(void) { check_exact(STORIES); }
-static void test_exact_llama(void) { check_exact(FIX("llama")); }
-static void test_exact_qwen2(void) { check_exact(FIX("qwen2")); }
-static void test_exact_gemma2(void) { check_exact(FIX("gemma2")); }
-static void test_exact_gemma3(void) { check_exact(FIX("gemma3")); }
+static void
+test_exact_stories(void)
+{
+	check_exact(STORIES);
+}
+static void
+test_exact_llama(void)
+{
+	check_exact(FIX("llama"));
+}
+static void
+test_exact_qwen2(void)
+{
+	check_exact(FIX("qwen2"));
+}
+static void
+test_exact_gemma2(void)
+{
+	check_exact(FIX("gemma2"));
+}
+static void
+test_exact_gemma3(void)
+{
+	check_exact(FIX("gemma3"));
+}
 // lfm2's ShortConv state is kept per position like K/V and restored with it;
 // gemma4's last layers read an earlier layer's cache and keep none
-static void test_exact_lfm2(void) { check_exact(FIX2("lfm2")); }
-static void test_exact_lfm2moe(void) { check_exact(FIX2("lfm2moe")); }
-static void test_exact_gemma4(void) { check_exact(FIX2("gemma4")); }
+static void
+test_exact_lfm2(void)
+{
+	check_exact(FIX2("lfm2"));
+}
+static void
+test_exact_lfm2moe(void)
+{
+	check_exact(FIX2("lfm2moe"));
+}
+static void
+test_exact_gemma4(void)
+{
+	check_exact(FIX2("gemma4"));
+}
 
 // qwen35's delta-net blocks keep a recurrent state, no rows: a block
 // carries the state after its last position (the sequence's kept copy at
@@ -536,18 +597,20 @@ test_exact_qwen35(void)
 		CHECK(nb == 3 && hit == 48);
 		engine_seq_reset(q);
 		for (int k = 0; k < h / B; k++)
-			REQUIRE(engine_seq_kv_append(q, ids + k * B, B, pcache_rows(got[k]), B, 0, err) == 0, "%s", err);
+			REQUIRE(engine_seq_kv_append(q, ids + k * B, B, pcache_rows(got[k]), B, 0, err) == 0, "%s",
+			        err);
 		struct engine_seq *cols[8];
 		for (int i = 0; i < 8; i++)
 			cols[i] = q;
-		CHECK(engine_forward(e, cols, ids + h, 1, NULL, warm, 1, err) == -1 && strstr(err, "recurrent state"), "%s",
-		      err);
+		CHECK(engine_forward(e, cols, ids + h, 1, NULL, warm, 1, err) == -1 && strstr(err, "recurrent state"),
+		      "%s", err);
 		CHECK(engine_seq_len(q) == h);
 		REQUIRE(engine_seq_state_load(q, pcache_state(got[h / B - 1]), err) == 0, "%s", err);
 		pcache_release(c, got, nb);
 		for (int p = h; p < N;) {
 			int n = N - p < W ? N - p : W;
-			REQUIRE(engine_forward(e, cols, ids + p, n, NULL, warm + (size_t)p * V, 1, err) == 0, "%s", err);
+			REQUIRE(engine_forward(e, cols, ids + p, n, NULL, warm + (size_t)p * V, 1, err) == 0, "%s",
+			        err);
 			p += n;
 		}
 		int same = 1;
@@ -673,8 +736,13 @@ static uint64_t
 submit(struct rig *r, const int32_t *p, int n, int max_tokens, const char *session)
 {
 	char err[AD_ERRLEN] = "";
-	struct sched_gen g = {.prompt = p, .n_prompt = n, .max_tokens = max_tokens, .want_top = 1, .logprobs = 1,
-	                      .top_logprobs = 5, .session = session};
+	struct sched_gen g = {.prompt = p,
+	                      .n_prompt = n,
+	                      .max_tokens = max_tokens,
+	                      .want_top = 1,
+	                      .logprobs = 1,
+	                      .top_logprobs = 5,
+	                      .session = session};
 	sample_defaults(&g.sp);
 	g.sp.temperature = 0;
 	struct sched_started st;
@@ -793,7 +861,8 @@ check_sched(const char *path)
 	// (a recurrent model forks at a kept state, a block's end: 96)
 	CHECK(rec ? fs.forks <= 2 && fs.fork_rows == 96 * fs.forks
 	          : fs.forks == (uint64_t)forked && fs.fork_rows == 99 * (uint64_t)forked,
-	      "%llu forks of %llu rows, %d at 99", (unsigned long long)fs.forks, (unsigned long long)fs.fork_rows, forked);
+	      "%llu forks of %llu rows, %d at 99", (unsigned long long)fs.forks, (unsigned long long)fs.fork_rows,
+	      forked);
 
 	// the next turn of a chat: prompt, reply and a new message
 	int32_t turn[120];
@@ -814,7 +883,7 @@ check_sched(const char *path)
 	struct sched_stats st;
 	settled(&on, &st);
 	CHECK(st.cache.pinned == 0 && st.cache.blocks > 0 && st.cache.lookups >= 8 && st.cache.hit_tokens >= 44 + 64 &&
-	          (!rec || st.cache.states > 0),
+	              (!rec || st.cache.states > 0),
 	      "pinned %d, blocks %d, lookups %llu", st.cache.pinned, st.cache.blocks,
 	      (unsigned long long)st.cache.lookups);
 	sched_stats(off.s, &st);
@@ -827,7 +896,7 @@ check_sched(const char *path)
 	rig_start(&tiny, path, 3 * 16 * engine_kv_row_bytes(off.e) + 2 * engine_state_bytes(off.e));
 	for (int round = 0; round < 2; round++) {
 		uint64_t a = submit(&tiny, p, 45, 12, NULL), b = submit(&tiny, p2, 90, 12, NULL),
-		         d = submit(&tiny, p3, 100, 8, NULL);
+			 d = submit(&tiny, p3, 100, 8, NULL);
 		struct run_out oa, ob, od;
 		collect(&tiny, a, &oa);
 		collect(&tiny, b, &ob);
@@ -845,12 +914,12 @@ check_sched(const char *path)
 	const size_t bb = 16 * engine_kv_row_bytes(off.e), fb = 16 * engine_kv_part_bytes(off.e, ENGINE_KV_FULL);
 	const size_t wb = engine_kv_window(off.e) ? 16 * engine_kv_part_bytes(off.e, ENGINE_KV_WINDOWED) : 0;
 	CHECK(st.cache.evictions > 0 && (rec || st.cache.full > 0) && st.cache.blocks <= (int)(st.cache.limit / fb) &&
-	          (rec || wb || st.cache.blocks <= 3) && st.cache.pinned == 0 && st.cache.bytes <= st.cache.limit &&
-	          st.cache.bytes == (size_t)st.cache.blocks * (wb ? fb : bb) + (size_t)st.cache.wblocks * wb +
-	                                (size_t)st.cache.states * engine_state_bytes(off.e),
+	              (rec || wb || st.cache.blocks <= 3) && st.cache.pinned == 0 && st.cache.bytes <= st.cache.limit &&
+	              st.cache.bytes == (size_t)st.cache.blocks * (wb ? fb : bb) + (size_t)st.cache.wblocks * wb +
+	                                        (size_t)st.cache.states * engine_state_bytes(off.e),
 	      "evictions %llu, full %llu, blocks %d, states %d, pinned %d, bytes %zu of %zu",
-	      (unsigned long long)st.cache.evictions, (unsigned long long)st.cache.full, st.cache.blocks, st.cache.states,
-	      st.cache.pinned, st.cache.bytes, st.cache.limit);
+	      (unsigned long long)st.cache.evictions, (unsigned long long)st.cache.full, st.cache.blocks,
+	      st.cache.states, st.cache.pinned, st.cache.bytes, st.cache.limit);
 	rig_stop(&tiny);
 	rig_stop(&off);
 }
@@ -890,7 +959,8 @@ check_windows(const char *path)
 	CHECK(same_run(&o, &ra) && o.cached == 0);
 	struct sched_stats st;
 	settled(&on, &st);
-	const size_t fb = engine_kv_part_bytes(on.e, ENGINE_KV_FULL), wb = engine_kv_part_bytes(on.e, ENGINE_KV_WINDOWED);
+	const size_t fb = engine_kv_part_bytes(on.e, ENGINE_KV_FULL),
+		     wb = engine_kv_part_bytes(on.e, ENGINE_KV_WINDOWED);
 	// 6 blocks; the window before position 96 (the end of the stored chain)
 	// is in block 5 only
 	CHECK(st.cache.blocks == 6 && st.cache.wdropped == 5 && st.cache.bytes == 16 * (6 * fb + wb),
@@ -916,15 +986,47 @@ check_windows(const char *path)
 	rig_stop(&off);
 }
 
-static void test_windows_gemma2(void) { check_windows(FIX("gemma2")); }
-static void test_windows_gemma3(void) { check_windows(FIX("gemma3")); }
-static void test_windows_lfm2(void) { check_windows(FIX2("lfm2")); }
+static void
+test_windows_gemma2(void)
+{
+	check_windows(FIX("gemma2"));
+}
+static void
+test_windows_gemma3(void)
+{
+	check_windows(FIX("gemma3"));
+}
+static void
+test_windows_lfm2(void)
+{
+	check_windows(FIX2("lfm2"));
+}
 
-static void test_sched_stories(void) { check_sched(STORIES); }
-static void test_sched_gemma2(void) { check_sched(FIX("gemma2")); }
-static void test_sched_lfm2(void) { check_sched(FIX2("lfm2")); }
-static void test_sched_qwen2(void) { check_sched(FIX("qwen2")); }
-static void test_sched_qwen35(void) { check_sched(FIX2("qwen35")); }
+static void
+test_sched_stories(void)
+{
+	check_sched(STORIES);
+}
+static void
+test_sched_gemma2(void)
+{
+	check_sched(FIX("gemma2"));
+}
+static void
+test_sched_lfm2(void)
+{
+	check_sched(FIX2("lfm2"));
+}
+static void
+test_sched_qwen2(void)
+{
+	check_sched(FIX("qwen2"));
+}
+static void
+test_sched_qwen35(void)
+{
+	check_sched(FIX2("qwen35"));
+}
 
 int
 main(void)

@@ -56,8 +56,9 @@ run_jobs(int threads, long spin_ns, long wait_spin_ns)
 		ad_pool_run(p, task, &j, n);
 		// the caller returns after every task is done, and nothing runs later
 		for (size_t t = 0; t < MAXT; t++)
-			REQUIRE(atomic_load(&j.runs[t]) == (t < n), "threads %d spin %ld job %d: task %zu of %zu ran %d times",
-			        threads, spin_ns, rep, t, n, atomic_load(&j.runs[t]));
+			REQUIRE(atomic_load(&j.runs[t]) == (t < n),
+			        "threads %d spin %ld job %d: task %zu of %zu ran %d times", threads, spin_ns, rep, t, n,
+			        atomic_load(&j.runs[t]));
 		REQUIRE(!atomic_load(&j.bad_worker), "a worker index out of [0, %d)", threads);
 	}
 	ad_pool_free(p);

@@ -58,7 +58,8 @@ fn(void *arg, struct ad_rpc_req *q)
 	}
 	case ANEDVD__ENGINE_REQUEST__BODY_CANCEL: {
 		const Anedvd__CancelRequest *c = (const Anedvd__CancelRequest *)q->body;
-		ad_rpc_fail(q, ANEDVD__ERROR_CODE__ERROR_NOT_FOUND, "job %llu: no such job", (unsigned long long)c->job);
+		ad_rpc_fail(q, ANEDVD__ERROR_CODE__ERROR_NOT_FOUND, "job %llu: no such job",
+		            (unsigned long long)c->job);
 		break;
 	}
 	case ANEDVD__ENGINE_REQUEST__BODY_RESET:
@@ -66,7 +67,8 @@ fn(void *arg, struct ad_rpc_req *q)
 		anedvd__cancel_reply__init(&s->c);
 		q->reply = &s->c.base;
 		break;
-	default: ad_rpc_fail(q, ANEDVD__ERROR_CODE__ERROR_UNSUPPORTED, "not here");
+	default:
+		ad_rpc_fail(q, ANEDVD__ERROR_CODE__ERROR_UNSUPPORTED, "not here");
 	}
 }
 

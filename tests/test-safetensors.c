@@ -19,7 +19,7 @@ tmp_path(const char *name)
 	return p;
 }
 
-static float a_f32[6] = { 1, -2, 3.5f, 0, 1e-3f, -7 };
+static float a_f32[6] = {1, -2, 3.5f, 0, 1e-3f, -7};
 static uint16_t b_f16[4], c_bf16[3];
 static float d_scalar = 42;
 
@@ -31,11 +31,9 @@ make_file(const char *path)
 	for (int i = 0; i < 3; i++)
 		c_bf16[i] = ad_f32_to_bf16((float)i * 0.25f);
 	struct st_wtensor t[] = {
-		{ "model.a", AD_TYPE_F32, 2, { 2, 3 }, a_f32 },
-		{ "b", AD_TYPE_F16, 2, { 4, 1 }, b_f16 },
-		{ "c.bf", AD_TYPE_BF16, 1, { 3 }, c_bf16 },
-		{ "scalar", AD_TYPE_F32, 0, { 0 }, &d_scalar },
-		{ "empty", AD_TYPE_F32, 2, { 0, 5 }, NULL },
+		{"model.a", AD_TYPE_F32, 2, {2, 3}, a_f32}, {"b", AD_TYPE_F16, 2, {4, 1}, b_f16},
+		{"c.bf", AD_TYPE_BF16, 1, {3}, c_bf16},     {"scalar", AD_TYPE_F32, 0, {0}, &d_scalar},
+		{"empty", AD_TYPE_F32, 2, {0, 5}, NULL},
 	};
 	char err[AD_ERRLEN];
 	REQUIRE(st_write(path, t, 5, err) == 0, "%s", err);
@@ -122,7 +120,9 @@ test_malformed(void)
 {
 	const char *T = "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
 	expect_ok(T, 8);
-	expect_ok("{\"__metadata__\":{\"format\":\"pt\"},\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}   ", 8);
+	expect_ok(
+		"{\"__metadata__\":{\"format\":\"pt\"},\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}   ",
+		8);
 	expect_ok("{}", 0);
 	expect_error("[1,2]", 0, "start with '{'");
 	expect_error("{\"t\":", 0, "not valid JSON");
@@ -133,18 +133,22 @@ test_malformed(void)
 	expect_error("{\"t\":{\"dtype\":\"F32\",\"shape\":2,\"data_offsets\":[0,8]}}", 8, "\"shape\"");
 	expect_error("{\"t\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, "shape[0]");
 	expect_error("{\"t\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,8]}}", 8, "shape[0]");
-	expect_error("{\"t\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", 4, "dimensions");
-	expect_error("{\"t\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,8]}}", 8, "overflow");
+	expect_error("{\"t\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", 4,
+	             "dimensions");
+	expect_error("{\"t\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,8]}}", 8,
+	             "overflow");
 	expect_error("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", 8, "data_offsets");
 	expect_error("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, "backwards");
 	expect_error("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4, "past the data");
 	expect_error("{\"t\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, "needs 12");
 	expect_error("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-	             "\"u\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, "overlaps");
+	             "\"u\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+	             12, "overlaps");
 	expect_error("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, "unused bytes");
 	expect_error(T, 12, "after the last tensor");
 	expect_error("{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-	             "\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "twice");
+	             "\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+	             8, "twice");
 
 	// other dtypes are indexed, and named when used
 	size_t size;
@@ -159,11 +163,11 @@ test_malformed(void)
 	free(p);
 
 	// header length fields
-	uint8_t small[7] = { 0 };
+	uint8_t small[7] = {0};
 	CHECK(st_parse(&f, small, sizeof small, "x", err) == -1 && strstr(err, "too short"), "%s", err);
-	uint8_t big[16] = { 0, 0, 0, 0, 0, 0, 0, 1, '{', '}' };
+	uint8_t big[16] = {0, 0, 0, 0, 0, 0, 0, 1, '{', '}'};
 	CHECK(st_parse(&f, big, sizeof big, "x", err) == -1 && strstr(err, "out of range"), "%s", err);
-	uint8_t past[16] = { 100, 0, 0, 0, 0, 0, 0, 0, '{', '}' };
+	uint8_t past[16] = {100, 0, 0, 0, 0, 0, 0, 0, '{', '}'};
 	CHECK(st_parse(&f, past, sizeof past, "x", err) == -1 && strstr(err, "past the end"), "%s", err);
 }
 
@@ -224,7 +228,7 @@ write_shard(const char *dir, const char *file, const char *const *names, int n, 
 	for (int i = 0; i < n; i++) {
 		vals[i * 2] = base + (float)i;
 		vals[i * 2 + 1] = -base - (float)i;
-		t[i] = (struct st_wtensor){ names[i], AD_TYPE_F32, 1, { 2 }, &vals[i * 2] };
+		t[i] = (struct st_wtensor){names[i], AD_TYPE_F32, 1, {2}, &vals[i * 2]};
 	}
 	char path[512], err[AD_ERRLEN];
 	snprintf(path, sizeof path, "%s/%s", dir, file);
@@ -244,7 +248,7 @@ test_sets(void)
 {
 	char err[AD_ERRLEN];
 	struct st_set s;
-	const char *s1[] = { "x.0", "x.1" }, *s2[] = { "y.0", "y.1", "y.2" };
+	const char *s1[] = {"x.0", "x.1"}, *s2[] = {"y.0", "y.1", "y.2"};
 
 	// no index: every *.safetensors in name order
 	const char *d = mkdir_tmp("plain");
@@ -267,10 +271,10 @@ test_sets(void)
 	write_shard(d, "model-00001-of-00002.safetensors", s1, 2, 10);
 	write_shard(d, "model-00002-of-00002.safetensors", s2, 3, 100);
 	write_shard(d, "stray.safetensors", s1, 2, 0);
-	const char *names[] = { "x.0", "y.0", "x.1", "y.1", "y.2" };
-	const char *files[] = { "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
-		                "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
-		                "model-00002-of-00002.safetensors" };
+	const char *names[] = {"x.0", "y.0", "x.1", "y.1", "y.2"};
+	const char *files[] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+	                       "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+	                       "model-00002-of-00002.safetensors"};
 	char ip[512];
 	snprintf(ip, sizeof ip, "%s/model.safetensors.index.json", d);
 	REQUIRE(st_write_index(ip, names, files, 5, 40, err) == 0, "%s", err);

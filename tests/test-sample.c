@@ -40,11 +40,21 @@ logits(int kind, int n, float *x)
 {
 	for (int i = 0; i < n; i++) {
 		switch (kind) {
-		case K_GAUSS: x[i] = (float)(3.0 * gauss()); break;
-		case K_TIES: x[i] = (float)(int)(rnd() % 7) - 3.0f; break;
-		case K_HOLES: x[i] = rnd() % 5 == 0 ? -INFINITY : (float)(2.0 * gauss()); break;
-		case K_FLAT: x[i] = 0.5f; break;
-		default: x[i] = (float)(3.0 * gauss()); break;
+		case K_GAUSS:
+			x[i] = (float)(3.0 * gauss());
+			break;
+		case K_TIES:
+			x[i] = (float)(int)(rnd() % 7) - 3.0f;
+			break;
+		case K_HOLES:
+			x[i] = rnd() % 5 == 0 ? -INFINITY : (float)(2.0 * gauss());
+			break;
+		case K_FLAT:
+			x[i] = 0.5f;
+			break;
+		default:
+			x[i] = (float)(3.0 * gauss());
+			break;
 		}
 	}
 	if (kind == K_HOLES)
@@ -156,7 +166,7 @@ test_greedy(void)
 	struct sample_params p;
 	sample_defaults(&p);
 	p.temperature = 0.0f, p.top_k = 3, p.top_p = 0.5f, p.min_p = 0.2f; // no effect at T 0
-	int n = 5003; // not a multiple of the 8 lanes
+	int n = 5003;                                                      // not a multiple of the 8 lanes
 	float *x = malloc((size_t)n * sizeof *x);
 	struct sampler *s = make(&p, n);
 	REQUIRE(s && x);
@@ -194,8 +204,7 @@ test_greedy(void)
 // --- penalties ------------------------------------------------------------------
 
 static void
-pen_case(float rep, float pres, float freq, const int32_t *ids, int nids, int last_n,
-         const float *want)
+pen_case(float rep, float pres, float freq, const int32_t *ids, int nids, int last_n, const float *want)
 {
 	struct sample_params p;
 	sample_defaults(&p);
@@ -208,8 +217,8 @@ pen_case(float rep, float pres, float freq, const int32_t *ids, int nids, int la
 	CHECK(sample_accept(s, ids, nids, err) == 0);
 	sample_penalise(s, x, y);
 	for (int i = 0; i < 10; i++)
-		CHECK(y[i] == want[i], "rep %g pres %g freq %g: logit %d is %.9g, want %.9g", (double)rep,
-		      (double)pres, (double)freq, i, (double)y[i], (double)want[i]);
+		CHECK(y[i] == want[i], "rep %g pres %g freq %g: logit %d is %.9g, want %.9g", (double)rep, (double)pres,
+		      (double)freq, i, (double)y[i], (double)want[i]);
 	sample_free(s);
 }
 
@@ -239,10 +248,10 @@ test_penalties(void)
 	pen_case(1.0f, 0, 0.25f, w, 7, 64, want);
 	// all three: rep first, then the OpenAI terms
 	memcpy(want, x, sizeof x);
-	want[1] = 1.5f - (3 * 0.5f + 1.0f);  // -1
-	want[2] = -6.0f - (0.5f + 1.0f);     // -7.5
-	want[3] = 0.0f - (0.5f + 1.0f);      // -1.5
-	want[4] = 2.0f - (2 * 0.5f + 1.0f);  // 0
+	want[1] = 1.5f - (3 * 0.5f + 1.0f); // -1
+	want[2] = -6.0f - (0.5f + 1.0f);    // -7.5
+	want[3] = 0.0f - (0.5f + 1.0f);     // -1.5
+	want[4] = 2.0f - (2 * 0.5f + 1.0f); // 0
 	pen_case(2.0f, 1.0f, 0.5f, w, 7, 64, want);
 	// a window of 3 sees only 3, 4, 4
 	memcpy(want, x, sizeof x);
@@ -316,8 +325,8 @@ sets(float t, int k, float top_p, float min_p, const float *x, int n, const int3
 	REQUIRE(s);
 	int32_t ids[64], tmp[64];
 	int m = kept_both(s, x, ids, tmp);
-	CHECK(set_is(ids, m, want, nw), "T %g k %d p %g min_p %g: %d kept (want %d)", (double)t, k,
-	      (double)top_p, (double)min_p, m, nw);
+	CHECK(set_is(ids, m, want, nw), "T %g k %d p %g min_p %g: %d kept (want %d)", (double)t, k, (double)top_p,
+	      (double)min_p, m, nw);
 	sample_free(s);
 }
 
@@ -327,23 +336,23 @@ test_sets(void)
 	// softmax at T 1: .6364 .2341 .0861 .0317 .0117 .0043 .0016 0
 	float x[8] = {4, 3, 2, 1, 0, -1, -2, -INFINITY};
 	int32_t all[] = {0, 1, 2, 3, 4, 5, 6}, i01[] = {0, 1}, i012[] = {0, 1, 2}, i0[] = {0};
-	sets(1.0f, 0, 1.0f, 0.0f, x, 8, all, 7);    // -inf never kept
+	sets(1.0f, 0, 1.0f, 0.0f, x, 8, all, 7); // -inf never kept
 	sets(1.0f, 3, 1.0f, 0.0f, x, 8, i012, 3);
-	sets(1.0f, 100, 1.0f, 0.0f, x, 8, all, 7);  // top_k beyond the vocabulary: off
+	sets(1.0f, 100, 1.0f, 0.0f, x, 8, all, 7); // top_k beyond the vocabulary: off
 	sets(1.0f, 8, 1.0f, 0.0f, x, 8, all, 7);
 	sets(1.0f, 1, 1.0f, 0.0f, x, 8, i0, 1);
 	sets(1.0f, 0, 0.6f, 0.0f, x, 8, i0, 1);
 	sets(1.0f, 0, 0.7f, 0.0f, x, 8, i01, 2);
-	sets(1.0f, 0, 0.9f, 0.0f, x, 8, i012, 3);   // .8705 < .9 needs the third
-	sets(1.0f, 0, 1e-9f, 0.0f, x, 8, i0, 1);    // the nucleus keeps at least one
-	sets(1.0f, 0, 1.0f, 0.3f, x, 8, i01, 2);    // e^-1 = .37 >= .3 > e^-2
+	sets(1.0f, 0, 0.9f, 0.0f, x, 8, i012, 3); // .8705 < .9 needs the third
+	sets(1.0f, 0, 1e-9f, 0.0f, x, 8, i0, 1);  // the nucleus keeps at least one
+	sets(1.0f, 0, 1.0f, 0.3f, x, 8, i01, 2);  // e^-1 = .37 >= .3 > e^-2
 	sets(1.0f, 0, 1.0f, 0.1f, x, 8, i012, 3);
 	sets(1.0f, 0, 1.0f, 1.0f, x, 8, i0, 1);
-	sets(0.1f, 0, 1.0f, 0.0f, x, 8, i012, 3);   // cut at 4 - 2
-	sets(0.05f, 0, 1.0f, 0.0f, x, 8, i01, 2);   // cut at 4 - 1
-	sets(0.0f, 0, 1.0f, 0.0f, x, 8, i0, 1);     // greedy
+	sets(0.1f, 0, 1.0f, 0.0f, x, 8, i012, 3);                    // cut at 4 - 2
+	sets(0.05f, 0, 1.0f, 0.0f, x, 8, i01, 2);                    // cut at 4 - 1
+	sets(0.0f, 0, 1.0f, 0.0f, x, 8, i0, 1);                      // greedy
 	sets(2.0f, 5, 0.9f, 0.1f, x, 8, (int32_t[]){0, 1, 2, 3}, 4); // T 2: .50 .30 .18 .11 .07
-	sets(1e38f, 0, 1.0f, 0.0f, x, 8, all, 7);   // max - 20 T overflows: -inf still out
+	sets(1e38f, 0, 1.0f, 0.0f, x, 8, all, 7);                    // max - 20 T overflows: -inf still out
 
 	// a logit exactly at the cut, inside the 32-wide blocks of the scans
 	float w[96];
@@ -422,14 +431,14 @@ compare(int n, int rows, int psets)
 			logits(kind, n, x);
 			if (r == 0) { // the kept sets too
 				int k1 = sample_kept(a, x, 0, ids, err), k2 = sample_kept(b, x, 1, tmp, err);
-				CHECK(same_ids(ids, k1, tmp, k2), "n %d T %g k %d p %g min_p %g: kept %d vs %d",
-				      n, (double)p.temperature, p.top_k, (double)p.top_p, (double)p.min_p, k1, k2);
+				CHECK(same_ids(ids, k1, tmp, k2), "n %d T %g k %d p %g min_p %g: kept %d vs %d", n,
+				      (double)p.temperature, p.top_k, (double)p.top_p, (double)p.min_p, k1, k2);
 			}
 			int32_t u = sample_next(a, x, err), v = sample_ref(b, x, err);
 			total++;
 			agree += u == v;
-			CHECK(u == v && u >= 0, "n %d kind %d T %g k %d p %g min_p %g rep %g row %d: %d vs %d",
-			      n, kind, (double)p.temperature, p.top_k, (double)p.top_p, (double)p.min_p,
+			CHECK(u == v && u >= 0, "n %d kind %d T %g k %d p %g min_p %g rep %g row %d: %d vs %d", n, kind,
+			      (double)p.temperature, p.top_k, (double)p.top_p, (double)p.min_p,
 			      (double)p.repeat_penalty, r, u, v);
 			if (u != v)
 				break; // the windows differ from here on
@@ -812,7 +821,8 @@ test_bias(void)
 	for (int r = 0; r < 20; r++) {
 		logits(r % K_KINDS, V, row);
 		for (int i = 0; i < 64; i++)
-			many[i] = (struct sample_bias){(int32_t)(rnd() % V), (float)((double)(rnd() % 2001) / 10.0 - 100.0)};
+			many[i] = (struct sample_bias){(int32_t)(rnd() % V),
+			                               (float)((double)(rnd() % 2001) / 10.0 - 100.0)};
 		sample_defaults(&p);
 		p.bias = many, p.n_bias = 64, p.top_p = 0.9f, p.repeat_penalty = 1.3f, p.top_k = r % 2 ? 40 : 0;
 		s = make(&p, V);
@@ -871,7 +881,7 @@ test_logprobs(void)
 	float lp;
 	for (int ref = 0; ref < 2; ref++) {
 		int (*f)(const float *, int, int32_t, int, float *, struct sample_tok *, char *) =
-		        ref ? sample_logprobs_ref : sample_logprobs;
+			ref ? sample_logprobs_ref : sample_logprobs;
 		REQUIRE(f(x, 4, 1, 3, &lp, t, err) == 3);
 		CHECK_NEAR(lp, log(0.2), 1e-6);
 		CHECK(t[0].id == 3 && t[1].id == 2 && t[2].id == 1);

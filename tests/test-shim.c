@@ -30,9 +30,9 @@ test_formula_table(void)
 	static const struct {
 		size_t c, w, e, row, plane, batch, cap;
 	} v[] = {
-		{896, 1, 2, 64, 64, 57344, 57344},  {4, 2, 2, 64, 64, 256, 49152},     {6, 2, 4, 64, 64, 384, 49152},
-		{4, 32, 2, 64, 64, 256, 49152},     {576, 64, 2, 128, 128, 73728, 73728},
-		{896, 128, 2, 256, 256, 229376, 229376},
+		{896, 1, 2, 64, 64, 57344, 57344},    {4, 2, 2, 64, 64, 256, 49152},
+		{6, 2, 4, 64, 64, 384, 49152},        {4, 32, 2, 64, 64, 256, 49152},
+		{576, 64, 2, 128, 128, 73728, 73728}, {896, 128, 2, 256, 256, 229376, 229376},
 	};
 	for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
 		struct ane_shim_tensor t;
@@ -72,17 +72,23 @@ test_tensor_set(void)
 	CHECK(t.row_stride == 128 && t.plane_stride == 128 && t.batch_stride == 1024 && t.nbytes == 1024);
 	CHECK(t.width == 40 && t.height == 1);
 	// refusals, each with its reason
-	CHECK(ane_shim_tensor_set(&t, "x", "Int8", 1, 4, 1, 1, 64, 64, 0, 0, err) == -1 && strstr(err, "Int8"), "%s", err);
-	CHECK(ane_shim_tensor_set(&t, "x", "Float16", 1, 0, 1, 1, 64, 64, 0, 0, err) == -1 && strstr(err, "0 channels"));
-	CHECK(ane_shim_tensor_set(&t, "x", "Float16", 1, 4, 1, 64, 64, 64, 0, 0, err) == -1 && strstr(err, "row stride"),
+	CHECK(ane_shim_tensor_set(&t, "x", "Int8", 1, 4, 1, 1, 64, 64, 0, 0, err) == -1 && strstr(err, "Int8"), "%s",
+	      err);
+	CHECK(ane_shim_tensor_set(&t, "x", "Float16", 1, 0, 1, 1, 64, 64, 0, 0, err) == -1 &&
+	      strstr(err, "0 channels"));
+	CHECK(ane_shim_tensor_set(&t, "x", "Float16", 1, 4, 1, 64, 64, 64, 0, 0, err) == -1 &&
+	              strstr(err, "row stride"),
 	      "%s", err);
 	CHECK(ane_shim_tensor_set(&t, "x", "Float16", 1, 4, 2, 32, 64, 64, 0, 0, err) == -1 &&
-	      strstr(err, "plane stride"), "%s", err);
+	              strstr(err, "plane stride"),
+	      "%s", err);
 	CHECK(ane_shim_tensor_set(&t, "x", "Float16", 1, 4, 1, 1, 64, 64, 0, 128, err) == -1 &&
-	      strstr(err, "batch stride"), "%s", err);
+	              strstr(err, "batch stride"),
+	      "%s", err);
 	CHECK(ane_shim_tensor_set(&t, "x", "Float16", 1, 4, 1, 1, 0, 64, 0, 0, err) == -1);
 	CHECK(ane_shim_tensor_set(&t, "x", "Float16", 1, (uint64_t)1 << 41, 1, 1, 64, 64, 0, 0, err) == -1);
-	CHECK(ane_shim_tensor_set(&t, "x", "Float32", 1, (uint64_t)1 << 39, 1, 1, 64, (uint64_t)1 << 39, 0, 0, err) == -1,
+	CHECK(ane_shim_tensor_set(&t, "x", "Float32", 1, (uint64_t)1 << 39, 1, 1, 64, (uint64_t)1 << 39, 0, 0, err) ==
+	              -1,
 	      "an overflowing size must be refused");
 }
 
@@ -119,7 +125,8 @@ test_restride(void)
 	CHECK(db[0] == hb[0] && db[1] == hb[1] && db[2] == 0xAA && db[160] == hb[64] && db[322] == 0xAA);
 	// contiguous on both sides: one copy of the whole block
 	struct ane_shim_tensor a, b;
-	REQUIRE(ane_shim_tensor_formula(&a, 2, 1, 32, 2, err) == 0 && ane_shim_tensor_formula(&b, 2, 1, 32, 2, err) == 0);
+	REQUIRE(ane_shim_tensor_formula(&a, 2, 1, 32, 2, err) == 0 &&
+	        ane_shim_tensor_formula(&b, 2, 1, 32, 2, err) == 0);
 	uint8_t x[128], y[128];
 	for (int i = 0; i < 128; i++)
 		x[i] = (uint8_t)i;
@@ -157,7 +164,8 @@ test_status(void)
 
 	uint64_t st = 0;
 	CHECK(ane_shim_status_find("ANEProgramProcessRequestDirect() Failed with status=0x1d : Program Inference error",
-	                           &st) == 0 && st == 0x1d);
+	                           &st) == 0 &&
+	      st == 0x1d);
 	CHECK(ane_shim_status_find("load failed, status 0x5", &st) == 0 && st == 0x5);
 	CHECK(ane_shim_status_find("Status: 0x5", &st) == 0 && st == 0x5);
 	CHECK(ane_shim_status_find("IOKit error (0xe00002e2)", &st) == 0 && st == 0xe00002e2);
@@ -173,7 +181,8 @@ test_status(void)
 	char err[ANE_SHIM_ERRLEN];
 	CHECK(ane_shim_error(err, "load", "com.apple.appleneuralengine 5: no resources, status=0x5") == -1);
 	CHECK(strncmp(err, "load: ", 6) == 0 && strstr(err, "[status 0x5: no ANE resources"), "%s", err);
-	CHECK(ane_shim_error(err, "compile", "InvalidMILProgram") == -1 && strcmp(err, "compile: InvalidMILProgram") == 0,
+	CHECK(ane_shim_error(err, "compile", "InvalidMILProgram") == -1 &&
+	              strcmp(err, "compile: InvalidMILProgram") == 0,
 	      "%s", err);
 	CHECK(ane_shim_error(err, "eval", NULL) == -1 && strstr(err, "no error given"));
 	CHECK(ane_shim_error(NULL, "eval", "x") == -1);

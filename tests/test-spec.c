@@ -195,8 +195,9 @@ test_probe(void)
 	// step 3 feeds g4 = 9: no match -> g5
 	// step 4 feeds g5 = 1: "9 1" new; 1-grams are below ngram_min -> g6
 	// step 5 feeds g6 = 2: "1 2" most recent at 5..6 of the history + g -> 3 4 9: 3 4 accepted, 9 != 5 -> g9
-	CHECK(calls == 5 && st.steps == 2 && st.drafted == 6 && st.accepted == 4 && st.reached == 6, "%d %llu %llu %llu",
-	      calls, (unsigned long long)st.steps, (unsigned long long)st.drafted, (unsigned long long)st.accepted);
+	CHECK(calls == 5 && st.steps == 2 && st.drafted == 6 && st.accepted == 4 && st.reached == 6,
+	      "%d %llu %llu %llu", calls, (unsigned long long)st.steps, (unsigned long long)st.drafted,
+	      (unsigned long long)st.accepted);
 	// max_tokens: one token left leaves no room for a draft (the step's
 	// own row gives it); two leave room for one
 	spec_probe(&o, h, 5, g, 3, 3, 100, scratch, &st, &calls);
@@ -266,9 +267,15 @@ static uint64_t
 submit(struct rig *r, const struct job *jb)
 {
 	char err[AD_ERRLEN] = "";
-	struct sched_gen g = {.prompt = jb->prompt, .n_prompt = jb->n_prompt, .max_tokens = jb->max_tokens,
-	                      .want_top = 1, .logprobs = 1, .top_logprobs = 3, .speculative = jb->spec,
-	                      .stop_ids = jb->stops, .n_stop = jb->n_stops};
+	struct sched_gen g = {.prompt = jb->prompt,
+	                      .n_prompt = jb->n_prompt,
+	                      .max_tokens = jb->max_tokens,
+	                      .want_top = 1,
+	                      .logprobs = 1,
+	                      .top_logprobs = 3,
+	                      .speculative = jb->spec,
+	                      .stop_ids = jb->stops,
+	                      .n_stop = jb->n_stops};
 	sample_defaults(&g.sp);
 	g.sp.temperature = jb->temp;
 	if (jb->temp > 0) {
@@ -404,7 +411,8 @@ check_exact(const char *gguf, const int32_t *prompt, int n)
 	CHECK(same(&s_off, &s_on), "%s: sampled differs with speculation", name);
 	// a recurrent state (qwen35) cannot take a rejected draft back: none
 	const int rec = engine_state_bytes(r.e) > 0;
-	CHECK(off.t.spec.steps == 0 && (rec ? on.t.spec.drafted == 0 && s_on.t.spec.drafted == 0 : on.t.spec.drafted > 0),
+	CHECK(off.t.spec.steps == 0 &&
+	              (rec ? on.t.spec.drafted == 0 && s_on.t.spec.drafted == 0 : on.t.spec.drafted > 0),
 	      "%s: drafted %llu (off: %llu steps)", name, (unsigned long long)on.t.spec.drafted,
 	      (unsigned long long)off.t.spec.steps);
 	n_rec += rec;
@@ -447,7 +455,8 @@ test_exact_fixtures(void)
 	fixtures_in(T_DATA "/models");
 	fixtures_in(T_DATA "/models2");
 	fprintf(stderr, "  %d fixture models: drafted %llu, accepted %llu, reached %llu\n", n_models,
-	        (unsigned long long)total.drafted, (unsigned long long)total.accepted, (unsigned long long)total.reached);
+	        (unsigned long long)total.drafted, (unsigned long long)total.accepted,
+	        (unsigned long long)total.reached);
 	CHECK(n_json >= 25 && n_models == n_json, "%d of %d models", n_models, n_json);
 	CHECK(n_rec >= 1, "%d recurrent models", n_rec); // qwen35: none drafted
 	// both ways out of a draft were taken
@@ -534,8 +543,8 @@ test_batched_and_ends(void)
 		run1(&r, &js, &a);
 		js.spec = SCHED_SPEC_OFF;
 		run1(&r, &js, &b);
-		CHECK(a.fin == SCHED_STOP && a.n == first && same(&a, &b), "stop at %d: %d tokens, finish %d", first, a.n,
-		      a.fin);
+		CHECK(a.fin == SCHED_STOP && a.n == first && same(&a, &b), "stop at %d: %d tokens, finish %d", first,
+		      a.n, a.fin);
 	}
 	// max_tokens
 	for (int mt = 1; mt <= 12; mt++) {
@@ -758,8 +767,9 @@ test_distribution(void)
 	// bound is their 1e-9 tail (Wilson-Hilferty, z = 5.998: 91.5 exactly for
 	// 24, this gives 92.5), where the statistic's mean is the cells
 	const double k = cells, z = 5.998, w = 1 - 2 / (9 * k) + z * sqrt(2 / (9 * k)), bound = k * w * w * w;
-	fprintf(stderr, "  %d of %d seeds began with %d: chi-square %.1f over %d + 1 cells (bound %.1f, smallest "
-	                "expected %.1f, the rest %.1f); drafted %llu, accepted %llu\n",
+	fprintf(stderr,
+	        "  %d of %d seeds began with %d: chi-square %.1f over %d + 1 cells (bound %.1f, smallest "
+	        "expected %.1f, the rest %.1f); drafted %llu, accepted %llu\n",
 	        kept, SEEDS, x, chi, cells, bound, min_e, e_rest, (unsigned long long)drafted,
 	        (unsigned long long)accepted);
 	CHECK(kept > SEEDS / 4, "%d", kept);

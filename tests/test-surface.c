@@ -113,10 +113,14 @@ odd_value(unsigned *seed)
 	*seed = *seed * 1103515245u + 12345u;
 	unsigned r = *seed >> 8;
 	switch (r % 4) {
-	case 0: return ad_fp16_to_f32((uint16_t)(r >> 3));                 // any fp16, NaN and inf too
-	case 1: return ad_bits_f32((r * 2654435761u) & 0x8fffffffu);        // tiny to huge
-	case 2: return (float)(int)(r % 20001 - 10000) / 977.0f;            // ordinary
-	default: return ad_bits_f32(0x387fc000u + (r % 64000u));           // around the subnormal edge
+	case 0:
+		return ad_fp16_to_f32((uint16_t)(r >> 3)); // any fp16, NaN and inf too
+	case 1:
+		return ad_bits_f32((r * 2654435761u) & 0x8fffffffu); // tiny to huge
+	case 2:
+		return (float)(int)(r % 20001 - 10000) / 977.0f; // ordinary
+	default:
+		return ad_bits_f32(0x387fc000u + (r % 64000u)); // around the subnormal edge
 	}
 }
 
@@ -157,7 +161,8 @@ test_planar_twins(void)
 				ad_planar_scatter_ref(s2, ps, x, C, ld, ncols);
 				bad_s += memcmp(s1, s2, C * ps) != 0;
 				for (size_t c = 0; c < C; c++)
-					bad_keep += memcmp(s1 + c * ps + ncols * 2, before + c * ps + ncols * 2, ps - ncols * 2) != 0;
+					bad_keep += memcmp(s1 + c * ps + ncols * 2, before + c * ps + ncols * 2,
+					                   ps - ncols * 2) != 0;
 				free(before);
 				free(s1);
 				free(s2);

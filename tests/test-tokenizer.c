@@ -348,8 +348,22 @@ test_spm_special(void)
 static void
 test_spm_partition(void)
 {
-	static const char *fixed[] = {"<unk>", "<s>", "</s>", "<|x|>", "<|x|><|y|>", "|>", "<|y|>", "\xe2\x96\x81",
-	                              "\xe2\x96\x81\xe2\x96\x81", "a", "b", "ab", "\xe2\x96\x81" "a", "<", "x"};
+	static const char *fixed[] = {"<unk>",
+	                              "<s>",
+	                              "</s>",
+	                              "<|x|>",
+	                              "<|x|><|y|>",
+	                              "|>",
+	                              "<|y|>",
+	                              "\xe2\x96\x81",
+	                              "\xe2\x96\x81\xe2\x96\x81",
+	                              "a",
+	                              "b",
+	                              "ab",
+	                              "\xe2\x96\x81"
+	                              "a",
+	                              "<",
+	                              "x"};
 	static const int32_t fixed_type[] = {2, 3, 3, 3, 3, 4, 4, 1, 1, 1, 1, 1, 1, 1, 1};
 	enum { NF = 15 };
 	const char *toks[NF + 256];
@@ -954,7 +968,13 @@ test_load_errors(void)
 	// a bos id outside the vocabulary is dropped
 	w = gguf_writer_new();
 	gguf_writer_str(w, "tokenizer.ggml.model", "llama");
-	const char *toks2[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "\xe2\x96\x81" "a"};
+	const char *toks2[] = {"<unk>",
+	                       "<s>",
+	                       "</s>",
+	                       "\xe2\x96\x81",
+	                       "a",
+	                       "\xe2\x96\x81"
+	                       "a"};
 	gguf_writer_arr_str(w, "tokenizer.ggml.tokens", toks2, 6);
 	int32_t types[6] = {2, 3, 3, 1, 1, 1};
 	gguf_writer_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, 6);
@@ -1137,8 +1157,8 @@ test_cmd_tokenize(void)
 	              "--no-bos", "<s>a</s>"};
 	CHECK(run_cmd(out, sizeof out, 7, a3) == 0);
 	CHECK(strncmp(out, "1 ", 2) == 0 && strstr(out, " 2\n"), "[%s]", out);
-	char *a4[] = {"tokenize", "--model", T_DATA "/stories260K/stories260K.gguf", "--ids", "--chat",
-	              "[{\"role\":\"user\",\"content\":\"Hi\"}]"};
+	char *a4[] = {"tokenize", "--model", T_DATA "/stories260K/stories260K.gguf",
+	              "--ids",    "--chat",  "[{\"role\":\"user\",\"content\":\"Hi\"}]"};
 	CHECK(run_cmd(out, sizeof out, 6, a4) == 0);
 	CHECK(strncmp(out, "1 ", 2) == 0, "[%s]", out);
 	// bad usage is 2, a bad model is 1
@@ -1154,7 +1174,8 @@ test_cmd_tokenize(void)
 	CHECK(run_cmd(out, sizeof out, 4, b5) == 1);
 	char *b6[] = {"tokenize", "--model", T_DATA "/stories260K/tok512.bin", "--chat", "{not json"};
 	CHECK(run_cmd(out, sizeof out, 5, b6) == 2);
-	char *b7[] = {"tokenize", "--model", T_DATA "/stories260K/tok512.bin", "--chat", "[{\"role\":\"bot\",\"content\":\"x\"}]"};
+	char *b7[] = {"tokenize", "--model", T_DATA "/stories260K/tok512.bin", "--chat",
+	              "[{\"role\":\"bot\",\"content\":\"x\"}]"};
 	CHECK(run_cmd(out, sizeof out, 5, b7) == 2);
 	char *b8[] = {"tokenize", "--model", T_DATA "/stories260K/tok512.bin", "--file", "/nonexistent.txt"};
 	CHECK(run_cmd(out, sizeof out, 5, b8) == 1);

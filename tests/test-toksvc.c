@@ -58,7 +58,7 @@ test_calls(void)
 	size_t n = 0;
 	const char *text = "Once upon a time";
 	REQUIRE(tokc_encode(c, text, strlen(text), 1, 0, &ids, &n, TIMEOUT, err) == 0, "%s", err);
-	const int32_t want[] = { 1, 403, 407, 261, 378 };
+	const int32_t want[] = {1, 403, 407, 261, 378};
 	CHECK(n == 5 && memcmp(ids, want, sizeof want) == 0, "n=%zu", n);
 
 	char *out = NULL;
@@ -72,8 +72,8 @@ test_calls(void)
 	size_t n_pending = 0;
 	char acc[256] = "";
 	for (size_t i = 1; i < n; i++) {
-		REQUIRE(tokc_decode_stream(c, &ids[i], 1, 0, pending, &n_pending, &out, &len, TIMEOUT, err) == 0,
-		        "%s", err);
+		REQUIRE(tokc_decode_stream(c, &ids[i], 1, 0, pending, &n_pending, &out, &len, TIMEOUT, err) == 0, "%s",
+		        err);
 		strncat(acc, out, sizeof acc - strlen(acc) - 1);
 		free(out);
 	}
@@ -89,8 +89,8 @@ test_calls(void)
 	n_pending = 0;
 	acc[0] = 0;
 	for (size_t i = 0; i < n; i++) {
-		REQUIRE(tokc_decode_stream(c, &ids[i], 1, 0, pending, &n_pending, &out, &len, TIMEOUT, err) == 0,
-		        "%s", err);
+		REQUIRE(tokc_decode_stream(c, &ids[i], 1, 0, pending, &n_pending, &out, &len, TIMEOUT, err) == 0, "%s",
+		        err);
 		strncat(acc, out, sizeof acc - strlen(acc) - 1);
 		if (i + 1 < n) {
 			int partial = 0;
@@ -106,7 +106,7 @@ test_calls(void)
 	// token, and together exactly what the stream gave
 	int32_t more[16];
 	size_t nm = 0;
-	const int32_t story[] = { 403, 407, 261, 378, 2 };
+	const int32_t story[] = {403, 407, 261, 378, 2};
 	for (size_t i = 0; i < n && nm < 11; i++)
 		more[nm++] = ids[i];
 	for (size_t i = 0; i < 5; i++)
@@ -120,8 +120,8 @@ test_calls(void)
 	for (size_t i = 0; i < n; i++) {
 		// the last three are the byte tokens (the SPM space prefix may come first)
 		if (i + 3 >= n)
-			CHECK(tl[i] == 1 && (unsigned char)tb[i][0] == (unsigned char)cjk[i + 3 - n], "byte token %zu: %zu bytes",
-			      i, tl[i]);
+			CHECK(tl[i] == 1 && (unsigned char)tb[i][0] == (unsigned char)cjk[i + 3 - n],
+			      "byte token %zu: %zu bytes", i, tl[i]);
 		memcpy(joined + jl, tb[i], tl[i]);
 		jl += tl[i];
 	}
@@ -133,12 +133,12 @@ test_calls(void)
 	for (size_t i = 0; i < nm; i++)
 		free(tb[i]);
 	free(tb);
-	const int32_t outside[] = { 5, 512 };
+	const int32_t outside[] = {5, 512};
 	tb = NULL;
 	CHECK(tokc_token_bytes(c, outside, 2, &tb, tl, TIMEOUT, err) == -1 && strstr(err, "512") && !tb, "%s", err);
 	free(ids);
 
-	struct tok_msg msgs[] = { { .role = TOK_ROLE_USER, .content = "Hi" } };
+	struct tok_msg msgs[] = {{.role = TOK_ROLE_USER, .content = "Hi"}};
 	REQUIRE(tokc_chat(c, msgs, 1, 1, &out, TIMEOUT, err) == 0, "%s", err);
 	CHECK(strstr(out, "Hi") != NULL, "chat '%s'", out);
 	free(out);
@@ -156,7 +156,7 @@ test_calls(void)
 	// pieces as llama.cpp's token_to_piece: the BOS as its text, the
 	// SentencePiece space kept, the bytes of 'á' one per byte token
 	// (llama.cpp's server README: 198 -> C3, 164 -> A1 on stories260K)
-	int32_t pid3[] = { 1, 403, 198, 164 };
+	int32_t pid3[] = {1, 403, 198, 164};
 	size_t *ends = NULL;
 	REQUIRE(tokc_pieces(c, pid3, 4, &out, &len, &ends, TIMEOUT, err) == 0, "%s", err);
 	CHECK(len == 10 && memcmp(out, "<s> Once\xc3\xa1", 10) == 0, "pieces '%s' (%zu)", out, len);
@@ -164,7 +164,7 @@ test_calls(void)
 	      ends[2], ends[3]);
 	free(out);
 	free(ends);
-	int32_t outside2[] = { 403, 512 };
+	int32_t outside2[] = {403, 512};
 	CHECK(tokc_pieces(c, outside2, 2, &out, &len, &ends, TIMEOUT, err) == -1 && strstr(err, "outside"), "%s", err);
 	REQUIRE(tokc_pieces(c, outside2, 0, &out, &len, &ends, TIMEOUT, err) == 0 && len == 0, "%s", err);
 	free(out);
@@ -204,7 +204,7 @@ test_errors(void)
 	char err[AD_ERRLEN];
 	struct ad_client *c = ad_client_open(url, err);
 	REQUIRE(c, "%s", err);
-	const uint8_t garbage[] = { 0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x34 };
+	const uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x34};
 	CHECK(is_bad_request(raw(c, garbage, sizeof garbage)), "garbage bytes");
 	CHECK(is_bad_request(raw(c, "", 0)), "empty request (no body)");
 
@@ -222,7 +222,7 @@ test_errors(void)
 	size_t n_pending = 4;
 	Anedvd__TokRequest q = ANEDVD__TOK_REQUEST__INIT;
 	Anedvd__DecodeStreamRequest d = ANEDVD__DECODE_STREAM_REQUEST__INIT;
-	uint8_t five[5] = { 1, 2, 3, 4, 5 };
+	uint8_t five[5] = {1, 2, 3, 4, 5};
 	d.pending.data = five;
 	d.pending.len = 5;
 	q.body_case = ANEDVD__TOK_REQUEST__BODY_DECODE_STREAM;
@@ -245,7 +245,7 @@ test_errors(void)
 	CHECK(is_bad_request(raw(c, buf, qn)), "unknown role");
 
 	// an empty message (its bytes field arrives as NULL) renders, no crash
-	struct tok_msg empty[] = { { .role = TOK_ROLE_USER, .content = "" } };
+	struct tok_msg empty[] = {{.role = TOK_ROLE_USER, .content = ""}};
 	char *chat = NULL;
 	CHECK(tokc_chat(c, empty, 1, 1, &chat, TIMEOUT, err) == 0, "%s", err);
 	free(chat);
@@ -315,7 +315,7 @@ test_process(void)
 	char purl[300], path[300], err[AD_ERRLEN];
 	REQUIRE(ad_ipc_url(purl, sizeof purl, t_tmpdir(), "proc") == 0);
 	snprintf(path, sizeof path, "%s/proc.sock", t_tmpdir());
-	char *argv[] = { TOKSVC_BIN, "--model", STORIES, "--listen", purl, NULL };
+	char *argv[] = {TOKSVC_BIN, "--model", STORIES, "--listen", purl, NULL};
 	pid_t pid;
 	REQUIRE(posix_spawn(&pid, TOKSVC_BIN, NULL, NULL, argv, environ) == 0);
 	struct ad_client *c = ad_client_open(purl, err);
@@ -335,11 +335,11 @@ test_process(void)
 	CHECK(stat(path, &st) != 0, "socket %s left behind", path);
 
 	// bad usage and a bad model are reported, not crashed on
-	char *argv2[] = { TOKSVC_BIN, "--model", T_DATA "/tokenizer/README.md", "--listen", purl, NULL };
+	char *argv2[] = {TOKSVC_BIN, "--model", T_DATA "/tokenizer/README.md", "--listen", purl, NULL};
 	REQUIRE(posix_spawn(&pid, TOKSVC_BIN, NULL, NULL, argv2, environ) == 0);
 	waitpid(pid, &status, 0);
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "bad model: status %d", status);
-	char *argv3[] = { TOKSVC_BIN, "--threads", "zero", NULL };
+	char *argv3[] = {TOKSVC_BIN, "--threads", "zero", NULL};
 	REQUIRE(posix_spawn(&pid, TOKSVC_BIN, NULL, NULL, argv3, environ) == 0);
 	waitpid(pid, &status, 0);
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 2, "bad usage: status %d", status);
@@ -368,7 +368,8 @@ inflight_main(void *arg)
 	char pending[4];
 	size_t np = 0;
 	if (f->which == 0)
-		f->rc = tokc_encode(f->c, "Once upon a time, there was a cat.", 34, 1, 0, &f->ids, &f->n, 20000, f->err);
+		f->rc = tokc_encode(f->c, "Once upon a time, there was a cat.", 34, 1, 0, &f->ids, &f->n, 20000,
+		                    f->err);
 	else
 		f->rc = tokc_decode_stream(f->c, story, 9, 1, pending, &np, &f->text, &f->len, 20000, f->err);
 	return NULL;
@@ -403,7 +404,8 @@ test_crash(void)
 	struct ad_client *local = ad_client_open(url, err);
 	REQUIRE(local, "%s", err);
 	struct inflight ref = {.c = local, .which = 1};
-	REQUIRE(tokc_encode(local, "Once upon a time, there was a cat.", 34, 1, 0, &want, &nwant, TIMEOUT, err) == 0, "%s", err);
+	REQUIRE(tokc_encode(local, "Once upon a time, there was a cat.", 34, 1, 0, &want, &nwant, TIMEOUT, err) == 0,
+	        "%s", err);
 	inflight_main(&ref);
 	REQUIRE(ref.rc == 0 && ref.len > 10, "%s", ref.err);
 	ad_client_close(local);
@@ -429,7 +431,8 @@ test_crash(void)
 			      "encode across the crash: rc %d, %zu ids: %s", f.rc, f.n, f.err);
 		else
 			CHECK(f.rc == 0 && f.len == ref.len && memcmp(f.text, ref.text, ref.len) == 0,
-			      "decode_stream across the crash: rc %d, '%.*s': %s", f.rc, (int)f.len, f.text ? f.text : "", f.err);
+			      "decode_stream across the crash: rc %d, '%.*s': %s", f.rc, (int)f.len,
+			      f.text ? f.text : "", f.err);
 		free(f.ids);
 		free(f.text);
 		CHECK(health(c, &got, 20000, err) == 0 && got == (uint32_t)pid, "the restarted one answers: %s", err);
@@ -452,7 +455,7 @@ test_template_text(void)
 	static const char tmpl[] = "{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n'}}{% endfor %}";
 	struct gguf_writer *w = gguf_writer_new();
 	gguf_writer_str(w, "tokenizer.ggml.model", "llama");
-	const char *toks[] = { "<unk>", "<s>", "</s>", "a" };
+	const char *toks[] = {"<unk>", "<s>", "</s>", "a"};
 	gguf_writer_arr_str(w, "tokenizer.ggml.tokens", toks, 4);
 	gguf_writer_str(w, "tokenizer.chat_template", tmpl);
 	snprintf(path, sizeof path, "%s/chat.gguf", t_tmpdir());

@@ -40,8 +40,8 @@ norm_is(const char *json, const char *in, const char *want)
 	int ok = j && hf_norm_parse(j, &n, err) == 0 && hf_norm_apply(n, in, strlen(in), &out, &len, err) == 0 &&
 	         len == strlen(want) && !memcmp(out, want, len);
 	if (!ok)
-		fprintf(stderr, "  normalizer %s on \"%s\": \"%s\", want \"%s\" %s\n", json, in, out ? out : "(none)", want,
-		        err);
+		fprintf(stderr, "  normalizer %s on \"%s\": \"%s\", want \"%s\" %s\n", json, in, out ? out : "(none)",
+		        want, err);
 	free(out);
 	hf_norm_free(n);
 	cJSON_Delete(j);
@@ -85,7 +85,8 @@ test_normalizers(void)
 	              SP "a" SP "b"));
 	CHECK(norm_is("{\"type\":\"Replace\",\"pattern\":{\"Regex\":\" {2,}\"},\"content\":\" \"}", "a  b     c d",
 	              "a b c d"));
-	CHECK(norm_is("{\"type\":\"Replace\",\"pattern\":{\"Regex\":\"\\\\p{Nd}\"},\"content\":\"#\"}", "a1\xd9\xa3", "a##"));
+	CHECK(norm_is("{\"type\":\"Replace\",\"pattern\":{\"Regex\":\"\\\\p{Nd}\"},\"content\":\"#\"}", "a1\xd9\xa3",
+	              "a##"));
 	// Prepend: only in front of text
 	CHECK(norm_is("{\"type\":\"Prepend\",\"prepend\":\"" SP "\"}", "Hey", SP "Hey"));
 	CHECK(norm_is("{\"type\":\"Prepend\",\"prepend\":\"" SP "\"}", "", ""));
@@ -141,7 +142,8 @@ test_pretokenizers(void)
 	CHECK(pre_is("{\"type\":\"WhitespaceSplit\"}", " a,b  c\td ", 1, "a,b|c|d"));
 	// Metaspace: spaces become ▁, one in front (always; first only on the
 	// text that starts the input; never), split in front of every ▁
-	const char *ms = "{\"type\":\"Metaspace\",\"replacement\":\"" SP "\",\"prepend_scheme\":\"always\",\"split\":true}";
+	const char *ms =
+		"{\"type\":\"Metaspace\",\"replacement\":\"" SP "\",\"prepend_scheme\":\"always\",\"split\":true}";
 	CHECK(pre_is(ms, "Hello world", 1, SP "Hello|" SP "world"));
 	CHECK(pre_is(ms, "Hello world", 0, SP "Hello|" SP "world"));
 	CHECK(pre_is(ms, "  a", 1, SP "|" SP "a")); // starts with ▁ already: none added
@@ -150,7 +152,8 @@ test_pretokenizers(void)
 	CHECK(pre_is(first, "a b", 1, SP "a|" SP "b"));
 	CHECK(pre_is(first, "a b", 0, "a|" SP "b"));
 	CHECK(pre_is("{\"type\":\"Metaspace\",\"prepend_scheme\":\"never\"}", "a b", 1, "a|" SP "b"));
-	CHECK(pre_is("{\"type\":\"Metaspace\",\"prepend_scheme\":\"always\",\"split\":false}", "a b", 1, SP "a" SP "b"));
+	CHECK(pre_is("{\"type\":\"Metaspace\",\"prepend_scheme\":\"always\",\"split\":false}", "a b", 1,
+	             SP "a" SP "b"));
 	CHECK(pre_is("{\"type\":\"Metaspace\",\"add_prefix_space\":true}", "a", 1, SP "a")); // the older key
 	CHECK(pre_is("{\"type\":\"Metaspace\",\"replacement\":\"_\",\"add_prefix_space\":false}", "a b", 1, "a|_b"));
 	// Punctuation, the library's example: isolated by default
@@ -159,7 +162,10 @@ test_pretokenizers(void)
 	CHECK(pre_is("{\"type\":\"Punctuation\",\"behavior\":\"Contiguous\"}", "Hey!?! you.", 1, "Hey|!?!| you|."));
 	CHECK(pre_is("{\"type\":\"Punctuation\",\"behavior\":\"MergedWithPrevious\"}", "a,b.c", 1, "a,|b.|c"));
 	CHECK(pre_is("{\"type\":\"Punctuation\",\"behavior\":\"MergedWithNext\"}", "a,b.c", 1, "a|,b|.c"));
-	CHECK(pre_is("{\"type\":\"Punctuation\",\"behavior\":\"Removed\"}", "a,b\xe3\x80\x82" "c", 1, "a|b|c"));
+	CHECK(pre_is("{\"type\":\"Punctuation\",\"behavior\":\"Removed\"}",
+	             "a,b\xe3\x80\x82"
+	             "c",
+	             1, "a|b|c"));
 	// Digits, the library's example
 	CHECK(pre_is("{\"type\":\"Digits\",\"individual_digits\":true}", "Call 123 please", 1, "Call |1|2|3| please"));
 	CHECK(pre_is("{\"type\":\"Digits\",\"individual_digits\":false}", "Call 123 please", 1, "Call |123| please"));
@@ -170,8 +176,8 @@ test_pretokenizers(void)
 	             "a|--|b|-|c"));
 	CHECK(pre_is("{\"type\":\"Split\",\"pattern\":{\"Regex\":\"\\\\w+\"},\"behavior\":\"Removed\",\"invert\":true}",
 	             "Hello, world!", 1, "Hello|world"));
-	CHECK(pre_is("{\"type\":\"Split\",\"pattern\":{\"Regex\":\"\\\\s\"},\"behavior\":\"MergedWithPrevious\"}", "a b c",
-	             1, "a |b |c"));
+	CHECK(pre_is("{\"type\":\"Split\",\"pattern\":{\"Regex\":\"\\\\s\"},\"behavior\":\"MergedWithPrevious\"}",
+	             "a b c", 1, "a |b |c"));
 	// a Sequence: each step on every piece of the one before
 	CHECK(pre_is("{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"WhitespaceSplit\"},{\"type\":\"Metaspace\","
 	             "\"prepend_scheme\":\"first\"}]}",
@@ -256,7 +262,7 @@ ids_are(const struct tokenizer *t, const char *text, int add_special, const int3
 static const char *MS_ALWAYS = "{\"type\":\"Metaspace\",\"replacement\":\"" SP "\",\"prepend_scheme\":\"always\"}";
 static const char *MS_FIRST = "{\"type\":\"Metaspace\",\"replacement\":\"" SP "\",\"prepend_scheme\":\"first\"}";
 static const char *T5_POST = "{\"type\":\"TemplateProcessing\",\"single\":[{\"Sequence\":{\"id\":\"A\",\"type_id\":0}},"
-                             "{\"SpecialToken\":{\"id\":\"</s>\",\"type_id\":0}}],\"pair\":[],\"special_tokens\":{}}";
+			     "{\"SpecialToken\":{\"id\":\"</s>\",\"type_id\":0}}],\"pair\":[],\"special_tokens\":{}}";
 
 static void
 test_unigram(void)
@@ -336,13 +342,14 @@ test_unigram(void)
 	struct {
 		const char *name, *norm, *pre, *post, *want;
 	} bad[] = {
-		{"bad1", "{\"type\":\"Precompiled\",\"precompiled_charsmap\":\"ALAAAA\"}", MS_ALWAYS, "null", "Precompiled"},
+		{"bad1", "{\"type\":\"Precompiled\",\"precompiled_charsmap\":\"ALAAAA\"}", MS_ALWAYS, "null",
+	         "Precompiled"},
 		{"bad2", "null", "{\"type\":\"ByteLevel\"}", "null", "ByteLevel"},
 		{"bad3", "null", MS_ALWAYS, "{\"type\":\"BertProcessing\"}", "BertProcessing"},
 		{"bad4", "null", MS_ALWAYS,
-		 "{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<nope>\"}},"
-		 "{\"Sequence\":{\"id\":\"A\"}}]}",
-		 "<nope>"},
+	         "{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<nope>\"}},"
+	         "{\"Sequence\":{\"id\":\"A\"}}]}",
+	         "<nope>"},
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		char dir[512], path[600];

@@ -29,17 +29,17 @@ test_decode(void)
 		{"\xed\xbf\xbf", 3, 0xFFFD, 1, 1},     // surrogate DFFF
 		{"\xf4\x90\x80\x80", 4, 0xFFFD, 1, 1}, // 110000
 		{"\xf5\x80\x80\x80", 4, 0xFFFD, 1, 1},
-		{"\x80", 1, 0xFFFD, 1, 1},             // stray continuation
-		{"\xe2\x82", 2, 0xFFFD, 1, 1},         // truncated
-		{"\xe2\x28\xa1", 3, 0xFFFD, 1, 1},     // bad continuation
+		{"\x80", 1, 0xFFFD, 1, 1},         // stray continuation
+		{"\xe2\x82", 2, 0xFFFD, 1, 1},     // truncated
+		{"\xe2\x28\xa1", 3, 0xFFFD, 1, 1}, // bad continuation
 		{"\xff", 1, 0xFFFD, 1, 1},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		uint32_t cp = 0;
 		int bad = 0;
 		int len = unicode_decode(cases[i].s, cases[i].n, &cp, &bad);
-		CHECK(len == cases[i].len && cp == cases[i].cp && bad == cases[i].bad,
-		      "case %zu: len %d cp %X bad %d", i, len, cp, bad);
+		CHECK(len == cases[i].len && cp == cases[i].cp && bad == cases[i].bad, "case %zu: len %d cp %X bad %d",
+		      i, len, cp, bad);
 		CHECK(unicode_valid(cases[i].s, cases[i].n) == !cases[i].bad, "case %zu", i);
 	}
 	CHECK(unicode_valid("", 0));
@@ -51,7 +51,8 @@ static void
 test_encode(void)
 {
 	char b[4];
-	static const uint32_t ok[] = {0, 'a', 0x7F, 0x80, 0x7FF, 0x800, 0xD7FF, 0xE000, 0xFFFD, 0xFFFF, 0x10000, 0x10FFFF};
+	static const uint32_t ok[] = {0,      'a',    0x7F,   0x80,   0x7FF,   0x800,
+	                              0xD7FF, 0xE000, 0xFFFD, 0xFFFF, 0x10000, 0x10FFFF};
 	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
 		int n = unicode_encode(ok[i], b);
 		uint32_t cp;
@@ -94,30 +95,30 @@ test_flags(void)
 		{0x00, UNICODE_CONTROL},
 		{0x85, UNICODE_CONTROL | UNICODE_WHITESPACE},
 		{0xA0, UNICODE_SEPARATOR | UNICODE_WHITESPACE},
-		{0xBD, UNICODE_NUMBER},      // ½
-		{0xB2, UNICODE_NUMBER},      // ²
-		{0xC4, UNICODE_LETTER},      // Ä
-		{0x301, UNICODE_MARK},       // combining acute
-		{0x378, UNICODE_UNDEF},      // unassigned
-		{0x416, UNICODE_LETTER},     // Ж
-		{0x663, UNICODE_NUMBER},     // Arabic-Indic three
-		{0x915, UNICODE_LETTER},     // Devanagari ka
-		{0x93F, UNICODE_MARK},       // Devanagari vowel sign i
+		{0xBD, UNICODE_NUMBER},  // ½
+		{0xB2, UNICODE_NUMBER},  // ²
+		{0xC4, UNICODE_LETTER},  // Ä
+		{0x301, UNICODE_MARK},   // combining acute
+		{0x378, UNICODE_UNDEF},  // unassigned
+		{0x416, UNICODE_LETTER}, // Ж
+		{0x663, UNICODE_NUMBER}, // Arabic-Indic three
+		{0x915, UNICODE_LETTER}, // Devanagari ka
+		{0x93F, UNICODE_MARK},   // Devanagari vowel sign i
 		{0x2003, UNICODE_SEPARATOR | UNICODE_WHITESPACE},
-		{0x200B, UNICODE_CONTROL},   // zero width space is Cf, not \s
+		{0x200B, UNICODE_CONTROL}, // zero width space is Cf, not \s
 		{0x2014, UNICODE_PUNCTUATION},
 		{0x201C, UNICODE_PUNCTUATION},
-		{0x20AC, UNICODE_SYMBOL},    // €
-		{0x216B, UNICODE_NUMBER},    // Ⅻ
+		{0x20AC, UNICODE_SYMBOL}, // €
+		{0x216B, UNICODE_NUMBER}, // Ⅻ
 		{0x2028, UNICODE_SEPARATOR | UNICODE_WHITESPACE},
 		{0x3000, UNICODE_SEPARATOR | UNICODE_WHITESPACE},
 		{0x3002, UNICODE_PUNCTUATION}, // 。
-		{0x4E2D, UNICODE_LETTER},    // 中
-		{0xAC00, UNICODE_LETTER},    // 가
-		{0xE000, UNICODE_CONTROL},   // private use
+		{0x4E2D, UNICODE_LETTER},      // 中
+		{0xAC00, UNICODE_LETTER},      // 가
+		{0xE000, UNICODE_CONTROL},     // private use
 		{0xFFFD, UNICODE_SYMBOL},
-		{0x1F999, UNICODE_SYMBOL},   // llama emoji
-		{0x20000, UNICODE_LETTER},   // CJK ext B
+		{0x1F999, UNICODE_SYMBOL}, // llama emoji
+		{0x20000, UNICODE_LETTER}, // CJK ext B
 		{0x10FFFF, UNICODE_UNDEF},
 		{0x110000, UNICODE_UNDEF},
 	};
@@ -133,10 +134,10 @@ test_lower_ccc(void)
 	CHECK(unicode_tolower('A') == 'a');
 	CHECK(unicode_tolower('a') == 'a');
 	CHECK(unicode_tolower('1') == '1');
-	CHECK(unicode_tolower(0xC4) == 0xE4);   // Ä
-	CHECK(unicode_tolower(0x3A3) == 0x3C3); // Σ
-	CHECK(unicode_tolower(0x416) == 0x436); // Ж
-	CHECK(unicode_tolower(0x130) == 'i');   // İ
+	CHECK(unicode_tolower(0xC4) == 0xE4);       // Ä
+	CHECK(unicode_tolower(0x3A3) == 0x3C3);     // Σ
+	CHECK(unicode_tolower(0x416) == 0x436);     // Ж
+	CHECK(unicode_tolower(0x130) == 'i');       // İ
 	CHECK(unicode_tolower(0x10400) == 0x10428); // Deseret
 	CHECK(unicode_tolower(0x4E2D) == 0x4E2D);
 	CHECK(unicode_ccc('a') == 0);
@@ -162,8 +163,14 @@ static void
 test_sanitize(void)
 {
 	size_t n;
-	char *o = unicode_sanitize("a\xc3\xa9" "b", 4, &n);
-	CHECK(o && n == 4 && !memcmp(o, "a\xc3\xa9" "b", 5));
+	char *o = unicode_sanitize("a\xc3\xa9"
+	                           "b",
+	                           4, &n);
+	CHECK(o && n == 4 &&
+	      !memcmp(o,
+	              "a\xc3\xa9"
+	              "b",
+	              5));
 	free(o);
 	o = unicode_sanitize("x\xff\xe4\xb8", 4, &n); // a stray byte, a cut character
 	CHECK(o && n == 1 + 3 * 3 && !memcmp(o, "x\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 11), "%zu", n);
@@ -253,16 +260,16 @@ test_nfc(void)
 {
 	CHECK(nfc_is("", ""));
 	CHECK(nfc_is("plain ascii", "plain ascii"));
-	CHECK(nfc_is("e\xcc\x81", "\xc3\xa9"));                      // e + acute -> é
-	CHECK(nfc_is("\xc3\xa9", "\xc3\xa9"));                       // stays
-	CHECK(nfc_is("a\xcc\x82\xcc\xa3", "\xe1\xba\xad"));          // a + circumflex + dot below -> ậ
-	CHECK(nfc_is("a\xcc\xa3\xcc\x82", "\xe1\xba\xad"));          // other order, same result
+	CHECK(nfc_is("e\xcc\x81", "\xc3\xa9"));                                // e + acute -> é
+	CHECK(nfc_is("\xc3\xa9", "\xc3\xa9"));                                 // stays
+	CHECK(nfc_is("a\xcc\x82\xcc\xa3", "\xe1\xba\xad"));                    // a + circumflex + dot below -> ậ
+	CHECK(nfc_is("a\xcc\xa3\xcc\x82", "\xe1\xba\xad"));                    // other order, same result
 	CHECK(nfc_is("\xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8", "\xea\xb0\x81")); // Hangul jamo -> 각
 	CHECK(nfc_is("\xea\xb0\x81", "\xea\xb0\x81"));
-	CHECK(nfc_is("\xe2\x84\xab", "\xc3\x85"));                   // Angstrom sign -> Å
-	CHECK(nfc_is("\xcd\x84", "\xcc\x88\xcc\x81"));               // U+0344 decomposes for good
-	CHECK(nfc_is("\xe0\xa5\x98", "\xe0\xa4\x95\xe0\xa4\xbc"));   // U+0958 is excluded from composition
-	CHECK(nfc_is("\xc3\x85\xcc\x81", "\xc7\xba"));               // Å + acute -> Ǻ
+	CHECK(nfc_is("\xe2\x84\xab", "\xc3\x85"));                     // Angstrom sign -> Å
+	CHECK(nfc_is("\xcd\x84", "\xcc\x88\xcc\x81"));                 // U+0344 decomposes for good
+	CHECK(nfc_is("\xe0\xa5\x98", "\xe0\xa4\x95\xe0\xa4\xbc"));     // U+0958 is excluded from composition
+	CHECK(nfc_is("\xc3\x85\xcc\x81", "\xc7\xba"));                 // Å + acute -> Ǻ
 	CHECK(nfc_is("\xe1\xba\x9b\xcc\xa3", "\xe1\xba\x9b\xcc\xa3")); // ẛ̣ stays
 	CHECK(nfc_is("caf\x65\xcc\x81 \xc3\x84pfel", "caf\xc3\xa9 \xc3\x84pfel"));
 	// invalid bytes pass through and block composition
@@ -318,13 +325,22 @@ test_split_gpt2(void)
 	CHECK(split_is("gpt-2", "123456", "123456", NULL));
 	CHECK(split_is("gpt-2", " 12ab", " 12", "ab", NULL));
 	CHECK(split_is("gpt-2", "\xc2\xa1Hola!", "\xc2\xa1", "Hola", "!", NULL));
-	CHECK(split_is("gpt-2", "\xe6\x97\xa5\xe6\x9c\xac \xe8\xaa\x9e", "\xe6\x97\xa5\xe6\x9c\xac", " \xe8\xaa\x9e", NULL));
+	CHECK(split_is("gpt-2", "\xe6\x97\xa5\xe6\x9c\xac \xe8\xaa\x9e", "\xe6\x97\xa5\xe6\x9c\xac", " \xe8\xaa\x9e",
+	               NULL));
 	CHECK(split_is("gpt-2", "\n\n hi", "\n\n", " hi", NULL));
 	CHECK(split_is("gpt-2", "\xc3\x84\xc2\xbd", "\xc3\x84", "\xc2\xbd", NULL)); // Ä½: letter, number
 	CHECK(split_is("gpt-2", "x\xc2\xb2", "x", "\xc2\xb2", NULL));               // x²
 	CHECK(split_is("gpt-2", " ...!? x", " ...!?", " x", NULL));
-	CHECK(split_is("gpt-2", "a\xff" "b", "a", "\xff", "b", NULL)); // invalid byte: a symbol
-	CHECK(split_is("gpt-2", "na\xc3\xaf" "ve caf\xc3\xa9", "na\xc3\xaf" "ve", " caf\xc3\xa9", NULL));
+	CHECK(split_is("gpt-2",
+	               "a\xff"
+	               "b",
+	               "a", "\xff", "b", NULL)); // invalid byte: a symbol
+	CHECK(split_is("gpt-2",
+	               "na\xc3\xaf"
+	               "ve caf\xc3\xa9",
+	               "na\xc3\xaf"
+	               "ve",
+	               " caf\xc3\xa9", NULL));
 }
 
 static void
@@ -383,8 +399,16 @@ test_names(void)
 	CHECK(n >= 5);
 
 	memset(&p, 0, sizeof p);
-	CHECK(pretok_add_regex(&p, "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", err) == 0 && p.rule[0] == PRETOK_QWEN2);
-	CHECK(pretok_add_regex(&p, "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", err) == 0 && p.rule[1] == PRETOK_LLAMA3);
+	CHECK(pretok_add_regex(
+		      &p,
+		      "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+		      err) == 0 &&
+	      p.rule[0] == PRETOK_QWEN2);
+	CHECK(pretok_add_regex(
+		      &p,
+		      "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+		      err) == 0 &&
+	      p.rule[1] == PRETOK_LLAMA3);
 	// any other regex runs through PCRE2; one it cannot compile is refused
 	CHECK(pretok_add_regex(&p, "\\w+|[^\\w\\s]+", err) == 0 && p.rule[2] == PRETOK_REGEX && p.re[2], "%s", err);
 	CHECK(pretok_add_regex(&p, "[a-", err) == -1);
@@ -439,15 +463,54 @@ test_names(void)
 static void
 test_engine_equal(void)
 {
-	static const char *bits[] = {"a", "Z", "xy", " ", "  ", "\n", "\r\n", "\r", "\t", "7", "42", "123", "'s",
-	                             "'LL", "'Re", "'d", "'", ".", "!?", ",", "$", "+", "<=", "^~|", "`", "(", ")",
-	                             "\xc3\xa9", "e\xcc\x81", "\xe4\xb8\xad", "\xf0\x9f\xa6\x99", "\xd0\xb6",
-	                             "\xd9\xa3", "\xe0\xa4\x95\xe0\xa4\xbf", "\xff", "\xc0\x80", "\xed\xa0\x80",
-	                             "\xe2\x82", "\xc2\xa0", "\xe3\x80\x80", "\xc2\xb2", "\xe2\x80\x94",
-	                             "\xef\xbc\x81", "\xe2\x85\xa2", "\xe3\x81\x82"};
-	static const char *pres[] = {"default", "gpt-2", "llama-bpe", "qwen2", "smollm", "starcoder", "refact",
-	                             "command-r", "codeshell", "stablelm2", "mpt", "olmo", "falcon3", "pixtral",
-	                             "deepseek-r1-qwen"};
+	static const char *bits[] = {"a",
+	                             "Z",
+	                             "xy",
+	                             " ",
+	                             "  ",
+	                             "\n",
+	                             "\r\n",
+	                             "\r",
+	                             "\t",
+	                             "7",
+	                             "42",
+	                             "123",
+	                             "'s",
+	                             "'LL",
+	                             "'Re",
+	                             "'d",
+	                             "'",
+	                             ".",
+	                             "!?",
+	                             ",",
+	                             "$",
+	                             "+",
+	                             "<=",
+	                             "^~|",
+	                             "`",
+	                             "(",
+	                             ")",
+	                             "\xc3\xa9",
+	                             "e\xcc\x81",
+	                             "\xe4\xb8\xad",
+	                             "\xf0\x9f\xa6\x99",
+	                             "\xd0\xb6",
+	                             "\xd9\xa3",
+	                             "\xe0\xa4\x95\xe0\xa4\xbf",
+	                             "\xff",
+	                             "\xc0\x80",
+	                             "\xed\xa0\x80",
+	                             "\xe2\x82",
+	                             "\xc2\xa0",
+	                             "\xe3\x80\x80",
+	                             "\xc2\xb2",
+	                             "\xe2\x80\x94",
+	                             "\xef\xbc\x81",
+	                             "\xe2\x85\xa2",
+	                             "\xe3\x81\x82"};
+	static const char *pres[] = {"default",   "gpt-2",  "llama-bpe", "qwen2",     "smollm",
+	                             "starcoder", "refact", "command-r", "codeshell", "stablelm2",
+	                             "mpt",       "olmo",   "falcon3",   "pixtral",   "deepseek-r1-qwen"};
 	struct pretok_out a = {0}, b = {0};
 	char err[AD_ERRLEN], buf[512];
 	unsigned seed = 99;

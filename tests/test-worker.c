@@ -130,7 +130,7 @@ flaky_new(struct kernel_backend *inner)
 	f->kb.name = "flaky";
 	f->kb.surface_new = flaky_surface_new;
 	f->kb.call = flaky_call;
-	f->kb.call_list = NULL; // one flaky_call per kernel
+	f->kb.call_list = NULL;  // one flaky_call per kernel
 	f->kb.host_alloc = NULL; // the host blocks are the wrapper's (flaky_free), not the inner's
 	f->kb.free = flaky_free;
 	f->kb.priv = f;
@@ -204,7 +204,7 @@ svc_stop(struct svc *v)
 	memset(v, 0, sizeof *v);
 }
 
-static struct svc S; // stories260K on kb_local behind the flaky wrapper
+static struct svc S;                // stories260K on kb_local behind the flaky wrapper
 static struct gram_loader *S_vocab; // its vocabulary for grammars
 
 static void
@@ -328,8 +328,7 @@ test_greedy(void)
 		engc_poll_free(&p);
 	}
 	CHECK(got == 8 && good, "%d events", got);
-	CHECK(t.prefill_tokens == 5 && t.decode_tokens == 7, "prefill %u decode %u", t.prefill_tokens,
-	      t.decode_tokens);
+	CHECK(t.prefill_tokens == 5 && t.decode_tokens == 7, "prefill %u decode %u", t.prefill_tokens, t.decode_tokens);
 	CHECK(t.kernel_ns > 0 && t.prefill_ns > 0 && t.decode_ns > 0 && t.sampling_ns > 0);
 	// the final poll can be repeated within the grace period
 	struct engc_poll p;
@@ -351,8 +350,8 @@ test_concurrent(void)
 		float temp;
 		uint64_t seed;
 	} jobs[6] = {
-		{prompt5, 1, 0, 0},          {prompt5, 3, 0, 0},          {long_prompt, 41, 0, 0},
-		{prompt5, 5, 0.9f, 7},       {long_prompt, 23, 1.0f, 99}, {prompt5, 5, 0, 0},
+		{prompt5, 1, 0, 0},    {prompt5, 3, 0, 0},          {long_prompt, 41, 0, 0},
+		{prompt5, 5, 0.9f, 7}, {long_prompt, 23, 1.0f, 99}, {prompt5, 5, 0, 0},
 	};
 	enum { NJ = 6 };
 	struct run alone[NJ], together[NJ];
@@ -384,14 +383,15 @@ test_concurrent(void)
 	sched_stats(S.s, &after);
 	for (int i = 0; i < NJ; i++) {
 		CHECK(together[i].rc == 0 && together[i].finish == ENGC_LENGTH, "job %d: %s", i, together[i].err);
-		CHECK(same_ids(alone[i].ids, alone[i].n, together[i].ids, together[i].n), "job %d differs when batched", i);
+		CHECK(same_ids(alone[i].ids, alone[i].n, together[i].ids, together[i].n), "job %d differs when batched",
+		      i);
 		// a prompt chunk sharing a call with decode steps is still booked as
 		// prefill; what a job forked from a running sequence holding its
 		// prompt is not computed (cached)
 		CHECK(together[i].t.prefill_tokens + together[i].t.cached_tokens == jobs[i].n &&
-		          together[i].t.decode_tokens == 47,
-		      "job %d: prefill %u cached %u decode %u", i, together[i].t.prefill_tokens, together[i].t.cached_tokens,
-		      together[i].t.decode_tokens);
+		              together[i].t.decode_tokens == 47,
+		      "job %d: prefill %u cached %u decode %u", i, together[i].t.prefill_tokens,
+		      together[i].t.cached_tokens, together[i].t.decode_tokens);
 		free(alone[i].ids);
 		free(together[i].ids);
 	}
@@ -454,7 +454,8 @@ test_cancel(void)
 	uint64_t t0 = ad_now_ns();
 	REQUIRE(engc_poll(S.c, js.job, 2000, &p, TMO, NULL, err) == 0, "%s", err);
 	CHECK(p.finish == ENGC_CANCELLED, "finish %d", p.finish);
-	CHECK(ad_now_ns() - t0 < 3000000000u, "the cancel took %llu ms", (unsigned long long)(ad_now_ns() - t0) / 1000000);
+	CHECK(ad_now_ns() - t0 < 3000000000u, "the cancel took %llu ms",
+	      (unsigned long long)(ad_now_ns() - t0) / 1000000);
 	got += p.n_events;
 	engc_poll_free(&p);
 	CHECK(got < 1000);
@@ -596,7 +597,8 @@ test_context(void)
 	// cpu-worker/fit.h: keep = max_seq - max_tokens - 1 = 2037, the BOS
 	// (p[0]) in front of the last 2036
 	CHECK(st.prompt_tokens == 2037 && st.dropped == N - 2037 && st.dropped_from == 1 && st.max_tokens == 10 &&
-	      na == 10, "kept %u dropped %u from %u", st.prompt_tokens, st.dropped, st.dropped_from);
+	              na == 10,
+	      "kept %u dropped %u from %u", st.prompt_tokens, st.dropped, st.dropped_from);
 	int32_t *cut = malloc(2037 * sizeof *cut);
 	cut[0] = p[0];
 	memcpy(cut + 1, p + (N - 2036), 2036 * sizeof *cut);
@@ -614,7 +616,8 @@ test_context(void)
 	char err[AD_ERRLEN];
 	REQUIRE(engc_run(S.c, &g, &a, &na, &fin, &st, NULL, TMO, NULL, err) == 0, "%s", err);
 	CHECK(fin == ENGC_LENGTH && st.prompt_tokens == 5 && st.dropped == 0 && st.max_tokens == 2048 - 5 - 1 &&
-	      na == 2048 - 5 - 1, "finish %d, %zu tokens", fin, na);
+	              na == 2048 - 5 - 1,
+	      "finish %d, %zu tokens", fin, na);
 	free(a);
 }
 
@@ -655,7 +658,8 @@ test_errors(void)
 	// a SpecMode the worker does not know
 	g = (struct engc_gen){.prompt = prompt5, .n_prompt = 5, .max_tokens = 4, .speculative = 7};
 	CHECK(engc_generate(S.c, &g, &st, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST &&
-	      strstr(err, "speculative"), "%s", err);
+	              strstr(err, "speculative"),
+	      "%s", err);
 
 	struct engc_poll p;
 	CHECK(engc_poll(S.c, 424242, 0, &p, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_NOT_FOUND);
@@ -730,15 +734,15 @@ check_eval(struct svc *v, int exact, const int32_t *ids, int n)
 		REQUIRE(engine_eval_layers(e, seq, ids, n, per_token, layers, want, err) == 0, "%s", err);
 		float *lg;
 		uint32_t rows, nv;
-		REQUIRE(engc_eval(v->c, ids, (size_t)n, per_token, 0, (uint32_t)layers, &lg, &rows, &nv, TMO, &code, err) ==
-		                0,
+		REQUIRE(engc_eval(v->c, ids, (size_t)n, per_token, 0, (uint32_t)layers, &lg, &rows, &nv, TMO, &code,
+		                  err) == 0,
 		        "%s", err);
 		CHECK(rows == (uint32_t)n && nv == (uint32_t)V);
-		CHECK(memcmp(lg, want, sizeof(float) * (size_t)n * V) == 0, "eval per_token=%d layers=%d differs", per_token,
-		      layers);
+		CHECK(memcmp(lg, want, sizeof(float) * (size_t)n * V) == 0, "eval per_token=%d layers=%d differs",
+		      per_token, layers);
 		free(lg);
-		REQUIRE(engc_eval(v->c, ids, (size_t)n, per_token, 1, (uint32_t)layers, &lg, &rows, &nv, TMO, &code, err) ==
-		                0,
+		REQUIRE(engc_eval(v->c, ids, (size_t)n, per_token, 1, (uint32_t)layers, &lg, &rows, &nv, TMO, &code,
+		                  err) == 0,
 		        "%s", err);
 		CHECK(rows == 1 && memcmp(lg, want + (size_t)(n - 1) * V, sizeof(float) * V) == 0,
 		      "last_only per_token=%d layers=%d differs", per_token, layers);
@@ -769,7 +773,8 @@ test_eval(void)
 	for (int i = 0; i < 2; i++) {
 		uint64_t job = i ? b.job : a.job;
 		REQUIRE(engc_poll(S.c, job, 0, &p, TMO, NULL, err) == 0, "%s", err);
-		CHECK(p.finish == ENGC_RUNNING && p.n_events > 0, "job %d: finish %d, %zu tokens", i, p.finish, p.n_events);
+		CHECK(p.finish == ENGC_RUNNING && p.n_events > 0, "job %d: finish %d, %zu tokens", i, p.finish,
+		      p.n_events);
 		engc_poll_free(&p);
 		engc_cancel(S.c, job, TMO, NULL, NULL);
 	}
@@ -842,22 +847,26 @@ test_embed(void)
 			float *out = NULL;
 			int dims = 0, used = 0;
 			if (run < 2) {
-				REQUIRE(sched_embed(S.s, ids, lens, N, pool, &out, &dims, &used, NULL, err) == 0, "%s", err);
+				REQUIRE(sched_embed(S.s, ids, lens, N, pool, &out, &dims, &used, NULL, err) == 0, "%s",
+				        err);
 				CHECK(dims == E && used == pool, "dims %d pooling %d", dims, used);
-				CHECK(memcmp(out, want, (size_t)N * E * sizeof *out) == 0, "pooling %d run %d", pool, run);
+				CHECK(memcmp(out, want, (size_t)N * E * sizeof *out) == 0, "pooling %d run %d", pool,
+				      run);
 				free(out);
 			} else {
 				for (int i = 0; i < N; i++) {
-					REQUIRE(sched_embed(S.s, ids + i, lens + i, 1, pool, &out, &dims, &used, NULL, err) == 0);
-					CHECK(memcmp(out, want + (size_t)i * E, (size_t)E * sizeof *out) == 0, "pooling %d input %d",
-					      pool, i);
+					REQUIRE(sched_embed(S.s, ids + i, lens + i, 1, pool, &out, &dims, &used, NULL,
+					                    err) == 0);
+					CHECK(memcmp(out, want + (size_t)i * E, (size_t)E * sizeof *out) == 0,
+					      "pooling %d input %d", pool, i);
 					free(out);
 				}
 			}
 			if (run == 1) {
 				struct engc_poll p;
 				REQUIRE(engc_poll(S.c, a.job, 0, &p, TMO, NULL, err) == 0, "%s", err);
-				CHECK(p.finish == ENGC_RUNNING && p.n_events > 0, "the job went on: %zu tokens", p.n_events);
+				CHECK(p.finish == ENGC_RUNNING && p.n_events > 0, "the job went on: %zu tokens",
+				      p.n_events);
 				engc_poll_free(&p);
 				engc_cancel(S.c, a.job, TMO, NULL, NULL);
 			}
@@ -882,14 +891,14 @@ test_embed(void)
 		int n, pool;
 		const char *want;
 	} cases[] = {
-	        {ids, lens, 0, 1, "input"},   {ids, &zero, 1, 1, "empty"}, {bad, &one, 1, 1, "vocabulary"},
-	        {longp, &big, 1, 1, "context"}, {ids, lens, 1, 4, "pooling"}, {ids, lens, 2049, 1, "2048"},
+		{ids, lens, 0, 1, "input"},     {ids, &zero, 1, 1, "empty"},  {bad, &one, 1, 1, "vocabulary"},
+		{longp, &big, 1, 1, "context"}, {ids, lens, 1, 4, "pooling"}, {ids, lens, 2049, 1, "2048"},
 	};
 	for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
 		out = (float *)1;
 		err[0] = 0;
-		CHECK(sched_embed(S.s, cases[c].ids, cases[c].lens, cases[c].n, cases[c].pool, &out, &dims, &used, &code,
-		                  err) == -1 &&
+		CHECK(sched_embed(S.s, cases[c].ids, cases[c].lens, cases[c].n, cases[c].pool, &out, &dims, &used,
+		                  &code, err) == -1 &&
 		              code == SCHED_EBADREQ && out == NULL && strstr(err, cases[c].want),
 		      "case %zu: '%s'", c, err);
 	}
@@ -964,7 +973,8 @@ test_abandon(void)
 	sched_shutdown(v.s);
 	for (int i = 0; i < 3; i++) {
 		REQUIRE(engc_poll(v.c, q[i].job, 1000, &p, TMO, &code, err) == 0, "%s", err);
-		CHECK(p.finish == ENGC_ERROR && p.code == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE && strstr(p.msg, "shutting"),
+		CHECK(p.finish == ENGC_ERROR && p.code == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE &&
+		              strstr(p.msg, "shutting"),
 		      "job %d: finish %d code %d %s", i, p.finish, p.code, p.msg);
 		engc_poll_free(&p);
 	}
@@ -1002,7 +1012,8 @@ test_client_gone(void)
 		struct engc_poll p;
 		sleep_ms(300);
 		REQUIRE(engc_poll(v.c, js.job, 0, &p, TMO, &code, err) == 0, "%s", err);
-		CHECK(p.finish == ENGC_RUNNING, "local %d: a live client's job runs (finish %d %s)", local, p.finish, p.msg);
+		CHECK(p.finish == ENGC_RUNNING, "local %d: a live client's job runs (finish %d %s)", local, p.finish,
+		      p.msg);
 		engc_poll_free(&p);
 		kill(child, SIGKILL);
 		waitpid(child, NULL, 0);
@@ -1130,8 +1141,9 @@ same_story(const struct story *a, const struct story *b)
 		return 0;
 	for (size_t i = 0; i < a->n; i++)
 		if (a->ids[i] != b->ids[i] || memcmp(&a->lp[i], &b->lp[i], sizeof a->lp[i]) ||
-		    memcmp(a->alt[i], b->alt[i], sizeof a->alt[i]) || memcmp(a->alt_lp[i], b->alt_lp[i], sizeof a->alt_lp[i]) ||
-		    a->index[i] != (uint32_t)i || b->index[i] != (uint32_t)i)
+		    memcmp(a->alt[i], b->alt[i], sizeof a->alt[i]) ||
+		    memcmp(a->alt_lp[i], b->alt_lp[i], sizeof a->alt_lp[i]) || a->index[i] != (uint32_t)i ||
+		    b->index[i] != (uint32_t)i)
 			return 0;
 	return 1;
 }
@@ -1173,7 +1185,11 @@ test_resume(void)
 			sp.bias = bias;
 			sp.n_bias = 2;
 		}
-		struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 60, .sp = &sp, .logprobs = 1,
+		struct engc_gen g = {.prompt = prompt5,
+		                     .n_prompt = 5,
+		                     .max_tokens = 60,
+		                     .sp = &sp,
+		                     .logprobs = 1,
 		                     .top_logprobs = 3};
 		static struct story ref, cut;
 		REQUIRE(story_run(v.c, &g, 0, NULL, NULL, &ref) == 0);
@@ -1182,12 +1198,13 @@ test_resume(void)
 		for (int k = 0; k < 3; k++) {
 			REQUIRE(story_run(v.c, &g, cuts[k], restart_svc, &v, &cut) == 0);
 			CHECK(cut.replays == 1, "mode %d cut %zu: %d replays", mode, cuts[k], cut.replays);
-			CHECK(same_story(&ref, &cut), "mode %d: cut after %zu tokens, the story differs (%zu tokens, finish %d)",
-			      mode, cuts[k], cut.n, cut.fin);
+			CHECK(same_story(&ref, &cut),
+			      "mode %d: cut after %zu tokens, the story differs (%zu tokens, finish %d)", mode, cuts[k],
+			      cut.n, cut.fin);
 			// the timings add both incarnations': the prompt and the delivered
 			// tokens were prefilled again
-			CHECK(cut.t.prefill_tokens > ref.t.prefill_tokens, "mode %d: prefill %u, uninterrupted %u", mode,
-			      cut.t.prefill_tokens, ref.t.prefill_tokens);
+			CHECK(cut.t.prefill_tokens > ref.t.prefill_tokens, "mode %d: prefill %u, uninterrupted %u",
+			      mode, cut.t.prefill_tokens, ref.t.prefill_tokens);
 		}
 	}
 	// under a grammar: the restarted worker's grammar takes the delivered
@@ -1207,7 +1224,11 @@ test_resume(void)
 			sp.seed = 11 + (uint64_t)mode;
 			sp.has_seed = 1;
 			// (no stop ids: the grammars never end, the jobs run to max_tokens)
-			struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 50, .sp = &sp, .logprobs = 1,
+			struct engc_gen g = {.prompt = prompt5,
+			                     .n_prompt = 5,
+			                     .max_tokens = 50,
+			                     .sp = &sp,
+			                     .logprobs = 1,
 			                     .top_logprobs = 3,
 			                     .grammar = "root ::= \"{\\\"story\\\": \\\"\" [a-z ]{40,} \"\\\"}\""};
 			if (mode == 1) { // greedy: the story's own tokens until ref_ids[6]
@@ -1220,32 +1241,36 @@ test_resume(void)
 			REQUIRE(story_run(v.c, &g, 0, NULL, NULL, &ref) == 0);
 			char text[1024];
 			text_of(ref.ids, ref.n, text, sizeof text);
-			CHECK(ref.n == 50 && ref.fin == ENGC_LENGTH, "grammar mode %d: %zu tokens, finish %d", mode, ref.n,
-			      ref.fin);
+			CHECK(ref.n == 50 && ref.fin == ENGC_LENGTH, "grammar mode %d: %zu tokens, finish %d", mode,
+			      ref.n, ref.fin);
 			if (mode == 1)
 				CHECK(ref.on_at == 2, "grammar mode 1: on at %d", ref.on_at);
 			else
-				CHECK(!strncmp(text, "{\"story\": \"", 11) && strspn(text + 11, "abcdefghijklmnopqrstuvwxyz ") ==
-				          strlen(text + 11),
+				CHECK(!strncmp(text, "{\"story\": \"", 11) &&
+				              strspn(text + 11, "abcdefghijklmnopqrstuvwxyz ") == strlen(text + 11),
 				      "grammar mode %d: '%s'", mode, text);
 			const size_t cuts[] = {1, 17, 45};
 			for (int k = 0; k < 3; k++) {
 				REQUIRE(story_run(v.c, &g, cuts[k], restart_svc, &v, &cut) == 0);
 				CHECK(cut.replays == 1 && same_story(&ref, &cut),
-				      "grammar mode %d: cut after %zu tokens: %d replays, %zu tokens, finish %d, on at %d", mode,
-				      cuts[k], cut.replays, cut.n, cut.fin, cut.on_at);
+				      "grammar mode %d: cut after %zu tokens: %d replays, %zu tokens, finish %d, on at %d",
+				      mode, cuts[k], cut.replays, cut.n, cut.fin, cut.on_at);
 			}
 		}
 		// a replay the grammar does not take is refused
 		struct sample_params sp;
 		sample_defaults(&sp);
-		struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 4, .sp = &sp,
-		                     .grammar = "root ::= \"x\"", .grammar_replay = 2};
+		struct engc_gen g = {.prompt = prompt5,
+		                     .n_prompt = 5,
+		                     .max_tokens = 4,
+		                     .sp = &sp,
+		                     .grammar = "root ::= \"x\"",
+		                     .grammar_replay = 2};
 		struct engc_started st;
 		char err[AD_ERRLEN];
 		int code = 0;
-		CHECK(engc_generate(v.c, &g, &st, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST &&
-		          strstr(err, "grammar_replay: token 0"),
+		CHECK(engc_generate(v.c, &g, &st, TMO, &code, err) == -1 &&
+		              code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST && strstr(err, "grammar_replay: token 0"),
 		      "%s", err);
 		g.grammar_replay = 6;
 		CHECK(engc_generate(v.c, &g, &st, TMO, &code, err) == -1 && strstr(err, "grammar_replay"), "%s", err);
@@ -1258,7 +1283,8 @@ test_resume(void)
 	char err[AD_ERRLEN];
 	int code = 0;
 	CHECK(engc_generate(v.c, &g, &st, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST &&
-	      strstr(err, "skip_draws"), "%s", err);
+	              strstr(err, "skip_draws"),
+	      "%s", err);
 
 	// a job whose worker dies every time before it gives a token (a request
 	// that crashes it, say) fails after ENGC_MAX_FRUITLESS losses in a row,
@@ -1287,7 +1313,8 @@ test_resume(void)
 				break;
 		}
 		CHECK(code == ANEDVD__ERROR_CODE__ERROR_INTERNAL && strstr(err, "in a row") &&
-		      losses == ENGC_MAX_FRUITLESS, "%d losses, code %d: %s", losses, code, err);
+		              losses == ENGC_MAX_FRUITLESS,
+		      "%d losses, code %d: %s", losses, code, err);
 		engc_job_free(pj);
 	}
 	__atomic_store_n(&v.fl->delay_us, 300, __ATOMIC_RELAXED);
@@ -1316,7 +1343,8 @@ test_resume(void)
 		polls++;
 	}
 	CHECK(rv == -1 && code == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE && strstr(err, "unavailable") &&
-	      strstr(err, "deadline"), "rv %d code %d: %s", rv, code, err);
+	              strstr(err, "deadline"),
+	      "rv %d code %d: %s", rv, code, err);
 	CHECK(waited && ad_now_ns() - t0 >= 1000000000u, "%d polls over %llu ms", polls,
 	      (unsigned long long)((ad_now_ns() - t0) / 1000000u));
 	engc_job_free(j);
@@ -1338,14 +1366,16 @@ test_lease(void)
 	int code = 0;
 	uint32_t jobs = 9;
 	CHECK(engc_lease(v.c, "", 500, NULL, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST &&
-	      strstr(err, "client"), "%s", err);
+	              strstr(err, "client"),
+	      "%s", err);
 	CHECK(engc_lease(v.c, "a", 50, NULL, TMO, &code, err) == -1 && strstr(err, "lease_ms"), "%s", err);
 	struct engc_gen bad = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 4, .client = "a", .lease_ms = 0};
 	struct engc_started js, ks;
 	CHECK(engc_generate(v.c, &bad, &js, TMO, &code, err) == -1 && strstr(err, "lease_ms"), "%s", err);
 	CHECK(engc_lease(v.c, "dies", 400, &jobs, TMO, &code, err) == 0 && jobs == 0, "%s", err);
 	struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 100000, .client = "dies", .lease_ms = 400};
-	struct engc_gen h = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 100000, .client = "lives", .lease_ms = 400};
+	struct engc_gen h = {
+		.prompt = prompt5, .n_prompt = 5, .max_tokens = 100000, .client = "lives", .lease_ms = 400};
 	REQUIRE(engc_generate(v.c, &g, &js, TMO, NULL, err) == 0, "%s", err);
 	REQUIRE(engc_generate(v.c, &h, &ks, TMO, NULL, err) == 0, "%s", err);
 	// both renew for a second: both run
@@ -1428,8 +1458,9 @@ process_run(const char *backend, const char *ane_url, const char *name)
 {
 	char url[300];
 	REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), name) == 0);
-	char *argv[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", url, "--backend", (char *)backend,
-	                "--chunk", "16", "--parallel", "2", ane_url ? "--ane" : NULL, (char *)ane_url, NULL};
+	char *argv[] = {CPU_WORKER_BIN,  "--model", STORIES, "--listen",   url, "--backend",
+	                (char *)backend, "--chunk", "16",    "--parallel", "2", ane_url ? "--ane" : NULL,
+	                (char *)ane_url, NULL};
 	pid_t pid = spawn(argv);
 	REQUIRE(pid > 0);
 	char err[AD_ERRLEN];
@@ -1467,17 +1498,20 @@ test_process(void)
 	CHECK(exit_code(spawn(help), 10000) == 0);
 	char *noargs[] = {CPU_WORKER_BIN, NULL};
 	CHECK(exit_code(spawn(noargs), 10000) == 2);
-	char *badbe[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", "ipc:///nonexistent/x", "--backend", "gpu", NULL};
+	char *badbe[] = {CPU_WORKER_BIN,         "--model",   STORIES, "--listen",
+	                 "ipc:///nonexistent/x", "--backend", "gpu",   NULL};
 	CHECK(exit_code(spawn(badbe), 10000) == 2);
-	char *noane[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", "ipc:///nonexistent/x", "--backend", "remote",
-	                 NULL};
+	char *noane[] = {CPU_WORKER_BIN,         "--model",   STORIES,  "--listen",
+	                 "ipc:///nonexistent/x", "--backend", "remote", NULL};
 	CHECK(exit_code(spawn(noane), 10000) == 2);
-	char *badnum[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", "ipc:///nonexistent/x", "--parallel", "0", NULL};
+	char *badnum[] = {CPU_WORKER_BIN,         "--model",    STORIES, "--listen",
+	                  "ipc:///nonexistent/x", "--parallel", "0",     NULL};
 	CHECK(exit_code(spawn(badnum), 10000) == 2);
-	char *badmem[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", "ipc:///nonexistent/x", "--cache-mem", "12Q", NULL};
+	char *badmem[] = {CPU_WORKER_BIN,         "--model",     STORIES, "--listen",
+	                  "ipc:///nonexistent/x", "--cache-mem", "12Q",   NULL};
 	CHECK(exit_code(spawn(badmem), 10000) == 2);
-	char *badblock[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", "ipc:///nonexistent/x", "--cache-block", "0",
-	                    NULL};
+	char *badblock[] = {CPU_WORKER_BIN,         "--model",       STORIES, "--listen",
+	                    "ipc:///nonexistent/x", "--cache-block", "0",     NULL};
 	CHECK(exit_code(spawn(badblock), 10000) == 2);
 	char *nomodel[] = {CPU_WORKER_BIN, "--model", "/nonexistent.gguf", "--listen", "ipc:///nonexistent/x", NULL};
 	CHECK(exit_code(spawn(nomodel), 10000) == 1);
@@ -1494,7 +1528,8 @@ test_rope(void)
 	for (int i = 0; i < 2; i++) {
 		char url[300], err[AD_ERRLEN];
 		REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), i ? "rope-hf" : "rope-adj") == 0);
-		char *argv[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", url, "--chunk", "16", (char *)flags[i], NULL};
+		char *argv[] = {CPU_WORKER_BIN, "--model", STORIES,          "--listen", url,
+		                "--chunk",      "16",      (char *)flags[i], NULL};
 		pid_t pid = spawn(argv);
 		REQUIRE(pid > 0);
 		struct ad_client *c = ad_client_open(url, err);
@@ -1576,8 +1611,9 @@ spawn_ane(const char *aurl, int delay_ms)
 {
 	char d[16];
 	snprintf(d, sizeof d, "%d", delay_ms);
-	char *argv[] = {ANE_WORKER_BIN, "--model", STORIES, "--listen", (char *)aurl, "--chunk", "16", "--threads", "1",
-	                "--debug-delay-ms", d, NULL};
+	char *argv[] = {
+		ANE_WORKER_BIN,     "--model", STORIES, "--listen", (char *)aurl, "--chunk", "16", "--threads", "1",
+		"--debug-delay-ms", d,         NULL};
 	return spawn(argv);
 }
 
@@ -1586,8 +1622,8 @@ spawn_ane(const char *aurl, int delay_ms)
 // 64) in ids, how many came before the kill in *killed, the last timings
 // in *tm (may be NULL); returns the finish
 static enum engc_finish
-run_killing_ane(struct ad_client *c, const struct engc_gen *g, pid_t *ane, const char *aurl, int32_t *ids,
-                size_t *n, int *killed, struct engc_timings *tm)
+run_killing_ane(struct ad_client *c, const struct engc_gen *g, pid_t *ane, const char *aurl, int32_t *ids, size_t *n,
+                int *killed, struct engc_timings *tm)
 {
 	char err[AD_ERRLEN];
 	struct engc_started js;
@@ -1636,8 +1672,22 @@ test_remote(void)
 	kill(ane, SIGKILL);
 	waitpid(ane, NULL, 0);
 	ane = spawn_ane(aurl, 5);
-	char *argv[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", url, "--backend", "remote", "--ane", aurl,
-	                "--chunk", "16", "--kernel-timeout-ms", "1000", "--kernel-deadline-ms", "4000", NULL};
+	char *argv[] = {CPU_WORKER_BIN,
+	                "--model",
+	                STORIES,
+	                "--listen",
+	                url,
+	                "--backend",
+	                "remote",
+	                "--ane",
+	                aurl,
+	                "--chunk",
+	                "16",
+	                "--kernel-timeout-ms",
+	                "1000",
+	                "--kernel-deadline-ms",
+	                "4000",
+	                NULL};
 	pid_t pid = spawn(argv);
 	REQUIRE(pid > 0);
 	struct ad_client *c = ad_client_open(url, err);
@@ -1694,9 +1744,28 @@ test_restart_spec(void)
 	REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), "p-spec") == 0);
 	pid_t ane = spawn_ane(aurl, 5);
 	REQUIRE(ane > 0);
-	char *argv[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", url, "--backend", "remote", "--ane", aurl,
-	                "--chunk", "16", "--kernel-timeout-ms", "1000", "--kernel-deadline-ms", "4000", "--ngram-min", "1",
-	                "--draft-cost", "0", "--draft", "6", NULL};
+	char *argv[] = {CPU_WORKER_BIN,
+	                "--model",
+	                STORIES,
+	                "--listen",
+	                url,
+	                "--backend",
+	                "remote",
+	                "--ane",
+	                aurl,
+	                "--chunk",
+	                "16",
+	                "--kernel-timeout-ms",
+	                "1000",
+	                "--kernel-deadline-ms",
+	                "4000",
+	                "--ngram-min",
+	                "1",
+	                "--draft-cost",
+	                "0",
+	                "--draft",
+	                "6",
+	                NULL};
 	pid_t pid = spawn(argv);
 	REQUIRE(pid > 0);
 	struct ad_client *c = ad_client_open(url, err);
@@ -1761,8 +1830,8 @@ static pid_t
 spawn_remote(const char *url, const char *aurl, const char *inst, struct ad_client **c)
 {
 	char err[AD_ERRLEN];
-	char *argv[] = {CPU_WORKER_BIN, "--model", STORIES, "--listen", (char *)url, "--backend", "remote", "--ane",
-	                (char *)aurl, "--chunk", "16", "--instance", (char *)inst, NULL};
+	char *argv[] = {CPU_WORKER_BIN, "--model",    STORIES,   "--listen", (char *)url,  "--backend",  "remote",
+	                "--ane",        (char *)aurl, "--chunk", "16",       "--instance", (char *)inst, NULL};
 	pid_t pid = spawn(argv);
 	*c = pid > 0 ? ad_client_open(url, err) : NULL;
 	if (!*c || wait_health(*c, pid, 60000)) {
@@ -1950,8 +2019,13 @@ test_grammar(void)
 		sp[i].has_seed = 1;
 		memset(&r[i], 0, sizeof r[i]);
 		r[i].c = S.c;
-		r[i].g = (struct engc_gen){.prompt = prompt5, .n_prompt = 5, .max_tokens = 40, .sp = &sp[i],
-		                           .stop_ids = stop, .n_stop = 1, .grammar = gbnf};
+		r[i].g = (struct engc_gen){.prompt = prompt5,
+		                           .n_prompt = 5,
+		                           .max_tokens = 40,
+		                           .sp = &sp[i],
+		                           .stop_ids = stop,
+		                           .n_stop = 1,
+		                           .grammar = gbnf};
 		pthread_create(&th[i], NULL, run_main, &r[i]);
 	}
 	for (int i = 0; i < 4; i++) {
@@ -1960,7 +2034,7 @@ test_grammar(void)
 		size_t len = text_of(r[i].ids, r[i].n, text, sizeof text);
 		size_t letters = strspn(text + 10, "abcdefghijklmnopqrstuvwxyz");
 		CHECK(r[i].finish == ENGC_STOP && len >= 13 && !strncmp(text, "{\"name\": \"", 10) && letters >= 1 &&
-		          letters <= 12 && !strcmp(text + 10 + letters, "\"}"),
+		              letters <= 12 && !strcmp(text + 10 + letters, "\"}"),
 		      "job %d: finish %d, '%s'", i, r[i].finish, text);
 		free(r[i].ids);
 	}
@@ -1969,7 +2043,11 @@ test_grammar(void)
 	size_t n;
 	enum engc_finish fin;
 	int code = 0;
-	struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 5, .stop_ids = stop, .n_stop = 1,
+	struct engc_gen g = {.prompt = prompt5,
+	                     .n_prompt = 5,
+	                     .max_tokens = 5,
+	                     .stop_ids = stop,
+	                     .n_stop = 1,
 	                     .grammar = "root ::= \"ab\"{30}"};
 	REQUIRE(engc_run(S.c, &g, &ids, &n, &fin, NULL, NULL, TMO, &code, err) == 0, "%s", err);
 	text_of(ids, n, text, sizeof text);
@@ -1980,8 +2058,15 @@ test_grammar(void)
 	char lazy[64];
 	snprintf(lazy, sizeof lazy, "root ::= <[%d]> \"!\"", ref_ids[6]);
 	const int32_t trig[] = {ref_ids[6]};
-	g = (struct engc_gen){.prompt = prompt5, .n_prompt = 5, .max_tokens = 20, .stop_ids = stop, .n_stop = 1,
-	                      .grammar = lazy, .grammar_lazy = 1, .grammar_tokens = trig, .n_grammar_tokens = 1};
+	g = (struct engc_gen){.prompt = prompt5,
+	                      .n_prompt = 5,
+	                      .max_tokens = 20,
+	                      .stop_ids = stop,
+	                      .n_stop = 1,
+	                      .grammar = lazy,
+	                      .grammar_lazy = 1,
+	                      .grammar_tokens = trig,
+	                      .n_grammar_tokens = 1};
 	struct engc_started js;
 	REQUIRE(engc_generate(S.c, &g, &js, TMO, NULL, err) == 0, "%s", err);
 	int32_t got[32];
@@ -2010,19 +2095,19 @@ test_grammar(void)
 	struct engc_started st;
 	g = (struct engc_gen){.prompt = prompt5, .n_prompt = 5, .max_tokens = 4, .grammar = "root ::= nothing"};
 	CHECK(engc_generate(S.c, &g, &st, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST &&
-	          strstr(err, "'nothing' is used but not defined"),
+	              strstr(err, "'nothing' is used but not defined"),
 	      "%s", err);
 	g.grammar = "root ::= <[99999]>";
 	CHECK(engc_generate(S.c, &g, &st, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST &&
-	          strstr(err, "outside the vocabulary"),
+	              strstr(err, "outside the vocabulary"),
 	      "%s", err);
 	g.grammar = "root ::= <hello-there>";
 	CHECK(engc_generate(S.c, &g, &st, TMO, &code, err) == -1 && strstr(err, "not one token"), "%s", err);
 	g.grammar = "root ::= <s> \"x\""; // the BOS piece is one token
 	REQUIRE(engc_generate(S.c, &g, &st, TMO, &code, err) == 0, "%s", err);
 	engc_cancel(S.c, st.job, TMO, NULL, NULL);
-	g = (struct engc_gen){.prompt = prompt5, .n_prompt = 5, .max_tokens = 4, .grammar = "root ::= \"a\"",
-	                      .grammar_lazy = 1};
+	g = (struct engc_gen){
+		.prompt = prompt5, .n_prompt = 5, .max_tokens = 4, .grammar = "root ::= \"a\"", .grammar_lazy = 1};
 	CHECK(engc_generate(S.c, &g, &st, TMO, &code, err) == -1 && strstr(err, "trigger"), "%s", err);
 }
 

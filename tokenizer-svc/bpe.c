@@ -134,8 +134,8 @@ idmap_get(const struct idmap *m, const char *s, size_t n)
 // add_merge records "a b" (rank = its position); pairs whose sides or whose
 // concatenation are not in the vocabulary can never apply and are dropped
 static int
-add_merge(struct tokenizer *t, const struct idmap *m, const char *a, size_t na, const char *b, size_t nb,
-          int32_t rank, char *buf, char *err)
+add_merge(struct tokenizer *t, const struct idmap *m, const char *a, size_t na, const char *b, size_t nb, int32_t rank,
+          char *buf, char *err)
 {
 	int32_t l = idmap_get(m, a, na), r = idmap_get(m, b, nb);
 	if (l < 0 || r < 0)
@@ -307,7 +307,8 @@ load_pre(struct bpe_priv *p, const cJSON *n, char *err)
 			// after a Split it would prefix every piece; only the
 			// whole-fragment form is implemented
 			if (p->pre.n)
-				return ad_err(err, "ByteLevel add_prefix_space after another pre_tokenizer is not supported");
+				return ad_err(
+					err, "ByteLevel add_prefix_space after another pre_tokenizer is not supported");
 			p->add_prefix_space = 1;
 		}
 		if (!ur || cJSON_IsTrue(ur))
@@ -467,12 +468,23 @@ bpe_load_hf_json(struct tokenizer *t, const char *json, size_t len, char *err)
 	// a name for logs: the GGUF pre value these rules correspond to
 	const char *name = "custom";
 	switch (t->pre) {
-	case TOK_PRE_GPT2: name = "gpt-2"; break;
-	case TOK_PRE_LLAMA3: name = "llama-bpe"; break;
-	case TOK_PRE_QWEN2: name = "qwen2"; break;
-	case TOK_PRE_SMOLLM: name = "smollm"; break;
-	case TOK_PRE_DEFAULT: name = "default"; break;
-	default: break;
+	case TOK_PRE_GPT2:
+		name = "gpt-2";
+		break;
+	case TOK_PRE_LLAMA3:
+		name = "llama-bpe";
+		break;
+	case TOK_PRE_QWEN2:
+		name = "qwen2";
+		break;
+	case TOK_PRE_SMOLLM:
+		name = "smollm";
+		break;
+	case TOK_PRE_DEFAULT:
+		name = "default";
+		break;
+	default:
+		break;
 	}
 	snprintf(t->pre_name, sizeof t->pre_name, "%s", name);
 	rc = 0;
@@ -579,8 +591,8 @@ grow(void *pv, size_t *cap, size_t need, size_t size)
 #define BPE_SMALL 32
 
 static int
-encode_small(const struct tokenizer *t, const struct bpe_priv *p, const unsigned char *b, size_t n,
-             struct tok_ids *out, char *err)
+encode_small(const struct tokenizer *t, const struct bpe_priv *p, const unsigned char *b, size_t n, struct tok_ids *out,
+             char *err)
 {
 	int32_t id[BPE_SMALL], rank[BPE_SMALL], merged[BPE_SMALL];
 	size_t m = n;
@@ -618,8 +630,8 @@ encode_small(const struct tokenizer *t, const struct bpe_priv *p, const unsigned
 }
 
 static int
-encode_piece(const struct tokenizer *t, const struct bpe_priv *p, struct scratch *s, const unsigned char *b,
-             size_t n, struct tok_ids *out, char *err)
+encode_piece(const struct tokenizer *t, const struct bpe_priv *p, struct scratch *s, const unsigned char *b, size_t n,
+             struct tok_ids *out, char *err)
 {
 	if (t->ignore_merges && n <= t->max_piece_len) {
 		if (grow(&s->mapped, &s->mapped_cap, 2 * n, 1))

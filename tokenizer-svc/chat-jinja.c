@@ -28,7 +28,8 @@ compile(const char *text, char *why, size_t why_n)
 	struct jinja_tmpl *j = jinja_parse(text, strlen(text), &st, err);
 	if (!j)
 		snprintf(why, why_n, "the template %s (%.400s)",
-		         st == JINJA_UNSUPPORTED ? "uses what the interpreter does not support" : "does not parse", err);
+		         st == JINJA_UNSUPPORTED ? "uses what the interpreter does not support" : "does not parse",
+		         err);
 	return j;
 }
 
@@ -79,7 +80,8 @@ static cJSON *
 message(const struct tok_msg *m)
 {
 	cJSON *o = cJSON_CreateObject();
-	if (!o || !cJSON_AddStringToObject(o, "role", role_names[m->role]) || add_text(o, "content", m->content ? m->content : ""))
+	if (!o || !cJSON_AddStringToObject(o, "role", role_names[m->role]) ||
+	    add_text(o, "content", m->content ? m->content : ""))
 		goto fail;
 	if (m->reasoning && m->reasoning[0] && add_text(o, "reasoning_content", m->reasoning))
 		goto fail;
@@ -96,8 +98,10 @@ message(const struct tok_msg *m)
 			cJSON *call = cJSON_CreateObject(), *fn;
 			if (!call || !cJSON_AddItemToArray(calls, call))
 				goto fail;
-			if ((c->id && c->id[0] && add_text(call, "id", c->id)) || !cJSON_AddStringToObject(call, "type", "function") ||
-			    !(fn = cJSON_AddObjectToObject(call, "function")) || add_text(fn, "name", c->name ? c->name : ""))
+			if ((c->id && c->id[0] && add_text(call, "id", c->id)) ||
+			    !cJSON_AddStringToObject(call, "type", "function") ||
+			    !(fn = cJSON_AddObjectToObject(call, "function")) ||
+			    add_text(fn, "name", c->name ? c->name : ""))
 				goto fail;
 			// the arguments as the object they spell (templates tojson
 			// them or walk them), else as the text
@@ -105,7 +109,8 @@ message(const struct tok_msg *m)
 			cJSON *parsed = unicode_valid(a, strlen(a)) ? cJSON_Parse(a) : NULL;
 			int object = cJSON_IsObject(parsed);
 			cJSON_Delete(parsed);
-			if (object ? !cJSON_AddItemToObject(fn, "arguments", cJSON_CreateRaw(a)) : add_text(fn, "arguments", a))
+			if (object ? !cJSON_AddItemToObject(fn, "arguments", cJSON_CreateRaw(a))
+			           : add_text(fn, "arguments", a))
 				goto fail;
 		}
 	}
@@ -291,7 +296,8 @@ tok_chat_render(const struct tokenizer *t, const struct tok_msg *msgs, size_t n,
 		memmove(*out, *out + k, len - k + 1);
 		len -= k;
 	}
-	if (t->add_eos && t->eos >= 0 && (p = tok_piece(t, t->eos, &k)) && k && len >= k && !memcmp(*out + len - k, p, k))
+	if (t->add_eos && t->eos >= 0 && (p = tok_piece(t, t->eos, &k)) && k && len >= k &&
+	    !memcmp(*out + len - k, p, k))
 		(*out)[len -= k] = 0;
 	if (how)
 		*how = "jinja";

@@ -66,7 +66,9 @@ tools_block(struct sbuf *b, const char *tools_json, char *err)
 		const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
 		if (!cJSON_IsObject(f) || !cJSON_IsString(name)) {
 			cJSON_Delete(tools);
-			return ad_err(err, "chat: tools[%d] is not {\"type\": \"function\", \"function\": {\"name\": ...}}", k);
+			return ad_err(err,
+			              "chat: tools[%d] is not {\"type\": \"function\", \"function\": {\"name\": ...}}",
+			              k);
 		}
 		char *s = cJSON_PrintUnformatted(f);
 		if (!s) {
@@ -80,9 +82,9 @@ tools_block(struct sbuf *b, const char *tools_json, char *err)
 	}
 	cJSON_Delete(tools);
 	sbuf_str(b, "To call a function, answer with nothing but this JSON: {\"tool_call\": {\"name\": <the function's "
-	          "name>, \"arguments\": <its arguments as a JSON object>}}\n"
-	          "To call several at once: {\"tool_calls\": [{\"name\": ..., \"arguments\": ...}, ...]}\n"
-	          "A function's result comes back in a message that starts with \"Result of\".");
+	            "name>, \"arguments\": <its arguments as a JSON object>}}\n"
+	            "To call several at once: {\"tool_calls\": [{\"name\": ..., \"arguments\": ...}, ...]}\n"
+	            "A function's result comes back in a message that starts with \"Result of\".");
 	return 0;
 }
 
@@ -112,8 +114,8 @@ tok_chat_plain_free(struct tok_msg *msgs, size_t n)
 }
 
 int
-tok_chat_tools_plain(const struct tok_msg *msgs, size_t n, const char *tools_json, struct tok_msg **out,
-                     size_t *n_out, char *err)
+tok_chat_tools_plain(const struct tok_msg *msgs, size_t n, const char *tools_json, struct tok_msg **out, size_t *n_out,
+                     char *err)
 {
 	*out = NULL;
 	*n_out = 0;
@@ -178,7 +180,8 @@ tok_chat_render_tools(const struct tokenizer *t, const struct tok_msg *msgs, siz
 	if (!tok_chat_has_tools(msgs, n, tools))
 		return tok_chat_render(t, msgs, n, add_generation_prompt, o, out, how, err);
 	// the template that writes tools: its tool_use variant when it has one
-	const char *tmpl = tools && tools[0] && t->chat_template_tool_use ? t->chat_template_tool_use : t->chat_template;
+	const char *tmpl =
+		tools && tools[0] && t->chat_template_tool_use ? t->chat_template_tool_use : t->chat_template;
 	const char *f = tok_tool_format(tmpl);
 	if (strcmp(f, TOK_TOOL_FORMAT_GENERIC) && !(o && o->native) && tok_chat_jinja(t, NULL)) {
 		const char *h = NULL;

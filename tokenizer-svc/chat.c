@@ -107,7 +107,10 @@ sb_piece(struct sbuf *b, const struct tokenizer *t, int32_t id, const char *fall
 static const char *
 role_name(enum tok_role r)
 {
-	return r == TOK_ROLE_SYSTEM ? "system" : r == TOK_ROLE_USER ? "user" : r == TOK_ROLE_TOOL ? "tool" : "assistant";
+	return r == TOK_ROLE_SYSTEM ? "system"
+	       : r == TOK_ROLE_USER ? "user"
+	       : r == TOK_ROLE_TOOL ? "tool"
+	                            : "assistant";
 }
 
 int
@@ -253,9 +256,9 @@ tok_apply_chat_family(const struct tokenizer *t, enum tok_chat_family f, const s
 		// System: ...\nUser: ...\nAssistant: ...\n ... Assistant:
 		for (size_t i = 0; i < n; i++) {
 			sbuf_str(&b, msgs[i].role == TOK_ROLE_SYSTEM ? "System: "
-			           : msgs[i].role == TOK_ROLE_USER ? "User: "
-			           : msgs[i].role == TOK_ROLE_TOOL ? "Tool: "
-			                                            : "Assistant: ");
+			             : msgs[i].role == TOK_ROLE_USER ? "User: "
+			             : msgs[i].role == TOK_ROLE_TOOL ? "Tool: "
+			                                             : "Assistant: ");
 			sbuf_str(&b, msgs[i].content);
 			sbuf_str(&b, "\n");
 		}
@@ -275,13 +278,13 @@ tok_apply_chat_family(const struct tokenizer *t, enum tok_chat_family f, const s
 // the native renderer for tok_chat_render, with the one warning about a
 // model whose template says nothing this file knows
 int
-tok_chat_native(const struct tokenizer *t, const struct tok_msg *msgs, size_t n, int add_generation_prompt,
-                char **out, char *err)
+tok_chat_native(const struct tokenizer *t, const struct tok_msg *msgs, size_t n, int add_generation_prompt, char **out,
+                char *err)
 {
 	static atomic_int warned;
 	if (t->chat_guessed && !t->jinja && !atomic_exchange(&warned, 1))
-		ad_warn("chat: %s; using the %s format", t->chat_template ? "chat template not recognised"
-		                                                          : "the model has no chat template",
+		ad_warn("chat: %s; using the %s format",
+		        t->chat_template ? "chat template not recognised" : "the model has no chat template",
 		        tok_chat_family_name(t->chat));
 	return tok_apply_chat_family(t, t->chat, msgs, n, add_generation_prompt, out, err);
 }

@@ -126,17 +126,17 @@ pattern_find(const struct pattern *p, const char *s, size_t n, size_t **m, size_
 	size_t cap = 0;
 	*m = NULL;
 	*nm = 0;
-#define PUSH(a, b)                                                                   \
-	do {                                                                         \
-		if (*nm + 2 > cap) {                                                 \
-			cap = cap ? 2 * cap : 16;                                    \
-			size_t *q = realloc(*m, cap * sizeof *q);                    \
-			if (!q)                                                      \
-				return -1;                                           \
-			*m = q;                                                      \
-		}                                                                    \
-		(*m)[(*nm)++] = (a);                                                 \
-		(*m)[(*nm)++] = (b);                                                 \
+#define PUSH(a, b)                                                                                                     \
+	do {                                                                                                           \
+		if (*nm + 2 > cap) {                                                                                   \
+			cap = cap ? 2 * cap : 16;                                                                      \
+			size_t *q = realloc(*m, cap * sizeof *q);                                                      \
+			if (!q)                                                                                        \
+				return -1;                                                                             \
+			*m = q;                                                                                        \
+		}                                                                                                      \
+		(*m)[(*nm)++] = (a);                                                                                   \
+		(*m)[(*nm)++] = (b);                                                                                   \
 	} while (0)
 	if (p->lit) {
 		for (size_t i = 0; i + p->lit_n <= n;) {
@@ -203,9 +203,9 @@ enum norm_kind { N_NFC, N_NFKC, N_NFD, N_NFKD, N_LOWER, N_STRIP, N_STRIP_ACCENTS
 
 struct norm_step {
 	enum norm_kind kind;
-	int left, right;  // Strip
+	int left, right;    // Strip
 	struct pattern pat; // Replace
-	char *str;        // Replace: content; Prepend: prepend
+	char *str;          // Replace: content; Prepend: prepend
 };
 
 struct hf_norm {
@@ -269,8 +269,8 @@ norm_parse_into(struct hf_norm *n, const cJSON *j, char *err)
 		const char *name;
 		enum norm_kind kind;
 	} simple[] = {
-		{"NFC", N_NFC},       {"NFKC", N_NFKC},   {"NFD", N_NFD},
-		{"NFKD", N_NFKD},     {"Lowercase", N_LOWER}, {"StripAccents", N_STRIP_ACCENTS},
+		{"NFC", N_NFC},   {"NFKC", N_NFKC},       {"NFD", N_NFD},
+		{"NFKD", N_NFKD}, {"Lowercase", N_LOWER}, {"StripAccents", N_STRIP_ACCENTS},
 	};
 	for (size_t i = 0; i < sizeof simple / sizeof simple[0]; i++)
 		if (!strcmp(type, simple[i].name))
@@ -289,7 +289,8 @@ norm_parse_into(struct hf_norm *n, const cJSON *j, char *err)
 			return ad_err(err, "Replace normalizer without a content string");
 		if (!(s = norm_add(n, N_REPLACE)) || !(s->str = strdup(content)))
 			return ad_err(err, "out of memory");
-		return pattern_parse(cJSON_GetObjectItemCaseSensitive(j, "pattern"), &s->pat, "Replace normalizer", err);
+		return pattern_parse(cJSON_GetObjectItemCaseSensitive(j, "pattern"), &s->pat, "Replace normalizer",
+		                     err);
 	}
 	if (!strcmp(type, "Prepend")) {
 		const char *p = jstr(j, "prepend");
@@ -305,8 +306,9 @@ norm_parse_into(struct hf_norm *n, const cJSON *j, char *err)
 			return 0; // an empty charsmap changes nothing
 		return ad_err(err, "the Precompiled normalizer (SentencePiece's charsmap) is not supported");
 	}
-	return ad_err(err, "normalizer %s is not supported (NFC, NFKC, NFD, NFKD, Lowercase, Strip, StripAccents, "
-	                   "Replace, Prepend, Sequence)",
+	return ad_err(err,
+	              "normalizer %s is not supported (NFC, NFKC, NFD, NFKD, Lowercase, Strip, StripAccents, "
+	              "Replace, Prepend, Sequence)",
 	              type);
 }
 
@@ -351,8 +353,10 @@ norm_step(const struct norm_step *st, const char *s, size_t n, struct sbuf *o)
 	case N_NFD:
 	case N_NFKD: {
 		size_t m;
-		char *r = st->kind == N_NFC ? unicode_nfc(s, n, &m) : st->kind == N_NFKC ? unicode_nfkc(s, n, &m)
-		        : st->kind == N_NFD ? unicode_nfd(s, n, &m) : unicode_nfkd(s, n, &m);
+		char *r = st->kind == N_NFC    ? unicode_nfc(s, n, &m)
+		          : st->kind == N_NFKC ? unicode_nfkc(s, n, &m)
+		          : st->kind == N_NFD  ? unicode_nfd(s, n, &m)
+		                               : unicode_nfkd(s, n, &m);
 		if (!r)
 			return -1;
 		int rc = sb_put(o, r, m);
@@ -514,9 +518,9 @@ struct pre_step {
 	char rep[8]; // Metaspace: the replacement (UTF-8)
 	size_t rep_n;
 	enum prepend scheme;
-	int split;     // Metaspace
-	int each;      // Digits: individual_digits
-	int invert;    // Split
+	int split;  // Metaspace
+	int each;   // Digits: individual_digits
+	int invert; // Split
 	struct pattern pat;
 };
 
@@ -631,10 +635,12 @@ pre_parse_into(struct hf_pretok *p, const cJSON *j, char *err)
 		s->invert = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "invert"));
 		if (behavior_parse(j, B_REMOVED, &s->behavior, err))
 			return -1;
-		return pattern_parse(cJSON_GetObjectItemCaseSensitive(j, "pattern"), &s->pat, "Split pre_tokenizer", err);
+		return pattern_parse(cJSON_GetObjectItemCaseSensitive(j, "pattern"), &s->pat, "Split pre_tokenizer",
+		                     err);
 	}
-	return ad_err(err, "pre_tokenizer %s is not supported here (Whitespace, WhitespaceSplit, Metaspace, Punctuation, "
-	                   "Digits, Split, Sequence)",
+	return ad_err(err,
+	              "pre_tokenizer %s is not supported here (Whitespace, WhitespaceSplit, Metaspace, Punctuation, "
+	              "Digits, Split, Sequence)",
 	              type);
 }
 
@@ -678,7 +684,8 @@ static int
 is_punct(uint32_t cp)
 {
 	if (cp < 128)
-		return (cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) || (cp >= 91 && cp <= 96) || (cp >= 123 && cp <= 126);
+		return (cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) || (cp >= 91 && cp <= 96) ||
+		       (cp >= 123 && cp <= 126);
 	return (unicode_flags(cp) & UNICODE_PUNCTUATION) != 0;
 }
 
@@ -820,7 +827,8 @@ pre_step(const struct pre_step *st, const char *s, size_t n, int first, struct h
 		}
 		if (!rc && st->split) {
 			struct pattern lit = {.lit = (char *)st->rep, .lit_n = st->rep_n};
-			rc = pattern_find(&lit, b.p, b.n, &m, &nm) || split_by(b.p, b.n, m, nm, B_MERGED_NEXT, first, out);
+			rc = pattern_find(&lit, b.p, b.n, &m, &nm) ||
+			     split_by(b.p, b.n, m, nm, B_MERGED_NEXT, first, out);
 		} else if (!rc) {
 			rc = piece_add(out, b.p, b.n, first);
 		}
@@ -833,7 +841,8 @@ pre_step(const struct pre_step *st, const char *s, size_t n, int first, struct h
 		     split_by(s, n, m, nm, st->behavior, first, out);
 		break;
 	case P_DIGITS:
-		rc = class_matches(s, n, is_digit, !st->each, &m, &nm) || split_by(s, n, m, nm, st->behavior, first, out);
+		rc = class_matches(s, n, is_digit, !st->each, &m, &nm) ||
+		     split_by(s, n, m, nm, st->behavior, first, out);
 		break;
 	case P_SPLIT:
 		if (pattern_find(&st->pat, s, n, &m, &nm))

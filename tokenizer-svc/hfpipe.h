@@ -65,8 +65,7 @@ int hf_pretok_parse(const struct cJSON *j, struct hf_pretok **out, char *err);
 void hf_pretok_free(struct hf_pretok *p);
 // cut s[0..len) into pieces (*out is emptied first); first: the text
 // starts the input (Metaspace's prepend_scheme "first")
-int hf_pretok_apply(const struct hf_pretok *p, const char *s, size_t len, int first, struct hf_pieces *out,
-                    char *err);
+int hf_pretok_apply(const struct hf_pretok *p, const char *s, size_t len, int first, struct hf_pieces *out, char *err);
 // does the pre-tokenizer put a Metaspace replacement in front of the text
 // (always, or first)? (for decoding)
 int hf_pretok_prepends(const struct hf_pretok *p);

@@ -70,7 +70,8 @@ jframe_set(struct jrender *R, struct jframe *f, const char *name, struct jv v)
 		size_t add = (cap - f->cap) * (sizeof *f->names + sizeof *f->vals);
 		if (R->heap.bytes + add > R->heap.limit) {
 			jv_unref(R, v);
-			return jr_fail(R, JINJA_LIMIT, "the template used more than %zu bytes of memory", R->heap.limit);
+			return jr_fail(R, JINJA_LIMIT, "the template used more than %zu bytes of memory",
+			               R->heap.limit);
 		}
 		const char **nm = realloc(f->names, cap * sizeof *nm);
 		if (nm)
@@ -124,7 +125,8 @@ jgetattr(struct jrender *R, struct jv obj, const char *name, size_t n, struct jv
 {
 	*out = JV_UNDEF;
 	switch (obj.t) {
-	case JT_UNDEF: return undef_error(R, "attributes");
+	case JT_UNDEF:
+		return undef_error(R, "attributes");
 	case JT_DICT: {
 		if (jmethod(R, obj, name, n, out) != 0)
 			return -1;
@@ -141,15 +143,17 @@ jgetattr(struct jrender *R, struct jv obj, const char *name, size_t n, struct jv
 			*out = jv_ref(*v);
 		return 0;
 	}
-	case JT_LOOP: return jloop_attr(R, (struct jloop *)obj.o, name, out);
-	default: return jmethod(R, obj, name, n, out);
+	case JT_LOOP:
+		return jloop_attr(R, (struct jloop *)obj.o, name, out);
+	default:
+		return jmethod(R, obj, name, n, out);
 	}
 }
 
 // Python's slice.indices()
 static int
-slice_indices(struct jrender *R, struct jv start, struct jv stop, struct jv step, int64_t len, int64_t *a,
-              int64_t *b, int64_t *s)
+slice_indices(struct jrender *R, struct jv start, struct jv stop, struct jv step, int64_t len, int64_t *a, int64_t *b,
+              int64_t *s)
 {
 	struct jv parts[3] = {start, stop, step};
 	for (int i = 0; i < 3; i++)
@@ -282,9 +286,9 @@ jgetitem(struct jrender *R, struct jv obj, struct jv key, struct jv *out)
 		return 0;
 	}
 	if (key.t == JT_STR) // jinja2 falls back to the attribute
-		return obj.t == JT_NS ? jgetattr(R, obj, jv_s(key)->p, jv_s(key)->n, out)
-		                      : obj.t == JT_DICT ? jmethod(R, obj, jv_s(key)->p, jv_s(key)->n, out)
-		                                         : jgetattr(R, obj, jv_s(key)->p, jv_s(key)->n, out);
+		return obj.t == JT_NS     ? jgetattr(R, obj, jv_s(key)->p, jv_s(key)->n, out)
+		       : obj.t == JT_DICT ? jmethod(R, obj, jv_s(key)->p, jv_s(key)->n, out)
+		                          : jgetattr(R, obj, jv_s(key)->p, jv_s(key)->n, out);
 	return 0;
 }
 
@@ -293,7 +297,9 @@ jiter(struct jrender *R, struct jv v, struct jlist **out)
 {
 	*out = NULL;
 	switch (v.t) {
-	case JT_UNDEF: *out = jlist_new(R, JL_LIST, 0); break;
+	case JT_UNDEF:
+		*out = jlist_new(R, JL_LIST, 0);
+		break;
 	case JT_LIST: {
 		struct jlist *l = jv_l(v);
 		if (l->kind == JL_GEN) {
@@ -328,7 +334,8 @@ jiter(struct jrender *R, struct jv v, struct jlist **out)
 		}
 		break;
 	}
-	default: return jr_fail(R, JINJA_ERROR, "'%s' object is not iterable", jv_type_name(v));
+	default:
+		return jr_fail(R, JINJA_ERROR, "'%s' object is not iterable", jv_type_name(v));
 	}
 	return *out && R->status == JINJA_OK ? 0 : -1;
 }
@@ -534,12 +541,14 @@ contains(struct jrender *R, struct jv hay, struct jv needle, int *r)
 {
 	*r = 0;
 	switch (hay.t) {
-	case JT_UNDEF: return 0;
+	case JT_UNDEF:
+		return 0;
 	case JT_STR:
 		if (needle.t != JT_STR)
 			return jr_fail(R, JINJA_ERROR, "'in <string>' requires string as left operand, not %s",
 			               jv_type_name(needle));
-		*r = jv_s(needle)->n == 0 || memmem(jv_s(hay)->p, jv_s(hay)->n, jv_s(needle)->p, jv_s(needle)->n) != NULL;
+		*r = jv_s(needle)->n == 0 ||
+		     memmem(jv_s(hay)->p, jv_s(hay)->n, jv_s(needle)->p, jv_s(needle)->n) != NULL;
 		return 0;
 	case JT_DICT:
 		if (!jv_hashable(needle))
@@ -555,7 +564,8 @@ contains(struct jrender *R, struct jv hay, struct jv needle, int *r)
 		jobj_unref(R, &l->h);
 		return 0;
 	}
-	default: return jr_fail(R, JINJA_ERROR, "argument of type '%s' is not iterable", jv_type_name(hay));
+	default:
+		return jr_fail(R, JINJA_ERROR, "argument of type '%s' is not iterable", jv_type_name(hay));
 	}
 }
 
@@ -564,9 +574,14 @@ compare(struct jrender *R, int op, struct jv a, struct jv b, int *r)
 {
 	int c;
 	switch (op) {
-	case OP_EQ: *r = jv_eq(a, b, 0); return 0;
-	case OP_NE: *r = !jv_eq(a, b, 0); return 0;
-	case OP_IN: return contains(R, b, a, r);
+	case OP_EQ:
+		*r = jv_eq(a, b, 0);
+		return 0;
+	case OP_NE:
+		*r = !jv_eq(a, b, 0);
+		return 0;
+	case OP_IN:
+		return contains(R, b, a, r);
 	case OP_NOTIN:
 		if (contains(R, b, a, r) != 0)
 			return -1;
@@ -733,7 +748,8 @@ call_macro(struct jrender *R, struct jmacro *m, struct jargs *a, struct jv calle
 			;
 		if (i < np) {
 			if (given[i]) {
-				jr_fail(R, JINJA_ERROR, "macro '%s' got multiple values for argument '%s'", what, a->kw[k]);
+				jr_fail(R, JINJA_ERROR, "macro '%s' got multiple values for argument '%s'", what,
+				        a->kw[k]);
 				goto out;
 			}
 			given[i] = 1;
@@ -784,10 +800,14 @@ jcall(struct jrender *R, struct jv fn, struct jargs *a, struct jframe *f, struct
 	(void)f;
 	*out = JV_UNDEF;
 	switch (fn.t) {
-	case JT_MACRO: return call_macro(R, (struct jmacro *)fn.o, a, JV_UNDEF, out);
-	case JT_FUNC: return jcall_builtin(R, (struct jfunc *)fn.o, a, out);
-	case JT_UNDEF: return jr_fail(R, JINJA_ERROR, "an undefined value was called");
-	default: return jr_fail(R, JINJA_ERROR, "'%s' object is not callable", jv_type_name(fn));
+	case JT_MACRO:
+		return call_macro(R, (struct jmacro *)fn.o, a, JV_UNDEF, out);
+	case JT_FUNC:
+		return jcall_builtin(R, (struct jfunc *)fn.o, a, out);
+	case JT_UNDEF:
+		return jr_fail(R, JINJA_ERROR, "an undefined value was called");
+	default:
+		return jr_fail(R, JINJA_ERROR, "'%s' object is not callable", jv_type_name(fn));
 	}
 }
 
@@ -824,8 +844,11 @@ jeval(struct jrender *R, const struct jnode *n, struct jframe *f, struct jv *out
 	struct jv a = JV_UNDEF, b = JV_UNDEF;
 	int rc = -1, r;
 	switch (n->k) {
-	case N_CONST: *out = jv_ref(n->val); return 0;
-	case N_NAME: return lookup(R, f, n->s, out);
+	case N_CONST:
+		*out = jv_ref(n->val);
+		return 0;
+	case N_NAME:
+		return lookup(R, f, n->s, out);
 	case N_ATTR:
 		if (jeval(R, n->a, f, &a) != 0)
 			return -1;
@@ -992,7 +1015,8 @@ jeval(struct jrender *R, const struct jnode *n, struct jframe *f, struct jv *out
 		}
 		return 0;
 	}
-	default: return jr_fail(R, JINJA_UNSUPPORTED, "line %d: this expression", n->line);
+	default:
+		return jr_fail(R, JINJA_UNSUPPORTED, "line %d: this expression", n->line);
 	}
 done:
 	jv_unref(R, a);
@@ -1010,7 +1034,8 @@ static int
 assign(struct jrender *R, const struct jnode *t, struct jv v, struct jframe *f)
 {
 	switch (t->k) {
-	case N_NAME: return jframe_set(R, f, t->s, jv_ref(v));
+	case N_NAME:
+		return jframe_set(R, f, t->s, jv_ref(v));
 	case N_NSREF: {
 		struct jv *ns = frame_find(f, t->s);
 		if (!ns || ns->t != JT_NS)
@@ -1026,15 +1051,17 @@ assign(struct jrender *R, const struct jnode *t, struct jv v, struct jframe *f)
 			return -1;
 		int rc = 0;
 		if (l->n != t->nv)
-			rc = jr_fail(R, JINJA_ERROR, l->n > t->nv ? "too many values to unpack (expected %zu)"
-			                                           : "not enough values to unpack (expected %zu)",
+			rc = jr_fail(R, JINJA_ERROR,
+			             l->n > t->nv ? "too many values to unpack (expected %zu)"
+			                          : "not enough values to unpack (expected %zu)",
 			             t->nv);
 		for (size_t i = 0; rc == 0 && i < t->nv; i++)
 			rc = assign(R, t->v[i], l->v[i], f);
 		jobj_unref(R, &l->h);
 		return rc;
 	}
-	default: return jr_fail(R, JINJA_UNSUPPORTED, "line %d: this assignment", t->line);
+	default:
+		return jr_fail(R, JINJA_UNSUPPORTED, "line %d: this assignment", t->line);
 	}
 }
 
@@ -1118,7 +1145,8 @@ exec_stmt(struct jrender *R, const struct jnode *n, struct jframe *f)
 	struct jv v = JV_UNDEF, w = JV_UNDEF;
 	int rc = -1;
 	switch (n->k) {
-	case N_DATA: return jbuf_add(R, R->out, n->s, n->slen);
+	case N_DATA:
+		return jbuf_add(R, R->out, n->s, n->slen);
 	case N_OUT:
 		if (jeval(R, n->a, f, &v) != 0)
 			return -1;
@@ -1140,7 +1168,8 @@ exec_stmt(struct jrender *R, const struct jnode *n, struct jframe *f)
 			}
 			return exec_body(R, n->w, n->nw, f);
 		}
-	case N_FOR: return exec_for(R, n, f);
+	case N_FOR:
+		return exec_for(R, n, f);
 	case N_SET:
 		if (jeval(R, n->b, f, &v) != 0)
 			return -1;
@@ -1194,7 +1223,8 @@ exec_stmt(struct jrender *R, const struct jnode *n, struct jframe *f)
 		if (v.t == JT_MACRO)
 			rc = call_macro(R, (struct jmacro *)v.o, &args, caller, &w);
 		else
-			rc = jr_fail(R, JINJA_UNSUPPORTED, "line %d: a call block around a %s", n->line, jv_type_name(v));
+			rc = jr_fail(R, JINJA_UNSUPPORTED, "line %d: a call block around a %s", n->line,
+			             jv_type_name(v));
 		args_free(R, &args);
 		jv_unref(R, caller);
 		if (rc == 0)
@@ -1218,8 +1248,10 @@ exec_stmt(struct jrender *R, const struct jnode *n, struct jframe *f)
 		frame_drop(R, g);
 		return rc < 0 ? -1 : rc;
 	}
-	case N_BREAK: return EX_BREAK;
-	case N_CONTINUE: return EX_CONTINUE;
+	case N_BREAK:
+		return EX_BREAK;
+	case N_CONTINUE:
+		return EX_CONTINUE;
 	case N_BODY: {
 		if (n->op == 1)
 			return exec_body(R, n->v, n->nv, f);
@@ -1228,7 +1260,8 @@ exec_stmt(struct jrender *R, const struct jnode *n, struct jframe *f)
 		frame_drop(R, g);
 		return rc;
 	}
-	default: return jr_fail(R, JINJA_UNSUPPORTED, "line %d: this statement", n->line);
+	default:
+		return jr_fail(R, JINJA_UNSUPPORTED, "line %d: this statement", n->line);
 	}
 	jv_unref(R, v);
 	jv_unref(R, w);
@@ -1254,13 +1287,20 @@ const char *
 jinja_status_name(enum jinja_status s)
 {
 	switch (s) {
-	case JINJA_OK: return "ok";
-	case JINJA_SYNTAX: return "syntax error";
-	case JINJA_UNSUPPORTED: return "unsupported";
-	case JINJA_RAISED: return "raised";
-	case JINJA_ERROR: return "error";
-	case JINJA_LIMIT: return "limit";
-	case JINJA_INPUT: return "bad input";
+	case JINJA_OK:
+		return "ok";
+	case JINJA_SYNTAX:
+		return "syntax error";
+	case JINJA_UNSUPPORTED:
+		return "unsupported";
+	case JINJA_RAISED:
+		return "raised";
+	case JINJA_ERROR:
+		return "error";
+	case JINJA_LIMIT:
+		return "limit";
+	case JINJA_INPUT:
+		return "bad input";
 	}
 	return "unknown";
 }

@@ -23,8 +23,19 @@
 #include "jinja.h"
 
 enum jt {
-	JT_UNDEF, JT_NONE, JT_BOOL, JT_INT, JT_FLOAT, // scalars
-	JT_STR, JT_LIST, JT_DICT, JT_NS, JT_FUNC, JT_MACRO, JT_LOOP, JT_FRAME,
+	JT_UNDEF,
+	JT_NONE,
+	JT_BOOL,
+	JT_INT,
+	JT_FLOAT, // scalars
+	JT_STR,
+	JT_LIST,
+	JT_DICT,
+	JT_NS,
+	JT_FUNC,
+	JT_MACRO,
+	JT_LOOP,
+	JT_FRAME,
 };
 
 struct jobj {
@@ -117,13 +128,13 @@ struct jrender {
 	enum jinja_status status;
 	char err[AD_ERRLEN];
 	struct jframe *root;
-	struct jbuf *out;       // where output goes now (a macro or block set captures)
+	struct jbuf *out; // where output goes now (a macro or block set captures)
 	size_t max_output;
 	uint64_t steps, max_steps;
 	uint64_t deadline_ns;
 	int64_t now;
-	int depth;              // macro calls and nested evaluation, bounded
-	struct jobj **dead;     // the iterative free's work list
+	int depth;          // macro calls and nested evaluation, bounded
+	struct jobj **dead; // the iterative free's work list
 	size_t n_dead, cap_dead;
 };
 
@@ -249,16 +260,59 @@ size_t ju_offset(const char *s, size_t n, size_t k);     // byte offset of code 
 // --- the AST (jinja-parse.c) --------------------------------------------------
 enum jk {
 	// expressions
-	N_CONST, N_NAME, N_ATTR, N_ITEM, N_SLICE, N_CALL, N_FILTER, N_TEST, N_NOT, N_NEG, N_POS, N_BIN,
-	N_CONCAT, N_CMP, N_AND, N_OR, N_COND, N_LIST, N_TUPLE, N_DICT, N_NSREF,
+	N_CONST,
+	N_NAME,
+	N_ATTR,
+	N_ITEM,
+	N_SLICE,
+	N_CALL,
+	N_FILTER,
+	N_TEST,
+	N_NOT,
+	N_NEG,
+	N_POS,
+	N_BIN,
+	N_CONCAT,
+	N_CMP,
+	N_AND,
+	N_OR,
+	N_COND,
+	N_LIST,
+	N_TUPLE,
+	N_DICT,
+	N_NSREF,
 	// statements
-	N_DATA, N_OUT, N_FOR, N_IF, N_SET, N_SETBLOCK, N_MACRO, N_CALLBLOCK, N_FILTERBLOCK, N_WITH,
-	N_BREAK, N_CONTINUE, N_BODY,
+	N_DATA,
+	N_OUT,
+	N_FOR,
+	N_IF,
+	N_SET,
+	N_SETBLOCK,
+	N_MACRO,
+	N_CALLBLOCK,
+	N_FILTERBLOCK,
+	N_WITH,
+	N_BREAK,
+	N_CONTINUE,
+	N_BODY,
 };
 
 enum jop { // N_BIN and N_CMP operators
-	OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD, OP_POW,
-	OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE, OP_IN, OP_NOTIN,
+	OP_ADD,
+	OP_SUB,
+	OP_MUL,
+	OP_DIV,
+	OP_FLOORDIV,
+	OP_MOD,
+	OP_POW,
+	OP_EQ,
+	OP_NE,
+	OP_LT,
+	OP_LE,
+	OP_GT,
+	OP_GE,
+	OP_IN,
+	OP_NOTIN,
 };
 
 // Fields by kind (unused ones are NULL / 0):
@@ -288,7 +342,7 @@ struct jnode {
 struct jinja_tmpl {
 	struct jnode *root; // N_BODY
 	struct jheap consts;
-	void *arena;        // nodes and strings
+	void *arena; // nodes and strings
 };
 
 // --- jinja-eval.c -------------------------------------------------------------

@@ -49,12 +49,12 @@ jargs_bind(struct jrender *R, const char *what, struct jargs *a, const char *con
 	return 0;
 }
 
-#define BIND(what, ...)                                                                        \
-	static const char *const names_[] = {__VA_ARGS__, NULL};                               \
-	struct jv arg[sizeof names_ / sizeof names_[0]];                                        \
-	int has[sizeof names_ / sizeof names_[0]];                                              \
-	if (jargs_bind(R, what, a, names_, arg, has) != 0)                                      \
-		return -1
+#define BIND(what, ...)                                                                                                \
+	static const char *const names_[] = {__VA_ARGS__, NULL};                                                       \
+	struct jv arg[sizeof names_ / sizeof names_[0]];                                                               \
+	int has[sizeof names_ / sizeof names_[0]];                                                                     \
+	if (jargs_bind(R, what, a, names_, arg, has) != 0)                                                             \
+	return -1
 
 static int
 no_args(struct jrender *R, const char *what, struct jargs *a)
@@ -162,11 +162,11 @@ to_upper(uint32_t c)
 // Python's upper() beyond the inverse of the simple lowercase: letters
 // whose capital does not lowercase back to them, and those that become two
 static const uint32_t upper_extra[][3] = {
-	{0x00B5, 0x039C, 0}, {0x00DF, 'S', 'S'}, {0x0131, 'I', 0}, {0x0149, 0x02BC, 'N'}, {0x017F, 'S', 0},
-	{0x01C5, 0x01C4, 0}, {0x01C8, 0x01C7, 0}, {0x01CB, 0x01CA, 0}, {0x01F2, 0x01F1, 0}, {0x0345, 0x0399, 0},
-	{0x03C2, 0x03A3, 0}, {0x03D0, 0x0392, 0}, {0x03D1, 0x0398, 0}, {0x03D5, 0x03A6, 0}, {0x03D6, 0x03A0, 0},
-	{0x03F0, 0x039A, 0}, {0x03F1, 0x03A1, 0}, {0x03F5, 0x0395, 0}, {0x1E9B, 0x1E60, 0}, {0x1FBE, 0x0399, 0},
-	{0xFB00, 'F', 'F'}, {0xFB01, 'F', 'I'}, {0xFB02, 'F', 'L'}, {0xFB05, 'S', 'T'}, {0xFB06, 'S', 'T'},
+	{0x00B5, 0x039C, 0}, {0x00DF, 'S', 'S'},  {0x0131, 'I', 0},    {0x0149, 0x02BC, 'N'}, {0x017F, 'S', 0},
+	{0x01C5, 0x01C4, 0}, {0x01C8, 0x01C7, 0}, {0x01CB, 0x01CA, 0}, {0x01F2, 0x01F1, 0},   {0x0345, 0x0399, 0},
+	{0x03C2, 0x03A3, 0}, {0x03D0, 0x0392, 0}, {0x03D1, 0x0398, 0}, {0x03D5, 0x03A6, 0},   {0x03D6, 0x03A0, 0},
+	{0x03F0, 0x039A, 0}, {0x03F1, 0x03A1, 0}, {0x03F5, 0x0395, 0}, {0x1E9B, 0x1E60, 0},   {0x1FBE, 0x0399, 0},
+	{0xFB00, 'F', 'F'},  {0xFB01, 'F', 'I'},  {0xFB02, 'F', 'L'},  {0xFB05, 'S', 'T'},    {0xFB06, 'S', 'T'},
 };
 
 static uint32_t
@@ -241,10 +241,18 @@ recase(struct jrender *R, const char *s, size_t n, int how, struct jv *out)
 		}
 		prev_letter = letter;
 		switch (how) {
-		case CASE_UPPER: d = to_upper(c); break;
-		case CASE_LOWER: d = to_lower(c); break;
-		case CASE_CAPITALIZE: d = first ? to_upper(c) : to_lower(c); break;
-		case CASE_SWAP: d = is_cased_upper(c) ? to_lower(c) : to_upper(c); break;
+		case CASE_UPPER:
+			d = to_upper(c);
+			break;
+		case CASE_LOWER:
+			d = to_lower(c);
+			break;
+		case CASE_CAPITALIZE:
+			d = first ? to_upper(c) : to_lower(c);
+			break;
+		case CASE_SWAP:
+			d = is_cased_upper(c) ? to_lower(c) : to_upper(c);
+			break;
 		case CASE_TITLE: { // str.title(): words are runs of cased letters
 			int cased = is_cased_upper(c) || is_cased_lower(c);
 			d = cased ? (prev_cased ? to_lower(c) : to_upper(c)) : c;
@@ -628,7 +636,8 @@ jstr_format_percent(struct jrender *R, struct jv fmt, struct jv args, struct jv 
 			} else if (v.t == JT_INT || v.t == JT_BOOL) {
 				snprintf(num, sizeof num, "%lld", (long long)v.i);
 			} else {
-				jr_fail(R, JINJA_ERROR, "%%d format: a real number is required, not %s", jv_type_name(v));
+				jr_fail(R, JINJA_ERROR, "%%d format: a real number is required, not %s",
+				        jv_type_name(v));
 				break;
 			}
 			jbuf_str(R, &b, num);
@@ -686,7 +695,8 @@ str_format(struct jrender *R, struct jstr *f, struct jargs *a, struct jv *out)
 				fn = k;
 				break;
 			}
-			if (field[k] == ':' || field[k] == '.' || field[k] == '[' || field[k] == '!' || field[k] == '{') {
+			if (field[k] == ':' || field[k] == '.' || field[k] == '[' || field[k] == '!' ||
+			    field[k] == '{') {
 				jr_fail(R, JINJA_UNSUPPORTED, "str.format with a format spec or a field path");
 				goto out;
 			}
@@ -695,7 +705,8 @@ str_format(struct jrender *R, struct jstr *f, struct jargs *a, struct jv *out)
 		if (fn == 0) {
 			autom = 1;
 			if (auto_i >= a->npos) {
-				jr_fail(R, JINJA_ERROR, "Replacement index %zu out of range for positional args tuple", auto_i);
+				jr_fail(R, JINJA_ERROR, "Replacement index %zu out of range for positional args tuple",
+				        auto_i);
 				break;
 			}
 			v = a->pos[auto_i++];
@@ -712,7 +723,8 @@ str_format(struct jrender *R, struct jstr *f, struct jargs *a, struct jv *out)
 					break;
 			}
 			if (k >= a->npos) {
-				jr_fail(R, JINJA_ERROR, "Replacement index %zu out of range for positional args tuple", k);
+				jr_fail(R, JINJA_ERROR, "Replacement index %zu out of range for positional args tuple",
+				        k);
 				break;
 			}
 			v = a->pos[k];
@@ -728,7 +740,8 @@ str_format(struct jrender *R, struct jstr *f, struct jargs *a, struct jv *out)
 			v = a->kwv[k];
 		}
 		if (manual && autom) {
-			jr_fail(R, JINJA_ERROR, "cannot switch between automatic field numbering and manual field specification");
+			jr_fail(R, JINJA_ERROR,
+			        "cannot switch between automatic field numbering and manual field specification");
 			break;
 		}
 		if (conv == 'r')
@@ -744,42 +757,105 @@ out:
 
 enum jfn {
 	// globals
-	F_RANGE = 1, F_NAMESPACE, F_DICT, F_RAISE, F_STRFTIME,
+	F_RANGE = 1,
+	F_NAMESPACE,
+	F_DICT,
+	F_RAISE,
+	F_STRFTIME,
 	// str
-	S_CAPITALIZE, S_CENTER, S_COUNT, S_ENDSWITH, S_FIND, S_FORMAT, S_INDEX, S_ISALNUM, S_ISALPHA, S_ISDIGIT,
-	S_ISLOWER, S_ISSPACE, S_ISUPPER, S_JOIN, S_LJUST, S_LOWER, S_LSTRIP, S_REMOVEPREFIX, S_REMOVESUFFIX,
-	S_REPLACE, S_RFIND, S_RINDEX, S_RJUST, S_RSPLIT, S_RSTRIP, S_SPLIT, S_SPLITLINES, S_STARTSWITH, S_STRIP,
-	S_SWAPCASE, S_TITLE, S_UPPER, S_ZFILL,
+	S_CAPITALIZE,
+	S_CENTER,
+	S_COUNT,
+	S_ENDSWITH,
+	S_FIND,
+	S_FORMAT,
+	S_INDEX,
+	S_ISALNUM,
+	S_ISALPHA,
+	S_ISDIGIT,
+	S_ISLOWER,
+	S_ISSPACE,
+	S_ISUPPER,
+	S_JOIN,
+	S_LJUST,
+	S_LOWER,
+	S_LSTRIP,
+	S_REMOVEPREFIX,
+	S_REMOVESUFFIX,
+	S_REPLACE,
+	S_RFIND,
+	S_RINDEX,
+	S_RJUST,
+	S_RSPLIT,
+	S_RSTRIP,
+	S_SPLIT,
+	S_SPLITLINES,
+	S_STARTSWITH,
+	S_STRIP,
+	S_SWAPCASE,
+	S_TITLE,
+	S_UPPER,
+	S_ZFILL,
 	// dict
-	D_GET, D_ITEMS, D_KEYS, D_VALUES,
+	D_GET,
+	D_ITEMS,
+	D_KEYS,
+	D_VALUES,
 	// list, tuple
-	L_COUNT, L_INDEX,
+	L_COUNT,
+	L_INDEX,
 	// loop
-	LOOP_CYCLE, LOOP_CHANGED,
+	LOOP_CYCLE,
+	LOOP_CHANGED,
 };
 
 static const struct {
 	const char *name;
 	int id;
 } str_methods[] = {
-	{"capitalize", S_CAPITALIZE}, {"center", S_CENTER}, {"count", S_COUNT}, {"endswith", S_ENDSWITH},
-	{"find", S_FIND}, {"format", S_FORMAT}, {"index", S_INDEX}, {"isalnum", S_ISALNUM},
-	{"isalpha", S_ISALPHA}, {"isdigit", S_ISDIGIT}, {"islower", S_ISLOWER}, {"isspace", S_ISSPACE},
-	{"isupper", S_ISUPPER}, {"join", S_JOIN}, {"ljust", S_LJUST}, {"lower", S_LOWER}, {"lstrip", S_LSTRIP},
-	{"removeprefix", S_REMOVEPREFIX}, {"removesuffix", S_REMOVESUFFIX}, {"replace", S_REPLACE},
-	{"rfind", S_RFIND}, {"rindex", S_RINDEX}, {"rjust", S_RJUST}, {"rsplit", S_RSPLIT}, {"rstrip", S_RSTRIP},
-	{"split", S_SPLIT}, {"splitlines", S_SPLITLINES}, {"startswith", S_STARTSWITH}, {"strip", S_STRIP},
-	{"swapcase", S_SWAPCASE}, {"title", S_TITLE}, {"upper", S_UPPER}, {"zfill", S_ZFILL},
+	{"capitalize", S_CAPITALIZE},
+	{"center", S_CENTER},
+	{"count", S_COUNT},
+	{"endswith", S_ENDSWITH},
+	{"find", S_FIND},
+	{"format", S_FORMAT},
+	{"index", S_INDEX},
+	{"isalnum", S_ISALNUM},
+	{"isalpha", S_ISALPHA},
+	{"isdigit", S_ISDIGIT},
+	{"islower", S_ISLOWER},
+	{"isspace", S_ISSPACE},
+	{"isupper", S_ISUPPER},
+	{"join", S_JOIN},
+	{"ljust", S_LJUST},
+	{"lower", S_LOWER},
+	{"lstrip", S_LSTRIP},
+	{"removeprefix", S_REMOVEPREFIX},
+	{"removesuffix", S_REMOVESUFFIX},
+	{"replace", S_REPLACE},
+	{"rfind", S_RFIND},
+	{"rindex", S_RINDEX},
+	{"rjust", S_RJUST},
+	{"rsplit", S_RSPLIT},
+	{"rstrip", S_RSTRIP},
+	{"split", S_SPLIT},
+	{"splitlines", S_SPLITLINES},
+	{"startswith", S_STARTSWITH},
+	{"strip", S_STRIP},
+	{"swapcase", S_SWAPCASE},
+	{"title", S_TITLE},
+	{"upper", S_UPPER},
+	{"zfill", S_ZFILL},
 };
 
 // Python attributes this file does not implement: using one is unsupported
-static const char *const str_other[] = {"casefold", "encode", "expandtabs", "format_map", "isascii",
-                                        "isdecimal", "isidentifier", "isnumeric", "isprintable", "istitle",
-                                        "maketrans", "partition", "rpartition", "translate", NULL};
+static const char *const str_other[] = {"casefold",  "encode",       "expandtabs", "format_map",  "isascii",
+                                        "isdecimal", "isidentifier", "isnumeric",  "isprintable", "istitle",
+                                        "maketrans", "partition",    "rpartition", "translate",   NULL};
 static const char *const dict_unsafe[] = {"clear", "pop", "popitem", "setdefault", "update", NULL};
 static const char *const dict_other[] = {"copy", "fromkeys", NULL};
-static const char *const list_unsafe[] = {"append", "clear", "extend", "insert", "pop", "remove", "reverse",
-                                          "sort", NULL};
+static const char *const list_unsafe[] = {"append", "clear",   "extend", "insert", "pop",
+                                          "remove", "reverse", "sort",   NULL};
 static const char *const list_other[] = {"copy", NULL};
 
 static int
@@ -853,8 +929,10 @@ jmethod(struct jrender *R, struct jv obj, const char *name, size_t n, struct jv 
 			return jr_fail(R, JINJA_UNSUPPORTED, "the number attribute '%.*s'", (int)n, name);
 		return 0;
 	case JT_MACRO:
-	case JT_FUNC: return jr_fail(R, JINJA_UNSUPPORTED, "attributes of a %s", jv_type_name(obj));
-	default: return 0;
+	case JT_FUNC:
+		return jr_fail(R, JINJA_UNSUPPORTED, "attributes of a %s", jv_type_name(obj));
+	default:
+		return 0;
 	}
 #undef IS
 }
@@ -945,8 +1023,12 @@ str_method_plain(struct jrender *R, int id, struct jstr *s, struct jargs *a, str
 		if (no_args(R, "a case method", a) != 0)
 			return -1;
 		return recase(R, s->p, s->n,
-		              id == S_UPPER ? CASE_UPPER : id == S_LOWER ? CASE_LOWER : id == S_CAPITALIZE ? CASE_CAPITALIZE
-		              : id == S_TITLE ? CASE_TITLE : CASE_SWAP, out);
+		              id == S_UPPER        ? CASE_UPPER
+		              : id == S_LOWER      ? CASE_LOWER
+		              : id == S_CAPITALIZE ? CASE_CAPITALIZE
+		              : id == S_TITLE      ? CASE_TITLE
+		                                   : CASE_SWAP,
+		              out);
 	case S_STRIP:
 	case S_LSTRIP:
 	case S_RSTRIP: {
@@ -955,7 +1037,10 @@ str_method_plain(struct jrender *R, int id, struct jstr *s, struct jargs *a, str
 			return -1;
 		int strip_chars = has[0] && arg[0].t == JT_STR;
 		return strip(R, s, strip_chars ? jv_s(arg[0])->p : NULL, strip_chars ? jv_s(arg[0])->n : 0,
-		             id == S_STRIP ? 3 : id == S_LSTRIP ? 1 : 2, out);
+		             id == S_STRIP    ? 3
+		             : id == S_LSTRIP ? 1
+		                              : 2,
+		             out);
 	}
 	case S_SPLIT:
 	case S_RSPLIT: {
@@ -1035,7 +1120,8 @@ str_method_plain(struct jrender *R, int id, struct jstr *s, struct jargs *a, str
 		BIND("replace", "old", "new", "count");
 		int64_t c = -1;
 		if (!has[0] || !has[1] || want_str(R, arg[0], "old") != 0 || want_str(R, arg[1], "new") != 0)
-			return R->status == JINJA_OK ? jr_fail(R, JINJA_ERROR, "replace expected at least 2 arguments") : -1;
+			return R->status == JINJA_OK ? jr_fail(R, JINJA_ERROR, "replace expected at least 2 arguments")
+			                             : -1;
 		if (has[2] && want_int(R, arg[2], "count", &c) != 0)
 			return -1;
 		return str_replace(R, s, jv_s(arg[0]), jv_s(arg[1]), c, out);
@@ -1061,12 +1147,15 @@ str_method_plain(struct jrender *R, int id, struct jstr *s, struct jargs *a, str
 		jobj_unref(R, &l->h);
 		return ret_str(R, &b, out);
 	}
-	case S_FORMAT: return str_format(R, s, a, out);
+	case S_FORMAT:
+		return str_format(R, s, a, out);
 	case S_REMOVEPREFIX:
 	case S_REMOVESUFFIX: {
 		BIND("removeprefix", "affix");
 		if (!has[0] || want_str(R, arg[0], "the affix") != 0)
-			return R->status == JINJA_OK ? jr_fail(R, JINJA_ERROR, "removeprefix() takes exactly one argument") : -1;
+			return R->status == JINJA_OK
+			               ? jr_fail(R, JINJA_ERROR, "removeprefix() takes exactly one argument")
+			               : -1;
 		struct jstr *x = jv_s(arg[0]);
 		if (x->n <= s->n) {
 			if (id == S_REMOVEPREFIX && memcmp(s->p, x->p, x->n) == 0)
@@ -1092,7 +1181,8 @@ str_method_plain(struct jrender *R, int id, struct jstr *s, struct jargs *a, str
 		BIND("zfill", "width");
 		int64_t w = 0;
 		if (!has[0] || want_int(R, arg[0], "width", &w) != 0)
-			return R->status == JINJA_OK ? jr_fail(R, JINJA_ERROR, "zfill() takes exactly one argument") : -1;
+			return R->status == JINJA_OK ? jr_fail(R, JINJA_ERROR, "zfill() takes exactly one argument")
+			                             : -1;
 		int64_t len = (int64_t)jstr_ncp(s);
 		if (w <= len)
 			return jv_newstr(R, s->p, s->n, out);
@@ -1120,10 +1210,18 @@ str_method_plain(struct jrender *R, int id, struct jstr *s, struct jargs *a, str
 			i += ju_decode(s->p + i, s->n - i, &c);
 			uint16_t fl = unicode_flags(c);
 			switch (id) {
-			case S_ISALNUM: ok = (fl & (UNICODE_LETTER | UNICODE_NUMBER)) != 0; break;
-			case S_ISALPHA: ok = (fl & UNICODE_LETTER) != 0; break;
-			case S_ISDIGIT: ok = c >= '0' && c <= '9'; break; // ASCII digits; others are rare
-			case S_ISSPACE: ok = ju_isspace(c); break;
+			case S_ISALNUM:
+				ok = (fl & (UNICODE_LETTER | UNICODE_NUMBER)) != 0;
+				break;
+			case S_ISALPHA:
+				ok = (fl & UNICODE_LETTER) != 0;
+				break;
+			case S_ISDIGIT:
+				ok = c >= '0' && c <= '9';
+				break; // ASCII digits; others are rare
+			case S_ISSPACE:
+				ok = ju_isspace(c);
+				break;
 			case S_ISLOWER:
 				if (is_cased_upper(c))
 					ok = 0;
@@ -1162,11 +1260,27 @@ str_method(struct jrender *R, int id, struct jstr *s, struct jargs *a, struct jv
 		return str_method_plain(R, id, s, a, out);
 	int escape_args = 0, result = 0, pieces = 0;
 	switch (id) {
-	case S_STRIP: case S_LSTRIP: case S_RSTRIP: case S_UPPER: case S_LOWER: case S_CAPITALIZE: case S_TITLE:
-	case S_SWAPCASE: case S_REPLACE: case S_CENTER: case S_LJUST: case S_RJUST: case S_ZFILL: case S_FORMAT:
+	case S_STRIP:
+	case S_LSTRIP:
+	case S_RSTRIP:
+	case S_UPPER:
+	case S_LOWER:
+	case S_CAPITALIZE:
+	case S_TITLE:
+	case S_SWAPCASE:
+	case S_REPLACE:
+	case S_CENTER:
+	case S_LJUST:
+	case S_RJUST:
+	case S_ZFILL:
+	case S_FORMAT:
 		escape_args = result = 1;
 		break;
-	case S_SPLIT: case S_RSPLIT: case S_SPLITLINES: pieces = 1; break;
+	case S_SPLIT:
+	case S_RSPLIT:
+	case S_SPLITLINES:
+		pieces = 1;
+		break;
 	case S_JOIN: {
 		struct jlist *l;
 		if (a->npos != 1 || a->nkw)
@@ -1193,7 +1307,8 @@ str_method(struct jrender *R, int id, struct jstr *s, struct jargs *a, struct jv
 			mark_safe(*out, s);
 		return rc;
 	}
-	default: return str_method_plain(R, id, s, a, out);
+	default:
+		return str_method_plain(R, id, s, a, out);
 	}
 	struct jargs e = *a;
 	struct jv *pos = NULL, *kwv = NULL;
@@ -1248,9 +1363,12 @@ jcall_builtin(struct jrender *R, struct jfunc *fn, struct jargs *a, struct jv *o
 	*out = JV_UNDEF;
 	struct jv self = fn->self;
 	switch (fn->id) {
-	case F_RANGE: return make_range(R, a, out);
-	case F_NAMESPACE: return make_namespace(R, a, JT_NS, out);
-	case F_DICT: return make_namespace(R, a, JT_DICT, out);
+	case F_RANGE:
+		return make_range(R, a, out);
+	case F_NAMESPACE:
+		return make_namespace(R, a, JT_NS, out);
+	case F_DICT:
+		return make_namespace(R, a, JT_DICT, out);
 	case F_RAISE: {
 		struct jbuf b = {0};
 		if (a->npos != 1 || a->nkw)
@@ -1343,8 +1461,11 @@ jglobal(struct jrender *R, const char *name, struct jv *out)
 	static const struct {
 		const char *name;
 		int id;
-	} g[] = {{"range", F_RANGE}, {"namespace", F_NAMESPACE}, {"dict", F_DICT},
-	         {"raise_exception", F_RAISE}, {"strftime_now", F_STRFTIME}};
+	} g[] = {{"range", F_RANGE},
+	         {"namespace", F_NAMESPACE},
+	         {"dict", F_DICT},
+	         {"raise_exception", F_RAISE},
+	         {"strftime_now", F_STRFTIME}};
 	for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)
 		if (!strcmp(g[i].name, name))
 			return bound(R, JV_UNDEF, g[i].id, out);
@@ -1366,11 +1487,13 @@ make_range(struct jrender *R, struct jargs *a, struct jv *out)
 			return -1;
 	if (v[2] == 0)
 		return jr_fail(R, JINJA_ERROR, "range() arg 3 must not be zero");
-	__int128 len = v[2] > 0 ? ((__int128)v[1] - v[0] + v[2] - 1) / v[2] : ((__int128)v[0] - v[1] - v[2] - 1) / -v[2];
+	__int128 len =
+		v[2] > 0 ? ((__int128)v[1] - v[0] + v[2] - 1) / v[2] : ((__int128)v[0] - v[1] - v[2] - 1) / -v[2];
 	if (len < 0)
 		len = 0;
 	if (len > 100000)
-		return jr_fail(R, JINJA_ERROR, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+		return jr_fail(R, JINJA_ERROR,
+		               "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
 	struct jlist *l = jlist_new(R, JL_LIST, (size_t)len);
 	if (!l)
 		return -1;
@@ -1390,8 +1513,8 @@ make_namespace(struct jrender *R, struct jargs *a, enum jt t, struct jv *out)
 	out->t = (uint8_t)t;
 	out->o = &d->h;
 	if (a->npos > 1)
-		return jr_fail(R, JINJA_ERROR, "%s expected at most 1 argument, got %zu", t == JT_NS ? "namespace" : "dict",
-		               a->npos);
+		return jr_fail(R, JINJA_ERROR, "%s expected at most 1 argument, got %zu",
+		               t == JT_NS ? "namespace" : "dict", a->npos);
 	if (a->npos == 1) {
 		struct jv src = a->pos[0];
 		if (src.t == JT_DICT || src.t == JT_NS) {
@@ -1407,12 +1530,14 @@ make_namespace(struct jrender *R, struct jargs *a, enum jt t, struct jv *out)
 				struct jv p = l->v[i];
 				if (!jv_is_seq(p) || jv_l(p)->n != 2) {
 					jobj_unref(R, &l->h);
-					return jr_fail(R, JINJA_ERROR, "dictionary update sequence element #%zu has the wrong length",
+					return jr_fail(R, JINJA_ERROR,
+					               "dictionary update sequence element #%zu has the wrong length",
 					               i);
 				}
 				if (!jv_hashable(jv_l(p)->v[0])) {
 					jobj_unref(R, &l->h);
-					return jr_fail(R, JINJA_ERROR, "unhashable type: '%s'", jv_type_name(jv_l(p)->v[0]));
+					return jr_fail(R, JINJA_ERROR, "unhashable type: '%s'",
+					               jv_type_name(jv_l(p)->v[0]));
 				}
 				if (jdict_set(R, d, jv_ref(jv_l(p)->v[0]), jv_ref(jv_l(p)->v[1])) != 0) {
 					jobj_unref(R, &l->h);
@@ -1496,14 +1621,18 @@ static int64_t
 py_len(struct jrender *R, struct jv v)
 {
 	switch (v.t) {
-	case JT_UNDEF: return 0;
-	case JT_STR: return (int64_t)jstr_ncp(jv_s(v));
+	case JT_UNDEF:
+		return 0;
+	case JT_STR:
+		return (int64_t)jstr_ncp(jv_s(v));
 	case JT_LIST:
 		if (jv_l(v)->kind != JL_GEN)
 			return (int64_t)jv_l(v)->n;
 		break;
-	case JT_DICT: return (int64_t)jv_d(v)->n;
-	default: break;
+	case JT_DICT:
+		return (int64_t)jv_d(v)->n;
+	default:
+		break;
 	}
 	jr_fail(R, JINJA_ERROR, "object of type '%s' has no len()", jv_type_name(v));
 	return -1;
@@ -1842,8 +1971,12 @@ static int
 f_tojson(struct jrender *R, struct jv v, struct jargs *a, struct jv *out)
 {
 	BIND("tojson", "ensure_ascii", "indent", "separators", "sort_keys");
-	struct json_opts o = {.ensure_ascii = has[0] && jv_truthy(arg[0]), .sort_keys = has[3] && jv_truthy(arg[3]),
-	                      .item_sep = ", ", .item_sep_n = 2, .key_sep = ": ", .key_sep_n = 2};
+	struct json_opts o = {.ensure_ascii = has[0] && jv_truthy(arg[0]),
+	                      .sort_keys = has[3] && jv_truthy(arg[3]),
+	                      .item_sep = ", ",
+	                      .item_sep_n = 2,
+	                      .key_sep = ": ",
+	                      .key_sep_n = 2};
 	char spaces[64];
 	if (has[1] && arg[1].t != JT_NONE) {
 		if (arg[1].t == JT_STR) {
@@ -1913,7 +2046,10 @@ parse_int(const char *s, size_t n, int base, int64_t *out)
 			continue;
 		}
 		char c = s[i];
-		int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'z' ? c - 'a' + 10 : c >= 'A' && c <= 'Z' ? c - 'A' + 10 : 99;
+		int d = c >= '0' && c <= '9'   ? c - '0'
+		        : c >= 'a' && c <= 'z' ? c - 'a' + 10
+		        : c >= 'A' && c <= 'Z' ? c - 'A' + 10
+		                               : 99;
 		if (d >= base)
 			return -1;
 		v = v * base + d;
@@ -1942,7 +2078,8 @@ parse_float(const char *s, size_t n, double *out)
 		return -1;
 	for (; i < n; i++) {
 		if (s[i] == '_') {
-			if (!m || !(buf[m - 1] >= '0' && buf[m - 1] <= '9') || i + 1 >= n || !(s[i + 1] >= '0' && s[i + 1] <= '9'))
+			if (!m || !(buf[m - 1] >= '0' && buf[m - 1] <= '9') || i + 1 >= n ||
+			    !(s[i + 1] >= '0' && s[i + 1] <= '9'))
 				return -1;
 			continue;
 		}
@@ -1976,7 +2113,9 @@ f_int(struct jrender *R, struct jv v, struct jargs *a, struct jv *out)
 	struct jv dflt = has[0] ? arg[0] : jv_int(0);
 	switch (v.t) {
 	case JT_INT:
-	case JT_BOOL: *out = jv_int(v.i); return 0;
+	case JT_BOOL:
+		*out = jv_int(v.i);
+		return 0;
 	case JT_FLOAT:
 		if (!isfinite(v.f))
 			break;
@@ -2001,8 +2140,10 @@ f_int(struct jrender *R, struct jv v, struct jargs *a, struct jv *out)
 		}
 		break;
 	}
-	case JT_UNDEF: return jr_fail(R, JINJA_ERROR, "an undefined value cannot be an int");
-	default: break;
+	case JT_UNDEF:
+		return jr_fail(R, JINJA_ERROR, "an undefined value cannot be an int");
+	default:
+		break;
 	}
 	*out = jv_ref(dflt);
 	return 0;
@@ -2015,16 +2156,22 @@ f_float(struct jrender *R, struct jv v, struct jargs *a, struct jv *out)
 	double d;
 	switch (v.t) {
 	case JT_INT:
-	case JT_BOOL: *out = jv_float((double)v.i); return 0;
-	case JT_FLOAT: *out = v; return 0;
+	case JT_BOOL:
+		*out = jv_float((double)v.i);
+		return 0;
+	case JT_FLOAT:
+		*out = v;
+		return 0;
 	case JT_STR:
 		if (parse_float(jv_s(v)->p, jv_s(v)->n, &d) == 0) {
 			*out = jv_float(d);
 			return 0;
 		}
 		break;
-	case JT_UNDEF: return jr_fail(R, JINJA_ERROR, "an undefined value cannot be a float");
-	default: break;
+	case JT_UNDEF:
+		return jr_fail(R, JINJA_ERROR, "an undefined value cannot be a float");
+	default:
+		break;
 	}
 	*out = jv_ref(has[0] ? arg[0] : jv_float(0.0));
 	return 0;
@@ -2224,8 +2371,8 @@ f_map_select(struct jrender *R, const char *which, struct jv v, struct jargs *a,
 		} else if (want_str(R, a->pos[0], "the filter name") != 0) {
 			rc = -1;
 		}
-		sub = (struct jargs){a->npos ? a->pos + 1 : NULL, a->npos ? a->npos - 1 : 0, a->kw, a->kwv, a->nkw,
-		                     JV_UNDEF};
+		sub = (struct jargs){
+			a->npos ? a->pos + 1 : NULL, a->npos ? a->npos - 1 : 0, a->kw, a->kwv, a->nkw, JV_UNDEF};
 		for (size_t i = 0; i < items->n && rc == 0; i++) {
 			struct jv x;
 			if (by_attr)
@@ -2248,8 +2395,12 @@ f_map_select(struct jrender *R, const char *which, struct jv v, struct jargs *a,
 		else
 			test = jv_s(a->pos[off])->p;
 	}
-	sub = (struct jargs){a->npos > off + 1 ? a->pos + off + 1 : NULL, a->npos > off + 1 ? a->npos - off - 1 : 0,
-	                     a->kw, a->kwv, a->nkw, JV_UNDEF};
+	sub = (struct jargs){a->npos > off + 1 ? a->pos + off + 1 : NULL,
+	                     a->npos > off + 1 ? a->npos - off - 1 : 0,
+	                     a->kw,
+	                     a->kwv,
+	                     a->nkw,
+	                     JV_UNDEF};
 	for (size_t i = 0; i < items->n && rc == 0; i++) {
 		struct jv x;
 		if ((rc = attr_path(R, items->v[i], attr ? a->pos[0] : JV_NONE, JV_UNDEF, &x)) != 0)
@@ -2441,12 +2592,16 @@ f_center(struct jrender *R, struct jv v, struct jargs *a, struct jv *out)
 }
 
 static const char *const known_filters[] = {
-	"abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e", "escape",
-	"filesizeformat", "first", "float", "forceescape", "format", "groupby", "indent", "int", "join", "last",
-	"length", "list", "lower", "items", "map", "min", "max", "pprint", "random", "reject", "rejectattr",
-	"replace", "reverse", "round", "safe", "select", "selectattr", "slice", "sort", "string", "striptags", "sum",
-	"title", "trim", "truncate", "unique", "upper", "urlencode", "urlize", "wordcount", "wordwrap", "xmlattr",
-	"tojson", NULL};
+	"abs",       "attr",       "batch",       "capitalize", "center",  "count",
+	"d",         "default",    "dictsort",    "e",          "escape",  "filesizeformat",
+	"first",     "float",      "forceescape", "format",     "groupby", "indent",
+	"int",       "join",       "last",        "length",     "list",    "lower",
+	"items",     "map",        "min",         "max",        "pprint",  "random",
+	"reject",    "rejectattr", "replace",     "reverse",    "round",   "safe",
+	"select",    "selectattr", "slice",       "sort",       "string",  "striptags",
+	"sum",       "title",      "trim",        "truncate",   "unique",  "upper",
+	"urlencode", "urlize",     "wordcount",   "wordwrap",   "xmlattr", "tojson",
+	NULL};
 
 int
 jfilter_known(const char *name)
@@ -2528,7 +2683,10 @@ jfilter(struct jrender *R, const char *name, struct jv v, struct jargs *a, struc
 		if (to_str(R, v, &s) != 0)
 			return -1;
 		int rc = recase(R, jv_s(s)->p, jv_s(s)->n,
-		                IS("upper") ? CASE_UPPER : IS("lower") ? CASE_LOWER : IS("title") ? CASE_JTITLE : CASE_CAPITALIZE,
+		                IS("upper")   ? CASE_UPPER
+		                : IS("lower") ? CASE_LOWER
+		                : IS("title") ? CASE_JTITLE
+		                              : CASE_CAPITALIZE,
 		                out);
 		if (rc == 0 && jv_safe(s) && !IS("title"))
 			mark_safe(*out, NULL);
@@ -2600,7 +2758,8 @@ jfilter(struct jrender *R, const char *name, struct jv v, struct jargs *a, struc
 			return -1;
 		if (a->npos && a->nkw) {
 			jv_unref(R, s);
-			return jr_fail(R, JINJA_ERROR, "can't handle positional and keyword arguments at the same time");
+			return jr_fail(R, JINJA_ERROR,
+			               "can't handle positional and keyword arguments at the same time");
 		}
 		int rc;
 		if (a->nkw) {
@@ -2629,7 +2788,8 @@ jfilter(struct jrender *R, const char *name, struct jv v, struct jargs *a, struc
 		return no_args(R, name, a) ? -1 : jv_escape(R, v, out);
 	if (IS("attr")) {
 		if (a->npos != 1 || a->nkw || want_str(R, a->pos[0], "the attribute name") != 0)
-			return R->status == JINJA_OK ? jr_fail(R, JINJA_ERROR, "attr() takes exactly one argument") : -1;
+			return R->status == JINJA_OK ? jr_fail(R, JINJA_ERROR, "attr() takes exactly one argument")
+			                             : -1;
 		struct jstr *n = jv_s(a->pos[0]);
 		if (v.t == JT_DICT)
 			return jmethod(R, v, n->p, n->n, out);
@@ -2646,10 +2806,11 @@ jfilter(struct jrender *R, const char *name, struct jv v, struct jargs *a, struc
 // --- tests -------------------------------------------------------------------------------
 
 static const char *const known_tests[] = {
-	"odd", "even", "divisibleby", "defined", "undefined", "filter", "test", "none", "boolean", "false", "true",
-	"integer", "float", "lower", "upper", "string", "mapping", "number", "sequence", "iterable", "callable",
-	"sameas", "escaped", "in", "==", "eq", "equalto", "!=", "ne", ">", "gt", "greaterthan", ">=", "ge", "<",
-	"lt", "lessthan", "<=", "le", NULL};
+	"odd",     "even",   "divisibleby", "defined",  "undefined", "filter", "test",    "none",
+	"boolean", "false",  "true",        "integer",  "float",     "lower",  "upper",   "string",
+	"mapping", "number", "sequence",    "iterable", "callable",  "sameas", "escaped", "in",
+	"==",      "eq",     "equalto",     "!=",       "ne",        ">",      "gt",      "greaterthan",
+	">=",      "ge",     "<",           "lt",       "lessthan",  "<=",     "le",      NULL};
 
 int
 jtest_known(const char *name)
@@ -2755,7 +2916,8 @@ jtest(struct jrender *R, const char *name, struct jv v, struct jargs *a, int *ou
 		if (other.t == JT_STR) {
 			if (v.t != JT_STR)
 				return jr_fail(R, JINJA_ERROR, "'in <string>' requires string as left operand");
-			*out = jv_s(v)->n == 0 || memmem(jv_s(other)->p, jv_s(other)->n, jv_s(v)->p, jv_s(v)->n) != NULL;
+			*out = jv_s(v)->n == 0 ||
+			       memmem(jv_s(other)->p, jv_s(other)->n, jv_s(v)->p, jv_s(v)->n) != NULL;
 		} else if (other.t == JT_DICT) {
 			*out = jv_hashable(v) && jdict_get(jv_d(other), v) != NULL;
 		} else {

@@ -63,22 +63,55 @@ arena_free(void *arena)
 
 // --- tokens ----------------------------------------------------------------------
 enum tk {
-	TK_EOF, TK_DATA, TK_VAR_BEGIN, TK_VAR_END, TK_BLOCK_BEGIN, TK_BLOCK_END, TK_NAME, TK_STRING, TK_INT, TK_FLOAT,
+	TK_EOF,
+	TK_DATA,
+	TK_VAR_BEGIN,
+	TK_VAR_END,
+	TK_BLOCK_BEGIN,
+	TK_BLOCK_END,
+	TK_NAME,
+	TK_STRING,
+	TK_INT,
+	TK_FLOAT,
 	// operators
-	TK_ADD, TK_SUB, TK_DIV, TK_FLOORDIV, TK_MUL, TK_MOD, TK_POW, TK_TILDE, TK_LBRACKET, TK_RBRACKET, TK_LPAREN,
-	TK_RPAREN, TK_LBRACE, TK_RBRACE, TK_EQ, TK_NE, TK_GT, TK_GTEQ, TK_LT, TK_LTEQ, TK_ASSIGN, TK_DOT, TK_COLON,
-	TK_PIPE, TK_COMMA, TK_SEMICOLON,
+	TK_ADD,
+	TK_SUB,
+	TK_DIV,
+	TK_FLOORDIV,
+	TK_MUL,
+	TK_MOD,
+	TK_POW,
+	TK_TILDE,
+	TK_LBRACKET,
+	TK_RBRACKET,
+	TK_LPAREN,
+	TK_RPAREN,
+	TK_LBRACE,
+	TK_RBRACE,
+	TK_EQ,
+	TK_NE,
+	TK_GT,
+	TK_GTEQ,
+	TK_LT,
+	TK_LTEQ,
+	TK_ASSIGN,
+	TK_DOT,
+	TK_COLON,
+	TK_PIPE,
+	TK_COMMA,
+	TK_SEMICOLON,
 };
 
 static const struct {
 	const char *s;
 	uint8_t t;
 } ops[] = {
-	{"//", TK_FLOORDIV}, {"**", TK_POW}, {"==", TK_EQ}, {"!=", TK_NE}, {">=", TK_GTEQ}, {"<=", TK_LTEQ},
-	{"+", TK_ADD}, {"-", TK_SUB}, {"/", TK_DIV}, {"*", TK_MUL}, {"%", TK_MOD}, {"~", TK_TILDE},
-	{"[", TK_LBRACKET}, {"]", TK_RBRACKET}, {"(", TK_LPAREN}, {")", TK_RPAREN}, {"{", TK_LBRACE},
-	{"}", TK_RBRACE}, {">", TK_GT}, {"<", TK_LT}, {"=", TK_ASSIGN}, {".", TK_DOT}, {":", TK_COLON},
-	{"|", TK_PIPE}, {",", TK_COMMA}, {";", TK_SEMICOLON},
+	{"//", TK_FLOORDIV}, {"**", TK_POW},   {"==", TK_EQ},      {"!=", TK_NE},      {">=", TK_GTEQ},
+	{"<=", TK_LTEQ},     {"+", TK_ADD},    {"-", TK_SUB},      {"/", TK_DIV},      {"*", TK_MUL},
+	{"%", TK_MOD},       {"~", TK_TILDE},  {"[", TK_LBRACKET}, {"]", TK_RBRACKET}, {"(", TK_LPAREN},
+	{")", TK_RPAREN},    {"{", TK_LBRACE}, {"}", TK_RBRACE},   {">", TK_GT},       {"<", TK_LT},
+	{"=", TK_ASSIGN},    {".", TK_DOT},    {":", TK_COLON},    {"|", TK_PIPE},     {",", TK_COMMA},
+	{";", TK_SEMICOLON},
 };
 
 struct tok {
@@ -107,8 +140,8 @@ struct parser {
 	int in_macro;
 };
 
-static int
-pfail(struct parser *P, enum jinja_status s, int line, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int pfail(struct parser *P, enum jinja_status s, int line, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 
 static int
 pfail(struct parser *P, enum jinja_status s, int line, const char *fmt, ...)
@@ -255,21 +288,49 @@ unescape(struct parser *P, const char *s, size_t n, struct tok *k)
 		uint32_t cp;
 		int digits = 0;
 		switch (c) {
-		case '\n': continue;
-		case '\\': *p++ = '\\'; continue;
-		case '\'': *p++ = '\''; continue;
-		case '"': *p++ = '"'; continue;
-		case 'a': *p++ = '\a'; continue;
-		case 'b': *p++ = '\b'; continue;
-		case 'f': *p++ = '\f'; continue;
-		case 'n': *p++ = '\n'; continue;
-		case 'r': *p++ = '\r'; continue;
-		case 't': *p++ = '\t'; continue;
-		case 'v': *p++ = '\v'; continue;
-		case 'x': digits = 2; break;
-		case 'u': digits = 4; break;
-		case 'U': digits = 8; break;
-		case 'N': return pfail(P, JINJA_UNSUPPORTED, k->line, "\\N{...} escapes in strings");
+		case '\n':
+			continue;
+		case '\\':
+			*p++ = '\\';
+			continue;
+		case '\'':
+			*p++ = '\'';
+			continue;
+		case '"':
+			*p++ = '"';
+			continue;
+		case 'a':
+			*p++ = '\a';
+			continue;
+		case 'b':
+			*p++ = '\b';
+			continue;
+		case 'f':
+			*p++ = '\f';
+			continue;
+		case 'n':
+			*p++ = '\n';
+			continue;
+		case 'r':
+			*p++ = '\r';
+			continue;
+		case 't':
+			*p++ = '\t';
+			continue;
+		case 'v':
+			*p++ = '\v';
+			continue;
+		case 'x':
+			digits = 2;
+			break;
+		case 'u':
+			digits = 4;
+			break;
+		case 'U':
+			digits = 8;
+			break;
+		case 'N':
+			return pfail(P, JINJA_UNSUPPORTED, k->line, "\\N{...} escapes in strings");
 		default:
 			if (c >= '0' && c <= '7') {
 				cp = (uint32_t)(c - '0');
@@ -294,7 +355,10 @@ unescape(struct parser *P, const char *s, size_t n, struct tok *k)
 		cp = 0;
 		for (int d = 0; d < digits; d++, i++) {
 			char h = i < n ? s[i] : 0;
-			int v = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+			int v = h >= '0' && h <= '9'   ? h - '0'
+			        : h >= 'a' && h <= 'f' ? h - 'a' + 10
+			        : h >= 'A' && h <= 'F' ? h - 'A' + 10
+			                               : -1;
 			if (v < 0)
 				return pfail(P, JINJA_SYNTAX, k->line, "truncated \\%c escape in a string", c);
 			cp = cp * 16 + (uint32_t)v;
@@ -369,7 +433,10 @@ match_float(const char *s, size_t n, size_t i)
 static int
 xdigit(char c, int base)
 {
-	int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : 99;
+	int v = c >= '0' && c <= '9'   ? c - '0'
+	        : c >= 'a' && c <= 'f' ? c - 'a' + 10
+	        : c >= 'A' && c <= 'F' ? c - 'A' + 10
+	                               : 99;
 	return v < base ? v : -1;
 }
 
@@ -444,7 +511,8 @@ lex_tag(struct parser *P, int block)
 	for (;;) {
 		size_t i = P->pos;
 		if (i >= n)
-			return pfail(P, JINJA_SYNTAX, P->line, "unexpected end of template, expected the end of the tag");
+			return pfail(P, JINJA_SYNTAX, P->line,
+			             "unexpected end of template, expected the end of the tag");
 		if (!nb) {
 			size_t end = 0;
 			int trim = 0;
@@ -552,14 +620,16 @@ lex_tag(struct parser *P, int block)
 		uint8_t ot = ops[o].t;
 		if (ot == TK_LBRACE || ot == TK_LPAREN || ot == TK_LBRACKET) {
 			if (nb == JINJA_MAX_NEST)
-				return pfail(P, JINJA_UNSUPPORTED, P->line, "brackets nested deeper than %d", JINJA_MAX_NEST);
+				return pfail(P, JINJA_UNSUPPORTED, P->line, "brackets nested deeper than %d",
+				             JINJA_MAX_NEST);
 			balance[nb++] = ot == TK_LBRACE ? '}' : ot == TK_LPAREN ? ')' : ']';
 		} else if (ot == TK_RBRACE || ot == TK_RPAREN || ot == TK_RBRACKET) {
 			char c = s[i];
 			if (!nb)
 				return pfail(P, JINJA_SYNTAX, P->line, "unexpected '%c'", c);
 			if (balance[--nb] != c)
-				return pfail(P, JINJA_SYNTAX, P->line, "unexpected '%c', expected '%c'", c, balance[nb]);
+				return pfail(P, JINJA_SYNTAX, P->line, "unexpected '%c', expected '%c'", c,
+				             balance[nb]);
 		}
 		if (!emit(P, ot))
 			return -1;
@@ -697,16 +767,26 @@ static const char *
 tok_desc(struct tok *t)
 {
 	switch (t->t) {
-	case TK_EOF: return "end of template";
-	case TK_DATA: return "template data";
-	case TK_VAR_BEGIN: return "begin of print statement";
-	case TK_VAR_END: return "end of print statement";
-	case TK_BLOCK_BEGIN: return "begin of statement block";
-	case TK_BLOCK_END: return "end of statement block";
-	case TK_NAME: return t->s;
-	case TK_STRING: return "string";
-	case TK_INT: return "integer";
-	case TK_FLOAT: return "float";
+	case TK_EOF:
+		return "end of template";
+	case TK_DATA:
+		return "template data";
+	case TK_VAR_BEGIN:
+		return "begin of print statement";
+	case TK_VAR_END:
+		return "end of print statement";
+	case TK_BLOCK_BEGIN:
+		return "begin of statement block";
+	case TK_BLOCK_END:
+		return "end of statement block";
+	case TK_NAME:
+		return t->s;
+	case TK_STRING:
+		return "string";
+	case TK_INT:
+		return "integer";
+	case TK_FLOAT:
+		return "float";
 	default:
 		for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
 			if (ops[o].t == t->t)
@@ -1065,7 +1145,8 @@ parse_test(struct parser *P, struct jnode *operand)
 	if (c == TK_LPAREN) {
 		if (!parse_call_args(P, t))
 			return NULL;
-	} else if ((c == TK_NAME || c == TK_STRING || c == TK_INT || c == TK_FLOAT || c == TK_LBRACKET || c == TK_LBRACE) &&
+	} else if ((c == TK_NAME || c == TK_STRING || c == TK_INT || c == TK_FLOAT || c == TK_LBRACKET ||
+	            c == TK_LBRACE) &&
 	           !is_name(cur(P), "else") && !is_name(cur(P), "or") && !is_name(cur(P), "and")) {
 		if (is_name(cur(P), "is")) {
 			pfail(P, JINJA_SYNTAX, cur(P)->line, "You cannot chain multiple tests with is");
@@ -1270,7 +1351,11 @@ parse_math2(struct parser *P)
 	struct jnode *l = parse_pow(P);
 	for (;;) {
 		uint8_t t = cur(P)->t;
-		int op = t == TK_MUL ? OP_MUL : t == TK_DIV ? OP_DIV : t == TK_FLOORDIV ? OP_FLOORDIV : t == TK_MOD ? OP_MOD : -1;
+		int op = t == TK_MUL        ? OP_MUL
+		         : t == TK_DIV      ? OP_DIV
+		         : t == TK_FLOORDIV ? OP_FLOORDIV
+		         : t == TK_MOD      ? OP_MOD
+		                            : -1;
 		if (!l || op < 0)
 			return l;
 		int line = next(P)->line;
@@ -1326,7 +1411,13 @@ parse_compare(struct parser *P)
 	uint8_t opv[64];
 	for (;;) {
 		uint8_t t = cur(P)->t;
-		int op = t == TK_EQ ? OP_EQ : t == TK_NE ? OP_NE : t == TK_LT ? OP_LT : t == TK_LTEQ ? OP_LE : t == TK_GT ? OP_GT : t == TK_GTEQ ? OP_GE : -1;
+		int op = t == TK_EQ     ? OP_EQ
+		         : t == TK_NE   ? OP_NE
+		         : t == TK_LT   ? OP_LT
+		         : t == TK_LTEQ ? OP_LE
+		         : t == TK_GT   ? OP_GT
+		         : t == TK_GTEQ ? OP_GE
+		                        : -1;
 		if (op >= 0) {
 			next(P);
 		} else if (is_name(cur(P), "in")) {
@@ -1837,7 +1928,8 @@ subparse(struct parser *P, const char *const *end, struct nlist *body)
 		} else if (t->t == TK_VAR_BEGIN) {
 			next(P);
 			struct jnode *o = node(P, N_OUT, t->line);
-			if (!o || !(o->a = parse_tuple(P, 0, 1, NULL, 0)) || expect(P, TK_VAR_END, "end of print statement") != 0)
+			if (!o || !(o->a = parse_tuple(P, 0, 1, NULL, 0)) ||
+			    expect(P, TK_VAR_END, "end of print statement") != 0)
 				return -1;
 			if (nl_push(P, body, o, NULL) != 0)
 				return -1;
@@ -1846,7 +1938,8 @@ subparse(struct parser *P, const char *const *end, struct nlist *body)
 			if (end && in_list(cur(P), end))
 				return 0;
 			struct jnode *s = parse_statement(P);
-			if (!s || nl_push(P, body, s, NULL) != 0 || expect(P, TK_BLOCK_END, "end of statement block") != 0)
+			if (!s || nl_push(P, body, s, NULL) != 0 ||
+			    expect(P, TK_BLOCK_END, "end of statement block") != 0)
 				return -1;
 		} else {
 			return pfail(P, JINJA_SYNTAX, t->line, "unexpected '%s'", tok_desc(t));
@@ -1866,21 +1959,29 @@ check_names(struct parser *P, const struct jnode *n, int soft, int depth)
 		return 0;
 	if ((n->k == N_FILTER && !jfilter_known(n->s)) || (n->k == N_TEST && !jtest_known(n->s))) {
 		if (!soft)
-			return pfail(P, JINJA_SYNTAX, n->line, "No %s named '%s'.", n->k == N_FILTER ? "filter" : "test", n->s);
+			return pfail(P, JINJA_SYNTAX, n->line, "No %s named '%s'.",
+			             n->k == N_FILTER ? "filter" : "test", n->s);
 	}
 	int inner = soft; // for the children that stay in this frame
 	int body = soft;  // for the bodies
 	switch (n->k) {
 	case N_IF:
-	case N_COND: inner = body = 1; break;
+	case N_COND:
+		inner = body = 1;
+		break;
 	case N_FOR:
 	case N_MACRO:
 	case N_CALLBLOCK:
 	case N_FILTERBLOCK:
 	case N_WITH:
-	case N_SETBLOCK: body = 0; break;
-	case N_BODY: body = n->op == 1 ? soft : 0; break;
-	default: break;
+	case N_SETBLOCK:
+		body = 0;
+		break;
+	case N_BODY:
+		body = n->op == 1 ? soft : 0;
+		break;
+	default:
+		break;
 	}
 	// children: a..d are expressions of this frame except where a block's
 	// own frame evaluates them (the loop test, the filters of blocks)
@@ -1898,7 +1999,11 @@ check_names(struct parser *P, const struct jnode *n, int soft, int depth)
 		if (check_names(P, n->v[i], n->k >= N_DATA ? body : inner, depth + 1))
 			return -1;
 	for (size_t i = 0; i < n->nw; i++)
-		if (check_names(P, n->w[i], n->k == N_IF || n->k == N_FOR ? body : n->k == N_MACRO ? 0 : inner, depth + 1))
+		if (check_names(P, n->w[i],
+		                n->k == N_IF || n->k == N_FOR ? body
+		                : n->k == N_MACRO             ? 0
+		                                              : inner,
+		                depth + 1))
 			return -1;
 	return 0;
 }

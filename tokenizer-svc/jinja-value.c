@@ -73,7 +73,9 @@ static void
 obj_free_arrays(struct jobj *o)
 {
 	switch (o->t) {
-	case JT_LIST: free(((struct jlist *)o)->v); break;
+	case JT_LIST:
+		free(((struct jlist *)o)->v);
+		break;
 	case JT_DICT:
 	case JT_NS:
 		free(((struct jdict *)o)->k);
@@ -83,7 +85,8 @@ obj_free_arrays(struct jobj *o)
 		free(((struct jframe *)o)->names);
 		free(((struct jframe *)o)->vals);
 		break;
-	default: break;
+	default:
+		break;
 	}
 }
 
@@ -178,7 +181,9 @@ jobj_unref(struct jrender *R, struct jobj *o)
 			}
 			break;
 		}
-		case JT_FUNC: release_v(R, ((struct jfunc *)d)->self); break;
+		case JT_FUNC:
+			release_v(R, ((struct jfunc *)d)->self);
+			break;
 		case JT_MACRO:
 			if (((struct jmacro *)d)->frame) // NULL for a macro of the root frame
 				release(R, &((struct jmacro *)d)->frame->h);
@@ -195,7 +200,8 @@ jobj_unref(struct jrender *R, struct jobj *o)
 				release_v(R, f->vals[i]);
 			break;
 		}
-		default: break;
+		default:
+			break;
 		}
 		d->prev->next = d->next;
 		d->next->prev = d->prev;
@@ -399,14 +405,21 @@ jv_truthy(struct jv v)
 {
 	switch (v.t) {
 	case JT_UNDEF:
-	case JT_NONE: return 0;
+	case JT_NONE:
+		return 0;
 	case JT_BOOL:
-	case JT_INT: return v.i != 0;
-	case JT_FLOAT: return v.f != 0.0;
-	case JT_STR: return jv_s(v)->n != 0;
-	case JT_LIST: return jv_l(v)->kind == JL_GEN || jv_l(v)->n != 0;
-	case JT_DICT: return jv_d(v)->n != 0;
-	default: return 1;
+	case JT_INT:
+		return v.i != 0;
+	case JT_FLOAT:
+		return v.f != 0.0;
+	case JT_STR:
+		return jv_s(v)->n != 0;
+	case JT_LIST:
+		return jv_l(v)->kind == JL_GEN || jv_l(v)->n != 0;
+	case JT_DICT:
+		return jv_d(v)->n != 0;
+	default:
+		return 1;
 	}
 }
 
@@ -435,13 +448,16 @@ jv_eq(struct jv a, struct jv b, int depth)
 		return 0;
 	switch (a.t) {
 	case JT_UNDEF:
-	case JT_NONE: return 1;
-	case JT_STR: return jv_s(a)->n == jv_s(b)->n && memcmp(jv_s(a)->p, jv_s(b)->p, jv_s(a)->n) == 0;
+	case JT_NONE:
+		return 1;
+	case JT_STR:
+		return jv_s(a)->n == jv_s(b)->n && memcmp(jv_s(a)->p, jv_s(b)->p, jv_s(a)->n) == 0;
 	case JT_LIST: {
 		struct jlist *x = jv_l(a), *y = jv_l(b);
 		if (x == y)
 			return 1;
-		if (x->kind != y->kind || x->kind == JL_GEN || x->kind == JL_VIEW || x->n != y->n || depth > JV_MAX_DEPTH)
+		if (x->kind != y->kind || x->kind == JL_GEN || x->kind == JL_VIEW || x->n != y->n ||
+		    depth > JV_MAX_DEPTH)
 			return 0;
 		for (size_t i = 0; i < x->n; i++)
 			if (!jv_eq(x->v[i], y->v[i], depth + 1))
@@ -461,7 +477,8 @@ jv_eq(struct jv a, struct jv b, int depth)
 		}
 		return 1;
 	}
-	default: return a.o == b.o;
+	default:
+		return a.o == b.o;
 	}
 }
 
@@ -469,24 +486,39 @@ const char *
 jv_type_name(struct jv v)
 {
 	switch (v.t) {
-	case JT_UNDEF: return "Undefined";
-	case JT_NONE: return "NoneType";
-	case JT_BOOL: return "bool";
-	case JT_INT: return "int";
-	case JT_FLOAT: return "float";
-	case JT_STR: return "str";
+	case JT_UNDEF:
+		return "Undefined";
+	case JT_NONE:
+		return "NoneType";
+	case JT_BOOL:
+		return "bool";
+	case JT_INT:
+		return "int";
+	case JT_FLOAT:
+		return "float";
+	case JT_STR:
+		return "str";
 	case JT_LIST:
 		switch (jv_l(v)->kind) {
-		case JL_TUPLE: return "tuple";
-		case JL_GEN: return "generator";
-		case JL_VIEW: return jv_l(v)->view == 'k' ? "dict_keys" : jv_l(v)->view == 'v' ? "dict_values" : "dict_items";
-		default: return "list";
+		case JL_TUPLE:
+			return "tuple";
+		case JL_GEN:
+			return "generator";
+		case JL_VIEW:
+			return jv_l(v)->view == 'k' ? "dict_keys" : jv_l(v)->view == 'v' ? "dict_values" : "dict_items";
+		default:
+			return "list";
 		}
-	case JT_DICT: return "dict";
-	case JT_NS: return "Namespace";
-	case JT_MACRO: return "Macro";
-	case JT_LOOP: return "LoopContext";
-	default: return "builtin_function_or_method";
+	case JT_DICT:
+		return "dict";
+	case JT_NS:
+		return "Namespace";
+	case JT_MACRO:
+		return "Macro";
+	case JT_LOOP:
+		return "LoopContext";
+	default:
+		return "builtin_function_or_method";
 	}
 }
 
@@ -666,7 +698,7 @@ repr_str(struct jrender *R, struct jbuf *b, const char *s, size_t n)
 		} else if (c < 0x7f || !(unicode_flags(c) & (UNICODE_CONTROL | UNICODE_UNDEF | UNICODE_SEPARATOR))) {
 			jbuf_add(R, b, s + i, k);
 		} else {
-			int m = c <= 0xff ? snprintf(e, sizeof e, "\\x%02x", c)
+			int m = c <= 0xff     ? snprintf(e, sizeof e, "\\x%02x", c)
 			        : c <= 0xffff ? snprintf(e, sizeof e, "\\u%04x", c)
 			                      : snprintf(e, sizeof e, "\\U%08x", c);
 			jbuf_add(R, b, e, (size_t)m);
@@ -710,7 +742,8 @@ jv_repr_of(struct jrender *R, struct jbuf *b, struct jv v, int depth)
 	if (depth > JV_MAX_DEPTH)
 		return jr_fail(R, JINJA_ERROR, "maximum recursion depth exceeded in repr()");
 	switch (v.t) {
-	case JT_UNDEF: return jbuf_str(R, b, "Undefined");
+	case JT_UNDEF:
+		return jbuf_str(R, b, "Undefined");
 	case JT_STR:
 		if (!jv_s(v)->safe)
 			return repr_str(R, b, jv_s(v)->p, jv_s(v)->n);
@@ -731,7 +764,10 @@ jv_repr_of(struct jrender *R, struct jbuf *b, struct jv v, int depth)
 				return -1;
 			return jbuf_add(R, b, l->n == 1 ? ",)" : ")", l->n == 1 ? 2 : 1);
 		case JL_VIEW:
-			jbuf_str(R, b, l->view == 'k' ? "dict_keys([" : l->view == 'v' ? "dict_values([" : "dict_items([");
+			jbuf_str(R, b,
+			         l->view == 'k'   ? "dict_keys(["
+			         : l->view == 'v' ? "dict_values(["
+			                          : "dict_items([");
 			if (repr_items(R, b, l, depth) != 0)
 				return -1;
 			return jbuf_add(R, b, "])", 2);
@@ -739,13 +775,15 @@ jv_repr_of(struct jrender *R, struct jbuf *b, struct jv v, int depth)
 			return jr_fail(R, JINJA_UNSUPPORTED, "printing a %s", jv_type_name(v));
 		}
 	}
-	case JT_DICT: return repr_dict(R, b, jv_d(v), depth);
+	case JT_DICT:
+		return repr_dict(R, b, jv_d(v), depth);
 	case JT_NS:
 		jbuf_str(R, b, "<Namespace ");
 		if (repr_dict(R, b, jv_d(v), depth) != 0)
 			return -1;
 		return jbuf_add(R, b, ">", 1);
-	default: return jv_str_of(R, b, v);
+	default:
+		return jv_str_of(R, b, v);
 	}
 }
 
@@ -754,20 +792,26 @@ jv_str_of(struct jrender *R, struct jbuf *b, struct jv v)
 {
 	char num[32];
 	switch (v.t) {
-	case JT_UNDEF: return 0;
-	case JT_NONE: return jbuf_str(R, b, "None");
-	case JT_BOOL: return jbuf_str(R, b, v.i ? "True" : "False");
+	case JT_UNDEF:
+		return 0;
+	case JT_NONE:
+		return jbuf_str(R, b, "None");
+	case JT_BOOL:
+		return jbuf_str(R, b, v.i ? "True" : "False");
 	case JT_INT:
 		snprintf(num, sizeof num, "%lld", (long long)v.i);
 		return jbuf_str(R, b, num);
 	case JT_FLOAT:
 		jfloat_repr(v.f, num);
 		return jbuf_str(R, b, num);
-	case JT_STR: return jbuf_add(R, b, jv_s(v)->p, jv_s(v)->n);
+	case JT_STR:
+		return jbuf_add(R, b, jv_s(v)->p, jv_s(v)->n);
 	case JT_LIST:
 	case JT_DICT:
-	case JT_NS: return jv_repr_of(R, b, v, 0);
-	default: return jr_fail(R, JINJA_UNSUPPORTED, "printing a %s", jv_type_name(v));
+	case JT_NS:
+		return jv_repr_of(R, b, v, 0);
+	default:
+		return jr_fail(R, JINJA_UNSUPPORTED, "printing a %s", jv_type_name(v));
 	}
 }
 
@@ -802,11 +846,21 @@ jv_escape(struct jrender *R, struct jv v, struct jv *out)
 	for (size_t i = 0; i < t.n; i++) {
 		const char *e = NULL;
 		switch (t.p[i]) {
-		case '&': e = "&amp;"; break;
-		case '<': e = "&lt;"; break;
-		case '>': e = "&gt;"; break;
-		case '"': e = "&#34;"; break;
-		case '\'': e = "&#39;"; break;
+		case '&':
+			e = "&amp;";
+			break;
+		case '<':
+			e = "&lt;";
+			break;
+		case '>':
+			e = "&gt;";
+			break;
+		case '"':
+			e = "&#34;";
+			break;
+		case '\'':
+			e = "&#39;";
+			break;
 		}
 		if (e)
 			jbuf_str(R, &b, e);
@@ -892,10 +946,15 @@ json_key(struct jrender *R, struct jbuf *b, struct jv k, const struct json_opts 
 {
 	char num[32];
 	switch (k.t) {
-	case JT_STR: return json_str(R, b, jv_s(k)->p, jv_s(k)->n, o->ensure_ascii);
-	case JT_BOOL: return jbuf_str(R, b, k.i ? "\"true\"" : "\"false\"");
-	case JT_NONE: return jbuf_str(R, b, "\"null\"");
-	case JT_INT: snprintf(num, sizeof num, "\"%lld\"", (long long)k.i); return jbuf_str(R, b, num);
+	case JT_STR:
+		return json_str(R, b, jv_s(k)->p, jv_s(k)->n, o->ensure_ascii);
+	case JT_BOOL:
+		return jbuf_str(R, b, k.i ? "\"true\"" : "\"false\"");
+	case JT_NONE:
+		return jbuf_str(R, b, "\"null\"");
+	case JT_INT:
+		snprintf(num, sizeof num, "\"%lld\"", (long long)k.i);
+		return jbuf_str(R, b, num);
 	case JT_FLOAT:
 		if (isnan(k.f))
 			return jbuf_str(R, b, "\"NaN\"");
@@ -937,9 +996,13 @@ jv_json_dump(struct jrender *R, struct jbuf *b, struct jv v, const struct json_o
 	if (level > JV_MAX_DEPTH)
 		return jr_fail(R, JINJA_ERROR, "maximum recursion depth exceeded while encoding a JSON object");
 	switch (v.t) {
-	case JT_NONE: return jbuf_str(R, b, "null");
-	case JT_BOOL: return jbuf_str(R, b, v.i ? "true" : "false");
-	case JT_INT: snprintf(num, sizeof num, "%lld", (long long)v.i); return jbuf_str(R, b, num);
+	case JT_NONE:
+		return jbuf_str(R, b, "null");
+	case JT_BOOL:
+		return jbuf_str(R, b, v.i ? "true" : "false");
+	case JT_INT:
+		snprintf(num, sizeof num, "%lld", (long long)v.i);
+		return jbuf_str(R, b, num);
 	case JT_FLOAT:
 		if (isnan(v.f))
 			return jbuf_str(R, b, "NaN");
@@ -947,7 +1010,8 @@ jv_json_dump(struct jrender *R, struct jbuf *b, struct jv v, const struct json_o
 			return jbuf_str(R, b, v.f < 0 ? "-Infinity" : "Infinity");
 		jfloat_repr(v.f, num);
 		return jbuf_str(R, b, num);
-	case JT_STR: return json_str(R, b, jv_s(v)->p, jv_s(v)->n, o->ensure_ascii);
+	case JT_STR:
+		return json_str(R, b, jv_s(v)->p, jv_s(v)->n, o->ensure_ascii);
 	case JT_LIST: {
 		struct jlist *l = jv_l(v);
 		if (l->kind != JL_LIST && l->kind != JL_TUPLE)
@@ -994,7 +1058,8 @@ jv_json_dump(struct jrender *R, struct jbuf *b, struct jv v, const struct json_o
 		json_newline(R, b, o, level);
 		return jbuf_add(R, b, "}", 1);
 	}
-	default: break;
+	default:
+		break;
 	}
 	return jr_fail(R, JINJA_ERROR, "Object of type %s is not JSON serializable", jv_type_name(v));
 }
@@ -1026,7 +1091,10 @@ hex4(const char *s, uint32_t *v)
 	*v = 0;
 	for (int i = 0; i < 4; i++) {
 		char c = s[i];
-		int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+		int d = c >= '0' && c <= '9'   ? c - '0'
+		        : c >= 'a' && c <= 'f' ? c - 'a' + 10
+		        : c >= 'A' && c <= 'F' ? c - 'A' + 10
+		                               : -1;
 		if (d < 0)
 			return -1;
 		*v = *v * 16 + (uint32_t)d;
@@ -1066,14 +1134,30 @@ jp_string(struct jp *p, struct jv *out)
 			char e = p->s[1], ch = 0;
 			p->s += 2;
 			switch (e) {
-			case '"': ch = '"'; break;
-			case '\\': ch = '\\'; break;
-			case '/': ch = '/'; break;
-			case 'b': ch = '\b'; break;
-			case 'f': ch = '\f'; break;
-			case 'n': ch = '\n'; break;
-			case 'r': ch = '\r'; break;
-			case 't': ch = '\t'; break;
+			case '"':
+				ch = '"';
+				break;
+			case '\\':
+				ch = '\\';
+				break;
+			case '/':
+				ch = '/';
+				break;
+			case 'b':
+				ch = '\b';
+				break;
+			case 'f':
+				ch = '\f';
+				break;
+			case 'n':
+				ch = '\n';
+				break;
+			case 'r':
+				ch = '\r';
+				break;
+			case 't':
+				ch = '\t';
+				break;
 			case 'u': {
 				uint32_t cp;
 				if (p->e - p->s < 4 || hex4(p->s, &cp) != 0) {
@@ -1081,7 +1165,8 @@ jp_string(struct jp *p, struct jv *out)
 					goto out;
 				}
 				p->s += 4;
-				if (cp >= 0xD800 && cp < 0xDC00 && p->e - p->s >= 6 && p->s[0] == '\\' && p->s[1] == 'u') {
+				if (cp >= 0xD800 && cp < 0xDC00 && p->e - p->s >= 6 && p->s[0] == '\\' &&
+				    p->s[1] == 'u') {
 					uint32_t lo;
 					if (hex4(p->s + 2, &lo) == 0 && lo >= 0xDC00 && lo < 0xE000) {
 						cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
@@ -1097,7 +1182,9 @@ jp_string(struct jp *p, struct jv *out)
 				run = p->s;
 				continue;
 			}
-			default: jp_fail(p, "a bad escape"); goto out;
+			default:
+				jp_fail(p, "a bad escape");
+				goto out;
 			}
 			jbuf_add(p->R, &b, &ch, 1);
 			run = p->s;
@@ -1184,7 +1271,8 @@ jp_value(struct jp *p, struct jv *out)
 	if (p->s >= p->e)
 		return jp_fail(p, "an unexpected end");
 	switch (*p->s) {
-	case '"': return jp_string(p, out);
+	case '"':
+		return jp_string(p, out);
 	case '{': {
 		if (++p->depth > 200)
 			return jp_fail(p, "nesting deeper than 200");
@@ -1264,11 +1352,16 @@ jp_value(struct jp *p, struct jv *out)
 			return jp_fail(p, "a missing ',' or ']'");
 		}
 	}
-	case 't': return jp_lit(p, "true", jv_bool(1), out);
-	case 'f': return jp_lit(p, "false", jv_bool(0), out);
-	case 'n': return jp_lit(p, "null", JV_NONE, out);
-	case 'N': return jp_lit(p, "NaN", jv_float(NAN), out);
-	case 'I': return jp_lit(p, "Infinity", jv_float(INFINITY), out);
+	case 't':
+		return jp_lit(p, "true", jv_bool(1), out);
+	case 'f':
+		return jp_lit(p, "false", jv_bool(0), out);
+	case 'n':
+		return jp_lit(p, "null", JV_NONE, out);
+	case 'N':
+		return jp_lit(p, "NaN", jv_float(NAN), out);
+	case 'I':
+		return jp_lit(p, "Infinity", jv_float(INFINITY), out);
 	default:
 		if (*p->s == '-' && p->e - p->s > 1 && p->s[1] == 'I') {
 			p->s++;

@@ -50,12 +50,12 @@ struct jinja_tmpl *jinja_parse(const char *src, size_t n, enum jinja_status *sta
 void jinja_free(struct jinja_tmpl *t); // NULL is fine
 
 struct jinja_limits {
-	size_t max_output;   // bytes of output; 0: 8 MiB
-	size_t max_memory;   // bytes of live values; 0: 64 MiB
-	uint64_t max_steps;  // evaluation steps; 0: 50 million
-	int timeout_ms;      // wall time; 0: 2000
-	int64_t now;         // strftime_now's time: 0 the clock (local time),
-	                     // else these seconds since the epoch, in UTC
+	size_t max_output;  // bytes of output; 0: 8 MiB
+	size_t max_memory;  // bytes of live values; 0: 64 MiB
+	uint64_t max_steps; // evaluation steps; 0: 50 million
+	int timeout_ms;     // wall time; 0: 2000
+	int64_t now;        // strftime_now's time: 0 the clock (local time),
+			    // else these seconds since the epoch, in UTC
 };
 
 // jinja_render renders t with the variables of ctx[0..ctx_len), a JSON

@@ -24,14 +24,8 @@
 #define WS_ UNICODE_WHITESPACE
 
 static const char *const rule_names[PRETOK_N_RULES] = {
-	[PRETOK_GPT2] = "gpt2",
-	[PRETOK_LLAMA3] = "llama3",
-	[PRETOK_QWEN2] = "qwen2",
-	[PRETOK_DIGIT] = "digit",
-	[PRETOK_NUMBERS] = "numbers",
-	[PRETOK_PUNCT] = "punct",
-	[PRETOK_DIGIT3] = "digit3",
-	[PRETOK_REGEX] = "regex",
+	[PRETOK_GPT2] = "gpt2",       [PRETOK_LLAMA3] = "llama3", [PRETOK_QWEN2] = "qwen2",   [PRETOK_DIGIT] = "digit",
+	[PRETOK_NUMBERS] = "numbers", [PRETOK_PUNCT] = "punct",   [PRETOK_DIGIT3] = "digit3", [PRETOK_REGEX] = "regex",
 };
 
 const char *
@@ -49,13 +43,13 @@ static const struct {
 	{"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+", PRETOK_GPT2},
 	{"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)", PRETOK_GPT2},
 	{"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
-	 PRETOK_LLAMA3},
+         PRETOK_LLAMA3},
 	{"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
-	 PRETOK_LLAMA3},
+         PRETOK_LLAMA3},
 	{"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
-	 PRETOK_QWEN2},
+         PRETOK_QWEN2},
 	{"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
-	 PRETOK_QWEN2},
+         PRETOK_QWEN2},
 	{"\\p{N}", PRETOK_DIGIT},
 	{"\\p{N}+", PRETOK_NUMBERS},
 	{"[\\p{P}\\$\\+<=>\\^~\\|]+", PRETOK_PUNCT},
@@ -215,8 +209,8 @@ pretok_add_regex_opt(struct pretok *p, const char *pattern, int flags, char *err
 	PCRE2_SIZE eoff;
 	// UCP: \s, \d, \w and the POSIX classes are Unicode's. $ is the end
 	// of the text only, as in llama.cpp's std::regex (ECMAScript)
-	pcre2_code *code = pcre2_compile((PCRE2_SPTR)cp, n, PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &ec, &eoff,
-	                                 NULL);
+	pcre2_code *code =
+		pcre2_compile((PCRE2_SPTR)cp, n, PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &ec, &eoff, NULL);
 	free(cp);
 	if (!code) {
 		PCRE2_UCHAR msg[256];
@@ -372,8 +366,8 @@ match_llama3(struct text t, uint32_t i, uint32_t e, uint32_t max_digits)
 static int
 is_punct_class(uint32_t c, uint16_t f) // [\p{P}\$\+<=>\^~\|]
 {
-	return (f & UNICODE_PUNCTUATION) || c == '$' || c == '+' || c == '<' || c == '=' ||
-	       c == '>' || c == '^' || c == '~' || c == '|';
+	return (f & UNICODE_PUNCTUATION) || c == '$' || c == '+' || c == '<' || c == '=' || c == '>' || c == '^' ||
+	       c == '~' || c == '|';
 }
 
 static uint32_t
@@ -550,7 +544,7 @@ pretok_split(const struct pretok *p, const char *text, size_t len, struct pretok
 			if (gap < e && push(&o->tmp, &tn, &o->tmp_cap, gap, e - gap))
 				goto oom;
 		}
-	next:;
+next:;
 		struct pretok_piece *sw = o->v;
 		size_t swc = o->cap;
 		o->v = o->tmp, o->cap = o->tmp_cap, o->n = tn;

@@ -52,7 +52,7 @@ struct pretok {
 	int n;
 	enum pretok_rule rule[PRETOK_MAX_RULES];
 	struct pretok_re *re[PRETOK_MAX_RULES]; // PRETOK_REGEX rules
-	int ignore_merges; // the pre name implies llama3's ignore_merges
+	int ignore_merges;                      // the pre name implies llama3's ignore_merges
 };
 
 // llama.cpp's flags for a tokenizer.ggml.pre name: clean_spaces and
@@ -103,8 +103,7 @@ const char *pretok_rule_name(enum pretok_rule r);
 // pretok_split cuts text[0..len) into out->v[0..out->n). An empty text gives
 // no pieces. Fails only when out of memory (or len >= 4 GiB), or when a
 // PCRE2 rule exceeds its match limit (a pathological pattern and text).
-int pretok_split(const struct pretok *p, const char *text, size_t len, struct pretok_out *out,
-                 char *err);
+int pretok_split(const struct pretok *p, const char *text, size_t len, struct pretok_out *out, char *err);
 void pretok_out_free(struct pretok_out *out);
 
 #endif

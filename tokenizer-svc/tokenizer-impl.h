@@ -104,42 +104,41 @@ struct tokenizer {
 	int32_t byte_tok[256]; // SPM: id of <0xNN> for each byte, -1 if absent
 
 	int32_t bos, eos, eot, eom, unk, pad, sep; // -1 when absent
-	int32_t *eog; // ids that end generation
+	int32_t *eog;                              // ids that end generation
 	int32_t n_eog;
-	int add_bos, add_eos;   // the model's defaults
-	int add_space_prefix;   // SPM: prepend a space (as ▁) to text after BOS / a special token
-	int escape_spaces;      // SPM: spaces become ▁ (always 1 for SPM)
-	int spm_word_split;     // SPM: no piece has ▁ after another character (words merge alone)
-	int add_sep;            // WPM: [SEP] after the text (with add_special)
+	int add_bos, add_eos;                 // the model's defaults
+	int add_space_prefix;                 // SPM: prepend a space (as ▁) to text after BOS / a special token
+	int escape_spaces;                    // SPM: spaces become ▁ (always 1 for SPM)
+	int spm_word_split;                   // SPM: no piece has ▁ after another character (words merge alone)
+	int add_sep;                          // WPM: [SEP] after the text (with add_special)
 	int wpm_lowercase, wpm_strip_accents; // WPM normalizer
-	int wpm_max_chars;      // WPM: a longer word is the unknown token (0: no limit, as llama.cpp)
-	int clean_spaces;       // tok_detokenize cleans spaces (llama.cpp's clean_spaces)
+	int wpm_max_chars;                    // WPM: a longer word is the unknown token (0: no limit, as llama.cpp)
+	int clean_spaces;                     // tok_detokenize cleans spaces (llama.cpp's clean_spaces)
 
 	// byte-level BPE (filled by bpe.c)
 	enum tok_pre pre;
 	char pre_name[64];
-	int ignore_merges;          // llama3: a pre-token that is a whole vocab entry is emitted as is
-	struct tok_pairmap merges;  // (left id, right id) -> rank, merged id
-	uint16_t cp_of_byte[256];   // GPT-2 byte -> code point map
-	int16_t byte_of_cp[324];    // its inverse; -1 where a code point stands for no byte
-	void *bpe_priv;             // anything else bpe.c (or ugm.c) keeps; freed by bpe_free_priv
+	int ignore_merges;         // llama3: a pre-token that is a whole vocab entry is emitted as is
+	struct tok_pairmap merges; // (left id, right id) -> rank, merged id
+	uint16_t cp_of_byte[256];  // GPT-2 byte -> code point map
+	int16_t byte_of_cp[324];   // its inverse; -1 where a code point stands for no byte
+	void *bpe_priv;            // anything else bpe.c (or ugm.c) keeps; freed by bpe_free_priv
 	void (*bpe_free_priv)(void *);
 
 	// chat
-	char *chat_template; // NUL-terminated copy, or NULL
+	char *chat_template;          // NUL-terminated copy, or NULL
 	char *chat_template_tool_use; // the variant for requests with tools, or NULL
 	enum tok_chat_family chat;
 	int chat_guessed; // no template, or one not recognised: chat is a guess from the vocabulary
 	struct jinja_tmpl *jinja, *jinja_tool_use; // the templates compiled; NULL: not run
-	char jinja_why[AD_ERRLEN]; // why the template is not run ("" when it is, or when there is none)
+	char jinja_why[AD_ERRLEN];                 // why the template is not run ("" when it is, or when there is none)
 };
 
 // --- helpers (tokenizer.c) for the loaders -----------------------------------
 int tok_vocab_init(struct tokenizer *t, int32_t n, char *err);
 // tok_vocab_set copies s[0..n); may be called again for the same id (HF
 // added_tokens override) — the last call wins.
-int tok_vocab_set(struct tokenizer *t, int32_t id, const char *s, size_t n, float score, enum tok_type type,
-                  char *err);
+int tok_vocab_set(struct tokenizer *t, int32_t id, const char *s, size_t n, float score, enum tok_type type, char *err);
 int tok_finish(struct tokenizer *t, char *err);
 // the piece -> id map (tok_finish builds it too), for a loader that looks
 // pieces up before finishing

@@ -417,8 +417,15 @@ tok_finish(struct tokenizer *t, char *err)
 		}
 
 	// end of turn: llama.cpp's names for it, when the metadata does not say
-	static const char *eot_names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-	                                  "<EOT>", "_<EOT>", "<｜end▁of▁sentence｜>", NULL};
+	static const char *eot_names[] = {"<|eot_id|>",
+	                                  "<|im_end|>",
+	                                  "<|end|>",
+	                                  "<end_of_turn>",
+	                                  "<|endoftext|>",
+	                                  "<EOT>",
+	                                  "_<EOT>",
+	                                  "<｜end▁of▁sentence｜>",
+	                                  NULL};
 	if (t->eot < 0)
 		for (int i = 0; eot_names[i]; i++) {
 			int32_t id = tok_find(t, eot_names[i], strlen(eot_names[i]));
@@ -432,8 +439,8 @@ tok_finish(struct tokenizer *t, char *err)
 		if (id >= 0)
 			t->eom = id;
 	}
-	static const char *eog_names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-	                                  "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", NULL};
+	static const char *eog_names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",   "<|endoftext|>",
+	                                  "<|eom_id|>", "<EOT>",      "_<EOT>",  "<|end_of_text|>", NULL};
 	free(t->eog);
 	t->eog = NULL;
 	t->n_eog = 0;
@@ -995,14 +1002,16 @@ tok_json_added(struct tokenizer *t, const cJSON *added, const char *unk, float s
 	{
 		int32_t id = (int32_t)cJSON_GetObjectItemCaseSensitive(it, "id")->valuedouble;
 		const char *c = jstr(it, "content");
-		enum tok_type ty = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "special")) ? TOK_TYPE_CONTROL
-		                                                                                 : TOK_TYPE_USER_DEFINED;
+		enum tok_type ty = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "special"))
+		                           ? TOK_TYPE_CONTROL
+		                           : TOK_TYPE_USER_DEFINED;
 		if (unk && !strcmp(unk, c))
 			ty = TOK_TYPE_UNKNOWN;
 		if (tok_vocab_set(t, id, c, strlen(c), score, ty, err))
 			return -1;
-		t->tok[id].attr = (uint8_t)((cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "lstrip")) ? TOK_ATTR_LSTRIP : 0) |
-		                            (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "rstrip")) ? TOK_ATTR_RSTRIP : 0));
+		t->tok[id].attr =
+			(uint8_t)((cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "lstrip")) ? TOK_ATTR_LSTRIP : 0) |
+		                  (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "rstrip")) ? TOK_ATTR_RSTRIP : 0));
 	}
 	return 0;
 }
@@ -1125,8 +1134,8 @@ load_spm_json(struct tokenizer *t, const char *json, size_t len, char *err)
 	}
 	free(cat);
 	const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
-	t->add_space_prefix = spm_json_prefix(cJSON_GetObjectItemCaseSensitive(root, "normalizer")) ||
-	                      spm_json_prefix(pre);
+	t->add_space_prefix =
+		spm_json_prefix(cJSON_GetObjectItemCaseSensitive(root, "normalizer")) || spm_json_prefix(pre);
 	t->unk = unk ? tok_find(t, unk, strlen(unk)) : -1;
 	rc = 0;
 done:
@@ -1173,7 +1182,8 @@ wpm_normalizer(struct tokenizer *t, const cJSON *n, int *strip_set, char *err)
 		const cJSON *sa = cJSON_GetObjectItemCaseSensitive(n, "strip_accents");
 		if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(n, "clean_text")) ||
 		    cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(n, "handle_chinese_chars")))
-			return ad_err(err, "BertNormalizer without clean_text or handle_chinese_chars is not supported");
+			return ad_err(err,
+			              "BertNormalizer without clean_text or handle_chinese_chars is not supported");
 		t->wpm_lowercase = !cJSON_IsFalse(lc);
 		if (cJSON_IsBool(sa)) {
 			t->wpm_strip_accents = cJSON_IsTrue(sa);
@@ -1192,8 +1202,10 @@ wpm_normalizer(struct tokenizer *t, const cJSON *n, int *strip_set, char *err)
 		*strip_set = 1;
 		return 0;
 	}
-	return ad_err(err, "WordPiece with a %s normalizer is not supported (BertNormalizer, Lowercase, NFD, "
-	                   "StripAccents)", type);
+	return ad_err(err,
+	              "WordPiece with a %s normalizer is not supported (BertNormalizer, Lowercase, NFD, "
+	              "StripAccents)",
+	              type);
 }
 
 // the [CLS] ... [SEP] a post-processor adds: ids of the first and last special
@@ -1205,7 +1217,8 @@ wpm_post(struct tokenizer *t, const cJSON *pp, char *err)
 	const char *type = jstr(pp, "type");
 	const char *cls = NULL, *sep = NULL;
 	if (type && (!strcmp(type, "BertProcessing") || !strcmp(type, "RobertaProcessing"))) {
-		const cJSON *c = cJSON_GetObjectItemCaseSensitive(pp, "cls"), *s = cJSON_GetObjectItemCaseSensitive(pp, "sep");
+		const cJSON *c = cJSON_GetObjectItemCaseSensitive(pp, "cls"),
+			    *s = cJSON_GetObjectItemCaseSensitive(pp, "sep");
 		cls = cJSON_IsString(cJSON_GetArrayItem(c, 0)) ? cJSON_GetArrayItem(c, 0)->valuestring : NULL;
 		sep = cJSON_IsString(cJSON_GetArrayItem(s, 0)) ? cJSON_GetArrayItem(s, 0)->valuestring : NULL;
 	} else if (type && !strcmp(type, "TemplateProcessing")) {
@@ -1219,7 +1232,8 @@ wpm_post(struct tokenizer *t, const cJSON *pp, char *err)
 			else if (st && i == n - 1)
 				sep = jstr(st, "id");
 			else if (!cJSON_GetObjectItemCaseSensitive(e, "Sequence"))
-				return ad_err(err, "TemplateProcessing: only specials around the sequence are supported");
+				return ad_err(err,
+				              "TemplateProcessing: only specials around the sequence are supported");
 		}
 	} else {
 		return ad_err(err, "WordPiece with a %s post_processor is not supported", type ? type : "typeless");
@@ -1227,7 +1241,8 @@ wpm_post(struct tokenizer *t, const cJSON *pp, char *err)
 	t->bos = cls ? tok_find(t, cls, strlen(cls)) : -1;
 	t->sep = sep ? tok_find(t, sep, strlen(sep)) : -1;
 	if ((cls && t->bos < 0) || (sep && t->sep < 0))
-		return ad_err(err, "post_processor names %s, which is not in the vocabulary", cls && t->bos < 0 ? cls : sep);
+		return ad_err(err, "post_processor names %s, which is not in the vocabulary",
+		              cls && t->bos < 0 ? cls : sep);
 	t->add_bos = t->bos >= 0;
 	t->add_sep = t->sep >= 0;
 	return 0;
@@ -1254,7 +1269,8 @@ load_wpm_json(struct tokenizer *t, const char *json, size_t len, char *err)
 		goto done;
 	}
 	if (!pre || strcmp(pre, "BertPreTokenizer")) {
-		ad_err(err, "WordPiece with a %s pre_tokenizer is not supported (BertPreTokenizer)", pre ? pre : "missing");
+		ad_err(err, "WordPiece with a %s pre_tokenizer is not supported (BertPreTokenizer)",
+		       pre ? pre : "missing");
 		goto done;
 	}
 	if (!prefix)
@@ -1617,8 +1633,7 @@ is_sp(const char *p)
 }
 
 static int
-spm_fragment(const struct tokenizer *t, const char *text, size_t len, int prefix_space, struct tok_ids *out,
-             char *err)
+spm_fragment(const struct tokenizer *t, const char *text, size_t len, int prefix_space, struct tok_ids *out, char *err)
 {
 	size_t spaces = prefix_space;
 	for (size_t i = 0; i < len; i++)
@@ -2009,7 +2024,8 @@ clean_spaces(char *s, size_t n)
 		char x = in[i];
 		if (in[i - 1] == ' ' && x == '\'' && i + 1 < n) {
 			char x1 = in[i + 1], x2 = i + 2 < n ? in[i + 2] : 0;
-			if (x1 == 's' || x1 == 'm' || (i + 2 < n && ((x1 == 'r' && x2 == 'e') || (x1 == 'v' && x2 == 'e'))))
+			if (x1 == 's' || x1 == 'm' ||
+			    (i + 2 < n && ((x1 == 'r' && x2 == 'e') || (x1 == 'v' && x2 == 'e'))))
 				m--;
 		}
 		s[m++] = x;
@@ -2039,7 +2055,10 @@ tok_clean_spaces(const struct tokenizer *t)
 const char *
 tok_kind_name(const struct tokenizer *t)
 {
-	return t->kind == TOK_KIND_SPM ? "spm" : t->kind == TOK_KIND_WPM ? "wpm" : t->kind == TOK_KIND_UGM ? "ugm" : "bpe";
+	return t->kind == TOK_KIND_SPM   ? "spm"
+	       : t->kind == TOK_KIND_WPM ? "wpm"
+	       : t->kind == TOK_KIND_UGM ? "ugm"
+	                                 : "bpe";
 }
 
 const char *

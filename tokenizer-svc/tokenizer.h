@@ -39,8 +39,8 @@ void tok_free(struct tokenizer *t); // NULL is fine
 // add_bos: 1 add, 0 don't, -1 the model's default (add_bos_token); the
 // model's add_eos is applied only when add_bos is -1 or 1.
 // *ids is malloc'd (the caller frees it; non-NULL even for zero ids).
-int tok_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
-               int32_t **ids, size_t *n_ids, char *err);
+int tok_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos, int parse_special, int32_t **ids,
+               size_t *n_ids, char *err);
 
 // tok_decode renders ids as text: control tokens are skipped, byte tokens
 // are assembled, the SPM space prefix is removed from the first token.
@@ -54,8 +54,7 @@ int tok_decode(const struct tokenizer *t, const int32_t *ids, size_t n, char **o
 // before ? ! . , goes, so does the one on each side of a lone ', and the
 // one before 's 'm 're 've. For the text of a whole sequence (llama.cpp's
 // llama_detokenize); tok_decode is the exact bytes.
-int tok_detokenize(const struct tokenizer *t, const int32_t *ids, size_t n, char **out, size_t *out_len,
-                   char *err);
+int tok_detokenize(const struct tokenizer *t, const int32_t *ids, size_t n, char **out, size_t *out_len, char *err);
 // the vocabulary's clean_spaces (see tok_detokenize)
 int tok_clean_spaces(const struct tokenizer *t);
 
@@ -66,7 +65,7 @@ int tok_clean_spaces(const struct tokenizer *t);
 // ids as a continuation of earlier text: no leading space is removed.
 struct tok_stream {
 	const struct tokenizer *t;
-	char hold[4];   // bytes of an unfinished UTF-8 character
+	char hold[4]; // bytes of an unfinished UTF-8 character
 	size_t n_hold;
 	char buf[1024]; // output of the last push/flush
 	char *big;      // used instead of buf for longer pieces; see tok_stream_free
@@ -85,8 +84,8 @@ void tok_stream_free(struct tok_stream *s); // frees the buffer for long pieces,
 int32_t tok_n_vocab(const struct tokenizer *t);
 int32_t tok_bos(const struct tokenizer *t); // -1 when the model has none
 int32_t tok_eos(const struct tokenizer *t);
-int32_t tok_eot(const struct tokenizer *t); // end of turn (<|eot_id|>, <|im_end|>, <end_of_turn>, ...)
-int tok_add_bos(const struct tokenizer *t); // the model's default
+int32_t tok_eot(const struct tokenizer *t);            // end of turn (<|eot_id|>, <|im_end|>, <end_of_turn>, ...)
+int tok_add_bos(const struct tokenizer *t);            // the model's default
 int tok_is_eog(const struct tokenizer *t, int32_t id); // ends generation: eos, eot, eom and their kin
 int tok_is_control(const struct tokenizer *t, int32_t id);
 // tok_piece is the vocabulary string as stored (SPM "▁the", BPE "Ġthe");
@@ -158,8 +157,8 @@ int tok_apply_chat(const struct tokenizer *t, const struct tok_msg *msgs, size_t
 // starts with the BOS text; later BOS/EOS texts inside the prompt (Llama 2
 // turns) are written out as text. Tool turns render as user turns under
 // the role name "tool"; tool calls and tools are not shown.
-int tok_apply_chat_family(const struct tokenizer *t, enum tok_chat_family f, const struct tok_msg *msgs,
-                          size_t n, int add_generation_prompt, char **out, char *err);
+int tok_apply_chat_family(const struct tokenizer *t, enum tok_chat_family f, const struct tok_msg *msgs, size_t n,
+                          int add_generation_prompt, char **out, char *err);
 
 // --- tools (chat-tools.c) -------------------------------------------------------
 // Tool definitions, tool calls and tool results for a template that cannot
@@ -189,8 +188,7 @@ int tok_chat_has_tools(const struct tok_msg *msgs, size_t n, const char *tools_j
 // markup) the conversation is first made plain (tok_chat_tools_plain) in
 // the generic markup. *format says which ("" without tools).
 int tok_chat_render_tools(const struct tokenizer *t, const struct tok_msg *msgs, size_t n, int add_generation_prompt,
-                          const struct tok_chat_opts *o, char **out, const char **how, const char **format,
-                          char *err);
+                          const struct tok_chat_opts *o, char **out, const char **how, const char **format, char *err);
 // the tool-call markup a template asks for, by what it writes: "hermes"
 // (<tool_call>...</tool_call>), "mistral" ([TOOL_CALLS][...]), "llama3"
 // ({"name": ..., "parameters": ...}), else "generic"

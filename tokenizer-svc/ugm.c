@@ -42,10 +42,10 @@ struct trie {
 };
 
 struct ugm {
-	int32_t n;      // model.vocab entries (ids 0 .. n-1)
-	double *score;  // [n]
+	int32_t n;     // model.vocab entries (ids 0 .. n-1)
+	double *score; // [n]
 	double unk_score;
-	int32_t unk;    // model.unk_id, -1 when none
+	int32_t unk; // model.unk_id, -1 when none
 	int byte_fallback;
 	struct trie trie;
 	struct hf_norm *norm;
@@ -172,8 +172,10 @@ ugm_post(struct tokenizer *t, const cJSON *pp, char *err)
 		const char *id = jstr(st, "id");
 		int32_t tid = id ? tok_find(t, id, strlen(id)) : -1;
 		if (!id || tid < 0 || (seen_seq ? i != n - 1 : i != 0))
-			return ad_err(err, "TemplateProcessing: only one special before and one after the sequence are "
-			                   "supported (%s)", id ? id : "?");
+			return ad_err(err,
+			              "TemplateProcessing: only one special before and one after the sequence are "
+			              "supported (%s)",
+			              id ? id : "?");
 		if (seen_seq) {
 			t->eos = tid;
 			t->add_eos = 1;
@@ -286,7 +288,7 @@ done:
 }
 
 struct node {
-	double score; // best path score to here
+	double score;  // best path score to here
 	int32_t start; // where its last token starts, -1 when no path
 	int32_t id;
 };
@@ -310,7 +312,8 @@ emit(const struct tokenizer *t, const struct ugm *u, const char *s, size_t n, st
 		}
 	}
 	if (u->unk < 0)
-		return ad_err(err, "tokenizer: \"%.*s\" has no token and the vocabulary no unknown one", (int)(n < 32 ? n : 32), s);
+		return ad_err(err, "tokenizer: \"%.*s\" has no token and the vocabulary no unknown one",
+		              (int)(n < 32 ? n : 32), s);
 	return tok_ids_push(out, u->unk, err);
 }
 

@@ -145,9 +145,15 @@ unicode_ccc(uint32_t cp)
 // --- NFC ---------------------------------------------------------------------
 // Hangul syllables decompose and compose algorithmically (Unicode ch. 3.12).
 enum {
-	H_SBASE = 0xAC00, H_LBASE = 0x1100, H_VBASE = 0x1161, H_TBASE = 0x11A7,
-	H_LCOUNT = 19, H_VCOUNT = 21, H_TCOUNT = 28,
-	H_NCOUNT = H_VCOUNT * H_TCOUNT, H_SCOUNT = H_LCOUNT * H_NCOUNT,
+	H_SBASE = 0xAC00,
+	H_LBASE = 0x1100,
+	H_VBASE = 0x1161,
+	H_TBASE = 0x11A7,
+	H_LCOUNT = 19,
+	H_VCOUNT = 21,
+	H_TCOUNT = 28,
+	H_NCOUNT = H_VCOUNT * H_TCOUNT,
+	H_SCOUNT = H_LCOUNT * H_NCOUNT,
 };
 
 // an invalid input byte b travels through NFC as RAW_BYTE | b: ccc 0,
@@ -205,8 +211,8 @@ compose_pair(uint32_t a, uint32_t b)
 {
 	if (a >= H_LBASE && a < H_LBASE + H_LCOUNT && b >= H_VBASE && b < H_VBASE + H_VCOUNT)
 		return H_SBASE + ((a - H_LBASE) * H_VCOUNT + (b - H_VBASE)) * H_TCOUNT;
-	if (a >= H_SBASE && a < H_SBASE + H_SCOUNT && (a - H_SBASE) % H_TCOUNT == 0 &&
-	    b > H_TBASE && b < H_TBASE + H_TCOUNT)
+	if (a >= H_SBASE && a < H_SBASE + H_SCOUNT && (a - H_SBASE) % H_TCOUNT == 0 && b > H_TBASE &&
+	    b < H_TBASE + H_TCOUNT)
 		return a + (b - H_TBASE);
 	int lo = 0, hi = unicode_n_comp - 1;
 	while (lo <= hi) {
@@ -248,8 +254,7 @@ decompose(struct cpbuf *b, uint32_t cp, int compat)
 {
 	if (cp >= H_SBASE && cp < H_SBASE + H_SCOUNT) {
 		uint32_t s = cp - H_SBASE, t = s % H_TCOUNT;
-		if (cpbuf_push(b, H_LBASE + s / H_NCOUNT) ||
-		    cpbuf_push(b, H_VBASE + (s % H_NCOUNT) / H_TCOUNT))
+		if (cpbuf_push(b, H_LBASE + s / H_NCOUNT) || cpbuf_push(b, H_VBASE + (s % H_NCOUNT) / H_TCOUNT))
 			return -1;
 		return t ? cpbuf_push(b, H_TBASE + t) : 0;
 	}

@@ -96,7 +96,7 @@ extern const struct unicode_ccc_range unicode_ccc_ranges[];
 extern const int unicode_n_ccc;
 extern const uint32_t unicode_decomp[][3]; // cp, first, second (0 if one)
 extern const int unicode_n_decomp;
-extern const uint32_t unicode_comp[][3];   // first, second, composite; sorted
+extern const uint32_t unicode_comp[][3]; // first, second, composite; sorted
 extern const int unicode_n_comp;
 extern const uint32_t unicode_comp_second[];
 extern const int unicode_n_comp_second;

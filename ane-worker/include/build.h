@@ -142,12 +142,12 @@ enum ane_cache_state {
 
 // where a start's time went (us), for the log and `run --json`
 struct ane_start {
-	uint64_t plan_us;    // the plan
-	uint64_t key_us;     // MIL texts, the model digest and the cache key
-	uint64_t load_us;    // cache lookup, checks and mapping, packed compiles (hit)
-	uint64_t blob_us;    // dequantising into blob files (miss)
-	uint64_t compile_us; // emu_compile / device compile: parse, read and repack (miss)
-	uint64_t store_us;   // writing the cache file (miss), beside the compiles in a thread of its own
+	uint64_t plan_us;       // the plan
+	uint64_t key_us;        // MIL texts, the model digest and the cache key
+	uint64_t load_us;       // cache lookup, checks and mapping, packed compiles (hit)
+	uint64_t blob_us;       // dequantising into blob files (miss)
+	uint64_t compile_us;    // emu_compile / device compile: parse, read and repack (miss)
+	uint64_t store_us;      // writing the cache file (miss), beside the compiles in a thread of its own
 	uint64_t store_wait_us; // of which the build waited for at its end (the last kernels, fsync, rename)
 	uint64_t total_us;
 	enum ane_cache_state cache;

@@ -135,8 +135,8 @@ struct kc_entry;
 
 // 1 and *out on a hit; 0 when there is no entry; -1 (err says why) when
 // the entry is unusable, which is then removed
-int kc_load(const char *dir, const struct kc_key *key, int nkernels, const struct kc_opts *o,
-            struct kc_entry **out, char *err);
+int kc_load(const char *dir, const struct kc_key *key, int nkernels, const struct kc_opts *o, struct kc_entry **out,
+            char *err);
 const struct kc_kernel *kc_entry_kernel(const struct kc_entry *e, int i);
 uint64_t kc_entry_bytes(const struct kc_entry *e);
 // unmaps: the kernels compiled from it must be freed first
@@ -146,8 +146,7 @@ void kc_entry_free(struct kc_entry *e);
 struct kc_writer;
 struct kc_writer *kc_writer_new(const char *dir, const struct kc_key *key, int nkernels, char *err);
 // kernel i's buffers (every kernel exactly once, in any order)
-int kc_writer_add(struct kc_writer *w, int kernel, uint64_t mil_hash, const struct emu_const *c, int n,
-                  char *err);
+int kc_writer_add(struct kc_writer *w, int kernel, uint64_t mil_hash, const struct emu_const *c, int n, char *err);
 // write the table, fsync, rename into place, evict down to max_bytes
 // (0: KC_DEFAULT_MAX_MB); frees w
 int kc_writer_commit(struct kc_writer *w, uint64_t max_bytes, char *err);
@@ -155,14 +154,14 @@ void kc_writer_abort(struct kc_writer *w); // removes the temporary file
 
 // the directory
 struct kc_info {
-	char name[256];     // file name
+	char name[256]; // file name
 	uint64_t bytes;
-	int64_t mtime;      // seconds
-	int valid;          // header and table check out
-	char model[160];    // the key's model line, when valid
-	char options[160];  // the key's options line
+	int64_t mtime;     // seconds
+	int valid;         // header and table check out
+	char model[160];   // the key's model line, when valid
+	char options[160]; // the key's options line
 	int nkernels;
-	int temporary;      // a temporary file (a writer's, maybe dead)
+	int temporary; // a temporary file (a writer's, maybe dead)
 };
 // calls fn for every entry and temporary file; the count, or -1
 int kc_list(const char *dir, void (*fn)(const struct kc_info *, void *), void *arg, char *err);

@@ -79,11 +79,10 @@ void ane_mil_input(struct ane_mil *m, const char *name, int c, int w);
 
 // y = conv(x, weight [cout, cin, 1, 1] at blob offset off); the weight
 // const is named "w<k>" for the k-th conv of the program
-void ane_mil_conv(struct ane_mil *m, const char *y, const char *x, int cout, int cin, int w,
-                  uint64_t off);
+void ane_mil_conv(struct ane_mil *m, const char *y, const char *x, int cout, int cin, int w, uint64_t off);
 // the same conv with int8 weights: data chunk at off_q, scales at off_s
-void ane_mil_conv_i8(struct ane_mil *m, const char *y, const char *x, int cout, int cin, int w,
-                     uint64_t off_q, uint64_t off_s);
+void ane_mil_conv_i8(struct ane_mil *m, const char *y, const char *x, int cout, int cin, int w, uint64_t off_q,
+                     uint64_t off_s);
 void ane_mil_add(struct ane_mil *m, const char *y, const char *a, const char *b, int c, int w);
 void ane_mil_mul(struct ane_mil *m, const char *y, const char *a, const char *b, int c, int w);
 void ane_mil_sigmoid(struct ane_mil *m, const char *y, const char *x, int c, int w);

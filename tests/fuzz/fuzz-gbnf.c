@@ -28,8 +28,8 @@ load_once(void)
 	if (vocab)
 		return;
 	static char b[128][1];
-	static const char *multi[] = {"ab", "\"}", "{\"", "\xc3\xa9", "\xc3", "\xa9", "\xe4\xb8\xad", "  ", "true",
-	                              "null"};
+	static const char *multi[] = {"ab",   "\"}",          "{\"", "\xc3\xa9", "\xc3",
+	                              "\xa9", "\xe4\xb8\xad", "  ",  "true",     "null"};
 	const char *bytes[NV];
 	uint32_t len[NV];
 	for (int i = 0; i < 128; i++) {
@@ -71,8 +71,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	int32_t stop = EOS;
 	const char *words[] = {"{\""};
-	struct gram_opts o = {.g = g, .v = vocab, .stop = &stop, .n_stop = 1, .lazy = (opt & 4) != 0,
-	                      .words = words, .n_words = 1, .max_states = opt & 8 ? 4 : 0};
+	struct gram_opts o = {.g = g,
+	                      .v = vocab,
+	                      .stop = &stop,
+	                      .n_stop = 1,
+	                      .lazy = (opt & 4) != 0,
+	                      .words = words,
+	                      .n_words = 1,
+	                      .max_states = opt & 8 ? 4 : 0};
 	struct gram *fast = gram_new(&o, err);
 	int with_ref = (opt & 2) && g->n_el < 300;
 	o.ref = 1;

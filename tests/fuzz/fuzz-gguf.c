@@ -12,10 +12,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static volatile uint64_t sink;
 
 // must hold: the reader says yes or gives a one-line reason
-#define MUST(cond)                                                             \
-	do {                                                                   \
-		if (!(cond))                                                   \
-			abort();                                               \
+#define MUST(cond)                                                                                                     \
+	do {                                                                                                           \
+		if (!(cond))                                                                                           \
+			abort();                                                                                       \
 	} while (0)
 
 static void

@@ -59,7 +59,8 @@ must_be_events(const char *what, char *s, size_t n)
 		size_t e = i;
 		while (e < n && s[e] != '\n')
 			e++;
-		if (e - i > 6 && memcmp(s + i, "data: ", 6) == 0 && !(e - i == 12 && memcmp(s + i + 6, "[DONE]", 6) == 0)) {
+		if (e - i > 6 && memcmp(s + i, "data: ", 6) == 0 &&
+		    !(e - i == 12 && memcmp(s + i + 6, "[DONE]", 6) == 0)) {
 			must_be_json(what, s + i + 6, e - i - 6);
 		}
 		i = e + 1;
@@ -172,7 +173,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct fe_gen *g = calloc(1, sizeof *g);
 	if (g) {
 		if (d->parse(o, api, &cfg, &g->p, &bad) != 0) {
-			char *e = d->error(bad.status ? bad.status : 400, bad.msg, bad.param[0] ? bad.param : NULL, &len);
+			char *e =
+				d->error(bad.status ? bad.status : 400, bad.msg, bad.param[0] ? bad.param : NULL, &len);
 			must_be_json("the 400", e, len);
 			free(e);
 		} else if (fe_api_generates(api)) {

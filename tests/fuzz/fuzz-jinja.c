@@ -38,8 +38,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	const char *ctx = nul ? nul + 1 : default_ctx;
 	size_t cn = nul ? size - tn - 1 : sizeof default_ctx - 1;
-	struct jinja_limits lim = {.max_output = 1 << 16, .max_memory = 16 << 20, .max_steps = 200000,
-	                           .timeout_ms = 1000, .now = 1767225600};
+	struct jinja_limits lim = {.max_output = 1 << 16,
+	                           .max_memory = 16 << 20,
+	                           .max_steps = 200000,
+	                           .timeout_ms = 1000,
+	                           .now = 1767225600};
 	char *out = NULL;
 	size_t on = 0;
 	if (jinja_render(t, ctx, cn, &lim, &out, &on, err) == JINJA_OK) {

@@ -22,8 +22,22 @@ static struct tokenizer *vocab[3];
 static struct tokenizer *
 synthetic(char *err)
 {
-	static const char *fixed[] = {"<unk>", "<s>", "</s>", "<|x|>", "<|x|><|y|>", "|>", "<|y|>", "\xe2\x96\x81",
-	                              "\xe2\x96\x81\xe2\x96\x81", "a", "b", "ab", "\xe2\x96\x81" "a", "<", "x"};
+	static const char *fixed[] = {"<unk>",
+	                              "<s>",
+	                              "</s>",
+	                              "<|x|>",
+	                              "<|x|><|y|>",
+	                              "|>",
+	                              "<|y|>",
+	                              "\xe2\x96\x81",
+	                              "\xe2\x96\x81\xe2\x96\x81",
+	                              "a",
+	                              "b",
+	                              "ab",
+	                              "\xe2\x96\x81"
+	                              "a",
+	                              "<",
+	                              "x"};
 	static const int32_t fixed_type[] = {2, 3, 3, 3, 3, 4, 4, 1, 1, 1, 1, 1, 1, 1, 1};
 	enum { NF = sizeof fixed / sizeof fixed[0] };
 	const char *toks[NF + 256];

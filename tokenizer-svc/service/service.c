@@ -22,7 +22,7 @@ struct reply {
 		Anedvd__ApplyChatTemplateReply chat;
 		Anedvd__VocabInfoReply vocab;
 	} u;
-	void *owned[2]; // freed after packing
+	void *owned[2];  // freed after packing
 	int32_t eog[64]; // proto/client-tokenizer.h's TOKC_MAX_EOG
 	char msg[AD_ERRLEN];
 };
@@ -45,10 +45,10 @@ fail(struct reply *rp, Anedvd__ErrorCode code, const char *msg)
 	ad_rpc_fail(rp->q, (int)code, "%s", msg);
 }
 
-#define FAIL(...)                                                              \
-	do {                                                                   \
-		fail(__VA_ARGS__);                                             \
-		return;                                                        \
+#define FAIL(...)                                                                                                      \
+	do {                                                                                                           \
+		fail(__VA_ARGS__);                                                                                     \
+		return;                                                                                                \
 	} while (0)
 
 static void
@@ -88,7 +88,8 @@ do_pieces(struct tok_service *s, const Anedvd__DecodeRequest *q, struct reply *r
 	for (size_t i = 0; i < q->n_ids; i++) {
 		if (q->ids[i] < 0 || q->ids[i] >= nv) {
 			snprintf(rp->msg, sizeof rp->msg,
-			         "tokenizer: token id %d at position %zu is outside the vocabulary of %d", q->ids[i], i, nv);
+			         "tokenizer: token id %d at position %zu is outside the vocabulary of %d", q->ids[i], i,
+			         nv);
 			FAIL(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, rp->msg);
 		}
 		piece(s->t, q->ids[i], &len);
@@ -169,7 +170,7 @@ do_decode_stream(struct tok_service *s, const Anedvd__DecodeStreamRequest *q, st
 	struct tok_stream st;
 	if (q->pending.len > sizeof st.hold)
 		FAIL(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST,
-		            "decode_stream: pending holds more than one unfinished UTF-8 character");
+		     "decode_stream: pending holds more than one unfinished UTF-8 character");
 	tok_stream_init(&st, s->t);
 	if (q->pending.len)
 		memcpy(st.hold, q->pending.data, q->pending.len);
@@ -276,20 +277,22 @@ do_chat(struct tok_service *s, const Anedvd__ApplyChatTemplateRequest *q, struct
 			msgs[i].role = TOK_ROLE_TOOL;
 		else {
 			snprintf(rp->msg, sizeof rp->msg,
-			         "chat: message %zu has role '%.40s'; expected system, user, assistant or tool", i, m->role);
+			         "chat: message %zu has role '%.40s'; expected system, user, assistant or tool", i,
+			         m->role);
 			bad = 1;
 			break;
 		}
 		if (!(texts[nt++] = cstr(&m->content, &nul)) || nul) {
-			snprintf(rp->msg, sizeof rp->msg, nul ? "chat: message %zu contains a NUL byte" : "out of memory", i);
+			snprintf(rp->msg, sizeof rp->msg,
+			         nul ? "chat: message %zu contains a NUL byte" : "out of memory", i);
 			bad = 1;
 			break;
 		}
 		msgs[i].content = texts[nt - 1];
 		if (m->reasoning_content.len) {
 			if (!(texts[nt++] = cstr(&m->reasoning_content, &nul)) || nul) {
-				snprintf(rp->msg, sizeof rp->msg, nul ? "chat: message %zu: a NUL byte in its reasoning" : "out of memory",
-				         i);
+				snprintf(rp->msg, sizeof rp->msg,
+				         nul ? "chat: message %zu: a NUL byte in its reasoning" : "out of memory", i);
 				bad = 1;
 				break;
 			}
@@ -299,8 +302,9 @@ do_chat(struct tok_service *s, const Anedvd__ApplyChatTemplateRequest *q, struct
 		for (size_t k = 0; k < m->n_tool_calls && !bad; k++) {
 			const Anedvd__ToolCall *tc = m->tool_calls[k];
 			if (!(texts[nt++] = cstr(&tc->arguments, &nul)) || nul) {
-				snprintf(rp->msg, sizeof rp->msg, nul ? "chat: message %zu: a NUL byte in tool call %zu" : "out of memory",
-				         i, k);
+				snprintf(rp->msg, sizeof rp->msg,
+				         nul ? "chat: message %zu: a NUL byte in tool call %zu" : "out of memory", i,
+				         k);
 				bad = 1;
 				break;
 			}
@@ -325,7 +329,8 @@ do_chat(struct tok_service *s, const Anedvd__ApplyChatTemplateRequest *q, struct
 		o.kwargs = texts[nt - 1];
 	char *out = NULL;
 	const char *format = "";
-	if (!bad && tok_chat_render_tools(s->t, msgs, n, q->add_generation_prompt, &o, &out, NULL, &format, rp->msg) != 0)
+	if (!bad &&
+	    tok_chat_render_tools(s->t, msgs, n, q->add_generation_prompt, &o, &out, NULL, &format, rp->msg) != 0)
 		bad = 1;
 	for (size_t j = 0; j < nt; j++)
 		free(texts[j]);
@@ -384,13 +389,20 @@ static const char *
 request_name(Anedvd__TokRequest__BodyCase c)
 {
 	switch (c) {
-	case ANEDVD__TOK_REQUEST__BODY_ENCODE: return "encode";
-	case ANEDVD__TOK_REQUEST__BODY_DECODE: return "decode";
-	case ANEDVD__TOK_REQUEST__BODY_DECODE_STREAM: return "decode stream";
-	case ANEDVD__TOK_REQUEST__BODY_CHAT: return "chat template";
-	case ANEDVD__TOK_REQUEST__BODY_VOCAB: return "vocab";
-	case ANEDVD__TOK_REQUEST__BODY_HEALTH: return "health";
-	default: return "bad request";
+	case ANEDVD__TOK_REQUEST__BODY_ENCODE:
+		return "encode";
+	case ANEDVD__TOK_REQUEST__BODY_DECODE:
+		return "decode";
+	case ANEDVD__TOK_REQUEST__BODY_DECODE_STREAM:
+		return "decode stream";
+	case ANEDVD__TOK_REQUEST__BODY_CHAT:
+		return "chat template";
+	case ANEDVD__TOK_REQUEST__BODY_VOCAB:
+		return "vocab";
+	case ANEDVD__TOK_REQUEST__BODY_HEALTH:
+		return "health";
+	default:
+		return "bad request";
 	}
 }
 
@@ -402,14 +414,24 @@ handle(void *arg, struct ad_rpc_req *q)
 	rp->q = q;
 	uint64_t t0 = trace_enabled() ? trace_now_us() : 0;
 	switch (q->method) {
-	case ANEDVD__TOK_REQUEST__BODY_ENCODE: do_encode(s, (const Anedvd__EncodeRequest *)q->body, rp); break;
-	case ANEDVD__TOK_REQUEST__BODY_DECODE: do_decode(s, (const Anedvd__DecodeRequest *)q->body, rp); break;
+	case ANEDVD__TOK_REQUEST__BODY_ENCODE:
+		do_encode(s, (const Anedvd__EncodeRequest *)q->body, rp);
+		break;
+	case ANEDVD__TOK_REQUEST__BODY_DECODE:
+		do_decode(s, (const Anedvd__DecodeRequest *)q->body, rp);
+		break;
 	case ANEDVD__TOK_REQUEST__BODY_DECODE_STREAM:
 		do_decode_stream(s, (const Anedvd__DecodeStreamRequest *)q->body, rp);
 		break;
-	case ANEDVD__TOK_REQUEST__BODY_CHAT: do_chat(s, (const Anedvd__ApplyChatTemplateRequest *)q->body, rp); break;
-	case ANEDVD__TOK_REQUEST__BODY_VOCAB: do_vocab(s, rp); break;
-	default: fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "the request has no body"); break;
+	case ANEDVD__TOK_REQUEST__BODY_CHAT:
+		do_chat(s, (const Anedvd__ApplyChatTemplateRequest *)q->body, rp);
+		break;
+	case ANEDVD__TOK_REQUEST__BODY_VOCAB:
+		do_vocab(s, rp);
+		break;
+	default:
+		fail(rp, ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST, "the request has no body");
+		break;
 	}
 	if (t0)
 		trace_event((long)getpid(), 1, request_name((Anedvd__TokRequest__BodyCase)q->method), "tokenizer", t0,

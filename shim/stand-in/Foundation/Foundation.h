@@ -8,8 +8,12 @@
 
 typedef unsigned long NSUInteger;
 typedef long NSInteger;
-#define NS_ENUM(type, name) enum name : type name; enum name : type
-#define NS_OPTIONS(type, name) enum name : type name; enum name : type
+#define NS_ENUM(type, name)                                                                                            \
+	enum name : type name;                                                                                         \
+	enum name : type
+#define NS_OPTIONS(type, name)                                                                                         \
+	enum name : type name;                                                                                         \
+	enum name : type
 
 @class NSString, NSDictionary, NSError, NSURL;
 
@@ -31,12 +35,12 @@ typedef struct {
 
 @protocol NSFastEnumeration
 - (NSUInteger)countByEnumeratingWithState:(NSFastEnumerationState *)state
-                                  objects:(__unsafe_unretained id[])buffer
-                                    count:(NSUInteger)len;
+				  objects:(__unsafe_unretained id[])buffer
+				    count:(NSUInteger)len;
 @end
 
 __attribute__((objc_root_class))
-@interface NSObject <NSObject> {
+@interface NSObject<NSObject> {
 	Class isa;
 }
 + (instancetype)alloc;
@@ -66,12 +70,12 @@ __attribute__((objc_root_class))
 @property(readonly) NSUInteger unsignedIntegerValue;
 @end
 
-typedef NS_OPTIONS(NSUInteger, NSDataReadingOptions){
+typedef NS_OPTIONS(NSUInteger, NSDataReadingOptions) {
 	NSDataReadingMappedIfSafe = 1UL << 0,
 	NSDataReadingUncached = 1UL << 1,
 	NSDataReadingMappedAlways = 1UL << 3,
 };
-typedef NS_OPTIONS(NSUInteger, NSDataWritingOptions){
+typedef NS_OPTIONS(NSUInteger, NSDataWritingOptions) {
 	NSDataWritingAtomic = 1UL << 0,
 };
 
@@ -80,8 +84,8 @@ typedef NS_OPTIONS(NSUInteger, NSDataWritingOptions){
 + (instancetype)dataWithBytes:(const void *)bytes length:(NSUInteger)length;
 + (instancetype)dataWithBytesNoCopy:(void *)bytes length:(NSUInteger)length freeWhenDone:(BOOL)b;
 + (instancetype)dataWithContentsOfFile:(NSString *)path
-                               options:(NSDataReadingOptions)readOptionsMask
-                                 error:(NSError **)errorPtr;
+			       options:(NSDataReadingOptions)readOptionsMask
+				 error:(NSError **)errorPtr;
 @property(readonly) const void *bytes;
 @property(readonly) NSUInteger length;
 - (BOOL)writeToFile:(NSString *)path options:(NSDataWritingOptions)writeOptionsMask error:(NSError **)errorPtr;
@@ -100,8 +104,8 @@ typedef NS_OPTIONS(NSUInteger, NSDataWritingOptions){
 
 @interface NSDictionary<KeyType, ObjectType> : NSObject <NSCopying, NSFastEnumeration>
 + (instancetype)dictionaryWithObjects:(const ObjectType[])objects
-                              forKeys:(const KeyType<NSCopying>[])keys
-                                count:(NSUInteger)cnt;
+			      forKeys:(const KeyType<NSCopying>[])keys
+				count:(NSUInteger)cnt;
 @property(readonly) NSUInteger count;
 - (ObjectType)objectForKeyedSubscript:(KeyType)key;
 @end
@@ -125,9 +129,9 @@ typedef NS_OPTIONS(NSUInteger, NSDataWritingOptions){
 @interface NSFileManager : NSObject
 @property(class, readonly, strong) NSFileManager *defaultManager;
 - (BOOL)createDirectoryAtPath:(NSString *)path
-        withIntermediateDirectories:(BOOL)createIntermediates
-                         attributes:(NSDictionary *)attributes
-                              error:(NSError **)error;
+	withIntermediateDirectories:(BOOL)createIntermediates
+			 attributes:(NSDictionary *)attributes
+			      error:(NSError **)error;
 - (BOOL)removeItemAtPath:(NSString *)path error:(NSError **)error;
 - (BOOL)copyItemAtPath:(NSString *)srcPath toPath:(NSString *)dstPath error:(NSError **)error;
 - (BOOL)moveItemAtPath:(NSString *)srcPath toPath:(NSString *)dstPath error:(NSError **)error;
