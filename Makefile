@@ -7,8 +7,7 @@
 #                one, tests/perf/bench.sh (LLAMA_BENCH=path/to/llama-bench to compare)
 #   make format        reformat the C sources in place (.clang-format, tests/format.sh)
 #   make format-check  show what clang-format would change; fails if anything would
-#                (not yet part of `make test`: add it to test-plain's prerequisites
-#                once the tree has been formatted)
+#                (the suite runs it too, as test-format)
 #
 # Both install the Debian packages they need first (deploy/install-deps.sh).
 

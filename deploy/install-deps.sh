@@ -9,8 +9,9 @@ set -eu
 
 pkgs="build-essential cmake pkg-config xz-utils libnng-dev libprotobuf-c-dev protobuf-c-compiler libh2o-evloop-dev libcjson-dev libpcre2-dev"
 if [ "${1:-}" = "--test" ]; then
-	# clang: fuzz targets; chromium + a font: the WebUI's browser tests; curl: CLI tests
-	pkgs="$pkgs clang chromium fonts-dejavu-core curl"
+	# clang: fuzz targets; clang-format: test-format; chromium + a font: the
+	# WebUI's browser tests; curl: CLI tests
+	pkgs="$pkgs clang clang-format chromium fonts-dejavu-core curl"
 	# test-package: dpkg-shlibdeps (cpack's dependency list), man -l of the
 	# manual pages, systemd-analyze verify/security of the unit
 	pkgs="$pkgs dpkg-dev man-db groff-base systemd"
