@@ -9,11 +9,29 @@
 // silu(z). The dot products are ad_dot's 8-lane order (ggml's order on
 // AVX-512 differs in the last bits; the fixture's tolerance covers it).
 #include "deltanet.h"
+#include "model.h"
 
 #include <math.h>
 #include <string.h>
 
 #include "numeric.h"
+
+struct dn_layer
+dn_layer_of(const struct model_hparams *hp, const float *conv_w, const float *dt_bias, const float *a,
+            const float *norm)
+{
+	const int d = (int)hp->ssm_d_state;
+	return (struct dn_layer){d,
+	                         (int)hp->ssm_n_group,
+	                         (int)hp->ssm_dt_rank,
+	                         (int)hp->n_conv,
+	                         (int)((2 * hp->ssm_n_group + hp->ssm_dt_rank) * d),
+	                         hp->rms_eps,
+	                         conv_w,
+	                         dt_bias,
+	                         a,
+	                         norm};
+}
 
 size_t
 dn_state_floats(const struct dn_layer *l)

@@ -40,6 +40,12 @@ struct dn_layer {
 	const float *norm;                 // [d]
 };
 
+// a layer's shapes from the model's hyperparameters, with its dequantised
+// weights (the reference engine and the engine build it the same way)
+struct model_hparams;
+struct dn_layer dn_layer_of(const struct model_hparams *hp, const float *conv_w, const float *dt_bias, const float *a,
+                            const float *norm);
+
 // values of one layer's state
 size_t dn_state_floats(const struct dn_layer *l);
 // scratch floats dn_token needs

@@ -446,19 +446,9 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 			if (deq(e, &ml->dn_conv, &cw, err) || deq(e, &ml->dn_dt, &dt, err) ||
 			    deq(e, &ml->dn_a, &a, err) || deq(e, &ml->dn_norm, &nw, err))
 				goto fail;
-			const int d = (int)hp->ssm_d_state;
-			L->dn = (struct dn_layer){d,
-			                          (int)hp->ssm_n_group,
-			                          (int)hp->ssm_dt_rank,
-			                          (int)hp->n_conv,
-			                          (int)((2 * hp->ssm_n_group + hp->ssm_dt_rank) * d),
-			                          hp->rms_eps,
-			                          cw,
-			                          dt,
-			                          a,
-			                          nw};
-			L->nqkv = L->dn.channels + L->dn.n_v * d + 2 * L->dn.n_v;
-			L->nqv = L->dn.n_v * d;
+			L->dn = dn_layer_of(hp, cw, dt, a, nw);
+			L->nqkv = L->dn.channels + L->dn.n_v * L->dn.d + 2 * L->dn.n_v;
+			L->nqv = L->dn.n_v * L->dn.d;
 			L->own_kv = 0;
 			L->nk = L->nv = L->kv_nk = 0;
 			L->st_off = e->st_floats;

@@ -227,17 +227,7 @@ ref_new_ctx(const struct model *m, int max_seq, int n_ctx, char *err)
 			    deq(e, &ml->dn_dt, &dt, err) || deq(e, &ml->dn_a, &a, err) ||
 			    deq(e, &ml->dn_norm, &nw, err))
 				goto fail;
-			const int d = (int)hp->ssm_d_state;
-			L->dn = (struct dn_layer){d,
-			                          (int)hp->ssm_n_group,
-			                          (int)hp->ssm_dt_rank,
-			                          (int)hp->n_conv,
-			                          (int)((2 * hp->ssm_n_group + hp->ssm_dt_rank) * d),
-			                          hp->rms_eps,
-			                          cw,
-			                          dt,
-			                          a,
-			                          nw};
+			L->dn = dn_layer_of(hp, cw, dt, a, nw);
 			if (!(L->dn_state = eng_alloc(e, dn_state_floats(&L->dn) * sizeof(float), err)))
 				goto fail;
 			e->recurrent = 1;
