@@ -601,10 +601,13 @@ sup_no_restart(struct sup *s, const char *name)
 	pthread_mutex_unlock(&s->mu);
 }
 
+static void probe_drop(const char *url);
+#define PROBE_RENEW_MS 3000
+
 int
 sup_wait_ready(struct sup *s, const char *name, int timeout_ms, char *err)
 {
-	uint64_t t0 = now_ms();
+	uint64_t t0 = now_ms(), t_renew = t0, t_said = 0;
 	char last[AD_ERRLEN] = "no answer";
 	for (;;) {
 		pthread_mutex_lock(&s->mu);
@@ -639,15 +642,27 @@ sup_wait_ready(struct sup *s, const char *name, int timeout_ms, char *err)
 				name, LOOP_N, LOOP_WINDOW_MS / 1000, WEXITSTATUS(status));
 		}
 		if (sup_interrupted())
-			return ad_err(err, "interrupted");
+			return ad_err(err, "interrupted while waiting for %s to be ready (%s)", name, last);
 		if (pid > 0) {
 			if (!h)
 				return 0;
 			if (h(url, 500, last) == 0)
 				return 0;
+			// a live child that has not answered for a while: the kept
+			// probe client may be the one at fault, so the next probe
+			// dials afresh
+			if (now_ms() - t_renew > PROBE_RENEW_MS) {
+				probe_drop(url);
+				t_renew = now_ms();
+			}
 		}
-		if (now_ms() - t0 > (uint64_t)timeout_ms)
+		uint64_t waited = now_ms() - t0;
+		if (waited > (uint64_t)timeout_ms)
 			return ad_err(err, "%s did not become ready within %d ms: %s", name, timeout_ms, last);
+		if (waited > t_said + 10000) {
+			t_said = waited;
+			ad_info("still waiting for %s (%.0f s): %s", name, waited / 1e3, last);
+		}
 		sleep_ms(20);
 	}
 }
@@ -798,6 +813,19 @@ probe_client(const char *url, char *err)
 	}
 	pthread_mutex_unlock(&probes_mu);
 	return c;
+}
+
+// closes the kept client of url; the next probe opens a new one
+static void
+probe_drop(const char *url)
+{
+	pthread_mutex_lock(&probes_mu);
+	for (int i = 0; i < PROBE_MAX; i++)
+		if (probes[i].c && strcmp(probes[i].url, url) == 0) {
+			ad_client_close(probes[i].c);
+			probes[i].c = NULL;
+		}
+	pthread_mutex_unlock(&probes_mu);
 }
 
 static void

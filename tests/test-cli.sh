@@ -415,8 +415,8 @@ if [ -x "$BIN/anedvd-cpu-worker" ] && [ -x "$BIN/anedvd-frontend" ]; then
 	ANEDVD_LOG=info $A serve --model "$STORIES" --port $PORT --cache-mem 8M > /dev/null 2> "$T/serve.err" &
 	P=$!
 	up=0
-	for _ in $(seq 1 200); do
-		if grep -q "listening" "$T/serve.err"; then up=1; break; fi
+	for _ in $(seq 1 600); do
+		if grep -q "anedvd server listening" "$T/serve.err"; then up=1; break; fi
 		sleep 0.05
 	done
 	check "serve comes up" [ $up = 1 ]
@@ -458,8 +458,8 @@ if [ -x "$BIN/anedvd-cpu-worker" ] && [ -x "$BIN/anedvd-frontend" ]; then
 		--api-key clikey1 --api-key clikey2 --cors-origin https://app.example > /dev/null 2> "$T/serve-tcp.err" &
 	P=$!
 	up=0
-	for _ in $(seq 1 200); do
-		if grep -q "listening" "$T/serve-tcp.err"; then up=1; break; fi
+	for _ in $(seq 1 600); do
+		if grep -q "anedvd server listening" "$T/serve-tcp.err"; then up=1; break; fi
 		sleep 0.05
 	done
 	check "serve --tokenizer-url tcp:// comes up" [ $up = 1 ]

@@ -5,6 +5,7 @@
 // runtime directories refused and an unguessable one made without
 // XDG_RUNTIME_DIR.
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 #include <sys/stat.h>
@@ -14,6 +15,8 @@
 #include <cjson/cJSON.h>
 
 #include "clock.h"
+#include "ipc.h"
+#include "rpc.h"
 #include "supervisor.h"
 #include "t.h"
 #include "trace.h"
@@ -225,6 +228,80 @@ test_health_timeout(void)
 	sup_free(s);
 }
 
+// a worker that answers Health only after the supervisor's kept probe
+// client has failed for a while (it is renewed then), and a wait that
+// SIGINT ends, which names the child it waited for
+static void
+no_op(void *arg, struct ad_rpc_req *q)
+{
+	(void)arg;
+	ad_rpc_fail(q, 0, "no call here");
+}
+
+struct late {
+	const char *url;
+	int after_ms;
+	struct ad_server *srv;
+	struct ad_rpc_server rpc;
+};
+
+static void *
+late_listen(void *p)
+{
+	struct late *l = p;
+	struct timespec ts = {l->after_ms / 1000, (long)(l->after_ms % 1000) * 1000000L};
+	nanosleep(&ts, NULL);
+	char err[AD_ERRLEN];
+	ad_rpc_server_init(&l->rpc, &ad_rpc_engine, "late", no_op, NULL, 0, NULL);
+	l->srv = ad_server_start(l->url, 1, ad_rpc_serve, &l->rpc, err);
+	return NULL;
+}
+
+static void *
+interrupt_later(void *p)
+{
+	(void)p;
+	struct timespec ts = {0, 300 * 1000000L};
+	nanosleep(&ts, NULL);
+	kill(getpid(), SIGINT);
+	return NULL;
+}
+
+static void
+test_health_late(void)
+{
+	char err[AD_ERRLEN];
+	struct sup *s = sup_new(err);
+	REQUIRE(s, "%s", err);
+	char url[1100];
+	sup_url(s, "late", url, sizeof url);
+	const char *sleeper[] = {"/bin/sleep", "100", NULL};
+	struct sup_spec sp = {"late", sleeper, url, sup_health_engine, 1};
+	REQUIRE(sup_spawn(s, &sp, err) == 0, "%s", err);
+	struct late l = {url, 3500, NULL, {0}};
+	pthread_t th;
+	REQUIRE(pthread_create(&th, NULL, late_listen, &l) == 0);
+	uint64_t t0 = ad_now_ns();
+	CHECK(sup_wait_ready(s, "late", 20000, err) == 0, "%s", err);
+	double ms = (ad_now_ns() - t0) / 1e6;
+	pthread_join(th, NULL);
+	CHECK(l.srv != NULL);
+	CHECK(ms >= 3400 && ms < 10000, "ready after %.0f ms", ms);
+
+	// SIGINT during a wait: the error names the child and the last answer
+	sp = (struct sup_spec){"deaf", sleeper, url, sup_health_ane, 1};
+	sup_url(s, "deaf", url, sizeof url);
+	REQUIRE(sup_spawn(s, &sp, err) == 0, "%s", err);
+	REQUIRE(pthread_create(&th, NULL, interrupt_later, NULL) == 0);
+	CHECK(sup_wait_ready(s, "deaf", 20000, err) == -1);
+	pthread_join(th, NULL);
+	CHECK(strstr(err, "interrupted while waiting for deaf") != NULL, "%s", err);
+	CHECK(sup_interrupted());
+	sup_clear_interrupt();
+	ad_server_stop(l.srv);
+	sup_free(s);
+}
+
 static void
 test_stale(void)
 {
@@ -423,6 +500,7 @@ main(void)
 	T_RUN(test_lifecycle);
 	T_RUN(test_backoff);
 	T_RUN(test_health_timeout);
+	T_RUN(test_health_late);
 	T_RUN(test_stale);
 	T_RUN(test_rundir);
 	T_RUN(test_binary);
