@@ -13,9 +13,9 @@
 // "exact" runs fp32 projections inside the cpu-worker.
 //
 // With in_process (--in-process, or when anedvd-cpu-worker is not built)
-// the decode loop runs here instead (p->e over p->kb, kb_remote or
-// kb_exact); every kernel call then goes through a wrapper that books its
-// time per kernel kind and, with --trace, records each call.
+// the cpu-worker's service runs on threads of this process instead
+// (cpu_worker_start, p->cw), served on inproc://: the same decode loop,
+// reached through the same client.
 #ifndef AD_CMD_COMMON_H
 #define AD_CMD_COMMON_H
 
@@ -31,6 +31,7 @@
 #include "model.h"
 #include "supervisor.h"
 #include "client-tokenizer.h"
+#include "service.h"
 
 // --- flags ---------------------------------------------------------------------------
 
@@ -53,9 +54,8 @@ struct pipe_opts {
 	enum model_rope rope;      // override for everything
 	enum model_rope pipe_rope; // override for the pipeline only (a deliberate fault)
 	int need_tok;
-	int threads;        // emu threads (0: 2)
-	int debug_delay_ms; // ane-worker --debug-delay-ms (tests)
-	int kv_f32;
+	int threads;           // emu threads (0: 2)
+	int debug_delay_ms;    // ane-worker --debug-delay-ms (tests)
 	const char *child_env; // "NAME=value" for the children (ANEDVD_TRACE)
 	int in_process;        // the decode loop in this process, not anedvd-cpu-worker
 	const char *weights;   // "fp16", "int8" or NULL: pipe_weights's default
@@ -76,17 +76,14 @@ struct pipe {
 	struct ad_client *tok;
 	struct tokc_vocab voc;
 	int have_voc;
-	struct kernel_backend *inner, *kb;
-	struct engine *e;      // in-process decode loop, or NULL
-	struct ad_client *eng; // anedvd-cpu-worker, or NULL
+	struct cpu_worker *cw; // the in-process cpu-worker (in_process), or NULL
+	struct ad_client *eng; // the cpu-worker's service
 	char ane_url[600];
 	int n_vocab, max_seq;
 	char backend[16];
 	char weights[8];          // what the kernels hold: fp16, int8 (fp32 for exact)
 	enum model_rope ref_rope; // the model's RoPE before a pipeline-only override
 	int timeout_ms;
-	uint64_t kind_ns[PIPE_KINDS], kind_calls[PIPE_KINDS], kind_total_ns[PIPE_KINDS];
-	uint64_t kind_weight_bytes[PIPE_KINDS];
 	// the start: ms from pipe_open's entry until each child answered, and
 	// until pipe_open returned (0: not started)
 	double tok_ready_ms, ane_ready_ms, cpu_ready_ms, open_ms;
@@ -108,7 +105,6 @@ int pipe_open(struct pipe *p, const struct pipe_opts *o, char *err);
 // since it started; -1 when there is no ane-worker (exact) or no answer
 int pipe_ane_stats(struct pipe *p, uint64_t calls[PIPE_KINDS], uint64_t ns[PIPE_KINDS], char *err);
 void pipe_close(struct pipe *p);
-void pipe_clear_stats(struct pipe *p);
 const char *pipe_kind_name(int kind);
 // is id one that ends a generation
 int pipe_is_stop(const struct pipe *p, int32_t id);
@@ -125,11 +121,10 @@ int pipe_is_stop(const struct pipe *p, int32_t id);
 	"                      int8 on emu for models stored in 8 bits or fewer (Q8_0, Q4/Q5, K-quants),\n"            \
 	"                      fp16 for F16/BF16/F32 models and on the ane backend (int8 unconfirmed there)\n"         \
 	"  --rope-hf           force neox RoPE pairing; --rope-adjacent: force adjacent pairs\n"                       \
-	"                      (these two imply --in-process: the cpu-worker takes the model's own)\n"                 \
 	"  --arch NAME         run a GGUF file as architecture NAME (one anedvd implements) whatever\n"                \
 	"                      it says, with a warning; without it an unknown one is refused\n"                        \
-	"  --in-process        run the decode loop in this process instead of anedvd-cpu-worker\n"                     \
-	"                      (the trace then has every kernel call; no speculative decoding)\n"                      \
+	"  --in-process        run the cpu-worker's service (the decode loop) on threads of this\n"                    \
+	"                      process instead of the anedvd-cpu-worker process\n"                                     \
 	"  --cache-dir D       the compiled-kernel cache (default $ANEDVD_CACHE_DIR,\n"                                \
 	"                      $XDG_CACHE_HOME/anedvd or ~/.cache/anedvd; see 'anedvd cache')\n"                       \
 	"  --no-cache          compile every kernel at start, store nothing\n"                                         \
@@ -138,6 +133,10 @@ int pipe_is_stop(const struct pipe *p, int32_t id);
 // parse the flags in PIPE_HELP_BACKEND (and --model, --max-seq): 1 if
 // argv[*i] was one (consumed), 0 if not, -1 on a bad value
 int pipe_flag(struct pipe_opts *o, int argc, char **argv, int *i);
+// teacher-forced logits of every position (n rows of p->n_vocab) from the
+// cpu-worker's Eval; per_token: one decode step per position instead of
+// prefill chunks
+int pipe_eval(struct pipe *p, const int32_t *ids, int n, int per_token, float *logits, char *err);
 
 // the speculative decoding flags of run, chat and serve (PIPE_HELP_SPEC),
 // as pipe_flag; o->spec must hold spec_defaults first. pipe_spec_check

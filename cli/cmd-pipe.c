@@ -221,108 +221,12 @@ pipe_cache_args(const struct pipe_opts *o, const char **argv, int *n, char *buf,
 	}
 }
 
-// --- kernel wrapper ------------------------------------------------------------------------
-
-struct wrap {
-	struct kernel_backend kb;
-	struct kernel_backend *inner;
-	struct pipe *p;
-};
-
 static const char *kind_names[PIPE_KINDS] = {"?", "qkv", "o", "ffn", "gate_up", "down", "lm_head", "shexp", "probe"};
 
 const char *
 pipe_kind_name(int kind)
 {
 	return kind > 0 && kind < PIPE_KINDS ? kind_names[kind] : "?";
-}
-
-static int
-w_surface_new(struct kernel_backend *kb, const char *name, int channels, struct ad_surface *s, char *err)
-{
-	struct wrap *w = (struct wrap *)kb;
-	return w->inner->surface_new(w->inner, name, channels, s, err);
-}
-
-static int
-w_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surface *out, int ncols, struct kb_timing *t,
-       char *err)
-{
-	struct wrap *w = (struct wrap *)kb;
-	struct kb_timing tt = {0};
-	uint64_t t0 = trace_now_us();
-	int rc = w->inner->call(w->inner, id, in, out, ncols, &tt, err);
-	uint64_t t1 = trace_now_us();
-	if (t)
-		*t = tt;
-	int kind = id >= 0 && id < kb->n_kernels ? (int)kb->kernels[id].kind : 0;
-	if (kind < 0 || kind >= PIPE_KINDS)
-		kind = 0;
-	w->p->kind_ns[kind] += tt.exec_ns;
-	w->p->kind_total_ns[kind] += tt.total_ns ? tt.total_ns : (t1 - t0) * 1000u;
-	w->p->kind_calls[kind]++;
-	return rc;
-}
-
-static int
-w_call_list(struct kernel_backend *kb, const struct kb_step *steps, int n, struct kb_timing *t, char *err)
-{
-	struct wrap *w = (struct wrap *)kb;
-	struct kb_timing tt[64];
-	if (n > 64)
-		return kb_call_loop(kb, steps, n, t, err);
-	memset(tt, 0, sizeof tt);
-	int rc = kb_call_list(w->inner, steps, n, tt, err);
-	for (int i = 0; i < n; i++) {
-		if (t)
-			t[i] = tt[i];
-		if (steps[i].kind == KB_RESNORM) // CPU work, not a kernel
-			continue;
-		int id = steps[i].id;
-		int kind = id >= 0 && id < kb->n_kernels ? (int)kb->kernels[id].kind : 0;
-		if (kind < 0 || kind >= PIPE_KINDS)
-			kind = 0;
-		w->p->kind_ns[kind] += tt[i].exec_ns;
-		w->p->kind_total_ns[kind] += tt[i].total_ns;
-		w->p->kind_calls[kind]++;
-	}
-	return rc;
-}
-
-static void
-w_free(struct kernel_backend *kb)
-{
-	kb_host_free(kb); // the engine's host blocks, when the inner backend has no allocator of its own
-	free(kb);
-}
-
-static struct kernel_backend *
-wrap_new(struct kernel_backend *inner, struct pipe *p)
-{
-	struct wrap *w = calloc(1, sizeof *w);
-	if (!w)
-		return NULL;
-	w->kb = *inner; // name, width, kernels, counts, priv (kb_exact_shadow reads priv)
-	w->kb.surface_new = w_surface_new;
-	w->kb.call = w_call;
-	w->kb.call_list = w_call_list;
-	w->kb.free = w_free;
-	w->inner = inner;
-	w->p = p;
-	for (int i = 0; i < inner->n_kernels; i++) {
-		int k = inner->kernels[i].kind;
-		if (k > 0 && k < PIPE_KINDS)
-			p->kind_weight_bytes[k] += inner->kernels[i].weight_bytes;
-	}
-	return &w->kb;
-}
-
-void
-pipe_clear_stats(struct pipe *p)
-{
-	memset(p->kind_ns, 0, sizeof p->kind_ns);
-	memset(p->kind_calls, 0, sizeof p->kind_calls);
-	memset(p->kind_total_ns, 0, sizeof p->kind_total_ns);
 }
 
 // --- the pipeline ------------------------------------------------------------------------
@@ -376,13 +280,11 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 	}
 	ane_plan_free(&plan);
 	snprintf(p->weights, sizeof p->weights, "%s", pipe_weights(&p->m, be, o->weights));
-	enum ane_wfmt wf = ANE_W_FP16;
-	ane_wfmt_parse(p->weights, &wf); // fp32 (exact) leaves fp16: kb_exact ignores it
 
 	char cpu_bin[1024];
-	int in_proc = o->in_process || o->kv_f32 || sup_binary(cpu_bin, sizeof cpu_bin, "anedvd-cpu-worker") != 0;
-	if (!o->in_process && in_proc && !o->kv_f32)
-		ad_warn("%s is not built: the decode loop runs in this process", cpu_bin);
+	int in_proc = o->in_process || sup_binary(cpu_bin, sizeof cpu_bin, "anedvd-cpu-worker") != 0;
+	if (!o->in_process && in_proc)
+		ad_warn("%s is not built: its service runs in this process", cpu_bin);
 
 	// every child is spawned before the first nng call in this process
 	p->sup = sup_new(err);
@@ -472,71 +374,57 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 			goto fail;
 		p->have_voc = 1;
 	}
-	if (!in_proc) {
-		if (remote && sup_wait_ready(p->sup, "ane-worker", 600000, err))
-			goto fail;
-		p->ane_ready_ms = remote ? cli_now_ms() - t_open : 0;
-		if (sup_wait_ready(p->sup, "cpu-worker", 600000, err))
-			goto fail;
-		p->cpu_ready_ms = cli_now_ms() - t_open;
-		if (!(p->eng = ad_client_open(eng_url, err)))
-			goto fail;
-		p->n_vocab = (int)p->m.hp.n_vocab;
-		p->max_seq = o->max_seq > 0 ? o->max_seq : 2048; // given to the worker
-		p->ref_rope = p->m.hp.rope;
-		if (trace_enabled()) {
-			trace_process((long)getpid(), "anedvd");
-			long cp = sup_pid(p->sup, "cpu-worker"), wp = remote ? sup_pid(p->sup, "ane-worker") : 0;
-			long tp = o->need_tok ? sup_pid(p->sup, "tokenizer") : 0;
-			if (cp > 0)
-				trace_process(cp, "anedvd-cpu-worker");
-			if (wp > 0)
-				trace_process(wp, "anedvd-ane-worker");
-			if (tp > 0)
-				trace_process(tp, "anedvd-tokenizer");
-		}
-		p->open_ms = cli_now_ms() - t_open;
-		return 0;
-	}
-	struct kb_opts ko = {.width = chunk,
-	                     .split = o->split,
-	                     .threads = o->threads,
-	                     .instance = (long)getpid(),
-	                     .weights = (int)wf};
-	if (remote) {
-		if (sup_wait_ready(p->sup, "ane-worker", 600000, err))
-			goto fail;
-		ko.url = ane_url;
-		p->inner = kb_remote_new(&p->m, &ko, err);
-	} else {
-		p->inner = kb_exact_new(&p->m, &ko, err);
-	}
-	if (!p->inner)
+	if (remote && sup_wait_ready(p->sup, "ane-worker", 600000, err))
 		goto fail;
-	if (!(p->kb = wrap_new(p->inner, p))) {
-		ad_err(err, "out of memory");
+	p->ane_ready_ms = remote ? cli_now_ms() - t_open : 0;
+	if (in_proc) {
+		// the cpu-worker's own service on threads of this process, over
+		// inproc://: the decode loop is the scheduler's, as in the process
+		snprintf(eng_url, sizeof eng_url, "inproc://anedvd-cpu-worker-%ld", (long)getpid());
+		// it logs at the level the children get (supervisor.c): warnings,
+		// unless ANEDVD_LOG says otherwise
+		if (!getenv("ANEDVD_LOG"))
+			ad_log_set_level(AD_LOG_WARN);
+		// the worker's defaults unless the flags said otherwise, as in the process
+		struct spec_opts spec;
+		spec_defaults(&spec);
+		if (o->n_spec_args)
+			spec = o->spec;
+		struct cpu_worker_opts wo = {.model_path = o->model,
+		                             .url = eng_url,
+		                             .process = "anedvd (in-process cpu-worker)",
+		                             .backend = remote ? "remote" : "exact",
+		                             .ane_url = remote ? ane_url : NULL,
+		                             .weights = remote ? p->weights : NULL,
+		                             .chunk = chunk,
+		                             .split = o->split,
+		                             .threads = o->threads > 0 ? o->threads : 2,
+		                             .max_seq = o->max_seq > 0 ? o->max_seq : 2048,
+		                             .rope = o->pipe_rope ? o->pipe_rope : o->rope,
+		                             .spec = spec,
+		                             .no_spec = o->no_spec};
+		if (!(p->cw = cpu_worker_start(&wo, err)))
+			goto fail;
+	} else if (sup_wait_ready(p->sup, "cpu-worker", 600000, err)) {
 		goto fail;
 	}
+	p->cpu_ready_ms = cli_now_ms() - t_open;
+	if (!(p->eng = ad_client_open(eng_url, err)))
+		goto fail;
+	p->n_vocab = (int)p->m.hp.n_vocab;
+	p->max_seq = o->max_seq > 0 ? o->max_seq : 2048; // given to the worker
+	p->ref_rope = p->m.hp.rope;
 	if (trace_enabled()) {
-		trace_process((long)getpid(), "anedvd (decode loop)");
-		long wp = remote ? sup_pid(p->sup, "ane-worker") : 0;
+		trace_process((long)getpid(), in_proc ? "anedvd (and its cpu-worker)" : "anedvd");
+		long cp = in_proc ? 0 : sup_pid(p->sup, "cpu-worker"), wp = remote ? sup_pid(p->sup, "ane-worker") : 0;
+		long tp = o->need_tok ? sup_pid(p->sup, "tokenizer") : 0;
+		if (cp > 0)
+			trace_process(cp, "anedvd-cpu-worker");
 		if (wp > 0)
 			trace_process(wp, "anedvd-ane-worker");
-		long tp = o->need_tok ? sup_pid(p->sup, "tokenizer") : 0;
 		if (tp > 0)
 			trace_process(tp, "anedvd-tokenizer");
 	}
-	p->ref_rope = p->m.hp.rope;
-	if (o->pipe_rope)
-		p->m.hp.rope = o->pipe_rope;
-	struct engine_opts eo = {.max_seq = o->max_seq > 0 ? o->max_seq : 2048,
-	                         .kv_f32 = o->kv_f32,
-	                         .threads = o->threads > 0 ? o->threads : 2};
-	p->e = engine_new(&p->m, p->kb, &eo, err);
-	if (!p->e)
-		goto fail;
-	p->n_vocab = engine_n_vocab(p->e);
-	p->max_seq = engine_max_seq(p->e);
 	p->open_ms = cli_now_ms() - t_open;
 	return 0;
 fail:
@@ -547,20 +435,14 @@ fail:
 void
 pipe_close(struct pipe *p)
 {
-	engine_free(p->e);
-	p->e = NULL;
-	if (p->kb)
-		p->kb->free(p->kb);
-	p->kb = NULL;
-	if (p->inner)
-		p->inner->free(p->inner);
-	p->inner = NULL;
 	if (p->tok)
 		ad_client_close(p->tok);
 	p->tok = NULL;
 	if (p->eng)
 		ad_client_close(p->eng);
 	p->eng = NULL;
+	cpu_worker_stop(p->cw, NULL, NULL);
+	p->cw = NULL;
 	sup_free(p->sup); // children stopped, runtime dir and shared memory removed
 	p->sup = NULL;
 	model_free(&p->m);

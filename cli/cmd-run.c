@@ -41,7 +41,7 @@ struct gen {
 	struct engine_timings dec; // the decode phase only (whole_job: the whole job)
 	int whole_job;             // figures from the cpu-worker: prefill + decode
 	int resumed;               // times a restarted cpu-worker took the job over
-	struct spec_stats spec;    // the job's drafts (the cpu-worker's decode loop only)
+	struct spec_stats spec;    // the job's drafts
 	uint64_t dec_kind_ns[PIPE_KINDS], dec_kind_calls[PIPE_KINDS];
 };
 
@@ -88,108 +88,11 @@ emit(struct pipe *p, struct gen *g, const int32_t *id, int flush, char pending[4
 	return 0;
 }
 
-static void
-timings_sub(struct engine_timings *a, const struct engine_timings *b)
-{
-	a->kernel_ns -= b->kernel_ns;
-	a->ipc_ns -= b->ipc_ns;
-	a->attention_ns -= b->attention_ns;
-	a->moe_ns -= b->moe_ns;
-	a->sampling_ns -= b->sampling_ns;
-	a->cpu_other_ns -= b->cpu_other_ns;
-	a->kernel_calls -= b->kernel_calls;
-	a->round_trips -= b->round_trips;
-}
-
+// a generation: a job of the cpu-worker's service, polled; the split comes
+// from the job's timings and the ane-worker's counters, over the whole job
 static int
-generate(struct pipe *p, struct engine_seq *seq, const int32_t *prompt, int n, int max_tokens,
-         const struct sample_params *sp, FILE *out, struct gen *g, char *err)
-{
-	memset(g, 0, sizeof *g);
-	const int nv = engine_n_vocab(p->e);
-	float *logits = malloc((size_t)nv * sizeof *logits);
-	g->ids = malloc((size_t)(max_tokens > 0 ? max_tokens : 1) * sizeof *g->ids);
-	struct sampler *smp = sample_new(sp, nv, err);
-	int rc = -1;
-	char pending[4];
-	size_t np = 0;
-	if (!logits || !g->ids || !smp) {
-		if (logits && g->ids)
-			goto out;
-		ad_err(err, "out of memory");
-		goto out;
-	}
-	double t0 = cli_now_ms();
-	uint64_t tr0 = trace_now_us();
-	if (engine_prompt(p->e, seq, prompt, n, max_tokens, logits, &g->info, err))
-		goto out;
-	g->prefill_ms = cli_now_ms() - t0;
-	if (trace_enabled())
-		trace_event((long)getpid(), 1, "prefill", "engine", tr0, trace_now_us() - tr0);
-	// the prompt as the engine fitted it (cpu-worker/fit.h), and the reply's room
-	if (sample_accept(smp, engine_seq_tokens(seq), g->info.prompt_tokens, err))
-		goto out;
-	if (max_tokens > g->info.max_tokens)
-		max_tokens = g->info.max_tokens;
-	struct engine_timings base = *engine_seq_timings(seq);
-	uint64_t kbase[PIPE_KINDS], cbase[PIPE_KINDS];
-	memcpy(kbase, p->kind_ns, sizeof kbase);
-	memcpy(cbase, p->kind_calls, sizeof cbase);
-	t0 = cli_now_ms();
-	g->stop = GEN_LENGTH;
-	while (g->n < max_tokens) {
-		if (sup_interrupted()) {
-			g->stop = GEN_INTERRUPTED;
-			break;
-		}
-		uint64_t s0 = trace_now_us();
-		int32_t id = sample_next(smp, logits, err);
-		uint64_t s1 = trace_now_us();
-		if (id < 0)
-			goto out;
-		engine_add_sampling(p->e, seq, (s1 - s0) * 1000u);
-		if (trace_enabled())
-			trace_event((long)getpid(), 1, "sample", "sampling", s0, s1 - s0);
-		if (pipe_is_stop(p, id)) {
-			g->stop = GEN_STOP;
-			break;
-		}
-		g->ids[g->n++] = id;
-		if (p->tok && emit(p, g, &id, 0, pending, &np, out, err))
-			goto out;
-		if (g->n == max_tokens)
-			break;
-		if (engine_seq_len(seq) >= engine_max_seq(p->e))
-			break; // the context is full: length
-		uint64_t d0 = trace_now_us();
-		struct engine_seq *ss[1] = {seq};
-		if (engine_step(p->e, ss, &id, 1, logits, err))
-			goto out;
-		if (trace_enabled())
-			trace_event((long)getpid(), 1, "decode step", "engine", d0, trace_now_us() - d0);
-		g->decode_steps++;
-	}
-	g->decode_ms = cli_now_ms() - t0;
-	if (p->tok && emit(p, g, NULL, 1, pending, &np, out, err))
-		goto out;
-	g->dec = *engine_seq_timings(seq);
-	timings_sub(&g->dec, &base);
-	for (int k = 0; k < PIPE_KINDS; k++) {
-		g->dec_kind_ns[k] = p->kind_ns[k] - kbase[k];
-		g->dec_kind_calls[k] = p->kind_calls[k] - cbase[k];
-	}
-	rc = 0;
-out:
-	sample_free(smp);
-	free(logits);
-	return rc;
-}
-
-// the same over anedvd-cpu-worker: a job, polled; the split comes from the
-// job's timings and the ane-worker's counters, over the whole job
-static int
-generate_remote(struct pipe *p, const char *session, const int32_t *prompt, int n, int max_tokens,
-                const struct sample_params *sp, int speculative, FILE *out, struct gen *g, char *err)
+generate(struct pipe *p, const char *session, const int32_t *prompt, int n, int max_tokens,
+         const struct sample_params *sp, int speculative, FILE *out, struct gen *g, char *err)
 {
 	memset(g, 0, sizeof *g);
 	g->whole_job = 1;
@@ -308,17 +211,6 @@ generate_remote(struct pipe *p, const char *session, const int32_t *prompt, int 
 	return 0;
 }
 
-// speculative: engine.proto's SpecMode for the request (the in-process
-// decode loop does not speculate)
-static int
-gen_any(struct pipe *p, struct engine_seq *seq, const char *session, const int32_t *prompt, int n, int max_tokens,
-        const struct sample_params *sp, int speculative, FILE *out, struct gen *g, char *err)
-{
-	if (p->e)
-		return generate(p, seq, prompt, n, max_tokens, sp, out, g, err);
-	return generate_remote(p, session, prompt, n, max_tokens, sp, speculative, out, g, err);
-}
-
 // --- speculative decoding's figures -------------------------------------------------------
 
 static double
@@ -366,17 +258,9 @@ run_probe(const struct pipe_opts *po, const int32_t *prompt, int n, const struct
 }
 
 // teacher-forced logits of every position (n rows of p->n_vocab)
-static int
+int
 pipe_eval(struct pipe *p, const int32_t *ids, int n, int per_token, float *logits, char *err)
 {
-	if (p->e) {
-		struct engine_seq *s = engine_seq_new(p->e, err);
-		if (!s)
-			return -1;
-		int rc = engine_eval(p->e, s, ids, n, per_token, logits, err);
-		engine_seq_free(s);
-		return rc;
-	}
 	float *l = NULL;
 	uint32_t rows = 0, nv = 0;
 	int code;
@@ -420,9 +304,7 @@ print_timings(FILE *f, struct pipe *p, const struct gen *g)
 	        g->decode_steps, g->decode_ms / 1e3, dt, dns > 0 ? 100 * kern / dns : 0, dns > 0 ? 100 * ipc / dns : 0,
 	        dns > 0 ? 100 * (dns - kern - ipc) / dns : 0);
 	print_split(f, p, g);
-	if (!g->whole_job)
-		fprintf(f, "speculative: off (the in-process decode loop does not speculate)\n");
-	else if (g->spec.steps)
+	if (g->spec.steps)
 		spec_print(f, "speculative", &g->spec);
 	else
 		fprintf(f, "speculative: no draft\n");
@@ -534,22 +416,23 @@ run_usage(int full)
 		fprintf(stderr, "       anedvd run --help  lists the options\n");
 		return;
 	}
-	fprintf(stderr, "  generate text: the decode loop runs here, the projections in anedvd-ane-worker,\n"
-	                "  text goes through anedvd-tokenizer; the reply streams to stdout\n" PIPE_HELP_MODEL
-	                "  --prompt TEXT       wrapped in the model's chat template unless --no-chat\n"
-	                "  --prompt-ids LIST   comma-separated token ids, used as they are\n"
-	                "  --no-chat           raw completion of --prompt (BOS per the model)\n"
-	                "  --system TEXT       system message of the chat template\n"
-	                "  --max-tokens N      tokens to generate (default 48)\n"
-	                "  --max-seq N         context: prompt + reply (default 2048); a longer prompt\n"
-	                "                      loses its oldest tokens (a BOS stays), with a note\n" SAMPLING_HELP
-	                        PIPE_HELP_BACKEND PIPE_HELP_SPEC
-	                "  --ngram-probe       decode without speculation, then print what it would have drafted\n"
-	                "                      and accepted (the same tokens come out either way)\n"
-	                "  --ab                first compare the prompt's logits fed per token and in chunks\n"
-	                "  --repeat N          generate N times; print min, median and max decode tok/s\n"
-	                "  --json              one JSON object (ids, text, stop, timings) instead of text\n"
-	                "  --trace FILE        Chrome trace-event JSON of every process (opens in Perfetto)\n");
+	fprintf(stderr,
+	        "  generate text: the decode loop runs in anedvd-cpu-worker, the projections in\n"
+	        "  anedvd-ane-worker, text goes through anedvd-tokenizer; the reply streams to stdout\n" PIPE_HELP_MODEL
+	        "  --prompt TEXT       wrapped in the model's chat template unless --no-chat\n"
+	        "  --prompt-ids LIST   comma-separated token ids, used as they are\n"
+	        "  --no-chat           raw completion of --prompt (BOS per the model)\n"
+	        "  --system TEXT       system message of the chat template\n"
+	        "  --max-tokens N      tokens to generate (default 48)\n"
+	        "  --max-seq N         context: prompt + reply (default 2048); a longer prompt\n"
+	        "                      loses its oldest tokens (a BOS stays), with a note\n" SAMPLING_HELP
+	                PIPE_HELP_BACKEND PIPE_HELP_SPEC
+	        "  --ngram-probe       decode without speculation, then print what it would have drafted\n"
+	        "                      and accepted (the same tokens come out either way)\n"
+	        "  --ab                first compare the prompt's logits fed per token and in chunks\n"
+	        "  --repeat N          generate N times; print min, median and max decode tok/s\n"
+	        "  --json              one JSON object (ids, text, stop, timings) instead of text\n"
+	        "  --trace FILE        Chrome trace-event JSON of every process (opens in Perfetto)\n");
 }
 
 struct run_opts {
@@ -725,7 +608,6 @@ cmd_run(int argc, char **argv)
 	}
 	double first_token_ms = 0; // from the command's start until the first token was there
 	int status = 1;
-	struct engine_seq *seq = NULL;
 	struct gen g = {0};
 	double *tps = NULL;
 	if (o.prompt && prompt_ids(&p, o.prompt, o.system, o.raw, &ids, &n, err)) {
@@ -760,10 +642,6 @@ cmd_run(int argc, char **argv)
 		if (r > 0)
 			goto out;
 	}
-	if (p.e && !(seq = engine_seq_new(p.e, err))) {
-		fprintf(stderr, "anedvd run: %s\n", err);
-		goto out;
-	}
 	if (!o.json) {
 		char *pt = NULL;
 		size_t pl = 0;
@@ -777,14 +655,10 @@ cmd_run(int argc, char **argv)
 	}
 	tps = calloc((size_t)o.repeat, sizeof *tps);
 	for (int r = 0; r < o.repeat; r++) {
-		if (r > 0) {
+		if (r > 0)
 			gen_free(&g);
-			if (seq)
-				engine_seq_reset(seq);
-			pipe_clear_stats(&p);
-		}
-		if (gen_any(&p, seq, NULL, ids, n, o.max_tokens, &o.sp, o.probe ? 1 : 0,
-		            o.json || r > 0 ? NULL : stdout, &g, err)) {
+		if (generate(&p, NULL, ids, n, o.max_tokens, &o.sp, o.probe ? 1 : 0, o.json || r > 0 ? NULL : stdout,
+		             &g, err)) {
 			fprintf(stderr, "\nanedvd run: %s\n", err);
 			goto out;
 		}
@@ -896,7 +770,7 @@ cmd_run(int argc, char **argv)
 		}
 		cJSON_AddItemToObject(j, "start", so);
 		cJSON_AddNumberToObject(j, "ane_worker_restarts", sup_restarts(p.sup, "ane-worker"));
-		if (p.eng) {
+		if (!p.cw) {
 			cJSON_AddNumberToObject(j, "cpu_worker_restarts", sup_restarts(p.sup, "cpu-worker"));
 			cJSON_AddNumberToObject(j, "resumed", g.resumed);
 		}
@@ -912,7 +786,6 @@ out:
 		fprintf(stderr, "anedvd run: interrupted\n");
 	gen_free(&g);
 	free(tps);
-	engine_seq_free(seq);
 	pipe_close(&p); // the children stop and write their traces
 	free(ids);
 	if (o.trace) {
@@ -1002,15 +875,10 @@ cmd_chat(int argc, char **argv)
 		fprintf(stderr, "anedvd chat: %s\n", err);
 		return 1;
 	}
-	struct engine_seq *seq = p.e ? engine_seq_new(p.e, err) : NULL;
 	struct msg *hist = NULL;
 	int nh = 0, status = 1;
 	char session[64];
 	snprintf(session, sizeof session, "chat-%ld", (long)getpid());
-	if (p.e && !seq) {
-		fprintf(stderr, "anedvd chat: %s\n", err);
-		goto out;
-	}
 	printf("ready. /help for commands, /exit to quit.\n");
 	char line[8192];
 	for (;;) {
@@ -1039,10 +907,7 @@ cmd_chat(int argc, char **argv)
 				for (int i = 0; i < nh; i++)
 					free(hist[i].text);
 				nh = 0;
-				if (seq)
-					engine_seq_reset(seq);
-				else
-					engc_reset(p.eng, session, p.timeout_ms, NULL, NULL);
+				engc_reset(p.eng, session, p.timeout_ms, NULL, NULL);
 				printf("conversation cleared\n");
 			} else if (!strcmp(line, "/temp") && arg && !cli_float("chat", "/temp", arg, 0, 100, &f)) {
 				sp.temperature = f;
@@ -1085,17 +950,14 @@ cmd_chat(int argc, char **argv)
 		free(chat);
 		printf("\n");
 		struct gen g;
-		int rc = gen_any(&p, seq, session, ids, (int)n, max_tokens, &sp, 0, stdout, &g, err);
+		int rc = generate(&p, session, ids, (int)n, max_tokens, &sp, 0, stdout, &g, err);
 		free(ids);
 		if (rc) {
 			// the reply is lost; the cache may hold part of it, so start the next turn afresh
 			fprintf(stderr, "\nanedvd chat: this turn failed: %s\n", err);
 			gen_free(&g);
 			free(hist[--nh].text);
-			if (seq)
-				engine_seq_reset(seq);
-			else
-				engc_reset(p.eng, session, p.timeout_ms, NULL, NULL);
+			engc_reset(p.eng, session, p.timeout_ms, NULL, NULL);
 			if (sup_interrupted())
 				break;
 			continue;
@@ -1120,7 +982,6 @@ out:
 	for (int i = 0; i < nh; i++)
 		free(hist[i].text);
 	free(hist);
-	engine_seq_free(seq);
 	pipe_close(&p);
 	return status;
 }
@@ -1212,7 +1073,6 @@ cmd_verify(int argc, char **argv)
 	}
 	int status = 1;
 	float *a = NULL, *b = NULL;
-	struct engine_seq *s = NULL;
 	struct ref_engine *ref = NULL;
 	if (!idss) {
 		size_t nn = 0;
@@ -1279,7 +1139,7 @@ cmd_verify(int argc, char **argv)
 	}
 	printf("model: %s (%s, %lld layers), backend %s, %s weights, decode loop %s, %d prompt tokens\n", po.model,
 	       model_arch_name(p.m.arch), (long long)p.m.hp.n_layer, p.backend, p.weights,
-	       p.e ? "in this process" : "in anedvd-cpu-worker", n);
+	       p.cw ? "in this process" : "in anedvd-cpu-worker", n);
 	printf("  pos    token   rel.err    cosine   max|diff|  max|ref|  argmax pipe/ref\n");
 	int same_all = 0, nan_total = 0;
 	double rel_last = 0, cos_last = 0, md_last = 0, md_all = 0, gap_last = 0;
@@ -1334,7 +1194,6 @@ cmd_verify(int argc, char **argv)
 	status = ok ? 0 : 1;
 out:
 	ref_free(ref);
-	engine_seq_free(s);
 	free(a);
 	free(b);
 	free(ids);

@@ -248,136 +248,44 @@ main(int argc, char **argv)
 	sigaddset(&set, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 
-	struct model m;
-	memset(&m, 0, sizeof m);
-	if (model_load(&m, model_path, err)) {
+	stop_instance = instance ? instance : (long)getpid();
+	struct cpu_worker_opts wo = {.model_path = model_path,
+	                             .url = url,
+	                             .backend = backend,
+	                             .emu_new = kb_local_new,
+	                             .ane_url = ane_url,
+	                             .weights = weights,
+	                             .chunk = (int)chunk,
+	                             .split = split,
+	                             .threads = (int)threads,
+	                             .max_seq = (int)max_seq,
+	                             .parallel = (int)parallel,
+	                             .queue = (int)queue,
+	                             .sessions = (int)sessions,
+	                             .cache_block = (int)cache_block,
+	                             .cache_mem = cache_mem,
+	                             .cache_mem_set = cache_mem_set,
+	                             .instance = stop_instance,
+	                             .kernel_timeout_ms = (int)kernel_timeout,
+	                             .kernel_deadline_ms = (int)kernel_deadline,
+	                             .rope = rope,
+	                             .spec = spec,
+	                             .no_spec = no_spec};
+	struct cpu_worker *w = cpu_worker_start(&wo, err);
+	if (!w) {
 		ad_error("%s", err);
 		return 1;
 	}
-	if (rope)
-		m.hp.rope = rope;
-	// the default: the rule of plan.h for the emu (the ane-worker's default
-	// on emu; anything else must be told, kb_remote checks it)
-	enum ane_wfmt wf = ane_plan_weights_default(&m, "emu");
-	if (weights)
-		ane_wfmt_parse(weights, &wf);
-	struct kb_opts ko = {
-		.weights = (int)wf,
-		.width = (int)chunk,
-		.split = split,
-		.threads = (int)threads,
-		.url = ane_url,
-		.timeout_ms = (int)kernel_timeout,
-		.deadline_ms = (int)kernel_deadline,
-		.instance = instance ? instance : (long)getpid(),
-	};
-	// a previous incarnation with this instance (killed, so it never
-	// unlinked) left its surfaces: they would make surface_create fail
-	if (remote) {
-		int n = surface_cleanup_pid(ko.instance);
-		if (n > 0)
-			ad_info("removed %d stale surfaces of instance %ld", n, ko.instance);
-	}
-	stop_instance = ko.instance;
-	struct kernel_backend *kb = remote                          ? kb_remote_new(&m, &ko, err)
-	                            : strcmp(backend, "exact") == 0 ? kb_exact_new(&m, &ko, err)
-	                                                            : kb_local_new(&m, &ko, err);
-	if (!kb) {
-		ad_error("%s backend: %s", backend, err);
-		model_free(&m);
-		return 1;
-	}
-	if (max_seq == 0) {
-		max_seq = 2048;
-		if (m.hp.n_ctx_train > 1 && m.hp.n_ctx_train < max_seq)
-			max_seq = (long)m.hp.n_ctx_train;
-	}
-	// attention on as many threads as the kernels: the ane-worker's wait
-	// while this process computes (long prompts, many sequences)
-	struct engine_opts eo = {.max_seq = (int)max_seq, .threads = (int)threads, .state_every = (int)cache_block};
-	struct engine *e = engine_new(&m, kb, &eo, err);
-	struct sched *s = NULL;
-	struct sched_opts so = {.parallel = (int)parallel,
-	                        .queue = (int)queue,
-	                        .sessions = (int)sessions,
-	                        .cache_block = (int)cache_block,
-	                        .spec = &spec,
-	                        .no_spec = no_spec || !spec.draft};
-	// grammars need each token's bytes: the model's tokenizer, loaded on the first one
-	struct gram_loader *gl = e ? gram_loader_new(model_path, engine_n_vocab(e)) : NULL;
-	if (gl)
-		so.vocab = (struct sched_vocab){gram_loader_get, gram_loader_find, gl};
-	if (e)
-		so.cache_mem = cache_mem_set ? cache_mem
-		                             : pcache_default_mem(engine_kv_row_bytes(e), engine_state_bytes(e),
-		                                                  engine_max_seq(e), (int)parallel);
-	if (!e || !(s = sched_new(e, &so, err))) {
-		ad_error("%s", err);
-		engine_free(e);
-		gram_loader_free(gl);
-		kb->free(kb);
-		model_free(&m);
-		return 1;
-	}
-	struct engine_service svc;
-	engine_service_init(&svc, s, engine_n_vocab(e), (int)m.hp.n_layer, "anedvd-cpu-worker");
-	svc.local = strncmp(url, "ipc://", 6) == 0;
-	// a thread per job that may be polling, and a few for the other calls
-	int nthreads = (int)(parallel + queue + 4);
-	struct ad_server *srv = ad_server_start(url, nthreads, engine_service_handle, &svc, err);
-	if (!srv) {
-		ad_error("%s", err);
-		sched_free(s);
-		engine_free(e);
-		gram_loader_free(gl);
-		kb->free(kb);
-		model_free(&m);
-		return 1;
-	}
-	ad_info("ready on %s (%s, backend %s, chunk %d, context %d, %ld in parallel)", url, m.name, kb->name,
-	        engine_width(e), engine_max_seq(e), parallel);
-	// the fp16 cache of one sequence; jobs, kept sessions and Eval each hold one
-	double kv_mib = (double)model_kv_bytes_per_pos(&m) / 2 * (double)engine_max_seq(e) / (1 << 20);
-	ad_info("KV cache %.1f MiB per sequence, at most %ld sequences (%.0f MiB)", kv_mib, parallel + sessions + 1,
-	        kv_mib * (double)(parallel + sessions + 1));
-	if (so.cache_mem && engine_kv_window(e) > 0)
-		ad_info("prefix cache %.1f MiB (--cache-mem), blocks of %ld positions of %zu bytes, of which %zu are the "
-		        "windowed layers' (a window of %d), kept only where a later prompt reads them",
-		        (double)so.cache_mem / (1 << 20), cache_block, engine_kv_row_bytes(e) * (size_t)cache_block,
-		        engine_kv_part_bytes(e, ENGINE_KV_WINDOWED) * (size_t)cache_block, engine_kv_window(e));
-	else if (so.cache_mem)
-		ad_info("prefix cache %.1f MiB (--cache-mem), blocks of %ld positions of %zu bytes",
-		        (double)so.cache_mem / (1 << 20), cache_block, engine_kv_row_bytes(e) * (size_t)cache_block);
-	else
-		ad_info("prefix cache off (--cache-mem 0)");
-	if (engine_state_bytes(e) > 0)
-		ad_info("speculative decoding off: %s keeps a recurrent state, which cannot take a rejected draft back",
-		        m.name);
-	else if (so.no_spec)
-		ad_info("speculative decoding off unless a request asks (--no-spec or --draft 0)");
-	else
-		ad_info("speculative decoding: drafts of up to %d tokens found by n-grams of %d down to %d, a column "
-		        "costing %s (--draft, --ngram-max, --ngram-min, --draft-cost)",
-		        spec.draft, spec.ngram_max, spec.ngram_min,
-		        spec.col_cost == SPEC_COST_AUTO ? "what the decode calls measure" : "as --draft-cost says");
 
 	int sig = 0;
 	sigwait(&set, &sig);
 	ad_info("signal %d: stopping", sig);
-	kb_remote_stop();
 	pthread_t wd;
 	if (pthread_create(&wd, NULL, stop_watchdog, NULL) == 0)
 		pthread_detach(wd);
-	sched_shutdown(s);   // jobs end with an error, pollers wake and answer
-	ad_server_stop(srv); // no new requests; in-flight ones have returned
-	struct sched_stats st;
-	sched_stats(s, &st);
-	sched_free(s);
-	engine_free(e);
-	gram_loader_free(gl);
-	kb->free(kb); // closes the surfaces; the owner unlinks its shared memory
-	model_free(&m);
-	ad_info("stopped after %llu jobs, %llu tokens", (unsigned long long)st.jobs, (unsigned long long)st.tokens);
+	uint64_t jobs = 0, tokens = 0;
+	cpu_worker_stop(w, &jobs, &tokens);
+	ad_info("stopped after %llu jobs, %llu tokens", (unsigned long long)jobs, (unsigned long long)tokens);
 	// nng frees a closed context on its own threads: a health probe that
 	// timed out while the ane-worker restarted could still hold one here
 	// (LeakSanitizer saw it in test-worker's restart tests, now and then)

@@ -8,9 +8,15 @@
 #include <unistd.h>
 
 #include "common.pb-c.h"
+#include "engine.h"
 #include "engine.pb-c.h"
+#include "grammar.h"
 #include "ipc.h"
+#include "log.h"
+#include "plan.h"
+#include "prefix-cache.h"
 #include "rpc.h"
+#include "surface.h"
 
 // the scheduler's finish reasons are engine.proto's, cast below (its error
 // codes and SpecMode are pinned in proto-pins.c)
@@ -436,4 +442,168 @@ engine_service_handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **o
 {
 	struct engine_service *svc = arg;
 	ad_rpc_serve(&svc->rpc, req, req_len, out, out_len);
+}
+
+// --- the whole worker ---------------------------------------------------------------------
+
+struct cpu_worker {
+	struct model m;
+	struct kernel_backend *kb;
+	struct engine *e;
+	struct gram_loader *gl;
+	struct sched *s;
+	struct engine_service svc;
+	struct ad_server *srv;
+};
+
+static void
+worker_free(struct cpu_worker *w)
+{
+	sched_free(w->s);
+	engine_free(w->e);
+	gram_loader_free(w->gl);
+	if (w->kb)
+		w->kb->free(w->kb); // closes the surfaces; the owner unlinks its shared memory
+	model_free(&w->m);
+	free(w);
+}
+
+static void
+worker_say(const struct cpu_worker *w, const struct cpu_worker_opts *o, const struct sched_opts *so)
+{
+	struct engine *e = w->e;
+	ad_info("ready on %s (%s, backend %s, chunk %d, context %d, %d in parallel)", o->url, w->m.name, w->kb->name,
+	        engine_width(e), engine_max_seq(e), so->parallel);
+	// the fp16 cache of one sequence; jobs, kept sessions and Eval each hold one
+	double kv_mib = (double)model_kv_bytes_per_pos(&w->m) / 2 * (double)engine_max_seq(e) / (1 << 20);
+	ad_info("KV cache %.1f MiB per sequence, at most %d sequences (%.0f MiB)", kv_mib,
+	        so->parallel + so->sessions + 1, kv_mib * (double)(so->parallel + so->sessions + 1));
+	if (so->cache_mem && engine_kv_window(e) > 0)
+		ad_info("prefix cache %.1f MiB (--cache-mem), blocks of %d positions of %zu bytes, of which %zu are the "
+		        "windowed layers' (a window of %d), kept only where a later prompt reads them",
+		        (double)so->cache_mem / (1 << 20), so->cache_block,
+		        engine_kv_row_bytes(e) * (size_t)so->cache_block,
+		        engine_kv_part_bytes(e, ENGINE_KV_WINDOWED) * (size_t)so->cache_block, engine_kv_window(e));
+	else if (so->cache_mem)
+		ad_info("prefix cache %.1f MiB (--cache-mem), blocks of %d positions of %zu bytes",
+		        (double)so->cache_mem / (1 << 20), so->cache_block,
+		        engine_kv_row_bytes(e) * (size_t)so->cache_block);
+	else
+		ad_info("prefix cache off (--cache-mem 0)");
+	if (engine_state_bytes(e) > 0)
+		ad_info("speculative decoding off: %s keeps a recurrent state, which cannot take a rejected draft back",
+		        w->m.name);
+	else if (so->no_spec)
+		ad_info("speculative decoding off unless a request asks (--no-spec or --draft 0)");
+	else
+		ad_info("speculative decoding: drafts of up to %d tokens found by n-grams of %d down to %d, a column "
+		        "costing %s (--draft, --ngram-max, --ngram-min, --draft-cost)",
+		        o->spec.draft, o->spec.ngram_max, o->spec.ngram_min,
+		        o->spec.col_cost == SPEC_COST_AUTO ? "what the decode calls measure" : "as --draft-cost says");
+}
+
+struct cpu_worker *
+cpu_worker_start(const struct cpu_worker_opts *o, char *err)
+{
+	const char *be = o->backend ? o->backend : "emu";
+	int remote = strcmp(be, "remote") == 0, exact = strcmp(be, "exact") == 0;
+	if (!remote && !exact && (strcmp(be, "emu") || !o->emu_new))
+		return ad_err(err, "no kernel backend '%s' here", be), NULL;
+	if (remote && !o->ane_url)
+		return ad_err(err, "backend remote needs the ane-worker's URL"), NULL;
+	struct cpu_worker *w = calloc(1, sizeof *w);
+	if (!w)
+		return ad_err(err, "out of memory"), NULL;
+	if (model_load(&w->m, o->model_path, err)) {
+		free(w);
+		return NULL;
+	}
+	if (o->rope)
+		w->m.hp.rope = o->rope;
+	// the default: the rule of plan.h for the emu (the ane-worker's default
+	// on emu; anything else must be told, kb_remote checks it)
+	enum ane_wfmt wf = ane_plan_weights_default(&w->m, "emu");
+	if (o->weights && ane_wfmt_parse(o->weights, &wf)) {
+		ad_err(err, "weights are fp16 or int8, not '%s'", o->weights);
+		goto fail;
+	}
+	struct kb_opts ko = {
+		.weights = (int)wf,
+		.width = o->chunk > 0 ? o->chunk : 64,
+		.split = o->split,
+		.threads = o->threads > 0 ? o->threads : 2,
+		.url = o->ane_url,
+		.timeout_ms = o->kernel_timeout_ms,
+		.deadline_ms = o->kernel_deadline_ms,
+		.instance = o->instance ? o->instance : (long)getpid(),
+	};
+	// a previous incarnation with this instance (killed, so it never
+	// unlinked) left its surfaces: they would make surface_create fail
+	if (remote) {
+		int n = surface_cleanup_pid(ko.instance);
+		if (n > 0)
+			ad_info("removed %d stale surfaces of instance %ld", n, ko.instance);
+	}
+	w->kb = remote  ? kb_remote_new(&w->m, &ko, err)
+	        : exact ? kb_exact_new(&w->m, &ko, err)
+	                : o->emu_new(&w->m, &ko, err);
+	if (!w->kb) {
+		ad_err_prefix(err, "%s backend", be);
+		goto fail;
+	}
+	int max_seq = o->max_seq;
+	if (max_seq == 0) {
+		max_seq = 2048;
+		if (w->m.hp.n_ctx_train > 1 && w->m.hp.n_ctx_train < max_seq)
+			max_seq = (int)w->m.hp.n_ctx_train;
+	}
+	int cache_block = o->cache_block > 0 ? o->cache_block : SCHED_CACHE_BLOCK;
+	// attention on as many threads as the kernels: the ane-worker's wait
+	// while this process computes (long prompts, many sequences)
+	struct engine_opts eo = {.max_seq = max_seq, .threads = ko.threads, .state_every = cache_block};
+	if (!(w->e = engine_new(&w->m, w->kb, &eo, err)))
+		goto fail;
+	struct sched_opts so = {.parallel = o->parallel > 0 ? o->parallel : 4,
+	                        .queue = o->queue > 0 ? o->queue : 16,
+	                        .sessions = o->sessions > 0 ? o->sessions : 8,
+	                        .cache_block = cache_block,
+	                        .spec = &o->spec,
+	                        .no_spec = o->no_spec || !o->spec.draft};
+	// grammars need each token's bytes: the model's tokenizer, loaded on the first one
+	w->gl = gram_loader_new(o->model_path, engine_n_vocab(w->e));
+	if (w->gl)
+		so.vocab = (struct sched_vocab){gram_loader_get, gram_loader_find, w->gl};
+	so.cache_mem = o->cache_mem_set ? o->cache_mem
+	                                : pcache_default_mem(engine_kv_row_bytes(w->e), engine_state_bytes(w->e),
+	                                                     engine_max_seq(w->e), so.parallel);
+	if (!(w->s = sched_new(w->e, &so, err)))
+		goto fail;
+	engine_service_init(&w->svc, w->s, engine_n_vocab(w->e), (int)w->m.hp.n_layer,
+	                    o->process ? o->process : "anedvd-cpu-worker");
+	w->svc.local = strncmp(o->url, "ipc://", 6) == 0 || strncmp(o->url, "inproc://", 9) == 0;
+	// a thread per job that may be polling, and a few for the other calls
+	if (!(w->srv = ad_server_start(o->url, so.parallel + so.queue + 4, engine_service_handle, &w->svc, err)))
+		goto fail;
+	worker_say(w, o, &so);
+	return w;
+fail:
+	worker_free(w);
+	return NULL;
+}
+
+void
+cpu_worker_stop(struct cpu_worker *w, uint64_t *jobs, uint64_t *tokens)
+{
+	if (!w)
+		return;
+	kb_remote_stop();
+	sched_shutdown(w->s);   // jobs end with an error, pollers wake and answer
+	ad_server_stop(w->srv); // no new requests; in-flight ones have returned
+	struct sched_stats st;
+	sched_stats(w->s, &st);
+	if (jobs)
+		*jobs = st.jobs;
+	if (tokens)
+		*tokens = st.tokens;
+	worker_free(w);
 }

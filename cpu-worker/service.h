@@ -24,8 +24,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels.h"
+#include "model.h"
 #include "rpc.h"
 #include "scheduler.h"
+#include "spec.h"
 
 struct engine_service {
 	struct sched *s;
@@ -36,5 +39,41 @@ struct engine_service {
 
 void engine_service_init(struct engine_service *svc, struct sched *s, int n_vocab, int n_layer, const char *process);
 void engine_service_handle(void *arg, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *reply_len);
+
+// --- the whole worker ---------------------------------------------------------------------
+//
+// cpu_worker_start loads the model, builds the kernel backend, the engine,
+// the scheduler and the service, and serves on url: what anedvd-cpu-worker
+// runs, and what the CLI's --in-process runs on inproc://, so that there is
+// one decode loop. cpu_worker_stop ends every job with an error, stops
+// serving and frees it all (the surfaces it created are unlinked).
+
+// the "emu" backend's constructor (kb_local_new, cli/kb-local.c: it composes
+// both workers' libraries, so this one does not link it)
+typedef struct kernel_backend *(*cpu_kb_new_fn)(const struct model *m, const struct kb_opts *o, char *err);
+
+struct cpu_worker_opts {
+	const char *model_path, *url;
+	const char *process; // Health's name and the log's (NULL: anedvd-cpu-worker)
+	const char *backend; // "emu", "exact" or "remote"
+	cpu_kb_new_fn emu_new;
+	const char *ane_url; // remote
+	const char *weights; // "fp16", "int8" or NULL: plan.h's default for emu
+	int chunk, split, threads;
+	int max_seq; // 0: 2048, or the model's training context if smaller
+	int parallel, queue, sessions, cache_block;
+	size_t cache_mem;
+	int cache_mem_set; // 0: the default for the KV of max(4, parallel) contexts
+	long instance;     // the surfaces' instance (0: this process)
+	int kernel_timeout_ms, kernel_deadline_ms;
+	enum model_rope rope;
+	struct spec_opts spec;
+	int no_spec;
+};
+
+struct cpu_worker;
+struct cpu_worker *cpu_worker_start(const struct cpu_worker_opts *o, char *err);
+// after the stop: the jobs and tokens it served (either pointer may be NULL)
+void cpu_worker_stop(struct cpu_worker *w, uint64_t *jobs, uint64_t *tokens);
 
 #endif

@@ -82,6 +82,11 @@ RIDS=$IDS,$(echo "$REF" | cut -d' ' -f1-30 | tr ' ' ,),$IDS
 $A run --model "$STORIES" --prompt-ids "$RIDS" --no-chat --max-tokens 80 --json --draft-cost 0.1 > "$T/spec.json" 2>/dev/null
 $A run --model "$STORIES" --prompt-ids "$RIDS" --no-chat --max-tokens 80 --json --draft-cost 0.1 --ngram-probe > "$T/probe.json" 2>/dev/null
 check "a repeating prompt drafts and accepts" python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["speculative"]; assert 0 < s["accepted"] <= s["drafted"], s' "$T/spec.json"
+# --in-process runs the cpu-worker's own service (one decode loop): the same
+# drafts, the same ids
+$A run --model "$STORIES" --prompt-ids "$RIDS" --no-chat --max-tokens 80 --json --draft-cost 0.1 --in-process > "$T/spec-ip.json" 2>/dev/null
+check "--in-process: the same ids as the cpu-worker process" [ "$(json_ids "$T/spec-ip.json")" = "$(json_ids "$T/spec.json")" ]
+check "--in-process drafts and accepts" python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["speculative"]; assert 0 < s["accepted"] <= s["drafted"], s' "$T/spec-ip.json"
 check "--ngram-probe: the same ids as the live run" [ "$(json_ids "$T/probe.json")" = "$(json_ids "$T/spec.json")" ]
 check "--ngram-probe drafts nothing itself" [ "$(spec_field "$T/probe.json" speculative drafted)" = 0 ]
 check "--ngram-probe counts what the live run did" python3 -c '
