@@ -38,10 +38,10 @@ struct gen {
 	int decode_steps;
 	char *text;
 	size_t text_len;
-	struct engine_timings dec; // the decode phase only (whole_job: the whole job)
-	int whole_job;             // figures from the cpu-worker: prefill + decode
-	int resumed;               // times a restarted cpu-worker took the job over
-	struct spec_stats spec;    // the job's drafts
+	struct gen_timings dec; // the whole job's (whole_job)
+	int whole_job;          // figures from the cpu-worker: prefill + decode
+	int resumed;            // times a restarted cpu-worker took the job over
+	struct spec_stats spec; // the job's drafts
 	uint64_t dec_kind_ns[PIPE_KINDS], dec_kind_calls[PIPE_KINDS];
 };
 
@@ -140,7 +140,7 @@ generate(struct pipe *p, const char *session, const int32_t *prompt, int n, int 
 	g->info.dropped = (int)st.dropped;
 	g->info.reused = (int)st.reused;
 	g->info.prefilled = (int)(st.prompt_tokens - st.reused);
-	struct engc_timings tm;
+	struct gen_timings tm;
 	memset(&tm, 0, sizeof tm);
 	for (;;) {
 		struct engc_poll pl;
@@ -194,13 +194,7 @@ generate(struct pipe *p, const char *session, const int32_t *prompt, int n, int 
 	g->prefill_ms = (double)tm.prefill_ns / 1e6;
 	g->decode_ms = (double)tm.decode_ns / 1e6;
 	g->decode_steps = (int)tm.decode_tokens;
-	g->dec.kernel_ns = tm.kernel_ns;
-	g->dec.ipc_ns = tm.ipc_ns;
-	g->dec.attention_ns = tm.attention_ns;
-	g->dec.sampling_ns = tm.sampling_ns;
-	g->dec.cpu_other_ns = tm.cpu_other_ns;
-	g->dec.moe_ns = tm.moe_ns;
-	g->dec.round_trips = tm.round_trips;
+	g->dec = tm;
 	g->spec = tm.spec;
 	if (stats && pipe_ane_stats(p, c1, n1, NULL) == 0)
 		for (int k = 0; k < PIPE_KINDS; k++) {

@@ -71,6 +71,66 @@ spec_add(struct spec_stats *sum, const struct spec_stats *st)
 	}
 }
 
+// --- a generation's timings (engine.proto's Timings) ------------------------------------------
+
+// The one definition of a generation's stage times and counts: what the
+// engine books (cpu-worker/engine.h), what the scheduler reports per job and
+// the service sends as engine.proto's Timings, and what the clients read
+// (proto/client-engine.h: the CLI, the frontend's results).
+struct gen_timings {
+	uint64_t queue_ns; // waiting for a slot (the scheduler's; 0 in the engine)
+	uint64_t prefill_ns, decode_ns;
+	uint64_t kernel_ns;    // inside the kernel backend
+	uint64_t ipc_ns;       // kernel calls as the engine saw them, minus kernel_ns
+	uint64_t attention_ns; // attention over the cache (RoPE and cache writes are "other")
+	uint64_t moe_ns;       // router and routed experts
+	uint64_t sampling_ns;
+	uint64_t cpu_other_ns; // everything else: norms, RoPE, residuals, embeddings
+	uint32_t prefill_tokens, decode_tokens;
+	uint32_t cached_tokens; // prompt tokens not computed: the session's and the prefix cache's
+	uint64_t kernel_calls;  // kernels run (not sent: 0 from a client)
+	uint64_t round_trips;   // calls to the kernel backend, each of one or more kernels
+	struct spec_stats spec; // the job's drafts (reached is not sent: 0 from a client)
+};
+
+// d = a + sign * b over the stage times and counts (sign 1 or -1); the
+// cached tokens are a job's own, not a sum: d keeps a's (and a's drafts
+// when subtracting). gen_timings_add and gen_timings_sub below.
+static inline void
+gen_timings_addsub(struct gen_timings *d, const struct gen_timings *a, const struct gen_timings *b, int sign)
+{
+	uint64_t m = sign < 0 ? (uint64_t)-1 : 1; // b * m wraps to -b
+	struct gen_timings r = *a;
+	r.queue_ns += b->queue_ns * m;
+	r.prefill_ns += b->prefill_ns * m;
+	r.decode_ns += b->decode_ns * m;
+	r.kernel_ns += b->kernel_ns * m;
+	r.ipc_ns += b->ipc_ns * m;
+	r.attention_ns += b->attention_ns * m;
+	r.moe_ns += b->moe_ns * m;
+	r.sampling_ns += b->sampling_ns * m;
+	r.cpu_other_ns += b->cpu_other_ns * m;
+	r.prefill_tokens += b->prefill_tokens * (uint32_t)m;
+	r.decode_tokens += b->decode_tokens * (uint32_t)m;
+	r.kernel_calls += b->kernel_calls * m;
+	r.round_trips += b->round_trips * m;
+	if (sign > 0)
+		spec_add(&r.spec, &b->spec);
+	*d = r;
+}
+
+static inline void
+gen_timings_add(struct gen_timings *d, const struct gen_timings *a, const struct gen_timings *b)
+{
+	gen_timings_addsub(d, a, b, 1);
+}
+
+static inline void
+gen_timings_sub(struct gen_timings *d, const struct gen_timings *a, const struct gen_timings *b)
+{
+	gen_timings_addsub(d, a, b, -1);
+}
+
 // --- chat messages (tokenizer-svc/tokenizer.h) -----------------------------------------------
 
 enum tok_role { TOK_ROLE_SYSTEM, TOK_ROLE_USER, TOK_ROLE_ASSISTANT, TOK_ROLE_TOOL };

@@ -144,7 +144,7 @@ struct engine {
 
 	void **bufs;
 	int nbufs, capbufs;
-	struct engine_timings t;
+	struct gen_timings t;
 };
 
 // a sequence's rows, which the sequences forked from it read too
@@ -174,7 +174,7 @@ struct engine_seq {
 	// every st_every positions so that truncating has somewhere to go
 	float *st[2], *ck;
 	int cur, st_len, *ck_pos;
-	struct engine_timings t;
+	struct gen_timings t;
 };
 
 
@@ -657,7 +657,7 @@ engine_width(const struct engine *e)
 	return e->width;
 }
 
-const struct engine_timings *
+const struct gen_timings *
 engine_timings(const struct engine *e)
 {
 	return &e->t;
@@ -850,7 +850,7 @@ engine_seq_tokens(const struct engine_seq *s)
 	return s->tokens;
 }
 
-struct engine_timings *
+struct gen_timings *
 engine_seq_timings(struct engine_seq *s)
 {
 	return &s->t;
@@ -1494,7 +1494,7 @@ ffn_half(struct engine *e, struct fwd *f, int il, int n, char *err)
 }
 
 static void
-book(struct engine_timings *t, const struct fwd *f, uint64_t total, int cols, int n, int prefill)
+book(struct gen_timings *t, const struct fwd *f, uint64_t total, int cols, int n, int prefill)
 {
 	uint64_t c = (uint64_t)cols, d = (uint64_t)n;
 	uint64_t other = total - (f->call_ns + f->attn_ns + f->moe_ns);

@@ -67,6 +67,7 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "gen-types.h"
 #include "kernels.h"
 #include "model.h"
 
@@ -83,20 +84,10 @@ struct engine_opts {
 	int state_keep;  // ... the last n of those copies per sequence (0: 6)
 };
 
-// time spent on behalf of a sequence; a call shared by several sequences
-// is split between them by their share of its columns
-struct engine_timings {
-	uint64_t kernel_ns;    // inside the backend
-	uint64_t ipc_ns;       // kernel calls as the engine saw them, minus kernel_ns
-	uint64_t attention_ns; // attention over the cache (RoPE and cache writes are "other")
-	uint64_t moe_ns;       // router and routed experts
-	uint64_t sampling_ns;  // added by the caller (engine_add_sampling)
-	uint64_t cpu_other_ns; // everything else: norms, RoPE, residuals, embeddings
-	uint64_t prefill_ns, decode_ns;
-	uint32_t prefill_tokens, decode_tokens;
-	uint64_t kernel_calls; // kernels run
-	uint64_t round_trips;  // calls to the backend, each of one or more kernels
-};
+// time spent on behalf of a sequence (struct gen_timings, common/gen-types.h:
+// the engine books everything but queue_ns, cached_tokens and spec); a call
+// shared by several sequences is split between them by their share of its
+// columns
 
 struct engine;
 struct engine_seq;
@@ -112,7 +103,7 @@ int engine_max_seq(const struct engine *e);
 int32_t engine_bos(const struct engine *e); // the model's BOS id, -1: none
 int engine_width(const struct engine *e);
 // totals over every call the engine made
-const struct engine_timings *engine_timings(const struct engine *e);
+const struct gen_timings *engine_timings(const struct engine *e);
 
 struct engine_seq *engine_seq_new(struct engine *e, char *err);
 void engine_seq_free(struct engine_seq *s);
@@ -143,7 +134,7 @@ const int32_t *engine_seq_tokens(const struct engine_seq *s);
 // the prefix a prompt reuses (engine_prompt, the scheduler's sessions and
 // running jobs)
 int engine_seq_common(const struct engine_seq *s, const int32_t *p, int upto);
-struct engine_timings *engine_seq_timings(struct engine_seq *s);
+struct gen_timings *engine_seq_timings(struct engine_seq *s);
 // KV rows, as a prefix cache keeps them: the bytes of one position's keys
 // and values over every layer, in the cache's own precision
 size_t engine_kv_row_bytes(const struct engine *e);

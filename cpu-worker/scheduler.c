@@ -104,7 +104,7 @@ struct job {
 	int wgap, match;
 	int spec; // drafts for this job (the request's choice, else the worker's)
 	int32_t next_tok;
-	struct engine_timings t0;
+	struct gen_timings t0;
 
 	// under the lock
 	int active, queued;
@@ -114,7 +114,7 @@ struct job {
 	enum sched_finish finish;
 	enum sched_code code;
 	char msg[AD_ERRLEN];
-	struct engine_timings t;
+	struct gen_timings t;
 	struct spec_stats spec_st; // written by the engine thread under the lock
 	uint64_t submit_ns, admit_ns, done_ns, last_poll_ns, final_ns;
 	int final_polled, waiters;
@@ -220,23 +220,6 @@ fail(enum sched_code *code, enum sched_code c, char *err, const char *fmt, ...)
 	ad_verr(err, fmt, ap);
 	va_end(ap);
 	return -1;
-}
-
-static void
-timings_sub(struct engine_timings *d, const struct engine_timings *a, const struct engine_timings *b)
-{
-	d->kernel_ns = a->kernel_ns - b->kernel_ns;
-	d->round_trips = a->round_trips - b->round_trips;
-	d->ipc_ns = a->ipc_ns - b->ipc_ns;
-	d->attention_ns = a->attention_ns - b->attention_ns;
-	d->moe_ns = a->moe_ns - b->moe_ns;
-	d->sampling_ns = a->sampling_ns - b->sampling_ns;
-	d->cpu_other_ns = a->cpu_other_ns - b->cpu_other_ns;
-	d->prefill_ns = a->prefill_ns - b->prefill_ns;
-	d->decode_ns = a->decode_ns - b->decode_ns;
-	d->prefill_tokens = a->prefill_tokens - b->prefill_tokens;
-	d->decode_tokens = a->decode_tokens - b->decode_tokens;
-	d->kernel_calls = a->kernel_calls - b->kernel_calls;
 }
 
 // --- jobs and sessions (under the lock) -----------------------------------------------
@@ -728,7 +711,7 @@ housekeep(struct sched *s, uint64_t now)
 static void
 update_timings(struct job *j)
 {
-	timings_sub(&j->t, engine_seq_timings(j->seq), &j->t0);
+	gen_timings_sub(&j->t, engine_seq_timings(j->seq), &j->t0);
 }
 
 // a failure of the engine thread's own making (not the request's)
@@ -977,7 +960,7 @@ verify(struct sched *s, int i, const float *rows)
 	const int32_t *d = s->toks + s->coff[i] + 1;
 	// the decode booking counts a row as it is sampled (the engine booked
 	// all k + 1), so the timings the job ends with are right
-	struct engine_timings *t = engine_seq_timings(j->seq);
+	struct gen_timings *t = engine_seq_timings(j->seq);
 	t->decode_tokens -= (uint32_t)k;
 	int acc = 0;
 	for (int r = 0;; r++) {
@@ -1044,7 +1027,7 @@ fused(struct sched *s, int n, int d, struct job *pj)
 		s->toks[d + c] = pj->prompt[pj->fed + c];
 		s->want[d + c] = last && c == m - 1;
 	}
-	struct engine_timings *pt = engine_seq_timings(pj->seq), before = *pt;
+	struct gen_timings *pt = engine_seq_timings(pj->seq), before = *pt;
 	uint64_t t0 = ad_now_ns();
 	if (engine_forward(s->e, s->cols, s->toks, d + m, s->want, s->logits, 0, err)) {
 		for (int i = 0; i < n; i++)
@@ -1913,9 +1896,9 @@ sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll *ou
 		out->finish = j->finish;
 		out->code = j->code;
 		snprintf(out->msg, sizeof out->msg, "%s", j->msg);
+		out->timings = j->t;
 		out->timings.queue_ns = (j->admit_ns ? j->admit_ns : now) - j->submit_ns;
-		out->timings.t = j->t;
-		out->timings.cached = j->reuse + j->cached;
+		out->timings.cached_tokens = (uint32_t)(j->reuse + j->cached);
 		out->timings.spec = j->spec_st;
 		if (j->finish != SCHED_RUNNING && !j->final_polled) {
 			j->final_polled = 1;

@@ -196,20 +196,14 @@ struct sched_event {
 	uint32_t grammar_from; // bytes into the generated text where it applies
 };
 
-struct sched_timings {
-	uint64_t queue_ns;
-	struct engine_timings t; // this job's share since it was admitted
-	int cached;              // prompt tokens not computed: the session's and the prefix cache's
-	struct spec_stats spec;  // this job's drafts
-};
 
 struct sched_poll {
 	struct sched_event *events; // malloc'd (NULL when none); the caller frees
 	int n_events;
 	enum sched_finish finish;
-	enum sched_code code; // with SCHED_ERROR
-	char msg[AD_ERRLEN];  // with SCHED_ERROR (and why a job was cancelled)
-	struct sched_timings timings;
+	enum sched_code code;       // with SCHED_ERROR
+	char msg[AD_ERRLEN];        // with SCHED_ERROR (and why a job was cancelled)
+	struct gen_timings timings; // this job's since it was admitted, its queue and drafts
 };
 
 struct sched_stats {

@@ -225,8 +225,8 @@ do_poll(struct engine_service *svc, const Anedvd__PollRequest *q, struct reply *
 	}
 	Anedvd__Timings *t = &rp->timings;
 	anedvd__timings__init(t);
-	const struct engine_timings *et = &p->timings.t;
-	t->queue_ns = p->timings.queue_ns;
+	const struct gen_timings *et = &p->timings;
+	t->queue_ns = et->queue_ns;
 	t->prefill_ns = et->prefill_ns;
 	t->decode_ns = et->decode_ns;
 	t->kernel_ns = et->kernel_ns;
@@ -238,7 +238,7 @@ do_poll(struct engine_service *svc, const Anedvd__PollRequest *q, struct reply *
 	t->moe_ns = et->moe_ns;
 	t->prefill_tokens = et->prefill_tokens;
 	t->decode_tokens = et->decode_tokens;
-	t->cached_tokens = (uint32_t)p->timings.cached;
+	t->cached_tokens = et->cached_tokens;
 	const struct spec_stats *sp = &p->timings.spec;
 	t->spec_steps = (uint32_t)sp->steps;
 	t->spec_drafted = (uint32_t)sp->drafted;

@@ -170,7 +170,7 @@ usage(const struct fe_gen *g, unsigned out)
 	// automatic: storing blocks costs a request nothing extra, so nothing
 	// is counted as a cache creation. (In message_start the lookup has not
 	// run yet: the final usage has the figures.)
-	unsigned cached = g->r.cached_tokens < g->r.prompt_tokens ? g->r.cached_tokens : g->r.prompt_tokens;
+	unsigned cached = g->r.eng.cached_tokens < g->r.prompt_tokens ? g->r.eng.cached_tokens : g->r.prompt_tokens;
 	cJSON *u = cJSON_CreateObject();
 	cJSON_AddNumberToObject(u, "input_tokens", g->r.prompt_tokens - cached);
 	cJSON_AddNumberToObject(u, "cache_creation_input_tokens", 0);

@@ -345,33 +345,33 @@ fe_timings_json(const struct fe_gen *g)
 	cJSON *t = cJSON_CreateObject();
 	if (!t)
 		return NULL;
-	uint64_t ptok = r->prefill_tokens ? r->prefill_tokens : r->prompt_tokens;
-	uint64_t dtok = r->decode_tokens ? r->decode_tokens : r->completion_tokens;
+	uint64_t ptok = r->eng.prefill_tokens ? r->eng.prefill_tokens : r->prompt_tokens;
+	uint64_t dtok = r->eng.decode_tokens ? r->eng.decode_tokens : r->completion_tokens;
 	cJSON_AddNumberToObject(t, "prompt_tokens", r->prompt_tokens);
 	cJSON_AddNumberToObject(t, "prompt_tokens_dropped", r->prompt_dropped);
-	cJSON_AddNumberToObject(t, "cached_tokens", r->cached_tokens); // llama.cpp's cache_n
-	cJSON_AddNumberToObject(t, "cache_n", r->cached_tokens);
+	cJSON_AddNumberToObject(t, "cached_tokens", r->eng.cached_tokens); // llama.cpp's cache_n
+	cJSON_AddNumberToObject(t, "cache_n", r->eng.cached_tokens);
 	cJSON_AddNumberToObject(t, "completion_tokens", r->completion_tokens);
 	cJSON_AddNumberToObject(t, "queue_ms", ms(r->queue_ns));
 	cJSON_AddNumberToObject(t, "tokenize_ms", ms(r->tokenize_ns));
-	cJSON_AddNumberToObject(t, "prefill_ms", ms(r->prefill_ns));
-	cJSON_AddNumberToObject(t, "prefill_tokens_per_s", rate(ptok, r->prefill_ns));
-	cJSON_AddNumberToObject(t, "decode_ms", ms(r->decode_ns));
-	cJSON_AddNumberToObject(t, "decode_tokens_per_s", rate(dtok, r->decode_ns));
+	cJSON_AddNumberToObject(t, "prefill_ms", ms(r->eng.prefill_ns));
+	cJSON_AddNumberToObject(t, "prefill_tokens_per_s", rate(ptok, r->eng.prefill_ns));
+	cJSON_AddNumberToObject(t, "decode_ms", ms(r->eng.decode_ns));
+	cJSON_AddNumberToObject(t, "decode_tokens_per_s", rate(dtok, r->eng.decode_ns));
 	cJSON_AddNumberToObject(t, "ttft_ms", ms(r->ttft_ns));
 	cJSON_AddNumberToObject(t, "detokenize_ms", ms(r->detok_ns));
 	cJSON_AddNumberToObject(t, "total_ms", ms(r->total_ns));
 	// speculative decoding: choice 0's job
-	cJSON_AddItemToObject(t, "speculative", fe_spec_json(&r->spec));
+	cJSON_AddItemToObject(t, "speculative", fe_spec_json(&r->eng.spec));
 	cJSON *e = cJSON_AddObjectToObject(t, "engine");
 	if (e) {
-		cJSON_AddNumberToObject(e, "queue_ms", ms(r->eng_queue_ns));
-		cJSON_AddNumberToObject(e, "kernel_ms", ms(r->kernel_ns));
-		cJSON_AddNumberToObject(e, "ipc_ms", ms(r->ipc_ns));
-		cJSON_AddNumberToObject(e, "attention_ms", ms(r->attention_ns));
-		cJSON_AddNumberToObject(e, "sampling_ms", ms(r->sampling_ns));
-		cJSON_AddNumberToObject(e, "cpu_other_ms", ms(r->cpu_other_ns));
-		cJSON_AddNumberToObject(e, "moe_ms", ms(r->moe_ns));
+		cJSON_AddNumberToObject(e, "queue_ms", ms(r->eng.queue_ns));
+		cJSON_AddNumberToObject(e, "kernel_ms", ms(r->eng.kernel_ns));
+		cJSON_AddNumberToObject(e, "ipc_ms", ms(r->eng.ipc_ns));
+		cJSON_AddNumberToObject(e, "attention_ms", ms(r->eng.attention_ns));
+		cJSON_AddNumberToObject(e, "sampling_ms", ms(r->eng.sampling_ns));
+		cJSON_AddNumberToObject(e, "cpu_other_ms", ms(r->eng.cpu_other_ns));
+		cJSON_AddNumberToObject(e, "moe_ms", ms(r->eng.moe_ns));
 	}
 	return t;
 }

@@ -496,7 +496,7 @@ usage(const struct fe_gen *g)
 	cJSON_AddNumberToObject(u, "total_tokens", g->r.prompt_tokens + g->r.completion_tokens);
 	cJSON_AddNumberToObject(u, "prompt_tokens_dropped", g->r.prompt_dropped);
 	cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens",
-	                        g->r.cached_tokens);
+	                        g->r.eng.cached_tokens);
 	return u;
 }
 

@@ -436,7 +436,7 @@ usage(const struct fe_gen *g)
 	cJSON *u = cJSON_CreateObject();
 	cJSON_AddNumberToObject(u, "input_tokens", g->r.prompt_tokens);
 	cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "input_tokens_details"), "cached_tokens",
-	                        g->r.cached_tokens);
+	                        g->r.eng.cached_tokens);
 	cJSON_AddNumberToObject(u, "output_tokens", g->r.completion_tokens);
 	cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "output_tokens_details"), "reasoning_tokens", 0);
 	cJSON_AddNumberToObject(u, "total_tokens", g->r.prompt_tokens + g->r.completion_tokens);

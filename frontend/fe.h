@@ -203,11 +203,9 @@ struct fe_result {
 	unsigned prompt_tokens, prompt_dropped, completion_tokens;
 	// nanoseconds per stage
 	uint64_t queue_ns, tokenize_ns, ttft_ns, total_ns, detok_ns;
-	uint64_t eng_queue_ns, prefill_ns, decode_ns, kernel_ns, ipc_ns, attention_ns, sampling_ns, cpu_other_ns,
-		moe_ns;
-	uint32_t prefill_tokens, decode_tokens;
-	unsigned cached_tokens; // prompt tokens the engine did not compute (prefix cache, session)
-	struct spec_stats spec; // speculative decoding (choice 0's job)
+	// the engine's (choice 0's job): its queue, stages, cached prompt
+	// tokens and drafts
+	struct gen_timings eng;
 	// errors (FE_FINISH_ERROR)
 	int status; // HTTP status to use if nothing was sent yet
 	char err[AD_ERRLEN];

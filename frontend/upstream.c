@@ -285,21 +285,9 @@ map_finish(enum engc_finish f)
 }
 
 static void
-take_timings(struct fe_gen *g, const struct engc_timings *t)
+take_timings(struct fe_gen *g, const struct gen_timings *t)
 {
-	g->r.eng_queue_ns = t->queue_ns;
-	g->r.prefill_ns = t->prefill_ns;
-	g->r.decode_ns = t->decode_ns;
-	g->r.kernel_ns = t->kernel_ns;
-	g->r.ipc_ns = t->ipc_ns;
-	g->r.attention_ns = t->attention_ns;
-	g->r.sampling_ns = t->sampling_ns;
-	g->r.cpu_other_ns = t->cpu_other_ns;
-	g->r.moe_ns = t->moe_ns;
-	g->r.prefill_tokens = t->prefill_tokens;
-	g->r.decode_tokens = t->decode_tokens;
-	g->r.cached_tokens = t->cached_tokens;
-	g->r.spec = t->spec;
+	g->r.eng = *t;
 }
 
 static int
@@ -1120,7 +1108,7 @@ embed(struct fe_gen *g)
 		fail(g, eng_status(code), err);
 		goto out;
 	}
-	g->r.prefill_ns = fe_now_ns() - t1;
+	g->r.eng.prefill_ns = fe_now_ns() - t1;
 	if (g->p.dimensions && g->p.dimensions != (long)dims) {
 		snprintf(err, sizeof err, "'dimensions': this model's embeddings have %u dimensions, not %ld", dims,
 		         g->p.dimensions);
@@ -1131,7 +1119,7 @@ embed(struct fe_gen *g)
 		g->emb = vec;
 		g->emb_dims = (int)dims;
 		g->r.prompt_tokens = tokens;
-		g->r.prefill_tokens = tokens;
+		g->r.eng.prefill_tokens = tokens;
 		g->r.finish = FE_FINISH_EOS;
 	}
 out:
@@ -1179,10 +1167,10 @@ worker_main(void *arg)
 		if (g->r.finish == FE_FINISH_CANCELLED)
 			fe_metrics_cancel();
 		fe_metrics_tokens(g->r.prompt_tokens, g->r.completion_tokens);
-		if (g->r.prefill_ns)
-			fe_metrics_stage(FE_ST_PREFILL, g->r.prefill_ns);
-		if (g->r.decode_ns)
-			fe_metrics_stage(FE_ST_DECODE, g->r.decode_ns);
+		if (g->r.eng.prefill_ns)
+			fe_metrics_stage(FE_ST_PREFILL, g->r.eng.prefill_ns);
+		if (g->r.eng.decode_ns)
+			fe_metrics_stage(FE_ST_DECODE, g->r.eng.decode_ns);
 		if (g->r.detok_ns)
 			fe_metrics_stage(FE_ST_DETOK, g->r.detok_ns);
 		fe_metrics_stage(FE_ST_TOTAL, g->r.total_ns);

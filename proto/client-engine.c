@@ -159,7 +159,7 @@ engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct engc_p
 	}
 	if (p->timings) {
 		const Anedvd__Timings *t = p->timings;
-		out->timings = (struct engc_timings){
+		out->timings = (struct gen_timings){
 			.queue_ns = t->queue_ns,
 			.prefill_ns = t->prefill_ns,
 			.decode_ns = t->decode_ns,
@@ -328,7 +328,7 @@ engc_embed(struct ad_client *c, const int32_t *const *ids, const size_t *lens, s
 
 int
 engc_run(struct ad_client *c, const struct engc_gen *g, int32_t **ids, size_t *n_ids, enum engc_finish *finish,
-         struct engc_started *started, struct engc_timings *timings, int timeout_ms, int *code, char *err)
+         struct engc_started *started, struct gen_timings *timings, int timeout_ms, int *code, char *err)
 {
 	*ids = NULL;
 	*n_ids = 0;
@@ -405,9 +405,9 @@ struct engc_job {
 	int fruitless; // losses in a row with no token delivered between them
 	size_t n_del_at_submit;
 	struct engc_started info;
-	struct engc_timings base, last; // the incarnations before this one; this one's last
-	uint32_t cached0;               // the first incarnation's cached_tokens
-	char why[AD_ERRLEN];            // why it was lost
+	struct gen_timings base, last; // the incarnations before this one; this one's last
+	uint32_t cached0;              // the first incarnation's cached_tokens
+	char why[AD_ERRLEN];           // why it was lost
 };
 
 static char *
@@ -498,25 +498,6 @@ engc_job_free(struct engc_job *j)
 	free(j);
 }
 
-static void
-add_timings(struct engc_timings *d, const struct engc_timings *a, const struct engc_timings *b)
-{
-	d->queue_ns = a->queue_ns + b->queue_ns;
-	d->prefill_ns = a->prefill_ns + b->prefill_ns;
-	d->decode_ns = a->decode_ns + b->decode_ns;
-	d->kernel_ns = a->kernel_ns + b->kernel_ns;
-	d->ipc_ns = a->ipc_ns + b->ipc_ns;
-	d->attention_ns = a->attention_ns + b->attention_ns;
-	d->sampling_ns = a->sampling_ns + b->sampling_ns;
-	d->cpu_other_ns = a->cpu_other_ns + b->cpu_other_ns;
-	d->moe_ns = a->moe_ns + b->moe_ns;
-	d->prefill_tokens = a->prefill_tokens + b->prefill_tokens;
-	d->decode_tokens = a->decode_tokens + b->decode_tokens;
-	d->round_trips = a->round_trips + b->round_trips;
-	d->spec = a->spec;
-	spec_add(&d->spec, &b->spec);
-}
-
 // the engine is away (or lost the job): note when it was first found so
 static void
 lost(struct engc_job *j, const char *why)
@@ -528,7 +509,7 @@ lost(struct engc_job *j, const char *why)
 		j->lost_ns = ad_now_ns();
 	snprintf(j->why, sizeof j->why, "%s", why);
 	// what the lost incarnation did is part of the job's time
-	add_timings(&j->base, &j->base, &j->last);
+	gen_timings_add(&j->base, &j->base, &j->last);
 	memset(&j->last, 0, sizeof j->last);
 }
 
@@ -644,9 +625,9 @@ engc_job_start(struct engc_job *j, uint32_t wait_ms, struct engc_started *info, 
 
 // the job's timings so far: every incarnation's, the first one's cached
 static void
-job_timings(struct engc_job *j, struct engc_timings *out)
+job_timings(struct engc_job *j, struct gen_timings *out)
 {
-	add_timings(out, &j->base, &j->last);
+	gen_timings_add(out, &j->base, &j->last);
 	out->cached_tokens = j->replays && j->first_polled ? j->cached0 : j->last.cached_tokens;
 	if (out->cached_tokens > j->info.prompt_tokens)
 		out->cached_tokens = j->info.prompt_tokens;

@@ -85,14 +85,7 @@ struct engc_event {
 	uint32_t grammar_from; // bytes into the generated text where it applies
 };
 
-// engine.proto's Timings
-struct engc_timings {
-	uint64_t queue_ns, prefill_ns, decode_ns, kernel_ns, ipc_ns, attention_ns, sampling_ns, cpu_other_ns, moe_ns;
-	uint64_t round_trips; // calls to the kernel backend
-	uint32_t prefill_tokens, decode_tokens;
-	uint32_t cached_tokens; // prompt tokens reused (session, prefix cache)
-	struct spec_stats spec; // the job's drafts (reached is not sent: 0)
-};
+// engine.proto's Timings: struct gen_timings (common/gen-types.h)
 
 // engine.proto's CacheStats: the worker's prefix cache
 struct engc_cache {
@@ -107,7 +100,7 @@ struct engc_poll {
 	enum engc_finish finish;
 	int code;            // the job's ErrorCode with ENGC_ERROR (and why with ENGC_CANCELLED)
 	char msg[AD_ERRLEN]; // and its message
-	struct engc_timings timings;
+	struct gen_timings timings;
 	int has_cache; // with the final poll
 	struct engc_cache cache;
 };
@@ -134,7 +127,7 @@ int engc_embed(struct ad_client *c, const int32_t *const *ids, const size_t *len
 // *finish the outcome; a job that ends in FINISH_ERROR returns 0 with the
 // job's message in err. timings and started may be NULL.
 int engc_run(struct ad_client *c, const struct engc_gen *g, int32_t **ids, size_t *n_ids, enum engc_finish *finish,
-             struct engc_started *started, struct engc_timings *timings, int timeout_ms, int *code, char *err);
+             struct engc_started *started, struct gen_timings *timings, int timeout_ms, int *code, char *err);
 
 // --- a generation that outlives the worker -------------------------------------------
 //

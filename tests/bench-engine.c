@@ -122,7 +122,7 @@ bench_model(int argc, char **argv)
 			return 1;
 		}
 		pf[run] = 64 / (now() - t0);
-		struct engine_timings b = *engine_seq_timings(s);
+		struct gen_timings b = *engine_seq_timings(s);
 		int32_t tok = 1;
 		t0 = now();
 		for (int i = 0; i < ntok; i++) {
@@ -138,7 +138,7 @@ bench_model(int argc, char **argv)
 		}
 		double dt = now() - t0;
 		tk[run] = ntok / dt;
-		const struct engine_timings *t = engine_seq_timings(s);
+		const struct gen_timings *t = engine_seq_timings(s);
 		kn[run] = (double)(t->kernel_ns - b.kernel_ns) / 1e6 / ntok;
 		at[run] = (double)(t->attention_ns - b.attention_ns) / 1e6 / ntok;
 		ot[run] = dt * 1e3 / ntok - kn[run] - at[run];
@@ -241,7 +241,7 @@ main(int argc, char **argv)
 				return 1;
 			}
 			pf[run] = ctx / (now() - t0);
-			struct engine_timings b = *engine_seq_timings(s);
+			struct gen_timings b = *engine_seq_timings(s);
 			t0 = now();
 			for (int i = 0; i < nd; i++)
 				if (engine_step(e, &s, &ids[ctx + i], 1, lg, err)) {
@@ -249,7 +249,7 @@ main(int argc, char **argv)
 					return 1;
 				}
 			dt[run] = (now() - t0) * 1e3 / nd;
-			const struct engine_timings *t = engine_seq_timings(s);
+			const struct gen_timings *t = engine_seq_timings(s);
 			kn[run] = (double)(t->kernel_ns - b.kernel_ns) / 1e6 / nd;
 			ipc[run] = (double)(t->ipc_ns - b.ipc_ns) / 1e6 / nd;
 			at[run] = (double)(t->attention_ns - b.attention_ns) / 1e6 / nd;

@@ -88,8 +88,8 @@ wait_run(struct sched *s, struct run *r, char *err)
 			r->ttft = now() - r->t0;
 		free(p.events);
 		if (p.finish != SCHED_RUNNING) {
-			r->cached = p.timings.cached;
-			r->prefilled = (int)p.timings.t.prefill_tokens;
+			r->cached = (int)p.timings.cached_tokens;
+			r->prefilled = (int)p.timings.prefill_tokens;
 			if (p.finish == SCHED_ERROR)
 				return snprintf(err, AD_ERRLEN, "%s", p.msg), -1;
 			return 0;

@@ -223,7 +223,7 @@ check_model(struct fixture *f, int local)
 	CHECK(engine_eval(e, s, f->ids, f->n, 0, a, err) == 0, "%s/%s: %s", f->name, bn, err);
 	struct stats st;
 	compare_rows(f, a, &st);
-	const struct engine_timings *t = engine_seq_timings(s);
+	const struct gen_timings *t = engine_seq_timings(s);
 	CHECK(t->prefill_tokens == (uint32_t)f->n && t->kernel_calls > 0 && t->prefill_ns > 0);
 	printf("%-14s %-5s max|d| %.2e  rel %.2e  argmax %d/%d (prompt %d/%d; differing at near-ties %d)\n", f->name,
 	       bn, st.max_abs, st.max_rel, st.argmax_same, f->n, st.argmax_prompt_same, f->n_prompt, st.near_ties);
@@ -560,7 +560,7 @@ greedy(struct fixture *f, int local)
 			break;
 	}
 	sample_free(smp);
-	const struct engine_timings *t = engine_seq_timings(s);
+	const struct gen_timings *t = engine_seq_timings(s);
 	CHECK(t->sampling_ns > 0 && engine_timings(e)->sampling_ns == t->sampling_ns);
 	CHECK(pi.reused == 0 && pi.prefilled == f->n_prompt && t->decode_tokens == 64 &&
 	      t->prefill_tokens == (uint32_t)f->n_prompt);
@@ -676,7 +676,7 @@ test_width_one(void)
 	CHECK(engine_eval(e1, s1, f->ids, f->n, 0, a, err) == 0, "%s", err);
 	CHECK(engine_eval(e16, s16, f->ids, f->n, 0, b, err) == 0, "%s", err);
 	CHECK(memcmp(a, b, sizeof(float) * nv) == 0, "%s: width 1 vs 16", f->name);
-	const struct engine_timings *t = engine_timings(e1);
+	const struct gen_timings *t = engine_timings(e1);
 	CHECK(t->prefill_tokens == (uint32_t)f->n && t->kernel_calls >= (uint64_t)f->n);
 	engine_seq_free(s1);
 	engine_seq_free(s16);

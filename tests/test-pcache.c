@@ -770,7 +770,7 @@ collect(struct rig *r, uint64_t job, struct run_out *o)
 		free(p.events);
 		if (p.finish != SCHED_RUNNING) {
 			o->fin = p.finish;
-			o->cached = p.timings.cached;
+			o->cached = (int)p.timings.cached_tokens;
 			return;
 		}
 	}

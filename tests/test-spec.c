@@ -250,7 +250,7 @@ struct out {
 	float lp[MAXGEN], top[MAXGEN][SCHED_TOP];
 	int n;
 	enum sched_finish fin;
-	struct sched_timings t;
+	struct gen_timings t;
 };
 
 struct job {
@@ -407,7 +407,8 @@ check_exact(const char *gguf, const int32_t *prompt, int n)
 	run1(&r, &jb, &s_on);
 	CHECK(off.n == 40 && same(&off, &on), "%s: greedy differs with speculation (%d and %d tokens)", name, off.n,
 	      on.n);
-	CHECK(same(&on, &again) && again.t.cached > 0, "%s: the cached run differs (%d cached)", name, again.t.cached);
+	CHECK(same(&on, &again) && again.t.cached_tokens > 0, "%s: the cached run differs (%u cached)", name,
+	      again.t.cached_tokens);
 	CHECK(same(&s_off, &s_on), "%s: sampled differs with speculation", name);
 	// a recurrent state (qwen35) cannot take a rejected draft back: none
 	const int rec = engine_state_bytes(r.e) > 0;
@@ -783,10 +784,46 @@ test_distribution(void)
 	rig_stop(&r);
 }
 
+// gen_timings_add/sub (common/gen-types.h): every stage and count, the
+// drafts added, a job's cached tokens kept
+static void
+test_timings_sum(void)
+{
+	struct gen_timings a = {.queue_ns = 5,
+	                        .prefill_ns = 100,
+	                        .decode_ns = 200,
+	                        .kernel_ns = 70,
+	                        .ipc_ns = 9,
+	                        .attention_ns = 8,
+	                        .moe_ns = 7,
+	                        .sampling_ns = 6,
+	                        .cpu_other_ns = 4,
+	                        .prefill_tokens = 12,
+	                        .decode_tokens = 30,
+	                        .cached_tokens = 3,
+	                        .kernel_calls = 40,
+	                        .round_trips = 20};
+	struct gen_timings b = a, sum, back;
+	b.cached_tokens = 9;
+	a.spec.drafted = 4;
+	b.spec.drafted = 6;
+	b.spec.drafted_n[2] = 6;
+	gen_timings_add(&sum, &a, &b);
+	CHECK(sum.prefill_ns == 200 && sum.decode_ns == 400 && sum.kernel_ns == 140 && sum.queue_ns == 10 &&
+	      sum.moe_ns == 14 && sum.cpu_other_ns == 8 && sum.decode_tokens == 60 && sum.round_trips == 40 &&
+	      sum.kernel_calls == 80);
+	CHECK(sum.cached_tokens == 3, "cached %u", sum.cached_tokens);
+	CHECK(sum.spec.drafted == 10 && sum.spec.drafted_n[2] == 6);
+	gen_timings_sub(&back, &sum, &b);
+	CHECK(back.prefill_ns == a.prefill_ns && back.decode_tokens == a.decode_tokens &&
+	      back.sampling_ns == a.sampling_ns && back.round_trips == a.round_trips && back.queue_ns == a.queue_ns);
+}
+
 int
 main(void)
 {
 	T_RUN(test_find);
+	T_RUN(test_timings_sum);
 	T_RUN(test_len);
 	T_RUN(test_cost);
 	T_RUN(test_probe);

@@ -227,7 +227,7 @@ struct run {
 	size_t n;
 	enum engc_finish finish;
 	struct engc_started st;
-	struct engc_timings t;
+	struct gen_timings t;
 	int rc, code;
 	char err[AD_ERRLEN];
 };
@@ -309,7 +309,7 @@ test_greedy(void)
 	char err[AD_ERRLEN];
 	REQUIRE(engc_generate(S.c, &g, &js, TMO, NULL, err) == 0, "%s", err);
 	int got = 0, good = 1;
-	struct engc_timings t = {0};
+	struct gen_timings t = {0};
 	for (int done = 0; !done;) {
 		struct engc_poll p;
 		REQUIRE(engc_poll(S.c, js.job, 1000, &p, TMO, NULL, err) == 0, "%s", err);
@@ -1055,7 +1055,7 @@ struct story {
 	size_t n;
 	enum engc_finish fin;
 	int replays;
-	struct engc_timings t;
+	struct gen_timings t;
 	int on_at;     // the token a lazy grammar switched on with (-1: none)
 	uint32_t from; // and its grammar_from
 };
@@ -1623,7 +1623,7 @@ spawn_ane(const char *aurl, int delay_ms)
 // in *tm (may be NULL); returns the finish
 static enum engc_finish
 run_killing_ane(struct ad_client *c, const struct engc_gen *g, pid_t *ane, const char *aurl, int32_t *ids, size_t *n,
-                int *killed, struct engc_timings *tm)
+                int *killed, struct gen_timings *tm)
 {
 	char err[AD_ERRLEN];
 	struct engc_started js;
@@ -1792,7 +1792,7 @@ test_restart_spec(void)
 	int32_t ids[64];
 	size_t n = 0;
 	int killed = 0;
-	struct engc_timings tm = {0};
+	struct gen_timings tm = {0};
 	fin = run_killing_ane(c, &g, &ane, aurl, ids, &n, &killed, &tm);
 	CHECK(fin == ENGC_LENGTH && killed > 0 && killed < 40, "finish %d, killed after %d tokens", fin, killed);
 	CHECK(same_ids(ids, n, want, nwant), "%zu ids across the restart", n);
