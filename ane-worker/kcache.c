@@ -345,12 +345,14 @@ struct kc_entry {
 	struct emu_const *c;
 };
 
+// all of n bytes at off, or -1 (pread or pwrite: short transfers and
+// EINTR retried)
 static int
-read_at(int fd, void *buf, size_t n, uint64_t off)
+xfer_at(int fd, void *buf, size_t n, uint64_t off, int write)
 {
 	uint8_t *p = buf;
 	while (n) {
-		ssize_t r = pread(fd, p, n, (off_t)off);
+		ssize_t r = write ? pwrite(fd, p, n, (off_t)off) : pread(fd, p, n, (off_t)off);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r <= 0)
@@ -360,6 +362,12 @@ read_at(int fd, void *buf, size_t n, uint64_t off)
 		off += (uint64_t)r;
 	}
 	return 0;
+}
+
+static int
+read_at(int fd, void *buf, size_t n, uint64_t off)
+{
+	return xfer_at(fd, buf, n, off, 0);
 }
 
 static uint64_t
@@ -565,18 +573,7 @@ struct kc_writer {
 static int
 write_at(int fd, const void *buf, size_t n, uint64_t off)
 {
-	const uint8_t *p = buf;
-	while (n) {
-		ssize_t r = pwrite(fd, p, n, (off_t)off);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return -1;
-		p += r;
-		n -= (size_t)r;
-		off += (uint64_t)r;
-	}
-	return 0;
+	return xfer_at(fd, (void *)buf, n, off, 1);
 }
 
 static int

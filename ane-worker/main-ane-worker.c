@@ -1117,10 +1117,7 @@ main(int argc, char **argv)
 
 	// block the signals before any thread exists, then wait for them here
 	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	ad_stop_block(&set);
 
 	char err[AD_ERRLEN];
 	int simd_env;
@@ -1162,9 +1159,7 @@ main(int argc, char **argv)
 		return 1;
 	}
 	ane_service_cache_wait(sv);
-	int sig = 0;
-	sigwait(&set, &sig);
-	ad_info("signal %d: stopping", sig);
+	ad_stop_wait(&set);
 	ane_service_stop(sv);
 	model_free(&m);
 	return 0;

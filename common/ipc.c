@@ -4,6 +4,7 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +118,24 @@ server_loop(void *p)
 			nng_msg_free(msg);
 	}
 	return NULL;
+}
+
+void
+ad_stop_block(sigset_t *set)
+{
+	sigemptyset(set);
+	sigaddset(set, SIGINT);
+	sigaddset(set, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, set, NULL);
+}
+
+int
+ad_stop_wait(const sigset_t *set)
+{
+	int sig = 0;
+	sigwait(set, &sig);
+	ad_info("signal %d: stopping", sig);
+	return sig;
 }
 
 struct ad_server *

@@ -18,6 +18,7 @@
 #ifndef AD_IPC_H
 #define AD_IPC_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,6 +35,12 @@ struct ad_client;
 
 struct ad_server *ad_server_start(const char *url, int nthreads, ad_ipc_handler fn, void *arg, char *err);
 void ad_server_stop(struct ad_server *s); // closes, waits for in-flight handlers
+
+// A service process's stop: SIGINT and SIGTERM blocked in every thread
+// (ad_stop_block before the process starts its first thread) and taken by
+// ad_stop_wait, which logs "signal N: stopping" and returns N.
+void ad_stop_block(sigset_t *set);
+int ad_stop_wait(const sigset_t *set);
 
 struct ad_client *ad_client_open(const char *url, char *err);
 void ad_client_close(struct ad_client *c);

@@ -243,10 +243,7 @@ main(int argc, char **argv)
 
 	// block the signals before any thread exists, then wait for them here
 	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	ad_stop_block(&set);
 
 	stop_instance = instance ? instance : (long)getpid();
 	struct cpu_worker_opts wo = {.model_path = model_path,
@@ -277,9 +274,7 @@ main(int argc, char **argv)
 		return 1;
 	}
 
-	int sig = 0;
-	sigwait(&set, &sig);
-	ad_info("signal %d: stopping", sig);
+	ad_stop_wait(&set);
 	pthread_t wd;
 	if (pthread_create(&wd, NULL, stop_watchdog, NULL) == 0)
 		pthread_detach(wd);

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int
-fail(char *err, const char *fmt, ...)
+int
+ane_shim_fail(char *err, const char *fmt, ...)
 {
 	if (err) {
 		va_list ap;
@@ -56,14 +56,14 @@ ane_shim_tensor_set(struct ane_shim_tensor *t, const char *name, const char *typ
 	snprintf(t->name, sizeof t->name, "%s", name ? name : "");
 	t->elem = ane_shim_elem_size(type);
 	if (!t->elem)
-		return fail(err, "tensor %s: type '%s' is neither Float16 nor Float32", t->name,
-		            type ? type : "(none)");
+		return ane_shim_fail(err, "tensor %s: type '%s' is neither Float16 nor Float32", t->name,
+		                     type ? type : "(none)");
 	if (channels == 0)
-		return fail(err, "tensor %s: 0 channels", t->name);
+		return ane_shim_fail(err, "tensor %s: 0 channels", t->name);
 	const uint64_t lim = (uint64_t)1 << 40;
 	if (batches > lim || channels > lim || height > lim || width > lim || row_stride > lim || plane_stride > lim ||
 	    depth_stride > lim || batch_stride > lim)
-		return fail(err, "tensor %s: sizes or strides beyond 2^40", t->name);
+		return ane_shim_fail(err, "tensor %s: sizes or strides beyond 2^40", t->name);
 	t->batches = batches ? batches : 1;
 	t->channels = channels;
 	t->height = height ? height : 1;
@@ -75,18 +75,18 @@ ane_shim_tensor_set(struct ane_shim_tensor *t, const char *name, const char *typ
 	t->batch_stride = batch_stride ? batch_stride : mul(plane_stride, channels);
 	size_t row = mul(t->width, t->elem);
 	if (!row || t->row_stride < row)
-		return fail(err, "tensor %s: row stride %zu < %zu x %zu bytes", t->name, t->row_stride, t->width,
-		            t->elem);
+		return ane_shim_fail(err, "tensor %s: row stride %zu < %zu x %zu bytes", t->name, t->row_stride,
+		                     t->width, t->elem);
 	if (t->plane_stride < mul(t->row_stride, t->height))
-		return fail(err, "tensor %s: plane stride %zu < %zu rows of %zu", t->name, t->plane_stride, t->height,
-		            t->row_stride);
+		return ane_shim_fail(err, "tensor %s: plane stride %zu < %zu rows of %zu", t->name, t->plane_stride,
+		                     t->height, t->row_stride);
 	size_t planes = mul(t->plane_stride, t->channels);
 	if (!planes || t->batch_stride < planes)
-		return fail(err, "tensor %s: batch stride %zu < %zu planes of %zu", t->name, t->batch_stride,
-		            t->channels, t->plane_stride);
+		return ane_shim_fail(err, "tensor %s: batch stride %zu < %zu planes of %zu", t->name, t->batch_stride,
+		                     t->channels, t->plane_stride);
 	t->nbytes = mul(t->batch_stride, t->batches);
 	if (!t->nbytes)
-		return fail(err, "tensor %s: size overflows", t->name);
+		return ane_shim_fail(err, "tensor %s: size overflows", t->name);
 	return 0;
 }
 
@@ -94,7 +94,7 @@ int
 ane_shim_tensor_formula(struct ane_shim_tensor *t, size_t channels, size_t height, size_t width, size_t elem, char *err)
 {
 	if (elem != 2 && elem != 4)
-		return fail(err, "element size %zu (2 or 4)", elem);
+		return ane_shim_fail(err, "element size %zu (2 or 4)", elem);
 	size_t row = mul(width, elem);
 	row = row > 64 ? row : 64;
 	size_t plane = mul(row, height ? height : 1);
@@ -115,10 +115,10 @@ ane_shim_restride(void *dst, const struct ane_shim_tensor *d, const void *src, c
                   size_t ncols, char *err)
 {
 	if (d->elem != s->elem || d->channels != s->channels || d->height != s->height)
-		return fail(err, "restride: %zu x %zu x %zu-byte tensor into %zu x %zu x %zu-byte one", s->channels,
-		            s->height, s->elem, d->channels, d->height, d->elem);
+		return ane_shim_fail(err, "restride: %zu x %zu x %zu-byte tensor into %zu x %zu x %zu-byte one",
+		                     s->channels, s->height, s->elem, d->channels, d->height, d->elem);
 	if (ncols < 1 || ncols > d->width || ncols > s->width)
-		return fail(err, "restride: %zu columns (widths %zu and %zu)", ncols, s->width, d->width);
+		return ane_shim_fail(err, "restride: %zu columns (widths %zu and %zu)", ncols, s->width, d->width);
 	const size_t n = ncols * d->elem;
 	if (ane_shim_tensor_contiguous(d) && ane_shim_tensor_contiguous(s) && ncols == d->width) {
 		memcpy(dst, src, d->plane_stride * d->channels);
@@ -192,19 +192,19 @@ ane_shim_error(char *err, const char *what, const char *text)
 	uint64_t st;
 	const char *name = ane_shim_status_find(text, &st) == 0 ? ane_shim_status_name(st) : NULL;
 	if (name)
-		return fail(err, "%s: %s [status 0x%llx: %s]", what, text ? text : "no error given",
-		            (unsigned long long)st, name);
-	return fail(err, "%s: %s", what, text && *text ? text : "no error given");
+		return ane_shim_fail(err, "%s: %s [status 0x%llx: %s]", what, text ? text : "no error given",
+		                     (unsigned long long)st, name);
+	return ane_shim_fail(err, "%s: %s", what, text && *text ? text : "no error given");
 }
 
 int
 ane_shim_weight_key(char *buf, size_t cap, const char *name, char *err)
 {
 	if (!name || !*name || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
-		return fail(err, "weight file name '%s': a plain file name is needed", name ? name : "(null)");
+		return ane_shim_fail(err, "weight file name '%s': a plain file name is needed", name ? name : "(null)");
 	int n = snprintf(buf, cap, ANE_SHIM_WEIGHT_PREFIX "%s", name);
 	if (n < 0 || (size_t)n >= cap)
-		return fail(err, "weight file name '%.64s': too long", name);
+		return ane_shim_fail(err, "weight file name '%.64s': too long", name);
 	return 0;
 }
 

@@ -114,6 +114,9 @@ int ane_shim_error(char *err, const char *what, const char *text);
 // "@model_path/weights/<name>" into buf; name must be a plain file name
 // (no '/', not "." or "..", not empty)
 int ane_shim_weight_key(char *buf, size_t cap, const char *name, char *err);
+// the formatted message into err (ANE_SHIM_ERRLEN bytes; NULL: none);
+// returns -1 (the shim's one error helper, for ane-shim.m too)
+int ane_shim_fail(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 // --- the device (ane-shim.m; only where ANEDVD_ANE is on) ---------------------------
 

@@ -97,18 +97,6 @@ now_us(void)
 	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-static int fail(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int
-fail(char *err, const char *fmt, ...)
-{
-	if (err) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err, ANE_SHIM_ERRLEN, fmt, ap);
-		va_end(ap);
-	}
-	return -1;
-}
 
 // an NSError as "domain code: description", decoded by ane_shim_error when
 // it names a "status=0x.." (the driver's messages read "... Failed with
@@ -184,14 +172,14 @@ static int
 read_list(NSArray *list, struct ane_shim_tensor *t, int *n, const char *what, char *err)
 {
 	if (![list isKindOfClass:[NSArray class]] || list.count == 0)
-		return fail(err, "model attributes: no %s tensors", what);
+		return ane_shim_fail(err, "model attributes: no %s tensors", what);
 	if (list.count > ANE_SHIM_MAX_IO)
-		return fail(err, "model attributes: %lu %s tensors (at most %d)", (unsigned long)list.count, what,
-		            ANE_SHIM_MAX_IO);
+		return ane_shim_fail(err, "model attributes: %lu %s tensors (at most %d)", (unsigned long)list.count,
+		                     what, ANE_SHIM_MAX_IO);
 	*n = 0;
 	for (NSDictionary *e in list) {
 		if (![e isKindOfClass:[NSDictionary class]])
-			return fail(err, "model attributes: %s entry %d is not a dictionary", what, *n);
+			return ane_shim_fail(err, "model attributes: %s entry %d is not a dictionary", what, *n);
 		id name = e[@"Name"], type = e[@"Type"];
 		NSString *ns = [name isKindOfClass:[NSString class]] ? name : @"?";
 		NSString *ts = [type isKindOfClass:[NSString class]] ? type : [type description];
@@ -199,7 +187,7 @@ read_list(NSArray *list, struct ane_shim_tensor *t, int *n, const char *what, ch
 		if (ane_shim_tensor_set(&t[*n], ns.UTF8String, ts.UTF8String, num(e, @"Batches"), num(e, @"Channels"),
 		                        num(e, @"Height"), num(e, @"Width"), num(e, @"RowStride"),
 		                        num(e, @"PlaneStride"), num(e, @"DepthStride"), num(e, @"BatchStride"), e2))
-			return fail(err, "model attributes: %s %d: %s", what, *n, e2);
+			return ane_shim_fail(err, "model attributes: %s %d: %s", what, *n, e2);
 		(*n)++;
 	}
 	return 0;
@@ -237,7 +225,7 @@ weight_dict(const struct ane_shim_file *files, int nfiles, NSMutableDictionary *
 			bytes = [NSData dataWithBytesNoCopy:(void *)files[i].data length:files[i].len freeWhenDone:NO];
 		} else {
 			if (!files[i].path)
-				return fail(err, "weight file %s: neither a path nor data", files[i].name);
+				return ane_shim_fail(err, "weight file %s: neither a path nor data", files[i].name);
 			NSError *e = nil;
 			bytes = [NSData dataWithContentsOfFile:@(files[i].path)
 						       options:NSDataReadingMappedIfSafe
@@ -303,7 +291,7 @@ request_in_pool(struct ane_shim_kernel *k, char *err)
 		IOSurfaceRef s = k->in_b[i] ? k->in_b[i] : k->in_s[i];
 		id o = ((msg_cls_surf_fn)objc_msgSend)(fw.surface, @selector(objectWithIOSurface:), s);
 		if (!o)
-			return fail(err, "objectWithIOSurface: nil for input %d", i);
+			return ane_shim_fail(err, "objectWithIOSurface: nil for input %d", i);
 		[ins addObject:o];
 		[iidx addObject:@(i)];
 	}
@@ -311,7 +299,7 @@ request_in_pool(struct ane_shim_kernel *k, char *err)
 		IOSurfaceRef s = k->out_b[i] ? k->out_b[i] : k->out_s[i];
 		id o = ((msg_cls_surf_fn)objc_msgSend)(fw.surface, @selector(objectWithIOSurface:), s);
 		if (!o)
-			return fail(err, "objectWithIOSurface: nil for output %d", i);
+			return ane_shim_fail(err, "objectWithIOSurface: nil for output %d", i);
 		[outs addObject:o];
 		[oidx addObject:@(i)];
 	}
@@ -320,7 +308,7 @@ request_in_pool(struct ane_shim_kernel *k, char *err)
 		@selector(requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:perfStats:procedureIndex:),
 		ins, iidx, outs, oidx, nil, nil, @0);
 	if (!req)
-		return fail(err, "_ANERequest: nil request");
+		return ane_shim_fail(err, "_ANERequest: nil request");
 	if (k->request)
 		CFRelease(k->request);
 	k->request = (__bridge_retained void *)req;
@@ -381,18 +369,18 @@ compile_kernel(struct ane_shim_kernel *k, const char *mil, const struct ane_shim
 	id desc = ((msg_desc_fn)objc_msgSend)(fw.desc, @selector(modelWithMILText:weights:optionsPlist:), milData,
 	                                      wdict, nil);
 	if (!desc) {
-		fail(err, "_ANEInMemoryModelDescriptor: nil descriptor (MIL text not accepted)");
+		ane_shim_fail(err, "_ANEInMemoryModelDescriptor: nil descriptor (MIL text not accepted)");
 		return -1;
 	}
 	id model = ((msg_cls1_fn)objc_msgSend)(fw.model, @selector(inMemoryModelWithDescriptor:), desc);
 	if (!model) {
-		fail(err, "_ANEInMemoryModel: nil model");
+		ane_shim_fail(err, "_ANEInMemoryModel: nil model");
 		return -1;
 	}
 	k->model = (__bridge_retained void *)model;
 	NSString *hex = ((msg_id_fn)objc_msgSend)(model, @selector(hexStringIdentifier));
 	if (![hex isKindOfClass:[NSString class]] || hex.length == 0) {
-		fail(err, "_ANEInMemoryModel: no hexStringIdentifier");
+		ane_shim_fail(err, "_ANEInMemoryModel: no hexStringIdentifier");
 		return -1;
 	}
 	// the compiler reads NSTemporaryDirectory()/<hex>/{model.mil, weights/*}
@@ -435,7 +423,7 @@ compile_kernel(struct ane_shim_kernel *k, const char *mil, const struct ane_shim
 	k->loaded = ok;
 	remove_dir(dir); // the program lives in the daemon now
 	if (!ok) {
-		fail(err, "%s (after %d attempt%s)", last, k->attempts, k->attempts == 1 ? "" : "s");
+		ane_shim_fail(err, "%s (after %d attempt%s)", last, k->attempts, k->attempts == 1 ? "" : "s");
 		return -1;
 	}
 
@@ -443,7 +431,7 @@ compile_kernel(struct ane_shim_kernel *k, const char *mil, const struct ane_shim
 	NSArray *nsl = [attrs isKindOfClass:[NSDictionary class]] ? attrs[@"NetworkStatusList"] : nil;
 	NSDictionary *net = [nsl isKindOfClass:[NSArray class]] && nsl.count > 0 ? nsl[0] : nil;
 	if (![net isKindOfClass:[NSDictionary class]]) {
-		fail(err, "model attributes: no NetworkStatusList");
+		ane_shim_fail(err, "model attributes: no NetworkStatusList");
 		return -1;
 	}
 	if (read_list(net[@"LiveInputList"], k->in, &k->nin, "input", err) ||
@@ -459,12 +447,12 @@ compile_kernel(struct ane_shim_kernel *k, const char *mil, const struct ane_shim
 	k->out_cap = ane_shim_surface_bytes(mo);
 	for (int i = 0; i < k->nin; i++)
 		if (!(k->in_s[i] = surface_create(k->in_cap))) {
-			fail(err, "IOSurfaceCreate: %zu bytes for input %d", k->in_cap, i);
+			ane_shim_fail(err, "IOSurfaceCreate: %zu bytes for input %d", k->in_cap, i);
 			return -1;
 		}
 	for (int i = 0; i < k->nout; i++)
 		if (!(k->out_s[i] = surface_create(k->out_cap))) {
-			fail(err, "IOSurfaceCreate: %zu bytes for output %d", k->out_cap, i);
+			ane_shim_fail(err, "IOSurfaceCreate: %zu bytes for output %d", k->out_cap, i);
 			return -1;
 		}
 	if (make_request(k, err))
@@ -479,12 +467,12 @@ ane_shim_compile(const char *mil, const struct ane_shim_file *files, int nfiles,
 	if (ane_shim_init(err))
 		return NULL;
 	if (!mil || nfiles < 0 || (nfiles > 0 && !files)) {
-		fail(err, "compile: no MIL text or bad file list");
+		ane_shim_fail(err, "compile: no MIL text or bad file list");
 		return NULL;
 	}
 	struct ane_shim_kernel *k = calloc(1, sizeof *k);
 	if (!k) {
-		fail(err, "compile: out of memory");
+		ane_shim_fail(err, "compile: out of memory");
 		return NULL;
 	}
 	int rc;
@@ -563,10 +551,10 @@ ane_shim_write_input(struct ane_shim_kernel *k, int i, const void *src, const st
                      char *err)
 {
 	if (i < 0 || i >= k->nin)
-		return fail(err, "input %d of %d", i, k->nin);
+		return ane_shim_fail(err, "input %d of %d", i, k->nin);
 	IOSurfaceRef surf = k->in_b[i] ? k->in_b[i] : k->in_s[i];
 	if (IOSurfaceLock(surf, 0, NULL) != 0)
-		return fail(err, "IOSurfaceLock: input %d", i);
+		return ane_shim_fail(err, "IOSurfaceLock: input %d", i);
 	int rc = ane_shim_restride(IOSurfaceGetBaseAddress(surf), &k->in[i], src, s ? s : &k->in[i], ncols, err);
 	IOSurfaceUnlock(surf, 0, NULL);
 	return rc;
@@ -577,10 +565,10 @@ ane_shim_read_output(struct ane_shim_kernel *k, int i, void *dst, const struct a
                      char *err)
 {
 	if (i < 0 || i >= k->nout)
-		return fail(err, "output %d of %d", i, k->nout);
+		return ane_shim_fail(err, "output %d of %d", i, k->nout);
 	IOSurfaceRef surf = k->out_b[i] ? k->out_b[i] : k->out_s[i];
 	if (IOSurfaceLock(surf, kIOSurfaceLockReadOnly, NULL) != 0)
-		return fail(err, "IOSurfaceLock: output %d", i);
+		return ane_shim_fail(err, "IOSurfaceLock: output %d", i);
 	int rc = ane_shim_restride(dst, d ? d : &k->out[i], IOSurfaceGetBaseAddress(surf), &k->out[i], ncols, err);
 	IOSurfaceUnlock(surf, kIOSurfaceLockReadOnly, NULL);
 	return rc;
@@ -605,11 +593,12 @@ int
 ane_shim_bind(struct ane_shim_kernel *k, int output, int i, void *iosurface, char *err)
 {
 	if (i < 0 || i >= (output ? k->nout : k->nin) || !iosurface)
-		return fail(err, "bind: no %s %d", output ? "output" : "input", i);
+		return ane_shim_fail(err, "bind: no %s %d", output ? "output" : "input", i);
 	IOSurfaceRef s = (IOSurfaceRef)iosurface;
 	size_t need = output ? k->out_cap : k->in_cap;
 	if (IOSurfaceGetAllocSize(s) < need)
-		return fail(err, "bind: surface of %zu bytes, the kernel's are %zu", IOSurfaceGetAllocSize(s), need);
+		return ane_shim_fail(err, "bind: surface of %zu bytes, the kernel's are %zu", IOSurfaceGetAllocSize(s),
+		                     need);
 	// UNVERIFIED: whether the ANE accepts a surface another process created
 	// (received by mach port or XPC object) in an _ANERequest, and how its
 	// locks interact with evaluation. One eval decides; on failure the
@@ -628,15 +617,16 @@ ane_shim_bind(struct ane_shim_kernel *k, int output, int i, void *iosurface, cha
 	*slot = old;
 	char e3[ANE_SHIM_ERRLEN];
 	if (make_request(k, e3))
-		return fail(err, "bind: %s; and the request on the previous surfaces failed: %s", e2, e3);
-	return fail(err, "bind: the device refused the surface (%s); the kernel keeps its previous surfaces", e2);
+		return ane_shim_fail(err, "bind: %s; and the request on the previous surfaces failed: %s", e2, e3);
+	return ane_shim_fail(err, "bind: the device refused the surface (%s); the kernel keeps its previous surfaces",
+	                     e2);
 }
 
 int
 ane_shim_unbind(struct ane_shim_kernel *k, int output, int i, char *err)
 {
 	if (i < 0 || i >= (output ? k->nout : k->nin))
-		return fail(err, "unbind: no %s %d", output ? "output" : "input", i);
+		return ane_shim_fail(err, "unbind: no %s %d", output ? "output" : "input", i);
 	IOSurfaceRef *slot = output ? &k->out_b[i] : &k->in_b[i];
 	if (!*slot)
 		return 0;

@@ -86,10 +86,7 @@ main(int argc, char **argv)
 
 	// block the signals before any thread exists, then wait for them here
 	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	ad_stop_block(&set);
 
 	char err[AD_ERRLEN];
 	struct tokenizer *t = tok_load(model, err);
@@ -108,9 +105,7 @@ main(int argc, char **argv)
 		return 1;
 	}
 	ad_info("ready on %s (%s, %d tokens, %d threads)", url, tok_kind_name(t), tok_n_vocab(t), threads);
-	int sig = 0;
-	sigwait(&set, &sig);
-	ad_info("signal %d: stopping", sig);
+	ad_stop_wait(&set);
 	ad_server_stop(srv);
 	tok_free(t);
 	return 0;
