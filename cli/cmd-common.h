@@ -31,7 +31,7 @@
 #include "model.h"
 #include "supervisor.h"
 #include "client-tokenizer.h"
-#include "service.h"
+#include "cpu-service.h"
 
 // --- flags ---------------------------------------------------------------------------
 

@@ -1,15 +1,15 @@
 // gen-types.h - the plain C types of a generation that cross a process
 // boundary: what a client of the cpu-worker or the tokenizer service hands
 // to its library (proto/client-*.h) and what the service works with
-// (cpu-worker/sample.h, spec.h; tokenizer-svc/tokenizer.h). Types only,
-// and one inline sum: the clients link no engine and no tokenizer.
+// (cpu-worker/include/sample.h, spec.h; tokenizer-svc/tokenizer.h). Types only,
+// and a few inline sums: the clients link no engine and no tokenizer.
 #ifndef AD_GEN_TYPES_H
 #define AD_GEN_TYPES_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-// --- sampling (cpu-worker/sample.h) ----------------------------------------------------------
+// --- sampling (cpu-worker/include/sample.h) --------------------------------------------------
 
 #define SAMPLE_MAX_BIAS 1024       // logit_bias entries
 #define SAMPLE_MAX_TOP_LOGPROBS 20 // alternatives sample_logprobs reports
@@ -42,7 +42,7 @@ struct sample_tok {
 	float logit;
 };
 
-// --- speculative decoding's counters (cpu-worker/spec.h) -------------------------------------
+// --- speculative decoding's counters (cpu-worker/include/spec.h) -----------------------------
 
 #define SPEC_NGRAM_MAX 32 // the largest --ngram-max
 
@@ -71,10 +71,10 @@ spec_add(struct spec_stats *sum, const struct spec_stats *st)
 	}
 }
 
-// --- a generation's timings (engine.proto's Timings) ------------------------------------------
+// --- a generation's timings (engine.proto's Timings) -----------------------------------------
 
 // The one definition of a generation's stage times and counts: what the
-// engine books (cpu-worker/engine.h), what the scheduler reports per job and
+// engine books (cpu-worker/include/engine.h), what the scheduler reports per job and
 // the service sends as engine.proto's Timings, and what the clients read
 // (proto/client-engine.h: the CLI, the frontend's results).
 struct gen_timings {

@@ -5,7 +5,7 @@
 // both include it from here (neither worker's folder owns it).
 //
 // A plan lists, in a fixed order, every kernel the pipeline needs (the
-// kernel set of cpu-worker/kernels.h; kinds have the values of KernelKind
+// kernel set of cpu-worker/include/kernels.h; kinds have the values of KernelKind
 // in proto/ane.proto), with its shape and, for each weight chunk of its
 // blob, the model tensor and the rows of it that feed the chunk. Building
 // a plan touches no weight data: the ane-worker and the cpu-worker build

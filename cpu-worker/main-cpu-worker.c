@@ -25,7 +25,7 @@
 #include "model.h"
 #include "plan.h"
 #include "scheduler.h"
-#include "service.h"
+#include "cpu-service.h"
 #include "surface.h"
 #include "trace.h"
 

@@ -1,4 +1,4 @@
-#include "service.h"
+#include "cpu-service.h"
 
 #include <limits.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@ endif()
 
 ad_test(NAME test-fe-stop SOURCES test-fe-stop.c LIBS anedvd_frontend LABELS unit)
 # tool calls: the markup scanner, fe_json_close, the grammars of each
-# markup run by the grammar matcher (cpu-worker/grammar.h)
+# markup run by the grammar matcher (cpu-worker/include/grammar.h)
 if(TARGET anedvd_cpu)
   ad_test(NAME test-fe-tools SOURCES test-fe-tools.c LIBS anedvd_frontend anedvd_cpu LABELS unit)
 endif()

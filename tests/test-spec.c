@@ -1,4 +1,4 @@
-// test-spec.c - speculative decoding by prompt lookup (cpu-worker/spec.h).
+// test-spec.c - speculative decoding by prompt lookup (cpu-worker/include/spec.h).
 //
 // The parts alone: spec_find takes the longest n-gram that matches (down
 // to ngram_min) at its most recent earlier place and continues a repeating

@@ -56,7 +56,7 @@
 #include "kernels.h"
 #include "model.h"
 #include "scheduler.h"
-#include "service.h"
+#include "cpu-service.h"
 #include "t.h"
 
 #pragma GCC diagnostic ignored "-Wformat-zero-length" // CHECK without a message

@@ -6,7 +6,7 @@
 // ane_service_stop. The anedvd-ane-worker process is this, between its
 // flags and its signals (main-ane-worker.c); a single process can run the
 // very same service on a thread of its own over inproc:// and reach it
-// through kb_remote (cpu-worker/kernels.h) like the pipeline does.
+// through kb_remote (cpu-worker/include/kernels.h) like the pipeline does.
 //
 // The model is the caller's and must outlive the service (the plan points
 // into its tensors). The service logs its start (info, or debug when

@@ -1,4 +1,4 @@
-// service.h - the anedvd-cpu-worker service: EngineRequest in, EngineReply out.
+// cpu-service.h - the anedvd-cpu-worker service: EngineRequest in, EngineReply out.
 //
 // engine_service_handle is an ad_ipc_handler (common/ipc.h) over a
 // scheduler (scheduler.h): proto/rpc.h's dispatch decodes one protobuf
