@@ -23,11 +23,11 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 port=$(node -e "const s=require('net').createServer().listen(0,'127.0.0.1',()=>{console.log(s.address().port);s.close()})")
-# 150 us in every kernel (~350 tok/s on stories260K, what the pipeline
-# did before kernel calls went through shared memory): the tests stop
-# and watch replies mid-stream, and the pipeline otherwise finishes one in
-# tens of milliseconds; both servers (the key test waits for Stop to show)
-delay=${ANEDVD_DEBUG_DELAY_US:-150}
+# 300 us in every kernel (~200 tok/s on stories260K): the tests stop and
+# watch replies mid-stream, and the pipeline otherwise finishes one in tens
+# of milliseconds; at 150 us a loaded machine's slow click could still land
+# after the last token. Both servers (the key test waits for Stop to show)
+delay=${ANEDVD_DEBUG_DELAY_US:-300}
 ANEDVD_DEBUG_DELAY_US=$delay XDG_RUNTIME_DIR=$rt "$bin" serve --model "$model" --port "$port" >"$rt/serve.log" 2>&1 &
 pid=$!
 url=http://127.0.0.1:$port
