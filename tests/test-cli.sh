@@ -353,16 +353,17 @@ $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --temp 0.9
 	> "$T/seeded.json" 2> /dev/null
 for mode in greedy seeded; do
 	if [ $mode = greedy ]; then S=""; WANT="$REF"; else S="--temp 0.9 --seed 11"; WANT=$(json_ids "$T/seeded.json"); fi
-	$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json --debug-delay-ms 5 $S \
+	ANEDVD_LOG=info $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json --debug-delay-ms 5 $S \
 		> "$T/cpu-crash.json" 2> "$T/cpu-crash.err" &
 	P=$!
 	C=""
-	for _ in $(seq 1 200); do
+	for _ in $(seq 1 600); do
 		C=$(awk '$1=="cpu-worker"{print $2}' "$T/anedvd-$P/status" 2>/dev/null)
-		[ -n "$C" ] && [ "$C" != 0 ] && break
+		# the job has started (the cpu-worker logs it at info), however slow the start
+		[ -n "$C" ] && [ "$C" != 0 ] && grep -q "anedvd-cpu-worker info: job .*: prompt" "$T/cpu-crash.err" && break
 		sleep 0.05
 	done
-	sleep 0.4 # into the decode loop
+	sleep 0.2 # into the decode loop: 60 tokens at 5 ms a kernel call take seconds
 	kill -9 "$C" 2>/dev/null
 	wait $P
 	check "$mode: the run survives a cpu-worker crash" [ $? -eq 0 ]
