@@ -754,13 +754,4 @@ stream_error(int status, const char *msg, size_t *len)
 	return fe_sse_done(&v, len);
 }
 
-const struct fe_dialect fe_responses = {
-	.parse = parse,
-	.response = response,
-	.stream_start = stream_start,
-	.stream_text = stream_text,
-	.stream_chunk = stream_chunk,
-	.stream_end = stream_end,
-	.error = error,
-	.stream_error = stream_error,
-};
+const struct fe_dialect fe_responses = FE_DIALECT_OF_FILE;

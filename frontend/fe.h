@@ -529,6 +529,14 @@ struct fe_dialect {
 	char *(*stream_error)(int status, const char *msg, size_t *len);             // SSE event(s)
 };
 
+// the dialect of a file whose static functions carry the members' names
+// (api-openai.c, api-anthropic.c, api-responses.c): one table, not three
+#define FE_DIALECT_OF_FILE                                                                                             \
+	{                                                                                                              \
+		.parse = parse, .response = response, .stream_start = stream_start, .stream_text = stream_text,        \
+		.stream_chunk = stream_chunk, .stream_end = stream_end, .error = error, .stream_error = stream_error,  \
+	}
+
 extern const struct fe_dialect fe_openai, fe_anthropic;
 // api-responses.c: POST /v1/responses
 extern const struct fe_dialect fe_responses;
