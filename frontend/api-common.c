@@ -156,6 +156,30 @@ fe_get_string(cJSON *o, const char *key, const char **out, struct fe_bad *bad)
 	return 1;
 }
 
+cJSON *
+fe_get_required(cJSON *o, const char *key, struct fe_bad *bad)
+{
+	cJSON *v = field(o, key);
+	if (!v)
+		fe_bad_set(bad, 400, key, "'%s' is required", key);
+	return v;
+}
+
+int
+fe_get_list(cJSON *o, const char *key, cJSON **out, struct fe_bad *bad)
+{
+	cJSON *v = fe_get_required(o, key, bad);
+	if (!v)
+		return -1;
+	if (!cJSON_IsArray(v))
+		return fe_bad_set(bad, 400, key, "'%s' must be an array", key);
+	int n = cJSON_GetArraySize(v);
+	if (n == 0)
+		return fe_bad_set(bad, 400, key, "'%s' must not be empty", key);
+	*out = v;
+	return n;
+}
+
 static int
 add_stop(struct fe_params *p, const char *key, const char *s, struct fe_bad *bad)
 {

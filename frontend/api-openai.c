@@ -35,14 +35,10 @@ check_arguments(const struct tok_msg *m, int i, struct fe_bad *bad)
 static int
 parse_messages(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 {
-	cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
-	if (!msgs || cJSON_IsNull(msgs))
-		return fe_bad_set(bad, 400, "messages", "'messages' is required");
-	if (!cJSON_IsArray(msgs))
-		return fe_bad_set(bad, 400, "messages", "'messages' must be an array");
-	int n = cJSON_GetArraySize(msgs);
-	if (n == 0)
-		return fe_bad_set(bad, 400, "messages", "'messages' must not be empty");
+	cJSON *msgs;
+	int n = fe_get_list(body, "messages", &msgs, bad);
+	if (n < 0)
+		return -1;
 	if (!(p->msgs = calloc((size_t)n, sizeof *p->msgs)))
 		return fe_bad_set(bad, 503, NULL, "out of memory");
 	int i = 0;
@@ -332,9 +328,9 @@ parse_embeddings(cJSON *body, const struct fe_config *cfg, struct fe_params *p, 
 	if (rv)
 		p->dimensions = (long)ll;
 	(void)cfg;
-	cJSON *in = cJSON_GetObjectItemCaseSensitive(body, "input");
-	if (!in || cJSON_IsNull(in))
-		return fe_bad_set(bad, 400, "input", "'input' is required");
+	cJSON *in = fe_get_required(body, "input", bad);
+	if (!in)
+		return -1;
 	int ids = 0, n = 1;
 	if (cJSON_IsArray(in)) {
 		n = cJSON_GetArraySize(in);
@@ -403,9 +399,9 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 		if (parse_messages(body, p, bad) != 0 || fe_chat_openai_thinking(body, p, bad) != 0)
 			return -1;
 	} else {
-		cJSON *pr = cJSON_GetObjectItemCaseSensitive(body, "prompt");
-		if (!pr || cJSON_IsNull(pr))
-			return fe_bad_set(bad, 400, "prompt", "'prompt' is required");
+		cJSON *pr = fe_get_required(body, "prompt", bad);
+		if (!pr)
+			return -1;
 		if (cJSON_IsArray(pr) && cJSON_GetArraySize(pr) == 1 && cJSON_IsString(cJSON_GetArrayItem(pr, 0)))
 			pr = cJSON_GetArrayItem(pr, 0);
 		if (!cJSON_IsString(pr))

@@ -116,9 +116,9 @@ add_msg(struct fe_params *p, enum tok_role r, char *text)
 static int
 parse_input(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 {
-	cJSON *in = cJSON_GetObjectItemCaseSensitive(body, "input");
-	if (!in || cJSON_IsNull(in))
-		return fe_bad_set(bad, 400, "input", "'input' is required");
+	cJSON *in = fe_get_required(body, "input", bad);
+	if (!in)
+		return -1;
 	if (cJSON_IsString(in)) {
 		char *t = strdup(in->valuestring);
 		if (!t)

@@ -574,6 +574,11 @@ int fe_get_number(struct cJSON *o, const char *key, double lo, double hi, double
 int fe_get_int(struct cJSON *o, const char *key, long long lo, long long hi, long long *out, struct fe_bad *bad);
 int fe_get_bool(struct cJSON *o, const char *key, int *out, struct fe_bad *bad);
 int fe_get_string(struct cJSON *o, const char *key, const char **out, struct fe_bad *bad);
+// the fields a request cannot go without: fe_get_required gives the value,
+// or NULL with bad filled ("'key' is required"); fe_get_list a non-empty
+// array in *out and its length, or -1
+struct cJSON *fe_get_required(struct cJSON *o, const char *key, struct fe_bad *bad);
+int fe_get_list(struct cJSON *o, const char *key, struct cJSON **out, struct fe_bad *bad);
 // stops: a string or an array of strings
 int fe_get_stops(struct cJSON *o, const char *key, struct fe_params *p, struct fe_bad *bad);
 
