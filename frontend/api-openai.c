@@ -63,50 +63,6 @@ parse_messages(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 	return 0;
 }
 
-// tools: [{"type": "function", "function": {name, description, parameters}}]
-static int
-parse_tools(cJSON *body, struct fe_params *p, struct fe_bad *bad)
-{
-	if (fe_tools_parse(p, body, FE_TOOLS_CHAT, bad))
-		return -1;
-	p->tool_choice = p->n_tools ? FE_TC_AUTO : FE_TC_NONE;
-	cJSON *tc = cJSON_GetObjectItemCaseSensitive(body, "tool_choice");
-	if (tc && !cJSON_IsNull(tc)) {
-		if (cJSON_IsString(tc)) {
-			const char *v = tc->valuestring;
-			if (!strcmp(v, "none"))
-				p->tool_choice = FE_TC_NONE;
-			else if (!strcmp(v, "auto"))
-				p->tool_choice = FE_TC_AUTO;
-			else if (!strcmp(v, "required"))
-				p->tool_choice = FE_TC_REQUIRED;
-			else
-				return fe_bad_set(
-					bad, 400, "tool_choice",
-					"'tool_choice' must be none, auto, required or {\"type\": \"function\", "
-					"\"function\": {\"name\": ...}}");
-		} else {
-			cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
-			cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
-			if (!cJSON_IsObject(tc) || !cJSON_IsString(name))
-				return fe_bad_set(
-					bad, 400, "tool_choice",
-					"'tool_choice' must be none, auto, required or {\"type\": \"function\", "
-					"\"function\": {\"name\": ...}}");
-			p->tool_choice = FE_TC_NAMED;
-			if (!(p->tool_name = strdup(name->valuestring)))
-				return fe_bad_set(bad, 503, NULL, "out of memory");
-		}
-	}
-	p->parallel_tools = 1;
-	int b = 1, rv = fe_get_bool(body, "parallel_tool_calls", &b, bad);
-	if (rv < 0)
-		return -1;
-	if (rv)
-		p->parallel_tools = b;
-	return 0;
-}
-
 // response_format: {"type": "text" | "json_object" | "json_schema", "json_schema": {name, schema, strict}}
 static int
 parse_format(cJSON *body, struct fe_params *p, struct fe_bad *bad)
@@ -433,7 +389,7 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 	if (parse_stop(body, p, bad) < 0 || parse_logprobs(body, api, p, bad) < 0 || parse_bias(body, p, bad) < 0)
 		return -1;
 	p->call_ids = FE_IDS_OPENAI;
-	if (api == FE_API_CHAT && (parse_tools(body, p, bad) < 0 || parse_format(body, p, bad) < 0))
+	if (api == FE_API_CHAT && (fe_openai_tools(body, FE_TOOLS_CHAT, p, bad) < 0 || parse_format(body, p, bad) < 0))
 		return -1;
 	if (p->n_tools && !(p->tools_json = fe_tools_json(p))) // what the template gets
 		return fe_bad_set(bad, 503, NULL, "out of memory");

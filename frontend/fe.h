@@ -579,6 +579,11 @@ int fe_get_string(struct cJSON *o, const char *key, const char **out, struct fe_
 // array in *out and its length, or -1
 struct cJSON *fe_get_required(struct cJSON *o, const char *key, struct fe_bad *bad);
 int fe_get_list(struct cJSON *o, const char *key, struct cJSON **out, struct fe_bad *bad);
+// tools, tool_choice and parallel_tool_calls in OpenAI's shapes (shape
+// FE_TOOLS_CHAT or FE_TOOLS_RESPONSES): tool_choice is none, auto, required
+// or a named function, {"type": "function", "function": {"name"}} in chat
+// completions, {"type": "function", "name"} in responses
+int fe_openai_tools(struct cJSON *body, enum fe_tool_shape shape, struct fe_params *p, struct fe_bad *bad);
 // stops: a string or an array of strings
 int fe_get_stops(struct cJSON *o, const char *key, struct fe_params *p, struct fe_bad *bad);
 
