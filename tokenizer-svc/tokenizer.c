@@ -957,6 +957,20 @@ jstr(const cJSON *o, const char *key)
 	return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+cJSON *
+tok_json_parse(const char *json, size_t len, const cJSON **model, const cJSON **vocab, const cJSON **added, char *err)
+{
+	cJSON *root = cJSON_ParseWithLength(json, len);
+	if (!root) {
+		ad_err(err, "not valid JSON");
+		return NULL;
+	}
+	*model = cJSON_GetObjectItemCaseSensitive(root, "model");
+	*vocab = cJSON_GetObjectItemCaseSensitive(*model, "vocab");
+	*added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+	return root;
+}
+
 // tokenizer.json's model.vocab and added_tokens: every id an integer in
 // [0, 2^24); the vocabulary is one past the largest, ids nobody names stay
 // empty, unused pieces (padding up to a round size)
@@ -1054,13 +1068,11 @@ static int
 load_spm_json(struct tokenizer *t, const char *json, size_t len, char *err)
 {
 	int rc = -1;
-	cJSON *root = cJSON_ParseWithLength(json, len);
+	const cJSON *model, *vocab, *added;
+	cJSON *root = tok_json_parse(json, len, &model, &vocab, &added, err);
 	if (!root)
-		return ad_err(err, "not valid JSON");
-	const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-	const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+		return -1;
 	const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
-	const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
 	const char *type = jstr(model, "type");
 	if (!type || strcmp(type, "BPE") || !cJSON_IsObject(vocab)) {
 		ad_err(err, "SentencePiece-style tokenizer.json needs model.type BPE with a vocab object (got %s)",
@@ -1254,12 +1266,10 @@ static int
 load_wpm_json(struct tokenizer *t, const char *json, size_t len, char *err)
 {
 	int rc = -1;
-	cJSON *root = cJSON_ParseWithLength(json, len);
+	const cJSON *model, *vocab, *added;
+	cJSON *root = tok_json_parse(json, len, &model, &vocab, &added, err);
 	if (!root)
-		return ad_err(err, "not valid JSON");
-	const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-	const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
-	const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+		return -1;
 	const char *type = jstr(model, "type");
 	const char *prefix = jstr(model, "continuing_subword_prefix");
 	const cJSON *maxc = cJSON_GetObjectItemCaseSensitive(model, "max_input_chars_per_word");
