@@ -1,4 +1,4 @@
-// sbuf.c - a growable string; see sbuf.h.
+// sbuf.c - growable buffers; see sbuf.h.
 #include "sbuf.h"
 
 #include <stdarg.h>
@@ -6,22 +6,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+int
+ad_grow(void *pp, size_t *cap, size_t need, size_t size, size_t first)
+{
+	void **p = pp;
+	if (need <= *cap)
+		return 0;
+	size_t c = *cap ? *cap : first;
+	while (c < need)
+		c *= 2;
+	void *n = realloc(*p, c * size);
+	if (!n)
+		return -1;
+	*p = n;
+	*cap = c;
+	return 0;
+}
+
 void
 sbuf_add(struct sbuf *b, const char *s, size_t n)
 {
 	if (b->oom)
 		return;
-	if (b->n + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->n + n + 1)
-			cap *= 2;
-		char *t = realloc(b->s, cap);
-		if (!t) {
-			b->oom = 1;
-			return;
-		}
-		b->s = t;
-		b->cap = cap;
+	if (ad_grow(&b->s, &b->cap, b->n + n + 1, 1, 256)) {
+		b->oom = 1;
+		return;
 	}
 	if (n)
 		memcpy(b->s + b->n, s, n);

@@ -79,14 +79,9 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 		return fe_bad_set(bad, 400, "max_tokens", "'max_tokens' is required");
 	p->max_tokens = rv ? (unsigned)ll : cfg->max_tokens;
 
-	cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
-	if (!msgs || cJSON_IsNull(msgs))
-		return fe_bad_set(bad, 400, "messages", "'messages' is required");
-	if (!cJSON_IsArray(msgs))
-		return fe_bad_set(bad, 400, "messages", "'messages' must be an array");
-	int n = cJSON_GetArraySize(msgs);
-	if (n == 0)
-		return fe_bad_set(bad, 400, "messages", "'messages' must not be empty");
+	cJSON *msgs;
+	if (fe_get_list(body, "messages", &msgs, bad) < 0)
+		return -1;
 	size_t room = 1; // the system message
 	cJSON *m;
 	cJSON_ArrayForEach(m, msgs) room += (size_t)fe_chat_anthropic_count(m);
@@ -459,13 +454,4 @@ stream_error(int status, const char *msg, size_t *len)
 	return fe_sse_done(&e, len);
 }
 
-const struct fe_dialect fe_anthropic = {
-	.parse = parse,
-	.response = response,
-	.stream_start = stream_start,
-	.stream_text = stream_text,
-	.stream_chunk = stream_chunk,
-	.stream_end = stream_end,
-	.error = error,
-	.stream_error = stream_error,
-};
+const struct fe_dialect fe_anthropic = FE_DIALECT_OF_FILE;

@@ -156,6 +156,84 @@ fe_get_string(cJSON *o, const char *key, const char **out, struct fe_bad *bad)
 	return 1;
 }
 
+cJSON *
+fe_get_required(cJSON *o, const char *key, struct fe_bad *bad)
+{
+	cJSON *v = field(o, key);
+	if (!v)
+		fe_bad_set(bad, 400, key, "'%s' is required", key);
+	return v;
+}
+
+int
+fe_get_list(cJSON *o, const char *key, cJSON **out, struct fe_bad *bad)
+{
+	cJSON *v = fe_get_required(o, key, bad);
+	if (!v)
+		return -1;
+	if (!cJSON_IsArray(v))
+		return fe_bad_set(bad, 400, key, "'%s' must be an array", key);
+	int n = cJSON_GetArraySize(v);
+	if (n == 0)
+		return fe_bad_set(bad, 400, key, "'%s' must not be empty", key);
+	*out = v;
+	return n;
+}
+
+// the function an OpenAI tool_choice object names (NULL when tc is none),
+// where its shape puts the name (chat completions leave the type unchecked)
+static cJSON *
+named_function(cJSON *tc, enum fe_tool_shape shape)
+{
+	if (!cJSON_IsObject(tc))
+		return NULL;
+	cJSON *name;
+	if (shape == FE_TOOLS_CHAT) {
+		name = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tc, "function"), "name");
+	} else {
+		cJSON *type = cJSON_GetObjectItemCaseSensitive(tc, "type");
+		if (!cJSON_IsString(type) || strcmp(type->valuestring, "function"))
+			return NULL;
+		name = cJSON_GetObjectItemCaseSensitive(tc, "name");
+	}
+	return cJSON_IsString(name) ? name : NULL;
+}
+
+int
+fe_openai_tools(cJSON *body, enum fe_tool_shape shape, struct fe_params *p, struct fe_bad *bad)
+{
+	if (fe_tools_parse(p, body, shape, bad))
+		return -1;
+	p->tool_choice = p->n_tools ? FE_TC_AUTO : FE_TC_NONE;
+	static const struct {
+		const char *name;
+		enum fe_tool_choice tc;
+	} modes[] = {{"none", FE_TC_NONE}, {"auto", FE_TC_AUTO}, {"required", FE_TC_REQUIRED}};
+	size_t n_modes = sizeof modes / sizeof *modes, k = 0;
+	cJSON *tc = field(body, "tool_choice"), *name = named_function(tc, shape);
+	if (name) {
+		p->tool_choice = FE_TC_NAMED;
+		if (!(p->tool_name = strdup(name->valuestring)))
+			return fe_bad_set(bad, 503, NULL, "out of memory");
+	} else if (tc) {
+		while (k < n_modes && !(cJSON_IsString(tc) && !strcmp(tc->valuestring, modes[k].name)))
+			k++;
+		if (k == n_modes)
+			return fe_bad_set(bad, 400, "tool_choice", "'tool_choice' must be none, auto, required or %s",
+			                  shape == FE_TOOLS_CHAT
+			                          ? "{\"type\": \"function\", \"function\": {\"name\": ...}}"
+			                          : "{\"type\": \"function\", \"name\": ...}");
+		p->tool_choice = modes[k].tc;
+	}
+	p->parallel_tools = 1;
+	int b = 1, rv = fe_get_bool(body, "parallel_tool_calls", &b, bad);
+	if (rv < 0)
+		return -1;
+	if (rv)
+		p->parallel_tools = b;
+	return 0;
+}
+
 static int
 add_stop(struct fe_params *p, const char *key, const char *s, struct fe_bad *bad)
 {

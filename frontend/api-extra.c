@@ -675,9 +675,9 @@ mixed_parse(cJSON *c, struct fe_params *p, struct fe_bad *bad)
 static int
 tokenize_parse(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 {
-	cJSON *c = cJSON_GetObjectItemCaseSensitive(body, "content");
-	if (!c || cJSON_IsNull(c))
-		return fe_bad_set(bad, 400, "content", "'content' is required");
+	cJSON *c = fe_get_required(body, "content", bad);
+	if (!c)
+		return -1;
 	if (cJSON_IsArray(c)) {
 		if (mixed_parse(c, p, bad))
 			return -1;
@@ -700,9 +700,9 @@ tokenize_parse(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 static int
 detokenize_parse(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 {
-	cJSON *t = cJSON_GetObjectItemCaseSensitive(body, "tokens");
-	if (!t || cJSON_IsNull(t))
-		return fe_bad_set(bad, 400, "tokens", "'tokens' is required");
+	cJSON *t = fe_get_required(body, "tokens", bad);
+	if (!t)
+		return -1;
 	if (!cJSON_IsArray(t))
 		return fe_bad_set(bad, 400, "tokens", "'tokens' must be an array of token ids");
 	int n = cJSON_GetArraySize(t);

@@ -35,14 +35,10 @@ check_arguments(const struct tok_msg *m, int i, struct fe_bad *bad)
 static int
 parse_messages(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 {
-	cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
-	if (!msgs || cJSON_IsNull(msgs))
-		return fe_bad_set(bad, 400, "messages", "'messages' is required");
-	if (!cJSON_IsArray(msgs))
-		return fe_bad_set(bad, 400, "messages", "'messages' must be an array");
-	int n = cJSON_GetArraySize(msgs);
-	if (n == 0)
-		return fe_bad_set(bad, 400, "messages", "'messages' must not be empty");
+	cJSON *msgs;
+	int n = fe_get_list(body, "messages", &msgs, bad);
+	if (n < 0)
+		return -1;
 	if (!(p->msgs = calloc((size_t)n, sizeof *p->msgs)))
 		return fe_bad_set(bad, 503, NULL, "out of memory");
 	int i = 0;
@@ -64,50 +60,6 @@ parse_messages(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 				return -1;
 		}
 	}
-	return 0;
-}
-
-// tools: [{"type": "function", "function": {name, description, parameters}}]
-static int
-parse_tools(cJSON *body, struct fe_params *p, struct fe_bad *bad)
-{
-	if (fe_tools_parse(p, body, FE_TOOLS_CHAT, bad))
-		return -1;
-	p->tool_choice = p->n_tools ? FE_TC_AUTO : FE_TC_NONE;
-	cJSON *tc = cJSON_GetObjectItemCaseSensitive(body, "tool_choice");
-	if (tc && !cJSON_IsNull(tc)) {
-		if (cJSON_IsString(tc)) {
-			const char *v = tc->valuestring;
-			if (!strcmp(v, "none"))
-				p->tool_choice = FE_TC_NONE;
-			else if (!strcmp(v, "auto"))
-				p->tool_choice = FE_TC_AUTO;
-			else if (!strcmp(v, "required"))
-				p->tool_choice = FE_TC_REQUIRED;
-			else
-				return fe_bad_set(
-					bad, 400, "tool_choice",
-					"'tool_choice' must be none, auto, required or {\"type\": \"function\", "
-					"\"function\": {\"name\": ...}}");
-		} else {
-			cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
-			cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
-			if (!cJSON_IsObject(tc) || !cJSON_IsString(name))
-				return fe_bad_set(
-					bad, 400, "tool_choice",
-					"'tool_choice' must be none, auto, required or {\"type\": \"function\", "
-					"\"function\": {\"name\": ...}}");
-			p->tool_choice = FE_TC_NAMED;
-			if (!(p->tool_name = strdup(name->valuestring)))
-				return fe_bad_set(bad, 503, NULL, "out of memory");
-		}
-	}
-	p->parallel_tools = 1;
-	int b = 1, rv = fe_get_bool(body, "parallel_tool_calls", &b, bad);
-	if (rv < 0)
-		return -1;
-	if (rv)
-		p->parallel_tools = b;
 	return 0;
 }
 
@@ -332,9 +284,9 @@ parse_embeddings(cJSON *body, const struct fe_config *cfg, struct fe_params *p, 
 	if (rv)
 		p->dimensions = (long)ll;
 	(void)cfg;
-	cJSON *in = cJSON_GetObjectItemCaseSensitive(body, "input");
-	if (!in || cJSON_IsNull(in))
-		return fe_bad_set(bad, 400, "input", "'input' is required");
+	cJSON *in = fe_get_required(body, "input", bad);
+	if (!in)
+		return -1;
 	int ids = 0, n = 1;
 	if (cJSON_IsArray(in)) {
 		n = cJSON_GetArraySize(in);
@@ -403,9 +355,9 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 		if (parse_messages(body, p, bad) != 0 || fe_chat_openai_thinking(body, p, bad) != 0)
 			return -1;
 	} else {
-		cJSON *pr = cJSON_GetObjectItemCaseSensitive(body, "prompt");
-		if (!pr || cJSON_IsNull(pr))
-			return fe_bad_set(bad, 400, "prompt", "'prompt' is required");
+		cJSON *pr = fe_get_required(body, "prompt", bad);
+		if (!pr)
+			return -1;
 		if (cJSON_IsArray(pr) && cJSON_GetArraySize(pr) == 1 && cJSON_IsString(cJSON_GetArrayItem(pr, 0)))
 			pr = cJSON_GetArrayItem(pr, 0);
 		if (!cJSON_IsString(pr))
@@ -437,7 +389,7 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 	if (parse_stop(body, p, bad) < 0 || parse_logprobs(body, api, p, bad) < 0 || parse_bias(body, p, bad) < 0)
 		return -1;
 	p->call_ids = FE_IDS_OPENAI;
-	if (api == FE_API_CHAT && (parse_tools(body, p, bad) < 0 || parse_format(body, p, bad) < 0))
+	if (api == FE_API_CHAT && (fe_openai_tools(body, FE_TOOLS_CHAT, p, bad) < 0 || parse_format(body, p, bad) < 0))
 		return -1;
 	if (p->n_tools && !(p->tools_json = fe_tools_json(p))) // what the template gets
 		return fe_bad_set(bad, 503, NULL, "out of memory");
@@ -915,13 +867,4 @@ stream_error(int status, const char *msg, size_t *len)
 	return sse(error_obj(status, msg, NULL), len);
 }
 
-const struct fe_dialect fe_openai = {
-	.parse = parse,
-	.response = response,
-	.stream_start = stream_start,
-	.stream_text = stream_text,
-	.stream_chunk = stream_chunk,
-	.stream_end = stream_end,
-	.error = error,
-	.stream_error = stream_error,
-};
+const struct fe_dialect fe_openai = FE_DIALECT_OF_FILE;

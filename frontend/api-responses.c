@@ -116,9 +116,9 @@ add_msg(struct fe_params *p, enum tok_role r, char *text)
 static int
 parse_input(cJSON *body, struct fe_params *p, struct fe_bad *bad)
 {
-	cJSON *in = cJSON_GetObjectItemCaseSensitive(body, "input");
-	if (!in || cJSON_IsNull(in))
-		return fe_bad_set(bad, 400, "input", "'input' is required");
+	cJSON *in = fe_get_required(body, "input", bad);
+	if (!in)
+		return -1;
 	if (cJSON_IsString(in)) {
 		char *t = strdup(in->valuestring);
 		if (!t)
@@ -259,36 +259,8 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 		return refuse(bad, "background", "responses are not stored, so none can run in the background");
 	// function tools and the answer's format
 	p->call_ids = FE_IDS_RESPONSES;
-	if (fe_tools_parse(p, body, FE_TOOLS_RESPONSES, bad))
+	if (fe_openai_tools(body, FE_TOOLS_RESPONSES, p, bad) < 0)
 		return -1;
-	p->tool_choice = p->n_tools ? FE_TC_AUTO : FE_TC_NONE;
-	cJSON *tc = cJSON_GetObjectItemCaseSensitive(body, "tool_choice");
-	if (tc && !cJSON_IsNull(tc)) {
-		cJSON *tn = cJSON_GetObjectItemCaseSensitive(tc, "name"),
-		      *tt = cJSON_GetObjectItemCaseSensitive(tc, "type");
-		if (cJSON_IsString(tc) && !strcmp(tc->valuestring, "none")) {
-			p->tool_choice = FE_TC_NONE;
-		} else if (cJSON_IsString(tc) && !strcmp(tc->valuestring, "auto")) {
-			p->tool_choice = FE_TC_AUTO;
-		} else if (cJSON_IsString(tc) && !strcmp(tc->valuestring, "required")) {
-			p->tool_choice = FE_TC_REQUIRED;
-		} else if (cJSON_IsObject(tc) && cJSON_IsString(tt) && !strcmp(tt->valuestring, "function") &&
-		           cJSON_IsString(tn)) {
-			p->tool_choice = FE_TC_NAMED;
-			if (!(p->tool_name = strdup(tn->valuestring)))
-				return fe_bad_set(bad, 503, NULL, "out of memory");
-		} else {
-			return fe_bad_set(
-				bad, 400, "tool_choice",
-				"'tool_choice' must be none, auto, required or {\"type\": \"function\", \"name\": ...}");
-		}
-	}
-	p->parallel_tools = 1;
-	int par = 1, rv0 = fe_get_bool(body, "parallel_tool_calls", &par, bad);
-	if (rv0 < 0)
-		return -1;
-	if (rv0)
-		p->parallel_tools = par;
 	cJSON *text = cJSON_GetObjectItemCaseSensitive(body, "text");
 	if (text && !cJSON_IsNull(text)) {
 		if (!cJSON_IsObject(text))
@@ -754,13 +726,4 @@ stream_error(int status, const char *msg, size_t *len)
 	return fe_sse_done(&v, len);
 }
 
-const struct fe_dialect fe_responses = {
-	.parse = parse,
-	.response = response,
-	.stream_start = stream_start,
-	.stream_text = stream_text,
-	.stream_chunk = stream_chunk,
-	.stream_end = stream_end,
-	.error = error,
-	.stream_error = stream_error,
-};
+const struct fe_dialect fe_responses = FE_DIALECT_OF_FILE;

@@ -529,6 +529,14 @@ struct fe_dialect {
 	char *(*stream_error)(int status, const char *msg, size_t *len);             // SSE event(s)
 };
 
+// the dialect of a file whose static functions carry the members' names
+// (api-openai.c, api-anthropic.c, api-responses.c): one table, not three
+#define FE_DIALECT_OF_FILE                                                                                             \
+	{                                                                                                              \
+		.parse = parse, .response = response, .stream_start = stream_start, .stream_text = stream_text,        \
+		.stream_chunk = stream_chunk, .stream_end = stream_end, .error = error, .stream_error = stream_error,  \
+	}
+
 extern const struct fe_dialect fe_openai, fe_anthropic;
 // api-responses.c: POST /v1/responses
 extern const struct fe_dialect fe_responses;
@@ -566,6 +574,16 @@ int fe_get_number(struct cJSON *o, const char *key, double lo, double hi, double
 int fe_get_int(struct cJSON *o, const char *key, long long lo, long long hi, long long *out, struct fe_bad *bad);
 int fe_get_bool(struct cJSON *o, const char *key, int *out, struct fe_bad *bad);
 int fe_get_string(struct cJSON *o, const char *key, const char **out, struct fe_bad *bad);
+// the fields a request cannot go without: fe_get_required gives the value,
+// or NULL with bad filled ("'key' is required"); fe_get_list a non-empty
+// array in *out and its length, or -1
+struct cJSON *fe_get_required(struct cJSON *o, const char *key, struct fe_bad *bad);
+int fe_get_list(struct cJSON *o, const char *key, struct cJSON **out, struct fe_bad *bad);
+// tools, tool_choice and parallel_tool_calls in OpenAI's shapes (shape
+// FE_TOOLS_CHAT or FE_TOOLS_RESPONSES): tool_choice is none, auto, required
+// or a named function, {"type": "function", "function": {"name"}} in chat
+// completions, {"type": "function", "name"} in responses
+int fe_openai_tools(struct cJSON *body, enum fe_tool_shape shape, struct fe_params *p, struct fe_bad *bad);
 // stops: a string or an array of strings
 int fe_get_stops(struct cJSON *o, const char *key, struct fe_params *p, struct fe_bad *bad);
 

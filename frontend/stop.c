@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "fe.h"
+#include "utf8.h"
 
 void
 fe_stop_init(struct fe_stop *s, const char *const *stops, size_t n)
@@ -88,36 +89,10 @@ fe_stop_consume(struct fe_stop *s, size_t n)
 	s->len -= n;
 }
 
-// length of the UTF-8 sequence a lead byte announces, 0 for a continuation
-// or invalid byte
-static int
-utf8_seq_len(unsigned char c)
-{
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xc2 && c <= 0xdf)
-		return 2;
-	if (c >= 0xe0 && c <= 0xef)
-		return 3;
-	if (c >= 0xf0 && c <= 0xf4)
-		return 4;
-	return 0;
-}
-
 size_t
 fe_utf8_boundary(const char *s, size_t n)
 {
-	// look back at most 3 bytes for a lead byte whose sequence runs past n
-	for (size_t back = 1; back <= 3 && back <= n; back++) {
-		unsigned char c = (unsigned char)s[n - back];
-		if ((c & 0xc0) == 0x80)
-			continue; // continuation: keep looking for the lead
-		int l = utf8_seq_len(c);
-		if (l > (int)back)
-			return n - back;
-		return n;
-	}
-	return n;
+	return n - ad_utf8_tail(s, n);
 }
 
 // decodes one well-formed UTF-8 sequence at s (strict: no overlongs,
@@ -125,7 +100,7 @@ fe_utf8_boundary(const char *s, size_t n)
 static size_t
 utf8_valid_at(const unsigned char *s, size_t n)
 {
-	int l = utf8_seq_len(s[0]);
+	int l = ad_utf8_len(s[0]);
 	if (l == 0 || (size_t)l > n)
 		return 0;
 	for (int i = 1; i < l; i++)

@@ -21,6 +21,7 @@
 #include "err.h"
 #include "gguf.h"
 #include "pretok.h"
+#include "sbuf.h"
 #include "tokenizer-impl.h"
 #include "unicode.h"
 
@@ -568,23 +569,6 @@ try_pair(const struct tokenizer *t, struct scratch *s, int32_t left)
 		heap_push(s, (struct cand){mg->rank, left});
 }
 
-static int
-grow(void *pv, size_t *cap, size_t need, size_t size)
-{
-	void **p = pv;
-	if (need <= *cap)
-		return 0;
-	size_t c = *cap ? *cap : 256;
-	while (c < need)
-		c *= 2;
-	void *n = realloc(*p, c * size);
-	if (!n)
-		return -1;
-	*p = n;
-	*cap = c;
-	return 0;
-}
-
 // Short pieces (most of them) skip the heap: an array of symbols and the
 // rank of each adjacent pair, scanned for the lowest (leftmost on ties),
 // which merges the same pairs in the same order as the heap does.
@@ -634,7 +618,7 @@ encode_piece(const struct tokenizer *t, const struct bpe_priv *p, struct scratch
              struct tok_ids *out, char *err)
 {
 	if (t->ignore_merges && n <= t->max_piece_len) {
-		if (grow(&s->mapped, &s->mapped_cap, 2 * n, 1))
+		if (ad_grow(&s->mapped, &s->mapped_cap, 2 * n, 1, 256))
 			return ad_err(err, "bpe: out of memory");
 		size_t m = 0;
 		for (size_t i = 0; i < n; i++)
@@ -648,7 +632,8 @@ encode_piece(const struct tokenizer *t, const struct bpe_priv *p, struct scratch
 	if (n > INT32_MAX)
 		return ad_err(err, "bpe: piece of %zu bytes", n);
 	// each merge retires one symbol and queues at most two pairs
-	if (grow(&s->sym, &s->sym_cap, n, sizeof *s->sym) || grow(&s->heap, &s->heap_cap, 3 * n, sizeof *s->heap))
+	if (ad_grow(&s->sym, &s->sym_cap, n, sizeof *s->sym, 256) ||
+	    ad_grow(&s->heap, &s->heap_cap, 3 * n, sizeof *s->heap, 256))
 		return ad_err(err, "bpe: out of memory");
 	for (size_t i = 0; i < n; i++)
 		s->sym[i] = (struct sym){p->byte_id[b[i]], (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1};

@@ -1698,6 +1698,20 @@ lower_key(struct jrender *R, struct jv v, int case_sensitive, struct jv *out)
 	return recase(R, jv_s(v)->p, jv_s(v)->n, CASE_LOWER, out);
 }
 
+// what min, max and unique compare an item by: its attribute (attr;
+// JV_NONE for the item itself), lower-cased unless case_sensitive
+static int
+item_key(struct jrender *R, struct jv item, struct jv attr, int case_sensitive, struct jv *out)
+{
+	struct jv k;
+	int rc = attr_path(R, item, attr, JV_UNDEF, &k);
+	if (rc != 0)
+		return rc;
+	rc = lower_key(R, k, case_sensitive, out);
+	jv_unref(R, k);
+	return rc;
+}
+
 // a stable merge sort of idx by keys[idx]
 static int
 sort_idx(struct jrender *R, struct jv *keys, size_t *idx, size_t *tmp, size_t n, int reverse)
@@ -1853,12 +1867,8 @@ f_minmax(struct jrender *R, struct jv v, struct jargs *a, int max, struct jv *ou
 	int rc = 0;
 	struct jv best = JV_UNDEF, bestk = JV_UNDEF;
 	for (size_t i = 0; i < items->n && rc == 0; i++) {
-		struct jv k, lk;
-		if ((rc = attr_path(R, items->v[i], has[1] ? arg[1] : JV_NONE, JV_UNDEF, &k)) != 0)
-			break;
-		rc = lower_key(R, k, has[0] && jv_truthy(arg[0]), &lk);
-		jv_unref(R, k);
-		if (rc != 0)
+		struct jv lk;
+		if ((rc = item_key(R, items->v[i], has[1] ? arg[1] : JV_NONE, has[0] && jv_truthy(arg[0]), &lk)) != 0)
 			break;
 		int r = 0;
 		if (i == 0 || (rc = jv_cmp(R, lk, bestk, &r)) == 0) {
@@ -2432,12 +2442,8 @@ f_unique(struct jrender *R, struct jv v, struct jargs *a, struct jv *out)
 	}
 	int rc = 0;
 	for (size_t i = 0; i < items->n && rc == 0; i++) {
-		struct jv k, lk;
-		if ((rc = attr_path(R, items->v[i], has[1] ? arg[1] : JV_NONE, JV_UNDEF, &k)) != 0)
-			break;
-		rc = lower_key(R, k, has[0] && jv_truthy(arg[0]), &lk);
-		jv_unref(R, k);
-		if (rc != 0)
+		struct jv lk;
+		if ((rc = item_key(R, items->v[i], has[1] ? arg[1] : JV_NONE, has[0] && jv_truthy(arg[0]), &lk)) != 0)
 			break;
 		if (!jv_hashable(lk)) {
 			rc = jr_fail(R, JINJA_ERROR, "unhashable type: '%s'", jv_type_name(lk));

@@ -15,6 +15,7 @@
 #include <pcre2.h>
 
 #include "err.h"
+#include "sbuf.h"
 #include "unicode.h"
 
 #include "pretok-names.h"
@@ -405,26 +406,9 @@ match(enum pretok_rule r, struct text t, uint32_t i, uint32_t e)
 
 // --- split ------------------------------------------------------------------------
 static int
-grow(void *pv, size_t *cap, size_t need, size_t size)
-{
-	void **p = pv;
-	if (need <= *cap)
-		return 0;
-	size_t c = *cap ? *cap : 64;
-	while (c < need)
-		c *= 2;
-	void *n = realloc(*p, c * size);
-	if (!n)
-		return -1;
-	*p = n;
-	*cap = c;
-	return 0;
-}
-
-static int
 push(struct pretok_piece **v, size_t *n, size_t *cap, uint32_t off, uint32_t len)
 {
-	if (grow(v, cap, *n + 1, sizeof **v))
+	if (ad_grow(v, cap, *n + 1, sizeof **v, 64))
 		return -1;
 	(*v)[(*n)++] = (struct pretok_piece){off, len};
 	return 0;

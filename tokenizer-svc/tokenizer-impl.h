@@ -143,10 +143,15 @@ int tok_finish(struct tokenizer *t, char *err);
 // the piece -> id map (tok_finish builds it too), for a loader that looks
 // pieces up before finishing
 int tok_build_map(struct tokenizer *t, char *err);
-// tokenizer.json helpers (tokenizer.c) for the loaders: the vocabulary sized
-// and checked from model.vocab and added_tokens (every id unused until set),
-// then the added tokens' types and strip attributes
+// tokenizer.json helpers (tokenizer.c) for the loaders: the document
+// parsed (NULL with err set when it is not JSON; the caller deletes it) with
+// the parts every loader reads, model, model.vocab and added_tokens (NULL
+// where absent); the vocabulary sized and checked from model.vocab and
+// added_tokens (every id unused until set), then the added tokens' types and
+// strip attributes
 struct cJSON;
+struct cJSON *tok_json_parse(const char *json, size_t len, const struct cJSON **model, const struct cJSON **vocab,
+                             const struct cJSON **added, char *err);
 int tok_json_vocab_init(struct tokenizer *t, const struct cJSON *vocab, const struct cJSON *added, char *err);
 int tok_json_added(struct tokenizer *t, const struct cJSON *added, const char *unk, float score, char *err);
 // tok_chat_detect (chat.c) picks the chat family; tok_finish calls it.

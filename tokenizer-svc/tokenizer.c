@@ -17,6 +17,7 @@
 #include "jinja.h"
 #include "log.h"
 #include "tokenizer-impl.h"
+#include "utf8.h"
 
 // ---------------------------------------------------------------------------
 // small containers
@@ -274,20 +275,6 @@ parse_byte_piece(const char *s, size_t n)
 	return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
-static int
-utf8_need(uint8_t c)
-{
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xc2 && c <= 0xdf)
-		return 2;
-	if (c >= 0xe0 && c <= 0xef)
-		return 3;
-	if (c >= 0xf0 && c <= 0xf4)
-		return 4;
-	return 0; // continuation byte or never valid
-}
-
 // the decoded text of one token, appended to t->strs
 static int
 set_text(struct tokenizer *t, int32_t id, char *err)
@@ -335,7 +322,7 @@ set_text(struct tokenizer *t, int32_t id, char *err)
 		// byte-level BPE: every code point of the piece stands for one byte
 		for (size_t i = 0; i < n;) {
 			uint8_t c = (uint8_t)p[i];
-			int need = utf8_need(c);
+			int need = ad_utf8_len(c);
 			uint32_t cp = c;
 			if (need == 0 || i + (size_t)need > n)
 				need = 1;
@@ -957,6 +944,20 @@ jstr(const cJSON *o, const char *key)
 	return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+cJSON *
+tok_json_parse(const char *json, size_t len, const cJSON **model, const cJSON **vocab, const cJSON **added, char *err)
+{
+	cJSON *root = cJSON_ParseWithLength(json, len);
+	if (!root) {
+		ad_err(err, "not valid JSON");
+		return NULL;
+	}
+	*model = cJSON_GetObjectItemCaseSensitive(root, "model");
+	*vocab = cJSON_GetObjectItemCaseSensitive(*model, "vocab");
+	*added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+	return root;
+}
+
 // tokenizer.json's model.vocab and added_tokens: every id an integer in
 // [0, 2^24); the vocabulary is one past the largest, ids nobody names stay
 // empty, unused pieces (padding up to a round size)
@@ -1054,13 +1055,11 @@ static int
 load_spm_json(struct tokenizer *t, const char *json, size_t len, char *err)
 {
 	int rc = -1;
-	cJSON *root = cJSON_ParseWithLength(json, len);
+	const cJSON *model, *vocab, *added;
+	cJSON *root = tok_json_parse(json, len, &model, &vocab, &added, err);
 	if (!root)
-		return ad_err(err, "not valid JSON");
-	const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-	const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+		return -1;
 	const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
-	const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
 	const char *type = jstr(model, "type");
 	if (!type || strcmp(type, "BPE") || !cJSON_IsObject(vocab)) {
 		ad_err(err, "SentencePiece-style tokenizer.json needs model.type BPE with a vocab object (got %s)",
@@ -1254,12 +1253,10 @@ static int
 load_wpm_json(struct tokenizer *t, const char *json, size_t len, char *err)
 {
 	int rc = -1;
-	cJSON *root = cJSON_ParseWithLength(json, len);
+	const cJSON *model, *vocab, *added;
+	cJSON *root = tok_json_parse(json, len, &model, &vocab, &added, err);
 	if (!root)
-		return ad_err(err, "not valid JSON");
-	const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-	const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
-	const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+		return -1;
 	const char *type = jstr(model, "type");
 	const char *prefix = jstr(model, "continuing_subword_prefix");
 	const cJSON *maxc = cJSON_GetObjectItemCaseSensitive(model, "max_input_chars_per_word");
@@ -1590,7 +1587,7 @@ spm_encode(const struct tokenizer *t, const char *text, size_t len, struct spm_s
 	// could split a ▁ and lose the space: for valid text both agree)
 	int32_t ns = 0;
 	for (size_t off = 0; off < len;) {
-		size_t n = (size_t)utf8_need((uint8_t)text[off]);
+		size_t n = (size_t)ad_utf8_len((uint8_t)text[off]);
 		if (n == 0 || n > len - off)
 			n = 1;
 		for (size_t k = 1; k < n; k++)
@@ -1863,21 +1860,6 @@ tok_stream_free(struct tok_stream *s)
 	s->big_cap = 0;
 }
 
-// how many bytes at the end of p[0..n) start a UTF-8 character that is not
-// complete yet (0 when the tail is complete or can never become valid)
-static size_t
-utf8_incomplete_tail(const char *p, size_t n)
-{
-	for (size_t back = 1; back <= 3 && back <= n; back++) {
-		uint8_t c = (uint8_t)p[n - back];
-		if ((c & 0xc0) == 0x80)
-			continue; // continuation: keep looking for the lead byte
-		int need = utf8_need(c);
-		return need > (int)back ? back : 0;
-	}
-	return 0;
-}
-
 const char *
 tok_stream_push(struct tok_stream *s, int32_t id, size_t *n, char *err)
 {
@@ -1903,7 +1885,7 @@ tok_stream_push(struct tok_stream *s, int32_t id, size_t *n, char *err)
 	}
 	memcpy(dst, s->hold, s->n_hold);
 	memcpy(dst + s->n_hold, s->t->strs + e->toff, e->tlen);
-	size_t tail = utf8_incomplete_tail(dst, total);
+	size_t tail = ad_utf8_tail(dst, total);
 	memcpy(s->hold, dst + total - tail, tail);
 	s->n_hold = tail;
 	*n = total - tail;

@@ -191,12 +191,10 @@ int
 ugm_load_hf_json(struct tokenizer *t, const char *json, size_t len, char *err)
 {
 	int rc = -1;
-	cJSON *root = cJSON_ParseWithLength(json, len);
+	const cJSON *model, *vocab, *added;
+	cJSON *root = tok_json_parse(json, len, &model, &vocab, &added, err);
 	if (!root)
-		return ad_err(err, "not valid JSON");
-	const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-	const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
-	const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+		return -1;
 	const cJSON *unk_id = cJSON_GetObjectItemCaseSensitive(model, "unk_id");
 	struct ugm *u = calloc(1, sizeof *u);
 	if (!u) {
