@@ -1,7 +1,7 @@
 // gen-types.h - the plain C types of a generation that cross a process
 // boundary: what a client of the cpu-worker or the tokenizer service hands
 // to its library (proto/client-*.h) and what the service works with
-// (cpu-worker/include/sample.h, spec.h; tokenizer-svc/tokenizer.h). Types only,
+// (cpu-worker/include/sample.h, spec.h; tokenizer-svc/include/tokenizer.h). Types only,
 // and a few inline sums: the clients link no engine and no tokenizer.
 #ifndef AD_GEN_TYPES_H
 #define AD_GEN_TYPES_H
@@ -131,7 +131,7 @@ gen_timings_sub(struct gen_timings *d, const struct gen_timings *a, const struct
 	gen_timings_addsub(d, a, b, -1);
 }
 
-// --- chat messages (tokenizer-svc/tokenizer.h) -----------------------------------------------
+// --- chat messages (tokenizer-svc/include/tokenizer.h) ------------------------------------------
 
 enum tok_role { TOK_ROLE_SYSTEM, TOK_ROLE_USER, TOK_ROLE_ASSISTANT, TOK_ROLE_TOOL };
 

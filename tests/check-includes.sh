@@ -20,8 +20,8 @@ workers="ane-worker cpu-worker tokenizer-svc frontend"
 others="ane-worker cpu-worker tokenizer-svc frontend cli"
 
 # "file -> header", as printed below
-ALLOW='cpu-worker/grammar.c -> tokenizer-svc/tokenizer.h
-frontend/fe.h -> tokenizer-svc/tokenizer.h'
+ALLOW='cpu-worker/grammar.c -> tokenizer-svc/include/tokenizer.h
+frontend/fe.h -> tokenizer-svc/include/tokenizer.h'
 # why: grammar.c reads the vocabulary's token texts through the tokenizer
 # library; fe.h names the tokenizer's chat family and tool-call format
 # types directly. (The frontend's clients of the services are proto/'s,

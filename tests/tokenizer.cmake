@@ -77,3 +77,11 @@ set_tests_properties(test-jinja-judge PROPERTIES LABELS unit TIMEOUT 300)
 ad_test(NAME test-ugm SOURCES test-ugm.c LIBS anedvd_tokenizer LABELS unit)
 target_compile_definitions(test-ugm PRIVATE T_TOKDATA="${AD_TOKDATA}")
 add_dependencies(test-ugm tokdata)
+
+# these reach into the tokenizer library's own headers (jinja.h, tokenizer-impl.h, ...)
+foreach(t test-tokenizer bench-tokenizer test-jinja test-chat test-ugm fuzz-jinja-replay fuzz-jinja
+          fuzz-tokenizer-replay fuzz-tokenizer)
+  if(TARGET ${t})
+    target_include_directories(${t} PRIVATE ${PROJECT_SOURCE_DIR}/tokenizer-svc)
+  endif()
+endforeach()
