@@ -660,8 +660,11 @@ sup_wait_ready(struct sup *s, const char *name, int timeout_ms, char *err)
 		if (waited > (uint64_t)timeout_ms)
 			return ad_err(err, "%s did not become ready within %d ms: %s", name, timeout_ms, last);
 		if (waited > t_said + 10000) {
+			// a warning from 30 s on: a compile may take that long, a
+			// worker that never answers should be seen
 			t_said = waited;
-			ad_info("still waiting for %s (%.0f s): %s", name, waited / 1e3, last);
+			ad_log(waited >= 30000 ? AD_LOG_WARN : AD_LOG_INFO,
+			       "still waiting for %s (pid %ld, %.0f s): %s", name, (long)pid, waited / 1e3, last);
 		}
 		sleep_ms(20);
 	}
