@@ -100,6 +100,10 @@ struct pipe_ane_start {
 };
 int pipe_ane_start(struct pipe *p, struct pipe_ane_start *out, char *err);
 
+// the backend to run: given (--backend), else the platform's default (ane
+// on macOS; emu elsewhere, with a notice on stderr); NULL with err for ane
+// off macOS. pipe_open and serve choose with it
+const char *pipe_backend(const char *given, char *err);
 int pipe_open(struct pipe *p, const struct pipe_opts *o, char *err);
 // the ane-worker's per-kind kernel totals (calls, ns inside the backend)
 // since it started; -1 when there is no ane-worker (exact) or no answer

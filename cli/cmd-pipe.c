@@ -231,6 +231,28 @@ pipe_kind_name(int kind)
 
 // --- the pipeline ------------------------------------------------------------------------
 
+const char *
+pipe_backend(const char *given, char *err)
+{
+	const char *be = given;
+	if (!be) {
+#ifdef __APPLE__
+		be = "ane";
+#else
+		be = "emu";
+		fprintf(stderr, "anedvd: no Neural Engine on this platform: using the emu backend (--backend)\n");
+#endif
+	}
+#ifndef __APPLE__
+	if (!strcmp(be, "ane")) {
+		ad_err(err, "--backend ane needs macOS on Apple Silicon; here use emu (the same programs on the CPU) "
+		            "or exact");
+		return NULL;
+	}
+#endif
+	return be;
+}
+
 int
 pipe_is_stop(const struct pipe *p, int32_t id)
 {
@@ -249,20 +271,9 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 	memset(p, 0, sizeof *p);
 	p->timeout_ms = 30000;
 	double t_open = cli_now_ms();
-	const char *be = o->backend;
-	if (!be) {
-#ifdef __APPLE__
-		be = "ane";
-#else
-		be = "emu";
-		fprintf(stderr, "anedvd: no Neural Engine on this platform: using the emu backend (--backend)\n");
-#endif
-	}
-#ifndef __APPLE__
-	if (!strcmp(be, "ane"))
-		return ad_err(err, "--backend ane needs macOS on Apple Silicon; here use emu (the same programs "
-		                   "on the CPU) or exact");
-#endif
+	const char *be = pipe_backend(o->backend, err);
+	if (!be)
+		return -1;
 	snprintf(p->backend, sizeof p->backend, "%s", be);
 	int remote = strcmp(be, "exact") != 0;
 	int chunk = o->chunk > 0 ? o->chunk : 64;

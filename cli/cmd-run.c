@@ -1395,21 +1395,12 @@ cmd_serve(int argc, char **argv)
 		return 2;
 	if (pipe_spec_check(&po))
 		return 2;
-	const char *be = po.backend;
+	char err[AD_ERRLEN];
+	const char *be = pipe_backend(po.backend, err);
 	if (!be) {
-#ifdef __APPLE__
-		be = "ane";
-#else
-		be = "emu";
-		fprintf(stderr, "anedvd: no Neural Engine on this platform: using the emu backend (--backend)\n");
-#endif
-	}
-#ifndef __APPLE__
-	if (!strcmp(be, "ane")) {
-		fprintf(stderr, "anedvd serve: --backend ane needs macOS on Apple Silicon; use emu or exact\n");
+		fprintf(stderr, "anedvd serve: %s\n", err);
 		return 2;
 	}
-#endif
 	char b_tok[1024], b_ane[1024], b_cpu[1024], b_fe[1024];
 	const char *miss = sup_binary(b_tok, sizeof b_tok, "anedvd-tokenizer")                             ? b_tok
 	                   : sup_binary(b_cpu, sizeof b_cpu, "anedvd-cpu-worker")                          ? b_cpu
@@ -1430,7 +1421,6 @@ cmd_serve(int argc, char **argv)
 			*dot = 0;
 		name = model_name;
 	}
-	char err[AD_ERRLEN];
 	const char *wts = pipe_weights_path(po.model, be, po.weights, err);
 	if (!wts) {
 		fprintf(stderr, "anedvd serve: %s\n", err);
