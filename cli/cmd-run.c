@@ -1,6 +1,5 @@
 // cmd-run.c - `anedvd run`, `chat`, `verify` and `serve`: the commands on
 // the multi-process pipeline (cmd-common.h).
-#include <dirent.h>
 #include <limits.h>
 #include <math.h>
 #include <netdb.h>
@@ -533,30 +532,6 @@ out:
 	return rc;
 }
 
-// the children's trace files, once merged
-static void
-remove_parts(const char *prefix)
-{
-	char dir[1200];
-	snprintf(dir, sizeof dir, "%s", prefix);
-	char *sl = strrchr(dir, '/');
-	const char *stem = sl ? sl + 1 : dir;
-	if (sl)
-		*sl = 0;
-	DIR *d = opendir(sl ? dir : ".");
-	struct dirent *de;
-	while (d && (de = readdir(d))) {
-		size_t L = strlen(de->d_name);
-		if (!strncmp(de->d_name, stem, strlen(stem)) && L > 5 && !strcmp(de->d_name + L - 5, ".json")) {
-			char path[2600];
-			snprintf(path, sizeof path, "%s/%s", sl ? dir : ".", de->d_name);
-			unlink(path);
-		}
-	}
-	if (d)
-		closedir(d);
-}
-
 int
 cmd_run(int argc, char **argv)
 {
@@ -787,7 +762,7 @@ out:
 			fprintf(stderr, "anedvd run: %s\n", err);
 			status = status ? status : 1;
 		}
-		remove_parts(trace_pre);
+		trace_remove_parts(trace_pre);
 	}
 	return status;
 }
