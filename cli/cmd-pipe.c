@@ -93,19 +93,12 @@ pipe_flag(struct pipe_opts *o, int argc, char **argv, int *i)
 		o->cache_max_mb = (int)x;
 	} else if (!strcmp(a, "--in-process")) {
 		o->in_process = 1;
-	} else if (!strcmp(a, "--arch")) {
-		if (!(v = cli_val(o->cmd, argc, argv, i)) || cli_arch(o->cmd, v))
-			return -1;
-	} else if (!strcmp(a, "--rope-hf")) {
-		o->rope = MODEL_ROPE_NEOX;
-	} else if (!strcmp(a, "--rope-adjacent")) {
-		o->rope = MODEL_ROPE_NORM;
 	} else if (!strcmp(a, "--debug-delay-ms")) {
 		if (!(v = cli_val(o->cmd, argc, argv, i)) || cli_int(o->cmd, a, v, 0, 60000, &x))
 			return -1;
 		o->debug_delay_ms = (int)x;
 	} else {
-		return 0;
+		return cli_model_flag(o->cmd, &o->rope, argc, argv, i);
 	}
 	return 1;
 }
