@@ -1,8 +1,9 @@
-// cmd-common.h - what the CLI's pipeline commands share: strict flag
-// parsing and the pipeline itself.
+// cmd-common.h - what the CLI's commands share: strict flag parsing, their
+// usage, and the pipeline itself.
 //
 // Flags: a malformed or out-of-range value names the flag and the command
-// returns 2. Values are parsed whole ("12x" is refused).
+// returns 2, after its short usage. Values are parsed whole ("12x" is
+// refused).
 //
 // The pipeline (struct pipe): the model mapped in this process (for the
 // reference engine of verify and the vocabulary), and the supervised
@@ -40,6 +41,34 @@ double cli_now_ms(void);
 // of x skipped and counted in *nans; *maxabs: the largest |x - ref| (either
 // pointer may be NULL)
 double cli_rel_err(const float *x, const float *ref, size_t n, double *maxabs, int *nans);
+
+// --- every command (cmd-common.c) --------------------------------------------------------
+
+// a command's usage on stderr; text: its arguments (one line), then its
+// options. "usage: anedvd CMD <arguments>", then the options (full: after
+// --help) or where to find them ("anedvd CMD --help  lists the options")
+void cli_usage(const char *cmd, int full, const char *text);
+// an argument that no flag of the command took: 1 for -h or --help, else
+// -1 with "<program> CMD: unknown argument 'A'"
+int cli_help_or_unknown(const char *cmd, const char *a);
+// the flags that only store a value: a string (val: the next argument), a
+// switch (on: set to 1) or an integer in [lo, hi] (num). cli_plain_flag
+// takes argv[*i] if it is one of f (an array ended by {0}): 1 taken (*i
+// past its value), 0 not one of them, -1 for a missing or bad value
+// (message printed)
+struct cli_plain {
+	const char *flag;
+	const char **val;
+	int *on;
+	int *num;
+	long long lo, hi;
+};
+int cli_plain_flag(const char *cmd, const struct cli_plain *f, int argc, char **argv, int *i);
+// --rope-hf and --rope-adjacent (*rope: the RoPE pairing forced) and --arch
+// NAME (cli_arch): 1 taken, 0 not one of them, -1 bad (message printed)
+int cli_model_flag(const char *cmd, enum model_rope *rope, int argc, char **argv, int *i);
+// ids as a JSON array of numbers
+struct cJSON *cli_json_ids(const int32_t *ids, int n);
 
 // --- the pipeline ------------------------------------------------------------------------
 #define PIPE_KINDS 9
@@ -100,6 +129,10 @@ struct pipe_ane_start {
 };
 int pipe_ane_start(struct pipe *p, struct pipe_ane_start *out, char *err);
 
+// the backend to run: given (--backend), else the platform's default (ane
+// on macOS; emu elsewhere, with a notice on stderr); NULL with err for ane
+// off macOS. pipe_open and serve choose with it
+const char *pipe_backend(const char *given, char *err);
 int pipe_open(struct pipe *p, const struct pipe_opts *o, char *err);
 // the ane-worker's per-kind kernel totals (calls, ns inside the backend)
 // since it started; -1 when there is no ane-worker (exact) or no answer

@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "clock.h"
+#include "cmd-common.h"
 #include "fp16.h"
 #include "gguf.h"
 #include "emu.h"
@@ -78,32 +79,29 @@ top_k(const float *logits, int n, int k, int *ids)
 static void
 cpu_usage(int full)
 {
-	fprintf(stderr, "usage: anedvd cpu --model M (--prompt-ids 1,2,3 | --prompt TEXT) [options]\n");
-	if (!full) {
-		fprintf(stderr, "       anedvd cpu --help  lists the options\n");
-		return;
-	}
-	fprintf(stderr, "  greedy generation with the fp32 reference engine\n"
-	                "  --model M           a .gguf file or a Hugging Face directory\n"
-	                "  --prompt-ids LIST   comma-separated token ids (nothing is added)\n"
-	                "  --prompt TEXT       text, tokenized with the model's tokenizer (BOS per the model)\n"
-	                "  --chat              wrap --prompt in the model's chat template (a user turn and the\n"
-	                "                      assistant's opening), as run and chat do; --system TEXT adds one\n"
-	                "  --max-tokens N      tokens to generate (default 32)\n"
-	                "  --max-seq N         KV cache size in positions (default prompt + max-tokens)\n"
-	                "  --ignore-eos        do not stop at the end-of-sequence token\n"
-	                "  --json              print one JSON object instead of text\n"
-	                "  --verbose           print the top-5 candidates of every step\n"
-	                "  --dump-logits FILE  write float32 logits of every position of prompt + generated\n"
-	                "                      ids, teacher-forced: rows of n_vocab\n"
-	                "  --rope-hf           force neox RoPE pairing (i, i+n_rot/2)\n"
-	                "  --rope-adjacent     force norm RoPE pairing (2i, 2i+1)\n"
-	                "  --arch NAME         run a GGUF file as architecture NAME whatever it says\n");
+	cli_usage("cpu", full,
+	          "--model M (--prompt-ids 1,2,3 | --prompt TEXT) [options]\n"
+	          "  greedy generation with the fp32 reference engine\n"
+	          "  --model M           a .gguf file or a Hugging Face directory\n"
+	          "  --prompt-ids LIST   comma-separated token ids (nothing is added)\n"
+	          "  --prompt TEXT       text, tokenized with the model's tokenizer (BOS per the model)\n"
+	          "  --chat              wrap --prompt in the model's chat template (a user turn and the\n"
+	          "                      assistant's opening), as run and chat do; --system TEXT adds one\n"
+	          "  --max-tokens N      tokens to generate (default 32)\n"
+	          "  --max-seq N         KV cache size in positions (default prompt + max-tokens)\n"
+	          "  --ignore-eos        do not stop at the end-of-sequence token\n"
+	          "  --json              print one JSON object instead of text\n"
+	          "  --verbose           print the top-5 candidates of every step\n"
+	          "  --dump-logits FILE  write float32 logits of every position of prompt + generated\n"
+	          "                      ids, teacher-forced: rows of n_vocab\n"
+	          "  --rope-hf           force neox RoPE pairing (i, i+n_rot/2)\n"
+	          "  --rope-adjacent     force norm RoPE pairing (2i, 2i+1)\n"
+	          "  --arch NAME         run a GGUF file as architecture NAME whatever it says\n");
 }
 
 struct cpu_opts {
 	const char *model, *prompt, *prompt_ids, *dump, *system;
-	long long max_tokens, max_seq;
+	int max_tokens, max_seq;
 	int json, ignore_eos, verbose, chat;
 	enum model_rope rope;
 };
@@ -114,62 +112,28 @@ cpu_args(int argc, char **argv, struct cpu_opts *o)
 	memset(o, 0, sizeof *o);
 	o->max_tokens = 32;
 	o->max_seq = -1;
+	const struct cli_plain plain[] = {
+		{.flag = "--model", .val = &o->model},
+		{.flag = "--prompt", .val = &o->prompt},
+		{.flag = "--prompt-ids", .val = &o->prompt_ids},
+		{.flag = "--system", .val = &o->system},
+		{.flag = "--dump-logits", .val = &o->dump},
+		{.flag = "--max-tokens", .num = &o->max_tokens, .lo = 0, .hi = 1 << 20},
+		{.flag = "--max-seq", .num = &o->max_seq, .lo = 1, .hi = 1 << 24},
+		{.flag = "--chat", .on = &o->chat},
+		{.flag = "--json", .on = &o->json},
+		{.flag = "--verbose", .on = &o->verbose},
+		{.flag = "--ignore-eos", .on = &o->ignore_eos},
+		{0},
+	};
 	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		int has_val = i + 1 < argc;
-#define VAL()                                                                                                          \
-	do {                                                                                                           \
-		if (!has_val) {                                                                                        \
-			fprintf(stderr, "anedvd cpu: %s needs a value\n", a);                                          \
-			return -1;                                                                                     \
-		}                                                                                                      \
-	} while (0)
-		if (!strcmp(a, "--model")) {
-			VAL();
-			o->model = argv[++i];
-		} else if (!strcmp(a, "--prompt")) {
-			VAL();
-			o->prompt = argv[++i];
-		} else if (!strcmp(a, "--prompt-ids")) {
-			VAL();
-			o->prompt_ids = argv[++i];
-		} else if (!strcmp(a, "--system")) {
-			VAL();
-			o->system = argv[++i];
-		} else if (!strcmp(a, "--chat")) {
-			o->chat = 1;
-		} else if (!strcmp(a, "--max-tokens")) {
-			VAL();
-			if (cli_int("cpu", a, argv[++i], 0, 1 << 20, &o->max_tokens))
-				return -1;
-		} else if (!strcmp(a, "--max-seq")) {
-			VAL();
-			if (cli_int("cpu", a, argv[++i], 1, 1 << 24, &o->max_seq))
-				return -1;
-		} else if (!strcmp(a, "--dump-logits")) {
-			VAL();
-			o->dump = argv[++i];
-		} else if (!strcmp(a, "--json")) {
-			o->json = 1;
-		} else if (!strcmp(a, "--verbose")) {
-			o->verbose = 1;
-		} else if (!strcmp(a, "--ignore-eos")) {
-			o->ignore_eos = 1;
-		} else if (!strcmp(a, "--rope-hf")) {
-			o->rope = MODEL_ROPE_NEOX;
-		} else if (!strcmp(a, "--rope-adjacent")) {
-			o->rope = MODEL_ROPE_NORM;
-		} else if (!strcmp(a, "--arch")) {
-			VAL();
-			if (cli_arch("cpu", argv[++i]))
-				return -1;
-		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			return 1;
-		} else {
-			fprintf(stderr, "anedvd cpu: unknown argument '%s'\n", a);
+		int r = cli_plain_flag("cpu", plain, argc, argv, &i);
+		if (r == 0)
+			r = cli_model_flag("cpu", &o->rope, argc, argv, &i);
+		if (r == 0)
+			return cli_help_or_unknown("cpu", argv[i]);
+		if (r < 0)
 			return -1;
-		}
-#undef VAL
 	}
 	if (!o->model) {
 		fprintf(stderr, "anedvd cpu: --model is required\n");
@@ -227,15 +191,6 @@ stream_text(const struct tokenizer *tok, const int32_t *ids, int n)
 	return out;
 }
 #endif
-
-static cJSON *
-json_ids(const int32_t *ids, int n)
-{
-	cJSON *a = cJSON_CreateArray();
-	for (int i = 0; i < n; i++)
-		cJSON_AddItemToArray(a, cJSON_CreateNumber(ids[i]));
-	return a;
-}
 
 int
 cmd_cpu(int argc, char **argv)
@@ -326,11 +281,11 @@ cmd_cpu(int argc, char **argv)
 			goto out;
 		}
 
-	long long need = n_prompt + o.max_tokens;
+	long long need = n_prompt + (long long)o.max_tokens;
 	long long max_seq = o.max_seq > 0 ? o.max_seq : need;
 	if (max_seq < need) {
-		fprintf(stderr, "anedvd cpu: --max-seq %lld is smaller than prompt (%d) + --max-tokens (%lld)\n",
-		        max_seq, n_prompt, o.max_tokens);
+		fprintf(stderr, "anedvd cpu: --max-seq %lld is smaller than prompt (%d) + --max-tokens (%d)\n", max_seq,
+		        n_prompt, o.max_tokens);
 		status = 2;
 		goto out;
 	}
@@ -430,8 +385,8 @@ cmd_cpu(int argc, char **argv)
 		cJSON *j = cJSON_CreateObject();
 		cJSON_AddStringToObject(j, "model", o.model);
 		cJSON_AddStringToObject(j, "arch", model_arch_name(m.arch));
-		cJSON_AddItemToObject(j, "prompt_ids", json_ids(ids, n_prompt));
-		cJSON_AddItemToObject(j, "generated_ids", json_ids(ids + n_prompt, n_gen));
+		cJSON_AddItemToObject(j, "prompt_ids", cli_json_ids(ids, n_prompt));
+		cJSON_AddItemToObject(j, "generated_ids", cli_json_ids(ids + n_prompt, n_gen));
 		// a reply cut inside a character (or a model emitting stray bytes)
 		// must still be valid JSON: invalid sequences become U+FFFD
 		char *stext = text ? unicode_sanitize(text, strlen(text), NULL) : NULL;
@@ -519,65 +474,45 @@ out:
 static void
 route_usage(int full)
 {
-	fprintf(stderr, "usage: anedvd route --model M (--prompt-ids 1,2,3 | --prompt TEXT) [options]\n");
-	if (!full) {
-		fprintf(stderr, "       anedvd route --help  lists the options\n");
-		return;
-	}
-	fprintf(stderr, "  per-layer expert-use histogram of a MoE model (qwen2moe, qwen3moe, lfm2moe), from the\n"
-	                "  fp32 reference engine: how many of the tokens fed each layer routed to each expert\n"
-	                "  --model M           a .gguf file or a Hugging Face directory\n"
-	                "  --prompt-ids LIST   comma-separated token ids (nothing is added)\n"
-	                "  --prompt TEXT       text, tokenized with the model's tokenizer (BOS per the model)\n"
-	                "  --max-tokens N      also generate N tokens greedily and count them (default 0)\n"
-	                "  --json              print one JSON object instead of the table\n"
-	                "  --arch NAME         run a GGUF file as architecture NAME whatever it says\n");
+	cli_usage("route", full,
+	          "--model M (--prompt-ids 1,2,3 | --prompt TEXT) [options]\n"
+	          "  per-layer expert-use histogram of a MoE model (qwen2moe, qwen3moe, lfm2moe), from the\n"
+	          "  fp32 reference engine: how many of the tokens fed each layer routed to each expert\n"
+	          "  --model M           a .gguf file or a Hugging Face directory\n"
+	          "  --prompt-ids LIST   comma-separated token ids (nothing is added)\n"
+	          "  --prompt TEXT       text, tokenized with the model's tokenizer (BOS per the model)\n"
+	          "  --max-tokens N      also generate N tokens greedily and count them (default 0)\n"
+	          "  --json              print one JSON object instead of the table\n"
+	          "  --arch NAME         run a GGUF file as architecture NAME whatever it says\n");
 }
 
 int
 cmd_route(int argc, char **argv)
 {
-	const char *model = NULL, *prompt = NULL, *prompt_ids = NULL;
-	long long max_tokens = 0;
-	int json = 0;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		int has_val = i + 1 < argc;
-		int val = !strcmp(a, "--model") || !strcmp(a, "--prompt") || !strcmp(a, "--prompt-ids") ||
-		          !strcmp(a, "--max-tokens") || !strcmp(a, "--arch");
-		if (val && !has_val) {
-			fprintf(stderr, "anedvd route: %s needs a value\n", a);
-			route_usage(0);
-			return 2;
-		}
-		if (!strcmp(a, "--model")) {
-			model = argv[++i];
-		} else if (!strcmp(a, "--prompt")) {
-			prompt = argv[++i];
-		} else if (!strcmp(a, "--prompt-ids")) {
-			prompt_ids = argv[++i];
-		} else if (!strcmp(a, "--max-tokens")) {
-			if (cli_int("route", a, argv[++i], 0, 1 << 20, &max_tokens))
-				return 2;
-		} else if (!strcmp(a, "--arch")) {
-			if (cli_arch("route", argv[++i]))
-				return 2;
-		} else if (!strcmp(a, "--json")) {
-			json = 1;
-		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			route_usage(1);
-			return 0;
-		} else {
-			fprintf(stderr, "anedvd route: unknown argument '%s'\n", a);
-			route_usage(0);
-			return 2;
-		}
+	const char *model = NULL, *prompt = NULL, *prompt_ids = NULL, *v;
+	int max_tokens = 0, json = 0, rc = 0;
+	const struct cli_plain plain[] = {
+		{.flag = "--model", .val = &model},
+		{.flag = "--prompt", .val = &prompt},
+		{.flag = "--prompt-ids", .val = &prompt_ids},
+		{.flag = "--max-tokens", .num = &max_tokens, .lo = 0, .hi = 1 << 20},
+		{.flag = "--json", .on = &json},
+		{0},
+	};
+	for (int i = 1; i < argc && !rc; i++) {
+		int r = cli_plain_flag("route", plain, argc, argv, &i);
+		if (r == 0 && !strcmp(argv[i], "--arch"))
+			r = (v = cli_val("route", argc, argv, &i)) && !cli_arch("route", v) ? 1 : -1;
+		rc = r > 0 ? 0 : r < 0 ? -1 : cli_help_or_unknown("route", argv[i]);
 	}
-	if (!model || !prompt == !prompt_ids) {
+	if (!rc && (!model || !prompt == !prompt_ids)) {
 		fprintf(stderr, "anedvd route: %s\n",
 		        !model ? "--model is required" : "give exactly one of --prompt-ids and --prompt");
-		route_usage(0);
-		return 2;
+		rc = -1;
+	}
+	if (rc) {
+		route_usage(rc > 0);
+		return rc > 0 ? 0 : 2;
 	}
 
 	char err[AD_ERRLEN];
@@ -635,7 +570,7 @@ cmd_route(int argc, char **argv)
 			status = 2;
 			goto out;
 		}
-	const int n_max = n_prompt + (int)max_tokens;
+	const int n_max = n_prompt + max_tokens;
 	int32_t *grown = realloc(ids, (size_t)n_max * sizeof *ids);
 	hist = calloc((size_t)(hp->n_layer * hp->n_expert), sizeof *hist);
 	logits = malloc((size_t)hp->n_vocab * sizeof *logits);
@@ -674,8 +609,8 @@ cmd_route(int argc, char **argv)
 		cJSON_AddStringToObject(j, "arch", model_arch_name(m.arch));
 		cJSON_AddNumberToObject(j, "n_expert", (double)ne);
 		cJSON_AddNumberToObject(j, "n_expert_used", (double)hp->n_expert_used);
-		cJSON_AddItemToObject(j, "prompt_ids", json_ids(ids, n_prompt));
-		cJSON_AddItemToObject(j, "generated_ids", json_ids(ids + n_prompt, n - n_prompt));
+		cJSON_AddItemToObject(j, "prompt_ids", cli_json_ids(ids, n_prompt));
+		cJSON_AddItemToObject(j, "generated_ids", cli_json_ids(ids + n_prompt, n - n_prompt));
 		cJSON_AddNumberToObject(j, "tokens", fed);
 		cJSON *layers = cJSON_CreateArray();
 		for (int il = 0; il < hp->n_layer; il++) {

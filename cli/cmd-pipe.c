@@ -93,19 +93,12 @@ pipe_flag(struct pipe_opts *o, int argc, char **argv, int *i)
 		o->cache_max_mb = (int)x;
 	} else if (!strcmp(a, "--in-process")) {
 		o->in_process = 1;
-	} else if (!strcmp(a, "--arch")) {
-		if (!(v = cli_val(o->cmd, argc, argv, i)) || cli_arch(o->cmd, v))
-			return -1;
-	} else if (!strcmp(a, "--rope-hf")) {
-		o->rope = MODEL_ROPE_NEOX;
-	} else if (!strcmp(a, "--rope-adjacent")) {
-		o->rope = MODEL_ROPE_NORM;
 	} else if (!strcmp(a, "--debug-delay-ms")) {
 		if (!(v = cli_val(o->cmd, argc, argv, i)) || cli_int(o->cmd, a, v, 0, 60000, &x))
 			return -1;
 		o->debug_delay_ms = (int)x;
 	} else {
-		return 0;
+		return cli_model_flag(o->cmd, &o->rope, argc, argv, i);
 	}
 	return 1;
 }
@@ -231,6 +224,28 @@ pipe_kind_name(int kind)
 
 // --- the pipeline ------------------------------------------------------------------------
 
+const char *
+pipe_backend(const char *given, char *err)
+{
+	const char *be = given;
+	if (!be) {
+#ifdef __APPLE__
+		be = "ane";
+#else
+		be = "emu";
+		fprintf(stderr, "anedvd: no Neural Engine on this platform: using the emu backend (--backend)\n");
+#endif
+	}
+#ifndef __APPLE__
+	if (!strcmp(be, "ane")) {
+		ad_err(err, "--backend ane needs macOS on Apple Silicon; here use emu (the same programs on the CPU) "
+		            "or exact");
+		return NULL;
+	}
+#endif
+	return be;
+}
+
 int
 pipe_is_stop(const struct pipe *p, int32_t id)
 {
@@ -249,20 +264,9 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 	memset(p, 0, sizeof *p);
 	p->timeout_ms = 30000;
 	double t_open = cli_now_ms();
-	const char *be = o->backend;
-	if (!be) {
-#ifdef __APPLE__
-		be = "ane";
-#else
-		be = "emu";
-		fprintf(stderr, "anedvd: no Neural Engine on this platform: using the emu backend (--backend)\n");
-#endif
-	}
-#ifndef __APPLE__
-	if (!strcmp(be, "ane"))
-		return ad_err(err, "--backend ane needs macOS on Apple Silicon; here use emu (the same programs "
-		                   "on the CPU) or exact");
-#endif
+	const char *be = pipe_backend(o->backend, err);
+	if (!be)
+		return -1;
 	snprintf(p->backend, sizeof p->backend, "%s", be);
 	int remote = strcmp(be, "exact") != 0;
 	int chunk = o->chunk > 0 ? o->chunk : 64;

@@ -1,6 +1,5 @@
 // cmd-run.c - `anedvd run`, `chat`, `verify` and `serve`: the commands on
 // the multi-process pipeline (cmd-common.h).
-#include <dirent.h>
 #include <limits.h>
 #include <math.h>
 #include <netdb.h>
@@ -306,9 +305,11 @@ print_timings(FILE *f, struct pipe *p, const struct gen *g)
 
 // --- sampling flags ----------------------------------------------------------------------
 
+// own: the struct sample_params
 static int
-sampling_flag(const char *cmd, struct sample_params *sp, int argc, char **argv, int *i)
+sampling_flag(const char *cmd, void *own, int argc, char **argv, int *i)
 {
+	struct sample_params *sp = own;
 	const char *a = argv[*i], *v;
 	long long x;
 	if (!strcmp(a, "--temp")) {
@@ -357,6 +358,51 @@ sampling_flag(const char *cmd, struct sample_params *sp, int argc, char **argv, 
 	"  --presence-penalty X, --frequency-penalty X   OpenAI semantics, -2..2\n"                                    \
 	"  --seed N            random seed (default: a fixed one, so runs repeat)\n"
 
+// --- the flags of run, chat, verify and serve ---------------------------------------------
+
+// a pipeline command's own flags: the table plain, then flag (1 taken, 0
+// not its, -1 bad with a message; own is its argument); either may be NULL
+struct cmd_flags {
+	const struct cli_plain *plain;
+	int (*flag)(const char *cmd, void *own, int argc, char **argv, int *i);
+	void *own;
+	int no_spec_flags; // the speculative decoding flags are not the command's (verify)
+	int model_word;    // a word that is not a flag is the model (unless --model gave it)
+	void (*usage)(int full);
+};
+
+// each argument is offered to the command's own flags, then to pipe_flag
+// and pipe_spec_flag (the spec flags, checked together at the end); then
+// the model defaults (pipe_model_default). 0 to go on, or -1 with *status the
+// exit status: 0 after --help, 2 after a bad or unknown argument (with the
+// short usage)
+static int
+pipe_args(struct pipe_opts *po, const struct cmd_flags *f, int argc, char **argv, int *status)
+{
+	int rc = 0;
+	for (int i = 1; i < argc && !rc; i++) {
+		int r = f->plain ? cli_plain_flag(po->cmd, f->plain, argc, argv, &i) : 0;
+		if (r == 0 && f->flag)
+			r = f->flag(po->cmd, f->own, argc, argv, &i);
+		if (r == 0)
+			r = pipe_flag(po, argc, argv, &i);
+		if (r == 0 && !f->no_spec_flags)
+			r = pipe_spec_flag(po, argc, argv, &i);
+		if (r == 0 && f->model_word && argv[i][0] != '-' && !po->model) {
+			po->model = argv[i];
+			r = 1;
+		}
+		rc = r > 0 ? 0 : r < 0 ? -1 : cli_help_or_unknown(po->cmd, argv[i]);
+	}
+	if (!rc && ((!f->no_spec_flags && pipe_spec_check(po)) || pipe_model_default(po)))
+		rc = -1;
+	if (rc) {
+		f->usage(rc > 0);
+		*status = rc > 0 ? 0 : 2;
+	}
+	return rc ? -1 : 0;
+}
+
 // the prompt as ids: --prompt-ids as given, else text through the chat
 // template (unless raw) and the tokenizer
 static int
@@ -391,42 +437,30 @@ cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static cJSON *
-json_ids(const int32_t *ids, int n)
-{
-	cJSON *a = cJSON_CreateArray();
-	for (int i = 0; i < n; i++)
-		cJSON_AddItemToArray(a, cJSON_CreateNumber(ids[i]));
-	return a;
-}
-
 // --- run ----------------------------------------------------------------------------
 
 static void
 run_usage(int full)
 {
-	fprintf(stderr, "usage: anedvd run [--model M] (--prompt TEXT | --prompt-ids 1,2,3) [options]\n");
-	if (!full) {
-		fprintf(stderr, "       anedvd run --help  lists the options\n");
-		return;
-	}
-	fprintf(stderr,
-	        "  generate text: the decode loop runs in anedvd-cpu-worker, the projections in\n"
-	        "  anedvd-ane-worker, text goes through anedvd-tokenizer; the reply streams to stdout\n" PIPE_HELP_MODEL
-	        "  --prompt TEXT       wrapped in the model's chat template unless --no-chat\n"
-	        "  --prompt-ids LIST   comma-separated token ids, used as they are\n"
-	        "  --no-chat           raw completion of --prompt (BOS per the model)\n"
-	        "  --system TEXT       system message of the chat template\n"
-	        "  --max-tokens N      tokens to generate (default 48)\n"
-	        "  --max-seq N         context: prompt + reply (default 2048); a longer prompt\n"
-	        "                      loses its oldest tokens (a BOS stays), with a note\n" SAMPLING_HELP
-	                PIPE_HELP_BACKEND PIPE_HELP_SPEC
-	        "  --ngram-probe       decode without speculation, then print what it would have drafted\n"
-	        "                      and accepted (the same tokens come out either way)\n"
-	        "  --ab                first compare the prompt's logits fed per token and in chunks\n"
-	        "  --repeat N          generate N times; print min, median and max decode tok/s\n"
-	        "  --json              one JSON object (ids, text, stop, timings) instead of text\n"
-	        "  --trace FILE        Chrome trace-event JSON of every process (opens in Perfetto)\n");
+	cli_usage(
+		"run", full,
+		"[--model M] (--prompt TEXT | --prompt-ids 1,2,3) [options]\n"
+		"  generate text: the decode loop runs in anedvd-cpu-worker, the projections in\n"
+		"  anedvd-ane-worker, text goes through anedvd-tokenizer; the reply streams to stdout\n" PIPE_HELP_MODEL
+		"  --prompt TEXT       wrapped in the model's chat template unless --no-chat\n"
+		"  --prompt-ids LIST   comma-separated token ids, used as they are\n"
+		"  --no-chat           raw completion of --prompt (BOS per the model)\n"
+		"  --system TEXT       system message of the chat template\n"
+		"  --max-tokens N      tokens to generate (default 48)\n"
+		"  --max-seq N         context: prompt + reply (default 2048); a longer prompt\n"
+		"                      loses its oldest tokens (a BOS stays), with a note\n" SAMPLING_HELP
+			PIPE_HELP_BACKEND PIPE_HELP_SPEC
+		"  --ngram-probe       decode without speculation, then print what it would have drafted\n"
+		"                      and accepted (the same tokens come out either way)\n"
+		"  --ab                first compare the prompt's logits fed per token and in chunks\n"
+		"  --repeat N          generate N times; print min, median and max decode tok/s\n"
+		"  --json              one JSON object (ids, text, stop, timings) instead of text\n"
+		"  --trace FILE        Chrome trace-event JSON of every process (opens in Perfetto)\n");
 }
 
 struct run_opts {
@@ -436,67 +470,32 @@ struct run_opts {
 	int max_tokens, raw, ab, repeat, json, probe;
 };
 
+// 0, or -1 with *status the exit status (pipe_args)
 static int
-run_args(int argc, char **argv, struct run_opts *o)
+run_args(int argc, char **argv, struct run_opts *o, int *status)
 {
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v;
-		long long x;
-		int r = pipe_flag(&o->po, argc, argv, &i);
-		if (r < 0)
-			return -1;
-		if (r > 0)
-			continue;
-		r = sampling_flag("run", &o->sp, argc, argv, &i);
-		if (r < 0)
-			return -1;
-		if (r > 0)
-			continue;
-		if ((r = pipe_spec_flag(&o->po, argc, argv, &i)) < 0)
-			return -1;
-		if (r > 0)
-			continue;
-		if (!strcmp(a, "--prompt")) {
-			if (!(o->prompt = cli_val("run", argc, argv, &i)))
-				return -1;
-		} else if (!strcmp(a, "--prompt-ids")) {
-			if (!(o->ids = cli_val("run", argc, argv, &i)))
-				return -1;
-		} else if (!strcmp(a, "--system")) {
-			if (!(o->system = cli_val("run", argc, argv, &i)))
-				return -1;
-		} else if (!strcmp(a, "--trace")) {
-			if (!(o->trace = cli_val("run", argc, argv, &i)))
-				return -1;
-		} else if (!strcmp(a, "--max-tokens")) {
-			if (!(v = cli_val("run", argc, argv, &i)) || cli_int("run", a, v, 1, 1 << 20, &x))
-				return -1;
-			o->max_tokens = (int)x;
-		} else if (!strcmp(a, "--repeat")) {
-			if (!(v = cli_val("run", argc, argv, &i)) || cli_int("run", a, v, 1, 1000, &x))
-				return -1;
-			o->repeat = (int)x;
-		} else if (!strcmp(a, "--no-chat")) {
-			o->raw = 1;
-		} else if (!strcmp(a, "--ab")) {
-			o->ab = 1;
-		} else if (!strcmp(a, "--ngram-probe")) {
-			o->probe = 1;
-		} else if (!strcmp(a, "--json")) {
-			o->json = 1;
-		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			return 1;
-		} else {
-			fprintf(stderr, "anedvd run: unknown argument '%s'\n", a);
-			return -1;
-		}
-	}
+	const struct cli_plain plain[] = {
+		{.flag = "--prompt", .val = &o->prompt},
+		{.flag = "--prompt-ids", .val = &o->ids},
+		{.flag = "--system", .val = &o->system},
+		{.flag = "--trace", .val = &o->trace},
+		{.flag = "--max-tokens", .num = &o->max_tokens, .lo = 1, .hi = 1 << 20},
+		{.flag = "--repeat", .num = &o->repeat, .lo = 1, .hi = 1000},
+		{.flag = "--no-chat", .on = &o->raw},
+		{.flag = "--ab", .on = &o->ab},
+		{.flag = "--ngram-probe", .on = &o->probe},
+		{.flag = "--json", .on = &o->json},
+		{0},
+	};
+	const struct cmd_flags flags = {.plain = plain, .flag = sampling_flag, .own = &o->sp, .usage = run_usage};
+	if (pipe_args(&o->po, &flags, argc, argv, status))
+		return -1;
 	if (!o->prompt == !o->ids) {
 		fprintf(stderr, "anedvd run: give exactly one of --prompt and --prompt-ids\n");
+		run_usage(0);
+		*status = 2;
 		return -1;
 	}
-	if (pipe_spec_check(&o->po) || pipe_model_default(&o->po))
-		return -1;
 	return 0;
 }
 
@@ -533,30 +532,6 @@ out:
 	return rc;
 }
 
-// the children's trace files, once merged
-static void
-remove_parts(const char *prefix)
-{
-	char dir[1200];
-	snprintf(dir, sizeof dir, "%s", prefix);
-	char *sl = strrchr(dir, '/');
-	const char *stem = sl ? sl + 1 : dir;
-	if (sl)
-		*sl = 0;
-	DIR *d = opendir(sl ? dir : ".");
-	struct dirent *de;
-	while (d && (de = readdir(d))) {
-		size_t L = strlen(de->d_name);
-		if (!strncmp(de->d_name, stem, strlen(stem)) && L > 5 && !strcmp(de->d_name + L - 5, ".json")) {
-			char path[2600];
-			snprintf(path, sizeof path, "%s/%s", sl ? dir : ".", de->d_name);
-			unlink(path);
-		}
-	}
-	if (d)
-		closedir(d);
-}
-
 int
 cmd_run(int argc, char **argv)
 {
@@ -571,11 +546,9 @@ cmd_run(int argc, char **argv)
 	o.sp.top_k = 40;
 	spec_defaults(&o.po.spec);
 	double t_cmd = cli_now_ms();
-	int rc = run_args(argc, argv, &o);
-	if (rc) {
-		run_usage(rc > 0);
-		return rc > 0 ? 0 : 2;
-	}
+	int status;
+	if (run_args(argc, argv, &o, &status))
+		return status;
 	char err[AD_ERRLEN];
 	if (sample_check(&o.sp, err)) {
 		fprintf(stderr, "anedvd run: %s\n", err);
@@ -601,7 +574,7 @@ cmd_run(int argc, char **argv)
 		return sup_interrupted() ? 130 : 1;
 	}
 	double first_token_ms = 0; // from the command's start until the first token was there
-	int status = 1;
+	status = 1;
 	struct gen g = {0};
 	double *tps = NULL;
 	if (o.prompt && prompt_ids(&p, o.prompt, o.system, o.raw, &ids, &n, err)) {
@@ -696,8 +669,8 @@ cmd_run(int argc, char **argv)
 		cJSON *j = cJSON_CreateObject();
 		cJSON_AddStringToObject(j, "backend", p.backend);
 		cJSON_AddStringToObject(j, "weights", p.weights);
-		cJSON_AddItemToObject(j, "prompt_ids", json_ids(ids, n));
-		cJSON_AddItemToObject(j, "ids", json_ids(g.ids, g.n));
+		cJSON_AddItemToObject(j, "prompt_ids", cli_json_ids(ids, n));
+		cJSON_AddItemToObject(j, "ids", cli_json_ids(g.ids, g.n));
 		// the text may end inside a character, or hold bytes that are none:
 		// U+FFFD for them, so the output is JSON (as cpu --json)
 		char *stext = unicode_sanitize(g.text ? g.text : "", g.text ? strlen(g.text) : 0, NULL);
@@ -787,7 +760,7 @@ out:
 			fprintf(stderr, "anedvd run: %s\n", err);
 			status = status ? status : 1;
 		}
-		remove_parts(trace_pre);
+		trace_remove_parts(trace_pre);
 	}
 	return status;
 }
@@ -797,19 +770,15 @@ out:
 static void
 chat_usage(int full)
 {
-	fprintf(stderr, "usage: anedvd chat [--model M] [options]\n");
-	if (!full) {
-		fprintf(stderr, "       anedvd chat --help  lists the options\n");
-		return;
-	}
-	fprintf(stderr,
-	        "  multi-turn chat in the terminal; each turn reuses the cached prefix\n"
-	        "  commands: /help /reset /temp X /topp X /rep X /exit /quit\n" PIPE_HELP_MODEL
-	        "  --system TEXT       system message\n"
-	        "  --max-tokens N      reply length (default 256)\n"
-	        "  --max-seq N         context (default 2048)\n"
-	        "  (sampling defaults: --temp 0.7 --top-p 0.9 --repeat-penalty 1.15)\n" SAMPLING_HELP PIPE_HELP_SPEC
-	                PIPE_HELP_BACKEND);
+	cli_usage("chat", full,
+	          "[--model M] [options]\n"
+	          "  multi-turn chat in the terminal; each turn reuses the cached prefix\n"
+	          "  commands: /help /reset /temp X /topp X /rep X /exit /quit\n" PIPE_HELP_MODEL
+	          "  --system TEXT       system message\n"
+	          "  --max-tokens N      reply length (default 256)\n"
+	          "  --max-seq N         context (default 2048)\n"
+	          "  (sampling defaults: --temp 0.7 --top-p 0.9 --repeat-penalty 1.15)\n" SAMPLING_HELP PIPE_HELP_SPEC
+	                  PIPE_HELP_BACKEND);
 }
 
 struct msg {
@@ -829,40 +798,15 @@ cmd_chat(int argc, char **argv)
 	sp.repeat_penalty = 1.15f;
 	const char *system = NULL;
 	int max_tokens = 256;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v;
-		long long x;
-		int r = pipe_flag(&po, argc, argv, &i);
-		if (r == 0)
-			r = sampling_flag("chat", &sp, argc, argv, &i);
-		if (r == 0)
-			r = pipe_spec_flag(&po, argc, argv, &i);
-		if (r < 0) {
-			chat_usage(0);
-			return 2;
-		}
-		if (r > 0)
-			continue;
-		if (!strcmp(a, "--system")) {
-			if (!(system = cli_val("chat", argc, argv, &i)))
-				return 2;
-		} else if (!strcmp(a, "--max-tokens")) {
-			if (!(v = cli_val("chat", argc, argv, &i)) || cli_int("chat", a, v, 1, 1 << 20, &x))
-				return 2;
-			max_tokens = (int)x;
-		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			chat_usage(1);
-			return 0;
-		} else {
-			fprintf(stderr, "anedvd chat: unknown argument '%s'\n", a);
-			chat_usage(0);
-			return 2;
-		}
-	}
-	if (pipe_model_default(&po))
-		return 2;
-	if (pipe_spec_check(&po))
-		return 2;
+	const struct cli_plain plain[] = {
+		{.flag = "--system", .val = &system},
+		{.flag = "--max-tokens", .num = &max_tokens, .lo = 1, .hi = 1 << 20},
+		{0},
+	};
+	const struct cmd_flags flags = {.plain = plain, .flag = sampling_flag, .own = &sp, .usage = chat_usage};
+	int status;
+	if (pipe_args(&po, &flags, argc, argv, &status))
+		return status;
 	char err[AD_ERRLEN];
 	struct pipe p;
 	if (pipe_open(&p, &po, err)) {
@@ -870,7 +814,8 @@ cmd_chat(int argc, char **argv)
 		return 1;
 	}
 	struct msg *hist = NULL;
-	int nh = 0, status = 1;
+	int nh = 0;
+	status = 1;
 	char session[64];
 	snprintf(session, sizeof session, "chat-%ld", (long)getpid());
 	printf("ready. /help for commands, /exit to quit.\n");
@@ -985,25 +930,22 @@ out:
 static void
 verify_usage(int full)
 {
-	fprintf(stderr, "usage: anedvd verify [--model M] [--prompt TEXT | --prompt-ids 1,2,3] [options]\n");
-	if (!full) {
-		fprintf(stderr, "       anedvd verify --help  lists the options\n");
-		return;
-	}
-	fprintf(stderr, "  the whole prompt through the pipeline (teacher-forced) and through the fp32 reference\n"
-	                "  engine: relative error, cosine, max|diff| and argmax per position. MATCH when the\n"
-	                "  last position's relative error is below 0.10 and both argmaxes agree; exit 1 otherwise.\n"
-	                "  With int8 weights it also prints their error against the model's own weights\n"
-	                "  (dequantised to fp32: max|dw|, max|dw| / row max, RMS relative) and the largest\n"
-	                "  |dlogit| over all positions, and the argmax rule allows a near-tie: the reference's\n"
-	                "  logit of the pipeline's token within 1%% of max|ref logit| of its own top logit.\n"
-	                "  --model M           (or the first argument) a .gguf file or a Hugging Face directory\n"
-	                "                      (default: the bundled stories260K)\n"
-	                "  --prompt TEXT       raw text, BOS per the model (default \"Once upon a time\")\n"
-	                "  --prompt-ids LIST   token ids instead (no tokenizer process then)\n"
-	                "  --layers N          only the first N layers (then the final norm and the LM head), in the\n"
-	                "                      workers and the reference alike: bisects a MISMATCH\n" PIPE_HELP_BACKEND
-	                "  --pipeline-rope-hf  a deliberate fault: neox RoPE in the pipeline only (to see MISMATCH)\n");
+	cli_usage("verify", full,
+	          "[--model M] [--prompt TEXT | --prompt-ids 1,2,3] [options]\n"
+	          "  the whole prompt through the pipeline (teacher-forced) and through the fp32 reference\n"
+	          "  engine: relative error, cosine, max|diff| and argmax per position. MATCH when the\n"
+	          "  last position's relative error is below 0.10 and both argmaxes agree; exit 1 otherwise.\n"
+	          "  With int8 weights it also prints their error against the model's own weights\n"
+	          "  (dequantised to fp32: max|dw|, max|dw| / row max, RMS relative) and the largest\n"
+	          "  |dlogit| over all positions, and the argmax rule allows a near-tie: the reference's\n"
+	          "  logit of the pipeline's token within 1% of max|ref logit| of its own top logit.\n"
+	          "  --model M           (or the first argument) a .gguf file or a Hugging Face directory\n"
+	          "                      (default: the bundled stories260K)\n"
+	          "  --prompt TEXT       raw text, BOS per the model (default \"Once upon a time\")\n"
+	          "  --prompt-ids LIST   token ids instead (no tokenizer process then)\n"
+	          "  --layers N          only the first N layers (then the final norm and the LM head), in the\n"
+	          "                      workers and the reference alike: bisects a MISMATCH\n" PIPE_HELP_BACKEND
+	          "  --pipeline-rope-hf  a deliberate fault: neox RoPE in the pipeline only (to see MISMATCH)\n");
 }
 
 int
@@ -1011,44 +953,27 @@ cmd_verify(int argc, char **argv)
 {
 	struct pipe_opts po = {.cmd = "verify"};
 	const char *prompt = NULL, *idss = NULL;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		int r = pipe_flag(&po, argc, argv, &i);
-		if (r < 0) {
-			verify_usage(0);
-			return 2;
-		}
-		if (r > 0)
-			continue;
-		if (!strcmp(a, "--prompt")) {
-			if (!(prompt = cli_val("verify", argc, argv, &i)))
-				return 2;
-		} else if (!strcmp(a, "--prompt-ids")) {
-			if (!(idss = cli_val("verify", argc, argv, &i)))
-				return 2;
-		} else if (!strcmp(a, "--layers")) {
-			long long nl;
-			const char *v = cli_val("verify", argc, argv, &i);
-			if (!v || cli_int("verify", a, v, 1, 100000, &nl))
-				return 2;
-			// every process (the workers, this one's reference) loads the
-			// model cut to its first N layers; model_load checks N
-			setenv("ANEDVD_LAYERS", v, 1);
-		} else if (!strcmp(a, "--pipeline-rope-hf")) {
-			po.pipe_rope = MODEL_ROPE_NEOX;
-		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			verify_usage(1);
-			return 0;
-		} else if (a[0] != '-' && !po.model) {
-			po.model = a;
-		} else {
-			fprintf(stderr, "anedvd verify: unknown argument '%s'\n", a);
-			verify_usage(0);
-			return 2;
-		}
+	int layers = 0, rope_hf = 0;
+	const struct cli_plain plain[] = {
+		{.flag = "--prompt", .val = &prompt},
+		{.flag = "--prompt-ids", .val = &idss},
+		{.flag = "--layers", .num = &layers, .lo = 1, .hi = 100000},
+		{.flag = "--pipeline-rope-hf", .on = &rope_hf},
+		{0},
+	};
+	const struct cmd_flags flags = {.plain = plain, .no_spec_flags = 1, .model_word = 1, .usage = verify_usage};
+	int status;
+	if (pipe_args(&po, &flags, argc, argv, &status))
+		return status;
+	if (layers) {
+		// every process (the workers, this one's reference) loads the
+		// model cut to its first N layers; model_load checks N
+		char nl[16];
+		snprintf(nl, sizeof nl, "%d", layers);
+		setenv("ANEDVD_LAYERS", nl, 1);
 	}
-	if (pipe_model_default(&po))
-		return 2;
+	if (rope_hf)
+		po.pipe_rope = MODEL_ROPE_NEOX;
 	if (prompt && idss) {
 		fprintf(stderr, "anedvd verify: give one of --prompt and --prompt-ids\n");
 		return 2;
@@ -1065,7 +990,7 @@ cmd_verify(int argc, char **argv)
 		free(ids);
 		return 1;
 	}
-	int status = 1;
+	status = 1;
 	float *a = NULL, *b = NULL;
 	struct ref_engine *ref = NULL;
 	if (!idss) {
@@ -1200,47 +1125,44 @@ out:
 static void
 serve_usage(int full)
 {
-	fprintf(stderr, "usage: anedvd serve [--model M] [--host 127.0.0.1] [--port 8080] [options]\n");
-	if (!full) {
-		fprintf(stderr, "       anedvd serve --help  lists the options\n");
-		return;
-	}
-	fprintf(stderr, "  the HTTP server (OpenAI chat, completions and Responses, Anthropic messages and\n"
-	                "  count_tokens, llama.cpp's /tokenize, /detokenize, /apply-template, /props; WebUI) with\n"
-	                "  the tokenizer, the cpu-worker and the ane-worker behind it, supervised: a crashed\n"
-	                "  worker is restarted\n" PIPE_HELP_MODEL
-	                "  --host H, --port N  where to listen (default 127.0.0.1:8080)\n"
-	                "  --name ID           model id in /v1/models (default: the file's stem)\n"
-	                "  --system TEXT       system prompt for chats that bring none\n"
-	                "  --temp T, --top-p P, --top-k K, --min-p P, --repeat-penalty R\n"
-	                "                      sampling for a request that does not set it (defaults: 0.7, 1,\n"
-	                "                      40 for chat and 0 for completions, 0, 1)\n"
-	                "  --max-tokens N      reply length when a request gives none (default 512)\n"
-	                "  --max-seq N         context (default 2048)\n"
-	                "  --parallel N        generations at once (default 1); --queue N waiting beyond them\n"
-	                "  --cache-mem SIZE    the prefix cache: KV rows of earlier prompts that every request reuses\n"
-	                "                      (e.g. 256M, 2G; a plain number is MiB; 0: off; default the KV of\n"
-	                "                      max(4, --parallel) full contexts)\n" PIPE_HELP_SPEC
-	                "                      (a request may set \"speculative\": false or true itself)\n"
-	                "  --embeddings        serve POST /v1/embeddings too (off by default: 501)\n"
-	                "  --api-key KEY       every request but /health and the WebUI page needs 'Authorization:\n"
-	                "                      Bearer KEY' or 'x-api-key: KEY' (repeatable; also ANEDVD_API_KEY,\n"
-	                "                      comma-separated, which keeps keys off the command line)\n"
-	                "  --api-key-file F    keys, one a line ('#' comments)\n"
-	                "  --cors-origin O     a browser origin allowed beside the server's own and loopback ones\n"
-	                "                      (repeatable; '*' allows all); others get 403\n"
-	                "  --allowed-host H    a Host name accepted beside localhost, IP addresses and --host\n"
-	                "                      (repeatable; '*' any): other names get 403 (DNS rebinding)\n"
-	                "  --tokenizer-url U   where the tokenizer service listens (default: an ipc:// socket in the\n"
-	                "                      instance's runtime directory; e.g. tcp://127.0.0.1:7001)\n"
-	                "  --engine-url U      the same for the cpu-worker (on tcp:// the frontend's lease, not its\n"
-	                "                      pid, is how the worker notices a frontend that died)\n"
-	                "  --backend B         emu (default off macOS) or exact; ane needs macOS on Apple Silicon\n"
-	                "  --chunk N           columns every kernel is compiled for (default 64)\n"
-	                "  --split             split FFN (gate|up, activation on the CPU, down)\n"
-	                "  --threads N         emu threads of the ane-worker (default 2)\n"
-	                "  --weights W         fp16 or int8 kernel weights; default int8 on emu for models stored in\n"
-	                "                      8 bits or fewer (Q8_0, Q4/Q5, K-quants), else fp16; fp16 on ane\n");
+	cli_usage("serve", full,
+	          "[--model M] [--host 127.0.0.1] [--port 8080] [options]\n"
+	          "  the HTTP server (OpenAI chat, completions and Responses, Anthropic messages and\n"
+	          "  count_tokens, llama.cpp's /tokenize, /detokenize, /apply-template, /props; WebUI) with\n"
+	          "  the tokenizer, the cpu-worker and the ane-worker behind it, supervised: a crashed\n"
+	          "  worker is restarted\n" PIPE_HELP_MODEL
+	          "  --host H, --port N  where to listen (default 127.0.0.1:8080)\n"
+	          "  --name ID           model id in /v1/models (default: the file's stem)\n"
+	          "  --system TEXT       system prompt for chats that bring none\n"
+	          "  --temp T, --top-p P, --top-k K, --min-p P, --repeat-penalty R\n"
+	          "                      sampling for a request that does not set it (defaults: 0.7, 1,\n"
+	          "                      40 for chat and 0 for completions, 0, 1)\n"
+	          "  --max-tokens N      reply length when a request gives none (default 512)\n"
+	          "  --max-seq N         context (default 2048)\n"
+	          "  --parallel N        generations at once (default 1); --queue N waiting beyond them\n"
+	          "  --cache-mem SIZE    the prefix cache: KV rows of earlier prompts that every request reuses\n"
+	          "                      (e.g. 256M, 2G; a plain number is MiB; 0: off; default the KV of\n"
+	          "                      max(4, --parallel) full contexts)\n" PIPE_HELP_SPEC
+	          "                      (a request may set \"speculative\": false or true itself)\n"
+	          "  --embeddings        serve POST /v1/embeddings too (off by default: 501)\n"
+	          "  --api-key KEY       every request but /health and the WebUI page needs 'Authorization:\n"
+	          "                      Bearer KEY' or 'x-api-key: KEY' (repeatable; also ANEDVD_API_KEY,\n"
+	          "                      comma-separated, which keeps keys off the command line)\n"
+	          "  --api-key-file F    keys, one a line ('#' comments)\n"
+	          "  --cors-origin O     a browser origin allowed beside the server's own and loopback ones\n"
+	          "                      (repeatable; '*' allows all); others get 403\n"
+	          "  --allowed-host H    a Host name accepted beside localhost, IP addresses and --host\n"
+	          "                      (repeatable; '*' any): other names get 403 (DNS rebinding)\n"
+	          "  --tokenizer-url U   where the tokenizer service listens (default: an ipc:// socket in the\n"
+	          "                      instance's runtime directory; e.g. tcp://127.0.0.1:7001)\n"
+	          "  --engine-url U      the same for the cpu-worker (on tcp:// the frontend's lease, not its\n"
+	          "                      pid, is how the worker notices a frontend that died)\n"
+	          "  --backend B         emu (default off macOS) or exact; ane needs macOS on Apple Silicon\n"
+	          "  --chunk N           columns every kernel is compiled for (default 64)\n"
+	          "  --split             split FFN (gate|up, activation on the CPU, down)\n"
+	          "  --threads N         emu threads of the ane-worker (default 2)\n"
+	          "  --weights W         fp16 or int8 kernel weights; default int8 on emu for models stored in\n"
+	          "                      8 bits or fewer (Q8_0, Q4/Q5, K-quants), else fp16; fp16 on ane\n");
 }
 
 // the frontend is up when its port takes a connection
@@ -1265,151 +1187,116 @@ health_tcp(const char *hostport, int timeout_ms, char *err)
 	return rc ? ad_err(err, "nothing listens on %s yet", hostport) : 0;
 }
 
+#define SERVE_MAX_ACCESS 32
+
+// serve's flags beyond the table: for the cpu-worker and the frontend
+struct serve_opts {
+	const char *tok_url, *eng_url, *cache_mem;
+	// access flags for the frontend: --api-key goes through the environment
+	// (a command line is readable by every user), the others as they are
+	const char *keys[SERVE_MAX_ACCESS], *access[2 * SERVE_MAX_ACCESS];
+	int n_keys, n_access;
+	const char *samp[10]; // the sampling defaults, flag and value, for the frontend
+	int n_samp;
+};
+
+static int
+serve_flag(const char *cmd, void *own, int argc, char **argv, int *i)
+{
+	struct serve_opts *o = own;
+	const char *a = argv[*i], *v;
+	if (!strcmp(a, "--rope-hf") || !strcmp(a, "--rope-adjacent") || !strcmp(a, "--debug-delay-ms")) {
+		fprintf(stderr, "anedvd serve: %s is not supported here (the cpu-worker takes the model's own)\n", a);
+		return -1;
+	} else if (!strcmp(a, "--cache-mem")) {
+		size_t bytes;
+		if (!(o->cache_mem = cli_val("serve", argc, argv, i)))
+			return -1;
+		if (pcache_parse_mem(o->cache_mem, &bytes)) {
+			fprintf(stderr, "anedvd serve: --cache-mem takes a size such as 256M, 2G or 0, not '%s'\n",
+			        o->cache_mem);
+			return -1;
+		}
+	} else if (!strcmp(a, "--tokenizer-url") || !strcmp(a, "--engine-url")) {
+		const char **u = !strcmp(a, "--tokenizer-url") ? &o->tok_url : &o->eng_url;
+		if (!(*u = cli_val("serve", argc, argv, i)))
+			return -1;
+		if (strncmp(*u, "tcp://", 6) && strncmp(*u, "ipc://", 6)) {
+			fprintf(stderr, "anedvd serve: %s takes tcp://HOST:PORT or ipc://PATH, not '%s'\n", a, *u);
+			return -1;
+		}
+		if (strlen(*u) >= 600) {
+			fprintf(stderr, "anedvd serve: %s is too long\n", a);
+			return -1;
+		}
+	} else if (!strcmp(a, "--api-key")) {
+		if (!(v = cli_val("serve", argc, argv, i)))
+			return -1;
+		if (o->n_keys == SERVE_MAX_ACCESS || strchr(v, ',') || !v[0]) {
+			fprintf(stderr, "anedvd serve: --api-key: at most %d keys, each non-empty with no comma\n",
+			        SERVE_MAX_ACCESS);
+			return -1;
+		}
+		o->keys[o->n_keys++] = v;
+	} else if (!strcmp(a, "--temp") || !strcmp(a, "--top-p") || !strcmp(a, "--top-k") || !strcmp(a, "--min-p") ||
+	           !strcmp(a, "--repeat-penalty")) {
+		// checked here so a bad value fails before anything starts; the
+		// frontend applies them to requests that do not set them
+		float f;
+		if (!(v = cli_val("serve", argc, argv, i)))
+			return -1;
+		int bad = !strcmp(a, "--temp")             ? cli_float("serve", a, v, 0, 2, &f)
+		          : !strcmp(a, "--top-k")          ? cli_int("serve", a, v, 0, 1 << 20, &(long long){0})
+		          : !strcmp(a, "--repeat-penalty") ? cli_float("serve", a, v, 1e-6, 10, &f)
+		                                           : cli_float("serve", a, v, 0, 1, &f);
+		if (bad || o->n_samp == 10)
+			return -1;
+		o->samp[o->n_samp++] = a;
+		o->samp[o->n_samp++] = v;
+	} else if (!strcmp(a, "--api-key-file") || !strcmp(a, "--cors-origin") || !strcmp(a, "--allowed-host")) {
+		if (!(v = cli_val("serve", argc, argv, i)))
+			return -1;
+		if (o->n_access == 2 * SERVE_MAX_ACCESS) {
+			fprintf(stderr, "anedvd serve: at most %d of %s and the like\n", SERVE_MAX_ACCESS, a);
+			return -1;
+		}
+		o->access[o->n_access++] = a;
+		o->access[o->n_access++] = v;
+	} else {
+		return 0;
+	}
+	return 1;
+}
+
 int
 cmd_serve(int argc, char **argv)
 {
 	struct pipe_opts po = {.cmd = "serve"};
 	spec_defaults(&po.spec);
-	const char *host = "127.0.0.1", *name = NULL, *system = NULL, *tok_url = NULL, *eng_url = NULL,
-		   *cache_mem = NULL;
-	long long port = 8080, max_tokens = 512, parallel = 1, queue = 16;
-	int embeddings = 0;
-	// access flags for the frontend: --api-key goes through the environment
-	// (a command line is readable by every user), the others as they are
-	enum { MAX_ACCESS = 32 };
-	const char *keys[MAX_ACCESS], *access[2 * MAX_ACCESS];
-	int n_keys = 0, n_access = 0;
-	const char *samp[10]; // the sampling defaults, flag and value, for the frontend
-	int n_samp = 0;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v;
-		int r = pipe_flag(&po, argc, argv, &i);
-		if (r < 0) {
-			serve_usage(0);
-			return 2;
-		}
-		if (r > 0 && (po.rope || po.debug_delay_ms)) {
-			fprintf(stderr,
-			        "anedvd serve: %s is not supported here (the cpu-worker takes the model's own)\n", a);
-			return 2;
-		}
-		if (r > 0)
-			continue;
-		if ((r = pipe_spec_flag(&po, argc, argv, &i)) < 0) {
-			serve_usage(0);
-			return 2;
-		}
-		if (r > 0)
-			continue;
-		if (!strcmp(a, "--embeddings")) {
-			embeddings = 1;
-		} else if (!strcmp(a, "--cache-mem")) {
-			size_t bytes;
-			if (!(cache_mem = cli_val("serve", argc, argv, &i)))
-				return 2;
-			if (pcache_parse_mem(cache_mem, &bytes)) {
-				fprintf(stderr,
-				        "anedvd serve: --cache-mem takes a size such as 256M, 2G or 0, not '%s'\n",
-				        cache_mem);
-				return 2;
-			}
-		} else if (!strcmp(a, "--host")) {
-			if (!(host = cli_val("serve", argc, argv, &i)))
-				return 2;
-		} else if (!strcmp(a, "--port")) {
-			if (!(v = cli_val("serve", argc, argv, &i)) || cli_int("serve", a, v, 1, 65535, &port))
-				return 2;
-		} else if (!strcmp(a, "--name")) {
-			if (!(name = cli_val("serve", argc, argv, &i)))
-				return 2;
-		} else if (!strcmp(a, "--system")) {
-			if (!(system = cli_val("serve", argc, argv, &i)))
-				return 2;
-		} else if (!strcmp(a, "--max-tokens")) {
-			if (!(v = cli_val("serve", argc, argv, &i)) || cli_int("serve", a, v, 1, 1 << 20, &max_tokens))
-				return 2;
-		} else if (!strcmp(a, "--parallel")) {
-			if (!(v = cli_val("serve", argc, argv, &i)) || cli_int("serve", a, v, 1, 64, &parallel))
-				return 2;
-		} else if (!strcmp(a, "--queue")) {
-			if (!(v = cli_val("serve", argc, argv, &i)) || cli_int("serve", a, v, 0, 4096, &queue))
-				return 2;
-		} else if (!strcmp(a, "--tokenizer-url") || !strcmp(a, "--engine-url")) {
-			const char **u = !strcmp(a, "--tokenizer-url") ? &tok_url : &eng_url;
-			if (!(*u = cli_val("serve", argc, argv, &i)))
-				return 2;
-			if (strncmp(*u, "tcp://", 6) && strncmp(*u, "ipc://", 6)) {
-				fprintf(stderr, "anedvd serve: %s takes tcp://HOST:PORT or ipc://PATH, not '%s'\n", a,
-				        *u);
-				return 2;
-			}
-			if (strlen(*u) >= 600) {
-				fprintf(stderr, "anedvd serve: %s is too long\n", a);
-				return 2;
-			}
-		} else if (!strcmp(a, "--api-key")) {
-			if (!(v = cli_val("serve", argc, argv, &i)))
-				return 2;
-			if (n_keys == MAX_ACCESS || strchr(v, ',') || !v[0]) {
-				fprintf(stderr,
-				        "anedvd serve: --api-key: at most %d keys, each non-empty with no comma\n",
-				        MAX_ACCESS);
-				return 2;
-			}
-			keys[n_keys++] = v;
-		} else if (!strcmp(a, "--temp") || !strcmp(a, "--top-p") || !strcmp(a, "--top-k") ||
-		           !strcmp(a, "--min-p") || !strcmp(a, "--repeat-penalty")) {
-			// checked here so a bad value fails before anything starts; the
-			// frontend applies them to requests that do not set them
-			float f;
-			if (!(v = cli_val("serve", argc, argv, &i)))
-				return 2;
-			int bad = !strcmp(a, "--temp")             ? cli_float("serve", a, v, 0, 2, &f)
-			          : !strcmp(a, "--top-k")          ? cli_int("serve", a, v, 0, 1 << 20, &(long long){0})
-			          : !strcmp(a, "--repeat-penalty") ? cli_float("serve", a, v, 1e-6, 10, &f)
-			                                           : cli_float("serve", a, v, 0, 1, &f);
-			if (bad || n_samp == 10)
-				return 2;
-			samp[n_samp++] = a;
-			samp[n_samp++] = v;
-		} else if (!strcmp(a, "--api-key-file") || !strcmp(a, "--cors-origin") ||
-		           !strcmp(a, "--allowed-host")) {
-			if (!(v = cli_val("serve", argc, argv, &i)))
-				return 2;
-			if (n_access == 2 * MAX_ACCESS) {
-				fprintf(stderr, "anedvd serve: at most %d of %s and the like\n", MAX_ACCESS, a);
-				return 2;
-			}
-			access[n_access++] = a;
-			access[n_access++] = v;
-		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			serve_usage(1);
-			return 0;
-		} else {
-			fprintf(stderr, "anedvd serve: unknown argument '%s'\n", a);
-			serve_usage(0);
-			return 2;
-		}
-	}
-	if (pipe_model_default(&po))
-		return 2;
-	if (pipe_spec_check(&po))
-		return 2;
-	const char *be = po.backend;
+	struct serve_opts so = {0};
+	char err[AD_ERRLEN];
+	const char *host = "127.0.0.1", *name = NULL, *system = NULL;
+	int port = 8080, max_tokens = 512, parallel = 1, queue = 16, embeddings = 0;
+	const struct cli_plain plain[] = {
+		{.flag = "--host", .val = &host},
+		{.flag = "--name", .val = &name},
+		{.flag = "--system", .val = &system},
+		{.flag = "--port", .num = &port, .lo = 1, .hi = 65535},
+		{.flag = "--max-tokens", .num = &max_tokens, .lo = 1, .hi = 1 << 20},
+		{.flag = "--parallel", .num = &parallel, .lo = 1, .hi = 64},
+		{.flag = "--queue", .num = &queue, .lo = 0, .hi = 4096},
+		{.flag = "--embeddings", .on = &embeddings},
+		{0},
+	};
+	const struct cmd_flags flags = {.plain = plain, .flag = serve_flag, .own = &so, .usage = serve_usage};
+	int status;
+	if (pipe_args(&po, &flags, argc, argv, &status))
+		return status;
+	const char *be = pipe_backend(po.backend, err);
 	if (!be) {
-#ifdef __APPLE__
-		be = "ane";
-#else
-		be = "emu";
-		fprintf(stderr, "anedvd: no Neural Engine on this platform: using the emu backend (--backend)\n");
-#endif
-	}
-#ifndef __APPLE__
-	if (!strcmp(be, "ane")) {
-		fprintf(stderr, "anedvd serve: --backend ane needs macOS on Apple Silicon; use emu or exact\n");
+		fprintf(stderr, "anedvd serve: %s\n", err);
 		return 2;
 	}
-#endif
 	char b_tok[1024], b_ane[1024], b_cpu[1024], b_fe[1024];
 	const char *miss = sup_binary(b_tok, sizeof b_tok, "anedvd-tokenizer")                             ? b_tok
 	                   : sup_binary(b_cpu, sizeof b_cpu, "anedvd-cpu-worker")                          ? b_cpu
@@ -1430,7 +1317,6 @@ cmd_serve(int argc, char **argv)
 			*dot = 0;
 		name = model_name;
 	}
-	char err[AD_ERRLEN];
 	const char *wts = pipe_weights_path(po.model, be, po.weights, err);
 	if (!wts) {
 		fprintf(stderr, "anedvd serve: %s\n", err);
@@ -1442,23 +1328,23 @@ cmd_serve(int argc, char **argv)
 		return 1;
 	}
 	char u_tok[600], u_ane[600], u_eng[600], listen[300], sz[32], th[32], ms[32], mt[32], par[32], qu[32];
-	if (tok_url)
-		snprintf(u_tok, sizeof u_tok, "%s", tok_url);
+	if (so.tok_url)
+		snprintf(u_tok, sizeof u_tok, "%s", so.tok_url);
 	else
 		sup_url(s, "tokenizer", u_tok, sizeof u_tok);
 	sup_url(s, "ane-worker", u_ane, sizeof u_ane);
-	if (eng_url)
-		snprintf(u_eng, sizeof u_eng, "%s", eng_url);
+	if (so.eng_url)
+		snprintf(u_eng, sizeof u_eng, "%s", so.eng_url);
 	else
 		sup_url(s, "cpu-worker", u_eng, sizeof u_eng);
-	snprintf(listen, sizeof listen, "%s:%lld", host, port);
+	snprintf(listen, sizeof listen, "%s:%d", host, port);
 	snprintf(sz, sizeof sz, "%d", po.chunk > 0 ? po.chunk : 64);
 	snprintf(th, sizeof th, "%d", po.threads > 0 ? po.threads : 2);
 	snprintf(ms, sizeof ms, "%d", po.max_seq > 0 ? po.max_seq : 2048);
-	snprintf(mt, sizeof mt, "%lld", max_tokens);
-	snprintf(par, sizeof par, "%lld", parallel);
-	snprintf(qu, sizeof qu, "%lld", queue);
-	int status = 1;
+	snprintf(mt, sizeof mt, "%d", max_tokens);
+	snprintf(par, sizeof par, "%d", parallel);
+	snprintf(qu, sizeof qu, "%d", queue);
+	status = 1;
 	{
 		const char *av[] = {b_tok, "--model", po.model, "--listen", u_tok, NULL};
 		struct sup_spec sp = {"tokenizer", av, u_tok, sup_health_tok, 1};
@@ -1497,9 +1383,9 @@ cmd_serve(int argc, char **argv)
 		}
 		if (po.split)
 			av[k++] = "--split";
-		if (cache_mem) {
+		if (so.cache_mem) {
 			av[k++] = "--cache-mem";
-			av[k++] = cache_mem;
+			av[k++] = so.cache_mem;
 		}
 		for (int j = 0; j < po.n_spec_args; j++)
 			av[k++] = po.spec_args[j];
@@ -1509,9 +1395,10 @@ cmd_serve(int argc, char **argv)
 			goto fail;
 	}
 	{
-		const char *av[34 + 2 * MAX_ACCESS] = {b_fe,  "--listen",   listen, "--tokenizer",  u_tok, "--engine",
-		                                       u_eng, "--name",     name,   "--max-tokens", mt,    "--max-seq",
-		                                       ms,    "--parallel", par,    "--queue",      qu};
+		const char *av[34 + 2 * SERVE_MAX_ACCESS] = {
+			b_fe,  "--listen",   listen, "--tokenizer",  u_tok, "--engine",
+			u_eng, "--name",     name,   "--max-tokens", mt,    "--max-seq",
+			ms,    "--parallel", par,    "--queue",      qu};
 		int k = 17;
 		av[k++] = "--model-file"; // its name in GET /props
 		av[k++] = po.model;
@@ -1523,21 +1410,21 @@ cmd_serve(int argc, char **argv)
 			av[k++] = "--embeddings";
 		if (po.no_spec || po.spec.draft == 0)
 			av[k++] = "--no-spec"; // what /props says
-		for (int j = 0; j < n_access; j++)
-			av[k++] = access[j];
-		for (int j = 0; j < n_samp; j++)
-			av[k++] = samp[j];
+		for (int j = 0; j < so.n_access; j++)
+			av[k++] = so.access[j];
+		for (int j = 0; j < so.n_samp; j++)
+			av[k++] = so.samp[j];
 		char stf[PATH_MAX + 16];
 		snprintf(stf, sizeof stf, "%s/status", sup_rundir(s));
 		av[k++] = "--status-file";
 		av[k++] = stf;
 		av[k] = NULL;
-		if (n_keys) {
+		if (so.n_keys) {
 			// ANEDVD_API_KEY=<the environment's keys>,<--api-key ...>
 			const char *env = getenv("ANEDVD_API_KEY");
 			size_t len = strlen("ANEDVD_API_KEY=") + (env ? strlen(env) + 1 : 0) + 1;
-			for (int j = 0; j < n_keys; j++)
-				len += strlen(keys[j]) + 1;
+			for (int j = 0; j < so.n_keys; j++)
+				len += strlen(so.keys[j]) + 1;
 			char *kv = malloc(len);
 			if (!kv) {
 				ad_err(err, "out of memory");
@@ -1548,9 +1435,9 @@ cmd_serve(int argc, char **argv)
 				strcat(kv, env);
 				strcat(kv, ",");
 			}
-			for (int j = 0; j < n_keys; j++) {
-				strcat(kv, keys[j]);
-				if (j + 1 < n_keys)
+			for (int j = 0; j < so.n_keys; j++) {
+				strcat(kv, so.keys[j]);
+				if (j + 1 < so.n_keys)
 					strcat(kv, ",");
 			}
 			int rc = sup_setenv(s, kv, err);

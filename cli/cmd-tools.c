@@ -32,43 +32,43 @@ struct tool_opts {
 	int chunk, split, threads, iters, upto, size, token, max_seq, cols;
 	enum model_rope rope;
 	int ctx, heads, kv_heads, head_dim;
+	// tool_start's, for a tool that takes --model: the weights its kernels
+	// hold (--weights or the model's default; fp16 where it takes no
+	// --weights) and the kernels' options
+	const char *wts;
+	struct kb_opts ko;
 };
 
 // flags every tool may take; 1 consumed, 0 not ours, -1 bad value
 static int
 tool_flag(struct tool_opts *o, int argc, char **argv, int *i)
 {
-	const char *a = argv[*i], *v;
-	long long x;
-	struct {
-		const char *flag;
-		int *dst;
-		long long lo, hi;
-	} ints[] = {
-		{"--chunk", &o->chunk, 1, 1024},        {"--threads", &o->threads, 1, 256},
-		{"--iters", &o->iters, 1, 1000000},     {"--upto", &o->upto, 0, 100000},
-		{"--size", &o->size, 1, 16384},         {"--token", &o->token, 0, INT32_MAX},
-		{"--ctx", &o->ctx, 1, 1 << 20},         {"--heads", &o->heads, 1, 1024},
-		{"--kv-heads", &o->kv_heads, 1, 1024},  {"--head-dim", &o->head_dim, 1, 1024},
-		{"--max-seq", &o->max_seq, 2, 1 << 20}, {"--cols", &o->cols, 1, 1024},
+	const char *a = argv[*i];
+	const struct cli_plain plain[] = {
+		{.flag = "--model", .val = &o->model},
+		{.flag = "--prompt", .val = &o->prompt},
+		{.flag = "--prompt-ids", .val = &o->ids},
+		{.flag = "--chunk", .num = &o->chunk, .lo = 1, .hi = 1024},
+		{.flag = "--threads", .num = &o->threads, .lo = 1, .hi = 256},
+		{.flag = "--iters", .num = &o->iters, .lo = 1, .hi = 1000000},
+		{.flag = "--upto", .num = &o->upto, .lo = 0, .hi = 100000},
+		{.flag = "--size", .num = &o->size, .lo = 1, .hi = 16384},
+		{.flag = "--token", .num = &o->token, .lo = 0, .hi = INT32_MAX},
+		{.flag = "--ctx", .num = &o->ctx, .lo = 1, .hi = 1 << 20},
+		{.flag = "--heads", .num = &o->heads, .lo = 1, .hi = 1024},
+		{.flag = "--kv-heads", .num = &o->kv_heads, .lo = 1, .hi = 1024},
+		{.flag = "--head-dim", .num = &o->head_dim, .lo = 1, .hi = 1024},
+		{.flag = "--max-seq", .num = &o->max_seq, .lo = 2, .hi = 1 << 20},
+		{.flag = "--cols", .num = &o->cols, .lo = 1, .hi = 1024},
+		{.flag = "--split", .on = &o->split},
+		{0},
 	};
-	for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
-		if (!strcmp(a, ints[k].flag)) {
-			if (!(v = cli_val(o->cmd, argc, argv, i)) || cli_int(o->cmd, a, v, ints[k].lo, ints[k].hi, &x))
-				return -1;
-			*ints[k].dst = (int)x;
-			return 1;
-		}
-	if (!strcmp(a, "--model")) {
-		if (!(o->model = cli_val(o->cmd, argc, argv, i)))
-			return -1;
-	} else if (!strcmp(a, "--prompt")) {
-		if (!(o->prompt = cli_val(o->cmd, argc, argv, i)))
-			return -1;
-	} else if (!strcmp(a, "--prompt-ids")) {
-		if (!(o->ids = cli_val(o->cmd, argc, argv, i)))
-			return -1;
-	} else if (!strcmp(a, "--weights")) {
+	int r = cli_plain_flag(o->cmd, plain, argc, argv, i);
+	if (r == 0)
+		r = cli_model_flag(o->cmd, &o->rope, argc, argv, i);
+	if (r != 0)
+		return r;
+	if (!strcmp(a, "--weights")) {
 		if (!(o->weights = cli_val(o->cmd, argc, argv, i)) || pipe_weights_arg(o->cmd, o->weights))
 			return -1;
 	} else if (!strcmp(a, "--backend")) {
@@ -85,52 +85,91 @@ tool_flag(struct tool_opts *o, int argc, char **argv, int *i)
 			return -1;
 		}
 #endif
-	} else if (!strcmp(a, "--split")) {
-		o->split = 1;
-	} else if (!strcmp(a, "--rope-hf")) {
-		o->rope = MODEL_ROPE_NEOX;
-	} else if (!strcmp(a, "--rope-adjacent")) {
-		o->rope = MODEL_ROPE_NORM;
-	} else if (!strcmp(a, "--arch")) {
-		if (!(v = cli_val(o->cmd, argc, argv, i)) || cli_arch(o->cmd, v))
-			return -1;
 	} else {
 		return 0;
 	}
 	return 1;
 }
 
-// parse argv: 0 ok, 1 help, -1 bad; allowed lists the flags this command
-// takes ("--model --split ..."); a bare word is the model
+// parse argv: 0 ok, 1 help, -1 bad (message printed); allowed lists the
+// flags the tool takes ("--model --split ..."; where it takes --model, a
+// bare word is the model), required those it must be given
 static int
-tool_args(struct tool_opts *o, int argc, char **argv, const char *allowed)
+tool_args(struct tool_opts *o, int argc, char **argv, const char *allowed, const char *required)
 {
+	char al[600], seen[600] = " ", key[40];
+	snprintf(al, sizeof al, " %s ", allowed);
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
-		if (!strcmp(a, "-h") || !strcmp(a, "--help"))
-			return 1;
-		if (a[0] != '-' && !o->model && strstr(allowed, "--model")) {
+		snprintf(key, sizeof key, " %s ", a);
+		if (a[0] != '-' && !o->model && strstr(al, " --model ")) {
 			o->model = a;
-			continue;
-		}
-		char key[40];
-		snprintf(key, sizeof key, "%s ", a);
-		char al[600];
-		snprintf(al, sizeof al, "%s ", allowed);
-		if (a[0] != '-' || !strstr(al, key)) {
-			fprintf(stderr, "anedvd-dev %s: unknown argument '%s'\n", o->cmd, a);
+			snprintf(key, sizeof key, " --model ");
+		} else if (a[0] != '-' || !strstr(al, key)) {
+			return cli_help_or_unknown(o->cmd, a);
+		} else if (tool_flag(o, argc, argv, &i) <= 0) {
 			return -1;
 		}
-		if (tool_flag(o, argc, argv, &i) <= 0)
-			return -1;
+		if (strlen(seen) + strlen(key) < sizeof seen)
+			strcat(seen, key + 1);
 	}
-	return 0;
+	int missing = 0;
+	for (const char *p = required; *p; p += *p == ' ') {
+		size_t n = strcspn(p, " ");
+		snprintf(key, sizeof key, " %.*s ", (int)n, p);
+		missing |= !strstr(seen, key);
+		p += n;
+	}
+	if (!missing)
+		return 0;
+	// "--model is required", "--model and --upto are required"
+	const char *sp = strchr(required, ' ');
+	if (sp)
+		fprintf(stderr, "anedvd-dev %s: %.*s and %s are required\n", o->cmd, (int)(sp - required), required,
+		        sp + 1);
+	else
+		fprintf(stderr, "anedvd-dev %s: %s is required\n", o->cmd, required);
+	return -1;
 }
 
 static const char *
 backend_of(const struct tool_opts *o)
 {
 	return o->backend ? o->backend : "emu";
+}
+
+// the start of every tool: its flags (tool_args), and for a tool that
+// takes a model (m non-NULL; --model among the required flags) the model,
+// loaded with --rope-hf / --rope-adjacent applied, and o->wts and o->ko.
+// 0 to go on, or -1 with *status the exit status: 0 after --help, 2 after
+// a bad or missing flag (with the usage), 1 when the model does not load
+static int
+tool_start(struct tool_opts *o, int argc, char **argv, const char *allowed, const char *required, void (*usage)(void),
+           struct model *m, int *status)
+{
+	int r = tool_args(o, argc, argv, allowed, required);
+	if (r) {
+		usage();
+		*status = r > 0 ? 0 : 2;
+		return -1;
+	}
+	if (!m)
+		return 0;
+	char err[AD_ERRLEN];
+	if (model_load(m, o->model, err)) {
+		fprintf(stderr, "anedvd-dev %s: %s\n", o->cmd, err);
+		*status = 1;
+		return -1;
+	}
+	if (o->rope)
+		m->hp.rope = o->rope;
+	o->wts = strstr(allowed, "--weights") ? pipe_weights(m, backend_of(o), o->weights) : "fp16";
+	o->ko = (struct kb_opts){.width = o->chunk,
+	                         .split = o->split,
+	                         .threads = o->threads,
+	                         .weights = strcmp(o->wts, "int8") ? ANE_W_FP16 : ANE_W_INT8,
+	                         .backend = o->backend};
+	return 0;
 }
 
 static void
@@ -296,6 +335,20 @@ out:
 	return rc;
 }
 
+// the LM head's logits for x, every chunk of kb into its place in row (y:
+// room for a chunk)
+static int
+lm_head_row(struct kernel_backend *kb, const float *x, float *y, float *row, char *err)
+{
+	for (int i = 0; i < kb->n_kernels; i++)
+		if (kb->kernels[i].kind == ANE_K_LM_HEAD) {
+			if (call1(kb, i, x, y, 1, NULL, err))
+				return -1;
+			memcpy(row + kb->kernels[i].row_offset, y, (size_t)kb->kernels[i].out_ch * sizeof *y);
+		}
+	return 0;
+}
+
 // the prompt's ids: --prompt-ids, else --prompt (or the default) through
 // the model's tokenizer; 0, -1 (message printed), 2 (bad flags)
 static int
@@ -356,34 +409,19 @@ int
 cmd_check(int argc, char **argv)
 {
 	struct tool_opts o = {.cmd = "check", .token = -1};
-	int r = tool_args(
-		&o, argc, argv,
-		"--model --split --chunk --threads --token --rope-hf --rope-adjacent --weights --arch --backend "
-		"--prompt --prompt-ids");
-	if (r || !o.model) {
-		if (!r)
-			fprintf(stderr, "anedvd-dev check: --model is required\n");
-		check_usage();
-		return r > 0 ? 0 : 2;
-	}
-	char err[AD_ERRLEN];
 	struct model m;
-	if (model_load(&m, o.model, err)) {
-		fprintf(stderr, "anedvd-dev check: %s\n", err);
-		return 1;
-	}
-	if (o.rope)
-		m.hp.rope = o.rope;
-	const char *wts = pipe_weights(&m, backend_of(&o), o.weights);
-	struct kb_opts ko = {.width = o.chunk,
-	                     .split = o.split,
-	                     .threads = o.threads,
-	                     .weights = strcmp(wts, "int8") ? ANE_W_FP16 : ANE_W_INT8,
-	                     .backend = o.backend};
+	int status;
+	if (tool_start(&o, argc, argv,
+	               "--model --split --chunk --threads --token --rope-hf --rope-adjacent --weights --arch --backend "
+	               "--prompt --prompt-ids",
+	               "--model", check_usage, &m, &status))
+		return status;
+	char err[AD_ERRLEN];
 	struct kernel_backend *kl = NULL, *kx = NULL;
 	float *x = NULL, *xo = NULL, *ya = NULL, *yb = NULL;
 	int32_t *ids = NULL;
-	int n_ids = 0, status = 1;
+	int n_ids = 0;
+	status = 1;
 	char rope_line[512];
 	struct tokenizer *tk = m.gguf ? tok_load_gguf(m.gguf, err) : tok_load(o.model, err);
 	const struct model_hparams *hp = &m.hp;
@@ -401,11 +439,11 @@ cmd_check(int argc, char **argv)
 		goto out;
 	}
 	double t0 = cli_now_ms();
-	if (!(kl = kb_local_new(&m, &ko, err)) || !(kx = kb_exact_new(&m, &ko, err))) {
+	if (!(kl = kb_local_new(&m, &o.ko, err)) || !(kx = kb_exact_new(&m, &o.ko, err))) {
 		fprintf(stderr, "anedvd-dev check: %s\n", err);
 		goto out;
 	}
-	printf("%s: %d kernels, width %d, %s weights, compiled in %.0f ms\n", kl->name, kl->n_kernels, kl->width, wts,
+	printf("%s: %d kernels, width %d, %s weights, compiled in %.0f ms\n", kl->name, kl->n_kernels, kl->width, o.wts,
 	       cli_now_ms() - t0);
 	int32_t tok = o.token >= 0 ? o.token : m.hp.bos_id >= 0 ? (int32_t)m.hp.bos_id : 1;
 	int maxc = (int)m.hp.n_vocab;
@@ -451,22 +489,10 @@ cmd_check(int argc, char **argv)
 		       pipe_kind_name(ki->kind), ki->in_ch, ki->out_ch, kl->name, md, rel, nans, ok ? "ok" : "FAIL");
 	}
 	// the LM head: every chunk of each backend into a whole row
-	for (int i = 0; i < kl->n_kernels; i++)
-		if (kl->kernels[i].kind == ANE_K_LM_HEAD) {
-			if (call1(kl, i, x, ya, 1, NULL, err)) {
-				fprintf(stderr, "anedvd-dev check: %s\n", err);
-				goto out;
-			}
-			memcpy(ha + kl->kernels[i].row_offset, ya, (size_t)kl->kernels[i].out_ch * sizeof *ya);
-		}
-	for (int i = 0; i < kx->n_kernels; i++)
-		if (kx->kernels[i].kind == ANE_K_LM_HEAD) {
-			if (call1(kx, i, x, yb, 1, NULL, err)) {
-				fprintf(stderr, "anedvd-dev check: %s\n", err);
-				goto out;
-			}
-			memcpy(hb + kx->kernels[i].row_offset, yb, (size_t)kx->kernels[i].out_ch * sizeof *yb);
-		}
+	if (lm_head_row(kl, x, ya, ha, err) || lm_head_row(kx, x, yb, hb, err)) {
+		fprintf(stderr, "anedvd-dev check: %s\n", err);
+		goto out;
+	}
 	{
 		double md;
 		int nans;
@@ -524,37 +550,31 @@ layers_usage(void)
 int
 cmd_layers(int argc, char **argv)
 {
-	struct tool_opts o = {.cmd = "layers", .upto = -1};
-	int r = tool_args(
-		&o, argc, argv,
-		"--model --upto --prompt --prompt-ids --chunk --split --threads --rope-hf --rope-adjacent --arch "
-		"--max-seq --backend");
-	if (r || !o.model || o.upto < 0) {
-		if (!r)
-			fprintf(stderr, "anedvd-dev layers: --model and --upto are required\n");
-		layers_usage();
-		return r > 0 ? 0 : 2;
-	}
-	if (o.prompt && o.ids) {
-		fprintf(stderr, "anedvd-dev layers: give one of --prompt and --prompt-ids\n");
-		return 2;
-	}
+	struct tool_opts o = {.cmd = "layers"};
+	struct model m;
+	int status;
+	if (tool_start(
+		    &o, argc, argv,
+		    "--model --upto --prompt --prompt-ids --chunk --split --threads --rope-hf --rope-adjacent --arch "
+		    "--max-seq --backend",
+		    "--model --upto", layers_usage, &m, &status))
+		return status;
+	status = 1;
 	char err[AD_ERRLEN];
 	int32_t *ids = NULL;
 	int n = 0;
-	if (o.ids && cli_ids("layers", "--prompt-ids", o.ids, &ids, &n))
-		return 2;
-	struct model m;
-	if (model_load(&m, o.model, err)) {
-		fprintf(stderr, "anedvd-dev layers: %s\n", err);
-		free(ids);
-		return 1;
-	}
-	if (o.rope)
-		m.hp.rope = o.rope;
-	struct tokenizer *tk = m.gguf ? tok_load_gguf(m.gguf, err) : tok_load(o.model, err);
-	int status = 1;
+	struct tokenizer *tk = NULL;
 	struct kernel_backend *kl = NULL;
+	if (o.prompt && o.ids) {
+		fprintf(stderr, "anedvd-dev layers: give one of --prompt and --prompt-ids\n");
+		status = 2;
+		goto out;
+	}
+	if (o.ids && cli_ids("layers", "--prompt-ids", o.ids, &ids, &n)) {
+		status = 2;
+		goto out;
+	}
+	tk = m.gguf ? tok_load_gguf(m.gguf, err) : tok_load(o.model, err);
 	if (!ids) {
 		const char *t = o.prompt ? o.prompt : "The capital of France is";
 		size_t nn = 0;
@@ -578,14 +598,13 @@ cmd_layers(int argc, char **argv)
 		}
 	struct model cut = m; // the same tensors, fewer layers
 	cut.hp.n_layer = o.upto;
-	struct kb_opts ko = {.width = o.chunk, .split = o.split, .threads = o.threads, .backend = o.backend};
 	if (o.max_seq && o.max_seq < n + 1) {
 		fprintf(stderr, "anedvd-dev layers: --max-seq %d: the prompt has %d tokens\n", o.max_seq, n);
 		status = 2;
 		goto out;
 	}
 	const int max_seq = o.max_seq ? o.max_seq : n + 1;
-	if (!(kl = kb_local_new(&cut, &ko, err))) {
+	if (!(kl = kb_local_new(&cut, &o.ko, err))) {
 		fprintf(stderr, "anedvd-dev layers: %s\n", err);
 		goto out;
 	}
@@ -720,28 +739,14 @@ int
 cmd_kernels(int argc, char **argv)
 {
 	struct tool_opts o = {.cmd = "kernels", .iters = 20};
-	int r = tool_args(&o, argc, argv,
-	                  "--model --iters --chunk --split --threads --weights --cols --arch --backend");
-	if (r || !o.model) {
-		if (!r)
-			fprintf(stderr, "anedvd-dev kernels: --model is required\n");
-		kernels_usage();
-		return r > 0 ? 0 : 2;
-	}
-	char err[AD_ERRLEN];
 	struct model m;
-	if (model_load(&m, o.model, err)) {
-		fprintf(stderr, "anedvd-dev kernels: %s\n", err);
-		return 1;
-	}
-	const char *wts = pipe_weights(&m, backend_of(&o), o.weights);
-	struct kb_opts ko = {.width = o.chunk,
-	                     .split = o.split,
-	                     .threads = o.threads,
-	                     .weights = strcmp(wts, "int8") ? ANE_W_FP16 : ANE_W_INT8,
-	                     .backend = o.backend};
-	struct kernel_backend *kl = kb_local_new(&m, &ko, err);
-	int status = 1;
+	int status;
+	if (tool_start(&o, argc, argv, "--model --iters --chunk --split --threads --weights --cols --arch --backend",
+	               "--model", kernels_usage, &m, &status))
+		return status;
+	char err[AD_ERRLEN];
+	struct kernel_backend *kl = kb_local_new(&m, &o.ko, err);
+	status = 1;
 	float *x = NULL, *y = NULL;
 	if (!kl) {
 		fprintf(stderr, "anedvd-dev kernels: %s\n", err);
@@ -758,7 +763,7 @@ cmd_kernels(int argc, char **argv)
 		goto out;
 	rng_fill(x, (size_t)maxc, 3, 1.0f);
 	printf("model: %s, %lld layers, %s width %d, %s weights, %d iterations, one column\n", o.model,
-	       (long long)m.hp.n_layer, kl->name, kl->width, wts, o.iters);
+	       (long long)m.hp.n_layer, kl->name, kl->width, o.wts, o.iters);
 	printf("  kernel      in -> out     weights     ms/eval    GB/s\n");
 	double layer_ms = 0, head_ms = 0, layer_b = 0, head_b = 0;
 	size_t biggest = 0;
@@ -871,131 +876,137 @@ out:
 	return rc;
 }
 
-static struct ane_builder *
-tool_builder(const struct tool_opts *o, char *err)
+static void
+probe_usage(void)
 {
-	struct ane_build_opts bo = {.backend = o->backend, .threads = o->threads};
-	return ane_builder_new(&bo, err);
+	fprintf(stderr, "usage: anedvd-dev probe [--size N] [--iters K] [--threads N] [--backend emu|ane]\n"
+	                "  one N x N projection (default 256) compiled as a 1x1 conv and run on the backend\n"
+	                "  (default emu; ane only in a macOS build) K times (default 20), against a CPU\n"
+	                "  matmul of the same weights: max|err|, relative error, us/eval, GFLOP/s; CORRECT\n"
+	                "  if rel < 0.02, else MISMATCH (exit 1)\n");
 }
 
+static void
+bench_usage(void)
+{
+	fprintf(stderr, "usage: anedvd-dev bench [--iters K] [--threads N] [--backend emu|ane]\n"
+	                "  N x N projections on the backend (default emu), N = 128 ... 4096, one column, K\n"
+	                "  evals each (default 50): us/eval, GFLOP/s and fp16 weight GB/s\n");
+}
+
+static void
+width_usage(void)
+{
+	fprintf(stderr, "usage: anedvd-dev width [--size N] [--iters K] [--threads N] [--backend emu|ane]\n"
+	                "  cost of an N x N projection (default 2048) on the backend (default emu) against\n"
+	                "  the activation width 1, 8, 32, 64, 128 (all columns in use), K evals each\n"
+	                "  (default 30)\n");
+}
+
+enum proj_tool { PROJ_PROBE, PROJ_BENCH, PROJ_WIDTH };
+
+// probe, bench and width: n x n projections at width w (all w columns in
+// use) compiled on the backend and run --iters times each; probe one of
+// --size at width 1 against a CPU matmul (exit 1 on MISMATCH), bench the
+// sizes 128 ... 4096 at width 1, width one of --size at the widths 1 ... 128
+static int
+projections(enum proj_tool t, struct tool_opts *o, int argc, char **argv)
+{
+	static void (*const usage[])(void) = {probe_usage, bench_usage, width_usage};
+	static const int widths[] = {1, 8, 32, 64, 128};
+	const char *allowed = t == PROJ_BENCH ? "--iters --threads --backend" : "--size --iters --threads --backend";
+	int status;
+	if (tool_start(o, argc, argv, allowed, "", usage[t], NULL, &status))
+		return status;
+	char err[AD_ERRLEN];
+	struct ane_build_opts bo = {.backend = o->backend, .threads = o->threads};
+	struct ane_builder *b = ane_builder_new(&bo, err);
+	if (!b) {
+		fprintf(stderr, "anedvd-dev %s: %s\n", o->cmd, err);
+		return 1;
+	}
+	if (t == PROJ_BENCH) {
+		printf("%s projection sweep, one column, %d evals each\n", backend_of(o), o->iters);
+		printf("     size     us/eval    GFLOP/s     GB/s   rel.err\n");
+	} else if (t == PROJ_WIDTH) {
+		printf("%s projection cost vs activation width (%d -> %d, fp16 weights)\n", backend_of(o), o->size,
+		       o->size);
+		printf("  width      us/eval       vs w=1      GFLOP/s\n");
+	}
+	int points = t == PROJ_BENCH ? 6 : t == PROJ_WIDTH ? 5 : 1;
+	double base = 0;
+	status = 0;
+	for (int i = 0; i < points; i++) {
+		int n = t == PROJ_BENCH ? 128 << i : o->size, w = t == PROJ_WIDTH ? widths[i] : 1;
+		struct probe_res res;
+		if (probe_run(b, n, w, w, o->iters, &res, err)) {
+			fprintf(stderr, "anedvd-dev %s: %s\n", o->cmd, err);
+			status = 1;
+			break;
+		}
+		double gflops = 2.0 * n * n * w / (res.us * 1e3);
+		if (i == 0)
+			base = res.us;
+		if (t == PROJ_PROBE) {
+			status = res.rel < 0.02 ? 0 : 1;
+			printf("probe %dx%d on %s: max|err| = %.4e  rel = %.4e  %.2f us/eval  %.2f GFLOP/s -> %s\n", n,
+			       n, backend_of(o), res.maxabs, res.rel, res.us, gflops, status ? "MISMATCH" : "CORRECT");
+		} else if (t == PROJ_BENCH) {
+			printf("  %7d  %10.2f  %9.2f  %7.2f  %.2e\n", n, res.us, gflops, gflops, res.rel);
+		} else {
+			printf("  %5d   %10.2f   %8.2fx   %10.1f\n", w, res.us, res.us / base, gflops);
+		}
+	}
+	ane_builder_free(b);
+	return status;
+}
 
 int
 cmd_probe(int argc, char **argv)
 {
 	struct tool_opts o = {.cmd = "probe", .size = 256, .iters = 20};
-	int r = tool_args(&o, argc, argv, "--size --iters --threads --backend");
-	if (r) {
-		fprintf(stderr, "usage: anedvd-dev probe [--size N] [--iters K] [--threads N] [--backend emu|ane]\n"
-		                "  one N x N projection (default 256) compiled as a 1x1 conv and run on the backend\n"
-		                "  (default emu; ane only in a macOS build) K times (default 20), against a CPU\n"
-		                "  matmul of the same weights: max|err|, relative error, us/eval, GFLOP/s; CORRECT\n"
-		                "  if rel < 0.02, else MISMATCH (exit 1)\n");
-		return r > 0 ? 0 : 2;
-	}
-	char err[AD_ERRLEN];
-	struct ane_builder *b = tool_builder(&o, err);
-	struct probe_res res;
-	if (!b || probe_run(b, o.size, 1, 1, o.iters, &res, err)) {
-		fprintf(stderr, "anedvd-dev probe: %s\n", err);
-		ane_builder_free(b);
-		return 1;
-	}
-	int ok = res.rel < 0.02;
-	printf("probe %dx%d on %s: max|err| = %.4e  rel = %.4e  %.2f us/eval  %.2f GFLOP/s -> %s\n", o.size, o.size,
-	       backend_of(&o), res.maxabs, res.rel, res.us, 2.0 * o.size * o.size / (res.us * 1e3),
-	       ok ? "CORRECT" : "MISMATCH");
-	ane_builder_free(b);
-	return ok ? 0 : 1;
+	return projections(PROJ_PROBE, &o, argc, argv);
 }
 
 int
 cmd_bench(int argc, char **argv)
 {
 	struct tool_opts o = {.cmd = "bench", .iters = 50};
-	int r = tool_args(&o, argc, argv, "--iters --threads --backend");
-	if (r) {
-		fprintf(stderr, "usage: anedvd-dev bench [--iters K] [--threads N] [--backend emu|ane]\n"
-		                "  N x N projections on the backend (default emu), N = 128 ... 4096, one column, K\n"
-		                "  evals each (default 50): us/eval, GFLOP/s and fp16 weight GB/s\n");
-		return r > 0 ? 0 : 2;
-	}
-	char err[AD_ERRLEN];
-	struct ane_builder *b = tool_builder(&o, err);
-	if (!b) {
-		fprintf(stderr, "anedvd-dev bench: %s\n", err);
-		return 1;
-	}
-	printf("%s projection sweep, one column, %d evals each\n", backend_of(&o), o.iters);
-	printf("     size     us/eval    GFLOP/s     GB/s   rel.err\n");
-	for (int n = 128; n <= 4096; n *= 2) {
-		struct probe_res res;
-		if (probe_run(b, n, 1, 1, o.iters, &res, err)) {
-			fprintf(stderr, "anedvd-dev bench: %s\n", err);
-			ane_builder_free(b);
-			return 1;
-		}
-		printf("  %7d  %10.2f  %9.2f  %7.2f  %.2e\n", n, res.us, 2.0 * n * n / (res.us * 1e3),
-		       2.0 * n * n / (res.us * 1e3), res.rel);
-	}
-	ane_builder_free(b);
-	return 0;
+	return projections(PROJ_BENCH, &o, argc, argv);
 }
 
 int
 cmd_width(int argc, char **argv)
 {
 	struct tool_opts o = {.cmd = "width", .size = 2048, .iters = 30};
-	int r = tool_args(&o, argc, argv, "--size --iters --threads --backend");
-	if (r) {
-		fprintf(stderr, "usage: anedvd-dev width [--size N] [--iters K] [--threads N] [--backend emu|ane]\n"
-		                "  cost of an N x N projection (default 2048) on the backend (default emu) against\n"
-		                "  the activation width 1, 8, 32, 64, 128 (all columns in use), K evals each\n"
-		                "  (default 30)\n");
-		return r > 0 ? 0 : 2;
-	}
-	char err[AD_ERRLEN];
-	struct ane_builder *b = tool_builder(&o, err);
-	if (!b) {
-		fprintf(stderr, "anedvd-dev width: %s\n", err);
-		return 1;
-	}
-	printf("%s projection cost vs activation width (%d -> %d, fp16 weights)\n", backend_of(&o), o.size, o.size);
-	printf("  width      us/eval       vs w=1      GFLOP/s\n");
-	static const int ws[] = {1, 8, 32, 64, 128};
-	double base = 0;
-	for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
-		struct probe_res res;
-		if (probe_run(b, o.size, ws[i], ws[i], o.iters, &res, err)) {
-			fprintf(stderr, "anedvd-dev width: %s\n", err);
-			ane_builder_free(b);
-			return 1;
-		}
-		if (i == 0)
-			base = res.us;
-		printf("  %5d   %10.2f   %8.2fx   %10.1f\n", ws[i], res.us, res.us / base,
-		       2.0 * o.size * o.size * ws[i] / (res.us * 1e3));
-	}
-	ane_builder_free(b);
-	return 0;
+	return projections(PROJ_WIDTH, &o, argc, argv);
 }
 
 // --- attnbench -------------------------------------------------------------------------------
+
+static void
+attnbench_usage(void)
+{
+	fprintf(stderr,
+	        "usage: anedvd-dev attnbench [--ctx 1024] [--heads 14] [--kv-heads 2] [--head-dim 64] [--iters 200]\n"
+	        "  one decode step's attention (every head, one query) over an fp16 KV cache of\n"
+	        "  --ctx positions: attn_fast and attn_ref as the engine runs them, then the\n"
+	        "  same work split into plain stages (q.k dots, softmax, weighted V sum)\n");
+}
 
 int
 cmd_attnbench(int argc, char **argv)
 {
 	struct tool_opts o = {
 		.cmd = "attnbench", .ctx = 1024, .heads = 14, .kv_heads = 2, .head_dim = 64, .iters = 200};
-	int r = tool_args(&o, argc, argv, "--ctx --heads --kv-heads --head-dim --iters");
-	if (r || o.heads % o.kv_heads) {
-		if (!r)
-			fprintf(stderr, "anedvd-dev attnbench: --heads must be a multiple of --kv-heads\n");
-		fprintf(stderr,
-		        "usage: anedvd-dev attnbench [--ctx 1024] [--heads 14] [--kv-heads 2] [--head-dim 64] [--iters 200]\n"
-		        "  one decode step's attention (every head, one query) over an fp16 KV cache of\n"
-		        "  --ctx positions: attn_fast and attn_ref as the engine runs them, then the\n"
-		        "  same work split into plain stages (q.k dots, softmax, weighted V sum)\n");
-		return r > 0 ? 0 : 2;
+	int status;
+	if (tool_start(&o, argc, argv, "--ctx --heads --kv-heads --head-dim --iters", "", attnbench_usage, NULL,
+	               &status))
+		return status;
+	if (o.heads % o.kv_heads) {
+		fprintf(stderr, "anedvd-dev attnbench: --heads must be a multiple of --kv-heads\n");
+		attnbench_usage();
+		return 2;
 	}
 	int H = o.heads, G = o.kv_heads, D = o.head_dim, T = o.ctx;
 	struct attn_shape sh = {.n_head = H,

@@ -110,18 +110,47 @@ put_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
-// append the elements of a file holding one JSON array; 1 if any written
-static int
-merge_file(FILE *out, const char *path, int first)
+// call fn(path, arg) for every file "<prefix>*.json"
+static void
+each_part(const char *prefix, void (*fn)(const char *path, void *arg), void *arg)
 {
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof dir, "%s", prefix);
+	char *sl = strrchr(dir, '/');
+	const char *stem = sl ? sl + 1 : dir;
+	if (sl)
+		*sl = 0;
+	DIR *d = opendir(sl ? dir : ".");
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		size_t L = strlen(de->d_name);
+		if (strncmp(de->d_name, stem, strlen(stem)) != 0 || L < 5 || strcmp(de->d_name + L - 5, ".json"))
+			continue;
+		char p[PATH_MAX + 256];
+		snprintf(p, sizeof p, "%s/%s", sl ? dir : ".", de->d_name);
+		fn(p, arg);
+	}
+	if (d)
+		closedir(d);
+}
+
+struct merge {
+	FILE *out;
+	int first; // nothing written yet
+};
+
+// append the elements of a file holding one JSON array
+static void
+merge_file(const char *path, void *arg)
+{
+	struct merge *m = arg;
 	FILE *f = fopen(path, "rb");
 	if (!f)
-		return 0;
+		return;
 	fseek(f, 0, SEEK_END);
 	long n = ftell(f);
 	fseek(f, 0, SEEK_SET);
 	char *b = n > 0 ? malloc((size_t)n + 1) : NULL;
-	int wrote = 0;
 	if (b && fread(b, 1, (size_t)n, f) == (size_t)n) {
 		b[n] = 0;
 		char *l = strchr(b, '['), *r = strrchr(b, ']');
@@ -130,16 +159,21 @@ merge_file(FILE *out, const char *path, int first)
 			while (p < r && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
 				p++;
 			if (p < r) {
-				if (!first)
-					fputs(",\n", out);
-				fwrite(p, 1, (size_t)(r - p), out);
-				wrote = 1;
+				if (!m->first)
+					fputs(",\n", m->out);
+				fwrite(p, 1, (size_t)(r - p), m->out);
+				m->first = 0;
 			}
 		}
 	}
 	free(b);
 	fclose(f);
-	return wrote;
+}
+
+static void
+remove_file(const char *path, void *arg)
+{
+	unlink(path);
 }
 
 int
@@ -170,31 +204,19 @@ trace_write(const char *path, const char *merge_prefix, char *err)
 	}
 	pthread_mutex_unlock(&mu);
 	if (merge_prefix) {
-		char dir[PATH_MAX];
-		snprintf(dir, sizeof dir, "%s", merge_prefix);
-		char *sl = strrchr(dir, '/');
-		const char *stem = sl ? sl + 1 : dir;
-		if (sl)
-			*sl = 0;
-		DIR *d = opendir(sl ? dir : ".");
-		struct dirent *de;
-		while (d && (de = readdir(d))) {
-			size_t L = strlen(de->d_name);
-			if (strncmp(de->d_name, stem, strlen(stem)) != 0 || L < 5 ||
-			    strcmp(de->d_name + L - 5, ".json"))
-				continue;
-			char p[PATH_MAX + 256];
-			snprintf(p, sizeof p, "%s/%s", sl ? dir : ".", de->d_name);
-			if (merge_file(f, p, first))
-				first = 0;
-		}
-		if (d)
-			closedir(d);
+		struct merge m = {f, first};
+		each_part(merge_prefix, merge_file, &m);
 	}
 	fputs("\n]\n", f);
 	if (fclose(f) != 0)
 		return ad_err(err, "--trace %s: cannot write", path);
 	return 0;
+}
+
+void
+trace_remove_parts(const char *merge_prefix)
+{
+	each_part(merge_prefix, remove_file, NULL);
 }
 
 void

@@ -11,7 +11,8 @@
 // environment has ANEDVD_TRACE=<prefix> (the CLI sets it for its children
 // with --trace), tracing is on and the events are written at exit to
 // "<prefix>.<pid>.json". The CLI's trace_write merges every such file
-// ("<prefix>*.json") into its own output once the children have stopped.
+// ("<prefix>*.json") into its own output once the children have stopped,
+// and trace_remove_parts removes them.
 #ifndef AD_TRACE_H
 #define AD_TRACE_H
 
@@ -28,6 +29,8 @@ void trace_process(long pid, const char *name);
 // write every buffered event, and the events of the JSON-array files
 // "<merge_prefix>*.json" (merge_prefix may be NULL), to path
 int trace_write(const char *path, const char *merge_prefix, char *err);
+// remove the files "<merge_prefix>*.json" (once merged)
+void trace_remove_parts(const char *merge_prefix);
 void trace_reset(void); // drop the buffer
 
 // the worker side: ANEDVD_TRACE=<prefix> turns tracing on and writes

@@ -500,6 +500,13 @@ test_trace(void)
 	}
 	CHECK(x == 2 && m == 2 && worker == 2, "X %d, M %d, worker's %d", x, m, worker);
 	cJSON_Delete(j);
+	// the worker's file goes once merged; the merged output stays
+	char part[1200];
+	snprintf(part, sizeof part, "%s.%ld.json", prefix, (long)p);
+	CHECK(access(part, F_OK) == 0, "%s", part);
+	trace_remove_parts(prefix);
+	CHECK(access(part, F_OK) != 0, "%s not removed", part);
+	CHECK(access(out, F_OK) == 0);
 	CHECK(trace_write("/nonexistent/dir/t.json", NULL, err) == -1);
 	trace_reset();
 }
