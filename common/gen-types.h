@@ -152,4 +152,9 @@ struct tok_msg {
 	const char *reasoning; // assistant turns: the thinking kept in history (NULL: none)
 };
 
+// the name of the tool-call markup a conversation made plain is written in
+// (tok_chat_tools_plain), as the tokenizer service reports it and the
+// frontend parses replies by it
+#define TOK_TOOL_FORMAT_GENERIC "generic"
+
 #endif

@@ -20,8 +20,7 @@
 #include <stdint.h>
 
 #include "err.h"
-#include "gen-types.h" // struct spec_stats
-#include "tokenizer.h"
+#include "gen-types.h" // struct spec_stats, struct tok_msg
 
 #define FE_MAX_STOPS 16
 #define FE_MAX_STOP_LEN 256

@@ -20,12 +20,10 @@ workers="ane-worker cpu-worker tokenizer-svc frontend"
 others="ane-worker cpu-worker tokenizer-svc frontend cli"
 
 # "file -> header", as printed below
-ALLOW='cpu-worker/grammar.c -> tokenizer-svc/include/tokenizer.h
-frontend/fe.h -> tokenizer-svc/include/tokenizer.h'
+ALLOW='cpu-worker/grammar.c -> tokenizer-svc/include/tokenizer.h'
 # why: grammar.c reads the vocabulary's token texts through the tokenizer
-# library; fe.h names the tokenizer's chat family and tool-call format
-# types directly. (The frontend's clients of the services are proto/'s,
-# the types they share common/gen-types.h.)
+# library. (The frontend's clients of the services are proto/'s, the types
+# they share common/gen-types.h.)
 
 found=$(mktemp) || exit 2
 trap 'rm -f "$found"' EXIT

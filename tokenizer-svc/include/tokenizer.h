@@ -173,8 +173,8 @@ int tok_apply_chat_family(const struct tokenizer *t, enum tok_chat_family f, con
 // An assistant turn's calls are written after its text in that markup; a
 // tool turn becomes a user turn "Result of NAME (CALL_ID): CONTENT". *out
 // and the strings it points to are malloc'd; free them with
-// tok_chat_plain_free(*out, *n_out).
-#define TOK_TOOL_FORMAT_GENERIC "generic"
+// tok_chat_plain_free(*out, *n_out). (TOK_TOOL_FORMAT_GENERIC, that
+// markup's name: common/gen-types.h)
 int tok_chat_tools_plain(const struct tok_msg *msgs, size_t n, const char *tools_json, struct tok_msg **out,
                          size_t *n_out, char *err);
 void tok_chat_plain_free(struct tok_msg *msgs, size_t n);
