@@ -566,6 +566,23 @@ cmd_run(int argc, char **argv)
 		snprintf(trace_env, sizeof trace_env, "ANEDVD_TRACE=%s", trace_pre);
 		o.po.child_env = trace_env;
 	}
+	// --prompt-ids outside the vocabulary: a usage error, said before any
+	// worker starts (the check after pipe_open stays for the tokenizer's ids)
+	if (ids && o.po.model) {
+		struct model m;
+		if (model_load(&m, o.po.model, err) == 0) {
+			long long nv = (long long)m.hp.n_vocab;
+			model_free(&m);
+			for (int i = 0; i < n; i++)
+				if (ids[i] >= nv) {
+					fprintf(stderr,
+					        "anedvd run: token id %d is outside the vocabulary (%lld ids)\n",
+					        ids[i], nv);
+					free(ids);
+					return 2;
+				}
+		}
+	}
 	struct pipe p;
 	double t_open = cli_now_ms();
 	if (pipe_open(&p, &o.po, err)) {
