@@ -23,7 +23,8 @@ cat "$T/text.out"
 num='[0-9][0-9.]*'
 fig="$num \\($num\\.\\.$num\\)"
 for row in "decode tok/s" "prefill tok/s (64-token prompt)" "start to first token, cold s" \
-	"start to first token, warm s" "peak RSS, all processes, MiB" "peak private (RssAnon), MiB" \
+	"start to first token, warm s" "peak RSS, all processes (sum of VmRSS), MiB" \
+	"peak memory, all processes together (sum of PSS), MiB" "peak private (RssAnon), MiB" \
 	"IPC per call to the ane-worker, us" "decode time outside the kernels, %" "emu weight GB/s (kernels, 1 column)" \
 	"decode weight GB/s (weight bytes per token x tok/s)" \
 	"2-thread streaming read GB/s" "emu GB/s / streaming read"; do
@@ -51,7 +52,8 @@ grep -q "build commit fake000" "$T/md.out" || fail "the peer's build commit is n
 grep -F "| decode tok/s |" "$T/md.out" | grep -Eq "\| 100 \(100\.\.100\) \| $fig+x \|" || fail "decode: no peer figure and ratio"
 grep -F "| prefill tok/s" "$T/md.out" | grep -Eq "\| 1000 \(1000\.\.1000\) \| $fig+x \|" || fail "prefill: no peer figure and ratio"
 grep -F "| start to first token, cold s |" "$T/md.out" | grep -Eq "\| $fig \| $fig \| $fig+x \|" || fail "cold start: no peer figure"
-grep -F "| peak RSS, all processes, MiB |" "$T/md.out" | grep -Eq "\| $fig \| $fig \| $fig+x \|" || fail "RSS: no peer figure"
+grep -F "| peak RSS, all processes (sum of VmRSS), MiB |" "$T/md.out" | grep -Eq "\| $fig \| $fig \| $fig+x \|" || fail "RSS: no peer figure"
+grep -F "| peak memory, all processes together (sum of PSS), MiB |" "$T/md.out" | grep -Eq "\| $fig \| $fig \| $fig+x \|" || fail "PSS: no peer figure"
 grep -q "^## Against llama.cpp" "$T/md.out" || fail "no summary of the ratios"
 grep -Eq "^\| stories260K F32 \| fp16 \| $num+x \| *\| $num+x \| $num+x \| *\| $num+x \|$" "$T/md.out" || fail "no summary row"
 echo "bench-smoke: ok"
