@@ -18,7 +18,10 @@
 // on a restarted cpu-worker, and the resident memory (VmRSS) of every
 // process after a 30 s warm-up and at the end (a process that was killed
 // and restarted is a new process: its figure is its own incarnation's;
-// the frontend and the CLI live throughout). Also the load average.
+// the frontend and the CLI live throughout), and each worker's VmRSS just
+// before each of its kills: its incarnations compared at the same age,
+// first with last. KILL_EVERY=0: no kills (every process lives throughout).
+// Also the load average.
 //
 // Environment: MODEL, CLIENTS, KILL_EVERY (s), DELAY_US (the ane-worker's
 // ANEDVD_DEBUG_DELAY_US, default 200: kills then land mid-request), SEED.
@@ -206,7 +209,7 @@ const count = (kind, ok, detail, ms) => {
 };
 const t0 = Date.now(), until = t0 + minutes * 60000;
 let startRss = null;
-const kills = [], killLog = [];
+const kills = [], killLog = [], atKill = {};
 const clients = Array.from({ length: CLIENTS }, async () => {
 	while (Date.now() < until) {
 		const x = rand();
@@ -236,14 +239,16 @@ const killer = (async () => {
 	await sleep(30000);
 	startRss = snapshot();
 	const names = ['ane-worker', 'cpu-worker', 'tokenizer'];
-	for (let k = 0; Date.now() + KILL_EVERY < until; k++) {
+	for (let k = 0; KILL_EVERY > 0 && Date.now() + KILL_EVERY < until; k++) {
 		await sleep(KILL_EVERY);
 		const name = names[k % 3];
 		const p = procs()[name];
 		if (p && p.pid > 0) {
 			try {
+				const mib = rss(p.pid);
 				process.kill(p.pid, 'SIGKILL');
 				kills.push(name);
+				if (!Number.isNaN(mib)) (atKill[name] ||= []).push(mib);
 				killLog.push(`${new Date().toISOString().slice(11, 19)} ${name} ${p.pid}`);
 			} catch {
 				// it was restarting
@@ -279,6 +284,16 @@ for (const n of Object.keys(endRss)) {
 	const a = startRss?.[n]?.mib, b = endRss[n].mib;
 	const same = startRss?.[n]?.pid === endRss[n].pid;
 	console.log(`  ${n.padEnd(12)} ${a?.toFixed(1).padStart(8)} ${b.toFixed(1).padStart(8)} ${(((b - a) / a) * 100).toFixed(1).padStart(7)}%  ${st[n]?.restarts ?? 0}${same ? '' : ' (a new process since the start)'}`);
+}
+// a worker lives 3 x KILL_EVERY between its kills: its incarnations are
+// compared at the same age, the moment before their kill
+if (Object.keys(atKill).length) {
+	console.log(`resident memory (VmRSS, MiB) of each worker just before its kills: each incarnation had lived ${(3 * KILL_EVERY) / 1000} s (the first: since the start)`);
+	console.log(`  ${'process'.padEnd(12)} ${'first'.padStart(8)} ${'last'.padStart(8)} ${'change'.padStart(8)}  ${'min'.padStart(6)} ${'median'.padStart(6)} ${'max'.padStart(6)}  kills`);
+	for (const [n, v] of Object.entries(atKill)) {
+		const o = [...v].sort((a, b) => a - b), a = v[0], b = v.at(-1);
+		console.log(`  ${n.padEnd(12)} ${a.toFixed(1).padStart(8)} ${b.toFixed(1).padStart(8)} ${(((b - a) / a) * 100).toFixed(1).padStart(7)}%  ${o[0].toFixed(1).padStart(6)} ${o[o.length >> 1].toFixed(1).padStart(6)} ${o.at(-1).toFixed(1).padStart(6)}  ${v.length}`);
+	}
 }
 console.log(`load average at the end: ${load}; serve exited ${code} on SIGINT`);
 if (!process.env.ANEDVD_KEEP_TMP) fs.rmSync(rt, { recursive: true, force: true });
