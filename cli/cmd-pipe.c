@@ -398,6 +398,7 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 		                             .url = eng_url,
 		                             .process = "anedvd (in-process cpu-worker)",
 		                             .backend = remote ? "remote" : "exact",
+		                             .vocab = &vocab_local,
 		                             .ane_url = remote ? ane_url : NULL,
 		                             .weights = remote ? p->weights : NULL,
 		                             .chunk = chunk,

@@ -250,6 +250,7 @@ main(int argc, char **argv)
 	                             .url = url,
 	                             .backend = backend,
 	                             .emu_new = kb_local_new,
+	                             .vocab = &vocab_local,
 	                             .ane_url = ane_url,
 	                             .weights = weights,
 	                             .chunk = (int)chunk,

@@ -1683,7 +1683,8 @@ grammar_job(struct sched *s, const struct sched_gen *g, struct job *j, enum sche
 	if (!g->grammar || !g->grammar_len)
 		return 0;
 	if (!s->o.vocab.get)
-		return fail(code, SCHED_EUNSUPPORTED, err, "grammar: this worker has no vocabulary for grammars");
+		return fail(code, SCHED_EUNSUPPORTED, err,
+		            "grammar: this worker was started without a vocabulary source, so it takes no grammars");
 	char msg[AD_ERRLEN];
 	const struct gram_vocab *v = s->o.vocab.get(s->o.vocab.ctx, msg);
 	if (!v)

@@ -450,7 +450,8 @@ struct cpu_worker {
 	struct model m;
 	struct kernel_backend *kb;
 	struct engine *e;
-	struct gram_loader *gl;
+	const struct cpu_vocab_source *vs;
+	struct sched_vocab vocab; // vs's (ctx NULL: none)
 	struct sched *s;
 	struct engine_service svc;
 	struct ad_server *srv;
@@ -461,7 +462,8 @@ worker_free(struct cpu_worker *w)
 {
 	sched_free(w->s);
 	engine_free(w->e);
-	gram_loader_free(w->gl);
+	if (w->vocab.ctx)
+		w->vs->close(w->vocab.ctx);
 	if (w->kb)
 		w->kb->free(w->kb); // closes the surfaces; the owner unlinks its shared memory
 	model_free(&w->m);
@@ -569,10 +571,18 @@ cpu_worker_start(const struct cpu_worker_opts *o, char *err)
 	                        .cache_block = cache_block,
 	                        .spec = &o->spec,
 	                        .no_spec = o->no_spec || !o->spec.draft};
-	// grammars need each token's bytes: the model's tokenizer, loaded on the first one
-	w->gl = gram_loader_new(o->model_path, engine_n_vocab(w->e));
-	if (w->gl)
-		so.vocab = (struct sched_vocab){gram_loader_get, gram_loader_find, w->gl};
+	// grammars need each token's bytes: the process's vocabulary source (the
+	// model's tokenizer, loaded on the first grammar); without one the
+	// scheduler refuses them
+	if (o->vocab) {
+		w->vs = o->vocab;
+		w->vocab = o->vocab->open(o->model_path, engine_n_vocab(w->e));
+		if (!w->vocab.get) {
+			ad_err(err, "out of memory for the grammars' vocabulary");
+			goto fail;
+		}
+		so.vocab = w->vocab;
+	}
 	so.cache_mem = o->cache_mem_set ? o->cache_mem
 	                                : pcache_default_mem(engine_kv_row_bytes(w->e), engine_state_bytes(w->e),
 	                                                     engine_max_seq(w->e), so.parallel);

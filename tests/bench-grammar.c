@@ -33,6 +33,7 @@
 #include "grammar.h"
 #include "sample.h"
 #include "tokenizer.h"
+#include "vocab-local.h"
 
 #ifndef T_DATA
 #define T_DATA "tests/data"

@@ -6,13 +6,13 @@ if(NOT TARGET anedvd_tokenizer)
 endif()
 # tests/tokenizer.cmake unpacks the Qwen3 tokenizer.json (target tokdata)
 set(AD_GRAMMAR_TOKDATA ${CMAKE_CURRENT_BINARY_DIR}/tokdata)
-ad_test(NAME test-grammar SOURCES test-grammar.c LIBS anedvd_cpu anedvd_tokenizer LABELS unit)
+ad_test(NAME test-grammar SOURCES test-grammar.c LIBS anedvd_cpu anedvd_tokenizer anedvd_vocablocal LABELS unit)
 target_compile_definitions(test-grammar PRIVATE T_TOKDATA="${AD_GRAMMAR_TOKDATA}")
 add_dependencies(test-grammar tokdata)
 
 # a benchmark prints figures; it is built but not run by ctest
 add_executable(bench-grammar bench-grammar.c)
-target_link_libraries(bench-grammar PRIVATE anedvd_cpu anedvd_tokenizer anedvd_common)
+target_link_libraries(bench-grammar PRIVATE anedvd_cpu anedvd_tokenizer anedvd_vocablocal anedvd_common)
 target_compile_definitions(bench-grammar PRIVATE T_DATA="${CMAKE_CURRENT_SOURCE_DIR}/data"
                            T_TOKDATA="${AD_GRAMMAR_TOKDATA}")
 add_dependencies(bench-grammar tokdata)

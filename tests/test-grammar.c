@@ -20,6 +20,7 @@
 #include "sample.h"
 #include "t.h"
 #include "tokenizer.h"
+#include "vocab-local.h"
 
 #ifndef T_TOKDATA
 #define T_TOKDATA "tests/tokdata"

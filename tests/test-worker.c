@@ -58,6 +58,7 @@
 #include "scheduler.h"
 #include "cpu-service.h"
 #include "t.h"
+#include "vocab-local.h"
 
 #pragma GCC diagnostic ignored "-Wformat-zero-length" // CHECK without a message
 

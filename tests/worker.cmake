@@ -2,7 +2,7 @@
 # in process and through the anedvd-cpu-worker binary (and, when it is
 # built, on an anedvd-ane-worker through kb_remote).
 if(TARGET anedvd-cpu-worker AND TARGET anedvd_proto)
-  ad_test(NAME test-worker SOURCES test-worker.c LIBS anedvd_kblocal anedvd_proto LABELS integration)
+  ad_test(NAME test-worker SOURCES test-worker.c LIBS anedvd_kblocal anedvd_vocablocal anedvd_proto LABELS integration)
   target_compile_definitions(test-worker PRIVATE CPU_WORKER_BIN="$<TARGET_FILE:anedvd-cpu-worker>")
   add_dependencies(test-worker anedvd-cpu-worker)
   if(TARGET anedvd-ane-worker)

@@ -52,11 +52,26 @@ void engine_service_handle(void *arg, const uint8_t *req, size_t req_len, uint8_
 // both workers' libraries, so this one does not link it)
 typedef struct kernel_backend *(*cpu_kb_new_fn)(const struct model *m, const struct kb_opts *o, char *err);
 
+// the grammars' vocabulary: open gives the scheduler's sched_vocab for the
+// model at model_path, of n_vocab tokens (get NULL: out of memory; it may
+// read the model on the first grammar, get reports a failure then), close
+// frees its ctx. vocab_local (cli/vocab-local.c: the model's tokenizer, read
+// through the tokenizer library, which this one does not link) is the one
+// the processes pass. Without one a grammar is refused (SCHED_EUNSUPPORTED,
+// "started without a vocabulary source").
+struct cpu_vocab_source {
+	struct sched_vocab (*open)(const char *model_path, int n_vocab);
+	void (*close)(void *ctx);
+};
+extern const struct cpu_vocab_source vocab_local;
+
 struct cpu_worker_opts {
 	const char *model_path, *url;
 	const char *process; // Health's name and the log's (NULL: anedvd-cpu-worker)
 	const char *backend; // "emu", "exact" or "remote"
 	cpu_kb_new_fn emu_new;
+	// the grammars' vocabulary (&vocab_local; NULL: grammars are refused)
+	const struct cpu_vocab_source *vocab;
 	const char *ane_url; // remote
 	const char *weights; // "fp16", "int8" or NULL: plan.h's default for emu
 	int chunk, split, threads;

@@ -2,11 +2,12 @@
 // in the sampler, token by token.
 //
 // A gram_vocab belongs to a model: each token's bytes (what the token adds
-// to a decoded stream: tok_token_text) and a trie over them in depth-first
-// order. It is built once, is immutable afterwards and may be shared by
-// threads. A token that adds no bytes (a control token) is never allowed by
-// the grammar's bytes, only by a token element (<[id]>) or, for the stop
-// ids, where the grammar can end.
+// to a decoded stream: the tokenizer's tok_token_text, read by the process
+// that runs the worker, cli/vocab-local.h) and a trie over them in
+// depth-first order. It is built once, is immutable afterwards and may be
+// shared by threads. A token that adds no bytes (a control token) is never
+// allowed by the grammar's bytes, only by a token element (<[id]>) or, for
+// the stop ids, where the grammar can end.
 //
 // A gram belongs to one sequence. Its state is the set of the grammar's
 // pushdown stacks after the text so far. Two implementations keep it:
@@ -70,31 +71,16 @@
 #define GRAM_MAX_TRIGGERS 16
 #define GRAM_MAX_WORD 128 // bytes of a trigger word
 
-struct tokenizer;
 struct gram_vocab;
 struct gram;
 
 // bytes[i] and len[i] for each of n_vocab tokens (NULL or 0: no bytes); copied
 struct gram_vocab *gram_vocab_new(int n_vocab, const char *const *bytes, const uint32_t *len, char *err);
-// from a tokenizer (tok_token_text); n_vocab: the model's size (ids beyond
-// the tokenizer's have no bytes; 0: the tokenizer's)
-struct gram_vocab *gram_vocab_from_tokenizer(const struct tokenizer *t, int n_vocab, char *err);
 void gram_vocab_free(struct gram_vocab *v); // NULL is fine
 int gram_vocab_size(const struct gram_vocab *v);
 int gram_vocab_nodes(const struct gram_vocab *v); // trie nodes, the root included
 // the bytes of token id
 const uint8_t *gram_vocab_bytes(const struct gram_vocab *v, int32_t id, uint32_t *len);
-
-// A model's vocabulary built on first use: the tokenizer loaded from the
-// model (tok_load: a .gguf file or a Hugging Face directory), the trie sized
-// to the model's n_vocab. get and find fit sched_vocab (scheduler.h); both
-// are safe from any thread. A failed load is reported on every get.
-struct gram_loader;
-struct gram_loader *gram_loader_new(const char *model_path, int n_vocab);
-void gram_loader_free(struct gram_loader *l); // NULL is fine
-const struct gram_vocab *gram_loader_get(void *l, char *err);
-// the id of the one token whose text (piece) is s[0..n), or -1 (a grammar's <text>)
-int32_t gram_loader_find(void *l, const char *s, size_t n);
 
 struct gram_opts {
 	const struct gbnf *g;       // the caller keeps it alive as long as the gram

@@ -127,7 +127,8 @@ struct sched_opts {
 	// the model's vocabulary for grammars: get returns it (built on first
 	// use, safe from any thread; NULL with a message when it cannot be);
 	// find resolves a grammar's <text> tokens (NULL: they are refused).
-	// Without get a grammar is SCHED_EUNSUPPORTED.
+	// Without get (the worker was started without a vocabulary source,
+	// cpu_worker_opts.vocab) a grammar is SCHED_EUNSUPPORTED.
 	struct sched_vocab {
 		const struct gram_vocab *(*get)(void *ctx, char *err);
 		int32_t (*find)(void *ctx, const char *s, size_t n);
