@@ -26,7 +26,9 @@
 //   - Eval equals engine_eval (full, per token, last row only, the first
 //     layer only: engine_eval_layers), here and
 //     with kb_exact on a fixture model, whose greedy generation agrees with
-//     the argmax of its own teacher-forced logits.
+//     the argmax of its own teacher-forced logits;
+//   - a worker started (cpu_worker_start) without a vocabulary source
+//     refuses a grammar with ERROR_UNSUPPORTED and says why.
 // Through the real process (emu and exact in-process backends, and remote
 // on an anedvd-ane-worker): the reference ids, Health, clean SIGTERM, the
 // command line's errors; an ane-worker killed under a job and restarted
@@ -2116,6 +2118,41 @@ test_grammar(void)
 	CHECK(engc_generate(S.c, &g, &st, TMO, &code, err) == -1 && strstr(err, "trigger"), "%s", err);
 }
 
+// a worker started without a vocabulary source (cpu_worker_opts.vocab
+// NULL) refuses a grammar with ERROR_UNSUPPORTED, saying so, and generates
+// without one. Run last: cpu_worker_stop ends this process's kb_remote
+// retries (kb_remote_stop), as at a process's end.
+static void
+test_no_vocab(void)
+{
+	char url[300], err[AD_ERRLEN] = "";
+	REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), "no-vocab") == 0);
+	struct cpu_worker_opts wo = {
+		.model_path = STORIES, .url = url, .process = "test-worker", .emu_new = kb_local_new, .chunk = WIDTH};
+	spec_defaults(&wo.spec);
+	struct cpu_worker *w = cpu_worker_start(&wo, err);
+	REQUIRE(w, "%s", err);
+	struct ad_client *c = ad_client_open(url, err);
+	CHECK(c, "%s", err);
+	if (c) {
+		struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 4, .grammar = "root ::= \"a\""};
+		struct engc_started st;
+		int code = 0;
+		CHECK(engc_generate(c, &g, &st, TMO, &code, err) == -1 &&
+		              code == ANEDVD__ERROR_CODE__ERROR_UNSUPPORTED &&
+		              strstr(err, "started without a vocabulary source"),
+		      "code %d: %s", code, err);
+		int32_t *ids;
+		size_t n;
+		if (run(c, prompt5, 5, 4, NULL, NULL, &ids, &n, NULL) == 0) {
+			CHECK(same_ids(ids, n, ref_ids + 4, 4));
+			free(ids);
+		}
+		ad_client_close(c);
+	}
+	cpu_worker_stop(w, NULL, NULL);
+}
+
 int
 main(void)
 {
@@ -2147,6 +2184,7 @@ main(void)
 	T_RUN(test_restart_spec);
 	T_RUN(test_restart_stop);
 #endif
+	T_RUN(test_no_vocab);
 	svc_stop(&S);
 	gram_loader_free(S_vocab);
 	return t_done();
