@@ -77,7 +77,7 @@ struct dp_chan {
 	int (*idle)(void *arg); // worker: dp_set_idle
 	void *idle_arg;
 	// client: spinning through a call (ANEDVD_DP_SPIN_THROUGH): 0 off, 1
-	// on, 2 as long as it pays (the score: calls answered within the spin,
+	// on (the default), 2 as long as it pays (the score: calls answered within the spin,
 	// less those that outran it; below zero, a rest of `rest` calls asleep)
 	int through;
 	_Atomic int score, rest;
@@ -85,6 +85,7 @@ struct dp_chan {
 
 static uint64_t hot_ns = 10000;            // the caller's spin: pause this long, then yield
 static uint64_t serve_hot_ns = UINT64_MAX; // the worker's idle spin: pause throughout
+static uint64_t through_pause_ns = 0;      // spinning through a call: yield from the start
 
 static uint32_t
 env_us(const char *name, uint32_t dflt_us)
@@ -109,10 +110,12 @@ chan_defaults(struct dp_chan *c)
 	c->lead_ns = env_us("ANEDVD_DP_LEAD_US", 40);
 	c->spin_max_ns = env_us("ANEDVD_DP_SPIN_MAX_US", 200);
 	const char *th = getenv("ANEDVD_DP_SPIN_THROUGH");
-	c->through = th && !strcmp(th, "1") ? 1 : th && !strcmp(th, "auto") ? 2 : 0;
+	c->through = !th || !*th || !strcmp(th, "1") ? 1 : !strcmp(th, "auto") ? 2 : 0;
 	hot_ns = env_us("ANEDVD_DP_YIELD_US", 10);
 	if (getenv("ANEDVD_DP_SERVE_YIELD_US"))
 		serve_hot_ns = env_us("ANEDVD_DP_SERVE_YIELD_US", 0);
+	if (getenv("ANEDVD_DP_THROUGH_YIELD_US"))
+		through_pause_ns = env_us("ANEDVD_DP_THROUGH_YIELD_US", 0);
 	pthread_mutex_init(&c->mu, NULL);
 }
 
@@ -593,12 +596,15 @@ dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct
 		sp = expect_ns + c->lead_ns;
 	uint32_t x;
 	if (spin_through(c, expect_ns)) {
-		// the whole call on this core, pausing: no wake-up at its end (on a
-		// VM one costs ~50 us, a call's kernels a few hundred), while the
-		// machine has a core for the worker: a call outrunning its spin
-		// says it has not, and after a few the calls sleep for a while
+		// the whole call on this core, yielding between looks: no wake-up
+		// at its end (on a VM one costs ~50 us, a call's kernels a few
+		// hundred), and the worker's threads, which need this core while
+		// the call runs (2 cores: the emu's two threads), get it at each
+		// yield; pausing instead kept one of them off it and halved the
+		// call. With "auto", a call outrunning its spin says the machine
+		// has no core to spare, and after a few the calls sleep for a while
 		const uint64_t bound = expect_ns + (expect_ns / 4 > c->lead_ns ? expect_ns / 4 : c->lead_ns);
-		x = spin(&sl->rep_seq, s - 1, bound < 5000000u ? bound : 5000000u, UINT64_MAX);
+		x = spin(&sl->rep_seq, s - 1, bound < 5000000u ? bound : 5000000u, through_pause_ns);
 		through_book(c, x == s);
 	} else {
 		x = spin(&sl->rep_seq, s - 1, sp, hot_ns);

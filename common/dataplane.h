@@ -163,7 +163,12 @@ enum dp_wait_rc {
 int dp_call(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp_reply *rep, uint32_t pid, uint32_t gen,
             int timeout_ms);
 // dp_call_expect is dp_call for a call expected to take about expect_ns
-// (0: unknown): a short one (expect + lead <= ANEDVD_DP_SPIN_MAX_US, 200
+// (0: unknown): the caller spins through it, yielding the core between
+// looks, for up to expect + max(expect / 4, lead) (5 ms at most), so that
+// no wake-up follows the reply (ANEDVD_DP_SPIN_THROUGH: 1, the default;
+// "auto": only while the calls keep answering within the spin; 0: off;
+// ANEDVD_DP_THROUGH_YIELD_US: pause this long before the first yield, 0).
+// With it off, a short one (expect + lead <= ANEDVD_DP_SPIN_MAX_US, 200
 // us) is spun through; for a longer one the caller sleeps until
 // ANEDVD_DP_LEAD_US (40 us) before the reply is due, then spins; so being
 // woken costs nothing when the guess holds (and the worker still wakes it
