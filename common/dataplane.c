@@ -77,11 +77,21 @@ struct dp_chan {
 	int (*idle)(void *arg); // worker: dp_set_idle
 	void *idle_arg;
 	// client: spinning through a call (ANEDVD_DP_SPIN_THROUGH): 0 off, 1
-	// on (the default), 2 as long as it pays (the score: calls answered within the spin,
-	// less those that outran it; below zero, a rest of `rest` calls asleep)
+	// on, 2 (the default) as long as it pays (the score: calls whose reply
+	// the spin saw at once, less those it saw late or not at all; below
+	// zero, a rest of rest_len calls asleep, doubled after each rest that
+	// did not help)
 	int through;
-	_Atomic int score, rest;
+	_Atomic int score, rest, rest_len;
 };
+
+// The rest after spinning stopped paying, in calls: from DP_REST_MIN,
+// doubled up to DP_REST_MAX while the tries after a rest fail too. A reply
+// seen more than DP_LATE_NS after it was written counts as late: a spinner
+// that yielded its core to another process got it back only at a tick.
+#define DP_REST_MIN 256
+#define DP_REST_MAX 16384
+#define DP_LATE_NS 150000u
 
 static uint64_t hot_ns = 10000;            // the caller's spin: pause this long, then yield
 static uint64_t serve_hot_ns = UINT64_MAX; // the worker's idle spin: pause throughout
@@ -110,7 +120,8 @@ chan_defaults(struct dp_chan *c)
 	c->lead_ns = env_us("ANEDVD_DP_LEAD_US", 40);
 	c->spin_max_ns = env_us("ANEDVD_DP_SPIN_MAX_US", 200);
 	const char *th = getenv("ANEDVD_DP_SPIN_THROUGH");
-	c->through = !th || !*th || !strcmp(th, "1") ? 1 : !strcmp(th, "auto") ? 2 : 0;
+	c->through = !th || !*th || !strcmp(th, "auto") ? 2 : !strcmp(th, "1") ? 1 : 0;
+	c->rest_len = DP_REST_MIN;
 	hot_ns = env_us("ANEDVD_DP_YIELD_US", 10);
 	if (getenv("ANEDVD_DP_SERVE_YIELD_US"))
 		serve_hot_ns = env_us("ANEDVD_DP_SERVE_YIELD_US", 0);
@@ -552,16 +563,26 @@ spin_through(struct dp_chan *c, uint64_t expect_ns)
 	return 1;
 }
 
+// late_ns: how long after its writing the spin saw the reply, or, when the
+// call outran the spin, by how long the spin overran its end. Either over
+// 1 ms (a yield handed the core to another process until a tick) stops
+// the spinning at once: one such costs more than the spin saves on a
+// hundred calls.
 static void
-through_book(struct dp_chan *c, int in_time)
+through_book(struct dp_chan *c, uint64_t late_ns)
 {
 	if (c->through != 2)
 		return;
 	int s = atomic_load_explicit(&c->score, memory_order_relaxed);
-	s = in_time ? (s < 16 ? s + 1 : 16) : s - 4;
+	s = late_ns <= DP_LATE_NS ? (s < 16 ? s + 1 : 16) : late_ns <= 1000000u ? s - 4 : -1;
 	atomic_store_explicit(&c->score, s, memory_order_relaxed);
-	if (s < 0)
-		atomic_store(&c->rest, 256);
+	int len = atomic_load_explicit(&c->rest_len, memory_order_relaxed);
+	if (s < 0) {
+		atomic_store(&c->rest, len);
+		atomic_store_explicit(&c->rest_len, len < DP_REST_MAX ? 2 * len : DP_REST_MAX, memory_order_relaxed);
+	} else if (s >= 16 && len != DP_REST_MIN) {
+		atomic_store_explicit(&c->rest_len, DP_REST_MIN, memory_order_relaxed); // it pays again
+	}
 }
 
 int
@@ -601,11 +622,17 @@ dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct
 		// hundred), and the worker's threads, which need this core while
 		// the call runs (2 cores: the emu's two threads), get it at each
 		// yield; pausing instead kept one of them off it and halved the
-		// call. With "auto", a call outrunning its spin says the machine
-		// has no core to spare, and after a few the calls sleep for a while
+		// call. With "auto" (the default), replies seen late or not at all
+		// say the machine has no core to spare: the calls then sleep for a
+		// while (through_book)
 		const uint64_t bound = expect_ns + (expect_ns / 4 > c->lead_ns ? expect_ns / 4 : c->lead_ns);
-		x = spin(&sl->rep_seq, s - 1, bound < 5000000u ? bound : 5000000u, through_pause_ns);
-		through_book(c, x == s);
+		const uint64_t b = bound < 5000000u ? bound : 5000000u;
+		x = spin(&sl->rep_seq, s - 1, b, through_pause_ns);
+		const uint64_t t = ad_now_ns();
+		// a call outrunning its spin: a wake-up follows, no worse than not spinning
+		through_book(c, x == s                      ? (t > sl->rep.done_ns ? t - sl->rep.done_ns : 0)
+		                : t - posted > b + 1000000u ? t - posted - b
+		                                            : DP_LATE_NS + 1);
 	} else {
 		x = spin(&sl->rep_seq, s - 1, sp, hot_ns);
 	}
@@ -718,6 +745,7 @@ serve_slot(struct dp_chan *c, struct dp_slot *sl, uint32_t q, uint32_t gen, dp_h
 	// generation, whose reply this must not overwrite
 	if (atomic_load(&c->h->worker_gen) != gen)
 		return;
+	rp.done_ns = ad_now_ns();
 	sl->rep = rp;
 	sl->rep_gen = gen;
 	// seq_cst (so release): the reply is visible with q; then read the flag

@@ -66,7 +66,7 @@
 #include "surface.h"
 
 #define DP_MAGIC 0x41445044u // "DPDA"
-#define DP_VERSION 2u
+#define DP_VERSION 3u
 #define DP_SLOTS 16
 #define DP_MAX_STEPS 8
 #define DP_MAX_SURF 256
@@ -120,6 +120,7 @@ struct dp_request {
 struct dp_reply {
 	int32_t status;      // enum dp_status
 	uint32_t done_steps; // steps that ran (the failing one is done_steps)
+	uint64_t done_ns;    // the worker's clock (ad_now_ns) when it wrote the reply
 	uint64_t exec_ns[DP_MAX_STEPS];
 	char msg[DP_MSG];
 };
@@ -165,9 +166,12 @@ int dp_call(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp
 // dp_call_expect is dp_call for a call expected to take about expect_ns
 // (0: unknown): the caller spins through it, yielding the core between
 // looks, for up to expect + max(expect / 4, lead) (5 ms at most), so that
-// no wake-up follows the reply (ANEDVD_DP_SPIN_THROUGH: 1, the default;
-// "auto": only while the calls keep answering within the spin; 0: off;
-// ANEDVD_DP_THROUGH_YIELD_US: pause this long before the first yield, 0).
+// no wake-up follows the reply, as long as that pays: while the spin sees
+// the replies within 150 us of their writing (ANEDVD_DP_SPIN_THROUGH=auto,
+// the default; on a busy machine a yield can hand the core to another
+// process until the next tick, and then the calls sleep for a while; 1:
+// always; 0: never; ANEDVD_DP_THROUGH_YIELD_US: pause this long before the
+// first yield, 0).
 // With it off, a short one (expect + lead <= ANEDVD_DP_SPIN_MAX_US, 200
 // us) is spun through; for a longer one the caller sleeps until
 // ANEDVD_DP_LEAD_US (40 us) before the reply is due, then spins; so being
