@@ -215,6 +215,10 @@ def ids(n):
 	return ",".join(["1"] + [str(300 + 7 * i % 200) for i in range(n - 1)])
 
 
+class PeerFailed(Exception):
+	"""llama-bench failed on a model: that model's comparison is skipped."""
+
+
 # --- the machine ----------------------------------------------------------------------------
 
 def machine():
@@ -417,7 +421,10 @@ class Bench:
 
 	def p_json(self, r):
 		if r["rc"]:
-			raise SystemExit(f"llama-bench failed ({r['rc']}): {r['err'][-500:]}")
+			rc = r["rc"]
+			how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit status {rc}"
+			tail = r["err"][-300:].strip()
+			raise PeerFailed(f"llama-bench failed ({how})" + (f": {tail}" if tail else ""))
 		j = json.loads(r["out"][r["out"].find("["):])
 		if j and not self.peer_commit:
 			self.peer_commit = j[0].get("build_commit")
@@ -454,26 +461,39 @@ class Bench:
 		                     "t_tot", "t_kern", "t_ipc", "t_rest")}
 		P = {k: [] for k in ("decode", "prefill", "cold", "warm", "rss", "anon", "pss")}
 		calls, kmb = None, None
+		peer, peer_error = self.peer, None
+
+		def p_try(fn, *a):
+			nonlocal peer, peer_error
+			try:
+				return fn(*a)
+			except PeerFailed as e:
+				peer, peer_error = None, str(e)
+				log(f"bench: {name}: {peer_error}; no comparison for this model")
+				return None
+
 		for i in range(self.n):
 			a = self.a_run(f, wopt)
 			for k in ("decode", "prefill", "ipc", "outside", "rss", "anon", "pss", "t_tot", "t_kern", "t_ipc", "t_rest"):
 				A[k].append(a[k])
 			calls = a["calls"]
-			if self.peer:
-				p = self.p_run(f)
+			if peer and (p := p_try(self.p_run, f)):
 				for k in ("decode", "prefill", "rss", "anon", "pss"):
 					P[k].append(p[k])
 			cache = os.path.join(self.tmp, f"cache-{os.path.basename(f)}-{i}")
 			A["cold"].append(self.a_start(f, wopt, cache, True))
-			if self.peer:
-				P["cold"].append(self.p_start(f, True))
+			if peer and (x := p_try(self.p_start, f, True)) is not None:
+				P["cold"].append(x)
 			A["warm"].append(self.a_start(f, wopt, cache, False))
-			if self.peer:
-				P["warm"].append(self.p_start(f, False))
+			if peer and (x := p_try(self.p_start, f, False)) is not None:
+				P["warm"].append(x)
 			g, kmb = self.a_kernels(f, wtype)
 			A["gbs"].append(g)
 			A["stream"].append(self.stream_read())
+		if peer_error:  # a failure after some repeats: no half comparison
+			P = {k: [] for k in P}
 		return {"name": name, "file": f, "shape": shape, "wtype": wtype, "wdesc": wdesc, "A": A, "P": P,
+		        "peer_error": peer_error,
 		        "calls": calls, "kmb": kmb, "kv_kib": self.kv_kib(f), "fbytes": os.path.getsize(f)}
 
 	def kv_kib(self, f):
@@ -541,6 +561,9 @@ def report_model(b, m):
 		say(f"{os.path.basename(m['file'])}: {m['fbytes'] / 1e6:.1f} MB; weights in the kernels: {m['wdesc']}"
 		    f" ({fmt_num(m['kmb'])} MB per token); {fmt_num(m['calls'])} calls to the ane-worker per token (whole job);"
 		    f" {b.nprompt}-token prompt, {b.ngen} tokens decoded")
+		if m.get("peer_error"):
+			say("")
+			say(f"llama.cpp: not compared on this model: {m['peer_error']}")
 		say("")
 		head = ["measure", "anedvd", "llama.cpp", "anedvd/llama.cpp", "target"]
 		rows = []
@@ -657,7 +680,10 @@ def main():
 		t0 = time.time()
 		load0 = os.getloadavg()
 		if b.peer:  # its build commit for the header, and a first check that it runs
-			b.p_json(run([b.peer, "-m", b.model("stories260K")[0], "-p", "0", "-n", "1", "-r", "1", "-o", "json"]))
+			try:
+				b.p_json(run([b.peer, "-m", b.model("stories260K")[0], "-p", "0", "-n", "1", "-r", "1", "-o", "json"]))
+			except PeerFailed as e:
+				raise SystemExit(f"bench.sh: LLAMA_BENCH={b.peer}: {e}")
 		fmt = b.fmt
 		say(("# " if fmt == "md" else "") + "anedvd side by side" + (" (QUICK)" if b.quick else ""))
 		say("")

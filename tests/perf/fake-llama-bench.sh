@@ -16,6 +16,10 @@ while [ $# -gt 0 ]; do
 	shift
 done
 [ -r "$m" ] || { echo "fake-llama-bench: cannot read model '$m'" >&2; exit 1; }
+# FAKE_LLAMA_SIGILL=1: die as llama-bench does on a CPU that lists an
+# extension it cannot use, on every run with a prompt (the script's first
+# check, -p 0, still passes)
+if [ "${FAKE_LLAMA_SIGILL:-0}" = 1 ] && [ "$p" -gt 0 ]; then kill -ILL $$; fi
 # live long enough for the memory sampler (10 ms) to see it, however busy the machine
 sleep 0.3
 entry() { # n_prompt n_gen tok/s

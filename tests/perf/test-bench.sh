@@ -56,4 +56,10 @@ grep -F "| peak RSS, all processes (sum of VmRSS), MiB |" "$T/md.out" | grep -Eq
 grep -F "| peak memory, all processes together (sum of PSS), MiB |" "$T/md.out" | grep -Eq "\| $fig \| $fig \| $fig+x \|" || fail "PSS: no peer figure"
 grep -q "^## Against llama.cpp" "$T/md.out" || fail "no summary of the ratios"
 grep -Eq "^\| stories260K F32 \| fp16 \| $num+x \| *\| $num+x \| $num+x \| *\| $num+x \|$" "$T/md.out" || fail "no summary row"
+# a peer that dies on a model: that model's comparison is skipped, saying why, and the run goes on
+QUICK=1 REPEATS=1 NGEN=4 MODELS=stories260K TMPDIR="$T" FAKE_LLAMA_SIGILL=1 LLAMA_BENCH="$D/fake-llama-bench.sh" \
+	bash "$D/bench.sh" "$B" > "$T/ill.out" 2> "$T/ill.err" || { cat "$T/ill.err" >&2; fail "bench.sh (peer dies) exited $?"; }
+grep -q "^llama.cpp: not compared on this model: llama-bench failed (killed by SIGILL)" "$T/ill.out" ||
+	fail "a peer killed by SIGILL is not reported"
+grep -F "decode tok/s" "$T/ill.out" | grep -Eq "$fig +n/a" || fail "the failed peer still has figures"
 echo "bench-smoke: ok"
