@@ -101,6 +101,9 @@ usage(FILE *out)
 	             "        caps the emu's kernels (otherwise the best this CPU has, picked at run time)\n"
 	             "  ANEDVD_BIN_DIR=DIR\n"
 	             "        where the worker programs are (default: beside anedvd)\n"
+	             "  ANEDVD_HUNG_MS=MS\n"
+	             "        a worker that answered its health check and then stays silent this long\n"
+	             "        (default 30000) is killed and restarted; 0: never\n"
 	             "  XDG_RUNTIME_DIR, TMPDIR\n"
 	             "        where an instance keeps its sockets (anedvd-PID in the first, else a fresh\n"
 	             "        anedvd-PID-XXXXXX in the second or /tmp)\n");

@@ -39,6 +39,13 @@ extern char **environ;
 #define SUP_RECENT 8         // exit times kept per child for the status file
 #define LOOP_N 5             // this many exits ...
 #define LOOP_WINDOW_MS 30000 // ... within this long: crash-looping
+// A child that has answered Health and then stops answering for this long
+// while its process lives is hung: it is killed, and restarted as after a
+// crash (ANEDVD_HUNG_MS; 0: never). Its control plane can wedge where no
+// timeout of ours reaches (an nng poller thread seen spinning on hung-up
+// connections, every call to the worker then unanswered).
+#define HUNG_MS 30000
+#define WATCH_EVERY_MS 1000
 
 struct child {
 	char name[32];
@@ -57,7 +64,9 @@ struct child {
 	long long exits_ms[SUP_RECENT];
 	int n_exits;
 	char last_exit[32];
-	int looping; // warned about a crash loop
+	int looping;    // warned about a crash loop
+	uint64_t ok_ms; // its last answer to Health (0: none from this process yet)
+	int hung_kills; // killed for not answering
 };
 
 struct sup {
@@ -68,8 +77,9 @@ struct sup {
 	char *extra_env[8];
 	int n_extra;
 	pthread_mutex_t mu;
-	pthread_t mon;
-	int mon_running;
+	pthread_t mon, watch;
+	int mon_running, watch_running;
+	int hung_ms;
 	atomic_int stop;
 };
 
@@ -261,6 +271,14 @@ sup_new(char *err)
 	if (!s)
 		return ad_err(err, "out of memory"), NULL;
 	pthread_mutex_init(&s->mu, NULL);
+	s->hung_ms = HUNG_MS;
+	const char *hm = getenv("ANEDVD_HUNG_MS");
+	if (hm && *hm) {
+		char *end;
+		long v = strtol(hm, &end, 10);
+		if (!*end && v >= 0 && v <= 86400000)
+			s->hung_ms = (int)v;
+	}
 	const char *base;
 	if (runtime_base(&base, err) != 0) {
 		free(s);
@@ -398,6 +416,7 @@ spawn_child(struct sup *s, struct child *c, char *err)
 		return ad_err(err, "cannot start %s (%s): %s", c->name, c->argv[0], strerror(rc));
 	c->pid = pid;
 	c->started_ms = now_ms();
+	c->ok_ms = 0;
 	ad_debug("started %s, pid %ld", c->name, (long)pid);
 	return 0;
 }
@@ -485,6 +504,59 @@ monitor(void *arg)
 	return NULL;
 }
 
+static void probe_drop(const char *url);
+
+// the watchdog: each running child's Health once a second (outside the
+// lock: a probe may take its whole timeout); a child that answered before
+// and has not for hung_ms is killed, and the monitor restarts it
+static void *
+watch(void *arg)
+{
+	struct sup *s = arg;
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	while (!atomic_load(&s->stop)) {
+		for (int i = 0; i < SUP_MAX && !atomic_load(&s->stop); i++) {
+			pthread_mutex_lock(&s->mu);
+			struct child *c = i < s->n ? &s->c[i] : NULL;
+			pid_t pid = c ? c->pid : 0;
+			sup_health_fn h = c ? c->health : NULL;
+			char url[512], name[32];
+			snprintf(url, sizeof url, "%s", c ? c->url : "");
+			snprintf(name, sizeof name, "%s", c ? c->name : "");
+			pthread_mutex_unlock(&s->mu);
+			if (pid <= 0 || !h)
+				continue;
+			char e[AD_ERRLEN];
+			int ok = h(url, 1000, e) == 0;
+			uint64_t t = now_ms();
+			pthread_mutex_lock(&s->mu);
+			if (c->pid == pid) { // the same process still
+				if (ok)
+					c->ok_ms = t;
+				else if (c->ok_ms && t - c->ok_ms >= (uint64_t)s->hung_ms) {
+					ad_warn("%s (pid %ld) has not answered for %.0f s (%s): killing it to restart it",
+					        name, (long)pid, (t - c->ok_ms) / 1e3, e);
+					c->ok_ms = 0;
+					c->hung_kills++;
+					if (kill(-pid, SIGKILL) != 0)
+						kill(pid, SIGKILL);
+				}
+			}
+			pthread_mutex_unlock(&s->mu);
+			// the kept probe client may be the one at fault
+			if (!ok)
+				probe_drop(url);
+		}
+		for (int k = 0; k < WATCH_EVERY_MS / 20 && !atomic_load(&s->stop); k++)
+			sleep_ms(20);
+	}
+	return NULL;
+}
+
 static struct child *
 find(struct sup *s, const char *name)
 {
@@ -534,6 +606,11 @@ sup_spawn(struct sup *s, const struct sup_spec *spec, char *err)
 		if (pthread_create(&s->mon, NULL, monitor, s) != 0)
 			return ad_err(err, "cannot start the monitor thread");
 		s->mon_running = 1;
+	}
+	if (rc == 0 && !s->watch_running && s->hung_ms > 0) {
+		if (pthread_create(&s->watch, NULL, watch, s) != 0)
+			return ad_err(err, "cannot start the watchdog thread");
+		s->watch_running = 1;
 	}
 	return rc;
 }
@@ -601,7 +678,6 @@ sup_no_restart(struct sup *s, const char *name)
 	pthread_mutex_unlock(&s->mu);
 }
 
-static void probe_drop(const char *url);
 #define PROBE_RENEW_MS 3000
 
 int
@@ -680,6 +756,8 @@ sup_free(struct sup *s)
 	atomic_store(&s->stop, 1);
 	if (s->mon_running)
 		pthread_join(s->mon, NULL);
+	if (s->watch_running)
+		pthread_join(s->watch, NULL);
 	// each child leads its own process group: what it started goes too
 	for (int i = 0; i < s->n; i++)
 		if (s->c[i].pid > 0 && kill(-s->c[i].pid, SIGTERM) != 0)

@@ -1,6 +1,6 @@
 // test-supervisor.c - the CLI's supervisor with stand-in children (sh, sleep):
 // runtime directory and status file, restart with back-off and its count,
-// readiness errors, stop with SIGTERM then SIGKILL, no process and no file
+// readiness errors, a hung child killed and restarted, stop with SIGTERM then SIGKILL, no process and no file
 // left behind, stale runtime directories of dead instances removed, unsafe
 // runtime directories refused and an unguessable one made without
 // XDG_RUNTIME_DIR.
@@ -315,6 +315,46 @@ test_health_late(void)
 	sup_free(s);
 }
 
+// a child that answered Health and then stops answering while its process
+// lives is killed and restarted after ANEDVD_HUNG_MS; one that never
+// answered is left to its readiness wait
+static void
+test_hung(void)
+{
+	char err[AD_ERRLEN];
+	setenv("ANEDVD_HUNG_MS", "1500", 1);
+	struct sup *s = sup_new(err);
+	unsetenv("ANEDVD_HUNG_MS");
+	REQUIRE(s, "%s", err);
+	char url[1100], url2[1100];
+	sup_url(s, "hang", url, sizeof url);
+	sup_url(s, "never", url2, sizeof url2);
+	const char *sleeper[] = {"/bin/sleep", "100", NULL};
+	struct sup_spec sp = {"hang", sleeper, url, sup_health_engine, 1};
+	REQUIRE(sup_spawn(s, &sp, err) == 0, "%s", err);
+	struct sup_spec sp2 = {"never", sleeper, url2, sup_health_ane, 1};
+	REQUIRE(sup_spawn(s, &sp2, err) == 0, "%s", err);
+	struct late l = {url, 0, NULL, {0}};
+	late_listen(&l);
+	REQUIRE(l.srv != NULL);
+	CHECK(sup_wait_ready(s, "hang", 20000, err) == 0, "%s", err);
+	sleep_ms(1200); // the watchdog's probes see it answer
+	long pid0 = (long)sup_pid(s, "hang"), never0 = (long)sup_pid(s, "never");
+	CHECK(sup_restarts(s, "hang") == 0);
+	ad_server_stop(l.srv); // it stops answering; the process lives on
+	double t0 = now_s();
+	while (now_s() - t0 < 15 && (sup_restarts(s, "hang") < 1 || (long)sup_pid(s, "hang") <= 0))
+		sleep_ms(50);
+	double took = now_s() - t0;
+	CHECK(sup_restarts(s, "hang") == 1, "restarts %d after %.1f s", sup_restarts(s, "hang"), took);
+	CHECK(took >= 1.4, "killed %.1f s after it stopped answering", took);
+	CHECK(!alive(pid0), "the hung process %ld still lives", pid0);
+	CHECK((long)sup_pid(s, "hang") != pid0);
+	// never answered: not the watchdog's to kill
+	CHECK((long)sup_pid(s, "never") == never0 && sup_restarts(s, "never") == 0);
+	sup_free(s);
+}
+
 static void
 test_stale(void)
 {
@@ -521,6 +561,7 @@ main(void)
 	T_RUN(test_backoff);
 	T_RUN(test_health_timeout);
 	T_RUN(test_health_late);
+	T_RUN(test_hung);
 	T_RUN(test_stale);
 	T_RUN(test_rundir);
 	T_RUN(test_binary);
