@@ -863,70 +863,104 @@ sup_default_model(char *buf, size_t cap)
 // probe (every 20 ms while a worker compiles) piled hundreds of hung-up
 // sockets onto a busy worker. The clients live until sup_probes_close.
 #define PROBE_MAX 16
+// The readiness wait and the watchdog probe from two threads: a client is
+// freed when the last call through it is done (refs), so dropping one that
+// the other thread is calling through is safe.
 static struct {
 	char url[512];
 	struct ad_client *c;
+	int refs;
+	int dropped; // no longer handed out; freed when refs reaches 0
 } probes[PROBE_MAX];
 static pthread_mutex_t probes_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static struct ad_client *
-probe_client(const char *url, char *err)
+// the kept client of url, or a new one; -1 when none; probe_put(slot) after the call
+static int
+probe_get(const char *url, struct ad_client **out, char *err)
 {
-	struct ad_client *c = NULL;
+	int slot = -1, free_slot = -1;
 	pthread_mutex_lock(&probes_mu);
-	int i, free_slot = -1;
-	for (i = 0; i < PROBE_MAX; i++) {
-		if (probes[i].c && strcmp(probes[i].url, url) == 0) {
-			c = probes[i].c;
+	for (int i = 0; i < PROBE_MAX; i++) {
+		if (probes[i].c && !probes[i].dropped && strcmp(probes[i].url, url) == 0) {
+			slot = i;
 			break;
 		}
 		if (!probes[i].c && free_slot < 0)
 			free_slot = i;
 	}
-	if (!c && free_slot >= 0 && strlen(url) < sizeof probes[0].url) {
-		c = ad_client_open(url, err);
+	if (slot < 0 && free_slot >= 0 && strlen(url) < sizeof probes[0].url) {
+		struct ad_client *c = ad_client_open(url, err);
 		if (c) {
-			snprintf(probes[free_slot].url, sizeof probes[0].url, "%s", url);
-			probes[free_slot].c = c;
+			slot = free_slot;
+			snprintf(probes[slot].url, sizeof probes[0].url, "%s", url);
+			probes[slot].c = c;
+			probes[slot].refs = 0;
+			probes[slot].dropped = 0;
 		}
-	} else if (!c) {
+	} else if (slot < 0) {
 		ad_err(err, "too many health probe targets");
 	}
+	if (slot >= 0) {
+		probes[slot].refs++;
+		*out = probes[slot].c;
+	}
 	pthread_mutex_unlock(&probes_mu);
-	return c;
+	return slot;
 }
 
-// closes the kept client of url; the next probe opens a new one
+static void
+probe_free_locked(int i)
+{
+	ad_client_close(probes[i].c);
+	probes[i].c = NULL;
+	probes[i].dropped = 0;
+}
+
+static void
+probe_put(int i)
+{
+	pthread_mutex_lock(&probes_mu);
+	if (--probes[i].refs == 0 && probes[i].dropped)
+		probe_free_locked(i);
+	pthread_mutex_unlock(&probes_mu);
+}
+
+// closes the kept client of url (once no call is using it); the next probe opens a new one
 static void
 probe_drop(const char *url)
 {
 	pthread_mutex_lock(&probes_mu);
 	for (int i = 0; i < PROBE_MAX; i++)
-		if (probes[i].c && strcmp(probes[i].url, url) == 0) {
-			ad_client_close(probes[i].c);
-			probes[i].c = NULL;
+		if (probes[i].c && !probes[i].dropped && strcmp(probes[i].url, url) == 0) {
+			probes[i].dropped = 1;
+			if (probes[i].refs == 0)
+				probe_free_locked(i);
 		}
 	pthread_mutex_unlock(&probes_mu);
 }
 
+// after the watchdog has stopped: no call is in flight
 static void
 sup_probes_close(void)
 {
 	pthread_mutex_lock(&probes_mu);
-	for (int i = 0; i < PROBE_MAX; i++) {
-		ad_client_close(probes[i].c);
-		probes[i].c = NULL;
-	}
+	for (int i = 0; i < PROBE_MAX; i++)
+		if (probes[i].c)
+			probe_free_locked(i);
 	pthread_mutex_unlock(&probes_mu);
 }
-
 
 // the service's Health through a kept client (proto/rpc.h)
 static int
 health(const char *url, const struct ad_rpc_service *svc, int timeout_ms, char *err)
 {
-	struct ad_client *c = probe_client(url, err);
-	return c ? ad_rpc_health(c, svc, NULL, timeout_ms, NULL, err) : -1;
+	struct ad_client *c = NULL;
+	int slot = probe_get(url, &c, err);
+	if (slot < 0)
+		return -1;
+	int rc = ad_rpc_health(c, svc, NULL, timeout_ms, NULL, err);
+	probe_put(slot);
+	return rc;
 }
 
 int
