@@ -120,8 +120,9 @@ class TreeMemory:
 	"""Peak of the summed VmRSS (and of the summed RssAnon) of a process and
 	all its descendants: every 50 ms the known processes' /proc/PID/status,
 	the tree itself re-read every 50 ms (children start once, early). And
-	the peak of the summed PSS, every 250 ms (smaps_rollup walks the page
-	tables): the processes' memory together, each page counted once. A sum
+	the peak of the summed PSS, every 50 ms for the first second (short
+	runs), then every 250 ms (smaps_rollup walks the page tables): the
+	processes' memory together, each page counted once. A sum
 	of VmRSS counts a page once per process that maps it: the shared
 	surfaces between the workers twice, the shared libraries once per
 	process. The sampler shares the two cores with what it measures: every
@@ -136,7 +137,7 @@ class TreeMemory:
 		self._t.start()
 
 	def _run(self):
-		pids, last, last_pss = [self.pid], 0.0, 0.0
+		pids, last, last_pss, t_start = [self.pid], 0.0, 0.0, time.monotonic()
 		while not self._stop.is_set():
 			now = time.monotonic()
 			if now - last > 0.05:
@@ -147,7 +148,7 @@ class TreeMemory:
 				rss, anon = rss + r, anon + a
 			self.peak_rss = max(self.peak_rss, rss)
 			self.peak_anon = max(self.peak_anon, anon)
-			if now - last_pss > 0.25:
+			if now - last_pss > (0.05 if now - t_start < 1.0 else 0.25):
 				self.peak_pss = max(self.peak_pss, sum(_pss_kb(p) for p in pids))
 				last_pss = now
 			self._stop.wait(0.05)
@@ -718,7 +719,7 @@ def main():
 		say(f"{bullet}peak RSS: the largest sum over a run's process tree (anedvd and every child) of"
 		    f" VmRSS, sampled from /proc every 50 ms (a page two processes map counts twice); RssAnon"
 		    f" likewise (private memory only); together: the largest sum of PSS (/proc/PID/smaps_rollup,"
-		    f" every 250 ms), each resident page divided among the processes that map it, so the workers'"
+		    f" every 50 ms for a second, then every 250 ms), each resident page divided among the processes that map it, so the workers'"
 		    f" shared surfaces and the shared libraries count once; the target's allowance for the KV"
 		    f" cache is the fp16 rows of the run's positions")
 		say(f"{bullet}IPC and the share outside the kernels: anedvd run --json timings")
