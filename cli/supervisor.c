@@ -278,6 +278,8 @@ sup_new(char *err)
 		long v = strtol(hm, &end, 10);
 		if (!*end && v >= 0 && v <= 86400000)
 			s->hung_ms = (int)v;
+		else
+			ad_warn("ANEDVD_HUNG_MS=%s: expected milliseconds, 0 to 86400000; using %d", hm, HUNG_MS);
 	}
 	const char *base;
 	if (runtime_base(&base, err) != 0) {
@@ -487,16 +489,22 @@ monitor_once(struct sup *s)
 	pthread_mutex_unlock(&s->mu);
 }
 
-static void *
-monitor(void *arg)
+// signals are the main thread's business: the supervisor's threads block them
+static void
+block_stop_signals(void)
 {
-	struct sup *s = arg;
-	// signals are the main thread's business
 	sigset_t set;
 	sigemptyset(&set);
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
+}
+
+static void *
+monitor(void *arg)
+{
+	struct sup *s = arg;
+	block_stop_signals();
 	while (!atomic_load(&s->stop)) {
 		monitor_once(s);
 		sleep_ms(20);
@@ -513,11 +521,7 @@ static void *
 watch(void *arg)
 {
 	struct sup *s = arg;
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	block_stop_signals();
 	while (!atomic_load(&s->stop)) {
 		for (int i = 0; i < SUP_MAX && !atomic_load(&s->stop); i++) {
 			pthread_mutex_lock(&s->mu);
@@ -531,10 +535,11 @@ watch(void *arg)
 			if (pid <= 0 || !h)
 				continue;
 			char e[AD_ERRLEN];
-			int ok = h(url, 1000, e) == 0;
+			int ok = h(url, 1000, e) == 0, answered = 0;
 			uint64_t t = now_ms();
 			pthread_mutex_lock(&s->mu);
 			if (c->pid == pid) { // the same process still
+				answered = c->ok_ms != 0;
 				if (ok)
 					c->ok_ms = t;
 				else if (c->ok_ms && t - c->ok_ms >= (uint64_t)s->hung_ms) {
@@ -547,8 +552,10 @@ watch(void *arg)
 				}
 			}
 			pthread_mutex_unlock(&s->mu);
-			// the kept probe client may be the one at fault
-			if (!ok)
+			// the kept probe client may be the one at fault; not while the
+			// child has yet to answer (the readiness wait renews it then, and
+			// a new connection a second would pile up on a long compile)
+			if (!ok && answered)
 				probe_drop(url);
 		}
 		for (int k = 0; k < WATCH_EVERY_MS / 20 && !atomic_load(&s->stop); k++)
