@@ -630,31 +630,6 @@ emu_conv_fast(const uint16_t *panels, size_t cout, size_t cin, const float *x, s
 	emu_conv_simd(EMU_SIMD_AUTO, panels, cout, cin, x, ncols, y, p0, p1);
 }
 
-// ---------------------------------------------------------------------------
-// moves between planar fp16 surfaces and the emu's [ncols][C] fp32 buffers
-// (common/planar.h: 8x8 blocks transposed in registers; at 2 to 64 columns
-// a channel at a time cost as much as a small conv). The layouts are the
-// emu's own (fp16, height 1, checked at compile time).
-
-// surface -> x ([ncols][ld]); l is fp16 with height 1 and ncols <= width
-static void
-emu_gather(const struct ane_layout *l, const void *surf, float *x, size_t ncols, size_t ld, int ref)
-{
-	if (ref)
-		ad_planar_gather_ref(surf, l->plane_stride, x, l->channels, ld, ncols);
-	else
-		ad_planar_gather(surf, l->plane_stride, x, l->channels, ld, ncols);
-}
-
-static void
-emu_scatter(const struct ane_layout *l, void *surf, const float *x, size_t ncols, size_t ld, int ref)
-{
-	if (ref)
-		ad_planar_scatter_ref(surf, l->plane_stride, x, l->channels, ld, ncols);
-	else
-		ad_planar_scatter(surf, l->plane_stride, x, l->channels, ld, ncols);
-}
-
 // x rounded to fp16 in place
 static void
 round16_row(float *x, size_t n)
@@ -703,6 +678,27 @@ struct emu {
 	// cache's size (0: unknown): whether weights stay cached between evals
 	size_t weight_bytes, llc;
 };
+
+// ---------------------------------------------------------------------------
+// moves between planar fp16 surfaces and the emu's [ncols][C] fp32 buffers
+// (common/planar.h: 8x8 blocks transposed in registers; at 2 to 64 columns
+// a channel at a time cost as much as a small conv). The layouts are the
+// emu's own (fp16, height 1, checked at compile time).
+
+// surface -> x ([ncols][ld]); l is fp16 with height 1 and ncols <= width;
+// a wide one (an LM head's output) on the context's threads
+static void
+emu_gather(const struct emu *e, const struct ane_layout *l, const void *surf, float *x, size_t ncols, size_t ld)
+{
+	ad_planar_gather_pool(e->pool, surf, l->plane_stride, x, l->channels, ld, ncols, e->force_ref);
+}
+
+static void
+emu_scatter(const struct emu *e, const struct ane_layout *l, void *surf, const float *x, size_t ncols, size_t ld)
+{
+	ad_planar_scatter_pool(e->pool, surf, l->plane_stride, x, l->channels, ld, ncols, e->force_ref);
+}
+
 
 struct par {
 	void (*fn)(void *arg, size_t task);
@@ -2623,7 +2619,7 @@ emu_eval(struct emu_kernel *k, const void *const *in, void *const *out, size_t n
 		if (!in || !in[i])
 			return ad_err(err, "emu: input %d (%s) has no surface", i, k->in[i].name);
 		struct bufdesc *b = &k->bufs[k->in[i].buf];
-		emu_gather(&k->in[i].layout, in[i], b->data, ncols, b->channels, k->e->force_ref);
+		emu_gather(k->e, &k->in[i].layout, in[i], b->data, ncols, b->channels);
 	}
 	for (int i = 0; i < k->nout; i++)
 		if (!out || !out[i])
@@ -2642,7 +2638,7 @@ emu_eval(struct emu_kernel *k, const void *const *in, void *const *out, size_t n
 	}
 	for (int i = 0; i < k->nout; i++) {
 		struct bufdesc *b = &k->bufs[k->out[i].buf];
-		emu_scatter(&k->out[i].layout, out[i], b->data, ncols, b->channels, k->e->force_ref);
+		emu_scatter(k->e, &k->out[i].layout, out[i], b->data, ncols, b->channels);
 	}
 	return 0;
 }

@@ -102,9 +102,16 @@ ane_scatter_f32(const struct ane_layout *l, void *surf, const float *x, size_t n
 int
 ane_gather_f32(const struct ane_layout *l, const void *surf, float *x, size_t ncols, size_t ld, char *err)
 {
+	return ane_gather_f32_pool(NULL, l, surf, x, ncols, ld, err);
+}
+
+int
+ane_gather_f32_pool(struct ad_pool *p, const struct ane_layout *l, const void *surf, float *x, size_t ncols, size_t ld,
+                    char *err)
+{
 	if (check_io(l, ncols, ld, err) < 0)
 		return -1;
-	ad_planar_gather(surf, l->plane_stride, x, l->channels, ld, ncols);
+	ad_planar_gather_pool(p, surf, l->plane_stride, x, l->channels, ld, ncols, 0);
 	return 0;
 }
 

@@ -58,6 +58,10 @@ size_t ane_surface_capacity(const struct ane_layout *const *ls, int n);
 // surf: an fp16 layout with height 1 and ncols <= width
 int ane_scatter_f32(const struct ane_layout *l, void *surf, const float *x, size_t ncols, size_t ld, char *err);
 int ane_gather_f32(const struct ane_layout *l, const void *surf, float *x, size_t ncols, size_t ld, char *err);
+// the same, a wide surface on pool p's threads (planar.h; NULL: the caller)
+struct ad_pool;
+int ane_gather_f32_pool(struct ad_pool *p, const struct ane_layout *l, const void *surf, float *x, size_t ncols,
+                        size_t ld, char *err);
 
 // resnorm.h's step on fp16 planar surfaces (height 1): y gathered from the
 // first E channels of ys (NULL: no y), xn scattered into the first E

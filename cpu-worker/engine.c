@@ -1094,6 +1094,8 @@ put(struct engine *e, int si, const float *x, int ncols, size_t ld)
 	ane_scatter_f32(&sf->l, sf->s.base, x, (size_t)ncols, ld, NULL);
 }
 
+// a wide surface (an LM head's logits, a line per channel) on the pool:
+// the ane-worker is idle meanwhile
 static void
 get(struct engine *e, int si, float *y, int ncols, size_t ld)
 {
@@ -1103,7 +1105,7 @@ get(struct engine *e, int si, float *y, int ncols, size_t ld)
 			memcpy(y + (size_t)c * ld, sf->shadow + (size_t)c * sf->s.channels, sf->s.channels * 4);
 		return;
 	}
-	ane_gather_f32(&sf->l, sf->s.base, y, (size_t)ncols, ld, NULL);
+	ane_gather_f32_pool(e->pool, &sf->l, sf->s.base, y, (size_t)ncols, ld, NULL);
 }
 
 static void

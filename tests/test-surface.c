@@ -5,6 +5,7 @@
 
 #include "fp16.h"
 #include "planar.h"
+#include "pool.h"
 #include "surface.h"
 #include "t.h"
 
@@ -188,6 +189,50 @@ test_planar_twins(void)
 	CHECK(ok, "the plain gather reads channel c, column j at plane c, element j");
 }
 
+// on a pool, in channel ranges: the same bits as on the caller, for
+// channel counts that are and are not multiples of the ranges' blocks
+static void
+test_planar_pool(void)
+{
+	struct ad_pool *pool = ad_pool_new(&(struct ad_pool_opts){3, 0, 0}, NULL);
+	REQUIRE(pool);
+	const size_t Cs[] = {AD_PLANAR_PAR_CHANNELS - 1, AD_PLANAR_PAR_CHANNELS + 7, 50001};
+	unsigned seed = 11;
+	int bad = 0, cases = 0;
+	for (size_t a = 0; a < sizeof Cs / sizeof *Cs; a++)
+		for (size_t ncols = 1; ncols <= 3; ncols += 2)
+			for (int ref = 0; ref < 2; ref++) {
+				size_t C = Cs[a], ps = 128, ld = C + 1;
+				uint8_t *s1 = malloc(C * ps), *s2 = malloc(C * ps);
+				float *x = malloc(ncols * ld * sizeof(float)), *y1 = calloc(ncols * ld, sizeof(float)),
+				      *y2 = calloc(ncols * ld, sizeof(float));
+				REQUIRE(s1 && s2 && x && y1 && y2);
+				for (size_t i = 0; i < C * ps; i++)
+					s1[i] = (uint8_t)(odd_value(&seed) * 7.0f);
+				memcpy(s2, s1, C * ps);
+				for (size_t i = 0; i < ncols * ld; i++)
+					x[i] = odd_value(&seed);
+				ad_planar_gather_pool(pool, s1, ps, y1, C, ld, ncols, ref);
+				ad_planar_gather_ref(s1, ps, y2, C, ld, ncols);
+				bad += memcmp(y1, y2, ncols * ld * sizeof(float)) != 0;
+				ad_planar_scatter_pool(pool, s1, ps, x, C, ld, ncols, ref);
+				ad_planar_scatter_ref(s2, ps, x, C, ld, ncols);
+				bad += memcmp(s1, s2, C * ps) != 0;
+				// no pool: the caller alone, the same again
+				ad_planar_gather_pool(NULL, s1, ps, y1, C, ld, ncols, ref);
+				ad_planar_gather_ref(s2, ps, y2, C, ld, ncols);
+				bad += memcmp(y1, y2, ncols * ld * sizeof(float)) != 0;
+				free(s1);
+				free(s2);
+				free(x);
+				free(y1);
+				free(y2);
+				cases += 3;
+			}
+	CHECK(bad == 0, "%d of %d cases: a move on the pool differs from the plain one", bad, cases);
+	ad_pool_free(pool);
+}
+
 int
 main(void)
 {
@@ -195,5 +240,6 @@ main(void)
 	T_RUN(test_shared);
 	T_RUN(test_stale);
 	T_RUN(test_planar_twins);
+	T_RUN(test_planar_pool);
 	return t_done();
 }
