@@ -70,7 +70,7 @@ emu_pack(const uint16_t *w, size_t cout, size_t cin, uint16_t *panels)
 	}
 }
 
-// weights of 2 MiB and more on transparent huge pages (where the kernel
+// panels of 2 MiB and more on transparent huge pages (where the kernel
 // has them in madvise mode): a one-column conv streams its weights once, and
 // on 4 KiB pages every page is a TLB miss and a restart of the hardware
 // prefetcher. Aligned to the huge page; only the whole huge pages are
@@ -79,24 +79,18 @@ emu_pack(const uint16_t *w, size_t cout, size_t cin, uint16_t *panels)
 // Qwen2.5-0.5B shape 128 MB); released with free().
 #define HUGE_PAGE ((size_t)2 << 20)
 
-void *
-emu_weights_alloc(size_t n)
+static uint16_t *
+panel_alloc(size_t n)
 {
 	void *p = NULL;
 	if (n < HUGE_PAGE)
-		return posix_memalign(&p, 4096, n ? n : 64) ? NULL : p;
+		return posix_memalign(&p, 64, n ? n : 64) ? NULL : p;
 	if (posix_memalign(&p, HUGE_PAGE, n))
 		return NULL;
 #ifdef MADV_HUGEPAGE
 	madvise(p, n / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE); // advice only: 4 KiB pages work too
 #endif
 	return p;
-}
-
-static uint16_t *
-panel_alloc(size_t n)
-{
-	return emu_weights_alloc(n);
 }
 
 static inline float

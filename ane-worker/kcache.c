@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -33,6 +32,7 @@
 #define MAX_KERNELS 65536
 #define MAX_CONSTS (MAX_KERNELS * 8)
 #define DIGEST_TENSORS 64 // tensors whose data the model digest samples
+#define KC_HUGE ((size_t)2 << 20)
 
 struct header {
 	char magic[8];
@@ -339,7 +339,7 @@ kc_key_free(struct kc_key *k)
 // --- reading ---------------------------------------------------------------------
 
 struct kc_entry {
-	void *data; // the whole file, read into emu_weights_alloc memory
+	void *data; // the whole file, mapped (map_aligned)
 	size_t len;
 	int nkernels;
 	struct kc_kernel *k;
@@ -371,45 +371,47 @@ read_at(int fd, void *buf, size_t n, uint64_t off)
 	return xfer_at(fd, buf, n, off, 0);
 }
 
-struct read_part {
-	int fd, rc, err;
-	uint8_t *buf;
-	size_t n;
-	uint64_t off;
-};
-
+// the file read-only at a 2 MiB-aligned address (a reservation of one huge
+// page more, trimmed around it), so that the 2 MiB folios of the page
+// cache can be mapped as huge pages; NULL and errno on failure
 static void *
-read_part_main(void *arg)
+map_aligned(int fd, size_t len)
 {
-	struct read_part *r = arg;
-	errno = 0;
-	r->rc = read_at(r->fd, r->buf, r->n, r->off);
-	r->err = errno;
-	return NULL;
+	size_t span = len + KC_HUGE;
+	uint8_t *r = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (r == MAP_FAILED)
+		return NULL;
+	uint8_t *a = (uint8_t *)(((uintptr_t)r + KC_HUGE - 1) & ~(uintptr_t)(KC_HUGE - 1));
+	void *m = mmap(a, len, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0);
+	if (m == MAP_FAILED) {
+		munmap(r, span);
+		return NULL;
+	}
+	size_t tail0 = (size_t)(a - r) + ((len + 4095) & ~(size_t)4095);
+	if (a > r)
+		munmap(r, (size_t)(a - r));
+	if (tail0 < span)
+		munmap(r + tail0, span - tail0);
+#ifdef MADV_HUGEPAGE
+	madvise(m, len, MADV_HUGEPAGE);
+#endif
+	return m;
 }
 
-// n bytes from offset 0 into buf, the halves on two threads: a copy out of
-// the page cache into fresh 2 MiB pages runs at ~3 GB/s on one thread
-// (most of a warm start of a large model); on error errno says why (0:
-// the file ended early)
-static int
-read_whole(int fd, void *buf, size_t n)
+// every page of [off, off + n) mapped now (not the holes between
+// buffers: a hole read through a shared mapping becomes page-cache zeros)
+static void
+populate(const struct kc_entry *e, uint64_t off, uint64_t n)
 {
-	const size_t half = n / 2 / KC_ALIGN * KC_ALIGN;
-	struct read_part r[2] = {{fd, 0, 0, buf, half, 0}, {fd, 0, 0, (uint8_t *)buf + half, n - half, half}};
-	pthread_t th;
-	if (half < ((size_t)64 << 20) || pthread_create(&th, NULL, read_part_main, &r[0])) {
-		errno = 0;
-		return read_at(fd, buf, n, 0);
-	}
-	read_part_main(&r[1]);
-	pthread_join(th, NULL);
-	for (int i = 0; i < 2; i++)
-		if (r[i].rc) {
-			errno = r[i].err;
-			return -1;
-		}
-	return 0;
+	if (!n)
+		return;
+	uint8_t *p = (uint8_t *)e->data + off / 4096 * 4096;
+	size_t len = (size_t)(off % 4096 + n);
+#ifdef MADV_POPULATE_READ
+	if (madvise(p, len, MADV_POPULATE_READ) == 0)
+		return;
+#endif
+	madvise(p, len, MADV_WILLNEED);
 }
 
 static uint64_t
@@ -519,21 +521,21 @@ kc_load(const char *dir, const struct kc_key *key, int nkernels, const struct kc
 	}
 	e->len = (size_t)h.file_bytes;
 	e->nkernels = nkernels;
-	// read, not mapped: the page cache holds a file in 4 KiB pages, and a
-	// decode streams every weight once per token, a TLB miss and a restart
-	// of the hardware prefetcher at every page. Read into memory on 2 MiB
-	// pages the kernels run as fast as freshly compiled ones (Qwen2.5-0.5B
-	// shape F16, 64 tokens: 58 -> 52 ms of kernels per token); the read
-	// costs the start about 0.1 s per GB from the page cache
-	if (!(e->data = emu_weights_alloc(e->len))) {
-		ad_err(err, "out of memory for %zu bytes of kernels", e->len);
-		goto bad;
-	}
-#ifdef POSIX_FADV_SEQUENTIAL
-	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-#endif
-	if (read_whole(fd, e->data, e->len)) {
-		ad_err(err, "read: %s", errno ? strerror(errno) : "the file ended early");
+	// mapped on a huge-page boundary, advised onto huge pages: the
+	// writer puts every buffer of 2 MiB or more on a 2 MiB boundary of
+	// the file, so the page cache holds most of the weights in 2 MiB
+	// folios, mapped as huge pages. On 4 KiB pages a decode, which streams
+	// every weight once per token, takes a TLB miss and a restart of the
+	// hardware prefetcher at every page (Qwen2.5-0.5B shape F16: 58 ms of
+	// kernels a token from 4 KiB pages, 47-50 with 854 of its 988 MB
+	// mapped huge; reading the file into anonymous huge pages instead
+	// gave 46 but cost the start 0.6-1.3 s on a VM, where fresh huge
+	// pages fault in slowly). Every buffer's pages mapped now, as llama.cpp
+	// maps a model: the first prefill reads all the weights, and faulting
+	// them in there one 64 KiB window at a time cost it about a quarter of
+	// its time
+	if (!(e->data = map_aligned(fd, e->len))) {
+		ad_err(err, "mmap: %s", strerror(errno));
 		goto bad;
 	}
 	const struct rec_kernel *rk = (const struct rec_kernel *)table;
@@ -549,6 +551,7 @@ kc_load(const char *dir, const struct kc_key *key, int nkernels, const struct kc
 		}
 		e->c[i] = (struct emu_const){
 			.weight = rc[i].weight, .kind = (int)rc[i].kind, .bytes = (size_t)rc[i].bytes, .data = d};
+		populate(e, rc[i].off, rc[i].bytes);
 	}
 	for (int i = 0; i < nkernels; i++) {
 		e->k[i].mil_hash = rk[i].mil_hash;
@@ -591,7 +594,8 @@ kc_entry_free(struct kc_entry *e)
 {
 	if (!e)
 		return;
-	free(e->data);
+	if (e->data)
+		munmap(e->data, e->len);
 	free(e->k);
 	free(e->c);
 	free(e);
@@ -709,6 +713,11 @@ kc_writer_add(struct kc_writer *w, int kernel, uint64_t mil_hash, const struct e
 	w->rk[kernel] = (struct rec_kernel){.mil_hash = mil_hash, .first = w->nconsts, .n = (uint32_t)n};
 	for (int i = 0; i < n; i++) {
 		const uint8_t *d = c[i].data;
+		// a buffer of a huge page or more starts on a huge-page boundary
+		// of the file (a hole before it): the page cache then holds it in
+		// 2 MiB folios, which a load maps as huge pages (see map_aligned)
+		if (c[i].bytes >= KC_HUGE)
+			w->pos = (w->pos + KC_HUGE - 1) / KC_HUGE * KC_HUGE;
 		if (c[i].bytes && write_at(w->fd, d, c[i].bytes, w->pos))
 			return ad_err(err, "%s: %s", w->tmp, strerror(errno ? errno : EIO));
 #ifdef __linux__

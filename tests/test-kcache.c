@@ -142,10 +142,10 @@ test_hit_is_identical(void)
 		CHECK(s.start.cache == ANE_CACHE_HIT, "%s", ane_cache_state_name(s.start.cache));
 		CHECK(s.cache != NULL && s.start.cache_bytes > 0);
 		check_same(&s, verify ? "hit, verified" : "hit");
-		// the kernels use the entry's buffers in place: page aligned as in the file
+		// the weights are the mapped file's, not copies
 		struct emu_const c;
 		REQUIRE(emu_kernel_const(s.k[0].ek, 0, &c) == 0);
-		CHECK(((uintptr_t)c.data & (KC_ALIGN - 1)) == 0, "a loaded buffer is page aligned");
+		CHECK(((uintptr_t)c.data & (KC_ALIGN - 1)) == 0, "a mapped buffer is page aligned");
 		ane_set_free(&s);
 	}
 	CHECK(count_entries(dir) == 1);

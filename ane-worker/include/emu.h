@@ -170,10 +170,6 @@ int emu_eval(struct emu_kernel *k, const void *const *in, void *const *out, size
 // [ncols][cin] fp32, y is [ncols][cout]; rows of panels [p0, p1) (16-row
 // panels) are computed and rounded to fp16.
 size_t emu_panel_bytes(size_t cout, size_t cin);
-// memory for weights, page aligned; from 2 MiB up, aligned to and advised onto
-// transparent huge pages (a decode streams every weight once per token);
-// released with free()
-void *emu_weights_alloc(size_t n);
 void emu_pack(const uint16_t *w, size_t cout, size_t cin, uint16_t *panels);
 void emu_conv_ref(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols, float *y, size_t p0,
                   size_t p1);

@@ -5,12 +5,15 @@
 // back and repacked into panels). The cache keeps that result: one file
 // per (model, options, backend, build) with the constant buffers of every
 // kernel of the plan (emu_kernel_const: raw bytes with their kind, the
-// weight they belong to and their size), which a later start reads whole
-// into memory on 2 MiB pages (emu_weights_alloc) and hands to
-// emu_compile_packed together with the MIL text it generates again
-// (cheap); nothing is repacked. Not mapped: the page cache holds the file
-// in 4 KiB pages, and a decode that streams every weight once per token
-// ran its kernels ~10% slower from them.
+// weight they belong to and their size), which a later start maps
+// (MAP_SHARED, read-only, at a 2 MiB-aligned address with MADV_HUGEPAGE)
+// and hands to emu_compile_packed together with the MIL text it generates
+// again (cheap). The worker's weights are then page-cache pages of that
+// file: shared by every process that maps it, reclaimable, and nothing is
+// read or repacked. Buffers of 2 MiB or more start on a 2 MiB boundary of
+// the file (holes between), so that the page cache's 2 MiB folios map as
+// huge pages: a decode streams every weight once per token, and from 4 KiB
+// pages its kernels ran ~10% slower.
 //
 // The key, stored whole in the file and compared byte for byte (its hash
 // is only the file name), is text:
@@ -51,7 +54,7 @@
 //                   weight, kind, offset, bytes, a checksum of its first
 //                   and last 4 KiB, a checksum of all of it}, then the key
 //                   text
-// A file is never read whole before its header, sizes (the file's own and
+// A file is never mapped before its header, sizes (the file's own and
 // every buffer's range and alignment), table checksum and key have been
 // checked with plain reads; then each buffer's sampled checksum is
 // checked (and, with verify, the checksum of every byte). A file that
@@ -63,9 +66,9 @@
 // so a half-written file is never used. Temporary files whose writer is
 // gone are removed by the next writer and by kc_clear.
 //
-// An entry is never truncated in place (a start reading it would get a
-// short file): entries are only replaced by rename and removed by unlink,
-// which leave an open file intact.
+// A mapped entry must not be truncated in place while in use (that would
+// fault its readers): nothing here ever does, entries are only replaced
+// by rename and removed by unlink, which leave a mapping intact.
 //
 // Size bound: after a store, the oldest entries (by mtime; a hit touches
 // its file) are removed until the directory holds at most max_bytes (the
@@ -126,11 +129,11 @@ void kc_key_add(struct kc_key *k, const char *fmt, ...) __attribute__((format(pr
 int kc_key_finish(struct kc_key *k, char *err);
 void kc_key_free(struct kc_key *k);
 
-// an entry loaded for use
+// an entry mapped for use
 struct kc_kernel {
 	uint64_t mil_hash;
 	int nconsts;
-	const struct emu_const *consts; // data points into the entry's memory
+	const struct emu_const *consts; // data points into the mapping
 };
 struct kc_entry;
 
@@ -140,7 +143,7 @@ int kc_load(const char *dir, const struct kc_key *key, int nkernels, const struc
             char *err);
 const struct kc_kernel *kc_entry_kernel(const struct kc_entry *e, int i);
 uint64_t kc_entry_bytes(const struct kc_entry *e);
-// frees its buffers: the kernels compiled from it must be freed first
+// unmaps: the kernels compiled from it must be freed first
 void kc_entry_free(struct kc_entry *e);
 
 // a new entry, written while the kernels are compiled
