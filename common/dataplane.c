@@ -83,6 +83,7 @@ struct dp_chan {
 	// did not help)
 	int through;
 	_Atomic int score, rest, rest_len;
+	_Atomic int since_big; // calls booked since one over 1 ms late
 };
 
 // The rest after spinning stopped paying, in calls: from DP_REST_MIN,
@@ -92,6 +93,10 @@ struct dp_chan {
 #define DP_REST_MIN 256
 #define DP_REST_MAX 16384
 #define DP_LATE_NS 150000u
+// the longest call spun through
+#define DP_THROUGH_MAX_NS 4000000u
+#define DP_BIG_WINDOW 64
+#define DP_THROUGH_SLACK_NS 200000u
 
 static uint64_t hot_ns = 10000;       // the caller's spin: pause this long, then yield
 static uint64_t serve_hot_ns = 0;     // the worker's idle spin: yield from the start
@@ -122,6 +127,7 @@ chan_defaults(struct dp_chan *c)
 	const char *th = getenv("ANEDVD_DP_SPIN_THROUGH");
 	c->through = !th || !*th || !strcmp(th, "auto") ? 2 : !strcmp(th, "1") ? 1 : 0;
 	c->rest_len = DP_REST_MIN;
+	c->since_big = DP_BIG_WINDOW;
 	hot_ns = env_us("ANEDVD_DP_YIELD_US", 10);
 	if (getenv("ANEDVD_DP_SERVE_YIELD_US"))
 		serve_hot_ns = env_us("ANEDVD_DP_SERVE_YIELD_US", 0);
@@ -549,11 +555,16 @@ dp_call(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp_rep
 	return dp_call_expect(c, slot, rq, rep, pid, gen, timeout_ms, 0);
 }
 
-// spin through this call? (ANEDVD_DP_SPIN_THROUGH; a call of known length)
+// spin through this call? (ANEDVD_DP_SPIN_THROUGH; a call of known length,
+// up to DP_THROUGH_MAX_NS: a longer one (an LM head of 150k rows, 11-17
+// ms) sleeps until shortly before it is due instead. Spun through, it
+// outran the spin's bound every time, and with "auto" each outrun stopped
+// the spinning for every call after it: the Qwen2.5-0.5B shape's decode
+// spun through a tenth of its calls)
 static int
 spin_through(struct dp_chan *c, uint64_t expect_ns)
 {
-	if (!c->through || !expect_ns)
+	if (!c->through || !expect_ns || expect_ns > DP_THROUGH_MAX_NS)
 		return 0;
 	if (c->through == 1)
 		return 1;
@@ -576,7 +587,13 @@ through_book(struct dp_chan *c, uint64_t late_ns)
 	if (c->through != 2)
 		return;
 	int s = atomic_load_explicit(&c->score, memory_order_relaxed);
-	s = late_ns <= DP_LATE_NS ? (s < 16 ? s + 1 : 16) : late_ns <= 1000000u ? s - 4 : -1;
+	// over 1 ms twice within DP_BIG_WINDOW calls stops it at once; once
+	// alone counts as late (a quiet machine shows one now and then: a
+	// decode's first call after its prefill, a page fault)
+	int since = atomic_fetch_add_explicit(&c->since_big, 1, memory_order_relaxed);
+	if (late_ns > 1000000u)
+		atomic_store_explicit(&c->since_big, 0, memory_order_relaxed);
+	s = late_ns <= DP_LATE_NS ? (s < 16 ? s + 1 : 16) : late_ns <= 1000000u || since >= DP_BIG_WINDOW ? s - 4 : -1;
 	atomic_store_explicit(&c->score, s, memory_order_relaxed);
 	int len = atomic_load_explicit(&c->rest_len, memory_order_relaxed);
 	if (s < 0) {
@@ -627,8 +644,12 @@ dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct
 		// call. With "auto" (the default), replies seen late or not at all
 		// say the machine has no core to spare: the calls then sleep for a
 		// while (through_book)
-		const uint64_t bound = expect_ns + (expect_ns / 4 > c->lead_ns ? expect_ns / 4 : c->lead_ns);
-		const uint64_t b = bound < 5000000u ? bound : 5000000u;
+		// the bound: half as long again and DP_THROUGH_SLACK_NS (the
+		// expectation is the kernels' own time; waking the worker's
+		// threads adds ~100 us to a call, and with a quarter and 40 us a
+		// tenth of a SmolLM2-shape decode's calls outran it, stopping the
+		// spinning again and again)
+		const uint64_t b = expect_ns + expect_ns / 2 + DP_THROUGH_SLACK_NS;
 		x = spin(&sl->rep_seq, s - 1, b, through_pause_ns);
 		const uint64_t t = ad_now_ns();
 		// a call outrunning its spin: a wake-up follows, no worse than not spinning
