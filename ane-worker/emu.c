@@ -641,8 +641,13 @@ round16_row(float *x, size_t n)
 // back to back with short gaps, and a sleeping worker wakes too late for a
 // decode-sized conv (tens of us), so it would all run on the caller
 // (896x896, one column, 2 threads: 27-40 us without polling, 17-25 us
-// with). ANEDVD_POOL_SPIN_US, read at emu_open, sets it.
-#define POOL_SPIN_NS 50000
+// with). 200 us, not 50, outlasts the cpu-worker's work between a decode's
+// calls (attention, ~20-60 us a layer, and the round trip), so the first
+// conv of the next call (the o projection) finds the worker awake: decode
+// +1.4% on the Qwen2.5-0.5B shape, +3-5% on SmolLM2's (4 alternations, the
+// worker polling with sched_yield, so a busy machine lost nothing).
+// ANEDVD_POOL_SPIN_US, read at emu_open, sets it.
+#define POOL_SPIN_NS 200000
 // the caller, its share done, spins for the workers' last tasks this long
 // before it sleeps (a task is a slice of one conv, tens of microseconds at
 // most): sleeping at once cost every conv of a decode step a wake-up, and
