@@ -461,6 +461,48 @@ test_crash_mid_write(void)
 	kc_key_free(&key);
 }
 
+// a buffer of 2 MiB or more sits at a 2 MiB offset of the file, so mapped
+// (at a 2 MiB-aligned address) it starts on a huge page; smaller ones on a
+// page; every byte as written
+static void
+test_huge_buffers(void)
+{
+	char dir[400], err[AD_ERRLEN];
+	make_dir(dir, sizeof dir, "huge");
+	struct kc_key key;
+	kc_key_init(&key);
+	kc_key_add(&key, "huge %d", 1);
+	REQUIRE(kc_key_finish(&key, err) == 0);
+	const size_t huge = (size_t)2 << 20, sizes[4] = {100, 3 * huge + 5, 4096 + 1, huge};
+	uint8_t *d[4];
+	struct emu_const c[4];
+	for (int i = 0; i < 4; i++) {
+		REQUIRE((d[i] = malloc(sizes[i])));
+		for (size_t j = 0; j < sizes[i]; j++)
+			d[i][j] = (uint8_t)(j * 31 + (size_t)i);
+		c[i] = (struct emu_const){.weight = i, .kind = 99, .bytes = sizes[i], .data = d[i]};
+	}
+	struct kc_writer *w = kc_writer_new(dir, &key, 1, err);
+	REQUIRE(w, "%s", err);
+	REQUIRE(kc_writer_add(w, 0, 7, c, 4, err) == 0, "%s", err);
+	REQUIRE(kc_writer_commit(w, 0, err) == 0, "%s", err);
+	struct kc_entry *e;
+	REQUIRE(kc_load(dir, &key, 1, NULL, &e, err) == 1, "%s", err);
+	const struct kc_kernel *k = kc_entry_kernel(e, 0);
+	REQUIRE(k && k->nconsts == 4);
+	for (int i = 0; i < 4; i++) {
+		uintptr_t a = (uintptr_t)k->consts[i].data;
+		CHECK(k->consts[i].bytes == sizes[i] && !memcmp(k->consts[i].data, d[i], sizes[i]), "buffer %d", i);
+		if (sizes[i] >= huge)
+			CHECK(a % huge == 0, "buffer %d (%zu bytes) on a 2 MiB boundary", i, sizes[i]);
+		else
+			CHECK(a % KC_ALIGN == 0, "buffer %d on a page", i);
+		free(d[i]);
+	}
+	kc_entry_free(e);
+	kc_key_free(&key);
+}
+
 static void
 test_evict_and_clear(void)
 {
@@ -652,6 +694,7 @@ main(void)
 	T_RUN(test_key_changes_miss);
 	T_RUN(test_corrupt_rebuilt);
 	T_RUN(test_crash_mid_write);
+	T_RUN(test_huge_buffers);
 	T_RUN(test_evict_and_clear);
 	T_RUN(test_off_and_unwritable);
 	T_RUN(test_default_dir);
