@@ -125,6 +125,39 @@ odd_value(unsigned *seed)
 	}
 }
 
+// two equal surfaces of C planes (ps bytes apart) of random bytes, NaNs
+// included; ncols rows of ld random values; two zeroed row buffers
+struct moves {
+	uint8_t *s1, *s2;
+	float *x, *y1, *y2;
+};
+
+static void
+moves_new(struct moves *m, size_t C, size_t ps, size_t ncols, size_t ld, unsigned *seed)
+{
+	m->s1 = malloc(C * ps);
+	m->s2 = malloc(C * ps);
+	m->x = malloc(ncols * ld * sizeof(float));
+	m->y1 = calloc(ncols * ld, sizeof(float));
+	m->y2 = calloc(ncols * ld, sizeof(float));
+	REQUIRE(m->s1 && m->s2 && m->x && m->y1 && m->y2);
+	for (size_t i = 0; i < C * ps; i++)
+		m->s1[i] = (uint8_t)(odd_value(seed) * 7.0f);
+	memcpy(m->s2, m->s1, C * ps);
+	for (size_t i = 0; i < ncols * ld; i++)
+		m->x[i] = odd_value(seed);
+}
+
+static void
+moves_free(struct moves *m)
+{
+	free(m->s1);
+	free(m->s2);
+	free(m->x);
+	free(m->y1);
+	free(m->y2);
+}
+
 // fast and plain moves give the same bits for every channel count (not
 // only multiples of 8), column count and plane stride, and a scatter
 // leaves the columns past ncols alone
@@ -141,15 +174,10 @@ test_planar_twins(void)
 			size_t ps = (W * 2 + 63) / 64 * 64; // a plane per 64 bytes, as surfaces have
 			for (size_t ncols = 1; ncols <= W; ncols += ncols < 10 ? 1 : 7) {
 				size_t ld = C + (ncols % 3); // rows longer than C too
-				uint8_t *s1 = malloc(C * ps), *s2 = malloc(C * ps);
-				float *x = malloc(ncols * ld * sizeof(float)), *y1 = calloc(ncols * ld, sizeof(float)),
-				      *y2 = calloc(ncols * ld, sizeof(float));
-				REQUIRE(s1 && s2 && x && y1 && y2);
-				for (size_t i = 0; i < C * ps; i++)
-					s1[i] = (uint8_t)(odd_value(&seed) * 7.0f);
-				memcpy(s2, s1, C * ps);
-				for (size_t i = 0; i < ncols * ld; i++)
-					x[i] = odd_value(&seed);
+				struct moves m;
+				moves_new(&m, C, ps, ncols, ld, &seed);
+				uint8_t *s1 = m.s1, *s2 = m.s2;
+				float *x = m.x, *y1 = m.y1, *y2 = m.y2;
 				// gather: the surface's random bytes, NaNs included
 				ad_planar_gather(s1, ps, y1, C, ld, ncols);
 				ad_planar_gather_ref(s1, ps, y2, C, ld, ncols);
@@ -165,11 +193,7 @@ test_planar_twins(void)
 					bad_keep += memcmp(s1 + c * ps + ncols * 2, before + c * ps + ncols * 2,
 					                   ps - ncols * 2) != 0;
 				free(before);
-				free(s1);
-				free(s2);
-				free(x);
-				free(y1);
-				free(y2);
+				moves_free(&m);
 				cases++;
 			}
 		}
@@ -203,15 +227,10 @@ test_planar_pool(void)
 		for (size_t ncols = 1; ncols <= 3; ncols += 2)
 			for (int ref = 0; ref < 2; ref++) {
 				size_t C = Cs[a], ps = 128, ld = C + 1;
-				uint8_t *s1 = malloc(C * ps), *s2 = malloc(C * ps);
-				float *x = malloc(ncols * ld * sizeof(float)), *y1 = calloc(ncols * ld, sizeof(float)),
-				      *y2 = calloc(ncols * ld, sizeof(float));
-				REQUIRE(s1 && s2 && x && y1 && y2);
-				for (size_t i = 0; i < C * ps; i++)
-					s1[i] = (uint8_t)(odd_value(&seed) * 7.0f);
-				memcpy(s2, s1, C * ps);
-				for (size_t i = 0; i < ncols * ld; i++)
-					x[i] = odd_value(&seed);
+				struct moves m;
+				moves_new(&m, C, ps, ncols, ld, &seed);
+				uint8_t *s1 = m.s1, *s2 = m.s2;
+				float *x = m.x, *y1 = m.y1, *y2 = m.y2;
 				ad_planar_gather_pool(pool, s1, ps, y1, C, ld, ncols, ref);
 				ad_planar_gather_ref(s1, ps, y2, C, ld, ncols);
 				bad += memcmp(y1, y2, ncols * ld * sizeof(float)) != 0;
@@ -222,11 +241,7 @@ test_planar_pool(void)
 				ad_planar_gather_pool(NULL, s1, ps, y1, C, ld, ncols, ref);
 				ad_planar_gather_ref(s2, ps, y2, C, ld, ncols);
 				bad += memcmp(y1, y2, ncols * ld * sizeof(float)) != 0;
-				free(s1);
-				free(s2);
-				free(x);
-				free(y1);
-				free(y2);
+				moves_free(&m);
 				cases += 3;
 			}
 	CHECK(bad == 0, "%d of %d cases: a move on the pool differs from the plain one", bad, cases);
