@@ -988,24 +988,31 @@ static void
 attnbench_usage(void)
 {
 	fprintf(stderr,
-	        "usage: anedvd-dev attnbench [--ctx 1024] [--heads 14] [--kv-heads 2] [--head-dim 64] [--iters 200]\n"
+	        "usage: anedvd-dev attnbench [--ctx 1024] [--heads 14] [--kv-heads 2] [--head-dim 64] [--cols 1]\n"
+	        "                            [--iters 200]\n"
 	        "  one decode step's attention (every head, one query) over an fp16 KV cache of\n"
 	        "  --ctx positions: attn_fast and attn_ref as the engine runs them, then the\n"
-	        "  same work split into plain stages (q.k dots, softmax, weighted V sum)\n");
+	        "  same work split into plain stages (q.k dots, softmax, weighted V sum).\n"
+	        "  --cols N > 1: also N query columns at the last N positions (a verify step's\n"
+	        "  drafts) in one attn_fast_cols call against N calls of attn_fast\n");
 }
 
 int
 cmd_attnbench(int argc, char **argv)
 {
 	struct tool_opts o = {
-		.cmd = "attnbench", .ctx = 1024, .heads = 14, .kv_heads = 2, .head_dim = 64, .iters = 200};
+		.cmd = "attnbench", .ctx = 1024, .heads = 14, .kv_heads = 2, .head_dim = 64, .iters = 200, .cols = 1};
 	int status;
-	if (tool_start(&o, argc, argv, "--ctx --heads --kv-heads --head-dim --iters", "", attnbench_usage, NULL,
+	if (tool_start(&o, argc, argv, "--ctx --heads --kv-heads --head-dim --cols --iters", "", attnbench_usage, NULL,
 	               &status))
 		return status;
 	if (o.heads % o.kv_heads) {
 		fprintf(stderr, "anedvd-dev attnbench: --heads must be a multiple of --kv-heads\n");
 		attnbench_usage();
+		return 2;
+	}
+	if (o.cols > o.ctx) {
+		fprintf(stderr, "anedvd-dev attnbench: --cols (%d) is more than --ctx (%d)\n", o.cols, o.ctx);
 		return 2;
 	}
 	int H = o.heads, G = o.kv_heads, D = o.head_dim, T = o.ctx;
@@ -1018,16 +1025,20 @@ cmd_attnbench(int argc, char **argv)
 	                        .scale = 1.0f / sqrtf((float)D)};
 	size_t nkv = (size_t)T * G * D;
 	uint16_t *k = malloc(nkv * 2), *v = malloc(nkv * 2);
-	float *q = malloc((size_t)H * D * sizeof *q), *out = malloc((size_t)H * D * sizeof *out);
-	float *sc = malloc(attn_scratch_floats(&sh, T) * sizeof *sc);
+	const int C = o.cols;
+	float *q = malloc((size_t)C * H * D * sizeof *q), *out = malloc((size_t)C * H * D * sizeof *out);
+	float *sc = malloc(attn_cols_scratch_floats(&sh, T, C) * sizeof *sc);
+	int *last = malloc((size_t)C * sizeof *last);
 	float *kf = malloc(nkv * sizeof *kf), *vf = malloc(nkv * sizeof *vf), *s = malloc((size_t)T * sizeof *s);
-	if (!k || !v || !q || !out || !sc || !kf || !vf || !s) {
+	if (!k || !v || !q || !out || !sc || !kf || !vf || !s || !last) {
 		fprintf(stderr, "anedvd-dev attnbench: out of memory\n");
 		return 1;
 	}
 	rng_fill(kf, nkv, 1, 1.0f);
 	rng_fill(vf, nkv, 2, 1.0f);
-	rng_fill(q, (size_t)H * D, 3, 1.0f);
+	rng_fill(q, (size_t)C * H * D, 3, 1.0f);
+	for (int c = 0; c < C; c++)
+		last[c] = T - C + c;
 	for (size_t i = 0; i < nkv; i++) {
 		k[i] = ad_f32_to_fp16(kf[i]);
 		v[i] = ad_f32_to_fp16(vf[i]);
@@ -1040,6 +1051,17 @@ cmd_attnbench(int argc, char **argv)
 	for (int it = 0; it < o.iters; it++)
 		attn_ref(&sh, q, k, v, 0, T - 1, out, sc);
 	double ref = (cli_now_ms() - t0) * 1e3 / o.iters;
+	// C columns: one call, and one call each (the same bits)
+	double cols = 0, each = 0;
+	for (int it = 0; C > 1 && it < o.iters; it++) {
+		t0 = cli_now_ms();
+		attn_fast_cols(&sh, q, (size_t)H * D, k, v, k, v, 0, 0, last, C, out, (size_t)H * D, sc);
+		double t1 = cli_now_ms();
+		for (int c = 0; c < C; c++)
+			attn_fast(&sh, q + (size_t)c * H * D, k, v, 0, last[c], out + (size_t)c * H * D, sc);
+		cols += t1 - t0;
+		each += cli_now_ms() - t1;
+	}
 	// plain stages over the fp32 copy of the cache
 	double t_dot = 0, t_sm = 0, t_av = 0;
 	volatile float sink = 0;
@@ -1082,6 +1104,10 @@ cmd_attnbench(int argc, char **argv)
 	       o.iters);
 	printf("  attn_fast (%s)   %9.1f us\n", attn_have_simd() ? "AVX2/F16C" : "no SIMD: plain", fast);
 	printf("  attn_ref                 %9.1f us\n", ref);
+	if (C > 1)
+		printf("  %d columns: one attn_fast_cols %9.1f us, %d attn_fast %9.1f us: a column after the first "
+		       "%.2f of the first\n",
+		       C, cols * 1e3 / o.iters, C, each * 1e3 / o.iters, (cols / each * C - 1) / (C - 1));
 	printf("  plain stages (fp32 cache, no SIMD), %.1f us in all:\n", tot * 1e3 / o.iters);
 	printf("    dot (q.k)              %9.1f us  %5.1f%%\n", t_dot * 1e3 / o.iters, 100 * t_dot / tot);
 	printf("    softmax                %9.1f us  %5.1f%%\n", t_sm * 1e3 / o.iters, 100 * t_sm / tot);
@@ -1092,6 +1118,7 @@ cmd_attnbench(int argc, char **argv)
 	free(q);
 	free(out);
 	free(sc);
+	free(last);
 	free(kf);
 	free(vf);
 	free(s);

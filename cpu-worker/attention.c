@@ -11,8 +11,11 @@
 size_t
 attn_scratch_floats(const struct attn_shape *sh, int rows)
 {
-	size_t hd = (size_t)sh->head_dim, hdv = (size_t)sh->head_dim_v;
-	return (size_t)sh->n_head * (size_t)(rows > 0 ? rows : 1) + 8 * hdv + hd + hdv + 16;
+	size_t hd = (size_t)sh->head_dim, hdv = (size_t)sh->head_dim_v, r = (size_t)(rows > 0 ? rows : 1);
+	// the sixteen-row path: scores in rows of whole blocks, and the keys
+	// and values of one KV head transposed
+	const size_t r16 = (r + 15) & ~(size_t)15, small = hd <= 16 && hdv <= 16 ? (hd + hdv) * r16 : 0;
+	return (size_t)sh->n_head * r16 + 8 * hdv + hd + hdv + 16 + small;
 }
 
 // --- the reference ----------------------------------------------------------------
@@ -221,58 +224,55 @@ keys_t8(const uint16_t *const kj[8], int hd, float *kt)
 	}
 }
 
+// q·k of one query head (qh) and eight keys transposed by keys_t8 (kt),
+// scaled: lane r is row r's score, in the lanes and fold of ad_dot (the
+// rows are in the lanes, so lane l of ad_dot is one register and the fold
+// is seven adds for eight rows)
+SIMD static inline __m256
+dot_t8(const float *kt, const float *qh, int hd, __m256 scale)
+{
+	__m256 a[8];
+	for (int l = 0; l < 8; l++)
+		a[l] = _mm256_fmadd_ps(_mm256_set1_ps(qh[l]), _mm256_loadu_ps(kt + l * 8), _mm256_setzero_ps());
+	for (int i = 8; i < hd; i += 8)
+		for (int l = 0; l < 8; l++)
+			a[l] = _mm256_fmadd_ps(_mm256_set1_ps(qh[i + l]), _mm256_loadu_ps(kt + (i + l) * 8), a[l]);
+	// ad_fold8: (a4 + a0 + (a6 + a2)) + (a5 + a1 + (a7 + a3))
+	__m256 x = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[4], a[0]), _mm256_add_ps(a[6], a[2])),
+	                         _mm256_add_ps(_mm256_add_ps(a[5], a[1]), _mm256_add_ps(a[7], a[3])));
+	return _mm256_mul_ps(x, scale);
+}
+
+SIMD static inline void
+store_n(float *dst, __m256 x, int n)
+{
+	if (n == 8) {
+		_mm256_storeu_ps(dst, x);
+	} else {
+		float tmp[8];
+		_mm256_storeu_ps(tmp, x);
+		memcpy(dst, tmp, (size_t)n * sizeof(float));
+	}
+}
+
+// the heads of up to 16 dimensions take eight rows at a time through
+// keys_t8 and dot_t8; larger heads four heads by two rows (scores_4x2)
+static inline int
+small_heads(const struct attn_shape *sh)
+{
+	return (sh->head_dim & 7) == 0 && sh->head_dim <= 16 && attn_path != 1;
+}
+
 // the scaled q·k scores of one KV head's group of query heads (qg) over
 // rows first..last (below split from kg0, the others from kg):
-// scores[t * rows + j - first], the same bits as attn_ref's (same lanes,
-// same fold). Heads of up to 16 dimensions take eight rows at a time with
-// the rows in the lanes, so lane l of ad_dot is one register and the fold
-// is seven adds for eight rows; larger heads take four heads by two rows,
-// a fold per score
+// scores[t * ld + j - first], the same bits as attn_ref's (same lanes,
+// same fold). Four heads by two rows at a time, the spare ones computed
+// on a copy of the last and dropped
 SIMD static void
-group_scores(const struct attn_shape *sh, const float *qg, const uint16_t *kg0, const uint16_t *kg, int split,
-             int first, int last, float *scores)
+group_scores_4x2(const struct attn_shape *sh, const float *qg, const uint16_t *kg0, const uint16_t *kg, int split,
+                 int first, int last, float *scores, size_t ld)
 {
-	const int hd = sh->head_dim, group = sh->n_head / sh->n_head_kv, rows = last - first + 1, hd8 = hd & ~7;
-	if (hd == hd8 && hd <= 16 && attn_path != 1) {
-		float kt[16 * 8];
-		const __m256 scale = _mm256_set1_ps(sh->scale);
-		for (int j = first; j <= last; j += 8) {
-			const int nr = last - j + 1 < 8 ? last - j + 1 : 8;
-			const uint16_t *kj[8];
-			for (int r = 0; r < 8; r++) { // past the last row: the last again, dropped
-				const int jr = j + (r < nr ? r : nr - 1);
-				kj[r] = (jr < split ? kg0 : kg) + (size_t)jr * sh->k_stride;
-			}
-			keys_t8(kj, hd, kt);
-			for (int t = 0; t < group; t++) {
-				const float *qh = qg + (size_t)t * hd;
-				__m256 a[8];
-				for (int l = 0; l < 8; l++)
-					a[l] = _mm256_fmadd_ps(_mm256_set1_ps(qh[l]), _mm256_loadu_ps(kt + l * 8),
-					                       _mm256_setzero_ps());
-				for (int i = 8; i < hd; i += 8)
-					for (int l = 0; l < 8; l++)
-						a[l] = _mm256_fmadd_ps(_mm256_set1_ps(qh[i + l]),
-						                       _mm256_loadu_ps(kt + (i + l) * 8), a[l]);
-				// ad_fold8: (a4 + a0 + (a6 + a2)) + (a5 + a1 + (a7 + a3))
-				__m256 x = _mm256_add_ps(
-					_mm256_add_ps(_mm256_add_ps(a[4], a[0]), _mm256_add_ps(a[6], a[2])),
-					_mm256_add_ps(_mm256_add_ps(a[5], a[1]), _mm256_add_ps(a[7], a[3])));
-				x = _mm256_mul_ps(x, scale);
-				float *dst = scores + (size_t)t * rows + (j - first);
-				if (nr == 8) {
-					_mm256_storeu_ps(dst, x);
-				} else {
-					float tmp[8];
-					_mm256_storeu_ps(tmp, x);
-					memcpy(dst, tmp, (size_t)nr * sizeof(float));
-				}
-			}
-		}
-		return;
-	}
-	// four heads by two rows at a time, the spare ones computed on a copy
-	// of the last and dropped
+	const int hd = sh->head_dim, group = sh->n_head / sh->n_head_kv, hd8 = hd & ~7;
 	for (int h0 = 0; h0 < group; h0 += 4) {
 		const int nh = group - h0 < 4 ? group - h0 : 4;
 		const float *qp[4];
@@ -289,156 +289,485 @@ group_scores(const struct attn_shape *sh, const float *qg, const uint16_t *kg0, 
 					float x = s[4 * r + t];
 					for (int i = hd8; i < hd; i++)
 						x = fmaf(qp[t][i], ad_fp16_to_f32(kj[r][i]), x);
-					scores[(size_t)(h0 + t) * rows + (j + r - first)] = x * sh->scale;
+					scores[(size_t)(h0 + t) * ld + (j + r - first)] = x * sh->scale;
 				}
 		}
 	}
 }
 
-SIMD static void
-attn_simd(const struct attn_shape *sh, const float *q, const uint16_t *k0, const uint16_t *v0, const uint16_t *k,
-          const uint16_t *v, int split, int first, int last, float *out, float *scratch)
+// pointers to rows j..j+7 (past last: last again) of a cache in two
+// stretches
+static inline void
+rows8(const uint16_t *c0, const uint16_t *c, size_t stride, int split, int j, int last, const uint16_t *p[8])
 {
-	const int hd = sh->head_dim, hdv = sh->head_dim_v, group = sh->n_head / sh->n_head_kv;
-	const int rows = last - first + 1, hdv8 = hdv & ~7;
-	const float cap = sh->softcap;
-	float *scores = scratch; // [group][rows]
-	float *vf = scores + (size_t)group * rows;
-	for (int g = 0; g < sh->n_head_kv; g++) {
-		const float *qg = q + (size_t)g * group * hd;
-		const uint16_t *kg = k + (size_t)g * hd, *vg = v + (size_t)g * hdv;
-		const uint16_t *kg0 = k0 + (size_t)g * hd, *vg0 = v0 + (size_t)g * hdv;
-		group_scores(sh, qg, kg0, kg, split, first, last, scores);
-		for (int t = 0; t < group; t++) {
-			float *sc = scores + (size_t)t * rows;
-			if (cap > 0)
-				for (int r = 0; r < rows; r++)
-					sc[r] = tanhf(sc[r] * (1.0f / cap)) * cap;
-			// the largest score, four registers at a time (max_ps(s, m)
-			// keeps m when s is NaN, as the plain loop does; which zero
-			// wins a tie of +0 and -0 may differ, and e^(s - m) does not)
-			__m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
-			int r = 0;
-			for (; r + 32 <= rows; r += 32) {
-				m0 = _mm256_max_ps(_mm256_loadu_ps(sc + r), m0);
-				m1 = _mm256_max_ps(_mm256_loadu_ps(sc + r + 8), m1);
-				m2 = _mm256_max_ps(_mm256_loadu_ps(sc + r + 16), m2);
-				m3 = _mm256_max_ps(_mm256_loadu_ps(sc + r + 24), m3);
+	const int nr = last - j + 1 < 8 ? last - j + 1 : 8;
+	for (int r = 0; r < 8; r++) {
+		const int jr = j + (r < nr ? r : nr - 1);
+		p[r] = (jr < split ? c0 : c) + (size_t)jr * stride;
+	}
+}
+
+// every column's scores: column c's head h over its rows [first, last[c]]
+// at scores + (c * n_head + h) * ld. Small heads go a block of eight rows
+// at a time, every KV head and every column of the block before the next
+// (a block's keys are transposed once, and the rows of all KV heads are
+// read while they are in L1); a column's lanes past its last row are
+// computed and dropped, so its scores are those it has alone
+SIMD static void
+all_scores(const struct attn_shape *sh, const float *q, size_t qs, const uint16_t *k0, const uint16_t *k, int split,
+           int first, const int *last, int nc, int lmax, float *scores, size_t ld)
+{
+	const int hd = sh->head_dim, nh = sh->n_head, group = nh / sh->n_head_kv;
+	if (!small_heads(sh)) {
+		for (int c = 0; c < nc; c++)
+			for (int g = 0; g < sh->n_head_kv; g++)
+				group_scores_4x2(sh, q + (size_t)c * qs + (size_t)g * group * hd, k0 + (size_t)g * hd,
+				                 k + (size_t)g * hd, split, first, last[c],
+				                 scores + ((size_t)c * nh + (size_t)g * group) * ld, ld);
+		return;
+	}
+	float kt[16 * 8];
+	const __m256 scale = _mm256_set1_ps(sh->scale);
+	for (int j = first; j <= lmax; j += 8) {
+		const uint16_t *kr[8], *kj[8];
+		rows8(k0, k, sh->k_stride, split, j, lmax, kr);
+		for (int g = 0; g < sh->n_head_kv; g++) {
+			for (int r = 0; r < 8; r++)
+				kj[r] = kr[r] + (size_t)g * hd;
+			keys_t8(kj, hd, kt);
+			for (int c = 0; c < nc; c++) {
+				if (j > last[c])
+					continue;
+				const int nr = last[c] - j + 1 < 8 ? last[c] - j + 1 : 8;
+				for (int t = 0; t < group; t++) {
+					const int h = g * group + t;
+					store_n(scores + ((size_t)c * nh + h) * ld + (j - first),
+					        dot_t8(kt, q + (size_t)c * qs + (size_t)h * hd, hd, scale), nr);
+				}
 			}
-			for (; r + 8 <= rows; r += 8)
-				m0 = _mm256_max_ps(_mm256_loadu_ps(sc + r), m0);
-			float mv[8], mx = -INFINITY;
-			_mm256_storeu_ps(mv, _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
-			for (int l = 0; l < 8; l++)
-				mx = mv[l] > mx ? mv[l] : mx;
-			for (; r < rows; r++)
-				mx = sc[r] > mx ? sc[r] : mx;
-			__m256 vmx = _mm256_set1_ps(mx), vs = _mm256_setzero_ps();
-			r = 0;
-			for (; r + 8 <= rows; r += 8) {
-				__m256 e = exp_v(_mm256_sub_ps(_mm256_loadu_ps(sc + r), vmx));
-				_mm256_storeu_ps(sc + r, e);
-				vs = _mm256_add_ps(vs, e);
-			}
-			float sum = hsum_v(vs);
-			for (; r < rows; r++) {
-				sc[r] = expf(sc[r] - mx);
-				sum += sc[r];
-			}
-			float inv = 1.0f / sum;
-			for (r = 0; r < rows; r++)
-				sc[r] *= inv;
-			memset(out + (size_t)(g * group + t) * hdv, 0, (size_t)hdv * sizeof(float));
 		}
-		// P·V: blocks of 8 value rows converted once into vf, then added
-		// into each head of the group, 64 dimensions (8 registers) at a time
-		for (int j0 = first; j0 <= last; j0 += 8) {
-			const int nr = last - j0 + 1 < 8 ? last - j0 + 1 : 8;
-			for (int r = 0; r < nr; r++) {
-				const uint16_t *vj = (j0 + r < split ? vg0 : vg) + (size_t)(j0 + r) * sh->v_stride;
+	}
+}
+
+// sc[0..rows) = softmax of the (soft-capped) scores, in place
+SIMD static void
+softmax_row(float *sc, int rows, float cap)
+{
+	if (cap > 0)
+		for (int r = 0; r < rows; r++)
+			sc[r] = tanhf(sc[r] * (1.0f / cap)) * cap;
+	// the largest score, four registers at a time (max_ps(s, m) keeps m
+	// when s is NaN, as the plain loop does; which zero wins a tie of +0
+	// and -0 may differ, and e^(s - m) does not)
+	__m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+	int r = 0;
+	for (; r + 32 <= rows; r += 32) {
+		m0 = _mm256_max_ps(_mm256_loadu_ps(sc + r), m0);
+		m1 = _mm256_max_ps(_mm256_loadu_ps(sc + r + 8), m1);
+		m2 = _mm256_max_ps(_mm256_loadu_ps(sc + r + 16), m2);
+		m3 = _mm256_max_ps(_mm256_loadu_ps(sc + r + 24), m3);
+	}
+	for (; r + 8 <= rows; r += 8)
+		m0 = _mm256_max_ps(_mm256_loadu_ps(sc + r), m0);
+	float mv[8], mx = -INFINITY;
+	_mm256_storeu_ps(mv, _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
+	for (int l = 0; l < 8; l++)
+		mx = mv[l] > mx ? mv[l] : mx;
+	for (; r < rows; r++)
+		mx = sc[r] > mx ? sc[r] : mx;
+	__m256 vmx = _mm256_set1_ps(mx), vs = _mm256_setzero_ps();
+	r = 0;
+	for (; r + 8 <= rows; r += 8) {
+		__m256 e = exp_v(_mm256_sub_ps(_mm256_loadu_ps(sc + r), vmx));
+		_mm256_storeu_ps(sc + r, e);
+		vs = _mm256_add_ps(vs, e);
+	}
+	float sum = hsum_v(vs);
+	for (; r < rows; r++) {
+		sc[r] = expf(sc[r] - mx);
+		sum += sc[r];
+	}
+	const float inv = 1.0f / sum;
+	const __m256 vinv = _mm256_set1_ps(inv);
+	for (r = 0; r + 8 <= rows; r += 8)
+		_mm256_storeu_ps(sc + r, _mm256_mul_ps(_mm256_loadu_ps(sc + r), vinv));
+	for (; r < rows; r++)
+		sc[r] *= inv;
+}
+
+// o[0..hdv) += sum over rows r < nr of p[r] * vf[r * hdv ..]: 64
+// dimensions (8 registers) at a time, the rest in four chains, so that a
+// head of 8 does not wait on one FMA after another
+SIMD static inline void
+pv_block(float *o, const float *p, const float *vf, int nr, int hdv)
+{
+	const int hdv8 = hdv & ~7;
+	int d0 = 0;
+	for (; d0 + 64 <= hdv8; d0 += 64) {
+		__m256 o0 = _mm256_loadu_ps(o + d0), o1 = _mm256_loadu_ps(o + d0 + 8);
+		__m256 o2 = _mm256_loadu_ps(o + d0 + 16), o3 = _mm256_loadu_ps(o + d0 + 24);
+		__m256 o4 = _mm256_loadu_ps(o + d0 + 32), o5 = _mm256_loadu_ps(o + d0 + 40);
+		__m256 o6 = _mm256_loadu_ps(o + d0 + 48), o7 = _mm256_loadu_ps(o + d0 + 56);
+		for (int r = 0; r < nr; r++) {
+			const float *x = vf + (size_t)r * hdv + d0;
+			__m256 pr = _mm256_set1_ps(p[r]);
+			o0 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x), o0);
+			o1 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x + 8), o1);
+			o2 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x + 16), o2);
+			o3 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x + 24), o3);
+			o4 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x + 32), o4);
+			o5 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x + 40), o5);
+			o6 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x + 48), o6);
+			o7 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x + 56), o7);
+		}
+		_mm256_storeu_ps(o + d0, o0);
+		_mm256_storeu_ps(o + d0 + 8, o1);
+		_mm256_storeu_ps(o + d0 + 16, o2);
+		_mm256_storeu_ps(o + d0 + 24, o3);
+		_mm256_storeu_ps(o + d0 + 32, o4);
+		_mm256_storeu_ps(o + d0 + 40, o5);
+		_mm256_storeu_ps(o + d0 + 48, o6);
+		_mm256_storeu_ps(o + d0 + 56, o7);
+	}
+	for (; d0 < hdv8; d0 += 8) {
+		__m256 a0 = _mm256_loadu_ps(o + d0), a1 = _mm256_setzero_ps(), a2 = a1, a3 = a1;
+		int r = 0;
+		for (; r + 4 <= nr; r += 4) {
+			const float *x = vf + (size_t)r * hdv + d0;
+			a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[r]), _mm256_loadu_ps(x), a0);
+			a1 = _mm256_fmadd_ps(_mm256_set1_ps(p[r + 1]), _mm256_loadu_ps(x + hdv), a1);
+			a2 = _mm256_fmadd_ps(_mm256_set1_ps(p[r + 2]), _mm256_loadu_ps(x + 2 * hdv), a2);
+			a3 = _mm256_fmadd_ps(_mm256_set1_ps(p[r + 3]), _mm256_loadu_ps(x + 3 * hdv), a3);
+		}
+		for (; r < nr; r++)
+			a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[r]), _mm256_loadu_ps(vf + (size_t)r * hdv + d0), a0);
+		_mm256_storeu_ps(o + d0, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+	}
+	for (int d = hdv8; d < hdv; d++)
+		for (int r = 0; r < nr; r++)
+			o[d] = fmaf(p[r], vf[(size_t)r * hdv + d], o[d]);
+}
+
+// the columns of attn_fast_cols: scores, softmax, then P·V a block of
+// eight value rows at a time, converted to fp32 once for every column and
+// added into each of its heads (block by block from first, as a column
+// alone takes them, so its bits do not depend on the others)
+SIMD static void
+attn_simd_cols(const struct attn_shape *sh, const float *q, size_t qs, const uint16_t *k0, const uint16_t *v0,
+               const uint16_t *k, const uint16_t *v, int split, int first, const int *last, int nc, float *out,
+               size_t os, float *scratch)
+{
+	const int hdv = sh->head_dim_v, nh = sh->n_head, group = nh / sh->n_head_kv;
+	int lmax = first;
+	for (int c = 0; c < nc; c++)
+		lmax = last[c] > lmax ? last[c] : lmax;
+	const size_t ld = (size_t)(lmax - first + 1);
+	float *scores = scratch, *vf = scores + (size_t)nc * nh * ld;
+	all_scores(sh, q, qs, k0, k, split, first, last, nc, lmax, scores, ld);
+	for (int c = 0; c < nc; c++)
+		for (int h = 0; h < nh; h++) {
+			softmax_row(scores + ((size_t)c * nh + h) * ld, last[c] - first + 1, sh->softcap);
+			memset(out + (size_t)c * os + (size_t)h * hdv, 0, (size_t)hdv * sizeof(float));
+		}
+	const int hdv8 = hdv & ~7;
+	for (int j0 = first; j0 <= lmax; j0 += 8) {
+		const int nm = lmax - j0 + 1 < 8 ? lmax - j0 + 1 : 8;
+		const uint16_t *vr[8];
+		rows8(v0, v, sh->v_stride, split, j0, lmax, vr);
+		for (int g = 0; g < sh->n_head_kv; g++) {
+			for (int r = 0; r < nm; r++) {
+				const uint16_t *vj = vr[r] + (size_t)g * hdv;
 				float *dst = vf + (size_t)r * hdv;
 				for (int d = 0; d < hdv8; d += 8)
 					_mm256_storeu_ps(dst + d, load_h8(vj + d));
 				for (int d = hdv8; d < hdv; d++)
 					dst[d] = ad_fp16_to_f32(vj[d]);
 			}
-			for (int t = 0; t < group; t++) {
-				float *o = out + (size_t)(g * group + t) * hdv;
-				const float *p = scores + (size_t)t * rows + (j0 - first);
-				int d0 = 0;
-				for (; d0 + 64 <= hdv8; d0 += 64) {
-					__m256 o0 = _mm256_loadu_ps(o + d0), o1 = _mm256_loadu_ps(o + d0 + 8);
-					__m256 o2 = _mm256_loadu_ps(o + d0 + 16), o3 = _mm256_loadu_ps(o + d0 + 24);
-					__m256 o4 = _mm256_loadu_ps(o + d0 + 32), o5 = _mm256_loadu_ps(o + d0 + 40);
-					__m256 o6 = _mm256_loadu_ps(o + d0 + 48), o7 = _mm256_loadu_ps(o + d0 + 56);
-					for (int r = 0; r < nr; r++) {
-						const float *x = vf + (size_t)r * hdv + d0;
-						__m256 pr = _mm256_set1_ps(p[r]);
-						o0 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x), o0);
-						o1 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x + 8), o1);
-						o2 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x + 16), o2);
-						o3 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x + 24), o3);
-						o4 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x + 32), o4);
-						o5 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x + 40), o5);
-						o6 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x + 48), o6);
-						o7 = _mm256_fmadd_ps(pr, _mm256_loadu_ps(x + 56), o7);
-					}
-					_mm256_storeu_ps(o + d0, o0);
-					_mm256_storeu_ps(o + d0 + 8, o1);
-					_mm256_storeu_ps(o + d0 + 16, o2);
-					_mm256_storeu_ps(o + d0 + 24, o3);
-					_mm256_storeu_ps(o + d0 + 32, o4);
-					_mm256_storeu_ps(o + d0 + 40, o5);
-					_mm256_storeu_ps(o + d0 + 48, o6);
-					_mm256_storeu_ps(o + d0 + 56, o7);
+			for (int c = 0; c < nc; c++) {
+				if (j0 > last[c])
+					continue;
+				const int nr = last[c] - j0 + 1 < 8 ? last[c] - j0 + 1 : 8;
+				for (int t = 0; t < group; t++) {
+					const int h = g * group + t;
+					pv_block(out + (size_t)c * os + (size_t)h * hdv,
+					         scores + ((size_t)c * nh + h) * ld + (j0 - first), vf, nr, hdv);
 				}
-				// the rest in four chains, so that a head of 8 does not
-				// wait on one FMA after another
-				for (; d0 < hdv8; d0 += 8) {
-					__m256 a0 = _mm256_loadu_ps(o + d0), a1 = _mm256_setzero_ps(), a2 = a1, a3 = a1;
-					int r = 0;
-					for (; r + 4 <= nr; r += 4) {
-						const float *x = vf + (size_t)r * hdv + d0;
-						a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[r]), _mm256_loadu_ps(x), a0);
-						a1 = _mm256_fmadd_ps(_mm256_set1_ps(p[r + 1]), _mm256_loadu_ps(x + hdv),
-						                     a1);
-						a2 = _mm256_fmadd_ps(_mm256_set1_ps(p[r + 2]),
-						                     _mm256_loadu_ps(x + 2 * hdv), a2);
-						a3 = _mm256_fmadd_ps(_mm256_set1_ps(p[r + 3]),
-						                     _mm256_loadu_ps(x + 3 * hdv), a3);
-					}
-					for (; r < nr; r++)
-						a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[r]),
-						                     _mm256_loadu_ps(vf + (size_t)r * hdv + d0), a0);
-					_mm256_storeu_ps(o + d0,
-					                 _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-				}
-				for (int d = hdv8; d < hdv; d++)
-					for (int r = 0; r < nr; r++)
-						o[d] = fmaf(p[r], vf[(size_t)r * hdv + d], o[d]);
 			}
 		}
 	}
 }
+// --- AVX-512: heads of 8 or 16 dimensions, sixteen rows a register ------------------
+//
+// Small heads (stories260K's are 8 wide) leave most of an AVX2 kernel's work
+// in moving data: a row is one register of a head, so every row pays a
+// conversion, a broadcast and a fold. Here the keys and values of one KV
+// head are first transposed, sixteen rows at a time, into fp32 planes
+// (dimension d of rows j..j+15 in one register), once for every query head
+// and column that reads them; then each query head's scores, softmax and
+// P·V run with the rows in the lanes: eight FMAs per sixteen rows for the
+// scores (the lanes and fold of ad_dot, so attn_ref's bits) and eight for
+// P·V. The softmax sums in sixteen lanes, so the output differs from the
+// AVX2 path's in the last bits (both within a few 1e-7 of attn_ref); a
+// column's result never depends on the other columns of its call.
+#define T512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
+
+int attn_isa; // 0: the best the CPU has; 1: AVX2 at most
+
+int
+attn_have_avx512(void)
+{
+	return ad_cpu_level() >= AD_SIMD_AVX512;
+}
+
+static int
+small512(const struct attn_shape *sh)
+{
+	const int have = attn_have_avx512(), hd = sh->head_dim, hdv = sh->head_dim_v;
+	return have && attn_isa == 0 && attn_path == 0 && (hd == 8 || hd == 16) && (hdv == 8 || hdv == 16);
+}
+
+// dimensions off..off+7 of sixteen rows (rp[r] + off, fp16) to fp32 planes:
+// dst[d * 16 + r]. Four registers of four rows each, then two rounds of
+// word permutes: rows 0-7 by dims 0-3 and 4-7, then rows 0-15 by dim pairs
+T512 static inline void
+t16x8(const uint16_t *const rp[16], int off, float *dst)
+{
+	__m512i z[4];
+	for (int i = 0; i < 4; i++) {
+		__m512i a = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(rp[4 * i] + off)));
+		a = _mm512_inserti32x4(a, _mm_loadu_si128((const __m128i *)(rp[4 * i + 1] + off)), 1);
+		a = _mm512_inserti32x4(a, _mm_loadu_si128((const __m128i *)(rp[4 * i + 2] + off)), 2);
+		z[i] = _mm512_inserti32x4(a, _mm_loadu_si128((const __m128i *)(rp[4 * i + 3] + off)), 3);
+	}
+	// level 1: word d * 8 + r of (z0, z1) is row r (0-7), dim d (0-3;
+	// +4 for the second): source word r * 8 + d. Level 2: word e * 16 + r
+	// is dim e (0-1; +2 for the second) of row r (0-15), rows 0-7 from the
+	// first source, 8-15 from the second (+32)
+	static const uint16_t i1a[32] = {0, 8,  16, 24, 32, 40, 48, 56, 1, 9,  17, 25, 33, 41, 49, 57,
+	                                 2, 10, 18, 26, 34, 42, 50, 58, 3, 11, 19, 27, 35, 43, 51, 59},
+			      i1b[32] = {4, 12, 20, 28, 36, 44, 52, 60, 5, 13, 21, 29, 37, 45, 53, 61,
+	                                 6, 14, 22, 30, 38, 46, 54, 62, 7, 15, 23, 31, 39, 47, 55, 63},
+			      i2a[32] = {0, 1, 2,  3,  4,  5,  6,  7,  32, 33, 34, 35, 36, 37, 38, 39,
+	                                 8, 9, 10, 11, 12, 13, 14, 15, 40, 41, 42, 43, 44, 45, 46, 47},
+			      i2b[32] = {16, 17, 18, 19, 20, 21, 22, 23, 48, 49, 50, 51, 52, 53, 54, 55,
+	                                 24, 25, 26, 27, 28, 29, 30, 31, 56, 57, 58, 59, 60, 61, 62, 63};
+	const __m512i x1a = _mm512_loadu_si512(i1a), x1b = _mm512_loadu_si512(i1b);
+	const __m512i x2a = _mm512_loadu_si512(i2a), x2b = _mm512_loadu_si512(i2b);
+	const __m512i p0 = _mm512_permutex2var_epi16(z[0], x1a, z[1]), p1 = _mm512_permutex2var_epi16(z[0], x1b, z[1]);
+	const __m512i p2 = _mm512_permutex2var_epi16(z[2], x1a, z[3]), p3 = _mm512_permutex2var_epi16(z[2], x1b, z[3]);
+	const __m512i o[4] = {_mm512_permutex2var_epi16(p0, x2a, p2), _mm512_permutex2var_epi16(p0, x2b, p2),
+	                      _mm512_permutex2var_epi16(p1, x2a, p3), _mm512_permutex2var_epi16(p1, x2b, p3)};
+	for (int i = 0; i < 4; i++) {
+		_mm512_storeu_ps(dst + (2 * i) * 16, _mm512_cvtph_ps(_mm512_castsi512_si256(o[i])));
+		_mm512_storeu_ps(dst + (2 * i + 1) * 16, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(o[i], 1)));
+	}
+}
+
+// rows first..lmax of one KV head (goff into each row; below split from c0)
+// transposed to planes: dst[(b * dims + d) * 16 + r] is dimension d of row
+// first + 16 b + r; rows past lmax repeat lmax
+T512 static void
+planes16(const uint16_t *c0, const uint16_t *c, size_t stride, int split, int first, int lmax, size_t goff, int dims,
+         float *dst)
+{
+	for (int j = first, b = 0; j <= lmax; j += 16, b++) {
+		const uint16_t *rp[16];
+		for (int r = 0; r < 16; r++) {
+			const int jr = j + r <= lmax ? j + r : lmax;
+			rp[r] = (jr < split ? c0 : c) + (size_t)jr * stride + goff;
+		}
+		for (int off = 0; off < dims; off += 8)
+			t16x8(rp, off, dst + ((size_t)b * dims + off) * 16);
+	}
+}
+
+// scale * q·k of rows in nb blocks of planes (kt), in ad_dot's lanes (lane
+// l of the dot product: dims l and l + 8) and fold
+T512 static inline __attribute__((always_inline)) void
+scores16(const float *kt, const float *qh, int hd, float scale, int nb, float *dst)
+{
+	__m512 q[16];
+	for (int i = 0; i < hd; i++)
+		q[i] = _mm512_set1_ps(qh[i]);
+	const __m512 vs = _mm512_set1_ps(scale);
+	for (int b = 0; b < nb; b++) {
+		const float *k = kt + (size_t)b * hd * 16;
+		__m512 a[8];
+		for (int l = 0; l < 8; l++)
+			a[l] = _mm512_mul_ps(q[l], _mm512_loadu_ps(k + l * 16));
+		if (hd == 16)
+			for (int l = 0; l < 8; l++)
+				a[l] = _mm512_fmadd_ps(q[8 + l], _mm512_loadu_ps(k + (8 + l) * 16), a[l]);
+		__m512 x = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[4], a[0]), _mm512_add_ps(a[6], a[2])),
+		                         _mm512_add_ps(_mm512_add_ps(a[5], a[1]), _mm512_add_ps(a[7], a[3])));
+		_mm512_storeu_ps(dst + (size_t)b * 16, _mm512_mul_ps(x, vs));
+	}
+}
+
+// exp_v's polynomial on sixteen lanes: the same bits lane for lane
+T512 static inline __m512
+exp16(__m512 x)
+{
+	x = _mm512_max_ps(_mm512_set1_ps(-87.0f), x);
+	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+	                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+	__m512 p = _mm512_set1_ps(1.0f / 5040);
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+	__m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+	return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+// one query head over rows [0, rows) of the planes: scores into sc (whole
+// blocks), softmax with the lanes past rows at zero, then o = P·V
+T512 static inline __attribute__((always_inline)) void
+head16(const float *kt, const float *vt, const float *qh, int hd, int hdv, float scale, float cap, int rows, float *sc,
+       float *o)
+{
+	const int nb = (rows + 15) / 16;
+	const __mmask16 tail = (__mmask16)(rows % 16 ? (1u << (rows % 16)) - 1 : 0xffff);
+	scores16(kt, qh, hd, scale, nb, sc);
+	if (cap > 0)
+		for (int r = 0; r < rows; r++)
+			sc[r] = tanhf(sc[r] * (1.0f / cap)) * cap;
+	__m512 m = _mm512_set1_ps(-INFINITY);
+	for (int b = 0; b < nb; b++)
+		m = _mm512_mask_max_ps(m, b == nb - 1 ? tail : 0xffff, _mm512_loadu_ps(sc + (size_t)b * 16), m);
+	const __m512 vmx = _mm512_set1_ps(_mm512_reduce_max_ps(m));
+	__m512 vs = _mm512_setzero_ps();
+	for (int b = 0; b < nb; b++) {
+		__m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(sc + (size_t)b * 16), vmx));
+		if (b == nb - 1)
+			e = _mm512_maskz_mov_ps(tail, e);
+		_mm512_storeu_ps(sc + (size_t)b * 16, e);
+		vs = _mm512_add_ps(vs, e);
+	}
+	const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vs));
+	__m512 acc[16];
+	for (int d = 0; d < hdv; d++)
+		acc[d] = _mm512_setzero_ps();
+	for (int b = 0; b < nb; b++) {
+		const __m512 p = _mm512_mul_ps(_mm512_loadu_ps(sc + (size_t)b * 16), inv);
+		const float *v = vt + (size_t)b * hdv * 16;
+		for (int d = 0; d < hdv; d++)
+			acc[d] = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + d * 16), acc[d]);
+	}
+	for (int d = 0; d < hdv; d++)
+		o[d] = _mm512_reduce_add_ps(acc[d]);
+}
+
+// attn_fast_cols for small heads: per KV head, its keys and values as
+// planes once, then every column's query heads of that group
+T512 static void
+attn512_cols(const struct attn_shape *sh, const float *q, size_t qs, const uint16_t *k0, const uint16_t *v0,
+             const uint16_t *k, const uint16_t *v, int split, int first, const int *last, int nc, float *out, size_t os,
+             float *scratch)
+{
+	const int hd = sh->head_dim, hdv = sh->head_dim_v, nh = sh->n_head, group = nh / sh->n_head_kv;
+	int lmax = first;
+	for (int c = 0; c < nc; c++)
+		lmax = last[c] > lmax ? last[c] : lmax;
+	const size_t nb = (size_t)(lmax - first + 16) / 16;
+	float *sc = scratch, *kt = sc + nb * 16, *vt = kt + nb * 16 * hd;
+	for (int g = 0; g < sh->n_head_kv; g++) {
+		planes16(k0, k, sh->k_stride, split, first, lmax, (size_t)g * hd, hd, kt);
+		planes16(v0, v, sh->v_stride, split, first, lmax, (size_t)g * hdv, hdv, vt);
+		for (int c = 0; c < nc; c++)
+			for (int t = 0; t < group; t++) {
+				const int h = g * group + t, rows = last[c] - first + 1;
+				const float *qh = q + (size_t)c * qs + (size_t)h * hd;
+				float *o = out + (size_t)c * os + (size_t)h * hdv;
+				// the sizes as constants, so that the accumulators stay in registers
+				if (hd == 8 && hdv == 8)
+					head16(kt, vt, qh, 8, 8, sh->scale, sh->softcap, rows, sc, o);
+				else if (hd == 16 && hdv == 16)
+					head16(kt, vt, qh, 16, 16, sh->scale, sh->softcap, rows, sc, o);
+				else
+					head16(kt, vt, qh, hd, hdv, sh->scale, sh->softcap, rows, sc, o);
+			}
+	}
+}
+
+// attn_scores' way through scores16, for the tests
+T512 static void
+scores512(const struct attn_shape *sh, const float *q, const uint16_t *k, int first, int last, float *scores,
+          float *tmp)
+{
+	const int hd = sh->head_dim, group = sh->n_head / sh->n_head_kv, rows = last - first + 1;
+	const int nb = (rows + 15) / 16;
+	float *kt = tmp + (size_t)nb * 16;
+	for (int g = 0; g < sh->n_head_kv; g++) {
+		planes16(k, k, sh->k_stride, 0, first, last, (size_t)g * hd, hd, kt);
+		for (int t = 0; t < group; t++) {
+			const int h = g * group + t;
+			scores16(kt, q + (size_t)h * hd, hd, sh->scale, nb, tmp);
+			memcpy(scores + (size_t)h * rows, tmp, (size_t)rows * sizeof(float));
+		}
+	}
+}
 #else
+int attn_isa;
+
 int
 attn_have_simd(void)
 {
 	return 0;
 }
+
+int
+attn_have_avx512(void)
+{
+	return 0;
+}
 #endif
+
+size_t
+attn_cols_scratch_floats(const struct attn_shape *sh, int rows, int cols)
+{
+	const size_t r16 = ((size_t)(rows > 0 ? rows : 1) + 15) & ~(size_t)15;
+	return attn_scratch_floats(sh, rows) + (size_t)sh->n_head * r16 * (size_t)(cols > 1 ? cols - 1 : 0);
+}
+
+void
+attn_ref_cols(const struct attn_shape *sh, const float *q, size_t q_stride, const uint16_t *k0, const uint16_t *v0,
+              const uint16_t *k, const uint16_t *v, int split, int first, const int *last, int cols, float *out,
+              size_t out_stride, float *scratch)
+{
+	for (int c = 0; c < cols; c++)
+		attn_ref_split(sh, q + (size_t)c * q_stride, k0, v0, k, v, split, first, last[c],
+		               out + (size_t)c * out_stride, scratch);
+}
+
+void
+attn_fast_cols(const struct attn_shape *sh, const float *q, size_t q_stride, const uint16_t *k0, const uint16_t *v0,
+               const uint16_t *k, const uint16_t *v, int split, int first, const int *last, int cols, float *out,
+               size_t out_stride, float *scratch)
+{
+#ifdef AD_FP16_X86
+	if (small512(sh)) {
+		attn512_cols(sh, q, q_stride, k0, v0, k, v, split, first, last, cols, out, out_stride, scratch);
+		return;
+	}
+	if (attn_have_simd()) {
+		attn_simd_cols(sh, q, q_stride, k0, v0, k, v, split, first, last, cols, out, out_stride, scratch);
+		return;
+	}
+#endif
+	attn_ref_cols(sh, q, q_stride, k0, v0, k, v, split, first, last, cols, out, out_stride, scratch);
+}
 
 void
 attn_fast_split(const struct attn_shape *sh, const float *q, const uint16_t *k0, const uint16_t *v0, const uint16_t *k,
                 const uint16_t *v, int split, int first, int last, float *out, float *scratch)
 {
-#ifdef AD_FP16_X86
-	if (attn_have_simd()) {
-		attn_simd(sh, q, k0, v0, k, v, split, first, last, out, scratch);
-		return;
-	}
-#endif
-	attn_ref_split(sh, q, k0, v0, k, v, split, first, last, out, scratch);
+	attn_fast_cols(sh, q, 0, k0, v0, k, v, split, first, &last, 1, out, 0, scratch);
 }
 
 void
@@ -454,10 +783,16 @@ attn_scores(const struct attn_shape *sh, const float *q, const uint16_t *k, int 
 {
 	const int hd = sh->head_dim, group = sh->n_head / sh->n_head_kv, rows = last - first + 1;
 #ifdef AD_FP16_X86
+	if (fast && small512(sh)) {
+		float *tmp = malloc(sizeof(float) * ((size_t)(rows + 15) / 16 * 16 * (size_t)(hd + 1)));
+		if (tmp)
+			scores512(sh, q, k, first, last, scores, tmp);
+		free(tmp);
+		if (tmp)
+			return;
+	}
 	if (fast && attn_have_simd()) {
-		for (int g = 0; g < sh->n_head_kv; g++)
-			group_scores(sh, q + (size_t)g * group * hd, k + (size_t)g * hd, k + (size_t)g * hd, 0, first,
-			             last, scores + (size_t)g * group * rows);
+		all_scores(sh, q, 0, k, k, 0, first, &last, 1, last, scores, (size_t)rows);
 		return;
 	}
 #endif

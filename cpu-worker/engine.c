@@ -129,7 +129,10 @@ struct engine {
 
 	// scratch: [width][...] activations
 	float *x, *xn, *qkv, *att, *proj, *hb, *ffo;
-	float **attn_scratch; // one per thread, [0] the caller's
+	float **attn_scratch; // one per thread, [0] the caller's: for attn_cols columns
+	int attn_cols;        // the most columns of one sequence in one attention call
+	int *runs, nruns;     // this layer's runs of columns: [2 * r] first column, [2 * r + 1] count
+	int run_split;        // each run's KV heads split in this many items
 	float *cs;            // [n_conf][width][n_rot]: cos/sin of each column, computed once per call
 	int n_conf;
 	struct moe *moe;
@@ -596,8 +599,14 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 	}
 	for (int64_t i = 0; i < (hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v); i++)
 		e->ones[i] = 1.0f;
+	// columns of a sequence share a call while their scores fit in 4 MiB
+	e->attn_cols = (int)((4u << 20) / ((size_t)sh.n_head * (size_t)e->max_seq * 4));
+	e->attn_cols = e->attn_cols < 1 ? 1 : e->attn_cols > ATTN_COLS_MAX ? ATTN_COLS_MAX : e->attn_cols;
+	if (!(e->runs = eng_alloc(e, w * 2 * sizeof(int), err)))
+		goto fail;
 	for (int i = 0; i < threads; i++)
-		if (!(e->attn_scratch[i] = eng_alloc(e, attn_scratch_floats(&sh, e->max_seq) * 4, err)))
+		if (!(e->attn_scratch[i] =
+		              eng_alloc(e, attn_cols_scratch_floats(&sh, e->max_seq, e->attn_cols) * 4, err)))
 			goto fail;
 	if (hp->n_expert > 0 && !(e->moe = moe_new(m, W, err)))
 		goto fail;
@@ -1165,38 +1174,51 @@ run_head(struct engine *e, struct fwd *f, const float *x, float *logits, int nw,
 	return 0;
 }
 
-// attention of item = column * n_head_kv + KV head: that head's group of
-// query heads over the column's own cache rows (a shape of one KV head)
+// the first cache row column c attends to (a sliding window's start)
+static int
+attn_first(const struct engine *e, const struct eng_layer *L, int c)
+{
+	const int64_t w = e->hp.sliding_window;
+	return L->sliding && e->pos[c] - w + 1 > 0 ? (int)(e->pos[c] - w + 1) : 0;
+}
+
+// attention of item = run * run_split + part: the columns of one run (a
+// sequence's consecutive positions with the same first row) over their
+// own cache rows, for the part-th share of the KV heads and their groups
+// of query heads, in one call
 static void
 attn_item(struct engine *e, int il, int item, float *scratch)
 {
 	const struct model_hparams *hp = &e->hp;
 	const struct eng_layer *L = &e->layers[il];
-	const int nkv = (int)hp->n_head_kv, group = (int)(hp->n_head / hp->n_head_kv);
-	const int c = item / nkv, g = item % nkv, hd = L->hd, hdv = L->hdv;
-	const int cnk = L->kv_nk, cnv = (int)hp->n_head_kv * hdv; // the cache's rows
+	const int nkv = (int)hp->n_head_kv, group = (int)(hp->n_head / hp->n_head_kv), hd = L->hd, hdv = L->hdv;
+	const int r = item / e->run_split, part = item % e->run_split;
+	const int g0 = nkv * part / e->run_split, g1 = nkv * (part + 1) / e->run_split;
+	const int c0 = e->runs[2 * r], nc = e->runs[2 * r + 1];
+	const int cnk = L->kv_nk, cnv = nkv * hdv; // the cache's rows
 	const struct attn_shape sh = {
-		group, 1, hd, hdv, (size_t)cnk, (size_t)cnv, hp->q_prescale ? 1.0f : hp->q_scale, hp->attn_softcap};
-	const int pos = e->pos[c];
-	int first = 0;
-	if (L->sliding && pos - hp->sliding_window + 1 > 0)
-		first = (int)(pos - hp->sliding_window + 1);
+		(g1 - g0) * group, g1 - g0, hd, hdv, (size_t)cnk, (size_t)cnv, hp->q_prescale ? 1.0f : hp->q_scale,
+		hp->attn_softcap};
+	const int first = attn_first(e, L, c0);
 	// a fork reads its first rows from its parent's store
-	const struct engine_seq *sq = e->cols[c];
+	const struct engine_seq *sq = e->cols[c0];
 	const size_t vo = (size_t)e->max_seq * cnk * e->kv_elem;
 	const uint8_t *kc = sq->kv + L->kv_off, *vc = kc + vo;
 	const uint8_t *kc0 = sq->kv0 + L->kv_off, *vc0 = kc0 + vo;
-	const float *q = e->qkv + (size_t)c * L->nqkv + (size_t)g * group * hd;
-	float *out = e->att + (size_t)c * L->nqv + (size_t)g * group * hdv;
-	if (e->kv_f32)
-		attn_ref_f32_split(&sh, q, (const float *)kc0 + (size_t)g * hd, (const float *)vc0 + (size_t)g * hdv,
-		                   (const float *)kc + (size_t)g * hd, (const float *)vc + (size_t)g * hdv, sq->split,
-		                   first, pos, out, scratch);
-	else
-		(e->attn_ref ? attn_ref_split : attn_fast_split)(
-			&sh, q, (const uint16_t *)kc0 + (size_t)g * hd, (const uint16_t *)vc0 + (size_t)g * hdv,
-			(const uint16_t *)kc + (size_t)g * hd, (const uint16_t *)vc + (size_t)g * hdv, sq->split, first,
-			pos, out, scratch);
+	const size_t ko = (size_t)g0 * hd, vvo = (size_t)g0 * hdv;
+	const float *q = e->qkv + (size_t)c0 * L->nqkv + (size_t)g0 * group * hd;
+	float *out = e->att + (size_t)c0 * L->nqv + (size_t)g0 * group * hdv;
+	if (e->kv_f32) {
+		for (int c = 0; c < nc; c++)
+			attn_ref_f32_split(&sh, q + (size_t)c * L->nqkv, (const float *)kc0 + ko,
+			                   (const float *)vc0 + vvo, (const float *)kc + ko, (const float *)vc + vvo,
+			                   sq->split, first, e->pos[c0 + c], out + (size_t)c * L->nqv, scratch);
+		return;
+	}
+	(e->attn_ref ? attn_ref_cols : attn_fast_cols)(&sh, q, (size_t)L->nqkv, (const uint16_t *)kc0 + ko,
+	                                               (const uint16_t *)vc0 + vvo, (const uint16_t *)kc + ko,
+	                                               (const uint16_t *)vc + vvo, sq->split, first, e->pos + c0, nc,
+	                                               out, (size_t)L->nqv, scratch);
 }
 
 struct attn_job {
@@ -1211,24 +1233,48 @@ attn_task(void *arg, size_t item, int worker)
 	attn_item(j->e, j->il, (int)item, j->e->attn_scratch[worker]);
 }
 
-// every column's attention for layer il: with the workers when it is worth
-// waking them (each item is computed the same way wherever it runs): from
-// 2^18 multiply-adds of q.k (about 80 us on one thread; a worker's wake-up
-// costs up to ~50 us on a VM whose idle vCPU halts)
+// every column's attention for layer il. Consecutive columns of one
+// sequence (a prefill chunk, a verify step's drafts) make a run, up to
+// attn_cols, that reads its keys and values once; each column's result is
+// the one it has alone. With the workers when it is worth waking them
+// (each item is computed the same way wherever it runs): from 2^18
+// multiply-adds of q.k, a run's columns after the first counted as half
+// (about 80 us on one thread; a worker's wake-up costs up to ~50 us on a
+// VM whose idle vCPU halts); then a run's KV heads are split in items too
+// while the runs are fewer than four
+#define ATTN_POOL_WORK (1 << 18)
+
 static void
 attention(struct engine *e, int il, int n)
 {
-	const int items = n * (int)e->hp.n_head_kv;
+	const struct eng_layer *L = &e->layers[il];
+	e->nruns = 0;
+	for (int c = 0; c < n; c++) {
+		int *run = e->runs + 2 * (e->nruns - 1);
+		if (e->nruns > 0 && run[1] < e->attn_cols && e->cols[c] == e->cols[run[0]] &&
+		    e->pos[c] == e->pos[c - 1] + 1 && attn_first(e, L, c) == attn_first(e, L, run[0])) {
+			run[1]++;
+			continue;
+		}
+		e->runs[2 * e->nruns] = c;
+		e->runs[2 * e->nruns + 1] = 1;
+		e->nruns++;
+	}
 	int64_t work = 0;
-	for (int c = 0; c < n; c++)
-		work += (int64_t)(e->pos[c] + 1) * e->hp.n_head * e->hp.head_dim;
-	if (!e->pool || items < 2 || work < (1 << 18)) {
-		for (int it = 0; it < items; it++)
+	for (int r = 0; r < e->nruns; r++) {
+		const int c0 = e->runs[2 * r], nc = e->runs[2 * r + 1];
+		work += (int64_t)(e->pos[c0 + nc - 1] + 1) * e->hp.n_head * e->hp.head_dim * (nc + 1) / 2;
+	}
+	e->run_split = 1;
+	if (!e->pool || work < ATTN_POOL_WORK || (e->nruns < 2 && e->hp.n_head_kv < 2)) {
+		for (int it = 0; it < e->nruns; it++)
 			attn_item(e, il, it, e->attn_scratch[0]);
 		return;
 	}
+	if (e->nruns < 4)
+		e->run_split = (int)e->hp.n_head_kv;
 	struct attn_job j = {e, il};
-	ad_pool_run(e->pool, attn_task, &j, (size_t)items);
+	ad_pool_run(e->pool, attn_task, &j, (size_t)(e->nruns * e->run_split));
 }
 
 // lfm2's ShortConv block, as ref.c's shortconv: in_proj on the backend,

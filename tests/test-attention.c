@@ -2,7 +2,8 @@
 // its plain twin, and both against a double-precision computation, on
 // random shapes (MHA, GQA, MQA, head sizes that are not multiples of 8,
 // value heads of another size, windows, soft-caps); the cache split in two
-// stretches at any row gives the same bits (fp16 and fp32, both paths).
+// stretches at any row gives the same bits (fp16 and fp32, both paths);
+// several columns in one call give each the bits of its own call.
 #include <stdint.h>
 
 #include "attention.h"
@@ -143,17 +144,26 @@ static void
 test_random_shapes(void)
 {
 	static const int heads[][2] = {{8, 2}, {14, 2}, {9, 3}, {4, 4}, {4, 1}, {1, 1}, {16, 8}};
-	static const int dims[][2] = {{64, 64}, {8, 8}, {12, 12}, {48, 48}, {16, 24}, {128, 128}, {5, 3}};
-	double wf = 0, wr = 0;
-	for (int t = 0; t < 200; t++) {
-		const int *h = heads[t % 7], *dm = dims[(t / 7) % 7];
-		int rows = 1 + (int)((frand() + 1) * 150);
-		int first = t % 3 == 0 ? (int)((frand() + 1) * 0.5 * (rows - 1)) : 0;
-		float cap = t % 4 == 1 ? 5.0f : 0.0f;
-		one(h[0], h[1], dm[0], dm[1], rows, first, cap, &wf, &wr);
+	static const int dims[][2] = {{64, 64},   {8, 8}, {12, 12}, {48, 48}, {16, 24},
+	                              {128, 128}, {5, 3}, {16, 16}, {8, 16},  {16, 8}};
+	// the fast path at its best (AVX-512 for heads of 8 or 16 where the
+	// CPU has it), then kept to AVX2
+	for (int isa = 0; isa < 1 + attn_have_avx512(); isa++) {
+		double wf = 0, wr = 0;
+		attn_isa = isa;
+		for (int t = 0; t < 300; t++) {
+			const int *h = heads[t % 7], *dm = dims[(t / 7) % 10];
+			int rows = 1 + (int)((frand() + 1) * 150);
+			int first = t % 3 == 0 ? (int)((frand() + 1) * 0.5 * (rows - 1)) : 0;
+			float cap = t % 4 == 1 ? 5.0f : 0.0f;
+			one(h[0], h[1], dm[0], dm[1], rows, first, cap, &wf, &wr);
+		}
+		printf("300 shapes: max |fast - double| %.3g, max |ref - double| %.3g (fast path %s)\n", wf, wr,
+		       !attn_have_simd()                ? "plain C"
+		       : isa == 0 && attn_have_avx512() ? "AVX-512 and AVX2"
+		                                        : "AVX2");
 	}
-	printf("200 shapes: max |fast - double| %.3g, max |ref - double| %.3g (fast path %s)\n", wf, wr,
-	       attn_have_simd() ? "AVX2" : "plain C");
+	attn_isa = 0;
 }
 
 // q·k scores: attn_fast's (both of its ways, for heads of up to 16
@@ -181,7 +191,9 @@ test_scores_bits(void)
 		attn_path = 1;
 		attn_scores(&sh, q, k, first, rows - 1, 1, b);
 		attn_path = 0;
+		attn_isa = t % 2; // by size: AVX-512 (where the CPU has it) or AVX2
 		attn_scores(&sh, q, k, first, rows - 1, 1, c);
+		attn_isa = 0;
 		cases++;
 		if (memcmp(a, b, sizeof(float) * ns) || memcmp(a, c, sizeof(float) * ns)) {
 			differ++;
@@ -209,7 +221,7 @@ test_single_row(void)
 		k[i] = ad_f32_to_fp16(frand());
 		v[i] = ad_f32_to_fp16(frand());
 	}
-	float q[16], out[16], out2[16], scratch[256];
+	float q[16], out[16], out2[16], *scratch = malloc(sizeof(float) * attn_scratch_floats(&sh, 3));
 	for (int i = 0; i < 16; i++)
 		q[i] = frand();
 	attn_fast(&sh, q, k, v, 2, 2, out, scratch);
@@ -219,6 +231,93 @@ test_single_row(void)
 			CHECK(out[h * 8 + d] == ad_fp16_to_f32(v[16 + d]));
 			CHECK(out2[h * 8 + d] == ad_fp16_to_f32(v[16 + d]));
 		}
+	free(scratch);
+}
+
+// columns of one sequence in one call (attn_fast_cols, attn_ref_cols): each
+// column's output has the bits of a call for it alone, on both paths and
+// both ways to the scores, with columns that end in any row of an
+// eight-row block, a common window start, the cache in two stretches, and
+// strides between the columns' queries and outputs wider than a column
+static void
+test_columns(void)
+{
+	static const int heads[][2] = {{8, 4}, {14, 2}, {9, 3}, {4, 1}, {16, 8}, {2, 2}};
+	static const int dims[][2] = {{8, 8}, {64, 64}, {16, 24}, {12, 12}, {5, 3}, {32, 8}, {16, 16}, {8, 16}};
+	int cases = 0, differ = 0;
+	for (int t = 0; t < 288; t++) {
+		const int *h = heads[t % 6], *dm = dims[(t / 6) % 8], nc = 1 + t % ATTN_COLS_MAX;
+		const int rows = nc + 1 + (int)((frand() + 1) * 90), first = t % 4 == 3 ? (rows - nc) / 2 : 0;
+		const int split = t % 5 == 0 ? 0 : (int)((frand() + 1) * 0.5 * rows);
+		struct attn_shape sh = {h[0],
+		                        h[1],
+		                        dm[0],
+		                        dm[1],
+		                        (size_t)(h[1] * dm[0] + 1),
+		                        (size_t)(h[1] * dm[1] + 7),
+		                        0.29f,
+		                        t % 7 == 2 ? 4.0f : 0.0f};
+		const size_t qs = (size_t)h[0] * dm[0] + 3, os = (size_t)h[0] * dm[1] + 5;
+		const size_t kn = sh.k_stride * (size_t)rows, vn = sh.v_stride * (size_t)rows;
+		uint16_t *k = malloc(kn * 2), *v = malloc(vn * 2), *k0 = malloc(kn * 2), *v0 = malloc(vn * 2);
+		float *q = malloc(sizeof(float) * qs * nc), *a = calloc(os * nc, sizeof(float));
+		float *b = calloc(os * nc, sizeof(float));
+		float *scratch = malloc(sizeof(float) * attn_cols_scratch_floats(&sh, rows, nc));
+		int last[ATTN_COLS_MAX];
+		for (size_t i = 0; i < kn; i++)
+			k0[i] = k[i] = ad_f32_to_fp16(3 * frand());
+		for (size_t i = 0; i < vn; i++)
+			v0[i] = v[i] = ad_f32_to_fp16(frand());
+		for (size_t i = sh.k_stride * (size_t)split; i < kn; i++)
+			k0[i] = 0x7e00; // NaN: the first stretch past the split is never read
+		for (size_t i = sh.v_stride * (size_t)split; i < vn; i++)
+			v0[i] = 0x7e00;
+		for (size_t i = 0; i < qs * nc; i++)
+			q[i] = 3 * frand();
+		// the positions of a verify step, and in every fourth case ones
+		// that skip (columns need not be consecutive to share a call)
+		for (int c = 0; c < nc; c++)
+			last[c] = rows - nc + c - (t % 4 == 1 && c % 2 == 0 && c > 0 ? 1 : 0);
+		// attn_ref; attn_fast at its best, kept to AVX2, four by two
+		for (int way = 0; way < 4; way++) {
+			attn_path = way == 3;
+			attn_isa = way == 2;
+			for (int c = 0; c < nc; c++)
+				(way ? attn_fast_split : attn_ref_split)(&sh, q + (size_t)c * qs, k0, v0, k, v, split,
+				                                         first, last[c], a + (size_t)c * os, scratch);
+			(way ? attn_fast_cols : attn_ref_cols)(&sh, q, qs, k0, v0, k, v, split, first, last, nc, b, os,
+			                                       scratch);
+			cases++;
+			int bad = -1;
+			for (int c = 0; c < nc && bad < 0; c++)
+				if (memcmp(a + (size_t)c * os, b + (size_t)c * os,
+				           sizeof(float) * (size_t)h[0] * dm[1]))
+					bad = c;
+			if (bad >= 0) {
+				differ++;
+				CHECK(0,
+				      "heads %d/%d hd %d/%d, %d columns to rows %d..%d from %d (split %d), %s: column %d "
+				      "differs from its own call",
+				      h[0], h[1], dm[0], dm[1], nc, last[0], last[nc - 1], first, split,
+				      way == 0   ? "attn_ref"
+				      : way == 1 ? "attn_fast"
+				      : way == 2 ? "attn_fast, AVX2"
+				                 : "attn_fast four by two",
+				      bad);
+			}
+		}
+		attn_path = 0;
+		attn_isa = 0;
+		free(k);
+		free(v);
+		free(k0);
+		free(v0);
+		free(q);
+		free(a);
+		free(b);
+		free(scratch);
+	}
+	printf("%d cases of up to %d columns: %d differ from a call per column\n", cases, ATTN_COLS_MAX, differ);
 }
 
 int
@@ -227,5 +326,6 @@ main(void)
 	T_RUN(test_random_shapes);
 	T_RUN(test_scores_bits);
 	T_RUN(test_single_row);
+	T_RUN(test_columns);
 	return t_done();
 }

@@ -58,6 +58,22 @@ void attn_fast_split(const struct attn_shape *sh, const float *q, const uint16_t
 void attn_ref_f32_split(const struct attn_shape *sh, const float *q, const float *k0, const float *v0, const float *k,
                         const float *v, int split, int first, int last, float *out, float *scratch);
 
+// Several query columns of one sequence at once (a prefill chunk, a verify
+// step's drafts): column c's query heads at q + c * q_stride, its output at
+// out + c * out_stride, over rows [first, last[c]]. Each column's result has
+// the bits attn_fast_split (attn_ref_split) gives it alone; the fast path
+// converts a block of keys and values once for every column and KV head.
+// scratch holds attn_cols_scratch_floats(shape, rows, cols) floats, rows at
+// least the longest column's.
+#define ATTN_COLS_MAX 16 // the most columns the engine gives one call
+size_t attn_cols_scratch_floats(const struct attn_shape *sh, int rows, int cols);
+void attn_fast_cols(const struct attn_shape *sh, const float *q, size_t q_stride, const uint16_t *k0,
+                    const uint16_t *v0, const uint16_t *k, const uint16_t *v, int split, int first, const int *last,
+                    int cols, float *out, size_t out_stride, float *scratch);
+void attn_ref_cols(const struct attn_shape *sh, const float *q, size_t q_stride, const uint16_t *k0, const uint16_t *v0,
+                   const uint16_t *k, const uint16_t *v, int split, int first, const int *last, int cols, float *out,
+                   size_t out_stride, float *scratch);
+
 // The scaled scores scale * (q_h · k_j), before the soft-cap, of every query
 // head over rows [first, last] into scores[h * rows + j - first], as attn_ref
 // (fast = 0) and attn_fast (fast = 1) compute them: the same bits. For the
@@ -67,5 +83,10 @@ void attn_ref_f32_split(const struct attn_shape *sh, const float *q, const float
 void attn_scores(const struct attn_shape *sh, const float *q, const uint16_t *k, int first, int last, int fast,
                  float *scores);
 extern int attn_path;
+// attn_isa: 0 (the default) lets attn_fast use AVX-512 where the CPU has it
+// (heads of 8 or 16 dimensions), 1 keeps it to AVX2: for the tests and
+// benchmarks, which compare the two
+extern int attn_isa;
+int attn_have_avx512(void);
 
 #endif
