@@ -65,14 +65,17 @@ append(struct gen *g, const char *s, size_t n)
 	return 0;
 }
 
-// detokenize one id (or flush) and stream it
+// detokenize the ids of one poll (or flush) in one call, and stream them:
+// a call per id would wake the tokenizer per token, and on a small machine
+// each wake takes a core from the workers while they decode
 static int
-emit(struct pipe *p, struct gen *g, const int32_t *id, int flush, char pending[4], size_t *np, FILE *out, char *err)
+emit(struct pipe *p, struct gen *g, const int32_t *ids, size_t n, int flush, char pending[4], size_t *np, FILE *out,
+     char *err)
 {
 	char *s = NULL;
 	size_t len = 0;
 	uint64_t t0 = trace_now_us();
-	if (tokc_decode_stream(p->tok, id, id ? 1 : 0, flush, pending, np, &s, &len, p->timeout_ms, err))
+	if (tokc_decode_stream(p->tok, ids, n, flush, pending, np, &s, &len, p->timeout_ms, err))
 		return -1;
 	if (trace_enabled())
 		trace_event((long)getpid(), 1, "detokenize", "tokenizer-call", t0, trace_now_us() - t0);
@@ -150,14 +153,12 @@ generate(struct pipe *p, const char *session, const int32_t *prompt, int n, int 
 		}
 		if (trace_enabled() && pl.n_events)
 			trace_event((long)getpid(), 1, "poll (tokens)", "engine", q0, trace_now_us() - q0);
-		int bad = 0;
-		for (size_t i = 0; i < pl.n_events && !bad; i++) {
-			int32_t id = pl.events[i].id;
+		int bad = 0, had = g->n;
+		for (size_t i = 0; i < pl.n_events; i++)
 			if (g->n < max_tokens)
-				g->ids[g->n++] = id;
-			if (p->tok && emit(p, g, &id, 0, pending, &np, out, err))
-				bad = 1;
-		}
+				g->ids[g->n++] = pl.events[i].id;
+		if (p->tok && g->n > had && emit(p, g, g->ids + had, (size_t)(g->n - had), 0, pending, &np, out, err))
+			bad = 1;
 		enum engc_finish fin = pl.finish;
 		if (fin != ENGC_RUNNING)
 			tm = pl.timings;
@@ -183,7 +184,7 @@ generate(struct pipe *p, const char *session, const int32_t *prompt, int n, int 
 	engc_job_free(job);
 	if (trace_enabled())
 		trace_event((long)getpid(), 1, "generation", "engine", t0, trace_now_us() - t0);
-	if (p->tok && emit(p, g, NULL, 1, pending, &np, out, err))
+	if (p->tok && emit(p, g, NULL, 0, 1, pending, &np, out, err))
 		return -1;
 	// the prefix cache's share is known once the prefill has started
 	if ((int)tm.cached_tokens > g->info.reused && (int)tm.cached_tokens < g->info.prompt_tokens) {
