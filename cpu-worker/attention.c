@@ -113,10 +113,29 @@ int attn_path;
 #ifdef AD_FP16_X86
 #define SIMD __attribute__((target("avx2,fma,f16c")))
 
+// the best level the CPU has, capped by ANEDVD_SIMD (ref, avx2, avx512)
+// as the emu's kernels are, so that every path runs on one machine
+static int
+attn_level(void)
+{
+	static int level = -1;
+	int l = __atomic_load_n(&level, __ATOMIC_RELAXED);
+	if (l < 0) {
+		const char *cap = getenv("ANEDVD_SIMD");
+		l = ad_cpu_level();
+		if (cap && !strcmp(cap, "ref"))
+			l = AD_SIMD_REF;
+		else if (cap && !strcmp(cap, "avx2") && l > AD_SIMD_AVX2)
+			l = AD_SIMD_AVX2;
+		__atomic_store_n(&level, l, __ATOMIC_RELAXED);
+	}
+	return l;
+}
+
 int
 attn_have_simd(void)
 {
-	return ad_cpu_simd();
+	return attn_level() >= AD_SIMD_AVX2;
 }
 
 SIMD static inline __m256
@@ -516,7 +535,7 @@ int attn_isa; // 0: the best the CPU has; 1: AVX2 at most
 int
 attn_have_avx512(void)
 {
-	return ad_cpu_level() >= AD_SIMD_AVX512;
+	return attn_level() >= AD_SIMD_AVX512;
 }
 
 static int

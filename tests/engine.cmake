@@ -1,6 +1,10 @@
 # The pipeline's decode loop: attention over the fp16 cache, the exact
 # kernel backend, and the engine against the reference on every fixture.
 ad_test(NAME test-attention SOURCES test-attention.c LIBS anedvd_cpu LABELS unit)
+# the same with the fast path capped at AVX2 (ANEDVD_SIMD), so that a CPU
+# with AVX-512 runs both
+add_test(NAME test-attention-avx2 COMMAND test-attention)
+set_tests_properties(test-attention-avx2 PROPERTIES LABELS unit TIMEOUT 600 ENVIRONMENT "ANEDVD_SIMD=avx2")
 ad_test(NAME test-engine SOURCES test-engine.c LIBS anedvd_kblocal LABELS integration)
 
 # a benchmark prints figures; it is built but not run by ctest

@@ -5,6 +5,8 @@
 // stretches at any row gives the same bits (fp16 and fp32, both paths);
 // several columns in one call give each the bits of its own call.
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "attention.h"
 #include "fp16.h"
@@ -320,9 +322,30 @@ test_columns(void)
 	printf("%d cases of up to %d columns: %d differ from a call per column\n", cases, ATTN_COLS_MAX, differ);
 }
 
+// ANEDVD_SIMD caps the paths as it caps the emu's (ctest runs this program
+// once without it and once with avx2)
+static void
+test_cap(void)
+{
+	const char *cap = getenv("ANEDVD_SIMD");
+	if (cap && !strcmp(cap, "ref"))
+		CHECK(!attn_have_simd() && !attn_have_avx512(), "ANEDVD_SIMD=ref: the fast path still has SIMD");
+	else if (cap && !strcmp(cap, "avx2"))
+		CHECK(!attn_have_avx512() && attn_have_simd() == ad_cpu_simd(),
+		      "ANEDVD_SIMD=avx2: AVX-512 %d, AVX2 %d on a CPU at level %d", attn_have_avx512(),
+		      attn_have_simd(), ad_cpu_level());
+	else
+		CHECK(attn_have_avx512() == (ad_cpu_level() >= AD_SIMD_AVX512) && attn_have_simd() == ad_cpu_simd(),
+		      "no cap: AVX-512 %d, AVX2 %d on a CPU at level %d", attn_have_avx512(), attn_have_simd(),
+		      ad_cpu_level());
+	printf("ANEDVD_SIMD=%s: attention paths AVX-512 %d, AVX2 %d\n", cap ? cap : "", attn_have_avx512(),
+	       attn_have_simd());
+}
+
 int
 main(void)
 {
+	T_RUN(test_cap);
 	T_RUN(test_random_shapes);
 	T_RUN(test_scores_bits);
 	T_RUN(test_single_row);

@@ -85,7 +85,8 @@ void attn_scores(const struct attn_shape *sh, const float *q, const uint16_t *k,
 extern int attn_path;
 // attn_isa: 0 (the default) lets attn_fast use AVX-512 where the CPU has it
 // (heads of 8 or 16 dimensions), 1 keeps it to AVX2: for the tests and
-// benchmarks, which compare the two
+// benchmarks, which compare the two. ANEDVD_SIMD=avx2 (or ref: plain C
+// only) caps both for a whole process, as it caps the emu's kernels
 extern int attn_isa;
 int attn_have_avx512(void);
 
