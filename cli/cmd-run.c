@@ -283,6 +283,18 @@ print_split(FILE *f, struct pipe *p, const struct gen *g)
 	fprintf(f, " IPC %.3f ms, attention %.3f ms, sampling %.3f ms, other %.3f ms; %.1f calls to the ane-worker\n",
 	        (double)g->dec.ipc_ns / 1e6 / st, (double)g->dec.attention_ns / 1e6 / st,
 	        (double)g->dec.sampling_ns / 1e6 / steps, other / 1e6 / st, (double)g->dec.round_trips / st);
+	// the same of the decode steps alone (the prefill's chunks left out)
+	const struct gen_timings *d = &g->dec;
+	if (g->whole_job && g->decode_steps > 0 && d->decode_ns > 0) {
+		const double ds = g->decode_steps;
+		fprintf(f,
+		        "decode steps alone, per token: kernels %.3f ms, IPC %.3f ms, attention %.3f ms, other %.3f ms; "
+		        "%.1f calls to the ane-worker; %.0f%% outside the kernels\n",
+		        (double)d->dec_kernel_ns / 1e6 / ds, (double)d->dec_ipc_ns / 1e6 / ds,
+		        (double)d->dec_attention_ns / 1e6 / ds, (double)(d->dec_other_ns + d->dec_moe_ns) / 1e6 / ds,
+		        (double)d->dec_round_trips / ds,
+		        100.0 * (1.0 - (double)d->dec_kernel_ns / (double)d->decode_ns));
+	}
 }
 
 static void
@@ -721,6 +733,18 @@ cmd_run(int argc, char **argv)
 		cJSON_AddNumberToObject(t, "outside_kernels_share",
 		                        span > 0 ? 1.0 - (double)g.dec.kernel_ns / (span * 1e6) : 0);
 		cJSON_AddBoolToObject(t, "split_is_whole_job", g.whole_job);
+		if (g.whole_job && g.dec.decode_ns > 0) { // the decode steps alone, per decode token
+			cJSON *ds = cJSON_CreateObject();
+			cJSON_AddNumberToObject(ds, "kernels", (double)g.dec.dec_kernel_ns / 1e6 / st);
+			cJSON_AddNumberToObject(ds, "ipc", (double)g.dec.dec_ipc_ns / 1e6 / st);
+			cJSON_AddNumberToObject(ds, "attention", (double)g.dec.dec_attention_ns / 1e6 / st);
+			cJSON_AddNumberToObject(ds, "other",
+			                        (double)(g.dec.dec_other_ns + g.dec.dec_moe_ns) / 1e6 / st);
+			cJSON_AddItemToObject(t, "decode_per_token_ms", ds);
+			cJSON_AddNumberToObject(t, "decode_round_trips_per_token", (double)g.dec.dec_round_trips / st);
+			cJSON_AddNumberToObject(t, "decode_outside_kernels_share",
+			                        1.0 - (double)g.dec.dec_kernel_ns / (double)g.dec.decode_ns);
+		}
 		cJSON_AddItemToObject(j, "timings", t);
 		cJSON *spj = fe_spec_json(&g.spec);
 		cJSON_AddBoolToObject(spj, "on", g.whole_job && !o.probe && !o.po.no_spec && o.po.spec.draft > 0);

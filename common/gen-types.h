@@ -90,6 +90,9 @@ struct gen_timings {
 	uint32_t cached_tokens; // prompt tokens not computed: the session's and the prefix cache's
 	uint64_t kernel_calls;  // kernels run (not sent: 0 from a client)
 	uint64_t round_trips;   // calls to the kernel backend, each of one or more kernels
+	// the split of decode_ns alone: the stage times above include the
+	// prefill's (a job's whole time), these only the decode steps'
+	uint64_t dec_kernel_ns, dec_ipc_ns, dec_attention_ns, dec_moe_ns, dec_other_ns, dec_round_trips;
 	struct spec_stats spec; // the job's drafts (reached is not sent: 0 from a client)
 };
 
@@ -114,6 +117,12 @@ gen_timings_addsub(struct gen_timings *d, const struct gen_timings *a, const str
 	r.decode_tokens += b->decode_tokens * (uint32_t)m;
 	r.kernel_calls += b->kernel_calls * m;
 	r.round_trips += b->round_trips * m;
+	r.dec_kernel_ns += b->dec_kernel_ns * m;
+	r.dec_ipc_ns += b->dec_ipc_ns * m;
+	r.dec_attention_ns += b->dec_attention_ns * m;
+	r.dec_moe_ns += b->dec_moe_ns * m;
+	r.dec_other_ns += b->dec_other_ns * m;
+	r.dec_round_trips += b->dec_round_trips * m;
 	if (sign > 0)
 		spec_add(&r.spec, &b->spec);
 	*d = r;

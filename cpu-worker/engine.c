@@ -1549,20 +1549,29 @@ book(struct gen_timings *t, const struct fwd *f, uint64_t total, int cols, int n
 	if (f->call_ns + f->attn_ns + f->moe_ns > total)
 		other = 0;
 	other += f->glue_ns; // the residual and norm steps of fused calls
-	t->kernel_ns += f->kernel_ns * c / d;
 	const uint64_t inside = f->kernel_ns + f->glue_ns;
-	t->ipc_ns += (f->call_ns > inside ? f->call_ns - inside : 0) * c / d;
-	t->attention_ns += f->attn_ns * c / d;
-	t->moe_ns += f->moe_ns * c / d;
-	t->cpu_other_ns += other * c / d;
+	const uint64_t kern = f->kernel_ns * c / d, ipc = (f->call_ns > inside ? f->call_ns - inside : 0) * c / d;
+	const uint64_t attn = f->attn_ns * c / d, moe = f->moe_ns * c / d, rest = other * c / d,
+		       trips = f->trips * c / d;
+	t->kernel_ns += kern;
+	t->ipc_ns += ipc;
+	t->attention_ns += attn;
+	t->moe_ns += moe;
+	t->cpu_other_ns += rest;
 	t->kernel_calls += f->calls * c / d;
-	t->round_trips += f->trips * c / d;
+	t->round_trips += trips;
 	if (prefill) {
 		t->prefill_ns += total * c / d;
 		t->prefill_tokens += (uint32_t)cols;
 	} else {
 		t->decode_ns += total * c / d;
 		t->decode_tokens += (uint32_t)cols;
+		t->dec_kernel_ns += kern;
+		t->dec_ipc_ns += ipc;
+		t->dec_attention_ns += attn;
+		t->dec_moe_ns += moe;
+		t->dec_other_ns += rest;
+		t->dec_round_trips += trips;
 	}
 }
 

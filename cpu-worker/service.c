@@ -239,6 +239,12 @@ do_poll(struct engine_service *svc, const Anedvd__PollRequest *q, struct reply *
 	t->prefill_tokens = et->prefill_tokens;
 	t->decode_tokens = et->decode_tokens;
 	t->cached_tokens = et->cached_tokens;
+	t->dec_kernel_ns = et->dec_kernel_ns;
+	t->dec_ipc_ns = et->dec_ipc_ns;
+	t->dec_attention_ns = et->dec_attention_ns;
+	t->dec_moe_ns = et->dec_moe_ns;
+	t->dec_other_ns = et->dec_other_ns;
+	t->dec_round_trips = et->dec_round_trips;
 	const struct spec_stats *sp = &p->timings.spec;
 	t->spec_steps = (uint32_t)sp->steps;
 	t->spec_drafted = (uint32_t)sp->drafted;

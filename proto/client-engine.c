@@ -173,6 +173,12 @@ engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct engc_p
 			.prefill_tokens = t->prefill_tokens,
 			.decode_tokens = t->decode_tokens,
 			.cached_tokens = t->cached_tokens,
+			.dec_kernel_ns = t->dec_kernel_ns,
+			.dec_ipc_ns = t->dec_ipc_ns,
+			.dec_attention_ns = t->dec_attention_ns,
+			.dec_moe_ns = t->dec_moe_ns,
+			.dec_other_ns = t->dec_other_ns,
+			.dec_round_trips = t->dec_round_trips,
 		};
 		struct spec_stats *sp = &out->timings.spec;
 		sp->steps = t->spec_steps;

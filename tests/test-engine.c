@@ -564,6 +564,16 @@ greedy(struct fixture *f, int local)
 	CHECK(t->sampling_ns > 0 && engine_timings(e)->sampling_ns == t->sampling_ns);
 	CHECK(pi.reused == 0 && pi.prefilled == f->n_prompt && t->decode_tokens == 64 &&
 	      t->prefill_tokens == (uint32_t)f->n_prompt);
+	// the decode steps' own split: part of the whole job's, within the
+	// decode time, and every decode step made its calls
+	CHECK(t->dec_kernel_ns > 0 && t->dec_kernel_ns < t->kernel_ns && t->dec_attention_ns < t->attention_ns &&
+	              t->dec_round_trips >= 64 && t->dec_round_trips < t->round_trips &&
+	              t->dec_kernel_ns + t->dec_ipc_ns + t->dec_attention_ns + t->dec_moe_ns + t->dec_other_ns <=
+	                      t->decode_ns + t->decode_ns / 100,
+	      "%s: decode split kernel %llu ipc %llu attention %llu other %llu of %llu ns, %llu round trips", bn,
+	      (unsigned long long)t->dec_kernel_ns, (unsigned long long)t->dec_ipc_ns,
+	      (unsigned long long)t->dec_attention_ns, (unsigned long long)t->dec_other_ns,
+	      (unsigned long long)t->decode_ns, (unsigned long long)t->dec_round_trips);
 	double all = (double)(t->decode_tokens + t->prefill_tokens);
 	printf("stories260K greedy via %s: %d/%d ids; decode %.1f us/token; per token over prefill and decode: "
 	       "kernel %.1f, ipc %.1f, attention %.1f, other %.1f; sampling %.1f us/token\n",

@@ -802,7 +802,13 @@ test_timings_sum(void)
 	                        .decode_tokens = 30,
 	                        .cached_tokens = 3,
 	                        .kernel_calls = 40,
-	                        .round_trips = 20};
+	                        .round_trips = 20,
+	                        .dec_kernel_ns = 50,
+	                        .dec_ipc_ns = 6,
+	                        .dec_attention_ns = 5,
+	                        .dec_moe_ns = 3,
+	                        .dec_other_ns = 2,
+	                        .dec_round_trips = 11};
 	struct gen_timings b = a, sum, back;
 	b.cached_tokens = 9;
 	a.spec.drafted = 4;
@@ -812,11 +818,14 @@ test_timings_sum(void)
 	CHECK(sum.prefill_ns == 200 && sum.decode_ns == 400 && sum.kernel_ns == 140 && sum.queue_ns == 10 &&
 	      sum.moe_ns == 14 && sum.cpu_other_ns == 8 && sum.decode_tokens == 60 && sum.round_trips == 40 &&
 	      sum.kernel_calls == 80);
+	CHECK(sum.dec_kernel_ns == 100 && sum.dec_ipc_ns == 12 && sum.dec_attention_ns == 10 && sum.dec_moe_ns == 6 &&
+	      sum.dec_other_ns == 4 && sum.dec_round_trips == 22);
 	CHECK(sum.cached_tokens == 3, "cached %u", sum.cached_tokens);
 	CHECK(sum.spec.drafted == 10 && sum.spec.drafted_n[2] == 6);
 	gen_timings_sub(&back, &sum, &b);
 	CHECK(back.prefill_ns == a.prefill_ns && back.decode_tokens == a.decode_tokens &&
-	      back.sampling_ns == a.sampling_ns && back.round_trips == a.round_trips && back.queue_ns == a.queue_ns);
+	      back.sampling_ns == a.sampling_ns && back.round_trips == a.round_trips && back.queue_ns == a.queue_ns &&
+	      back.dec_kernel_ns == a.dec_kernel_ns && back.dec_round_trips == a.dec_round_trips);
 }
 
 int
