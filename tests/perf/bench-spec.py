@@ -79,7 +79,7 @@ class Bench:
 		print(f"  acceptance (accepted/drafted)  {stat(acc)}")
 		print(f"  last run: {sp['steps']} steps drafted {sp['drafted']}, accepted {sp['accepted']}; "
 		      f"decode calls {self.calls(on)} instead of {self.calls(off)}")
-		print("  by n (drafted/accepted)        " +
+		print("  by n (accepted/drafted)        " +
 		      ", ".join(f"{n}: {v['accepted']}/{v['drafted']}" for n, v in sorted(sp["by_n"].items(), key=lambda x: int(x[0]))))
 		print(f"  decode tok/s, speculation on   {stat(on_tps)}")
 		print(f"  decode tok/s, speculation off  {stat(off_tps)}")
