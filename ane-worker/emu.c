@@ -752,15 +752,10 @@ llc_bytes(void)
 int
 emu_simd_env(int *level, char *err)
 {
-	*level = EMU_SIMD_AUTO;
-	const char *env = getenv("ANEDVD_SIMD");
-	if (!env || !*env)
-		return 0;
-	for (int l = EMU_SIMD_REF; l <= EMU_SIMD_AVX512; l++)
-		if (!strcmp(env, emu_simd_name(l)))
-			*level = l;
-	if (*level == EMU_SIMD_AUTO)
-		return ad_err(err, "emu: ANEDVD_SIMD=%s: expected ref, avx2 or avx512", env);
+	const int cap = ad_simd_env();
+	*level = cap < 0 ? EMU_SIMD_AUTO : EMU_SIMD_REF + cap;
+	if (cap == -2)
+		return ad_err(err, "emu: ANEDVD_SIMD=%s: expected ref, avx2 or avx512", getenv("ANEDVD_SIMD"));
 	return 0;
 }
 

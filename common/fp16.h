@@ -13,6 +13,7 @@
 #define AD_FP16_H
 
 #include <stddef.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -205,6 +206,29 @@ ad_cpu_level(void)
 	return AD_SIMD_REF;
 }
 #endif
+
+// ANEDVD_SIMD, the cap on every fast path's level (ref, avx2, avx512): the
+// AD_SIMD_* it names, -1 when it is unset or empty, -2 when it names none
+static inline int
+ad_simd_env(void)
+{
+	const char *e = getenv("ANEDVD_SIMD");
+	if (!e || !*e)
+		return -1;
+	return !strcmp(e, "ref")      ? AD_SIMD_REF
+	       : !strcmp(e, "avx2")   ? AD_SIMD_AVX2
+	       : !strcmp(e, "avx512") ? AD_SIMD_AVX512
+	                              : -2;
+}
+
+// the best level this CPU has, capped by ANEDVD_SIMD (a value that names no
+// level caps nothing here: the programs that take it refuse it at start)
+static inline int
+ad_simd_level(void)
+{
+	const int l = ad_cpu_level(), cap = ad_simd_env();
+	return cap >= 0 && cap < l ? cap : l;
+}
 
 static inline void
 ad_fp16_to_f32_row(const uint16_t *src, float *dst, size_t n)

@@ -113,20 +113,15 @@ int attn_path;
 #ifdef AD_FP16_X86
 #define SIMD __attribute__((target("avx2,fma,f16c")))
 
-// the best level the CPU has, capped by ANEDVD_SIMD (ref, avx2, avx512)
-// as the emu's kernels are, so that every path runs on one machine
+// the best level the CPU has, capped by ANEDVD_SIMD as the emu's kernels
+// are, so that every path runs on one machine (read once)
 static int
 attn_level(void)
 {
 	static int level = -1;
 	int l = __atomic_load_n(&level, __ATOMIC_RELAXED);
 	if (l < 0) {
-		const char *cap = getenv("ANEDVD_SIMD");
-		l = ad_cpu_level();
-		if (cap && !strcmp(cap, "ref"))
-			l = AD_SIMD_REF;
-		else if (cap && !strcmp(cap, "avx2") && l > AD_SIMD_AVX2)
-			l = AD_SIMD_AVX2;
+		l = ad_simd_level();
 		__atomic_store_n(&level, l, __ATOMIC_RELAXED);
 	}
 	return l;
