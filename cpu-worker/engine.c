@@ -131,8 +131,7 @@ struct engine {
 	float *x, *xn, *qkv, *att, *proj, *hb, *ffo;
 	float **attn_scratch; // one per thread, [0] the caller's: for attn_cols columns
 	int attn_cols;        // the most columns of one sequence in one attention call
-	int *runs, nruns;     // this layer's runs of columns: [2 * r] first column, [2 * r + 1] count
-	int run_split;        // each run's KV heads split in this many items
+	int *runs;            // a layer's runs of columns: [2 * r] first column, [2 * r + 1] count
 	float *cs;            // [n_conf][width][n_rot]: cos/sin of each column, computed once per call
 	int n_conf;
 	struct moe *moe;
@@ -1182,18 +1181,26 @@ attn_first(const struct engine *e, const struct eng_layer *L, int c)
 	return L->sliding && e->pos[c] - w + 1 > 0 ? (int)(e->pos[c] - w + 1) : 0;
 }
 
+// one layer's attention job: its runs of columns (e->runs), each run's KV
+// heads split in run_split items
+struct attn_job {
+	struct engine *e;
+	int il, run_split;
+};
+
 // attention of item = run * run_split + part: the columns of one run (a
 // sequence's consecutive positions with the same first row) over their
 // own cache rows, for the part-th share of the KV heads and their groups
 // of query heads, in one call
 static void
-attn_item(struct engine *e, int il, int item, float *scratch)
+attn_item(const struct attn_job *j, int item, float *scratch)
 {
+	struct engine *e = j->e;
 	const struct model_hparams *hp = &e->hp;
-	const struct eng_layer *L = &e->layers[il];
+	const struct eng_layer *L = &e->layers[j->il];
 	const int nkv = (int)hp->n_head_kv, group = (int)(hp->n_head / hp->n_head_kv), hd = L->hd, hdv = L->hdv;
-	const int r = item / e->run_split, part = item % e->run_split;
-	const int g0 = nkv * part / e->run_split, g1 = nkv * (part + 1) / e->run_split;
+	const int r = item / j->run_split, part = item % j->run_split;
+	const int g0 = nkv * part / j->run_split, g1 = nkv * (part + 1) / j->run_split;
 	const int c0 = e->runs[2 * r], nc = e->runs[2 * r + 1];
 	const int cnk = L->kv_nk, cnv = nkv * hdv; // the cache's rows
 	const struct attn_shape sh = {
@@ -1221,16 +1228,11 @@ attn_item(struct engine *e, int il, int item, float *scratch)
 	                                               out, (size_t)L->nqv, scratch);
 }
 
-struct attn_job {
-	struct engine *e;
-	int il;
-};
-
 static void
 attn_task(void *arg, size_t item, int worker)
 {
 	const struct attn_job *j = arg;
-	attn_item(j->e, j->il, (int)item, j->e->attn_scratch[worker]);
+	attn_item(j, (int)item, j->e->attn_scratch[worker]);
 }
 
 // every column's attention for layer il. Consecutive columns of one
@@ -1248,33 +1250,34 @@ static void
 attention(struct engine *e, int il, int n)
 {
 	const struct eng_layer *L = &e->layers[il];
-	e->nruns = 0;
+	int nruns = 0, first = 0;
 	for (int c = 0; c < n; c++) {
-		int *run = e->runs + 2 * (e->nruns - 1);
-		if (e->nruns > 0 && run[1] < e->attn_cols && e->cols[c] == e->cols[run[0]] &&
-		    e->pos[c] == e->pos[c - 1] + 1 && attn_first(e, L, c) == attn_first(e, L, run[0])) {
+		int *run = e->runs + 2 * (nruns - 1);
+		const int fc = attn_first(e, L, c);
+		if (nruns > 0 && run[1] < e->attn_cols && e->cols[c] == e->cols[run[0]] &&
+		    e->pos[c] == e->pos[c - 1] + 1 && fc == first) {
 			run[1]++;
 			continue;
 		}
-		e->runs[2 * e->nruns] = c;
-		e->runs[2 * e->nruns + 1] = 1;
-		e->nruns++;
+		e->runs[2 * nruns] = c;
+		e->runs[2 * nruns + 1] = 1;
+		nruns++;
+		first = fc;
 	}
 	int64_t work = 0;
-	for (int r = 0; r < e->nruns; r++) {
+	for (int r = 0; r < nruns; r++) {
 		const int c0 = e->runs[2 * r], nc = e->runs[2 * r + 1];
 		work += (int64_t)(e->pos[c0 + nc - 1] + 1) * e->hp.n_head * e->hp.head_dim * (nc + 1) / 2;
 	}
-	e->run_split = 1;
-	if (!e->pool || work < ATTN_POOL_WORK || (e->nruns < 2 && e->hp.n_head_kv < 2)) {
-		for (int it = 0; it < e->nruns; it++)
-			attn_item(e, il, it, e->attn_scratch[0]);
+	struct attn_job j = {e, il, 1};
+	if (!e->pool || work < ATTN_POOL_WORK || (nruns < 2 && e->hp.n_head_kv < 2)) {
+		for (int it = 0; it < nruns; it++)
+			attn_item(&j, it, e->attn_scratch[0]);
 		return;
 	}
-	if (e->nruns < 4)
-		e->run_split = (int)e->hp.n_head_kv;
-	struct attn_job j = {e, il};
-	ad_pool_run(e->pool, attn_task, &j, (size_t)(e->nruns * e->run_split));
+	if (nruns < 4)
+		j.run_split = (int)e->hp.n_head_kv;
+	ad_pool_run(e->pool, attn_task, &j, (size_t)(nruns * j.run_split));
 }
 
 // lfm2's ShortConv block, as ref.c's shortconv: in_proj on the backend,
