@@ -547,6 +547,32 @@ ane_eval(struct ane_kernel *k, const void *in, void *out, int ncols, char *err)
 	return emu_eval(k->ek, &in, &out, (size_t)ncols, err);
 }
 
+int
+ane_eval_host(struct ane_kernel *k, const void *in, void *out, const float *x_in, size_t in_ld, float *y_out,
+              size_t out_ld, int ncols, char *err)
+{
+	if (!k->ek && !k->dev)
+		return ad_err(err, "kernel not compiled");
+	if (ncols < 1 || ncols > k->width)
+		return ad_err(err, "%d columns (width %d)", ncols, k->width);
+	if ((x_in && in_ld < (size_t)k->in_ch) || (y_out && out_ld < (size_t)k->out_ch))
+		return ad_err(err, "host rows of %zu and %zu floats, the kernel has %d and %d channels", in_ld, out_ld,
+		              k->in_ch, k->out_ch);
+#ifdef ANEDVD_ANE
+	if (k->dev) {
+		// the device reads and writes the surfaces: the rows go through them
+		if (x_in && ane_scatter_f32(ane_dev_input_layout(k->dev), (void *)(uintptr_t)in, x_in, (size_t)ncols,
+		                            in_ld, err))
+			return -1;
+		if (ane_dev_eval(k->dev, in, out, ncols, err))
+			return -1;
+		return y_out ? ane_gather_f32(ane_dev_output_layout(k->dev), out, y_out, (size_t)ncols, out_ld, err)
+		             : 0;
+	}
+#endif
+	return emu_eval_host(k->ek, in, out, x_in, in_ld, y_out, out_ld, (size_t)ncols, err);
+}
+
 const char *
 ane_cache_state_name(enum ane_cache_state st)
 {

@@ -2596,8 +2596,11 @@ run_gate(struct emu_kernel *k, struct gate *gt, size_t n)
 	ad_pool_run(k->e->pool, gate_task, gt, nt);
 }
 
-int
-emu_eval(struct emu_kernel *k, const void *const *in, void *const *out, size_t ncols, char *err)
+// the evaluation, its input from the surfaces or from host rows x_in, its
+// output to the surfaces or to host rows y_out (one input and one output)
+static int
+eval_io(struct emu_kernel *k, const void *const *in, void *const *out, const float *x_in, size_t in_ld, float *y_out,
+        size_t out_ld, size_t ncols, char *err)
 {
 	if (ncols == 0)
 		ncols = k->width;
@@ -2614,13 +2617,25 @@ emu_eval(struct emu_kernel *k, const void *const *in, void *const *out, size_t n
 	}
 	for (int i = 0; i < k->nbufs; i++)
 		k->bufs[i].data = (float *)((char *)e->act + k->bufs[i].off);
+	if ((x_in && k->nin != 1) || (y_out && k->nout != 1))
+		return ad_err(err, "emu: host rows need a kernel of one input and one output (%d, %d)", k->nin,
+		              k->nout);
 	for (int i = 0; i < k->nin; i++) {
+		struct bufdesc *b = &k->bufs[k->in[i].buf];
+		const size_t C = k->in[i].layout.channels;
+		if (x_in) {
+			// the values a surface would hold: rounded to fp16
+			for (size_t j = 0; j < ncols; j++) {
+				memcpy(b->data + j * b->channels, x_in + j * in_ld, C * sizeof(float));
+				round16_row(b->data + j * b->channels, C);
+			}
+			continue;
+		}
 		if (!in || !in[i])
 			return ad_err(err, "emu: input %d (%s) has no surface", i, k->in[i].name);
-		struct bufdesc *b = &k->bufs[k->in[i].buf];
 		emu_gather(k->e, &k->in[i].layout, in[i], b->data, ncols, b->channels);
 	}
-	for (int i = 0; i < k->nout; i++)
+	for (int i = 0; i < k->nout && !y_out; i++)
 		if (!out || !out[i])
 			return ad_err(err, "emu: output %d (%s) has no surface", i, k->out[i].name);
 	for (int s = 0; s < k->nsteps; s++) {
@@ -2637,7 +2652,33 @@ emu_eval(struct emu_kernel *k, const void *const *in, void *const *out, size_t n
 	}
 	for (int i = 0; i < k->nout; i++) {
 		struct bufdesc *b = &k->bufs[k->out[i].buf];
-		emu_scatter(k->e, &k->out[i].layout, out[i], b->data, ncols, b->channels);
+		if (!y_out) {
+			emu_scatter(k->e, &k->out[i].layout, out[i], b->data, ncols, b->channels);
+			continue;
+		}
+		// what a gather of the surface would read back: the fp16 values
+		const size_t C = k->out[i].layout.channels;
+		for (size_t j = 0; j < ncols; j++) {
+			memcpy(y_out + j * out_ld, b->data + j * b->channels, C * sizeof(float));
+			round16_row(y_out + j * out_ld, C);
+		}
 	}
 	return 0;
+}
+
+int
+emu_eval(struct emu_kernel *k, const void *const *in, void *const *out, size_t ncols, char *err)
+{
+	return eval_io(k, in, out, NULL, 0, NULL, 0, ncols, err);
+}
+
+int
+emu_eval_host(struct emu_kernel *k, const void *in, void *out, const float *x_in, size_t in_ld, float *y_out,
+              size_t out_ld, size_t ncols, char *err)
+{
+	if ((x_in && in_ld < (size_t)emu_input_layout(k, 0)->channels) ||
+	    (y_out && out_ld < (size_t)emu_output_layout(k, 0)->channels))
+		return ad_err(err, "emu: host rows of %zu and %zu floats, the kernel has %zu and %zu channels", in_ld,
+		              out_ld, emu_input_layout(k, 0)->channels, emu_output_layout(k, 0)->channels);
+	return eval_io(k, &in, &out, x_in, in_ld, y_out, out_ld, ncols, err);
 }

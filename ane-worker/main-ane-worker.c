@@ -314,11 +314,21 @@ do_compile(struct worker *w, const Anedvd__CompileRequest *q, struct reply *rp)
 	do_compile_reply(w, rp);
 }
 
-// run kernel kid (checked by the caller) from in to out: the capacity check,
-// the debug delay, the evaluation, trace and stats; 0 or an ErrorCode
+// a kernel's input and output as host rows instead of surfaces (ane_eval_host)
+struct host_rows {
+	const float *x_in;
+	size_t in_ld;
+	float *y_out;
+	size_t out_ld;
+};
+
+// run kernel kid (checked by the caller) from in to out (or the host rows
+// h names): the capacity check, the debug delay, the evaluation, trace and
+// stats; 0 or an ErrorCode
+
 static Anedvd__ErrorCode
 exec_kernel(struct worker *w, uint32_t kid, struct ad_surface *in, struct ad_surface *out, uint32_t ncols,
-            uint64_t *exec_ns, char *msg)
+            const struct host_rows *h, uint64_t *exec_ns, char *msg)
 {
 	struct ane_kernel *k = kernel(w, (int)kid);
 	if (in->bytes < ane_kernel_input_capacity(k) || out->bytes < ane_kernel_output_capacity(k)) {
@@ -328,7 +338,8 @@ exec_kernel(struct worker *w, uint32_t kid, struct ad_surface *in, struct ad_sur
 	if (w->delay_us > 0)
 		usleep((useconds_t)w->delay_us);
 	uint64_t t1 = ad_now_ns();
-	if (ane_eval(k, in->base, out->base, (int)ncols, msg)) {
+	if (h ? ane_eval_host(k, in->base, out->base, h->x_in, h->in_ld, h->y_out, h->out_ld, (int)ncols, msg)
+	      : ane_eval(k, in->base, out->base, (int)ncols, msg)) {
 		ad_err_prefix(msg, "call: kernel %u", kid);
 		return ANEDVD__ERROR_CODE__ERROR_INTERNAL;
 	}
@@ -392,7 +403,7 @@ do_call(struct worker *w, const Anedvd__KernelCall *q, struct reply *rp)
 		return;
 	}
 	uint64_t exec = 0;
-	if ((code = exec_kernel(w, q->kernel, in, out, q->ncols, &exec, rp->msg))) {
+	if ((code = exec_kernel(w, q->kernel, in, out, q->ncols, NULL, &exec, rp->msg))) {
 		fail(rp, code, rp->msg);
 		return;
 	}
@@ -634,6 +645,51 @@ dp_prefetch(void *arg)
 	return d->pf_kernel >= 0 && d->pf_done < PF_BUDGET;
 }
 
+// a kernel step's host rows (dataplane.h: DP_HOST_IN, DP_HOST_OUT), checked
+// against the arena and the kernel's channels
+static Anedvd__ErrorCode
+dp_host_rows(struct dpc *d, const struct dp_step *st, const struct ane_kernel *k, struct host_rows *h, char *msg)
+{
+	size_t abytes = 0;
+	float *arena = dp_arena(d->ch, &abytes);
+	const uint64_t na = abytes / sizeof(float), n = st->ncols;
+	*h = (struct host_rows){0};
+	if (!arena || (st->host & ~(DP_HOST_IN | DP_HOST_OUT))) {
+		snprintf(msg, AD_ERRLEN, "call: kernel %u: host rows %#x without an arena, or unknown", st->kernel,
+		         st->host);
+		return ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
+	}
+	const struct {
+		uint32_t flag, off, ld;
+		int ch;
+	} io[2] = {{DP_HOST_IN, st->in_off, st->in_ld, k->in_ch}, {DP_HOST_OUT, st->out_off, st->out_ld, k->out_ch}};
+	for (int i = 0; i < 2; i++) {
+		if (!(st->host & io[i].flag))
+			continue;
+		// rows [n][ld], the last one only its channels long
+		const uint64_t len = (n - 1) * io[i].ld + (uint64_t)io[i].ch;
+		if (io[i].ld < (uint32_t)io[i].ch || io[i].off > na || len > na - io[i].off) {
+			snprintf(
+				msg, AD_ERRLEN,
+				"call: kernel %u: host %s rows of %u floats at %u (%d channels) outside the arena of %llu floats",
+				st->kernel, i ? "output" : "input", io[i].ld, io[i].off, io[i].ch,
+				(unsigned long long)na);
+			return ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
+		}
+	}
+	if (st->host & DP_HOST_IN)
+		h->x_in = arena + st->in_off, h->in_ld = st->in_ld;
+	if (st->host & DP_HOST_OUT)
+		h->y_out = arena + st->out_off, h->out_ld = st->out_ld;
+	// a re-posted call must find its input as it was
+	if (h->x_in && h->y_out && st->out_off < st->in_off + (uint64_t)n * st->in_ld &&
+	    st->in_off < st->out_off + (uint64_t)n * st->out_ld) {
+		snprintf(msg, AD_ERRLEN, "call: kernel %u: host input and output rows overlap", st->kernel);
+		return ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
+	}
+	return 0;
+}
+
 static void
 dp_handle(void *arg, const struct dp_request *rq, struct dp_reply *rep)
 {
@@ -669,7 +725,10 @@ dp_handle(void *arg, const struct dp_request *rq, struct dp_reply *rep)
 			ad_err_prefix(msg, "call: kernel %u", st->kernel);
 			break;
 		}
-		code = exec_kernel(w, st->kernel, in, out, st->ncols, &rep->exec_ns[i], msg);
+		struct host_rows h;
+		if (st->host && (code = dp_host_rows(d, st, k, &h, msg)))
+			break;
+		code = exec_kernel(w, st->kernel, in, out, st->ncols, st->host ? &h : NULL, &rep->exec_ns[i], msg);
 		if (!code)
 			rep->done_steps = i + 1;
 	}

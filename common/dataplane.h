@@ -66,7 +66,7 @@
 #include "surface.h"
 
 #define DP_MAGIC 0x41445044u // "DPDA"
-#define DP_VERSION 3u
+#define DP_VERSION 4u
 #define DP_SLOTS 16
 #define DP_MAX_STEPS 8
 #define DP_MAX_SURF 256
@@ -102,12 +102,26 @@ struct dp_resnorm {
 	uint32_t x_in, x_out, bias, post, w;
 };
 
+// a kernel step's host rows (dp_step.host): its input read from the
+// arena (DP_HOST_IN: fp32 rows [ncols][in_ld] at in_off, each value taken
+// as the fp16 a surface would hold) and/or its output written there
+// (DP_HOST_OUT: rows [ncols][out_ld] at out_off, the fp16 values as fp32)
+// instead of through its surfaces, which the step still names (a device
+// kernel reads and writes them: the worker moves the rows through them;
+// the emu skips them). What a planar surface costs a one-column call is a
+// cache line per channel on each side: an LM head's 49,152 lines written
+// by one process and read by the other
+#define DP_HOST_IN 1u
+#define DP_HOST_OUT 2u
+
 struct dp_step {
 	uint32_t kernel; // a kernel id, or DP_RESNORM
 	uint32_t ncols;
 	uint16_t in, out;                                         // surface table index, or DP_BY_NAME
 	char in_id[AD_SURFACE_ID_MAX], out_id[AD_SURFACE_ID_MAX]; // when DP_BY_NAME
 	struct dp_resnorm rn;                                     // when kernel is DP_RESNORM
+	uint32_t host;                                            // a kernel's DP_HOST_* (0: surfaces only)
+	uint32_t in_off, in_ld, out_off, out_ld;                  // its host rows, in floats
 };
 
 // a request as the client fills it, and a reply as the worker fills it

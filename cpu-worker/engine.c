@@ -116,6 +116,12 @@ struct engine {
 	float *hx[3];
 	int hcur;
 	const float *h_output_norm;
+	// and when the backend moves a kernel's host rows itself (kb host_io):
+	// QKV's output and O's input are the rows qkv and att, the logits
+	// h_logits [width][V], in its host memory (no surface between them and
+	// the kernels: a planar one costs a cache line per channel each side)
+	int host_rows;
+	float *h_logits;
 	struct kb_step *fsteps; // a fused call's steps: 4 + the LM head's chunks
 	struct kb_timing *ft;
 	int *head, n_head; // LM head kernels in row order
@@ -630,6 +636,12 @@ int
 engine_fused(const struct engine *e)
 {
 	return e->fused;
+}
+
+int
+engine_host_rows(const struct engine *e)
+{
+	return e->host_rows;
 }
 
 int
@@ -1641,6 +1653,22 @@ fused_setup(struct engine *e, char *err)
 	}
 	if (host_copy(e, e->output_norm, E, &e->h_output_norm, why))
 		goto unfused;
+	const char *hr = getenv("ANEDVD_HOST_ROWS");
+	if (e->kb->host_io && !(hr && strcmp(hr, "0") == 0)) {
+		// as engine_new sizes qkv and att
+		const size_t w = (size_t)e->width, wide = (size_t)(e->E > e->nqv ? e->E : e->nqv),
+			     nqkv_max = (size_t)(e->nqkv > 3 * e->E ? e->nqkv : 3 * e->E);
+		float *q = kb_host_alloc(e->kb, w * nqkv_max, why), *a = q ? kb_host_alloc(e->kb, w * wide, why) : NULL,
+		      *l = a ? kb_host_alloc(e->kb, w * (size_t)e->V, why) : NULL;
+		if (l) {
+			e->qkv = q;
+			e->att = a;
+			e->h_logits = l;
+			e->host_rows = 1;
+		} else {
+			ad_info("engine: kernel rows through the surfaces (%s)", why);
+		}
+	}
 	if (!(e->fsteps = eng_alloc(e, (size_t)(e->n_head + 4) * sizeof *e->fsteps, err)) ||
 	    !(e->ft = eng_alloc(e, (size_t)(e->n_head + 4) * sizeof *e->ft, err)))
 		return -1;
@@ -1698,6 +1726,18 @@ kstep(struct engine *e, int id, int n)
 	return (struct kb_step){.id = id, .in = &e->surf[e->k_in[id]].s, .out = &e->surf[e->k_out[id]].s, .ncols = n};
 }
 
+// a fused layer's QKV kernel: its output into qkv as host rows when it can
+static struct kb_step
+qkv_step(struct engine *e, const struct eng_layer *L, int n)
+{
+	struct kb_step st = kstep(e, L->qkv, n);
+	if (e->host_rows) {
+		st.x_out = e->qkv;
+		st.out_ld = L->nqkv;
+	}
+	return st;
+}
+
 // layer il of nl, fused (its QKV already ran, unless il is 0); after the
 // last one, with logits (all n columns wanted), the LM head too
 static int
@@ -1714,17 +1754,19 @@ layer_fused(struct engine *e, struct fwd *f, int il, int nl, int n, float *logit
 		         .x_in = e->hx[e->hcur],
 		         .x_out = e->hx[e->hcur],
 		         .rn = {.E = E, .eps = eps, .w = L->h_attn_norm}},
-			kstep(e, L->qkv, n),
+			qkv_step(e, L, n),
 		};
 		if (call_steps(e, f, st, 2, err))
 			return ad_err_prefix(err, "layer 0");
 	}
-	get(e, e->k_out[L->qkv], e->qkv, n, (size_t)L->nqkv);
+	if (!e->host_rows)
+		get(e, e->k_out[L->qkv], e->qkv, n, (size_t)L->nqkv);
 	if (L->recur)
 		dn_mix(e, il, n);
 	else
 		attn_block(e, f, il, n);
-	put(e, e->k_in[L->o], e->att, n, (size_t)L->nqv);
+	if (!e->host_rows)
+		put(e, e->k_in[L->o], e->att, n, (size_t)L->nqv);
 
 	const int a = e->hcur, b = (a + 1) % 3, c = (a + 2) % 3;
 	const struct eng_layer *N = il + 1 < nl ? &e->layers[il + 1] : NULL;
@@ -1732,6 +1774,10 @@ layer_fused(struct engine *e, struct fwd *f, int il, int nl, int n, float *logit
 	struct kb_step *st = e->fsteps;
 	int k = 0;
 	st[k++] = kstep(e, L->o, n);
+	if (e->host_rows) {
+		st[k - 1].x_in = e->att;
+		st[k - 1].in_ld = L->nqv;
+	}
 	st[k++] = (struct kb_step){.kind = KB_RESNORM,
 	                           .ncols = n,
 	                           .in = &e->surf[e->k_out[L->o]].s,
@@ -1768,15 +1814,23 @@ layer_fused(struct engine *e, struct fwd *f, int il, int nl, int n, float *logit
 	                                : logits ? e->h_output_norm
 	                                         : NULL}};
 	if (N)
-		st[k++] = kstep(e, N->qkv, n);
+		st[k++] = qkv_step(e, N, n);
 	else if (logits)
-		for (int h = 0; h < e->n_head; h++)
-			st[k++] = kstep(e, e->head[h], n);
+		for (int h = 0; h < e->n_head; h++) {
+			st[k] = kstep(e, e->head[h], n);
+			if (e->host_rows) {
+				st[k].x_out = e->h_logits + e->kb->kernels[e->head[h]].row_offset;
+				st[k].out_ld = e->V;
+			}
+			k++;
+		}
 	if (call_steps(e, f, st, k, err))
 		return ad_err_prefix(err, "layer %d", il);
 	e->hcur = c;
 	e->x = e->hx[c];
-	for (int h = 0; !N && logits && h < e->n_head; h++)
+	if (!N && logits && e->host_rows)
+		memcpy(logits, e->h_logits, (size_t)n * (size_t)e->V * sizeof *logits);
+	for (int h = 0; !N && logits && !e->host_rows && h < e->n_head; h++)
 		get(e, e->k_out[e->head[h]], logits + e->kb->kernels[e->head[h]].row_offset, n, (size_t)e->V);
 	return 0;
 }

@@ -335,6 +335,25 @@ in_arena(const struct remote *r, const struct kb_step *st)
 	return 1;
 }
 
+// a kernel step's host rows (NULL ones aside) lie in the arena
+static int
+rows_in_arena(const struct remote *r, const struct kb_step *st)
+{
+	const struct kb_info *k = &r->info[st->id];
+	const float *v[2] = {st->x_in, st->x_out};
+	const int ld[2] = {st->in_ld ? st->in_ld : k->in_ch, st->out_ld ? st->out_ld : k->out_ch},
+		  ch[2] = {k->in_ch, k->out_ch};
+	for (int i = 0; i < 2; i++) {
+		if (!v[i])
+			continue;
+		const size_t len = (size_t)(st->ncols - 1) * (size_t)ld[i] + (size_t)ch[i];
+		if (!r->arena || v[i] < r->arena || (size_t)(v[i] - r->arena) > r->arena_n ||
+		    len > r->arena_n - (size_t)(v[i] - r->arena) || ld[i] < ch[i])
+			return 0;
+	}
+	return 1;
+}
+
 // the expect[] entry of a step
 static int
 step_slot(const struct remote *r, const struct kb_step *st)
@@ -361,6 +380,17 @@ dp_list(struct remote *r, const struct kb_step *steps, int n, struct kb_timing *
 			snprintf(d->in_id, sizeof d->in_id, "%s", st->in->id);
 		if (d->out == DP_BY_NAME)
 			snprintf(d->out_id, sizeof d->out_id, "%s", st->out->id);
+		d->host = 0;
+		if (st->kind != KB_RESNORM && st->x_in) {
+			d->host |= DP_HOST_IN;
+			d->in_off = arena_off(r, st->x_in);
+			d->in_ld = (uint32_t)(st->in_ld ? st->in_ld : r->info[st->id].in_ch);
+		}
+		if (st->kind != KB_RESNORM && st->x_out) {
+			d->host |= DP_HOST_OUT;
+			d->out_off = arena_off(r, st->x_out);
+			d->out_ld = (uint32_t)(st->out_ld ? st->out_ld : r->info[st->id].out_ch);
+		}
 		if (st->kind == KB_RESNORM)
 			d->rn = (struct dp_resnorm){(uint32_t)st->rn.E,        st->rn.eps,
 			                            arena_off(r, st->x_in),    arena_off(r, st->x_out),
@@ -412,6 +442,8 @@ r_call_list(struct kernel_backend *kb, const struct kb_step *steps, int n, struc
 		if (st->kind != KB_RESNORM) {
 			if (check_call(kb, st->id, st->in, st->out, st->ncols, err))
 				return -1;
+			if ((st->x_in || st->x_out) && !rows_in_arena(r, st)) // through the surfaces, here
+				return kb_call_loop(kb, steps, n, t, err);
 		} else if (!in_arena(r, st)) { // host memory of this process only: run it all here
 			return kb_call_loop(kb, steps, n, t, err);
 		} else if (st->ncols < 1 || st->ncols > kb->width || st->rn.E < 1) {
@@ -568,10 +600,12 @@ dp_start(struct remote *r, char *err)
 	char e[AD_ERRLEN];
 	if (attach(r, r->timeout_ms, &transport, e) == 0) {
 		ad_log(r->quiet ? AD_LOG_DEBUG : AD_LOG_INFO, "data plane %s attached", id);
+		r->kb.host_io = 1;
 		return 0;
 	}
 	if (transport) { // gone again right after answering: the first call waits for it
 		ad_warn("data plane %s: %s", id, e);
+		r->kb.host_io = 1;
 		return 0;
 	}
 	dp_destroy(r->dp);
@@ -627,7 +661,19 @@ kb_remote_new(const struct model *m, const struct kb_opts *o, char *err)
 		                              .weight_bytes = pk->weight_bytes};
 	}
 	r->kb.width = r->plan.width;
-	r->host_floats = kb_host_floats(m, r->plan.width);
+	// and the host rows of the kernels' inputs and outputs the engine
+	// reads and writes (kb_step): QKV's output, O's input, the logits
+	size_t qkv = 0, oin = 0, head = 0;
+	for (int i = 0; i < r->plan.n; i++) {
+		const struct ane_pk *pk = &r->plan.k[i];
+		if (pk->kind == ANE_K_QKV && (size_t)pk->out_ch > qkv)
+			qkv = (size_t)pk->out_ch;
+		else if (pk->kind == ANE_K_O && (size_t)pk->in_ch > oin)
+			oin = (size_t)pk->in_ch;
+		else if (pk->kind == ANE_K_LM_HEAD && (size_t)(pk->row_offset + pk->out_ch) > head)
+			head = (size_t)(pk->row_offset + pk->out_ch);
+	}
+	r->host_floats = kb_host_floats(m, r->plan.width) + kb_host_rows_floats(m, r->plan.width, qkv, oin, head);
 	r->kb.n_kernels = r->plan.n;
 	r->kb.kernels = r->info;
 	r->c = ad_client_open(r->url, err);

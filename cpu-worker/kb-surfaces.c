@@ -6,6 +6,7 @@
 #include "clock.h"
 #include "kernels.h"
 #include "layout.h"
+#include "planar.h"
 
 int
 kb_surfaces_reserve(struct kb_surfaces *l, char *err)
@@ -63,6 +64,26 @@ resnorm_here(struct kernel_backend *kb, const struct kb_step *st, struct kb_timi
 	return 0;
 }
 
+// a kernel step's host rows moved through its surfaces (kb_step)
+static int
+host_rows(struct kernel_backend *kb, const struct kb_step *st, int out, char *err)
+{
+	if (st->id < 0 || st->id >= kb->n_kernels)
+		return ad_err(err, "%s: no kernel %d", kb->name, st->id);
+	const struct kb_info *k = &kb->kernels[st->id];
+	struct ad_surface *s = out ? st->out : st->in;
+	const size_t C = (size_t)(out ? k->out_ch : k->in_ch), ldx = (size_t)(out ? st->out_ld : st->in_ld),
+		     ld = ldx ? ldx : C;
+	if (!s || !s->base || s->channels < C || s->width < (size_t)st->ncols || st->ncols < 1 || ld < C)
+		return ad_err(err, "%s: kernel %d: host rows of %zu floats for %zu channels, %d columns", kb->name,
+		              st->id, ld, C, st->ncols);
+	if (out)
+		ad_planar_gather(s->base, s->plane_stride, st->x_out, C, ld, (size_t)st->ncols);
+	else
+		ad_planar_scatter(s->base, s->plane_stride, st->x_in, C, ld, (size_t)st->ncols);
+	return 0;
+}
+
 int
 kb_call_loop(struct kernel_backend *kb, const struct kb_step *steps, int n, struct kb_timing *t, char *err)
 {
@@ -71,9 +92,14 @@ kb_call_loop(struct kernel_backend *kb, const struct kb_step *steps, int n, stru
 		if (st->kind == KB_RESNORM) {
 			if (resnorm_here(kb, st, t ? &t[i] : NULL, err))
 				return -1;
-		} else if (kb->call(kb, st->id, st->in, st->out, st->ncols, t ? &t[i] : NULL, err)) {
-			return -1;
+			continue;
 		}
+		if (st->x_in && host_rows(kb, st, 0, err))
+			return -1;
+		if (kb->call(kb, st->id, st->in, st->out, st->ncols, t ? &t[i] : NULL, err))
+			return -1;
+		if (st->x_out && host_rows(kb, st, 1, err))
+			return -1;
 	}
 	return 0;
 }
@@ -123,6 +149,18 @@ kb_host_floats(const struct model *m, int width)
 	size_t E = ((size_t)m->hp.n_embd + 15) / 16 * 16;
 	size_t w = width > 0 ? (size_t)width : 64;
 	return 3 * ((w * (size_t)m->hp.n_embd + 15) / 16 * 16) + (5 * (size_t)m->hp.n_layer + 2) * E;
+}
+
+size_t
+kb_host_rows_floats(const struct model *m, int width, size_t qkv, size_t o, size_t head)
+{
+	// as the engine sizes them: QKV's output rows hold at least 3 n_embd
+	// (a ShortConv block's), O's input at least n_embd, the logits n_vocab
+	const size_t E = (size_t)m->hp.n_embd, w = width > 0 ? (size_t)width : 64, V = (size_t)m->hp.n_vocab;
+	qkv = qkv > 3 * E ? qkv : 3 * E;
+	o = o > E ? o : E;
+	head = head > V ? head : V;
+	return (w * qkv + 15) / 16 * 16 + (w * o + 15) / 16 * 16 + (w * head + 15) / 16 * 16;
 }
 
 int

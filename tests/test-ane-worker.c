@@ -990,6 +990,21 @@ dp_step1(struct dp_chan *ch, uint32_t pid, uint32_t gen, uint32_t kernel, uint32
 	return rc == DP_DONE ? rep->status : -100 + rc;
 }
 
+// one step as given on a raw object; the reply's status (or -100 - dp_call's rc)
+static int
+step_call(struct dp_chan *ch, uint32_t pid, uint32_t gen, const struct dp_step *st, struct dp_reply *rep)
+{
+	struct dp_request rq;
+	memset(&rq, 0, sizeof rq);
+	rq.op = DP_OP_CALL;
+	rq.nsteps = 1;
+	rq.step[0] = *st;
+	int slot = -1;
+	int rc = dp_call(ch, &slot, &rq, rep, pid, gen, 5000);
+	dp_release(ch, slot);
+	return rc == DP_DONE ? rep->status : -100 + rc;
+}
+
 // one DP_RESNORM step on a raw object; the reply's status
 static int
 rn_step(struct dp_chan *ch, uint32_t pid, uint32_t gen, uint32_t ncols, uint16_t y, uint16_t xn, struct dp_resnorm rn,
@@ -1125,6 +1140,66 @@ test_resnorm_steps(void)
 	good.E = (uint32_t)E + 1; // wider than the surfaces
 	CHECK(rn_step(ch, pid, gen, n, 0, 1, good, &rep) == DP_BAD_REQUEST, "%s", rep.msg);
 	CHECK(memcmp(ar + 1024, xin, sizeof(float) * (size_t)(n * E)) == 0, "a refused step wrote x_out");
+	// a kernel's host rows (DP_HOST_IN, DP_HOST_OUT), of any stride: the
+	// bits of the same call through the surfaces
+	const int ko0 = kb_find(local, ANE_K_O, 0, 0);
+	REQUIRE(ko0 >= 0 && local->kernels[ko0].in_ch == E && local->kernels[ko0].out_ch == E);
+	{
+		const uint32_t lin = (uint32_t)E + 3, lout = (uint32_t)E + 5;
+		float xs[3 * 512], want[3 * 512], zero[3 * 512] = {0}, row[512];
+		for (int i = 0; i < n * E; i++)
+			xs[i] = 2.0f * frand();
+		surface_write(&Y, xs, n, (size_t)E);
+		CHECK(dp_step1(ch, pid, gen, (uint32_t)ko0, n, 0, 1, NULL, NULL, &rep) == DP_OK, "%s", rep.msg);
+		surface_read(&X, want, n, (size_t)E);
+		// the rows unrounded: the worker takes them as fp16, as the surface did
+		for (int j = 0; j < n; j++)
+			memcpy(ar + (size_t)j * lin, xs + (size_t)j * E, sizeof(float) * (size_t)E);
+		const struct dp_step both = {.kernel = (uint32_t)ko0,
+		                             .ncols = n,
+		                             .in = 0,
+		                             .out = 1,
+		                             .host = DP_HOST_IN | DP_HOST_OUT,
+		                             .in_off = 0,
+		                             .in_ld = lin,
+		                             .out_off = 1024,
+		                             .out_ld = lout};
+		surface_write(&Y, zero, n, (size_t)E); // not what the rows say
+		CHECK(step_call(ch, pid, gen, &both, &rep) == DP_OK, "%s", rep.msg);
+		for (int j = 0; j < n; j++)
+			CHECK(memcmp(ar + 1024 + (size_t)j * lout, want + (size_t)j * E, sizeof(float) * (size_t)E) ==
+			              0,
+			      "host rows: column %d differs", j);
+		// the input from the rows, the output to the surface
+		struct dp_step in_only = both;
+		in_only.host = DP_HOST_IN;
+		surface_write(&X, zero, n, (size_t)E);
+		CHECK(step_call(ch, pid, gen, &in_only, &rep) == DP_OK, "%s", rep.msg);
+		float got3[3 * 512];
+		surface_read(&X, got3, n, (size_t)E);
+		CHECK(memcmp(got3, want, sizeof(float) * (size_t)(n * E)) == 0, "host input: the output differs");
+		// the input from the surface, the output to the rows
+		struct dp_step out_only = both;
+		out_only.host = DP_HOST_OUT;
+		out_only.out_off = 2400;
+		surface_write(&Y, xs, n, (size_t)E);
+		CHECK(step_call(ch, pid, gen, &out_only, &rep) == DP_OK, "%s", rep.msg);
+		for (int j = 0; j < n; j++) {
+			memcpy(row, ar + 2400 + (size_t)j * lout, sizeof(float) * (size_t)E);
+			CHECK(memcmp(row, want + (size_t)j * E, sizeof(float) * (size_t)E) == 0,
+			      "host output: column %d differs", j);
+		}
+		// refusals: each says what is wrong
+		struct dp_step badh[5] = {both, both, both, both, both};
+		badh[0].out_off = 4096 - 10;     // output rows past the arena
+		badh[1].in_ld = (uint32_t)E - 1; // rows narrower than the channels
+		badh[2].out_off = (uint32_t)E;   // output over the input rows
+		badh[3].host = 4;                // an unknown flag
+		badh[4].in_off = 0xfffffff0u;    // input rows past the arena
+		for (int i = 0; i < 5; i++)
+			CHECK(step_call(ch, pid, gen, &badh[i], &rep) == DP_BAD_REQUEST && strstr(rep.msg, "host"),
+			      "bad host step %d: %d %s", i, rep.status, rep.msg);
+	}
 	dp_destroy(ch);
 	// an object without an arena has no room for the vectors
 	REQUIRE((ch = dp_create(id, err)), "%s", err);
@@ -1136,6 +1211,10 @@ test_resnorm_steps(void)
 	CHECK(dp_add_surface(ch, sy, (uint32_t)E, W, err) == 0 && dp_add_surface(ch, sx, (uint32_t)E, W, err) == 1);
 	good.E = (uint32_t)E;
 	CHECK(rn_step(ch, pid, gen, n, 0, 1, good, &rep) == DP_BAD_REQUEST && strstr(rep.msg, "no arena"), "%s",
+	      rep.msg);
+	const struct dp_step rows = {
+		.kernel = (uint32_t)ko0, .ncols = n, .in = 0, .out = 1, .host = DP_HOST_OUT, .out_ld = (uint32_t)E};
+	CHECK(step_call(ch, pid, gen, &rows, &rep) == DP_BAD_REQUEST && strstr(rep.msg, "without an arena"), "%s",
 	      rep.msg);
 	dp_destroy(ch);
 	surface_close(&Y);
@@ -1186,6 +1265,33 @@ test_resnorm_steps(void)
 		diffs += memcmp((char *)s[0][3].base + (size_t)o * s[0][3].plane_stride,
 		                (char *)s[1][3].base + (size_t)o * s[1][3].plane_stride, (size_t)n * 2) != 0;
 	CHECK(diffs == 0, "%d channels of the FFN's output differ", diffs);
+	// O again on kb_remote, its input and output host rows (kb_step): in
+	// the arena (the data plane moves them) and in this process's memory
+	// (through the surfaces, here): the bits of its call above
+	CHECK(remote->host_io && local->host_io);
+	const int ci = local->kernels[ko].in_ch, li = ci + 1, lo = E + 2;
+	static float want[W * 512], rows_in[W * 520], rows_out[W * 520];
+	surface_read(&s[1][1], want, (size_t)n, (size_t)E);
+	float *ar_in = kb_host_alloc(remote, (size_t)(n * li), err),
+	      *ar_out = ar_in ? kb_host_alloc(remote, (size_t)(n * lo), err) : NULL;
+	REQUIRE(ar_out, "%s", err);
+	for (int v = 0; v < 2; v++) {
+		float *in = v ? rows_in : ar_in, *out = v ? rows_out : ar_out;
+		for (int j = 0; j < n; j++)
+			memcpy(in + (size_t)j * li, xa + (size_t)j * ci, sizeof(float) * (size_t)ci);
+		const struct kb_step st = {.id = ko,
+		                           .in = &s[1][0],
+		                           .out = &s[1][1],
+		                           .ncols = n,
+		                           .x_in = in,
+		                           .x_out = out,
+		                           .in_ld = li,
+		                           .out_ld = lo};
+		CHECK(kb_call_list(remote, &st, 1, NULL, err) == 0, "%s", err);
+		for (int j = 0; j < n; j++)
+			CHECK(memcmp(out + (size_t)j * lo, want + (size_t)j * E, sizeof(float) * (size_t)E) == 0,
+			      "O's host rows (%s): column %d differs", v ? "this process's" : "the arena's", j);
+	}
 }
 
 static void

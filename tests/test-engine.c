@@ -431,6 +431,9 @@ test_fused_bits(void)
 				  conv = f->m.arch == MODEL_ARCH_LFM2 || f->m.arch == MODEL_ARCH_LFM2MOE,
 				  g4 = f->m.arch == MODEL_ARCH_GEMMA4;
 			CHECK(engine_fused(e1) == !(moe || conv || g4), "%s: fused %d", f->name, engine_fused(e1));
+			// kb_local's data plane moves the host rows: the fused calls use them
+			CHECK(engine_host_rows(e1) == (local && engine_fused(e1)) && !engine_host_rows(e0),
+			      "%s: host rows %d", f->name, engine_host_rows(e1));
 			fused += engine_fused(e1) && local;
 			const size_t V = (size_t)f->V, rows = (size_t)f->n;
 			float *a = malloc(sizeof(float) * rows * V), *b = malloc(sizeof(float) * rows * V);

@@ -114,6 +114,12 @@ size_t ane_kernel_output_capacity(const struct ane_kernel *k);
 // in / out: fp16 planar surfaces of the kernel's width with at least
 // in_ch / out_ch channels and emu_input_capacity / output_capacity bytes
 int ane_eval(struct ane_kernel *k, const void *in, void *out, int ncols, char *err);
+// ane_eval with host rows in place of a surface (emu_eval_host): the input
+// from x_in ([ncols][in_ld] fp32, rounded to fp16) when it is not NULL, the
+// output to y_out ([ncols][out_ld]) when it is not NULL. The surfaces are
+// still the kernel's: on the device the rows go through them.
+int ane_eval_host(struct ane_kernel *k, const void *in, void *out, const float *x_in, size_t in_ld, float *y_out,
+                  size_t out_ld, int ncols, char *err);
 
 // one row of n fp32 weights to int8 q and the fp16 scale *scale (bits);
 // -1 with err for a non-finite weight or one beyond fp16's range x 127

@@ -162,6 +162,14 @@ struct emu_kernel *emu_compile_packed(struct emu *e, const char *mil, const stru
 // in[i] / out[i]: surfaces laid out as emu_input_layout / emu_output_layout;
 // ncols in 1..width (0: the whole width)
 int emu_eval(struct emu_kernel *k, const void *const *in, void *const *out, size_t ncols, char *err);
+// emu_eval of a kernel with one input and one output, with host rows in
+// place of a surface: the input read from x_in ([ncols][in_ld] fp32, each
+// value rounded to fp16 as the surface would hold it) when x_in is not
+// NULL, the output written to y_out ([ncols][out_ld], the fp16 values a
+// gather of the surface would read) when y_out is not NULL, that surface
+// then left as it was. The same bits as through the surfaces.
+int emu_eval_host(struct emu_kernel *k, const void *in, void *out, const float *x_in, size_t in_ld, float *y_out,
+                  size_t out_ld, size_t ncols, char *err);
 
 // the conv kernels, exposed for tests and benchmarks. Panels of 16 rows,
 // interleaved in pairs: weight (o, i) of a [cout][cin] fp16 matrix at pair

@@ -99,6 +99,10 @@ int engine_n_vocab(const struct engine *e);
 // 1 when a layer is one call (engine.c, "one call per layer"): the backend
 // runs the residual and norm steps beside its kernels; 0: three calls
 int engine_fused(const struct engine *e);
+// 1 when a fused layer's QKV output, O input and the logits are host rows
+// the backend reads and writes itself (kernels.h, kb_step), not surfaces;
+// ANEDVD_HOST_ROWS=0 keeps the surfaces
+int engine_host_rows(const struct engine *e);
 int engine_max_seq(const struct engine *e);
 int32_t engine_bos(const struct engine *e); // the model's BOS id, -1: none
 int engine_width(const struct engine *e);

@@ -88,6 +88,16 @@ enum kb_step_kind {
 // between the kernels of the same call; a step whose x_out overlaps its
 // x_in without being it is refused (a re-posted call must find its inputs
 // as they were).
+//
+// A KB_KERNEL step may name host rows too: x_in ([ncols][in_ld] fp32, each
+// value taken as the fp16 the surface would hold) in place of what in
+// holds, and/or x_out ([ncols][out_ld]: the output's fp16 values as fp32)
+// written instead of out, whose content is then unspecified. The surfaces
+// are still named (a device kernel reads and writes them). Host rows come
+// from kb_host_alloc; a backend with host_io set moves them itself (the
+// data plane: the emu reads and writes them directly, sparing a one-column
+// call the planar surfaces' line per channel on both sides), any other
+// through the surfaces. An input and output that overlap are refused.
 struct kb_step {
 	int id;
 	struct ad_surface *in, *out;
@@ -96,6 +106,7 @@ struct kb_step {
 	const float *x_in;
 	float *x_out;
 	struct ad_resnorm rn;
+	int in_ld, out_ld; // a KB_KERNEL step's host rows (0: its channels)
 };
 
 struct kernel_backend {
@@ -127,6 +138,7 @@ struct kernel_backend {
 	// the surfaces' fp16 planes); kb_exact's reads and writes its fp32 twins
 	int (*resnorm)(struct kernel_backend *kb, const struct kb_step *st, char *err);
 	void (*free)(struct kernel_backend *kb);
+	int host_io; // a kernel step's host rows cost no more than its surfaces (kb_step)
 	void *priv;
 	struct kb_host *host; // kb_host_alloc's blocks in this process
 	float *scratch;       // kb_call_loop's KB_RESNORM steps: gathered y and xn
@@ -163,6 +175,9 @@ void kb_host_free(struct kernel_backend *kb);
 // rows, the norms' and biases' vectors, with their alignment), for a
 // backend that sizes its host memory up front
 size_t kb_host_floats(const struct model *m, int width);
+// and the host rows of a kernel step (kb_step) the engine may take: QKV's
+// output (qkv channels at most), O's input (o) and the logits (head rows)
+size_t kb_host_rows_floats(const struct model *m, int width, size_t qkv, size_t o, size_t head);
 
 
 // kb_remote: an empty round trip, through the data plane (a NOP) or with
