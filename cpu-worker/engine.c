@@ -117,9 +117,10 @@ struct engine {
 	int hcur;
 	const float *h_output_norm;
 	// and when the backend moves a kernel's host rows itself (kb host_io):
-	// QKV's output and O's input are the rows qkv and att, the logits
-	// h_logits [width][V], in its host memory (no surface between them and
-	// the kernels: a planar one costs a cache line per channel each side)
+	// QKV's output and O's input are the rows qkv and att (host_rows), in
+	// its host memory (no surface between them and the kernels: a planar
+	// one costs a cache line per channel each side); fused or not, the
+	// LM head writes the logits into h_logits [width][V] there
 	int host_rows;
 	float *h_logits;
 	struct kb_step *fsteps; // a fused call's steps: 4 + the LM head's chunks
@@ -617,6 +618,14 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 		goto fail;
 	if (fused_setup(e, err))
 		goto fail;
+	const char *hr = getenv("ANEDVD_HOST_ROWS");
+	if (!e->h_logits && e->kb->host_io && !(hr && strcmp(hr, "0") == 0)) {
+		// unfused (or fused without room for the other rows): the LM head's
+		// logits as host rows still, its 0.4-1.5 ms of planar gather a token
+		char why[AD_ERRLEN];
+		if (!(e->h_logits = kb_host_alloc(e->kb, (size_t)W * (size_t)e->V, why)))
+			ad_info("engine: the logits through the surfaces (%s)", why);
+	}
 	if (threads > 1 && !(e->pool = ad_pool_new(&(struct ad_pool_opts){threads, 0, 0}, err)))
 		goto fail;
 	// what the engine reads of the model is copied by now (norms, biases:
@@ -1167,8 +1176,13 @@ static int
 run_head(struct engine *e, struct fwd *f, const float *x, float *logits, int nw, char *err)
 {
 	put(e, e->k_in[e->head[0]], x, nw, (size_t)e->E);
-	for (int h = 0; h < e->n_head; h++)
+	for (int h = 0; h < e->n_head; h++) {
 		e->head_steps[h].ncols = nw;
+		if (e->h_logits) {
+			e->head_steps[h].x_out = e->h_logits + e->kb->kernels[e->head[h]].row_offset;
+			e->head_steps[h].out_ld = e->V;
+		}
+	}
 	uint64_t t0 = ad_now_ns();
 	if (kb_call_list(e->kb, e->head_steps, e->n_head, e->head_t, err))
 		return ad_err_prefix(err, "LM head (%d chunks)", e->n_head);
@@ -1180,7 +1194,9 @@ run_head(struct engine *e, struct fwd *f, const float *x, float *logits, int nw,
 		f->kernel_ns += e->head_t[h].exec_ns;
 	f->calls += (uint64_t)e->n_head;
 	f->trips++;
-	for (int h = 0; h < e->n_head; h++)
+	if (e->h_logits)
+		memcpy(logits, e->h_logits, (size_t)nw * (size_t)e->V * sizeof *logits);
+	for (int h = 0; !e->h_logits && h < e->n_head; h++)
 		get(e, e->k_out[e->head[h]], logits + e->kb->kernels[e->head[h]].row_offset, nw, (size_t)e->V);
 	return 0;
 }
@@ -1818,7 +1834,7 @@ layer_fused(struct engine *e, struct fwd *f, int il, int nl, int n, float *logit
 	else if (logits)
 		for (int h = 0; h < e->n_head; h++) {
 			st[k] = kstep(e, e->head[h], n);
-			if (e->host_rows) {
+			if (e->h_logits) {
 				st[k].x_out = e->h_logits + e->kb->kernels[e->head[h]].row_offset;
 				st[k].out_ld = e->V;
 			}
@@ -1828,9 +1844,9 @@ layer_fused(struct engine *e, struct fwd *f, int il, int nl, int n, float *logit
 		return ad_err_prefix(err, "layer %d", il);
 	e->hcur = c;
 	e->x = e->hx[c];
-	if (!N && logits && e->host_rows)
+	if (!N && logits && e->h_logits)
 		memcpy(logits, e->h_logits, (size_t)n * (size_t)e->V * sizeof *logits);
-	for (int h = 0; !N && logits && !e->host_rows && h < e->n_head; h++)
+	for (int h = 0; !N && logits && !e->h_logits && h < e->n_head; h++)
 		get(e, e->k_out[e->head[h]], logits + e->kb->kernels[e->head[h]].row_offset, n, (size_t)e->V);
 	return 0;
 }

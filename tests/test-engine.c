@@ -408,7 +408,9 @@ check_model(struct fixture *f, int local)
 
 // one call per layer gives the bits of three: every fixture, on both
 // backends, chunked, per token and a batched decode step; the models whose
-// layers have other CPU work between the kernels do not fuse
+// layers have other CPU work between the kernels do not fuse. On kb_local
+// the fused calls' host rows, and every model's logits as host rows, give
+// the bits of the surfaces
 static void
 test_fused_bits(void)
 {
@@ -419,9 +421,12 @@ test_fused_bits(void)
 		for (int local = 0; local < 2; local++) {
 			struct engine_opts eo = {.max_seq = 128};
 			struct rig r0, r1;
+			// e0: one call per kernel, everything through the surfaces
 			setenv("ANEDVD_FUSE", "0", 1);
+			setenv("ANEDVD_HOST_ROWS", "0", 1);
 			struct engine *e0 = rig_open(&r0, f, local, &eo);
 			unsetenv("ANEDVD_FUSE");
+			unsetenv("ANEDVD_HOST_ROWS");
 			struct engine *e1 = rig_open(&r1, f, local, &eo);
 			REQUIRE(e0 && e1);
 			CHECK(!engine_fused(e0), "%s: ANEDVD_FUSE=0 fused", f->name);
