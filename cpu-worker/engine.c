@@ -122,6 +122,7 @@ struct engine {
 	// one costs a cache line per channel each side); fused or not, the
 	// LM head writes the logits into h_logits [width][V] there
 	int host_rows;
+	int host_hb; // and hb is too: a split FFN's GATE_UP output and DOWN's input
 	float *h_logits;
 	struct kb_step *fsteps; // a fused call's steps: 4 + the LM head's chunks
 	struct kb_timing *ft;
@@ -1681,6 +1682,16 @@ fused_setup(struct engine *e, char *err)
 			e->att = a;
 			e->h_logits = l;
 			e->host_rows = 1;
+			int split = 0;
+			for (int il = 0; il < nl; il++)
+				split |= e->layers[il].ffn < 0;
+			float *hb = split ? kb_host_alloc(e->kb, w * 2 * (size_t)(e->ff > 0 ? e->ff : 1), why) : NULL;
+			if (hb) {
+				e->hb = hb;
+				e->host_hb = 1;
+			} else if (split) {
+				ad_info("engine: the split FFN's rows through the surfaces (%s)", why);
+			}
 		} else {
 			ad_info("engine: kernel rows through the surfaces (%s)", why);
 		}
@@ -1804,17 +1815,27 @@ layer_fused(struct engine *e, struct fwd *f, int il, int nl, int n, float *logit
 	st[k++] = kstep(e, up, n);
 	if (split) {
 		// the activation on the CPU, between this layer's two calls
+		const int ff = L->ff;
+		if (e->host_hb) {
+			st[k - 1].x_out = e->hb;
+			st[k - 1].out_ld = 2 * ff;
+		}
 		if (call_steps(e, f, st, k, err))
 			return ad_err_prefix(err, "layer %d", il);
-		const int ff = L->ff;
-		get(e, e->k_out[up], e->hb, n, 2 * (size_t)ff);
+		if (!e->host_hb)
+			get(e, e->k_out[up], e->hb, n, 2 * (size_t)ff);
 		for (int col = 0; col < n; col++) {
 			float *g = e->hb + (size_t)col * 2 * ff;
 			ad_glu(g, g + ff, ff, e->hp.act == MODEL_ACT_GELU);
 		}
-		put(e, e->k_in[down], e->hb, n, 2 * (size_t)ff);
+		if (!e->host_hb)
+			put(e, e->k_in[down], e->hb, n, 2 * (size_t)ff);
 		k = 0;
 		st[k++] = kstep(e, down, n);
+		if (e->host_hb) {
+			st[k - 1].x_in = e->hb;
+			st[k - 1].in_ld = 2 * ff;
+		}
 	}
 	st[k++] =
 		(struct kb_step){.kind = KB_RESNORM,

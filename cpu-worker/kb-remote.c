@@ -662,8 +662,9 @@ kb_remote_new(const struct model *m, const struct kb_opts *o, char *err)
 	}
 	r->kb.width = r->plan.width;
 	// and the host rows of the kernels' inputs and outputs the engine
-	// reads and writes (kb_step): QKV's output, O's input, the logits
-	size_t qkv = 0, oin = 0, head = 0;
+	// reads and writes (kb_step): QKV's output, O's input, the logits, a
+	// split FFN's GATE_UP output (DOWN's input)
+	size_t qkv = 0, oin = 0, head = 0, gu = 0;
 	for (int i = 0; i < r->plan.n; i++) {
 		const struct ane_pk *pk = &r->plan.k[i];
 		if (pk->kind == ANE_K_QKV && (size_t)pk->out_ch > qkv)
@@ -672,8 +673,10 @@ kb_remote_new(const struct model *m, const struct kb_opts *o, char *err)
 			oin = (size_t)pk->in_ch;
 		else if (pk->kind == ANE_K_LM_HEAD && (size_t)(pk->row_offset + pk->out_ch) > head)
 			head = (size_t)(pk->row_offset + pk->out_ch);
+		else if (pk->kind == ANE_K_GATE_UP && (size_t)pk->out_ch > gu)
+			gu = (size_t)pk->out_ch;
 	}
-	r->host_floats = kb_host_floats(m, r->plan.width) + kb_host_rows_floats(m, r->plan.width, qkv, oin, head);
+	r->host_floats = kb_host_floats(m, r->plan.width) + kb_host_rows_floats(m, r->plan.width, qkv, oin, head, gu);
 	r->kb.n_kernels = r->plan.n;
 	r->kb.kernels = r->info;
 	r->c = ad_client_open(r->url, err);

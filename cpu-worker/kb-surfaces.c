@@ -152,7 +152,7 @@ kb_host_floats(const struct model *m, int width)
 }
 
 size_t
-kb_host_rows_floats(const struct model *m, int width, size_t qkv, size_t o, size_t head)
+kb_host_rows_floats(const struct model *m, int width, size_t qkv, size_t o, size_t head, size_t gate_up)
 {
 	// as the engine sizes them: QKV's output rows hold at least 3 n_embd
 	// (a ShortConv block's), O's input at least n_embd, the logits n_vocab
@@ -160,7 +160,8 @@ kb_host_rows_floats(const struct model *m, int width, size_t qkv, size_t o, size
 	qkv = qkv > 3 * E ? qkv : 3 * E;
 	o = o > E ? o : E;
 	head = head > V ? head : V;
-	return (w * qkv + 15) / 16 * 16 + (w * o + 15) / 16 * 16 + (w * head + 15) / 16 * 16;
+	return (w * qkv + 15) / 16 * 16 + (w * o + 15) / 16 * 16 + (w * head + 15) / 16 * 16 +
+	       (w * gate_up + 15) / 16 * 16;
 }
 
 int

@@ -176,8 +176,9 @@ void kb_host_free(struct kernel_backend *kb);
 // backend that sizes its host memory up front
 size_t kb_host_floats(const struct model *m, int width);
 // and the host rows of a kernel step (kb_step) the engine may take: QKV's
-// output (qkv channels at most), O's input (o) and the logits (head rows)
-size_t kb_host_rows_floats(const struct model *m, int width, size_t qkv, size_t o, size_t head);
+// output (qkv channels at most), O's input (o), the logits (head rows) and
+// a split FFN's GATE_UP output, which is DOWN's input (gate_up)
+size_t kb_host_rows_floats(const struct model *m, int width, size_t qkv, size_t o, size_t head, size_t gate_up);
 
 
 // kb_remote: an empty round trip, through the data plane (a NOP) or with
