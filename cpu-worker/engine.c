@@ -121,6 +121,7 @@ struct engine {
 	// its host memory (no surface between them and the kernels: a planar
 	// one costs a cache line per channel each side); fused or not, the
 	// LM head writes the logits into h_logits [width][V] there
+	int rows_ok; // the backend moves host rows and ANEDVD_HOST_ROWS is not 0
 	int host_rows;
 	int host_hb; // and hb is too: a split FFN's GATE_UP output and DOWN's input
 	float *h_logits;
@@ -617,12 +618,13 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 			goto fail;
 	if (hp->n_expert > 0 && !(e->moe = moe_new(m, W, err)))
 		goto fail;
+	const char *hr = getenv("ANEDVD_HOST_ROWS");
+	e->rows_ok = e->kb->host_io && !(hr && strcmp(hr, "0") == 0);
 	if (fused_setup(e, err))
 		goto fail;
-	const char *hr = getenv("ANEDVD_HOST_ROWS");
-	if (!e->h_logits && e->kb->host_io && !(hr && strcmp(hr, "0") == 0)) {
-		// unfused (or fused without room for the other rows): the LM head's
-		// logits as host rows still, its 0.4-1.5 ms of planar gather a token
+	if (e->rows_ok) {
+		// fused or not, the LM head's logits as host rows: its 0.4-1.5 ms
+		// of planar gather a token
 		char why[AD_ERRLEN];
 		if (!(e->h_logits = kb_host_alloc(e->kb, (size_t)W * (size_t)e->V, why)))
 			ad_info("engine: the logits through the surfaces (%s)", why);
@@ -1173,17 +1175,35 @@ run(struct engine *e, struct fwd *f, int id, const float *x, size_t ld_x, float 
 
 // x [nw][E] -> every LM head chunk, as one list of kernels (one round trip
 // on kb_remote) -> logits [nw][V], each chunk gathered at its row offset
+// LM head chunk h's step on n columns, its logits into h_logits when there
+static struct kb_step
+head_step(struct engine *e, int h, int n)
+{
+	const int id = e->head[h];
+	struct kb_step st = {.id = id, .in = &e->surf[e->k_in[id]].s, .out = &e->surf[e->k_out[id]].s, .ncols = n};
+	if (e->h_logits) {
+		st.x_out = e->h_logits + e->kb->kernels[id].row_offset;
+		st.out_ld = e->V;
+	}
+	return st;
+}
+
+// the logits of the LM head's last call, n columns
+static void
+head_logits(struct engine *e, float *logits, int n)
+{
+	if (e->h_logits)
+		memcpy(logits, e->h_logits, (size_t)n * (size_t)e->V * sizeof *logits);
+	for (int h = 0; !e->h_logits && h < e->n_head; h++)
+		get(e, e->k_out[e->head[h]], logits + e->kb->kernels[e->head[h]].row_offset, n, (size_t)e->V);
+}
+
 static int
 run_head(struct engine *e, struct fwd *f, const float *x, float *logits, int nw, char *err)
 {
 	put(e, e->k_in[e->head[0]], x, nw, (size_t)e->E);
-	for (int h = 0; h < e->n_head; h++) {
-		e->head_steps[h].ncols = nw;
-		if (e->h_logits) {
-			e->head_steps[h].x_out = e->h_logits + e->kb->kernels[e->head[h]].row_offset;
-			e->head_steps[h].out_ld = e->V;
-		}
-	}
+	for (int h = 0; h < e->n_head; h++)
+		e->head_steps[h] = head_step(e, h, nw);
 	uint64_t t0 = ad_now_ns();
 	if (kb_call_list(e->kb, e->head_steps, e->n_head, e->head_t, err))
 		return ad_err_prefix(err, "LM head (%d chunks)", e->n_head);
@@ -1195,10 +1215,7 @@ run_head(struct engine *e, struct fwd *f, const float *x, float *logits, int nw,
 		f->kernel_ns += e->head_t[h].exec_ns;
 	f->calls += (uint64_t)e->n_head;
 	f->trips++;
-	if (e->h_logits)
-		memcpy(logits, e->h_logits, (size_t)nw * (size_t)e->V * sizeof *logits);
-	for (int h = 0; !e->h_logits && h < e->n_head; h++)
-		get(e, e->k_out[e->head[h]], logits + e->kb->kernels[e->head[h]].row_offset, nw, (size_t)e->V);
+	head_logits(e, logits, nw);
 	return 0;
 }
 
@@ -1670,17 +1687,14 @@ fused_setup(struct engine *e, char *err)
 	}
 	if (host_copy(e, e->output_norm, E, &e->h_output_norm, why))
 		goto unfused;
-	const char *hr = getenv("ANEDVD_HOST_ROWS");
-	if (e->kb->host_io && !(hr && strcmp(hr, "0") == 0)) {
+	if (e->rows_ok) {
 		// as engine_new sizes qkv and att
 		const size_t w = (size_t)e->width, wide = (size_t)(e->E > e->nqv ? e->E : e->nqv),
 			     nqkv_max = (size_t)(e->nqkv > 3 * e->E ? e->nqkv : 3 * e->E);
-		float *q = kb_host_alloc(e->kb, w * nqkv_max, why), *a = q ? kb_host_alloc(e->kb, w * wide, why) : NULL,
-		      *l = a ? kb_host_alloc(e->kb, w * (size_t)e->V, why) : NULL;
-		if (l) {
+		float *q = kb_host_alloc(e->kb, w * nqkv_max, why), *a = q ? kb_host_alloc(e->kb, w * wide, why) : NULL;
+		if (a) {
 			e->qkv = q;
 			e->att = a;
-			e->h_logits = l;
 			e->host_rows = 1;
 			int split = 0;
 			for (int il = 0; il < nl; il++)
@@ -1853,22 +1867,14 @@ layer_fused(struct engine *e, struct fwd *f, int il, int nl, int n, float *logit
 	if (N)
 		st[k++] = qkv_step(e, N, n);
 	else if (logits)
-		for (int h = 0; h < e->n_head; h++) {
-			st[k] = kstep(e, e->head[h], n);
-			if (e->h_logits) {
-				st[k].x_out = e->h_logits + e->kb->kernels[e->head[h]].row_offset;
-				st[k].out_ld = e->V;
-			}
-			k++;
-		}
+		for (int h = 0; h < e->n_head; h++)
+			st[k++] = head_step(e, h, n);
 	if (call_steps(e, f, st, k, err))
 		return ad_err_prefix(err, "layer %d", il);
 	e->hcur = c;
 	e->x = e->hx[c];
-	if (!N && logits && e->h_logits)
-		memcpy(logits, e->h_logits, (size_t)n * (size_t)e->V * sizeof *logits);
-	for (int h = 0; !N && logits && !e->h_logits && h < e->n_head; h++)
-		get(e, e->k_out[e->head[h]], logits + e->kb->kernels[e->head[h]].row_offset, n, (size_t)e->V);
+	if (!N && logits)
+		head_logits(e, logits, n);
 	return 0;
 }
 
