@@ -2375,18 +2375,27 @@ struct conv_job {
 	size_t cout, cin, ncols;
 	const float *x, *xp; // xp: x packed for the AVX-512 tiles (or x)
 	float *y;
-	size_t npanels, per_task;
-	size_t streams; // AVX-512, one column: panels at once
+	size_t npanels;
+	size_t unit, ntasks; // task t: whole units of panels, see task_panel
+	size_t streams;      // AVX-512, one column: panels at once
 	int simd;
 };
+
+// task t's first panel: the units shared as evenly as whole units allow,
+// so no task is a remainder that leaves a thread idle at the end
+static size_t
+task_panel(const struct conv_job *j, size_t t)
+{
+	size_t nunits = (j->npanels + j->unit - 1) / j->unit;
+	size_t p = nunits * t / j->ntasks * j->unit;
+	return p < j->npanels ? p : j->npanels;
+}
 
 static void
 conv_task(void *arg, size_t t, int worker)
 {
 	struct conv_job *j = arg;
-	size_t p0 = t * j->per_task, p1 = p0 + j->per_task;
-	if (p1 > j->npanels)
-		p1 = j->npanels;
+	size_t p0 = task_panel(j, t), p1 = task_panel(j, t + 1);
 	if (p0 >= p1)
 		return;
 	if (j->qpanels) {
@@ -2475,17 +2484,13 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 	// up once per conv, not four times (decode, 3 alternations: Qwen2.5
 	// F16 22.4 against 21.9 tok/s, SmolLM2 F16 61.5 against 58.4), the
 	// pool's workers being awake between the convs of a call (POOL_SPIN_NS)
-	size_t ntasks = 1;
+	size_t ntasks = 1, nunits = (j.npanels + unit - 1) / unit;
 	if (par)
 		ntasks = (size_t)e->nthreads * (ncols == 1 && j.streams == 1 ? 1 : 4);
-	if (ntasks > j.npanels)
-		ntasks = j.npanels;
-	j.per_task = (j.npanels + ntasks - 1) / ntasks;
-	if (ntasks > 1 && j.per_task > unit)
-		j.per_task = j.per_task / unit * unit;
-	else if (j.qpanels && j.per_task < unit)
-		j.per_task = unit;
-	ntasks = (j.npanels + j.per_task - 1) / j.per_task;
+	if (ntasks > nunits)
+		ntasks = nunits;
+	j.unit = unit;
+	j.ntasks = ntasks;
 	ad_pool_run(e->pool, conv_task, &j, ntasks);
 	return 0;
 }
