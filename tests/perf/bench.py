@@ -128,7 +128,8 @@ class TreeMemory:
 	process. The sampler shares the two cores with what it measures: every
 	10 ms (the earlier rate) it cost anedvd's SmolLM2 decode 10% (48 against
 	54 tok/s, IPC 97 against 59 us a call) and llama.cpp's 8%; the peaks
-	came out the same."""
+	came out the same. So no timed run is sampled: each repeat runs both
+	tools once more for their memory."""
 
 	def __init__(self, pid):
 		self.pid, self.peak_rss, self.peak_anon, self.peak_pss = pid, 0, 0, 0
@@ -171,14 +172,15 @@ def _stop(code):
 	return handler
 
 
-def run(cmd, env=None, first_token=False, timeout=900):
-	"""Runs cmd, sampling its tree's memory. With first_token, the time from
-	the start to the first byte of the reply (anedvd run prints the prompt, a
-	'---' line, then the reply as it streams)."""
+def run(cmd, env=None, first_token=False, timeout=900, sample=False):
+	"""Runs cmd; with sample, sampling its tree's memory (rss, anon and pss
+	are None without). With first_token, the time from the start to the
+	first byte of the reply (anedvd run prints the prompt, a '---' line,
+	then the reply as it streams)."""
 	t0 = time.monotonic()
 	p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 	CURRENT[:] = [p]
-	mem = TreeMemory(p.pid)
+	mem = TreeMemory(p.pid) if sample else None
 	err = []
 	te = threading.Thread(target=lambda: err.append(p.stderr.read()), daemon=True)
 	te.start()
@@ -200,7 +202,7 @@ def run(cmd, env=None, first_token=False, timeout=900):
 		p.wait()
 	wall = time.monotonic() - t0
 	te.join()
-	rss, anon, pss = mem.stop()
+	rss, anon, pss = mem.stop() if mem else (None, None, None)
 	return {"rc": p.returncode, "out": out.decode(errors="replace"), "err": b"".join(err).decode(errors="replace"),
 	        "wall": wall, "first": t_first, "rss": rss, "anon": anon, "pss": pss}
 
@@ -355,10 +357,10 @@ class Bench:
 
 	# anedvd ------------------------------------------------------------------------------
 
-	def a_run(self, f, wopt):
+	def a_run(self, f, wopt, sample=False):
 		cmd = [self.A, "run", "--model", f, "--prompt-ids", ids(self.nprompt), "--no-chat", "--max-tokens",
 		       str(self.ngen), "--json", "--backend", "emu"] + wopt + self.no_spec
-		r = run(cmd, env=self.env)
+		r = run(cmd, env=self.env, sample=sample)
 		if r["rc"]:
 			raise SystemExit(f"anedvd run failed ({r['rc']}): {r['err'][-500:]}")
 		t = json.loads(r["out"])["timings"]
@@ -441,9 +443,9 @@ class Bench:
 			self.peer_commit = j[0].get("build_commit")
 		return j
 
-	def p_run(self, f):
+	def p_run(self, f, sample=False):
 		cmd = [self.peer, "-m", f, "-t", "2", "-p", str(self.nprompt), "-n", str(self.ngen), "-r", "1", "-o", "json"]
-		r = run(cmd)
+		r = run(cmd, sample=sample)
 		dec = pre = None
 		for e in self.p_json(r):
 			if e.get("n_gen", 0) > 0 and e.get("n_prompt", 0) == 0:
@@ -485,14 +487,22 @@ class Bench:
 				return None
 
 		for i in range(self.n):
+			# the timed runs go unwatched; the memory comes from a run of
+			# each just after, its timings left out (see TreeMemory)
 			a = self.a_run(f, wopt)
-			for k in ("decode", "prefill", "ipc", "outside", "rss", "anon", "pss", "t_tot", "t_kern", "t_ipc", "t_rest",
+			for k in ("decode", "prefill", "ipc", "outside", "t_tot", "t_kern", "t_ipc", "t_rest",
 			          "d_tot", "d_kern", "d_ipc", "d_rest", "outside_dec", "ipc_dec"):
 				if a[k] is not None:
 					A[k].append(a[k])
 			calls = a["calls"]
 			if peer and (p := p_try(self.p_run, f)):
-				for k in ("decode", "prefill", "rss", "anon", "pss"):
+				for k in ("decode", "prefill"):
+					P[k].append(p[k])
+			a = self.a_run(f, wopt, sample=True)
+			for k in ("rss", "anon", "pss"):
+				A[k].append(a[k])
+			if peer and (p := p_try(self.p_run, f, True)):
+				for k in ("rss", "anon", "pss"):
 					P[k].append(p[k])
 			cache = os.path.join(self.tmp, f"cache-{os.path.basename(f)}-{i}")
 			A["cold"].append(self.a_start(f, wopt, cache, True))
@@ -741,7 +751,9 @@ def main():
 		    f" likewise (private memory only); together: the largest sum of PSS (/proc/PID/smaps_rollup,"
 		    f" every 50 ms for a second, then every 250 ms), each resident page divided among the processes that map it, so the workers'"
 		    f" shared surfaces and the shared libraries count once; the target's allowance for the KV"
-		    f" cache is the fp16 rows of the run's positions")
+		    f" cache is the fp16 rows of the run's positions. The memory comes from one more run of"
+		    f" each tool per repeat, whose timings are not used: no timed run shares the cores with the"
+		    f" sampler")
 		say(f"{bullet}IPC and the share outside the kernels: anedvd run --json timings")
 		say(f"{bullet}emu weight GB/s: anedvd-dev kernels times each kernel --iters times in a row, so a kernel"
 		    f" whose weights fit the last-level cache ({llc()}) is read from it and can beat the streaming"
