@@ -37,6 +37,14 @@
 #include "log.h"
 
 #define POLL_WAIT_MS 50
+// after a round of polls that brought tokens, the next round waits until
+// this long after the last one began: a frame's tokens go out in one event
+// per choice. A poll per decode step woke this thread, the cpu-worker's
+// service thread and the tokenizer in the middle of every step, and on a
+// small machine each wake takes a core from the workers (cli/cmd-run.c
+// measured it: stories260K decoded at half speed). The first token is
+// never held back.
+#define POLL_FRAME_NS 20000000u
 
 static const struct fe_config *cfg;
 static struct ad_client *tok, *eng;
@@ -993,6 +1001,8 @@ generate(struct fe_gen *g)
 
 	int first_token = 1, end = 0;
 	for (unsigned round = 0; !end; round++) {
+		uint64_t r0 = fe_now_ns();
+		unsigned got0 = g->r.completion_tokens;
 		if (cancelled(g)) {
 			g->r.finish = FE_FINISH_CANCELLED;
 			break;
@@ -1028,6 +1038,11 @@ generate(struct fe_gen *g)
 		}
 		if (live == 0)
 			break;
+		uint64_t took = fe_now_ns() - r0;
+		if (!end && g->r.completion_tokens > got0 && took < POLL_FRAME_NS) {
+			struct timespec ts = {0, (long)(POLL_FRAME_NS - took)};
+			nanosleep(&ts, NULL);
+		}
 	}
 	cancel_live(runs, nc);
 	for (int i = 0; i < nc; i++) {

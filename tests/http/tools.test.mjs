@@ -84,7 +84,7 @@ describe('tool calls the model starts (auto), through the fake engine', () => {
 	});
 
 	it('openai: two calls at once, streamed: no markup in the content, arguments in pieces', async () => {
-		const r = await chat(`[delay=1] ECHO:On it.${TWO}`, { stream: true }); // a token per ms: many polls
+		const r = await chat(`[delay=10] ECHO:On it.${TWO}`, { stream: true }); // a token per 10 ms: a poll per 20 ms frame, many of them
 		assert.equal(r.status, 200);
 		let content = '', finish = null;
 		const calls = [];
