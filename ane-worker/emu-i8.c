@@ -168,6 +168,18 @@ tile2(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t
 
 typedef void tile_fn(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left, const float *sc);
 
+T2 void
+emu_i8_panel_fp16(const int8_t *panels, size_t cin, size_t p, uint16_t *dst, size_t ld)
+{
+	for (size_t i = 0; i < cin; i++, dst += ld) {
+		const int8_t *w = step_at(panels, cin, p, i);
+		__m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)w)));
+		__m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(w + 8))));
+		_mm_storeu_si128((__m128i *)dst, _mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT));
+		_mm_storeu_si128((__m128i *)(dst + 8), _mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT));
+	}
+}
+
 #define TILE2(MP, NC)                                                                                                  \
 	T2 static void t2_##MP##x##NC(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left, \
 	                              const float *sc)                                                                 \
@@ -285,6 +297,8 @@ void
 emu_conv_i8_avx2(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
                  float *y, size_t p0, size_t p1)
 {
+	if (ncols >= EMU_I8_WIDE_COLS && emu_conv_i8_wide(panels, scale, cout, cin, x, ncols, y, p0, p1, NULL) == 0)
+		return;
 	static const int mp_for[4] = {0, 4, 2, 2}; // dividing the quad
 	conv_blocked(&tiles2[0][0], 4, mp_for, 3, panels, scale, cout, cin, x, ncols, y, p0, p1);
 }

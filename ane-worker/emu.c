@@ -162,9 +162,11 @@ struct pf {
 	size_t q, i0, di;
 };
 
+// sc: NULL, or per-row scales (sc[o] for row o of panel q's first row):
+// each sum times its scale before the rounding (int8 weights, widened)
 SIMD_TARGET static inline __attribute__((always_inline)) void
 tile(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, size_t cout, size_t left,
-     const struct pf *pf, const int mp, const int nc)
+     const struct pf *pf, const float *sc, const int mp, const int nc)
 {
 	size_t pfi = pf ? pf->i0 : (size_t)-1;
 	const uint16_t *wp0[4], *pf0[4];
@@ -201,21 +203,33 @@ tile(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, siz
 			pfi += pf->di;
 	}
 #pragma GCC unroll 4
-	for (int p = 0; p < mp; p++)
+	for (int p = 0; p < mp; p++) {
+		__m256 slo = _mm256_setzero_ps(), shi = slo;
+		if (sc) {
+			slo = _mm256_loadu_ps(sc + (size_t)p * PANEL);
+			shi = _mm256_loadu_ps(sc + (size_t)p * PANEL + 8);
+		}
 #pragma GCC unroll 6
-		for (int c = 0; c < nc; c++)
-			store_rows(y + (size_t)c * cout + (size_t)p * PANEL, left - (size_t)p * PANEL,
-			           acc[(2 * p) * nc + c], acc[(2 * p + 1) * nc + c]);
+		for (int c = 0; c < nc; c++) {
+			__m256 lo = acc[(2 * p) * nc + c], hi = acc[(2 * p + 1) * nc + c];
+			if (sc) {
+				lo = _mm256_mul_ps(slo, lo);
+				hi = _mm256_mul_ps(shi, hi);
+			}
+			store_rows(y + (size_t)c * cout + (size_t)p * PANEL, left - (size_t)p * PANEL, lo, hi);
+		}
+	}
 }
 
 typedef void tile_fn(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, size_t cout, size_t left,
-                     const struct pf *pf);
+                     const struct pf *pf, const float *sc);
 
 #define TILE(MP, NC)                                                                                                   \
 	SIMD_TARGET static void tile_##MP##x##NC(const uint16_t *panels, size_t q, size_t cin, const float *x,         \
-	                                         float *y, size_t cout, size_t left, const struct pf *pf)              \
+	                                         float *y, size_t cout, size_t left, const struct pf *pf,              \
+	                                         const float *sc)                                                      \
 	{                                                                                                              \
-		tile(panels, q, cin, x, y, cout, left, pf, MP, NC);                                                    \
+		tile(panels, q, cin, x, y, cout, left, pf, sc, MP, NC);                                                \
 	}
 TILE(1, 1)
 TILE(1, 2)
@@ -284,11 +298,49 @@ conv_simd(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_
 				if (b > 0 && q + group + m <= p1)
 					pf = (struct pf){panels, q + group, b - 1, nb - 1};
 				tiles[m][nc](panels, q, cin, x + j * cin, y + j * cout + q * PANEL, cout,
-				             cout - q * PANEL, pf.panels ? &pf : NULL);
+				             cout - q * PANEL, pf.panels ? &pf : NULL, NULL);
 			}
 			j += nc;
 		}
 	}
+}
+
+// int8 panels (emu-i8.c) of many columns: the int8 tile widens every step
+// for each block of three columns (two ops per eight weights), which held
+// 64 columns at 69 GFLOP/s on one thread where these tiles reach 88 (Zen
+// 4, AVX2). So a pair of panels at a time is widened once to fp16 (exact:
+// |q| <= 128) in scratch, laid out as one pair of fp16 panels, and every
+// column block runs these tiles over it, each sum times its row's scale
+// before the rounding: emu_conv_i8_ref's bits.
+SIMD_TARGET static void
+conv_i8_wide(const int8_t *qp, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols, float *y,
+             size_t p0, size_t p1, uint16_t *tmp)
+{
+	size_t nb = (ncols + TILE_COLS - 1) / TILE_COLS, base = ncols / nb, extra = ncols % nb;
+	for (size_t g = p0; g < p1; g += PAIR) {
+		size_t n = p1 - g < PAIR ? p1 - g : PAIR;
+		for (size_t p = 0; p < n; p++)
+			emu_i8_panel_fp16(qp, cin, g + p, tmp + p * PANEL, PSTEP);
+		for (size_t b = 0, j = 0; b < nb; b++) {
+			size_t nc = base + (b < extra);
+			tiles[n][nc](tmp, 0, cin, x + j * cin, y + j * cout + g * PANEL, cout, cout - g * PANEL, NULL,
+			             scale + g * PANEL);
+			j += nc;
+		}
+	}
+}
+
+int
+emu_conv_i8_wide(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
+                 float *y, size_t p0, size_t p1, uint16_t *scratch)
+{
+	uint16_t *tmp = scratch;
+	if (!tmp && !(tmp = aligned_alloc(64, (PSTEP * cin * sizeof *tmp + 63) / 64 * 64)))
+		return -1;
+	conv_i8_wide(panels, scale, cout, cin, x, ncols, y, p0, p1, tmp);
+	if (!scratch)
+		free(tmp);
+	return 0;
 }
 
 // ---- AVX-512 ------------------------------------------------------------
@@ -490,7 +542,9 @@ TILE512(3, 8)
 #define T512_ROW(MP)                                                                                                   \
 	tile512_##MP##x1, tile512_##MP##x2, tile512_##MP##x3, tile512_##MP##x4, tile512_##MP##x5, tile512_##MP##x6
 // [mp][nc], mp * nc <= X512_ACC
-static tile_fn *const tiles512[X512_STREAMS + 1][X512_COLS + 1] = {
+typedef void tile512_fn(const uint16_t *panels, size_t q, size_t cin, const float *xp, float *y, size_t cout,
+                        size_t left, const struct pf *pf);
+static tile512_fn *const tiles512[X512_STREAMS + 1][X512_COLS + 1] = {
 	[1] = {NULL, T512_ROW(1), tile512_1x7, tile512_1x8, tile512_1x9, tile512_1x10, tile512_1x11, tile512_1x12},
 	[2] = {NULL, T512_ROW(2), tile512_2x7, tile512_2x8, tile512_2x9, tile512_2x10, tile512_2x11, tile512_2x12},
 	[3] = {NULL, T512_ROW(3), tile512_3x7, tile512_3x8},
@@ -667,6 +721,10 @@ struct emu {
 	// context runs one eval at a time, so its kernels share it
 	float *xpack;
 	size_t xpack_cap; // floats
+	// a wide int8 conv's panels widened to fp16, PSTEP * cin values for
+	// each thread (conv_i8_wide)
+	uint16_t *i8wide;
+	size_t i8wide_cap; // values
 	// the activations of every kernel (its inputs, intermediates and
 	// outputs in fp32), for the same reason: a kernel has its buffers only
 	// while it runs, so a 24-layer model compiled 64 columns wide holds one
@@ -814,6 +872,7 @@ emu_close(struct emu *e)
 		return;
 	ad_pool_free(e->pool);
 	free(e->xpack);
+	free(e->i8wide);
 	free(e->act);
 	free(e);
 }
@@ -2374,6 +2433,7 @@ struct conv_job {
 	const float *scale;
 	size_t cout, cin, ncols;
 	const float *x, *xp; // xp: x packed for the AVX-512 tiles (or x)
+	uint16_t *i8wide;    // int8, AVX2, wide: worker w's scratch at w * PSTEP * cin
 	float *y;
 	size_t npanels;
 	size_t unit, ntasks; // task t: whole units of panels, see task_panel
@@ -2402,6 +2462,11 @@ conv_task(void *arg, size_t t, int worker)
 		// the context's path (already capped at the CPU's) for int8 too
 		if (j->simd == EMU_SIMD_AVX512)
 			emu_conv_i8_avx512(j->qpanels, j->scale, j->cout, j->cin, j->x, j->ncols, j->y, p0, p1);
+#ifdef AD_FP16_X86
+		else if (j->i8wide)
+			emu_conv_i8_wide(j->qpanels, j->scale, j->cout, j->cin, j->x, j->ncols, j->y, p0, p1,
+			                 j->i8wide + (size_t)worker * PSTEP * j->cin);
+#endif
 		else if (j->simd == EMU_SIMD_AVX2)
 			emu_conv_i8_avx2(j->qpanels, j->scale, j->cout, j->cin, j->x, j->ncols, j->y, p0, p1);
 		else
@@ -2468,6 +2533,18 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 			for (size_t b = 0; b < nb; b++)
 				pack_task(&j, b, 0);
 		unit = x512_mp(ncols);
+	}
+	if (e->simd == EMU_SIMD_AVX2 && j.qpanels && ncols >= EMU_I8_WIDE_COLS) {
+		size_t n = (size_t)e->nthreads * PSTEP * s->cin;
+		if (n > e->i8wide_cap) {
+			void *b = NULL;
+			if (posix_memalign(&b, 64, n * sizeof(uint16_t)))
+				return ad_err(err, "emu: out of memory for %zu widened weights", n);
+			free(e->i8wide);
+			e->i8wide = b;
+			e->i8wide_cap = n;
+		}
+		j.i8wide = e->i8wide;
 	}
 	j.streams = 1;
 	if (e->llc && e->weight_bytes <= e->llc / 2)

@@ -220,6 +220,15 @@ void emu_conv_i8_avx2(const int8_t *panels, const float *scale, size_t cout, siz
                       float *y, size_t p0, size_t p1);
 void emu_conv_i8_avx512(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
                         float *y, size_t p0, size_t p1);
+// emu_conv_i8_avx2 from EMU_I8_WIDE_COLS columns on: two panels at a
+// time widened to fp16 (exact) in scratch (32 * cin values; NULL: its
+// own, 0 or -1 when out of memory), then the fp16 panels' AVX2 tiles
+// with the rows' scales (emu.c): the same bits. emu_i8_panel_fp16: panel
+// p's steps as fp16, dst[i * ld + r]. Both AVX2 + F16C only.
+#define EMU_I8_WIDE_COLS 8
+int emu_conv_i8_wide(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
+                     float *y, size_t p0, size_t p1, uint16_t *scratch);
+void emu_i8_panel_fp16(const int8_t *panels, size_t cin, size_t p, uint16_t *dst, size_t ld);
 // the best of the three this CPU runs
 void emu_conv_i8_fast(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
                       float *y, size_t p0, size_t p1);
