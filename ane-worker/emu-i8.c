@@ -14,6 +14,8 @@
 //   emu_conv_i8_avx2    AVX2 + FMA (+ F16C for the final rounding)
 //   emu_conv_i8_avx512  AVX-512 F: one zmm register is one panel step
 // picked at run time by emu_conv_i8_fast (cpuid; no -march flag needed).
+// From EMU_I8_WIDE_COLS columns on, the AVX2 kernel widens the panels to
+// fp16 once and runs emu.c's fp16 tiles (emu_conv_i8_wide).
 //
 // Cost: widening a panel step (16 int8 to 16 fp32: vpmovsxbd + vcvtdq2ps)
 // is one op more per 16 weights than fp16's vcvtph2ps, and on Zen 4 the
