@@ -2485,6 +2485,22 @@ pack_task(void *arg, size_t t, int worker)
 }
 #endif
 
+// *buf holds at least n elements of size elem (64-byte aligned; its
+// contents are not kept when it grows); -1 when out of memory
+static int
+grow64(void **buf, size_t *cap, size_t n, size_t elem)
+{
+	if (n <= *cap)
+		return 0;
+	void *b = NULL;
+	if (posix_memalign(&b, 64, n * elem))
+		return -1;
+	free(*buf);
+	*buf = b;
+	*cap = n;
+	return 0;
+}
+
 // below this many multiply-adds a conv runs on the calling thread alone
 #define PAR_MIN_MACS (1u << 18)
 // a wide conv's tasks hold at least this many multiply-adds (about 0.2 ms)
@@ -2518,14 +2534,8 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 	// the AVX-512 fp16 tiles read x packed per column block; the int8 tiles read it as it is
 	if (e->simd == EMU_SIMD_AVX512 && ncols > 1 && !j.qpanels) {
 		size_t n = ncols * s->cin;
-		if (n > e->xpack_cap) {
-			void *b = NULL;
-			if (posix_memalign(&b, 64, n * sizeof(float)))
-				return ad_err(err, "emu: out of memory for %zu packed activations", n);
-			free(e->xpack);
-			e->xpack = b;
-			e->xpack_cap = n;
-		}
+		if (grow64((void **)&e->xpack, &e->xpack_cap, n, sizeof(float)))
+			return ad_err(err, "emu: out of memory for %zu packed activations", n);
 		j.xp = e->xpack;
 		size_t nb, base, extra;
 		col_blocks(ncols, X512_COLS, &nb, &base, &extra);
@@ -2538,14 +2548,8 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 	}
 	if (e->simd == EMU_SIMD_AVX2 && j.qpanels && ncols >= EMU_I8_WIDE_COLS) {
 		size_t n = (size_t)e->nthreads * PSTEP * s->cin;
-		if (n > e->i8wide_cap) {
-			void *b = NULL;
-			if (posix_memalign(&b, 64, n * sizeof(uint16_t)))
-				return ad_err(err, "emu: out of memory for %zu widened weights", n);
-			free(e->i8wide);
-			e->i8wide = b;
-			e->i8wide_cap = n;
-		}
+		if (grow64((void **)&e->i8wide, &e->i8wide_cap, n, sizeof(uint16_t)))
+			return ad_err(err, "emu: out of memory for %zu widened weights", n);
 		j.i8wide = e->i8wide;
 	}
 	j.streams = 1;
