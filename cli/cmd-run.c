@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "build.h"
+#include "clock.h"
 #include "cmd-common.h"
 #include "commands.h"
 #include "client-engine.h"
@@ -90,15 +91,6 @@ emit(struct pipe *p, struct gen *g, const int32_t *ids, size_t n, int flush, cha
 	return 0;
 }
 
-// after a poll that brought tokens, the next one waits this long: the
-// tokens of a frame's time come in one poll and one detokenize call. A poll
-// per step woke this process, the cpu-worker's service thread and the
-// tokenizer at every step, and on a small machine each wake took a core
-// from the two workers in the middle of a step (stories260K at 2,000+
-// tokens/s: the ane-worker picked up a step's first call 84 us late, at the
-// median, where 2 us is usual). The first token is never held back.
-#define POLL_FRAME_US 20000
-
 // a generation: a job of the cpu-worker's service, polled; the split comes
 // from the job's timings and the ane-worker's counters, over the whole job
 static int
@@ -155,7 +147,7 @@ generate(struct pipe *p, const char *session, const int32_t *prompt, int n, int 
 	memset(&tm, 0, sizeof tm);
 	for (;;) {
 		struct engc_poll pl;
-		uint64_t q0 = trace_now_us();
+		uint64_t q0 = trace_now_us(), f0 = ad_now_ns();
 		if (engc_job_poll(job, 200, &pl, &code, err)) {
 			engc_job_free(job);
 			return -1;
@@ -188,9 +180,8 @@ generate(struct pipe *p, const char *session, const int32_t *prompt, int n, int 
 			g->stop = GEN_INTERRUPTED;
 			break;
 		}
-		uint64_t since = trace_now_us() - q0;
-		if (g->n > had && since < POLL_FRAME_US)
-			usleep((useconds_t)(POLL_FRAME_US - since));
+		if (g->n > had) // a frame's tokens in one poll and one detokenize call
+			engc_frame_wait(f0);
 	}
 	g->resumed = engc_job_replays(job);
 	engc_job_free(job);

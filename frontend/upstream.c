@@ -37,14 +37,6 @@
 #include "log.h"
 
 #define POLL_WAIT_MS 50
-// after a round of polls that brought tokens, the next round waits until
-// this long after the last one began: a frame's tokens go out in one event
-// per choice. A poll per decode step woke this thread, the cpu-worker's
-// service thread and the tokenizer in the middle of every step, and on a
-// small machine each wake takes a core from the workers (cli/cmd-run.c
-// measured it: stories260K decoded at half speed). The first token is
-// never held back.
-#define POLL_FRAME_NS 20000000u
 
 static const struct fe_config *cfg;
 static struct ad_client *tok, *eng;
@@ -1001,7 +993,7 @@ generate(struct fe_gen *g)
 
 	int first_token = 1, end = 0;
 	for (unsigned round = 0; !end; round++) {
-		uint64_t r0 = fe_now_ns();
+		uint64_t r0 = ad_now_ns();
 		unsigned got0 = g->r.completion_tokens;
 		if (cancelled(g)) {
 			g->r.finish = FE_FINISH_CANCELLED;
@@ -1038,11 +1030,8 @@ generate(struct fe_gen *g)
 		}
 		if (live == 0)
 			break;
-		uint64_t took = fe_now_ns() - r0;
-		if (!end && g->r.completion_tokens > got0 && took < POLL_FRAME_NS) {
-			struct timespec ts = {0, (long)(POLL_FRAME_NS - took)};
-			nanosleep(&ts, NULL);
-		}
+		if (!end && g->r.completion_tokens > got0) // a frame's tokens in one event per choice
+			engc_frame_wait(r0);
 	}
 	cancel_live(runs, nc);
 	for (int i = 0; i < nc; i++) {

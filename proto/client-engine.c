@@ -750,3 +750,11 @@ engc_job_delivered(const struct engc_job *j, size_t *n)
 	*n = j->n_del;
 	return j->ids + j->n_prompt;
 }
+
+void
+engc_frame_wait(uint64_t t0_ns)
+{
+	uint64_t took = ad_now_ns() - t0_ns;
+	if (took < ENGC_FRAME_NS)
+		ad_sleep_ns(ENGC_FRAME_NS - took);
+}

@@ -176,6 +176,17 @@ int engc_job_start(struct engc_job *j, uint32_t wait_ms, struct engc_started *in
 // tokens and the finish (ENGC_RUNNING, with no tokens, while it waits for
 // the engine), -1 on a failure
 int engc_job_poll(struct engc_job *j, uint32_t max_wait_ms, struct engc_poll *out, int *code, char *err);
+// A reader that streams a job's tokens (run, the server) takes a frame's
+// tokens at a time: after a poll, or a round of polls, that began at t0_ns
+// (ad_now_ns) and brought tokens, engc_frame_wait sleeps out the rest of
+// ENGC_FRAME_NS. A poll per decode step woke the reader, the engine's
+// service thread and the tokenizer in the middle of every step, and on a
+// small machine each wake took a core from the workers (stories260K: the
+// ane-worker picked up a step's first call 84 us late at the median, where
+// 2 us is usual, and decoded at half speed). The first token is never held
+// back: only a poll that brought tokens is followed by the wait.
+#define ENGC_FRAME_NS 20000000u
+void engc_frame_wait(uint64_t t0_ns);
 // end it (best effort; a lost job has nothing to cancel)
 void engc_job_cancel(struct engc_job *j);
 int engc_job_replays(const struct engc_job *j); // incarnations after the first

@@ -39,6 +39,7 @@
 // an ane-worker gone for good exits within 2.5 s, leaving no surface; an
 // ane-worker killed while drafts are being verified (every decode step
 // but the last carries one) loses or repeats no token either.
+// The streaming readers' pacing (engc_frame_wait) sleeps out a frame.
 // Prints aggregate tok/s for 1, 2 and 4 jobs.
 #include <dirent.h>
 #include <pthread.h>
@@ -2153,10 +2154,29 @@ test_no_vocab(void)
 	cpu_worker_stop(w, NULL, NULL);
 }
 
+// a streaming reader's pacing: after a poll that began at t0 and brought
+// tokens, engc_frame_wait sleeps out the rest of the frame
+static void
+test_frame_wait(void)
+{
+	uint64_t t0 = ad_now_ns();
+	engc_frame_wait(t0);
+	uint64_t took = ad_now_ns() - t0;
+	CHECK(took >= ENGC_FRAME_NS, "slept %llu ns after a poll just begun, the frame is %u", (unsigned long long)took,
+	      ENGC_FRAME_NS);
+	// half the frame already passed: at least the other half
+	t0 = ad_now_ns();
+	engc_frame_wait(t0 - ENGC_FRAME_NS / 2);
+	took = ad_now_ns() - t0;
+	CHECK(took >= ENGC_FRAME_NS / 2 - 1000000u, "slept %llu ns for the second half of a frame",
+	      (unsigned long long)took);
+}
+
 int
 main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
+	T_RUN(test_frame_wait);
 	T_RUN(start);
 	if (S.c) {
 		T_RUN(test_greedy);

@@ -226,8 +226,8 @@ void emu_conv_i8_avx512(const int8_t *panels, const float *scale, size_t cout, s
 // with the rows' scales (emu.c): the same bits. The widening pays from
 // about 16 columns on (Qwen2.5's 9728x896 on one thread: 8 columns 53
 // against the int8 tile's 67 GFLOP/s, 16 even, 32 77 against 68).
-// emu_i8_panel_fp16: panel
-// p's steps as fp16, dst[i * ld + r]. Both AVX2 + F16C only.
+// emu_i8_panel_fp16: panel p's steps as fp16, dst[i * ld + r]. Both
+// AVX2 + F16C only.
 #define EMU_I8_WIDE_COLS 16
 int emu_conv_i8_wide(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
                      float *y, size_t p0, size_t p1, uint16_t *scratch);
