@@ -555,12 +555,13 @@ ane_eval_host(struct ane_kernel *k, const void *in, void *out, const float *x_in
 		return ad_err(err, "kernel not compiled");
 	if (ncols < 1 || ncols > k->width)
 		return ad_err(err, "%d columns (width %d)", ncols, k->width);
-	if ((x_in && in_ld < (size_t)k->in_ch) || (y_out && out_ld < (size_t)k->out_ch))
-		return ad_err(err, "host rows of %zu and %zu floats, the kernel has %d and %d channels", in_ld, out_ld,
-		              k->in_ch, k->out_ch);
 #ifdef ANEDVD_ANE
 	if (k->dev) {
 		// the device reads and writes the surfaces: the rows go through them
+		// (emu_eval_host checks the rows' strides for the emu)
+		if ((x_in && in_ld < (size_t)k->in_ch) || (y_out && out_ld < (size_t)k->out_ch))
+			return ad_err(err, "host rows of %zu and %zu floats, the kernel has %d and %d channels", in_ld,
+			              out_ld, k->in_ch, k->out_ch);
 		if (x_in && ane_scatter_f32(ane_dev_input_layout(k->dev), (void *)(uintptr_t)in, x_in, (size_t)ncols,
 		                            in_ld, err))
 			return -1;

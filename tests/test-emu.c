@@ -436,6 +436,35 @@ test_proj(void)
 	free(mil);
 }
 
+// host rows (emu_eval_host): input and output as fp32 rows of any stride
+// give the surfaces' bits; rows narrower than the channels are refused
+static void
+test_eval_host(void)
+{
+	char err[AD_ERRLEN];
+	const size_t cin = 40, cout = 24, W = 5, ldi = cin + 3, ldo = cout + 7;
+	float *w = randv(cout * cin, 0.4f), *x = randv(W * cin, 2.0f);
+	const char *blob = tmp_path("host.bin");
+	REQUIRE(ane_blob_write_proj(blob, &(struct ane_wsrc){w, AD_TYPE_F32, cout * cin}, 1, err) == 0);
+	char *mil = ane_mil_proj((int)cin, (int)cout, (int)W, err);
+	struct emu_kernel *k = compile(mil, blob, err);
+	REQUIRE(k, "%s", err);
+	float *y = calloc(W * cout, 4), *xr = calloc(W * ldi, 4), *yr = calloc(W * ldo, 4);
+	for (size_t j = 0; j < W; j++)
+		memcpy(xr + j * ldi, x + j * cin, cin * 4);
+	REQUIRE(run(k, x, W, y, err) == 0, "%s", err);
+	void *in = calloc(1, emu_input_capacity(k)), *out = calloc(1, emu_output_capacity(k));
+	REQUIRE(emu_eval_host(k, in, out, xr, ldi, yr, ldo, W, err) == 0, "%s", err);
+	int same = 1;
+	for (size_t j = 0; j < W; j++)
+		same &= !memcmp(yr + j * ldo, y + j * cout, cout * 4);
+	CHECK(same, "host rows differ from the surfaces");
+	CHECK(emu_eval_host(k, in, out, xr, cin - 1, NULL, 0, W, err) < 0 && strstr(err, "channels"), "%s", err);
+	CHECK(emu_eval_host(k, in, out, NULL, 0, yr, cout - 1, W, err) < 0 && strstr(err, "channels"), "%s", err);
+	emu_kernel_free(k);
+	free(in), free(out), free(mil), free(w), free(x), free(y), free(xr), free(yr);
+}
+
 // the thread pool: many back-to-back parallel evals give the single-thread
 // bits every time (the split is by output rows, so sums are unchanged)
 static void
@@ -1598,6 +1627,7 @@ main(void)
 	T_RUN(test_shared_activations);
 	T_RUN(test_proj);
 	T_RUN(test_threads);
+	T_RUN(test_eval_host);
 	T_RUN(test_surface_moves);
 	T_RUN(test_qkv);
 	T_RUN(test_ffn_fused);
