@@ -8,6 +8,10 @@
 #include "fp16.h"
 #include "numeric.h"
 
+// the value rows the AVX2 path converts to fp32 at a time for P·V (their
+// fp32 copy stays in L1 while every column's heads of a KV head go over it)
+#define ATTN_PV_ROWS 32
+
 size_t
 attn_scratch_floats(const struct attn_shape *sh, int rows)
 {
@@ -15,7 +19,7 @@ attn_scratch_floats(const struct attn_shape *sh, int rows)
 	// the sixteen-row path: scores in rows of whole blocks, and the keys
 	// and values of one KV head transposed
 	const size_t r16 = (r + 15) & ~(size_t)15, small = hd <= 16 && hdv <= 16 ? (hd + hdv) * r16 : 0;
-	return (size_t)sh->n_head * r16 + 8 * hdv + hd + hdv + 16 + small;
+	return (size_t)sh->n_head * r16 + ATTN_PV_ROWS * hdv + hd + hdv + 16 + small;
 }
 
 // --- the reference ----------------------------------------------------------------
@@ -269,8 +273,64 @@ store_n(float *dst, __m256 x, int n)
 	}
 }
 
+// n fp16 to fp32 (n a multiple of 8); the common head sizes as constants,
+// so that the loop unrolls
+SIMD static inline __attribute__((always_inline)) void
+row_f32_n(const uint16_t *src, float *dst, int n)
+{
+	for (int i = 0; i < n; i += 8)
+		_mm256_storeu_ps(dst + i, load_h8(src + i));
+}
+
+SIMD static inline __attribute__((always_inline)) void
+row_f32(const uint16_t *src, float *dst, int n)
+{
+	if (n == 64)
+		row_f32_n(src, dst, 64);
+	else if (n == 128)
+		row_f32_n(src, dst, 128);
+	else
+		row_f32_n(src, dst, n);
+}
+
+// ad_fold8 of eight registers at once: lane r of the result is fold_v(a[r]),
+// the same adds in the same order, taken across registers (21 ops for eight
+// folds instead of 48). Halves first: rows r and r + 4 share a register
+SIMD static inline __m256
+fold8_t(const __m256 a[8])
+{
+	__m256 s[4];
+	for (int r = 0; r < 4; r++)
+		s[r] = _mm256_add_ps(_mm256_permute2f128_ps(a[r], a[r + 4], 0x31),
+		                     _mm256_permute2f128_ps(a[r], a[r + 4], 0x20));
+	// s[r] = [row r: l + l+4 for l < 4 | row r + 4: the same]; then lanes
+	// (0 + 2, 1 + 3) of rows r, r + 1, then their sum
+	__m256 t0 = _mm256_add_ps(_mm256_shuffle_ps(s[0], s[1], _MM_SHUFFLE(1, 0, 1, 0)),
+	                          _mm256_shuffle_ps(s[0], s[1], _MM_SHUFFLE(3, 2, 3, 2)));
+	__m256 t1 = _mm256_add_ps(_mm256_shuffle_ps(s[2], s[3], _MM_SHUFFLE(1, 0, 1, 0)),
+	                          _mm256_shuffle_ps(s[2], s[3], _MM_SHUFFLE(3, 2, 3, 2)));
+	return _mm256_add_ps(_mm256_shuffle_ps(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)),
+	                     _mm256_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// q·k of one query head (qh) and eight rows of keys in fp32 (row r at
+// kf + r * hd, hd a multiple of 8): lane r is row r's ad_dot
+SIMD static inline __attribute__((always_inline)) __m256
+dot_rows8(const float *kf, const float *qh, int hd)
+{
+	__m256 a[8];
+	for (int r = 0; r < 8; r++)
+		a[r] = _mm256_setzero_ps();
+	for (int i = 0; i < hd; i += 8) {
+		const __m256 x = _mm256_loadu_ps(qh + i);
+		for (int r = 0; r < 8; r++)
+			a[r] = _mm256_fmadd_ps(x, _mm256_loadu_ps(kf + (size_t)r * hd + i), a[r]);
+	}
+	return fold8_t(a);
+}
+
 // the heads of up to 16 dimensions take eight rows at a time through
-// keys_t8 and dot_t8; larger heads four heads by two rows (scores_4x2)
+// keys_t8 and dot_t8; larger heads through dot_rows8 (all_scores)
 static inline int
 small_heads(const struct attn_shape *sh)
 {
@@ -321,17 +381,81 @@ rows8(const uint16_t *c0, const uint16_t *c, size_t stride, int split, int j, in
 	}
 }
 
+// Rows of the cache are read ahead of their use, ATTN_AHEAD bytes on, into
+// L2: a long context's cache outgrows L2 and, over a model's layers, L3,
+// and its rows (a few hundred bytes, on 4 KiB pages the hardware
+// prefetcher does not cross) then waited on memory one page at a time
+// (bench-attention's "cold" column measures it)
+#define ATTN_AHEAD 65536
+#define ATTN_AHEAD_MIN 256 // the shortest row read ahead
+
+static inline int
+ahead_rows(size_t row_bytes)
+{
+	size_t n = ATTN_AHEAD / (row_bytes ? row_bytes : 1);
+	return n < 8 ? 8 : n > 4096 ? 4096 : (int)n;
+}
+
+// rows j .. j + n - 1 (up to last) of a cache in two stretches, bytes of
+// each from its start, towards L2
+static inline void
+prefetch_rows(const uint16_t *c0, const uint16_t *c, size_t stride, int split, int j, int n, int last, size_t bytes)
+{
+	for (int r = j; r < j + n && r <= last; r++) {
+		const char *p = (const char *)((r < split ? c0 : c) + (size_t)r * stride);
+		for (size_t b = 0; b < bytes; b += 64)
+			__builtin_prefetch(p + b, 0, 2);
+	}
+}
+
+#define BIG_HD_MAX 256 // the largest head that all_scores converts eight rows of at once
+
 // every column's scores: column c's head h over its rows [first, last[c]]
-// at scores + (c * n_head + h) * ld. Small heads go a block of eight rows
-// at a time, every KV head and every column of the block before the next
-// (a block's keys are transposed once, and the rows of all KV heads are
-// read while they are in L1); a column's lanes past its last row are
-// computed and dropped, so its scores are those it has alone
+// at scores + (c * n_head + h) * ld. Heads go a block of eight rows at a
+// time, every KV head and every column of the block before the next (a
+// block's keys are transposed, or for larger heads converted, once, and
+// the rows of all KV heads are read while they are in L1); a column's
+// lanes past its last row are computed and dropped, so its scores are
+// those it has alone. Heads of other sizes go four by two (scores_4x2)
 SIMD static void
 all_scores(const struct attn_shape *sh, const float *q, size_t qs, const uint16_t *k0, const uint16_t *k, int split,
            int first, const int *last, int nc, int lmax, float *scores, size_t ld)
 {
 	const int hd = sh->head_dim, nh = sh->n_head, group = nh / sh->n_head_kv;
+	if (!small_heads(sh) && (hd & 7) == 0 && hd <= BIG_HD_MAX && attn_path != 1) {
+		// a block of eight rows of one KV head's keys to fp32 once, then
+		// every column's query heads of its group over it, one head by
+		// the eight rows at a time
+		float kf[8 * BIG_HD_MAX];
+		const __m256 scale = _mm256_set1_ps(sh->scale);
+		const size_t kbytes = (size_t)sh->n_head_kv * hd * sizeof(uint16_t);
+		const int ka = ahead_rows(kbytes);
+		for (int j = first; j <= lmax; j += 8) {
+			const uint16_t *kr[8];
+			rows8(k0, k, sh->k_stride, split, j, lmax, kr);
+			if (kbytes >= ATTN_AHEAD_MIN)
+				prefetch_rows(k0, k, sh->k_stride, split, j + ka, 8, lmax, kbytes);
+			for (int g = 0; g < sh->n_head_kv; g++) {
+				for (int r = 0; r < 8; r++)
+					row_f32(kr[r] + (size_t)g * hd, kf + (size_t)r * hd, hd);
+				for (int c = 0; c < nc; c++) {
+					if (j > last[c])
+						continue;
+					const int nr = last[c] - j + 1 < 8 ? last[c] - j + 1 : 8;
+					for (int t = 0; t < group; t++) {
+						const int h = g * group + t;
+						const float *qh = q + (size_t)c * qs + (size_t)h * hd;
+						const __m256 d = hd == 64    ? dot_rows8(kf, qh, 64)
+						                 : hd == 128 ? dot_rows8(kf, qh, 128)
+						                             : dot_rows8(kf, qh, hd);
+						store_n(scores + ((size_t)c * nh + h) * ld + (j - first),
+						        _mm256_mul_ps(d, scale), nr);
+					}
+				}
+			}
+		}
+		return;
+	}
 	if (!small_heads(sh)) {
 		for (int c = 0; c < nc; c++)
 			for (int g = 0; g < sh->n_head_kv; g++)
@@ -409,15 +533,42 @@ softmax_row(float *sc, int rows, float cap)
 		sc[r] *= inv;
 }
 
-// o[0..hdv) += sum over rows r < nr of p[r] * vf[r * hdv ..]: 64
-// dimensions (8 registers) at a time, the rest in four chains, so that a
-// head of 8 does not wait on one FMA after another
+// o[from..hdv) += sum over rows r < nr (at most 8) of p[r] * vf[r * hdv ..],
+// eight dimensions at a time in four chains, so that a head of 8 does not
+// wait on one FMA after another
 SIMD static inline void
-pv_block(float *o, const float *p, const float *vf, int nr, int hdv)
+pv_block(float *o, const float *p, const float *vf, int nr, int hdv, int from)
 {
 	const int hdv8 = hdv & ~7;
-	int d0 = 0;
-	for (; d0 + 64 <= hdv8; d0 += 64) {
+	for (int d0 = from; d0 < hdv8; d0 += 8) {
+		__m256 a0 = _mm256_loadu_ps(o + d0), a1 = _mm256_setzero_ps(), a2 = a1, a3 = a1;
+		int r = 0;
+		for (; r + 4 <= nr; r += 4) {
+			const float *x = vf + (size_t)r * hdv + d0;
+			a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[r]), _mm256_loadu_ps(x), a0);
+			a1 = _mm256_fmadd_ps(_mm256_set1_ps(p[r + 1]), _mm256_loadu_ps(x + hdv), a1);
+			a2 = _mm256_fmadd_ps(_mm256_set1_ps(p[r + 2]), _mm256_loadu_ps(x + 2 * hdv), a2);
+			a3 = _mm256_fmadd_ps(_mm256_set1_ps(p[r + 3]), _mm256_loadu_ps(x + 3 * hdv), a3);
+		}
+		for (; r < nr; r++)
+			a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[r]), _mm256_loadu_ps(vf + (size_t)r * hdv + d0), a0);
+		_mm256_storeu_ps(o + d0, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+	}
+	for (int d = from > hdv8 ? from : hdv8; d < hdv; d++)
+		for (int r = 0; r < nr; r++)
+			o[d] = fmaf(p[r], vf[(size_t)r * hdv + d], o[d]);
+}
+
+// o[0..hdv) += sum over rows r < nr of p[r] * vf[r * hdv ..]. Each of the
+// first hdv / 64 * 64 dimensions is one chain of FMAs over the rows in
+// order, its accumulator in a register (eight at a time) for all nr rows;
+// the rest (tails past them) go a block of eight rows at a time through
+// pv_block. Rows are blocked from the first, as a column alone takes them
+SIMD static void
+pv_rows(float *o, const float *p, const float *vf, int nr, int hdv)
+{
+	const int hdv64 = hdv & ~63;
+	for (int d0 = 0; d0 < hdv64; d0 += 64) {
 		__m256 o0 = _mm256_loadu_ps(o + d0), o1 = _mm256_loadu_ps(o + d0 + 8);
 		__m256 o2 = _mm256_loadu_ps(o + d0 + 16), o3 = _mm256_loadu_ps(o + d0 + 24);
 		__m256 o4 = _mm256_loadu_ps(o + d0 + 32), o5 = _mm256_loadu_ps(o + d0 + 40);
@@ -443,29 +594,21 @@ pv_block(float *o, const float *p, const float *vf, int nr, int hdv)
 		_mm256_storeu_ps(o + d0 + 48, o6);
 		_mm256_storeu_ps(o + d0 + 56, o7);
 	}
-	for (; d0 < hdv8; d0 += 8) {
-		__m256 a0 = _mm256_loadu_ps(o + d0), a1 = _mm256_setzero_ps(), a2 = a1, a3 = a1;
-		int r = 0;
-		for (; r + 4 <= nr; r += 4) {
-			const float *x = vf + (size_t)r * hdv + d0;
-			a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[r]), _mm256_loadu_ps(x), a0);
-			a1 = _mm256_fmadd_ps(_mm256_set1_ps(p[r + 1]), _mm256_loadu_ps(x + hdv), a1);
-			a2 = _mm256_fmadd_ps(_mm256_set1_ps(p[r + 2]), _mm256_loadu_ps(x + 2 * hdv), a2);
-			a3 = _mm256_fmadd_ps(_mm256_set1_ps(p[r + 3]), _mm256_loadu_ps(x + 3 * hdv), a3);
-		}
-		for (; r < nr; r++)
-			a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[r]), _mm256_loadu_ps(vf + (size_t)r * hdv + d0), a0);
-		_mm256_storeu_ps(o + d0, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-	}
-	for (int d = hdv8; d < hdv; d++)
-		for (int r = 0; r < nr; r++)
-			o[d] = fmaf(p[r], vf[(size_t)r * hdv + d], o[d]);
+	for (int b = hdv64 < hdv ? 0 : nr; b < nr; b += 8)
+		pv_block(o, p + b, vf + (size_t)b * hdv, nr - b < 8 ? nr - b : 8, hdv, hdv64);
 }
 
-// the columns of attn_fast_cols: scores, softmax, then P·V a block of
-// eight value rows at a time, converted to fp32 once for every column and
-// added into each of its heads (block by block from first, as a column
-// alone takes them, so its bits do not depend on the others)
+// heads under 64 dimensions: eight rows at most (the chunk is eight)
+SIMD static inline __attribute__((always_inline)) void
+pv_small(float *o, const float *p, const float *vf, int nr, int hdv)
+{
+	pv_block(o, p, vf, nr, hdv, 0);
+}
+
+// the columns of attn_fast_cols: scores, softmax, then P·V a chunk of
+// ATTN_PV_ROWS value rows at a time, converted to fp32 once for every
+// column and added into each of its heads (chunk by chunk from first, as a
+// column alone takes them, so its bits do not depend on the others)
 SIMD static void
 attn_simd_cols(const struct attn_shape *sh, const float *q, size_t qs, const uint16_t *k0, const uint16_t *v0,
                const uint16_t *k, const uint16_t *v, int split, int first, const int *last, int nc, float *out,
@@ -484,27 +627,40 @@ attn_simd_cols(const struct attn_shape *sh, const float *q, size_t qs, const uin
 			memset(out + (size_t)c * os + (size_t)h * hdv, 0, (size_t)hdv * sizeof(float));
 		}
 	const int hdv8 = hdv & ~7;
-	for (int j0 = first; j0 <= lmax; j0 += 8) {
-		const int nm = lmax - j0 + 1 < 8 ? lmax - j0 + 1 : 8;
-		const uint16_t *vr[8];
-		rows8(v0, v, sh->v_stride, split, j0, lmax, vr);
+	const size_t vbytes = (size_t)sh->n_head_kv * hdv * sizeof(uint16_t);
+	const int va = ahead_rows(vbytes);
+	// (heads under 64 go eight rows at a time: no accumulators to keep)
+	const int chunk = hdv >= 64 ? ATTN_PV_ROWS : 8;
+	for (int j0 = first; j0 <= lmax; j0 += chunk) {
+		const int nm = lmax - j0 + 1 < chunk ? lmax - j0 + 1 : chunk;
 		for (int g = 0; g < sh->n_head_kv; g++) {
+			// the chunk va rows on, spread over this one's KV heads (rows
+			// of a line or two are one stream the hardware follows)
+			const int pn = (chunk + sh->n_head_kv - 1) / sh->n_head_kv, pj = j0 + va + g * pn;
+			if (vbytes >= ATTN_AHEAD_MIN)
+				prefetch_rows(v0, v, sh->v_stride, split, pj, pn,
+				              j0 + va + chunk - 1 < lmax ? j0 + va + chunk - 1 : lmax, vbytes);
 			for (int r = 0; r < nm; r++) {
-				const uint16_t *vj = vr[r] + (size_t)g * hdv;
+				const int j = j0 + r;
+				const uint16_t *vj = (j < split ? v0 : v) + (size_t)j * sh->v_stride + (size_t)g * hdv;
 				float *dst = vf + (size_t)r * hdv;
-				for (int d = 0; d < hdv8; d += 8)
-					_mm256_storeu_ps(dst + d, load_h8(vj + d));
+				row_f32(vj, dst, hdv8);
 				for (int d = hdv8; d < hdv; d++)
 					dst[d] = ad_fp16_to_f32(vj[d]);
 			}
 			for (int c = 0; c < nc; c++) {
 				if (j0 > last[c])
 					continue;
-				const int nr = last[c] - j0 + 1 < 8 ? last[c] - j0 + 1 : 8;
+				const int nr = last[c] - j0 + 1 < nm ? last[c] - j0 + 1 : nm;
 				for (int t = 0; t < group; t++) {
 					const int h = g * group + t;
-					pv_block(out + (size_t)c * os + (size_t)h * hdv,
-					         scores + ((size_t)c * nh + h) * ld + (j0 - first), vf, nr, hdv);
+					if (hdv < 64)
+						pv_small(out + (size_t)c * os + (size_t)h * hdv,
+						         scores + ((size_t)c * nh + h) * ld + (j0 - first), vf, nr,
+						         hdv);
+					else
+						pv_rows(out + (size_t)c * os + (size_t)h * hdv,
+						        scores + ((size_t)c * nh + h) * ld + (j0 - first), vf, nr, hdv);
 				}
 			}
 		}

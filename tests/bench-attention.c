@@ -2,10 +2,14 @@
 // plain, for two typical head layouts (14/2 and 9/3 heads of 64) and
 // stories260K's (8/4 heads of 8): one
 // query column (a decode step) over a full cache. Prints the median and
-// the range of 7 runs in microseconds per layer.
+// the range of 7 runs in microseconds per layer. From 256 rows on, the
+// fast path also "cold": over the caches of enough layers in turn (64 MiB
+// in all, past L3) that each layer's comes from memory, as in a model's
+// decode step.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "attention.h"
@@ -61,8 +65,36 @@ main(void)
 				}
 				qsort(t[pass], 7, sizeof(double), cmp);
 			}
-			printf("heads %2d/%d x%d ctx %4d: fast %8.2f [%.2f..%.2f]  ref %9.2f [%.2f..%.2f]  x%.1f\n", nh,
+			printf("heads %2d/%d x%d ctx %4d: fast %8.2f [%.2f..%.2f]  ref %9.2f [%.2f..%.2f]  x%.1f", nh,
 			       nkv, hd, ctx, t[0][3], t[0][0], t[0][6], t[1][3], t[1][0], t[1][6], t[1][3] / t[0][3]);
+			if (ctx >= 256) {
+				// copies of the cache, one per layer, read in turn
+				const size_t per = (sh.k_stride + sh.v_stride) * (size_t)ctx * sizeof(uint16_t);
+				const int nl = (int)((64u << 20) / per) + 1;
+				uint16_t *ck = malloc(sizeof(uint16_t) * sh.k_stride * ctx * nl),
+					 *cv = malloc(sizeof(uint16_t) * sh.v_stride * ctx * nl);
+				if (!ck || !cv) {
+					fprintf(stderr, "bench-attention: out of memory\n");
+					return 1;
+				}
+				for (int l = 0; l < nl; l++) {
+					memcpy(ck + sh.k_stride * ctx * l, k, sizeof(uint16_t) * sh.k_stride * ctx);
+					memcpy(cv + sh.v_stride * ctx * l, v, sizeof(uint16_t) * sh.v_stride * ctx);
+				}
+				double tc[7];
+				for (int run = 0; run < 7; run++) {
+					double t0 = now_us();
+					for (int l = 0; l < nl; l++)
+						attn_fast(&sh, q, ck + sh.k_stride * ctx * l,
+						          cv + sh.v_stride * ctx * l, 0, ctx - 1, out, scratch);
+					tc[run] = (now_us() - t0) / nl;
+				}
+				qsort(tc, 7, sizeof(double), cmp);
+				printf("  cold %8.2f [%.2f..%.2f] (%d layers)", tc[3], tc[0], tc[6], nl);
+				free(ck);
+				free(cv);
+			}
+			printf("\n");
 		}
 		free(k);
 		free(v);

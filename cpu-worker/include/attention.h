@@ -77,9 +77,10 @@ void attn_ref_cols(const struct attn_shape *sh, const float *q, size_t q_stride,
 // The scaled scores scale * (q_h · k_j), before the soft-cap, of every query
 // head over rows [first, last] into scores[h * rows + j - first], as attn_ref
 // (fast = 0) and attn_fast (fast = 1) compute them: the same bits. For the
-// tests, which compare the two; attn_path picks attn_fast's way to them for
-// heads of up to 16 dimensions (0: by size, 1: four heads by two rows,
-// the way of larger heads) so that both ways are compared.
+// tests, which compare the two; attn_path picks attn_fast's way to them
+// (0: by size: heads of up to 16 dimensions transposed, larger ones of a
+// multiple of 8 a head by eight rows; 1: four heads by two rows, the way
+// of the other sizes) so that both ways are compared.
 void attn_scores(const struct attn_shape *sh, const float *q, const uint16_t *k, int first, int last, int fast,
                  float *scores);
 extern int attn_path;
