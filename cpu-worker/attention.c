@@ -285,7 +285,9 @@ row_f32_n(const uint16_t *src, float *dst, int n)
 SIMD static inline __attribute__((always_inline)) void
 row_f32(const uint16_t *src, float *dst, int n)
 {
-	if (n == 64)
+	if (n == 8)
+		row_f32_n(src, dst, 8);
+	else if (n == 64)
 		row_f32_n(src, dst, 64);
 	else if (n == 128)
 		row_f32_n(src, dst, 128);
