@@ -303,6 +303,8 @@ class Bench:
 		self.n = int(os.environ.get("REPEATS", "3" if self.quick else "5"))
 		self.ngen = int(os.environ.get("NGEN", "8" if self.quick else "64"))
 		self.nprompt = 64
+		# a long context too: prefill of DEPTH tokens, decode after them
+		self.depth = int(os.environ.get("DEPTH", "0"))
 		self.kiters = 3 if self.quick else 10
 		self.stream_mb = 64 if self.quick else 256
 		self.peer = os.environ.get("LLAMA_BENCH") or None
@@ -357,8 +359,8 @@ class Bench:
 
 	# anedvd ------------------------------------------------------------------------------
 
-	def a_run(self, f, wopt, sample=False):
-		cmd = [self.A, "run", "--model", f, "--prompt-ids", ids(self.nprompt), "--no-chat", "--max-tokens",
+	def a_run(self, f, wopt, sample=False, nprompt=None):
+		cmd = [self.A, "run", "--model", f, "--prompt-ids", ids(nprompt or self.nprompt), "--no-chat", "--max-tokens",
 		       str(self.ngen), "--json", "--backend", "emu"] + wopt + self.no_spec
 		r = run(cmd, env=self.env, sample=sample)
 		if r["rc"]:
@@ -380,6 +382,7 @@ class Bench:
 		       "outside_dec": 100.0 * t["decode_outside_kernels_share"] if "decode_outside_kernels_share" in t else None,
 		       "ipc_dec": 1000.0 * dp["ipc"] / dtrips if dp and dtrips else None}
 		return dec | {
+			"d_attn": dp.get("attention") if dp else None,
 			"t_tot": sum(pt.values()) if pt else None, "t_kern": kern, "t_ipc": ipc, "t_rest": rest,
 			"decode": t.get("decode_tok_s"),
 			"prefill": t.get("prefill_tok_s"),
@@ -454,6 +457,17 @@ class Bench:
 				pre = e["avg_ts"]
 		return {"decode": dec, "prefill": pre, "rss": r["rss"], "anon": r["anon"], "pss": r["pss"]}
 
+	def p_depth(self, f):
+		"""llama-bench at a long context: prefill of DEPTH tokens, and decode
+		after DEPTH tokens in the cache (-d, llama-bench's own fill)."""
+		out = {}
+		for key, cmd in (("prefill", ["-p", str(self.depth), "-n", "0"]),
+		                 ("decode", ["-p", "0", "-n", str(self.ngen), "-d", str(self.depth)])):
+			r = run([self.peer, "-m", f, "-t", "2", "-r", "1", "-o", "json"] + cmd)
+			e = [x for x in self.p_json(r) if x.get("n_prompt" if key == "prefill" else "n_gen", 0) > 0]
+			out[key] = e[0]["avg_ts"] if e else None
+		return out
+
 	def p_start(self, f, cold):
 		if cold:
 			evict(f)
@@ -473,7 +487,8 @@ class Bench:
 		A = {k: [] for k in ("decode", "prefill", "ipc", "outside", "cold", "warm", "rss", "anon", "pss", "gbs", "stream",
 		                     "t_tot", "t_kern", "t_ipc", "t_rest", "d_tot", "d_kern", "d_ipc", "d_rest", "outside_dec",
 		                     "ipc_dec")}
-		P = {k: [] for k in ("decode", "prefill", "cold", "warm", "rss", "anon", "pss")}
+		A |= {"prefill_d": [], "decode_d": [], "attn_d": []}
+		P = {k: [] for k in ("decode", "prefill", "cold", "warm", "rss", "anon", "pss", "prefill_d", "decode_d")}
 		calls, kmb = None, None
 		peer, peer_error = self.peer, None
 
@@ -511,6 +526,14 @@ class Bench:
 			A["warm"].append(self.a_start(f, wopt, cache, False))
 			if peer and (x := p_try(self.p_start, f, False)) is not None:
 				P["warm"].append(x)
+			if self.depth:
+				a = self.a_run(f, wopt, nprompt=self.depth)
+				for k, ka in (("prefill_d", "prefill"), ("decode_d", "decode"), ("attn_d", "d_attn")):
+					if a[ka] is not None:
+						A[k].append(a[ka])
+				if peer and "--n-depth" in self.peer_help and (p := p_try(self.p_depth, f)):
+					P["prefill_d"].append(p["prefill"])
+					P["decode_d"].append(p["decode"])
 			g, kmb = self.a_kernels(f, wtype)
 			A["gbs"].append(g)
 			A["stream"].append(self.stream_read())
@@ -605,6 +628,12 @@ def report_model(b, m):
 
 		cmp_row("decode tok/s", "decode", "decode")
 		cmp_row(f"prefill tok/s ({b.nprompt}-token prompt)", "prefill", "prefill")
+		if b.depth:
+			cmp_row(f"prefill tok/s ({b.depth}-token prompt)", "prefill_d", "prefill_d")
+			cmp_row(f"decode tok/s after a {b.depth}-token prompt", "decode_d", "decode_d")
+			rows[-1][4] = "llama.cpp: llama-bench -d " + str(b.depth)
+			rows.append([f"attention ms per decode token after a {b.depth}-token prompt", fmt_stat(A["attn_d"]), "-",
+			             "-", ""])
 		cmp_row("start to first token, cold s", "cold", "cold", higher=False)
 		wt = ""
 		if m["shape"] == "qwen2.5-0.5b":

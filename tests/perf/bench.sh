@@ -28,6 +28,9 @@
 #                stories260K,smollm2-135m:f16,smollm2-135m:q8_0,qwen2.5-0.5b:f16,qwen2.5-0.5b:q8_0
 #   REPEATS      repeats per model (default 5; QUICK: 3)
 #   NGEN         tokens decoded (default 64; QUICK: 8)
+#   DEPTH        also a long context (off by default): prefill of DEPTH tokens
+#                and decode after them (llama-bench -p DEPTH, and -d DEPTH for
+#                its decode), with anedvd's attention ms per decode token
 #   QUICK=1      fewer repeats, tokens, kernel iterations and a smaller read
 #   FORMAT=md    markdown tables instead of aligned text
 # Needs python3 (standard library only). Progress goes to stderr, the tables to stdout.

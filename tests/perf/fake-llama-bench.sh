@@ -7,11 +7,11 @@ set -eu
 p=512 n=128 m=""
 while [ $# -gt 0 ]; do
 	case $1 in
-	--help) echo "usage: llama-bench [options]"; echo "  --no-warmup"; exit 0 ;;
+	--help) echo "usage: llama-bench [options]"; echo "  --no-warmup"; echo "  -d, --n-depth <n>"; exit 0 ;;
 	-m) m=$2; shift ;;
 	-p) p=$2; shift ;;
 	-n) n=$2; shift ;;
-	-t | -r | -o) shift ;;
+	-t | -r | -o | -d) shift ;;
 	esac
 	shift
 done

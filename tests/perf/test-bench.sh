@@ -41,8 +41,9 @@ grep -Eq "^(n/a \(this build has no tests/bench-dataplane\)|  empty call: data p
 	fail "no round trip figure, nor its n/a"
 [ -z "$(ls "$T" | grep anedvd-bench. || true)" ] || fail "the models' temporary directory was left behind"
 
-# one repeat is enough for the form (this test must stay fast, sanitizer builds included)
-QUICK=1 REPEATS=1 NGEN=4 MODELS=stories260K TMPDIR="$T" FORMAT=md LLAMA_BENCH="$D/fake-llama-bench.sh" \
+# one repeat is enough for the form (this test must stay fast, sanitizer builds included);
+# a long context too (DEPTH)
+QUICK=1 REPEATS=1 NGEN=4 DEPTH=24 MODELS=stories260K TMPDIR="$T" FORMAT=md LLAMA_BENCH="$D/fake-llama-bench.sh" \
 	bash "$D/bench.sh" "$B" > "$T/md.out" 2> "$T/md.err" || { cat "$T/md.err" >&2; fail "bench.sh (md) exited $?"; }
 cat "$T/md.out"
 grep -q "^| measure | anedvd | llama.cpp | anedvd/llama.cpp | target |$" "$T/md.out" || fail "no markdown table head"
@@ -51,6 +52,13 @@ grep -q "build commit fake000" "$T/md.out" || fail "the peer's build commit is n
 # the fake prints 100 tok/s decode, 1000 tok/s prefill: the peer columns and the ratios are numbers
 grep -F "| decode tok/s |" "$T/md.out" | grep -Eq "\| 100 \(100\.\.100\) \| $fig+x \|" || fail "decode: no peer figure and ratio"
 grep -F "| prefill tok/s" "$T/md.out" | grep -Eq "\| 1000 \(1000\.\.1000\) \| $fig+x \|" || fail "prefill: no peer figure and ratio"
+grep -F "| prefill tok/s (24-token prompt) |" "$T/md.out" | grep -Eq "\| 1000 \(1000\.\.1000\) \| $fig+x \|" ||
+	fail "DEPTH: no prefill row with the peer's figure"
+grep -F "| decode tok/s after a 24-token prompt |" "$T/md.out" | grep -Eq "\| 100 \(100\.\.100\) \| $fig+x \|" ||
+	fail "DEPTH: no decode row with the peer's figure"
+grep -F "| attention ms per decode token after a 24-token prompt |" "$T/md.out" | grep -Eq "\| $fig \|" ||
+	fail "DEPTH: no attention row"
+! grep -q "after a 24-token prompt" "$T/text.out" || fail "DEPTH rows without DEPTH"
 grep -F "| start to first token, cold s |" "$T/md.out" | grep -Eq "\| $fig \| $fig \| $fig+x \|" || fail "cold start: no peer figure"
 grep -F "| peak RSS, all processes (sum of VmRSS), MiB |" "$T/md.out" | grep -Eq "\| $fig \| $fig \| $fig+x \|" || fail "RSS: no peer figure"
 grep -F "| peak memory, all processes together (sum of PSS), MiB |" "$T/md.out" | grep -Eq "\| $fig \| $fig \| $fig+x \|" || fail "PSS: no peer figure"
