@@ -80,11 +80,17 @@ struct eng_layer {
 	int rope_conf; // index of (base, scale) among the model's distinct ones
 };
 
+// From 2^18 multiply-adds of q·k a layer's attention wakes the threads
+// (about 80 us on one thread; a worker's wake-up costs up to ~50 us on a
+// VM whose idle vCPU halts)
+#define ATTN_POOL_WORK (1 << 18)
+
 struct engine {
 	const struct model *m;
 	struct kernel_backend *kb;
 	struct model_hparams hp;
 	int width, max_seq, attn_ref, kv_f32;
+	int64_t attn_pool_work;   // engine_opts.attn_pool_work
 	int upto;                 // layers to run (engine_eval_layers), 0: all
 	size_t kv_elem, layer_kv; // bytes per cache value, per attention layer of a sequence
 	size_t seq_kv;            // bytes of a sequence's cache, every layer
@@ -361,6 +367,7 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 	e->width = kb->width;
 	e->max_seq = o && o->max_seq > 0 ? o->max_seq : 2048;
 	e->attn_ref = o && o->attn_ref;
+	e->attn_pool_work = o && o->attn_pool_work > 0 ? o->attn_pool_work : ATTN_POOL_WORK;
 	e->kv_f32 = o && o->kv_f32;
 	e->kv_elem = e->kv_f32 ? 4 : 2;
 	const int threads = o && o->threads > 0 ? (o->threads < 64 ? o->threads : 64) : 1;
@@ -1285,12 +1292,13 @@ attn_task(void *arg, size_t item, int worker)
 // sequence (a prefill chunk, a verify step's drafts) make a run, up to
 // attn_cols, that reads its keys and values once; each column's result is
 // the one it has alone. With the workers when it is worth waking them
-// (each item is computed the same way wherever it runs): from 2^18
-// multiply-adds of q.k, a run's columns after the first counted as half
-// (about 80 us on one thread; a worker's wake-up costs up to ~50 us on a
-// VM whose idle vCPU halts); then a run's KV heads are split in items too
-// while the runs are fewer than four
-#define ATTN_POOL_WORK (1 << 18)
+// (each item is computed the same way wherever it runs): from
+// e->attn_pool_work multiply-adds of q.k (ATTN_POOL_WORK), a run's
+// columns after the first counted as half; then a run's KV heads are split
+// in items too while the runs are fewer than four. (Splitting a KV head's
+// query heads as well, so that SmolLM2's three KV heads share out over two
+// threads, made its decode after 1000 tokens no faster: both parts read
+// the same keys and values from memory.)
 
 static void
 attention(struct engine *e, int il, int n)
@@ -1316,7 +1324,7 @@ attention(struct engine *e, int il, int n)
 		work += (int64_t)(e->pos[c0 + nc - 1] + 1) * e->hp.n_head * e->hp.head_dim * (nc + 1) / 2;
 	}
 	struct attn_job j = {e, il, 1};
-	if (!e->pool || work < ATTN_POOL_WORK || (nruns < 2 && e->hp.n_head_kv < 2)) {
+	if (!e->pool || work < e->attn_pool_work || (nruns < 2 && e->hp.n_head_kv < 2)) {
 		for (int it = 0; it < nruns; it++)
 			attn_item(&j, it, e->attn_scratch[0]);
 		return;

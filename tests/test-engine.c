@@ -288,6 +288,25 @@ check_model(struct fixture *f, int local)
 		engine_seq_free(s3);
 		rig_close(&r1);
 		rig_close(&r3);
+		// decode steps (one column each) on 2 and 3 threads however
+		// small their work, a KV head per item: the same bits again
+		e1 = rig_open(&r1, f, 0, &t1);
+		s1 = e1 ? engine_seq_new(e1, err) : NULL;
+		REQUIRE(s1, "%s", err);
+		CHECK(engine_eval(e1, s1, long_ids, 120, 1, l1, err) == 0, "%s", err);
+		for (int nt = 2; nt <= 3; nt++) {
+			struct engine_opts tn = {.max_seq = 128, .threads = nt, .attn_pool_work = 1};
+			e3 = rig_open(&r3, f, 0, &tn);
+			s3 = e3 ? engine_seq_new(e3, err) : NULL;
+			REQUIRE(s3, "%s", err);
+			CHECK(engine_eval(e3, s3, long_ids, 120, 1, l3, err) == 0, "%s", err);
+			CHECK(memcmp(l1, l3, sizeof(float) * 120 * V) == 0,
+			      "%s: decode steps, 1 vs %d attention threads", f->name, nt);
+			engine_seq_free(s3);
+			rig_close(&r3);
+		}
+		engine_seq_free(s1);
+		rig_close(&r1);
 		free(l1);
 		free(l3);
 	}
