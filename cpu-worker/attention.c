@@ -389,7 +389,11 @@ rows8(const uint16_t *c0, const uint16_t *c, size_t stride, int split, int j, in
 // prefetcher does not cross) then waited on memory one page at a time
 // (bench-attention's "cold" column measures it)
 #define ATTN_AHEAD 65536
-#define ATTN_AHEAD_MIN 256 // the shortest row read ahead
+// the narrowest row pitch read ahead: a cache of narrower rows is one
+// stream the hardware follows. The pitch, not the bytes a call reads of a
+// row: the engine's threads take a KV head each, 128 of SmolLM2's 384
+// bytes a row, and those strided reads waited on memory too
+#define ATTN_AHEAD_MIN 256
 // and, until the first rows read ahead come up, ATTN_NEAR rows on: a
 // short context has no far rows (9/3 heads of 64, 300 rows from memory:
 // 39 us a layer with the far rows alone, 32 with these too)
@@ -434,12 +438,13 @@ all_scores(const struct attn_shape *sh, const float *q, size_t qs, const uint16_
 		// the eight rows at a time
 		float kf[8 * BIG_HD_MAX];
 		const __m256 scale = _mm256_set1_ps(sh->scale);
-		const size_t kbytes = (size_t)sh->n_head_kv * hd * sizeof(uint16_t);
-		const int ka = ahead_rows(kbytes);
+		const size_t kbytes = (size_t)sh->n_head_kv * hd * sizeof(uint16_t),
+			     kpitch = sh->k_stride * sizeof(uint16_t);
+		const int ka = ahead_rows(kpitch);
 		for (int j = first; j <= lmax; j += 8) {
 			const uint16_t *kr[8];
 			rows8(k0, k, sh->k_stride, split, j, lmax, kr);
-			if (kbytes >= ATTN_AHEAD_MIN) {
+			if (kpitch >= ATTN_AHEAD_MIN) {
 				if (j - first < ka)
 					prefetch_rows(k0, k, sh->k_stride, split, j + ATTN_NEAR, 8, lmax, kbytes);
 				prefetch_rows(k0, k, sh->k_stride, split, j + ka, 8, lmax, kbytes);
@@ -636,8 +641,8 @@ attn_simd_cols(const struct attn_shape *sh, const float *q, size_t qs, const uin
 			memset(out + (size_t)c * os + (size_t)h * hdv, 0, (size_t)hdv * sizeof(float));
 		}
 	const int hdv8 = hdv & ~7;
-	const size_t vbytes = (size_t)sh->n_head_kv * hdv * sizeof(uint16_t);
-	const int va = ahead_rows(vbytes);
+	const size_t vbytes = (size_t)sh->n_head_kv * hdv * sizeof(uint16_t), vpitch = sh->v_stride * sizeof(uint16_t);
+	const int va = ahead_rows(vpitch);
 	// (heads under 64 go eight rows at a time: no accumulators to keep)
 	const int chunk = hdv >= 64 ? ATTN_PV_ROWS : 8;
 	for (int j0 = first; j0 <= lmax; j0 += chunk) {
@@ -646,10 +651,10 @@ attn_simd_cols(const struct attn_shape *sh, const float *q, size_t qs, const uin
 			// the chunk va rows on, spread over this one's KV heads (rows
 			// of a line or two are one stream the hardware follows)
 			const int pn = (chunk + sh->n_head_kv - 1) / sh->n_head_kv, pj = j0 + va + g * pn;
-			if (vbytes >= ATTN_AHEAD_MIN && j0 - first < va) // the next chunk
+			if (vpitch >= ATTN_AHEAD_MIN && j0 - first < va) // the next chunk
 				prefetch_rows(v0, v, sh->v_stride, split, j0 + chunk + g * pn, pn,
 				              j0 + 2 * chunk - 1 < lmax ? j0 + 2 * chunk - 1 : lmax, vbytes);
-			if (vbytes >= ATTN_AHEAD_MIN)
+			if (vpitch >= ATTN_AHEAD_MIN)
 				prefetch_rows(v0, v, sh->v_stride, split, pj, pn,
 				              j0 + va + chunk - 1 < lmax ? j0 + va + chunk - 1 : lmax, vbytes);
 			for (int r = 0; r < nm; r++) {
