@@ -420,6 +420,53 @@ prefetch_rows(const uint16_t *c0, const uint16_t *c, size_t stride, int split, i
 
 #define BIG_HD_MAX 256 // the largest head that all_scores converts eight rows of at once
 
+// all_scores a block of eight rows at a time, the block's keys of one KV
+// head prepared once for every column and query head: small heads (small,
+// a constant where it is called, so that each way compiles alone)
+// transposed by keys_t8, larger ones converted to fp32 (row r at kb + r * hd)
+SIMD static inline __attribute__((always_inline)) void
+block_scores(const struct attn_shape *sh, const float *q, size_t qs, const uint16_t *k0, const uint16_t *k, int split,
+             int first, const int *last, int nc, int lmax, float *scores, size_t ld, const int small)
+{
+	const int hd = sh->head_dim, nh = sh->n_head, group = nh / sh->n_head_kv;
+	float kb[small ? 16 * 8 : 8 * BIG_HD_MAX] __attribute__((aligned(32)));
+	const __m256 scale = _mm256_set1_ps(sh->scale);
+	const size_t kbytes = (size_t)sh->n_head_kv * hd * sizeof(uint16_t), kpitch = sh->k_stride * sizeof(uint16_t);
+	const int ka = ahead_rows(kpitch);
+	for (int j = first; j <= lmax; j += 8) {
+		const uint16_t *kr[8], *kj[8];
+		rows8(k0, k, sh->k_stride, split, j, lmax, kr);
+		if (!small && kpitch >= ATTN_AHEAD_MIN) {
+			if (j - first < ka)
+				prefetch_rows(k0, k, sh->k_stride, split, j + ATTN_NEAR, 8, lmax, kbytes);
+			prefetch_rows(k0, k, sh->k_stride, split, j + ka, 8, lmax, kbytes);
+		}
+		for (int g = 0; g < sh->n_head_kv; g++) {
+			for (int r = 0; r < 8; r++)
+				kj[r] = kr[r] + (size_t)g * hd;
+			if (small)
+				keys_t8(kj, hd, kb);
+			else
+				for (int r = 0; r < 8; r++)
+					row_f32(kj[r], kb + (size_t)r * hd, hd);
+			for (int c = 0; c < nc; c++) {
+				if (j > last[c])
+					continue;
+				const int nr = last[c] - j + 1 < 8 ? last[c] - j + 1 : 8;
+				for (int t = 0; t < group; t++) {
+					const int h = g * group + t;
+					const float *qh = q + (size_t)c * qs + (size_t)h * hd;
+					const __m256 d = small       ? dot_t8(kb, qh, hd, scale)
+					                 : hd == 64  ? _mm256_mul_ps(dot_rows8(kb, qh, 64), scale)
+					                 : hd == 128 ? _mm256_mul_ps(dot_rows8(kb, qh, 128), scale)
+					                             : _mm256_mul_ps(dot_rows8(kb, qh, hd), scale);
+					store_n(scores + ((size_t)c * nh + h) * ld + (j - first), d, nr);
+				}
+			}
+		}
+	}
+}
+
 // every column's scores: column c's head h over its rows [first, last[c]]
 // at scores + (c * n_head + h) * ld. Heads go a block of eight rows at a
 // time, every KV head and every column of the block before the next (a
@@ -432,45 +479,8 @@ all_scores(const struct attn_shape *sh, const float *q, size_t qs, const uint16_
            int first, const int *last, int nc, int lmax, float *scores, size_t ld)
 {
 	const int hd = sh->head_dim, nh = sh->n_head, group = nh / sh->n_head_kv;
-	if (!small_heads(sh) && (hd & 7) == 0 && hd <= BIG_HD_MAX && attn_path != 1) {
-		// a block of eight rows of one KV head's keys to fp32 once, then
-		// every column's query heads of its group over it, one head by
-		// the eight rows at a time
-		float kf[8 * BIG_HD_MAX];
-		const __m256 scale = _mm256_set1_ps(sh->scale);
-		const size_t kbytes = (size_t)sh->n_head_kv * hd * sizeof(uint16_t),
-			     kpitch = sh->k_stride * sizeof(uint16_t);
-		const int ka = ahead_rows(kpitch);
-		for (int j = first; j <= lmax; j += 8) {
-			const uint16_t *kr[8];
-			rows8(k0, k, sh->k_stride, split, j, lmax, kr);
-			if (kpitch >= ATTN_AHEAD_MIN) {
-				if (j - first < ka)
-					prefetch_rows(k0, k, sh->k_stride, split, j + ATTN_NEAR, 8, lmax, kbytes);
-				prefetch_rows(k0, k, sh->k_stride, split, j + ka, 8, lmax, kbytes);
-			}
-			for (int g = 0; g < sh->n_head_kv; g++) {
-				for (int r = 0; r < 8; r++)
-					row_f32(kr[r] + (size_t)g * hd, kf + (size_t)r * hd, hd);
-				for (int c = 0; c < nc; c++) {
-					if (j > last[c])
-						continue;
-					const int nr = last[c] - j + 1 < 8 ? last[c] - j + 1 : 8;
-					for (int t = 0; t < group; t++) {
-						const int h = g * group + t;
-						const float *qh = q + (size_t)c * qs + (size_t)h * hd;
-						const __m256 d = hd == 64    ? dot_rows8(kf, qh, 64)
-						                 : hd == 128 ? dot_rows8(kf, qh, 128)
-						                             : dot_rows8(kf, qh, hd);
-						store_n(scores + ((size_t)c * nh + h) * ld + (j - first),
-						        _mm256_mul_ps(d, scale), nr);
-					}
-				}
-			}
-		}
-		return;
-	}
-	if (!small_heads(sh)) {
+	const int small = small_heads(sh);
+	if (!small && ((hd & 7) || hd > BIG_HD_MAX || attn_path == 1)) {
 		for (int c = 0; c < nc; c++)
 			for (int g = 0; g < sh->n_head_kv; g++)
 				group_scores_4x2(sh, q + (size_t)c * qs + (size_t)g * group * hd, k0 + (size_t)g * hd,
@@ -478,27 +488,10 @@ all_scores(const struct attn_shape *sh, const float *q, size_t qs, const uint16_
 				                 scores + ((size_t)c * nh + (size_t)g * group) * ld, ld);
 		return;
 	}
-	float kt[16 * 8];
-	const __m256 scale = _mm256_set1_ps(sh->scale);
-	for (int j = first; j <= lmax; j += 8) {
-		const uint16_t *kr[8], *kj[8];
-		rows8(k0, k, sh->k_stride, split, j, lmax, kr);
-		for (int g = 0; g < sh->n_head_kv; g++) {
-			for (int r = 0; r < 8; r++)
-				kj[r] = kr[r] + (size_t)g * hd;
-			keys_t8(kj, hd, kt);
-			for (int c = 0; c < nc; c++) {
-				if (j > last[c])
-					continue;
-				const int nr = last[c] - j + 1 < 8 ? last[c] - j + 1 : 8;
-				for (int t = 0; t < group; t++) {
-					const int h = g * group + t;
-					store_n(scores + ((size_t)c * nh + h) * ld + (j - first),
-					        dot_t8(kt, q + (size_t)c * qs + (size_t)h * hd, hd, scale), nr);
-				}
-			}
-		}
-	}
+	if (small)
+		block_scores(sh, q, qs, k0, k, split, first, last, nc, lmax, scores, ld, 1);
+	else
+		block_scores(sh, q, qs, k0, k, split, first, last, nc, lmax, scores, ld, 0);
 }
 
 // sc[0..rows) = softmax of the (soft-capped) scores, in place
