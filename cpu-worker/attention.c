@@ -543,7 +543,7 @@ softmax_row(float *sc, int rows, float cap)
 // o[from..hdv) += sum over rows r < nr (at most 8) of p[r] * vf[r * hdv ..],
 // eight dimensions at a time in four chains, so that a head of 8 does not
 // wait on one FMA after another
-SIMD static inline void
+SIMD static inline __attribute__((always_inline)) void
 pv_block(float *o, const float *p, const float *vf, int nr, int hdv, int from)
 {
 	const int hdv8 = hdv & ~7;
@@ -605,13 +605,6 @@ pv_rows(float *o, const float *p, const float *vf, int nr, int hdv)
 		pv_block(o, p + b, vf + (size_t)b * hdv, nr - b < 8 ? nr - b : 8, hdv, hdv64);
 }
 
-// heads under 64 dimensions: eight rows at most (the chunk is eight)
-SIMD static inline __attribute__((always_inline)) void
-pv_small(float *o, const float *p, const float *vf, int nr, int hdv)
-{
-	pv_block(o, p, vf, nr, hdv, 0);
-}
-
 // the columns of attn_fast_cols: scores, softmax, then P·V a chunk of
 // ATTN_PV_ROWS value rows at a time, converted to fp32 once for every
 // column and added into each of its heads (chunk by chunk from first, as a
@@ -664,10 +657,10 @@ attn_simd_cols(const struct attn_shape *sh, const float *q, size_t qs, const uin
 				const int nr = last[c] - j0 + 1 < nm ? last[c] - j0 + 1 : nm;
 				for (int t = 0; t < group; t++) {
 					const int h = g * group + t;
-					if (hdv < 64)
-						pv_small(out + (size_t)c * os + (size_t)h * hdv,
-						         scores + ((size_t)c * nh + h) * ld + (j0 - first), vf, nr,
-						         hdv);
+					if (hdv < 64) // eight rows at most: the chunk is eight
+						pv_block(out + (size_t)c * os + (size_t)h * hdv,
+						         scores + ((size_t)c * nh + h) * ld + (j0 - first), vf, nr, hdv,
+						         0);
 					else
 						pv_rows(out + (size_t)c * os + (size_t)h * hdv,
 						        scores + ((size_t)c * nh + h) * ld + (j0 - first), vf, nr, hdv);
