@@ -299,6 +299,20 @@ compile(const char *mil, const char *blob, char *err)
 	return emu_compile(E, mil, &f, 1, err);
 }
 
+// a projection of fp32 weights w [cout][cin] for W columns, its blob at
+// tmp_path(file), compiled on E; NULL with err
+static struct emu_kernel *
+compile_proj(const float *w, size_t cin, size_t cout, size_t W, const char *file, char *err)
+{
+	const char *blob = tmp_path(file);
+	if (ane_blob_write_proj(blob, &(struct ane_wsrc){w, AD_TYPE_F32, cout * cin}, 1, err))
+		return NULL;
+	char *mil = ane_mil_proj((int)cin, (int)cout, (int)W, err);
+	struct emu_kernel *k = mil ? compile(mil, blob, err) : NULL;
+	free(mil);
+	return k;
+}
+
 // y[j][o] = sum_i w[o][i] x[j][i], in double
 static void
 ref_conv(const float *w, size_t cout, size_t cin, const float *x, size_t ncols, float *y)
@@ -410,10 +424,7 @@ test_proj(void)
 	for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
 		size_t cin = shapes[s][0], cout = shapes[s][1], W = shapes[s][2];
 		float *w = randv(cout * cin, 0.4f), *x = randv(W * cin, 2.0f);
-		const char *blob = tmp_path("proj.bin");
-		REQUIRE(ane_blob_write_proj(blob, &(struct ane_wsrc){w, AD_TYPE_F32, cout * cin}, 1, err) == 0);
-		char *mil = ane_mil_proj((int)cin, (int)cout, (int)W, err);
-		struct emu_kernel *k = compile(mil, blob, err);
+		struct emu_kernel *k = compile_proj(w, cin, cout, W, "proj.bin", err);
 		REQUIRE(k, "%s", err);
 		float *y = calloc(W * cout, 4), *r = calloc(W * cout, 4);
 		REQUIRE(run(k, x, W, y, err) == 0, "%s", err);
@@ -421,7 +432,7 @@ test_proj(void)
 		double e = rel_err(y, r, W * cout);
 		CHECK(e < 2e-3, "%zu -> %zu w%zu: rel %g", cin, cout, W, e);
 		emu_kernel_free(k);
-		free(mil), free(w), free(x), free(y), free(r);
+		free(w), free(x), free(y), free(r);
 	}
 	// a huge declared tensor is refused, not allocated
 	char *mil = ane_mil_proj(8, 4, 1, err);
@@ -444,10 +455,7 @@ test_eval_host(void)
 	char err[AD_ERRLEN];
 	const size_t cin = 40, cout = 24, W = 5, ldi = cin + 3, ldo = cout + 7;
 	float *w = randv(cout * cin, 0.4f), *x = randv(W * cin, 2.0f);
-	const char *blob = tmp_path("host.bin");
-	REQUIRE(ane_blob_write_proj(blob, &(struct ane_wsrc){w, AD_TYPE_F32, cout * cin}, 1, err) == 0);
-	char *mil = ane_mil_proj((int)cin, (int)cout, (int)W, err);
-	struct emu_kernel *k = compile(mil, blob, err);
+	struct emu_kernel *k = compile_proj(w, cin, cout, W, "host.bin", err);
 	REQUIRE(k, "%s", err);
 	float *y = calloc(W * cout, 4), *xr = calloc(W * ldi, 4), *yr = calloc(W * ldo, 4);
 	for (size_t j = 0; j < W; j++)
@@ -462,7 +470,7 @@ test_eval_host(void)
 	CHECK(emu_eval_host(k, in, out, xr, cin - 1, NULL, 0, W, err) < 0 && strstr(err, "channels"), "%s", err);
 	CHECK(emu_eval_host(k, in, out, NULL, 0, yr, cout - 1, W, err) < 0 && strstr(err, "channels"), "%s", err);
 	emu_kernel_free(k);
-	free(in), free(out), free(mil), free(w), free(x), free(y), free(xr), free(yr);
+	free(in), free(out), free(w), free(x), free(y), free(xr), free(yr);
 }
 
 // the thread pool: many back-to-back parallel evals give the single-thread
