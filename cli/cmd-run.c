@@ -147,7 +147,7 @@ generate(struct pipe *p, const char *session, const int32_t *prompt, int n, int 
 	memset(&tm, 0, sizeof tm);
 	for (;;) {
 		struct engc_poll pl;
-		uint64_t q0 = trace_now_us(), f0 = ad_now_ns();
+		const uint64_t f0 = ad_now_ns(), q0 = f0 / 1000u; // q0: the trace's microseconds
 		if (engc_job_poll(job, 200, &pl, &code, err)) {
 			engc_job_free(job);
 			return -1;
