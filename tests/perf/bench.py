@@ -217,6 +217,19 @@ def evict(path):
 		os.close(fd)
 
 
+def env_int(name, default, least):
+	"""An integer setting from the environment, at least `least`; a clear
+	exit when it is not one."""
+	v = os.environ.get(name, "") or str(default)
+	try:
+		x = int(v)
+	except ValueError:
+		x = None
+	if x is None or x < least:
+		raise SystemExit(f"bench.sh: {name}={v}: want an integer >= {least}")
+	return x
+
+
 def ids(n):
 	return ",".join(["1"] + [str(300 + 7 * i % 200) for i in range(n - 1)])
 
@@ -300,11 +313,11 @@ class Bench:
 		self.stream = os.path.join(build, "tests", "bench-stream")
 		self.quick = os.environ.get("QUICK", "") not in ("", "0")
 		self.fmt = os.environ.get("FORMAT", "text")
-		self.n = int(os.environ.get("REPEATS", "3" if self.quick else "5"))
-		self.ngen = int(os.environ.get("NGEN", "8" if self.quick else "64"))
+		self.n = env_int("REPEATS", 3 if self.quick else 5, 1)
+		self.ngen = env_int("NGEN", 8 if self.quick else 64, 1)
 		self.nprompt = 64
 		# a long context too: prefill of DEPTH tokens, decode after them
-		self.depth = int(os.environ.get("DEPTH", "0"))
+		self.depth = env_int("DEPTH", 0, 0)
 		self.kiters = 3 if self.quick else 10
 		self.stream_mb = 64 if self.quick else 256
 		self.peer = os.environ.get("LLAMA_BENCH") or None

@@ -59,6 +59,12 @@ grep -F "| decode tok/s after a 24-token prompt |" "$T/md.out" | grep -Eq "\| 10
 grep -F "| attention ms per decode token after a 24-token prompt |" "$T/md.out" | grep -Eq "\| $fig \|" ||
 	fail "DEPTH: no attention row"
 ! grep -q "after a 24-token prompt" "$T/text.out" || fail "DEPTH rows without DEPTH"
+# a setting that is not a count: a clear refusal, not a traceback
+if DEPTH=abc MODELS=stories260K TMPDIR="$T" bash "$D/bench.sh" "$B" > "$T/bad.out" 2> "$T/bad.err"; then
+	fail "DEPTH=abc was accepted"
+fi
+grep -q "DEPTH=abc: want an integer >= 0" "$T/bad.err" || { cat "$T/bad.err" >&2; fail "no clear error for DEPTH=abc"; }
+! grep -q Traceback "$T/bad.err" || fail "a traceback for DEPTH=abc"
 grep -F "| start to first token, cold s |" "$T/md.out" | grep -Eq "\| $fig \| $fig \| $fig+x \|" || fail "cold start: no peer figure"
 grep -F "| peak RSS, all processes (sum of VmRSS), MiB |" "$T/md.out" | grep -Eq "\| $fig \| $fig \| $fig+x \|" || fail "RSS: no peer figure"
 grep -F "| peak memory, all processes together (sum of PSS), MiB |" "$T/md.out" | grep -Eq "\| $fig \| $fig \| $fig+x \|" || fail "PSS: no peer figure"
