@@ -4,14 +4,15 @@
 # array of the same form (-o json) with fixed figures, so the comparison path
 # of the script (parsing, ratios, targets) runs without llama.cpp.
 set -eu
-p=512 n=128 m=""
+p=512 n=128 d=0 m=""
 while [ $# -gt 0 ]; do
 	case $1 in
 	--help) echo "usage: llama-bench [options]"; echo "  --no-warmup"; echo "  -d, --n-depth <n>"; exit 0 ;;
 	-m) m=$2; shift ;;
 	-p) p=$2; shift ;;
 	-n) n=$2; shift ;;
-	-t | -r | -o | -d) shift ;;
+	-d) d=$2; shift ;;
+	-t | -r | -o) shift ;;
 	esac
 	shift
 done
@@ -28,6 +29,7 @@ entry() { # n_prompt n_gen tok/s
 echo "["
 sep=""
 if [ "$p" -gt 0 ]; then entry "$p" 0 1000.0; sep=","; fi
-if [ "$n" -gt 0 ]; then echo "$sep"; entry 0 "$n" 100.0; fi
+# decode after a filled context (-d) at half the speed: its rows must not be the others'
+if [ "$n" -gt 0 ]; then echo "$sep"; entry 0 "$n" "$([ "$d" -gt 0 ] && echo 50.0 || echo 100.0)"; fi
 echo
 echo "]"
