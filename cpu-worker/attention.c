@@ -332,7 +332,8 @@ dot_rows8(const float *kf, const float *qh, int hd)
 }
 
 // the heads of up to 16 dimensions take eight rows at a time through
-// keys_t8 and dot_t8; larger heads through dot_rows8 (all_scores)
+// keys_t8 and dot_t8 (those whose value heads are 8 or 16 wide go through
+// attn8_cols instead); larger heads through dot_rows8 (all_scores)
 static inline int
 small_heads(const struct attn_shape *sh)
 {
@@ -669,6 +670,180 @@ attn_simd_cols(const struct attn_shape *sh, const float *q, size_t qs, const uin
 		}
 	}
 }
+// --- AVX2: heads of 8 or 16 dimensions, eight rows a register ---------------------
+//
+// The AVX-512 path's way (below) on eight lanes: one KV head's keys and
+// values transposed once into fp32 planes of eight rows (keys_t8) for every
+// query head and column that reads them, then each query head's scores,
+// softmax and P·V with the rows in the lanes. A row of an 8-wide head was
+// one register, so the blocked path above paid a broadcast, a chain of
+// FMAs and a fold for every row and head; here eight rows take eight
+// multiplies and seven adds for the scores (ad_dot's lanes and fold, so
+// attn_ref's bits) and eight FMAs for P·V, in independent chains.
+
+static int
+small8(const struct attn_shape *sh)
+{
+	const int hd = sh->head_dim, hdv = sh->head_dim_v;
+	return attn_path == 0 && (hd == 8 || hd == 16) && (hdv == 8 || hdv == 16);
+}
+
+// rows first..lmax of one KV head (goff into each row; below split from c0)
+// transposed to planes: dst[(b * dims + d) * 8 + r] is dimension d of row
+// first + 8 b + r; rows past lmax repeat lmax
+SIMD static inline __attribute__((always_inline)) void
+planes8_n(const uint16_t *c0, const uint16_t *c, size_t stride, int split, int first, int lmax, size_t goff,
+          const int dims, float *dst)
+{
+	for (int j = first, b = 0; j <= lmax; j += 8, b++) {
+		const uint16_t *rp[8];
+		if (j + 7 <= lmax && (j + 7 < split || j >= split)) { // eight rows of one stretch
+			const uint16_t *p = (j < split ? c0 : c) + (size_t)j * stride + goff;
+			for (int r = 0; r < 8; r++)
+				rp[r] = p + (size_t)r * stride;
+		} else {
+			rows8(c0, c, stride, split, j, lmax, rp);
+			for (int r = 0; r < 8; r++)
+				rp[r] += goff;
+		}
+		keys_t8(rp, dims, dst + (size_t)b * dims * 8);
+	}
+}
+
+SIMD static void
+planes8(const uint16_t *c0, const uint16_t *c, size_t stride, int split, int first, int lmax, size_t goff, int dims,
+        float *dst)
+{
+	if (dims == 8)
+		planes8_n(c0, c, stride, split, first, lmax, goff, 8, dst);
+	else
+		planes8_n(c0, c, stride, split, first, lmax, goff, 16, dst);
+}
+
+// max_ps(s, m) keeps m when s is NaN, as the plain loop does
+SIMD static inline __m256
+max8(__m256 m)
+{
+	m = _mm256_max_ps(m, _mm256_permute2f128_ps(m, m, 1));
+	m = _mm256_max_ps(m, _mm256_permute_ps(m, _MM_SHUFFLE(1, 0, 3, 2)));
+	return _mm256_max_ps(m, _mm256_permute_ps(m, _MM_SHUFFLE(2, 3, 0, 1)));
+}
+
+// scale * q·k of the rows of nb blocks of planes (kt), in ad_dot's lanes
+// (lane l: dimensions l and l + 8) and fold, into dst; returns the largest
+// in every lane (of the last block, the lanes in live only)
+SIMD static inline __attribute__((always_inline)) __m256
+scores8(const float *kt, const float *qh, int hd, __m256 scale, int nb, __m256 live, float *dst)
+{
+	__m256 q[16];
+	for (int i = 0; i < hd; i++)
+		q[i] = _mm256_set1_ps(qh[i]);
+	__m256 m = _mm256_set1_ps(-INFINITY);
+	for (int b = 0; b < nb; b++) {
+		const float *k = kt + (size_t)b * hd * 8;
+		__m256 a[8];
+		for (int l = 0; l < 8; l++)
+			a[l] = _mm256_mul_ps(q[l], _mm256_loadu_ps(k + l * 8));
+		if (hd == 16)
+			for (int l = 0; l < 8; l++)
+				a[l] = _mm256_fmadd_ps(q[8 + l], _mm256_loadu_ps(k + (8 + l) * 8), a[l]);
+		__m256 x = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[4], a[0]), _mm256_add_ps(a[6], a[2])),
+		                         _mm256_add_ps(_mm256_add_ps(a[5], a[1]), _mm256_add_ps(a[7], a[3])));
+		x = _mm256_mul_ps(x, scale);
+		_mm256_storeu_ps(dst + (size_t)b * 8, x);
+		m = _mm256_max_ps(b == nb - 1 ? _mm256_blendv_ps(m, x, live) : x, m);
+	}
+	return max8(m);
+}
+
+// one query head over rows [0, rows) of the planes: scores into sc (whole
+// blocks), then in one pass e = exp(s - max) (zero in the lanes past
+// rows), their sum and the sums of e * v; o = those over the sum
+SIMD static inline __attribute__((always_inline)) void
+head8(const float *kt, const float *vt, const float *qh, int hd, int hdv, __m256 scale, float cap, int rows, float *sc,
+      float *o)
+{
+	const int nb = (rows + 7) / 8;
+	const __m256 live = _mm256_castsi256_ps(
+		_mm256_cmpgt_epi32(_mm256_set1_epi32(rows - (nb - 1) * 8), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+	__m256 vmx = scores8(kt, qh, hd, scale, nb, live, sc);
+	if (cap > 0) {
+		for (int r = 0; r < rows; r++)
+			sc[r] = tanhf(sc[r] * (1.0f / cap)) * cap;
+		__m256 m = _mm256_set1_ps(-INFINITY);
+		for (int b = 0; b < nb - 1; b++)
+			m = _mm256_max_ps(_mm256_loadu_ps(sc + (size_t)b * 8), m);
+		vmx = max8(_mm256_max_ps(_mm256_blendv_ps(m, _mm256_loadu_ps(sc + (size_t)(nb - 1) * 8), live), m));
+	}
+	__m256 vs = _mm256_setzero_ps(), acc[16];
+	for (int d = 0; d < hdv; d++)
+		acc[d] = _mm256_setzero_ps();
+	for (int b = 0; b < nb; b++) {
+		__m256 e = exp_v(_mm256_sub_ps(_mm256_loadu_ps(sc + (size_t)b * 8), vmx));
+		if (b == nb - 1)
+			e = _mm256_and_ps(e, live);
+		vs = _mm256_add_ps(vs, e);
+		const float *v = vt + (size_t)b * hdv * 8;
+		for (int d = 0; d < hdv; d++)
+			acc[d] = _mm256_fmadd_ps(e, _mm256_loadu_ps(v + d * 8), acc[d]);
+	}
+	// lane r of fold8_t(acc + 8 i) is dimension 8 i + r's fold
+	const __m256 inv = _mm256_set1_ps(1.0f / fold_v(vs));
+	for (int d = 0; d < hdv; d += 8)
+		_mm256_storeu_ps(o + d, _mm256_mul_ps(fold8_t(acc + d), inv));
+}
+
+// attn_fast_cols for small heads: per KV head, its keys and values as
+// planes once, then every column's query heads of that group
+SIMD static void
+attn8_cols(const struct attn_shape *sh, const float *q, size_t qs, const uint16_t *k0, const uint16_t *v0,
+           const uint16_t *k, const uint16_t *v, int split, int first, const int *last, int nc, float *out, size_t os,
+           float *scratch)
+{
+	const int hd = sh->head_dim, hdv = sh->head_dim_v, nh = sh->n_head, group = nh / sh->n_head_kv;
+	int lmax = first;
+	for (int c = 0; c < nc; c++)
+		lmax = last[c] > lmax ? last[c] : lmax;
+	const size_t nb = (size_t)(lmax - first + 8) / 8;
+	float *sc = scratch, *kt = sc + nb * 8, *vt = kt + nb * 8 * hd;
+	const __m256 scale = _mm256_set1_ps(sh->scale);
+	for (int g = 0; g < sh->n_head_kv; g++) {
+		planes8(k0, k, sh->k_stride, split, first, lmax, (size_t)g * hd, hd, kt);
+		planes8(v0, v, sh->v_stride, split, first, lmax, (size_t)g * hdv, hdv, vt);
+		for (int c = 0; c < nc; c++)
+			for (int t = 0; t < group; t++) {
+				const int h = g * group + t, rows = last[c] - first + 1;
+				const float *qh = q + (size_t)c * qs + (size_t)h * hd;
+				float *o = out + (size_t)c * os + (size_t)h * hdv;
+				// the sizes as constants, so that the accumulators stay in registers
+				if (hd == 8 && hdv == 8)
+					head8(kt, vt, qh, 8, 8, scale, sh->softcap, rows, sc, o);
+				else if (hd == 16 && hdv == 16)
+					head8(kt, vt, qh, 16, 16, scale, sh->softcap, rows, sc, o);
+				else
+					head8(kt, vt, qh, hd, hdv, scale, sh->softcap, rows, sc, o);
+			}
+	}
+}
+
+// attn_scores' way through scores8, for the tests
+SIMD static void
+scores8_heads(const struct attn_shape *sh, const float *q, const uint16_t *k, int first, int last, float *scores,
+              float *tmp)
+{
+	const int hd = sh->head_dim, group = sh->n_head / sh->n_head_kv, rows = last - first + 1;
+	const int nb = (rows + 7) / 8;
+	float *kt = tmp + (size_t)nb * 8;
+	const __m256 scale = _mm256_set1_ps(sh->scale);
+	for (int g = 0; g < sh->n_head_kv; g++) {
+		planes8(k, k, sh->k_stride, 0, first, last, (size_t)g * hd, hd, kt);
+		for (int t = 0; t < group; t++) {
+			scores8(kt, q + (size_t)(g * group + t) * hd, hd, scale, nb, scale, tmp);
+			memcpy(scores + (size_t)(g * group + t) * rows, tmp, (size_t)rows * sizeof(float));
+		}
+	}
+}
+
 // --- AVX-512: heads of 8 or 16 dimensions, sixteen rows a register ------------------
 //
 // Small heads (stories260K's are 8 wide) leave most of an AVX2 kernel's work
@@ -928,6 +1103,10 @@ attn_fast_cols(const struct attn_shape *sh, const float *q, size_t q_stride, con
 		attn512_cols(sh, q, q_stride, k0, v0, k, v, split, first, last, cols, out, out_stride, scratch);
 		return;
 	}
+	if (attn_have_simd() && small8(sh)) {
+		attn8_cols(sh, q, q_stride, k0, v0, k, v, split, first, last, cols, out, out_stride, scratch);
+		return;
+	}
 	if (attn_have_simd()) {
 		attn_simd_cols(sh, q, q_stride, k0, v0, k, v, split, first, last, cols, out, out_stride, scratch);
 		return;
@@ -960,6 +1139,14 @@ attn_scores(const struct attn_shape *sh, const float *q, const uint16_t *k, int 
 		float *tmp = malloc(sizeof(float) * ((size_t)(rows + 15) / 16 * 16 * (size_t)(hd + 1)));
 		if (tmp)
 			scores512(sh, q, k, first, last, scores, tmp);
+		free(tmp);
+		if (tmp)
+			return;
+	}
+	if (fast && attn_have_simd() && small8(sh)) {
+		float *tmp = malloc(sizeof(float) * ((size_t)(rows + 7) / 8 * 8 * (size_t)(hd + 1)));
+		if (tmp)
+			scores8_heads(sh, q, k, first, last, scores, tmp);
 		free(tmp);
 		if (tmp)
 			return;
