@@ -834,11 +834,11 @@ scores8_heads(const struct attn_shape *sh, const float *q, const uint16_t *k, in
 	const int hd = sh->head_dim, group = sh->n_head / sh->n_head_kv, rows = last - first + 1;
 	const int nb = (rows + 7) / 8;
 	float *kt = tmp + (size_t)nb * 8;
-	const __m256 scale = _mm256_set1_ps(sh->scale);
+	const __m256 scale = _mm256_set1_ps(sh->scale), every = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
 	for (int g = 0; g < sh->n_head_kv; g++) {
 		planes8(k, k, sh->k_stride, 0, first, last, (size_t)g * hd, hd, kt);
 		for (int t = 0; t < group; t++) {
-			scores8(kt, q + (size_t)(g * group + t) * hd, hd, scale, nb, scale, tmp);
+			scores8(kt, q + (size_t)(g * group + t) * hd, hd, scale, nb, every, tmp);
 			memcpy(scores + (size_t)(g * group + t) * rows, tmp, (size_t)rows * sizeof(float));
 		}
 	}
@@ -846,9 +846,9 @@ scores8_heads(const struct attn_shape *sh, const float *q, const uint16_t *k, in
 
 // --- AVX-512: heads of 8 or 16 dimensions, sixteen rows a register ------------------
 //
-// Small heads (stories260K's are 8 wide) leave most of an AVX2 kernel's work
-// in moving data: a row is one register of a head, so every row pays a
-// conversion, a broadcast and a fold. Here the keys and values of one KV
+// Small heads (stories260K's are 8 wide) leave most of a row-per-register
+// kernel's work in moving data: every row pays a conversion, a broadcast
+// and a fold. Here (and in attn8_cols above) the keys and values of one KV
 // head are first transposed, sixteen rows at a time, into fp32 planes
 // (dimension d of rows j..j+15 in one register), once for every query head
 // and column that reads them; then each query head's scores, softmax and
