@@ -112,6 +112,16 @@ attn_ref_f32_split(const struct attn_shape *sh, const float *q, const float *k0,
 
 int attn_path;
 
+// the last row any of nc columns reads (at least first)
+static inline int
+last_row(int first, const int *last, int nc)
+{
+	int lmax = first;
+	for (int c = 0; c < nc; c++)
+		lmax = last[c] > lmax ? last[c] : lmax;
+	return lmax;
+}
+
 // --- AVX2 / FMA / F16C ------------------------------------------------------------
 
 #ifdef AD_FP16_X86
@@ -616,9 +626,7 @@ attn_simd_cols(const struct attn_shape *sh, const float *q, size_t qs, const uin
                size_t os, float *scratch)
 {
 	const int hdv = sh->head_dim_v, nh = sh->n_head, group = nh / sh->n_head_kv;
-	int lmax = first;
-	for (int c = 0; c < nc; c++)
-		lmax = last[c] > lmax ? last[c] : lmax;
+	const int lmax = last_row(first, last, nc);
 	const size_t ld = (size_t)(lmax - first + 1);
 	float *scores = scratch, *vf = scores + (size_t)nc * nh * ld;
 	all_scores(sh, q, qs, k0, k, split, first, last, nc, lmax, scores, ld);
@@ -801,9 +809,7 @@ attn8_cols(const struct attn_shape *sh, const float *q, size_t qs, const uint16_
            float *scratch)
 {
 	const int hd = sh->head_dim, hdv = sh->head_dim_v, nh = sh->n_head, group = nh / sh->n_head_kv;
-	int lmax = first;
-	for (int c = 0; c < nc; c++)
-		lmax = last[c] > lmax ? last[c] : lmax;
+	const int lmax = last_row(first, last, nc);
 	const size_t nb = (size_t)(lmax - first + 8) / 8;
 	float *sc = scratch, *kt = sc + nb * 8, *vt = kt + nb * 8 * hd;
 	const __m256 scale = _mm256_set1_ps(sh->scale);
@@ -1019,9 +1025,7 @@ attn512_cols(const struct attn_shape *sh, const float *q, size_t qs, const uint1
              float *scratch)
 {
 	const int hd = sh->head_dim, hdv = sh->head_dim_v, nh = sh->n_head, group = nh / sh->n_head_kv;
-	int lmax = first;
-	for (int c = 0; c < nc; c++)
-		lmax = last[c] > lmax ? last[c] : lmax;
+	const int lmax = last_row(first, last, nc);
 	const size_t nb = (size_t)(lmax - first + 16) / 16;
 	float *sc = scratch, *kt = sc + nb * 16, *vt = kt + nb * 16 * hd;
 	for (int g = 0; g < sh->n_head_kv; g++) {
