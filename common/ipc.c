@@ -3,10 +3,8 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/protocol/reqrep0/req.h>
-#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,8 +41,6 @@ struct ad_client {
 	nng_dialer dialer;
 	pthread_mutex_t mu; // dialer, last_dial_ns
 	uint64_t last_dial_ns;
-	atomic_int pipes;         // connections up (nng's pipe events)
-	_Atomic uint64_t lost_ns; // when the last one went (or the client opened)
 	char url[];
 };
 
@@ -78,22 +74,6 @@ redial(struct ad_client *c)
 			ad_warn("%s", err);
 	}
 	pthread_mutex_unlock(&c->mu);
-}
-
-static void
-pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
-{
-	struct ad_client *c = arg;
-	(void)p;
-	if (ev == NNG_PIPE_EV_ADD_POST) {
-		atomic_fetch_add(&c->pipes, 1);
-		return;
-	}
-	int n = atomic_load(&c->pipes);
-	while (n > 0 && !atomic_compare_exchange_weak(&c->pipes, &n, n - 1))
-		;
-	if (n == 1)
-		atomic_store(&c->lost_ns, ad_now_ns());
 }
 
 void
@@ -261,11 +241,6 @@ ad_client_open(const char *url, char *err)
 	// request not answered within the resend time (60 s by default), would
 	// run a slow call (a large Embed) twice on a live server: never
 	nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, 24 * 3600 * 1000);
-	// connections counted, so that a call waiting for its reply can tell a
-	// server that went away (see ad_client_call)
-	atomic_store(&c->lost_ns, ad_now_ns());
-	nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, pipe_event, c);
-	nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, pipe_event, c);
 	// dial in the background: the server may not be up yet, or may be
 	// restarting; requests wait for it until their own timeout
 	if (dial(c, err) != 0) {
@@ -282,62 +257,14 @@ ad_client_close(struct ad_client *c)
 {
 	if (!c)
 		return;
-	nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, NULL, NULL);
-	nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, NULL, NULL);
 	nng_close(c->sock);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
 }
 
-// a call's operation done (the aio's callback): wakes wait_reply
-struct waiter {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int done;
-};
-
-static void
-aio_done(void *arg)
-{
-	struct waiter *w = arg;
-	pthread_mutex_lock(&w->mu);
-	w->done = 1;
-	pthread_cond_signal(&w->cv);
-	pthread_mutex_unlock(&w->mu);
-}
-
-// Wait for the reply (the aio's own timeout bounds it), looking every
-// quarter of AD_REDIAL_MS whether the client still has a connection: a
-// request in flight when its server dies is sent again to the next one,
-// but nng 1.5 may have stopped dialing for good (see AD_REDIAL_MS), and a
-// request already sent would then wait out its whole timeout (a stream's
-// detokenize call, the tokenizer SIGKILLed under it: 10 s). After
-// AD_REDIAL_MS without one it dials anew. The request stays pending
-// meanwhile: cancelling a REQ context's receive abandons its request.
-static void
-wait_reply(struct ad_client *c, struct waiter *w)
-{
-	pthread_mutex_lock(&w->mu);
-	while (!w->done) {
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_nsec += AD_REDIAL_MS / 4 * 1000000L;
-		ts.tv_sec += ts.tv_nsec / 1000000000L;
-		ts.tv_nsec %= 1000000000L;
-		if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) != ETIMEDOUT || w->done)
-			continue;
-		pthread_mutex_unlock(&w->mu);
-		if (atomic_load(&c->pipes) == 0 &&
-		    ad_now_ns() - atomic_load(&c->lost_ns) >= (uint64_t)AD_REDIAL_MS * 1000000u)
-			redial(c);
-		pthread_mutex_lock(&w->mu);
-	}
-	pthread_mutex_unlock(&w->mu);
-}
-
-static int
-call(struct ad_client *c, struct waiter *w, const void *req, size_t req_len, uint8_t **reply, size_t *reply_len,
-     int timeout_ms, char *err)
+int
+ad_client_call(struct ad_client *c, const void *req, size_t req_len, uint8_t **reply, size_t *reply_len, int timeout_ms,
+               char *err)
 {
 	*reply = NULL;
 	*reply_len = 0;
@@ -347,7 +274,7 @@ call(struct ad_client *c, struct waiter *w, const void *req, size_t req_len, uin
 	int rv = nng_ctx_open(&ctx, c->sock);
 	if (rv != 0)
 		return ad_err(err, "nng context: %s", nng_strerror(rv));
-	if ((rv = nng_aio_alloc(&aio, aio_done, w)) != 0 || (rv = nng_msg_alloc(&msg, 0)) != 0 ||
+	if ((rv = nng_aio_alloc(&aio, NULL, NULL)) != 0 || (rv = nng_msg_alloc(&msg, 0)) != 0 ||
 	    (rv = nng_msg_append(msg, req, req_len)) != 0) {
 		if (msg)
 			nng_msg_free(msg);
@@ -368,11 +295,7 @@ call(struct ad_client *c, struct waiter *w, const void *req, size_t req_len, uin
 		goto fail;
 	}
 	nng_aio_set_timeout(aio, timeout_ms);
-	pthread_mutex_lock(&w->mu);
-	w->done = 0;
-	pthread_mutex_unlock(&w->mu);
 	nng_ctx_recv(ctx, aio);
-	wait_reply(c, w);
 	nng_aio_wait(aio);
 	if ((rv = nng_aio_result(aio)) != 0)
 		goto fail;
@@ -393,23 +316,6 @@ fail:
 	if (rv == NNG_ETIMEDOUT)
 		return ad_err(err, "no reply within %d ms (is the peer running?)", timeout_ms);
 	return ad_err(err, "ipc call failed: %s", nng_strerror(rv));
-}
-
-int
-ad_client_call(struct ad_client *c, const void *req, size_t req_len, uint8_t **reply, size_t *reply_len, int timeout_ms,
-               char *err)
-{
-	struct waiter w = {.done = 0};
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&w.cv, &ca);
-	pthread_condattr_destroy(&ca);
-	pthread_mutex_init(&w.mu, NULL);
-	int rv = call(c, &w, req, req_len, reply, reply_len, timeout_ms, err);
-	pthread_cond_destroy(&w.cv);
-	pthread_mutex_destroy(&w.mu);
-	return rv;
 }
 
 void
