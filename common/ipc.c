@@ -5,11 +5,13 @@
 #include <nng/protocol/reqrep0/req.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "log.h"
@@ -41,6 +43,11 @@ struct ad_client {
 	nng_dialer dialer;
 	pthread_mutex_t mu; // dialer, last_dial_ns
 	uint64_t last_dial_ns;
+	// for the watcher (below): calls in progress, connections, and since
+	// when there has been none (ns; 0 while there is one)
+	_Atomic int calls, npipes;
+	_Atomic uint64_t alone_ns;
+	int watched; // in the watcher's list (under watch_mu)
 	char url[];
 };
 
@@ -82,6 +89,100 @@ ad_client_drop_dialer(struct ad_client *c)
 	pthread_mutex_lock(&c->mu);
 	nng_dialer_close(c->dialer);
 	pthread_mutex_unlock(&c->mu);
+}
+
+// The watcher: a request already sent when its server died waits for
+// nng's REQ to send it again on the next connection, and a request that
+// found no connection waits for one, both until their timeouts. If the
+// dialer has stopped for good (AD_REDIAL_MS), no connection ever comes:
+// before, such a call waited out its whole timeout (test-chaos, under
+// load: a stream's detokenize call, the tokenizer SIGKILLed under it, "no
+// reply within 10000 ms"). So one thread per process looks at the clients
+// with calls in progress every AD_WATCH_MS and dials anew for each that
+// has been without a connection for AD_REDIAL_MS; the calls stay as they
+// are (in nng_aio_wait), and the request goes out on the new connection.
+#define AD_WATCH_MS 250
+#define AD_WATCH_MAX 64 // clients watched at once (a process has a handful)
+
+static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t watch_cv = PTHREAD_COND_INITIALIZER;
+static struct ad_client *watched[AD_WATCH_MAX];
+static pthread_t watch_thread;
+static pid_t watch_pid; // the process whose thread it is (0: none)
+static int watch_stop;
+
+static void
+pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	(void)p;
+	struct ad_client *c = arg;
+	if (ev == NNG_PIPE_EV_ADD_POST) {
+		atomic_fetch_add(&c->npipes, 1);
+		atomic_store(&c->alone_ns, 0);
+	} else if (ev == NNG_PIPE_EV_REM_POST && atomic_fetch_sub(&c->npipes, 1) == 1) {
+		atomic_store(&c->alone_ns, ad_now_ns());
+	}
+}
+
+static void *
+watch_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&watch_mu);
+	while (!watch_stop) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += AD_WATCH_MS * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&watch_cv, &watch_mu, &ts);
+		const uint64_t now = ad_now_ns(), gap = (uint64_t)AD_REDIAL_MS * 1000000u;
+		for (int i = 0; i < AD_WATCH_MAX && !watch_stop; i++) {
+			struct ad_client *c = watched[i];
+			if (!c || !atomic_load(&c->calls) || atomic_load(&c->npipes))
+				continue;
+			const uint64_t alone = atomic_load(&c->alone_ns);
+			if (alone && now - alone >= gap)
+				redial(c); // at most once an AD_REDIAL_MS
+		}
+	}
+	pthread_mutex_unlock(&watch_mu);
+	return NULL;
+}
+
+// c in the list, the thread started in this process if it is not yet
+// (a child forked from a process that had one has not); a client beyond
+// AD_WATCH_MAX goes unwatched, as every client did before
+static void
+watch_add(struct ad_client *c)
+{
+	pthread_mutex_lock(&watch_mu);
+	if (watch_pid != getpid()) {
+		watch_stop = 0;
+		for (int i = 0; i < AD_WATCH_MAX; i++)
+			watched[i] = NULL;
+		if (pthread_create(&watch_thread, NULL, watch_main, NULL) == 0)
+			watch_pid = getpid();
+	}
+	for (int i = 0; i < AD_WATCH_MAX && !c->watched; i++)
+		if (!watched[i]) {
+			watched[i] = c;
+			c->watched = 1;
+		}
+	pthread_mutex_unlock(&watch_mu);
+}
+
+static void
+watch_del(struct ad_client *c)
+{
+	pthread_mutex_lock(&watch_mu);
+	for (int i = 0; i < AD_WATCH_MAX; i++)
+		if (watched[i] == c)
+			watched[i] = NULL;
+	c->watched = 0;
+	pthread_mutex_unlock(&watch_mu);
 }
 
 static void *
@@ -241,6 +342,9 @@ ad_client_open(const char *url, char *err)
 	// request not answered within the resend time (60 s by default), would
 	// run a slow call (a large Embed) twice on a live server: never
 	nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, 24 * 3600 * 1000);
+	atomic_store(&c->alone_ns, ad_now_ns());
+	nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, pipe_event, c);
+	nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, pipe_event, c);
 	// dial in the background: the server may not be up yet, or may be
 	// restarting; requests wait for it until their own timeout
 	if (dial(c, err) != 0) {
@@ -249,6 +353,7 @@ ad_client_open(const char *url, char *err)
 		free(c);
 		return NULL;
 	}
+	watch_add(c);
 	return c;
 }
 
@@ -257,6 +362,7 @@ ad_client_close(struct ad_client *c)
 {
 	if (!c)
 		return;
+	watch_del(c);
 	nng_close(c->sock);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
@@ -316,6 +422,7 @@ ad_client_call(struct ad_client *c, const void *req, size_t req_len, uint8_t **r
 		return ad_err(err, "nng message: %s", nng_strerror(rv));
 	}
 	const int slot = inflight_add(aio);
+	atomic_fetch_add(&c->calls, 1);
 	nng_aio_set_timeout(aio, timeout_ms);
 	nng_aio_set_msg(aio, msg);
 	nng_ctx_send(ctx, aio);
@@ -339,6 +446,7 @@ ad_client_call(struct ad_client *c, const void *req, size_t req_len, uint8_t **r
 	if (*reply && *reply_len)
 		memcpy(*reply, nng_msg_body(msg), *reply_len);
 	nng_msg_free(msg);
+	atomic_fetch_sub(&c->calls, 1);
 	inflight_del(slot);
 	nng_aio_free(aio);
 	nng_ctx_close(ctx);
@@ -346,6 +454,7 @@ ad_client_call(struct ad_client *c, const void *req, size_t req_len, uint8_t **r
 		return ad_err(err, "out of memory");
 	return 0;
 fail:
+	atomic_fetch_sub(&c->calls, 1);
 	inflight_del(slot);
 	nng_aio_free(aio);
 	nng_ctx_close(ctx);
@@ -357,6 +466,16 @@ fail:
 void
 ad_ipc_fini(void)
 {
+	pthread_mutex_lock(&watch_mu);
+	const int own = watch_pid == getpid();
+	watch_stop = 1;
+	pthread_cond_signal(&watch_cv);
+	pthread_mutex_unlock(&watch_mu);
+	if (own)
+		pthread_join(watch_thread, NULL);
+	pthread_mutex_lock(&watch_mu);
+	watch_pid = 0;
+	pthread_mutex_unlock(&watch_mu);
 	nng_fini();
 }
 

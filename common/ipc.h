@@ -12,9 +12,12 @@
 // dies before it answers is sent again to the server that next listens on
 // the URL (a restarted service), within the same timeout: so the calls of
 // the services are idempotent (test-toksvc kills the tokenizer under one).
-// It is never sent twice to a server that is alive but slow. A client
-// whose request finds no connection within its timeout dials anew (at most
-// once a second): nng 1.5 stops redialing after some failed handshakes.
+// It is never sent twice to a server that is alive but slow. nng 1.5 stops
+// redialing after some failed handshakes, so a client with a call in
+// progress (waiting to send or for its reply) that has had no connection
+// for a second dials anew (a thread of the process looks four times a
+// second), as does one whose request found no connection within its
+// timeout.
 #ifndef AD_IPC_H
 #define AD_IPC_H
 

@@ -8,7 +8,10 @@
 //   - a call to a URL nobody serves fails after its timeout;
 //   - a client whose dialer has stopped (as nng 1.5's does after a handshake
 //     that fails with NNG_ECLOSED) reaches a server started later all the
-//     same: a call that finds no connection dials again.
+//     same: a call that finds no connection dials again;
+//   - so does a call already sent when its server went away: it gets the
+//     reply of the server started after, well within its timeout;
+//   - and a call that waits to be sent on a client without a dialer.
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -195,6 +198,125 @@ test_redial(void)
 	ad_client_close(c);
 }
 
+// a call that waits to be sent on a client whose dialer has stopped gets
+// through within its timeout: the watcher dials anew after a second
+static void
+test_redial_waiting(void)
+{
+	char url[300], err[AD_ERRLEN];
+	REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), "waiting") == 0);
+	struct ad_server *s = ad_server_start(url, 1, echo, NULL, err);
+	REQUIRE(s, "%s", err);
+	struct ad_client *c = ad_client_open(url, err);
+	REQUIRE(c, "%s", err);
+	uint8_t req[4] = {1, 3, 5, 7}, *rep = NULL;
+	size_t rlen = 0;
+	REQUIRE(ad_client_call(c, req, sizeof req, &rep, &rlen, 2000, err) == 0, "%s", err);
+	free(rep);
+	rep = NULL;
+	// the server restarts; the client's dialer is gone meanwhile
+	ad_server_stop(s);
+	ad_client_drop_dialer(c);
+	s = ad_server_start(url, 1, echo, NULL, err);
+	REQUIRE(s, "%s", err);
+	struct timespec a, b;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	int rv = ad_client_call(c, req, sizeof req, &rep, &rlen, 6000, err);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	double ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+	CHECK(rv == 0 && rlen == 4 && memcmp(rep, req, 4) == 0, "%s", rv ? err : "another reply");
+	CHECK(ms < 4000, "answered after %.0f ms (timeout 6000)", ms);
+	printf("a call waiting to be sent, the dialer gone: answered after %.0f ms\n", ms);
+	free(rep);
+	ad_server_stop(s);
+	ad_client_close(c);
+}
+
+// the first server's handler: holds a request until released, and answers
+// nothing (its server is stopped meanwhile)
+static atomic_int held, release;
+
+static void
+hold(void *arg, const uint8_t *req, size_t len, uint8_t **reply, size_t *reply_len)
+{
+	(void)arg;
+	(void)req;
+	(void)len;
+	atomic_store(&held, 1);
+	for (int i = 0; i < 2000 && !atomic_load(&release); i++) {
+		struct timespec ts = {0, 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	*reply = NULL;
+	*reply_len = 0;
+}
+
+struct one_call {
+	struct ad_client *c;
+	int rv;
+	uint8_t req[4], *rep;
+	size_t rlen;
+	double ms;
+	char err[AD_ERRLEN];
+};
+
+static void *
+one_call_main(void *p)
+{
+	struct one_call *k = p;
+	struct timespec a, b;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	k->rv = ad_client_call(k->c, k->req, sizeof k->req, &k->rep, &k->rlen, 6000, k->err);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	k->ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+	return NULL;
+}
+
+static void *
+stop_main(void *p)
+{
+	ad_server_stop(p);
+	return NULL;
+}
+
+static void
+test_redial_in_flight(void)
+{
+	char url[300], err[AD_ERRLEN];
+	REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), "inflight") == 0);
+	struct ad_server *a = ad_server_start(url, 1, hold, NULL, err);
+	REQUIRE(a, "%s", err);
+	struct ad_client *c = ad_client_open(url, err);
+	REQUIRE(c, "%s", err);
+	struct one_call k = {.c = c, .req = {3, 1, 4, 1}};
+	pthread_t t, st;
+	REQUIRE(pthread_create(&t, NULL, one_call_main, &k) == 0);
+	for (int i = 0; i < 3000 && !atomic_load(&held); i++) {
+		struct timespec ts = {0, 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	REQUIRE(atomic_load(&held), "the request never reached the first server");
+	// the server goes (its stop waits for the handler, released once the
+	// stop has closed its contexts: the request is never answered), and
+	// the client's dialer with it, as nng 1.5's can after a restart
+	REQUIRE(pthread_create(&st, NULL, stop_main, a) == 0);
+	struct timespec ts = {0, 50 * 1000000L};
+	nanosleep(&ts, NULL);
+	atomic_store(&release, 1);
+	pthread_join(st, NULL);
+	ad_client_drop_dialer(c);
+	struct ad_server *b = ad_server_start(url, 1, echo, NULL, err);
+	REQUIRE(b, "%s", err);
+	pthread_join(t, NULL);
+	CHECK(k.rv == 0 && k.rlen == 4 && memcmp(k.rep, k.req, 4) == 0, "the call in flight: %s",
+	      k.rv ? k.err : "another reply");
+	CHECK(k.ms < 4000, "answered after %.0f ms (timeout 6000)", k.ms);
+	printf("a call in flight when its server went: answered by the next after %.0f ms\n", k.ms);
+	free(k.rep);
+	ad_server_stop(b);
+	ad_client_close(c);
+}
+
 int
 main(void)
 {
@@ -207,5 +329,7 @@ main(void)
 	T_RUN(test_echo_many);
 	T_RUN(test_nobody_there);
 	T_RUN(test_redial);
+	T_RUN(test_redial_in_flight);
+	T_RUN(test_redial_waiting);
 	return t_done();
 }
