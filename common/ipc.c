@@ -119,8 +119,15 @@ pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 	if (ev == NNG_PIPE_EV_ADD_POST) {
 		atomic_fetch_add(&c->npipes, 1);
 		atomic_store(&c->alone_ns, 0);
-	} else if (ev == NNG_PIPE_EV_REM_POST && atomic_fetch_sub(&c->npipes, 1) == 1) {
-		atomic_store(&c->alone_ns, ad_now_ns());
+	} else if (ev == NNG_PIPE_EV_REM_POST) {
+		// never below zero (a pipe removed whose addition was not seen
+		// would leave the count stuck above it, and the client never
+		// watched again)
+		int n = atomic_load(&c->npipes);
+		while (n > 0 && !atomic_compare_exchange_weak(&c->npipes, &n, n - 1))
+			;
+		if (n == 1)
+			atomic_store(&c->alone_ns, ad_now_ns());
 	}
 }
 
@@ -363,6 +370,9 @@ ad_client_close(struct ad_client *c)
 	if (!c)
 		return;
 	watch_del(c);
+	// no pipe event for c once it is freed: nng_close removes the pipes
+	nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, NULL, NULL);
+	nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, NULL, NULL);
 	nng_close(c->sock);
 	pthread_mutex_destroy(&c->mu);
 	free(c);

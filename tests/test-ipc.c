@@ -64,6 +64,15 @@ caller_main(void *p)
 	return NULL;
 }
 
+// a monotonic clock in ms
+static double
+now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
 static void
 test_echo_many(void)
 {
@@ -158,11 +167,9 @@ test_nobody_there(void)
 	REQUIRE(c, "%s", err);
 	uint8_t one = 1, *rep = NULL;
 	size_t rlen;
-	struct timespec a, b;
-	clock_gettime(CLOCK_MONOTONIC, &a);
+	const double t0 = now_ms();
 	CHECK(ad_client_call(c, &one, 1, &rep, &rlen, 100, err) != 0);
-	clock_gettime(CLOCK_MONOTONIC, &b);
-	double ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+	double ms = now_ms() - t0;
 	CHECK(ms >= 90 && ms < 5000, "failed after %.0f ms (timeout 100)", ms);
 	CHECK(err[0] != 0, "an error message");
 	free(rep);
@@ -219,11 +226,9 @@ test_redial_waiting(void)
 	ad_client_drop_dialer(c);
 	s = ad_server_start(url, 1, echo, NULL, err);
 	REQUIRE(s, "%s", err);
-	struct timespec a, b;
-	clock_gettime(CLOCK_MONOTONIC, &a);
+	const double t0 = now_ms();
 	int rv = ad_client_call(c, req, sizeof req, &rep, &rlen, 6000, err);
-	clock_gettime(CLOCK_MONOTONIC, &b);
-	double ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+	double ms = now_ms() - t0;
 	CHECK(rv == 0 && rlen == 4 && memcmp(rep, req, 4) == 0, "%s", rv ? err : "another reply");
 	CHECK(ms < 4000, "answered after %.0f ms (timeout 6000)", ms);
 	printf("a call waiting to be sent, the dialer gone: answered after %.0f ms\n", ms);
@@ -264,11 +269,9 @@ static void *
 one_call_main(void *p)
 {
 	struct one_call *k = p;
-	struct timespec a, b;
-	clock_gettime(CLOCK_MONOTONIC, &a);
+	const double t0 = now_ms();
 	k->rv = ad_client_call(k->c, k->req, sizeof k->req, &k->rep, &k->rlen, 6000, k->err);
-	clock_gettime(CLOCK_MONOTONIC, &b);
-	k->ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+	k->ms = now_ms() - t0;
 	return NULL;
 }
 
