@@ -1,6 +1,7 @@
 // dataplane.c - the shared-memory request/reply slots of dataplane.h.
 #include "dataplane.h"
 #include "clock.h"
+#include "cpuload.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -82,6 +83,8 @@ struct dp_chan {
 	// zero, a rest of rest_len calls asleep, doubled after each rest that
 	// did not help)
 	int through;
+	struct ad_cpuload load; // client, auto: is a core spare for the spin?
+	uint32_t through_max_ns;
 	_Atomic int score, rest, rest_len;
 	_Atomic int since_big; // calls booked since one over 1 ms late
 };
@@ -93,8 +96,13 @@ struct dp_chan {
 #define DP_REST_MIN 256
 #define DP_REST_MAX 16384
 #define DP_LATE_NS 150000u
-// the longest call spun through
-#define DP_THROUGH_MAX_NS 4000000u
+// the longest call spun through: a longer one sleeps until its reply is
+// due, which hides the wake-up as well. Spun through whenever a core was
+// spare, the Qwen2.5-0.5B shape's decode calls (1.3 ms) were no faster
+// (sleeping until due over spinning: 1.02x, 0.90..1.33, 8 pairs; on an
+// earlier day the then default over always spinning: 1.07x);
+// SmolLM2-135M's (0.3 ms) were faster
+#define DP_THROUGH_MAX_NS 1000000u
 #define DP_BIG_WINDOW 64
 #define DP_THROUGH_SLACK_NS 200000u
 
@@ -126,6 +134,8 @@ chan_defaults(struct dp_chan *c)
 	c->spin_max_ns = env_us("ANEDVD_DP_SPIN_MAX_US", 200);
 	const char *th = getenv("ANEDVD_DP_SPIN_THROUGH");
 	c->through = !th || !*th || !strcmp(th, "auto") ? 2 : !strcmp(th, "1") ? 1 : 0;
+	c->through_max_ns = env_us("ANEDVD_DP_THROUGH_MAX_US", DP_THROUGH_MAX_NS / 1000u);
+	ad_cpuload_init(&c->load);
 	c->rest_len = DP_REST_MIN;
 	c->since_big = DP_BIG_WINDOW;
 	hot_ns = env_us("ANEDVD_DP_YIELD_US", 10);
@@ -288,6 +298,7 @@ static void
 chan_free(struct dp_chan *c)
 {
 	pthread_mutex_destroy(&c->mu);
+	ad_cpuload_fini(&c->load);
 	free(c);
 }
 
@@ -556,18 +567,23 @@ dp_call(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp_rep
 }
 
 // spin through this call? (ANEDVD_DP_SPIN_THROUGH; a call of known length,
-// up to DP_THROUGH_MAX_NS: a longer one (an LM head of 150k rows, 11-17
-// ms) sleeps until shortly before it is due instead. Spun through, it
-// outran the spin's bound every time, and with "auto" each outrun stopped
-// the spinning for every call after it: the Qwen2.5-0.5B shape's decode
-// spun through a tenth of its calls)
+// up to ANEDVD_DP_THROUGH_MAX_US, 1 ms: a longer one (an LM head of 150k
+// rows, 11-17 ms) sleeps until shortly before it is due instead; spun
+// through, it outran the spin's bound every time.) "auto" spins while a
+// core is spare: while processes other than ours (this one, the worker
+// pid) took under a quarter of a core over the last window (cpuload.h);
+// where that cannot be read, while the spin sees the replies in time
+// (through_book).
 static int
-spin_through(struct dp_chan *c, uint64_t expect_ns)
+spin_through(struct dp_chan *c, uint64_t expect_ns, uint32_t pid)
 {
-	if (!c->through || !expect_ns || expect_ns > DP_THROUGH_MAX_NS)
+	if (!c->through || !expect_ns || expect_ns > c->through_max_ns)
 		return 0;
 	if (c->through == 1)
 		return 1;
+	const int spare = ad_cpuload_spare(&c->load, pid, ad_now_ns());
+	if (spare == 0)
+		return 0;
 	if (atomic_load_explicit(&c->rest, memory_order_relaxed) > 0) {
 		if (atomic_fetch_sub(&c->rest, 1) == 1)
 			atomic_store(&c->score, 0); // rested: try again
@@ -593,7 +609,11 @@ through_book(struct dp_chan *c, uint64_t late_ns)
 	int since = atomic_fetch_add_explicit(&c->since_big, 1, memory_order_relaxed);
 	if (late_ns > 1000000u)
 		atomic_store_explicit(&c->since_big, 0, memory_order_relaxed);
-	s = late_ns <= DP_LATE_NS ? (s < 16 ? s + 1 : 16) : late_ns <= 1000000u || since >= DP_BIG_WINDOW ? s - 4 : -1;
+	// where the machine's load is known, only the replies a tick late count:
+	// the spin's yields take turns with the worker's threads, and on a VM
+	// a quarter of the replies come 40-150 us late with a core to spare
+	const uint64_t late = atomic_load_explicit(&c->load.verdict, memory_order_relaxed) == 1 ? 1000000u : DP_LATE_NS;
+	s = late_ns <= late ? (s < 16 ? s + 1 : 16) : late_ns <= 1000000u || since >= DP_BIG_WINDOW ? s - 4 : -1;
 	atomic_store_explicit(&c->score, s, memory_order_relaxed);
 	int len = atomic_load_explicit(&c->rest_len, memory_order_relaxed);
 	if (s < 0) {
@@ -635,7 +655,7 @@ dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct
 	if (expect_ns && expect_ns + c->lead_ns <= c->spin_max_ns && expect_ns + c->lead_ns > sp)
 		sp = expect_ns + c->lead_ns;
 	uint32_t x;
-	if (spin_through(c, expect_ns)) {
+	if (spin_through(c, expect_ns, pid)) {
 		// the whole call on this core, yielding between looks: no wake-up
 		// at its end (on a VM one costs ~50 us, a call's kernels a few
 		// hundred), and the worker's threads, which need this core while

@@ -180,12 +180,14 @@ int dp_call(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp
 // dp_call_expect is dp_call for a call expected to take about expect_ns
 // (0: unknown): the caller spins through it, yielding the core between
 // looks, for up to expect + max(expect / 4, lead) (5 ms at most), so that
-// no wake-up follows the reply, as long as that pays: while the spin sees
-// the replies within 150 us of their writing (ANEDVD_DP_SPIN_THROUGH=auto,
-// the default; on a busy machine a yield can hand the core to another
-// process until the next tick, and then the calls sleep for a while; 1:
+// no wake-up follows the reply, as long as that pays
+// (ANEDVD_DP_SPIN_THROUGH=auto, the default: while processes other than
+// the caller's and the worker's took under a quarter of a core over the
+// last 250 ms (cpuload.h), and the spin sees the replies within a tick;
+// where the load cannot be read, within 150 us of their writing; 1:
 // always; 0: never; ANEDVD_DP_THROUGH_YIELD_US: pause this long before the
-// first yield, 0).
+// first yield, 0; ANEDVD_DP_THROUGH_MAX_US: the longest call spun through,
+// 1000).
 // With it off, a short one (expect + lead <= ANEDVD_DP_SPIN_MAX_US, 200
 // us) is spun through; for a longer one the caller sleeps until
 // ANEDVD_DP_LEAD_US (40 us) before the reply is due, then spins; so being
