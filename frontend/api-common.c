@@ -53,6 +53,7 @@ fe_params_free(struct fe_params *p)
 	cJSON_Delete(p->schema);
 	free(p->grammar);
 	free(p->prompt);
+	free(p->prompt_ids);
 	for (size_t i = 0; i < p->n_stops; i++)
 		free(p->stops[i]);
 	free(p->ids);

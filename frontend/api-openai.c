@@ -265,6 +265,41 @@ embed_ids(cJSON *a, size_t i, struct fe_params *p, struct fe_bad *bad)
 	return 0;
 }
 
+// completions: prompt is a string or an array of token ids, or one of
+// those in an array (the API's batch form, here of one prompt)
+static int
+parse_prompt(cJSON *pr, struct fe_params *p, struct fe_bad *bad)
+{
+	if (cJSON_IsArray(pr) && cJSON_GetArraySize(pr) == 1 && !cJSON_IsNumber(cJSON_GetArrayItem(pr, 0)))
+		pr = cJSON_GetArrayItem(pr, 0);
+	if (cJSON_IsString(pr)) {
+		if (!(p->prompt = strdup(pr->valuestring)))
+			return fe_bad_set(bad, 503, NULL, "out of memory");
+		p->prompt_len = strlen(p->prompt);
+		return 0;
+	}
+	const int n = cJSON_IsArray(pr) ? cJSON_GetArraySize(pr) : -1;
+	if (n > 1 && !cJSON_IsNumber(cJSON_GetArrayItem(pr, 0)))
+		return fe_bad_set(bad, 400, "prompt",
+		                  "'prompt': one prompt a request (%d given): send them as separate requests", n);
+	if (n < 0)
+		return fe_bad_set(bad, 400, "prompt", "'prompt' must be a string or an array of token ids");
+	if (n == 0)
+		return fe_bad_set(bad, 400, "prompt", "'prompt': an empty list of token ids");
+	if (!(p->prompt_ids = malloc((size_t)n * sizeof *p->prompt_ids)))
+		return fe_bad_set(bad, 503, NULL, "out of memory");
+	cJSON *e;
+	cJSON_ArrayForEach(e, pr)
+	{
+		if (!cJSON_IsNumber(e))
+			return fe_bad_set(bad, 400, "prompt", "'prompt': a list of token ids holds only integers");
+		if (token_id(e->valuedouble, "prompt", &p->prompt_ids[p->n_prompt_ids], bad) != 0)
+			return -1;
+		p->n_prompt_ids++;
+	}
+	return 0;
+}
+
 // embeddings: input is a string, an array of strings, an array of token
 // ids or an array of arrays of token ids
 static int
@@ -358,13 +393,8 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 		cJSON *pr = fe_get_required(body, "prompt", bad);
 		if (!pr)
 			return -1;
-		if (cJSON_IsArray(pr) && cJSON_GetArraySize(pr) == 1 && cJSON_IsString(cJSON_GetArrayItem(pr, 0)))
-			pr = cJSON_GetArrayItem(pr, 0);
-		if (!cJSON_IsString(pr))
-			return fe_bad_set(bad, 400, "prompt", "'prompt' must be a string");
-		if (!(p->prompt = strdup(pr->valuestring)))
-			return fe_bad_set(bad, 503, NULL, "out of memory");
-		p->prompt_len = strlen(p->prompt);
+		if (parse_prompt(pr, p, bad) != 0)
+			return -1;
 	}
 	long long ll;
 	int rv;

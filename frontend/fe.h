@@ -130,6 +130,8 @@ struct fe_params {
 	int keep_thinking;     // reasoning_format "none": the thinking stays in the text
 	char *prompt;          // completions: raw text, no template
 	size_t prompt_len;
+	int32_t *prompt_ids; // completions: the prompt given as token ids (prompt NULL)
+	size_t n_prompt_ids;
 	unsigned max_tokens;
 	float temperature, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
 	int top_k;

@@ -231,6 +231,13 @@ fe_prompt_ids(const struct fe_params *p, int32_t **ids, size_t *n, int *think_op
 		format[0] = 0;
 	if (get_vocab(err) != 0)
 		return -1;
+	if (p->api == FE_API_COMPLETIONS && p->prompt_ids) { // given as ids: as they are
+		if (!(*ids = malloc(p->n_prompt_ids * sizeof **ids)))
+			return ad_err(err, "out of memory"), -1;
+		memcpy(*ids, p->prompt_ids, p->n_prompt_ids * sizeof **ids);
+		*n = p->n_prompt_ids;
+		return 0;
+	}
 	if (p->api == FE_API_COMPLETIONS)
 		return tokc_encode(tok, p->prompt, p->prompt_len, -1, 0, ids, n, cfg->timeout_ms, err);
 	char *text = NULL;

@@ -145,7 +145,9 @@ describe('frontend over raw HTTP', () => {
 			assert.ok(b.error.message.includes(param.replace(/\[.*$/, '')), b.error.message);
 		}
 		openaiError(await post(s, '/v1/completions', {}), 400, 'prompt');
-		openaiError(await post(s, '/v1/completions', { prompt: [1, 2] }), 400, 'prompt');
+		// a prompt of token ids is one prompt; a batch of several is not served
+		for (const prompt of [[], [[1], [2]], ['a', 'b'], [1, -2], 7])
+			openaiError(await post(s, '/v1/completions', { prompt }), 400, 'prompt');
 		const anth = [
 			[{ messages: [{ role: 'user', content: 'x' }] }, /max_tokens/],
 			[{ max_tokens: 5 }, /messages/],

@@ -123,6 +123,41 @@ describe('anedvd serve on stories260K, through the official SDKs', { skip }, () 
 		assert.equal(usage?.completion_tokens, 24);
 	});
 
+	it('completions: a prompt of token ids is the same prompt as its text', async () => {
+		const req = { model: 'stories260K', max_tokens: 12, temperature: 0 };
+		const text = await oai.completions.create({ ...req, prompt: 'Once upon a time' });
+		const tok = await (
+			await fetch(`${base}/tokenize`, {
+				method: 'POST',
+				headers: { 'content-type': 'application/json' },
+				body: JSON.stringify({ content: 'Once upon a time' }),
+			})
+		).json();
+		assert.ok(tok.tokens.length >= 3, JSON.stringify(tok));
+		// the text prompt begins with BOS (1): the ids say so themselves
+		const ids = [1, ...tok.tokens];
+		for (const prompt of [ids, [ids]]) {
+			const r = await oai.completions.create({ ...req, prompt });
+			assert.equal(r.choices[0].text, text.choices[0].text);
+			assert.equal(r.usage.prompt_tokens, text.usage.prompt_tokens);
+		}
+		// the refusals name the fault, as the SDK raises them
+		for (const [prompt, want] of [
+			[[1, 512], /token id 512 is outside the vocabulary of 512/],
+			[[], /an empty list of token ids/],
+			[[1, 2.5], /2.5 is not a token id/],
+			[['a', 'b'], /one prompt a request \(2 given\)/],
+			[[[1], [2]], /one prompt a request \(2 given\)/],
+			[{ a: 1 }, /must be a string or an array of token ids/],
+		]) {
+			await assert.rejects(oai.completions.create({ ...req, prompt }), (e) => {
+				assert.equal(e.status, 400, `${JSON.stringify(prompt)}: ${e.message}`);
+				assert.match(e.message, want);
+				return true;
+			});
+		}
+	});
+
 	it('completions: stop as a string and as an array, streaming and not', async () => {
 		const req = { model: 'stories260K', prompt: 'Once upon a time', max_tokens: 24, temperature: 0 };
 		let r = await oai.completions.create({ ...req, stop: ' Lily' });
