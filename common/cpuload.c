@@ -140,8 +140,8 @@ ad_cpuload_spare(struct ad_cpuload *l, uint32_t peer, uint64_t now_ns)
 		} else {
 			// a new peer's ticks would count from its start: skip that window
 			if (l->t_ns && peer == l->peer && busy >= l->busy && ours >= l->ours)
-				atomic_store(&l->verdict,
-				             ad_cpuload_verdict(busy - l->busy, ours - l->ours, now_ns - l->t_ns, l->hz));
+				atomic_store(&l->verdict, ad_cpuload_verdict(busy - l->busy, ours - l->ours,
+				                                             now_ns - l->t_ns, l->hz));
 			l->busy = busy, l->ours = ours, l->t_ns = now_ns, l->peer = peer;
 			atomic_store(&l->next_ns, now_ns + AD_CPULOAD_WINDOW_NS);
 		}

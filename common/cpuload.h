@@ -18,8 +18,8 @@
 #define AD_CPULOAD_WINDOW_NS 250000000u // a verdict holds this long
 
 struct ad_cpuload {
-	pthread_mutex_t mu; // the sampling thread (others read the verdict)
-	_Atomic int verdict; // 1 spare, 0 not, -1 unknown (no /proc/stat)
+	pthread_mutex_t mu;       // the sampling thread (others read the verdict)
+	_Atomic int verdict;      // 1 spare, 0 not, -1 unknown (no /proc/stat)
 	_Atomic uint64_t next_ns; // when to sample again
 	uint64_t busy, ours;      // clock ticks at the last sample
 	uint64_t t_ns;            // when that was

@@ -31,13 +31,13 @@ test_parse_pidstat(void)
 	// a comm with spaces and a ')': fields 14 and 15 are utime 7, stime 3
 	CHECK(ad_cpuload_parse_pidstat("42 (we ird) x) R 1 42 42 0 -1 4194560 100 0 0 0 7 3 0 0 20 0 1 0 55 1000\n",
 	                               &t) == 0 &&
-	          t == 10,
+	              t == 10,
 	      "ticks %llu", (unsigned long long)t);
 	CHECK(ad_cpuload_parse_pidstat("42 (x) R 1 42 42 0 -1 4194560 100 0 0 0 123456789012 5 0\n", &t) == 0 &&
-	          t == 123456789017ull,
+	              t == 123456789017ull,
 	      "ticks %llu", (unsigned long long)t);
 	CHECK(ad_cpuload_parse_pidstat("42 (x) R 1 42 42 0 -1 4194560 100 0 0\n", &t) == -1); // cut short
-	CHECK(ad_cpuload_parse_pidstat("42 x R 1 2 3\n", &t) == -1);                           // no comm
+	CHECK(ad_cpuload_parse_pidstat("42 x R 1 2 3\n", &t) == -1);                          // no comm
 	CHECK(ad_cpuload_parse_pidstat("42 (x) R 1 42 42 0 -1 4194560 100 0 0 0 - 3\n", &t) == -1);
 }
 
@@ -51,7 +51,7 @@ test_verdict(void)
 	CHECK(ad_cpuload_verdict(56, 50, 250000000u, 100) == 1);
 	CHECK(ad_cpuload_verdict(40, 50, 250000000u, 100) == 1); // ours more than the machine's: none of others'
 	CHECK(ad_cpuload_verdict(12, 0, 500000000u, 100) == 1);  // the longer the window, the more it allows
-	CHECK(ad_cpuload_verdict(0, 0, 0, 100) == 0);             // an empty window allows nothing
+	CHECK(ad_cpuload_verdict(0, 0, 0, 100) == 0);            // an empty window allows nothing
 }
 
 #if defined(__linux__)
