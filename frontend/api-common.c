@@ -54,6 +54,7 @@ fe_params_free(struct fe_params *p)
 	free(p->grammar);
 	free(p->prompt);
 	free(p->prompt_ids);
+	free(p->echo_text);
 	for (size_t i = 0; i < p->n_stops; i++)
 		free(p->stops[i]);
 	free(p->ids);

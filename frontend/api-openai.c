@@ -418,6 +418,14 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 		return -1;
 	if (parse_stop(body, p, bad) < 0 || parse_logprobs(body, api, p, bad) < 0 || parse_bias(body, p, bad) < 0)
 		return -1;
+	if (api == FE_API_COMPLETIONS) {
+		if (fe_get_bool(body, "echo", &p->echo, bad) < 0)
+			return -1;
+		if (p->echo && p->logprobs)
+			return fe_bad_set(
+				bad, 400, "echo",
+				"'echo' with 'logprobs' is not supported: the prompt's tokens get no log-probabilities");
+	}
 	p->call_ids = FE_IDS_OPENAI;
 	if (api == FE_API_CHAT && (fe_openai_tools(body, FE_TOOLS_CHAT, p, bad) < 0 || parse_format(body, p, bad) < 0))
 		return -1;
@@ -641,6 +649,18 @@ embeddings_response(const struct fe_gen *g, size_t *len)
 	return fe_json_print(o, len);
 }
 
+// completions with echo: the prompt's text, as given or as its ids read
+static const char *
+echo_text(const struct fe_gen *g, size_t *len)
+{
+	if (g->p.prompt) {
+		*len = g->p.prompt_len;
+		return g->p.prompt;
+	}
+	*len = g->p.echo_text ? g->p.echo_len : 0;
+	return g->p.echo_text ? g->p.echo_text : "";
+}
+
 static char *
 response(const struct fe_gen *g, size_t *len)
 {
@@ -668,6 +688,18 @@ response(const struct fe_gen *g, size_t *len)
 				fe_add_text(m, "reasoning_content", r, rl);
 			if (ch->n_calls)
 				cJSON_AddItemToObject(m, "tool_calls", tool_calls(ch->calls, ch->n_calls));
+		} else if (g->p.echo) {
+			size_t el = 0;
+			const char *e = echo_text(g, &el);
+			char *both = malloc(el + tl + 1);
+			if (!both) {
+				cJSON_Delete(o);
+				return NULL;
+			}
+			memcpy(both, e, el);
+			memcpy(both + el, text, tl);
+			fe_add_text(c, "text", both, el + tl);
+			free(both);
 		} else {
 			fe_add_text(c, "text", text, tl);
 		}
@@ -741,12 +773,24 @@ sse_cat(cJSON **objs, int n, size_t *len)
 static char *
 stream_start(const struct fe_gen *g, size_t *len)
 {
+	cJSON *objs[FE_MAX_N];
+	int n = n_choices(g);
+	if (!is_chat(g) && g->p.echo) { // the prompt first, as a chunk of every choice
+		size_t el = 0;
+		const char *e = echo_text(g, &el);
+		for (int i = 0; i < n; i++) {
+			cJSON *c;
+			objs[i] = chunk(g, &c, i);
+			fe_add_text(c, "text", e, el);
+			cJSON_AddNullToObject(c, "logprobs");
+			cJSON_AddNullToObject(c, "finish_reason");
+		}
+		return sse_cat(objs, n, len);
+	}
 	if (!is_chat(g)) {
 		*len = 0;
 		return strdup("");
 	}
-	cJSON *objs[FE_MAX_N];
-	int n = n_choices(g);
 	for (int i = 0; i < n; i++) {
 		cJSON *c;
 		objs[i] = chunk(g, &c, i);

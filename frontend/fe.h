@@ -132,6 +132,9 @@ struct fe_params {
 	size_t prompt_len;
 	int32_t *prompt_ids; // completions: the prompt given as token ids (prompt NULL)
 	size_t n_prompt_ids;
+	int echo;        // completions: the reply's text begins with the prompt's
+	char *echo_text; // the text of prompt_ids, for echo (set when tokenized)
+	size_t echo_len;
 	unsigned max_tokens;
 	float temperature, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
 	int top_k;

@@ -264,6 +264,12 @@ tokenize(struct fe_gen *g, int32_t **ids, size_t *n, char *format)
 	// chat replies of a thinking model are split (think.c), unless asked not to
 	g->think = g->p.api != FE_API_COMPLETIONS && g->p.api != FE_API_RESPONSES && !g->p.keep_thinking &&
 	           fe_model_thinks();
+	if (g->p.echo && g->p.prompt_ids && !g->p.echo_text &&
+	    tokc_decode(tok, *ids, *n, &g->p.echo_text, &g->p.echo_len, cfg->timeout_ms, err) != 0) {
+		free(*ids);
+		*ids = NULL;
+		return fail(g, 503, err);
+	}
 	g->r.tokenize_ns = fe_now_ns() - t0;
 	fe_metrics_stage(FE_ST_TOKENIZE, g->r.tokenize_ns);
 	if (*n == 0) {

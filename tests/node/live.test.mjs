@@ -158,6 +158,27 @@ describe('anedvd serve on stories260K, through the official SDKs', { skip }, () 
 		}
 	});
 
+	it('completions: echo puts the prompt before the completion, streaming and not', async () => {
+		const req = { model: 'stories260K', prompt: 'Once upon a time', max_tokens: 10, temperature: 0 };
+		const plain = (await oai.completions.create(req)).choices[0].text;
+		const r = await oai.completions.create({ ...req, echo: true });
+		assert.equal(r.choices[0].text, 'Once upon a time' + plain);
+		assert.equal(r.usage.completion_tokens, 10);
+		// the ids' text (BOS, a special token, is not text)
+		const ids = await oai.completions.create({ ...req, prompt: [1, 403, 407], echo: true, max_tokens: 3 });
+		assert.match(ids.choices[0].text, /^Once upon./);
+		const stream = await oai.completions.create({ ...req, echo: true, stream: true });
+		const parts = [];
+		for await (const c of stream) if (c.choices[0]?.text) parts.push(c.choices[0].text);
+		assert.equal(parts[0], 'Once upon a time');
+		assert.equal(parts.join(''), r.choices[0].text);
+		await assert.rejects(oai.completions.create({ ...req, echo: true, logprobs: 1 }), (e) => {
+			assert.equal(e.status, 400);
+			assert.match(e.message, /'echo' with 'logprobs' is not supported/);
+			return true;
+		});
+	});
+
 	it('completions: stop as a string and as an array, streaming and not', async () => {
 		const req = { model: 'stories260K', prompt: 'Once upon a time', max_tokens: 24, temperature: 0 };
 		let r = await oai.completions.create({ ...req, stop: ' Lily' });
