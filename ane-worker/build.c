@@ -837,6 +837,8 @@ ane_set_build(struct ane_set *s, const struct model *m, const struct ane_plan_op
 	uint64_t t_start = now_us();
 	if (ane_plan_build(&s->plan, m, po, err))
 		return -1;
+	if (bo && bo->total)
+		atomic_store(bo->total, s->plan.n);
 	s->k = calloc((size_t)s->plan.n, sizeof *s->k);
 	s->b = s->k ? ane_builder_new(bo, err) : NULL;
 	if (!s->b) {
@@ -872,6 +874,8 @@ ane_set_build(struct ane_set *s, const struct model *m, const struct ane_plan_op
 			if (map)
 				kc_model_drop(m, map, mlen);
 			st->cache = ANE_CACHE_HIT;
+			if (bo && bo->built)
+				atomic_store(bo->built, s->plan.n);
 			st->cache_bytes = kc_entry_bytes(s->cache);
 			st->load_us = now_us() - t1;
 			st->total_us = now_us() - t_start;
@@ -931,6 +935,12 @@ ane_set_build(struct ane_set *s, const struct model *m, const struct ane_plan_op
 		st->compile_us += s->k[i].compile_us;
 		// the kernel holds its own copy now: the model's pages can go
 		drop_kernel_pages(m, pk);
+		if (bo && bo->built)
+			atomic_store(bo->built, i + 1);
+		if (bo && bo->debug_delay_ms > 0) {
+			struct timespec ts = {bo->debug_delay_ms / 1000, (long)(bo->debug_delay_ms % 1000) * 1000000L};
+			nanosleep(&ts, NULL);
+		}
 		if (q && q->threaded)
 			store_publish(q, i + 1, 0, 0);
 		if (progress)

@@ -40,7 +40,9 @@
 // --debug-delay-ms N sleeps N ms inside every kernel call (either path),
 // so a test can kill the worker while a call is in flight;
 // ANEDVD_DEBUG_DELAY_US does the same in microseconds for a worker the
-// supervisor starts (tests that need a reply to stream for a while).
+// supervisor starts (tests that need a reply to stream for a while), and
+// ANEDVD_DEBUG_BUILD_DELAY_MS pauses after each kernel built (tests that
+// watch a start: Health answers with the progress meanwhile).
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -125,7 +127,26 @@ struct worker {
 	struct dpc *dps;
 	int ndps;
 	enum ad_log_level log_level; // of the start and the data plane's comings and goings
+	// the start: the server answers from the first, Health with how far
+	// the kernels have come, every other request ERROR_UNAVAILABLE until
+	// ready (rpc.h)
+	_Atomic int built, total, ready;
 };
+
+// the rpc server's starting function
+static int
+starting(void *arg, char *buf, size_t cap)
+{
+	struct worker *w = arg;
+	if (atomic_load(&w->ready))
+		return 0;
+	const int total = atomic_load(&w->total);
+	if (total)
+		snprintf(buf, cap, "building its kernels for %s: %d of %d", w->backend, atomic_load(&w->built), total);
+	else
+		snprintf(buf, cap, "planning its kernels for %s", w->backend);
+	return 1;
+}
 
 static int
 nkernels(const struct worker *w)
@@ -987,6 +1008,7 @@ ane_service_start(const struct model *m, const struct ane_service_opts *o, char 
 	w->backend = backend;
 	w->delay_us = o->delay_us;
 	ad_rpc_server_init(&w->rpc, &ad_rpc_ane, "anedvd-ane-worker", handle, w, sizeof(struct reply), release);
+	w->rpc.starting = starting;
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_mutex_init(&w->dpmu, NULL);
 	enum ane_wfmt wf = ane_plan_weights_default(m, backend);
@@ -1004,8 +1026,16 @@ ane_service_start(const struct model *m, const struct ane_service_opts *o, char 
 	                            .cache_dir = o->cache_dir ? o->cache_dir : "",
 	                            .cache_max_bytes = (uint64_t)o->cache_mb << 20,
 	                            .options = copts,
-	                            .cache_background = 1};
+	                            .cache_background = 1,
+	                            .built = &w->built,
+	                            .total = &w->total,
+	                            .debug_delay_ms = o->build_delay_ms};
 	enum ad_log_level lv = w->log_level = o->quiet ? AD_LOG_DEBUG : AD_LOG_INFO;
+	// the server first: a long compile answers Health with its progress, so
+	// that the supervisor tells it from a worker that does not answer
+	sv->srv = ad_server_start(o->url, 4, ad_rpc_serve, &w->rpc, err);
+	if (!sv->srv)
+		goto fail;
 	ad_log(lv, "compiling %s for %s, %d columns, %s weights%s", m->name, backend, chunk, ane_wfmt_name(wf),
 	       o->split ? ", split FFN" : "");
 	if (ane_set_build(&w->set, m, &po, &bo, !o->quiet, err))
@@ -1020,12 +1050,11 @@ ane_service_start(const struct model *m, const struct ane_service_opts *o, char 
 	w->model_us = o->model_us;
 	ane_start_describe(&w->set.start, w->phases, sizeof w->phases);
 	ad_log(lv, "start: model %.1f ms, %s", o->model_us / 1e3, w->phases);
-	sv->srv = ad_server_start(o->url, 4, ad_rpc_serve, &w->rpc, err);
-	if (!sv->srv)
-		goto fail;
+	atomic_store(&w->ready, 1);
 	ad_log(lv, "ready on %s", o->url);
 	return sv;
 fail:
+	ad_server_stop(sv->srv); // NULL is fine
 	worker_free(w);
 	free(sv);
 	return NULL;
@@ -1203,6 +1232,10 @@ main(int argc, char **argv)
 	int env_delay = 0;
 	if (!delay && dus && num(dus, 0, 600000000, &env_delay) == 0)
 		so.delay_us = env_delay;
+	const char *bds = getenv("ANEDVD_DEBUG_BUILD_DELAY_MS");
+	int build_delay = 0;
+	if (bds && num(bds, 0, 60000, &build_delay) == 0)
+		so.build_delay_ms = build_delay;
 	char cdir[4096] = "";
 	if (!no_cache) {
 		if (cache_dir)

@@ -744,9 +744,10 @@ sup_wait_ready(struct sup *s, const char *name, int timeout_ms, char *err)
 			return ad_err(err, "%s did not become ready within %d ms: %s", name, timeout_ms, last);
 		if (waited > t_said + 10000) {
 			// a warning from 30 s on: a compile may take that long, a
-			// worker that never answers should be seen
+			// worker that never answers should be seen (one that answers
+			// with its progress is only slow)
 			t_said = waited;
-			ad_log(waited >= 30000 ? AD_LOG_WARN : AD_LOG_INFO,
+			ad_log(waited >= 30000 && !strstr(last, ": starting: ") ? AD_LOG_WARN : AD_LOG_INFO,
 			       "still waiting for %s (pid %ld, %.0f s): %s", name, (long)pid, waited / 1e3, last);
 		}
 		sleep_ms(20);

@@ -162,9 +162,17 @@ ad_rpc_health(struct ad_client *c, const struct ad_rpc_service *s, struct ad_rpc
 		h->pid = hr->pid;
 		h->uptime_ms = hr->uptime_ms;
 		h->requests = hr->requests;
+		h->starting = hr->starting;
+		snprintf(h->progress, sizeof h->progress, "%s", hr->progress ? hr->progress : "");
+	}
+	int starting = hr->starting;
+	if (starting) {
+		if (code)
+			*code = ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE;
+		ad_err(err, "%s: starting: %s", s->name, hr->progress && hr->progress[0] ? hr->progress : "not ready");
 	}
 	ad_rpc_free(r);
-	return 0;
+	return starting ? -1 : 0;
 }
 
 // --- server ------------------------------------------------------------------------------
@@ -213,6 +221,8 @@ ad_rpc_serve(void *server, const uint8_t *req, size_t req_len, uint8_t **out, si
 		return;
 	}
 	rq->scratch = scratch;
+	char progress[160] = "";
+	const int starting = s->starting && s->starting(s->arg, progress, sizeof progress);
 	Anedvd__HealthReply health = ANEDVD__HEALTH_REPLY__INIT;
 	Anedvd__Error error = ANEDVD__ERROR__INIT;
 	ProtobufCMessage *q = protobuf_c_message_unpack(svc->request, NULL, req_len, req);
@@ -229,7 +239,11 @@ ad_rpc_serve(void *server, const uint8_t *req, size_t req_len, uint8_t **out, si
 		health.pid = (uint32_t)getpid();
 		health.uptime_ms = (ad_now_ns() - s->started_ns) / 1000000u;
 		health.requests = __atomic_load_n(&s->requests, __ATOMIC_RELAXED);
+		health.starting = starting;
+		health.progress = progress;
 		rq->reply = &health.base;
+	} else if (starting) {
+		ad_rpc_fail(rq, ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE, "starting: %s", progress);
 	} else {
 		rq->method = (int)qf->id;
 		rq->body = qb;

@@ -23,7 +23,9 @@
 // Server: ad_rpc_serve is an ad_ipc_handler over an ad_rpc_server. It
 // decodes the request envelope (one that does not decode, or has no body,
 // is ERROR_BAD_REQUEST), answers Health itself (the process's name and
-// pid, uptime, requests served), hands every other body to the service's
+// pid, uptime, requests served; while the server's starting function says
+// it is starting, that and its progress, and every other request fails
+// with ERROR_UNAVAILABLE), hands every other body to the service's
 // function and packs the reply: the body the function set, or the error it
 // raised (ad_rpc_fail), under the request's id. A function's reply body and
 // whatever it points to must stay valid until the reply is packed: they
@@ -63,10 +65,13 @@ struct ad_rpc_health {
 	char process[64];
 	uint32_t pid;
 	uint64_t uptime_ms, requests;
+	int starting;       // alive, not ready yet
+	char progress[160]; // how far its start has come
 };
 
 // ad_rpc_health asks the service's Health (h may be NULL): 0, or -1 with
-// *code and err as ad_rpc_call's
+// *code and err as ad_rpc_call's. A service still starting is not ready:
+// -1, ERROR_UNAVAILABLE and "<service>: starting: <progress>" (h filled)
 int ad_rpc_health(struct ad_client *c, const struct ad_rpc_service *s, struct ad_rpc_health *h, int timeout_ms,
                   int *code, char *err);
 
@@ -97,6 +102,9 @@ struct ad_rpc_server {
 	void (*release)(void *scratch); // may be NULL
 	uint64_t started_ns;
 	uint64_t requests; // served, Health included (atomic)
+	// NULL, or called for every request from any server thread: 1 while
+	// the process is starting (its progress into buf), 0 once it serves
+	int (*starting)(void *arg, char *buf, size_t cap);
 };
 
 void ad_rpc_server_init(struct ad_rpc_server *s, const struct ad_rpc_service *svc, const char *process, ad_rpc_fn fn,

@@ -9,7 +9,9 @@
 // and Stats counts its kernels; an engine over kb_remote whose worker is
 // SIGKILLed mid-generation gives kb_local's tokens; a worker hung in a
 // kernel fails the call after the deadline; the polling doorbell on both
-// sides gives kb_local's bits.
+// sides gives kb_local's bits. A worker building its kernels slowly
+// answers Health from the first, with how far it has come, refuses other
+// requests with ERROR_UNAVAILABLE meanwhile, and then serves.
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -24,6 +26,7 @@
 
 #include "ane.pb-c.h"
 #include "build.h"
+#include "client-ane.h"
 #include "common.pb-c.h"
 #include "dataplane.h"
 #include "dequant.h"
@@ -582,11 +585,75 @@ healthy(struct ad_client *c)
 	q.body_case = ANEDVD__ANE_REQUEST__BODY_HEALTH;
 	q.health = &h;
 	Anedvd__AneReply *a = req(c, &q);
+	// up, and not still building its kernels (every other request is refused until then)
 	int ok = a && !a->error && a->body_case == ANEDVD__ANE_REPLY__BODY_HEALTH &&
-	         a->health->pid == (uint32_t)worker && strcmp(a->health->process, "anedvd-ane-worker") == 0;
+	         a->health->pid == (uint32_t)worker && strcmp(a->health->process, "anedvd-ane-worker") == 0 &&
+	         !a->health->starting;
 	if (a)
 		anedvd__ane_reply__free_unpacked(a, NULL);
 	return ok;
+}
+
+// a worker whose kernels take 150 ms each to build (--no-cache: built, not
+// loaded): its Health during the start, a request refused, then served
+static void
+test_health_while_building(void)
+{
+	char u[300], err[AD_ERRLEN];
+	REQUIRE(ad_ipc_url(u, sizeof u, t_tmpdir(), "ane-slow") == 0);
+	setenv("ANEDVD_DEBUG_BUILD_DELAY_MS", "150", 1);
+	char *argv[] = {WORKER_BIN, "--model",   STORIES, "--listen",   u,   "--chunk",
+	                "8",        "--threads", "1",     "--no-cache", NULL};
+	pid_t pid = start(argv);
+	unsetenv("ANEDVD_DEBUG_BUILD_DELAY_MS");
+	REQUIRE(pid > 0);
+	struct ad_client *c = ad_client_open(u, err);
+	REQUIRE(c, "%s", err);
+	int starting = 0, midway = 0, refused = 0, ready = 0, code = 0;
+	char progress[200] = "", refusal[AD_ERRLEN] = "";
+	for (int i = 0; i < 1500 && !ready; i++) {
+		Anedvd__HealthRequest h = ANEDVD__HEALTH_REQUEST__INIT;
+		Anedvd__AneRequest q = ANEDVD__ANE_REQUEST__INIT;
+		q.body_case = ANEDVD__ANE_REQUEST__BODY_HEALTH;
+		q.health = &h;
+		Anedvd__AneReply *a = req(c, &q);
+		if (a && !a->error && a->body_case == ANEDVD__ANE_REPLY__BODY_HEALTH &&
+		    a->health->pid == (uint32_t)pid) {
+			if (!a->health->starting) {
+				ready = 1;
+			} else {
+				starting++;
+				snprintf(progress, sizeof progress, "%s",
+				         a->health->progress ? a->health->progress : "");
+				int k = -1, n = -1;
+				const char *of = strstr(progress, ": ");
+				if (of && sscanf(of + 2, "%d of %d", &k, &n) == 2 && k > 0 && k < n) {
+					midway = 1;
+					if (!refused) {
+						Anedvd__AneReply *r = anec_compile(c, NULL, 2000, &code, refusal);
+						refused = !r && code == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE &&
+						          strstr(refusal, "starting: building its kernels") != NULL;
+						ad_rpc_free(r);
+					}
+				}
+			}
+		}
+		if (a)
+			anedvd__ane_reply__free_unpacked(a, NULL);
+		struct timespec ts = {0, 20 * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	CHECK(starting > 0 && midway, "Health while building: %d answers, the last '%s'", starting, progress);
+	CHECK(refused, "a Compile while building: code %d, '%s'", code, refusal);
+	CHECK(ready, "never ready");
+	Anedvd__AneReply *r = anec_compile(c, NULL, 5000, &code, err);
+	CHECK(r && r->compile && r->compile->n_kernels > 0, "after the start: %s", r ? "no kernels" : err);
+	ad_rpc_free(r);
+	printf("a slow start: %d Health answers while building (the last '%s'), then ready\n", starting, progress);
+	ad_client_close(c);
+	kill(pid, SIGTERM);
+	int st = 0;
+	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d", st);
 }
 
 static int
@@ -1688,6 +1755,7 @@ main(void)
 	T_RUN(test_head_chunks);
 	T_RUN(test_build_files);
 	T_RUN(test_process_start);
+	T_RUN(test_health_while_building);
 	T_RUN(test_remote_bit_exact);
 	T_RUN(test_remote_errors);
 	T_RUN(test_round_trip);

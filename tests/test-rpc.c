@@ -8,7 +8,11 @@
 //     another request or carries another body (ERROR_INTERNAL);
 //   - the server side: a request that does not decode or has no body is
 //     ERROR_BAD_REQUEST, a function that sets no reply ERROR_INTERNAL; the
-//     request's scratch is released after every request.
+//     request's scratch is released after every request;
+//   - a server still starting answers Health with its progress (not ready:
+//     ERROR_UNAVAILABLE for ad_rpc_health) and fails every other request
+//     with ERROR_UNAVAILABLE, without calling its function; once started,
+//     both work.
 #include <stdatomic.h>
 #include <time.h>
 
@@ -286,6 +290,65 @@ test_bad_requests(void)
 	anedvd__engine_reply__free_unpacked(r, NULL);
 }
 
+static atomic_int warming = 1, fn_calls;
+
+static int
+warm(void *arg, char *buf, size_t cap)
+{
+	(void)arg;
+	if (!atomic_load(&warming))
+		return 0;
+	snprintf(buf, cap, "warming up: %d of 7", 3);
+	return 1;
+}
+
+static void
+counting_fn(void *arg, struct ad_rpc_req *q)
+{
+	atomic_fetch_add(&fn_calls, 1);
+	fn(arg, q);
+}
+
+static void
+test_starting(void)
+{
+	char u[256], err[AD_ERRLEN] = "";
+	REQUIRE(ad_ipc_url(u, sizeof u, t_tmpdir(), "rpc-starting") == 0);
+	static struct ad_rpc_server s2;
+	ad_rpc_server_init(&s2, &ad_rpc_engine, "test-rpc-starting", counting_fn, NULL, sizeof(struct scratch),
+	                   release);
+	s2.starting = warm;
+	struct ad_server *sv = ad_server_start(u, 2, ad_rpc_serve, &s2, err);
+	REQUIRE(sv, "%s", err);
+	struct ad_client *c = ad_client_open(u, err);
+	REQUIRE(c, "%s", err);
+	struct ad_rpc_health h;
+	int code = 0;
+	CHECK(ad_rpc_health(c, &ad_rpc_engine, &h, 2000, &code, err) == -1, "a starting server is not ready");
+	CHECK(code == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE, "code %d", code);
+	CHECK(strcmp(err, "engine service: starting: warming up: 3 of 7") == 0, "%s", err);
+	CHECK(h.starting && strcmp(h.progress, "warming up: 3 of 7") == 0 && h.pid == (uint32_t)getpid(),
+	      "starting %d, progress '%s'", h.starting, h.progress);
+	int32_t prompt[2] = {4, 5};
+	Anedvd__GenerateRequest g = ANEDVD__GENERATE_REQUEST__INIT;
+	g.prompt = prompt;
+	g.n_prompt = 2;
+	code = 0;
+	CHECK(ad_rpc_call(c, &ad_rpc_engine, &g.base, 2000, &code, err) == NULL, "a call while starting");
+	CHECK(code == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE, "code %d", code);
+	CHECK(strstr(err, "starting: warming up: 3 of 7") != NULL, "%s", err);
+	CHECK(atomic_load(&fn_calls) == 0, "the function ran %d times while starting", atomic_load(&fn_calls));
+	atomic_store(&warming, 0);
+	CHECK(ad_rpc_health(c, &ad_rpc_engine, &h, 2000, &code, err) == 0, "%s", err);
+	CHECK(!h.starting && h.progress[0] == 0, "started: starting %d, progress '%s'", h.starting, h.progress);
+	Anedvd__EngineReply *r = ad_rpc_call(c, &ad_rpc_engine, &g.base, 2000, &code, err);
+	CHECK(r && r->generate && r->generate->job == 2, "%s", r ? "another reply" : err);
+	ad_rpc_free(r);
+	CHECK(atomic_load(&fn_calls) == 1);
+	ad_client_close(c);
+	ad_server_stop(sv);
+}
+
 int
 main(void)
 {
@@ -297,6 +360,7 @@ main(void)
 	T_RUN(test_peer_gone);
 	T_RUN(test_malformed_reply);
 	T_RUN(test_bad_requests);
+	T_RUN(test_starting);
 	ad_client_close(cl);
 	ad_server_stop(srv);
 	ad_ipc_fini();

@@ -28,13 +28,16 @@ struct ane_service_opts {
 	const char *cache_dir; // the compiled-kernel cache (NULL or "": none)
 	int cache_mb;          // bound of the cache directory (0: KC_DEFAULT_MAX_MB)
 	int delay_us;          // sleep inside every kernel call (tests)
+	int build_delay_ms;    // a pause after each kernel built (tests: a start slow enough to watch)
 	uint64_t model_us;     // the model's load time, for the start's log line
 	int quiet;             // log the start at debug level (a service inside another program)
 };
 
 struct ane_service;
 
-// compiled and listening, or NULL with err
+// listening from the first (Health, while the kernels are built, says how
+// far they have come, and every other request fails with ERROR_UNAVAILABLE:
+// rpc.h) and returning once they are; or NULL with err
 struct ane_service *ane_service_start(const struct model *m, const struct ane_service_opts *o, char *err);
 // wait for a new cache entry being written beside the start (a no-op
 // without one), logging how it went

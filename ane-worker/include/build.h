@@ -49,6 +49,7 @@
 #define ANE_BUILD_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "emu.h"
@@ -76,6 +77,10 @@ struct ane_build_opts {
 	// finish the entry (the last kernels, fsync, rename) in the background:
 	// ane_set_cache_wait (or ane_set_free) waits for it
 	int cache_background;
+	// NULL, or where ane_set_build counts the kernels it has and will
+	// have, for another thread to read (the ane-worker's Health)
+	_Atomic int *built, *total;
+	int debug_delay_ms; // a pause after each kernel built (tests)
 };
 
 struct ane_builder;
