@@ -87,6 +87,12 @@ struct dp_chan {
 	uint32_t through_max_ns;
 	_Atomic int score, rest, rest_len;
 	_Atomic int since_big; // calls booked since one over 1 ms late
+	// client: how much later than expect_ns after the posting the replies
+	// are written (the call's own cost: the worker's pickup, its threads'
+	// wake-ups, the steps between the kernels), a running mean and mean
+	// deviation, ns; the sleep until a reply is due aims before it by the
+	// lead and twice the deviation
+	_Atomic int64_t over_ns, dev_ns;
 };
 
 // The rest after spinning stopped paying, in calls: from DP_REST_MIN,
@@ -624,6 +630,21 @@ through_book(struct dp_chan *c, uint64_t late_ns)
 	}
 }
 
+// a reply written over_ns later than expected (negative: earlier); one
+// more than 5 ms off (a descheduled worker, a first call) is left out
+static void
+book_over(struct dp_chan *c, int64_t over_ns)
+{
+	if (over_ns > 5000000 || over_ns < -5000000)
+		return;
+	int64_t m = atomic_load_explicit(&c->over_ns, memory_order_relaxed),
+		d = atomic_load_explicit(&c->dev_ns, memory_order_relaxed);
+	m += (over_ns - m) / 8;
+	d += ((over_ns > m ? over_ns - m : m - over_ns) - d) / 8;
+	atomic_store_explicit(&c->over_ns, m, memory_order_relaxed);
+	atomic_store_explicit(&c->dev_ns, d, memory_order_relaxed);
+}
+
 int
 dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp_reply *rep, uint32_t pid,
                uint32_t gen, int timeout_ms, uint64_t expect_ns)
@@ -683,9 +704,18 @@ dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct
 	// wakes us earlier if it is done first), then spin, so the latency of
 	// being woken falls before the reply, not after it. The timer's slack
 	// (50 us by default) would eat the lead.
-	uint64_t due = 0;
+	uint64_t due = 0, due_spin = 3 * (uint64_t)c->lead_ns;
 	if (x == s - 1 && expect_ns > sp + c->lead_ns) {
-		due = posted + expect_ns - c->lead_ns;
+		const int64_t over = atomic_load_explicit(&c->over_ns, memory_order_relaxed),
+			      dev = atomic_load_explicit(&c->dev_ns, memory_order_relaxed);
+		// the deviation's share at most a quarter of the call: a noisy
+		// machine's spread must not make every call a spin
+		const int64_t spread = 2 * dev < (int64_t)expect_ns / 4 ? 2 * dev : (int64_t)expect_ns / 4;
+		int64_t at = (int64_t)expect_ns + over - (int64_t)c->lead_ns - spread;
+		if (at < (int64_t)sp)
+			at = (int64_t)sp;
+		due = posted + (uint64_t)at;
+		due_spin += 2 * (uint64_t)spread;
 		static _Thread_local int slack_set;
 		if (!slack_set) {
 #if defined(__linux__)
@@ -699,6 +729,8 @@ dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct
 			// acquired s: the reply written before the store is complete
 			*rep = sl->rep;
 			rep->msg[sizeof rep->msg - 1] = 0;
+			if (expect_ns)
+				book_over(c, (int64_t)(rep->done_ns - posted) - (int64_t)expect_ns);
 			return DP_DONE;
 		}
 		// the worker's liveness once per slice (the pid check reads /proc:
@@ -718,7 +750,7 @@ dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct
 			left = DP_SLICE_NS;
 		if (due && t >= due) { // the reply is due: spin for it, once
 			due = 0;
-			x = spin(&sl->rep_seq, s - 1, 3 * (uint64_t)c->lead_ns, hot_ns);
+			x = spin(&sl->rep_seq, s - 1, due_spin, hot_ns);
 			backoff = 0;
 			continue;
 		}
