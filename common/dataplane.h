@@ -190,9 +190,10 @@ int dp_call(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp
 // 1000).
 // With it off, a short one (expect + lead <= ANEDVD_DP_SPIN_MAX_US, 200
 // us) is spun through; for a longer one the caller sleeps until
-// ANEDVD_DP_LEAD_US (40 us) before the reply is due, then spins; so being
-// woken costs nothing when the guess holds (and the worker still wakes it
-// when the reply comes earlier)
+// ANEDVD_DP_LEAD_US (40 us) and twice the replies' spread before the reply
+// is due (expect_ns, and how late after it the channel's replies have come
+// on average), then spins; so being woken costs nothing when the guess
+// holds (and the worker still wakes it when the reply comes earlier)
 int dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct dp_reply *rep, uint32_t pid,
                    uint32_t gen, int timeout_ms, uint64_t expect_ns);
 void dp_release(struct dp_chan *c, int slot);
