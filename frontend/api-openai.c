@@ -410,6 +410,12 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 		return -1;
 	if (rv)
 		p->n = (int)ll;
+	// an insertion (text after the completion) is not done: refused rather
+	// than answered as a plain completion
+	cJSON *sf = cJSON_GetObjectItemCaseSensitive(body, "suffix");
+	if (api == FE_API_COMPLETIONS && sf && !cJSON_IsNull(sf) && !(cJSON_IsString(sf) && !sf->valuestring[0]))
+		return fe_bad_set(bad, 400, "suffix",
+		                  "'suffix' is not supported: no insertion, only a completion after the prompt");
 	cJSON *bo = cJSON_GetObjectItemCaseSensitive(body, "best_of");
 	if (bo && !cJSON_IsNull(bo) && !(cJSON_IsNumber(bo) && bo->valuedouble == 1))
 		return fe_bad_set(bad, 400, "best_of",

@@ -148,6 +148,12 @@ describe('frontend over raw HTTP', () => {
 		// a prompt of token ids is one prompt; a batch of several is not served
 		for (const prompt of [[], [[1], [2]], ['a', 'b'], [1, -2], 7])
 			openaiError(await post(s, '/v1/completions', { prompt }), 400, 'prompt');
+		// no insertion: a suffix is refused, an empty or null one is no suffix
+		openaiError(await post(s, '/v1/completions', { prompt: 'ECHO:x', suffix: 'end' }), 400, 'suffix');
+		for (const suffix of ['', null]) {
+			const r = await post(s, '/v1/completions', { prompt: 'ECHO:x', suffix, max_tokens: 3 });
+			assert.equal(r.status, 200, JSON.stringify(suffix));
+		}
 		const anth = [
 			[{ messages: [{ role: 'user', content: 'x' }] }, /max_tokens/],
 			[{ max_tokens: 5 }, /messages/],
