@@ -691,6 +691,7 @@ int
 sup_wait_ready(struct sup *s, const char *name, int timeout_ms, char *err)
 {
 	uint64_t t0 = now_ms(), t_renew = t0, t_said = 0;
+	int starting = -1; // the last probe: 1 the child answers that it is still starting
 	char last[AD_ERRLEN] = "no answer";
 	for (;;) {
 		pthread_mutex_lock(&s->mu);
@@ -729,7 +730,7 @@ sup_wait_ready(struct sup *s, const char *name, int timeout_ms, char *err)
 		if (pid > 0) {
 			if (!h)
 				return 0;
-			if (h(url, 500, last) == 0)
+			if ((starting = h(url, 500, last)) == 0)
 				return 0;
 			// a live child that has not answered for a while: the kept
 			// probe client may be the one at fault, so the next probe
@@ -747,7 +748,7 @@ sup_wait_ready(struct sup *s, const char *name, int timeout_ms, char *err)
 			// worker that never answers should be seen (one that answers
 			// with its progress is only slow)
 			t_said = waited;
-			ad_log(waited >= 30000 && !strstr(last, ": starting: ") ? AD_LOG_WARN : AD_LOG_INFO,
+			ad_log(waited >= 30000 && starting != 1 ? AD_LOG_WARN : AD_LOG_INFO,
 			       "still waiting for %s (pid %ld, %.0f s): %s", name, (long)pid, waited / 1e3, last);
 		}
 		sleep_ms(20);
@@ -966,9 +967,10 @@ health(const char *url, const struct ad_rpc_service *svc, int timeout_ms, char *
 	int slot = probe_get(url, &c, err);
 	if (slot < 0)
 		return -1;
-	int rc = ad_rpc_health(c, svc, NULL, timeout_ms, NULL, err);
+	struct ad_rpc_health h = {0};
+	int rc = ad_rpc_health(c, svc, &h, timeout_ms, NULL, err);
 	probe_put(slot);
-	return rc;
+	return rc == 0 ? 0 : h.starting ? 1 : -1;
 }
 
 int

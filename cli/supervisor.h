@@ -46,7 +46,8 @@
 
 struct sup;
 
-// health: 0 when the child at url answers, -1 with a message
+// health: 0 when the child at url answers ready, 1 when it answers that it
+// is still starting (the message says how far it has come), -1 with a message
 typedef int (*sup_health_fn)(const char *url, int timeout_ms, char *err);
 
 struct sup_spec {

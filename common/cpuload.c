@@ -106,7 +106,7 @@ pid_ticks(const char *path, uint64_t *t)
 
 // the machine's busy ticks and ours now; -1 if /proc/stat cannot be read
 static int
-sample(const struct ad_cpuload *l, uint32_t peer, uint64_t *busy, uint64_t *ours)
+sample(uint32_t peer, uint64_t *busy, uint64_t *ours)
 {
 	char buf[256];
 	if (read_small("/proc/stat", buf, sizeof buf) != 0 || ad_cpuload_parse_stat(buf, busy) != 0)
@@ -120,7 +120,6 @@ sample(const struct ad_cpuload *l, uint32_t peer, uint64_t *busy, uint64_t *ours
 		if (pid_ticks(path, &b) != 0)
 			b = 0; // gone: its time is no longer in the machine's either
 	}
-	(void)l;
 	*ours = a + b;
 	return 0;
 }
@@ -134,7 +133,7 @@ ad_cpuload_spare(struct ad_cpuload *l, uint32_t peer, uint64_t now_ns)
 		return atomic_load_explicit(&l->verdict, memory_order_relaxed);
 	if (now_ns >= atomic_load_explicit(&l->next_ns, memory_order_relaxed)) {
 		uint64_t busy, ours;
-		if (l->ncpu < 2 || l->hz <= 0 || sample(l, peer, &busy, &ours) != 0) {
+		if (l->ncpu < 2 || l->hz <= 0 || sample(peer, &busy, &ours) != 0) {
 			atomic_store(&l->verdict, -1);
 			atomic_store(&l->next_ns, UINT64_MAX); // it will not change
 		} else {
