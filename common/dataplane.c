@@ -860,10 +860,20 @@ dp_serve(struct dp_chan *c, uint32_t gen, dp_handler fn, void *arg, const volati
 		}
 		// idle: spin a little after the last request (the next one often
 		// follows within microseconds), then sleep in slices; the idle work
-		// first, a piece at a time, while the bell stays as read
+		// first, a piece at a time, while the bell stays as read. A yield
+		// before each piece, as the spin's own looks do: the caller's
+		// thread, waiting for the reply just written, may share this core
+		// (three threads on two: this one, the emu's other, the caller), and
+		// the pieces one after another kept it off the core until the idle
+		// spin's time was up: it saw the reply 40-80 us late in half of the
+		// SmolLM2-135M shape's decode calls, spun through or slept through
+		// (IPC 13.5 us a call after, against 30)
 		if (t - last < c->spin_serve_ns) {
-			if (c->idle && c->idle(c->idle_arg) && atomic_load(&h->bell) == b)
-				continue;
+			if (c->idle) {
+				sched_yield();
+				if (c->idle(c->idle_arg) && atomic_load(&h->bell) == b)
+					continue;
+			}
 			spin(&h->bell, b, c->spin_serve_ns - (t - last), serve_hot_ns);
 			continue;
 		}
