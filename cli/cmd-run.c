@@ -297,6 +297,15 @@ print_split(FILE *f, struct pipe *p, const struct gen *g)
 		        (double)d->dec_attention_ns / 1e6 / ds, (double)(d->dec_other_ns + d->dec_moe_ns) / 1e6 / ds,
 		        (double)d->dec_round_trips / ds,
 		        100.0 * (1.0 - (double)d->dec_kernel_ns / (double)d->decode_ns));
+		if (d->dec_round_trips > 0 && (d->dec_pickup_ns || d->dec_reply_ns)) {
+			const double calls = (double)d->dec_round_trips, ipc = (double)d->dec_ipc_ns / 1e3 / calls,
+				     pk = (double)d->dec_pickup_ns / 1e3 / calls,
+				     rp = (double)d->dec_reply_ns / 1e3 / calls;
+			fprintf(f,
+			        "IPC per decode call %.1f us: the ane-worker taking the request %.1f us, the reply "
+			        "reaching this side %.1f us, the rest (the worker's own steps between kernels) %.1f us\n",
+			        ipc, pk, rp, ipc > pk + rp ? ipc - pk - rp : 0.0);
+		}
 	}
 }
 
@@ -745,6 +754,19 @@ cmd_run(int argc, char **argv)
 			                        (double)(g.dec.dec_other_ns + g.dec.dec_moe_ns) / 1e6 / st);
 			cJSON_AddItemToObject(t, "decode_per_token_ms", ds);
 			cJSON_AddNumberToObject(t, "decode_round_trips_per_token", (double)g.dec.dec_round_trips / st);
+			// the IPC of a decode call, split where the data plane can tell
+			if (g.dec.dec_round_trips > 0) {
+				const double calls = (double)g.dec.dec_round_trips,
+					     ipc = (double)g.dec.dec_ipc_ns / 1e3 / calls,
+					     pk = (double)g.dec.dec_pickup_ns / 1e3 / calls,
+					     rp = (double)g.dec.dec_reply_ns / 1e3 / calls;
+				cJSON *ic = cJSON_CreateObject();
+				cJSON_AddNumberToObject(ic, "all", ipc);
+				cJSON_AddNumberToObject(ic, "pickup", pk);
+				cJSON_AddNumberToObject(ic, "reply", rp);
+				cJSON_AddNumberToObject(ic, "rest", ipc > pk + rp ? ipc - pk - rp : 0.0);
+				cJSON_AddItemToObject(t, "decode_ipc_per_call_us", ic);
+			}
 			cJSON_AddNumberToObject(t, "decode_outside_kernels_share",
 			                        1.0 - (double)g.dec.dec_kernel_ns / (double)g.dec.decode_ns);
 		}

@@ -663,6 +663,7 @@ dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct
 	sl->rq_gen = gen;
 	// only this thread writes req_seq while it holds the slot
 	const uint32_t s = atomic_load_explicit(&sl->req_seq, memory_order_relaxed) + 1;
+	const uint64_t t_post = ad_now_ns();
 	// release: the request above is visible to whoever acquires s
 	atomic_store_explicit(&sl->req_seq, s, memory_order_release);
 	atomic_fetch_add(&c->h->bell, 1); // seq_cst: then read server_sleeping
@@ -729,6 +730,8 @@ dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct
 			// acquired s: the reply written before the store is complete
 			*rep = sl->rep;
 			rep->msg[sizeof rep->msg - 1] = 0;
+			rep->posted_ns = t_post;
+			rep->seen_ns = ad_now_ns();
 			if (expect_ns)
 				book_over(c, (int64_t)(rep->done_ns - posted) - (int64_t)expect_ns);
 			return DP_DONE;
@@ -797,6 +800,7 @@ serve_slot(struct dp_chan *c, struct dp_slot *sl, uint32_t q, uint32_t gen, dp_h
 	static _Thread_local struct dp_request rq;
 	static _Thread_local struct dp_reply rp;
 	memset(&rp, 0, sizeof rp);
+	rp.start_ns = ad_now_ns();
 	rq.op = sl->rq.op;
 	rq.nsteps = sl->rq.nsteps;
 	if (rq.op == DP_OP_NOP) {

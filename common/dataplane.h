@@ -135,6 +135,13 @@ struct dp_reply {
 	int32_t status;      // enum dp_status
 	uint32_t done_steps; // steps that ran (the failing one is done_steps)
 	uint64_t done_ns;    // the worker's clock (ad_now_ns) when it wrote the reply
+	uint64_t start_ns;   // the worker's clock when it took the request
+	// written by the caller's dp_call, not by the worker: its clock when it
+	// posted the request and when it saw the reply (ad_now_ns is the
+	// system's monotonic clock, the same in both processes), so a call's
+	// IPC splits into pickup (start - posted), the worker's own time
+	// between its steps, and the reply's way back (seen - done)
+	uint64_t posted_ns, seen_ns;
 	uint64_t exec_ns[DP_MAX_STEPS];
 	char msg[DP_MSG];
 };

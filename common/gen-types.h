@@ -93,6 +93,10 @@ struct gen_timings {
 	// the split of decode_ns alone: the stage times above include the
 	// prefill's (a job's whole time), these only the decode steps'
 	uint64_t dec_kernel_ns, dec_ipc_ns, dec_attention_ns, dec_moe_ns, dec_other_ns, dec_round_trips;
+	// of dec_ipc_ns, on the data plane: requests posted -> taken by the
+	// ane-worker, and replies written -> seen (the rest: the worker's own
+	// steps between kernels, the caller's own)
+	uint64_t dec_pickup_ns, dec_reply_ns;
 	struct spec_stats spec; // the job's drafts (reached is not sent: 0 from a client)
 };
 
@@ -123,6 +127,8 @@ gen_timings_addsub(struct gen_timings *d, const struct gen_timings *a, const str
 	r.dec_moe_ns += b->dec_moe_ns * m;
 	r.dec_other_ns += b->dec_other_ns * m;
 	r.dec_round_trips += b->dec_round_trips * m;
+	r.dec_pickup_ns += b->dec_pickup_ns * m;
+	r.dec_reply_ns += b->dec_reply_ns * m;
 	if (sign > 0)
 		spec_add(&r.spec, &b->spec);
 	*d = r;

@@ -1118,7 +1118,9 @@ struct fwd {
 	uint64_t kernel_ns, call_ns, attn_ns, moe_ns, calls;
 	uint64_t glue_ns; // KB_RESNORM steps inside calls: CPU work, wherever it ran
 	uint64_t trips;   // calls to the backend
-	int trace;        // trace_enabled(), read once per forward
+	// of call_ns: request posted -> taken, reply written -> seen (kb_timing)
+	uint64_t pickup_ns, reply_ns;
+	int trace; // trace_enabled(), read once per forward
 };
 
 static void
@@ -1165,7 +1167,7 @@ run(struct engine *e, struct fwd *f, int id, const float *x, size_t ld_x, float 
 {
 	if (x)
 		put(e, e->k_in[id], x, ncols, ld_x);
-	struct kb_timing t = {0, 0};
+	struct kb_timing t = {0};
 	uint64_t t0 = ad_now_ns();
 	if (e->kb->call(e->kb, id, &e->surf[e->k_in[id]].s, &e->surf[e->k_out[id]].s, ncols, &t, err))
 		return ad_err_prefix(err, "kernel %d (layer %d)", id, e->kb->kernels[id].layer);
@@ -1174,6 +1176,8 @@ run(struct engine *e, struct fwd *f, int id, const float *x, size_t ld_x, float 
 		trace_call(e, id, "", t0, t1);
 	f->call_ns += t1 - t0;
 	f->kernel_ns += t.exec_ns;
+	f->pickup_ns += t.pickup_ns;
+	f->reply_ns += t.reply_ns;
 	f->calls++;
 	f->trips++;
 	get(e, e->k_out[id], y, ncols, ld_y);
@@ -1218,8 +1222,11 @@ run_head(struct engine *e, struct fwd *f, const float *x, float *logits, int nw,
 	if (f->trace)
 		trace_call(e, e->head[0], e->n_head > 1 ? " (all chunks)" : "", t0, t1);
 	f->call_ns += t1 - t0;
-	for (int h = 0; h < e->n_head; h++)
+	for (int h = 0; h < e->n_head; h++) {
 		f->kernel_ns += e->head_t[h].exec_ns;
+		f->pickup_ns += e->head_t[h].pickup_ns;
+		f->reply_ns += e->head_t[h].reply_ns;
+	}
 	f->calls += (uint64_t)e->n_head;
 	f->trips++;
 	head_logits(e, logits, nw);
@@ -1625,6 +1632,8 @@ book(struct gen_timings *t, const struct fwd *f, uint64_t total, int cols, int n
 		t->decode_tokens += (uint32_t)cols;
 		t->dec_kernel_ns += kern;
 		t->dec_ipc_ns += ipc;
+		t->dec_pickup_ns += f->pickup_ns * c / d;
+		t->dec_reply_ns += f->reply_ns * c / d;
 		t->dec_attention_ns += attn;
 		t->dec_moe_ns += moe;
 		t->dec_other_ns += rest;
@@ -1755,6 +1764,8 @@ call_steps(struct engine *e, struct fwd *f, const struct kb_step *st, int n, cha
 	f->trips++;
 	int first = -1;
 	for (int i = 0; i < n; i++) {
+		f->pickup_ns += e->ft[i].pickup_ns;
+		f->reply_ns += e->ft[i].reply_ns;
 		if (st[i].kind == KB_RESNORM) {
 			f->glue_ns += e->ft[i].exec_ns;
 		} else {

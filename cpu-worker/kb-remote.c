@@ -424,7 +424,11 @@ dp_list(struct remote *r, const struct kb_step *steps, int n, struct kb_timing *
 			exec += rep.exec_ns[i];
 		uint64_t over = total > exec ? (total - exec) / (uint64_t)n : 0;
 		for (int i = 0; i < n; i++)
-			t[i] = (struct kb_timing){rep.exec_ns[i], rep.exec_ns[i] + over};
+			t[i] = (struct kb_timing){rep.exec_ns[i], rep.exec_ns[i] + over, 0, 0};
+		// both clocks are the system's monotonic one: a difference
+		// below zero is the two reads' order, not time
+		t[0].pickup_ns = rep.start_ns > rep.posted_ns ? rep.start_ns - rep.posted_ns : 0;
+		t[0].reply_ns = rep.seen_ns > rep.done_ns ? rep.seen_ns - rep.done_ns : 0;
 	}
 	return 0;
 }

@@ -245,6 +245,8 @@ do_poll(struct engine_service *svc, const Anedvd__PollRequest *q, struct reply *
 	t->dec_moe_ns = et->dec_moe_ns;
 	t->dec_other_ns = et->dec_other_ns;
 	t->dec_round_trips = et->dec_round_trips;
+	t->dec_pickup_ns = et->dec_pickup_ns;
+	t->dec_reply_ns = et->dec_reply_ns;
 	const struct spec_stats *sp = &p->timings.spec;
 	t->spec_steps = (uint32_t)sp->steps;
 	t->spec_drafted = (uint32_t)sp->drafted;

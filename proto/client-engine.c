@@ -179,6 +179,8 @@ engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct engc_p
 			.dec_moe_ns = t->dec_moe_ns,
 			.dec_other_ns = t->dec_other_ns,
 			.dec_round_trips = t->dec_round_trips,
+			.dec_pickup_ns = t->dec_pickup_ns,
+			.dec_reply_ns = t->dec_reply_ns,
 		};
 		struct spec_stats *sp = &out->timings.spec;
 		sp->steps = t->spec_steps;

@@ -78,6 +78,13 @@ check "run --json has the speculative counters" python3 -c 'import json,sys; s=j
 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json --no-spec > "$T/nospec.json" 2>/dev/null
 check "run --no-spec ids are the reference" [ "$(json_ids "$T/nospec.json")" = "$REF" ]
 check "run --no-spec drafts nothing" [ "$(spec_field "$T/nospec.json" speculative drafted)" = 0 ]
+# a decode call's IPC split by the data plane's clocks: the request's
+# pickup and the reply's way back are both there and within the whole; in
+# one process (exact) nothing crosses
+ipc_split() { python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["timings"]; s=t["decode_ipc_per_call_us"]; per=1000*t["decode_per_token_ms"]["ipc"]/t["decode_round_trips_per_token"]; exec(sys.argv[2])' "$@"; }
+check "run --json splits a decode call's IPC: pickup and reply within it" ipc_split "$T/nospec.json" 'assert s["pickup"] > 0 and s["reply"] > 0 and s["rest"] >= 0, s; assert s["pickup"] + s["reply"] <= s["all"] * 1.001 + 1e-6, s; assert abs(s["all"] - per) <= 1e-6 * max(1, per), (s, per)'
+check "run --backend exact: no pickup or reply to split" ipc_split "$T/exact.json" 'assert s["pickup"] == 0 and s["reply"] == 0, s'
+check "run prints the decode call's IPC split" grep -q "^IPC per decode call .* us: the ane-worker taking the request .* us, the reply reaching this side .* us" "$T/run.txt"
 RIDS=$IDS,$(echo "$REF" | cut -d' ' -f1-30 | tr ' ' ,),$IDS
 $A run --model "$STORIES" --prompt-ids "$RIDS" --no-chat --max-tokens 80 --json --draft-cost 0.1 > "$T/spec.json" 2>/dev/null
 $A run --model "$STORIES" --prompt-ids "$RIDS" --no-chat --max-tokens 80 --json --draft-cost 0.1 --ngram-probe > "$T/probe.json" 2>/dev/null

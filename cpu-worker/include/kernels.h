@@ -60,6 +60,10 @@ struct kb_info {
 struct kb_timing {
 	uint64_t exec_ns;  // inside the backend
 	uint64_t total_ns; // the whole call, as the caller saw it
+	// the call's (on its first step; 0 on the others and where unknown):
+	// from the request posted to the backend's side taking it, and from
+	// the reply written to the caller seeing it (kb_remote's data plane)
+	uint64_t pickup_ns, reply_ns;
 };
 
 struct kb_opts {

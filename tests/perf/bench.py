@@ -394,6 +394,9 @@ class Bench:
 		       "d_rest": dp.get("attention", 0) + dp.get("other", 0) if dp else None,
 		       "outside_dec": 100.0 * t["decode_outside_kernels_share"] if "decode_outside_kernels_share" in t else None,
 		       "ipc_dec": 1000.0 * dp["ipc"] / dtrips if dp and dtrips else None}
+		# builds that split a decode call's IPC (the data plane's clocks)
+		sp = t.get("decode_ipc_per_call_us") or {}
+		dec |= {"ipc_pick": sp.get("pickup"), "ipc_reply": sp.get("reply"), "ipc_rest": sp.get("rest")}
 		return dec | {
 			"d_attn": dp.get("attention") if dp else None,
 			"t_tot": sum(pt.values()) if pt else None, "t_kern": kern, "t_ipc": ipc, "t_rest": rest,
@@ -499,7 +502,7 @@ class Bench:
 		log(f"bench: {name}: {self.n} alternating repeats")
 		A = {k: [] for k in ("decode", "prefill", "ipc", "outside", "cold", "warm", "rss", "anon", "pss", "gbs", "stream",
 		                     "t_tot", "t_kern", "t_ipc", "t_rest", "d_tot", "d_kern", "d_ipc", "d_rest", "outside_dec",
-		                     "ipc_dec")}
+		                     "ipc_dec", "ipc_pick", "ipc_reply", "ipc_rest")}
 		A |= {"prefill_d": [], "decode_d": [], "attn_d": []}
 		P = {k: [] for k in ("decode", "prefill", "cold", "warm", "rss", "anon", "pss", "prefill_d", "decode_d")}
 		calls, kmb = None, None
@@ -519,8 +522,9 @@ class Bench:
 			# each just after, its timings left out (see TreeMemory)
 			a = self.a_run(f, wopt)
 			for k in ("decode", "prefill", "ipc", "outside", "t_tot", "t_kern", "t_ipc", "t_rest",
-			          "d_tot", "d_kern", "d_ipc", "d_rest", "outside_dec", "ipc_dec"):
-				if a[k] is not None:
+			          "d_tot", "d_kern", "d_ipc", "d_rest", "outside_dec", "ipc_dec", "ipc_pick", "ipc_reply",
+			          "ipc_rest"):
+				if a.get(k) is not None:
 					A[k].append(a[k])
 			calls = a["calls"]
 			if peer and (p := p_try(self.p_run, f)):
@@ -671,6 +675,11 @@ def report_model(b, m):
 		ipc = A["ipc_dec"] if dec else A["ipc"]
 		rows.append(["IPC per call to the ane-worker, us" + (", decode steps" if dec else ", whole job"),
 		             fmt_stat(ipc), "-", "-", "empty call <= 10 us"])
+		if A["ipc_pick"]:
+			split = [median_range(A[k]) for k in ("ipc_pick", "ipc_reply", "ipc_rest")]
+			rows.append(["IPC per decode call, us: pickup + reply + rest",
+			             " + ".join(fmt_num(s[0]) if s else "n/a" for s in split), "-", "-",
+			             "medians; pickup: posted -> the worker takes it; reply: written -> seen; rest: the worker's own steps"])
 		out = A["outside_dec"] if dec else A["outside"]
 		s = median_range(out)
 		ot = ""
