@@ -24,7 +24,11 @@
 // threads still outrun the memory (~30 GB/s here), but a machine short of
 // CPU sees less than the 2x of the bytes. (An in-lane vpshufb widening
 // with the 2^-24 folded into the scales, and 8 panels per one-column tile,
-// were measured and were no better.)
+// were measured and were no better.) On Zen 4 the AVX2 tile (two 256-bit
+// widenings a step) outran the AVX-512 one on one column: bench-emu-i8,
+// two threads, 57 against 49 GB/s warm and 21.5-24.5 against 17.9-20.8
+// from DRAM on 896x4864; so one column runs it there
+// (emu_i8_one_col_avx2).
 //
 // Numerics, shared by all three: output (o, j) is
 //   acc = 0; for i = 0 .. cin-1: acc = fma((float)q[o][i], x[j][i], acc)
@@ -35,6 +39,7 @@
 // gives the same bits alone (decode) or among others (prefill).
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "emu.h"
@@ -102,6 +107,19 @@ emu_i8_isa(void)
 {
 	int l = ad_cpu_level();
 	return l == AD_SIMD_AVX512 ? 2 : l == AD_SIMD_AVX2 ? 1 : 0;
+}
+
+int
+emu_i8_one_col_avx2(void)
+{
+	static int v = -1;
+	int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
+	if (r < 0) {
+		const char *e = getenv("ANEDVD_I8_ONE_COL");
+		r = e && !strcmp(e, "avx2") ? 1 : e && !strcmp(e, "avx512") ? 0 : ad_cpu_avx512_halved();
+		__atomic_store_n(&v, r, __ATOMIC_RELAXED);
+	}
+	return r && emu_i8_isa() >= 1;
 }
 
 // Both SIMD kernels: column blocks of at most NC columns, as even as
@@ -319,6 +337,12 @@ emu_i8_isa(void)
 	return 0;
 }
 
+int
+emu_i8_one_col_avx2(void)
+{
+	return 0;
+}
+
 void
 emu_conv_i8_avx2(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
                  float *y, size_t p0, size_t p1)
@@ -340,7 +364,10 @@ emu_conv_i8_fast(const int8_t *panels, const float *scale, size_t cout, size_t c
 {
 	switch (emu_i8_isa()) {
 	case 2:
-		emu_conv_i8_avx512(panels, scale, cout, cin, x, ncols, y, p0, p1);
+		if (ncols == 1 && emu_i8_one_col_avx2())
+			emu_conv_i8_avx2(panels, scale, cout, cin, x, ncols, y, p0, p1);
+		else
+			emu_conv_i8_avx512(panels, scale, cout, cin, x, ncols, y, p0, p1);
 		break;
 	case 1:
 		emu_conv_i8_avx2(panels, scale, cout, cin, x, ncols, y, p0, p1);

@@ -186,6 +186,25 @@ ad_cpu_level(void)
 	return h;
 }
 
+// ad_cpu_avx512_halved: 1 when the CPU runs AVX-512 but executes a 512-bit
+// operation as two 256-bit halves: AMD family 19h (Zen 4; its Zen 3 has no
+// AVX-512). A kernel bound by its widening ops may then do better on AVX2
+// (emu-i8.c). Zen 5 (family 1Ah) and Intel's run them whole.
+static inline int
+ad_cpu_avx512_halved(void)
+{
+	if (ad_cpu_level() < AD_SIMD_AVX512)
+		return 0;
+	unsigned a, b, c, d;
+	__asm__ __volatile__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0), "c"(0));
+	const int amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; // "AuthenticAMD"
+	__asm__ __volatile__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+	unsigned family = (a >> 8) & 0xf;
+	if (family == 0xf)
+		family += (a >> 20) & 0xff;
+	return amd && family == 0x19;
+}
+
 // ad_cpu_simd: the CPU has at least AVX2, FMA and F16C (the set every fast
 // kernel of the project is written for)
 static inline int
@@ -204,6 +223,12 @@ static inline int
 ad_cpu_level(void)
 {
 	return AD_SIMD_REF;
+}
+
+static inline int
+ad_cpu_avx512_halved(void)
+{
+	return 0;
 }
 #endif
 

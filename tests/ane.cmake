@@ -3,6 +3,12 @@ if(TARGET anedvd_ane)
   ad_test(NAME test-mil SOURCES test-mil.c LIBS anedvd_ane LABELS unit)
   ad_test(NAME test-blob SOURCES test-blob.c LIBS anedvd_ane LABELS unit)
   ad_test(NAME test-emu SOURCES test-emu.c LIBS anedvd_ane LABELS unit)
+  # again with one int8 column on each kernel, whatever the CPU's verdict
+  # (emu_i8_one_col_avx2): both paths against ref where the CPU has both
+  foreach(k avx2 avx512)
+    add_test(NAME test-emu-i8-col-${k} COMMAND test-emu)
+    set_tests_properties(test-emu-i8-col-${k} PROPERTIES LABELS unit TIMEOUT 600 ENVIRONMENT "ANEDVD_I8_ONE_COL=${k}")
+  endforeach()
   add_executable(bench-emu bench-emu.c)
   target_link_libraries(bench-emu PRIVATE anedvd_ane)
   add_executable(bench-emu-i8 bench-emu-i8.c)

@@ -1326,6 +1326,31 @@ test_i8_kernels(void)
 	CHECK(bad_exact == 0, "%d shapes where ref is off the exact sum", bad_exact);
 }
 
+// which kernel takes one int8 column (emu_i8_one_col_avx2): what
+// ANEDVD_I8_ONE_COL says (ctest runs this file with it set to each), else
+// the CPU's verdict; never AVX2 where the CPU lacks it. Every run of this
+// file compares the path it takes with ref (test_i8_kernels, the int8
+// projections below).
+static void
+test_i8_one_col(void)
+{
+	const char *e = getenv("ANEDVD_I8_ONE_COL");
+	int isa = emu_i8_isa(), v = emu_i8_one_col_avx2();
+	if (isa < 1)
+		CHECK(v == 0, "one int8 column on AVX2 without AVX2");
+	else if (e && !strcmp(e, "avx2"))
+		CHECK(v == 1, "ANEDVD_I8_ONE_COL=avx2 not followed");
+	else if (e && !strcmp(e, "avx512"))
+		CHECK(v == 0, "ANEDVD_I8_ONE_COL=avx512 not followed");
+	else
+		CHECK(v == ad_cpu_avx512_halved(), "the CPU's verdict (%d) not followed", ad_cpu_avx512_halved());
+	fprintf(stderr, "  one int8 column: %s\n",
+	        v          ? "AVX2"
+	        : isa >= 2 ? "AVX-512"
+	        : isa      ? "AVX2 (no AVX-512)"
+	                   : "ref");
+}
+
 // an int8 projection's blob: the int8 chunk of q, then the fp16 scales
 static void
 write_i8_blob(const char *path, const int8_t *const *q, const uint16_t *const *sc, const size_t *cout,
@@ -1651,6 +1676,7 @@ main(void)
 	T_RUN(test_rule_slots);
 	T_RUN(test_rule_mangled);
 	T_RUN(test_sigmoid_gate);
+	T_RUN(test_i8_one_col);
 	T_RUN(test_i8_kernels);
 	T_RUN(test_i8_proj_ffn);
 	T_RUN(test_i8_rules);

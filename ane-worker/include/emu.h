@@ -237,5 +237,10 @@ void emu_conv_i8_fast(const int8_t *panels, const float *scale, size_t cout, siz
                       float *y, size_t p0, size_t p1);
 // 0: plain C only, 1: AVX2 + FMA + F16C, 2: AVX-512 F as well
 int emu_i8_isa(void);
+// one column of int8 weights on the AVX2 kernel though the CPU has
+// AVX-512: where it splits 512-bit operations in two (Zen 4), the AVX2
+// tile's widening keeps up better (emu-i8.c). ANEDVD_I8_ONE_COL=avx2 or
+// avx512 overrides the CPU's verdict. The same bits either way.
+int emu_i8_one_col_avx2(void);
 
 #endif
