@@ -359,20 +359,20 @@ emu_conv_i8_avx512(const int8_t *panels, const float *scale, size_t cout, size_t
 #endif
 
 void
+emu_conv_i8_at(int isa, const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
+               float *y, size_t p0, size_t p1)
+{
+	if (isa >= 2 && !(ncols == 1 && emu_i8_one_col_avx2()))
+		emu_conv_i8_avx512(panels, scale, cout, cin, x, ncols, y, p0, p1);
+	else if (isa >= 1)
+		emu_conv_i8_avx2(panels, scale, cout, cin, x, ncols, y, p0, p1);
+	else
+		emu_conv_i8_ref(panels, scale, cout, cin, x, ncols, y, p0, p1);
+}
+
+void
 emu_conv_i8_fast(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
                  float *y, size_t p0, size_t p1)
 {
-	switch (emu_i8_isa()) {
-	case 2:
-		if (ncols == 1 && emu_i8_one_col_avx2())
-			emu_conv_i8_avx2(panels, scale, cout, cin, x, ncols, y, p0, p1);
-		else
-			emu_conv_i8_avx512(panels, scale, cout, cin, x, ncols, y, p0, p1);
-		break;
-	case 1:
-		emu_conv_i8_avx2(panels, scale, cout, cin, x, ncols, y, p0, p1);
-		break;
-	default:
-		emu_conv_i8_ref(panels, scale, cout, cin, x, ncols, y, p0, p1);
-	}
+	emu_conv_i8_at(emu_i8_isa(), panels, scale, cout, cin, x, ncols, y, p0, p1);
 }

@@ -2439,7 +2439,6 @@ struct conv_job {
 	size_t unit, ntasks; // task t: whole units of panels, see task_panel
 	size_t streams;      // AVX-512, one column: panels at once
 	int simd;
-	int i8_col2; // one int8 column on the AVX2 kernel (emu_i8_one_col_avx2)
 };
 
 // task t's first panel: the units shared as evenly as whole units allow,
@@ -2461,17 +2460,15 @@ conv_task(void *arg, size_t t, int worker)
 		return;
 	if (j->qpanels) {
 		// the context's path (already capped at the CPU's) for int8 too
-		if (j->simd == EMU_SIMD_AVX512 && !j->i8_col2)
-			emu_conv_i8_avx512(j->qpanels, j->scale, j->cout, j->cin, j->x, j->ncols, j->y, p0, p1);
 #ifdef AD_FP16_X86
-		else if (j->i8wide)
+		if (j->i8wide) {
 			emu_conv_i8_wide(j->qpanels, j->scale, j->cout, j->cin, j->x, j->ncols, j->y, p0, p1,
 			                 j->i8wide + (size_t)worker * PSTEP * j->cin);
+			return;
+		}
 #endif
-		else if (j->simd >= EMU_SIMD_AVX2)
-			emu_conv_i8_avx2(j->qpanels, j->scale, j->cout, j->cin, j->x, j->ncols, j->y, p0, p1);
-		else
-			emu_conv_i8_ref(j->qpanels, j->scale, j->cout, j->cin, j->x, j->ncols, j->y, p0, p1);
+		emu_conv_i8_at(j->simd - EMU_SIMD_REF, j->qpanels, j->scale, j->cout, j->cin, j->x, j->ncols, j->y, p0,
+		               p1);
 		return;
 	}
 	conv_level(j->simd, j->panels, j->cout, j->cin, j->x, j->xp, j->ncols, j->y, p0, p1, j->streams);
@@ -2524,7 +2521,6 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 		.simd = e->simd,
 	};
 	j.xp = j.x;
-	j.i8_col2 = j.qpanels && ncols == 1 && e->simd == EMU_SIMD_AVX512 && emu_i8_one_col_avx2();
 	int par = (uint64_t)s->cout * s->cin * ncols >= PAR_MIN_MACS && e->nthreads > 1 && (int)ncols >= e->par_cols;
 
 	// whole tiles per task (for one column 4 panels on AVX2, 8 on AVX-512,

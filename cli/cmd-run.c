@@ -272,6 +272,21 @@ pipe_eval(struct pipe *p, const int32_t *ids, int n, int per_token, float *logit
 	return 0;
 }
 
+// a decode call's IPC in us, and its split by the data plane's clocks:
+// {all, pickup, reply, rest}; 0 when the job made no decode call
+static int
+ipc_split(const struct gen_timings *d, double v[4])
+{
+	if (d->dec_round_trips == 0)
+		return 0;
+	const double calls = (double)d->dec_round_trips;
+	v[0] = (double)d->dec_ipc_ns / 1e3 / calls;
+	v[1] = (double)d->dec_pickup_ns / 1e3 / calls;
+	v[2] = (double)d->dec_reply_ns / 1e3 / calls;
+	v[3] = v[0] > v[1] + v[2] ? v[0] - v[1] - v[2] : 0.0;
+	return 1;
+}
+
 // the per-token split of the decode phase
 static void
 print_split(FILE *f, struct pipe *p, const struct gen *g)
@@ -297,15 +312,12 @@ print_split(FILE *f, struct pipe *p, const struct gen *g)
 		        (double)d->dec_attention_ns / 1e6 / ds, (double)(d->dec_other_ns + d->dec_moe_ns) / 1e6 / ds,
 		        (double)d->dec_round_trips / ds,
 		        100.0 * (1.0 - (double)d->dec_kernel_ns / (double)d->decode_ns));
-		if (d->dec_round_trips > 0 && (d->dec_pickup_ns || d->dec_reply_ns)) {
-			const double calls = (double)d->dec_round_trips, ipc = (double)d->dec_ipc_ns / 1e3 / calls,
-				     pk = (double)d->dec_pickup_ns / 1e3 / calls,
-				     rp = (double)d->dec_reply_ns / 1e3 / calls;
+		double v[4];
+		if (ipc_split(d, v) && (d->dec_pickup_ns || d->dec_reply_ns))
 			fprintf(f,
 			        "IPC per decode call %.1f us: the ane-worker taking the request %.1f us, the reply "
 			        "reaching this side %.1f us, the rest (the worker's own steps between kernels) %.1f us\n",
-			        ipc, pk, rp, ipc > pk + rp ? ipc - pk - rp : 0.0);
-		}
+			        v[0], v[1], v[2], v[3]);
 	}
 }
 
@@ -755,16 +767,12 @@ cmd_run(int argc, char **argv)
 			cJSON_AddItemToObject(t, "decode_per_token_ms", ds);
 			cJSON_AddNumberToObject(t, "decode_round_trips_per_token", (double)g.dec.dec_round_trips / st);
 			// the IPC of a decode call, split where the data plane can tell
-			if (g.dec.dec_round_trips > 0) {
-				const double calls = (double)g.dec.dec_round_trips,
-					     ipc = (double)g.dec.dec_ipc_ns / 1e3 / calls,
-					     pk = (double)g.dec.dec_pickup_ns / 1e3 / calls,
-					     rp = (double)g.dec.dec_reply_ns / 1e3 / calls;
+			double v[4];
+			if (ipc_split(&g.dec, v)) {
+				static const char *part[4] = {"all", "pickup", "reply", "rest"};
 				cJSON *ic = cJSON_CreateObject();
-				cJSON_AddNumberToObject(ic, "all", ipc);
-				cJSON_AddNumberToObject(ic, "pickup", pk);
-				cJSON_AddNumberToObject(ic, "reply", rp);
-				cJSON_AddNumberToObject(ic, "rest", ipc > pk + rp ? ipc - pk - rp : 0.0);
+				for (int i = 0; i < 4; i++)
+					cJSON_AddNumberToObject(ic, part[i], v[i]);
 				cJSON_AddItemToObject(t, "decode_ipc_per_call_us", ic);
 			}
 			cJSON_AddNumberToObject(t, "decode_outside_kernels_share",

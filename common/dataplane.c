@@ -663,13 +663,14 @@ dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct
 	sl->rq_gen = gen;
 	// only this thread writes req_seq while it holds the slot
 	const uint32_t s = atomic_load_explicit(&sl->req_seq, memory_order_relaxed) + 1;
-	const uint64_t t_post = ad_now_ns();
+	// the posting time: the reply's done_ns and the worker's start_ns
+	// (dp_reply) are read against it
+	const uint64_t posted = ad_now_ns();
 	// release: the request above is visible to whoever acquires s
 	atomic_store_explicit(&sl->req_seq, s, memory_order_release);
 	atomic_fetch_add(&c->h->bell, 1); // seq_cst: then read server_sleeping
 	ring(&c->h->bell, &c->h->server_sleeping, 1);
 
-	const uint64_t posted = ad_now_ns();
 	uint64_t backoff = 0, check = 0;
 	// a call expected to be short is spun through: being woken costs ~20 us
 	// here, more than such a call itself
@@ -737,7 +738,7 @@ dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct
 			// acquired s: the reply written before the store is complete
 			*rep = sl->rep;
 			rep->msg[sizeof rep->msg - 1] = 0;
-			rep->posted_ns = t_post;
+			rep->posted_ns = posted;
 			rep->seen_ns = ad_now_ns();
 			if (expect_ns)
 				book_over(c, (int64_t)(rep->done_ns - posted) - (int64_t)expect_ns);

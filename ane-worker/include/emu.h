@@ -232,7 +232,11 @@ void emu_conv_i8_avx512(const int8_t *panels, const float *scale, size_t cout, s
 int emu_conv_i8_wide(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
                      float *y, size_t p0, size_t p1, uint16_t *scratch);
 void emu_i8_panel_fp16(const int8_t *panels, size_t cin, size_t p, uint16_t *dst, size_t ld);
-// the best of the three this CPU runs
+// the kernel of instruction set isa (as emu_i8_isa: at most this CPU's),
+// one column on AVX2 rather than AVX-512 where emu_i8_one_col_avx2 says so
+void emu_conv_i8_at(int isa, const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x,
+                    size_t ncols, float *y, size_t p0, size_t p1);
+// the best of the three this CPU runs: emu_conv_i8_at(emu_i8_isa(), ...)
 void emu_conv_i8_fast(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
                       float *y, size_t p0, size_t p1);
 // 0: plain C only, 1: AVX2 + FMA + F16C, 2: AVX-512 F as well
