@@ -101,6 +101,14 @@ emu_conv_i8_ref(const int8_t *panels, const float *scale, size_t cout, size_t ci
 	}
 }
 
+// ANEDVD_I8_ONE_COL: 1 avx2, 0 avx512, -1 unset or empty, -2 anything else
+int
+emu_i8_one_col_env(void)
+{
+	const char *e = getenv("ANEDVD_I8_ONE_COL");
+	return !e || !*e ? -1 : !strcmp(e, "avx2") ? 1 : !strcmp(e, "avx512") ? 0 : -2;
+}
+
 #ifdef AD_FP16_X86
 int
 emu_i8_isa(void)
@@ -115,8 +123,9 @@ emu_i8_one_col_avx2(void)
 	static int v = -1;
 	int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
 	if (r < 0) {
-		const char *e = getenv("ANEDVD_I8_ONE_COL");
-		r = e && !strcmp(e, "avx2") ? 1 : e && !strcmp(e, "avx512") ? 0 : ad_cpu_avx512_halved();
+		r = emu_i8_one_col_env();
+		if (r < 0) // unset (emu_open refuses a bad value)
+			r = ad_cpu_avx512_halved();
 		__atomic_store_n(&v, r, __ATOMIC_RELAXED);
 	}
 	return r && emu_i8_isa() >= 1;

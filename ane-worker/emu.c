@@ -814,6 +814,8 @@ emu_simd_env(int *level, char *err)
 	*level = cap < 0 ? EMU_SIMD_AUTO : EMU_SIMD_REF + cap;
 	if (cap == -2)
 		return ad_err(err, "emu: ANEDVD_SIMD=%s: expected ref, avx2 or avx512", getenv("ANEDVD_SIMD"));
+	if (emu_i8_one_col_env() == -2)
+		return ad_err(err, "emu: ANEDVD_I8_ONE_COL=%s: expected avx2 or avx512", getenv("ANEDVD_I8_ONE_COL"));
 	return 0;
 }
 
@@ -838,10 +840,13 @@ emu_open(const struct emu_opts *opts, char *err)
 		ad_err(err, "emu: simd level %d: expected EMU_SIMD_AUTO .. EMU_SIMD_AVX512", simd);
 		return NULL;
 	}
-	if (simd == EMU_SIMD_AUTO && emu_simd_env(&simd, err)) {
+	int env_simd; // the settings checked whatever the options say
+	if (emu_simd_env(&env_simd, err)) {
 		free(e);
 		return NULL;
 	}
+	if (simd == EMU_SIMD_AUTO)
+		simd = env_simd;
 	if (opts && opts->force_ref)
 		simd = EMU_SIMD_REF;
 	e->simd = simd_cap(simd);

@@ -1334,6 +1334,7 @@ test_i8_kernels(void)
 static void
 test_i8_one_col(void)
 {
+	char err[AD_ERRLEN];
 	const char *e = getenv("ANEDVD_I8_ONE_COL");
 	int isa = emu_i8_isa(), v = emu_i8_one_col_avx2();
 	if (isa < 1)
@@ -1349,6 +1350,25 @@ test_i8_one_col(void)
 	        : isa >= 2 ? "AVX-512"
 	        : isa      ? "AVX2 (no AVX-512)"
 	                   : "ref");
+	// another value: emu_open (and the ane-worker's start, through
+	// emu_simd_env) refuses it, naming it; empty is unset
+	char *saved = e ? strdup(e) : NULL;
+	setenv("ANEDVD_I8_ONE_COL", "avx1024", 1);
+	CHECK(emu_i8_one_col_env() == -2);
+	int lvl;
+	CHECK(emu_simd_env(&lvl, err) != 0 && strstr(err, "ANEDVD_I8_ONE_COL=avx1024"), "%s", err);
+	CHECK(!emu_open(&(struct emu_opts){.simd = EMU_SIMD_REF}, err), "ANEDVD_I8_ONE_COL=avx1024 accepted");
+	CHECK(strstr(err, "ANEDVD_I8_ONE_COL=avx1024"), "%s", err);
+	setenv("ANEDVD_I8_ONE_COL", "", 1);
+	CHECK(emu_i8_one_col_env() == -1);
+	struct emu *x = emu_open(NULL, err);
+	CHECK(x, "ANEDVD_I8_ONE_COL empty: %s", err);
+	emu_close(x);
+	if (saved)
+		setenv("ANEDVD_I8_ONE_COL", saved, 1);
+	else
+		unsetenv("ANEDVD_I8_ONE_COL");
+	free(saved);
 }
 
 // an int8 projection's blob: the int8 chunk of q, then the fp16 scales

@@ -244,7 +244,10 @@ int emu_i8_isa(void);
 // one column of int8 weights on the AVX2 kernel though the CPU has
 // AVX-512: where it splits 512-bit operations in two (Zen 4), the AVX2
 // tile's widening keeps up better (emu-i8.c). ANEDVD_I8_ONE_COL=avx2 or
-// avx512 overrides the CPU's verdict. The same bits either way.
+// avx512 overrides the CPU's verdict (emu_open refuses another value).
+// The same bits either way.
 int emu_i8_one_col_avx2(void);
+// ANEDVD_I8_ONE_COL as read: 1 avx2, 0 avx512, -1 unset or empty, -2 other
+int emu_i8_one_col_env(void);
 
 #endif
