@@ -12,6 +12,9 @@
 //   - a one-kernel call (the model's smallest kernel, and its largest, one
 //     column), with its time inside the worker, through both: for a long
 //     kernel the caller sleeps, and being woken is the overhead;
+//   - the first layer's FFN kernel (a decode call's usual size), called back
+//     to back and with 20 us of the caller's own work between two calls
+//     (as a decode step's attention), timed without that work;
 //   - the LM head as one call (call_list) against one call per chunk.
 // Not a test: figures only. The machine's load shows in the ranges.
 #include <signal.h>
@@ -46,14 +49,26 @@ report(const char *what, double *v, int n)
 
 struct ctx {
 	struct kernel_backend *kb;
-	int id, big;
-	struct ad_surface *in, *out, *bin, *bout;
+	int id, big, ffn;
+	struct ad_surface *in, *out, *bin, *bout, *fin, *fout;
 	struct kb_step *head;
 	int nhead;
 	uint64_t exec;
+	uint64_t gap_ns; // the caller's own work before each call (not timed)
 };
 
-enum what { PING_DP, PING_NNG, KERNEL, BIG, HEAD_LIST, HEAD_EACH };
+enum what { PING_DP, PING_NNG, KERNEL, BIG, FFN, HEAD_LIST, HEAD_EACH };
+
+// the caller busy for ns, on its own data (a decode step's attention reads
+// its cache between two calls)
+static void
+busy(uint64_t ns)
+{
+	static volatile float sink[4096];
+	const uint64_t end = ad_now_ns() + ns;
+	for (int i = 0; ad_now_ns() < end; i = (i + 1) & 4095)
+		sink[i] = sink[i] * 0.5f + 1.0f;
+}
 
 static int
 once(struct ctx *c, enum what w, char *err)
@@ -71,6 +86,11 @@ once(struct ctx *c, enum what w, char *err)
 		return 0;
 	case BIG:
 		if (c->kb->call(c->kb, c->big, c->bin, c->bout, 1, t, err))
+			return -1;
+		c->exec += t[0].exec_ns;
+		return 0;
+	case FFN:
+		if (c->kb->call(c->kb, c->ffn, c->fin, c->fout, 1, t, err))
 			return -1;
 		c->exec += t[0].exec_ns;
 		return 0;
@@ -93,15 +113,20 @@ bench(const char *what, struct ctx *c, enum what w, int calls, int reps)
 			return fprintf(stderr, "%s: %s\n", what, err), -1;
 	for (int r = 0; r < reps; r++) {
 		c->exec = 0;
-		uint64_t t0 = ad_now_ns();
-		for (int i = 0; i < calls; i++)
+		uint64_t in_calls = 0, t0 = ad_now_ns();
+		for (int i = 0; i < calls; i++) {
+			if (c->gap_ns)
+				busy(c->gap_ns);
+			const uint64_t t1 = ad_now_ns();
 			if (once(c, w, err))
 				return fprintf(stderr, "%s: %s\n", what, err), -1;
-		v[r] = (double)(ad_now_ns() - t0) / 1e3 / calls;
+			in_calls += ad_now_ns() - t1;
+		}
+		v[r] = (double)(c->gap_ns ? in_calls : ad_now_ns() - t0) / 1e3 / calls;
 		exec += (double)c->exec / 1e3 / calls;
 	}
 	report(what, v, reps);
-	if (w == KERNEL || w == BIG)
+	if (w == KERNEL || w == BIG || w == FFN)
 		printf("  %-44s mean   %8.2f us inside the worker\n", "", exec / reps);
 	return 0;
 }
@@ -136,8 +161,9 @@ main(int argc, char **argv)
 		fprintf(stderr, "%s\n", err);
 		goto out;
 	}
-	// the smallest kernel, and the LM head's chunks
-	int id = 0, big = 0;
+	// the smallest kernel, the largest, layer 0's FFN (or its GATE_UP), and
+	// the LM head's chunks
+	int id = 0, big = 0, ffn = -1;
 	struct kb_step head[64];
 	int nhead = 0;
 	for (int i = 0; i < dp->n_kernels; i++) {
@@ -145,17 +171,23 @@ main(int argc, char **argv)
 			id = i;
 		if (dp->kernels[i].weight_bytes > dp->kernels[big].weight_bytes && dp->kernels[i].kind != ANE_K_PROBE)
 			big = i;
+		if (ffn < 0 && (dp->kernels[i].kind == ANE_K_FFN || dp->kernels[i].kind == ANE_K_GATE_UP))
+			ffn = i;
 		if (dp->kernels[i].kind == ANE_K_LM_HEAD && nhead < 64)
 			head[nhead++] = (struct kb_step){.id = i, .ncols = 1};
 	}
-	struct ad_surface s[4], bs[4], hs[2][64];
-	const struct kb_info *k = &dp->kernels[id], *kbig = &dp->kernels[big];
+	if (ffn < 0)
+		ffn = big;
+	struct ad_surface s[4], bs[4], fs[4], hs[2][64];
+	const struct kb_info *k = &dp->kernels[id], *kbig = &dp->kernels[big], *kffn = &dp->kernels[ffn];
 	struct kernel_backend *kbs[2] = {dp, nn};
 	for (int b = 0; b < 2; b++) {
 		if (kbs[b]->surface_new(kbs[b], "bin", k->in_ch, &s[2 * b], err) ||
 		    kbs[b]->surface_new(kbs[b], "bout", k->out_ch, &s[2 * b + 1], err) ||
 		    kbs[b]->surface_new(kbs[b], "gin", kbig->in_ch, &bs[2 * b], err) ||
-		    kbs[b]->surface_new(kbs[b], "gout", kbig->out_ch, &bs[2 * b + 1], err))
+		    kbs[b]->surface_new(kbs[b], "gout", kbig->out_ch, &bs[2 * b + 1], err) ||
+		    kbs[b]->surface_new(kbs[b], "fin", kffn->in_ch, &fs[2 * b], err) ||
+		    kbs[b]->surface_new(kbs[b], "fout", kffn->out_ch, &fs[2 * b + 1], err))
 			goto fail;
 		for (int h = 0; h < nhead; h++) {
 			char name[32];
@@ -170,10 +202,13 @@ main(int argc, char **argv)
 	printf("bench-dataplane: %s, %d calls (nng: %d) x %d runs; kernel %d (%d -> %d, %llu weight bytes); LM head "
 	       "in %d chunks\n",
 	       m.name, calls, calls / 10, reps, id, k->in_ch, k->out_ch, (unsigned long long)k->weight_bytes, nhead);
-	printf("  largest kernel %d (%d -> %d, %llu weight bytes)\n", big, kbig->in_ch, kbig->out_ch,
-	       (unsigned long long)kbig->weight_bytes);
-	struct ctx c = {dp, id, big, &s[0], &s[1], &bs[0], &bs[1], head, nhead, 0};
-	struct ctx cn = {nn, id, big, &s[2], &s[3], &bs[2], &bs[3], head, nhead, 0};
+	printf("  largest kernel %d (%d -> %d, %llu weight bytes); layer 0's FFN %d (%d -> %d, %llu weight bytes)\n",
+	       big, kbig->in_ch, kbig->out_ch, (unsigned long long)kbig->weight_bytes, ffn, kffn->in_ch, kffn->out_ch,
+	       (unsigned long long)kffn->weight_bytes);
+	struct ctx c = {dp, id, big, ffn, &s[0], &s[1], &bs[0], &bs[1], &fs[0], &fs[1], head, nhead, 0, 0};
+	struct ctx cn = {nn, id, big, ffn, &s[2], &s[3], &bs[2], &bs[3], &fs[2], &fs[3], head, nhead, 0, 0};
+	struct ctx cg = c;
+	cg.gap_ns = 20000;
 	struct kb_step hn[64];
 	for (int h = 0; h < nhead; h++) {
 		head[h].in = &hs[0][63];
@@ -189,6 +224,8 @@ main(int argc, char **argv)
 	    bench("one kernel, 1 column: nng", &cn, KERNEL, calls / 10, reps) ||
 	    bench("largest kernel, 1 column: data plane", &c, BIG, calls / 100 + 1, reps) ||
 	    bench("largest kernel, 1 column: nng", &cn, BIG, calls / 100 + 1, reps) ||
+	    bench("layer 0's FFN, 1 column: data plane", &c, FFN, calls / 10 + 1, reps) ||
+	    bench("  with 20 us of the caller's work between", &cg, FFN, calls / 10 + 1, reps) ||
 	    bench("LM head as one call: data plane", &c, HEAD_LIST, calls / 10, reps) ||
 	    bench("LM head, one call per chunk: data plane", &c, HEAD_EACH, calls / 10, reps) ||
 	    bench("LM head, one call per chunk: nng", &cn, HEAD_EACH, calls / 100 + 1, reps))
