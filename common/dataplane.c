@@ -135,7 +135,11 @@ chan_defaults(struct dp_chan *c)
 	const char *b = getenv("ANEDVD_DP_DOORBELL");
 	dp_set_bell(c, b && strcmp(b, "sleep") == 0 ? DP_BELL_SLEEP : DP_BELL_FUTEX);
 	c->spin_call_ns = env_us("ANEDVD_DP_SPIN_US", 10);
-	c->spin_serve_ns = env_us("ANEDVD_DP_SERVE_SPIN_US", 50);
+	// the worker's idle spin outlasts a decode step's boundary (the LM
+	// head's logits, sampling, the next step's input: ~47 us on the
+	// SmolLM2 shape): asleep by then, the worker took the step's first call
+	// 20-25 us late (a futex wake-up), in half of the steps at 50 us
+	c->spin_serve_ns = env_us("ANEDVD_DP_SERVE_SPIN_US", 100);
 	c->lead_ns = env_us("ANEDVD_DP_LEAD_US", 40);
 	c->spin_max_ns = env_us("ANEDVD_DP_SPIN_MAX_US", 200);
 	const char *th = getenv("ANEDVD_DP_SPIN_THROUGH");

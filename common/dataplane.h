@@ -251,7 +251,7 @@ void dp_set_bell(struct dp_chan *c, enum dp_bell b);
 enum dp_bell dp_get_bell(const struct dp_chan *c);
 // bounded spins before sleeping, in ns (defaults: ANEDVD_DP_SPIN_US for
 // the caller's wait on a reply, 10 us; ANEDVD_DP_SERVE_SPIN_US for the
-// worker's wait for the next request, 50 us). The caller's spin uses the
+// worker's wait for the next request, 100 us). The caller's spin uses the
 // pause hint for its first ANEDVD_DP_YIELD_US (10 us), then yields between
 // looks; the worker's yields from the start (ANEDVD_DP_SERVE_YIELD_US: pause
 // this long first).
