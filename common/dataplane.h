@@ -256,6 +256,10 @@ enum dp_bell dp_get_bell(const struct dp_chan *c);
 // looks; the worker's yields from the start (ANEDVD_DP_SERVE_YIELD_US: pause
 // this long first).
 void dp_set_spin(struct dp_chan *c, uint32_t call_ns, uint32_t serve_ns);
+// what the caller has learned of its replies' lateness against
+// dp_call_expect's guesses, ns: a running mean and mean deviation, apart for
+// the calls it slept through until due (slept 1) and the others (0)
+void dp_lateness(const struct dp_chan *c, int slept, int64_t *over_ns, int64_t *dev_ns);
 // 1 while pid names a live process that is not a zombie
 int dp_pid_alive(uint32_t pid);
 

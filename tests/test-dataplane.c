@@ -3,6 +3,7 @@
 // and the sleeping fallback):
 //   - an empty round trip, a list of steps, the handler's error status,
 //     calls with a guess of their length (dp_call_expect) too long or short,
+//     the lateness of calls slept through learned apart from the others',
 //     bad requests (no steps, too many, unknown op) answered by dp_serve;
 //   - 8 threads x 1000 calls in flight on the 16 slots, each reply the
 //     answer to its own request;
@@ -33,6 +34,7 @@
 #define K_FAIL 999 // the handler answers DP_NOT_FOUND
 #define K_EXIT 777 // the handler's process exits (a worker dying mid-call)
 #define K_SLOW 555 // the handler sleeps 300 ms
+#define K_LATE 556 // the handler sleeps 3 ms
 
 static int bell_mode;
 
@@ -58,6 +60,8 @@ handler(void *arg, const struct dp_request *rq, struct dp_reply *rep)
 			_exit(3);
 		if (s->kernel == K_SLOW)
 			sleep_ms(300);
+		if (s->kernel == K_LATE)
+			sleep_ms(3);
 		rep->exec_ns[i] = (uint64_t)s->kernel * 100000u + s->ncols * 100u + s->in * 10u + s->out;
 		rep->done_steps = i + 1;
 	}
@@ -191,6 +195,21 @@ test_roundtrip(void)
 	r = req(DP_OP_CALL, 1, K_SLOW);
 	CHECK(dp_call_expect(c, &slot, &r, &rep, pid, gen, 5000, 1000000) == DP_DONE &&
 	      rep.exec_ns[0] == expect(&r, 0));
+	// calls slept through until due (guessed at 2 ms, over the 1 ms spun
+	// through at most) taking 3 ms or more, then calls guessed at 50 us
+	// taking a few: each kind's lateness is its own (a reply more than
+	// 5 ms late is left out: at least 4 of the 6 long ones count)
+	int64_t over0, dev0, over1, dev1;
+	r = req(DP_OP_CALL, 1, K_LATE);
+	for (int i = 0; i < 6; i++)
+		CHECK(dp_call_expect(c, &slot, &r, &rep, pid, gen, 5000, 2000000) == DP_DONE);
+	r = req(DP_OP_CALL, 1, 7);
+	for (int i = 0; i < 40; i++)
+		CHECK(dp_call_expect(c, &slot, &r, &rep, pid, gen, 5000, 50000) == DP_DONE);
+	dp_lateness(c, 1, &over1, &dev1);
+	dp_lateness(c, 0, &over0, &dev0);
+	CHECK(over1 >= 400000 && over0 < over1 - 300000, "slept through: %lld us late, the others %lld",
+	      (long long)over1 / 1000, (long long)over0 / 1000);
 	// and it still serves
 	r = req(DP_OP_CALL, 1, 5);
 	CHECK(dp_call(c, &slot, &r, &rep, pid, gen, 5000) == DP_DONE && rep.exec_ns[0] == expect(&r, 0));
