@@ -122,6 +122,47 @@ last_row(int first, const int *last, int nc)
 	return lmax;
 }
 
+// One prefetch per 4 KiB page of rows first..last of a cache (two
+// stretches: below split from c0), before any row is read. A decode step
+// reads its layer's keys and values cold (the weights stream through the
+// caches between two layers), and on 4 KiB pages each page's walk waited
+// on memory as its rows came up, one after another; these start them
+// together. The SmolLM2-135M shape (9/3 heads of 64; a 64-token prompt, 64
+// tokens; 18 pages a layer): the decode's attention 0.41 -> 0.32 ms a
+// token, as much as with the cache on 2 MiB pages (which would hold all of
+// its rows from the first token on). An asm prefetch on x86: gcc 12 takes
+// a function of __builtin_prefetch alone for one without effects, and
+// drops the calls.
+static inline void
+prefetch_line(const char *p)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__asm__ volatile("prefetcht0 %0" : : "m"(*p));
+#else
+	__builtin_prefetch(p, 0, 3);
+#endif
+}
+
+static void
+prefetch_span(const void *p, size_t bytes)
+{
+	const char *a = p;
+	for (size_t o = 0; o < bytes; o += 4096)
+		prefetch_line(a + o);
+	if (bytes)
+		prefetch_line(a + bytes - 1);
+}
+
+static void
+prefetch_pages(const uint16_t *c0, const uint16_t *c, size_t stride, int split, int first, int last)
+{
+	const int mid = split < first ? first : split > last + 1 ? last + 1 : split; // rows below mid from c0
+	if (mid > first)
+		prefetch_span(c0 + (size_t)first * stride, (size_t)(mid - first) * stride * sizeof *c);
+	if (last >= mid)
+		prefetch_span(c + (size_t)mid * stride, (size_t)(last + 1 - mid) * stride * sizeof *c);
+}
+
 // --- AVX2 / FMA / F16C ------------------------------------------------------------
 
 #ifdef AD_FP16_X86
@@ -1102,6 +1143,9 @@ attn_fast_cols(const struct attn_shape *sh, const float *q, size_t q_stride, con
                const uint16_t *k, const uint16_t *v, int split, int first, const int *last, int cols, float *out,
                size_t out_stride, float *scratch)
 {
+	const int lmax = last_row(first, last, cols);
+	prefetch_pages(k0, k, sh->k_stride, split, first, lmax);
+	prefetch_pages(v0, v, sh->v_stride, split, first, lmax);
 #ifdef AD_FP16_X86
 	if (small512(sh)) {
 		attn512_cols(sh, q, q_stride, k0, v0, k, v, split, first, last, cols, out, out_stride, scratch);
