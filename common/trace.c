@@ -17,6 +17,9 @@ struct tev {
 	long pid, tid;
 	char name[48], cat[16];
 	uint64_t ts, dur;
+	int nargs;
+	const char *key[TRACE_ARGS];
+	double val[TRACE_ARGS];
 };
 
 struct tproc {
@@ -52,6 +55,13 @@ trace_now_us(void)
 void
 trace_event(long pid, long tid, const char *name, const char *cat, uint64_t ts_us, uint64_t dur_us)
 {
+	trace_event_args(pid, tid, name, cat, ts_us, dur_us, NULL, NULL, 0);
+}
+
+void
+trace_event_args(long pid, long tid, const char *name, const char *cat, uint64_t ts_us, uint64_t dur_us,
+                 const char *const *keys, const double *vals, int nargs)
+{
 	if (!enabled)
 		return;
 	pthread_mutex_lock(&mu);
@@ -72,6 +82,11 @@ trace_event(long pid, long tid, const char *name, const char *cat, uint64_t ts_u
 	snprintf(e->cat, sizeof e->cat, "%s", cat);
 	e->ts = ts_us;
 	e->dur = dur_us;
+	e->nargs = nargs < 0 ? 0 : nargs > TRACE_ARGS ? TRACE_ARGS : nargs;
+	for (int i = 0; i < e->nargs; i++) {
+		e->key[i] = keys[i];
+		e->val[i] = vals[i];
+	}
 	pthread_mutex_unlock(&mu);
 }
 
@@ -198,8 +213,15 @@ trace_write(const char *path, const char *merge_prefix, char *err)
 		put_str(f, e->name);
 		fputs(",\"cat\":", f);
 		put_str(f, e->cat);
-		fprintf(f, ",\"pid\":%ld,\"tid\":%ld,\"ts\":%llu,\"dur\":%llu}", e->pid, e->tid,
+		fprintf(f, ",\"pid\":%ld,\"tid\":%ld,\"ts\":%llu,\"dur\":%llu", e->pid, e->tid,
 		        (unsigned long long)e->ts, (unsigned long long)e->dur);
+		for (int a = 0; a < e->nargs; a++) {
+			fputs(a ? "," : ",\"args\":{", f);
+			put_str(f, e->key[a]);
+			// a number JSON can hold (not NaN or infinite)
+			fprintf(f, ":%.6g", e->val[a] == e->val[a] && e->val[a] - e->val[a] == 0 ? e->val[a] : 0.0);
+		}
+		fputs(e->nargs ? "}}" : "}", f);
 		first = 0;
 	}
 	pthread_mutex_unlock(&mu);

@@ -25,6 +25,12 @@ int trace_enabled(void);
 uint64_t trace_now_us(void);
 // name and cat are copied
 void trace_event(long pid, long tid, const char *name, const char *cat, uint64_t ts_us, uint64_t dur_us);
+// with up to TRACE_ARGS numbers as the event's args (shown beside it in
+// Perfetto): keys[i] -> vals[i], i < nargs; the keys must be string
+// literals (kept, not copied)
+#define TRACE_ARGS 4
+void trace_event_args(long pid, long tid, const char *name, const char *cat, uint64_t ts_us, uint64_t dur_us,
+                      const char *const *keys, const double *vals, int nargs);
 void trace_process(long pid, const char *name);
 // write every buffered event, and the events of the JSON-array files
 // "<merge_prefix>*.json" (merge_prefix may be NULL), to path

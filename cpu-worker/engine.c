@@ -1150,7 +1150,8 @@ get(struct engine *e, int si, float *y, int ncols, size_t ld)
 }
 
 static void
-trace_call(const struct engine *e, int id, const char *suffix, uint64_t t0, uint64_t t1)
+trace_call(const struct engine *e, int id, const char *suffix, uint64_t t0, uint64_t t1, const struct kb_timing *t,
+           int nt)
 {
 	const struct kb_info *k = &e->kb->kernels[id];
 	char name[64];
@@ -1158,7 +1159,16 @@ trace_call(const struct engine *e, int id, const char *suffix, uint64_t t0, uint
 		snprintf(name, sizeof name, "%s L%d%s", ane_kind_name((enum ane_kind)k->kind), k->layer, suffix);
 	else
 		snprintf(name, sizeof name, "%s c%d%s", ane_kind_name((enum ane_kind)k->kind), k->chunk, suffix);
-	trace_event((long)getpid(), 1, name, "kernel-call", t0 / 1000u, (t1 - t0) / 1000u);
+	// the call's parts as its args: the worker's time in its steps, and of
+	// the rest, the request's way there (pickup) and the reply's way back
+	double v[3] = {0, 0, 0};
+	for (int i = 0; i < nt; i++) {
+		v[0] += (double)t[i].exec_ns / 1e3;
+		v[1] += (double)t[i].pickup_ns / 1e3;
+		v[2] += (double)t[i].reply_ns / 1e3;
+	}
+	static const char *const keys[3] = {"steps_us", "pickup_us", "reply_us"};
+	trace_event_args((long)getpid(), 1, name, "kernel-call", t0 / 1000u, (t1 - t0) / 1000u, keys, v, 3);
 }
 
 // x -> kernel id -> y: [ncols][ld_x] in, [ncols][ld_y] out
@@ -1173,7 +1183,7 @@ run(struct engine *e, struct fwd *f, int id, const float *x, size_t ld_x, float 
 		return ad_err_prefix(err, "kernel %d (layer %d)", id, e->kb->kernels[id].layer);
 	uint64_t t1 = ad_now_ns();
 	if (f->trace)
-		trace_call(e, id, "", t0, t1);
+		trace_call(e, id, "", t0, t1, &t, 1);
 	f->call_ns += t1 - t0;
 	f->kernel_ns += t.exec_ns;
 	f->pickup_ns += t.pickup_ns;
@@ -1220,7 +1230,7 @@ run_head(struct engine *e, struct fwd *f, const float *x, float *logits, int nw,
 		return ad_err_prefix(err, "LM head (%d chunks)", e->n_head);
 	uint64_t t1 = ad_now_ns();
 	if (f->trace)
-		trace_call(e, e->head[0], e->n_head > 1 ? " (all chunks)" : "", t0, t1);
+		trace_call(e, e->head[0], e->n_head > 1 ? " (all chunks)" : "", t0, t1, e->head_t, e->n_head);
 	f->call_ns += t1 - t0;
 	for (int h = 0; h < e->n_head; h++) {
 		f->kernel_ns += e->head_t[h].exec_ns;
@@ -1776,7 +1786,7 @@ call_steps(struct engine *e, struct fwd *f, const struct kb_step *st, int n, cha
 		}
 	}
 	if (f->trace && first >= 0)
-		trace_call(e, first, " (fused)", t0, t1);
+		trace_call(e, first, " (fused)", t0, t1, e->ft, n);
 	return 0;
 }
 

@@ -148,6 +148,14 @@ assert "tokenizer" in by["anedvd-tokenizer"], by
 assert {"step", "kernel-call", "attention", "sampling"} <= by["anedvd-cpu-worker"], by
 assert by["anedvd-ane-worker"] == {"kernel"}, by
 assert all(isinstance(e["ts"], int) and e["dur"] >= 0 for e in ev if e.get("ph") == "X")
+# each call's parts as its args: the worker's steps, the pickup and the reply,
+# within the call (its ts and dur are whole microseconds); over the data plane
+# the pickup and the reply take some time
+calls = [e for e in ev if e.get("cat") == "kernel-call"]
+assert calls and all(set(e["args"]) == {"steps_us", "pickup_us", "reply_us"} for e in calls), calls[:2]
+assert all(min(e["args"].values()) >= 0 and sum(e["args"].values()) <= e["dur"] + 2 for e in calls), calls[:2]
+assert sum(e["args"]["pickup_us"] for e in calls) > 0 and sum(e["args"]["reply_us"] for e in calls) > 0
+assert all(e["args"]["steps_us"] > 0 for e in calls), calls[:2]
 EOF
 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 8 --in-process --trace "$T/trace.json" > /dev/null 2>&1
 check "--trace --in-process is JSON with kernel, sampling and tokenizer events from 3 processes" python3 - "$T/trace.json" <<'EOF'
