@@ -735,8 +735,8 @@ dp_call_expect(struct dp_chan *c, int *slot, const struct dp_request *rq, struct
 	// (50 us by default) would eat the lead.
 	uint64_t due = 0, due_spin = 3 * (uint64_t)c->lead_ns;
 	if (x == s - 1 && expect_ns > sp + c->lead_ns) {
-		const int64_t over = atomic_load_explicit(&c->over_ns[slept], memory_order_relaxed),
-			      dev = atomic_load_explicit(&c->dev_ns[slept], memory_order_relaxed);
+		int64_t over, dev;
+		dp_lateness(c, slept, &over, &dev);
 		// the deviation's share at most a quarter of the call: a noisy
 		// machine's spread must not make every call a spin
 		const int64_t spread = 2 * dev < (int64_t)expect_ns / 4 ? 2 * dev : (int64_t)expect_ns / 4;
