@@ -469,8 +469,8 @@ struct rn_job {
 	const struct ad_resnorm *r;
 	const struct ad_surface *ys;
 	struct ad_surface *xs;
-	const float *x_in;
-	float *x_out, *scratch;
+	const float *x_in, *y_rows;
+	float *x_out, *xn_rows, *scratch;
 	int n, nt; // columns, tasks
 	atomic_int bad;
 };
@@ -496,8 +496,10 @@ rn_task(void *arg, size_t t)
 		x.width -= (size_t)c0;
 	}
 	char e[AD_ERRLEN];
-	if (ane_resnorm_planar(j->r, c1 - c0, j->ys ? &y : NULL, j->x_in + (size_t)c0 * E, j->x_out + (size_t)c0 * E,
-	                       j->xs ? &x : NULL, j->scratch + 2 * (size_t)c0 * E, e))
+	const size_t at = (size_t)c0 * E;
+	if (ane_resnorm_planar(j->r, c1 - c0, j->ys ? &y : NULL, j->y_rows ? j->y_rows + at : NULL, j->x_in + at,
+	                       j->x_out + at, j->xs ? &x : NULL, j->xn_rows ? j->xn_rows + at : NULL,
+	                       j->scratch + 2 * at, e))
 		atomic_store(&j->bad, 1);
 }
 
@@ -527,18 +529,32 @@ dp_resnorm(struct dpc *d, const struct dp_step *st, uint64_t *exec_ns, char *msg
 		bad |= vec[i] != DP_NO_VEC && (vec[i] > na || E > na - vec[i]);
 	// x_out is x_in, or apart from it
 	bad |= q->x_out != q->x_in && q->x_out < q->x_in + rows && q->x_in < q->x_out + rows;
+	// y and xn as arena rows (dataplane.h): xn apart from every input and x_out
+	const int y_rows = (st->host & DP_HOST_IN) != 0, xn_rows = (st->host & DP_HOST_OUT) != 0;
+	bad |= (st->host & ~(DP_HOST_IN | DP_HOST_OUT)) != 0;
+	if (y_rows)
+		bad |= st->in_ld != E || st->in_off > na || rows > na - st->in_off;
+	if (xn_rows) {
+		bad |= st->out_ld != E || st->out_off > na || rows > na - st->out_off;
+		const uint64_t o = st->out_off;
+		const uint64_t at[5] = {q->x_in, q->x_out, y_rows ? st->in_off : DP_NO_VEC, q->bias, q->post};
+		const uint64_t len[5] = {rows, rows, rows, E, E};
+		for (int i = 0; i < 5 && !bad; i++)
+			bad |= at[i] != DP_NO_VEC && o < at[i] + len[i] && at[i] < o + rows;
+		bad |= q->w != DP_NO_VEC && o < (uint64_t)q->w + E && q->w < o + rows;
+	}
 	if (bad) {
-		snprintf(msg, AD_ERRLEN, "resnorm: vectors outside the arena of %llu floats, or overlapping",
+		snprintf(msg, AD_ERRLEN, "resnorm: vectors or rows outside the arena of %llu floats, or overlapping",
 		         (unsigned long long)na);
 		return ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
 	}
 	Anedvd__ErrorCode code = 0;
 	struct ad_surface *ys = NULL, *xs = NULL;
-	if (st->in != DP_NO_SURF && !(ys = dp_surf(d, st->in, st->in_id, (int)E, width, "", &code, msg)))
+	if (!y_rows && st->in != DP_NO_SURF && !(ys = dp_surf(d, st->in, st->in_id, (int)E, width, "", &code, msg)))
 		return ad_err_prefix(msg, "resnorm: y"), code;
-	if (st->out != DP_NO_SURF && !(xs = dp_surf(d, st->out, st->out_id, (int)E, width, "", &code, msg)))
+	if (!xn_rows && st->out != DP_NO_SURF && !(xs = dp_surf(d, st->out, st->out_id, (int)E, width, "", &code, msg)))
 		return ad_err_prefix(msg, "resnorm: xn"), code;
-	if (ys && st->in == DP_BY_NAME && st->out == DP_BY_NAME) // get_surface may have moved the entries
+	if (ys && xs && st->in == DP_BY_NAME && st->out == DP_BY_NAME) // get_surface may have moved the entries
 		ys = dp_surf(d, st->in, st->in_id, (int)E, width, "", &code, msg);
 	if (2 * rows > d->scratch_cap) {
 		float *p = realloc(d->scratch, 2 * rows * sizeof(float));
@@ -562,12 +578,23 @@ dp_resnorm(struct dpc *d, const struct dp_step *st, uint64_t *exec_ns, char *msg
 		// wide (a prefill chunk): column blocks on the emu's threads, each
 		// column computed as alone
 		const int nt = emu_nthreads(emu) * 2;
-		struct rn_job j = {&r, ys, xs, arena + q->x_in, arena + q->x_out, d->scratch, (int)n, nt, 0};
+		struct rn_job j = {&r,
+		                   ys,
+		                   xs,
+		                   arena + q->x_in,
+		                   y_rows ? arena + st->in_off : NULL,
+		                   arena + q->x_out,
+		                   xn_rows ? arena + st->out_off : NULL,
+		                   d->scratch,
+		                   (int)n,
+		                   nt,
+		                   0};
 		emu_parallel(emu, rn_task, &j, (size_t)nt);
 		if (j.bad)
 			return snprintf(msg, AD_ERRLEN, "resnorm: a surface is too small"),
 			       ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
-	} else if (ane_resnorm_planar(&r, (int)n, ys, arena + q->x_in, arena + q->x_out, xs, d->scratch, msg)) {
+	} else if (ane_resnorm_planar(&r, (int)n, ys, y_rows ? arena + st->in_off : NULL, arena + q->x_in,
+	                              arena + q->x_out, xs, xn_rows ? arena + st->out_off : NULL, d->scratch, msg)) {
 		return ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
 	}
 	uint64_t t1 = ad_now_ns();

@@ -66,7 +66,7 @@
 #include "surface.h"
 
 #define DP_MAGIC 0x41445044u // "DPDA"
-#define DP_VERSION 4u
+#define DP_VERSION 5u
 #define DP_SLOTS 16
 #define DP_MAX_STEPS 8
 #define DP_MAX_SURF 256
@@ -95,7 +95,13 @@ enum dp_bell { DP_BELL_FUTEX = 0, DP_BELL_SLEEP = 1 };
 // surface (out: DP_NO_SURF for none); the vectors are arena offsets in
 // floats: x_in and x_out [ncols][E], bias, post and w [E] (DP_NO_VEC: absent).
 // A step that re-reads what it writes (x_out overlapping x_in but not equal)
-// is refused: re-posted, the call must find its inputs unchanged.
+// is refused: re-posted, the call must find its inputs unchanged. With
+// DP_HOST_IN in dp_step.host, y is read from arena rows [ncols][E] at
+// in_off instead (in_ld = E; the fp16 values a gather would give), and with
+// DP_HOST_OUT xn is written to arena rows [ncols][E] at out_off (out_ld =
+// E; fp32): a kernel step of the same call hands over its output, or takes
+// its input, as host rows, and no surface is touched between them. xn's
+// rows may not overlap any of the step's inputs or x_out.
 struct dp_resnorm {
 	uint32_t E;
 	float eps;

@@ -126,16 +126,24 @@ surf_layout(struct ane_layout *l, const struct ad_surface *s, int E, int ncols, 
 }
 
 int
-ane_resnorm_planar(const struct ad_resnorm *r, int ncols, const struct ad_surface *ys, const float *x_in, float *x_out,
-                   struct ad_surface *xs, float *scratch, char *err)
+ane_resnorm_planar(const struct ad_resnorm *r, int ncols, const struct ad_surface *ys, const float *y_rows,
+                   const float *x_in, float *x_out, struct ad_surface *xs, float *xn_rows, float *scratch, char *err)
 {
 	struct ane_layout ly, lx;
-	float *y = scratch, *xn = scratch + (size_t)ncols * r->E;
+	const float *y = y_rows;
+	float *xn = xn_rows ? xn_rows : scratch + (size_t)ncols * r->E;
+	if (y_rows)
+		ys = NULL;
+	if (xn_rows)
+		xs = NULL;
 	if ((ys && surf_layout(&ly, ys, r->E, ncols, err)) || (xs && surf_layout(&lx, xs, r->E, ncols, err)))
 		return -1;
-	if (ys && ane_gather_f32(&ly, ys->base, y, (size_t)ncols, (size_t)r->E, err))
-		return -1;
-	ad_resnorm(r, ncols, ys ? y : NULL, (size_t)r->E, x_in, x_out, xs ? xn : NULL, (size_t)r->E);
+	if (ys) {
+		if (ane_gather_f32(&ly, ys->base, scratch, (size_t)ncols, (size_t)r->E, err))
+			return -1;
+		y = scratch;
+	}
+	ad_resnorm(r, ncols, y, (size_t)r->E, x_in, x_out, xs || xn_rows ? xn : NULL, (size_t)r->E);
 	if (xs && r->w && ane_scatter_f32(&lx, xs->base, xn, (size_t)ncols, (size_t)r->E, err))
 		return -1;
 	return 0;

@@ -66,10 +66,16 @@ int ane_gather_f32_pool(struct ad_pool *p, const struct ane_layout *l, const voi
 // resnorm.h's step on fp16 planar surfaces (height 1): y gathered from the
 // first E channels of ys (NULL: no y), xn scattered into the first E
 // channels of xs (NULL: no xn); x_in and x_out are host rows [ncols][E];
-// scratch holds 2 * ncols * E floats. -1 with err if a surface is too small.
+// scratch holds 2 * ncols * E floats. y_rows, when not NULL, is y as host
+// rows [ncols][E] read in place of ys (the fp16 values a gather would give),
+// and xn_rows, when not NULL, takes xn (fp32, as computed) in place of xs:
+// between two kernels of one call on the emu, which read and write such
+// rows directly, the surfaces' line per channel on both sides is spared.
+// -1 with err if a surface is too small.
 struct ad_resnorm;
 struct ad_surface;
-int ane_resnorm_planar(const struct ad_resnorm *r, int ncols, const struct ad_surface *ys, const float *x_in,
-                       float *x_out, struct ad_surface *xs, float *scratch, char *err);
+int ane_resnorm_planar(const struct ad_resnorm *r, int ncols, const struct ad_surface *ys, const float *y_rows,
+                       const float *x_in, float *x_out, struct ad_surface *xs, float *xn_rows, float *scratch,
+                       char *err);
 
 #endif

@@ -130,6 +130,11 @@ struct engine {
 	int rows_ok; // the backend moves host rows and ANEDVD_HOST_ROWS is not 0
 	int host_rows;
 	int host_hb; // and hb is too: a split FFN's GATE_UP output and DOWN's input
+	// and a fused call's kernels hand their outputs to its resnorm steps,
+	// and those their norms to the next kernels, as the host rows hy and
+	// hxn [width][E] (host_rn): no surface between the steps of a call
+	float *hy, *hxn;
+	int host_rn;
 	float *h_logits;
 	struct kb_step *fsteps; // a fused call's steps: 4 + the LM head's chunks
 	struct kb_timing *ft;
@@ -1733,6 +1738,14 @@ fused_setup(struct engine *e, char *err)
 			} else if (split) {
 				ad_info("engine: the split FFN's rows through the surfaces (%s)", why);
 			}
+			float *y = kb_host_alloc(e->kb, w * E, why), *xn = y ? kb_host_alloc(e->kb, w * E, why) : NULL;
+			if (xn) {
+				e->hy = y;
+				e->hxn = xn;
+				e->host_rn = 1;
+			} else {
+				ad_info("engine: a call's steps hand over through the surfaces (%s)", why);
+			}
 		} else {
 			ad_info("engine: kernel rows through the surfaces (%s)", why);
 		}
@@ -1808,6 +1821,33 @@ qkv_step(struct engine *e, const struct eng_layer *L, int n)
 	return st;
 }
 
+// with host_rn: kernel step kst's output goes to resnorm step rst as the
+// rows hy, and rst's xn to kernel step nst as the rows hxn
+static void
+rn_from(struct engine *e, struct kb_step *kst, struct kb_step *rst)
+{
+	kst->x_out = e->hy;
+	kst->out_ld = e->E;
+	rst->y_rows = e->hy;
+}
+
+static void
+rn_to(struct engine *e, struct kb_step *rst, struct kb_step *nst)
+{
+	if (!rst->rn.w) // no norm: no xn
+		return;
+	rst->xn_rows = e->hxn;
+	nst->x_in = e->hxn;
+	nst->in_ld = e->E;
+}
+
+static void
+rn_between(struct engine *e, struct kb_step *kst, struct kb_step *rst, struct kb_step *nst)
+{
+	rn_from(e, kst, rst);
+	rn_to(e, rst, nst);
+}
+
 // layer il of nl, fused (its QKV already ran, unless il is 0); after the
 // last one, with logits (all n columns wanted), the LM head too
 static int
@@ -1817,7 +1857,7 @@ layer_fused(struct engine *e, struct fwd *f, int il, int nl, int n, float *logit
 	const int E = e->E;
 	const float eps = e->hp.rms_eps;
 	if (il == 0) {
-		const struct kb_step st[2] = {
+		struct kb_step st[2] = {
 			{.kind = KB_RESNORM,
 		         .ncols = n,
 		         .out = &e->surf[e->k_in[L->qkv]].s,
@@ -1826,6 +1866,8 @@ layer_fused(struct engine *e, struct fwd *f, int il, int nl, int n, float *logit
 		         .rn = {.E = E, .eps = eps, .w = L->h_attn_norm}},
 			qkv_step(e, L, n),
 		};
+		if (e->host_rn)
+			rn_to(e, &st[0], &st[1]);
 		if (call_steps(e, f, st, 2, err))
 			return ad_err_prefix(err, "layer 0");
 	}
@@ -1856,6 +1898,8 @@ layer_fused(struct engine *e, struct fwd *f, int il, int nl, int n, float *logit
 	                           .x_out = e->hx[b],
 	                           .rn = {E, eps, L->h_bo, L->h_post_attn, L->h_ffn_norm}};
 	st[k++] = kstep(e, up, n);
+	if (e->host_rn)
+		rn_between(e, &st[k - 3], &st[k - 2], &st[k - 1]);
 	if (split) {
 		// the activation on the CPU, between this layer's two calls
 		const int ff = L->ff;
@@ -1893,11 +1937,17 @@ layer_fused(struct engine *e, struct fwd *f, int il, int nl, int n, float *logit
 	                                N        ? N->h_attn_norm
 	                                : logits ? e->h_output_norm
 	                                         : NULL}};
+	const int rn2 = k - 1;
 	if (N)
 		st[k++] = qkv_step(e, N, n);
 	else if (logits)
 		for (int h = 0; h < e->n_head; h++)
 			st[k++] = head_step(e, h, n);
+	if (e->host_rn) {
+		rn_from(e, &st[rn2 - 1], &st[rn2]);
+		for (int i = rn2 + 1; i < k; i++) // the LM head's chunks all read xn
+			rn_to(e, &st[rn2], &st[i]);
+	}
 	if (call_steps(e, f, st, k, err))
 		return ad_err_prefix(err, "layer %d", il);
 	e->hcur = c;

@@ -184,14 +184,28 @@ static int
 x_resnorm(struct kernel_backend *kb, const struct kb_step *st, char *err)
 {
 	struct exact *x = kb->priv;
-	struct xsurf *ys = st->in ? find_surf(x, st->in) : NULL, *xs = st->out ? find_surf(x, st->out) : NULL;
-	if ((st->in && !ys) || (st->out && !xs))
+	const struct ad_surface *in = st->y_rows ? NULL : st->in, *out = st->xn_rows ? NULL : st->out;
+	struct xsurf *ys = in ? find_surf(x, in) : NULL, *xs = out ? find_surf(x, out) : NULL;
+	if ((in && !ys) || (out && !xs))
 		return ad_err(err, "exact: resnorm: not a surface of this backend");
 	if ((ys && ys->s.channels < (size_t)st->rn.E) || (xs && xs->s.channels < (size_t)st->rn.E) || st->ncols < 1 ||
 	    st->ncols > kb->width)
 		return ad_err(err, "exact: resnorm: %d columns of %d do not fit", st->ncols, st->rn.E);
-	ad_resnorm(&st->rn, st->ncols, ys ? ys->f32 : NULL, ys ? ys->s.channels : 0, st->x_in, st->x_out,
-	           xs ? xs->f32 : NULL, xs ? xs->s.channels : 0);
+	const size_t E = (size_t)st->rn.E;
+	ad_resnorm(&st->rn, st->ncols,
+	           st->y_rows ? st->y_rows
+	           : ys       ? ys->f32
+	                      : NULL,
+	           st->y_rows ? E
+	           : ys       ? ys->s.channels
+	                      : 0,
+	           st->x_in, st->x_out,
+	           st->xn_rows ? st->xn_rows
+	           : xs        ? xs->f32
+	                       : NULL,
+	           st->xn_rows ? E
+	           : xs        ? xs->s.channels
+	                       : 0);
 	return 0;
 }
 

@@ -322,10 +322,10 @@ arena_off(const struct remote *r, const float *p)
 static int
 in_arena(const struct remote *r, const struct kb_step *st)
 {
-	const float *v[5] = {st->x_in, st->x_out, st->rn.bias, st->rn.post, st->rn.w};
-	const size_t len[5] = {(size_t)st->ncols * st->rn.E, (size_t)st->ncols * st->rn.E, st->rn.E, st->rn.E,
-	                       st->rn.E};
-	for (int i = 0; i < 5; i++) {
+	const size_t rows = (size_t)st->ncols * st->rn.E;
+	const float *v[7] = {st->x_in, st->x_out, st->rn.bias, st->rn.post, st->rn.w, st->y_rows, st->xn_rows};
+	const size_t len[7] = {rows, rows, st->rn.E, st->rn.E, st->rn.E, rows, rows};
+	for (int i = 0; i < 7; i++) {
 		if (!v[i] && i >= 2)
 			continue;
 		if (!r->arena || !v[i] || v[i] < r->arena || (size_t)(v[i] - r->arena) > r->arena_n ||
@@ -391,11 +391,25 @@ dp_list(struct remote *r, const struct kb_step *steps, int n, struct kb_timing *
 			d->out_off = arena_off(r, st->x_out);
 			d->out_ld = (uint32_t)(st->out_ld ? st->out_ld : r->info[st->id].out_ch);
 		}
-		if (st->kind == KB_RESNORM)
+		if (st->kind == KB_RESNORM) {
 			d->rn = (struct dp_resnorm){(uint32_t)st->rn.E,        st->rn.eps,
 			                            arena_off(r, st->x_in),    arena_off(r, st->x_out),
 			                            arena_off(r, st->rn.bias), arena_off(r, st->rn.post),
 			                            arena_off(r, st->rn.w)};
+			// y and xn as arena rows [ncols][E] (dataplane.h)
+			if (st->y_rows) {
+				d->host |= DP_HOST_IN;
+				d->in = DP_NO_SURF;
+				d->in_off = arena_off(r, st->y_rows);
+				d->in_ld = (uint32_t)st->rn.E;
+			}
+			if (st->xn_rows) {
+				d->host |= DP_HOST_OUT;
+				d->out = DP_NO_SURF;
+				d->out_off = arena_off(r, st->xn_rows);
+				d->out_ld = (uint32_t)st->rn.E;
+			}
+		}
 	}
 	uint64_t expect = 0;
 	for (int i = 0; i < n; i++)

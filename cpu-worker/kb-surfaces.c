@@ -54,7 +54,8 @@ resnorm_here(struct kernel_backend *kb, const struct kb_step *st, struct kb_timi
 			kb->scratch = p;
 			kb->scratch_cap = need;
 		}
-		if (ane_resnorm_planar(&st->rn, st->ncols, st->in, st->x_in, st->x_out, st->out, kb->scratch, err))
+		if (ane_resnorm_planar(&st->rn, st->ncols, st->in, st->y_rows, st->x_in, st->x_out, st->out,
+		                       st->xn_rows, kb->scratch, err))
 			return -1;
 	}
 	if (t) {
@@ -155,13 +156,14 @@ size_t
 kb_host_rows_floats(const struct model *m, int width, size_t qkv, size_t o, size_t head, size_t gate_up)
 {
 	// as the engine sizes them: QKV's output rows hold at least 3 n_embd
-	// (a ShortConv block's), O's input at least n_embd, the logits n_vocab
+	// (a ShortConv block's), O's input at least n_embd, the logits n_vocab;
+	// and a fused call's y and xn rows, n_embd each
 	const size_t E = (size_t)m->hp.n_embd, w = width > 0 ? (size_t)width : 64, V = (size_t)m->hp.n_vocab;
 	qkv = qkv > 3 * E ? qkv : 3 * E;
 	o = o > E ? o : E;
 	head = head > V ? head : V;
 	return (w * qkv + 15) / 16 * 16 + (w * o + 15) / 16 * 16 + (w * head + 15) / 16 * 16 +
-	       (w * gate_up + 15) / 16 * 16;
+	       (w * gate_up + 15) / 16 * 16 + 2 * ((w * E + 15) / 16 * 16);
 }
 
 int

@@ -1207,6 +1207,72 @@ test_resnorm_steps(void)
 	good.E = (uint32_t)E + 1; // wider than the surfaces
 	CHECK(rn_step(ch, pid, gen, n, 0, 1, good, &rep) == DP_BAD_REQUEST, "%s", rep.msg);
 	CHECK(memcmp(ar + 1024, xin, sizeof(float) * (size_t)(n * E)) == 0, "a refused step wrote x_out");
+	good.E = (uint32_t)E;
+	// y and xn as arena rows (DP_HOST_IN, DP_HOST_OUT): y at 2400, xn at
+	// 3000; the bits of the surfaces' step, xn unrounded
+	{
+		REQUIRE(n * E <= 500);
+		memcpy(ar, xin, sizeof(float) * (size_t)(n * E));
+		memcpy(ar + 2400, y, sizeof(float) * (size_t)(n * E)); // fp16 values, as the surface held them
+		ad_resnorm(&r, n, y, (size_t)E, xin, want_x, want_n, (size_t)E);
+		// the surfaces named too: the flags say which the step takes
+		const struct dp_step rows = {.kernel = DP_RESNORM,
+		                             .ncols = n,
+		                             .in = 0,
+		                             .out = 1,
+		                             .rn = good,
+		                             .host = DP_HOST_IN | DP_HOST_OUT,
+		                             .in_off = 2400,
+		                             .in_ld = (uint32_t)E,
+		                             .out_off = 3000,
+		                             .out_ld = (uint32_t)E};
+		surface_write(&Y, xin, n, (size_t)E); // not y: the rows must be read
+		float x16[3 * 512];
+		surface_write(&X, xin, n, (size_t)E); // and not written
+		surface_read(&X, x16, n, (size_t)E);
+		CHECK(step_call(ch, pid, gen, &rows, &rep) == DP_OK, "%s", rep.msg);
+		surface_read(&X, got, n, (size_t)E);
+		CHECK(memcmp(got, x16, sizeof(float) * (size_t)(n * E)) == 0, "rows: the xn surface was written");
+		CHECK(memcmp(ar + 1024, want_x, sizeof(float) * (size_t)(n * E)) == 0, "rows: x_out differs");
+		CHECK(memcmp(ar + 3000, want_n, sizeof(float) * (size_t)(n * E)) == 0, "rows: xn differs");
+		// y from the rows, xn to the surface (rounded to fp16 there)
+		struct dp_step y_only = rows;
+		y_only.host = DP_HOST_IN;
+		CHECK(step_call(ch, pid, gen, &y_only, &rep) == DP_OK, "%s", rep.msg);
+		surface_write(&X, want_n, n, (size_t)E);
+		surface_read(&X, want16, n, (size_t)E);
+		surface_write(&X, xin, n, (size_t)E);
+		CHECK(step_call(ch, pid, gen, &y_only, &rep) == DP_OK, "%s", rep.msg);
+		surface_read(&X, got, n, (size_t)E);
+		CHECK(memcmp(got, want16, sizeof(float) * (size_t)(n * E)) == 0, "y rows, xn surface: xn differs");
+		// y from the surface, xn to the rows
+		struct dp_step xn_only = rows;
+		xn_only.host = DP_HOST_OUT;
+		surface_write(&Y, y, n, (size_t)E);
+		memset(ar + 3000, 0, sizeof(float) * (size_t)(n * E));
+		CHECK(step_call(ch, pid, gen, &xn_only, &rep) == DP_OK, "%s", rep.msg);
+		CHECK(memcmp(ar + 3000, want_n, sizeof(float) * (size_t)(n * E)) == 0,
+		      "y surface, xn rows: xn differs");
+		// refusals: each says what is wrong and writes nothing
+		struct dp_step badr[8] = {rows, rows, rows, rows, rows, rows, rows, rows};
+		badr[0].out_off = 0;             // xn over x_in
+		badr[1].out_off = 2400;          // xn over y
+		badr[2].out_off = 2048 - 10;     // xn over w
+		badr[3].out_off = 1024;          // xn over x_out
+		badr[4].out_off = 4096 - 10;     // xn past the arena
+		badr[5].in_off = 4096 - 10;      // y past the arena
+		badr[6].in_ld = (uint32_t)E + 1; // rows of another width
+		badr[7].host = DP_HOST_IN | 4;   // an unknown flag
+		memcpy(ar + 1024, xin, sizeof(float) * (size_t)(n * E));
+		memset(ar + 3000, 0, sizeof(float) * (size_t)(n * E));
+		for (int i = 0; i < 8; i++)
+			CHECK(step_call(ch, pid, gen, &badr[i], &rep) == DP_BAD_REQUEST && strstr(rep.msg, "resnorm"),
+			      "bad rows step %d: %d %s", i, rep.status, rep.msg);
+		CHECK(memcmp(ar + 1024, xin, sizeof(float) * (size_t)(n * E)) == 0, "a refused step wrote x_out");
+		float zero[3 * 512] = {0};
+		CHECK(memcmp(ar + 3000, zero, sizeof(float) * (size_t)(n * E)) == 0, "a refused step wrote xn");
+		CHECK(memcmp(ar, xin, sizeof(float) * (size_t)(n * E)) == 0, "a refused step wrote x_in");
+	}
 	// a kernel's host rows (DP_HOST_IN, DP_HOST_OUT), of any stride: the
 	// bits of the same call through the surfaces
 	const int ko0 = kb_find(local, ANE_K_O, 0, 0);
@@ -1358,6 +1424,41 @@ test_resnorm_steps(void)
 		for (int j = 0; j < n; j++)
 			CHECK(memcmp(out + (size_t)j * lo, want + (size_t)j * E, sizeof(float) * (size_t)E) == 0,
 			      "O's host rows (%s): column %d differs", v ? "this process's" : "the arena's", j);
+	}
+	// the same list handing over through host rows (kb_step's y_rows and
+	// xn_rows, O's x_out, the FFN's x_in): the bits of the surfaces' list,
+	// on kb_local (through the surfaces, here) and kb_remote (the arena)
+	{
+		static float ffn_want[W * 512], ffn_got[W * 512];
+		surface_read(&s[0][3], ffn_want, (size_t)n, (size_t)E);
+		for (int b = 0; b < 2; b++) {
+			float *hv = kb_host_alloc(kb[b], (size_t)(4 * n * E), err);
+			REQUIRE(hv, "%s", err);
+			float *hx = hv, *hxo = hv + n * E, *hy = hv + 2 * n * E, *hxn = hv + 3 * n * E;
+			memcpy(hx, xin, sizeof(float) * (size_t)(n * E));
+			float zero[512] = {0};
+			for (int i = 1; i < 4; i++) // what the surfaces say must not matter
+				surface_write(&s[b][i], zero, 1, (size_t)E);
+			const struct kb_step st[3] = {
+				{.id = ko, .in = &s[b][0], .out = &s[b][1], .ncols = n, .x_out = hy, .out_ld = E},
+				{.kind = KB_RESNORM,
+			         .ncols = n,
+			         .in = &s[b][1],
+			         .out = &s[b][2],
+			         .x_in = hx,
+			         .x_out = hxo,
+			         .rn = {E, eps, NULL, NULL, xo[b] - W * E},
+			         .y_rows = hy,
+			         .xn_rows = hxn},
+				{.id = kf, .in = &s[b][2], .out = &s[b][3], .ncols = n, .x_in = hxn, .in_ld = E},
+			};
+			REQUIRE(kb_call_list(kb[b], st, 3, NULL, err) == 0, "%s", err);
+			CHECK(memcmp(hxo, xo[0], sizeof(float) * (size_t)(n * E)) == 0, "rows (%s): x_out differs",
+			      kb[b]->name);
+			surface_read(&s[b][3], ffn_got, (size_t)n, (size_t)E);
+			CHECK(memcmp(ffn_got, ffn_want, sizeof(float) * (size_t)(n * E)) == 0,
+			      "rows (%s): the FFN's output differs", kb[b]->name);
+		}
 	}
 }
 

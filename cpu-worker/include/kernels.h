@@ -111,6 +111,12 @@ struct kb_step {
 	float *x_out;
 	struct ad_resnorm rn;
 	int in_ld, out_ld; // a KB_KERNEL step's host rows (0: its channels)
+	// a KB_RESNORM step's y and xn as host rows [ncols][rn.E] from
+	// kb_host_alloc, in place of in and out (NULL: through them); xn's
+	// rows hold fp32 values, which a kernel step taking them as its x_in
+	// rounds to fp16 as a surface would
+	const float *y_rows;
+	float *xn_rows;
 };
 
 struct kernel_backend {
@@ -180,8 +186,9 @@ void kb_host_free(struct kernel_backend *kb);
 // backend that sizes its host memory up front
 size_t kb_host_floats(const struct model *m, int width);
 // and the host rows of a kernel step (kb_step) the engine may take: QKV's
-// output (qkv channels at most), O's input (o), the logits (head rows) and
-// a split FFN's GATE_UP output, which is DOWN's input (gate_up)
+// output (qkv channels at most), O's input (o), the logits (head rows), a
+// split FFN's GATE_UP output, which is DOWN's input (gate_up), and the y
+// and xn rows of a fused call's resnorm steps
 size_t kb_host_rows_floats(const struct model *m, int width, size_t qkv, size_t o, size_t head, size_t gate_up);
 
 
