@@ -136,6 +136,10 @@ struct engine {
 	float *hy, *hxn;
 	int host_rn;
 	float *h_logits;
+	// engine_logits_alloc's rows [l_floats], which the LM head writes
+	// into directly when forward's logits are there (no copy from h_logits)
+	float *l_rows;
+	size_t l_floats;
 	struct kb_step *fsteps; // a fused call's steps: 4 + the LM head's chunks
 	struct kb_timing *ft;
 	int *head, n_head; // LM head kernels in row order
@@ -1201,14 +1205,38 @@ run(struct engine *e, struct fwd *f, int id, const float *x, size_t ld_x, float 
 
 // x [nw][E] -> every LM head chunk, as one list of kernels (one round trip
 // on kb_remote) -> logits [nw][V], each chunk gathered at its row offset
-// LM head chunk h's step on n columns, its logits into h_logits when there
+// n rows of logits in engine_logits_alloc's rows: the LM head writes them there
+static int
+logits_direct(const struct engine *e, const float *logits, int n)
+{
+	return logits && e->l_rows && logits >= e->l_rows &&
+	       (size_t)(logits - e->l_rows) + (size_t)n * (size_t)e->V <= e->l_floats;
+}
+
+float *
+engine_logits_alloc(struct engine *e, int rows, char *err)
+{
+	// only where the LM head writes host rows into memory the backend
+	// maps (the data plane's arena): elsewhere a copy costs no more
+	if (!e->h_logits || !e->kb->host_alloc || e->l_rows || rows < 1)
+		return ad_err(err, "engine: no logits rows for the LM head to write into"), NULL;
+	size_t n = (size_t)rows * (size_t)e->V;
+	if (!(e->l_rows = kb_host_alloc(e->kb, n, err)))
+		return NULL;
+	e->l_floats = n;
+	return e->l_rows;
+}
+
+// LM head chunk h's step on n columns, its logits into the caller's rows
+// (logits_direct) or h_logits when there
 static struct kb_step
-head_step(struct engine *e, int h, int n)
+head_step(struct engine *e, int h, int n, float *logits)
 {
 	const int id = e->head[h];
 	struct kb_step st = {.id = id, .in = &e->surf[e->k_in[id]].s, .out = &e->surf[e->k_out[id]].s, .ncols = n};
-	if (e->h_logits) {
-		st.x_out = e->h_logits + e->kb->kernels[id].row_offset;
+	float *dst = logits_direct(e, logits, n) ? logits : e->h_logits;
+	if (dst) {
+		st.x_out = dst + e->kb->kernels[id].row_offset;
 		st.out_ld = e->V;
 	}
 	return st;
@@ -1218,6 +1246,8 @@ head_step(struct engine *e, int h, int n)
 static void
 head_logits(struct engine *e, float *logits, int n)
 {
+	if (logits_direct(e, logits, n))
+		return;
 	if (e->h_logits)
 		memcpy(logits, e->h_logits, (size_t)n * (size_t)e->V * sizeof *logits);
 	for (int h = 0; !e->h_logits && h < e->n_head; h++)
@@ -1229,7 +1259,7 @@ run_head(struct engine *e, struct fwd *f, const float *x, float *logits, int nw,
 {
 	put(e, e->k_in[e->head[0]], x, nw, (size_t)e->E);
 	for (int h = 0; h < e->n_head; h++)
-		e->head_steps[h] = head_step(e, h, nw);
+		e->head_steps[h] = head_step(e, h, nw, logits);
 	uint64_t t0 = ad_now_ns();
 	if (kb_call_list(e->kb, e->head_steps, e->n_head, e->head_t, err))
 		return ad_err_prefix(err, "LM head (%d chunks)", e->n_head);
@@ -1942,7 +1972,7 @@ layer_fused(struct engine *e, struct fwd *f, int il, int nl, int n, float *logit
 		st[k++] = qkv_step(e, N, n);
 	else if (logits)
 		for (int h = 0; h < e->n_head; h++)
-			st[k++] = head_step(e, h, n);
+			st[k++] = head_step(e, h, n, logits);
 	if (e->host_rn) {
 		rn_from(e, &st[rn2 - 1], &st[rn2]);
 		for (int i = rn2 + 1; i < k; i++) // the LM head's chunks all read xn

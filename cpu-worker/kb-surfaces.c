@@ -157,13 +157,15 @@ kb_host_rows_floats(const struct model *m, int width, size_t qkv, size_t o, size
 {
 	// as the engine sizes them: QKV's output rows hold at least 3 n_embd
 	// (a ShortConv block's), O's input at least n_embd, the logits n_vocab;
-	// and a fused call's y and xn rows, n_embd each
+	// and a fused call's y and xn rows, n_embd each, and the scheduler's
+	// logits (engine_logits_alloc: a row per column and one more). Pages
+	// no call writes are never touched
 	const size_t E = (size_t)m->hp.n_embd, w = width > 0 ? (size_t)width : 64, V = (size_t)m->hp.n_vocab;
 	qkv = qkv > 3 * E ? qkv : 3 * E;
 	o = o > E ? o : E;
 	head = head > V ? head : V;
 	return (w * qkv + 15) / 16 * 16 + (w * o + 15) / 16 * 16 + (w * head + 15) / 16 * 16 +
-	       (w * gate_up + 15) / 16 * 16 + 2 * ((w * E + 15) / 16 * 16);
+	       (w * gate_up + 15) / 16 * 16 + 2 * ((w * E + 15) / 16 * 16) + ((w + 1) * head + 15) / 16 * 16;
 }
 
 int

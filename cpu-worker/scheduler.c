@@ -176,9 +176,10 @@ struct sched {
 	struct job **cjobs;
 	int *coff, *nk, *ngram; // per decoding job: its first column, its draft tokens, their n-gram
 	uint8_t *want;
-	float *logits; // [lrows][V]
+	float *logits; // [lrows][V]: engine_logits_alloc's, or (own_logits) malloc's
 	int rows;      // jobs per decode call
 	int lrows;     // rows of logits: a decode call's columns, drafts included, and a prefill's last
+	int own_logits;
 	struct spec_opts spec;
 	struct spec_cost cost; // the decode calls' widths and times
 	struct engine_seq *eval_seq;
@@ -1450,7 +1451,12 @@ sched_new(struct engine *e, const struct sched_opts *o, char *err)
 	s->ngram = calloc((size_t)s->o.parallel, sizeof *s->ngram);
 	s->toks = calloc((size_t)ncols, sizeof *s->toks);
 	s->want = calloc((size_t)s->width, 1);
-	s->logits = malloc((size_t)s->lrows * s->V * sizeof(float));
+	// rows the LM head writes into directly where the engine has them
+	char why[AD_ERRLEN];
+	if (!(s->logits = engine_logits_alloc(e, s->lrows, why))) {
+		s->logits = malloc((size_t)s->lrows * s->V * sizeof(float));
+		s->own_logits = 1;
+	}
 	if (!s->active || !s->cols || !s->cjobs || !s->coff || !s->nk || !s->ngram || !s->toks || !s->want ||
 	    !s->logits) {
 		sched_free(s);
@@ -1542,7 +1548,8 @@ sched_free(struct sched *s)
 	free(s->ngram);
 	free(s->toks);
 	free(s->want);
-	free(s->logits);
+	if (s->own_logits)
+		free(s->logits);
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->work);
 	pthread_cond_destroy(&s->done);

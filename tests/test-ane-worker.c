@@ -1621,6 +1621,7 @@ struct gen_state {
 	int32_t ids[64];
 	atomic_int done_tokens;
 	int rc, fused;
+	int direct; // the logits in engine_logits_alloc's rows
 	char err[AD_ERRLEN];
 };
 
@@ -1633,7 +1634,9 @@ generate(void *p)
 	struct engine_opts eo = {.max_seq = 256};
 	struct engine *e = engine_new(&stories, g->kb, &eo, g->err);
 	struct engine_seq *s = e ? engine_seq_new(e, g->err) : NULL;
-	float *lg = e ? malloc(sizeof(float) * (size_t)engine_n_vocab(e)) : NULL;
+	float *lg = !e          ? NULL
+	            : g->direct ? engine_logits_alloc(e, 1, g->err)
+	                        : malloc(sizeof(float) * (size_t)engine_n_vocab(e));
 	g->rc = -1;
 	g->fused = e && engine_fused(e);
 	if (s && lg && engine_prefill(e, s, prompt, 5, lg, g->err) == 0) {
@@ -1646,10 +1649,59 @@ generate(void *p)
 		}
 		g->rc = i == g->n ? 0 : -1;
 	}
-	free(lg);
+	if (!g->direct)
+		free(lg);
 	engine_seq_free(s);
 	engine_free(e);
 	return NULL;
+}
+
+// logits in rows the LM head writes into (engine_logits_alloc): on
+// kb_remote the bits of the logits copied out of the engine's own rows,
+// in whichever row; one set per engine; none on kb_exact
+static void
+test_logits_rows(void)
+{
+	REQUIRE(worker > 0 && local);
+	char err[AD_ERRLEN];
+	struct kernel_backend *kb = open_remote(0, 30000, err);
+	REQUIRE(kb, "%s", err);
+	struct engine_opts eo = {.max_seq = 64};
+	struct engine *e = engine_new(&stories, kb, &eo, err);
+	REQUIRE(e, "%s", err);
+	const int V = engine_n_vocab(e);
+	float *rows = engine_logits_alloc(e, 2, err);
+	CHECK(rows, "%s", err);
+	err[0] = 0;
+	CHECK(!engine_logits_alloc(e, 1, err) && strstr(err, "logits"), "a second set of rows: %s", err);
+	float *own = malloc(sizeof(float) * (size_t)V);
+	static const int32_t prompt[] = {1, 403, 407, 261, 378};
+	struct engine_seq *a = engine_seq_new(e, err), *b = engine_seq_new(e, err);
+	REQUIRE(a && b && rows && own, "%s", err);
+	CHECK(engine_prefill(e, a, prompt, 5, own, err) == 0, "%s", err);
+	CHECK(engine_prefill(e, b, prompt, 5, rows + V, err) == 0, "%s", err);
+	CHECK(memcmp(own, rows + V, sizeof(float) * (size_t)V) == 0, "prefill: the logits differ");
+	for (int i = 0; i < 4; i++) {
+		int32_t t = argmax(own, V);
+		CHECK(engine_step(e, &a, &t, 1, own, err) == 0, "%s", err);
+		CHECK(engine_step(e, &b, &t, 1, rows + (i & 1) * V, err) == 0, "%s", err);
+		CHECK(memcmp(own, rows + (i & 1) * V, sizeof(float) * (size_t)V) == 0, "decode %d: the logits differ",
+		      i);
+	}
+	engine_seq_free(a);
+	engine_seq_free(b);
+	engine_free(e);
+	kb->free(kb);
+	// kb_exact's LM head writes no host rows: nothing to spare
+	struct kernel_backend *x = kb_exact_new(&stories, &(struct kb_opts){.width = W}, err);
+	REQUIRE(x, "%s", err);
+	struct engine *xe = engine_new(&stories, x, &eo, err);
+	REQUIRE(xe, "%s", err);
+	err[0] = 0;
+	CHECK(!engine_logits_alloc(xe, 1, err) && strstr(err, "logits"), "kb_exact: %s", err);
+	engine_free(xe);
+	x->free(x);
+	free(own);
 }
 
 // an engine on kb_remote (the data plane) whose worker is SIGKILLed in the
@@ -1674,6 +1726,7 @@ test_kill_generation(void)
 	rg->kb = open_remote(0, 30000, err);
 	REQUIRE(rg->kb, "%s", err);
 	CHECK(kb_remote_ping(rg->kb, 0, err) == 0, "not on the data plane: %s", err);
+	rg->direct = 1; // the LM head writing into them is re-posted too
 	pthread_t th;
 	REQUIRE(pthread_create(&th, NULL, generate, rg) == 0);
 	while (atomic_load(&rg->done_tokens) < 4)
@@ -1863,6 +1916,7 @@ main(void)
 	T_RUN(test_kill_restart);
 	T_RUN(test_dataplane);
 	T_RUN(test_resnorm_steps);
+	T_RUN(test_logits_rows);
 	T_RUN(test_kill_generation);
 	T_RUN(test_hung_worker);
 	T_RUN(test_sleep_doorbell);

@@ -190,6 +190,14 @@ int engine_seq_state_load(struct engine_seq *s, const void *src, char *err);
 int engine_forward(struct engine *e, struct engine_seq *const *seqs, const int32_t *tokens, int n, const uint8_t *want,
                    float *logits, int prefill, char *err);
 
+// rows [rows][n_vocab] for engine_forward's logits that the LM head writes
+// into directly, in the memory the ane-worker maps (the data plane's
+// arena): without them its logits are copied out of the engine's own rows
+// (a SmolLM2-sized vocabulary: 23 us a token here). They are the caller's
+// until the engine is freed; one set per engine. NULL with err where the
+// backend has no such memory: the caller then uses its own.
+float *engine_logits_alloc(struct engine *e, int rows, char *err);
+
 // engine_forward_hidden: the same columns, no LM head: hidden gets n rows
 // of n_embd, each column's last hidden state after the final norm (what
 // embeddings pool); booked as prefill
