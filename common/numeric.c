@@ -30,12 +30,20 @@ ad_matvec(float *y, const float *w, const float *x, int64_t n_in, int64_t n_out)
 void
 ad_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
 {
-	double ss = 0;
-	for (int64_t i = 0; i < n; i++)
+	// eight lanes of double sums (lane k: i = k mod 8) folded in a fixed
+	// order, the tail after them: eight chains of adds, not one (3 cycles an
+	// element in one chain, 0.5 us of a 576-wide norm here, twice a layer)
+	double l[8] = {0};
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int k = 0; k < 8; k++)
+			l[k] += (double)(x[i + k] * x[i + k]);
+	double ss = ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+	for (; i < n; i++)
 		ss += (double)(x[i] * x[i]);
 	float mean = (float)(ss / (double)n);
 	float scale = 1.0f / sqrtf(mean + eps);
-	for (int64_t i = 0; i < n; i++)
+	for (i = 0; i < n; i++)
 		y[i] = (x[i] * scale) * w[i];
 }
 

@@ -81,8 +81,10 @@ ad_dot(const float *a, const float *b, int64_t n)
 // time, so that four independent accumulators hide the multiply-add latency)
 void ad_matvec(float *y, const float *w, const float *x, int64_t n_in, int64_t n_out);
 
-// y = (x * (1 / sqrt(mean(x^2) + eps))) * w, the mean summed in double;
-// y may be x
+// y = (x * (1 / sqrt(mean(x^2) + eps))) * w, the mean summed in double in
+// eight lanes (ggml sums in one chain: the doubles may differ in their last
+// bits, the float mean they round to had not once in 200,000 random rows
+// of 576); y may be x
 void ad_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
 
 static inline float
