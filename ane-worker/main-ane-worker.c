@@ -619,6 +619,7 @@ dp_resnorm(struct dpc *d, const struct dp_step *st, uint64_t *exec_ns, char *msg
 
 #define PF_BUDGET (12u << 20)
 #define PF_PIECE (32u << 10)
+#define PF_LOOK 4096u
 
 static int prefetch_on = -1;
 
@@ -663,6 +664,7 @@ dp_prefetch(void *arg)
 		return 0; // another client's call: not now
 	uint64_t sum = 0;
 	size_t piece = 0;
+	int rung = 0;
 	while (piece < PF_PIECE && d->pf_kernel >= 0) {
 		struct ane_kernel *k = d->pf_kernel < w->set.plan.n ? &w->set.k[d->pf_kernel] : NULL;
 		struct emu_const c;
@@ -675,13 +677,19 @@ dp_prefetch(void *arg)
 			continue;
 		}
 		const char *p = c.data;
-		size_t end = d->pf_off + (PF_PIECE - piece);
+		size_t end = d->pf_off + (PF_PIECE - piece), o = d->pf_off;
 		if (end > c.bytes)
 			end = c.bytes;
-		for (size_t o = d->pf_off; o < end; o += 64) // a load per line: it cannot be dropped
+		// a load per line (it cannot be dropped); a look at the bell every
+		// PF_LOOK bytes: a call that comes meanwhile is taken at once
+		for (; o < end && !(o != d->pf_off && o % PF_LOOK == 0 && dp_bell_rung(d->ch)); o += 64)
 			sum += *(const volatile uint8_t *)(p + o);
-		piece += end - d->pf_off;
-		d->pf_off = end;
+		piece += o - d->pf_off;
+		d->pf_off = o;
+		if (o < end) { // a call: the rest later
+			rung = 1;
+			break;
+		}
 		if (d->pf_off >= c.bytes) {
 			d->pf_const++;
 			d->pf_off = 0;
@@ -690,7 +698,7 @@ dp_prefetch(void *arg)
 	pthread_mutex_unlock(&w->mu);
 	d->pf_done += piece;
 	__asm__ volatile("" : : "r"(sum)); // the loads are used
-	return d->pf_kernel >= 0 && d->pf_done < PF_BUDGET;
+	return !rung && d->pf_kernel >= 0 && d->pf_done < PF_BUDGET;
 }
 
 // a kernel step's host rows (dataplane.h: DP_HOST_IN, DP_HOST_OUT), checked

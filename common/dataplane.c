@@ -77,6 +77,7 @@ struct dp_chan {
 	pthread_mutex_t mu;     // client: the surface table
 	int (*idle)(void *arg); // worker: dp_set_idle
 	void *idle_arg;
+	uint32_t idle_bell; // the bell as dp_serve read it before calling idle
 	// client: spinning through a call (ANEDVD_DP_SPIN_THROUGH): 0 off, 1
 	// on, 2 (the default) as long as it pays (the score: calls whose reply
 	// the spin saw at once, less those it saw late or not at all; below
@@ -806,6 +807,12 @@ dp_attach(struct dp_chan *c)
 	return g;
 }
 
+int
+dp_bell_rung(const struct dp_chan *c)
+{
+	return atomic_load_explicit(&c->h->bell, memory_order_relaxed) != c->idle_bell;
+}
+
 void
 dp_set_idle(struct dp_chan *c, int (*idle)(void *arg), void *arg)
 {
@@ -903,6 +910,7 @@ dp_serve(struct dp_chan *c, uint32_t gen, dp_handler fn, void *arg, const volati
 		if (t - last < c->spin_serve_ns) {
 			if (c->idle) {
 				sched_yield();
+				c->idle_bell = b;
 				if (c->idle(c->idle_arg) && atomic_load(&h->bell) == b)
 					continue;
 			}

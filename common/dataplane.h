@@ -245,6 +245,10 @@ void dp_kick(struct dp_chan *c);
 // two); the ane-worker pulls the weights of the kernel it expects next into
 // the caches there. NULL: none.
 void dp_set_idle(struct dp_chan *c, int (*idle)(void *arg), void *arg);
+// from within idle: 1 when a request has come since dp_serve last looked
+// (the idle work should return at once; a load of a line, cheap until the
+// client writes it)
+int dp_bell_rung(const struct dp_chan *c);
 
 // --- both -------------------------------------------------------------------------------
 const char *dp_id(const struct dp_chan *c);

@@ -491,6 +491,7 @@ test_surfaces(void)
 // posted meanwhile is answered after at most one piece
 struct idle_state {
 	atomic_int calls, budget, during;
+	atomic_int watch, rung; // pieces of up to 2 s that return when dp_bell_rung says so
 	struct dp_chan *c;
 };
 
@@ -499,6 +500,16 @@ idle_piece(void *arg)
 {
 	struct idle_state *s = arg;
 	atomic_fetch_add(&s->calls, 1);
+	if (atomic_load(&s->watch)) {
+		for (int i = 0; i < 20000; i++) {
+			if (dp_bell_rung(s->c)) {
+				atomic_fetch_add(&s->rung, 1);
+				return 1;
+			}
+			usleep(100);
+		}
+		return 1;
+	}
 	sleep_ms(1); // a long piece: a request posted now waits for its end
 	return atomic_fetch_sub(&s->budget, 1) > 1;
 }
@@ -556,6 +567,19 @@ test_idle(void)
 	CHECK(atomic_load(&s.calls) > 0, "%d idle pieces", atomic_load(&s.calls)); // (a loaded machine runs few)
 	// (a piece is 1 ms; a loaded machine may add a slice or two)
 	CHECK(ms < 100, "a request waited %.1f ms behind the idle work", ms);
+	// a piece that looks at the bell (dp_bell_rung): quiet while nothing
+	// comes, and a request ends it long before its 2 s are up
+	atomic_store(&s.watch, 1);
+	sleep_ms(30);
+	CHECK(atomic_load(&s.rung) == 0, "the bell rang with no request");
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CHECK(dp_call(c, &slot, &rq, &rep, pid, gen, 5000) == DP_DONE && rep.status == DP_OK);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	CHECK(atomic_load(&s.rung) >= 1, "the piece did not see the request");
+	CHECK(ms < 1000, "a request waited %.1f ms behind a piece that looks at the bell", ms);
+	atomic_store(&s.watch, 0);
+	atomic_store(&s.budget, 0);
 	dp_release(c, slot);
 	dp_destroy(c);
 	pthread_join(th, NULL);
