@@ -377,7 +377,7 @@ class Bench:
 		       str(self.ngen), "--json", "--backend", "emu"] + wopt + self.no_spec
 		r = run(cmd, env=self.env, sample=sample)
 		if r["rc"]:
-			raise SystemExit(f"anedvd run failed ({r['rc']}): {r['err'][-500:]}")
+			raise SystemExit(f"anedvd run failed ({r['rc']}): {r['err'][-4000:]}")
 		t = json.loads(r["out"])["timings"]
 		# IPC per round trip (a call may carry a layer's kernels); builds
 		# without the count: per kernel
@@ -416,7 +416,7 @@ class Bench:
 		       "--backend", "emu"] + wopt + copt
 		r = run(cmd, env=env, first_token=True)
 		if r["rc"]:
-			raise SystemExit(f"anedvd run (start) failed ({r['rc']}): {r['err'][-500:]}")
+			raise SystemExit(f"anedvd run (start) failed ({r['rc']}): {r['err'][-4000:]}")
 		return r["first"] if r["first"] is not None else r["wall"]
 
 	def a_kernels(self, f, wtype):
