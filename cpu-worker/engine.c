@@ -1698,9 +1698,11 @@ book(struct gen_timings *t, const struct fwd *f, uint64_t total, int cols, int n
 // lives in hx[], host memory the backend reaches; the steps are layer()'s
 // arithmetic in its order (resnorm.h), so the bits are those of the
 // unfused path. A call never writes what it reads first (O's input is a
-// surface of its own, the residual rotates through three rows: a call reads
-// hx[a] and writes hx[b] and hx[c]), so a call re-posted after an
-// ane-worker restart gives the same result. Models with other CPU work
+// surface or rows of its own, the residual rotates through three rows: a
+// call reads hx[a] and writes hx[b] and hx[c]; between its steps the
+// kernels' outputs and the norms pass through hy and hxn, which no call
+// reads before writing them), so a call re-posted after an ane-worker
+// restart gives the same result. Models with other CPU work
 // between those kernels (MoE, ShortConv, gemma4's per-layer inputs, a split
 // FFN) keep layer(); ANEDVD_FUSE=0 turns fusing off. A qwen35 delta-net
 // layer fuses like attention: its CPU part (dn_mix) sits where attention's
