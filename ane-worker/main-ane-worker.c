@@ -503,6 +503,13 @@ rn_task(void *arg, size_t t)
 		atomic_store(&j->bad, 1);
 }
 
+// arena spans [a, a + alen) and [b, b + blen) share a float
+static int
+spans_meet(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen)
+{
+	return a < b + blen && b < a + alen;
+}
+
 // a DP_RESNORM step (dataplane.h): its vectors checked against the arena,
 // its surfaces against the step's shape, then resnorm.h's arithmetic
 static Anedvd__ErrorCode
@@ -528,7 +535,7 @@ dp_resnorm(struct dpc *d, const struct dp_step *st, uint64_t *exec_ns, char *msg
 	for (int i = 0; i < 3; i++)
 		bad |= vec[i] != DP_NO_VEC && (vec[i] > na || E > na - vec[i]);
 	// x_out is x_in, or apart from it
-	bad |= q->x_out != q->x_in && q->x_out < q->x_in + rows && q->x_in < q->x_out + rows;
+	bad |= q->x_out != q->x_in && spans_meet(q->x_out, rows, q->x_in, rows);
 	// y and xn as arena rows (dataplane.h): xn apart from every input and x_out
 	const int y_rows = (st->host & DP_HOST_IN) != 0, xn_rows = (st->host & DP_HOST_OUT) != 0;
 	bad |= (st->host & ~(DP_HOST_IN | DP_HOST_OUT)) != 0;
@@ -536,12 +543,10 @@ dp_resnorm(struct dpc *d, const struct dp_step *st, uint64_t *exec_ns, char *msg
 		bad |= st->in_ld != E || st->in_off > na || rows > na - st->in_off;
 	if (xn_rows) {
 		bad |= st->out_ld != E || st->out_off > na || rows > na - st->out_off;
-		const uint64_t o = st->out_off;
-		const uint64_t at[5] = {q->x_in, q->x_out, y_rows ? st->in_off : DP_NO_VEC, q->bias, q->post};
-		const uint64_t len[5] = {rows, rows, rows, E, E};
-		for (int i = 0; i < 5 && !bad; i++)
-			bad |= at[i] != DP_NO_VEC && o < at[i] + len[i] && at[i] < o + rows;
-		bad |= q->w != DP_NO_VEC && o < (uint64_t)q->w + E && q->w < o + rows;
+		const uint64_t at[6] = {q->x_in, q->x_out, y_rows ? st->in_off : DP_NO_VEC, q->bias, q->post, q->w};
+		const uint64_t len[6] = {rows, rows, rows, E, E, E};
+		for (int i = 0; i < 6; i++)
+			bad |= at[i] != DP_NO_VEC && spans_meet(st->out_off, rows, at[i], len[i]);
 	}
 	if (bad) {
 		snprintf(msg, AD_ERRLEN, "resnorm: vectors or rows outside the arena of %llu floats, or overlapping",
@@ -738,8 +743,7 @@ dp_host_rows(struct dpc *d, const struct dp_step *st, const struct ane_kernel *k
 	if (st->host & DP_HOST_OUT)
 		h->y_out = arena + st->out_off, h->out_ld = st->out_ld;
 	// a re-posted call must find its input as it was
-	if (h->x_in && h->y_out && st->out_off < st->in_off + (uint64_t)n * st->in_ld &&
-	    st->in_off < st->out_off + (uint64_t)n * st->out_ld) {
+	if (h->x_in && h->y_out && spans_meet(st->in_off, n * st->in_ld, st->out_off, n * st->out_ld)) {
 		snprintf(msg, AD_ERRLEN, "call: kernel %u: host input and output rows overlap", st->kernel);
 		return ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
 	}

@@ -374,8 +374,10 @@ dp_list(struct remote *r, const struct kb_step *steps, int n, struct kb_timing *
 		struct dp_step *d = &rq.step[i];
 		d->kernel = st->kind == KB_RESNORM ? DP_RESNORM : (uint32_t)st->id;
 		d->ncols = (uint32_t)st->ncols;
-		d->in = st->in ? surf_ref(r, st->in) : DP_NO_SURF;
-		d->out = st->out ? surf_ref(r, st->out) : DP_NO_SURF;
+		// a resnorm step's y or xn as rows names no surface (below)
+		const int rn = st->kind == KB_RESNORM;
+		d->in = st->in && !(rn && st->y_rows) ? surf_ref(r, st->in) : DP_NO_SURF;
+		d->out = st->out && !(rn && st->xn_rows) ? surf_ref(r, st->out) : DP_NO_SURF;
 		if (d->in == DP_BY_NAME)
 			snprintf(d->in_id, sizeof d->in_id, "%s", st->in->id);
 		if (d->out == DP_BY_NAME)
@@ -399,13 +401,11 @@ dp_list(struct remote *r, const struct kb_step *steps, int n, struct kb_timing *
 			// y and xn as arena rows [ncols][E] (dataplane.h)
 			if (st->y_rows) {
 				d->host |= DP_HOST_IN;
-				d->in = DP_NO_SURF;
 				d->in_off = arena_off(r, st->y_rows);
 				d->in_ld = (uint32_t)st->rn.E;
 			}
 			if (st->xn_rows) {
 				d->host |= DP_HOST_OUT;
-				d->out = DP_NO_SURF;
 				d->out_off = arena_off(r, st->xn_rows);
 				d->out_ld = (uint32_t)st->rn.E;
 			}
