@@ -133,14 +133,31 @@ last_row(int first, const int *last, int nc)
 // its rows from the first token on). An asm prefetch on x86: gcc 12 takes
 // a function of __builtin_prefetch alone for one without effects, and
 // drops the calls.
+//
+// The rows read ahead of their use go towards L2 only (prefetcht2, l1 0):
+// read ahead into L1, the rows the loads waited on sat behind them in the
+// line-fill buffers, and 1024 rows from memory took 90 us instead of 55-60
+// (bench-attention, 9/3 heads of 64, one column).
 static inline void
-prefetch_line(const char *p)
+prefetch_line(const char *p, const int l1)
 {
 #if defined(__x86_64__) || defined(__i386__)
-	__asm__ volatile("prefetcht0 %0" : : "m"(*p));
+	if (l1)
+		__asm__ volatile("prefetcht0 %0" : : "m"(*p));
+	else
+		__asm__ volatile("prefetcht2 %0" : : "m"(*p));
 #else
-	__builtin_prefetch(p, 0, 3);
+	__builtin_prefetch(p, 0, l1 ? 3 : 1);
 #endif
+}
+
+// every line of bytes at p, towards L2
+static void
+prefetch_lines(const char *p, size_t bytes)
+{
+	const uintptr_t end = (uintptr_t)p + bytes;
+	for (uintptr_t a = (uintptr_t)p & ~(uintptr_t)63; a < end; a += 64)
+		prefetch_line((const char *)a, 0);
 }
 
 static void
@@ -148,9 +165,9 @@ prefetch_span(const void *p, size_t bytes)
 {
 	const char *a = p;
 	for (size_t o = 0; o < bytes; o += 4096)
-		prefetch_line(a + o);
+		prefetch_line(a + o, 1);
 	if (bytes)
-		prefetch_line(a + bytes - 1);
+		prefetch_line(a + bytes - 1, 1);
 }
 
 static void
@@ -1088,6 +1105,203 @@ attn512_cols(const struct attn_shape *sh, const float *q, size_t qs, const uint1
 	}
 }
 
+// --- AVX-512: one column over heads of 24 to 256 dimensions -------------------
+//
+// A decode step's attention: one column, a KV head at a time. The scores
+// keep ad_dot's eight lanes and fold (attn_ref's bits, as all_scores
+// does): a zmm register holds the eight lanes of two rows, so a step of
+// eight dimensions is one FMA per pair of rows and query head, the keys
+// converted once for up to four query heads of the group. P·V reads the
+// value rows straight from the cache, four zmm of 64 dimensions at a time
+// for up to four heads, one FMA chain per output over the rows in order.
+// The softmax is softmax_row's. So every step is the AVX2 path's
+// (attn_simd_cols) with the same operations in the same order: the same
+// bits, about twice as fast (its keys and values went through fp32 copies
+// in scratch, eight rows a block, with a transposed fold per head).
+
+static int
+wide512(const struct attn_shape *sh, int cols)
+{
+	const int hd = sh->head_dim, hdv = sh->head_dim_v;
+	return cols == 1 && attn_have_avx512() && attn_isa == 0 && attn_path == 0 && hd % 8 == 0 && hd > 16 &&
+	       hd <= BIG_HD_MAX && hdv % 64 == 0 && hdv > 0;
+}
+
+// the eight-lane chains of rows 2p, 2p + 1 (zmm p, lanes 0-7 and 8-15) to
+// their ad_fold8 sums, rows 0-7 of one query head in one register
+T512 static inline __m256
+fold512(__m512 a0, __m512 a1, __m512 a2, __m512 a3)
+{
+	// l + (l + 4) of each row: 128-bit lane k of s01 is row k's four sums
+	const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(3, 1, 3, 1)),
+	                                 _mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(2, 0, 2, 0)));
+	const __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(3, 1, 3, 1)),
+	                                 _mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(2, 0, 2, 0)));
+	// (s0 + s2), (s1 + s3), then their sum, in element 0 of each lane
+	const __m512 t01 = _mm512_add_ps(s01, _mm512_permute_ps(s01, _MM_SHUFFLE(1, 0, 3, 2)));
+	const __m512 t23 = _mm512_add_ps(s23, _mm512_permute_ps(s23, _MM_SHUFFLE(1, 0, 3, 2)));
+	const __m512 u01 = _mm512_add_ps(t01, _mm512_permute_ps(t01, _MM_SHUFFLE(2, 3, 0, 1)));
+	const __m512 u23 = _mm512_add_ps(t23, _mm512_permute_ps(t23, _MM_SHUFFLE(2, 3, 0, 1)));
+	const __m512i pick = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0);
+	return _mm512_castps512_ps256(_mm512_permutex2var_ps(u01, pick, u23));
+}
+
+// scale * q·k of nt (1 to 4) query heads (qh, hd apart) and the eight rows
+// kr of one KV head: dst[t * ld + r]
+T512 static inline __attribute__((always_inline)) void
+keys512(const uint16_t *const kr[8], const float *qh, int hd, const int nt, float scale, float *dst, size_t ld)
+{
+	__m512 acc[4][4];
+	for (int t = 0; t < nt; t++)
+		for (int p = 0; p < 4; p++)
+			acc[t][p] = _mm512_setzero_ps();
+	for (int i = 0; i < hd; i += 8) {
+		__m512 kk[4];
+		for (int p = 0; p < 4; p++)
+			kk[p] = _mm512_cvtph_ps(_mm256_inserti128_si256(
+				_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(kr[2 * p] + i))),
+				_mm_loadu_si128((const __m128i *)(kr[2 * p + 1] + i)), 1));
+		for (int t = 0; t < nt; t++) {
+			const __m512 qq = _mm512_broadcast_f32x8(_mm256_loadu_ps(qh + (size_t)t * hd + i));
+			for (int p = 0; p < 4; p++)
+				acc[t][p] = _mm512_fmadd_ps(qq, kk[p], acc[t][p]);
+		}
+	}
+	const __m256 vs = _mm256_set1_ps(scale);
+	for (int t = 0; t < nt; t++)
+		_mm256_storeu_ps(dst + (size_t)t * ld,
+		                 _mm256_mul_ps(fold512(acc[t][0], acc[t][1], acc[t][2], acc[t][3]), vs));
+}
+
+// o[t * hdv ..] (+)= sum over rows first..last of p[t * ld + j - first]
+// times value dimensions off .. off + 63 of row j, for nt (1 to 4) heads:
+// from zero (add 0) or on from o's sums. (The AVX2 path sums the
+// dimensions past a multiple of 64 in another order: pv_block)
+T512 static inline __attribute__((always_inline)) void
+values512(const uint16_t *v0, const uint16_t *v, size_t stride, int split, int first, int last, size_t off,
+          const float *p, size_t ld, const int nt, int hdv, float *o, int add)
+{
+	__m512 acc[4][4];
+	for (int t = 0; t < nt; t++)
+		for (int z = 0; z < 4; z++)
+			acc[t][z] = add ? _mm512_loadu_ps(o + (size_t)t * hdv + 16 * z) : _mm512_setzero_ps();
+	for (int j = first; j <= last; j++) {
+		const uint16_t *vj = (j < split ? v0 : v) + (size_t)j * stride + off;
+		__m512 vz[4];
+		for (int z = 0; z < 4; z++)
+			vz[z] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vj + 16 * z)));
+		for (int t = 0; t < nt; t++) {
+			const __m512 pb = _mm512_set1_ps(p[(size_t)t * ld]);
+			for (int z = 0; z < 4; z++)
+				acc[t][z] = _mm512_fmadd_ps(pb, vz[z], acc[t][z]);
+		}
+		p++;
+	}
+	for (int t = 0; t < nt; t++)
+		for (int z = 0; z < 4; z++)
+			_mm512_storeu_ps(o + (size_t)t * hdv + 16 * z, acc[t][z]);
+}
+
+// value rows a P·V pass takes at a time, every KV head over them while
+// they are in L1: ATTN_PV_BYTES of rows (8 to 256)
+#define ATTN_PV_BYTES 16384
+// value rows are read ahead during the scores up to this many bytes of
+// them (L2 holds them until P·V), the rest as P·V goes
+#define ATTN_V_EARLY 262144
+
+// scale * q·k of every head of one column over rows first..last, eight
+// rows at a time (every KV head of a row while it is in L1, as all_scores
+// does): sc[h * ld + j - first], ld a multiple of 8 (the rows of the last
+// block past last computed on copies of it). With v0 and v, the value
+// rows are read ahead meanwhile (the first ATTN_V_EARLY bytes of them)
+T512 static void
+scores512w(const struct attn_shape *sh, const float *q, const uint16_t *k0, const uint16_t *k, const uint16_t *v0,
+           const uint16_t *v, int split, int first, int last, float *sc, size_t ld)
+{
+	const int hd = sh->head_dim, nkv = sh->n_head_kv, group = sh->n_head / nkv;
+	const size_t kpitch = sh->k_stride * sizeof(uint16_t), kbytes = (size_t)nkv * hd * sizeof(uint16_t);
+	const int ka = kpitch >= ATTN_AHEAD_MIN ? ahead_rows(kpitch) : 0;
+	const size_t vpitch = sh->v_stride * sizeof(uint16_t), vbytes = (size_t)nkv * sh->head_dim_v * sizeof(uint16_t);
+	const int vearly = v && vpitch >= ATTN_AHEAD_MIN ? (int)(ATTN_V_EARLY / vpitch) : 0;
+	for (int j = first; j <= last; j += 8) {
+		const uint16_t *kr[8], *kg[8];
+		rows8(k0, k, sh->k_stride, split, j, last, kr);
+		if (ka && j - first < ka) // until the first rows read ahead come up
+			for (int r = j + ATTN_NEAR; r < j + ATTN_NEAR + 8 && r <= last; r++)
+				prefetch_lines((const char *)((r < split ? k0 : k) + (size_t)r * sh->k_stride), kbytes);
+		for (int r = j + ka; ka && r < j + ka + 8 && r <= last; r++)
+			prefetch_lines((const char *)((r < split ? k0 : k) + (size_t)r * sh->k_stride), kbytes);
+		for (int r = j; j - first < vearly && r < j + 8 && r <= last; r++)
+			prefetch_lines((const char *)((r < split ? v0 : v) + (size_t)r * sh->v_stride), vbytes);
+		for (int g = 0; g < nkv; g++) {
+			for (int r = 0; r < 8; r++)
+				kg[r] = kr[r] + (size_t)g * hd;
+			for (int t0 = 0; t0 < group; t0 += 4) {
+				const int nt = group - t0 < 4 ? group - t0 : 4, h = g * group + t0;
+				const float *qh = q + (size_t)h * hd;
+				float *d = sc + (size_t)h * ld + (size_t)(j - first);
+				// the head count a constant in each call, the accumulators in registers
+				if (nt == 1)
+					keys512(kg, qh, hd, 1, sh->scale, d, ld);
+				else if (nt == 2)
+					keys512(kg, qh, hd, 2, sh->scale, d, ld);
+				else if (nt == 3)
+					keys512(kg, qh, hd, 3, sh->scale, d, ld);
+				else
+					keys512(kg, qh, hd, 4, sh->scale, d, ld);
+			}
+		}
+	}
+}
+
+// One column: the scores (scores512w), the softmax, then P·V a chunk of
+// rows at a time for every KV head, each head's sums carried in out from
+// one chunk to the next
+T512 static void
+attn512w_col(const struct attn_shape *sh, const float *q, const uint16_t *k0, const uint16_t *v0, const uint16_t *k,
+             const uint16_t *v, int split, int first, int last, float *out, float *scratch)
+{
+	const int hdv = sh->head_dim_v, nkv = sh->n_head_kv, group = sh->n_head / nkv;
+	const int rows = last - first + 1;
+	const size_t ld = ((size_t)rows + 7) & ~(size_t)7;
+	float *sc = scratch;
+	const size_t vpitch = sh->v_stride * sizeof(uint16_t), vbytes = (size_t)nkv * hdv * sizeof(uint16_t);
+	const int va = vpitch >= ATTN_AHEAD_MIN ? ahead_rows(vpitch) : 0;
+	const int vearly = vpitch >= ATTN_AHEAD_MIN ? (int)(ATTN_V_EARLY / vpitch) : 0; // as scores512w's
+	scores512w(sh, q, k0, k, v0, v, split, first, last, sc, ld);
+	for (int h = 0; h < sh->n_head; h++)
+		softmax_row(sc + (size_t)h * ld, rows, sh->softcap);
+	int chunk = (int)(ATTN_PV_BYTES / (vbytes ? vbytes : 1));
+	chunk = chunk < 8 ? 8 : chunk > 256 ? 256 : chunk;
+	for (int j0 = first; j0 <= last; j0 += chunk) {
+		const int j1 = last - j0 + 1 < chunk ? last : j0 + chunk - 1;
+		for (int r = j0 + va > first + vearly ? j0 + va : first + vearly; va && r <= j1 + va && r <= last; r++)
+			prefetch_lines((const char *)((r < split ? v0 : v) + (size_t)r * sh->v_stride), vbytes);
+		for (int g = 0; g < nkv; g++)
+			for (int t0 = 0; t0 < group; t0 += 4) {
+				const int nt = group - t0 < 4 ? group - t0 : 4, h = g * group + t0;
+				for (int d0 = 0; d0 < hdv; d0 += 64) {
+					const size_t off = (size_t)g * hdv + (size_t)d0;
+					const float *p = sc + (size_t)h * ld + (size_t)(j0 - first);
+					float *o = out + (size_t)h * hdv + d0;
+					// the head count a constant in each call
+					if (nt == 1)
+						values512(v0, v, sh->v_stride, split, j0, j1, off, p, ld, 1, hdv, o,
+						          j0 > first);
+					else if (nt == 2)
+						values512(v0, v, sh->v_stride, split, j0, j1, off, p, ld, 2, hdv, o,
+						          j0 > first);
+					else if (nt == 3)
+						values512(v0, v, sh->v_stride, split, j0, j1, off, p, ld, 3, hdv, o,
+						          j0 > first);
+					else
+						values512(v0, v, sh->v_stride, split, j0, j1, off, p, ld, 4, hdv, o,
+						          j0 > first);
+				}
+			}
+	}
+}
+
 // attn_scores' way through scores16, for the tests
 T512 static void
 scores512(const struct attn_shape *sh, const float *q, const uint16_t *k, int first, int last, float *scores,
@@ -1151,6 +1365,10 @@ attn_fast_cols(const struct attn_shape *sh, const float *q, size_t q_stride, con
 		attn512_cols(sh, q, q_stride, k0, v0, k, v, split, first, last, cols, out, out_stride, scratch);
 		return;
 	}
+	if (wide512(sh, cols)) {
+		attn512w_col(sh, q, k0, v0, k, v, split, first, last[0], out, scratch);
+		return;
+	}
 	if (attn_have_simd() && small8(sh)) {
 		attn8_cols(sh, q, q_stride, k0, v0, k, v, split, first, last, cols, out, out_stride, scratch);
 		return;
@@ -1190,6 +1408,17 @@ attn_scores(const struct attn_shape *sh, const float *q, const uint16_t *k, int 
 		free(tmp);
 		if (tmp)
 			return;
+	}
+	if (fast && wide512(sh, 1)) {
+		const size_t ld = ((size_t)rows + 7) & ~(size_t)7;
+		float *tmp = malloc(sizeof(float) * (size_t)sh->n_head * ld);
+		if (tmp) {
+			scores512w(sh, q, k, k, NULL, NULL, 0, first, last, tmp, ld);
+			for (int h = 0; h < sh->n_head; h++)
+				memcpy(scores + (size_t)h * rows, tmp + (size_t)h * ld, (size_t)rows * sizeof(float));
+			free(tmp);
+			return;
+		}
 	}
 	if (fast && attn_have_simd() && small8(sh)) {
 		float *tmp = malloc(sizeof(float) * ((size_t)(rows + 7) / 8 * 8 * (size_t)(hd + 1)));

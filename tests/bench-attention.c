@@ -1,6 +1,6 @@
 // bench-attention.c - attention per layer at contexts 16..4096, fast and
-// plain, for two typical head layouts (14/2 and 9/3 heads of 64) and
-// stories260K's (8/4 heads of 8): one
+// plain, for three typical head layouts (14/2 and 9/3 heads of 64, 32/8
+// heads of 128) and stories260K's (8/4 heads of 8): one
 // query column (a decode step) over a full cache. Prints the median and
 // the range of 7 runs in microseconds per layer. From 256 rows on, the
 // fast path also "cold": over the caches of enough layers in turn (64 MiB
@@ -36,11 +36,13 @@ cmp(const void *a, const void *b)
 int
 main(void)
 {
-	static const int heads[][3] = {{14, 2, 64}, {9, 3, 64}, {8, 4, 8}};
+	static const int heads[][3] = {{14, 2, 64}, {9, 3, 64}, {32, 8, 128}, {8, 4, 8}};
 	static const int ctxs[] = {16, 64, 256, 1024, 4096};
 	printf("attention, one column over ctx cache rows, us per layer (median [min..max] of 7); fast path: %s\n",
-	       attn_have_simd() ? "AVX2/FMA/F16C" : "plain C (no AVX2)");
-	for (int hi = 0; hi < 3; hi++) {
+	       attn_have_avx512() ? "AVX-512 (one column) and AVX2"
+	       : attn_have_simd() ? "AVX2/FMA/F16C"
+	                          : "plain C (no AVX2)");
+	for (int hi = 0; hi < 4; hi++) {
 		const int nh = heads[hi][0], nkv = heads[hi][1], hd = heads[hi][2];
 		struct attn_shape sh = {nh, nkv, hd, hd, (size_t)(nkv * hd), (size_t)(nkv * hd), 0.125f, 0};
 		const int max = 4096;

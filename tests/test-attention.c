@@ -175,10 +175,10 @@ static void
 test_scores_bits(void)
 {
 	static const int heads[][2] = {{8, 4}, {8, 2}, {9, 3}, {4, 4}, {4, 1}, {16, 2}, {6, 1}};
-	static const int dims[] = {8, 16, 24, 12, 64, 5, 32};
+	static const int dims[] = {8, 16, 24, 12, 64, 5, 32, 128};
 	int cases = 0, differ = 0;
 	for (int t = 0; t < 300; t++) {
-		const int *h = heads[t % 7], hd = dims[(t / 7) % 7];
+		const int *h = heads[t % 7], hd = dims[(t / 7) % 8];
 		const int rows = 1 + t % 37 + (t % 5 == 0 ? 200 : 0), first = t % 3 == 0 ? rows / 3 : 0;
 		struct attn_shape sh = {h[0], h[1], hd, hd, (size_t)(h[1] * hd + 3), (size_t)(h[1] * hd), 0.37f, 0};
 		uint16_t *k = malloc(sizeof(uint16_t) * sh.k_stride * (size_t)rows);
@@ -236,6 +236,22 @@ test_single_row(void)
 	free(scratch);
 }
 
+// random keys and values of rows rows (k, v), and the same below split in
+// k0 and v0, NaN past it: the first stretch past the split is never read
+static void
+stretches(const struct attn_shape *sh, int rows, int split, uint16_t *k, uint16_t *v, uint16_t *k0, uint16_t *v0)
+{
+	const size_t kn = sh->k_stride * (size_t)rows, vn = sh->v_stride * (size_t)rows;
+	for (size_t i = 0; i < kn; i++)
+		k0[i] = k[i] = ad_f32_to_fp16(3 * frand());
+	for (size_t i = 0; i < vn; i++)
+		v0[i] = v[i] = ad_f32_to_fp16(frand());
+	for (size_t i = sh->k_stride * (size_t)split; i < kn; i++)
+		k0[i] = 0x7e00;
+	for (size_t i = sh->v_stride * (size_t)split; i < vn; i++)
+		v0[i] = 0x7e00;
+}
+
 // columns of one sequence in one call (attn_fast_cols, attn_ref_cols): each
 // column's output has the bits of a call for it alone, on both paths and
 // both ways to the scores, with columns that end in any row of an
@@ -266,14 +282,7 @@ test_columns(void)
 		float *b = calloc(os * nc, sizeof(float));
 		float *scratch = malloc(sizeof(float) * attn_cols_scratch_floats(&sh, rows, nc));
 		int last[ATTN_COLS_MAX];
-		for (size_t i = 0; i < kn; i++)
-			k0[i] = k[i] = ad_f32_to_fp16(3 * frand());
-		for (size_t i = 0; i < vn; i++)
-			v0[i] = v[i] = ad_f32_to_fp16(frand());
-		for (size_t i = sh.k_stride * (size_t)split; i < kn; i++)
-			k0[i] = 0x7e00; // NaN: the first stretch past the split is never read
-		for (size_t i = sh.v_stride * (size_t)split; i < vn; i++)
-			v0[i] = 0x7e00;
+		stretches(&sh, rows, split, k, v, k0, v0);
 		for (size_t i = 0; i < qs * nc; i++)
 			q[i] = 3 * frand();
 		// the positions of a verify step, and in every fourth case ones
@@ -322,6 +331,67 @@ test_columns(void)
 	printf("%d cases of up to %d columns: %d differ from a call per column\n", cases, ATTN_COLS_MAX, differ);
 }
 
+// One column of heads of 24 to 256 dimensions (value heads a multiple of
+// 64; 48 takes the AVX2 path both times): the AVX-512 path (attn512w_col,
+// where the CPU has it) gives the AVX2 path's bits, on
+// groups of one to twelve query heads (four at a time, so the last set
+// short), rows past several
+// P·V chunks, window starts, the cache in two stretches and soft-caps
+static void
+test_wide_bits(void)
+{
+	static const int heads[][2] = {{9, 3}, {14, 2}, {32, 8}, {4, 1}, {8, 8}, {12, 1}, {6, 3}};
+	static const int dims[][2] = {{64, 64}, {128, 128}, {24, 64}, {32, 128}, {80, 64}, {256, 256}, {64, 48}};
+	if (!attn_have_avx512()) {
+		printf("no AVX-512 here (or ANEDVD_SIMD caps it): the one-column path of wide heads not run\n");
+		return;
+	}
+	int cases = 0, differ = 0;
+	for (int t = 0; t < 140; t++) {
+		const int *h = heads[t % 7], *dm = dims[(t / 7) % 7];
+		const int rows = 1 + (int)((frand() + 1) * (t % 3 == 0 ? 400 : 60));
+		const int first = t % 4 == 1 ? (int)((frand() + 1) * 0.5 * (rows - 1)) : 0;
+		const int split = t % 5 == 0 ? 0 : (int)((frand() + 1) * 0.5 * rows);
+		struct attn_shape sh = {h[0],
+		                        h[1],
+		                        dm[0],
+		                        dm[1],
+		                        (size_t)(h[1] * dm[0] + (t % 2 ? 8 : 0)),
+		                        (size_t)(h[1] * dm[1] + (t % 3 ? 0 : 24)),
+		                        1.0f / sqrtf((float)dm[0]),
+		                        t % 6 == 5 ? 6.0f : 0.0f};
+		const size_t kn = sh.k_stride * (size_t)rows, vn = sh.v_stride * (size_t)rows;
+		const size_t no = (size_t)h[0] * dm[1];
+		uint16_t *k = malloc(kn * 2), *v = malloc(vn * 2), *k0 = malloc(kn * 2), *v0 = malloc(vn * 2);
+		float *q = malloc(sizeof(float) * (size_t)h[0] * dm[0]), *a = malloc(sizeof(float) * no);
+		float *b = malloc(sizeof(float) * no),
+		      *scratch = malloc(sizeof(float) * attn_scratch_floats(&sh, rows));
+		stretches(&sh, rows, split, k, v, k0, v0);
+		for (int i = 0; i < h[0] * dm[0]; i++)
+			q[i] = 3 * frand();
+		attn_isa = 0;
+		attn_fast_split(&sh, q, k0, v0, k, v, split, first, rows - 1, a, scratch);
+		attn_isa = 1;
+		attn_fast_split(&sh, q, k0, v0, k, v, split, first, rows - 1, b, scratch);
+		attn_isa = 0;
+		cases++;
+		if (memcmp(a, b, sizeof(float) * no)) {
+			differ++;
+			CHECK(0, "heads %d/%d hd %d/%d rows %d..%d (split %d, cap %g): AVX-512 and AVX2 differ", h[0],
+			      h[1], dm[0], dm[1], first, rows - 1, split, sh.softcap);
+		}
+		free(k);
+		free(v);
+		free(k0);
+		free(v0);
+		free(q);
+		free(a);
+		free(b);
+		free(scratch);
+	}
+	printf("%d one-column cases of wide heads: %d differ between AVX-512 and AVX2\n", cases, differ);
+}
+
 // ANEDVD_SIMD caps the paths as it caps the emu's (ctest runs this program
 // once without it and once with avx2)
 static void
@@ -350,5 +420,6 @@ main(void)
 	T_RUN(test_scores_bits);
 	T_RUN(test_single_row);
 	T_RUN(test_columns);
+	T_RUN(test_wide_bits);
 	return t_done();
 }
