@@ -1107,24 +1107,33 @@ attn512_cols(const struct attn_shape *sh, const float *q, size_t qs, const uint1
 
 // --- AVX-512: one column over heads of 24 to 256 dimensions -------------------
 //
-// A decode step's attention: one column, a KV head at a time. The scores
-// keep ad_dot's eight lanes and fold (attn_ref's bits, as all_scores
-// does): a zmm register holds the eight lanes of two rows, so a step of
-// eight dimensions is one FMA per pair of rows and query head, the keys
-// converted once for up to four query heads of the group. P·V reads the
-// value rows straight from the cache, four zmm of 64 dimensions at a time
-// for up to four heads, one FMA chain per output over the rows in order.
-// The softmax is softmax_row's. So every step is the AVX2 path's
-// (attn_simd_cols) with the same operations in the same order: the same
-// bits, about twice as fast (its keys and values went through fp32 copies
-// in scratch, eight rows a block, with a transposed fold per head).
+// A decode step's attention: one column. The scores keep ad_dot's eight
+// lanes and fold (attn_ref's bits, as all_scores does): a zmm register
+// holds the eight lanes of two rows, so a step of eight dimensions is one
+// FMA per pair of rows and query head, the keys converted once for up to
+// four query heads of a group. P·V reads the value rows straight from the
+// cache, four zmm of 64 dimensions at a time for up to four heads, one FMA
+// chain per output over the rows in order. The softmax is softmax_row's.
+// So every step is the AVX2 path's (attn_simd_cols) with the same
+// operations in the same order: the same bits, 1.5 to 1.8 times as fast
+// (that path takes its keys and values through fp32 copies in scratch,
+// with a transposed fold per head and eight rows).
+
+// Up to ATTN_WIDE_COLS columns (a verify step's) go through it one at a
+// time, faster than attn_simd_cols over all of them, which converts each
+// block of keys and values once for every column (1024 rows, warm, per
+// column: 8 columns 40 against 41 us on 9/3 heads of 64, 56 against 70 on
+// 14/2, 256 against 269 on 32/8 heads of 128); at sixteen (a prefill
+// chunk's) it is no longer faster (a 2048-token prompt's attention 1.54
+// against 1.48 s on 9/3 heads)
+#define ATTN_WIDE_COLS 8
 
 static int
 wide512(const struct attn_shape *sh, int cols)
 {
 	const int hd = sh->head_dim, hdv = sh->head_dim_v;
-	return cols == 1 && attn_have_avx512() && attn_isa == 0 && attn_path == 0 && hd % 8 == 0 && hd > 16 &&
-	       hd <= BIG_HD_MAX && hdv % 64 == 0 && hdv > 0;
+	return cols <= ATTN_WIDE_COLS && attn_have_avx512() && attn_isa == 0 && attn_path == 0 && hd % 8 == 0 &&
+	       hd > 16 && hd <= BIG_HD_MAX && hdv % 64 == 0 && hdv > 0;
 }
 
 // the eight-lane chains of rows 2p, 2p + 1 (zmm p, lanes 0-7 and 8-15) to
@@ -1366,7 +1375,9 @@ attn_fast_cols(const struct attn_shape *sh, const float *q, size_t q_stride, con
 		return;
 	}
 	if (wide512(sh, cols)) {
-		attn512w_col(sh, q, k0, v0, k, v, split, first, last[0], out, scratch);
+		for (int c = 0; c < cols; c++)
+			attn512w_col(sh, q + (size_t)c * q_stride, k0, v0, k, v, split, first, last[c],
+			             out + (size_t)c * out_stride, scratch);
 		return;
 	}
 	if (attn_have_simd() && small8(sh)) {
