@@ -1102,7 +1102,7 @@ cmd_attnbench(int argc, char **argv)
 	double tot = t_dot + t_sm + t_av;
 	printf("attention, one query per head: ctx %d, heads %d, kv-heads %d, head-dim %d, %d iterations\n", T, H, G, D,
 	       o.iters);
-	printf("  attn_fast (%s)   %9.1f us\n", attn_have_simd() ? "AVX2/F16C" : "no SIMD: plain", fast);
+	printf("  attn_fast (%s)   %9.1f us\n", attn_fast_path(&sh, 1), fast);
 	printf("  attn_ref                 %9.1f us\n", ref);
 	if (C > 1)
 		printf("  %d columns: one attn_fast_cols %9.1f us, %d attn_fast %9.1f us: a column after the first "

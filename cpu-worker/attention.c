@@ -1392,6 +1392,21 @@ attn_fast_cols(const struct attn_shape *sh, const float *q, size_t q_stride, con
 	attn_ref_cols(sh, q, q_stride, k0, v0, k, v, split, first, last, cols, out, out_stride, scratch);
 }
 
+const char *
+attn_fast_path(const struct attn_shape *sh, int cols)
+{
+#ifdef AD_FP16_X86
+	if (small512(sh))
+		return "AVX-512, heads of 8 or 16";
+	if (wide512(sh, cols))
+		return "AVX-512, a column at a time";
+	if (attn_have_simd())
+		return small8(sh) ? "AVX2, heads of 8 or 16" : "AVX2";
+#endif
+	(void)sh, (void)cols;
+	return "plain C";
+}
+
 void
 attn_fast_split(const struct attn_shape *sh, const float *q, const uint16_t *k0, const uint16_t *v0, const uint16_t *k,
                 const uint16_t *v, int split, int first, int last, float *out, float *scratch)

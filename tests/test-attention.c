@@ -408,8 +408,15 @@ test_cap(void)
 		CHECK(attn_have_avx512() == (ad_cpu_level() >= AD_SIMD_AVX512) && attn_have_simd() == ad_cpu_simd(),
 		      "no cap: AVX-512 %d, AVX2 %d on a CPU at level %d", attn_have_avx512(), attn_have_simd(),
 		      ad_cpu_level());
-	printf("ANEDVD_SIMD=%s: attention paths AVX-512 %d, AVX2 %d\n", cap ? cap : "", attn_have_avx512(),
-	       attn_have_simd());
+	// the path named for a decode step of 9/3 heads of 64 is the one the cap allows
+	const struct attn_shape sh = {9, 3, 64, 64, 192, 192, 0.125f, 0};
+	const char *way = attn_fast_path(&sh, 1);
+	CHECK(!strcmp(way, attn_have_avx512() ? "AVX-512, a column at a time"
+	                   : attn_have_simd() ? "AVX2"
+	                                      : "plain C"),
+	      "9/3 heads of 64, one column: \"%s\"", way);
+	printf("ANEDVD_SIMD=%s: attention paths AVX-512 %d, AVX2 %d; 9/3 heads of 64: %s\n", cap ? cap : "",
+	       attn_have_avx512(), attn_have_simd(), way);
 }
 
 int

@@ -90,5 +90,7 @@ extern int attn_path;
 // only) caps both for a whole process, as it caps the emu's kernels
 extern int attn_isa;
 int attn_have_avx512(void);
+// the way attn_fast_cols takes cols columns of shape sh here, in words
+const char *attn_fast_path(const struct attn_shape *sh, int cols);
 
 #endif
