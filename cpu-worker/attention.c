@@ -1218,6 +1218,14 @@ values512(const uint16_t *v0, const uint16_t *v, size_t stride, int split, int f
 // them (L2 holds them until P·V), the rest as P·V goes
 #define ATTN_V_EARLY 262144
 
+// the value rows from first on that the scores read ahead (ATTN_V_EARLY)
+static inline int
+v_early_rows(const struct attn_shape *sh)
+{
+	const size_t vpitch = sh->v_stride * sizeof(uint16_t);
+	return vpitch >= ATTN_AHEAD_MIN ? (int)(ATTN_V_EARLY / vpitch) : 0;
+}
+
 // scale * q·k of every head of one column over rows first..last, eight
 // rows at a time (every KV head of a row while it is in L1, as all_scores
 // does): sc[h * ld + j - first], ld a multiple of 8 (the rows of the last
@@ -1230,8 +1238,8 @@ scores512w(const struct attn_shape *sh, const float *q, const uint16_t *k0, cons
 	const int hd = sh->head_dim, nkv = sh->n_head_kv, group = sh->n_head / nkv;
 	const size_t kpitch = sh->k_stride * sizeof(uint16_t), kbytes = (size_t)nkv * hd * sizeof(uint16_t);
 	const int ka = kpitch >= ATTN_AHEAD_MIN ? ahead_rows(kpitch) : 0;
-	const size_t vpitch = sh->v_stride * sizeof(uint16_t), vbytes = (size_t)nkv * sh->head_dim_v * sizeof(uint16_t);
-	const int vearly = v && vpitch >= ATTN_AHEAD_MIN ? (int)(ATTN_V_EARLY / vpitch) : 0;
+	const size_t vbytes = (size_t)nkv * sh->head_dim_v * sizeof(uint16_t);
+	const int vearly = v ? v_early_rows(sh) : 0;
 	for (int j = first; j <= last; j += 8) {
 		const uint16_t *kr[8], *kg[8];
 		rows8(k0, k, sh->k_stride, split, j, last, kr);
@@ -1276,7 +1284,7 @@ attn512w_col(const struct attn_shape *sh, const float *q, const uint16_t *k0, co
 	float *sc = scratch;
 	const size_t vpitch = sh->v_stride * sizeof(uint16_t), vbytes = (size_t)nkv * hdv * sizeof(uint16_t);
 	const int va = vpitch >= ATTN_AHEAD_MIN ? ahead_rows(vpitch) : 0;
-	const int vearly = vpitch >= ATTN_AHEAD_MIN ? (int)(ATTN_V_EARLY / vpitch) : 0; // as scores512w's
+	const int vearly = v_early_rows(sh); // those scores512w read ahead
 	scores512w(sh, q, k0, k, v0, v, split, first, last, sc, ld);
 	for (int h = 0; h < sh->n_head; h++)
 		softmax_row(sc + (size_t)h * ld, rows, sh->softcap);
