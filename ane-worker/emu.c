@@ -16,6 +16,7 @@
 #include "blob.h"
 #include "err.h"
 #include "fp16.h"
+#include "memread.h"
 #include "planar.h"
 #include "pool.h"
 #include "mil.h"
@@ -70,27 +71,13 @@ emu_pack(const uint16_t *w, size_t cout, size_t cin, uint16_t *panels)
 	}
 }
 
-// panels of 2 MiB and more on transparent huge pages (where the kernel
-// has them in madvise mode): a one-column conv streams its weights once, and
-// on 4 KiB pages every page is a TLB miss and a restart of the hardware
-// prefetcher. Aligned to the huge page; only the whole huge pages are
-// advised, so the tail stays on 4 KiB pages and a buffer a little over a
-// huge page does not hold two (rounding every panel buffer up cost the
-// Qwen2.5-0.5B shape 128 MB); released with free().
-#define HUGE_PAGE ((size_t)2 << 20)
-
+// panels on huge pages (memread.h, ad_huge_alloc): a one-column conv
+// streams its weights once, and on 4 KiB pages every page is a TLB miss and
+// a restart of the hardware prefetcher; released with free()
 static uint16_t *
 panel_alloc(size_t n)
 {
-	void *p = NULL;
-	if (n < HUGE_PAGE)
-		return posix_memalign(&p, 64, n ? n : 64) ? NULL : p;
-	if (posix_memalign(&p, HUGE_PAGE, n))
-		return NULL;
-#ifdef MADV_HUGEPAGE
-	madvise(p, n / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE); // advice only: 4 KiB pages work too
-#endif
-	return p;
+	return ad_huge_alloc(n);
 }
 
 static inline float
