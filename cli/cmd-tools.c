@@ -20,6 +20,7 @@
 #include "dequant.h"
 #include "fp16.h"
 #include "log.h"
+#include "memread.h"
 #include "ref.h"
 #include "tokenizer.h"
 #include "wtype.h"
@@ -627,35 +628,9 @@ out:
 
 // --- kernels ------------------------------------------------------------------------------
 
-// a plain read of n bytes (the memory-bandwidth baseline), GB/s
-static double
-read_gbs(size_t n, int iters)
-{
-	uint64_t *buf = malloc(n);
-	if (!buf)
-		return 0;
-	size_t w = n / 8;
-	for (size_t i = 0; i < w; i++)
-		buf[i] = i;
-	volatile uint64_t sink = 0;
-	double t0 = cli_now_ms();
-	for (int it = 0; it < iters; it++) {
-		uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-		for (size_t i = 0; i + 4 <= w; i += 4) {
-			s0 += buf[i];
-			s1 += buf[i + 1];
-			s2 += buf[i + 2];
-			s3 += buf[i + 3];
-		}
-		sink += s0 + s1 + s2 + s3;
-	}
-	double ms = cli_now_ms() - t0;
-	(void)sink;
-	free(buf);
-	return ms > 0 ? (double)n * iters / (ms / 1e3) / 1e9 : 0;
-}
-
 #define COLS_ROUNDS 5
+#define PASS_ROUNDS 7
+#define PASS_READ_MAX ((size_t)512 << 20) // the baseline's buffer at most
 
 static void
 kernels_usage(void)
@@ -668,14 +643,18 @@ kernels_usage(void)
 	        "  step), K times (default 20): ms per eval and achieved GB/s of the weight bytes\n"
 	        "  the kernels hold (fp16, or int8 and the row scales; default int8 for a model\n"
 	        "  stored in 8 bits or fewer), then\n"
-	        "  the per-token total (layer 0 times the layer count plus the LM head) and a\n"
-	        "  plain memory read of the same size as a baseline\n"
+	        "  the per-token total (layer 0 times the layer count plus the LM head); then\n"
+	        "  the decode pass: every kernel of the model once, in order, one column, as a\n"
+	        "  decode step streams them, in %d rounds alternating with a streaming read of\n"
+	        "  as many bytes (at most %zu MiB) on as many threads in this process: GB/s\n"
+	        "  of each and their ratio (the emu's roofline: 1.00x reads its weights as\n"
+	        "  fast as a plain read does)\n"
 	        "  --cols N     then the same kernels at 1..N columns (at most the chunk), in %d\n"
 	        "               rounds that alternate the widths: ms per pass (every layer and the\n"
 	        "               LM head), its ratio to one column within each round and the cost of\n"
 	        "               each extra column (what a draft token costs a speculative verify)\n"
 	        "  --arch NAME  run a GGUF file as architecture NAME whatever it says\n",
-	        COLS_ROUNDS);
+	        PASS_ROUNDS, PASS_READ_MAX >> 20, COLS_ROUNDS);
 }
 
 static int
@@ -735,6 +714,110 @@ kernels_cols(struct kernel_backend *kl, const struct model *m, int n, int iters,
 	return 0;
 }
 
+static void
+med3(double *v, int n, double *med, double *lo, double *hi)
+{
+	qsort(v, (size_t)n, sizeof *v, cmp_dbl);
+	*med = v[n / 2];
+	*lo = v[0];
+	*hi = v[n - 1];
+}
+
+// the decode pass: every kernel once, in order, one column (the weights of
+// a whole token, streamed as a decode step streams them), in rounds that
+// alternate with a streaming read of the same process (memread.h) of as
+// many bytes on the emu's threads; the ratio is taken within a round
+static int
+kernels_pass(struct kernel_backend *kl, int threads, const float *x, char *err)
+{
+	int n = kl->n_kernels, rc = -1;
+	// one input and one output surface per channel count
+	struct ad_surface *sin = calloc((size_t)n, sizeof *sin), *sout = calloc((size_t)n, sizeof *sout);
+	int *si = calloc((size_t)n, sizeof *si), *so = calloc((size_t)n, sizeof *so);
+	struct ad_memread *rd = NULL;
+	if (!sin || !sout || !si || !so) {
+		ad_err(err, "out of memory");
+		goto out;
+	}
+	double bytes = 0;
+	for (int i = 0; i < n; i++) {
+		const struct kb_info *ki = &kl->kernels[i];
+		bytes += (double)ki->weight_bytes;
+		si[i] = so[i] = -1;
+		for (int j = 0; j < i; j++) {
+			if (si[i] < 0 && kl->kernels[j].in_ch == ki->in_ch)
+				si[i] = si[j];
+			if (so[i] < 0 && kl->kernels[j].out_ch == ki->out_ch)
+				so[i] = so[j];
+		}
+		char nm[32];
+		if (si[i] < 0) {
+			snprintf(nm, sizeof nm, "pass%d-in", i);
+			if (kl->surface_new(kl, nm, ki->in_ch, &sin[i], err))
+				goto out;
+			float *xs = kb_exact_shadow(kl, &sin[i]);
+			if (xs)
+				memcpy(xs, x, (size_t)ki->in_ch * sizeof *x);
+			else
+				surface_write(&sin[i], x, 1, (size_t)ki->in_ch);
+			si[i] = i;
+		}
+		if (so[i] < 0) {
+			snprintf(nm, sizeof nm, "pass%d-out", i);
+			if (kl->surface_new(kl, nm, ki->out_ch, &sout[i], err))
+				goto out;
+			so[i] = i;
+		}
+	}
+	// a tiny model's pass runs from the caches: its read does too (at least 64 KiB)
+	size_t rb = bytes < (double)PASS_READ_MAX ? (size_t)bytes : PASS_READ_MAX;
+	rb = rb < ((size_t)64 << 10) ? (size_t)64 << 10 : rb;
+	if (!(rd = ad_memread_new(rb, threads, err)))
+		goto out;
+	double pass_ms[PASS_ROUNDS], pass_gbs[PASS_ROUNDS], read_gbs[PASS_ROUNDS], ratio[PASS_ROUNDS];
+	for (int r = -1; r < PASS_ROUNDS; r++) { // round -1: the warm-up
+		double g = 0, ms = 0;
+		for (int k = 0; k < 2; k++) {
+			if ((k == 0) == (r % 2 == 0)) {
+				g = ad_memread_pass(rd);
+				continue;
+			}
+			struct kb_timing t;
+			double t0 = cli_now_ms();
+			for (int i = 0; i < n; i++)
+				if (kl->call(kl, i, &sin[si[i]], &sout[so[i]], 1, &t, err))
+					goto out;
+			ms = cli_now_ms() - t0;
+		}
+		if (r < 0)
+			continue;
+		pass_ms[r] = ms;
+		pass_gbs[r] = ms > 0 ? bytes / (ms * 1e6) : 0;
+		read_gbs[r] = g;
+		ratio[r] = g > 0 ? pass_gbs[r] / g : 0;
+	}
+	double m[4][3];
+	med3(pass_ms, PASS_ROUNDS, &m[0][0], &m[0][1], &m[0][2]);
+	med3(pass_gbs, PASS_ROUNDS, &m[1][0], &m[1][1], &m[1][2]);
+	med3(read_gbs, PASS_ROUNDS, &m[2][0], &m[2][1], &m[2][2]);
+	med3(ratio, PASS_ROUNDS, &m[3][0], &m[3][1], &m[3][2]);
+	printf("decode pass: %d kernels, %.1f MB of weights, one column, %d rounds (median [min, max]):\n", n,
+	       bytes / 1e6, PASS_ROUNDS);
+	printf("  pass: %.3f ms [%.3f, %.3f], %.2f GB/s [%.2f, %.2f]\n", m[0][0], m[0][1], m[0][2], m[1][0], m[1][1],
+	       m[1][2]);
+	printf("  streaming read: %d threads, %.1f MB, %.2f GB/s [%.2f, %.2f]\n", threads,
+	       (double)ad_memread_bytes(rd) / 1e6, m[2][0], m[2][1], m[2][2]);
+	printf("  pass / read: %.3fx [%.3f, %.3f]\n", m[3][0], m[3][1], m[3][2]);
+	rc = 0;
+out:
+	ad_memread_free(rd);
+	free(sin);
+	free(sout);
+	free(si);
+	free(so);
+	return rc;
+}
+
 int
 cmd_kernels(int argc, char **argv)
 {
@@ -766,7 +849,6 @@ cmd_kernels(int argc, char **argv)
 	       (long long)m.hp.n_layer, kl->name, kl->width, o.wts, o.iters);
 	printf("  kernel      in -> out     weights     ms/eval    GB/s\n");
 	double layer_ms = 0, head_ms = 0, layer_b = 0, head_b = 0;
-	size_t biggest = 0;
 	for (int i = 0; i < kl->n_kernels; i++) {
 		const struct kb_info *ki = &kl->kernels[i];
 		if (ki->layer != 0 && ki->kind != ANE_K_LM_HEAD)
@@ -791,14 +873,15 @@ cmd_kernels(int argc, char **argv)
 			layer_ms += us / 1e3;
 			layer_b += (double)ki->weight_bytes;
 		}
-		biggest = ki->weight_bytes > biggest ? ki->weight_bytes : biggest;
 	}
 	double tot = layer_ms * (double)m.hp.n_layer + head_ms;
 	double totb = layer_b * (double)m.hp.n_layer + head_b;
 	printf("  TOTAL per token: %.3f ms (layer %.3f ms x %lld + LM head %.3f ms), %.1f MB, %.2f GB/s\n", tot,
 	       layer_ms, (long long)m.hp.n_layer, head_ms, totb / 1e6, tot > 0 ? totb / (tot / 1e3) / 1e9 : 0);
-	printf("  baseline: plain read of %.1f MB: %.2f GB/s\n", (double)biggest / 1e6,
-	       read_gbs(biggest > 4096 ? biggest : 4096, o.iters));
+	if (kernels_pass(kl, o.threads > 0 ? o.threads : 2, x, err)) { // 2: the emu's default
+		fprintf(stderr, "anedvd-dev kernels: %s\n", err);
+		goto out;
+	}
 	if (o.cols > kl->width) {
 		fprintf(stderr, "anedvd-dev kernels: --cols %d is more than the chunk (%d)\n", o.cols, kl->width);
 		status = 2;

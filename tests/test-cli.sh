@@ -325,6 +325,8 @@ $A serve --model "$STORIES" --top-k x > /dev/null 2>&1
 check "serve --top-k x: exit 2" [ $? -eq 2 ]
 $D kernels --model "$DATA/models/llama.gguf" --iters 3 > "$T/kn.txt" 2>&1
 check "kernels prints a total" grep -q "TOTAL per token" "$T/kn.txt"
+check "kernels prints the decode pass against the read" grep -Eq "^  pass / read: [0-9.]+x \[[0-9.]+, [0-9.]+\]$" "$T/kn.txt"
+check "kernels' decode pass counts every kernel" grep -Eq "^decode pass: [0-9]+ kernels, [0-9.]+ MB of weights" "$T/kn.txt"
 $D attnbench --ctx 64 --iters 3 > "$T/ab.txt" 2>&1
 check "attnbench prints the stages" grep -q "softmax" "$T/ab.txt"
 

@@ -161,7 +161,7 @@ while IFS= read -r m; do
 			kernels)
 				go "kernels-$w" "$D" kernels --model "$m" --iters 10 $(be_opt kernels) $wo
 				row "$label" "$([ $rc = 0 ] && echo ok || echo "FAIL (exit $rc)")" \
-					"$(last 'TOTAL per token' | sed -E 's/.*TOTAL per token: ([^ ]+ ms).*, ([^ ]+ GB\/s).*/\1 per token, \2/')"
+					"$(last 'TOTAL per token' | sed -E 's/.*TOTAL per token: ([^ ]+ ms).*, ([^ ]+ GB\/s).*/\1 per token, \2/'); pass / read $(last '^  pass / read' | sed -E 's/^  pass \/ read: ([^ ]+x).*/\1/')"
 				;;
 			run)
 				t0=$(now)

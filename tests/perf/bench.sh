@@ -13,8 +13,10 @@
 # streaming read), it measures and prints the median and the range:
 #   decode tok/s and prefill tok/s (64-token prompt), anedvd and llama.cpp
 #   IPC per kernel call and the share of decode outside the kernels (run --json)
-#   emu weight GB/s (anedvd-dev kernels) against a 2-thread streaming read
-#     (BUILD_DIR/tests/bench-stream) measured in the same loop
+#   emu weight GB/s (anedvd-dev kernels): each kernel repeated, and its decode
+#     pass (every kernel once, in order) against a 2-thread streaming read in
+#     the same process; and the read of BUILD_DIR/tests/bench-stream, measured
+#     in the same loop
 #   start to first token, cold (file out of the page cache, empty kernel cache)
 #     and warm (the same start again)
 #   peak RSS of a run's whole process tree (anedvd and its children)

@@ -27,7 +27,8 @@ for row in "decode tok/s" "prefill tok/s (64-token prompt)" "start to first toke
 	"peak memory, all processes together (sum of PSS), MiB" "peak private (RssAnon), MiB" \
 	"IPC per call to the ane-worker, us" "decode time outside the kernels, %" "emu weight GB/s (kernels, 1 column)" \
 	"decode weight GB/s (weight bytes per token x tok/s)" \
-	"2-thread streaming read GB/s" "emu GB/s / streaming read"; do
+	"2-thread streaming read GB/s" "emu weight GB/s, decode pass (every kernel once, 1 column)" \
+	"2-thread streaming read GB/s, same process" "emu decode pass / streaming read, same process"; do
 	grep -F "$row" "$T/text.out" | grep -Eq "$fig" || fail "no figure in row '$row'"
 done
 grep -F "ms per generated token, whole job" "$T/text.out" | grep -Eq " $num = $num \+ $num \+ $num " ||
