@@ -1124,9 +1124,8 @@ attn512_cols(const struct attn_shape *sh, const float *q, size_t qs, const uint1
 // block of keys and values once for every column (1024 rows, warm, per
 // column: 8 columns 40 against 41 us on 9/3 heads of 64, 56 against 70 on
 // 14/2, 256 against 269 on 32/8 heads of 128); at sixteen (a prefill
-// chunk's) it is no longer faster (a 2048-token prompt's attention 1.54
-// against 1.48 s on 9/3 heads)
-#define ATTN_WIDE_COLS 8
+// chunk's) it was no longer faster (a 2048-token prompt's attention 1.54
+// against 1.48 s on 9/3 heads): more columns go through attn512w_cols
 
 static int
 wide512(const struct attn_shape *sh, int cols)
@@ -1155,6 +1154,28 @@ fold512(__m512 a0, __m512 a1, __m512 a2, __m512 a3)
 	return _mm512_castps512_ps256(_mm512_permutex2var_ps(u01, pick, u23));
 }
 
+// the head count a constant in each call, the accumulators in registers
+#define BY_NT(nt, call1, call2, call3, call4)                                                                          \
+	do {                                                                                                           \
+		if ((nt) == 1)                                                                                         \
+			call1;                                                                                         \
+		else if ((nt) == 2)                                                                                    \
+			call2;                                                                                         \
+		else if ((nt) == 3)                                                                                    \
+			call3;                                                                                         \
+		else                                                                                                   \
+			call4;                                                                                         \
+	} while (0)
+
+// eight dimensions of two key rows, a and b, in fp32: a's in lanes 0-7,
+// b's in 8-15 (the zmm of a row pair of keys512)
+T512 static inline __m512
+pair512(const uint16_t *a, const uint16_t *b)
+{
+	return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
+	                                               _mm_loadu_si128((const __m128i *)b), 1));
+}
+
 // scale * q·k of nt (1 to 4) query heads (qh, hd apart) and the eight rows
 // kr of one KV head: dst[t * ld + r]
 T512 static inline __attribute__((always_inline)) void
@@ -1167,9 +1188,7 @@ keys512(const uint16_t *const kr[8], const float *qh, int hd, const int nt, floa
 	for (int i = 0; i < hd; i += 8) {
 		__m512 kk[4];
 		for (int p = 0; p < 4; p++)
-			kk[p] = _mm512_cvtph_ps(_mm256_inserti128_si256(
-				_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(kr[2 * p] + i))),
-				_mm_loadu_si128((const __m128i *)(kr[2 * p + 1] + i)), 1));
+			kk[p] = pair512(kr[2 * p] + i, kr[2 * p + 1] + i);
 		for (int t = 0; t < nt; t++) {
 			const __m512 qq = _mm512_broadcast_f32x8(_mm256_loadu_ps(qh + (size_t)t * hd + i));
 			for (int p = 0; p < 4; p++)
@@ -1257,15 +1276,10 @@ scores512w(const struct attn_shape *sh, const float *q, const uint16_t *k0, cons
 				const int nt = group - t0 < 4 ? group - t0 : 4, h = g * group + t0;
 				const float *qh = q + (size_t)h * hd;
 				float *d = sc + (size_t)h * ld + (size_t)(j - first);
-				// the head count a constant in each call, the accumulators in registers
-				if (nt == 1)
-					keys512(kg, qh, hd, 1, sh->scale, d, ld);
-				else if (nt == 2)
-					keys512(kg, qh, hd, 2, sh->scale, d, ld);
-				else if (nt == 3)
-					keys512(kg, qh, hd, 3, sh->scale, d, ld);
-				else
-					keys512(kg, qh, hd, 4, sh->scale, d, ld);
+				BY_NT(nt, keys512(kg, qh, hd, 1, sh->scale, d, ld),
+				      keys512(kg, qh, hd, 2, sh->scale, d, ld),
+				      keys512(kg, qh, hd, 3, sh->scale, d, ld),
+				      keys512(kg, qh, hd, 4, sh->scale, d, ld));
 			}
 		}
 	}
@@ -1301,21 +1315,162 @@ attn512w_col(const struct attn_shape *sh, const float *q, const uint16_t *k0, co
 					const size_t off = (size_t)g * hdv + (size_t)d0;
 					const float *p = sc + (size_t)h * ld + (size_t)(j0 - first);
 					float *o = out + (size_t)h * hdv + d0;
-					// the head count a constant in each call
-					if (nt == 1)
-						values512(v0, v, sh->v_stride, split, j0, j1, off, p, ld, 1, hdv, o,
-						          j0 > first);
-					else if (nt == 2)
-						values512(v0, v, sh->v_stride, split, j0, j1, off, p, ld, 2, hdv, o,
-						          j0 > first);
-					else if (nt == 3)
-						values512(v0, v, sh->v_stride, split, j0, j1, off, p, ld, 3, hdv, o,
-						          j0 > first);
-					else
-						values512(v0, v, sh->v_stride, split, j0, j1, off, p, ld, 4, hdv, o,
-						          j0 > first);
+					const int add = j0 > first;
+					BY_NT(nt,
+					      values512(v0, v, sh->v_stride, split, j0, j1, off, p, ld, 1, hdv, o, add),
+					      values512(v0, v, sh->v_stride, split, j0, j1, off, p, ld, 2, hdv, o, add),
+					      values512(v0, v, sh->v_stride, split, j0, j1, off, p, ld, 3, hdv, o, add),
+					      values512(v0, v, sh->v_stride, split, j0, j1, off, p, ld, 4, hdv, o,
+					                add));
 				}
 			}
+	}
+}
+
+// --- AVX-512: the columns of a prefill chunk together ---------------------------
+//
+// keys512's and values512's tiles over several columns (more than
+// ATTN_WIDE_COLS: a prefill chunk), the keys of a block of eight rows and
+// the value rows of a chunk converted to fp32 once for every column and
+// query head that reads them (the one-column path converts them again for
+// each column). The same chains in the same order, so the same bits.
+
+// keys512 from a block of eight rows already in fp32, rows 2p and 2p + 1
+// of dimensions i .. i + 7 at kp + (i / 8) * 64 + 16 * p; nt (1 to 4)
+// query heads qh[t], their scores to dst[t]
+T512 static inline __attribute__((always_inline)) void
+keys512f(const float *kp, const float *const qh[4], int hd, const int nt, float scale, float *const dst[4])
+{
+	__m512 acc[4][4];
+	for (int t = 0; t < nt; t++)
+		for (int p = 0; p < 4; p++)
+			acc[t][p] = _mm512_setzero_ps();
+	for (int i = 0; i < hd; i += 8) {
+		__m512 kk[4];
+		for (int p = 0; p < 4; p++)
+			kk[p] = _mm512_load_ps(kp + (size_t)(i / 8) * 64 + 16 * p);
+		for (int t = 0; t < nt; t++) {
+			const __m512 qq = _mm512_broadcast_f32x8(_mm256_loadu_ps(qh[t] + i));
+			for (int p = 0; p < 4; p++)
+				acc[t][p] = _mm512_fmadd_ps(qq, kk[p], acc[t][p]);
+		}
+	}
+	const __m256 vs = _mm256_set1_ps(scale);
+	for (int t = 0; t < nt; t++)
+		_mm256_storeu_ps(dst[t], _mm256_mul_ps(fold512(acc[t][0], acc[t][1], acc[t][2], acc[t][3]), vs));
+}
+
+// values512 from value rows already in fp32 (row r of the chunk at
+// vf + r * ldv): o[t * hdv ..] (+)= sum over r < nr of p[t * ld + r] *
+// vf[r * ldv .. + 63]
+T512 static inline __attribute__((always_inline)) void
+values512f(const float *vf, size_t ldv, int nr, const float *p, size_t ld, const int nt, int hdv, float *o, int add)
+{
+	__m512 acc[4][4];
+	for (int t = 0; t < nt; t++)
+		for (int z = 0; z < 4; z++)
+			acc[t][z] = add ? _mm512_loadu_ps(o + (size_t)t * hdv + 16 * z) : _mm512_setzero_ps();
+	for (int r = 0; r < nr; r++) {
+		const float *vr = vf + (size_t)r * ldv;
+		__m512 vz[4];
+		for (int z = 0; z < 4; z++)
+			vz[z] = _mm512_load_ps(vr + 16 * z);
+		for (int t = 0; t < nt; t++) {
+			const __m512 pb = _mm512_set1_ps(p[(size_t)t * ld + r]);
+			for (int z = 0; z < 4; z++)
+				acc[t][z] = _mm512_fmadd_ps(pb, vz[z], acc[t][z]);
+		}
+	}
+	for (int t = 0; t < nt; t++)
+		for (int z = 0; z < 4; z++)
+			_mm512_storeu_ps(o + (size_t)t * hdv + 16 * z, acc[t][z]);
+}
+
+
+// value rows of one KV head a P·V pass of attn512w_cols converts at a time
+#define WCOLS_PV_ROWS 32
+
+// nc columns (column c over rows first..last[c]): every column's scores,
+// a block of eight rows of one KV head at a time; the softmax; then P·V a
+// chunk of WCOLS_PV_ROWS value rows of one KV head at a time, each head's
+// sums carried in out from one chunk to the next. Scratch: the scores,
+// nc * n_head rows of ld (the rows rounded up to 8), then the chunk
+T512 static void
+attn512w_cols(const struct attn_shape *sh, const float *q, size_t qs, const uint16_t *k0, const uint16_t *v0,
+              const uint16_t *k, const uint16_t *v, int split, int first, const int *last, int nc, float *out,
+              size_t os, float *scratch)
+{
+	const int hd = sh->head_dim, hdv = sh->head_dim_v, nh = sh->n_head, nkv = sh->n_head_kv, group = nh / nkv;
+	const int lmax = last_row(first, last, nc);
+	const size_t ld = ((size_t)(lmax - first + 1) + 7) & ~(size_t)7;
+	float *sc = scratch;
+	float *vf = (float *)(((uintptr_t)(sc + (size_t)nc * nh * ld) + 63) & ~(uintptr_t)63);
+	float kp[8 * BIG_HD_MAX] __attribute__((aligned(64)));
+	const size_t kpitch = sh->k_stride * sizeof(uint16_t), kbytes = (size_t)nkv * hd * sizeof(uint16_t);
+	const int ka = kpitch >= ATTN_AHEAD_MIN ? ahead_rows(kpitch) : 0;
+	for (int j = first; j <= lmax; j += 8) {
+		const uint16_t *kr[8];
+		rows8(k0, k, sh->k_stride, split, j, lmax, kr);
+		if (ka)
+			prefetch_rows(k0, k, sh->k_stride, split, j + ka, 8, lmax, kbytes);
+		for (int g = 0; g < nkv; g++) {
+			const size_t off = (size_t)g * hd;
+			for (int i = 0; i < hd; i += 8)
+				for (int p = 0; p < 4; p++)
+					_mm512_store_ps(kp + (size_t)(i / 8) * 64 + 16 * p,
+					                pair512(kr[2 * p] + off + i, kr[2 * p + 1] + off + i));
+			for (int c = 0; c < nc; c++) {
+				if (j > last[c])
+					continue;
+				for (int t0 = 0; t0 < group; t0 += 4) {
+					const int nt = group - t0 < 4 ? group - t0 : 4, h = g * group + t0;
+					const float *qh[4];
+					float *d[4];
+					for (int t = 0; t < nt; t++) {
+						qh[t] = q + (size_t)c * qs + (size_t)(h + t) * hd;
+						d[t] = sc + ((size_t)c * nh + (size_t)(h + t)) * ld +
+						       (size_t)(j - first);
+					}
+					BY_NT(nt, keys512f(kp, qh, hd, 1, sh->scale, d),
+					      keys512f(kp, qh, hd, 2, sh->scale, d),
+					      keys512f(kp, qh, hd, 3, sh->scale, d),
+					      keys512f(kp, qh, hd, 4, sh->scale, d));
+				}
+			}
+		}
+	}
+	for (int c = 0; c < nc; c++)
+		for (int h = 0; h < nh; h++)
+			softmax_row(sc + ((size_t)c * nh + h) * ld, last[c] - first + 1, sh->softcap);
+	for (int j0 = first; j0 <= lmax; j0 += WCOLS_PV_ROWS) {
+		const int nm = lmax - j0 + 1 < WCOLS_PV_ROWS ? lmax - j0 + 1 : WCOLS_PV_ROWS;
+		for (int g = 0; g < nkv; g++) {
+			for (int r = 0; r < nm; r++) {
+				const uint16_t *vj =
+					(j0 + r < split ? v0 : v) + (size_t)(j0 + r) * sh->v_stride + (size_t)g * hdv;
+				for (int d = 0; d < hdv; d += 16)
+					_mm512_store_ps(vf + (size_t)r * hdv + d,
+					                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vj + d))));
+			}
+			for (int c = 0; c < nc; c++) {
+				if (j0 > last[c])
+					continue;
+				const int nr = last[c] - j0 + 1 < nm ? last[c] - j0 + 1 : nm;
+				for (int t0 = 0; t0 < group; t0 += 4) {
+					const int nt = group - t0 < 4 ? group - t0 : 4, h = g * group + t0;
+					const float *p = sc + ((size_t)c * nh + h) * ld + (size_t)(j0 - first);
+					for (int d0 = 0; d0 < hdv; d0 += 64) {
+						float *o = out + (size_t)c * os + (size_t)h * hdv + d0;
+						const float *x = vf + d0;
+						const int add = j0 > first;
+						BY_NT(nt, values512f(x, hdv, nr, p, ld, 1, hdv, o, add),
+						      values512f(x, hdv, nr, p, ld, 2, hdv, o, add),
+						      values512f(x, hdv, nr, p, ld, 3, hdv, o, add),
+						      values512f(x, hdv, nr, p, ld, 4, hdv, o, add));
+					}
+				}
+			}
+		}
 	}
 }
 
@@ -1388,6 +1543,10 @@ attn_fast_cols(const struct attn_shape *sh, const float *q, size_t q_stride, con
 			             out + (size_t)c * out_stride, scratch);
 		return;
 	}
+	if (wide512(sh, 1)) {
+		attn512w_cols(sh, q, q_stride, k0, v0, k, v, split, first, last, cols, out, out_stride, scratch);
+		return;
+	}
 	if (attn_have_simd() && small8(sh)) {
 		attn8_cols(sh, q, q_stride, k0, v0, k, v, split, first, last, cols, out, out_stride, scratch);
 		return;
@@ -1408,6 +1567,8 @@ attn_fast_path(const struct attn_shape *sh, int cols)
 		return "AVX-512, heads of 8 or 16";
 	if (wide512(sh, cols))
 		return "AVX-512, a column at a time";
+	if (wide512(sh, 1))
+		return "AVX-512, the columns together";
 	if (attn_have_simd())
 		return small8(sh) ? "AVX2, heads of 8 or 16" : "AVX2";
 #endif

@@ -5,9 +5,9 @@
 // the range of 7 runs in microseconds per layer. From 256 rows on, the
 // fast path also "cold": over the caches of enough layers in turn (64 MiB
 // in all, past L3) that each layer's comes from memory, as in a model's
-// decode step. Then, at 1024 rows, a verify step's columns: four
-// consecutive positions in one call against one, alternating, and what
-// each column past the first costs.
+// decode step. Then, at 1024 rows, a verify step's columns and a prefill
+// chunk's: four and sixteen consecutive positions in one call against one,
+// alternating, what each column past the first costs, and the path taken.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +18,8 @@
 #include "clock.h"
 #include "fp16.h"
 
-#define VCOLS 4 // a verify step's columns
+#define VCOLS 4             // a verify step's columns
+#define PCOLS ATTN_COLS_MAX // a prefill chunk's
 
 static double
 now_us(void)
@@ -48,15 +49,15 @@ main(void)
 		const int max = 4096;
 		uint16_t *k = malloc(sizeof(uint16_t) * sh.k_stride * max),
 			 *v = malloc(sizeof(uint16_t) * sh.v_stride * max);
-		float *q = malloc(sizeof(float) * nh * hd * VCOLS), *out = malloc(sizeof(float) * nh * hd * VCOLS);
-		float *scratch = malloc(sizeof(float) * attn_cols_scratch_floats(&sh, max, VCOLS));
+		float *q = malloc(sizeof(float) * nh * hd * PCOLS), *out = malloc(sizeof(float) * nh * hd * PCOLS);
+		float *scratch = malloc(sizeof(float) * attn_cols_scratch_floats(&sh, max, PCOLS));
 		uint32_t r = 1;
 		for (size_t i = 0; i < sh.k_stride * max; i++) {
 			r = r * 1664525u + 1013904223u;
 			k[i] = ad_f32_to_fp16((float)(r >> 8) / (1 << 24) - 0.5f);
 			v[i] = ad_f32_to_fp16((float)(r >> 9) / (1 << 23) - 0.5f);
 		}
-		for (int i = 0; i < nh * hd * VCOLS; i++)
+		for (int i = 0; i < nh * hd * PCOLS; i++)
 			q[i] = (float)(i % 7) * 0.1f;
 		for (size_t ci = 0; ci < sizeof ctxs / sizeof *ctxs; ci++) {
 			int ctx = ctxs[ci];
@@ -102,28 +103,29 @@ main(void)
 			}
 			printf("\n");
 		}
-		{
-			// a verify step: VCOLS columns at the last positions of 1024 rows
+		for (int vc = VCOLS; vc <= PCOLS; vc += PCOLS - VCOLS) {
+			// a verify step's or a prefill chunk's vc columns at the last
+			// positions of 1024 rows
 			const int ctx = 1024, reps = 20000 / ctx + 1;
-			int last[VCOLS];
+			int last[PCOLS];
 			double t[2][7];
-			for (int c = 0; c < VCOLS; c++)
-				last[c] = ctx - VCOLS + c;
+			for (int c = 0; c < vc; c++)
+				last[c] = ctx - vc + c;
 			for (int run = 0; run < 7; run++)
 				for (int w = 0; w < 2; w++) {
-					const int nc = w ? VCOLS : 1;
+					const int nc = w ? vc : 1;
 					double t0 = now_us();
 					for (int i = 0; i < reps; i++)
 						attn_fast_cols(&sh, q, (size_t)nh * hd, k, v, k, v, 0, 0,
-						               last + VCOLS - nc, nc, out, (size_t)nh * hd, scratch);
+						               last + vc - nc, nc, out, (size_t)nh * hd, scratch);
 					t[w][run] = (now_us() - t0) / reps;
 				}
 			qsort(t[0], 7, sizeof(double), cmp);
 			qsort(t[1], 7, sizeof(double), cmp);
-			printf("heads %2d/%d x%d ctx %4d: %d columns %8.2f [%.2f..%.2f], one %.2f: %.2f a column past the "
-			       "first (%.2f of one)\n",
-			       nh, nkv, hd, ctx, VCOLS, t[1][3], t[1][0], t[1][6], t[0][3],
-			       (t[1][3] - t[0][3]) / (VCOLS - 1), (t[1][3] - t[0][3]) / (VCOLS - 1) / t[0][3]);
+			printf("heads %2d/%d x%d ctx %4d: %2d columns %8.2f [%.2f..%.2f], one %.2f: %.2f a column past the "
+			       "first (%.2f of one; %s)\n",
+			       nh, nkv, hd, ctx, vc, t[1][3], t[1][0], t[1][6], t[0][3], (t[1][3] - t[0][3]) / (vc - 1),
+			       (t[1][3] - t[0][3]) / (vc - 1) / t[0][3], attn_fast_path(&sh, vc));
 		}
 		free(k);
 		free(v);

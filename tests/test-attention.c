@@ -331,26 +331,28 @@ test_columns(void)
 	printf("%d cases of up to %d columns: %d differ from a call per column\n", cases, ATTN_COLS_MAX, differ);
 }
 
-// One column of heads of 24 to 256 dimensions (value heads a multiple of
-// 64; 48 takes the AVX2 path both times): the AVX-512 path (attn512w_col,
-// where the CPU has it) gives the AVX2 path's bits, on
-// groups of one to twelve query heads (four at a time, so the last set
-// short), rows past several
-// P·V chunks, window starts, the cache in two stretches and soft-caps
+// Heads of 24 to 256 dimensions (value heads a multiple of 64; 48 takes
+// the AVX2 path both times): the AVX-512 paths (attn512w_col for one
+// column, attn512w_cols for a prefill chunk's 9 to 16, where the CPU has
+// them) give the AVX2 path's bits, on groups of one to twelve query heads
+// (four at a time, so the last set short), rows past several P·V chunks,
+// window starts, the cache in two stretches and soft-caps; the columns of
+// a chunk end in consecutive rows, or every other one a row short
 static void
 test_wide_bits(void)
 {
 	static const int heads[][2] = {{9, 3}, {14, 2}, {32, 8}, {4, 1}, {8, 8}, {12, 1}, {6, 3}};
 	static const int dims[][2] = {{64, 64}, {128, 128}, {24, 64}, {32, 128}, {80, 64}, {256, 256}, {64, 48}};
 	if (!attn_have_avx512()) {
-		printf("no AVX-512 here (or ANEDVD_SIMD caps it): the one-column path of wide heads not run\n");
+		printf("no AVX-512 here (or ANEDVD_SIMD caps it): the AVX-512 paths of wide heads not run\n");
 		return;
 	}
-	int cases = 0, differ = 0;
+	int cases = 0, differ = 0, ccases = 0, cdiffer = 0;
 	for (int t = 0; t < 140; t++) {
 		const int *h = heads[t % 7], *dm = dims[(t / 7) % 7];
-		const int rows = 1 + (int)((frand() + 1) * (t % 3 == 0 ? 400 : 60));
-		const int first = t % 4 == 1 ? (int)((frand() + 1) * 0.5 * (rows - 1)) : 0;
+		const int nc = ATTN_WIDE_COLS + 1 + t % (ATTN_COLS_MAX - ATTN_WIDE_COLS);
+		const int rows = nc + (int)((frand() + 1) * (t % 3 == 0 ? 400 : 60));
+		const int first = t % 4 == 1 ? (int)((frand() + 1) * 0.5 * (rows - nc)) : 0;
 		const int split = t % 5 == 0 ? 0 : (int)((frand() + 1) * 0.5 * rows);
 		struct attn_shape sh = {h[0],
 		                        h[1],
@@ -361,24 +363,39 @@ test_wide_bits(void)
 		                        1.0f / sqrtf((float)dm[0]),
 		                        t % 6 == 5 ? 6.0f : 0.0f};
 		const size_t kn = sh.k_stride * (size_t)rows, vn = sh.v_stride * (size_t)rows;
-		const size_t no = (size_t)h[0] * dm[1];
+		const size_t no = (size_t)h[0] * dm[1], nq = (size_t)h[0] * dm[0];
 		uint16_t *k = malloc(kn * 2), *v = malloc(vn * 2), *k0 = malloc(kn * 2), *v0 = malloc(vn * 2);
-		float *q = malloc(sizeof(float) * (size_t)h[0] * dm[0]), *a = malloc(sizeof(float) * no);
-		float *b = malloc(sizeof(float) * no),
-		      *scratch = malloc(sizeof(float) * attn_scratch_floats(&sh, rows));
+		float *q = malloc(sizeof(float) * nq * nc), *a = malloc(sizeof(float) * no * nc);
+		float *b = malloc(sizeof(float) * no * nc),
+		      *scratch = malloc(sizeof(float) * attn_cols_scratch_floats(&sh, rows, nc));
+		int last[ATTN_COLS_MAX];
 		stretches(&sh, rows, split, k, v, k0, v0);
-		for (int i = 0; i < h[0] * dm[0]; i++)
+		for (size_t i = 0; i < nq * nc; i++)
 			q[i] = 3 * frand();
 		attn_isa = 0;
 		attn_fast_split(&sh, q, k0, v0, k, v, split, first, rows - 1, a, scratch);
 		attn_isa = 1;
 		attn_fast_split(&sh, q, k0, v0, k, v, split, first, rows - 1, b, scratch);
-		attn_isa = 0;
 		cases++;
 		if (memcmp(a, b, sizeof(float) * no)) {
 			differ++;
 			CHECK(0, "heads %d/%d hd %d/%d rows %d..%d (split %d, cap %g): AVX-512 and AVX2 differ", h[0],
 			      h[1], dm[0], dm[1], first, rows - 1, split, sh.softcap);
+		}
+		for (int c = 0; c < nc; c++)
+			last[c] = rows - nc + c - (t % 4 == 2 && c % 2 ? 1 : 0);
+		attn_isa = 0;
+		attn_fast_cols(&sh, q, nq, k0, v0, k, v, split, first, last, nc, a, no, scratch);
+		attn_isa = 1;
+		attn_fast_cols(&sh, q, nq, k0, v0, k, v, split, first, last, nc, b, no, scratch);
+		attn_isa = 0;
+		ccases++;
+		if (memcmp(a, b, sizeof(float) * no * nc)) {
+			cdiffer++;
+			CHECK(0,
+			      "heads %d/%d hd %d/%d, %d columns to rows %d..%d from %d (split %d, cap %g): AVX-512 and "
+			      "AVX2 differ",
+			      h[0], h[1], dm[0], dm[1], nc, last[0], last[nc - 1], first, split, sh.softcap);
 		}
 		free(k);
 		free(v);
@@ -390,6 +407,8 @@ test_wide_bits(void)
 		free(scratch);
 	}
 	printf("%d one-column cases of wide heads: %d differ between AVX-512 and AVX2\n", cases, differ);
+	printf("%d cases of %d to %d columns of wide heads: %d differ between AVX-512 and AVX2\n", ccases,
+	       ATTN_WIDE_COLS + 1, ATTN_COLS_MAX, cdiffer);
 }
 
 // ANEDVD_SIMD caps the paths as it caps the emu's (ctest runs this program
@@ -415,6 +434,11 @@ test_cap(void)
 	                   : attn_have_simd() ? "AVX2"
 	                                      : "plain C"),
 	      "9/3 heads of 64, one column: \"%s\"", way);
+	const char *chunk = attn_fast_path(&sh, ATTN_COLS_MAX);
+	CHECK(!strcmp(chunk, attn_have_avx512() ? "AVX-512, the columns together"
+	                     : attn_have_simd() ? "AVX2"
+	                                        : "plain C"),
+	      "9/3 heads of 64, %d columns: \"%s\"", ATTN_COLS_MAX, chunk);
 	printf("ANEDVD_SIMD=%s: attention paths AVX-512 %d, AVX2 %d; 9/3 heads of 64: %s\n", cap ? cap : "",
 	       attn_have_avx512(), attn_have_simd(), way);
 }

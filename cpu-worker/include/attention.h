@@ -66,6 +66,9 @@ void attn_ref_f32_split(const struct attn_shape *sh, const float *q, const float
 // scratch holds attn_cols_scratch_floats(shape, rows, cols) floats, rows at
 // least the longest column's.
 #define ATTN_COLS_MAX 16 // the most columns the engine gives one call
+// where the CPU has AVX-512: up to this many columns (a verify step's) one at
+// a time, more (a prefill chunk's) together (attention.c)
+#define ATTN_WIDE_COLS 8
 size_t attn_cols_scratch_floats(const struct attn_shape *sh, int rows, int cols);
 void attn_fast_cols(const struct attn_shape *sh, const float *q, size_t q_stride, const uint16_t *k0,
                     const uint16_t *v0, const uint16_t *k, const uint16_t *v, int split, int first, const int *last,
