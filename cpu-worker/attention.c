@@ -1127,12 +1127,13 @@ attn512_cols(const struct attn_shape *sh, const float *q, size_t qs, const uint1
 // chunk's) it was no longer faster (a 2048-token prompt's attention 1.54
 // against 1.48 s on 9/3 heads): more columns go through attn512w_cols
 
+// the heads the AVX-512 paths below take (attn512w_col, attn512w_cols)
 static int
-wide512(const struct attn_shape *sh, int cols)
+wide512(const struct attn_shape *sh)
 {
 	const int hd = sh->head_dim, hdv = sh->head_dim_v;
-	return cols <= ATTN_WIDE_COLS && attn_have_avx512() && attn_isa == 0 && attn_path == 0 && hd % 8 == 0 &&
-	       hd > 16 && hd <= BIG_HD_MAX && hdv % 64 == 0 && hdv > 0;
+	return attn_have_avx512() && attn_isa == 0 && attn_path == 0 && hd % 8 == 0 && hd > 16 && hd <= BIG_HD_MAX &&
+	       hdv % 64 == 0 && hdv > 0;
 }
 
 // the eight-lane chains of rows 2p, 2p + 1 (zmm p, lanes 0-7 and 8-15) to
@@ -1444,6 +1445,7 @@ attn512w_cols(const struct attn_shape *sh, const float *q, size_t qs, const uint
 			softmax_row(sc + ((size_t)c * nh + h) * ld, last[c] - first + 1, sh->softcap);
 	for (int j0 = first; j0 <= lmax; j0 += WCOLS_PV_ROWS) {
 		const int nm = lmax - j0 + 1 < WCOLS_PV_ROWS ? lmax - j0 + 1 : WCOLS_PV_ROWS;
+		const int add = j0 > first; // o's sums so far, or from zero
 		for (int g = 0; g < nkv; g++) {
 			for (int r = 0; r < nm; r++) {
 				const uint16_t *vj =
@@ -1462,7 +1464,6 @@ attn512w_cols(const struct attn_shape *sh, const float *q, size_t qs, const uint
 					for (int d0 = 0; d0 < hdv; d0 += 64) {
 						float *o = out + (size_t)c * os + (size_t)h * hdv + d0;
 						const float *x = vf + d0;
-						const int add = j0 > first;
 						BY_NT(nt, values512f(x, hdv, nr, p, ld, 1, hdv, o, add),
 						      values512f(x, hdv, nr, p, ld, 2, hdv, o, add),
 						      values512f(x, hdv, nr, p, ld, 3, hdv, o, add),
@@ -1537,13 +1538,13 @@ attn_fast_cols(const struct attn_shape *sh, const float *q, size_t q_stride, con
 		attn512_cols(sh, q, q_stride, k0, v0, k, v, split, first, last, cols, out, out_stride, scratch);
 		return;
 	}
-	if (wide512(sh, cols)) {
+	if (wide512(sh) && cols <= ATTN_WIDE_COLS) {
 		for (int c = 0; c < cols; c++)
 			attn512w_col(sh, q + (size_t)c * q_stride, k0, v0, k, v, split, first, last[c],
 			             out + (size_t)c * out_stride, scratch);
 		return;
 	}
-	if (wide512(sh, 1)) {
+	if (wide512(sh)) {
 		attn512w_cols(sh, q, q_stride, k0, v0, k, v, split, first, last, cols, out, out_stride, scratch);
 		return;
 	}
@@ -1565,10 +1566,8 @@ attn_fast_path(const struct attn_shape *sh, int cols)
 #ifdef AD_FP16_X86
 	if (small512(sh))
 		return "AVX-512, heads of 8 or 16";
-	if (wide512(sh, cols))
-		return "AVX-512, a column at a time";
-	if (wide512(sh, 1))
-		return "AVX-512, the columns together";
+	if (wide512(sh))
+		return cols <= ATTN_WIDE_COLS ? "AVX-512, a column at a time" : "AVX-512, the columns together";
 	if (attn_have_simd())
 		return small8(sh) ? "AVX2, heads of 8 or 16" : "AVX2";
 #endif
@@ -1604,7 +1603,7 @@ attn_scores(const struct attn_shape *sh, const float *q, const uint16_t *k, int 
 		if (tmp)
 			return;
 	}
-	if (fast && wide512(sh, 1)) {
+	if (fast && wide512(sh)) {
 		const size_t ld = ((size_t)rows + 7) & ~(size_t)7;
 		float *tmp = malloc(sizeof(float) * (size_t)sh->n_head * ld);
 		if (tmp) {
