@@ -16,7 +16,7 @@
 #include "blob.h"
 #include "err.h"
 #include "fp16.h"
-#include "memread.h"
+#include "hugemem.h"
 #include "planar.h"
 #include "pool.h"
 #include "mil.h"
@@ -69,15 +69,6 @@ emu_pack(const uint16_t *w, size_t cout, size_t cin, uint16_t *panels)
 				dst[i * PSTEP + r] = src[i];
 		}
 	}
-}
-
-// panels on huge pages (memread.h, ad_huge_alloc): a one-column conv
-// streams its weights once, and on 4 KiB pages every page is a TLB miss and
-// a restart of the hardware prefetcher; released with free()
-static uint16_t *
-panel_alloc(size_t n)
-{
-	return ad_huge_alloc(n);
 }
 
 static inline float
@@ -721,6 +712,10 @@ struct emu {
 	// panel bytes of the context's live kernels, and the last-level
 	// cache's size (0: unknown): whether weights stay cached between evals
 	size_t weight_bytes, llc;
+	// the kernels' panels, on huge pages (hugemem.h): a one-column conv
+	// streams its weights once, and most of a model's weights are small
+	// buffers that would each sit on 4 KiB pages
+	struct ad_huge_arena *panels;
 };
 
 // ---------------------------------------------------------------------------
@@ -844,6 +839,11 @@ emu_open(const struct emu_opts *opts, char *err)
 	if ((!opts || opts->par_cols <= 0) && pc && *pc)
 		e->par_cols = (int)strtol(pc, NULL, 10);
 	e->llc = llc_bytes();
+	if (!(e->panels = ad_huge_arena_new(0))) {
+		ad_err(err, "emu: out of memory");
+		emu_close(e);
+		return NULL;
+	}
 	const struct ad_pool_opts po = {e->nthreads, spin_ns, POOL_WAIT_SPIN_NS};
 	if (!(e->pool = ad_pool_new(&po, err))) {
 		emu_close(e);
@@ -863,6 +863,7 @@ emu_close(struct emu *e)
 	if (!e)
 		return;
 	ad_pool_free(e->pool);
+	ad_huge_arena_free(e->panels);
 	free(e->xpack);
 	free(e->i8wide);
 	free(e->act);
@@ -2189,7 +2190,7 @@ compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles
 				w->scale = (float *)ds;
 				w->borrowed = 1;
 			} else {
-				w->qpanels = (int8_t *)panel_alloc(qb);
+				w->qpanels = ad_huge_arena_alloc(e->panels, qb);
 				w->scale = alloc64(sb);
 				if (!w->qpanels || !w->scale) {
 					ad_err(err, "emu: out of memory for %zu x %zu int8 weights", w->cout, w->cin);
@@ -2220,7 +2221,7 @@ compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles
 			k->weight_bytes += (uint64_t)w->cout * w->cin * 2;
 			continue;
 		}
-		w->panels = panel_alloc(emu_panel_bytes(w->cout, w->cin));
+		w->panels = ad_huge_arena_alloc(e->panels, emu_panel_bytes(w->cout, w->cin));
 		if (w->panels)
 			e->weight_bytes += emu_panel_bytes(w->cout, w->cin);
 		if (!w->panels) {
@@ -2338,8 +2339,8 @@ emu_kernel_free(struct emu_kernel *k)
 			k->e->weight_bytes -= emu_i8_panel_bytes(w->cout, w->cin);
 		if (w->borrowed)
 			continue;
-		free(w->panels);
-		free(w->qpanels);
+		ad_huge_arena_release(k->e->panels, w->panels);
+		ad_huge_arena_release(k->e->panels, w->qpanels);
 		free(w->scale);
 	}
 	free(k->weights);

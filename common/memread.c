@@ -2,18 +2,17 @@
 #include "memread.h"
 #include "clock.h"
 #include "err.h"
+#include "hugemem.h"
 #include "pool.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #if defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
-#define HUGE_PAGE ((size_t)2 << 20)
 #define BLOCK 256 // bytes a thread's loop takes per step
 
 struct ad_memread {
@@ -50,20 +49,6 @@ read_task(void *arg, size_t task, int worker)
 			a[k] += q[i + k];
 	r->sink[task] = a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
 #endif
-}
-
-void *
-ad_huge_alloc(size_t n)
-{
-	void *p = NULL;
-	if (n < HUGE_PAGE)
-		return posix_memalign(&p, 64, n ? n : 64) ? NULL : p;
-	if (posix_memalign(&p, HUGE_PAGE, n))
-		return NULL;
-#ifdef MADV_HUGEPAGE
-	madvise(p, n / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE); // advice only: 4 KiB pages work too
-#endif
-	return p;
 }
 
 struct ad_memread *

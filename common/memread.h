@@ -1,6 +1,6 @@
 // memread.h - the memory-bandwidth baseline: a plain streaming read.
 //
-// A buffer allocated as the emu holds its weights (ad_huge_alloc), read on
+// A buffer allocated as the emu holds its weights (hugemem.h), read on
 // N threads of an ad_pool, each summing one
 // contiguous share with 256-bit loads in eight independent chains. This is
 // the roofline a one-column conv is measured against: on this project's
@@ -12,15 +12,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
-// n bytes for a long streaming read, released with free(): 2 MiB and more
-// aligned to the huge page, and its whole huge pages advised onto
-// transparent huge pages (where the kernel has them in madvise mode); the
-// tail stays on 4 KiB pages, so a buffer a little over a huge page does not
-// hold two (rounding every panel buffer of the emu up cost the
-// Qwen2.5-0.5B shape 128 MB). Smaller: 64-byte aligned. NULL when out of
-// memory.
-void *ad_huge_alloc(size_t n);
 
 struct ad_memread;
 

@@ -1,0 +1,206 @@
+// hugemem.c - buffers and an arena on 2 MiB pages (hugemem.h).
+#include "hugemem.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define ALIGN 64
+#define DEFAULT_CHUNK ((size_t)32 << 20)
+
+void *
+ad_huge_alloc(size_t n)
+{
+	void *p = NULL;
+	if (n < AD_HUGE_PAGE)
+		return posix_memalign(&p, ALIGN, n ? n : ALIGN) ? NULL : p;
+	if (posix_memalign(&p, AD_HUGE_PAGE, n))
+		return NULL;
+#ifdef MADV_HUGEPAGE
+	madvise(p, n / AD_HUGE_PAGE * AD_HUGE_PAGE, MADV_HUGEPAGE); // advice only: 4 KiB pages work too
+#endif
+	return p;
+}
+
+// len bytes (rounded up to whole 4 KiB pages) of fresh memory at a 2 MiB
+// boundary, its whole huge pages advised: fresh, because advice does not
+// turn pages already faulted in (memory malloc recycles) into huge ones
+static unsigned char *
+map_chunk(size_t len)
+{
+	len = (len + 4095) / 4096 * 4096;
+	size_t span = len + AD_HUGE_PAGE;
+	unsigned char *r = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (r == MAP_FAILED)
+		return NULL;
+	unsigned char *a = (unsigned char *)(((uintptr_t)r + AD_HUGE_PAGE - 1) & ~(uintptr_t)(AD_HUGE_PAGE - 1));
+	if (a > r)
+		munmap(r, (size_t)(a - r));
+	if (r + span > a + len)
+		munmap(a + len, (size_t)(r + span - (a + len)));
+#ifdef MADV_HUGEPAGE
+	madvise(a, len / AD_HUGE_PAGE * AD_HUGE_PAGE, MADV_HUGEPAGE);
+#endif
+	return a;
+}
+
+struct chunk {
+	struct chunk *next;
+	unsigned char *base;
+	size_t size, used; // used: the bump offset (a chunk of its own: size)
+	size_t live;       // allocations not yet released
+	int own;           // one allocation's chunk
+};
+
+struct ad_huge_arena {
+	pthread_mutex_t mu;
+	size_t chunk;
+	struct chunk *chunks; // newest first; the newest shared one takes allocations
+	struct chunk *cur;
+	size_t bytes;
+};
+
+struct ad_huge_arena *
+ad_huge_arena_new(size_t chunk)
+{
+	struct ad_huge_arena *a = calloc(1, sizeof *a);
+	if (!a)
+		return NULL;
+	if (!chunk)
+		chunk = DEFAULT_CHUNK;
+	a->chunk = (chunk + AD_HUGE_PAGE - 1) / AD_HUGE_PAGE * AD_HUGE_PAGE;
+	pthread_mutex_init(&a->mu, NULL);
+	return a;
+}
+
+static void
+chunk_free(struct ad_huge_arena *a, struct chunk *c)
+{
+	a->bytes -= c->size;
+	munmap(c->base, (c->size + 4095) / 4096 * 4096);
+	free(c);
+}
+
+void
+ad_huge_arena_free(struct ad_huge_arena *a)
+{
+	if (!a)
+		return;
+	while (a->chunks) {
+		struct chunk *c = a->chunks;
+		a->chunks = c->next;
+		chunk_free(a, c);
+	}
+	pthread_mutex_destroy(&a->mu);
+	free(a);
+}
+
+static struct chunk *
+chunk_new(struct ad_huge_arena *a, size_t size, int own)
+{
+	struct chunk *c = calloc(1, sizeof *c);
+	if (!c)
+		return NULL;
+	if (!(c->base = map_chunk(size))) {
+		free(c);
+		return NULL;
+	}
+	c->size = size;
+	c->own = own;
+	c->next = a->chunks;
+	a->chunks = c;
+	a->bytes += size;
+	return c;
+}
+
+void *
+ad_huge_arena_alloc(struct ad_huge_arena *a, size_t n)
+{
+	n = (n ? n + ALIGN - 1 : ALIGN) / ALIGN * ALIGN;
+	void *p = NULL;
+	pthread_mutex_lock(&a->mu);
+	if (n > a->chunk / 4) {
+		struct chunk *c = chunk_new(a, n, 1);
+		if (c) {
+			c->used = n;
+			c->live = 1;
+			p = c->base;
+		}
+	} else {
+		if (!a->cur || a->cur->size - a->cur->used < n) {
+			// the old one goes once its last allocation does
+			struct chunk *c = chunk_new(a, a->chunk, 0);
+			if (c)
+				a->cur = c;
+		}
+		if (a->cur && a->cur->size - a->cur->used >= n) {
+			p = a->cur->base + a->cur->used;
+			a->cur->used += n;
+			a->cur->live++;
+		}
+	}
+	pthread_mutex_unlock(&a->mu);
+	return p;
+}
+
+void
+ad_huge_arena_release(struct ad_huge_arena *a, void *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&a->mu);
+	struct chunk **pp = &a->chunks;
+	while (*pp && !((unsigned char *)p >= (*pp)->base && (unsigned char *)p < (*pp)->base + (*pp)->used))
+		pp = &(*pp)->next;
+	struct chunk *c = *pp;
+	if (!c || !c->live) {
+		fprintf(stderr, "ad_huge_arena_release: %p is not allocated from this arena\n", p);
+		abort();
+	}
+	if (--c->live == 0) {
+		if (c == a->cur) {
+			c->used = 0;
+		} else {
+			*pp = c->next;
+			chunk_free(a, c);
+		}
+	}
+	pthread_mutex_unlock(&a->mu);
+}
+
+size_t
+ad_huge_arena_bytes(const struct ad_huge_arena *a)
+{
+	pthread_mutex_lock((pthread_mutex_t *)&a->mu);
+	size_t b = a->bytes;
+	pthread_mutex_unlock((pthread_mutex_t *)&a->mu);
+	return b;
+}
+
+long long
+ad_huge_process_bytes(void)
+{
+#ifdef __linux__
+	FILE *f = fopen("/proc/self/smaps_rollup", "r");
+	if (!f)
+		return -1;
+	long long total = 0;
+	int seen = 0;
+	char line[256];
+	while (fgets(line, sizeof line, f)) {
+		unsigned long long kb;
+		if (sscanf(line, "AnonHugePages: %llu", &kb) == 1 || sscanf(line, "ShmemPmdMapped: %llu", &kb) == 1 ||
+		    sscanf(line, "FilePmdMapped: %llu", &kb) == 1) {
+			total += (long long)kb * 1024;
+			seen = 1;
+		}
+	}
+	fclose(f);
+	return seen ? total : -1;
+#else
+	return -1;
+#endif
+}

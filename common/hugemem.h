@@ -1,0 +1,55 @@
+// hugemem.h - memory on 2 MiB pages for data read in long streams: the
+// emu's weight panels and the bandwidth baseline (memread.h).
+//
+// A one-column conv reads its weights once a token. On 4 KiB pages every
+// page is a TLB miss (a two-level walk in a VM) and a new stream for the
+// hardware prefetcher: on this project's reference VM the SmolLM2-135M
+// shape decoded at 111 tok/s with its kernel cache mapped on 4 KiB pages
+// and 119 on 2 MiB ones. Transparent huge pages in madvise mode come only
+// to whole, 2 MiB-aligned pages of an advised range, so:
+//   ad_huge_alloc   one large buffer, aligned and advised;
+//   ad_huge_arena   many small ones (a SmolLM2 layer's weights are 0.7 to
+//                   1.8 MB each) packed into shared, aligned and advised
+//                   chunks, instead of each on 4 KiB pages or rounded up
+//                   to a huge page of its own.
+// Where the kernel has no transparent huge pages (or not for this range),
+// the same memory comes on 4 KiB pages and everything works the same.
+#ifndef AD_HUGEMEM_H
+#define AD_HUGEMEM_H
+
+#include <stddef.h>
+
+#define AD_HUGE_PAGE ((size_t)2 << 20)
+
+// n bytes, released with free(): 2 MiB and more aligned to the huge page,
+// and its whole huge pages advised onto transparent huge pages; the tail
+// stays on 4 KiB pages, so a buffer a little over a huge page does not hold
+// two. Smaller: 64-byte aligned, nothing advised. NULL when out of memory.
+void *ad_huge_alloc(size_t n);
+
+struct ad_huge_arena;
+
+// an arena whose shared chunks hold chunk bytes (rounded up to whole huge
+// pages; 0: 32 MiB); NULL when out of memory. Thread-safe.
+struct ad_huge_arena *ad_huge_arena_new(size_t chunk);
+// releases every chunk, whatever is still allocated from it; NULL: no-op
+void ad_huge_arena_free(struct ad_huge_arena *a);
+// n bytes (64-byte aligned): from the newest shared chunk while it has
+// room, else from a new one; more than a quarter of a chunk gets a chunk of
+// its own. Chunks are fresh mappings, aligned to and advised onto huge
+// pages as a whole. NULL when out of memory.
+void *ad_huge_arena_alloc(struct ad_huge_arena *a, size_t n);
+// gives back what ad_huge_arena_alloc returned (NULL: no-op); a chunk is
+// released once nothing in it is allocated (the newest shared one is
+// reused instead). A pointer the arena did not give is a programming error
+// (abort).
+void ad_huge_arena_release(struct ad_huge_arena *a, void *p);
+// the bytes of the chunks the arena holds now
+size_t ad_huge_arena_bytes(const struct ad_huge_arena *a);
+
+// the bytes this process maps on huge pages (anonymous, shared-memory and
+// file-backed PMD mappings, from /proc/self/smaps_rollup); -1 where the
+// kernel does not say (not Linux, no /proc)
+long long ad_huge_process_bytes(void);
+
+#endif

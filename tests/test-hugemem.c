@@ -1,0 +1,192 @@
+// test-hugemem.c - common/hugemem.h: ad_huge_alloc's alignment; the arena's
+// allocations (aligned, disjoint, small ones packed into shared chunks, a
+// large one in a chunk of its own), its chunks released when their last
+// allocation goes and the newest one reused, a foreign pointer refused
+// (abort); and ad_huge_process_bytes, which must see a chunk's first huge
+// page where the kernel gives an advised range transparent huge pages.
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "hugemem.h"
+#include "t.h"
+
+#define MiB ((size_t)1 << 20)
+
+static void
+test_alloc_alignment(void)
+{
+	static const size_t sizes[] = {0, 1, 100, 4096, AD_HUGE_PAGE - 1, AD_HUGE_PAGE, 5 * MiB + 123};
+	for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+		unsigned char *p = ad_huge_alloc(sizes[k]);
+		REQUIRE(p, "%zu bytes", sizes[k]);
+		size_t a = sizes[k] >= AD_HUGE_PAGE ? AD_HUGE_PAGE : 64;
+		CHECK((uintptr_t)p % a == 0, "%zu bytes at %p: aligned to %zu", sizes[k], (void *)p, a);
+		memset(p, 0xa5, sizes[k]);
+		free(p);
+	}
+}
+
+// n allocations of the given sizes, each filled with its index; then every
+// byte checked: no two overlap
+static void
+test_arena_disjoint(void)
+{
+	struct ad_huge_arena *a = ad_huge_arena_new(4 * MiB);
+	REQUIRE(a);
+	enum { N = 64 };
+	unsigned char *p[N];
+	size_t sz[N];
+	for (int i = 0; i < N; i++) {
+		sz[i] = (size_t)(i * 7919 % 300000) + (size_t)i; // 0 .. ~300 KB, some 0
+		if (i % 16 == 5)
+			sz[i] = 3 * MiB; // over a quarter of a chunk: a chunk of its own
+		p[i] = ad_huge_arena_alloc(a, sz[i]);
+		REQUIRE(p[i], "allocation %d of %zu bytes", i, sz[i]);
+		CHECK((uintptr_t)p[i] % 64 == 0, "allocation %d at %p", i, (void *)p[i]);
+		memset(p[i], i, sz[i]);
+	}
+	for (int i = 0; i < N; i++)
+		for (size_t b = 0; b < sz[i]; b++)
+			if (p[i][b] != (unsigned char)i) {
+				CHECK(0, "allocation %d byte %zu: %d", i, b, p[i][b]);
+				break;
+			}
+	for (int i = 0; i < N; i++)
+		for (int j = i + 1; j < N; j++)
+			CHECK(p[i] + sz[i] <= p[j] || p[j] + sz[j] <= p[i] || !sz[i] || !sz[j], "%d and %d overlap", i,
+			      j);
+	for (int i = 0; i < N; i++)
+		ad_huge_arena_release(a, p[i]);
+	ad_huge_arena_release(a, NULL);
+	// all that is left is the newest shared chunk, empty, to be reused
+	CHECK(ad_huge_arena_bytes(a) == 4 * MiB, "%zu", ad_huge_arena_bytes(a));
+	ad_huge_arena_free(a);
+	ad_huge_arena_free(NULL);
+}
+
+static void
+test_arena_chunks(void)
+{
+	struct ad_huge_arena *a = ad_huge_arena_new(3 * MiB); // rounded up to 4 MiB
+	REQUIRE(a);
+	CHECK(ad_huge_arena_bytes(a) == 0);
+	// 1 MiB each: four to a chunk, the fifth in a second one
+	unsigned char *p[5];
+	for (int i = 0; i < 5; i++)
+		REQUIRE(p[i] = ad_huge_arena_alloc(a, MiB));
+	CHECK(ad_huge_arena_bytes(a) == 8 * MiB, "%zu", ad_huge_arena_bytes(a));
+	CHECK(p[1] == p[0] + MiB && p[3] == p[0] + 3 * MiB, "packed in order");
+	CHECK((uintptr_t)p[0] % AD_HUGE_PAGE == 0 && (uintptr_t)p[4] % AD_HUGE_PAGE == 0, "chunks on huge pages");
+	// the first chunk goes with its last allocation, not before
+	for (int i = 0; i < 3; i++)
+		ad_huge_arena_release(a, p[i]);
+	CHECK(ad_huge_arena_bytes(a) == 8 * MiB, "%zu", ad_huge_arena_bytes(a));
+	ad_huge_arena_release(a, p[3]);
+	CHECK(ad_huge_arena_bytes(a) == 4 * MiB, "%zu", ad_huge_arena_bytes(a));
+	// the newest one, emptied, is reused from its start
+	ad_huge_arena_release(a, p[4]);
+	CHECK(ad_huge_arena_bytes(a) == 4 * MiB, "%zu", ad_huge_arena_bytes(a));
+	unsigned char *q = ad_huge_arena_alloc(a, 100);
+	CHECK(q == p[4], "reused: %p against %p", (void *)q, (void *)p[4]);
+	// a large one: its own chunk, released with it
+	unsigned char *big = ad_huge_arena_alloc(a, 2 * MiB);
+	REQUIRE(big);
+	CHECK(ad_huge_arena_bytes(a) == 6 * MiB, "%zu", ad_huge_arena_bytes(a));
+	ad_huge_arena_release(a, big);
+	CHECK(ad_huge_arena_bytes(a) == 4 * MiB, "%zu", ad_huge_arena_bytes(a));
+	ad_huge_arena_release(a, q);
+	ad_huge_arena_free(a); // with nothing left and with something left (below)
+	a = ad_huge_arena_new(0);
+	REQUIRE(a);
+	REQUIRE(ad_huge_arena_alloc(a, 1000));
+	CHECK(ad_huge_arena_bytes(a) == 32 * MiB, "the default chunk: %zu", ad_huge_arena_bytes(a));
+	ad_huge_arena_free(a);
+}
+
+// a pointer the arena never gave, or one given back twice: abort
+static void
+test_arena_refuses(void)
+{
+	for (int k = 0; k < 2; k++) {
+		fflush(NULL);
+		pid_t pid = fork();
+		REQUIRE(pid >= 0);
+		if (pid == 0) {
+			struct ad_huge_arena *a = ad_huge_arena_new(0);
+			char *p = ad_huge_arena_alloc(a, 64);
+			if (k == 0) {
+				char other[64];
+				ad_huge_arena_release(a, other);
+			} else {
+				ad_huge_arena_release(a, p);
+				ad_huge_arena_release(a, p);
+			}
+			_exit(0);
+		}
+		int st = 0;
+		waitpid(pid, &st, 0);
+		CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "case %d: status %#x", k, st);
+	}
+}
+
+// the transparent-huge-page mode: "always", "madvise" or "never" (NULL: unknown)
+static const char *
+thp_mode(char *buf, size_t cap)
+{
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+	if (!f)
+		return NULL;
+	char line[128] = {0};
+	const char *r = NULL;
+	if (fgets(line, sizeof line, f)) {
+		char *o = strchr(line, '['), *c = o ? strchr(o, ']') : NULL;
+		if (o && c && (size_t)(c - o) < cap) {
+			memcpy(buf, o + 1, (size_t)(c - o - 1));
+			buf[c - o - 1] = 0;
+			r = buf;
+		}
+	}
+	fclose(f);
+	return r;
+}
+
+static void
+test_process_bytes(void)
+{
+#ifdef __linux__
+	long long before = ad_huge_process_bytes();
+	CHECK(before >= 0, "%lld", before);
+	struct ad_huge_arena *a = ad_huge_arena_new(8 * MiB);
+	REQUIRE(a);
+	unsigned char *p = ad_huge_arena_alloc(a, MiB), *q = ad_huge_arena_alloc(a, MiB);
+	REQUIRE(p && q);
+	memset(p, 1, MiB);
+	memset(q, 2, MiB);
+	long long after = ad_huge_process_bytes();
+	char mode[32];
+	const char *m = thp_mode(mode, sizeof mode);
+	// two small buffers in one advised, aligned chunk: one huge page
+	if (m && strcmp(m, "never"))
+		CHECK(after - before >= (long long)(2 * MiB), "transparent huge pages (%s): %lld -> %lld", m, before,
+		      after);
+	else
+		printf("test_process_bytes: transparent huge pages %s here: not checked that the arena has them\n",
+		       m ? m : "unknown");
+	ad_huge_arena_free(a);
+#else
+	CHECK(ad_huge_process_bytes() == -1);
+#endif
+}
+
+int
+main(void)
+{
+	T_RUN(test_alloc_alignment);
+	T_RUN(test_arena_disjoint);
+	T_RUN(test_arena_chunks);
+	T_RUN(test_arena_refuses);
+	T_RUN(test_process_bytes);
+	return t_done();
+}
