@@ -10,8 +10,8 @@
 // and hands to emu_compile_packed together with the MIL text it generates
 // again (cheap). The worker's weights are then page-cache pages of that
 // file: shared by every process that maps it, reclaimable, and nothing is
-// read or repacked. Buffers of 2 MiB or more start on a 2 MiB boundary of
-// the file (holes between), so that the page cache's 2 MiB folios map as
+// read or repacked. The writer writes the file in whole, aligned 2 MiB
+// blocks, so that the page cache holds it in 2 MiB folios, which map as
 // huge pages: a decode streams every weight once per token, and from 4 KiB
 // pages its kernels ran ~10% slower.
 //
