@@ -1,5 +1,6 @@
 #include "build.h"
 #include "gguf.h"
+#include "hugemem.h"
 
 #include <errno.h>
 #include <math.h>
@@ -594,12 +595,16 @@ ane_cache_state_name(enum ane_cache_state st)
 void
 ane_start_describe(const struct ane_start *st, char *buf, size_t cap)
 {
+	char huge[96] = "";
+	if (st->weight_bytes && st->huge_bytes >= 0)
+		snprintf(huge, sizeof huge, "; weights %.1f MB, %.1f MB of the process on 2 MiB pages",
+		         (double)st->weight_bytes / 1e6, (double)st->huge_bytes / 1e6);
 	snprintf(buf, cap,
 	         "plan %.1f ms, MIL+key %.1f ms, cache %s (load %.1f ms), blobs %.1f ms, compile+repack %.1f ms, "
-	         "cache write %.1f ms (beside them; waited for %.1f ms); total %.1f ms%s%s",
+	         "cache write %.1f ms (beside them; waited for %.1f ms); total %.1f ms%s%s%s",
 	         st->plan_us / 1e3, st->key_us / 1e3, ane_cache_state_name(st->cache), st->load_us / 1e3,
 	         st->blob_us / 1e3, st->compile_us / 1e3, st->store_us / 1e3, st->store_wait_us / 1e3,
-	         st->total_us / 1e3, st->cache_note[0] ? ": " : "", st->cache_note);
+	         st->total_us / 1e3, huge, st->cache_note[0] ? ": " : "", st->cache_note);
 }
 
 void
@@ -829,6 +834,18 @@ drop_kernel_pages(const struct model *m, const struct ane_pk *pk)
 	}
 }
 
+// the weights, and how much of the process is on huge pages (the emu's
+// panels: its arena, or the cache file's folios)
+static void
+note_weights(struct ane_set *s)
+{
+	struct ane_start *st = &s->start;
+	st->weight_bytes = 0;
+	for (int i = 0; i < s->plan.n; i++)
+		st->weight_bytes += s->k[i].weight_bytes;
+	st->huge_bytes = s->b->ane ? -1 : ad_huge_process_bytes();
+}
+
 int
 ane_set_build(struct ane_set *s, const struct model *m, const struct ane_plan_opts *po, const struct ane_build_opts *bo,
               int progress, char *err)
@@ -877,6 +894,7 @@ ane_set_build(struct ane_set *s, const struct model *m, const struct ane_plan_op
 			if (bo && bo->built)
 				atomic_store(bo->built, s->plan.n);
 			st->cache_bytes = kc_entry_bytes(s->cache);
+			note_weights(s);
 			st->load_us = now_us() - t1;
 			st->total_us = now_us() - t_start;
 			s->compile_ms = (now_us() - t0) / 1000;
@@ -958,6 +976,7 @@ ane_set_build(struct ane_set *s, const struct model *m, const struct ane_plan_op
 		}
 	}
 	kc_key_free(&key);
+	note_weights(s);
 	s->compile_ms = (now_us() - t0) / 1000;
 	st->total_us = now_us() - t_start;
 	return 0;

@@ -20,6 +20,7 @@
 #include "dequant.h"
 #include "fp16.h"
 #include "log.h"
+#include "hugemem.h"
 #include "memread.h"
 #include "ref.h"
 #include "tokenizer.h"
@@ -645,10 +646,11 @@ kernels_usage(void)
 	        "  stored in 8 bits or fewer), then\n"
 	        "  the per-token total (layer 0 times the layer count plus the LM head); then\n"
 	        "  the decode pass: every kernel of the model once, in order, one column, as a\n"
-	        "  decode step streams them, in %d rounds alternating with a streaming read of\n"
-	        "  as many bytes (at most %zu MiB) on as many threads in this process: GB/s\n"
-	        "  of each and their ratio (the emu's roofline: 1.00x reads its weights as\n"
-	        "  fast as a plain read does)\n"
+	        "  decode step streams them (input and output in host rows), in %d rounds\n"
+	        "  alternating with a streaming read of as many bytes (at most %zu MiB) on as\n"
+	        "  many threads in this process: GB/s of each and their ratio (the emu's\n"
+	        "  roofline: 1.00x reads its weights as fast as a plain read does), and how\n"
+	        "  much of the process is on 2 MiB pages (the weights should be)\n"
 	        "  --cols N     then the same kernels at 1..N columns (at most the chunk), in %d\n"
 	        "               rounds that alternate the widths: ms per pass (every layer and the\n"
 	        "               LM head), its ratio to one column within each round and the cost of\n"
@@ -740,6 +742,7 @@ kernels_pass(struct kernel_backend *kl, int threads, const float *x, char *err)
 		goto out;
 	}
 	double bytes = 0;
+	int maxin = 0, maxout = 0;
 	for (int i = 0; i < n; i++) {
 		const struct kb_info *ki = &kl->kernels[i];
 		bytes += (double)ki->weight_bytes;
@@ -768,7 +771,17 @@ kernels_pass(struct kernel_backend *kl, int threads, const float *x, char *err)
 				goto out;
 			so[i] = i;
 		}
+		maxin = ki->in_ch > maxin ? ki->in_ch : maxin;
+		maxout = ki->out_ch > maxout ? ki->out_ch : maxout;
 	}
+	// the kernels read and write host rows, as a decode step's LM head and
+	// attention do (kb_step): the surfaces' planes cost a line per channel
+	float *xin = kb_host_alloc(kl, (size_t)maxin, err), *xout = xin ? kb_host_alloc(kl, (size_t)maxout, err) : NULL;
+	if (!xout)
+		goto out;
+	memcpy(xin, x, (size_t)maxin * sizeof *x);
+	// before the read's buffer exists: the weights, and little else
+	long long huge = ad_huge_process_bytes();
 	// a tiny model's pass runs from the caches: its read does too (at least 64 KiB)
 	size_t rb = bytes < (double)PASS_READ_MAX ? (size_t)bytes : PASS_READ_MAX;
 	rb = rb < ((size_t)64 << 10) ? (size_t)64 << 10 : rb;
@@ -784,9 +797,16 @@ kernels_pass(struct kernel_backend *kl, int threads, const float *x, char *err)
 			}
 			struct kb_timing t;
 			double t0 = cli_now_ms();
-			for (int i = 0; i < n; i++)
-				if (kl->call(kl, i, &sin[si[i]], &sout[so[i]], 1, &t, err))
+			for (int i = 0; i < n; i++) {
+				const struct kb_step st = {.id = i,
+				                           .in = &sin[si[i]],
+				                           .out = &sout[so[i]],
+				                           .ncols = 1,
+				                           .x_in = xin,
+				                           .x_out = xout};
+				if (kb_call_list(kl, &st, 1, &t, err))
 					goto out;
+			}
 			ms = cli_now_ms() - t0;
 		}
 		if (r < 0)
@@ -803,6 +823,9 @@ kernels_pass(struct kernel_backend *kl, int threads, const float *x, char *err)
 	med3(ratio, PASS_ROUNDS, &m[3][0], &m[3][1], &m[3][2]);
 	printf("decode pass: %d kernels, %.1f MB of weights, one column, %d rounds (median [min, max]):\n", n,
 	       bytes / 1e6, PASS_ROUNDS);
+	if (huge >= 0)
+		printf("  on 2 MiB pages: %.1f MB of this process (huge pages, where the kernel gives them)\n",
+		       (double)huge / 1e6);
 	printf("  pass: %.3f ms [%.3f, %.3f], %.2f GB/s [%.2f, %.2f]\n", m[0][0], m[0][1], m[0][2], m[1][0], m[1][1],
 	       m[1][2]);
 	printf("  streaming read: %d threads, %.1f MB, %.2f GB/s [%.2f, %.2f]\n", threads,

@@ -327,6 +327,7 @@ $D kernels --model "$DATA/models/llama.gguf" --iters 3 > "$T/kn.txt" 2>&1
 check "kernels prints a total" grep -q "TOTAL per token" "$T/kn.txt"
 check "kernels prints the decode pass against the read" grep -Eq "^  pass / read: [0-9.]+x \[[0-9.]+, [0-9.]+\]$" "$T/kn.txt"
 check "kernels' decode pass counts every kernel" grep -Eq "^decode pass: [0-9]+ kernels, [0-9.]+ MB of weights" "$T/kn.txt"
+check "kernels says how much is on 2 MiB pages" grep -Eq "^  on 2 MiB pages: [0-9.]+ MB of this process" "$T/kn.txt"
 $D attnbench --ctx 64 --iters 3 > "$T/ab.txt" 2>&1
 check "attnbench prints the stages" grep -q "softmax" "$T/ab.txt"
 

@@ -164,6 +164,11 @@ struct ane_start {
 	enum ane_cache_state cache;
 	char cache_note[AD_ERRLEN + 64];
 	uint64_t cache_bytes; // the entry's file
+	// emu: the kernels' weight bytes, and the bytes the process maps on
+	// 2 MiB pages once they are built (hugemem.h; -1: unknown, or the ane
+	// backend): a decode streams the weights, and from 4 KiB pages slower
+	uint64_t weight_bytes;
+	long long huge_bytes;
 };
 
 struct ane_set {
