@@ -725,6 +725,26 @@ med3(double *v, int n, double *med, double *lo, double *hi)
 	*hi = v[n - 1];
 }
 
+// whether a decode step calls kernel b in the same round trip as a, the
+// one before it (engine.c: a fused step's calls end where the CPU has work,
+// before O (attention) and a split FFN's DOWN (its activation); the
+// resnorms between the others run in the worker)
+static int
+pass_chains(const struct kb_info *a, const struct kb_info *b)
+{
+	switch (b->kind) {
+	case ANE_K_FFN:
+	case ANE_K_GATE_UP:
+		return a->kind == ANE_K_O;
+	case ANE_K_QKV:
+		return a->kind == ANE_K_FFN || a->kind == ANE_K_DOWN;
+	case ANE_K_LM_HEAD:
+		return a->kind == ANE_K_FFN || a->kind == ANE_K_DOWN || a->kind == ANE_K_LM_HEAD;
+	default:
+		return 0;
+	}
+}
+
 // the decode pass: every kernel once, in order, one column (the weights of
 // a whole token, streamed as a decode step streams them), in rounds that
 // alternate with a streaming read of the same process (memread.h) of as
@@ -737,6 +757,7 @@ kernels_pass(struct kernel_backend *kl, int threads, const float *x, char *err)
 	struct ad_surface *sin = calloc((size_t)n, sizeof *sin), *sout = calloc((size_t)n, sizeof *sout);
 	int *si = calloc((size_t)n, sizeof *si), *so = calloc((size_t)n, sizeof *so);
 	struct ad_memread *rd = NULL;
+	struct kb_step *steps = NULL;
 	if (!sin || !sout || !si || !so) {
 		ad_err(err, "out of memory");
 		goto out;
@@ -780,6 +801,13 @@ kernels_pass(struct kernel_backend *kl, int threads, const float *x, char *err)
 	if (!xout)
 		goto out;
 	memcpy(xin, x, (size_t)maxin * sizeof *x);
+	if (!(steps = calloc((size_t)n, sizeof *steps))) {
+		ad_err(err, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < n; i++)
+		steps[i] = (struct kb_step){
+			.id = i, .in = &sin[si[i]], .out = &sout[so[i]], .ncols = 1, .x_in = xin, .x_out = xout};
 	// before the read's buffer exists: the weights, and little else
 	long long huge = ad_huge_process_bytes();
 	// a tiny model's pass runs from the caches: its read does too (at least 64 KiB)
@@ -795,16 +823,11 @@ kernels_pass(struct kernel_backend *kl, int threads, const float *x, char *err)
 				g = ad_memread_pass(rd);
 				continue;
 			}
-			struct kb_timing t;
 			double t0 = cli_now_ms();
-			for (int i = 0; i < n; i++) {
-				const struct kb_step st = {.id = i,
-				                           .in = &sin[si[i]],
-				                           .out = &sout[so[i]],
-				                           .ncols = 1,
-				                           .x_in = xin,
-				                           .x_out = xout};
-				if (kb_call_list(kl, &st, 1, &t, err))
+			for (int i = 0, j; i < n; i = j) {
+				for (j = i + 1; j < n && pass_chains(&kl->kernels[j - 1], &kl->kernels[j]); j++)
+					;
+				if (kb_call_list(kl, steps + i, j - i, NULL, err))
 					goto out;
 			}
 			ms = cli_now_ms() - t0;
@@ -834,6 +857,7 @@ kernels_pass(struct kernel_backend *kl, int threads, const float *x, char *err)
 	rc = 0;
 out:
 	ad_memread_free(rd);
+	free(steps);
 	free(sin);
 	free(sout);
 	free(si);
