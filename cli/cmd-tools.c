@@ -846,9 +846,11 @@ kernels_pass(struct kernel_backend *kl, int threads, const float *x, char *err)
 	med3(ratio, PASS_ROUNDS, &m[3][0], &m[3][1], &m[3][2]);
 	printf("decode pass: %d kernels, %.1f MB of weights, one column, %d rounds (median [min, max]):\n", n,
 	       bytes / 1e6, PASS_ROUNDS);
+	char thp[16];
+	const char *mode = ad_huge_thp_mode(thp, sizeof thp);
 	if (huge >= 0)
-		printf("  on 2 MiB pages: %.1f MB of this process (huge pages, where the kernel gives them)\n",
-		       (double)huge / 1e6);
+		printf("  on 2 MiB pages: %.1f MB of this process (transparent huge pages: %s)\n", (double)huge / 1e6,
+		       mode ? mode : "unknown");
 	printf("  pass: %.3f ms [%.3f, %.3f], %.2f GB/s [%.2f, %.2f]\n", m[0][0], m[0][1], m[0][2], m[1][0], m[1][1],
 	       m[1][2]);
 	printf("  streaming read: %d threads, %.1f MB, %.2f GB/s [%.2f, %.2f]\n", threads,

@@ -180,6 +180,26 @@ ad_huge_arena_bytes(const struct ad_huge_arena *a)
 	return b;
 }
 
+const char *
+ad_huge_thp_mode(char *buf, size_t cap)
+{
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+	if (!f)
+		return NULL;
+	char line[128] = {0};
+	const char *r = NULL;
+	if (fgets(line, sizeof line, f)) {
+		char *o = strchr(line, '['), *c = o ? strchr(o, ']') : NULL;
+		if (o && c && (size_t)(c - o) <= cap) {
+			memcpy(buf, o + 1, (size_t)(c - o - 1));
+			buf[c - o - 1] = 0;
+			r = buf;
+		}
+	}
+	fclose(f);
+	return r;
+}
+
 long long
 ad_huge_process_bytes(void)
 {

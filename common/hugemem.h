@@ -47,6 +47,11 @@ void ad_huge_arena_release(struct ad_huge_arena *a, void *p);
 // the bytes of the chunks the arena holds now
 size_t ad_huge_arena_bytes(const struct ad_huge_arena *a);
 
+// the kernel's transparent-huge-page mode: "always", "madvise" or
+// "never" (/sys/kernel/mm/transparent_hugepage/enabled), written into buf;
+// NULL where it does not say
+const char *ad_huge_thp_mode(char *buf, size_t cap);
+
 // the bytes this process maps on huge pages (anonymous, shared-memory and
 // file-backed PMD mappings, from /proc/self/smaps_rollup); -1 where the
 // kernel does not say (not Linux, no /proc)

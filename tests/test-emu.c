@@ -11,6 +11,7 @@
 #include "emu.h"
 #include "err.h"
 #include "fp16.h"
+#include "hugemem.h"
 #include "layout.h"
 #include "mil.h"
 #include "t.h"
@@ -805,6 +806,41 @@ test_big_panels(void)
 	emu_kernel_free(k0);
 	emu_close(e0);
 	free(mil), free(w), free(x), free(y0), free(y1);
+}
+
+// weights under 2 MiB are on huge pages too (a SmolLM2-135M layer's are
+// 0.7 to 1.8 MB): four 1.1 MB kernels hold at least two huge pages more
+// than before they were compiled, where the kernel gives advised memory
+// transparent huge pages
+static void
+test_small_panels_huge(void)
+{
+	char err[AD_ERRLEN], mode[16];
+	const char *m = ad_huge_thp_mode(mode, sizeof mode);
+	if (!m || !strcmp(m, "never") || ad_huge_process_bytes() < 0) {
+		printf("test_small_panels_huge: transparent huge pages %s here: not checked\n", m ? m : "unknown");
+		return;
+	}
+	size_t cin = 576, cout = 960;
+	float *w = randv(cout * cin, 0.1f);
+	const char *blob = tmp_path("small.bin");
+	REQUIRE(ane_blob_write_proj(blob, &(struct ane_wsrc){w, AD_TYPE_F32, cout * cin}, 1, err) == 0);
+	CHECK(emu_panel_bytes(cout, cin) < (size_t)2 << 20);
+	char *mil = ane_mil_proj((int)cin, (int)cout, 1, err);
+	struct emu_file f = {.name = "w.bin", .path = blob};
+	struct emu *e = emu_open(&(struct emu_opts){.threads = 1}, err);
+	REQUIRE(e, "%s", err);
+	long long before = ad_huge_process_bytes();
+	struct emu_kernel *k[4];
+	for (int i = 0; i < 4; i++)
+		REQUIRE(k[i] = emu_compile(e, mil, &f, 1, err), "%s", err);
+	long long after = ad_huge_process_bytes();
+	CHECK(after - before >= (long long)(4u << 20), "%lld -> %lld bytes on huge pages for 4 x %zu bytes", before,
+	      after, emu_panel_bytes(cout, cin));
+	for (int i = 0; i < 4; i++)
+		emu_kernel_free(k[i]);
+	emu_close(e);
+	free(mil), free(w);
 }
 
 // the path a context runs: emu_opts.simd, else ANEDVD_SIMD, capped at the
@@ -1701,6 +1737,7 @@ main(void)
 	T_RUN(test_i8_proj_ffn);
 	T_RUN(test_i8_rules);
 	T_RUN(test_i8_quant);
+	T_RUN(test_small_panels_huge);
 	emu_close(E);
 	return t_done();
 }

@@ -131,27 +131,6 @@ test_arena_refuses(void)
 	}
 }
 
-// the transparent-huge-page mode: "always", "madvise" or "never" (NULL: unknown)
-static const char *
-thp_mode(char *buf, size_t cap)
-{
-	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
-	if (!f)
-		return NULL;
-	char line[128] = {0};
-	const char *r = NULL;
-	if (fgets(line, sizeof line, f)) {
-		char *o = strchr(line, '['), *c = o ? strchr(o, ']') : NULL;
-		if (o && c && (size_t)(c - o) < cap) {
-			memcpy(buf, o + 1, (size_t)(c - o - 1));
-			buf[c - o - 1] = 0;
-			r = buf;
-		}
-	}
-	fclose(f);
-	return r;
-}
-
 static void
 test_process_bytes(void)
 {
@@ -166,7 +145,7 @@ test_process_bytes(void)
 	memset(q, 2, MiB);
 	long long after = ad_huge_process_bytes();
 	char mode[32];
-	const char *m = thp_mode(mode, sizeof mode);
+	const char *m = ad_huge_thp_mode(mode, sizeof mode);
 	// two small buffers in one advised, aligned chunk: one huge page
 	if (m && strcmp(m, "never"))
 		CHECK(after - before >= (long long)(2 * MiB), "transparent huge pages (%s): %lld -> %lld", m, before,
@@ -175,6 +154,8 @@ test_process_bytes(void)
 		printf("test_process_bytes: transparent huge pages %s here: not checked that the arena has them\n",
 		       m ? m : "unknown");
 	ad_huge_arena_free(a);
+	CHECK(!m || !strcmp(m, "always") || !strcmp(m, "madvise") || !strcmp(m, "never"), "%s", m);
+	CHECK(ad_huge_thp_mode(mode, 3) == NULL || strlen(mode) < 3, "a buffer too small: %s", mode);
 #else
 	CHECK(ad_huge_process_bytes() == -1);
 #endif
