@@ -38,6 +38,8 @@ struct ad_server {
 	void *arg;
 };
 
+#define AD_PIPES_MAX 16
+
 struct ad_client {
 	nng_socket sock;
 	nng_dialer dialer;
@@ -47,6 +49,11 @@ struct ad_client {
 	// when there has been none (ns; 0 while there is one)
 	_Atomic int calls, npipes;
 	_Atomic uint64_t alone_ns;
+	// the connections by id (pipe_event), under pmu: live, and gone before
+	// their addition was seen
+	pthread_mutex_t pmu;
+	uint32_t live[AD_PIPES_MAX], gone[AD_PIPES_MAX];
+	int nlive, gone_next;
 	int watched; // in the watcher's list (under watch_mu)
 	char url[];
 };
@@ -111,24 +118,63 @@ static pthread_t watch_thread;
 static pid_t watch_pid; // the process whose thread it is (0: none)
 static int watch_stop;
 
+// A connection's removal can be seen before its addition: nng runs
+// REM_POST from its reaper as soon as a pipe closes, which may be while the
+// thread adding it has still to run ADD_POST (a server killed as it
+// accepts). Counted blindly, such a pipe stayed counted for ever, and the
+// watcher, which redials only a client with no connection, never came
+// (test-ane-worker: a kb_remote that waited 30 s for a restarted worker it
+// could not reach). So the pipes are kept by id, and a removal of one not
+// yet added keeps its id, so that its late addition is not counted.
+static void
+pipe_change(struct ad_client *c, uint32_t id, int added)
+{
+	pthread_mutex_lock(&c->pmu);
+	int at = -1;
+	for (int i = 0; i < c->nlive; i++)
+		if (c->live[i] == id)
+			at = i;
+	if (added) {
+		int late = 0;
+		for (int i = 0; i < AD_PIPES_MAX; i++)
+			if (c->gone[i] == id) {
+				c->gone[i] = 0;
+				late = 1;
+			}
+		if (!late && at < 0 && c->nlive < AD_PIPES_MAX)
+			c->live[c->nlive++] = id;
+	} else if (at >= 0) {
+		c->live[at] = c->live[--c->nlive];
+	} else {
+		c->gone[c->gone_next] = id;
+		c->gone_next = (c->gone_next + 1) % AD_PIPES_MAX;
+	}
+	const int before = atomic_load(&c->npipes);
+	atomic_store(&c->npipes, c->nlive);
+	if (c->nlive)
+		atomic_store(&c->alone_ns, 0);
+	else if (before)
+		atomic_store(&c->alone_ns, ad_now_ns());
+	pthread_mutex_unlock(&c->pmu);
+}
+
 static void
 pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
-	(void)p;
-	struct ad_client *c = arg;
-	if (ev == NNG_PIPE_EV_ADD_POST) {
-		atomic_fetch_add(&c->npipes, 1);
-		atomic_store(&c->alone_ns, 0);
-	} else if (ev == NNG_PIPE_EV_REM_POST) {
-		// never below zero (a pipe removed whose addition was not seen
-		// would leave the count stuck above it, and the client never
-		// watched again)
-		int n = atomic_load(&c->npipes);
-		while (n > 0 && !atomic_compare_exchange_weak(&c->npipes, &n, n - 1))
-			;
-		if (n == 1)
-			atomic_store(&c->alone_ns, ad_now_ns());
-	}
+	if (ev == NNG_PIPE_EV_ADD_POST || ev == NNG_PIPE_EV_REM_POST)
+		pipe_change(arg, nng_pipe_id(p), ev == NNG_PIPE_EV_ADD_POST);
+}
+
+void
+ad_client_pipe_event(struct ad_client *c, uint32_t id, int added)
+{
+	pipe_change(c, id, added);
+}
+
+int
+ad_client_pipes(struct ad_client *c)
+{
+	return atomic_load(&c->npipes);
 }
 
 static void *
@@ -330,6 +376,7 @@ ad_client_open(const char *url, char *err)
 	}
 	strcpy(c->url, url);
 	pthread_mutex_init(&c->mu, NULL);
+	pthread_mutex_init(&c->pmu, NULL);
 	int rv = nng_req0_open(&c->sock);
 	if (rv != 0) {
 		ad_err(err, "nng req socket: %s", nng_strerror(rv));
@@ -357,6 +404,7 @@ ad_client_open(const char *url, char *err)
 	if (dial(c, err) != 0) {
 		nng_close(c->sock);
 		pthread_mutex_destroy(&c->mu);
+		pthread_mutex_destroy(&c->pmu);
 		free(c);
 		return NULL;
 	}
@@ -375,6 +423,7 @@ ad_client_close(struct ad_client *c)
 	nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, NULL, NULL);
 	nng_close(c->sock);
 	pthread_mutex_destroy(&c->mu);
+	pthread_mutex_destroy(&c->pmu);
 	free(c);
 }
 

@@ -52,6 +52,10 @@ void ad_client_close(struct ad_client *c);
 // the client stops dialing its server (the next call that finds no
 // connection dials again)
 void ad_client_drop_dialer(struct ad_client *c);
+// for tests: the connections the client counts, and a connection event as
+// nng would deliver it (id: the pipe's; added: 1 ADD_POST, 0 REM_POST)
+int ad_client_pipes(struct ad_client *c);
+void ad_client_pipe_event(struct ad_client *c, uint32_t id, int added);
 
 // ad_client_call sends req and waits up to timeout_ms for the reply (malloc'd
 // into *reply; the caller frees it). Returns -1 with a message on timeout or

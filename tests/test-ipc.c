@@ -320,6 +320,57 @@ test_redial_in_flight(void)
 	ad_client_close(c);
 }
 
+// a connection whose removal is seen before its addition (a server killed
+// as it accepts) is not counted: the client is alone, and once its dialer
+// has stopped, the watcher dials anew for a call waiting to be sent
+static void
+test_pipe_seen_late(void)
+{
+	char url[300], err[AD_ERRLEN];
+	REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), "late") == 0);
+	struct ad_server *s = ad_server_start(url, 1, echo, NULL, err);
+	REQUIRE(s, "%s", err);
+	struct ad_client *c = ad_client_open(url, err);
+	REQUIRE(c, "%s", err);
+	uint8_t req[4] = {9, 8, 7, 6}, *rep = NULL;
+	size_t rlen = 0;
+	REQUIRE(ad_client_call(c, req, sizeof req, &rep, &rlen, 2000, err) == 0, "%s", err);
+	free(rep);
+	rep = NULL;
+	CHECK(ad_client_pipes(c) == 1, "%d", ad_client_pipes(c));
+	ad_server_stop(s);
+	for (int i = 0; i < 2000 && ad_client_pipes(c); i++) {
+		struct timespec ts = {0, 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	CHECK(ad_client_pipes(c) == 0, "the closed connection: %d", ad_client_pipes(c));
+	// removed, then added: not a connection
+	ad_client_pipe_event(c, 0x7ffffff0u, 0);
+	ad_client_pipe_event(c, 0x7ffffff0u, 1);
+	CHECK(ad_client_pipes(c) == 0, "a removal before its addition: %d", ad_client_pipes(c));
+	// added and removed in order, twice: counted while there
+	ad_client_pipe_event(c, 0x7ffffff1u, 1);
+	ad_client_pipe_event(c, 0x7ffffff2u, 1);
+	CHECK(ad_client_pipes(c) == 2, "%d", ad_client_pipes(c));
+	ad_client_pipe_event(c, 0x7ffffff1u, 0);
+	ad_client_pipe_event(c, 0x7ffffff2u, 0);
+	CHECK(ad_client_pipes(c) == 0, "%d", ad_client_pipes(c));
+	// the late one again, and the dialer gone: the watcher redials
+	ad_client_pipe_event(c, 0x7ffffff3u, 0);
+	ad_client_pipe_event(c, 0x7ffffff3u, 1);
+	ad_client_drop_dialer(c);
+	s = ad_server_start(url, 1, echo, NULL, err);
+	REQUIRE(s, "%s", err);
+	const double t0 = now_ms();
+	int rv = ad_client_call(c, req, sizeof req, &rep, &rlen, 6000, err);
+	double ms = now_ms() - t0;
+	CHECK(rv == 0 && rlen == 4 && memcmp(rep, req, 4) == 0, "%s", rv ? err : "another reply");
+	CHECK(ms < 4000, "answered after %.0f ms (timeout 6000)", ms);
+	free(rep);
+	ad_server_stop(s);
+	ad_client_close(c);
+}
+
 int
 main(void)
 {
@@ -334,5 +385,6 @@ main(void)
 	T_RUN(test_redial);
 	T_RUN(test_redial_in_flight);
 	T_RUN(test_redial_waiting);
+	T_RUN(test_pipe_seen_late);
 	return t_done();
 }
