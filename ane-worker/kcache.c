@@ -1,5 +1,6 @@
 #define _GNU_SOURCE // dl_iterate_phdr
 #include "kcache.h"
+#include "hugemem.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -32,7 +33,6 @@
 #define MAX_KERNELS 65536
 #define MAX_CONSTS (MAX_KERNELS * 8)
 #define DIGEST_TENSORS 64 // tensors whose data the model digest samples
-#define KC_HUGE ((size_t)2 << 20)
 
 struct header {
 	char magic[8];
@@ -339,7 +339,7 @@ kc_key_free(struct kc_key *k)
 // --- reading ---------------------------------------------------------------------
 
 struct kc_entry {
-	void *data; // the whole file, mapped (map_aligned)
+	void *data; // the whole file, mapped huge where it can be (ad_huge_map)
 	size_t len;
 	int nkernels;
 	struct kc_kernel *k;
@@ -369,33 +369,6 @@ static int
 read_at(int fd, void *buf, size_t n, uint64_t off)
 {
 	return xfer_at(fd, buf, n, off, 0);
-}
-
-// the file read-only at a 2 MiB-aligned address (a reservation of one huge
-// page more, trimmed around it), so that the 2 MiB folios of the page
-// cache can be mapped as huge pages; NULL and errno on failure
-static void *
-map_aligned(int fd, size_t len)
-{
-	size_t span = len + KC_HUGE;
-	uint8_t *r = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (r == MAP_FAILED)
-		return NULL;
-	uint8_t *a = (uint8_t *)(((uintptr_t)r + KC_HUGE - 1) & ~(uintptr_t)(KC_HUGE - 1));
-	void *m = mmap(a, len, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0);
-	if (m == MAP_FAILED) {
-		munmap(r, span);
-		return NULL;
-	}
-	size_t tail0 = (size_t)(a - r) + ((len + 4095) & ~(size_t)4095);
-	if (a > r)
-		munmap(r, (size_t)(a - r));
-	if (tail0 < span)
-		munmap(r + tail0, span - tail0);
-#ifdef MADV_HUGEPAGE
-	madvise(m, len, MADV_HUGEPAGE);
-#endif
-	return m;
 }
 
 // every page of [off, off + n) mapped now (not the holes between
@@ -534,7 +507,7 @@ kc_load(const char *dir, const struct kc_key *key, int nkernels, const struct kc
 	// maps a model: the first prefill reads all the weights, and faulting
 	// them in there one 64 KiB window at a time cost it about a quarter of
 	// its time
-	if (!(e->data = map_aligned(fd, e->len))) {
+	if (!(e->data = ad_huge_map(e->len, fd))) {
 		ad_err(err, "mmap: %s", strerror(errno));
 		goto bad;
 	}
@@ -595,7 +568,7 @@ kc_entry_free(struct kc_entry *e)
 	if (!e)
 		return;
 	if (e->data)
-		munmap(e->data, e->len);
+		ad_huge_unmap(e->data, e->len);
 	free(e->k);
 	free(e->c);
 	free(e);
@@ -603,7 +576,7 @@ kc_entry_free(struct kc_entry *e)
 
 // --- writing ---------------------------------------------------------------------
 
-// The data goes to the file in whole, aligned blocks of KC_HUGE bytes
+// The data goes to the file in whole, aligned blocks of AD_HUGE_PAGE bytes
 // (the last one short): a write of such a block lands in the page cache as
 // one 2 MiB folio (where the filesystem has large folios), which a load maps
 // as a huge page. The many buffers under 2 MiB (a SmolLM2-135M layer's are
@@ -640,15 +613,15 @@ emit(struct kc_writer *w, const void *buf, size_t n, uint64_t off)
 {
 	const uint8_t *p = buf;
 	while (w->pos < off + n) {
-		if (w->pos - w->blk_off == KC_HUGE) {
-			if (write_at(w->fd, w->blk, KC_HUGE, w->blk_off))
+		if (w->pos - w->blk_off == AD_HUGE_PAGE) {
+			if (write_at(w->fd, w->blk, AD_HUGE_PAGE, w->blk_off))
 				return -1;
 #ifdef __linux__
-			sync_file_range(w->fd, (off_t)w->blk_off, (off_t)KC_HUGE, SYNC_FILE_RANGE_WRITE);
+			sync_file_range(w->fd, (off_t)w->blk_off, (off_t)AD_HUGE_PAGE, SYNC_FILE_RANGE_WRITE);
 #endif
-			w->blk_off += KC_HUGE;
+			w->blk_off += AD_HUGE_PAGE;
 		}
-		uint64_t end = w->blk_off + KC_HUGE < off + n ? w->blk_off + KC_HUGE : off + n;
+		uint64_t end = w->blk_off + AD_HUGE_PAGE < off + n ? w->blk_off + AD_HUGE_PAGE : off + n;
 		uint8_t *d = w->blk + (w->pos - w->blk_off);
 		if (w->pos < off) { // the gap before the data
 			uint64_t g = off < end ? off : end;
@@ -715,7 +688,7 @@ kc_writer_new(const char *dir, const struct kc_key *key, int nkernels, char *err
 	struct kc_writer *w = calloc(1, sizeof *w);
 	if (!w || !(w->rk = calloc((size_t)nkernels + 1, sizeof *w->rk)) ||
 	    !(w->have = calloc((size_t)nkernels + 1, 1)) || !(w->key = malloc(key->len + 1)) ||
-	    !(w->blk = malloc(KC_HUGE))) {
+	    !(w->blk = malloc(AD_HUGE_PAGE))) {
 		if (w) {
 			free(w->rk);
 			free(w->have);

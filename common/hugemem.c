@@ -12,31 +12,20 @@
 #define DEFAULT_CHUNK ((size_t)32 << 20)
 
 void *
-ad_huge_alloc(size_t n)
+ad_huge_map(size_t len, int fd)
 {
-	void *p = NULL;
-	if (n < AD_HUGE_PAGE)
-		return posix_memalign(&p, ALIGN, n ? n : ALIGN) ? NULL : p;
-	if (posix_memalign(&p, AD_HUGE_PAGE, n))
-		return NULL;
-#ifdef MADV_HUGEPAGE
-	madvise(p, n / AD_HUGE_PAGE * AD_HUGE_PAGE, MADV_HUGEPAGE); // advice only: 4 KiB pages work too
-#endif
-	return p;
-}
-
-// len bytes (rounded up to whole 4 KiB pages) of fresh memory at a 2 MiB
-// boundary, its whole huge pages advised: fresh, because advice does not
-// turn pages already faulted in (memory malloc recycles) into huge ones
-static unsigned char *
-map_chunk(size_t len)
-{
-	len = (len + 4095) / 4096 * 4096;
+	len = (len ? len + 4095 : 4096) / 4096 * 4096;
 	size_t span = len + AD_HUGE_PAGE;
-	unsigned char *r = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	unsigned char *r = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (r == MAP_FAILED)
 		return NULL;
 	unsigned char *a = (unsigned char *)(((uintptr_t)r + AD_HUGE_PAGE - 1) & ~(uintptr_t)(AD_HUGE_PAGE - 1));
+	void *m = fd < 0 ? mmap(a, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0)
+	                 : mmap(a, len, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0);
+	if (m == MAP_FAILED) {
+		munmap(r, span);
+		return NULL;
+	}
 	if (a > r)
 		munmap(r, (size_t)(a - r));
 	if (r + span > a + len)
@@ -45,6 +34,13 @@ map_chunk(size_t len)
 	madvise(a, len / AD_HUGE_PAGE * AD_HUGE_PAGE, MADV_HUGEPAGE);
 #endif
 	return a;
+}
+
+void
+ad_huge_unmap(void *p, size_t len)
+{
+	if (p)
+		munmap(p, (len ? len + 4095 : 4096) / 4096 * 4096);
 }
 
 struct chunk {
@@ -80,7 +76,7 @@ static void
 chunk_free(struct ad_huge_arena *a, struct chunk *c)
 {
 	a->bytes -= c->size;
-	munmap(c->base, (c->size + 4095) / 4096 * 4096);
+	ad_huge_unmap(c->base, c->size);
 	free(c);
 }
 
@@ -104,7 +100,7 @@ chunk_new(struct ad_huge_arena *a, size_t size, int own)
 	struct chunk *c = calloc(1, sizeof *c);
 	if (!c)
 		return NULL;
-	if (!(c->base = map_chunk(size))) {
+	if (!(c->base = ad_huge_map(size, -1))) {
 		free(c);
 		return NULL;
 	}

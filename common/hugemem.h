@@ -7,7 +7,8 @@
 // shape decoded at 111 tok/s with its kernel cache mapped on 4 KiB pages
 // and 119 on 2 MiB ones. Transparent huge pages in madvise mode come only
 // to whole, 2 MiB-aligned pages of an advised range, so:
-//   ad_huge_alloc   one large buffer, aligned and advised;
+//   ad_huge_map     one mapping (fresh anonymous memory, or a file read-
+//                   only), aligned and advised;
 //   ad_huge_arena   many small ones (a SmolLM2 layer's weights are 0.7 to
 //                   1.8 MB each) packed into shared, aligned and advised
 //                   chunks, instead of each on 4 KiB pages or rounded up
@@ -21,11 +22,15 @@
 
 #define AD_HUGE_PAGE ((size_t)2 << 20)
 
-// n bytes, released with free(): 2 MiB and more aligned to the huge page,
-// and its whole huge pages advised onto transparent huge pages; the tail
-// stays on 4 KiB pages, so a buffer a little over a huge page does not hold
-// two. Smaller: 64-byte aligned, nothing advised. NULL when out of memory.
-void *ad_huge_alloc(size_t n);
+// len bytes (whole 4 KiB pages) at a 2 MiB boundary, its whole huge pages
+// advised onto transparent huge pages (the tail stays on 4 KiB pages):
+// fd < 0, fresh anonymous memory, read-write and zeroed (fresh, because
+// advice does not turn pages already faulted in, which malloc recycles,
+// into huge ones); else the file fd from offset 0, read-only and shared,
+// so that a page cache holding it in 2 MiB folios maps it huge. Released
+// with ad_huge_unmap(p, len). NULL (errno set) when it cannot be mapped.
+void *ad_huge_map(size_t len, int fd);
+void ad_huge_unmap(void *p, size_t len);
 
 struct ad_huge_arena;
 
@@ -36,8 +41,8 @@ struct ad_huge_arena *ad_huge_arena_new(size_t chunk);
 void ad_huge_arena_free(struct ad_huge_arena *a);
 // n bytes (64-byte aligned): from the newest shared chunk while it has
 // room, else from a new one; more than a quarter of a chunk gets a chunk of
-// its own. Chunks are fresh mappings, aligned to and advised onto huge
-// pages as a whole. NULL when out of memory.
+// its own. Chunks are ad_huge_map's anonymous mappings. NULL when out of
+// memory.
 void *ad_huge_arena_alloc(struct ad_huge_arena *a, size_t n);
 // gives back what ad_huge_arena_alloc returned (NULL: no-op); a chunk is
 // released once nothing in it is allocated (the newest shared one is

@@ -70,7 +70,7 @@ ad_memread_new(size_t bytes, int threads, char *err)
 	r->threads = threads;
 	r->per = bytes / (size_t)threads / BLOCK * BLOCK;
 	r->bytes = r->per * (size_t)threads;
-	if (!(r->buf = ad_huge_alloc(r->bytes))) {
+	if (!(r->buf = ad_huge_map(r->bytes, -1))) {
 		ad_err(err, "out of memory for a read of %zu bytes", bytes);
 		free(r);
 		return NULL;
@@ -91,7 +91,7 @@ ad_memread_free(struct ad_memread *r)
 	if (!r)
 		return;
 	ad_pool_free(r->pool);
-	free(r->buf);
+	ad_huge_unmap(r->buf, r->bytes);
 	free(r);
 }
 

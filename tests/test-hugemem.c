@@ -1,4 +1,4 @@
-// test-hugemem.c - common/hugemem.h: ad_huge_alloc's alignment; the arena's
+// test-hugemem.c - common/hugemem.h: ad_huge_map's mappings; the arena's
 // allocations (aligned, disjoint, small ones packed into shared chunks, a
 // large one in a chunk of its own), its chunks released when their last
 // allocation goes and the newest one reused, a foreign pointer refused
@@ -14,18 +14,43 @@
 
 #define MiB ((size_t)1 << 20)
 
+// anonymous: zeroed, writable, on a huge-page boundary at every size; a
+// file: its bytes, read-only, on a boundary too; a bad descriptor: NULL
 static void
-test_alloc_alignment(void)
+test_map(void)
 {
 	static const size_t sizes[] = {0, 1, 100, 4096, AD_HUGE_PAGE - 1, AD_HUGE_PAGE, 5 * MiB + 123};
 	for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
-		unsigned char *p = ad_huge_alloc(sizes[k]);
+		unsigned char *p = ad_huge_map(sizes[k], -1);
 		REQUIRE(p, "%zu bytes", sizes[k]);
-		size_t a = sizes[k] >= AD_HUGE_PAGE ? AD_HUGE_PAGE : 64;
-		CHECK((uintptr_t)p % a == 0, "%zu bytes at %p: aligned to %zu", sizes[k], (void *)p, a);
+		CHECK((uintptr_t)p % AD_HUGE_PAGE == 0, "%zu bytes at %p", sizes[k], (void *)p);
+		size_t nz = 0;
+		for (size_t i = 0; i < sizes[k]; i++)
+			nz += p[i] != 0;
+		CHECK(nz == 0, "%zu bytes: %zu not zero", sizes[k], nz);
 		memset(p, 0xa5, sizes[k]);
-		free(p);
+		ad_huge_unmap(p, sizes[k]);
 	}
+	ad_huge_unmap(NULL, 10);
+	char path[600];
+	snprintf(path, sizeof path, "%s/map.bin", t_tmpdir());
+	int fd = open(path, O_CREAT | O_TRUNC | O_RDWR, 0600);
+	REQUIRE(fd >= 0);
+	const size_t n = 3 * MiB + 17;
+	unsigned char *w = malloc(n);
+	REQUIRE(w);
+	for (size_t i = 0; i < n; i++)
+		w[i] = (unsigned char)(i * 7 + 1);
+	REQUIRE(write(fd, w, n) == (ssize_t)n);
+	unsigned char *m = ad_huge_map(n, fd);
+	REQUIRE(m);
+	CHECK((uintptr_t)m % AD_HUGE_PAGE == 0);
+	CHECK(memcmp(m, w, n) == 0, "the file's bytes");
+	ad_huge_unmap(m, n);
+	close(fd);
+	unlink(path);
+	free(w);
+	CHECK(ad_huge_map(4096, 12345) == NULL, "a descriptor that is not open");
 }
 
 // n allocations of the given sizes, each filled with its index; then every
@@ -164,7 +189,7 @@ test_process_bytes(void)
 int
 main(void)
 {
-	T_RUN(test_alloc_alignment);
+	T_RUN(test_map);
 	T_RUN(test_arena_disjoint);
 	T_RUN(test_arena_chunks);
 	T_RUN(test_arena_refuses);
