@@ -205,34 +205,58 @@ test_redial(void)
 	ad_client_close(c);
 }
 
-// a call that waits to be sent on a client whose dialer has stopped gets
-// through within its timeout: the watcher dials anew after a second
-static void
-test_redial_waiting(void)
+// an echo server at url and a client that has had one call answered
+static struct ad_client *
+connected(const char *url, struct ad_server **s)
 {
-	char url[300], err[AD_ERRLEN];
-	REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), "waiting") == 0);
-	struct ad_server *s = ad_server_start(url, 1, echo, NULL, err);
-	REQUIRE(s, "%s", err);
-	struct ad_client *c = ad_client_open(url, err);
-	REQUIRE(c, "%s", err);
+	char err[AD_ERRLEN];
+	uint8_t req[1] = {1}, *rep = NULL;
+	size_t rlen = 0;
+	*s = ad_server_start(url, 1, echo, NULL, err);
+	struct ad_client *c = *s ? ad_client_open(url, err) : NULL;
+	if (c && ad_client_call(c, req, sizeof req, &rep, &rlen, 2000, err) != 0) {
+		ad_client_close(c);
+		c = NULL;
+	}
+	CHECK(c != NULL, "%s", err);
+	free(rep);
+	return c;
+}
+
+// the client's dialer gone, the server started again at url (*s): a call
+// (6 s timeout) is answered, well within it; its ms
+static double
+call_after_restart(const char *url, struct ad_client *c, struct ad_server **s)
+{
+	char err[AD_ERRLEN];
 	uint8_t req[4] = {1, 3, 5, 7}, *rep = NULL;
 	size_t rlen = 0;
-	REQUIRE(ad_client_call(c, req, sizeof req, &rep, &rlen, 2000, err) == 0, "%s", err);
-	free(rep);
-	rep = NULL;
-	// the server restarts; the client's dialer is gone meanwhile
-	ad_server_stop(s);
 	ad_client_drop_dialer(c);
-	s = ad_server_start(url, 1, echo, NULL, err);
-	REQUIRE(s, "%s", err);
+	*s = ad_server_start(url, 1, echo, NULL, err);
+	CHECK(*s != NULL, "%s", err);
 	const double t0 = now_ms();
 	int rv = ad_client_call(c, req, sizeof req, &rep, &rlen, 6000, err);
 	double ms = now_ms() - t0;
 	CHECK(rv == 0 && rlen == 4 && memcmp(rep, req, 4) == 0, "%s", rv ? err : "another reply");
 	CHECK(ms < 4000, "answered after %.0f ms (timeout 6000)", ms);
-	printf("a call waiting to be sent, the dialer gone: answered after %.0f ms\n", ms);
 	free(rep);
+	return ms;
+}
+
+// a call that waits to be sent on a client whose dialer has stopped gets
+// through within its timeout: the watcher dials anew after a second
+static void
+test_redial_waiting(void)
+{
+	char url[300];
+	struct ad_server *s;
+	REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), "waiting") == 0);
+	struct ad_client *c = connected(url, &s);
+	REQUIRE(c);
+	// the server restarts; the client's dialer is gone meanwhile
+	ad_server_stop(s);
+	double ms = call_after_restart(url, c, &s);
+	printf("a call waiting to be sent, the dialer gone: answered after %.0f ms\n", ms);
 	ad_server_stop(s);
 	ad_client_close(c);
 }
@@ -326,17 +350,11 @@ test_redial_in_flight(void)
 static void
 test_pipe_seen_late(void)
 {
-	char url[300], err[AD_ERRLEN];
+	char url[300];
+	struct ad_server *s;
 	REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), "late") == 0);
-	struct ad_server *s = ad_server_start(url, 1, echo, NULL, err);
-	REQUIRE(s, "%s", err);
-	struct ad_client *c = ad_client_open(url, err);
-	REQUIRE(c, "%s", err);
-	uint8_t req[4] = {9, 8, 7, 6}, *rep = NULL;
-	size_t rlen = 0;
-	REQUIRE(ad_client_call(c, req, sizeof req, &rep, &rlen, 2000, err) == 0, "%s", err);
-	free(rep);
-	rep = NULL;
+	struct ad_client *c = connected(url, &s);
+	REQUIRE(c);
 	CHECK(ad_client_pipes(c) == 1, "%d", ad_client_pipes(c));
 	ad_server_stop(s);
 	for (int i = 0; i < 2000 && ad_client_pipes(c); i++) {
@@ -358,15 +376,7 @@ test_pipe_seen_late(void)
 	// the late one again, and the dialer gone: the watcher redials
 	ad_client_pipe_event(c, 0x7ffffff3u, 0);
 	ad_client_pipe_event(c, 0x7ffffff3u, 1);
-	ad_client_drop_dialer(c);
-	s = ad_server_start(url, 1, echo, NULL, err);
-	REQUIRE(s, "%s", err);
-	const double t0 = now_ms();
-	int rv = ad_client_call(c, req, sizeof req, &rep, &rlen, 6000, err);
-	double ms = now_ms() - t0;
-	CHECK(rv == 0 && rlen == 4 && memcmp(rep, req, 4) == 0, "%s", rv ? err : "another reply");
-	CHECK(ms < 4000, "answered after %.0f ms (timeout 6000)", ms);
-	free(rep);
+	call_after_restart(url, c, &s);
 	ad_server_stop(s);
 	ad_client_close(c);
 }
