@@ -725,6 +725,15 @@ med3(double *v, int n, double *med, double *lo, double *hi)
 	*hi = v[n - 1];
 }
 
+// kernel kinds the pass reports apart (plan.h's ane_kind; 0: any other)
+#define PASS_KINDS 8
+
+static int
+pass_kind(const struct kb_info *k)
+{
+	return k->kind > 0 && k->kind < PASS_KINDS ? k->kind : 0;
+}
+
 // whether a decode step calls kernel b in the same round trip as a, the
 // one before it (engine.c: a fused step's calls end where the CPU has work,
 // before O (attention) and a split FFN's DOWN (its activation); the
@@ -758,15 +767,17 @@ kernels_pass(struct kernel_backend *kl, int threads, const float *x, char *err)
 	int *si = calloc((size_t)n, sizeof *si), *so = calloc((size_t)n, sizeof *so);
 	struct ad_memread *rd = NULL;
 	struct kb_step *steps = NULL;
-	if (!sin || !sout || !si || !so) {
+	struct kb_timing *tm = calloc((size_t)n, sizeof *tm);
+	if (!sin || !sout || !si || !so || !tm) {
 		ad_err(err, "out of memory");
 		goto out;
 	}
-	double bytes = 0;
+	double bytes = 0, kind_bytes[PASS_KINDS] = {0};
 	int maxin = 0, maxout = 0;
 	for (int i = 0; i < n; i++) {
 		const struct kb_info *ki = &kl->kernels[i];
 		bytes += (double)ki->weight_bytes;
+		kind_bytes[pass_kind(ki)] += (double)ki->weight_bytes;
 		si[i] = so[i] = -1;
 		for (int j = 0; j < i; j++) {
 			if (si[i] < 0 && kl->kernels[j].in_ch == ki->in_ch)
@@ -816,6 +827,9 @@ kernels_pass(struct kernel_backend *kl, int threads, const float *x, char *err)
 	if (!(rd = ad_memread_new(rb, threads, err)))
 		goto out;
 	double pass_ms[PASS_ROUNDS], pass_gbs[PASS_ROUNDS], read_gbs[PASS_ROUNDS], ratio[PASS_ROUNDS];
+	// each kind's share: the kernels' own time (exec_ns) a round, and the
+	// rest of the pass (the calls around the kernels)
+	double kind_gbs[PASS_KINDS][PASS_ROUNDS], around_ms[PASS_ROUNDS];
 	for (int r = -1; r < PASS_ROUNDS; r++) { // round -1: the warm-up
 		double g = 0, ms = 0;
 		for (int k = 0; k < 2; k++) {
@@ -827,13 +841,21 @@ kernels_pass(struct kernel_backend *kl, int threads, const float *x, char *err)
 			for (int i = 0, j; i < n; i = j) {
 				for (j = i + 1; j < n && pass_chains(&kl->kernels[j - 1], &kl->kernels[j]); j++)
 					;
-				if (kb_call_list(kl, steps + i, j - i, NULL, err))
+				if (kb_call_list(kl, steps + i, j - i, tm + i, err))
 					goto out;
 			}
 			ms = cli_now_ms() - t0;
 		}
 		if (r < 0)
 			continue;
+		double kns[PASS_KINDS] = {0}, all = 0;
+		for (int i = 0; i < n; i++) {
+			kns[pass_kind(&kl->kernels[i])] += (double)tm[i].exec_ns;
+			all += (double)tm[i].exec_ns;
+		}
+		for (int k = 0; k < PASS_KINDS; k++)
+			kind_gbs[k][r] = kns[k] > 0 ? kind_bytes[k] / kns[k] : 0;
+		around_ms[r] = ms - all / 1e6;
 		pass_ms[r] = ms;
 		pass_gbs[r] = ms > 0 ? bytes / (ms * 1e6) : 0;
 		read_gbs[r] = g;
@@ -856,10 +878,25 @@ kernels_pass(struct kernel_backend *kl, int threads, const float *x, char *err)
 	printf("  streaming read: %d threads, %.1f MB, %.2f GB/s [%.2f, %.2f]\n", threads,
 	       (double)ad_memread_bytes(rd) / 1e6, m[2][0], m[2][1], m[2][2]);
 	printf("  pass / read: %.3fx [%.3f, %.3f]\n", m[3][0], m[3][1], m[3][2]);
+	// where the pass's time goes: each kind of kernel's weights over its
+	// own time, and what the calls around the kernels add
+	printf("  by kind, GB/s in the kernels' own time:");
+	for (int k = 0; k < PASS_KINDS; k++) {
+		if (kind_bytes[k] <= 0)
+			continue;
+		double g[3];
+		med3(kind_gbs[k], PASS_ROUNDS, &g[0], &g[1], &g[2]);
+		printf(" %s %.1f MB %.2f [%.2f, %.2f];", k ? ane_kind_name((enum ane_kind)k) : "other",
+		       kind_bytes[k] / 1e6, g[0], g[1], g[2]);
+	}
+	double a[3];
+	med3(around_ms, PASS_ROUNDS, &a[0], &a[1], &a[2]);
+	printf(" around the kernels %.3f ms [%.3f, %.3f]\n", a[0], a[1], a[2]);
 	rc = 0;
 out:
 	ad_memread_free(rd);
 	free(steps);
+	free(tm);
 	free(sin);
 	free(sout);
 	free(si);
