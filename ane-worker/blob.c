@@ -1,6 +1,7 @@
 #include "blob.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -30,12 +31,51 @@ wfail(struct ane_blob_writer *w, char *err, const char *what)
 	return ad_err(err, "%s: %s: %s", w->path, what, strerror(errno ? errno : EIO));
 }
 
+// m holds at least n bytes, its first keep kept
+static int
+mem_reserve(struct ane_blob_mem *m, size_t n, size_t keep)
+{
+	if (n <= m->cap)
+		return 0;
+	uint8_t *d = malloc(n);
+	if (!d)
+		return -1;
+	if (keep)
+		memcpy(d, m->data, keep);
+	free(m->data);
+	m->data = d;
+	m->cap = n;
+	return 0;
+}
+
 static int
 wbytes(struct ane_blob_writer *w, const void *p, size_t n, char *err)
 {
-	if (fwrite(p, 1, n, w->f) != n)
+	if (w->mem) {
+		struct ane_blob_mem *m = w->mem;
+		if (w->pos + n > m->cap && mem_reserve(m, 2 * m->cap > w->pos + n ? 2 * m->cap : w->pos + n, w->pos)) {
+			errno = ENOMEM;
+			return wfail(w, err, "write");
+		}
+		memcpy(m->data + w->pos, p, n);
+	} else if (fwrite(p, 1, n, w->f) != n) {
 		return wfail(w, err, "write");
+	}
 	w->pos += n;
+	return 0;
+}
+
+// the header, both kinds of writer
+static int
+start(struct ane_blob_writer *w, char *err)
+{
+	uint8_t h[ANE_BLOB_HEADER] = {0};
+	h[0] = 0x01;
+	h[4] = 0x02;
+	if (wbytes(w, h, sizeof h, err) < 0) {
+		ane_blob_abort(w);
+		return -1;
+	}
 	return 0;
 }
 
@@ -47,14 +87,26 @@ ane_blob_open(struct ane_blob_writer *w, const char *path, char *err)
 	w->f = fopen(path, "wb");
 	if (!w->f)
 		return ad_err(err, "%s: create: %s", path, strerror(errno));
-	uint8_t h[ANE_BLOB_HEADER] = {0};
-	h[0] = 0x01;
-	h[4] = 0x02;
-	if (wbytes(w, h, sizeof h, err) < 0) {
-		ane_blob_abort(w);
-		return -1;
-	}
-	return 0;
+	return start(w, err);
+}
+
+int
+ane_blob_open_mem(struct ane_blob_writer *w, struct ane_blob_mem *m, size_t hint, char *err)
+{
+	memset(w, 0, sizeof *w);
+	snprintf(w->path, sizeof w->path, "blob in memory");
+	m->len = 0;
+	if (mem_reserve(m, hint > ANE_BLOB_HEADER ? hint : ANE_BLOB_HEADER, 0))
+		return ad_err(err, "%s: out of memory for %zu bytes", w->path, hint);
+	w->mem = m;
+	return start(w, err);
+}
+
+void
+ane_blob_mem_free(struct ane_blob_mem *m)
+{
+	free(m->data);
+	*m = (struct ane_blob_mem){0};
 }
 
 static int
@@ -164,7 +216,7 @@ ane_blob_add(struct ane_blob_writer *w, const struct ane_wsrc *src, uint64_t *mi
 int
 ane_blob_close(struct ane_blob_writer *w, char *err)
 {
-	if (!w->f)
+	if (!w->f && !w->mem)
 		return ad_err(err, "blob writer not open");
 	if (!w->failed && w->chunk_end) {
 		w->failed = 1;
@@ -173,6 +225,11 @@ ane_blob_close(struct ane_blob_writer *w, char *err)
 	if (!w->failed && w->nchunks == 0) {
 		w->failed = 1;
 		ad_err(err, "%s: no chunks", w->path);
+	}
+	if (w->mem) {
+		w->mem->len = w->failed ? 0 : w->pos;
+		w->mem = NULL;
+		return w->failed ? -1 : 0;
 	}
 	int rc = fclose(w->f);
 	w->f = NULL;
@@ -190,10 +247,15 @@ ane_blob_close(struct ane_blob_writer *w, char *err)
 void
 ane_blob_abort(struct ane_blob_writer *w)
 {
+	w->failed = 1;
+	if (w->mem) {
+		w->mem->len = 0;
+		w->mem = NULL;
+		return;
+	}
 	if (w->f)
 		fclose(w->f);
 	w->f = NULL;
-	w->failed = 1;
 	unlink(w->path);
 }
 

@@ -55,11 +55,20 @@ struct ane_wsrc {
 	size_t n;
 };
 
+// a blob in memory, the emu's input in place of a file (ane_blob_open_mem):
+// len bytes at data, cap mapped; kept from one kernel to the next, so its
+// pages are faulted in once, not once a kernel
+struct ane_blob_mem {
+	uint8_t *data;
+	size_t len, cap;
+};
+
 struct ane_blob_writer {
-	FILE *f;
-	uint64_t pos;       // bytes written so far
-	uint64_t chunk_end; // where the open chunk's payload ends (0: none open)
-	int dtype;          // of the open chunk
+	FILE *f;                  // the file, or NULL when writing to mem
+	struct ane_blob_mem *mem; // or the memory
+	uint64_t pos;             // bytes written so far
+	uint64_t chunk_end;       // where the open chunk's payload ends (0: none open)
+	int dtype;                // of the open chunk
 	int nchunks;
 	int failed;
 	char path[4096];
@@ -67,6 +76,11 @@ struct ane_blob_writer {
 
 // create path and write the file header
 int ane_blob_open(struct ane_blob_writer *w, const char *path, char *err);
+// the same blob written to m instead (m->len set on close), room for hint
+// bytes reserved at once (it grows past them if need be)
+int ane_blob_open_mem(struct ane_blob_writer *w, struct ane_blob_mem *m, size_t hint, char *err);
+// unmaps m's memory; m is then empty
+void ane_blob_mem_free(struct ane_blob_mem *m);
 // start a chunk of n fp16 values; *mil_off gets its BLOBFILE offset
 int ane_blob_begin(struct ane_blob_writer *w, size_t n, uint64_t *mil_off, char *err);
 // start a chunk of n int8 values (element type 0x04)
@@ -79,7 +93,8 @@ int ane_blob_put_i8(struct ane_blob_writer *w, const int8_t *q, size_t n, char *
 int ane_blob_end(struct ane_blob_writer *w, char *err);
 // one whole chunk from one buffer
 int ane_blob_add(struct ane_blob_writer *w, const struct ane_wsrc *src, uint64_t *mil_off, char *err);
-// flush and close; on any earlier failure the file is removed and -1 returned
+// flush and close; on any earlier failure the file is removed (or the
+// memory's length left 0) and -1 returned
 int ane_blob_close(struct ane_blob_writer *w, char *err);
 // close and remove after an error of the caller
 void ane_blob_abort(struct ane_blob_writer *w);

@@ -36,6 +36,11 @@ struct ane_builder {
 	int warned;
 	float *scratch;
 	const struct model *model; // ane_set_build's: its pages are dropped once written into a blob
+	// the emu's blobs, written here rather than to files the emu maps
+	// back: a first start wrote (and zeroed, and dropped) as many bytes of
+	// page cache as the weights for them
+	struct ane_blob_mem blob;
+	int files; // blobs to files all the same (the ane backend, kept files, tests)
 };
 
 static uint64_t
@@ -73,6 +78,7 @@ ane_builder_new(const struct ane_build_opts *o, char *err)
 	b->ane = strcmp(be, "ane") == 0;
 	const char *keep = getenv("ANEDVD_KEEP_ANE_FILES");
 	b->keep = keep && strcmp(keep, "1") == 0;
+	b->files = b->ane || b->keep || (o && o->blob_files);
 	const char *tmp = getenv("TMPDIR");
 	snprintf(b->tmp, sizeof b->tmp, "%s", tmp && *tmp ? tmp : "/tmp");
 	struct emu_opts eo = {.threads = o ? o->threads : 0};
@@ -91,6 +97,7 @@ ane_builder_free(struct ane_builder *b)
 	if (!b)
 		return;
 	emu_close(b->emu);
+	ane_blob_mem_free(&b->blob);
 	free(b->scratch);
 	free(b);
 }
@@ -385,11 +392,12 @@ kdir_done(struct ane_builder *b, struct kdir *d)
 	rmdir(d->dir);
 }
 
-// compile mil with the blob of d, then clean d up
+// compile mil with the blob of d, then clean d up; d NULL: the blob in
+// b->blob (the emu only)
 static int
 compile(struct ane_builder *b, const char *mil, struct kdir *d, struct ane_kernel *out, char *err)
 {
-	if (b->keep) {
+	if (d && b->keep) {
 		FILE *f = fopen(d->mil, "w");
 		if (f) {
 			fputs(mil, f);
@@ -409,17 +417,37 @@ compile(struct ane_builder *b, const char *mil, struct kdir *d, struct ane_kerne
 		return 0;
 	}
 #endif
-	struct emu_file file = {.name = ANE_MIL_WEIGHT_FILE, .path = d->blob};
+	struct emu_file file = {.name = ANE_MIL_WEIGHT_FILE};
+	if (d)
+		file.path = d->blob;
+	else
+		file.data = b->blob.data, file.len = b->blob.len;
 	uint64_t t0 = now_us();
 	out->ek = emu_compile(b->emu, mil, &file, 1, err);
 	out->compile_us = now_us() - t0;
-	kdir_done(b, d);
+	if (d)
+		kdir_done(b, d);
 	if (!out->ek)
 		return -1;
 	count_compile(b);
 	out->weight_bytes = emu_weight_bytes(out->ek);
 	out->width = (int)emu_width(out->ek);
 	return 0;
+}
+
+// the bytes of pk's blob, near enough to reserve them at once: the file
+// header, and a chunk header and payload per part (int8: its scales too)
+static size_t
+blob_bytes(const struct ane_pk *pk)
+{
+	size_t n = ANE_BLOB_HEADER;
+	for (int j = 0; j < pk->nparts; j++) {
+		size_t rows = (size_t)pk->parts[j].rows, cin = (size_t)pk->parts[j].t->ne[0];
+		n += 2 * ANE_BLOB_CHUNK_HEADER + rows * cin * (pk->wfmt == ANE_W_INT8 ? 1 : 2);
+		if (pk->wfmt == ANE_W_INT8)
+			n += rows * 2;
+	}
+	return n;
 }
 
 static char *
@@ -439,12 +467,15 @@ ane_build(struct ane_builder *b, const struct ane_pk *pk, int width, struct ane_
 	else
 		snprintf(name, sizeof name, "%s%d", ane_kind_name(pk->kind), pk->chunk);
 	uint64_t t0 = now_us();
-	struct kdir d;
-	if (kdir_make(b, &d, name, err))
+	// the emu reads its blob from memory; the ANE's compiler, or a look at
+	// the files (ANEDVD_KEEP_ANE_FILES), needs them on disk
+	struct kdir d, *dp = b->files ? &d : NULL;
+	if (dp && kdir_make(b, dp, name, err))
 		return -1;
 	struct ane_blob_writer w;
-	if (ane_blob_open(&w, d.blob, err)) {
-		kdir_done(b, &d);
+	if (dp ? ane_blob_open(&w, d.blob, err) : ane_blob_open_mem(&w, &b->blob, blob_bytes(pk), err)) {
+		if (dp)
+			kdir_done(b, dp);
 		return -1;
 	}
 	int fused = pk->ff > 0;
@@ -473,17 +504,19 @@ ane_build(struct ane_builder *b, const struct ane_pk *pk, int width, struct ane_
 				goto fail;
 	}
 	if (ane_blob_close(&w, err)) {
-		kdir_done(b, &d);
+		if (dp)
+			kdir_done(b, dp);
 		return -1;
 	}
 	out->blob_us = now_us() - t0;
 	char *mil = kernel_mil(pk, width, err);
 	if (!mil) {
-		kdir_done(b, &d);
+		if (dp)
+			kdir_done(b, dp);
 		return -1;
 	}
 	uint64_t blob_us = out->blob_us;
-	int rc = compile(b, mil, &d, out, err);
+	int rc = compile(b, mil, dp, out, err);
 	out->blob_us = blob_us;
 	free(mil);
 	out->in_ch = pk->in_ch;
@@ -491,7 +524,8 @@ ane_build(struct ane_builder *b, const struct ane_pk *pk, int width, struct ane_
 	return rc;
 fail:
 	ane_blob_abort(&w);
-	kdir_done(b, &d);
+	if (dp)
+		kdir_done(b, dp);
 	return -1;
 }
 
@@ -965,6 +999,7 @@ ane_set_build(struct ane_set *s, const struct model *m, const struct ane_plan_op
 			ad_info("compiled %d/%d %s: %.1f MB in %.1f ms", i + 1, s->plan.n, what,
 			        (double)s->k[i].weight_bytes / 1e6, (double)s->k[i].compile_us / 1e3);
 	}
+	ane_blob_mem_free(&s->b->blob); // the largest kernel's blob: not needed again
 	if (q) {
 		store_publish(q, s->plan.n, 1, 0);
 		if (bo->cache_background && q->threaded) {

@@ -326,6 +326,64 @@ test_int8_ref(void)
 	CHECK(ane_blob_close(&w, err) < 0);
 }
 
+// the int8 golden blob written by w (opened by the caller)
+static int
+write_i8_golden(struct ane_blob_writer *w, char *err)
+{
+	int8_t q[32];
+	for (int i = 0; i < 32; i++)
+		q[i] = (int8_t)(i - 16);
+	const float sc[4] = {0.5f, 0.25f, 0.125f, 1.0f};
+	if (ane_blob_begin_i8(w, 32, NULL, err) || ane_blob_put_i8(w, q, 20, err) ||
+	    ane_blob_put_i8(w, q + 20, 12, err) || ane_blob_end(w, err) ||
+	    ane_blob_add(w, &(struct ane_wsrc){sc, AD_TYPE_F32, 4}, NULL, err))
+		return -1;
+	return ane_blob_close(w, err);
+}
+
+// the writer into memory (the emu's blobs): the file's bytes, whatever
+// room it was given, the memory reused; a failed blob leaves no length
+static void
+test_mem_writer(void)
+{
+	char err[AD_ERRLEN], g[512];
+	snprintf(g, sizeof g, "%s/ane/proj_8x4_int8_blob.bin", T_DATA);
+	size_t gn;
+	uint8_t *gold = t_read_file(g, &gn);
+	REQUIRE(gold, "cannot read %s", g);
+	struct ane_blob_mem m = {0};
+	struct ane_blob_writer w;
+	// room for the header alone (it grows twice), then for all of it
+	static const size_t hints[] = {0, 64, 4096};
+	for (int h = 0; h < 3; h++) {
+		REQUIRE(ane_blob_open_mem(&w, &m, hints[h], err) == 0, "%s", err);
+		CHECK(write_i8_golden(&w, err) == 0, "%s", err);
+		CHECK(m.len == gn && m.cap >= gn && !memcmp(m.data, gold, gn), "hint %zu: %zu bytes, golden %zu",
+		      hints[h], m.len, gn);
+	}
+	const uint8_t *kept = m.data;
+	REQUIRE(ane_blob_open_mem(&w, &m, 16, err) == 0, "%s", err);
+	CHECK(m.data == kept && m.len == 0, "the memory is reused, its length reset");
+	// an overflowing chunk: close fails, the length stays 0
+	float x[4] = {1, 2, 3, 4};
+	CHECK(ane_blob_begin(&w, 2, NULL, err) == 0, "%s", err);
+	CHECK(ane_blob_put(&w, &(struct ane_wsrc){x, AD_TYPE_F32, 4}, err) < 0);
+	CHECK(strstr(err, "blob in memory") && strstr(err, "overflow"), "%s", err);
+	CHECK(ane_blob_close(&w, err) < 0 && m.len == 0, "%zu", m.len);
+	// an unfinished one; an aborted one
+	REQUIRE(ane_blob_open_mem(&w, &m, 0, err) == 0, "%s", err);
+	CHECK(ane_blob_begin(&w, 4, NULL, err) == 0, "%s", err);
+	CHECK(ane_blob_close(&w, err) < 0 && strstr(err, "unfinished") && m.len == 0, "%s", err);
+	REQUIRE(ane_blob_open_mem(&w, &m, 0, err) == 0, "%s", err);
+	CHECK(ane_blob_add(&w, &(struct ane_wsrc){x, AD_TYPE_F32, 4}, NULL, err) == 0, "%s", err);
+	ane_blob_abort(&w);
+	CHECK(m.len == 0 && ane_blob_close(&w, err) < 0, "an aborted writer is closed");
+	ane_blob_mem_free(&m);
+	CHECK(!m.data && !m.cap && !m.len);
+	ane_blob_mem_free(&m); // twice: a no-op
+	free(gold);
+}
+
 int
 main(void)
 {
@@ -336,6 +394,7 @@ main(void)
 	T_RUN(test_offsets);
 	T_RUN(test_kernel_blobs);
 	T_RUN(test_writer_errors);
+	T_RUN(test_mem_writer);
 	T_RUN(test_scan_errors);
 	return t_done();
 }

@@ -649,6 +649,39 @@ test_off_and_unwritable(void)
 	CHECK(strstr(line, "cache hit") && strstr(line, "total 1.5 ms"), "%s", line);
 }
 
+// the emu's kernels compiled from blobs in memory (its way) and from blob
+// files (the ane backend's): the same buffers, byte for byte, fp16 and
+// int8, whole and split FFNs
+static void
+test_blob_files_same(void)
+{
+	char err[AD_ERRLEN];
+	for (int c = 0; c < 4; c++) {
+		struct ane_plan_opts po = {.width = W, .split = c & 1, .weights = c & 2 ? ANE_W_INT8 : ANE_W_FP16};
+		struct ane_set s[2];
+		for (int f = 0; f < 2; f++) {
+			struct ane_build_opts bo = {.backend = "emu", .blob_files = f};
+			REQUIRE(ane_set_build(&s[f], &model, &po, &bo, 0, err) == 0, "%s", err);
+		}
+		REQUIRE(s[0].plan.n == s[1].plan.n && s[0].plan.n > 0);
+		int bad = 0, nconst = 0;
+		for (int i = 0; i < s[0].plan.n; i++) {
+			struct emu_kernel *a = s[0].k[i].ek, *b = s[1].k[i].ek;
+			int n = emu_kernel_nconsts(a);
+			bad += n != emu_kernel_nconsts(b) || n == 0;
+			for (int j = 0; j < n; j++, nconst++) {
+				struct emu_const ca, cb;
+				bad += emu_kernel_const(a, j, &ca) || emu_kernel_const(b, j, &cb) ||
+				       ca.kind != cb.kind || ca.bytes != cb.bytes || memcmp(ca.data, cb.data, ca.bytes);
+			}
+		}
+		CHECK(bad == 0, "case %d: %d of %d buffers differ", c, bad, nconst);
+		CHECK(s[0].start.blob_us > 0 && s[1].start.blob_us > 0);
+		ane_set_free(&s[0]);
+		ane_set_free(&s[1]);
+	}
+}
+
 // the emu side: buffers listed, compiled again from them, refused when wrong
 static void
 test_emu_packed(void)
@@ -749,6 +782,7 @@ main(void)
 	ref_out = outputs(&s, &ref_n);
 	ane_set_free(&s);
 	T_RUN(test_emu_packed);
+	T_RUN(test_blob_files_same);
 	T_RUN(test_hit_is_identical);
 	T_RUN(test_int8_hit_is_identical);
 	T_RUN(test_background_store);

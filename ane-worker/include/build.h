@@ -81,6 +81,10 @@ struct ane_build_opts {
 	// have, for another thread to read (the ane-worker's Health)
 	_Atomic int *built, *total;
 	int debug_delay_ms; // a pause after each kernel built (tests)
+	// write each kernel's blob to a file and compile from it, as the ane
+	// backend must, on emu too (tests; the emu reads its blobs from
+	// memory otherwise)
+	int blob_files;
 };
 
 struct ane_builder;
