@@ -2429,8 +2429,11 @@ struct conv_job {
 	uint16_t *i8wide;    // int8, AVX2, wide: worker w's scratch at w * PSTEP * cin
 	float *y;
 	size_t npanels;
-	size_t unit, ntasks; // task t: whole units of panels, see task_panel
-	size_t streams;      // AVX-512, one column: panels at once
+	size_t unit, ntasks; // panel task u: whole units of panels, see task_panel
+	// int8, many columns: each panel task's columns in cg groups (task t:
+	// panel task t / cg, column group t % cg; see col_at)
+	size_t cg;
+	size_t streams; // AVX-512, one column: panels at once
 	int simd;
 };
 
@@ -2444,24 +2447,36 @@ task_panel(const struct conv_job *j, size_t t)
 	return p < j->npanels ? p : j->npanels;
 }
 
+// column group g's first column: the columns shared as evenly as whole
+// blocks of six (the AVX-512 int8 tiles' widest) allow
+static size_t
+col_at(const struct conv_job *j, size_t g)
+{
+	return g >= j->cg ? j->ncols : j->ncols * g / j->cg / 6 * 6;
+}
+
 static void
 conv_task(void *arg, size_t t, int worker)
 {
 	struct conv_job *j = arg;
+	size_t g = t % j->cg;
+	t /= j->cg;
 	size_t p0 = task_panel(j, t), p1 = task_panel(j, t + 1);
 	if (p0 >= p1)
 		return;
 	if (j->qpanels) {
+		size_t c0 = col_at(j, g), nc = col_at(j, g + 1) - c0;
+		const float *x = j->x + c0 * j->cin;
+		float *y = j->y + c0 * j->cout;
 		// the context's path (already capped at the CPU's) for int8 too
 #ifdef AD_FP16_X86
 		if (j->i8wide) {
-			emu_conv_i8_wide(j->qpanels, j->scale, j->cout, j->cin, j->x, j->ncols, j->y, p0, p1,
+			emu_conv_i8_wide(j->qpanels, j->scale, j->cout, j->cin, x, nc, y, p0, p1,
 			                 j->i8wide + (size_t)worker * PSTEP * j->cin);
 			return;
 		}
 #endif
-		emu_conv_i8_at(j->simd - EMU_SIMD_REF, j->qpanels, j->scale, j->cout, j->cin, j->x, j->ncols, j->y, p0,
-		               p1);
+		emu_conv_i8_at(j->simd - EMU_SIMD_REF, j->qpanels, j->scale, j->cout, j->cin, x, nc, y, p0, p1);
 		return;
 	}
 	conv_level(j->simd, j->panels, j->cout, j->cin, j->x, j->xp, j->ncols, j->y, p0, p1, j->streams);
@@ -2494,8 +2509,16 @@ grow64(void **buf, size_t *cap, size_t n, size_t elem)
 
 // below this many multiply-adds a conv runs on the calling thread alone
 #define PAR_MIN_MACS (1u << 18)
-// a wide conv's tasks hold at least this many multiply-adds (about 0.2 ms)
-#define TASK_MACS (1u << 23)
+// a conv of WIDE_COLS columns or more (a prefill chunk's) in WIDE_TASKS
+// tasks a thread (as the panels, and for int8 the columns, allow): the
+// thread done first waits for one small task of the other's at most. 64
+// columns, two threads, against 4 or 8 tasks a thread, weights in the
+// caches: fp16 +5-13% (576x576 .. 4864x896), int8 on AVX-512 +4-13%, int8
+// widened on AVX2 +7-10% (576 and 896 rows); 32 a thread no better. Fewer
+// columns (a decode batch, a speculative verify) read their weights at
+// the memory's pace: a few long tasks a thread, each one stream
+#define WIDE_COLS 16
+#define WIDE_TASKS 16
 
 static int
 run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
@@ -2552,7 +2575,8 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 		unit = j.streams;
 #endif
 	if (j.qpanels)
-		unit = 4; // whole quads of int8 panels (emu-i8.c): one stream per task
+		unit = j.i8wide ? PAIR
+		                : 4; // whole quads of int8 panels (emu-i8.c): one stream per task; widened: pairs
 	// a few tasks per thread even out the tail; one column from DRAM takes
 	// one range per thread: a single stream each, whose prefetchers ramp
 	// up once per conv, not four times (decode, 3 alternations: Qwen2.5
@@ -2560,22 +2584,18 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 	// pool's workers being awake between the convs of a call (POOL_SPIN_NS)
 	size_t ntasks = 1, nunits = (j.npanels + unit - 1) / unit;
 	if (par)
-		ntasks = (size_t)e->nthreads * (ncols == 1 && j.streams == 1 ? 1 : 4);
-	// a big wide conv in more, smaller tasks: the thread that finishes
-	// first waits less for the other's last one (a 64-token prefill, 4
-	// against 8 tasks a thread: Qwen2.5 F16 193.9 -> 199.8 tok/s, Q8_0
-	// 177.5 -> 187.6), down to TASK_MACS a task (SmolLM2's smaller convs
-	// lost 2% in 8)
-	if (par && ncols > 1) {
-		uint64_t more = (uint64_t)s->cout * s->cin * ncols / TASK_MACS;
-		if (more > ntasks)
-			ntasks = more < 2 * ntasks ? (size_t)more : 2 * ntasks;
-	}
+		ntasks = (size_t)e->nthreads * (ncols >= WIDE_COLS ? WIDE_TASKS : ncols == 1 && j.streams == 1 ? 1 : 4);
 	if (ntasks > nunits)
 		ntasks = nunits;
 	j.unit = unit;
 	j.ntasks = ntasks;
-	ad_pool_run(e->pool, conv_task, &j, ntasks);
+	// int8 tiles of a quad: a conv of few quads (576 rows: 9) also shares
+	// out its columns, in groups of 12 or more, up to WIDE_TASKS a thread
+	j.cg = 1;
+	if (par && j.qpanels && !j.i8wide && ncols >= WIDE_COLS)
+		while (ntasks * j.cg < (size_t)e->nthreads * WIDE_TASKS && ncols / (j.cg + 1) >= 12)
+			j.cg++;
+	ad_pool_run(e->pool, conv_task, &j, ntasks * j.cg);
 	return 0;
 }
 

@@ -1517,6 +1517,70 @@ test_i8_proj_ffn(void)
 	free(qg), free(qu), free(qd), free(sg), free(su), free(sd), free(mil), free(x), free(y);
 }
 
+// a wide conv shared out in many small tasks (int8 on AVX-512: quads and
+// groups of columns; int8 widened on AVX2: pairs; fp16: pairs) gives the
+// plain kernel's bits on every path, 1 to 3 threads, at widths that split
+// the columns unevenly; 9 panels (odd quads and pairs) of enough work for
+// the threads
+static void
+test_wide_tasks(void)
+{
+	char err[AD_ERRLEN];
+	const size_t cin = 200, cout = 144, W = 64;
+	int8_t *q = rand_q(cout * cin);
+	uint16_t *sc = rand_scales(cout);
+	float *w = randv(cout * cin, 0.1f);
+	const char *ib = tmp_path("wide-i8.bin"), *fb = tmp_path("wide-f16.bin");
+	write_i8_blob(ib, (const int8_t *const[]){q}, (const uint16_t *const[]){sc}, &cout, &cin, 1);
+	REQUIRE(ane_blob_write_proj(fb, &(struct ane_wsrc){w, AD_TYPE_F32, cout * cin}, 1, err) == 0, "%s", err);
+	char *mils[2] = {ane_mil_proj_w((int)cin, (int)cout, (int)W, ANE_W_INT8, err),
+	                 ane_mil_proj((int)cin, (int)cout, (int)W, err)};
+	const char *blobs[2] = {ib, fb};
+	REQUIRE(mils[0] && mils[1], "%s", err);
+	float *x = randv(W * cin, 2.0f), *x2 = randv(W * cin, 2.0f), *y0 = calloc(W * cout, 4),
+	      *y1 = calloc(W * cout, 4);
+	for (size_t i = 0; i < W * cin; i++) {
+		x[i] = ad_fp16_to_f32(ad_f32_to_fp16(x[i]));
+		x2[i] = ad_fp16_to_f32(ad_f32_to_fp16(x2[i]));
+	}
+	static const size_t cols[] = {24, 25, 37, 48, 63, 64};
+	int bad = 0, runs = 0;
+	for (int m = 0; m < 2; m++) {
+		struct emu_file f = {.name = "w.bin", .path = blobs[m]};
+		struct emu *e0 = emu_open(&(struct emu_opts){.threads = 1, .simd = EMU_SIMD_REF}, err);
+		REQUIRE(e0, "%s", err);
+		struct emu_kernel *k0 = emu_compile(e0, mils[m], &f, 1, err);
+		REQUIRE(k0, "%s", err);
+		for (int l = EMU_SIMD_REF; l <= emu_cpu_simd(); l++)
+			for (int th = 1; th <= 3; th++) {
+				struct emu *e = emu_open(&(struct emu_opts){.threads = th, .simd = l}, err);
+				REQUIRE(e, "%s", err);
+				struct emu_kernel *k = emu_compile(e, mils[m], &f, 1, err);
+				REQUIRE(k, "%s", err);
+				// two inputs in turn: an output the kernel leaves unwritten
+				// then holds the other input's values, not the ref's
+				for (size_t c = 0; c < 2 * sizeof cols / sizeof cols[0]; c++) {
+					const float *xi = c % 2 ? x2 : x;
+					size_t n = cols[c / 2];
+					memset(y0, 0, W * cout * 4);
+					memset(y1, 0xff, W * cout * 4);
+					REQUIRE(run(k0, xi, n, y0, err) == 0, "%s", err);
+					REQUIRE(run(k, xi, n, y1, err) == 0, "%s", err);
+					runs++;
+					if (memcmp(y0, y1, n * cout * 4) && !bad++)
+						CHECK(0, "%s, %s, %d thread(s), %zu columns: differs from ref",
+						      m ? "fp16" : "int8", emu_simd_name(l), th, n);
+				}
+				emu_kernel_free(k);
+				emu_close(e);
+			}
+		emu_kernel_free(k0);
+		emu_close(e0);
+	}
+	CHECK(bad == 0, "%d of %d runs differ", bad, runs);
+	free(q), free(sc), free(w), free(mils[0]), free(mils[1]), free(x), free(x2), free(y0), free(y1);
+}
+
 // every other form of constexpr_affine_dequantize is refused, naming the line
 static void
 test_i8_rules(void)
@@ -1735,6 +1799,7 @@ main(void)
 	T_RUN(test_i8_one_col);
 	T_RUN(test_i8_kernels);
 	T_RUN(test_i8_proj_ffn);
+	T_RUN(test_wide_tasks);
 	T_RUN(test_i8_rules);
 	T_RUN(test_i8_quant);
 	T_RUN(test_small_panels_huge);
