@@ -25,6 +25,8 @@
 
 // fp32 scratch for dequantising a block of rows
 #define SCRATCH_VALUES ((size_t)1 << 20)
+// the largest blob written to memory for the emu (larger ones go to files)
+#define BLOB_MEM_MAX ((size_t)32 << 20)
 
 struct ane_builder {
 	char backend[16];
@@ -468,8 +470,11 @@ ane_build(struct ane_builder *b, const struct ane_pk *pk, int width, struct ane_
 		snprintf(name, sizeof name, "%s%d", ane_kind_name(pk->kind), pk->chunk);
 	uint64_t t0 = now_us();
 	// the emu reads its blob from memory; the ANE's compiler, or a look at
-	// the files (ANEDVD_KEEP_ANE_FILES), needs them on disk
-	struct kdir d, *dp = b->files ? &d : NULL;
+	// the files (ANEDVD_KEEP_ANE_FILES), needs them on disk, and so does a
+	// blob too large to hold whole beside the panels made of it: a file's
+	// pages leave the emu as it repacks them (an LM head of 272 MB in
+	// memory added as much to a first start's peak)
+	struct kdir d, *dp = b->files || blob_bytes(pk) > BLOB_MEM_MAX ? &d : NULL;
 	if (dp && kdir_make(b, dp, name, err))
 		return -1;
 	struct ane_blob_writer w;
