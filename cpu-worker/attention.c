@@ -563,6 +563,11 @@ all_scores(const struct attn_shape *sh, const float *q, size_t qs, const uint16_
 		block_scores(sh, q, qs, k0, k, split, first, last, nc, lmax, scores, ld, 0);
 }
 
+// attn_part's sink: NULL, or where each softmax_row of this thread writes
+// the log of its row's sum of e^(score) (the largest score plus the log
+// of the sum it normalises by), one float a call
+static _Thread_local float *lse_sink;
+
 // sc[0..rows) = softmax of the (soft-capped) scores, in place
 SIMD static void
 softmax_row(float *sc, int rows, float cap)
@@ -601,6 +606,8 @@ softmax_row(float *sc, int rows, float cap)
 		sc[r] = expf(sc[r] - mx);
 		sum += sc[r];
 	}
+	if (lse_sink)
+		*lse_sink++ = mx + logf(sum);
 	const float inv = 1.0f / sum;
 	const __m256 vinv = _mm256_set1_ps(inv);
 	for (r = 0; r + 8 <= rows; r += 8)
@@ -1558,6 +1565,47 @@ attn_fast_cols(const struct attn_shape *sh, const float *q, size_t q_stride, con
 	}
 #endif
 	attn_ref_cols(sh, q, q_stride, k0, v0, k, v, split, first, last, cols, out, out_stride, scratch);
+}
+
+int
+attn_part_ok(const struct attn_shape *sh)
+{
+#ifdef AD_FP16_X86
+	// attn_fast_cols's one-column ways through softmax_row
+	return !small512(sh) && (wide512(sh) || (attn_have_simd() && !small8(sh)));
+#else
+	(void)sh;
+	return 0;
+#endif
+}
+
+void
+attn_part(const struct attn_shape *sh, const float *q, const uint16_t *k0, const uint16_t *v0, const uint16_t *k,
+          const uint16_t *v, int split, int first, int last, float *out, float *lse, float *scratch)
+{
+	lse_sink = lse;
+	attn_fast_cols(sh, q, 0, k0, v0, k, v, split, first, &last, 1, out, 0, scratch);
+	lse_sink = NULL;
+}
+
+void
+attn_merge(const struct attn_shape *sh, const float *po, const float *lse, int parts, float *out)
+{
+	const int hdv = sh->head_dim_v;
+	for (int h = 0; h < sh->n_head; h++) {
+		float m = -INFINITY, w[ATTN_PARTS_MAX], sum = 0;
+		for (int i = 0; i < parts; i++)
+			m = lse[(size_t)i * sh->n_head + h] > m ? lse[(size_t)i * sh->n_head + h] : m;
+		for (int i = 0; i < parts; i++)
+			sum += w[i] = expf(lse[(size_t)i * sh->n_head + h] - m);
+		float *o = out + (size_t)h * hdv;
+		for (int d = 0; d < hdv; d++) {
+			float a = 0;
+			for (int i = 0; i < parts; i++)
+				a += w[i] * po[((size_t)i * sh->n_head + h) * hdv + d];
+			o[d] = a / sum;
+		}
+	}
 }
 
 const char *

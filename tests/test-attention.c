@@ -4,6 +4,7 @@
 // value heads of another size, windows, soft-caps); the cache split in two
 // stretches at any row gives the same bits (fp16 and fp32, both paths);
 // several columns in one call give each the bits of its own call.
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -411,6 +412,102 @@ test_wide_bits(void)
 	       ATTN_WIDE_COLS + 1, ATTN_COLS_MAX, cdiffer);
 }
 
+// a column's rows in parts (attn_part, attn_merge): the merged output is
+// the whole range's within a few 1e-7 of the largest value, on both paths
+// where they have the parts, parts of any length (one row too), the cache
+// in two stretches, soft-caps; one part's lse is log sum e^(score) in double
+static void
+test_parts(void)
+{
+	static const int heads[][2] = {{9, 3}, {14, 2}, {32, 8}, {3, 1}, {6, 3}};
+	static const int dims[][2] = {{64, 64}, {128, 128}, {24, 64}, {64, 48}, {40, 40}};
+	const struct attn_shape small = {4, 1, 8, 8, 8, 8, 0.3f, 0};
+	if (attn_have_avx512())
+		CHECK(!attn_part_ok(&small), "heads of 8 have no parts");
+	if (!attn_part_ok(&(struct attn_shape){9, 3, 64, 64, 192, 192, 0.125f, 0})) {
+		printf("no SIMD here (or ANEDVD_SIMD=ref): attention in parts not run\n");
+		return;
+	}
+	double worst = 0, worst_lse = 0;
+	int cases = 0;
+	for (int t = 0; t < 100; t++) {
+		const int *h = heads[t % 5], *dm = dims[(t / 5) % 5];
+		const int rows = 2 + (int)((frand() + 1) * (t % 3 == 0 ? 900 : 150));
+		const int first = t % 4 == 1 ? (int)((frand() + 1) * 0.25 * rows) : 0;
+		const int split = t % 5 == 0 ? 0 : (int)((frand() + 1) * 0.5 * rows);
+		struct attn_shape sh = {h[0],
+		                        h[1],
+		                        dm[0],
+		                        dm[1],
+		                        (size_t)(h[1] * dm[0] + (t % 2 ? 8 : 0)),
+		                        (size_t)(h[1] * dm[1]),
+		                        1.0f / sqrtf((float)dm[0]),
+		                        t % 6 == 5 ? 6.0f : 0.0f};
+		if (!attn_part_ok(&sh))
+			continue;
+		const size_t kn = sh.k_stride * (size_t)rows, vn = sh.v_stride * (size_t)rows;
+		const size_t no = (size_t)h[0] * dm[1], nq = (size_t)h[0] * dm[0];
+		uint16_t *k = malloc(kn * 2), *v = malloc(vn * 2), *k0 = malloc(kn * 2), *v0 = malloc(vn * 2);
+		float *q = malloc(sizeof(float) * nq), *a = malloc(sizeof(float) * no),
+		      *po = malloc(sizeof(float) * no * ATTN_PARTS_MAX), *b = malloc(sizeof(float) * no),
+		      *lse = malloc(sizeof(float) * (size_t)h[0] * ATTN_PARTS_MAX),
+		      *scratch = malloc(sizeof(float) * attn_scratch_floats(&sh, rows));
+		stretches(&sh, rows, split, k, v, k0, v0);
+		for (size_t i = 0; i < nq; i++)
+			q[i] = 3 * frand();
+		attn_fast_split(&sh, q, k0, v0, k, v, split, first, rows - 1, a, scratch);
+		// parts: uneven lengths, the last of one row when t is odd
+		const int n = rows - first, parts = 1 + t % 5 < n ? 1 + t % 5 : n;
+		int at = first;
+		for (int i = 0; i < parts; i++) {
+			int end = i == parts - 1 ? rows - 1 : at + (n - (at - first)) / (parts - i) - (t % 2 && i == 0);
+			if (end < at)
+				end = at;
+			attn_part(&sh, q, k0, v0, k, v, split, at, end, po + (size_t)i * no, lse + (size_t)i * h[0],
+			          scratch);
+			at = end + 1;
+		}
+		attn_merge(&sh, po, lse, parts, b);
+		double mx = 0, md = 0;
+		for (size_t i = 0; i < no; i++) {
+			mx = fmax(mx, fabs(a[i]));
+			md = fmax(md, fabs((double)a[i] - b[i]));
+		}
+		worst = fmax(worst, md / (mx > 0 ? mx : 1));
+		cases++;
+		CHECK(md <= 5e-6 * mx, "heads %d/%d hd %d/%d rows %d..%d in %d parts (split %d, cap %g): %g of %g",
+		      h[0], h[1], dm[0], dm[1], first, rows - 1, parts, split, sh.softcap, md, mx);
+		// one part over every row: its lse against double
+		attn_part(&sh, q, k0, v0, k, v, split, first, rows - 1, po, lse, scratch);
+		const int hd = dm[0], group = h[0] / h[1];
+		for (int hh = 0; hh < h[0]; hh++) {
+			double m = -INFINITY, e = 0, *sc = malloc(sizeof(double) * (size_t)rows);
+			for (int j = first; j < rows; j++) {
+				const uint16_t *kr =
+					(j < split ? k0 : k) + (size_t)j * sh.k_stride + (size_t)(hh / group) * hd;
+				double d = 0;
+				for (int i = 0; i < hd; i++)
+					d += (double)q[hh * hd + i] * ad_fp16_to_f32(kr[i]);
+				d *= sh.scale;
+				if (sh.softcap > 0)
+					d = tanh(d / sh.softcap) * sh.softcap;
+				sc[j] = d;
+				m = d > m ? d : m;
+			}
+			for (int j = first; j < rows; j++)
+				e += exp(sc[j] - m);
+			const double want = m + log(e);
+			worst_lse = fmax(worst_lse, fabs(lse[hh] - want));
+			CHECK(fabs(lse[hh] - want) <= 1e-4 * fmax(1, fabs(want)), "lse of head %d: %g, double %g", hh,
+			      lse[hh], want);
+			free(sc);
+		}
+		free(k), free(v), free(k0), free(v0), free(q), free(a), free(po), free(b), free(lse), free(scratch);
+	}
+	printf("%d cases in parts: worst %.3g of the largest value; lse within %.3g\n", cases, worst, worst_lse);
+	CHECK(cases >= 60, "%d cases", cases);
+}
+
 // ANEDVD_SIMD caps the paths as it caps the emu's (ctest runs this program
 // once without it and once with avx2)
 static void
@@ -452,5 +549,6 @@ main(void)
 	T_RUN(test_single_row);
 	T_RUN(test_columns);
 	T_RUN(test_wide_bits);
+	T_RUN(test_parts);
 	return t_done();
 }

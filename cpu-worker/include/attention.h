@@ -96,4 +96,20 @@ int attn_have_avx512(void);
 // the way attn_fast_cols takes cols columns of shape sh here, in words
 const char *attn_fast_path(const struct attn_shape *sh, int cols);
 
+// One column's attention in parts (a long context's rows shared out over
+// threads, each part a range of rows): attn_part is attn_fast_split over
+// rows [first, last] alone, its output normalised over them, and lse[h]
+// the log of the sum of e^(score) over them for every query head;
+// attn_merge weighs the parts' outputs (po: part i's at po + i * n_head *
+// head_dim_v, its lse at lse + i * n_head) into the whole range's. The
+// result differs from attn_fast_split's over the whole range in the last
+// bits. attn_part_ok: whether this CPU's way for sh has the parts (not
+// the small heads' ways, nor plain C); attn_part must not be called
+// otherwise. At most ATTN_PARTS_MAX parts.
+#define ATTN_PARTS_MAX 16
+int attn_part_ok(const struct attn_shape *sh);
+void attn_part(const struct attn_shape *sh, const float *q, const uint16_t *k0, const uint16_t *v0, const uint16_t *k,
+               const uint16_t *v, int split, int first, int last, float *out, float *lse, float *scratch);
+void attn_merge(const struct attn_shape *sh, const float *po, const float *lse, int parts, float *out);
+
 #endif

@@ -72,18 +72,20 @@
 #include "model.h"
 
 struct engine_opts {
-	int max_seq;        // positions per sequence (0: 2048)
-	int threads;        // attention threads, the caller included (0: 1). More
-			    // threads pay off on idle cores only: a worker descheduled
-			    // in the middle of its share stalls the whole layer
-	int attn_ref;       // plain-C attention (attn_ref) instead of attn_fast
-	int kv_f32;         // keys and values in fp32 (a check: with kb_exact the
-			    // logits are then ref.c's bits)
-	int state_every;    // recurrent models: keep the state at every n-th position (0: 16;
-			    // the prefix cache's block, so that its blocks can carry one)
-	int state_keep;     // ... the last n of those copies per sequence (0: 6)
-	int attn_pool_work; // the least q·k multiply-adds of a layer that wake the attention
-			    // threads (0: 2^18; the tests set 1 to run every step on them)
+	int max_seq;         // positions per sequence (0: 2048)
+	int threads;         // attention threads, the caller included (0: 1). More
+			     // threads pay off on idle cores only: a worker descheduled
+			     // in the middle of its share stalls the whole layer
+	int attn_ref;        // plain-C attention (attn_ref) instead of attn_fast
+	int kv_f32;          // keys and values in fp32 (a check: with kb_exact the
+			     // logits are then ref.c's bits)
+	int state_every;     // recurrent models: keep the state at every n-th position (0: 16;
+			     // the prefix cache's block, so that its blocks can carry one)
+	int state_keep;      // ... the last n of those copies per sequence (0: 6)
+	int attn_pool_work;  // the least q·k multiply-adds of a layer that wake the attention
+			     // threads (0: 2^18; the tests set 1 to run every step on them)
+	int attn_parts_work; // ... of a decode step whose rows go in parts (odd KV heads;
+		// 0: 2^20; the output then differs in the last bits)
 };
 
 // time spent on behalf of a sequence (struct gen_timings, common/gen-types.h:
@@ -108,6 +110,8 @@ int engine_host_rows(const struct engine *e);
 int engine_max_seq(const struct engine *e);
 int32_t engine_bos(const struct engine *e); // the model's BOS id, -1: none
 int engine_width(const struct engine *e);
+// how many layers' attention of a decode step went in parts (the tests)
+int engine_attn_parted(const struct engine *e);
 // totals over every call the engine made
 const struct gen_timings *engine_timings(const struct engine *e);
 
