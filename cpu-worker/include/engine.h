@@ -72,20 +72,22 @@
 #include "model.h"
 
 struct engine_opts {
-	int max_seq;         // positions per sequence (0: 2048)
-	int threads;         // attention threads, the caller included (0: 1). More
-			     // threads pay off on idle cores only: a worker descheduled
-			     // in the middle of its share stalls the whole layer
-	int attn_ref;        // plain-C attention (attn_ref) instead of attn_fast
-	int kv_f32;          // keys and values in fp32 (a check: with kb_exact the
-			     // logits are then ref.c's bits)
-	int state_every;     // recurrent models: keep the state at every n-th position (0: 16;
-			     // the prefix cache's block, so that its blocks can carry one)
-	int state_keep;      // ... the last n of those copies per sequence (0: 6)
-	int attn_pool_work;  // the least q·k multiply-adds of a layer that wake the attention
-			     // threads (0: 2^18; the tests set 1 to run every step on them)
-	int attn_parts_work; // ... of a decode step whose rows go in parts (odd KV heads;
-		// 0: 2^20; the output then differs in the last bits)
+	int max_seq;     // positions per sequence (0: 2048)
+	int threads;     // attention threads, the caller included (0: 1). More
+			 // threads pay off on idle cores only: a worker descheduled
+			 // in the middle of its share stalls the whole layer
+	int attn_ref;    // plain-C attention (attn_ref) instead of attn_fast
+	int kv_f32;      // keys and values in fp32 (a check: with kb_exact the
+			 // logits are then ref.c's bits)
+	int state_every; // recurrent models: keep the state at every n-th position (0: 16;
+			 // the prefix cache's block, so that its blocks can carry one)
+	int state_keep;  // ... the last n of those copies per sequence (0: 6)
+	// the least q·k multiply-adds of a layer that wake the attention threads
+	// (0: 2^18; the tests set 1 to run every step on them)
+	int attn_pool_work;
+	// the least q·k multiply-adds of a decode step whose rows then go in
+	// parts (odd KV heads; 0: 2^20; the output differs in the last bits)
+	int attn_parts_work;
 };
 
 // time spent on behalf of a sequence (struct gen_timings, common/gen-types.h:
