@@ -563,14 +563,11 @@ all_scores(const struct attn_shape *sh, const float *q, size_t qs, const uint16_
 		block_scores(sh, q, qs, k0, k, split, first, last, nc, lmax, scores, ld, 0);
 }
 
-// attn_part's sink: NULL, or where each softmax_row of this thread writes
-// the log of its row's sum of e^(score) (the largest score plus the log
-// of the sum it normalises by), one float a call
-static _Thread_local float *lse_sink;
-
-// sc[0..rows) = softmax of the (soft-capped) scores, in place
+// sc[0..rows) = softmax of the (soft-capped) scores, in place; with lse,
+// *lse = the log of the row's sum of e^(score) (the largest score plus the
+// log of the sum it normalises by: attn_part's)
 SIMD static void
-softmax_row(float *sc, int rows, float cap)
+softmax_row(float *sc, int rows, float cap, float *lse)
 {
 	if (cap > 0)
 		for (int r = 0; r < rows; r++)
@@ -606,8 +603,8 @@ softmax_row(float *sc, int rows, float cap)
 		sc[r] = expf(sc[r] - mx);
 		sum += sc[r];
 	}
-	if (lse_sink)
-		*lse_sink++ = mx + logf(sum);
+	if (lse)
+		*lse = mx + logf(sum);
 	const float inv = 1.0f / sum;
 	const __m256 vinv = _mm256_set1_ps(inv);
 	for (r = 0; r + 8 <= rows; r += 8)
@@ -681,14 +678,15 @@ pv_rows(float *o, const float *p, const float *vf, int nr, int hdv)
 		pv_block(o, p + b, vf + (size_t)b * hdv, nr - b < 8 ? nr - b : 8, hdv, hdv64);
 }
 
-// the columns of attn_fast_cols: scores, softmax, then P·V a chunk of
+// the columns of attn_fast_cols: scores, softmax (column c's head h's lse
+// into lse[c * n_head + h] when lse is not NULL), then P·V a chunk of
 // ATTN_PV_ROWS value rows at a time, converted to fp32 once for every
 // column and added into each of its heads (chunk by chunk from first, as a
 // column alone takes them, so its bits do not depend on the others)
 SIMD static void
 attn_simd_cols(const struct attn_shape *sh, const float *q, size_t qs, const uint16_t *k0, const uint16_t *v0,
                const uint16_t *k, const uint16_t *v, int split, int first, const int *last, int nc, float *out,
-               size_t os, float *scratch)
+               size_t os, float *lse, float *scratch)
 {
 	const int hdv = sh->head_dim_v, nh = sh->n_head, group = nh / sh->n_head_kv;
 	const int lmax = last_row(first, last, nc);
@@ -697,7 +695,8 @@ attn_simd_cols(const struct attn_shape *sh, const float *q, size_t qs, const uin
 	all_scores(sh, q, qs, k0, k, split, first, last, nc, lmax, scores, ld);
 	for (int c = 0; c < nc; c++)
 		for (int h = 0; h < nh; h++) {
-			softmax_row(scores + ((size_t)c * nh + h) * ld, last[c] - first + 1, sh->softcap);
+			softmax_row(scores + ((size_t)c * nh + h) * ld, last[c] - first + 1, sh->softcap,
+			            lse ? lse + (size_t)c * nh + h : NULL);
 			memset(out + (size_t)c * os + (size_t)h * hdv, 0, (size_t)hdv * sizeof(float));
 		}
 	const int hdv8 = hdv & ~7;
@@ -1293,12 +1292,12 @@ scores512w(const struct attn_shape *sh, const float *q, const uint16_t *k0, cons
 	}
 }
 
-// One column: the scores (scores512w), the softmax, then P·V a chunk of
-// rows at a time for every KV head, each head's sums carried in out from
-// one chunk to the next
+// One column: the scores (scores512w), the softmax (each head's lse into
+// lse[h] when lse is not NULL), then P·V a chunk of rows at a time for
+// every KV head, each head's sums carried in out from one chunk to the next
 T512 static void
 attn512w_col(const struct attn_shape *sh, const float *q, const uint16_t *k0, const uint16_t *v0, const uint16_t *k,
-             const uint16_t *v, int split, int first, int last, float *out, float *scratch)
+             const uint16_t *v, int split, int first, int last, float *out, float *lse, float *scratch)
 {
 	const int hdv = sh->head_dim_v, nkv = sh->n_head_kv, group = sh->n_head / nkv;
 	const int rows = last - first + 1;
@@ -1309,7 +1308,7 @@ attn512w_col(const struct attn_shape *sh, const float *q, const uint16_t *k0, co
 	const int vearly = v_early_rows(sh); // those scores512w read ahead
 	scores512w(sh, q, k0, k, v0, v, split, first, last, sc, ld);
 	for (int h = 0; h < sh->n_head; h++)
-		softmax_row(sc + (size_t)h * ld, rows, sh->softcap);
+		softmax_row(sc + (size_t)h * ld, rows, sh->softcap, lse ? lse + h : NULL);
 	int chunk = (int)(ATTN_PV_BYTES / (vbytes ? vbytes : 1));
 	chunk = chunk < 8 ? 8 : chunk > 256 ? 256 : chunk;
 	for (int j0 = first; j0 <= last; j0 += chunk) {
@@ -1449,7 +1448,7 @@ attn512w_cols(const struct attn_shape *sh, const float *q, size_t qs, const uint
 	}
 	for (int c = 0; c < nc; c++)
 		for (int h = 0; h < nh; h++)
-			softmax_row(sc + ((size_t)c * nh + h) * ld, last[c] - first + 1, sh->softcap);
+			softmax_row(sc + ((size_t)c * nh + h) * ld, last[c] - first + 1, sh->softcap, NULL);
 	for (int j0 = first; j0 <= lmax; j0 += WCOLS_PV_ROWS) {
 		const int nm = lmax - j0 + 1 < WCOLS_PV_ROWS ? lmax - j0 + 1 : WCOLS_PV_ROWS;
 		const int add = j0 > first; // o's sums so far, or from zero
@@ -1548,7 +1547,7 @@ attn_fast_cols(const struct attn_shape *sh, const float *q, size_t q_stride, con
 	if (wide512(sh) && cols <= ATTN_WIDE_COLS) {
 		for (int c = 0; c < cols; c++)
 			attn512w_col(sh, q + (size_t)c * q_stride, k0, v0, k, v, split, first, last[c],
-			             out + (size_t)c * out_stride, scratch);
+			             out + (size_t)c * out_stride, NULL, scratch);
 		return;
 	}
 	if (wide512(sh)) {
@@ -1560,7 +1559,7 @@ attn_fast_cols(const struct attn_shape *sh, const float *q, size_t q_stride, con
 		return;
 	}
 	if (attn_have_simd()) {
-		attn_simd_cols(sh, q, q_stride, k0, v0, k, v, split, first, last, cols, out, out_stride, scratch);
+		attn_simd_cols(sh, q, q_stride, k0, v0, k, v, split, first, last, cols, out, out_stride, NULL, scratch);
 		return;
 	}
 #endif
@@ -1583,9 +1582,17 @@ void
 attn_part(const struct attn_shape *sh, const float *q, const uint16_t *k0, const uint16_t *v0, const uint16_t *k,
           const uint16_t *v, int split, int first, int last, float *out, float *lse, float *scratch)
 {
-	lse_sink = lse;
-	attn_fast_cols(sh, q, 0, k0, v0, k, v, split, first, &last, 1, out, 0, scratch);
-	lse_sink = NULL;
+	// attn_fast_cols's way for one column (attn_part_ok: one of these two)
+	prefetch_pages(k0, k, sh->k_stride, split, first, last);
+	prefetch_pages(v0, v, sh->v_stride, split, first, last);
+#ifdef AD_FP16_X86
+	if (wide512(sh))
+		attn512w_col(sh, q, k0, v0, k, v, split, first, last, out, lse, scratch);
+	else
+		attn_simd_cols(sh, q, 0, k0, v0, k, v, split, first, &last, 1, out, 0, lse, scratch);
+#else
+	(void)q, (void)out, (void)lse, (void)scratch;
+#endif
 }
 
 void

@@ -1319,6 +1319,39 @@ struct attn_job {
 // rows and the heads alone, so the output does not depend on the threads
 #define ATTN_PART_ROWS 512
 
+// where layer L's attention of column c reads, from KV head g on, for ng
+// KV heads: their shape (and their query heads'), the column's queries,
+// and the cache's keys and values from KV head g's first value (bytes:
+// fp16 or fp32), the rows below split in a fork's parent's store (k0, v0)
+struct attn_at {
+	struct attn_shape sh;
+	const float *q;
+	const uint8_t *k0, *v0, *k, *v;
+	int split;
+};
+
+static struct attn_at
+attn_at(const struct engine *e, const struct eng_layer *L, int c, int g, int ng)
+{
+	const struct model_hparams *hp = &e->hp;
+	const int nkv = (int)hp->n_head_kv, group = (int)(hp->n_head / hp->n_head_kv), hd = L->hd, hdv = L->hdv;
+	const int cnk = L->kv_nk, cnv = nkv * hdv; // the cache's rows
+	const struct engine_seq *sq = e->cols[c];
+	const size_t vo = (size_t)e->max_seq * cnk * e->kv_elem;
+	const size_t ko = (size_t)g * hd * e->kv_elem, vvo = (size_t)g * hdv * e->kv_elem;
+	const uint8_t *kc = sq->kv + L->kv_off, *kc0 = sq->kv0 + L->kv_off;
+	return (struct attn_at){
+		{ng * group, ng, hd, hdv, (size_t)cnk, (size_t)cnv, hp->q_prescale ? 1.0f : hp->q_scale,
+	         hp->attn_softcap},
+		e->qkv + (size_t)c * L->nqkv + (size_t)g * group * hd,
+		kc0 + ko,
+		kc0 + vo + vvo,
+		kc + ko,
+		kc + vo + vvo,
+		sq->split,
+	};
+}
+
 // attention of item = run * run_split + part: the columns of one run (a
 // sequence's consecutive positions with the same first row) over their
 // own cache rows, for the part-th share of the KV heads and their groups
@@ -1327,36 +1360,24 @@ static void
 attn_item(const struct attn_job *j, int item, float *scratch)
 {
 	struct engine *e = j->e;
-	const struct model_hparams *hp = &e->hp;
 	const struct eng_layer *L = &e->layers[j->il];
-	const int nkv = (int)hp->n_head_kv, group = (int)(hp->n_head / hp->n_head_kv), hd = L->hd, hdv = L->hdv;
+	const int nkv = (int)e->hp.n_head_kv, group = (int)(e->hp.n_head / e->hp.n_head_kv);
 	const int r = item / j->run_split, part = item % j->run_split;
 	const int g0 = nkv * part / j->run_split, g1 = nkv * (part + 1) / j->run_split;
 	const int c0 = e->runs[2 * r], nc = e->runs[2 * r + 1];
-	const int cnk = L->kv_nk, cnv = nkv * hdv; // the cache's rows
-	const struct attn_shape sh = {
-		(g1 - g0) * group, g1 - g0, hd, hdv, (size_t)cnk, (size_t)cnv, hp->q_prescale ? 1.0f : hp->q_scale,
-		hp->attn_softcap};
 	const int first = attn_first(e, L, c0);
-	// a fork reads its first rows from its parent's store
-	const struct engine_seq *sq = e->cols[c0];
-	const size_t vo = (size_t)e->max_seq * cnk * e->kv_elem;
-	const uint8_t *kc = sq->kv + L->kv_off, *vc = kc + vo;
-	const uint8_t *kc0 = sq->kv0 + L->kv_off, *vc0 = kc0 + vo;
-	const size_t ko = (size_t)g0 * hd, vvo = (size_t)g0 * hdv;
-	const float *q = e->qkv + (size_t)c0 * L->nqkv + (size_t)g0 * group * hd;
-	float *out = e->att + (size_t)c0 * L->nqv + (size_t)g0 * group * hdv;
+	const struct attn_at a = attn_at(e, L, c0, g0, g1 - g0);
+	float *out = e->att + (size_t)c0 * L->nqv + (size_t)g0 * group * L->hdv;
 	if (e->kv_f32) {
 		for (int c = 0; c < nc; c++)
-			attn_ref_f32_split(&sh, q + (size_t)c * L->nqkv, (const float *)kc0 + ko,
-			                   (const float *)vc0 + vvo, (const float *)kc + ko, (const float *)vc + vvo,
-			                   sq->split, first, e->pos[c0 + c], out + (size_t)c * L->nqv, scratch);
+			attn_ref_f32_split(&a.sh, a.q + (size_t)c * L->nqkv, (const float *)a.k0, (const float *)a.v0,
+			                   (const float *)a.k, (const float *)a.v, a.split, first, e->pos[c0 + c],
+			                   out + (size_t)c * L->nqv, scratch);
 		return;
 	}
-	(e->attn_ref ? attn_ref_cols : attn_fast_cols)(&sh, q, (size_t)L->nqkv, (const uint16_t *)kc0 + ko,
-	                                               (const uint16_t *)vc0 + vvo, (const uint16_t *)kc + ko,
-	                                               (const uint16_t *)vc + vvo, sq->split, first, e->pos + c0, nc,
-	                                               out, (size_t)L->nqv, scratch);
+	(e->attn_ref ? attn_ref_cols : attn_fast_cols)(
+		&a.sh, a.q, (size_t)L->nqkv, (const uint16_t *)a.k0, (const uint16_t *)a.v0, (const uint16_t *)a.k,
+		(const uint16_t *)a.v, a.split, first, e->pos + c0, nc, out, (size_t)L->nqv, scratch);
 }
 
 // the part item % parts of KV head item / parts of the one column's rows
@@ -1364,25 +1385,15 @@ static void
 attn_part_item(const struct attn_job *j, int item, float *scratch)
 {
 	struct engine *e = j->e;
-	const struct model_hparams *hp = &e->hp;
 	const struct eng_layer *L = &e->layers[j->il];
-	const int nkv = (int)hp->n_head_kv, group = (int)(hp->n_head / hp->n_head_kv), hd = L->hd, hdv = L->hdv;
+	const int group = (int)(e->hp.n_head / e->hp.n_head_kv);
 	const int g = item / j->parts, part = item % j->parts, c0 = e->runs[0];
 	const int r0 = j->first + (int)((int64_t)j->rows * part / j->parts);
 	const int r1 = j->first + (int)((int64_t)j->rows * (part + 1) / j->parts) - 1;
-	const int cnk = L->kv_nk, cnv = nkv * hdv;
-	const struct attn_shape sh = {
-		group, 1, hd, hdv, (size_t)cnk, (size_t)cnv, hp->q_prescale ? 1.0f : hp->q_scale, hp->attn_softcap};
-	const struct engine_seq *sq = e->cols[c0];
-	const size_t vo = (size_t)e->max_seq * cnk * e->kv_elem;
-	const uint16_t *kc = (const uint16_t *)(sq->kv + L->kv_off), *vc = (const uint16_t *)(sq->kv + L->kv_off + vo);
-	const uint16_t *kc0 = (const uint16_t *)(sq->kv0 + L->kv_off),
-		       *vc0 = (const uint16_t *)(sq->kv0 + L->kv_off + vo);
-	const size_t ko = (size_t)g * hd, vvo = (size_t)g * hdv;
-	const float *q = e->qkv + (size_t)c0 * L->nqkv + (size_t)g * group * hd;
-	float *po = e->attn_po + ((size_t)part * hp->n_head + (size_t)g * group) * hdv;
-	float *lse = e->attn_lse + (size_t)part * hp->n_head + (size_t)g * group;
-	attn_part(&sh, q, kc0 + ko, vc0 + vvo, kc + ko, vc + vvo, sq->split, r0, r1, po, lse, scratch);
+	const struct attn_at a = attn_at(e, L, c0, g, 1);
+	const size_t h = (size_t)part * e->hp.n_head + (size_t)g * group;
+	attn_part(&a.sh, a.q, (const uint16_t *)a.k0, (const uint16_t *)a.v0, (const uint16_t *)a.k,
+	          (const uint16_t *)a.v, a.split, r0, r1, e->attn_po + h * L->hdv, e->attn_lse + h, scratch);
 }
 
 static void
@@ -1411,9 +1422,8 @@ attn_in_parts(struct engine *e, int il)
 	const int64_t work = (int64_t)rows * hp->n_head * hp->head_dim;
 	int parts = rows / ATTN_PART_ROWS;
 	parts = parts < 2 ? 2 : parts > ATTN_PARTS_MAX ? ATTN_PARTS_MAX : parts;
-	const struct attn_shape one = {
-		(int)(hp->n_head / hp->n_head_kv), 1, L->hd, L->hdv, (size_t)L->kv_nk, (size_t)nkv * L->hdv, 1.0f, 0};
-	if (work < e->attn_parts_work || rows < parts || !attn_part_ok(&one))
+	const struct attn_at one = attn_at(e, L, c0, 0, 1);
+	if (work < e->attn_parts_work || rows < parts || !attn_part_ok(&one.sh))
 		return 0;
 	struct attn_job j = {e, il, 1, parts, first, rows};
 	const int items = nkv * parts;
