@@ -765,6 +765,7 @@ struct ane_store {
 	struct kc_writer *w;
 	const struct ane_set *s;
 	uint64_t max_bytes;
+	int delay_ms; // ane_build_opts.debug_store_delay_ms
 	int failed;
 	char err[AD_ERRLEN];
 	uint64_t us;
@@ -791,6 +792,10 @@ store_main(void *arg)
 		q->us += now_us() - t0;
 	}
 	uint64_t t0 = now_us();
+	if (!abort && !q->failed && q->delay_ms > 0) {
+		struct timespec ts = {q->delay_ms / 1000, (long)(q->delay_ms % 1000) * 1000000L};
+		nanosleep(&ts, NULL);
+	}
 	if (abort || q->failed)
 		kc_writer_abort(q->w);
 	else if (kc_writer_commit(q->w, q->max_bytes, q->err))
@@ -812,7 +817,7 @@ store_publish(struct ane_store *q, int ready, int done, int abort)
 }
 
 static struct ane_store *
-store_start(struct kc_writer *w, const struct ane_set *s, uint64_t max_bytes)
+store_start(struct kc_writer *w, const struct ane_set *s, uint64_t max_bytes, int delay_ms)
 {
 	struct ane_store *q = calloc(1, sizeof *q);
 	if (!q)
@@ -820,6 +825,7 @@ store_start(struct kc_writer *w, const struct ane_set *s, uint64_t max_bytes)
 	q->w = w;
 	q->s = s;
 	q->max_bytes = max_bytes;
+	q->delay_ms = delay_ms;
 	pthread_mutex_init(&q->mu, NULL);
 	pthread_cond_init(&q->cv, NULL);
 	q->threaded = pthread_create(&q->th, NULL, store_main, q) == 0;
@@ -968,7 +974,7 @@ ane_set_build(struct ane_set *s, const struct model *m, const struct ane_plan_op
 		}
 	}
 	struct ane_store *q = NULL;
-	if (w && !(q = store_start(w, s, bo->cache_max_bytes))) {
+	if (w && !(q = store_start(w, s, bo->cache_max_bytes, bo->debug_store_delay_ms))) {
 		kc_writer_abort(w);
 		st->cache = ANE_CACHE_NOT_STORED;
 		snprintf(st->cache_note, sizeof st->cache_note, "not cached: out of memory");

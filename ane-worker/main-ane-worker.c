@@ -131,7 +131,21 @@ struct worker {
 	// the kernels have come, every other request ERROR_UNAVAILABLE until
 	// ready (rpc.h)
 	_Atomic int built, total, ready;
+	// a new cache entry is being written (ane_set_cache_wait has yet to
+	// return): Health says so, and the supervisor waits for it at a stop
+	_Atomic int cache_writing;
 };
+
+// the rpc server's finishing function
+static int
+finishing(void *arg, char *buf, size_t cap)
+{
+	struct worker *w = arg;
+	if (!atomic_load(&w->cache_writing))
+		return 0;
+	snprintf(buf, cap, "writing its new kernel cache entry");
+	return 1;
+}
 
 // the rpc server's starting function
 static int
@@ -1048,6 +1062,7 @@ ane_service_start(const struct model *m, const struct ane_service_opts *o, char 
 	w->delay_us = o->delay_us;
 	ad_rpc_server_init(&w->rpc, &ad_rpc_ane, "anedvd-ane-worker", handle, w, sizeof(struct reply), release);
 	w->rpc.starting = starting;
+	w->rpc.finishing = finishing;
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_mutex_init(&w->dpmu, NULL);
 	enum ane_wfmt wf = ane_plan_weights_default(m, backend);
@@ -1068,7 +1083,8 @@ ane_service_start(const struct model *m, const struct ane_service_opts *o, char 
 	                            .cache_background = 1,
 	                            .built = &w->built,
 	                            .total = &w->total,
-	                            .debug_delay_ms = o->build_delay_ms};
+	                            .debug_delay_ms = o->build_delay_ms,
+	                            .debug_store_delay_ms = o->store_delay_ms};
 	enum ad_log_level lv = w->log_level = o->quiet ? AD_LOG_DEBUG : AD_LOG_INFO;
 	// the server first: a long compile answers Health with its progress, so
 	// that the supervisor tells it from a worker that does not answer
@@ -1089,6 +1105,7 @@ ane_service_start(const struct model *m, const struct ane_service_opts *o, char 
 	w->model_us = o->model_us;
 	ane_start_describe(&w->set.start, w->phases, sizeof w->phases);
 	ad_log(lv, "start: model %.1f ms, %s", o->model_us / 1e3, w->phases);
+	atomic_store(&w->cache_writing, w->set.store != NULL);
 	atomic_store(&w->ready, 1);
 	ad_log(lv, "ready on %s", o->url);
 	return sv;
@@ -1106,6 +1123,7 @@ ane_service_cache_wait(struct ane_service *sv)
 	struct worker *w = sv->w;
 	if (w->set.store) {
 		enum ane_cache_state cs = ane_set_cache_wait(&w->set, &w->mu);
+		atomic_store(&w->cache_writing, 0);
 		ad_info("kernel cache: %s, %.1f ms of writing beside the start", ane_cache_state_name(cs),
 		        (double)w->set.start.store_us / 1e3);
 	}
@@ -1275,6 +1293,10 @@ main(int argc, char **argv)
 	int build_delay = 0;
 	if (bds && num(bds, 0, 60000, &build_delay) == 0)
 		so.build_delay_ms = build_delay;
+	const char *sds = getenv("ANEDVD_DEBUG_STORE_DELAY_MS");
+	int store_delay = 0;
+	if (sds && num(sds, 0, 600000, &store_delay) == 0)
+		so.store_delay_ms = store_delay;
 	char cdir[4096] = "";
 	if (!no_cache) {
 		if (cache_dir)

@@ -305,7 +305,7 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 			goto fail;
 		}
 		const char *argv[] = {bin, "--model", o->model, "--listen", tok_url, NULL};
-		struct sup_spec sp = {"tokenizer", argv, tok_url, sup_health_tok, 1};
+		struct sup_spec sp = {"tokenizer", argv, tok_url, sup_health_tok, 1, NULL};
 		if (sup_spawn(p->sup, &sp, err))
 			goto fail;
 	}
@@ -326,7 +326,7 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 			argv[n++] = dl;
 		}
 		argv[n] = NULL;
-		struct sup_spec sp = {"ane-worker", argv, ane_url, sup_health_ane, 1};
+		struct sup_spec sp = {"ane-worker", argv, ane_url, sup_health_ane, 1, sup_finishing_ane};
 		if (sup_spawn(p->sup, &sp, err))
 			goto fail;
 	}
@@ -363,7 +363,7 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 		for (int k = 0; k < o->n_spec_args; k++)
 			argv[n++] = o->spec_args[k];
 		argv[n] = NULL;
-		struct sup_spec sp = {"cpu-worker", argv, eng_url, sup_health_engine, 1};
+		struct sup_spec sp = {"cpu-worker", argv, eng_url, sup_health_engine, 1, NULL};
 		if (sup_spawn(p->sup, &sp, err))
 			goto fail;
 	}

@@ -1422,7 +1422,7 @@ cmd_serve(int argc, char **argv)
 	status = 1;
 	{
 		const char *av[] = {b_tok, "--model", po.model, "--listen", u_tok, NULL};
-		struct sup_spec sp = {"tokenizer", av, u_tok, sup_health_tok, 1};
+		struct sup_spec sp = {"tokenizer", av, u_tok, sup_health_tok, 1, NULL};
 		if (sup_spawn(s, &sp, err))
 			goto fail;
 	}
@@ -1435,7 +1435,7 @@ cmd_serve(int argc, char **argv)
 		char cmb[32];
 		pipe_cache_args(&po, av, &k, cmb, sizeof cmb);
 		av[k] = NULL;
-		struct sup_spec sp = {"ane-worker", av, u_ane, sup_health_ane, 1};
+		struct sup_spec sp = {"ane-worker", av, u_ane, sup_health_ane, 1, sup_finishing_ane};
 		if (sup_spawn(s, &sp, err))
 			goto fail;
 	}
@@ -1465,7 +1465,7 @@ cmd_serve(int argc, char **argv)
 		for (int j = 0; j < po.n_spec_args; j++)
 			av[k++] = po.spec_args[j];
 		av[k] = NULL;
-		struct sup_spec sp = {"cpu-worker", av, u_eng, sup_health_engine, 1};
+		struct sup_spec sp = {"cpu-worker", av, u_eng, sup_health_engine, 1, NULL};
 		if (sup_spawn(s, &sp, err))
 			goto fail;
 	}
@@ -1520,7 +1520,7 @@ cmd_serve(int argc, char **argv)
 			if (rc)
 				goto fail;
 		}
-		struct sup_spec sp = {"frontend", av, listen, health_tcp, 1};
+		struct sup_spec sp = {"frontend", av, listen, health_tcp, 1, NULL};
 		if (sup_spawn(s, &sp, err))
 			goto fail;
 	}

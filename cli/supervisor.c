@@ -36,6 +36,10 @@ extern char **environ;
 #define BACKOFF_MAX_MS 5000
 #define STABLE_MS 10000
 #define STOP_WAIT_MS 3000
+// a stopping child that says it is finishing work of its own (sup_spec
+// finishing) is asked again this often, and waited for at most this long
+#define FINISH_ASK_MS 1000
+#define FINISH_WAIT_MS 600000
 #define SUP_RECENT 8         // exit times kept per child for the status file
 #define LOOP_N 5             // this many exits ...
 #define LOOP_WINDOW_MS 30000 // ... within this long: crash-looping
@@ -52,6 +56,8 @@ struct child {
 	char **argv;
 	char url[512];
 	sup_health_fn health;
+	sup_finishing_fn finishing;
+	uint64_t finish_until; // at a stop: waited for until then (finishing work of its own), 0: not
 	int restart;
 	pid_t pid; // 0 while down
 	int restarts;
@@ -586,6 +592,7 @@ sup_spawn(struct sup *s, const struct sup_spec *spec, char *err)
 	if (spec->url)
 		snprintf(c->url, sizeof c->url, "%s", spec->url);
 	c->health = spec->health;
+	c->finishing = spec->finishing;
 	c->restart = spec->restart;
 	c->backoff_ms = BACKOFF_MIN_MS;
 	int n = 0;
@@ -771,7 +778,8 @@ sup_free(struct sup *s)
 	for (int i = 0; i < s->n; i++)
 		if (s->c[i].pid > 0 && kill(-s->c[i].pid, SIGTERM) != 0)
 			kill(s->c[i].pid, SIGTERM);
-	uint64_t t0 = now_ms();
+	uint64_t t0 = now_ms(), asked = 0;
+	int waiting = 0; // past the grace, for a child finishing its work
 	for (;;) {
 		int alive = 0;
 		for (int i = 0; i < s->n; i++) {
@@ -788,19 +796,55 @@ sup_free(struct sup *s)
 		}
 		if (!alive)
 			break;
-		if (now_ms() - t0 > STOP_WAIT_MS) {
-			for (int i = 0; i < s->n; i++)
-				if (s->c[i].pid > 0) {
-					ad_warn("%s (pid %ld) ignored SIGTERM: killing it", s->c[i].name,
-					        (long)s->c[i].pid);
-					if (kill(-s->c[i].pid, SIGKILL) != 0)
-						kill(s->c[i].pid, SIGKILL);
-					waitpid(s->c[i].pid, NULL, 0);
-					surface_cleanup_pid((long)s->c[i].pid);
-					s->c[i].pid = 0;
-				}
-			break;
+		const uint64_t t = now_ms();
+		if (t - t0 <= STOP_WAIT_MS) {
+			sleep_ms(10);
+			continue;
 		}
+		// past the grace: ask the stragglers that can say whether they are
+		// finishing work of their own; such a one gets the grace again from
+		// each ask that says so
+		if (t - asked >= FINISH_ASK_MS) {
+			asked = t;
+			for (int i = 0; i < s->n; i++) {
+				struct child *c = &s->c[i];
+				char what[160] = "";
+				if (c->pid <= 0 || !c->finishing || !c->url[0] ||
+				    c->finishing(c->url, 500, what, sizeof what) != 1)
+					continue;
+				if (!c->finish_until) {
+					if (!waiting) // from now on a ^C (or SIGTERM) stops the waiting
+						sup_clear_interrupt();
+					waiting = 1;
+					fprintf(stderr,
+					        "anedvd: waiting for %s (pid %ld) to exit: it is %s (Ctrl-C: stop waiting)\n",
+					        c->name, (long)c->pid, what);
+				}
+				c->finish_until = now_ms() + STOP_WAIT_MS;
+			}
+		}
+		const int stop_waiting = (waiting && sup_interrupted()) || t - t0 > FINISH_WAIT_MS;
+		int left = 0;
+		for (int i = 0; i < s->n; i++) {
+			struct child *c = &s->c[i];
+			if (c->pid <= 0)
+				continue;
+			if (!stop_waiting && t < c->finish_until) {
+				left++;
+				continue;
+			}
+			if (c->finish_until)
+				ad_warn("%s (pid %ld): not waiting any longer: killing it", c->name, (long)c->pid);
+			else
+				ad_warn("%s (pid %ld) ignored SIGTERM: killing it", c->name, (long)c->pid);
+			if (kill(-c->pid, SIGKILL) != 0)
+				kill(c->pid, SIGKILL);
+			waitpid(c->pid, NULL, 0);
+			surface_cleanup_pid((long)c->pid);
+			c->pid = 0;
+		}
+		if (!left)
+			break;
 		sleep_ms(10);
 	}
 	remove_dir(s->rundir);
@@ -977,6 +1021,25 @@ int
 sup_health_ane(const char *url, int timeout_ms, char *err)
 {
 	return health(url, &ad_rpc_ane, timeout_ms, err);
+}
+
+int
+sup_finishing_ane(const char *url, int timeout_ms, char *what, size_t cap)
+{
+	char err[AD_ERRLEN];
+	struct ad_client *c = NULL;
+	int slot = probe_get(url, &c, err);
+	if (slot < 0)
+		return -1;
+	struct ad_rpc_health h = {0};
+	int rc = ad_rpc_health(c, &ad_rpc_ane, &h, timeout_ms, NULL, err);
+	probe_put(slot);
+	if (rc != 0 && !h.pid) // no answer (a reply that says "starting" fills h)
+		return -1;
+	if (!h.finishing[0])
+		return 0;
+	snprintf(what, cap, "%s", h.finishing);
+	return 1;
 }
 
 int

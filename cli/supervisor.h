@@ -36,7 +36,12 @@
 // sup_free (and only it) stops everything: SIGTERM to each child, up to
 // 3 s to exit, SIGKILL for stragglers, then the runtime directory and the
 // instance's shared memory (surface_cleanup_pid of this pid) are removed.
-// No orphan, no leftover.
+// No orphan, no leftover. A straggler whose spec has a finishing function
+// that says it is completing work of its own (the ane-worker writing a new
+// kernel cache entry, which a SIGKILL would lose) is waited for instead,
+// with a line on stderr, for as long as it says so (asked every second, at
+// most 10 minutes), unless SIGINT or SIGTERM comes meanwhile: then it is
+// killed at once.
 #ifndef AD_SUPERVISOR_H
 #define AD_SUPERVISOR_H
 
@@ -49,6 +54,10 @@ struct sup;
 // health: 0 when the child at url answers ready, 1 when it answers that it
 // is still starting (the message says how far it has come), -1 with a message
 typedef int (*sup_health_fn)(const char *url, int timeout_ms, char *err);
+// finishing: 1 when the child at url says it completes work of its own
+// before it exits (what it is, into what), 0 when it does not, -1 when it
+// does not answer
+typedef int (*sup_finishing_fn)(const char *url, int timeout_ms, char *what, size_t cap);
 
 struct sup_spec {
 	const char *name;        // short, unique: "tokenizer", "ane-worker", ...
@@ -56,6 +65,10 @@ struct sup_spec {
 	const char *url;         // what health is asked on (may be NULL)
 	sup_health_fn health;    // NULL: running is enough
 	int restart;             // restart when it dies
+	// NULL, or asked (on url) once a stopping child has outlived its
+	// SIGTERM's grace: 1 while it completes work of its own before it exits
+	// (what it does into what), and then it is waited for (sup_free)
+	sup_finishing_fn finishing;
 };
 
 struct sup *sup_new(char *err);
@@ -101,6 +114,7 @@ int sup_default_model(char *buf, size_t cap);
 
 // health checks of the services (proto/*.proto Health)
 int sup_health_ane(const char *url, int timeout_ms, char *err);
+int sup_finishing_ane(const char *url, int timeout_ms, char *what, size_t cap); // Health's finishing
 int sup_health_tok(const char *url, int timeout_ms, char *err);
 int sup_health_engine(const char *url, int timeout_ms, char *err);
 

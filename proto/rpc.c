@@ -164,6 +164,7 @@ ad_rpc_health(struct ad_client *c, const struct ad_rpc_service *s, struct ad_rpc
 		h->requests = hr->requests;
 		h->starting = hr->starting;
 		snprintf(h->progress, sizeof h->progress, "%s", hr->progress ? hr->progress : "");
+		snprintf(h->finishing, sizeof h->finishing, "%s", hr->finishing ? hr->finishing : "");
 	}
 	int starting = hr->starting;
 	if (starting) {
@@ -221,7 +222,7 @@ ad_rpc_serve(void *server, const uint8_t *req, size_t req_len, uint8_t **out, si
 		return;
 	}
 	rq->scratch = scratch;
-	char progress[160] = "";
+	char progress[160] = "", finishing[160] = "";
 	const int starting = s->starting && s->starting(s->arg, progress, sizeof progress);
 	Anedvd__HealthReply health = ANEDVD__HEALTH_REPLY__INIT;
 	Anedvd__Error error = ANEDVD__ERROR__INIT;
@@ -241,6 +242,8 @@ ad_rpc_serve(void *server, const uint8_t *req, size_t req_len, uint8_t **out, si
 		health.requests = __atomic_load_n(&s->requests, __ATOMIC_RELAXED);
 		health.starting = starting;
 		health.progress = progress;
+		if (s->finishing && s->finishing(s->arg, finishing, sizeof finishing))
+			health.finishing = finishing;
 		rq->reply = &health.base;
 	} else if (starting) {
 		ad_rpc_fail(rq, ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE, "starting: %s", progress);

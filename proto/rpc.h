@@ -65,8 +65,9 @@ struct ad_rpc_health {
 	char process[64];
 	uint32_t pid;
 	uint64_t uptime_ms, requests;
-	int starting;       // alive, not ready yet
-	char progress[160]; // how far its start has come
+	int starting;        // alive, not ready yet
+	char progress[160];  // how far its start has come
+	char finishing[160]; // what it completes before it exits when told to stop ("": nothing)
 };
 
 // ad_rpc_health asks the service's Health (h may be NULL): 0, or -1 with
@@ -105,6 +106,9 @@ struct ad_rpc_server {
 	// NULL, or called for every request from any server thread: 1 while
 	// the process is starting (its progress into buf), 0 once it serves
 	int (*starting)(void *arg, char *buf, size_t cap);
+	// NULL, or called for Health: 1 while the process has work it completes
+	// before it exits when told to stop (what, into buf), else 0
+	int (*finishing)(void *arg, char *buf, size_t cap);
 };
 
 void ad_rpc_server_init(struct ad_rpc_server *s, const struct ad_rpc_service *svc, const char *process, ad_rpc_fn fn,

@@ -6,7 +6,8 @@
 # run reproduces the stories260K reference story; verify passes on every
 # fixture model and fails on a deliberately broken pipeline; a SIGKILL of
 # the ane-worker in the middle of a greedy run changes no token; SIGINT
-# leaves no child, no shared memory and no runtime directory; --trace is
+# leaves no child, no shared memory and no runtime directory; a kernel cache
+# entry still being written at the end is waited for; --trace is
 # valid JSON; bad usage exits 2 naming the flag. Prints "N passed, N failed".
 set -u
 BIN=$1
@@ -126,6 +127,26 @@ $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json --c
 check "an unwritable cache directory: one warning" [ "$(grep -c "kernel cache" "$T/kc4.err")" = 1 ]
 check "an unwritable cache directory: the reference ids" [ "$(json_ids "$T/kc4.json")" = "$REF" ]
 check "anedvd cache: bad option exits 2" sh -c "$A cache --bogus 2>/dev/null; [ \$? -eq 2 ]"
+# a new entry still being written when the run ends (a slow disk: its commit
+# held back 4.5 s) is waited for, with a line that says so, not killed with
+# the ane-worker 3 s after SIGTERM; a ^C while waiting kills it at once and
+# leaves no entry and no process
+ANEDVD_DEBUG_STORE_DELAY_MS=4500 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 8 --json \
+	--cache-dir "$T/kc-slow" > /dev/null 2> "$T/kc5.err"
+check "a slow cache write: waited for, with a line" grep -q "^anedvd: waiting for ane-worker (pid [0-9]*) to exit: it is writing its new kernel cache entry" "$T/kc5.err"
+check "a slow cache write: not killed" sh -c "! grep -q 'ignored SIGTERM' '$T/kc5.err'"
+check "a slow cache write: the entry is stored" sh -c "$A cache --dir '$T/kc-slow' | grep -q '^1 entry'"
+ANEDVD_DEBUG_STORE_DELAY_MS=60000 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 8 --json \
+	--cache-dir "$T/kc-int" > /dev/null 2> "$T/kc6.err" &
+RP=$!
+for _ in $(seq 100); do grep -q "^anedvd: waiting for ane-worker" "$T/kc6.err" && break; sleep 0.1; done
+T0=$SECONDS
+kill -INT $RP
+wait $RP
+check "a ^C while waiting for the cache write: the run ends at once" [ $((SECONDS - T0)) -le 2 ]
+check "a ^C while waiting: it says it stopped waiting" grep -q "ane-worker (pid [0-9]*): not waiting any longer: killing it" "$T/kc6.err"
+check "a ^C while waiting: no entry committed" sh -c "! ls '$T/kc-int'/*.kc > /dev/null 2>&1"
+check "a ^C while waiting: no process left" sh -c "! pgrep -f 'kc-[i]nt' > /dev/null"
 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 20 --temp 0.8 --top-p 0.9 --seed 7 --json > "$T/s1.json" 2>/dev/null
 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 20 --temp 0.8 --top-p 0.9 --seed 7 --json > "$T/s2.json" 2>/dev/null
 check "a seeded sampled run repeats" [ "$(json_ids "$T/s1.json")" = "$(json_ids "$T/s2.json")" ]

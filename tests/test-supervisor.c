@@ -1,9 +1,10 @@
 // test-supervisor.c - the CLI's supervisor with stand-in children (sh, sleep):
 // runtime directory and status file, restart with back-off and its count,
-// readiness errors, a hung child killed and restarted, stop with SIGTERM then SIGKILL, no process and no file
-// left behind, stale runtime directories of dead instances removed, unsafe
-// runtime directories refused and an unguessable one made without
-// XDG_RUNTIME_DIR.
+// readiness errors, a hung child killed and restarted, stop with SIGTERM then
+// SIGKILL (a child that says it finishes work of its own waited for, until an
+// interrupt), no process and no file left behind, stale runtime directories
+// of dead instances removed, unsafe runtime directories refused and an
+// unguessable one made without XDG_RUNTIME_DIR.
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -62,7 +63,7 @@ test_lifecycle(void)
 	CHECK(sup_url(s, "x", url, sizeof url) == 0 && strstr(url, "ipc://") == url && strstr(url, dir));
 
 	const char *sleeper[] = {"/bin/sleep", "100", NULL};
-	struct sup_spec sp = {"sleeper", sleeper, NULL, NULL, 1};
+	struct sup_spec sp = {"sleeper", sleeper, NULL, NULL, 1, NULL};
 	REQUIRE(sup_spawn(s, &sp, err) == 0, "%s", err);
 	CHECK(sup_spawn(s, &sp, err) == -1, "a duplicate name is refused");
 	CHECK(sup_wait_ready(s, "sleeper", 2000, err) == 0, "%s", err);
@@ -93,7 +94,7 @@ test_lifecycle(void)
 
 	// a child that ignores SIGTERM is killed; sup_free removes everything
 	const char *stubborn[] = {"/bin/sh", "-c", "trap '' TERM; exec /bin/sleep 100", NULL};
-	struct sup_spec sp2 = {"stubborn", stubborn, NULL, NULL, 0};
+	struct sup_spec sp2 = {"stubborn", stubborn, NULL, NULL, 0, NULL};
 	REQUIRE(sup_spawn(s, &sp2, err) == 0, "%s", err);
 	sleep_ms(100);
 	long p2 = sup_pid(s, "stubborn");
@@ -104,6 +105,72 @@ test_lifecycle(void)
 	CHECK(took >= 2.5 && took < 6, "stop took %.2f s", took);
 	CHECK(!alive(np) && !alive(p2), "children gone");
 	CHECK(!exists(dir), "runtime dir removed");
+}
+
+// a finishing function (sup_spec) for stand-ins: says "testing" while
+// finishing_says, counting the asks
+static int finishing_says, finishing_asks;
+
+static int
+finishing_stub(const char *url, int timeout_ms, char *what, size_t cap)
+{
+	(void)url;
+	(void)timeout_ms;
+	finishing_asks++;
+	snprintf(what, cap, "testing");
+	return finishing_says;
+}
+
+static void *
+interrupt_at_4s(void *p)
+{
+	(void)p;
+	sleep_ms(4000);
+	kill(getpid(), SIGINT);
+	return NULL;
+}
+
+// a stopping child that says it finishes work of its own is waited for past
+// the 3 s grace (it exits by itself: its file is written); one that does not
+// say so, or one waited for when an interrupt comes, is killed
+static void
+test_finishing(void)
+{
+	char err[AD_ERRLEN], done[1100], cmd[1300];
+	snprintf(done, sizeof done, "%s/finished", t_tmpdir());
+	snprintf(cmd, sizeof cmd, "trap '' TERM; /bin/sleep 5; echo > %s", done);
+	const char *slow[] = {"/bin/sh", "-c", cmd, NULL};
+	for (int round = 0; round < 3; round++) {
+		unlink(done);
+		struct sup *s = sup_new(err);
+		REQUIRE(s, "%s", err);
+		struct sup_spec sp = {"slow", slow, "x", NULL, 0, finishing_stub};
+		REQUIRE(sup_spawn(s, &sp, err) == 0, "%s", err);
+		sleep_ms(100);
+		long pid = sup_pid(s, "slow");
+		finishing_says = round != 1;
+		finishing_asks = 0;
+		sup_clear_interrupt();
+		pthread_t th;
+		if (round == 2)
+			REQUIRE(pthread_create(&th, NULL, interrupt_at_4s, NULL) == 0);
+		double t0 = now_s();
+		sup_free(s);
+		double took = now_s() - t0;
+		if (round == 2)
+			pthread_join(th, NULL);
+		CHECK(!alive(pid), "round %d: the child is gone", round);
+		if (round == 0) {
+			CHECK(exists(done), "waited for: it finished by itself");
+			CHECK(took >= 4.5 && took < 8, "stop took %.2f s", took);
+			CHECK(finishing_asks >= 1, "asked %d times", finishing_asks);
+		} else {
+			CHECK(!exists(done), "round %d: killed before it finished", round);
+			CHECK(took >= 2.5 && took < 4.8, "round %d: stop took %.2f s", round, took);
+			CHECK(finishing_asks >= 1, "round %d: asked %d times", round, finishing_asks);
+		}
+	}
+	sup_clear_interrupt();
 }
 
 // the status file's line for name, "" if none
@@ -141,7 +208,7 @@ test_backoff(void)
 	REQUIRE(s, "%s", err);
 	// dies at once, again and again: 100, 200, 400, 800 ms ...
 	const char *crasher[] = {"/bin/sh", "-c", "exit 3", NULL};
-	struct sup_spec sp = {"crasher", crasher, NULL, NULL, 1};
+	struct sup_spec sp = {"crasher", crasher, NULL, NULL, 1, NULL};
 	REQUIRE(sup_spawn(s, &sp, err) == 0, "%s", err);
 	// five exits (about 1.6 s, more on a loaded machine): the status file
 	// says how it ended and when
@@ -183,7 +250,7 @@ test_backoff(void)
 	s = sup_new(err);
 	REQUIRE(s, "%s", err);
 	const char *usage[] = {"/bin/sh", "-c", "exit 2", NULL};
-	struct sup_spec spu = {"usage", usage, NULL, NULL, 1};
+	struct sup_spec spu = {"usage", usage, NULL, NULL, 1, NULL};
 	REQUIRE(sup_spawn(s, &spu, err) == 0, "%s", err);
 	sleep_ms(600);
 	CHECK(sup_restarts(s, "usage") == 0, "restarted %d times", sup_restarts(s, "usage"));
@@ -197,7 +264,7 @@ test_backoff(void)
 	// (5 exits in 30 s: about 1.6 s here), not at its timeout
 	s = sup_new(err);
 	REQUIRE(s, "%s", err);
-	struct sup_spec spl = {"looper", crasher, "x", never_ready, 1};
+	struct sup_spec spl = {"looper", crasher, "x", never_ready, 1, NULL};
 	REQUIRE(sup_spawn(s, &spl, err) == 0, "%s", err);
 	uint64_t w0 = (uint64_t)time(NULL);
 	CHECK(sup_wait_ready(s, "looper", 60000, err) == -1);
@@ -208,7 +275,7 @@ test_backoff(void)
 	// not restarted: readiness fails with the exit status
 	s = sup_new(err);
 	REQUIRE(s, "%s", err);
-	struct sup_spec sp2 = {"once", crasher, NULL, NULL, 0};
+	struct sup_spec sp2 = {"once", crasher, NULL, NULL, 0, NULL};
 	REQUIRE(sup_spawn(s, &sp2, err) == 0, "%s", err);
 	sleep_ms(300); // without a health check, running is ready: let it exit first
 	CHECK(sup_wait_ready(s, "once", 3000, err) == -1);
@@ -216,7 +283,7 @@ test_backoff(void)
 	CHECK(sup_restarts(s, "once") == 0);
 	// a missing binary
 	const char *missing[] = {"/nonexistent/anedvd-x", NULL};
-	struct sup_spec sp3 = {"missing", missing, NULL, NULL, 0};
+	struct sup_spec sp3 = {"missing", missing, NULL, NULL, 0, NULL};
 	int rc = sup_spawn(s, &sp3, err);
 	if (rc == 0 && (sleep_ms(300), 1)) // glibc may report exec failure as exit 127
 		CHECK(sup_wait_ready(s, "missing", 3000, err) == -1);
@@ -234,7 +301,7 @@ test_health_timeout(void)
 	char url[1100];
 	sup_url(s, "nothing", url, sizeof url);
 	const char *sleeper[] = {"/bin/sleep", "100", NULL};
-	struct sup_spec sp = {"deaf", sleeper, url, sup_health_ane, 1};
+	struct sup_spec sp = {"deaf", sleeper, url, sup_health_ane, 1, NULL};
 	REQUIRE(sup_spawn(s, &sp, err) == 0, "%s", err);
 	CHECK(sup_wait_ready(s, "deaf", 600, err) == -1);
 	CHECK(strstr(err, "did not become ready") != NULL, "%s", err);
@@ -289,7 +356,7 @@ test_health_late(void)
 	char url[1100];
 	sup_url(s, "late", url, sizeof url);
 	const char *sleeper[] = {"/bin/sleep", "100", NULL};
-	struct sup_spec sp = {"late", sleeper, url, sup_health_engine, 1};
+	struct sup_spec sp = {"late", sleeper, url, sup_health_engine, 1, NULL};
 	REQUIRE(sup_spawn(s, &sp, err) == 0, "%s", err);
 	struct late l = {url, 3500, NULL, {0}};
 	pthread_t th;
@@ -302,7 +369,7 @@ test_health_late(void)
 	CHECK(ms >= 3400 && ms < 10000, "ready after %.0f ms", ms);
 
 	// SIGINT during a wait: the error names the child and the last answer
-	sp = (struct sup_spec){"deaf", sleeper, url, sup_health_ane, 1};
+	sp = (struct sup_spec){"deaf", sleeper, url, sup_health_ane, 1, NULL};
 	sup_url(s, "deaf", url, sizeof url);
 	REQUIRE(sup_spawn(s, &sp, err) == 0, "%s", err);
 	REQUIRE(pthread_create(&th, NULL, interrupt_later, NULL) == 0);
@@ -330,9 +397,9 @@ test_hung(void)
 	sup_url(s, "hang", url, sizeof url);
 	sup_url(s, "never", url2, sizeof url2);
 	const char *sleeper[] = {"/bin/sleep", "100", NULL};
-	struct sup_spec sp = {"hang", sleeper, url, sup_health_engine, 1};
+	struct sup_spec sp = {"hang", sleeper, url, sup_health_engine, 1, NULL};
 	REQUIRE(sup_spawn(s, &sp, err) == 0, "%s", err);
-	struct sup_spec sp2 = {"never", sleeper, url2, sup_health_ane, 1};
+	struct sup_spec sp2 = {"never", sleeper, url2, sup_health_ane, 1, NULL};
 	REQUIRE(sup_spawn(s, &sp2, err) == 0, "%s", err);
 	struct late l = {url, 0, NULL, {0}};
 	late_listen(&l);
@@ -562,6 +629,7 @@ main(void)
 	T_RUN(test_health_timeout);
 	T_RUN(test_health_late);
 	T_RUN(test_hung);
+	T_RUN(test_finishing);
 	T_RUN(test_stale);
 	T_RUN(test_rundir);
 	T_RUN(test_binary);

@@ -29,6 +29,7 @@ struct ane_service_opts {
 	int cache_mb;          // bound of the cache directory (0: KC_DEFAULT_MAX_MB)
 	int delay_us;          // sleep inside every kernel call (tests)
 	int build_delay_ms;    // a pause after each kernel built (tests: a start slow enough to watch)
+	int store_delay_ms;    // a pause before a new cache entry is committed (tests: a slow disk)
 	uint64_t model_us;     // the model's load time, for the start's log line
 	int quiet;             // log the start at debug level (a service inside another program)
 };
