@@ -765,7 +765,8 @@ struct ane_store {
 	struct kc_writer *w;
 	const struct ane_set *s;
 	uint64_t max_bytes;
-	int delay_ms; // ane_build_opts.debug_store_delay_ms
+	_Atomic int *stored; // ane_build_opts.stored
+	int delay_ms;        // ane_build_opts.debug_store_delay_ms
 	int failed;
 	char err[AD_ERRLEN];
 	uint64_t us;
@@ -786,12 +787,17 @@ store_main(void *arg)
 		if (abort || (i >= ready && done))
 			break;
 		uint64_t t0 = now_us();
-		for (; i < ready; i++)
+		for (; i < ready; i++) {
 			if (!q->failed && store_kernel(q->w, q->s, i, q->err))
 				q->failed = 1;
+			if (q->stored)
+				atomic_store(q->stored, i + 1);
+		}
 		q->us += now_us() - t0;
 	}
 	uint64_t t0 = now_us();
+	if (q->stored)
+		atomic_store(q->stored, i + 1); // committing
 	if (!abort && !q->failed && q->delay_ms > 0) {
 		struct timespec ts = {q->delay_ms / 1000, (long)(q->delay_ms % 1000) * 1000000L};
 		nanosleep(&ts, NULL);
@@ -817,7 +823,7 @@ store_publish(struct ane_store *q, int ready, int done, int abort)
 }
 
 static struct ane_store *
-store_start(struct kc_writer *w, const struct ane_set *s, uint64_t max_bytes, int delay_ms)
+store_start(struct kc_writer *w, const struct ane_set *s, uint64_t max_bytes, _Atomic int *stored, int delay_ms)
 {
 	struct ane_store *q = calloc(1, sizeof *q);
 	if (!q)
@@ -825,6 +831,7 @@ store_start(struct kc_writer *w, const struct ane_set *s, uint64_t max_bytes, in
 	q->w = w;
 	q->s = s;
 	q->max_bytes = max_bytes;
+	q->stored = stored;
 	q->delay_ms = delay_ms;
 	pthread_mutex_init(&q->mu, NULL);
 	pthread_cond_init(&q->cv, NULL);
@@ -974,7 +981,7 @@ ane_set_build(struct ane_set *s, const struct model *m, const struct ane_plan_op
 		}
 	}
 	struct ane_store *q = NULL;
-	if (w && !(q = store_start(w, s, bo->cache_max_bytes, bo->debug_store_delay_ms))) {
+	if (w && !(q = store_start(w, s, bo->cache_max_bytes, bo->stored, bo->debug_store_delay_ms))) {
 		kc_writer_abort(w);
 		st->cache = ANE_CACHE_NOT_STORED;
 		snprintf(st->cache_note, sizeof st->cache_note, "not cached: out of memory");

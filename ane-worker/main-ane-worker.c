@@ -134,6 +134,7 @@ struct worker {
 	// a new cache entry is being written (ane_set_cache_wait has yet to
 	// return): Health says so, and the supervisor waits for it at a stop
 	_Atomic int cache_writing;
+	_Atomic int stored; // its kernels written so far, total + 1 while it commits (ane_build_opts.stored)
 };
 
 // the rpc server's finishing function
@@ -143,7 +144,11 @@ finishing(void *arg, char *buf, size_t cap)
 	struct worker *w = arg;
 	if (!atomic_load(&w->cache_writing))
 		return 0;
-	snprintf(buf, cap, "writing its new kernel cache entry");
+	const int k = atomic_load(&w->stored), n = atomic_load(&w->total);
+	if (k > n)
+		snprintf(buf, cap, "flushing its new kernel cache entry to disk");
+	else
+		snprintf(buf, cap, "writing its new kernel cache entry (%d of %d kernels)", k, n);
 	return 1;
 }
 
@@ -1083,6 +1088,7 @@ ane_service_start(const struct model *m, const struct ane_service_opts *o, char 
 	                            .cache_background = 1,
 	                            .built = &w->built,
 	                            .total = &w->total,
+	                            .stored = &w->stored,
 	                            .debug_delay_ms = o->build_delay_ms,
 	                            .debug_store_delay_ms = o->store_delay_ms};
 	enum ad_log_level lv = w->log_level = o->quiet ? AD_LOG_DEBUG : AD_LOG_INFO;

@@ -40,6 +40,8 @@ extern char **environ;
 // finishing) is asked again this often, and waited for at most this long
 #define FINISH_ASK_MS 1000
 #define FINISH_WAIT_MS 600000
+// what it says it is doing is printed again when it changes, at most this often
+#define FINISH_SAY_MS 5000
 #define SUP_RECENT 8         // exit times kept per child for the status file
 #define LOOP_N 5             // this many exits ...
 #define LOOP_WINDOW_MS 30000 // ... within this long: crash-looping
@@ -58,6 +60,8 @@ struct child {
 	sup_health_fn health;
 	sup_finishing_fn finishing;
 	uint64_t finish_until; // at a stop: waited for until then (finishing work of its own), 0: not
+	char finish_said[160]; // what it last said it was doing, as printed
+	uint64_t finish_said_ms;
 	int restart;
 	pid_t pid; // 0 while down
 	int restarts;
@@ -819,6 +823,15 @@ sup_free(struct sup *s)
 					fprintf(stderr,
 					        "anedvd: waiting for %s (pid %ld) to exit: it is %s (Ctrl-C: stop waiting)\n",
 					        c->name, (long)c->pid, what);
+				} else if (strcmp(what, c->finish_said) && t - c->finish_said_ms >= FINISH_SAY_MS) {
+					fprintf(stderr, "anedvd: still waiting for %s (pid %ld): it is %s\n", c->name,
+					        (long)c->pid, what);
+				} else {
+					what[0] = 0; // nothing printed
+				}
+				if (what[0]) {
+					snprintf(c->finish_said, sizeof c->finish_said, "%s", what);
+					c->finish_said_ms = t;
 				}
 				c->finish_until = now_ms() + STOP_WAIT_MS;
 			}

@@ -39,9 +39,10 @@
 // No orphan, no leftover. A straggler whose spec has a finishing function
 // that says it is completing work of its own (the ane-worker writing a new
 // kernel cache entry, which a SIGKILL would lose) is waited for instead,
-// with a line on stderr, for as long as it says so (asked every second, at
-// most 10 minutes), unless SIGINT or SIGTERM comes meanwhile: then it is
-// killed at once.
+// with a line on stderr (and another when what it says changes, at most
+// every 5 s), for as long as it says so (asked every second, at most 10
+// minutes), unless SIGINT or SIGTERM comes meanwhile: then it is killed at
+// once.
 #ifndef AD_SUPERVISOR_H
 #define AD_SUPERVISOR_H
 

@@ -133,7 +133,7 @@ check "anedvd cache: bad option exits 2" sh -c "$A cache --bogus 2>/dev/null; [ 
 # leaves no entry and no process
 ANEDVD_DEBUG_STORE_DELAY_MS=4500 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 8 --json \
 	--cache-dir "$T/kc-slow" > /dev/null 2> "$T/kc5.err"
-check "a slow cache write: waited for, with a line" grep -q "^anedvd: waiting for ane-worker (pid [0-9]*) to exit: it is writing its new kernel cache entry" "$T/kc5.err"
+check "a slow cache write: waited for, with a line" grep -q "^anedvd: waiting for ane-worker (pid [0-9]*) to exit: it is flushing its new kernel cache entry to disk (Ctrl-C: stop waiting)" "$T/kc5.err"
 check "a slow cache write: not killed" sh -c "! grep -q 'ignored SIGTERM' '$T/kc5.err'"
 check "a slow cache write: the entry is stored" sh -c "$A cache --dir '$T/kc-slow' | grep -q '^1 entry'"
 ANEDVD_DEBUG_STORE_DELAY_MS=60000 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 8 --json \

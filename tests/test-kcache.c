@@ -216,13 +216,19 @@ test_background_store(void)
 	for (int round = 0; round < 2; round++) {
 		struct ane_set s;
 		struct ane_plan_opts po = {.width = W, .split = round};
-		struct ane_build_opts bo = {
-			.backend = "emu", .cache_dir = dir, .options = "weights=fp16", .cache_background = 1};
+		_Atomic int stored = -1;
+		struct ane_build_opts bo = {.backend = "emu",
+		                            .cache_dir = dir,
+		                            .options = "weights=fp16",
+		                            .cache_background = 1,
+		                            .stored = &stored};
 		REQUIRE(ane_set_build(&s, &model, &po, &bo, 0, err) == 0, "%s", err);
 		CHECK(s.start.cache == ANE_CACHE_MISS);
 		if (round == 0) {
 			check_same(&s, "serving while the entry is written");
 			CHECK(ane_set_cache_wait(&s, NULL) == ANE_CACHE_MISS);
+			// every kernel written, then one more for the commit
+			CHECK(atomic_load(&stored) == s.plan.n + 1, "stored %d of %d", atomic_load(&stored), s.plan.n);
 			CHECK(s.store == NULL && s.start.store_us > 0);
 			CHECK(ane_set_cache_wait(&s, NULL) == ANE_CACHE_MISS, "twice");
 		}

@@ -6,6 +6,7 @@
 // of dead instances removed, unsafe runtime directories refused and an
 // unguessable one made without XDG_RUNTIME_DIR.
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -107,8 +108,8 @@ test_lifecycle(void)
 	CHECK(!exists(dir), "runtime dir removed");
 }
 
-// a finishing function (sup_spec) for stand-ins: says "testing" while
-// finishing_says, counting the asks
+// a finishing function (sup_spec) for stand-ins: says "testing N" (N: the
+// ask) while finishing_says, counting the asks
 static int finishing_says, finishing_asks;
 
 static int
@@ -117,7 +118,7 @@ finishing_stub(const char *url, int timeout_ms, char *what, size_t cap)
 	(void)url;
 	(void)timeout_ms;
 	finishing_asks++;
-	snprintf(what, cap, "testing");
+	snprintf(what, cap, "testing %d", finishing_asks);
 	return finishing_says;
 }
 
@@ -130,17 +131,33 @@ interrupt_at_4s(void *p)
 	return NULL;
 }
 
+// occurrences of what in the file at path
+static int
+count_in(const char *path, const char *what)
+{
+	size_t n;
+	char *d = t_read_file(path, &n);
+	int c = 0;
+	for (char *p = d; p && (p = strstr(p, what)); p += strlen(what))
+		c++;
+	free(d);
+	return c;
+}
+
 // a stopping child that says it finishes work of its own is waited for past
-// the 3 s grace (it exits by itself: its file is written); one that does not
-// say so, or one waited for when an interrupt comes, is killed
+// the 3 s grace (it exits by itself: its file is written), with a line on
+// stderr, and another when what it says changes, at most every 5 s; one
+// that does not say so, or one waited for when an interrupt comes, is killed
 static void
 test_finishing(void)
 {
-	char err[AD_ERRLEN], done[1100], cmd[1300];
+	char err[AD_ERRLEN], done[1100], cmd[2][1300], log[1100];
 	snprintf(done, sizeof done, "%s/finished", t_tmpdir());
-	snprintf(cmd, sizeof cmd, "trap '' TERM; /bin/sleep 5; echo > %s", done);
-	const char *slow[] = {"/bin/sh", "-c", cmd, NULL};
+	snprintf(log, sizeof log, "%s/finishing.err", t_tmpdir());
+	for (int i = 0; i < 2; i++)
+		snprintf(cmd[i], sizeof cmd[i], "trap '' TERM; /bin/sleep %d; echo > %s", i ? 5 : 9, done);
 	for (int round = 0; round < 3; round++) {
+		const char *slow[] = {"/bin/sh", "-c", cmd[round > 0], NULL};
 		unlink(done);
 		struct sup *s = sup_new(err);
 		REQUIRE(s, "%s", err);
@@ -154,20 +171,36 @@ test_finishing(void)
 		pthread_t th;
 		if (round == 2)
 			REQUIRE(pthread_create(&th, NULL, interrupt_at_4s, NULL) == 0);
+		// its lines on stderr, into a file
+		fflush(stderr);
+		int saved = dup(2), fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		REQUIRE(saved >= 0 && fd >= 0 && dup2(fd, 2) == 2);
+		close(fd);
 		double t0 = now_s();
 		sup_free(s);
 		double took = now_s() - t0;
+		fflush(stderr);
+		dup2(saved, 2);
+		close(saved);
 		if (round == 2)
 			pthread_join(th, NULL);
 		CHECK(!alive(pid), "round %d: the child is gone", round);
+		CHECK(finishing_asks >= 1, "round %d: asked %d times", round, finishing_asks);
+		const int said = count_in(log, "anedvd: waiting for slow (pid "),
+			  again = count_in(log, "anedvd: still waiting for slow (pid ");
 		if (round == 0) {
 			CHECK(exists(done), "waited for: it finished by itself");
-			CHECK(took >= 4.5 && took < 8, "stop took %.2f s", took);
-			CHECK(finishing_asks >= 1, "asked %d times", finishing_asks);
+			CHECK(took >= 8.5 && took < 13, "stop took %.2f s", took);
+			CHECK(said == 1 && count_in(log, "it is testing 1 (Ctrl-C: stop waiting)") == 1, "the line");
+			CHECK(again >= 1 && again <= 2, "%d lines again as it said more", again);
+			CHECK(count_in(log, "killing it") == 0);
 		} else {
 			CHECK(!exists(done), "round %d: killed before it finished", round);
 			CHECK(took >= 2.5 && took < 4.8, "round %d: stop took %.2f s", round, took);
-			CHECK(finishing_asks >= 1, "round %d: asked %d times", round, finishing_asks);
+			CHECK(said == (round == 2) && again == 0, "round %d: %d lines, %d again", round, said, again);
+			CHECK(count_in(log, round == 2 ? "not waiting any longer: killing it"
+			                               : "ignored SIGTERM: killing it") == 1,
+			      "round %d: how it was killed", round);
 		}
 	}
 	sup_clear_interrupt();

@@ -80,6 +80,10 @@ struct ane_build_opts {
 	// NULL, or where ane_set_build counts the kernels it has and will
 	// have, for another thread to read (the ane-worker's Health)
 	_Atomic int *built, *total;
+	// NULL, or where the writer of a new cache entry counts the kernels it
+	// has written into it, and then one more while it commits it (fsync,
+	// rename), for another thread to read (the ane-worker's Health)
+	_Atomic int *stored;
 	int debug_delay_ms;       // a pause after each kernel built (tests)
 	int debug_store_delay_ms; // a pause before a new cache entry is committed (tests)
 	// write each kernel's blob to a file and compile from it, as the ane
