@@ -143,6 +143,15 @@ one(int n_head, int n_head_kv, int hd, int hdv, int rows, int first, float softc
 	free(scratch);
 }
 
+// the shape of heads h (query, KV) and head dims dm (keys, values), each
+// cache row padded by kpad and vpad fp16 values past its heads
+static struct attn_shape
+padded_shape(const int h[2], const int dm[2], int kpad, int vpad, float scale, float cap)
+{
+	return (struct attn_shape){
+		h[0], h[1], dm[0], dm[1], (size_t)(h[1] * dm[0] + kpad), (size_t)(h[1] * dm[1] + vpad), scale, cap};
+}
+
 static void
 test_random_shapes(void)
 {
@@ -268,14 +277,7 @@ test_columns(void)
 		const int *h = heads[t % 6], *dm = dims[(t / 6) % 8], nc = 1 + t % ATTN_COLS_MAX;
 		const int rows = nc + 1 + (int)((frand() + 1) * 90), first = t % 4 == 3 ? (rows - nc) / 2 : 0;
 		const int split = t % 5 == 0 ? 0 : (int)((frand() + 1) * 0.5 * rows);
-		struct attn_shape sh = {h[0],
-		                        h[1],
-		                        dm[0],
-		                        dm[1],
-		                        (size_t)(h[1] * dm[0] + 1),
-		                        (size_t)(h[1] * dm[1] + 7),
-		                        0.29f,
-		                        t % 7 == 2 ? 4.0f : 0.0f};
+		struct attn_shape sh = padded_shape(h, dm, 1, 7, 0.29f, t % 7 == 2 ? 4.0f : 0.0f);
 		const size_t qs = (size_t)h[0] * dm[0] + 3, os = (size_t)h[0] * dm[1] + 5;
 		const size_t kn = sh.k_stride * (size_t)rows, vn = sh.v_stride * (size_t)rows;
 		uint16_t *k = malloc(kn * 2), *v = malloc(vn * 2), *k0 = malloc(kn * 2), *v0 = malloc(vn * 2);
@@ -355,14 +357,8 @@ test_wide_bits(void)
 		const int rows = nc + (int)((frand() + 1) * (t % 3 == 0 ? 400 : 60));
 		const int first = t % 4 == 1 ? (int)((frand() + 1) * 0.5 * (rows - nc)) : 0;
 		const int split = t % 5 == 0 ? 0 : (int)((frand() + 1) * 0.5 * rows);
-		struct attn_shape sh = {h[0],
-		                        h[1],
-		                        dm[0],
-		                        dm[1],
-		                        (size_t)(h[1] * dm[0] + (t % 2 ? 8 : 0)),
-		                        (size_t)(h[1] * dm[1] + (t % 3 ? 0 : 24)),
-		                        1.0f / sqrtf((float)dm[0]),
-		                        t % 6 == 5 ? 6.0f : 0.0f};
+		struct attn_shape sh = padded_shape(h, dm, t % 2 ? 8 : 0, t % 3 ? 0 : 24, 1.0f / sqrtf((float)dm[0]),
+		                                    t % 6 == 5 ? 6.0f : 0.0f);
 		const size_t kn = sh.k_stride * (size_t)rows, vn = sh.v_stride * (size_t)rows;
 		const size_t no = (size_t)h[0] * dm[1], nq = (size_t)h[0] * dm[0];
 		uint16_t *k = malloc(kn * 2), *v = malloc(vn * 2), *k0 = malloc(kn * 2), *v0 = malloc(vn * 2);
@@ -435,14 +431,8 @@ test_parts(void)
 		const int rows = 2 + (int)((frand() + 1) * (t % 3 == 0 ? 900 : 150));
 		const int first = t % 4 == 1 ? (int)((frand() + 1) * 0.25 * rows) : 0;
 		const int split = t % 5 == 0 ? 0 : (int)((frand() + 1) * 0.5 * rows);
-		struct attn_shape sh = {h[0],
-		                        h[1],
-		                        dm[0],
-		                        dm[1],
-		                        (size_t)(h[1] * dm[0] + (t % 2 ? 8 : 0)),
-		                        (size_t)(h[1] * dm[1]),
-		                        1.0f / sqrtf((float)dm[0]),
-		                        t % 6 == 5 ? 6.0f : 0.0f};
+		struct attn_shape sh =
+			padded_shape(h, dm, t % 2 ? 8 : 0, 0, 1.0f / sqrtf((float)dm[0]), t % 6 == 5 ? 6.0f : 0.0f);
 		if (!attn_part_ok(&sh))
 			continue;
 		const size_t kn = sh.k_stride * (size_t)rows, vn = sh.v_stride * (size_t)rows;
