@@ -1016,18 +1016,26 @@ sup_probes_close(void)
 	pthread_mutex_unlock(&probes_mu);
 }
 
-// the service's Health through a kept client (proto/rpc.h)
+// the service's Health through a kept client (proto/rpc.h) into *h: 0, 1
+// while it says it is starting, -1 with no answer
 static int
-health(const char *url, const struct ad_rpc_service *svc, int timeout_ms, char *err)
+health_of(const char *url, const struct ad_rpc_service *svc, int timeout_ms, struct ad_rpc_health *h, char *err)
 {
 	struct ad_client *c = NULL;
 	int slot = probe_get(url, &c, err);
 	if (slot < 0)
 		return -1;
-	struct ad_rpc_health h = {0};
-	int rc = ad_rpc_health(c, svc, &h, timeout_ms, NULL, err);
+	*h = (struct ad_rpc_health){0};
+	int rc = ad_rpc_health(c, svc, h, timeout_ms, NULL, err);
 	probe_put(slot);
-	return rc == 0 ? 0 : h.starting ? 1 : -1;
+	return rc == 0 ? 0 : h->starting ? 1 : -1;
+}
+
+static int
+health(const char *url, const struct ad_rpc_service *svc, int timeout_ms, char *err)
+{
+	struct ad_rpc_health h;
+	return health_of(url, svc, timeout_ms, &h, err);
 }
 
 int
@@ -1040,14 +1048,8 @@ int
 sup_finishing_ane(const char *url, int timeout_ms, char *what, size_t cap)
 {
 	char err[AD_ERRLEN];
-	struct ad_client *c = NULL;
-	int slot = probe_get(url, &c, err);
-	if (slot < 0)
-		return -1;
-	struct ad_rpc_health h = {0};
-	int rc = ad_rpc_health(c, &ad_rpc_ane, &h, timeout_ms, NULL, err);
-	probe_put(slot);
-	if (rc != 0 && !h.pid) // no answer (a reply that says "starting" fills h)
+	struct ad_rpc_health h;
+	if (health_of(url, &ad_rpc_ane, timeout_ms, &h, err) < 0)
 		return -1;
 	if (!h.finishing[0])
 		return 0;
