@@ -136,23 +136,24 @@ emu_i8_one_col_avx2(void)
 // accumulators in registers for the whole cin loop; each panel step's 16
 // int8 weights are widened once and used for every column of the block.
 // Panels go in groups whose weights stay in L2 while the column blocks
-// pass over them (one column: one pass, no grouping). One column on
-// AVX-512 prefetches the stream PFD lines ahead into L2.
+// pass over them (one column: one pass, no grouping). One column
+// prefetches its stream into L2, ahead steps (lines) on: emu_prefetch_steps.
 #define GROUP 8
-#define PFD 16
 
 // ---- AVX2: a panel step is two ymm (rows 0-7, 8-15); 2 * MP * NC <= 12
 #define T2 __attribute__((target("avx2,fma,f16c")))
 
 T2 static inline __attribute__((always_inline)) void
-tile2(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left, const float *sc, const int mp,
-      const int nc)
+tile2(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left, const float *sc, size_t ahead,
+      const int mp, const int nc)
 {
 	__m256 acc[12];
 #pragma GCC unroll 12
 	for (int a = 0; a < 2 * mp * nc; a++)
 		acc[a] = _mm256_setzero_ps();
 	for (size_t i = 0; i < cin; i++) {
+		if (ahead)
+			_mm_prefetch((const char *)(w + (i + ahead) * QROW), _MM_HINT_T1);
 #pragma GCC unroll 4
 		for (int p = 0; p < mp; p++) {
 			if (p > 0 && nc > 1) // re-broadcast x per panel (see emu.c: no spills)
@@ -195,7 +196,8 @@ tile2(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t
 	}
 }
 
-typedef void tile_fn(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left, const float *sc);
+typedef void tile_fn(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left, const float *sc,
+                     size_t ahead);
 
 T2 void
 emu_i8_panel_fp16(const int8_t *panels, size_t cin, size_t p, uint16_t *dst, size_t ld)
@@ -211,9 +213,9 @@ emu_i8_panel_fp16(const int8_t *panels, size_t cin, size_t p, uint16_t *dst, siz
 
 #define TILE2(MP, NC)                                                                                                  \
 	T2 static void t2_##MP##x##NC(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left, \
-	                              const float *sc)                                                                 \
+	                              const float *sc, size_t ahead)                                                   \
 	{                                                                                                              \
-		tile2(w, cin, x, y, cout, left, sc, MP, NC);                                                           \
+		tile2(w, cin, x, y, cout, left, sc, ahead, MP, NC);                                                    \
 	}
 TILE2(1, 1)
 TILE2(1, 2)
@@ -237,8 +239,8 @@ static tile_fn *const tiles2[5][4] = {
 #define T5 __attribute__((target("avx512f,avx2,fma,f16c")))
 
 T5 static inline __attribute__((always_inline)) void
-tile5(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left, const float *sc, const int mp,
-      const int nc)
+tile5(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left, const float *sc, size_t ahead,
+      const int mp, const int nc)
 {
 	__m512 acc[24];
 #pragma GCC unroll 24
@@ -246,8 +248,8 @@ tile5(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t
 		acc[a] = _mm512_setzero_ps();
 	for (size_t i = 0; i < cin; i++) {
 		__m512 wv[4];
-		if (nc == 1)
-			_mm_prefetch((const char *)(w + (i + PFD) * QROW), _MM_HINT_T1);
+		if (ahead)
+			_mm_prefetch((const char *)(w + (i + ahead) * QROW), _MM_HINT_T1);
 #pragma GCC unroll 4
 		for (int p = 0; p < mp; p++)
 			wv[p] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
@@ -276,9 +278,9 @@ tile5(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t
 
 #define TILE5(MP, NC)                                                                                                  \
 	T5 static void t5_##MP##x##NC(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left, \
-	                              const float *sc)                                                                 \
+	                              const float *sc, size_t ahead)                                                   \
 	{                                                                                                              \
-		tile5(w, cin, x, y, cout, left, sc, MP, NC);                                                           \
+		tile5(w, cin, x, y, cout, left, sc, ahead, MP, NC);                                                    \
 	}
 #define TILE5_ROW(MP) TILE5(MP, 1) TILE5(MP, 2) TILE5(MP, 3) TILE5(MP, 4) TILE5(MP, 5) TILE5(MP, 6)
 TILE5_ROW(1)
@@ -303,6 +305,7 @@ conv_blocked(tile_fn *const *tab, size_t tabw, const int *mp_for, size_t maxc, c
 	size_t nb = (ncols + maxc - 1) / maxc;
 	size_t base = ncols / nb, extra = ncols % nb;
 	size_t group = nb == 1 ? p1 - p0 : GROUP;
+	size_t ahead = ncols == 1 ? emu_prefetch_steps() : 0;
 	for (size_t p = p0; p < p1; p += group) {
 		size_t pe = p1 - p > group ? p + group : p1;
 		size_t j = 0;
@@ -315,7 +318,8 @@ conv_blocked(tile_fn *const *tab, size_t tabw, const int *mp_for, size_t maxc, c
 				if (m > QUAD - q % QUAD)
 					m = QUAD - q % QUAD;
 				tab[m * tabw + nc](step_at(panels, cin, q, 0), cin, x + j * cin,
-				                   y + j * cout + q * PANEL, cout, cout - q * PANEL, scale + q * PANEL);
+				                   y + j * cout + q * PANEL, cout, cout - q * PANEL, scale + q * PANEL,
+				                   ahead);
 			}
 			j += nc;
 		}

@@ -144,7 +144,7 @@ struct pf {
 // each sum times its scale before the rounding (int8 weights, widened)
 SIMD_TARGET static inline __attribute__((always_inline)) void
 tile(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, size_t cout, size_t left,
-     const struct pf *pf, const float *sc, const int mp, const int nc)
+     const struct pf *pf, const float *sc, size_t ahead, const int mp, const int nc)
 {
 	size_t pfi = pf ? pf->i0 : (size_t)-1;
 	const uint16_t *wp0[4], *pf0[4];
@@ -166,6 +166,9 @@ tile(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, siz
 			if (p > 0 && nc > 1)
 				__asm__ volatile("" ::: "memory");
 			const __m128i *wp = (const __m128i *)(wp0[p] + i * PSTEP);
+			// one column: each pair's line, ahead steps on (emu_prefetch_steps)
+			if (ahead && (p == 0 || (q + (size_t)p) % PAIR == 0))
+				_mm_prefetch((const char *)(wp0[p] + (i + ahead) * PSTEP), _MM_HINT_T1);
 			if (i == pfi)
 				_mm_prefetch((const char *)(pf0[p] + i * PSTEP), _MM_HINT_T1);
 			__m256 lo = _mm256_cvtph_ps(_mm_load_si128(wp));
@@ -200,14 +203,14 @@ tile(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, siz
 }
 
 typedef void tile_fn(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, size_t cout, size_t left,
-                     const struct pf *pf, const float *sc);
+                     const struct pf *pf, const float *sc, size_t ahead);
 
 #define TILE(MP, NC)                                                                                                   \
 	SIMD_TARGET static void tile_##MP##x##NC(const uint16_t *panels, size_t q, size_t cin, const float *x,         \
 	                                         float *y, size_t cout, size_t left, const struct pf *pf,              \
-	                                         const float *sc)                                                      \
+	                                         const float *sc, size_t ahead)                                        \
 	{                                                                                                              \
-		tile(panels, q, cin, x, y, cout, left, pf, sc, MP, NC);                                                \
+		tile(panels, q, cin, x, y, cout, left, pf, sc, ahead, MP, NC);                                         \
 	}
 TILE(1, 1)
 TILE(1, 2)
@@ -250,6 +253,7 @@ conv_simd(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_
 	size_t base = ncols / nb, extra = ncols % nb;
 	// one column: a single pass over the weights anyway, no grouping
 	size_t group = nb == 1 ? p1 - p0 : TILE_GROUP;
+	size_t ahead = ncols == 1 ? emu_prefetch_steps() : 0;
 	for (size_t p = p0; p < p1; p += group) {
 		size_t pe = p1 - p > group ? p + group : p1;
 		size_t j = 0;
@@ -258,9 +262,10 @@ conv_simd(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_
 			size_t mp = TILE_MAX_ACC / 2 / nc;
 			if (mp > TILE_STREAMS)
 				mp = TILE_STREAMS;
-			// one column from DRAM: one stream reads best (see X512_PFD;
-			// here 22-25 -> 25-27 GB/s on one thread against a read of 29-32):
-			// a pair, whose panels share their lines
+			// one column from DRAM: one stream reads best (see
+			// emu_prefetch_steps; here 22-25 -> 25-27 GB/s on one thread
+			// against a read of 29-32 on Zen 4): a pair, whose panels share
+			// their lines
 			if (ncols == 1 && streams == 1)
 				mp = 2;
 			for (size_t q = p, m; q < pe; q += m) {
@@ -276,7 +281,7 @@ conv_simd(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_
 				if (b > 0 && q + group + m <= p1)
 					pf = (struct pf){panels, q + group, b - 1, nb - 1};
 				tiles[m][nc](panels, q, cin, x + j * cin, y + j * cout + q * PANEL, cout,
-				             cout - q * PANEL, pf.panels ? &pf : NULL, NULL);
+				             cout - q * PANEL, pf.panels ? &pf : NULL, NULL, ahead);
 			}
 			j += nc;
 		}
@@ -302,7 +307,7 @@ conv_i8_wide(const int8_t *qp, const float *scale, size_t cout, size_t cin, cons
 		for (size_t b = 0, j = 0; b < nb; b++) {
 			size_t nc = base + (b < extra);
 			tiles[n][nc](tmp, 0, cin, x + j * cin, y + j * cout + g * PANEL, cout, cout - g * PANEL, NULL,
-			             scale + g * PANEL);
+			             scale + g * PANEL, 0);
 			j += nc;
 		}
 	}
@@ -331,7 +336,7 @@ emu_conv_i8_wide(const int8_t *panels, const float *scale, size_t cout, size_t c
 #define X512_ACC 24    // accumulators of one tile
 #define X512_STREAMS 4 // panels at once (see TILE_STREAMS)
 // the one-column tile: 1 to 8 panels (weight streams) at once, each
-// prefetched into L2 X512_PFD steps of i (32 bytes each) ahead. Measured on
+// prefetched into L2 some steps of i ahead (emu_prefetch_steps). Measured on
 // Zen 4, one thread, weights from DRAM (576x49152, 896x4864, 4864x896),
 // best of 15 by thread CPU time, against a plain read of the same bytes at
 // 29-31 GB/s: 4 streams prefetched into L1 19-20 GB/s, 8 into L1 16, 8 into
@@ -342,7 +347,6 @@ emu_conv_i8_wide(const int8_t *panels, const float *scale, size_t cout, size_t c
 // whose weights exceed half the last-level cache: a model's weights cycle
 // through it at every token), X512_COL_WARM when they stay in the caches
 #define X512_COL_WARM 8
-#define X512_PFD 16 // steps of a pair (64 bytes each): 1 KiB ahead
 
 // column blocks of at most maxc columns, as even as possible: block b has
 // base + (b < extra) columns
@@ -444,7 +448,7 @@ tile512(const uint16_t *panels, size_t q, size_t cin, const float *xp, float *y,
 // one column (decode): mp panels from panel q, each an FMA chain; a pair's
 // two panels share their lines, so mp = 2 on a pair is one stream
 AVX512_TARGET static inline __attribute__((always_inline)) void
-col512(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, size_t left, const int mp)
+col512(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, size_t left, size_t ahead, const int mp)
 {
 	__m512 acc[8];
 	const uint16_t *wp0[8];
@@ -455,8 +459,8 @@ col512(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, s
 	}
 	for (size_t i = 0; i < cin; i++) {
 #pragma GCC unroll 8
-		for (int p = 0; p < mp; p += (q + (size_t)p) % PAIR == 0 && p + 1 < mp ? 2 : 1)
-			_mm_prefetch((const char *)(wp0[p] + (i + X512_PFD) * PSTEP), _MM_HINT_T1);
+		for (int p = 0; ahead && p < mp; p += (q + (size_t)p) % PAIR == 0 && p + 1 < mp ? 2 : 1)
+			_mm_prefetch((const char *)(wp0[p] + (i + ahead) * PSTEP), _MM_HINT_T1);
 		__m512 b = _mm512_set1_ps(x[i]);
 #pragma GCC unroll 8
 		for (int p = 0; p < mp; p++)
@@ -468,12 +472,12 @@ col512(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, s
 		store16(y + (size_t)p * PANEL, left - (size_t)p * PANEL, acc[p]);
 }
 
-typedef void col_fn(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, size_t left);
+typedef void col_fn(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, size_t left, size_t ahead);
 #define COL512(MP)                                                                                                     \
 	AVX512_TARGET static void col512_##MP(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y,  \
-	                                      size_t left)                                                             \
+	                                      size_t left, size_t ahead)                                               \
 	{                                                                                                              \
-		col512(panels, q, cin, x, y, left, MP);                                                                \
+		col512(panels, q, cin, x, y, left, ahead, MP);                                                         \
 	}
 COL512(1)
 COL512(2)
@@ -540,11 +544,12 @@ conv512(const uint16_t *panels, size_t cout, size_t cin, const float *xp, size_t
 		// first or last panel alone
 		if (streams == 1)
 			streams = 2;
+		size_t ahead = emu_prefetch_steps();
 		for (size_t q = p0, m; q < p1; q += m) {
 			m = p1 - q < streams ? p1 - q : streams;
 			if (streams == 2 && q % PAIR)
 				m = 1;
-			cols512[m](panels, q, cin, xp, y + q * PANEL, cout - q * PANEL);
+			cols512[m](panels, q, cin, xp, y + q * PANEL, cout - q * PANEL, ahead);
 		}
 		return;
 	}
@@ -789,6 +794,43 @@ llc_bytes(void)
 	return (size_t)v << (unit == 'K' ? 10 : unit == 'M' ? 20 : 0);
 }
 
+long
+emu_prefetch_env(void)
+{
+	const char *e = getenv("ANEDVD_PREFETCH_AHEAD");
+	if (!e || !*e)
+		return -1;
+	char *end;
+	errno = 0;
+	long v = strtol(e, &end, 10);
+	return errno || *end || end == e || v < 0 || v > EMU_PREFETCH_MAX ? -2 : v;
+}
+
+// How far ahead one column's stream is prefetched into L2, measured as the
+// decode pass of the Qwen2.5-0.5B shape (anedvd-dev kernels: every kernel
+// once, one column, 2 threads) over a streaming read in the same process:
+// - AMD Zen 4: 1 KiB ahead, 0.87 to 0.95 of the read (one thread per
+//   stream; more streams or L1 prefetches did worse, see X512_COL_WARM);
+// - Intel Xeon (family 6 model 207), fp16: none 0.65, 1 KiB 0.69, 2 KiB
+//   0.81, 3 KiB 0.90, 4 KiB 0.93, 6 KiB 0.94-0.98, 8 to 12 KiB 0.92-0.94;
+//   int8: 1 KiB 0.64, 4 KiB 0.89, 6 KiB 0.90-0.91, 8 KiB 0.88-0.92.
+// (Intel's L2 streamer is documented not to cross a 4 KiB boundary,
+// whatever the page size; a software prefetch runs on regardless.) Zen 4
+// was not measured at the longer distances: AMD keeps its measured best.
+size_t
+emu_prefetch_steps(void)
+{
+	static long v = -1;
+	long r = __atomic_load_n(&v, __ATOMIC_RELAXED);
+	if (r < 0) {
+		r = emu_prefetch_env();
+		if (r < 0) // unset (a bad value is refused at start: emu_simd_env)
+			r = ad_cpu_amd_family() ? 1024 : 6144;
+		__atomic_store_n(&v, r, __ATOMIC_RELAXED);
+	}
+	return (size_t)r / 64;
+}
+
 int
 emu_simd_env(int *level, char *err)
 {
@@ -798,6 +840,9 @@ emu_simd_env(int *level, char *err)
 		return ad_err(err, "emu: ANEDVD_SIMD=%s: expected ref, avx2 or avx512", getenv("ANEDVD_SIMD"));
 	if (emu_i8_one_col_env() == -2)
 		return ad_err(err, "emu: ANEDVD_I8_ONE_COL=%s: expected avx2 or avx512", getenv("ANEDVD_I8_ONE_COL"));
+	if (emu_prefetch_env() == -2)
+		return ad_err(err, "emu: ANEDVD_PREFETCH_AHEAD=%s: expected bytes from 0 to %d",
+		              getenv("ANEDVD_PREFETCH_AHEAD"), EMU_PREFETCH_MAX);
 	return 0;
 }
 

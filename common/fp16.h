@@ -186,6 +186,22 @@ ad_cpu_level(void)
 	return h;
 }
 
+// ad_cpu_amd_family: the CPU's family (19h: Zen 3 and 4, 1Ah: Zen 5) when
+// it is AMD's, else 0
+static inline unsigned
+ad_cpu_amd_family(void)
+{
+	unsigned a, b, c, d;
+	__asm__ __volatile__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0), "c"(0));
+	if (!(b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u)) // "AuthenticAMD"
+		return 0;
+	__asm__ __volatile__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+	unsigned family = (a >> 8) & 0xf;
+	if (family == 0xf)
+		family += (a >> 20) & 0xff;
+	return family;
+}
+
 // ad_cpu_avx512_halved: 1 when the CPU runs AVX-512 but executes a 512-bit
 // operation as two 256-bit halves: AMD family 19h (Zen 4; its Zen 3 has no
 // AVX-512). A kernel bound by its widening ops may then do better on AVX2
@@ -193,16 +209,7 @@ ad_cpu_level(void)
 static inline int
 ad_cpu_avx512_halved(void)
 {
-	if (ad_cpu_level() < AD_SIMD_AVX512)
-		return 0;
-	unsigned a, b, c, d;
-	__asm__ __volatile__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0), "c"(0));
-	const int amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; // "AuthenticAMD"
-	__asm__ __volatile__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
-	unsigned family = (a >> 8) & 0xf;
-	if (family == 0xf)
-		family += (a >> 20) & 0xff;
-	return amd && family == 0x19;
+	return ad_cpu_level() >= AD_SIMD_AVX512 && ad_cpu_amd_family() == 0x19;
 }
 
 // ad_cpu_simd: the CPU has at least AVX2, FMA and F16C (the set every fast
@@ -227,6 +234,12 @@ ad_cpu_level(void)
 
 static inline int
 ad_cpu_avx512_halved(void)
+{
+	return 0;
+}
+
+static inline unsigned
+ad_cpu_amd_family(void)
 {
 	return 0;
 }

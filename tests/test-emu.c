@@ -1407,6 +1407,45 @@ test_i8_one_col(void)
 	free(saved);
 }
 
+// how far one column prefetches (emu_prefetch_steps): ANEDVD_PREFETCH_AHEAD's
+// bytes in whole lines (ctest runs this file with it at 0 and at its most
+// too, so every kernel is compared with ref at those distances), else the
+// distance measured best on the CPU's kind; a value that is not a whole
+// number of bytes from 0 to EMU_PREFETCH_MAX is refused at start
+static void
+test_prefetch(void)
+{
+	char err[AD_ERRLEN];
+	const char *e = getenv("ANEDVD_PREFETCH_AHEAD");
+	size_t steps = emu_prefetch_steps();
+	if (e && *e)
+		CHECK(steps == strtoul(e, NULL, 10) / 64, "ANEDVD_PREFETCH_AHEAD=%s: %zu steps", e, steps);
+	else
+		CHECK(steps == (ad_cpu_amd_family() ? 1024u : 6144u) / 64, "the CPU's distance not taken: %zu", steps);
+	fprintf(stderr, "  one column prefetches %zu bytes ahead\n", steps * 64);
+	char *saved = e ? strdup(e) : NULL;
+	static const char *const bad[] = {"-64", "65537", "4k", "1e3", " ", "99999999999999999999999"};
+	for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+		setenv("ANEDVD_PREFETCH_AHEAD", bad[k], 1);
+		CHECK(emu_prefetch_env() == -2, "ANEDVD_PREFETCH_AHEAD=%s accepted", bad[k]);
+		int lvl;
+		CHECK(emu_simd_env(&lvl, err) != 0 && strstr(err, "ANEDVD_PREFETCH_AHEAD="), "%s: %s", bad[k], err);
+		CHECK(!emu_open(&(struct emu_opts){.simd = EMU_SIMD_REF}, err), "ANEDVD_PREFETCH_AHEAD=%s: opened",
+		      bad[k]);
+	}
+	setenv("ANEDVD_PREFETCH_AHEAD", "65536", 1);
+	CHECK(emu_prefetch_env() == 65536);
+	setenv("ANEDVD_PREFETCH_AHEAD", "0", 1);
+	CHECK(emu_prefetch_env() == 0);
+	setenv("ANEDVD_PREFETCH_AHEAD", "", 1);
+	CHECK(emu_prefetch_env() == -1);
+	if (saved)
+		setenv("ANEDVD_PREFETCH_AHEAD", saved, 1);
+	else
+		unsetenv("ANEDVD_PREFETCH_AHEAD");
+	free(saved);
+}
+
 // an int8 projection's blob: the int8 chunk of q, then the fp16 scales
 static void
 write_i8_blob(const char *path, const int8_t *const *q, const uint16_t *const *sc, const size_t *cout,
@@ -1796,6 +1835,7 @@ main(void)
 	T_RUN(test_rule_slots);
 	T_RUN(test_rule_mangled);
 	T_RUN(test_sigmoid_gate);
+	T_RUN(test_prefetch);
 	T_RUN(test_i8_one_col);
 	T_RUN(test_i8_kernels);
 	T_RUN(test_i8_proj_ffn);

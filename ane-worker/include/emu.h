@@ -105,6 +105,16 @@ struct emu_file {
 // the path ANEDVD_SIMD names (EMU_SIMD_AUTO when unset); -1 with err for
 // any other value (emu_open refuses it too; a process checks it at start)
 int emu_simd_env(int *level, char *err);
+// One column streams a conv's weights from memory, one stream per thread,
+// and the kernels prefetch each stream's 64-byte lines into L2 this many
+// steps (lines) ahead: ANEDVD_PREFETCH_AHEAD bytes when set (0: none), else the
+// distance measured best on the CPU's kind (emu.c). The same bits whatever
+// the distance.
+size_t emu_prefetch_steps(void);
+// ANEDVD_PREFETCH_AHEAD as read: bytes, -1 unset or empty, -2 not a whole number
+// of bytes from 0 to EMU_PREFETCH_MAX (emu_simd_env refuses it)
+long emu_prefetch_env(void);
+#define EMU_PREFETCH_MAX 65536
 struct emu *emu_open(const struct emu_opts *opts, char *err);
 void emu_close(struct emu *e);
 
