@@ -284,6 +284,13 @@ ad_stop_block(sigset_t *set)
 }
 
 int
+ad_stop_pending(void)
+{
+	sigset_t p;
+	return sigpending(&p) == 0 && (sigismember(&p, SIGINT) == 1 || sigismember(&p, SIGTERM) == 1);
+}
+
+int
 ad_stop_wait(const sigset_t *set)
 {
 	int sig = 0;

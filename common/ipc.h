@@ -44,6 +44,9 @@ void ad_server_stop(struct ad_server *s); // closes, waits for in-flight handler
 // ad_stop_wait, which logs "signal N: stopping" and returns N.
 void ad_stop_block(sigset_t *set);
 int ad_stop_wait(const sigset_t *set);
+// 1 when SIGINT or SIGTERM is pending (blocked by ad_stop_block, not yet
+// taken): a long wait before ad_stop_wait (a start) checks it to give up
+int ad_stop_pending(void);
 
 struct ad_client *ad_client_open(const char *url, char *err);
 void ad_client_close(struct ad_client *c);

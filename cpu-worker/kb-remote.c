@@ -208,7 +208,9 @@ await_worker(struct remote *r, uint64_t deadline, char *err)
 		if (now_ns() >= deadline)
 			return ad_err(err, "ane-worker at %s did not come back within %d ms: %s", r->url,
 			              r->deadline_ms, e);
-		if (atomic_load(&stopping))
+		// stopped, or told to stop while starting (the signal still pending:
+		// the process takes it only once started)
+		if (atomic_load(&stopping) || ad_stop_pending())
 			return ad_err(err, "stopping while waiting for the ane-worker at %s: %s", r->url, e);
 		usleep(50 * 1000);
 	}

@@ -270,6 +270,11 @@ main(int argc, char **argv)
 	                             .spec = spec,
 	                             .no_spec = no_spec};
 	struct cpu_worker *w = cpu_worker_start(&wo, err);
+	if (!w && ad_stop_pending()) { // told to stop while waiting for the ane-worker
+		ad_info("stopped while starting: %s", err);
+		ad_ipc_fini();
+		return 0;
+	}
 	if (!w) {
 		ad_error("%s", err);
 		return 1;

@@ -571,6 +571,16 @@ check "ANEDVD_SIMD=avx9: run fails" [ $rc -ne 0 ]
 check "ANEDVD_SIMD=avx9: the setting named" grep -q "ANEDVD_SIMD=avx9: expected ref, avx2 or avx512" "$T/simd.err"
 check "ANEDVD_SIMD=avx9: not restarted" sh -c "! grep -q 'restarting ane-worker' '$T/simd.err'"
 check "ANEDVD_SIMD=avx9: within 20 s" [ $((SECONDS - t0)) -lt 20 ]
+# the cpu-worker, waiting for that ane-worker, takes its SIGTERM though it
+# has not started (it blocks the signal until then): not killed after 3 s
+check "ANEDVD_SIMD=avx9: the cpu-worker stops when told" sh -c "! grep -q 'ignored SIGTERM' '$T/simd.err'"
+# the one-column prefetch distance: bytes from 0 to 65536, or refused alike
+ANEDVD_PREFETCH_AHEAD=4k $A run --model "$STORIES" --prompt-ids $IDS --max-tokens 2 --no-chat > /dev/null 2> "$T/pfa.err"
+rc=$?
+check "ANEDVD_PREFETCH_AHEAD=4k: run fails" [ $rc -ne 0 ]
+check "ANEDVD_PREFETCH_AHEAD=4k: the setting named" grep -q "ANEDVD_PREFETCH_AHEAD=4k: expected bytes from 0 to 65536" "$T/pfa.err"
+check "ANEDVD_PREFETCH_AHEAD=4k: not restarted, nothing killed" sh -c "! grep -q 'restarting ane-worker\|ignored SIGTERM' '$T/pfa.err'"
+check "ANEDVD_PREFETCH_AHEAD=0: runs" sh -c "ANEDVD_PREFETCH_AHEAD=0 $A run --model '$STORIES' --prompt-ids $IDS --max-tokens 2 --no-chat > /dev/null"
 check "run without a prompt" usage2 "exactly one of" run --model "$STORIES"
 check "run --seed" usage2 "--seed" run --model "$STORIES" --prompt-ids 1 --seed -1
 check "run id outside the vocabulary" usage2 "outside the vocabulary" run --model "$STORIES" --prompt-ids 1,99999 --backend exact
