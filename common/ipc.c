@@ -16,7 +16,16 @@
 #include "clock.h"
 #include "log.h"
 
-#ifdef __SANITIZE_ADDRESS__
+// LeakSanitizer's switch (ad_client_call): gcc says ASan is on with
+// __SANITIZE_ADDRESS__, clang with __has_feature
+#if defined(__SANITIZE_ADDRESS__)
+#define AD_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(leak_sanitizer)
+#define AD_LSAN 1
+#endif
+#endif
+#ifdef AD_LSAN
 #include <sanitizer/lsan_interface.h>
 #define LSAN_OFF() __lsan_disable()
 #define LSAN_ON() __lsan_enable()
