@@ -812,8 +812,9 @@ emu_prefetch_env(void)
 // - AMD Zen 4: 1 KiB ahead, 0.87 to 0.95 of the read (one thread per
 //   stream; more streams or L1 prefetches did worse, see X512_COL_WARM);
 // - Intel Xeon (family 6 model 207), fp16: none 0.65, 1 KiB 0.69, 2 KiB
-//   0.81, 3 KiB 0.90, 4 KiB 0.93, 6 KiB 0.94-0.98, 8 to 12 KiB 0.92-0.94;
-//   int8: 1 KiB 0.64, 4 KiB 0.89, 6 KiB 0.90-0.91, 8 KiB 0.88-0.92.
+//   0.81, 3 KiB 0.90-0.93, 4 KiB 0.92-0.94, 6 KiB 0.88-0.98 (4 runs of 6 at
+//   0.94 or more), 8 to 12 KiB 0.92-0.94; int8: 1 KiB 0.64, 4 KiB 0.89,
+//   6 KiB 0.90-1.02, 8 to 12 KiB 0.87-0.92.
 // (Intel's L2 streamer is documented not to cross a 4 KiB boundary,
 // whatever the page size; a software prefetch runs on regardless.) Zen 4
 // was not measured at the longer distances: AMD keeps its measured best.
