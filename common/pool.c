@@ -24,6 +24,7 @@ struct ad_pool {
 	uint32_t gen;   // written under mu, read by spinning workers atomically
 	uint64_t state; // atomic: gen << 32 | next task
 	size_t ndone;   // atomic: tasks finished in this generation
+	int waiting;    // atomic: the caller sleeps on done (set under mu)
 	// the job: atomics, as late workers may read them while the next job is
 	// being set up (they then fail to claim and go back to waiting)
 	ad_pool_fn fn;
@@ -50,7 +51,12 @@ work(struct ad_pool *p, uint32_t gen, int worker)
 		if (!__atomic_compare_exchange_n(&p->state, &s, s + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 			continue;
 		fn(arg, t, worker);
-		if (__atomic_add_fetch(&p->ndone, 1, __ATOMIC_ACQ_REL) == n) {
+		// the lock only when the caller sleeps: a caller still spinning
+		// would otherwise find it held at its next job and sleep on it.
+		// (The caller sets waiting, then reads ndone; this adds to ndone,
+		// then reads waiting: one of the two sees the other's write.)
+		if (__atomic_add_fetch(&p->ndone, 1, __ATOMIC_SEQ_CST) == n &&
+		    __atomic_load_n(&p->waiting, __ATOMIC_SEQ_CST)) {
 			pthread_mutex_lock(&p->mu);
 			pthread_cond_signal(&p->done);
 			pthread_mutex_unlock(&p->mu);
@@ -58,21 +64,33 @@ work(struct ad_pool *p, uint32_t gen, int worker)
 	}
 }
 
-// poll for a job after generation seen, up to spin_ns
-static void
-spin(struct ad_pool *p, uint32_t seen)
+// poll for jobs after generation seen, running each as it is published,
+// until none comes for spin_ns; the last generation seen. A job is taken
+// from the claim word, without the lock: a worker that saw the new
+// generation while the caller still held the lock to publish it would
+// sleep on the lock, and a sleeping vCPU wakes late.
+static uint32_t
+spin(struct ad_pool *p, uint32_t seen, int worker)
 {
 	if (p->spin_ns <= 0)
-		return;
-	const uint64_t t0 = ad_now_ns();
+		return seen;
+	uint64_t t0 = ad_now_ns();
 	for (unsigned k = 1;; k++) {
-		if (__atomic_load_n(&p->gen, __ATOMIC_ACQUIRE) != seen || __atomic_load_n(&p->stop, __ATOMIC_RELAXED))
-			return;
+		if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED))
+			return seen;
+		uint32_t g = (uint32_t)(__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) >> 32);
+		if (g != seen && g != 0) {
+			work(p, g, worker);
+			seen = g;
+			t0 = ad_now_ns();
+			k = 0;
+			continue;
+		}
 		// yield, not pause: on a machine with more threads than cores a
 		// polling worker must not keep the caller (or anyone) off its core
 		sched_yield();
 		if (k % 16 == 0 && ad_now_ns() - t0 > (uint64_t)p->spin_ns)
-			return;
+			return seen;
 	}
 }
 
@@ -91,7 +109,7 @@ worker_main(void *arg)
 		seen = p->gen;
 		pthread_mutex_unlock(&p->mu);
 		work(p, seen, w->id);
-		spin(p, seen);
+		seen = spin(p, seen, w->id);
 		pthread_mutex_lock(&p->mu);
 	}
 	pthread_mutex_unlock(&p->mu);
@@ -194,8 +212,10 @@ ad_pool_run(struct ad_pool *p, ad_pool_fn fn, void *arg, size_t ntasks)
 	}
 	if (__atomic_load_n(&p->ndone, __ATOMIC_ACQUIRE) < ntasks) {
 		pthread_mutex_lock(&p->mu);
-		while (__atomic_load_n(&p->ndone, __ATOMIC_ACQUIRE) < ntasks)
+		__atomic_store_n(&p->waiting, 1, __ATOMIC_SEQ_CST);
+		while (__atomic_load_n(&p->ndone, __ATOMIC_SEQ_CST) < ntasks)
 			pthread_cond_wait(&p->done, &p->mu);
+		__atomic_store_n(&p->waiting, 0, __ATOMIC_RELAXED);
 		pthread_mutex_unlock(&p->mu);
 	}
 }

@@ -1,6 +1,7 @@
 // test-pool.c - common/pool.h: every task of every job runs exactly once,
 // on a worker index in range, with the workers polling between jobs
-// (spin_ns) or sleeping at once; jobs back to back (a worker late for one
+// (spin_ns) or sleeping at once, with the caller polling for the last
+// tasks or sleeping at once; jobs back to back (a worker late for one
 // job must not take a task of the next); one thread; 0 and 1 task; the
 // pool's threads take part (slow tasks on three threads run on more than
 // one of them).
@@ -72,6 +73,9 @@ test_exactly_once(void)
 	run_jobs(3, 0, 0);
 	run_jobs(3, 50000, 200000); // the emu's setting
 	run_jobs(4, 1000000, 0);
+	// polling workers, a caller that sleeps at once: the last task's
+	// worker must wake it
+	run_jobs(3, 50000, 0);
 }
 
 static void
