@@ -707,7 +707,10 @@ struct emu {
 	// a wide int8 conv's panels widened to fp16, PSTEP * cin values for
 	// each thread (conv_i8_wide)
 	uint16_t *i8wide;
-	size_t i8wide_cap; // values
+	size_t i8wide_cap;          // values
+	int steal;                  // one column from DRAM: ranges shared by stealing
+	struct steal_range *ranges; // a range a task (run_conv)
+	uint64_t steals;            // atomic: ranges stolen (emu_steals)
 	// the activations of every kernel (its inputs, intermediates and
 	// outputs in fp32), for the same reason: a kernel has its buffers only
 	// while it runs, so a 24-layer model compiled 64 columns wide holds one
@@ -762,6 +765,12 @@ emu_parallel(struct emu *e, void (*fn)(void *arg, size_t task), void *arg, size_
 {
 	struct par j = {fn, arg};
 	ad_pool_run(e->pool, par_task, &j, ntasks);
+}
+
+uint64_t
+emu_steals(const struct emu *e)
+{
+	return __atomic_load_n(&e->steals, __ATOMIC_RELAXED);
 }
 
 int
@@ -884,7 +893,8 @@ emu_open(const struct emu_opts *opts, char *err)
 	const char *pc = getenv("ANEDVD_EMU_PAR_COLS");
 	if ((!opts || opts->par_cols <= 0) && pc && *pc)
 		e->par_cols = (int)strtol(pc, NULL, 10);
-	e->llc = llc_bytes();
+	e->llc = opts && opts->cold ? 0 : llc_bytes();
+	e->steal = opts && opts->steal ? opts->steal > 0 : !ad_cpu_amd_family();
 	if (!(e->panels = ad_huge_arena_new(0))) {
 		ad_err(err, "emu: out of memory");
 		emu_close(e);
@@ -912,6 +922,7 @@ emu_close(struct emu *e)
 	ad_huge_arena_free(e->panels);
 	free(e->xpack);
 	free(e->i8wide);
+	free(e->ranges);
 	free(e->act);
 	free(e);
 }
@@ -2481,6 +2492,11 @@ struct conv_job {
 	size_t cg;
 	size_t streams; // AVX-512, one column: panels at once
 	int simd;
+	// one column from DRAM: task t's range ranges[t], in units, taken a
+	// step at a time, the rest open to stealing (see steal_task)
+	struct steal_range *ranges;
+	size_t step;
+	uint64_t *steals; // atomic: the context's count
 };
 
 // task t's first panel: the units shared as evenly as whole units allow,
@@ -2501,15 +2517,10 @@ col_at(const struct conv_job *j, size_t g)
 	return g >= j->cg ? j->ncols : j->ncols * g / j->cg / 6 * 6;
 }
 
+// panels [p0, p1) of column group g
 static void
-conv_task(void *arg, size_t t, int worker)
+conv_range(struct conv_job *j, size_t p0, size_t p1, size_t g, int worker)
 {
-	struct conv_job *j = arg;
-	size_t g = t % j->cg;
-	t /= j->cg;
-	size_t p0 = task_panel(j, t), p1 = task_panel(j, t + 1);
-	if (p0 >= p1)
-		return;
 	if (j->qpanels) {
 		size_t c0 = col_at(j, g), nc = col_at(j, g + 1) - c0;
 		const float *x = j->x + c0 * j->cin;
@@ -2526,6 +2537,84 @@ conv_task(void *arg, size_t t, int worker)
 		return;
 	}
 	conv_level(j->simd, j->panels, j->cout, j->cin, j->x, j->xp, j->ncols, j->y, p0, p1, j->streams);
+}
+
+// A one-column conv from DRAM: each thread streams one range, and the
+// thread done first would wait for the other, which may have started
+// late or run slower. In the Qwen2.5-0.5B decode pass on an Intel Xeon VM
+// (an instrumented pool, not kept) the caller waited at the end of 35-50%
+// of the convs, 4-7% of its time in them; one thread there streams only
+// half of what two do, so that wait is lost bandwidth. So a task takes
+// its range from the front a step at a time, and a task with nothing left
+// takes the back half of what another has not yet taken: the caller's
+// wait fell to 2-4%, decode +4% (docs/RESULTS.md). On AMD, where one
+// thread pulls most of the bandwidth, two such schemes measured no gain
+// (RESULTS.md) and it is off by default (emu_opts.steal). Every unit is
+// computed whole by one thread: the bits do not change.
+struct steal_range {
+	uint64_t lohi; // atomic: first unit not taken << 32 | end
+	char pad[56];
+};
+
+static inline uint64_t
+lohi(uint64_t lo, uint64_t hi)
+{
+	return lo << 32 | hi;
+}
+
+static void
+steal_task(struct conv_job *j, size_t t, int worker)
+{
+	struct steal_range *me = &j->ranges[t];
+	for (;;) {
+		uint64_t v = __atomic_load_n(&me->lohi, __ATOMIC_ACQUIRE);
+		uint64_t lo = v >> 32, hi = (uint32_t)v;
+		if (lo < hi) {
+			uint64_t nl = hi - lo > j->step ? lo + j->step : hi;
+			if (!__atomic_compare_exchange_n(&me->lohi, &v, lohi(nl, hi), 0, __ATOMIC_ACQ_REL,
+			                                 __ATOMIC_ACQUIRE))
+				continue;
+			size_t p1 = nl * j->unit;
+			conv_range(j, lo * j->unit, p1 < j->npanels ? p1 : j->npanels, 0, worker);
+			continue;
+		}
+		// the range with the most left, if two units or more
+		size_t best = j->ntasks;
+		uint64_t bv = 0, bleft = 1;
+		for (size_t i = 0; i < j->ntasks; i++) {
+			uint64_t w = __atomic_load_n(&j->ranges[i].lohi, __ATOMIC_ACQUIRE);
+			uint64_t left = (uint32_t)w > (w >> 32) ? (uint32_t)w - (w >> 32) : 0;
+			if (i != t && left > bleft) {
+				best = i;
+				bv = w;
+				bleft = left;
+			}
+		}
+		if (best == j->ntasks)
+			return;
+		uint64_t mid = (bv >> 32) + bleft / 2;
+		if (!__atomic_compare_exchange_n(&j->ranges[best].lohi, &bv, lohi(bv >> 32, mid), 0, __ATOMIC_ACQ_REL,
+		                                 __ATOMIC_ACQUIRE))
+			continue;
+		// empty, so no one steals from it meanwhile
+		__atomic_store_n(&me->lohi, lohi(mid, (uint32_t)bv), __ATOMIC_RELEASE);
+		__atomic_add_fetch(j->steals, 1, __ATOMIC_RELAXED);
+	}
+}
+
+static void
+conv_task(void *arg, size_t t, int worker)
+{
+	struct conv_job *j = arg;
+	if (j->ranges) {
+		steal_task(j, t, worker);
+		return;
+	}
+	size_t g = t % j->cg;
+	t /= j->cg;
+	size_t p0 = task_panel(j, t), p1 = task_panel(j, t + 1);
+	if (p0 < p1)
+		conv_range(j, p0, p1, g, worker);
 }
 
 #ifdef AD_FP16_X86
@@ -2565,6 +2654,8 @@ grow64(void **buf, size_t *cap, size_t n, size_t elem)
 // the memory's pace: a few long tasks a thread, each one stream
 #define WIDE_COLS 16
 #define WIDE_TASKS 16
+// a stealing conv's step (steal_task): an eighth of a range, at least this
+#define STEAL_STEP_MIN (128u << 10)
 
 static int
 run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
@@ -2627,7 +2718,8 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 	// one range per thread: a single stream each, whose prefetchers ramp
 	// up once per conv, not four times (decode, 3 alternations: Qwen2.5
 	// F16 22.4 against 21.9 tok/s, SmolLM2 F16 61.5 against 58.4), the
-	// pool's workers being awake between the convs of a call (POOL_SPIN_NS)
+	// pool's workers being awake between the convs of a call (POOL_SPIN_NS);
+	// its tail is evened out by stealing instead (steal_task)
 	size_t ntasks = 1, nunits = (j.npanels + unit - 1) / unit;
 	if (par)
 		ntasks = (size_t)e->nthreads * (ncols >= WIDE_COLS ? WIDE_TASKS : ncols == 1 && j.streams == 1 ? 1 : 4);
@@ -2641,6 +2733,18 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 	if (par && j.qpanels && !j.i8wide && ncols >= WIDE_COLS)
 		while (ntasks * j.cg < (size_t)e->nthreads * WIDE_TASKS && ncols / (j.cg + 1) >= 12)
 			j.cg++;
+	// one range a thread, from DRAM: shared by stealing (steal_task)
+	if (e->steal && par && ncols == 1 && j.cg == 1 && ntasks == (size_t)e->nthreads && ntasks > 1) {
+		if (!e->ranges && posix_memalign((void **)&e->ranges, 64, (size_t)e->nthreads * sizeof *e->ranges))
+			return ad_err(err, "emu: out of memory for %d ranges", e->nthreads);
+		size_t unit_bytes = unit * PANEL * s->cin * (j.qpanels ? 1 : 2);
+		size_t per = (nunits + ntasks - 1) / ntasks, min_step = (STEAL_STEP_MIN + unit_bytes - 1) / unit_bytes;
+		j.step = (per + 7) / 8 > min_step ? (per + 7) / 8 : min_step;
+		for (size_t t = 0; t < ntasks; t++)
+			e->ranges[t].lohi = lohi(nunits * t / ntasks, nunits * (t + 1) / ntasks);
+		j.ranges = e->ranges;
+		j.steals = &e->steals;
+	}
 	ad_pool_run(e->pool, conv_task, &j, ntasks * j.cg);
 	return 0;
 }

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "blob.h"
 #include "build.h"
@@ -1802,6 +1803,85 @@ test_sigmoid_gate(void)
 		free(y[l]), free(h[l]);
 }
 
+// one column from DRAM (emu_opts.cold): each thread streams one range,
+// and a thread done with its own takes the back half of what another has
+// left. Every panel is still computed whole by one thread, so with more
+// threads than CPUs (some run late, so ranges are stolen) each eval gives
+// the one-thread bits, fp16 on every path and int8, a partial last unit
+// included; turned off, nothing is stolen; by default, stealing is on
+// but on AMD
+static void
+test_steal(void)
+{
+	char err[AD_ERRLEN];
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	int nt = ncpu > 0 && ncpu < 62 ? (int)ncpu + 2 : 64;
+	size_t cin = 1024, cout = 1040; // 65 panels
+	float *w = randv(cout * cin, 0.1f), *x = randv(cin, 2.0f);
+	for (size_t i = 0; i < cin; i++)
+		x[i] = ad_fp16_to_f32(ad_f32_to_fp16(x[i]));
+	int8_t *q = rand_q(cout * cin);
+	uint16_t *sc = rand_scales(cout);
+	const char *bf = tmp_path("steal.bin"), *bq = tmp_path("steal-i8.bin");
+	REQUIRE(ane_blob_write_proj(bf, &(struct ane_wsrc){w, AD_TYPE_F32, cout * cin}, 1, err) == 0);
+	write_i8_blob(bq, (const int8_t *const[]){q}, (const uint16_t *const[]){sc}, &cout, &cin, 1);
+	char *mf = ane_mil_proj((int)cin, (int)cout, 4, err),
+	     *mq = ane_mil_proj_w((int)cin, (int)cout, 4, ANE_W_INT8, err);
+	REQUIRE(mf && mq, "%s", err);
+	const char *mils[2] = {mf, mq}, *blobs[2] = {bf, bq};
+	float *y1 = calloc(cout, 4), *yn = calloc(cout, 4);
+	for (int wi = 0; wi < 2; wi++) {
+		struct emu_file f = {.name = "w.bin", .path = blobs[wi]};
+		struct emu *e1 = emu_open(&(struct emu_opts){.threads = 1, .force_ref = 1}, err);
+		REQUIRE(e1, "%s", err);
+		struct emu_kernel *k1 = emu_compile(e1, mils[wi], &f, 1, err);
+		REQUIRE(k1, "%s", err);
+		REQUIRE(run(k1, x, 1, y1, err) == 0, "%s", err);
+		for (int l = EMU_SIMD_REF; l <= emu_cpu_simd(); l++) {
+			struct emu *e =
+				emu_open(&(struct emu_opts){.threads = nt, .simd = l, .cold = 1, .steal = 1}, err);
+			REQUIRE(e, "%s", err);
+			struct emu_kernel *k = emu_compile(e, mils[wi], &f, 1, err);
+			REQUIRE(k, "%s", err);
+			int bad = 0;
+			for (int i = 0; i < 300 && !bad; i++) {
+				memset(yn, 0, cout * 4);
+				REQUIRE(run(k, x, 1, yn, err) == 0, "%s", err);
+				bad = memcmp(y1, yn, cout * 4) != 0;
+			}
+			CHECK(!bad, "%s, %s, %d threads: differs from one thread", wi ? "int8" : "fp16",
+			      emu_simd_name(l), nt);
+			fprintf(stderr, "  %s, %s, %d threads: %llu ranges stolen in 300 evals\n", wi ? "int8" : "fp16",
+			        emu_simd_name(l), nt, (unsigned long long)emu_steals(e));
+			if (l > EMU_SIMD_REF)
+				CHECK(emu_steals(e) > 0, "%s, %s: %d threads on %ld CPUs stole nothing",
+				      wi ? "int8" : "fp16", emu_simd_name(l), nt, ncpu);
+			emu_kernel_free(k);
+			emu_close(e);
+		}
+		// off (-1): nothing stolen; the default: on but on AMD
+		for (int st = -1; st <= 0; st++) {
+			struct emu *e = emu_open(&(struct emu_opts){.threads = nt, .cold = 1, .steal = st}, err);
+			REQUIRE(e, "%s", err);
+			struct emu_kernel *k = emu_compile(e, mils[wi], &f, 1, err);
+			REQUIRE(k, "%s", err);
+			for (int i = 0; i < 100; i++)
+				REQUIRE(run(k, x, 1, yn, err) == 0, "%s", err);
+			CHECK(!memcmp(y1, yn, cout * 4), "steal %d: differs from one thread", st);
+			if (st < 0 || ad_cpu_amd_family())
+				CHECK(emu_steals(e) == 0, "steal %d: %llu ranges stolen", st,
+				      (unsigned long long)emu_steals(e));
+			else
+				CHECK(emu_steals(e) > 0, "the default stole nothing (%d threads, %ld CPUs)", nt, ncpu);
+			emu_kernel_free(k);
+			emu_close(e);
+		}
+		emu_kernel_free(k1);
+		emu_close(e1);
+	}
+	free(w), free(x), free(q), free(sc), free(mf), free(mq), free(y1), free(yn);
+}
+
 int
 main(void)
 {
@@ -1835,6 +1915,7 @@ main(void)
 	T_RUN(test_rule_slots);
 	T_RUN(test_rule_mangled);
 	T_RUN(test_sigmoid_gate);
+	T_RUN(test_steal);
 	T_RUN(test_prefetch);
 	T_RUN(test_i8_one_col);
 	T_RUN(test_i8_kernels);

@@ -90,6 +90,14 @@ struct emu_opts {
 	// default, or ANEDVD_EMU_PAR_COLS): memory-bound ones gain little from
 	// a second thread and pay its wake-up
 	int par_cols;
+	// take every kernel's weights as read from DRAM, whatever the size of
+	// the last-level cache (tests): one column then reads one range a
+	// thread
+	int cold;
+	// those ranges shared by stealing (a thread done with its own takes
+	// the back half of what another has left): 1 yes, -1 no, 0 the CPU's
+	// default (yes but on AMD, where it was measured not to pay)
+	int steal;
 };
 
 // a weight file the program names as @model_path/weights/<name>: read from
@@ -208,6 +216,9 @@ int emu_simd(const struct emu *e);    // the path a context runs
 // returns when all are done. Not reentrant (one job at a time per context).
 void emu_parallel(struct emu *e, void (*fn)(void *arg, size_t task), void *arg, size_t ntasks);
 int emu_nthreads(const struct emu *e); // threads that run a job, the caller included
+// ranges of one-column convs taken over by another thread so far (a
+// thread done with its own takes the back half of what another has left)
+uint64_t emu_steals(const struct emu *e);
 
 // the emu's sigmoid, y = 1 / (1 + exp(-a)) (emu-act.c: its own exp, the
 // same bits on every path), and the fused FFN gate h = r(r(sigmoid(g)) * g)
