@@ -2383,6 +2383,119 @@ emu_kernel_const(const struct emu_kernel *k, int i, struct emu_const *out)
 	return -1;
 }
 
+size_t
+emu_kernel_borrowed(const struct emu_kernel *k)
+{
+	struct emu_const c[EMU_MAX_CONSTS_PER_WEIGHT];
+	size_t n = 0;
+	for (int i = 0; i < k->nweights; i++)
+		if (k->weights[i].borrowed)
+			for (int j = 0, m = weight_consts(k, i, c); j < m; j++)
+				n += c[j].bytes;
+	return n;
+}
+
+// a borrowed weight's copies (emu_kernel_copy)
+struct moved {
+	int wi;
+	void *panels, *qpanels; // in the context's arena
+	float *scale;           // alloc64, as a compiled int8 weight's
+};
+
+struct emu_copy {
+	struct emu *e;
+	int n;
+	struct moved m[];
+};
+
+void
+emu_copy_free(struct emu_copy *c)
+{
+	if (!c)
+		return;
+	for (int i = 0; i < c->n; i++) {
+		ad_huge_arena_release(c->e->panels, c->m[i].panels);
+		ad_huge_arena_release(c->e->panels, c->m[i].qpanels);
+		free(c->m[i].scale);
+	}
+	free(c);
+}
+
+// n bytes from src to dst, pace(arg) before each piece
+static int
+copy_paced(void *dst, const void *src, size_t n, int (*pace)(void *), void *arg)
+{
+	for (size_t o = 0; o < n; o += EMU_COPY_PIECE) {
+		if (pace && pace(arg))
+			return -1;
+		memcpy((char *)dst + o, (const char *)src + o, n - o < EMU_COPY_PIECE ? n - o : EMU_COPY_PIECE);
+	}
+	return 0;
+}
+
+struct emu_copy *
+emu_kernel_copy(const struct emu_kernel *k, int (*pace)(void *arg), void *arg, char *err)
+{
+	struct emu_copy *c = calloc(1, sizeof *c + (size_t)k->nweights * sizeof c->m[0]);
+	if (!c) {
+		ad_err(err, "emu: out of memory");
+		return NULL;
+	}
+	c->e = k->e;
+	for (int i = 0; i < k->nweights; i++) {
+		const struct weight *w = &k->weights[i];
+		if (!w->borrowed)
+			continue;
+		struct moved *m = &c->m[c->n++];
+		m->wi = i;
+		if (w->qpanels) {
+			size_t qb = emu_i8_panel_bytes(w->cout, w->cin);
+			size_t sb = (w->cout + PANEL - 1) / PANEL * PANEL * sizeof(float);
+			m->qpanels = ad_huge_arena_alloc(k->e->panels, qb);
+			m->scale = alloc64(sb);
+			if (!m->qpanels || !m->scale) {
+				ad_err(err, "emu: out of memory for a copy of %zu x %zu int8 weights", w->cout, w->cin);
+				goto fail;
+			}
+			memcpy(m->scale, w->scale, sb);
+			if (copy_paced(m->qpanels, w->qpanels, qb, pace, arg))
+				goto stopped;
+		} else if (w->panels) {
+			size_t pb = emu_panel_bytes(w->cout, w->cin);
+			if (!(m->panels = ad_huge_arena_alloc(k->e->panels, pb))) {
+				ad_err(err, "emu: out of memory for a copy of %zu x %zu weights", w->cout, w->cin);
+				goto fail;
+			}
+			if (copy_paced(m->panels, w->panels, pb, pace, arg))
+				goto stopped;
+		}
+	}
+	return c;
+stopped:
+	ad_err(err, "emu: the copy was stopped");
+fail:
+	emu_copy_free(c);
+	return NULL;
+}
+
+void
+emu_kernel_adopt(struct emu_kernel *k, struct emu_copy *c)
+{
+	if (!c)
+		return;
+	for (int i = 0; i < c->n; i++) {
+		struct weight *w = &k->weights[c->m[i].wi];
+		if (c->m[i].qpanels) {
+			w->qpanels = c->m[i].qpanels;
+			w->scale = c->m[i].scale;
+		} else if (c->m[i].panels) {
+			w->panels = c->m[i].panels;
+		}
+		w->borrowed = 0;
+	}
+	free(c);
+}
+
 void
 emu_kernel_free(struct emu_kernel *k)
 {

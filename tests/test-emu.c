@@ -1882,6 +1882,89 @@ test_steal(void)
 	free(w), free(x), free(q), free(sc), free(mf), free(mq), free(y1), free(yn);
 }
 
+static int
+count_pace(void *arg)
+{
+	int *n = arg;
+	return ++n[0] == n[1]; // n[1]: the call that stops the copy (0: none)
+}
+
+// emu_kernel_copy / emu_kernel_adopt: a kernel compiled from borrowed
+// constants (as from a mapped cache file), fp16 (one 5 MiB weight: three
+// pieces) and int8 (two), runs from copies of its own once it adopts them: the
+// same bits after the borrowed buffers are overwritten, nothing borrowed
+// left; before the adoption it still runs from the originals; a copy that
+// pace stops returns NULL and leaves the kernel as it was
+static void
+test_copy_adopt(void)
+{
+	char err[AD_ERRLEN];
+	size_t cin = 1024, cout = 2560, W = 3;
+	float *w = randv(cout * cin, 0.1f), *x = randv(W * cin, 2.0f);
+	for (size_t i = 0; i < W * cin; i++)
+		x[i] = ad_fp16_to_f32(ad_f32_to_fp16(x[i]));
+	int8_t *q = rand_q(cout * cin);
+	uint16_t *sc = rand_scales(cout);
+	const char *bf = tmp_path("adopt.bin"), *bq = tmp_path("adopt-i8.bin");
+	REQUIRE(ane_blob_write_proj(bf, &(struct ane_wsrc){w, AD_TYPE_F32, cout * cin}, 1, err) == 0);
+	write_i8_blob(bq, (const int8_t *const[]){q}, (const uint16_t *const[]){sc}, &cout, &cin, 1);
+	char *mf = ane_mil_proj((int)cin, (int)cout, (int)W, err),
+	     *mq = ane_mil_proj_w((int)cin, (int)cout, (int)W, ANE_W_INT8, err);
+	REQUIRE(mf && mq, "%s", err);
+	const char *mils[2] = {mf, mq}, *blobs[2] = {bf, bq};
+	float *y0 = calloc(W * cout, 4), *y1 = calloc(W * cout, 4);
+	struct emu *e = emu_open(&(struct emu_opts){.threads = 2}, err);
+	REQUIRE(e, "%s", err);
+	for (int wi = 0; wi < 2; wi++) {
+		struct emu_file f = {.name = "w.bin", .path = blobs[wi]};
+		struct emu_kernel *k0 = emu_compile(e, mils[wi], &f, 1, err);
+		REQUIRE(k0, "%s", err);
+		CHECK(emu_kernel_borrowed(k0) == 0, "a kernel from blob files borrows");
+		REQUIRE(run(k0, x, W, y0, err) == 0, "%s", err);
+		// its constants, as a cache file would hold them, in buffers of ours
+		int n = emu_kernel_nconsts(k0);
+		struct emu_const *c = calloc((size_t)n, sizeof *c);
+		size_t total = 0;
+		for (int i = 0; i < n; i++) {
+			REQUIRE(emu_kernel_const(k0, i, &c[i]) == 0);
+			void *b = aligned_alloc(64, (c[i].bytes + 63) / 64 * 64);
+			memcpy(b, c[i].data, c[i].bytes);
+			c[i].data = b;
+			total += c[i].bytes;
+		}
+		struct emu_kernel *k = emu_compile_packed(e, mils[wi], c, n, err);
+		REQUIRE(k, "%s", err);
+		CHECK(emu_kernel_borrowed(k) == total, "%zu bytes borrowed, %zu given", emu_kernel_borrowed(k), total);
+		int pc[2] = {0, 2}; // stopped before the second piece
+		struct emu_copy *cp = emu_kernel_copy(k, count_pace, pc, err);
+		CHECK(!cp && strstr(err, "stopped"), "a stopped copy: %s", cp ? "returned" : err);
+		CHECK(emu_kernel_borrowed(k) == total, "a stopped copy changed the kernel");
+		pc[0] = pc[1] = 0;
+		cp = emu_kernel_copy(k, count_pace, pc, err);
+		REQUIRE(cp, "%s", err);
+		CHECK(pc[0] == (wi ? 2 : 3), "%d pieces for %zu bytes", pc[0], total);
+		REQUIRE(run(k, x, W, y1, err) == 0, "%s", err);
+		CHECK(!memcmp(y0, y1, W * cout * 4), "%s: before the adoption, not the same bits",
+		      wi ? "int8" : "fp16");
+		emu_kernel_adopt(k, cp);
+		CHECK(emu_kernel_borrowed(k) == 0, "%zu bytes still borrowed", emu_kernel_borrowed(k));
+		for (int i = 0; i < n; i++) // the originals gone
+			memset((void *)c[i].data, 0x7b, c[i].bytes);
+		memset(y1, 0, W * cout * 4);
+		REQUIRE(run(k, x, W, y1, err) == 0, "%s", err);
+		CHECK(!memcmp(y0, y1, W * cout * 4), "%s: after the adoption, not the same bits", wi ? "int8" : "fp16");
+		emu_kernel_free(k);
+		for (int i = 0; i < n; i++)
+			free((void *)c[i].data);
+		free(c);
+		emu_kernel_free(k0);
+	}
+	emu_copy_free(NULL);
+	emu_kernel_adopt(NULL, NULL);
+	emu_close(e);
+	free(w), free(x), free(q), free(sc), free(mf), free(mq), free(y0), free(y1);
+}
+
 int
 main(void)
 {
@@ -1916,6 +1999,7 @@ main(void)
 	T_RUN(test_rule_mangled);
 	T_RUN(test_sigmoid_gate);
 	T_RUN(test_steal);
+	T_RUN(test_copy_adopt);
 	T_RUN(test_prefetch);
 	T_RUN(test_i8_one_col);
 	T_RUN(test_i8_kernels);

@@ -177,6 +177,24 @@ int emu_kernel_const(const struct emu_kernel *k, int i, struct emu_const *out);
 struct emu_kernel *emu_compile_packed(struct emu *e, const char *mil, const struct emu_const *consts, int nconsts,
                                       char *err);
 
+// A kernel's borrowed constants (emu_compile_packed's, from a mapped cache
+// file) moved into memory of the context's own, on huge pages, in two
+// steps. emu_kernel_copy copies them; the kernel may run meanwhile (the
+// copy only reads them). It calls pace(arg) before each piece of
+// EMU_COPY_PIECE bytes (a caller may wait there); nonzero stops it: NULL,
+// err says why. emu_kernel_adopt points the kernel at the copies, which it
+// then owns, and frees the handle; not while the kernel runs.
+// emu_copy_free drops a copy not adopted. Why: on some VMs the page cache's
+// memory streams slower than fresh anonymous memory (docs/RESULTS.md).
+#define EMU_COPY_PIECE ((size_t)2 << 20)
+struct emu_copy;
+struct emu_copy *emu_kernel_copy(const struct emu_kernel *k, int (*pace)(void *arg), void *arg, char *err);
+void emu_kernel_adopt(struct emu_kernel *k, struct emu_copy *c);
+void emu_copy_free(struct emu_copy *c);
+// bytes of constants the kernel borrows (0 once adopted, or if compiled
+// from blob files)
+size_t emu_kernel_borrowed(const struct emu_kernel *k);
+
 // in[i] / out[i]: surfaces laid out as emu_input_layout / emu_output_layout;
 // ncols in 1..width (0: the whole width)
 int emu_eval(struct emu_kernel *k, const void *const *in, void *const *out, size_t ncols, char *err);
