@@ -523,7 +523,8 @@ kc_load(const char *dir, const struct kc_key *key, int nkernels, const struct kc
 	// kernels a token from 4 KiB pages, 47-50 with 854 of its 988 MB
 	// mapped huge; reading the file into anonymous huge pages instead
 	// gave 46 but cost the start 0.6-1.3 s on a VM, where fresh huge
-	// pages fault in slowly). Every buffer's pages mapped now, as llama.cpp
+	// pages fault in slowly; the ane-worker copies them once idle: its
+	// mover). Every buffer's pages mapped now, as llama.cpp
 	// maps a model: the first prefill reads all the weights, and faulting
 	// them in there one 64 KiB window at a time cost it about a quarter of
 	// its time

@@ -135,7 +135,25 @@ struct worker {
 	// return): Health says so, and the supervisor waits for it at a stop
 	_Atomic int cache_writing;
 	_Atomic int stored; // its kernels written so far, total + 1 while it commits (ane_build_opts.stored)
+	// the kernels' weights moved off the cache file while idle (mover_main)
+	_Atomic int busy;              // calls being served
+	_Atomic uint64_t last_call_ns; // when the last one ended
+	_Atomic int move_stop;
+	int moving; // the mover's thread was started
+	pthread_t mover;
 };
+
+// a call begins or ends (the mover waits for the worker to be idle)
+static void
+call_mark(struct worker *w, int begin)
+{
+	if (begin) {
+		atomic_fetch_add(&w->busy, 1);
+		return;
+	}
+	atomic_store(&w->last_call_ns, ad_now_ns());
+	atomic_fetch_sub(&w->busy, 1);
+}
 
 // the rpc server's finishing function
 static int
@@ -777,6 +795,7 @@ dp_handle(void *arg, const struct dp_request *rq, struct dp_reply *rep)
 	char msg[AD_ERRLEN];
 	Anedvd__ErrorCode code = 0;
 	__atomic_add_fetch(&w->rpc.requests, 1, __ATOMIC_RELAXED);
+	call_mark(w, 1);
 	pthread_mutex_lock(&w->mu);
 	for (uint32_t i = 0; i < rq->nsteps && !code; i++) {
 		const struct dp_step *st = &rq->step[i];
@@ -812,6 +831,7 @@ dp_handle(void *arg, const struct dp_request *rq, struct dp_reply *rep)
 			rep->done_steps = i + 1;
 	}
 	pthread_mutex_unlock(&w->mu);
+	call_mark(w, 0);
 	pf_learn(d, rq, rep->done_steps);
 	if (code) {
 		rep->status = (int32_t)code;
@@ -1000,9 +1020,11 @@ handle(void *arg, struct ad_rpc_req *q)
 		pthread_mutex_unlock(&w->mu);
 		break;
 	case ANEDVD__ANE_REQUEST__BODY_CALL:
+		call_mark(w, 1);
 		pthread_mutex_lock(&w->mu);
 		do_call(w, (const Anedvd__KernelCall *)q->body, rp);
 		pthread_mutex_unlock(&w->mu);
+		call_mark(w, 0);
 		break;
 	case ANEDVD__ANE_REQUEST__BODY_STATS:
 		pthread_mutex_lock(&w->mu);
@@ -1029,6 +1051,114 @@ release(void *scratch)
 	free(rp->kstp);
 }
 
+// --- the kernels' weights moved off the cache file ----------------------------------
+//
+// Kernels from the kernel cache read their weights where the file is
+// mapped, in the page cache. On a VM that memory can stream markedly
+// slower than fresh anonymous memory, in bands of the file (docs/
+// RESULTS.md: Qwen2.5-0.5B F16 decode 7-15% faster with the weights copied
+// into anonymous huge pages), and copying them at the start costs seconds
+// there (fresh memory faults in at ~300 MB/s). So once the worker has
+// been idle for MOVE_IDLE_NS, a thread of its own copies each kernel's
+// weights into the emu's arena (emu_kernel_copy), a 2 MiB piece at a time,
+// waiting again whenever calls come; the kernel adopts its copy under the
+// worker's lock, between calls, and the file's pages are unmapped. A run,
+// whose calls come back to back, moves next to nothing; a server moves
+// them in its first idle seconds. ANEDVD_CACHE_MOVE=0 leaves them mapped
+// (the page cache is shared by every process that maps the same entry;
+// the copies are the process's own).
+#define MOVE_IDLE_NS (200ull * 1000 * 1000)
+
+// emu_kernel_copy's pace: 0 once the worker is idle, -1 when stopping
+static int
+move_wait(void *arg)
+{
+	struct worker *w = arg;
+	for (;;) {
+		if (atomic_load(&w->move_stop))
+			return -1;
+		if (!atomic_load(&w->busy) && ad_now_ns() - atomic_load(&w->last_call_ns) >= MOVE_IDLE_NS)
+			return 0;
+		struct timespec ts = {0, 10 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+// unmap the whole pages of a buffer no kernel reads any more (a shared
+// read-only file mapping: they stay in the page cache)
+static void
+unmap_pages(const void *p, size_t n)
+{
+	uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, e = ((uintptr_t)p + n) & ~(uintptr_t)4095;
+	if (e > a)
+		(void)madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
+static void *
+mover_main(void *arg)
+{
+	struct worker *w = arg;
+	char err[AD_ERRLEN];
+	uint64_t t0 = ad_now_ns(), bytes = 0;
+	int moved = 0;
+	for (int i = 0; i < w->set.plan.n && !atomic_load(&w->move_stop); i++) {
+		struct ane_kernel *k = &w->set.k[i];
+		size_t nb = k->ek ? emu_kernel_borrowed(k->ek) : 0;
+		if (!nb)
+			continue;
+		struct emu_copy *c = emu_kernel_copy(k->ek, move_wait, w, err);
+		if (!c) {
+			if (!atomic_load(&w->move_stop))
+				ad_warn("kernel %d: its weights stay in the cache file: %s", i, err);
+			break;
+		}
+		int n = emu_kernel_nconsts(k->ek);
+		struct emu_const *old = calloc((size_t)n + 1, sizeof *old); // the borrowed ones, to unmap
+		pthread_mutex_lock(&w->mu);
+		for (int j = 0; old && j < n; j++)
+			emu_kernel_const(k->ek, j, &old[j]);
+		emu_kernel_adopt(k->ek, c);
+		pthread_mutex_unlock(&w->mu);
+		for (int j = 0; old && j < n; j++)
+			unmap_pages(old[j].data, old[j].bytes);
+		free(old);
+		bytes += nb;
+		moved++;
+	}
+	if (moved)
+		ad_log(w->log_level, "moved %d kernels' weights (%.1f MB) off the cache file in %.1f s", moved,
+		       (double)bytes / 1e6, (double)(ad_now_ns() - t0) / 1e9);
+	return NULL;
+}
+
+// the mover's thread, when kernels borrow their weights from a cache file
+static void
+mover_start(struct worker *w)
+{
+	const char *e = getenv("ANEDVD_CACHE_MOVE");
+	if (e && !strcmp(e, "0"))
+		return;
+	if (e && *e && strcmp(e, "1"))
+		ad_warn("ANEDVD_CACHE_MOVE=%s: expected 0 or 1; moving the weights off the cache file when idle", e);
+	int any = 0;
+	for (int i = 0; i < w->set.plan.n && !any; i++)
+		any = w->set.k[i].ek && emu_kernel_borrowed(w->set.k[i].ek) > 0;
+	if (!any)
+		return;
+	atomic_store(&w->last_call_ns, ad_now_ns());
+	w->moving = pthread_create(&w->mover, NULL, mover_main, w) == 0;
+}
+
+static void
+mover_stop(struct worker *w)
+{
+	if (!w->moving)
+		return;
+	atomic_store(&w->move_stop, 1);
+	pthread_join(w->mover, NULL);
+	w->moving = 0;
+}
+
 // --- the service, as a library entry (ane-service.h) ---------------------------------
 
 struct ane_service {
@@ -1039,6 +1169,7 @@ struct ane_service {
 static void
 worker_free(struct worker *w)
 {
+	mover_stop(w);
 	dp_stop_all(w);
 	drop_all(w);
 	for (int i = 0; i < w->nprobes; i++)
@@ -1114,6 +1245,7 @@ ane_service_start(const struct model *m, const struct ane_service_opts *o, char 
 	atomic_store(&w->cache_writing, w->set.store != NULL);
 	atomic_store(&w->ready, 1);
 	ad_log(lv, "ready on %s", o->url);
+	mover_start(w);
 	return sv;
 fail:
 	ad_server_stop(sv->srv); // NULL is fine

@@ -118,6 +118,24 @@ check "first start with an empty kernel cache: miss" [ "$(json_cache "$T/kc1.jso
 check "second start: hit" [ "$(json_cache "$T/kc2.json")" = hit ]
 check "a cache hit gives the reference ids" [ "$(json_ids "$T/kc2.json")" = "$REF" ]
 check "anedvd cache lists the entry" sh -c "$A cache --dir '$KC' | grep -q '^1 entry'"
+# a worker whose kernels come from the cache moves their weights off the
+# file once it has been idle 200 ms; ANEDVD_CACHE_MOVE=0 leaves them there
+mover() { # mover SETTING LOG: a worker on that entry for 1.5 s, then SIGTERM
+	env "$1" ANEDVD_LOG=info "$BIN/anedvd-ane-worker" --model "$STORIES" --listen "ipc://$T/mv.sock" \
+		--cache-dir "$KC" > /dev/null 2> "$2" &
+	MP=$!
+	sleep 1.5
+	kill -TERM $MP
+	wait $MP
+}
+mover ANEDVD_CACHE_MOVE=1 "$T/mv1.err"
+st=$?
+check "a worker on a cache hit moves the weights off the file while idle" sh -c \
+	"grep -q 'kernels from the cache' '$T/mv1.err' && grep -q \"moved [0-9]* kernels' weights (0.5 MB) off the cache file\" '$T/mv1.err'"
+check "a worker moving the weights exits 0 on SIGTERM (status $st)" [ $st -eq 0 ]
+mover ANEDVD_CACHE_MOVE=0 "$T/mv0.err"
+check "ANEDVD_CACHE_MOVE=0: the weights stay in the file" sh -c \
+	"grep -q 'kernels from the cache' '$T/mv0.err' && ! grep -q 'off the cache file' '$T/mv0.err'"
 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json --no-cache --cache-dir "$T/kc-none" > "$T/kc3.json" 2>/dev/null
 check "--no-cache: the cache is off" [ "$(json_cache "$T/kc3.json")" = off ]
 check "--no-cache stores nothing" [ ! -e "$T/kc-none" ]
@@ -461,7 +479,10 @@ if [ -x "$BIN/anedvd-cpu-worker" ] && [ -x "$BIN/anedvd-frontend" ]; then
 	check "serve: a bad --cache-mem is a usage error naming the flag" [ $? -eq 2 ]
 	check "serve: the --cache-mem error names the flag" grep -q -- "--cache-mem" "$T/cm.err"
 	PORT=$((20000 + RANDOM % 20000))
-	ANEDVD_LOG=info $A serve --model "$STORIES" --port $PORT --cache-mem 8M > /dev/null 2> "$T/serve.err" &
+	# its kernels from the cache, their weights moved off the file while idle
+	$A run --model "$STORIES" --prompt-ids 1 --max-tokens 1 --cache-dir "$T/kc-serve" > /dev/null 2>&1
+	ANEDVD_LOG=info $A serve --model "$STORIES" --port $PORT --cache-mem 8M --cache-dir "$T/kc-serve" \
+		> /dev/null 2> "$T/serve.err" &
 	P=$!
 	up=0
 	for _ in $(seq 1 600); do
@@ -477,6 +498,9 @@ if [ -x "$BIN/anedvd-cpu-worker" ] && [ -x "$BIN/anedvd-frontend" ]; then
 	}
 	check "serve answers a completion" complete
 	check "serve hands --cache-mem to the cpu-worker" grep -q "prefix cache 8.0 MiB" "$T/serve.err"
+	for _ in $(seq 1 100); do grep -q "off the cache file" "$T/serve.err" && break; sleep 0.05; done
+	check "serve moves the cached weights off the file while idle" grep -q "moved [0-9]* kernels' weights" "$T/serve.err"
+	check "serve answers the same completion from the moved weights" complete
 	# a crashed cpu-worker is restarted and the server answers again
 	C=$(awk '$1=="cpu-worker"{print $2}' "$T/anedvd-$P/status")
 	kill -9 "$C"
