@@ -698,6 +698,72 @@ sup_no_restart(struct sup *s, const char *name)
 
 #define PROBE_RENEW_MS 3000
 
+// the first line of a small /proc file, without its newline; "" if none
+static void
+read_line(const char *path, char *buf, size_t cap)
+{
+	buf[0] = 0;
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return;
+	if (!fgets(buf, (int)cap, f))
+		buf[0] = 0;
+	fclose(f);
+	buf[strcspn(buf, "\n")] = 0;
+}
+
+void
+sup_proc_state(long pid, char *buf, size_t cap)
+{
+	enum { KINDS = 8 };
+	struct {
+		char state, wchan[64];
+		int n;
+	} k[KINDS];
+	int nk = 0, threads = 0, other = 0;
+	char path[96], line[512];
+	buf[0] = 0;
+	snprintf(path, sizeof path, "/proc/%ld/task", pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return;
+	for (struct dirent *de; (de = readdir(d));) {
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		char state = '?', wchan[64];
+		snprintf(path, sizeof path, "/proc/%ld/task/%.20s/stat", pid, de->d_name);
+		read_line(path, line, sizeof line);
+		const char *rp = strrchr(line, ')'); // after the command, which may hold spaces
+		if (rp && rp[1] == ' ' && rp[2])
+			state = rp[2];
+		snprintf(path, sizeof path, "/proc/%ld/task/%.20s/wchan", pid, de->d_name);
+		read_line(path, wchan, sizeof wchan);
+		if (!wchan[0] || !strcmp(wchan, "0"))
+			snprintf(wchan, sizeof wchan, "%s", state == 'R' ? "running" : "-");
+		threads++;
+		int i = 0;
+		while (i < nk && (k[i].state != state || strcmp(k[i].wchan, wchan)))
+			i++;
+		if (i == nk && nk < KINDS) {
+			k[nk].state = state;
+			snprintf(k[nk].wchan, sizeof k[nk].wchan, "%s", wchan);
+			k[nk++].n = 0;
+		}
+		if (i < nk)
+			k[i].n++;
+		else
+			other++;
+	}
+	closedir(d);
+	if (!threads)
+		return;
+	size_t o = (size_t)snprintf(buf, cap, "%d thread%s:", threads, threads == 1 ? "" : "s");
+	for (int i = 0; i < nk && o < cap; i++)
+		o += (size_t)snprintf(buf + o, cap - o, "%s %d %c %s", i ? "," : "", k[i].n, k[i].state, k[i].wchan);
+	if (other && o < cap)
+		snprintf(buf + o, cap - o, ", %d more", other);
+}
+
 int
 sup_wait_ready(struct sup *s, const char *name, int timeout_ms, char *err)
 {
@@ -752,15 +818,24 @@ sup_wait_ready(struct sup *s, const char *name, int timeout_ms, char *err)
 			}
 		}
 		uint64_t waited = now_ms() - t0;
-		if (waited > (uint64_t)timeout_ms)
-			return ad_err(err, "%s did not become ready within %d ms: %s", name, timeout_ms, last);
+		if (waited > (uint64_t)timeout_ms) {
+			char ps[384] = "";
+			if (pid > 0)
+				sup_proc_state((long)pid, ps, sizeof ps);
+			return ad_err(err, "%s did not become ready within %d ms: %s%s%s%s", name, timeout_ms, last,
+			              ps[0] ? " [" : "", ps, ps[0] ? "]" : "");
+		}
 		if (waited > t_said + 10000) {
 			// a warning from 30 s on: a compile may take that long, a
 			// worker that never answers should be seen (one that answers
 			// with its progress is only slow)
 			t_said = waited;
+			char ps[384] = "";
+			if (pid > 0) // what it is doing: a hung start shows where it waits
+				sup_proc_state((long)pid, ps, sizeof ps);
 			ad_log(waited >= 30000 && starting != 1 ? AD_LOG_WARN : AD_LOG_INFO,
-			       "still waiting for %s (pid %ld, %.0f s): %s", name, (long)pid, waited / 1e3, last);
+			       "still waiting for %s (pid %ld, %.0f s): %s%s%s%s", name, (long)pid, waited / 1e3, last,
+			       ps[0] ? " [" : "", ps, ps[0] ? "]" : "");
 		}
 		sleep_ms(20);
 	}

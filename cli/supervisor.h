@@ -86,6 +86,11 @@ int sup_setenv(struct sup *s, const char *kv, char *err);
 // fails early if it exits and is not to be restarted, or on an interrupt
 int sup_wait_ready(struct sup *s, const char *name, int timeout_ms, char *err);
 long sup_pid(struct sup *s, const char *name); // 0 while down, -1 unknown
+// what process pid's threads are doing, as Linux's /proc shows it: their
+// count, and each state with where in the kernel it waits, e.g. "5
+// threads: 4 S futex_wait_queue, 1 S do_epoll_wait"; "" where /proc has
+// no such process. sup_wait_ready adds it to its "still waiting" lines.
+void sup_proc_state(long pid, char *buf, size_t cap);
 int sup_restarts(struct sup *s, const char *name);
 // stop restarting name (it is stopped with the others by sup_free)
 void sup_no_restart(struct sup *s, const char *name);

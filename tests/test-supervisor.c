@@ -338,6 +338,22 @@ test_health_timeout(void)
 	REQUIRE(sup_spawn(s, &sp, err) == 0, "%s", err);
 	CHECK(sup_wait_ready(s, "deaf", 600, err) == -1);
 	CHECK(strstr(err, "did not become ready") != NULL, "%s", err);
+#ifdef __linux__
+	// and what the child was doing: one thread, asleep
+	CHECK(strstr(err, " [1 thread: 1 S ") != NULL, "%s", err);
+	// a process that is gone has no state
+	pid_t gone = fork();
+	if (gone == 0)
+		_exit(0);
+	REQUIRE(gone > 0);
+	waitpid(gone, NULL, 0);
+	char ps[256] = "x";
+	sup_proc_state((long)gone, ps, sizeof ps);
+	CHECK(ps[0] == 0, "a reaped child: '%s'", ps);
+	// threads are counted, each state with where it waits
+	sup_proc_state((long)getpid(), ps, sizeof ps);
+	CHECK(strstr(ps, " thread") && strstr(ps, " R running"), "this process: '%s'", ps);
+#endif
 	sup_free(s);
 }
 
