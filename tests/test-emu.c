@@ -1803,6 +1803,28 @@ test_sigmoid_gate(void)
 		free(y[l]), free(h[l]);
 }
 
+// a cout x cin projection W columns wide, written twice with random
+// weights: mil[0] and blob[0] fp16, mil[1] and blob[1] int8 (files named
+// after tag)
+static void
+proj_fp16_int8(const char *tag, size_t cout, size_t cin, size_t W, char *mil[2], char blob[2][512])
+{
+	char err[AD_ERRLEN], name[64];
+	float *w = randv(cout * cin, 0.1f);
+	int8_t *q = rand_q(cout * cin);
+	uint16_t *sc = rand_scales(cout);
+	for (int i = 0; i < 2; i++) {
+		snprintf(name, sizeof name, "%s%s.bin", tag, i ? "-i8" : "");
+		snprintf(blob[i], 512, "%s", tmp_path(name));
+	}
+	REQUIRE(ane_blob_write_proj(blob[0], &(struct ane_wsrc){w, AD_TYPE_F32, cout * cin}, 1, err) == 0);
+	write_i8_blob(blob[1], (const int8_t *const[]){q}, (const uint16_t *const[]){sc}, &cout, &cin, 1);
+	mil[0] = ane_mil_proj((int)cin, (int)cout, (int)W, err);
+	mil[1] = ane_mil_proj_w((int)cin, (int)cout, (int)W, ANE_W_INT8, err);
+	REQUIRE(mil[0] && mil[1], "%s", err);
+	free(w), free(q), free(sc);
+}
+
 // one column from DRAM (emu_opts.cold): each thread streams one range,
 // and a thread done with its own takes the back half of what another has
 // left. Every panel is still computed whole by one thread, so with more
@@ -1817,18 +1839,11 @@ test_steal(void)
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	int nt = ncpu > 0 && ncpu < 62 ? (int)ncpu + 2 : 64;
 	size_t cin = 1024, cout = 1040; // 65 panels
-	float *w = randv(cout * cin, 0.1f), *x = randv(cin, 2.0f);
+	float *x = randv(cin, 2.0f);
 	for (size_t i = 0; i < cin; i++)
 		x[i] = ad_fp16_to_f32(ad_f32_to_fp16(x[i]));
-	int8_t *q = rand_q(cout * cin);
-	uint16_t *sc = rand_scales(cout);
-	const char *bf = tmp_path("steal.bin"), *bq = tmp_path("steal-i8.bin");
-	REQUIRE(ane_blob_write_proj(bf, &(struct ane_wsrc){w, AD_TYPE_F32, cout * cin}, 1, err) == 0);
-	write_i8_blob(bq, (const int8_t *const[]){q}, (const uint16_t *const[]){sc}, &cout, &cin, 1);
-	char *mf = ane_mil_proj((int)cin, (int)cout, 4, err),
-	     *mq = ane_mil_proj_w((int)cin, (int)cout, 4, ANE_W_INT8, err);
-	REQUIRE(mf && mq, "%s", err);
-	const char *mils[2] = {mf, mq}, *blobs[2] = {bf, bq};
+	char *mils[2], blobs[2][512];
+	proj_fp16_int8("steal", cout, cin, 4, mils, blobs);
 	float *y1 = calloc(cout, 4), *yn = calloc(cout, 4);
 	for (int wi = 0; wi < 2; wi++) {
 		struct emu_file f = {.name = "w.bin", .path = blobs[wi]};
@@ -1879,7 +1894,7 @@ test_steal(void)
 		emu_kernel_free(k1);
 		emu_close(e1);
 	}
-	free(w), free(x), free(q), free(sc), free(mf), free(mq), free(y1), free(yn);
+	free(x), free(mils[0]), free(mils[1]), free(y1), free(yn);
 }
 
 static int
@@ -1900,18 +1915,11 @@ test_copy_adopt(void)
 {
 	char err[AD_ERRLEN];
 	size_t cin = 1024, cout = 2560, W = 3;
-	float *w = randv(cout * cin, 0.1f), *x = randv(W * cin, 2.0f);
+	float *x = randv(W * cin, 2.0f);
 	for (size_t i = 0; i < W * cin; i++)
 		x[i] = ad_fp16_to_f32(ad_f32_to_fp16(x[i]));
-	int8_t *q = rand_q(cout * cin);
-	uint16_t *sc = rand_scales(cout);
-	const char *bf = tmp_path("adopt.bin"), *bq = tmp_path("adopt-i8.bin");
-	REQUIRE(ane_blob_write_proj(bf, &(struct ane_wsrc){w, AD_TYPE_F32, cout * cin}, 1, err) == 0);
-	write_i8_blob(bq, (const int8_t *const[]){q}, (const uint16_t *const[]){sc}, &cout, &cin, 1);
-	char *mf = ane_mil_proj((int)cin, (int)cout, (int)W, err),
-	     *mq = ane_mil_proj_w((int)cin, (int)cout, (int)W, ANE_W_INT8, err);
-	REQUIRE(mf && mq, "%s", err);
-	const char *mils[2] = {mf, mq}, *blobs[2] = {bf, bq};
+	char *mils[2], blobs[2][512];
+	proj_fp16_int8("adopt", cout, cin, W, mils, blobs);
 	float *y0 = calloc(W * cout, 4), *y1 = calloc(W * cout, 4);
 	struct emu *e = emu_open(&(struct emu_opts){.threads = 2}, err);
 	REQUIRE(e, "%s", err);
@@ -1962,7 +1970,7 @@ test_copy_adopt(void)
 	emu_copy_free(NULL);
 	emu_kernel_adopt(NULL, NULL);
 	emu_close(e);
-	free(w), free(x), free(q), free(sc), free(mf), free(mq), free(y0), free(y1);
+	free(x), free(mils[0]), free(mils[1]), free(y0), free(y1);
 }
 
 int
