@@ -136,24 +136,12 @@ struct worker {
 	_Atomic int cache_writing;
 	_Atomic int stored; // its kernels written so far, total + 1 while it commits (ane_build_opts.stored)
 	// the kernels' weights moved off the cache file while idle (mover_main)
-	_Atomic int busy;              // calls being served
-	_Atomic uint64_t last_call_ns; // when the last one ended
+	_Atomic uint64_t calls; // kernel calls begun (a call holds mu while it runs)
 	_Atomic int move_stop;
 	int moving; // the mover's thread was started
 	pthread_t mover;
+	uint64_t move_seen, move_quiet_ns; // the mover's: calls it last saw, since when
 };
-
-// a call begins or ends (the mover waits for the worker to be idle)
-static void
-call_mark(struct worker *w, int begin)
-{
-	if (begin) {
-		atomic_fetch_add(&w->busy, 1);
-		return;
-	}
-	atomic_store(&w->last_call_ns, ad_now_ns());
-	atomic_fetch_sub(&w->busy, 1);
-}
 
 // the rpc server's finishing function
 static int
@@ -795,7 +783,7 @@ dp_handle(void *arg, const struct dp_request *rq, struct dp_reply *rep)
 	char msg[AD_ERRLEN];
 	Anedvd__ErrorCode code = 0;
 	__atomic_add_fetch(&w->rpc.requests, 1, __ATOMIC_RELAXED);
-	call_mark(w, 1);
+	atomic_fetch_add_explicit(&w->calls, 1, memory_order_relaxed);
 	pthread_mutex_lock(&w->mu);
 	for (uint32_t i = 0; i < rq->nsteps && !code; i++) {
 		const struct dp_step *st = &rq->step[i];
@@ -831,7 +819,6 @@ dp_handle(void *arg, const struct dp_request *rq, struct dp_reply *rep)
 			rep->done_steps = i + 1;
 	}
 	pthread_mutex_unlock(&w->mu);
-	call_mark(w, 0);
 	pf_learn(d, rq, rep->done_steps);
 	if (code) {
 		rep->status = (int32_t)code;
@@ -1020,11 +1007,10 @@ handle(void *arg, struct ad_rpc_req *q)
 		pthread_mutex_unlock(&w->mu);
 		break;
 	case ANEDVD__ANE_REQUEST__BODY_CALL:
-		call_mark(w, 1);
+		atomic_fetch_add_explicit(&w->calls, 1, memory_order_relaxed);
 		pthread_mutex_lock(&w->mu);
 		do_call(w, (const Anedvd__KernelCall *)q->body, rp);
 		pthread_mutex_unlock(&w->mu);
-		call_mark(w, 0);
 		break;
 	case ANEDVD__ANE_REQUEST__BODY_STATS:
 		pthread_mutex_lock(&w->mu);
@@ -1069,7 +1055,9 @@ release(void *scratch)
 // the copies are the process's own).
 #define MOVE_IDLE_NS (200ull * 1000 * 1000)
 
-// emu_kernel_copy's pace: 0 once the worker is idle, -1 when stopping
+// emu_kernel_copy's pace: 0 once the worker is idle (no call begun for
+// MOVE_IDLE_NS, none running: the worker's lock is free), -1 when
+// stopping. The calls only count; the mover keeps the clock.
 static int
 move_wait(void *arg)
 {
@@ -1077,8 +1065,14 @@ move_wait(void *arg)
 	for (;;) {
 		if (atomic_load(&w->move_stop))
 			return -1;
-		if (!atomic_load(&w->busy) && ad_now_ns() - atomic_load(&w->last_call_ns) >= MOVE_IDLE_NS)
+		uint64_t c = atomic_load_explicit(&w->calls, memory_order_relaxed), now = ad_now_ns();
+		if (c != w->move_seen) {
+			w->move_seen = c;
+			w->move_quiet_ns = now;
+		} else if (now - w->move_quiet_ns >= MOVE_IDLE_NS && pthread_mutex_trylock(&w->mu) == 0) {
+			pthread_mutex_unlock(&w->mu);
 			return 0;
+		}
 		struct timespec ts = {0, 10 * 1000 * 1000};
 		nanosleep(&ts, NULL);
 	}
@@ -1145,7 +1139,8 @@ mover_start(struct worker *w)
 		any = w->set.k[i].ek && emu_kernel_borrowed(w->set.k[i].ek) > 0;
 	if (!any)
 		return;
-	atomic_store(&w->last_call_ns, ad_now_ns());
+	w->move_seen = atomic_load(&w->calls);
+	w->move_quiet_ns = ad_now_ns();
 	w->moving = pthread_create(&w->mover, NULL, mover_main, w) == 0;
 }
 
