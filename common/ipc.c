@@ -48,12 +48,40 @@ struct srv_thread {
 	nng_aio *aio;
 };
 
+// The guard: nng 1.5 stops accepting for good when a connection fails its
+// handshake with NNG_ECLOSED on the server's side, which is what an EPIPE
+// gives: a client that connects and closes before the server has sent its
+// header (a client killed as it dials, a dialer closed and replaced while
+// its connection is in its handshake, a plain connect and close). The
+// listener's accept callback takes NNG_ECLOSED for its own close and
+// accepts no more, while its transport still completes the handshakes of
+// new connections and parks them: their clients send requests that no one
+// reads, and never dial again (test-ane-worker: a restarted worker that
+// answered no Health for 30 s, to old clients and new). So a thread per
+// server reads the listener's "other" errors (nng's statistics, where
+// NNG_ECLOSED is counted) every AD_GUARD_MS and, on a new one, closes the
+// listener and listens anew. Closing it closes its connections too, the
+// parked ones and the working ones: to their clients it is a restart of
+// the server, and REQ sends a request in flight again on the next
+// connection (so a handler may run twice for it, as after any restart).
+// Without statistics (NNG_ENABLE_STATS off) there is no guard.
+#define AD_GUARD_MS 250
+
 struct ad_server {
 	nng_socket sock;
+	nng_listener lis; // the one accepting
 	int nthreads;
 	struct srv_thread *threads;
 	ad_ipc_handler fn;
 	void *arg;
+	pthread_t guard;
+	int guarding;
+	pthread_mutex_t gmu; // gstop
+	pthread_cond_t gcv;
+	int gstop;
+	uint64_t other; // the listener's "other" errors when last seen
+	atomic_uint relistens;
+	char url[];
 };
 
 #define AD_PIPES_MAX 16
@@ -195,20 +223,25 @@ ad_client_pipes(struct ad_client *c)
 	return atomic_load(&c->npipes);
 }
 
+// a wait on cv (mu held) of at most ms
+static void
+wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, long ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += ms * 1000000L;
+	ts.tv_sec += ts.tv_nsec / 1000000000L;
+	ts.tv_nsec %= 1000000000L;
+	pthread_cond_timedwait(cv, mu, &ts);
+}
+
 static void *
 watch_main(void *arg)
 {
 	(void)arg;
 	pthread_mutex_lock(&watch_mu);
 	while (!watch_stop) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += AD_WATCH_MS * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&watch_cv, &watch_mu, &ts);
+		wait_ms(&watch_cv, &watch_mu, AD_WATCH_MS);
 		const uint64_t now = ad_now_ns(), gap = (uint64_t)AD_REDIAL_MS * 1000000u;
 		for (int i = 0; i < AD_WATCH_MAX && !watch_stop; i++) {
 			struct ad_client *c = watched[i];
@@ -292,6 +325,73 @@ server_loop(void *p)
 	return NULL;
 }
 
+// the current listener's "other" errors into *n: -1 without statistics.
+// The scopes are walked here: nng 1.5's nng_stat_find_listener returns
+// the first listener's, whatever the id (its recursion looks by name only).
+static int
+listener_errors(struct ad_server *s, uint64_t *n)
+{
+	nng_stat *all;
+	if (nng_stats_get(&all) != 0)
+		return -1;
+	const int id = nng_listener_id(s->lis);
+	int rc = -1;
+	for (nng_stat *l = nng_stat_child(all); l && rc; l = nng_stat_next(l)) {
+		nng_stat *lid = nng_stat_find(l, "id"), *o = nng_stat_find(l, "other");
+		if (nng_stat_type(l) == NNG_STAT_SCOPE && !strcmp(nng_stat_name(l), "listener") && lid && o &&
+		    nng_stat_value(lid) == (uint64_t)id) {
+			*n = nng_stat_value(o);
+			rc = 0;
+		}
+	}
+	nng_stats_free(all);
+	return rc;
+}
+
+// listen on the URL anew (the guard, above); closing the listener first
+// frees the address (an ipc path is unlinked by the close)
+static int
+relisten(struct ad_server *s, char *err)
+{
+	nng_listener_close(s->lis);
+	nng_listener l;
+	int rv = nng_listen(s->sock, s->url, &l, 0);
+	if (rv != 0)
+		return ad_err(err, "listen on %s anew: %s", s->url, nng_strerror(rv));
+	s->lis = l;
+	s->other = 0;
+	atomic_fetch_add(&s->relistens, 1);
+	return 0;
+}
+
+static void *
+guard_main(void *arg)
+{
+	struct ad_server *s = arg;
+	pthread_mutex_lock(&s->gmu);
+	while (!s->gstop) {
+		wait_ms(&s->gcv, &s->gmu, AD_GUARD_MS);
+		uint64_t n;
+		if (s->gstop || listener_errors(s, &n) != 0 || n == s->other)
+			continue;
+		char err[AD_ERRLEN];
+		if (relisten(s, err) == 0)
+			ad_warn("%s: a connection failed as it was made, and nng accepts no more after that: "
+			        "listening anew (its clients connect again)",
+			        s->url);
+		else
+			ad_warn("%s", err); // the next look tries again
+	}
+	pthread_mutex_unlock(&s->gmu);
+	return NULL;
+}
+
+unsigned
+ad_server_relistens(struct ad_server *s)
+{
+	return atomic_load(&s->relistens);
+}
+
 void
 ad_stop_block(sigset_t *set)
 {
@@ -322,13 +422,16 @@ ad_server_start(const char *url, int nthreads, ad_ipc_handler fn, void *arg, cha
 {
 	if (nthreads < 1)
 		nthreads = 1;
-	struct ad_server *s = calloc(1, sizeof *s);
+	struct ad_server *s = calloc(1, sizeof *s + strlen(url) + 1);
 	if (!s) {
 		ad_err(err, "out of memory");
 		return NULL;
 	}
+	strcpy(s->url, url);
 	s->fn = fn;
 	s->arg = arg;
+	pthread_mutex_init(&s->gmu, NULL);
+	pthread_cond_init(&s->gcv, NULL);
 	int rv = nng_rep0_open(&s->sock);
 	if (rv != 0) {
 		ad_err(err, "nng rep socket: %s", nng_strerror(rv));
@@ -336,7 +439,7 @@ ad_server_start(const char *url, int nthreads, ad_ipc_handler fn, void *arg, cha
 		return NULL;
 	}
 	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, AD_IPC_MAX_MSG);
-	rv = nng_listen(s->sock, url, NULL, 0);
+	rv = nng_listen(s->sock, url, &s->lis, 0);
 	if (rv != 0) {
 		ad_err(err, "listen on %s: %s", url, nng_strerror(rv));
 		nng_close(s->sock);
@@ -371,6 +474,8 @@ ad_server_start(const char *url, int nthreads, ad_ipc_handler fn, void *arg, cha
 		ad_err(err, "could not start server threads");
 		return NULL;
 	}
+	if (listener_errors(s, &s->other) == 0)
+		s->guarding = pthread_create(&s->guard, NULL, guard_main, s) == 0;
 	return s;
 }
 
@@ -379,6 +484,13 @@ ad_server_stop(struct ad_server *s)
 {
 	if (!s)
 		return;
+	if (s->guarding) {
+		pthread_mutex_lock(&s->gmu);
+		s->gstop = 1;
+		pthread_cond_signal(&s->gcv);
+		pthread_mutex_unlock(&s->gmu);
+		pthread_join(s->guard, NULL);
+	}
 	// contexts first (see struct srv_thread), then the threads, then the socket
 	for (int i = 0; i < s->nthreads; i++)
 		nng_ctx_close(s->threads[i].ctx);
@@ -388,6 +500,8 @@ ad_server_stop(struct ad_server *s)
 	}
 	nng_close(s->sock);
 	free(s->threads);
+	pthread_mutex_destroy(&s->gmu);
+	pthread_cond_destroy(&s->gcv);
 	free(s);
 }
 

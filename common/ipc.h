@@ -38,6 +38,9 @@ struct ad_client;
 
 struct ad_server *ad_server_start(const char *url, int nthreads, ad_ipc_handler fn, void *arg, char *err);
 void ad_server_stop(struct ad_server *s); // closes, waits for in-flight handlers
+// how often the server listened anew since its start: nng 1.5 stops
+// accepting after a connection that fails as it is made (ipc.c, the guard)
+unsigned ad_server_relistens(struct ad_server *s);
 
 // A service process's stop: SIGINT and SIGTERM blocked in every thread
 // (ad_stop_block before the process starts its first thread) and taken by
