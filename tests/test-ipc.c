@@ -386,7 +386,9 @@ test_pipe_seen_late(void)
 }
 
 // connect to the server at url and close before its handshake (EPIPE on
-// its side): nng 1.5's listener accepts no more after that
+// its side): nng 1.5's listener accepts no more after that. A server that
+// sends its header first sees the close as a read error instead, which
+// it survives, so a few at once
 static void
 connect_close(const char *url)
 {
@@ -394,10 +396,12 @@ connect_close(const char *url)
 	const char *path = url + strlen("ipc://");
 	REQUIRE(strlen(path) < sizeof a.sun_path);
 	memcpy(a.sun_path, path, strlen(path) + 1);
-	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-	REQUIRE(fd >= 0);
-	CHECK(connect(fd, (const struct sockaddr *)&a, sizeof a) == 0, "connect %s", a.sun_path);
-	close(fd);
+	for (int i = 0; i < 8; i++) {
+		int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+		REQUIRE(fd >= 0);
+		CHECK(connect(fd, (const struct sockaddr *)&a, sizeof a) == 0, "connect %s", a.sun_path);
+		close(fd);
+	}
 }
 
 // client k's call answered within 5 s; tell how soon
@@ -430,7 +434,7 @@ test_listener_guard(void)
 		struct timespec ts = {0, 20 * 1000 * 1000};
 		nanosleep(&ts, NULL);
 	}
-	CHECK(ad_server_relistens(s) == 1, "the server listened anew %u times, not once", ad_server_relistens(s));
+	CHECK(ad_server_relistens(s) >= 1, "the server did not listen anew");
 	struct ad_client *c = ad_client_open(url, err);
 	REQUIRE(c, "%s", err);
 	call_answered(c, 0, " (new)");
@@ -481,9 +485,11 @@ main(void)
 	// before the socket this passed 6 of 6 runs alone (the old order: 5
 	// hangs, 1 panic), but nng 1.5.2 still hangs in nng_close now and then
 	// when other tests load the machine; so it runs when asked, not in ctest
+	// these two fork, and nng is not fork-safe once used: first the one
+	// whose parent uses no nng
+	T_RUN(test_listener_guard_parked);
 	if (getenv("T_IPC_STRESS"))
-		T_RUN(test_stop_in_flight); // first: it forks, and nng is not fork-safe once used
-	T_RUN(test_listener_guard_parked);  // forks too
+		T_RUN(test_stop_in_flight);
 	T_RUN(test_echo_many);
 	T_RUN(test_nobody_there);
 	T_RUN(test_redial);
