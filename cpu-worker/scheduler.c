@@ -108,8 +108,9 @@ struct job {
 
 	// under the lock
 	int active, queued;
-	struct sched_event *ev;
+	struct sched_event *ev; // events from index ev_base on, not yet dropped
 	int n_ev, cap_ev;
+	uint32_t ev_base;
 	uint32_t produced;
 	enum sched_finish finish;
 	enum sched_code code;
@@ -1859,8 +1860,11 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 	return 0;
 }
 
-int
-sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll *out, enum sched_code *code, char *err)
+// ack: drop the events below seen, hand over the rest and keep them;
+// else hand over every event and drop them
+static int
+poll_job(struct sched *s, uint64_t job, int ack, uint64_t seen, int max_wait_ms, struct sched_poll *out,
+         enum sched_code *code, char *err)
 {
 	memset(out, 0, sizeof *out);
 	if (max_wait_ms < 0)
@@ -1874,6 +1878,20 @@ sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll *ou
 		return fail(code, SCHED_ENOTFOUND, err,
 		            "no job %llu (a finished job is forgotten %d ms after its final poll)",
 		            (unsigned long long)job, s->o.grace_ms);
+	}
+	if (ack) {
+		if (seen < j->ev_base || seen > (uint64_t)j->ev_base + (uint64_t)j->n_ev) {
+			pthread_mutex_unlock(&s->mu);
+			return fail(code, SCHED_EBADREQ, err,
+			            "poll of job %llu: %llu events seen, but it has events %u to %u",
+			            (unsigned long long)job, (unsigned long long)seen, j->ev_base,
+			            j->ev_base + (uint32_t)j->n_ev);
+		}
+		const int k = (int)(seen - j->ev_base);
+		if (k > 0) // then ev holds them
+			memmove(j->ev, j->ev + k, (size_t)(j->n_ev - k) * sizeof *j->ev);
+		j->n_ev -= k;
+		j->ev_base = (uint32_t)seen;
 	}
 	uint64_t now = ad_now_ns(), until = now + (uint64_t)max_wait_ms * 1000000u;
 	j->waiters++;
@@ -1897,7 +1915,10 @@ sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll *ou
 		} else {
 			memcpy(out->events, j->ev, (size_t)j->n_ev * sizeof *out->events);
 			out->n_events = j->n_ev;
-			j->n_ev = 0;
+			if (!ack) {
+				j->ev_base += (uint32_t)j->n_ev;
+				j->n_ev = 0;
+			}
 		}
 	}
 	if (rv == 0) {
@@ -1917,6 +1938,19 @@ sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll *ou
 	j->waiters--;
 	pthread_mutex_unlock(&s->mu);
 	return rv;
+}
+
+int
+sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll *out, enum sched_code *code, char *err)
+{
+	return poll_job(s, job, 0, 0, max_wait_ms, out, code, err);
+}
+
+int
+sched_poll_ack(struct sched *s, uint64_t job, uint64_t seen, int max_wait_ms, struct sched_poll *out,
+               enum sched_code *code, char *err)
+{
+	return poll_job(s, job, 1, seen, max_wait_ms, out, code, err);
 }
 
 int

@@ -110,18 +110,30 @@ engc_generate(struct ad_client *c, const struct engc_gen *g, struct engc_started
 	return 0;
 }
 
-int
-engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct engc_poll *out, int timeout_ms, int *code,
-          char *err)
+static int
+poll_call(struct ad_client *c, uint64_t job, int ack, uint64_t seen, uint32_t max_wait_ms, struct engc_poll *out,
+          int timeout_ms, int *code, char *err)
 {
 	memset(out, 0, sizeof *out);
 	Anedvd__PollRequest pr = ANEDVD__POLL_REQUEST__INIT;
 	pr.job = job;
 	pr.max_wait_ms = max_wait_ms;
+	pr.ack = ack != 0;
+	pr.seen = seen;
 	Anedvd__EngineReply *r = call(c, &pr.base, timeout_ms + (int)max_wait_ms, code, err);
 	if (!r)
 		return -1;
 	const Anedvd__PollReply *p = r->poll;
+	// acknowledging, the events go on from the ones seen (a worker that
+	// keeps nothing hands over the same ones while no reply is lost)
+	if (ack && p->n_tokens && p->tokens[0]->index != seen) {
+		uint32_t first = p->tokens[0]->index;
+		anedvd__engine_reply__free_unpacked(r, NULL);
+		if (code)
+			*code = ANEDVD__ERROR_CODE__ERROR_INTERNAL;
+		return ad_err(err, "poll of job %llu: the events begin at %u, %llu were seen", (unsigned long long)job,
+		              first, (unsigned long long)seen);
+	}
 	if (p->n_tokens) {
 		out->events = calloc(p->n_tokens, sizeof *out->events);
 		if (!out->events) {
@@ -209,6 +221,20 @@ engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct engc_p
 	}
 	anedvd__engine_reply__free_unpacked(r, NULL);
 	return 0;
+}
+
+int
+engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct engc_poll *out, int timeout_ms, int *code,
+          char *err)
+{
+	return poll_call(c, job, 0, 0, max_wait_ms, out, timeout_ms, code, err);
+}
+
+int
+engc_poll_ack(struct ad_client *c, uint64_t job, uint64_t seen, uint32_t max_wait_ms, struct engc_poll *out,
+              int timeout_ms, int *code, char *err)
+{
+	return poll_call(c, job, 1, seen, max_wait_ms, out, timeout_ms, code, err);
 }
 
 void
@@ -349,7 +375,7 @@ engc_run(struct ad_client *c, const struct engc_gen *g, int32_t **ids, size_t *n
 	size_t cap = 0;
 	for (;;) {
 		struct engc_poll p;
-		if (engc_poll(c, st.job, 1000, &p, timeout_ms, code, err)) {
+		if (engc_poll_ack(c, st.job, *n_ids, 1000, &p, timeout_ms, code, err)) {
 			free(*ids);
 			*ids = NULL;
 			*n_ids = 0;
@@ -669,7 +695,8 @@ engc_job_poll(struct engc_job *j, uint32_t max_wait_ms, struct engc_poll *out, i
 	}
 	int cd = 0;
 	char e[AD_ERRLEN];
-	if (engc_poll(j->c, j->job, max_wait_ms, out, j->timeout_ms, &cd, e) != 0) {
+	// the current incarnation's events delivered: acknowledged
+	if (engc_poll_ack(j->c, j->job, j->n_del - j->base_index, max_wait_ms, out, j->timeout_ms, &cd, e) != 0) {
 		if (cd == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE) {
 			// no answer: a dead worker (then a restarted one's NOT_FOUND
 			// usually comes first) or a hung one, whose job is ended

@@ -110,6 +110,11 @@ int engc_generate(struct ad_client *c, const struct engc_gen *g, struct engc_sta
 // waits up to max_wait_ms for tokens; the call itself gets max_wait_ms + timeout_ms
 int engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct engc_poll *out, int timeout_ms, int *code,
               char *err);
+// the same, acknowledging the seen events the caller has received of this
+// job (PollRequest.ack): a call repeated with the same seen after a lost
+// reply gets the same events again. engc_run and engc_job poll so.
+int engc_poll_ack(struct ad_client *c, uint64_t job, uint64_t seen, uint32_t max_wait_ms, struct engc_poll *out,
+                  int timeout_ms, int *code, char *err);
 void engc_poll_free(struct engc_poll *p);
 int engc_cancel(struct ad_client *c, uint64_t job, int timeout_ms, int *code, char *err);
 // *logits malloc'd: *rows x *n_vocab; upto_layer 0: the whole model

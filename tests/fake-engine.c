@@ -324,6 +324,9 @@ handle(void *arg, struct ad_rpc_req *q)
 			ad_rpc_fail(q, ANEDVD__ERROR_CODE__ERROR_NOT_FOUND, "no such job");
 			break;
 		}
+		// acknowledging: the events after the ones seen, again if a reply was lost
+		if (pq->ack && pq->seen < j->sent)
+			j->sent = (size_t)pq->seen;
 		uint64_t deadline = ad_now_ns() + (uint64_t)pq->max_wait_ms * 1000000;
 		size_t n;
 		for (;;) {

@@ -341,6 +341,56 @@ test_greedy(void)
 	engc_poll_free(&p);
 }
 
+// acknowledged polls (PollRequest.ack): a poll repeated with the same
+// count, as nng's REQ sends one again after its reply was lost, gets the
+// same events again; the next count gets the ones after; the whole job
+// read so is the reference's, and counts the worker cannot have are refused
+static void
+test_poll_ack(void)
+{
+	struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 24};
+	struct engc_started js;
+	char err[AD_ERRLEN];
+	REQUIRE(engc_generate(S.c, &g, &js, TMO, NULL, err) == 0, "%s", err);
+	int32_t got[24];
+	size_t seen = 0;
+	int repeats = 0, same = 1;
+	enum engc_finish fin = ENGC_RUNNING;
+	for (int polls = 0; fin == ENGC_RUNNING && polls < 200; polls++) {
+		struct engc_poll p, q;
+		REQUIRE(engc_poll_ack(S.c, js.job, seen, 1000, &p, TMO, NULL, err) == 0, "%s", err);
+		if (p.n_events && polls % 2 == 0) { // its reply "lost": the same poll again
+			REQUIRE(engc_poll_ack(S.c, js.job, seen, 0, &q, TMO, NULL, err) == 0, "%s", err);
+			repeats++;
+			same &= q.n_events >= p.n_events;
+			for (size_t i = 0; same && i < p.n_events; i++)
+				same &= q.events[i].id == p.events[i].id && q.events[i].index == p.events[i].index;
+			engc_poll_free(&p);
+			p = q;
+		}
+		for (size_t i = 0; i < p.n_events && seen < 24; i++)
+			got[seen++] = p.events[i].id;
+		fin = p.finish;
+		engc_poll_free(&p);
+	}
+	CHECK(fin == ENGC_LENGTH && seen == 24, "finish %d after %zu events", (int)fin, seen);
+	CHECK(repeats > 0 && same, "%d repeated polls, the same events: %d", repeats, same);
+	CHECK(same_ids(got, seen, ref_ids + 4, 24), "the tokens read with acknowledgements");
+	// the final poll again, acknowledged: the finish, nothing new
+	struct engc_poll p;
+	REQUIRE(engc_poll_ack(S.c, js.job, seen, 0, &p, TMO, NULL, err) == 0, "%s", err);
+	CHECK(p.finish == ENGC_LENGTH && p.n_events == 0, "finish %d, %zu events", (int)p.finish, p.n_events);
+	engc_poll_free(&p);
+	// more seen than produced, and fewer than already acknowledged
+	int code = 0;
+	CHECK(engc_poll_ack(S.c, js.job, seen + 1, 0, &p, TMO, &code, err) == -1 &&
+	              code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST && strstr(err, "events seen"),
+	      "code %d: %s", code, err);
+	CHECK(engc_poll_ack(S.c, js.job, seen - 1, 0, &p, TMO, &code, err) == -1 &&
+	              code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST,
+	      "code %d: %s", code, err);
+}
+
 // jobs alone, then all at once: the same tokens
 static void
 test_concurrent(void)
@@ -2180,6 +2230,7 @@ main(void)
 	T_RUN(start);
 	if (S.c) {
 		T_RUN(test_greedy);
+		T_RUN(test_poll_ack);
 		T_RUN(test_concurrent);
 		T_RUN(test_seeded);
 		T_RUN(test_cancel);

@@ -14,7 +14,8 @@
 // abandon_ms (FINISH_CANCELLED).
 //
 // Tokens are buffered per job; sched_poll hands over everything since the
-// last poll, waiting up to max_wait_ms (at most 60 s) for something new.
+// last poll, waiting up to max_wait_ms (at most 60 s) for something new
+// (sched_poll_ack: everything the caller has not acknowledged).
 // The poll that reports the finish carries the final timings; the job is
 // kept for grace_ms after it (a repeated final poll gets the same finish,
 // no tokens) and then forgotten.
@@ -232,6 +233,13 @@ int sched_generate(struct sched *s, const struct sched_gen *g, struct sched_star
                    char *err);
 int sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll *out, enum sched_code *code,
                char *err);
+// the same, acknowledging: seen counts the events the caller has received
+// (their indexes are below it); they are dropped, and the rest are handed
+// over and kept until a later call acknowledges them, so a call repeated
+// with the same seen gets the same events (and any new ones). seen beyond
+// the events produced, or below those already dropped, is SCHED_EBADREQ.
+int sched_poll_ack(struct sched *s, uint64_t job, uint64_t seen, int max_wait_ms, struct sched_poll *out,
+                   enum sched_code *code, char *err);
 // cancelling a finished job is not an error
 int sched_cancel(struct sched *s, uint64_t job, enum sched_code *code, char *err);
 // renew client's lease for lease_ms from now (taking one out if it has
