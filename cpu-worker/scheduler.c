@@ -108,7 +108,9 @@ struct job {
 
 	// under the lock
 	int active, queued;
-	struct sched_event *ev; // events from index ev_base on, not yet dropped
+	uint64_t request_id;          // the Generate's (0: none)
+	struct sched_started started; // what it answered
+	struct sched_event *ev;       // events from index ev_base on, not yet dropped
 	int n_ev, cap_ev;
 	uint32_t ev_base;
 	uint32_t produced;
@@ -1825,6 +1827,14 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 	}
 
 	pthread_mutex_lock(&s->mu);
+	// the same Generate again (its reply lost): the job it started
+	for (struct job *o = s->jobs; g->request_id && o; o = o->next)
+		if (o->request_id == g->request_id) {
+			*out = o->started;
+			pthread_mutex_unlock(&s->mu);
+			job_free(j);
+			return 0;
+		}
 	int rv = 0;
 	if (s->stopping)
 		rv = fail(code, SCHED_EUNAVAILABLE, err, "the worker is shutting down");
@@ -1855,6 +1865,8 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 	out->dropped_from = j->dropped_from;
 	out->max_tokens = j->max_tokens;
 	out->reused = j->reuse;
+	j->request_id = g->request_id;
+	j->started = *out;
 	pthread_cond_signal(&s->work);
 	pthread_mutex_unlock(&s->mu);
 	return 0;

@@ -120,6 +120,7 @@ do_generate(struct engine_service *svc, const Anedvd__GenerateRequest *q, struct
 		.lease_ms = q->lease_ms > INT_MAX ? INT_MAX : (int)q->lease_ms,
 		.skip_draws = q->sampling ? q->sampling->skip_draws : 0,
 		.speculative = (int)q->speculative,
+		.request_id = q->request_id,
 	};
 	sampling_from(q->sampling, &g.sp);
 	if (q->top_logprobs > SCHED_TOP_LOGPROBS)

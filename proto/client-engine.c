@@ -1,8 +1,10 @@
 #include "client-engine.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "common.pb-c.h"
@@ -31,6 +33,19 @@ static Anedvd__EngineReply *
 call(struct ad_client *c, const ProtobufCMessage *body, int timeout_ms, int *code, char *err)
 {
 	return ad_rpc_call(c, &ad_rpc_engine, body, timeout_ms, code, err);
+}
+
+// a Generate's request_id: unique among this machine's processes and
+// their calls (pid, a count, the clock, mixed by splitmix64), never 0
+static uint64_t
+request_id(void)
+{
+	static atomic_ullong count;
+	uint64_t x = ad_now_ns() ^ (uint64_t)getpid() << 40 ^ atomic_fetch_add(&count, 1) * 0x9e3779b97f4a7c15ull;
+	x = (x ^ x >> 30) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ x >> 27) * 0x94d049bb133111ebull;
+	x ^= x >> 31;
+	return x ? x : 1;
 }
 
 int
@@ -95,6 +110,7 @@ engc_generate(struct ad_client *c, const struct engc_gen *g, struct engc_started
 	gr.n_grammar_tokens = g->n_grammar_tokens;
 	gr.grammar_replay = g->grammar ? g->grammar_replay : 0;
 	gr.speculative = (Anedvd__SpecMode)g->speculative;
+	gr.request_id = g->request_id ? g->request_id : request_id();
 	Anedvd__EngineReply *r = call(c, &gr.base, timeout_ms, code, err);
 	free(lb);
 	free(plb);
@@ -591,6 +607,7 @@ submit(struct engc_job *j, uint32_t wait_ms, int *code, char *err)
 	g.max_tokens = j->g.max_tokens - (uint32_t)j->n_del;
 	g.skip_draws = j->draws;
 	g.grammar_replay = (uint32_t)j->n_del; // the grammar takes the delivered tokens first
+	g.request_id = 0;                      // each incarnation its own: engc_generate draws one
 	if (j->g.deadline_ms) {
 		uint64_t spent = (now - j->t0_ns) / 1000000u;
 		g.deadline_ms = spent < j->g.deadline_ms ? j->g.deadline_ms - (uint32_t)spent : 1;

@@ -60,6 +60,7 @@ struct engc_gen {
 	size_t n_grammar_tokens;
 	uint32_t grammar_replay; // a continued job: its last prompt tokens the grammar takes first (engc_job)
 	int speculative;         // 0 the worker's default, 1 off, 2 on (engine.proto's SpecMode)
+	uint64_t request_id;     // 0: engc_generate draws one (engine.proto: a Generate sent again)
 };
 
 // what Generate answered; the engine fitted the prompt and the reply into

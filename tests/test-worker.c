@@ -391,6 +391,45 @@ test_poll_ack(void)
 	      "code %d: %s", code, err);
 }
 
+// a Generate sent again with the same request_id (its reply lost) gets the
+// job the first one started; another id starts another job
+static void
+test_request_id(void)
+{
+	char err[AD_ERRLEN];
+	struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 6, .request_id = 0x5eed1234abcdull};
+	struct engc_started a, b, c;
+	REQUIRE(engc_generate(S.c, &g, &a, TMO, NULL, err) == 0, "%s", err);
+	REQUIRE(engc_generate(S.c, &g, &b, TMO, NULL, err) == 0, "%s", err);
+	CHECK(a.job == b.job && a.prompt_tokens == b.prompt_tokens && a.max_tokens == b.max_tokens,
+	      "jobs %llu and %llu", (unsigned long long)a.job, (unsigned long long)b.job);
+	g.request_id = 0; // drawn: another job
+	REQUIRE(engc_generate(S.c, &g, &c, TMO, NULL, err) == 0, "%s", err);
+	CHECK(c.job != a.job);
+	// both run to their end; the repeated one's tokens are the reference's
+	uint64_t jobs[2] = {a.job, c.job};
+	for (int k = 0; k < 2; k++) {
+		size_t seen = 0;
+		int32_t got[6];
+		enum engc_finish fin = ENGC_RUNNING;
+		for (int polls = 0; fin == ENGC_RUNNING && polls < 100; polls++) {
+			struct engc_poll p;
+			REQUIRE(engc_poll_ack(S.c, jobs[k], seen, 1000, &p, TMO, NULL, err) == 0, "%s", err);
+			for (size_t i = 0; i < p.n_events && seen < 6; i++)
+				got[seen++] = p.events[i].id;
+			fin = p.finish;
+			engc_poll_free(&p);
+		}
+		CHECK(fin == ENGC_LENGTH && same_ids(got, seen, ref_ids + 4, 6), "job %d: finish %d, %zu tokens", k,
+		      (int)fin, seen);
+	}
+	// while the job is kept (its grace period), the id still names it
+	g.request_id = 0x5eed1234abcdull;
+	REQUIRE(engc_generate(S.c, &g, &b, TMO, NULL, err) == 0, "%s", err);
+	CHECK(b.job == a.job, "after its end: job %llu, not %llu", (unsigned long long)b.job,
+	      (unsigned long long)a.job);
+}
+
 // jobs alone, then all at once: the same tokens
 static void
 test_concurrent(void)
@@ -2231,6 +2270,7 @@ main(void)
 	if (S.c) {
 		T_RUN(test_greedy);
 		T_RUN(test_poll_ack);
+		T_RUN(test_request_id);
 		T_RUN(test_concurrent);
 		T_RUN(test_seeded);
 		T_RUN(test_cancel);

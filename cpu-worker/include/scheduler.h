@@ -171,6 +171,7 @@ struct sched_gen {
 	int lease_ms;        // [SCHED_LEASE_MIN_MS, SCHED_LEASE_MAX_MS]
 	uint64_t skip_draws; // at most max_seq (see above)
 	int speculative;     // SCHED_SPEC_*
+	uint64_t request_id; // nonzero: a job with this id already is the answer (engine.proto)
 };
 // engine.proto's SpecMode (pinned in proto-pins.c)
 enum { SCHED_SPEC_DEFAULT = 0, SCHED_SPEC_OFF = 1, SCHED_SPEC_ON = 2 };
