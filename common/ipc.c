@@ -63,8 +63,9 @@ struct srv_thread {
 // listener and listens anew. Closing it closes its connections too, the
 // parked ones and the working ones: to their clients it is a restart of
 // the server, and REQ sends a request in flight again on the next
-// connection (so a handler may run twice for it, as after any restart).
-// Without statistics (NNG_ENABLE_STATS off) there is no guard.
+// connection, so a handler may run twice for one request (engine.proto's
+// Poll and Generate are safe against it). Without statistics
+// (NNG_ENABLE_STATS off) there is no guard.
 #define AD_GUARD_MS 250
 
 struct ad_server {
@@ -81,6 +82,7 @@ struct ad_server {
 	int gstop;
 	uint64_t other; // the listener's "other" errors when last seen
 	atomic_uint relistens;
+	atomic_int fail_listens; // for tests: listens anew that fail
 	char url[];
 };
 
@@ -348,14 +350,14 @@ listener_errors(struct ad_server *s, uint64_t *n)
 	return rc;
 }
 
-// listen on the URL anew (the guard, above); closing the listener first
-// frees the address (an ipc path is unlinked by the close)
+// listen on the URL again (the guard, above): 0, or -1 with the listener
+// closed, to be tried again
 static int
-relisten(struct ad_server *s, char *err)
+listen_again(struct ad_server *s, char *err)
 {
-	nng_listener_close(s->lis);
 	nng_listener l;
-	int rv = nng_listen(s->sock, s->url, &l, 0);
+	int rv = atomic_load(&s->fail_listens) > 0 ? (atomic_fetch_sub(&s->fail_listens, 1), NNG_EADDRINUSE)
+	                                           : nng_listen(s->sock, s->url, &l, 0);
 	if (rv != 0)
 		return ad_err(err, "listen on %s anew: %s", s->url, nng_strerror(rv));
 	s->lis = l;
@@ -368,19 +370,33 @@ static void *
 guard_main(void *arg)
 {
 	struct ad_server *s = arg;
+	int down = 0; // the listener closed, not yet listening again
 	pthread_mutex_lock(&s->gmu);
 	while (!s->gstop) {
 		wait_ms(&s->gcv, &s->gmu, AD_GUARD_MS);
-		uint64_t n;
-		if (s->gstop || listener_errors(s, &n) != 0 || n == s->other)
-			continue;
 		char err[AD_ERRLEN];
-		if (relisten(s, err) == 0)
+		uint64_t n;
+		if (s->gstop)
+			break;
+		if (down) {
+			if (listen_again(s, err) == 0) {
+				ad_warn("%s: listening again", s->url);
+				down = 0;
+			}
+			continue;
+		}
+		if (listener_errors(s, &n) != 0 || n == s->other)
+			continue;
+		// closing it first frees the address (the close unlinks an ipc path)
+		nng_listener_close(s->lis);
+		if (listen_again(s, err) == 0) {
 			ad_warn("%s: a connection failed as it was made, and nng accepts no more after that: "
 			        "listening anew (its clients connect again)",
 			        s->url);
-		else
-			ad_warn("%s", err); // the next look tries again
+		} else {
+			ad_warn("%s (trying again every %d ms)", err, AD_GUARD_MS);
+			down = 1;
+		}
 	}
 	pthread_mutex_unlock(&s->gmu);
 	return NULL;
@@ -390,6 +406,12 @@ unsigned
 ad_server_relistens(struct ad_server *s)
 {
 	return atomic_load(&s->relistens);
+}
+
+void
+ad_server_fail_listens(struct ad_server *s, int n)
+{
+	atomic_store(&s->fail_listens, n);
 }
 
 void

@@ -439,6 +439,19 @@ test_listener_guard(void)
 	REQUIRE(c, "%s", err);
 	call_answered(c, 0, " (new)");
 	call_answered(old, 1, " (connected before)");
+	// a listen anew that fails is tried again until it works
+	const unsigned before = ad_server_relistens(s);
+	ad_server_fail_listens(s, 3);
+	connect_close(url);
+	for (int i = 0; i < 150 && ad_server_relistens(s) == before; i++) {
+		struct timespec ts = {0, 20 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	CHECK(ad_server_relistens(s) > before, "not listening after 3 failed tries");
+	struct ad_client *d = ad_client_open(url, err);
+	REQUIRE(d, "%s", err);
+	call_answered(d, 2, " (new, after 3 failed tries)");
+	ad_client_close(d);
 	ad_client_close(c);
 	ad_client_close(old);
 	ad_server_stop(s);
