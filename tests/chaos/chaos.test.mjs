@@ -163,6 +163,35 @@ async function ask(s, [p, body]) {
 
 const metric = async (s, name) => Number(((await (await fetch(`${s.base}/metrics`)).text()).match(new RegExp(`^${name} (\\d+)$`, 'm')) || [])[1] ?? NaN);
 
+// every client's reply with nothing disturbing the server
+async function uninterrupted(s) {
+	const want = [];
+	for (const c of CLIENTS) {
+		const r = await ask(s, c);
+		assert.equal(r.status, 200, r.raw);
+		assert.deepEqual(r.got.errors, [], r.raw);
+		want.push(r.got);
+	}
+	return want;
+}
+
+// each client asks again and again while going() holds (once at least);
+// .failures lists every reply that is not want's, .done counts the replies,
+// .all settles when the clients have stopped
+function keepAsking(s, want, going) {
+	const k = { failures: [], done: 0 };
+	k.all = Promise.all(CLIENTS.map(async (c, i) => {
+		for (let round = 0; going() || round === 0; round++) {
+			const r = await ask(s, c);
+			k.done++;
+			if (r.status !== 200 || r.got.errors.length) k.failures.push(`client ${i} round ${round}: status ${r.status} ${JSON.stringify(r.got.errors)}`);
+			else if (JSON.stringify(r.got) !== JSON.stringify(want[i]))
+				k.failures.push(`client ${i} round ${round}: got ${JSON.stringify(r.got)}\nwant ${JSON.stringify(want[i])}`);
+		}
+	}));
+	return k;
+}
+
 describe('chaos: workers SIGKILLed under 8 streaming clients', { skip }, () => {
 	let s;
 	before(async () => {
@@ -173,14 +202,7 @@ describe('chaos: workers SIGKILLed under 8 streaming clients', { skip }, () => {
 	});
 
 	it(`${KILLS} kills of random workers at random moments: every request completes with its uninterrupted reply`, async () => {
-		// the replies without kills
-		const want = [];
-		for (const c of CLIENTS) {
-			const r = await ask(s, c);
-			assert.equal(r.status, 200, r.raw);
-			assert.deepEqual(r.got.errors, [], r.raw);
-			want.push(r.got);
-		}
+		const want = await uninterrupted(s);
 		// they are what the cases are meant to be: two choices that differ,
 		// a stop sequence that ended a reply, every reply non-empty
 		assert.notEqual(want[1].choices[0].text, want[1].choices[1].text);
@@ -188,18 +210,9 @@ describe('chaos: workers SIGKILLed under 8 streaming clients', { skip }, () => {
 		for (const w of want) for (const c of Object.values(w.choices)) assert.ok(c.text.length > 20, JSON.stringify(w));
 
 		const resumed0 = await metric(s, 'anedvd_generations_resumed_total');
-		let killing = true, done = 0;
-		const failures = [];
+		let killing = true;
 		// each client asks again and again until the kills are over
-		const clients = CLIENTS.map(async (c, i) => {
-			for (let round = 0; killing || round === 0; round++) {
-				const r = await ask(s, c);
-				done++;
-				if (r.status !== 200 || r.got.errors.length) failures.push(`client ${i} round ${round}: status ${r.status} ${JSON.stringify(r.got.errors)}`);
-				else if (JSON.stringify(r.got) !== JSON.stringify(want[i]))
-					failures.push(`client ${i} round ${round}: got ${JSON.stringify(r.got)}\nwant ${JSON.stringify(want[i])}`);
-			}
-		});
+		const clients = keepAsking(s, want, () => killing);
 		// the kills: a fixed shuffle of the three workers, each waiting for
 		// its target to be up again, then a random pause into the traffic
 		const rand = rng(SEED);
@@ -224,8 +237,8 @@ describe('chaos: workers SIGKILLed under 8 streaming clients', { skip }, () => {
 			for (let i = 0; i < 600 && s.procs()[name]?.pid === p.pid; i++) await sleep(50);
 		}
 		killing = false;
-		await Promise.all(clients);
-		assert.deepEqual(failures, [], failures.join('\n\n'));
+		await clients.all;
+		assert.deepEqual(clients.failures, [], clients.failures.join('\n\n'));
 		// every kill was seen and survived: the supervisor restarted each process
 		const st = s.procs();
 		assert.equal(st['cpu-worker'].restarts + st['ane-worker'].restarts + st.tokenizer.restarts, KILLS, JSON.stringify(st));
@@ -233,7 +246,7 @@ describe('chaos: workers SIGKILLed under 8 streaming clients', { skip }, () => {
 		// cpu-worker kills cut requests that went on on the restarted worker
 		const resumed = (await metric(s, 'anedvd_generations_resumed_total')) - resumed0;
 		assert.ok(resumed >= 1, `no job was resumed (${kills.length} kills)`);
-		console.log(`# ${kills.length} kills (${names.filter((n) => n === 'cpu-worker').length} cpu-worker), ${done} requests completed, ${resumed} jobs resumed on a restarted cpu-worker`);
+		console.log(`# ${kills.length} kills (${names.filter((n) => n === 'cpu-worker').length} cpu-worker), ${clients.done} requests completed, ${resumed} jobs resumed on a restarted cpu-worker`);
 		for (const [name, pid] of kills) assert.match(s.text(), new RegExp(`${name} \\(pid ${pid}\\) was killed by signal 9`));
 		const log = await stop(s);
 		s = null;
@@ -268,22 +281,9 @@ describe('chaos: connections cut under 8 streaming clients', { skip }, () => {
 	});
 
 	it('every request completes with its uninterrupted reply, and no worker is restarted', async () => {
-		const want = [];
-		for (const c of CLIENTS) {
-			const r = await ask(s, c);
-			assert.equal(r.status, 200, r.raw);
-			want.push(r.got);
-		}
+		const want = await uninterrupted(s);
 		let cutting = true;
-		const failures = [];
-		const clients = CLIENTS.map(async (c, i) => {
-			for (let round = 0; cutting || round === 0; round++) {
-				const r = await ask(s, c);
-				if (r.status !== 200 || r.got.errors.length) failures.push(`client ${i} round ${round}: status ${r.status} ${JSON.stringify(r.got.errors)}`);
-				else if (JSON.stringify(r.got) !== JSON.stringify(want[i]))
-					failures.push(`client ${i} round ${round}: got ${JSON.stringify(r.got)}\nwant ${JSON.stringify(want[i])}`);
-			}
-		});
+		const clients = keepAsking(s, want, () => cutting);
 		const rand = rng(SEED + 1);
 		const dir = path.dirname(s.status);
 		const names = ['cpu-worker', 'cpu-worker', 'tokenizer', 'ane-worker'];
@@ -292,8 +292,8 @@ describe('chaos: connections cut under 8 streaming clients', { skip }, () => {
 			await cut(path.join(dir, `${names[k % names.length]}.sock`));
 		}
 		cutting = false;
-		await Promise.all(clients);
-		assert.deepEqual(failures, [], failures.join('\n\n'));
+		await clients.all;
+		assert.deepEqual(clients.failures, [], clients.failures.join('\n\n'));
 		const anew = s.text().match(/cpu-worker\.sock: a connection failed as it was made.*listening anew/g) || [];
 		assert.ok(anew.length >= 1, `the cpu-worker never listened anew:\n${s.text()}`);
 		const st = s.procs();
