@@ -1,3 +1,4 @@
+#define _GNU_SOURCE // sched_getcpu and the CPU_ macros
 #include "pool.h"
 
 #include <pthread.h>
@@ -12,6 +13,7 @@ struct worker {
 	struct ad_pool *p;
 	int id;
 	pthread_t th;
+	int cpu; // atomic: the CPU it last polled for a job on, -1 when asleep
 };
 
 struct ad_pool {
@@ -30,6 +32,7 @@ struct ad_pool {
 	ad_pool_fn fn;
 	void *arg;
 	size_t ntasks;
+	uint64_t moves; // atomic: the caller left a polling worker's CPU (spread)
 };
 
 // claim and run tasks of generation gen until none is left
@@ -89,6 +92,10 @@ spin(struct ad_pool *p, uint32_t seen, int worker)
 		// yield, not pause: on a machine with more threads than cores a
 		// polling worker must not keep the caller (or anyone) off its core
 		sched_yield();
+#ifdef __linux__
+		if (k % 16 == 1)
+			__atomic_store_n(&p->w[worker - 1].cpu, sched_getcpu(), __ATOMIC_RELAXED);
+#endif
 		if (k % 16 == 0 && ad_now_ns() - t0 > (uint64_t)p->spin_ns)
 			return seen;
 	}
@@ -110,6 +117,7 @@ worker_main(void *arg)
 		pthread_mutex_unlock(&p->mu);
 		work(p, seen, w->id);
 		seen = spin(p, seen, w->id);
+		__atomic_store_n(&w->cpu, -1, __ATOMIC_RELAXED);
 		pthread_mutex_lock(&p->mu);
 	}
 	pthread_mutex_unlock(&p->mu);
@@ -142,7 +150,7 @@ ad_pool_new(const struct ad_pool_opts *o, char *err)
 	pthread_cond_init(&p->go, NULL);
 	pthread_cond_init(&p->done, NULL);
 	for (int i = 0; i < n; i++) {
-		p->w[p->nth] = (struct worker){p, p->nth + 1, 0};
+		p->w[p->nth] = (struct worker){p, p->nth + 1, 0, -1};
 		if (pthread_create(&p->w[p->nth].th, NULL, worker_main, &p->w[p->nth]))
 			break; // fewer threads is still correct
 		p->nth++;
@@ -174,6 +182,48 @@ ad_pool_threads(const struct ad_pool *p)
 	return p->nth + 1;
 }
 
+uint64_t
+ad_pool_moves(const struct ad_pool *p)
+{
+	return __atomic_load_n(&p->moves, __ATOMIC_RELAXED);
+}
+
+// The caller about to publish a job on the CPU where a worker polls for
+// one: the worker yields the CPU to the caller, and the caller, running
+// its own task and then the worker's, does the whole job alone while
+// another CPU may idle. The scheduler leaves two such threads together
+// (both are cache-hot, and a polling thread never lets its CPU look idle):
+// on a 2-vCPU VM whole rounds of a decode pass ran at one thread's speed.
+// So the caller moves itself to a CPU of its affinity mask no polling
+// worker is on: leaving its own CPU and then allowing it again, which
+// moves it at once. Two system calls, only when it finds itself there.
+static void
+spread(struct ad_pool *p)
+{
+#ifdef __linux__
+	int me = sched_getcpu(), hit = 0;
+	for (int i = 0; i < p->nth && !hit; i++)
+		hit = __atomic_load_n(&p->w[i].cpu, __ATOMIC_RELAXED) == me;
+	if (!hit || me < 0)
+		return;
+	cpu_set_t mask, to;
+	if (sched_getaffinity(0, sizeof mask, &mask))
+		return;
+	to = mask;
+	for (int i = 0; i < p->nth; i++) {
+		int c = __atomic_load_n(&p->w[i].cpu, __ATOMIC_RELAXED);
+		if (c >= 0 && c < CPU_SETSIZE)
+			CPU_CLR(c, &to);
+	}
+	if (CPU_COUNT(&to) && !sched_setaffinity(0, sizeof to, &to)) {
+		sched_setaffinity(0, sizeof mask, &mask);
+		__atomic_add_fetch(&p->moves, 1, __ATOMIC_RELAXED);
+	}
+#else
+	(void)p;
+#endif
+}
+
 void
 ad_pool_run(struct ad_pool *p, ad_pool_fn fn, void *arg, size_t ntasks)
 {
@@ -182,6 +232,7 @@ ad_pool_run(struct ad_pool *p, ad_pool_fn fn, void *arg, size_t ntasks)
 			fn(arg, t, 0);
 		return;
 	}
+	spread(p);
 	pthread_mutex_lock(&p->mu);
 	uint32_t gen = p->gen + 1;
 	if (gen == 0) // 0 is the workers' "none seen yet"

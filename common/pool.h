@@ -23,6 +23,11 @@
 //                 for the workers' last tasks before it sleeps. 0: sleep
 //                 at once.
 //
+// A caller that finds itself on the CPU where a worker polls moves to
+// another CPU of its affinity mask before it publishes a job (Linux;
+// ad_pool_moves counts the moves): there the worker's yields would hand
+// it every task while another CPU idles.
+//
 // Lock discipline: mu guards gen, stop and the condition variables; the
 // job (fn, arg, ntasks) and the claim word are atomics, because a late
 // worker may read them while the next job is being set up (it then fails
@@ -32,6 +37,7 @@
 #define AD_POOL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct ad_pool;
 
@@ -51,6 +57,9 @@ struct ad_pool *ad_pool_new(const struct ad_pool_opts *o, char *err);
 void ad_pool_free(struct ad_pool *p);
 // threads that run a job, the caller included
 int ad_pool_threads(const struct ad_pool *p);
+
+// times the caller moved off a polling worker's CPU
+uint64_t ad_pool_moves(const struct ad_pool *p);
 
 // run fn over ntasks tasks; with no workers or fewer than 2 tasks, all on
 // the caller, in order

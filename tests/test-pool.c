@@ -4,7 +4,12 @@
 // tasks or sleeping at once; jobs back to back (a worker late for one
 // job must not take a task of the next); one thread; 0 and 1 task; the
 // pool's threads take part (slow tasks on three threads run on more than
-// one of them).
+// one of them); a caller put on the CPU where a worker polls moves off it
+// (Linux, two CPUs or more).
+#ifdef __linux__
+#define _GNU_SOURCE // sched_getcpu and the CPU_ macros
+#include <sched.h>
+#endif
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -105,10 +110,80 @@ test_workers_take_part(void)
 	ad_pool_free(NULL);
 }
 
+#ifdef __linux__
+struct where {
+	atomic_int cpu[2]; // each thread's CPU in its task, by worker
+};
+
+static void
+where_task(void *arg, size_t t, int worker)
+{
+	struct where *w = arg;
+	(void)t;
+	atomic_store(&w->cpu[worker], sched_getcpu());
+	struct timespec ts = {0, 2000 * 1000L};
+	nanosleep(&ts, NULL);
+}
+
+// The caller pinned for a moment to the CPU its polling worker is on: its
+// next job moves it (ad_pool_moves), and both threads then run a task on
+// different CPUs. Without the move the worker's yields hand the caller
+// both tasks (or the scheduler separates the two, but not as a rule).
+static void
+test_caller_leaves_worker_cpu(void)
+{
+	cpu_set_t all;
+	REQUIRE(!sched_getaffinity(0, sizeof all, &all), "sched_getaffinity");
+	if (CPU_COUNT(&all) < 2) {
+		printf("  skipped: this process may run on %d CPU\n", CPU_COUNT(&all));
+		return;
+	}
+	char err[AD_ERRLEN];
+	// a worker that polls through the whole test
+	struct ad_pool *p = ad_pool_new(&(struct ad_pool_opts){2, 2000000000L, 0}, err);
+	REQUIRE(p, "%s", err);
+	int moved = 0, apart = 0;
+	for (int a = 0; a < 20 && !apart; a++) {
+		struct where w = {{-1, -1}};
+		ad_pool_run(p, where_task, &w, 2);
+		int wcpu = atomic_load(&w.cpu[1]);
+		if (wcpu < 0)
+			continue;                       // the caller took both: the worker's CPU is not known
+		struct timespec ts = {0, 1000 * 1000L}; // the worker polls meanwhile
+		nanosleep(&ts, NULL);
+		cpu_set_t one;
+		CPU_ZERO(&one);
+		CPU_SET(wcpu, &one);
+		REQUIRE(!sched_setaffinity(0, sizeof one, &one), "pinning the caller to CPU %d", wcpu);
+		REQUIRE(!sched_setaffinity(0, sizeof all, &all), "unpinning the caller");
+		uint64_t before = ad_pool_moves(p);
+		struct where w2 = {{-1, -1}};
+		ad_pool_run(p, where_task, &w2, 2);
+		if (ad_pool_moves(p) == before)
+			continue;
+		moved++;
+		CHECK(atomic_load(&w2.cpu[0]) != wcpu, "attempt %d: the caller moved, yet ran on CPU %d, the worker's",
+		      a, wcpu);
+		apart = atomic_load(&w2.cpu[0]) >= 0 && atomic_load(&w2.cpu[1]) >= 0 &&
+		        atomic_load(&w2.cpu[0]) != atomic_load(&w2.cpu[1]);
+	}
+	CHECK(moved > 0, "in 20 tries the caller, put on its polling worker's CPU, never moved");
+	CHECK(apart, "after the moves the two tasks never ran on two CPUs at once");
+	// the mask is the caller's own again
+	cpu_set_t now;
+	REQUIRE(!sched_getaffinity(0, sizeof now, &now), "sched_getaffinity");
+	CHECK(CPU_EQUAL(&now, &all), "the caller's affinity mask changed");
+	ad_pool_free(p);
+}
+#endif
+
 int
 main(void)
 {
 	T_RUN(test_exactly_once);
 	T_RUN(test_workers_take_part);
+#ifdef __linux__
+	T_RUN(test_caller_leaves_worker_cpu);
+#endif
 	return t_done();
 }
