@@ -571,6 +571,21 @@ conv512(const uint16_t *panels, size_t cout, size_t cin, const float *xp, size_t
 	}
 }
 
+// x packed as the AVX-512 wide tiles read it, for emu-i8.c's as well
+size_t
+emu_x512_blocks(size_t ncols)
+{
+	size_t nb, base, extra;
+	col_blocks(ncols, X512_COLS, &nb, &base, &extra);
+	return nb;
+}
+
+void
+emu_x512_pack(const float *x, size_t cin, size_t ncols, float *xp)
+{
+	x512_pack(x, cin, ncols, xp, 0, emu_x512_blocks(ncols));
+}
+
 int
 emu_have_simd(void)
 {
@@ -2605,6 +2620,7 @@ struct conv_job {
 	size_t cg;
 	size_t streams; // AVX-512, one column: panels at once
 	int simd;
+	int x512_i8; // int8 on AVX-512 over xp packed (emu_conv_i8_x512); cg in whole blocks
 	// one column from DRAM: task t's range ranges[t], in units, taken a
 	// step at a time, the rest open to stealing (see steal_task)
 	struct steal_range *ranges;
@@ -2640,6 +2656,12 @@ conv_range(struct conv_job *j, size_t p0, size_t p1, size_t g, int worker)
 		float *y = j->y + c0 * j->cout;
 		// the context's path (already capped at the CPU's) for int8 too
 #ifdef AD_FP16_X86
+		if (j->x512_i8) { // column group g: whole blocks of the packed x
+			size_t nb = emu_x512_blocks(j->ncols);
+			emu_conv_i8_x512(j->qpanels, j->scale, j->cout, j->cin, j->xp, j->ncols, j->y, p0, p1,
+			                 nb * g / j->cg, nb * (g + 1) / j->cg);
+			return;
+		}
 		if (j->i8wide) {
 			emu_conv_i8_wide(j->qpanels, j->scale, j->cout, j->cin, x, nc, y, p0, p1,
 			                 j->i8wide + (size_t)worker * PSTEP * j->cin);
@@ -2795,8 +2817,11 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 	// would end in a 1-panel tile with half the FMA chains
 	size_t unit = ncols == 1 ? 4 : 6;
 #ifdef AD_FP16_X86
-	// the AVX-512 fp16 tiles read x packed per column block; the int8 tiles read it as it is
-	if (e->simd == EMU_SIMD_AVX512 && ncols > 1 && !j.qpanels) {
+	// the AVX-512 fp16 tiles read x packed per column block, and so do the
+	// int8 ones from EMU_I8_X512_COLS columns on (emu_conv_i8_x512); the
+	// narrower int8 tiles read it as it is
+	j.x512_i8 = e->simd == EMU_SIMD_AVX512 && j.qpanels && ncols >= EMU_I8_X512_COLS;
+	if (e->simd == EMU_SIMD_AVX512 && ncols > 1 && (!j.qpanels || j.x512_i8)) {
 		size_t n = ncols * s->cin;
 		if (grow64((void **)&e->xpack, &e->xpack_cap, n, sizeof(float)))
 			return ad_err(err, "emu: out of memory for %zu packed activations", n);

@@ -240,6 +240,25 @@ time_one(fn_t *f8, const int8_t *p8, const uint16_t *p16, const float *sc, size_
 	return m;
 }
 
+#ifdef AD_FP16_X86
+// the AVX-512 tiles over packed x as an eval runs them: x packed, then
+// every pair of panels over every column block
+static void
+i8_x512(const int8_t *p, const float *sc, size_t cout, size_t cin, const float *x, size_t W, float *y, size_t p0,
+        size_t p1)
+{
+	static float *xp;
+	static size_t cap;
+	if (cap < W * cin) {
+		free(xp);
+		xp = aligned_alloc(64, (W * cin * sizeof(float) + 63) / 64 * 64);
+		cap = W * cin;
+	}
+	emu_x512_pack(x, cin, W, xp);
+	emu_conv_i8_x512(p, sc, cout, cin, xp, W, y, p0, p1, 0, emu_x512_blocks(W));
+}
+#endif
+
 static void
 bench_kernel(size_t cin, size_t cout)
 {
@@ -257,19 +276,24 @@ bench_kernel(size_t cin, size_t cout)
 		sc[o] = 0.001f;
 	for (size_t i = 0; i < 64 * cin; i++)
 		x[i] = (float)(i % 13) * 0.1f - 0.6f;
-	fn_t *fns[3] = {emu_conv_i8_ref, emu_conv_i8_avx2, emu_conv_i8_avx512};
-	static const char *names[4] = {"int8 ref", "int8 avx2", "int8 avx512", "fp16 fast"};
+	// the kernels by instruction set, the AVX-512 tiles over packed x (from
+	// EMU_I8_X512_COLS columns), fp16
+	fn_t *fns[4] = {emu_conv_i8_ref, emu_conv_i8_avx2, emu_conv_i8_avx512, NULL};
+#ifdef AD_FP16_X86
+	fns[3] = i8_x512;
+#endif
+	static const char *names[5] = {"int8 ref", "int8 avx2", "int8 avx512", "int8 x512", "fp16 fast"};
 	static const size_t widths[] = {1, 8, 64};
-	for (int k = 0; k < 4; k++) {
-		if (k < 3 && k > emu_i8_isa())
+	for (int k = 0; k < 5; k++) {
+		if ((k < 3 && k > emu_i8_isa()) || (k == 3 && (!fns[3] || emu_i8_isa() < 2)))
 			continue;
 		for (size_t wi = 0; wi < 3; wi++) {
 			size_t W = widths[wi];
-			if (k == 0 && W > 1)
+			if ((k == 0 && W > 1) || (k == 3 && W < EMU_I8_X512_COLS))
 				continue; // the plain kernel is slow; one width says enough
-			double t = time_one(k < 3 ? fns[k] : NULL, p, p16, sc, cout, cin, x, W, y, np);
-			double b = k < 3 ? (double)cout * cin + 2.0 * cout : 2.0 * cout * cin;
-			printf("kernel %-11s %4zux%-4zu w%-3zu %8.1f us  %6.1f GB/s  %6.1f GFLOP/s (1 thread)\n",
+			double t = time_one(k < 4 ? fns[k] : NULL, p, p16, sc, cout, cin, x, W, y, np);
+			double b = k < 4 ? (double)cout * cin + 2.0 * cout : 2.0 * cout * cin;
+			printf("kernel %-12s %4zux%-4zu w%-3zu %8.1f us  %6.1f GB/s  %6.1f GFLOP/s (1 thread)\n",
 			       names[k], cin, cout, W, t * 1e6, b / t / 1e9, 2.0 * cin * cout * W / t / 1e9);
 		}
 	}

@@ -1308,7 +1308,7 @@ test_i8_kernels(void)
 	int isa = emu_i8_isa();
 	if (isa < 2)
 		fprintf(stderr, "  (isa %d: %s not compared)\n", isa, isa ? "AVX-512" : "AVX2 and AVX-512");
-	int bad = 0, bad_split = 0, bad_exact = 0;
+	int bad = 0, bad_split = 0, bad_exact = 0, bad_x512 = 0;
 	for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
 		size_t cout = sizes[s][0], cin = sizes[s][1], np = (cout + 15) / 16;
 		int8_t *q = rand_q(cout * cin);
@@ -1333,6 +1333,22 @@ test_i8_kernels(void)
 				for (size_t k = 0; k < np; k++)
 					emu_conv_i8_avx512(p, sc, cout, cin, x, ncols, y3, k, k + 1);
 				bad_split += memcmp(y0, y3, ny * 4) != 0;
+#ifdef AD_FP16_X86
+				// the tiles over packed x: whole, then a panel at a time
+				// and a column block at a time
+				float *xp = malloc(ncols * cin * sizeof(float));
+				emu_x512_pack(x, cin, ncols, xp);
+				size_t nb = emu_x512_blocks(ncols);
+				memset(y2, 0, ny * 4);
+				emu_conv_i8_x512(p, sc, cout, cin, xp, ncols, y2, 0, np, 0, nb);
+				bad_x512 += memcmp(y0, y2, ny * 4) != 0;
+				memset(y2, 0, ny * 4);
+				for (size_t k = 0; k < np; k++)
+					for (size_t b = 0; b < nb; b++)
+						emu_conv_i8_x512(p, sc, cout, cin, xp, ncols, y2, k, k + 1, b, b + 1);
+				bad_x512 += memcmp(y0, y2, ny * 4) != 0;
+				free(xp);
+#endif
 			}
 			emu_conv_i8_fast(p, sc, cout, cin, x, ncols, y3, 0, np);
 			bad += memcmp(y0, y3, ny * 4) != 0;
@@ -1360,6 +1376,7 @@ test_i8_kernels(void)
 	}
 	CHECK(bad == 0, "%d cases where a SIMD int8 kernel differs from ref", bad);
 	CHECK(bad_split == 0, "%d cases where a panel split changes the bits", bad_split);
+	CHECK(bad_x512 == 0, "%d cases where the AVX-512 tiles over packed x differ from ref", bad_x512);
 	CHECK(bad_exact == 0, "%d shapes where ref is off the exact sum", bad_exact);
 }
 

@@ -271,6 +271,20 @@ void emu_conv_i8_avx512(const int8_t *panels, const float *scale, size_t cout, s
 int emu_conv_i8_wide(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
                      float *y, size_t p0, size_t p1, uint16_t *scratch);
 void emu_i8_panel_fp16(const int8_t *panels, size_t cin, size_t p, uint16_t *dst, size_t ld);
+// AVX-512 (call only when emu_i8_isa() is 2), from EMU_I8_X512_COLS
+// columns on: tiles of two panels by up to 12 columns over x packed per
+// column block (the fp16 panels' AVX-512 layout), where the int8 tiles
+// above take four panels by up to 6 columns of x as it is; both spend two
+// widening ops a panel step, so the wider tile does twice the FMAs for
+// them. emu_x512_pack writes the packed x (ncols * cin floats):
+// emu_x512_blocks(ncols) blocks of at most 12 columns, as even as
+// possible, each [cin][its columns]; emu_conv_i8_x512 computes column
+// blocks [b0, b1) of panels [p0, p1), y as above, the same bits.
+#define EMU_I8_X512_COLS 8
+size_t emu_x512_blocks(size_t ncols);
+void emu_x512_pack(const float *x, size_t cin, size_t ncols, float *xp);
+void emu_conv_i8_x512(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *xp, size_t ncols,
+                      float *y, size_t p0, size_t p1, size_t b0, size_t b1);
 // the kernel of instruction set isa (as emu_i8_isa: at most this CPU's),
 // one column on AVX2 rather than AVX-512 where emu_i8_one_col_avx2 says so
 void emu_conv_i8_at(int isa, const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x,
