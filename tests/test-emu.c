@@ -172,8 +172,9 @@ test_scatter_gather(void)
 static void
 test_conv_fast_vs_ref(void)
 {
-	static const size_t sizes[][2] = {{16, 16}, {17, 3},   {5, 64},           {48, 33},     {100, 257},
-	                                  {64, 1},  {200, 40}, {16 * 13 + 7, 24}, {16 * 9, 131}};
+	// 1100 inputs: x packed for the AVX-512 tiles in three runs of steps
+	static const size_t sizes[][2] = {{16, 16}, {17, 3},   {5, 64},           {48, 33},      {100, 257},
+	                                  {64, 1},  {200, 40}, {16 * 13 + 7, 24}, {16 * 9, 131}, {33, 1100}};
 	static const size_t widths[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 17, 19, 24, 25, 31, 36, 37, 48, 63, 64};
 	int top = emu_cpu_simd();
 	if (top < EMU_SIMD_AVX2)
@@ -1303,8 +1304,8 @@ rand_q(size_t n)
 static void
 test_i8_kernels(void)
 {
-	static const size_t sizes[][2] = {{16, 16}, {17, 3}, {5, 64},   {48, 33},          {100, 257},
-	                                  {1, 1},   {64, 1}, {200, 40}, {16 * 13 + 7, 24}, {31, 7}};
+	static const size_t sizes[][2] = {{16, 16}, {17, 3},   {5, 64},           {48, 33}, {100, 257}, {1, 1},
+	                                  {64, 1},  {200, 40}, {16 * 13 + 7, 24}, {31, 7},  {40, 1100}};
 	int isa = emu_i8_isa();
 	if (isa < 2)
 		fprintf(stderr, "  (isa %d: %s not compared)\n", isa, isa ? "AVX-512" : "AVX2 and AVX-512");
