@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -457,6 +458,59 @@ test_listener_guard(void)
 	ad_server_stop(s);
 }
 
+// url's server: 5 clients, one after the other, each connected, answered
+// and closed; the guard looks at each close (its listener's error count grows: the
+// server's read of the connection ends), finds the listener accepting,
+// and leaves it, and with it the connection of a client still there
+static void
+closes_probed(const char *url)
+{
+	char err[AD_ERRLEN];
+	struct ad_server *s;
+	struct ad_client *stay = connected(url, &s);
+	REQUIRE(stay);
+	for (unsigned i = 0; i < 5; i++) {
+		struct ad_client *c = ad_client_open(url, err);
+		REQUIRE(c, "%s", err);
+		call_answered(c, (int)i, " (then closed)");
+		ad_client_close(c);
+		for (int k = 0; k < 150 && ad_server_probes(s) <= i; k++) {
+			struct timespec ts = {0, 20 * 1000 * 1000};
+			nanosleep(&ts, NULL);
+		}
+	}
+	// the probes' own closes are not a reason to look again (it would be
+	// one look every AD_GUARD_MS, 250 ms): a second longer, and no more
+	// looks than closes. (A close is not always a look: a connection that
+	// ends in a reset counts as a disconnect, not as an "other" error.)
+	const unsigned looks = ad_server_probes(s);
+	struct timespec ts = {1, 0};
+	nanosleep(&ts, NULL);
+	CHECK(looks >= 1 && ad_server_probes(s) == looks && looks <= 5, "%s: %u looks for 5 closes, then %u", url,
+	      looks, ad_server_probes(s));
+	CHECK(ad_server_relistens(s) == 0, "%s: listened anew %u times", url, ad_server_relistens(s));
+	call_answered(stay, 5, " (connected all along)");
+	ad_client_close(stay);
+	ad_server_stop(s);
+}
+
+static void
+test_listener_guard_closes(void)
+{
+	char url[300];
+	REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), "closes") == 0);
+	closes_probed(url);
+	// over tcp: a port the kernel has just given out
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof a;
+	REQUIRE(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+	        getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+	close(fd);
+	snprintf(url, sizeof url, "tcp://127.0.0.1:%d", ntohs(a.sin_port));
+	closes_probed(url);
+}
+
 // clients that connect while the listener is stopped (their handshakes
 // done by nng's transport, their connections parked and never read) are
 // answered once the server has listened anew. Forked before nng is used:
@@ -517,5 +571,6 @@ main(void)
 	T_RUN(test_redial_waiting);
 	T_RUN(test_pipe_seen_late);
 	T_RUN(test_listener_guard);
+	T_RUN(test_listener_guard_closes);
 	return t_done();
 }
