@@ -359,7 +359,6 @@ emu_conv_i8_avx512(const int8_t *panels, const float *scale, size_t cout, size_t
 // 6 model 207): 2 x 11 141-144 GFLOP/s, the 4 x 6 tiles above 125-128
 // (packed or not), the fp16 panels' 2 x 11 141-146, of a 174 peak. The
 // int8 twin of emu.c's tile512, as tile5 is of its conv_simd tiles.
-#define X512_MCOLS 12
 T5 static inline __attribute__((always_inline)) void
 tile5x(const int8_t *w, size_t cin, const float *xp, float *y, size_t cout, size_t left, const float *sc, const int mp,
        const int nc)
@@ -409,7 +408,7 @@ TILE5X_ROW(2)
 		NULL, t5x_##MP##x1, t5x_##MP##x2, t5x_##MP##x3, t5x_##MP##x4, t5x_##MP##x5, t5x_##MP##x6,              \
 			t5x_##MP##x7, t5x_##MP##x8, t5x_##MP##x9, t5x_##MP##x10, t5x_##MP##x11, t5x_##MP##x12          \
 	}
-static tile5x_fn *const tiles5x[3][X512_MCOLS + 1] = {[1] = T5X_ROW(1), [2] = T5X_ROW(2)};
+static tile5x_fn *const tiles5x[3][EMU_X512_COLS + 1] = {[1] = T5X_ROW(1), [2] = T5X_ROW(2)};
 
 // column blocks [b0, b1) (emu_x512_blocks) of panels [p0, p1): a pair of
 // panels of one quad passes every block, then the next pair (the quad's
@@ -418,7 +417,8 @@ void
 emu_conv_i8_x512(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *xp, size_t ncols,
                  float *y, size_t p0, size_t p1, size_t b0, size_t b1)
 {
-	size_t nb = emu_x512_blocks(ncols), base = ncols / nb, extra = ncols % nb;
+	size_t nb, base, extra;
+	emu_x512_split(ncols, &nb, &base, &extra);
 	for (size_t q = p0, m; q < p1; q += m) {
 		m = p1 - q < 2 || q % 2 ? 1 : 2;
 		for (size_t b = 0, j = 0; b < nb && b < b1; b++) {

@@ -332,9 +332,9 @@ emu_conv_i8_wide(const int8_t *panels, const float *scale, size_t cout, size_t c
 // columns (mp * nc <= 24). Same chains as above: accumulator (o, j) sums
 // i = 0 .. cin-1 in order from zero and is rounded once.
 #define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
-#define X512_COLS 12   // widest column block
-#define X512_ACC 24    // accumulators of one tile
-#define X512_STREAMS 4 // panels at once (see TILE_STREAMS)
+#define X512_COLS EMU_X512_COLS // widest column block
+#define X512_ACC 24             // accumulators of one tile
+#define X512_STREAMS 4          // panels at once (see TILE_STREAMS)
 // the one-column tile: 1 to 8 panels (weight streams) at once, each
 // prefetched into L2 some steps of i ahead (emu_prefetch_steps). Measured on
 // Zen 4, one thread, weights from DRAM (576x49152, 896x4864, 4864x896),
@@ -587,6 +587,12 @@ emu_x512_blocks(size_t ncols)
 	size_t nb, base, extra;
 	col_blocks(ncols, X512_COLS, &nb, &base, &extra);
 	return nb;
+}
+
+void
+emu_x512_split(size_t ncols, size_t *nb, size_t *base, size_t *extra)
+{
+	col_blocks(ncols, X512_COLS, nb, base, extra);
 }
 
 void
@@ -2660,9 +2666,6 @@ static void
 conv_range(struct conv_job *j, size_t p0, size_t p1, size_t g, int worker)
 {
 	if (j->qpanels) {
-		size_t c0 = col_at(j, g), nc = col_at(j, g + 1) - c0;
-		const float *x = j->x + c0 * j->cin;
-		float *y = j->y + c0 * j->cout;
 		// the context's path (already capped at the CPU's) for int8 too
 #ifdef AD_FP16_X86
 		if (j->x512_i8) { // column group g: whole blocks of the packed x
@@ -2671,6 +2674,11 @@ conv_range(struct conv_job *j, size_t p0, size_t p1, size_t g, int worker)
 			                 nb * g / j->cg, nb * (g + 1) / j->cg);
 			return;
 		}
+#endif
+		size_t c0 = col_at(j, g), nc = col_at(j, g + 1) - c0;
+		const float *x = j->x + c0 * j->cin;
+		float *y = j->y + c0 * j->cout;
+#ifdef AD_FP16_X86
 		if (j->i8wide) {
 			emu_conv_i8_wide(j->qpanels, j->scale, j->cout, j->cin, x, nc, y, p0, p1,
 			                 j->i8wide + (size_t)worker * PSTEP * j->cin);

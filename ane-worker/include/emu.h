@@ -277,11 +277,14 @@ void emu_i8_panel_fp16(const int8_t *panels, size_t cin, size_t p, uint16_t *dst
 // above take four panels by up to 6 columns of x as it is; both spend two
 // widening ops a panel step, so the wider tile does twice the FMAs for
 // them. emu_x512_pack writes the packed x (ncols * cin floats):
-// emu_x512_blocks(ncols) blocks of at most 12 columns, as even as
-// possible, each [cin][its columns]; emu_conv_i8_x512 computes column
-// blocks [b0, b1) of panels [p0, p1), y as above, the same bits.
+// emu_x512_blocks(ncols) blocks of at most EMU_X512_COLS columns, as even
+// as possible (block b has base + (b < extra) columns: emu_x512_split),
+// each [cin][its columns]; emu_conv_i8_x512 computes column blocks
+// [b0, b1) of panels [p0, p1), y as above, the same bits.
 #define EMU_I8_X512_COLS 8
+#define EMU_X512_COLS 12
 size_t emu_x512_blocks(size_t ncols);
+void emu_x512_split(size_t ncols, size_t *nb, size_t *base, size_t *extra);
 void emu_x512_pack(const float *x, size_t cin, size_t ncols, float *xp);
 void emu_conv_i8_x512(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *xp, size_t ncols,
                       float *y, size_t p0, size_t p1, size_t b0, size_t b1);
