@@ -113,6 +113,7 @@ struct ad_client {
 	// for the watcher (below): calls in progress, connections, and since
 	// when there has been none (ns; 0 while there is one)
 	_Atomic int calls, npipes;
+	_Atomic int ever; // a connection has been seen
 	_Atomic uint64_t alone_ns;
 	// the connections by id (pipe_event), under pmu: live, and gone before
 	// their addition was seen
@@ -216,6 +217,8 @@ pipe_change(struct ad_client *c, uint32_t id, int added)
 	}
 	const int before = atomic_load(&c->npipes);
 	atomic_store(&c->npipes, c->nlive);
+	if (c->nlive)
+		atomic_store(&c->ever, 1);
 	if (c->nlive)
 		atomic_store(&c->alone_ns, 0);
 	else if (before)
@@ -702,11 +705,36 @@ ad_client_open(const char *url, char *err)
 	return c;
 }
 
+// how long a client never connected waits for its first connection as it
+// closes (ad_client_close), and whether a server may be there: an ipc
+// URL's path exists (a tcp one is taken as there)
+#define AD_CLOSE_WAIT_MS 100
+
+static int
+server_there(const char *url)
+{
+	if (strncmp(url, "ipc://", 6))
+		return 1;
+	return access(url + 6, F_OK) == 0;
+}
+
 void
 ad_client_close(struct ad_client *c)
 {
 	if (!c)
 		return;
+	// A client closed before its first connection's handshake is done
+	// (before the server has sent its header) makes the server's side of
+	// it fail with EPIPE, which stops nng 1.5's listener for good; the
+	// server's guard then listens anew, closing every connection it has (a
+	// risk of its own, see the guard). A client opened and closed at once
+	// did it 4 times in 40 (a scratch server). So a client never connected
+	// waits a little for its first connection, as long as its server is
+	// there to make one.
+	for (int i = 0; i < AD_CLOSE_WAIT_MS && !atomic_load(&c->ever) && server_there(c->url); i++) {
+		const struct timespec ts = {0, 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
 	watch_del(c);
 	// no pipe event for c once it is freed: nng_close removes the pipes
 	nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, NULL, NULL);

@@ -57,6 +57,9 @@ int ad_stop_wait(const sigset_t *set);
 int ad_stop_pending(void);
 
 struct ad_client *ad_client_open(const char *url, char *err);
+// a client never connected to a server that is there waits up to 100 ms
+// for its first connection before it closes (ipc.c: a close mid-handshake
+// stops nng 1.5's listener)
 void ad_client_close(struct ad_client *c);
 
 // ad_client_drop_dialer: for tests, what nng 1.5 does by itself at times:

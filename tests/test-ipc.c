@@ -511,6 +511,40 @@ test_listener_guard_closes(void)
 	closes_probed(url);
 }
 
+// clients opened and closed at once, before any call: each waits for its
+// connection's handshake, so none makes the server's accept fail (EPIPE)
+// and stop the listener (without the wait: 4 stops in 40, a scratch run)
+static void
+test_listener_open_close(void)
+{
+	char url[300], err[AD_ERRLEN];
+	struct ad_server *s;
+	REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), "openclose") == 0);
+	struct ad_client *stay = connected(url, &s);
+	REQUIRE(stay);
+	for (int i = 0; i < 40; i++) {
+		struct ad_client *c = ad_client_open(url, err);
+		REQUIRE(c, "%s", err);
+		ad_client_close(c);
+	}
+	// a stopped listener is known after a look (250 ms) and a probe that
+	// waits 2 s for an accept
+	struct timespec ts = {3, 0};
+	nanosleep(&ts, NULL);
+	CHECK(ad_server_relistens(s) == 0, "listened anew %u times", ad_server_relistens(s));
+	call_answered(stay, 0, " (connected all along)");
+	ad_client_close(stay);
+	ad_server_stop(s);
+	// a client of no server closes at once (no path: no wait)
+	char nowhere[300];
+	REQUIRE(ad_ipc_url(nowhere, sizeof nowhere, t_tmpdir(), "nobody-oc") == 0);
+	struct ad_client *c = ad_client_open(nowhere, err);
+	REQUIRE(c, "%s", err);
+	const double t0 = now_ms();
+	ad_client_close(c);
+	CHECK(now_ms() - t0 < 50, "closing a client of no server took %.0f ms", now_ms() - t0);
+}
+
 // clients that connect while the listener is stopped (their handshakes
 // done by nng's transport, their connections parked and never read) are
 // answered once the server has listened anew. Forked before nng is used:
@@ -572,5 +606,6 @@ main(void)
 	T_RUN(test_pipe_seen_late);
 	T_RUN(test_listener_guard);
 	T_RUN(test_listener_guard_closes);
+	T_RUN(test_listener_open_close);
 	return t_done();
 }
