@@ -5,7 +5,8 @@
 // job must not take a task of the next); one thread; 0 and 1 task; the
 // pool's threads take part (slow tasks on three threads run on more than
 // one of them); a caller put on the CPU where a worker polls moves off it
-// (Linux, two CPUs or more).
+// (Linux, two CPUs or more); small jobs back to back for a few seconds,
+// none returning early.
 #ifdef __linux__
 #define _GNU_SOURCE // sched_getcpu and the CPU_ macros
 #include <sched.h>
@@ -81,6 +82,62 @@ test_exactly_once(void)
 	// polling workers, a caller that sleeps at once: the last task's
 	// worker must wake it
 	run_jobs(3, 50000, 0);
+}
+
+// small jobs back to back for a while, alternating 2 tasks and 3 to 31:
+// a worker late for a job, that read its state and then the next job's
+// larger count, must not claim a task of the next on the last job's state
+// (the caller then returned with a task still running: 1 call in
+// 20,000-250,000 of this, 3 threads on 2 CPUs, before the fix)
+struct small {
+	atomic_int runs[32], ended;
+};
+
+static void
+small_task(void *arg, size_t t, int worker)
+{
+	struct small *j = arg;
+	(void)worker;
+	atomic_fetch_add(&j->runs[t], 1);
+	volatile int x = 0;
+	for (int i = 0; i < 200 + (int)t * 50; i++)
+		x += i;
+	atomic_fetch_add(&j->ended, 1);
+}
+
+static void
+stress(long spin_ns, long wait_spin_ns, double secs)
+{
+	char err[AD_ERRLEN];
+	struct ad_pool *p = ad_pool_new(&(struct ad_pool_opts){3, spin_ns, wait_spin_ns}, err);
+	REQUIRE(p, "%s", err);
+	static struct small j;
+	long calls = 0, early = 0, twice = 0;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		for (int k = 0; k < 1000; k++, calls++) {
+			const int n = calls & 1 ? 2 : 3 + (int)(calls % 29);
+			memset(&j, 0, sizeof j);
+			ad_pool_run(p, small_task, &j, (size_t)n);
+			early += atomic_load(&j.ended) != n;
+			for (int t = 0; t < 32; t++)
+				twice += atomic_load(&j.runs[t]) != (t < n);
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+	} while ((double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9 < secs);
+	CHECK(early == 0 && twice == 0,
+	      "spin %ld, wait spin %ld: of %ld calls, %ld returned early, %ld ran a task other than once", spin_ns,
+	      wait_spin_ns, calls, early, twice);
+	ad_pool_free(p);
+}
+
+static void
+test_back_to_back(void)
+{
+	stress(20000, 0, 2.0);
+	stress(50000, 200000, 2.0); // the emu's setting
+	stress(0, 0, 1.0);
 }
 
 static void
@@ -182,6 +239,7 @@ main(void)
 {
 	T_RUN(test_exactly_once);
 	T_RUN(test_workers_take_part);
+	T_RUN(test_back_to_back);
 #ifdef __linux__
 	T_RUN(test_caller_leaves_worker_cpu);
 #endif
