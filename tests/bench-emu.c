@@ -17,7 +17,8 @@
 //          they come from DRAM as when a model cycles through; the kernel
 //          in a context that holds 70 MiB more, as the ane-worker's does);
 //          ratio = read time / conv time
-//   prefill 64 columns of the same kernels, GFLOP/s and ratio to the peak
+//   prefill 64 columns of the same kernels, GFLOP/s and its ratio to the
+//          peak, each repeat's to a peak measured just before it
 //   ffn    the fused FFN program of both models at 1 and 64 columns, its
 //          elementwise steps op by op (emu_opts.no_fuse) and fused,
 //          alternating, by wall and CPU time
@@ -351,18 +352,27 @@ batch(struct emu *e, struct prog *p, const void *buf, size_t n, int simd)
 // warm (a batch back to back), cold (each after streaming evict; evict
 // NULL: none; of pc if set). cpu: process CPU time over threads x wall of
 // the warm evals.
+// kp evals of p back to back: seconds per eval, and the process's CPU
+// time over threads x wall (%)
+static void
+warm_evals(struct emu *e, struct prog *p, int kp, double *sec, double *cpu)
+{
+	double t = now(), c = cpu_now();
+	for (int i = 0; i < kp; i++)
+		eval(p);
+	t = now() - t;
+	*sec = t / kp;
+	*cpu = (cpu_now() - c) / t / emu_nthreads(e) * 100;
+}
+
 static void
 measure(struct emu *e, struct prog *p, struct prog *pc, const void *buf, size_t n, const void *evict, size_t nevict,
         int simd, double *warm, double *cold, double *rwarm, double *rcold, double *cpu)
 {
 	int kp = batch(e, p, NULL, 0, simd), kr = buf ? batch(e, NULL, buf, n, simd) : 0;
 	for (int r = 0; r < REPEATS; r++) {
-		double t = now(), c = cpu_now();
-		for (int i = 0; i < kp; i++)
-			eval(p);
-		t = now() - t;
-		warm[r] = t / kp;
-		cpu[r] = (cpu_now() - c) / t / emu_nthreads(e) * 100;
+		double t;
+		warm_evals(e, p, kp, &warm[r], &cpu[r]);
 		if (buf) {
 			t = now();
 			for (int i = 0; i < kr; i++)
@@ -594,26 +604,36 @@ bench_path(int simd, int nth, int quick, const void *evict, size_t nevict)
 	}
 	drop(&ballast);
 	emu_close(em);
-	printf("prefill, 64 columns: GFLOP/s and ratio to the peak; per core: flop over the "
-	       "process's CPU seconds, ratio to the peak per thread\n");
-	printf("%-20s %6s | %-22s %-5s | %-22s %-5s | %-22s | %s\n", "", "MiB", "GFLOP/s", "ratio", "per core", "ratio",
-	       "us per eval", "cpu%");
+	// each repeat measures the peak just before its GEMMs and takes the
+	// ratio of the two: on a shared machine the peak alone swung by 2x
+	// between repeats, and a ratio of two medians taken minutes apart said
+	// little
+	printf("prefill, 64 columns: GFLOP/s; ratio to the peak measured just before, per repeat; per core: "
+	       "flop over the process's CPU seconds, ratio to the peak per thread (its CPU time), per repeat\n");
+	printf("%-20s %6s | %-22s %-18s | %-22s %-18s | %-22s | %s\n", "", "MiB", "GFLOP/s", "ratio", "per core",
+	       "ratio", "us per eval", "cpu%");
 	for (int si = 0; si < nshapes; si++) {
 		const struct shape *s = &shapes[quick ? quick_set[si] : si];
 		if (s->cout > 8192 && simd == EMU_SIMD_REF)
 			continue; // seconds per repeat
 		struct prog p = make(e, s->cin, s->cout, 0, 64);
 		double flop = 2.0 * s->cin * s->cout * 64;
-		double w[REPEATS], u[REPEATS], g[REPEATS], gc[REPEATS];
-		measure(e, &p, NULL, NULL, 0, NULL, 0, simd, w, NULL, NULL, NULL, u);
+		double w[REPEATS], u[REPEATS], g[REPEATS], gc[REPEATS], q[REPEATS], qc[REPEATS];
+		int kp = batch(e, &p, NULL, 0, simd);
 		for (int r = 0; r < REPEATS; r++) {
+			double one, all = fma_peak(e, simd, &one);
+			warm_evals(e, &p, kp, &w[r], &u[r]);
 			g[r] = flop / w[r] / 1e9;
 			gc[r] = g[r] / (u[r] / 100 * nth);
+			q[r] = g[r] / all;
+			qc[r] = gc[r] / one;
 		}
-		struct st gf = stats(g), gcs = stats(gc), tw = stats(w), cp = stats(u);
-		printf("%-20s %6.1f | %5.1f [%5.1f, %5.1f]  %4.2f  | %5.1f [%5.1f, %5.1f]  %4.2f  | %6.0f [%6.0f, %6.0f] | %3.0f\n",
-		       s->name, (double)emu_weight_bytes(p.k) / 1048576, gf.med, gf.lo, gf.hi, gf.med / peak.med,
-		       gcs.med, gcs.lo, gcs.hi, gcs.med / peak1.med, tw.med * 1e6, tw.lo * 1e6, tw.hi * 1e6, cp.med);
+		struct st gf = stats(g), gcs = stats(gc), tw = stats(w), cp = stats(u), qs = stats(q), qcs = stats(qc);
+		printf("%-20s %6.1f | %5.1f [%5.1f, %5.1f]  %4.2f [%4.2f, %4.2f] | %5.1f [%5.1f, %5.1f]  %4.2f [%4.2f, "
+		       "%4.2f] | %6.0f [%6.0f, %6.0f] | %3.0f\n",
+		       s->name, (double)emu_weight_bytes(p.k) / 1048576, gf.med, gf.lo, gf.hi, qs.med, qs.lo, qs.hi,
+		       gcs.med, gcs.lo, gcs.hi, qcs.med, qcs.lo, qcs.hi, tw.med * 1e6, tw.lo * 1e6, tw.hi * 1e6,
+		       cp.med);
 		fflush(stdout);
 		drop(&p);
 	}
