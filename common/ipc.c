@@ -9,9 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -62,15 +59,19 @@ struct srv_thread {
 // reads, and never dial again (test-ane-worker: a restarted worker that
 // answered no Health for 30 s, to old clients and new).
 //
-// So a thread per server reads the listener's "other" errors (nng's
-// statistics, where that NNG_ECLOSED is counted) every AD_GUARD_MS. The
-// same count also grows by one each time a client closes its connection
-// (the server's read of it ends with NNG_ECONNSHUT), so a new error is
-// only a reason to look: the guard connects to its own listener as a REQ
-// peer would (the probe) and sees whether the listener accepts it. Only a
-// listener that does not is closed, and the guard listens anew. Closing it
-// closes its connections too, the parked ones and the working ones: to
-// their clients it is a restart of the server, and REQ sends a request in
+// So a thread per server reads the listener's statistics every
+// AD_GUARD_MS. nng counts there, besides that NNG_ECLOSED (an "other"
+// error), the end of every connection: a client that closes its own makes
+// the server's read of it end with an error (NNG_ECONNSHUT, also
+// "other"), and the connection then goes (its "pipes" count down). So the
+// guard weighs the errors counted since its last look against the
+// connections that went meanwhile (accepted less open): each that went
+// counted an error, and errors beyond those are a stopped accept loop.
+// Errors not yet matched may be connections still going: it looks again
+// for up to AD_GUARD_SETTLE_MS before it takes them for one. Only then
+// is the listener closed, and the guard listens anew. Closing it closes
+// its connections too, the parked ones and the working ones: to their
+// clients it is a restart of the server, and REQ sends a request in
 // flight again on the next connection, so a handler may run twice for one
 // request (engine.proto's Poll and Generate are safe against it). It is
 // also a risk: nng 1.5.2's ipc transport can lose a read of its own when a
@@ -81,9 +82,13 @@ struct srv_thread {
 // every client's close made its server listen anew). Without statistics
 // (NNG_ENABLE_STATS off) there is no guard.
 #define AD_GUARD_MS 250
-// how long the probe waits for the listener to accept it (the loop, when
-// it runs, accepts within microseconds; a loaded machine takes longer)
-#define AD_PROBE_MS 2000
+#define AD_GUARD_SETTLE_MS 300
+
+// a listener's statistics (listener_stats): errors of every kind,
+// connections accepted, connections open
+struct lstats {
+	uint64_t errors, accepted, open;
+};
 
 struct ad_server {
 	nng_socket sock;
@@ -97,8 +102,8 @@ struct ad_server {
 	pthread_mutex_t gmu; // gstop
 	pthread_cond_t gcv;
 	int gstop;
-	uint64_t other; // the listener's "other" errors when last seen
-	atomic_uint relistens, probes;
+	struct lstats seen; // the listener's statistics at the last look
+	atomic_uint relistens, looks;
 	atomic_int fail_listens; // for tests: listens anew that fail
 	char url[];
 };
@@ -347,125 +352,45 @@ server_loop(void *p)
 	return NULL;
 }
 
-// the current listener's "other" errors and accepted connections: 0, or
-// -1 without statistics. The scopes are walked here: nng 1.5's
-// nng_stat_find_listener returns the first listener's, whatever the id
-// (its recursion looks by name only).
+// the current listener's errors (every kind), connections accepted and
+// open: 0, or -1 without statistics. The scopes are walked here: nng
+// 1.5's nng_stat_find_listener returns the first listener's, whatever the
+// id (its recursion looks by name only).
 static int
-listener_stats(struct ad_server *s, uint64_t *other, uint64_t *accepted)
+listener_stats(struct ad_server *s, struct lstats *st)
 {
+	static const char *const errs[] = {"other", "disconnect", "canceled", "timeout", "proto", "auth", "oom"};
 	nng_stat *all;
 	if (nng_stats_get(&all) != 0)
 		return -1;
 	const int id = nng_listener_id(s->lis);
 	int rc = -1;
 	for (nng_stat *l = nng_stat_child(all); l && rc; l = nng_stat_next(l)) {
-		nng_stat *lid = nng_stat_find(l, "id"), *o = nng_stat_find(l, "other"), *a = nng_stat_find(l, "accept");
-		if (nng_stat_type(l) == NNG_STAT_SCOPE && !strcmp(nng_stat_name(l), "listener") && lid && o && a &&
-		    nng_stat_value(lid) == (uint64_t)id) {
-			*other = nng_stat_value(o);
-			*accepted = nng_stat_value(a);
-			rc = 0;
+		nng_stat *lid = nng_stat_find(l, "id"), *a = nng_stat_find(l, "accept"), *p = nng_stat_find(l, "pipes");
+		if (nng_stat_type(l) != NNG_STAT_SCOPE || strcmp(nng_stat_name(l), "listener") || !lid || !a || !p ||
+		    nng_stat_value(lid) != (uint64_t)id)
+			continue;
+		*st = (struct lstats){0, nng_stat_value(a), nng_stat_value(p)};
+		rc = 0;
+		for (size_t i = 0; i < sizeof errs / sizeof *errs; i++) {
+			nng_stat *e = nng_stat_find(l, errs[i]);
+			if (!e) {
+				rc = -1;
+				break;
+			}
+			st->errors += nng_stat_value(e);
 		}
 	}
 	nng_stats_free(all);
 	return rc;
 }
 
-// the listener's own address, to connect to: ipc, or tcp (on a wildcard
-// address, the loopback); 0, or -1 for another kind
-static int
-listener_addr(struct ad_server *s, struct sockaddr_storage *ss, socklen_t *len)
+// errors counted from a to b beyond the connections that went meanwhile
+static int64_t
+unmatched(const struct lstats *a, const struct lstats *b)
 {
-	nng_sockaddr sa;
-	memset(ss, 0, sizeof *ss);
-	if (nng_listener_get_addr(s->lis, NNG_OPT_LOCADDR, &sa) != 0)
-		return -1;
-	if (sa.s_family == NNG_AF_IPC) {
-		struct sockaddr_un *u = (struct sockaddr_un *)ss;
-		if (strlen(sa.s_ipc.sa_path) >= sizeof u->sun_path)
-			return -1;
-		u->sun_family = AF_UNIX;
-		strcpy(u->sun_path, sa.s_ipc.sa_path);
-		*len = sizeof *u;
-	} else if (sa.s_family == NNG_AF_INET) {
-		struct sockaddr_in *in = (struct sockaddr_in *)ss;
-		in->sin_family = AF_INET;
-		in->sin_port = sa.s_in.sa_port; // both in network order
-		in->sin_addr.s_addr = sa.s_in.sa_addr ? sa.s_in.sa_addr : htonl(INADDR_LOOPBACK);
-		*len = sizeof *in;
-	} else if (sa.s_family == NNG_AF_INET6) {
-		struct sockaddr_in6 *in = (struct sockaddr_in6 *)ss;
-		in->sin6_family = AF_INET6;
-		in->sin6_port = sa.s_in6.sa_port;
-		memcpy(&in->sin6_addr, sa.s_in6.sa_addr, 16);
-		if (IN6_IS_ADDR_UNSPECIFIED(&in->sin6_addr))
-			in->sin6_addr = in6addr_loopback;
-		in->sin6_scope_id = sa.s_in6.sa_scope;
-		*len = sizeof *in;
-	} else {
-		return -1;
-	}
-	return 0;
-}
-
-// The probe (the guard, above): a connection to the listener, its SP
-// header sent as a REQ peer sends it and the server's read back, then
-// whether the listener's accepted count passes `accepted` within
-// AD_PROBE_MS. 1: accepted; 0: not (the listener accepts no more, or
-// cannot be reached). *fd is the connection, left open for the caller to
-// close (after the listener, when it is to go), or -1.
-static int
-probe(struct ad_server *s, uint64_t accepted, int *fd)
-{
-	// 0, 'S', 'P', 0, the protocol (REQ: 0x30, big-endian), 2 reserved
-	static const uint8_t hello[8] = {0, 'S', 'P', 0, 0, 0x30, 0, 0};
-	struct sockaddr_storage ss;
-	socklen_t len = 0;
-	uint8_t back[8];
-	*fd = -1;
-	atomic_fetch_add(&s->probes, 1);
-	if (listener_addr(s, &ss, &len) != 0)
-		return 0;
-	if ((*fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
-		return 0;
-	const struct timeval tv = {AD_PROBE_MS / 1000, AD_PROBE_MS % 1000 * 1000};
-	setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-	setsockopt(*fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-	if (connect(*fd, (const struct sockaddr *)&ss, len) != 0 ||
-	    send(*fd, hello, sizeof hello, MSG_NOSIGNAL) != (ssize_t)sizeof hello ||
-	    recv(*fd, back, sizeof back, MSG_WAITALL) != (ssize_t)sizeof back)
-		return 0;
-	const uint64_t t0 = ad_now_ns();
-	do {
-		uint64_t o, a;
-		if (listener_stats(s, &o, &a) != 0)
-			return 0;
-		if (a > accepted)
-			return 1;
-		const struct timespec ts = {0, 2 * 1000 * 1000};
-		nanosleep(&ts, NULL);
-	} while (ad_now_ns() - t0 < (uint64_t)AD_PROBE_MS * 1000000u);
-	return 0;
-}
-
-// the probe's own close counts one "other" error when the server reads
-// its end: the count to expect once it has (a little wait for it), so
-// that the guard does not take it for another reason to look
-static uint64_t
-after_probe(struct ad_server *s, int fd)
-{
-	uint64_t o0 = 0, o = 0, a;
-	if (listener_stats(s, &o0, &a) != 0)
-		o0 = s->other;
-	close(fd);
-	for (int i = 0; i < 250; i++) {
-		if (listener_stats(s, &o, &a) != 0 || o > o0)
-			return o0 + 1;
-		const struct timespec ts = {0, 2 * 1000 * 1000};
-		nanosleep(&ts, NULL);
-	}
-	return o0;
+	const int64_t gone = (int64_t)(b->accepted - a->accepted) - ((int64_t)b->open - (int64_t)a->open);
+	return (int64_t)(b->errors - a->errors) - gone;
 }
 
 // listen on the URL again (the guard, above): 0, or -1 with the listener
@@ -479,7 +404,7 @@ listen_again(struct ad_server *s, char *err)
 	if (rv != 0)
 		return ad_err(err, "listen on %s anew: %s", s->url, nng_strerror(rv));
 	s->lis = l;
-	s->other = 0;
+	s->seen = (struct lstats){0, 0, 0};
 	atomic_fetch_add(&s->relistens, 1);
 	return 0;
 }
@@ -493,7 +418,6 @@ guard_main(void *arg)
 	while (!s->gstop) {
 		wait_ms(&s->gcv, &s->gmu, AD_GUARD_MS);
 		char err[AD_ERRLEN];
-		uint64_t n, accepted;
 		if (s->gstop)
 			break;
 		if (down) {
@@ -503,17 +427,23 @@ guard_main(void *arg)
 			}
 			continue;
 		}
-		if (listener_stats(s, &n, &accepted) != 0 || n <= s->other)
+		struct lstats now;
+		if (listener_stats(s, &now) != 0 || now.errors == s->seen.errors)
 			continue;
-		int fd;
-		if (probe(s, accepted, &fd)) {
-			s->other = fd >= 0 ? after_probe(s, fd) : n;
+		atomic_fetch_add(&s->looks, 1);
+		// errors of connections still going are matched once they have gone
+		for (int waited = 0; unmatched(&s->seen, &now) > 0 && waited < AD_GUARD_SETTLE_MS; waited += 10) {
+			const struct timespec ts = {0, 10 * 1000 * 1000};
+			nanosleep(&ts, NULL);
+			if (listener_stats(s, &now) != 0)
+				break;
+		}
+		if (unmatched(&s->seen, &now) <= 0) {
+			s->seen = now;
 			continue;
 		}
 		// closing it first frees the address (the close unlinks an ipc path)
 		nng_listener_close(s->lis);
-		if (fd >= 0)
-			close(fd);
 		if (listen_again(s, err) == 0) {
 			ad_warn("%s: a connection failed as it was made, and nng accepts no more after that: "
 			        "listening anew (its clients connect again)",
@@ -534,9 +464,9 @@ ad_server_relistens(struct ad_server *s)
 }
 
 unsigned
-ad_server_probes(struct ad_server *s)
+ad_server_looks(struct ad_server *s)
 {
-	return atomic_load(&s->probes);
+	return atomic_load(&s->looks);
 }
 
 void
@@ -627,8 +557,7 @@ ad_server_start(const char *url, int nthreads, ad_ipc_handler fn, void *arg, cha
 		ad_err(err, "could not start server threads");
 		return NULL;
 	}
-	uint64_t accepted;
-	if (listener_stats(s, &s->other, &accepted) == 0)
+	if (listener_stats(s, &s->seen) == 0)
 		s->guarding = pthread_create(&s->guard, NULL, guard_main, s) == 0;
 	return s;
 }

@@ -41,9 +41,9 @@ void ad_server_stop(struct ad_server *s); // closes, waits for in-flight handler
 // how often the server listened anew since its start: nng 1.5 stops
 // accepting after a connection that fails as it is made (ipc.c, the guard)
 unsigned ad_server_relistens(struct ad_server *s);
-// how often the guard looked whether the listener still accepts (each
-// client that closes its connection is a reason to look)
-unsigned ad_server_probes(struct ad_server *s);
+// how often the guard found new errors on its listener and weighed them
+// (each client that closes its connection counts one)
+unsigned ad_server_looks(struct ad_server *s);
 // for tests: the next n listens anew fail (the guard tries again)
 void ad_server_fail_listens(struct ad_server *s, int n);
 

@@ -459,11 +459,12 @@ test_listener_guard(void)
 }
 
 // url's server: 5 clients, one after the other, each connected, answered
-// and closed; the guard looks at each close (its listener's error count grows: the
-// server's read of the connection ends), finds the listener accepting,
-// and leaves it, and with it the connection of a client still there
+// and closed; the guard looks at each close (its listener's error count
+// grows: the server's read of the connection ends), matches the error
+// with the connection gone, and leaves the listener, and with it the
+// connection of a client still there
 static void
-closes_probed(const char *url)
+closes_looked_at(const char *url)
 {
 	char err[AD_ERRLEN];
 	struct ad_server *s;
@@ -474,20 +475,18 @@ closes_probed(const char *url)
 		REQUIRE(c, "%s", err);
 		call_answered(c, (int)i, " (then closed)");
 		ad_client_close(c);
-		for (int k = 0; k < 150 && ad_server_probes(s) <= i; k++) {
+		for (int k = 0; k < 150 && ad_server_looks(s) <= i; k++) {
 			struct timespec ts = {0, 20 * 1000 * 1000};
 			nanosleep(&ts, NULL);
 		}
 	}
-	// the probes' own closes are not a reason to look again (it would be
-	// one look every AD_GUARD_MS, 250 ms): a second longer, and no more
-	// looks than closes. (A close is not always a look: a connection that
-	// ends in a reset counts as a disconnect, not as an "other" error.)
-	const unsigned looks = ad_server_probes(s);
+	// nothing more to look at: a second longer, and no more looks than
+	// closes (two closes within one look make one)
+	const unsigned looks = ad_server_looks(s);
 	struct timespec ts = {1, 0};
 	nanosleep(&ts, NULL);
-	CHECK(looks >= 1 && ad_server_probes(s) == looks && looks <= 5, "%s: %u looks for 5 closes, then %u", url,
-	      looks, ad_server_probes(s));
+	CHECK(looks >= 1 && ad_server_looks(s) == looks && looks <= 5, "%s: %u looks for 5 closes, then %u", url, looks,
+	      ad_server_looks(s));
 	CHECK(ad_server_relistens(s) == 0, "%s: listened anew %u times", url, ad_server_relistens(s));
 	call_answered(stay, 5, " (connected all along)");
 	ad_client_close(stay);
@@ -499,7 +498,7 @@ test_listener_guard_closes(void)
 {
 	char url[300];
 	REQUIRE(ad_ipc_url(url, sizeof url, t_tmpdir(), "closes") == 0);
-	closes_probed(url);
+	closes_looked_at(url);
 	// over tcp: a port the kernel has just given out
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -508,7 +507,7 @@ test_listener_guard_closes(void)
 	        getsockname(fd, (struct sockaddr *)&a, &len) == 0);
 	close(fd);
 	snprintf(url, sizeof url, "tcp://127.0.0.1:%d", ntohs(a.sin_port));
-	closes_probed(url);
+	closes_looked_at(url);
 }
 
 // clients opened and closed at once, before any call: each waits for its
@@ -527,9 +526,9 @@ test_listener_open_close(void)
 		REQUIRE(c, "%s", err);
 		ad_client_close(c);
 	}
-	// a stopped listener is known after a look (250 ms) and a probe that
-	// waits 2 s for an accept
-	struct timespec ts = {3, 0};
+	// a stopped listener is known after a look (250 ms) and up to 300 ms
+	// for the errors to be matched by connections gone
+	struct timespec ts = {1, 0};
 	nanosleep(&ts, NULL);
 	CHECK(ad_server_relistens(s) == 0, "listened anew %u times", ad_server_relistens(s));
 	call_answered(stay, 0, " (connected all along)");

@@ -313,7 +313,7 @@ test_concurrent(void)
 	struct timespec ts = {0, 500 * 1000 * 1000};
 	nanosleep(&ts, NULL);
 	CHECK(ad_server_relistens(srv) == 0, "the server listened anew %u times (%u looks)", ad_server_relistens(srv),
-	      ad_server_probes(srv));
+	      ad_server_looks(srv));
 }
 
 static void
