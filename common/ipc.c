@@ -222,11 +222,10 @@ pipe_change(struct ad_client *c, uint32_t id, int added)
 	}
 	const int before = atomic_load(&c->npipes);
 	atomic_store(&c->npipes, c->nlive);
-	if (c->nlive)
+	if (c->nlive) {
 		atomic_store(&c->ever, 1);
-	if (c->nlive)
 		atomic_store(&c->alone_ns, 0);
-	else if (before)
+	} else if (before)
 		atomic_store(&c->alone_ns, ad_now_ns());
 	pthread_mutex_unlock(&c->pmu);
 }
