@@ -430,13 +430,16 @@ guard_main(void *arg)
 		if (listener_stats(s, &now) != 0 || now.errors == s->seen.errors)
 			continue;
 		atomic_fetch_add(&s->looks, 1);
-		// errors of connections still going are matched once they have gone
-		for (int waited = 0; unmatched(&s->seen, &now) > 0 && waited < AD_GUARD_SETTLE_MS; waited += 10) {
-			const struct timespec ts = {0, 10 * 1000 * 1000};
-			nanosleep(&ts, NULL);
+		// errors of connections still going are matched once they have
+		// gone (the waits let a stop in)
+		for (int waited = 0; unmatched(&s->seen, &now) > 0 && waited < AD_GUARD_SETTLE_MS && !s->gstop;
+		     waited += 10) {
+			wait_ms(&s->gcv, &s->gmu, 10);
 			if (listener_stats(s, &now) != 0)
 				break;
 		}
+		if (s->gstop)
+			break;
 		if (unmatched(&s->seen, &now) <= 0) {
 			s->seen = now;
 			continue;
