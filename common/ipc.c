@@ -81,8 +81,15 @@ struct srv_thread {
 // every nng_close of the process (test-toksvc hung so, 1 run in 10-30, when
 // every client's close made its server listen anew). Without statistics
 // (NNG_ENABLE_STATS off) there is no guard.
-#define AD_GUARD_MS 250
-#define AD_GUARD_SETTLE_MS 300
+// A client that connects while the loop is stopped is parked until the
+// guard listens anew, and nng leaks a parked connection when its listener
+// closes (LeakSanitizer failed test-chaos's services so, when a stop took
+// up to 550 ms to be acted on). So the looks are frequent (a look costs
+// 27 us) and the wait for errors to match short: a stop is acted on
+// within 200 ms. A connection's end is matched within a few ms (nng's
+// reaper removes it right after its error)
+#define AD_GUARD_MS 100
+#define AD_GUARD_SETTLE_MS 100
 
 // a listener's statistics (listener_stats): errors of every kind,
 // connections accepted, connections open

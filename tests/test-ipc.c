@@ -526,7 +526,7 @@ test_listener_open_close(void)
 		REQUIRE(c, "%s", err);
 		ad_client_close(c);
 	}
-	// a stopped listener is known after a look (250 ms) and up to 300 ms
+	// a stopped listener is known after a look (100 ms) and up to 100 ms
 	// for the errors to be matched by connections gone
 	struct timespec ts = {1, 0};
 	nanosleep(&ts, NULL);
