@@ -15,7 +15,10 @@
 //   emu_conv_i8_avx512  AVX-512 F: one zmm register is one panel step
 // picked at run time by emu_conv_i8_fast (cpuid; no -march flag needed).
 // From EMU_I8_WIDE_COLS columns on, the AVX2 kernel widens the panels to
-// fp16 once and runs emu.c's fp16 tiles (emu_conv_i8_wide).
+// fp16 once and runs emu.c's fp16 tiles (emu_conv_i8_wide); on AVX-512
+// the calls of EMU_I8_X512_COLS columns or more go to emu_conv_i8_x512
+// (emu.c), over x packed, whose wide calls widen to fp32 once a pair and
+// whose narrower ones run the tiles below (emu_conv_i8_x512_narrow).
 //
 // Cost: widening a panel step (16 int8 to 16 fp32: vpmovsxbd + vcvtdq2ps)
 // is one op more per 16 weights than fp16's vcvtph2ps, and on Zen 4 the
@@ -55,13 +58,6 @@ emu_i8_panel_bytes(size_t cout, size_t cin)
 	return (cout + QROW - 1) / QROW * QROW * cin;
 }
 
-// panel p's step i within the packed weights
-static inline const int8_t *
-step_at(const int8_t *panels, size_t cin, size_t p, size_t i)
-{
-	return panels + (p / QUAD) * cin * QROW + i * QROW + (p % QUAD) * PANEL;
-}
-
 void
 emu_i8_pack(const int8_t *q, size_t cout, size_t cin, int8_t *panels)
 {
@@ -91,7 +87,7 @@ emu_conv_i8_ref(const int8_t *panels, const float *scale, size_t cout, size_t ci
 			const float *xj = x + j * cin;
 			float acc[PANEL] = {0};
 			for (size_t i = 0; i < cin; i++) {
-				const int8_t *w = step_at(panels, cin, p, i);
+				const int8_t *w = emu_i8_step(panels, cin, p, i);
 				for (size_t r = 0; r < PANEL; r++)
 					acc[r] = fmaf((float)w[r], xj[i], acc[r]);
 			}
@@ -203,7 +199,7 @@ T2 void
 emu_i8_panel_fp16(const int8_t *panels, size_t cin, size_t p, uint16_t *dst, size_t ld)
 {
 	for (size_t i = 0; i < cin; i++, dst += ld) {
-		const int8_t *w = step_at(panels, cin, p, i);
+		const int8_t *w = emu_i8_step(panels, cin, p, i);
 		__m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)w)));
 		__m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(w + 8))));
 		_mm_storeu_si128((__m128i *)dst, _mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT));
@@ -325,7 +321,7 @@ conv_blocked(tile_fn *const *tab, size_t tabw, const int *mp_for, size_t maxc, c
 				m = pe - q < mp ? pe - q : mp;
 				if (m > QUAD - q % QUAD)
 					m = QUAD - q % QUAD;
-				tab[m * tabw + nc](step_at(panels, cin, q, 0), cin, x + j * cin,
+				tab[m * tabw + nc](emu_i8_step(panels, cin, q, 0), cin, x + j * cin,
 				                   y + j * cout + q * PANEL, cout, cout - q * PANEL, scale + q * PANEL,
 				                   ahead);
 			}
@@ -358,7 +354,9 @@ emu_conv_i8_avx512(const int8_t *panels, const float *scale, size_t cout, size_t
 // and Qwen2.5 FFN shapes, best of 20 by CPU time on an Intel Xeon (family
 // 6 model 207): 2 x 11 141-144 GFLOP/s, the 4 x 6 tiles above 125-128
 // (packed or not), the fp16 panels' 2 x 11 141-146, of a 174 peak. The
-// int8 twin of emu.c's tile512, as tile5 is of its conv_simd tiles.
+// int8 twin of emu.c's tile512, as tile5 is of its conv_simd tiles. From
+// five column blocks on, emu.c's wide tiles take over (144 -> 152 GFLOP/s
+// at 64 columns, Qwen2.5's FFN up).
 T5 static inline __attribute__((always_inline)) void
 tile5x(const int8_t *w, size_t cin, const float *xp, float *y, size_t cout, size_t left, const float *sc, const int mp,
        const int nc)
@@ -414,8 +412,8 @@ static tile5x_fn *const tiles5x[3][EMU_X512_COLS + 1] = {[1] = T5X_ROW(1), [2] =
 // panels of one quad passes every block, then the next pair (the quad's
 // lines stay in L1 and L2 meanwhile)
 void
-emu_conv_i8_x512(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *xp, size_t ncols,
-                 float *y, size_t p0, size_t p1, size_t b0, size_t b1)
+emu_conv_i8_x512_narrow(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *xp,
+                        size_t ncols, float *y, size_t p0, size_t p1, size_t b0, size_t b1)
 {
 	size_t nb, base, extra;
 	emu_x512_split(ncols, &nb, &base, &extra);
@@ -424,8 +422,8 @@ emu_conv_i8_x512(const int8_t *panels, const float *scale, size_t cout, size_t c
 		for (size_t b = 0, j = 0; b < nb && b < b1; b++) {
 			size_t nc = base + (b < extra);
 			if (b >= b0)
-				tiles5x[m][nc](step_at(panels, cin, q, 0), cin, xp + j * cin, y + j * cout + q * PANEL,
-				               cout, cout - q * PANEL, scale + q * PANEL);
+				tiles5x[m][nc](emu_i8_step(panels, cin, q, 0), cin, xp + j * cin,
+				               y + j * cout + q * PANEL, cout, cout - q * PANEL, scale + q * PANEL);
 			j += nc;
 		}
 	}

@@ -542,11 +542,230 @@ static tile512_fn *const tiles512[X512_STREAMS + 1][X512_COLS + 1] = {
 	[4] = {NULL, T512_ROW(4)},
 };
 
+// ---- wide calls over widened weights: from X512_WIDE_BLOCKS column blocks
+// on, the first column block's tile widens each step of its group of mp
+// panels to fp32 as it goes and keeps it in the thread's scratch, [kn][mp]
+// [16] (mp * 64 bytes a step), and the other blocks' tiles read it there.
+// The tiles above widen every step again for each block: vcvtph2ps is two
+// ops on the FMAs' two ports, so a 2 x 11 tile spends 26 port slots on 22
+// FMAs. Here the widening is paid once a group, and each column's
+// broadcast is loaded once and feeds the mp panels (the tiles above fold
+// a broadcast into every FMA). Whether a row's weights come as fp16 or
+// int8 makes no difference past the widening, so both weight types share
+// these tiles. A block has 9 to 12 columns from 5 blocks on, so mp is 2
+// (or 1 at the end of a range).
+//
+// Measured on an Intel Xeon (family 6 model 207), 64 columns, against the
+// tiles above, best by CPU time: int8 weights, the kernel alone on one
+// thread, 137-142 -> 158-164 GFLOP/s at both models' FFN shapes (a 167
+// peak); fp16, a whole eval on one thread, 129-136 -> 136-154, on two
+// 210-249 -> 256-281 (a 334 peak). With fewer blocks the widening pays
+// less than it costs: fp16 at 16 columns (2 blocks) 124 -> 104, at 32 (3)
+// 118-128 -> 117, at 48 (4) about even. The widening as a pass of its own
+// before the tiles, rather than in the first block's tile, took 10% of the
+// time: its loads and stores ran at 7 cycles a step with nothing to hide
+// behind.
+#define X512_WIDE_BLOCKS 5
+// steps of a slice at most: with all of cin at once, 4864 (Qwen2.5's FFN
+// down) took 622 KB of fp32 a pair, which with its 1.2 MB of packed x and
+// the next group's lines overflowed a 2 MB L2 (two threads, 240 -> 230
+// GFLOP/s against the tiles above; sliced, even or better)
+#define X512_WIDE_STEPS 1024
+#define X512_WIDE_MP 2
+// the scratch a thread widens into: a group of panels, a slice of steps
+#define X512_WIDE_FLOATS(cin) ((size_t)X512_WIDE_MP * PANEL * ((cin) < X512_WIDE_STEPS ? (cin) : X512_WIDE_STEPS))
+
+// where a wide tile's weights come from: the scratch, or (the first block)
+// the panels themselves, widened into the scratch on the way
+enum { W_F32, W_F16, W_I8 };
+// a slice of the steps: its sums go on from y's and stay there unrounded
+// for the next slice, as the same FMA chains
+#define W_CONT 1 // a slice before this one: start from y
+#define W_MORE 2 // a slice after this one: leave the raw sums in y
+
+// the weights of a wide call: fp16 pairs or int8 quads (emu-i8.c), from
+// panel q, steps from k0
+struct wsrc {
+	const void *panels;
+	size_t cin, q, k0;
+	int kind;
+	const char *next[X512_WIDE_MP]; // the next group's lines, pulled in meanwhile
+	int nnext;
+	size_t pf0, pfd; // ... those of steps pf0, pf0 + pfd, ...
+};
+
+// one step of panel q + p, widened
+AVX512_TARGET static inline __m512
+wstep(const struct wsrc *w, int kind, int p, size_t i)
+{
+	if (kind == W_F16)
+		return _mm512_cvtph_ps(_mm256_load_si256(
+			(const __m256i *)(ppan(w->panels, w->cin, w->q + (size_t)p) + (w->k0 + i) * PSTEP)));
+	return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+		_mm_load_si128((const __m128i *)emu_i8_step(w->panels, w->cin, w->q + (size_t)p, w->k0 + i))));
+}
+
+// kn steps of mp panels by nc columns of xp ([kn][nc]); wf: the panels
+// widened ([kn][mp][16]), read (W_F32) or written (from w)
+AVX512_TARGET static inline __attribute__((always_inline)) void
+tile512w(const struct wsrc *w, float *wf, size_t kn, const float *xp, float *y, size_t cout, size_t left,
+         const float *sc, unsigned part, const int kind, const int mp, const int nc)
+{
+	size_t pfi = w->nnext ? w->pf0 : (size_t)-1;
+	__m512 acc[X512_ACC];
+#pragma GCC unroll 2
+	for (int p = 0; p < mp; p++) {
+		size_t l = left - (size_t)p * PANEL;
+		__mmask16 m = l >= PANEL ? (__mmask16)0xffff : (__mmask16)((1u << l) - 1);
+#pragma GCC unroll 12
+		for (int c = 0; c < nc; c++)
+			acc[p * nc + c] = part & W_CONT
+			                          ? _mm512_maskz_loadu_ps(m, y + (size_t)c * cout + (size_t)p * PANEL)
+			                          : _mm512_setzero_ps();
+	}
+	for (size_t i = 0; i < kn; i++) {
+		const float *xi = xp + i * (size_t)nc;
+		float *wi = wf + i * (size_t)mp * PANEL;
+		if (i == pfi) {
+			for (int s = 0; s < w->nnext; s++)
+				_mm_prefetch(w->next[s] + (w->k0 + i) * 64, _MM_HINT_T1);
+			pfi += w->pfd;
+		}
+		__m512 wv[X512_WIDE_MP];
+#pragma GCC unroll 2
+		for (int p = 0; p < mp; p++) {
+			if (kind == W_F32) {
+				wv[p] = _mm512_load_ps(wi + p * PANEL);
+			} else {
+				wv[p] = wstep(w, kind, p, i);
+				_mm512_store_ps(wi + p * PANEL, wv[p]);
+			}
+		}
+#pragma GCC unroll 12
+		for (int c = 0; c < nc; c++) {
+			__m512 b = _mm512_set1_ps(xi[c]);
+#pragma GCC unroll 2
+			for (int p = 0; p < mp; p++)
+				acc[p * nc + c] = _mm512_fmadd_ps(wv[p], b, acc[p * nc + c]);
+		}
+	}
+#pragma GCC unroll 2
+	for (int p = 0; p < mp; p++) {
+		size_t l = left - (size_t)p * PANEL;
+		__mmask16 m = l >= PANEL ? (__mmask16)0xffff : (__mmask16)((1u << l) - 1);
+		__m512 s = sc ? _mm512_loadu_ps(sc + p * PANEL) : _mm512_setzero_ps();
+#pragma GCC unroll 12
+		for (int c = 0; c < nc; c++) {
+			float *dst = y + (size_t)c * cout + (size_t)p * PANEL;
+			if (part & W_MORE)
+				_mm512_mask_storeu_ps(dst, m, acc[p * nc + c]);
+			else
+				store16(dst, l, sc ? _mm512_mul_ps(s, acc[p * nc + c]) : acc[p * nc + c]);
+		}
+	}
+}
+
+typedef void tile512w_fn(const struct wsrc *w, float *wf, size_t kn, const float *xp, float *y, size_t cout,
+                         size_t left, const float *sc, unsigned part);
+#define TILE512W(KIND, MP, NC)                                                                                         \
+	AVX512_TARGET static void tile512w_##KIND##_##MP##x##NC(const struct wsrc *w, float *wf, size_t kn,            \
+	                                                        const float *xp, float *y, size_t cout, size_t left,   \
+	                                                        const float *sc, unsigned part)                        \
+	{                                                                                                              \
+		tile512w(w, wf, kn, xp, y, cout, left, sc, part, KIND, MP, NC);                                        \
+	}
+#define TILE512W_KIND(KIND)                                                                                            \
+	TILE512W(KIND, 1, 9)                                                                                           \
+	TILE512W(KIND, 1, 10)                                                                                          \
+	TILE512W(KIND, 1, 11)                                                                                          \
+	TILE512W(KIND, 1, 12)                                                                                          \
+	TILE512W(KIND, 2, 9) TILE512W(KIND, 2, 10) TILE512W(KIND, 2, 11) TILE512W(KIND, 2, 12)
+TILE512W_KIND(W_F32)
+TILE512W_KIND(W_F16)
+TILE512W_KIND(W_I8)
+#define T512W_MP(KIND, MP)                                                                                             \
+	{                                                                                                              \
+		[9] = tile512w_##KIND##_##MP##x9, [10] = tile512w_##KIND##_##MP##x10,                                  \
+		[11] = tile512w_##KIND##_##MP##x11, [12] = tile512w_##KIND##_##MP##x12                                 \
+	}
+#define T512W_KIND(KIND)                                                                                               \
+	{                                                                                                              \
+		[1] = T512W_MP(KIND, 1), [2] = T512W_MP(KIND, 2)                                                       \
+	}
+// [kind][mp][nc]
+static tile512w_fn *const tiles512w[3][X512_WIDE_MP + 1][X512_COLS + 1] = {
+	[W_F32] = T512W_KIND(W_F32), [W_F16] = T512W_KIND(W_F16), [W_I8] = T512W_KIND(W_I8)};
+
+// the first line of panel p's pair (fp16) or quad (int8)
+static const char *
+wline(const void *panels, int kind, size_t cin, size_t p)
+{
+	return kind == W_F16 ? (const char *)((const uint16_t *)panels + (p / PAIR) * cin * PSTEP)
+	                     : (const char *)emu_i8_step(panels, cin, p - p % 4, 0);
+}
+
+// column blocks [b0, b1) of panels [p0, p1) over xp packed (x512_pack), from
+// X512_WIDE_BLOCKS blocks on: a group of X512_WIDE_MP panels at a time, in
+// slices of at most X512_WIDE_STEPS steps, widened by the first block into
+// wf (X512_WIDE_FLOATS); while the blocks pass over a slice, each pulls a
+// share of the next group's lines of the same steps towards L2
+static void
+conv512w(const void *panels, int kind, const float *scale, size_t cout, size_t cin, const float *xp, size_t ncols,
+         float *y, size_t p0, size_t p1, size_t b0, size_t b1, float *wf)
+{
+	size_t nb, base, extra;
+	col_blocks(ncols, X512_COLS, &nb, &base, &extra);
+	size_t be = b1 < nb ? b1 : nb, nk = (cin + X512_WIDE_STEPS - 1) / X512_WIDE_STEPS;
+	for (size_t q = p0; q < p1; q += X512_WIDE_MP) {
+		size_t m = p1 - q < X512_WIDE_MP ? p1 - q : X512_WIDE_MP;
+		struct wsrc w = {.panels = panels, .cin = cin, .q = q, .kind = kind, .pfd = be - b0};
+		for (size_t p = q + m; p < q + m + X512_WIDE_MP && p < p1; p++) {
+			const char *l = wline(panels, kind, cin, p);
+			if (!w.nnext || w.next[w.nnext - 1] != l)
+				w.next[w.nnext++] = l;
+		}
+		for (size_t k = 0; k < nk; k++) {
+			size_t k0 = cin * k / nk, k1 = cin * (k + 1) / nk;
+			unsigned part = (k > 0 ? W_CONT : 0) | (k + 1 < nk ? W_MORE : 0);
+			w.k0 = k0;
+			for (size_t b = 0, j = 0; b < be; b++) {
+				size_t nc = base + (b < extra);
+				if (b >= b0) {
+					w.pf0 = b - b0;
+					tiles512w[b == b0 ? kind : W_F32][m][nc](
+						&w, wf, k1 - k0, xp + j * cin + k0 * nc, y + j * cout + q * PANEL, cout,
+						cout - q * PANEL, scale ? scale + q * PANEL : NULL, part);
+				}
+				j += nc;
+			}
+		}
+	}
+}
+
+int
+emu_conv_i8_x512(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *xp, size_t ncols,
+                 float *y, size_t p0, size_t p1, size_t b0, size_t b1, float *scratch)
+{
+	size_t nb = emu_x512_blocks(ncols), be = b1 < nb ? b1 : nb;
+	if (be < b0 + X512_WIDE_BLOCKS) {
+		emu_conv_i8_x512_narrow(panels, scale, cout, cin, xp, ncols, y, p0, p1, b0, b1);
+		return 0;
+	}
+	float *wf = scratch;
+	if (!wf && !(wf = aligned_alloc(64, X512_WIDE_FLOATS(cin) * sizeof(float))))
+		return -1;
+	conv512w(panels, W_I8, scale, cout, cin, xp, ncols, y, p0, p1, b0, b1, wf);
+	if (!scratch)
+		free(wf);
+	return 0;
+}
+
 // panels [p0, p1); xp is x itself for one column, else packed by x512_pack;
-// streams (1..8): panels at once for one column
+// streams (1..8): panels at once for one column; wf: NULL, or scratch for
+// conv512w
 static void
 conv512(const uint16_t *panels, size_t cout, size_t cin, const float *xp, size_t ncols, float *y, size_t p0, size_t p1,
-        size_t streams)
+        size_t streams, float *wf)
 {
 	if (ncols == 1) {
 		// from DRAM: a pair at a time (one stream, two chains); an odd
@@ -564,6 +783,10 @@ conv512(const uint16_t *panels, size_t cout, size_t cin, const float *xp, size_t
 	}
 	size_t nb, base, extra;
 	col_blocks(ncols, X512_COLS, &nb, &base, &extra);
+	if (wf && nb >= X512_WIDE_BLOCKS) {
+		conv512w(panels, W_F16, NULL, cout, cin, xp, ncols, y, p0, p1, 0, nb, wf);
+		return;
+	}
 	// a group of mp panels passes every column block while its weights sit
 	// in L2; every block pulls a share of the next group's lines meanwhile
 	size_t group = x512_mp(ncols);
@@ -647,11 +870,11 @@ simd_cap(int level)
 // streams: see conv512
 static void
 conv_level(int level, const uint16_t *panels, size_t cout, size_t cin, const float *x, const float *xp, size_t ncols,
-           float *y, size_t p0, size_t p1, size_t streams)
+           float *y, size_t p0, size_t p1, size_t streams, float *wf)
 {
 #ifdef AD_FP16_X86
 	if (level == EMU_SIMD_AVX512) {
-		conv512(panels, cout, cin, xp, ncols, y, p0, p1, streams);
+		conv512(panels, cout, cin, xp, ncols, y, p0, p1, streams, wf);
 		return;
 	}
 	if (level == EMU_SIMD_AVX2) {
@@ -668,10 +891,12 @@ emu_conv_simd(int level, const uint16_t *panels, size_t cout, size_t cin, const 
 {
 	level = simd_cap(level);
 	const float *xp = x;
-	float *tmp = NULL;
+	float *tmp = NULL, *wf = NULL;
 #ifdef AD_FP16_X86
 	if (level == EMU_SIMD_AVX512 && ncols > 1) {
 		tmp = malloc(ncols * cin * sizeof(float));
+		if (emu_x512_blocks(ncols) >= X512_WIDE_BLOCKS)
+			wf = aligned_alloc(64, X512_WIDE_FLOATS(cin) * sizeof(float));
 		if (!tmp) {
 			level = EMU_SIMD_AVX2; // the same bits
 		} else {
@@ -680,8 +905,9 @@ emu_conv_simd(int level, const uint16_t *panels, size_t cout, size_t cin, const 
 		}
 	}
 #endif
-	conv_level(level, panels, cout, cin, x, xp, ncols, y, p0, p1, 1);
+	conv_level(level, panels, cout, cin, x, xp, ncols, y, p0, p1, 1, wf);
 	free(tmp);
+	free(wf);
 }
 
 void
@@ -737,7 +963,11 @@ struct emu {
 	// a wide int8 conv's panels widened to fp16, PSTEP * cin values for
 	// each thread (conv_i8_wide)
 	uint16_t *i8wide;
-	size_t i8wide_cap;          // values
+	size_t i8wide_cap; // values
+	// a wide conv's group of panels widened to fp32, X512_WIDE_FLOATS
+	// floats for each thread (conv512w)
+	float *wide;
+	size_t wide_cap;            // floats
 	int steal;                  // one column from DRAM: ranges shared by stealing
 	struct steal_range *ranges; // a range a task (run_conv)
 	uint64_t steals;            // atomic: ranges stolen (emu_steals)
@@ -952,6 +1182,7 @@ emu_close(struct emu *e)
 	ad_huge_arena_free(e->panels);
 	free(e->xpack);
 	free(e->i8wide);
+	free(e->wide);
 	free(e->ranges);
 	free(e->act);
 	free(e);
@@ -2627,6 +2858,8 @@ struct conv_job {
 	size_t cout, cin, ncols;
 	const float *x, *xp; // xp: x packed for the AVX-512 tiles (or x)
 	uint16_t *i8wide;    // int8, AVX2, wide: worker w's scratch at w * PSTEP * cin
+	float *wide;         // AVX-512, wide: worker w's scratch at w * wide_len (conv512w)
+	size_t wide_len;
 	float *y;
 	size_t npanels;
 	size_t unit, ntasks; // panel task u: whole units of panels, see task_panel
@@ -2671,7 +2904,8 @@ conv_range(struct conv_job *j, size_t p0, size_t p1, size_t g, int worker)
 		if (j->x512_i8) { // column group g: whole blocks of the packed x
 			size_t nb = emu_x512_blocks(j->ncols);
 			emu_conv_i8_x512(j->qpanels, j->scale, j->cout, j->cin, j->xp, j->ncols, j->y, p0, p1,
-			                 nb * g / j->cg, nb * (g + 1) / j->cg);
+			                 nb * g / j->cg, nb * (g + 1) / j->cg,
+			                 j->wide ? j->wide + (size_t)worker * j->wide_len : NULL);
 			return;
 		}
 #endif
@@ -2688,7 +2922,8 @@ conv_range(struct conv_job *j, size_t p0, size_t p1, size_t g, int worker)
 		emu_conv_i8_at(j->simd - EMU_SIMD_REF, j->qpanels, j->scale, j->cout, j->cin, x, nc, y, p0, p1);
 		return;
 	}
-	conv_level(j->simd, j->panels, j->cout, j->cin, j->x, j->xp, j->ncols, j->y, p0, p1, j->streams);
+	conv_level(j->simd, j->panels, j->cout, j->cin, j->x, j->xp, j->ncols, j->y, p0, p1, j->streams,
+	           j->wide ? j->wide + (size_t)worker * j->wide_len : NULL);
 }
 
 // A one-column conv from DRAM: each thread streams one range, and the
@@ -2845,6 +3080,13 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 		j.xp = e->xpack;
 		size_t nb, base, extra;
 		col_blocks(ncols, X512_COLS, &nb, &base, &extra);
+		if (nb >= X512_WIDE_BLOCKS) {
+			size_t nw = (size_t)e->nthreads * X512_WIDE_FLOATS(s->cin);
+			if (grow64((void **)&e->wide, &e->wide_cap, nw, sizeof(float)))
+				return ad_err(err, "emu: out of memory for %zu widened weights", nw);
+			j.wide = e->wide;
+			j.wide_len = X512_WIDE_FLOATS(s->cin);
+		}
 		if (par)
 			ad_pool_run(e->pool, pack_task, &j, nb);
 		else
@@ -2866,7 +3108,7 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 	else if (e->simd == EMU_SIMD_AVX512 && ncols == 1)
 		unit = j.streams;
 #endif
-	if (j.qpanels)
+	if (j.qpanels && !j.wide)
 		unit = j.i8wide ? PAIR
 		                : 4; // whole quads of int8 panels (emu-i8.c): one stream per task; widened: pairs
 	// a few tasks per thread even out the tail; one column from DRAM takes
@@ -2885,7 +3127,7 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 	// int8 tiles of a quad: a conv of few quads (576 rows: 9) also shares
 	// out its columns, in groups of 12 or more, up to WIDE_TASKS a thread
 	j.cg = 1;
-	if (par && j.qpanels && !j.i8wide && ncols >= WIDE_COLS)
+	if (par && j.qpanels && !j.i8wide && !j.wide && ncols >= WIDE_COLS)
 		while (ntasks * j.cg < (size_t)e->nthreads * WIDE_TASKS && ncols / (j.cg + 1) >= 12)
 			j.cg++;
 	// one range a thread, from DRAM: shared by stealing (steal_task)

@@ -247,15 +247,16 @@ static void
 i8_x512(const int8_t *p, const float *sc, size_t cout, size_t cin, const float *x, size_t W, float *y, size_t p0,
         size_t p1)
 {
-	static float *xp;
+	static float *xp, *wf;
 	static size_t cap;
 	if (cap < W * cin) {
-		free(xp);
+		free(xp), free(wf);
 		xp = aligned_alloc(64, (W * cin * sizeof(float) + 63) / 64 * 64);
+		wf = aligned_alloc(64, 2 * 16 * cin * sizeof(float)); // a pair's worth
 		cap = W * cin;
 	}
 	emu_x512_pack(x, cin, W, xp);
-	emu_conv_i8_x512(p, sc, cout, cin, xp, W, y, p0, p1, 0, emu_x512_blocks(W));
+	emu_conv_i8_x512(p, sc, cout, cin, xp, W, y, p0, p1, 0, emu_x512_blocks(W), wf);
 }
 #endif
 

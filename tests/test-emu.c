@@ -173,8 +173,8 @@ static void
 test_conv_fast_vs_ref(void)
 {
 	// 1100 inputs: x packed for the AVX-512 tiles in three runs of steps
-	static const size_t sizes[][2] = {{16, 16}, {17, 3},   {5, 64},           {48, 33},      {100, 257},
-	                                  {64, 1},  {200, 40}, {16 * 13 + 7, 24}, {16 * 9, 131}, {33, 1100}};
+	static const size_t sizes[][2] = {{16, 16},  {17, 3},           {5, 64},       {48, 33},   {100, 257}, {64, 1},
+	                                  {200, 40}, {16 * 13 + 7, 24}, {16 * 9, 131}, {33, 1100}, {19, 2100}};
 	static const size_t widths[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 17, 19, 24, 25, 31, 36, 37, 48, 63, 64};
 	int top = emu_cpu_simd();
 	if (top < EMU_SIMD_AVX2)
@@ -1305,7 +1305,7 @@ static void
 test_i8_kernels(void)
 {
 	static const size_t sizes[][2] = {{16, 16}, {17, 3},   {5, 64},           {48, 33}, {100, 257}, {1, 1},
-	                                  {64, 1},  {200, 40}, {16 * 13 + 7, 24}, {31, 7},  {40, 1100}};
+	                                  {64, 1},  {200, 40}, {16 * 13 + 7, 24}, {31, 7},  {40, 1100}, {19, 2100}};
 	int isa = emu_i8_isa();
 	if (isa < 2)
 		fprintf(stderr, "  (isa %d: %s not compared)\n", isa, isa ? "AVX-512" : "AVX2 and AVX-512");
@@ -1341,12 +1341,14 @@ test_i8_kernels(void)
 				emu_x512_pack(x, cin, ncols, xp);
 				size_t nb = emu_x512_blocks(ncols);
 				memset(y2, 0, ny * 4);
-				emu_conv_i8_x512(p, sc, cout, cin, xp, ncols, y2, 0, np, 0, nb);
+				CHECK(emu_conv_i8_x512(p, sc, cout, cin, xp, ncols, y2, 0, np, 0, nb, NULL) == 0,
+				      "x512: out of memory");
 				bad_x512 += memcmp(y0, y2, ny * 4) != 0;
 				memset(y2, 0, ny * 4);
 				for (size_t k = 0; k < np; k++)
 					for (size_t b = 0; b < nb; b++)
-						emu_conv_i8_x512(p, sc, cout, cin, xp, ncols, y2, k, k + 1, b, b + 1);
+						emu_conv_i8_x512(p, sc, cout, cin, xp, ncols, y2, k, k + 1, b, b + 1,
+						                 NULL);
 				bad_x512 += memcmp(y0, y2, ny * 4) != 0;
 				free(xp);
 #endif

@@ -251,6 +251,12 @@ void emu_gate(int level, const float *g, const float *u, float *h, size_t n);
 // has one value per panel row (npanels * 16, zero past cout). Same x / y /
 // p0, p1 (16-row panels) as above.
 size_t emu_i8_panel_bytes(size_t cout, size_t cin);
+// panel p's step i: its 16 weights
+static inline const int8_t *
+emu_i8_step(const void *panels, size_t cin, size_t p, size_t i)
+{
+	return (const int8_t *)panels + (p / 4) * cin * 64 + i * 64 + (p % 4) * 16;
+}
 void emu_i8_pack(const int8_t *q, size_t cout, size_t cin, int8_t *panels);
 void emu_conv_i8_ref(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
                      float *y, size_t p0, size_t p1);
@@ -274,20 +280,25 @@ void emu_i8_panel_fp16(const int8_t *panels, size_t cin, size_t p, uint16_t *dst
 // AVX-512 (call only when emu_i8_isa() is 2), from EMU_I8_X512_COLS
 // columns on: tiles of two panels by up to 12 columns over x packed per
 // column block (the fp16 panels' AVX-512 layout), where the int8 tiles
-// above take four panels by up to 6 columns of x as it is; both spend two
-// widening ops a panel step, so the wider tile does twice the FMAs for
-// them. emu_x512_pack writes the packed x (ncols * cin floats):
-// emu_x512_blocks(ncols) blocks of at most EMU_X512_COLS columns, as even
-// as possible (block b has base + (b < extra) columns: emu_x512_split),
-// each [cin][its columns]; emu_conv_i8_x512 computes column blocks
-// [b0, b1) of panels [p0, p1), y as above, the same bits.
+// above take four panels by up to 6 columns of x as it is. emu_x512_pack
+// writes the packed x (ncols * cin floats): emu_x512_blocks(ncols) blocks
+// of at most EMU_X512_COLS columns, as even as possible (block b has
+// base + (b < extra) columns: emu_x512_split), each [cin][its columns].
+// emu_conv_i8_x512 computes column blocks [b0, b1) of panels [p0, p1), y
+// as above, the same bits: from five blocks on (emu.c's wide tiles) the
+// first block widens each pair of panels to fp32 into scratch (2 * 16 *
+// min(cin, 1024) floats; NULL: its own, -1 when out of memory) and the
+// others read it there; with fewer, emu_conv_i8_x512_narrow, whose tiles
+// widen every step for each block.
 #define EMU_I8_X512_COLS 8
 #define EMU_X512_COLS 12
 size_t emu_x512_blocks(size_t ncols);
 void emu_x512_split(size_t ncols, size_t *nb, size_t *base, size_t *extra);
 void emu_x512_pack(const float *x, size_t cin, size_t ncols, float *xp);
-void emu_conv_i8_x512(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *xp, size_t ncols,
-                      float *y, size_t p0, size_t p1, size_t b0, size_t b1);
+int emu_conv_i8_x512(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *xp, size_t ncols,
+                     float *y, size_t p0, size_t p1, size_t b0, size_t b1, float *scratch);
+void emu_conv_i8_x512_narrow(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *xp,
+                             size_t ncols, float *y, size_t p0, size_t p1, size_t b0, size_t b1);
 // the kernel of instruction set isa (as emu_i8_isa: at most this CPU's),
 // one column on AVX2 rather than AVX-512 where emu_i8_one_col_avx2 says so
 void emu_conv_i8_at(int isa, const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x,
