@@ -22,9 +22,10 @@ void ad_planar_scatter(void *base, size_t ps, const float *x, size_t C, size_t l
 // the same on a thread pool (common/pool.h; NULL: the caller alone), in
 // channel ranges, for a surface of at least AD_PLANAR_PAR_CHANNELS
 // channels (an LM head's output: one line per channel, 1.4-1.6 ms for
-// 151936 of them on one thread); smaller ones on the caller. ref: the
-// _ref twins
+// 151936 of them on one thread) or AD_PLANAR_PAR_VALUES values (channels x
+// columns); smaller ones on the caller. ref: the _ref twins
 #define AD_PLANAR_PAR_CHANNELS 16384
+#define AD_PLANAR_PAR_VALUES 32768
 struct ad_pool;
 void ad_planar_gather_pool(struct ad_pool *p, const void *base, size_t ps, float *x, size_t C, size_t ld, size_t ncols,
                            int ref);

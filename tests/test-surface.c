@@ -220,30 +220,38 @@ test_planar_pool(void)
 {
 	struct ad_pool *pool = ad_pool_new(&(struct ad_pool_opts){3, 0, 0}, NULL);
 	REQUIRE(pool);
-	const size_t Cs[] = {AD_PLANAR_PAR_CHANNELS - 1, AD_PLANAR_PAR_CHANNELS + 7, 50001};
+	// channels and columns: below and above AD_PLANAR_PAR_CHANNELS, and
+	// few channels of many columns (AD_PLANAR_PAR_VALUES: a prefill chunk)
+	const size_t cases_[][2] = {{AD_PLANAR_PAR_CHANNELS - 1, 1},
+	                            {AD_PLANAR_PAR_CHANNELS - 1, 3},
+	                            {AD_PLANAR_PAR_CHANNELS + 7, 1},
+	                            {AD_PLANAR_PAR_CHANNELS + 7, 3},
+	                            {50001, 1},
+	                            {50001, 3},
+	                            {1003, 40},
+	                            {AD_PLANAR_PAR_VALUES / 64 - 1, 64}};
 	unsigned seed = 11;
 	int bad = 0, cases = 0;
-	for (size_t a = 0; a < sizeof Cs / sizeof *Cs; a++)
-		for (size_t ncols = 1; ncols <= 3; ncols += 2)
-			for (int ref = 0; ref < 2; ref++) {
-				size_t C = Cs[a], ps = 128, ld = C + 1;
-				struct moves m;
-				moves_new(&m, C, ps, ncols, ld, &seed);
-				uint8_t *s1 = m.s1, *s2 = m.s2;
-				float *x = m.x, *y1 = m.y1, *y2 = m.y2;
-				ad_planar_gather_pool(pool, s1, ps, y1, C, ld, ncols, ref);
-				ad_planar_gather_ref(s1, ps, y2, C, ld, ncols);
-				bad += memcmp(y1, y2, ncols * ld * sizeof(float)) != 0;
-				ad_planar_scatter_pool(pool, s1, ps, x, C, ld, ncols, ref);
-				ad_planar_scatter_ref(s2, ps, x, C, ld, ncols);
-				bad += memcmp(s1, s2, C * ps) != 0;
-				// no pool: the caller alone, the same again
-				ad_planar_gather_pool(NULL, s1, ps, y1, C, ld, ncols, ref);
-				ad_planar_gather_ref(s2, ps, y2, C, ld, ncols);
-				bad += memcmp(y1, y2, ncols * ld * sizeof(float)) != 0;
-				moves_free(&m);
-				cases += 3;
-			}
+	for (size_t a = 0; a < sizeof cases_ / sizeof *cases_; a++)
+		for (int ref = 0; ref < 2; ref++) {
+			size_t C = cases_[a][0], ncols = cases_[a][1], ps = 128, ld = C + 1;
+			struct moves m;
+			moves_new(&m, C, ps, ncols, ld, &seed);
+			uint8_t *s1 = m.s1, *s2 = m.s2;
+			float *x = m.x, *y1 = m.y1, *y2 = m.y2;
+			ad_planar_gather_pool(pool, s1, ps, y1, C, ld, ncols, ref);
+			ad_planar_gather_ref(s1, ps, y2, C, ld, ncols);
+			bad += memcmp(y1, y2, ncols * ld * sizeof(float)) != 0;
+			ad_planar_scatter_pool(pool, s1, ps, x, C, ld, ncols, ref);
+			ad_planar_scatter_ref(s2, ps, x, C, ld, ncols);
+			bad += memcmp(s1, s2, C * ps) != 0;
+			// no pool: the caller alone, the same again
+			ad_planar_gather_pool(NULL, s1, ps, y1, C, ld, ncols, ref);
+			ad_planar_gather_ref(s2, ps, y2, C, ld, ncols);
+			bad += memcmp(y1, y2, ncols * ld * sizeof(float)) != 0;
+			moves_free(&m);
+			cases += 3;
+		}
 	CHECK(bad == 0, "%d of %d cases: a move on the pool differs from the plain one", bad, cases);
 	ad_pool_free(pool);
 }
