@@ -355,7 +355,7 @@ emu_conv_i8_avx512(const int8_t *panels, const float *scale, size_t cout, size_t
 // 6 model 207): 2 x 11 141-144 GFLOP/s, the 4 x 6 tiles above 125-128
 // (packed or not), the fp16 panels' 2 x 11 141-146, of a 174 peak. The
 // int8 twin of emu.c's tile512, as tile5 is of its conv_simd tiles. From
-// five column blocks on, emu.c's wide tiles take over (144 -> 152 GFLOP/s
+// five column blocks on, emu.c's wide tiles take over (137 -> 161 GFLOP/s
 // at 64 columns, Qwen2.5's FFN up).
 T5 static inline __attribute__((always_inline)) void
 tile5x(const int8_t *w, size_t cin, const float *xp, float *y, size_t cout, size_t left, const float *sc, const int mp,
