@@ -38,6 +38,16 @@
 #define PAIR 2
 #define PSTEP (PAIR * PANEL) // elements from a panel's step to its next
 
+// the AVX-512 wide tiles (conv512w): steps of a slice at most. With all
+// of cin at once, 4864 (Qwen2.5's FFN down) took 622 KB of fp32 a pair,
+// which with its 1.2 MB of packed x and the next group's lines overflowed
+// a 2 MB L2 (two threads, 240 -> 230 GFLOP/s against the fp16 tiles;
+// sliced, even or better)
+#define X512_WIDE_STEPS 1024
+#define X512_WIDE_MP 2
+// the scratch a thread widens into: a group of panels, a slice of steps
+#define X512_WIDE_FLOATS(cin) ((size_t)X512_WIDE_MP * PANEL * ((cin) < X512_WIDE_STEPS ? (cin) : X512_WIDE_STEPS))
+
 size_t
 emu_panel_bytes(size_t cout, size_t cin)
 {
@@ -380,47 +390,47 @@ x512_mp(size_t ncols)
 // conv after it 810 and 4000 us).
 #define X512_PACK_STEPS 512
 static void
-x512_pack(const float *x, size_t cin, size_t ncols, float *xp, size_t b0, size_t b1)
+pack_rows(const float *x, size_t cin, size_t nc, float *dst)
 {
-	size_t nb, base, extra;
-	col_blocks(ncols, X512_COLS, &nb, &base, &extra);
-	for (size_t b = 0, j = 0; b < nb; b++) {
-		size_t nc = base + (b < extra);
-		if (b >= b0 && b < b1) {
-			float *dst = xp + j * cin;
-			for (size_t i0 = 0; i0 < cin; i0 += X512_PACK_STEPS) {
-				size_t i1 = cin - i0 < X512_PACK_STEPS ? cin : i0 + X512_PACK_STEPS;
-				for (size_t c = 0; c < nc; c++) {
-					const float *src = x + (j + c) * cin;
-					for (size_t i = i0; i < i1; i++)
-						dst[i * nc + c] = src[i];
-				}
-			}
+	for (size_t i0 = 0; i0 < cin; i0 += X512_PACK_STEPS) {
+		size_t i1 = cin - i0 < X512_PACK_STEPS ? cin : i0 + X512_PACK_STEPS;
+		for (size_t c = 0; c < nc; c++) {
+			const float *src = x + c * cin;
+			for (size_t i = i0; i < i1; i++)
+				dst[i * nc + c] = src[i];
 		}
-		j += nc;
 	}
 }
 
-// x512_pack's output from the planar fp16 surface itself (ps bytes from
-// a channel's plane to the next, columns contiguous): block b's step i is
-// nc contiguous values of plane i, one masked load and store, where
-// packing the gathered rows took a strided store per value. A 64-column
-// eval of Qwen2.5's FFN up: the gather and the pack 1.8% of its CPU time
-// (perf), this 0.6%.
+// the same from the planar fp16 surface itself, its columns from the
+// surface's column col on (ps bytes from a channel's plane to the next,
+// columns contiguous): step i is nc contiguous values of plane i, one
+// masked load and store, where packing the gathered rows took a strided
+// store per value. A 64-column eval of Qwen2.5's FFN up: the gather and
+// the pack 1.8% of its CPU time (perf), this 0.6%.
 AVX512_TARGET static void
-x512_pack_planar(const uint8_t *surf, size_t ps, size_t cin, size_t ncols, float *xp, size_t b0, size_t b1)
+pack_planar(const uint8_t *surf, size_t ps, size_t col, size_t cin, size_t nc, float *dst)
+{
+	__mmask16 m = (__mmask16)((1u << nc) - 1);
+	for (size_t i = 0; i < cin; i++) {
+		__m256i h = _mm256_maskz_loadu_epi16(m, surf + i * ps + col * 2);
+		_mm512_mask_storeu_ps(dst + i * nc, m, _mm512_cvtph_ps(h));
+	}
+}
+
+// blocks [b0, b1) of x's rows, or (surf not NULL) of the surface's planes
+static void
+x512_pack(const float *x, const uint8_t *surf, size_t ps, size_t cin, size_t ncols, float *xp, size_t b0, size_t b1)
 {
 	size_t nb, base, extra;
 	col_blocks(ncols, X512_COLS, &nb, &base, &extra);
 	for (size_t b = 0, j = 0; b < nb; b++) {
 		size_t nc = base + (b < extra);
 		if (b >= b0 && b < b1) {
-			float *dst = xp + j * cin;
-			__mmask16 m = (__mmask16)((1u << nc) - 1);
-			for (size_t i = 0; i < cin; i++) {
-				__m256i h = _mm256_maskz_loadu_epi16(m, surf + i * ps + j * 2);
-				_mm512_mask_storeu_ps(dst + i * nc, m, _mm512_cvtph_ps(h));
-			}
+			if (surf)
+				pack_planar(surf, ps, j, cin, nc, xp + j * cin);
+			else
+				pack_rows(x + j * cin, cin, nc, xp + j * cin);
 		}
 		j += nc;
 	}
@@ -591,14 +601,7 @@ static tile512_fn *const tiles512[X512_STREAMS + 1][X512_COLS + 1] = {
 // time: its loads and stores ran at 7 cycles a step with nothing to hide
 // behind.
 #define X512_WIDE_BLOCKS 5
-// steps of a slice at most: with all of cin at once, 4864 (Qwen2.5's FFN
-// down) took 622 KB of fp32 a pair, which with its 1.2 MB of packed x and
-// the next group's lines overflowed a 2 MB L2 (two threads, 240 -> 230
-// GFLOP/s against the tiles above; sliced, even or better)
-#define X512_WIDE_STEPS 1024
-#define X512_WIDE_MP 2
-// the scratch a thread widens into: a group of panels, a slice of steps
-#define X512_WIDE_FLOATS(cin) ((size_t)X512_WIDE_MP * PANEL * ((cin) < X512_WIDE_STEPS ? (cin) : X512_WIDE_STEPS))
+// (X512_WIDE_STEPS, X512_WIDE_MP, X512_WIDE_FLOATS: at the top)
 
 // where a wide tile's weights come from: the scratch, or (the first block)
 // the panels themselves, widened into the scratch on the way
@@ -613,7 +616,6 @@ enum { W_F32, W_F16, W_I8 };
 struct wsrc {
 	const void *panels;
 	size_t cin, q, k0;
-	int kind;
 	const char *next[X512_WIDE_MP]; // the next group's lines, pulled in meanwhile
 	int nnext;
 	size_t pf0, pfd; // ... those of steps pf0, pf0 + pfd, ...
@@ -743,7 +745,7 @@ conv512w(const void *panels, int kind, const float *scale, size_t cout, size_t c
 	size_t be = b1 < nb ? b1 : nb, nk = (cin + X512_WIDE_STEPS - 1) / X512_WIDE_STEPS;
 	for (size_t q = p0; q < p1; q += X512_WIDE_MP) {
 		size_t m = p1 - q < X512_WIDE_MP ? p1 - q : X512_WIDE_MP;
-		struct wsrc w = {.panels = panels, .cin = cin, .q = q, .kind = kind, .pfd = be - b0};
+		struct wsrc w = {.panels = panels, .cin = cin, .q = q, .pfd = be - b0};
 		for (size_t p = q + m; p < q + m + X512_WIDE_MP && p < p1; p++) {
 			const char *l = wline(panels, kind, cin, p);
 			if (!w.nnext || w.next[w.nnext - 1] != l)
@@ -846,7 +848,7 @@ emu_x512_split(size_t ncols, size_t *nb, size_t *base, size_t *extra)
 void
 emu_x512_pack(const float *x, size_t cin, size_t ncols, float *xp)
 {
-	x512_pack(x, cin, ncols, xp, 0, emu_x512_blocks(ncols));
+	x512_pack(x, NULL, 0, cin, ncols, xp, 0, emu_x512_blocks(ncols));
 }
 
 int
@@ -925,7 +927,7 @@ emu_conv_simd(int level, const uint16_t *panels, size_t cout, size_t cin, const 
 		if (!tmp) {
 			level = EMU_SIMD_AVX2; // the same bits
 		} else {
-			x512_pack(x, cin, ncols, tmp, 0, ncols);
+			x512_pack(x, NULL, 0, cin, ncols, tmp, 0, ncols);
 			xp = tmp;
 		}
 	}
@@ -2890,8 +2892,7 @@ struct conv_job {
 	const uint8_t *surf; // x's surface, when x is left unfilled (bufdesc)
 	size_t ps;
 	uint16_t *i8wide; // int8, AVX2, wide: worker w's scratch at w * PSTEP * cin
-	float *wide;      // AVX-512, wide: worker w's scratch at w * wide_len (conv512w)
-	size_t wide_len;
+	float *wide;      // AVX-512, wide: worker w's scratch at w * X512_WIDE_FLOATS(cin) (conv512w)
 	float *y;
 	size_t npanels;
 	size_t unit, ntasks; // panel task u: whole units of panels, see task_panel
@@ -2937,7 +2938,7 @@ conv_range(struct conv_job *j, size_t p0, size_t p1, size_t g, int worker)
 			size_t nb = emu_x512_blocks(j->ncols);
 			emu_conv_i8_x512(j->qpanels, j->scale, j->cout, j->cin, j->xp, j->ncols, j->y, p0, p1,
 			                 nb * g / j->cg, nb * (g + 1) / j->cg,
-			                 j->wide ? j->wide + (size_t)worker * j->wide_len : NULL);
+			                 j->wide ? j->wide + (size_t)worker * X512_WIDE_FLOATS(j->cin) : NULL);
 			return;
 		}
 #endif
@@ -2955,7 +2956,7 @@ conv_range(struct conv_job *j, size_t p0, size_t p1, size_t g, int worker)
 		return;
 	}
 	conv_level(j->simd, j->panels, j->cout, j->cin, j->x, j->xp, j->ncols, j->y, p0, p1, j->streams,
-	           j->wide ? j->wide + (size_t)worker * j->wide_len : NULL);
+	           j->wide ? j->wide + (size_t)worker * X512_WIDE_FLOATS(j->cin) : NULL);
 }
 
 // A one-column conv from DRAM: each thread streams one range, and the
@@ -3041,10 +3042,7 @@ static void
 pack_task(void *arg, size_t t, int worker)
 {
 	struct conv_job *j = arg;
-	if (j->surf)
-		x512_pack_planar(j->surf, j->ps, j->cin, j->ncols, (float *)j->xp, t, t + 1);
-	else
-		x512_pack(j->x, j->cin, j->ncols, (float *)j->xp, t, t + 1);
+	x512_pack(j->x, j->surf, j->ps, j->cin, j->ncols, (float *)j->xp, t, t + 1);
 }
 #endif
 
@@ -3122,7 +3120,6 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 			if (grow64((void **)&e->wide, &e->wide_cap, nw, sizeof(float)))
 				return ad_err(err, "emu: out of memory for %zu widened weights", nw);
 			j.wide = e->wide;
-			j.wide_len = X512_WIDE_FLOATS(s->cin);
 		}
 		if (par)
 			ad_pool_run(e->pool, pack_task, &j, nb);
