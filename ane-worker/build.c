@@ -765,12 +765,34 @@ struct ane_store {
 	struct kc_writer *w;
 	const struct ane_set *s;
 	uint64_t max_bytes;
-	_Atomic int *stored; // ane_build_opts.stored
-	int delay_ms;        // ane_build_opts.debug_store_delay_ms
+	_Atomic int *stored;    // ane_build_opts.stored
+	int (*pace)(void *arg); // ane_build_opts.store_pace
+	void *pace_arg;
+	int delay_ms; // ane_build_opts.debug_store_delay_ms
 	int failed;
 	char err[AD_ERRLEN];
 	uint64_t us;
 };
+
+// the writer's wait until its pace lets it go on (ane_build_opts
+// store_pace); 1 when the build failed meanwhile. The wait is not counted
+// in the writer's time
+#define STORE_PACE_MS 10
+
+static int
+store_paced(struct ane_store *q)
+{
+	while (q->pace && !q->pace(q->pace_arg)) {
+		pthread_mutex_lock(&q->mu);
+		int abort = q->abort;
+		pthread_mutex_unlock(&q->mu);
+		if (abort)
+			return 1;
+		struct timespec ts = {0, STORE_PACE_MS * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	return 0;
+}
 
 static void *
 store_main(void *arg)
@@ -786,14 +808,16 @@ store_main(void *arg)
 		pthread_mutex_unlock(&q->mu);
 		if (abort || (i >= ready && done))
 			break;
-		uint64_t t0 = now_us();
-		for (; i < ready; i++) {
+		for (; i < ready && !abort; i++) {
+			if (!q->failed && (abort = store_paced(q)))
+				break;
+			uint64_t t0 = now_us();
 			if (!q->failed && store_kernel(q->w, q->s, i, q->err))
 				q->failed = 1;
 			if (q->stored)
 				atomic_store(q->stored, i + 1);
+			q->us += now_us() - t0;
 		}
-		q->us += now_us() - t0;
 	}
 	uint64_t t0 = now_us();
 	if (q->stored)
@@ -823,16 +847,20 @@ store_publish(struct ane_store *q, int ready, int done, int abort)
 }
 
 static struct ane_store *
-store_start(struct kc_writer *w, const struct ane_set *s, uint64_t max_bytes, _Atomic int *stored, int delay_ms)
+store_start(struct kc_writer *w, const struct ane_set *s, const struct ane_build_opts *bo)
 {
 	struct ane_store *q = calloc(1, sizeof *q);
 	if (!q)
 		return NULL;
 	q->w = w;
 	q->s = s;
-	q->max_bytes = max_bytes;
-	q->stored = stored;
-	q->delay_ms = delay_ms;
+	q->max_bytes = bo->cache_max_bytes;
+	q->stored = bo->stored;
+	q->delay_ms = bo->debug_store_delay_ms;
+	if (bo->cache_background) {
+		q->pace = bo->store_pace;
+		q->pace_arg = bo->store_pace_arg;
+	}
 	pthread_mutex_init(&q->mu, NULL);
 	pthread_cond_init(&q->cv, NULL);
 	q->threaded = pthread_create(&q->th, NULL, store_main, q) == 0;
@@ -981,7 +1009,7 @@ ane_set_build(struct ane_set *s, const struct model *m, const struct ane_plan_op
 		}
 	}
 	struct ane_store *q = NULL;
-	if (w && !(q = store_start(w, s, bo->cache_max_bytes, bo->stored, bo->debug_store_delay_ms))) {
+	if (w && !(q = store_start(w, s, bo))) {
 		kc_writer_abort(w);
 		st->cache = ANE_CACHE_NOT_STORED;
 		snprintf(st->cache_note, sizeof st->cache_note, "not cached: out of memory");

@@ -136,6 +136,16 @@ check "a worker moving the weights exits 0 on SIGTERM (status $st)" [ $st -eq 0 
 mover ANEDVD_CACHE_MOVE=0 "$T/mv0.err"
 check "ANEDVD_CACHE_MOVE=0: the weights stay in the file" sh -c \
 	"grep -q 'kernels from the cache' '$T/mv0.err' && ! grep -q 'off the cache file' '$T/mv0.err'"
+# a worker that compiled writes its new entry once it is ready and idle,
+# not beside the compile: here with no call at all, before any stop
+"$BIN/anedvd-ane-worker" --model "$STORIES" --listen "ipc://$T/idle.sock" --cache-dir "$T/kc-idle" \
+	> /dev/null 2> "$T/idle.err" &
+IP=$!
+for _ in $(seq 100); do $A cache --dir "$T/kc-idle" 2>/dev/null | grep -q '^1 entry' && break; sleep 0.1; done
+check "a worker that compiled writes its entry while idle" sh -c "$A cache --dir '$T/kc-idle' | grep -q '^1 entry'"
+check "... before it is stopped" kill -0 $IP
+kill -TERM $IP
+wait $IP
 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json --no-cache --cache-dir "$T/kc-none" > "$T/kc3.json" 2>/dev/null
 check "--no-cache: the cache is off" [ "$(json_cache "$T/kc3.json")" = off ]
 check "--no-cache stores nothing" [ ! -e "$T/kc-none" ]

@@ -242,6 +242,60 @@ test_background_store(void)
 	}
 }
 
+// the writer paced (ane_build_opts.store_pace): nothing written while the
+// pace says wait, the whole entry once it says go, and a hit after it
+static _Atomic int pace_go, pace_asked;
+
+static void
+count_done(const struct kc_info *in, void *arg)
+{
+	*(int *)arg += !in->temporary;
+}
+
+static int
+pace(void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&pace_asked, 1);
+	return atomic_load(&pace_go);
+}
+
+static void
+test_paced_store(void)
+{
+	char dir[400];
+	make_dir(dir, sizeof dir, "paced");
+	char err[AD_ERRLEN];
+	struct ane_set s;
+	struct ane_plan_opts po = {.width = W};
+	_Atomic int stored = 0;
+	struct ane_build_opts bo = {.backend = "emu",
+	                            .cache_dir = dir,
+	                            .options = "weights=fp16",
+	                            .cache_background = 1,
+	                            .store_pace = pace,
+	                            .stored = &stored};
+	REQUIRE(ane_set_build(&s, &model, &po, &bo, 0, err) == 0, "%s", err);
+	CHECK(s.start.cache == ANE_CACHE_MISS && s.store, "%s", ane_cache_state_name(s.start.cache));
+	// the writer asks and waits, the kernels serve meanwhile
+	for (int i = 0; i < 500 && atomic_load(&pace_asked) < 3; i++)
+		usleep(10000);
+	CHECK(atomic_load(&pace_asked) >= 3, "the writer asked its pace %d times", atomic_load(&pace_asked));
+	check_same(&s, "serving while the writer waits");
+	CHECK(atomic_load(&stored) == 0, "%d kernels written while the pace said wait", atomic_load(&stored));
+	int done = 0;
+	CHECK(kc_list(dir, count_done, &done, err) == 1 && done == 0, "%d entries finished: %s", done, err);
+	atomic_store(&pace_go, 1);
+	CHECK(ane_set_cache_wait(&s, NULL) == ANE_CACHE_MISS);
+	CHECK(atomic_load(&stored) == s.plan.n + 1, "stored %d of %d", atomic_load(&stored), s.plan.n);
+	ane_set_free(&s);
+	CHECK(count_entries(dir) == 1);
+	REQUIRE(ane_set_build(&s, &model, &po, &bo, 0, err) == 0, "%s", err);
+	CHECK(s.start.cache == ANE_CACHE_HIT, "%s", ane_cache_state_name(s.start.cache));
+	check_same(&s, "hit after a paced store");
+	ane_set_free(&s);
+}
+
 static void
 test_key_changes_miss(void)
 {
@@ -792,6 +846,7 @@ main(void)
 	T_RUN(test_hit_is_identical);
 	T_RUN(test_int8_hit_is_identical);
 	T_RUN(test_background_store);
+	T_RUN(test_paced_store);
 	T_RUN(test_key_changes_miss);
 	T_RUN(test_corrupt_rebuilt);
 	T_RUN(test_crash_mid_write);

@@ -77,6 +77,13 @@ struct ane_build_opts {
 	// finish the entry (the last kernels, fsync, rename) in the background:
 	// ane_set_cache_wait (or ane_set_free) waits for it
 	int cache_background;
+	// with cache_background: NULL, the writer stores each kernel as soon as
+	// it is compiled; else, before each kernel, it waits (looking every
+	// STORE_PACE_MS, and giving up when the build fails) until
+	// store_pace(store_pace_arg) is nonzero: the ane-worker's says so once
+	// the worker is ready and idle, or stopping
+	int (*store_pace)(void *arg);
+	void *store_pace_arg;
 	// NULL, or where ane_set_build counts the kernels it has and will
 	// have, for another thread to read (the ane-worker's Health)
 	_Atomic int *built, *total;
