@@ -1290,7 +1290,7 @@ ane_service_cache_wait(struct ane_service *sv)
 	if (w->set.store) {
 		enum ane_cache_state cs = ane_set_cache_wait(&w->set, &w->mu);
 		atomic_store(&w->cache_writing, 0);
-		ad_info("kernel cache: %s, %.1f ms of writing beside the start", ane_cache_state_name(cs),
+		ad_info("kernel cache: %s, %.1f ms of writing", ane_cache_state_name(cs),
 		        (double)w->set.start.store_us / 1e3);
 	}
 }

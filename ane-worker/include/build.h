@@ -174,7 +174,7 @@ struct ane_start {
 	uint64_t load_us;       // cache lookup, checks and mapping, packed compiles (hit)
 	uint64_t blob_us;       // dequantising into blob files (miss)
 	uint64_t compile_us;    // emu_compile / device compile: parse, read and repack (miss)
-	uint64_t store_us;      // writing the cache file (miss), beside the compiles in a thread of its own
+	uint64_t store_us;      // writing the cache file (miss) in a thread of its own, not its pace waits
 	uint64_t store_wait_us; // of which the build waited for at its end (the last kernels, fsync, rename)
 	uint64_t total_us;
 	enum ane_cache_state cache;
