@@ -146,7 +146,8 @@ uint64_t kc_entry_bytes(const struct kc_entry *e);
 // unmaps: the kernels compiled from it must be freed first
 void kc_entry_free(struct kc_entry *e);
 
-// a new entry, written while the kernels are compiled
+// a new entry, written as the kernels are compiled or after (build.h,
+// ane_build_opts.store_pace)
 struct kc_writer;
 struct kc_writer *kc_writer_new(const char *dir, const struct kc_key *key, int nkernels, char *err);
 // kernel i's buffers (every kernel exactly once, in any order)
