@@ -61,13 +61,23 @@ emu_i8_panel_bytes(size_t cout, size_t cin)
 void
 emu_i8_pack(const int8_t *q, size_t cout, size_t cin, int8_t *panels)
 {
-	size_t nq = (cout + QROW - 1) / QROW;
-	for (size_t g = 0; g < nq; g++) {
+	emu_i8_pack_quads(q, cout, cin, panels, 0, (cout + QROW - 1) / QROW);
+}
+
+void
+emu_i8_pack_quads(const int8_t *q, size_t cout, size_t cin, int8_t *panels, size_t g0, size_t g1)
+{
+	// 64 steps at a time: the block's 4 KiB of the quad stay in L1 while
+	// its 64 rows are read (a whole quad at cin 896 is 56 KiB)
+	for (size_t g = g0; g < g1; g++) {
 		int8_t *dst = panels + g * cin * QROW;
-		for (size_t r = 0; r < QROW; r++) {
-			size_t o = g * QROW + r;
-			for (size_t i = 0; i < cin; i++)
-				dst[i * QROW + r] = o < cout ? q[o * cin + i] : 0;
+		for (size_t i0 = 0; i0 < cin; i0 += 64) {
+			size_t i1 = i0 + 64 < cin ? i0 + 64 : cin;
+			for (size_t r = 0; r < QROW; r++) {
+				size_t o = g * QROW + r;
+				for (size_t i = i0; i < i1; i++)
+					dst[i * QROW + r] = o < cout ? q[o * cin + i] : 0;
+			}
 		}
 	}
 }

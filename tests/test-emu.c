@@ -1845,6 +1845,62 @@ proj_fp16_int8(const char *tag, size_t cout, size_t cin, size_t W, char *mil[2],
 	free(w), free(q), free(sc);
 }
 
+// a compile's repacking (emu.c, repack_task): in tasks on the pool, in
+// blocks of steps, from a mapped blob whose pages go as they are done:
+// the panels are emu_pack's and emu_i8_pack's of the same weights, for
+// shapes whose rows end inside a pair or quad and whose cin ends inside
+// a block, on one thread and on four
+static void
+test_compile_repack(void)
+{
+	char err[AD_ERRLEN];
+	static const size_t shapes[][2] = {{200, 130}, {1040, 72}, {16, 1000}};
+	for (int th = 1; th <= 4; th += 3)
+		for (int si = 0; si < 3; si++) {
+			size_t cout = shapes[si][0], cin = shapes[si][1];
+			float *w = randv(cout * cin, 0.1f);
+			int8_t *q = rand_q(cout * cin);
+			uint16_t *sc = rand_scales(cout);
+			char fb[512], qb[512], name[64];
+			snprintf(name, sizeof name, "repack%d-%d.bin", th, si);
+			snprintf(fb, sizeof fb, "%s", tmp_path(name));
+			snprintf(name, sizeof name, "repack%d-%d-i8.bin", th, si);
+			snprintf(qb, sizeof qb, "%s", tmp_path(name));
+			REQUIRE(ane_blob_write_proj(fb, &(struct ane_wsrc){w, AD_TYPE_F32, cout * cin}, 1, err) == 0);
+			write_i8_blob(qb, (const int8_t *const[]){q}, (const uint16_t *const[]){sc}, &cout, &cin, 1);
+			char *mf = ane_mil_proj((int)cin, (int)cout, 1, err),
+			     *mq = ane_mil_proj_w((int)cin, (int)cout, 1, ANE_W_INT8, err);
+			REQUIRE(mf && mq, "%s", err);
+			struct emu *e = emu_open(&(struct emu_opts){.threads = th}, err);
+			REQUIRE(e, "%s", err);
+			// fp16: the blob holds w rounded to fp16
+			uint16_t *h = malloc(cout * cin * 2), *want = malloc(emu_panel_bytes(cout, cin));
+			for (size_t i = 0; i < cout * cin; i++)
+				h[i] = ad_f32_to_fp16(w[i]);
+			emu_pack(h, cout, cin, want);
+			struct emu_kernel *k =
+				emu_compile(e, mf, &(struct emu_file){.name = "w.bin", .path = fb}, 1, err);
+			REQUIRE(k, "%s", err);
+			struct emu_const c;
+			REQUIRE(emu_kernel_const(k, 0, &c) == 0);
+			CHECK(c.kind == EMU_CONST_F16_PANELS && c.bytes == emu_panel_bytes(cout, cin) &&
+			              !memcmp(c.data, want, c.bytes),
+			      "fp16 %zux%zu, %d threads: other panels", cout, cin, th);
+			emu_kernel_free(k);
+			int8_t *qwant = malloc(emu_i8_panel_bytes(cout, cin));
+			emu_i8_pack(q, cout, cin, qwant);
+			k = emu_compile(e, mq, &(struct emu_file){.name = "w.bin", .path = qb}, 1, err);
+			REQUIRE(k, "%s", err);
+			REQUIRE(emu_kernel_const(k, 0, &c) == 0);
+			CHECK(c.kind == EMU_CONST_I8_PANELS && c.bytes == emu_i8_panel_bytes(cout, cin) &&
+			              !memcmp(c.data, qwant, c.bytes),
+			      "int8 %zux%zu, %d threads: other panels", cout, cin, th);
+			emu_kernel_free(k);
+			emu_close(e);
+			free(mf), free(mq), free(h), free(want), free(qwant), free(w), free(q), free(sc);
+		}
+}
+
 // one column from DRAM (emu_opts.cold): each thread streams one range,
 // and a thread done with its own takes the back half of what another has
 // left. Every panel is still computed whole by one thread, so with more
@@ -2028,6 +2084,7 @@ main(void)
 	T_RUN(test_sigmoid_gate);
 	T_RUN(test_steal);
 	T_RUN(test_copy_adopt);
+	T_RUN(test_compile_repack);
 	T_RUN(test_prefetch);
 	T_RUN(test_i8_one_col);
 	T_RUN(test_i8_kernels);

@@ -258,6 +258,8 @@ emu_i8_step(const void *panels, size_t cin, size_t p, size_t i)
 	return (const int8_t *)panels + (p / 4) * cin * 64 + i * 64 + (p % 4) * 16;
 }
 void emu_i8_pack(const int8_t *q, size_t cout, size_t cin, int8_t *panels);
+// the same for quads [g0, g1) only (64 rows each), for packing in parts
+void emu_i8_pack_quads(const int8_t *q, size_t cout, size_t cin, int8_t *panels, size_t g0, size_t g1);
 void emu_conv_i8_ref(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
                      float *y, size_t p0, size_t p1);
 // the SIMD kernels; call only when emu_i8_isa() is at least 1 / 2
