@@ -51,6 +51,7 @@
 #define PANEL 16
 #define QUAD 4              // panels interleaved
 #define QROW (QUAD * PANEL) // bytes of a quad's step: one line
+_Static_assert(QROW == EMU_I8_QUAD_ROWS, "emu.h's quad rows");
 
 size_t
 emu_i8_panel_bytes(size_t cout, size_t cin)
@@ -61,7 +62,15 @@ emu_i8_panel_bytes(size_t cout, size_t cin)
 void
 emu_i8_pack(const int8_t *q, size_t cout, size_t cin, int8_t *panels)
 {
-	emu_i8_pack_quads(q, cout, cin, panels, 0, (cout + QROW - 1) / QROW);
+	size_t nq = (cout + QROW - 1) / QROW;
+	for (size_t g = 0; g < nq; g++) {
+		int8_t *dst = panels + g * cin * QROW;
+		for (size_t r = 0; r < QROW; r++) {
+			size_t o = g * QROW + r;
+			for (size_t i = 0; i < cin; i++)
+				dst[i * QROW + r] = o < cout ? q[o * cin + i] : 0;
+		}
+	}
 }
 
 void

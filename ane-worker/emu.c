@@ -81,6 +81,31 @@ emu_pack(const uint16_t *w, size_t cout, size_t cin, uint16_t *panels)
 	}
 }
 
+void
+emu_pack_pairs(const void *w, size_t cout, size_t cin, uint16_t *panels, size_t q0, size_t q1)
+{
+	const uint8_t *wb = w;
+	for (size_t q = q0; q < q1; q++) {
+		// the pair's 32 rows into [cin][32], 64 steps (4 KiB) at a time: a
+		// whole pair at cin 896 is 56 KiB, past L1
+		uint16_t *dst = (uint16_t *)ppan(panels, cin, q * PAIR);
+		for (size_t i0 = 0; i0 < cin; i0 += 64) {
+			size_t i1 = i0 + 64 < cin ? i0 + 64 : cin;
+			for (size_t r = 0; r < PSTEP; r++) {
+				size_t o = q * PSTEP + r;
+				if (o >= cout) {
+					for (size_t i = i0; i < i1; i++)
+						dst[i * PSTEP + r] = 0;
+					continue;
+				}
+				const uint8_t *src = wb + o * cin * 2;
+				for (size_t i = i0; i < i1; i++)
+					memcpy(&dst[i * PSTEP + r], src + i * 2, 2);
+			}
+		}
+	}
+}
+
 static inline float
 round16(float v)
 {
@@ -2433,16 +2458,6 @@ compiler_release(struct compiler *c)
 	free(c->ps.toks);
 }
 
-// unmap the whole pages of [p, p + n) of a read-only private file mapping
-static void
-drop_read(const uint8_t *p, size_t n)
-{
-	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-	uintptr_t lo = (uintptr_t)p & ~(pg - 1), hi = ((uintptr_t)p + n) & ~(pg - 1);
-	if (hi > lo)
-		madvise((void *)lo, hi - lo, MADV_DONTNEED);
-}
-
 // the whole pages inside [p, p + n) of a read-only private file mapping
 static void
 drop_inside(const uint8_t *p, size_t n)
@@ -2454,26 +2469,24 @@ drop_inside(const uint8_t *p, size_t n)
 }
 
 // A weight's rows repacked into its panels in REPACK_TASKS tasks of whole
-// units on the context's pool: fp16 pairs of panels (ppan) or int8 quads
-// (emu_i8_pack_quads), each in blocks of REPACK_BLOCK steps, so that the
-// block being written stays in L1 while the unit's rows are read (a whole
-// pair at cin 896 is 56 KiB). A mapped fp16 blob's pages leave this
-// process as they are repacked, a task's rows every REPACK_DROP pairs, so
-// a large weight is never in memory twice (read-only file pages: dropping
-// them only unmaps them). A start that compiles (--no-cache, the model in
-// the page cache), 3 alternating pairs: Qwen2.5-0.5B shape F16, 3.1-5.8 s
-// of compile on one thread against 0.42-0.49 s in tasks on two (0.74-0.81
-// before the blocks); Q8_0, 2.3-3.5 s against 0.34-0.36 s (once 1.85). On
-// this VM one thread faulting in fresh panels was the slow part: unblocked
-// on two threads, 0.67-0.81 s
+// units on the context's pool: fp16 pairs of panels (emu_pack_pairs) or
+// int8 quads (emu_i8_pack_quads), each packer in blocks of steps that stay
+// in L1. A mapped fp16 blob's pages leave this process as they are
+// repacked, a task's rows every REPACK_DROP pairs, so a large weight is
+// never in memory twice (read-only file pages: dropping them only unmaps
+// them). A start that compiles (--no-cache, the model in the page cache),
+// 3 alternating pairs: Qwen2.5-0.5B shape F16, 3.1-5.8 s of compile on one
+// thread against 0.42-0.49 s in tasks on two (0.74-0.81 before the
+// blocks); Q8_0, 2.3-3.5 s against 0.34-0.36 s (once 1.85). On this VM one
+// thread faulting in fresh panels was the slow part: unblocked on two
+// threads, 0.67-0.81 s
 #define REPACK_TASKS 8
 #define REPACK_DROP 32
-#define REPACK_BLOCK 64
 
 struct repack_job {
 	struct weight *w;
-	size_t npairs, ntasks; // units: pairs, or quads (i8)
 	int i8;
+	size_t units, ntasks; // pairs (fp16) or quads (int8)
 };
 
 static void
@@ -2482,50 +2495,32 @@ repack_task(void *arg, size_t t, int worker)
 	(void)worker;
 	struct repack_job *j = arg;
 	const struct weight *w = j->w;
+	const size_t u0 = j->units * t / j->ntasks, u1 = j->units * (t + 1) / j->ntasks;
 	if (j->i8) {
-		emu_i8_pack_quads((const int8_t *)w->payload, w->cout, w->cin, w->qpanels, j->npairs * t / j->ntasks,
-		                  j->npairs * (t + 1) / j->ntasks);
+		emu_i8_pack_quads((const int8_t *)w->payload, w->cout, w->cin, w->qpanels, u0, u1);
 		return;
 	}
-	const size_t cin = w->cin, cout = w->cout, rb = cin * 2;
-	const size_t q0 = j->npairs * t / j->ntasks, q1 = j->npairs * (t + 1) / j->ntasks;
-	size_t dropped = q0 * PSTEP; // rows
-	for (size_t q = q0; q < q1; q++) {
-		// the pair's 32 rows, transposed REPACK_BLOCK steps at a time
-		// into [cin][32] (a block stays in L1 while its rows are read)
-		uint16_t *dst = (uint16_t *)ppan(w->panels, cin, q * PAIR);
-		for (size_t i0 = 0; i0 < cin; i0 += REPACK_BLOCK) {
-			size_t i1 = i0 + REPACK_BLOCK < cin ? i0 + REPACK_BLOCK : cin;
-			for (size_t r = 0; r < PSTEP; r++) {
-				size_t o = q * PSTEP + r;
-				if (o >= cout) {
-					for (size_t i = i0; i < i1; i++)
-						dst[i * PSTEP + r] = 0;
-					continue;
-				}
-				// the payload may sit at any (even) offset
-				const uint8_t *src = w->payload + o * rb;
-				for (size_t i = i0; i < i1; i++)
-					memcpy(&dst[i * PSTEP + r], src + i * 2, 2);
-			}
-		}
-		size_t done = (q + 1) * PSTEP < cout ? (q + 1) * PSTEP : cout;
-		if (w->mapped && done > dropped && ((q + 1 - q0) % REPACK_DROP == 0 || q + 1 == q1)) {
-			drop_inside(w->payload + dropped * rb, (done - dropped) * rb);
-			dropped = done;
-		}
+	const size_t rb = w->cin * 2;
+	for (size_t q = u0; q < u1; q += REPACK_DROP) {
+		size_t qe = u1 - q < REPACK_DROP ? u1 : q + REPACK_DROP;
+		emu_pack_pairs(w->payload, w->cout, w->cin, w->panels, q, qe);
+		size_t r0 = q * PSTEP, r1 = qe * PSTEP < w->cout ? qe * PSTEP : w->cout;
+		if (w->mapped && r1 > r0)
+			drop_inside(w->payload + r0 * rb, (r1 - r0) * rb);
 	}
 }
 
+// the weight's panels from its payload (panels or qpanels allocated)
 static void
-repack_run(struct emu *e, struct repack_job *j)
+repack(struct emu *e, struct weight *w, int i8)
 {
-	j->ntasks = j->npairs < REPACK_TASKS ? j->npairs : REPACK_TASKS;
-	if (j->ntasks > 1 && e->pool)
-		ad_pool_run(e->pool, repack_task, j, j->ntasks);
+	size_t units = i8 ? (w->cout + EMU_I8_QUAD_ROWS - 1) / EMU_I8_QUAD_ROWS : (w->cout + PSTEP - 1) / PSTEP;
+	struct repack_job j = {w, i8, units, units < REPACK_TASKS ? units : REPACK_TASKS};
+	if (j.ntasks > 1 && e->pool)
+		ad_pool_run(e->pool, repack_task, &j, j.ntasks);
 	else
-		for (size_t t = 0; t < j->ntasks; t++)
-			repack_task(j, t, 0);
+		for (size_t t = 0; t < j.ntasks; t++)
+			repack_task(&j, t, 0);
 }
 
 static void *
@@ -2631,8 +2626,7 @@ compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles
 					ad_err(err, "emu: out of memory for %zu x %zu int8 weights", w->cout, w->cin);
 					goto fail;
 				}
-				struct repack_job rj = {w, (w->cout + 63) / 64, 0, 1};
-				repack_run(e, &rj);
+				repack(e, w, 1);
 				for (size_t o = 0; o < np * PANEL; o++) {
 					uint16_t h = 0;
 					if (o < w->cout)
@@ -2640,7 +2634,7 @@ compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles
 					w->scale[o] = ad_fp16_to_f32(h);
 				}
 				if (w->mapped)
-					drop_read(w->payload, w->cout * w->cin);
+					drop_inside(w->payload, w->cout * w->cin);
 			}
 			e->weight_bytes += qb;
 			k->weight_bytes += (uint64_t)w->cout * w->cin + (uint64_t)w->cout * 2;
@@ -2664,8 +2658,7 @@ compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles
 			ad_err(err, "emu: out of memory for %zu x %zu weights", w->cout, w->cin);
 			goto fail;
 		}
-		struct repack_job rj = {w, (w->cout + PSTEP - 1) / PSTEP, 0, 0};
-		repack_run(e, &rj);
+		repack(e, w, 0);
 		k->weight_bytes += (uint64_t)w->cout * w->cin * 2;
 	}
 	for (int i = 0; i < k->nweights; i++)

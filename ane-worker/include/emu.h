@@ -215,6 +215,10 @@ int emu_eval_host(struct emu_kernel *k, const void *in, void *out, const float *
 // panels) are computed and rounded to fp16.
 size_t emu_panel_bytes(size_t cout, size_t cin);
 void emu_pack(const uint16_t *w, size_t cout, size_t cin, uint16_t *panels);
+// emu_pack's pairs [q0, q1) only (32 rows each), in blocks of steps that
+// stay in L1 (a compile's repacking, in parts on the pool); w's rows are
+// [cin] fp16 at any even address. emu_pack is its plain twin
+void emu_pack_pairs(const void *w, size_t cout, size_t cin, uint16_t *panels, size_t q0, size_t q1);
 void emu_conv_ref(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_t ncols, float *y, size_t p0,
                   size_t p1);
 // the kernel of a given path (EMU_SIMD_*, capped at what the CPU has;
@@ -258,7 +262,9 @@ emu_i8_step(const void *panels, size_t cin, size_t p, size_t i)
 	return (const int8_t *)panels + (p / 4) * cin * 64 + i * 64 + (p % 4) * 16;
 }
 void emu_i8_pack(const int8_t *q, size_t cout, size_t cin, int8_t *panels);
-// the same for quads [g0, g1) only (64 rows each), for packing in parts
+// emu_i8_pack's quads [g0, g1) only (64 rows each), in blocks of steps
+// that stay in L1 (a compile's repacking); emu_i8_pack is its plain twin
+#define EMU_I8_QUAD_ROWS 64
 void emu_i8_pack_quads(const int8_t *q, size_t cout, size_t cin, int8_t *panels, size_t g0, size_t g1);
 void emu_conv_i8_ref(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
                      float *y, size_t p0, size_t p1);
