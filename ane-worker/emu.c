@@ -1115,6 +1115,14 @@ llc_bytes(void)
 	return (size_t)v << (unit == 'K' ? 10 : unit == 'M' ? 20 : 0);
 }
 
+// AMD family 19h: Zen 4 (and Zen 3, which has no AVX-512), where the
+// one-column defaults below were measured
+static int
+zen4(void)
+{
+	return ad_cpu_amd_family() == 0x19;
+}
+
 long
 emu_prefetch_env(void)
 {
@@ -1136,9 +1144,13 @@ emu_prefetch_env(void)
 //   0.81, 3 KiB 0.90-0.93, 4 KiB 0.92-0.94, 6 KiB 0.88-0.98 (4 runs of 6 at
 //   0.94 or more), 8 to 12 KiB 0.92-0.94; int8: 1 KiB 0.64, 4 KiB 0.89,
 //   6 KiB 0.90-1.02, 8 to 12 KiB 0.87-0.92.
+// - AMD Zen 5 (family 1Ah; its 2-thread read 35-65 GB/s): 1 KiB 0.70-0.74
+//   of the read (fp16), 0.59-0.70 (int8); 8 KiB, stealing too, 0.82-0.98
+//   and 0.69-0.82, the pass 15-40% faster on all four bench models; 16
+//   KiB no better than 8 (3 alternating rounds of each).
 // (Intel's L2 streamer is documented not to cross a 4 KiB boundary,
 // whatever the page size; a software prefetch runs on regardless.) Zen 4
-// was not measured at the longer distances: AMD keeps its measured best.
+// was not measured at the longer distances: it keeps its measured best.
 size_t
 emu_prefetch_steps(void)
 {
@@ -1147,7 +1159,7 @@ emu_prefetch_steps(void)
 	if (r < 0) {
 		r = emu_prefetch_env();
 		if (r < 0) // unset (a bad value is refused at start: emu_simd_env)
-			r = ad_cpu_amd_family() ? 1024 : 6144;
+			r = zen4() ? 1024 : ad_cpu_amd_family() ? 8192 : 6144;
 		__atomic_store_n(&v, r, __ATOMIC_RELAXED);
 	}
 	return (size_t)r / 64;
@@ -1206,7 +1218,7 @@ emu_open(const struct emu_opts *opts, char *err)
 	if ((!opts || opts->par_cols <= 0) && pc && *pc)
 		e->par_cols = (int)strtol(pc, NULL, 10);
 	e->llc = opts && opts->cold ? 0 : llc_bytes();
-	e->steal = opts && opts->steal ? opts->steal > 0 : !ad_cpu_amd_family();
+	e->steal = opts && opts->steal ? opts->steal > 0 : !zen4();
 	if (!(e->panels = ad_huge_arena_new(0))) {
 		ad_err(err, "emu: out of memory");
 		emu_close(e);
@@ -3024,10 +3036,13 @@ conv_range(struct conv_job *j, size_t p0, size_t p1, size_t g, int worker)
 // half of what two do, so that wait is lost bandwidth. So a task takes
 // its range from the front a step at a time, and a task with nothing left
 // takes the back half of what another has not yet taken: the caller's
-// wait fell to 2-4%, decode +4% (docs/RESULTS.md). On AMD, where one
-// thread pulls most of the bandwidth, two such schemes measured no gain
-// (RESULTS.md) and it is off by default (emu_opts.steal). Every unit is
-// computed whole by one thread: the bits do not change.
+// wait fell to 2-4%, decode +4% (docs/RESULTS.md). On AMD Zen 4, where
+// one thread pulls most of the bandwidth, two such schemes measured no
+// gain (RESULTS.md) and it is off by default there (emu_opts.steal). On
+// Zen 5 one thread reads 23-24 GB/s of the 35-50 two read, and stealing
+// (with the longer prefetch, emu_prefetch_steps) took the SmolLM2-135M
+// Q8_0 decode pass from 26-28 to 27-30 GB/s. Every unit is computed whole
+// by one thread: the bits do not change.
 struct steal_range {
 	uint64_t lohi; // atomic: first unit not taken << 32 | end
 	char pad[56];

@@ -96,7 +96,7 @@ struct emu_opts {
 	int cold;
 	// those ranges shared by stealing (a thread done with its own takes
 	// the back half of what another has left): 1 yes, -1 no, 0 the CPU's
-	// default (yes but on AMD, where it was measured not to pay)
+	// default (yes but on AMD Zen 4, where it was measured not to pay)
 	int steal;
 };
 
