@@ -709,6 +709,25 @@ test_off_and_unwritable(void)
 	CHECK(strstr(line, "cache hit") && strstr(line, "total 1.5 ms"), "%s", line);
 }
 
+// the kernels' buffers of two builds of one plan that differ (a kernel
+// without any counts as one); *nconst counts the buffers compared
+static int
+consts_differ(const struct ane_set *x, const struct ane_set *y, int *nconst)
+{
+	int bad = 0;
+	for (int i = 0; i < x->plan.n; i++) {
+		struct emu_kernel *a = x->k[i].ek, *b = y->k[i].ek;
+		int n = emu_kernel_nconsts(a);
+		bad += n != emu_kernel_nconsts(b) || n == 0;
+		for (int j = 0; j < n; j++, (*nconst)++) {
+			struct emu_const ca, cb;
+			bad += emu_kernel_const(a, j, &ca) || emu_kernel_const(b, j, &cb) || ca.kind != cb.kind ||
+			       ca.bytes != cb.bytes || memcmp(ca.data, cb.data, ca.bytes);
+		}
+	}
+	return bad;
+}
+
 // the emu's kernels compiled from blobs in memory (its way) and from blob
 // files (the ane backend's): the same buffers, byte for byte, fp16 and
 // int8, whole and split FFNs
@@ -724,21 +743,45 @@ test_blob_files_same(void)
 			REQUIRE(ane_set_build(&s[f], &model, &po, &bo, 0, err) == 0, "%s", err);
 		}
 		REQUIRE(s[0].plan.n == s[1].plan.n && s[0].plan.n > 0);
-		int bad = 0, nconst = 0;
-		for (int i = 0; i < s[0].plan.n; i++) {
-			struct emu_kernel *a = s[0].k[i].ek, *b = s[1].k[i].ek;
-			int n = emu_kernel_nconsts(a);
-			bad += n != emu_kernel_nconsts(b) || n == 0;
-			for (int j = 0; j < n; j++, nconst++) {
-				struct emu_const ca, cb;
-				bad += emu_kernel_const(a, j, &ca) || emu_kernel_const(b, j, &cb) ||
-				       ca.kind != cb.kind || ca.bytes != cb.bytes || memcmp(ca.data, cb.data, ca.bytes);
-			}
-		}
+		int nconst = 0, bad = consts_differ(&s[0], &s[1], &nconst);
 		CHECK(bad == 0, "case %d: %d of %d buffers differ", c, bad, nconst);
 		CHECK(s[0].start.blob_us > 0 && s[1].start.blob_us > 0);
 		ane_set_free(&s[0]);
 		ane_set_free(&s[1]);
+	}
+}
+
+// int8 blobs are quantised in tasks on the builder's pool, a block of
+// rows dequantised and quantised per task: the kernels' buffers are the
+// same bytes on one thread and on three (uneven tasks), for a model stored
+// in F32, in Q8_0 and in Q4_K
+static void
+test_i8_threads_same(void)
+{
+	char err[AD_ERRLEN];
+	static const char *const files[] = {"llama256_q8_0.gguf", "llama256_q4_k.gguf", NULL};
+	for (int fi = 0; fi < 3; fi++) {
+		struct model m2 = {0}, *mp = &model;
+		if (files[fi]) {
+			char path[300];
+			snprintf(path, sizeof path, MODELS "%s", files[fi]);
+			REQUIRE(model_load(&m2, path, err) == 0, "%s", err);
+			mp = &m2;
+		}
+		struct ane_plan_opts po = {.width = W, .weights = ANE_W_INT8};
+		struct ane_set s[2];
+		for (int t = 0; t < 2; t++) {
+			struct ane_build_opts bo = {.backend = "emu", .threads = t ? 3 : 1};
+			REQUIRE(ane_set_build(&s[t], mp, &po, &bo, 0, err) == 0, "%s", err);
+		}
+		REQUIRE(s[0].plan.n == s[1].plan.n && s[0].plan.n > 0);
+		int nconst = 0, bad = consts_differ(&s[0], &s[1], &nconst);
+		CHECK(bad == 0, "%s: %d of %d buffers differ between 1 and 3 threads", files[fi] ? files[fi] : "qwen2",
+		      bad, nconst);
+		ane_set_free(&s[0]);
+		ane_set_free(&s[1]);
+		if (mp == &m2)
+			model_free(&m2);
 	}
 }
 
@@ -843,6 +886,7 @@ main(void)
 	ane_set_free(&s);
 	T_RUN(test_emu_packed);
 	T_RUN(test_blob_files_same);
+	T_RUN(test_i8_threads_same);
 	T_RUN(test_hit_is_identical);
 	T_RUN(test_int8_hit_is_identical);
 	T_RUN(test_background_store);
