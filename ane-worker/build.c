@@ -227,8 +227,8 @@ ane_qerr_rms_rel(const struct ane_qerr *e)
 }
 
 // the rows of part p, a block at a time, handed to fn(ctx, ws, k, n): k rows
-// of n values, dequantised to fp32 into scratch, or with raw F16/F32 rows as
-// the file stores them (raw 1), or every type's rows as stored (raw 2: fn
+// of n values, F16/F32 rows as the file stores them and others dequantised
+// to fp32 into scratch (raw 1), or every type's rows as stored (raw 2: fn
 // dequantises). Each block's model pages then leave this process
 // (kc_model_drop, when m is the model they belong to), so a large tensor is
 // never in memory whole
@@ -252,7 +252,7 @@ each_rows(const struct model *m, float *scratch, const struct ane_part *p, int r
 		size_t k = (size_t)(p->rows - r) < block ? (size_t)(p->rows - r) : block;
 		const uint8_t *rows = src + (size_t)r * rb;
 		struct ane_wsrc ws = {rows, (int)t->type, k * n};
-		if (!raw || (raw == 1 && t->type != AD_TYPE_F16 && t->type != AD_TYPE_F32)) {
+		if (raw == 1 && t->type != AD_TYPE_F16 && t->type != AD_TYPE_F32) {
 			if (ad_dequant(t->type, rows, scratch, (int64_t)(k * n), err))
 				return ad_err_prefix(err, "%s", t->name);
 			ws = (struct ane_wsrc){scratch, AD_TYPE_F32, k * n};
@@ -272,19 +272,21 @@ blob_rows(void *ctx, const struct ane_wsrc *ws, size_t k, size_t n, char *err)
 	return ane_blob_put(ctx, ws, err);
 }
 
-// Quantising rows into the open int8 chunk; their scales are collected.
-// A block of rows comes as the file stores it (each_rows raw 2) and is
-// dequantised and quantised in tasks of whole rows on the emu's pool, into
-// scratch and q; then its bytes go to the chunk in order. Each row's bytes
-// depend on that row alone, so the blob is the same on any thread count
-// (a first start of Qwen2.5-0.5B Q8_0 spent 1.2 s here on one thread).
-// With qerr, the rows' error is summed instead, on the calling thread.
+// Quantising rows into the open int8 chunk (or, with qerr, summing their
+// error); their scales are collected. A block of rows comes as the file
+// stores it (each_rows raw 2) and is dequantised and quantised in tasks of
+// whole rows on the emu's pool, into scratch and q; then its bytes go to
+// the chunk in order. Each row's bytes depend on that row alone, so the
+// blob is the same on any thread count (a first start of Qwen2.5-0.5B
+// Q8_0 spent 1.2 s here on one thread).
+#define QPUT_TASKS 64 // the most tasks a block is quantised in
+
 struct qput {
-	struct ane_blob_writer *w;
-	struct emu *emu;  // or NULL: one thread
-	float *scratch;   // SCRATCH_VALUES
-	int8_t *q;        // SCRATCH_VALUES (or one row with qerr)
-	uint16_t *scales; // of the whole matrix
+	struct ane_blob_writer *w; // or NULL (qerr)
+	struct emu *emu;           // or NULL: one thread
+	float *scratch;            // SCRATCH_VALUES
+	int8_t *q;                 // SCRATCH_VALUES
+	uint16_t *scales;          // of the whole matrix
 	size_t nrows;
 	struct ane_qerr *qerr; // or NULL
 	// the block at hand, for the tasks
@@ -293,9 +295,17 @@ struct qput {
 	struct qtask {
 		int rc;
 		char err[AD_ERRLEN];
-	} * t;
-	size_t ntasks;
+	} * t; // QPUT_TASKS
 };
+
+// row r of the block in fp32: as stored (F32) or dequantised into scratch
+static const float *
+qput_row(const struct qput *qp, size_t r)
+{
+	if (qp->ws->type == AD_TYPE_F32)
+		return (const float *)(const void *)((const uint8_t *)qp->ws->data + r * qp->rb);
+	return qp->scratch + r * qp->n;
+}
 
 // rows [i * per, (i + 1) * per) of the block
 static void
@@ -308,18 +318,14 @@ qput_task(void *arg, size_t i)
 	t->rc = 0;
 	if (r0 >= r1)
 		return;
-	const uint8_t *src = (const uint8_t *)qp->ws->data + r0 * qp->rb;
-	const float *f = (const float *)(const void *)src; // F32: as stored
-	if (qp->ws->type != AD_TYPE_F32) {
-		float *d = qp->scratch + r0 * n;
-		if (ad_dequant((uint32_t)qp->ws->type, src, d, (int64_t)((r1 - r0) * n), t->err)) {
-			t->rc = -1;
-			return;
-		}
-		f = d;
+	if (qp->ws->type != AD_TYPE_F32 &&
+	    ad_dequant((uint32_t)qp->ws->type, (const uint8_t *)qp->ws->data + r0 * qp->rb, qp->scratch + r0 * n,
+	               (int64_t)((r1 - r0) * n), t->err)) {
+		t->rc = -1;
+		return;
 	}
 	for (size_t r = r0; r < r1; r++)
-		if (ane_quant_row(f + (r - r0) * n, n, qp->q + r * n, &qp->scales[qp->nrows + r], t->err)) {
+		if (ane_quant_row(qput_row(qp, r), n, qp->q + r * n, &qp->scales[qp->nrows + r], t->err)) {
 			t->rc = -1;
 			return;
 		}
@@ -329,25 +335,14 @@ static int
 qput_rows(void *ctx, const struct ane_wsrc *ws, size_t k, size_t n, char *err)
 {
 	struct qput *qp = ctx;
-	if (qp->qerr) { // fp32: each_rows without raw
-		const float *rows = ws->data;
-		for (size_t r = 0; r < k; r++) {
-			const float *w = rows + r * n;
-			uint16_t *sc = &qp->scales[qp->nrows++];
-			if (ane_quant_row(w, n, qp->q, sc, err))
-				return -1;
-			ane_qerr_row(qp->qerr, w, qp->q, *sc, n);
-		}
-		return 0;
-	}
 	if (ad_type_row_bytes((uint32_t)ws->type, (int64_t)n, &qp->rb) != 0)
 		return ad_err(err, "rows of %zu %s values", n, ad_type_name((uint32_t)ws->type));
 	// tasks of at least 16 rows, 4 a thread at most: even tails, few jobs
 	size_t nt = qp->emu ? (size_t)emu_nthreads(qp->emu) * 4 : 1;
 	if (nt > (k + 15) / 16)
 		nt = (k + 15) / 16;
-	if (nt > qp->ntasks)
-		nt = qp->ntasks;
+	if (nt > QPUT_TASKS)
+		nt = QPUT_TASKS;
 	qp->ws = ws;
 	qp->k = k;
 	qp->n = n;
@@ -362,12 +357,12 @@ qput_rows(void *ctx, const struct ane_wsrc *ws, size_t k, size_t n, char *err)
 			snprintf(err, AD_ERRLEN, "%s", qp->t[i].err);
 			return -1;
 		}
+	if (qp->qerr)
+		for (size_t r = 0; r < k; r++)
+			ane_qerr_row(qp->qerr, qput_row(qp, r), qp->q + r * n, qp->scales[qp->nrows + r], n);
 	qp->nrows += k;
-	return ane_blob_put_i8(qp->w, qp->q, k * n, err);
+	return qp->w ? ane_blob_put_i8(qp->w, qp->q, k * n, err) : 0;
 }
-
-// the most tasks a block of rows is quantised in
-#define QPUT_TASKS 64
 
 // one int8 matrix from parts [j0, j1) (rows stacked): the int8 chunk, then
 // the fp16 scale chunk; with w NULL only the error is summed into qerr.
@@ -382,20 +377,19 @@ put_i8_matrix(const struct model *m, float *scratch, struct emu *emu, struct ane
 	struct qput qp = {.w = w,
 	                  .emu = emu,
 	                  .scratch = scratch,
-	                  .q = malloc(qerr ? n : SCRATCH_VALUES),
+	                  .q = malloc(SCRATCH_VALUES),
 	                  .scales = malloc(rows * 2),
 	                  .qerr = qerr,
-	                  .t = qerr ? NULL : calloc(QPUT_TASKS, sizeof(struct qtask)),
-	                  .ntasks = QPUT_TASKS};
+	                  .t = calloc(QPUT_TASKS, sizeof(struct qtask))};
 	int rc = -1;
-	if (!qp.q || !qp.scales || (!qerr && !qp.t)) {
+	if (!qp.q || !qp.scales || !qp.t) {
 		ad_err(err, "out of memory");
 		goto out;
 	}
 	if (w && ane_blob_begin_i8(w, rows * n, NULL, err))
 		goto out;
 	for (int j = j0; j < j1; j++)
-		if (each_rows(m, scratch, &parts[j], qerr ? 0 : 2, qput_rows, &qp, err))
+		if (each_rows(m, scratch, &parts[j], 2, qput_rows, &qp, err))
 			goto out;
 	if (w) {
 		struct ane_wsrc ws = {qp.scales, AD_TYPE_F16, rows};
