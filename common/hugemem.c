@@ -37,6 +37,65 @@ ad_huge_map(size_t len, int fd)
 }
 
 void
+ad_prefault(void *p, size_t n)
+{
+	if (!p || !n)
+		return;
+	uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095, b = ((uintptr_t)p + n + 4095) & ~(uintptr_t)4095;
+#ifdef __linux__
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+	if (madvise((void *)a, b - a, MADV_POPULATE_WRITE) == 0)
+		return;
+#endif
+	// the first and last page only partly ours: the bytes at p and p + n - 1
+	for (uintptr_t q = a; q < b; q += 4096) {
+		unsigned char *c = (unsigned char *)(q < (uintptr_t)p ? (uintptr_t)p : q);
+		if ((uintptr_t)c >= (uintptr_t)p + n)
+			c = (unsigned char *)p + n - 1;
+		__atomic_fetch_add(c, 0, __ATOMIC_RELAXED);
+	}
+}
+
+void
+ad_ready_range(struct ad_ready *r, void *base, size_t size, size_t off, size_t n)
+{
+	if (!base || !n || off > size || n > size - off)
+		return;
+	const size_t np = (size + 4095) / 4096;
+	if (r->npieces < np) {
+		uint64_t *b = calloc((np + 63) / 64, sizeof *b);
+		if (!b)
+			return;
+		free(r->bits);
+		r->bits = b;
+		r->npieces = np;
+	}
+	const size_t p1 = (off + n + 4095) / 4096;
+	for (size_t p = off / 4096; p < p1;) {
+		if (r->bits[p / 64] >> (p % 64) & 1) {
+			p++;
+			continue;
+		}
+		size_t q = p;
+		for (; q < p1 && !(r->bits[q / 64] >> (q % 64) & 1); q++)
+			r->bits[q / 64] |= (uint64_t)1 << (q % 64);
+		size_t end = q * 4096 < size ? q * 4096 : size;
+		ad_prefault((char *)base + p * 4096, end - p * 4096);
+		p = q;
+	}
+}
+
+void
+ad_ready_clear(struct ad_ready *r)
+{
+	free(r->bits);
+	r->bits = NULL;
+	r->npieces = 0;
+}
+
+void
 ad_huge_unmap(void *p, size_t len)
 {
 	if (p)

@@ -2,11 +2,13 @@
 // allocations (aligned, disjoint, small ones packed into shared chunks, a
 // large one in a chunk of its own), its chunks released when their last
 // allocation goes and the newest one reused, a foreign pointer refused
-// (abort); and ad_huge_process_bytes, which must see a chunk's first huge
-// page where the kernel gives an advised range transparent huge pages.
+// (abort); ad_huge_process_bytes, which must see a chunk's first huge
+// page where the kernel gives an advised range transparent huge pages;
+// and ad_prefault and ad_ready_range, by mincore.
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 
 #include "hugemem.h"
@@ -186,6 +188,67 @@ test_process_bytes(void)
 #endif
 }
 
+// pages of a fresh mapping resident by mincore
+static int
+resident(unsigned char *p, size_t npages, unsigned char *vec)
+{
+	if (mincore(p, npages * 4096, vec))
+		return -1;
+	int n = 0;
+	for (size_t i = 0; i < npages; i++)
+		n += vec[i] & 1;
+	return n;
+}
+
+// ad_prefault and ad_ready_range: the pages of the range, and only
+// those, become resident; no byte changes (the buffer may be in use); a
+// range outside the buffer is ignored; a piece marked is not made present
+// again, and ad_ready_clear forgets the marks
+static void
+test_prefault(void)
+{
+	const size_t np = 16;
+	unsigned char vec[16];
+	unsigned char *p = mmap(NULL, np * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	REQUIRE(p != MAP_FAILED);
+	if (resident(p, np, vec) != 0) {
+		printf("  skipped: mincore reports untouched anonymous pages resident\n");
+		munmap(p, np * 4096);
+		return;
+	}
+	p[5 * 4096 + 7] = 42;
+	ad_prefault(p + 2 * 4096 + 100, 4096); // pages 2 and 3
+	ad_prefault(p + 5 * 4096, 1);
+	REQUIRE(resident(p, np, vec) >= 0);
+	CHECK((vec[2] & 1) && (vec[3] & 1), "pages 2 and 3 not resident");
+	CHECK(!(vec[1] & 1) && !(vec[4] & 1) && !(vec[6] & 1), "a page outside the range resident");
+	CHECK(p[5 * 4096 + 7] == 42 && p[2 * 4096 + 100] == 0, "a byte changed");
+	ad_prefault(p, 0);
+	ad_prefault(NULL, 100);
+
+	struct ad_ready r = {0};
+	ad_ready_range(&r, p, np * 4096, 8 * 4096 + 10, 3 * 4096); // pieces 8 to 11
+	ad_ready_range(&r, p, np * 4096, np * 4096 - 10, 20);      // past the end: ignored
+	REQUIRE(resident(p, np, vec) >= 0);
+	CHECK((vec[8] & 1) && (vec[9] & 1) && (vec[10] & 1) && (vec[11] & 1), "pieces 8 to 11 not resident");
+	CHECK(!(vec[12] & 1) && !(vec[15] & 1) && !(vec[7] & 1), "a page outside the range resident");
+	CHECK(r.bits && r.npieces == np && r.bits[0] == 0xf00u, "marks %#llx",
+	      r.bits ? (unsigned long long)r.bits[0] : 0);
+	// a marked piece is taken as present: dropped behind the marks' back,
+	// it stays out
+	REQUIRE(madvise(p + 9 * 4096, 4096, MADV_DONTNEED) == 0);
+	ad_ready_range(&r, p, np * 4096, 9 * 4096, 4096);
+	REQUIRE(resident(p, np, vec) >= 0);
+	CHECK(!(vec[9] & 1), "a marked piece was made present again");
+	ad_ready_clear(&r);
+	CHECK(!r.bits && r.npieces == 0);
+	ad_ready_range(&r, p, np * 4096, 9 * 4096, 4096);
+	REQUIRE(resident(p, np, vec) >= 0);
+	CHECK(vec[9] & 1, "after ad_ready_clear the piece was not made present");
+	ad_ready_clear(&r);
+	munmap(p, np * 4096);
+}
+
 int
 main(void)
 {
@@ -194,5 +257,6 @@ main(void)
 	T_RUN(test_arena_chunks);
 	T_RUN(test_arena_refuses);
 	T_RUN(test_process_bytes);
+	T_RUN(test_prefault);
 	return t_done();
 }
