@@ -1028,7 +1028,8 @@ struct emu {
 	// while it runs, so a 24-layer model compiled 64 columns wide holds one
 	// kernel's worth (~2 MB) rather than every kernel's (~100 MB)
 	float *act;
-	size_t act_cap; // bytes
+	size_t act_cap;            // bytes
+	struct ad_ready act_ready; // act's pages present (eval_io)
 	// panel bytes of the context's live kernels, and the last-level
 	// cache's size (0: unknown): whether weights stay cached between evals
 	size_t weight_bytes, llc;
@@ -1249,6 +1250,7 @@ emu_close(struct emu *e)
 	free(e->wide);
 	free(e->ranges);
 	free(e->act);
+	ad_ready_clear(&e->act_ready);
 	free(e);
 }
 
@@ -3118,8 +3120,9 @@ pack_task(void *arg, size_t t, int worker)
 }
 #endif
 
-// *buf holds at least n elements of size elem (64-byte aligned; its
-// contents are not kept when it grows); -1 when out of memory
+// *buf holds at least n elements of size elem (64-byte aligned, on
+// present pages: a wide conv writes all of it; its contents are not kept
+// when it grows); -1 when out of memory
 static int
 grow64(void **buf, size_t *cap, size_t n, size_t elem)
 {
@@ -3128,6 +3131,7 @@ grow64(void **buf, size_t *cap, size_t n, size_t elem)
 	void *b = NULL;
 	if (posix_memalign(&b, 64, n * elem))
 		return -1;
+	ad_prefault(b, n * elem);
 	free(*buf);
 	*buf = b;
 	*cap = n;
@@ -3395,11 +3399,20 @@ eval_io(struct emu_kernel *k, const void *const *in, void *const *out, const flo
 		free(e->act);
 		e->act = a;
 		e->act_cap = k->act_bytes;
+		ad_ready_clear(&e->act_ready);
 	}
 	for (int i = 0; i < k->nbufs; i++) {
 		k->bufs[i].data = (float *)((char *)e->act + k->bufs[i].off);
 		k->bufs[i].surf = NULL;
 	}
+	// the columns this eval writes, present before the steps write them: a
+	// page's first write fault costs 26-31 us in a VM (hugemem.h), and a
+	// first 64-column prefill chunk took ~400 of them here (a kernel's
+	// buffers are only as wide as its calls: an LM head's, 64 columns wide,
+	// is 12 MB, of which a decode step writes one column)
+	for (int i = 0; i < k->nbufs; i++)
+		ad_ready_range(&e->act_ready, e->act, e->act_cap, k->bufs[i].off,
+		               ncols * k->bufs[i].channels * sizeof(float));
 	if ((x_in && k->nin != 1) || (y_out && k->nout != 1))
 		return ad_err(err, "emu: host rows need a kernel of one input and one output (%d, %d)", k->nin,
 		              k->nout);

@@ -580,6 +580,10 @@ dp_resnorm(struct dpc *d, const struct dp_step *st, uint64_t *exec_ns, char *msg
 		         (unsigned long long)na);
 		return ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST;
 	}
+	// what the step writes, on present pages (dataplane.h)
+	dp_arena_ready(d->ch, q->x_out * sizeof(float), rows * sizeof(float));
+	if (xn_rows)
+		dp_arena_ready(d->ch, (uint64_t)st->out_off * sizeof(float), rows * sizeof(float));
 	Anedvd__ErrorCode code = 0;
 	struct ad_surface *ys = NULL, *xs = NULL;
 	if (!y_rows && st->in != DP_NO_SURF && !(ys = dp_surf(d, st->in, st->in_id, (int)E, width, "", &code, msg)))
@@ -767,8 +771,11 @@ dp_host_rows(struct dpc *d, const struct dp_step *st, const struct ane_kernel *k
 	}
 	if (st->host & DP_HOST_IN)
 		h->x_in = arena + st->in_off, h->in_ld = st->in_ld;
-	if (st->host & DP_HOST_OUT)
+	if (st->host & DP_HOST_OUT) {
 		h->y_out = arena + st->out_off, h->out_ld = st->out_ld;
+		dp_arena_ready(d->ch, (uint64_t)st->out_off * sizeof(float),
+		               ((n - 1) * st->out_ld + (uint64_t)k->out_ch) * sizeof(float));
+	}
 	// a re-posted call must find its input as it was
 	if (h->x_in && h->y_out && spans_meet(st->in_off, n * st->in_ld, st->out_off, n * st->out_ld)) {
 		snprintf(msg, AD_ERRLEN, "call: kernel %u: host input and output rows overlap", st->kernel);

@@ -2,6 +2,7 @@
 #include "dataplane.h"
 #include "clock.h"
 #include "cpuload.h"
+#include "hugemem.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -84,6 +85,7 @@ struct dp_chan {
 	// zero, a rest of rest_len calls asleep, doubled after each rest that
 	// did not help)
 	int through;
+	struct ad_ready ready;  // dp_arena_ready: the arena's pages present in this mapping
 	struct ad_cpuload load; // client, auto: is a core spare for the spin?
 	uint32_t through_max_ns;
 	_Atomic int score, rest, rest_len;
@@ -315,6 +317,7 @@ chan_free(struct dp_chan *c)
 {
 	pthread_mutex_destroy(&c->mu);
 	ad_cpuload_fini(&c->load);
+	ad_ready_clear(&c->ready);
 	free(c);
 }
 
@@ -473,6 +476,15 @@ dp_arena(const struct dp_chan *c, size_t *bytes)
 	if (bytes)
 		*bytes = n;
 	return n ? (char *)c->h + c->h->arena_off : NULL;
+}
+
+void
+dp_arena_ready(struct dp_chan *c, uint64_t off, uint64_t n)
+{
+	size_t abytes = 0;
+	void *a = dp_arena(c, &abytes);
+	if (a && off <= abytes && n <= abytes - off)
+		ad_ready_range(&c->ready, a, abytes, (size_t)off, (size_t)n);
 }
 
 void

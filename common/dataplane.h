@@ -255,6 +255,14 @@ const char *dp_id(const struct dp_chan *c);
 // the arena (64-byte aligned) and its size in bytes; NULL and 0 when the
 // object has none
 void *dp_arena(const struct dp_chan *c, size_t *bytes);
+// the pages of arena bytes [off, off + n) present in this mapping before
+// a step writes them (hugemem.h's ad_prefault): a shared page the other
+// process already holds still costs this one a fault of its own, 26-31 us
+// in a VM, and a first prefill chunk's output rows took ~250 of them in
+// the worker. A bitmap of the pages done so far makes every later call a
+// few bit tests. For one thread of the process (the worker's serving
+// one); a range outside the arena is ignored.
+void dp_arena_ready(struct dp_chan *c, uint64_t off, uint64_t n);
 // the doorbell of this mapping (default: futex where the system has it,
 // else sleep; ANEDVD_DP_DOORBELL=sleep selects the fallback)
 void dp_set_bell(struct dp_chan *c, enum dp_bell b);

@@ -599,7 +599,8 @@ test_idle(void)
 }
 
 // the arena: the client's host memory in the object, the same bytes in
-// every mapping; an object cut short of its arena is refused
+// every mapping (made present by dp_arena_ready or not); an object cut
+// short of its arena is refused
 static void
 test_arena(void)
 {
@@ -620,6 +621,13 @@ test_arena(void)
 	CHECK(b && m == n && b[0] == 1.5f && b[255] == -2.0f);
 	b[7] = 3.0f; // and back
 	CHECK(a[7] == 3.0f);
+	// made present in the other mapping: every byte stays as written; a
+	// range past the arena's end is ignored
+	dp_arena_ready(o, 0, m);
+	dp_arena_ready(o, 4, m);
+	dp_arena_ready(o, m + 1, 1);
+	dp_arena_ready(o, 16, 8);
+	CHECK(b[0] == 1.5f && b[7] == 3.0f && b[255] == -2.0f && a[1] == 0.0f);
 	dp_close(o);
 	// cut short: its header promises more than the object holds
 	int fd = shm_open(id, O_RDWR, 0);
