@@ -33,7 +33,8 @@ struct ad_pool {
 	ad_pool_fn fn;
 	void *arg;
 	size_t ntasks;
-	uint64_t moves; // atomic: the caller left a polling worker's CPU (spread)
+	uint64_t moves; // atomic: a thread left another's CPU (spread, leave_caller)
+	int caller_cpu; // atomic: the CPU the caller last published a job on (-1: none)
 };
 
 // claim and run tasks of generation gen until none is left
@@ -102,6 +103,8 @@ spin(struct ad_pool *p, uint32_t seen, int worker)
 	}
 }
 
+static void leave_caller(struct ad_pool *p);
+
 static void *
 worker_main(void *arg)
 {
@@ -116,6 +119,7 @@ worker_main(void *arg)
 			break;
 		seen = p->gen;
 		pthread_mutex_unlock(&p->mu);
+		leave_caller(p);
 		work(p, seen, w->id);
 		seen = spin(p, seen, w->id);
 		__atomic_store_n(&w->cpu, -1, __ATOMIC_RELAXED);
@@ -146,6 +150,7 @@ ad_pool_new(const struct ad_pool_opts *o, char *err)
 		return NULL;
 	}
 	p->spin_ns = o->spin_ns;
+	p->caller_cpu = -1;
 	p->wait_spin_ns = o->wait_spin_ns;
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->go, NULL);
@@ -189,6 +194,25 @@ ad_pool_moves(const struct ad_pool *p)
 	return __atomic_load_n(&p->moves, __ATOMIC_RELAXED);
 }
 
+// Leaving CPU set `off` (of its affinity mask): restricted to the rest and
+// then allowed everything again, which moves the thread at once. 1 when
+// it moved.
+#ifdef __linux__
+static int
+move_off(const cpu_set_t *off)
+{
+	cpu_set_t mask, to;
+	if (sched_getaffinity(0, sizeof mask, &mask))
+		return 0;
+	CPU_XOR(&to, &mask, off);
+	CPU_AND(&to, &to, &mask);
+	if (!CPU_COUNT(&to) || sched_setaffinity(0, sizeof to, &to))
+		return 0;
+	sched_setaffinity(0, sizeof mask, &mask);
+	return 1;
+}
+#endif
+
 // The caller about to publish a job on the CPU where a worker polls for
 // one: the worker yields the CPU to the caller, and the caller, running
 // its own task and then the worker's, does the whole job alone while
@@ -196,30 +220,51 @@ ad_pool_moves(const struct ad_pool *p)
 // (both are cache-hot, and a polling thread never lets its CPU look idle):
 // on a 2-vCPU VM whole rounds of a decode pass ran at one thread's speed.
 // So the caller moves itself to a CPU of its affinity mask no polling
-// worker is on: leaving its own CPU and then allowing it again, which
-// moves it at once. Two system calls, only when it finds itself there.
+// worker is on. Two system calls, only when it finds itself there.
 static void
 spread(struct ad_pool *p)
 {
 #ifdef __linux__
 	int me = sched_getcpu(), hit = 0;
+	__atomic_store_n(&p->caller_cpu, me, __ATOMIC_RELAXED);
 	for (int i = 0; i < p->nth && !hit; i++)
 		hit = __atomic_load_n(&p->w[i].cpu, __ATOMIC_RELAXED) == me;
 	if (!hit || me < 0)
 		return;
-	cpu_set_t mask, to;
-	if (sched_getaffinity(0, sizeof mask, &mask))
-		return;
-	to = mask;
+	cpu_set_t off;
+	CPU_ZERO(&off);
 	for (int i = 0; i < p->nth; i++) {
 		int c = __atomic_load_n(&p->w[i].cpu, __ATOMIC_RELAXED);
 		if (c >= 0 && c < CPU_SETSIZE)
-			CPU_CLR(c, &to);
+			CPU_SET(c, &off);
 	}
-	if (CPU_COUNT(&to) && !sched_setaffinity(0, sizeof to, &to)) {
-		sched_setaffinity(0, sizeof mask, &mask);
+	if (move_off(&off))
 		__atomic_add_fetch(&p->moves, 1, __ATOMIC_RELAXED);
-	}
+#else
+	(void)p;
+#endif
+}
+
+// The other way round, after a sleep: a worker woken by the caller's
+// broadcast is put on the caller's CPU (the waker's, where the scheduler
+// deems it cache-hot) while the other CPU idles, and the two take turns
+// on one CPU until a load balance parts them. On the 2-vCPU VM the first
+// 64-column prefill chunk after a start ran its first layer at one
+// thread's speed, 3-4x its later layers, with a migration in each of its
+// kernels. So a woken worker that finds itself on the caller's CPU leaves
+// it at once.
+static void
+leave_caller(struct ad_pool *p)
+{
+#ifdef __linux__
+	int c = __atomic_load_n(&p->caller_cpu, __ATOMIC_RELAXED);
+	if (c < 0 || c >= CPU_SETSIZE || sched_getcpu() != c)
+		return;
+	cpu_set_t off;
+	CPU_ZERO(&off);
+	CPU_SET(c, &off);
+	if (move_off(&off))
+		__atomic_add_fetch(&p->moves, 1, __ATOMIC_RELAXED);
 #else
 	(void)p;
 #endif

@@ -26,7 +26,8 @@
 // A caller that finds itself on the CPU where a worker polls moves to
 // another CPU of its affinity mask before it publishes a job (Linux;
 // ad_pool_moves counts the moves): there the worker's yields would hand
-// it every task while another CPU idles.
+// it every task while another CPU idles. Likewise a worker woken from its
+// sleep onto the caller's CPU leaves it before it takes a task.
 //
 // Lock discipline: mu guards gen, stop and the condition variables; the
 // job (fn, arg, ntasks) and the claim word are atomics, because a late
@@ -58,7 +59,8 @@ void ad_pool_free(struct ad_pool *p);
 // threads that run a job, the caller included
 int ad_pool_threads(const struct ad_pool *p);
 
-// times the caller moved off a polling worker's CPU
+// times the caller moved off a polling worker's CPU, or a woken worker
+// off the caller's
 uint64_t ad_pool_moves(const struct ad_pool *p);
 
 // run fn over ntasks tasks; with no workers or fewer than 2 tasks, all on

@@ -169,7 +169,8 @@ test_workers_take_part(void)
 
 #ifdef __linux__
 struct where {
-	atomic_int cpu[2]; // each thread's CPU in its task, by worker
+	atomic_int cpu[2];   // each thread's CPU in its task, by worker
+	atomic_int ncpus[2]; // ... and the CPUs its affinity mask allows
 };
 
 static void
@@ -178,6 +179,8 @@ where_task(void *arg, size_t t, int worker)
 	struct where *w = arg;
 	(void)t;
 	atomic_store(&w->cpu[worker], sched_getcpu());
+	cpu_set_t m;
+	atomic_store(&w->ncpus[worker], sched_getaffinity(0, sizeof m, &m) ? -1 : CPU_COUNT(&m));
 	struct timespec ts = {0, 2000 * 1000L};
 	nanosleep(&ts, NULL);
 }
@@ -201,7 +204,7 @@ test_caller_leaves_worker_cpu(void)
 	REQUIRE(p, "%s", err);
 	int moved = 0, apart = 0;
 	for (int a = 0; a < 20 && !apart; a++) {
-		struct where w = {{-1, -1}};
+		struct where w = {{-1, -1}, {-1, -1}};
 		ad_pool_run(p, where_task, &w, 2);
 		int wcpu = atomic_load(&w.cpu[1]);
 		if (wcpu < 0)
@@ -214,7 +217,7 @@ test_caller_leaves_worker_cpu(void)
 		REQUIRE(!sched_setaffinity(0, sizeof one, &one), "pinning the caller to CPU %d", wcpu);
 		REQUIRE(!sched_setaffinity(0, sizeof all, &all), "unpinning the caller");
 		uint64_t before = ad_pool_moves(p);
-		struct where w2 = {{-1, -1}};
+		struct where w2 = {{-1, -1}, {-1, -1}};
 		ad_pool_run(p, where_task, &w2, 2);
 		if (ad_pool_moves(p) == before)
 			continue;
@@ -232,6 +235,52 @@ test_caller_leaves_worker_cpu(void)
 	CHECK(CPU_EQUAL(&now, &all), "the caller's affinity mask changed");
 	ad_pool_free(p);
 }
+
+// A worker that sleeps between jobs, woken by a caller pinned to one CPU
+// whose own task sleeps (so that CPU idles, and the scheduler likes to
+// wake the worker there): the worker runs its task on another CPU (but
+// for a rare load balance), with its affinity mask whole again. Without
+// leave_caller it ran on the caller's CPU in 15 to 44 of the 50 jobs.
+static void
+test_woken_worker_leaves_caller_cpu(void)
+{
+	cpu_set_t all;
+	REQUIRE(!sched_getaffinity(0, sizeof all, &all), "sched_getaffinity");
+	if (CPU_COUNT(&all) < 2) {
+		printf("  skipped: this process may run on %d CPU\n", CPU_COUNT(&all));
+		return;
+	}
+	int c0 = 0;
+	while (!CPU_ISSET(c0, &all))
+		c0++;
+	char err[AD_ERRLEN];
+	struct ad_pool *p = ad_pool_new(&(struct ad_pool_opts){2, 0, 0}, err); // workers sleep at once
+	REQUIRE(p, "%s", err);
+	cpu_set_t one;
+	CPU_ZERO(&one);
+	CPU_SET(c0, &one);
+	int ran = 0, on_caller = 0, narrowed = 0;
+	for (int a = 0; a < 50; a++) {
+		REQUIRE(!sched_setaffinity(0, sizeof one, &one), "pinning the caller to CPU %d", c0);
+		struct timespec ts = {0, 3000 * 1000L}; // the worker is asleep by now
+		nanosleep(&ts, NULL);
+		struct where w = {{-1, -1}, {-1, -1}};
+		ad_pool_run(p, where_task, &w, 2);
+		if (atomic_load(&w.cpu[1]) < 0)
+			continue; // the caller took both tasks
+		ran++;
+		on_caller += atomic_load(&w.cpu[1]) == c0;
+		narrowed += atomic_load(&w.ncpus[1]) != CPU_COUNT(&all);
+	}
+	REQUIRE(!sched_setaffinity(0, sizeof all, &all), "unpinning the caller");
+	CHECK(ran > 0, "in 50 jobs of two 2 ms tasks the worker never ran one");
+	// (a load balance may still hand it the caller's idle CPU before its
+	// task: on a busy machine, now and then)
+	CHECK(on_caller * 10 <= ran, "the woken worker ran its task on the caller's CPU %d in %d of %d jobs", c0,
+	      on_caller, ran);
+	CHECK(narrowed == 0, "the worker's affinity mask was not whole in %d of %d jobs", narrowed, ran);
+	ad_pool_free(p);
+}
 #endif
 
 int
@@ -242,6 +291,7 @@ main(void)
 	T_RUN(test_back_to_back);
 #ifdef __linux__
 	T_RUN(test_caller_leaves_worker_cpu);
+	T_RUN(test_woken_worker_leaves_caller_cpu);
 #endif
 	return t_done();
 }
