@@ -94,6 +94,7 @@ struct engine {
 	int64_t attn_pool_work;   // engine_opts.attn_pool_work
 	int64_t attn_parts_work;  // engine_opts.attn_parts_work
 	int upto;                 // layers to run (engine_eval_layers), 0: all
+	struct kv_store *spare;   // engine_warm's store, for the next sequence
 	size_t kv_elem, layer_kv; // bytes per cache value, per attention layer of a sequence
 	size_t seq_kv;            // bytes of a sequence's cache, every layer
 	int kv_window;            // positions a windowed layer reads back, its own included (0: none)
@@ -187,6 +188,8 @@ struct kv_store {
 	int ready; // rows [split, ready) of every layer are on present pages (kv_ready)
 };
 
+static void store_release(struct kv_store *st);
+
 struct engine_seq {
 	struct engine *e;
 	uint8_t *kv; // own->kv: per layer at its kv_off: K [max_seq][nk], then V [max_seq][nv];
@@ -274,6 +277,7 @@ engine_free(struct engine *e)
 	if (!e)
 		return;
 	ad_pool_free(e->pool);
+	store_release(e->spare);
 	for (int i = 0; i < e->nbufs; i++)
 		free(e->bufs[i]);
 	free(e->bufs);
@@ -791,7 +795,8 @@ engine_seq_new(struct engine *e, char *err)
 	size_t bytes = e->seq_kv;
 	if (s) {
 		s->e = e;
-		s->own = store_new(bytes);
+		s->own = e->spare ? e->spare : store_new(bytes);
+		e->spare = NULL;
 		s->kv = s->own ? s->own->kv : NULL;
 		s->kv0 = s->kv;
 		s->tokens = calloc((size_t)e->max_seq, sizeof(int32_t));
@@ -2340,6 +2345,57 @@ int
 engine_eval(struct engine *e, struct engine_seq *s, const int32_t *ids, int n, int per_token, float *logits, char *err)
 {
 	return engine_eval_layers(e, s, ids, n, per_token, 0, logits, err);
+}
+
+// A warm-up, as llama.cpp's tools run one before their first request: the
+// first layer over a whole chunk of columns, on a sequence of its own
+// whose cache store then waits for the next sequence, its first rows of
+// every layer written once. What a first prefill chunk writes for the
+// first time (the ane-worker's activations and packed inputs, the data
+// plane's host rows, the attention's scratch, the cache rows) is then in
+// place, and the pools' threads have run: on the 2-vCPU VMs a page's
+// first write costs 5-30 us, and the first 64-token chunk after a start
+// took 124 ms where the next one took 89.
+int
+engine_warm(struct engine *e, char *err)
+{
+	const int n = e->width < e->max_seq ? e->width : e->max_seq;
+	int32_t *ids = malloc((size_t)n * sizeof *ids);
+	struct engine_seq *s = ids ? engine_seq_new(e, err) : NULL;
+	if (!s) {
+		free(ids);
+		return ids ? -1 : ad_err(err, "warm-up: out of memory");
+	}
+	const int32_t bos = engine_bos(e);
+	for (int i = 0; i < n; i++) {
+		ids[i] = bos >= 0 && bos < e->V ? bos : 0;
+		e->batch[i] = s;
+	}
+	const struct gen_timings t = e->t; // not a call anyone made
+	e->upto = e->hp.n_layer > 1 ? 1 : 0;
+	int rc = engine_forward(e, e->batch, ids, n, NULL, NULL, 1, err);
+	e->upto = 0;
+	e->t = t;
+	free(ids);
+	if (rc == 0) {
+		struct kv_store *st = s->own;
+		kv_ready(e, st, 0, n);
+		for (int il = 0; il < (int)e->hp.n_layer; il++) {
+			const struct eng_layer *L = &e->layers[il];
+			const size_t kr = (size_t)L->nk * e->kv_elem, vr = (size_t)L->nv * e->kv_elem;
+			if (L->conv)
+				memset(st->kv + L->kv_off, 0, (size_t)n * (size_t)e->E * e->kv_elem);
+			else if (L->own_kv) {
+				memset(st->kv + L->kv_off, 0, (size_t)n * kr);
+				memset(st->kv + L->kv_off + (size_t)e->max_seq * kr, 0, (size_t)n * vr);
+			}
+		}
+		store_release(e->spare);
+		e->spare = st;
+		s->own = NULL;
+	}
+	engine_seq_free(s);
+	return rc;
 }
 
 int

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "common.pb-c.h"
 #include "engine.h"
 #include "engine.pb-c.h"
@@ -576,6 +577,15 @@ cpu_worker_start(const struct cpu_worker_opts *o, char *err)
 	struct engine_opts eo = {.max_seq = max_seq, .threads = ko.threads, .state_every = cache_block};
 	if (!(w->e = engine_new(&w->m, w->kb, &eo, err)))
 		goto fail;
+	// the warm-up (engine_warm); ANEDVD_WARMUP=0 skips it
+	const char *wu = getenv("ANEDVD_WARMUP");
+	if (!(wu && !strcmp(wu, "0"))) {
+		uint64_t t0 = ad_now_ns();
+		if (engine_warm(w->e, err))
+			ad_warn("warm-up: %s (going on without)", err);
+		else
+			ad_debug("warm-up: %.1f ms", (double)(ad_now_ns() - t0) / 1e6);
+	}
 	struct sched_opts so = {.parallel = o->parallel > 0 ? o->parallel : 4,
 	                        .queue = o->queue > 0 ? o->queue : 16,
 	                        .sessions = o->sessions > 0 ? o->sessions : 8,

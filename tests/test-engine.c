@@ -849,6 +849,64 @@ test_eval_layers(void)
 	free(c);
 }
 
+// engine_warm on every model: a prompt's prefill and a decode step after
+// it give the logits of an engine without the warm-up, bit for bit, on
+// the sequence that takes the warm-up's cache store (its first rows
+// zeroed, its later ones as the warm-up left them) and on the next; it
+// books no time; and a model whose context is shorter than the chunk
+// warms up within it.
+static void
+test_warm(void)
+{
+	char err[AD_ERRLEN] = "";
+	for (int i = 0; i < n_fx; i++) {
+		struct fixture *f = &fx[i];
+		const size_t V = (size_t)f->V;
+		float *a = malloc(sizeof(float) * 2 * V), *b = malloc(sizeof(float) * 2 * V);
+		REQUIRE(a && b);
+		struct rig r0, r1;
+		struct engine *e0 = rig_open(&r0, f, 1, NULL), *e1 = rig_open(&r1, f, 1, NULL);
+		REQUIRE(e0 && e1, "%s", f->name);
+		struct engine_seq *s0 = engine_seq_new(e0, err);
+		REQUIRE(s0, "%s", err);
+		const int32_t next = f->ids[f->n_prompt];
+		CHECK(engine_prefill(e0, s0, f->ids, f->n_prompt, a, err) == 0 &&
+		              engine_step(e0, &s0, &next, 1, a + V, err) == 0,
+		      "%s: %s", f->name, err);
+		const struct gen_timings before = *engine_timings(e1);
+		CHECK(engine_warm(e1, err) == 0, "%s: %s", f->name, err);
+		CHECK(memcmp(&before, engine_timings(e1), sizeof before) == 0, "%s: the warm-up booked time", f->name);
+		for (int k = 0; k < 2; k++) {
+			struct engine_seq *s1 = engine_seq_new(e1, err);
+			REQUIRE(s1, "%s", err);
+			memset(b, 0, sizeof(float) * 2 * V);
+			CHECK(engine_prefill(e1, s1, f->ids, f->n_prompt, b, err) == 0 &&
+			              engine_step(e1, &s1, &next, 1, b + V, err) == 0,
+			      "%s: %s", f->name, err);
+			CHECK(memcmp(a, b, sizeof(float) * 2 * V) == 0,
+			      "%s: sequence %d after the warm-up: other logits", f->name, k);
+			engine_seq_free(s1);
+		}
+		engine_seq_free(s0);
+		rig_close(&r0);
+		rig_close(&r1);
+		free(a);
+		free(b);
+	}
+	// a context shorter than the chunk: the warm-up fills it, no more
+	struct rig r;
+	struct engine *e = rig_open(&r, &fx[0], 1, &(struct engine_opts){.max_seq = 3});
+	REQUIRE(e);
+	CHECK(engine_warm(e, err) == 0, "%s", err);
+	struct engine_seq *s = engine_seq_new(e, err);
+	float *l = malloc(sizeof(float) * (size_t)fx[0].V);
+	REQUIRE(s && l, "%s", err);
+	CHECK(engine_prefill(e, s, fx[0].ids, 3, l, err) == 0, "%s", err);
+	free(l);
+	engine_seq_free(s);
+	rig_close(&r);
+}
+
 static struct kernel_backend *
 drop_kernel(struct kernel_backend *kb, struct kb_info *copy, enum ane_kind kind, int layer)
 {
@@ -938,6 +996,7 @@ main(void)
 	T_RUN(test_width_one);
 	T_RUN(test_model_pages);
 	T_RUN(test_eval_layers);
+	T_RUN(test_warm);
 	T_RUN(test_errors);
 	for (int i = 0; i < n_fx; i++) {
 		model_free(&fx[i].m);

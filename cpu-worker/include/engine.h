@@ -117,6 +117,10 @@ int engine_attn_parted(const struct engine *e);
 // totals over every call the engine made
 const struct gen_timings *engine_timings(const struct engine *e);
 
+// the warm-up (engine.c): the first layer over a whole chunk, so that a
+// first request finds its buffers in place; -1 with err when a call fails
+int engine_warm(struct engine *e, char *err);
+
 struct engine_seq *engine_seq_new(struct engine *e, char *err);
 void engine_seq_free(struct engine_seq *s);
 // forget every token (the timings stay)
