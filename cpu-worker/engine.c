@@ -753,8 +753,10 @@ store_new(size_t bytes)
 // regions took 6 a decode token (0.16 ms), and a 64-token prefill 400;
 // populated in bulk (ad_prefault) a page costs 2 us. So a call's rows
 // and the next KV_AHEAD of every layer are populated at once, before the
-// call.
-#define KV_AHEAD 32
+// call: a decode step populates every 16th token (and the pages those
+// rows end in), and a run's cache holds at most 16 rows it did not need
+// (SmolLM2-135M: 0.4 MB; the peak memory target allows the run's rows).
+#define KV_AHEAD 16
 
 // rows [from, to) of every layer's K and V (or ShortConv rows) present
 static void
