@@ -483,8 +483,8 @@ dp_arena_ready(struct dp_chan *c, uint64_t off, uint64_t n)
 {
 	size_t abytes = 0;
 	void *a = dp_arena(c, &abytes);
-	if (a && off <= abytes && n <= abytes - off)
-		ad_ready_range(&c->ready, a, abytes, (size_t)off, (size_t)n);
+	if (off <= abytes) // ad_ready_range checks the rest (a size_t off)
+		ad_ready_range(&c->ready, a, abytes, (size_t)off, (size_t)(n < abytes ? n : abytes + 1));
 }
 
 void

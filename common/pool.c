@@ -195,21 +195,21 @@ ad_pool_moves(const struct ad_pool *p)
 }
 
 // Leaving CPU set `off` (of its affinity mask): restricted to the rest and
-// then allowed everything again, which moves the thread at once. 1 when
-// it moved.
+// then allowed everything again, which moves the thread at once; counted
+// in the pool's moves.
 #ifdef __linux__
-static int
-move_off(const cpu_set_t *off)
+static void
+move_off(struct ad_pool *p, const cpu_set_t *off)
 {
 	cpu_set_t mask, to;
 	if (sched_getaffinity(0, sizeof mask, &mask))
-		return 0;
+		return;
 	CPU_XOR(&to, &mask, off);
 	CPU_AND(&to, &to, &mask);
 	if (!CPU_COUNT(&to) || sched_setaffinity(0, sizeof to, &to))
-		return 0;
+		return;
 	sched_setaffinity(0, sizeof mask, &mask);
-	return 1;
+	__atomic_add_fetch(&p->moves, 1, __ATOMIC_RELAXED);
 }
 #endif
 
@@ -238,8 +238,7 @@ spread(struct ad_pool *p)
 		if (c >= 0 && c < CPU_SETSIZE)
 			CPU_SET(c, &off);
 	}
-	if (move_off(&off))
-		__atomic_add_fetch(&p->moves, 1, __ATOMIC_RELAXED);
+	move_off(p, &off);
 #else
 	(void)p;
 #endif
@@ -263,8 +262,7 @@ leave_caller(struct ad_pool *p)
 	cpu_set_t off;
 	CPU_ZERO(&off);
 	CPU_SET(c, &off);
-	if (move_off(&off))
-		__atomic_add_fetch(&p->moves, 1, __ATOMIC_RELAXED);
+	move_off(p, &off);
 #else
 	(void)p;
 #endif
