@@ -1041,7 +1041,7 @@ static void
 test_abandon(void)
 {
 	struct svc v;
-	struct sched_opts so = {.abandon_ms = 150, .grace_ms = 150};
+	struct sched_opts so = {.abandon_ms = 400, .grace_ms = 150};
 	REQUIRE(svc_start(&v, STORIES, 0, &so, "ab") == 0);
 	__atomic_store_n(&v.fl->delay_us, 2000, __ATOMIC_RELAXED);
 	char err[AD_ERRLEN];
@@ -1049,13 +1049,17 @@ test_abandon(void)
 	struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 1000};
 	struct engc_started js;
 	REQUIRE(engc_generate(v.c, &g, &js, TMO, &code, err) == 0, "%s", err);
-	sleep_ms(250);
+	// polled between abandon_ms (cancelled then) and twice that (a job
+	// whose final poll never came is forgotten abandon_ms after it ended):
+	// 200 ms of margin each way, as on a loaded machine (ctest -j2 under
+	// the sanitizers) either thread can be late by a hundred milliseconds
+	sleep_ms(600);
 	struct engc_poll p;
 	REQUIRE(engc_poll(v.c, js.job, 0, &p, TMO, &code, err) == 0, "%s", err);
 	CHECK(p.finish == ENGC_CANCELLED, "finish %d", p.finish);
 	engc_poll_free(&p);
 	// the final poll was delivered: forgotten after the grace period
-	sleep_ms(400);
+	sleep_ms(600);
 	CHECK(engc_poll(v.c, js.job, 0, &p, TMO, &code, err) == -1 && code == ANEDVD__ERROR_CODE__ERROR_NOT_FOUND,
 	      "code %d", code);
 
