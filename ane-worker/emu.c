@@ -655,9 +655,8 @@ struct wsrc {
 	size_t pf0, pfd; // ... those of steps pf0, pf0 + pfd, ...
 };
 
-// one step of panel q + p, widened
-// a wide call's step i of one panel: its line from w's first step on
-// (fp16 pairs and int8 quads alike: a 64-byte line a step)
+// panel q + p's line at w's first step (fp16 pairs and int8 quads alike:
+// a 64-byte line a step, so step i is i * 64 bytes on)
 static inline const char *
 wfirst(const struct wsrc *w, int kind, size_t p)
 {
