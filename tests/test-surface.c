@@ -229,6 +229,7 @@ test_planar_pool(void)
 	                            {50001, 1},
 	                            {50001, 3},
 	                            {1003, 40},
+	                            {1536, 64}, // one range a thread (planar.c)
 	                            {AD_PLANAR_PAR_VALUES / 64 - 1, 64}};
 	unsigned seed = 11;
 	int bad = 0, cases = 0;
