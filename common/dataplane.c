@@ -483,8 +483,10 @@ dp_arena_ready(struct dp_chan *c, uint64_t off, uint64_t n)
 {
 	size_t abytes = 0;
 	void *a = dp_arena(c, &abytes);
-	if (off <= abytes) // ad_ready_range checks the rest (a size_t off)
-		ad_ready_range(&c->ready, a, abytes, (size_t)off, (size_t)(n < abytes ? n : abytes + 1));
+	// ad_ready_range checks the range; a value past SIZE_MAX (a 32-bit
+	// build) is clamped to one it refuses
+	ad_ready_range(&c->ready, a, abytes, off < SIZE_MAX ? (size_t)off : SIZE_MAX,
+	               n < SIZE_MAX ? (size_t)n : SIZE_MAX);
 }
 
 void

@@ -626,6 +626,8 @@ test_arena(void)
 	dp_arena_ready(o, 0, m);
 	dp_arena_ready(o, 4, m);
 	dp_arena_ready(o, m + 1, 1);
+	dp_arena_ready(o, UINT64_MAX, 1);
+	dp_arena_ready(o, 8, UINT64_MAX);
 	dp_arena_ready(o, 16, 8);
 	CHECK(b[0] == 1.5f && b[7] == 3.0f && b[255] == -2.0f && a[1] == 0.0f);
 	dp_close(o);
