@@ -1114,6 +1114,12 @@ emu_parallel(struct emu *e, void (*fn)(void *arg, size_t task), void *arg, size_
 	ad_pool_run(e->pool, par_task, &j, ntasks);
 }
 
+void
+emu_hot(struct emu *e, int on)
+{
+	ad_pool_hot(e->pool, on);
+}
+
 uint64_t
 emu_steals(const struct emu *e)
 {

@@ -143,6 +143,7 @@ struct worker {
 	int moving; // the mover's thread was started
 	pthread_t mover;
 	uint64_t move_seen, move_quiet_ns; // the mover's: calls it last saw, since when
+	struct emu *hot;                   // the emu whose pool a data-plane call holds hot (dp_handle), or NULL
 };
 
 // the rpc server's finishing function
@@ -784,6 +785,24 @@ dp_host_rows(struct dpc *d, const struct dp_step *st, const struct ane_kernel *k
 	return 0;
 }
 
+// A data-plane call of at most HOT_COLS columns (a decode step's, a
+// speculative verify's) holds the emu's pool hot (ad_pool_hot) while it
+// runs: its workers poll for the call's next job with the pause hint
+// rather than yielding the CPU between looks. Each yield made the worker
+// 1-8 us late for most jobs of a decode step's call, jobs of a few tens
+// of us (SmolLM2-135M Q8_0, an instrumented pool, not kept); pausing,
+// under 1 us for most. A prefill chunk's jobs take milliseconds, and a
+// worker that never yields only keeps others off its CPU between them.
+// The nng path's calls, one kernel each, are left as they were.
+// ANEDVD_POOL_HOT=0 turns it off.
+#define HOT_COLS 8
+static void
+hot_start(struct worker *w)
+{
+	if (ad_env_on("ANEDVD_POOL_HOT", "holding the pool hot through a call"))
+		w->hot = w->set.b ? ane_builder_emu(w->set.b) : NULL;
+}
+
 static void
 dp_handle(void *arg, const struct dp_request *rq, struct dp_reply *rep)
 {
@@ -794,6 +813,15 @@ dp_handle(void *arg, const struct dp_request *rq, struct dp_reply *rep)
 	__atomic_add_fetch(&w->rpc.requests, 1, __ATOMIC_RELAXED);
 	atomic_fetch_add_explicit(&w->calls, 1, memory_order_relaxed);
 	pthread_mutex_lock(&w->mu);
+	// a decode-sized call runs its kernels' short jobs back to back while
+	// the client sleeps until the reply: the emu's workers wait for each
+	// without yielding their CPUs (hot_start)
+	struct emu *hot = w->hot;
+	for (uint32_t i = 0; i < rq->nsteps && hot; i++)
+		if (rq->step[i].ncols > HOT_COLS)
+			hot = NULL;
+	if (hot)
+		emu_hot(hot, 1);
 	for (uint32_t i = 0; i < rq->nsteps && !code; i++) {
 		const struct dp_step *st = &rq->step[i];
 		if (st->kernel == DP_RESNORM) {
@@ -827,6 +855,8 @@ dp_handle(void *arg, const struct dp_request *rq, struct dp_reply *rep)
 		if (!code)
 			rep->done_steps = i + 1;
 	}
+	if (hot)
+		emu_hot(hot, 0);
 	pthread_mutex_unlock(&w->mu);
 	pf_learn(d, rq, rep->done_steps);
 	if (code) {
@@ -1165,11 +1195,8 @@ mover_main(void *arg)
 static void
 mover_start(struct worker *w)
 {
-	const char *e = getenv("ANEDVD_CACHE_MOVE");
-	if (e && !strcmp(e, "0"))
+	if (!ad_env_on("ANEDVD_CACHE_MOVE", "moving the weights off the cache file when idle"))
 		return;
-	if (e && *e && strcmp(e, "1"))
-		ad_warn("ANEDVD_CACHE_MOVE=%s: expected 0 or 1; moving the weights off the cache file when idle", e);
 	int any = 0;
 	for (int i = 0; i < w->set.plan.n && !any; i++)
 		any = w->set.k[i].ek && emu_kernel_borrowed(w->set.k[i].ek) > 0;
@@ -1278,6 +1305,7 @@ ane_service_start(const struct model *m, const struct ane_service_opts *o, char 
 	ad_log(lv, "start: model %.1f ms, %s", o->model_us / 1e3, w->phases);
 	atomic_store(&w->cache_writing, w->set.store != NULL);
 	w->store_quiet_ns = ad_now_ns(); // idle from now on, not from the start
+	hot_start(w);                    // before ready: a data-plane client attaches once the worker is
 	atomic_store(&w->ready, 1);
 	ad_log(lv, "ready on %s", o->url);
 	mover_start(w);

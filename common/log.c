@@ -47,3 +47,14 @@ ad_log(enum ad_log_level level, const char *fmt, ...)
 	// one write per line so lines of concurrent processes do not interleave
 	fprintf(stderr, "%s %s: %s\n", log_process, level_names[level], line);
 }
+
+int
+ad_env_on(const char *name, const char *on)
+{
+	const char *v = getenv(name);
+	if (v && !strcmp(v, "0"))
+		return 0;
+	if (v && *v && strcmp(v, "1"))
+		ad_warn("%s=%s: expected 0 or 1; %s", name, v, on);
+	return 1;
+}

@@ -13,6 +13,11 @@ void ad_log_set_level(enum ad_log_level level);
 enum ad_log_level ad_log_get_level(void);
 void ad_log(enum ad_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+// an on/off switch from the environment, on by default: 0 when NAME is
+// "0", else 1. A value other than 0, 1 or empty warns "NAME=V: expected
+// 0 or 1; <on>", on saying what the process does instead.
+int ad_env_on(const char *name, const char *on);
+
 #define ad_error(...) ad_log(AD_LOG_ERROR, __VA_ARGS__)
 #define ad_warn(...) ad_log(AD_LOG_WARN, __VA_ARGS__)
 #define ad_info(...) ad_log(AD_LOG_INFO, __VA_ARGS__)

@@ -63,6 +63,14 @@ int ad_pool_threads(const struct ad_pool *p);
 // off the caller's
 uint64_t ad_pool_moves(const struct ad_pool *p);
 
+// while on, the workers poll for the next job with the pause hint instead
+// of yielding the CPU: for a run of jobs the caller issues back to back,
+// each of tens of microseconds (a call's kernels), where a yield's trip
+// through the scheduler makes a worker microseconds late for each. Off
+// again as soon as the run ends: a hot worker keeps other threads off its
+// CPU, and goes back to yielding at its next look
+void ad_pool_hot(struct ad_pool *p, int on);
+
 // run fn over ntasks tasks; with no workers or fewer than 2 tasks, all on
 // the caller, in order
 void ad_pool_run(struct ad_pool *p, ad_pool_fn fn, void *arg, size_t ntasks);

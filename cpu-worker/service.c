@@ -578,10 +578,7 @@ cpu_worker_start(const struct cpu_worker_opts *o, char *err)
 	if (!(w->e = engine_new(&w->m, w->kb, &eo, err)))
 		goto fail;
 	// the warm-up (engine_warm); ANEDVD_WARMUP=0 skips it
-	const char *wu = getenv("ANEDVD_WARMUP");
-	if (wu && strcmp(wu, "0") && strcmp(wu, "1"))
-		ad_warn("ANEDVD_WARMUP=%s: expected 0 or 1; warming up", wu);
-	if (!(wu && !strcmp(wu, "0"))) {
+	if (ad_env_on("ANEDVD_WARMUP", "warming up")) {
 		uint64_t t0 = ad_now_ns();
 		if (engine_warm(w->e, err))
 			ad_warn("warm-up: %s (going on without)", err);

@@ -107,6 +107,13 @@ check "--ngram-probe prints its counts" grep -q "^ngram probe: [0-9]* decode cal
 check "run prints the speculative line" grep -q "^speculative: no draft" "$T/probe.txt"
 $D kernels --model "$STORIES" --cols 4 --iters 3 > "$T/cols.txt" 2>/dev/null
 check "kernels --cols 4 prints the widths 1 to 4" sh -c "grep -q '^columns (5 rounds' '$T/cols.txt' && grep -qE '^ +4 +[0-9.]+ \[' '$T/cols.txt'"
+# a decode call holds the emu's pool hot; ANEDVD_POOL_HOT=0 does not, a
+# value other than 0 or 1 warns: the tokens are the same either way
+ANEDVD_POOL_HOT=0 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json --cache-dir "$T/kc-hot" > "$T/hot0.json" 2>/dev/null
+ANEDVD_POOL_HOT=yes $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json --cache-dir "$T/kc-hot" > "$T/hot2.json" 2> "$T/hot2.err"
+check "ANEDVD_POOL_HOT=0: the reference ids" [ "$(json_ids "$T/hot0.json")" = "$REF" ]
+check "ANEDVD_POOL_HOT=yes: the reference ids" [ "$(json_ids "$T/hot2.json")" = "$REF" ]
+check "ANEDVD_POOL_HOT=yes warns" grep -q "ANEDVD_POOL_HOT=yes: expected 0 or 1" "$T/hot2.err"
 # the kernel cache: a second start maps what the first compiled and gives
 # the same tokens; --no-cache stores nothing; clear empties it; a directory
 # that cannot be made costs one warning, not the run

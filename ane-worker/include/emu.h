@@ -238,6 +238,9 @@ int emu_simd(const struct emu *e);    // the path a context runs
 // returns when all are done. Not reentrant (one job at a time per context).
 void emu_parallel(struct emu *e, void (*fn)(void *arg, size_t task), void *arg, size_t ntasks);
 int emu_nthreads(const struct emu *e); // threads that run a job, the caller included
+// the pool's workers poll without yielding while on: a call's kernels
+// follow each other (ad_pool_hot)
+void emu_hot(struct emu *e, int on);
 // ranges of one-column convs taken over by another thread so far (a
 // thread done with its own takes the back half of what another has left)
 uint64_t emu_steals(const struct emu *e);
