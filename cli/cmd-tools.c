@@ -185,6 +185,13 @@ rng_fill(float *x, size_t n, uint64_t seed, float scale)
 	}
 }
 
+static int
+cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
 // run kernel id of kb on ncols columns, each a copy of x (in_ch); y gets
 // column 0's out_ch values; kb_exact reads and writes its fp32 twins
 static int
@@ -213,13 +220,27 @@ call_cols(struct kernel_backend *kb, int id, const float *x, float *y, int ncols
 		surface_write(in, xc, (size_t)ncols, (size_t)ki->in_ch);
 		free(xc);
 	}
+	// *us: the median eval, not the mean: the first evals after a pause
+	// (a pool worker asleep, fresh surfaces) took up to 20x the rest
 	struct kb_timing t;
-	double t0 = cli_now_ms();
-	for (int i = 0; i < (iters > 0 ? iters : 1); i++)
-		if (kb->call(kb, id, in, out, ncols, &t, err))
+	int n = iters > 0 ? iters : 1;
+	double *ev = us ? malloc((size_t)n * sizeof *ev) : NULL;
+	if (us && !ev)
+		return ad_err(err, "out of memory");
+	for (int i = 0; i < n; i++) {
+		double t0 = cli_now_ms();
+		if (kb->call(kb, id, in, out, ncols, &t, err)) {
+			free(ev);
 			return -1;
-	if (us)
-		*us = (cli_now_ms() - t0) * 1e3 / (iters > 0 ? iters : 1);
+		}
+		if (ev)
+			ev[i] = (cli_now_ms() - t0) * 1e3;
+	}
+	if (us) {
+		qsort(ev, (size_t)n, sizeof *ev, cmp_dbl);
+		*us = ev[n / 2];
+		free(ev);
+	}
 	float *ys = kb_exact_shadow(kb, out);
 	if (ys)
 		memcpy(y, ys, (size_t)ki->out_ch * sizeof *y);
@@ -642,7 +663,7 @@ kernels_usage(void)
 	        "                          [--weights fp16|int8] [--backend emu|ane] [--cols N] [--arch NAME]\n"
 	        "  time every kernel of layer 0 and the LM head on the backend (default emu; ane only\n"
 	        "  in a macOS build) for one column (a decode\n"
-	        "  step), K times (default 20): ms per eval and achieved GB/s of the weight bytes\n"
+	        "  step), K times in a row (default 20): the median ms per eval and the GB/s of the weight bytes\n"
 	        "  the kernels hold (fp16, or int8 and the row scales; default int8 for a model\n"
 	        "  stored in 8 bits or fewer), then\n"
 	        "  the per-token total (layer 0 times the layer count plus the LM head); then\n"
@@ -661,12 +682,6 @@ kernels_usage(void)
 	        PASS_ROUNDS, PASS_READ_MAX >> 20, COLS_ROUNDS);
 }
 
-static int
-cmp_dbl(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
 
 // --cols: every layer-0 kernel and the LM head at 1..n columns, ms per
 // pass (layer 0 times the layer count plus the head); the widths alternate
@@ -944,7 +959,7 @@ cmd_kernels(int argc, char **argv)
 		const struct kb_info *ki = &kl->kernels[i];
 		if (ki->layer != 0 && ki->kind != ANE_K_LM_HEAD)
 			continue;
-		double us;
+		double us = 0;
 		if (call1(kl, i, x, y, 1, NULL, err) || call1(kl, i, x, y, o.iters, &us, err)) {
 			fprintf(stderr, "anedvd-dev kernels: %s\n", err);
 			goto out;

@@ -818,7 +818,8 @@ def main():
 		    f" each tool per repeat, whose timings are not used: no timed run shares the cores with the"
 		    f" sampler")
 		say(f"{bullet}IPC and the share outside the kernels: anedvd run --json timings")
-		say(f"{bullet}emu weight GB/s: anedvd-dev kernels times each kernel --iters times in a row, so a kernel"
+		say(f"{bullet}emu weight GB/s: anedvd-dev kernels times each kernel --iters times in a row (their"
+		    f" median eval), so a kernel"
 		    f" whose weights fit the last-level cache ({llc()}) is read from it and can beat the streaming"
 		    f" read; its decode pass runs every kernel of the model once in order, as a decode step does,"
 		    f" in rounds alternating with a 2-thread read of as many bytes (at most 512 MiB) in the same"
