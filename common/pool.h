@@ -15,10 +15,12 @@
 // Waiting is tuned per pool (struct ad_pool_opts):
 //   spin_ns       after a job a worker polls for the next one this long
 //                 (sched_yield between looks, so that it keeps nobody off
-//                 its core) before it sleeps on the condition variable: a
-//                 sleeping worker wakes too late for a job of tens of
-//                 microseconds (an idle vCPU takes ~50 us to wake on a VM).
-//                 0: sleep at once.
+//                 its core; the pause hint while the caller holds the pool
+//                 hot, ad_pool_hot) before it sleeps on the condition
+//                 variable: a sleeping worker wakes too late for a job of
+//                 tens of microseconds (an idle vCPU takes ~50 us to wake
+//                 on a VM, up to a millisecond on a busy host). 0: sleep
+//                 at once.
 //   wait_spin_ns  the caller, its own share done, spins (pause) this long
 //                 for the workers' last tasks before it sleeps. 0: sleep
 //                 at once.
