@@ -1305,7 +1305,7 @@ ane_service_start(const struct model *m, const struct ane_service_opts *o, char 
 	ad_log(lv, "start: model %.1f ms, %s", o->model_us / 1e3, w->phases);
 	atomic_store(&w->cache_writing, w->set.store != NULL);
 	w->store_quiet_ns = ad_now_ns(); // idle from now on, not from the start
-	hot_start(w);                    // before ready: a data-plane client attaches once the worker is
+	hot_start(w);                    // before ready: a data-plane client attaches only to a ready worker
 	atomic_store(&w->ready, 1);
 	ad_log(lv, "ready on %s", o->url);
 	mover_start(w);

@@ -682,7 +682,6 @@ kernels_usage(void)
 	        PASS_ROUNDS, PASS_READ_MAX >> 20, COLS_ROUNDS);
 }
 
-
 // --cols: every layer-0 kernel and the LM head at 1..n columns, ms per
 // pass (layer 0 times the layer count plus the head); the widths alternate
 // inside each round so that a busy machine hurts them alike, and the ratio
