@@ -1383,6 +1383,87 @@ test_i8_kernels(void)
 	CHECK(bad_exact == 0, "%d shapes where ref is off the exact sum", bad_exact);
 }
 
+// 4-bit palettised weights: the layout emu.h documents, and ref, AVX2 and
+// AVX-512 agreeing bit for bit on odd shapes, every width 1..64, whole or
+// a panel at a time; ref is the sum of scale * lut[q] * x within fp32
+static void
+test_l4_kernels(void)
+{
+	static const size_t sizes[][2] = {{16, 16}, {17, 3},  {5, 64},  {48, 33},  {100, 257},        {1, 1},
+	                                  {64, 1},  {200, 40}, {31, 7}, {40, 1100}, {16 * 13 + 7, 24}, {128, 576}};
+	int isa = emu_i8_isa();
+	if (isa < 2)
+		fprintf(stderr, "  (isa %d: %s not compared)\n", isa, isa ? "AVX-512" : "AVX2 and AVX-512");
+	int bad = 0, bad_split = 0, bad_exact = 0, bad_layout = 0;
+	for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+		size_t cout = sizes[s][0], cin = sizes[s][1], np = (cout + 15) / 16, nq = (cout + 63) / 64;
+		uint8_t *q = malloc(cout * cin);
+		for (size_t i = 0; i < cout * cin; i++) {
+			rng = rng * 1664525u + 1013904223u;
+			q[i] = (uint8_t)(rng >> 28); // 0 .. 15
+		}
+		size_t nb = emu_l4_panel_bytes(cout, cin);
+		CHECK(nb == nq * 32 * cin, "%zux%zu: %zu panel bytes", cout, cin, nb);
+		uint8_t *p = aligned_alloc(64, (nb + 63) / 64 * 64);
+		memset(p, 0xa5, nb); // emu_l4_pack writes every byte
+		emu_l4_pack(q, cout, cin, p);
+		for (size_t o = 0; o < nq * 64; o++)
+			for (size_t i = 0; i < cin; i++) {
+				uint8_t b = p[(o / 64) * cin * 32 + i * 32 + o % 32];
+				unsigned v = (o % 64 < 32 ? b : b >> 4) & 15u;
+				bad_layout += v != (o < cout ? q[o * cin + i] : 0u);
+			}
+		float *lut = malloc(nq * 16 * sizeof(float)), *sc = calloc(np * 16, sizeof(float));
+		for (size_t k = 0; k < nq * 16; k++)
+			lut[k] = ad_fp16_to_f32(ad_f32_to_fp16(lcg(1.0f)));
+		for (size_t o = 0; o < cout; o++)
+			sc[o] = ad_fp16_to_f32(ad_f32_to_fp16(0.01f + 0.1f * (float)(o % 7)));
+		for (size_t ncols = 1; ncols <= 64; ncols += ncols < 13 ? 1 : 7) {
+			float *x = randv(ncols * cin, 2.0f);
+			size_t ny = (ncols + 1) * cout; // a guard column past the end
+			float *y0 = calloc(ny, 4), *y1 = calloc(ny, 4), *y2 = calloc(ny, 4), *y3 = calloc(ny, 4);
+			emu_conv_l4_ref(p, lut, sc, cout, cin, x, ncols, y0, 0, np);
+			if (isa >= 1) {
+				emu_conv_l4_avx2(p, lut, sc, cout, cin, x, ncols, y1, 0, np / 2);
+				emu_conv_l4_avx2(p, lut, sc, cout, cin, x, ncols, y1, np / 2, np);
+				bad += memcmp(y0, y1, ny * 4) != 0;
+			}
+			if (isa >= 2) {
+				emu_conv_l4_avx512(p, lut, sc, cout, cin, x, ncols, y2, 0, np);
+				bad += memcmp(y0, y2, ny * 4) != 0;
+				for (size_t k = 0; k < np; k++)
+					emu_conv_l4_avx512(p, lut, sc, cout, cin, x, ncols, y3, k, k + 1);
+				bad_split += memcmp(y0, y3, ny * 4) != 0;
+			}
+			memset(y3, 0, ny * 4);
+			emu_conv_l4_fast(p, lut, sc, cout, cin, x, ncols, y3, 0, np);
+			bad += memcmp(y0, y3, ny * 4) != 0;
+			for (size_t j = 0; j < ncols; j++)
+				for (size_t o = 0; o < cout; o++) {
+					double r = 0, a = 0;
+					for (size_t i = 0; i < cin; i++) {
+						double w = lut[(o / 64) * 16 + q[o * cin + i]];
+						r += w * x[j * cin + i];
+						a += fabs(w * x[j * cin + i]);
+					}
+					r *= sc[o];
+					// fp32 chain: <= cin * 2^-24 * sum |w x|, then two roundings
+					double tol =
+						(double)cin * 6e-8 * a * sc[o] + fabs(r) * (1.0 / 2048 + 1e-7) + 1e-7;
+					if (fabs(y0[j * cout + o] - r) > tol && !bad_exact++)
+						CHECK(0, "%zux%zu ncols %zu row %zu: ref %g, exact %g", cout, cin,
+						      ncols, o, (double)y0[j * cout + o], r);
+				}
+			free(x), free(y0), free(y1), free(y2), free(y3);
+		}
+		free(q), free(p), free(lut), free(sc);
+	}
+	CHECK(bad_layout == 0, "%d weights where emu_l4_pack's layout is not emu.h's", bad_layout);
+	CHECK(bad == 0, "%d cases where a SIMD 4-bit kernel differs from ref", bad);
+	CHECK(bad_split == 0, "%d cases where a panel split changes the bits", bad_split);
+	CHECK(bad_exact == 0, "%d outputs where ref is off the exact sum", bad_exact);
+}
+
 // which kernel takes one int8 column (emu_i8_one_col_avx2): what
 // ANEDVD_I8_ONE_COL says (ctest runs this file with it set to each), else
 // the CPU's verdict; never AVX2 where the CPU lacks it. Every run of this
@@ -2092,6 +2173,7 @@ main(void)
 	T_RUN(test_prefetch);
 	T_RUN(test_i8_one_col);
 	T_RUN(test_i8_kernels);
+	T_RUN(test_l4_kernels);
 	T_RUN(test_i8_proj_ffn);
 	T_RUN(test_wide_tasks);
 	T_RUN(test_i8_rules);

@@ -328,4 +328,32 @@ int emu_i8_one_col_avx2(void);
 // ANEDVD_I8_ONE_COL as read: 1 avx2, 0 avx512, -1 unset or empty, -2 other
 int emu_i8_one_col_env(void);
 
+// 4-bit palettised weights (MIL constexpr_lut_to_dense, then a scale per
+// row; emu-l4.c): weight (o, i) is scale[o] * lut[o / 64][q[o][i]], its
+// index q in 0..15 half a byte. Quads of 64 rows follow one another, each
+// [cin][32] bytes: row r of quad g at step i in byte g * cin * 32 + i * 32
+// + r % 32, the low nibble for r % 64 < 32 (emu_l4_pack), rows past cout
+// index 0. lut holds 16 values (fp16, as floats) a quad; scale one a panel
+// row (npanels * 16). Same x / y / p0, p1 (16-row panels) as above, and
+// the same bits from all three kernels: output (o, j) is fp16(scale[o] *
+// acc), acc the fp32 FMA chain of lut[o / 64][q[o][i]] * x[j][i] over i
+// in order.
+#define EMU_L4_QUAD_ROWS 64
+size_t emu_l4_panel_bytes(size_t cout, size_t cin);
+// q: [cout][cin] indices, one a byte (the low nibble is used)
+void emu_l4_pack(const uint8_t *q, size_t cout, size_t cin, uint8_t *panels);
+void emu_conv_l4_ref(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
+                     const float *x, size_t ncols, float *y, size_t p0, size_t p1);
+// the SIMD kernels; call only when emu_i8_isa() is at least 1 / 2
+void emu_conv_l4_avx2(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
+                      const float *x, size_t ncols, float *y, size_t p0, size_t p1);
+void emu_conv_l4_avx512(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
+                        const float *x, size_t ncols, float *y, size_t p0, size_t p1);
+// the kernel of instruction set isa (as emu_i8_isa: at most this CPU's)
+void emu_conv_l4_at(int isa, const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
+                    const float *x, size_t ncols, float *y, size_t p0, size_t p1);
+// the best of the three this CPU runs
+void emu_conv_l4_fast(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
+                      const float *x, size_t ncols, float *y, size_t p0, size_t p1);
+
 #endif

@@ -1,0 +1,385 @@
+// emu-l4.c - the emu's conv kernels over 4-bit palettised weights (emu.h,
+// "4-bit palettised weights"): MIL's constexpr_lut_to_dense with a table of
+// 16 values for each group of 64 output rows, then one scale per row.
+//
+// Weights stay half a byte each: an index into the table of its row's
+// quad (rows 64g .. 64g+63). The quads follow one another, each
+// [cin][32] bytes: step i of quad g is 32 bytes, row r of the quad in
+// byte r % 32, the low nibble for r < 32 and the high one for the rest.
+// So a quad's step is half a line, a one-column pass over quads [g0, g1)
+// reads one sequential stream, and a panel (16 rows) is the low or high
+// nibbles of 16 consecutive bytes: panel k of a quad at byte 16 * (k & 1),
+// nibble k >> 1. Rows past cout have index 0.
+// Three kernels compute the same bits:
+//   emu_conv_l4_ref     plain C
+//   emu_conv_l4_avx2    AVX2 + FMA (+ F16C for the final rounding): a
+//                       16-entry table is two 8-entry permutes and a blend
+//   emu_conv_l4_avx512  AVX-512 F: one vpermps looks up a panel's step
+// picked at run time by emu_conv_l4_fast (cpuid; no -march flag needed).
+//
+// Numerics, shared by all three: output (o, j) is
+//   acc = 0; for i = 0 .. cin-1: acc = fma(lut[o / 64][q[o][i]], x[j][i], acc)
+//   y[j][o] = fp16(scale[o] * acc)        (fp32 product, then fp16 rounding)
+// as the int8 kernels (emu-i8.c) with the table's value for the int8 one.
+// The table's values are fp16, so exact in fp32, and the chain's order
+// depends on neither the blocking, the number of columns nor the threads:
+// the kernels agree bit for bit, and a column gives the same bits alone
+// (decode) or among others (prefill).
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu.h"
+#include "fp16.h"
+
+#define PANEL 16
+#define QUAD 4                // panels a quad
+#define QROWS (QUAD * PANEL)  // rows a quad
+#define QSTEP (QROWS / 2)     // bytes of a quad's step
+#define NCOLS 6               // columns a tile at most
+_Static_assert(QROWS == EMU_L4_QUAD_ROWS, "emu.h's quad rows");
+
+size_t
+emu_l4_panel_bytes(size_t cout, size_t cin)
+{
+	return (cout + QROWS - 1) / QROWS * QSTEP * cin;
+}
+
+void
+emu_l4_pack(const uint8_t *q, size_t cout, size_t cin, uint8_t *panels)
+{
+	size_t nq = (cout + QROWS - 1) / QROWS;
+	memset(panels, 0, nq * QSTEP * cin);
+	for (size_t g = 0; g < nq; g++)
+		for (size_t r = 0; r < QROWS; r++) {
+			size_t o = g * QROWS + r;
+			if (o >= cout)
+				break;
+			uint8_t *dst = panels + g * cin * QSTEP + r % QSTEP;
+			const unsigned sh = r < QSTEP ? 0 : 4;
+			for (size_t i = 0; i < cin; i++)
+				dst[i * QSTEP] |= (uint8_t)((q[o * cin + i] & 15u) << sh);
+		}
+}
+
+static inline float
+round16(float v)
+{
+	return ad_fp16_to_f32(ad_f32_to_fp16(v));
+}
+
+void
+emu_conv_l4_ref(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin, const float *x,
+                size_t ncols, float *y, size_t p0, size_t p1)
+{
+	for (size_t p = p0; p < p1; p++) {
+		const size_t g = p / QUAD, k = p % QUAD;
+		const uint8_t *w = panels + g * cin * QSTEP + 16 * (k & 1);
+		const unsigned sh = 4 * (unsigned)(k >> 1);
+		const float *t = lut + g * 16;
+		for (size_t j = 0; j < ncols; j++) {
+			const float *xj = x + j * cin;
+			float acc[PANEL] = {0};
+			for (size_t i = 0; i < cin; i++)
+				for (size_t r = 0; r < PANEL; r++)
+					acc[r] = fmaf(t[(w[i * QSTEP + r] >> sh) & 15u], xj[i], acc[r]);
+			for (size_t r = 0; r < PANEL && p * PANEL + r < cout; r++)
+				y[j * cout + p * PANEL + r] = round16(scale[p * PANEL + r] * acc[r]);
+		}
+	}
+}
+
+#ifdef AD_FP16_X86
+#include <immintrin.h>
+
+// The driver of both SIMD kernels: panels [p0, p1) quad by quad, a whole
+// quad as one tile (quad_fn) and a part of one a panel at a time
+// (panel_fn), by blocks of up to NCOLS columns. One column prefetches its
+// stream into L2, ahead lines on (emu_prefetch_steps).
+typedef void quad_fn(const uint8_t *w, size_t cin, const float *t, const float *x, float *y, size_t cout,
+                     size_t left, const float *sc, size_t ahead);
+typedef void panel_fn(const uint8_t *w, size_t cin, unsigned sh, const float *t, const float *x, float *y,
+                      size_t cout, size_t left, const float *sc, size_t ahead);
+
+static void
+drive(quad_fn *const *quads, panel_fn *const *pans, const uint8_t *panels, const float *lut, const float *scale,
+      size_t cout, size_t cin, const float *x, size_t ncols, float *y, size_t p0, size_t p1)
+{
+	const size_t ahead = ncols == 1 ? emu_prefetch_steps() * 64 : 0; // bytes
+	for (size_t g = p0 / QUAD; g * QUAD < p1; g++) {
+		const size_t a = p0 > g * QUAD ? p0 : g * QUAD, b = p1 < (g + 1) * QUAD ? p1 : (g + 1) * QUAD;
+		const uint8_t *w = panels + g * cin * QSTEP;
+		const float *t = lut + g * 16;
+		for (size_t c0 = 0; c0 < ncols; c0 += NCOLS) {
+			const size_t nc = ncols - c0 < NCOLS ? ncols - c0 : NCOLS;
+			const float *xc = x + c0 * cin;
+			if (a == g * QUAD && b == (g + 1) * QUAD) {
+				quads[nc](w, cin, t, xc, y + c0 * cout + a * PANEL, cout, cout - a * PANEL, scale + a * PANEL,
+				          ahead);
+				continue;
+			}
+			for (size_t p = a; p < b; p++)
+				pans[nc](w + 16 * (p % QUAD & 1), cin, 4 * (unsigned)(p % QUAD >> 1), t, xc,
+				         y + c0 * cout + p * PANEL, cout, cout - p * PANEL, scale + p * PANEL, ahead);
+		}
+	}
+}
+
+// ---- AVX2: a panel's step is two ymm (rows 0-7, 8-15)
+#define T2 __attribute__((target("avx2,fma,f16c")))
+
+// t[idx] for 8 indices in 0..15: two 8-entry permutes, bit 3 picks
+T2 static inline __attribute__((always_inline)) __m256
+look2(__m256 tlo, __m256 thi, __m256i idx)
+{
+	__m256 lo = _mm256_permutevar8x32_ps(tlo, idx), hi = _mm256_permutevar8x32_ps(thi, idx);
+	return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+}
+
+// the sums of one panel (two ymm a column) times their rows' scales,
+// rounded to fp16; rows from left on are not written
+T2 static inline __attribute__((always_inline)) void
+store2(float *y, size_t cout, size_t left, const float *sc, const __m256 *acc, const int nc)
+{
+	__m256 slo = _mm256_loadu_ps(sc), shi = _mm256_loadu_ps(sc + 8);
+#pragma GCC unroll 6
+	for (int c = 0; c < nc; c++) {
+		__m256 lo = _mm256_mul_ps(slo, acc[2 * c]), hi = _mm256_mul_ps(shi, acc[2 * c + 1]);
+		lo = _mm256_cvtph_ps(_mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT));
+		hi = _mm256_cvtph_ps(_mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT));
+		float *dst = y + (size_t)c * cout;
+		if (left >= PANEL) {
+			_mm256_storeu_ps(dst, lo);
+			_mm256_storeu_ps(dst + 8, hi);
+		} else {
+			float tmp[PANEL];
+			_mm256_storeu_ps(tmp, lo);
+			_mm256_storeu_ps(tmp + 8, hi);
+			memcpy(dst, tmp, left * sizeof(float));
+		}
+	}
+}
+
+// one panel (its 16 bytes at w, nibble sh) by nc columns
+T2 static inline __attribute__((always_inline)) void
+panel2(const uint8_t *w, size_t cin, unsigned sh, const float *t, const float *x, float *y, size_t cout, size_t left,
+       const float *sc, size_t ahead, const int nc)
+{
+	const __m256 tlo = _mm256_loadu_ps(t), thi = _mm256_loadu_ps(t + 8);
+	const __m256i m15 = _mm256_set1_epi32(15);
+	const __m128i cnt = _mm_cvtsi32_si128((int)sh);
+	__m256 acc[2 * NCOLS];
+#pragma GCC unroll 12
+	for (int a = 0; a < 2 * nc; a++)
+		acc[a] = _mm256_setzero_ps();
+	for (size_t i = 0; i < cin; i++) {
+		const uint8_t *s = w + i * QSTEP;
+		if (ahead)
+			_mm_prefetch((const char *)(s + ahead), _MM_HINT_T1);
+		__m256i ilo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)s));
+		__m256i ihi = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(s + 8)));
+		__m256 lo = look2(tlo, thi, _mm256_and_si256(_mm256_srl_epi32(ilo, cnt), m15));
+		__m256 hi = look2(tlo, thi, _mm256_and_si256(_mm256_srl_epi32(ihi, cnt), m15));
+#pragma GCC unroll 6
+		for (int c = 0; c < nc; c++) {
+			__m256 b = _mm256_broadcast_ss(x + (size_t)c * cin + i);
+			acc[2 * c] = _mm256_fmadd_ps(lo, b, acc[2 * c]);
+			acc[2 * c + 1] = _mm256_fmadd_ps(hi, b, acc[2 * c + 1]);
+		}
+	}
+	store2(y, cout, left, sc, acc, nc);
+}
+
+#define PANEL2(NC)                                                                                                     \
+	T2 static void p2_##NC(const uint8_t *w, size_t cin, unsigned sh, const float *t, const float *x, float *y,     \
+	                       size_t cout, size_t left, const float *sc, size_t ahead)                                \
+	{                                                                                                              \
+		panel2(w, cin, sh, t, x, y, cout, left, sc, ahead, NC);                                                \
+	}
+PANEL2(1)
+PANEL2(2)
+PANEL2(3)
+PANEL2(4)
+PANEL2(5)
+PANEL2(6)
+
+// a whole quad on AVX2: its four panels one after the other (the
+// accumulators of four panels by several columns do not fit 16 ymm)
+#define QUAD2(NC)                                                                                                      \
+	T2 static void q2_##NC(const uint8_t *w, size_t cin, const float *t, const float *x, float *y, size_t cout,     \
+	                       size_t left, const float *sc, size_t ahead)                                             \
+	{                                                                                                              \
+		for (size_t k = 0; k < QUAD && k * PANEL < left; k++)                                                  \
+			panel2(w + 16 * (k & 1), cin, 4 * (unsigned)(k >> 1), t, x, y + k * PANEL, cout,              \
+			       left - k * PANEL, sc + k * PANEL, ahead, NC);                                           \
+	}
+QUAD2(1)
+QUAD2(2)
+QUAD2(3)
+QUAD2(4)
+QUAD2(5)
+QUAD2(6)
+
+static quad_fn *const quads2[NCOLS + 1] = {NULL, q2_1, q2_2, q2_3, q2_4, q2_5, q2_6};
+static panel_fn *const pans2[NCOLS + 1] = {NULL, p2_1, p2_2, p2_3, p2_4, p2_5, p2_6};
+
+T2 void
+emu_conv_l4_avx2(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
+                 const float *x, size_t ncols, float *y, size_t p0, size_t p1)
+{
+	drive(quads2, pans2, panels, lut, scale, cout, cin, x, ncols, y, p0, p1);
+}
+
+// ---- AVX-512: a panel's step is one zmm, looked up by one vpermps
+#define T5 __attribute__((target("avx512f,avx2,fma,f16c")))
+
+T5 static inline __attribute__((always_inline)) void
+store5(float *y, size_t cout, size_t left, const float *sc, const __m512 *acc, const int mp, const int nc)
+{
+#pragma GCC unroll 4
+	for (int p = 0; p < mp; p++) {
+		if ((size_t)p * PANEL >= left)
+			break;
+		__m512 s = _mm512_loadu_ps(sc + p * PANEL);
+		size_t l = left - (size_t)p * PANEL;
+		__mmask16 m = l >= PANEL ? (__mmask16)0xffff : (__mmask16)((1u << l) - 1);
+#pragma GCC unroll 6
+		for (int c = 0; c < nc; c++) {
+			__m512 v = _mm512_mul_ps(s, acc[p * nc + c]);
+			v = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+			_mm512_mask_storeu_ps(y + (size_t)c * cout + (size_t)p * PANEL, m, v);
+		}
+	}
+}
+
+// a whole quad by nc columns: a step's 32 bytes widened twice, each
+// giving two panels' indices (low and high nibbles)
+T5 static inline __attribute__((always_inline)) void
+quad5(const uint8_t *w, size_t cin, const float *t, const float *x, float *y, size_t cout, size_t left,
+      const float *sc, size_t ahead, const int nc)
+{
+	const __m512 tab = _mm512_loadu_ps(t);
+	const __m512i m15 = _mm512_set1_epi32(15);
+	__m512 acc[QUAD * NCOLS];
+#pragma GCC unroll 24
+	for (int a = 0; a < QUAD * nc; a++)
+		acc[a] = _mm512_setzero_ps();
+	for (size_t i = 0; i < cin; i++) {
+		const uint8_t *s = w + i * QSTEP;
+		if (ahead && !(i & 1))
+			_mm_prefetch((const char *)(s + ahead), _MM_HINT_T1);
+		__m512i d0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s));
+		__m512i d1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + 16)));
+		__m512 wv[QUAD];
+		wv[0] = _mm512_permutexvar_ps(_mm512_and_si512(d0, m15), tab);
+		wv[1] = _mm512_permutexvar_ps(_mm512_and_si512(d1, m15), tab);
+		wv[2] = _mm512_permutexvar_ps(_mm512_srli_epi32(d0, 4), tab);
+		wv[3] = _mm512_permutexvar_ps(_mm512_srli_epi32(d1, 4), tab);
+#pragma GCC unroll 6
+		for (int c = 0; c < nc; c++) {
+			__m512 b = _mm512_set1_ps(x[(size_t)c * cin + i]);
+#pragma GCC unroll 4
+			for (int p = 0; p < QUAD; p++)
+				acc[p * nc + c] = _mm512_fmadd_ps(wv[p], b, acc[p * nc + c]);
+		}
+	}
+	store5(y, cout, left, sc, acc, QUAD, nc);
+}
+
+// one panel (its 16 bytes at w, nibble sh) by nc columns
+T5 static inline __attribute__((always_inline)) void
+panel5(const uint8_t *w, size_t cin, unsigned sh, const float *t, const float *x, float *y, size_t cout, size_t left,
+       const float *sc, size_t ahead, const int nc)
+{
+	const __m512 tab = _mm512_loadu_ps(t);
+	const __m512i m15 = _mm512_set1_epi32(15);
+	const __m128i cnt = _mm_cvtsi32_si128((int)sh);
+	__m512 acc[NCOLS];
+#pragma GCC unroll 6
+	for (int a = 0; a < nc; a++)
+		acc[a] = _mm512_setzero_ps();
+	for (size_t i = 0; i < cin; i++) {
+		const uint8_t *s = w + i * QSTEP;
+		if (ahead && !(i & 1))
+			_mm_prefetch((const char *)(s + ahead), _MM_HINT_T1);
+		__m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s));
+		__m512 wv = _mm512_permutexvar_ps(_mm512_and_si512(_mm512_srl_epi32(d, cnt), m15), tab);
+#pragma GCC unroll 6
+		for (int c = 0; c < nc; c++)
+			acc[c] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[(size_t)c * cin + i]), acc[c]);
+	}
+	store5(y, cout, left, sc, acc, 1, nc);
+}
+
+#define TILES5(NC)                                                                                                     \
+	T5 static void q5_##NC(const uint8_t *w, size_t cin, const float *t, const float *x, float *y, size_t cout,     \
+	                       size_t left, const float *sc, size_t ahead)                                             \
+	{                                                                                                              \
+		quad5(w, cin, t, x, y, cout, left, sc, ahead, NC);                                                     \
+	}                                                                                                              \
+	T5 static void p5_##NC(const uint8_t *w, size_t cin, unsigned sh, const float *t, const float *x, float *y,     \
+	                       size_t cout, size_t left, const float *sc, size_t ahead)                                \
+	{                                                                                                              \
+		panel5(w, cin, sh, t, x, y, cout, left, sc, ahead, NC);                                                \
+	}
+TILES5(1)
+TILES5(2)
+TILES5(3)
+TILES5(4)
+TILES5(5)
+TILES5(6)
+
+static quad_fn *const quads5[NCOLS + 1] = {NULL, q5_1, q5_2, q5_3, q5_4, q5_5, q5_6};
+static panel_fn *const pans5[NCOLS + 1] = {NULL, p5_1, p5_2, p5_3, p5_4, p5_5, p5_6};
+
+T5 void
+emu_conv_l4_avx512(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
+                   const float *x, size_t ncols, float *y, size_t p0, size_t p1)
+{
+	drive(quads5, pans5, panels, lut, scale, cout, cin, x, ncols, y, p0, p1);
+}
+
+void
+emu_conv_l4_at(int isa, const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
+               const float *x, size_t ncols, float *y, size_t p0, size_t p1)
+{
+	if (isa > emu_i8_isa())
+		isa = emu_i8_isa();
+	if (isa >= 2)
+		emu_conv_l4_avx512(panels, lut, scale, cout, cin, x, ncols, y, p0, p1);
+	else if (isa == 1)
+		emu_conv_l4_avx2(panels, lut, scale, cout, cin, x, ncols, y, p0, p1);
+	else
+		emu_conv_l4_ref(panels, lut, scale, cout, cin, x, ncols, y, p0, p1);
+}
+#else
+void
+emu_conv_l4_avx2(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
+                 const float *x, size_t ncols, float *y, size_t p0, size_t p1)
+{
+	emu_conv_l4_ref(panels, lut, scale, cout, cin, x, ncols, y, p0, p1);
+}
+
+void
+emu_conv_l4_avx512(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
+                   const float *x, size_t ncols, float *y, size_t p0, size_t p1)
+{
+	emu_conv_l4_ref(panels, lut, scale, cout, cin, x, ncols, y, p0, p1);
+}
+
+void
+emu_conv_l4_at(int isa, const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
+               const float *x, size_t ncols, float *y, size_t p0, size_t p1)
+{
+	(void)isa;
+	emu_conv_l4_ref(panels, lut, scale, cout, cin, x, ncols, y, p0, p1);
+}
+#endif
+
+void
+emu_conv_l4_fast(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
+                 const float *x, size_t ncols, float *y, size_t p0, size_t p1)
+{
+	emu_conv_l4_at(emu_i8_isa(), panels, lut, scale, cout, cin, x, ncols, y, p0, p1);
+}
