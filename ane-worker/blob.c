@@ -118,7 +118,7 @@ begin(struct ane_blob_writer *w, int dtype, size_t n, uint64_t *mil_off, char *e
 		w->failed = 1;
 		return ad_err(err, "%s: chunk %d still open", w->path, w->nchunks - 1);
 	}
-	uint64_t bytes = (uint64_t)n * (dtype == ANE_BLOB_DT_INT8 ? 1 : 2);
+	uint64_t bytes = dtype == ANE_BLOB_DT_UINT4 ? ((uint64_t)n + 1) / 2 : (uint64_t)n * (dtype == ANE_BLOB_DT_INT8 ? 1 : 2);
 	uint64_t data = w->pos + ANE_BLOB_CHUNK_HEADER;
 	if (n == 0 || bytes > UINT32_MAX || data + bytes > ANE_BLOB_MAX_FILE) {
 		w->failed = 1;
@@ -129,6 +129,8 @@ begin(struct ane_blob_writer *w, int dtype, size_t n, uint64_t *mil_off, char *e
 	h[4] = (uint8_t)dtype;
 	put_u32(h + 8, (uint32_t)bytes);
 	put_u32(h + 16, (uint32_t)data);
+	if (dtype == ANE_BLOB_DT_UINT4 && n % 2)
+		h[24] = 4;
 	if (mil_off)
 		*mil_off = w->pos;
 	if (wbytes(w, h, sizeof h, err) < 0)
@@ -149,6 +151,25 @@ int
 ane_blob_begin_i8(struct ane_blob_writer *w, size_t n, uint64_t *mil_off, char *err)
 {
 	return begin(w, ANE_BLOB_DT_INT8, n, mil_off, err);
+}
+
+int
+ane_blob_begin_u4(struct ane_blob_writer *w, size_t n, uint64_t *mil_off, char *err)
+{
+	return begin(w, ANE_BLOB_DT_UINT4, n, mil_off, err);
+}
+
+int
+ane_blob_put_u4(struct ane_blob_writer *w, const uint8_t *packed, size_t nbytes, char *err)
+{
+	if (w->failed)
+		return ad_err(err, "%s: writer already failed", w->path);
+	if (!w->chunk_end || w->dtype != ANE_BLOB_DT_UINT4 || w->pos + nbytes > w->chunk_end) {
+		w->failed = 1;
+		return ad_err(err, "%s: %zu bytes of uint4 values do not fit chunk %d", w->path, nbytes,
+		              w->nchunks - 1);
+	}
+	return wbytes(w, packed, nbytes, err);
 }
 
 int
@@ -327,9 +348,13 @@ ane_blob_scan(const uint8_t *img, size_t len, struct ane_blob_chunk *out, int ma
 		if (get_u32(h) != ANE_BLOB_MAGIC)
 			return ad_err(err, "blob chunk %d at %llu: magic %08x, expected deadbeef", n,
 			              (unsigned long long)pos, get_u32(h));
-		if (h[4] != ANE_BLOB_DT_FP16 && h[4] != ANE_BLOB_DT_INT8)
-			return ad_err(err, "blob chunk %d at %llu: element type %u, expected 1 (fp16) or 4 (int8)", n,
-			              (unsigned long long)pos, h[4]);
+		if (h[4] != ANE_BLOB_DT_FP16 && h[4] != ANE_BLOB_DT_INT8 && h[4] != ANE_BLOB_DT_UINT4)
+			return ad_err(err, "blob chunk %d at %llu: element type %u, expected 1 (fp16), 4 (int8) or 11 (uint4)",
+			              n, (unsigned long long)pos, h[4]);
+		const unsigned pad = h[24];
+		if (pad && (h[4] != ANE_BLOB_DT_UINT4 || pad != 4))
+			return ad_err(err, "blob chunk %d at %llu: %u bits of padding in a chunk of element type %u", n,
+			              (unsigned long long)pos, pad, h[4]);
 		uint64_t bytes = get_u32(h + 8), data = get_u32(h + 16);
 		if (data != pos + ANE_BLOB_CHUNK_HEADER)
 			return ad_err(err, "blob chunk %d at %llu: data offset %llu, expected %llu (header + 64)", n,
@@ -343,7 +368,8 @@ ane_blob_scan(const uint8_t *img, size_t len, struct ane_blob_chunk *out, int ma
 			              (unsigned long long)pos, (unsigned long long)bytes,
 			              (unsigned long long)(len - data));
 		if (out && n < max)
-			out[n] = (struct ane_blob_chunk){.header = pos, .data = data, .bytes = bytes, .dtype = h[4]};
+			out[n] = (struct ane_blob_chunk){
+				.header = pos, .data = data, .bytes = bytes, .dtype = h[4], .pad = pad};
 		n++;
 		pos = data + bytes;
 	}

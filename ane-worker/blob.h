@@ -4,8 +4,9 @@
 //   file header, 64 bytes: [0] = 0x01, [4] = 0x02, the rest zero
 //   per tensor k, packed with no padding, a 64-byte chunk header at H_k:
 //     [0..3] EF BE AD DE (0xDEADBEEF), [4] = the element type: 0x01 fp16,
-//     0x04 int8, [8..11] u32 payload bytes, [16..19] u32 absolute file
-//     offset of the payload (= H_k + 64), the rest zero
+//     0x04 int8, 0x0b uint4, [8..11] u32 payload bytes, [16..19] u32
+//     absolute file offset of the payload (= H_k + 64), [24] the bits of
+//     padding in the last byte (uint4 of an odd count: 4), the rest zero
 //   then the payload: fp16 or int8, row-major [out][in]
 //   H_0 = 64, H_{k+1} = H_k + 64 + bytes_k
 // The MIL BLOBFILE offset of tensor k is H_k, the chunk header, i.e. the
@@ -45,6 +46,7 @@
 // element types (byte 4 of a chunk header)
 #define ANE_BLOB_DT_FP16 1
 #define ANE_BLOB_DT_INT8 4
+#define ANE_BLOB_DT_UINT4 11 // two a byte, element 0 in the low nibble (MILBlob's UInt4)
 // data_off is a u32: payloads must start below 4 GiB
 #define ANE_BLOB_MAX_FILE ((uint64_t)UINT32_MAX)
 
@@ -85,6 +87,11 @@ void ane_blob_mem_free(struct ane_blob_mem *m);
 int ane_blob_begin(struct ane_blob_writer *w, size_t n, uint64_t *mil_off, char *err);
 // start a chunk of n int8 values (element type 0x04)
 int ane_blob_begin_i8(struct ane_blob_writer *w, size_t n, uint64_t *mil_off, char *err);
+// start a chunk of n uint4 values (element type 0x0b): (n + 1) / 2 bytes,
+// the header's bits of padding ([24..31], u64) 4 when n is odd, as MILBlob
+int ane_blob_begin_u4(struct ane_blob_writer *w, size_t n, uint64_t *mil_off, char *err);
+// append bytes of packed uint4 values to the open chunk (a uint4 one)
+int ane_blob_put_u4(struct ane_blob_writer *w, const uint8_t *packed, size_t nbytes, char *err);
 // append values to the open chunk (an fp16 one)
 int ane_blob_put(struct ane_blob_writer *w, const struct ane_wsrc *src, char *err);
 // append n int8 values to the open chunk (an int8 one)
@@ -115,7 +122,8 @@ struct ane_blob_chunk {
 	uint64_t header; // offset of the chunk header (the BLOBFILE offset)
 	uint64_t data;   // absolute payload offset
 	uint64_t bytes;  // payload size
-	int dtype;       // ANE_BLOB_DT_FP16 or ANE_BLOB_DT_INT8
+	int dtype;       // ANE_BLOB_DT_FP16, ANE_BLOB_DT_INT8 or ANE_BLOB_DT_UINT4
+	unsigned pad;    // bits of padding at the end (uint4: 0 or 4)
 };
 
 // walk the chunk chain of a file image; fills up to max chunks into out (may

@@ -254,7 +254,7 @@ test_scan_errors(void)
 	memcpy(bad, img, n);
 	bad[68] = 2;
 	CHECK(ane_blob_scan(bad, n, NULL, 0, err) < 0);
-	CHECK(strstr(err, "element type 2, expected 1 (fp16) or 4 (int8)"), "%s", err);
+	CHECK(strstr(err, "element type 2, expected 1 (fp16), 4 (int8) or 11 (uint4)"), "%s", err);
 	memcpy(bad, img, n);
 	bad[4] = 0;
 	CHECK(ane_blob_scan(bad, n, NULL, 0, err) < 0);
@@ -326,6 +326,68 @@ test_int8_ref(void)
 	CHECK(ane_blob_close(&w, err) < 0);
 }
 
+// uint4 chunks (constexpr_lut_to_dense's indices): MILBlob's element type
+// 11, two values a byte with element 0 in the low nibble, the bytes of an
+// odd count rounded up and its 4 bits of padding in the header
+static void
+test_uint4(void)
+{
+	char err[AD_ERRLEN];
+	const uint8_t packed[4] = {0x21, 0x43, 0x65, 0x07}; // 1, 2, .., 7
+	const float lut[2] = {0.5f, -2.0f};
+	struct ane_blob_writer w;
+	uint64_t off[2];
+	const char *p = tmp_path("u4.bin");
+	REQUIRE(ane_blob_open(&w, p, err) == 0, "%s", err);
+	CHECK(ane_blob_begin_u4(&w, 7, &off[0], err) == 0, "%s", err);
+	CHECK(ane_blob_put_u4(&w, packed, 3, err) == 0, "%s", err); // in two pieces
+	CHECK(ane_blob_put_u4(&w, packed + 3, 1, err) == 0, "%s", err);
+	CHECK(ane_blob_end(&w, err) == 0, "%s", err);
+	CHECK(ane_blob_add(&w, &(struct ane_wsrc){lut, AD_TYPE_F32, 2}, &off[1], err) == 0, "%s", err);
+	REQUIRE(ane_blob_close(&w, err) == 0, "%s", err);
+	CHECK(off[0] == 64 && off[1] == 132, "%llu %llu", (unsigned long long)off[0], (unsigned long long)off[1]);
+	size_t n;
+	uint8_t *img = t_read_file(p, &n);
+	REQUIRE(img);
+	CHECK(n == 132 + 64 + 4, "%zu bytes", n);
+	const uint8_t *h = img + 64;
+	CHECK(h[0] == 0xef && h[3] == 0xde && h[4] == 11 && h[8] == 4 && h[16] == 128 && h[24] == 4,
+	      "header %02x %02x %02x %02x %02x %02x", h[0], h[3], h[4], h[8], h[16], h[24]);
+	CHECK(!memcmp(img + 128, packed, 4));
+	CHECK(img[132 + 24] == 0, "an fp16 chunk with padding bits");
+	struct ane_blob_chunk ch[2];
+	CHECK(ane_blob_scan(img, n, ch, 2, err) == 2, "%s", err);
+	CHECK(ch[0].dtype == ANE_BLOB_DT_UINT4 && ch[0].bytes == 4 && ch[0].data == 128 && ch[0].pad == 4);
+	CHECK(ch[1].dtype == ANE_BLOB_DT_FP16 && ch[1].bytes == 4 && ch[1].pad == 0);
+	// padding on an fp16 chunk, or other than 4 bits, is refused
+	img[132 + 24] = 4;
+	CHECK(ane_blob_scan(img, n, NULL, 0, err) < 0 && strstr(err, "4 bits of padding in a chunk of element type 1"),
+	      "%s", err);
+	img[132 + 24] = 0;
+	img[64 + 24] = 2;
+	CHECK(ane_blob_scan(img, n, NULL, 0, err) < 0 && strstr(err, "2 bits of padding"), "%s", err);
+	free(img);
+	// an even count has no padding; overflow and the wrong kind are refused
+	REQUIRE(ane_blob_open(&w, p, err) == 0, "%s", err);
+	CHECK(ane_blob_begin_u4(&w, 8, NULL, err) == 0, "%s", err);
+	CHECK(ane_blob_put_u4(&w, packed, 5, err) < 0 && strstr(err, "5 bytes of uint4 values do not fit chunk 0"), "%s",
+	      err);
+	ane_blob_abort(&w);
+	REQUIRE(ane_blob_open(&w, p, err) == 0, "%s", err);
+	CHECK(ane_blob_begin_i8(&w, 8, NULL, err) == 0, "%s", err);
+	CHECK(ane_blob_put_u4(&w, packed, 4, err) < 0);
+	ane_blob_abort(&w);
+	REQUIRE(ane_blob_open(&w, p, err) == 0, "%s", err);
+	CHECK(ane_blob_begin_u4(&w, 8, NULL, err) == 0, "%s", err);
+	CHECK(ane_blob_put_u4(&w, packed, 4, err) == 0, "%s", err);
+	CHECK(ane_blob_end(&w, err) == 0, "%s", err);
+	REQUIRE(ane_blob_close(&w, err) == 0, "%s", err);
+	img = t_read_file(p, &n);
+	REQUIRE(img);
+	CHECK(n == 64 + 64 + 4 && img[64 + 24] == 0 && img[64 + 8] == 4);
+	free(img);
+}
+
 // the int8 golden blob written by w (opened by the caller)
 static int
 write_i8_golden(struct ane_blob_writer *w, char *err)
@@ -391,6 +453,7 @@ main(void)
 	T_RUN(test_qkv_ref_fp16_pieces);
 	T_RUN(test_seed_vector);
 	T_RUN(test_int8_ref);
+	T_RUN(test_uint4);
 	T_RUN(test_offsets);
 	T_RUN(test_kernel_blobs);
 	T_RUN(test_writer_errors);
