@@ -118,7 +118,8 @@ begin(struct ane_blob_writer *w, int dtype, size_t n, uint64_t *mil_off, char *e
 		w->failed = 1;
 		return ad_err(err, "%s: chunk %d still open", w->path, w->nchunks - 1);
 	}
-	uint64_t bytes = dtype == ANE_BLOB_DT_UINT4 ? ((uint64_t)n + 1) / 2 : (uint64_t)n * (dtype == ANE_BLOB_DT_INT8 ? 1 : 2);
+	uint64_t bytes =
+		dtype == ANE_BLOB_DT_UINT4 ? ((uint64_t)n + 1) / 2 : (uint64_t)n * (dtype == ANE_BLOB_DT_INT8 ? 1 : 2);
 	uint64_t data = w->pos + ANE_BLOB_CHUNK_HEADER;
 	if (n == 0 || bytes > UINT32_MAX || data + bytes > ANE_BLOB_MAX_FILE) {
 		w->failed = 1;
@@ -349,8 +350,10 @@ ane_blob_scan(const uint8_t *img, size_t len, struct ane_blob_chunk *out, int ma
 			return ad_err(err, "blob chunk %d at %llu: magic %08x, expected deadbeef", n,
 			              (unsigned long long)pos, get_u32(h));
 		if (h[4] != ANE_BLOB_DT_FP16 && h[4] != ANE_BLOB_DT_INT8 && h[4] != ANE_BLOB_DT_UINT4)
-			return ad_err(err, "blob chunk %d at %llu: element type %u, expected 1 (fp16), 4 (int8) or 11 (uint4)",
-			              n, (unsigned long long)pos, h[4]);
+			return ad_err(
+				err,
+				"blob chunk %d at %llu: element type %u, expected 1 (fp16), 4 (int8) or 11 (uint4)", n,
+				(unsigned long long)pos, h[4]);
 		const unsigned pad = h[24];
 		if (pad && (h[4] != ANE_BLOB_DT_UINT4 || pad != 4))
 			return ad_err(err, "blob chunk %d at %llu: %u bits of padding in a chunk of element type %u", n,

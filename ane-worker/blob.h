@@ -7,7 +7,8 @@
 //     0x04 int8, 0x0b uint4, [8..11] u32 payload bytes, [16..19] u32
 //     absolute file offset of the payload (= H_k + 64), [24] the bits of
 //     padding in the last byte (uint4 of an odd count: 4), the rest zero
-//   then the payload: fp16 or int8, row-major [out][in]
+//   then the payload: fp16, int8 or uint4 (two a byte, the low nibble
+//   first), row-major [out][in]
 //   H_0 = 64, H_{k+1} = H_k + 64 + bytes_k
 // The MIL BLOBFILE offset of tensor k is H_k, the chunk header, i.e. the
 // payload offset minus 64. Every chunk must carry its own absolute payload

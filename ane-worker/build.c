@@ -404,6 +404,326 @@ out:
 	return rc;
 }
 
+// ---- 4-bit palettised weights (ANE_W_LUT4)
+
+void
+ane_l4_tables(const double *hist, size_t nbins, float *tab)
+{
+	// the bins' centres over [-1, 1]; 16 starting centroids at the
+	// quantiles (k + 1/2) / 16 of the histogram
+	double tot = 0, c[16];
+	for (size_t b = 0; b < nbins; b++)
+		tot += hist[b];
+	const double step = 2.0 / (double)nbins;
+	if (tot <= 0) {
+		for (int k = 0; k < 16; k++)
+			tab[k] = ad_fp16_to_f32(ad_f32_to_fp16((float)(-1.0 + (k + 0.5) / 8.0)));
+		return;
+	}
+	double acc = 0;
+	size_t b = 0;
+	for (int k = 0; k < 16; k++) {
+		double want = tot * (k + 0.5) / 16;
+		while (b + 1 < nbins && acc + hist[b] < want)
+			acc += hist[b++];
+		c[k] = -1.0 + (b + 0.5) * step;
+	}
+	// Lloyd's steps over the bins (sorted, so each centroid takes the bins
+	// between the midpoints to its neighbours); a centroid left with none
+	// stays where it is
+	for (int it = 0; it < 40; it++) {
+		double sw[16] = {0}, sx[16] = {0};
+		int k = 0;
+		for (b = 0; b < nbins; b++) {
+			double x = -1.0 + (b + 0.5) * step;
+			while (k < 15 && x > (c[k] + c[k + 1]) / 2)
+				k++;
+			sw[k] += hist[b];
+			sx[k] += hist[b] * x;
+		}
+		double moved = 0;
+		for (k = 0; k < 16; k++)
+			if (sw[k] > 0) {
+				double v = sx[k] / sw[k];
+				moved += fabs(v - c[k]);
+				c[k] = v;
+			}
+		for (k = 1; k < 16; k++) // keep them sorted (ties from empty clusters)
+			for (int j = k; j > 0 && c[j] < c[j - 1]; j--) {
+				double t = c[j];
+				c[j] = c[j - 1];
+				c[j - 1] = t;
+			}
+		if (moved < 1e-7)
+			break;
+	}
+	for (int k = 0; k < 16; k++)
+		tab[k] = ad_fp16_to_f32(ad_f32_to_fp16((float)c[k]));
+}
+
+unsigned
+ane_l4_index(const float *tab, float u)
+{
+	unsigned q = 0;
+	for (int k = 0; k < 15; k++)
+		q += u > (tab[k] + tab[k + 1]) * 0.5f;
+	return q;
+}
+
+#define L4_BINS 1024
+#define L4_TASKS 64 // the most tasks a block is quantised in
+
+// Quantising a matrix to 4-bit palettised weights, in two passes over its
+// rows: the first takes each row's scale (its largest |w|, in fp16) and a
+// histogram of w / scale for each table's rows, whose k-means gives the
+// table (ane_l4_tables); the second gives each weight its entry
+// (ane_l4_index), the rows on the pool's threads in both.
+struct l4put {
+	size_t n, rows, per; // values a row, rows, rows a table
+	size_t row0;         // the block's first row in the matrix
+	int pass;
+	struct emu *emu;  // or NULL: one thread
+	float *scratch;   // SCRATCH_VALUES: the block dequantised, by the tasks
+	size_t rb;        // bytes of a row as stored
+	uint16_t *scales; // rows
+	double *hist;     // tables * L4_BINS, and a table's more for each task when one table takes all rows
+	float *tab;       // tables * 16
+	float *buf;       // L4_TASKS rows in fp32 (fp16 sources)
+	uint8_t *q;       // the block's indices, one a byte (SCRATCH_VALUES)
+	uint8_t *out;     // the block's indices packed
+	uint8_t carry;    // an odd element count's last index, for the next block
+	uint64_t el;      // elements packed so far
+	const struct ane_wsrc *ws;
+	size_t k, nt;            // the block's rows, tasks
+	size_t at[L4_TASKS + 1]; // task i's rows: [at[i], at[i + 1])
+	struct ane_blob_writer *w;
+	struct ane_qerr *qerr;
+	struct l4task {
+		int rc;
+		struct ane_qerr e;
+		char err[AD_ERRLEN];
+	} * t; // L4_TASKS
+};
+
+static const float *
+l4_row(struct l4put *lp, size_t r, size_t task)
+{
+	if (lp->ws->type == AD_TYPE_F32)
+		return (const float *)lp->ws->data + r * lp->n;
+	if (lp->ws->type != AD_TYPE_F16)
+		return lp->scratch + r * lp->n;
+	float *b = lp->buf + task * lp->n;
+	ad_fp16_to_f32_row((const uint16_t *)lp->ws->data + r * lp->n, b, lp->n);
+	return b;
+}
+
+// rows [i * rpt, (i + 1) * rpt) of the block
+static void
+l4_task(void *arg, size_t i)
+{
+	struct l4put *lp = arg;
+	struct l4task *t = &lp->t[i];
+	const size_t n = lp->n, r0 = lp->at[i], r1 = lp->at[i + 1];
+	t->rc = 0;
+	if (r0 < r1 && lp->ws->type != AD_TYPE_F32 && lp->ws->type != AD_TYPE_F16 &&
+	    ad_dequant((uint32_t)lp->ws->type, (const uint8_t *)lp->ws->data + r0 * lp->rb, lp->scratch + r0 * n,
+	               (int64_t)((r1 - r0) * n), t->err)) {
+		t->rc = -1;
+		return;
+	}
+	for (size_t r = r0; r < r1; r++) {
+		const float *wr = l4_row(lp, r, i);
+		const size_t row = lp->row0 + r, g = row / lp->per;
+		if (lp->pass == 0) {
+			float amax = 0;
+			for (size_t j = 0; j < n; j++)
+				amax = fabsf(wr[j]) > amax ? fabsf(wr[j]) : amax;
+			if (!isfinite(amax)) {
+				for (size_t j = 0; j < n; j++)
+					if (!isfinite(wr[j])) {
+						t->rc = ad_err(t->err, "weight %zu of row %zu is %g", j, row,
+						               (double)wr[j]);
+						return;
+					}
+			}
+			uint16_t h = ad_f32_to_fp16(amax);
+			if (!isfinite(ad_fp16_to_f32(h))) {
+				t->rc = ad_err(t->err, "a row's largest weight %g is beyond fp16", (double)amax);
+				return;
+			}
+			lp->scales[row] = h;
+			const float s = ad_fp16_to_f32(h);
+			// one table for all rows: a histogram of this task's own
+			double *hg = lp->per == lp->rows ? lp->hist + (1 + i) * L4_BINS : lp->hist + g * L4_BINS;
+			if (s == 0) {
+				hg[L4_BINS / 2] += (double)n;
+				continue;
+			}
+			for (size_t j = 0; j < n; j++) {
+				float u = wr[j] / s;
+				u = u < -1.0f ? -1.0f : u > 1.0f ? 1.0f : u;
+				hg[(int)((u + 1.0f) * (0.5f * (L4_BINS - 1)) + 0.5f)] += 1;
+			}
+			continue;
+		}
+		const float s = ad_fp16_to_f32(lp->scales[row]), *tb = lp->tab + g * 16;
+		uint8_t *q = lp->q + r * n;
+		// ane_l4_index, in a loop the compiler vectorises
+		float mid[15];
+		for (int c = 0; c < 15; c++)
+			mid[c] = (tb[c] + tb[c + 1]) * 0.5f;
+		const float sd = s > 0 ? s : 1.0f, sz = s > 0 ? 1.0f : 0.0f;
+		for (size_t j = 0; j < n; j++) {
+			const float u = wr[j] / sd * sz;
+			unsigned c = 0;
+			for (int m = 0; m < 15; m++)
+				c += u > mid[m];
+			q[j] = (uint8_t)c;
+		}
+		if (lp->qerr) {
+			double amax = 0, mx = 0;
+			for (size_t j = 0; j < n; j++) {
+				double d = fabs((double)s * tb[q[j]] - (double)wr[j]);
+				amax = fabs(wr[j]) > amax ? fabs(wr[j]) : amax;
+				mx = d > mx ? d : mx;
+				t->e.sum_sq_err += d * d;
+				t->e.sum_sq_w += (double)wr[j] * wr[j];
+			}
+			t->e.n += n;
+			t->e.max_abs = mx > t->e.max_abs ? mx : t->e.max_abs;
+			if (amax > 0 && mx / amax > t->e.max_rel_row)
+				t->e.max_rel_row = mx / amax;
+		}
+	}
+}
+
+static int
+l4_rows(void *ctx, const struct ane_wsrc *ws, size_t k, size_t n, char *err)
+{
+	struct l4put *lp = ctx;
+	if (ad_type_row_bytes((uint32_t)ws->type, (int64_t)n, &lp->rb) != 0)
+		return ad_err(err, "rows of %zu %s values", n, ad_type_name((uint32_t)ws->type));
+	// tasks of whole tables' rows (each table's histogram is one task's),
+	// at least 16 rows, 4 a thread at most
+	size_t nt = lp->emu ? (size_t)emu_nthreads(lp->emu) * 4 : 1;
+	if (nt > (k + 15) / 16)
+		nt = (k + 15) / 16;
+	if (nt > L4_TASKS)
+		nt = L4_TASKS;
+	// the tasks split where a table's rows start (matrix rows), so that
+	// each table's histogram is one task's (one table for all: each task
+	// has its own)
+	lp->at[0] = 0;
+	for (size_t i = 1; i < nt; i++) {
+		size_t r = lp->row0 + k * i / nt;
+		if (lp->per < lp->rows)
+			r = (r + lp->per - 1) / lp->per * lp->per;
+		r -= lp->row0;
+		lp->at[i] = r > k ? k : r < lp->at[i - 1] ? lp->at[i - 1] : r;
+	}
+	lp->at[nt] = k;
+	lp->ws = ws;
+	lp->k = k;
+	lp->nt = nt;
+	if (lp->emu && lp->nt > 1)
+		emu_parallel(lp->emu, l4_task, lp, lp->nt);
+	else
+		for (size_t i = 0; i < lp->nt; i++)
+			l4_task(lp, i);
+	for (size_t i = 0; i < lp->nt; i++)
+		if (lp->t[i].rc) {
+			snprintf(err, AD_ERRLEN, "%s", lp->t[i].err);
+			return -1;
+		}
+	lp->row0 += k;
+	if (lp->pass == 0)
+		return 0;
+	// pack the indices two a byte, element 0 of the matrix in a low nibble
+	size_t nb = 0;
+	for (size_t e = 0; e < k * n; e++, lp->el++)
+		if (lp->el & 1)
+			lp->out[nb++] = (uint8_t)(lp->carry | lp->q[e] << 4);
+		else
+			lp->carry = lp->q[e];
+	return lp->w && nb ? ane_blob_put_u4(lp->w, lp->out, nb, err) : 0;
+}
+
+// one 4-bit matrix from parts [j0, j1) (rows stacked): the indices, the
+// tables and the scales (mil.h); with w NULL only the error is summed into
+// qerr. scratch: SCRATCH_VALUES floats; emu: the pool, or NULL
+static int
+put_l4_matrix(const struct model *m, float *scratch, struct emu *emu, struct ane_blob_writer *w,
+              const struct ane_part *parts, int j0, int j1, struct ane_qerr *qerr, char *err)
+{
+	size_t rows = 0, n = (size_t)parts[j0].t->ne[0];
+	for (int j = j0; j < j1; j++)
+		rows += (size_t)parts[j].rows;
+	const size_t ntab = (size_t)ane_mil_l4_tables((int)rows);
+	// one table for all rows: a histogram for each task besides
+	const size_t nhist = ntab == 1 ? 1 + L4_TASKS : ntab;
+	struct l4put lp = {.n = n,
+	                   .rows = rows,
+	                   .per = rows / ntab,
+	                   .emu = emu,
+	                   .scratch = scratch,
+	                   .scales = malloc(rows * 2),
+	                   .hist = calloc(nhist * L4_BINS, sizeof(double)),
+	                   .tab = malloc(ntab * 16 * sizeof(float)),
+	                   .buf = malloc(L4_TASKS * n * sizeof(float)),
+	                   .q = malloc(SCRATCH_VALUES),
+	                   .out = malloc(SCRATCH_VALUES / 2 + 1),
+	                   .w = w,
+	                   .qerr = qerr,
+	                   .t = calloc(L4_TASKS, sizeof(struct l4task))};
+	uint16_t *th = malloc(ntab * 16 * 2);
+	int rc = -1;
+	if (!lp.scales || !lp.hist || !lp.tab || !lp.buf || !lp.q || !lp.out || !lp.t || !th) {
+		ad_err(err, "out of memory");
+		goto out;
+	}
+	// the first pass reads the rows without dropping their pages: the
+	// second reads them again
+	for (int j = j0; j < j1; j++)
+		if (each_rows(NULL, scratch, &parts[j], 2, l4_rows, &lp, err))
+			goto out;
+	if (ntab == 1)
+		for (size_t i = 1; i < nhist; i++)
+			for (size_t b = 0; b < L4_BINS; b++)
+				lp.hist[b] += lp.hist[i * L4_BINS + b];
+	for (size_t g = 0; g < ntab; g++)
+		ane_l4_tables(lp.hist + g * L4_BINS, L4_BINS, lp.tab + g * 16);
+	lp.pass = 1;
+	lp.row0 = 0;
+	if (w && ane_blob_begin_u4(w, rows * n, NULL, err))
+		goto out;
+	for (int j = j0; j < j1; j++)
+		if (each_rows(m, scratch, &parts[j], 2, l4_rows, &lp, err))
+			goto out;
+	if (qerr)
+		for (size_t i = 0; i < L4_TASKS; i++) {
+			const struct ane_qerr *e = &lp.t[i].e;
+			qerr->n += e->n;
+			qerr->sum_sq_err += e->sum_sq_err;
+			qerr->sum_sq_w += e->sum_sq_w;
+			qerr->max_abs = e->max_abs > qerr->max_abs ? e->max_abs : qerr->max_abs;
+			qerr->max_rel_row = e->max_rel_row > qerr->max_rel_row ? e->max_rel_row : qerr->max_rel_row;
+		}
+	if (w) {
+		if (lp.el & 1 && ane_blob_put_u4(w, &lp.carry, 1, err))
+			goto out;
+		for (size_t i = 0; i < ntab * 16; i++)
+			th[i] = ad_f32_to_fp16(lp.tab[i]);
+		if (ane_blob_end(w, err) ||
+		    ane_blob_add(w, &(struct ane_wsrc){th, AD_TYPE_F16, ntab * 16}, NULL, err) ||
+		    ane_blob_add(w, &(struct ane_wsrc){lp.scales, AD_TYPE_F16, rows}, NULL, err))
+			goto out;
+	}
+	rc = 0;
+out:
+	free(lp.scales), free(lp.hist), free(lp.tab), free(lp.buf), free(lp.q), free(lp.out), free(lp.t), free(th);
+	return rc;
+}
+
 int
 ane_qerr_plan(const struct ane_plan *p, struct ane_qerr *e, char *err)
 {
@@ -414,11 +734,12 @@ ane_qerr_plan(const struct ane_plan *p, struct ane_qerr *e, char *err)
 	int rc = 0;
 	for (int i = 0; i < p->n && !rc; i++) {
 		const struct ane_pk *pk = &p->k[i];
-		if (pk->ff)
-			for (int j = 0; j < pk->nparts && !rc; j++)
-				rc = put_i8_matrix(NULL, scratch, NULL, NULL, pk->parts, j, j + 1, e, err);
-		else
-			rc = put_i8_matrix(NULL, scratch, NULL, NULL, pk->parts, 0, pk->nparts, e, err);
+		for (int j = 0; j < (pk->ff ? pk->nparts : 1) && !rc; j++) {
+			const int j0 = pk->ff ? j : 0, j1 = pk->ff ? j + 1 : pk->nparts;
+			rc = pk->wfmt == ANE_W_LUT4
+			             ? put_l4_matrix(NULL, scratch, NULL, NULL, pk->parts, j0, j1, e, err)
+			             : put_i8_matrix(NULL, scratch, NULL, NULL, pk->parts, j0, j1, e, err);
+		}
 	}
 	free(scratch);
 	return rc;
@@ -529,6 +850,8 @@ blob_bytes(const struct ane_pk *pk)
 		n += 2 * ANE_BLOB_CHUNK_HEADER + rows * cin * (pk->wfmt == ANE_W_INT8 ? 1 : 2);
 		if (pk->wfmt == ANE_W_INT8)
 			n += rows * 2;
+		if (pk->wfmt == ANE_W_LUT4) // less than counted above: the indices, tables and scales
+			n += ANE_BLOB_CHUNK_HEADER + rows * 2 + 32 * (rows / 64 + 1);
 	}
 	return n;
 }
@@ -565,6 +888,14 @@ ane_build(struct ane_builder *b, const struct ane_pk *pk, int width, struct ane_
 		return -1;
 	}
 	int fused = pk->ff > 0;
+	if (pk->wfmt == ANE_W_LUT4) {
+		int rc = 0;
+		for (int j = 0; j < (fused ? pk->nparts : 1) && !rc; j++)
+			rc = put_l4_matrix(b->model, b->scratch, b->emu, &w, pk->parts, fused ? j : 0,
+			                   fused ? j + 1 : pk->nparts, NULL, err);
+		if (rc)
+			goto fail;
+	}
 	if (pk->wfmt == ANE_W_INT8) {
 		int rc = 0;
 		if (fused)
@@ -575,7 +906,7 @@ ane_build(struct ane_builder *b, const struct ane_pk *pk, int width, struct ane_
 		if (rc)
 			goto fail;
 	}
-	for (int i = 0; i < pk->nparts && pk->wfmt != ANE_W_INT8; i++) {
+	for (int i = 0; i < pk->nparts && pk->wfmt == ANE_W_FP16; i++) {
 		if (fused || i == 0) {
 			size_t n = 0;
 			for (int j = fused ? i : 0; j < (fused ? i + 1 : pk->nparts); j++)

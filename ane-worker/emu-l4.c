@@ -4,12 +4,15 @@
 //
 // Weights stay half a byte each: an index into the table of its row's
 // quad (rows 64g .. 64g+63). The quads follow one another, each
-// [cin][32] bytes: step i of quad g is 32 bytes, row r of the quad in
-// byte r % 32, the low nibble for r < 32 and the high one for the rest.
-// So a quad's step is half a line, a one-column pass over quads [g0, g1)
-// reads one sequential stream, and a panel (16 rows) is the low or high
-// nibbles of 16 consecutive bytes: panel k of a quad at byte 16 * (k & 1),
-// nibble k >> 1. Rows past cout have index 0.
+// ceil(cin / 2) lines of 64 bytes; line l of a quad holds steps 2l and
+// 2l + 1, as 16 little-endian u32 words: word d, nibble j (bits 4j .. 4j+3)
+// is row 16 (j % 4) + d of the quad at step 2l + j / 4 (an odd cin leaves
+// the last line's upper nibbles zero). So a one-column pass over quads
+// [g0, g1) reads one sequential stream, and one 64-byte load gives eight
+// panel steps: a word's low four bits are what vpermps reads as an index,
+// so a shift right by 4j is all a step needs before its lookup (on AVX-512
+// one vpermps of the table per 16 weights: no widening, no masking).
+// Rows past cout have index 0.
 // Three kernels compute the same bits:
 //   emu_conv_l4_ref     plain C
 //   emu_conv_l4_avx2    AVX2 + FMA (+ F16C for the final rounding): a
@@ -34,32 +37,62 @@
 #include "fp16.h"
 
 #define PANEL 16
-#define QUAD 4                // panels a quad
-#define QROWS (QUAD * PANEL)  // rows a quad
-#define QSTEP (QROWS / 2)     // bytes of a quad's step
-#define NCOLS 6               // columns a tile at most
+#define QUAD 4               // panels a quad
+#define QROWS (QUAD * PANEL) // rows a quad
+#define LINE 64              // bytes of a line: two steps of a quad
+#define NCOLS 6              // columns a tile at most
 _Static_assert(QROWS == EMU_L4_QUAD_ROWS, "emu.h's quad rows");
+
+// bytes of one quad
+static inline size_t
+quad_bytes(size_t cin)
+{
+	return (cin + 1) / 2 * LINE;
+}
 
 size_t
 emu_l4_panel_bytes(size_t cout, size_t cin)
 {
-	return (cout + QROWS - 1) / QROWS * QSTEP * cin;
+	return (cout + QROWS - 1) / QROWS * quad_bytes(cin);
+}
+
+// where row r (of its quad) at step i sits: byte, and the shift in it
+static inline size_t
+nib_at(size_t r, size_t i, unsigned *sh)
+{
+	const size_t j = r / PANEL + 4 * (i & 1), d = r % PANEL;
+	*sh = 4 * (unsigned)(j & 1);
+	return (i / 2) * LINE + 4 * d + j / 2;
 }
 
 void
 emu_l4_pack(const uint8_t *q, size_t cout, size_t cin, uint8_t *panels)
 {
 	size_t nq = (cout + QROWS - 1) / QROWS;
-	memset(panels, 0, nq * QSTEP * cin);
+	memset(panels, 0, nq * quad_bytes(cin));
 	for (size_t g = 0; g < nq; g++)
-		for (size_t r = 0; r < QROWS; r++) {
-			size_t o = g * QROWS + r;
-			if (o >= cout)
-				break;
-			uint8_t *dst = panels + g * cin * QSTEP + r % QSTEP;
-			const unsigned sh = r < QSTEP ? 0 : 4;
-			for (size_t i = 0; i < cin; i++)
-				dst[i * QSTEP] |= (uint8_t)((q[o * cin + i] & 15u) << sh);
+		for (size_t r = 0; r < QROWS && g * QROWS + r < cout; r++) {
+			uint8_t *dst = panels + g * quad_bytes(cin);
+			for (size_t i = 0; i < cin; i++) {
+				unsigned sh;
+				size_t at = nib_at(r, i, &sh);
+				dst[at] |= (uint8_t)((q[(g * QROWS + r) * cin + i] & 15u) << sh);
+			}
+		}
+}
+
+void
+emu_l4_pack_quads(const uint8_t *packed, size_t cout, size_t cin, uint8_t *panels, size_t g0, size_t g1)
+{
+	memset(panels + g0 * quad_bytes(cin), 0, (g1 - g0) * quad_bytes(cin));
+	for (size_t g = g0; g < g1; g++)
+		for (size_t r = 0; r < QROWS && g * QROWS + r < cout; r++) {
+			uint8_t *dst = panels + g * quad_bytes(cin);
+			for (size_t i = 0, e = (g * QROWS + r) * cin; i < cin; i++, e++) {
+				unsigned sh;
+				size_t at = nib_at(r, i, &sh);
+				dst[at] |= (uint8_t)(((packed[e / 2] >> (4 * (e & 1))) & 15u) << sh);
+			}
 		}
 }
 
@@ -75,15 +108,17 @@ emu_conv_l4_ref(const uint8_t *panels, const float *lut, const float *scale, siz
 {
 	for (size_t p = p0; p < p1; p++) {
 		const size_t g = p / QUAD, k = p % QUAD;
-		const uint8_t *w = panels + g * cin * QSTEP + 16 * (k & 1);
-		const unsigned sh = 4 * (unsigned)(k >> 1);
+		const uint8_t *w = panels + g * quad_bytes(cin);
 		const float *t = lut + g * 16;
 		for (size_t j = 0; j < ncols; j++) {
 			const float *xj = x + j * cin;
 			float acc[PANEL] = {0};
 			for (size_t i = 0; i < cin; i++)
-				for (size_t r = 0; r < PANEL; r++)
-					acc[r] = fmaf(t[(w[i * QSTEP + r] >> sh) & 15u], xj[i], acc[r]);
+				for (size_t r = 0; r < PANEL; r++) {
+					unsigned sh;
+					size_t at = nib_at(k * PANEL + r, i, &sh);
+					acc[r] = fmaf(t[(w[at] >> sh) & 15u], xj[i], acc[r]);
+				}
 			for (size_t r = 0; r < PANEL && p * PANEL + r < cout; r++)
 				y[j * cout + p * PANEL + r] = round16(scale[p * PANEL + r] * acc[r]);
 		}
@@ -96,11 +131,11 @@ emu_conv_l4_ref(const uint8_t *panels, const float *lut, const float *scale, siz
 // The driver of both SIMD kernels: panels [p0, p1) quad by quad, a whole
 // quad as one tile (quad_fn) and a part of one a panel at a time
 // (panel_fn), by blocks of up to NCOLS columns. One column prefetches its
-// stream into L2, ahead lines on (emu_prefetch_steps).
-typedef void quad_fn(const uint8_t *w, size_t cin, const float *t, const float *x, float *y, size_t cout,
-                     size_t left, const float *sc, size_t ahead);
-typedef void panel_fn(const uint8_t *w, size_t cin, unsigned sh, const float *t, const float *x, float *y,
-                      size_t cout, size_t left, const float *sc, size_t ahead);
+// stream into L2, ahead bytes on (emu_prefetch_steps lines).
+typedef void quad_fn(const uint8_t *w, size_t cin, const float *t, const float *x, float *y, size_t cout, size_t left,
+                     const float *sc, size_t ahead);
+typedef void panel_fn(const uint8_t *w, size_t cin, unsigned k, const float *t, const float *x, float *y, size_t cout,
+                      size_t left, const float *sc, size_t ahead);
 
 static void
 drive(quad_fn *const *quads, panel_fn *const *pans, const uint8_t *panels, const float *lut, const float *scale,
@@ -109,32 +144,36 @@ drive(quad_fn *const *quads, panel_fn *const *pans, const uint8_t *panels, const
 	const size_t ahead = ncols == 1 ? emu_prefetch_steps() * 64 : 0; // bytes
 	for (size_t g = p0 / QUAD; g * QUAD < p1; g++) {
 		const size_t a = p0 > g * QUAD ? p0 : g * QUAD, b = p1 < (g + 1) * QUAD ? p1 : (g + 1) * QUAD;
-		const uint8_t *w = panels + g * cin * QSTEP;
+		const uint8_t *w = panels + g * quad_bytes(cin);
 		const float *t = lut + g * 16;
 		for (size_t c0 = 0; c0 < ncols; c0 += NCOLS) {
 			const size_t nc = ncols - c0 < NCOLS ? ncols - c0 : NCOLS;
 			const float *xc = x + c0 * cin;
 			if (a == g * QUAD && b == (g + 1) * QUAD) {
-				quads[nc](w, cin, t, xc, y + c0 * cout + a * PANEL, cout, cout - a * PANEL, scale + a * PANEL,
-				          ahead);
+				quads[nc](w, cin, t, xc, y + c0 * cout + a * PANEL, cout, cout - a * PANEL,
+				          scale + a * PANEL, ahead);
 				continue;
 			}
 			for (size_t p = a; p < b; p++)
-				pans[nc](w + 16 * (p % QUAD & 1), cin, 4 * (unsigned)(p % QUAD >> 1), t, xc,
-				         y + c0 * cout + p * PANEL, cout, cout - p * PANEL, scale + p * PANEL, ahead);
+				pans[nc](w, cin, (unsigned)(p % QUAD), t, xc, y + c0 * cout + p * PANEL, cout,
+				         cout - p * PANEL, scale + p * PANEL, ahead);
 		}
 	}
 }
 
-// ---- AVX2: a panel's step is two ymm (rows 0-7, 8-15)
+// ---- AVX2: a panel's step is two ymm (rows 0-7, 8-15: a line's words 0-7
+// and 8-15)
 #define T2 __attribute__((target("avx2,fma,f16c")))
 
-// t[idx] for 8 indices in 0..15: two 8-entry permutes, bit 3 picks
+// t[nibble j of each word] for 8 words: two 8-entry permutes (their index
+// the word's low three bits after the shift), the nibble's top bit moved
+// to the sign to pick between them
 T2 static inline __attribute__((always_inline)) __m256
-look2(__m256 tlo, __m256 thi, __m256i idx)
+look2(__m256 tlo, __m256 thi, __m256i v, int j)
 {
+	__m256i idx = _mm256_srli_epi32(v, 4 * j);
 	__m256 lo = _mm256_permutevar8x32_ps(tlo, idx), hi = _mm256_permutevar8x32_ps(thi, idx);
-	return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+	return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(v, 28 - 4 * j)));
 }
 
 // the sums of one panel (two ymm a column) times their rows' scales,
@@ -161,41 +200,83 @@ store2(float *y, size_t cout, size_t left, const float *sc, const __m256 *acc, c
 	}
 }
 
-// one panel (its 16 bytes at w, nibble sh) by nc columns
+// one step (nibble j of the line's words) of one panel into acc
 T2 static inline __attribute__((always_inline)) void
-panel2(const uint8_t *w, size_t cin, unsigned sh, const float *t, const float *x, float *y, size_t cout, size_t left,
+step2(__m256 tlo, __m256 thi, __m256i v0, __m256i v1, int j, const float *x, size_t cin, size_t i, __m256 *acc,
+      const int nc)
+{
+	__m256 lo = look2(tlo, thi, v0, j), hi = look2(tlo, thi, v1, j);
+#pragma GCC unroll 6
+	for (int c = 0; c < nc; c++) {
+		__m256 b = _mm256_broadcast_ss(x + (size_t)c * cin + i);
+		acc[2 * c] = _mm256_fmadd_ps(lo, b, acc[2 * c]);
+		acc[2 * c + 1] = _mm256_fmadd_ps(hi, b, acc[2 * c + 1]);
+	}
+}
+
+// panel k of the quad at w by nc columns
+T2 static inline __attribute__((always_inline)) void
+panel2(const uint8_t *w, size_t cin, unsigned k, const float *t, const float *x, float *y, size_t cout, size_t left,
        const float *sc, size_t ahead, const int nc)
 {
 	const __m256 tlo = _mm256_loadu_ps(t), thi = _mm256_loadu_ps(t + 8);
-	const __m256i m15 = _mm256_set1_epi32(15);
-	const __m128i cnt = _mm_cvtsi32_si128((int)sh);
 	__m256 acc[2 * NCOLS];
 #pragma GCC unroll 12
 	for (int a = 0; a < 2 * nc; a++)
 		acc[a] = _mm256_setzero_ps();
-	for (size_t i = 0; i < cin; i++) {
-		const uint8_t *s = w + i * QSTEP;
+	const int j = (int)k;
+	size_t i = 0;
+	for (; i + 1 < cin; i += 2) {
+		const uint8_t *s = w + i / 2 * LINE;
 		if (ahead)
 			_mm_prefetch((const char *)(s + ahead), _MM_HINT_T1);
-		__m256i ilo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)s));
-		__m256i ihi = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(s + 8)));
-		__m256 lo = look2(tlo, thi, _mm256_and_si256(_mm256_srl_epi32(ilo, cnt), m15));
-		__m256 hi = look2(tlo, thi, _mm256_and_si256(_mm256_srl_epi32(ihi, cnt), m15));
-#pragma GCC unroll 6
-		for (int c = 0; c < nc; c++) {
-			__m256 b = _mm256_broadcast_ss(x + (size_t)c * cin + i);
-			acc[2 * c] = _mm256_fmadd_ps(lo, b, acc[2 * c]);
-			acc[2 * c + 1] = _mm256_fmadd_ps(hi, b, acc[2 * c + 1]);
+		__m256i v0 = _mm256_loadu_si256((const __m256i *)s), v1 = _mm256_loadu_si256((const __m256i *)(s + 32));
+		// the shift counts must be constants: one case per panel
+		switch (j) {
+		case 0:
+			step2(tlo, thi, v0, v1, 0, x, cin, i, acc, nc);
+			step2(tlo, thi, v0, v1, 4, x, cin, i + 1, acc, nc);
+			break;
+		case 1:
+			step2(tlo, thi, v0, v1, 1, x, cin, i, acc, nc);
+			step2(tlo, thi, v0, v1, 5, x, cin, i + 1, acc, nc);
+			break;
+		case 2:
+			step2(tlo, thi, v0, v1, 2, x, cin, i, acc, nc);
+			step2(tlo, thi, v0, v1, 6, x, cin, i + 1, acc, nc);
+			break;
+		default:
+			step2(tlo, thi, v0, v1, 3, x, cin, i, acc, nc);
+			step2(tlo, thi, v0, v1, 7, x, cin, i + 1, acc, nc);
+			break;
+		}
+	}
+	if (i < cin) { // an odd cin's last step
+		const uint8_t *s = w + i / 2 * LINE;
+		__m256i v0 = _mm256_loadu_si256((const __m256i *)s), v1 = _mm256_loadu_si256((const __m256i *)(s + 32));
+		switch (j) {
+		case 0:
+			step2(tlo, thi, v0, v1, 0, x, cin, i, acc, nc);
+			break;
+		case 1:
+			step2(tlo, thi, v0, v1, 1, x, cin, i, acc, nc);
+			break;
+		case 2:
+			step2(tlo, thi, v0, v1, 2, x, cin, i, acc, nc);
+			break;
+		default:
+			step2(tlo, thi, v0, v1, 3, x, cin, i, acc, nc);
+			break;
 		}
 	}
 	store2(y, cout, left, sc, acc, nc);
 }
 
 #define PANEL2(NC)                                                                                                     \
-	T2 static void p2_##NC(const uint8_t *w, size_t cin, unsigned sh, const float *t, const float *x, float *y,     \
+	T2 static void p2_##NC(const uint8_t *w, size_t cin, unsigned k, const float *t, const float *x, float *y,     \
 	                       size_t cout, size_t left, const float *sc, size_t ahead)                                \
 	{                                                                                                              \
-		panel2(w, cin, sh, t, x, y, cout, left, sc, ahead, NC);                                                \
+		panel2(w, cin, k, t, x, y, cout, left, sc, ahead, NC);                                                 \
 	}
 PANEL2(1)
 PANEL2(2)
@@ -207,12 +288,11 @@ PANEL2(6)
 // a whole quad on AVX2: its four panels one after the other (the
 // accumulators of four panels by several columns do not fit 16 ymm)
 #define QUAD2(NC)                                                                                                      \
-	T2 static void q2_##NC(const uint8_t *w, size_t cin, const float *t, const float *x, float *y, size_t cout,     \
+	T2 static void q2_##NC(const uint8_t *w, size_t cin, const float *t, const float *x, float *y, size_t cout,    \
 	                       size_t left, const float *sc, size_t ahead)                                             \
 	{                                                                                                              \
-		for (size_t k = 0; k < QUAD && k * PANEL < left; k++)                                                  \
-			panel2(w + 16 * (k & 1), cin, 4 * (unsigned)(k >> 1), t, x, y + k * PANEL, cout,              \
-			       left - k * PANEL, sc + k * PANEL, ahead, NC);                                           \
+		for (unsigned k = 0; k < QUAD && k * PANEL < left; k++)                                                \
+			panel2(w, cin, k, t, x, y + k * PANEL, cout, left - k * PANEL, sc + k * PANEL, ahead, NC);     \
 	}
 QUAD2(1)
 QUAD2(2)
@@ -225,8 +305,8 @@ static quad_fn *const quads2[NCOLS + 1] = {NULL, q2_1, q2_2, q2_3, q2_4, q2_5, q
 static panel_fn *const pans2[NCOLS + 1] = {NULL, p2_1, p2_2, p2_3, p2_4, p2_5, p2_6};
 
 T2 void
-emu_conv_l4_avx2(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
-                 const float *x, size_t ncols, float *y, size_t p0, size_t p1)
+emu_conv_l4_avx2(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin, const float *x,
+                 size_t ncols, float *y, size_t p0, size_t p1)
 {
 	drive(quads2, pans2, panels, lut, scale, cout, cin, x, ncols, y, p0, p1);
 }
@@ -253,58 +333,65 @@ store5(float *y, size_t cout, size_t left, const float *sc, const __m512 *acc, c
 	}
 }
 
-// a whole quad by nc columns: a step's 32 bytes widened twice, each
-// giving two panels' indices (low and high nibbles)
+// nibble j of the line's words: step i + j / 4 of panel j % 4, into acc
 T5 static inline __attribute__((always_inline)) void
-quad5(const uint8_t *w, size_t cin, const float *t, const float *x, float *y, size_t cout, size_t left,
-      const float *sc, size_t ahead, const int nc)
+step5(__m512 tab, __m512i v, int j, const float *x, size_t cin, size_t i, __m512 *acc, int p, const int nc)
+{
+	__m512 wv = _mm512_permutexvar_ps(j ? _mm512_srli_epi32(v, 4 * j) : v, tab);
+#pragma GCC unroll 6
+	for (int c = 0; c < nc; c++)
+		acc[p * nc + c] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[(size_t)c * cin + i]), acc[p * nc + c]);
+}
+
+// a whole quad by nc columns: a line's 64 bytes looked up eight times
+T5 static inline __attribute__((always_inline)) void
+quad5(const uint8_t *w, size_t cin, const float *t, const float *x, float *y, size_t cout, size_t left, const float *sc,
+      size_t ahead, const int nc)
 {
 	const __m512 tab = _mm512_loadu_ps(t);
-	const __m512i m15 = _mm512_set1_epi32(15);
 	__m512 acc[QUAD * NCOLS];
 #pragma GCC unroll 24
 	for (int a = 0; a < QUAD * nc; a++)
 		acc[a] = _mm512_setzero_ps();
-	for (size_t i = 0; i < cin; i++) {
-		const uint8_t *s = w + i * QSTEP;
-		if (ahead && !(i & 1))
+	size_t i = 0;
+	for (; i + 1 < cin; i += 2) {
+		const uint8_t *s = w + i / 2 * LINE;
+		if (ahead)
 			_mm_prefetch((const char *)(s + ahead), _MM_HINT_T1);
-		__m512i d0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s));
-		__m512i d1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + 16)));
-		__m512 wv[QUAD];
-		wv[0] = _mm512_permutexvar_ps(_mm512_and_si512(d0, m15), tab);
-		wv[1] = _mm512_permutexvar_ps(_mm512_and_si512(d1, m15), tab);
-		wv[2] = _mm512_permutexvar_ps(_mm512_srli_epi32(d0, 4), tab);
-		wv[3] = _mm512_permutexvar_ps(_mm512_srli_epi32(d1, 4), tab);
-#pragma GCC unroll 6
-		for (int c = 0; c < nc; c++) {
-			__m512 b = _mm512_set1_ps(x[(size_t)c * cin + i]);
+		__m512i v = _mm512_loadu_si512(s);
 #pragma GCC unroll 4
-			for (int p = 0; p < QUAD; p++)
-				acc[p * nc + c] = _mm512_fmadd_ps(wv[p], b, acc[p * nc + c]);
-		}
+		for (int p = 0; p < QUAD; p++)
+			step5(tab, v, p, x, cin, i, acc, p, nc);
+#pragma GCC unroll 4
+		for (int p = 0; p < QUAD; p++)
+			step5(tab, v, p + 4, x, cin, i + 1, acc, p, nc);
+	}
+	if (i < cin) {
+		__m512i v = _mm512_loadu_si512(w + i / 2 * LINE);
+#pragma GCC unroll 4
+		for (int p = 0; p < QUAD; p++)
+			step5(tab, v, p, x, cin, i, acc, p, nc);
 	}
 	store5(y, cout, left, sc, acc, QUAD, nc);
 }
 
-// one panel (its 16 bytes at w, nibble sh) by nc columns
+// panel k of the quad at w by nc columns
 T5 static inline __attribute__((always_inline)) void
-panel5(const uint8_t *w, size_t cin, unsigned sh, const float *t, const float *x, float *y, size_t cout, size_t left,
+panel5(const uint8_t *w, size_t cin, unsigned k, const float *t, const float *x, float *y, size_t cout, size_t left,
        const float *sc, size_t ahead, const int nc)
 {
 	const __m512 tab = _mm512_loadu_ps(t);
-	const __m512i m15 = _mm512_set1_epi32(15);
-	const __m128i cnt = _mm_cvtsi32_si128((int)sh);
+	const __m128i c0 = _mm_cvtsi32_si128((int)(4 * k)), c1 = _mm_cvtsi32_si128((int)(4 * k + 16));
 	__m512 acc[NCOLS];
 #pragma GCC unroll 6
 	for (int a = 0; a < nc; a++)
 		acc[a] = _mm512_setzero_ps();
 	for (size_t i = 0; i < cin; i++) {
-		const uint8_t *s = w + i * QSTEP;
+		const uint8_t *s = w + i / 2 * LINE;
 		if (ahead && !(i & 1))
 			_mm_prefetch((const char *)(s + ahead), _MM_HINT_T1);
-		__m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s));
-		__m512 wv = _mm512_permutexvar_ps(_mm512_and_si512(_mm512_srl_epi32(d, cnt), m15), tab);
+		__m512i v = _mm512_loadu_si512(s);
+		__m512 wv = _mm512_permutexvar_ps(_mm512_srl_epi32(v, i & 1 ? c1 : c0), tab);
 #pragma GCC unroll 6
 		for (int c = 0; c < nc; c++)
 			acc[c] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[(size_t)c * cin + i]), acc[c]);
@@ -313,15 +400,15 @@ panel5(const uint8_t *w, size_t cin, unsigned sh, const float *t, const float *x
 }
 
 #define TILES5(NC)                                                                                                     \
-	T5 static void q5_##NC(const uint8_t *w, size_t cin, const float *t, const float *x, float *y, size_t cout,     \
+	T5 static void q5_##NC(const uint8_t *w, size_t cin, const float *t, const float *x, float *y, size_t cout,    \
 	                       size_t left, const float *sc, size_t ahead)                                             \
 	{                                                                                                              \
 		quad5(w, cin, t, x, y, cout, left, sc, ahead, NC);                                                     \
 	}                                                                                                              \
-	T5 static void p5_##NC(const uint8_t *w, size_t cin, unsigned sh, const float *t, const float *x, float *y,     \
+	T5 static void p5_##NC(const uint8_t *w, size_t cin, unsigned k, const float *t, const float *x, float *y,     \
 	                       size_t cout, size_t left, const float *sc, size_t ahead)                                \
 	{                                                                                                              \
-		panel5(w, cin, sh, t, x, y, cout, left, sc, ahead, NC);                                                \
+		panel5(w, cin, k, t, x, y, cout, left, sc, ahead, NC);                                                 \
 	}
 TILES5(1)
 TILES5(2)
@@ -334,12 +421,11 @@ static quad_fn *const quads5[NCOLS + 1] = {NULL, q5_1, q5_2, q5_3, q5_4, q5_5, q
 static panel_fn *const pans5[NCOLS + 1] = {NULL, p5_1, p5_2, p5_3, p5_4, p5_5, p5_6};
 
 T5 void
-emu_conv_l4_avx512(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
-                   const float *x, size_t ncols, float *y, size_t p0, size_t p1)
+emu_conv_l4_avx512(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin, const float *x,
+                   size_t ncols, float *y, size_t p0, size_t p1)
 {
 	drive(quads5, pans5, panels, lut, scale, cout, cin, x, ncols, y, p0, p1);
 }
-
 void
 emu_conv_l4_at(int isa, const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
                const float *x, size_t ncols, float *y, size_t p0, size_t p1)
@@ -355,15 +441,15 @@ emu_conv_l4_at(int isa, const uint8_t *panels, const float *lut, const float *sc
 }
 #else
 void
-emu_conv_l4_avx2(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
-                 const float *x, size_t ncols, float *y, size_t p0, size_t p1)
+emu_conv_l4_avx2(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin, const float *x,
+                 size_t ncols, float *y, size_t p0, size_t p1)
 {
 	emu_conv_l4_ref(panels, lut, scale, cout, cin, x, ncols, y, p0, p1);
 }
 
 void
-emu_conv_l4_avx512(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
-                   const float *x, size_t ncols, float *y, size_t p0, size_t p1)
+emu_conv_l4_avx512(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin, const float *x,
+                   size_t ncols, float *y, size_t p0, size_t p1)
 {
 	emu_conv_l4_ref(panels, lut, scale, cout, cin, x, ncols, y, p0, p1);
 }
@@ -378,8 +464,8 @@ emu_conv_l4_at(int isa, const uint8_t *panels, const float *lut, const float *sc
 #endif
 
 void
-emu_conv_l4_fast(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
-                 const float *x, size_t ncols, float *y, size_t p0, size_t p1)
+emu_conv_l4_fast(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin, const float *x,
+                 size_t ncols, float *y, size_t p0, size_t p1)
 {
 	emu_conv_l4_at(emu_i8_isa(), panels, lut, scale, cout, cin, x, ncols, y, p0, p1);
 }

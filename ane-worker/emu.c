@@ -1509,6 +1509,7 @@ struct var {
 	struct val cval; // VAR_CONST: its value
 	int blob;        // VAR_CONST with BLOBFILE: index into k->weights, or -1
 	int buf;         // activation buffer index, or -1
+	int unscaled;    // constexpr_lut_to_dense's: a conv takes it only with its scales
 };
 
 enum step_op { S_CONV, S_ADD, S_MUL, S_SIGMOID };
@@ -1529,6 +1530,15 @@ struct weight {
 	// int8 (constexpr_affine_dequantize): panels of int8, one scale per row
 	int i8;
 	int8_t *qpanels;
+	// 4-bit palettised (constexpr_lut_to_dense, constexpr_blockwise_shift_scale):
+	// indices (emu_l4_pack's layout), a table of 16 a quad of 64 rows, the
+	// rows' scales in scale
+	int l4;
+	uint8_t *lpanels;
+	float *lut;
+	const uint8_t *lpayload; // the fp16 tables, during compile only
+	int scaled;              // l4: its constexpr_blockwise_shift_scale seen
+	size_t ltables;          // l4: tables in the program (1, or one a quad)
 	float *scale;            // npanels * 16
 	const uint8_t *spayload; // the fp16 scales, during compile only
 	int mapped;              // payload lies in a blob file's private read-only mapping
@@ -1617,7 +1627,7 @@ type_eq(const struct type *a, const struct type *b)
 	return 1;
 }
 
-static const char *const dtypes[] = {"fp16",   "fp32",  "int32", "int8",   "uint8",
+static const char *const dtypes[] = {"fp16",   "fp32",  "int32", "int8",   "uint8", "uint4",
                                      "uint64", "int64", "bool",  "string", NULL};
 
 static int
@@ -2055,10 +2065,13 @@ blob_payload(struct compiler *c, struct var *v, const struct val *x, int dt, int
 	uint64_t elems = 1;
 	for (int i = 0; i < x->t.rank; i++)
 		elems *= (uint64_t)x->t.dims[i];
-	uint64_t need = elems * (dt == ANE_BLOB_DT_INT8 ? 1 : 2);
+	uint64_t need = dt == ANE_BLOB_DT_UINT4 ? (elems + 1) / 2 : elems * (dt == ANE_BLOB_DT_INT8 ? 1 : 2);
 	if (ch->dtype != dt) {
 		perr(ps, v->line, "const '%s' %s: the chunk at %lld in '%s' holds %s values", v->name, dt_s, x->i,
-		     b->name, ch->dtype == ANE_BLOB_DT_INT8 ? "int8" : "fp16");
+		     b->name,
+		     ch->dtype == ANE_BLOB_DT_INT8    ? "int8"
+		     : ch->dtype == ANE_BLOB_DT_UINT4 ? "uint4"
+		                                      : "fp16");
 		return NULL;
 	}
 	if (ch->bytes != need) {
@@ -2142,6 +2155,126 @@ do_dequant(struct compiler *c, struct var *v, int nargs, struct arg *attrs, int 
 	w->i8 = 1;
 	w->cout = (size_t)O;
 	w->cin = (size_t)I;
+	return 0;
+}
+
+// the operands of a constexpr op given as arguments: each of keys there
+// once, nothing else
+static int
+constexpr_args(struct compiler *c, struct var *v, const char *op, struct arg *args, int nargs, const char *const *keys,
+               int nkeys, const char *expect)
+{
+	for (int i = 0; i < nargs; i++) {
+		int known = 0;
+		for (int j = 0; j < nkeys; j++)
+			known |= !strcmp(args[i].key, keys[j]);
+		if (!known)
+			return perr(&c->ps, v->line, "%s '%s': unknown argument '%s' (expected %s)", op, v->name,
+			            args[i].key, expect);
+	}
+	for (int j = 0; j < nkeys; j++)
+		if (!find_arg(args, nargs, keys[j]))
+			return perr(&c->ps, v->line, "%s '%s' without %s", op, v->name, keys[j]);
+	return 0;
+}
+
+// w = constexpr_lut_to_dense(indices = tensor<uint4, [O, I, 1, 1]>(BLOBFILE),
+// lut = tensor<fp16, [O / 64, 1, 1, 1, 16, 1]>(BLOBFILE)): 4-bit palettised
+// conv weights, a table of 16 values for each group of 64 output rows (the
+// iOS18 form, mil.h). A conv takes them only scaled per row, through
+// constexpr_blockwise_shift_scale (do_shift_scale)
+static int
+do_lut(struct compiler *c, struct var *v, struct arg *args, int nargs)
+{
+	struct parser *ps = &c->ps;
+	const char *op = "constexpr_lut_to_dense";
+	static const char *const keys[] = {"indices", "lut"};
+	if (constexpr_args(c, v, op, args, nargs, keys, 2, "indices, lut"))
+		return -1;
+	const struct type *t = &v->t;
+	char ts[128];
+	type_str(t, ts, sizeof ts);
+	if (!t->tensor || strcmp(t->dtype, "fp16") || t->rank != 4 || t->dims[2] != 1 || t->dims[3] != 1)
+		return perr(ps, v->line,
+		            "%s '%s' is %s; only conv weights tensor<fp16, [COUT, CIN, 1, 1]> are supported", op,
+		            v->name, ts);
+	const long long O = t->dims[0], I = t->dims[1];
+	struct val *ix = &find_arg(args, nargs, "indices")->v;
+	struct type it = *t;
+	strcpy(it.dtype, "uint4");
+	if (ix->k != V_BLOB || !type_eq(&ix->t, &it))
+		return perr(ps, v->line, "%s '%s': indices must be tensor<uint4, [%lld, %lld, 1, 1]>(BLOBFILE(...))",
+		            op, v->name, O, I);
+	struct val *lv = &find_arg(args, nargs, "lut")->v;
+	const struct type *lt = &lv->t;
+	if (lv->k != V_BLOB || !lt->tensor || strcmp(lt->dtype, "fp16") || lt->rank != 6 || lt->dims[1] != 1 ||
+	    lt->dims[2] != 1 || lt->dims[3] != 1 || lt->dims[4] != 16 || lt->dims[5] != 1 ||
+	    (lt->dims[0] != 1 && lt->dims[0] * EMU_L4_QUAD_ROWS != O)) {
+		if (O % EMU_L4_QUAD_ROWS)
+			return perr(ps, v->line,
+			            "%s '%s': lut must be tensor<fp16, [1, 1, 1, 1, 16, 1]>(BLOBFILE(...)): one table, "
+			            "as %lld rows are not a multiple of %d",
+			            op, v->name, O, EMU_L4_QUAD_ROWS);
+		return perr(
+			ps, v->line,
+			"%s '%s': lut must be tensor<fp16, [G, 1, 1, 1, 16, 1]>(BLOBFILE(...)) with G = 1 (one table) "
+			"or G = %lld (a table of 16 for each group of %d output rows)",
+			op, v->name, O / EMU_L4_QUAD_ROWS, EMU_L4_QUAD_ROWS);
+	}
+	c->nblob += 2;
+	int mapped = 0;
+	const uint8_t *q = NULL, *l = NULL;
+	if (!c->use_packed) {
+		q = blob_payload(c, v, ix, ANE_BLOB_DT_UINT4, &mapped);
+		l = q ? blob_payload(c, v, lv, ANE_BLOB_DT_FP16, NULL) : NULL;
+		if (!l)
+			return -1;
+	}
+	if (add_weight(c, v, q, mapped))
+		return -1;
+	struct weight *w = &c->k->weights[v->blob];
+	w->lpayload = l;
+	w->l4 = 1;
+	w->ltables = (size_t)lt->dims[0];
+	v->unscaled = 1;
+	return 0;
+}
+
+// w = constexpr_blockwise_shift_scale(data = <a constexpr_lut_to_dense>,
+// scale = tensor<fp16, [O, 1, 1, 1]>(BLOBFILE)): the palettised weights
+// times one scale per output row, no offset
+static int
+do_shift_scale(struct compiler *c, struct var *v, struct arg *args, int nargs)
+{
+	struct parser *ps = &c->ps;
+	const char *op = "constexpr_blockwise_shift_scale";
+	static const char *const keys[] = {"data", "scale"};
+	if (constexpr_args(c, v, op, args, nargs, keys, 2, "data, scale"))
+		return -1;
+	struct val *dv = &find_arg(args, nargs, "data")->v;
+	struct var *d = dv->k == V_VAR ? find_var(c, dv->s) : NULL;
+	if (!d || !d->unscaled)
+		return perr(ps, v->line,
+		            "%s '%s': data must name a constexpr_lut_to_dense (the emu scales nothing else)", op,
+		            v->name);
+	if (!type_eq(&d->t, &v->t))
+		return perr(ps, v->line, "%s '%s' must have the type of its data '%s'", op, v->name, d->name);
+	const long long O = v->t.dims[0];
+	struct val *sc = &find_arg(args, nargs, "scale")->v;
+	const struct type *st = &sc->t;
+	if (sc->k != V_BLOB || !st->tensor || strcmp(st->dtype, "fp16") || st->rank != 4 || st->dims[0] != O ||
+	    st->dims[1] != 1 || st->dims[2] != 1 || st->dims[3] != 1)
+		return perr(ps, v->line,
+		            "%s '%s': scale must be tensor<fp16, [%lld, 1, 1, 1]>(BLOBFILE(...)), one per output row",
+		            op, v->name, O);
+	struct weight *w = &c->k->weights[d->blob];
+	if (w->spayload || w->scaled)
+		return perr(ps, v->line, "%s '%s': '%s' is scaled twice", op, v->name, d->name);
+	c->nblob++;
+	if (!c->use_packed && !(w->spayload = blob_payload(c, v, sc, ANE_BLOB_DT_FP16, NULL)))
+		return -1;
+	w->scaled = 1;
+	v->blob = d->blob;
 	return 0;
 }
 
@@ -2260,6 +2393,11 @@ do_op(struct compiler *c, struct var *y, const char *op, struct arg *args, int n
 			return perr(ps, line, "conv '%s': weight '%s' is not defined", y->name, wa->v.s);
 		if (w->kind != VAR_CONST || w->blob < 0)
 			return perr(ps, line, "conv '%s': weight '%s' is not a BLOBFILE const", y->name, wa->v.s);
+		if (w->unscaled)
+			return perr(ps, line,
+			            "conv '%s': weight '%s' is palettised without its per-row scales; the emu takes it "
+			            "as constexpr_blockwise_shift_scale(data = %s, scale = ...)",
+			            y->name, wa->v.s, wa->v.s);
 		struct var *x = operand(c, line, "conv", xa);
 		if (!x)
 			return -1;
@@ -2353,12 +2491,14 @@ parse_stmt(struct compiler *c)
 	for (size_t i = 0; i < sizeof banned / sizeof banned[0]; i++)
 		if (!strcmp(op, banned[i].op))
 			return perr(ps, opline, "op '%s' ('%s') is not allowed: %s", op, name, banned[i].why);
-	int dq = !strcmp(op, "constexpr_affine_dequantize");
+	int dq = !strcmp(op, "constexpr_affine_dequantize"), lut = !strcmp(op, "constexpr_lut_to_dense"),
+	    ss = !strcmp(op, "constexpr_blockwise_shift_scale");
 	if (strcmp(op, "const") && strcmp(op, "conv") && strcmp(op, "add") && strcmp(op, "mul") &&
-	    strcmp(op, "sigmoid") && !dq)
+	    strcmp(op, "sigmoid") && !dq && !lut && !ss)
 		return perr(ps, opline,
 		            "op '%s' ('%s') is not supported: the accepted set is const, "
-		            "constexpr_affine_dequantize, conv, add, mul, sigmoid",
+		            "constexpr_affine_dequantize, constexpr_lut_to_dense, constexpr_blockwise_shift_scale, "
+		            "conv, add, mul, sigmoid",
 		            op, name);
 	struct arg args[16], attrs[8];
 	int nargs, nattrs;
@@ -2371,11 +2511,18 @@ parse_stmt(struct compiler *c)
 	if (strcmp(nm->v.s, name))
 		return perr(ps, line, "'%s' is named \"%s\"; the seed dialect names each op after its result", name,
 		            nm->v.s);
-	struct var *v = add_var(c, name, strcmp(op, "const") && !dq ? VAR_OP : VAR_CONST, line, &t);
+	struct var *v = add_var(c, name, strcmp(op, "const") && !dq && !lut && !ss ? VAR_OP : VAR_CONST, line, &t);
 	if (!v)
 		return -1;
 	if (dq)
 		return do_dequant(c, v, nargs, attrs, nattrs);
+	if ((lut || ss) && nattrs != 1)
+		return perr(ps, line, "%s '%s': the only attribute allowed is name (its operands are arguments)", op,
+		            name);
+	if (lut)
+		return do_lut(c, v, args, nargs);
+	if (ss)
+		return do_shift_scale(c, v, args, nargs);
 	if (v->kind == VAR_CONST) {
 		if (nargs)
 			return perr(ps, line, "const '%s' takes no arguments", name);
@@ -2550,6 +2697,10 @@ repack_task(void *arg, size_t t, int worker)
 	struct repack_job *j = arg;
 	const struct weight *w = j->w;
 	const size_t u0 = j->units * t / j->ntasks, u1 = j->units * (t + 1) / j->ntasks;
+	if (w->l4) {
+		emu_l4_pack_quads(w->payload, w->cout, w->cin, w->lpanels, u0, u1);
+		return;
+	}
 	if (j->i8) {
 		emu_i8_pack_quads((const int8_t *)w->payload, w->cout, w->cin, w->qpanels, u0, u1);
 		return;
@@ -2568,7 +2719,9 @@ repack_task(void *arg, size_t t, int worker)
 static void
 repack(struct emu *e, struct weight *w, int i8)
 {
-	size_t units = i8 ? (w->cout + EMU_I8_QUAD_ROWS - 1) / EMU_I8_QUAD_ROWS : (w->cout + PSTEP - 1) / PSTEP;
+	size_t units = w->l4 ? (w->cout + EMU_L4_QUAD_ROWS - 1) / EMU_L4_QUAD_ROWS
+	               : i8  ? (w->cout + EMU_I8_QUAD_ROWS - 1) / EMU_I8_QUAD_ROWS
+	                     : (w->cout + PSTEP - 1) / PSTEP;
 	struct repack_job j = {w, i8, units, units < REPACK_TASKS ? units : REPACK_TASKS};
 	if (j.ntasks > 1 && e->pool)
 		ad_pool_run(e->pool, repack_task, &j, j.ntasks);
@@ -2592,6 +2745,20 @@ static int
 weight_consts(const struct emu_kernel *k, int wi, struct emu_const *out)
 {
 	const struct weight *w = &k->weights[wi];
+	if (w->lpanels) {
+		size_t np = (w->cout + PANEL - 1) / PANEL, nq = (w->cout + EMU_L4_QUAD_ROWS - 1) / EMU_L4_QUAD_ROWS;
+		out[0] = (struct emu_const){.weight = wi,
+		                            .kind = EMU_CONST_L4_PANELS,
+		                            .bytes = emu_l4_panel_bytes(w->cout, w->cin),
+		                            .data = w->lpanels};
+		out[1] = (struct emu_const){
+			.weight = wi, .kind = EMU_CONST_F32_LUT, .bytes = nq * 16 * sizeof(float), .data = w->lut};
+		out[2] = (struct emu_const){.weight = wi,
+		                            .kind = EMU_CONST_F32_SCALES,
+		                            .bytes = np * PANEL * sizeof(float),
+		                            .data = w->scale};
+		return 3;
+	}
 	if (w->qpanels) {
 		size_t np = (w->cout + PANEL - 1) / PANEL;
 		out[0] = (struct emu_const){.weight = wi,
@@ -2659,8 +2826,52 @@ compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles
 		if (st->op != S_CONV)
 			continue;
 		struct weight *w = &k->weights[st->weight];
-		if (w->panels || w->qpanels)
+		if (w->panels || w->qpanels || w->lpanels)
 			continue;
+		if (w->l4) {
+			// half a byte per weight, as stored; the tables and scales widened to fp32
+			size_t np = (w->cout + PANEL - 1) / PANEL,
+			       nq = (w->cout + EMU_L4_QUAD_ROWS - 1) / EMU_L4_QUAD_ROWS;
+			size_t lb = emu_l4_panel_bytes(w->cout, w->cin), tb = nq * 16 * sizeof(float),
+			       sb = np * PANEL * sizeof(float);
+			if (c.use_packed) {
+				const void *dl = NULL, *dt = NULL, *ds = NULL;
+				if (take_packed(&c, st->weight, EMU_CONST_L4_PANELS, lb, &dl, err) ||
+				    take_packed(&c, st->weight, EMU_CONST_F32_LUT, tb, &dt, err) ||
+				    take_packed(&c, st->weight, EMU_CONST_F32_SCALES, sb, &ds, err))
+					goto fail;
+				w->lpanels = (uint8_t *)dl;
+				w->lut = (float *)dt;
+				w->scale = (float *)ds;
+				w->borrowed = 1;
+			} else {
+				w->lpanels = ad_huge_arena_alloc(e->panels, lb);
+				w->lut = alloc64(tb);
+				w->scale = alloc64(sb);
+				if (!w->lpanels || !w->lut || !w->scale) {
+					ad_err(err, "emu: out of memory for %zu x %zu 4-bit weights", w->cout, w->cin);
+					goto fail;
+				}
+				repack(e, w, 0);
+				for (size_t o = 0; o < np * PANEL; o++) {
+					uint16_t h = 0;
+					if (o < w->cout)
+						memcpy(&h, w->spayload + o * 2, 2);
+					w->scale[o] = ad_fp16_to_f32(h);
+				}
+				for (size_t i = 0; i < nq * 16; i++) {
+					uint16_t h;
+					memcpy(&h, w->lpayload + (w->ltables == 1 ? i % 16 : i) * 2, 2);
+					w->lut[i] = ad_fp16_to_f32(h);
+				}
+				if (w->mapped)
+					drop_inside(w->payload, (w->cout * w->cin + 1) / 2);
+			}
+			e->weight_bytes += lb;
+			k->weight_bytes +=
+				(uint64_t)(w->cout * w->cin + 1) / 2 + (uint64_t)w->cout * 2 + (uint64_t)nq * 32;
+			continue;
+		}
 		if (w->i8) {
 			// one byte per weight, as stored; the scales widened to fp32
 			size_t np = (w->cout + PANEL - 1) / PANEL;
@@ -2715,8 +2926,13 @@ compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles
 		repack(e, w, 0);
 		k->weight_bytes += (uint64_t)w->cout * w->cin * 2;
 	}
-	for (int i = 0; i < k->nweights; i++)
-		k->weights[i].payload = k->weights[i].spayload = NULL; // the file is unmapped below
+	for (int i = 0; i < k->nweights; i++) { // the file is unmapped below
+		k->weights[i].payload = k->weights[i].spayload = k->weights[i].lpayload = NULL;
+		if (k->weights[i].l4 && !k->weights[i].scaled && k->weights[i].lpanels) {
+			ad_err(err, "emu: a palettised weight without its scales"); // (a conv refuses it first)
+			goto fail;
+		}
+	}
 	k->act_bytes = 0;
 	for (int i = 0; i < k->nbufs; i++) {
 		k->bufs[i].off = k->act_bytes;
@@ -2802,8 +3018,8 @@ emu_kernel_borrowed(const struct emu_kernel *k)
 // a borrowed weight's copies (emu_kernel_copy)
 struct moved {
 	int wi;
-	void *panels, *qpanels; // in the context's arena
-	float *scale;           // alloc64, as a compiled int8 weight's
+	void *panels, *qpanels, *lpanels; // in the context's arena
+	float *scale, *lut;               // alloc64, as a compiled int8 or 4-bit weight's
 };
 
 struct emu_copy {
@@ -2820,7 +3036,9 @@ emu_copy_free(struct emu_copy *c)
 	for (int i = 0; i < c->n; i++) {
 		ad_huge_arena_release(c->e->panels, c->m[i].panels);
 		ad_huge_arena_release(c->e->panels, c->m[i].qpanels);
+		ad_huge_arena_release(c->e->panels, c->m[i].lpanels);
 		free(c->m[i].scale);
+		free(c->m[i].lut);
 	}
 	free(c);
 }
@@ -2852,7 +3070,23 @@ emu_kernel_copy(const struct emu_kernel *k, int (*pace)(void *arg), void *arg, c
 			continue;
 		struct moved *m = &c->m[c->n++];
 		m->wi = i;
-		if (w->qpanels) {
+		if (w->lpanels) {
+			size_t lb = emu_l4_panel_bytes(w->cout, w->cin);
+			size_t tb = (w->cout + EMU_L4_QUAD_ROWS - 1) / EMU_L4_QUAD_ROWS * 16 * sizeof(float);
+			size_t sb = (w->cout + PANEL - 1) / PANEL * PANEL * sizeof(float);
+			m->lpanels = ad_huge_arena_alloc(k->e->panels, lb);
+			m->lut = alloc64(tb);
+			m->scale = alloc64(sb);
+			if (!m->lpanels || !m->lut || !m->scale) {
+				ad_err(err, "emu: out of memory for a copy of %zu x %zu 4-bit weights", w->cout,
+				       w->cin);
+				goto fail;
+			}
+			memcpy(m->lut, w->lut, tb);
+			memcpy(m->scale, w->scale, sb);
+			if (copy_paced(m->lpanels, w->lpanels, lb, pace, arg))
+				goto stopped;
+		} else if (w->qpanels) {
 			size_t qb = emu_i8_panel_bytes(w->cout, w->cin);
 			size_t sb = (w->cout + PANEL - 1) / PANEL * PANEL * sizeof(float);
 			m->qpanels = ad_huge_arena_alloc(k->e->panels, qb);
@@ -2889,7 +3123,11 @@ emu_kernel_adopt(struct emu_kernel *k, struct emu_copy *c)
 		return;
 	for (int i = 0; i < c->n; i++) {
 		struct weight *w = &k->weights[c->m[i].wi];
-		if (c->m[i].qpanels) {
+		if (c->m[i].lpanels) {
+			w->lpanels = c->m[i].lpanels;
+			w->lut = c->m[i].lut;
+			w->scale = c->m[i].scale;
+		} else if (c->m[i].qpanels) {
 			w->qpanels = c->m[i].qpanels;
 			w->scale = c->m[i].scale;
 		} else if (c->m[i].panels) {
@@ -2911,11 +3149,15 @@ emu_kernel_free(struct emu_kernel *k)
 			k->e->weight_bytes -= emu_panel_bytes(w->cout, w->cin);
 		if (w->qpanels)
 			k->e->weight_bytes -= emu_i8_panel_bytes(w->cout, w->cin);
+		if (w->lpanels)
+			k->e->weight_bytes -= emu_l4_panel_bytes(w->cout, w->cin);
 		if (w->borrowed)
 			continue;
 		ad_huge_arena_release(k->e->panels, w->panels);
 		ad_huge_arena_release(k->e->panels, w->qpanels);
+		ad_huge_arena_release(k->e->panels, w->lpanels);
 		free(w->scale);
+		free(w->lut);
 	}
 	free(k->weights);
 	free(k->bufs);
@@ -2996,7 +3238,9 @@ emu_nblobfiles(const struct emu_kernel *k)
 
 struct conv_job {
 	const uint16_t *panels;
-	const int8_t *qpanels; // int8 weights (then panels is NULL)
+	const int8_t *qpanels;  // int8 weights (then panels is NULL)
+	const uint8_t *lpanels; // 4-bit palettised weights (then panels is NULL)
+	const float *lut;
 	const float *scale;
 	size_t cout, cin, ncols;
 	const float *x, *xp; // xp: x packed for the AVX-512 tiles (or x)
@@ -3042,6 +3286,11 @@ col_at(const struct conv_job *j, size_t g)
 static void
 conv_range(struct conv_job *j, size_t p0, size_t p1, size_t g, int worker)
 {
+	if (j->lpanels) {
+		emu_conv_l4_at(j->simd - EMU_SIMD_REF, j->lpanels, j->lut, j->scale, j->cout, j->cin, j->x, j->ncols,
+		               j->y, p0, p1);
+		return;
+	}
 	if (j->qpanels) {
 		// the context's path (already capped at the CPU's) for int8 too
 #ifdef AD_FP16_X86
@@ -3200,6 +3449,8 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 	struct conv_job j = {
 		.panels = k->weights[s->weight].panels,
 		.qpanels = k->weights[s->weight].qpanels,
+		.lpanels = k->weights[s->weight].lpanels,
+		.lut = k->weights[s->weight].lut,
 		.scale = k->weights[s->weight].scale,
 		.cout = s->cout,
 		.cin = s->cin,
@@ -3224,7 +3475,7 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 	// int8 ones from EMU_I8_X512_COLS columns on (emu_conv_i8_x512); the
 	// narrower int8 tiles read it as it is
 	j.x512_i8 = e->simd == EMU_SIMD_AVX512 && j.qpanels && ncols >= EMU_I8_X512_COLS;
-	if (e->simd == EMU_SIMD_AVX512 && ncols > 1 && (!j.qpanels || j.x512_i8)) {
+	if (e->simd == EMU_SIMD_AVX512 && ncols > 1 && !j.lpanels && (!j.qpanels || j.x512_i8)) {
 		size_t n = ncols * s->cin;
 		if (grow64((void **)&e->xpack, &e->xpack_cap, n, sizeof(float)))
 			return ad_err(err, "emu: out of memory for %zu packed activations", n);
@@ -3258,7 +3509,9 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 	else if (e->simd == EMU_SIMD_AVX512 && ncols == 1)
 		unit = j.streams;
 #endif
-	if (j.qpanels && !j.wide)
+	if (j.lpanels)
+		unit = 4; // whole quads of 4-bit panels (emu-l4.c): one stream per task
+	else if (j.qpanels && !j.wide)
 		unit = j.i8wide ? PAIR
 		                : 4; // whole quads of int8 panels (emu-i8.c): one stream per task; widened: pairs
 	// a few tasks per thread even out the tail; one column from DRAM takes
@@ -3303,7 +3556,7 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 	    ntasks > 1) {
 		if (!e->ranges && posix_memalign((void **)&e->ranges, 64, (size_t)e->nthreads * sizeof *e->ranges))
 			return ad_err(err, "emu: out of memory for %d ranges", e->nthreads);
-		size_t unit_bytes = unit * PANEL * s->cin * (j.qpanels ? 1 : 2);
+		size_t unit_bytes = j.lpanels ? unit * PANEL * s->cin / 2 : unit * PANEL * s->cin * (j.qpanels ? 1 : 2);
 		size_t per = (nunits + ntasks - 1) / ntasks, min_step = (STEAL_STEP_MIN + unit_bytes - 1) / unit_bytes;
 		if (wide_ranges) // compute-bound: steps of an eighth, however small
 			min_step = 1;
@@ -3435,6 +3688,8 @@ packs_from_surface(const struct emu_kernel *k, int buf, size_t ncols)
 		const struct step *st = &k->steps[i];
 		if ((st->a == buf || st->b == buf) && (st->op != S_CONV || st->b == buf))
 			return 0;
+		if (st->op == S_CONV && st->a == buf && k->weights[st->weight].l4)
+			return 0; // the 4-bit kernels read x as it is
 	}
 	for (int i = 0; i < k->nout; i++)
 		if (k->out[i].buf == buf)

@@ -1,7 +1,7 @@
 // anedvd-ane-worker - the projection kernels of one model, as a process.
 //
 //   anedvd-ane-worker --model M --listen URL [--backend emu] [--chunk 64]
-//                     [--split] [--threads N] [--weights fp16|int8]
+//                     [--split] [--threads N] [--weights fp16|int8|lut4]
 //                     [--cache-dir D | --no-cache] [--cache-max-mb N]
 //
 // --weights: the kernels' weight format (plan.h); default int8 on emu for
@@ -1262,7 +1262,7 @@ ane_service_start(const struct model *m, const struct ane_service_opts *o, char 
 	pthread_mutex_init(&w->dpmu, NULL);
 	enum ane_wfmt wf = ane_plan_weights_default(m, backend);
 	if (o->weights && ane_wfmt_parse(o->weights, &wf)) {
-		ad_err(err, "weights: fp16 or int8, not '%s'", o->weights);
+		ad_err(err, "weights: fp16, int8 or lut4, not '%s'", o->weights);
 		goto fail;
 	}
 	struct ane_plan_opts po = {.width = chunk, .split = o->split, .weights = wf};
@@ -1349,15 +1349,15 @@ usage(FILE *out)
 {
 	fprintf(out,
 	        "usage: anedvd-ane-worker --model M --listen URL [--backend emu] [--chunk 64] [--split] [--threads N]\n"
-	        "                         [--weights fp16|int8] [--cache-dir D | --no-cache] [--cache-max-mb N]\n"
+	        "                         [--weights fp16|int8|lut4] [--cache-dir D | --no-cache] [--cache-max-mb N]\n"
 	        "  --model M     a .gguf file or an HF directory\n"
 	        "  --listen URL  ipc:///path/to/socket or tcp://127.0.0.1:PORT\n"
 	        "  --backend B   emu (everywhere) or ane (macOS)\n"
 	        "  --chunk N     columns every kernel is compiled for (default 64)\n"
 	        "  --split       FFN as gate_up + down kernels (activation on the CPU)\n"
 	        "  --threads N   emu threads (default 2)\n"
-	        "  --weights W   fp16 or int8 (per-row int8, fp16 scales); default int8 on emu for a\n"
-	        "                model stored in 8 bits or fewer, else fp16; fp16 on ane\n"
+	        "  --weights W   fp16, int8 (per-row int8, fp16 scales) or lut4 (4-bit palettised); default\n"
+	        "                int8 on emu for a model stored in 8 bits or fewer, else fp16; fp16 on ane\n"
 	        "  --cache-dir D the compiled-kernel cache (default $ANEDVD_CACHE_DIR, $XDG_CACHE_HOME/anedvd\n"
 	        "                or ~/.cache/anedvd)\n"
 	        "  --no-cache    compile every kernel, store nothing\n"
@@ -1413,7 +1413,7 @@ main(int argc, char **argv)
 		} else if (strcmp(a, "--weights") == 0) {
 			enum ane_wfmt f;
 			if (ane_wfmt_parse(v, &f)) {
-				fprintf(stderr, "anedvd-ane-worker: --weights takes fp16 or int8, not '%s'\n", v);
+				fprintf(stderr, "anedvd-ane-worker: --weights takes fp16, int8 or lut4, not '%s'\n", v);
 				return 2;
 			}
 			weights = v;

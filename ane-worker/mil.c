@@ -172,6 +172,40 @@ ane_mil_conv_i8(struct ane_mil *m, const char *y, const char *x, int cout, int c
 	     cout, w, y, k, x, y);
 }
 
+void
+ane_mil_conv_l4(struct ane_mil *m, const char *y, const char *x, int cout, int cin, int w, uint64_t off_q,
+                uint64_t off_t, uint64_t off_s)
+{
+	open_body(m);
+	if (!check_name(m, y) || !check_name(m, x) || !check_dim(m, "cout", cout) || !check_dim(m, "cin", cin) ||
+	    !check_dim(m, "width", w))
+		return;
+	int k = m->nweights++;
+	m->nblob += 3;
+	emit(m,
+	     "        tensor<fp16, [%d, %d, 1, 1]> w%d_p = constexpr_lut_to_dense(indices = tensor<uint4, [%d, %d, 1, "
+	     "1]>(BLOBFILE(path = string(\"" ANE_MIL_WEIGHT_PATH "\"), offset = uint64(%llu))), lut = tensor<fp16, "
+	     "[%d, 1, 1, 1, 16, 1]>(BLOBFILE(path = string(\"" ANE_MIL_WEIGHT_PATH "\"), offset = "
+	     "uint64(%llu))))[name = string(\"w%d_p\")];\n",
+	     cout, cin, k, cout, cin, (unsigned long long)off_q, ane_mil_l4_tables(cout), (unsigned long long)off_t, k);
+	emit(m,
+	     "        tensor<fp16, [%d, %d, 1, 1]> w%d = constexpr_blockwise_shift_scale(data = w%d_p, scale = "
+	     "tensor<fp16, [%d, 1, 1, 1]>(BLOBFILE(path = string(\"" ANE_MIL_WEIGHT_PATH "\"), offset = "
+	     "uint64(%llu))))[name = string(\"w%d\")];\n",
+	     cout, cin, k, k, cout, (unsigned long long)off_s, k);
+	emit(m,
+	     "        tensor<fp16, [1, %d, 1, %d]> %s = conv(dilations = c_dilations, groups = "
+	     "c_groups, pad = c_pad, pad_type = c_pad_type, strides = c_strides, weight = w%d, x = "
+	     "%s)[name = string(\"%s\")];\n",
+	     cout, w, y, k, x, y);
+}
+
+int
+ane_mil_l4_tables(int cout)
+{
+	return cout % 64 ? 1 : cout / 64;
+}
+
 static void
 binary(struct ane_mil *m, const char *op, const char *y, const char *a, const char *b, int c, int w)
 {
@@ -238,6 +272,8 @@ conv_w(struct ane_mil *m, enum ane_wfmt f, const char *y, const char *x, int cou
 {
 	if (f == ANE_W_INT8)
 		ane_mil_conv_i8(m, y, x, cout, cin, w, off[2 * k], off[2 * k + 1]);
+	else if (f == ANE_W_LUT4)
+		ane_mil_conv_l4(m, y, x, cout, cin, w, off[3 * k], off[3 * k + 1], off[3 * k + 2]);
 	else
 		ane_mil_conv(m, y, x, cout, cin, w, off[k]);
 }
@@ -246,11 +282,15 @@ conv_w(struct ane_mil *m, enum ane_wfmt f, const char *y, const char *x, int cou
 static void
 chunk_offsets(enum ane_wfmt f, const int *cout, const int *cin, int n, uint64_t *off)
 {
-	uint64_t bytes[6];
+	uint64_t bytes[9];
 	int nb = 0;
 	for (int k = 0; k < n; k++) {
 		uint64_t co = cout[k] > 0 ? (uint64_t)cout[k] : 0, ci = cin[k] > 0 ? (uint64_t)cin[k] : 0;
-		if (f == ANE_W_INT8) {
+		if (f == ANE_W_LUT4) {
+			bytes[nb++] = (co * ci + 1) / 2;
+			bytes[nb++] = (uint64_t)ane_mil_l4_tables((int)co) * 16 * 2;
+			bytes[nb++] = co * 2;
+		} else if (f == ANE_W_INT8) {
 			bytes[nb++] = co * ci;
 			bytes[nb++] = co * 2;
 		} else {
@@ -265,7 +305,7 @@ ane_mil_proj_w(int cin, int cout, int width, enum ane_wfmt f, char *err)
 {
 	struct ane_mil m;
 	static const char *const out[] = {"o0"};
-	uint64_t off[2];
+	uint64_t off[3];
 	chunk_offsets(f, &cout, &cin, 1, off);
 	ane_mil_init(&m);
 	ane_mil_input(&m, "i0", cin, width);
@@ -279,7 +319,7 @@ ane_mil_ffn_w(int hidden, int inter, int width, enum ane_wfmt f, char *err)
 	struct ane_mil m;
 	static const char *const out[] = {"o0"};
 	const int co[3] = {inter, inter, hidden}, ci[3] = {hidden, hidden, inter};
-	uint64_t off[6];
+	uint64_t off[9];
 	chunk_offsets(f, co, ci, 3, off);
 	ane_mil_init(&m);
 	ane_mil_input(&m, "i0", hidden, width);

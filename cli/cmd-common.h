@@ -150,9 +150,10 @@ int pipe_is_stop(const struct pipe *p, int32_t id);
 	"  --chunk N           columns every kernel is compiled for (default 64)\n"                                    \
 	"  --split             split FFN (gate|up, activation on the CPU, down)\n"                                     \
 	"  --threads N         emu threads (default 2)\n"                                                              \
-	"  --weights W         fp16 or int8 (per-row int8 with fp16 scales) in the kernels; default\n"                 \
-	"                      int8 on emu for models stored in 8 bits or fewer (Q8_0, Q4/Q5, K-quants),\n"            \
-	"                      fp16 for F16/BF16/F32 models and on the ane backend (int8 unconfirmed there)\n"         \
+	"  --weights W         fp16, int8 (per-row int8 with fp16 scales) or lut4 (4-bit palettised: a\n"              \
+	"                      table of 16 per 64 rows, a scale per row) in the kernels; default int8 on\n"            \
+	"                      emu for models stored in 8 bits or fewer (Q8_0, Q4/Q5, K-quants), fp16 for\n"           \
+	"                      F16/BF16/F32 models and on the ane backend (int8, lut4 unconfirmed there)\n"            \
 	"  --rope-hf           force neox RoPE pairing; --rope-adjacent: force adjacent pairs\n"                       \
 	"  --arch NAME         run a GGUF file as architecture NAME (one anedvd implements) whatever\n"                \
 	"                      it says, with a warning; without it an unknown one is refused\n"                        \

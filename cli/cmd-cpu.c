@@ -929,9 +929,9 @@ cmd_info(int argc, char **argv)
 		printf("  prefix cache blocks        %d positions (serve --cache-mem sets the bound)\n",
 		       SCHED_CACHE_BLOCK);
 	}
-	// what the projection kernels hold in either format, and the default
+	// what the projection kernels hold in each format, and the default
 	enum ane_wfmt def = ane_plan_weights_default(&m, "emu");
-	for (int f = ANE_W_FP16; f <= ANE_W_INT8; f++) {
+	for (int f = ANE_W_FP16; f <= ANE_W_LUT4; f++) {
 		struct ane_plan p;
 		struct ane_plan_opts po = {.weights = (enum ane_wfmt)f};
 		if (ane_plan_build(&p, &m, &po, err))

@@ -167,7 +167,7 @@ pipe_weights_arg(const char *cmd, const char *v)
 {
 	enum ane_wfmt f;
 	if (ane_wfmt_parse(v, &f)) {
-		fprintf(stderr, "%s %s: --weights takes fp16 or int8, not '%s'\n", cli_prog, cmd, v);
+		fprintf(stderr, "%s %s: --weights takes fp16, int8 or lut4, not '%s'\n", cli_prog, cmd, v);
 		return -1;
 	}
 	return 0;

@@ -1010,7 +1010,7 @@ verify_usage(int full)
 	          "  the whole prompt through the pipeline (teacher-forced) and through the fp32 reference\n"
 	          "  engine: relative error, cosine, max|diff| and argmax per position. MATCH when the\n"
 	          "  last position's relative error is below 0.10 and both argmaxes agree; exit 1 otherwise.\n"
-	          "  With int8 weights it also prints their error against the model's own weights\n"
+	          "  With int8 or lut4 weights it also prints their error against the model's own weights\n"
 	          "  (dequantised to fp32: max|dw|, max|dw| / row max, RMS relative) and the largest\n"
 	          "  |dlogit| over all positions, and the argmax rule allows a near-tie: the reference's\n"
 	          "  logit of the pipeline's token within 1% of max|ref logit| of its own top logit.\n"
@@ -1116,18 +1116,20 @@ cmd_verify(int argc, char **argv)
 		goto out;
 	}
 	double t_ref = cli_now_ms() - t0;
-	int int8 = !strcmp(p.weights, "int8");
+	// quantised weights (int8, lut4): their own error too
+	enum ane_wfmt wf = ANE_W_FP16;
+	int int8 = !ane_wfmt_parse(p.weights, &wf) && wf != ANE_W_FP16;
 	struct ane_qerr qe = {0};
 	if (int8) {
 		struct ane_plan pl;
-		struct ane_plan_opts plo = {.weights = ANE_W_INT8, .split = po.split};
+		struct ane_plan_opts plo = {.weights = wf, .split = po.split};
 		int qrc = ane_plan_build(&pl, &p.m, &plo, err);
 		if (!qrc) {
 			qrc = ane_qerr_plan(&pl, &qe, err);
 			ane_plan_free(&pl);
 		}
 		if (qrc) {
-			fprintf(stderr, "anedvd verify: int8 error: %s\n", err);
+			fprintf(stderr, "anedvd verify: %s error: %s\n", p.weights, err);
 			goto out;
 		}
 	}
@@ -1179,9 +1181,9 @@ cmd_verify(int argc, char **argv)
 	int tie = int8 && am_last != ar_last && gap_last <= 0.01;
 	int ok = rel_last < 0.10 && (am_last == ar_last || tie) && nan_total == 0;
 	if (int8)
-		printf("int8 weights: %llu of them, max|dw| %.3e, max|dw|/row max %.3e, RMS relative %.3e; "
+		printf("%s weights: %llu of them, max|dw| %.3e, max|dw|/row max %.3e, RMS relative %.3e; "
 		       "max|dlogit| %.3e over all positions\n",
-		       (unsigned long long)qe.n, qe.max_abs, qe.max_rel_row, ane_qerr_rms_rel(&qe), md_all);
+		       p.weights, (unsigned long long)qe.n, qe.max_abs, qe.max_rel_row, ane_qerr_rms_rel(&qe), md_all);
 	printf("argmax equal at %d of %d positions; pipeline %.1f ms, reference %.1f ms\n", same_all, n, t_pipe, t_ref);
 	printf("last position: rel %.3e, cosine %.6f, max|diff| %.3e, argmax %d vs %d%s -> %s\n", rel_last, cos_last,
 	       md_last, am_last, ar_last, tie ? " (a near-tie)" : "", ok ? "MATCH" : "MISMATCH");
@@ -1236,7 +1238,7 @@ serve_usage(int full)
 	          "  --chunk N           columns every kernel is compiled for (default 64)\n"
 	          "  --split             split FFN (gate|up, activation on the CPU, down)\n"
 	          "  --threads N         emu threads of the ane-worker (default 2)\n"
-	          "  --weights W         fp16 or int8 kernel weights; default int8 on emu for models stored in\n"
+	          "  --weights W         fp16, int8 or lut4 kernel weights; default int8 on emu for models stored in\n"
 	          "                      8 bits or fewer (Q8_0, Q4/Q5, K-quants), else fp16; fp16 on ane\n");
 }
 

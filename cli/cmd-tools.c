@@ -146,6 +146,14 @@ backend_of(const struct tool_opts *o)
 // loaded with --rope-hf / --rope-adjacent applied, and o->wts and o->ko.
 // 0 to go on, or -1 with *status the exit status: 0 after --help, 2 after
 // a bad or missing flag (with the usage), 1 when the model does not load
+// the kernels' format named w ("fp32", the exact backend's, runs none)
+static enum ane_wfmt
+tool_wfmt(const char *w)
+{
+	enum ane_wfmt f = ANE_W_FP16;
+	return ane_wfmt_parse(w, &f) ? ANE_W_FP16 : f;
+}
+
 static int
 tool_start(struct tool_opts *o, int argc, char **argv, const char *allowed, const char *required, void (*usage)(void),
            struct model *m, int *status)
@@ -170,7 +178,7 @@ tool_start(struct tool_opts *o, int argc, char **argv, const char *allowed, cons
 	o->ko = (struct kb_opts){.width = o->chunk,
 	                         .split = o->split,
 	                         .threads = o->threads,
-	                         .weights = strcmp(o->wts, "int8") ? ANE_W_FP16 : ANE_W_INT8,
+	                         .weights = tool_wfmt(o->wts),
 	                         .backend = o->backend};
 	return 0;
 }
@@ -414,7 +422,7 @@ check_usage(void)
 {
 	fprintf(stderr,
 	        "usage: anedvd-dev check --model M [--split] [--chunk N] [--threads N] [--token ID]\n"
-	        "                        [--weights fp16|int8] [--backend emu|ane] [--prompt TEXT | --prompt-ids 1,2]\n"
+	        "                        [--weights fp16|int8|lut4] [--backend emu|ane] [--prompt TEXT | --prompt-ids 1,2]\n"
 	        "                        [--arch NAME]\n"
 	        "  the model's config and RoPE convention; every kernel of layer 0 and the whole\n"
 	        "  LM head, built on the backend (default emu; ane only in a macOS build) with fp16\n"
@@ -422,7 +430,8 @@ check_usage(void)
 	        "  against fp32 projections with the same dequantised weights (kb_exact), on one\n"
 	        "  real activation: the normed embedding of --token (default: BOS, else 1) for\n"
 	        "  kernels reading n_embd channels, a fixed pseudo-random vector for o and down;\n"
-	        "  max|diff|, relative (L2) error, NaN count; ok below 0.02, else FAIL (exit 1).\n"
+	        "  max|diff|, relative (L2) error, NaN count; ok below 0.02 (lut4: 0.15, the 4-bit\n"
+	        "  weights' own error being a few percent), else FAIL (exit 1).\n"
 	        "  Then sample predictions: the top 5 next tokens after the prompt (default \"The\n"
 	        "  capital of France is\") through the whole model on the backend and through the\n"
 	        "  fp32 reference engine\n"
@@ -489,6 +498,10 @@ cmd_check(int argc, char **argv)
 	rng_fill(xo, (size_t)maxc, 7, 1.0f);
 	printf("activation: token %d through blk.0.attn_norm\n", tok);
 	int fails = 0;
+	// the kernels against fp32 with the model's own weights: 4-bit weights
+	// are a few percent off those by themselves (verify prints how much),
+	// while a kernel's mistake shows as far more
+	const double bound = o.ko.weights == ANE_W_LUT4 ? 0.15 : 0.02;
 	for (int i = 0; i < kl->n_kernels; i++) {
 		const struct kb_info *ki = &kl->kernels[i];
 		if (ki->layer != 0)
@@ -507,7 +520,7 @@ cmd_check(int argc, char **argv)
 		double md;
 		int nans;
 		double rel = cli_rel_err(ya, yb, (size_t)ki->out_ch, &md, &nans);
-		int ok = rel < 0.02 && nans == 0;
+		int ok = rel < bound && nans == 0;
 		fails += !ok;
 		printf("  %-8s %5d -> %-6d max|%s-fp32| = %.5e  rel = %.5e  nan = %d  -> %s\n",
 		       pipe_kind_name(ki->kind), ki->in_ch, ki->out_ch, kl->name, md, rel, nans, ok ? "ok" : "FAIL");
@@ -521,7 +534,7 @@ cmd_check(int argc, char **argv)
 		double md;
 		int nans;
 		double rel = cli_rel_err(ha, hb, (size_t)m.hp.n_vocab, &md, &nans);
-		int ok = rel < 0.02 && nans == 0;
+		int ok = rel < bound && nans == 0;
 		fails += !ok;
 		printf("  %-8s %5lld -> %-6lld max|%s-fp32| = %.5e  rel = %.5e  nan = %d  -> %s\n", "lm_head",
 		       (long long)m.hp.n_embd, (long long)m.hp.n_vocab, kl->name, md, rel, nans, ok ? "ok" : "FAIL");
@@ -660,7 +673,7 @@ kernels_usage(void)
 {
 	fprintf(stderr,
 	        "usage: anedvd-dev kernels --model M [--iters K] [--chunk N] [--split] [--threads N]\n"
-	        "                          [--weights fp16|int8] [--backend emu|ane] [--cols N] [--arch NAME]\n"
+	        "                          [--weights fp16|int8|lut4] [--backend emu|ane] [--cols N] [--arch NAME]\n"
 	        "  time every kernel of layer 0 and the LM head on the backend (default emu; ane only\n"
 	        "  in a macOS build) for one column (a decode\n"
 	        "  step), K times in a row (default 20): the median ms per eval and the GB/s of the weight bytes\n"

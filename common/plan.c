@@ -117,8 +117,8 @@ ane_plan_build(struct ane_plan *p, const struct model *m, const struct ane_plan_
 	p->width = o && o->width > 0 ? o->width : 64;
 	p->split = o && o->split;
 	p->weights = o ? o->weights : ANE_W_FP16;
-	if (p->weights != ANE_W_FP16 && p->weights != ANE_W_INT8)
-		return ad_err(err, "plan: weight format %d (fp16 or int8)", (int)p->weights);
+	if (p->weights != ANE_W_FP16 && p->weights != ANE_W_INT8 && p->weights != ANE_W_LUT4)
+		return ad_err(err, "plan: weight format %d (fp16, int8 or lut4)", (int)p->weights);
 	p->gelu = m->hp.act == MODEL_ACT_GELU;
 	const int64_t E = hp->n_embd, V = hp->n_vocab, L = hp->n_layer;
 	// the largest shapes of any layer
@@ -296,7 +296,7 @@ ane_plan_weights_default(const struct model *m, const char *backend)
 const char *
 ane_wfmt_name(enum ane_wfmt f)
 {
-	return f == ANE_W_INT8 ? "int8" : "fp16";
+	return f == ANE_W_INT8 ? "int8" : f == ANE_W_LUT4 ? "lut4" : "fp16";
 }
 
 int
@@ -306,6 +306,8 @@ ane_wfmt_parse(const char *s, enum ane_wfmt *f)
 		*f = ANE_W_FP16;
 	else if (s && !strcmp(s, "int8"))
 		*f = ANE_W_INT8;
+	else if (s && !strcmp(s, "lut4"))
+		*f = ANE_W_LUT4;
 	else
 		return -1;
 	return 0;
@@ -314,6 +316,8 @@ ane_wfmt_parse(const char *s, enum ane_wfmt *f)
 uint64_t
 ane_wfmt_bytes(enum ane_wfmt f, uint64_t cout, uint64_t cin)
 {
+	if (f == ANE_W_LUT4) // indices, tables (one a 64 rows, or one), scales
+		return (cout * cin + 1) / 2 + (cout % 64 ? 1 : cout / 64) * 32 + cout * 2;
 	return f == ANE_W_INT8 ? cout * cin + cout * 2 : cout * cin * 2;
 }
 

@@ -67,8 +67,9 @@
 enum ane_wfmt {
 	ANE_W_FP16 = 0,
 	ANE_W_INT8 = 1,
+	ANE_W_LUT4 = 2, // 4-bit palettised: a table of 16 a group of 64 rows, a scale a row (mil.h)
 };
-const char *ane_wfmt_name(enum ane_wfmt f); // "fp16", "int8"
+const char *ane_wfmt_name(enum ane_wfmt f); // "fp16", "int8", "lut4"
 // "fp16" / "int8" -> *f; -1 for anything else
 int ane_wfmt_parse(const char *s, enum ane_wfmt *f);
 // payload bytes of one [cout][cin] weight in format f (int8: data + scales)

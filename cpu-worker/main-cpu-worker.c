@@ -64,7 +64,7 @@ usage(FILE *out)
 	        "  --chunk N        columns per kernel call: the prefill chunk and the most sequences\n"
 	        "                   one decode step carries (default 64)\n"
 	        "  --split          split FFN kernels (gate|up, then down) instead of fused\n"
-	        "  --weights W      fp16 or int8 kernel weights (default: int8 for a model stored in 8\n"
+	        "  --weights W      fp16, int8 or lut4 kernel weights (default: int8 for a model stored in 8\n"
 	        "                   bits or fewer, else fp16; with --backend remote, the ane-worker's)\n"
 	        "                   (with --backend remote, --chunk and --split must be the ane-worker's)\n"
 	        "  --max-seq N      positions per sequence (default 2048, or the model's training\n"
@@ -164,7 +164,7 @@ main(int argc, char **argv)
 		else if (strcmp(a, "--weights") == 0) {
 			enum ane_wfmt f;
 			if (ane_wfmt_parse(v, &f)) {
-				fprintf(stderr, "anedvd-cpu-worker: --weights takes fp16 or int8, not '%s'\n", v);
+				fprintf(stderr, "anedvd-cpu-worker: --weights takes fp16, int8 or lut4, not '%s'\n", v);
 				return 2;
 			}
 			weights = v;

@@ -538,7 +538,7 @@ cpu_worker_start(const struct cpu_worker_opts *o, char *err)
 	// on emu; anything else must be told, kb_remote checks it)
 	enum ane_wfmt wf = ane_plan_weights_default(&w->m, "emu");
 	if (o->weights && ane_wfmt_parse(o->weights, &wf)) {
-		ad_err(err, "weights are fp16 or int8, not '%s'", o->weights);
+		ad_err(err, "weights are fp16, int8 or lut4, not '%s'", o->weights);
 		goto fail;
 	}
 	struct kb_opts ko = {

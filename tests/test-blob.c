@@ -370,8 +370,8 @@ test_uint4(void)
 	// an even count has no padding; overflow and the wrong kind are refused
 	REQUIRE(ane_blob_open(&w, p, err) == 0, "%s", err);
 	CHECK(ane_blob_begin_u4(&w, 8, NULL, err) == 0, "%s", err);
-	CHECK(ane_blob_put_u4(&w, packed, 5, err) < 0 && strstr(err, "5 bytes of uint4 values do not fit chunk 0"), "%s",
-	      err);
+	CHECK(ane_blob_put_u4(&w, packed, 5, err) < 0 && strstr(err, "5 bytes of uint4 values do not fit chunk 0"),
+	      "%s", err);
 	ane_blob_abort(&w);
 	REQUIRE(ane_blob_open(&w, p, err) == 0, "%s", err);
 	CHECK(ane_blob_begin_i8(&w, 8, NULL, err) == 0, "%s", err);

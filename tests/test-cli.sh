@@ -631,7 +631,7 @@ check "run --seed" usage2 "--seed" run --model "$STORIES" --prompt-ids 1 --seed 
 check "run id outside the vocabulary" usage2 "outside the vocabulary" run --model "$STORIES" --prompt-ids 1,99999 --backend exact
 check "verify --chunk x" usage2 "--chunk" verify --model "$STORIES" --chunk x
 check "probe --size -1" usage2dev "^anedvd-dev probe: --size takes an integer from 1 to" probe --size -1
-check "check --weights int4 names anedvd-dev" usage2dev "^anedvd-dev check: --weights takes fp16 or int8" check --model "$STORIES" --weights int4
+check "check --weights int4 names anedvd-dev" usage2dev "^anedvd-dev check: --weights takes fp16, int8 or lut4" check --model "$STORIES" --weights int4
 check "a user command's flag message names anedvd" usage2 "^anedvd run: --max-tokens takes an integer" run --model "$STORIES" --prompt-ids 1 --max-tokens 12x
 check "attnbench --heads 3 --kv-heads 2" usage2dev "multiple" attnbench --heads 3 --kv-heads 2
 check "layers without --upto" usage2dev "--upto" layers --model "$STORIES"

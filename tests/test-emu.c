@@ -1389,7 +1389,7 @@ test_i8_kernels(void)
 static void
 test_l4_kernels(void)
 {
-	static const size_t sizes[][2] = {{16, 16}, {17, 3},  {5, 64},  {48, 33},  {100, 257},        {1, 1},
+	static const size_t sizes[][2] = {{16, 16}, {17, 3},   {5, 64}, {48, 33},   {100, 257},        {1, 1},
 	                                  {64, 1},  {200, 40}, {31, 7}, {40, 1100}, {16 * 13 + 7, 24}, {128, 576}};
 	int isa = emu_i8_isa();
 	if (isa < 2)
@@ -1403,14 +1403,26 @@ test_l4_kernels(void)
 			q[i] = (uint8_t)(rng >> 28); // 0 .. 15
 		}
 		size_t nb = emu_l4_panel_bytes(cout, cin);
-		CHECK(nb == nq * 32 * cin, "%zux%zu: %zu panel bytes", cout, cin, nb);
+		CHECK(nb == nq * 64 * ((cin + 1) / 2), "%zux%zu: %zu panel bytes", cout, cin, nb);
 		uint8_t *p = aligned_alloc(64, (nb + 63) / 64 * 64);
 		memset(p, 0xa5, nb); // emu_l4_pack writes every byte
 		emu_l4_pack(q, cout, cin, p);
+		// the same from the indices packed as a uint4 BLOBFILE holds them, a
+		// quad at a time
+		uint8_t *nib = calloc((cout * cin + 1) / 2, 1), *p2 = aligned_alloc(64, (nb + 63) / 64 * 64);
+		for (size_t e = 0; e < cout * cin; e++)
+			nib[e / 2] |= (uint8_t)(q[e] << (4 * (e & 1)));
+		memset(p2, 0x5a, nb);
+		for (size_t g = 0; g < nq; g++)
+			emu_l4_pack_quads(nib, cout, cin, p2, g, g + 1);
+		bad_layout += memcmp(p, p2, nb) != 0;
+		free(nib), free(p2);
 		for (size_t o = 0; o < nq * 64; o++)
 			for (size_t i = 0; i < cin; i++) {
-				uint8_t b = p[(o / 64) * cin * 32 + i * 32 + o % 32];
-				unsigned v = (o % 64 < 32 ? b : b >> 4) & 15u;
+				// emu.h: quad o / 64, line i / 2, word o % 16, nibble o % 64 / 16 + 4 (i % 2)
+				size_t jn = o % 64 / 16 + 4 * (i % 2);
+				uint8_t b = p[(o / 64) * 64 * ((cin + 1) / 2) + i / 2 * 64 + 4 * (o % 16) + jn / 2];
+				unsigned v = (jn % 2 ? b >> 4 : b) & 15u;
 				bad_layout += v != (o < cout ? q[o * cin + i] : 0u);
 			}
 		float *lut = malloc(nq * 16 * sizeof(float)), *sc = calloc(np * 16, sizeof(float));
@@ -1462,6 +1474,187 @@ test_l4_kernels(void)
 	CHECK(bad == 0, "%d cases where a SIMD 4-bit kernel differs from ref", bad);
 	CHECK(bad_split == 0, "%d cases where a panel split changes the bits", bad_split);
 	CHECK(bad_exact == 0, "%d outputs where ref is off the exact sum", bad_exact);
+}
+
+static uint16_t *rand_scales(size_t n);
+
+// a 4-bit blob: per weight the uint4 indices (packed, low nibble first),
+// the tables (ntab[k] x 16 fp16), the scales
+static void
+write_l4_blob(const char *path, const uint8_t *const *q, const uint16_t *const *tab, const size_t *ntab,
+              const uint16_t *const *sc, const size_t *cout, const size_t *cin, int n)
+{
+	char err[AD_ERRLEN];
+	struct ane_blob_writer w;
+	REQUIRE(ane_blob_open(&w, path, err) == 0, "%s", err);
+	for (int k = 0; k < n; k++) {
+		size_t ne = cout[k] * cin[k];
+		uint8_t *pk = calloc((ne + 1) / 2, 1);
+		for (size_t e = 0; e < ne; e++)
+			pk[e / 2] |= (uint8_t)(q[k][e] << (4 * (e & 1)));
+		REQUIRE(ane_blob_begin_u4(&w, ne, NULL, err) == 0, "%s", err);
+		REQUIRE(ane_blob_put_u4(&w, pk, (ne + 1) / 2, err) == 0, "%s", err);
+		REQUIRE(ane_blob_end(&w, err) == 0, "%s", err);
+		REQUIRE(ane_blob_add(&w, &(struct ane_wsrc){tab[k], AD_TYPE_F16, ntab[k] * 16}, NULL, err) == 0, "%s",
+		        err);
+		REQUIRE(ane_blob_add(&w, &(struct ane_wsrc){sc[k], AD_TYPE_F16, cout[k]}, NULL, err) == 0, "%s", err);
+		free(pk);
+	}
+	REQUIRE(ane_blob_close(&w, err) == 0, "%s", err);
+}
+
+// 4-bit palettised projections as mil.h writes them, compiled and run:
+// the very bits of emu_conv_l4_ref (one table, or one per 64 rows; 1, 8
+// and 64 columns: a wide input is read as it is, not packed from the
+// surface), and against fp32 with the dense weights scale * table[q]
+static void
+test_l4_proj(void)
+{
+	char err[AD_ERRLEN];
+	static const size_t shapes[][3] = {{40, 128, 1}, {40, 128, 8}, {33, 100, 64}, {64, 192, 3}, {7, 64, 1}};
+	for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+		size_t cin = shapes[s][0], cout = shapes[s][1], W = shapes[s][2];
+		size_t ntab = (size_t)ane_mil_l4_tables((int)cout), nq = (cout + 63) / 64, np = (cout + 15) / 16;
+		uint8_t *q = malloc(cout * cin);
+		for (size_t i = 0; i < cout * cin; i++) {
+			rng = rng * 1664525u + 1013904223u;
+			q[i] = (uint8_t)(rng >> 28);
+		}
+		uint16_t *tab = malloc(ntab * 16 * 2), *sc = rand_scales(cout);
+		for (size_t i = 0; i < ntab * 16; i++)
+			tab[i] = ad_f32_to_fp16(lcg(2.0f));
+		const char *blob = tmp_path("proj-l4.bin");
+		write_l4_blob(blob, (const uint8_t *const[]){q}, (const uint16_t *const[]){tab}, &ntab,
+		              (const uint16_t *const[]){sc}, &cout, &cin, 1);
+		char *mil = ane_mil_proj_w((int)cin, (int)cout, (int)W, ANE_W_LUT4, err);
+		REQUIRE(mil, "%s", err);
+		struct emu_kernel *k = compile(mil, blob, err);
+		REQUIRE(k, "%zu -> %zu: %s", cin, cout, err);
+		CHECK(emu_weight_bytes(k) == (cout * cin + 1) / 2 + 2 * cout + 32 * nq, "%llu bytes",
+		      (unsigned long long)emu_weight_bytes(k));
+		CHECK(emu_nblobfiles(k) == 1);
+		float *x = randv(W * cin, 2.0f), *y = calloc(W * cout, 4), *r = calloc(W * cout, 4);
+		for (size_t i = 0; i < W * cin; i++)
+			x[i] = ad_fp16_to_f32(ad_f32_to_fp16(x[i]));
+		REQUIRE(run(k, x, W, y, err) == 0, "%s", err);
+		float *wd = malloc(cout * cin * 4), *lut = malloc(nq * 16 * 4), *scf = calloc(np * 16, 4);
+		for (size_t i = 0; i < nq * 16; i++)
+			lut[i] = ad_fp16_to_f32(tab[ntab == 1 ? i % 16 : i]);
+		for (size_t o = 0; o < cout; o++) {
+			scf[o] = ad_fp16_to_f32(sc[o]);
+			for (size_t i = 0; i < cin; i++)
+				wd[o * cin + i] = scf[o] * lut[(o / 64) * 16 + q[o * cin + i]];
+		}
+		ref_conv(wd, cout, cin, x, W, r);
+		double e = rel_err(y, r, W * cout);
+		CHECK(e < 2e-3, "lut4 %zu -> %zu w%zu: rel %g", cin, cout, W, e);
+		uint8_t *p = aligned_alloc(64, (emu_l4_panel_bytes(cout, cin) + 63) / 64 * 64);
+		emu_l4_pack(q, cout, cin, p);
+		float *yk = calloc(W * cout, 4);
+		emu_conv_l4_ref(p, lut, scf, cout, cin, x, W, yk, 0, np);
+		CHECK(!memcmp(y, yk, W * cout * 4), "lut4 %zu -> %zu w%zu: eval differs from the kernel", cin, cout, W);
+		// the constants a cache keeps, and a kernel compiled from them: the same bits
+		int nc = emu_kernel_nconsts(k);
+		CHECK(nc == 3, "%d constants", nc);
+		struct emu_const cs[3];
+		for (int i = 0; i < nc && i < 3; i++)
+			CHECK(emu_kernel_const(k, i, &cs[i]) == 0);
+		struct emu_kernel *k2 = emu_compile_packed(E, mil, cs, nc, err);
+		REQUIRE(k2, "%s", err);
+		float *y2 = calloc(W * cout, 4);
+		REQUIRE(run(k2, x, W, y2, err) == 0, "%s", err);
+		CHECK(!memcmp(y, y2, W * cout * 4), "lut4 %zu -> %zu: from its constants, different bits", cin, cout);
+		emu_kernel_free(k2);
+		emu_kernel_free(k);
+		free(q), free(tab), free(sc), free(mil), free(x), free(y), free(r), free(wd), free(lut), free(scf);
+		free(p), free(yk), free(y2);
+	}
+}
+
+// what the emu refuses of the palettised form, each with what it expected
+static void
+test_l4_rules(void)
+{
+	char err[AD_ERRLEN];
+	size_t cout = 4, cin = 8, ntab = 1;
+	uint8_t q[32] = {0};
+	uint16_t tab[16], *sc = rand_scales(cout);
+	for (int i = 0; i < 16; i++)
+		tab[i] = ad_f32_to_fp16((float)i - 7.5f);
+	const char *blob = tmp_path("rule-l4.bin");
+	write_l4_blob(blob, (const uint8_t *const[]){q}, (const uint16_t *const[]){tab}, &ntab,
+	              (const uint16_t *const[]){sc}, &cout, &cin, 1);
+	char *base = ane_mil_proj_w((int)cin, (int)cout, 1, ANE_W_LUT4, err);
+	REQUIRE(base, "%s", err);
+	struct emu_kernel *k = compile(base, blob, err);
+	CHECK(k, "the generator's form: %s", err);
+	emu_kernel_free(k);
+	static const struct {
+		const char *a, *b, *want;
+	} e[] = {
+		{"indices = tensor<uint4, [4, 8, 1, 1]>", "indices = tensor<uint8, [4, 8, 1, 1]>",
+	         "indices must be tensor<uint4, [4, 8, 1, 1]>(BLOBFILE(...))"},
+		{"lut = tensor<fp16, [1, 1, 1, 1, 16, 1]>", "lut = tensor<fp16, [1, 1, 1, 1, 8, 1]>",
+	         "lut must be tensor<fp16, [1, 1, 1, 1, 16, 1]>(BLOBFILE(...)): one table, as 4 rows are not a multiple "
+	         "of 64"},
+		{"lut = tensor<fp16, [1, 1, 1, 1, 16, 1]>", "lut = tensor<fp16, [2, 1, 1, 1, 16, 1]>",
+	         "one table, as 4 rows"},
+		{"lut = ", "table = ", "unknown argument 'table' (expected indices, lut)"},
+		{")[name = string(\"w0_p\")]", ")[name = string(\"w0_p\"), vector_axis = int32(0)]",
+	         "the only attribute allowed is name (its operands are arguments)"},
+		{"scale = tensor<fp16, [4, 1, 1, 1]>", "scale = tensor<fp16, [4]>",
+	         "scale must be tensor<fp16, [4, 1, 1, 1]>(BLOBFILE(...)), one per output row"},
+		{"data = w0_p", "data = i0", "data must name a constexpr_lut_to_dense"},
+		{"weight = w0,", "weight = w0_p,", "weight 'w0_p' is palettised without its per-row scales"},
+		// the scales pointed at the indices: a uint4 chunk
+		{"offset = uint64(240)", "offset = uint64(64)", "holds uint4 values"},
+		{"tensor<fp16, [4, 8, 1, 1]> w0_p = constexpr", "tensor<fp16, [4, 8, 1, 2]> w0_p = constexpr",
+	         "only conv weights tensor<fp16, [COUT, CIN, 1, 1]>"},
+	};
+	for (size_t i = 0; i < sizeof e / sizeof e[0]; i++) {
+		char *m = edit(base, e[i].a, e[i].b);
+		expect_fail(m, blob, e[i].want);
+		free(m);
+	}
+	free(base), free(sc);
+}
+
+// the 4-bit tables and indices (build.h): the k-means finds a histogram's
+// clusters, a value's index is its nearest entry, ties to the lower
+static void
+test_l4_quant(void)
+{
+	enum { B = 1024 };
+	static double h[B];
+	float tab[16];
+	// 16 narrow clusters at -0.9 .. 0.9
+	memset(h, 0, sizeof h);
+	for (int c = 0; c < 16; c++) {
+		int b = (int)((-0.9 + 1.8 * c / 15.0 + 1.0) / 2.0 * (B - 1) + 0.5);
+		h[b] += 100 + c, h[b + 1] += 50;
+	}
+	ane_l4_tables(h, B, tab);
+	for (int c = 0; c < 16; c++) {
+		double want = -0.9 + 1.8 * c / 15.0;
+		CHECK(fabs(tab[c] - want) < 2.5 / B + 1e-3, "entry %d: %g, cluster at %g", c, (double)tab[c], want);
+		CHECK(tab[c] == ad_fp16_to_f32(ad_f32_to_fp16(tab[c])), "entry %d is not an fp16 value", c);
+		CHECK(c == 0 || tab[c] > tab[c - 1]);
+	}
+	// an empty histogram: still 16 sorted fp16 entries
+	memset(h, 0, sizeof h);
+	ane_l4_tables(h, B, tab);
+	for (int c = 1; c < 16; c++)
+		CHECK(tab[c] > tab[c - 1]);
+	for (int c = 0; c < 16; c++)
+		tab[c] = (float)c - 7.5f;
+	CHECK(ane_l4_index(tab, -100.0f) == 0 && ane_l4_index(tab, 100.0f) == 15);
+	CHECK(ane_l4_index(tab, 0.2f) == 8 && ane_l4_index(tab, -0.2f) == 7);
+	CHECK(ane_l4_index(tab, 0.0f) == 7, "a tie goes to the lower entry");
+	for (float u = -9; u <= 9; u += 0.37f) {
+		unsigned q = ane_l4_index(tab, u);
+		for (int c = 0; c < 16; c++)
+			CHECK(fabsf(u - tab[q]) <= fabsf(u - tab[c]), "%g: entry %u, %d is nearer", (double)u, q, c);
+	}
 }
 
 // which kernel takes one int8 column (emu_i8_one_col_avx2): what
@@ -2174,6 +2367,9 @@ main(void)
 	T_RUN(test_i8_one_col);
 	T_RUN(test_i8_kernels);
 	T_RUN(test_l4_kernels);
+	T_RUN(test_l4_proj);
+	T_RUN(test_l4_rules);
+	T_RUN(test_l4_quant);
 	T_RUN(test_i8_proj_ffn);
 	T_RUN(test_wide_tasks);
 	T_RUN(test_i8_rules);

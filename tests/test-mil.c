@@ -83,6 +83,57 @@ test_golden_int8(void)
 	}
 }
 
+// 4-bit palettised weights: constexpr_lut_to_dense (iOS18: uint4 indices,
+// a table of 16 for each 64 rows or one for all) then
+// constexpr_blockwise_shift_scale, three BLOBFILEs per weight
+static void
+test_golden_lut4(void)
+{
+	char err[AD_ERRLEN];
+	check_golden("proj_8x4_w1_lut4.mil", ane_mil_proj_w(8, 4, 1, ANE_W_LUT4, err));
+	check_golden("ffn_h4_i6_w32_lut4.mil", ane_mil_ffn_w(4, 6, 32, ANE_W_LUT4, err));
+	enum ane_wfmt f = ANE_W_FP16;
+	CHECK(ane_wfmt_parse("lut4", &f) == 0 && f == ANE_W_LUT4 && !strcmp(ane_wfmt_name(ANE_W_LUT4), "lut4"));
+	CHECK(ane_wfmt_parse("LUT4", &f) < 0 && ane_wfmt_parse("lut", &f) < 0);
+	// indices, one table (4 rows: not a multiple of 64), scales; then 128
+	// rows: two tables
+	CHECK(ane_wfmt_bytes(ANE_W_LUT4, 4, 8) == 16 + 32 + 8, "%llu",
+	      (unsigned long long)ane_wfmt_bytes(ANE_W_LUT4, 4, 8));
+	CHECK(ane_wfmt_bytes(ANE_W_LUT4, 128, 7) == 448 + 64 + 256);
+	CHECK(ane_mil_l4_tables(4) == 1 && ane_mil_l4_tables(128) == 2 && ane_mil_l4_tables(4864) == 76 &&
+	      ane_mil_l4_tables(172) == 1);
+	char *s = ane_mil_proj_w(7, 128, 1, ANE_W_LUT4, err);
+	REQUIRE(s, "%s", err);
+	CHECK(strstr(s,
+	             "indices = tensor<uint4, [128, 7, 1, 1]>(BLOBFILE(path = string(\"@model_path/weights/w.bin\"), "
+	             "offset = uint64(64)))"));
+	// 448 bytes of indices, then the tables' chunk, then the scales'
+	CHECK(strstr(s,
+	             "lut = tensor<fp16, [2, 1, 1, 1, 16, 1]>(BLOBFILE(path = string(\"@model_path/weights/w.bin\"), "
+	             "offset = uint64(576)))"));
+	CHECK(strstr(s, "scale = tensor<fp16, [128, 1, 1, 1]>(BLOBFILE(path = string(\"@model_path/weights/w.bin\"), "
+	                "offset = uint64(704)))"));
+	free(s);
+	// 5 convs = 15 BLOBFILEs: within the limit; 6 are refused
+	for (int n = 5; n <= 6; n++) {
+		struct ane_mil m;
+		static const char *const out[] = {"o0"};
+		ane_mil_init(&m);
+		ane_mil_input(&m, "i0", 4, 1);
+		char y[8];
+		for (int k = 0; k < n; k++) {
+			snprintf(y, sizeof y, k == n - 1 ? "o0" : "t%d", k);
+			ane_mil_conv_l4(&m, y, k ? "t0" : "i0", 4, 4, 1, 64, 64, 64);
+		}
+		char *t = ane_mil_finish(&m, out, 1, err);
+		if (n == 5)
+			CHECK(t, "%s", err);
+		else
+			CHECK(!t && strstr(err, "18 BLOBFILE consts, the ANE accepts at most 16"), "%s", err);
+		free(t);
+	}
+}
+
 // the seed's own substring checks, and balanced braces
 static void
 test_seed_substrings(void)
@@ -210,6 +261,7 @@ main(void)
 	T_RUN(test_golden_qkv);
 	T_RUN(test_golden_ffn);
 	T_RUN(test_golden_int8);
+	T_RUN(test_golden_lut4);
 	T_RUN(test_seed_substrings);
 	T_RUN(test_ffn_offsets);
 	T_RUN(test_head_chunks);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test-weights.sh - --weights fp16|int8 end to end, over the real processes.
+# test-weights.sh - --weights fp16|int8|lut4 end to end, over the real processes.
 #
 #   test-weights.sh BIN_DIR GEN_MODEL
 #
@@ -7,6 +7,7 @@
 # flag reaches both workers (their logs, the JSON, a different result from
 # fp16), verify with int8 reports the weight error and MATCHes with logits
 # within the bound below, greedy tokens of int8 and fp16 are compared;
+# lut4 runs, verifies, checks and comes back from the kernel cache;
 # an F16 model defaults to fp16; a bad value exits 2 naming the flag on
 # every command that takes it. Prints "N passed, N failed".
 #
@@ -51,6 +52,7 @@ P="--prompt-ids 1,300,307,314,20,41,99 --no-chat --max-tokens 24 --json --backen
 $A info --model "$Q" > "$T/info.txt" 2>&1
 check "info: Q8_0 defaults to int8" grep -q "kernel weights (default)   int8 on emu" "$T/info.txt"
 check "info: int8 bytes" grep -q "kernel weights as int8" "$T/info.txt"
+check "info: lut4 bytes" grep -q "kernel weights as lut4" "$T/info.txt"
 $A info --model "$F" > "$T/info2.txt" 2>&1
 check "info: F16 defaults to fp16" grep -q "kernel weights (default)   fp16 on emu" "$T/info2.txt"
 
@@ -92,6 +94,37 @@ check "int8 logits within 10x the weight error" lt "$r8" "$(python3 -c "print(10
 check "int8 logits rel < 0.03" lt "$r8" 0.03
 check "int8 differs from fp16 (the flag is not ignored)" lt "$r16" "$r8"
 
+# --- lut4: 4-bit palettised weights, opt-in ----------------------------------------------
+# A table of 16 values for each 64 rows and a scale a row (the tiny model's
+# rows: one table each matrix): the weights' RMS relative error is that of a
+# 16-level quantiser, about 0.06-0.10 on these weights; the logits within
+# 3x that and the argmax kept
+ANEDVD_LOG=info $A run --model "$Q" $P --weights lut4 > "$T/lut4.json" 2> "$T/lut4.err"
+check "run --weights lut4" [ $? -eq 0 ]
+check "run --weights lut4: json" [ "$(field "$T/lut4.json" weights)" = lut4 ]
+check "run --weights lut4: the ane-worker compiled lut4" grep -q "columns, lut4 weights" "$T/lut4.err"
+$A verify --model "$Q" $V --weights lut4 > "$T/v4.txt" 2>&1
+check "verify lut4 MATCH" [ $? -eq 0 ]
+tail -3 "$T/v4.txt"
+check "verify lut4 reports the weight error" grep -q "^lut4 weights: .* RMS relative" "$T/v4.txt"
+r4=$(num_after "$T/v4.txt" "last position: rel")
+wr4=$(num_after "$T/v4.txt" "RMS relative")
+echo "logits rel: lut4 $r4; weights RMS rel $wr4"
+check "lut4 weights' RMS error below a 16-level quantiser's bound (0.12)" lt "$wr4" 0.12
+check "lut4 weights coarser than int8" lt "$wr" "$wr4"
+check "lut4 logits within 3x the weight error" lt "$r4" "$(python3 -c "print(3 * $wr4)")"
+$D check --model "$Q" --weights lut4 > "$T/c4.txt" 2>&1
+check "check --weights lut4 passes" [ $? -eq 0 ]
+$D kernels --model "$Q" --weights lut4 --iters 2 > "$T/k4.txt" 2>&1
+check "kernels --weights lut4" grep -q "lut4 weights" "$T/k4.txt"
+# the second start maps the cached kernels: the same tokens
+C="--cache-dir $T/kc"
+$A run --model "$Q" $P --weights lut4 $C > "$T/l1.json" 2> /dev/null
+$A run --model "$Q" $P --weights lut4 $C > "$T/l2.json" 2> /dev/null
+check "lut4 from the kernel cache: the same tokens" [ "$(ids "$T/l1.json")" = "$(ids "$T/lut4.json")" ] &&
+	[ "$(ids "$T/l2.json")" = "$(ids "$T/lut4.json")" ]
+check "lut4: the second start hit the cache" python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1], encoding="latin-1"))["start"]["ane_worker"]["cache"] != "hit")' "$T/l2.json"
+
 # --- the in-process decode loop and the tools ------------------------------------------------
 $A run --model "$Q" $P --weights int8 --in-process > "$T/ip.json" 2> /dev/null
 check "run --in-process --weights int8" [ "$(ids "$T/ip.json")" = "$(ids "$T/int8.json")" ]
@@ -110,11 +143,11 @@ for c in run verify serve check kernels; do
 	[ $c = check ] || [ $c = kernels ] && prog=$D
 	$prog $c --model "$Q" $extra --weights int4 > /dev/null 2> "$T/bad.txt"
 	check "$c --weights int4 exits 2" [ $? -eq 2 ]
-	check "$c --weights int4 names the flag" grep -q -- "--weights takes fp16 or int8, not 'int4'" "$T/bad.txt"
+	check "$c --weights int4 names the flag" grep -q -- "--weights takes fp16, int8 or lut4, not 'int4'" "$T/bad.txt"
 done
 $BIN/anedvd-ane-worker --model "$Q" --listen "ipc://$T/x" --weights 8 > /dev/null 2> "$T/bad.txt"
 check "anedvd-ane-worker --weights 8 exits 2" [ $? -eq 2 ]
-check "anedvd-ane-worker names the flag" grep -q -- "--weights takes fp16 or int8" "$T/bad.txt"
+check "anedvd-ane-worker names the flag" grep -q -- "--weights takes fp16, int8 or lut4" "$T/bad.txt"
 $BIN/anedvd-cpu-worker --model "$Q" --listen "ipc://$T/y" --weights x > /dev/null 2> "$T/bad.txt"
 check "anedvd-cpu-worker --weights x exits 2" [ $? -eq 2 ]
 

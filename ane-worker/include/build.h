@@ -146,6 +146,17 @@ int ane_eval_host(struct ane_kernel *k, const void *in, void *out, const float *
 // -1 with err for a non-finite weight or one beyond fp16's range x 127
 int ane_quant_row(const float *w, size_t n, int8_t *q, uint16_t *scale, char *err);
 
+// 4-bit palettised weights (ANE_W_LUT4): each row's scale is its largest
+// |w| (fp16), and each group of 64 rows (or all rows, when they are not a
+// multiple of 64) shares a table of 16 fp16 values for w / scale, the
+// k-means of their histogram over [-1, 1] (ane_l4_tables: nbins bins,
+// Lloyd's steps from the quantiles; tab sorted ascending); a weight's
+// index is its nearest entry: the count of midpoints (tab[k] + tab[k+1])
+// / 2 below w / scale (ane_l4_index; at a midpoint, the lower). Dequantised:
+// scale * tab[q]. ane_qerr_* measure it too.
+void ane_l4_tables(const double *hist, size_t nbins, float *tab);
+unsigned ane_l4_index(const float *tab, float u);
+
 // the int8 quantisation error of weights w vs their dequantised values
 struct ane_qerr {
 	uint64_t n;

@@ -155,7 +155,9 @@ int emu_nblobfiles(const struct emu_kernel *k);
 enum emu_const_kind {
 	EMU_CONST_F16_PANELS = 1, // fp16 16-row panels (emu_pack's layout), emu_panel_bytes(cout, cin)
 	EMU_CONST_I8_PANELS = 2,  // int8 panels (emu_i8_pack's layout), emu_i8_panel_bytes(cout, cin)
-	EMU_CONST_F32_SCALES = 3, // an int8 weight's per-row scales widened to fp32, 16 * npanels floats
+	EMU_CONST_F32_SCALES = 3, // an int8 or 4-bit weight's per-row scales widened to fp32, 16 * npanels floats
+	EMU_CONST_L4_PANELS = 4,  // 4-bit indices (emu_l4_pack's layout), emu_l4_panel_bytes(cout, cin)
+	EMU_CONST_F32_LUT = 5,    // a 4-bit weight's tables widened to fp32, 16 a quad of 64 rows
 };
 #define EMU_MAX_CONSTS_PER_WEIGHT 4
 
@@ -331,17 +333,21 @@ int emu_i8_one_col_env(void);
 // 4-bit palettised weights (MIL constexpr_lut_to_dense, then a scale per
 // row; emu-l4.c): weight (o, i) is scale[o] * lut[o / 64][q[o][i]], its
 // index q in 0..15 half a byte. Quads of 64 rows follow one another, each
-// [cin][32] bytes: row r of quad g at step i in byte g * cin * 32 + i * 32
-// + r % 32, the low nibble for r % 64 < 32 (emu_l4_pack), rows past cout
-// index 0. lut holds 16 values (fp16, as floats) a quad; scale one a panel
-// row (npanels * 16). Same x / y / p0, p1 (16-row panels) as above, and
-// the same bits from all three kernels: output (o, j) is fp16(scale[o] *
-// acc), acc the fp32 FMA chain of lut[o / 64][q[o][i]] * x[j][i] over i
-// in order.
+// ceil(cin / 2) lines of 64 bytes: line l holds steps 2l and 2l + 1 as 16
+// little-endian u32 words, word d's nibble j (bits 4j .. 4j+3) the index
+// of row 16 (j % 4) + d of the quad at step 2l + j / 4 (emu_l4_pack); rows
+// past cout index 0. lut holds 16 values (fp16, as floats) a quad; scale
+// one a panel row (npanels * 16). Same x / y / p0, p1 (16-row panels) as
+// above, and the same bits from all three kernels: output (o, j) is
+// fp16(scale[o] * acc), acc the fp32 FMA chain of lut[o / 64][q[o][i]] *
+// x[j][i] over i in order.
 #define EMU_L4_QUAD_ROWS 64
 size_t emu_l4_panel_bytes(size_t cout, size_t cin);
 // q: [cout][cin] indices, one a byte (the low nibble is used)
 void emu_l4_pack(const uint8_t *q, size_t cout, size_t cin, uint8_t *panels);
+// the same layout's quads [g0, g1) from the indices as a uint4 BLOBFILE
+// holds them: element (o, i) at o * cin + i, two a byte, the low nibble first
+void emu_l4_pack_quads(const uint8_t *packed, size_t cout, size_t cin, uint8_t *panels, size_t g0, size_t g1);
 void emu_conv_l4_ref(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
                      const float *x, size_t ncols, float *y, size_t p0, size_t p1);
 // the SIMD kernels; call only when emu_i8_isa() is at least 1 / 2

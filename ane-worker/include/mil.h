@@ -43,6 +43,22 @@
 // slots. Its blob chunks: the int8 [COUT][CIN] data (element type int8,
 // blob.h), then the COUT fp16 scales; the fused FFN has gate q, gate
 // scales, up q, up scales, down q, down scales (6 of the 16 slots).
+// 4-bit palettised weights (ane_mil_conv_l4, ANE_W_LUT4): the iOS18 form
+// of a table lookup, then one scale per output row (three BLOBFILE slots):
+//
+//   tensor<fp16, [COUT, CIN, 1, 1]> w0_p = constexpr_lut_to_dense(indices =
+//     tensor<uint4, [COUT, CIN, 1, 1]>(BLOBFILE(path = string("@model_path/
+//     weights/w.bin"), offset = uint64(Q))), lut = tensor<fp16, [G, 1, 1, 1,
+//     16, 1]>(BLOBFILE(..., offset = uint64(T))))[name = string("w0_p")];
+//   tensor<fp16, [COUT, CIN, 1, 1]> w0 = constexpr_blockwise_shift_scale(
+//     data = w0_p, scale = tensor<fp16, [COUT, 1, 1, 1]>(BLOBFILE(...,
+//     offset = uint64(S))))[name = string("w0")];
+//
+// (two lines): G tables of 16 values, one for each group of COUT / G rows
+// (G = COUT / 64, or 1 when COUT is not a multiple of 64). Its chunks: the
+// indices (uint4, blob.h), the tables, the scales; the fused FFN takes 9
+// of the 16 slots. Whether the device's compiler takes this form is
+// unknown: the emu runs it.
 #ifndef ANE_MIL_H
 #define ANE_MIL_H
 
@@ -83,6 +99,13 @@ void ane_mil_conv(struct ane_mil *m, const char *y, const char *x, int cout, int
 // the same conv with int8 weights: data chunk at off_q, scales at off_s
 void ane_mil_conv_i8(struct ane_mil *m, const char *y, const char *x, int cout, int cin, int w, uint64_t off_q,
                      uint64_t off_s);
+// the same conv with 4-bit palettised weights: indices at off_q, tables at
+// off_t, scales at off_s
+void ane_mil_conv_l4(struct ane_mil *m, const char *y, const char *x, int cout, int cin, int w, uint64_t off_q,
+                     uint64_t off_t, uint64_t off_s);
+// the tables of a 4-bit weight of cout rows: one a group of 64 rows, or
+// one for all when cout is not a multiple of 64
+int ane_mil_l4_tables(int cout);
 void ane_mil_add(struct ane_mil *m, const char *y, const char *a, const char *b, int c, int w);
 void ane_mil_mul(struct ane_mil *m, const char *y, const char *a, const char *b, int c, int w);
 void ane_mil_sigmoid(struct ane_mil *m, const char *y, const char *x, int c, int w);
