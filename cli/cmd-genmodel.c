@@ -53,6 +53,8 @@ type_of(const char *w)
 		return AD_TYPE_BF16;
 	if (!strcmp(w, "q8_0"))
 		return AD_TYPE_Q8_0;
+	if (!strcmp(w, "q4_0"))
+		return AD_TYPE_Q4_0;
 	return UINT32_MAX;
 }
 
@@ -84,6 +86,35 @@ put(struct gguf_writer *w, uint64_t seed, const char *name, int64_t ne0, int64_t
 			h[i] = type == AD_TYPE_F16 ? ad_f32_to_fp16(d[i]) : ad_f32_to_bf16(d[i]);
 		buf = h;
 		nbytes = n * sizeof *h;
+	} else if (type == AD_TYPE_Q4_0) { // blocks of 32: an fp16 scale and 32 nibbles, as ggml's reference
+		if (ne0 % 32) {
+			free(d);
+			return ad_err(err, "%s: %lld columns is not a multiple of 32 (q4_0)", name, (long long)ne0);
+		}
+		size_t nb = n / 32;
+		uint8_t *q = malloc(nb * 18);
+		if (!q) {
+			free(d);
+			return ad_err(err, "out of memory");
+		}
+		for (size_t b = 0; b < nb; b++) {
+			const float *x = d + b * 32;
+			float amax = 0, max = 0; // the value of the largest magnitude, signed
+			for (int j = 0; j < 32; j++)
+				if (fabsf(x[j]) > amax) {
+					amax = fabsf(x[j]);
+					max = x[j];
+				}
+			float dd = max / -8, id = dd ? 1.0f / dd : 0;
+			uint16_t h = ad_f32_to_fp16(dd);
+			memcpy(q + b * 18, &h, 2);
+			for (int j = 0; j < 16; j++) {
+				int a = (int)(int8_t)(x[j] * id + 8.5f), c = (int)(int8_t)(x[16 + j] * id + 8.5f);
+				q[b * 18 + 2 + j] = (uint8_t)((a < 15 ? a : 15) | (c < 15 ? c : 15) << 4);
+			}
+		}
+		buf = q;
+		nbytes = nb * 18;
 	} else { // q8_0: blocks of 32, an fp16 scale and 32 int8
 		if (ne0 % 32) {
 			free(d);
@@ -274,7 +305,7 @@ genmodel_write(const struct genmodel *g, const char *path, char *err)
 	int think = !strcmp(p->name, "think");
 	uint32_t type = type_of(g->wtype ? g->wtype : "f16");
 	if (type == UINT32_MAX)
-		return ad_err(err, "unknown weight type '%s' (f32, f16, bf16, q8_0)", g->wtype);
+		return ad_err(err, "unknown weight type '%s' (f32, f16, bf16, q8_0, q4_0)", g->wtype);
 	int64_t E = p->E, L = g->n_layer > 0 ? g->n_layer : p->L, H = p->H, KV = p->KV, FF = p->FF, V = p->V;
 	int64_t hd = E / H;
 	const char *a = p->arch;

@@ -4,7 +4,7 @@
 //
 // PRESET: tiny, smollm2-135m, qwen2.5-0.5b (the exact shapes of the
 // published models), think (a scripted Qwen3-style model); WTYPE: f32,
-// f16, bf16, q8_0. --template writes FILE as the chat template; --eos ID
+// f16, bf16, q8_0, q4_0. --template writes FILE as the chat template; --eos ID
 // writes ID as the EOS and EOT ids (a further end-of-generation id: see
 // struct genmodel). The same
 // arguments give the same bytes. See cli/cmd-genmodel.h.
@@ -48,8 +48,9 @@ main(int argc, char **argv)
 		argc -= 2;
 	}
 	if (argc != 5 && argc != 6) {
-		fprintf(stderr, "usage: gen-model PRESET WTYPE SEED OUT.gguf [N_LAYER] [--template FILE] [--eos ID]\n"
-		                "  PRESET tiny | smollm2-135m | qwen2.5-0.5b | think, WTYPE f32 | f16 | bf16 | q8_0\n");
+		fprintf(stderr,
+		        "usage: gen-model PRESET WTYPE SEED OUT.gguf [N_LAYER] [--template FILE] [--eos ID]\n"
+		        "  PRESET tiny | smollm2-135m | qwen2.5-0.5b | think, WTYPE f32 | f16 | bf16 | q8_0 | q4_0\n");
 		return 2;
 	}
 	char *end;

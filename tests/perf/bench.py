@@ -345,11 +345,13 @@ class Bench:
 		self.env = dict(os.environ, ANEDVD_LOG=os.environ.get("ANEDVD_LOG", "error"),
 		                ANEDVD_CACHE_DIR=os.path.join(self.tmp, "cache"), XDG_CACHE_HOME=os.path.join(self.tmp, "xdg"))
 
-	def weights_opt(self, wtype, helptext=None):
+	def weights_opt(self, wtype, helptext=None, force=None):
+		"""The kernels' weights: force (a model named shape:wtype:weights), else
+		anedvd's default on emu (int8 for a file stored in 8 bits or fewer)."""
 		has = self.has_weights if helptext is None else ("--weights" in helptext)
 		if not has:
-			return [], "fp16 (no --weights)" if wtype == "q8_0" else "fp16"
-		w = "int8" if wtype == "q8_0" else "fp16"
+			return [], "fp16 (no --weights)" if wtype in ("q8_0", "q4_0") else "fp16"
+		w = force or ("int8" if wtype in ("q8_0", "q4_0") else "fp16")
 		return ["--weights", w], w
 
 	def cache_env(self, d):
@@ -363,6 +365,7 @@ class Bench:
 		if name == "stories260K":
 			return os.path.join(self.src, "tests", "data", "stories260K", "stories260K.gguf"), name, "f32"
 		shape, _, wtype = name.partition(":")
+		wtype = wtype.partition(":")[0]  # shape:wtype:weights names the kernels' weights too
 		out = os.path.join(self.tmp, f"{shape}-{wtype}.gguf")
 		if not os.path.exists(out):
 			r = subprocess.run([self.gen, shape, wtype, "1", out], capture_output=True, text=True)
@@ -419,8 +422,8 @@ class Bench:
 			raise SystemExit(f"anedvd run (start) failed ({r['rc']}): {r['err'][-4000:]}")
 		return r["first"] if r["first"] is not None else r["wall"]
 
-	def a_kernels(self, f, wtype):
-		wopt = self.weights_opt(wtype, self.kernels_help)[0]
+	def a_kernels(self, f, wtype, force=None):
+		wopt = self.weights_opt(wtype, self.kernels_help, force)[0]
 		r = subprocess.run([self.D, "kernels", "--model", f, "--iters", str(self.kiters)] + wopt,
 		                   capture_output=True, text=True, env=self.env)
 		if r.returncode:
@@ -504,7 +507,8 @@ class Bench:
 
 	def bench_model(self, name):
 		f, shape, wtype = self.model(name)
-		wopt, wdesc = self.weights_opt(wtype)
+		force = name.split(":")[2] if name.count(":") >= 2 else None
+		wopt, wdesc = self.weights_opt(wtype, force=force)
 		log(f"bench: {name}: {self.n} alternating repeats")
 		A = {k: [] for k in ("decode", "prefill", "ipc", "outside", "cold", "warm", "rss", "anon", "pss", "gbs", "stream", "pass", "pread", "pratio",
 		                     "t_tot", "t_kern", "t_ipc", "t_rest", "d_tot", "d_kern", "d_ipc", "d_rest", "outside_dec",
@@ -557,7 +561,7 @@ class Bench:
 				if peer and "--n-depth" in self.peer_help and (p := p_try(self.p_depth, f)):
 					P["prefill_d"].append(p["prefill"])
 					P["decode_d"].append(p["decode"])
-			k = self.a_kernels(f, wtype)
+			k = self.a_kernels(f, wtype, force)
 			kmb = k["kmb"]
 			for a, b in (("gbs", "gbs"), ("pass", "pass"), ("pread", "read"), ("pratio", "ratio")):
 				A[a].append(k[b])
@@ -627,7 +631,7 @@ def report_model(b, m):
 	h = "## " if fmt == "md" else "== "
 	if True:
 		A, P = m["A"], m["P"]
-		title = f"{SHAPE_NAME.get(m['shape'], m['shape'])}, {m['wtype'].upper()}"
+		title = f"{SHAPE_NAME.get(m['shape'], m['shape'])}, {m['wtype'].upper()}" + (f", {m['wdesc']}" if m["name"].count(":") >= 2 else "")
 		say(f"{h}{title}" + ("" if fmt == "md" else " =="))
 		say("")
 		say(f"{os.path.basename(m['file'])}: {m['fbytes'] / 1e6:.1f} MB; weights in the kernels: {m['wdesc']}"
@@ -800,7 +804,8 @@ def main():
 		say(f"{bullet}each figure: median (min..max) of {b.n} repeats, the tools alternating"
 		    f" (anedvd run, llama-bench, starts, kernels, streaming read); ratios are the median of the"
 		    f" per-repeat ratios")
-		say(f"{bullet}--weights: " + ("int8 for Q8_0 files, fp16 otherwise" if b.has_weights
+		say(f"{bullet}--weights: " + ("int8 for Q8_0 and Q4_0 files (anedvd's default), fp16 otherwise, unless a"
+		                               " model is named shape:wtype:weights" if b.has_weights
 		                               else "n/a (this build has no --weights; Q8_0 runs as fp16)"))
 		say(f"{bullet}kernel cache: " + (f"cold starts get an empty cache ({b.cache_flag or 'ANEDVD_CACHE_DIR'}),"
 		                                  f" the other runs one of their own"

@@ -6,7 +6,7 @@
 #   FORMAT=md tests/perf/bench.sh BUILD_DIR > table.md     (markdown, for docs/RESULTS.md)
 #
 # Writes the test models with the project's own GGUF writer (BUILD_DIR/tests/
-# gen-model: the SmolLM2-135M and Qwen2.5-0.5B shapes, F16 and Q8_0) under
+# gen-model: the SmolLM2-135M and Qwen2.5-0.5B shapes, F16 and Q8_0, Q4_0 on request) under
 # $TMPDIR, removed at the end, and takes tests/data/stories260K/stories260K.gguf
 # as it is. For each model, REPEATS times, alternating the tools (anedvd run,
 # then llama-bench, then the starts of both, then anedvd-dev kernels and the
@@ -28,6 +28,8 @@
 #   LLAMA_BENCH  a llama.cpp llama-bench binary (CPU build): compare with it
 #   MODELS       comma-separated, default all five:
 #                stories260K,smollm2-135m:f16,smollm2-135m:q8_0,qwen2.5-0.5b:f16,qwen2.5-0.5b:q8_0
+#                (shape:wtype, wtype f16, q8_0 or q4_0; shape:wtype:weights names the
+#                kernels' weights, e.g. qwen2.5-0.5b:q4_0:lut4, else anedvd's default)
 #   REPEATS      repeats per model (default 5; QUICK: 3)
 #   NGEN         tokens decoded (default 64; QUICK: 8)
 #   DEPTH        also a long context (off by default): prefill of DEPTH tokens
