@@ -25,7 +25,7 @@
 //                         "\n\n" (the end of the prompt with thinking off) only
 //                         "Hello!<|im_end|>". The margin is ~80 logits, so any
 //                         sampling settings give the same text.
-// Weight types: f32, f16, bf16, q8_0 (norms and biases stay f32).
+// Weight types: f32, f16, bf16, q8_0, q4_0 (norms and biases stay f32).
 //
 // chat_template (may be NULL) is written as tokenizer.chat_template; eos
 // (below) overrides the EOS and EOT ids.
