@@ -2926,13 +2926,8 @@ compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles
 		repack(e, w, 0);
 		k->weight_bytes += (uint64_t)w->cout * w->cin * 2;
 	}
-	for (int i = 0; i < k->nweights; i++) { // the file is unmapped below
+	for (int i = 0; i < k->nweights; i++) // the file is unmapped below
 		k->weights[i].payload = k->weights[i].spayload = k->weights[i].lpayload = NULL;
-		if (k->weights[i].l4 && !k->weights[i].scaled && k->weights[i].lpanels) {
-			ad_err(err, "emu: a palettised weight without its scales"); // (a conv refuses it first)
-			goto fail;
-		}
-	}
 	k->act_bytes = 0;
 	for (int i = 0; i < k->nbufs; i++) {
 		k->bufs[i].off = k->act_bytes;

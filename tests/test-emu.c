@@ -1617,6 +1617,23 @@ test_l4_rules(void)
 		free(m);
 	}
 	free(base), free(sc);
+	// 128 rows: one table, or two (one a 64 rows); three is neither
+	cout = 128;
+	ntab = 2;
+	uint8_t *q2 = calloc(cout * cin, 1);
+	uint16_t tab2[32], *sc2 = rand_scales(cout);
+	for (int i = 0; i < 32; i++)
+		tab2[i] = ad_f32_to_fp16((float)(i % 16) - 7.5f);
+	write_l4_blob(blob, (const uint8_t *const[]){q2}, (const uint16_t *const[]){tab2}, &ntab,
+	              (const uint16_t *const[]){sc2}, &cout, &cin, 1);
+	base = ane_mil_proj_w((int)cin, (int)cout, 1, ANE_W_LUT4, err);
+	REQUIRE(base, "%s", err);
+	k = compile(base, blob, err);
+	CHECK(k, "two tables: %s", err);
+	emu_kernel_free(k);
+	char *m = edit(base, "lut = tensor<fp16, [2, 1, 1, 1, 16, 1]>", "lut = tensor<fp16, [3, 1, 1, 1, 16, 1]>");
+	expect_fail(m, blob, "with G = 1 (one table) or G = 2 (a table of 16 for each group of 64 output rows)");
+	free(m), free(base), free(q2), free(sc2);
 }
 
 // the 4-bit tables and indices (build.h): the k-means finds a histogram's
@@ -2260,7 +2277,7 @@ count_pace(void *arg)
 
 // emu_kernel_copy / emu_kernel_adopt: a kernel compiled from borrowed
 // constants (as from a mapped cache file), fp16 (one 5 MiB weight: three
-// pieces) and int8 (two), runs from copies of its own once it adopts them: the
+// pieces), int8 (two) and lut4 (one), runs from copies of its own once it adopts them: the
 // same bits after the borrowed buffers are overwritten, nothing borrowed
 // left; before the adoption it still runs from the originals; a copy that
 // pace stops returns NULL and leaves the kernel as it was
@@ -2272,12 +2289,28 @@ test_copy_adopt(void)
 	float *x = randv(W * cin, 2.0f);
 	for (size_t i = 0; i < W * cin; i++)
 		x[i] = ad_fp16_to_f32(ad_f32_to_fp16(x[i]));
-	char *mils[2], blobs[2][512];
+	char *mils[3], blobs[3][512];
 	proj_fp16_int8("adopt", cout, cin, W, mils, blobs);
+	{ // and 4-bit: 40 tables
+		size_t ntab = cout / 64;
+		uint8_t *q = malloc(cout * cin);
+		for (size_t i = 0; i < cout * cin; i++)
+			q[i] = (uint8_t)(i * 7 % 16);
+		uint16_t *tab = malloc(ntab * 16 * 2), *sc = rand_scales(cout);
+		for (size_t i = 0; i < ntab * 16; i++)
+			tab[i] = ad_f32_to_fp16(lcg(1.0f));
+		snprintf(blobs[2], 512, "%s", tmp_path("adopt-l4.bin"));
+		write_l4_blob(blobs[2], (const uint8_t *const[]){q}, (const uint16_t *const[]){tab}, &ntab,
+		              (const uint16_t *const[]){sc}, &cout, &cin, 1);
+		mils[2] = ane_mil_proj_w((int)cin, (int)cout, (int)W, ANE_W_LUT4, err);
+		REQUIRE(mils[2], "%s", err);
+		free(q), free(tab), free(sc);
+	}
+	static const char *const kind[3] = {"fp16", "int8", "lut4"};
 	float *y0 = calloc(W * cout, 4), *y1 = calloc(W * cout, 4);
 	struct emu *e = emu_open(&(struct emu_opts){.threads = 2}, err);
 	REQUIRE(e, "%s", err);
-	for (int wi = 0; wi < 2; wi++) {
+	for (int wi = 0; wi < 3; wi++) {
 		struct emu_file f = {.name = "w.bin", .path = blobs[wi]};
 		struct emu_kernel *k0 = emu_compile(e, mils[wi], &f, 1, err);
 		REQUIRE(k0, "%s", err);
@@ -2297,24 +2330,23 @@ test_copy_adopt(void)
 		struct emu_kernel *k = emu_compile_packed(e, mils[wi], c, n, err);
 		REQUIRE(k, "%s", err);
 		CHECK(emu_kernel_borrowed(k) == total, "%zu bytes borrowed, %zu given", emu_kernel_borrowed(k), total);
-		int pc[2] = {0, 2}; // stopped before the second piece
+		int pc[2] = {0, wi == 2 ? 1 : 2}; // stopped before the second piece (lut4: the first)
 		struct emu_copy *cp = emu_kernel_copy(k, count_pace, pc, err);
 		CHECK(!cp && strstr(err, "stopped"), "a stopped copy: %s", cp ? "returned" : err);
 		CHECK(emu_kernel_borrowed(k) == total, "a stopped copy changed the kernel");
 		pc[0] = pc[1] = 0;
 		cp = emu_kernel_copy(k, count_pace, pc, err);
 		REQUIRE(cp, "%s", err);
-		CHECK(pc[0] == (wi ? 2 : 3), "%d pieces for %zu bytes", pc[0], total);
+		CHECK(pc[0] == 3 - wi, "%d pieces for %zu bytes", pc[0], total);
 		REQUIRE(run(k, x, W, y1, err) == 0, "%s", err);
-		CHECK(!memcmp(y0, y1, W * cout * 4), "%s: before the adoption, not the same bits",
-		      wi ? "int8" : "fp16");
+		CHECK(!memcmp(y0, y1, W * cout * 4), "%s: before the adoption, not the same bits", kind[wi]);
 		emu_kernel_adopt(k, cp);
 		CHECK(emu_kernel_borrowed(k) == 0, "%zu bytes still borrowed", emu_kernel_borrowed(k));
 		for (int i = 0; i < n; i++) // the originals gone
 			memset((void *)c[i].data, 0x7b, c[i].bytes);
 		memset(y1, 0, W * cout * 4);
 		REQUIRE(run(k, x, W, y1, err) == 0, "%s", err);
-		CHECK(!memcmp(y0, y1, W * cout * 4), "%s: after the adoption, not the same bits", wi ? "int8" : "fp16");
+		CHECK(!memcmp(y0, y1, W * cout * 4), "%s: after the adoption, not the same bits", kind[wi]);
 		emu_kernel_free(k);
 		for (int i = 0; i < n; i++)
 			free((void *)c[i].data);
@@ -2324,7 +2356,7 @@ test_copy_adopt(void)
 	emu_copy_free(NULL);
 	emu_kernel_adopt(NULL, NULL);
 	emu_close(e);
-	free(x), free(mils[0]), free(mils[1]), free(y0), free(y1);
+	free(x), free(mils[0]), free(mils[1]), free(mils[2]), free(y0), free(y1);
 }
 
 int

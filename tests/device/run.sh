@@ -8,8 +8,9 @@
 # Runs, on the ane backend where the command has one:
 #   anedvd info and selftest; anedvd-dev probe, bench, width, and layers on stories260K
 #   for stories260K (tests/data) and MODEL (a .gguf or HF directory, optional),
-#   and for --weights fp16 and int8 (int8 is skipped with a note when the build
-#   has no --weights): check, verify, kernels and a timed run (64-token prompt,
+#   and for --weights fp16, int8 and lut4 (int8 and lut4 are skipped with a note
+#   when the build has no --weights, lut4 when its --weights lacks it): check,
+#   verify, kernels and a timed run (64-token prompt,
 #   64 tokens decoded, --json: decode and prefill tok/s, the wall time)
 #   the data plane's round trip (BUILD_DIR/tests/bench-dataplane, if built)
 # and prints one summary table (command, result, figure), in markdown so it can
@@ -127,17 +128,20 @@ row "layers stories260K --upto 2 [$(has layers --backend && echo "$BACKEND" || e
 models=$STORIES
 [ -n "$MODEL" ] && models="$STORIES
 $MODEL"
-weights="fp16 int8"
+weights="fp16 int8 lut4"
 while IFS= read -r m; do
 	mn=$(basename "$m")
 	for w in $weights; do
 		for c in check verify kernels run; do
 			if ! has "$c" --weights; then
-				if [ "$w" = int8 ]; then
-					row "$c $mn --weights int8" "skipped" "this build has no --weights"
+				if [ "$w" != fp16 ]; then
+					row "$c $mn --weights $w" "skipped" "this build has no --weights"
 					continue
 				fi
 				wo=""
+			elif [ "$w" = lut4 ] && ! has "$c" lut4; then
+				row "$c $mn --weights lut4" "skipped" "this build's --weights has no lut4"
+				continue
 			else
 				wo="--weights $w"
 			fi
