@@ -1118,9 +1118,9 @@ cmd_verify(int argc, char **argv)
 	double t_ref = cli_now_ms() - t0;
 	// quantised weights (int8, lut4): their own error too
 	enum ane_wfmt wf = ANE_W_FP16;
-	int int8 = !ane_wfmt_parse(p.weights, &wf) && wf != ANE_W_FP16;
+	int quant = !ane_wfmt_parse(p.weights, &wf) && wf != ANE_W_FP16;
 	struct ane_qerr qe = {0};
-	if (int8) {
+	if (quant) {
 		struct ane_plan pl;
 		struct ane_plan_opts plo = {.weights = wf, .split = po.split};
 		int qrc = ane_plan_build(&pl, &p.m, &plo, err);
@@ -1178,9 +1178,9 @@ cmd_verify(int argc, char **argv)
 			gap_last = my > 0 ? ((double)y[ar] - y[am]) / my : 0;
 		}
 	}
-	int tie = int8 && am_last != ar_last && gap_last <= 0.01;
+	int tie = quant && am_last != ar_last && gap_last <= 0.01;
 	int ok = rel_last < 0.10 && (am_last == ar_last || tie) && nan_total == 0;
-	if (int8)
+	if (quant)
 		printf("%s weights: %llu of them, max|dw| %.3e, max|dw|/row max %.3e, RMS relative %.3e; "
 		       "max|dlogit| %.3e over all positions\n",
 		       p.weights, (unsigned long long)qe.n, qe.max_abs, qe.max_rel_row, ane_qerr_rms_rel(&qe), md_all);

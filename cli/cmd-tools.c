@@ -141,11 +141,6 @@ backend_of(const struct tool_opts *o)
 	return o->backend ? o->backend : "emu";
 }
 
-// the start of every tool: its flags (tool_args), and for a tool that
-// takes a model (m non-NULL; --model among the required flags) the model,
-// loaded with --rope-hf / --rope-adjacent applied, and o->wts and o->ko.
-// 0 to go on, or -1 with *status the exit status: 0 after --help, 2 after
-// a bad or missing flag (with the usage), 1 when the model does not load
 // the kernels' format named w ("fp32", the exact backend's, runs none)
 static enum ane_wfmt
 tool_wfmt(const char *w)
@@ -154,6 +149,11 @@ tool_wfmt(const char *w)
 	return ane_wfmt_parse(w, &f) ? ANE_W_FP16 : f;
 }
 
+// the start of every tool: its flags (tool_args), and for a tool that
+// takes a model (m non-NULL; --model among the required flags) the model,
+// loaded with --rope-hf / --rope-adjacent applied, and o->wts and o->ko.
+// 0 to go on, or -1 with *status the exit status: 0 after --help, 2 after
+// a bad or missing flag (with the usage), 1 when the model does not load
 static int
 tool_start(struct tool_opts *o, int argc, char **argv, const char *allowed, const char *required, void (*usage)(void),
            struct model *m, int *status)
@@ -425,8 +425,8 @@ check_usage(void)
 	        "                        [--weights fp16|int8|lut4] [--backend emu|ane] [--prompt TEXT | --prompt-ids 1,2]\n"
 	        "                        [--arch NAME]\n"
 	        "  the model's config and RoPE convention; every kernel of layer 0 and the whole\n"
-	        "  LM head, built on the backend (default emu; ane only in a macOS build) with fp16\n"
-	        "  or int8 weights (default int8 on emu for a model stored in 8 bits or fewer),\n"
+	        "  LM head, built on the backend (default emu; ane only in a macOS build) with fp16,\n"
+	        "  int8 or lut4 weights (default int8 on emu for a model stored in 8 bits or fewer),\n"
 	        "  against fp32 projections with the same dequantised weights (kb_exact), on one\n"
 	        "  real activation: the normed embedding of --token (default: BOS, else 1) for\n"
 	        "  kernels reading n_embd channels, a fixed pseudo-random vector for o and down;\n"
@@ -677,7 +677,8 @@ kernels_usage(void)
 	        "  time every kernel of layer 0 and the LM head on the backend (default emu; ane only\n"
 	        "  in a macOS build) for one column (a decode\n"
 	        "  step), K times in a row (default 20): the median ms per eval and the GB/s of the weight bytes\n"
-	        "  the kernels hold (fp16, or int8 and the row scales; default int8 for a model\n"
+	        "  the kernels hold (fp16; int8 and the row scales; lut4's indices, tables and scales;\n"
+	        "  default int8 for a model\n"
 	        "  stored in 8 bits or fewer), then\n"
 	        "  the per-token total (layer 0 times the layer count plus the LM head); then\n"
 	        "  the decode pass: every kernel of the model once, in order, one column, as a\n"
