@@ -165,15 +165,15 @@ drive(quad_fn *const *quads, panel_fn *const *pans, const uint8_t *panels, const
 // and 8-15)
 #define T2 __attribute__((target("avx2,fma,f16c")))
 
-// t[nibble j of each word] for 8 words: two 8-entry permutes (their index
-// the word's low three bits after the shift), the nibble's top bit moved
-// to the sign to pick between them
+// t[a nibble of each word] for 8 words, the words shifted right by sr (the
+// nibble to the low bits) and left by sl (its top bit to the sign): two
+// 8-entry permutes (their index the low three bits), the sign picks
 T2 static inline __attribute__((always_inline)) __m256
-look2(__m256 tlo, __m256 thi, __m256i v, int j)
+look2(__m256 tlo, __m256 thi, __m256i v, __m128i sr, __m128i sl)
 {
-	__m256i idx = _mm256_srli_epi32(v, 4 * j);
+	__m256i idx = _mm256_srl_epi32(v, sr);
 	__m256 lo = _mm256_permutevar8x32_ps(tlo, idx), hi = _mm256_permutevar8x32_ps(thi, idx);
-	return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(v, 28 - 4 * j)));
+	return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_sll_epi32(v, sl)));
 }
 
 // the sums of one panel (two ymm a column) times their rows' scales,
@@ -200,12 +200,12 @@ store2(float *y, size_t cout, size_t left, const float *sc, const __m256 *acc, c
 	}
 }
 
-// one step (nibble j of the line's words) of one panel into acc
+// step i of one panel (the nibble sr / sl pick of the line's words v0, v1) into acc
 T2 static inline __attribute__((always_inline)) void
-step2(__m256 tlo, __m256 thi, __m256i v0, __m256i v1, int j, const float *x, size_t cin, size_t i, __m256 *acc,
-      const int nc)
+step2(__m256 tlo, __m256 thi, __m256i v0, __m256i v1, __m128i sr, __m128i sl, const float *x, size_t cin, size_t i,
+      __m256 *acc, const int nc)
 {
-	__m256 lo = look2(tlo, thi, v0, j), hi = look2(tlo, thi, v1, j);
+	__m256 lo = look2(tlo, thi, v0, sr, sl), hi = look2(tlo, thi, v1, sr, sl);
 #pragma GCC unroll 6
 	for (int c = 0; c < nc; c++) {
 		__m256 b = _mm256_broadcast_ss(x + (size_t)c * cin + i);
@@ -214,60 +214,27 @@ step2(__m256 tlo, __m256 thi, __m256i v0, __m256i v1, int j, const float *x, siz
 	}
 }
 
-// panel k of the quad at w by nc columns
+// panel k of the quad at w by nc columns: step i is nibble k + 4 (i % 2)
+// of line i / 2's words
 T2 static inline __attribute__((always_inline)) void
 panel2(const uint8_t *w, size_t cin, unsigned k, const float *t, const float *x, float *y, size_t cout, size_t left,
        const float *sc, size_t ahead, const int nc)
 {
 	const __m256 tlo = _mm256_loadu_ps(t), thi = _mm256_loadu_ps(t + 8);
+	const __m128i sr0 = _mm_cvtsi32_si128((int)(4 * k)), sr1 = _mm_cvtsi32_si128((int)(4 * k + 16));
+	const __m128i sl0 = _mm_cvtsi32_si128((int)(28 - 4 * k)), sl1 = _mm_cvtsi32_si128((int)(12 - 4 * k));
 	__m256 acc[2 * NCOLS];
 #pragma GCC unroll 12
 	for (int a = 0; a < 2 * nc; a++)
 		acc[a] = _mm256_setzero_ps();
-	const int j = (int)k;
-	size_t i = 0;
-	for (; i + 1 < cin; i += 2) {
+	for (size_t i = 0; i < cin; i += 2) {
 		const uint8_t *s = w + i / 2 * LINE;
 		if (ahead)
 			_mm_prefetch((const char *)(s + ahead), _MM_HINT_T1);
 		__m256i v0 = _mm256_loadu_si256((const __m256i *)s), v1 = _mm256_loadu_si256((const __m256i *)(s + 32));
-		// the shift counts must be constants: one case per panel
-		switch (j) {
-		case 0:
-			step2(tlo, thi, v0, v1, 0, x, cin, i, acc, nc);
-			step2(tlo, thi, v0, v1, 4, x, cin, i + 1, acc, nc);
-			break;
-		case 1:
-			step2(tlo, thi, v0, v1, 1, x, cin, i, acc, nc);
-			step2(tlo, thi, v0, v1, 5, x, cin, i + 1, acc, nc);
-			break;
-		case 2:
-			step2(tlo, thi, v0, v1, 2, x, cin, i, acc, nc);
-			step2(tlo, thi, v0, v1, 6, x, cin, i + 1, acc, nc);
-			break;
-		default:
-			step2(tlo, thi, v0, v1, 3, x, cin, i, acc, nc);
-			step2(tlo, thi, v0, v1, 7, x, cin, i + 1, acc, nc);
-			break;
-		}
-	}
-	if (i < cin) { // an odd cin's last step
-		const uint8_t *s = w + i / 2 * LINE;
-		__m256i v0 = _mm256_loadu_si256((const __m256i *)s), v1 = _mm256_loadu_si256((const __m256i *)(s + 32));
-		switch (j) {
-		case 0:
-			step2(tlo, thi, v0, v1, 0, x, cin, i, acc, nc);
-			break;
-		case 1:
-			step2(tlo, thi, v0, v1, 1, x, cin, i, acc, nc);
-			break;
-		case 2:
-			step2(tlo, thi, v0, v1, 2, x, cin, i, acc, nc);
-			break;
-		default:
-			step2(tlo, thi, v0, v1, 3, x, cin, i, acc, nc);
-			break;
-		}
+		step2(tlo, thi, v0, v1, sr0, sl0, x, cin, i, acc, nc);
+		if (i + 1 < cin) // (an odd cin's last line holds one step)
+			step2(tlo, thi, v0, v1, sr1, sl1, x, cin, i + 1, acc, nc);
 	}
 	store2(y, cout, left, sc, acc, nc);
 }
