@@ -210,10 +210,10 @@ call_cols(struct kernel_backend *kb, int id, const float *x, float *y, int ncols
 	struct ad_surface sin, sout, *in = &sin, *out = &sout;
 	char nm[32];
 	snprintf(nm, sizeof nm, "t%d-in", id);
-	if (kb->surface_new(kb, nm, ki->in_ch, in, err))
+	if (kb->surface_new(kb, nm, ki->in_ch, 0, in, err))
 		return -1;
 	snprintf(nm, sizeof nm, "t%d-out", id);
-	if (kb->surface_new(kb, nm, ki->out_ch, out, err))
+	if (kb->surface_new(kb, nm, ki->out_ch, 0, out, err))
 		return -1;
 	float *xs = kb_exact_shadow(kb, in);
 	for (int c = 0; c < ncols; c++)
@@ -818,7 +818,7 @@ kernels_pass(struct kernel_backend *kl, int threads, int emu, const float *x, ch
 		char nm[32];
 		if (si[i] < 0) {
 			snprintf(nm, sizeof nm, "pass%d-in", i);
-			if (kl->surface_new(kl, nm, ki->in_ch, &sin[i], err))
+			if (kl->surface_new(kl, nm, ki->in_ch, 0, &sin[i], err))
 				goto out;
 			float *xs = kb_exact_shadow(kl, &sin[i]);
 			if (xs)
@@ -829,7 +829,7 @@ kernels_pass(struct kernel_backend *kl, int threads, int emu, const float *x, ch
 		}
 		if (so[i] < 0) {
 			snprintf(nm, sizeof nm, "pass%d-out", i);
-			if (kl->surface_new(kl, nm, ki->out_ch, &sout[i], err))
+			if (kl->surface_new(kl, nm, ki->out_ch, 0, &sout[i], err))
 				goto out;
 			so[i] = i;
 		}

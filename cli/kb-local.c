@@ -20,8 +20,8 @@
 struct local {
 	struct kernel_backend *kb; // kb_remote's
 	void (*remote_free)(struct kernel_backend *kb);
-	int (*remote_surface_new)(struct kernel_backend *kb, const char *name, int channels, struct ad_surface *s,
-	                          char *err);
+	int (*remote_surface_new)(struct kernel_backend *kb, const char *name, int channels, unsigned flags,
+	                          struct ad_surface *s, char *err);
 	atomic_uint nsurf;
 	struct ane_service *sv;
 	struct local *next;
@@ -52,14 +52,15 @@ find(struct kernel_backend *kb, int take)
 // a surface's name is a label here, not an id: kb_remote's shared objects
 // need unique names, so each gets a number
 static int
-l_surface_new(struct kernel_backend *kb, const char *name, int channels, struct ad_surface *s, char *err)
+l_surface_new(struct kernel_backend *kb, const char *name, int channels, unsigned flags, struct ad_surface *s,
+              char *err)
 {
 	struct local *l = find(kb, 0);
 	if (!l)
 		return ad_err(err, "%s: not a local backend", kb->name);
 	char uname[40];
 	snprintf(uname, sizeof uname, "%.24s.%u", name ? name : "s", atomic_fetch_add(&l->nsurf, 1));
-	return l->remote_surface_new(kb, uname, channels, s, err);
+	return l->remote_surface_new(kb, uname, channels, flags, s, err);
 }
 
 static void

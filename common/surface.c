@@ -49,15 +49,15 @@ check_shape(size_t channels, size_t width, char *err)
 }
 
 int
-surface_create(struct ad_surface *s, const char *id, size_t channels, size_t width, int shared, char *err)
+surface_create(struct ad_surface *s, const char *id, size_t channels, size_t width, unsigned flags, char *err)
 {
 	memset(s, 0, sizeof *s);
 	if (check_shape(channels, width, err))
 		return -1;
 	surface_shape(s, channels, width);
 	s->owner = 1;
-	s->shared = shared;
-	if (!shared) {
+	s->shared = (flags & AD_SURFACE_SHARED) != 0;
+	if (!s->shared) {
 		s->base = calloc(1, s->bytes);
 		if (!s->base)
 			return ad_err(err, "surface: out of memory for %zu bytes", s->bytes);
@@ -77,7 +77,8 @@ surface_create(struct ad_surface *s, const char *id, size_t channels, size_t wid
 		shm_unlink(id);
 		return ad_err(err, "surface %s: ftruncate %zu: %s", id, s->bytes, strerror(e));
 	}
-	void *p = mmap(NULL, s->bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_PREFAULT, fd, 0);
+	int pre = flags & AD_SURFACE_LAZY ? 0 : MAP_PREFAULT;
+	void *p = mmap(NULL, s->bytes, PROT_READ | PROT_WRITE, MAP_SHARED | pre, fd, 0);
 	close(fd);
 	if (p == MAP_FAILED) {
 		shm_unlink(id);
@@ -107,7 +108,10 @@ surface_open(struct ad_surface *s, const char *id, size_t channels, size_t width
 		return ad_err(err, "surface %s: %lld bytes, %zu x %zu needs %zu", id, (long long)st.st_size, channels,
 		              width, s->bytes);
 	}
-	void *p = mmap(NULL, s->bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_PREFAULT, fd, 0);
+	// populating a shm object's hole would allocate its page: only when
+	// the creator's pages are all there (st_blocks counts 512-byte units)
+	int pre = (uint64_t)st.st_blocks * 512u >= s->bytes ? MAP_PREFAULT : 0;
+	void *p = mmap(NULL, s->bytes, PROT_READ | PROT_WRITE, MAP_SHARED | pre, fd, 0);
 	close(fd);
 	if (p == MAP_FAILED)
 		return ad_err(err, "surface %s: mmap: %s", id, strerror(errno));

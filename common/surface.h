@@ -32,10 +32,18 @@ struct ad_surface {
 	int shared;     // 1: POSIX shm; 0: private memory (single-process use)
 };
 
-// surface_create makes a new zeroed surface. With shared = 0 it is plain
-// process memory (no id needed: pass NULL). Fails if the id exists.
-int surface_create(struct ad_surface *s, const char *id, size_t channels, size_t width, int shared, char *err);
-// surface_open maps an existing shared surface; its size must fit the shape.
+#define AD_SURFACE_SHARED 1 // a POSIX shm object (else process memory)
+#define AD_SURFACE_LAZY 2   // shared: pages on first use, not at creation
+
+// surface_create makes a new zeroed surface. Without AD_SURFACE_SHARED it
+// is plain process memory (no id needed: pass NULL). A shared one has
+// every page in place at once (Linux), unless AD_SURFACE_LAZY: for a
+// surface that may never be written, whose pages would only be memory.
+// Fails if the id exists.
+int surface_create(struct ad_surface *s, const char *id, size_t channels, size_t width, unsigned flags, char *err);
+// surface_open maps an existing shared surface; its size must fit the
+// shape. The pages its creator put in place are mapped at once; it adds
+// none (a lazy surface stays so).
 int surface_open(struct ad_surface *s, const char *id, size_t channels, size_t width, char *err);
 void surface_close(struct ad_surface *s); // unmap; the owner also unlinks
 

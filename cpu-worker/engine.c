@@ -315,7 +315,11 @@ surface_for(struct engine *e, int out, int channels, int tag, char *err)
 		snprintf(name, sizeof name, "%s%d-h%d", out ? "y" : "x", channels, tag - 1);
 	else
 		snprintf(name, sizeof name, "%s%d", out ? "y" : "x", channels);
-	if (e->kb->surface_new(e->kb, name, channels, &sf->s, err))
+	// the LM head writes its logits as host rows where it can (engine_new):
+	// its surfaces, 6 MiB a chunk of 49152 rows at 64 columns, then stay
+	// empty, so their pages come on first use, if any
+	unsigned flags = out && tag > 0 && tag < TAG_O_IN && e->rows_ok ? KB_SURF_LAZY : 0;
+	if (e->kb->surface_new(e->kb, name, channels, flags, &sf->s, err))
 		return ad_err_prefix(err, "surface %s", name);
 	if (ane_layout_from_strides(&sf->l, sf->s.channels, 1, sf->s.width, 2, sf->s.row_stride, sf->s.plane_stride, 0,
 	                            1, err))
@@ -572,6 +576,8 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 		r += rows;
 	}
 
+	const char *hr = getenv("ANEDVD_HOST_ROWS");
+	e->rows_ok = e->kb->host_io && !(hr && strcmp(hr, "0") == 0);
 	// surfaces: one per (direction, channel count)
 	for (int i = 0; i < kb->n_kernels; i++) {
 		const struct kb_info *k = &kb->kernels[i];
@@ -648,8 +654,6 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 			goto fail;
 	if (hp->n_expert > 0 && !(e->moe = moe_new(m, W, err)))
 		goto fail;
-	const char *hr = getenv("ANEDVD_HOST_ROWS");
-	e->rows_ok = e->kb->host_io && !(hr && strcmp(hr, "0") == 0);
 	if (fused_setup(e, err))
 		goto fail;
 	if (e->rows_ok) {

@@ -116,9 +116,11 @@ kb_exact_shadow(struct kernel_backend *kb, const struct ad_surface *s)
 }
 
 static int
-x_surface_new(struct kernel_backend *kb, const char *name, int channels, struct ad_surface *s, char *err)
+x_surface_new(struct kernel_backend *kb, const char *name, int channels, unsigned flags, struct ad_surface *s,
+              char *err)
 {
 	struct exact *x = kb->priv;
+	(void)flags; // process memory: calloc's large blocks get their pages on first use anyway
 	if (channels <= 0)
 		return ad_err(err, "surface %s: %d channels", name, channels);
 	if (grow((void **)&x->surf, &x->capsurf, x->nsurf + 1, sizeof *x->surf))

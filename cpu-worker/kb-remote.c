@@ -536,7 +536,8 @@ r_call(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surfa
 }
 
 static int
-r_surface_new(struct kernel_backend *kb, const char *name, int channels, struct ad_surface *s, char *err)
+r_surface_new(struct kernel_backend *kb, const char *name, int channels, unsigned flags, struct ad_surface *s,
+              char *err)
 {
 	struct remote *r = kb->priv;
 	if (kb_surfaces_reserve(&r->surf, err))
@@ -547,7 +548,7 @@ r_surface_new(struct kernel_backend *kb, const char *name, int channels, struct 
 	int n = snprintf(sub, sizeof sub, "r%u-%s", r->gen, name ? name : "s");
 	if (n < 0 || (size_t)n >= sizeof sub || surface_id(id, sizeof id, r->instance, sub))
 		return ad_err(err, "surface %s: name too long", name ? name : "?");
-	if (surface_create(s, id, (size_t)channels, (size_t)kb->width, 1, err))
+	if (surface_create(s, id, (size_t)channels, (size_t)kb->width, AD_SURFACE_SHARED | (flags & KB_SURF_LAZY), err))
 		return -1;
 	int pos = r->surf.n;
 	kb_surfaces_keep(&r->surf, s);

@@ -182,20 +182,20 @@ main(int argc, char **argv)
 	const struct kb_info *k = &dp->kernels[id], *kbig = &dp->kernels[big], *kffn = &dp->kernels[ffn];
 	struct kernel_backend *kbs[2] = {dp, nn};
 	for (int b = 0; b < 2; b++) {
-		if (kbs[b]->surface_new(kbs[b], "bin", k->in_ch, &s[2 * b], err) ||
-		    kbs[b]->surface_new(kbs[b], "bout", k->out_ch, &s[2 * b + 1], err) ||
-		    kbs[b]->surface_new(kbs[b], "gin", kbig->in_ch, &bs[2 * b], err) ||
-		    kbs[b]->surface_new(kbs[b], "gout", kbig->out_ch, &bs[2 * b + 1], err) ||
-		    kbs[b]->surface_new(kbs[b], "fin", kffn->in_ch, &fs[2 * b], err) ||
-		    kbs[b]->surface_new(kbs[b], "fout", kffn->out_ch, &fs[2 * b + 1], err))
+		if (kbs[b]->surface_new(kbs[b], "bin", k->in_ch, 0, &s[2 * b], err) ||
+		    kbs[b]->surface_new(kbs[b], "bout", k->out_ch, 0, &s[2 * b + 1], err) ||
+		    kbs[b]->surface_new(kbs[b], "gin", kbig->in_ch, 0, &bs[2 * b], err) ||
+		    kbs[b]->surface_new(kbs[b], "gout", kbig->out_ch, 0, &bs[2 * b + 1], err) ||
+		    kbs[b]->surface_new(kbs[b], "fin", kffn->in_ch, 0, &fs[2 * b], err) ||
+		    kbs[b]->surface_new(kbs[b], "fout", kffn->out_ch, 0, &fs[2 * b + 1], err))
 			goto fail;
 		for (int h = 0; h < nhead; h++) {
 			char name[32];
 			snprintf(name, sizeof name, "h%d", h);
 			if (h == 0 &&
-			    kbs[b]->surface_new(kbs[b], "hin", dp->kernels[head[0].id].in_ch, &hs[b][63], err))
+			    kbs[b]->surface_new(kbs[b], "hin", dp->kernels[head[0].id].in_ch, 0, &hs[b][63], err))
 				goto fail;
-			if (kbs[b]->surface_new(kbs[b], name, dp->kernels[head[h].id].out_ch, &hs[b][h], err))
+			if (kbs[b]->surface_new(kbs[b], name, dp->kernels[head[h].id].out_ch, 0, &hs[b][h], err))
 				goto fail;
 		}
 	}

@@ -283,7 +283,7 @@ check_kernel(struct kernel_backend *kb, const struct ane_pk *pk, int id, int nco
 {
 	char err[AD_ERRLEN];
 	struct ad_surface in, out;
-	if (kb->surface_new(kb, "in", pk->in_ch, &in, err) || kb->surface_new(kb, "out", pk->out_ch, &out, err)) {
+	if (kb->surface_new(kb, "in", pk->in_ch, 0, &in, err) || kb->surface_new(kb, "out", pk->out_ch, 0, &out, err)) {
 		fprintf(stderr, "surface: %s\n", err);
 		return 1e9;
 	}
@@ -687,7 +687,7 @@ test_process_start(void)
 	CHECK((uint64_t)time(NULL) - t0 < 10);
 	// the instance's surfaces are shared memory under our pid
 	struct ad_surface s;
-	REQUIRE(remote->surface_new(remote, "probe", 16, &s, err) == 0, "%s", err);
+	REQUIRE(remote->surface_new(remote, "probe", 16, 0, &s, err) == 0, "%s", err);
 	char prefix[64];
 	snprintf(prefix, sizeof prefix, "/anedvd-%ld-", (long)getpid());
 	CHECK(s.shared && strncmp(s.id, prefix, strlen(prefix)) == 0, "%s", s.id);
@@ -703,13 +703,13 @@ test_remote_bit_exact(void)
 	for (int id = 0; id < local->n_kernels; id++) {
 		const struct kb_info *k = &local->kernels[id];
 		struct ad_surface li, lo, ri, ro;
-		REQUIRE(local->surface_new(local, "i", k->in_ch, &li, err) == 0);
-		REQUIRE(local->surface_new(local, "o", k->out_ch, &lo, err) == 0);
+		REQUIRE(local->surface_new(local, "i", k->in_ch, 0, &li, err) == 0);
+		REQUIRE(local->surface_new(local, "o", k->out_ch, 0, &lo, err) == 0);
 		char n1[32], n2[32];
 		snprintf(n1, sizeof n1, "i%d", id);
 		snprintf(n2, sizeof n2, "o%d", id);
-		REQUIRE(remote->surface_new(remote, n1, k->in_ch, &ri, err) == 0, "%s", err);
-		REQUIRE(remote->surface_new(remote, n2, k->out_ch, &ro, err) == 0, "%s", err);
+		REQUIRE(remote->surface_new(remote, n1, k->in_ch, 0, &ri, err) == 0, "%s", err);
+		REQUIRE(remote->surface_new(remote, n2, k->out_ch, 0, &ro, err) == 0, "%s", err);
 		for (int ncols = 1; ncols <= W; ncols += W - 1) {
 			float x[W * 1024];
 			REQUIRE(k->in_ch * ncols <= W * 1024);
@@ -730,8 +730,8 @@ test_remote_bit_exact(void)
 	CHECK(diffs == 0, "%d channels differ", diffs);
 	// the backend's own checks
 	struct ad_surface a, b;
-	REQUIRE(remote->surface_new(remote, "a", 64, &a, err) == 0);
-	REQUIRE(remote->surface_new(remote, "b", 64, &b, err) == 0);
+	REQUIRE(remote->surface_new(remote, "a", 64, 0, &a, err) == 0);
+	REQUIRE(remote->surface_new(remote, "b", 64, 0, &b, err) == 0);
 	CHECK(remote->call(remote, local->n_kernels, &a, &b, 1, NULL, err) == -1 && strstr(err, "no kernel"), "%s",
 	      err);
 	CHECK(remote->call(remote, 1, &a, &b, 0, NULL, err) == -1);
@@ -750,8 +750,8 @@ test_remote_errors(void)
 	REQUIRE(c);
 	REQUIRE(healthy(c));
 	struct ad_surface a, b;
-	REQUIRE(remote->surface_new(remote, "ea", 512, &a, err) == 0);
-	REQUIRE(remote->surface_new(remote, "eb", 512, &b, err) == 0);
+	REQUIRE(remote->surface_new(remote, "ea", 512, 0, &a, err) == 0);
+	REQUIRE(remote->surface_new(remote, "eb", 512, 0, &b, err) == 0);
 	CHECK(error_code(call_req(c, 1, a.id, b.id, 1)) == 0);
 	CHECK(error_code(call_req(c, 9999, a.id, b.id, 1)) == ANEDVD__ERROR_CODE__ERROR_NOT_FOUND);
 	CHECK(error_code(call_req(c, 1, a.id, b.id, 0)) == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST);
@@ -817,8 +817,8 @@ test_remote_errors(void)
 	uint32_t probe = pk->id;
 	anedvd__ane_reply__free_unpacked(r, NULL);
 	struct ad_surface pi, po;
-	REQUIRE(remote->surface_new(remote, "pi", 32, &pi, err) == 0);
-	REQUIRE(remote->surface_new(remote, "po", 32, &po, err) == 0);
+	REQUIRE(remote->surface_new(remote, "pi", 32, 0, &pi, err) == 0);
+	REQUIRE(remote->surface_new(remote, "po", 32, 0, &po, err) == 0);
 	float px[32], py[32], wt[32 * 32];
 	for (int i = 0; i < 32; i++)
 		px[i] = frand();
@@ -874,8 +874,8 @@ test_round_trip(void)
 	static uint64_t ns[2][1000], ex[2][1000];
 	for (int b = 0; b < 2; b++) {
 		struct ad_surface i, o;
-		REQUIRE(kbs[b]->surface_new(kbs[b], "rti", k->in_ch, &i, err) == 0);
-		REQUIRE(kbs[b]->surface_new(kbs[b], "rto", k->out_ch, &o, err) == 0);
+		REQUIRE(kbs[b]->surface_new(kbs[b], "rti", k->in_ch, 0, &i, err) == 0);
+		REQUIRE(kbs[b]->surface_new(kbs[b], "rto", k->out_ch, 0, &o, err) == 0);
 		for (int n = 0; n < 1000; n++) {
 			struct kb_timing t;
 			REQUIRE(kbs[b]->call(kbs[b], id, &i, &o, 1, &t, err) == 0, "%s", err);
@@ -951,8 +951,8 @@ test_kill_restart(void)
 		char a[16], b[16];
 		snprintf(a, sizeof a, "ki%d", n);
 		snprintf(b, sizeof b, "ko%d", n);
-		REQUIRE(remote->surface_new(remote, a, k->in_ch, &s->in[n], err) == 0);
-		REQUIRE(remote->surface_new(remote, b, k->out_ch, &s->out[n], err) == 0);
+		REQUIRE(remote->surface_new(remote, a, k->in_ch, 0, &s->in[n], err) == 0);
+		REQUIRE(remote->surface_new(remote, b, k->out_ch, 0, &s->out[n], err) == 0);
 		for (int i = 0; i < k->in_ch * W; i++)
 			x[n][i] = frand();
 		surface_write(&s->in[n], x[n], W, (size_t)k->in_ch);
@@ -982,8 +982,8 @@ test_kill_restart(void)
 		int id = n % remote->n_kernels;
 		const struct kb_info *k = &local->kernels[id];
 		struct ad_surface li, lo;
-		REQUIRE(local->surface_new(local, "ki", k->in_ch, &li, err) == 0);
-		REQUIRE(local->surface_new(local, "ko", k->out_ch, &lo, err) == 0);
+		REQUIRE(local->surface_new(local, "ki", k->in_ch, 0, &li, err) == 0);
+		REQUIRE(local->surface_new(local, "ko", k->out_ch, 0, &lo, err) == 0);
 		surface_write(&li, x[n], W, (size_t)k->in_ch);
 		REQUIRE(local->call(local, id, &li, &lo, 1 + n % W, NULL, err) == 0);
 		for (int o = 0; o < k->out_ch; o++)
@@ -1001,8 +1001,8 @@ test_kill_restart(void)
 	waitpid(worker, &st, 0);
 	worker = -1;
 	struct ad_surface a, b;
-	REQUIRE(r2->surface_new(r2, "da", 64, &a, err) == 0);
-	REQUIRE(r2->surface_new(r2, "db", 64, &b, err) == 0);
+	REQUIRE(r2->surface_new(r2, "da", 64, 0, &a, err) == 0);
+	REQUIRE(r2->surface_new(r2, "db", 64, 0, &b, err) == 0);
 	CHECK(r2->call(r2, 1, &a, &b, 1, NULL, err) == -1 && strstr(err, "did not come back"), "%s", err);
 	r2->free(r2);
 	worker = spawn_worker(0, 0);
@@ -1371,7 +1371,7 @@ test_resnorm_steps(void)
 		static const char *nm[4] = {"rn-oi", "rn-oo", "rn-fi", "rn-fo"};
 		const int ch4[4] = {local->kernels[ko].in_ch, E, E, E};
 		for (int i = 0; i < 4; i++)
-			REQUIRE(kb[b]->surface_new(kb[b], nm[i], ch4[i], &s[b][i], err) == 0, "%s", err);
+			REQUIRE(kb[b]->surface_new(kb[b], nm[i], ch4[i], 0, &s[b][i], err) == 0, "%s", err);
 		REQUIRE(ch4[0] <= 512);
 		surface_write(&s[b][0], xa, W, (size_t)ch4[0]);
 		memcpy(hv, xin, sizeof(float) * (size_t)(n * E));
@@ -1553,10 +1553,10 @@ test_dataplane(void)
 		char n1[16], n2[16];
 		snprintf(n1, sizeof n1, "li%d", i);
 		snprintf(n2, sizeof n2, "lo%d", i);
-		REQUIRE(local->surface_new(local, n1, k->in_ch, &li[i], err) == 0);
-		REQUIRE(local->surface_new(local, n2, k->out_ch, &lo[i], err) == 0);
-		REQUIRE(remote->surface_new(remote, n1, k->in_ch, &ri[i], err) == 0);
-		REQUIRE(remote->surface_new(remote, n2, k->out_ch, &ro[i], err) == 0);
+		REQUIRE(local->surface_new(local, n1, k->in_ch, 0, &li[i], err) == 0);
+		REQUIRE(local->surface_new(local, n2, k->out_ch, 0, &lo[i], err) == 0);
+		REQUIRE(remote->surface_new(remote, n1, k->in_ch, 0, &ri[i], err) == 0);
+		REQUIRE(remote->surface_new(remote, n2, k->out_ch, 0, &ro[i], err) == 0);
 		static float x[W * 1024];
 		for (int j = 0; j < k->in_ch * W; j++)
 			x[j] = frand();
@@ -1592,8 +1592,8 @@ test_dataplane(void)
 	CHECK(kb_remote_ping(nn, 0, err) == -1 && strstr(err, "no data plane"), "%s", err);
 	struct ad_surface ni, no;
 	const struct kb_info *k = &local->kernels[ls[0].id];
-	REQUIRE(nn->surface_new(nn, "ni", k->in_ch, &ni, err) == 0 &&
-	        nn->surface_new(nn, "no", k->out_ch, &no, err) == 0);
+	REQUIRE(nn->surface_new(nn, "ni", k->in_ch, 0, &ni, err) == 0 &&
+	        nn->surface_new(nn, "no", k->out_ch, 0, &no, err) == 0);
 	memcpy(ni.base, li[0].base, ni.bytes < li[0].bytes ? ni.bytes : li[0].bytes);
 	struct kb_step ns = {.id = ls[0].id, .in = &ni, .out = &no, .ncols = ls[0].ncols};
 	CHECK(kb_call_list(nn, &ns, 1, t, err) == 0, "%s", err);
@@ -1774,7 +1774,7 @@ test_hung_worker(void)
 	REQUIRE(kb, "%s", err);
 	CHECK(kb_remote_ping(kb, 0, err) == 0, "%s", err);
 	struct ad_surface a, b;
-	REQUIRE(kb->surface_new(kb, "ha", 64, &a, err) == 0 && kb->surface_new(kb, "hb", 64, &b, err) == 0);
+	REQUIRE(kb->surface_new(kb, "ha", 64, 0, &a, err) == 0 && kb->surface_new(kb, "hb", 64, 0, &b, err) == 0);
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	CHECK(kb->call(kb, 1, &a, &b, 1, NULL, err) == -1 &&
@@ -1815,10 +1815,10 @@ test_sleep_doorbell(void)
 		char n1[16], n2[16];
 		snprintf(n1, sizeof n1, "si%d", id);
 		snprintf(n2, sizeof n2, "so%d", id);
-		REQUIRE(local->surface_new(local, n1, k->in_ch, &li, err) == 0 &&
-		        local->surface_new(local, n2, k->out_ch, &lo, err) == 0);
-		REQUIRE(kb->surface_new(kb, n1, k->in_ch, &ri, err) == 0 &&
-		                kb->surface_new(kb, n2, k->out_ch, &ro, err) == 0,
+		REQUIRE(local->surface_new(local, n1, k->in_ch, 0, &li, err) == 0 &&
+		        local->surface_new(local, n2, k->out_ch, 0, &lo, err) == 0);
+		REQUIRE(kb->surface_new(kb, n1, k->in_ch, 0, &ri, err) == 0 &&
+		                kb->surface_new(kb, n2, k->out_ch, 0, &ro, err) == 0,
 		        "%s", err);
 		static float x[W * 1024];
 		for (int i = 0; i < k->in_ch * W; i++)

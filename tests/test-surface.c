@@ -81,6 +81,47 @@ test_shared(void)
 	CHECK(surface_id(id, sizeof id, 1, "a/b") == -1, "slash in a name");
 }
 
+// pages a surface's shm object holds (tmpfs counts its blocks as pages land)
+static long long
+shm_bytes(const char *id)
+{
+	char path[300];
+	struct stat st;
+	snprintf(path, sizeof path, "/dev/shm%s", id);
+	return stat(path, &st) == 0 ? (long long)st.st_blocks * 512 : -1;
+}
+
+// a lazy surface holds no memory until written, and another process's
+// surface_open does not give it any; a plain one has all its pages at once
+static void
+test_lazy(void)
+{
+	char err[AD_ERRLEN], lid[AD_SURFACE_ID_MAX], pid_[AD_SURFACE_ID_MAX];
+	REQUIRE(surface_id(lid, sizeof lid, (long)getpid(), "lazy") == 0);
+	REQUIRE(surface_id(pid_, sizeof pid_, (long)getpid(), "full") == 0);
+	struct ad_surface l, f, o;
+	REQUIRE(surface_create(&l, lid, 4096, 64, AD_SURFACE_SHARED | AD_SURFACE_LAZY, err) == 0, "%s", err);
+	REQUIRE(surface_create(&f, pid_, 4096, 64, AD_SURFACE_SHARED, err) == 0, "%s", err);
+	CHECK(l.bytes == 4096 * 128 && f.bytes == l.bytes, "bytes %zu %zu", l.bytes, f.bytes);
+	CHECK(shm_bytes(lid) == 0, "lazy: %lld bytes held after create", shm_bytes(lid));
+	CHECK(shm_bytes(pid_) >= (long long)f.bytes, "plain: %lld bytes held, %zu mapped", shm_bytes(pid_), f.bytes);
+	REQUIRE(surface_open(&o, lid, 4096, 64, err) == 0, "%s", err);
+	CHECK(o.base[4095 * 64] == 0, "a lazy page reads as zero");
+	CHECK(shm_bytes(lid) <= 4096, "lazy, opened again: %lld bytes held", shm_bytes(lid));
+	float v[4096];
+	for (int i = 0; i < 4096; i++)
+		v[i] = (float)(i % 7);
+	surface_write(&o, v, 1, 4096); // column 0: a line of every plane
+	CHECK(shm_bytes(lid) >= (long long)l.bytes, "written: %lld bytes held", shm_bytes(lid));
+	float r[4096];
+	surface_read(&l, r, 1, 4096);
+	CHECK(r[4095] == (float)(4095 % 7) && r[1] == 1.0f, "the writes seen by the creator: %g", r[4095]);
+	surface_close(&o);
+	surface_close(&l);
+	surface_close(&f);
+	CHECK(!shm_exists(lid) && !shm_exists(pid_), "the owner unlinks both");
+}
+
 static void
 test_stale(void)
 {
@@ -262,6 +303,7 @@ main(void)
 {
 	T_RUN(test_layout);
 	T_RUN(test_shared);
+	T_RUN(test_lazy);
 	T_RUN(test_stale);
 	T_RUN(test_planar_twins);
 	T_RUN(test_planar_pool);

@@ -46,6 +46,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -95,10 +96,11 @@ struct flaky {
 };
 
 static int
-flaky_surface_new(struct kernel_backend *kb, const char *name, int channels, struct ad_surface *s, char *err)
+flaky_surface_new(struct kernel_backend *kb, const char *name, int channels, unsigned flags, struct ad_surface *s,
+                  char *err)
 {
 	struct flaky *f = kb->priv;
-	return f->inner->surface_new(f->inner, name, channels, s, err);
+	return f->inner->surface_new(f->inner, name, channels, flags, s, err);
 }
 
 static int
@@ -1927,6 +1929,32 @@ shm_count(long instance)
 	return k;
 }
 
+// the bytes /dev/shm holds for the instance's objects whose names end in
+// suffix (tmpfs counts a page as it lands), -1 if there is none
+static long long
+shm_held(long instance, const char *suffix)
+{
+	char pre[64];
+	int n = snprintf(pre, sizeof pre, "anedvd-%ld-", instance);
+	size_t ls = strlen(suffix);
+	long long held = -1;
+	DIR *d = opendir("/dev/shm");
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		size_t l = strlen(de->d_name);
+		if (strncmp(de->d_name, pre, (size_t)n) != 0 || l < ls || strcmp(de->d_name + l - ls, suffix) != 0)
+			continue;
+		char path[320];
+		struct stat st;
+		snprintf(path, sizeof path, "/dev/shm/%s", de->d_name);
+		if (stat(path, &st) == 0)
+			held = (held < 0 ? 0 : held) + (long long)st.st_blocks * 512;
+	}
+	if (d)
+		closedir(d);
+	return held;
+}
+
 static pid_t
 spawn_remote(const char *url, const char *aurl, const char *inst, struct ad_client **c)
 {
@@ -1969,6 +1997,12 @@ test_restart_stop(void)
 	size_t n;
 	if (run(c, prompt5, 5, 8, NULL, NULL, &ids, &n, NULL) == 0)
 		free(ids);
+	// the LM head wrote its logits as host rows: its surface (512 planes)
+	// never got a page, where its input's (64 planes) has them all
+	CHECK(shm_held(instance, "-y512-h0") == 0, "the LM head's surface holds %lld bytes",
+	      shm_held(instance, "-y512-h0"));
+	CHECK(shm_held(instance, "-x64") >= 64 * 64, "its input's surface holds %lld bytes",
+	      shm_held(instance, "-x64"));
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
 	ad_client_close(c);

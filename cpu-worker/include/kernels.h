@@ -45,6 +45,7 @@
 #include "resnorm.h"
 #include "surface.h"
 
+#define KB_SURF_LAZY AD_SURFACE_LAZY // surface_new: pages on first use
 
 struct kb_info {
 	int id;
@@ -128,8 +129,11 @@ struct kernel_backend {
 	uint64_t compile_ms;
 	// a surface the backend can read/write (shared memory for kb_remote).
 	// The backend owns it: it keeps its own copy of *s and closes it in
-	// free(); the caller never calls surface_close on it.
-	int (*surface_new)(struct kernel_backend *kb, const char *name, int channels, struct ad_surface *s, char *err);
+	// free(); the caller never calls surface_close on it. flags: 0, or
+	// KB_SURF_LAZY for one the calls may never write (their output goes to
+	// host rows): its pages come on first use rather than all at once
+	int (*surface_new)(struct kernel_backend *kb, const char *name, int channels, unsigned flags,
+	                   struct ad_surface *s, char *err);
 	// run kernel id on the first ncols columns of in, writing out
 	int (*call)(struct kernel_backend *kb, int id, struct ad_surface *in, struct ad_surface *out, int ncols,
 	            struct kb_timing *t, char *err);
