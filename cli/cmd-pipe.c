@@ -284,6 +284,9 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 	}
 	ane_plan_free(&plan);
 	snprintf(p->weights, sizeof p->weights, "%s", pipe_weights(&p->m, be, o->weights));
+	// the workers read the model themselves: the pages its header and
+	// vocabulary brought in here go (a read faults them in again)
+	model_drop_pages(&p->m);
 
 	char cpu_bin[1024];
 	int in_proc = o->in_process || sup_binary(cpu_bin, sizeof cpu_bin, "anedvd-cpu-worker") != 0;
