@@ -639,27 +639,41 @@ static tile512_fn *const tiles512[X512_STREAMS + 1][X512_COLS + 1] = {
 
 // where a wide tile's weights come from: the scratch, or (the first block)
 // the panels themselves, widened into the scratch on the way
-enum { W_F32, W_F16, W_I8 };
+enum { W_F32, W_F16, W_I8, W_L4 };
 // a slice of the steps: its sums go on from y's and stay there unrounded
 // for the next slice, as the same FMA chains
 #define W_CONT 1 // a slice before this one: start from y
 #define W_MORE 2 // a slice after this one: leave the raw sums in y
 
-// the weights of a wide call: fp16 pairs or int8 quads (emu-i8.c), from
-// panel q, steps from k0
+// the weights of a wide call: fp16 pairs, int8 quads (emu-i8.c) or 4-bit
+// quads (emu-l4.c, with their tables: lut), from panel q, steps from k0
+// (even: a 4-bit line holds two steps)
 struct wsrc {
 	const void *panels;
+	const float *lut;
 	size_t cin, q, k0;
 	const char *next[X512_WIDE_MP]; // the next group's lines, pulled in meanwhile
 	int nnext;
 	size_t pf0, pfd; // ... those of steps pf0, pf0 + pfd, ...
 };
 
-// panel q + p's line at w's first step (fp16 pairs and int8 quads alike:
-// a 64-byte line a step, so step i is i * 64 bytes on)
+// bytes from a panel's step to its next: a 64-byte line a step for fp16
+// pairs and int8 quads, half of one for 4-bit quads
+#define WSTEP(kind) ((kind) == W_L4 ? 32u : 64u)
+
+// the first line of 4-bit quad g, and that of its step k (even)
+static inline const char *
+l4_line(const void *panels, size_t cin, size_t g, size_t k)
+{
+	return (const char *)panels + (g * ((cin + 1) / 2) + k / 2) * 64;
+}
+
+// panel q + p's line at w's first step (step i is i * WSTEP bytes on)
 static inline const char *
 wfirst(const struct wsrc *w, int kind, size_t p)
 {
+	if (kind == W_L4)
+		return l4_line(w->panels, w->cin, (w->q + p) / 4, w->k0);
 	return kind == W_F16 ? (const char *)(ppan(w->panels, w->cin, w->q + p) + w->k0 * PSTEP)
 	                     : (const char *)emu_i8_step(w->panels, w->cin, w->q + p, w->k0);
 }
@@ -690,11 +704,21 @@ tile512w(const struct wsrc *w, float *wf, size_t kn, const float *xp, float *y, 
 	size_t pfi = w->nnext ? w->pf0 : (size_t)-1;
 	const char *next[X512_WIDE_MP] = {NULL}, *src[X512_WIDE_MP] = {NULL};
 	const int nnext = w->nnext;
+	const size_t sb = WSTEP(kind);
 	for (int s = 0; s < nnext; s++)
-		next[s] = w->next[s] + w->k0 * 64;
+		next[s] = w->next[s] + w->k0 * sb;
+	// 4-bit: a panel's table (its quad's) and its nibble: 4 (p % 4) bits
+	// up in a word at an even step, 16 more at an odd one
+	__m512 tab[X512_WIDE_MP];
+	int sh[X512_WIDE_MP] = {0};
 	if (kind != W_F32)
-		for (int p = 0; p < mp; p++)
+		for (int p = 0; p < mp; p++) {
 			src[p] = wfirst(w, kind, (size_t)p);
+			if (kind == W_L4) {
+				tab[p] = _mm512_loadu_ps(w->lut + (w->q + (size_t)p) / 4 * 16);
+				sh[p] = 4 * (int)((w->q + (size_t)p) % 4);
+			}
+		}
 	__m512 acc[X512_ACC];
 #pragma GCC unroll 2
 	for (int p = 0; p < mp; p++) {
@@ -711,17 +735,22 @@ tile512w(const struct wsrc *w, float *wf, size_t kn, const float *xp, float *y, 
 		float *wi = wf + i * (size_t)mp * PANEL;
 		if (i == pfi) {
 			for (int s = 0; s < nnext; s++)
-				_mm_prefetch(next[s] + i * 64, _MM_HINT_T1);
+				_mm_prefetch(next[s] + i * sb, _MM_HINT_T1);
 			pfi += pfd;
 		}
 		__m512 wv[X512_WIDE_MP];
 		// the group's line (a prefetch past the panels' end is harmless)
 		if (kind != W_F32)
-			_mm_prefetch(src[0] + (i + X512_WIDE_AHEAD) * 64, _MM_HINT_T0);
+			_mm_prefetch(src[0] + (i + X512_WIDE_AHEAD) * sb, _MM_HINT_T0);
 #pragma GCC unroll 2
 		for (int p = 0; p < mp; p++) {
 			if (kind == W_F32) {
 				wv[p] = _mm512_load_ps(wi + p * PANEL);
+			} else if (kind == W_L4) {
+				__m512i v = _mm512_load_si512((const void *)(src[p] + (i / 2) * 64));
+				__m128i n = _mm_cvtsi32_si128(sh[p] + 16 * (int)(i & 1));
+				wv[p] = _mm512_permutexvar_ps(_mm512_srl_epi32(v, n), tab[p]);
+				_mm512_store_ps(wi + p * PANEL, wv[p]);
 			} else {
 				wv[p] = wstep(src[p] + i * 64, kind);
 				_mm512_store_ps(wi + p * PANEL, wv[p]);
@@ -769,6 +798,7 @@ typedef void tile512w_fn(const struct wsrc *w, float *wf, size_t kn, const float
 TILE512W_KIND(W_F32)
 TILE512W_KIND(W_F16)
 TILE512W_KIND(W_I8)
+TILE512W_KIND(W_L4)
 #define T512W_MP(KIND, MP)                                                                                             \
 	{                                                                                                              \
 		[9] = tile512w_##KIND##_##MP##x9, [10] = tile512w_##KIND##_##MP##x10,                                  \
@@ -779,13 +809,15 @@ TILE512W_KIND(W_I8)
 		[1] = T512W_MP(KIND, 1), [2] = T512W_MP(KIND, 2)                                                       \
 	}
 // [kind][mp][nc]
-static tile512w_fn *const tiles512w[3][X512_WIDE_MP + 1][X512_COLS + 1] = {
-	[W_F32] = T512W_KIND(W_F32), [W_F16] = T512W_KIND(W_F16), [W_I8] = T512W_KIND(W_I8)};
+static tile512w_fn *const tiles512w[4][X512_WIDE_MP + 1][X512_COLS + 1] = {
+	[W_F32] = T512W_KIND(W_F32), [W_F16] = T512W_KIND(W_F16), [W_I8] = T512W_KIND(W_I8), [W_L4] = T512W_KIND(W_L4)};
 
-// the first line of panel p's pair (fp16) or quad (int8)
+// the first line of panel p's pair (fp16) or quad (int8, 4-bit)
 static const char *
 wline(const void *panels, int kind, size_t cin, size_t p)
 {
+	if (kind == W_L4)
+		return l4_line(panels, cin, p / 4, 0);
 	return kind == W_F16 ? (const char *)((const uint16_t *)panels + (p / PAIR) * cin * PSTEP)
 	                     : (const char *)emu_i8_step(panels, cin, p - p % 4, 0);
 }
@@ -796,22 +828,24 @@ wline(const void *panels, int kind, size_t cin, size_t p)
 // wf (X512_WIDE_FLOATS); while the blocks pass over a slice, each pulls a
 // share of the next group's lines of the same steps towards L2
 static void
-conv512w(const void *panels, int kind, const float *scale, size_t cout, size_t cin, const float *xp, size_t ncols,
-         float *y, size_t p0, size_t p1, size_t b0, size_t b1, float *wf)
+conv512w(const void *panels, int kind, const float *lut, const float *scale, size_t cout, size_t cin, const float *xp,
+         size_t ncols, float *y, size_t p0, size_t p1, size_t b0, size_t b1, float *wf)
 {
 	size_t nb, base, extra;
 	col_blocks(ncols, X512_COLS, &nb, &base, &extra);
 	size_t be = b1 < nb ? b1 : nb, nk = (cin + X512_WIDE_STEPS - 1) / X512_WIDE_STEPS;
 	for (size_t q = p0; q < p1; q += X512_WIDE_MP) {
 		size_t m = p1 - q < X512_WIDE_MP ? p1 - q : X512_WIDE_MP;
-		struct wsrc w = {.panels = panels, .cin = cin, .q = q, .pfd = be - b0};
+		struct wsrc w = {.panels = panels, .lut = lut, .cin = cin, .q = q, .pfd = be - b0};
 		for (size_t p = q + m; p < q + m + X512_WIDE_MP && p < p1; p++) {
 			const char *l = wline(panels, kind, cin, p);
 			if (!w.nnext || w.next[w.nnext - 1] != l)
 				w.next[w.nnext++] = l;
 		}
 		for (size_t k = 0; k < nk; k++) {
-			size_t k0 = cin * k / nk, k1 = cin * (k + 1) / nk;
+			// slices of whole 4-bit lines: even bounds (the chains go on
+			// over slices, so the bounds change no bits)
+			size_t k0 = cin * k / nk & ~(size_t)1, k1 = k + 1 < nk ? cin * (k + 1) / nk & ~(size_t)1 : cin;
 			unsigned part = (k > 0 ? W_CONT : 0) | (k + 1 < nk ? W_MORE : 0);
 			w.k0 = k0;
 			for (size_t b = 0, j = 0; b < be; b++) {
@@ -840,7 +874,27 @@ emu_conv_i8_x512(const int8_t *panels, const float *scale, size_t cout, size_t c
 	float *wf = scratch;
 	if (!wf && !(wf = aligned_alloc(64, X512_WIDE_FLOATS(cin) * sizeof(float))))
 		return -1;
-	conv512w(panels, W_I8, scale, cout, cin, xp, ncols, y, p0, p1, b0, b1, wf);
+	conv512w(panels, W_I8, NULL, scale, cout, cin, xp, ncols, y, p0, p1, b0, b1, wf);
+	if (!scratch)
+		free(wf);
+	return 0;
+}
+
+_Static_assert((EMU_L4_X512_COLS + EMU_X512_COLS - 1) / EMU_X512_COLS == X512_WIDE_BLOCKS &&
+                       (EMU_L4_X512_COLS + EMU_X512_COLS - 2) / EMU_X512_COLS < X512_WIDE_BLOCKS,
+               "emu.h's EMU_L4_X512_COLS: the fewest columns of X512_WIDE_BLOCKS blocks");
+
+int
+emu_conv_l4_x512(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin, const float *xp,
+                 size_t ncols, float *y, size_t p0, size_t p1, float *scratch)
+{
+	size_t nb = emu_x512_blocks(ncols);
+	if (nb < X512_WIDE_BLOCKS)
+		return -1;
+	float *wf = scratch;
+	if (!wf && !(wf = aligned_alloc(64, X512_WIDE_FLOATS(cin) * sizeof(float))))
+		return -1;
+	conv512w(panels, W_L4, lut, scale, cout, cin, xp, ncols, y, p0, p1, 0, nb, wf);
 	if (!scratch)
 		free(wf);
 	return 0;
@@ -870,7 +924,7 @@ conv512(const uint16_t *panels, size_t cout, size_t cin, const float *xp, size_t
 	size_t nb, base, extra;
 	col_blocks(ncols, X512_COLS, &nb, &base, &extra);
 	if (wf && nb >= X512_WIDE_BLOCKS) {
-		conv512w(panels, W_F16, NULL, cout, cin, xp, ncols, y, p0, p1, 0, nb, wf);
+		conv512w(panels, W_F16, NULL, NULL, cout, cin, xp, ncols, y, p0, p1, 0, nb, wf);
 		return;
 	}
 	// a group of mp panels passes every column block while its weights sit
@@ -3252,6 +3306,7 @@ struct conv_job {
 	size_t streams; // AVX-512, one column: panels at once
 	int simd;
 	int x512_i8; // int8 on AVX-512 over xp packed (emu_conv_i8_x512); cg in whole blocks
+	int x512_l4; // 4-bit on AVX-512 over xp packed, wide (emu_conv_l4_x512)
 	// one column from DRAM: task t's range ranges[t], in units, taken a
 	// step at a time, the rest open to stealing (see steal_task)
 	struct steal_range *ranges;
@@ -3282,6 +3337,11 @@ static void
 conv_range(struct conv_job *j, size_t p0, size_t p1, size_t g, int worker)
 {
 	if (j->lpanels) {
+#ifdef AD_FP16_X86
+		if (j->x512_l4 && emu_conv_l4_x512(j->lpanels, j->lut, j->scale, j->cout, j->cin, j->xp, j->ncols, j->y,
+		                                   p0, p1, j->wide + (size_t)worker * X512_WIDE_FLOATS(j->cin)) == 0)
+			return;
+#endif
 		emu_conv_l4_at(j->simd - EMU_SIMD_REF, j->lpanels, j->lut, j->scale, j->cout, j->cin, j->x, j->ncols,
 		               j->y, p0, p1);
 		return;
@@ -3470,7 +3530,9 @@ run_conv(struct emu_kernel *k, const struct step *s, size_t ncols, char *err)
 	// int8 ones from EMU_I8_X512_COLS columns on (emu_conv_i8_x512); the
 	// narrower int8 tiles read it as it is
 	j.x512_i8 = e->simd == EMU_SIMD_AVX512 && j.qpanels && ncols >= EMU_I8_X512_COLS;
-	if (e->simd == EMU_SIMD_AVX512 && ncols > 1 && !j.lpanels && (!j.qpanels || j.x512_i8)) {
+	// and the 4-bit ones once the call is wide (widened once, as int8's)
+	j.x512_l4 = e->simd == EMU_SIMD_AVX512 && j.lpanels && emu_x512_blocks(ncols) >= X512_WIDE_BLOCKS;
+	if (e->simd == EMU_SIMD_AVX512 && ncols > 1 && (!j.lpanels || j.x512_l4) && (!j.qpanels || j.x512_i8)) {
 		size_t n = ncols * s->cin;
 		if (grow64((void **)&e->xpack, &e->xpack_cap, n, sizeof(float)))
 			return ad_err(err, "emu: out of memory for %zu packed activations", n);

@@ -1384,17 +1384,21 @@ test_i8_kernels(void)
 }
 
 // 4-bit palettised weights: the layout emu.h documents, and ref, AVX2 and
-// AVX-512 agreeing bit for bit on odd shapes, every width 1..64, whole or
-// a panel at a time; ref is the sum of scale * lut[q] * x within fp32
+// AVX-512 agreeing bit for bit on odd shapes, widths 1..13 and on to 100,
+// whole or a panel at a time, and the wide AVX-512 path over packed x from
+// EMU_L4_X512_COLS columns on (in slices of the steps from 1025 on, some
+// starting at an odd step before they are made even); ref is the sum of
+// scale * lut[q] * x within fp32
 static void
 test_l4_kernels(void)
 {
-	static const size_t sizes[][2] = {{16, 16}, {17, 3},   {5, 64}, {48, 33},   {100, 257},        {1, 1},
-	                                  {64, 1},  {200, 40}, {31, 7}, {40, 1100}, {16 * 13 + 7, 24}, {128, 576}};
+	static const size_t sizes[][2] = {{16, 16},  {17, 3},   {5, 64}, {48, 33},   {100, 257},        {1, 1},
+	                                  {64, 1},   {200, 40}, {31, 7}, {40, 1100}, {16 * 13 + 7, 24}, {128, 576},
+	                                  {72, 2051}};
 	int isa = emu_i8_isa();
 	if (isa < 2)
 		fprintf(stderr, "  (isa %d: %s not compared)\n", isa, isa ? "AVX-512" : "AVX2 and AVX-512");
-	int bad = 0, bad_split = 0, bad_exact = 0, bad_layout = 0;
+	int bad = 0, bad_split = 0, bad_exact = 0, bad_layout = 0, bad_x512 = 0, n_x512 = 0;
 	for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
 		size_t cout = sizes[s][0], cin = sizes[s][1], np = (cout + 15) / 16, nq = (cout + 63) / 64;
 		uint8_t *q = malloc(cout * cin);
@@ -1430,7 +1434,7 @@ test_l4_kernels(void)
 			lut[k] = ad_fp16_to_f32(ad_f32_to_fp16(lcg(1.0f)));
 		for (size_t o = 0; o < cout; o++)
 			sc[o] = ad_fp16_to_f32(ad_f32_to_fp16(0.01f + 0.1f * (float)(o % 7)));
-		for (size_t ncols = 1; ncols <= 64; ncols += ncols < 13 ? 1 : 7) {
+		for (size_t ncols = 1; ncols <= 100; ncols += ncols < 13 ? 1 : ncols < 62 ? 7 : 38) {
 			float *x = randv(ncols * cin, 2.0f);
 			size_t ny = (ncols + 1) * cout; // a guard column past the end
 			float *y0 = calloc(ny, 4), *y1 = calloc(ny, 4), *y2 = calloc(ny, 4), *y3 = calloc(ny, 4);
@@ -1446,6 +1450,26 @@ test_l4_kernels(void)
 				for (size_t k = 0; k < np; k++)
 					emu_conv_l4_avx512(p, lut, sc, cout, cin, x, ncols, y3, k, k + 1);
 				bad_split += memcmp(y0, y3, ny * 4) != 0;
+#ifdef AD_FP16_X86
+				// wide: whole, then a panel at a time (odd panels start a
+				// pair across two quads); too few columns: refused
+				float *xp = malloc(ncols * cin * sizeof(float));
+				emu_x512_pack(x, cin, ncols, xp);
+				memset(y2, 0, ny * 4);
+				int rc = emu_conv_l4_x512(p, lut, sc, cout, cin, xp, ncols, y2, 0, np, NULL);
+				if (ncols < EMU_L4_X512_COLS) {
+					CHECK(rc == -1, "%zu columns: the wide path took them", ncols);
+				} else {
+					CHECK(rc == 0, "x512: out of memory");
+					bad_x512 += memcmp(y0, y2, ny * 4) != 0;
+					memset(y2, 0, ny * 4);
+					for (size_t k = 0; k < np; k++)
+						emu_conv_l4_x512(p, lut, sc, cout, cin, xp, ncols, y2, k, k + 1, NULL);
+					bad_x512 += memcmp(y0, y2, ny * 4) != 0;
+					n_x512 += 2;
+				}
+				free(xp);
+#endif
 			}
 			memset(y3, 0, ny * 4);
 			emu_conv_l4_fast(p, lut, sc, cout, cin, x, ncols, y3, 0, np);
@@ -1472,6 +1496,7 @@ test_l4_kernels(void)
 	}
 	CHECK(bad_layout == 0, "%d weights where emu_l4_pack's layout is not emu.h's", bad_layout);
 	CHECK(bad == 0, "%d cases where a SIMD 4-bit kernel differs from ref", bad);
+	CHECK(bad_x512 == 0, "%d of %d cases where the wide AVX-512 path differs from ref", bad_x512, n_x512);
 	CHECK(bad_split == 0, "%d cases where a panel split changes the bits", bad_split);
 	CHECK(bad_exact == 0, "%d outputs where ref is off the exact sum", bad_exact);
 }

@@ -358,6 +358,15 @@ void emu_conv_l4_avx512(const uint8_t *panels, const float *lut, const float *sc
 // the kernel of instruction set isa (as emu_i8_isa: at most this CPU's)
 void emu_conv_l4_at(int isa, const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
                     const float *x, size_t ncols, float *y, size_t p0, size_t p1);
+// AVX-512 (call only when emu_i8_isa() is 2), a wide call over x packed
+// (emu_x512_pack) of EMU_L4_X512_COLS columns or more (emu_x512_blocks
+// at least 5): each pair of panels widened to fp32 into scratch (as
+// emu_conv_i8_x512's; NULL: its own) by the first column block, for the
+// others to read, in emu.c's wide tiles; the same bits. -1 with fewer
+// columns (the tiles above take them) or out of memory.
+#define EMU_L4_X512_COLS 49
+int emu_conv_l4_x512(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
+                     const float *xp, size_t ncols, float *y, size_t p0, size_t p1, float *scratch);
 // the best of the three this CPU runs
 void emu_conv_l4_fast(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
                       const float *x, size_t ncols, float *y, size_t p0, size_t p1);
