@@ -1,6 +1,7 @@
 // test-kcache.c - the on-disk cache of compiled kernels (ane-worker/kcache.h)
 // and the emu API it rests on (emu_kernel_const, emu_compile_packed).
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <sys/mman.h>
@@ -16,6 +17,7 @@
 #include "kcache.h"
 #include "mil.h"
 #include "t.h"
+#include "wtype.h"
 
 #define MODELS T_DATA "/models/"
 #define W 8
@@ -168,6 +170,53 @@ test_hit_is_identical(void)
 	CHECK(strstr(bid, "gnu-") != NULL, "a GNU build id: %s", bid);
 #endif
 	free(f);
+}
+
+// a NaN, then an infinity, among a layer's weights (a copy of the model,
+// one value of blk.0.attn_q.weight changed): int8 and lut4 kernels are
+// refused with the weight named, and nothing is cached
+static void
+test_bad_weight(void)
+{
+	char path[600], dir[400], err[AD_ERRLEN];
+	snprintf(path, sizeof path, "%s/bad-weight.gguf", t_tmpdir());
+	const struct model_tensor *q = model_find_tensor(&model, "blk.0.attn_q.weight");
+	REQUIRE(q && (q->type == AD_TYPE_F32 || q->type == AD_TYPE_F16), "blk.0.attn_q.weight: F32 or F16 expected");
+	size_t len = 0;
+	const uint8_t *map = gguf_file_map(model.gguf, &len, NULL);
+	REQUIRE(map);
+	const size_t el = q->type == AD_TYPE_F32 ? 4 : 2, at = 3 * (size_t)q->ne[0] + 5; // row 3, weight 5
+	const off_t pos = (off_t)((const uint8_t *)q->data - map) + (off_t)(at * el);
+	static const char *const what[2] = {"nan", "inf"};
+	for (int v = 0; v < 2; v++) {
+		copy_file(model_path, path);
+		float f = v ? INFINITY : NAN;
+		uint16_t h = ad_f32_to_fp16(f);
+		int fd = open(path, O_RDWR);
+		REQUIRE(fd >= 0);
+		REQUIRE(pwrite(fd, el == 4 ? (const void *)&f : (const void *)&h, el, pos) == (ssize_t)el);
+		close(fd);
+		struct model m2;
+		REQUIRE(model_load(&m2, path, err) == 0, "%s", err);
+		for (int w = 0; w < 2; w++) {
+			enum ane_wfmt wf = w ? ANE_W_LUT4 : ANE_W_INT8;
+			make_dir(dir, sizeof dir, w ? "bad-lut4" : "bad-int8");
+			struct ane_plan_opts po = {.width = W, .weights = wf};
+			struct ane_build_opts bo = {.backend = "emu", .cache_dir = dir};
+			struct ane_set s;
+			err[0] = 0;
+			int rc = ane_set_build(&s, &m2, &po, &bo, 0, err);
+			CHECK(rc != 0, "%s weights with a %s weight were built", ane_wfmt_name(wf), what[v]);
+			if (rc == 0) {
+				ane_set_free(&s);
+				continue;
+			}
+			CHECK(strstr(err, "weight 5 of") && strstr(err, what[v]), "%s, %s: %s", ane_wfmt_name(wf),
+			      what[v], err);
+			CHECK(count_entries(dir) == 0, "%s: a refused build left a cache entry", ane_wfmt_name(wf));
+		}
+		model_free(&m2);
+	}
 }
 
 // int8 kernels: their int8 panels and fp32 scales come back from the entry,
@@ -889,6 +938,7 @@ main(void)
 	T_RUN(test_i8_threads_same);
 	T_RUN(test_hit_is_identical);
 	T_RUN(test_int8_hit_is_identical);
+	T_RUN(test_bad_weight);
 	T_RUN(test_background_store);
 	T_RUN(test_paced_store);
 	T_RUN(test_key_changes_miss);
