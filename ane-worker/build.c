@@ -25,6 +25,7 @@
 
 // fp32 scratch for dequantising a block of rows
 #define SCRATCH_VALUES ((size_t)1 << 20)
+#define L4_GROUP 64 // rows of a 4-bit matrix's table, when it has more than one (mil.h)
 // the largest blob written to memory for the emu (larger ones go to files)
 #define BLOB_MEM_MAX ((size_t)32 << 20)
 
@@ -256,6 +257,8 @@ each_rows(const struct model *m, float *scratch, const struct ane_part *p, int r
 	size_t block = SCRATCH_VALUES / n;
 	if (block == 0) // a row of more than a million values: no model has one
 		return ad_err(err, "%s: rows of %zu values are too long", t->name, n);
+	if (block >= L4_GROUP) // whole groups of a 4-bit matrix's 64 rows (l4_rows)
+		block -= block % L4_GROUP;
 	for (int64_t r = 0; r < p->rows; r += (int64_t)block) {
 		size_t k = (size_t)(p->rows - r) < block ? (size_t)(p->rows - r) : block;
 		const uint8_t *rows = src + (size_t)r * rb;
@@ -490,6 +493,7 @@ struct l4put {
 	size_t n, rows, per; // values a row, rows, rows a table
 	size_t row0;         // the block's first row in the matrix
 	int pass;
+	int single; // both passes on each block (each table's rows in one block): pass 1 reuses its dequantised rows
 	struct emu *emu;        // or NULL: one thread
 	float *scratch;         // SCRATCH_VALUES: the block dequantised, by the tasks
 	size_t rb;              // bytes of a row as stored
@@ -575,7 +579,7 @@ l4_task(void *arg, size_t i)
 	const size_t n = lp->n, r0 = lp->at[i], r1 = lp->at[i + 1];
 	t->rc = 0;
 	struct l4count *lc = lp->pass == 0 ? lp->counts + i : NULL;
-	if (r0 < r1 && lp->ws->type != AD_TYPE_F32 && lp->ws->type != AD_TYPE_F16 &&
+	if (r0 < r1 && lp->ws->type != AD_TYPE_F32 && lp->ws->type != AD_TYPE_F16 && !(lp->single && lp->pass == 1) &&
 	    ad_dequant((uint32_t)lp->ws->type, (const uint8_t *)lp->ws->data + r0 * lp->rb, lp->scratch + r0 * n,
 	               (int64_t)((r1 - r0) * n), t->err)) {
 		t->rc = -1;
@@ -680,16 +684,25 @@ l4_rows(void *ctx, const struct ane_wsrc *ws, size_t k, size_t n, char *err)
 	lp->ws = ws;
 	lp->k = k;
 	lp->nt = nt;
-	if (lp->emu && lp->nt > 1)
-		emu_parallel(lp->emu, l4_task, lp, lp->nt);
-	else
-		for (size_t i = 0; i < lp->nt; i++)
-			l4_task(lp, i);
-	for (size_t i = 0; i < lp->nt; i++)
-		if (lp->t[i].rc) {
-			snprintf(err, AD_ERRLEN, "%s", lp->t[i].err);
-			return -1;
+	// one pass, or in single mode the first, the block's tables, the second
+	const int last = lp->pass;
+	for (int pass = lp->single ? 0 : last; pass <= last; pass++) {
+		if (lp->single) {
+			lp->pass = pass;
+			for (size_t g = lp->row0 / lp->per; pass == 1 && g < (lp->row0 + k) / lp->per; g++)
+				ane_l4_tables(lp->hist + g * L4_BINS, L4_BINS, lp->tab + g * 16);
 		}
+		if (lp->emu && lp->nt > 1)
+			emu_parallel(lp->emu, l4_task, lp, lp->nt);
+		else
+			for (size_t i = 0; i < lp->nt; i++)
+				l4_task(lp, i);
+		for (size_t i = 0; i < lp->nt; i++)
+			if (lp->t[i].rc) {
+				snprintf(err, AD_ERRLEN, "%s", lp->t[i].err);
+				return -1;
+			}
+	}
 	lp->row0 += k;
 	if (lp->pass == 0)
 		return 0;
@@ -748,17 +761,26 @@ put_l4_matrix(const struct model *m, float *scratch, struct emu *emu, struct ane
 		ad_err(err, "out of memory");
 		goto out;
 	}
-	// the first pass reads the rows without dropping their pages: the
-	// second reads them again
+	// a table for each 64 rows, each part's rows whole tables and a block
+	// of rows (each_rows) whole tables: both passes on each block, the
+	// second over the rows the first dequantised (the first start of a
+	// Qwen2.5-0.5B Q4_0 file spent a quarter of its time dequantising)
+	lp.single = ntab > 1 && lp.per == L4_GROUP && SCRATCH_VALUES / n >= L4_GROUP;
 	for (int j = j0; j < j1; j++)
-		if (each_rows(NULL, scratch, &parts[j], 2, l4_rows, &lp, err))
-			goto out;
-	if (ntab == 1)
-		for (size_t i = 1; i < nhist; i++)
-			for (size_t b = 0; b < L4_BINS; b++)
-				lp.hist[b] += lp.hist[i * L4_BINS + b];
-	for (size_t g = 0; g < ntab; g++)
-		ane_l4_tables(lp.hist + g * L4_BINS, L4_BINS, lp.tab + g * 16);
+		lp.single &= parts[j].rows % L4_GROUP == 0;
+	if (!lp.single) {
+		// the first pass reads the rows without dropping their pages: the
+		// second reads them again
+		for (int j = j0; j < j1; j++)
+			if (each_rows(NULL, scratch, &parts[j], 2, l4_rows, &lp, err))
+				goto out;
+		if (ntab == 1)
+			for (size_t i = 1; i < nhist; i++)
+				for (size_t b = 0; b < L4_BINS; b++)
+					lp.hist[b] += lp.hist[i * L4_BINS + b];
+		for (size_t g = 0; g < ntab; g++)
+			ane_l4_tables(lp.hist + g * L4_BINS, L4_BINS, lp.tab + g * 16);
+	}
 	lp.pass = 1;
 	lp.row0 = 0;
 	if (w && ane_blob_begin_u4(w, rows * n, NULL, err))

@@ -172,6 +172,88 @@ test_hit_is_identical(void)
 	free(f);
 }
 
+// the 4-bit quantiser as build.h describes it, plainly: layer 0's q, k and
+// v rows stacked, each row's scale its largest |w| in fp16, a table for
+// each 64 rows from a 1024-bin histogram of w / scale (ane_l4_tables), a
+// weight's index its nearest entry (ane_l4_index), packed by emu_l4_pack:
+// the qkv kernel's constants must be these, to the bit (the build takes
+// both passes on each block of whole tables, this does them over all rows)
+static void
+test_l4_quantiser(void)
+{
+	char err[AD_ERRLEN];
+	const struct model_tensor *t[3] = {model_find_tensor(&model, "blk.0.attn_q.weight"),
+	                                   model_find_tensor(&model, "blk.0.attn_k.weight"),
+	                                   model_find_tensor(&model, "blk.0.attn_v.weight")};
+	REQUIRE(t[0] && t[1] && t[2]);
+	const size_t cin = (size_t)t[0]->ne[0];
+	size_t rows = 0;
+	for (int p = 0; p < 3; p++) {
+		REQUIRE(t[p]->type == AD_TYPE_F32 || t[p]->type == AD_TYPE_F16, "%s: F32 or F16 expected", t[p]->name);
+		rows += (size_t)t[p]->ne[1];
+	}
+	REQUIRE(rows % 64 == 0 && rows > 64, "%zu rows: a table for each 64 expected", rows);
+	float *w = malloc(rows * cin * sizeof(float));
+	REQUIRE(w);
+	for (int p = 0, r = 0; p < 3; r += (int)t[p]->ne[1], p++) {
+		size_t nv = (size_t)t[p]->ne[1] * cin;
+		if (t[p]->type == AD_TYPE_F32)
+			memcpy(w + (size_t)r * cin, t[p]->data, nv * sizeof(float));
+		else
+			ad_fp16_to_f32_row(t[p]->data, w + (size_t)r * cin, nv);
+	}
+	const size_t ng = rows / 64, nb = 1024;
+	float *sc = calloc((rows + 15) / 16 * 16, sizeof(float)), *tab = malloc(ng * 16 * sizeof(float));
+	double *hist = calloc(ng * nb, sizeof(double));
+	uint8_t *q = malloc(rows * cin), *want = aligned_alloc(64, emu_l4_panel_bytes(rows, cin));
+	REQUIRE(sc && tab && hist && q && want);
+	for (size_t r = 0; r < rows; r++) {
+		float amax = 0;
+		for (size_t i = 0; i < cin; i++)
+			amax = fmaxf(amax, fabsf(w[r * cin + i]));
+		sc[r] = ad_fp16_to_f32(ad_f32_to_fp16(amax));
+		for (size_t i = 0; i < cin && sc[r] > 0; i++) {
+			float u = fminf(fmaxf(w[r * cin + i] / sc[r], -1.0f), 1.0f);
+			hist[r / 64 * nb + (size_t)((u + 1.0f) * (0.5f * (float)(nb - 1)) + 0.5f)] += 1;
+		}
+		if (sc[r] == 0)
+			hist[r / 64 * nb + nb / 2] += (double)cin;
+	}
+	for (size_t g = 0; g < ng; g++)
+		ane_l4_tables(hist + g * nb, nb, tab + g * 16);
+	for (size_t r = 0; r < rows; r++)
+		for (size_t i = 0; i < cin; i++)
+			q[r * cin + i] =
+				(uint8_t)ane_l4_index(tab + r / 64 * 16, sc[r] > 0 ? w[r * cin + i] / sc[r] : 0.0f);
+	emu_l4_pack(q, rows, cin, want);
+
+	struct ane_plan_opts po = {.width = W, .weights = ANE_W_LUT4};
+	struct ane_build_opts bo = {.backend = "emu"};
+	struct ane_set s;
+	REQUIRE(ane_set_build(&s, &model, &po, &bo, 0, err) == 0, "%s", err);
+	int seen = 0;
+	for (int i = 0; i < emu_kernel_nconsts(s.k[0].ek); i++) {
+		struct emu_const c;
+		REQUIRE(emu_kernel_const(s.k[0].ek, i, &c) == 0);
+		if (c.kind == EMU_CONST_L4_PANELS) {
+			seen |= 1;
+			CHECK(c.bytes == emu_l4_panel_bytes(rows, cin) && !memcmp(c.data, want, c.bytes),
+			      "the indices differ from the plain quantiser's");
+		} else if (c.kind == EMU_CONST_F32_LUT) {
+			seen |= 2;
+			CHECK(c.bytes >= ng * 16 * sizeof(float) && !memcmp(c.data, tab, ng * 16 * sizeof(float)),
+			      "the tables differ from the plain quantiser's");
+		} else if (c.kind == EMU_CONST_F32_SCALES) {
+			seen |= 4;
+			CHECK(c.bytes >= rows * sizeof(float) && !memcmp(c.data, sc, rows * sizeof(float)),
+			      "the scales differ from the plain quantiser's");
+		}
+	}
+	CHECK(seen == 7, "qkv's constants: %d of indices, tables, scales", seen);
+	ane_set_free(&s);
+	free(w), free(sc), free(tab), free(hist), free(q), free(want);
+}
+
 // a NaN, then an infinity, among a layer's weights (a copy of the model,
 // one value of blk.0.attn_q.weight changed): int8 and lut4 kernels are
 // refused with the weight named, and nothing is cached
@@ -939,6 +1021,7 @@ main(void)
 	T_RUN(test_hit_is_identical);
 	T_RUN(test_int8_hit_is_identical);
 	T_RUN(test_bad_weight);
+	T_RUN(test_l4_quantiser);
 	T_RUN(test_background_store);
 	T_RUN(test_paced_store);
 	T_RUN(test_key_changes_miss);
