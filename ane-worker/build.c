@@ -292,6 +292,45 @@ blob_rows(void *ctx, const struct ane_wsrc *ws, size_t k, size_t n, char *err)
 // Q8_0 spent 1.2 s here on one thread).
 #define QPUT_TASKS 64 // the most tasks a block is quantised in
 
+// what a quantiser's task (int8, 4-bit) ends with: its first member
+struct rtask {
+	int rc;
+	char err[AD_ERRLEN];
+};
+
+// how many tasks a block of k rows is quantised in: at least 16 rows a
+// task, 4 a thread at most (even tails, few jobs), max at most
+static size_t
+row_tasks(struct emu *emu, size_t k, size_t max)
+{
+	size_t nt = emu ? (size_t)emu_nthreads(emu) * 4 : 1;
+	if (nt > (k + 15) / 16)
+		nt = (k + 15) / 16;
+	return nt > max ? max : nt;
+}
+
+// fn's tasks [0, nt) on the pool (without one, in order here), then the
+// first failure's message: tasks holds nt of them, stride bytes apart,
+// each beginning with its struct rtask
+static int
+run_row_tasks(struct emu *emu, void (*fn)(void *arg, size_t task), void *arg, size_t nt, const void *tasks,
+              size_t stride, char *err)
+{
+	if (emu && nt > 1)
+		emu_parallel(emu, fn, arg, nt);
+	else
+		for (size_t i = 0; i < nt; i++)
+			fn(arg, i);
+	for (size_t i = 0; i < nt; i++) {
+		const struct rtask *o = (const struct rtask *)(const void *)((const char *)tasks + i * stride);
+		if (o->rc) {
+			snprintf(err, AD_ERRLEN, "%s", o->err);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 struct qput {
 	struct ane_blob_writer *w; // or NULL (qerr)
 	struct emu *emu;           // or NULL: one thread
@@ -303,10 +342,7 @@ struct qput {
 	// the block at hand, for the tasks
 	const struct ane_wsrc *ws;
 	size_t k, n, per, rb;
-	struct qtask {
-		int rc;
-		char err[AD_ERRLEN];
-	} * t; // QPUT_TASKS
+	struct rtask *t; // QPUT_TASKS
 };
 
 // row r of the block in fp32: as stored (F32) or dequantised into scratch
@@ -323,7 +359,7 @@ static void
 qput_task(void *arg, size_t i)
 {
 	struct qput *qp = arg;
-	struct qtask *t = &qp->t[i];
+	struct rtask *t = &qp->t[i];
 	size_t r0 = i * qp->per, r1 = r0 + qp->per < qp->k ? r0 + qp->per : qp->k;
 	const size_t n = qp->n;
 	t->rc = 0;
@@ -348,26 +384,13 @@ qput_rows(void *ctx, const struct ane_wsrc *ws, size_t k, size_t n, char *err)
 	struct qput *qp = ctx;
 	if (ad_type_row_bytes((uint32_t)ws->type, (int64_t)n, &qp->rb) != 0)
 		return ad_err(err, "rows of %zu %s values", n, ad_type_name((uint32_t)ws->type));
-	// tasks of at least 16 rows, 4 a thread at most: even tails, few jobs
-	size_t nt = qp->emu ? (size_t)emu_nthreads(qp->emu) * 4 : 1;
-	if (nt > (k + 15) / 16)
-		nt = (k + 15) / 16;
-	if (nt > QPUT_TASKS)
-		nt = QPUT_TASKS;
+	const size_t nt = row_tasks(qp->emu, k, QPUT_TASKS);
 	qp->ws = ws;
 	qp->k = k;
 	qp->n = n;
 	qp->per = (k + nt - 1) / nt;
-	if (qp->emu && nt > 1)
-		emu_parallel(qp->emu, qput_task, qp, nt);
-	else
-		for (size_t i = 0; i < nt; i++)
-			qput_task(qp, i);
-	for (size_t i = 0; i < nt; i++)
-		if (qp->t[i].rc) {
-			snprintf(err, AD_ERRLEN, "%s", qp->t[i].err);
-			return -1;
-		}
+	if (run_row_tasks(qp->emu, qput_task, qp, nt, qp->t, sizeof *qp->t, err))
+		return -1;
 	if (qp->qerr)
 		for (size_t r = 0; r < k; r++)
 			ane_qerr_row(qp->qerr, qput_row(qp, r), qp->q + r * n, qp->scales[qp->nrows + r], n);
@@ -391,7 +414,7 @@ put_i8_matrix(const struct model *m, float *scratch, struct emu *emu, struct ane
 	                  .q = malloc(SCRATCH_VALUES),
 	                  .scales = malloc(rows * 2),
 	                  .qerr = qerr,
-	                  .t = calloc(QPUT_TASKS, sizeof(struct qtask))};
+	                  .t = calloc(QPUT_TASKS, sizeof(struct rtask))};
 	int rc = -1;
 	if (!qp.q || !qp.scales || !qp.t) {
 		ad_err(err, "out of memory");
@@ -512,9 +535,8 @@ struct l4put {
 	struct ane_blob_writer *w;
 	struct ane_qerr *qerr;
 	struct l4task {
-		int rc;
+		struct rtask o;
 		struct ane_qerr e;
-		char err[AD_ERRLEN];
 	} * t; // L4_TASKS
 };
 
@@ -575,7 +597,8 @@ static void
 l4_task(void *arg, size_t i)
 {
 	struct l4put *lp = arg;
-	struct l4task *t = &lp->t[i];
+	struct rtask *t = &lp->t[i].o;
+	struct ane_qerr *qe = &lp->t[i].e;
 	const size_t n = lp->n, r0 = lp->at[i], r1 = lp->at[i + 1];
 	t->rc = 0;
 	struct l4count *lc = lp->pass == 0 ? lp->counts + i : NULL;
@@ -643,13 +666,13 @@ l4_task(void *arg, size_t i)
 				double d = fabs((double)s * tb[q[j]] - (double)wr[j]);
 				amax = fabs(wr[j]) > amax ? fabs(wr[j]) : amax;
 				mx = d > mx ? d : mx;
-				t->e.sum_sq_err += d * d;
-				t->e.sum_sq_w += (double)wr[j] * wr[j];
+				qe->sum_sq_err += d * d;
+				qe->sum_sq_w += (double)wr[j] * wr[j];
 			}
-			t->e.n += n;
-			t->e.max_abs = mx > t->e.max_abs ? mx : t->e.max_abs;
-			if (amax > 0 && mx / amax > t->e.max_rel_row)
-				t->e.max_rel_row = mx / amax;
+			qe->n += n;
+			qe->max_abs = mx > qe->max_abs ? mx : qe->max_abs;
+			if (amax > 0 && mx / amax > qe->max_rel_row)
+				qe->max_rel_row = mx / amax;
 		}
 	}
 	if (lc)
@@ -662,13 +685,8 @@ l4_rows(void *ctx, const struct ane_wsrc *ws, size_t k, size_t n, char *err)
 	struct l4put *lp = ctx;
 	if (ad_type_row_bytes((uint32_t)ws->type, (int64_t)n, &lp->rb) != 0)
 		return ad_err(err, "rows of %zu %s values", n, ad_type_name((uint32_t)ws->type));
-	// tasks of whole tables' rows (each table's histogram is one task's),
-	// at least 16 rows, 4 a thread at most
-	size_t nt = lp->emu ? (size_t)emu_nthreads(lp->emu) * 4 : 1;
-	if (nt > (k + 15) / 16)
-		nt = (k + 15) / 16;
-	if (nt > L4_TASKS)
-		nt = L4_TASKS;
+	// tasks of whole tables' rows (each table's histogram is one task's)
+	const size_t nt = row_tasks(lp->emu, k, L4_TASKS);
 	// the tasks split where a table's rows start (matrix rows), so that
 	// each table's histogram is one task's (one table for all: each task
 	// has its own)
@@ -692,16 +710,8 @@ l4_rows(void *ctx, const struct ane_wsrc *ws, size_t k, size_t n, char *err)
 			for (size_t g = lp->row0 / lp->per; pass == 1 && g < (lp->row0 + k) / lp->per; g++)
 				ane_l4_tables(lp->hist + g * L4_BINS, L4_BINS, lp->tab + g * 16);
 		}
-		if (lp->emu && lp->nt > 1)
-			emu_parallel(lp->emu, l4_task, lp, lp->nt);
-		else
-			for (size_t i = 0; i < lp->nt; i++)
-				l4_task(lp, i);
-		for (size_t i = 0; i < lp->nt; i++)
-			if (lp->t[i].rc) {
-				snprintf(err, AD_ERRLEN, "%s", lp->t[i].err);
-				return -1;
-			}
+		if (run_row_tasks(lp->emu, l4_task, lp, lp->nt, lp->t, sizeof *lp->t, err))
+			return -1;
 	}
 	lp->row0 += k;
 	if (lp->pass == 0)

@@ -862,6 +862,21 @@ conv512w(const void *panels, int kind, const float *lut, const float *scale, siz
 	}
 }
 
+// conv512w over scratch, or a scratch of its own when that is NULL (-1
+// when out of memory)
+static int
+conv512w_own(const void *panels, int kind, const float *lut, const float *scale, size_t cout, size_t cin,
+             const float *xp, size_t ncols, float *y, size_t p0, size_t p1, size_t b0, size_t b1, float *scratch)
+{
+	float *wf = scratch;
+	if (!wf && !(wf = aligned_alloc(64, X512_WIDE_FLOATS(cin) * sizeof(float))))
+		return -1;
+	conv512w(panels, kind, lut, scale, cout, cin, xp, ncols, y, p0, p1, b0, b1, wf);
+	if (!scratch)
+		free(wf);
+	return 0;
+}
+
 int
 emu_conv_i8_x512(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *xp, size_t ncols,
                  float *y, size_t p0, size_t p1, size_t b0, size_t b1, float *scratch)
@@ -871,13 +886,7 @@ emu_conv_i8_x512(const int8_t *panels, const float *scale, size_t cout, size_t c
 		emu_conv_i8_x512_narrow(panels, scale, cout, cin, xp, ncols, y, p0, p1, b0, b1);
 		return 0;
 	}
-	float *wf = scratch;
-	if (!wf && !(wf = aligned_alloc(64, X512_WIDE_FLOATS(cin) * sizeof(float))))
-		return -1;
-	conv512w(panels, W_I8, NULL, scale, cout, cin, xp, ncols, y, p0, p1, b0, b1, wf);
-	if (!scratch)
-		free(wf);
-	return 0;
+	return conv512w_own(panels, W_I8, NULL, scale, cout, cin, xp, ncols, y, p0, p1, b0, b1, scratch);
 }
 
 _Static_assert((EMU_L4_X512_COLS + EMU_X512_COLS - 1) / EMU_X512_COLS == X512_WIDE_BLOCKS &&
@@ -891,13 +900,7 @@ emu_conv_l4_x512(const uint8_t *panels, const float *lut, const float *scale, si
 	size_t nb = emu_x512_blocks(ncols);
 	if (nb < X512_WIDE_BLOCKS)
 		return -1;
-	float *wf = scratch;
-	if (!wf && !(wf = aligned_alloc(64, X512_WIDE_FLOATS(cin) * sizeof(float))))
-		return -1;
-	conv512w(panels, W_L4, lut, scale, cout, cin, xp, ncols, y, p0, p1, 0, nb, wf);
-	if (!scratch)
-		free(wf);
-	return 0;
+	return conv512w_own(panels, W_L4, lut, scale, cout, cin, xp, ncols, y, p0, p1, 0, nb, scratch);
 }
 
 // panels [p0, p1); xp is x itself for one column, else packed by x512_pack;
