@@ -119,6 +119,10 @@ vtype_min_size(enum gguf_vtype t)
 	return gguf_vtype_size(t);
 }
 
+// a string array's index holds where every GGUF_STR_STRIDE-th element
+// starts; gguf_arr_str walks at most GGUF_STR_STRIDE - 1 lengths from there
+#define GGUF_STR_STRIDE 16
+
 // --- the pool ---------------------------------------------------------------
 
 static void *
@@ -288,14 +292,22 @@ rd_arr(struct rd *r, struct gguf_arr *a, int depth)
 	a->priv = NULL;
 	size_t slot = 0;
 	if (a->type == GGUF_TYPE_STRING) {
-		struct gguf_str *s = NULL;
+		// where every GGUF_STR_STRIDE-th string starts (a vocabulary's
+		// tokens held as views would be 16 bytes each, in every process
+		// that opens the file)
+		uint64_t *at_k = NULL, nk = (a->n + GGUF_STR_STRIDE - 1) / GGUF_STR_STRIDE;
 		for (uint64_t i = 0; i < a->n; i++) {
-			if (!(s = grow(r->g, s, &slot, i, a->n, sizeof *s)))
-				return ad_err(r->err, "out of memory for the array at offset %zu", at);
-			if (rd_str(r, &s[i], "array string"))
+			if (i % GGUF_STR_STRIDE == 0) {
+				uint64_t k = i / GGUF_STR_STRIDE;
+				if (!(at_k = grow(r->g, at_k, &slot, k, nk, sizeof *at_k)))
+					return ad_err(r->err, "out of memory for the array at offset %zu", at);
+				at_k[k] = (uint64_t)(r->p + r->pos - a->data);
+			}
+			struct gguf_str s;
+			if (rd_str(r, &s, "array string"))
 				return -1;
 		}
-		a->priv = s;
+		a->priv = at_k;
 	} else if (a->type == GGUF_TYPE_ARRAY) {
 		struct gguf_arr *s = NULL;
 		for (uint64_t i = 0; i < a->n; i++) {
@@ -949,7 +961,12 @@ gguf_arr_str(const struct gguf_arr *a, uint64_t i, struct gguf_str *out)
 {
 	if (i >= a->n || a->type != GGUF_TYPE_STRING || !a->priv)
 		return -1;
-	*out = ((const struct gguf_str *)a->priv)[i];
+	// from the last checkpoint, over lengths the reader has checked
+	const uint8_t *p = a->data + ((const uint64_t *)a->priv)[i / GGUF_STR_STRIDE];
+	for (uint64_t j = i % GGUF_STR_STRIDE; j; j--)
+		p += 8 + ld64(p);
+	out->ptr = (const char *)p + 8;
+	out->len = ld64(p);
 	return 0;
 }
 

@@ -281,6 +281,14 @@ test_roundtrip_values(void)
 	}
 	const char *words[] = {"a", "", "\xe2\x96\x81the", "longer string here"};
 	gguf_writer_arr_str(w, "a.str", words, 4);
+	// past several of the reader's index strides (gguf.c: every 16th)
+	char many_buf[53][16];
+	const char *many[53];
+	for (int j = 0; j < 53; j++) {
+		snprintf(many_buf[j], sizeof many_buf[j], "%.*s%d", j % 7, "xxxxxxx", j);
+		many[j] = j % 11 == 3 ? "" : many_buf[j];
+	}
+	gguf_writer_arr_str(w, "a.many_str", many, 53);
 	gguf_writer_arr(w, "a.empty", GGUF_TYPE_INT32, NULL, 0);
 
 	// [[ "x", "yz" ], [], [ "w" ]]
@@ -388,6 +396,14 @@ test_roundtrip_values(void)
 	CHECK(a.type == GGUF_TYPE_STRING && a.n == 4);
 	for (uint64_t j = 0; j < 4; j++)
 		CHECK(gguf_arr_str(&a, j, &s) == 0 && gguf_str_eq(s, words[j]));
+	// every element of a longer one, out of order, and one past its end
+	REQUIRE(gguf_get_arr(g, "a.many_str", &a) == 0);
+	CHECK(a.type == GGUF_TYPE_STRING && a.n == 53);
+	for (uint64_t m = 0; m < 53; m++) {
+		uint64_t j = (m * 31 + 5) % 53;
+		CHECK(gguf_arr_str(&a, j, &s) == 0 && gguf_str_eq(s, many[j]), "a.many_str[%d]", (int)j);
+	}
+	CHECK(gguf_arr_str(&a, 53, &s) == -1);
 	REQUIRE(gguf_get_arr(g, "a.empty", &a) == 0);
 	CHECK(a.type == GGUF_TYPE_INT32 && a.n == 0 && gguf_arr_i64(&a, 0, &i) == -1);
 
