@@ -91,6 +91,9 @@ struct pipe_opts {
 	const char *cache_dir; // the ane-worker's kernel cache: --cache-dir (NULL: its default)
 	int no_cache;          // --no-cache
 	int cache_max_mb;      // --cache-max-mb (0: the default)
+	// the cpu-worker's prefix cache, as serve's --cache-mem takes it (NULL:
+	// the worker's default; "0": none, for a job no later one follows)
+	const char *cache_mem;
 	// speculative decoding (pipe_spec_flag): as the cpu-worker will run it,
 	// and the flags that tell it so
 	struct spec_opts spec;

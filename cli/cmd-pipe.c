@@ -14,6 +14,7 @@
 #include "log.h"
 #include "mil.h"
 #include "plan.h"
+#include "prefix-cache.h"
 #include "trace.h"
 
 // --- flags ---------------------------------------------------------------------------
@@ -365,6 +366,10 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 			argv[n++] = "--rope-adjacent";
 		for (int k = 0; k < o->n_spec_args; k++)
 			argv[n++] = o->spec_args[k];
+		if (o->cache_mem) {
+			argv[n++] = "--cache-mem";
+			argv[n++] = o->cache_mem;
+		}
 		argv[n] = NULL;
 		struct sup_spec sp = {"cpu-worker", argv, eng_url, sup_health_engine, 1, NULL};
 		if (sup_spawn(p->sup, &sp, err))
@@ -411,6 +416,11 @@ pipe_open(struct pipe *p, const struct pipe_opts *o, char *err)
 		                             .rope = o->pipe_rope ? o->pipe_rope : o->rope,
 		                             .spec = spec,
 		                             .no_spec = o->no_spec};
+		if (o->cache_mem && pcache_parse_mem(o->cache_mem, &wo.cache_mem)) {
+			ad_err(err, "the prefix cache's size '%s' is not a size", o->cache_mem);
+			goto fail;
+		}
+		wo.cache_mem_set = o->cache_mem != NULL;
 		if (!(p->cw = cpu_worker_start(&wo, err)))
 			goto fail;
 	} else if (sup_wait_ready(p->sup, "cpu-worker", 600000, err)) {

@@ -533,6 +533,10 @@ run_args(int argc, char **argv, struct run_opts *o, int *status)
 		*status = 2;
 		return -1;
 	}
+	// one job: no later one could reuse its prompt from the prefix cache,
+	// and the copy of its KV rows would be memory for nothing
+	if (o->repeat <= 1)
+		o->po.cache_mem = "0";
 	return 0;
 }
 

@@ -68,8 +68,14 @@ $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json --b
 check "run --backend exact ids are the reference" [ "$(json_ids "$T/exact.json")" = "$REF" ]
 $A run --model "$STORIES" --prompt "Once upon a time" --no-chat --max-tokens 8 --ab > "$T/ab.txt" 2> "$T/ab.err"
 check "run --ab ok" grep -q "argmax equal -> ok" "$T/ab.err"
-$A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 10 --repeat 3 > "$T/rep.txt" 2>/dev/null
+ANEDVD_LOG=info $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 10 --repeat 3 > "$T/rep.txt" 2> "$T/rep.err"
 check "run --repeat prints the median" grep -q "^decode over 3 runs: median .* (min .*, max .*" "$T/rep.txt"
+# a prefix cache only where a later job could read it
+check "run --repeat 3 keeps a prefix cache" grep -q "cpu-worker info: prefix cache [0-9.]* MiB" "$T/rep.err"
+ANEDVD_LOG=info $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 4 > /dev/null 2> "$T/once.err"
+check "run (one job) has no prefix cache" grep -q "cpu-worker info: prefix cache off" "$T/once.err"
+ANEDVD_LOG=info $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 4 --in-process > /dev/null 2> "$T/once.err"
+check "run --in-process (one job) has no prefix cache" grep -q "prefix cache off" "$T/once.err"
 # speculative decoding: the reference ids with it on, off, and in the
 # probe; a prompt that repeats itself drafts and accepts, and --ngram-probe
 # (which decodes without speculation) counts what a live run with the same
