@@ -703,6 +703,19 @@ test_ffn_fused(void)
 	double e = rel_err(y, r, W * hidden);
 	CHECK(e < 3e-3, "fused ffn rel %g", e);
 	fprintf(stderr, "  fused ffn rel %.2e\n", e);
+	// its activations: x, gate, up and the gate's result; the output shares
+	// x's bytes (x is dead by then) and the two intermediates the fused gate
+	// never writes take none; op by op they take room, and the gate's
+	// result takes the bytes of gate, dead by then
+	CHECK(emu_act_bytes(k) == W * (hidden + 3 * inter) * 4, "fused: %zu bytes", emu_act_bytes(k));
+	struct emu *e1 = emu_open(&(struct emu_opts){.threads = 1, .no_fuse = 1}, err);
+	REQUIRE(e1, "%s", err);
+	struct emu_file f1 = {.name = "w.bin", .path = blob};
+	struct emu_kernel *k1 = emu_compile(e1, mil, &f1, 1, err);
+	REQUIRE(k1, "%s", err);
+	CHECK(emu_act_bytes(k1) == W * (hidden + 4 * inter) * 4, "op by op: %zu bytes", emu_act_bytes(k1));
+	emu_kernel_free(k1);
+	emu_close(e1);
 	emu_kernel_free(k);
 	free(mil), free(g), free(u), free(d), free(x), free(y), free(r);
 }

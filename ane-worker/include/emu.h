@@ -143,6 +143,9 @@ size_t emu_output_capacity(const struct emu_kernel *k);
 // weight bytes the program reads per eval, and how many BLOBFILE consts
 uint64_t emu_weight_bytes(const struct emu_kernel *k);
 int emu_nblobfiles(const struct emu_kernel *k);
+// bytes of the context's activations the program's buffers take at its
+// full width (buffers whose lives do not meet share them)
+size_t emu_act_bytes(const struct emu_kernel *k);
 
 // The compiled program's constant buffers, for an on-disk cache of
 // compiled kernels (kcache.h): what emu_compile made from the blobs (the
