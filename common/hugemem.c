@@ -2,6 +2,9 @@
 #include "hugemem.h"
 
 #include <pthread.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -277,5 +280,13 @@ ad_huge_process_bytes(void)
 	return seen ? total : -1;
 #else
 	return -1;
+#endif
+}
+
+void
+ad_heap_trim(void)
+{
+#ifdef __GLIBC__
+	malloc_trim(0);
 #endif
 }

@@ -87,4 +87,10 @@ const char *ad_huge_thp_mode(char *buf, size_t cap);
 // kernel does not say (not Linux, no /proc)
 long long ad_huge_process_bytes(void);
 
+// the heap's free pages given back to the system: after a load phase that
+// freed much in small blocks (a parsed tokenizer.json's tree, freed under
+// the tables built from it, kept Qwen3's tokenizer process at 76 MiB of
+// anonymous memory). glibc's malloc_trim; nothing elsewhere
+void ad_heap_trim(void);
+
 #endif

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "hugemem.h"
 #include "ipc.h"
 #include "log.h"
 #include "service.h"
@@ -94,6 +95,7 @@ main(int argc, char **argv)
 		ad_error("%s", err);
 		return 1;
 	}
+	ad_heap_trim(); // what the load parsed and freed
 	struct tok_service svc;
 	tok_service_init(&svc, t, "anedvd-tokenizer");
 	const char *dus = getenv("ANEDVD_DEBUG_DELAY_US");
