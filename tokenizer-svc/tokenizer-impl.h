@@ -75,17 +75,25 @@ struct tok_ids {
 };
 
 // Open-addressing map from an ordered pair of token ids to a merge: the
-// rank (lower merges first) and the id of the merged token.
+// rank (lower merges first) and the id of the merged token. The pairs lie
+// in the order they were put; the slots, at most half full, hold an
+// index into them (4 bytes a slot: with the key and value in each, Llama
+// 3's 280k merges took 16 MiB).
 struct tok_merge {
 	int32_t rank;
 	int32_t id;
 };
 
+struct tok_pair {
+	int32_t left, right;
+	struct tok_merge v;
+};
+
 struct tok_pairmap {
-	uint64_t *key; // (left << 32 | right) + 1; 0 = empty slot
-	struct tok_merge *val;
-	uint32_t mask; // capacity - 1 (a power of two), 0 when empty
-	uint32_t n;
+	uint32_t *slot;     // a pair's index + 1; 0 = empty
+	struct tok_pair *e; // [n], room for cap
+	uint32_t mask;      // slots - 1 (a power of two), 0 when empty
+	uint32_t n, cap;
 };
 
 struct tokenizer {

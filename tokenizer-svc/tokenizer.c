@@ -59,47 +59,65 @@ hash_u64(uint64_t x)
 	return x;
 }
 
+static uint32_t
+pair_hash(int32_t left, int32_t right)
+{
+	return (uint32_t)hash_u64((((uint64_t)(uint32_t)left << 32) | (uint32_t)right) + 1);
+}
+
+// twice the slots, the pairs put in them again
 static int
 pairmap_grow(struct tok_pairmap *m, char *err)
 {
-	uint32_t cap = m->mask ? (m->mask + 1) * 2 : 1024;
-	uint64_t *key = calloc(cap, sizeof *key);
-	struct tok_merge *val = malloc(cap * sizeof *val);
-	if (!key || !val) {
-		free(key);
-		free(val);
-		return ad_err(err, "tokenizer: out of memory (merge map of %u)", cap);
+	uint32_t ns = m->mask ? (m->mask + 1) * 2 : 1024;
+	uint32_t *slot = calloc(ns, sizeof *slot);
+	if (!slot)
+		return ad_err(err, "tokenizer: out of memory (merge map of %u)", ns);
+	for (uint32_t i = 0; i < m->n; i++) {
+		uint32_t j = pair_hash(m->e[i].left, m->e[i].right) & (ns - 1);
+		while (slot[j])
+			j = (j + 1) & (ns - 1);
+		slot[j] = i + 1;
 	}
-	for (uint32_t i = 0; m->mask && i <= m->mask; i++) {
-		if (!m->key[i])
-			continue;
-		uint32_t j = (uint32_t)hash_u64(m->key[i]) & (cap - 1);
-		while (key[j])
-			j = (j + 1) & (cap - 1);
-		key[j] = m->key[i];
-		val[j] = m->val[i];
-	}
-	free(m->key);
-	free(m->val);
-	m->key = key;
-	m->val = val;
-	m->mask = cap - 1;
+	free(m->slot);
+	m->slot = slot;
+	m->mask = ns - 1;
 	return 0;
+}
+
+// the slot of (left, right), or of the empty one where it would go
+static uint32_t
+pairmap_find(const struct tok_pairmap *m, int32_t left, int32_t right)
+{
+	uint32_t j = pair_hash(left, right) & m->mask;
+	for (; m->slot[j]; j = (j + 1) & m->mask) {
+		const struct tok_pair *e = &m->e[m->slot[j] - 1];
+		if (e->left == left && e->right == right)
+			break;
+	}
+	return j;
 }
 
 int
 tok_pairmap_put(struct tok_pairmap *m, int32_t left, int32_t right, struct tok_merge v, char *err)
 {
-	if ((m->n + 1) * 2 > (m->mask ? m->mask + 1 : 0) && pairmap_grow(m, err))
+	if ((uint64_t)(m->n + 1) * 2 > (m->mask ? (uint64_t)m->mask + 1 : 0) && pairmap_grow(m, err))
 		return -1;
-	uint64_t k = (((uint64_t)(uint32_t)left << 32) | (uint32_t)right) + 1;
-	uint32_t j = (uint32_t)hash_u64(k) & m->mask;
-	while (m->key[j] && m->key[j] != k)
-		j = (j + 1) & m->mask;
-	if (!m->key[j])
-		m->n++;
-	m->key[j] = k;
-	m->val[j] = v;
+	uint32_t j = pairmap_find(m, left, right);
+	if (m->slot[j]) {
+		m->e[m->slot[j] - 1].v = v;
+		return 0;
+	}
+	if (m->n == m->cap) {
+		uint32_t cap = m->cap ? m->cap + m->cap / 2 : 512;
+		struct tok_pair *e = realloc(m->e, (size_t)cap * sizeof *e);
+		if (!e)
+			return ad_err(err, "tokenizer: out of memory (%u merges)", cap);
+		m->e = e;
+		m->cap = cap;
+	}
+	m->e[m->n] = (struct tok_pair){left, right, v};
+	m->slot[j] = ++m->n;
 	return 0;
 }
 
@@ -108,21 +126,15 @@ tok_pairmap_get(const struct tok_pairmap *m, int32_t left, int32_t right)
 {
 	if (!m->mask)
 		return NULL;
-	uint64_t k = (((uint64_t)(uint32_t)left << 32) | (uint32_t)right) + 1;
-	uint32_t j = (uint32_t)hash_u64(k) & m->mask;
-	while (m->key[j]) {
-		if (m->key[j] == k)
-			return &m->val[j];
-		j = (j + 1) & m->mask;
-	}
-	return NULL;
+	uint32_t j = pairmap_find(m, left, right);
+	return m->slot[j] ? &m->e[m->slot[j] - 1].v : NULL;
 }
 
 void
 tok_pairmap_free(struct tok_pairmap *m)
 {
-	free(m->key);
-	free(m->val);
+	free(m->slot);
+	free(m->e);
 	memset(m, 0, sizeof *m);
 }
 
