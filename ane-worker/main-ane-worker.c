@@ -63,6 +63,7 @@
 #include "emu.h"
 #include "common.pb-c.h"
 #include "dataplane.h"
+#include "hugemem.h"
 #include "ipc.h"
 #include "layout.h"
 #include "log.h"
@@ -1074,6 +1075,8 @@ release(void *scratch)
 	free(rp->layouts);
 	free(rp->kst);
 	free(rp->kstp);
+	if (rp->q && rp->q->method == ANEDVD__ANE_REQUEST__BODY_COMPILE)
+		ad_heap_trim();
 }
 
 // --- the kernels' weights moved off the cache file ----------------------------------
