@@ -59,6 +59,40 @@ type_of(const char *w)
 }
 
 // one tensor [ne1][ne0]: base + spread * uniform(-1, 1), stored as type
+// one block of 32 weights as ggml's reference quantisers write it: q4_0,
+// the fp16 scale (the value of the largest magnitude, signed, / -8) and 32
+// nibbles; q8_0, the fp16 scale (largest |x| / 127) and 32 int8
+static void
+q4_0_block(const float *x, uint8_t *out)
+{
+	float amax = 0, max = 0;
+	for (int j = 0; j < 32; j++)
+		if (fabsf(x[j]) > amax) {
+			amax = fabsf(x[j]);
+			max = x[j];
+		}
+	float dd = max / -8, id = dd ? 1.0f / dd : 0;
+	uint16_t h = ad_f32_to_fp16(dd);
+	memcpy(out, &h, 2);
+	for (int j = 0; j < 16; j++) {
+		int a = (int)(int8_t)(x[j] * id + 8.5f), c = (int)(int8_t)(x[16 + j] * id + 8.5f);
+		out[2 + j] = (uint8_t)((a < 15 ? a : 15) | (c < 15 ? c : 15) << 4);
+	}
+}
+
+static void
+q8_0_block(const float *x, uint8_t *out)
+{
+	float amax = 0;
+	for (int j = 0; j < 32; j++)
+		amax = fmaxf(amax, fabsf(x[j]));
+	float dd = amax / 127.0f, id = dd ? 1.0f / dd : 0;
+	uint16_t h = ad_f32_to_fp16(dd);
+	memcpy(out, &h, 2);
+	for (int j = 0; j < 32; j++)
+		out[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
+}
+
 static int
 put(struct gguf_writer *w, uint64_t seed, const char *name, int64_t ne0, int64_t ne1, float base, float spread,
     uint32_t type, char *err)
@@ -86,58 +120,23 @@ put(struct gguf_writer *w, uint64_t seed, const char *name, int64_t ne0, int64_t
 			h[i] = type == AD_TYPE_F16 ? ad_f32_to_fp16(d[i]) : ad_f32_to_bf16(d[i]);
 		buf = h;
 		nbytes = n * sizeof *h;
-	} else if (type == AD_TYPE_Q4_0) { // blocks of 32: an fp16 scale and 32 nibbles, as ggml's reference
+	} else { // q4_0 or q8_0: blocks of 32 weights, each an fp16 scale and its values
+		const size_t bsz = type == AD_TYPE_Q4_0 ? 18 : 34;
 		if (ne0 % 32) {
 			free(d);
-			return ad_err(err, "%s: %lld columns is not a multiple of 32 (q4_0)", name, (long long)ne0);
+			return ad_err(err, "%s: %lld columns is not a multiple of 32 (%s)", name, (long long)ne0,
+			              type == AD_TYPE_Q4_0 ? "q4_0" : "q8_0");
 		}
 		size_t nb = n / 32;
-		uint8_t *q = malloc(nb * 18);
+		uint8_t *q = malloc(nb * bsz);
 		if (!q) {
 			free(d);
 			return ad_err(err, "out of memory");
 		}
-		for (size_t b = 0; b < nb; b++) {
-			const float *x = d + b * 32;
-			float amax = 0, max = 0; // the value of the largest magnitude, signed
-			for (int j = 0; j < 32; j++)
-				if (fabsf(x[j]) > amax) {
-					amax = fabsf(x[j]);
-					max = x[j];
-				}
-			float dd = max / -8, id = dd ? 1.0f / dd : 0;
-			uint16_t h = ad_f32_to_fp16(dd);
-			memcpy(q + b * 18, &h, 2);
-			for (int j = 0; j < 16; j++) {
-				int a = (int)(int8_t)(x[j] * id + 8.5f), c = (int)(int8_t)(x[16 + j] * id + 8.5f);
-				q[b * 18 + 2 + j] = (uint8_t)((a < 15 ? a : 15) | (c < 15 ? c : 15) << 4);
-			}
-		}
+		for (size_t b = 0; b < nb; b++)
+			(type == AD_TYPE_Q4_0 ? q4_0_block : q8_0_block)(d + b * 32, q + b * bsz);
 		buf = q;
-		nbytes = nb * 18;
-	} else { // q8_0: blocks of 32, an fp16 scale and 32 int8
-		if (ne0 % 32) {
-			free(d);
-			return ad_err(err, "%s: %lld columns is not a multiple of 32 (q8_0)", name, (long long)ne0);
-		}
-		size_t nb = n / 32;
-		uint8_t *q = malloc(nb * 34);
-		if (!q) {
-			free(d);
-			return ad_err(err, "out of memory");
-		}
-		for (size_t b = 0; b < nb; b++) {
-			float amax = 0;
-			for (int j = 0; j < 32; j++)
-				amax = fmaxf(amax, fabsf(d[b * 32 + j]));
-			float dd = amax / 127.0f, id = dd ? 1.0f / dd : 0;
-			uint16_t h = ad_f32_to_fp16(dd);
-			memcpy(q + b * 34, &h, 2);
-			for (int j = 0; j < 32; j++)
-				q[b * 34 + 2 + j] = (uint8_t)(int8_t)roundf(d[b * 32 + j] * id);
-		}
-		buf = q;
-		nbytes = nb * 34;
+		nbytes = nb * bsz;
 	}
 	int rc = gguf_writer_tensor(w, name, type, nd, ne, buf, nbytes, err);
 	if (buf != d)
