@@ -316,29 +316,48 @@ test_concurrent(void)
 	      ad_server_looks(srv));
 }
 
-static void
-test_process(void)
+// the real process on model, listening at purl (ad_ipc_url's name), its
+// Health answered within timeout_ms by that pid: a client to it
+static struct ad_client *
+proc_start(const char *model, char *purl, size_t cap, const char *name, int timeout_ms, pid_t *pid)
 {
 	extern char **environ;
-	char purl[300], path[300], err[AD_ERRLEN];
-	REQUIRE(ad_ipc_url(purl, sizeof purl, t_tmpdir(), "proc") == 0);
-	snprintf(path, sizeof path, "%s/proc.sock", t_tmpdir());
-	char *argv[] = {TOKSVC_BIN, "--model", STORIES, "--listen", purl, NULL};
-	pid_t pid;
-	REQUIRE(posix_spawn(&pid, TOKSVC_BIN, NULL, NULL, argv, environ) == 0);
+	char err[AD_ERRLEN];
+	REQUIRE(ad_ipc_url(purl, cap, t_tmpdir(), name) == 0);
+	char *argv[] = {TOKSVC_BIN, "--model", (char *)model, "--listen", purl, NULL};
+	REQUIRE(posix_spawn(pid, TOKSVC_BIN, NULL, NULL, argv, environ) == 0);
 	struct ad_client *c = ad_client_open(purl, err);
 	REQUIRE(c, "%s", err);
 	uint32_t got = 0;
-	CHECK(health(c, &got, 10000, err) == 0 && got == (uint32_t)pid, "%s", err);
-	int32_t *ids = NULL;
-	size_t n = 0;
-	CHECK(tokc_encode(c, "Once upon a time", 16, 1, 0, &ids, &n, TIMEOUT, err) == 0 && n == 5, "%s", err);
-	free(ids);
+	CHECK(health(c, &got, timeout_ms, err) == 0 && got == (uint32_t)*pid, "%s", err);
+	return c;
+}
+
+// the client closed, the process stopped with SIGTERM: it exits 0
+static void
+proc_stop(struct ad_client *c, pid_t pid)
+{
 	ad_client_close(c);
 	kill(pid, SIGTERM);
 	int status = 0;
 	waitpid(pid, &status, 0);
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+}
+
+static void
+test_process(void)
+{
+	extern char **environ;
+	char purl[300], path[300], err[AD_ERRLEN];
+	snprintf(path, sizeof path, "%s/proc.sock", t_tmpdir());
+	pid_t pid;
+	struct ad_client *c = proc_start(STORIES, purl, sizeof purl, "proc", 10000, &pid);
+	int32_t *ids = NULL;
+	size_t n = 0;
+	CHECK(tokc_encode(c, "Once upon a time", 16, 1, 0, &ids, &n, TIMEOUT, err) == 0 && n == 5, "%s", err);
+	free(ids);
+	proc_stop(c, pid);
+	int status = 0;
 	struct stat st;
 	CHECK(stat(path, &st) != 0, "socket %s left behind", path);
 
@@ -375,8 +394,7 @@ rss_anon_kib(pid_t pid)
 static void
 test_process_memory(void)
 {
-	extern char **environ;
-	char purl[300], json[600], cmd[1400], err[AD_ERRLEN];
+	char purl[300], json[600], cmd[1400];
 	if (rss_anon_kib(getpid()) < 0) {
 		fprintf(stderr, "  skipped: no /proc/PID/status here\n");
 		return;
@@ -388,22 +406,12 @@ test_process_memory(void)
 	snprintf(json, sizeof json, "%s/qwen3-tokenizer.json", t_tmpdir());
 	snprintf(cmd, sizeof cmd, "xz -dc '%s/tokenizer/qwen3-tokenizer.json.xz' > '%s'", T_DATA, json);
 	REQUIRE(system(cmd) == 0, "%s", cmd);
-	REQUIRE(ad_ipc_url(purl, sizeof purl, t_tmpdir(), "mem") == 0);
-	char *argv[] = {TOKSVC_BIN, "--model", json, "--listen", purl, NULL};
 	pid_t pid;
-	REQUIRE(posix_spawn(&pid, TOKSVC_BIN, NULL, NULL, argv, environ) == 0);
-	struct ad_client *c = ad_client_open(purl, err);
-	REQUIRE(c, "%s", err);
-	uint32_t got = 0;
-	CHECK(health(c, &got, 30000, err) == 0 && got == (uint32_t)pid, "%s", err);
+	struct ad_client *c = proc_start(json, purl, sizeof purl, "mem", 30000, &pid);
 	long kib = rss_anon_kib(pid);
 	fprintf(stderr, "  Qwen3 tokenizer.json: the service's RssAnon %.1f MiB\n", kib / 1024.0);
 	CHECK(kib > 0 && kib < 32 * 1024, "RssAnon %ld KiB", kib);
-	ad_client_close(c);
-	kill(pid, SIGTERM);
-	int status = 0;
-	waitpid(pid, &status, 0);
-	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+	proc_stop(c, pid);
 	unlink(json);
 }
 
