@@ -328,7 +328,7 @@ conv_blocked(tile_fn *const *tab, size_t tabw, const int *mp_for, size_t maxc, c
 	size_t nb = (ncols + maxc - 1) / maxc;
 	size_t base = ncols / nb, extra = ncols % nb;
 	size_t group = nb == 1 ? p1 - p0 : GROUP;
-	size_t ahead = ncols == 1 ? emu_prefetch_steps() : 0;
+	size_t ahead = ncols == 1 ? emu_prefetch_steps(1) : 0;
 	for (size_t p = p0; p < p1; p += group) {
 		size_t pe = p1 - p > group ? p + group : p1;
 		size_t j = 0;

@@ -170,7 +170,7 @@ static void
 drive(quad_fn *const *quads, panel_fn *const *pans, const uint8_t *panels, const float *lut, const float *scale,
       size_t cout, size_t cin, const float *x, size_t ncols, float *y, size_t p0, size_t p1)
 {
-	const size_t ahead = ncols == 1 ? emu_prefetch_steps() * 64 : 0; // bytes
+	const size_t ahead = ncols == 1 ? emu_prefetch_steps(1) * 64 : 0; // bytes
 	for (size_t g = p0 / QUAD; g * QUAD < p1; g++) {
 		const size_t a = p0 > g * QUAD ? p0 : g * QUAD, b = p1 < (g + 1) * QUAD ? p1 : (g + 1) * QUAD;
 		const uint8_t *w = panels + g * quad_bytes(cin);

@@ -288,7 +288,7 @@ conv_simd(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_
 	size_t base = ncols / nb, extra = ncols % nb;
 	// one column: a single pass over the weights anyway, no grouping
 	size_t group = nb == 1 ? p1 - p0 : TILE_GROUP;
-	size_t ahead = ncols == 1 ? emu_prefetch_steps() : 0;
+	size_t ahead = ncols == 1 ? emu_prefetch_steps(0) : 0;
 	for (size_t p = p0; p < p1; p += group) {
 		size_t pe = p1 - p > group ? p + group : p1;
 		size_t j = 0;
@@ -915,7 +915,7 @@ conv512(const uint16_t *panels, size_t cout, size_t cin, const float *xp, size_t
 		// first or last panel alone
 		if (streams == 1)
 			streams = 2;
-		size_t ahead = emu_prefetch_steps();
+		size_t ahead = emu_prefetch_steps(0);
 		for (size_t q = p0, m; q < p1; q += m) {
 			m = p1 - q < streams ? p1 - q : streams;
 			if (streams == 2 && q % PAIR)
@@ -1236,8 +1236,12 @@ emu_prefetch_env(void)
 // How far ahead one column's stream is prefetched into L2, measured as the
 // decode pass of the Qwen2.5-0.5B shape (anedvd-dev kernels: every kernel
 // once, one column, 2 threads) over a streaming read in the same process:
-// - AMD Zen 4: 1 KiB ahead, 0.87 to 0.95 of the read (one thread per
+// - AMD Zen 4: fp16 1 KiB ahead, 0.87 to 0.95 of the read (one thread per
 //   stream; more streams or L1 prefetches did worse, see X512_COL_WARM);
+//   8 KiB gave 0.85-0.89 on both shapes. Weights of a byte or less (int8,
+//   lut4) 8 KiB: the SmolLM2-135M shape's int8 pass 0.60-0.79 of the read
+//   at 1 KiB, 0.80-0.87 at 8 KiB, 0.80-0.86 at 12 and 16 KiB; lut4 0.42-0.63
+//   against 0.62-0.71; Qwen2.5's int8 0.88-0.92 at either.
 // - Intel Xeon (family 6 model 207), fp16: none 0.65, 1 KiB 0.69, 2 KiB
 //   0.81, 3 KiB 0.90-0.93, 4 KiB 0.92-0.94, 6 KiB 0.88-0.98 (4 runs of 6 at
 //   0.94 or more), 8 to 12 KiB 0.92-0.94; int8: 1 KiB 0.64, 4 KiB 0.89,
@@ -1247,18 +1251,18 @@ emu_prefetch_env(void)
 //   and 0.69-0.82, the pass 15-40% faster on all four bench models; 16
 //   KiB no better than 8 (3 alternating rounds of each).
 // (Intel's L2 streamer is documented not to cross a 4 KiB boundary,
-// whatever the page size; a software prefetch runs on regardless.) Zen 4
-// was not measured at the longer distances: it keeps its measured best.
+// whatever the page size; a software prefetch runs on regardless.)
 size_t
-emu_prefetch_steps(void)
+emu_prefetch_steps(int narrow)
 {
-	static long v = -1;
-	long r = __atomic_load_n(&v, __ATOMIC_RELAXED);
+	static long v[2] = {-1, -1};
+	narrow = narrow != 0;
+	long r = __atomic_load_n(&v[narrow], __ATOMIC_RELAXED);
 	if (r < 0) {
 		r = emu_prefetch_env();
 		if (r < 0) // unset (a bad value is refused at start: emu_simd_env)
-			r = zen4() ? 1024 : ad_cpu_amd_family() ? 8192 : 6144;
-		__atomic_store_n(&v, r, __ATOMIC_RELAXED);
+			r = zen4() ? (narrow ? 8192 : 1024) : ad_cpu_amd_family() ? 8192 : 6144;
+		__atomic_store_n(&v[narrow], r, __ATOMIC_RELAXED);
 	}
 	return (size_t)r / 64;
 }

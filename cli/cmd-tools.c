@@ -789,7 +789,7 @@ pass_chains(const struct kb_info *a, const struct kb_info *b)
 // alternate with a streaming read of the same process (memread.h) of as
 // many bytes on the emu's threads; the ratio is taken within a round
 static int
-kernels_pass(struct kernel_backend *kl, int threads, int emu, const float *x, char *err)
+kernels_pass(struct kernel_backend *kl, int threads, int emu, int narrow, const float *x, char *err)
 {
 	int n = kl->n_kernels, rc = -1;
 	// one input and one output surface per channel count
@@ -903,9 +903,9 @@ kernels_pass(struct kernel_backend *kl, int threads, int emu, const float *x, ch
 	if (huge >= 0)
 		printf("  on 2 MiB pages: %.1f MB of this process (transparent huge pages: %s)\n", (double)huge / 1e6,
 		       mode ? mode : "unknown");
-	if (emu) // the distance that matters most for the pass, by the CPU's kind
-		printf("  one column prefetched %zu bytes ahead (ANEDVD_PREFETCH_AHEAD sets it)\n",
-		       emu_prefetch_steps() * 64);
+	if (emu) // the distance that matters most for the pass, by the CPU's kind and the weights
+		printf("  one column prefetched %zu bytes ahead (%s weights; ANEDVD_PREFETCH_AHEAD sets it)\n",
+		       emu_prefetch_steps(narrow) * 64, narrow ? "int8 or lut4" : "fp16");
 	printf("  pass: %.3f ms [%.3f, %.3f], %.2f GB/s [%.2f, %.2f]\n", m[0][0], m[0][1], m[0][2], m[1][0], m[1][1],
 	       m[1][2]);
 	printf("  streaming read: %d threads, %.1f MB, %.2f GB/s [%.2f, %.2f]\n", threads,
@@ -997,8 +997,8 @@ cmd_kernels(int argc, char **argv)
 	double totb = layer_b * (double)m.hp.n_layer + head_b;
 	printf("  TOTAL per token: %.3f ms (layer %.3f ms x %lld + LM head %.3f ms), %.1f MB, %.2f GB/s\n", tot,
 	       layer_ms, (long long)m.hp.n_layer, head_ms, totb / 1e6, tot > 0 ? totb / (tot / 1e3) / 1e9 : 0);
-	if (kernels_pass(kl, o.threads > 0 ? o.threads : 2, !strcmp(backend_of(&o), "emu"), x,
-	                 err)) { // 2: the emu's default
+	if (kernels_pass(kl, o.threads > 0 ? o.threads : 2, !strcmp(backend_of(&o), "emu"), o.ko.weights != ANE_W_FP16,
+	                 x, err)) { // 2: the emu's default
 		fprintf(stderr, "anedvd-dev kernels: %s\n", err);
 		goto out;
 	}

@@ -391,9 +391,11 @@ check "kernels prints a total" grep -q "TOTAL per token" "$T/kn.txt"
 check "kernels prints the decode pass against the read" grep -Eq "^  pass / read: [0-9.]+x \[[0-9.]+, [0-9.]+\]$" "$T/kn.txt"
 check "kernels' decode pass counts every kernel" grep -Eq "^decode pass: [0-9]+ kernels, [0-9.]+ MB of weights" "$T/kn.txt"
 check "kernels says how much is on 2 MiB pages" grep -Eq "^  on 2 MiB pages: [0-9.]+ MB of this process" "$T/kn.txt"
-check "kernels says how far one column prefetches" grep -Eq "^  one column prefetched (1024|6144|8192) bytes ahead" "$T/kn.txt"
+check "kernels says how far one column prefetches" grep -Eq "^  one column prefetched (1024|6144|8192) bytes ahead \(fp16 weights;" "$T/kn.txt"
 ANEDVD_PREFETCH_AHEAD=2048 $D kernels --model "$DATA/models/llama.gguf" --iters 1 > "$T/kn2.txt" 2>&1
 check "kernels: ANEDVD_PREFETCH_AHEAD=2048 taken" grep -q "^  one column prefetched 2048 bytes ahead" "$T/kn2.txt"
+$D kernels --model "$DATA/models/llama.gguf" --iters 1 --weights int8 > "$T/kn3.txt" 2>&1
+check "kernels --weights int8: the narrow weights' distance" grep -Eq "^  one column prefetched (6144|8192) bytes ahead \(int8 or lut4 weights;" "$T/kn3.txt"
 check "kernels splits the pass by kind" grep -Eq "^  by kind, GB/s in the kernels' own time: qkv [0-9.]+ MB [0-9.]+ \[.*; o .*; lm_head .* around the kernels [0-9.-]+ ms" "$T/kn.txt"
 $D attnbench --ctx 64 --iters 3 > "$T/ab.txt" 2>&1
 check "attnbench prints the stages" grep -q "softmax" "$T/ab.txt"

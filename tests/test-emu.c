@@ -1757,26 +1757,31 @@ test_i8_one_col(void)
 	free(saved);
 }
 
-// how far one column prefetches (emu_prefetch_steps): ANEDVD_PREFETCH_AHEAD's
-// bytes in whole lines (ctest runs this file with it at 0 and at its most
-// too, so every kernel is compared with ref at those distances), else the
-// distance measured best on the CPU's kind; a value that is not a whole
-// number of bytes from 0 to EMU_PREFETCH_MAX is refused at start
+// how far one column prefetches (emu_prefetch_steps), of fp16 weights and of
+// narrow ones: ANEDVD_PREFETCH_AHEAD's bytes in whole lines (ctest runs this
+// file with it at 0 and at its most too, so every kernel is compared with ref
+// at those distances), else the distance measured best on the CPU's kind; a
+// value that is not a whole number of bytes from 0 to EMU_PREFETCH_MAX is
+// refused at start
 static void
 test_prefetch(void)
 {
 	char err[AD_ERRLEN];
 	const char *e = getenv("ANEDVD_PREFETCH_AHEAD");
-	size_t steps = emu_prefetch_steps();
-	if (e && *e)
-		CHECK(steps == strtoul(e, NULL, 10) / 64, "ANEDVD_PREFETCH_AHEAD=%s: %zu steps", e, steps);
-	else
-		CHECK(steps == (ad_cpu_amd_family() == 0x19 ? 1024u
-		                : ad_cpu_amd_family()       ? 8192u
-		                                            : 6144u) /
-		                       64,
-		      "the CPU's distance not taken: %zu", steps);
-	fprintf(stderr, "  one column prefetches %zu bytes ahead\n", steps * 64);
+	for (int narrow = 0; narrow < 2; narrow++) {
+		size_t steps = emu_prefetch_steps(narrow);
+		size_t want = ad_cpu_amd_family() == 0x19 ? (narrow ? 8192u : 1024u)
+		              : ad_cpu_amd_family()       ? 8192u
+		                                          : 6144u;
+		if (e && *e)
+			CHECK(steps == strtoul(e, NULL, 10) / 64, "ANEDVD_PREFETCH_AHEAD=%s: %zu steps (%s)", e, steps,
+			      narrow ? "narrow" : "fp16");
+		else
+			CHECK(steps == want / 64, "the CPU's distance not taken: %zu steps (%s)", steps,
+			      narrow ? "narrow" : "fp16");
+		fprintf(stderr, "  one column of %s weights prefetches %zu bytes ahead\n", narrow ? "narrow" : "fp16",
+		        steps * 64);
+	}
 	char *saved = e ? strdup(e) : NULL;
 	static const char *const bad[] = {"-64", "65537", "4k", "1e3", " ", "99999999999999999999999"};
 	for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {

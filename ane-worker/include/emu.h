@@ -116,9 +116,10 @@ int emu_simd_env(int *level, char *err);
 // One column streams a conv's weights from memory, one stream per thread,
 // and the kernels prefetch each stream's 64-byte lines into L2 this many
 // steps (lines) ahead: ANEDVD_PREFETCH_AHEAD bytes when set (0: none), else the
-// distance measured best on the CPU's kind (emu.c). The same bits whatever
-// the distance.
-size_t emu_prefetch_steps(void);
+// distance measured best on the CPU's kind for fp16 weights, or for narrow
+// ones (a byte or less a weight: int8, lut4) when narrow is set (emu.c). The
+// same bits whatever the distance.
+size_t emu_prefetch_steps(int narrow);
 // ANEDVD_PREFETCH_AHEAD as read: bytes, -1 unset or empty, -2 not a whole number
 // of bytes from 0 to EMU_PREFETCH_MAX (emu_simd_env refuses it)
 long emu_prefetch_env(void);
