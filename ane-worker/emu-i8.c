@@ -166,9 +166,10 @@ tile2(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t
 #pragma GCC unroll 12
 	for (int a = 0; a < 2 * mp * nc; a++)
 		acc[a] = _mm256_setzero_ps();
+	const int nta = emu_prefetch_nta(1);
 	for (size_t i = 0; i < cin; i++) {
 		if (ahead)
-			_mm_prefetch((const char *)(w + (i + ahead) * QROW), _MM_HINT_T1);
+			emu_prefetch_line(w + (i + ahead) * QROW, nta);
 #pragma GCC unroll 4
 		for (int p = 0; p < mp; p++) {
 			if (p > 0 && nc > 1) // re-broadcast x per panel (see emu.c: no spills)
@@ -280,10 +281,11 @@ tile5(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t
 #pragma GCC unroll 24
 	for (int a = 0; a < mp * nc; a++)
 		acc[a] = _mm512_setzero_ps();
+	const int nta = emu_prefetch_nta(1);
 	for (size_t i = 0; i < cin; i++) {
 		__m512 wv[4];
 		if (ahead)
-			_mm_prefetch((const char *)(w + (i + ahead) * QROW), _MM_HINT_T1);
+			emu_prefetch_line(w + (i + ahead) * QROW, nta);
 #pragma GCC unroll 4
 		for (int p = 0; p < mp; p++)
 			wv[p] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(

@@ -249,6 +249,7 @@ T2 static inline __attribute__((always_inline)) void
 panel2(const uint8_t *w, size_t cin, unsigned k, const float *t, const float *x, float *y, size_t cout, size_t left,
        const float *sc, size_t ahead, const int nc)
 {
+	const int nta = emu_prefetch_nta(1);
 	const __m256 tlo = _mm256_loadu_ps(t), thi = _mm256_loadu_ps(t + 8);
 	const __m128i sr0 = _mm_cvtsi32_si128((int)(4 * k)), sr1 = _mm_cvtsi32_si128((int)(4 * k + 16));
 	const __m128i sl0 = _mm_cvtsi32_si128((int)(28 - 4 * k)), sl1 = _mm_cvtsi32_si128((int)(12 - 4 * k));
@@ -259,7 +260,7 @@ panel2(const uint8_t *w, size_t cin, unsigned k, const float *t, const float *x,
 	for (size_t i = 0; i < cin; i += 2) {
 		const uint8_t *s = w + i / 2 * LINE;
 		if (ahead)
-			_mm_prefetch((const char *)(s + ahead), _MM_HINT_T1);
+			emu_prefetch_line(s + ahead, nta);
 		__m256i v0 = _mm256_loadu_si256((const __m256i *)s), v1 = _mm256_loadu_si256((const __m256i *)(s + 32));
 		step2(tlo, thi, v0, v1, sr0, sl0, x, cin, i, acc, nc);
 		if (i + 1 < cin) // (an odd cin's last line holds one step)
@@ -344,6 +345,7 @@ T5 static inline __attribute__((always_inline)) void
 quad5(const uint8_t *w, size_t cin, const float *t, const float *x, float *y, size_t cout, size_t left, const float *sc,
       size_t ahead, const int nc)
 {
+	const int nta = emu_prefetch_nta(1);
 	const __m512 tab = _mm512_loadu_ps(t);
 	__m512 acc[QUAD * NCOLS];
 #pragma GCC unroll 24
@@ -353,7 +355,7 @@ quad5(const uint8_t *w, size_t cin, const float *t, const float *x, float *y, si
 	for (; i + 1 < cin; i += 2) {
 		const uint8_t *s = w + i / 2 * LINE;
 		if (ahead)
-			_mm_prefetch((const char *)(s + ahead), _MM_HINT_T1);
+			emu_prefetch_line(s + ahead, nta);
 		__m512i v = _mm512_loadu_si512(s);
 #pragma GCC unroll 4
 		for (int p = 0; p < QUAD; p++)
@@ -376,6 +378,7 @@ T5 static inline __attribute__((always_inline)) void
 panel5(const uint8_t *w, size_t cin, unsigned k, const float *t, const float *x, float *y, size_t cout, size_t left,
        const float *sc, size_t ahead, const int nc)
 {
+	const int nta = emu_prefetch_nta(1);
 	const __m512 tab = _mm512_loadu_ps(t);
 	const __m128i c0 = _mm_cvtsi32_si128((int)(4 * k)), c1 = _mm_cvtsi32_si128((int)(4 * k + 16));
 	__m512 acc[NCOLS];
@@ -385,7 +388,7 @@ panel5(const uint8_t *w, size_t cin, unsigned k, const float *t, const float *x,
 	for (size_t i = 0; i < cin; i++) {
 		const uint8_t *s = w + i / 2 * LINE;
 		if (ahead && !(i & 1))
-			_mm_prefetch((const char *)(s + ahead), _MM_HINT_T1);
+			emu_prefetch_line(s + ahead, nta);
 		__m512i v = _mm512_loadu_si512(s);
 		__m512 wv = _mm512_permutexvar_ps(_mm512_srl_epi32(v, i & 1 ? c1 : c0), tab);
 #pragma GCC unroll 6

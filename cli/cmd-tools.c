@@ -904,8 +904,10 @@ kernels_pass(struct kernel_backend *kl, int threads, int emu, int narrow, const 
 		printf("  on 2 MiB pages: %.1f MB of this process (transparent huge pages: %s)\n", (double)huge / 1e6,
 		       mode ? mode : "unknown");
 	if (emu) // the distance that matters most for the pass, by the CPU's kind and the weights
-		printf("  one column prefetched %zu bytes ahead (%s weights; ANEDVD_PREFETCH_AHEAD sets it)\n",
-		       emu_prefetch_steps(narrow) * 64, narrow ? "int8 or lut4" : "fp16");
+		printf("  one column prefetched %zu bytes ahead (%s weights; %s; ANEDVD_PREFETCH_AHEAD and "
+		       "ANEDVD_PREFETCH_NTA set it)\n",
+		       emu_prefetch_steps(narrow) * 64, narrow ? "int8 or lut4" : "fp16",
+		       emu_prefetch_nta(narrow) ? "non-temporal" : "into L2");
 	printf("  pass: %.3f ms [%.3f, %.3f], %.2f GB/s [%.2f, %.2f]\n", m[0][0], m[0][1], m[0][2], m[1][0], m[1][1],
 	       m[1][2]);
 	printf("  streaming read: %d threads, %.1f MB, %.2f GB/s [%.2f, %.2f]\n", threads,

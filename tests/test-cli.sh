@@ -396,6 +396,10 @@ ANEDVD_PREFETCH_AHEAD=2048 $D kernels --model "$DATA/models/llama.gguf" --iters 
 check "kernels: ANEDVD_PREFETCH_AHEAD=2048 taken" grep -q "^  one column prefetched 2048 bytes ahead" "$T/kn2.txt"
 $D kernels --model "$DATA/models/llama.gguf" --iters 1 --weights int8 > "$T/kn3.txt" 2>&1
 check "kernels --weights int8: the narrow weights' distance" grep -Eq "^  one column prefetched (6144|8192) bytes ahead \(int8 or lut4 weights;" "$T/kn3.txt"
+ANEDVD_PREFETCH_NTA=1 $D kernels --model "$DATA/models/llama.gguf" --iters 1 > "$T/kn4.txt" 2>&1
+check "kernels: ANEDVD_PREFETCH_NTA=1 taken" grep -Eq "^  one column prefetched [0-9]+ bytes ahead \(fp16 weights; non-temporal;" "$T/kn4.txt"
+ANEDVD_PREFETCH_NTA=0 $D kernels --model "$DATA/models/llama.gguf" --iters 1 --weights int8 > "$T/kn5.txt" 2>&1
+check "kernels: ANEDVD_PREFETCH_NTA=0 taken" grep -Eq "^  one column prefetched [0-9]+ bytes ahead \(int8 or lut4 weights; into L2;" "$T/kn5.txt"
 check "kernels splits the pass by kind" grep -Eq "^  by kind, GB/s in the kernels' own time: qkv [0-9.]+ MB [0-9.]+ \[.*; o .*; lm_head .* around the kernels [0-9.-]+ ms" "$T/kn.txt"
 $D attnbench --ctx 64 --iters 3 > "$T/ab.txt" 2>&1
 check "attnbench prints the stages" grep -q "softmax" "$T/ab.txt"
@@ -634,6 +638,10 @@ check "ANEDVD_PREFETCH_AHEAD=4k: run fails" [ $rc -ne 0 ]
 check "ANEDVD_PREFETCH_AHEAD=4k: the setting named" grep -q "ANEDVD_PREFETCH_AHEAD=4k: expected bytes from 0 to 65536" "$T/pfa.err"
 check "ANEDVD_PREFETCH_AHEAD=4k: not restarted, nothing killed" sh -c "! grep -q 'restarting ane-worker\|ignored SIGTERM' '$T/pfa.err'"
 check "ANEDVD_PREFETCH_AHEAD=0: runs" sh -c "ANEDVD_PREFETCH_AHEAD=0 $A run --model '$STORIES' --prompt-ids $IDS --max-tokens 2 --no-chat > /dev/null"
+ANEDVD_PREFETCH_NTA=yes $A run --model "$STORIES" --prompt-ids $IDS --max-tokens 2 --no-chat > /dev/null 2> "$T/pfn.err"
+rc=$?
+check "ANEDVD_PREFETCH_NTA=yes: run fails" [ $rc -ne 0 ]
+check "ANEDVD_PREFETCH_NTA=yes: the setting named" grep -q "ANEDVD_PREFETCH_NTA=yes: expected 0 or 1" "$T/pfn.err"
 check "run without a prompt" usage2 "exactly one of" run --model "$STORIES"
 check "run --seed" usage2 "--seed" run --model "$STORIES" --prompt-ids 1 --seed -1
 check "run id outside the vocabulary" usage2 "outside the vocabulary" run --model "$STORIES" --prompt-ids 1,99999 --backend exact

@@ -1782,6 +1782,35 @@ test_prefetch(void)
 		fprintf(stderr, "  one column of %s weights prefetches %zu bytes ahead\n", narrow ? "narrow" : "fp16",
 		        steps * 64);
 	}
+	// non-temporal: ANEDVD_PREFETCH_NTA's 0 or 1, else narrow weights on Zen 4
+	const char *ne = getenv("ANEDVD_PREFETCH_NTA");
+	for (int narrow = 0; narrow < 2; narrow++) {
+		int want = ne && *ne ? *ne == '1' : narrow && ad_cpu_amd_family() == 0x19;
+		CHECK(emu_prefetch_nta(narrow) == want, "%s weights: non-temporal %d, want %d",
+		      narrow ? "narrow" : "fp16", emu_prefetch_nta(narrow), want);
+	}
+	char *nsaved = ne ? strdup(ne) : NULL;
+	static const char *const nbad[] = {"2", "yes", "01", " ", "-1"};
+	for (size_t k = 0; k < sizeof nbad / sizeof *nbad; k++) {
+		setenv("ANEDVD_PREFETCH_NTA", nbad[k], 1);
+		CHECK(emu_prefetch_nta_env() == -2, "ANEDVD_PREFETCH_NTA=%s accepted", nbad[k]);
+		int lvl;
+		CHECK(emu_simd_env(&lvl, err) != 0 && strstr(err, "ANEDVD_PREFETCH_NTA=") && strstr(err, "0 or 1"),
+		      "%s: %s", nbad[k], err);
+		CHECK(!emu_open(&(struct emu_opts){.simd = EMU_SIMD_REF}, err), "ANEDVD_PREFETCH_NTA=%s: opened",
+		      nbad[k]);
+	}
+	setenv("ANEDVD_PREFETCH_NTA", "0", 1);
+	CHECK(emu_prefetch_nta_env() == 0);
+	setenv("ANEDVD_PREFETCH_NTA", "1", 1);
+	CHECK(emu_prefetch_nta_env() == 1);
+	setenv("ANEDVD_PREFETCH_NTA", "", 1);
+	CHECK(emu_prefetch_nta_env() == -1);
+	if (nsaved)
+		setenv("ANEDVD_PREFETCH_NTA", nsaved, 1);
+	else
+		unsetenv("ANEDVD_PREFETCH_NTA");
+	free(nsaved);
 	char *saved = e ? strdup(e) : NULL;
 	static const char *const bad[] = {"-64", "65537", "4k", "1e3", " ", "99999999999999999999999"};
 	for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {

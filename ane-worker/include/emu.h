@@ -124,6 +124,24 @@ size_t emu_prefetch_steps(int narrow);
 // of bytes from 0 to EMU_PREFETCH_MAX (emu_simd_env refuses it)
 long emu_prefetch_env(void);
 #define EMU_PREFETCH_MAX 65536
+// Whether those prefetches are non-temporal (prefetchnta: the line comes
+// in for this pass over the weights and leaves the outer caches to what
+// the processes use again, the client's keys and values among them) rather
+// than into L2: ANEDVD_PREFETCH_NTA=0|1 when set, else on for narrow
+// weights on AMD Zen 4, where it was measured (emu.c), off otherwise.
+int emu_prefetch_nta(int narrow);
+// ANEDVD_PREFETCH_NTA as read: 0 or 1, -1 unset or empty, -2 anything else
+// (emu_simd_env refuses it)
+int emu_prefetch_nta_env(void);
+// one line of a one-column stream prefetched, non-temporally when nta
+static inline void
+emu_prefetch_line(const void *p, int nta)
+{
+	if (nta)
+		__builtin_prefetch(p, 0, 0);
+	else
+		__builtin_prefetch(p, 0, 2);
+}
 struct emu *emu_open(const struct emu_opts *opts, char *err);
 void emu_close(struct emu *e);
 
