@@ -1757,6 +1757,46 @@ test_i8_one_col(void)
 	free(saved);
 }
 
+// an emu setting read from the environment: each bad value read as -2 and
+// refused, with the setting and what it expects named, by emu_simd_env and
+// so by emu_open; each good one read as its value; the variable restored
+struct env_case {
+	const char *val;
+	long want;
+};
+
+static void
+check_env_setting(const char *name, long (*read)(void), const char *expect, const char *const *bad, size_t nbad,
+                  const struct env_case *good, size_t ngood)
+{
+	char err[AD_ERRLEN];
+	const char *e = getenv(name);
+	char *saved = e ? strdup(e) : NULL;
+	for (size_t k = 0; k < nbad; k++) {
+		setenv(name, bad[k], 1);
+		CHECK(read() == -2, "%s=%s accepted", name, bad[k]);
+		int lvl;
+		CHECK(emu_simd_env(&lvl, err) != 0 && strstr(err, name) && strstr(err, expect), "%s=%s: %s", name,
+		      bad[k], err);
+		CHECK(!emu_open(&(struct emu_opts){.simd = EMU_SIMD_REF}, err), "%s=%s: opened", name, bad[k]);
+	}
+	for (size_t k = 0; k < ngood; k++) {
+		setenv(name, good[k].val, 1);
+		CHECK(read() == good[k].want, "%s=%s: read as %ld", name, good[k].val, read());
+	}
+	if (saved)
+		setenv(name, saved, 1);
+	else
+		unsetenv(name);
+	free(saved);
+}
+
+static long
+nta_env(void)
+{
+	return emu_prefetch_nta_env();
+}
+
 // how far one column prefetches (emu_prefetch_steps), of fp16 weights and of
 // narrow ones: ANEDVD_PREFETCH_AHEAD's bytes in whole lines (ctest runs this
 // file with it at 0 and at its most too, so every kernel is compared with ref
@@ -1766,7 +1806,6 @@ test_i8_one_col(void)
 static void
 test_prefetch(void)
 {
-	char err[AD_ERRLEN];
 	const char *e = getenv("ANEDVD_PREFETCH_AHEAD");
 	for (int narrow = 0; narrow < 2; narrow++) {
 		size_t steps = emu_prefetch_steps(narrow);
@@ -1789,49 +1828,12 @@ test_prefetch(void)
 		CHECK(emu_prefetch_nta(narrow) == want, "%s weights: non-temporal %d, want %d",
 		      narrow ? "narrow" : "fp16", emu_prefetch_nta(narrow), want);
 	}
-	char *nsaved = ne ? strdup(ne) : NULL;
 	static const char *const nbad[] = {"2", "yes", "01", " ", "-1"};
-	for (size_t k = 0; k < sizeof nbad / sizeof *nbad; k++) {
-		setenv("ANEDVD_PREFETCH_NTA", nbad[k], 1);
-		CHECK(emu_prefetch_nta_env() == -2, "ANEDVD_PREFETCH_NTA=%s accepted", nbad[k]);
-		int lvl;
-		CHECK(emu_simd_env(&lvl, err) != 0 && strstr(err, "ANEDVD_PREFETCH_NTA=") && strstr(err, "0 or 1"),
-		      "%s: %s", nbad[k], err);
-		CHECK(!emu_open(&(struct emu_opts){.simd = EMU_SIMD_REF}, err), "ANEDVD_PREFETCH_NTA=%s: opened",
-		      nbad[k]);
-	}
-	setenv("ANEDVD_PREFETCH_NTA", "0", 1);
-	CHECK(emu_prefetch_nta_env() == 0);
-	setenv("ANEDVD_PREFETCH_NTA", "1", 1);
-	CHECK(emu_prefetch_nta_env() == 1);
-	setenv("ANEDVD_PREFETCH_NTA", "", 1);
-	CHECK(emu_prefetch_nta_env() == -1);
-	if (nsaved)
-		setenv("ANEDVD_PREFETCH_NTA", nsaved, 1);
-	else
-		unsetenv("ANEDVD_PREFETCH_NTA");
-	free(nsaved);
-	char *saved = e ? strdup(e) : NULL;
+	static const struct env_case ngood[] = {{"0", 0}, {"1", 1}, {"", -1}};
+	check_env_setting("ANEDVD_PREFETCH_NTA", nta_env, "expected 0 or 1", nbad, 5, ngood, 3);
 	static const char *const bad[] = {"-64", "65537", "4k", "1e3", " ", "99999999999999999999999"};
-	for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
-		setenv("ANEDVD_PREFETCH_AHEAD", bad[k], 1);
-		CHECK(emu_prefetch_env() == -2, "ANEDVD_PREFETCH_AHEAD=%s accepted", bad[k]);
-		int lvl;
-		CHECK(emu_simd_env(&lvl, err) != 0 && strstr(err, "ANEDVD_PREFETCH_AHEAD="), "%s: %s", bad[k], err);
-		CHECK(!emu_open(&(struct emu_opts){.simd = EMU_SIMD_REF}, err), "ANEDVD_PREFETCH_AHEAD=%s: opened",
-		      bad[k]);
-	}
-	setenv("ANEDVD_PREFETCH_AHEAD", "65536", 1);
-	CHECK(emu_prefetch_env() == 65536);
-	setenv("ANEDVD_PREFETCH_AHEAD", "0", 1);
-	CHECK(emu_prefetch_env() == 0);
-	setenv("ANEDVD_PREFETCH_AHEAD", "", 1);
-	CHECK(emu_prefetch_env() == -1);
-	if (saved)
-		setenv("ANEDVD_PREFETCH_AHEAD", saved, 1);
-	else
-		unsetenv("ANEDVD_PREFETCH_AHEAD");
-	free(saved);
+	static const struct env_case good[] = {{"65536", 65536}, {"0", 0}, {"", -1}};
+	check_env_setting("ANEDVD_PREFETCH_AHEAD", emu_prefetch_env, "expected bytes from 0 to 65536", bad, 6, good, 3);
 }
 
 // an int8 projection's blob: the int8 chunk of q, then the fp16 scales
