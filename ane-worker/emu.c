@@ -1240,7 +1240,7 @@ emu_prefetch_env(void)
 //   stream; more streams or L1 prefetches did worse, see X512_COL_WARM);
 //   8 KiB gave 0.85-0.89 on both shapes. Weights of a byte or less (int8,
 //   lut4) 8 KiB: the SmolLM2-135M shape's int8 pass 0.60-0.79 of the read
-//   at 1 KiB, 0.80-0.87 at 8 KiB, 0.80-0.86 at 12 and 16 KiB; lut4 0.42-0.63
+//   at 1 KiB, 0.75-0.87 at 8 KiB, 0.80-0.86 at 12 and 16 KiB; lut4 0.42-0.63
 //   against 0.62-0.71; Qwen2.5's int8 0.88-0.92 at either.
 // - Intel Xeon (family 6 model 207), fp16: none 0.65, 1 KiB 0.69, 2 KiB
 //   0.81, 3 KiB 0.90-0.93, 4 KiB 0.92-0.94, 6 KiB 0.88-0.98 (4 runs of 6 at
