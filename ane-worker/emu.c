@@ -192,6 +192,7 @@ tile(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, siz
 #pragma GCC unroll 12
 	for (int a = 0; a < 2 * mp * nc; a++)
 		acc[a] = _mm256_setzero_ps();
+	const int nta = ahead && emu_prefetch_nta(0);
 	for (size_t i = 0; i < cin; i++) {
 #pragma GCC unroll 4
 		for (int p = 0; p < mp; p++) {
@@ -203,7 +204,7 @@ tile(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, siz
 			const __m128i *wp = (const __m128i *)(wp0[p] + i * PSTEP);
 			// one column: each pair's line, ahead steps on (emu_prefetch_steps)
 			if (ahead && (p == 0 || (q + (size_t)p) % PAIR == 0))
-				_mm_prefetch((const char *)(wp0[p] + (i + ahead) * PSTEP), _MM_HINT_T1);
+				emu_prefetch_line(wp0[p] + (i + ahead) * PSTEP, nta);
 			if (i == pfi)
 				_mm_prefetch((const char *)(pf0[p] + i * PSTEP), _MM_HINT_T1);
 			__m256 lo = _mm256_cvtph_ps(_mm_load_si128(wp));
@@ -526,10 +527,11 @@ col512(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, s
 		acc[p] = _mm512_setzero_ps();
 		wp0[p] = ppan(panels, cin, q + (size_t)p);
 	}
+	const int nta = ahead && emu_prefetch_nta(0);
 	for (size_t i = 0; i < cin; i++) {
 #pragma GCC unroll 8
 		for (int p = 0; ahead && p < mp; p += (q + (size_t)p) % PAIR == 0 && p + 1 < mp ? 2 : 1)
-			_mm_prefetch((const char *)(wp0[p] + (i + ahead) * PSTEP), _MM_HINT_T1);
+			emu_prefetch_line(wp0[p] + (i + ahead) * PSTEP, nta);
 		__m512 b = _mm512_set1_ps(x[i]);
 #pragma GCC unroll 8
 		for (int p = 0; p < mp; p++)
@@ -1252,20 +1254,6 @@ emu_prefetch_env(void)
 //   KiB no better than 8 (3 alternating rounds of each).
 // (Intel's L2 streamer is documented not to cross a 4 KiB boundary,
 // whatever the page size; a software prefetch runs on regardless.)
-size_t
-emu_prefetch_steps(int narrow)
-{
-	static long v[2] = {-1, -1};
-	narrow = narrow != 0;
-	long r = __atomic_load_n(&v[narrow], __ATOMIC_RELAXED);
-	if (r < 0) {
-		r = emu_prefetch_env();
-		if (r < 0) // unset (a bad value is refused at start: emu_simd_env)
-			r = zen4() ? (narrow ? 8192 : 1024) : ad_cpu_amd_family() ? 8192 : 6144;
-		__atomic_store_n(&v[narrow], r, __ATOMIC_RELAXED);
-	}
-	return (size_t)r / 64;
-}
 
 // Non-temporal prefetches on Zen 4, measured with run --json --no-spec
 // (64-token prompt, 64 tokens), alternating with the prefetch into L2:
@@ -1288,19 +1276,37 @@ emu_prefetch_nta_env(void)
 	return !strcmp(e, "0") ? 0 : !strcmp(e, "1") ? 1 : -2;
 }
 
-int
-emu_prefetch_nta(int narrow)
+// the one-column prefetch of a weight kind (narrow: int8, lut4), worked
+// out once: the distance in bytes << 1 | non-temporal, from the settings or
+// else the CPU's kind (both above)
+static long
+prefetch_of(int narrow)
 {
-	static int v[2] = {-1, -1};
+	static long v[2] = {-1, -1};
 	narrow = narrow != 0;
-	int r = __atomic_load_n(&v[narrow], __ATOMIC_RELAXED);
-	if (r < 0) {
-		r = emu_prefetch_nta_env();
-		if (r < 0) // unset (a bad value is refused at start: emu_simd_env)
-			r = narrow && zen4();
+	long r = __atomic_load_n(&v[narrow], __ATOMIC_RELAXED);
+	if (r < 0) { // a bad setting is refused at start: emu_simd_env
+		long bytes = emu_prefetch_env(), nta = emu_prefetch_nta_env();
+		if (bytes < 0)
+			bytes = zen4() ? (narrow ? 8192 : 1024) : ad_cpu_amd_family() ? 8192 : 6144;
+		if (nta < 0)
+			nta = narrow && zen4();
+		r = bytes << 1 | nta;
 		__atomic_store_n(&v[narrow], r, __ATOMIC_RELAXED);
 	}
 	return r;
+}
+
+size_t
+emu_prefetch_steps(int narrow)
+{
+	return (size_t)(prefetch_of(narrow) >> 1) / 64;
+}
+
+int
+emu_prefetch_nta(int narrow)
+{
+	return (int)(prefetch_of(narrow) & 1);
 }
 
 int
