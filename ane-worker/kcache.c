@@ -460,7 +460,7 @@ read_table(int fd, struct header *h, uint8_t **table, char *err)
 	const struct rec_kernel *rk = (const struct rec_kernel *)*table;
 	const struct rec_const *rc = (const struct rec_const *)(rk + h->nkernels);
 	for (uint32_t i = 0; i < h->nconsts; i++)
-		if (rc[i].off % KC_ALIGN || rc[i].off < KC_ALIGN || rc[i].off > h->table_off ||
+		if (rc[i].off % KC_BUF_ALIGN || rc[i].off < KC_ALIGN || rc[i].off > h->table_off ||
 		    rc[i].bytes > h->table_off - rc[i].off || rc[i].kernel >= h->nkernels) {
 			free(*table);
 			*table = NULL;
@@ -759,7 +759,7 @@ kc_writer_add(struct kc_writer *w, int kernel, uint64_t mil_hash, const struct e
 	w->rk[kernel] = (struct rec_kernel){.mil_hash = mil_hash, .first = w->nconsts, .n = (uint32_t)n};
 	for (int i = 0; i < n; i++) {
 		const uint8_t *d = c[i].data;
-		uint64_t off = (w->pos + KC_ALIGN - 1) / KC_ALIGN * KC_ALIGN;
+		uint64_t off = (w->pos + KC_BUF_ALIGN - 1) / KC_BUF_ALIGN * KC_BUF_ALIGN;
 		if (emit(w, d, c[i].bytes, off))
 			return ad_err(err, "%s: %s", w->tmp, strerror(errno ? errno : EIO));
 		w->rc[w->nconsts++] = (struct rec_const){.kernel = (uint32_t)kernel,

@@ -1147,12 +1147,14 @@ store_pace(void *arg)
 	return atomic_load(&w->store_go) || (atomic_load(&w->ready) && idle(w, &w->store_seen, &w->store_quiet_ns));
 }
 
-// unmap the whole pages of a buffer no kernel reads any more (a shared
-// read-only file mapping: they stay in the page cache)
+// unmap the pages of a buffer no kernel reads any more (a shared read-only
+// file mapping: they stay in the page cache). The buffers lie back to back
+// in the file: a page it shares with a buffer not yet moved goes too, and
+// faults back in from the page cache at that kernel's next call
 static void
 unmap_pages(const void *p, size_t n)
 {
-	uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, e = ((uintptr_t)p + n) & ~(uintptr_t)4095;
+	uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095, e = ((uintptr_t)p + n + 4095) & ~(uintptr_t)4095;
 	if (e > a)
 		(void)madvise((void *)a, e - a, MADV_DONTNEED);
 }

@@ -149,7 +149,11 @@ test_hit_is_identical(void)
 		// the weights are the mapped file's, not copies
 		struct emu_const c;
 		REQUIRE(emu_kernel_const(s.k[0].ek, 0, &c) == 0);
-		CHECK(((uintptr_t)c.data & (KC_ALIGN - 1)) == 0, "a mapped buffer is page aligned");
+		const struct kc_kernel *ck = s.cache ? kc_entry_kernel(s.cache, 0) : NULL;
+		CHECK(ck && ck->nconsts > 0 && c.data == ck->consts[0].data,
+		      "kernel 0 reads the entry's mapped buffer");
+		CHECK(((uintptr_t)c.data & (KC_BUF_ALIGN - 1)) == 0, "a mapped buffer is %d-byte aligned",
+		      KC_BUF_ALIGN);
 		ane_set_free(&s);
 	}
 	CHECK(count_entries(dir) == 1);
@@ -702,8 +706,8 @@ test_huge_buffers(void)
 	REQUIRE(kc_key_finish(&key, err) == 0);
 	const size_t huge = AD_HUGE_PAGE;
 	enum { N = 12 };
-	size_t sizes[N] = {100, 3 * huge + 5, 4096 + 1, huge};
-	for (int i = 4; i < N; i++)
+	size_t sizes[N] = {100, 3 * huge + 5, 4096 + 1, huge, 300, 4095};
+	for (int i = 6; i < N; i++)
 		sizes[i] = 700000 + 4099 * (size_t)i; // a small model's weights
 	uint8_t *d[N];
 	struct emu_const c[N];
@@ -726,7 +730,15 @@ test_huge_buffers(void)
 	for (int i = 0; i < N; i++) {
 		uintptr_t a = (uintptr_t)k->consts[i].data;
 		CHECK(k->consts[i].bytes == sizes[i] && !memcmp(k->consts[i].data, d[i], sizes[i]), "buffer %d", i);
-		CHECK(a % KC_ALIGN == 0, "buffer %d on a page", i);
+		CHECK(a % KC_BUF_ALIGN == 0, "buffer %d (%zu bytes) on %d bytes", i, sizes[i], KC_BUF_ALIGN);
+		// packed: each right after the one before, rounded up to KC_BUF_ALIGN
+		if (i > 0) {
+			const uint8_t *prev = k->consts[i - 1].data;
+			size_t step = (sizes[i - 1] + KC_BUF_ALIGN - 1) / KC_BUF_ALIGN * KC_BUF_ALIGN;
+			CHECK((const uint8_t *)k->consts[i].data == prev + step,
+			      "buffer %d %td bytes after the one before, not %zu", i,
+			      (const uint8_t *)k->consts[i].data - prev, step);
+		}
 		free(d[i]);
 	}
 	kc_entry_free(e);
