@@ -273,6 +273,7 @@ test_stories_gguf(void)
 	struct tokenizer *t = load(T_DATA "/stories260K/stories260K.gguf");
 	REQUIRE(t);
 	check_once_upon(t);
+	CHECK(t->score != NULL, "SentencePiece keeps its scores");
 	tok_free(t);
 }
 
@@ -473,7 +474,7 @@ test_spm_json(void)
 				continue;
 			int32_t l = tok_find(g, p, k), r = tok_find(g, p + k, n - k);
 			if (l > 2 && r > 2)
-				ms[nm++] = (struct m){g->tok[id].score, id, l, r};
+				ms[nm++] = (struct m){tok_score(g, id), id, l, r};
 		}
 	}
 	// best score first; equal scores by id (insertion sort keeps it stable)
@@ -573,6 +574,7 @@ test_gpt2_vectors(void)
 	struct tokenizer *t = load(path);
 	REQUIRE(t);
 	CHECK(strcmp(tok_kind_name(t), "bpe") == 0);
+	CHECK(t->score == NULL, "byte-level BPE keeps no scores");
 	int n;
 	run_vectors(t, "gpt-2", &n);
 	CHECK(n == 46, "%d cases", n);
@@ -990,8 +992,35 @@ test_load_errors(void)
 	int32_t want[] = {5, 3, 0};
 	CHECK(same_ids(ids, n, want, 3), "n=%zu", n);
 	free(ids);
+	CHECK(t->score == NULL, "a vocabulary without scores keeps no array of them");
 	tok_free(t);
 	tok_free(NULL);
+
+	// a piece of TOK_PIECE_MAX bytes loads, one byte more is refused
+	char *big = malloc(TOK_PIECE_MAX + 2);
+	REQUIRE(big);
+	for (int extra = 0; extra < 2; extra++) {
+		memset(big, 'a', TOK_PIECE_MAX + 1);
+		big[TOK_PIECE_MAX + extra] = 0;
+		const char *toks3[] = {"<unk>", "<s>", "</s>", big};
+		w = gguf_writer_new();
+		gguf_writer_str(w, "tokenizer.ggml.model", "llama");
+		gguf_writer_arr_str(w, "tokenizer.ggml.tokens", toks3, 4);
+		snprintf(path, sizeof path, "%s/long.gguf", t_tmpdir());
+		REQUIRE(gguf_writer_save(w, path, err) == 0, "%s", err);
+		gguf_writer_free(w);
+		err[0] = 0;
+		t = tok_load(path, err);
+		if (extra) {
+			CHECK(t == NULL && strstr(err, "token 3 is 65536 bytes long (at most 65535)"), "%s", err);
+		} else {
+			CHECK(t != NULL, "%s", err);
+			size_t len = 0;
+			CHECK(t && tok_entry_piece(t, 3, &len) && len == TOK_PIECE_MAX, "%zu", len);
+		}
+		tok_free(t);
+	}
+	free(big);
 }
 
 // --- chat templates --------------------------------------------------------------

@@ -60,12 +60,16 @@ enum tok_pre {
 	TOK_PRE_OTHER,  // named but not implemented: bpe.c decides (error or fallback)
 };
 
+// 16 bytes a token (a 151,936-token vocabulary took 3.6 MB at 24); a
+// piece is at most TOK_PIECE_MAX bytes (tok_vocab_set), and what it
+// decodes to no longer than it; the scores, which only SentencePiece reads,
+// lie apart (tok_score)
+#define TOK_PIECE_MAX UINT16_MAX
 struct tok_entry {
-	uint32_t off, len;   // the piece, in t->strs
-	uint32_t toff, tlen; // the bytes it decodes to, in t->strs (control/unknown: tlen 0)
-	float score;         // SPM merge priority (higher first); 0 for BPE
-	uint8_t type;        // enum tok_type
-	uint8_t attr;        // TOK_ATTR_*
+	uint32_t off, toff; // the piece and the bytes it decodes to, in t->strs
+	uint16_t len, tlen; // their lengths (control/unknown: tlen 0)
+	uint8_t type;       // enum tok_type
+	uint8_t attr;       // TOK_ATTR_*
 };
 
 // A growable id list; bpe_encode_text appends to one.
@@ -100,7 +104,8 @@ struct tokenizer {
 	enum tok_kind kind;
 	int32_t n_vocab;
 	struct tok_entry *tok; // [n_vocab]
-	char *strs;            // all pieces and decoded texts
+	float *score; // [n_vocab] SPM merge priorities (higher first); NULL while all are 0, and for other kinds
+	char *strs;   // all pieces and decoded texts
 	size_t strs_len, strs_cap;
 
 	int32_t *map; // piece -> id, open addressing over FNV-1a; -1 = empty
@@ -170,6 +175,14 @@ enum tok_chat_family tok_chat_detect(struct tokenizer *t);
 void tok_chat_compile(struct tokenizer *t);
 int tok_chat_native(const struct tokenizer *t, const struct tok_msg *msgs, size_t n, int add_generation_prompt,
                     char **out, char *err);
+
+// a token's SPM merge priority (0 in a vocabulary without scores)
+static inline float
+tok_score(const struct tokenizer *t, int32_t id)
+{
+	return t->score ? t->score[id] : 0.0f;
+}
+int tok_set_score(struct tokenizer *t, int32_t id, float score, char *err);
 
 static inline const char *
 tok_entry_piece(const struct tokenizer *t, int32_t id, size_t *len)

@@ -186,6 +186,8 @@ tok_vocab_init(struct tokenizer *t, int32_t n, char *err)
 	if (n <= 0 || n > (1 << 24))
 		return ad_err(err, "tokenizer: vocabulary of %d tokens (expected 1..16777216)", n);
 	free(t->tok);
+	free(t->score);
+	t->score = NULL;
 	t->tok = calloc((size_t)n, sizeof *t->tok);
 	if (!t->tok)
 		return ad_err(err, "tokenizer: out of memory (%d tokens)", n);
@@ -200,13 +202,28 @@ tok_vocab_set(struct tokenizer *t, int32_t id, const char *s, size_t n, float sc
 {
 	if (id < 0 || id >= t->n_vocab)
 		return ad_err(err, "tokenizer: token id %d out of range (vocabulary of %d)", id, t->n_vocab);
+	if (n > TOK_PIECE_MAX)
+		return ad_err(err, "tokenizer: token %d is %zu bytes long (at most %d)", id, n, TOK_PIECE_MAX);
 	uint32_t off = 0;
-	if (strs_append(t, s, n, &off, err))
+	if (strs_append(t, s, n, &off, err) || tok_set_score(t, id, score, err))
 		return -1;
 	t->tok[id].off = off;
-	t->tok[id].len = (uint32_t)n;
-	t->tok[id].score = score;
+	t->tok[id].len = (uint16_t)n;
 	t->tok[id].type = (uint8_t)type;
+	return 0;
+}
+
+// the scores' array comes with the first that is not 0, and only for
+// SentencePiece, which merges by them (a GGUF of another kind may carry
+// some: Unigram keeps its own, BPE merges by rank)
+int
+tok_set_score(struct tokenizer *t, int32_t id, float score, char *err)
+{
+	if (t->kind != TOK_KIND_SPM || (!t->score && score == 0.0f))
+		return 0;
+	if (!t->score && !(t->score = calloc((size_t)t->n_vocab, sizeof *t->score)))
+		return ad_err(err, "tokenizer: out of memory (%d scores)", t->n_vocab);
+	t->score[id] = score;
 	return 0;
 }
 
@@ -357,7 +374,7 @@ set_text(struct tokenizer *t, int32_t id, char *err)
 	else if (strs_append(t, buf, m, &e->toff, err))
 		rc = -1;
 	else
-		e->tlen = (uint32_t)m;
+		e->tlen = (uint16_t)m;
 	if (buf != small)
 		free(buf);
 	return rc;
@@ -520,6 +537,7 @@ tok_free(struct tokenizer *t)
 		t->bpe_free_priv(t->bpe_priv);
 	tok_pairmap_free(&t->merges);
 	free(t->tok);
+	free(t->score);
 	free(t->strs);
 	free(t->map);
 	free(t->special);
@@ -1139,8 +1157,11 @@ load_spm_json(struct tokenizer *t, const char *json, size_t len, char *err)
 		memcpy(cat, a, na);
 		memcpy(cat + na, b, nb);
 		int32_t id = tok_find(t, cat, na + nb);
-		if (id >= 0 && t->tok[id].score == -INFINITY && t->tok[id].type == TOK_TYPE_NORMAL)
-			t->tok[id].score = (float)-rank;
+		if (id >= 0 && tok_score(t, id) == -INFINITY && t->tok[id].type == TOK_TYPE_NORMAL &&
+		    tok_set_score(t, id, (float)-rank, err)) {
+			free(cat);
+			goto done;
+		}
 		rank++;
 	}
 	free(cat);
@@ -1544,9 +1565,12 @@ spm_try_bigram(const struct tokenizer *t, const char *text, struct spm_sym *sym,
 		return 0;
 	uint32_t size = sym[left].n + sym[right].n;
 	int32_t id = tok_find(t, text + sym[left].off, size);
-	if (id < 0 || t->tok[id].score == -INFINITY) // -inf: no merge makes this piece
+	if (id < 0)
 		return 0;
-	struct spm_bigram b = {t->tok[id].score, left, right, size};
+	const float score = tok_score(t, id);
+	if (score == -INFINITY) // -inf: no merge makes this piece
+		return 0;
+	struct spm_bigram b = {score, left, right, size};
 	return heap_push(h, b, err);
 }
 
