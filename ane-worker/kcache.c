@@ -925,9 +925,13 @@ kc_list(const char *dir, void (*fn)(const struct kc_info *, void *), void *arg, 
 		in.bytes = (uint64_t)st.st_size;
 		in.mtime = (int64_t)MTIM(st).tv_sec;
 		struct header h;
+		memset(&h, 0, sizeof h);
 		uint8_t *table = NULL;
 		char e[AD_ERRLEN];
-		if (!tmp && read_table(fd, &h, &table, e) == 0) {
+		int ok = !tmp && read_table(fd, &h, &table, e) == 0;
+		if (!memcmp(h.magic, MAGIC, 8))
+			in.format = h.format;
+		if (ok) {
 			in.valid = 1;
 			in.nkernels = (int)h.nkernels;
 			key_line(table_key(table, &h), h.key_bytes, "model", in.model, sizeof in.model);

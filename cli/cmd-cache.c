@@ -34,6 +34,12 @@ show(const struct kc_info *in, void *arg)
 	if (in->temporary)
 		printf("%-22s %9.1f MB  %s  (temporary: a writer's, or one that died)\n", in->name,
 		       (double)in->bytes / 1e6, when);
+	else if (!in->valid && in->format && in->format != KC_FORMAT)
+		// another build's, whose key (which names the format) is not this
+		// build's: nothing reads it, and it stays until evicted or cleared
+		printf("%-22s %9.1f MB  %s  (format %u, this build reads %d: not used; the size bound or --clear "
+		       "removes it)\n",
+		       in->name, (double)in->bytes / 1e6, when, in->format, KC_FORMAT);
 	else if (!in->valid)
 		printf("%-22s %9.1f MB  %s  (unusable: rebuilt on its next use)\n", in->name, (double)in->bytes / 1e6,
 		       when);

@@ -131,6 +131,11 @@ check "first start with an empty kernel cache: miss" [ "$(json_cache "$T/kc1.jso
 check "second start: hit" [ "$(json_cache "$T/kc2.json")" = hit ]
 check "a cache hit gives the reference ids" [ "$(json_ids "$T/kc2.json")" = "$REF" ]
 check "anedvd cache lists the entry" sh -c "$A cache --dir '$KC' | grep -q '^1 entry'"
+# an entry another build wrote in another format: listed as such, not as damaged
+mkdir -p "$T/kc-old" && printf 'ANEDVDKC\001\000\000\000' > "$T/kc-old/0123456789abcdef.kc" &&
+	truncate -s 8192 "$T/kc-old/0123456789abcdef.kc"
+check "anedvd cache names an entry of another format" sh -c \
+	"$A cache --dir '$T/kc-old' | grep -q '0123456789abcdef.kc .*(format 1, this build reads [0-9]*: not used; the size bound or --clear removes it)'"
 # a worker whose kernels come from the cache moves their weights off the
 # file once it has been idle 200 ms; ANEDVD_CACHE_MOVE=0 leaves them there
 mover() { # mover SETTING LOG: a worker on that entry for 1.5 s, then SIGTERM

@@ -532,16 +532,24 @@ corrupt_at(const char *path, off_t pos)
 	close(fd);
 }
 
+// a directory of that name holding one fp16 entry, and the entry's path
+static void
+stored_entry(const char *name, char *dir, size_t dcap, char *p, size_t pcap)
+{
+	make_dir(dir, dcap, name);
+	struct ane_set s;
+	REQUIRE(build(&s, dir, W, 0, "weights=fp16", 0, 0) == 0);
+	ane_set_free(&s);
+	entry_path(dir, p, pcap);
+}
+
 // every way a file can be damaged is found before the file is used, and the entry is rebuilt
 static void
 test_corrupt_rebuilt(void)
 {
 	char dir[400], p[600];
-	make_dir(dir, sizeof dir, "corrupt");
+	stored_entry("corrupt", dir, sizeof dir, p, sizeof p);
 	struct ane_set s;
-	REQUIRE(build(&s, dir, W, 0, "weights=fp16", 0, 0) == 0);
-	ane_set_free(&s);
-	entry_path(dir, p, sizeof p);
 	struct stat st;
 	REQUIRE(stat(p, &st) == 0);
 	const off_t size = st.st_size;
@@ -592,6 +600,32 @@ test_corrupt_rebuilt(void)
 		REQUIRE(stat(p, &st) == 0 && st.st_size == size);
 	}
 	CHECK(count_entries(dir) == 1);
+}
+
+static void
+keep_info(const struct kc_info *in, void *arg)
+{
+	*(struct kc_info *)arg = *in;
+}
+
+// the listing tells an entry of another format from a damaged one
+static void
+test_list_format(void)
+{
+	char dir[400], p[600], err[AD_ERRLEN];
+	stored_entry("listfmt", dir, sizeof dir, p, sizeof p);
+	struct kc_info in;
+	memset(&in, 0, sizeof in);
+	REQUIRE(kc_list(dir, keep_info, &in, err) == 1, "%s", err);
+	CHECK(in.valid && in.format == KC_FORMAT, "valid %d format %u", in.valid, in.format);
+	patch_format(p, KC_FORMAT + 7);
+	memset(&in, 0, sizeof in);
+	REQUIRE(kc_list(dir, keep_info, &in, err) == 1, "%s", err);
+	CHECK(!in.valid && in.format == KC_FORMAT + 7, "another format: valid %d format %u", in.valid, in.format);
+	corrupt_at(p, 0); // the magic
+	memset(&in, 0, sizeof in);
+	REQUIRE(kc_list(dir, keep_info, &in, err) == 1, "%s", err);
+	CHECK(!in.valid && in.format == 0, "no magic: valid %d format %u", in.valid, in.format);
 }
 
 // a writer that died mid-write leaves a temporary file that is never used
@@ -1038,6 +1072,7 @@ main(void)
 	T_RUN(test_paced_store);
 	T_RUN(test_key_changes_miss);
 	T_RUN(test_corrupt_rebuilt);
+	T_RUN(test_list_format);
 	T_RUN(test_crash_mid_write);
 	T_RUN(test_huge_buffers);
 	T_RUN(test_evict_and_clear);

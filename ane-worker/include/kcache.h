@@ -169,6 +169,7 @@ struct kc_info {
 	uint64_t bytes;
 	int64_t mtime;     // seconds
 	int valid;         // header and table check out
+	uint32_t format;   // the header's format when the file has the magic (0: it has not)
 	char model[160];   // the key's model line, when valid
 	char options[160]; // the key's options line
 	int nkernels;
