@@ -996,6 +996,28 @@ test_load_errors(void)
 	tok_free(t);
 	tok_free(NULL);
 
+	// byte-level BPE merges by rank: scores in its file are not kept
+	w = gguf_writer_new();
+	gguf_writer_str(w, "tokenizer.ggml.model", "gpt2");
+	const char *btoks[] = {"a", "b", "ab"}, *bmerges[] = {"a b"};
+	gguf_writer_arr_str(w, "tokenizer.ggml.tokens", btoks, 3);
+	gguf_writer_arr_str(w, "tokenizer.ggml.merges", bmerges, 1);
+	float bsc[3] = {-1, -2, -3};
+	gguf_writer_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, bsc, 3);
+	snprintf(path, sizeof path, "%s/bpe-scores.gguf", t_tmpdir());
+	REQUIRE(gguf_writer_save(w, path, err) == 0, "%s", err);
+	gguf_writer_free(w);
+	t = tok_load(path, err);
+	CHECK(t != NULL, "%s", err);
+	if (t) {
+		CHECK(strcmp(tok_kind_name(t), "bpe") == 0 && t->score == NULL, "%s keeps scores", tok_kind_name(t));
+		REQUIRE(encode(t, "ab", 2, -1, 0, &ids, &n) == 0);
+		int32_t ab[] = {2};
+		CHECK(same_ids(ids, n, ab, 1), "n=%zu", n);
+		free(ids);
+	}
+	tok_free(t);
+
 	// a piece of TOK_PIECE_MAX bytes loads, one byte more is refused
 	char *big = malloc(TOK_PIECE_MAX + 2);
 	REQUIRE(big);
