@@ -2897,8 +2897,9 @@ take_packed(struct compiler *c, int wi, int kind, size_t bytes, const void **dat
 		if (q->bytes != bytes)
 			return ad_err(err, "emu: constant %d (kind %d) holds %zu bytes, the program needs %zu", wi,
 			              kind, q->bytes, bytes);
-		if (!q->data || ((uintptr_t)q->data & 63))
-			return ad_err(err, "emu: constant %d (kind %d) is not 64-byte aligned", wi, kind);
+		if (!q->data || ((uintptr_t)q->data & (EMU_CONST_ALIGN - 1)))
+			return ad_err(err, "emu: constant %d (kind %d) is not %d-byte aligned", wi, kind,
+			              EMU_CONST_ALIGN);
 		*data = q->data;
 		return 0;
 	}

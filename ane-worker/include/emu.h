@@ -183,11 +183,13 @@ enum emu_const_kind {
 };
 #define EMU_MAX_CONSTS_PER_WEIGHT 4
 
+// the alignment of a constant's data, which emu_compile_packed requires
+#define EMU_CONST_ALIGN 64
 struct emu_const {
 	int weight; // the BLOBFILE const it belongs to (the program's declaration order)
 	int kind;   // enum emu_const_kind
 	size_t bytes;
-	const void *data; // 64-byte aligned
+	const void *data; // EMU_CONST_ALIGN-byte aligned
 };
 
 int emu_kernel_nconsts(const struct emu_kernel *k);
@@ -196,8 +198,8 @@ int emu_kernel_const(const struct emu_kernel *k, int i, struct emu_const *out);
 // mil as emu_compile would take it, with the constants taken from consts
 // (borrowed: they must stay mapped and unchanged while the kernel lives)
 // instead of blob files; each must have the size the program needs and be
-// 64-byte aligned. The program text is checked as by emu_compile; the
-// blob files it names are not opened.
+// aligned on EMU_CONST_ALIGN bytes. The program text is checked as by
+// emu_compile; the blob files it names are not opened.
 struct emu_kernel *emu_compile_packed(struct emu *e, const char *mil, const struct emu_const *consts, int nconsts,
                                       char *err);
 

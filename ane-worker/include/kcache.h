@@ -95,13 +95,13 @@
 
 #define KC_FORMAT 2
 #define KC_DEFAULT_MAX_MB 4096
-// The header's page, then the buffers back to back, each on KC_BUF_ALIGN
-// bytes (the alignment emu's constants need), then the table on a page.
-// Each buffer on a page of its own left 0.8 MB of holes in SmolLM2-135M's
-// 4-bit entry (453 buffers: a 4-bit weight's scales and tables are a few
-// KiB), all of them mapped with the buffers around them
+// The header's page, then the buffers back to back, each on the alignment
+// emu's constants need, then the table on a page. Each buffer on a page of
+// its own left 0.8 MB of holes in SmolLM2-135M's 4-bit entry (453 buffers:
+// a 4-bit weight's scales and tables are a few KiB), all of them mapped
+// with the buffers around them
 #define KC_ALIGN 4096
-#define KC_BUF_ALIGN 64
+#define KC_BUF_ALIGN EMU_CONST_ALIGN
 
 struct kc_opts {
 	const char *dir;    // NULL: kc_default_dir
