@@ -4,7 +4,8 @@
 #   test-shim.sh syntax SRC_DIR CLANG [PROTO_INCLUDE_DIR]
 #       shim/ane-shim.m compiles (-fsyntax-only, ARC) against
 #       shim/stand-in/; ane-worker/backend-ane.c and the ANEDVD_ANE paths of
-#       build.c (and main-ane-worker.c, given the generated proto headers)
+#       build.c (and the worker's service.c and main-ane-worker.c, given
+#       the generated proto headers)
 #       compile with -DANEDVD_ANE, so do `info`'s ane report (cmd-cpu.c) and
 #       the tools' --backend ane path; a shim with an uncast objc_msgSend or a
 #       wrong argument type does not
@@ -51,9 +52,11 @@ if [ "$mode" = syntax ]; then
 	check "backend-ane.c without ANEDVD_ANE" "${C[@]}" -UANEDVD_ANE "$S/ane-worker/backend-ane.c"
 	check "build.c with -DANEDVD_ANE" "${C[@]}" "$S/ane-worker/build.c"
 	if [ -n "$PROTO" ] && [ -f "$PROTO/ane.pb-c.h" ]; then
-		check "main-ane-worker.c with -DANEDVD_ANE" "${C[@]}" -I "$PROTO" -I "$S/proto" "$S/ane-worker/main-ane-worker.c"
+		for f in service.c main-ane-worker.c; do
+			check "$f with -DANEDVD_ANE" "${C[@]}" -I "$PROTO" -I "$S/proto" "$S/ane-worker/$f"
+		done
 	else
-		bad "no generated proto headers in '$PROTO': main-ane-worker.c not checked"
+		bad "no generated proto headers in '$PROTO': service.c and main-ane-worker.c not checked"
 	fi
 	check "ane-shim-util.c" "${C[@]}" "$S/shim/ane-shim-util.c"
 	# `info`'s report of the framework, its classes and a probe kernel, and

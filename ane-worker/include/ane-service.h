@@ -3,10 +3,11 @@
 // ane_service_start compiles the kernel plan of a model (plan.h; from the
 // disk cache when cache_dir names one) and answers AneRequests
 // (proto/ane.proto) and the data plane's attachments on url until
-// ane_service_stop. The anedvd-ane-worker process is this, between its
-// flags and its signals (main-ane-worker.c); a single process can run the
-// very same service on a thread of its own over inproc:// and reach it
-// through kb_remote (cpu-worker/include/kernels.h) like the pipeline does.
+// ane_service_stop (service.c). The anedvd-ane-worker process is this,
+// between its flags and its signals (main-ane-worker.c); a single process
+// can run the very same service on a thread of its own over inproc:// and
+// reach it through kb_remote (cpu-worker/include/kernels.h) like the
+// pipeline does.
 //
 // The model is the caller's and must outlive the service (the plan points
 // into its tensors). The service logs its start (info, or debug when

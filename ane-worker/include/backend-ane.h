@@ -1,8 +1,8 @@
 // backend-ane.h - the builder's "ane" backend: a kernel compiled and run
 // on the Neural Engine through the shim (shim/ane-shim.h).
 //
-// Only built where ANEDVD_ANE is on (macOS on Apple silicon); build.c and
-// main-ane-worker.c call it under #ifdef ANEDVD_ANE.
+// Only built where ANEDVD_ANE is on (macOS on Apple silicon); build.c
+// calls it under #ifdef ANEDVD_ANE.
 //
 // A kernel here has the same contract as an emu kernel: one fp16 input and
 // one fp16 output of height 1, host surfaces laid out as layout.h says
