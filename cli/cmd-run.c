@@ -783,11 +783,11 @@ cmd_run(int argc, char **argv)
 			                        1.0 - (double)g.dec.dec_kernel_ns / (double)g.dec.decode_ns);
 		}
 		cJSON_AddItemToObject(j, "timings", t);
-		cJSON *spj = fe_spec_json(&g.spec);
+		cJSON *spj = ad_spec_json(&g.spec);
 		cJSON_AddBoolToObject(spj, "on", g.whole_job && !o.probe && !o.po.no_spec && o.po.spec.draft > 0);
 		cJSON_AddItemToObject(j, "speculative", spj);
 		if (o.probe) {
-			cJSON *pj = fe_spec_json(&pr.st);
+			cJSON *pj = ad_spec_json(&pr.st);
 			cJSON_AddNumberToObject(pj, "decode_calls", pr.calls);
 			cJSON_AddNumberToObject(pj, "plain_decode_calls", pr.plain_calls);
 			cJSON_AddItemToObject(j, "ngram_probe", pj);

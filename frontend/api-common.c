@@ -442,7 +442,7 @@ fe_timings_json(const struct fe_gen *g)
 	cJSON_AddNumberToObject(t, "detokenize_ms", ms(r->detok_ns));
 	cJSON_AddNumberToObject(t, "total_ms", ms(r->total_ns));
 	// speculative decoding: choice 0's job
-	cJSON_AddItemToObject(t, "speculative", fe_spec_json(&r->eng.spec));
+	cJSON_AddItemToObject(t, "speculative", ad_spec_json(&r->eng.spec));
 	cJSON *e = cJSON_AddObjectToObject(t, "engine");
 	if (e) {
 		cJSON_AddNumberToObject(e, "queue_ms", ms(r->eng.queue_ns));

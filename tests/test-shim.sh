@@ -63,7 +63,7 @@ if [ "$mode" = syntax ]; then
 	# the diagnostic commands' --backend ane path
 	if [ -n "$PROTO" ] && [ -f "$PROTO/ane.pb-c.h" ]; then
 		CLI=("${C[@]}" -DANEDVD_VERSION='"0"' -DAD_HAVE_TOKENIZER=1 -I "$S/cpu-worker/include" -I "$S/cpu-worker" -I "$S/tokenizer-svc/include" -I "$S/tokenizer-svc"
-			-I "$S/tokenizer-svc/service" -I "$S/frontend/include" -I "$S/frontend" -I "$S/cli" -I "$S/proto" -I "$PROTO")
+			-I "$S/tokenizer-svc/service" -I "$S/frontend" -I "$S/cli" -I "$S/proto" -I "$PROTO")
 		check "cmd-cpu.c (info) with -DANEDVD_ANE" "${CLI[@]}" "$S/cli/cmd-cpu.c"
 		check "cmd-tools.c (--backend) with -DANEDVD_ANE" "${CLI[@]}" "$S/cli/cmd-tools.c"
 		check "kb-local.c with -DANEDVD_ANE" "${CLI[@]}" "$S/cli/kb-local.c"

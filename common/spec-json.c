@@ -10,7 +10,7 @@ ratio(uint64_t a, uint64_t b)
 }
 
 cJSON *
-fe_spec_json(const struct spec_stats *st)
+ad_spec_json(const struct spec_stats *st)
 {
 	cJSON *o = cJSON_CreateObject();
 	if (!o)

@@ -12,6 +12,6 @@
 
 #include "gen-types.h"
 
-cJSON *fe_spec_json(const struct spec_stats *st);
+cJSON *ad_spec_json(const struct spec_stats *st);
 
 #endif
