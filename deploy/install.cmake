@@ -2,7 +2,10 @@
 # puts under the prefix P:
 #
 #   P/bin/                          the five programs (anedvd finds the others beside itself)
-#   P/lib/anedvd/                   anedvd-dev, the developer tools (not on the PATH, no page)
+#   P/lib/anedvd/                   libanedvd.so, the library every program runs (found
+#                                   through the programs' relative run path, never on
+#                                   the linker's), and anedvd-dev, the developer tools
+#                                   (not on the PATH, no page)
 #   P/share/man/man1/               anedvd.1 and anedvd-<command>.1, written from --help
 #                                   at build time (deploy/gen-man.sh)
 #   P/share/anedvd/models/          stories260K.gguf, the model run, chat, serve and
@@ -22,6 +25,11 @@ foreach(prog anedvd anedvd-frontend anedvd-tokenizer anedvd-ane-worker anedvd-cp
     install(TARGETS ${prog} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   endif()
 endforeach()
+# the programs' library, private to them: no version in its name, no
+# header, nothing else links it
+if(TARGET anedvd_lib)
+  install(TARGETS anedvd_lib LIBRARY DESTINATION lib/anedvd)
+endif()
 # the developer tools: off the PATH (the user's commands are anedvd's), yet
 # there for a bug report's kernel checks and figures on the machine itself
 if(TARGET anedvd-dev)

@@ -1,7 +1,7 @@
 # deploy/package.cmake - the Debian package: `cpack -G DEB` in a build
 # directory (after the build) writes anedvd_<version>_<arch>.deb with what
 # `cmake --install` installs (deploy/install.cmake), for the prefix /usr:
-# /usr/bin, /usr/lib/anedvd/anedvd-dev, the manual pages, /usr/share/anedvd/models/stories260K.gguf,
+# /usr/bin, /usr/lib/anedvd/ (libanedvd.so, anedvd-dev), the manual pages, /usr/share/anedvd/models/stories260K.gguf,
 # /usr/lib/systemd/system/anedvd.service and /etc/anedvd/anedvd.conf (a
 # conffile), and the maintainer scripts of deploy/debian/ (the system user
 # anedvd). Its dependencies are the shared libraries the programs link

@@ -7,7 +7,9 @@
 #   instruction (objdump; the scan finds each kind in VEX_OBJECTS, built
 #   for that purpose, so it is not vacuous);
 # - in each of the six programs the check is the first constructor
-#   (.init_array), before any other code of the program;
+#   (.init_array), before any other code of the program, and so it is in
+#   libanedvd.so, whose constructors the loader runs before the program's:
+#   each program links it (DT_NEEDED) and defines none of its functions;
 # - with features hidden (ANEDVD_CPU_HIDE, the test hook) each program
 #   prints what the CPU lacks and how to build for it, prints nothing on
 #   stdout and exits 1; without it each starts as before.
@@ -89,11 +91,23 @@ print(names[0] if names else "none")
 PY
 }
 
+LIB=$BIN/../lib/anedvd/libanedvd.so
+check "libanedvd.so is built" [ -f "$LIB" ]
+check "libanedvd.so: the CPU check is the first constructor ($(first_ctor "$LIB"))" \
+	[ "$(first_ctor "$LIB")" = cpu_level_gate ]
+# the library's functions, which a program should take from it, not hold
+nm -D --defined-only "$LIB" | awk '$2 == "T" { print $3 }' | sort >"$T/lib.syms"
+check "libanedvd.so exports its functions ($(wc -l <"$T/lib.syms"))" [ "$(wc -l <"$T/lib.syms")" -gt 500 ]
 for p in $PROGS; do
 	P=$BIN/$p
 	check "$p is built" [ -x "$P" ]
 	[ -x "$P" ] || continue
 	check "$p: the CPU check is the first constructor ($(first_ctor "$P"))" [ "$(first_ctor "$P")" = cpu_level_gate ]
+	check "$p links libanedvd.so" sh -c "readelf -d '$P' | grep -q 'NEEDED.*\[libanedvd\.so\]'"
+	# its own copy of the check aside (ad_cpu_*: it runs before main() either way)
+	nm --defined-only "$P" | awk '$2 == "T" { print $3 }' | sort | comm -12 - "$T/lib.syms" |
+		grep -v '^ad_cpu_' >"$T/dup" || true
+	check "$p holds none of the library's functions: $(head -5 "$T/dup" | tr '\n' ' ')" [ ! -s "$T/dup" ]
 	ANEDVD_CPU_HIDE=avx2,f16c "$P" --help >"$T/out" 2>"$T/err"
 	rc=$?
 	check "$p on a CPU without AVX2 and F16C: exit 1 (got $rc)" [ $rc = 1 ]

@@ -4,7 +4,7 @@
 #
 #   test-deploy.sh install SRC_DIR BUILD_DIR
 #       cmake --install into a temporary prefix gives the five programs (and
-#       anedvd-dev in lib/anedvd), the manual pages, the bundled model, the
+#       their libanedvd.so and anedvd-dev in lib/anedvd), the manual pages, the bundled model, the
 #       unit and the settings with the prefix's paths; deploy/install.sh installs, writes a unit that
 #       systemd-analyze verify accepts, keeps edited settings and
 #       uninstalls; a broken unit is refused; the launchd plist is well formed
@@ -145,6 +145,11 @@ if [ "$mode" = install ]; then
 	check "the installed anedvd runs" "$T/p/bin/anedvd" --version
 	check "cmake --install puts anedvd-dev in lib/anedvd, off the PATH" \
 		sh -c "[ -x '$T/p/lib/anedvd/anedvd-dev' ] && [ ! -e '$T/p/bin/anedvd-dev' ]"
+	# the programs' library beside them, found from bin/ by their run path
+	# (no LD_LIBRARY_PATH, no ld.so.conf entry)
+	check "cmake --install puts libanedvd.so in lib/anedvd" [ -f "$T/p/lib/anedvd/libanedvd.so" ]
+	check "the installed programs find it from their own place" \
+		sh -c "env -u LD_LIBRARY_PATH ldd '$T/p/bin/anedvd-cpu-worker' | grep -q '=> $T/p/bin/../lib/anedvd/libanedvd.so'"
 	check "the manual page goes to share/man" [ -f "$T/p/share/man/man1/anedvd.1.gz" ]
 	check "the bundled model goes to share/anedvd/models" [ -f "$T/p/share/anedvd/models/stories260K.gguf" ]
 	U=$T/p/lib/systemd/system/anedvd.service
@@ -332,6 +337,7 @@ PY
 		check "the package has /usr/bin/$p" [ -x "$R/usr/bin/$p" ]
 	done
 	# the developer tools: in the package, off the PATH, and working from there
+	check "the package has /usr/lib/anedvd/libanedvd.so" [ -f "$R/usr/lib/anedvd/libanedvd.so" ]
 	check "the package has /usr/lib/anedvd/anedvd-dev, not in /usr/bin" \
 		sh -c "[ -x '$R/usr/lib/anedvd/anedvd-dev' ] && [ ! -e '$R/usr/bin/anedvd-dev' ]"
 	check "the packaged anedvd-dev probe: CORRECT" \
