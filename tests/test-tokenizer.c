@@ -603,6 +603,73 @@ test_hf_vectors(const char *dir, const char *name)
 	tok_free(t);
 }
 
+// the vocabulary as kept: t->strs holds each piece and, right after it,
+// its text where that differs, and nothing else (not the texts of an earlier
+// tok_finish: Qwen3's tokenizer.json with its config finishes twice); the
+// map is the least power of two at most 3/4 full, finds every piece, and
+// misses what is not one (a linear scan says which)
+static void
+test_vocab_layout(void)
+{
+	char dir[512];
+	snprintf(dir, sizeof dir, "%s/qwen3", T_TOKDATA);
+	if (bpe_missing(dir))
+		return;
+	struct tokenizer *t = load(dir);
+	REQUIRE(t);
+	size_t want = 0;
+	int32_t after = 0, same = 0;
+	for (int32_t id = 0; id < t->n_vocab; id++) {
+		const struct tok_entry *e = &t->tok[id];
+		want += e->len + (e->tafter ? e->tlen : 0);
+		after += e->tafter && e->tlen;
+		same += !e->tafter && e->tlen;
+	}
+	CHECK(t->strs_len == want, "%zu bytes of strings, the pieces and their own texts are %zu", t->strs_len, want);
+	CHECK(after > 100000 && same > 1000, "%d texts after their pieces, %d the pieces themselves", after, same);
+	// "Ġthe" decodes to " the" from right after its piece; "the" is its own text
+	size_t n;
+	int32_t id = tok_find(t, "\xc4\xa0the", 5);
+	const char *x = tok_token_text(t, id, &n);
+	CHECK(id >= 0 && t->tok[id].tafter && n == 4 && memcmp(x, " the", 4) == 0);
+	id = tok_find(t, "the", 3);
+	x = tok_token_text(t, id, &n);
+	CHECK(id >= 0 && !t->tok[id].tafter && x == t->strs + t->tok[id].off && n == 3);
+	uint32_t cap = t->map_mask + 1;
+	CHECK((uint64_t)cap * 3 >= (uint64_t)t->n_vocab * 4 && (uint64_t)cap * 3 / 2 < (uint64_t)t->n_vocab * 4,
+	      "a map of %u for %d pieces", cap, t->n_vocab);
+	int lost = 0;
+	for (int32_t i = 0; i < t->n_vocab; i++) {
+		const struct tok_entry *e = &t->tok[i];
+		if (!e->len)
+			continue;
+		int32_t f = tok_find(t, t->strs + e->off, e->len);
+		lost += f < 0 || t->tok[f].len != e->len || memcmp(t->strs + t->tok[f].off, t->strs + e->off, e->len);
+	}
+	CHECK(lost == 0, "%d pieces not found", lost);
+	// pieces and near misses: the piece with a byte changed or dropped
+	uint64_t r = 12345;
+	int wrong = 0;
+	for (int k = 0; k < 400; k++) {
+		r = r * 6364136223846793005ull + 1442695040888963407ull;
+		const struct tok_entry *e = &t->tok[(r >> 33) % (uint64_t)t->n_vocab];
+		char q[64];
+		size_t m = e->len < sizeof q ? e->len : sizeof q;
+		memcpy(q, t->strs + e->off, m);
+		if (k % 2 && m)
+			q[(r >> 20) % m] ^= (char)(1 + (r >> 8) % 255);
+		else if (m)
+			m--;
+		int32_t scan = -1;
+		for (int32_t i = 0; i < t->n_vocab; i++)
+			if (t->tok[i].len == m && m && memcmp(t->strs + t->tok[i].off, q, m) == 0)
+				scan = i; // the last, as the map keeps
+		wrong += tok_find(t, q, m) != scan;
+	}
+	CHECK(wrong == 0, "%d of 400 lookups differ from a linear scan", wrong);
+	tok_free(t);
+}
+
 static void
 test_qwen2_vectors(void)
 {
@@ -1237,6 +1304,7 @@ main(void)
 {
 	T_RUN(test_stories_gguf);
 	T_RUN(test_stories_bin);
+	T_RUN(test_vocab_layout);
 	T_RUN(test_spm_special);
 	T_RUN(test_spm_partition);
 	T_RUN(test_llama_spm_vectors);

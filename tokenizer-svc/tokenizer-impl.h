@@ -60,17 +60,28 @@ enum tok_pre {
 	TOK_PRE_OTHER,  // named but not implemented: bpe.c decides (error or fallback)
 };
 
-// 16 bytes a token (a 151,936-token vocabulary took 3.6 MB at 24); a
-// piece is at most TOK_PIECE_MAX bytes (tok_vocab_set), and what it
-// decodes to no longer than it; the scores, which only SentencePiece reads,
-// lie apart (tok_score)
+// 12 bytes a token (a 151,936-token vocabulary took 3.6 MB at 24 and 2.4
+// at 16); a piece is at most TOK_PIECE_MAX bytes (tok_vocab_set), and what
+// it decodes to no longer than it. After tok_finish the text lies in
+// t->strs right after its piece (tafter), or is the piece itself
+// (tok_text); the scores, which only SentencePiece reads, lie apart
+// (tok_score)
 #define TOK_PIECE_MAX UINT16_MAX
 struct tok_entry {
-	uint32_t off, toff; // the piece and the bytes it decodes to, in t->strs
-	uint16_t len, tlen; // their lengths (control/unknown: tlen 0)
+	uint32_t off;       // the piece, in t->strs
+	uint16_t len, tlen; // the lengths of the piece and of its text (control/unknown: tlen 0)
 	uint8_t type;       // enum tok_type
 	uint8_t attr;       // TOK_ATTR_*
+	uint8_t tafter;     // the text follows the piece (1), or is the piece (0)
 };
+
+// (no branch: a decode step's text is after its piece or not at random, and
+// a mispredicted jump cost a fifth of SentencePiece's decode)
+static inline const char *
+tok_text(const char *strs, const struct tok_entry *e)
+{
+	return strs + e->off + (e->len & (0u - e->tafter));
+}
 
 // A growable id list; bpe_encode_text appends to one.
 struct tok_ids {
@@ -100,6 +111,8 @@ struct tok_pairmap {
 	uint32_t n, cap;
 };
 
+#define TOK_MAP_FREE UINT32_MAX // a free slot of tokenizer.map
+
 struct tokenizer {
 	enum tok_kind kind;
 	int32_t n_vocab;
@@ -108,8 +121,13 @@ struct tokenizer {
 	char *strs;   // all pieces and decoded texts
 	size_t strs_len, strs_cap;
 
-	int32_t *map; // piece -> id, open addressing over FNV-1a; -1 = empty
+	// piece -> id: open addressing over FNV-1a, at most 3/4 full. A slot
+	// holds id | the hash's bits from map_idbits up (its tag), so a probe
+	// reads a piece only when the tags agree; TOK_MAP_FREE (no id is
+	// 2^map_idbits - 1) is a free slot
+	uint32_t *map;
 	uint32_t map_mask;
+	int map_idbits;
 	uint32_t max_piece_len;
 
 	int32_t *special; // control, user-defined and unknown ids, longest piece first

@@ -141,6 +141,8 @@ tok_pairmap_free(struct tok_pairmap *m)
 // ---------------------------------------------------------------------------
 // vocabulary
 
+_Static_assert(sizeof(struct tok_entry) == 12, "a vocabulary entry in 12 bytes (tokenizer-impl.h)");
+
 static int
 strs_append(struct tokenizer *t, const char *s, size_t n, uint32_t *off, char *err)
 {
@@ -232,29 +234,39 @@ tok_find(const struct tokenizer *t, const char *s, size_t n)
 {
 	if (!t->map || n > t->max_piece_len)
 		return -1;
-	uint32_t j = hash_bytes(s, n) & t->map_mask;
-	for (;;) {
-		int32_t id = t->map[j];
-		if (id < 0)
+	const uint32_t h = hash_bytes(s, n), idm = (1u << t->map_idbits) - 1, tag = h & ~idm;
+	for (uint32_t j = h & t->map_mask;; j = (j + 1) & t->map_mask) {
+		uint32_t v = t->map[j];
+		if (v == TOK_MAP_FREE)
 			return -1;
-		if (t->tok[id].len == n && memcmp(t->strs + t->tok[id].off, s, n) == 0)
-			return id;
-		j = (j + 1) & t->map_mask;
+		if ((v & ~idm) != tag)
+			continue;
+		const struct tok_entry *e = &t->tok[v & idm];
+		if (e->len == n && memcmp(t->strs + e->off, s, n) == 0)
+			return (int32_t)(v & idm);
 	}
 }
 
 static int
 build_map(struct tokenizer *t, char *err)
 {
+	// at most 3/4 full: with the tags, a probe past a taken slot reads no
+	// piece, and the map takes half the room it took at most 1/2 full with
+	// bare ids (Qwen's 151,936 pieces: 1 MiB, not 2)
 	uint32_t cap = 16;
-	while (cap < (uint32_t)t->n_vocab * 2)
+	while ((uint64_t)cap * 3 < (uint64_t)t->n_vocab * 4)
 		cap *= 2;
+	int bits = 1; // ids 0 .. n_vocab - 1 never fill their bits
+	while ((1u << bits) <= (uint32_t)t->n_vocab)
+		bits++;
+	const uint32_t idm = (1u << bits) - 1;
 	free(t->map);
 	t->map = malloc(cap * sizeof *t->map);
 	if (!t->map)
 		return ad_err(err, "tokenizer: out of memory (map of %u)", cap);
 	memset(t->map, 0xff, cap * sizeof *t->map);
 	t->map_mask = cap - 1;
+	t->map_idbits = bits;
 	t->max_piece_len = 0;
 	for (int32_t id = 0; id < t->n_vocab; id++) {
 		const char *s = t->strs + t->tok[id].off;
@@ -264,14 +276,14 @@ build_map(struct tokenizer *t, char *err)
 		if (n > t->max_piece_len)
 			t->max_piece_len = n;
 		// a duplicate piece maps to its last id, as llama.cpp's map does
-		uint32_t j = hash_bytes(s, n) & t->map_mask;
-		while (t->map[j] >= 0) {
-			int32_t o = t->map[j];
-			if (t->tok[o].len == n && memcmp(t->strs + t->tok[o].off, s, n) == 0)
+		const uint32_t h = hash_bytes(s, n), tag = h & ~idm;
+		uint32_t j = h & t->map_mask;
+		for (; t->map[j] != TOK_MAP_FREE; j = (j + 1) & t->map_mask) {
+			const struct tok_entry *o = &t->tok[t->map[j] & idm];
+			if ((t->map[j] & ~idm) == tag && o->len == n && memcmp(t->strs + o->off, s, n) == 0)
 				break;
-			j = (j + 1) & t->map_mask;
 		}
-		t->map[j] = id;
+		t->map[j] = tag | (uint32_t)id;
 	}
 	return 0;
 }
@@ -304,17 +316,14 @@ parse_byte_piece(const char *s, size_t n)
 	return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
-// the decoded text of one token, appended to t->strs
+// the bytes the token decodes to, its piece p (e->len bytes), into out
+// (room for e->len: a text is never longer than its piece); the length,
+// or -1 when the text is the piece itself (nothing written)
 static int
-set_text(struct tokenizer *t, int32_t id, char *err)
+piece_text(const struct tokenizer *t, const struct tok_entry *e, const char *p, char *out)
 {
-	struct tok_entry *e = &t->tok[id];
-	const char *p = t->strs + e->off;
-	size_t n = e->len;
-	char small[1024], *buf = small;
+	const size_t n = e->len;
 	size_t m = 0;
-	e->toff = e->off;
-	e->tlen = 0;
 	switch (e->type) {
 	case TOK_TYPE_CONTROL:
 	case TOK_TYPE_UNKNOWN:
@@ -322,29 +331,24 @@ set_text(struct tokenizer *t, int32_t id, char *err)
 	case TOK_TYPE_UNDEFINED:
 		return 0;
 	case TOK_TYPE_USER_DEFINED:
-		e->tlen = e->len;
-		return 0;
+		return -1;
 	default:
 		break;
 	}
 	if ((t->kind == TOK_KIND_SPM || t->kind == TOK_KIND_UGM) && e->type == TOK_TYPE_BYTE) {
 		int b = parse_byte_piece(p, n);
-		if (b < 0) { // not <0xNN>: treat as text
-			e->tlen = e->len;
-			return 0;
-		}
-		char c = (char)b;
-		return strs_append(t, &c, 1, &e->toff, err) ? -1 : (e->tlen = 1, 0);
+		if (b < 0) // not <0xNN>: treat as text
+			return -1;
+		out[0] = (char)b;
+		return 1;
 	}
-	if (n > sizeof small && !(buf = malloc(n)))
-		return ad_err(err, "tokenizer: out of memory");
 	if (t->kind == TOK_KIND_SPM || t->kind == TOK_KIND_WPM || t->kind == TOK_KIND_UGM) {
 		for (size_t i = 0; i < n;) {
 			if (i + 3 <= n && memcmp(p + i, "\xe2\x96\x81", 3) == 0) {
-				buf[m++] = ' ';
+				out[m++] = ' ';
 				i += 3;
 			} else {
-				buf[m++] = p[i++];
+				out[m++] = p[i++];
 			}
 		}
 	} else {
@@ -361,23 +365,50 @@ set_text(struct tokenizer *t, int32_t id, char *err)
 					cp = (cp << 6) | ((uint8_t)p[i + k] & 0x3f);
 			}
 			if (cp < 324 && t->byte_of_cp[cp] >= 0)
-				buf[m++] = (char)t->byte_of_cp[cp];
+				out[m++] = (char)t->byte_of_cp[cp];
 			else // not from the byte map: keep the raw bytes
 				for (int k = 0; k < need; k++)
-					buf[m++] = p[i + k];
+					out[m++] = p[i + k];
 			i += (size_t)need;
 		}
 	}
-	int rc = 0;
-	if (m == n && memcmp(buf, p, n) == 0)
-		e->tlen = e->len; // share the piece
-	else if (strs_append(t, buf, m, &e->toff, err))
-		rc = -1;
-	else
-		e->tlen = (uint16_t)m;
-	if (buf != small)
-		free(buf);
-	return rc;
+	return m == n && memcmp(out, p, n) == 0 ? -1 : (int)m;
+}
+
+// t->strs laid out anew, exactly: each piece, then its text where that is
+// not the piece itself. What the loaders appended (a piece set twice, the
+// texts of an earlier tok_finish) is gone, and a text is found from its
+// piece (tok_text), so an entry holds one offset
+static int
+lay_out(struct tokenizer *t, char *err)
+{
+	size_t cap = 1;
+	for (int32_t id = 0; id < t->n_vocab; id++)
+		cap += 2 * (size_t)t->tok[id].len;
+	if (cap > UINT32_MAX)
+		return ad_err(err, "tokenizer: vocabulary strings exceed 4 GiB");
+	char *s = malloc(cap);
+	if (!s)
+		return ad_err(err, "tokenizer: out of memory (%zu bytes of strings)", cap);
+	size_t at = 0;
+	for (int32_t id = 0; id < t->n_vocab; id++) {
+		struct tok_entry *e = &t->tok[id];
+		if (e->len) // (an id never set has no piece; t->strs may be NULL)
+			memcpy(s + at, t->strs + e->off, e->len);
+		int m = piece_text(t, e, s + at, s + at + e->len);
+		e->off = (uint32_t)at;
+		at += e->len;
+		e->tafter = m >= 0;
+		e->tlen = m >= 0 ? (uint16_t)m : e->len;
+		at += m > 0 ? (size_t)m : 0;
+	}
+	s[at] = 0; // keeps every string readable as a C string at its end
+	char *fit = realloc(s, at + 1);
+	free(t->strs);
+	t->strs = fit ? fit : s;
+	t->strs_len = at;
+	t->strs_cap = fit ? at + 1 : cap;
+	return 0;
 }
 
 static int
@@ -519,9 +550,8 @@ tok_finish(struct tokenizer *t, char *err)
 		}
 	}
 
-	for (int32_t id = 0; id < t->n_vocab; id++)
-		if (set_text(t, id, err))
-			return -1;
+	if (lay_out(t, err))
+		return -1;
 
 	t->chat = tok_chat_detect(t);
 	tok_chat_compile(t);
@@ -1862,7 +1892,7 @@ tok_decode(const struct tokenizer *t, const int32_t *ids, size_t n, char **out, 
 	            t->kind == TOK_KIND_WPM;
 	for (size_t i = 0; i < n; i++) {
 		const struct tok_entry *e = &t->tok[ids[i]];
-		const char *p = t->strs + e->toff;
+		const char *p = tok_text(t->strs, e);
 		size_t k = e->tlen;
 		if (!k)
 			continue;
@@ -1920,7 +1950,7 @@ tok_stream_push(struct tok_stream *s, int32_t id, size_t *n, char *err)
 		dst = s->big;
 	}
 	memcpy(dst, s->hold, s->n_hold);
-	memcpy(dst + s->n_hold, s->t->strs + e->toff, e->tlen);
+	memcpy(dst + s->n_hold, tok_text(s->t->strs, e), e->tlen);
 	size_t tail = ad_utf8_tail(dst, total);
 	memcpy(s->hold, dst + total - tail, tail);
 	s->n_hold = tail;
@@ -2001,7 +2031,7 @@ tok_token_text(const struct tokenizer *t, int32_t id, size_t *len)
 	if (id < 0 || id >= t->n_vocab)
 		return NULL;
 	*len = t->tok[id].tlen;
-	return t->strs + t->tok[id].toff;
+	return tok_text(t->strs, &t->tok[id]);
 }
 
 // llama.cpp's clean_spaces, pass by pass, s[0..n) in place; the new length
