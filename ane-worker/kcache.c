@@ -1,8 +1,9 @@
-#define _GNU_SOURCE // dl_iterate_phdr
+#define _GNU_SOURCE // dl_iterate_phdr, dladdr
 #include "kcache.h"
 #include "hugemem.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -106,12 +107,21 @@ sample_sum(const uint8_t *p, uint64_t n)
 static char build_id[160];
 
 #ifdef __linux__
+// the object whose code is running here: libanedvd.so, or the program
+// that links the ane-worker's library statically (a test)
 static int
 find_build_id(struct dl_phdr_info *info, size_t size, void *arg)
 {
 	(void)size;
-	(void)arg;
-	// the first object is the executable
+	const uintptr_t self = (uintptr_t)arg;
+	int here = 0;
+	for (int i = 0; i < info->dlpi_phnum && !here; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+		here = ph->p_type == PT_LOAD && self >= a && self - a < ph->p_memsz;
+	}
+	if (!here)
+		return 0;
 	for (int i = 0; i < info->dlpi_phnum; i++) {
 		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
 		if (ph->p_type != PT_NOTE)
@@ -149,16 +159,23 @@ kc_build_id(void)
 #endif
 	size_t n0 = strlen(build_id);
 #ifdef __linux__
-	dl_iterate_phdr(find_build_id, NULL);
+	dl_iterate_phdr(find_build_id, (void *)(uintptr_t)kc_build_id);
 #endif
 	if (strlen(build_id) == n0) {
-		// no build id: the executable's size and mtime stand in
+		// no build id: the size and mtime of the file that holds this code
+		// (the library, or the program) stand in
 		struct stat st;
-		char exe[4096] = "/proc/self/exe";
+		char exe[4096] = "";
+		Dl_info di;
+		if (dladdr((void *)(uintptr_t)kc_build_id, &di) && di.dli_fname && di.dli_fname[0] == '/')
+			snprintf(exe, sizeof exe, "%s", di.dli_fname);
 #ifdef __APPLE__
 		uint32_t n = sizeof exe;
-		if (_NSGetExecutablePath(exe, &n) != 0)
+		if (!exe[0] && _NSGetExecutablePath(exe, &n) != 0)
 			exe[0] = 0;
+#else
+		if (!exe[0])
+			snprintf(exe, sizeof exe, "/proc/self/exe");
 #endif
 		if (exe[0] && stat(exe, &st) == 0)
 			snprintf(build_id + n0, sizeof build_id - n0, " exe-%lld-%lld.%09ld", (long long)st.st_size,

@@ -131,6 +131,12 @@ check "first start with an empty kernel cache: miss" [ "$(json_cache "$T/kc1.jso
 check "second start: hit" [ "$(json_cache "$T/kc2.json")" = hit ]
 check "a cache hit gives the reference ids" [ "$(json_ids "$T/kc2.json")" = "$REF" ]
 check "anedvd cache lists the entry" sh -c "$A cache --dir '$KC' | grep -q '^1 entry'"
+# the entry's build is the code that compiled the kernels: libanedvd.so's
+# build id, not the small program's (a library built again misses)
+LIB_ID=$(readelf -n "$BIN/../lib/anedvd/libanedvd.so" 2>/dev/null | sed -n 's/.*Build ID: //p')
+EXE_ID=$(readelf -n "$BIN/anedvd-ane-worker" 2>/dev/null | sed -n 's/.*Build ID: //p')
+check "the entry's key names libanedvd.so's build id ($LIB_ID), not the program's ($EXE_ID)" sh -c \
+	"[ -n '$LIB_ID' ] && grep -aq 'gnu-$LIB_ID' '$KC'/*.kc && ! grep -aq 'gnu-$EXE_ID' '$KC'/*.kc"
 # an entry another build wrote in another format: listed as such, not as damaged
 mkdir -p "$T/kc-old" && printf 'ANEDVDKC\001\000\000\000' > "$T/kc-old/0123456789abcdef.kc" &&
 	truncate -s 8192 "$T/kc-old/0123456789abcdef.kc"

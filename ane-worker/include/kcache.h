@@ -19,10 +19,12 @@
 // is only the file name), is text:
 //   format   KC_FORMAT, bumped whenever this file's layout or the meaning
 //            of a buffer kind changes
-//   build    ANEDVD_VERSION and the executable's GNU build id (a hash the
-//            linker computes over the whole binary: any change of the
-//            code that compiled the kernels misses); without a build id,
-//            the executable's size and mtime
+//   build    ANEDVD_VERSION and the GNU build id (a hash the linker
+//            computes over the whole binary: any change of the code that
+//            compiled the kernels misses) of the object that holds that
+//            code: libanedvd.so, not the small program that runs it (a
+//            test linking the static library: the test); without a build
+//            id, that file's size and mtime
 //   backend  emu (or ane)
 //   model    kc_model_digest: the file's size and mtime (ns), a hash of
 //            its header (metadata and tensor infos), and a hash of 3
