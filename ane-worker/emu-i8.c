@@ -1,7 +1,7 @@
 // emu-i8.c - the emu's int8-weight conv kernels (emu.h, "int8 weights").
 //
-// Weights stay one byte each, one fp32 scale per row (an fp16 value, so
-// exact), in 16-row panels whose steps are interleaved four panels at a
+// Weights stay one byte each, one fp16 scale per row (widened to fp32 as
+// it is read, exactly), in 16-row panels whose steps are interleaved four panels at a
 // time: quad g holds panels 4g .. 4g+3 as [cin][4][16] int8, so step i of
 // the quad's 64 rows is one 64-byte line and the quads follow one another
 // ([ceil(cout/64)][cin][64], rows past cout zero). A one-column pass over
@@ -98,7 +98,7 @@ round16(float v)
 }
 
 void
-emu_conv_i8_ref(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
+emu_conv_i8_ref(const int8_t *panels, const uint16_t *scale, size_t cout, size_t cin, const float *x, size_t ncols,
                 float *y, size_t p0, size_t p1)
 {
 	for (size_t p = p0; p < p1; p++) {
@@ -111,7 +111,7 @@ emu_conv_i8_ref(const int8_t *panels, const float *scale, size_t cout, size_t ci
 					acc[r] = fmaf((float)w[r], xj[i], acc[r]);
 			}
 			for (size_t r = 0; r < PANEL && p * PANEL + r < cout; r++)
-				y[j * cout + p * PANEL + r] = round16(scale[p * PANEL + r] * acc[r]);
+				y[j * cout + p * PANEL + r] = round16(ad_fp16_to_f32(scale[p * PANEL + r]) * acc[r]);
 		}
 	}
 }
@@ -159,7 +159,7 @@ emu_i8_one_col_avx2(void)
 #define T2 __attribute__((target("avx2,fma,f16c")))
 
 T2 static inline __attribute__((always_inline)) void
-tile2(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left, const float *sc, size_t ahead,
+tile2(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left, const uint16_t *sc, size_t ahead,
       const int mp, const int nc)
 {
 	__m256 acc[12];
@@ -190,7 +190,8 @@ tile2(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t
 	}
 #pragma GCC unroll 4
 	for (int p = 0; p < mp; p++) {
-		__m256 slo = _mm256_loadu_ps(sc + p * PANEL), shi = _mm256_loadu_ps(sc + p * PANEL + 8);
+		__m256 slo = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + p * PANEL)));
+		__m256 shi = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + p * PANEL + 8)));
 #pragma GCC unroll 6
 		for (int c = 0; c < nc; c++) {
 			__m256 lo = _mm256_mul_ps(slo, acc[(2 * p) * nc + c]);
@@ -212,8 +213,8 @@ tile2(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t
 	}
 }
 
-typedef void tile_fn(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left, const float *sc,
-                     size_t ahead);
+typedef void tile_fn(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left,
+                     const uint16_t *sc, size_t ahead);
 
 T2 void
 emu_i8_panel_fp16(const int8_t *panels, size_t cin, size_t p, uint16_t *dst, size_t ld)
@@ -229,7 +230,7 @@ emu_i8_panel_fp16(const int8_t *panels, size_t cin, size_t p, uint16_t *dst, siz
 
 #define TILE2(MP, NC)                                                                                                  \
 	T2 static void t2_##MP##x##NC(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left, \
-	                              const float *sc, size_t ahead)                                                   \
+	                              const uint16_t *sc, size_t ahead)                                                \
 	{                                                                                                              \
 		tile2(w, cin, x, y, cout, left, sc, ahead, MP, NC);                                                    \
 	}
@@ -257,11 +258,11 @@ static tile_fn *const tiles2[5][4] = {
 // the sums acc[p * nc + c] of an mp x nc tile times their rows' scales,
 // rounded to fp16; rows from left on are not written
 T5 static inline __attribute__((always_inline)) void
-store5(float *y, size_t cout, size_t left, const float *sc, const __m512 *acc, const int mp, const int nc)
+store5(float *y, size_t cout, size_t left, const uint16_t *sc, const __m512 *acc, const int mp, const int nc)
 {
 #pragma GCC unroll 4
 	for (int p = 0; p < mp; p++) {
-		__m512 s = _mm512_loadu_ps(sc + p * PANEL);
+		__m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + p * PANEL)));
 		size_t l = left - (size_t)p * PANEL;
 		__mmask16 m = l >= PANEL ? (__mmask16)0xffff : (__mmask16)((1u << l) - 1);
 #pragma GCC unroll 12
@@ -274,7 +275,7 @@ store5(float *y, size_t cout, size_t left, const float *sc, const __m512 *acc, c
 }
 
 T5 static inline __attribute__((always_inline)) void
-tile5(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left, const float *sc, size_t ahead,
+tile5(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left, const uint16_t *sc, size_t ahead,
       const int mp, const int nc)
 {
 	__m512 acc[24];
@@ -303,7 +304,7 @@ tile5(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t
 
 #define TILE5(MP, NC)                                                                                                  \
 	T5 static void t5_##MP##x##NC(const int8_t *w, size_t cin, const float *x, float *y, size_t cout, size_t left, \
-	                              const float *sc, size_t ahead)                                                   \
+	                              const uint16_t *sc, size_t ahead)                                                \
 	{                                                                                                              \
 		tile5(w, cin, x, y, cout, left, sc, ahead, MP, NC);                                                    \
 	}
@@ -324,8 +325,9 @@ static tile_fn *const tiles5[5][7] = {[1] = T5_ROW(1), [2] = T5_ROW(2), [3] = T5
 // conv_simd loop (the fp16 panels' blocking): the same column blocks and
 // panel groups, each the hot loop of its weight type with its own tiles.
 static void
-conv_blocked(tile_fn *const *tab, size_t tabw, const int *mp_for, size_t maxc, const int8_t *panels, const float *scale,
-             size_t cout, size_t cin, const float *x, size_t ncols, float *y, size_t p0, size_t p1)
+conv_blocked(tile_fn *const *tab, size_t tabw, const int *mp_for, size_t maxc, const int8_t *panels,
+             const uint16_t *scale, size_t cout, size_t cin, const float *x, size_t ncols, float *y, size_t p0,
+             size_t p1)
 {
 	size_t nb = (ncols + maxc - 1) / maxc;
 	size_t base = ncols / nb, extra = ncols % nb;
@@ -352,7 +354,7 @@ conv_blocked(tile_fn *const *tab, size_t tabw, const int *mp_for, size_t maxc, c
 }
 
 void
-emu_conv_i8_avx2(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
+emu_conv_i8_avx2(const int8_t *panels, const uint16_t *scale, size_t cout, size_t cin, const float *x, size_t ncols,
                  float *y, size_t p0, size_t p1)
 {
 	if (ncols >= EMU_I8_WIDE_COLS && emu_conv_i8_wide(panels, scale, cout, cin, x, ncols, y, p0, p1, NULL) == 0)
@@ -362,7 +364,7 @@ emu_conv_i8_avx2(const int8_t *panels, const float *scale, size_t cout, size_t c
 }
 
 void
-emu_conv_i8_avx512(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
+emu_conv_i8_avx512(const int8_t *panels, const uint16_t *scale, size_t cout, size_t cin, const float *x, size_t ncols,
                    float *y, size_t p0, size_t p1)
 {
 	static const int mp_for[7] = {0, 4, 4, 4, 4, 4, 4};
@@ -379,8 +381,8 @@ emu_conv_i8_avx512(const int8_t *panels, const float *scale, size_t cout, size_t
 // five column blocks on, emu.c's wide tiles take over (137 -> 161 GFLOP/s
 // at 64 columns, Qwen2.5's FFN up).
 T5 static inline __attribute__((always_inline)) void
-tile5x(const int8_t *w, size_t cin, const float *xp, float *y, size_t cout, size_t left, const float *sc, const int mp,
-       const int nc)
+tile5x(const int8_t *w, size_t cin, const float *xp, float *y, size_t cout, size_t left, const uint16_t *sc,
+       const int mp, const int nc)
 {
 	__m512 acc[24];
 #pragma GCC unroll 24
@@ -405,10 +407,10 @@ tile5x(const int8_t *w, size_t cin, const float *xp, float *y, size_t cout, size
 }
 
 typedef void tile5x_fn(const int8_t *w, size_t cin, const float *xp, float *y, size_t cout, size_t left,
-                       const float *sc);
+                       const uint16_t *sc);
 #define TILE5X(MP, NC)                                                                                                 \
 	T5 static void t5x_##MP##x##NC(const int8_t *w, size_t cin, const float *xp, float *y, size_t cout,            \
-	                               size_t left, const float *sc)                                                   \
+	                               size_t left, const uint16_t *sc)                                                \
 	{                                                                                                              \
 		tile5x(w, cin, xp, y, cout, left, sc, MP, NC);                                                         \
 	}
@@ -433,7 +435,7 @@ static tile5x_fn *const tiles5x[3][EMU_X512_COLS + 1] = {[1] = T5X_ROW(1), [2] =
 // panels of one quad passes every block, then the next pair (the quad's
 // lines stay in L1 and L2 meanwhile)
 void
-emu_conv_i8_x512_narrow(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *xp,
+emu_conv_i8_x512_narrow(const int8_t *panels, const uint16_t *scale, size_t cout, size_t cin, const float *xp,
                         size_t ncols, float *y, size_t p0, size_t p1, size_t b0, size_t b1)
 {
 	size_t nb, base, extra;
@@ -463,14 +465,14 @@ emu_i8_one_col_avx2(void)
 }
 
 void
-emu_conv_i8_avx2(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
+emu_conv_i8_avx2(const int8_t *panels, const uint16_t *scale, size_t cout, size_t cin, const float *x, size_t ncols,
                  float *y, size_t p0, size_t p1)
 {
 	emu_conv_i8_ref(panels, scale, cout, cin, x, ncols, y, p0, p1);
 }
 
 void
-emu_conv_i8_avx512(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
+emu_conv_i8_avx512(const int8_t *panels, const uint16_t *scale, size_t cout, size_t cin, const float *x, size_t ncols,
                    float *y, size_t p0, size_t p1)
 {
 	emu_conv_i8_ref(panels, scale, cout, cin, x, ncols, y, p0, p1);
@@ -478,8 +480,8 @@ emu_conv_i8_avx512(const int8_t *panels, const float *scale, size_t cout, size_t
 #endif
 
 void
-emu_conv_i8_at(int isa, const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
-               float *y, size_t p0, size_t p1)
+emu_conv_i8_at(int isa, const int8_t *panels, const uint16_t *scale, size_t cout, size_t cin, const float *x,
+               size_t ncols, float *y, size_t p0, size_t p1)
 {
 	if (isa >= 2 && !(ncols == 1 && emu_i8_one_col_avx2()))
 		emu_conv_i8_avx512(panels, scale, cout, cin, x, ncols, y, p0, p1);
@@ -490,7 +492,7 @@ emu_conv_i8_at(int isa, const int8_t *panels, const float *scale, size_t cout, s
 }
 
 void
-emu_conv_i8_fast(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
+emu_conv_i8_fast(const int8_t *panels, const uint16_t *scale, size_t cout, size_t cin, const float *x, size_t ncols,
                  float *y, size_t p0, size_t p1)
 {
 	emu_conv_i8_at(emu_i8_isa(), panels, scale, cout, cin, x, ncols, y, p0, p1);

@@ -131,14 +131,24 @@ round16(float v)
 	return ad_fp16_to_f32(ad_f32_to_fp16(v));
 }
 
+// a quad's table, fp16 as the program gives it, as the fp32 values the
+// kernels look up (exact)
+static void
+lut_row(const uint16_t *h, float *t)
+{
+	for (int i = 0; i < 16; i++)
+		t[i] = ad_fp16_to_f32(h[i]);
+}
+
 void
-emu_conv_l4_ref(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin, const float *x,
-                size_t ncols, float *y, size_t p0, size_t p1)
+emu_conv_l4_ref(const uint8_t *panels, const uint16_t *lut, const uint16_t *scale, size_t cout, size_t cin,
+                const float *x, size_t ncols, float *y, size_t p0, size_t p1)
 {
 	for (size_t p = p0; p < p1; p++) {
 		const size_t g = p / QUAD, k = p % QUAD;
 		const uint8_t *w = panels + g * quad_bytes(cin);
-		const float *t = lut + g * 16;
+		float t[16];
+		lut_row(lut + g * 16, t);
 		for (size_t j = 0; j < ncols; j++) {
 			const float *xj = x + j * cin;
 			float acc[PANEL] = {0};
@@ -149,7 +159,7 @@ emu_conv_l4_ref(const uint8_t *panels, const float *lut, const float *scale, siz
 					acc[r] = fmaf(t[(w[at] >> sh) & 15u], xj[i], acc[r]);
 				}
 			for (size_t r = 0; r < PANEL && p * PANEL + r < cout; r++)
-				y[j * cout + p * PANEL + r] = round16(scale[p * PANEL + r] * acc[r]);
+				y[j * cout + p * PANEL + r] = round16(ad_fp16_to_f32(scale[p * PANEL + r]) * acc[r]);
 		}
 	}
 }
@@ -162,19 +172,20 @@ emu_conv_l4_ref(const uint8_t *panels, const float *lut, const float *scale, siz
 // (panel_fn), by blocks of up to NCOLS columns. One column prefetches its
 // stream into L2, ahead bytes on (emu_prefetch_steps lines).
 typedef void quad_fn(const uint8_t *w, size_t cin, const float *t, const float *x, float *y, size_t cout, size_t left,
-                     const float *sc, size_t ahead);
+                     const uint16_t *sc, size_t ahead);
 typedef void panel_fn(const uint8_t *w, size_t cin, unsigned k, const float *t, const float *x, float *y, size_t cout,
-                      size_t left, const float *sc, size_t ahead);
+                      size_t left, const uint16_t *sc, size_t ahead);
 
 static void
-drive(quad_fn *const *quads, panel_fn *const *pans, const uint8_t *panels, const float *lut, const float *scale,
+drive(quad_fn *const *quads, panel_fn *const *pans, const uint8_t *panels, const uint16_t *lut, const uint16_t *scale,
       size_t cout, size_t cin, const float *x, size_t ncols, float *y, size_t p0, size_t p1)
 {
 	const size_t ahead = ncols == 1 ? emu_prefetch_steps(1) * 64 : 0; // bytes
 	for (size_t g = p0 / QUAD; g * QUAD < p1; g++) {
 		const size_t a = p0 > g * QUAD ? p0 : g * QUAD, b = p1 < (g + 1) * QUAD ? p1 : (g + 1) * QUAD;
 		const uint8_t *w = panels + g * quad_bytes(cin);
-		const float *t = lut + g * 16;
+		float t[16]; // (F16C: the scalar widening of 16 a quad cost 3% of a pass)
+		ad_fp16_to_f32_row_f16c(lut + g * 16, t, 16);
 		for (size_t c0 = 0; c0 < ncols; c0 += NCOLS) {
 			const size_t nc = ncols - c0 < NCOLS ? ncols - c0 : NCOLS;
 			const float *xc = x + c0 * cin;
@@ -208,9 +219,10 @@ look2(__m256 tlo, __m256 thi, __m256i v, __m128i sr, __m128i sl)
 // the sums of one panel (two ymm a column) times their rows' scales,
 // rounded to fp16; rows from left on are not written
 T2 static inline __attribute__((always_inline)) void
-store2(float *y, size_t cout, size_t left, const float *sc, const __m256 *acc, const int nc)
+store2(float *y, size_t cout, size_t left, const uint16_t *sc, const __m256 *acc, const int nc)
 {
-	__m256 slo = _mm256_loadu_ps(sc), shi = _mm256_loadu_ps(sc + 8);
+	__m256 slo = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sc));
+	__m256 shi = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + 8)));
 #pragma GCC unroll 6
 	for (int c = 0; c < nc; c++) {
 		__m256 lo = _mm256_mul_ps(slo, acc[2 * c]), hi = _mm256_mul_ps(shi, acc[2 * c + 1]);
@@ -247,7 +259,7 @@ step2(__m256 tlo, __m256 thi, __m256i v0, __m256i v1, __m128i sr, __m128i sl, co
 // of line i / 2's words
 T2 static inline __attribute__((always_inline)) void
 panel2(const uint8_t *w, size_t cin, unsigned k, const float *t, const float *x, float *y, size_t cout, size_t left,
-       const float *sc, size_t ahead, const int nc)
+       const uint16_t *sc, size_t ahead, const int nc)
 {
 	const int nta = emu_prefetch_nta(1);
 	const __m256 tlo = _mm256_loadu_ps(t), thi = _mm256_loadu_ps(t + 8);
@@ -271,7 +283,7 @@ panel2(const uint8_t *w, size_t cin, unsigned k, const float *t, const float *x,
 
 #define PANEL2(NC)                                                                                                     \
 	T2 static void p2_##NC(const uint8_t *w, size_t cin, unsigned k, const float *t, const float *x, float *y,     \
-	                       size_t cout, size_t left, const float *sc, size_t ahead)                                \
+	                       size_t cout, size_t left, const uint16_t *sc, size_t ahead)                             \
 	{                                                                                                              \
 		panel2(w, cin, k, t, x, y, cout, left, sc, ahead, NC);                                                 \
 	}
@@ -286,7 +298,7 @@ PANEL2(6)
 // accumulators of four panels by several columns do not fit 16 ymm)
 #define QUAD2(NC)                                                                                                      \
 	T2 static void q2_##NC(const uint8_t *w, size_t cin, const float *t, const float *x, float *y, size_t cout,    \
-	                       size_t left, const float *sc, size_t ahead)                                             \
+	                       size_t left, const uint16_t *sc, size_t ahead)                                          \
 	{                                                                                                              \
 		for (unsigned k = 0; k < QUAD && k * PANEL < left; k++)                                                \
 			panel2(w, cin, k, t, x, y + k * PANEL, cout, left - k * PANEL, sc + k * PANEL, ahead, NC);     \
@@ -302,8 +314,8 @@ static quad_fn *const quads2[NCOLS + 1] = {NULL, q2_1, q2_2, q2_3, q2_4, q2_5, q
 static panel_fn *const pans2[NCOLS + 1] = {NULL, p2_1, p2_2, p2_3, p2_4, p2_5, p2_6};
 
 T2 void
-emu_conv_l4_avx2(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin, const float *x,
-                 size_t ncols, float *y, size_t p0, size_t p1)
+emu_conv_l4_avx2(const uint8_t *panels, const uint16_t *lut, const uint16_t *scale, size_t cout, size_t cin,
+                 const float *x, size_t ncols, float *y, size_t p0, size_t p1)
 {
 	drive(quads2, pans2, panels, lut, scale, cout, cin, x, ncols, y, p0, p1);
 }
@@ -312,13 +324,13 @@ emu_conv_l4_avx2(const uint8_t *panels, const float *lut, const float *scale, si
 #define T5 __attribute__((target("avx512f,avx2,fma,f16c")))
 
 T5 static inline __attribute__((always_inline)) void
-store5(float *y, size_t cout, size_t left, const float *sc, const __m512 *acc, const int mp, const int nc)
+store5(float *y, size_t cout, size_t left, const uint16_t *sc, const __m512 *acc, const int mp, const int nc)
 {
 #pragma GCC unroll 4
 	for (int p = 0; p < mp; p++) {
 		if ((size_t)p * PANEL >= left)
 			break;
-		__m512 s = _mm512_loadu_ps(sc + p * PANEL);
+		__m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + p * PANEL)));
 		size_t l = left - (size_t)p * PANEL;
 		__mmask16 m = l >= PANEL ? (__mmask16)0xffff : (__mmask16)((1u << l) - 1);
 #pragma GCC unroll 6
@@ -342,8 +354,8 @@ step5(__m512 tab, __m512i v, int j, const float *x, size_t cin, size_t i, __m512
 
 // a whole quad by nc columns: a line's 64 bytes looked up eight times
 T5 static inline __attribute__((always_inline)) void
-quad5(const uint8_t *w, size_t cin, const float *t, const float *x, float *y, size_t cout, size_t left, const float *sc,
-      size_t ahead, const int nc)
+quad5(const uint8_t *w, size_t cin, const float *t, const float *x, float *y, size_t cout, size_t left,
+      const uint16_t *sc, size_t ahead, const int nc)
 {
 	const int nta = emu_prefetch_nta(1);
 	const __m512 tab = _mm512_loadu_ps(t);
@@ -376,7 +388,7 @@ quad5(const uint8_t *w, size_t cin, const float *t, const float *x, float *y, si
 // panel k of the quad at w by nc columns
 T5 static inline __attribute__((always_inline)) void
 panel5(const uint8_t *w, size_t cin, unsigned k, const float *t, const float *x, float *y, size_t cout, size_t left,
-       const float *sc, size_t ahead, const int nc)
+       const uint16_t *sc, size_t ahead, const int nc)
 {
 	const int nta = emu_prefetch_nta(1);
 	const __m512 tab = _mm512_loadu_ps(t);
@@ -400,12 +412,12 @@ panel5(const uint8_t *w, size_t cin, unsigned k, const float *t, const float *x,
 
 #define TILES5(NC)                                                                                                     \
 	T5 static void q5_##NC(const uint8_t *w, size_t cin, const float *t, const float *x, float *y, size_t cout,    \
-	                       size_t left, const float *sc, size_t ahead)                                             \
+	                       size_t left, const uint16_t *sc, size_t ahead)                                          \
 	{                                                                                                              \
 		quad5(w, cin, t, x, y, cout, left, sc, ahead, NC);                                                     \
 	}                                                                                                              \
 	T5 static void p5_##NC(const uint8_t *w, size_t cin, unsigned k, const float *t, const float *x, float *y,     \
-	                       size_t cout, size_t left, const float *sc, size_t ahead)                                \
+	                       size_t cout, size_t left, const uint16_t *sc, size_t ahead)                             \
 	{                                                                                                              \
 		panel5(w, cin, k, t, x, y, cout, left, sc, ahead, NC);                                                 \
 	}
@@ -420,13 +432,13 @@ static quad_fn *const quads5[NCOLS + 1] = {NULL, q5_1, q5_2, q5_3, q5_4, q5_5, q
 static panel_fn *const pans5[NCOLS + 1] = {NULL, p5_1, p5_2, p5_3, p5_4, p5_5, p5_6};
 
 T5 void
-emu_conv_l4_avx512(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin, const float *x,
-                   size_t ncols, float *y, size_t p0, size_t p1)
+emu_conv_l4_avx512(const uint8_t *panels, const uint16_t *lut, const uint16_t *scale, size_t cout, size_t cin,
+                   const float *x, size_t ncols, float *y, size_t p0, size_t p1)
 {
 	drive(quads5, pans5, panels, lut, scale, cout, cin, x, ncols, y, p0, p1);
 }
 void
-emu_conv_l4_at(int isa, const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
+emu_conv_l4_at(int isa, const uint8_t *panels, const uint16_t *lut, const uint16_t *scale, size_t cout, size_t cin,
                const float *x, size_t ncols, float *y, size_t p0, size_t p1)
 {
 	if (isa > emu_i8_isa())
@@ -440,21 +452,21 @@ emu_conv_l4_at(int isa, const uint8_t *panels, const float *lut, const float *sc
 }
 #else
 void
-emu_conv_l4_avx2(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin, const float *x,
-                 size_t ncols, float *y, size_t p0, size_t p1)
+emu_conv_l4_avx2(const uint8_t *panels, const uint16_t *lut, const uint16_t *scale, size_t cout, size_t cin,
+                 const float *x, size_t ncols, float *y, size_t p0, size_t p1)
 {
 	emu_conv_l4_ref(panels, lut, scale, cout, cin, x, ncols, y, p0, p1);
 }
 
 void
-emu_conv_l4_avx512(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin, const float *x,
-                   size_t ncols, float *y, size_t p0, size_t p1)
+emu_conv_l4_avx512(const uint8_t *panels, const uint16_t *lut, const uint16_t *scale, size_t cout, size_t cin,
+                   const float *x, size_t ncols, float *y, size_t p0, size_t p1)
 {
 	emu_conv_l4_ref(panels, lut, scale, cout, cin, x, ncols, y, p0, p1);
 }
 
 void
-emu_conv_l4_at(int isa, const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
+emu_conv_l4_at(int isa, const uint8_t *panels, const uint16_t *lut, const uint16_t *scale, size_t cout, size_t cin,
                const float *x, size_t ncols, float *y, size_t p0, size_t p1)
 {
 	(void)isa;
@@ -463,8 +475,8 @@ emu_conv_l4_at(int isa, const uint8_t *panels, const float *lut, const float *sc
 #endif
 
 void
-emu_conv_l4_fast(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin, const float *x,
-                 size_t ncols, float *y, size_t p0, size_t p1)
+emu_conv_l4_fast(const uint8_t *panels, const uint16_t *lut, const uint16_t *scale, size_t cout, size_t cin,
+                 const float *x, size_t ncols, float *y, size_t p0, size_t p1)
 {
 	emu_conv_l4_at(emu_i8_isa(), panels, lut, scale, cout, cin, x, ncols, y, p0, p1);
 }

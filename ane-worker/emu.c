@@ -179,7 +179,7 @@ struct pf {
 // each sum times its scale before the rounding (int8 weights, widened)
 SIMD_TARGET static inline __attribute__((always_inline)) void
 tile(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, size_t cout, size_t left,
-     const struct pf *pf, const float *sc, size_t ahead, const int mp, const int nc)
+     const struct pf *pf, const uint16_t *sc, size_t ahead, const int mp, const int nc)
 {
 	size_t pfi = pf ? pf->i0 : (size_t)-1;
 	const uint16_t *wp0[4], *pf0[4];
@@ -223,8 +223,8 @@ tile(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, siz
 	for (int p = 0; p < mp; p++) {
 		__m256 slo = _mm256_setzero_ps(), shi = slo;
 		if (sc) {
-			slo = _mm256_loadu_ps(sc + (size_t)p * PANEL);
-			shi = _mm256_loadu_ps(sc + (size_t)p * PANEL + 8);
+			slo = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + (size_t)p * PANEL)));
+			shi = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + (size_t)p * PANEL + 8)));
 		}
 #pragma GCC unroll 6
 		for (int c = 0; c < nc; c++) {
@@ -239,12 +239,12 @@ tile(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, siz
 }
 
 typedef void tile_fn(const uint16_t *panels, size_t q, size_t cin, const float *x, float *y, size_t cout, size_t left,
-                     const struct pf *pf, const float *sc, size_t ahead);
+                     const struct pf *pf, const uint16_t *sc, size_t ahead);
 
 #define TILE(MP, NC)                                                                                                   \
 	SIMD_TARGET static void tile_##MP##x##NC(const uint16_t *panels, size_t q, size_t cin, const float *x,         \
 	                                         float *y, size_t cout, size_t left, const struct pf *pf,              \
-	                                         const float *sc, size_t ahead)                                        \
+	                                         const uint16_t *sc, size_t ahead)                                     \
 	{                                                                                                              \
 		tile(panels, q, cin, x, y, cout, left, pf, sc, ahead, MP, NC);                                         \
 	}
@@ -332,7 +332,7 @@ conv_simd(const uint16_t *panels, size_t cout, size_t cin, const float *x, size_
 // column block runs these tiles over it, each sum times its row's scale
 // before the rounding: emu_conv_i8_ref's bits.
 SIMD_TARGET static void
-conv_i8_wide(const int8_t *qp, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols, float *y,
+conv_i8_wide(const int8_t *qp, const uint16_t *scale, size_t cout, size_t cin, const float *x, size_t ncols, float *y,
              size_t p0, size_t p1, uint16_t *tmp)
 {
 	size_t nb = (ncols + TILE_COLS - 1) / TILE_COLS, base = ncols / nb, extra = ncols % nb;
@@ -350,7 +350,7 @@ conv_i8_wide(const int8_t *qp, const float *scale, size_t cout, size_t cin, cons
 }
 
 int
-emu_conv_i8_wide(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
+emu_conv_i8_wide(const int8_t *panels, const uint16_t *scale, size_t cout, size_t cin, const float *x, size_t ncols,
                  float *y, size_t p0, size_t p1, uint16_t *scratch)
 {
 	uint16_t *tmp = scratch;
@@ -652,7 +652,7 @@ enum { W_F32, W_F16, W_I8, W_L4 };
 // (even: a 4-bit line holds two steps)
 struct wsrc {
 	const void *panels;
-	const float *lut;
+	const uint16_t *lut;
 	size_t cin, q, k0;
 	const char *next[X512_WIDE_MP]; // the next group's lines, pulled in meanwhile
 	int nnext;
@@ -700,7 +700,7 @@ wstep(const char *s, int kind)
 // other three shapes +2 to +5%
 AVX512_TARGET static inline __attribute__((always_inline)) void
 tile512w(const struct wsrc *w, float *wf, size_t kn, const float *xp, float *y, size_t cout, size_t left,
-         const float *sc, unsigned part, const int kind, const int mp, const int nc)
+         const uint16_t *sc, unsigned part, const int kind, const int mp, const int nc)
 {
 	const size_t pfd = w->pfd;
 	size_t pfi = w->nnext ? w->pf0 : (size_t)-1;
@@ -717,7 +717,8 @@ tile512w(const struct wsrc *w, float *wf, size_t kn, const float *xp, float *y, 
 		for (int p = 0; p < mp; p++) {
 			src[p] = wfirst(w, kind, (size_t)p);
 			if (kind == W_L4) {
-				tab[p] = _mm512_loadu_ps(w->lut + (w->q + (size_t)p) / 4 * 16);
+				tab[p] = _mm512_cvtph_ps(
+					_mm256_loadu_si256((const __m256i *)(w->lut + (w->q + (size_t)p) / 4 * 16)));
 				sh[p] = 4 * (int)((w->q + (size_t)p) % 4);
 			}
 		}
@@ -770,7 +771,8 @@ tile512w(const struct wsrc *w, float *wf, size_t kn, const float *xp, float *y, 
 	for (int p = 0; p < mp; p++) {
 		size_t l = left - (size_t)p * PANEL;
 		__mmask16 m = l >= PANEL ? (__mmask16)0xffff : (__mmask16)((1u << l) - 1);
-		__m512 s = sc ? _mm512_loadu_ps(sc + p * PANEL) : _mm512_setzero_ps();
+		__m512 s = sc ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + p * PANEL)))
+		              : _mm512_setzero_ps();
 #pragma GCC unroll 12
 		for (int c = 0; c < nc; c++) {
 			float *dst = y + (size_t)c * cout + (size_t)p * PANEL;
@@ -783,11 +785,11 @@ tile512w(const struct wsrc *w, float *wf, size_t kn, const float *xp, float *y, 
 }
 
 typedef void tile512w_fn(const struct wsrc *w, float *wf, size_t kn, const float *xp, float *y, size_t cout,
-                         size_t left, const float *sc, unsigned part);
+                         size_t left, const uint16_t *sc, unsigned part);
 #define TILE512W(KIND, MP, NC)                                                                                         \
 	AVX512_TARGET static void tile512w_##KIND##_##MP##x##NC(const struct wsrc *w, float *wf, size_t kn,            \
 	                                                        const float *xp, float *y, size_t cout, size_t left,   \
-	                                                        const float *sc, unsigned part)                        \
+	                                                        const uint16_t *sc, unsigned part)                     \
 	{                                                                                                              \
 		tile512w(w, wf, kn, xp, y, cout, left, sc, part, KIND, MP, NC);                                        \
 	}
@@ -830,8 +832,8 @@ wline(const void *panels, int kind, size_t cin, size_t p)
 // wf (X512_WIDE_FLOATS); while the blocks pass over a slice, each pulls a
 // share of the next group's lines of the same steps towards L2
 static void
-conv512w(const void *panels, int kind, const float *lut, const float *scale, size_t cout, size_t cin, const float *xp,
-         size_t ncols, float *y, size_t p0, size_t p1, size_t b0, size_t b1, float *wf)
+conv512w(const void *panels, int kind, const uint16_t *lut, const uint16_t *scale, size_t cout, size_t cin,
+         const float *xp, size_t ncols, float *y, size_t p0, size_t p1, size_t b0, size_t b1, float *wf)
 {
 	size_t nb, base, extra;
 	col_blocks(ncols, X512_COLS, &nb, &base, &extra);
@@ -867,7 +869,7 @@ conv512w(const void *panels, int kind, const float *lut, const float *scale, siz
 // conv512w over scratch, or a scratch of its own when that is NULL (-1
 // when out of memory)
 static int
-conv512w_own(const void *panels, int kind, const float *lut, const float *scale, size_t cout, size_t cin,
+conv512w_own(const void *panels, int kind, const uint16_t *lut, const uint16_t *scale, size_t cout, size_t cin,
              const float *xp, size_t ncols, float *y, size_t p0, size_t p1, size_t b0, size_t b1, float *scratch)
 {
 	float *wf = scratch;
@@ -880,7 +882,7 @@ conv512w_own(const void *panels, int kind, const float *lut, const float *scale,
 }
 
 int
-emu_conv_i8_x512(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *xp, size_t ncols,
+emu_conv_i8_x512(const int8_t *panels, const uint16_t *scale, size_t cout, size_t cin, const float *xp, size_t ncols,
                  float *y, size_t p0, size_t p1, size_t b0, size_t b1, float *scratch)
 {
 	size_t nb = emu_x512_blocks(ncols), be = b1 < nb ? b1 : nb;
@@ -896,8 +898,8 @@ _Static_assert((EMU_L4_X512_COLS + EMU_X512_COLS - 1) / EMU_X512_COLS == X512_WI
                "emu.h's EMU_L4_X512_COLS: the fewest columns of X512_WIDE_BLOCKS blocks");
 
 int
-emu_conv_l4_x512(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin, const float *xp,
-                 size_t ncols, float *y, size_t p0, size_t p1, float *scratch)
+emu_conv_l4_x512(const uint8_t *panels, const uint16_t *lut, const uint16_t *scale, size_t cout, size_t cin,
+                 const float *xp, size_t ncols, float *y, size_t p0, size_t p1, float *scratch)
 {
 	size_t nb = emu_x512_blocks(ncols);
 	if (nb < X512_WIDE_BLOCKS)
@@ -1640,11 +1642,11 @@ struct weight {
 	// rows' scales in scale
 	int l4;
 	uint8_t *lpanels;
-	float *lut;
+	uint16_t *lut;           // fp16, as the program gives it
 	const uint8_t *lpayload; // the fp16 tables, during compile only
 	int scaled;              // l4: its constexpr_blockwise_shift_scale seen
 	size_t ltables;          // l4: tables in the program (1, or one a quad)
-	float *scale;            // npanels * 16
+	uint16_t *scale;         // npanels * 16, fp16 as the program gives them
 	const uint8_t *spayload; // the fp16 scales, during compile only
 	int mapped;              // payload lies in a blob file's private read-only mapping
 };
@@ -2845,6 +2847,15 @@ alloc64(size_t n)
 	return p;
 }
 
+// a quantised weight's scales as the program gives them (fp16, one a row),
+// 0 in the rows past cout that fill its last panel
+static void
+copy_scales(struct weight *w, size_t np)
+{
+	memcpy(w->scale, w->spayload, w->cout * sizeof(uint16_t));
+	memset(w->scale + w->cout, 0, (np * PANEL - w->cout) * sizeof(uint16_t));
+}
+
 // the constant buffers of weight wi: what emu_kernel_const lists and
 // emu_compile_packed takes back (a weight a conv uses has its panels)
 static int
@@ -2858,10 +2869,10 @@ weight_consts(const struct emu_kernel *k, int wi, struct emu_const *out)
 		                            .bytes = emu_l4_panel_bytes(w->cout, w->cin),
 		                            .data = w->lpanels};
 		out[1] = (struct emu_const){
-			.weight = wi, .kind = EMU_CONST_F32_LUT, .bytes = nq * 16 * sizeof(float), .data = w->lut};
+			.weight = wi, .kind = EMU_CONST_F16_LUT, .bytes = nq * 16 * sizeof(uint16_t), .data = w->lut};
 		out[2] = (struct emu_const){.weight = wi,
-		                            .kind = EMU_CONST_F32_SCALES,
-		                            .bytes = np * PANEL * sizeof(float),
+		                            .kind = EMU_CONST_F16_SCALES,
+		                            .bytes = np * PANEL * sizeof(uint16_t),
 		                            .data = w->scale};
 		return 3;
 	}
@@ -2872,8 +2883,8 @@ weight_consts(const struct emu_kernel *k, int wi, struct emu_const *out)
 		                            .bytes = emu_i8_panel_bytes(w->cout, w->cin),
 		                            .data = w->qpanels};
 		out[1] = (struct emu_const){.weight = wi,
-		                            .kind = EMU_CONST_F32_SCALES,
-		                            .bytes = np * PANEL * sizeof(float),
+		                            .kind = EMU_CONST_F16_SCALES,
+		                            .bytes = np * PANEL * sizeof(uint16_t),
 		                            .data = w->scale};
 		return 2;
 	}
@@ -3018,20 +3029,21 @@ compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles
 		if (w->panels || w->qpanels || w->lpanels)
 			continue;
 		if (w->l4) {
-			// half a byte per weight, as stored; the tables and scales widened to fp32
+			// half a byte per weight, as stored; the tables and scales fp16,
+			// as the program gives them
 			size_t np = (w->cout + PANEL - 1) / PANEL,
 			       nq = (w->cout + EMU_L4_QUAD_ROWS - 1) / EMU_L4_QUAD_ROWS;
-			size_t lb = emu_l4_panel_bytes(w->cout, w->cin), tb = nq * 16 * sizeof(float),
-			       sb = np * PANEL * sizeof(float);
+			size_t lb = emu_l4_panel_bytes(w->cout, w->cin), tb = nq * 16 * sizeof(uint16_t),
+			       sb = np * PANEL * sizeof(uint16_t);
 			if (c.use_packed) {
 				const void *dl = NULL, *dt = NULL, *ds = NULL;
 				if (take_packed(&c, st->weight, EMU_CONST_L4_PANELS, lb, &dl, err) ||
-				    take_packed(&c, st->weight, EMU_CONST_F32_LUT, tb, &dt, err) ||
-				    take_packed(&c, st->weight, EMU_CONST_F32_SCALES, sb, &ds, err))
+				    take_packed(&c, st->weight, EMU_CONST_F16_LUT, tb, &dt, err) ||
+				    take_packed(&c, st->weight, EMU_CONST_F16_SCALES, sb, &ds, err))
 					goto fail;
 				w->lpanels = (uint8_t *)dl;
-				w->lut = (float *)dt;
-				w->scale = (float *)ds;
+				w->lut = (uint16_t *)dt;
+				w->scale = (uint16_t *)ds;
 				w->borrowed = 1;
 			} else {
 				w->lpanels = ad_huge_arena_alloc(e->panels, lb);
@@ -3042,17 +3054,9 @@ compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles
 					goto fail;
 				}
 				repack(e, w, 0);
-				for (size_t o = 0; o < np * PANEL; o++) {
-					uint16_t h = 0;
-					if (o < w->cout)
-						memcpy(&h, w->spayload + o * 2, 2);
-					w->scale[o] = ad_fp16_to_f32(h);
-				}
-				for (size_t i = 0; i < nq * 16; i++) {
-					uint16_t h;
-					memcpy(&h, w->lpayload + (w->ltables == 1 ? i % 16 : i) * 2, 2);
-					w->lut[i] = ad_fp16_to_f32(h);
-				}
+				copy_scales(w, np);
+				for (size_t i = 0; i < nq * 16; i++)
+					memcpy(&w->lut[i], w->lpayload + (w->ltables == 1 ? i % 16 : i) * 2, 2);
 				if (w->mapped)
 					drop_inside(w->payload, (w->cout * w->cin + 1) / 2);
 			}
@@ -3062,16 +3066,16 @@ compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles
 			continue;
 		}
 		if (w->i8) {
-			// one byte per weight, as stored; the scales widened to fp32
+			// one byte per weight, as stored; the scales fp16, as given
 			size_t np = (w->cout + PANEL - 1) / PANEL;
-			size_t qb = emu_i8_panel_bytes(w->cout, w->cin), sb = np * PANEL * sizeof(float);
+			size_t qb = emu_i8_panel_bytes(w->cout, w->cin), sb = np * PANEL * sizeof(uint16_t);
 			if (c.use_packed) {
 				const void *dq = NULL, *ds = NULL;
 				if (take_packed(&c, st->weight, EMU_CONST_I8_PANELS, qb, &dq, err) ||
-				    take_packed(&c, st->weight, EMU_CONST_F32_SCALES, sb, &ds, err))
+				    take_packed(&c, st->weight, EMU_CONST_F16_SCALES, sb, &ds, err))
 					goto fail;
 				w->qpanels = (int8_t *)dq;
-				w->scale = (float *)ds;
+				w->scale = (uint16_t *)ds;
 				w->borrowed = 1;
 			} else {
 				w->qpanels = ad_huge_arena_alloc(e->panels, qb);
@@ -3081,12 +3085,7 @@ compile(struct emu *e, const char *mil, const struct emu_file *files, int nfiles
 					goto fail;
 				}
 				repack(e, w, 1);
-				for (size_t o = 0; o < np * PANEL; o++) {
-					uint16_t h = 0;
-					if (o < w->cout)
-						memcpy(&h, w->spayload + o * 2, 2);
-					w->scale[o] = ad_fp16_to_f32(h);
-				}
+				copy_scales(w, np);
 				if (w->mapped)
 					drop_inside(w->payload, w->cout * w->cin);
 			}
@@ -3202,7 +3201,7 @@ emu_kernel_borrowed(const struct emu_kernel *k)
 struct moved {
 	int wi;
 	void *panels, *qpanels, *lpanels; // in the context's arena
-	float *scale, *lut;               // alloc64, as a compiled int8 or 4-bit weight's
+	uint16_t *scale, *lut;            // alloc64, as a compiled int8 or 4-bit weight's
 };
 
 struct emu_copy {
@@ -3255,8 +3254,8 @@ emu_kernel_copy(const struct emu_kernel *k, int (*pace)(void *arg), void *arg, c
 		m->wi = i;
 		if (w->lpanels) {
 			size_t lb = emu_l4_panel_bytes(w->cout, w->cin);
-			size_t tb = (w->cout + EMU_L4_QUAD_ROWS - 1) / EMU_L4_QUAD_ROWS * 16 * sizeof(float);
-			size_t sb = (w->cout + PANEL - 1) / PANEL * PANEL * sizeof(float);
+			size_t tb = (w->cout + EMU_L4_QUAD_ROWS - 1) / EMU_L4_QUAD_ROWS * 16 * sizeof(uint16_t);
+			size_t sb = (w->cout + PANEL - 1) / PANEL * PANEL * sizeof(uint16_t);
 			m->lpanels = ad_huge_arena_alloc(k->e->panels, lb);
 			m->lut = alloc64(tb);
 			m->scale = alloc64(sb);
@@ -3271,7 +3270,7 @@ emu_kernel_copy(const struct emu_kernel *k, int (*pace)(void *arg), void *arg, c
 				goto stopped;
 		} else if (w->qpanels) {
 			size_t qb = emu_i8_panel_bytes(w->cout, w->cin);
-			size_t sb = (w->cout + PANEL - 1) / PANEL * PANEL * sizeof(float);
+			size_t sb = (w->cout + PANEL - 1) / PANEL * PANEL * sizeof(uint16_t);
 			m->qpanels = ad_huge_arena_alloc(k->e->panels, qb);
 			m->scale = alloc64(sb);
 			if (!m->qpanels || !m->scale) {
@@ -3429,8 +3428,8 @@ struct conv_job {
 	const uint16_t *panels;
 	const int8_t *qpanels;  // int8 weights (then panels is NULL)
 	const uint8_t *lpanels; // 4-bit palettised weights (then panels is NULL)
-	const float *lut;
-	const float *scale;
+	const uint16_t *lut;
+	const uint16_t *scale;
 	size_t cout, cin, ncols;
 	const float *x, *xp; // xp: x packed for the AVX-512 tiles (or x)
 	const uint8_t *surf; // x's surface, when x is left unfilled (bufdesc)

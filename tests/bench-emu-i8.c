@@ -246,10 +246,10 @@ bench_conv(struct emu *e, size_t cin, size_t cout, const float *evict, size_t ne
 
 // the kernels alone on one thread (its CPU clock), warm: int8 per
 // instruction set and the fp16 emu_conv_fast, at 1, 8 and 64 columns
-typedef void fn_t(const int8_t *, const float *, size_t, size_t, const float *, size_t, float *, size_t, size_t);
+typedef void fn_t(const int8_t *, const uint16_t *, size_t, size_t, const float *, size_t, float *, size_t, size_t);
 
 static double
-time_one(fn_t *f8, const int8_t *p8, const uint16_t *p16, const float *sc, size_t cout, size_t cin, const float *x,
+time_one(fn_t *f8, const int8_t *p8, const uint16_t *p16, const uint16_t *sc, size_t cout, size_t cin, const float *x,
          size_t W, float *y, size_t np)
 {
 	double one = thread_now();
@@ -279,7 +279,7 @@ time_one(fn_t *f8, const int8_t *p8, const uint16_t *p16, const float *sc, size_
 // the AVX-512 tiles over packed x as an eval runs them: x packed, then
 // every pair of panels over every column block
 static void
-i8_x512(const int8_t *p, const float *sc, size_t cout, size_t cin, const float *x, size_t W, float *y, size_t p0,
+i8_x512(const int8_t *p, const uint16_t *sc, size_t cout, size_t cin, const float *x, size_t W, float *y, size_t p0,
         size_t p1)
 {
 	static float *xp, *wf;
@@ -307,9 +307,10 @@ bench_kernel(size_t cin, size_t cout)
 	}
 	emu_i8_pack(q, cout, cin, p);
 	emu_pack(h, cout, cin, p16);
-	float *sc = calloc(np * 16, sizeof(float)), *x = malloc(64 * cin * sizeof(float)), *y = malloc(64 * cout * 4);
+	uint16_t *sc = calloc(np * 16, sizeof *sc);
+	float *x = malloc(64 * cin * sizeof(float)), *y = malloc(64 * cout * 4);
 	for (size_t o = 0; o < cout; o++)
-		sc[o] = 0.001f;
+		sc[o] = ad_f32_to_fp16(0.001f);
 	for (size_t i = 0; i < 64 * cin; i++)
 		x[i] = (float)(i % 13) * 0.1f - 0.6f;
 	// the kernels by instruction set, the AVX-512 tiles over packed x (from

@@ -1328,9 +1328,9 @@ test_i8_kernels(void)
 		int8_t *q = rand_q(cout * cin);
 		int8_t *p = aligned_alloc(64, (emu_i8_panel_bytes(cout, cin) + 63) / 64 * 64);
 		emu_i8_pack(q, cout, cin, p);
-		float *sc = calloc(np * 16, sizeof(float));
+		uint16_t *sc = calloc(np * 16, sizeof *sc);
 		for (size_t o = 0; o < cout; o++)
-			sc[o] = ad_fp16_to_f32(ad_f32_to_fp16(0.001f + 0.01f * (float)(o % 7)));
+			sc[o] = ad_f32_to_fp16(0.001f + 0.01f * (float)(o % 7));
 		for (size_t ncols = 1; ncols <= 64; ncols += ncols < 13 ? 1 : 7) {
 			float *x = randv(ncols * cin, 2.0f);
 			size_t ny = (ncols + 1) * cout; // a guard column past the end
@@ -1376,11 +1376,11 @@ test_i8_kernels(void)
 						r += (double)q[o * cin + i] * x[j * cin + i];
 						a += fabs((double)q[o * cin + i] * x[j * cin + i]);
 					}
-					r *= sc[o];
+					r *= ad_fp16_to_f32(sc[o]);
 					mr = fmax(mr, fabs(r));
 					// fp32 chain: <= cin * 2^-24 * sum |q x|, then two roundings
-					double tol =
-						(double)cin * 6e-8 * a * sc[o] + fabs(r) * (1.0 / 2048 + 1e-7) + 1e-7;
+					double tol = (double)cin * 6e-8 * a * ad_fp16_to_f32(sc[o]) +
+					             fabs(r) * (1.0 / 2048 + 1e-7) + 1e-7;
 					if (fabs(y0[j * cout + o] - r) > tol && !bad_exact++)
 						CHECK(0, "%zux%zu ncols %zu row %zu: ref %g, exact %g", cout, cin,
 						      ncols, o, (double)y0[j * cout + o], r);
@@ -1442,11 +1442,11 @@ test_l4_kernels(void)
 				unsigned v = (jn % 2 ? b >> 4 : b) & 15u;
 				bad_layout += v != (o < cout ? q[o * cin + i] : 0u);
 			}
-		float *lut = malloc(nq * 16 * sizeof(float)), *sc = calloc(np * 16, sizeof(float));
+		uint16_t *lut = malloc(nq * 16 * sizeof *lut), *sc = calloc(np * 16, sizeof *sc);
 		for (size_t k = 0; k < nq * 16; k++)
-			lut[k] = ad_fp16_to_f32(ad_f32_to_fp16(lcg(1.0f)));
+			lut[k] = ad_f32_to_fp16(lcg(1.0f));
 		for (size_t o = 0; o < cout; o++)
-			sc[o] = ad_fp16_to_f32(ad_f32_to_fp16(0.01f + 0.1f * (float)(o % 7)));
+			sc[o] = ad_f32_to_fp16(0.01f + 0.1f * (float)(o % 7));
 		for (size_t ncols = 1; ncols <= 100; ncols += ncols < 13 ? 1 : ncols < 62 ? 7 : 38) {
 			float *x = randv(ncols * cin, 2.0f);
 			size_t ny = (ncols + 1) * cout; // a guard column past the end
@@ -1491,14 +1491,14 @@ test_l4_kernels(void)
 				for (size_t o = 0; o < cout; o++) {
 					double r = 0, a = 0;
 					for (size_t i = 0; i < cin; i++) {
-						double w = lut[(o / 64) * 16 + q[o * cin + i]];
+						double w = ad_fp16_to_f32(lut[(o / 64) * 16 + q[o * cin + i]]);
 						r += w * x[j * cin + i];
 						a += fabs(w * x[j * cin + i]);
 					}
-					r *= sc[o];
+					r *= ad_fp16_to_f32(sc[o]);
 					// fp32 chain: <= cin * 2^-24 * sum |w x|, then two roundings
-					double tol =
-						(double)cin * 6e-8 * a * sc[o] + fabs(r) * (1.0 / 2048 + 1e-7) + 1e-7;
+					double tol = (double)cin * 6e-8 * a * ad_fp16_to_f32(sc[o]) +
+					             fabs(r) * (1.0 / 2048 + 1e-7) + 1e-7;
 					if (fabs(y0[j * cout + o] - r) > tol && !bad_exact++)
 						CHECK(0, "%zux%zu ncols %zu row %zu: ref %g, exact %g", cout, cin,
 						      ncols, o, (double)y0[j * cout + o], r);
@@ -1575,13 +1575,15 @@ test_l4_proj(void)
 		for (size_t i = 0; i < W * cin; i++)
 			x[i] = ad_fp16_to_f32(ad_f32_to_fp16(x[i]));
 		REQUIRE(run(k, x, W, y, err) == 0, "%s", err);
-		float *wd = malloc(cout * cin * 4), *lut = malloc(nq * 16 * 4), *scf = calloc(np * 16, 4);
+		float *wd = malloc(cout * cin * 4);
+		uint16_t *lut = malloc(nq * 16 * 2), *scf = calloc(np * 16, 2);
 		for (size_t i = 0; i < nq * 16; i++)
-			lut[i] = ad_fp16_to_f32(tab[ntab == 1 ? i % 16 : i]);
+			lut[i] = tab[ntab == 1 ? i % 16 : i];
 		for (size_t o = 0; o < cout; o++) {
-			scf[o] = ad_fp16_to_f32(sc[o]);
+			scf[o] = sc[o];
 			for (size_t i = 0; i < cin; i++)
-				wd[o * cin + i] = scf[o] * lut[(o / 64) * 16 + q[o * cin + i]];
+				wd[o * cin + i] =
+					ad_fp16_to_f32(sc[o]) * ad_fp16_to_f32(lut[(o / 64) * 16 + q[o * cin + i]]);
 		}
 		ref_conv(wd, cout, cin, x, W, r);
 		double e = rel_err(y, r, W * cout);
@@ -1898,9 +1900,10 @@ test_i8_proj_ffn(void)
 		size_t np = (cout + 15) / 16;
 		int8_t *p = aligned_alloc(64, (emu_i8_panel_bytes(cout, cin) + 63) / 64 * 64);
 		emu_i8_pack(q, cout, cin, p);
-		float *scf = calloc(np * 16, 4), *yk = calloc(W * cout, 4);
+		uint16_t *scf = calloc(np * 16, 2);
+		float *yk = calloc(W * cout, 4);
 		for (size_t o = 0; o < cout; o++)
-			scf[o] = ad_fp16_to_f32(sc[o]);
+			scf[o] = sc[o];
 		emu_conv_i8_ref(p, scf, cout, cin, x, W, yk, 0, np);
 		CHECK(!memcmp(y, yk, W * cout * 4), "int8 %zu -> %zu: eval differs from the kernel", cin, cout);
 		emu_kernel_free(k);

@@ -177,9 +177,11 @@ size_t emu_act_bytes(const struct emu_kernel *k);
 enum emu_const_kind {
 	EMU_CONST_F16_PANELS = 1, // fp16 16-row panels (emu_pack's layout), emu_panel_bytes(cout, cin)
 	EMU_CONST_I8_PANELS = 2,  // int8 panels (emu_i8_pack's layout), emu_i8_panel_bytes(cout, cin)
-	EMU_CONST_F32_SCALES = 3, // an int8 or 4-bit weight's per-row scales widened to fp32, 16 * npanels floats
 	EMU_CONST_L4_PANELS = 4,  // 4-bit indices (emu_l4_pack's layout), emu_l4_panel_bytes(cout, cin)
-	EMU_CONST_F32_LUT = 5,    // a 4-bit weight's tables widened to fp32, 16 a quad of 64 rows
+	EMU_CONST_F16_SCALES = 6, // an int8 or 4-bit weight's per-row fp16 scales, 16 * npanels halves
+	EMU_CONST_F16_LUT = 7,    // a 4-bit weight's fp16 tables, 16 a quad of 64 rows
+				  // (3 and 5 were the scales and tables widened to fp32, 4 bytes each:
+				  // kernel cache format 2 and before)
 };
 #define EMU_MAX_CONSTS_PER_WEIGHT 4
 
@@ -281,7 +283,8 @@ void emu_gate(int level, const float *g, const float *u, float *h, size_t n);
 // int8 panels, four interleaved: weight (o, i) of a [cout][cin] int8
 // matrix at quad o/64, offset (i * 64 + o % 64): a quad's step is one line,
 // rows past cout zero (emu_i8_panel_bytes rounds cout up to 64); scale
-// has one value per panel row (npanels * 16, zero past cout). Same x / y /
+// has one fp16 value per panel row (npanels * 16, zero past cout), as the
+// program gives it, widened as the kernels read it. Same x / y /
 // p0, p1 (16-row panels) as above.
 size_t emu_i8_panel_bytes(size_t cout, size_t cin);
 // panel p's step i: its 16 weights
@@ -295,13 +298,13 @@ void emu_i8_pack(const int8_t *q, size_t cout, size_t cin, int8_t *panels);
 // that stay in L1 (a compile's repacking); emu_i8_pack is its plain twin
 #define EMU_I8_QUAD_ROWS 64
 void emu_i8_pack_quads(const int8_t *q, size_t cout, size_t cin, int8_t *panels, size_t g0, size_t g1);
-void emu_conv_i8_ref(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
+void emu_conv_i8_ref(const int8_t *panels, const uint16_t *scale, size_t cout, size_t cin, const float *x, size_t ncols,
                      float *y, size_t p0, size_t p1);
 // the SIMD kernels; call only when emu_i8_isa() is at least 1 / 2
-void emu_conv_i8_avx2(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
-                      float *y, size_t p0, size_t p1);
-void emu_conv_i8_avx512(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
-                        float *y, size_t p0, size_t p1);
+void emu_conv_i8_avx2(const int8_t *panels, const uint16_t *scale, size_t cout, size_t cin, const float *x,
+                      size_t ncols, float *y, size_t p0, size_t p1);
+void emu_conv_i8_avx512(const int8_t *panels, const uint16_t *scale, size_t cout, size_t cin, const float *x,
+                        size_t ncols, float *y, size_t p0, size_t p1);
 // emu_conv_i8_avx2 from EMU_I8_WIDE_COLS columns on: two panels at a
 // time widened to fp16 (exact) in scratch (32 * cin values; NULL: its
 // own, 0 or -1 when out of memory), then the fp16 panels' AVX2 tiles
@@ -311,7 +314,7 @@ void emu_conv_i8_avx512(const int8_t *panels, const float *scale, size_t cout, s
 // emu_i8_panel_fp16: panel p's steps as fp16, dst[i * ld + r]. Both
 // AVX2 + F16C only.
 #define EMU_I8_WIDE_COLS 16
-int emu_conv_i8_wide(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
+int emu_conv_i8_wide(const int8_t *panels, const uint16_t *scale, size_t cout, size_t cin, const float *x, size_t ncols,
                      float *y, size_t p0, size_t p1, uint16_t *scratch);
 void emu_i8_panel_fp16(const int8_t *panels, size_t cin, size_t p, uint16_t *dst, size_t ld);
 // AVX-512 (call only when emu_i8_isa() is 2), from EMU_I8_X512_COLS
@@ -332,17 +335,17 @@ void emu_i8_panel_fp16(const int8_t *panels, size_t cin, size_t p, uint16_t *dst
 size_t emu_x512_blocks(size_t ncols);
 void emu_x512_split(size_t ncols, size_t *nb, size_t *base, size_t *extra);
 void emu_x512_pack(const float *x, size_t cin, size_t ncols, float *xp);
-int emu_conv_i8_x512(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *xp, size_t ncols,
-                     float *y, size_t p0, size_t p1, size_t b0, size_t b1, float *scratch);
-void emu_conv_i8_x512_narrow(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *xp,
+int emu_conv_i8_x512(const int8_t *panels, const uint16_t *scale, size_t cout, size_t cin, const float *xp,
+                     size_t ncols, float *y, size_t p0, size_t p1, size_t b0, size_t b1, float *scratch);
+void emu_conv_i8_x512_narrow(const int8_t *panels, const uint16_t *scale, size_t cout, size_t cin, const float *xp,
                              size_t ncols, float *y, size_t p0, size_t p1, size_t b0, size_t b1);
 // the kernel of instruction set isa (as emu_i8_isa: at most this CPU's),
 // one column on AVX2 rather than AVX-512 where emu_i8_one_col_avx2 says so
-void emu_conv_i8_at(int isa, const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x,
+void emu_conv_i8_at(int isa, const int8_t *panels, const uint16_t *scale, size_t cout, size_t cin, const float *x,
                     size_t ncols, float *y, size_t p0, size_t p1);
 // the best of the three this CPU runs: emu_conv_i8_at(emu_i8_isa(), ...)
-void emu_conv_i8_fast(const int8_t *panels, const float *scale, size_t cout, size_t cin, const float *x, size_t ncols,
-                      float *y, size_t p0, size_t p1);
+void emu_conv_i8_fast(const int8_t *panels, const uint16_t *scale, size_t cout, size_t cin, const float *x,
+                      size_t ncols, float *y, size_t p0, size_t p1);
 // 0: plain C only, 1: AVX2 + FMA + F16C, 2: AVX-512 F as well
 int emu_i8_isa(void);
 // one column of int8 weights on the AVX2 kernel though the CPU has
@@ -360,8 +363,8 @@ int emu_i8_one_col_env(void);
 // ceil(cin / 2) lines of 64 bytes: line l holds steps 2l and 2l + 1 as 16
 // little-endian u32 words, word d's nibble j (bits 4j .. 4j+3) the index
 // of row 16 (j % 4) + d of the quad at step 2l + j / 4 (emu_l4_pack); rows
-// past cout index 0. lut holds 16 values (fp16, as floats) a quad; scale
-// one a panel row (npanels * 16). Same x / y / p0, p1 (16-row panels) as
+// past cout index 0. lut holds 16 fp16 values a quad; scale one fp16 a
+// panel row (npanels * 16). Same x / y / p0, p1 (16-row panels) as
 // above, and the same bits from all three kernels: output (o, j) is
 // fp16(scale[o] * acc), acc the fp32 FMA chain of lut[o / 64][q[o][i]] *
 // x[j][i] over i in order.
@@ -372,15 +375,15 @@ void emu_l4_pack(const uint8_t *q, size_t cout, size_t cin, uint8_t *panels);
 // the same layout's quads [g0, g1) from the indices as a uint4 BLOBFILE
 // holds them: element (o, i) at o * cin + i, two a byte, the low nibble first
 void emu_l4_pack_quads(const uint8_t *packed, size_t cout, size_t cin, uint8_t *panels, size_t g0, size_t g1);
-void emu_conv_l4_ref(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
+void emu_conv_l4_ref(const uint8_t *panels, const uint16_t *lut, const uint16_t *scale, size_t cout, size_t cin,
                      const float *x, size_t ncols, float *y, size_t p0, size_t p1);
 // the SIMD kernels; call only when emu_i8_isa() is at least 1 / 2
-void emu_conv_l4_avx2(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
+void emu_conv_l4_avx2(const uint8_t *panels, const uint16_t *lut, const uint16_t *scale, size_t cout, size_t cin,
                       const float *x, size_t ncols, float *y, size_t p0, size_t p1);
-void emu_conv_l4_avx512(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
+void emu_conv_l4_avx512(const uint8_t *panels, const uint16_t *lut, const uint16_t *scale, size_t cout, size_t cin,
                         const float *x, size_t ncols, float *y, size_t p0, size_t p1);
 // the kernel of instruction set isa (as emu_i8_isa: at most this CPU's)
-void emu_conv_l4_at(int isa, const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
+void emu_conv_l4_at(int isa, const uint8_t *panels, const uint16_t *lut, const uint16_t *scale, size_t cout, size_t cin,
                     const float *x, size_t ncols, float *y, size_t p0, size_t p1);
 // AVX-512 (call only when emu_i8_isa() is 2), a wide call over x packed
 // (emu_x512_pack) of EMU_L4_X512_COLS columns or more (emu_x512_blocks
@@ -389,10 +392,10 @@ void emu_conv_l4_at(int isa, const uint8_t *panels, const float *lut, const floa
 // others to read, in emu.c's wide tiles; the same bits. -1 with fewer
 // columns (the tiles above take them) or out of memory.
 #define EMU_L4_X512_COLS 49
-int emu_conv_l4_x512(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
+int emu_conv_l4_x512(const uint8_t *panels, const uint16_t *lut, const uint16_t *scale, size_t cout, size_t cin,
                      const float *xp, size_t ncols, float *y, size_t p0, size_t p1, float *scratch);
 // the best of the three this CPU runs
-void emu_conv_l4_fast(const uint8_t *panels, const float *lut, const float *scale, size_t cout, size_t cin,
+void emu_conv_l4_fast(const uint8_t *panels, const uint16_t *lut, const uint16_t *scale, size_t cout, size_t cin,
                       const float *x, size_t ncols, float *y, size_t p0, size_t p1);
 
 #endif

@@ -95,7 +95,7 @@
 #include "err.h"
 #include "model.h"
 
-#define KC_FORMAT 2
+#define KC_FORMAT 3
 #define KC_DEFAULT_MAX_MB 4096
 // The header's page, then the buffers back to back, each on the alignment
 // emu's constants need, then the table on a page. Each buffer on a page of
