@@ -131,15 +131,6 @@ round16(float v)
 	return ad_fp16_to_f32(ad_f32_to_fp16(v));
 }
 
-// a quad's table, fp16 as the program gives it, as the fp32 values the
-// kernels look up (exact)
-static void
-lut_row(const uint16_t *h, float *t)
-{
-	for (int i = 0; i < 16; i++)
-		t[i] = ad_fp16_to_f32(h[i]);
-}
-
 void
 emu_conv_l4_ref(const uint8_t *panels, const uint16_t *lut, const uint16_t *scale, size_t cout, size_t cin,
                 const float *x, size_t ncols, float *y, size_t p0, size_t p1)
@@ -147,8 +138,8 @@ emu_conv_l4_ref(const uint8_t *panels, const uint16_t *lut, const uint16_t *scal
 	for (size_t p = p0; p < p1; p++) {
 		const size_t g = p / QUAD, k = p % QUAD;
 		const uint8_t *w = panels + g * quad_bytes(cin);
-		float t[16];
-		lut_row(lut + g * 16, t);
+		float t[16]; // the quad's table as the fp32 values looked up (exact)
+		ad_fp16_to_f32_row_ref(lut + g * 16, t, 16);
 		for (size_t j = 0; j < ncols; j++) {
 			const float *xj = x + j * cin;
 			float acc[PANEL] = {0};
