@@ -1060,8 +1060,11 @@ fe_http_run(const struct fe_config *cfg, char *err)
 		ad_warn("listening on %s, which is not a loopback address, with no API key: anyone who can reach it "
 		        "can use it (--api-key, --api-key-file or ANEDVD_API_KEY)",
 		        cfg->listen);
-	while (!S.stop && h2o_evloop_run(S.ctx.loop, 100) == 0)
-		;
+	// a wait interrupted (a signal handled, a debugger attaching) goes on:
+	// h2o's loop returns -1 for it as for a failure
+	while (!S.stop)
+		if (h2o_evloop_run(S.ctx.loop, 100) != 0 && errno != EINTR)
+			return ad_err(err, "the event loop: %s", strerror(errno));
 	return 0;
 }
 
