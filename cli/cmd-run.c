@@ -145,13 +145,15 @@ generate(struct pipe *p, const char *session, const int32_t *prompt, int n, int 
 	g->info.prefilled = (int)(st.prompt_tokens - st.reused);
 	struct gen_timings tm;
 	memset(&tm, 0, sizeof tm);
+	uint32_t hold = 0; // the rest of the frame begun as the last poll came back with tokens
 	for (;;) {
 		struct engc_poll pl;
-		const uint64_t f0 = ad_now_ns(), q0 = f0 / 1000u; // q0: the trace's microseconds
-		if (engc_job_poll(job, 200, &pl, &code, err)) {
+		const uint64_t q0 = ad_now_ns() / 1000u; // the trace's microseconds
+		if (engc_job_poll(job, 200, hold, &pl, &code, err)) {
 			engc_job_free(job);
 			return -1;
 		}
+		const uint64_t f1 = ad_now_ns();
 		if (trace_enabled() && pl.n_events)
 			trace_event((long)getpid(), 1, "poll (tokens)", "engine", q0, trace_now_us() - q0);
 		int bad = 0, had = g->n;
@@ -180,8 +182,8 @@ generate(struct pipe *p, const char *session, const int32_t *prompt, int n, int 
 			g->stop = GEN_INTERRUPTED;
 			break;
 		}
-		if (g->n > had) // a frame's tokens in one poll and one detokenize call
-			engc_frame_wait(f0);
+		// a frame's tokens in one poll and one detokenize call
+		hold = g->n > had ? engc_frame_left_ms(f1) : 0;
 	}
 	g->resumed = engc_job_replays(job);
 	engc_job_free(job);

@@ -121,6 +121,7 @@ struct job {
 	struct spec_stats spec_st; // written by the engine thread under the lock
 	uint64_t submit_ns, admit_ns, done_ns, last_poll_ns, final_ns;
 	int final_polled, waiters;
+	int holders; // of the waiters, those holding tokens for a frame (sched_poll_ack's hold_ms)
 	pthread_cond_t cv;
 };
 
@@ -895,7 +896,10 @@ emit(struct sched *s, struct job *j, const float *row, int len, const struct vro
 			j->next_tok = tok;
 			rv = 1;
 		}
-		pthread_cond_broadcast(&j->cv);
+		// a holding poller wakes at the end of its frame or of the job,
+		// not at every token (finish broadcasts)
+		if (j->waiters > j->holders)
+			pthread_cond_broadcast(&j->cv);
 	}
 out:
 	if (rv < 0 && vr && vr->k)
@@ -1875,7 +1879,7 @@ sched_generate(struct sched *s, const struct sched_gen *g, struct sched_started 
 // ack: drop the events below seen, hand over the rest and keep them;
 // else hand over every event and drop them
 static int
-poll_job(struct sched *s, uint64_t job, int ack, uint64_t seen, int max_wait_ms, struct sched_poll *out,
+poll_job(struct sched *s, uint64_t job, int ack, uint64_t seen, int max_wait_ms, int hold_ms, struct sched_poll *out,
          enum sched_code *code, char *err)
 {
 	memset(out, 0, sizeof *out);
@@ -1883,6 +1887,10 @@ poll_job(struct sched *s, uint64_t job, int ack, uint64_t seen, int max_wait_ms,
 		max_wait_ms = 0;
 	if (max_wait_ms > 60000) // a poller holds a server thread
 		max_wait_ms = 60000;
+	if (hold_ms < 0)
+		hold_ms = 0;
+	if (hold_ms > max_wait_ms)
+		hold_ms = max_wait_ms;
 	pthread_mutex_lock(&s->mu);
 	struct job *j = find_job(s, job);
 	if (!j) {
@@ -1906,15 +1914,30 @@ poll_job(struct sched *s, uint64_t job, int ack, uint64_t seen, int max_wait_ms,
 		j->ev_base = (uint32_t)seen;
 	}
 	uint64_t now = ad_now_ns(), until = now + (uint64_t)max_wait_ms * 1000000u;
+	uint64_t hold = now + (uint64_t)hold_ms * 1000000u;
 	j->waiters++;
 	j->last_poll_ns = now;
 	// the deadline is also kept here: the engine thread may be stuck in a
 	// kernel call that waits for an ane-worker to come back
 	if (j->deadline_ns && j->deadline_ns < until)
 		until = j->deadline_ns;
-	while (j->n_ev == 0 && j->finish == SCHED_RUNNING && !s->stopping)
-		if (cond_wait_until(&j->cv, &s->mu, until) == ETIMEDOUT)
+	if (hold > until)
+		hold = until;
+	// holding: until hold, only the job's end wakes it (finish); then it
+	// waits for a first token like any poller
+	int holding = hold_ms > 0;
+	j->holders += holding;
+	while (j->finish == SCHED_RUNNING && !s->stopping) {
+		if (holding && ad_now_ns() >= hold) {
+			holding = 0;
+			j->holders--;
+		}
+		if (j->n_ev && !holding)
 			break;
+		if (cond_wait_until(&j->cv, &s->mu, holding ? hold : until) == ETIMEDOUT && !holding)
+			break;
+	}
+	j->holders -= holding;
 	now = ad_now_ns();
 	if (j->finish == SCHED_RUNNING && j->deadline_ns && now >= j->deadline_ns)
 		finish(s, j, SCHED_ERROR, SCHED_ETIMEOUT, "the deadline of %u ms passed after %u tokens",
@@ -1955,14 +1978,14 @@ poll_job(struct sched *s, uint64_t job, int ack, uint64_t seen, int max_wait_ms,
 int
 sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll *out, enum sched_code *code, char *err)
 {
-	return poll_job(s, job, 0, 0, max_wait_ms, out, code, err);
+	return poll_job(s, job, 0, 0, max_wait_ms, 0, out, code, err);
 }
 
 int
-sched_poll_ack(struct sched *s, uint64_t job, uint64_t seen, int max_wait_ms, struct sched_poll *out,
+sched_poll_ack(struct sched *s, uint64_t job, uint64_t seen, int max_wait_ms, int hold_ms, struct sched_poll *out,
                enum sched_code *code, char *err)
 {
-	return poll_job(s, job, 1, seen, max_wait_ms, out, code, err);
+	return poll_job(s, job, 1, seen, max_wait_ms, hold_ms, out, code, err);
 }
 
 int

@@ -181,7 +181,8 @@ do_poll(struct engine_service *svc, const Anedvd__PollRequest *q, struct reply *
 	enum sched_code code;
 	struct sched_poll *p = &rp->poll;
 	const int wait = (int)(q->max_wait_ms > INT_MAX ? INT_MAX : q->max_wait_ms);
-	if (q->ack ? sched_poll_ack(svc->s, q->job, q->seen, wait, p, &code, rp->msg)
+	const int hold = (int)(q->hold_ms > INT_MAX ? INT_MAX : q->hold_ms);
+	if (q->ack ? sched_poll_ack(svc->s, q->job, q->seen, wait, hold, p, &code, rp->msg)
 	           : sched_poll(svc->s, q->job, wait, p, &code, rp->msg))
 		FAIL(rp, code, rp->msg);
 	size_t n = (size_t)p->n_events, ntop = 0, nlp = 0;

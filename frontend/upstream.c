@@ -696,18 +696,19 @@ choice_seed(uint64_t seed, int i)
 	return i == 0 ? seed : seed ^ ((uint64_t)i * 0x9e3779b97f4a7c15ull);
 }
 
-// one poll of choice i; 1 while it runs, 0 when it ended, -1 when the whole
-// generation ends (g->r says why). A job the engine lost is continued by
-// engc_job on the restarted engine: this sees one stream of tokens.
+// one poll of choice i (hold_ms: engc_frame_left_ms); 1 while it runs, 0
+// when it ended, -1 when the whole generation ends (g->r says why). A job
+// the engine lost is continued by engc_job on the restarted engine: this
+// sees one stream of tokens.
 static int
-poll_choice(struct fe_gen *g, int i, struct run *r, int wait_ms, int *first_token)
+poll_choice(struct fe_gen *g, int i, struct run *r, int wait_ms, uint32_t hold_ms, int *first_token)
 {
 	char err[AD_ERRLEN];
 	int code = 0;
 	struct fe_choice *c = &g->ch[i];
 	struct engc_poll pl;
 	int replays = engc_job_replays(r->job);
-	if (engc_job_poll(r->job, (uint32_t)wait_ms, &pl, &code, err) != 0) {
+	if (engc_job_poll(r->job, (uint32_t)wait_ms, hold_ms, &pl, &code, err) != 0) {
 		r->live = 0;
 		return fail(g, eng_status(code), err);
 	}
@@ -1005,8 +1006,12 @@ generate(struct fe_gen *g)
 	fe_post(g, FE_MSG_START, NULL, 0);
 
 	int first_token = 1, end = 0;
+	// a frame begins as the long poll of a round that brought tokens comes
+	// back with them; the next round's long poll holds the new ones for
+	// the rest of it
+	uint32_t hold = 0;
 	for (unsigned round = 0; !end; round++) {
-		uint64_t r0 = ad_now_ns();
+		uint64_t r1 = 0;
 		unsigned got0 = g->r.completion_tokens;
 		if (cancelled(g)) {
 			g->r.finish = FE_FINISH_CANCELLED;
@@ -1036,15 +1041,17 @@ generate(struct fe_gen *g)
 			int i = (int)((round + (unsigned)k) % (unsigned)nc);
 			if (!runs[i].live)
 				continue;
-			int rv = poll_choice(g, i, &runs[i], live ? 0 : POLL_WAIT_MS, &first_token);
+			int rv = poll_choice(g, i, &runs[i], live ? 0 : POLL_WAIT_MS, live ? 0 : hold, &first_token);
+			if (!live)
+				r1 = ad_now_ns();
 			live++;
 			if (rv < 0)
 				end = 1;
 		}
 		if (live == 0)
 			break;
-		if (!end && g->r.completion_tokens > got0) // a frame's tokens in one event per choice
-			engc_frame_wait(r0);
+		// a frame's tokens in one event per choice
+		hold = g->r.completion_tokens > got0 ? engc_frame_left_ms(r1) : 0;
 	}
 	cancel_live(runs, nc);
 	for (int i = 0; i < nc; i++) {

@@ -127,13 +127,14 @@ engc_generate(struct ad_client *c, const struct engc_gen *g, struct engc_started
 }
 
 static int
-poll_call(struct ad_client *c, uint64_t job, int ack, uint64_t seen, uint32_t max_wait_ms, struct engc_poll *out,
-          int timeout_ms, int *code, char *err)
+poll_call(struct ad_client *c, uint64_t job, int ack, uint64_t seen, uint32_t max_wait_ms, uint32_t hold_ms,
+          struct engc_poll *out, int timeout_ms, int *code, char *err)
 {
 	memset(out, 0, sizeof *out);
 	Anedvd__PollRequest pr = ANEDVD__POLL_REQUEST__INIT;
 	pr.job = job;
 	pr.max_wait_ms = max_wait_ms;
+	pr.hold_ms = hold_ms < max_wait_ms ? hold_ms : max_wait_ms;
 	pr.ack = ack != 0;
 	pr.seen = seen;
 	Anedvd__EngineReply *r = call(c, &pr.base, timeout_ms + (int)max_wait_ms, code, err);
@@ -243,14 +244,14 @@ int
 engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct engc_poll *out, int timeout_ms, int *code,
           char *err)
 {
-	return poll_call(c, job, 0, 0, max_wait_ms, out, timeout_ms, code, err);
+	return poll_call(c, job, 0, 0, max_wait_ms, 0, out, timeout_ms, code, err);
 }
 
 int
-engc_poll_ack(struct ad_client *c, uint64_t job, uint64_t seen, uint32_t max_wait_ms, struct engc_poll *out,
-              int timeout_ms, int *code, char *err)
+engc_poll_ack(struct ad_client *c, uint64_t job, uint64_t seen, uint32_t max_wait_ms, uint32_t hold_ms,
+              struct engc_poll *out, int timeout_ms, int *code, char *err)
 {
-	return poll_call(c, job, 1, seen, max_wait_ms, out, timeout_ms, code, err);
+	return poll_call(c, job, 1, seen, max_wait_ms, hold_ms, out, timeout_ms, code, err);
 }
 
 void
@@ -391,7 +392,7 @@ engc_run(struct ad_client *c, const struct engc_gen *g, int32_t **ids, size_t *n
 	size_t cap = 0;
 	for (;;) {
 		struct engc_poll p;
-		if (engc_poll_ack(c, st.job, *n_ids, 1000, &p, timeout_ms, code, err)) {
+		if (engc_poll_ack(c, st.job, *n_ids, 1000, 0, &p, timeout_ms, code, err)) {
 			free(*ids);
 			*ids = NULL;
 			*n_ids = 0;
@@ -685,7 +686,7 @@ job_timings(struct engc_job *j, struct gen_timings *out)
 }
 
 int
-engc_job_poll(struct engc_job *j, uint32_t max_wait_ms, struct engc_poll *out, int *code, char *err)
+engc_job_poll(struct engc_job *j, uint32_t max_wait_ms, uint32_t hold_ms, struct engc_poll *out, int *code, char *err)
 {
 	memset(out, 0, sizeof *out);
 	if (code)
@@ -713,7 +714,8 @@ engc_job_poll(struct engc_job *j, uint32_t max_wait_ms, struct engc_poll *out, i
 	int cd = 0;
 	char e[AD_ERRLEN];
 	// the current incarnation's events delivered: acknowledged
-	if (engc_poll_ack(j->c, j->job, j->n_del - j->base_index, max_wait_ms, out, j->timeout_ms, &cd, e) != 0) {
+	if (engc_poll_ack(j->c, j->job, j->n_del - j->base_index, max_wait_ms, hold_ms, out, j->timeout_ms, &cd, e) !=
+	    0) {
 		if (cd == ANEDVD__ERROR_CODE__ERROR_UNAVAILABLE) {
 			// no answer: a dead worker (then a restarted one's NOT_FOUND
 			// usually comes first) or a hung one, whose job is ended
@@ -797,10 +799,9 @@ engc_job_delivered(const struct engc_job *j, size_t *n)
 	return j->ids + j->n_prompt;
 }
 
-void
-engc_frame_wait(uint64_t t0_ns)
+uint32_t
+engc_frame_left_ms(uint64_t t0_ns)
 {
 	uint64_t took = ad_now_ns() - t0_ns;
-	if (took < ENGC_FRAME_NS)
-		ad_sleep_ns(ENGC_FRAME_NS - took);
+	return took < ENGC_FRAME_NS ? (uint32_t)((ENGC_FRAME_NS - took + 999999u) / 1000000u) : 0;
 }

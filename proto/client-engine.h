@@ -114,8 +114,10 @@ int engc_poll(struct ad_client *c, uint64_t job, uint32_t max_wait_ms, struct en
 // the same, acknowledging the seen events the caller has received of this
 // job (PollRequest.ack): a call repeated with the same seen after a lost
 // reply gets the same events again. engc_run and engc_job poll so.
-int engc_poll_ack(struct ad_client *c, uint64_t job, uint64_t seen, uint32_t max_wait_ms, struct engc_poll *out,
-                  int timeout_ms, int *code, char *err);
+// hold_ms > 0: tokens there are wait until hold_ms after the call for
+// more, unless the job ends first (PollRequest.hold_ms; at most max_wait_ms)
+int engc_poll_ack(struct ad_client *c, uint64_t job, uint64_t seen, uint32_t max_wait_ms, uint32_t hold_ms,
+                  struct engc_poll *out, int timeout_ms, int *code, char *err);
 void engc_poll_free(struct engc_poll *p);
 int engc_cancel(struct ad_client *c, uint64_t job, int timeout_ms, int *code, char *err);
 // *logits malloc'd: *rows x *n_vocab; upto_layer 0: the whole model
@@ -178,21 +180,24 @@ void engc_job_free(struct engc_job *j); // NULL is fine; cancels a job still run
 // engine is away or full (the call waited up to wait_ms: call again), -1
 // on a failure (*code, err)
 int engc_job_start(struct engc_job *j, uint32_t wait_ms, struct engc_started *info, int *code, char *err);
-// engc_poll's contract for a started job, across losses: 0 with the new
-// tokens and the finish (ENGC_RUNNING, with no tokens, while it waits for
-// the engine), -1 on a failure
-int engc_job_poll(struct engc_job *j, uint32_t max_wait_ms, struct engc_poll *out, int *code, char *err);
+// engc_poll_ack's contract for a started job, across losses: 0 with the
+// new tokens and the finish (ENGC_RUNNING, with no tokens, while it waits
+// for the engine), -1 on a failure
+int engc_job_poll(struct engc_job *j, uint32_t max_wait_ms, uint32_t hold_ms, struct engc_poll *out, int *code,
+                  char *err);
 // A reader that streams a job's tokens (run, the server) takes a frame's
-// tokens at a time: after a poll, or a round of polls, that began at t0_ns
-// (ad_now_ns) and brought tokens, engc_frame_wait sleeps out the rest of
-// ENGC_FRAME_NS. A poll per decode step woke the reader, the engine's
-// service thread and the tokenizer in the middle of every step, and on a
-// small machine each wake took a core from the workers (stories260K: the
-// ane-worker picked up a step's first call 84 us late at the median, where
-// 2 us is usual, and decoded at half speed). The first token is never held
-// back: only a poll that brought tokens is followed by the wait.
+// tokens at a time: after a poll that came back with tokens at t0_ns
+// (ad_now_ns), the next one holds the new ones for the rest of
+// ENGC_FRAME_NS, engc_frame_left_ms (its hold_ms). A poll per decode step
+// woke the reader, the engine's service thread and the tokenizer in the
+// middle of every step, and on a small machine each wake took a core from
+// the workers (stories260K: the ane-worker picked up a step's first call
+// 84 us late at the median, where 2 us is usual, and decoded at half
+// speed). The first token is never held back, nor the job's end: a reply
+// of 20 tokens of stories260K, done in 3 ms, came 41 ms after its request
+// while the reader slept out whole frames.
 #define ENGC_FRAME_NS 20000000u
-void engc_frame_wait(uint64_t t0_ns);
+uint32_t engc_frame_left_ms(uint64_t t0_ns);
 // end it (best effort; a lost job has nothing to cancel)
 void engc_job_cancel(struct engc_job *j);
 int engc_job_replays(const struct engc_job *j); // incarnations after the first

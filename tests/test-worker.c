@@ -39,7 +39,8 @@
 // an ane-worker gone for good exits within 2.5 s, leaving no surface; an
 // ane-worker killed while drafts are being verified (every decode step
 // but the last carries one) loses or repeats no token either.
-// The streaming readers' pacing (engc_frame_wait) sleeps out a frame.
+// The streaming readers' pacing: a held poll brings a frame's tokens at
+// its end, or all of them at once when the job ends first.
 // Prints aggregate tok/s for 1, 2 and 4 jobs.
 #include <dirent.h>
 #include <pthread.h>
@@ -360,9 +361,9 @@ test_poll_ack(void)
 	enum engc_finish fin = ENGC_RUNNING;
 	for (int polls = 0; fin == ENGC_RUNNING && polls < 200; polls++) {
 		struct engc_poll p, q;
-		REQUIRE(engc_poll_ack(S.c, js.job, seen, 1000, &p, TMO, NULL, err) == 0, "%s", err);
+		REQUIRE(engc_poll_ack(S.c, js.job, seen, 1000, 0, &p, TMO, NULL, err) == 0, "%s", err);
 		if (p.n_events && polls % 2 == 0) { // its reply "lost": the same poll again
-			REQUIRE(engc_poll_ack(S.c, js.job, seen, 0, &q, TMO, NULL, err) == 0, "%s", err);
+			REQUIRE(engc_poll_ack(S.c, js.job, seen, 0, 0, &q, TMO, NULL, err) == 0, "%s", err);
 			repeats++;
 			same &= q.n_events >= p.n_events;
 			for (size_t i = 0; same && i < p.n_events; i++)
@@ -380,15 +381,15 @@ test_poll_ack(void)
 	CHECK(same_ids(got, seen, ref_ids + 4, 24), "the tokens read with acknowledgements");
 	// the final poll again, acknowledged: the finish, nothing new
 	struct engc_poll p;
-	REQUIRE(engc_poll_ack(S.c, js.job, seen, 0, &p, TMO, NULL, err) == 0, "%s", err);
+	REQUIRE(engc_poll_ack(S.c, js.job, seen, 0, 0, &p, TMO, NULL, err) == 0, "%s", err);
 	CHECK(p.finish == ENGC_LENGTH && p.n_events == 0, "finish %d, %zu events", (int)p.finish, p.n_events);
 	engc_poll_free(&p);
 	// more seen than produced, and fewer than already acknowledged
 	int code = 0;
-	CHECK(engc_poll_ack(S.c, js.job, seen + 1, 0, &p, TMO, &code, err) == -1 &&
+	CHECK(engc_poll_ack(S.c, js.job, seen + 1, 0, 0, &p, TMO, &code, err) == -1 &&
 	              code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST && strstr(err, "events seen"),
 	      "code %d: %s", code, err);
-	CHECK(engc_poll_ack(S.c, js.job, seen - 1, 0, &p, TMO, &code, err) == -1 &&
+	CHECK(engc_poll_ack(S.c, js.job, seen - 1, 0, 0, &p, TMO, &code, err) == -1 &&
 	              code == ANEDVD__ERROR_CODE__ERROR_BAD_REQUEST,
 	      "code %d: %s", code, err);
 }
@@ -416,7 +417,7 @@ test_request_id(void)
 		enum engc_finish fin = ENGC_RUNNING;
 		for (int polls = 0; fin == ENGC_RUNNING && polls < 100; polls++) {
 			struct engc_poll p;
-			REQUIRE(engc_poll_ack(S.c, jobs[k], seen, 1000, &p, TMO, NULL, err) == 0, "%s", err);
+			REQUIRE(engc_poll_ack(S.c, jobs[k], seen, 1000, 0, &p, TMO, NULL, err) == 0, "%s", err);
 			for (size_t i = 0; i < p.n_events && seen < 6; i++)
 				got[seen++] = p.events[i].id;
 			fin = p.finish;
@@ -1200,7 +1201,7 @@ story_run(struct ad_client *c, const struct engc_gen *g, size_t cut, void (*rest
 	int restarted = 0;
 	for (out->fin = ENGC_RUNNING; out->fin == ENGC_RUNNING;) {
 		struct engc_poll p;
-		if (engc_job_poll(j, 100, &p, &code, err)) {
+		if (engc_job_poll(j, 100, 0, &p, &code, err)) {
 			CHECK(0, "poll: %s", err);
 			engc_job_free(j);
 			return -1;
@@ -1400,7 +1401,7 @@ test_resume(void)
 		int losses = 0;
 		struct engc_poll p;
 		for (;;) {
-			if (engc_job_poll(pj, 10, &p, &code, err) != 0)
+			if (engc_job_poll(pj, 10, 0, &p, &code, err) != 0)
 				break;
 			CHECK(p.n_events == 0, "a token came out");
 			engc_poll_free(&p);
@@ -1436,7 +1437,7 @@ test_resume(void)
 	uint64_t t0 = ad_now_ns();
 	struct engc_poll p;
 	int polls = 0, waited = 0;
-	while ((rv = engc_job_poll(j, 50, &p, &code, err)) == 0 && p.finish == ENGC_RUNNING) {
+	while ((rv = engc_job_poll(j, 50, 0, &p, &code, err)) == 0 && p.finish == ENGC_RUNNING) {
 		waited |= engc_job_waiting(j);
 		engc_poll_free(&p);
 		polls++;
@@ -2281,33 +2282,80 @@ test_no_vocab(void)
 	cpu_worker_stop(w, NULL, NULL);
 }
 
-// a streaming reader's pacing: after a poll that began at t0 and brought
-// tokens, engc_frame_wait sleeps out the rest of the frame
+// a streaming reader's pacing (PollRequest.hold_ms): after a poll that
+// began at t0 and brought tokens, the next one holds them for the rest of
+// the frame (engc_frame_left_ms); a held poll comes back at the end of its
+// hold with the tokens so far, or at once with all of them when the job
+// ends first
 static void
-test_frame_wait(void)
+test_poll_hold(void)
 {
+	const uint32_t frame_ms = ENGC_FRAME_NS / 1000000u;
 	uint64_t t0 = ad_now_ns();
-	engc_frame_wait(t0);
-	uint64_t took = ad_now_ns() - t0;
-	CHECK(took >= ENGC_FRAME_NS, "slept %llu ns after a poll just begun, the frame is %u", (unsigned long long)took,
-	      ENGC_FRAME_NS);
-	// half the frame already passed: at least the other half
-	t0 = ad_now_ns();
-	engc_frame_wait(t0 - ENGC_FRAME_NS / 2);
-	took = ad_now_ns() - t0;
-	CHECK(took >= ENGC_FRAME_NS / 2 - 1000000u, "slept %llu ns for the second half of a frame",
-	      (unsigned long long)took);
+	uint32_t left = engc_frame_left_ms(t0);
+	CHECK(left + 1 >= frame_ms && left <= frame_ms, "%u ms left of a frame of %u just begun", left, frame_ms);
+	left = engc_frame_left_ms(t0 - ENGC_FRAME_NS / 2);
+	CHECK(left + 1 >= frame_ms / 2 && left <= frame_ms / 2, "%u ms left of a frame half gone", left);
+	CHECK(engc_frame_left_ms(t0 - ENGC_FRAME_NS) == 0, "a frame gone has %u ms left",
+	      engc_frame_left_ms(t0 - ENGC_FRAME_NS));
+
+	char err[AD_ERRLEN];
+	struct engc_started js;
+	struct engc_poll p;
+	// a job of 2,000 tokens, longer than the hold (at stories260K's speed
+	// here, 100-300 ms): the poll comes back after its hold, the job
+	// running, with more than one token; one that already ended brought
+	// every token
+	struct engc_gen g = {.prompt = prompt5, .n_prompt = 5, .max_tokens = 2000};
+	REQUIRE(engc_generate(S.c, &g, &js, TMO, NULL, err) == 0, "%s", err);
+	uint64_t a = ad_now_ns();
+	REQUIRE(engc_poll_ack(S.c, js.job, 0, 5000, 40, &p, TMO, NULL, err) == 0, "%s", err);
+	uint64_t took = ad_now_ns() - a;
+	CHECK(p.finish == ENGC_RUNNING ? took >= 40000000u && p.n_events > 1 : p.n_events == 2000,
+	      "a poll held 40 ms: back after %.1f ms with %zu tokens, finish %d", (double)took / 1e6, p.n_events,
+	      (int)p.finish);
+	size_t seen = p.n_events;
+	engc_poll_free(&p);
+	// the same hold past the time it takes: an ordinary poll once the hold is over
+	REQUIRE(engc_poll_ack(S.c, js.job, seen, 1000, 0, &p, TMO, NULL, err) == 0, "%s", err);
+	engc_poll_free(&p);
+	engc_cancel(S.c, js.job, TMO, NULL, err);
+
+	// a short job (24 tokens): a poll held 4 s comes back when it ends,
+	// with every token, not after the hold
+	g.max_tokens = 24;
+	REQUIRE(engc_generate(S.c, &g, &js, TMO, NULL, err) == 0, "%s", err);
+	a = ad_now_ns();
+	REQUIRE(engc_poll_ack(S.c, js.job, 0, 5000, 4000, &p, TMO, NULL, err) == 0, "%s", err);
+	took = ad_now_ns() - a;
+	CHECK(p.finish == ENGC_LENGTH && p.n_events == 24 && took < 2000000000u,
+	      "a poll held 4 s on a job of 24 tokens: finish %d, %zu tokens, after %.1f ms", (int)p.finish, p.n_events,
+	      (double)took / 1e6);
+	int32_t got[24];
+	for (size_t i = 0; i < p.n_events && i < 24; i++)
+		got[i] = p.events[i].id;
+	CHECK(p.n_events == 24 && same_ids(got, 24, ref_ids + 4, 24), "the held tokens are the reference's");
+	engc_poll_free(&p);
+	// a hold beyond the wait is the wait
+	g.max_tokens = 2000;
+	REQUIRE(engc_generate(S.c, &g, &js, TMO, NULL, err) == 0, "%s", err);
+	a = ad_now_ns();
+	REQUIRE(engc_poll_ack(S.c, js.job, 0, 30, 4000, &p, TMO, NULL, err) == 0, "%s", err);
+	took = ad_now_ns() - a;
+	CHECK(took < 2000000000u, "a poll of 30 ms held 4 s came back after %.1f ms", (double)took / 1e6);
+	engc_poll_free(&p);
+	engc_cancel(S.c, js.job, TMO, NULL, err);
 }
 
 int
 main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
-	T_RUN(test_frame_wait);
 	T_RUN(start);
 	if (S.c) {
 		T_RUN(test_greedy);
 		T_RUN(test_poll_ack);
+		T_RUN(test_poll_hold);
 		T_RUN(test_request_id);
 		T_RUN(test_concurrent);
 		T_RUN(test_seeded);

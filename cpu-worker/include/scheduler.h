@@ -15,7 +15,8 @@
 //
 // Tokens are buffered per job; sched_poll hands over everything since the
 // last poll, waiting up to max_wait_ms (at most 60 s) for something new
-// (sched_poll_ack: everything the caller has not acknowledged).
+// (sched_poll_ack: everything the caller has not acknowledged, and with
+// hold_ms a streaming reader's frame: engine.proto's PollRequest).
 // The poll that reports the finish carries the final timings; the job is
 // kept for grace_ms after it (a repeated final poll gets the same finish,
 // no tokens) and then forgotten.
@@ -239,7 +240,10 @@ int sched_poll(struct sched *s, uint64_t job, int max_wait_ms, struct sched_poll
 // over and kept until a later call acknowledges them, so a call repeated
 // with the same seen gets the same events (and any new ones). seen beyond
 // the events produced, or below those already dropped, is SCHED_EBADREQ.
-int sched_poll_ack(struct sched *s, uint64_t job, uint64_t seen, int max_wait_ms, struct sched_poll *out,
+// hold_ms > 0: tokens there are to hand over wait until hold_ms after the
+// call for more, unless the job ends first (a holding poller is woken by
+// the job's end and its own clock, not by every token)
+int sched_poll_ack(struct sched *s, uint64_t job, uint64_t seen, int max_wait_ms, int hold_ms, struct sched_poll *out,
                    enum sched_code *code, char *err);
 // cancelling a finished job is not an error
 int sched_cancel(struct sched *s, uint64_t job, enum sched_code *code, char *err);
