@@ -854,7 +854,7 @@ chat_usage(int full)
 	cli_usage("chat", full,
 	          "[--model M] [options]\n"
 	          "  multi-turn chat in the terminal; each turn reuses the cached prefix\n"
-	          "  commands: /help /reset /temp X /topp X /rep X /exit /quit\n" PIPE_HELP_MODEL
+	          "  commands: /help /reset /temp X /topp X /rep X (without X: show it) /exit /quit\n" PIPE_HELP_MODEL
 	          "  --system TEXT       system message\n"
 	          "  --max-tokens N      reply length (default 256)\n"
 	          "  --max-seq N         context (default 2048)\n"
@@ -922,21 +922,36 @@ cmd_chat(int argc, char **argv)
 				break;
 			if (!strcmp(line, "/help")) {
 				printf("/reset     forget the conversation\n/temp X    temperature\n/topp X    top-p\n"
-				       "/rep X     repetition penalty\n/exit      leave (also /quit)\n");
+				       "/rep X     repetition penalty\n/exit      leave (also /quit)\n"
+				       "/temp, /topp and /rep without a value show it\n");
 			} else if (!strcmp(line, "/reset")) {
 				for (int i = 0; i < nh; i++)
 					free(hist[i].text);
 				nh = 0;
 				engc_reset(p.eng, session, p.timeout_ms, NULL, NULL);
 				printf("conversation cleared\n");
-			} else if (!strcmp(line, "/temp") && arg && !cli_float("chat", "/temp", arg, 0, 100, &f)) {
-				sp.temperature = f;
-			} else if (!strcmp(line, "/topp") && arg && !cli_float("chat", "/topp", arg, 1e-6, 1, &f)) {
-				sp.top_p = f;
-			} else if (!strcmp(line, "/rep") && arg && !cli_float("chat", "/rep", arg, 1e-3, 100, &f)) {
-				sp.repeat_penalty = f;
+			} else if (!strcmp(line, "/temp")) { // a bad value: cli_float says why
+				if (!arg || !cli_float("chat", "/temp", arg, 0, 100, &f)) {
+					if (arg)
+						sp.temperature = f;
+					printf("temperature %g%s\n", (double)sp.temperature,
+					       sp.temperature == 0 ? " (greedy)" : "");
+				}
+			} else if (!strcmp(line, "/topp")) {
+				if (!arg || !cli_float("chat", "/topp", arg, 1e-6, 1, &f)) {
+					if (arg)
+						sp.top_p = f;
+					printf("top-p %g%s\n", (double)sp.top_p, sp.top_p >= 1 ? " (off)" : "");
+				}
+			} else if (!strcmp(line, "/rep")) {
+				if (!arg || !cli_float("chat", "/rep", arg, 1e-3, 100, &f)) {
+					if (arg)
+						sp.repeat_penalty = f;
+					printf("repetition penalty %g%s\n", (double)sp.repeat_penalty,
+					       sp.repeat_penalty == 1 ? " (off)" : "");
+				}
 			} else {
-				printf("unknown command or bad value: /help lists the commands\n");
+				printf("unknown command %s: /help lists the commands\n", line);
 			}
 			continue;
 		}

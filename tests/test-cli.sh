@@ -630,6 +630,21 @@ check "run --ngram-min above --ngram-max" usage2 "--ngram-min" run --model "$STO
 check "run --draft-cost x" usage2 "--draft-cost" run --model "$STORIES" --prompt-ids 1 --draft-cost x
 check "serve --ngram-max 0" usage2 "--ngram-max" serve --model "$STORIES" --ngram-max 0
 check "chat --draft -1" usage2 "--draft" chat --model "$STORIES" --draft -1
+# a chat session on stdin: the settings answered, a bad value named once, an
+# unknown command named, a turn's summary line; the tokenizer's note that the
+# model has no chat template comes before the first prompt, not inside it
+printf '/temp\n/temp 0\n/topp 2\n/rep\n/bogus\nOnce upon a time\n/exit\n' |
+	$A chat --model "$STORIES" --max-tokens 8 > "$T/chat.txt" 2>&1
+rc=$?
+check "chat: exits 0 on /exit" [ $rc -eq 0 ]
+check "chat: /temp shows the temperature" grep -q "^you> temperature 0.7$" "$T/chat.txt"
+check "chat: /temp 0 sets it" grep -q "^you> temperature 0 (greedy)$" "$T/chat.txt"
+check "chat: /topp 2 is refused with the range" grep -q "/topp takes a number from 1e-06 to 1, not '2'" "$T/chat.txt"
+check "chat: a bad value is not an unknown command" sh -c "! grep -q 'unknown command /topp' '$T/chat.txt'"
+check "chat: /rep shows the penalty" grep -Eq "^you> repetition penalty [0-9.]+( \(off\))?$" "$T/chat.txt"
+check "chat: /bogus is unknown" grep -q "^you> unknown command /bogus: /help lists the commands$" "$T/chat.txt"
+check "chat: a turn's summary" grep -q "^\[8 tokens, .* tok/s, length, prompt" "$T/chat.txt"
+check "chat: the template note before the first prompt" sh -c "awk '/has no chat template/ { w = NR } /^you>/ && !y { y = NR } END { exit !(w && w < y) }' '$T/chat.txt'"
 check "kernels --cols 65 (the chunk is 64)" usage2dev "--cols" kernels --model "$STORIES" --cols 65
 # a bad ANEDVD_SIMD stops the ane-worker with status 2: reported at once, not restarted for minutes
 t0=$SECONDS
