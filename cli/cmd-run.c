@@ -899,6 +899,16 @@ cmd_chat(int argc, char **argv)
 	status = 1;
 	char session[64];
 	snprintf(session, sizeof session, "chat-%ld", (long)getpid());
+	// the tokenizer says, at its first chat rendering, when the model has
+	// no chat template it runs: render once now, so that the note comes
+	// before the first prompt and not inside its line
+	{
+		struct tok_msg m[2] = {{.role = TOK_ROLE_SYSTEM, .content = system},
+		                       {.role = TOK_ROLE_USER, .content = ""}};
+		char *c = NULL;
+		if (tokc_chat(p.tok, system ? m : m + 1, system ? 2 : 1, 1, &c, p.timeout_ms, err) == 0)
+			free(c);
+	}
 	printf("ready. /help for commands, /exit to quit.\n");
 	char line[8192];
 	for (;;) {

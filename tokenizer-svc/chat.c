@@ -275,23 +275,16 @@ tok_apply_chat_family(const struct tokenizer *t, enum tok_chat_family f, const s
 	return 0;
 }
 
-static atomic_int guess_warned;
-
-void
-tok_chat_warn_guess(const struct tokenizer *t)
-{
-	if (t->chat_guessed && !t->jinja && !atomic_exchange(&guess_warned, 1))
-		ad_warn("chat: %s; using the %s format",
-		        t->chat_template ? "chat template not recognised" : "the model has no chat template",
-		        tok_chat_family_name(t->chat));
-}
-
 // the native renderer for tok_chat_render, with the one warning about a
 // model whose template says nothing this file knows
 int
 tok_chat_native(const struct tokenizer *t, const struct tok_msg *msgs, size_t n, int add_generation_prompt, char **out,
                 char *err)
 {
-	tok_chat_warn_guess(t);
+	static atomic_int warned;
+	if (t->chat_guessed && !t->jinja && !atomic_exchange(&warned, 1))
+		ad_warn("chat: %s; using the %s format",
+		        t->chat_template ? "chat template not recognised" : "the model has no chat template",
+		        tok_chat_family_name(t->chat));
 	return tok_apply_chat_family(t, t->chat, msgs, n, add_generation_prompt, out, err);
 }

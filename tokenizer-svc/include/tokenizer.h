@@ -148,11 +148,6 @@ int tok_chat_render(const struct tokenizer *t, const struct tok_msg *msgs, size_
                     const struct tok_chat_opts *o, char **out, const char **how, char *err);
 // whether the model's template is run (else *why, if non-NULL, says why not)
 int tok_chat_jinja(const struct tokenizer *t, const char **why);
-// the warning, once a process, that chat is a guess from the vocabulary (the
-// model has no template, or one that neither runs nor is recognised) and
-// which format it uses: the service says it as it starts, the native
-// renderer at its first use otherwise
-void tok_chat_warn_guess(const struct tokenizer *t);
 
 // tok_apply_chat: tok_chat_render without tools or options.
 int tok_apply_chat(const struct tokenizer *t, const struct tok_msg *msgs, size_t n, int add_generation_prompt,

@@ -96,8 +96,6 @@ main(int argc, char **argv)
 		return 1;
 	}
 	ad_heap_trim(); // what the load parsed and freed
-	// said now, not in the middle of the first chat request's output
-	tok_chat_warn_guess(t);
 	struct tok_service svc;
 	tok_service_init(&svc, t, "anedvd-tokenizer");
 	const char *dus = getenv("ANEDVD_DEBUG_DELAY_US");
