@@ -122,7 +122,10 @@ class TreeMemory:
 	the tree itself re-read every 50 ms (children start once, early). And
 	the peak of the summed PSS, every 50 ms for the first second (short
 	runs), then every 250 ms (smaps_rollup walks the page tables): the
-	processes' memory together, each page counted once. A sum
+	processes' memory together, each page counted once. For the first half
+	second all of it every 5 ms: a stories260K run is over in 30-60 ms,
+	and sampled every 50 ms its peak came out at 2.0-7.8 MiB from one run
+	to the next, the workers often caught before they had loaded. A sum
 	of VmRSS counts a page once per process that maps it: the shared
 	surfaces between the workers twice, the shared libraries once per
 	process. The sampler shares the two cores with what it measures: every
@@ -141,7 +144,8 @@ class TreeMemory:
 		pids, last, last_pss, t_start = [self.pid], 0.0, 0.0, time.monotonic()
 		while not self._stop.is_set():
 			now = time.monotonic()
-			if now - last > 0.05:
+			step = 0.005 if now - t_start < 0.5 else 0.05
+			if now - last > step:
 				pids, last = _tree(self.pid), now
 			rss = anon = 0
 			for p in pids:
@@ -149,10 +153,10 @@ class TreeMemory:
 				rss, anon = rss + r, anon + a
 			self.peak_rss = max(self.peak_rss, rss)
 			self.peak_anon = max(self.peak_anon, anon)
-			if now - last_pss > (0.05 if now - t_start < 1.0 else 0.25):
+			if now - last_pss > (step if now - t_start < 1.0 else 0.25):
 				self.peak_pss = max(self.peak_pss, sum(_pss_kb(p) for p in pids))
 				last_pss = now
-			self._stop.wait(0.05)
+			self._stop.wait(step)
 
 	def stop(self):
 		self._stop.set()
@@ -815,9 +819,10 @@ def main():
 		    f" byte of the reply after a {b.nprompt}-token prompt; llama.cpp: llama-bench's wall time for"
 		    f" loading and one {b.nprompt}-token prompt, no warm-up")
 		say(f"{bullet}peak RSS: the largest sum over a run's process tree (anedvd and every child) of"
-		    f" VmRSS, sampled from /proc every 50 ms (a page two processes map counts twice); RssAnon"
-		    f" likewise (private memory only); together: the largest sum of PSS (/proc/PID/smaps_rollup,"
-		    f" every 50 ms for a second, then every 250 ms), each resident page divided among the processes that map it, so the workers'"
+		    f" VmRSS, sampled from /proc every 5 ms for half a second, then every 50 ms (a page two processes"
+		    f" map counts twice); RssAnon likewise (private memory only); together: the largest sum of PSS"
+		    f" (/proc/PID/smaps_rollup, every 5 ms for half a second, every 50 ms to a second, then every"
+		    f" 250 ms), each resident page divided among the processes that map it, so the workers'"
 		    f" shared surfaces and the shared libraries count once; the target's allowance for the KV"
 		    f" cache is the fp16 rows of the run's positions. The memory comes from one more run of"
 		    f" each tool per repeat, whose timings are not used: no timed run shares the cores with the"
