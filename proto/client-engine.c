@@ -134,7 +134,7 @@ poll_call(struct ad_client *c, uint64_t job, int ack, uint64_t seen, uint32_t ma
 	Anedvd__PollRequest pr = ANEDVD__POLL_REQUEST__INIT;
 	pr.job = job;
 	pr.max_wait_ms = max_wait_ms;
-	pr.hold_ms = hold_ms < max_wait_ms ? hold_ms : max_wait_ms;
+	pr.hold_ms = hold_ms; // the worker takes at most max_wait_ms of it
 	pr.ack = ack != 0;
 	pr.seen = seen;
 	Anedvd__EngineReply *r = call(c, &pr.base, timeout_ms + (int)max_wait_ms, code, err);
