@@ -1311,6 +1311,7 @@ store_main(void *arg)
 {
 	struct ane_store *q = arg;
 	int i = 0, abort = 0;
+	ad_thread_name("cache writer");
 	for (;;) {
 		pthread_mutex_lock(&q->mu);
 		while (i >= q->ready && !q->done)

@@ -1372,7 +1372,7 @@ emu_open(const struct emu_opts *opts, char *err)
 		emu_close(e);
 		return NULL;
 	}
-	const struct ad_pool_opts po = {e->nthreads, spin_ns, POOL_WAIT_SPIN_NS};
+	const struct ad_pool_opts po = {e->nthreads, spin_ns, POOL_WAIT_SPIN_NS, "emu pool"};
 	if (!(e->pool = ad_pool_new(&po, err))) {
 		emu_close(e);
 		return NULL;

@@ -834,6 +834,7 @@ dp_thread(void *arg)
 {
 	struct dpc *d = arg;
 	static const char *why[] = {"stopping", "closed by the client", "the client is gone", "attached again"};
+	ad_thread_name("data plane");
 	int rc = dp_serve(d->ch, d->gen, dp_handle, d, &d->stop, 100);
 	ad_log(d->w->log_level, "data plane %s (generation %u): %s", d->id, d->gen, rc >= 0 && rc <= 3 ? why[rc] : "?");
 	pthread_mutex_lock(&d->w->mu);
@@ -1127,6 +1128,7 @@ mover_main(void *arg)
 	char err[AD_ERRLEN];
 	uint64_t t0 = ad_now_ns(), bytes = 0;
 	int moved = 0;
+	ad_thread_name("cache mover");
 	for (int i = 0; i < w->set.plan.n && !atomic_load(&w->move_stop); i++) {
 		struct ane_kernel *k = &w->set.k[i];
 		size_t nb = k->ek ? emu_kernel_borrowed(k->ek) : 0;

@@ -515,6 +515,7 @@ monitor(void *arg)
 {
 	struct sup *s = arg;
 	block_stop_signals();
+	ad_thread_name("supervisor");
 	while (!atomic_load(&s->stop)) {
 		monitor_once(s);
 		sleep_ms(20);
@@ -532,6 +533,7 @@ watch(void *arg)
 {
 	struct sup *s = arg;
 	block_stop_signals();
+	ad_thread_name("watchdog");
 	while (!atomic_load(&s->stop)) {
 		for (int i = 0; i < SUP_MAX && !atomic_load(&s->stop); i++) {
 			pthread_mutex_lock(&s->mu);

@@ -272,6 +272,7 @@ static void *
 watch_main(void *arg)
 {
 	(void)arg;
+	ad_thread_name("ipc watch");
 	pthread_mutex_lock(&watch_mu);
 	while (!watch_stop) {
 		wait_ms(&watch_cv, &watch_mu, AD_WATCH_MS);
@@ -328,6 +329,7 @@ server_loop(void *p)
 	struct srv_thread *th = p;
 	struct ad_server *s = th->s;
 	nng_ctx ctx = th->ctx;
+	ad_thread_name("rpc %d", (int)(th - s->threads) + 1);
 	nng_aio *aio = th->aio;
 	for (;;) {
 		nng_ctx_recv(ctx, aio);
@@ -418,6 +420,7 @@ listen_again(struct ad_server *s, char *err)
 static void *
 guard_main(void *arg)
 {
+	ad_thread_name("rpc guard");
 	struct ad_server *s = arg;
 	int down = 0; // the listener closed, not yet listening again
 	pthread_mutex_lock(&s->gmu);

@@ -1,5 +1,7 @@
+#define _GNU_SOURCE // pthread_setname_np
 #include "log.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,4 +59,19 @@ ad_env_on(const char *name, const char *on)
 	if (v && *v && strcmp(v, "1"))
 		ad_warn("%s=%s: expected 0 or 1; %s", name, v, on);
 	return 1;
+}
+
+void
+ad_thread_name(const char *fmt, ...)
+{
+	char name[16]; // the system's limit, the terminating zero included
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(name, sizeof name, fmt, ap);
+	va_end(ap);
+#if defined(__APPLE__)
+	pthread_setname_np(name);
+#elif defined(__linux__)
+	pthread_setname_np(pthread_self(), name);
+#endif
 }

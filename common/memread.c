@@ -77,7 +77,7 @@ ad_memread_new(size_t bytes, int threads, char *err)
 	}
 	for (size_t i = 0; i < r->bytes / 8; i++)
 		((uint64_t *)r->buf)[i] = i * AD_MEMREAD_MUL;
-	const struct ad_pool_opts po = {threads, 0, 0};
+	const struct ad_pool_opts po = {threads, 0, 0, "read"};
 	if (!(r->pool = ad_pool_new(&po, err))) {
 		ad_memread_free(r);
 		return NULL;

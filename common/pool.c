@@ -4,10 +4,12 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "clock.h"
 #include "err.h"
+#include "log.h"
 
 struct worker {
 	struct ad_pool *p;
@@ -36,6 +38,7 @@ struct ad_pool {
 	uint64_t moves; // atomic: a thread left another's CPU (spread, leave_caller)
 	int caller_cpu; // atomic: the CPU the caller last published a job on (-1: none)
 	int hot;        // atomic: ad_pool_hot
+	char name[12];  // the workers' thread names, without their number
 };
 
 // claim and run tasks of generation gen until none is left
@@ -133,6 +136,7 @@ worker_main(void *arg)
 	struct worker *w = arg;
 	struct ad_pool *p = w->p;
 	uint32_t seen = 0;
+	ad_thread_name("%s %d", p->name, w->id);
 	pthread_mutex_lock(&p->mu);
 	for (;;) {
 		while (!p->stop && p->gen == seen)
@@ -162,6 +166,7 @@ ad_pool_new(const struct ad_pool_opts *o, char *err)
 		return NULL;
 	}
 	p->spin_ns = o->spin_ns;
+	snprintf(p->name, sizeof p->name, "%s", o->name ? o->name : "pool");
 	p->caller_cpu = -1;
 	p->wait_spin_ns = o->wait_spin_ns;
 	pthread_mutex_init(&p->mu, NULL);

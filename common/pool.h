@@ -50,6 +50,7 @@ struct ad_pool_opts {
 	int threads;       // threads that run a job, the caller included (>= 1)
 	long spin_ns;      // workers' poll after a job (see above)
 	long wait_spin_ns; // the caller's spin for the last tasks
+	const char *name;  // the workers' thread names: "NAME 1", "NAME 2", ...; NULL: "pool"
 };
 
 // a pool of o->threads - 1 worker threads. A thread that cannot be

@@ -663,7 +663,7 @@ engine_new(const struct model *m, struct kernel_backend *kb, const struct engine
 		if (!(e->h_logits = kb_host_alloc(e->kb, (size_t)W * (size_t)e->V, why)))
 			ad_info("engine: the logits through the surfaces (%s)", why);
 	}
-	if (threads > 1 && !(e->pool = ad_pool_new(&(struct ad_pool_opts){threads, 0, 0}, err)))
+	if (threads > 1 && !(e->pool = ad_pool_new(&(struct ad_pool_opts){threads, 0, 0, "cpu pool"}, err)))
 		goto fail;
 	// what the engine reads of the model is copied by now (norms, biases:
 	// deq) or read on demand (embedding rows, MoE experts): the pages its

@@ -42,6 +42,7 @@ static void *
 stop_watchdog(void *arg)
 {
 	(void)arg;
+	ad_thread_name("stop watchdog");
 	usleep(STOP_GRACE_MS * 1000);
 	ad_warn("still stopping after %d ms: exiting now", STOP_GRACE_MS);
 	trace_flush_env(NULL);

@@ -1353,6 +1353,7 @@ static void *
 engine_main(void *arg)
 {
 	struct sched *s = arg;
+	ad_thread_name("engine");
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
 		uint64_t now = ad_now_ns();

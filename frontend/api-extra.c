@@ -353,6 +353,7 @@ static void *
 extra_main(void *arg)
 {
 	int first = arg != NULL;
+	ad_thread_name("tokenizer req");
 	for (;;) {
 		pthread_mutex_lock(&X.mu);
 		// the first thread fetches the vocabulary for /props and /v1/models

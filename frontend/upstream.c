@@ -1157,6 +1157,7 @@ out:
 static void *
 worker_main(void *arg)
 {
+	ad_thread_name("upstream %d", (int)(intptr_t)arg);
 	for (;;) {
 		pthread_mutex_lock(&q.mu);
 		while (!q.head && !q.stopping)
@@ -1212,6 +1213,7 @@ worker_main(void *arg)
 static void *
 probe_main(void *arg)
 {
+	ad_thread_name("health probe");
 	pthread_mutex_lock(&probe_mu);
 	while (!q.stopping) {
 		pthread_mutex_unlock(&probe_mu);
@@ -1241,6 +1243,7 @@ probe_main(void *arg)
 static void *
 lease_main(void *arg)
 {
+	ad_thread_name("lease");
 	pthread_mutex_lock(&probe_mu);
 	while (!q.stopping) {
 		pthread_mutex_unlock(&probe_mu);
@@ -1278,7 +1281,7 @@ fe_upstream_start(const struct fe_config *c, char *err)
 	if (!workers)
 		return ad_err(err, "out of memory");
 	for (int i = 0; i < c->parallel; i++) {
-		if (pthread_create(&workers[i], NULL, worker_main, NULL) != 0)
+		if (pthread_create(&workers[i], NULL, worker_main, (void *)(intptr_t)(i + 1)) != 0)
 			return ad_err(err, "could not start worker threads");
 		n_workers++;
 	}

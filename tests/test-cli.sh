@@ -538,6 +538,27 @@ if [ -x "$BIN/anedvd-cpu-worker" ] && [ -x "$BIN/anedvd-frontend" ]; then
 			-d '{"prompt":"Once upon a time","max_tokens":12,"temperature":0}' | grep -q "there was a little girl"
 	}
 	check "serve answers a completion" complete
+	# each process's threads named by their roles, as ps -L and perf show them
+	if [ -d /proc/self/task ]; then
+		named() { # named PID NAME: a thread of PID is called NAME
+			cat /proc/"$1"/task/*/comm 2>/dev/null | grep -qx "$2"
+		}
+		AW=$(awk '$1=="ane-worker"{print $2}' "$T/anedvd-$P/status")
+		CW=$(awk '$1=="cpu-worker"{print $2}' "$T/anedvd-$P/status")
+		FE=$(awk '$1=="frontend"{print $2}' "$T/anedvd-$P/status")
+		for n in "data plane" "emu pool 1" "rpc 1"; do
+			check "serve: the ane-worker has a thread named '$n'" named "$AW" "$n"
+		done
+		for n in engine "rpc 1"; do
+			check "serve: the cpu-worker has a thread named '$n'" named "$CW" "$n"
+		done
+		for n in "upstream 1" "health probe" lease; do
+			check "serve: the frontend has a thread named '$n'" named "$FE" "$n"
+		done
+		for n in supervisor watchdog; do
+			check "serve: the supervisor has a thread named '$n'" named "$P" "$n"
+		done
+	fi
 	check "serve hands --cache-mem to the cpu-worker" grep -q "prefix cache 8.0 MiB" "$T/serve.err"
 	for _ in $(seq 1 100); do grep -q "off the cache file" "$T/serve.err" && break; sleep 0.05; done
 	check "serve moves the cached weights off the file while idle" grep -q "moved [0-9]* kernels' weights" "$T/serve.err"

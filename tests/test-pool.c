@@ -6,13 +6,16 @@
 // pool's threads take part (slow tasks on three threads run on more than
 // one of them); a caller put on the CPU where a worker polls moves off it
 // (Linux, two CPUs or more); small jobs back to back for a few seconds,
-// none returning early.
+// none returning early; the workers named "NAME 1", "NAME 2" (or "pool 1")
+// as the system shows them (Linux: /proc/self/task/*/comm).
 #ifdef __linux__
 #define _GNU_SOURCE // sched_getcpu and the CPU_ macros
 #include <sched.h>
 #endif
+#include <dirent.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -51,7 +54,7 @@ static void
 run_jobs(int threads, long spin_ns, long wait_spin_ns)
 {
 	char err[AD_ERRLEN];
-	struct ad_pool *p = ad_pool_new(&(struct ad_pool_opts){threads, spin_ns, wait_spin_ns}, err);
+	struct ad_pool *p = ad_pool_new(&(struct ad_pool_opts){threads, spin_ns, wait_spin_ns, NULL}, err);
 	REQUIRE(p, "%s", err);
 	CHECK(ad_pool_threads(p) == threads, "threads %d, want %d", ad_pool_threads(p), threads);
 	static struct job j;
@@ -109,7 +112,7 @@ static void
 stress(long spin_ns, long wait_spin_ns, int hot, double secs)
 {
 	char err[AD_ERRLEN];
-	struct ad_pool *p = ad_pool_new(&(struct ad_pool_opts){3, spin_ns, wait_spin_ns}, err);
+	struct ad_pool *p = ad_pool_new(&(struct ad_pool_opts){3, spin_ns, wait_spin_ns, NULL}, err);
 	REQUIRE(p, "%s", err);
 	ad_pool_hot(p, hot); // the workers poll with pause, not sched_yield
 	static struct small j;
@@ -146,7 +149,7 @@ static void
 test_workers_take_part(void)
 {
 	char err[AD_ERRLEN];
-	struct ad_pool *p = ad_pool_new(&(struct ad_pool_opts){3, 0, 0}, err);
+	struct ad_pool *p = ad_pool_new(&(struct ad_pool_opts){3, 0, 0, NULL}, err);
 	REQUIRE(p, "%s", err);
 	static struct job j;
 	memset(&j, 0, sizeof j);
@@ -202,7 +205,7 @@ test_caller_leaves_worker_cpu(void)
 	}
 	char err[AD_ERRLEN];
 	// a worker that polls through the whole test
-	struct ad_pool *p = ad_pool_new(&(struct ad_pool_opts){2, 2000000000L, 0}, err);
+	struct ad_pool *p = ad_pool_new(&(struct ad_pool_opts){2, 2000000000L, 0, NULL}, err);
 	REQUIRE(p, "%s", err);
 	int moved = 0, apart = 0;
 	for (int a = 0; a < 20 && !apart; a++) {
@@ -256,7 +259,7 @@ test_woken_worker_leaves_caller_cpu(void)
 	while (!CPU_ISSET(c0, &all))
 		c0++;
 	char err[AD_ERRLEN];
-	struct ad_pool *p = ad_pool_new(&(struct ad_pool_opts){2, 0, 0}, err); // workers sleep at once
+	struct ad_pool *p = ad_pool_new(&(struct ad_pool_opts){2, 0, 0, NULL}, err); // workers sleep at once
 	REQUIRE(p, "%s", err);
 	cpu_set_t one;
 	CPU_ZERO(&one);
@@ -285,6 +288,68 @@ test_woken_worker_leaves_caller_cpu(void)
 }
 #endif
 
+#ifdef __linux__
+// how many of this process's threads the system names `name`
+static int
+threads_named(const char *name)
+{
+	DIR *d = opendir("/proc/self/task");
+	if (!d)
+		return -1;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		char path[300], comm[32] = "";
+		snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof comm, f))
+			comm[strcspn(comm, "\n")] = 0;
+		fclose(f);
+		n += strcmp(comm, name) == 0;
+	}
+	closedir(d);
+	return n;
+}
+
+// a worker names itself as it starts: wait for it (a job run on the pool
+// is not proof, the caller may have taken every task)
+static int
+named_soon(const char *name)
+{
+	for (int i = 0; i < 2000; i++) {
+		if (threads_named(name) > 0)
+			return 1;
+		struct timespec ts = {0, 1000 * 1000L};
+		nanosleep(&ts, NULL);
+	}
+	return 0;
+}
+
+static void
+test_thread_names(void)
+{
+	char err[AD_ERRLEN];
+	struct ad_pool *p = ad_pool_new(&(struct ad_pool_opts){3, 0, 0, "emu pool"}, err);
+	REQUIRE(p, "%s", err);
+	REQUIRE(ad_pool_threads(p) == 3, "3 threads, not %d", ad_pool_threads(p));
+	CHECK(named_soon("emu pool 1") && named_soon("emu pool 2"), "the workers named 'emu pool 1' and 'emu pool 2'");
+	CHECK(threads_named("emu pool 3") == 0, "no third worker: the caller is the third thread");
+	ad_pool_free(p);
+	CHECK(threads_named("emu pool 1") == 0, "the named workers gone with the pool");
+	// unnamed: "pool N"; a long name cut to the system's 15 bytes
+	p = ad_pool_new(&(struct ad_pool_opts){2, 0, 0, NULL}, err);
+	REQUIRE(p, "%s", err);
+	CHECK(named_soon("pool 1"), "an unnamed pool's worker is 'pool 1'");
+	ad_pool_free(p);
+	p = ad_pool_new(&(struct ad_pool_opts){2, 0, 0, "a very long pool name"}, err);
+	REQUIRE(p, "%s", err);
+	CHECK(named_soon("a very long 1"), "a long name cut to 11 bytes, the number kept: 'a very long 1'");
+	ad_pool_free(p);
+}
+#endif
+
 int
 main(void)
 {
@@ -294,6 +359,7 @@ main(void)
 #ifdef __linux__
 	T_RUN(test_caller_leaves_worker_cpu);
 	T_RUN(test_woken_worker_leaves_caller_cpu);
+	T_RUN(test_thread_names);
 #endif
 	return t_done();
 }

@@ -259,7 +259,7 @@ test_planar_twins(void)
 static void
 test_planar_pool(void)
 {
-	struct ad_pool *pool = ad_pool_new(&(struct ad_pool_opts){3, 0, 0}, NULL);
+	struct ad_pool *pool = ad_pool_new(&(struct ad_pool_opts){3, 0, 0, NULL}, NULL);
 	REQUIRE(pool);
 	// channels and columns: below and above AD_PLANAR_PAR_CHANNELS, and
 	// few channels of many columns (AD_PLANAR_PAR_VALUES: a prefill chunk)
