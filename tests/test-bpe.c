@@ -331,6 +331,52 @@ test_phi3_vocab(void)
 	unlink(path);
 }
 
+// SentencePiece-style BPE (tokenizer.ggml.model "gemma4"): a vocabulary made
+// like Gemma 4's from llama-spm's pieces (gemma4-vocab.py), against
+// llama.cpp's own tokenizer on it (gemma4-out.py): spaces as U+2581, the
+// merges over raw UTF-8, words of newlines whole, <0xNN> for characters
+// without a token; BOS on although the file says no
+static void
+test_gemma4_vocab(void)
+{
+	char err[AD_ERRLEN];
+	const char *path = unxz_gguf("gemma4-style");
+	REQUIRE(path, "xz -dc gemma4-style");
+	struct tokenizer *t = tok_load(path, err);
+	REQUIRE(t, "%s", err);
+	CHECK(!strcmp(tok_kind_name(t), "bpe") && tok_n_vocab(t) == 32005, "%s %d", tok_kind_name(t), tok_n_vocab(t));
+	CHECK(tok_add_bos(t) == 1, "gemma4 adds BOS whatever add_bos_token says");
+	run_vectors(t, "gemma4-style", "gguf, SentencePiece-style BPE", 0);
+	random_round_trips(t, "gemma4-style", 0);
+	// a character without a token: its bytes; ▁ and <0xNN> decode to a space and the byte
+	int32_t *ids;
+	size_t n;
+	REQUIRE(tok_encode(t,
+	                   "\xf0\x9f\xa6\x99"
+	                   "5",
+	                   5, 0, 0, &ids, &n, err) == 0,
+	        "%s", err);
+	const char *want[] = {"<0xF0>", "<0x9F>", "<0xA6>", "<0x99>", "5"};
+	CHECK(n == 5, "the llama emoji as four bytes and the digit: %zu ids", n);
+	for (size_t i = 0; i < n && i < 5; i++) {
+		size_t pn;
+		const char *p = tok_piece(t, ids[i], &pn);
+		CHECK(pn == strlen(want[i]) && !memcmp(p, want[i], pn), "id %zu: %.*s, not %s", i, (int)pn, p, want[i]);
+	}
+	free(ids);
+	// the turn markers parsed as specials: llama.cpp's llama-tokenize (no BOS,
+	// specials parsed) gives 32003 1792 32000 2918 32004; "<turn|>" ends a turn
+	const int32_t turn[] = {32003, 1792, 32000, 2918, 32004};
+	REQUIRE(tok_encode(t, "<|turn>user\nhi<turn|>", 21, 0, 1, &ids, &n, err) == 0, "%s", err);
+	CHECK(same_ids(ids, n, turn, 5), "<|turn>user\\nhi<turn|> with specials parsed");
+	if (!same_ids(ids, n, turn, 5))
+		print_ids("got ", ids, n);
+	free(ids);
+	CHECK(tok_is_eog(t, 32004) && !tok_is_eog(t, 32003), "<turn|> ends generation, <|turn> does not");
+	tok_free(t);
+	unlink(path);
+}
+
 static struct tokenizer *load_json_text(const char *name, const char *json, char *err);
 
 // WordPiece (BERT-style GGUF): llama.cpp's vectors of bge-small
@@ -871,6 +917,7 @@ main(void)
 	T_RUN(test_gpt2_gguf);
 	T_RUN(test_regex_vocabs);
 	T_RUN(test_phi3_vocab);
+	T_RUN(test_gemma4_vocab);
 	T_RUN(test_wpm_vocab);
 	T_RUN(test_qwen3_json);
 	T_RUN(test_llama3_json);

@@ -13,6 +13,14 @@
 // Bytes of invalid UTF-8 stay what they are: the byte map covers all 256
 // values, so they encode (and decode) exactly; llama.cpp would replace them
 // by U+FFFD first.
+//
+// SentencePiece-style BPE (Gemma 4: tokenizer.ggml.model "gemma4", or a pre
+// name with escape set, pretok.h) has no byte map: spaces become U+2581,
+// the pieces (runs of newlines, runs of anything else) merge from their UTF-8
+// characters, and a character with no token of its own, which no merge can
+// reach, falls back to the <0xNN> tokens of its bytes (dropped where the
+// vocabulary has none), as llama.cpp does. With newline_words a piece of
+// newlines that is itself a token is emitted whole.
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,12 +32,15 @@
 #include "sbuf.h"
 #include "tokenizer-impl.h"
 #include "unicode.h"
+#include "utf8.h"
 
 struct bpe_priv {
 	struct pretok pre;
 	int nfc;              // normalizer: NFC
 	int add_prefix_space; // ByteLevel add_prefix_space (GPT-2 style JSON)
-	int32_t byte_id[256]; // token of each byte's map character, -1 if none
+	int escape;           // SentencePiece-style (t->escape_spaces): see the top
+	int newline_words;    // escape: a piece of newlines that is a token is one
+	int32_t byte_id[256]; // token of each byte's map character (escape: its <0xNN>), -1 if none
 };
 
 static void
@@ -155,12 +166,12 @@ finish_load(struct tokenizer *t, struct bpe_priv *p, const struct idmap *m, char
 {
 	int missing = 0;
 	for (int b = 0; b < 256; b++) {
-		char s[4];
-		int n = unicode_encode(t->cp_of_byte[b], s);
+		char s[8];
+		int n = p->escape ? snprintf(s, sizeof s, "<0x%02X>", b) : unicode_encode(t->cp_of_byte[b], s);
 		p->byte_id[b] = idmap_get(m, s, (size_t)n);
 		missing += p->byte_id[b] < 0;
 	}
-	if (missing == 256)
+	if (missing == 256 && !p->escape) // escape: bytes without a token are dropped
 		return ad_err(err, "bpe: the vocabulary has none of the byte-level characters (not a byte-level BPE?)");
 	const struct pretok *q = &p->pre;
 	if (q->n == 1 && q->rule[0] == PRETOK_GPT2)
@@ -195,17 +206,23 @@ bpe_load_gguf(struct tokenizer *t, const struct gguf *g, char *err)
 		memcpy(pre, s.ptr, s.len);
 		pre[s.len] = 0;
 	}
+	// llama.cpp: the gemma4 model is BPE with the gemma4 pre, whatever the file names
+	if (gguf_get_str(g, "tokenizer.ggml.model", &s) == 0 && gguf_str_eq(s, "gemma4"))
+		snprintf(pre, sizeof pre, "gemma4");
 	if (pretok_init_pre(&p->pre, pre, err))
 		return -1;
 	snprintf(t->pre_name, sizeof t->pre_name, "%s", pre);
 	t->ignore_merges = p->pre.ignore_merges;
 	// llama.cpp's per-name flags: clean_spaces (on unless the name turns it
-	// off), add_bos where the name sets it and the file does not say
-	int cs = 1, ab = 0;
-	pretok_name_flags(pre, &cs, &ab);
-	t->clean_spaces = cs;
-	if (ab && gguf_find_key(g, "tokenizer.ggml.add_bos_token") < 0)
+	// off), add_bos where the name sets it and the file does not say (or
+	// whatever the file says, with force_bos), SentencePiece-style BPE
+	struct pretok_flags f = {.clean_spaces = 1};
+	pretok_name_flags(pre, &f);
+	t->clean_spaces = f.clean_spaces;
+	if ((f.add_bos && gguf_find_key(g, "tokenizer.ggml.add_bos_token") < 0) || f.force_bos)
 		t->add_bos = 1;
+	p->escape = t->escape_spaces = f.escape;
+	p->newline_words = f.newline_words;
 
 	struct idmap m;
 	if (idmap_build(&m, t, err))
@@ -512,8 +529,10 @@ struct scratch {
 	struct sym *sym;
 	struct cand *heap; // 4-ary min-heap: shallower, children share a cache line
 	size_t n_heap, sym_cap, heap_cap;
-	char *mapped; // byte-mapped piece for the ignore_merges lookup
+	char *mapped; // byte-mapped piece for the ignore_merges lookup (escape: the escaped text)
 	size_t mapped_cap;
+	int32_t *ids; // a long piece's first symbols
+	size_t ids_cap;
 };
 
 static inline int
@@ -575,13 +594,11 @@ try_pair(const struct tokenizer *t, struct scratch *s, int32_t left)
 #define BPE_SMALL 32
 
 static int
-encode_small(const struct tokenizer *t, const struct bpe_priv *p, const unsigned char *b, size_t n, struct tok_ids *out,
-             char *err)
+merge_small(const struct tokenizer *t, const int32_t *ids, size_t n, struct tok_ids *out, char *err)
 {
 	int32_t id[BPE_SMALL], rank[BPE_SMALL], merged[BPE_SMALL];
 	size_t m = n;
-	for (size_t i = 0; i < n; i++)
-		id[i] = p->byte_id[b[i]];
+	memcpy(id, ids, n * sizeof *id);
 	for (size_t i = 0; i + 1 < m; i++) {
 		const struct tok_merge *mg = tok_pairmap_get(&t->merges, id[i], id[i + 1]);
 		rank[i] = mg ? mg->rank : INT32_MAX;
@@ -613,30 +630,21 @@ encode_small(const struct tokenizer *t, const struct bpe_priv *p, const unsigned
 	return 0;
 }
 
+// the merges over n first symbols (ids, -1 for one no merge can take), and
+// what is left of them, in order, to out (a -1 left out)
 static int
-encode_piece(const struct tokenizer *t, const struct bpe_priv *p, struct scratch *s, const unsigned char *b, size_t n,
-             struct tok_ids *out, char *err)
+merge_ids(const struct tokenizer *t, struct scratch *s, const int32_t *ids, size_t n, struct tok_ids *out, char *err)
 {
-	if (t->ignore_merges && n <= t->max_piece_len) {
-		if (ad_grow(&s->mapped, &s->mapped_cap, 2 * n, 1, 256))
-			return ad_err(err, "bpe: out of memory");
-		size_t m = 0;
-		for (size_t i = 0; i < n; i++)
-			m += (size_t)unicode_encode(t->cp_of_byte[b[i]], s->mapped + m);
-		int32_t id = tok_find(t, s->mapped, m);
-		if (id >= 0)
-			return tok_ids_push(out, id, err);
-	}
 	if (n <= BPE_SMALL)
-		return encode_small(t, p, b, n, out, err);
+		return merge_small(t, ids, n, out, err);
 	if (n > INT32_MAX)
-		return ad_err(err, "bpe: piece of %zu bytes", n);
+		return ad_err(err, "bpe: piece of %zu symbols", n);
 	// each merge retires one symbol and queues at most two pairs
 	if (ad_grow(&s->sym, &s->sym_cap, n, sizeof *s->sym, 256) ||
 	    ad_grow(&s->heap, &s->heap_cap, 3 * n, sizeof *s->heap, 256))
 		return ad_err(err, "bpe: out of memory");
 	for (size_t i = 0; i < n; i++)
-		s->sym[i] = (struct sym){p->byte_id[b[i]], (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1};
+		s->sym[i] = (struct sym){ids[i], (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1};
 	s->n_heap = 0;
 	for (size_t i = 0; i + 1 < n; i++)
 		try_pair(t, s, (int32_t)i);
@@ -662,6 +670,108 @@ encode_piece(const struct tokenizer *t, const struct bpe_priv *p, struct scratch
 		if (s->sym[i].id >= 0 && tok_ids_push(out, s->sym[i].id, err))
 			return -1;
 	return 0;
+}
+
+// room for n first symbols: a short piece's on the stack, a long one's in s
+static int32_t *
+first_ids(struct scratch *s, int32_t *small, size_t n, char *err)
+{
+	if (n <= BPE_SMALL)
+		return small;
+	if (ad_grow(&s->ids, &s->ids_cap, n, sizeof *s->ids, 256)) {
+		ad_err(err, "bpe: out of memory");
+		return NULL;
+	}
+	return s->ids;
+}
+
+static int
+encode_piece(const struct tokenizer *t, const struct bpe_priv *p, struct scratch *s, const unsigned char *b, size_t n,
+             struct tok_ids *out, char *err)
+{
+	if (t->ignore_merges && n <= t->max_piece_len) {
+		if (ad_grow(&s->mapped, &s->mapped_cap, 2 * n, 1, 256))
+			return ad_err(err, "bpe: out of memory");
+		size_t m = 0;
+		for (size_t i = 0; i < n; i++)
+			m += (size_t)unicode_encode(t->cp_of_byte[b[i]], s->mapped + m);
+		int32_t id = tok_find(t, s->mapped, m);
+		if (id >= 0)
+			return tok_ids_push(out, id, err);
+	}
+	int32_t small[BPE_SMALL], *ids = first_ids(s, small, n, err);
+	if (!ids)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		ids[i] = p->byte_id[b[i]];
+	return merge_ids(t, s, ids, n, out, err);
+}
+
+// SentencePiece-style: a piece of characters, those without a token of
+// their own as the <0xNN> tokens of their bytes
+static int
+encode_piece_escaped(const struct tokenizer *t, const struct bpe_priv *p, struct scratch *s, const char *b, size_t n,
+                     struct tok_ids *out, char *err)
+{
+	size_t nl = 0;
+	while (nl < n && b[nl] == '\n')
+		nl++;
+	if (p->newline_words && nl == n && n <= t->max_piece_len) {
+		int32_t id = tok_find(t, b, n);
+		if (id >= 0)
+			return tok_ids_push(out, id, err);
+	}
+	// the characters, merged a run of those with tokens at a time: a
+	// character without one stops every merge
+	int32_t small[BPE_SMALL], *ids = first_ids(s, small, n, err);
+	if (!ids)
+		return -1;
+	size_t k = 0;
+	for (size_t i = 0; i < n;) {
+		size_t c = (size_t)ad_utf8_len((uint8_t)b[i]);
+		for (size_t q = 1; q < c; q++)
+			if (i + q >= n || ((uint8_t)b[i + q] & 0xc0) != 0x80)
+				c = 0;
+		if (c == 0)
+			c = 1; // not UTF-8: a byte alone (llama.cpp would make it U+FFFD first)
+		int32_t id = tok_find(t, b + i, c);
+		if (id >= 0) {
+			ids[k++] = id;
+		} else {
+			if (k && merge_ids(t, s, ids, k, out, err))
+				return -1;
+			k = 0;
+			for (size_t j = i; j < i + c; j++)
+				if (p->byte_id[(uint8_t)b[j]] >= 0 && tok_ids_push(out, p->byte_id[(uint8_t)b[j]], err))
+					return -1;
+		}
+		i += c;
+	}
+	return k ? merge_ids(t, s, ids, k, out, err) : 0;
+}
+
+// SentencePiece-style: the text with each space as U+2581, in s->mapped
+static const char *
+spaces_escaped(struct scratch *s, const char *text, size_t *len, char *err)
+{
+	size_t n = *len, sp = 0, m = 0;
+	for (size_t i = 0; i < n; i++)
+		sp += text[i] == ' ';
+	if (ad_grow(&s->mapped, &s->mapped_cap, n + 2 * sp + 1, 1, 256)) {
+		ad_err(err, "bpe: out of memory");
+		return NULL;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (text[i] == ' ') {
+			memcpy(s->mapped + m, "\xe2\x96\x81", 3);
+			m += 3;
+		} else {
+			s->mapped[m++] = text[i];
+		}
+	}
+	s->mapped[m] = 0;
+	*len = m;
+	return s->mapped;
 }
 
 int
@@ -696,13 +806,20 @@ bpe_encode_text(const struct tokenizer *t, const char *text, size_t len, struct 
 	}
 	struct pretok_out po = {0};
 	struct scratch s = {0};
+	if (p->escape && !(text = spaces_escaped(&s, text, &len, err))) {
+		free(norm);
+		return -1;
+	}
 	int rc = pretok_split(&p->pre, text, len, &po, err);
 	for (size_t k = 0; !rc && k < po.n; k++)
-		rc = encode_piece(t, p, &s, (const unsigned char *)text + po.v[k].off, po.v[k].len, out, err);
+		rc = p->escape
+		             ? encode_piece_escaped(t, p, &s, text + po.v[k].off, po.v[k].len, out, err)
+		             : encode_piece(t, p, &s, (const unsigned char *)text + po.v[k].off, po.v[k].len, out, err);
 	pretok_out_free(&po);
 	free(s.sym);
 	free(s.heap);
 	free(s.mapped);
+	free(s.ids);
 	free(norm);
 	return rc;
 }

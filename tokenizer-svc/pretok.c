@@ -106,12 +106,13 @@ pretok_known_name(int n, const char *const **re, const char **unsupported)
 }
 
 int
-pretok_name_flags(const char *pre, int *clean_spaces, int *add_bos)
+pretok_name_flags(const char *pre, struct pretok_flags *f)
 {
 	for (size_t i = 0; i < COUNT(pre_names); i++)
 		if (!strcmp(pre, pre_names[i].name)) {
-			*clean_spaces = pre_names[i].clean_spaces;
-			*add_bos = pre_names[i].add_bos;
+			const struct pre_name *q = &pre_names[i];
+			*f = (struct pretok_flags){q->clean_spaces, q->add_bos, q->escape, q->newline_words,
+			                           q->force_bos};
 			return 0;
 		}
 	return -1;

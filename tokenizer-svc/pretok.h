@@ -55,9 +55,17 @@ struct pretok {
 	int ignore_merges;                      // the pre name implies llama3's ignore_merges
 };
 
-// llama.cpp's flags for a tokenizer.ggml.pre name: clean_spaces and
-// add_bos (see pretok-names.h); -1 (flags untouched) for an unknown name
-int pretok_name_flags(const char *pre, int *clean_spaces, int *add_bos);
+// llama.cpp's flags for a tokenizer.ggml.pre name (see pretok-names.h)
+struct pretok_flags {
+	int clean_spaces;  // detokenizing drops the space before . , ! ?
+	int add_bos;       // BOS by default (a GGUF add_bos_token key overrides)
+	int escape;        // SentencePiece-style BPE (Gemma 4): spaces as U+2581, merges
+			   // over raw UTF-8, a byte without a token as <0xNN>
+	int newline_words; // a word of newlines is one token when the vocabulary has it
+	int force_bos;     // BOS whatever the GGUF's add_bos_token says
+};
+// -1 (f untouched) for an unknown name
+int pretok_name_flags(const char *pre, struct pretok_flags *f);
 
 struct pretok_piece {
 	uint32_t off, len; // bytes of the input

@@ -139,7 +139,7 @@ struct tokenizer {
 	int32_t n_eog;
 	int add_bos, add_eos;                 // the model's defaults
 	int add_space_prefix;                 // SPM: prepend a space (as ▁) to text after BOS / a special token
-	int escape_spaces;                    // SPM: spaces become ▁ (always 1 for SPM)
+	int escape_spaces;                    // spaces become ▁: SPM (always), SentencePiece-style BPE (Gemma 4)
 	int spm_word_split;                   // SPM: no piece has ▁ after another character (words merge alone)
 	int add_sep;                          // WPM: [SEP] after the text (with add_special)
 	int wpm_lowercase, wpm_strip_accents; // WPM normalizer

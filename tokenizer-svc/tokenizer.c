@@ -335,14 +335,16 @@ piece_text(const struct tokenizer *t, const struct tok_entry *e, const char *p, 
 	default:
 		break;
 	}
-	if ((t->kind == TOK_KIND_SPM || t->kind == TOK_KIND_UGM) && e->type == TOK_TYPE_BYTE) {
+	// SentencePiece's pieces, and SentencePiece-style BPE's (escape_spaces)
+	const int spm_style = t->kind == TOK_KIND_SPM || t->kind == TOK_KIND_UGM || t->escape_spaces;
+	if (spm_style && e->type == TOK_TYPE_BYTE) {
 		int b = parse_byte_piece(p, n);
 		if (b < 0) // not <0xNN>: treat as text
 			return -1;
 		out[0] = (char)b;
 		return 1;
 	}
-	if (t->kind == TOK_KIND_SPM || t->kind == TOK_KIND_WPM || t->kind == TOK_KIND_UGM) {
+	if (spm_style || t->kind == TOK_KIND_WPM) {
 		for (size_t i = 0; i < n;) {
 			if (i + 3 <= n && memcmp(p + i, "\xe2\x96\x81", 3) == 0) {
 				out[m++] = ' ';
@@ -486,8 +488,10 @@ tok_finish(struct tokenizer *t, char *err)
 		if (id >= 0)
 			t->eom = id;
 	}
-	static const char *eog_names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",   "<|endoftext|>",
-	                                  "<|eom_id|>", "<EOT>",      "_<EOT>",  "<|end_of_text|>", NULL};
+	static const char *eog_names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+	                                  "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>",
+	                                  // Gemma 4's
+	                                  "<eos>", "<turn|>", "<|tool_response>", NULL};
 	free(t->eog);
 	t->eog = NULL;
 	t->n_eog = 0;
@@ -626,12 +630,13 @@ tok_load_gguf(const struct gguf *g, char *err)
 	enum tok_kind kind;
 	if (gguf_str_eq(model, "llama"))
 		kind = TOK_KIND_SPM;
-	else if (gguf_str_eq(model, "gpt2"))
+	else if (gguf_str_eq(model, "gpt2") || gguf_str_eq(model, "gemma4")) // gemma4: SentencePiece-style BPE (bpe.c)
 		kind = TOK_KIND_BPE;
 	else if (gguf_str_eq(model, "bert"))
 		kind = TOK_KIND_WPM;
 	else {
-		ad_err(err, "tokenizer: tokenizer.ggml.model \"%.*s\" is not supported (supported: llama, gpt2, bert)",
+		ad_err(err,
+		       "tokenizer: tokenizer.ggml.model \"%.*s\" is not supported (supported: llama, gpt2, gemma4, bert)",
 		       (int)(model.len > 64 ? 64 : model.len), model.ptr);
 		return NULL;
 	}
