@@ -85,9 +85,9 @@ usage(FILE *out)
 	fprintf(out, "usage: anedvd <command> [options]\n\ncommands:\n");
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
 		fprintf(out, "  %s\n", commands[i].usage);
-	fprintf(out, "\n--model takes a .gguf file or a HuggingFace directory (config.json, tokenizer.json,\n"
-	             "*.safetensors); the path decides. Without it, run, chat, serve and verify take the\n"
-	             "bundled stories260K (share/anedvd/models/ beside the bin/ of anedvd).\n"
+	fprintf(out, "\n--model takes a GGUF file (whatever its name) or a HuggingFace directory (config.json,\n"
+	             "tokenizer.json, *.safetensors) or its config.json. Without it, run, chat, serve and\n"
+	             "verify take the bundled stories260K (share/anedvd/models/ beside the bin/ of anedvd).\n"
 	             "'anedvd <command> --help' shows a command's options. The developer tools (kernel\n"
 	             "checks and benchmarks) are a program of their own: anedvd-dev --help.\n"
 	             "\nenvironment:\n"

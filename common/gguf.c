@@ -488,8 +488,13 @@ parse(struct gguf *g, char *err)
 	struct rd r = {.p = g->base, .size = g->size, .err = err, .g = g};
 
 	if (g->size < 4 || memcmp(g->base, GGUF_MAGIC, 4) != 0) {
+		static const char lfs[] = "version https://git-lfs";
 		if (g->size >= 4 && memcmp(g->base, "FUGG", 4) == 0)
 			return ad_err(err, "big-endian GGUF (magic FUGG) is unsupported");
+		if (g->size >= sizeof lfs - 1 && memcmp(g->base, lfs, sizeof lfs - 1) == 0)
+			return ad_err(err, "a Git LFS pointer, not the model itself: fetch the file (git lfs pull)");
+		if (g->size == 0)
+			return ad_err(err, "an empty file, not a GGUF");
 		return ad_err(err, "not a GGUF file (no 'GGUF' magic at offset 0)");
 	}
 	r.pos = 4;

@@ -21,12 +21,14 @@
 //     order GGUF files have (v head j reads q/k head j mod n_k).
 // Everything else points into the mapped safetensors files.
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dequant.h"
 #include "log.h"
@@ -1083,6 +1085,22 @@ model_load_hf(struct model *m, const char *dir, char *err)
 	char path[PATH_MAX];
 	if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
 		return ad_err(err, "%s: path too long", dir);
+	if (access(path, F_OK) != 0) {
+		int ggufs = 0;
+		DIR *d = opendir(dir);
+		for (struct dirent *e; d && (e = readdir(d));) {
+			size_t n = strlen(e->d_name);
+			ggufs += n > 5 && !strcmp(e->d_name + n - 5, ".gguf");
+		}
+		if (d)
+			closedir(d);
+		if (ggufs)
+			return ad_err(err,
+			              "%s: a directory of %d GGUF file%s, not a Hugging Face model (no config.json): "
+			              "give the file",
+			              dir, ggufs, ggufs > 1 ? "s" : "");
+		return ad_err(err, "%s: no config.json: not a Hugging Face model directory", dir);
+	}
 	cJSON *cfg = read_json(path, err);
 	if (!cfg)
 		return -1;

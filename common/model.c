@@ -1,11 +1,13 @@
 // model.c - architecture table, GGUF loading, tensor binding and validation.
 #include "model.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gguf.h"
@@ -1118,12 +1120,28 @@ fail:
 	return -1;
 }
 
+// The path decides, not its name: a directory is a Hugging Face model (its
+// config.json too), a file a GGUF (Ollama's blobs have no .gguf)
 int
 model_load(struct model *m, const char *path, char *err)
 {
-	size_t n = strlen(path);
-	int rc = n >= 5 && strcmp(path + n - 5, ".gguf") == 0 ? model_load_gguf(m, path, err)
-	                                                      : model_load_hf(m, path, err);
+	struct stat st;
+	int rc;
+	const char *base = strrchr(path, '/');
+	base = base ? base + 1 : path;
+	if (stat(path, &st)) {
+		model_init(m);
+		rc = ad_err(err, "%s: %s", path, strerror(errno));
+	} else if (S_ISDIR(st.st_mode)) {
+		rc = model_load_hf(m, path, err);
+	} else if (!strcmp(base, "config.json")) { // its directory
+		char dir[sizeof m->path];
+		snprintf(dir, sizeof dir, "%.*s", base > path + 1 ? (int)(base - path - 1) : 1,
+		         base > path ? path : ".");
+		rc = model_load_hf(m, dir, err);
+	} else {
+		rc = model_load_gguf(m, path, err);
+	}
 	// ANEDVD_LAYERS=N (verify --layers): every process builds the model with
 	// its first N layers only (then the final norm and the head), so a
 	// pipeline can be bisected against the reference layer by layer

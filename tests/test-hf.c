@@ -893,10 +893,12 @@ test_errors(void)
 	snprintf(dir, sizeof dir, "%s/nothing", t_tmpdir());
 	CHECK(model_load_hf(&m, dir, err) == -1 && strstr(err, "config.json"), "%s", err);
 	CHECK(m.n_tensors == 0 && m.src == NULL);
-	// through model_load: a path without .gguf is a directory
-	CHECK(model_load(&m, dir, err) == -1 && strstr(err, "config.json"), "%s", err);
+	// through model_load: a path that is not there is named as missing
+	CHECK(model_load(&m, dir, err) == -1 && strstr(err, "No such file") && strstr(err, "nothing"), "%s", err);
 
 	mkdir(dir, 0755);
+	// an empty directory is no Hugging Face model
+	CHECK(model_load(&m, dir, err) == -1 && strstr(err, "no config.json"), "%s", err);
 	char path[600];
 	snprintf(path, sizeof path, "%s/config.json", dir);
 	FILE *fp = fopen(path, "wb");
@@ -980,6 +982,14 @@ test_llama3_freqs(void)
 	cJSON_Delete(cfg);
 	free_out(&o);
 	REQUIRE(model_load_hf(&h, dir, err) == 0, "%s", err);
+	// model_load takes the directory, or its config.json for it
+	struct model viajson;
+	char cj[600];
+	snprintf(cj, sizeof cj, "%s/config.json", dir);
+	CHECK(model_load(&viajson, cj, err) == 0 && !viajson.is_gguf && !strcmp(viajson.path, dir) &&
+	              viajson.hp.n_layer == h.hp.n_layer,
+	      "%s", err);
+	model_free(&viajson);
 	REQUIRE(h.rope_freqs.name != NULL);
 	CHECK(h.rope_freqs.ne[0] == h.hp.n_rot / 2);
 	const float *f = h.rope_freqs.data;

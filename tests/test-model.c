@@ -703,9 +703,33 @@ test_errors(void)
 
 	char err[AD_ERRLEN] = "";
 	struct model m;
-	CHECK(model_load(&m, tmp("absent.gguf"), err) == -1 && err[0]);
+	CHECK(model_load(&m, tmp("absent.gguf"), err) == -1 && strstr(err, "No such file"), "%s", err);
 	err[0] = 0;
-	CHECK(model_load(&m, tmp("no-such-directory"), err) == -1 && err[0]);
+	CHECK(model_load(&m, tmp("no-such-directory"), err) == -1 && strstr(err, "No such file"), "%s", err);
+
+	// the path decides, not its name: a GGUF without .gguf (as Ollama keeps
+	// its blobs) loads; files that are not one say what they are
+	char cmd[1200];
+	snprintf(cmd, sizeof cmd, "cp '%s/models/llama.gguf' '%s'", T_DATA, tmp("sha256-0123abcd"));
+	REQUIRE(system(cmd) == 0, "%s", cmd);
+	CHECK(model_load(&m, tmp("sha256-0123abcd"), err) == 0 && m.is_gguf, "%s", err);
+	if (m.is_gguf)
+		model_free(&m);
+	FILE *f = fopen(tmp("lfs.gguf"), "w");
+	REQUIRE(f);
+	fputs("version https://git-lfs.github.com/spec/v1\noid sha256:0123\nsize 4096\n", f);
+	fclose(f);
+	CHECK(model_load(&m, tmp("lfs.gguf"), err) == -1 && strstr(err, "Git LFS pointer") && strstr(err, "lfs.gguf"),
+	      "%s", err);
+	f = fopen(tmp("empty.gguf"), "w");
+	REQUIRE(f);
+	fclose(f);
+	CHECK(model_load(&m, tmp("empty.gguf"), err) == -1 && strstr(err, "an empty file"), "%s", err);
+	CHECK(model_load(&m, T_DATA "/models/README.md", err) == -1 && strstr(err, "not a GGUF file"), "%s", err);
+	// a directory: of GGUF files (give one), or of nothing a model needs
+	CHECK(model_load(&m, T_DATA "/models2", err) == -1 && strstr(err, "GGUF files") && strstr(err, "give the file"),
+	      "%s", err);
+	CHECK(model_load(&m, T_DATA "/grammars", err) == -1 && strstr(err, "no config.json"), "%s", err);
 }
 
 // an architecture anedvd does not implement is refused by name, with the
