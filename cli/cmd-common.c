@@ -28,6 +28,17 @@ cli_help_or_unknown(const char *cmd, const char *a)
 	return -1;
 }
 
+const char *
+cli_long_flag(const char *a)
+{
+	static const char *const alias[][2] = {{"-m", "--model"},   {"-p", "--prompt"}, {"-n", "--max-tokens"},
+	                                       {"-c", "--max-seq"}, {"-s", "--seed"},   {"-t", "--threads"}};
+	for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++)
+		if (!strcmp(a, alias[i][0]))
+			return alias[i][1];
+	return NULL;
+}
+
 int
 cli_plain_flag(const char *cmd, const struct cli_plain *f, int argc, char **argv, int *i)
 {

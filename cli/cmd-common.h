@@ -51,6 +51,14 @@ void cli_usage(const char *cmd, int full, const char *text);
 // an argument that no flag of the command took: 1 for -h or --help, else
 // -1 with "<program> CMD: unknown argument 'A'"
 int cli_help_or_unknown(const char *cmd, const char *a);
+// llama.cpp's short flags, for the long ones they stand for where a command
+// has them: -m --model, -p --prompt, -n --max-tokens, -c --max-seq, -s
+// --seed, -t --threads. The long flag for a, or NULL; CLI_SHORT_FLAGS is the
+// line the usages print
+const char *cli_long_flag(const char *a);
+#define CLI_SHORT_FLAGS                                                                                                \
+	"  -m -p -n -c -s -t   llama.cpp's short flags, where the command has the long ones: --model,\n"               \
+	"                      --prompt, --max-tokens, --max-seq, --seed, --threads\n"
 // the flags that only store a value: a string (val: the next argument), a
 // switch (on: set to 1) or an integer in [lo, hi] (num). cli_plain_flag
 // takes argv[*i] if it is one of f (an array ended by {0}): 1 taken (*i
@@ -195,8 +203,8 @@ int pipe_spec_check(const struct pipe_opts *o);
 // the installation ships (sup_default_model), with a note on stderr; 0, or
 // -1 with a message when there is none
 #define PIPE_HELP_MODEL                                                                                                \
-	"  --model M           a .gguf file or a Hugging Face directory (default: the bundled\n"                       \
-	"                      stories260K, a 260K-parameter toy model of children's stories)\n"
+	"  --model M           a GGUF file or a Hugging Face directory (default: the bundled\n"                        \
+	"                      stories260K, a 260K-parameter toy model of children's stories)\n" CLI_SHORT_FLAGS
 int pipe_model_default(struct pipe_opts *o);
 // append the ane-worker's cache flags of o to argv at *n (buf: room for a number)
 void pipe_cache_args(const struct pipe_opts *o, const char **argv, int *n, char *buf, size_t cap);

@@ -82,7 +82,7 @@ cpu_usage(int full)
 	cli_usage("cpu", full,
 	          "--model M (--prompt-ids 1,2,3 | --prompt TEXT) [options]\n"
 	          "  greedy generation with the fp32 reference engine\n"
-	          "  --model M           a .gguf file or a Hugging Face directory\n"
+	          "  --model M           a GGUF file or a Hugging Face directory\n" CLI_SHORT_FLAGS
 	          "  --prompt-ids LIST   comma-separated token ids (nothing is added)\n"
 	          "  --prompt TEXT       text, tokenized with the model's tokenizer (BOS per the model)\n"
 	          "  --chat              wrap --prompt in the model's chat template (a user turn and the\n"
@@ -127,11 +127,15 @@ cpu_args(int argc, char **argv, struct cpu_opts *o)
 		{0},
 	};
 	for (int i = 1; i < argc; i++) {
+		char *const a = argv[i]; // as given: a short flag is offered as its long one
+		const char *lf = cli_long_flag(a);
+		if (lf)
+			argv[i] = (char *)lf;
 		int r = cli_plain_flag("cpu", plain, argc, argv, &i);
 		if (r == 0)
 			r = cli_model_flag("cpu", &o->rope, argc, argv, &i);
 		if (r == 0)
-			return cli_help_or_unknown("cpu", argv[i]);
+			return cli_help_or_unknown("cpu", a);
 		if (r < 0)
 			return -1;
 	}

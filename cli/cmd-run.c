@@ -420,6 +420,10 @@ pipe_args(struct pipe_opts *po, const struct cmd_flags *f, int argc, char **argv
 {
 	int rc = 0;
 	for (int i = 1; i < argc && !rc; i++) {
+		char *const a = argv[i]; // as given: a short flag is offered as its long one
+		const char *lf = cli_long_flag(a);
+		if (lf)
+			argv[i] = (char *)lf;
 		int r = f->plain ? cli_plain_flag(po->cmd, f->plain, argc, argv, &i) : 0;
 		if (r == 0 && f->flag)
 			r = f->flag(po->cmd, f->own, argc, argv, &i);
@@ -431,7 +435,7 @@ pipe_args(struct pipe_opts *po, const struct cmd_flags *f, int argc, char **argv
 			po->model = argv[i];
 			r = 1;
 		}
-		rc = r > 0 ? 0 : r < 0 ? -1 : cli_help_or_unknown(po->cmd, argv[i]);
+		rc = r > 0 ? 0 : r < 0 ? -1 : cli_help_or_unknown(po->cmd, a);
 	}
 	if (!rc && ((!f->no_spec_flags && pipe_spec_check(po)) || pipe_model_default(po)))
 		rc = -1;

@@ -62,6 +62,18 @@ check "run says it uses emu" grep -q "using the emu backend" "$T/run.err"
 
 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json > "$T/run.json" 2>/dev/null
 check "run --json ids are the reference" [ "$(json_ids "$T/run.json")" = "$REF" ]
+# llama.cpp's short flags stand for the long ones: the same tokens, the same seed's
+$A run -m "$STORIES" --prompt-ids $IDS --no-chat -n 60 -t 1 -c 512 --json > "$T/short.json" 2>/dev/null
+check "run -m -n -t -c: the reference ids" [ "$(json_ids "$T/short.json")" = "$REF" ]
+$A run -m "$STORIES" -p "Once upon a time" --no-chat -n 16 --temp 1 -s 7 --json > "$T/short-s.json" 2>/dev/null
+$A run --model "$STORIES" --prompt "Once upon a time" --no-chat --max-tokens 16 --temp 1 --seed 7 --json \
+	> "$T/long-s.json" 2>/dev/null
+S1=$(json_ids "$T/short-s.json")
+S2=$(json_ids "$T/long-s.json")
+check "run -p -s: the ids of --prompt --seed" [ -n "$S1" -a "$S1" = "$S2" ]
+$A serve --model "$STORIES" -p 8080 > /dev/null 2> "$T/serve-p.err"
+check "serve -p (no --prompt there): exit 2" [ $? -eq 2 ]
+check "serve -p: the error names -p as given" grep -q "unknown argument '-p'" "$T/serve-p.err"
 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json --in-process > "$T/inproc.json" 2>/dev/null
 check "run --in-process ids are the reference" [ "$(json_ids "$T/inproc.json")" = "$REF" ]
 $A run --model "$STORIES" --prompt-ids $IDS --no-chat --max-tokens 60 --json --backend exact > "$T/exact.json" 2>/dev/null
