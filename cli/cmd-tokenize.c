@@ -221,6 +221,8 @@ cmd_tokenize(int argc, char **argv)
 	int only_ids = 0, no_bos = 0, parse_special = 0, chat = 0, prompt_only = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
+		if (!strcmp(a, "-m")) // llama.cpp's short flag (cli_long_flag)
+			a = "--model";
 		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
 			usage(stdout);
 			return 0;

@@ -376,6 +376,8 @@ check "tokenize --chat --prompt-only exits 0" [ $? -eq 0 ]
 check "tokenize --chat renders tools and tool calls as jinja2 does" cmp -s "$T/prompt.txt" "$T/want.txt"
 check "tokenize --chat says the model's template answered" grep -q "chat template: the model's own (Jinja)" "$T/prompt.err"
 $A tokenize --model "$T/think.gguf" --chat --ids --file "$T/conv.json" > "$T/ids.txt" 2>/dev/null
+$A tokenize -m "$T/think.gguf" --chat --ids --file "$T/conv.json" > "$T/ids-m.txt" 2>/dev/null
+check "tokenize -m is --model" cmp -s "$T/ids.txt" "$T/ids-m.txt"
 check "tokenize --chat encodes the prompt" [ "$(wc -w < "$T/ids.txt")" -gt 100 ]
 $A tokenize --model "$T/think.gguf" --prompt-only x > /dev/null 2> "$T/po.err"
 check "--prompt-only without --chat: exit 2" [ $? -eq 2 ]
