@@ -32,7 +32,10 @@ pass=0
 fail=0
 ok() { pass=$((pass + 1)); }
 not() { ! "$@"; }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+# the verdict goes to the stderr the script started with: a check run with
+# 2>/dev/null (its command's own noise) must not hide its FAIL line
+exec 3>&2
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&3; }
 check() { # check "what" command...
 	local what=$1
 	shift
@@ -422,10 +425,11 @@ PY
 	done
 	check "no manual page of a command --help does not list" \
 		[ "$(ls "$M" | wc -l)" = "$(($(echo "$CMDS" | wc -w) + 1))" ]
-	# the flag check has teeth: a page that lost an option is caught
-	zcat "$M/anedvd-run.1.gz" | sed '/^\\fB\\-\\-seed\\fR/,+1d' | gzip >"$T/lost.1.gz"
+	# the flag check has teeth: a page that lost an option is caught (--top-k:
+	# named nowhere else on the page, as --seed is in the short flags' line)
+	zcat "$M/anedvd-run.1.gz" | sed '/^\\fB\\-\\-top\\-k\\fR/,+1d' | gzip >"$T/lost.1.gz"
 	check "the mutation took" not cmp -s <(zcat "$M/anedvd-run.1.gz") <(zcat "$T/lost.1.gz")
-	check "a page that lost --seed fails the flag check" not man_has_flags "$T/lost.1.gz" "$T/help-run.txt" 2>/dev/null
+	check "a page that lost --top-k fails the flag check" not man_has_flags "$T/lost.1.gz" "$T/help-run.txt" 2>/dev/null
 	zcat "$M/anedvd-run.1.gz" | sed '5a .XX not a macro' >"$T/broken.1"
 	check "a page with a roff error fails the clean check" not man_clean "$T/broken.1" 2>/dev/null
 

@@ -29,7 +29,10 @@ trap 'if [ -n "${ANEDVD_KEEP_TMP:-}" ]; then echo "kept $T (ANEDVD_KEEP_TMP)" >&
 pass=0
 fail=0
 ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+# the verdict goes to the stderr the script started with: a check run with
+# 2>/dev/null (its command's own noise) must not hide its FAIL line
+exec 3>&2
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&3; }
 check() { # check "what" command...
 	local what=$1
 	shift
