@@ -110,6 +110,25 @@ usage(FILE *out)
 	             "        anedvd-PID-XXXXXX in the second or /tmp)\n");
 }
 
+// the edit distance of a and b (both short), for a misspelt command
+static int
+distance(const char *a, const char *b)
+{
+	int na = (int)strlen(a), nb = (int)strlen(b), d[32][32];
+	if (na > 30 || nb > 30)
+		return 99;
+	for (int i = 0; i <= na; i++)
+		for (int j = 0; j <= nb; j++) {
+			if (!i || !j) {
+				d[i][j] = i + j;
+				continue;
+			}
+			int x = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]), y = d[i - 1][j] + 1, z = d[i][j - 1] + 1;
+			d[i][j] = x < y ? (x < z ? x : z) : (y < z ? y : z);
+		}
+	return d[na][nb];
+}
+
 int
 main(int argc, char **argv)
 {
@@ -125,6 +144,13 @@ main(int argc, char **argv)
 		sup_set_trampoline(self);
 	}
 #endif
+	// help CMD: that command's --help
+	char help_flag[] = "--help";
+	char *help_argv[] = {argv[0], argc > 2 ? argv[2] : NULL, help_flag, NULL};
+	if (argc == 3 && strcmp(argv[1], "help") == 0) {
+		argc = 3;
+		argv = help_argv;
+	}
 	if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
 		usage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
@@ -149,6 +175,15 @@ main(int argc, char **argv)
 			        argv[1], where, argv[1]);
 			return 2;
 		}
+	const char *near = NULL;
+	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+		if (distance(argv[1], commands[i].name) <= 2 && !near)
+			near = commands[i].name;
+	if (near) {
+		fprintf(stderr, "anedvd: unknown command '%s': did you mean '%s'? ('anedvd --help' lists them)\n",
+		        argv[1], near);
+		return 2;
+	}
 	fprintf(stderr, "anedvd: unknown command '%s'\n\n", argv[1]);
 	usage(stderr);
 	return 2;

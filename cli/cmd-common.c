@@ -12,11 +12,13 @@ cli_usage(const char *cmd, int full, const char *text)
 {
 	const char *nl = strchr(text, '\n');
 	int n = nl ? (int)(nl - text) : (int)strlen(text);
-	fprintf(stderr, "usage: anedvd %s %.*s\n", cmd, n, text);
+	// asked for (--help): stdout, to page or grep; after a mistake: stderr
+	FILE *out = full ? stdout : stderr;
+	fprintf(out, "usage: anedvd %s %.*s\n", cmd, n, text);
 	if (!full)
-		fprintf(stderr, "       anedvd %s --help  lists the options\n", cmd);
+		fprintf(out, "       anedvd %s --help  lists the options\n", cmd);
 	else if (nl)
-		fputs(nl + 1, stderr);
+		fputs(nl + 1, out);
 }
 
 int

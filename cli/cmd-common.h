@@ -44,9 +44,10 @@ double cli_rel_err(const float *x, const float *ref, size_t n, double *maxabs, i
 
 // --- every command (cmd-common.c) --------------------------------------------------------
 
-// a command's usage on stderr; text: its arguments (one line), then its
-// options. "usage: anedvd CMD <arguments>", then the options (full: after
-// --help) or where to find them ("anedvd CMD --help  lists the options")
+// a command's usage; text: its arguments (one line), then its options.
+// "usage: anedvd CMD <arguments>", then the options (full: after --help, on
+// stdout) or where to find them ("anedvd CMD --help  lists the options", on
+// stderr after a bad argument)
 void cli_usage(const char *cmd, int full, const char *text);
 // an argument that no flag of the command took: 1 for -h or --help, else
 // -1 with "<program> CMD: unknown argument 'A'"

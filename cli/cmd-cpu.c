@@ -709,12 +709,12 @@ ane_info(void)
 #endif
 
 static void
-info_usage(void)
+info_usage(FILE *out)
 {
-	fprintf(stderr, "usage: anedvd info [--model M] [--arch NAME]\n"
-	                "  what this build can run, and the shape and size of a model\n"
-	                "  --arch NAME   run a GGUF file as architecture NAME whatever it says (a warning\n"
-	                "                names both); without it an architecture anedvd lacks is refused\n");
+	fprintf(out, "usage: anedvd info [--model M] [--arch NAME]\n"
+	             "  what this build can run, and the shape and size of a model\n"
+	             "  --arch NAME   run a GGUF file as architecture NAME whatever it says (a warning\n"
+	             "                names both); without it an architecture anedvd lacks is refused\n");
 }
 
 static void
@@ -731,18 +731,18 @@ cmd_info(int argc, char **argv)
 {
 	const char *path = NULL;
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--model") && i + 1 < argc) {
+		if ((!strcmp(argv[i], "--model") || !strcmp(argv[i], "-m")) && i + 1 < argc) {
 			path = argv[++i];
 		} else if (!strcmp(argv[i], "--arch")) {
 			if (!cli_val("info", argc, argv, &i) || cli_arch("info", argv[i]))
 				return 2;
 		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			info_usage();
+			info_usage(stdout);
 			return 0;
 		} else {
 			fprintf(stderr, "anedvd info: %s argument '%s'\n",
 			        !strcmp(argv[i], "--model") ? "missing value for" : "unknown", argv[i]);
-			info_usage();
+			info_usage(stderr);
 			return 2;
 		}
 	}

@@ -17,7 +17,7 @@ cmd_selftest(int argc, char **argv)
 	struct pipe_opts po = {.cmd = "selftest"};
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			fprintf(stderr,
+			fprintf(stdout,
 			        "usage: anedvd selftest [--split] [--backend emu|exact]\n"
 			        "  writes a tiny random llama (n_embd 64, 2 layers, 4/2 heads, ff 128, vocab 320)\n"
 			        "  to a temporary GGUF, runs tokens 1,42,7,200,13 through the pipeline (the decode\n"

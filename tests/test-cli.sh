@@ -734,11 +734,18 @@ if [ "$(uname)" != Darwin ]; then
 	check "--backend ane refused off macOS" [ $? -eq 1 ]
 	check "--backend ane says why" grep -q "needs macOS" "$T/u.err"
 fi
-for c in run chat verify serve selftest; do
-	"$A" $c --help > /dev/null 2> "$T/h.err"
-	check "$c --help exits 0 with usage" [ $? -eq 0 ] 
-	grep -q "usage: anedvd $c" "$T/h.err" || bad "$c --help prints its usage"
+# --help is asked for: the usage on stdout (to page or grep), nothing on stderr;
+# 'anedvd help CMD' is the same
+for c in run chat verify serve selftest cpu route info cache tokenize; do
+	"$A" $c --help > "$T/h.out" 2> "$T/h.err"
+	check "$c --help exits 0 with usage" [ $? -eq 0 ]
+	grep -q "usage: anedvd $c" "$T/h.out" || bad "$c --help prints its usage on stdout"
+	[ -s "$T/h.err" ] && bad "$c --help writes to stderr: $(head -c 200 "$T/h.err")"
+	"$A" help $c > "$T/h2.out" 2>/dev/null
+	check "anedvd help $c is $c --help" cmp -s "$T/h.out" "$T/h2.out"
 done
+check "a misspelt command: the one meant" usage2 "unknown command 'rn': did you mean 'run'?" rn
+check "anedvd help NOSUCH" usage2 "unknown command 'nosuch'" help nosuch
 for c in check layers kernels probe bench width attnbench; do
 	"$D" $c --help > /dev/null 2> "$T/h.err"
 	check "anedvd-dev $c --help exits 0 with usage" [ $? -eq 0 ]
