@@ -269,6 +269,70 @@ deq_q8_k(const uint8_t *restrict x, float *restrict y, int64_t nb)
 	}
 }
 
+// IQ4_NL and IQ4_XS: 4-bit indices into ggml's non-linear table (its
+// kvalues_iq4nl), low nibbles the first 16 values of 32, high the last 16
+static const int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+static void
+deq_iq4_nl(const uint8_t *restrict x, float *restrict y, int64_t nb)
+{
+	for (int64_t b = 0; b < nb; b++, x += 18, y += 32) {
+		const float d = rd_fp16(x);
+		const uint8_t *qs = x + 2;
+		for (int j = 0; j < 16; j++) {
+			y[j] = d * iq4nl_values[qs[j] & 0xf];
+			y[j + 16] = d * iq4nl_values[qs[j] >> 4];
+		}
+	}
+}
+
+// a super-block of 256: fp16 d, then 6-bit scales (high 2 bits of the eight
+// in a u16, low 4 in four bytes), then the 128 bytes of indices
+static void
+deq_iq4_xs(const uint8_t *restrict x, float *restrict y, int64_t nb)
+{
+	for (int64_t b = 0; b < nb; b++, x += 136) {
+		const float d = rd_fp16(x);
+		const unsigned scales_h = (unsigned)x[2] | (unsigned)x[3] << 8;
+		const uint8_t *scales_l = x + 4, *qs = x + 8;
+		for (int ib = 0; ib < 8; ib++, qs += 16, y += 32) {
+			const int ls = ((scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | (((scales_h >> 2 * ib) & 3) << 4);
+			const float dl = d * (float)(ls - 32);
+			for (int j = 0; j < 16; j++) {
+				y[j] = dl * iq4nl_values[qs[j] & 0xf];
+				y[j + 16] = dl * iq4nl_values[qs[j] >> 4];
+			}
+		}
+	}
+}
+
+// MXFP4 (OCP microscaling): an E8M0 exponent, then 4-bit e2m1 values, held
+// doubled as ggml holds them with half the scale
+static const int8_t fp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+static float
+e8m0_half(uint8_t e)
+{
+	// 2^(e - 128): e of 0 and 1 are subnormal
+	uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+	float f;
+	memcpy(&f, &bits, 4);
+	return f;
+}
+
+static void
+deq_mxfp4(const uint8_t *restrict x, float *restrict y, int64_t nb)
+{
+	for (int64_t b = 0; b < nb; b++, x += 17, y += 32) {
+		const float d = e8m0_half(x[0]);
+		const uint8_t *qs = x + 1;
+		for (int j = 0; j < 16; j++) {
+			y[j] = fp4_values[qs[j] & 0xf] * d;
+			y[j + 16] = fp4_values[qs[j] >> 4] * d;
+		}
+	}
+}
+
 int
 ad_dequant(uint32_t type, const void *src, float *dst, int64_t n, char *err)
 {
@@ -329,6 +393,15 @@ ad_dequant(uint32_t type, const void *src, float *dst, int64_t n, char *err)
 		break;
 	case AD_TYPE_Q8_K:
 		deq_q8_k(x, dst, nb);
+		break;
+	case AD_TYPE_IQ4_NL:
+		deq_iq4_nl(x, dst, nb);
+		break;
+	case AD_TYPE_IQ4_XS:
+		deq_iq4_xs(x, dst, nb);
+		break;
+	case AD_TYPE_MXFP4:
+		deq_mxfp4(x, dst, nb);
 		break;
 	default:
 		return ad_err(err, "dequant: type %s is not supported", name);

@@ -29,10 +29,10 @@ static const struct type_info types[AD_TYPE_COUNT] = {
 	[17] = {"IQ2_XS", 0, 0, 0},
 	[18] = {"IQ3_XXS", 0, 0, 0},
 	[19] = {"IQ1_S", 0, 0, 0},
-	[20] = {"IQ4_NL", 0, 0, 0},
+	[AD_TYPE_IQ4_NL] = {"IQ4_NL", 32, 18, 1},
 	[21] = {"IQ3_S", 0, 0, 0},
 	[22] = {"IQ2_S", 0, 0, 0},
-	[23] = {"IQ4_XS", 0, 0, 0},
+	[AD_TYPE_IQ4_XS] = {"IQ4_XS", 256, 136, 1},
 	[AD_TYPE_I8] = {"I8", 1, 1, 0},
 	[AD_TYPE_I16] = {"I16", 1, 2, 0},
 	[AD_TYPE_I32] = {"I32", 1, 4, 0},
@@ -42,7 +42,10 @@ static const struct type_info types[AD_TYPE_COUNT] = {
 	[AD_TYPE_BF16] = {"BF16", 1, 2, 1},
 	[34] = {"TQ1_0", 0, 0, 0},
 	[35] = {"TQ2_0", 0, 0, 0},
-	[39] = {"MXFP4", 0, 0, 0},
+	[AD_TYPE_MXFP4] = {"MXFP4", 32, 17, 1},
+	[40] = {"NVFP4", 0, 0, 0},
+	[41] = {"Q1_0", 0, 0, 0},
+	[42] = {"Q2_0", 0, 0, 0},
 };
 
 static const struct type_info *

@@ -23,21 +23,25 @@ enum ad_type {
 	AD_TYPE_Q5_K = 13,
 	AD_TYPE_Q6_K = 14,
 	AD_TYPE_Q8_K = 15,
+	AD_TYPE_IQ4_NL = 20,
+	AD_TYPE_IQ4_XS = 23,
 	AD_TYPE_I8 = 24,
 	AD_TYPE_I16 = 25,
 	AD_TYPE_I32 = 26,
 	AD_TYPE_I64 = 27,
 	AD_TYPE_F64 = 28,
 	AD_TYPE_BF16 = 30,
-	AD_TYPE_COUNT = 40, // upper bound of ids this table knows
+	AD_TYPE_MXFP4 = 39,
+	AD_TYPE_COUNT = 43, // upper bound of ids this table knows
 };
 
 // ad_type_name returns ggml's name ("Q4_K") or NULL for an id it does not know.
 const char *ad_type_name(uint32_t type);
 
 // Values per block and bytes per block; 0 for an unknown id. Types that ggml
-// defines but this project cannot dequantise (IQ*, TQ*, MXFP4) are known by
-// name so errors can say which type it was, but have block size 0.
+// defines but this project cannot dequantise (the IQ types but IQ4_NL and
+// IQ4_XS, TQ*, NVFP4, Q1_0, Q2_0) are known by name so errors can say which
+// type it was, but have block size 0.
 int64_t ad_type_block_size(uint32_t type);
 size_t ad_type_block_bytes(uint32_t type);
 

@@ -54,6 +54,8 @@ static const char *fixtures[] = {
 	"llama256_q2_k",
 	"llama256_q5_0",
 	"llama256_q6_k",
+	"llama256_iq4_xs",
+	"llama256_iq4_nl",
 	"gemma2",
 	"gemma3",
 	"phi3",

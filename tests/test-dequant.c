@@ -177,7 +177,8 @@ test_rows_fast_vs_ref(void)
 }
 
 static const char *types[] = {
-	"F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K",
+	"F16",  "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1",   "Q8_0",   "Q8_1",  "Q2_K",
+	"Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ4_NL", "IQ4_XS", "MXFP4",
 };
 
 static uint32_t
@@ -270,8 +271,12 @@ test_errors(void)
 	float out[256];
 	CHECK(ad_dequant(AD_TYPE_Q8_1, buf, out, 33, err) == -1); // not whole blocks
 	CHECK(strstr(err, "Q8_1") != NULL && strstr(err, "32") != NULL, "%s", err);
-	CHECK(ad_dequant(20, buf, out, 32, err) == -1); // IQ4_NL
-	CHECK(strstr(err, "IQ4_NL") != NULL, "%s", err);
+	CHECK(ad_dequant(16, buf, out, 256, err) == -1); // IQ2_XXS: named, not decoded
+	CHECK(strstr(err, "IQ2_XXS") != NULL && strstr(err, "not supported"), "%s", err);
+	CHECK(ad_dequant(40, buf, out, 64, err) == -1); // NVFP4
+	CHECK(strstr(err, "NVFP4") != NULL, "%s", err);
+	CHECK(ad_dequant(AD_TYPE_IQ4_XS, buf, out, 32, err) == -1); // a super-block is 256
+	CHECK(strstr(err, "IQ4_XS") != NULL && strstr(err, "256") != NULL, "%s", err);
 	CHECK(ad_dequant(AD_TYPE_I32, buf, out, 4, err) == -1);
 	CHECK(strstr(err, "I32") != NULL, "%s", err);
 	CHECK(ad_dequant(999, buf, out, 32, err) == -1);
