@@ -457,6 +457,22 @@ fe_timings_json(const struct fe_gen *g)
 }
 
 char *
+fe_sse(cJSON *o, size_t *len)
+{
+	size_t n;
+	char *j = fe_json_print(o, &n);
+	char *s = j ? malloc(n + 9) : NULL;
+	if (s) {
+		memcpy(s, "data: ", 6);
+		memcpy(s + 6, j, n);
+		memcpy(s + 6 + n, "\n\n", 3);
+		*len = n + 8;
+	}
+	free(j);
+	return s;
+}
+
+char *
 fe_json_print(cJSON *o, size_t *len)
 {
 	if (!o)

@@ -717,25 +717,6 @@ response(const struct fe_gen *g, size_t *len)
 	return fe_json_print(o, len);
 }
 
-// sse wraps a JSON object as one "data:" event
-static char *
-sse(cJSON *o, size_t *len)
-{
-	size_t n;
-	char *j = fe_json_print(o, &n);
-	if (!j)
-		return NULL;
-	char *s = malloc(n + 9);
-	if (s) {
-		memcpy(s, "data: ", 6);
-		memcpy(s + 6, j, n);
-		memcpy(s + 6 + n, "\n\n", 3);
-		*len = n + 8;
-	}
-	free(j);
-	return s;
-}
-
 static cJSON *
 chunk(const struct fe_gen *g, cJSON **choice, int index)
 {
@@ -756,7 +737,7 @@ sse_cat(cJSON **objs, int n, size_t *len)
 	int bad = 0;
 	for (int i = 0; i < n; i++) {
 		size_t m = 0;
-		char *e = bad ? (cJSON_Delete(objs[i]), NULL) : sse(objs[i], &m);
+		char *e = bad ? (cJSON_Delete(objs[i]), NULL) : fe_sse(objs[i], &m);
 		char *t = e ? realloc(out, total + m + 1) : NULL;
 		if (!t) {
 			free(e);
@@ -839,7 +820,7 @@ stream_chunk(const struct fe_gen *g, const struct fe_chunk *ck, size_t *len)
 	else
 		cJSON_AddNullToObject(c, "logprobs");
 	cJSON_AddNullToObject(c, "finish_reason");
-	return sse(o, len);
+	return fe_sse(o, len);
 }
 
 static char *
@@ -877,7 +858,7 @@ stream_end(const struct fe_gen *g, size_t *len)
 		cJSON *u = head(g, is_chat(g) ? "chat.completion.chunk" : "text_completion");
 		cJSON_AddArrayToObject(u, "choices");
 		cJSON_AddItemToObject(u, "usage", usage(g));
-		b = sse(u, &n2);
+		b = fe_sse(u, &n2);
 	}
 	static const char done[] = "data: [DONE]\n\n";
 	char *s = a ? malloc(n1 + n2 + sizeof done) : NULL;
@@ -944,7 +925,7 @@ error(int status, const char *msg, const char *param, size_t *len)
 static char *
 stream_error(int status, const char *msg, size_t *len)
 {
-	return sse(error_obj(status, msg, NULL), len);
+	return fe_sse(error_obj(status, msg, NULL), len);
 }
 
 const struct fe_dialect fe_openai = FE_DIALECT_OF_FILE;

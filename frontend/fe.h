@@ -547,6 +547,8 @@ extern const struct fe_dialect fe_responses;
 // api-extra.c: POST /v1/messages/count_tokens (Anthropic's shapes) and
 // llama.cpp's POST /tokenize, /detokenize, /apply-template
 extern const struct fe_dialect fe_count_tokens, fe_llama;
+// api-llama.c: llama.cpp's POST /completion (a raw completion in its shapes)
+extern const struct fe_dialect fe_llama_completion;
 
 // --- api-extra.c: the requests that do not generate ----------------------------------
 // They run on a thread of their own (the loop never waits on IPC), not in the
@@ -625,6 +627,8 @@ int fe_get_sampling(struct cJSON *o, struct fe_params *p, struct fe_bad *bad);
 struct cJSON *fe_timings_json(const struct fe_gen *g);
 // fe_json_text: a malloc'd JSON rendering of o (consumed), *len bytes
 char *fe_json_print(struct cJSON *o, size_t *len);
+// fe_sse: o (consumed) as one server-sent "data:" event, "data: {...}\n\n"
+char *fe_sse(struct cJSON *o, size_t *len);
 
 // Server-sent events built up in one buffer: fe_sse_event appends "event:
 // NAME\ndata: JSON\n\n" and deletes o; fe_sse_done hands the buffer over

@@ -775,21 +775,12 @@ method_is(h2o_req_t *req, const char *m)
 static const char *
 route_label(h2o_req_t *req)
 {
-	static const char *routes[] = {"/v1/chat/completions",
-	                               "/v1/completions",
-	                               "/v1/messages",
-	                               "/v1/messages/count_tokens",
-	                               "/v1/embeddings",
-	                               "/v1/responses",
-	                               "/tokenize",
-	                               "/detokenize",
-	                               "/apply-template",
-	                               "/health",
-	                               "/v1/models",
-	                               "/metrics",
-	                               "/",
-	                               "/index.html",
-	                               "/props"};
+	static const char *routes[] = {"/v1/chat/completions", "/v1/completions", "/completion",
+	                               "/completions",         "/v1/messages",    "/v1/messages/count_tokens",
+	                               "/v1/embeddings",       "/v1/responses",   "/tokenize",
+	                               "/detokenize",          "/apply-template", "/health",
+	                               "/v1/models",           "/metrics",        "/",
+	                               "/index.html",          "/props"};
 	for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
 		if (path_is(req, routes[i]))
 			return routes[i];
@@ -810,6 +801,8 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
 		d = &fe_anthropic;
 	else if (path_is(req, "/props"))
 		d = &fe_llama;
+	else if (path_is(req, "/completion") || path_is(req, "/completions"))
+		d = &fe_llama_completion;
 
 	// framing, then where the request comes from, then who sends it
 	char msg[AD_ERRLEN];
@@ -865,6 +858,16 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
 		                  : path_is(req, "/v1/completions") ? FE_API_COMPLETIONS
 		                                                    : FE_API_CHAT;
 		return start_generation(req, api, d, path);
+	}
+	// llama.cpp's own completion endpoint, under both its names (api-llama.c)
+	if (path_is(req, "/completion") || path_is(req, "/completions")) {
+		path = path_is(req, "/completion") ? "/completion" : "/completions";
+		if (!is_post) {
+			hdr(req, "allow", "POST, OPTIONS");
+			respond_error(req, d, path, 405, NULL, "%s takes POST", path);
+			return 0;
+		}
+		return start_generation(req, FE_API_COMPLETIONS, d, path);
 	}
 	// the POST routes beside chat, completions and messages (api-extra.c, api-responses.c)
 	static const struct {

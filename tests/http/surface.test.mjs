@@ -243,6 +243,77 @@ describe('the API surface beside the generations', () => {
 		await healthy(s);
 	});
 
+	// llama.cpp's own /completion (tools/server/README.md): content, stop,
+	// tokens_predicted/evaluated, stop_type and stopping_word, timings with
+	// prompt_n and predicted_n; streamed, {"content", "stop": false} events
+	// and a last one with stop true and no [DONE]
+	it('/completion and /completions in llama.cpp\'s shapes', async () => {
+		const text = 'A short answer.';
+		let r = await post(s, '/completion', { prompt: `ECHO:${text}`, n_predict: 40, temperature: 0 });
+		assert.equal(r.status, 200, r.body);
+		let b = JSON.parse(r.body);
+		// (the fake engine's text comes through stories260K's SentencePiece: a leading space)
+		assert.equal(b.content.trim(), text);
+		assert.equal(b.stop, true);
+		assert.equal(typeof b.tokens_predicted, 'number');
+		assert.ok(b.tokens_predicted > 0 && b.tokens_evaluated > 0, r.body);
+		assert.equal(b.stop_type, 'eos');
+		assert.equal(b.stopping_word, '');
+		assert.equal(b.truncated, false);
+		assert.equal(b.timings.predicted_n, b.tokens_predicted);
+		assert.equal(b.timings.prompt_n + b.timings.cache_n, b.tokens_evaluated);
+		assert.equal(b.generation_settings.n_predict, 40);
+		assert.equal(b.completion_probabilities, undefined, 'no n_probs, no probabilities');
+		// the same under /completions; n_predict stops it: a limit
+		r = await post(s, '/completions', { prompt: 'ECHO:one two three four five six', n_predict: 2 });
+		b = JSON.parse(r.body);
+		assert.equal(r.status, 200, r.body);
+		assert.equal(b.tokens_predicted, 2);
+		assert.equal(b.stop_type, 'limit');
+		// a stop word: the text before it, the word named
+		r = await post(s, '/completion', { prompt: 'ECHO:one two three', stop: [' three'] });
+		b = JSON.parse(r.body);
+		assert.equal(b.content.trim(), 'one two');
+		assert.equal(b.stop_type, 'word');
+		assert.equal(b.stopping_word, ' three');
+		// n_predict -1: as long as the context lets it (here: to the end of the script)
+		r = await post(s, '/completion', { prompt: `ECHO:${text}`, n_predict: -1 });
+		assert.equal(JSON.parse(r.body).content.trim(), text);
+		assert.equal(JSON.parse(r.body).generation_settings.n_predict, -1);
+		// n_probs: each token with its best alternatives, its text and bytes
+		r = await post(s, '/completion', { prompt: `ECHO:${text}`, n_probs: 3 });
+		b = JSON.parse(r.body);
+		assert.ok(Array.isArray(b.completion_probabilities) && b.completion_probabilities.length === b.tokens_predicted, r.body);
+		const p0 = b.completion_probabilities[0];
+		assert.equal(typeof p0.id, 'number');
+		assert.equal(typeof p0.logprob, 'number');
+		assert.deepEqual(p0.bytes, [...Buffer.from(p0.token, 'utf8')]);
+		assert.ok(Array.isArray(p0.top_logprobs) && p0.top_logprobs.length <= 3); // (the fake engine has no alternatives; live.test has)
+		assert.equal(b.completion_probabilities.map((t) => t.token).join(''), b.content);
+
+		// streamed: the pieces make the text; the last event carries the rest
+		r = await post(s, '/completion', { prompt: `ECHO:${text}`, stream: true });
+		assert.equal(r.status, 200, r.body);
+		assert.ok(!r.body.includes('[DONE]'), 'llama.cpp\'s stream has no [DONE]');
+		const ev = sse(r.body).map((e) => JSON.parse(e.data));
+		const last = ev.pop();
+		assert.ok(ev.length >= 1 && ev.every((e) => e.stop === false), r.body);
+		assert.equal(ev.map((e) => e.content).join('').trim(), text);
+		assert.equal(last.stop, true);
+		assert.equal(last.content, '');
+		assert.equal(last.stop_type, 'eos');
+		assert.ok(last.tokens_predicted > 0 && last.timings.predicted_n === last.tokens_predicted, JSON.stringify(last));
+
+		// the errors are llama.cpp's, and the server goes on
+		await llamaError(s, await post(s, '/completion', {}), 400, /prompt/);
+		await llamaError(s, await post(s, '/completion', { prompt: 'x', n_predict: 0 }), 400, /n_predict/);
+		await llamaError(s, await post(s, '/completion', { prompt: 'x', n_predict: -2 }), 400, /n_predict/);
+		await llamaError(s, await post(s, '/completion', { prompt: 'x', n_probs: 99 }), 400, /n_probs/);
+		await llamaError(s, await post(s, '/completion', { prompt: 'x', n: 2 }), 400, /one completion/);
+		await llamaError(s, await post(s, '/completion', { prompt: 'x', temperature: 'hot' }), 400, /temperature/);
+		await llamaError(s, await request(s, 'GET', '/completion'), 405, /POST/);
+	});
+
 	it('the Responses API: the reply, the event stream, a cut reply', async () => {
 		let r = await post(s, '/v1/responses', { model: 'gpt-4o', instructions: 'Be brief.', input: 'ECHO:A short answer.', max_output_tokens: 40, temperature: 0.5, top_p: 0.9 });
 		assert.equal(r.status, 200, r.body);

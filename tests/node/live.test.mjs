@@ -123,6 +123,35 @@ describe('anedvd serve on stories260K, through the official SDKs', { skip }, () 
 		assert.equal(usage?.completion_tokens, 24);
 	});
 
+	// llama.cpp's own /completion on the real pipeline: the greedy story
+	// (llama.cpp's own continuation), its alternatives best first, the
+	// chosen token the best of them at temperature 0
+	it('llama.cpp\'s /completion: the greedy story, n_probs, stream', async () => {
+		const body = { prompt: 'Once upon a time', n_predict: 12, temperature: 0, n_probs: 3 };
+		const post = async (b) => {
+			const r = await fetch(`${base}/completion`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(b) });
+			assert.equal(r.status, 200);
+			return r;
+		};
+		const b = await (await post(body)).json();
+		assert.ok(b.content.startsWith(STORY.slice(0, 20)), JSON.stringify(b.content));
+		assert.equal(b.tokens_predicted, 12);
+		assert.equal(b.stop_type, 'limit');
+		assert.equal(b.completion_probabilities.length, 12);
+		for (const t of b.completion_probabilities) {
+			assert.equal(t.top_logprobs.length, 3);
+			assert.equal(t.top_logprobs[0].id, t.id, 'greedy: the chosen token is the best');
+			assert.ok(Math.abs(t.top_logprobs[0].logprob - t.logprob) < 1e-6);
+			for (let k = 1; k < 3; k++) assert.ok(t.top_logprobs[k].logprob <= t.top_logprobs[k - 1].logprob);
+		}
+		const v1 = await oai.completions.create({ model: 'stories260K', prompt: 'Once upon a time', max_tokens: 12, temperature: 0 });
+		assert.equal(b.content, v1.choices[0].text, '/completion and /v1/completions make the same text');
+		const streamed = await (await post({ ...body, stream: true, n_probs: 0 })).text();
+		const ev = streamed.split('\n\n').filter((x) => x.startsWith('data: ')).map((x) => JSON.parse(x.slice(6)));
+		assert.equal(ev.map((e) => e.content).join(''), b.content);
+		assert.equal(ev.at(-1).stop, true);
+	});
+
 	it('completions: a prompt of token ids is the same prompt as its text', async () => {
 		const req = { model: 'stories260K', max_tokens: 12, temperature: 0 };
 		const text = await oai.completions.create({ ...req, prompt: 'Once upon a time' });
