@@ -28,13 +28,15 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 	if ((has_np = fe_get_int(body, "n_predict", -1, 1 << 20, &np, bad)) < 0)
 		return -1;
 	if (has_np && np == 0)
-		return fe_bad_set(bad, 400, "n_predict",
-		                  "'n_predict' 0 generates nothing: give 1 or more, or -1 for as many as the context holds");
+		return fe_bad_set(
+			bad, 400, "n_predict",
+			"'n_predict' 0 generates nothing: give 1 or more, or -1 for as many as the context holds");
 	if ((has_probs = fe_get_int(body, "n_probs", 0, MAX_N_PROBS, &nprobs, bad)) < 0)
 		return -1;
 	long long n = 1;
 	if (fe_get_int(body, "n", 1, 1, &n, bad) < 0)
-		return fe_bad_set(bad, 400, "n", "'n': /completion makes one completion (/v1/completions makes several)");
+		return fe_bad_set(bad, 400, "n",
+		                  "'n': /completion makes one completion (/v1/completions makes several)");
 	// llama.cpp's names over the OpenAI ones they stand for (n_predict wins over max_tokens, as there)
 	cJSON *b = cJSON_Duplicate(body, 1);
 	if (!b)
@@ -168,10 +170,10 @@ final(const struct fe_gen *g, const char *text, size_t tl)
 	cJSON_AddBoolToObject(o, "has_new_line", text && memchr(text, '\n', tl) != NULL);
 	cJSON_AddBoolToObject(o, "truncated", g->r.prompt_dropped > 0);
 	cJSON_AddStringToObject(o, "stop_type", stop_type(g));
-	const char *word = g->r.finish == FE_FINISH_STOP_SEQ && g->r.stop_index >= 0 &&
-	                                   (size_t)g->r.stop_index < p->n_stops
-	                           ? p->stops[g->r.stop_index]
-	                           : "";
+	const char *word =
+		g->r.finish == FE_FINISH_STOP_SEQ && g->r.stop_index >= 0 && (size_t)g->r.stop_index < p->n_stops
+			? p->stops[g->r.stop_index]
+			: "";
 	cJSON_AddStringToObject(o, "stopping_word", word);
 	cJSON_AddNumberToObject(o, "tokens_cached", g->r.eng.cached_tokens);
 	cJSON_AddItemToObject(o, "timings", timings(g));

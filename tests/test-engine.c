@@ -227,13 +227,13 @@ check_model(struct fixture *f, int local)
 	CHECK(t->prefill_tokens == (uint32_t)f->n && t->kernel_calls > 0 && t->prefill_ns > 0);
 	printf("%-14s %-5s max|d| %.2e  rel %.2e  argmax %d/%d (prompt %d/%d; differing at near-ties %d)\n", f->name,
 	       bn, st.max_abs, st.max_rel, st.argmax_same, f->n, st.argmax_prompt_same, f->n_prompt, st.near_ties);
+	// a different argmax only where the reference's top two are closer
+	// than twice the row's error (llama's prompt row 3: 0.0025 on local;
+	// on exact, llama256_iq4_nl's row 21, its top two 5e-5 apart in fp32)
+	CHECK(st.argmax_same + st.near_ties == f->n, "%s/%s: argmax", f->name, bn);
 	if (local) {
-		// a different argmax only where the reference's top two are
-		// closer than twice the row's error (llama's prompt row 3: 0.0025)
-		CHECK(st.argmax_same + st.near_ties == f->n, "%s/local: argmax", f->name);
 		CHECK(st.max_rel < 0.03, "%s/local: rel %g", f->name, st.max_rel);
 	} else {
-		CHECK(st.argmax_same == f->n, "%s/exact: argmax", f->name);
 		// the fp16 cache: keys and values carry 2^-11 relative error
 		CHECK(st.max_rel < 3e-3, "%s/exact: %g %g", f->name, st.max_abs, st.max_rel);
 	}
