@@ -594,11 +594,10 @@ try_pair(const struct tokenizer *t, struct scratch *s, int32_t left)
 #define BPE_SMALL 32
 
 static int
-merge_small(const struct tokenizer *t, const int32_t *ids, size_t n, struct tok_ids *out, char *err)
+merge_small(const struct tokenizer *t, int32_t *id, size_t n, struct tok_ids *out, char *err)
 {
-	int32_t id[BPE_SMALL], rank[BPE_SMALL], merged[BPE_SMALL];
+	int32_t rank[BPE_SMALL], merged[BPE_SMALL];
 	size_t m = n;
-	memcpy(id, ids, n * sizeof *id);
 	for (size_t i = 0; i + 1 < m; i++) {
 		const struct tok_merge *mg = tok_pairmap_get(&t->merges, id[i], id[i + 1]);
 		rank[i] = mg ? mg->rank : INT32_MAX;
@@ -631,9 +630,10 @@ merge_small(const struct tokenizer *t, const int32_t *ids, size_t n, struct tok_
 }
 
 // the merges over n first symbols (ids, -1 for one no merge can take), and
-// what is left of them, in order, to out (a -1 left out)
+// what is left of them, in order, to out (a -1 left out); a short piece's
+// ids are merged where they are (ids is scratch)
 static int
-merge_ids(const struct tokenizer *t, struct scratch *s, const int32_t *ids, size_t n, struct tok_ids *out, char *err)
+merge_ids(const struct tokenizer *t, struct scratch *s, int32_t *ids, size_t n, struct tok_ids *out, char *err)
 {
 	if (n <= BPE_SMALL)
 		return merge_small(t, ids, n, out, err);
