@@ -756,16 +756,22 @@ llama_error_type(int status)
 	}
 }
 
-// {"error":{"code":400,"message":"...","type":"invalid_request_error"}}, as llama.cpp's server
-static char *
-llama_error(int status, const char *msg, const char *param, size_t *len)
+cJSON *
+fe_llama_error_json(int status, const char *msg)
 {
 	cJSON *o = cJSON_CreateObject();
 	cJSON *e = cJSON_AddObjectToObject(o, "error");
 	cJSON_AddNumberToObject(e, "code", status);
 	fe_add_text(e, "message", msg, strlen(msg));
 	cJSON_AddStringToObject(e, "type", llama_error_type(status));
-	return fe_json_print(o, len);
+	return o;
+}
+
+static char *
+llama_error(int status, const char *msg, const char *param, size_t *len)
+{
+	(void)param;
+	return fe_json_print(fe_llama_error_json(status, msg), len);
 }
 
 static char *

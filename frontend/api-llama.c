@@ -2,7 +2,7 @@
 // /completions), in its shapes (tools/server/README.md of llama.cpp).
 //
 // The request is a raw completion, as /v1/completions: the body is read by
-// the OpenAI dialect's parser after llama.cpp's names are mapped onto it
+// the OpenAI dialect's parser, then llama.cpp's own names set what they set
 // (n_predict for max_tokens, -1 meaning as long as the context allows;
 // n_probs for the log-probabilities of the best alternatives). The reply is
 // {"content", "stop": true, "tokens_predicted", "tokens_evaluated",
@@ -37,21 +37,13 @@ parse(cJSON *body, enum fe_api api, const struct fe_config *cfg, struct fe_param
 	if (fe_get_int(body, "n", 1, 1, &n, bad) < 0)
 		return fe_bad_set(bad, 400, "n",
 		                  "'n': /completion makes one completion (/v1/completions makes several)");
-	// llama.cpp's names over the OpenAI ones they stand for (n_predict wins over max_tokens, as there)
-	cJSON *b = cJSON_Duplicate(body, 1);
-	if (!b)
-		return fe_bad_set(bad, 503, NULL, "out of memory");
-	cJSON_DeleteItemFromObjectCaseSensitive(b, "n_probs");
-	if (has_np) {
-		cJSON_DeleteItemFromObjectCaseSensitive(b, "max_tokens");
-		cJSON_DeleteItemFromObjectCaseSensitive(b, "n_predict");
-		if (np > 0)
-			cJSON_AddNumberToObject(b, "max_tokens", (double)np);
-	}
-	int rv = fe_openai.parse(b, FE_API_COMPLETIONS, cfg, p, bad);
-	cJSON_Delete(b);
+	// read as /v1/completions reads it, then llama.cpp's names over the
+	// OpenAI ones they stand for (n_predict wins over max_tokens, as there)
+	int rv = fe_openai.parse(body, FE_API_COMPLETIONS, cfg, p, bad);
 	if (rv)
 		return rv;
+	if (has_np && np > 0)
+		p->max_tokens = (unsigned)np;
 	if (has_np && np < 0)
 		p->max_tokens = 1u << 20; // the context bounds it (the engine stops at --max-seq)
 	if (has_probs && nprobs > 0) {
@@ -227,11 +219,7 @@ error(int status, const char *msg, const char *param, size_t *len)
 static char *
 stream_error(int status, const char *msg, size_t *len)
 {
-	size_t n = 0;
-	char *j = fe_llama.error(status, msg, NULL, &n);
-	cJSON *o = j ? cJSON_ParseWithLength(j, n) : NULL;
-	free(j);
-	return o ? fe_sse(o, len) : NULL;
+	return fe_sse(fe_llama_error_json(status, msg), len);
 }
 
 // stream_chunk carries every piece: no stream_text (fe.h)

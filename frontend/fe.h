@@ -547,6 +547,8 @@ extern const struct fe_dialect fe_responses;
 // api-extra.c: POST /v1/messages/count_tokens (Anthropic's shapes) and
 // llama.cpp's POST /tokenize, /detokenize, /apply-template
 extern const struct fe_dialect fe_count_tokens, fe_llama;
+// llama.cpp's error object, {"error":{"code":400,"message":"...","type":"invalid_request_error"}}
+struct cJSON *fe_llama_error_json(int status, const char *msg);
 // api-llama.c: llama.cpp's POST /completion (a raw completion in its shapes)
 extern const struct fe_dialect fe_llama_completion;
 

@@ -795,7 +795,6 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
 {
 	int is_get = method_is(req, "GET") || method_is(req, "HEAD");
 	int is_post = method_is(req, "POST");
-	const char *path = NULL;
 	const struct fe_dialect *d = &fe_openai;
 	if (path_is(req, "/v1/messages"))
 		d = &fe_anthropic;
@@ -845,29 +844,25 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
 		}
 		return 0;
 	}
-	if (path_is(req, "/v1/chat/completions") || path_is(req, "/v1/completions") || path_is(req, "/v1/messages")) {
-		path = path_is(req, "/v1/chat/completions") ? "/v1/chat/completions"
-		       : path_is(req, "/v1/completions")    ? "/v1/completions"
-		                                            : "/v1/messages";
+	// the generations: chat, completions (OpenAI's, and llama.cpp's own under
+	// both its names, api-llama.c) and messages, each in its dialect
+	static const struct {
+		const char *path;
+		enum fe_api api;
+	} gens[] = {{"/v1/chat/completions", FE_API_CHAT},
+	            {"/v1/completions", FE_API_COMPLETIONS},
+	            {"/v1/messages", FE_API_MESSAGES},
+	            {"/completion", FE_API_COMPLETIONS},
+	            {"/completions", FE_API_COMPLETIONS}};
+	for (size_t i = 0; i < sizeof gens / sizeof gens[0]; i++) {
+		if (!path_is(req, gens[i].path))
+			continue;
 		if (!is_post) {
 			hdr(req, "allow", "POST, OPTIONS");
-			respond_error(req, d, path, 405, NULL, "%s takes POST", path);
+			respond_error(req, d, gens[i].path, 405, NULL, "%s takes POST", gens[i].path);
 			return 0;
 		}
-		enum fe_api api = d == &fe_anthropic                ? FE_API_MESSAGES
-		                  : path_is(req, "/v1/completions") ? FE_API_COMPLETIONS
-		                                                    : FE_API_CHAT;
-		return start_generation(req, api, d, path);
-	}
-	// llama.cpp's own completion endpoint, under both its names (api-llama.c)
-	if (path_is(req, "/completion") || path_is(req, "/completions")) {
-		path = path_is(req, "/completion") ? "/completion" : "/completions";
-		if (!is_post) {
-			hdr(req, "allow", "POST, OPTIONS");
-			respond_error(req, d, path, 405, NULL, "%s takes POST", path);
-			return 0;
-		}
-		return start_generation(req, FE_API_COMPLETIONS, d, path);
+		return start_generation(req, gens[i].api, d, gens[i].path);
 	}
 	// the POST routes beside chat, completions and messages (api-extra.c, api-responses.c)
 	static const struct {
